@@ -1,0 +1,3 @@
+from hpcwatch.cli import main
+
+main()

@@ -1,0 +1,58 @@
+"""What every command shares: the console, JSON output, the store location, the sub-command groups."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+import orjson
+import typer
+from rich.console import Console
+
+from hpcwatch.store import Store
+
+__all__ = ["app", "twin_app", "simulate_app", "console", "emit_json", "open_store", "default_db_path",
+           "DbOption", "JsonOption"]
+
+app = typer.Typer(name="hpcwatch", no_args_is_help=True, add_completion=False,
+                  help="See an AI training cluster as it runs and as it can be attacked.")
+twin_app = typer.Typer(no_args_is_help=True, help="The simulated cluster that writes real formats.")
+simulate_app = typer.Typer(no_args_is_help=True, help="Simulators: stragglers at scale, goodput under failures.")
+app.add_typer(twin_app, name="twin")
+app.add_typer(simulate_app, name="simulate")
+
+console = Console()
+
+DbOption = typer.Option(None, "--db", help="Store file (DuckDB) or :memory:; default: the user's data directory.")
+JsonOption = typer.Option(False, "--json", help="Print one JSON document on stdout.")
+
+
+def default_db_path() -> Path:
+    """$HPCWATCH_DB, else $XDG_DATA_HOME/hpcwatch/hpcwatch.duckdb (~/.local/share by default)."""
+    if os.environ.get("HPCWATCH_DB"):
+        return Path(os.environ["HPCWATCH_DB"])
+    base = Path(os.environ.get("XDG_DATA_HOME") or Path.home() / ".local" / "share")
+    return base / "hpcwatch" / "hpcwatch.duckdb"
+
+
+def open_store(db: str | None) -> Store:
+    return Store(db if db else default_db_path())
+
+
+def emit_json(document: Any) -> None:
+    """One JSON document on stdout (numpy scalars and dataclasses welcome)."""
+    sys.stdout.write(orjson.dumps(document, option=orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_NON_STR_KEYS
+                                  | orjson.OPT_INDENT_2, default=_default).decode())
+    sys.stdout.write("\n")
+
+
+def _default(value: Any) -> Any:
+    if isinstance(value, (set, frozenset, tuple)):
+        return list(value)
+    if isinstance(value, Path):
+        return str(value)
+    if hasattr(value, "item"):
+        return value.item()
+    raise TypeError(f"not JSON serialisable: {type(value).__name__}")

@@ -1,0 +1,76 @@
+"""The exceptions hpcwatch raises, one tree.
+
+- ``HpcwatchError``: everything below; the CLI and the web app catch this one only.
+  - ``InputError``: a file or text we were given is not what it claims to be.
+    - ``ParseError``: a line we cannot read; carries the path, the line and the text.
+    - ``UnsupportedVersion``: a known format in a version we do not read.
+  - ``StoreError``: the store cannot be opened, written or queried.
+  - ``ConfigError``: a cluster model, a setting or a flag is wrong; names the key.
+  - ``BackendError``: a remote service (Prometheus, Slurm) did not answer as expected.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+__all__ = [
+    "HpcwatchError",
+    "InputError",
+    "ParseError",
+    "UnsupportedVersion",
+    "StoreError",
+    "ConfigError",
+    "BackendError",
+]
+
+
+class HpcwatchError(Exception):
+    """Root of every error hpcwatch raises on purpose."""
+
+
+class InputError(HpcwatchError):
+    """Input that is not what it claims to be."""
+
+
+class ParseError(InputError):
+    """A line we cannot read.
+
+    ``str(err)`` is the one-line message the CLI prints: ``FILE:LINE: what``.
+    """
+
+    def __init__(self, what: str, *, path: str | Path | None = None, line: int | None = None,
+                 text: str | None = None) -> None:
+        self.what = what
+        self.path = str(path) if path is not None else "<input>"
+        self.line = line
+        self.text = text
+        super().__init__(self._render())
+
+    def _render(self) -> str:
+        where = self.path if self.line is None else f"{self.path}:{self.line}"
+        found = ""
+        if self.text is not None:
+            shown = self.text.strip()
+            shown = shown if len(shown) <= 80 else shown[:77] + "..."
+            found = f" (found: {shown!r})"
+        return f"{where}: {self.what}{found}"
+
+    def at(self, path: str | Path) -> "ParseError":
+        """The same error, naming the file (readers of text learn the path late)."""
+        return ParseError(self.what, path=path, line=self.line, text=self.text)
+
+
+class UnsupportedVersion(InputError):
+    """A format we know, in a version we do not read."""
+
+
+class StoreError(HpcwatchError):
+    """The store cannot be opened, written or queried."""
+
+
+class ConfigError(HpcwatchError):
+    """A cluster model, a setting or a flag is wrong."""
+
+
+class BackendError(HpcwatchError):
+    """A remote service did not answer as expected."""

@@ -1,0 +1,111 @@
+"""Hardware facts the analyses need: peak FLOP/s, memory, links.
+
+Every number carries its source. An unknown device gets ``None`` from
+``gpu_spec`` — never another device's number.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+__all__ = ["GpuSpec", "LinkSpec", "GPUS", "LINKS", "gpu_spec", "link_spec"]
+
+TERA = 1e12
+GIB = 1024**3
+GB = 1e9
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class GpuSpec:
+    key: str
+    name: str
+    """The name the driver reports (dcgm-exporter ``modelName``)."""
+    vendor: str
+    peak_bf16_dense_flops: float
+    """Dense (no sparsity) BF16 tensor-core peak, FLOP/s."""
+    hbm_bytes: int
+    hbm_bandwidth_bytes_s: float
+    nvlink_bandwidth_bytes_s: float
+    """Total bidirectional GPU-to-GPU bandwidth per GPU (NVLink / Infinity Fabric)."""
+    tdp_w: float
+    idle_power_w: float
+    """Typical power with nothing running; used by the twin and the stalled-collective check."""
+    source: str
+
+
+# Datasheets:
+# H100: https://www.nvidia.com/en-us/data-center/h100/ (SXM: BF16 1,979 TFLOPS with sparsity -> 989.4 dense,
+#       80 GB HBM3, 3.35 TB/s, NVLink 900 GB/s, up to 700 W)
+# H200: https://www.nvidia.com/en-us/data-center/h200/ (SXM: BF16 1,979 TFLOPS sparse, 141 GB HBM3e, 4.8 TB/s,
+#       NVLink 900 GB/s, up to 700 W)
+# A100: https://www.nvidia.com/en-us/data-center/a100/ (SXM 80GB: BF16 312 TFLOPS dense, 2,039 GB/s, NVLink 600 GB/s, 400 W)
+# B200: https://www.nvidia.com/en-us/data-center/hgx/ (HGX B200: FP16/BF16 4.5 PFLOPS sparse per GPU -> 2.25 dense,
+#       180 GB HBM3e, 7.7 TB/s; NVLink 5 1.8 TB/s; 1,000 W)
+# MI300X: https://www.amd.com/en/products/accelerators/instinct/mi300/mi300x.html (BF16 1,307.4 TFLOPS dense,
+#       192 GB HBM3, 5.3 TB/s, Infinity Fabric 896 GB/s peak aggregate, 750 W)
+GPUS: dict[str, GpuSpec] = {
+    spec.key: spec
+    for spec in (
+        GpuSpec(key="h100-sxm", name="NVIDIA H100 80GB HBM3", vendor="nvidia",
+                peak_bf16_dense_flops=989.4 * TERA, hbm_bytes=80 * GIB, hbm_bandwidth_bytes_s=3.35e12,
+                nvlink_bandwidth_bytes_s=900 * GB, tdp_w=700.0, idle_power_w=70.0,
+                source="https://www.nvidia.com/en-us/data-center/h100/"),
+        GpuSpec(key="h200", name="NVIDIA H200", vendor="nvidia",
+                peak_bf16_dense_flops=989.4 * TERA, hbm_bytes=141 * 10**9, hbm_bandwidth_bytes_s=4.8e12,
+                nvlink_bandwidth_bytes_s=900 * GB, tdp_w=700.0, idle_power_w=75.0,
+                source="https://www.nvidia.com/en-us/data-center/h200/"),
+        GpuSpec(key="a100-sxm", name="NVIDIA A100-SXM4-80GB", vendor="nvidia",
+                peak_bf16_dense_flops=312 * TERA, hbm_bytes=80 * GIB, hbm_bandwidth_bytes_s=2.039e12,
+                nvlink_bandwidth_bytes_s=600 * GB, tdp_w=400.0, idle_power_w=55.0,
+                source="https://www.nvidia.com/en-us/data-center/a100/"),
+        GpuSpec(key="b200", name="NVIDIA B200", vendor="nvidia",
+                peak_bf16_dense_flops=2250 * TERA, hbm_bytes=180 * 10**9, hbm_bandwidth_bytes_s=7.7e12,
+                nvlink_bandwidth_bytes_s=1800 * GB, tdp_w=1000.0, idle_power_w=120.0,
+                source="https://www.nvidia.com/en-us/data-center/hgx/"),
+        GpuSpec(key="mi300x", name="AMD Instinct MI300X", vendor="amd",
+                peak_bf16_dense_flops=1307.4 * TERA, hbm_bytes=192 * 10**9, hbm_bandwidth_bytes_s=5.3e12,
+                nvlink_bandwidth_bytes_s=896 * GB, tdp_w=750.0, idle_power_w=140.0,
+                source="https://www.amd.com/en/products/accelerators/instinct/mi300/mi300x.html"),
+    )
+}
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LinkSpec:
+    key: str
+    name: str
+    rate_bits_s: float
+    """Signalling data rate of one port, one direction."""
+    source: str
+
+
+# InfiniBand rates per 4x port: https://www.infinibandta.org/infiniband-roadmap/ (HDR 200 Gb/s, NDR 400 Gb/s, XDR 800 Gb/s)
+LINKS: dict[str, LinkSpec] = {
+    spec.key: spec
+    for spec in (
+        LinkSpec(key="hdr", name="InfiniBand HDR", rate_bits_s=200e9,
+                 source="https://www.infinibandta.org/infiniband-roadmap/"),
+        LinkSpec(key="ndr", name="InfiniBand NDR", rate_bits_s=400e9,
+                 source="https://www.infinibandta.org/infiniband-roadmap/"),
+        LinkSpec(key="xdr", name="InfiniBand XDR", rate_bits_s=800e9,
+                 source="https://www.infinibandta.org/infiniband-roadmap/"),
+    )
+}
+
+_ALIASES = {"h100": "h100-sxm", "h100-sxm5": "h100-sxm", "a100": "a100-sxm", "h200-sxm": "h200"}
+
+
+def gpu_spec(key_or_name: str) -> GpuSpec | None:
+    """The spec for a catalog key (``h100-sxm``) or a driver name (``NVIDIA H100 80GB HBM3``); else ``None``."""
+    key = key_or_name.strip().lower()
+    key = _ALIASES.get(key, key)
+    if key in GPUS:
+        return GPUS[key]
+    for spec in GPUS.values():
+        if spec.name.lower() == key:
+            return spec
+    return None
+
+
+def link_spec(key: str) -> LinkSpec | None:
+    return LINKS.get(key.strip().lower())

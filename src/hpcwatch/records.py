@@ -1,0 +1,123 @@
+"""The vocabulary: five kinds of record every reader yields and every analysis reads.
+
+Times are UTC seconds (float); durations are seconds; sizes are bytes.
+These are plain frozen dataclasses: no logic lives here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal, Mapping
+
+__all__ = [
+    "Sample",
+    "Event",
+    "Span",
+    "Job",
+    "Finding",
+    "Phase",
+    "PHASES",
+    "Vector",
+    "VECTORS",
+    "Severity",
+    "SEVERITIES",
+]
+
+Phase = Literal["load", "forward", "backward", "allreduce", "optimizer", "barrier_wait"]
+#: The phases of a training step, in the order they run.
+PHASES: tuple[Phase, ...] = ("load", "forward", "backward", "allreduce", "optimizer", "barrier_wait")
+
+Vector = Literal[
+    "supply_chain",
+    "data_poisoning",
+    "rdma_blind_spot",
+    "gradient_injection",
+    "gpu_memory_remanence",
+    "container_escape",
+    "weights_access",
+]
+#: The six threat vectors, then the audit of who read the weights.
+VECTORS: tuple[Vector, ...] = (
+    "supply_chain",
+    "data_poisoning",
+    "rdma_blind_spot",
+    "gradient_injection",
+    "gpu_memory_remanence",
+    "container_escape",
+    "weights_access",
+)
+
+Severity = Literal["info", "low", "medium", "high", "critical"]
+SEVERITIES: tuple[Severity, ...] = ("info", "low", "medium", "high", "critical")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Sample:
+    """One point of a time series: a DCGM field, an IB counter, a Lustre job stat."""
+
+    metric: str
+    labels: Mapping[str, str]
+    t: float
+    value: float
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Event:
+    """Something that happened: a Falco alert, an XID error, a job start, a checkpoint."""
+
+    kind: str
+    t: float
+    source: str
+    attrs: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Span:
+    """A timed piece of a training step on one rank.
+
+    ``phase`` is one of ``PHASES`` or the name of a finer operation.
+    """
+
+    job: str
+    rank: int
+    step: int
+    phase: str
+    start: float
+    dur: float
+    attrs: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Job:
+    """A scheduler job and what it was given.
+
+    ``gpus`` is the total GPU count; ``gpus_by_node`` maps a node name to the GPU
+    indices the job holds there, when the scheduler told us (squeue's
+    ``gres_detail``, ``scontrol -d``); it is empty when only a count is known.
+    ``end`` is ``None`` while the job runs; ``start`` is ``None`` while it waits.
+    """
+
+    id: str
+    user: str | None = None
+    account: str | None = None
+    partition: str | None = None
+    nodes: tuple[str, ...] = ()
+    gpus: int = 0
+    gpus_by_node: Mapping[str, tuple[int, ...]] = field(default_factory=dict)
+    start: float | None = None
+    end: float | None = None
+    state: str | None = None
+    name: str | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Finding:
+    """A detection: which threat vector, on what, how bad, and the evidence for it."""
+
+    vector: Vector
+    severity: Severity
+    target: str
+    title: str
+    evidence: Mapping[str, Any]
+    t: float
+    rule: str
