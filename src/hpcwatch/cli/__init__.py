@@ -18,7 +18,7 @@ from hpcwatch.errors import HpcwatchError
 __all__ = ["app", "main"]
 
 # Each module registers its commands on import.
-_COMMAND_MODULES = ("ingest", "twin", "jobs", "top", "steps", "goodput", "scan", "serve", "exporter", "twinserve",
+_COMMAND_MODULES = ("ingest", "twin", "jobs", "top", "steps", "whatif", "goodput", "scan", "serve", "exporter", "twinserve",
                     "assess")
 
 for _name in _COMMAND_MODULES:
