@@ -1,0 +1,115 @@
+"""The store: records in, the same records out; a kill -9 mid-ingest leaves a readable file."""
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+
+from hpcwatch.errors import StoreError
+from hpcwatch.records import Event, Finding, Job, Sample, Span
+from hpcwatch.store import Store
+
+
+def _gpu_sample(t, value, gpu="0", job="7"):
+    return Sample(metric="DCGM_FI_DEV_GPU_UTIL", t=t, value=value,
+                  labels={"gpu": gpu, "Hostname": "node1", "hpc_job": job, "modelName": "NVIDIA H100 80GB HBM3"})
+
+
+def test_every_record_kind_round_trips_through_the_store():
+    job = Job(id="7", user="alice", account="proj-llm", partition="gpu", nodes=("node1", "node2"), gpus=4,
+              gpus_by_node={"node1": (6, 7), "node2": (0, 1)}, start=10.0, end=None, state="RUNNING", name="llm")
+    event = Event(kind="xid", t=12.5, source="dcgm-exporter", attrs={"xid": 79, "gpu": "2"})
+    span = Span(job="7", rank=2, step=3, phase="backward", start=11.0, dur=0.021, attrs={"node": "node1"})
+    finding = Finding(vector="rdma_blind_spot", severity="high", target="node2/mlx5_0", title="traffic without job",
+                      evidence={"bytes": 123}, t=13.0, rule="rdma.traffic_without_job")
+    with Store() as store:
+        counts = store.add([_gpu_sample(11.0, 93.0), job, event, span, finding])
+        assert (counts.samples, counts.jobs, counts.events, counts.spans, counts.findings) == (1, 1, 1, 1, 1)
+        assert store.jobs() == [job]
+        assert store.events("xid") == [event]
+        assert store.spans("7") == [span]
+        assert store.findings("rdma_blind_spot") == [finding]
+        assert list(store.iter_samples()) == [_gpu_sample(11.0, 93.0)]
+
+
+def test_samples_are_keyed_by_host_gpu_and_job_from_their_labels():
+    lowercase_host = Sample(metric="DCGM_FI_DEV_GPU_UTIL", t=1.0, value=5.0, labels={"gpu": "1", "hostname": "node2"})
+    lustre = Sample(metric="lustre_job_read_bytes_total", t=1.0, value=9.0, labels={"jobid": "42", "target": "OST0"})
+    with Store() as store:
+        store.add([_gpu_sample(1.0, 50.0), lowercase_host, lustre])
+        rows = {(r["metric"], r["host"], r["gpu"], r["job"]) for r in store.samples().to_pylist()}
+    assert rows == {("DCGM_FI_DEV_GPU_UTIL", "node1", "0", "7"), ("DCGM_FI_DEV_GPU_UTIL", "node2", "1", None),
+                    ("lustre_job_read_bytes_total", None, None, "42")}
+
+
+def test_sample_queries_filter_by_metric_host_job_and_time():
+    with Store() as store:
+        store.add(_gpu_sample(float(t), float(t), job="7" if t < 5 else "8") for t in range(10))
+        assert store.samples("DCGM_FI_DEV_GPU_UTIL", job="8").num_rows == 5
+        assert store.samples("DCGM_FI_DEV_GPU_UTIL", t0=2, t1=4).column("value").to_pylist() == [2.0, 3.0, 4.0]
+        assert store.samples("other").num_rows == 0
+        assert store.samples(host="node9").num_rows == 0
+        assert store.time_range() == (0.0, 9.0)
+
+
+def test_a_job_seen_again_replaces_the_older_row():
+    with Store() as store:
+        store.add([Job(id="9", user="bob", state="PENDING")])
+        store.add([Job(id="9", user="bob", state="COMPLETED", start=1.0, end=2.0)])
+        assert [(j.id, j.state) for j in store.jobs()] == [("9", "COMPLETED")]
+
+
+def test_a_file_store_keeps_its_records_across_opens(tmp_path):
+    path = tmp_path / "s.duckdb"
+    with Store(path) as store:
+        store.add([_gpu_sample(1.0, 1.0)])
+    with Store(path) as store:
+        assert store.samples().num_rows == 1
+
+
+def test_an_unopenable_store_is_a_store_error(tmp_path):
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(StoreError, match="cannot open the store"):
+        Store(tmp_path / "file" / "s.duckdb")
+
+
+def test_a_bad_query_is_a_store_error():
+    with Store() as store, pytest.raises(StoreError, match="query failed"):
+        store.query("SELECT nope FROM samples")
+
+
+_WRITER = textwrap.dedent("""
+    import sys
+    from hpcwatch.records import Sample
+    from hpcwatch.store import Store
+    store = Store(sys.argv[1], batch_size=1000)
+    def forever():
+        i = 0
+        while True:
+            yield Sample(metric="m", labels={"gpu": str(i % 8)}, t=float(i), value=float(i))
+            i += 1
+            if i == 5000:
+                print("ready", flush=True)
+    store.add(forever())
+""")
+
+
+def test_kill_9_during_ingest_leaves_a_readable_store_losing_at_most_the_batch_in_flight(tmp_path):
+    path = tmp_path / "crash.duckdb"
+    writer = subprocess.Popen([sys.executable, "-c", _WRITER, str(path)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert writer.stdout.readline().strip() == "ready"
+        time.sleep(0.3)  # let it get well into later batches
+        os.kill(writer.pid, signal.SIGKILL)
+    finally:
+        writer.wait(timeout=10)
+    with Store(path) as store:
+        (count,), = [row for row in store.query("SELECT count(*) FROM samples")]
+        values = store.samples("m").column("t").to_pylist()
+    assert count >= 5000  # five committed batches were written before "ready"
+    assert count % 1000 == 0  # whole batches only: the one in flight is gone, nothing half-written
+    assert sorted(values) == [float(i) for i in range(count)]
