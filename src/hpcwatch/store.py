@@ -283,6 +283,11 @@ class Store:
         return [Finding(vector=v, severity=s, target=tg, title=ti, evidence=orjson.loads(e), t=t, rule=r)
                 for v, s, tg, ti, e, t, r in rows]
 
+    def clear_findings(self) -> None:
+        """Forget stored findings (a new scan replaces the previous one's)."""
+        with self._lock:
+            self._transaction(lambda con: con.execute("DELETE FROM findings"))
+
 
 def _sample_table(samples: list[Sample]) -> pa.Table:
     keys = [sample_keys(s.labels) for s in samples]

@@ -1,3 +1,226 @@
-"""Commands of this family register here (see cli/__init__.py)."""
+"""`hpcwatch goodput`, `hpcwatch health`, `hpcwatch simulate goodput`: views over analysis.goodput,
+analysis.health and the failure twin."""
 
-from hpcwatch.cli.common import app  # noqa: F401
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import typer
+from rich.table import Table
+
+from hpcwatch.analysis.goodput import BADPUT_KINDS, account_goodput, steps_from_spans, steps_from_step_samples
+from hpcwatch.analysis.health import (PASSIVE_METRICS, VERDICTS, HealthConfig, HealthReport, active_checks, judge,
+                                      passive_checks)
+from hpcwatch.cli.common import DbOption, JsonOption, app, console, emit_json, open_store, simulate_app
+from hpcwatch.errors import ConfigError, InputError
+from hpcwatch.records import Event
+from hpcwatch.sources.healthtools import read_dcgmi_diag, read_ib_write_bw, read_nccl_tests
+from hpcwatch.store import Store
+from hpcwatch.twin.failures import (DEFAULT_CHECKPOINT_COST_S, DEFAULT_INIT_S, DEFAULT_LOAD_FRACTION,
+                                    DEFAULT_RESTART_COST_S, DEFAULT_RESTORE_COST_S, DEFAULT_STEP_S,
+                                    DEFAULT_SWEEP_GPUS, LLAMA3_DAYS, LLAMA3_GPUS, GoodputSimConfig,
+                                    goodput_sweep, simulate_goodput)
+
+__all__ = ["goodput", "health", "simulate_goodput_cmd"]
+
+#: Default look-back of `hpcwatch health`: the last 15 minutes before the newest sample.
+DEFAULT_HEALTH_WINDOW_S = 900.0
+#: Steps we write into a store from `simulate goodput --db` (5 spans each); past this, ask for a shorter run.
+MAX_STORED_STEPS = 100_000
+_GOODPUT_EVENT_KINDS = ("failure", "checkpoint_save", "checkpoint_restore")
+_ACTIVE_EVENT_KINDS = ("dcgm_diag", "nccl_test", "ib_write_bw")
+
+
+# -- goodput ---------------------------------------------------------------------------------------
+
+
+def _job_events(store: Store, job_id: str, t0: float | None, t1: float | None) -> list[Event]:
+    """Failure and checkpoint events in the job's window that name this job (or no job)."""
+    events = [e for kind in _GOODPUT_EVENT_KINDS for e in store.events(kind, t0=t0, t1=t1)]
+    return sorted((e for e in events if str(e.attrs.get("job", job_id)) == job_id), key=lambda e: e.t)
+
+
+@app.command()
+def goodput(
+    job: str = typer.Argument(..., help="Job id (as the scheduler names it)."),
+    db: Optional[str] = DbOption,
+    as_json: bool = JsonOption,
+) -> None:
+    """Goodput of one job: productive time, and where the rest of its wall time went."""
+    with open_store(db) as store:
+        record = store.job(job)
+        t0 = record.start if record is not None else None
+        t1 = record.end if record is not None else None
+        events = _job_events(store, job, t0, t1)
+        breaks = [e.t for e in events if e.kind == "failure"]
+        steps = steps_from_spans(store.spans(job), breaks=breaks)
+        if not len(steps):
+            steps = steps_from_step_samples(store.iter_samples("train_step_time_s", job=job), breaks=breaks)
+    if record is None and not len(steps):
+        raise InputError(f"job {job}: neither the job nor its steps are in the store")
+    report = account_goodput(record, steps, events)
+    if as_json:
+        emit_json(report.to_dict())
+        return
+    console.print(f"[bold]Job {job}: goodput {report.goodput:.1%}[/bold] of {report.total_s / 3600:.2f} h "
+                  f"({report.steps} steps, {report.lost_steps} lost, {report.interruptions} interruptions)")
+    table = Table("category", "hours", "share")
+    table.add_row("productive", f"{report.productive_s / 3600:.3f}", f"{report.goodput:.2%}")
+    for kind in BADPUT_KINDS:
+        table.add_row(kind, f"{report.badput_s[kind] / 3600:.3f}", f"{report.badput_s[kind] / report.total_s:.2%}"
+                      if report.total_s else "-")
+    console.print(table)
+    if report.ideal_step_s is not None:
+        console.print(f"ideal step time (mean under median + 3·MAD): {report.ideal_step_s:.3f} s")
+    for note in report.notes:
+        console.print(f"[yellow]note:[/yellow] {note}")
+
+
+# -- health ----------------------------------------------------------------------------------------
+
+
+def _read_active(dcgmi: list[Path], nccl: list[Path], ibbw: list[Path], node: str | None) -> list[Event]:
+    events: list[Event] = []
+    for path in dcgmi:
+        events += read_dcgmi_diag(path, node=node)
+    for path in nccl:
+        events += read_nccl_tests(path, node=node)
+    for path in ibbw:
+        events += read_ib_write_bw(path, node=node)
+    return events
+
+
+def _health_inputs(store: Store, node: str | None, window_s: float):
+    _, newest = store.time_range()
+    t0 = newest - window_s if newest is not None else None
+    samples = store.samples(list(PASSIVE_METRICS), host=node, t0=t0)
+    events = store.events("xid", t0=t0) + [e for kind in _ACTIVE_EVENT_KINDS for e in store.events(kind)]
+    return samples, events
+
+
+def _print_health(report: HealthReport) -> None:
+    table = Table("node", "verdict", "why")
+    colour = {"ok": "green", "warn": "yellow", "drain": "red"}
+    for n in report.nodes:
+        table.add_row(n.node, f"[{colour[n.verdict]}]{n.verdict}[/{colour[n.verdict]}]", n.reason())
+    console.print(table)
+
+
+@app.command()
+def health(
+    db: Optional[str] = DbOption,
+    node: Optional[str] = typer.Option(None, "--node", help="Judge this node only (as the samples name it)."),
+    window: float = typer.Option(DEFAULT_HEALTH_WINDOW_S, "--window", help="Seconds of samples to judge, back "
+                                 "from the newest."),
+    dcgmi: list[Path] = typer.Option([], "--dcgmi-diag", help="`dcgmi diag -j` output to judge (repeatable)."),
+    nccl: list[Path] = typer.Option([], "--nccl-tests", help="nccl-tests output to judge (repeatable)."),
+    ibbw: list[Path] = typer.Option([], "--ib-write-bw", help="ib_write_bw output to judge (repeatable)."),
+    link: str = typer.Option("ndr", "--link", help="Link of the fabric for ib_write_bw / nccl-tests (hdr, ndr, xdr)."),
+    summary: bool = typer.Option(False, "--summary", help="Print one line: the verdict and the reasons."),
+    fail_on: str = typer.Option("never", "--fail-on", help="Exit 1 when the verdict is at least this: warn, drain "
+                                "or never."),
+    as_json: bool = JsonOption,
+) -> None:
+    """Node health from the store's samples and events (passive) and from benchmark outputs (active)."""
+    if fail_on not in ("warn", "drain", "never"):
+        raise ConfigError(f"--fail-on must be warn, drain or never, got {fail_on!r}")
+    with open_store(db) as store:
+        samples, events = _health_inputs(store, node, window)
+    events += _read_active(dcgmi, nccl, ibbw, node)
+    if node is not None:
+        events = [e for e in events if e.attrs.get("node") in (node, None)]
+        events = [e if e.attrs.get("node") else Event(kind=e.kind, t=e.t, source=e.source,
+                                                        attrs={**e.attrs, "node": node}) for e in events]
+    config = HealthConfig()
+    checks = passive_checks(samples, events, config=config) + active_checks(events, config=config, link=link)
+    report = judge(checks, samples=samples, events=events, nodes=[node] if node else [])
+    if node is not None:
+        report = HealthReport(nodes=tuple(n for n in report.nodes if n.node == node))
+    if as_json:
+        emit_json(report.to_dict())
+    elif summary:
+        print(f"{report.verdict}: " + " | ".join(f"{n.node}: {n.reason()}" for n in report.nodes
+                                                if n.verdict != "ok") if report.verdict != "ok" else "ok")
+    else:
+        _print_health(report)
+    if fail_on != "never" and VERDICTS.index(report.verdict) >= VERDICTS.index(fail_on):
+        raise typer.Exit(1)
+
+
+# -- simulate goodput ------------------------------------------------------------------------------
+
+
+def _interval(text: str) -> float | str:
+    if text in ("young", "daly"):
+        return text
+    try:
+        return float(text)
+    except ValueError:
+        raise ConfigError(f"--interval must be seconds, young or daly, got {text!r}") from None
+
+
+@simulate_app.command("goodput")
+def simulate_goodput_cmd(
+    gpus: int = typer.Option(LLAMA3_GPUS, "--gpus", help="GPUs of the synchronous job."),
+    days: float = typer.Option(LLAMA3_DAYS, "--days", help="Wall-clock days of the run."),
+    checkpoint_cost: float = typer.Option(DEFAULT_CHECKPOINT_COST_S, "--checkpoint-cost", help="C: seconds a "
+                                          "checkpoint save stops training."),
+    restart_cost: float = typer.Option(DEFAULT_RESTART_COST_S, "--restart-cost", help="R: seconds from a failure "
+                                       "to running again (detect, requeue, start)."),
+    restore_cost: float = typer.Option(DEFAULT_RESTORE_COST_S, "--restore-cost", help="Seconds to load the last "
+                                       "checkpoint."),
+    interval: str = typer.Option("young", "--interval", help="Checkpoint interval: seconds, young or daly."),
+    step: float = typer.Option(DEFAULT_STEP_S, "--step", help="Seconds per training step."),
+    seed: int = typer.Option(0, "--seed"),
+    sweep: bool = typer.Option(False, "--sweep", help=f"Run at {', '.join(map(str, DEFAULT_SWEEP_GPUS))} GPUs."),
+    db: Optional[str] = typer.Option(None, "--db", help="Also write the run's records (job, spans, events) here."),
+    job_id: str = typer.Option("goodput-sim", "--job-id", help="Job id of the records written with --db."),
+    as_json: bool = JsonOption,
+) -> None:
+    """Goodput of a synchronous job under Llama 3's failure rates (16,384 H100, 54 days, 419 interruptions)."""
+    config = GoodputSimConfig(gpus=gpus, days=days, checkpoint_cost_s=checkpoint_cost, restart_cost_s=restart_cost,
+                              restore_cost_s=restore_cost, init_s=DEFAULT_INIT_S, interval=_interval(interval),
+                              step_s=step, load_fraction=DEFAULT_LOAD_FRACTION, seed=seed)
+    if sweep:
+        runs = goodput_sweep(base=config)
+        if as_json:
+            emit_json({"sweep": [r.to_dict() for r in runs]})
+            return
+        table = Table("GPUs", "MTBF (h)", "interruptions", "interval (s)", "goodput")
+        for r in runs:
+            table.add_row(str(r.config.gpus), f"{r.mtbf_s / 3600:.2f}", str(r.interruptions),
+                          f"{r.checkpoint_interval_s:.0f}", f"{r.goodput:.1%}")
+        console.print(table)
+        return
+    run = simulate_goodput(config)
+    if db is not None:
+        _store_run(run, db, job_id)
+    if as_json:
+        emit_json(run.to_dict())
+        return
+    _print_run(run)
+
+
+def _store_run(run, db: str, job_id: str) -> None:
+    steps = int(run.inc_steps.sum())
+    if steps > MAX_STORED_STEPS:
+        raise ConfigError(f"--db: the run has {steps} steps (> {MAX_STORED_STEPS}); use fewer --days or a longer "
+                          f"--step")
+    with open_store(db) as store:
+        store.add(run.records(job_id))
+
+
+def _print_run(run) -> None:
+    d = run.to_dict()
+    console.print(f"[bold]{d['gpus']} GPUs × {d['days']:g} days: goodput {d['goodput']:.1%}[/bold], effective "
+                  f"training time {d['effective_time']:.1%}; {d['interruptions']} interruptions "
+                  f"(MTBF {d['mtbf_s'] / 3600:.2f} h), checkpoint every {d['checkpoint_interval']:.0f} s")
+    table = Table("badput", "share")
+    for kind, share in d["badput"].items():
+        table.add_row(kind, f"{share:.2%}")
+    console.print(table)
+    causes = Table("cause", "interruptions")
+    for cause, n in sorted(d["interruptions_by_cause"].items(), key=lambda kv: -kv[1]):
+        causes.add_row(cause, str(n))
+    console.print(causes)

@@ -1,3 +1,128 @@
-"""Commands of this family register here (see cli/__init__.py)."""
+"""``hpcwatch scan``: security findings over files or a store, as a table, JSON or SARIF."""
 
-from hpcwatch.cli.common import app  # noqa: F401
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Optional
+
+import orjson
+import typer
+from rich.table import Table
+
+from hpcwatch.cli.common import DbOption, JsonOption, app, console, emit_json, open_store
+from hpcwatch.errors import ConfigError
+from hpcwatch.model import load_cluster, reference_cluster
+from hpcwatch.records import Finding
+from hpcwatch.security.container_escape import AllowedShell, ContainerEscapeConfig
+from hpcwatch.security.data_poisoning import DEFAULT_DATASET_PREFIXES, DataPoisoningConfig
+from hpcwatch.security.rdma import RdmaConfig
+from hpcwatch.security.scan import ScanConfig, ScanExtras, load_paths, scan_store
+from hpcwatch.security.weights_access import WeightsConfig
+from hpcwatch.store import Store
+
+__all__ = ["scan", "sarif_document", "finding_json"]
+
+_SARIF_LEVEL = {"critical": "error", "high": "error", "medium": "warning", "low": "note", "info": "note"}
+_STYLE = {"critical": "bold red", "high": "red", "medium": "yellow", "low": "cyan", "info": "dim"}
+
+
+def finding_json(f: Finding) -> dict:
+    return {"vector": f.vector, "severity": f.severity, "target": f.target, "title": f.title,
+            "evidence": dict(f.evidence), "rule": f.rule, "t": f.t}
+
+
+def sarif_document(findings: list[Finding]) -> dict:
+    """SARIF 2.1.0 (https://docs.oasis-open.org/sarif/sarif/v2.1.0/sarif-v2.1.0.html): one run, one result each."""
+    rules = sorted({f.rule for f in findings})
+    return {
+        "$schema": "https://json.schemastore.org/sarif-2.1.0.json", "version": "2.1.0",
+        "runs": [{
+            "tool": {"driver": {"name": "hpcwatch", "informationUri": "https://github.com/hpcwatch/hpcwatch",
+                                "rules": [{"id": r, "shortDescription": {"text": r}} for r in rules]}},
+            "results": [{"ruleId": f.rule, "level": _SARIF_LEVEL[f.severity], "message": {"text": f.title},
+                         "locations": [{"logicalLocations": [{"name": f.target, "kind": f.vector}]}],
+                         "properties": {"vector": f.vector, "severity": f.severity, "t": f.t,
+                                        "evidence": dict(f.evidence)}} for f in findings],
+        }],
+    }
+
+
+def _allowed_shell(text: str) -> AllowedShell:
+    user, _, image = text.partition("@")
+    return AllowedShell(user=user or None, image_prefix=image or None)
+
+
+@app.command()
+def scan(
+    paths: Optional[list[Path]] = typer.Argument(None, help="Files or folders to scan (pip lists, OSV dumps, manifests, "
+                                                           "perfquery / node-exporter / dcgm-exporter text, nvidia-smi, "
+                                                           "Falco / Tetragon JSON lines, Slurm JSON, partitions.conf)."),
+    db: Optional[str] = DbOption,
+    json_out: bool = JsonOption,
+    sarif: Optional[Path] = typer.Option(None, "--sarif", help="Also write the findings as SARIF 2.1.0 to this file."),
+    cluster_file: Optional[Path] = typer.Option(None, "--cluster", help="Cluster model YAML (default: the reference)."),
+    storage_host: list[str] = typer.Option([], "--storage-host", help="A storage server whose IB traffic is expected."),
+    key_file: Optional[Path] = typer.Option(None, "--key-file", help="HMAC key the shard manifests are signed with."),
+    allow_shell: list[str] = typer.Option([], "--allow-shell", help="An expected debug shell: USER[@IMAGE_PREFIX]."),
+    owner: list[str] = typer.Option([], "--owner", help="A user allowed to read the weights."),
+    dataset_prefix: list[str] = typer.Option(list(DEFAULT_DATASET_PREFIXES), "--dataset-prefix",
+                                             help="A folder of training data."),
+) -> None:
+    """Security findings: supply chain, data poisoning, RDMA, gradients, GPU memory, container escape, weights."""
+    cluster = load_cluster(cluster_file) if cluster_file else reference_cluster()
+    key = _read_key(key_file)
+    base = ScanConfig.for_cluster(cluster, storage_hosts=storage_host)
+    config = dataclasses.replace(
+        base, rdma=dataclasses.replace(base.rdma, storage_hosts=frozenset(storage_host)),
+        data_poisoning=DataPoisoningConfig(dataset_prefixes=tuple(dataset_prefix)),
+        container_escape=ContainerEscapeConfig(allowed_shells=tuple(_allowed_shell(a) for a in allow_shell)),
+        weights=WeightsConfig(weights_path=cluster.weights.path, owner_users=frozenset(owner)))
+    store = Store(db if db else ":memory:") if paths else open_store(db)
+    with store:
+        extras = ScanExtras(manifest_key=key)
+        if paths:
+            loaded = load_paths(paths, hosts=[n.name for n in cluster.nodes] + storage_host)
+            store.add(loaded.records)
+            extras = ScanExtras(osv=loaded.osv if len(loaded.osv) else None, manifests=tuple(loaded.manifests),
+                                manifest_key=key)
+        findings = scan_store(store, config=config, extras=extras)
+        store.clear_findings()
+        store.add(findings)
+    if sarif:
+        _write(sarif, orjson.dumps(sarif_document(findings), option=orjson.OPT_INDENT_2))
+    if json_out:
+        emit_json({"findings": [finding_json(f) for f in findings]})
+        return
+    _table(findings)
+
+
+def _read_key(path: Path | None) -> bytes | None:
+    if path is None:
+        return None
+    try:
+        return path.read_bytes().strip()
+    except OSError as err:
+        raise ConfigError(f"{path}: cannot read the key: {err.strerror}") from err
+
+
+def _write(path: Path, data: bytes) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    try:
+        tmp.write_bytes(data)
+        tmp.replace(path)  # rename(2) is atomic on one filesystem
+    except OSError as err:
+        tmp.unlink(missing_ok=True)
+        raise ConfigError(f"{path}: cannot write: {err.strerror}") from err
+
+
+def _table(findings: list[Finding]) -> None:
+    if not findings:
+        console.print("No findings.")
+        return
+    table = Table(title=f"{len(findings)} findings")
+    for column in ("severity", "vector", "target", "title", "rule"):
+        table.add_column(column)
+    for f in findings:
+        table.add_row(f"[{_STYLE[f.severity]}]{f.severity}[/]", f.vector, f.target, f.title, f.rule)
+    console.print(table)

@@ -1,3 +1,207 @@
-"""Commands of this family register here (see cli/__init__.py)."""
+"""`hpcwatch steps`: step anatomy per rank, stragglers and MFU, from Kineto traces or stored spans."""
 
-from hpcwatch.cli.common import app  # noqa: F401
+from __future__ import annotations
+
+import warnings
+from pathlib import Path
+from typing import Any, Optional
+
+import numpy as np
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from hpcwatch.analysis.steps import Anatomy, anatomy_from_spans, anatomy_from_traces, temporal_breakdown
+from hpcwatch.analysis.stragglers import StragglerReport, find_stragglers
+from hpcwatch.cli.common import DbOption, JsonOption, app, console, emit_json, open_store
+from hpcwatch.errors import ConfigError, InputError
+from hpcwatch.records import PHASES, Job
+from hpcwatch.sources.kineto import KinetoTrace, read_kineto
+
+__all__ = ["steps", "trace_files", "steps_document"]
+
+_TRACE_SUFFIXES = (".json", ".json.gz")
+_stderr = Console(stderr=True)
+
+
+def trace_files(paths: list[Path]) -> list[Path]:
+    """The trace files named, folders expanded to their ``*.json`` / ``*.json.gz`` files."""
+    out: list[Path] = []
+    for path in paths:
+        if path.is_dir():
+            found = sorted(p for p in path.iterdir() if p.is_file() and p.name.endswith(_TRACE_SUFFIXES))
+            if not found:
+                raise InputError(f"{path}: no .json or .json.gz trace in this folder")
+            out += found
+        elif path.is_file():
+            out.append(path)
+        else:
+            raise InputError(f"{path}: no such file or folder")
+    return out
+
+
+@app.command()
+def steps(
+    paths: Optional[list[Path]] = typer.Argument(None, help="Kineto traces (.json/.json.gz), one per rank, or folders."),
+    as_json: bool = JsonOption,
+    db: Optional[str] = DbOption,
+    job: Optional[str] = typer.Option(None, "--job", help="Read this job's step spans from the store instead."),
+    params: Optional[float] = typer.Option(None, "--params", help="MFU: non-embedding parameters N."),
+    layers: Optional[int] = typer.Option(None, "--layers", help="MFU: transformer layers L."),
+    d_model: Optional[int] = typer.Option(None, "--d-model", help="MFU: model width d."),
+    seq: Optional[int] = typer.Option(None, "--seq", help="MFU: sequence length T."),
+    tokens_per_step: Optional[float] = typer.Option(None, "--tokens-per-step", help="MFU: tokens per step, all ranks."),
+    gpu: Optional[str] = typer.Option(None, "--gpu", help="MFU: GPU type (catalog key or model name)."),
+) -> None:
+    """Step anatomy per rank (load, forward, backward, allreduce, optimizer, barrier wait), stragglers, MFU."""
+    if bool(paths) == bool(job):
+        raise ConfigError("steps: give TRACE files or --job ID with --db (one of them)")
+    traces: list[KinetoTrace] = []
+    if job:
+        anatomy, placement = _from_store(db, job)
+    else:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            traces = [read_kineto(p) for p in trace_files(list(paths))]
+        for w in caught:
+            _stderr.print(f"[yellow]warning:[/yellow] {w.message}", highlight=False)
+        anatomy, placement = anatomy_from_traces(traces), None
+    report = find_stragglers(anatomy, placement=placement)
+    mfu = _mfu(anatomy, params=params, layers=layers, d_model=d_model, seq=seq, tokens_per_step=tokens_per_step,
+               gpu=gpu)
+    doc = steps_document(anatomy, report, traces=traces, mfu=mfu)
+    if as_json:
+        emit_json(doc)
+    else:
+        _print(doc)
+
+
+def _from_store(db: str | None, job_id: str) -> tuple[Anatomy, dict[int, tuple[str | None, int | None]] | None]:
+    with open_store(db) as store:
+        spans = store.spans(job_id)
+        job = store.job(job_id)
+    if not spans:
+        raise InputError(f"job {job_id}: no step spans in the store")
+    anatomy = anatomy_from_spans(spans)
+    placement = None if anatomy.placement or job is None else _placement_from_job(job, anatomy.ranks)
+    return anatomy, placement
+
+
+def _placement_from_job(job: Job, ranks: tuple[int, ...]) -> dict[int, tuple[str | None, int | None]] | None:
+    """rank → (node, GPU) assuming the launcher's default order: nodes in order, GPUs in order on each."""
+    slots = [(node, g) for node in job.nodes for g in job.gpus_by_node.get(node, ())]
+    if len(slots) < len(ranks):
+        return None
+    return {r: slots[i] for i, r in enumerate(sorted(ranks))}
+
+
+def _step_times(anatomy: Anatomy) -> np.ndarray:
+    """Each step's time: the slowest rank's (a synchronous step ends when the last rank ends)."""
+    return np.nanmax(anatomy.matrix("step"), axis=0) if anatomy.steps else np.zeros(0)
+
+
+def _mfu(anatomy: Anatomy, **shape: Any) -> dict | None:
+    given = {k: v for k, v in shape.items() if v is not None and k != "gpu"}
+    if not given:
+        return None
+    missing = [k for k in ("params", "layers", "d_model", "seq", "tokens_per_step") if shape.get(k) is None]
+    if missing:
+        raise ConfigError(f"steps: MFU needs --{' --'.join(m.replace('_', '-') for m in missing)} too")
+    try:
+        from hpcwatch.analysis.mfu import DEFAULT_GPU, compute_mfu
+    except ImportError:
+        return None
+    step_s = float(np.median(_step_times(anatomy)))
+    result = compute_mfu(params=shape["params"], layers=shape["layers"], d_model=shape["d_model"], seq=shape["seq"],
+                         tokens_per_step=shape["tokens_per_step"], step_time_s=step_s, gpus=anatomy.world_size,
+                         gpu=shape.get("gpu") or DEFAULT_GPU)
+    return {"mfu": result.mfu, "tokens_per_s": result.tokens_per_s, "achieved_flops": result.achieved_flops,
+            "peak_flops": result.peak_flops, "gpu": result.gpu, "step_time_s": step_s}
+
+
+def steps_document(anatomy: Anatomy, report: StragglerReport, *, traces: list[KinetoTrace] = (),
+                   mfu: dict | None = None) -> dict:
+    """The ``--json`` document (seconds)."""
+    times = _step_times(anatomy)
+    step_m = anatomy.matrix("step")
+    gpu = _gpu_by_rank(anatomy)
+    ranks = [{"rank": r.rank, "node": r.node, "gpu": r.gpu, "phases": dict(r.phases), "work_s": r.work_s,
+              "step_s": r.step_s, "score": r.score, "individual_score": r.individual_score,
+              "phase_scores": dict(r.phase_scores), "z": r.z, "outlier_steps": r.outlier_steps,
+              **gpu.get(r.rank, {})} for r in report.ranks]
+    return {
+        "world_size": anatomy.world_size,
+        "source": anatomy.source,
+        "job": anatomy.job,
+        "step_time_s": float(np.median(times)) if len(times) else None,
+        "steps": [{"step": s, "time_s": float(times[j]),
+                   "slowest_rank": int(anatomy.ranks[int(np.nanargmax(step_m[:, j]))])}
+                  for j, s in enumerate(anatomy.steps)],
+        "ranks": ranks,
+        "stragglers": [{"rank": s.rank, "node": s.node, "gpu": s.gpu, "phase": s.phase, "score": s.score,
+                        "individual_score": s.individual_score, "z": s.z, "excess_s": s.excess_s,
+                        "steps_flagged": s.steps_flagged, "signature": s.signature,
+                        "others_wait_s": s.others_wait_s} for s in report.stragglers],
+        "temporal_breakdown": _breakdowns(traces),
+        "mfu": mfu,
+    }
+
+
+def _gpu_by_rank(anatomy: Anatomy) -> dict[int, dict[str, float]]:
+    out: dict[int, dict[str, float]] = {}
+    for rank in anatomy.ranks:
+        rows = [rs for rs in anatomy.rank_steps if rs.rank == rank and rs.gpu_busy_s is not None]
+        if rows:
+            out[rank] = {"gpu_busy_s": float(np.median([rs.gpu_busy_s for rs in rows])),
+                         "gpu_idle_s": float(np.median([rs.gpu_idle_s for rs in rows])),
+                         "overlap_s": float(np.median([rs.overlap_s for rs in rows]))}
+    return out
+
+
+def _breakdowns(traces: list[KinetoTrace]) -> list[dict]:
+    out = []
+    for t in traces:
+        try:
+            b = temporal_breakdown(t)
+        except InputError:
+            continue   # a CPU-only trace has no GPU time to break down
+        out.append({"rank": b.rank, "idle_s": b.idle_us / 1e6, "compute_s": b.compute_us / 1e6,
+                    "non_compute_s": b.non_compute_us / 1e6, "kernel_s": b.kernel_us / 1e6, "pct": b.pct()})
+    return out
+
+
+# Column headers short enough for an 80-column terminal.
+_SHORT = {"load": "load", "forward": "fwd", "backward": "bwd", "allreduce": "comm", "optimizer": "opt",
+          "barrier_wait": "wait"}
+
+
+def _ms(seconds: float | None) -> str:
+    return "" if seconds is None else f"{seconds * 1e3:.1f}"
+
+
+def _print(doc: dict) -> None:
+    flagged = {s["rank"] for s in doc["stragglers"]}
+    title = (f"Step anatomy: {doc['world_size']} ranks, {len(doc['steps'])} steps, "
+             f"median step {_ms(doc['step_time_s'])} ms (medians per rank, ms)")
+    table = Table(title=title)
+    for col in ("rank", "node", "gpu", *(_SHORT[p] for p in PHASES), "score"):
+        table.add_column(col, justify="left" if col == "node" else "right")
+    for r in doc["ranks"]:
+        style = "bold red" if r["rank"] in flagged else None
+        table.add_row(str(r["rank"]), r["node"] or "", "" if r["gpu"] is None else str(r["gpu"]),
+                      *(_ms(r["phases"][p]) for p in PHASES), f"{r['score']:.2f}", style=style)
+    console.print(table)
+    for s in doc["stragglers"]:
+        where = " ".join(x for x in (f"node {s['node']}" if s["node"] else "",
+                                     f"GPU {s['gpu']}" if s["gpu"] is not None else "") if x)
+        console.print(f"[bold red]straggler:[/bold red] rank {s['rank']} {where} — slow in {s['phase']}, "
+                      f"score {s['score']:.2f}, +{_ms(s['excess_s'])} ms/step; the others wait "
+                      f"{_ms(s['others_wait_s'])} ms/step")
+    if not doc["stragglers"]:
+        console.print("no straggler")
+    for b in doc["temporal_breakdown"]:
+        pct = b["pct"]
+        console.print(f"rank {b['rank']} GPU: idle {pct['idle']:.1f} %, compute {pct['compute']:.1f} %, "
+                      f"non-compute {pct['non_compute']:.1f} % of {_ms(b['kernel_s'])} ms")
+    if doc["mfu"]:
+        console.print(f"MFU {doc['mfu']['mfu']:.1%} ({doc['mfu']['gpu']}, {doc['mfu']['tokens_per_s']:.0f} tokens/s)")

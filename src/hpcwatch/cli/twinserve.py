@@ -1,3 +1,73 @@
-"""Commands of this family register here (see cli/__init__.py)."""
+"""``hpcwatch twin serve``: the twin's nodes as dcgm-exporter / node-exporter endpoints for a real Prometheus."""
 
-from hpcwatch.cli.common import app  # noqa: F401
+from __future__ import annotations
+
+import sys
+import time
+from importlib import resources
+from pathlib import Path
+
+import typer
+import yaml
+
+from hpcwatch.cli.common import console, emit_json, twin_app
+from hpcwatch.errors import ConfigError
+from hpcwatch.model.cluster import Cluster, parse_cluster, reference_cluster
+from hpcwatch.twin.serve import (DCGM_PATH, DEFAULT_PORT, DEFAULT_TICK_S, NODE_EXPORTER_PATH, ServeConfig,
+                                 TwinEndpoints, prometheus_config)
+
+__all__ = ["twin_serve", "sized_cluster"]
+
+
+def sized_cluster(nodes: int | None) -> Cluster:
+    """The reference cluster, or the same node type ``nodes`` times (node1 ... nodeN)."""
+    if nodes is None:
+        return reference_cluster()
+    if nodes < 1:
+        raise ConfigError(f"--nodes must be >= 1, got {nodes}")
+    doc = yaml.safe_load(resources.files("hpcwatch.model").joinpath("reference.yaml").read_text())
+    doc["nodes"] = [dict(doc["nodes"][0], count=nodes)]
+    return parse_cluster(yaml.safe_dump(doc), path=f"reference.yaml (nodes={nodes})")
+
+
+@twin_app.command("serve")
+def twin_serve(
+    port: int = typer.Option(DEFAULT_PORT, "--port", help="Port of node1; node k listens on PORT+k-1."),
+    nodes: int = typer.Option(None, "--nodes", help="Number of nodes (default: the reference cluster's 2)."),
+    mapping_dir: Path = typer.Option(None, "--mapping-dir",
+                                     help="Parent of per-node dcgm-exporter job-mapping dirs (DIR/<node>/<gpu>), "
+                                          "re-read on every scrape, as written by deploy/slurm/prolog."),
+    seed: int = typer.Option(0, "--seed", help="Random seed of the twin."),
+    scenario: list[str] = typer.Option([], "--scenario", help="Scenario to run (repeatable)."),
+    tick_s: float = typer.Option(DEFAULT_TICK_S, "--tick", help="Seconds between twin ticks (0 freezes it)."),
+    host: str = typer.Option("127.0.0.1", "--host", help="Address to bind."),
+    duration_s: float = typer.Option(0.0, "--duration", help="Stop after this many seconds (0: until Ctrl-C)."),
+    prom_config: Path = typer.Option(None, "--prometheus-config",
+                                     help="Also write a prometheus.yml scraping every endpoint to this file."),
+    as_json: bool = typer.Option(False, "--json", help="Print the targets as one JSON document, then serve."),
+) -> None:
+    """Serve each node's dcgm-exporter (/metrics) and node-exporter (/node-exporter/metrics) text."""
+    from hpcwatch.twin import Twin   # the simulator is heavy: only this command needs it
+
+    cluster = sized_cluster(nodes)
+    twin = Twin(cluster, seed=seed, scenarios=tuple(scenario))
+    config = ServeConfig(nodes=tuple(n.name for n in cluster.nodes), port=port, host=host,
+                         mapping_dir=mapping_dir, tick_s=tick_s)
+    endpoints = TwinEndpoints(twin, config).start()
+    try:
+        if prom_config is not None:
+            prom_config.write_text(prometheus_config(endpoints.targets) + "\n")
+        if as_json:
+            emit_json({"targets": endpoints.targets, "paths": {"dcgm": DCGM_PATH, "node": NODE_EXPORTER_PATH}})
+            sys.stdout.flush()
+        else:
+            first, last = config.nodes[0], config.nodes[-1]
+            console.print(f"serving {len(config.nodes)} nodes: {first} http://{endpoints.targets[first]}{DCGM_PATH}"
+                          f" … {last} http://{endpoints.targets[last]}{DCGM_PATH} (Ctrl-C stops)")
+        deadline = time.monotonic() + duration_s if duration_s > 0 else None
+        while deadline is None or time.monotonic() < deadline:
+            time.sleep(0.2)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        endpoints.stop()

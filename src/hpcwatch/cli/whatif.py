@@ -1,3 +1,170 @@
-"""Commands of this family register here (see cli/__init__.py)."""
+"""`hpcwatch whatif`, `hpcwatch mfu`, `hpcwatch simulate stragglers`: views over the analyses of the same names."""
 
-from hpcwatch.cli.common import app  # noqa: F401
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Optional
+
+import numpy as np
+import orjson
+import typer
+from rich.table import Table
+
+from hpcwatch.analysis.mfu import DEFAULT_GPU, compute_mfu
+from hpcwatch.analysis.stragglersim import DEFAULT_STEPS, busy_times_from_spans, efficiency_curve
+from hpcwatch.analysis.whatif import WhatIf, whatif_ops, whatif_spans
+from hpcwatch.cli.common import DbOption, JsonOption, app, console, emit_json, open_store, simulate_app
+from hpcwatch.errors import ConfigError, InputError, ParseError
+from hpcwatch.sources.optrace import read_optrace
+
+__all__ = ["whatif", "mfu", "stragglers"]
+
+# How many workers the human report lists.
+_WORKERS_SHOWN = 8
+
+
+@app.command()
+def whatif(
+    trace: Optional[Path] = typer.Argument(None, help="Per-operation trace (Parquet, ByteDance straggler format)."),
+    job: Optional[str] = typer.Option(None, "--job", help="Use this job's step spans from the store instead."),
+    db: Optional[str] = DbOption,
+    as_json: bool = JsonOption,
+) -> None:
+    """What-if slowdown S: how much faster the steps would be if no worker straggled."""
+    if (trace is None) == (job is None):
+        raise ConfigError("whatif: give a TRACE file or --job ID (one of them)")
+    if trace is not None:
+        result = whatif_ops(read_optrace(trace))
+    else:
+        with open_store(db) as store:
+            spans = store.spans(job)
+        if not spans:
+            raise InputError(f"job {job}: no step spans in the store")
+        result = whatif_spans(spans)
+    if as_json:
+        emit_json(_whatif_doc(result))
+    else:
+        _print_whatif(result)
+
+
+def _whatif_doc(result: WhatIf) -> dict:
+    doc = dataclasses.asdict(result)
+    doc["by_dp_rank"] = {str(k): v for k, v in result.by_dp_rank.items()}
+    doc["by_stage"] = {str(k): v for k, v in result.by_stage.items()}
+    return doc
+
+
+def _print_whatif(r: WhatIf) -> None:
+    mean = lambda xs: sum(xs) / len(xs)  # noqa: E731
+    console.print(f"[bold]What-if slowdown S = {r.slowdown:.3f}[/bold]  ({r.dp_size} data-parallel × "
+                  f"{r.pp_size} pipeline workers, {len(r.steps)} steps)")
+    console.print(f"step time: measured {mean(r.step_time_actual_s):.4f} s, replayed {mean(r.step_time_replay_s):.4f} s, "
+                  f"without stragglers {mean(r.step_time_ideal_s):.4f} s (replay/trace {r.replay_ratio:.3f})")
+    table = Table(title="S if only this kept its measured durations")
+    table.add_column("group")
+    table.add_column("S", justify="right")
+    for name, value in r.by_optype.items():
+        table.add_row(f"op {name}", f"{value:.3f}")
+    for w in r.by_worker[:_WORKERS_SHOWN]:
+        table.add_row(f"worker dp {w.dp_rank} stage {w.stage} (rank {w.rank})", f"{w.slowdown:.3f}")
+    console.print(table)
+    for label, share in (("last stage (M_S)", r.last_stage), ("slowest workers (M_W)", r.top_workers)):
+        if share is not None:
+            console.print(f"{label}: removing them removes {share.removed:.0%} of the slowdown; "
+                          f"alone they cause {share.added:.0%}")
+
+
+@app.command()
+def mfu(
+    params: float = typer.Option(..., "--params", help="Non-embedding parameters N."),
+    layers: int = typer.Option(..., "--layers", help="Transformer layers L."),
+    d_model: int = typer.Option(..., "--d-model", help="Hidden size d."),
+    seq: int = typer.Option(..., "--seq", help="Sequence length T."),
+    tokens_per_step: float = typer.Option(..., "--tokens-per-step", help="Global batch, tokens."),
+    step_time: float = typer.Option(..., "--step-time", help="Step time, seconds."),
+    gpus: int = typer.Option(1, "--gpus", help="GPUs sharing the step."),
+    gpu: str = typer.Option(DEFAULT_GPU, "--gpu", help="GPU type (catalog key or driver name)."),
+    recompute: bool = typer.Option(False, "--recompute", help="Full activation recomputation (reports HFU)."),
+    as_json: bool = JsonOption,
+) -> None:
+    """Model FLOPs utilisation (PaLM: 6N + 12·L·d·T per token) against the GPU's dense BF16 peak."""
+    r = compute_mfu(params=params, layers=layers, d_model=d_model, seq=seq, tokens_per_step=tokens_per_step,
+                    step_time_s=step_time, gpus=gpus, gpu=gpu, recompute=recompute)
+    doc = {"mfu": r.mfu, "achieved_tflops": r.achieved_flops / 1e12, "flops_per_token": r.flops_per_token}
+    if r.hfu is not None:
+        doc["hfu"] = r.hfu
+    if as_json:
+        emit_json(doc)
+        return
+    console.print(f"MFU [bold]{r.mfu:.1%}[/bold] on {gpus} × {r.gpu}: {r.achieved_flops / 1e12:.1f} of "
+                  f"{r.peak_flops / 1e12:.1f} TFLOP/s per GPU, {r.tokens_per_s:,.0f} tokens/s, "
+                  f"{r.flops_per_token:.4g} FLOPs/token" + (f"; HFU {r.hfu:.1%}" if r.hfu is not None else ""))
+
+
+@simulate_app.command("stragglers")
+def stragglers(
+    gpus: str = typer.Option("8,64,512,1024,4096,16384,100000", "--gpus", help="Job sizes, comma-separated."),
+    cv: Optional[float] = typer.Option(None, "--cv", help="Coefficient of variation of a GPU's step (normal)."),
+    sample: Optional[Path] = typer.Option(None, "--sample",
+                                          help="Measured per-GPU step times: JSON list or one number a line."),
+    job: Optional[str] = typer.Option(None, "--job", help="Take the per-GPU step times from this job's spans."),
+    p_slow: float = typer.Option(0.0, "--p-slow", help="Probability that a GPU is a slow one."),
+    slow_factor: float = typer.Option(1.0, "--slow-factor", help="How many times slower a slow GPU is."),
+    steps: int = typer.Option(DEFAULT_STEPS, "--steps", help="Monte-Carlo steps per job size."),
+    seed: int = typer.Option(0, "--seed", help="Random seed."),
+    db: Optional[str] = DbOption,
+    as_json: bool = JsonOption,
+) -> None:
+    """Synchronous efficiency vs job size: one GPU's mean step over the slowest-of-N's, exact and Monte-Carlo."""
+    sizes = _parse_gpus(gpus)
+    if sum(x is not None for x in (cv, sample, job)) != 1:
+        raise ConfigError("simulate stragglers: give exactly one of --cv, --sample, --job")
+    values = None
+    if sample is not None:
+        values = _read_sample(sample)
+    elif job is not None:
+        with open_store(db) as store:
+            values = busy_times_from_spans(store.spans(job))
+        if values.size == 0:
+            raise InputError(f"job {job}: no step spans in the store")
+    curve = efficiency_curve(sizes, cv=cv, sample=values, p_slow=p_slow, slow_factor=slow_factor,
+                             steps=steps, seed=seed)
+    if as_json:
+        emit_json(dataclasses.asdict(curve))
+        return
+    table = Table(title=f"Synchronous efficiency ({curve.distribution}, cv {curve.cv:.3f}, "
+                        f"p_slow {p_slow:g}, slow ×{slow_factor:g})")
+    for col in ("GPUs", "efficiency", "Monte-Carlo", "step / one GPU's", "P(a slow GPU)"):
+        table.add_column(col, justify="right")
+    for p in curve.points:
+        table.add_row(f"{p.gpus:,}", f"{p.efficiency:.2%}", f"{p.efficiency_mc:.2%}",
+                      f"{p.expected_step / curve.mean_step:.3f}", f"{p.p_any_slow:.1%}")
+    console.print(table)
+
+
+def _parse_gpus(text: str) -> list[int]:
+    try:
+        return [int(part) for part in text.replace(" ", "").split(",") if part]
+    except ValueError as err:
+        raise ConfigError(f"--gpus: comma-separated whole numbers, got {text!r}") from err
+
+
+def _read_sample(path: Path) -> np.ndarray:
+    try:
+        text = path.read_text()
+    except OSError as err:
+        raise InputError(f"{path}: cannot read: {err.strerror}") from err
+    if text.lstrip().startswith("["):
+        try:
+            return np.asarray(orjson.loads(text), dtype=float)
+        except (orjson.JSONDecodeError, TypeError, ValueError) as err:
+            raise ParseError("not a JSON list of numbers", path=path) from err
+    values = []
+    for number, line in enumerate(text.splitlines(), start=1):
+        if line.strip():
+            try:
+                values.append(float(line))
+            except ValueError as err:
+                raise ParseError("not a number", path=path, line=number, text=line) from err
+    return np.asarray(values, dtype=float)

@@ -1,0 +1,112 @@
+"""How fast one dcgm-exporter scrape of a whole cluster parses, against prometheus_client's parser.
+
+The text is 128 node scrapes of 8 GPUs, concatenated, as dcgm-exporter writes
+them: HELP/TYPE per field, then one line per GPU with the exporter's label set
+(gpu, UUID, pci_bus_id, device, modelName, Hostname, DCGM_FI_DRIVER_VERSION) and
+the ``hpc_job`` label of the job mapping directory. Fields are the exporter's
+default counters (etc/default-counters.csv,
+https://github.com/NVIDIA/dcgm-exporter/blob/main/etc/default-counters.csv).
+
+Run: ``.venv/bin/python benchmarks/bench_prometheus_parse.py [--nodes 128] [--repeat 5]``
+Goal: the columnar path (with host/gpu/job columns) under 50 ms on one core.
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import statistics
+import time
+
+from prometheus_client.parser import text_string_to_metric_families
+
+from hpcwatch.sources.prometheus_text import parse_prometheus_columns, parse_prometheus_text
+
+# (field, type, help) -- dcgm-exporter default-counters.csv, plus the profiling fields it enables on H100.
+DCGM_FIELDS = [
+    ("DCGM_FI_DEV_SM_CLOCK", "gauge", "SM clock frequency (in MHz)."),
+    ("DCGM_FI_DEV_MEM_CLOCK", "gauge", "Memory clock frequency (in MHz)."),
+    ("DCGM_FI_DEV_MEMORY_TEMP", "gauge", "Memory temperature (in C)."),
+    ("DCGM_FI_DEV_GPU_TEMP", "gauge", "GPU temperature (in C)."),
+    ("DCGM_FI_DEV_POWER_USAGE", "gauge", "Power draw (in W)."),
+    ("DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION", "counter", "Total energy consumption since boot (in mJ)."),
+    ("DCGM_FI_DEV_PCIE_REPLAY_COUNTER", "counter", "Total number of PCIe retries."),
+    ("DCGM_FI_DEV_GPU_UTIL", "gauge", "GPU utilization (in %)."),
+    ("DCGM_FI_DEV_MEM_COPY_UTIL", "gauge", "Memory utilization (in %)."),
+    ("DCGM_FI_DEV_ENC_UTIL", "gauge", "Encoder utilization (in %)."),
+    ("DCGM_FI_DEV_DEC_UTIL", "gauge", "Decoder utilization (in %)."),
+    ("DCGM_FI_DEV_XID_ERRORS", "gauge", "Value of the last XID error encountered."),
+    ("DCGM_FI_DEV_FB_FREE", "gauge", "Framebuffer memory free (in MiB)."),
+    ("DCGM_FI_DEV_FB_USED", "gauge", "Framebuffer memory used (in MiB)."),
+    ("DCGM_FI_DEV_FB_RESERVED", "gauge", "Framebuffer memory reserved (in MiB)."),
+    ("DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL", "counter", "Total number of NVLink bandwidth counters for all lanes."),
+    ("DCGM_FI_DEV_VGPU_LICENSE_STATUS", "gauge", "vGPU License status"),
+    ("DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS", "counter", "Number of remapped rows for uncorrectable errors"),
+    ("DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS", "counter", "Number of remapped rows for correctable errors"),
+    ("DCGM_FI_DEV_ROW_REMAP_FAILURE", "gauge", "Whether remapping of rows has failed"),
+    ("DCGM_FI_PROF_GR_ENGINE_ACTIVE", "gauge", "Ratio of time the graphics engine is active."),
+    ("DCGM_FI_PROF_PIPE_TENSOR_ACTIVE", "gauge", "Ratio of cycles the tensor (HMMA) pipe is active."),
+    ("DCGM_FI_PROF_DRAM_ACTIVE", "gauge", "Ratio of cycles the device memory interface is active."),
+    ("DCGM_FI_PROF_PCIE_TX_BYTES", "gauge", "The rate of data transmitted over the PCIe bus."),
+    ("DCGM_FI_PROF_PCIE_RX_BYTES", "gauge", "The rate of data received over the PCIe bus."),
+]
+
+
+def node_scrape(node: int, rng: random.Random, jobs: list[str]) -> str:
+    """One node's /metrics as dcgm-exporter 3.x prints it."""
+    host = f"gpu-node-{node:03d}"
+    gpus = []
+    for g in range(8):
+        uuid = "GPU-%08x-%04x-%04x-%04x-%012x" % tuple(rng.getrandbits(b) for b in (32, 16, 16, 16, 48))
+        label = (f'gpu="{g}",UUID="{uuid}",pci_bus_id="00000000:{0x18 + 0x10 * g:02X}:00.0",device="nvidia{g}",'
+                 f'modelName="NVIDIA H100 80GB HBM3",Hostname="{host}",DCGM_FI_DRIVER_VERSION="580.159.04",'
+                 f'hpc_job="{jobs[(node * 8 + g) // 16 % len(jobs)]}"')
+        gpus.append(label)
+    out = []
+    for field, kind, doc in DCGM_FIELDS:
+        out.append(f"# HELP {field} {doc}\n# TYPE {field} {kind}\n")
+        for label in gpus:
+            value = rng.randint(0, 100000) if kind == "counter" else round(rng.uniform(0, 1000), 3)
+            out.append(f"{field}{{{label}}} {value}\n")
+    return "".join(out)
+
+
+def cluster_scrape(nodes: int = 128, seed: int = 0) -> str:
+    rng = random.Random(seed)
+    jobs = [str(1000 + j) for j in range(40)]
+    return "".join(node_scrape(n, rng, jobs) for n in range(nodes))
+
+
+def best_ms(fn, repeat: int) -> float:
+    times = []
+    for _ in range(repeat):
+        start = time.perf_counter()
+        fn()
+        times.append((time.perf_counter() - start) * 1000)
+    return min(times), statistics.median(times)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--nodes", type=int, default=128)
+    parser.add_argument("--repeat", type=int, default=5)
+    args = parser.parse_args()
+    text = cluster_scrape(args.nodes)
+    lines = text.count("\n")
+    table = parse_prometheus_columns(text, t=0.0)
+    assert table.num_rows == args.nodes * 8 * len(DCGM_FIELDS)
+    assert table.column("host").null_count == 0 and table.column("job").null_count == 0
+    ours, ours_med = best_ms(lambda: parse_prometheus_columns(text, t=0.0), args.repeat)
+    rows, rows_med = best_ms(lambda: sum(1 for _ in parse_prometheus_text(text, t=0.0)), args.repeat)
+    ref, ref_med = best_ms(lambda: sum(len(f.samples) for f in text_string_to_metric_families(text)),
+                           max(1, args.repeat // 2))
+    print(f"text: {args.nodes} nodes x 8 GPUs, {lines} lines, {len(text) / 1e6:.1f} MB, {table.num_rows} samples")
+    print(f"parse_prometheus_columns (table with host/gpu/job): best {ours:7.1f} ms  median {ours_med:7.1f} ms")
+    print(f"parse_prometheus_text (one Sample per line):      best {rows:7.1f} ms  median {rows_med:7.1f} ms")
+    print(f"prometheus_client text_string_to_metric_families: best {ref:7.1f} ms  median {ref_med:7.1f} ms")
+    print(f"ratio prometheus_client / columns: {ref / ours:5.1f}x   / per-sample: {ref / rows:5.1f}x")
+    print(f"goal < 50 ms for the columns: {'met' if ours < 50 else 'NOT met'}")
+
+
+if __name__ == "__main__":
+    main()

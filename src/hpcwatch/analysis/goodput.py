@@ -1,0 +1,339 @@
+"""Goodput: how much of a training job's wall time moved the model forward, and where the rest went.
+
+A large synchronous job loses time to many small things and a few large ones:
+start-up, data loading that makes every rank wait, checkpoint saves, restores
+after a failure, the steps computed since the last checkpoint (lost when a GPU
+dies) and the time to get going again (requeue + restart). The categories follow
+Google's ml-goodput-measurement ``BadputType`` (program start-up, data loading,
+checkpoint save, checkpoint restore, wasted progress from disruption, other),
+https://github.com/AI-Hypercomputer/ml-goodput-measurement (goodput_utils.py).
+
+One job, one failure, drawn on its wall clock::
+
+    t0        first step           save     failure   requeue+restart  restore  steps again     t1
+    |--init---|==s1==|==s2==|==s3==|-ckpt-|==s4==|==s5=X ......recovery...... |-rst-|==s4==|==s5==|...|
+              productive (minus the load that blocked each step)  lost_progress      recovery
+
+Steps after the last *completed* save before a failure are lost (``lost_progress``),
+with the partial step in flight; the time from the failure to the next step,
+less the restore, is ``recovery``; the start of the first incarnation is
+``init``; what is left (gaps, the tail after the last step) is ``other``.
+Productive time is the kept steps' duration less their blocking data load.
+
+Inputs are the store's records, through one code path whether they come from
+a real cluster or from the failure twin (``hpcwatch.twin.failures``):
+
+- ``Job`` (start, end): the wall-clock window; a requeued Slurm job keeps its id.
+- steps: a ``StepTable`` built from ``Span`` records (``steps_from_spans``) or
+  from ``train_step_time_s`` samples (``steps_from_step_samples``).
+- ``Event`` kinds ``checkpoint_save`` / ``checkpoint_restore`` (``t`` = when it
+  began; attrs ``duration_s``, ``step``) and ``failure`` (attrs ``cause``, ``step``).
+
+The ideal step time is the mean of the step times at or under median + 3·MAD, as
+ml-goodput-measurement's ``compute_ideal_step_time`` does (goodput_utils.py); unlike
+it we keep steps shorter than 1 s, because our reference model's step is 42 ms.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from hpcwatch.records import Event, Job, Sample, Span
+
+__all__ = [
+    "BADPUT_KINDS",
+    "StepTable",
+    "GoodputReport",
+    "steps_from_spans",
+    "steps_from_step_samples",
+    "ideal_step_time",
+    "account_goodput",
+    "GOODPUT_SOURCE",
+]
+
+GOODPUT_SOURCE = "https://github.com/AI-Hypercomputer/ml-goodput-measurement"
+
+#: Badput categories, in timeline order.
+BADPUT_KINDS: tuple[str, ...] = ("init", "data_loading", "checkpoint_save", "checkpoint_restore",
+                                 "lost_progress", "recovery", "other")
+
+#: Outlier cut for the ideal step time: median + MAD_CUT * MAD (ml-goodput-measurement uses 3).
+MAD_CUT = 3.0
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StepTable:
+    """One row per executed step (a step re-run after a restart is a new row).
+
+    Columns (numpy, same length): ``step`` (int64, the training step number),
+    ``start_s`` (UTC s, first rank's start), ``dur_s`` (s, until the last rank
+    finished), ``load_s`` (s, data loading that blocked every rank: the minimum
+    over ranks of the ``load`` phase; 0 when unknown).
+    """
+
+    step: np.ndarray
+    start_s: np.ndarray
+    dur_s: np.ndarray
+    load_s: np.ndarray
+
+    def __post_init__(self) -> None:
+        n = len(self.step)
+        if not (len(self.start_s) == len(self.dur_s) == len(self.load_s) == n):
+            raise ValueError("StepTable columns must have the same length")
+
+    def __len__(self) -> int:
+        return len(self.step)
+
+    @property
+    def end_s(self) -> np.ndarray:
+        return self.start_s + self.dur_s
+
+    def sorted(self) -> "StepTable":
+        order = np.argsort(self.start_s, kind="stable")
+        return StepTable(step=self.step[order], start_s=self.start_s[order], dur_s=self.dur_s[order],
+                         load_s=self.load_s[order])
+
+    @staticmethod
+    def empty() -> "StepTable":
+        z = np.zeros(0)
+        return StepTable(step=np.zeros(0, dtype=np.int64), start_s=z, dur_s=z, load_s=z)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class GoodputReport:
+    """Where a job's wall time went. Every ``badput_s`` value and ``productive_s`` add up to ``total_s``."""
+
+    job: str
+    t0: float
+    t1: float
+    total_s: float
+    productive_s: float
+    badput_s: dict[str, float]
+    ideal_step_s: float | None
+    steps: int
+    """Executed steps, re-runs included."""
+    lost_steps: int
+    interruptions: int
+    interruptions_by_cause: dict[str, int]
+    overlap_s: float = 0.0
+    """Time counted twice by overlapping records (e.g. a save during a step); 0 for clean timelines."""
+    notes: tuple[str, ...] = field(default_factory=tuple)
+
+    @property
+    def goodput(self) -> float:
+        return self.productive_s / self.total_s if self.total_s > 0 else 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        total = self.total_s or 1.0
+        return {
+            "job": self.job,
+            "goodput": self.goodput,
+            "badput": {k: v / total for k, v in self.badput_s.items()},
+            "badput_s": dict(self.badput_s),
+            "productive_s": self.productive_s,
+            "total_s": self.total_s,
+            "t0": self.t0,
+            "t1": self.t1,
+            "ideal_step_s": self.ideal_step_s,
+            "steps": self.steps,
+            "lost_steps": self.lost_steps,
+            "interruptions": self.interruptions,
+            "interruptions_by_cause": dict(self.interruptions_by_cause),
+            "overlap_s": self.overlap_s,
+            "notes": list(self.notes),
+        }
+
+
+# -- building the step table -------------------------------------------------------------------
+
+
+def steps_from_spans(spans: Iterable[Span], *, breaks: Sequence[float] = ()) -> StepTable:
+    """Group a job's spans into executed steps.
+
+    ``breaks`` are failure times: a step number seen again after a failure is a
+    re-run, so spans are grouped by (incarnation, step).
+    """
+    rows = [(s.step, s.start, s.dur, s.phase == "load") for s in spans]
+    if not rows:
+        return StepTable.empty()
+    step = np.fromiter((r[0] for r in rows), dtype=np.int64, count=len(rows))
+    start = np.fromiter((r[1] for r in rows), dtype=np.float64, count=len(rows))
+    dur = np.fromiter((r[2] for r in rows), dtype=np.float64, count=len(rows))
+    is_load = np.fromiter((r[3] for r in rows), dtype=bool, count=len(rows))
+    return _group_steps(step, start, start + dur, np.where(is_load, dur, np.inf), breaks)
+
+
+def steps_from_step_samples(samples: Iterable[Sample], *, breaks: Sequence[float] = ()) -> StepTable:
+    """Steps from ``train_step_time_s`` samples (label ``step``); ``t`` is when the step ended.
+
+    Data loading is unknown on this path and counted as 0.
+    """
+    rows = [(int(s.labels.get("step", -1)), s.t - s.value, s.t) for s in samples
+            if s.metric == "train_step_time_s"]
+    if not rows:
+        return StepTable.empty()
+    arr = np.array(rows, dtype=np.float64)
+    return _group_steps(arr[:, 0].astype(np.int64), arr[:, 1], arr[:, 2], np.full(len(arr), np.inf), breaks)
+
+
+def _group_steps(step: np.ndarray, start: np.ndarray, end: np.ndarray, load: np.ndarray,
+                 breaks: Sequence[float]) -> StepTable:
+    """One row per (incarnation, step): first start, last end, smallest blocking load (inf = none)."""
+    incarnation = np.searchsorted(np.sort(np.asarray(breaks, dtype=np.float64)), start, side="right")
+    keys, inverse = np.unique(np.stack([incarnation, step], axis=1), axis=0, return_inverse=True)
+    inverse = inverse.reshape(-1)
+    n = len(keys)
+    first = np.full(n, np.inf)
+    np.minimum.at(first, inverse, start)
+    last = np.full(n, -np.inf)
+    np.maximum.at(last, inverse, end)
+    blocking = np.full(n, np.inf)
+    np.minimum.at(blocking, inverse, load)
+    blocking[~np.isfinite(blocking)] = 0.0
+    return StepTable(step=keys[:, 1].astype(np.int64), start_s=first, dur_s=last - first,
+                     load_s=blocking).sorted()
+
+
+def ideal_step_time(durations: np.ndarray) -> float | None:
+    """Mean of step times <= median + 3·MAD (ml-goodput-measurement's ``compute_ideal_step_time``)."""
+    d = np.asarray(durations, dtype=np.float64)
+    if d.size == 0:
+        return None
+    med = float(np.median(d))
+    mad = float(np.median(np.abs(d - med)))
+    kept = d[d <= med + MAD_CUT * mad]
+    return float(kept.mean()) if kept.size else None
+
+
+# -- the accounting ----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class _Op:
+    """A checkpoint save or restore, clipped to the incarnation it happened in."""
+
+    t: float
+    dur_s: float
+    step: int
+    complete: bool
+    incarnation: int
+
+
+def _ops(events: Sequence[Event], kind: str, failures: np.ndarray, t1: float) -> list[_Op]:
+    limits = np.concatenate([failures, [np.inf]])
+    ops = []
+    for e in events:
+        if e.kind != kind:
+            continue
+        dur = float(e.attrs.get("duration_s", 0.0) or 0.0)
+        k = int(np.searchsorted(failures, e.t, side="right"))
+        limit = min(float(limits[k]), t1)
+        end = min(e.t + dur, limit)
+        ops.append(_Op(t=e.t, dur_s=max(0.0, end - e.t), step=int(e.attrs.get("step", -1)),
+                       complete=e.t + dur <= limit + 1e-9, incarnation=k))
+    return ops
+
+
+def _by_incarnation(ops: list[_Op], n: int) -> list[list[_Op]]:
+    out: list[list[_Op]] = [[] for _ in range(n)]
+    for op in ops:
+        if op.incarnation < n:
+            out[op.incarnation].append(op)
+    return out
+
+
+def _coverage(steps: StepTable):
+    """A function x -> total step time before x (steps of one job do not overlap each other)."""
+    starts, ends = steps.start_s, steps.end_s
+    cum = np.concatenate([[0.0], np.cumsum(steps.dur_s)])
+
+    def covered(x: float) -> float:
+        i = int(np.searchsorted(starts, x, side="right")) - 1
+        if i < 0:
+            return 0.0
+        return float(cum[i] + min(max(x - starts[i], 0.0), ends[i] - starts[i]))
+
+    return covered
+
+
+def _window(job: Job | None, steps: StepTable, events: Sequence[Event],
+            t0: float | None, t1: float | None) -> tuple[float, float]:
+    """The job's wall-clock window: the scheduler's start/end, widened to cover every record."""
+    starts = [e.t for e in events] + ([float(steps.start_s.min())] if len(steps) else [])
+    ends = [e.t + float(e.attrs.get("duration_s", 0.0) or 0.0) for e in events]
+    ends += [float(steps.end_s.max())] if len(steps) else []
+    if t0 is None:
+        if job is not None and job.start is not None:
+            starts.append(job.start)
+        t0 = min(starts, default=0.0)
+    if t1 is None:
+        t1 = job.end if job is not None and job.end is not None else max(ends, default=t0)
+    return float(t0), float(t1)
+
+
+def account_goodput(job: Job | None, steps: StepTable, events: Sequence[Event], *,
+                    t0: float | None = None, t1: float | None = None) -> GoodputReport:
+    """Split the job's wall time into productive time and the ``BADPUT_KINDS``."""
+    steps = steps.sorted()
+    t0, t1 = _window(job, steps, events, t0, t1)
+    failures = np.sort(np.array([e.t for e in events if e.kind == "failure" and t0 <= e.t <= t1], dtype=np.float64))
+    saves = _ops(events, "checkpoint_save", failures, t1)
+    restores = _ops(events, "checkpoint_restore", failures, t1)
+    bounds = np.concatenate([[t0], failures, [t1]])
+    incarnation = np.searchsorted(failures, steps.start_s, side="right")
+    lost = np.zeros(len(steps), dtype=bool)
+    badput = dict.fromkeys(BADPUT_KINDS, 0.0)
+    saves_by_k = _by_incarnation(saves, len(bounds) - 1)
+    restores_by_k = _by_incarnation(restores, len(bounds) - 1)
+    # Steps are sorted by start, so each incarnation's steps are one slice.
+    cuts = np.searchsorted(incarnation, np.arange(len(bounds)), side="left")
+    for k in range(len(bounds) - 1):
+        lo, hi = bounds[k], bounds[k + 1]
+        k_steps = slice(cuts[k], cuts[k + 1])
+        has_steps = cuts[k + 1] > cuts[k]
+        k_restores, k_saves = restores_by_k[k], saves_by_k[k]
+        restore_s = sum(r.dur_s for r in k_restores)
+        first_step = float(steps.start_s[cuts[k]]) if has_steps else hi
+        startup = max(0.0, first_step - lo - restore_s)
+        badput["init" if k == 0 else "recovery"] += startup
+        if k < len(failures):
+            kept_step = max([s.step for s in k_saves if s.complete] + [r.step for r in k_restores], default=0)
+            lost[k_steps] = steps.step[k_steps] > kept_step
+            if has_steps or k_saves:
+                # The step in flight when the failure hit, after the last thing we saw finish.
+                ends = [lo, float(steps.end_s[cuts[k + 1] - 1]) if has_steps else lo]
+                ends += [op.t + op.dur_s for op in k_saves + k_restores]
+                badput["lost_progress"] += max(0.0, hi - max(ends))
+    return _finish(job, steps, events, failures, saves, restores, lost, badput, t0, t1)
+
+
+def _finish(job: Job | None, steps: StepTable, events: Sequence[Event], failures: np.ndarray,
+            saves: list[_Op], restores: list[_Op], lost: np.ndarray, badput: dict[str, float],
+            t0: float, t1: float) -> GoodputReport:
+    covered = _coverage(steps)
+    save_alone = sum(s.dur_s - (covered(s.t + s.dur_s) - covered(s.t)) for s in saves)
+    overlap = sum(s.dur_s for s in saves) - save_alone
+    badput["checkpoint_save"] += save_alone
+    badput["checkpoint_restore"] += sum(r.dur_s for r in restores)
+    badput["lost_progress"] += float(steps.dur_s[lost].sum())
+    kept_load = np.minimum(steps.load_s[~lost], steps.dur_s[~lost])
+    badput["data_loading"] += float(kept_load.sum())
+    productive = float(steps.dur_s[~lost].sum() - kept_load.sum())
+    total = t1 - t0
+    notes = []
+    other = total - productive - sum(badput.values())
+    if other < -1e-6 * max(total, 1.0):
+        notes.append(f"records overlap by {-other:.3f} s; 'other' clamped to 0")
+    badput["other"] = max(0.0, other)
+    causes = Counter(str(e.attrs.get("cause", "unknown")) for e in events
+                     if e.kind == "failure" and t0 <= e.t <= t1)
+    return GoodputReport(
+        job=job.id if job is not None else "", t0=t0, t1=t1, total_s=total, productive_s=productive,
+        badput_s=badput, ideal_step_s=ideal_step_time(steps.dur_s[~lost]), steps=len(steps),
+        lost_steps=int(lost.sum()), interruptions=int(failures.size), interruptions_by_cause=dict(causes),
+        overlap_s=float(overlap), notes=tuple(notes))

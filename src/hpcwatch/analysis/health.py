@@ -1,0 +1,530 @@
+"""Node health: should this node keep running jobs, be watched, or be drained?
+
+A training job on N nodes runs at the pace of its sickest node, and dies with it.
+Health checks look at what the exporters already collect (passive) and at the
+results of short benchmarks run between jobs (active), and give each node a
+verdict: ``ok``, ``warn`` (watch it, the job may suffer) or ``drain`` (take it out
+of the scheduler before it kills the next job). Every check names the rule that
+fired and the evidence, so an operator can argue with it.
+
+Passive rules (samples in the store's ``SAMPLE_SCHEMA`` columns, events):
+
+========================  ===================================================  =================
+rule                      signal                                               verdict
+========================  ===================================================  =================
+``xid``                   ``DCGM_FI_DEV_XID_ERRORS`` != 0, ``xid`` events       per ``analysis.xid``
+``ecc_dbe``               ``DCGM_FI_DEV_ECC_DBE_VOL_TOTAL`` > 0                 drain
+``row_remap``             ``DCGM_FI_DEV_ROW_REMAP_FAILURE`` > 0                 drain
+                          ``DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS`` grew,     warn
+                          ``DCGM_FI_DEV_ROW_REMAP_PENDING`` > 0
+``pcie_replay``           ``DCGM_FI_DEV_PCIE_REPLAY_COUNTER`` grew               warn
+``throttle``              thermal / power-brake bits of the clock-event mask    warn
+``ib_link``               ``LinkDownedCounter`` grew (perfquery, node-exporter)  warn / drain
+``ib_errors``             symbol, receive, recovery, integrity error counters    warn
+``stalled_nccl``          util >= 90 % at near-idle power for a minute           warn
+``idle_allocated``        a GPU held by a job at <= 5 % util for 10 minutes      warn
+``gpu_missing``           a GPU stopped reporting while its node still reports   drain
+========================  ===================================================  =================
+
+Active rules (events from ``sources.healthtools``): ``dcgm_diag`` (a failed test
+drains, a warning warns), ``nccl_tests`` (wrong results drain; bus bandwidth far
+under the catalog's NVLink or NDR figure warns), ``ib_write_bw`` (far under the
+link rate warns, under half drains).
+
+Sources: DCGM field meanings, https://docs.nvidia.com/datacenter/dcgm/latest/dcgm-api/dcgm-api-field-ids.html;
+row remapping, https://docs.nvidia.com/deploy/a100-gpu-mem-error-mgmt/index.html;
+clock event reasons (bit values), https://docs.nvidia.com/deploy/nvml-api/group__nvmlClocksEventReasons.html;
+IB counters, InfiniBand Architecture Specification vol. 1, PortCounters (perfquery names);
+busbw, https://github.com/NVIDIA/nccl-tests/blob/master/doc/PERFORMANCE.md.
+Thresholds that are ours (not a vendor's) are named ``HealthConfig`` fields.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import orjson
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from hpcwatch.analysis.xid import XID_CATALOG_URL, Verdict, xid_info
+from hpcwatch.model.catalog import gpu_spec, link_spec
+from hpcwatch.records import Event
+
+__all__ = [
+    "Check",
+    "NodeHealth",
+    "HealthReport",
+    "HealthConfig",
+    "VERDICTS",
+    "PASSIVE_METRICS",
+    "THROTTLE_BITS",
+    "passive_checks",
+    "active_checks",
+    "judge",
+    "worst",
+]
+
+VERDICTS: tuple[Verdict, ...] = ("ok", "warn", "drain")
+
+#: Clock event (throttle) reason bits, nvmlClocksEventReasons / nvmlClocksThrottleReasons.
+THROTTLE_BITS: dict[int, str] = {
+    0x1: "gpu_idle", 0x2: "applications_clocks_setting", 0x4: "sw_power_cap", 0x8: "hw_slowdown",
+    0x10: "sync_boost", 0x20: "sw_thermal_slowdown", 0x40: "hw_thermal_slowdown", 0x80: "hw_power_brake_slowdown",
+    0x100: "display_clock_setting",
+}
+#: The bits that mean the hardware is too hot or its power delivery is failing (sw_power_cap is normal under load).
+BAD_THROTTLE_MASK = 0x8 | 0x20 | 0x40 | 0x80
+
+XID = "DCGM_FI_DEV_XID_ERRORS"
+ECC_DBE = "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL"
+REMAP_FAILURE = "DCGM_FI_DEV_ROW_REMAP_FAILURE"
+REMAP_UNCORRECTABLE = "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS"
+REMAP_PENDING = "DCGM_FI_DEV_ROW_REMAP_PENDING"
+PCIE_REPLAY = "DCGM_FI_DEV_PCIE_REPLAY_COUNTER"
+THROTTLE = ("DCGM_FI_DEV_CLOCK_THROTTLE_REASONS", "DCGM_FI_DEV_CLOCKS_EVENT_REASONS")
+UTIL = "DCGM_FI_DEV_GPU_UTIL"
+POWER = "DCGM_FI_DEV_POWER_USAGE"
+
+#: IB error counters: our rule name -> (perfquery metric, node-exporter metric).
+IB_COUNTERS: dict[str, tuple[str, str]] = {
+    "link_downed": ("ib_LinkDownedCounter", "node_infiniband_link_downed_total"),
+    "symbol_errors": ("ib_SymbolErrorCounter", "node_infiniband_symbol_error_total"),
+    "rcv_errors": ("ib_PortRcvErrors", "node_infiniband_port_errors_received_total"),
+    "link_error_recovery": ("ib_LinkErrorRecoveryCounter", "node_infiniband_link_error_recovery_total"),
+    "local_link_integrity_errors": ("ib_LocalLinkIntegrityErrors",
+                                    "node_infiniband_local_link_integrity_errors_total"),
+    "excessive_buffer_overrun_errors": ("ib_ExcessiveBufferOverrunErrors",
+                                        "node_infiniband_excessive_buffer_overrun_errors_total"),
+}
+
+#: Every metric the passive rules read (fetch these from the store).
+PASSIVE_METRICS: tuple[str, ...] = (XID, ECC_DBE, REMAP_FAILURE, REMAP_UNCORRECTABLE, REMAP_PENDING, PCIE_REPLAY,
+                                    *THROTTLE, UTIL, POWER, *(m for pair in IB_COUNTERS.values() for m in pair))
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class HealthConfig:
+    """Thresholds of the rules that are our own choice (vendor facts live in the tables above)."""
+
+    pcie_replay_warn: int = 10
+    """PCIe replays in the window that make a warning (a healthy link replays rarely, if ever)."""
+    throttle_warn_fraction: float = 0.2
+    """Share of samples with a thermal or power-brake throttle bit that makes a warning."""
+    link_down_drain: int = 2
+    """Link-down events in the window that drain the node (one is a warning)."""
+    symbol_error_warn: int = 10
+    """Symbol errors in the window that make a warning (a few per day is normal on long copper)."""
+    stall_util_pct: float = 90.0
+    """Utilisation at or above which a GPU looks busy."""
+    stall_power_factor: float = 1.5
+    """'Near idle' power: at most this × the catalog's idle power of the GPU model."""
+    stall_min_s: float = 60.0
+    """How long busy-but-cold must last to be a stalled collective."""
+    idle_util_pct: float = 5.0
+    """Utilisation at or below which an allocated GPU counts as idle."""
+    idle_min_s: float = 600.0
+    """How long an allocated GPU must idle to be reported."""
+    missing_after_s: float = 60.0
+    """A GPU whose last sample is this much older than its node's newest sample has stopped reporting."""
+    busbw_warn_fraction: float = 0.6
+    """nccl-tests bus bandwidth under this share of the catalog's link figure warns."""
+    ib_bw_warn_fraction: float = 0.8
+    """ib_write_bw average under this share of the link rate warns."""
+    ib_bw_drain_fraction: float = 0.5
+    """... and under this share drains."""
+
+    def __post_init__(self) -> None:
+        for name in ("throttle_warn_fraction", "busbw_warn_fraction", "ib_bw_warn_fraction", "ib_bw_drain_fraction"):
+            value = getattr(self, name)
+            if not 0.0 < value <= 1.0:
+                raise ValueError(f"{name} must be in (0, 1], got {value}")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Check:
+    """One rule on one node: the verdict, and why."""
+
+    node: str
+    rule: str
+    verdict: Verdict
+    title: str
+    evidence: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"rule": self.rule, "verdict": self.verdict, "title": self.title, "evidence": self.evidence}
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class NodeHealth:
+    node: str
+    verdict: Verdict
+    checks: tuple[Check, ...]
+
+    def reason(self) -> str:
+        """One line for ``scontrol ... reason=``: the rules that fired, worst first."""
+        bad = sorted((c for c in self.checks if c.verdict != "ok"), key=lambda c: -VERDICTS.index(c.verdict))
+        return "; ".join(f"{c.rule}: {c.title}" for c in bad) or "ok"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"node": self.node, "verdict": self.verdict, "reason": self.reason(),
+                "checks": [c.to_dict() for c in self.checks]}
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class HealthReport:
+    nodes: tuple[NodeHealth, ...]
+
+    @property
+    def verdict(self) -> Verdict:
+        return worst(n.verdict for n in self.nodes)
+
+    def node(self, name: str) -> NodeHealth | None:
+        return next((n for n in self.nodes if n.node == name), None)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"verdict": self.verdict, "nodes": [n.to_dict() for n in self.nodes]}
+
+
+def worst(verdicts: Iterable[Verdict]) -> Verdict:
+    return max(verdicts, key=VERDICTS.index, default="ok")
+
+
+# -- series from the sample table ------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class _Series:
+    """One time series: its host, the GPU index or the port labels, and its points in time order."""
+
+    host: str
+    key: str
+    labels: dict[str, str]
+    job: str | None
+    t: np.ndarray
+    v: np.ndarray
+
+
+def _series(table: pa.Table, metrics: str | Sequence[str]) -> list[_Series]:
+    names = [metrics] if isinstance(metrics, str) else list(metrics)
+    sub = table.filter(pc.is_in(table["metric"], value_set=pa.array(names, type=pa.string())))
+    if sub.num_rows == 0:
+        return []
+    host = sub["host"].to_pylist()
+    gpu = sub["gpu"].to_pylist()
+    labels = sub["labels"].to_pylist()
+    job = sub["job"].to_pylist()
+    t = sub["t"].to_numpy()
+    v = sub["value"].to_numpy()
+    groups: dict[tuple[str, str], list[int]] = defaultdict(list)
+    for i in range(sub.num_rows):
+        if host[i] is None:
+            continue
+        groups[(host[i], gpu[i] if gpu[i] is not None else labels[i])].append(i)
+    out = []
+    for (h, key), rows in groups.items():
+        idx = np.array(rows)
+        order = idx[np.argsort(t[idx], kind="stable")]
+        out.append(_Series(host=h, key=key, labels=orjson.loads(labels[rows[0]] or "{}"), job=job[rows[-1]],
+                           t=t[order], v=v[order]))
+    return out
+
+
+def _increase(v: np.ndarray) -> float:
+    """Counter increase over the window, counting a drop as a reset (Prometheus ``increase`` without extrapolation)."""
+    if v.size < 2:
+        return 0.0
+    d = np.diff(v)
+    return float(d[d >= 0].sum() + v[1:][d < 0].sum())
+
+
+def _where(s: _Series) -> dict[str, Any]:
+    """How the evidence names the part: a GPU index, or an HCA device and port."""
+    if "gpu" in s.labels:
+        return {"gpu": s.labels["gpu"]}
+    return {k: s.labels[k] for k in ("device", "port", "guid") if k in s.labels} or {"series": s.key}
+
+
+def _runs(mask: np.ndarray, t: np.ndarray) -> list[tuple[float, float]]:
+    """(start, end) times of the runs of True in ``mask``."""
+    if not mask.any():
+        return []
+    edges = np.diff(np.concatenate([[0], mask.astype(np.int8), [0]]))
+    starts, ends = np.flatnonzero(edges == 1), np.flatnonzero(edges == -1) - 1
+    return [(float(t[a]), float(t[b])) for a, b in zip(starts, ends)]
+
+
+# -- passive rules -----------------------------------------------------------------------------
+
+
+def _check_xid(table: pa.Table, events: Sequence[Event]) -> list[Check]:
+    seen: dict[tuple[str, str, int], float] = {}
+    for s in _series(table, XID):
+        for code in np.unique(s.v[s.v != 0]).astype(int):
+            seen.setdefault((s.host, str(s.labels.get("gpu", s.key)), int(code)),
+                            float(s.t[np.argmax(s.v == code)]))
+    for e in events:
+        if e.kind == "xid" and e.attrs.get("node") and e.attrs.get("xid") is not None:
+            seen.setdefault((str(e.attrs["node"]), str(e.attrs.get("gpu", "?")), int(e.attrs["xid"])), e.t)
+    checks = []
+    for (node, gpu, code), t in sorted(seen.items()):
+        info = xid_info(code)
+        checks.append(Check(node=node, rule="xid", verdict=info.verdict,
+                            title=f"XID {code} on GPU {gpu}: {info.meaning}",
+                            evidence={"gpu": gpu, "xid": code, "mnemonic": info.mnemonic, "action": info.action,
+                                      "first_seen": t, "source": XID_CATALOG_URL}))
+    return checks
+
+
+def _check_threshold(table: pa.Table, metric: str, rule: str, verdict: Verdict, what: str,
+                     *, grew: bool = False, min_value: float = 0.0) -> list[Check]:
+    """A GPU counter or gauge that must stay at zero (or must not grow) in the window."""
+    checks = []
+    for s in _series(table, metric):
+        value = _increase(s.v) if grew else float(s.v[-1])
+        if value > min_value:
+            checks.append(Check(node=s.host, rule=rule, verdict=verdict, title=f"{what} on GPU {s.key}",
+                                evidence={**_where(s), "metric": metric, "increase" if grew else "value": value,
+                                          "t_last": float(s.t[-1])}))
+    return checks
+
+
+def _check_throttle(table: pa.Table, config: HealthConfig) -> list[Check]:
+    checks = []
+    for s in _series(table, THROTTLE):
+        mask = s.v.astype(np.int64)
+        bad = (mask & BAD_THROTTLE_MASK) != 0
+        share = float(bad.mean())
+        if share >= config.throttle_warn_fraction:
+            bits = int(np.bitwise_or.reduce(mask[bad]))
+            reasons = [name for bit, name in THROTTLE_BITS.items() if bits & bit]
+            checks.append(Check(node=s.host, rule="throttle", verdict="warn",
+                                title=f"GPU {s.key} throttled ({', '.join(reasons)}) in {share:.0%} of samples",
+                                evidence={**_where(s), "reasons": reasons, "share": share, "samples": int(s.v.size)}))
+    return checks
+
+
+def _check_ib(table: pa.Table, config: HealthConfig) -> list[Check]:
+    checks = []
+    for name, metrics in IB_COUNTERS.items():
+        for s in _series(table, metrics):
+            inc = _increase(s.v)
+            if name == "link_downed":
+                if inc >= 1:
+                    verdict: Verdict = "drain" if inc >= config.link_down_drain else "warn"
+                    checks.append(Check(node=s.host, rule="ib_link", verdict=verdict,
+                                        title=f"IB link went down {inc:.0f}× ({_port(s)})",
+                                        evidence={**_where(s), "counter": name, "increase": inc}))
+            elif inc >= (config.symbol_error_warn if name == "symbol_errors" else 1):
+                checks.append(Check(node=s.host, rule="ib_errors", verdict="warn",
+                                    title=f"IB {name.replace('_', ' ')} +{inc:.0f} ({_port(s)})",
+                                    evidence={**_where(s), "counter": name, "increase": inc}))
+    return checks
+
+
+def _port(s: _Series) -> str:
+    where = _where(s)
+    return " ".join(f"{k} {v}" for k, v in where.items())
+
+
+def _aligned(util: _Series, power: _Series) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    t, iu, ip = np.intersect1d(util.t, power.t, return_indices=True)
+    return t, util.v[iu], power.v[ip]
+
+
+def _check_gpu_activity(table: pa.Table, config: HealthConfig) -> list[Check]:
+    power = {(s.host, s.key): s for s in _series(table, POWER)}
+    checks = []
+    for u in _series(table, UTIL):
+        p = power.get((u.host, u.key))
+        spec = gpu_spec(u.labels.get("modelName", "")) if u.labels.get("modelName") else None
+        if p is not None and spec is not None:
+            t, util, watts = _aligned(u, p)
+            cold = watts <= config.stall_power_factor * spec.idle_power_w
+            for a, b in _runs((util >= config.stall_util_pct) & cold, t):
+                if b - a >= config.stall_min_s:
+                    checks.append(Check(node=u.host, rule="stalled_nccl", verdict="warn",
+                                        title=f"GPU {u.key} busy at idle power for {b - a:.0f} s (hung collective?)",
+                                        evidence={"gpu": u.key, "from": a, "to": b,
+                                                  "max_power_w": float(watts[(t >= a) & (t <= b)].max()),
+                                                  "idle_power_w": spec.idle_power_w, "model": spec.name}))
+                    break
+        if u.job:
+            for a, b in _runs(u.v <= config.idle_util_pct, u.t):
+                if b - a >= config.idle_min_s:
+                    checks.append(Check(node=u.host, rule="idle_allocated", verdict="warn",
+                                        title=f"GPU {u.key} held by job {u.job} but idle for {b - a:.0f} s",
+                                        evidence={"gpu": u.key, "job": u.job, "from": a, "to": b}))
+                    break
+    return checks
+
+
+def _check_missing(table: pa.Table, config: HealthConfig) -> list[Check]:
+    series = _series(table, UTIL)
+    newest: dict[str, float] = {}
+    for s in series:
+        newest[s.host] = max(newest.get(s.host, -np.inf), float(s.t[-1]))
+    return [Check(node=s.host, rule="gpu_missing", verdict="drain",
+                  title=f"GPU {s.key} stopped reporting {newest[s.host] - s.t[-1]:.0f} s ago",
+                  evidence={"gpu": s.key, "last_seen": float(s.t[-1]), "node_last_seen": newest[s.host]})
+            for s in series if newest[s.host] - s.t[-1] > config.missing_after_s]
+
+
+def passive_checks(samples: pa.Table, events: Sequence[Event] = (), *,
+                   config: HealthConfig = HealthConfig()) -> list[Check]:
+    """Every passive rule that fired, over samples (``SAMPLE_SCHEMA`` columns) and ``xid`` events."""
+    return [
+        *_check_xid(samples, events),
+        *_check_threshold(samples, ECC_DBE, "ecc_dbe", "drain", "uncorrectable ECC errors since driver load"),
+        *_check_threshold(samples, REMAP_FAILURE, "row_remap", "drain", "row remapping failed"),
+        *_check_threshold(samples, REMAP_UNCORRECTABLE, "row_remap", "warn",
+                          "rows remapped after uncorrectable errors", grew=True),
+        *_check_threshold(samples, REMAP_PENDING, "row_remap", "warn", "row remap pending (reset the GPU)"),
+        *_check_threshold(samples, PCIE_REPLAY, "pcie_replay", "warn", "PCIe replays", grew=True,
+                          min_value=config.pcie_replay_warn - 1),
+        *_check_throttle(samples, config),
+        *_check_ib(samples, config),
+        *_check_gpu_activity(samples, config),
+        *_check_missing(samples, config),
+    ]
+
+
+def _rules_with_data(samples: pa.Table, events: Sequence[Event]) -> dict[str, set[str]]:
+    """node -> the passive rules that had something to judge there (so 'ok' means 'looked, fine')."""
+    metric_rules = {XID: "xid", ECC_DBE: "ecc_dbe", REMAP_FAILURE: "row_remap", REMAP_UNCORRECTABLE: "row_remap",
+                    REMAP_PENDING: "row_remap", PCIE_REPLAY: "pcie_replay", UTIL: "gpu_missing",
+                    **dict.fromkeys(THROTTLE, "throttle")}
+    for name, pair in IB_COUNTERS.items():
+        for m in pair:
+            metric_rules[m] = "ib_link" if name == "link_downed" else "ib_errors"
+    out: dict[str, set[str]] = defaultdict(set)
+    if samples.num_rows:
+        pairs = samples.select(["metric", "host"]).group_by(["metric", "host"]).aggregate([])
+        for metric, host in zip(pairs["metric"].to_pylist(), pairs["host"].to_pylist()):
+            if host and metric in metric_rules:
+                out[host].add(metric_rules[metric])
+                if metric == UTIL:
+                    out[host].update({"stalled_nccl", "idle_allocated"})
+    for e in events:
+        if e.kind == "xid" and e.attrs.get("node"):
+            out[str(e.attrs["node"])].add("xid")
+        if e.kind in _ACTIVE_KINDS and e.attrs.get("node"):
+            out[str(e.attrs["node"])].add(_ACTIVE_KINDS[e.kind])
+    return out
+
+
+# -- active rules ----------------------------------------------------------------------------------
+
+_ACTIVE_KINDS = {"dcgm_diag": "dcgm_diag", "nccl_test": "nccl_tests", "ib_write_bw": "ib_write_bw"}
+
+
+def _check_dcgm_diag(e: Event) -> list[Check]:
+    node = str(e.attrs.get("node") or "?")
+    checks = []
+    for r in e.attrs.get("results", []):
+        status = str(r.get("status", "")).lower()
+        verdict: Verdict | None = {"fail": "drain", "warn": "warn"}.get(status)
+        if verdict is not None:
+            checks.append(Check(node=node, rule="dcgm_diag", verdict=verdict,
+                                title=f"dcgmi diag {r.get('test')} {status} on GPU {r.get('gpu')}",
+                                evidence={**r, "level": e.attrs.get("level"), "version": e.attrs.get("version")}))
+    return checks
+
+
+def _expected_busbw_gbs(e: Event, link_key: str) -> tuple[float | None, str]:
+    """The catalog's figure a healthy run should approach: NVLink in a node, the NICs across nodes."""
+    spec = gpu_spec(str(e.attrs.get("gpu_model") or ""))
+    if spec is None:
+        return None, "unknown GPU model"
+    if len(e.attrs.get("hosts") or []) <= 1:
+        return spec.nvlink_bandwidth_bytes_s / 2 / 1e9, "NVLink, one direction"
+    link = link_spec(link_key)
+    return (link.rate_bits_s / 8 / 1e9, f"one {link.name} port per GPU") if link else (None, "unknown link")
+
+
+def _check_nccl(e: Event, config: HealthConfig, link_key: str) -> list[Check]:
+    node = str(e.attrs.get("node") or "?")
+    rows = e.attrs.get("rows") or []
+    checks = []
+    wrong = sum(int(r.get("oop_wrong") or 0) + int(r.get("ip_wrong") or 0) for r in rows)
+    if wrong:
+        checks.append(Check(node=node, rule="nccl_tests", verdict="drain",
+                            title=f"nccl-tests {e.attrs.get('collective')}: {wrong} wrong results",
+                            evidence={"wrong": wrong, "hosts": e.attrs.get("hosts")}))
+    bad = [r for r in rows if r.get("busbw_mismatch")]
+    if bad:
+        checks.append(Check(node=node, rule="nccl_tests", verdict="warn",
+                            title=f"nccl-tests busbw disagrees with algbw × factor on {len(bad)} rows",
+                            evidence={"rows": [r["size_bytes"] for r in bad][:10]}))
+    expected, basis = _expected_busbw_gbs(e, link_key)
+    if rows and expected:
+        top = max(rows, key=lambda r: r["size_bytes"])
+        busbw = max(top.get("oop_busbw_gbs") or 0.0, top.get("ip_busbw_gbs") or 0.0)
+        if busbw < config.busbw_warn_fraction * expected:
+            checks.append(Check(node=node, rule="nccl_tests", verdict="warn",
+                                title=f"nccl-tests busbw {busbw:.1f} GB/s < {config.busbw_warn_fraction:.0%} of "
+                                      f"{expected:.0f} GB/s ({basis})",
+                                evidence={"size_bytes": top["size_bytes"], "busbw_gbs": busbw,
+                                          "expected_gbs": expected, "basis": basis}))
+    return checks
+
+
+def _check_ib_write_bw(e: Event, config: HealthConfig, link_key: str) -> list[Check]:
+    node = str(e.attrs.get("node") or "?")
+    link = link_spec(link_key)
+    rows = e.attrs.get("rows") or []
+    if link is None or not rows:
+        return []
+    top = max(rows, key=lambda r: r["size_bytes"])
+    gbps = float(top["bw_avg_gbps"])
+    share = gbps * 1e9 / link.rate_bits_s
+    if share >= config.ib_bw_warn_fraction:
+        return []
+    verdict: Verdict = "drain" if share < config.ib_bw_drain_fraction else "warn"
+    return [Check(node=node, rule="ib_write_bw", verdict=verdict,
+                  title=f"ib_write_bw {gbps:.1f} Gb/s on {e.attrs.get('device')} is {share:.0%} of {link.name}",
+                  evidence={"device": e.attrs.get("device"), "size_bytes": top["size_bytes"], "bw_avg_gbps": gbps,
+                            "link_gbps": link.rate_bits_s / 1e9})]
+
+
+def active_checks(events: Sequence[Event], *, config: HealthConfig = HealthConfig(),
+                  link: str = "ndr") -> list[Check]:
+    """Judge dcgmi diag, nccl-tests and ib_write_bw results (``sources.healthtools`` events)."""
+    checks: list[Check] = []
+    for e in events:
+        if e.kind == "dcgm_diag":
+            checks += _check_dcgm_diag(e)
+        elif e.kind == "nccl_test":
+            checks += _check_nccl(e, config, link)
+        elif e.kind == "ib_write_bw":
+            checks += _check_ib_write_bw(e, config, link)
+    return checks
+
+
+_NO_SAMPLES = pa.table({"metric": pa.array([], pa.string()), "host": pa.array([], pa.string())})
+
+
+# -- verdicts --------------------------------------------------------------------------------------
+
+
+def judge(checks: Sequence[Check], *, samples: pa.Table | None = None, events: Sequence[Event] = (),
+          nodes: Iterable[str] = ()) -> HealthReport:
+    """One verdict per node: the worst of its checks; rules that looked and found nothing are listed as ``ok``."""
+    looked = _rules_with_data(samples if samples is not None else _NO_SAMPLES, events)
+    by_node: dict[str, list[Check]] = defaultdict(list)
+    for c in checks:
+        by_node[c.node].append(c)
+    names = sorted(set(by_node) | set(looked) | set(nodes))
+    out = []
+    for node in names:
+        fired = by_node.get(node, [])
+        fired_rules = {c.rule for c in fired}
+        quiet = [Check(node=node, rule=r, verdict="ok", title="nothing found")
+                 for r in sorted(looked.get(node, set()) - fired_rules)]
+        all_checks = tuple(sorted(fired, key=lambda c: -VERDICTS.index(c.verdict)) + quiet)
+        out.append(NodeHealth(node=node, verdict=worst(c.verdict for c in fired), checks=all_checks))
+    return HealthReport(nodes=tuple(out))

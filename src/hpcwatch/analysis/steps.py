@@ -1,0 +1,468 @@
+"""Step anatomy: where each rank's time goes in each training step, and who waits for whom.
+
+Per rank and step the anatomy splits the step into the phases of ``records.PHASES``:
+
+- ``load``, ``forward``, ``backward``, ``optimizer``: the rank's own work, from the
+  user annotations (``record_function`` names ``data_load``/``forward``/``backward``/
+  ``optimizer``, HTA's ``## forward ##``, DDP's ``DistributedDataParallel.forward``,
+  ``Optimizer.step#…``, Lightning's ``[Strategy]…training_step``…), else inferred
+  from the operators (autograd ``evaluate_function`` ops are the backward).
+- ``allreduce`` and ``barrier_wait``: the collectives. The same collective (the k-th
+  of the step) is aligned across ranks; a rank that enters it early waits for the
+  last one to arrive, and only then does data move::
+
+      rank 0  ──compute──┤wait·········│xfer│
+      rank 2  ──compute─────────────────┤xfer│      (the straggler: no wait)
+                         ^ r0 start     ^ latest start
+
+  ``barrier_wait`` of rank r = (latest start among ranks) − (r's start), clipped to the
+  collective's duration; ``allreduce`` = the rest of the collective (the transfer).
+  Collectives are the NCCL kernels on the GPU when there are some, else the host-side
+  ``nccl:*``/``gloo:*`` annotations (gloo runs them on its own threads).
+
+On GPU traces it also gives, per step, the GPU busy and idle time and the comm–compute
+overlap, and per trace the temporal breakdown of Holistic Trace Analysis
+(``temporal_breakdown``: idle / compute / non-compute, same rules as HTA's
+``get_temporal_breakdown``, so the numbers agree).
+
+Everything here is pure: traces (``sources.kineto.KinetoTrace``) or ``Span`` records in,
+frozen dataclasses out; times in seconds.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+from collections import defaultdict
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from hpcwatch.errors import InputError
+from hpcwatch.records import PHASES, Span
+from hpcwatch.sources.kineto import CAT, GPU_CATEGORIES, KinetoTrace
+
+__all__ = [
+    "RankStep",
+    "Anatomy",
+    "TemporalBreakdown",
+    "anatomy_from_traces",
+    "anatomy_from_spans",
+    "temporal_breakdown",
+    "phase_of_annotation",
+    "WORK_PHASES",
+]
+
+#: The phases that are a rank's own work (not waiting for others, not moving gradients).
+WORK_PHASES: tuple[str, ...] = ("load", "forward", "backward", "optimizer")
+
+# Annotation names → phase. Order matters: the first match wins.
+# Lightning's profiler names: https://lightning.ai/docs/pytorch/stable/tuning/profiler_basic.html
+# DDP: https://github.com/pytorch/pytorch/blob/main/torch/nn/parallel/distributed.py (record_function)
+_PHASE_RULES: tuple[tuple[str, re.Pattern[str]], ...] = (
+    ("load", re.compile(r"data_?load|dataloader|DataLoader|get_batch", re.IGNORECASE)),
+    ("optimizer", re.compile(r"optimizer|Optimizer\.(step|zero_grad)", re.IGNORECASE)),
+    ("backward", re.compile(r"backward", re.IGNORECASE)),
+    ("forward", re.compile(r"forward|training_step", re.IGNORECASE)),
+    ("allreduce", re.compile(r"^(all_?reduce|reduce_grads|grad_sync)$", re.IGNORECASE)),
+)
+_BACKWARD_OP_PREFIX = "autograd::engine::evaluate_function"
+_STEP_RE = re.compile(r"^ProfilerStep\s*#\s*(\d+)$")
+# HTA's rule for "not a compute kernel" (hta/utils/utils.py NCCL_COMPUTE_KERNEL_RE, used with re.match).
+_HTA_NON_COMPUTE_RE = re.compile(r"(^nccl.*Kernel)|(.*(Memcpy)|(Memset))|(.*Sync)")
+
+
+def phase_of_annotation(name: str) -> str | None:
+    """The phase a user annotation names, or ``None``."""
+    if name.startswith(("ProfilerStep", "nccl:", "gloo:")):
+        return None
+    return next((phase for phase, rule in _PHASE_RULES if rule.search(name)), None)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RankStep:
+    """One rank's step: its phases (seconds) and, on GPU traces, GPU busy/idle and overlap."""
+
+    rank: int
+    step: int
+    start_s: float
+    """Start, UTC seconds (trace seconds when the trace has no time origin)."""
+    dur_s: float
+    """The host's step time, or the GPU's (first to last activity of the step) when longer."""
+    phases: Mapping[str, float]
+    """Seconds per phase of ``records.PHASES`` (0 when absent)."""
+    gpu_busy_s: float | None = None
+    gpu_idle_s: float | None = None
+    """Gaps between the step's first and last GPU activity."""
+    overlap_s: float | None = None
+    """Time when communication and compute kernels run at once."""
+
+    @property
+    def work_s(self) -> float:
+        """The rank's own work: load + forward + backward + optimizer."""
+        return sum(self.phases.get(p, 0.0) for p in WORK_PHASES)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Anatomy:
+    """Step anatomy of a job: one ``RankStep`` per (rank, step)."""
+
+    world_size: int
+    ranks: tuple[int, ...]
+    steps: tuple[int, ...]
+    rank_steps: tuple[RankStep, ...]
+    placement: Mapping[int, tuple[str | None, int | None]] = field(default_factory=dict)
+    """rank → (node, GPU index), when the traces or spans said."""
+    source: str = "kineto"
+    job: str | None = None
+
+    def matrix(self, phase: str) -> np.ndarray:
+        """Seconds of ``phase`` (or ``"work"``, ``"step"``) as a ranks × steps array (NaN where missing)."""
+        out = np.full((len(self.ranks), len(self.steps)), np.nan)
+        r_index = {r: i for i, r in enumerate(self.ranks)}
+        s_index = {s: j for j, s in enumerate(self.steps)}
+        for rs in self.rank_steps:
+            value = rs.work_s if phase == "work" else rs.dur_s if phase == "step" else rs.phases.get(phase, 0.0)
+            out[r_index[rs.rank], s_index[rs.step]] = value
+        return out
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TemporalBreakdown:
+    """HTA's temporal breakdown of one rank's GPU time (µs, as HTA reports it)."""
+
+    rank: int
+    idle_us: float
+    compute_us: float
+    non_compute_us: float
+    kernel_us: float
+    """From the start of the first GPU activity to the end of the last."""
+
+    def pct(self) -> dict[str, float]:
+        total = self.kernel_us or 1.0
+        return {"idle": 100 * self.idle_us / total, "compute": 100 * self.compute_us / total,
+                "non_compute": 100 * self.non_compute_us / total}
+
+
+# --- intervals -----------------------------------------------------------------------------------------
+
+def _merge(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Disjoint, sorted intervals covering the given ones (touching ones stay apart, as in HTA)."""
+    if len(starts) == 0:
+        return starts, ends
+    order = np.argsort(starts, kind="stable")
+    s, e = starts[order], ends[order]
+    reach = np.maximum.accumulate(e)
+    new = np.empty(len(s), dtype=bool)
+    new[0] = True
+    new[1:] = s[1:] > reach[:-1]
+    firsts = np.flatnonzero(new)
+    return s[firsts], np.maximum.reduceat(e, firsts)
+
+
+def _union_len(starts: np.ndarray, ends: np.ndarray) -> float:
+    s, e = _merge(starts, ends)
+    return float((e - s).sum())
+
+
+def _clip_union(starts: np.ndarray, ends: np.ndarray, lo: float, hi: float) -> float:
+    s, e = np.clip(starts, lo, hi), np.clip(ends, lo, hi)
+    keep = e > s
+    return _union_len(s[keep], e[keep])
+
+
+# --- HTA temporal breakdown ------------------------------------------------------------------------------
+
+def _step_windows(trace: KinetoTrace) -> list[tuple[int, float, float]]:
+    """(step number, start µs, end µs) of the ``ProfilerStep#N`` annotations, by start."""
+    ev = trace.events
+    steps = []
+    for name_id, name in enumerate(trace.names):
+        found = _STEP_RE.match(name)
+        if found is None:
+            continue
+        rows = np.flatnonzero((ev["name_id"] == name_id) & (ev["stream"] < 0)
+                              & (ev["cat"] != CAT["gpu_user_annotation"]))
+        for row in rows[:1]:
+            steps.append((int(found.group(1)), float(ev["ts_us"][row]), float(ev["ts_us"][row] + ev["dur_us"][row])))
+    return sorted(steps, key=lambda s: s[1])
+
+
+def _launch_ts(trace: KinetoTrace, gpu_rows: np.ndarray) -> np.ndarray:
+    """Host launch time (µs) of each GPU activity, through the correlation id; NaN when unknown."""
+    ev = trace.events
+    host = np.flatnonzero((ev["stream"] < 0) & (ev["correlation"] >= 0))
+    corr, ts = ev["correlation"][host], ev["ts_us"][host]
+    order = np.argsort(corr, kind="stable")
+    corr, ts = corr[order], ts[order]
+    wanted = ev["correlation"][gpu_rows]
+    pos = np.clip(np.searchsorted(corr, wanted), 0, max(len(corr) - 1, 0))
+    found = (len(corr) > 0) & (corr[pos] == wanted) if len(corr) else np.zeros(len(wanted), dtype=bool)
+    return np.where(found, ts[pos] if len(corr) else np.nan, np.nan)
+
+
+def _gpu_rows(trace: KinetoTrace) -> np.ndarray:
+    return np.flatnonzero(np.isin(trace.events["cat"], GPU_CATEGORIES))
+
+
+def temporal_breakdown(trace: KinetoTrace, *, include_last_step: bool = False,
+                       round_us: bool = False) -> TemporalBreakdown:
+    """Idle / compute / non-compute GPU time of one rank, by HTA's rules.
+
+    Like HTA, only GPU activities launched before the last ``ProfilerStep`` starts count
+    (the last step is often cut short), unless ``include_last_step``; with fewer than
+    two steps every activity counts. Compute kernels are those HTA calls compute (not
+    NCCL, not memcpy/memset, not a sync); idle time is the gaps between activities.
+    ``round_us`` rounds each activity inward to whole µs (start up, end down) as HTA does
+    by default (https://github.com/pytorch/pytorch/pull/122425); it turns sub-µs gaps
+    into idle time, so leave it off unless you compare with HTA's own numbers.
+    """
+    ev = trace.events
+    rows = _gpu_rows(trace)
+    steps = _step_windows(trace)
+    if len(steps) >= 2:
+        limit = max(s[2] for s in steps) if include_last_step else max(s[1] for s in steps)
+        launch = _launch_ts(trace, rows)
+        rows = rows[(launch < limit) if not include_last_step else (launch <= limit)]
+    if len(rows) == 0:
+        raise InputError(f"{trace.path}: no GPU activity to break down (a CPU-only trace?)")
+    starts, ends = ev["ts_us"][rows], ev["ts_us"][rows] + ev["dur_us"][rows]
+    if round_us:
+        starts, ends = np.ceil(starts), np.floor(ends)
+    kernel_us = float(ends.max() - starts.min())
+    busy_us = _union_len(starts, ends)
+    compute_ids = trace.name_ids(lambda n: _HTA_NON_COMPUTE_RE.match(n) is None)
+    compute = np.isin(ev["name_id"][rows], compute_ids)
+    compute_us = _union_len(starts[compute], ends[compute])
+    idle_us = kernel_us - busy_us
+    return TemporalBreakdown(rank=trace.rank, idle_us=idle_us, compute_us=compute_us,
+                             non_compute_us=kernel_us - compute_us - idle_us, kernel_us=kernel_us)
+
+
+# --- anatomy from traces ------------------------------------------------------------------------------
+
+@dataclass(frozen=True, slots=True)
+class _Window:
+    step: int
+    lo: float
+    hi: float
+    """µs; ``hi`` is the step's end (the next step's start bounds collectives)."""
+    next_lo: float
+
+
+def _windows(trace: KinetoTrace) -> list[_Window]:
+    steps = _step_windows(trace)
+    if not steps:
+        ev = trace.events
+        lo, hi = float(ev["ts_us"].min()), float((ev["ts_us"] + ev["dur_us"]).max())
+        return [_Window(0, lo, hi, hi)]
+    nexts = [s[1] for s in steps[1:]] + [steps[-1][2]]
+    return [_Window(n, lo, hi, max(hi, nxt)) for (n, lo, hi), nxt in zip(steps, nexts)]
+
+
+def _annotation_phases(trace: KinetoTrace, w: _Window) -> dict[str, float]:
+    """Seconds per phase from the host user annotations inside the step (union per phase)."""
+    ev = trace.events
+    in_step = (ev["cat"] == CAT["user_annotation"]) & (ev["ts_us"] < w.hi) & (ev["ts_us"] + ev["dur_us"] > w.lo)
+    rows = np.flatnonzero(in_step)
+    by_phase: dict[str, list[int]] = defaultdict(list)
+    for row in rows:
+        phase = _phase_of_name(trace, int(ev["name_id"][row]))
+        if phase is not None:
+            by_phase[phase].append(row)
+    out = {}
+    for phase, idx in by_phase.items():
+        idx_a = np.asarray(idx)
+        out[phase] = _clip_union(ev["ts_us"][idx_a], ev["ts_us"][idx_a] + ev["dur_us"][idx_a], w.lo, w.hi) / 1e6
+    return out
+
+
+def _phase_of_name(trace: KinetoTrace, name_id: int) -> str | None:
+    return _phase_of_annotation_cached(trace.names[name_id])
+
+
+@functools.lru_cache(maxsize=4096)
+def _phase_of_annotation_cached(name: str) -> str | None:
+    return phase_of_annotation(name)
+
+
+def _inferred_phases(trace: KinetoTrace, w: _Window) -> dict[str, float]:
+    """Forward/backward/optimizer from the operators when there are no annotations.
+
+    Backward = from the first to the last autograd ``evaluate_function`` op; forward =
+    the host time before it; optimizer = ``Optimizer.*`` ops after it.
+    """
+    ev = trace.events
+    host_op = (ev["cat"] == CAT["cpu_op"]) & (ev["ts_us"] >= w.lo) & (ev["ts_us"] < w.hi)
+    bwd_ids = trace.name_ids(lambda n: n.startswith(_BACKWARD_OP_PREFIX))
+    bwd = np.flatnonzero(host_op & np.isin(ev["name_id"], bwd_ids))
+    if len(bwd) == 0:
+        return {}
+    b0, b1 = float(ev["ts_us"][bwd].min()), float((ev["ts_us"][bwd] + ev["dur_us"][bwd]).max())
+    opt_ids = trace.name_ids(lambda n: n.startswith("Optimizer."))
+    opt = np.flatnonzero((ev["ts_us"] >= b1) & (ev["ts_us"] < w.hi) & np.isin(ev["name_id"], opt_ids))
+    optimizer = _clip_union(ev["ts_us"][opt], ev["ts_us"][opt] + ev["dur_us"][opt], w.lo, w.hi) / 1e6
+    return {"forward": (b0 - w.lo) / 1e6, "backward": (b1 - b0) / 1e6, "optimizer": optimizer}
+
+
+@dataclass(frozen=True, slots=True)
+class _Coll:
+    """A rank's collectives in one step: start and end, µs, in order."""
+
+    starts: np.ndarray
+    ends: np.ndarray
+
+
+def _collectives(trace: KinetoTrace, windows: list[_Window]) -> dict[int, _Coll]:
+    """Per step, the collectives of this rank: NCCL kernels when there are some, else host annotations."""
+    ev = trace.events
+    gpu = np.flatnonzero(ev["comm"] & np.isin(ev["cat"], GPU_CATEGORIES))
+    if len(gpu):
+        when = _launch_ts(trace, gpu)
+        when = np.where(np.isnan(when), ev["ts_us"][gpu], when)
+        rows = gpu
+    else:
+        rows = np.flatnonzero(ev["comm"] & (ev["cat"] == CAT["user_annotation"]))
+        when = ev["ts_us"][rows]
+    out = {}
+    for w in windows:
+        sel = rows[(when >= w.lo) & (when < w.next_lo)]
+        sel = sel[np.argsort(ev["ts_us"][sel], kind="stable")]
+        out[w.step] = _Coll(ev["ts_us"][sel], ev["ts_us"][sel] + ev["dur_us"][sel])
+    return out
+
+
+def _waits(colls: Mapping[int, _Coll]) -> dict[int, tuple[float, float]]:
+    """rank → (barrier wait s, transfer s) for one step, the k-th collective aligned across ranks."""
+    n = min((len(c.starts) for c in colls.values()), default=0)
+    out = {}
+    for rank, c in colls.items():
+        if n == 0 or len(colls) < 2:
+            out[rank] = (0.0, _union_len(c.starts, c.ends) / 1e6)
+            continue
+        latest = np.max([other.starts[:n] for other in colls.values()], axis=0)
+        dur = c.ends[:n] - c.starts[:n]
+        wait = np.clip(latest - c.starts[:n], 0.0, dur)
+        busy = _union_len(c.starts, c.ends)
+        out[rank] = (float(wait.sum()) / 1e6, max(busy - float(wait.sum()), 0.0) / 1e6)
+    return out
+
+
+def _gpu_step(trace: KinetoTrace, w: _Window) -> tuple[float, float, float] | None:
+    """(busy s, idle s, comm–compute overlap s) of the GPU activities launched in the step."""
+    ev = trace.events
+    rows = _gpu_rows(trace)
+    if len(rows) == 0:
+        return None
+    launch = _launch_ts(trace, rows)
+    rows = rows[(launch >= w.lo) & (launch < w.next_lo)]
+    if len(rows) == 0:
+        return None
+    s, e = ev["ts_us"][rows], ev["ts_us"][rows] + ev["dur_us"][rows]
+    busy = _union_len(s, e)
+    comm = ev["comm"][rows]
+    overlap = _union_len(s[comm], e[comm]) + _union_len(s[~comm], e[~comm]) - busy
+    return busy / 1e6, (float(e.max() - s.min()) - busy) / 1e6, max(overlap, 0.0) / 1e6
+
+
+def _rank_steps(trace: KinetoTrace, windows: list[_Window], waits: Mapping[int, tuple[float, float]]) -> list[RankStep]:
+    out = []
+    for w in windows:
+        phases = dict.fromkeys(PHASES, 0.0)
+        found = _annotation_phases(trace, w)
+        if not any(found.get(p) for p in ("forward", "backward")):
+            found.update(_inferred_phases(trace, w))
+        host_allreduce = found.pop("allreduce", 0.0)
+        phases.update({k: v for k, v in found.items() if k in phases})
+        wait_s, xfer_s = waits.get(w.step, (0.0, 0.0))
+        if wait_s == 0.0 and xfer_s == 0.0:
+            xfer_s = host_allreduce
+        phases["barrier_wait"], phases["allreduce"] = wait_s, xfer_s
+        gpu = _gpu_step(trace, w)
+        # The GPU runs behind the host: a step lasts until its last kernel ends.
+        host_s = (w.hi - w.lo) / 1e6
+        out.append(RankStep(rank=trace.rank, step=w.step, start_s=float(trace.to_utc_s(w.lo)),
+                            dur_s=max(host_s, gpu[0] + gpu[1]) if gpu else host_s, phases=phases,
+                            gpu_busy_s=gpu[0] if gpu else None, gpu_idle_s=gpu[1] if gpu else None,
+                            overlap_s=gpu[2] if gpu else None))
+    return out
+
+
+def _placement(trace: KinetoTrace) -> tuple[str | None, int | None]:
+    node = trace.hostname or trace.metadata.get("host_name")
+    gpus = np.unique(trace.events["pid"][np.isin(trace.events["cat"], GPU_CATEGORIES)])
+    return (str(node) if node else None), (int(gpus[0]) if len(gpus) == 1 else None)
+
+
+def anatomy_from_traces(traces: Sequence[KinetoTrace]) -> Anatomy:
+    """Step anatomy of a job from its per-rank traces (one trace per rank)."""
+    if not traces:
+        raise InputError("no traces given")
+    by_rank = {t.rank: t for t in traces}
+    if len(by_rank) != len(traces):
+        dup = sorted(t.path for t in traces if sum(u.rank == t.rank for u in traces) > 1)
+        raise InputError(f"two traces claim the same rank: {', '.join(dup)}")
+    windows = {r: _windows(t) for r, t in by_rank.items()}
+    colls = {r: _collectives(t, windows[r]) for r, t in by_rank.items()}
+    steps = sorted(set.intersection(*(set(c) for c in colls.values())))
+    waits: dict[int, dict[int, tuple[float, float]]] = defaultdict(dict)
+    for step in steps:
+        for rank, wx in _waits({r: colls[r][step] for r in by_rank}).items():
+            waits[rank][step] = wx
+    rank_steps = [rs for r, t in sorted(by_rank.items())
+                  for rs in _rank_steps(t, [w for w in windows[r] if w.step in steps], waits[r])]
+    world = max([t.world_size or 0 for t in traces] + [len(traces)])
+    return Anatomy(world_size=world, ranks=tuple(sorted(by_rank)), steps=tuple(steps),
+                   rank_steps=tuple(rank_steps), placement={r: _placement(t) for r, t in by_rank.items()})
+
+
+# --- anatomy from spans ----------------------------------------------------------------------------
+
+def anatomy_from_spans(spans: Iterable[Span]) -> Anatomy:
+    """Step anatomy from ``Span`` records (the PyTorch hook's, or the twin's).
+
+    Spans whose phase is not in ``records.PHASES`` are ignored. When the spans carry no
+    ``barrier_wait`` (the hook measures the all-reduce as a whole), it is computed as
+    for traces, by aligning each step's ``allreduce`` spans across ranks.
+    """
+    cells: dict[tuple[int, int], dict[str, list[tuple[float, float]]]] = defaultdict(lambda: defaultdict(list))
+    placement: dict[int, tuple[str | None, int | None]] = {}
+    jobs = set()
+    for s in spans:
+        if s.phase in PHASES:
+            cells[(s.rank, s.step)][s.phase].append((s.start, s.dur))
+            jobs.add(s.job)
+            if s.rank not in placement and ("node" in s.attrs or "gpu" in s.attrs):
+                gpu = s.attrs.get("gpu")
+                placement[s.rank] = (s.attrs.get("node"), int(gpu) if gpu is not None else None)
+    if not cells:
+        raise InputError("no spans with a training phase")
+    ranks = tuple(sorted({r for r, _ in cells}))
+    steps = tuple(sorted(step for step in {s for _, s in cells} if all((r, step) in cells for r in ranks)))
+    has_wait = any("barrier_wait" in c for c in cells.values())
+    rank_steps = []
+    for step in steps:
+        waits = {} if has_wait else _span_waits({r: cells[(r, step)].get("allreduce", []) for r in ranks})
+        rank_steps += [_span_rank_step(r, step, cells[(r, step)], waits.get(r)) for r in ranks]
+    return Anatomy(world_size=len(ranks), ranks=ranks, steps=steps, rank_steps=tuple(rank_steps),
+                   placement=placement, source="spans", job=next(iter(jobs)) if len(jobs) == 1 else None)
+
+
+def _span_waits(allreduce: Mapping[int, list[tuple[float, float]]]) -> dict[int, tuple[float, float]]:
+    colls = {r: _Coll(np.array([s for s, _ in v]) * 1e6, np.array([s + d for s, d in v]) * 1e6)
+             for r, v in allreduce.items()}
+    for c in colls.values():
+        order = np.argsort(c.starts, kind="stable")
+        c.starts[:], c.ends[:] = c.starts[order], c.ends[order]
+    return _waits(colls)
+
+
+def _span_rank_step(rank: int, step: int, cell: Mapping[str, list[tuple[float, float]]],
+                    wait: tuple[float, float] | None) -> RankStep:
+    phases = {p: float(sum(d for _, d in cell.get(p, []))) for p in PHASES}
+    if wait is not None:
+        phases["barrier_wait"], phases["allreduce"] = wait
+    starts = [s for v in cell.values() for s, _ in v]
+    ends = [s + d for v in cell.values() for s, d in v]
+    return RankStep(rank=rank, step=step, start_s=min(starts), dur_s=max(ends) - min(starts), phases=phases)

@@ -1,0 +1,310 @@
+"""The training-loop hook: a few lines that time each phase of a step on each rank.
+
+A profiler trace tells you everything about two steps; this hook tells you a little
+about every step, cheaply enough to leave on: per rank and step, the duration of
+each phase (``load``, ``forward``, ``backward``, ``allreduce``, ``optimizer``), the
+local gradient norm *before* the reduction (a rank whose norm is far from the
+others' holds poisoned data or a flipped bit), the loss and the number of NaN/Inf
+gradient elements::
+
+    from hpcwatch.instrument.torch import StepRecorder
+    rec = StepRecorder(job="4242", rank=dist.get_rank(), out_dir="hook/", node=host, gpu=local_rank)
+    for step, batch in enumerate(loader):
+        with rec.step(step):
+            with rec.phase("load"): x, y = next(batch)
+            with rec.phase("forward"): loss = loss_fn(model(x), y)
+            with rec.phase("backward"): loss.backward()
+            rec.gradients(model.parameters())     # before the all-reduce
+            with rec.phase("allreduce"): all_reduce_grads(model)
+            with rec.phase("optimizer"): opt.step(); opt.zero_grad()
+            rec.loss(loss)
+    rec.close()
+
+On a GPU, phases are timed with CUDA events (the host only enqueues work, so
+``perf_counter`` would time the launch, not the kernels) and read back one step
+later, so the hook never adds a synchronisation of its own; on CPU it uses
+``perf_counter``. Gradient statistics are reduced on the device and read with the
+loss in one transfer per step.
+
+Output: one JSON-lines file per rank (``rank-N.jsonl``), one record a line,
+``{"kind": "span", job, rank, step, phase, start, dur, attrs}`` (a ``records.Span``)
+or ``{"kind": "sample", metric, labels, t, value}`` (a ``records.Sample``) with the
+metrics ``train_grad_norm``, ``train_grad_nonfinite``, ``train_loss``,
+``train_step_time_s`` and labels ``job``, ``rank``, ``step``, ``node``, ``gpu``.
+``read_hook_jsonl`` reads them back. With ``prometheus_port`` the same values are
+also served as gauges (``prometheus_client``), without the ``step`` label.
+
+torch is imported when a recorder is made, never at import time.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import time
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from hpcwatch.errors import ConfigError, ParseError
+from hpcwatch.records import Sample, Span
+
+__all__ = ["StepRecorder", "HookConfig", "read_hook_jsonl", "HOOK_METRICS", "TORCH_MISSING"]
+
+#: The metrics the hook writes (the brief's contract with the store and the web app).
+HOOK_METRICS: tuple[str, ...] = ("train_grad_norm", "train_grad_nonfinite", "train_loss", "train_step_time_s")
+
+TORCH_MISSING = "the PyTorch hook needs torch: pip install hpcwatch[torch]"
+
+
+def _torch() -> Any:
+    try:
+        import torch
+    except ImportError as err:
+        raise ImportError(TORCH_MISSING) from err
+    return torch
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class HookConfig:
+    """What the recorder writes and where."""
+
+    job: str
+    """Job id (Slurm ``SLURM_JOB_ID``), the ``job`` of every span and sample."""
+    rank: int
+    """Global rank of this process."""
+    out_dir: Path | None = None
+    """Folder of the ``rank-N.jsonl`` files; ``None`` keeps records in memory only."""
+    node: str | None = None
+    """Host name, added to the labels and span attrs."""
+    gpu: int | None = None
+    """Local GPU index; ``None`` on CPU."""
+    device: str = "cpu"
+    """``cpu`` (perf_counter) or ``cuda`` (CUDA events)."""
+    prometheus_port: int | None = None
+    """Serve the gauges on 127.0.0.1:PORT too."""
+    keep: bool = True
+    """Keep the records in ``StepRecorder.records`` as well."""
+
+    def __post_init__(self) -> None:
+        if self.rank < 0:
+            raise ConfigError(f"HookConfig.rank must be >= 0, got {self.rank}")
+        if self.device not in ("cpu", "cuda"):
+            raise ConfigError(f"HookConfig.device must be 'cpu' or 'cuda', got {self.device!r}")
+        if self.prometheus_port is not None and not 0 <= self.prometheus_port < 65536:
+            raise ConfigError(f"HookConfig.prometheus_port must be a TCP port, got {self.prometheus_port}")
+
+
+class _Timer:
+    """One phase's timing: wall start (UTC s) and either two perf_counter values or two CUDA events."""
+
+    __slots__ = ("phase", "start_utc", "t0", "t1", "e0", "e1")
+
+    def __init__(self, phase: str, start_utc: float) -> None:
+        self.phase = phase
+        self.start_utc = start_utc
+        self.t0 = self.t1 = 0.0
+        self.e0 = self.e1 = None
+
+    def seconds(self) -> float:
+        if self.e0 is not None:
+            return self.e0.elapsed_time(self.e1) / 1e3   # ms → s
+        return self.t1 - self.t0
+
+
+class StepRecorder:
+    """Times the phases of each step on one rank and writes spans and samples."""
+
+    def __init__(self, config: HookConfig | None = None, **fields: Any) -> None:
+        self.config = config if config is not None else HookConfig(**fields)
+        self._torch = _torch()
+        self.records: list[Span | Sample] = []
+        self._file = self._open_file()
+        self._gauges = self._serve() if self.config.prometheus_port is not None else None
+        self._pending: list[tuple[int, float, list[_Timer], list[Any]]] = []
+        self._step: int | None = None
+        self._timers: list[_Timer] = []
+        self._stats: list[Any] = []   # [(name, tensor)] read at step end
+
+    # --- the API a training loop calls ---------------------------------------------------------
+    @contextlib.contextmanager
+    def step(self, step: int) -> Iterator[None]:
+        """Wrap one training step; its records are written when the step is resolved."""
+        self._step, self._timers, self._stats = step, [], []
+        start_utc, t0 = time.time(), time.perf_counter()
+        try:
+            yield
+        finally:
+            self._pending.append((step, start_utc, self._timers, self._stats))
+            self._pending[-1][3].append(("step_time_s", time.perf_counter() - t0))
+            self._step = None
+            self._resolve(final=self.config.device == "cpu")
+
+    @contextlib.contextmanager
+    def phase(self, name: str) -> Iterator[None]:
+        """Time one phase of the current step (``records.PHASES`` or a finer name)."""
+        timer = _Timer(name, time.time())
+        if self.config.device == "cuda":
+            cuda = self._torch.cuda
+            timer.e0, timer.e1 = cuda.Event(enable_timing=True), cuda.Event(enable_timing=True)
+            timer.e0.record()
+            yield
+            timer.e1.record()
+        else:
+            timer.t0 = time.perf_counter()
+            yield
+            timer.t1 = time.perf_counter()
+        self._timers.append(timer)
+
+    def gradients(self, parameters: Iterable[Any]) -> None:
+        """Local gradient norm and NaN/Inf count of this rank's gradients (call before reducing them)."""
+        torch = self._torch
+        grads = [p.grad.detach() for p in parameters if getattr(p, "grad", None) is not None]
+        if not grads:
+            return
+        norms = torch._foreach_norm(grads)   # one fused kernel per dtype/device group
+        total = torch.linalg.vector_norm(torch.stack([n.float() for n in norms]))
+        self._stats.append(("grad_norm", total))
+        # A NaN or Inf anywhere makes the norm non-finite; count the elements only then.
+        self._stats.append(("grad_nonfinite", _NonFinite(grads, total)))
+
+    def loss(self, loss: Any) -> None:
+        """The step's loss (a tensor or a float)."""
+        self._stats.append(("loss", loss.detach() if hasattr(loss, "detach") else float(loss)))
+
+    def close(self) -> None:
+        """Resolve what is pending and close the file."""
+        self._resolve(final=True)
+        if self._file is not None:
+            self._file.close()
+            self._file = None
+
+    def __enter__(self) -> "StepRecorder":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # --- resolution and output -------------------------------------------------------------------
+    def _resolve(self, *, final: bool) -> None:
+        # On CUDA the last step's events may still be in flight: keep it until the next step ends.
+        ready = self._pending if final else self._pending[:-1]
+        self._pending = [] if final else self._pending[-1:]
+        for step, start_utc, timers, stats in ready:
+            self._emit(step, start_utc, timers, stats)
+
+    def _emit(self, step: int, start_utc: float, timers: list[_Timer], stats: list[Any]) -> None:
+        cfg = self.config
+        attrs = {k: v for k, v in (("node", cfg.node), ("gpu", cfg.gpu)) if v is not None}
+        labels = {"job": cfg.job, "rank": str(cfg.rank), "step": str(step)}
+        labels.update({k: str(v) for k, v in attrs.items()})
+        out: list[Span | Sample] = [
+            Span(job=cfg.job, rank=cfg.rank, step=step, phase=t.phase, start=t.start_utc, dur=t.seconds(),
+                 attrs=attrs) for t in timers]
+        values = _values(stats)
+        t_end = start_utc + values.get("step_time_s", 0.0)
+        names = {"grad_norm": "train_grad_norm", "grad_nonfinite": "train_grad_nonfinite", "loss": "train_loss",
+                 "step_time_s": "train_step_time_s"}
+        out += [Sample(metric=names[k], labels=labels, t=t_end, value=v) for k, v in values.items()]
+        self._write(out)
+
+    def _write(self, out: list[Span | Sample]) -> None:
+        if self.config.keep:
+            self.records.extend(out)
+        if self._file is not None:
+            self._file.write(b"".join(orjson.dumps(_line(r)) + b"\n" for r in out))
+            self._file.flush()
+        if self._gauges is not None:
+            self._set_gauges(out)
+
+    def _open_file(self):
+        if self.config.out_dir is None:
+            return None
+        out = Path(self.config.out_dir)
+        out.mkdir(parents=True, exist_ok=True)
+        return open(out / f"rank-{self.config.rank}.jsonl", "ab")
+
+    def _serve(self) -> dict[str, Any]:
+        import prometheus_client as prom
+        registry = prom.CollectorRegistry()
+        label_names = ["job", "rank", "node", "gpu"]
+        gauges = {m: prom.Gauge(m, f"hpcwatch training hook: {m}", label_names, registry=registry)
+                  for m in HOOK_METRICS}
+        gauges["train_phase_s"] = prom.Gauge("train_phase_s", "hpcwatch training hook: last step's phase duration",
+                                             label_names + ["phase"], registry=registry)
+        prom.start_http_server(self.config.prometheus_port, addr="127.0.0.1", registry=registry)
+        return gauges
+
+    def _set_gauges(self, out: list[Span | Sample]) -> None:
+        cfg = self.config
+        base = {"job": cfg.job, "rank": str(cfg.rank), "node": cfg.node or "", "gpu": "" if cfg.gpu is None
+                else str(cfg.gpu)}
+        for r in out:
+            if isinstance(r, Sample):
+                self._gauges[r.metric].labels(**base).set(r.value)
+            else:
+                self._gauges["train_phase_s"].labels(**base, phase=r.phase).set(r.dur)
+
+
+class _NonFinite:
+    """Count of NaN/Inf gradient elements, computed only when the norm says there are some."""
+
+    __slots__ = ("grads", "norm")
+
+    def __init__(self, grads: list[Any], norm: Any) -> None:
+        self.grads, self.norm = grads, norm
+
+    def value(self, norm: float) -> float:
+        if math.isfinite(norm):
+            return 0.0
+        return float(sum(int((~g.isfinite()).sum()) for g in self.grads))
+
+
+def _values(stats: list[Any]) -> dict[str, float]:
+    values: dict[str, float] = {}
+    for name, value in stats:
+        if isinstance(value, _NonFinite):
+            values[name] = value.value(values.get("grad_norm", float(value.norm)))
+        else:
+            values[name] = float(value)   # .item() of a tensor; the step's one transfer
+    return values
+
+
+def _line(record: Span | Sample) -> dict[str, Any]:
+    if isinstance(record, Span):
+        return {"kind": "span", "job": record.job, "rank": record.rank, "step": record.step, "phase": record.phase,
+                "start": record.start, "dur": record.dur, "attrs": dict(record.attrs)}
+    value = record.value if math.isfinite(record.value) else str(record.value)
+    return {"kind": "sample", "metric": record.metric, "labels": dict(record.labels), "t": record.t, "value": value}
+
+
+def read_hook_jsonl(path: str | Path) -> Iterator[Span | Sample]:
+    """The spans and samples a ``StepRecorder`` wrote (one ``rank-N.jsonl``)."""
+    path = Path(path)
+    try:
+        handle = open(path, "rb")
+    except OSError as err:
+        raise ParseError(f"cannot read hook output: {err}", path=path) from err
+    with handle:
+        for number, line in enumerate(handle, 1):
+            if line.strip():
+                yield _record(line, path, number)
+
+
+def _record(line: bytes, path: Path, number: int) -> Span | Sample:
+    try:
+        doc = orjson.loads(line)
+        if doc["kind"] == "span":
+            return Span(job=str(doc["job"]), rank=int(doc["rank"]), step=int(doc["step"]), phase=str(doc["phase"]),
+                        start=float(doc["start"]), dur=float(doc["dur"]), attrs=doc.get("attrs") or {})
+        if doc["kind"] == "sample":
+            return Sample(metric=str(doc["metric"]), labels=doc["labels"], t=float(doc["t"]),
+                          value=float(doc["value"]))
+    except (orjson.JSONDecodeError, KeyError, TypeError, ValueError) as err:
+        raise ParseError(f"bad hook record ({type(err).__name__}: {err})", path=path, line=number,
+                         text=line.decode(errors="replace")) from err
+    raise ParseError("unknown record kind", path=path, line=number, text=line.decode(errors="replace"))
+

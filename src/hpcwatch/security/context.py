@@ -1,0 +1,66 @@
+"""What every detector asks of the scheduler: which job ran on this node (and GPU) at time t.
+
+Detectors tie a signal to a job through Slurm's records: ``Job.nodes``,
+``Job.gpus_by_node``, ``Job.start``/``Job.end`` (``end`` is None while it runs).
+A pending job (no start) never owns a node.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+from hpcwatch.records import Job
+
+__all__ = ["JobIndex", "host_of"]
+
+_HOST_KEYS = ("host", "Hostname", "hostname", "node", "node_name", "instance")
+_ENDED_STATES = ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "PREEMPTED",
+                 "BOOT_FAIL", "DEADLINE")
+
+
+def host_of(attrs: Mapping[str, object]) -> str | None:
+    """The node a sample's labels or an event's attrs name (``instance`` loses its ``:port``)."""
+    for key in _HOST_KEYS:
+        value = attrs.get(key)
+        if isinstance(value, str) and value:
+            return value.rsplit(":", 1)[0] if key == "instance" else value
+    return None
+
+
+@dataclass(frozen=True, slots=True)
+class JobIndex:
+    jobs: tuple[Job, ...]
+
+    @classmethod
+    def of(cls, jobs: Iterable[Job]) -> "JobIndex":
+        return cls(tuple(j for j in jobs if j.start is not None))
+
+    @staticmethod
+    def end_of(job: Job) -> float:
+        """When the job ended; +inf while it runs (squeue gives a running job's time limit as end_time)."""
+        if job.end is None or (job.state or "").upper() in ("RUNNING", "PENDING", "SUSPENDED", "CONFIGURING",
+                                                             "COMPLETING"):
+            return math.inf
+        return job.end
+
+    def on(self, host: str | None, t: float, *, grace_s: float = 0.0) -> list[Job]:
+        """Jobs holding ``host`` at ``t`` (``grace_s`` widens each job's window at both ends)."""
+        return [j for j in self.jobs if (host is None or host in j.nodes)
+                and j.start - grace_s <= t <= self.end_of(j) + grace_s]
+
+    def on_gpu(self, host: str, gpu: int | str, t: float, *, grace_s: float = 0.0) -> list[Job]:
+        """Jobs holding GPU ``gpu`` of ``host`` at ``t``; a job with no per-GPU detail holds all of the node's."""
+        out = []
+        for job in self.on(host, t, grace_s=grace_s):
+            held = job.gpus_by_node.get(host)
+            if not held or int(gpu) in held:
+                out.append(job)
+        return out
+
+    def ended(self) -> list[Job]:
+        return [j for j in self.jobs if self.end_of(j) != math.inf]
+
+    def by_id(self, job_id: str) -> Job | None:
+        return next((j for j in self.jobs if j.id == job_id), None)

@@ -1,0 +1,219 @@
+"""RDMA blind spot: InfiniBand traffic nobody accounts for, seen only through port counters.
+
+RDMA moves memory between nodes without the kernel's network stack: no socket,
+no netfilter, no ``conntrack``, no Falco syscall. What remains visible is the HCA's
+and switch's port counters (``perfquery``, node-exporter's ``node_infiniband_*``)
+and the subnet manager's partitioning. From those alone:
+
+    rule                          fires on
+    rdma.traffic_no_job           a compute node moving more than ``idle_max_bytes_per_s`` with no job on it
+    rdma.traffic_disproportion    a node of a job moving ``ratio`` x more than the job's other nodes
+                                  (or than the job's expected ring AllReduce rate, when given)
+    rdma.pkey_violation           PortRcvConstraintErrors / PortXmitConstraintErrors went up: packets dropped
+                                  by partition (P_Key) enforcement
+    rdma.remote_access_error      a ``*remote_access_errors`` counter went up (mlx5 hw_counters: an RDMA
+                                  READ/WRITE to memory the peer did not register for us)
+    rdma.partitions_open          partitions.conf gives ``ALL`` (or ``ALL_CAS``) full membership: every
+                                  HCA can reach every other, the shipped ``Default=0x7fff, ipoib : ALL=full;``
+
+Storage servers (``storage_hosts``; Lustre OSS/MDS over o2ib) move data without a
+Slurm job of their own: expected traffic, never a finding. Counters are
+cumulative; a counter that goes down (reset, wrap) starts a new series.
+
+Ring AllReduce moves 2(p-1)/p x n bytes out of each rank per call
+(https://github.com/NVIDIA/nccl-tests/blob/master/doc/PERFORMANCE.md), which is what
+``expected_bytes_per_s`` should be built from when the step rate is known.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections import defaultdict
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+
+from hpcwatch.records import Event, Finding, Job, Sample
+from hpcwatch.security.context import JobIndex, host_of
+
+__all__ = ["RdmaConfig", "detect_rdma", "ring_allreduce_bytes", "DATA_METRICS", "CONSTRAINT_METRICS",
+           "DEFAULT_IDLE_MAX_BYTES_PER_S"]
+
+#: Data counters in bytes: perfquery (via sources.infiniband, already x4) and node-exporter.
+DATA_METRICS = {
+    "perfquery": ("ib_PortXmitData_bytes", "ib_PortRcvData_bytes"),
+    "node_exporter": ("node_infiniband_port_data_transmitted_bytes_total",
+                      "node_infiniband_port_data_received_bytes_total"),
+}
+CONSTRAINT_METRICS = frozenset({
+    "ib_PortRcvConstraintErrors", "ib_PortXmitConstraintErrors",
+    "node_infiniband_port_constraint_errors_received_total",
+    "node_infiniband_port_constraint_errors_transmitted_total",
+})
+
+#: An idle HCA only carries subnet management (MADs): kilobytes per second. 1 MiB/s is far above that
+#: and far below any useful exfiltration rate over NDR's 50 GB/s.
+DEFAULT_IDLE_MAX_BYTES_PER_S = 1 << 20
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RdmaConfig:
+    storage_hosts: frozenset[str] = frozenset()
+    """Lustre / storage servers: their IB traffic is expected."""
+    storage_prefixes: tuple[str, ...] = ()
+    """Host name prefixes of storage servers (``lustre-`` for a storage layer named ``lustre``)."""
+    idle_max_bytes_per_s: float = DEFAULT_IDLE_MAX_BYTES_PER_S
+    """Above this, a node without a job is moving data."""
+    ratio: float = 3.0
+    """A job's node moving this many times its peers' median (or the expected rate) fires."""
+    min_job_bytes_per_s: float = 64 << 20
+    """Below this a job node's excess is noise (64 MiB/s)."""
+    job_grace_s: float = 30.0
+    """A job's window is widened by this much at both ends (NCCL teardown, prolog)."""
+    expected_bytes_per_s: Mapping[str, float] = field(default_factory=dict)
+    """Per job id: the rate its collectives should move per node, when known."""
+
+    def is_storage(self, host: str) -> bool:
+        return host in self.storage_hosts or host.startswith(self.storage_prefixes)
+
+    def __post_init__(self) -> None:
+        if self.ratio <= 1:
+            raise ValueError(f"ratio must be > 1, got {self.ratio}")
+
+
+def ring_allreduce_bytes(n_bytes: float, ranks: int) -> float:
+    """Bytes one rank sends in a ring AllReduce of n bytes over p ranks: 2(p-1)/p x n."""
+    return 2 * (ranks - 1) / ranks * n_bytes if ranks > 1 else 0.0
+
+
+def detect_rdma(samples: Iterable[Sample], jobs: Iterable[Job] = (), events: Iterable[Event] = (),
+                config: RdmaConfig = RdmaConfig()) -> list[Finding]:
+    index = JobIndex.of(jobs)
+    data, errors = _series(samples)
+    rates = _host_rates(data)
+    findings = _no_job(rates, index, config) + _disproportion(rates, index, config) + _counter_rises(errors)
+    findings += [f for e in events if e.kind == "opensm_partitions" for f in _open_partitions(e)]
+    return findings
+
+
+# -- counters -> rates --------------------------------------------------------------------------------
+
+Series = dict[tuple, list[tuple[float, float]]]
+
+
+def _series(samples: Iterable[Sample]) -> tuple[Series, Series]:
+    data_names = {m: fam for fam, ms in DATA_METRICS.items() for m in ms}
+    data: Series = defaultdict(list)
+    errors: Series = defaultdict(list)
+    for s in samples:
+        host = host_of(s.labels)
+        if host is None:
+            continue
+        key = (host, s.metric, tuple(sorted((k, v) for k, v in s.labels.items())))
+        if s.metric in data_names:
+            data[(data_names[s.metric],) + key].append((s.t, s.value))
+        elif s.metric in CONSTRAINT_METRICS or s.metric.endswith("remote_access_errors") \
+                or s.metric.endswith("remote_access_errors_total"):
+            errors[key].append((s.t, s.value))
+    return data, errors
+
+
+def _host_rates(data: Series) -> dict[str, dict[float, tuple[float, float]]]:
+    """host -> scrape time t1 -> (bytes/s summed over ports and directions, seconds since previous scrape)."""
+    families = defaultdict(set)
+    for fam, host, *_ in data:
+        families[host].add(fam)
+    out: dict[str, dict[float, list[float]]] = defaultdict(lambda: defaultdict(lambda: [0.0, 0.0]))
+    for (fam, host, *_), points in data.items():
+        if "node_exporter" in families[host] and fam != "node_exporter":
+            continue  # both collectors on one node: count the port once
+        points.sort()
+        for (t0, v0), (t1, v1) in zip(points, points[1:]):
+            if t1 > t0 and v1 >= v0:
+                cell = out[host][t1]
+                cell[0] += (v1 - v0) / (t1 - t0)
+                cell[1] = t1 - t0
+    return {h: {t: (r, dt) for t, (r, dt) in by_t.items()} for h, by_t in out.items()}
+
+
+# -- rules ---------------------------------------------------------------------------------------------
+
+def _no_job(rates: dict, index: JobIndex, config: RdmaConfig) -> list[Finding]:
+    findings = []
+    for host, by_t in sorted(rates.items()):
+        if config.is_storage(host):
+            continue
+        hot = [(t, r, dt) for t, (r, dt) in sorted(by_t.items())
+               if r > config.idle_max_bytes_per_s and not index.on(host, t, grace_s=config.job_grace_s)
+               and not index.on(host, t - dt, grace_s=config.job_grace_s)]
+        if hot:
+            peak = max(r for _, r, _ in hot)
+            findings.append(Finding(
+                vector="rdma_blind_spot", severity="high", target=host,
+                title=f"{host} moved {peak / 1e6:.1f} MB/s over InfiniBand with no job on it",
+                evidence={"host": host, "peak_bytes_per_s": peak, "bytes": sum(r * dt for _, r, dt in hot),
+                          "first_t": hot[0][0], "last_t": hot[-1][0], "intervals": len(hot),
+                          "idle_max_bytes_per_s": config.idle_max_bytes_per_s},
+                t=hot[0][0], rule="rdma.traffic_no_job"))
+    return findings
+
+
+def _disproportion(rates: dict, index: JobIndex, config: RdmaConfig) -> list[Finding]:
+    hits: dict[tuple[str, str], list[tuple[float, float, float]]] = defaultdict(list)
+    for host, by_t in rates.items():
+        if config.is_storage(host):
+            continue
+        for t, (rate, _) in by_t.items():
+            for job in index.on(host, t):
+                reference = config.expected_bytes_per_s.get(job.id)
+                if reference is None:
+                    peers = [rates[p][t][0] for p in job.nodes if p != host and t in rates.get(p, {})]
+                    if not peers:
+                        continue
+                    reference = statistics.median(peers)
+                if rate > config.min_job_bytes_per_s and rate > config.ratio * max(reference, 1.0):
+                    hits[(host, job.id)].append((t, rate, reference))
+    findings = []
+    for (host, job_id), rows in sorted(hits.items()):
+        peak = max(rows, key=lambda r: r[1])
+        findings.append(Finding(
+            vector="rdma_blind_spot", severity="medium", target=host,
+            title=f"{host} moved {peak[1] / max(peak[2], 1.0):.1f}x the InfiniBand traffic of job {job_id}'s "
+                  f"other nodes",
+            evidence={"host": host, "job": job_id, "peak_bytes_per_s": peak[1], "reference_bytes_per_s": peak[2],
+                      "intervals": len(rows), "first_t": rows[0][0], "ratio_threshold": config.ratio,
+                      "reference": "expected" if job_id in config.expected_bytes_per_s else "peer median"},
+            t=min(r[0] for r in rows), rule="rdma.traffic_disproportion"))
+    return findings
+
+
+def _counter_rises(errors: Series) -> list[Finding]:
+    findings = []
+    for (host, metric, labels), points in sorted(errors.items()):
+        points.sort()
+        rises = [(t1, v1 - v0) for (_, v0), (t1, v1) in zip(points, points[1:]) if v1 > v0]
+        if not rises:
+            continue
+        pkey = metric in CONSTRAINT_METRICS
+        port = dict(labels).get("port", "?")
+        findings.append(Finding(
+            vector="rdma_blind_spot", severity="high" if pkey else "medium", target=f"{host}:{port}",
+            title=(f"{host} port {port}: {sum(d for _, d in rises):.0f} packets dropped by P_Key enforcement"
+                   if pkey else f"{host} port {port}: {sum(d for _, d in rises):.0f} RDMA remote access errors"),
+            evidence={"host": host, "metric": metric, "labels": dict(labels), "increase": sum(d for _, d in rises),
+                      "first_t": rises[0][0]},
+            t=rises[0][0], rule="rdma.pkey_violation" if pkey else "rdma.remote_access_error"))
+    return findings
+
+
+def _open_partitions(event: Event) -> list[Finding]:
+    open_parts = [p for p in event.attrs.get("partitions", [])
+                  if any(who in ("ALL", "ALL_CAS") and m in ("full", "both") for who, m in p["members"])]
+    if not open_parts:
+        return []
+    names = ", ".join(f"{p['name']}={p.get('pkey') or '?'}" for p in open_parts)
+    return [Finding(vector="rdma_blind_spot", severity="medium", target=event.source,
+                    title=f"OpenSM partitions isolate nothing: {names} gives every port full membership",
+                    evidence={"file": event.source, "partitions": open_parts}, t=event.t,
+                    rule="rdma.partitions_open")]
+
+

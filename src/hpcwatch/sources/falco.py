@@ -1,0 +1,60 @@
+"""Reader of Falco alerts as JSON lines (``json_output: true``), one alert per line.
+
+An alert has ``time`` (RFC 3339, nanoseconds), ``rule``, ``priority``, ``output``,
+``output_fields`` (``proc.cmdline``, ``user.name``, ``container.image.repository``...),
+``source``, ``tags`` and ``hostname``
+(https://falco.org/docs/concepts/outputs/formatting/). Each becomes an ``Event``
+of kind ``falco`` whose attrs are the alert as written, plus ``host``.
+
+Lenient: unknown keys are kept, missing optional keys are absent; ``rule`` and
+``time`` are required.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Iterator
+from datetime import datetime
+
+import orjson
+
+from hpcwatch.errors import ParseError
+from hpcwatch.records import Event
+from hpcwatch.sources.lines import read_text
+
+__all__ = ["parse_falco_json", "read_falco_json", "parse_rfc3339"]
+
+
+def parse_rfc3339(text: str, *, path: str | os.PathLike[str], line: int | None) -> float:
+    """UTC seconds of ``2024-01-02T03:04:05.123456789Z`` (digits past microseconds dropped)."""
+    value = text.strip()
+    if value.endswith("Z"):
+        value = value[:-1] + "+00:00"
+    head, dot, rest = value.partition(".")
+    if dot:
+        digits = len(rest) - len(rest.lstrip("0123456789"))
+        value = f"{head}.{rest[:min(digits, 6)]}{rest[digits:]}"
+    try:
+        return datetime.fromisoformat(value).timestamp()
+    except ValueError as err:
+        raise ParseError("time is not RFC 3339", path=path, line=line, text=text) from err
+
+
+def parse_falco_json(lines: Iterable[str], *, path: str | os.PathLike[str] = "<falco>") -> Iterator[Event]:
+    for lineno, raw in enumerate(lines, 1):
+        if not raw.strip():
+            continue
+        try:
+            alert = orjson.loads(raw)
+        except orjson.JSONDecodeError as err:
+            raise ParseError("not a JSON alert", path=path, line=lineno, text=raw) from err
+        if not isinstance(alert, dict) or "rule" not in alert or "time" not in alert:
+            raise ParseError("a Falco alert needs 'rule' and 'time'", path=path, line=lineno, text=raw)
+        t = parse_rfc3339(str(alert["time"]), path=path, line=lineno)
+        fields = alert.get("output_fields") or {}
+        host = alert.get("hostname") or fields.get("evt.hostname")
+        yield Event(kind="falco", t=t, source=str(path), attrs={**alert, "host": host})
+
+
+def read_falco_json(path: str | os.PathLike[str]) -> Iterator[Event]:
+    yield from parse_falco_json(read_text(path).splitlines(), path=path)

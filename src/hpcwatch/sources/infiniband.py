@@ -1,0 +1,142 @@
+"""InfiniBand port counters and port state: ``perfquery [-x]`` and ``ibstat`` text.
+
+perfquery prints one block per port, a header then ``Name:.....value`` lines
+(https://linux.die.net/man/8/perfquery). Each counter becomes a sample
+``ib_<CounterName>`` with labels ``node`` (when given), ``device`` (when given),
+``lid`` and ``port``. ``PortXmitData`` / ``PortRcvData`` count 4-byte words
+(IBA spec vol. 1, PortCounters; "divided by 4"), so they become
+``ib_PortXmitData_bytes`` / ``ib_PortRcvData_bytes``, already multiplied by 4.
+
+ibstat prints per HCA (``CA 'mlx5_0'``) and per port its state, rate and lid
+(https://linux.die.net/man/8/ibstat); each port gives ``ib_port_up`` (1 when
+``State: Active`` and ``Physical state: LinkUp``), ``ib_port_rate_gbps`` and
+``ib_port_lid``, with the state words kept as labels.
+
+Not checked: that 32-bit counters have not wrapped or saturated (perfquery
+without ``-x`` saturates at 2^32-1), that ports and lids are unique, fields
+this module does not know (they are skipped, not rejected, in ibstat).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Iterator
+
+from hpcwatch.errors import ParseError
+from hpcwatch.records import Sample
+from hpcwatch.sources.lines import file_time, read_text, to_float
+
+__all__ = ["parse_perfquery", "read_perfquery", "parse_ibstat", "read_ibstat", "DATA_COUNTERS",
+           "is_perfquery", "is_ibstat"]
+
+#: Counters in 4-byte words (PortCounters / PortCountersExtended).
+DATA_COUNTERS = frozenset({"PortXmitData", "PortRcvData"})
+#: Selector fields of the MAD, not counters.
+_SELECTORS = frozenset({"PortSelect", "CounterSelect", "CounterSelect2"})
+_HEADER_RE = re.compile(r"#\s*Port (?:extended )?counters:\s*Lid\s+(\d+)\s+port\s+(\S+)")
+_COUNTER_RE = re.compile(r"([A-Za-z][A-Za-z0-9_]*):\.*(\S*)\s*\Z")
+
+
+def parse_perfquery(text: str, *, path: str | os.PathLike[str] = "<input>", node: str | None = None,
+                    device: str | None = None, t: float = 0.0) -> Iterator[Sample]:
+    """Samples of ``perfquery`` / ``perfquery -x`` output (one or more port blocks)."""
+    base = {k: v for k, v in (("node", node), ("device", device)) if v}
+    labels: dict[str, str] | None = None
+    for number, raw in enumerate(text.split("\n"), start=1):
+        line = raw.strip()
+        if not line:
+            continue
+        if line.startswith("#"):
+            m = _HEADER_RE.match(line)
+            if m is None:
+                raise ParseError("not a perfquery header (want '# Port counters: Lid N port P')",
+                                 path=path, line=number, text=raw)
+            labels = {**base, "lid": m.group(1), "port": m.group(2)}
+            continue
+        m = _COUNTER_RE.match(line)
+        if m is None:
+            raise ParseError("not a perfquery counter line (want 'Name:....value')", path=path, line=number, text=raw)
+        if labels is None:
+            raise ParseError("counter before any '# Port counters' header", path=path, line=number, text=raw)
+        name, value = m.groups()
+        if name in _SELECTORS:
+            continue
+        if not value.isdigit():
+            raise ParseError(f"{name} is not a counter value", path=path, line=number, text=raw)
+        if name in DATA_COUNTERS:
+            yield Sample(metric=f"ib_{name}_bytes", labels=labels, t=t, value=float(int(value) * 4))
+        else:
+            yield Sample(metric=f"ib_{name}", labels=labels, t=t, value=float(int(value)))
+
+
+def read_perfquery(path: str | os.PathLike[str], *, node: str | None = None, device: str | None = None,
+                   t: float | None = None) -> Iterator[Sample]:
+    """``parse_perfquery`` of a saved output; ``t`` defaults to the file's write time."""
+    text = read_text(path)
+    yield from parse_perfquery(text, path=path, node=node, device=device, t=file_time(path) if t is None else t)
+
+
+_CA_RE = re.compile(r"CA\s+'([^']+)'\s*\Z")
+_PORT_RE = re.compile(r"Port\s+(\d+):\s*\Z")
+_KEY_RE = re.compile(r"([A-Za-z][A-Za-z ]*?):\s*(.*?)\s*\Z")
+
+
+def _port_samples(port: dict[str, str], labels: dict[str, str], t: float, *, path, line: int) -> Iterator[Sample]:
+    state, phys = port.get("State", ""), port.get("Physical state", "")
+    tags = {**labels, "state": state, "physical_state": phys, "link_layer": port.get("Link layer", "")}
+    yield Sample(metric="ib_port_up", labels=tags, t=t, value=1.0 if (state == "Active" and phys == "LinkUp") else 0.0)
+    if port.get("Rate"):
+        yield Sample(metric="ib_port_rate_gbps", labels=tags, t=t,
+                     value=to_float(port["Rate"], "Rate", path=path, line=line))
+    if port.get("Base lid"):
+        yield Sample(metric="ib_port_lid", labels=tags, t=t, value=to_float(port["Base lid"], "Base lid",
+                                                                              path=path, line=line))
+
+
+def parse_ibstat(text: str, *, path: str | os.PathLike[str] = "<input>", node: str | None = None,
+                 t: float = 0.0) -> Iterator[Sample]:
+    """Port state samples of ``ibstat`` output (every CA, every port)."""
+    base = {"node": node} if node else {}
+    device: str | None = None
+    port: dict[str, str] | None = None
+    labels: dict[str, str] = {}
+    port_line = 0
+    for number, raw in enumerate(text.split("\n"), start=1):
+        line = raw.strip()
+        if not line:
+            continue
+        ca, pm = _CA_RE.match(line), _PORT_RE.match(line)
+        if ca or pm:
+            if port is not None:
+                yield from _port_samples(port, labels, t, path=path, line=port_line)
+                port = None
+            if ca:
+                device = ca.group(1)
+            else:
+                if device is None:
+                    raise ParseError("port before any CA 'name' line", path=path, line=number, text=raw)
+                port, port_line = {}, number
+                labels = {**base, "device": device, "port": pm.group(1)}
+            continue
+        kv = _KEY_RE.match(line)
+        if kv is None or device is None:
+            raise ParseError("not an ibstat line (want CA 'name', Port N:, or Key: value)",
+                             path=path, line=number, text=raw)
+        if port is not None:
+            port[kv.group(1)] = kv.group(2)
+    if port is not None:
+        yield from _port_samples(port, labels, t, path=path, line=port_line)
+
+
+def read_ibstat(path: str | os.PathLike[str], *, node: str | None = None, t: float | None = None) -> Iterator[Sample]:
+    text = read_text(path)
+    yield from parse_ibstat(text, path=path, node=node, t=file_time(path) if t is None else t)
+
+
+def is_perfquery(head: str) -> bool:
+    return _HEADER_RE.match(head.lstrip()) is not None
+
+
+def is_ibstat(head: str) -> bool:
+    return _CA_RE.match(head.lstrip().split("\n", 1)[0].strip()) is not None

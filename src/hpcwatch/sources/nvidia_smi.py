@@ -1,0 +1,244 @@
+"""GPU state from ``nvidia-smi -q -x`` (XML) and ``nvidia-smi --query-gpu=... --format=csv``.
+
+Where there is no dcgm-exporter, nvidia-smi is what a node has. Readings are
+renamed to the DCGM fields dcgm-exporter would have exported, so the rest of
+hpcwatch sees one vocabulary (https://docs.nvidia.com/datacenter/dcgm/latest/dcgm-api/dcgm-api-field-ids.html):
+
+    utilization.gpu / <gpu_util>           -> DCGM_FI_DEV_GPU_UTIL     (%)
+    utilization.memory / <memory_util>     -> DCGM_FI_DEV_MEM_COPY_UTIL (%)
+    memory.used / <fb_memory_usage><used>  -> DCGM_FI_DEV_FB_USED      (MiB)
+    memory.free / <fb_memory_usage><free>  -> DCGM_FI_DEV_FB_FREE      (MiB)
+    power.draw / <instant_power_draw>      -> DCGM_FI_DEV_POWER_USAGE  (W)
+    temperature.gpu / <gpu_temp>           -> DCGM_FI_DEV_GPU_TEMP     (C)
+    temperature.memory / <memory_temp>     -> DCGM_FI_DEV_MEMORY_TEMP  (C)
+    clocks.sm / <sm_clock>                 -> DCGM_FI_DEV_SM_CLOCK     (MHz)
+    clocks.mem / <mem_clock>               -> DCGM_FI_DEV_MEM_CLOCK    (MHz)
+
+Labels as dcgm-exporter's: ``gpu`` (index), ``UUID``, ``modelName``,
+``pci_bus_id``, ``DCGM_FI_DRIVER_VERSION`` and ``Hostname`` when given. The XML's
+compute processes become ``Event(kind="gpu_process")`` with pid, name, type and
+``used_memory_bytes``: who holds which GPU memory, for the security checks.
+
+Times: nvidia-smi prints local wall-clock time without a zone; it is read as
+UTC unless ``utc_offset_s`` says otherwise. A reading of ``N/A`` or
+``[Not Supported]`` gives no sample.
+
+Not checked: fields not listed above (skipped), that the units are the ones
+nvidia-smi always prints (MiB, W, C, MHz, %), MIG devices (read as their parent GPU).
+The XML is parsed with the standard library's expat, which fetches no external
+entity (the file names a DTD we never load).
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import os
+import re
+import xml.etree.ElementTree as ET
+from collections.abc import Iterator, Sequence
+from datetime import datetime, timezone
+
+from hpcwatch.errors import ParseError
+from hpcwatch.records import Event, Sample
+from hpcwatch.sources.lines import file_time, read_text
+
+__all__ = ["parse_nvidia_smi_xml", "read_nvidia_smi_xml", "parse_nvidia_smi_csv", "read_nvidia_smi_csv",
+           "QUERY_FIELDS", "is_nvidia_smi_xml", "is_nvidia_smi_csv"]
+
+_MIB_BYTES = 1 << 20
+
+#: --query-gpu field -> DCGM field name (both spellings nvidia-smi accepts).
+QUERY_FIELDS = {
+    "utilization.gpu": "DCGM_FI_DEV_GPU_UTIL",
+    "utilization.memory": "DCGM_FI_DEV_MEM_COPY_UTIL",
+    "memory.used": "DCGM_FI_DEV_FB_USED",
+    "memory.free": "DCGM_FI_DEV_FB_FREE",
+    "power.draw": "DCGM_FI_DEV_POWER_USAGE",
+    "power.draw.instant": "DCGM_FI_DEV_POWER_USAGE",
+    "temperature.gpu": "DCGM_FI_DEV_GPU_TEMP",
+    "temperature.memory": "DCGM_FI_DEV_MEMORY_TEMP",
+    "clocks.sm": "DCGM_FI_DEV_SM_CLOCK",
+    "clocks.current.sm": "DCGM_FI_DEV_SM_CLOCK",
+    "clocks.mem": "DCGM_FI_DEV_MEM_CLOCK",
+    "clocks.current.memory": "DCGM_FI_DEV_MEM_CLOCK",
+}
+#: --query-gpu field -> dcgm-exporter label.
+_QUERY_LABELS = {"index": "gpu", "uuid": "UUID", "name": "modelName", "pci.bus_id": "pci_bus_id",
+                 "driver_version": "DCGM_FI_DRIVER_VERSION"}
+#: XML element path under <gpu> -> DCGM field name; the first path present wins.
+_XML_FIELDS = (
+    ("utilization/gpu_util", "DCGM_FI_DEV_GPU_UTIL"),
+    ("utilization/memory_util", "DCGM_FI_DEV_MEM_COPY_UTIL"),
+    ("fb_memory_usage/used", "DCGM_FI_DEV_FB_USED"),
+    ("fb_memory_usage/free", "DCGM_FI_DEV_FB_FREE"),
+    ("gpu_power_readings/instant_power_draw", "DCGM_FI_DEV_POWER_USAGE"),
+    ("gpu_power_readings/power_draw", "DCGM_FI_DEV_POWER_USAGE"),
+    ("power_readings/power_draw", "DCGM_FI_DEV_POWER_USAGE"),
+    ("temperature/gpu_temp", "DCGM_FI_DEV_GPU_TEMP"),
+    ("temperature/memory_temp", "DCGM_FI_DEV_MEMORY_TEMP"),
+    ("clocks/sm_clock", "DCGM_FI_DEV_SM_CLOCK"),
+    ("clocks/mem_clock", "DCGM_FI_DEV_MEM_CLOCK"),
+)
+_READING_RE = re.compile(r"\s*([-+]?[0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)\s*(?:%|MiB|W|C|MHz|KiB|GiB)?\s*\Z")
+_MISSING = ("N/A", "[N/A]", "[Not Supported]", "Not Supported", "[Unknown Error]", "")
+
+
+def _reading(text: str | None, what: str, *, path, line: int | None) -> float | None:
+    """``"77.88 W"`` -> 77.88; ``"N/A"`` -> None."""
+    value = (text or "").strip()
+    if value in _MISSING or value.startswith("[") or value.startswith("Requested functionality"):
+        return None
+    m = _READING_RE.match(value)
+    if m is None:
+        raise ParseError(f"{what} is not a reading", path=path, line=line, text=value)
+    return float(m.group(1))
+
+
+def _smi_time(text: str, fmt: str, utc_offset_s: float, *, path, line: int | None) -> float:
+    try:
+        return datetime.strptime(text.strip(), fmt).replace(tzinfo=timezone.utc).timestamp() - utc_offset_s
+    except ValueError as err:
+        raise ParseError("not an nvidia-smi timestamp", path=path, line=line, text=text) from err
+
+
+# -- XML -------------------------------------------------------------------------------------
+
+
+def _gpu_xml(gpu: ET.Element, index: int, common: dict[str, str], t: float, *, path) -> Iterator[Sample | Event]:
+    labels = {"gpu": str(index), **common}
+    for key, tag in (("UUID", "uuid"), ("modelName", "product_name")):
+        if (value := (gpu.findtext(tag) or "").strip()):
+            labels[key] = value
+    if gpu.get("id"):
+        labels["pci_bus_id"] = gpu.get("id", "")
+    seen = set()
+    for where, field in _XML_FIELDS:
+        if field in seen or (node := gpu.find(where)) is None:
+            continue
+        value = _reading(node.text, where, path=path, line=None)
+        if value is not None:
+            seen.add(field)
+            yield Sample(metric=field, labels=labels, t=t, value=value)
+    for proc in gpu.iterfind("processes/process_info"):
+        used = _reading(proc.findtext("used_memory"), "used_memory", path=path, line=None)
+        attrs = {"host": common.get("Hostname"), "gpu": str(index), "uuid": labels.get("UUID"),
+                 "pid": int(_reading(proc.findtext("pid"), "pid", path=path, line=None) or 0),
+                 "type": (proc.findtext("type") or "").strip(),
+                 "process_name": (proc.findtext("process_name") or "").strip(),
+                 "used_memory_bytes": None if used is None else int(used * _MIB_BYTES)}
+        yield Event(kind="gpu_process", t=t, source="nvidia-smi", attrs=attrs)
+
+
+def parse_nvidia_smi_xml(text: str, *, path: str | os.PathLike[str] = "<input>", hostname: str | None = None,
+                         t: float | None = None, utc_offset_s: float = 0.0) -> Iterator[Sample | Event]:
+    """DCGM-named samples and ``gpu_process`` events of ``nvidia-smi -q -x``; ``t`` overrides its <timestamp>."""
+    try:
+        root = ET.fromstring(text)
+    except ET.ParseError as err:
+        raise ParseError(f"not XML: {err}", path=path, line=err.position[0]) from err
+    except ValueError as err:  # e.g. an encoding declaration expat refuses on a str
+        raise ParseError(f"not XML: {err}", path=path, line=1) from err
+    if root.tag != "nvidia_smi_log":
+        raise ParseError(f"not an nvidia-smi log (root <{root.tag}>)", path=path, line=1)
+    if t is None:
+        stamp = root.findtext("timestamp")
+        if not stamp:
+            raise ParseError("no <timestamp> and no time given", path=path)
+        t = _smi_time(stamp, "%a %b %d %H:%M:%S %Y", utc_offset_s, path=path, line=None)
+    common = {"Hostname": hostname} if hostname else {}
+    if (driver := (root.findtext("driver_version") or "").strip()):
+        common["DCGM_FI_DRIVER_VERSION"] = driver
+    for index, gpu in enumerate(root.iterfind("gpu")):
+        yield from _gpu_xml(gpu, index, common, t, path=path)
+
+
+def read_nvidia_smi_xml(path: str | os.PathLike[str], *, hostname: str | None = None,
+                        t: float | None = None) -> Iterator[Sample | Event]:
+    yield from parse_nvidia_smi_xml(read_text(path), path=path, hostname=hostname, t=t)
+
+
+# -- CSV -------------------------------------------------------------------------------------
+
+
+def _field_name(header: str) -> str:
+    """``"power.draw [W]"`` -> ``"power.draw"``."""
+    return header.split("[", 1)[0].strip()
+
+
+def _csv_row(row: dict[str, str], common: dict[str, str], t: float | None, utc_offset_s: float, *,
+             path, line: int) -> Iterator[Sample]:
+    labels = dict(common)
+    for field, label in _QUERY_LABELS.items():
+        if row.get(field, "").strip():
+            labels[label] = row[field].strip()
+    if t is None:
+        if not row.get("timestamp", "").strip():
+            raise ParseError("no timestamp column and no time given", path=path, line=line)
+        t = _smi_time(row["timestamp"], "%Y/%m/%d %H:%M:%S.%f", utc_offset_s, path=path, line=line)
+    for field, value in row.items():
+        metric = QUERY_FIELDS.get(field)
+        if metric is None:
+            continue
+        reading = _reading(value, field, path=path, line=line)
+        if reading is not None:
+            yield Sample(metric=metric, labels=labels, t=t, value=reading)
+
+
+def parse_nvidia_smi_csv(text: str, *, path: str | os.PathLike[str] = "<input>",
+                         columns: Sequence[str] | None = None, hostname: str | None = None,
+                         t: float | None = None, utc_offset_s: float = 0.0) -> Iterator[Sample]:
+    """DCGM-named samples of ``--query-gpu=... --format=csv[,noheader][,nounits]``.
+
+    With ``noheader`` pass ``columns`` (the ``--query-gpu`` list); ``t`` overrides a ``timestamp`` column,
+    and is needed when there is none.
+    """
+    yield from _parse_csv(text, path=path, columns=columns, hostname=hostname, t=t, utc_offset_s=utc_offset_s,
+                          fallback_t=None)
+
+
+def _parse_csv(text: str, *, path, columns: Sequence[str] | None, hostname: str | None, t: float | None,
+               utc_offset_s: float, fallback_t: float | None) -> Iterator[Sample]:
+    lines = text.split("\n")
+    first = 0
+    if columns is None:
+        while first < len(lines) and not lines[first].strip():
+            first += 1
+        if first == len(lines):
+            return
+        columns = [_field_name(c) for c in next(csv.reader([lines[first]], skipinitialspace=True))]
+        first += 1
+        if not any(c in QUERY_FIELDS or c in _QUERY_LABELS for c in columns):
+            raise ParseError("not an nvidia-smi --query-gpu header", path=path, line=first, text=lines[first - 1])
+    common = {"Hostname": hostname} if hostname else {}
+    for number in range(first, len(lines)):
+        raw = lines[number]
+        if not raw.strip():
+            continue
+        try:
+            values = next(csv.reader(io.StringIO(raw), skipinitialspace=True))
+        except csv.Error as err:
+            raise ParseError(f"bad CSV: {err}", path=path, line=number + 1, text=raw) from err
+        if len(values) != len(columns):
+            raise ParseError(f"{len(values)} values for {len(columns)} columns", path=path, line=number + 1, text=raw)
+        if t is None and "timestamp" not in columns:
+            t = fallback_t
+        yield from _csv_row(dict(zip(columns, values)), common, t, utc_offset_s, path=path, line=number + 1)
+
+
+def read_nvidia_smi_csv(path: str | os.PathLike[str], *, columns: Sequence[str] | None = None,
+                        hostname: str | None = None, t: float | None = None) -> Iterator[Sample]:
+    """``parse_nvidia_smi_csv`` of a saved output; without a timestamp column, ``t`` defaults to the file's
+    write time."""
+    yield from _parse_csv(read_text(path), path=path, columns=columns, hostname=hostname, t=t, utc_offset_s=0.0,
+                          fallback_t=file_time(path))
+
+
+def is_nvidia_smi_xml(head: str) -> bool:
+    return "<nvidia_smi_log" in head[:4096]
+
+
+def is_nvidia_smi_csv(head: str) -> bool:
+    first = head.lstrip().split("\n", 1)[0]
+    names = {_field_name(c) for c in first.split(",")}
+    return bool(names & set(QUERY_FIELDS)) and bool(names & {"index", "uuid", "pci.bus_id", "name", "timestamp"})

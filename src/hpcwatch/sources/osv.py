@@ -1,0 +1,157 @@
+"""Reader of an offline OSV dump: a zip of OSV JSON files (``PyPI/all.zip``) or a folder of them.
+
+OSV publishes one archive per ecosystem at
+https://osv-vulnerabilities.storage.googleapis.com/PyPI/all.zip; each member is
+one record in the OSV schema (https://ossf.github.io/osv-schema/). We keep what
+a version check needs: ``id``, ``summary``, ``aliases``, and per affected PyPI
+package its ``versions`` list and ``ranges`` (``ECOSYSTEM`` / ``SEMVER`` events
+``introduced``, ``fixed``, ``last_affected``). ``MAL-`` ids are the OpenSSF
+malicious-packages feed (https://github.com/ossf/malicious-packages).
+
+Version comparison uses ``packaging`` (PEP 440). A version that PEP 440 cannot
+read makes that one range unknown (no match), never an exception. ``GIT`` ranges
+are skipped: they name commits, not releases.
+"""
+
+from __future__ import annotations
+
+import os
+import zipfile
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import orjson
+from packaging.version import InvalidVersion, Version
+
+from hpcwatch.errors import ParseError
+from hpcwatch.sources.lines import read_bytes
+from hpcwatch.sources.pip import normalize_name
+
+__all__ = ["OsvEntry", "OsvRange", "OsvDatabase", "parse_osv_entry", "read_osv", "version_affected"]
+
+ECOSYSTEM = "PyPI"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class OsvRange:
+    type: str
+    """``ECOSYSTEM`` or ``SEMVER``."""
+    events: tuple[tuple[str, str], ...]
+    """(``introduced`` | ``fixed`` | ``last_affected``, version), in file order."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class OsvEntry:
+    id: str
+    summary: str
+    aliases: tuple[str, ...]
+    package: str
+    """PEP 503 normalised PyPI name."""
+    versions: tuple[str, ...]
+    ranges: tuple[OsvRange, ...]
+    source: str
+    """The file (or zip member) it came from."""
+
+    @property
+    def malicious(self) -> bool:
+        return self.id.startswith("MAL-")
+
+    def affects(self, version: str | None) -> bool:
+        """True when ``version`` is listed or inside a range; a malicious record with no version data matches all."""
+        if self.malicious and not self.versions and not self.ranges:
+            return True
+        if version is None:
+            return False
+        return version_affected(version, self.versions, self.ranges)
+
+
+@dataclass(slots=True)
+class OsvDatabase:
+    """OSV entries indexed by normalised package name."""
+
+    by_package: dict[str, list[OsvEntry]] = field(default_factory=dict)
+
+    def add(self, entries: Iterable[OsvEntry]) -> None:
+        for entry in entries:
+            self.by_package.setdefault(entry.package, []).append(entry)
+
+    def __len__(self) -> int:
+        return sum(len(v) for v in self.by_package.values())
+
+    def matching(self, name: str, version: str | None) -> list[OsvEntry]:
+        return [e for e in self.by_package.get(normalize_name(name), []) if e.affects(version)]
+
+
+def version_affected(version: str, versions: Iterable[str], ranges: Iterable[OsvRange]) -> bool:
+    try:
+        v = Version(version)
+    except InvalidVersion:
+        return version in set(versions)
+    for listed in versions:
+        try:
+            if Version(listed) == v:
+                return True
+        except InvalidVersion:
+            if listed == version:
+                return True
+    return any(_in_range(v, r) for r in ranges if r.type in ("ECOSYSTEM", "SEMVER"))
+
+
+def _in_range(v: Version, rng: OsvRange) -> bool:
+    """The OSV evaluation: walk events sorted by version; introduced opens, fixed/last_affected close."""
+    try:
+        events = sorted(((Version("0") if val == "0" else Version(val)), kind) for kind, val in rng.events)
+    except InvalidVersion:
+        return False
+    affected = False
+    for at, kind in events:
+        if kind == "introduced" and v >= at:
+            affected = True
+        elif kind == "fixed" and v >= at:
+            affected = False
+        elif kind == "last_affected" and v > at:
+            affected = False
+    return affected
+
+
+def parse_osv_entry(data: bytes | str, *, path: str = "<osv>") -> Iterator[OsvEntry]:
+    """One ``OsvEntry`` per affected PyPI package of one OSV JSON record."""
+    try:
+        doc = orjson.loads(data)
+    except orjson.JSONDecodeError as err:
+        raise ParseError(f"not JSON: {err}", path=path) from err
+    if not isinstance(doc, dict) or not isinstance(doc.get("id"), str):
+        raise ParseError("not an OSV record (no id)", path=path, line=1)
+    for affected in doc.get("affected") or []:
+        pkg = affected.get("package") or {}
+        if pkg.get("ecosystem") != ECOSYSTEM or not pkg.get("name"):
+            continue
+        ranges = tuple(
+            OsvRange(type=r.get("type", ""),
+                     events=tuple((k, str(val)) for ev in r.get("events", []) for k, val in ev.items()
+                                  if k in ("introduced", "fixed", "last_affected")))
+            for r in affected.get("ranges") or [])
+        yield OsvEntry(id=doc["id"], summary=doc.get("summary") or doc.get("details", "")[:200],
+                       aliases=tuple(doc.get("aliases") or ()), package=normalize_name(pkg["name"]),
+                       versions=tuple(str(v) for v in affected.get("versions") or ()), ranges=ranges,
+                       source=path)
+
+
+def read_osv(path: str | os.PathLike[str]) -> OsvDatabase:
+    """An ``OsvDatabase`` of a zip of OSV JSON files, a folder of them (recursively), or one file."""
+    p = Path(path)
+    db = OsvDatabase()
+    if p.is_dir():
+        for member in sorted(p.rglob("*.json")):
+            db.add(parse_osv_entry(read_bytes(member), path=str(member)))
+    elif zipfile.is_zipfile(p):
+        try:
+            with zipfile.ZipFile(p) as archive:
+                for name in sorted(n for n in archive.namelist() if n.endswith(".json")):
+                    db.add(parse_osv_entry(archive.read(name), path=f"{p}:{name}"))
+        except (zipfile.BadZipFile, OSError) as err:
+            raise ParseError(f"cannot read the zip: {err}", path=p) from err
+    else:
+        db.add(parse_osv_entry(read_bytes(p), path=str(p)))
+    return db

@@ -1,0 +1,251 @@
+"""Prometheus text exposition (format 0.0.4): dcgm-exporter, node-exporter, Slurm and Lustre exporters.
+
+Two ways in, one grammar:
+
+- ``parse_prometheus_text(text, path=, t=)`` yields one ``Sample`` per line; it is
+  the reference path and the one that finds the line of an error.
+- ``parse_prometheus_columns(text, path=, t=)`` returns a ``pyarrow.Table`` with
+  the store's ``SAMPLE_SCHEMA`` (metric, t, value, host, gpu, job, labels JSON)
+  without building a Python object per sample: one regular-expression pass over
+  the whole text, and each distinct label string parsed once (dcgm-exporter
+  repeats the same ``{gpu=..,UUID=..,Hostname=..}`` on every metric of a GPU).
+  Any line the fast pass cannot account for sends the text through the
+  reference path, so both accept and reject exactly the same inputs.
+
+Samples keep the metric name exactly as exposed (a counter ``foo`` stays ``foo``,
+as the Prometheus server stores it; ``prometheus_client``'s parser renames it
+``foo_total``), every label as written (``Hostname`` and ``hostname`` are both
+kept; ``store.sample_keys`` picks the host), and ``t`` from the line's
+millisecond timestamp, else the ``t`` argument, else the time of the parse
+(which is what a scraper stamps).
+
+Grammar: https://prometheus.io/docs/instrumenting/exposition_formats/#text-based-format
+
+Not checked (like ``prometheus_client``'s parser, a successful parse does not
+mean the text meets the specification): that HELP/TYPE come before their
+samples or appear once, that the TYPE is a known one, that histogram buckets
+are cumulative, that series are unique; escapes other than ``\\\\ \\" \\n`` are
+kept as written. Not supported: OpenMetrics-only syntax (``# EOF``, exemplars)
+and quoted UTF-8 metric names (``{"my.metric"}``): they are parse errors.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import time
+from collections.abc import Iterator
+from itertools import compress
+
+import orjson
+import pyarrow as pa
+
+from hpcwatch.errors import ParseError
+from hpcwatch.records import Sample
+from hpcwatch.sources.lines import file_time, read_text
+from hpcwatch.store import SAMPLE_SCHEMA, sample_keys
+
+__all__ = ["parse_prometheus_text", "read_prometheus_text", "parse_prometheus_columns",
+           "read_prometheus_columns", "parse_labels", "is_prometheus_text"]
+
+_NAME = r"[a-zA-Z_:][a-zA-Z0-9_:]*"
+# One sample line. Labels run to the last "}" of the line: neither the value nor
+# the timestamp may contain one, so a "}" inside a quoted label value is safe.
+_SAMPLE_RE = re.compile(
+    rf"^[ \t]*({_NAME})[ \t]*(?:\{{(.*)\}}[ \t]*|[ \t])([^ \t\r\n]+)(?:[ \t]+([^ \t\r\n]+))?[ \t\r]*$",
+    re.MULTILINE)
+_LABEL_RE = re.compile(r'[ \t]*([a-zA-Z_][a-zA-Z0-9_]*)[ \t]*=[ \t]*"((?:[^"\\]|\\.)*)"[ \t]*(,|$)', re.DOTALL)
+_ESCAPE_RE = re.compile(r'\\[\\"n]')
+_ESCAPES = {"\\\\": "\\", '\\"': '"', "\\n": "\n"}
+_NAME_RE = re.compile(rf"{_NAME}\Z")
+
+
+def _unescape(value: str) -> str:
+    return _ESCAPE_RE.sub(lambda m: _ESCAPES[m.group(0)], value) if "\\" in value else value
+
+
+def parse_labels(inner: str, *, path: str | os.PathLike[str] | None = None, line: int | None = None) -> dict[str, str]:
+    """The labels between ``{`` and ``}``: ``a="x",b="y\\"z"`` -> ``{"a": "x", "b": 'y"z'}``."""
+    if "\\" not in inner and _PLAIN_LABELS_RE.match(inner):
+        pairs = _PLAIN_LABEL_RE.findall(inner)
+        labels = dict(pairs)
+        if len(labels) == len(pairs):
+            return labels
+    labels = {}
+    pos, end = 0, len(inner)
+    while pos < end:
+        if not inner[pos:].strip():
+            break
+        m = _LABEL_RE.match(inner, pos)
+        if m is None:
+            raise ParseError("bad label (want name=\"value\")", path=path, line=line, text=inner[pos:])
+        name = m.group(1)
+        if name in labels:
+            raise ParseError(f"label {name!r} given twice", path=path, line=line, text=inner)
+        labels[name] = _unescape(m.group(2))
+        pos = m.end()
+    return labels
+
+
+def _check_comment(body: str, *, path: str | os.PathLike[str] | None, line: int | None) -> None:
+    """``body`` is what follows ``#``; HELP and TYPE must name a valid metric, TYPE must give a type."""
+    parts = body.split(None, 2)
+    if len(parts) < 2 or parts[0] not in ("HELP", "TYPE"):
+        return  # any other comment is free text
+    if not _NAME_RE.match(parts[1]):
+        raise ParseError(f"# {parts[0]} names an invalid metric", path=path, line=line, text="#" + body)
+    if parts[0] == "TYPE" and (len(parts) < 3 or not parts[2].strip()):
+        raise ParseError("# TYPE without a type", path=path, line=line, text="#" + body)
+
+
+def _value(token: str, *, path: str | os.PathLike[str] | None, line: int, text: str) -> float:
+    # prometheus_client refuses "_" although float() would take "1_000".
+    if "_" in token:
+        raise ParseError("sample value is not a number", path=path, line=line, text=text)
+    try:
+        return float(token)
+    except ValueError as err:
+        raise ParseError("sample value is not a number", path=path, line=line, text=text) from err
+
+
+def _timestamp_s(token: str, *, path: str | os.PathLike[str] | None, line: int, text: str) -> float:
+    try:
+        return int(token, 10) / 1000.0
+    except ValueError as err:
+        raise ParseError("timestamp is not an integer of milliseconds", path=path, line=line, text=text) from err
+
+
+def parse_prometheus_text(text: str, *, path: str | os.PathLike[str] = "<input>",
+                          t: float | None = None) -> Iterator[Sample]:
+    """One ``Sample`` per sample line of ``text``; see the module docstring for what is not checked."""
+    now = time.time() if t is None else float(t)
+    cache: dict[str, dict[str, str]] = {}
+    for number, raw in enumerate(text.split("\n"), start=1):
+        stripped = raw.strip()
+        if not stripped:
+            continue
+        if stripped.startswith("#"):
+            _check_comment(stripped[1:], path=path, line=number)
+            continue
+        m = _SAMPLE_RE.match(raw)
+        if m is None:
+            raise ParseError("not a sample line (want: name{labels} value [timestamp_ms])", path=path,
+                             line=number, text=raw)
+        name, inner, value, stamp = m.groups()
+        labels = cache.get(inner or "")
+        if labels is None:
+            labels = cache[inner or ""] = parse_labels(inner or "", path=path, line=number)
+        number_value = _value(value, path=path, line=number, text=raw)
+        when = _timestamp_s(stamp, path=path, line=number, text=raw) if stamp else now
+        yield Sample(metric=name, labels=labels, t=when, value=number_value)
+
+
+def read_prometheus_text(path: str | os.PathLike[str], *, t: float | None = None) -> Iterator[Sample]:
+    """Samples of a saved scrape; lines without a timestamp get ``t``, else the file's write time."""
+    text = read_text(path)
+    yield from parse_prometheus_text(text, path=path, t=file_time(path) if t is None else t)
+
+
+# -- the columnar fast path ------------------------------------------------------------------
+
+# Every line of the text, one match each: blank, "#..." or a sample (name, labels, rest of the line);
+# a line that is none of these leaves the match count short of the line count. The fast path then
+# takes only rests that are " value" (one space, one token); anything else (tabs, timestamps, extra
+# blanks) goes to the reference path.
+_ANY_LINE_RE = re.compile(rf"^(?:#.*|({_NAME})(?:\{{(.*)\}}|(?=[ \t]))([^{{}}\n]*))?$", re.MULTILINE)
+_RESTS_RE = re.compile(r"(?: [^ \t\r\n]+\n)* [^ \t\r\n]+")
+# HELP/TYPE comments, found by their "#" (a "#" inside a label value may match too: checking it
+# can only send the text to the reference path, never accept a bad one).
+_HELP_TYPE_RE = re.compile(r"#[ \t]*((?:HELP|TYPE)[ \t][^\n]*)")
+# Label strings without escapes, the usual case, read with one findall.
+_PLAIN_LABELS_RE = re.compile(r'(?:[a-zA-Z_][a-zA-Z0-9_]*="[^"\\]*",)*(?:[a-zA-Z_][a-zA-Z0-9_]*="[^"\\]*",?)?\Z')
+_PLAIN_LABEL_RE = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="([^"\\]*)"')
+
+
+def _label_columns(uniq: list[str], *, path: str | os.PathLike[str]) -> tuple[list, list, list, list]:
+    hosts, gpus, jobs, blobs = [], [], [], []
+    for inner in uniq:
+        labels = parse_labels(inner, path=path)
+        host, gpu, job = sample_keys(labels)
+        hosts.append(host)
+        gpus.append(gpu)
+        jobs.append(job)
+        blobs.append(orjson.dumps(labels).decode())
+    return hosts, gpus, jobs, blobs
+
+
+def parse_prometheus_columns(text: str, *, path: str | os.PathLike[str] = "<input>",
+                             t: float | None = None) -> pa.Table:
+    """The samples of ``text`` as a table with ``store.SAMPLE_SCHEMA`` columns, ready for
+    ``Store.add_sample_table``. Same grammar, results and errors as ``parse_prometheus_text``."""
+    now = time.time() if t is None else float(t)
+    try:
+        if "\r" in text or "\t" in text:
+            raise ValueError("tabs or carriage returns: leave them to the reference path")
+        matches = _ANY_LINE_RE.findall(text)
+        if len(matches) != text.count("\n") + 1:
+            raise ValueError("a line is neither blank, a comment nor a sample")
+        for body in set(_HELP_TYPE_RE.findall(text)):
+            _check_comment(body, path=path, line=None)
+        return _table_from_matches(matches, now, path=path)
+    except (ValueError, ParseError):
+        # Let the reference path find the line and say what is wrong with it.
+        return _columns_from_samples(parse_prometheus_text(text, path=path, t=now))
+
+
+def _table_from_matches(matches: list[tuple[str, str, str]], now: float, *, path: str | os.PathLike[str]) -> pa.Table:
+    is_sample, inners, rests = zip(*matches)
+    names = list(compress(is_sample, is_sample))
+    if not names:
+        return SAMPLE_SCHEMA.empty_table()
+    inners = list(compress(inners, is_sample))
+    joined = "\n".join(compress(rests, is_sample))
+    if "_" in joined or not _RESTS_RE.fullmatch(joined):
+        raise ValueError("not the plain 'name{labels} value' shape")
+    values = joined[1:].split("\n ")
+    floats = list(map(float, values))
+    encoded = pa.array(inners, pa.string()).dictionary_encode()
+    hosts, gpus, jobs, blobs = _label_columns(encoded.dictionary.to_pylist(), path=path)
+    index = encoded.indices
+    n = len(names)
+    return pa.table({
+        "metric": pa.array(names, pa.string()),
+        "t": pa.repeat(pa.scalar(now, pa.float64()), n),
+        "value": pa.array(floats, pa.float64()),
+        "host": pa.array(hosts, pa.string()).take(index),
+        "gpu": pa.array(gpus, pa.string()).take(index),
+        "job": pa.array(jobs, pa.string()).take(index),
+        "labels": pa.array(blobs, pa.string()).take(index),
+    }, schema=SAMPLE_SCHEMA)
+
+
+def _columns_from_samples(samples: Iterator[Sample]) -> pa.Table:
+    rows = list(samples)
+    keys = [sample_keys(s.labels) for s in rows]
+    return pa.table({
+        "metric": [s.metric for s in rows],
+        "t": [s.t for s in rows],
+        "value": [s.value for s in rows],
+        "host": [k[0] for k in keys],
+        "gpu": [k[1] for k in keys],
+        "job": [k[2] for k in keys],
+        "labels": [orjson.dumps(dict(s.labels)).decode() for s in rows],
+    }, schema=SAMPLE_SCHEMA)
+
+
+def read_prometheus_columns(path: str | os.PathLike[str], *, t: float | None = None) -> pa.Table:
+    """``parse_prometheus_columns`` of a saved scrape; untimed lines get ``t``, else the file's write time."""
+    text = read_text(path)
+    return parse_prometheus_columns(text, path=path, t=file_time(path) if t is None else t)
+
+
+def is_prometheus_text(head: str) -> bool:
+    """Sniff: the first non-blank line is a HELP/TYPE comment or a sample line."""
+    for raw in head.split("\n")[:20]:
+        line = raw.strip()
+        if not line:
+            continue
+        if line.startswith("# HELP ") or line.startswith("# TYPE "):
+            return True
+        return _SAMPLE_RE.match(raw) is not None
+    return False

@@ -1,0 +1,384 @@
+"""Slurm jobs from ``squeue --json``, ``sacct --json`` and ``scontrol -d [-o] show job``.
+
+Each yields ``records.Job``: who (user, account), where (nodes in nodelist
+order, GPU indices per node when Slurm says them), when, and in what state.
+
+The JSON shapes move with Slurm's OpenAPI plugin version
+(https://slurm.schedmd.com/rest_api.html): 22.05 (``openapi/v0.0.38``) writes
+plain numbers and ``"job_state": "RUNNING"``; from 23.11 (``v0.0.40``) numbers
+come wrapped as ``{"set": true, "infinite": false, "number": N}`` and states as
+lists (``["RUNNING"]``, first the base state, then flags). Both are read.
+
+Times: JSON times are UTC epoch seconds; ``scontrol`` prints local wall-clock
+time without a zone, read as UTC unless ``utc_offset_s`` says otherwise. A
+running job's ``end_time`` and a pending job's ``start_time`` are Slurm's
+forecasts, not events, so they become ``None``.
+
+``gpus`` is what the job holds, or for a pending job what it asked for.
+
+Not checked: that the GPU counts of ``gres_detail`` and TRES agree, that node
+names exist, that ids are unique, any field this module does not read. Shape
+errors in JSON name the job's index in the list; only syntax errors have a line.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from collections.abc import Iterator, Mapping
+from datetime import datetime, timezone
+from typing import Any
+
+from hpcwatch.errors import ParseError
+from hpcwatch.records import Job
+from hpcwatch.sources.lines import read_text
+
+__all__ = ["parse_squeue_json", "read_squeue_json", "parse_sacct_json", "read_sacct_json",
+           "parse_scontrol_show_job", "read_scontrol_show_job", "expand_hostlist", "parse_gres_detail",
+           "FINISHED_STATES"]
+
+#: Base states after which a job has an end time (https://slurm.schedmd.com/squeue.html#SECTION_JOB-STATE-CODES).
+FINISHED_STATES = frozenset({"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "PREEMPTED",
+                             "OUT_OF_MEMORY", "BOOT_FAIL", "DEADLINE", "REVOKED", "SPECIAL_EXIT"})
+#: States in which a job has not started.
+WAITING_STATES = frozenset({"PENDING", "REQUEUED", "REQUEUE_HOLD", "RESV_DEL_HOLD"})
+
+_RANGE_RE = re.compile(r"([0-9]+)(?:-([0-9]+))?\Z")
+_GRES_RE = re.compile(r"gpu(?::[^:()]+)?:([0-9]+)(?:\(IDX:([^)]*)\))?")
+_MAX_HOSTS = 1_000_000
+
+
+class _Shape(ValueError):
+    """A JSON value that is not what the schema says; becomes a ParseError naming the job."""
+
+
+# -- hostlists and GRES ----------------------------------------------------------------------
+
+
+def _split_top(text: str, sep: str = ",") -> list[str]:
+    """Split on ``sep`` outside brackets."""
+    parts, depth, start = [], 0, 0
+    for i, ch in enumerate(text):
+        if ch == "[":
+            depth += 1
+        elif ch == "]":
+            depth -= 1
+            if depth < 0:
+                raise ValueError("']' without '['")
+        elif ch == sep and depth == 0:
+            parts.append(text[start:i])
+            start = i + 1
+    if depth != 0:
+        raise ValueError("'[' without ']'")
+    parts.append(text[start:])
+    return parts
+
+
+def _expand_ranges(inner: str) -> list[str]:
+    out = []
+    for part in inner.split(","):
+        m = _RANGE_RE.match(part.strip())
+        if m is None:
+            raise ValueError(f"bad range {part!r}")
+        lo, hi = m.group(1), m.group(2) or m.group(1)
+        if int(hi) < int(lo) or int(hi) - int(lo) > _MAX_HOSTS:
+            raise ValueError(f"bad range {part!r}")
+        width = len(lo) if lo.startswith("0") and len(lo) > 1 else 0
+        out.extend(str(n).zfill(width) for n in range(int(lo), int(hi) + 1))
+    return out
+
+
+def _expand_one(pattern: str) -> list[str]:
+    m = re.search(r"\[([^\[\]]*)\]", pattern)
+    if m is None:
+        if "[" in pattern or "]" in pattern:
+            raise ValueError("unbalanced brackets")
+        return [pattern]
+    head, tail = pattern[:m.start()], pattern[m.end():]
+    return [head + n + rest for n in _expand_ranges(m.group(1)) for rest in _expand_one(tail)]
+
+
+def expand_hostlist(hostlist: str) -> list[str]:
+    """``"node[1-2,5],gpu[01-02]"`` -> ``["node1", "node2", "node5", "gpu01", "gpu02"]`` (Slurm order).
+
+    Raises ``ValueError`` on a malformed list (the readers turn it into a ParseError).
+    """
+    text = hostlist.strip()
+    if not text or text in ("(null)", "None assigned"):
+        return []
+    hosts: list[str] = []
+    for part in _split_top(text):
+        if not part.strip():
+            raise ValueError("empty host name")
+        hosts.extend(_expand_one(part.strip()))
+        if len(hosts) > _MAX_HOSTS:
+            raise ValueError("hostlist too long")
+    return hosts
+
+
+def parse_gres_detail(entry: str) -> tuple[int, tuple[int, ...]]:
+    """``"gpu:2(IDX:6-7)"`` -> ``(2, (6, 7))``; ``"gpu:a100:1(IDX:3)"`` -> ``(1, (3,))``; no GPU -> ``(0, ())``."""
+    m = _GRES_RE.search(entry)
+    if m is None:
+        return 0, ()
+    count = int(m.group(1))
+    idx = m.group(2)
+    if not idx or idx == "N/A":
+        return count, ()
+    return count, tuple(int(i) for i in _expand_ranges(idx))
+
+
+def _tres_gpus(tres: str) -> int:
+    """``"cpu=2,node=2,gres/gpu=4"`` -> 4 (the untyped count; typed ``gres/gpu:a100=`` only if alone)."""
+    typed = 0
+    for item in tres.split(","):
+        key, _, value = item.partition("=")
+        if key == "gres/gpu" and value.isdigit():
+            return int(value)
+        if key.startswith("gres/gpu:") and value.isdigit():
+            typed += int(value)
+    return typed
+
+
+# -- JSON values that changed shape between versions ----------------------------------------
+
+
+def _number(value: Any) -> float | None:
+    """Plain number, or ``{"set", "infinite", "number"}``; unset or infinite -> None."""
+    if value is None:
+        return None
+    if isinstance(value, bool):
+        raise _Shape(f"expected a number, got {value!r}")
+    if isinstance(value, (int, float)):
+        return value
+    if isinstance(value, Mapping):
+        if not value.get("set", True) or value.get("infinite", False):
+            return None
+        return _number(value.get("number"))
+    raise _Shape(f"expected a number, got {value!r}")
+
+
+def _state(value: Any) -> str | None:
+    """``"RUNNING"`` or ``["RUNNING", "COMPLETING"]`` -> the base state."""
+    if value is None:
+        return None
+    if isinstance(value, list):
+        return _state(value[0]) if value else None
+    if isinstance(value, str):
+        return value
+    raise _Shape(f"expected a job state, got {value!r}")
+
+
+def _text(value: Any) -> str | None:
+    if value is None or value == "":
+        return None
+    if isinstance(value, (str, int)) and not isinstance(value, bool):
+        return str(value)
+    raise _Shape(f"expected text, got {value!r}")
+
+
+def _epoch(value: Any) -> float | None:
+    """Epoch seconds; Slurm writes 0 for "not yet"."""
+    number = _number(value)
+    return float(number) if number else None
+
+
+def _times(state: str | None, start: float | None, end: float | None) -> tuple[float | None, float | None]:
+    base = (state or "").split("+")[0]
+    if base in WAITING_STATES:
+        return None, None
+    if base not in FINISHED_STATES:
+        end = None
+    return start, end
+
+
+def _job_id(job_id: Any, array_job: Any, array_task: Any) -> str:
+    jid = _number(job_id)
+    if jid is None:
+        raise _Shape("job without job_id")
+    array_id, task = _number(array_job), _number(array_task)
+    if array_id and task is not None:
+        return f"{int(array_id)}_{int(task)}"
+    return str(int(jid))
+
+
+# -- squeue --json ---------------------------------------------------------------------------
+
+
+def _load_jobs(text: str, path: str | os.PathLike[str]) -> list[Any]:
+    try:
+        doc = json.loads(text)
+    except json.JSONDecodeError as err:
+        raise ParseError(f"not JSON: {err.msg}", path=path, line=err.lineno) from err
+    except RecursionError as err:
+        raise ParseError("JSON nested too deep", path=path) from err
+    if not isinstance(doc, dict) or not isinstance(doc.get("jobs"), list):
+        raise ParseError('not a Slurm JSON answer (no "jobs" list)', path=path, line=1)
+    return doc["jobs"]
+
+
+def _squeue_job(raw: Mapping[str, Any]) -> Job:
+    state = _state(raw.get("job_state"))
+    nodes = tuple(expand_hostlist(_text(raw.get("nodes")) or ""))
+    details = raw.get("gres_detail") or []
+    if not isinstance(details, list):
+        raise _Shape("gres_detail is not a list")
+    by_node: dict[str, tuple[int, ...]] = {}
+    counted = 0
+    for node, entry in zip(nodes, details):
+        count, idx = parse_gres_detail(str(entry))
+        counted += count
+        if idx:
+            by_node[node] = idx
+    # Allocated, else (pending) requested: what the job holds or waits for.
+    gpus = (counted or _tres_gpus(_text(raw.get("tres_alloc_str")) or "")
+            or _tres_gpus(_text(raw.get("tres_req_str")) or ""))
+    start, end = _times(state, _epoch(raw.get("start_time")), _epoch(raw.get("end_time")))
+    return Job(id=_job_id(raw.get("job_id"), raw.get("array_job_id"), raw.get("array_task_id")),
+               user=_text(raw.get("user_name")), account=_text(raw.get("account")),
+               partition=_text(raw.get("partition")), nodes=nodes, gpus=gpus, gpus_by_node=by_node,
+               start=start, end=end, state=state, name=_text(raw.get("name")))
+
+
+def _each(jobs: list[Any], build, path: str | os.PathLike[str]) -> Iterator[Job]:
+    for i, raw in enumerate(jobs):
+        try:
+            if not isinstance(raw, Mapping):
+                raise _Shape("a job is not an object")
+            yield build(raw)
+        except (_Shape, ValueError, TypeError, KeyError, IndexError, AttributeError) as err:
+            raise ParseError(f"jobs[{i}]: {err}", path=path) from err
+
+
+def parse_squeue_json(text: str, *, path: str | os.PathLike[str] = "<input>") -> Iterator[Job]:
+    """Jobs of ``squeue --json`` (or slurmrestd ``/slurm/v0.0.3x-4x/jobs``); see the module docstring."""
+    yield from _each(_load_jobs(text, path), _squeue_job, path)
+
+
+def read_squeue_json(path: str | os.PathLike[str]) -> Iterator[Job]:
+    yield from parse_squeue_json(read_text(path), path=path)
+
+
+# -- sacct --json ----------------------------------------------------------------------------
+
+
+def _sacct_gpus(tres: Any) -> int:
+    """GPUs in ``tres.allocated``, else (pending) in ``tres.requested``."""
+    if not isinstance(tres, Mapping):
+        return 0
+    return _tres_list_gpus(tres.get("allocated")) or _tres_list_gpus(tres.get("requested"))
+
+
+def _tres_list_gpus(allocated: Any) -> int:
+    allocated = allocated or []
+    if not isinstance(allocated, list):
+        raise _Shape("tres.allocated is not a list")
+    total = 0
+    for item in allocated:
+        if isinstance(item, Mapping) and item.get("type") == "gres" and str(item.get("name", "")).split(":")[0] == "gpu":
+            total += int(_number(item.get("count")) or 0)
+    return total
+
+
+def _sacct_job(raw: Mapping[str, Any]) -> Job:
+    state_doc = raw.get("state")
+    state = _state(state_doc.get("current") if isinstance(state_doc, Mapping) else state_doc)
+    times = raw.get("time") if isinstance(raw.get("time"), Mapping) else {}
+    array = raw.get("array") if isinstance(raw.get("array"), Mapping) else {}
+    start, end = _times(state, _epoch(times.get("start")), _epoch(times.get("end")))
+    return Job(id=_job_id(raw.get("job_id"), array.get("job_id"), array.get("task_id")),
+               user=_text(raw.get("user")), account=_text(raw.get("account")),
+               partition=_text(raw.get("partition")), nodes=tuple(expand_hostlist(_text(raw.get("nodes")) or "")),
+               gpus=_sacct_gpus(raw.get("tres")), start=start, end=end, state=state, name=_text(raw.get("name")))
+
+
+def parse_sacct_json(text: str, *, path: str | os.PathLike[str] = "<input>") -> Iterator[Job]:
+    """Jobs of ``sacct --json`` (GPU counts from ``tres.allocated``; sacct gives no GPU indices)."""
+    yield from _each(_load_jobs(text, path), _sacct_job, path)
+
+
+def read_sacct_json(path: str | os.PathLike[str]) -> Iterator[Job]:
+    yield from parse_sacct_json(read_text(path), path=path)
+
+
+# -- scontrol -d show job --------------------------------------------------------------------
+
+_FIELD_RE = re.compile(r"(?:^|(?<=\s))([A-Za-z][A-Za-z0-9_/:]*)=(\S*)")
+
+
+def _scontrol_time(value: str, utc_offset_s: float) -> float | None:
+    if value in ("", "Unknown", "None", "N/A", "(null)"):
+        return None
+    try:
+        when = datetime.strptime(value, "%Y-%m-%dT%H:%M:%S").replace(tzinfo=timezone.utc)
+    except ValueError as err:
+        raise ValueError(f"bad time {value!r}") from err
+    return when.timestamp() - utc_offset_s
+
+
+def _scontrol_job(fields: list[tuple[str, str]], utc_offset_s: float) -> Job:
+    first = dict(reversed(fields))  # the first occurrence of each key wins
+    if "JobId" not in first:
+        raise ValueError("record without JobId")
+    by_node: dict[str, tuple[int, ...]] = {}
+    counted, current = 0, []
+    for key, value in fields:  # "Nodes=node1 CPU_IDs=.. GRES=gpu:2(IDX:6-7)" repeats per node group
+        if key == "Nodes":
+            current = expand_hostlist(value)
+        elif key == "GRES" and current:
+            count, idx = parse_gres_detail(value)
+            counted += count * len(current)
+            for node in current:
+                if idx:
+                    by_node[node] = idx
+    state = first.get("JobState")
+    user = first.get("UserId", "").split("(")[0] or None
+    array_job, array_task = first.get("ArrayJobId"), first.get("ArrayTaskId")
+    job_id = f"{array_job}_{array_task}" if array_job and array_task and array_task.isdigit() else first["JobId"]
+    start, end = _times(state, _scontrol_time(first.get("StartTime", ""), utc_offset_s),
+                        _scontrol_time(first.get("EndTime", ""), utc_offset_s))
+    return Job(id=job_id, user=user, account=_none(first.get("Account")), partition=_none(first.get("Partition")),
+               nodes=tuple(expand_hostlist(first.get("NodeList", ""))), gpus=counted or _tres_gpus(first.get("TRES", "")),
+               gpus_by_node=by_node, start=start, end=end, state=state, name=_none(first.get("JobName")))
+
+
+def _none(value: str | None) -> str | None:
+    return None if value in (None, "", "(null)", "N/A") else value
+
+
+def _scontrol_records(text: str) -> Iterator[tuple[int, str]]:
+    """(first line, text) of each job: one line each with ``-o``, else blank-line separated blocks."""
+    block: list[str] = []
+    start = 0
+    for number, raw in enumerate(text.split("\n"), start=1):
+        line = raw.strip()
+        if line.startswith("JobId=") and block:
+            yield start, " ".join(block)
+            block = []
+        if not line:
+            if block:
+                yield start, " ".join(block)
+                block = []
+            continue
+        if not block:
+            start = number
+        block.append(line)
+    if block:
+        yield start, " ".join(block)
+
+
+def parse_scontrol_show_job(text: str, *, path: str | os.PathLike[str] = "<input>",
+                            utc_offset_s: float = 0.0) -> Iterator[Job]:
+    """Jobs of ``scontrol -d show job`` (with or without ``-o``); GPU indices from each node group's ``GRES=``."""
+    for number, record in _scontrol_records(text):
+        if not record.startswith("JobId="):
+            raise ParseError("not a 'scontrol show job' record (want JobId=...)", path=path, line=number, text=record)
+        try:
+            yield _scontrol_job(_FIELD_RE.findall(record), utc_offset_s)
+        except (ValueError, OverflowError) as err:
+            raise ParseError(str(err), path=path, line=number, text=record[:80]) from err
+
+
+def read_scontrol_show_job(path: str | os.PathLike[str], *, utc_offset_s: float = 0.0) -> Iterator[Job]:
+    yield from parse_scontrol_show_job(read_text(path), path=path, utc_offset_s=utc_offset_s)

@@ -1,0 +1,101 @@
+"""Reader of Tetragon events as JSON lines (``tetra getevents -o json`` or the export file).
+
+Each line is one object with a single event key (``process_exec``,
+``process_kprobe``, ``process_exit``...), plus ``node_name`` and ``time``
+(https://tetragon.io/docs/concepts/events/). We keep ``process_exec`` and
+``process_kprobe`` as ``Event(kind="tetragon")`` with flat attrs:
+
+    type           process_exec | process_kprobe
+    host           node_name
+    binary, arguments, pid, uid, user (process.user.name when Tetragon resolves it), cwd
+    parent_binary  parent.binary
+    pod            process.pod (namespace, name, container{image{name}}) or None
+    function_name, policy_name, action       (kprobes)
+    path           the first file_arg / path_arg path, if any
+    mask           the first int_arg (MAY_READ 4, MAY_WRITE 2 for security_file_permission)
+
+Other event types are skipped, not checked.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Iterator
+from typing import Any
+
+import orjson
+
+from hpcwatch.errors import ParseError
+from hpcwatch.records import Event
+from hpcwatch.sources.falco import parse_rfc3339
+from hpcwatch.sources.lines import read_text
+
+__all__ = ["parse_tetragon_json", "read_tetragon_json", "MAY_WRITE", "MAY_READ"]
+
+#: include/linux/fs.h: the mask security_file_permission() receives.
+MAY_WRITE = 0x2
+MAY_READ = 0x4
+
+_KEPT = ("process_exec", "process_kprobe")
+
+
+def parse_tetragon_json(lines: Iterable[str], *, path: str | os.PathLike[str] = "<tetragon>") -> Iterator[Event]:
+    for lineno, raw in enumerate(lines, 1):
+        if not raw.strip():
+            continue
+        try:
+            doc = orjson.loads(raw)
+        except orjson.JSONDecodeError as err:
+            raise ParseError("not a JSON event", path=path, line=lineno, text=raw) from err
+        if not isinstance(doc, dict):
+            raise ParseError("a Tetragon event is a JSON object", path=path, line=lineno, text=raw)
+        kind = next((k for k in _KEPT if k in doc), None)
+        if kind is None:
+            continue
+        if "time" not in doc:
+            raise ParseError("a Tetragon event needs 'time'", path=path, line=lineno, text=raw)
+        t = parse_rfc3339(str(doc["time"]), path=path, line=lineno)
+        yield Event(kind="tetragon", t=t, source=str(path), attrs=_flatten(kind, doc[kind], doc))
+
+
+def _flatten(kind: str, body: dict[str, Any], doc: dict[str, Any]) -> dict[str, Any]:
+    process = body.get("process") or {}
+    attrs: dict[str, Any] = {
+        "type": kind,
+        "host": doc.get("node_name"),
+        "binary": process.get("binary"),
+        "arguments": process.get("arguments"),
+        "pid": process.get("pid"),
+        "uid": process.get("uid"),
+        "user": (process.get("user") or {}).get("name"),
+        "cwd": process.get("cwd"),
+        "parent_binary": (body.get("parent") or {}).get("binary"),
+        "pod": process.get("pod"),
+    }
+    if kind == "process_kprobe":
+        args = body.get("args") or []
+        attrs.update(function_name=body.get("function_name"), policy_name=body.get("policy_name"),
+                     action=body.get("action"), path=_first_path(args), mask=_first_int(args))
+    return attrs
+
+
+def _first_path(args: list[dict[str, Any]]) -> str | None:
+    for arg in args:
+        for key in ("file_arg", "path_arg"):
+            if isinstance(arg.get(key), dict) and arg[key].get("path"):
+                return arg[key]["path"]
+        if isinstance(arg.get("string_arg"), str) and arg["string_arg"].startswith("/"):
+            return arg["string_arg"]
+    return None
+
+
+def _first_int(args: list[dict[str, Any]]) -> int | None:
+    for arg in args:
+        for key in ("int_arg", "uint_arg", "size_arg"):
+            if isinstance(arg.get(key), int):
+                return arg[key]
+    return None
+
+
+def read_tetragon_json(path: str | os.PathLike[str]) -> Iterator[Event]:
+    yield from parse_tetragon_json(read_text(path).splitlines(), path=path)

@@ -1,0 +1,654 @@
+"""The twin: a simulated cluster, from the model, that produces what real collectors produce.
+
+One ``Twin`` holds the state of every GPU, InfiniBand port, Lustre job counter
+and Slurm job of a cluster, and moves it forward one tick at a time with
+vectorised numpy (a 128-node cluster is a few arrays of 1,024 GPUs). Values are
+physically plausible for the GPU of the catalog and consistent with each other:
+a busy GPU draws power and heats up, the energy counter integrates the power,
+an idle node moves no InfiniBand bytes, a training job's ports carry its ring
+AllReduce (2(p-1)/p x gradient bytes per step), checkpoints are Lustre write
+bursts. Everything is drawn from one seeded ``numpy.random.Generator``; the
+simulated clock never looks at the real one.
+
+Scenarios (twin/scenarios.py) bend the state through their hooks before it is
+written. The writers of the real formats live in ``exposition`` and
+``slurm_out``; ``Twin.dcgm_text`` and friends delegate to them.
+
+Time semantics (see workload.py): a sample at t stands for ``(t - dt, t]`` and
+carries the job that held the GPU during that interval.
+
+The twin also keeps its own ground truth per job (``Twin.truth()``), computed
+from the very counters it writes, so a round trip through files and readers can
+be checked number for number.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from hpcwatch.model import Cluster
+from hpcwatch.records import Event, Job, Sample, Span
+from hpcwatch.twin.scenarios import Scenario, get_scenario
+from hpcwatch.twin.workload import PlannedJob, Scheduler
+
+__all__ = ["Twin", "JobTruth", "DEFAULT_START_S", "SEED_PHASES_S", "DCGM_FIELDS", "IB_COUNTERS",
+           "DRIVER_VERSION"]
+
+#: Simulated time starts here unless told otherwise (2026-11-29 ~ the Slurm samples' epoch), so runs are reproducible.
+DEFAULT_START_S = 1_796_000_000.0
+
+#: The seed's training step (seconds per phase, before the AllReduce which comes from the ring model): ~42 ms.
+SEED_PHASES_S = {"load": 0.002, "forward": 0.011, "backward": 0.020, "optimizer": 0.002}
+#: NCCL per-hop latency alpha of the ring model T = 2(p-1)alpha + 2(p-1)/p n/B (DESIGN.md section 6).
+RING_ALPHA_S = 5e-6
+#: Relative per-phase jitter of one rank's compute (1 %).
+PHASE_JITTER = 0.01
+
+#: A recent data-centre driver (R550 branch) as dcgm-exporter puts it in DCGM_FI_DRIVER_VERSION.
+DRIVER_VERSION = "550.90.07"
+#: Max SM clock (MHz) as ``nvidia-smi -q`` reports it; H200 seen in data/real/h200/nvml_timeseries.csv (1980).
+#: H100 SXM: https://www.nvidia.com/en-us/data-center/h100/ (same GH100 boost), A100: 1410 (A100 datasheet).
+SM_CLOCK_MAX_MHZ = {"h100-sxm": 1980.0, "h200": 1980.0, "a100-sxm": 1410.0}
+#: Idle SM clock of an H100 with no process, dcgm-exporter README sample (345 MHz).
+SM_CLOCK_IDLE_MHZ = 345.0
+#: Fraction of TDP above which the GPU starts to pull its clock down (power capping).
+POWER_THROTTLE_FRACTION = 0.93
+#: Temperature model: T -> 28 C + 0.04 C/W x P with a 45 s time constant; fits the H200 capture (36 C idle, 56 C at 680 W).
+TEMP_AMBIENT_C, TEMP_C_PER_W, TEMP_TAU_S = 28.0, 0.04, 45.0
+#: InfiniBand MTU used to turn bytes into packets (NDR, 4 KiB).
+IB_MTU_BYTES = 4096
+#: Lustre: largest bulk RPC (4 MiB) and the default ``job_cleanup_interval`` (600 s) after which idle entries go.
+LUSTRE_RPC_BYTES, LUSTRE_CLEANUP_S = 4 * 1024**2, 600.0
+#: How long a job reads its dataset shards / last checkpoint after it starts.
+LOAD_PHASE_S = 300.0
+
+#: dcgm-exporter fields the twin produces, in the order dcgm-exporter writes them (etc/default-counters.csv).
+DCGM_FIELDS = (
+    "DCGM_FI_DEV_SM_CLOCK", "DCGM_FI_DEV_GPU_TEMP", "DCGM_FI_DEV_POWER_USAGE",
+    "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION", "DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_DEV_XID_ERRORS",
+    "DCGM_FI_DEV_FB_FREE", "DCGM_FI_DEV_FB_USED", "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE",
+)
+_F = {name: i for i, name in enumerate(DCGM_FIELDS)}
+
+#: perfquery -x counters the twin keeps per port (data counters in 4-byte words, as the HCA counts them).
+IB_COUNTERS = (
+    "PortXmitData", "PortRcvData", "PortXmitPkts", "PortRcvPkts", "PortUnicastXmitPkts", "PortUnicastRcvPkts",
+    "PortMulticastXmitPkts", "PortMulticastRcvPkts", "SymbolErrorCounter", "LinkErrorRecoveryCounter",
+    "LinkDownedCounter", "PortRcvErrors", "PortRcvRemotePhysicalErrors", "PortRcvSwitchRelayErrors",
+    "PortXmitDiscards", "PortXmitConstraintErrors", "PortRcvConstraintErrors", "LocalLinkIntegrityErrors",
+    "ExcessiveBufferOverrunErrors", "VL15Dropped", "PortXmitWait", "QP1Dropped",
+)
+_C = {name: i for i, name in enumerate(IB_COUNTERS)}
+
+# HGX H100 8-GPU baseboard PCI bus ids (as nvidia-smi shows them on a DGX H100).
+_HGX_BUS_IDS = ("18", "2A", "3A", "5D", "9A", "AB", "BA", "DB")
+
+
+@dataclass(slots=True)
+class JobTruth:
+    """What the twin knows happened to one job since the twin started (its own ground truth)."""
+
+    id: str
+    energy_mj: int = 0
+    ib_tx_bytes: int = 0
+    ib_rx_bytes: int = 0
+    xid_errors: int = 0
+    util_sum: float = 0.0
+    util_samples: int = 0
+    lustre_read_bytes: int = 0
+    lustre_write_bytes: int = 0
+
+    @property
+    def energy_kwh(self) -> float:
+        return self.energy_mj / 3.6e9
+
+    @property
+    def mean_gpu_util(self) -> float | None:
+        return self.util_sum / self.util_samples if self.util_samples else None
+
+
+def _overrides(scenario: Scenario, hook: str) -> bool:
+    return getattr(type(scenario), hook) is not getattr(Scenario, hook)
+
+
+def _gpu_uuid(cluster: str, node: str, index: int) -> str:
+    h = hashlib.sha1(f"{cluster}/{node}/{index}".encode()).hexdigest()
+    return f"GPU-{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:32]}"
+
+
+def _bus_id(index: int) -> str:
+    bus = _HGX_BUS_IDS[index] if index < len(_HGX_BUS_IDS) else f"{0xC0 + index:02X}"
+    return f"00000000:{bus}:00.0"
+
+
+class Twin:
+    """A simulated cluster. ``advance(dt_s)`` moves it; the ``*_text`` / ``*_json`` methods write real formats."""
+
+    def __init__(self, cluster: Cluster, *, seed: int = 0, scenarios: Iterable[str | Scenario] = (),
+                 start: float | None = None) -> None:
+        self.cluster = cluster
+        self.seed = int(seed)
+        self.rng = np.random.default_rng(self.seed)
+        self.scenarios: tuple[Scenario, ...] = tuple(get_scenario(s) if isinstance(s, str) else s
+                                                     for s in scenarios)
+        self.now = float(DEFAULT_START_S if start is None else start)
+        self.t0 = self.now
+        self.dt = 0.0
+        self._tick = 0
+        self._layout()
+        self.scheduler = Scheduler(cluster, self.rng, self.t0)
+        self._truth: dict[str, JobTruth] = {}
+        self._events: list[Event] = []
+        self._last_step: tuple[int, float] | None = None
+        self._steps_done: dict[str, float] = {}
+        self._lustre = np.zeros((0, max(1, cluster.storage.osts), 5))
+        self._lustre_seen = np.zeros(0)
+        self._assign()
+        self._label_job = self._job_of_gpu.copy()
+        self._init_state()
+        for scenario in self.scenarios:
+            bind = getattr(scenario, "bind", None)
+            if callable(bind):
+                bind(self)
+        self._simulate(0.0)
+
+    # -- layout ----------------------------------------------------------------------------------
+
+    def _layout(self) -> None:
+        c = self.cluster
+        self.node_names: tuple[str, ...] = tuple(n.name for n in c.nodes)
+        gpus = c.gpus
+        self.n_gpus = len(gpus)
+        node_pos = {name: i for i, name in enumerate(self.node_names)}
+        self._gpu_node = np.array([node_pos[g.node] for g in gpus], dtype=np.int64)
+        self._gpu_index = np.array([g.index for g in gpus], dtype=np.int64)
+        self._gpu_flat = {(g.node, g.index): i for i, g in enumerate(gpus)}
+        self._tdp = np.array([g.spec.tdp_w for g in gpus])
+        self._idle_w = np.array([g.spec.idle_power_w for g in gpus])
+        self._hbm_mib = np.array([g.spec.hbm_bytes / 1024**2 for g in gpus])
+        self._sm_max = np.array([SM_CLOCK_MAX_MHZ.get(g.spec.key, np.nan) for g in gpus])
+        self.gpu_labels: list[dict[str, str]] = [
+            {"gpu": str(g.index), "UUID": _gpu_uuid(c.name, g.node, g.index), "pci_bus_id": _bus_id(g.index),
+             "device": f"nvidia{g.index}", "modelName": g.spec.name, "Hostname": g.node,
+             "DCGM_FI_DRIVER_VERSION": DRIVER_VERSION}
+            for g in gpus]
+        # One HCA per rail: HCA h of a node serves the GPUs g with g * H // G == h (rail-optimised).
+        ports, port_of_gpu = [], np.zeros(self.n_gpus, dtype=np.int64)
+        for node in c.nodes:
+            base = len(ports)
+            hcas = max(1, node.hcas)
+            ports.extend((node.name, h) for h in range(hcas))
+            for g in node.gpus:
+                port_of_gpu[self._gpu_flat[(node.name, g.index)]] = base + g.index * hcas // max(1, len(node.gpus))
+        self.ports: tuple[tuple[str, int], ...] = tuple(ports)
+        self._port_of_gpu = port_of_gpu
+        self._port_node = np.array([node_pos[n] for n, _ in ports], dtype=np.int64)
+        self.link_bytes_s = c.fabric.link.rate_bits_s / 8
+        self._nvlink_bytes_s = gpus[0].spec.nvlink_bandwidth_bytes_s if gpus else 0.0
+        self._gpus_per_port = np.bincount(self._port_of_gpu, minlength=len(self.ports))
+        self._node_gpus = {n.name: [self._gpu_flat[(n.name, g.index)] for g in n.gpus] for n in c.nodes}
+        self._node_ports = {name: [p for p, (n, _) in enumerate(ports) if n == name] for name in self.node_names}
+        self._label_text = [",".join(f'{k}="{v}"' for k, v in labels.items()) for labels in self.gpu_labels]
+
+    def _init_state(self) -> None:
+        n = self.n_gpus
+        self.fields = np.zeros((n, len(DCGM_FIELDS)))
+        self._temp = np.full(n, TEMP_AMBIENT_C + TEMP_C_PER_W * self._idle_w)
+        # Energy since boot: the nodes booted a few days before t0.
+        boot_s = self.rng.uniform(2, 9, size=n) * 86400
+        self.fields[:, _F["DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION"]] = np.round(boot_s * self._idle_w * 1.6 * 1000)
+        self.ib = np.zeros((len(self.ports), len(IB_COUNTERS)))
+        # The ports carried traffic before t0 too; start the counters somewhere realistic (words).
+        self.ib[:, _C["PortXmitData"]] = np.round(self.rng.uniform(1e12, 5e12, size=len(self.ports)))
+        self.ib[:, _C["PortRcvData"]] = self.ib[:, _C["PortXmitData"]] + np.round(self.rng.uniform(0, 1e9, len(self.ports)))
+        self.ib[:, _C["PortXmitPkts"]] = np.round(self.ib[:, _C["PortXmitData"]] * 4 / IB_MTU_BYTES)
+        self.ib[:, _C["PortRcvPkts"]] = np.round(self.ib[:, _C["PortRcvData"]] * 4 / IB_MTU_BYTES)
+        self._prev_xid = np.zeros(n)
+        self._lustre_backfill()
+
+    # -- jobs ----------------------------------------------------------------------------------------
+
+    def _assign(self) -> None:
+        """job index per GPU (into scheduler.jobs) for the placement in force now; -1 when free."""
+        job_of_gpu = np.full(self.n_gpus, -1, dtype=np.int64)
+        for j, job in enumerate(self.scheduler.jobs):
+            if job.state != "RUNNING":
+                continue
+            for node, gpus in job.gpus_by_node.items():
+                for g in gpus:
+                    job_of_gpu[self._gpu_flat[(node, g)]] = j
+            self._truth.setdefault(job.id, JobTruth(id=job.id))
+        self._job_of_gpu = job_of_gpu
+
+    @property
+    def jobs(self) -> list[Job]:
+        """Every job the twin's Slurm knows (pending, running, finished), as records."""
+        return [j.record() for j in self.scheduler.jobs]
+
+    @property
+    def training_job(self) -> PlannedJob:
+        """The big training job whose steps the twin times (the first job)."""
+        return self.scheduler.jobs[0]
+
+    def gpus_of_node(self, node: str) -> list[int]:
+        """Flat GPU positions (rows of ``fields``) of a node, in GPU index order."""
+        return self._node_gpus[node]
+
+    def ports_of_node(self, node: str) -> list[int]:
+        """Rows of ``ib`` (HCAs) of a node, in HCA order."""
+        return self._node_ports[node]
+
+    def dcgm_label_text(self, g: int) -> str:
+        """The label text of flat GPU g as dcgm-exporter writes it, hpc_job included when held."""
+        j = int(self._label_job[g])
+        base = self._label_text[g]
+        return f'{base},hpc_job="{self.scheduler.jobs[j].id}"' if j >= 0 else base
+
+    def job_of(self, node: str, gpu: int) -> str | None:
+        """The job id on that GPU during the last tick (what dcgm-exporter's hpc_job label says)."""
+        j = int(self._label_job[self._gpu_flat[(node, gpu)]])
+        return self.scheduler.jobs[j].id if j >= 0 else None
+
+    # -- time ----------------------------------------------------------------------------------------
+
+    def advance(self, dt_s: float) -> None:
+        """Move simulated time forward by dt_s (one tick): simulate, then let Slurm end and start jobs."""
+        if dt_s <= 0:
+            raise ValueError(f"dt_s must be > 0, got {dt_s}")
+        t_prev = self.now
+        self._events, self._last_step = [], None
+        self._label_job = self._job_of_gpu.copy()
+        self.now = t_prev + float(dt_s)
+        self.dt = float(dt_s)
+        self._tick += 1
+        self._simulate(float(dt_s))
+        ended, started = self.scheduler.step(self.now)
+        if ended or started:
+            self._assign()
+        for job in ended:
+            self._events.append(Event(kind="job_end", t=self.now, source="slurm",
+                                      attrs={"job": job.id, "user": job.user, "state": job.state}))
+        for job in started:
+            self._events.append(Event(kind="job_start", t=self.now, source="slurm",
+                                      attrs={"job": job.id, "user": job.user, "nodes": list(job.nodes)}))
+        for scenario in self.scenarios:
+            self._events.extend(scenario.events(twin=self, t0=t_prev, t1=self.now))
+
+    def _kind_arrays(self) -> np.ndarray:
+        """Per GPU: util mean, util sd, tensor activity, HBM share of the job on it (cached per placement)."""
+        key = self._label_job.tobytes()
+        if getattr(self, "_kind_key", None) != key:
+            jobs = self.scheduler.jobs
+            rows = [(k.util_pct, k.util_sd_pct, k.tensor_active, k.fb_fraction) if j >= 0 else (0.0, 0.0, 0.0, 0.0)
+                    for j in self._label_job.tolist() for k in [jobs[j].kind if j >= 0 else None]]
+            self._kind_cache = np.array(rows).T.copy()
+            self._kind_key = key
+        return self._kind_cache
+
+    def _simulate(self, dt: float) -> None:
+        assign = self._label_job
+        busy = assign >= 0
+        util_mean, util_sd, tensor, fb_frac = self._kind_arrays()
+        z = self.rng.standard_normal((5, self.n_gpus))
+        util = np.where(busy, np.clip(np.round(util_mean + util_sd * z[0]), 0, 100), 0.0)
+        compute_share, gpu_bytes = self._train_steps(dt)
+        tensor = np.where(busy, tensor * compute_share * (util > 0), 0.0)
+        f = self.fields
+        f[:, _F["DCGM_FI_DEV_GPU_UTIL"]] = util
+        f[:, _F["DCGM_FI_PROF_PIPE_TENSOR_ACTIVE"]] = np.round(tensor, 6)
+        activity = (util / 100.0) * (0.55 + 0.45 * np.minimum(tensor / 0.62, 1.0))
+        power = self._idle_w + (self._tdp - self._idle_w) * (0.05 * busy + 0.92 * activity) + 2.0 * z[1]
+        power = np.round(np.clip(power, 0.9 * self._idle_w, self._tdp), 3)
+        f[:, _F["DCGM_FI_DEV_POWER_USAGE"]] = power
+        fb = np.round(np.clip(fb_frac * self._hbm_mib * (1 + 0.002 * z[2]), 0, self._hbm_mib))
+        f[:, _F["DCGM_FI_DEV_FB_USED"]] = fb
+        f[:, _F["DCGM_FI_DEV_FB_FREE"]] = np.round(self._hbm_mib - fb)
+        throttled = busy & (power >= POWER_THROTTLE_FRACTION * self._tdp)
+        clock = np.where(busy, self._sm_max - throttled * np.round(np.abs(z[3]) * 8) * 15.0,
+                         np.minimum(SM_CLOCK_IDLE_MHZ, self._sm_max))
+        f[:, _F["DCGM_FI_DEV_SM_CLOCK"]] = clock
+        target = TEMP_AMBIENT_C + TEMP_C_PER_W * power
+        self._temp = target + (self._temp - target) * np.exp(-dt / TEMP_TAU_S) + 0.3 * z[4]
+        f[:, _F["DCGM_FI_DEV_GPU_TEMP"]] = np.round(self._temp)
+        f[:, _F["DCGM_FI_DEV_XID_ERRORS"]] = 0.0
+        self._apply_gpu_hooks()
+        energy_inc = np.round(f[:, _F["DCGM_FI_DEV_POWER_USAGE"]] * dt * 1000.0)
+        f[:, _F["DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION"]] += energy_inc
+        ib_before = self.ib[:, [_C["PortXmitData"], _C["PortRcvData"]]].copy()
+        self._ib_traffic(gpu_bytes)
+        ib_delta = (self.ib[:, [_C["PortXmitData"], _C["PortRcvData"]]] - ib_before) * 4
+        self._account(energy_inc, ib_delta)
+        self._lustre_tick(dt)
+
+    def _apply_gpu_hooks(self) -> None:
+        hooked = [s for s in self.scenarios if _overrides(s, "adjust_gpu")]
+        if not hooked:
+            return
+        f = self.fields
+        for i, labels in enumerate(self.gpu_labels):
+            values = dict(zip(DCGM_FIELDS, f[i].tolist()))
+            for scenario in hooked:
+                scenario.adjust_gpu(node=labels["Hostname"], gpu=int(labels["gpu"]), t=self.now, fields=values)
+            f[i] = [values[name] for name in DCGM_FIELDS]
+
+    def _ib_traffic(self, gpu_bytes: np.ndarray) -> None:
+        words = np.round(np.bincount(self._port_of_gpu, weights=gpu_bytes, minlength=len(self.ports)) / 4)
+        pkts = np.ceil(words * 4 / IB_MTU_BYTES)
+        for name, inc in (("PortXmitData", words), ("PortRcvData", words), ("PortXmitPkts", pkts),
+                          ("PortRcvPkts", pkts), ("PortUnicastXmitPkts", pkts), ("PortUnicastRcvPkts", pkts)):
+            self.ib[:, _C[name]] += inc
+        hooked = [s for s in self.scenarios if _overrides(s, "adjust_ib")]
+        for p, (node, hca) in enumerate(self.ports) if hooked else ():
+            counters = dict(zip(IB_COUNTERS, self.ib[p].tolist()))
+            for scenario in hooked:
+                scenario.adjust_ib(node=node, port=hca, t=self.now, counters=counters)
+            self.ib[p] = [counters[name] for name in IB_COUNTERS]
+
+    def _account(self, energy_inc: np.ndarray, ib_delta_bytes: np.ndarray) -> None:
+        """Ground truth, attributed by the same rules as analysis/attribution.py."""
+        jobs = self.scheduler.jobs
+        assign = self._label_job
+        xid = self.fields[:, _F["DCGM_FI_DEV_XID_ERRORS"]]
+        new_xid = (xid != 0) & (xid != self._prev_xid)
+        self._prev_xid = xid.copy()
+        busy = assign >= 0
+        if not busy.any():
+            return
+        idx = assign[busy]
+        n = len(jobs)
+        # A port's bytes go to the jobs on its rail GPUs, shared equally (floor) between those GPUs.
+        ports = self._port_of_gpu[busy]
+        share = ib_delta_bytes[ports] // self._gpus_per_port[ports][:, None]
+        per_job = {
+            "energy": np.bincount(idx, weights=energy_inc[busy], minlength=n),
+            "util": np.bincount(idx, weights=self.fields[busy, _F["DCGM_FI_DEV_GPU_UTIL"]], minlength=n),
+            "count": np.bincount(idx, minlength=n),
+            "xid": np.bincount(idx, weights=new_xid[busy], minlength=n),
+            "tx": np.bincount(idx, weights=share[:, 0], minlength=n),
+            "rx": np.bincount(idx, weights=share[:, 1], minlength=n),
+        }
+        for j in np.unique(idx).tolist():
+            t = self._truth[jobs[j].id]
+            t.energy_mj += int(per_job["energy"][j])
+            t.util_sum += float(per_job["util"][j])
+            t.util_samples += int(per_job["count"][j])
+            t.xid_errors += int(per_job["xid"][j])
+            t.ib_tx_bytes += int(per_job["tx"][j])
+            t.ib_rx_bytes += int(per_job["rx"][j])
+
+    # -- training steps ------------------------------------------------------------------------------
+
+    def _ring_allreduce_s(self, job: PlannedJob) -> float:
+        p = job.gpus
+        if p < 2:
+            return 0.0
+        # Across nodes the ring is limited by one NDR port per rail; inside a node by NVLink (one direction).
+        bw = self.link_bytes_s if job.n_nodes > 1 else self._nvlink_bytes_s / 2
+        return 2 * (p - 1) * RING_ALPHA_S + 2 * (p - 1) / p * job.kind.gradient_bytes / bw
+
+    def _ranks(self, job: PlannedJob) -> list[tuple[int, str, int]]:
+        """(rank, node, gpu) in Slurm's order: node by node, GPU index order."""
+        out = []
+        for node, gpus in job.gpus_by_node.items():
+            out.extend((len(out) + i, node, g) for i, g in enumerate(gpus))
+        return [(i, node, g) for i, (_, node, g) in enumerate(out)]
+
+    def step_phases(self, job: PlannedJob, step: int) -> tuple[list[tuple[int, str, int]], np.ndarray]:
+        """Per-rank phase durations (seconds) of one step, columns in ``records.PHASES`` order.
+
+        Each rank's compute jitters by 1 %; scenarios' ``adjust_step`` bend it; the step then
+        aligns on the slowest rank and every other rank waits at the barrier for the difference::
+
+            rank 0  |load|fwd|--bwd--|ar|opt|....barrier_wait....|
+            rank 2  |load|fwd|------bwd x2------|ar|opt|          |   <- straggler sets the step
+        """
+        ranks = self._ranks(job)
+        rng = np.random.default_rng([self.seed, int(job.id), int(step)])
+        jitter = 1.0 + PHASE_JITTER * rng.standard_normal((len(ranks), 4))
+        base = np.array([SEED_PHASES_S[p] for p in ("load", "forward", "backward", "optimizer")])
+        compute = base * jitter
+        table = np.zeros((len(ranks), 6))
+        table[:, [0, 1, 2, 4]] = compute
+        table[:, 3] = self._ring_allreduce_s(job)
+        hooked = [s for s in self.scenarios if _overrides(s, "adjust_step")]
+        for r, node, g in ranks if hooked else ():
+            phases = {"load": table[r, 0], "forward": table[r, 1], "backward": table[r, 2],
+                      "allreduce": table[r, 3], "optimizer": table[r, 4]}
+            for scenario in hooked:
+                scenario.adjust_step(rank=r, node=node, gpu=g, step=step, phases=phases)
+            table[r, :5] = [phases[p] for p in ("load", "forward", "backward", "allreduce", "optimizer")]
+        busy = table[:, :5].sum(axis=1)
+        table[:, 5] = busy.max() - busy
+        return ranks, table
+
+    def _train_steps(self, dt: float) -> tuple[np.ndarray, np.ndarray]:
+        """Per GPU: share of the step spent in compute (scales tensor activity) and IB bytes this tick."""
+        share = np.ones(self.n_gpus)
+        gpu_bytes = np.zeros(self.n_gpus)
+        jobs = self.scheduler.jobs
+        step_hooks = any(_overrides(s, "adjust_step") for s in self.scenarios)
+        for j in np.unique(self._label_job[self._label_job >= 0]).tolist():
+            job = jobs[j]
+            # Single-node jobs are timed only when a scenario may bend their steps (they move no IB bytes).
+            if not job.kind.distributed or job.gpus < 2 or (job.n_nodes < 2 and not step_hooks and j != 0):
+                continue
+            done = self._steps_done.setdefault(job.id, max(0.0, self.now - dt - job.start) / sum(SEED_PHASES_S.values()))
+            step = int(done)
+            ranks, table = self.step_phases(job, step)
+            step_s = float(table[0].sum())
+            nominal = sum(SEED_PHASES_S[p] for p in ("forward", "backward")) / (sum(SEED_PHASES_S.values())
+                                                                                  + table[:, 3].mean())
+            flat = [self._gpu_flat[(node, g)] for _, node, g in ranks]
+            share[flat] = (table[:, 1] + table[:, 2]) / step_s / nominal
+            if dt <= 0:
+                continue
+            steps = dt / step_s
+            self._steps_done[job.id] = done + steps
+            if job.n_nodes > 1:
+                p = job.gpus
+                gpu_bytes[flat] = steps * 2 * (p - 1) / p * job.kind.gradient_bytes
+            if j == 0 and int(done + steps) > 0:
+                self._last_step = (int(done + steps) - 1, self.now)
+        return share, gpu_bytes
+
+    def _spans_of(self, job: PlannedJob, step: int, *, end: float | None = None) -> list[Span]:
+        ranks, table = self.step_phases(job, step)
+        step_s = float(table[0].sum())
+        start = (end if end is not None else job.start + step * 0.042 + step_s) - step_s
+        phases = ("load", "forward", "backward", "allreduce", "optimizer", "barrier_wait")
+        spans = []
+        for r, node, g in ranks:
+            t = start
+            for k, phase in enumerate(phases):
+                spans.append(Span(job=job.id, rank=r, step=step, phase=phase, start=round(t, 6),
+                                  dur=float(table[r, k]), attrs={"node": node, "gpu": g}))
+                t += float(table[r, k])
+        return spans
+
+    def finished_spans(self) -> list[Span]:
+        """Spans of the training job's step that finished in the last tick (one step per tick, like a
+        profiler's schedule), or nothing."""
+        if self._last_step is None:
+            return []
+        step, end = self._last_step
+        return self._spans_of(self.training_job, step, end=end)
+
+    def spans(self, step: int | None = None) -> list[Span]:
+        """Spans (every rank, every phase) of one step of the training job; default: the last one finished."""
+        job = self.training_job
+        if step is None:
+            if self._last_step is not None:
+                return self.finished_spans()
+            step = max(0, int(self._steps_done.get(job.id, 1.0)) - 1)
+        return self._spans_of(job, step)
+
+    # -- Lustre --------------------------------------------------------------------------------------
+
+    def _lustre_rows(self, n: int) -> np.ndarray:
+        """The cumulative job_stats array, grown to hold job index n - 1."""
+        c = self._lustre
+        if c.shape[0] < n:
+            grown = np.zeros((max(n, 2 * c.shape[0]), c.shape[1], c.shape[2]))
+            grown[: c.shape[0]] = c
+            self._lustre = c = grown
+            seen = np.full(grown.shape[0], np.nan)
+            seen[: self._lustre_seen.shape[0]] = self._lustre_seen
+            self._lustre_seen = seen
+        return c
+
+    def _lustre_backfill(self) -> None:
+        """Jobs running before t0 have already loaded their data and written their checkpoints."""
+        for j, job in enumerate(self.scheduler.jobs):
+            if job.state != "RUNNING":
+                continue
+            elapsed = self.now - job.start
+            kind = job.kind
+            read = job.gpus * (kind.load_bytes_per_gpu + kind.read_bytes_s_per_gpu * max(0.0, elapsed - LOAD_PHASE_S))
+            writes = int(elapsed // kind.checkpoint_interval_s) if kind.checkpoint_interval_s else 0
+            self._lustre_add(np.array([j]), np.array([read]), np.array([writes * kind.checkpoint_bytes_per_gpu
+                                                                         * job.gpus]), np.array([writes]))
+
+    def _lustre_add(self, idx: np.ndarray, read: np.ndarray, write: np.ndarray, syncs: np.ndarray) -> None:
+        """Add bytes of jobs idx, striped over every OST (the first total mod osts OSTs get a byte more)."""
+        c = self._lustre_rows(int(idx.max()) + 1 if len(idx) else 0)
+        osts = c.shape[1]
+        first = np.arange(osts)[None, :]
+        for col, total in ((0, np.floor(read)), (2, np.floor(write))):
+            q, r = np.divmod(total, osts)
+            c[idx, :, col] += q[:, None] + (first < r[:, None])
+            c[idx, :, col + 1] += np.ceil((q + (r > 0)) / LUSTRE_RPC_BYTES)[:, None]
+        c[idx, :, 4] += syncs[:, None]
+        active = (read > 0) | (write > 0) | (syncs > 0)
+        self._lustre_seen[idx[active]] = self.now
+
+    def _lustre_tick(self, dt: float) -> None:
+        if dt <= 0:
+            return
+        t0, t1 = self.now - dt, self.now
+        idx = np.unique(self._label_job[self._label_job >= 0])
+        if not len(idx):
+            return
+        jobs = [self.scheduler.jobs[j] for j in idx.tolist()]
+        start = np.array([j.start for j in jobs])
+        gpus = np.array([j.gpus for j in jobs], dtype=float)
+        rate = np.array([j.kind.read_bytes_s_per_gpu for j in jobs])
+        load = np.array([j.kind.load_bytes_per_gpu for j in jobs])
+        every = np.array([j.kind.checkpoint_interval_s or np.inf for j in jobs])
+        ckpt = np.array([j.kind.checkpoint_bytes_per_gpu for j in jobs])
+        loading = np.clip(np.minimum(t1, start + LOAD_PHASE_S) - np.maximum(t0, start), 0.0, None)
+        read = gpus * (rate * (dt - loading) + load * loading / LOAD_PHASE_S)
+        due = np.floor((t1 - start) / every) > np.floor((t0 - start) / every)
+        write = np.where(due, ckpt * gpus, 0.0)
+        for k in np.flatnonzero(due).tolist():
+            job = jobs[k]
+            self._events.append(Event(kind="checkpoint", t=t1, source="twin", attrs={
+                "job": job.id, "bytes": int(write[k]),
+                "path": f"{self.cluster.weights.path}/{job.id}/step_{int(self._steps_done.get(job.id, 0))}.pt"}))
+        self._lustre_add(idx, read, write, due.astype(float))
+
+    def lustre_counters(self) -> dict[str, np.ndarray]:
+        """Cumulative obdfilter job_stats per job still listed: rows = OSTs, columns =
+        read_sum, read_rpcs, write_sum, write_rpcs, syncs (bytes and counts)."""
+        seen = self._lustre_seen
+        listed = np.flatnonzero(~np.isnan(seen) & (self.now - np.nan_to_num(seen) <= LUSTRE_CLEANUP_S))
+        jobs = self.scheduler.jobs
+        return {jobs[j].id: self._lustre[j] for j in listed.tolist()}
+
+    # -- ground truth --------------------------------------------------------------------------------
+
+    def truth(self) -> dict[str, JobTruth]:
+        """Per job, what the twin did since t0 (energy, IB bytes, XID errors...) plus cumulative Lustre bytes."""
+        for j, job in enumerate(self.scheduler.jobs[: self._lustre.shape[0]]):
+            if job.id in self._truth:
+                self._truth[job.id].lustre_read_bytes = int(self._lustre[j, :, 0].sum())
+                self._truth[job.id].lustre_write_bytes = int(self._lustre[j, :, 2].sum())
+        return dict(self._truth)
+
+    def gpu_hours(self, job_id: str) -> float:
+        """GPUs x (end or now - start), as Slurm accounts it (jobstats' GPU-hours)."""
+        job = next(j for j in self.scheduler.jobs if j.id == job_id)
+        if job.start is None:
+            return 0.0
+        return job.gpus * ((job.end if job.end is not None else self.now) - job.start) / 3600.0
+
+    # -- the real formats -----------------------------------------------------------------------------
+
+    def labels_by_gpu(self, node: str, *, jobs_by_gpu: dict[int, str] | None = None) -> list[dict[str, str]]:
+        """dcgm-exporter label sets of a node's GPUs, with ``hpc_job`` where a job holds the GPU."""
+        out = []
+        for g in range(len(self.cluster.node(node).gpus)):
+            labels = dict(self.gpu_labels[self._gpu_flat[(node, g)]])
+            job = jobs_by_gpu.get(g) if jobs_by_gpu is not None else self.job_of(node, g)
+            if job:
+                labels["hpc_job"] = job
+            out.append(labels)
+        return out
+
+    def dcgm_text(self, node: str, *, jobs_by_gpu: dict[int, str] | None = None,
+                  timestamp: bool = False) -> str:
+        """One dcgm-exporter scrape of a node (``timestamp``: add the sample time in ms to each line)."""
+        from hpcwatch.twin import exposition
+        return exposition.dcgm_text(self, node, jobs_by_gpu=jobs_by_gpu, timestamp=timestamp)
+
+    def node_exporter_text(self, node: str, *, timestamp: bool = False, target_labels: bool = False) -> str:
+        """node-exporter's InfiniBand collector output for a node (``target_labels``: add instance/node)."""
+        from hpcwatch.twin import exposition
+        return exposition.node_exporter_text(self, node, timestamp=timestamp, target_labels=target_labels)
+
+    def perfquery_text(self, node: str, port: int) -> str:
+        """``perfquery -x`` of one HCA (``port`` = the HCA's index on the node, mlx5_<port> port 1)."""
+        from hpcwatch.twin import exposition
+        return exposition.perfquery_text(self, node, port)
+
+    def lustre_job_stats_text(self) -> str:
+        """``lctl get_param obdfilter.*.job_stats`` on the OSS, all OSTs."""
+        from hpcwatch.twin import exposition
+        return exposition.lustre_job_stats_text(self)
+
+    def squeue_json(self) -> str:
+        from hpcwatch.twin import slurm_out
+        return slurm_out.squeue_json(self)
+
+    def sacct_json(self) -> str:
+        from hpcwatch.twin import slurm_out
+        return slurm_out.sacct_json(self)
+
+    # -- records ---------------------------------------------------------------------------------------
+
+    def events(self) -> list[Event]:
+        """Events of the last tick (job start/end, checkpoints, what scenarios planted)."""
+        return list(self._events)
+
+    def samples(self) -> Iterator[Sample]:
+        """The current state as samples, labelled as the real collectors label them."""
+        for g, labels in enumerate(self.labels_of_all()):
+            row = self.fields[g].tolist()
+            for name, value in zip(DCGM_FIELDS, row):
+                yield Sample(metric=name, labels=labels, t=self.now, value=value)
+        from hpcwatch.twin.exposition import ib_samples, lustre_samples
+        yield from ib_samples(self)
+        yield from lustre_samples(self)
+
+    def labels_of_all(self) -> list[dict[str, str]]:
+        out = []
+        jobs = self.scheduler.jobs
+        for g, j in enumerate(self._label_job.tolist()):
+            labels = self.gpu_labels[g]
+            out.append({**labels, "hpc_job": jobs[j].id} if j >= 0 else labels)
+        return out
+
+    def records(self) -> Iterator[Sample | Event | Span | Job]:
+        """The current tick as records: samples, every job, spans of the step that finished, events."""
+        yield from self.samples()
+        yield from self.jobs
+        yield from self.finished_spans()
+        yield from self._events
+
+    def describe(self) -> dict[str, Any]:
+        return {"nodes": len(self.node_names), "gpus": self.n_gpus, "ports": len(self.ports), "now": self.now,
+                "seed": self.seed, "scenarios": [s.name for s in self.scenarios]}

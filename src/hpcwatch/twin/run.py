@@ -1,0 +1,151 @@
+"""Run the twin for a while and write what the real collectors would have left on disk.
+
+Layout of ``out`` (every file is a real format; ``hpcwatch ingest out`` reads it back):
+
+    dcgm/<node>.prom                  every dcgm-exporter scrape of the node, one after the other (as
+                                      ``while sleep 10; do curl -s node:9400/metrics; done >> file`` would
+                                      leave them), each sample line with its ms timestamp
+    node-exporter/<node>.prom         the same for node-exporter's infiniband metrics, with the target labels
+                                      a Prometheus adds (instance="<node>:9100", node="<node>")
+    lustre/<t_ms>.txt                 ``lctl get_param obdfilter.*.job_stats`` every LUSTRE_EVERY_S and at the end
+    perfquery/<node>/mlx5_<h>.1.txt   ``perfquery -x`` of every HCA at the end (clusters of up to
+                                      SNAPSHOT_MAX_NODES nodes: thousands of tiny files cost seconds)
+    slurm/squeue.json, sacct.json     ``squeue --json`` / ``sacct --json`` (Slurm 22.05) at the end
+    hpc-job-mapping/<node>/<gpu>      dcgm-exporter's job mapping dir at the end (job ids, one per line;
+                                      up to SNAPSHOT_MAX_NODES nodes too)
+    spans.jsonl                       the training job's step spans: one JSON object per line,
+                                      {"job","rank","step","phase","start","dur","attrs"} (records.Span)
+    events.jsonl                      job start/end, checkpoints, scenario events: {"kind","t","source","attrs"}
+    + whatever the active scenarios' ``extra_files`` write
+
+Scrapes go to one file per node, not one per scrape: creating ~100,000 small files (an hour of
+128 nodes) costs far more than simulating them. The first scrape is written at the start time, before the first tick, so
+every counter has a starting point and per-job deltas add up exactly.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import orjson
+
+from hpcwatch.twin.core import Twin
+from hpcwatch.twin.exposition import hca_device
+
+__all__ = ["write_run", "RunSummary", "LUSTRE_EVERY_S", "DEFAULT_STEP_S", "SNAPSHOT_MAX_NODES"]
+
+#: How often the Lustre job_stats snapshot is taken (lustre_exporter scrapes every 15-60 s).
+LUSTRE_EVERY_S = 60.0
+#: Per-HCA and per-GPU snapshot files only for clusters up to this size.
+SNAPSHOT_MAX_NODES = 32
+#: Default scrape interval (Prometheus' scrape_interval is often 10-15 s on GPU clusters).
+DEFAULT_STEP_S = 10.0
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RunSummary:
+    out: str
+    t0: float
+    t1: float
+    ticks: int
+    files: int
+    jobs: int
+    spans: int
+    events: int
+
+
+def write_run(twin: Twin, out: str | Path, *, duration_s: float, step_s: float = DEFAULT_STEP_S,
+              spans: bool = True, progress: Callable[[int, int], None] | None = None) -> RunSummary:
+    """Advance ``twin`` by ``duration_s`` in ticks of ``step_s`` and write the files described above."""
+    if duration_s <= 0 or step_s <= 0:
+        raise ValueError(f"duration and step must be > 0, got {duration_s} and {step_s}")
+    out = Path(out)
+    ticks = int(round(duration_s / step_s))
+    t0 = twin.now
+    w = _Writer(out, twin)
+    w.scrape(lustre=True)
+    next_lustre = t0 + LUSTRE_EVERY_S
+    with (out / "spans.jsonl").open("wb") as span_file, (out / "events.jsonl").open("wb") as event_file:
+        for k in range(ticks):
+            twin.advance(step_s)
+            due = twin.now >= next_lustre - 1e-9 or k == ticks - 1
+            if due:
+                next_lustre += LUSTRE_EVERY_S
+            w.scrape(lustre=due)
+            if spans:
+                w.spans += _write_lines(span_file, twin.finished_spans())
+            w.events += _write_lines(event_file, twin.events())
+            if progress:
+                progress(k + 1, ticks)
+    w.close()
+    w.final()
+    for scenario in twin.scenarios:
+        scenario.extra_files(twin=twin, out=out, t0=t0, t1=twin.now)
+    return RunSummary(out=str(out), t0=t0, t1=twin.now, ticks=ticks, files=w.files, jobs=len(twin.jobs),
+                      spans=w.spans, events=w.events)
+
+
+def _write_lines(handle, records) -> int:
+    """Records (dataclasses with slots) as JSON lines, their fields in declaration order."""
+    lines = [orjson.dumps(r, option=orjson.OPT_APPEND_NEWLINE | orjson.OPT_NON_STR_KEYS, default=_plain)
+             for r in records]
+    handle.write(b"".join(lines))
+    return len(lines)
+
+
+def _plain(value):
+    if isinstance(value, (tuple, set, frozenset)):
+        return list(value)
+    if hasattr(value, "item"):
+        return value.item()
+    return str(value)
+
+
+class _Writer:
+    def __init__(self, out: Path, twin: Twin) -> None:
+        self.out, self.twin = out, twin
+        self.files = self.spans = self.events = 0
+        for sub in ("dcgm", "node-exporter", "lustre", "slurm"):
+            (out / sub).mkdir(parents=True, exist_ok=True)
+        self.handles = {(sub, node): (out / sub / f"{node}.prom").open("w")
+                        for sub in ("dcgm", "node-exporter") for node in twin.node_names}
+        self.files += len(self.handles)
+
+    def close(self) -> None:
+        for handle in self.handles.values():
+            handle.close()
+
+    def _put(self, path: Path, text: str) -> None:
+        path.write_text(text)
+        self.files += 1
+
+    def scrape(self, *, lustre: bool) -> None:
+        twin = self.twin
+        stamp = f"{int(round(twin.now * 1000))}"
+        for node in twin.node_names:
+            self.handles["dcgm", node].write(twin.dcgm_text(node, timestamp=True))
+            self.handles["node-exporter", node].write(
+                twin.node_exporter_text(node, timestamp=True, target_labels=True))
+        if lustre:
+            self._put(self.out / "lustre" / f"{stamp}.txt", twin.lustre_job_stats_text())
+
+    def final(self) -> None:
+        twin = self.twin
+        self._put(self.out / "slurm" / "squeue.json", twin.squeue_json())
+        self._put(self.out / "slurm" / "sacct.json", twin.sacct_json())
+        if len(twin.node_names) > SNAPSHOT_MAX_NODES:
+            return
+        for p, (node, hca) in enumerate(twin.ports):
+            folder = self.out / "perfquery" / node
+            folder.mkdir(parents=True, exist_ok=True)
+            index = sum(1 for n, _ in twin.ports[:p] if n == node)
+            self._put(folder / f"{hca_device(hca)}.1.txt", twin.perfquery_text(node, index))
+        for node in twin.node_names:
+            folder = self.out / "hpc-job-mapping" / node
+            folder.mkdir(parents=True, exist_ok=True)
+            for g in range(len(twin.cluster.node(node).gpus)):
+                job = next((j for j in twin.scheduler.running() if g in j.gpus_by_node.get(node, ())), None)
+                if job is not None:
+                    self._put(folder / str(g), f"{job.id}\n")

@@ -1,0 +1,238 @@
+"""The JSON API and the live stream: thin adapters over the store, the live view and the analyses.
+
+Routes (all documented in ``/openapi.json``):
+
+- ``GET /api/live``            the current snapshot (GPUs, nodes, queue, storage, collectors, vectors)
+- ``GET /api/stream``          the same snapshot pushed as Server-Sent Events (``event: live``), 1 Hz
+- ``GET /api/model``           the cluster model: nodes and GPU ids
+- ``GET /api/steps/sources``   which jobs the step player can play ("with / without straggler")
+- ``GET /api/steps``           one training step of one job, per rank and phase, from ``store.spans(job)``
+- ``GET /api/findings``        findings of one vector (or all)
+- ``GET /api/stragglersim``    efficiency against GPU count (hpcwatch.analysis.stragglersim)
+
+Errors never take the server down: an ``HpcwatchError`` becomes a JSON error
+response (app.py), a stream that fails sends ``event: problem`` and carries on.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import importlib
+from collections.abc import AsyncIterator
+from typing import Any
+
+import orjson
+from fastapi import APIRouter, HTTPException, Query, Request
+from fastapi.responses import Response, StreamingResponse
+from pydantic import BaseModel, Field
+from starlette.concurrency import run_in_threadpool
+
+from hpcwatch.errors import HpcwatchError
+from hpcwatch.records import PHASES, VECTORS
+
+__all__ = ["router", "STREAM_INTERVAL_S", "SIM_GPU_COUNTS", "StepSource", "ORJSONResponse"]
+
+#: Live values are pushed once a second (the brief's 1 Hz).
+STREAM_INTERVAL_S = 1.0
+#: GPU counts the simulator evaluates: 8 to 100k, roughly ×2 apart.
+SIM_GPU_COUNTS: tuple[int, ...] = (8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384, 32768, 65536,
+                                   100_000)
+
+router = APIRouter(prefix="/api")
+
+
+class ORJSONResponse(Response):
+    """JSON via orjson (numpy scalars, non-string keys), without FastAPI's deprecated helper."""
+
+    media_type = "application/json"
+
+    def render(self, content: Any) -> bytes:
+        return orjson.dumps(content, option=orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_NON_STR_KEYS, default=str)
+
+
+class StepSource(BaseModel):
+    key: str = Field(description="'baseline', 'straggler' or the job id")
+    job: str = Field(description="Job id whose spans are played")
+    label: str = Field(description="Text shown on the button, in the request's language")
+
+
+class PhaseTiming(BaseModel):
+    phase: str
+    start_s: float = Field(description="Seconds from the start of the step (earliest span of any rank)")
+    dur_s: float
+
+
+class RankStep(BaseModel):
+    rank: int
+    node: str | None = None
+    gpu: int | None = None
+    phases: list[PhaseTiming]
+
+
+class StepDoc(BaseModel):
+    job: str
+    step: int
+    steps: list[int] = Field(description="[first, last] step numbers with spans for this job")
+    step_time_s: float = Field(description="From the earliest start to the latest end over all ranks")
+    ranks: list[RankStep]
+
+
+class SimPoint(BaseModel):
+    gpus: int
+    efficiency: float = Field(description="0..1")
+
+
+class SimDoc(BaseModel):
+    cv: float
+    p_slow: float
+    slow_factor: float
+    points: list[SimPoint]
+
+
+def _state(request: Request) -> Any:
+    return request.app.state.hpcwatch
+
+
+@router.get("/live", summary="Current live snapshot", response_class=ORJSONResponse)
+async def live(request: Request) -> ORJSONResponse:
+    """Latest values per GPU (``util_pct``, ``power_w``, ``mem_used_bytes``, ``temp_c``, ``job``, ``user``,
+    ``account``), InfiniBand bytes/s per node, the Slurm queue, Lustre bytes/s per job, whether each
+    collector's data is arriving, and findings per threat vector. Times are UTC seconds of the data."""
+    doc = await run_in_threadpool(_state(request).live.snapshot)
+    return ORJSONResponse(doc)
+
+
+@router.get("/stream", summary="Live snapshot as Server-Sent Events, 1 Hz",
+            response_class=StreamingResponse, responses={200: {"content": {"text/event-stream": {}}}})
+async def stream(request: Request) -> StreamingResponse:
+    """``event: live`` with the ``/api/live`` document every second; ``event: problem`` if the store fails."""
+    return StreamingResponse(_events(request), media_type="text/event-stream",
+                             headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+
+
+async def _events(request: Request) -> AsyncIterator[bytes]:
+    state = _state(request)
+    yield b"retry: 2000\n\n"
+    while not state.stopping.is_set():
+        if await request.is_disconnected():
+            break
+        try:
+            doc = await run_in_threadpool(state.live.snapshot)
+            yield b"event: live\ndata: " + orjson.dumps(doc, default=str) + b"\n\n"
+        except HpcwatchError as err:
+            yield b"event: problem\ndata: " + orjson.dumps({"error": str(err)}) + b"\n\n"
+        try:
+            await asyncio.wait_for(state.stopping.wait(), timeout=state.stream_interval_s)
+        except TimeoutError:
+            pass
+
+
+@router.get("/model", summary="The cluster model")
+async def model(request: Request) -> dict[str, Any]:
+    cluster = _state(request).cluster
+    return {"name": cluster.name,
+            "nodes": [{"name": n.name, "gpus": [g.id for g in n.gpus], "hcas": n.hcas,
+                       "model": n.gpus[0].spec.name if n.gpus else None} for n in cluster.nodes],
+            "fabric": {"kind": cluster.fabric.kind, "link": cluster.fabric.link.name},
+            "storage": {"kind": cluster.storage.kind, "mount": cluster.storage.mount},
+            "scheduler": {"kind": cluster.scheduler.kind, "version": cluster.scheduler.version},
+            "stack": {"framework": cluster.stack.framework, "communication": cluster.stack.communication},
+            "weights": {"path": cluster.weights.path}}
+
+
+@router.get("/steps/sources", summary="Jobs the step player can play", response_model=list[StepSource])
+async def step_sources(request: Request, lang: str = Query("en", pattern="^(en|fr)$")) -> list[StepSource]:
+    return await run_in_threadpool(lambda: step_sources_for(_state(request), lang))
+
+
+def step_sources_for(state: Any, lang: str) -> list[StepSource]:
+    """The configured pair (demo: baseline and straggler twins), else every job that has spans."""
+    from hpcwatch.web.i18n import load_catalogue
+
+    t = load_catalogue(lang)
+    if state.step_jobs:
+        return [StepSource(key=key, job=job, label=t(f"player.{key}")) for key, job in state.step_jobs.items()]
+    rows = state.store.query("SELECT job, max(start) FROM spans GROUP BY job ORDER BY 2 DESC LIMIT 8")
+    return [StepSource(key=job, job=job, label=job) for job, _ in rows]
+
+
+@router.get("/steps", summary="One training step per rank and phase", response_model=StepDoc)
+async def steps(request: Request, job: str = Query(..., max_length=200),
+                step: int | None = Query(None, ge=0)) -> StepDoc:
+    """Phases of ``records.PHASES`` only; ``step`` defaults to the last complete step of the job."""
+    return await run_in_threadpool(lambda: step_doc(_state(request).store, job, step))
+
+
+def step_doc(store: Any, job: str, step: int | None) -> StepDoc:
+    (first, last), = store.query("SELECT min(step), max(step) FROM spans WHERE job = ?", [job])
+    if first is None:
+        raise HTTPException(status_code=404, detail=f"no spans for job {job!r}")
+    if step is None:
+        # The newest step may still be arriving rank by rank; take the newest step every rank has finished.
+        rows = store.query("SELECT step FROM spans WHERE job = ? AND phase = 'barrier_wait' GROUP BY step "
+                           "HAVING count(DISTINCT rank) = (SELECT count(DISTINCT rank) FROM spans WHERE job = ?) "
+                           "ORDER BY step DESC LIMIT 1", [job, job])
+        step = rows[0][0] if rows else last
+    spans = [s for s in store.spans(job, step=step) if s.phase in PHASES]
+    if not spans:
+        raise HTTPException(status_code=404, detail=f"no spans for job {job!r} step {step}")
+    t0 = min(s.start for s in spans)
+    t1 = max(s.start + s.dur for s in spans)
+    ranks: dict[int, RankStep] = {}
+    for s in spans:
+        entry = ranks.setdefault(s.rank, RankStep(rank=s.rank, node=_opt_str(s.attrs.get("node")),
+                                                  gpu=_opt_int(s.attrs.get("gpu")), phases=[]))
+        entry.phases.append(PhaseTiming(phase=s.phase, start_s=s.start - t0, dur_s=s.dur))
+    return StepDoc(job=job, step=step, steps=[first, last], step_time_s=t1 - t0,
+                   ranks=[ranks[r] for r in sorted(ranks)])
+
+
+def _opt_str(value: Any) -> str | None:
+    return None if value is None else str(value)
+
+
+def _opt_int(value: Any) -> int | None:
+    try:
+        return None if value is None else int(value)
+    except (TypeError, ValueError):
+        return None
+
+
+@router.get("/findings", summary="Findings of one threat vector, or all", response_class=ORJSONResponse)
+async def findings(request: Request, vector: str | None = Query(None)) -> ORJSONResponse:
+    if vector is not None and vector not in VECTORS:
+        raise HTTPException(status_code=422, detail=f"unknown vector {vector!r} (known: {', '.join(VECTORS)})")
+    found = await run_in_threadpool(lambda: _state(request).store.findings(vector))
+    return ORJSONResponse([dataclasses.asdict(f) | {"evidence": dict(f.evidence)} for f in found[-200:]])
+
+
+@router.get("/stragglersim", summary="Straggler simulator: efficiency against GPU count", response_model=SimDoc,
+            responses={503: {"description": "the simulator module is not installed in this build"}})
+async def stragglersim(cv: float = Query(0.05, ge=0.0, le=1.0), p_slow: float = Query(0.001, ge=0.0, le=1.0),
+                       slow_factor: float = Query(2.0, ge=1.0, le=100.0)) -> SimDoc:
+    """Calls ``hpcwatch.analysis.stragglersim.efficiency_curve`` for 8 … 100,000 GPUs."""
+    try:
+        module = importlib.import_module("hpcwatch.analysis.stragglersim")
+        curve = module.efficiency_curve
+    except (ImportError, AttributeError) as err:
+        raise HTTPException(status_code=503, detail=f"straggler simulator unavailable: {err}") from err
+    result = await run_in_threadpool(lambda: curve(list(SIM_GPU_COUNTS), cv=cv, p_slow=p_slow,
+                                                   slow_factor=slow_factor))
+    return SimDoc(cv=cv, p_slow=p_slow, slow_factor=slow_factor, points=_points(result))
+
+
+def _points(result: Any) -> list[SimPoint]:
+    """Accept the curve as a result dataclass with ``gpus``/``efficiency`` columns or as a list of points."""
+    gpus = getattr(result, "gpus", None)
+    eff = getattr(result, "efficiency", None)
+    if gpus is not None and eff is not None:
+        return [SimPoint(gpus=int(g), efficiency=float(e)) for g, e in zip(gpus, eff)]
+    points = getattr(result, "points", result)
+    out = []
+    for p in points:
+        if isinstance(p, dict):
+            out.append(SimPoint(gpus=int(p["gpus"]), efficiency=float(p["efficiency"])))
+        else:
+            out.append(SimPoint(gpus=int(p.gpus), efficiency=float(p.efficiency)))
+    return out

@@ -1,0 +1,139 @@
+"""The web app: one page (schematic, cards, modes, step player, simulator) over a store.
+
+``create_app(store, cluster)`` is all a caller needs; ``hpcwatch demo`` passes a
+store the twin fills live, ``hpcwatch serve`` an existing store. The page is
+rendered on the server (Jinja2, the SVG from ``svg.py``) so it paints before
+any script runs; small ES modules in ``static/`` then subscribe to
+``/api/stream`` and change text in place. Nothing is fetched from outside the
+machine: plotly.js is served from the installed ``plotly`` package, and the
+Swagger UI (which loads from a CDN) is switched off; ``/openapi.json`` stays.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import Any, Mapping
+
+import orjson
+from fastapi import FastAPI, Query, Request
+from fastapi.responses import FileResponse, HTMLResponse, JSONResponse, Response
+from fastapi.staticfiles import StaticFiles
+from jinja2 import Environment, PackageLoader, select_autoescape
+from markupsafe import Markup
+from starlette.concurrency import run_in_threadpool
+
+from hpcwatch.errors import ConfigError, HpcwatchError, InputError, StoreError
+from hpcwatch.model.cluster import Cluster
+from hpcwatch.records import PHASES
+from hpcwatch.store import Store
+from hpcwatch.web import api
+from hpcwatch.web.i18n import LANG_COOKIE, LANGUAGES, load_catalogue, negotiate
+from hpcwatch.web.live import LiveView
+from hpcwatch.web.svg import render_schematic
+
+__all__ = ["create_app", "AppState", "script_json", "PLOTLY_JS"]
+
+log = logging.getLogger(__name__)
+
+STATIC_DIR = Path(__file__).parent / "static"
+#: Inside the plotly wheel: https://github.com/plotly/plotly.py (package_data/plotly.min.js).
+PLOTLY_JS = "package_data/plotly.min.js"
+
+
+@dataclass(slots=True, kw_only=True)
+class AppState:
+    """What every route reads; one per app."""
+
+    store: Store
+    cluster: Cluster
+    live: LiveView
+    step_jobs: Mapping[str, str] = field(default_factory=dict)
+    """Step player sources, e.g. ``{"baseline": job, "straggler": job}``; empty: every job with spans."""
+    stream_interval_s: float = api.STREAM_INTERVAL_S
+    stopping: asyncio.Event = field(default_factory=asyncio.Event)
+    """Set to end every open SSE stream (server shutdown)."""
+    svg_cache: dict[str, str] = field(default_factory=dict)
+
+
+def create_app(store: Store, cluster: Cluster, *, step_jobs: Mapping[str, str] | None = None,
+               stream_interval_s: float = api.STREAM_INTERVAL_S) -> FastAPI:
+    app = FastAPI(title="hpcwatch", version="0.1.0", docs_url=None, redoc_url=None,
+                  description="Live view of an AI training cluster: schematic, cards, steps, threats.")
+    app.state.hpcwatch = AppState(store=store, cluster=cluster, live=LiveView(store, cluster),
+                                  step_jobs=dict(step_jobs or {}), stream_interval_s=stream_interval_s)
+    app.include_router(api.router)
+    app.mount("/static", StaticFiles(directory=STATIC_DIR), name="static")
+    _add_pages(app)
+    _add_error_handlers(app)
+    return app
+
+
+def _add_pages(app: FastAPI) -> None:
+    env = Environment(loader=PackageLoader("hpcwatch.web", "templates"), autoescape=select_autoescape(["html"]))
+    template = env.get_template("index.html")
+
+    @app.get("/", response_class=HTMLResponse, summary="The page", include_in_schema=False)
+    async def index(request: Request, lang: str | None = Query(None)) -> HTMLResponse:
+        state: AppState = request.app.state.hpcwatch
+        chosen = negotiate(forced=lang, cookie=request.cookies.get(LANG_COOKIE),
+                           accept_language=request.headers.get("accept-language"))
+        html = await run_in_threadpool(lambda: _render(template, state, chosen))
+        response = HTMLResponse(html, headers={"Content-Language": chosen, "Vary": "Accept-Language, Cookie"})
+        if lang in LANGUAGES:
+            response.set_cookie(LANG_COOKIE, lang, max_age=365 * 86400, samesite="lax", httponly=True)
+        return response
+
+    @app.get("/healthz", summary="Liveness: the store answers")
+    async def healthz(request: Request) -> dict[str, Any]:
+        state: AppState = request.app.state.hpcwatch
+        (latest,), = await run_in_threadpool(lambda: state.store.query("SELECT max(t) FROM samples"))
+        return {"ok": True, "latest_sample_t": latest, "nodes": len(state.cluster.nodes),
+                "gpus": len(state.cluster.gpus)}
+
+    @app.get("/vendor/plotly.min.js", include_in_schema=False)
+    async def plotly_js() -> Response:
+        path = resources.files("plotly").joinpath(PLOTLY_JS)
+        if not path.is_file():
+            return JSONResponse({"error": "plotly.min.js not found in the installed plotly package"}, 404)
+        return FileResponse(str(path), media_type="text/javascript",
+                            headers={"Cache-Control": "public, max-age=86400"})
+
+
+def _render(template: Any, state: AppState, lang: str) -> str:
+    t = load_catalogue(lang)
+    if lang not in state.svg_cache:
+        state.svg_cache[lang] = render_schematic(state.cluster, t)
+    snapshot = state.live.snapshot()
+    sources = api.step_sources_for(state, lang)
+    boot = {"stream": "/api/stream", "live": snapshot, "step_sources": [s.model_dump() for s in sources],
+            "phases": list(PHASES), "gpus": [g.id for g in state.cluster.gpus]}
+    return template.render(
+        t=t, lang=lang, languages=LANGUAGES, cluster=state.cluster, gpu_count=len(state.cluster.gpus),
+        svg=Markup(state.svg_cache[lang]), cards=t.cards, snapshot=snapshot, step_sources=sources,
+        phases=PHASES, static="/static", root="",
+        catalogue_json=script_json(t.page_document()), boot_json=script_json(boot))
+
+
+def script_json(document: Any) -> Markup:
+    """JSON safe inside ``<script type="application/json">``: no ``<``, ``>`` or ``&`` can end the element."""
+    text = orjson.dumps(document, default=str, option=orjson.OPT_NON_STR_KEYS).decode()
+    text = text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
+    return Markup(text.replace("\u2028", "\\u2028").replace("\u2029", "\\u2029"))
+
+
+def _add_error_handlers(app: FastAPI) -> None:
+    statuses = ((InputError, 400), (ConfigError, 400), (StoreError, 503))
+
+    @app.exception_handler(HpcwatchError)
+    async def hpcwatch_error(request: Request, err: HpcwatchError) -> JSONResponse:
+        status = next((code for kind, code in statuses if isinstance(err, kind)), 500)
+        return JSONResponse({"error": str(err), "type": type(err).__name__}, status_code=status)
+
+    @app.exception_handler(Exception)
+    async def unexpected(request: Request, err: Exception) -> JSONResponse:
+        log.exception("unexpected error on %s", request.url.path)
+        return JSONResponse({"error": "internal error", "type": type(err).__name__}, status_code=500)

@@ -1,0 +1,269 @@
+// The page's entry point: modes, cards, live values from the SSE stream, drag-to-pan,
+// the "Try this" guide. Live text is written with textContent only.
+
+import { renderCard, updateCardLive } from "./card.js";
+import { initPlayer } from "./player.js";
+import { initSimulator } from "./sim.js";
+import { boot, clear, fmt, fmtRate, fmtTime, h, t } from "./util.js";
+
+const state = { reading: "engineer", view: "schematic", snapshot: boot.live, opener: null, ticks: 0 };
+const body = document.body;
+const card = document.getElementById("card");
+const wrap = document.getElementById("schematic-wrap");
+
+// Elements updated every tick, looked up once (a 128-GPU page has ~1,000 of them).
+const refs = {
+  util: new Map([...document.querySelectorAll("[data-live^='util:']")].map((n) => [n.dataset.live.slice(5), n])),
+  bars: new Map([...document.querySelectorAll("[data-bar]")].map((n) => [n.dataset.bar, n])),
+  gpus: new Map([...document.querySelectorAll("[data-gpu]")].map((n) => [n.dataset.gpu, n])),
+  ib: new Map([...document.querySelectorAll("[data-live^='ib:']")].map((n) => [n.dataset.live.slice(3), n])),
+  band: new Map([...document.querySelectorAll(".band-live")].map((n) => [n.dataset.live, n])),
+  collectors: [...document.querySelectorAll("[data-collector]")],
+  vectors: [...document.querySelectorAll("g[data-vector]")],
+};
+const BAR_MAX = Number(document.querySelector("[data-bar]")?.previousElementSibling?.getAttribute("width") ?? 34);
+
+// -- live values ---------------------------------------------------------------------------
+
+function applySnapshot(snap) {
+  state.snapshot = snap;
+  state.ticks += 1;
+  body.dataset.ticks = String(state.ticks);
+  for (const [id, node] of refs.util) {
+    const g = snap.gpus?.[id];
+    const util = g?.util_pct;
+    node.textContent = util === undefined || util === null ? "–" : `${fmt(util, 0)}${t("unit.pct")}`;
+    const bar = refs.bars.get(id);
+    if (bar) bar.setAttribute("width", String(util ? (BAR_MAX * Math.min(100, util)) / 100 : 0));
+    const el = refs.gpus.get(id);
+    if (el) el.dataset.level = util === undefined ? "none" : util >= 70 ? "high" : util >= 20 ? "mid" : "low";
+  }
+  for (const [name, node] of refs.ib) {
+    const v = snap.nodes?.[name];
+    node.textContent = v ? `IB ↑${fmtRate(v.ib_tx_bytes_s)} ↓${fmtRate(v.ib_rx_bytes_s)}` : "";
+  }
+  updateBands(snap);
+  updateCollectors(snap);
+  updateVectors(snap);
+  updateQueue(snap);
+  document.getElementById("clock").textContent = t("status.sim_time", { time: fmtTime(snap.t) });
+  updateCardLive(card, snap);
+}
+
+function updateBands(snap) {
+  const q = snap.queue;
+  setBand("slurm", q ? `${t("live.running")} ${fmt(q.running)} · ${t("live.pending")} ${fmt(q.pending)}` : "");
+  const tr = snap.training;
+  setBand("stack", tr ? `${t("live.step")} ${fmt(tr.step)} · ${fmt(tr.step_time_s * 1000, 1)} ${t("unit.ms")}` : "");
+  const nodes = Object.values(snap.nodes || {});
+  const tx = nodes.reduce((a, v) => a + (v.ib_tx_bytes_s || 0), 0);
+  setBand("fabric", nodes.length ? `↑ ${fmtRate(tx)}` : "");
+  const st = snap.storage;
+  setBand("storage", st ? `${t("live.read")} ${fmtRate(st.read_bytes_s)} · ${t("live.write")} ${fmtRate(st.write_bytes_s)}` : "");
+}
+
+function setBand(key, text) {
+  const node = refs.band.get(key);
+  if (node) node.textContent = text;
+}
+
+function updateCollectors(snap) {
+  for (const el of refs.collectors) {
+    const c = snap.collectors?.[el.dataset.collector];
+    const arriving = Boolean(c?.arriving);
+    el.dataset.arriving = String(arriving);
+    el.querySelector(".collector-state").textContent = arriving ? "✓" : "✕";
+    el.setAttribute("aria-description", t(arriving ? "collector.arriving" : "collector.silent"));
+  }
+}
+
+function updateVectors(snap) {
+  for (const el of refs.vectors) {
+    const v = snap.vectors?.[el.dataset.vector];
+    const live = Boolean(v && v.findings > 0);
+    el.dataset.live = String(live);
+    el.querySelector(".vector-flag").textContent = live ? `⚠ ${t("vector.live")}` : t("vector.none");
+    document.querySelector(`[data-path='${el.dataset.vector}']`)?.setAttribute("data-live", String(live));
+  }
+}
+
+function updateQueue(snap) {
+  const q = snap.queue;
+  if (!q) return;
+  document.getElementById("queue-counts").textContent = t("queue.counts", { running: fmt(q.running), pending: fmt(q.pending) });
+  const tbody = document.querySelector("#queue-table tbody");
+  clear(tbody);
+  for (const j of q.jobs) {
+    tbody.append(h("tr", {}, [j.id, j.name ?? "", j.user ?? "", j.account ?? "", j.state ?? "", (j.nodes || []).join(", "), fmt(j.gpus)]
+      .map((c) => h("td", {}, c))));
+  }
+}
+
+function connect() {
+  const conn = document.getElementById("conn");
+  const text = document.getElementById("conn-text");
+  const source = new EventSource(boot.stream);
+  source.addEventListener("live", (event) => {
+    conn.className = "conn conn-live";
+    text.textContent = t("status.live");
+    applySnapshot(JSON.parse(event.data));
+  });
+  source.addEventListener("problem", (event) => {
+    conn.className = "conn conn-lost";
+    text.textContent = t("error.generic", { error: JSON.parse(event.data).error });
+  });
+  source.onerror = () => {
+    conn.className = "conn conn-lost";
+    text.textContent = t("status.lost");
+  };
+}
+
+// -- cards ---------------------------------------------------------------------------------
+
+function openCard(key, opener) {
+  state.opener = opener ?? document.querySelector(`[data-el='${CSS.escape(key)}']`);
+  document.querySelectorAll(".el[aria-expanded='true']").forEach((el) => el.setAttribute("aria-expanded", "false"));
+  if (!renderCard(card, key, state.reading, state.snapshot, closeCard)) return;
+  state.opener?.setAttribute("aria-expanded", "true");
+  document.querySelectorAll(".el.selected").forEach((el) => el.classList.remove("selected"));
+  state.opener?.classList.add("selected");
+  card.classList.add("open");
+  card.scrollIntoView({ block: "nearest", behavior: "smooth" });
+}
+
+function closeCard() {
+  if (!card.dataset.open) return;
+  delete card.dataset.open;
+  card.classList.remove("open");
+  clear(card);
+  card.append(h("h2", { id: "card-title", class: "card-empty-title" }, t("card.empty_title")),
+    h("p", { class: "muted" }, t("card.empty")));
+  document.querySelectorAll(".el.selected").forEach((el) => el.classList.remove("selected"));
+  state.opener?.setAttribute("aria-expanded", "false");
+  state.opener?.focus();
+}
+
+function bindElements() {
+  for (const el of document.querySelectorAll(".el")) {
+    el.addEventListener("click", () => {
+      if (!dragging.moved) openCard(el.dataset.el, el);
+    });
+    el.addEventListener("keydown", (event) => {
+      if (event.key === "Enter" || event.key === " ") {
+        event.preventDefault();
+        openCard(el.dataset.el, el);
+      }
+    });
+  }
+  document.addEventListener("keydown", (event) => {
+    if (event.key === "Escape") closeCard();
+  });
+}
+
+// -- modes ---------------------------------------------------------------------------------
+
+function setReading(reading) {
+  state.reading = reading;
+  body.classList.remove("reading-engineer", "reading-decider");
+  body.classList.add(`reading-${reading}`);
+  document.querySelectorAll("[data-reading]").forEach((b) => b.setAttribute("aria-pressed", String(b.dataset.reading === reading)));
+  if (card.dataset.open) renderCard(card, card.dataset.open, reading, state.snapshot, closeCard);
+}
+
+function setView(view) {
+  state.view = view;
+  body.classList.remove("view-schematic", "view-observer", "view-threats");
+  body.classList.add(`view-${view}`);
+  document.querySelectorAll("[data-view]").forEach((b) => b.setAttribute("aria-pressed", String(b.dataset.view === view)));
+}
+
+function bindModes() {
+  document.querySelectorAll("[data-reading]").forEach((b) => b.addEventListener("click", () => setReading(b.dataset.reading)));
+  document.querySelectorAll("[data-view]").forEach((b) => b.addEventListener("click", () => setView(b.dataset.view)));
+}
+
+// -- drag to pan ---------------------------------------------------------------------------
+
+const dragging = { active: false, moved: false, x: 0, left: 0 };
+
+function bindPan() {
+  wrap.addEventListener("pointerdown", (event) => {
+    if (event.button !== 0 || wrap.scrollWidth <= wrap.clientWidth) return;
+    Object.assign(dragging, { active: true, moved: false, x: event.clientX, left: wrap.scrollLeft });
+  });
+  wrap.addEventListener("pointermove", (event) => {
+    if (!dragging.active) return;
+    const dx = event.clientX - dragging.x;
+    if (Math.abs(dx) > 4) {
+      dragging.moved = true;
+      wrap.classList.add("panning");
+    }
+    wrap.scrollLeft = dragging.left - dx;
+  });
+  const end = () => {
+    dragging.active = false;
+    wrap.classList.remove("panning");
+    setTimeout(() => { dragging.moved = false; }, 0);
+  };
+  wrap.addEventListener("pointerup", end);
+  wrap.addEventListener("pointerleave", end);
+  // Keep a focused element in view when tabbing through a wide cluster.
+  wrap.addEventListener("focusin", (event) => {
+    const box = event.target.getBoundingClientRect?.();
+    const frame = wrap.getBoundingClientRect();
+    if (box && (box.left < frame.left || box.right > frame.right)) {
+      wrap.scrollLeft += box.left - frame.left - frame.width / 3;
+    }
+  });
+}
+
+// -- the guide -----------------------------------------------------------------------------
+
+const wait = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
+
+function bindGuide(player) {
+  const walks = {
+    async gpu_node() {
+      setView("schematic");
+      const gpu = document.querySelector("[data-gpu='node1/2']") ?? document.querySelector("[data-gpu]");
+      gpu?.focus();
+      openCard(gpu.dataset.el, gpu);
+      await wait(2500);
+      const node = document.querySelector(`[data-el='node:${gpu.dataset.gpu.split("/")[0]}']`);
+      node?.focus();
+      openCard(node.dataset.el, node);
+    },
+    async step() {
+      document.getElementById("player").scrollIntoView({ behavior: "smooth" });
+      await player.select("baseline");
+      await player.play();
+      await wait(5000);
+      await player.select("straggler");
+      await player.play();
+    },
+    vector3() {
+      setView("threats");
+      const vector = document.querySelector("g[data-vector='rdma_blind_spot']");
+      vector?.focus();
+      openCard(vector.dataset.el, vector);
+    },
+    weights() {
+      const weights = document.querySelector("[data-el='weights']");
+      weights?.focus();
+      openCard("weights", weights);
+    },
+  };
+  document.querySelectorAll("[data-try]").forEach((b) => b.addEventListener("click", () => walks[b.dataset.try]?.()));
+}
+
+// -- start ---------------------------------------------------------------------------------
+
+bindElements();
+bindModes();
+bindPan();
+const player = initPlayer(document.getElementById("player"));
+initSimulator(document.getElementById("sim"));
+bindGuide(player);
+if (state.snapshot) applySnapshot(state.snapshot);
+connect();
+window.hpcwatch = { openCard, closeCard, setView, setReading, player, state };

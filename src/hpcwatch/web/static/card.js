@@ -1,0 +1,161 @@
+// The card under the schematic: static text from the catalogue's cards, live values from
+// the latest snapshot. Everything is inserted as text (h() never parses markup).
+
+import { cards, clear, fmt, fmtRate, fmtTime, h, t } from "./util.js";
+
+const ELEMENT_FIELDS = {
+  engineer: ["what", "observe", "tools", "threats"],
+  decider: ["value", "cost", "risk", "owner"],
+};
+const ICONS = { element: "▣", collector: "◉", vector: "⚠" };
+
+/** ("gpu:node1/2") -> {section, cardKey, id, kind} */
+export function parseKey(key) {
+  const [head, ...rest] = key.split(":");
+  const id = rest.join(":");
+  if (head === "collector") return { section: "collectors", cardKey: id, id, kind: head };
+  if (head === "vector") return { section: "vectors", cardKey: id, id, kind: head };
+  return { section: "elements", cardKey: head, id, kind: head };
+}
+
+export function renderCard(container, key, reading, snapshot, onClose) {
+  const info = parseKey(key);
+  const card = cards[info.section]?.[info.cardKey];
+  if (!card) return false;
+  clear(container);
+  container.dataset.open = key;
+  const family = info.section === "elements" ? "element" : info.section === "collectors" ? "collector" : "vector";
+  const title = info.id && info.section === "elements" ? `${card.title} ${info.id}` : card.title;
+  const close = h("button", { type: "button", class: "close", "aria-label": t("card.close") },
+    h("span", { "aria-hidden": "true" }, "✕"), ` ${t("card.close")}`);
+  close.addEventListener("click", onClose);
+  container.append(
+    h("header", { class: "card-head" },
+      h("span", { class: `kind kind-${family}` }, h("span", { "aria-hidden": "true" }, ICONS[family]), ` ${t(`card.kind_${family}`)}`),
+      h("h2", { id: "card-title", tabindex: "-1" }, title),
+      close),
+    h("div", { class: "card-body" },
+      h("dl", { class: "card-text" }, fieldsOf(info, card, reading).map(([label, text]) => [h("dt", {}, label), h("dd", {}, text)])),
+      h("div", { class: "card-live" }, h("h3", {}, t("card.live")), h("div", { id: "card-live" }))));
+  updateCardLive(container, snapshot);
+  return true;
+}
+
+function fieldsOf(info, card, reading) {
+  let names;
+  if (info.section === "elements") names = ELEMENT_FIELDS[reading] || ELEMENT_FIELDS.engineer;
+  else if (info.section === "vectors") names = ["target", "how", "signals", "detection"];
+  else names = ["watches", "tools", "what"];
+  return names.map((name) => [t(`card.fields.${name}`), card[name]]);
+}
+
+/** Refresh the live part of the open card from a snapshot (called every SSE tick). */
+export function updateCardLive(container, snap) {
+  const key = container.dataset.open;
+  const target = container.querySelector("#card-live");
+  if (!key || !target || !snap) return;
+  const info = parseKey(key);
+  clear(target);
+  const builder = LIVE[info.kind] || LIVE[info.cardKey];
+  target.append(builder ? builder(info, snap) : h("p", { class: "muted" }, t("card.no_data")));
+}
+
+function dl(rows) {
+  return h("dl", { class: "kv" }, rows.map(([label, value, attrs = {}]) => [h("dt", {}, label), h("dd", attrs, value)]));
+}
+
+function table(headers, rows, attrs = {}) {
+  return h("div", { class: "table-wrap" }, h("table", { class: "data compact", ...attrs },
+    h("thead", {}, h("tr", {}, headers.map((x) => h("th", { scope: "col" }, x)))),
+    h("tbody", {}, rows.map((r) => h("tr", {}, r.map((c) => h("td", {}, c)))))));
+}
+
+function gpuValue(g, field) {
+  if (!g || g[field] === undefined || g[field] === null) return t("live.none");
+  switch (field) {
+    case "util_pct": return `${fmt(g.util_pct, 0)} ${t("unit.pct")}`;
+    case "power_w": return `${fmt(g.power_w, 1)} ${t("unit.w")}`;
+    case "mem_used_bytes": return `${fmt(g.mem_used_bytes / 2 ** 30, 1)} ${t("unit.gib")}`;
+    case "temp_c": return `${fmt(g.temp_c, 0)} ${t("unit.c")}`;
+    default: return String(g[field]);
+  }
+}
+
+const LIVE = {
+  gpu(info, snap) {
+    const g = snap.gpus?.[info.id];
+    if (!g) return h("p", { class: "muted" }, t("card.no_data"));
+    const job = g.job ? (g.job_name ? `${g.job} (${g.job_name})` : g.job) : t("live.none");
+    return dl([
+      [t("live.util"), gpuValue(g, "util_pct"), { "data-value": "util_pct" }],
+      [t("live.power"), gpuValue(g, "power_w"), { "data-value": "power_w" }],
+      [t("live.mem"), gpuValue(g, "mem_used_bytes"), { "data-value": "mem_used_bytes" }],
+      [t("live.temp"), gpuValue(g, "temp_c"), { "data-value": "temp_c" }],
+      [t("live.job"), job, { "data-value": "job" }],
+      [t("live.user"), g.user ?? t("live.none"), { "data-value": "user" }],
+      [t("live.account"), g.account ?? t("live.none"), { "data-value": "account" }],
+    ]);
+  },
+  node(info, snap) {
+    const ib = snap.nodes?.[info.id] || {};
+    const gpus = Object.entries(snap.gpus || {}).filter(([id]) => id.startsWith(`${info.id}/`));
+    return h("div", {},
+      dl([[t("live.ib_tx"), fmtRate(ib.ib_tx_bytes_s), { "data-value": "ib_tx" }],
+          [t("live.ib_rx"), fmtRate(ib.ib_rx_bytes_s), { "data-value": "ib_rx" }]]),
+      h("h4", {}, t("live.gpus")),
+      table([t("player.gpu"), t("live.util"), t("live.power"), t("live.mem"), t("live.temp"), t("live.job")],
+        gpus.map(([id, g]) => [id, gpuValue(g, "util_pct"), gpuValue(g, "power_w"), gpuValue(g, "mem_used_bytes"),
+          gpuValue(g, "temp_c"), g.job ?? t("live.none")])));
+  },
+  slurm(info, snap) {
+    const q = snap.queue || { jobs: [] };
+    return h("div", {},
+      dl([[t("live.running"), fmt(q.running)], [t("live.pending"), fmt(q.pending)]]),
+      table([t("queue.job"), t("queue.name"), t("queue.user"), t("queue.state"), t("queue.gpus")],
+        q.jobs.slice(0, 12).map((j) => [j.id, j.name ?? "", j.user ?? "", j.state ?? "", fmt(j.gpus)])));
+  },
+  storage(info, snap) {
+    const st = snap.storage || { jobs: [] };
+    return h("div", {},
+      dl([[t("live.read"), fmtRate(st.read_bytes_s)], [t("live.write"), fmtRate(st.write_bytes_s)]]),
+      table([t("queue.job"), t("queue.user"), t("live.read"), t("live.write")],
+        st.jobs.map((j) => [j.job, j.user ?? "", fmtRate(j.read_bytes_s), fmtRate(j.write_bytes_s)])));
+  },
+  fabric(info, snap) {
+    const nodes = Object.entries(snap.nodes || {});
+    return table([t("queue.nodes"), t("live.ib_tx"), t("live.ib_rx")],
+      nodes.map(([name, v]) => [name, fmtRate(v.ib_tx_bytes_s), fmtRate(v.ib_rx_bytes_s)]));
+  },
+  stack(info, snap) {
+    const tr = snap.training;
+    if (!tr) return h("p", { class: "muted" }, t("card.no_data"));
+    return dl([[t("live.job"), tr.job], [t("live.step"), fmt(tr.step)],
+      [t("live.step_time"), `${fmt(tr.step_time_s * 1000, 1)} ${t("unit.ms")}`]]);
+  },
+  weights(info, snap) {
+    const w = snap.weights || {};
+    const audit = snap.vectors?.weights_access || {};
+    const lit = Object.entries(snap.vectors || {}).filter(([v, f]) => f.findings > 0 && v !== "weights_access");
+    return h("div", {},
+      dl([[t("live.checkpoints"), `${fmt(w.checkpoint_events ?? 0)} · ${fmtTime(w.last_checkpoint_t)}`],
+          [t("live.weights_findings"), fmt(audit.findings ?? 0)]]),
+      lit.length ? h("ul", { class: "alerts" }, lit.map(([v, f]) =>
+        h("li", {}, h("span", { "aria-hidden": "true" }, "⚠ "), `${t(`vector.${v}`)}: ${f.title ?? ""}`))) : null);
+  },
+  collector(info, snap) {
+    const c = snap.collectors?.[info.id];
+    if (!c) return h("p", { class: "muted" }, t("card.no_data"));
+    return dl([
+      [t("card.status"), `${c.arriving ? "✓" : "✕"} ${t(c.arriving ? "collector.arriving" : "collector.silent")}`,
+        { "data-value": "status" }],
+      [t("collector.records_label"), t("collector.count", { count: fmt(c.count) })],
+      [t("collector.last_label"), fmtTime(c.last_t)],
+    ]);
+  },
+  vector(info, snap) {
+    const f = snap.vectors?.[info.id];
+    if (!f || !f.findings) return h("p", { class: "status-none", "data-value": "status" }, `✓ ${t("vector.none_long")}`);
+    return h("p", { class: "status-alert", "data-value": "status" }, h("span", { "aria-hidden": "true" }, "⚠ "),
+      t("vector.live_long", { count: fmt(f.findings), title: f.title ?? "", severity: f.severity ?? "", target: f.target ?? "" }));
+  },
+};

@@ -1,0 +1,273 @@
+// The step player: one training step per GPU, phase by phase, from /api/steps (the store's
+// spans), with a ring AllReduce / barrier detail. No timing lives here: all durations
+// come from the server; the page only scales them to a few seconds of animation.
+
+import { boot, clear, fmt, h, s, t } from "./util.js";
+
+const PHASES = boot.phases;
+const ANIM_MS = 4500;
+const W = 760;
+const LABEL_W = 118;
+const NOW_W = 120;
+const ROW_H = 16;
+const ROW_GAP = 5;
+const reducedMotion = window.matchMedia("(prefers-reduced-motion: reduce)").matches;
+
+export function initPlayer(root) {
+  const sourceButtons = [...root.querySelectorAll("[data-source]")];
+  const playButton = root.querySelector("#play");
+  const playLabel = root.querySelector("#play-label");
+  const readout = root.querySelector("#player-phase");
+  const gantt = root.querySelector("#gantt");
+  const ringBox = root.querySelector("#ring");
+  const ringText = root.querySelector("#ring-text");
+  const summary = root.querySelector("#player-summary");
+  const tbody = root.querySelector("#step-table tbody");
+  let job = sourceButtons[0]?.dataset.job ?? null;
+  let view = null;
+  let frame = null;
+
+  async function load() {
+    if (!job) return null;
+    summary.textContent = t("player.loading");
+    try {
+      const response = await fetch(`/api/steps?job=${encodeURIComponent(job)}`);
+      const body = await response.json();
+      if (!response.ok) throw new Error(body.detail || body.error || response.statusText);
+      view = build(body);
+      return view;
+    } catch (err) {
+      summary.textContent = t("player.error", { error: err.message });
+      return null;
+    }
+  }
+
+  function build(doc) {
+    const ranks = doc.ranks.map((r) => ({ ...r, byPhase: Object.fromEntries(r.phases.map((p) => [p.phase, p])) }));
+    const stats = describe(ranks);
+    const chart = drawGantt(gantt, doc, ranks, stats);
+    const ring = drawRing(ringBox, ranks, stats);
+    fillTable(tbody, ranks, stats);
+    summary.textContent = summaryText(doc, ranks, stats);
+    return { doc, ranks, stats, chart, ring };
+  }
+
+  function show(ms) {
+    if (!view) return;
+    const { doc, ranks, chart, ring, stats } = view;
+    const x = LABEL_W + ms * chart.scale;
+    chart.clip.setAttribute("width", String(Math.max(0, x - LABEL_W)));
+    chart.head.setAttribute("x1", String(x));
+    chart.head.setAttribute("x2", String(x));
+    const phases = ranks.map((r) => phaseAt(r, ms / 1000));
+    phases.forEach((p, i) => {
+      chart.now[i].textContent = p ? (p === "barrier_wait" ? `⏸ ${t("player.waiting")}` : t(`phase.${p}`)) : "";
+    });
+    const lead = phases[stats.reference] ?? phases[0];
+    readout.textContent = t("player.phase_now", { time: fmt(ms, 1), phase: lead ? t(`phase.${lead}`) : "—" });
+    updateRing(ring, ranks, phases, ms / 1000, stats);
+    if (ms >= doc.step_time_s * 1000) readout.textContent = summaryText(doc, ranks, stats);
+  }
+
+  async function play() {
+    cancelAnimationFrame(frame);
+    playButton.disabled = true;
+    const loaded = await load();
+    playButton.disabled = false;
+    if (!loaded) return;
+    const total = loaded.doc.step_time_s * 1000;
+    root.dataset.state = "playing";
+    if (reducedMotion) {
+      show(total);
+      root.dataset.state = "done";
+      return;
+    }
+    const start = performance.now();
+    const tick = (now) => {
+      const f = Math.min(1, (now - start) / ANIM_MS);
+      show(f * total);
+      if (f < 1) frame = requestAnimationFrame(tick);
+      else {
+        root.dataset.state = "done";
+        playLabel.textContent = t("player.replay");
+      }
+    };
+    frame = requestAnimationFrame(tick);
+  }
+
+  for (const button of sourceButtons) {
+    button.addEventListener("click", async () => {
+      for (const b of sourceButtons) b.setAttribute("aria-pressed", String(b === button));
+      job = button.dataset.job;
+      root.dataset.state = "loading";
+      playLabel.textContent = t("player.play");
+      const loaded = await load();
+      if (loaded) { show(0); root.dataset.state = "ready"; }
+    });
+  }
+  playButton.addEventListener("click", play);
+
+  const ready = load().then((loaded) => { if (loaded) { show(loaded.doc.step_time_s * 1000); root.dataset.state = "ready"; } });
+  return {
+    ready,
+    async select(key) {
+      const button = sourceButtons.find((b) => b.dataset.source === key);
+      if (button) button.click();
+    },
+    play,
+  };
+}
+
+/** Which rank is slowest and how long the others wait (display only; the numbers are the spans'). */
+function describe(ranks) {
+  const backward = ranks.map((r) => r.byPhase.backward?.dur_s ?? 0);
+  const slowest = backward.indexOf(Math.max(...backward));
+  const others = backward.filter((_, i) => i !== slowest).sort((a, b) => a - b);
+  const median = others.length ? others[Math.floor(others.length / 2)] : backward[slowest];
+  const waits = ranks.filter((_, i) => i !== slowest).map((r) => r.byPhase.barrier_wait?.dur_s ?? 0);
+  const meanWait = waits.length ? waits.reduce((a, b) => a + b, 0) / waits.length : 0;
+  const isStraggler = median > 0 && backward[slowest] > 1.2 * median;
+  return { slowest, median, meanWait, maxWait: Math.max(0, ...waits), isStraggler,
+           reference: slowest === 0 ? Math.min(1, ranks.length - 1) : 0 };
+}
+
+function rankName(r) {
+  return r.node !== null && r.node !== undefined ? `${r.node}/GPU${r.gpu ?? "?"}` : `${t("player.rank")} ${r.rank}`;
+}
+
+function summaryText(doc, ranks, stats) {
+  const ms = (x) => fmt(x * 1000, 1);
+  if (!stats.isStraggler) {
+    return t("player.summary_even", { step: doc.step, job: doc.job, time: ms(doc.step_time_s), wait: ms(stats.maxWait) });
+  }
+  const slow = ranks[stats.slowest];
+  return t("player.summary", { step: doc.step, job: doc.job, time: ms(doc.step_time_s), slowest: rankName(slow),
+    backward: ms(slow.byPhase.backward?.dur_s ?? 0), wait: ms(stats.meanWait) });
+}
+
+function phaseAt(rank, sec) {
+  for (const p of rank.phases) if (sec >= p.start_s && sec < p.start_s + p.dur_s) return p.phase;
+  return null;
+}
+
+function drawGantt(box, doc, ranks, stats) {
+  clear(box);
+  const height = 24 + ranks.length * (ROW_H + ROW_GAP) + 24;
+  const scale = (W - LABEL_W - NOW_W) / (doc.step_time_s * 1000);
+  const svg = s("svg", { viewBox: `0 0 ${W} ${height}`, width: "100%", class: "gantt-svg", "aria-hidden": "true" });
+  const clipRect = s("rect", { x: LABEL_W, y: 0, width: 0, height });
+  svg.append(s("defs", {}, s("clipPath", { id: "reveal" }, clipRect)));
+  const bars = s("g", { "clip-path": "url(#reveal)" });
+  const now = [];
+  ranks.forEach((r, i) => {
+    const y = 18 + i * (ROW_H + ROW_GAP);
+    const slow = stats.isStraggler && i === stats.slowest;
+    svg.append(s("text", { x: LABEL_W - 8, y: y + 12, class: `row-label${slow ? " slow" : ""}`, "text-anchor": "end" },
+      `${slow ? "▲ " : ""}${rankName(r)}`));
+    svg.append(s("rect", { x: LABEL_W, y, width: W - LABEL_W - NOW_W, height: ROW_H, class: "row-bg" }));
+    for (const p of r.phases) {
+      if (p.dur_s <= 0) continue;
+      bars.append(s("rect", { x: LABEL_W + p.start_s * 1000 * scale, y, width: Math.max(0.5, p.dur_s * 1000 * scale),
+        height: ROW_H, class: `bar phase-${p.phase}` },
+        s("title", {}, `${t(`phase.${p.phase}`)}: ${fmt(p.dur_s * 1000, 2)} ${t("unit.ms")}`)));
+    }
+    const label = s("text", { x: W - NOW_W + 8, y: y + 12, class: "now-label" });
+    now.push(label);
+    svg.append(label);
+  });
+  svg.append(bars);
+  const axisY = 18 + ranks.length * (ROW_H + ROW_GAP) + 4;
+  const stepMs = doc.step_time_s * 1000;
+  const tick = niceTick(stepMs);
+  for (let v = 0; v <= stepMs + 1e-9; v += tick) {
+    const x = LABEL_W + v * scale;
+    svg.append(s("line", { x1: x, x2: x, y1: 14, y2: axisY, class: "grid" }));
+    svg.append(s("text", { x, y: axisY + 14, class: "axis", "text-anchor": "middle" }, `${fmt(v, 0)} ${t("unit.ms")}`));
+  }
+  const head = s("line", { x1: LABEL_W, x2: LABEL_W, y1: 10, y2: axisY, class: "playhead" });
+  svg.append(head);
+  box.append(svg);
+  return { scale, clip: clipRect, head, now };
+}
+
+function niceTick(totalMs) {
+  const raw = totalMs / 8;
+  const pow = 10 ** Math.floor(Math.log10(raw));
+  return [1, 2, 5, 10].map((m) => m * pow).find((x) => x >= raw) ?? raw;
+}
+
+function drawRing(box, ranks, stats) {
+  clear(box);
+  const n = ranks.length;
+  const size = 260;
+  const c = size / 2;
+  const radius = 96;
+  const pos = ranks.map((_, i) => {
+    const a = -Math.PI / 2 + (2 * Math.PI * i) / n;
+    return [c + radius * Math.cos(a), c + radius * Math.sin(a)];
+  });
+  const svg = s("svg", { viewBox: `0 0 ${size} ${size}`, width: size, height: size, "aria-hidden": "true" });
+  pos.forEach(([x, y], i) => {
+    const [x2, y2] = pos[(i + 1) % n];
+    svg.append(s("line", { x1: x, y1: y, x2, y2, class: "ring-edge" }));
+  });
+  const chunks = pos.map(([x, y]) => {
+    const chunk = s("circle", { cx: x, cy: y, r: 4, class: "ring-chunk", visibility: "hidden" });
+    svg.append(chunk);
+    return chunk;
+  });
+  const dots = ranks.map((r, i) => {
+    const [x, y] = pos[i];
+    const g = s("g", { class: `ring-node${stats.isStraggler && i === stats.slowest ? " slow" : ""}` },
+      s("circle", { cx: x, cy: y, r: 13 }),
+      s("text", { x, y: y + 4, "text-anchor": "middle" }, String(r.rank)));
+    svg.append(g);
+    return g;
+  });
+  const centre = s("text", { x: c, y: c + 4, "text-anchor": "middle", class: "ring-centre" }, "");
+  svg.append(centre);
+  box.append(svg);
+  return { pos, chunks, dots, centre };
+}
+
+function updateRing(ring, ranks, phases, sec, stats) {
+  const n = ranks.length;
+  phases.forEach((p, i) => {
+    ring.dots[i].setAttribute("class", `ring-node phase-${p ?? "none"}${stats.isStraggler && i === stats.slowest ? " slow" : ""}`);
+  });
+  const ref = ranks[stats.reference]?.byPhase.allreduce;
+  const inAllreduce = ref && sec >= ref.start_s && sec < ref.start_s + ref.dur_s;
+  if (!inAllreduce) {
+    ring.chunks.forEach((c) => c.setAttribute("visibility", "hidden"));
+    const waiting = phases.filter((p) => p === "barrier_wait").length;
+    ring.centre.textContent = waiting ? `⏸ ${waiting} ${t("player.waiting")}` : "";
+    return;
+  }
+  const transfers = 2 * (n - 1);
+  const progress = ((sec - ref.start_s) / ref.dur_s) * transfers;
+  const k = Math.min(transfers, Math.floor(progress) + 1);
+  const f = progress - Math.floor(progress);
+  ring.centre.textContent = t("player.ring_step", { k, n: transfers });
+  ring.chunks.forEach((chunk, i) => {
+    const [x1, y1] = ring.pos[i];
+    const [x2, y2] = ring.pos[(i + 1) % n];
+    chunk.setAttribute("cx", String(x1 + (x2 - x1) * f));
+    chunk.setAttribute("cy", String(y1 + (y2 - y1) * f));
+    chunk.setAttribute("visibility", "visible");
+  });
+}
+
+function fillTable(tbody, ranks, stats) {
+  clear(tbody);
+  for (const [i, r] of ranks.entries()) {
+    const slow = stats.isStraggler && i === stats.slowest;
+    tbody.append(h("tr", { class: slow ? "slow" : null },
+      h("td", {}, String(r.rank)),
+      h("td", {}, `${slow ? "▲ " : ""}${rankName(r)}`),
+      PHASES.map((p) => {
+        const dur = r.byPhase[p]?.dur_s;
+        return h("td", { class: "num", "data-rank": r.rank, "data-phase": p, "data-ms": dur === undefined ? "" : dur * 1000 },
+          dur === undefined ? "—" : fmt(dur * 1000, 2));
+      })));
+  }
+}

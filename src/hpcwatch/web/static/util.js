@@ -1,0 +1,80 @@
+// Shared helpers: the catalogue (every word comes from it), DOM builders that only ever
+// insert text with textContent, and number formatting in the page's language.
+
+const catalogue = JSON.parse(document.getElementById("catalogue").textContent);
+export const boot = JSON.parse(document.getElementById("boot").textContent);
+export const lang = catalogue.lang;
+export const cards = catalogue.cards;
+
+/** The catalogue text of `key`, with {name} placeholders filled from `vars`. */
+export function t(key, vars) {
+  const text = catalogue.words[key];
+  if (text === undefined) {
+    console.error("hpcwatch: missing catalogue key", key);
+    return key;
+  }
+  if (!vars) return text;
+  return text.replace(/\{(\w+)\}/g, (whole, name) => (name in vars ? String(vars[name]) : whole));
+}
+
+/** An HTML element; string children become text nodes, never markup. */
+export function h(tag, attrs = {}, ...children) {
+  const node = document.createElement(tag);
+  setAttrs(node, attrs);
+  append(node, children);
+  return node;
+}
+
+const SVG_NS = "http://www.w3.org/2000/svg";
+
+/** An SVG element, same rules as `h`. */
+export function s(tag, attrs = {}, ...children) {
+  const node = document.createElementNS(SVG_NS, tag);
+  setAttrs(node, attrs);
+  append(node, children);
+  return node;
+}
+
+function setAttrs(node, attrs) {
+  for (const [name, value] of Object.entries(attrs)) {
+    if (value === null || value === undefined || value === false) continue;
+    if (name === "text") node.textContent = String(value);
+    else node.setAttribute(name, value === true ? "" : String(value));
+  }
+}
+
+function append(node, children) {
+  for (const child of children.flat()) {
+    if (child === null || child === undefined || child === false) continue;
+    node.append(child instanceof Node ? child : document.createTextNode(String(child)));
+  }
+}
+
+const numberFormats = new Map();
+
+/** A number with at most `digits` decimals, in the page's language. */
+export function fmt(value, digits = 0) {
+  if (value === null || value === undefined || Number.isNaN(value)) return t("live.none");
+  const key = `${digits}`;
+  if (!numberFormats.has(key)) {
+    numberFormats.set(key, new Intl.NumberFormat(lang, { maximumFractionDigits: digits, minimumFractionDigits: digits }));
+  }
+  return numberFormats.get(key).format(value);
+}
+
+/** Bytes per second in GB/s or MB/s (decimal units, as link rates are quoted). */
+export function fmtRate(bytesPerS) {
+  if (bytesPerS === null || bytesPerS === undefined) return t("live.none");
+  if (bytesPerS >= 1e9) return `${fmt(bytesPerS / 1e9, 2)} ${t("unit.gb_s")}`;
+  return `${fmt(bytesPerS / 1e6, 1)} ${t("unit.mb_s")}`;
+}
+
+/** UTC time of day of a data timestamp (seconds). */
+export function fmtTime(seconds) {
+  if (!seconds) return t("live.none");
+  return new Date(seconds * 1000).toLocaleTimeString(lang, { timeZone: "UTC", hour12: false }) + " UTC";
+}
+
+export function clear(node) {
+  while (node.firstChild) node.removeChild(node.firstChild);
+}

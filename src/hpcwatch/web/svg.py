@@ -1,0 +1,267 @@
+"""The schematic: the cluster model drawn as SVG on the server.
+
+Drawing on the server keeps one renderer for every size (2, 4 or 128 nodes come
+from the same YAML code path) and lets the page paint before any script runs.
+The browser only changes text and classes inside it as live values arrive.
+
+Layout, top to bottom (one band per layer of the model)::
+
+    ┌ Slurm ──────────────────────────────────────────────── [slurm-exporter] ┐
+    ┌ ML stack: PyTorch · NCCL ────────────────────── [profiler · NCCL] (1)(4)┐
+    ┌ node1 ────────┐ ┌ node2 ────────┐ ┌ node3 …      (nodes side by side;
+    │ GPU0 … GPU7   │ │ GPU0 … GPU7   │ │               a wide cluster pans)
+    └───────┬───────┘ └───────┬───────┘
+    ┌ InfiniBand NDR fabric ───────────────────────────────────────────── (3) ┐
+    ┌ Weights ┐ ┌ Parallel storage (Lustre) ──────────────────────────── (2) ┐
+
+Every clickable element is a ``<g>`` with ``data-el`` (its card key), ``tabindex``,
+``role="button"`` and an ``aria-label``; GPUs also carry ``data-gpu="node1/2"``.
+Collector badges carry ``data-collector``, threat badges ``data-vector``; CSS
+shows them per mode. Only text from the model and the catalogue goes in, escaped.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from html import escape
+from typing import Callable
+
+from hpcwatch.model.cluster import Cluster, Node
+
+__all__ = ["render_schematic", "SchematicLayout", "layout_for", "COLLECTOR_TARGETS", "VECTOR_TARGETS"]
+
+Translate = Callable[[str], str]
+
+MARGIN = 24
+NODE_W = 224
+NODE_GAP = 20
+GPU_COLS = 4
+GPU_W = 46
+GPU_H = 54
+GPU_GAP = 6
+BAND_H = 46
+MIN_WIDTH = 1160
+WEIGHTS_W = 230
+
+#: Which element each collector badge sits on (DESIGN §3 and the brief's list of seven).
+COLLECTOR_TARGETS: dict[str, str] = {
+    "slurm_exporter": "slurm",
+    "dcgm_exporter": "gpu",
+    "node_host": "node",
+    "torch_nccl": "stack",
+    "ib_tools": "fabric",
+    "lustre_metrics": "storage",
+    "ebpf_weights": "weights",
+}
+#: Which element each threat vector targets; all converge on the weights.
+VECTOR_TARGETS: dict[str, str] = {
+    "supply_chain": "stack",
+    "data_poisoning": "storage",
+    "rdma_blind_spot": "fabric",
+    "gradient_injection": "gpu",
+    "gpu_memory_remanence": "gpu",
+    "container_escape": "node",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class SchematicLayout:
+    """Pixel geometry of one cluster's drawing."""
+
+    width: int
+    height: int
+    node_h: int
+    gpu_rows: int
+    y_slurm: int
+    y_stack: int
+    y_nodes: int
+    y_fabric: int
+    y_storage: int
+
+
+def layout_for(cluster: Cluster) -> SchematicLayout:
+    per_node = max((len(n.gpus) for n in cluster.nodes), default=0)
+    rows = max(1, math.ceil(per_node / GPU_COLS))
+    node_h = 58 + rows * (GPU_H + GPU_GAP) + 8
+    n = len(cluster.nodes)
+    width = max(MIN_WIDTH, 2 * MARGIN + n * NODE_W + (n - 1) * NODE_GAP)
+    y_slurm = 16
+    y_stack = y_slurm + BAND_H + 14
+    y_nodes = y_stack + BAND_H + 26
+    y_fabric = y_nodes + node_h + 42
+    y_storage = y_fabric + BAND_H + 40
+    return SchematicLayout(width=width, height=y_storage + 70 + MARGIN, node_h=node_h, gpu_rows=rows,
+                           y_slurm=y_slurm, y_stack=y_stack, y_nodes=y_nodes, y_fabric=y_fabric,
+                           y_storage=y_storage)
+
+
+def render_schematic(cluster: Cluster, t: Translate) -> str:
+    """The whole schematic as one ``<svg>`` string; ``t`` looks up catalogue text by key."""
+    lay = layout_for(cluster)
+    parts = [
+        f'<svg xmlns="http://www.w3.org/2000/svg" class="schematic" width="{lay.width}" height="{lay.height}" '
+        f'viewBox="0 0 {lay.width} {lay.height}" role="group" aria-label="{_a(t("schematic.label"))}">',
+        _defs(),
+        _band("slurm", "band-slurm", MARGIN, lay.y_slurm, lay.width - 2 * MARGIN,
+              t("layer.slurm"), f"Slurm {cluster.scheduler.version} · {t('schematic.partitions')}: "
+              f"{', '.join(cluster.scheduler.partitions)}", t),
+        _band("stack", "band-stack", MARGIN, lay.y_stack, lay.width - 2 * MARGIN, t("layer.stack"),
+              f"{cluster.stack.framework} · {cluster.stack.communication}", t),
+    ]
+    parts += [_links(cluster, lay)]
+    for i, node in enumerate(cluster.nodes):
+        parts.append(_node(node, MARGIN + i * (NODE_W + NODE_GAP), lay, t))
+    parts.append(_band("fabric", "band-fabric", MARGIN, lay.y_fabric, lay.width - 2 * MARGIN, t("layer.fabric"),
+                       f"{cluster.fabric.link.name} · {cluster.fabric.topology}", t))
+    parts.append(_weights(cluster, lay, t))
+    x_storage = MARGIN + WEIGHTS_W + 20
+    parts.append(_band("storage", "band-storage", x_storage, lay.y_storage, lay.width - MARGIN - x_storage,
+                       t("layer.storage"), f"{cluster.storage.kind} {cluster.storage.mount} · "
+                       f"{cluster.storage.osts} OST · {cluster.storage.mdts} MDT", t, height=58))
+    parts.append(_threats(cluster, lay, t))
+    parts.append(_collectors(cluster, lay, t))
+    parts.append("</svg>")
+    return "".join(parts)
+
+
+def _a(text: str) -> str:
+    return escape(text, quote=True)
+
+
+def _defs() -> str:
+    return ('<defs><marker id="arrow" viewBox="0 0 10 10" refX="9" refY="5" markerWidth="7" markerHeight="7" '
+            'orient="auto-start-reverse"><path d="M0 0 L10 5 L0 10 z" class="arrowhead"/></marker>'
+            '<pattern id="hatch" width="6" height="6" patternUnits="userSpaceOnUse" patternTransform="rotate(45)">'
+            '<line x1="0" y1="0" x2="0" y2="6" class="hatch-line"/></pattern></defs>')
+
+
+def _open_el(key: str, label: str, extra: str = "") -> str:
+    return (f'<g class="el" data-el="{_a(key)}" tabindex="0" role="button" aria-label="{_a(label)}" '
+            f'aria-controls="card"{extra}>')
+
+
+def _band(key: str, cls: str, x: int, y: int, w: int, title: str, detail: str, t: Translate,
+          *, height: int = BAND_H) -> str:
+    label = f"{title} — {detail}. {t('schematic.open_card')}"
+    return (f'{_open_el(key, label)}<rect class="shape {cls}" x="{x}" y="{y}" width="{w}" height="{height}" rx="8"/>'
+            f'<text class="band-title" x="{x + 14}" y="{y + 20}">{_a(title)}</text>'
+            f'<text class="band-detail" x="{x + 14}" y="{y + 37}">{_a(detail)}</text>'
+            f'<text class="live band-live" data-live="{key}" x="{x + w - 14}" y="{y + 28}" text-anchor="end"></text>'
+            f'</g>')
+
+
+def _links(cluster: Cluster, lay: SchematicLayout) -> str:
+    """One line per node down to the fabric: the NDR rails."""
+    y0, y1 = lay.y_nodes + lay.node_h, lay.y_fabric
+    out = ['<g class="links" aria-hidden="true">']
+    for i, node in enumerate(cluster.nodes):
+        cx = MARGIN + i * (NODE_W + NODE_GAP) + NODE_W // 2
+        out.append(f'<line class="rail" x1="{cx}" y1="{y0}" x2="{cx}" y2="{y1}"/>'
+                   f'<text class="rail-label" x="{cx + 6}" y="{(y0 + y1) // 2 + 4}">{node.hcas}× '
+                   f'{_a(cluster.fabric.link.key.upper())}</text>')
+    out.append("</g>")
+    return "".join(out)
+
+
+def _node(node: Node, x: int, lay: SchematicLayout, t: Translate) -> str:
+    y = lay.y_nodes
+    model = node.gpus[0].spec.name if node.gpus else "—"
+    label = t("aria.node").format(node=node.name, gpus=len(node.gpus), model=model)
+    out = [f'<g class="node-group" data-node-group="{_a(node.name)}">',
+           _open_el(f"node:{node.name}", label, f' data-node="{_a(node.name)}"'),
+           f'<rect class="shape node-box" x="{x}" y="{y}" width="{NODE_W}" height="{lay.node_h}" rx="10"/>',
+           f'<text class="node-title" x="{x + 12}" y="{y + 20}">{_a(node.name)}</text>',
+           f'<text class="node-detail" x="{x + 12}" y="{y + 36}">{len(node.gpus)}× {_a(_short(model))} · '
+           f'{node.hcas}× HCA</text>',
+           f'<text class="live node-ib" data-live="ib:{_a(node.name)}" x="{x + NODE_W - 10}" y="{y + 20}" '
+           f'text-anchor="end"></text></g>']
+    for gpu in node.gpus:
+        col, row = gpu.index % GPU_COLS, gpu.index // GPU_COLS
+        gx = x + 12 + col * (GPU_W + GPU_GAP)
+        gy = y + 48 + row * (GPU_H + GPU_GAP)
+        out.append(_gpu(gpu.id, gpu.index, model, gx, gy, t))
+    out.append("</g>")
+    return "".join(out)
+
+
+def _short(model: str) -> str:
+    """``NVIDIA H100 80GB HBM3`` → ``H100``: the node header has room for one word."""
+    words = [w for w in model.split() if w.upper() not in {"NVIDIA", "AMD", "INSTINCT"}]
+    return words[0] if words else model
+
+
+def _gpu(gid: str, index: int, model: str, x: int, y: int, t: Translate) -> str:
+    label = t("aria.gpu").format(gpu=gid, index=index, model=model)
+    return (f'{_open_el(f"gpu:{gid}", label, f" data-gpu={chr(34)}{_a(gid)}{chr(34)}")}'
+            f'<rect class="shape gpu-box" x="{x}" y="{y}" width="{GPU_W}" height="{GPU_H}" rx="6"/>'
+            f'<text class="gpu-name" x="{x + GPU_W / 2}" y="{y + 15}" text-anchor="middle">GPU{index}</text>'
+            f'<text class="live gpu-util" data-live="util:{_a(gid)}" x="{x + GPU_W / 2}" y="{y + 33}" '
+            f'text-anchor="middle">–</text>'
+            f'<rect class="gpu-bar-bg" x="{x + 6}" y="{y + GPU_H - 13}" width="{GPU_W - 12}" height="6" rx="3"/>'
+            f'<rect class="gpu-bar" data-bar="{_a(gid)}" x="{x + 6}" y="{y + GPU_H - 13}" width="0" height="6" '
+            f'rx="3"/></g>')
+
+
+def _weights(cluster: Cluster, lay: SchematicLayout, t: Translate) -> str:
+    x, y, w, h = MARGIN, lay.y_storage, WEIGHTS_W, 58
+    label = f"{t('layer.weights')} — {cluster.weights.path}. {t('schematic.open_card')}"
+    return (f'{_open_el("weights", label)}'
+            f'<rect class="shape band-weights" x="{x}" y="{y}" width="{w}" height="{h}" rx="8"/>'
+            f'<path class="weights-icon" d="M{x + 16} {y + 16} h18 l6 6 v22 h-24 z" aria-hidden="true"/>'
+            f'<text class="band-title" x="{x + 50}" y="{y + 24}">{_a(t("layer.weights"))}</text>'
+            f'<text class="band-detail" x="{x + 50}" y="{y + 42}">{_a(cluster.weights.path)}</text></g>')
+
+
+def _anchors(cluster: Cluster, lay: SchematicLayout) -> dict[str, tuple[int, int]]:
+    """Where badges attach: the right part of each band, node1 and its GPUs (always in view)."""
+    right = min(lay.width, MIN_WIDTH) - MARGIN
+    x_node = MARGIN
+    return {
+        "slurm": (right - 150, lay.y_slurm + BAND_H // 2),
+        "stack": (right - 150, lay.y_stack + BAND_H // 2),
+        "node": (x_node + NODE_W - 18, lay.y_nodes + 6),
+        "gpu": (x_node + NODE_W - 18, lay.y_nodes + 60),
+        "fabric": (right - 150, lay.y_fabric + BAND_H // 2),
+        "storage": (right - 150, lay.y_storage + 29),
+        "weights": (MARGIN + WEIGHTS_W - 30, lay.y_storage + 29),
+    }
+
+
+def _collectors(cluster: Cluster, lay: SchematicLayout, t: Translate) -> str:
+    anchors = _anchors(cluster, lay)
+    offsets = {"node": (-150, 26), "gpu": (-150, 30), "weights": (-120, -24)}
+    out = ['<g class="collectors">']
+    for cid, target in COLLECTOR_TARGETS.items():
+        ax, ay = anchors[target]
+        dx, dy = offsets.get(target, (-20, -11))
+        x, y = ax + dx, ay + dy
+        name = t(f"collector.{cid}")
+        label = t("aria.collector").format(name=name)
+        out.append(f'{_open_el(f"collector:{cid}", label, f" data-collector={chr(34)}{cid}{chr(34)}")}'
+                   f'<rect class="shape collector-pill" x="{x}" y="{y}" width="168" height="22" rx="11"/>'
+                   f'<text class="collector-state" data-state="{cid}" x="{x + 12}" y="{y + 15}">?</text>'
+                   f'<text class="collector-name" x="{x + 26}" y="{y + 15}">{_a(name)}</text></g>')
+    out.append("</g>")
+    return "".join(out)
+
+
+def _threats(cluster: Cluster, lay: SchematicLayout, t: Translate) -> str:
+    anchors = _anchors(cluster, lay)
+    spots = {"supply_chain": (-60, 0), "data_poisoning": (-60, 0), "rdma_blind_spot": (-60, 0),
+             "gradient_injection": (0, 10), "gpu_memory_remanence": (0, 70), "container_escape": (0, 14)}
+    wx, wy = MARGIN + WEIGHTS_W // 2, lay.y_storage
+    out = ['<g class="threats">']
+    for number, (vid, target) in enumerate(VECTOR_TARGETS.items(), start=1):
+        ax, ay = anchors[target]
+        dx, dy = spots[vid]
+        x, y = ax + dx, ay + dy
+        label = t("aria.vector").format(number=number, name=t(f"vector.{vid}"))
+        out.append(f'<path class="threat-path" data-path="{vid}" d="M{x} {y} Q {(x + wx) // 2} {max(y, wy) - 30} '
+                   f'{wx} {wy - 2}" marker-end="url(#arrow)" aria-hidden="true"/>')
+        out.append(f'{_open_el(f"vector:{vid}", label, f" data-vector={chr(34)}{vid}{chr(34)}")}'
+                   f'<circle class="shape vector-dot" cx="{x}" cy="{y}" r="13"/>'
+                   f'<text class="vector-num" x="{x}" y="{y + 5}" text-anchor="middle">{number}</text>'
+                   f'<text class="vector-flag" data-flag="{vid}" x="{x + 18}" y="{y + 5}"></text></g>')
+    out.append("</g>")
+    return "".join(out)

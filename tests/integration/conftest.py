@@ -1,0 +1,227 @@
+"""Real services for the integration tests: Slurm 22.05 (scripts/slurm-up), Prometheus 2.42, the twin's endpoints.
+
+Every service binds 127.0.0.1 on ports of its own (26817..27002 for Slurm, 2909x for Prometheus,
+2940x for the twin), is started by a fixture and stopped by the PID it wrote, never by name.
+Without root or without the Debian packages the tests are skipped with the reason; with
+HPCWATCH_REQUIRE_SERVICES=1 (set by CI) a missing service fails the run instead.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+SLURM_BASE = Path(os.environ.get("HPCWATCH_TEST_SLURM_BASE", "/tmp/hpcwatch-slurm-test"))
+PROMETHEUS_PORT = 29090
+TWIN_PORT = 29400
+SLURM_BINARIES = ("munged", "slurmctld", "slurmd", "sbatch", "squeue", "scancel")
+DBD_BINARIES = ("slurmdbd", "mariadbd", "mariadb-install-db", "sacct", "sacctmgr")
+
+
+def need(condition: bool, reason: str) -> None:
+    """Skip (or fail under HPCWATCH_REQUIRE_SERVICES=1) when a real service cannot run here."""
+    if condition:
+        return
+    if os.environ.get("HPCWATCH_REQUIRE_SERVICES") == "1":
+        pytest.fail(f"HPCWATCH_REQUIRE_SERVICES=1 but {reason}")
+    pytest.skip(reason)
+
+
+def wait_until(check: Callable[[], object], *, timeout_s: float, every_s: float = 0.25, what: str = "") -> object:
+    """Poll ``check`` until it returns something truthy; fail with ``what`` after ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        value = check()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out after {timeout_s:g}s waiting for {what or check}")
+        time.sleep(every_s)
+
+
+def stop_pid(pid: int, *, timeout_s: float = 10.0) -> None:
+    """TERM, wait, KILL: one process we started, by its id."""
+    try:
+        os.kill(pid, signal.SIGTERM)
+    except ProcessLookupError:
+        return
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return
+        time.sleep(0.1)
+    os.kill(pid, signal.SIGKILL)
+
+
+# -- Slurm --------------------------------------------------------------------------------------
+
+@dataclass
+class SlurmCluster:
+    base: Path
+    env: dict[str, str]
+    startup_s: float
+    accounting: str
+    submitted: list[str] = field(default_factory=list)
+
+    @property
+    def mapping_dir(self) -> Path:
+        return self.base / "hpc-job-mapping"
+
+    def run(self, *argv: str, user: str | None = None, check: bool = True) -> subprocess.CompletedProcess:
+        cmd = list(argv) if user is None else ["runuser", "-u", user, "--", "sh", "-c",
+                                                'cd ~ && exec "$0" "$@"', *argv]
+        result = subprocess.run(cmd, env=self.env, capture_output=True, text=True, timeout=30)
+        if check and result.returncode != 0:
+            pytest.fail(f"{' '.join(argv)} (as {user or 'root'}): {result.stderr.strip()}")
+        return result
+
+    def sbatch(self, user: str, *options: str, wrap: str = "sleep 30") -> str:
+        out = self.run("sbatch", "--parsable", *options, "--wrap", wrap, user=user).stdout.strip()
+        job_id = out.split(";")[0]
+        self.submitted.append(job_id)
+        return job_id
+
+    def squeue_json(self) -> dict:
+        return json.loads(self.run("squeue", "--json").stdout)
+
+    def job_states(self) -> dict[str, str]:
+        return {str(j["job_id"]): (j["job_state"] if isinstance(j["job_state"], str) else j["job_state"][0])
+                for j in self.squeue_json()["jobs"]}
+
+    def mapping(self) -> dict[str, list[str]]:
+        """"node/gpu" -> job ids, as the prolog left the files."""
+        return {f"{p.parent.name}/{p.name}": p.read_text().split()
+                for p in sorted(self.mapping_dir.glob("*/*")) if not p.name.startswith(".")}
+
+    def cancel_all(self) -> None:
+        if self.submitted:
+            self.run("scancel", *self.submitted, check=False)
+
+
+@pytest.fixture(scope="session")
+def slurm() -> Iterator[SlurmCluster]:
+    """A running Slurm: 2 nodes x 8 GRES GPUs, the project's prolog/epilog, alice and bob."""
+    need(os.geteuid() == 0, "real Slurm needs root (slurmd, munged, mknod); run as root or in CI")
+    missing = [b for b in SLURM_BINARIES if shutil.which(b) is None]
+    need(not missing, f"Slurm binaries missing ({', '.join(missing)}): run scripts/install-system")
+    accounting = "dbd" if all(shutil.which(b) for b in DBD_BINARIES) else "none"
+    env = {**os.environ, "BASE": str(SLURM_BASE), "SLURM_ACCOUNTING": accounting,
+           "SLURM_CONF": str(SLURM_BASE / "etc" / "slurm.conf")}
+    subprocess.run([str(ROOT / "scripts" / "slurm-down")], env={**env, "PURGE": "1"}, capture_output=True)
+    t0 = time.monotonic()
+    up = subprocess.run([str(ROOT / "scripts" / "slurm-up")], env=env, capture_output=True, text=True, timeout=120)
+    startup_s = time.monotonic() - t0
+    if up.returncode != 0:
+        subprocess.run([str(ROOT / "scripts" / "slurm-down")], env=env, capture_output=True)
+        pytest.fail(f"scripts/slurm-up failed:\n{up.stdout}\n{up.stderr}")
+    cluster = SlurmCluster(base=SLURM_BASE, env=env, startup_s=startup_s, accounting=accounting)
+    try:
+        yield cluster
+    finally:
+        cluster.cancel_all()
+        subprocess.run([str(ROOT / "scripts" / "slurm-down")], env={**env, "PURGE": "1"}, capture_output=True)
+
+
+# -- Prometheus ---------------------------------------------------------------------------------
+
+@dataclass
+class Prometheus:
+    url: str
+    pid: int
+    ready_s: float
+
+    def query(self, promql: str) -> list[dict]:
+        r = httpx.post(f"{self.url}/api/v1/query", data={"query": promql}, timeout=10)
+        r.raise_for_status()
+        return r.json()["data"]["result"]
+
+
+@pytest.fixture(scope="session")
+def prometheus_binary() -> str:
+    binary = shutil.which("prometheus")
+    need(binary is not None, "prometheus (Debian 2.42) is not installed: run scripts/install-system")
+    return binary
+
+
+@pytest.fixture(scope="session")
+def start_prometheus(prometheus_binary, tmp_path_factory) -> Iterator[Callable[..., Prometheus]]:
+    """Factory: start a Prometheus with a given config text on its own port; all stopped at the end."""
+    started: list[Prometheus] = []
+
+    def start(config_text: str, *, port: int = PROMETHEUS_PORT) -> Prometheus:
+        d = tmp_path_factory.mktemp("prometheus")
+        (d / "prometheus.yml").write_text(config_text)
+        t0 = time.monotonic()
+        proc = subprocess.Popen(
+            [prometheus_binary, f"--config.file={d / 'prometheus.yml'}", f"--storage.tsdb.path={d / 'data'}",
+             f"--web.listen-address=127.0.0.1:{port}", "--web.enable-remote-write-receiver",
+             "--storage.tsdb.retention.time=1d", "--log.level=warn"],
+            stdin=subprocess.DEVNULL, stdout=open(d / "prometheus.log", "wb"), stderr=subprocess.STDOUT,
+            start_new_session=True)
+        url = f"http://127.0.0.1:{port}"
+
+        def ready() -> bool:
+            if proc.poll() is not None:
+                pytest.fail(f"prometheus exited: {(d / 'prometheus.log').read_text()[-2000:]}")
+            try:
+                return httpx.get(f"{url}/-/ready", timeout=1).status_code == 200
+            except httpx.HTTPError:
+                return False
+
+        wait_until(ready, timeout_s=30, every_s=0.1, what="prometheus /-/ready")
+        prom = Prometheus(url=url, pid=proc.pid, ready_s=time.monotonic() - t0)
+        started.append(prom)
+        return prom
+
+    yield start
+    for prom in started:
+        stop_pid(prom.pid)
+
+
+# -- the twin's endpoints --------------------------------------------------------------------------
+
+@dataclass
+class TwinServer:
+    targets: dict[str, str]
+    pid: int
+
+
+@pytest.fixture(scope="session")
+def twin_serve(slurm) -> Iterator[TwinServer]:
+    """``hpcwatch twin serve`` for node1/node2, labelling GPUs from the real prolog's mapping dirs."""
+    pytest.importorskip("hpcwatch.twin", reason="the twin simulator")
+    from hpcwatch.twin import Twin  # noqa: F401  (skip early with a clear reason if it has not landed)
+
+    cmd = [sys.executable, "-m", "hpcwatch", "twin", "serve", "--port", str(TWIN_PORT), "--nodes", "2",
+           "--mapping-dir", str(slurm.mapping_dir), "--tick", "1", "--seed", "1"]
+    proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                            start_new_session=True)
+    targets = {f"node{i + 1}": f"127.0.0.1:{TWIN_PORT + i}" for i in range(2)}
+
+    def up() -> bool:
+        if proc.poll() is not None:
+            pytest.fail(f"hpcwatch twin serve exited: {proc.stderr.read().decode()[-2000:]}")
+        try:
+            return all(httpx.get(f"http://{t}/metrics", timeout=2).status_code == 200 for t in targets.values())
+        except httpx.HTTPError:
+            return False
+
+    wait_until(up, timeout_s=30, what="hpcwatch twin serve endpoints")
+    try:
+        yield TwinServer(targets=targets, pid=proc.pid)
+    finally:
+        stop_pid(proc.pid)

@@ -1,0 +1,155 @@
+"""promql.py against a real Prometheus 2.42's answers, served through httpx.MockTransport."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from urllib.parse import parse_qs
+
+import httpx
+import orjson
+import pyarrow.compute as pc
+import pytest
+
+from hpcwatch.errors import BackendError
+from hpcwatch.promql import PrometheusBackend, result_table
+from hpcwatch.records import Sample
+from hpcwatch.store import SAMPLE_SCHEMA, Store
+
+API = Path(__file__).resolve().parents[1] / "data" / "prometheus_api"
+KEY_COLUMNS = ["metric", "t", "value", "host", "gpu", "job"]
+
+
+def answer(name: str) -> dict:
+    return json.loads((API / name).read_text())
+
+
+def backend(handler) -> tuple[PrometheusBackend, list[dict]]:
+    seen: list[dict] = []
+
+    def record(request: httpx.Request) -> httpx.Response:
+        form = {k: v[0] for k, v in parse_qs(request.content.decode()).items()}
+        seen.append({"path": request.url.path, **form})
+        return handler(request, form)
+
+    client = httpx.Client(transport=httpx.MockTransport(record))
+    return PrometheusBackend("http://prom.test:9090", client=client), seen
+
+
+def test_instant_vector_becomes_sample_rows():
+    prom, seen = backend(lambda r, f: httpx.Response(200, json=answer("prometheus_query_instant_vector.json")))
+    table = prom.query("DCGM_FI_DEV_GPU_UTIL", t=1795990598.163)
+    assert table.schema == SAMPLE_SCHEMA
+    assert seen == [{"path": "/api/v1/query", "query": "DCGM_FI_DEV_GPU_UTIL", "time": "1795990598.163"}]
+    rows = table.to_pylist()
+    assert [(r["host"], r["gpu"], r["job"], r["value"]) for r in rows] == [
+        ("node1", "0", "11", 90.0), ("node1", "1", "11", 70.0), ("node1", "2", "12", 10.0),
+        ("node1", "3", "12", 20.0), ("node1", "6", None, 0.0)]
+    assert {r["metric"] for r in rows} == {"DCGM_FI_DEV_GPU_UTIL"}
+    labels = orjson.loads(rows[0]["labels"])
+    assert "__name__" not in labels and labels["job"] == "dcgm" and labels["hpc_job"] == "11"
+
+
+def test_aggregate_without_name_takes_the_given_name_and_keeps_the_unlabelled_group():
+    prom, _ = backend(lambda r, f: httpx.Response(200, json=answer("prometheus_query_sum_by_hpc_job.json")))
+    table = prom.query("sum by (hpc_job) (DCGM_FI_DEV_GPU_UTIL)", name="util_by_job")
+    assert table.column("metric").to_pylist() == ["util_by_job"] * 3
+    assert dict(zip(table.column("job").to_pylist(), table.column("value").to_pylist())) == {
+        "11": 160.0, "12": 30.0, None: 0.0}
+
+
+def test_query_range_matrix_keeps_every_point():
+    prom, seen = backend(lambda r, f: httpx.Response(200, json=answer("prometheus_query_range.json")))
+    table = prom.query_range("avg by (hpc_job) (DCGM_FI_DEV_GPU_UTIL)", t0=1795990588, t1=1795990598, step_s=2)
+    assert seen[0]["path"] == "/api/v1/query_range" and seen[0]["step"] == "2"
+    assert table.num_rows == 12
+    job11 = table.filter(pc.equal(table["job"], "11"))
+    assert job11.column("t").to_pylist() == [1795990588.0 + 2 * i for i in range(6)]
+    assert set(job11.column("value").to_pylist()) == {80.0}
+
+
+def test_scalar_and_special_values():
+    table = result_table({"resultType": "scalar", "result": [12.5, "NaN"]}, name="x")
+    assert table.num_rows == 1 and table.column("value")[0].as_py() != table.column("value")[0].as_py()
+    table = result_table({"resultType": "vector", "result": [{"metric": {"__name__": "m"}, "value": [1, "+Inf"]}]})
+    assert table.column("value").to_pylist() == [float("inf")]
+
+
+@pytest.mark.parametrize("response, message", [
+    (httpx.Response(400, json={"status": "error", "errorType": "bad_data", "error": "parse error at char 5"}),
+     "bad_data: parse error at char 5"),
+    (httpx.Response(502, text="<html>bad gateway</html>"), "not JSON"),
+    (httpx.Response(200, json={"status": "success", "data": {"resultType": "string", "result": [1, "x"]}}),
+     "unexpected PromQL result type"),
+])
+def test_bad_answers_raise_backend_error(response, message):
+    prom, _ = backend(lambda r, f: response)
+    with pytest.raises(BackendError, match=message):
+        prom.query("sum(")
+
+
+def test_connection_error_is_a_backend_error_without_credentials():
+    def refuse(request):
+        raise httpx.ConnectError("connection refused", request=request)
+    prom = PrometheusBackend("http://user:secret@prom.test:9090",
+                             client=httpx.Client(transport=httpx.MockTransport(refuse)))
+    with pytest.raises(BackendError) as err:
+        prom.query("up")
+    assert "secret" not in str(err.value) and "secret" not in repr(prom) and "ConnectError" in str(err.value)
+
+
+def test_bad_url_is_refused():
+    with pytest.raises(BackendError, match="http"):
+        PrometheusBackend("prom.test:9090")
+
+
+# -- the two backends give the same rows ----------------------------------------------------------
+
+def _raw_matrix() -> dict:
+    """The real instant answer's five series, each scraped three times (Prometheus' raw points)."""
+    series = answer("prometheus_query_instant_vector.json")["data"]["result"]
+    return {"resultType": "matrix", "result": [
+        {"metric": s["metric"], "values": [[1795990590.0 + 2 * i, str(float(s["value"][1]) + i)] for i in range(3)]}
+        for s in series]}
+
+
+def _store_with_same_points() -> Store:
+    store = Store(":memory:")
+    for series in _raw_matrix()["result"]:
+        labels = {k: v for k, v in series["metric"].items() if k != "__name__"}
+        store.add(Sample(metric=series["metric"]["__name__"], labels=labels, t=t, value=float(v))
+                  for t, v in series["values"])
+    return store
+
+
+@pytest.mark.parametrize("filters", [{}, {"job": "11"}, {"host": "node1"}, {"t0": 1795990592.0}])
+def test_samples_match_store_samples(filters):
+    matrix = _raw_matrix()
+
+    def handler(request, form):
+        query = form["query"]
+        result = [s for s in matrix["result"]
+                  if ("hpc_job=" not in query or s["metric"].get("hpc_job") == filters.get("job"))
+                  and ('hostname="' not in query)]   # no series carries the newer lower-case label
+        return httpx.Response(200, json={"status": "success", "data": {"resultType": "matrix", "result": result}})
+
+    prom, seen = backend(handler)
+    got = prom.samples("DCGM_FI_DEV_GPU_UTIL", t1=1795990594.0, **filters)
+    want = _store_with_same_points().samples("DCGM_FI_DEV_GPU_UTIL", **filters)
+    assert got.select(KEY_COLUMNS).to_pylist() == want.select(KEY_COLUMNS).to_pylist()
+    assert [orjson.loads(x) for x in got["labels"].to_pylist()] == [orjson.loads(x) for x in want["labels"].to_pylist()]
+    assert all(q["query"].startswith('{__name__=~"DCGM_FI_DEV_GPU_UTIL"') for q in seen)
+    assert all(q["query"].endswith(f"[{int((1795990594.0 - filters.get('t0', 1795990594.0 - 3600)) * 1000)}ms]")
+               for q in seen)
+
+
+def test_samples_selectors_for_host_and_job():
+    prom, seen = backend(lambda r, f: httpx.Response(200, json={"status": "success",
+                                                                "data": {"resultType": "matrix", "result": []}}))
+    table = prom.samples(["DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_DEV_POWER_USAGE"], host="node2", job="7",
+                         t0=100.0, t1=160.0)
+    assert table.num_rows == 0 and table.schema == SAMPLE_SCHEMA
+    assert [q["query"] for q in seen] == [
+        '{__name__=~"DCGM_FI_DEV_GPU_UTIL|DCGM_FI_DEV_POWER_USAGE", hpc_job="7", Hostname="node2"}[60000ms]',
+        '{__name__=~"DCGM_FI_DEV_GPU_UTIL|DCGM_FI_DEV_POWER_USAGE", hpc_job="7", hostname="node2"}[60000ms]']
+    assert {q["time"] for q in seen} == {"160.000"}

@@ -1,0 +1,160 @@
+"""twin/serve.py with a stub text source: ports per node, content type, mapping re-read per scrape."""
+
+from __future__ import annotations
+
+import socket
+from pathlib import Path
+
+import httpx
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from hpcwatch.errors import ConfigError
+from hpcwatch.twin.serve import CONTENT_TYPE, ServeConfig, TwinEndpoints, jobs_by_gpu, prometheus_config
+
+
+class StubTwin:
+    """Renders dcgm-exporter-shaped text; one series per (GPU, job) like dcgm-exporter's hpc mapping."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+        self.calls: list[tuple[str, object]] = []
+
+    def advance(self, dt_s: float) -> None:
+        self.now += dt_s
+
+    def dcgm_text(self, node, *, jobs_by_gpu=None):
+        self.calls.append((node, jobs_by_gpu))
+        lines = ["# HELP DCGM_FI_DEV_GPU_UTIL GPU utilization (in %).", "# TYPE DCGM_FI_DEV_GPU_UTIL gauge"]
+        for gpu in range(2):
+            jobs = (jobs_by_gpu or {}).get(gpu)
+            for job in jobs.split(",") if jobs else [None]:
+                extra = f',hpc_job="{job}"' if job else ""
+                lines.append(f'DCGM_FI_DEV_GPU_UTIL{{gpu="{gpu}",Hostname="{node}"{extra}}} {50 + gpu}')
+        return "\n".join(lines) + "\n"
+
+    def node_exporter_text(self, node):
+        return ("# HELP node_infiniband_port_data_received_bytes_total Number of data octets received.\n"
+                "# TYPE node_infiniband_port_data_received_bytes_total counter\n"
+                f'node_infiniband_port_data_received_bytes_total{{device="mlx5_0",port="1"}} {self.now}\n')
+
+
+def read_dir(directory: Path) -> dict[str, list[str]]:
+    return {p.name: p.read_text().split() for p in directory.iterdir() if not p.name.startswith(".")}
+
+
+def free_port(count: int) -> int:
+    for _ in range(50):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            base = s.getsockname()[1]
+        if base + count < 65535 and all(_free(base + i) for i in range(count)):
+            return base
+    raise RuntimeError("no free port range")
+
+
+def _free(port: int) -> bool:
+    with socket.socket() as s:
+        try:
+            s.bind(("127.0.0.1", port))
+            return True
+        except OSError:
+            return False
+
+
+def families(text: str) -> dict:
+    return {f.name: f for f in text_string_to_metric_families(text)}
+
+
+def test_each_node_on_its_own_port_with_the_exposition_content_type(tmp_path):
+    twin = StubTwin()
+    port = free_port(3)
+    config = ServeConfig(nodes=("node1", "node2", "node3"), port=port, tick_s=0)
+    with TwinEndpoints(twin, config, read_mapping=read_dir) as ep:
+        assert ep.targets == {f"node{i + 1}": f"127.0.0.1:{port + i}" for i in range(3)}
+        for i in range(3):
+            r = httpx.get(f"http://127.0.0.1:{port + i}/metrics")
+            assert r.status_code == 200 and r.headers["content-type"] == CONTENT_TYPE
+            samples = families(r.text)["DCGM_FI_DEV_GPU_UTIL"].samples
+            assert {s.labels["Hostname"] for s in samples} == {f"node{i + 1}"}
+        r = httpx.get(f"http://127.0.0.1:{port}/node-exporter/metrics")
+        assert "node_infiniband_port_data_received_bytes" in families(r.text)
+        assert httpx.get(f"http://127.0.0.1:{port}/nope").status_code == 404
+    with pytest.raises(httpx.ConnectError):
+        httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=1)
+
+
+def test_mapping_dir_is_read_on_every_scrape(tmp_path):
+    twin = StubTwin()
+    port = free_port(2)
+    node1 = tmp_path / "node1"
+    node1.mkdir()
+    config = ServeConfig(nodes=("node1", "node2"), port=port, mapping_dir=tmp_path, tick_s=0)
+    with TwinEndpoints(twin, config, read_mapping=read_dir):
+        def jobs_seen() -> set[tuple[str, str]]:
+            text = httpx.get(f"http://127.0.0.1:{port}/metrics").text
+            return {(s.labels["gpu"], s.labels.get("hpc_job", "")) for s in families(text)["DCGM_FI_DEV_GPU_UTIL"].samples}
+
+        assert jobs_seen() == {("0", ""), ("1", "")}
+        (node1 / "0").write_text("7\n")
+        (node1 / "1").write_text("7\n8\n")
+        assert jobs_seen() == {("0", "7"), ("1", "7"), ("1", "8")}
+        (node1 / "0").unlink()
+        assert jobs_seen() == {("0", ""), ("1", "7"), ("1", "8")}
+        httpx.get(f"http://127.0.0.1:{port + 1}/metrics")   # node2 has no directory: nothing maps
+    assert twin.calls[-1] == ("node2", {})
+
+
+def test_without_mapping_dir_the_twin_keeps_its_own_jobs():
+    twin = StubTwin()
+    port = free_port(1)
+    with TwinEndpoints(twin, ServeConfig(nodes=("node1",), port=port, tick_s=0)):
+        httpx.get(f"http://127.0.0.1:{port}/metrics")
+    assert twin.calls == [("node1", None)]
+
+
+def test_the_twin_ticks_in_the_background():
+    twin = StubTwin()
+    port = free_port(1)
+    with TwinEndpoints(twin, ServeConfig(nodes=("node1",), port=port, tick_s=0.05)):
+        import time
+        time.sleep(0.4)
+    assert twin.now >= 0.2
+
+
+def test_a_failing_twin_answers_500_not_a_dropped_connection():
+    class Broken(StubTwin):
+        def dcgm_text(self, node, *, jobs_by_gpu=None):
+            raise RuntimeError("boom")
+    port = free_port(1)
+    with TwinEndpoints(Broken(), ServeConfig(nodes=("node1",), port=port, tick_s=0)):
+        assert httpx.get(f"http://127.0.0.1:{port}/metrics").status_code == 500
+
+
+def test_port_in_use_is_a_config_error():
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", 0))
+        held.listen()
+        port = held.getsockname()[1]
+        with pytest.raises(ConfigError, match=f"port {port}"):
+            TwinEndpoints(StubTwin(), ServeConfig(nodes=("node1",), port=port, tick_s=0)).start()
+
+
+def test_jobs_by_gpu_shape():
+    assert jobs_by_gpu({"0": ["7"], "1": ["7", "8"], "2.0": ["9"], "3": []}) == {0: "7", 1: "7,8", "2.0": "9"}
+
+
+def test_bad_settings():
+    with pytest.raises(ConfigError, match="nodes"):
+        ServeConfig(nodes=())
+    with pytest.raises(ConfigError, match="port"):
+        ServeConfig(nodes=("a", "b"), port=65535)
+
+
+def test_prometheus_config_lists_every_target_for_both_exporters():
+    import yaml
+    doc = yaml.safe_load(prometheus_config({"node1": "127.0.0.1:1", "node2": "127.0.0.1:2"}, scrape_interval_s=1))
+    jobs = {j["job_name"]: j for j in doc["scrape_configs"]}
+    assert set(jobs) == {"dcgm", "node"} and jobs["node"]["metrics_path"] == "/node-exporter/metrics"
+    assert [c["targets"] for c in jobs["dcgm"]["static_configs"]] == [["127.0.0.1:1"], ["127.0.0.1:2"]]
+    assert doc["global"]["scrape_interval"] == "1s"
