@@ -141,7 +141,7 @@ class PrometheusBackend:
         """
         end = t1 if t1 is not None else now
         if end is None:
-            end = float(self.query("time()")["value"][0])
+            end = float(self.query("time()")["value"][0].as_py())
         start = t0 if t0 is not None else end - DEFAULT_LOOKBACK_S
         window_ms = max(1, int(round((end - start) * 1000)))
         queries = [f"{sel}[{window_ms}ms]" for sel in _selectors(metric, host=host, job=job)]

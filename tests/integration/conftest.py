@@ -51,20 +51,16 @@ def wait_until(check: Callable[[], object], *, timeout_s: float, every_s: float 
         time.sleep(every_s)
 
 
-def stop_pid(pid: int, *, timeout_s: float = 10.0) -> None:
-    """TERM, wait, KILL: one process we started, by its id."""
-    try:
-        os.kill(pid, signal.SIGTERM)
-    except ProcessLookupError:
+def stop_process(proc: subprocess.Popen, *, timeout_s: float = 10.0) -> None:
+    """TERM, wait, KILL: one process we started, by its id (and reaped, so no zombie is left)."""
+    if proc.poll() is not None:
         return
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            return
-        time.sleep(0.1)
-    os.kill(pid, signal.SIGKILL)
+    os.kill(proc.pid, signal.SIGTERM)
+    try:
+        proc.wait(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=timeout_s)
 
 
 # -- Slurm --------------------------------------------------------------------------------------
@@ -141,7 +137,7 @@ def slurm() -> Iterator[SlurmCluster]:
 @dataclass
 class Prometheus:
     url: str
-    pid: int
+    proc: subprocess.Popen
     ready_s: float
 
     def query(self, promql: str) -> list[dict]:
@@ -183,13 +179,13 @@ def start_prometheus(prometheus_binary, tmp_path_factory) -> Iterator[Callable[.
                 return False
 
         wait_until(ready, timeout_s=30, every_s=0.1, what="prometheus /-/ready")
-        prom = Prometheus(url=url, pid=proc.pid, ready_s=time.monotonic() - t0)
+        prom = Prometheus(url=url, proc=proc, ready_s=time.monotonic() - t0)
         started.append(prom)
         return prom
 
     yield start
     for prom in started:
-        stop_pid(prom.pid)
+        stop_process(prom.proc)
 
 
 # -- the twin's endpoints --------------------------------------------------------------------------
@@ -197,7 +193,7 @@ def start_prometheus(prometheus_binary, tmp_path_factory) -> Iterator[Callable[.
 @dataclass
 class TwinServer:
     targets: dict[str, str]
-    pid: int
+    proc: subprocess.Popen
 
 
 @pytest.fixture(scope="session")
@@ -222,6 +218,6 @@ def twin_serve(slurm) -> Iterator[TwinServer]:
 
     wait_until(up, timeout_s=30, what="hpcwatch twin serve endpoints")
     try:
-        yield TwinServer(targets=targets, pid=proc.pid)
+        yield TwinServer(targets=targets, proc=proc)
     finally:
-        stop_pid(proc.pid)
+        stop_process(proc)

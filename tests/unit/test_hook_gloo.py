@@ -9,6 +9,7 @@ and its slow phase. Run this file as a script to regenerate tests/data/kineto/gl
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import socket
 import subprocess
@@ -18,7 +19,8 @@ from pathlib import Path
 
 import pytest
 
-torch = pytest.importorskip("torch") if __name__ != "__main__" else None
+# Only the job's processes need torch; finding it is enough here (importing it costs seconds).
+needs_torch = pytest.mark.skipif(importlib.util.find_spec("torch") is None, reason="needs torch (hpcwatch[torch])")
 
 WORLD = 4
 STRAGGLER = 2
@@ -27,51 +29,73 @@ STEPS = 6
 
 # The training script each rank runs: a small MLP, data parallel by hand (one all_reduce per
 # gradient, as DDP does per bucket), the hook around every phase, the profiler on steps 2-4.
+# The training script: a small MLP, data parallel by hand (one all_reduce per gradient, as DDP does
+# per bucket), the hook around every phase, the profiler on steps 2-4. One launcher process imports
+# torch once and forks the ranks before any torch op runs (importing torch 4 times on a small shared
+# machine took most of the test's time).
 WORKER = textwrap.dedent('''
-    import os, sys, time
+    import os, sys, time, traceback
     import torch, torch.distributed as dist, torch.nn.functional as F
     from torch.profiler import ProfilerActivity, profile, record_function, schedule
     from hpcwatch.instrument.torch import StepRecorder
 
-    rank, world, out = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
-    straggler, delay_s, steps = int(sys.argv[4]), float(sys.argv[5]), int(sys.argv[6])
-    torch.set_num_threads(1)
-    dist.init_process_group("gloo", rank=rank, world_size=world)
-    torch.manual_seed(0)
-    model = torch.nn.Sequential(torch.nn.Linear(64, 128), torch.nn.ReLU(), torch.nn.Linear(128, 10))
-    opt = torch.optim.SGD(model.parameters(), lr=0.01)
-    rec = StepRecorder(job="gloo-test", rank=rank, out_dir=os.path.join(out, "hook"),
-                       node=f"node{1 + rank // 2}", gpu=rank % 2)
+    world, out = int(sys.argv[1]), sys.argv[2]
+    straggler, delay_s, steps = int(sys.argv[3]), float(sys.argv[4]), int(sys.argv[5])
 
-    def one_step(step):
-        with rec.step(step):
-            with rec.phase("load"), record_function("data_load"):
-                x, y = torch.randn(32, 64), torch.randint(0, 10, (32,))
-            with rec.phase("forward"), record_function("forward"):
-                loss = F.cross_entropy(model(x), y)
-            with rec.phase("backward"), record_function("backward"):
-                loss.backward()
-                if rank == straggler:
-                    time.sleep(delay_s)
-            rec.gradients(model.parameters())
-            with rec.phase("allreduce"), record_function("allreduce"):
-                for p in model.parameters():
-                    dist.all_reduce(p.grad)
-                    p.grad /= world
-            with rec.phase("optimizer"), record_function("optimizer"):
-                opt.step()
-                opt.zero_grad()
-            rec.loss(loss)
+    def run(rank):
+        torch.set_num_threads(1)
+        dist.init_process_group("gloo", rank=rank, world_size=world)
+        torch.manual_seed(0)
+        model = torch.nn.Sequential(torch.nn.Linear(64, 128), torch.nn.ReLU(), torch.nn.Linear(128, 10))
+        opt = torch.optim.SGD(model.parameters(), lr=0.01)
+        rec = StepRecorder(job="gloo-test", rank=rank, out_dir=os.path.join(out, "hook"),
+                           node=f"node{1 + rank // 2}", gpu=rank % 2)
 
-    trace = os.path.join(out, f"rank-{rank}.json")
-    with profile(activities=[ProfilerActivity.CPU], schedule=schedule(wait=1, warmup=1, active=3),
-                 on_trace_ready=lambda p: p.export_chrome_trace(trace)) as prof:
-        for step in range(steps):
-            one_step(step)
-            prof.step()
-    rec.close()
-    dist.barrier()
-    dist.destroy_process_group()
+        def one_step(step):
+            with rec.step(step):
+                with rec.phase("load"), record_function("data_load"):
+                    x, y = torch.randn(32, 64), torch.randint(0, 10, (32,))
+                with rec.phase("forward"), record_function("forward"):
+                    loss = F.cross_entropy(model(x), y)
+                with rec.phase("backward"), record_function("backward"):
+                    loss.backward()
+                    if rank == straggler:
+                        time.sleep(delay_s)
+                rec.gradients(model.parameters())
+                with rec.phase("allreduce"), record_function("allreduce"):
+                    for p in model.parameters():
+                        dist.all_reduce(p.grad)
+                        p.grad /= world
+                with rec.phase("optimizer"), record_function("optimizer"):
+                    opt.step()
+                    opt.zero_grad()
+                rec.loss(loss)
+
+        trace = os.path.join(out, f"rank-{rank}.json")
+        with profile(activities=[ProfilerActivity.CPU], schedule=schedule(wait=1, warmup=1, active=3),
+                     on_trace_ready=lambda p: p.export_chrome_trace(trace)) as prof:
+            for step in range(steps):
+                one_step(step)
+                prof.step()
+        rec.close()
+        dist.barrier()
+        dist.destroy_process_group()
+
+    pids = []
+    for rank in range(world):
+        pid = os.fork()
+        if pid == 0:
+            try:
+                run(rank)
+                code = 0
+            except BaseException:
+                traceback.print_exc()
+                code = 1
+            sys.stdout.flush(); sys.stderr.flush()
+            os._exit(code)
+        pids.append(pid)
+    failed = [pid for pid in pids if os.waitpid(pid, 0)[1] != 0]
+    sys.exit(1 if failed else 0)
 ''')
 
 
@@ -89,21 +113,10 @@ def run_job(out: Path, *, world: int = WORLD, straggler: int = STRAGGLER, delay_
     script.write_text(WORKER)
     env = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(_free_port()), OMP_NUM_THREADS="1",
                GLOO_SOCKET_IFNAME="lo")
-    procs = [subprocess.Popen([sys.executable, str(script), str(r), str(world), str(out), str(straggler),
-                               str(delay_s), str(steps)], env=env, stderr=subprocess.PIPE)
-             for r in range(world)]
-    errors = []
-    for p in procs:
-        try:
-            _, err = p.communicate(timeout=timeout_s)
-        except subprocess.TimeoutExpired:
-            for q in procs:
-                q.kill()
-            raise
-        if p.returncode != 0:
-            errors.append(err.decode(errors="replace")[-2000:])
+    proc = subprocess.run([sys.executable, str(script), str(world), str(out), str(straggler), str(delay_s), str(steps)],
+                          env=env, stderr=subprocess.PIPE, timeout=timeout_s)
     script.unlink()
-    assert not errors, errors
+    assert proc.returncode == 0, proc.stderr.decode(errors="replace")[-4000:]
     return out
 
 
@@ -112,6 +125,8 @@ def gloo_run(tmp_path_factory) -> Path:
     return run_job(tmp_path_factory.mktemp("gloo"))
 
 
+@pytest.mark.slow
+@needs_torch
 def test_hook_spans_name_the_planted_straggler(gloo_run):
     from hpcwatch.analysis.steps import anatomy_from_spans
     from hpcwatch.analysis.stragglers import find_stragglers
@@ -133,6 +148,8 @@ def test_hook_spans_name_the_planted_straggler(gloo_run):
     assert len(grad_norms) == WORLD * STEPS and all(s.value > 0 for s in grad_norms)
 
 
+@pytest.mark.slow
+@needs_torch
 def test_kineto_traces_name_the_planted_straggler_through_the_cli(gloo_run):
     import orjson
     from typer.testing import CliRunner
@@ -145,6 +162,72 @@ def test_kineto_traces_name_the_planted_straggler_through_the_cli(gloo_run):
     assert doc["world_size"] == WORLD
     assert [s["rank"] for s in doc["stragglers"]] == [STRAGGLER]
     assert doc["stragglers"][0]["phase"] == "backward"
+
+
+# --- the hook's output without a job: fast, no torch needed ---------------------------------------
+
+def test_stored_hook_spans_feed_steps_from_the_store(data_dir, tmp_path):
+    import orjson
+    from typer.testing import CliRunner
+
+    from hpcwatch.cli import app
+    from hpcwatch.instrument.torch import read_hook_jsonl
+    from hpcwatch.store import Store
+
+    db = tmp_path / "hpcwatch.duckdb"
+    with Store(db) as store:
+        for f in sorted((data_dir / "kineto" / "gloo_straggler" / "hook").glob("rank-*.jsonl")):
+            store.add(read_hook_jsonl(f))
+    result = CliRunner().invoke(app, ["steps", "--db", str(db), "--job", "gloo-test", "--json"])
+    assert result.exit_code == 0, result.output
+    doc = orjson.loads(result.stdout)
+    assert doc["source"] == "spans" and doc["world_size"] == 4 and len(doc["steps"]) == 6
+    assert [(s["rank"], s["node"], s["gpu"], s["phase"]) for s in doc["stragglers"]] == [(2, "node2", 0, "backward")]
+    assert set(doc["ranks"][0]["phases"]) == {"load", "forward", "backward", "allreduce", "optimizer", "barrier_wait"}
+
+
+def test_steps_needs_traces_or_a_job():
+    from typer.testing import CliRunner
+
+    from hpcwatch.cli import app
+
+    result = CliRunner().invoke(app, ["steps"])
+    assert result.exit_code != 0
+
+
+BAD_LINES = [
+    (b"not json\n", "bad hook record"),
+    # a span without its duration
+    (b'{"kind": "span", "job": "1", "rank": 0, "step": 0, "phase": "forward", "start": 1.0}\n', "KeyError"),
+    (b'{"kind": "metric", "job": "1"}\n', "unknown record kind"),
+]
+
+
+@pytest.mark.parametrize("line, message", BAD_LINES)
+def test_bad_hook_lines_raise_parse_error_with_the_line(line, message, tmp_path):
+    from hpcwatch.errors import ParseError
+    from hpcwatch.instrument.torch import read_hook_jsonl
+
+    path = tmp_path / "rank-0.jsonl"
+    path.write_bytes(b"\n" + line)
+    with pytest.raises(ParseError, match=message) as err:
+        list(read_hook_jsonl(path))
+    assert f"{path}:2:" in str(err.value)
+
+
+def test_hook_lines_are_sniffed_as_their_own_format(data_dir):
+    from hpcwatch.sources.detect import detect_format
+
+    assert detect_format(data_dir / "kineto" / "gloo_straggler" / "hook" / "rank-1.jsonl").name == "hook-jsonl"
+
+
+@pytest.mark.parametrize("fields", [{"rank": -1}, {"device": "tpu"}, {"prometheus_port": 70000}])
+def test_hook_config_rejects_bad_values(fields):
+    from hpcwatch.errors import ConfigError
+    from hpcwatch.instrument.torch import HookConfig
+
+    with pytest.raises(ConfigError):
+        HookConfig(job="1", **{"rank": 0, **fields})
 
 
 if __name__ == "__main__":

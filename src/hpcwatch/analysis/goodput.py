@@ -53,6 +53,8 @@ __all__ = [
     "steps_from_step_samples",
     "ideal_step_time",
     "account_goodput",
+    "account_job",
+    "GOODPUT_EVENT_KINDS",
     "GOODPUT_SOURCE",
 ]
 
@@ -61,6 +63,9 @@ GOODPUT_SOURCE = "https://github.com/AI-Hypercomputer/ml-goodput-measurement"
 #: Badput categories, in timeline order.
 BADPUT_KINDS: tuple[str, ...] = ("init", "data_loading", "checkpoint_save", "checkpoint_restore",
                                  "lost_progress", "recovery", "other")
+
+#: Event kinds the accounting reads.
+GOODPUT_EVENT_KINDS: tuple[str, ...] = ("failure", "checkpoint_save", "checkpoint_restore")
 
 #: Outlier cut for the ideal step time: median + MAD_CUT * MAD (ml-goodput-measurement uses 3).
 MAD_CUT = 3.0
@@ -337,3 +342,16 @@ def _finish(job: Job | None, steps: StepTable, events: Sequence[Event], failures
         badput_s=badput, ideal_step_s=ideal_step_time(steps.dur_s[~lost]), steps=len(steps),
         lost_steps=int(lost.sum()), interruptions=int(failures.size), interruptions_by_cause=dict(causes),
         overlap_s=float(overlap), notes=tuple(notes))
+
+
+def account_job(job: Job | None, spans: Iterable[Span], events: Sequence[Event],
+                step_samples: Iterable[Sample] = ()) -> GoodputReport:
+    """The whole path for one job's records: steps from its spans (else its ``train_step_time_s``
+    samples), re-runs split at its failures, then ``account_goodput``. Views call this."""
+    mine = [e for e in events if e.kind in GOODPUT_EVENT_KINDS
+            and (job is None or str(e.attrs.get("job", job.id)) == job.id)]
+    breaks = [e.t for e in mine if e.kind == "failure"]
+    steps = steps_from_spans(spans, breaks=breaks)
+    if not len(steps):
+        steps = steps_from_step_samples(step_samples, breaks=breaks)
+    return account_goodput(job, steps, sorted(mine, key=lambda e: e.t))

@@ -52,6 +52,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from hpcwatch.analysis.xid import XID_CATALOG_URL, Verdict, xid_info
+from hpcwatch.errors import ConfigError
 from hpcwatch.model.catalog import gpu_spec, link_spec
 from hpcwatch.records import Event
 
@@ -66,6 +67,7 @@ __all__ = [
     "passive_checks",
     "active_checks",
     "judge",
+    "health_report",
     "worst",
 ]
 
@@ -142,7 +144,7 @@ class HealthConfig:
         for name in ("throttle_warn_fraction", "busbw_warn_fraction", "ib_bw_warn_fraction", "ib_bw_drain_fraction"):
             value = getattr(self, name)
             if not 0.0 < value <= 1.0:
-                raise ValueError(f"{name} must be in (0, 1], got {value}")
+                raise ConfigError(f"{name} must be in (0, 1], got {value}")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -167,6 +169,8 @@ class NodeHealth:
 
     def reason(self) -> str:
         """One line for ``scontrol ... reason=``: the rules that fired, worst first."""
+        if not self.checks:
+            return "no data"
         bad = sorted((c for c in self.checks if c.verdict != "ok"), key=lambda c: -VERDICTS.index(c.verdict))
         return "; ".join(f"{c.rule}: {c.title}" for c in bad) or "ok"
 
@@ -528,3 +532,14 @@ def judge(checks: Sequence[Check], *, samples: pa.Table | None = None, events: S
         all_checks = tuple(sorted(fired, key=lambda c: -VERDICTS.index(c.verdict)) + quiet)
         out.append(NodeHealth(node=node, verdict=worst(c.verdict for c in fired), checks=all_checks))
     return HealthReport(nodes=tuple(out))
+
+
+def health_report(samples: pa.Table, events: Sequence[Event] = (), *, config: HealthConfig = HealthConfig(),
+                  link: str = "ndr", nodes: Iterable[str] = ()) -> HealthReport:
+    """Passive and active rules, then one verdict per node: what views call.
+
+    ``samples``: the store's ``SAMPLE_SCHEMA`` table (fetch ``PASSIVE_METRICS``); ``events``: ``xid``
+    events and the ``sources.healthtools`` results.
+    """
+    checks = passive_checks(samples, events, config=config) + active_checks(events, config=config, link=link)
+    return judge(checks, samples=samples, events=events, nodes=nodes)

@@ -52,6 +52,7 @@ __all__ = [
     "temporal_breakdown",
     "phase_of_annotation",
     "WORK_PHASES",
+    "union_length",
 ]
 
 #: The phases that are a rank's own work (not waiting for others, not moving gradients).
@@ -161,7 +162,8 @@ def _merge(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray
     return s[firsts], np.maximum.reduceat(e, firsts)
 
 
-def _union_len(starts: np.ndarray, ends: np.ndarray) -> float:
+def union_length(starts: np.ndarray, ends: np.ndarray) -> float:
+    """Total length covered by the intervals [start, end) (overlaps counted once)."""
     s, e = _merge(starts, ends)
     return float((e - s).sum())
 
@@ -169,7 +171,7 @@ def _union_len(starts: np.ndarray, ends: np.ndarray) -> float:
 def _clip_union(starts: np.ndarray, ends: np.ndarray, lo: float, hi: float) -> float:
     s, e = np.clip(starts, lo, hi), np.clip(ends, lo, hi)
     keep = e > s
-    return _union_len(s[keep], e[keep])
+    return union_length(s[keep], e[keep])
 
 
 # --- HTA temporal breakdown ------------------------------------------------------------------------------
@@ -231,10 +233,10 @@ def temporal_breakdown(trace: KinetoTrace, *, include_last_step: bool = False,
     if round_us:
         starts, ends = np.ceil(starts), np.floor(ends)
     kernel_us = float(ends.max() - starts.min())
-    busy_us = _union_len(starts, ends)
+    busy_us = union_length(starts, ends)
     compute_ids = trace.name_ids(lambda n: _HTA_NON_COMPUTE_RE.match(n) is None)
     compute = np.isin(ev["name_id"][rows], compute_ids)
-    compute_us = _union_len(starts[compute], ends[compute])
+    compute_us = union_length(starts[compute], ends[compute])
     idle_us = kernel_us - busy_us
     return TemporalBreakdown(rank=trace.rank, idle_us=idle_us, compute_us=compute_us,
                              non_compute_us=kernel_us - compute_us - idle_us, kernel_us=kernel_us)
@@ -339,12 +341,12 @@ def _waits(colls: Mapping[int, _Coll]) -> dict[int, tuple[float, float]]:
     out = {}
     for rank, c in colls.items():
         if n == 0 or len(colls) < 2:
-            out[rank] = (0.0, _union_len(c.starts, c.ends) / 1e6)
+            out[rank] = (0.0, union_length(c.starts, c.ends) / 1e6)
             continue
         latest = np.max([other.starts[:n] for other in colls.values()], axis=0)
         dur = c.ends[:n] - c.starts[:n]
         wait = np.clip(latest - c.starts[:n], 0.0, dur)
-        busy = _union_len(c.starts, c.ends)
+        busy = union_length(c.starts, c.ends)
         out[rank] = (float(wait.sum()) / 1e6, max(busy - float(wait.sum()), 0.0) / 1e6)
     return out
 
@@ -360,9 +362,9 @@ def _gpu_step(trace: KinetoTrace, w: _Window) -> tuple[float, float, float] | No
     if len(rows) == 0:
         return None
     s, e = ev["ts_us"][rows], ev["ts_us"][rows] + ev["dur_us"][rows]
-    busy = _union_len(s, e)
+    busy = union_length(s, e)
     comm = ev["comm"][rows]
-    overlap = _union_len(s[comm], e[comm]) + _union_len(s[~comm], e[~comm]) - busy
+    overlap = union_length(s[comm], e[comm]) + union_length(s[~comm], e[~comm]) - busy
     return busy / 1e6, (float(e.max() - s.min()) - busy) / 1e6, max(overlap, 0.0) / 1e6
 
 

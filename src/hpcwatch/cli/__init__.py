@@ -28,7 +28,10 @@ for _name in _COMMAND_MODULES:
 def main() -> None:
     """Entry point: errors we raise on purpose become one line and exit status 2."""
     try:
-        app(standalone_mode=False)
+        # Without standalone mode click returns a command's typer.Exit(code) instead of exiting.
+        status = app(standalone_mode=False)
+        if isinstance(status, int) and status:
+            sys.exit(status)
     except HpcwatchError as err:
         print(f"hpcwatch: {err}", file=sys.stderr)
         sys.exit(2)

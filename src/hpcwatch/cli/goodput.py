@@ -9,9 +9,8 @@ from typing import Optional
 import typer
 from rich.table import Table
 
-from hpcwatch.analysis.goodput import BADPUT_KINDS, account_goodput, steps_from_spans, steps_from_step_samples
-from hpcwatch.analysis.health import (PASSIVE_METRICS, VERDICTS, HealthConfig, HealthReport, active_checks, judge,
-                                      passive_checks)
+from hpcwatch.analysis.goodput import BADPUT_KINDS, GOODPUT_EVENT_KINDS, account_job
+from hpcwatch.analysis.health import PASSIVE_METRICS, VERDICTS, HealthConfig, HealthReport, health_report
 from hpcwatch.cli.common import DbOption, JsonOption, app, console, emit_json, open_store, simulate_app
 from hpcwatch.errors import ConfigError, InputError
 from hpcwatch.records import Event
@@ -28,17 +27,10 @@ __all__ = ["goodput", "health", "simulate_goodput_cmd"]
 DEFAULT_HEALTH_WINDOW_S = 900.0
 #: Steps we write into a store from `simulate goodput --db` (5 spans each); past this, ask for a shorter run.
 MAX_STORED_STEPS = 100_000
-_GOODPUT_EVENT_KINDS = ("failure", "checkpoint_save", "checkpoint_restore")
 _ACTIVE_EVENT_KINDS = ("dcgm_diag", "nccl_test", "ib_write_bw")
 
 
 # -- goodput ---------------------------------------------------------------------------------------
-
-
-def _job_events(store: Store, job_id: str, t0: float | None, t1: float | None) -> list[Event]:
-    """Failure and checkpoint events in the job's window that name this job (or no job)."""
-    events = [e for kind in _GOODPUT_EVENT_KINDS for e in store.events(kind, t0=t0, t1=t1)]
-    return sorted((e for e in events if str(e.attrs.get("job", job_id)) == job_id), key=lambda e: e.t)
 
 
 @app.command()
@@ -52,14 +44,12 @@ def goodput(
         record = store.job(job)
         t0 = record.start if record is not None else None
         t1 = record.end if record is not None else None
-        events = _job_events(store, job, t0, t1)
-        breaks = [e.t for e in events if e.kind == "failure"]
-        steps = steps_from_spans(store.spans(job), breaks=breaks)
-        if not len(steps):
-            steps = steps_from_step_samples(store.iter_samples("train_step_time_s", job=job), breaks=breaks)
-    if record is None and not len(steps):
+        events = [e for kind in GOODPUT_EVENT_KINDS for e in store.events(kind, t0=t0, t1=t1)]
+        spans = store.spans(job)
+        step_samples = [] if spans else list(store.iter_samples("train_step_time_s", job=job))
+    if record is None and not spans and not step_samples:
         raise InputError(f"job {job}: neither the job nor its steps are in the store")
-    report = account_goodput(record, steps, events)
+    report = account_job(record, spans, events, step_samples)
     if as_json:
         emit_json(report.to_dict())
         return
@@ -100,6 +90,9 @@ def _health_inputs(store: Store, node: str | None, window_s: float):
 
 
 def _print_health(report: HealthReport) -> None:
+    if not report.nodes:
+        console.print("no samples or events to judge in the window (nothing was looked at, so nothing is known)")
+        return
     table = Table("node", "verdict", "why")
     colour = {"ok": "green", "warn": "yellow", "drain": "red"}
     for n in report.nodes:
@@ -132,20 +125,25 @@ def health(
         events = [e for e in events if e.attrs.get("node") in (node, None)]
         events = [e if e.attrs.get("node") else Event(kind=e.kind, t=e.t, source=e.source,
                                                         attrs={**e.attrs, "node": node}) for e in events]
-    config = HealthConfig()
-    checks = passive_checks(samples, events, config=config) + active_checks(events, config=config, link=link)
-    report = judge(checks, samples=samples, events=events, nodes=[node] if node else [])
+    report = health_report(samples, events, config=HealthConfig(), link=link, nodes=[node] if node else [])
     if node is not None:
         report = HealthReport(nodes=tuple(n for n in report.nodes if n.node == node))
     if as_json:
         emit_json(report.to_dict())
     elif summary:
-        print(f"{report.verdict}: " + " | ".join(f"{n.node}: {n.reason()}" for n in report.nodes
-                                                if n.verdict != "ok") if report.verdict != "ok" else "ok")
+        print(_summary_line(report))
     else:
         _print_health(report)
     if fail_on != "never" and VERDICTS.index(report.verdict) >= VERDICTS.index(fail_on):
         raise typer.Exit(1)
+
+
+def _summary_line(report: HealthReport) -> str:
+    """``drain: node2: xid: ...`` for `--summary` (the Slurm health check's drain reason)."""
+    if report.verdict != "ok":
+        return f"{report.verdict}: " + " | ".join(f"{n.node}: {n.reason()}" for n in report.nodes
+                                                  if n.verdict != "ok")
+    return "ok" if any(n.checks for n in report.nodes) else "ok (no data)"
 
 
 # -- simulate goodput ------------------------------------------------------------------------------

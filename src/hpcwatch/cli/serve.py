@@ -1,3 +1,69 @@
-"""Commands of this family register here (see cli/__init__.py)."""
+"""``hpcwatch demo`` (twin + in-memory store + web, live) and ``hpcwatch serve`` (web on an existing store).
 
-from hpcwatch.cli.common import app  # noqa: F401
+Both bind 127.0.0.1 only. See hpcwatch.web.demo for how the step player's
+"with / without straggler" pair is produced.
+"""
+
+from __future__ import annotations
+
+import webbrowser
+from pathlib import Path
+
+import typer
+
+from hpcwatch.cli.common import DbOption, app, console, open_store
+from hpcwatch.model.cluster import load_cluster, reference_cluster
+
+__all__ = ["demo", "serve", "DEFAULT_PORT"]
+
+DEFAULT_PORT = 8000
+
+
+@app.command()
+def demo(port: int = typer.Option(DEFAULT_PORT, "--port", help="Port on 127.0.0.1."),
+         no_browser: bool = typer.Option(False, "--no-browser", help="Do not open a browser."),
+         duration: float = typer.Option(None, "--duration", min=0.0, help="Stop after S seconds."),
+         scenario: list[str] = typer.Option([], "--scenario", help="Twin scenario (repeatable), e.g. straggler."),
+         nodes: int = typer.Option(None, "--nodes", min=1, help="Nodes of the reference cluster (default 2)."),
+         seed: int = typer.Option(0, "--seed", help="Seed of the twin.")) -> None:
+    """The main job: a live twin of the reference cluster in memory, and the web schematic on it."""
+    from hpcwatch.store import Store
+    from hpcwatch.web.app import create_app
+    from hpcwatch.web.demo import cluster_with_nodes, seed_step_player, serve_app, start_live_twin
+
+    cluster = cluster_with_nodes(nodes) if nodes else reference_cluster()
+    store = Store(":memory:")
+    step_jobs = seed_step_player(store, cluster, seed=seed)
+    runner = start_live_twin(store, cluster, seed=seed, scenarios=scenario)
+    web = create_app(store, cluster, step_jobs=step_jobs)
+
+    def started(url: str) -> None:
+        console.print(f"hpcwatch demo: {len(cluster.nodes)} nodes, {len(cluster.gpus)} GPUs, "
+                      f"scenarios: {', '.join(scenario) or 'none'} — [bold]{url}[/bold] (Ctrl-C to stop)")
+        if not no_browser:
+            webbrowser.open(url)
+
+    try:
+        serve_app(web, port=port, duration_s=duration, on_started=started)
+    finally:
+        runner.stop()
+        store.close()
+
+
+@app.command()
+def serve(db: str = DbOption,
+          port: int = typer.Option(DEFAULT_PORT, "--port", help="Port on 127.0.0.1."),
+          model: Path = typer.Option(None, "--model", help="Cluster model YAML (default: the reference cluster)."),
+          duration: float = typer.Option(None, "--duration", min=0.0, help="Stop after S seconds.")) -> None:
+    """The web schematic on an existing store (what `hpcwatch ingest` or a twin run filled)."""
+    from hpcwatch.web.app import create_app
+    from hpcwatch.web.demo import serve_app
+
+    cluster = load_cluster(model) if model else reference_cluster()
+    store = open_store(db)
+    web = create_app(store, cluster)
+    try:
+        serve_app(web, port=port, duration_s=duration,
+                  on_started=lambda url: console.print(f"hpcwatch serve: [bold]{url}[/bold] (Ctrl-C to stop)"))
+    finally:
+        store.close()

@@ -1,3 +1,56 @@
-"""Commands of this family register here (see cli/__init__.py)."""
+"""``hpcwatch twin run``: run the twin and write the real-format files a cluster's collectors would leave.
 
-from hpcwatch.cli.common import app  # noqa: F401
+(``hpcwatch twin serve`` lives in cli/twinserve.py.)
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+from pathlib import Path
+
+import typer
+from rich.progress import Progress
+
+from hpcwatch.cli.common import JsonOption, console, emit_json, twin_app
+from hpcwatch.errors import ConfigError
+from hpcwatch.twin import Twin, scenario_names
+from hpcwatch.twin.run import DEFAULT_STEP_S, sized_reference, write_run
+
+__all__ = ["twin_run", "DEFAULT_DURATION_S"]
+
+#: Ten minutes of simulated time: enough for checkpoints, job churn and a few hundred samples per GPU.
+DEFAULT_DURATION_S = 600.0
+
+
+@twin_app.command("run")
+def twin_run(
+    out: Path = typer.Option(..., "--out", help="Folder to write (created; files inside are replaced)."),
+    duration: float = typer.Option(DEFAULT_DURATION_S, "--duration", help="Simulated seconds."),
+    nodes: int = typer.Option(None, "--nodes", help="Nodes of 8 H100 SXM (default: the reference cluster's 2)."),
+    seed: int = typer.Option(0, "--seed", help="Random seed: the same seed writes the same files."),
+    scenario: list[str] = typer.Option([], "--scenario", help="Scenario to play (repeatable)."),
+    step: float = typer.Option(DEFAULT_STEP_S, "--step", help="Resolution: seconds between scrapes."),
+    spans: bool = typer.Option(False, "--spans", help="Also write spans.jsonl (the training job's steps)."),
+    json_out: bool = JsonOption,
+) -> None:
+    """Write the twin's dcgm-exporter, node-exporter, Slurm, Lustre and perfquery files; read them back
+    with ``hpcwatch ingest OUT``."""
+    if duration <= 0 or step <= 0:
+        raise ConfigError(f"--duration and --step must be > 0, got {duration} and {step}")
+    if step > duration:
+        raise ConfigError(f"--step ({step}) is longer than --duration ({duration})")
+    twin = Twin(sized_reference(nodes), seed=seed, scenarios=scenario)
+    if json_out:
+        summary = write_run(twin, out, duration_s=duration, step_s=step, spans=spans)
+        emit_json({**asdict(summary), "nodes": len(twin.node_names), "gpus": twin.n_gpus,
+                   "scenarios": [s.name for s in twin.scenarios]})
+        return
+    with Progress(console=console, transient=True) as progress:
+        task = progress.add_task("simulating", total=round(duration / step))
+        summary = write_run(twin, out, duration_s=duration, step_s=step, spans=spans,
+                            progress=lambda done, total: progress.update(task, completed=done))
+    console.print(f"[bold]{summary.out}[/]: {summary.ticks} scrapes of {len(twin.node_names)} nodes "
+                  f"({twin.n_gpus} GPUs), {summary.files} files, {summary.jobs} jobs"
+                  + (f", scenarios: {', '.join(s.name for s in twin.scenarios)}" if twin.scenarios else "")
+                  + f". Known scenarios: {', '.join(scenario_names())}.")
+    console.print(f"Read it back: hpcwatch ingest {summary.out} --db FILE; then hpcwatch jobs --db FILE")

@@ -52,7 +52,7 @@ import orjson
 from hpcwatch.errors import ConfigError, ParseError
 from hpcwatch.records import Sample, Span
 
-__all__ = ["StepRecorder", "HookConfig", "read_hook_jsonl", "HOOK_METRICS", "TORCH_MISSING"]
+__all__ = ["StepRecorder", "HookConfig", "read_hook_jsonl", "is_hook_jsonl", "HOOK_METRICS", "TORCH_MISSING"]
 
 #: The metrics the hook writes (the brief's contract with the store and the web app).
 HOOK_METRICS: tuple[str, ...] = ("train_grad_norm", "train_grad_nonfinite", "train_loss", "train_step_time_s")
@@ -279,6 +279,19 @@ def _line(record: Span | Sample) -> dict[str, Any]:
                 "start": record.start, "dur": record.dur, "attrs": dict(record.attrs)}
     value = record.value if math.isfinite(record.value) else str(record.value)
     return {"kind": "sample", "metric": record.metric, "labels": dict(record.labels), "t": record.t, "value": value}
+
+
+def is_hook_jsonl(head: str) -> bool:
+    """Whether a file's first bytes are the hook's JSON lines (for ``sources.detect``)."""
+    first = head.lstrip().split("\n", 1)[0]
+    if not first.startswith("{"):
+        return False
+    try:
+        doc = orjson.loads(first)
+    except orjson.JSONDecodeError:
+        return False
+    return isinstance(doc, dict) and doc.get("kind") in ("span", "sample") and "job" in (
+        doc if doc["kind"] == "span" else doc.get("labels") or {})
 
 
 def read_hook_jsonl(path: str | Path) -> Iterator[Span | Sample]:

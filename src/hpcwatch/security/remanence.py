@@ -3,10 +3,10 @@
 HBM is not cleared by the hardware when a process frees it. Measured on a real
 H200 (driver 580.159.04, ``tests/data/security/results_sweep_remanence.json``,
 from ``recipes/h200_capture2.py``): a 1 GiB pattern written by one process was
-**not** readable by the next process through a raw CUDA allocation (0 of 268M
-words survived: the driver scrubs memory between processes), while **inside one
-process** PyTorch's caching allocator handed the old pattern back in 100 % of the
-words. So the cross-job risk is not the freed memory itself but (a) a process of
+**not** readable by the next process through a raw CUDA allocation
+(0 of 268M words survived: the driver scrubs memory between processes), while
+**inside one process** PyTorch's caching allocator handed the old pattern back in
+100 % of the words. So the cross-job risk is not the freed memory itself but (a) a process of
 the previous job that is still alive and holds its memory (a zombie after
 ``scancel``, an ``nohup`` left behind), (b) a driver told not to scrub
 (``NVreg_RegistryDwords=RMDisableScrubOnFree=1``), (c) work on a GPU no job owns.

@@ -73,6 +73,27 @@ FORMATS: list[Format] = [
            prometheus_text.read_prometheus_columns),
 ]
 
+# Active health tools (specific sniffs, so they go first).
+from hpcwatch.sources import healthtools  # noqa: E402
+
+FORMATS[0:0] = [
+    Format("dcgmi-diag", lambda h, n: '"DCGM GPU Diagnostic"' in h or '"DCGM Diagnostic"' in h,
+           healthtools.read_dcgmi_diag),
+    Format("nccl-tests", lambda h, n: "# nThread" in h and "algbw" in h, healthtools.read_nccl_tests),
+    Format("ib-write-bw", lambda h, n: "#bytes" in h and "BW peak[" in h, healthtools.read_ib_write_bw),
+]
+
+# Security formats (specific sniffs first; pip freeze is lenient, so it goes last).
+from hpcwatch.sources import falco, opensm, pip, procparams, tetragon  # noqa: E402
+
+FORMATS[0:0] = [
+    Format("falco-json", lambda h, n: falco.is_falco_json(h), falco.read_falco_json),
+    Format("tetragon-json", lambda h, n: tetragon.is_tetragon_json(h), tetragon.read_tetragon_json),
+    Format("nvidia-params", procparams.is_nvidia_params, procparams.read_nvidia_params),
+    Format("opensm-partitions", opensm.is_partitions_conf, opensm.read_partitions_conf),
+]
+FORMATS.append(Format("pip-list", pip.is_pip_list, pip.read_pip_list))
+
 
 def format_named(name: str) -> Format:
     for fmt in FORMATS:
@@ -137,3 +158,8 @@ def read_paths(paths: Iterable[str | os.PathLike[str]], *, format: str | None = 
     """Records of every file under ``paths`` (see ``iter_files``)."""
     for file in iter_files(paths):
         yield from read_any(file, format=format)
+
+# Training-loop hook output (instrument/torch.py; torch is not imported to read it).
+from hpcwatch.instrument.torch import is_hook_jsonl, read_hook_jsonl  # noqa: E402
+
+FORMATS.insert(0, Format("hook-jsonl", lambda h, n: is_hook_jsonl(h), read_hook_jsonl))

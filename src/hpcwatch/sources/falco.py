@@ -22,7 +22,7 @@ from hpcwatch.errors import ParseError
 from hpcwatch.records import Event
 from hpcwatch.sources.lines import read_text
 
-__all__ = ["parse_falco_json", "read_falco_json", "parse_rfc3339"]
+__all__ = ["is_falco_json", "parse_falco_json", "read_falco_json", "parse_rfc3339"]
 
 
 def parse_rfc3339(text: str, *, path: str | os.PathLike[str], line: int | None) -> float:
@@ -58,3 +58,9 @@ def parse_falco_json(lines: Iterable[str], *, path: str | os.PathLike[str] = "<f
 
 def read_falco_json(path: str | os.PathLike[str]) -> Iterator[Event]:
     yield from parse_falco_json(read_text(path).splitlines(), path=path)
+
+
+def is_falco_json(head: str) -> bool:
+    """Sniff: the first line is a JSON object with Falco's ``rule``, ``priority`` and ``output``."""
+    first = head.lstrip().split("\n", 1)[0]
+    return first.startswith("{") and all(f'"{k}"' in first for k in ("rule", "priority", "output"))

@@ -44,6 +44,7 @@ import re
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
+from collections.abc import Iterable, Iterator
 from typing import Any, Mapping
 
 import numpy as np
@@ -161,14 +162,16 @@ def _msg_bytes(args: Mapping[str, Any]) -> float:
 
 
 _NO_ARGS: Mapping[str, Any] = {}
+#: Size of the pieces a trace's text is decoded in (see ``_Pieces``).
+_PIECE_BYTES = 1 << 20
 
 
-def _complete_events(events: list, path: str) -> tuple[list[tuple], _Names]:
+def _complete_events(events: list, path: str, names: _Names, offset: int) -> list[tuple]:
     """Rows (ts, dur, cat, name, stream, pid, tid, correlation, coll, msg) of the ``X`` events.
 
-    The hot loop of the reader: one tuple per event, columns built from them at once.
+    The hot loop of the reader: one short-lived tuple per event, columns built from a piece at once.
     """
-    names, cat_of = _Names(), CAT.get
+    cat_of = CAT.get
     rows: list[tuple] = []
     append = rows.append
     for index, ev in enumerate(events):
@@ -183,12 +186,12 @@ def _complete_events(events: list, path: str) -> tuple[list[tuple], _Names]:
                     _int_or(ev.get("tid"), -1), _int_or(args.get("correlation", -1), -1),
                     -1 if coll is None else names(str(coll)), _msg_bytes(args) if coll is not None else np.nan))
         except (KeyError, TypeError, ValueError, AttributeError) as err:
-            raise ParseError(f"traceEvents[{index}]: bad event ({type(err).__name__}: {err})", path=path,
+            raise ParseError(f"traceEvents[{offset + index}]: bad event ({type(err).__name__}: {err})", path=path,
                              text=str(ev)[:200]) from err
-    return rows, names
+    return rows
 
 
-def _flow_events(events: list, path: str) -> tuple[dict[str, np.ndarray], str | None]:
+def _flow_events(events: list, path: str, offset: int) -> tuple[dict[str, np.ndarray], str | None]:
     flow_id: list[int] = []
     flow_ts: list[float] = []
     flow_start: list[bool] = []
@@ -200,7 +203,7 @@ def _flow_events(events: list, path: str) -> tuple[dict[str, np.ndarray], str | 
             try:
                 flow_ts.append(float(ev["ts"]))
             except (KeyError, TypeError, ValueError) as err:
-                raise ParseError(f"traceEvents[{index}]: flow event without a time", path=path,
+                raise ParseError(f"traceEvents[{offset + index}]: flow event without a time", path=path,
                                  text=str(ev)[:200]) from err
             flow_id.append(_int_or(ev.get("id"), -1))
             flow_start.append(ph == "s")
@@ -220,17 +223,33 @@ _DTYPES = (np.float64, np.float64, np.int8, np.int32, np.int32, np.int64, np.int
 _ROW_COLUMNS = ("ts_us", "dur_us", "cat", "name_id", "stream", "pid", "tid", "correlation", "coll_id", "msg_bytes")
 
 
-def _columns(events: list, path: str) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray], list[str], str | None]:
-    rows, names = _complete_events(events, path)
+def _piece_columns(events: list, path: str, names: _Names, offset: int) -> dict[str, np.ndarray]:
+    rows = _complete_events(events, path, names, offset)
     try:
         cols = list(zip(*rows)) if rows else [()] * len(_ROW_COLUMNS)
-        table = {name: np.asarray(col, dtype=dtype) for name, col, dtype in zip(_ROW_COLUMNS, cols, _DTYPES)}
+        return {name: np.asarray(col, dtype=dtype) for name, col, dtype in zip(_ROW_COLUMNS, cols, _DTYPES)}
     except (TypeError, ValueError) as err:
         raise ParseError(f"an event has a non-numeric ts or dur ({err})", path=path) from err
+
+
+def _columns(pieces: Iterable[list], path: str) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray], list[str],
+                                                          str | None]:
+    """Columns of the events, built piece by piece (each piece a list of decoded events)."""
+    names = _Names()
+    tables, flow_parts, hostname, offset = [], [], None, 0
+    for events in pieces:
+        tables.append(_piece_columns(events, path, names, offset))
+        flows, host = _flow_events(events, path, offset)
+        flow_parts.append(flows)
+        hostname = hostname or host
+        offset += len(events)
+    table = {k: np.concatenate([t[k] for t in tables]) if tables else np.zeros(0, dtype=d)
+             for k, d in zip(_ROW_COLUMNS, _DTYPES)}
+    flows = {k: np.concatenate([f[k] for f in flow_parts]) for k in ("id", "ts_us", "start", "cat")} \
+        if flow_parts else _flow_events([], path, 0)[0]
     name_list = list(names.ids)
     comm_names = np.array([is_comm_name(str(n)) for n in name_list] + [False], dtype=bool)
     table["comm"] = comm_names[table["name_id"]]
-    flows, hostname = _flow_events(events, path)
     return table, flows, name_list, hostname
 
 
@@ -259,13 +278,78 @@ def _load(data: bytes | str, path: str) -> Mapping[str, Any]:
     return doc
 
 
+class _NotSplittable(Exception):
+    """The text does not split the way ``_Pieces`` expects; decode it whole instead."""
+
+
+class _Pieces:
+    """The events of a trace's text, decoded a piece of about ``_PIECE_BYTES`` at a time.
+
+    A trace decoded at once costs ~10× its size in Python objects; decoding a piece at a
+    time keeps one piece's objects alive. Pieces are cut after a ``},`` and kept only if
+    ``[piece]`` decodes: a cut inside a string or a nested value cannot decode, so every
+    kept piece is a run of whole top-level events. After iterating, ``doc`` holds the
+    rest of the document (``distributedInfo``, ``deviceProperties``…).
+    """
+
+    def __init__(self, raw: bytes) -> None:
+        self.raw = raw
+        self.doc: dict[str, Any] = {}
+
+    def __iter__(self) -> Iterator[list]:
+        raw = self.raw
+        key = raw.find(b'"traceEvents"')
+        open_at = raw.find(b"[", key) if key >= 0 else -1
+        head = _decode_or_none(raw[:open_at + 1] + b"]}") if open_at >= 0 else None
+        if not isinstance(head, dict):
+            raise _NotSplittable
+        pos = open_at + 1
+        while (cut := raw.find(b"},", pos + _PIECE_BYTES)) >= 0:
+            piece = _decode_or_none(b"[" + raw[pos:cut + 1] + b"]")
+            while piece is None and cut >= 0:
+                cut = raw.find(b"},", cut + 2)
+                piece = _decode_or_none(b"[" + raw[pos:cut + 1] + b"]") if cut >= 0 else None
+            if piece is None:
+                break
+            yield piece
+            pos = cut + 2
+        tail = _decode_or_none(b'{"traceEvents": [' + raw[pos:])
+        if not isinstance(tail, dict) or not isinstance(tail.get("traceEvents"), list):
+            raise _NotSplittable
+        yield tail.pop("traceEvents")
+        head.pop("traceEvents", None)
+        head.update(tail)
+        self.doc = head
+
+
+def _decode_or_none(text: bytes) -> Any:
+    try:
+        return orjson.loads(text)
+    except orjson.JSONDecodeError:
+        return None
+
+
+def _decode(data: bytes | str, path: str) -> tuple[Mapping[str, Any], tuple]:
+    """(document without its events, columns of the events)."""
+    raw = data.encode() if isinstance(data, str) else data
+    pieces = _Pieces(raw)
+    try:
+        columns = _columns(pieces, path)
+        return pieces.doc, columns
+    except _NotSplittable:
+        doc = _load(raw, path)   # not splittable: decode it whole (and say where it is broken)
+        return doc, _columns([doc["traceEvents"]], path)
+
+
 def parse_kineto(data: bytes | str | Mapping[str, Any], *, path: str | Path = "<input>") -> KinetoTrace:
     """One rank's trace from its JSON text (or an already decoded document)."""
     path = str(path)
-    doc = data if isinstance(data, Mapping) else _load(data, path)
-    if not isinstance(doc.get("traceEvents"), list):
-        raise ParseError("not a Chrome trace: no traceEvents list", path=path)
-    events, flows, names, hostname = _columns(doc["traceEvents"], path)
+    if isinstance(data, Mapping):
+        if not isinstance(data.get("traceEvents"), list):
+            raise ParseError("not a Chrome trace: no traceEvents list", path=path)
+        doc, (events, flows, names, hostname) = data, _columns([data["traceEvents"]], path)
+    else:
+        doc, (events, flows, names, hostname) = _decode(data, path)
     rank, world, rank_from = _rank(doc, path)
     info = doc.get("distributedInfo") if isinstance(doc.get("distributedInfo"), Mapping) else {}
     devices = tuple(str(d.get("name", "")) for d in doc.get("deviceProperties") or () if isinstance(d, Mapping))

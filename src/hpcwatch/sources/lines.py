@@ -12,7 +12,7 @@ from pathlib import Path
 
 from hpcwatch.errors import ParseError
 
-__all__ = ["read_text", "read_bytes", "file_time", "to_float", "to_int", "line_of"]
+__all__ = ["read_text", "read_bytes", "file_time", "to_float", "MAX_FILE_BYTES"]
 
 #: Refuse files larger than this: every format here is a scrape or a dump, not a bulk archive.
 MAX_FILE_BYTES = 1 << 30
@@ -57,17 +57,3 @@ def to_float(token: str, what: str, *, path: str | os.PathLike[str] | None, line
         return float(token)
     except (TypeError, ValueError) as err:
         raise ParseError(f"{what} is not a number", path=path, line=line, text=text or str(token)) from err
-
-
-def to_int(token: str, what: str, *, path: str | os.PathLike[str] | None, line: int | None,
-           text: str | None = None) -> int:
-    """``int(token)`` (base 10) or a ParseError naming ``what``."""
-    try:
-        return int(token, 10)
-    except (TypeError, ValueError) as err:
-        raise ParseError(f"{what} is not an integer", path=path, line=line, text=text or str(token)) from err
-
-
-def line_of(text: str, offset: int) -> int:
-    """1-based line number of a character offset in ``text``."""
-    return text.count("\n", 0, offset) + 1

@@ -32,7 +32,6 @@ entity (the file names a DTD we never load).
 from __future__ import annotations
 
 import csv
-import io
 import os
 import re
 import xml.etree.ElementTree as ET
@@ -197,6 +196,13 @@ def parse_nvidia_smi_csv(text: str, *, path: str | os.PathLike[str] = "<input>",
                           fallback_t=None)
 
 
+def _csv_fields(raw: str, *, path, line: int) -> list[str]:
+    try:
+        return next(csv.reader([raw], skipinitialspace=True), [])
+    except csv.Error as err:
+        raise ParseError(f"bad CSV: {err}", path=path, line=line, text=raw) from err
+
+
 def _parse_csv(text: str, *, path, columns: Sequence[str] | None, hostname: str | None, t: float | None,
                utc_offset_s: float, fallback_t: float | None) -> Iterator[Sample]:
     lines = text.split("\n")
@@ -206,7 +212,7 @@ def _parse_csv(text: str, *, path, columns: Sequence[str] | None, hostname: str 
             first += 1
         if first == len(lines):
             return
-        columns = [_field_name(c) for c in next(csv.reader([lines[first]], skipinitialspace=True))]
+        columns = [_field_name(c) for c in _csv_fields(lines[first], path=path, line=first + 1)]
         first += 1
         if not any(c in QUERY_FIELDS or c in _QUERY_LABELS for c in columns):
             raise ParseError("not an nvidia-smi --query-gpu header", path=path, line=first, text=lines[first - 1])
@@ -215,10 +221,7 @@ def _parse_csv(text: str, *, path, columns: Sequence[str] | None, hostname: str 
         raw = lines[number]
         if not raw.strip():
             continue
-        try:
-            values = next(csv.reader(io.StringIO(raw), skipinitialspace=True))
-        except csv.Error as err:
-            raise ParseError(f"bad CSV: {err}", path=path, line=number + 1, text=raw) from err
+        values = _csv_fields(raw, path=path, line=number + 1)
         if len(values) != len(columns):
             raise ParseError(f"{len(values)} values for {len(columns)} columns", path=path, line=number + 1, text=raw)
         if t is None and "timestamp" not in columns:

@@ -20,7 +20,7 @@ from hpcwatch.errors import ParseError
 from hpcwatch.records import Event
 from hpcwatch.sources.lines import file_time, read_text
 
-__all__ = ["parse_partitions_conf", "read_partitions_conf"]
+__all__ = ["is_partitions_conf", "parse_partitions_conf", "read_partitions_conf"]
 
 
 def parse_partitions_conf(text: str, *, path: str | os.PathLike[str] = "<partitions.conf>",
@@ -52,3 +52,12 @@ def _member(text: str) -> list[str]:
 
 def read_partitions_conf(path: str | os.PathLike[str]) -> Iterator[Event]:
     yield from parse_partitions_conf(read_text(path), path=path, t=file_time(path))
+
+
+def is_partitions_conf(head: str, name: str = "") -> bool:
+    """Sniff: named partitions.conf, or ``Name[=PKey]... : members ;`` with full/limited members."""
+    if name == "partitions.conf":
+        return True
+    body = "\n".join(line.split("#", 1)[0] for line in head.splitlines()).strip()
+    return bool(body) and body.rstrip().endswith(";") and ":" in body and ("=full" in body or "=limited" in body) \
+        and not body.startswith(("{", "["))

@@ -27,7 +27,7 @@ from hpcwatch.errors import ParseError
 from hpcwatch.records import Event
 from hpcwatch.sources.lines import file_time, read_text
 
-__all__ = ["parse_pip_list", "read_pip_list", "parse_pip_freeze", "read_site_packages", "normalize_name"]
+__all__ = ["is_pip_list", "parse_pip_list", "read_pip_list", "parse_pip_freeze", "read_site_packages", "normalize_name"]
 
 _NAME = r"[A-Za-z0-9][A-Za-z0-9._-]*"
 _PINNED = re.compile(rf"^(?P<name>{_NAME})(?:\[[^\]]*\])?\s*===?\s*(?P<version>[^\s;#]+)")
@@ -104,3 +104,15 @@ def _package(name: str, version: str | None, *, url: str | None, editable: bool,
     if line is not None:
         attrs["line"] = line
     return Event(kind="pip_package", t=t, source=str(path), attrs=attrs)
+
+
+_FREEZE_LINE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*(\[[^\]]*\])?\s*(===?\s*[^\s;#]+|@\s*\S+)\s*$")
+
+
+def is_pip_list(head: str, name: str = "") -> bool:
+    """Sniff: ``pip list --format=json`` ([{"name", "version"}...]) or a file of pip freeze lines."""
+    text = head.lstrip()
+    if text.startswith("["):
+        return '"name"' in text[:500] and '"version"' in text[:500]
+    lines = [ln.strip() for ln in text.splitlines()[:50] if ln.strip() and not ln.lstrip().startswith(("#", "-"))]
+    return bool(lines) and all(_FREEZE_LINE.match(ln) for ln in lines)

@@ -20,7 +20,7 @@ from hpcwatch.errors import ParseError
 from hpcwatch.records import Event
 from hpcwatch.sources.lines import file_time, read_text
 
-__all__ = ["parse_nvidia_params", "read_nvidia_params", "PARAMS_PATH"]
+__all__ = ["is_nvidia_params", "parse_nvidia_params", "read_nvidia_params", "PARAMS_PATH"]
 
 PARAMS_PATH = Path("proc/driver/nvidia/params")
 
@@ -47,3 +47,8 @@ def read_nvidia_params(root: str | os.PathLike[str] = "/", *, host: str | None =
     p = Path(root)
     path = p if p.is_file() else p / PARAMS_PATH
     yield from parse_nvidia_params(read_text(path).splitlines(), path=path, host=host, t=file_time(path))
+
+
+def is_nvidia_params(head: str, name: str = "") -> bool:
+    """Sniff: the driver's ``Name: value`` parameter lines (ResmanDebugLevel is always there)."""
+    return head.startswith("ResmanDebugLevel:") or (name == "params" and "RegistryDwords:" in head)

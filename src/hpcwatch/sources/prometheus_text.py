@@ -153,7 +153,6 @@ def read_prometheus_text(path: str | os.PathLike[str], *, t: float | None = None
 # takes only rests that are " value" (one space, one token); anything else (tabs, timestamps, extra
 # blanks) goes to the reference path.
 _ANY_LINE_RE = re.compile(rf"^(?:#.*|({_NAME})(?:\{{(.*)\}}|(?=[ \t]))([^{{}}\n]*))?$", re.MULTILINE)
-_RESTS_RE = re.compile(r"(?: [^ \t\r\n]+\n)* [^ \t\r\n]+")
 # HELP/TYPE comments, found by their "#" (a "#" inside a label value may match too: checking it
 # can only send the text to the reference path, never accept a bad one).
 _HELP_TYPE_RE = re.compile(r"#[ \t]*((?:HELP|TYPE)[ \t][^\n]*)")
@@ -199,10 +198,13 @@ def _table_from_matches(matches: list[tuple[str, str, str]], now: float, *, path
     if not names:
         return SAMPLE_SCHEMA.empty_table()
     inners = list(compress(inners, is_sample))
+    # Every rest must be " value": then the n rests joined by newlines split back into n values, none
+    # holding a blank. Anything else (a timestamp, two blanks, none) leaves the reference path to judge.
     joined = "\n".join(compress(rests, is_sample))
-    if "_" in joined or not _RESTS_RE.fullmatch(joined):
-        raise ValueError("not the plain 'name{labels} value' shape")
     values = joined[1:].split("\n ")
+    if (not joined.startswith(" ") or len(values) != len(names) or "_" in joined
+            or " " in "".join(values)):
+        raise ValueError("not the plain 'name{labels} value' shape")
     floats = list(map(float, values))
     encoded = pa.array(inners, pa.string()).dictionary_encode()
     hosts, gpus, jobs, blobs = _label_columns(encoded.dictionary.to_pylist(), path=path)
@@ -240,12 +242,22 @@ def read_prometheus_columns(path: str | os.PathLike[str], *, t: float | None = N
 
 
 def is_prometheus_text(head: str) -> bool:
-    """Sniff: the first non-blank line is a HELP/TYPE comment or a sample line."""
-    for raw in head.split("\n")[:20]:
+    """Sniff: the first line that is not blank or a free comment is HELP/TYPE or a sample line."""
+    for raw in head.split("\n")[:50]:
         line = raw.strip()
         if not line:
             continue
-        if line.startswith("# HELP ") or line.startswith("# TYPE "):
-            return True
-        return _SAMPLE_RE.match(raw) is not None
+        if line.startswith("#"):
+            parts = line[1:].split(None, 1)
+            if parts and parts[0] in ("HELP", "TYPE"):
+                return True
+            continue
+        m = _SAMPLE_RE.match(raw)
+        if m is None or "_" in m.group(3):
+            return False
+        try:
+            float(m.group(3))  # "garbage here" has the shape of a sample but no number
+        except ValueError:
+            return False
+        return True
     return False

@@ -18,7 +18,7 @@ forecasts, not events, so they become ``None``.
 
 Not checked: that the GPU counts of ``gres_detail`` and TRES agree, that node
 names exist, that ids are unique, any field this module does not read. Shape
-errors in JSON name the job's index in the list; only syntax errors have a line.
+errors in JSON name the job's index in the list and the line where that job starts.
 """
 
 from __future__ import annotations
@@ -46,7 +46,8 @@ WAITING_STATES = frozenset({"PENDING", "REQUEUED", "REQUEUE_HOLD", "RESV_DEL_HOL
 
 _RANGE_RE = re.compile(r"([0-9]+)(?:-([0-9]+))?\Z")
 _GRES_RE = re.compile(r"gpu(?::[^:()]+)?:([0-9]+)(?:\(IDX:([^)]*)\))?")
-_MAX_HOSTS = 1_000_000
+#: More hosts than any cluster has: a hostlist past this is refused rather than expanded.
+_MAX_HOSTS = 200_000
 
 
 class _Shape(ValueError):
@@ -86,6 +87,8 @@ def _expand_ranges(inner: str) -> list[str]:
             raise ValueError(f"bad range {part!r}")
         width = len(lo) if lo.startswith("0") and len(lo) > 1 else 0
         out.extend(str(n).zfill(width) for n in range(int(lo), int(hi) + 1))
+        if len(out) > _MAX_HOSTS:
+            raise ValueError("too many hosts")
     return out
 
 
@@ -96,7 +99,10 @@ def _expand_one(pattern: str) -> list[str]:
             raise ValueError("unbalanced brackets")
         return [pattern]
     head, tail = pattern[:m.start()], pattern[m.end():]
-    return [head + n + rest for n in _expand_ranges(m.group(1)) for rest in _expand_one(tail)]
+    numbers, rests = _expand_ranges(m.group(1)), _expand_one(tail)
+    if len(numbers) * len(rests) > _MAX_HOSTS:
+        raise ValueError("too many hosts")
+    return [head + n + rest for n in numbers for rest in rests]
 
 
 def expand_hostlist(hostlist: str) -> list[str]:
@@ -108,12 +114,15 @@ def expand_hostlist(hostlist: str) -> list[str]:
     if not text or text in ("(null)", "None assigned"):
         return []
     hosts: list[str] = []
-    for part in _split_top(text):
-        if not part.strip():
-            raise ValueError("empty host name")
-        hosts.extend(_expand_one(part.strip()))
-        if len(hosts) > _MAX_HOSTS:
-            raise ValueError("hostlist too long")
+    try:
+        for part in _split_top(text):
+            if not part.strip():
+                raise ValueError("empty host name")
+            hosts.extend(_expand_one(part.strip()))
+            if len(hosts) > _MAX_HOSTS:
+                raise ValueError("too long")
+    except ValueError as err:
+        raise ValueError(f"bad hostlist {hostlist!r}: {err}") from err
     return hosts
 
 
@@ -241,19 +250,50 @@ def _squeue_job(raw: Mapping[str, Any]) -> Job:
                start=start, end=end, state=state, name=_text(raw.get("name")))
 
 
-def _each(jobs: list[Any], build, path: str | os.PathLike[str]) -> Iterator[Job]:
+_TOKEN_RE = re.compile(r'"(?:[^"\\]|\\.)*"|[\[\]{},]')
+
+
+def _job_line(text: str, index: int) -> int | None:
+    """Line where element ``index`` of the top-level ``"jobs"`` array starts (only called on errors)."""
+    depth, want, start, count = 0, False, None, 0
+    for m in _TOKEN_RE.finditer(text):
+        token = m.group(0)
+        if start is None:
+            if depth == 1 and want and token == "[":
+                start = m.end()
+                if index == 0:
+                    break
+            want = depth == 1 and token == '"jobs"'
+        elif depth == 2 and token == ",":
+            count += 1
+            if count == index:
+                start = m.end()
+                break
+        elif depth == 2 and token == "]":
+            return None
+        if token in "[{":
+            depth += 1
+        elif token in "]}":
+            depth -= 1
+    if start is None:
+        return None
+    offset = len(text) - len(text[start:].lstrip())
+    return text.count("\n", 0, offset) + 1
+
+
+def _each(jobs: list[Any], build, path: str | os.PathLike[str], text: str) -> Iterator[Job]:
     for i, raw in enumerate(jobs):
         try:
             if not isinstance(raw, Mapping):
                 raise _Shape("a job is not an object")
             yield build(raw)
-        except (_Shape, ValueError, TypeError, KeyError, IndexError, AttributeError) as err:
-            raise ParseError(f"jobs[{i}]: {err}", path=path) from err
+        except (_Shape, ValueError, TypeError, KeyError, IndexError, AttributeError, OverflowError) as err:
+            raise ParseError(f"jobs[{i}]: {err}", path=path, line=_job_line(text, i)) from err
 
 
 def parse_squeue_json(text: str, *, path: str | os.PathLike[str] = "<input>") -> Iterator[Job]:
     """Jobs of ``squeue --json`` (or slurmrestd ``/slurm/v0.0.3x-4x/jobs``); see the module docstring."""
-    yield from _each(_load_jobs(text, path), _squeue_job, path)
+    yield from _each(_load_jobs(text, path), _squeue_job, path, text)
 
 
 def read_squeue_json(path: str | os.PathLike[str]) -> Iterator[Job]:
@@ -271,14 +311,21 @@ def _sacct_gpus(tres: Any) -> int:
 
 
 def _tres_list_gpus(allocated: Any) -> int:
+    """The untyped ``gres/gpu`` count; typed ones (``gpu:h100``) repeat it, so they count only when alone."""
     allocated = allocated or []
     if not isinstance(allocated, list):
         raise _Shape("tres.allocated is not a list")
-    total = 0
+    untyped, typed = None, 0
     for item in allocated:
-        if isinstance(item, Mapping) and item.get("type") == "gres" and str(item.get("name", "")).split(":")[0] == "gpu":
-            total += int(_number(item.get("count")) or 0)
-    return total
+        if not isinstance(item, Mapping) or item.get("type") != "gres":
+            continue
+        name = str(item.get("name") or "")
+        count = int(_number(item.get("count")) or 0)
+        if name == "gpu":
+            untyped = (untyped or 0) + count
+        elif name.startswith("gpu:"):
+            typed += count
+    return untyped if untyped is not None else typed
 
 
 def _sacct_job(raw: Mapping[str, Any]) -> Job:
@@ -295,7 +342,7 @@ def _sacct_job(raw: Mapping[str, Any]) -> Job:
 
 def parse_sacct_json(text: str, *, path: str | os.PathLike[str] = "<input>") -> Iterator[Job]:
     """Jobs of ``sacct --json`` (GPU counts from ``tres.allocated``; sacct gives no GPU indices)."""
-    yield from _each(_load_jobs(text, path), _sacct_job, path)
+    yield from _each(_load_jobs(text, path), _sacct_job, path, text)
 
 
 def read_sacct_json(path: str | os.PathLike[str]) -> Iterator[Job]:

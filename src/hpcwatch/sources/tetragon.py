@@ -30,7 +30,7 @@ from hpcwatch.records import Event
 from hpcwatch.sources.falco import parse_rfc3339
 from hpcwatch.sources.lines import read_text
 
-__all__ = ["parse_tetragon_json", "read_tetragon_json", "MAY_WRITE", "MAY_READ"]
+__all__ = ["is_tetragon_json", "parse_tetragon_json", "read_tetragon_json", "MAY_WRITE", "MAY_READ"]
 
 #: include/linux/fs.h: the mask security_file_permission() receives.
 MAY_WRITE = 0x2
@@ -99,3 +99,10 @@ def _first_int(args: list[dict[str, Any]]) -> int | None:
 
 def read_tetragon_json(path: str | os.PathLike[str]) -> Iterator[Event]:
     yield from parse_tetragon_json(read_text(path).splitlines(), path=path)
+
+
+def is_tetragon_json(head: str) -> bool:
+    """Sniff: the first line is a JSON object keyed by a Tetragon event type."""
+    first = head.lstrip().split("\n", 1)[0]
+    return first.startswith("{") and any(f'"{k}"' in first[:4000] for k in
+                                         ("process_exec", "process_kprobe", "process_exit", "process_tracepoint"))

@@ -30,6 +30,8 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+import orjson
+import pyarrow as pa
 
 from hpcwatch.model import Cluster
 from hpcwatch.records import Event, Job, Sample, Span
@@ -142,7 +144,11 @@ class Twin:
         self._tick = 0
         self._layout()
         self.scheduler = Scheduler(cluster, self.rng, self.t0)
-        self._truth: dict[str, JobTruth] = {}
+        self._job_index: dict[str, int] = {}
+        # Per job index: energy_mj, util_sum, util_samples, xid_errors, ib_tx_bytes, ib_rx_bytes (ground truth).
+        self._acc = np.zeros((0, 6))
+        # Per job index: util mean, util sd, tensor activity, HBM share (what its kind does to a GPU).
+        self._params = np.zeros((0, 4))
         self._events: list[Event] = []
         self._last_step: tuple[int, float] | None = None
         self._steps_done: dict[str, float] = {}
@@ -213,17 +219,21 @@ class Twin:
 
     # -- jobs ----------------------------------------------------------------------------------------
 
-    def _assign(self) -> None:
-        """job index per GPU (into scheduler.jobs) for the placement in force now; -1 when free."""
-        job_of_gpu = np.full(self.n_gpus, -1, dtype=np.int64)
-        for j, job in enumerate(self.scheduler.jobs):
-            if job.state != "RUNNING":
-                continue
-            for node, gpus in job.gpus_by_node.items():
-                for g in gpus:
-                    job_of_gpu[self._gpu_flat[(node, g)]] = j
-            self._truth.setdefault(job.id, JobTruth(id=job.id))
-        self._job_of_gpu = job_of_gpu
+    def _assign(self, ended: Iterable[PlannedJob] = (), started: Iterable[PlannedJob] | None = None) -> None:
+        """Job index per GPU (into scheduler.jobs) for the placement in force now; -1 when free.
+
+        Incremental: the GPUs of ``ended`` jobs are freed, those of ``started`` taken (all running
+        jobs when ``started`` is None)."""
+        jobs = self.scheduler.jobs
+        for job in jobs[len(self._job_index):]:
+            self._job_index[job.id] = len(self._job_index)
+        if started is None:
+            self._job_of_gpu = np.full(self.n_gpus, -1, dtype=np.int64)
+            started = self.scheduler.running()
+        for job, value in [(j, -1) for j in ended] + [(j, None) for j in started]:
+            flat = [self._gpu_flat[(node, g)] for node, gpus in job.gpus_by_node.items() for g in gpus]
+            self._job_of_gpu[flat] = self._job_index[job.id] if value is None else -1
+        self._grow(len(jobs))
 
     @property
     def jobs(self) -> list[Job]:
@@ -269,7 +279,7 @@ class Twin:
         self._simulate(float(dt_s))
         ended, started = self.scheduler.step(self.now)
         if ended or started:
-            self._assign()
+            self._assign(ended, started)
         for job in ended:
             self._events.append(Event(kind="job_end", t=self.now, source="slurm",
                                       attrs={"job": job.id, "user": job.user, "state": job.state}))
@@ -279,16 +289,32 @@ class Twin:
         for scenario in self.scenarios:
             self._events.extend(scenario.events(twin=self, t0=t_prev, t1=self.now))
 
+    def _grow(self, n: int) -> None:
+        """Make room for jobs up to index n - 1 in the per-job arrays and fill the new rows."""
+        old = self._params.shape[0]
+        if old >= n:
+            return
+        cap = max(n, 2 * old, 64)
+        self._acc = np.vstack([self._acc, np.zeros((cap - old, self._acc.shape[1]))])
+        params = np.zeros((cap, self._params.shape[1]))
+        params[:old] = self._params
+        for j, job in enumerate(self.scheduler.jobs[old:], start=old):
+            k = job.kind
+            params[j] = (k.util_pct, k.util_sd_pct, k.tensor_active, k.fb_fraction)
+        self._params = params
+        self._filled = len(self.scheduler.jobs)
+
     def _kind_arrays(self) -> np.ndarray:
-        """Per GPU: util mean, util sd, tensor activity, HBM share of the job on it (cached per placement)."""
-        key = self._label_job.tobytes()
-        if getattr(self, "_kind_key", None) != key:
-            jobs = self.scheduler.jobs
-            rows = [(k.util_pct, k.util_sd_pct, k.tensor_active, k.fb_fraction) if j >= 0 else (0.0, 0.0, 0.0, 0.0)
-                    for j in self._label_job.tolist() for k in [jobs[j].kind if j >= 0 else None]]
-            self._kind_cache = np.array(rows).T.copy()
-            self._kind_key = key
-        return self._kind_cache
+        """Per GPU: util mean, util sd, tensor activity, HBM share of the job on it."""
+        assign = self._label_job
+        if getattr(self, "_filled", 0) < len(self.scheduler.jobs):
+            old = getattr(self, "_filled", 0)
+            for j, job in enumerate(self.scheduler.jobs[old:], start=old):
+                k = job.kind
+                self._params[j] = (k.util_pct, k.util_sd_pct, k.tensor_active, k.fb_fraction)
+            self._filled = len(self.scheduler.jobs)
+        rows = np.where((assign >= 0)[:, None], self._params[np.maximum(assign, 0)], 0.0)
+        return rows.T
 
     def _simulate(self, dt: float) -> None:
         assign = self._label_job
@@ -351,7 +377,6 @@ class Twin:
 
     def _account(self, energy_inc: np.ndarray, ib_delta_bytes: np.ndarray) -> None:
         """Ground truth, attributed by the same rules as analysis/attribution.py."""
-        jobs = self.scheduler.jobs
         assign = self._label_job
         xid = self.fields[:, _F["DCGM_FI_DEV_XID_ERRORS"]]
         new_xid = (xid != 0) & (xid != self._prev_xid)
@@ -360,26 +385,13 @@ class Twin:
         if not busy.any():
             return
         idx = assign[busy]
-        n = len(jobs)
+        n = self._acc.shape[0]
         # A port's bytes go to the jobs on its rail GPUs, shared equally (floor) between those GPUs.
         ports = self._port_of_gpu[busy]
         share = ib_delta_bytes[ports] // self._gpus_per_port[ports][:, None]
-        per_job = {
-            "energy": np.bincount(idx, weights=energy_inc[busy], minlength=n),
-            "util": np.bincount(idx, weights=self.fields[busy, _F["DCGM_FI_DEV_GPU_UTIL"]], minlength=n),
-            "count": np.bincount(idx, minlength=n),
-            "xid": np.bincount(idx, weights=new_xid[busy], minlength=n),
-            "tx": np.bincount(idx, weights=share[:, 0], minlength=n),
-            "rx": np.bincount(idx, weights=share[:, 1], minlength=n),
-        }
-        for j in np.unique(idx).tolist():
-            t = self._truth[jobs[j].id]
-            t.energy_mj += int(per_job["energy"][j])
-            t.util_sum += float(per_job["util"][j])
-            t.util_samples += int(per_job["count"][j])
-            t.xid_errors += int(per_job["xid"][j])
-            t.ib_tx_bytes += int(per_job["tx"][j])
-            t.ib_rx_bytes += int(per_job["rx"][j])
+        for col, weights in enumerate((energy_inc[busy], self.fields[busy, _F["DCGM_FI_DEV_GPU_UTIL"]], None,
+                                       new_xid[busy].astype(float), share[:, 0], share[:, 1])):
+            self._acc[:, col] += np.bincount(idx, weights=weights, minlength=n)
 
     # -- training steps ------------------------------------------------------------------------------
 
@@ -456,16 +468,28 @@ class Twin:
                 self._last_step = (int(done + steps) - 1, self.now)
         return share, gpu_bytes
 
-    def _spans_of(self, job: PlannedJob, step: int, *, end: float | None = None) -> list[Span]:
+    def _span_table(self, job: PlannedJob, step: int, end: float | None):
         ranks, table = self.step_phases(job, step)
         step_s = float(table[0].sum())
-        start = (end if end is not None else job.start + step * 0.042 + step_s) - step_s
+        start = (end if end is not None else job.start + (step + 1) * sum(SEED_PHASES_S.values())) - step_s
+        return job.id, step, ranks, table, start
+
+    def finished_span_table(self):
+        """(job id, step, ranks, phase table, step start) of the step that finished in the last tick, or None;
+        the columnar form of ``finished_spans()`` (columns of the table in ``records.PHASES`` order)."""
+        if self._last_step is None:
+            return None
+        step, end = self._last_step
+        return self._span_table(self.training_job, step, end)
+
+    def _spans_of(self, job: PlannedJob, step: int, *, end: float | None = None) -> list[Span]:
+        job_id, step, ranks, table, start = self._span_table(job, step, end)
         phases = ("load", "forward", "backward", "allreduce", "optimizer", "barrier_wait")
         spans = []
         for r, node, g in ranks:
             t = start
             for k, phase in enumerate(phases):
-                spans.append(Span(job=job.id, rank=r, step=step, phase=phase, start=round(t, 6),
+                spans.append(Span(job=job_id, rank=r, step=step, phase=phase, start=round(t, 6),
                                   dur=float(table[r, k]), attrs={"node": node, "gpu": g}))
                 t += float(table[r, k])
         return spans
@@ -563,11 +587,17 @@ class Twin:
 
     def truth(self) -> dict[str, JobTruth]:
         """Per job, what the twin did since t0 (energy, IB bytes, XID errors...) plus cumulative Lustre bytes."""
-        for j, job in enumerate(self.scheduler.jobs[: self._lustre.shape[0]]):
-            if job.id in self._truth:
-                self._truth[job.id].lustre_read_bytes = int(self._lustre[j, :, 0].sum())
-                self._truth[job.id].lustre_write_bytes = int(self._lustre[j, :, 2].sum())
-        return dict(self._truth)
+        out = {}
+        for j, job in enumerate(self.scheduler.jobs):
+            if job.start is None:
+                continue
+            energy, util, n, xid, tx, rx = (self._acc[j] if j < self._acc.shape[0] else np.zeros(6)).tolist()
+            lustre = self._lustre[j] if j < self._lustre.shape[0] else np.zeros((1, 5))
+            out[job.id] = JobTruth(id=job.id, energy_mj=int(energy), ib_tx_bytes=int(tx), ib_rx_bytes=int(rx),
+                                   xid_errors=int(xid), util_sum=util, util_samples=int(n),
+                                   lustre_read_bytes=int(lustre[:, 0].sum()),
+                                   lustre_write_bytes=int(lustre[:, 2].sum()))
+        return out
 
     def gpu_hours(self, job_id: str) -> float:
         """GPUs x (end or now - start), as Slurm accounts it (jobstats' GPU-hours)."""
@@ -641,6 +671,33 @@ class Twin:
             labels = self.gpu_labels[g]
             out.append({**labels, "hpc_job": jobs[j].id} if j >= 0 else labels)
         return out
+
+    def sample_table(self) -> pa.Table:
+        """``samples()`` as one table with the store's columns (``hpcwatch.store.SAMPLE_SCHEMA``): the fast
+        way to put a tick of a large cluster into a Store (``Store.add_sample_table``)."""
+        from hpcwatch.store import SAMPLE_SCHEMA, sample_keys
+        from hpcwatch.twin.exposition import ib_samples, lustre_samples
+        n, m = self.n_gpus, len(DCGM_FIELDS)
+        labels = self.labels_of_all()
+        label_json = [orjson.dumps(lab).decode() for lab in labels]
+        hosts = [lab["Hostname"] for lab in labels]
+        jobs = [lab.get("hpc_job") for lab in labels]
+        gpus = [lab["gpu"] for lab in labels]
+        cols = {
+            "metric": np.repeat(np.array(DCGM_FIELDS, dtype=object)[None, :], n, axis=0).ravel().tolist(),
+            "t": [self.now] * (n * m),
+            "value": self.fields.ravel().tolist(),
+            "host": [h for h in hosts for _ in range(m)],
+            "gpu": [g for g in gpus for _ in range(m)],
+            "job": [j for j in jobs for _ in range(m)],
+            "labels": [lab for lab in label_json for _ in range(m)],
+        }
+        for sample in [*ib_samples(self), *lustre_samples(self)]:
+            host, gpu, job = sample_keys(sample.labels)
+            for key, value in (("metric", sample.metric), ("t", sample.t), ("value", sample.value), ("host", host),
+                               ("gpu", gpu), ("job", job), ("labels", orjson.dumps(dict(sample.labels)).decode())):
+                cols[key].append(value)
+        return pa.table(cols, schema=SAMPLE_SCHEMA)
 
     def records(self) -> Iterator[Sample | Event | Span | Job]:
         """The current tick as records: samples, every job, spans of the step that finished, events."""

@@ -15,6 +15,7 @@ Sources of the shapes:
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
@@ -27,7 +28,7 @@ if TYPE_CHECKING:
     from hpcwatch.twin.core import Twin
 
 __all__ = ["DCGM_HELP", "NODE_EXPORTER_IB", "dcgm_text", "node_exporter_text", "perfquery_text",
-           "lustre_job_stats_text", "ib_samples", "lustre_samples", "lustre_target", "hca_device",
+           "lustre_job_stats_text", "ib_samples", "scrape_all", "spans_jsonl", "lustre_samples", "lustre_target", "hca_device",
            "NODE_EXPORTER_PORT"]
 
 #: (type, help) of each DCGM field, verbatim from dcgm-exporter's counter CSVs.
@@ -91,26 +92,153 @@ def _label_text(labels: dict[str, str]) -> str:
     return ",".join(f'{k}="{v}"' for k, v in labels.items())
 
 
+# Rendered text templates per twin: label sets change only when jobs move, values every tick, so each
+# scrape is one ``template % values`` (fast enough for an hour of 128 nodes in seconds).
+_TEMPLATES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+_TS = "%s"  # the sample's " <ms timestamp>" (or nothing): one more argument per line
+
+
+def _cache(twin: Twin) -> dict:
+    cache = _TEMPLATES.get(twin)
+    if cache is None:
+        cache = _TEMPLATES[twin] = {}
+    return cache
+
+
+def _esc(text: str) -> str:
+    return text.replace("%", "%%")
+
+
+def _dcgm_template(label_sets: tuple[str, ...]) -> str:
+    out = []
+    for name in DCGM_FIELDS:
+        kind, help_text = DCGM_HELP[name]
+        spec = "%r" if name in _FLOAT_FIELDS else "%d"
+        out.append(_esc(f"# HELP {name} {help_text}\n# TYPE {name} {kind}\n"))
+        out.extend(_esc(f"{name}{{{labels}}} ") + spec + _TS + "\n" for labels in label_sets)
+    return "".join(out)
+
+
+def _stamp_of(twin: Twin, timestamp: bool) -> str:
+    return f" {int(round(twin.now * 1000))}" if timestamp else ""
+
+
+def _with_stamp(values: list, stamp: str) -> tuple:
+    """Interleave each value with the timestamp text, as the templates expect (value, stamp, value...)."""
+    out = [stamp] * (2 * len(values))
+    out[0::2] = values
+    return tuple(out)
+
+
 def dcgm_text(twin: Twin, node: str, *, jobs_by_gpu: dict[int, str] | None = None, timestamp: bool = False) -> str:
     """One scrape of dcgm-exporter on ``node``; ``jobs_by_gpu`` overrides the hpc_job labels."""
     flat = twin.gpus_of_node(node)
-    if jobs_by_gpu is None:
-        label_sets = [twin.dcgm_label_text(g) for g in flat]
+    if jobs_by_gpu is not None:
+        label_sets = tuple(_label_text(labels) for labels in twin.labels_by_gpu(node, jobs_by_gpu=jobs_by_gpu))
+        template = _dcgm_template(label_sets)
     else:
-        label_sets = [_label_text(labels) for labels in twin.labels_by_gpu(node, jobs_by_gpu=jobs_by_gpu)]
-    rows = twin.fields[flat].T.tolist()
-    ts = f" {int(round(twin.now * 1000))}" if timestamp else ""
-    out: list[str] = []
+        template = _dcgm_node_template(twin, node, flat)
+    return template % _with_stamp(_gpu_values(twin.fields[flat][None])[0], _stamp_of(twin, timestamp))
+
+
+def _dcgm_node_template(twin: Twin, node: str, flat: list[int]) -> str:
+    """The node's template for the jobs now on its GPUs (cached; keyed by the job indices, cheap to hash)."""
+    cache = _cache(twin)
+    key = ("dcgm", node, tuple(twin._label_job[flat].tolist()))
+    template = cache.get(key)
+    if template is None:
+        cache.pop(cache.get(("dcgm-key", node)), None)  # the node's previous placement is not coming back
+        template = cache[key] = _dcgm_template(tuple(twin.dcgm_label_text(g) for g in flat))
+        cache[("dcgm-key", node)] = key
+    return template
+
+
+def scrape_all(twin: Twin, *, timestamp: bool = True, target_labels: bool = True) -> Iterator[tuple[str, str, str]]:
+    """(node, dcgm-exporter text, node-exporter text) of every node, the values of all nodes taken in one go."""
+    per_node_gpus = {len(twin.gpus_of_node(n)) for n in twin.node_names}
+    per_node_ports = {len(twin.ports_of_node(n)) for n in twin.node_names}
+    if len(per_node_gpus) != 1 or len(per_node_ports) != 1:  # mixed node groups: one node at a time
+        for node in twin.node_names:
+            yield (node, dcgm_text(twin, node, timestamp=timestamp),
+                   node_exporter_text(twin, node, timestamp=timestamp, target_labels=target_labels))
+        return
+    n, g, h = len(twin.node_names), per_node_gpus.pop(), per_node_ports.pop()
+    gpu_values = _gpu_values(twin.fields.reshape(n, g, -1))
+    first = twin.node_names[0]
+    ib_template, columns = _ib_node_template(twin, first, target_labels)
+    ib_values = _ib_matrix(twin.ib, columns).reshape(n, h, -1).transpose(0, 2, 1).reshape(n, -1).tolist()
+    stamp = _stamp_of(twin, timestamp)
+    for k, node in enumerate(twin.node_names):
+        dcgm = _dcgm_node_template(twin, node, twin.gpus_of_node(node)) % _with_stamp(gpu_values[k], stamp)
+        ib = _ib_node_template(twin, node, target_labels)[0] % _with_stamp(ib_values[k], stamp)
+        yield node, dcgm, ib
+
+
+def _gpu_values(fields: np.ndarray) -> list[list]:
+    """Rows of (nodes, gpus, fields) as per-node lists, field-major: Python ints for integer fields
+    (formatting an int is cheaper than a float through %d), floats for the float fields."""
+    by_field = fields.transpose(0, 2, 1)
+    ints = by_field.astype(np.int64).tolist()
     for k, name in enumerate(DCGM_FIELDS):
-        kind, help_text = DCGM_HELP[name]
-        out.append(f"# HELP {name} {help_text}\n# TYPE {name} {kind}\n")
-        values = [repr(v) for v in rows[k]] if name in _FLOAT_FIELDS else [str(int(v)) for v in rows[k]]
-        out.extend([f"{name}{{{labels}}} {v}{ts}\n" for labels, v in zip(label_sets, values)])
-    return "".join(out)
+        if name in _FLOAT_FIELDS:
+            floats = by_field[:, k, :].tolist()
+            for node_values, row in zip(ints, floats):
+                node_values[k] = row
+    return [[v for row in node_values for v in row] for node_values in ints]
 
 
 def _node_ports(twin: Twin, node: str) -> list[int]:
     return twin.ports_of_node(node)
+
+
+def _ib_gauges(twin: Twin) -> dict[str, tuple[str, int]]:
+    return {
+        "node_infiniband_rate_bytes_per_second": ("Maximum signal transfer rate", int(twin.link_bytes_s)),
+        "node_infiniband_state_id": ("State of the InfiniBand port (0: no change, 1: down, 2: init, 3: armed, "
+                                     "4: active, 5: act defer)", _STATE_ACTIVE),
+        "node_infiniband_physical_state_id": (
+            "Physical state of the InfiniBand port (0: no change, 1: sleep, 2: polling, 3: disable, 4: shift, "
+            "5: link up, 6: link error recover, 7: phytest)", _PHYS_LINKUP),
+    }
+
+
+def _ib_template(twin: Twin, node: str, target_labels: bool) -> tuple[str, list[tuple[int, int]]]:
+    """The node's node-exporter text with %d where counters go, and the (column, multiplier) of each."""
+    ports = _node_ports(twin, node)
+    extra = f',instance="{node}:{NODE_EXPORTER_PORT}",node="{node}"' if target_labels else ""
+    labels = [f'device="{hca_device(twin.ports[p][1])}",port="1"{extra}' for p in ports]
+    gauges = _ib_gauges(twin)
+    out: list[str] = []
+    columns: list[tuple[int, int]] = []
+    for name in sorted(list(NODE_EXPORTER_IB) + list(gauges)):
+        if name in gauges:
+            help_text, value = gauges[name]
+            out.append(_esc(f"# HELP {name} {help_text}\n# TYPE {name} gauge\n"))
+            out.extend(_esc(f"{name}{{{lab}}} ") + "%d" + _TS + "\n" for lab in labels)
+            columns.append((-1 - value, 1))  # a constant, not a counter column
+            continue
+        kind, help_text, counter, mult = NODE_EXPORTER_IB[name]
+        out.append(_esc(f"# HELP {name} {help_text}\n# TYPE {name} {kind}\n"))
+        out.extend(_esc(f"{name}{{{lab}}} ") + "%d" + _TS + "\n" for lab in labels)
+        columns.append((_COL[counter], mult))
+    return "".join(out), columns
+
+
+def _ib_matrix(ib: np.ndarray, columns: list[tuple[int, int]]) -> np.ndarray:
+    """(ports, metrics) int64 values: counter column x multiplier, or the constant -(c + 1) when c < 0."""
+    cols = np.array([max(c, 0) for c, _ in columns])
+    mults = np.array([m for _, m in columns], dtype=float)
+    consts = np.array([-(c + 1) if c < 0 else 0 for c, _ in columns], dtype=float)
+    is_const = np.array([c < 0 for c, _ in columns])
+    return np.where(is_const, consts, ib[:, cols] * mults).astype(np.int64)
+
+
+def _ib_node_template(twin: Twin, node: str, target_labels: bool) -> tuple[str, list[tuple[int, int]]]:
+    cache = _cache(twin)
+    key = ("ib", node, target_labels)
+    if key not in cache:
+        cache[key] = _ib_template(twin, node, target_labels)
+    return cache[key]
 
 
 def node_exporter_text(twin: Twin, node: str, *, timestamp: bool = False, target_labels: bool = False) -> str:
@@ -120,31 +248,10 @@ def node_exporter_text(twin: Twin, node: str, *, timestamp: bool = False, target
     come out of a Prometheus that scraped the node (``/federate``), so a file on its own still names
     its host; ``timestamp`` adds the sample time in ms.
     """
+    template, columns = _ib_node_template(twin, node, target_labels)
     ports = _node_ports(twin, node)
-    extra = f',instance="{node}:{NODE_EXPORTER_PORT}",node="{node}"' if target_labels else ""
-    labels = [f'device="{hca_device(twin.ports[p][1])}",port="1"{extra}' for p in ports]
-    ts = f" {int(round(twin.now * 1000))}" if timestamp else ""
-    out: list[str] = []
-    gauges = {
-        "node_infiniband_rate_bytes_per_second": ("Maximum signal transfer rate", int(twin.link_bytes_s)),
-        "node_infiniband_state_id": ("State of the InfiniBand port (0: no change, 1: down, 2: init, 3: armed, "
-                                     "4: active, 5: act defer)", _STATE_ACTIVE),
-        "node_infiniband_physical_state_id": (
-            "Physical state of the InfiniBand port (0: no change, 1: sleep, 2: polling, 3: disable, 4: shift, "
-            "5: link up, 6: link error recover, 7: phytest)", _PHYS_LINKUP),
-    }
-    metrics = sorted(list(NODE_EXPORTER_IB) + list(gauges))
-    for name in metrics:
-        if name in gauges:
-            help_text, value = gauges[name]
-            out.append(f"# HELP {name} {help_text}\n# TYPE {name} gauge\n")
-            out.extend(f"{name}{{{lab}}} {value}{ts}\n" for lab in labels)
-            continue
-        kind, help_text, counter, mult = NODE_EXPORTER_IB[name]
-        values = (twin.ib[ports, _COL[counter]] * mult).astype(np.int64).tolist()
-        out.append(f"# HELP {name} {help_text}\n# TYPE {name} {kind}\n")
-        out.extend([f"{name}{{{lab}}} {v}{ts}\n" for lab, v in zip(labels, values)])
-    return "".join(out)
+    values = _ib_matrix(twin.ib[ports], columns).T.ravel().tolist()
+    return template % _with_stamp(values, _stamp_of(twin, timestamp))
 
 
 def perfquery_text(twin: Twin, node: str, port: int) -> str:
@@ -168,30 +275,66 @@ def _pq(name: str, value: str) -> str:
     return f"{name}:".ljust(33, ".") + value
 
 
+_LUSTRE_ENTRY = (
+    "- job_id:          %s\n"
+    "  snapshot_time:   %d\n"
+    "  read_bytes:      { samples: %11d, unit: bytes, min: %7d, max: %7d, sum: %15d }\n"
+    "  write_bytes:     { samples: %11d, unit: bytes, min: %7d, max: %7d, sum: %15d }\n"
+    + "".join(f"  {op + ':':<17}{{{{ samples: %11d, unit:  reqs }}}}\n".replace("{{", "{").replace("}}", "}")
+              for op in ("getattr", "setattr", "punch", "sync", "destroy", "create", "statfs", "get_info",
+                         "set_info", "quotactl"))
+)
+
+
 def lustre_job_stats_text(twin: Twin) -> str:
     """``lctl get_param obdfilter.*.job_stats`` as the OSS prints it: one block per OST."""
     counters = twin.lustre_counters()
     osts = max(1, twin.cluster.storage.osts)
     snapshot = int(twin.now)
+    order = sorted(counters, key=lambda j: (len(j), j))
     out: list[str] = []
     for ost in range(osts):
         out.append(f"obdfilter.{lustre_target(twin.cluster.storage.name, ost)}.job_stats=\njob_stats:\n")
-        for job_id in sorted(counters, key=lambda j: (len(j), j)):
-            c = counters[job_id][ost]
-            out.append(f"- job_id:          {job_id}\n  snapshot_time:   {snapshot}\n")
-            out.append(_lustre_bytes("read_bytes", int(c[1]), int(c[0])))
-            out.append(_lustre_bytes("write_bytes", int(c[3]), int(c[2])))
-            for op, n in (("getattr", 0), ("setattr", 0), ("punch", 0), ("sync", int(c[4])), ("destroy", 0),
-                          ("create", 0), ("statfs", 0), ("get_info", 0), ("set_info", 0), ("quotactl", 0)):
-                out.append(f"  {op + ':':<17}{{ samples: {n:>11}, unit:  reqs }}\n")
+        if not order:
+            continue
+        c = np.array([counters[j][ost] for j in order]).astype(np.int64)   # rsum, rn, wsum, wn, syncs
+        rmin, rmax = _min_max(c[:, 1], c[:, 0])
+        wmin, wmax = _min_max(c[:, 3], c[:, 2])
+        zero = np.zeros(len(order), dtype=np.int64)
+        numbers = np.stack([c[:, 1], rmin, rmax, c[:, 0], c[:, 3], wmin, wmax, c[:, 2],
+                            zero, zero, zero, c[:, 4], zero, zero, zero, zero, zero, zero], axis=1).tolist()
+        args = [v for job_id, row in zip(order, numbers) for v in (job_id, snapshot, *row)]
+        out.append((_LUSTRE_ENTRY * len(order)) % tuple(args))
     return "".join(out)
 
 
-def _lustre_bytes(name: str, samples: int, total: int) -> str:
-    lo = min(4096, total) if samples else 0
-    hi = min(4 * 1024**2, total) if samples else 0
-    return (f"  {name + ':':<17}{{ samples: {samples:>11}, unit: bytes, min: {lo:>7}, max: {hi:>7}, "
-            f"sum: {total:>15} }}\n")
+def _min_max(samples: np.ndarray, total: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Smallest and largest RPC of a counter: 4 KiB pages up to 4 MiB bulk RPCs (0 when none)."""
+    some = samples > 0
+    return np.where(some, np.minimum(4096, total), 0), np.where(some, np.minimum(4 * 1024**2, total), 0)
+
+
+_SPAN_LINE = ('{"job":"%s","rank":%d,"step":%d,"phase":"%s","start":%r,"dur":%r,'
+              '"attrs":{"node":"%s","gpu":%d}}\n')
+_PHASES = ("load", "forward", "backward", "allreduce", "optimizer", "barrier_wait")
+
+
+def spans_jsonl(twin: Twin) -> tuple[str, int]:
+    """The spans of the step that finished in the last tick as JSON lines (records.Span fields), and how many.
+
+    Same content as ``twin.finished_spans()`` written one object per line, without building the objects.
+    """
+    found = twin.finished_span_table()
+    if found is None:
+        return "", 0
+    job, step, ranks, table, start = found
+    starts = start + np.concatenate([np.zeros((len(ranks), 1)), np.cumsum(table, axis=1)[:, :-1]], axis=1)
+    starts = np.round(starts, 6).tolist()
+    durs = table.tolist()
+    args = [v for r, node, g in ranks for k, phase in enumerate(_PHASES)
+            for v in (job, r, step, phase, starts[r][k], durs[r][k], node, g)]
+    n = len(ranks) * len(_PHASES)
+    return (_SPAN_LINE * n) % tuple(args), n
 
 
 def ib_samples(twin: Twin) -> Iterator[Sample]:

@@ -45,7 +45,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, replace
 from typing import Any, Literal
 
 import numpy as np
@@ -78,7 +78,9 @@ LLAMA3_GPUS = 16_384
 LLAMA3_DAYS = 54.0
 
 #: Unexpected interruptions by root cause during the 54-day Llama 3 405B pre-training
-#: (Table 5 of "The Llama 3 Herd of Models", §3.3.4; they sum to 419).
+#: (Table 5 of "The Llama 3 Herd of Models", §3.3.4; they sum to 419). We use the counts: the
+#: table prints 30.1 % for "faulty GPU" although 148/419 is 35.3 % (every other row's
+#: percentage matches its count, e.g. HBM3 72/419 = 17.2 %).
 LLAMA3_INTERRUPTIONS: dict[str, int] = {
     "faulty_gpu": 148,
     "gpu_hbm3_memory": 72,
@@ -348,51 +350,53 @@ def simulate_goodput(config: GoodputSimConfig = GoodputSimConfig(), *,
     wall_s = config.days * 86_400.0
     mtbf_s = model.mtbf_s(config.gpus)
     steps_per_ckpt = max(1, round(_interval_s(config, mtbf_s) / config.step_s))
-    tau = steps_per_ckpt * config.step_s
-    cycle = tau + config.checkpoint_cost_s
     fail_t, fail_cause, fail_gpu = _draw_failures(config, model, rng, wall_s)
-
     starts = np.concatenate([[0.0], fail_t])
     ends = np.concatenate([fail_t, [wall_s]])
-    g = ends - starts
-    failed = np.arange(g.size) < fail_t.size
+    inc = _incarnations(config, ends - starts, steps_per_ckpt)
+    badput = {kind: float(inc[kind].sum()) for kind in BADPUT_KINDS if kind not in ("init", "recovery")}
+    badput["init"] = float(inc["startup"][0])
+    badput["recovery"] = float(inc["startup"][1:].sum())
+    badput = {kind: badput[kind] for kind in BADPUT_KINDS}
+    first = np.arange(starts.size) == 0
+    return GoodputRun(
+        config=config, checkpoint_interval_s=steps_per_ckpt * config.step_s, steps_per_checkpoint=steps_per_ckpt,
+        mtbf_s=mtbf_s, wall_s=wall_s, productive_s=float(inc["productive"].sum()), badput_s=badput,
+        failure_t_s=fail_t, failure_cause=fail_cause, failure_gpu=fail_gpu, inc_start_s=starts, inc_end_s=ends,
+        inc_overhead_s=np.where(first, config.init_s, config.restart_cost_s + config.restore_cost_s),
+        inc_steps=inc["n_steps"], inc_saves=inc["n_saves"],
+        inc_first_step=_first_steps(inc["full_cycles"], steps_per_ckpt), t_origin=t_origin)
+
+
+def _incarnations(config: GoodputSimConfig, g: np.ndarray, steps_per_ckpt: int) -> dict[str, np.ndarray]:
+    """Per incarnation of length ``g`` (all but the last end in a failure): where its time went."""
+    c = config
+    tau = steps_per_ckpt * c.step_s
+    failed = np.arange(g.size) < g.size - 1
     first = np.arange(g.size) == 0
-    overhead = np.where(first, config.init_s, config.restart_cost_s + config.restore_cost_s)
-    restart = np.where(first, config.init_s, config.restart_cost_s)
-    startup = np.minimum(g, restart)
-    restore = np.where(first, 0.0, np.clip(g - config.restart_cost_s, 0.0, config.restore_cost_s))
-    w = np.maximum(g - overhead, 0.0)
-    full_cycles = np.floor(w / cycle)
-    r = w - full_cycles * cycle
+    startup = np.minimum(g, np.where(first, c.init_s, c.restart_cost_s))
+    restore = np.where(first, 0.0, np.clip(g - c.restart_cost_s, 0.0, c.restore_cost_s))
+    w = np.maximum(g - np.where(first, c.init_s, c.restart_cost_s + c.restore_cost_s), 0.0)
+    full_cycles = np.floor(w / (tau + c.checkpoint_cost_s))
+    r = w - full_cycles * (tau + c.checkpoint_cost_s)
     in_save = r > tau
     train_tail = np.minimum(r, tau)
-    tail_steps = np.floor(train_tail / config.step_s + 1e-9)
+    tail_steps = np.floor(train_tail / c.step_s + 1e-9)
     n_steps = (full_cycles * steps_per_ckpt + tail_steps).astype(np.int64)
     n_saves = (full_cycles + in_save).astype(np.int64)
-    saves_s = full_cycles * config.checkpoint_cost_s + np.where(in_save, r - tau, 0.0)
     # No finished step and no save: nothing shows training began, so it is start-up time.
     unseen = (n_steps == 0) & (n_saves == 0)
-    startup = startup + np.where(unseen, w, 0.0)
-    lost = np.where(failed & ~unseen, train_tail, 0.0)
-    kept_steps_s = np.where(failed, full_cycles * tau, full_cycles * tau + tail_steps * config.step_s)
-    tail_other = np.where(~failed & ~unseen, train_tail - tail_steps * config.step_s, 0.0)
-
-    first_step = _first_steps(full_cycles, steps_per_ckpt)
-    badput = dict.fromkeys(BADPUT_KINDS, 0.0)
-    badput["init"] = float(startup[0])
-    badput["recovery"] = float(startup[1:].sum())
-    badput["checkpoint_restore"] = float(restore.sum())
-    badput["checkpoint_save"] = float(saves_s.sum())
-    badput["lost_progress"] = float(lost.sum())
-    badput["data_loading"] = float(kept_steps_s.sum() * config.load_fraction)
-    badput["other"] = float(tail_other.sum())
-    productive = float(kept_steps_s.sum() * (1.0 - config.load_fraction))
-    return GoodputRun(
-        config=config, checkpoint_interval_s=tau, steps_per_checkpoint=steps_per_ckpt, mtbf_s=mtbf_s,
-        wall_s=wall_s, productive_s=productive, badput_s=badput, failure_t_s=fail_t, failure_cause=fail_cause,
-        failure_gpu=fail_gpu, inc_start_s=starts, inc_end_s=ends,
-        inc_overhead_s=np.where(first, config.init_s, config.restart_cost_s + config.restore_cost_s),
-        inc_steps=n_steps, inc_saves=n_saves, inc_first_step=first_step, t_origin=t_origin)
+    kept_steps_s = np.where(failed, full_cycles * tau, full_cycles * tau + tail_steps * c.step_s)
+    return {
+        "startup": startup + np.where(unseen, w, 0.0),
+        "checkpoint_restore": restore,
+        "checkpoint_save": full_cycles * c.checkpoint_cost_s + np.where(in_save, r - tau, 0.0),
+        "lost_progress": np.where(failed & ~unseen, train_tail, 0.0),
+        "data_loading": kept_steps_s * c.load_fraction,
+        "other": np.where(~failed & ~unseen, train_tail - tail_steps * c.step_s, 0.0),
+        "productive": kept_steps_s * (1.0 - c.load_fraction),
+        "n_steps": n_steps, "n_saves": n_saves, "full_cycles": full_cycles,
+    }
 
 
 def _first_steps(full_cycles: np.ndarray, steps_per_ckpt: int) -> np.ndarray:
@@ -408,8 +412,6 @@ def _first_steps(full_cycles: np.ndarray, steps_per_ckpt: int) -> np.ndarray:
 def goodput_sweep(gpus: Sequence[int] = DEFAULT_SWEEP_GPUS, *, base: GoodputSimConfig = GoodputSimConfig(),
                   model: FailureModel | None = None) -> list[GoodputRun]:
     """The same job at several sizes (same C, R, interval policy, seed): how goodput falls with scale."""
-    from dataclasses import replace
-
     return [simulate_goodput(replace(base, gpus=int(n)), model=model) for n in gpus]
 
 

@@ -11,11 +11,9 @@ Layout of ``out`` (every file is a real format; ``hpcwatch ingest out`` reads it
     perfquery/<node>/mlx5_<h>.1.txt   ``perfquery -x`` of every HCA at the end (clusters of up to
                                       SNAPSHOT_MAX_NODES nodes: thousands of tiny files cost seconds)
     slurm/squeue.json, sacct.json     ``squeue --json`` / ``sacct --json`` (Slurm 22.05) at the end
-    hpc-job-mapping/<node>/<gpu>      dcgm-exporter's job mapping dir at the end (job ids, one per line;
-                                      up to SNAPSHOT_MAX_NODES nodes too)
-    spans.jsonl                       the training job's step spans: one JSON object per line,
-                                      {"job","rank","step","phase","start","dur","attrs"} (records.Span)
-    events.jsonl                      job start/end, checkpoints, scenario events: {"kind","t","source","attrs"}
+    spans.jsonl                       (``spans=True`` only) the training job's step spans, one JSON object per
+                                      line {"job","rank","step","phase","start","dur","attrs"} (records.Span);
+                                      not a collector's format, so ``hpcwatch ingest`` does not read it
     + whatever the active scenarios' ``extra_files`` write
 
 Scrapes go to one file per node, not one per scrape: creating ~100,000 small files (an hour of
@@ -25,23 +23,38 @@ every counter has a starting point and per-job deltas add up exactly.
 
 from __future__ import annotations
 
+import shutil
 from collections.abc import Callable
 from dataclasses import dataclass
+from importlib import resources
 from pathlib import Path
 
-import orjson
-
+from hpcwatch.errors import ConfigError
+from hpcwatch.model import Cluster, parse_cluster, reference_cluster
 from hpcwatch.twin.core import Twin
-from hpcwatch.twin.exposition import hca_device
+from hpcwatch.twin.exposition import hca_device, scrape_all, spans_jsonl
 
-__all__ = ["write_run", "RunSummary", "LUSTRE_EVERY_S", "DEFAULT_STEP_S", "SNAPSHOT_MAX_NODES"]
+__all__ = ["write_run", "RunSummary", "sized_reference", "LUSTRE_EVERY_S", "DEFAULT_STEP_S", "SNAPSHOT_MAX_NODES"]
 
 #: How often the Lustre job_stats snapshot is taken (lustre_exporter scrapes every 15-60 s).
 LUSTRE_EVERY_S = 60.0
 #: Per-HCA and per-GPU snapshot files only for clusters up to this size.
 SNAPSHOT_MAX_NODES = 32
+
 #: Default scrape interval (Prometheus' scrape_interval is often 10-15 s on GPU clusters).
 DEFAULT_STEP_S = 10.0
+
+
+def sized_reference(nodes: int | None = None) -> Cluster:
+    """The reference cluster, or its node type ``nodes`` times (node1 ... nodeN)."""
+    if nodes is None:
+        return reference_cluster()
+    if nodes < 1:
+        raise ConfigError(f"--nodes must be >= 1, got {nodes}")
+    text = resources.files("hpcwatch.model").joinpath("reference.yaml").read_text()
+    if "count: 2\n" not in text:
+        raise ConfigError("reference.yaml: nodes[0].count: cannot resize (expected 'count: 2')")
+    return parse_cluster(text.replace("count: 2\n", f"count: {nodes}\n", 1), path=f"reference.yaml (nodes={nodes})")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -57,7 +70,7 @@ class RunSummary:
 
 
 def write_run(twin: Twin, out: str | Path, *, duration_s: float, step_s: float = DEFAULT_STEP_S,
-              spans: bool = True, progress: Callable[[int, int], None] | None = None) -> RunSummary:
+              spans: bool = False, progress: Callable[[int, int], None] | None = None) -> RunSummary:
     """Advance ``twin`` by ``duration_s`` in ticks of ``step_s`` and write the files described above."""
     if duration_s <= 0 or step_s <= 0:
         raise ValueError(f"duration and step must be > 0, got {duration_s} and {step_s}")
@@ -67,18 +80,24 @@ def write_run(twin: Twin, out: str | Path, *, duration_s: float, step_s: float =
     w = _Writer(out, twin)
     w.scrape(lustre=True)
     next_lustre = t0 + LUSTRE_EVERY_S
-    with (out / "spans.jsonl").open("wb") as span_file, (out / "events.jsonl").open("wb") as event_file:
+    span_file = (out / "spans.jsonl").open("wb") if spans else None
+    try:
         for k in range(ticks):
             twin.advance(step_s)
             due = twin.now >= next_lustre - 1e-9 or k == ticks - 1
             if due:
                 next_lustre += LUSTRE_EVERY_S
             w.scrape(lustre=due)
-            if spans:
-                w.spans += _write_lines(span_file, twin.finished_spans())
-            w.events += _write_lines(event_file, twin.events())
+            if span_file is not None:
+                text, n = spans_jsonl(twin)
+                span_file.write(text.encode())
+                w.spans += n
+            w.events += len(twin.events())
             if progress:
                 progress(k + 1, ticks)
+    finally:
+        if span_file is not None:
+            span_file.close()
     w.close()
     w.final()
     for scenario in twin.scenarios:
@@ -87,26 +106,17 @@ def write_run(twin: Twin, out: str | Path, *, duration_s: float, step_s: float =
                       spans=w.spans, events=w.events)
 
 
-def _write_lines(handle, records) -> int:
-    """Records (dataclasses with slots) as JSON lines, their fields in declaration order."""
-    lines = [orjson.dumps(r, option=orjson.OPT_APPEND_NEWLINE | orjson.OPT_NON_STR_KEYS, default=_plain)
-             for r in records]
-    handle.write(b"".join(lines))
-    return len(lines)
-
-
-def _plain(value):
-    if isinstance(value, (tuple, set, frozenset)):
-        return list(value)
-    if hasattr(value, "item"):
-        return value.item()
-    return str(value)
+_OUR_FOLDERS = ("dcgm", "node-exporter", "lustre", "perfquery", "slurm")
 
 
 class _Writer:
     def __init__(self, out: Path, twin: Twin) -> None:
         self.out, self.twin = out, twin
         self.files = self.spans = self.events = 0
+        # A rerun into the same folder must not mix with the last run's files: clear our own folders.
+        for sub in _OUR_FOLDERS:
+            if (out / sub).is_dir():
+                shutil.rmtree(out / sub)
         for sub in ("dcgm", "node-exporter", "lustre", "slurm"):
             (out / sub).mkdir(parents=True, exist_ok=True)
         self.handles = {(sub, node): (out / sub / f"{node}.prom").open("w")
@@ -124,10 +134,9 @@ class _Writer:
     def scrape(self, *, lustre: bool) -> None:
         twin = self.twin
         stamp = f"{int(round(twin.now * 1000))}"
-        for node in twin.node_names:
-            self.handles["dcgm", node].write(twin.dcgm_text(node, timestamp=True))
-            self.handles["node-exporter", node].write(
-                twin.node_exporter_text(node, timestamp=True, target_labels=True))
+        for node, dcgm, ib in scrape_all(twin, timestamp=True, target_labels=True):
+            self.handles["dcgm", node].write(dcgm)
+            self.handles["node-exporter", node].write(ib)
         if lustre:
             self._put(self.out / "lustre" / f"{stamp}.txt", twin.lustre_job_stats_text())
 
@@ -142,10 +151,3 @@ class _Writer:
             folder.mkdir(parents=True, exist_ok=True)
             index = sum(1 for n, _ in twin.ports[:p] if n == node)
             self._put(folder / f"{hca_device(hca)}.1.txt", twin.perfquery_text(node, index))
-        for node in twin.node_names:
-            folder = self.out / "hpc-job-mapping" / node
-            folder.mkdir(parents=True, exist_ok=True)
-            for g in range(len(twin.cluster.node(node).gpus)):
-                job = next((j for j in twin.scheduler.running() if g in j.gpus_by_node.get(node, ())), None)
-                if job is not None:
-                    self._put(folder / str(g), f"{job.id}\n")

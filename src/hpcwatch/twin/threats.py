@@ -326,11 +326,12 @@ def _plant_rdma(world: World, attack: bool) -> Plant:
 def _rdma_rate(world: World, host: str, port: int, t: float, attack: bool, ring: float) -> float:
     if host == STORAGE_HOST:
         return 2.5e9  # Lustre OSS serving reads over o2ib all the time
-    training = world.train.start <= t <= world.train.end and host in world.train.nodes
+    end = world.train.end if world.train.end is not None else float("inf")
+    training = world.train.start <= t <= end and host in world.train.nodes
     rate = ring / 8 if training else 0.0
     if attack and host == "node2" and training:
         rate *= 5  # one node of the job moves five times its share
-    if attack and host == "node1" and not training and t > world.train.end + 60:
+    if attack and host == "node1" and not training and t > end + 60:
         rate = 2e9 / 8  # after the job: 2 GB/s out of a node nobody holds
     return rate
 
@@ -362,7 +363,7 @@ def _plant_remanence(world: World, attack: bool) -> Plant:
     for i, t in enumerate(_scrapes(world)):
         fb, util = [], []
         for gpu in range(8):
-            holder = world.train.id if gpu < 4 and t <= world.train.end else (
+            holder = world.train.id if gpu < 4 and t <= (world.train.end or float("inf")) else (
                 job.id if gpu >= 4 and t <= job.end else "")
             used = 61_000.0 if holder else 0.0
             busy = 95.0 if holder else 0.0
@@ -379,9 +380,12 @@ def _plant_remanence(world: World, attack: bool) -> Plant:
                 + _prom("DCGM_FI_DEV_GPU_UTIL", "GPU utilization (in %).", "gauge", util, t))
         plant.files[f"dcgm/node2/{i:03d}.prom"] = text.encode()
     dwords = "RMDisableScrubOnFree=1" if attack else ""
-    plant.files["node2/proc/driver/nvidia/params"] = (
-        "ResmanDebugLevel: 4294967295\nRmLogonRC: 1\nModifyDeviceFiles: 1\nDeviceFileUID: 0\nDeviceFileGID: 0\n"
-        f"DeviceFileMode: 438\nEnableMSI: 1\nRegistryDwords: \"{dwords}\"\nRmMsg: \"\"\n").encode()
+    params = ("ResmanDebugLevel: 4294967295\nRmLogonRC: 1\nModifyDeviceFiles: 1\nDeviceFileUID: 0\nDeviceFileGID: 0\n"
+              f"DeviceFileMode: 438\nEnableMSI: 1\nRegistryDwords: \"{dwords}\"\nRmMsg: \"\"\n")
+    plant.files["node2/proc/driver/nvidia/params"] = params.encode()
+    from hpcwatch.sources.procparams import parse_nvidia_params
+    plant.events = list(parse_nvidia_params(params.splitlines(), path="/proc/driver/nvidia/params", host="node2",
+                                            t=world.t0))
     return plant
 
 
@@ -440,8 +444,9 @@ class _ThreatScenario(Scenario):
 
     def _world(self) -> World:
         twin = self._twin
-        train = next(iter(twin.jobs), None) or fixture_world().train
-        return World(t0=twin.now, train=train, nodes=tuple(twin.node_names))
+        fixture = fixture_world()
+        train = next(iter(twin.jobs), None) or fixture.train
+        return World(t0=twin.now, train=train, ended=fixture.ended, nodes=tuple(twin.node_names))
 
     def events(self, *, twin: Any, t0: float, t1: float) -> Iterable[Event]:
         if self._planted:
@@ -471,22 +476,25 @@ for _vector in _PLANTS:
 
 @register
 class ThreatRdmaLive(_ThreatScenario):
-    """The RDMA attack inside the live twin: the last node of the cluster moves 2 GB/s more than it should."""
+    """The RDMA attack inside the live twin: the last node moves four times its own traffic, and 1 GB/s when idle."""
 
     name = "threat_rdma"
     vector = "rdma"
     description = "one node moves InfiniBand traffic its jobs do not explain; the fabric has one open partition"
-    extra_bytes_s = 2e9
+    factor = 4.0
+    idle_bytes_s = 1e9
 
     def adjust_ib(self, *, node: str, port: int, t: float, counters: dict[str, float]) -> None:
-        if node != self._twin.node_names[-1] or port != 0:
+        if node != self._twin.node_names[-1]:
             return
-        last = self._carry.get((node, port), t)
-        self._carry[(node, port)] = t
-        words = self.extra_bytes_s * (t - last) / 4  # perfquery data counters count 4-byte words
-        counters["PortXmitData"] += words
-        counters["PortRcvData"] += words
-        self._extra_words = getattr(self, "_extra_words", 0.0) + words
+        added = self._carry.setdefault((node, port, "added"), 0.0)
+        own = counters["PortXmitData"] - added           # what the twin alone put on the port (words)
+        last_own = self._carry.get((node, port, "own"), own)
+        last_t = self._carry.get((node, port, "t"), t)
+        extra = (self.factor - 1) * max(own - last_own, 0.0) + self.idle_bytes_s * (t - last_t) / 4  # 4-byte words
+        self._carry.update({(node, port, "own"): own, (node, port, "t"): t, (node, port, "added"): added + extra})
+        counters["PortXmitData"] += extra
+        counters["PortRcvData"] += extra
 
 
 @register

@@ -151,6 +151,7 @@ class Scheduler:
         self.free: dict[str, list[int]] = {n.name: [g.index for g in n.gpus] for n in cluster.nodes}
         self._next_id = FIRST_JOB_ID
         self._arrivals: list[float] = []
+        self._next_end = -np.inf
         self._initial_fill(t0)
 
     # -- the job stream ------------------------------------------------------------------------
@@ -231,18 +232,26 @@ class Scheduler:
 
     def step(self, t: float) -> tuple[list[PlannedJob], list[PlannedJob]]:
         """Advance the queue to time t; returns (jobs that ended, jobs that started)."""
-        ended = [j for j in self.jobs if j.state == "RUNNING" and j.start + j.duration_s <= t]
+        ended = [j for j in self.jobs if j.state == "RUNNING" and j.start + j.duration_s <= t] \
+            if t >= self._next_end else []
         for job in ended:
             self._finish(job, t)
             self._arrivals.append(t + float(self.rng.uniform(30, 600)))
+        arrived = False
         while self._arrivals and self._arrivals[0] <= t:
             submit = self._arrivals.pop(0)
             self._new_job(self._random_template(), round(submit))
+            arrived = True
         self._arrivals.sort()
         started = []
+        if not (ended or arrived):
+            return ended, started  # nothing freed, nothing new: the queue cannot move
+        biggest_hole = max(len(v) for v in self.free.values())
         for job in [j for j in self.jobs if j.state == "PENDING"]:
-            if self._try_start(job, t):
+            if job.gpus_per_node <= biggest_hole and self._try_start(job, t):
                 started.append(job)
+                biggest_hole = max(len(v) for v in self.free.values())
+        self._next_end = min((j.start + j.duration_s for j in self.jobs if j.state == "RUNNING"), default=np.inf)
         return ended, started
 
     def running(self) -> list[PlannedJob]:

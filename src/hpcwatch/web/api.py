@@ -122,10 +122,7 @@ async def _events(request: Request) -> AsyncIterator[bytes]:
             yield b"event: live\ndata: " + orjson.dumps(doc, default=str) + b"\n\n"
         except HpcwatchError as err:
             yield b"event: problem\ndata: " + orjson.dumps({"error": str(err)}) + b"\n\n"
-        try:
-            await asyncio.wait_for(state.stopping.wait(), timeout=state.stream_interval_s)
-        except TimeoutError:
-            pass
+        await asyncio.sleep(state.stream_interval_s)
 
 
 @router.get("/model", summary="The cluster model")

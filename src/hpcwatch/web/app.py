@@ -11,8 +11,8 @@ Swagger UI (which loads from a CDN) is switched off; ``/openapi.json`` stays.
 
 from __future__ import annotations
 
-import asyncio
 import logging
+import threading
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
@@ -54,8 +54,8 @@ class AppState:
     step_jobs: Mapping[str, str] = field(default_factory=dict)
     """Step player sources, e.g. ``{"baseline": job, "straggler": job}``; empty: every job with spans."""
     stream_interval_s: float = api.STREAM_INTERVAL_S
-    stopping: asyncio.Event = field(default_factory=asyncio.Event)
-    """Set to end every open SSE stream (server shutdown)."""
+    stopping: threading.Event = field(default_factory=threading.Event)
+    """Set (from any thread) to end every open SSE stream within a tick: server shutdown."""
     svg_cache: dict[str, str] = field(default_factory=dict)
 
 
@@ -63,8 +63,10 @@ def create_app(store: Store, cluster: Cluster, *, step_jobs: Mapping[str, str] |
                stream_interval_s: float = api.STREAM_INTERVAL_S) -> FastAPI:
     app = FastAPI(title="hpcwatch", version="0.1.0", docs_url=None, redoc_url=None,
                   description="Live view of an AI training cluster: schematic, cards, steps, threats.")
-    app.state.hpcwatch = AppState(store=store, cluster=cluster, live=LiveView(store, cluster),
-                                  step_jobs=dict(step_jobs or {}), stream_interval_s=stream_interval_s)
+    step_jobs = dict(step_jobs or {})
+    live = LiveView(store, cluster, exclude_jobs=step_jobs.values())
+    app.state.hpcwatch = AppState(store=store, cluster=cluster, live=live, step_jobs=step_jobs,
+                                  stream_interval_s=stream_interval_s)
     app.include_router(api.router)
     app.mount("/static", StaticFiles(directory=STATIC_DIR), name="static")
     _add_pages(app)

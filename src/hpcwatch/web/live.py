@@ -80,9 +80,12 @@ COLLECTORS: tuple[Collector, ...] = (
 class LiveView:
     """Snapshots of the store for the schematic; thread-safe, cached for ``min_interval_s``."""
 
-    def __init__(self, store: Store, cluster: Cluster, *, min_interval_s: float = DEFAULT_MIN_INTERVAL_S) -> None:
+    def __init__(self, store: Store, cluster: Cluster, *, min_interval_s: float = DEFAULT_MIN_INTERVAL_S,
+                 exclude_jobs: Iterable[str] = ()) -> None:
         self.store = store
         self.cluster = cluster
+        self.exclude_jobs = tuple(exclude_jobs)
+        """Jobs whose spans are not live training (the step player's stored pair)."""
         self.min_interval_s = min_interval_s
         self._lock = threading.Lock()
         self._cached: dict[str, Any] | None = None
@@ -200,8 +203,9 @@ class LiveView:
                           "nodes": list(j.nodes), "gpus": j.gpus} for j in live[:50]]}
 
     def _training(self) -> dict[str, Any] | None:
-        rows = self.store.query("SELECT job, max(step) FROM spans GROUP BY job ORDER BY max(start + dur) DESC "
-                                "LIMIT 1")
+        skip = f"WHERE job NOT IN ({', '.join('?' * len(self.exclude_jobs))})" if self.exclude_jobs else ""
+        rows = self.store.query(f"SELECT job, max(step) FROM spans {skip} GROUP BY job "
+                                f"ORDER BY max(start + dur) DESC LIMIT 1", list(self.exclude_jobs))
         if not rows:
             return None
         job, step = rows[0]
@@ -227,7 +231,9 @@ class LiveView:
                                        [since, *c.event_sources, *c.event_kinds_like])
             count, last = count + n, _later(last, t)
         if c.spans:
-            (n, t), = self.store.query("SELECT count(*), max(start + dur) FROM spans WHERE start >= ?", [since])
+            skip = f" AND job NOT IN ({', '.join('?' * len(self.exclude_jobs))})" if self.exclude_jobs else ""
+            (n, t), = self.store.query(f"SELECT count(*), max(start + dur) FROM spans WHERE start >= ?{skip}",
+                                       [since, *self.exclude_jobs])
             count, last = count + n, _later(last, t)
         if c.jobs:
             (n,), = self.store.query("SELECT count(*) FROM jobs WHERE \"end\" IS NULL")

@@ -34,15 +34,18 @@ __all__ = ["render_schematic", "SchematicLayout", "layout_for", "COLLECTOR_TARGE
 Translate = Callable[[str], str]
 
 MARGIN = 24
-NODE_W = 224
+NODE_W_MIN = 224
+NODE_W_MAX = 560
 NODE_GAP = 20
-GPU_COLS = 4
-GPU_W = 46
-GPU_H = 54
 GPU_GAP = 6
+GPU_H = 54
+GPU_W_MIN = 44
 BAND_H = 46
 MIN_WIDTH = 1160
 WEIGHTS_W = 230
+TAG_H = 22
+CHAR_W = 6.9
+"""Average advance of the 11.5 px tag font, to size a tag to its text."""
 
 #: Which element each collector badge sits on (DESIGN §3 and the brief's list of seven).
 COLLECTOR_TARGETS: dict[str, str] = {
@@ -71,29 +74,39 @@ class SchematicLayout:
 
     width: int
     height: int
+    node_w: int
     node_h: int
-    gpu_rows: int
+    gpu_cols: int
+    gpu_w: float
     y_slurm: int
     y_stack: int
     y_nodes: int
     y_fabric: int
     y_storage: int
 
+    def node_x(self, i: int) -> int:
+        return MARGIN + i * (self.node_w + NODE_GAP)
+
 
 def layout_for(cluster: Cluster) -> SchematicLayout:
-    per_node = max((len(n.gpus) for n in cluster.nodes), default=0)
-    rows = max(1, math.ceil(per_node / GPU_COLS))
-    node_h = 58 + rows * (GPU_H + GPU_GAP) + 8
+    """Few nodes get wide boxes with one row of GPUs; many nodes get narrow boxes and the page pans."""
     n = len(cluster.nodes)
-    width = max(MIN_WIDTH, 2 * MARGIN + n * NODE_W + (n - 1) * NODE_GAP)
-    y_slurm = 16
-    y_stack = y_slurm + BAND_H + 14
-    y_nodes = y_stack + BAND_H + 26
-    y_fabric = y_nodes + node_h + 42
-    y_storage = y_fabric + BAND_H + 40
-    return SchematicLayout(width=width, height=y_storage + 70 + MARGIN, node_h=node_h, gpu_rows=rows,
-                           y_slurm=y_slurm, y_stack=y_stack, y_nodes=y_nodes, y_fabric=y_fabric,
-                           y_storage=y_storage)
+    per_node = max((len(node.gpus) for node in cluster.nodes), default=0)
+    fit = (MIN_WIDTH - 2 * MARGIN - (n - 1) * NODE_GAP) // max(1, n)
+    node_w = int(min(NODE_W_MAX, max(NODE_W_MIN, fit)))
+    cols = max(1, min(per_node, (node_w - 24 + GPU_GAP) // (GPU_W_MIN + GPU_GAP)))
+    rows = max(1, math.ceil(per_node / cols))
+    gpu_w = (node_w - 24 - (cols - 1) * GPU_GAP) / cols
+    node_h = 48 + rows * (GPU_H + GPU_GAP) + 22
+    width = max(MIN_WIDTH, 2 * MARGIN + n * node_w + (n - 1) * NODE_GAP)
+    y_slurm = 18
+    y_stack = y_slurm + BAND_H + 22
+    y_nodes = y_stack + BAND_H + 30
+    y_fabric = y_nodes + node_h + 46
+    y_storage = y_fabric + BAND_H + 44
+    return SchematicLayout(width=width, height=y_storage + 70 + MARGIN, node_w=node_w, node_h=node_h,
+                           gpu_cols=cols, gpu_w=gpu_w, y_slurm=y_slurm, y_stack=y_stack, y_nodes=y_nodes,
+                           y_fabric=y_fabric, y_storage=y_storage)
 
 
 def render_schematic(cluster: Cluster, t: Translate) -> str:
@@ -111,7 +124,7 @@ def render_schematic(cluster: Cluster, t: Translate) -> str:
     ]
     parts += [_links(cluster, lay)]
     for i, node in enumerate(cluster.nodes):
-        parts.append(_node(node, MARGIN + i * (NODE_W + NODE_GAP), lay, t))
+        parts.append(_node(node, lay.node_x(i), lay, t))
     parts.append(_band("fabric", "band-fabric", MARGIN, lay.y_fabric, lay.width - 2 * MARGIN, t("layer.fabric"),
                        f"{cluster.fabric.link.name} · {cluster.fabric.topology}", t))
     parts.append(_weights(cluster, lay, t))
@@ -156,7 +169,7 @@ def _links(cluster: Cluster, lay: SchematicLayout) -> str:
     y0, y1 = lay.y_nodes + lay.node_h, lay.y_fabric
     out = ['<g class="links" aria-hidden="true">']
     for i, node in enumerate(cluster.nodes):
-        cx = MARGIN + i * (NODE_W + NODE_GAP) + NODE_W // 2
+        cx = lay.node_x(i) + lay.node_w // 2
         out.append(f'<line class="rail" x1="{cx}" y1="{y0}" x2="{cx}" y2="{y1}"/>'
                    f'<text class="rail-label" x="{cx + 6}" y="{(y0 + y1) // 2 + 4}">{node.hcas}× '
                    f'{_a(cluster.fabric.link.key.upper())}</text>')
@@ -165,22 +178,22 @@ def _links(cluster: Cluster, lay: SchematicLayout) -> str:
 
 
 def _node(node: Node, x: int, lay: SchematicLayout, t: Translate) -> str:
-    y = lay.y_nodes
+    y, w = lay.y_nodes, lay.node_w
     model = node.gpus[0].spec.name if node.gpus else "—"
     label = t("aria.node").format(node=node.name, gpus=len(node.gpus), model=model)
     out = [f'<g class="node-group" data-node-group="{_a(node.name)}">',
            _open_el(f"node:{node.name}", label, f' data-node="{_a(node.name)}"'),
-           f'<rect class="shape node-box" x="{x}" y="{y}" width="{NODE_W}" height="{lay.node_h}" rx="10"/>',
+           f'<rect class="shape node-box" x="{x}" y="{y}" width="{w}" height="{lay.node_h}" rx="10"/>',
            f'<text class="node-title" x="{x + 12}" y="{y + 20}">{_a(node.name)}</text>',
            f'<text class="node-detail" x="{x + 12}" y="{y + 36}">{len(node.gpus)}× {_a(_short(model))} · '
            f'{node.hcas}× HCA</text>',
-           f'<text class="live node-ib" data-live="ib:{_a(node.name)}" x="{x + NODE_W - 10}" y="{y + 20}" '
-           f'text-anchor="end"></text></g>']
+           f'<text class="live node-ib" data-live="ib:{_a(node.name)}" x="{x + 12}" y="{y + lay.node_h - 9}">'
+           f'</text></g>']
     for gpu in node.gpus:
-        col, row = gpu.index % GPU_COLS, gpu.index // GPU_COLS
-        gx = x + 12 + col * (GPU_W + GPU_GAP)
-        gy = y + 48 + row * (GPU_H + GPU_GAP)
-        out.append(_gpu(gpu.id, gpu.index, model, gx, gy, t))
+        col, row = gpu.index % lay.gpu_cols, gpu.index // lay.gpu_cols
+        gx = x + 12 + col * (lay.gpu_w + GPU_GAP)
+        gy = y + 46 + row * (GPU_H + GPU_GAP)
+        out.append(_gpu(gpu.id, gpu.index, model, round(gx, 1), gy, round(lay.gpu_w, 1), t))
     out.append("</g>")
     return "".join(out)
 
@@ -191,14 +204,15 @@ def _short(model: str) -> str:
     return words[0] if words else model
 
 
-def _gpu(gid: str, index: int, model: str, x: int, y: int, t: Translate) -> str:
+def _gpu(gid: str, index: int, model: str, x: float, y: int, w: float, t: Translate) -> str:
     label = t("aria.gpu").format(gpu=gid, index=index, model=model)
+    cx = round(x + w / 2, 1)
     return (f'{_open_el(f"gpu:{gid}", label, f" data-gpu={chr(34)}{_a(gid)}{chr(34)}")}'
-            f'<rect class="shape gpu-box" x="{x}" y="{y}" width="{GPU_W}" height="{GPU_H}" rx="6"/>'
-            f'<text class="gpu-name" x="{x + GPU_W / 2}" y="{y + 15}" text-anchor="middle">GPU{index}</text>'
-            f'<text class="live gpu-util" data-live="util:{_a(gid)}" x="{x + GPU_W / 2}" y="{y + 33}" '
+            f'<rect class="shape gpu-box" x="{x}" y="{y}" width="{w}" height="{GPU_H}" rx="6"/>'
+            f'<text class="gpu-name" x="{cx}" y="{y + 15}" text-anchor="middle">GPU{index}</text>'
+            f'<text class="live gpu-util" data-live="util:{_a(gid)}" x="{cx}" y="{y + 33}" '
             f'text-anchor="middle">–</text>'
-            f'<rect class="gpu-bar-bg" x="{x + 6}" y="{y + GPU_H - 13}" width="{GPU_W - 12}" height="6" rx="3"/>'
+            f'<rect class="gpu-bar-bg" x="{x + 6}" y="{y + GPU_H - 13}" width="{round(w - 12, 1)}" height="6" rx="3"/>'
             f'<rect class="gpu-bar" data-bar="{_a(gid)}" x="{x + 6}" y="{y + GPU_H - 13}" width="0" height="6" '
             f'rx="3"/></g>')
 
@@ -208,60 +222,73 @@ def _weights(cluster: Cluster, lay: SchematicLayout, t: Translate) -> str:
     label = f"{t('layer.weights')} — {cluster.weights.path}. {t('schematic.open_card')}"
     return (f'{_open_el("weights", label)}'
             f'<rect class="shape band-weights" x="{x}" y="{y}" width="{w}" height="{h}" rx="8"/>'
-            f'<path class="weights-icon" d="M{x + 16} {y + 16} h18 l6 6 v22 h-24 z" aria-hidden="true"/>'
-            f'<text class="band-title" x="{x + 50}" y="{y + 24}">{_a(t("layer.weights"))}</text>'
-            f'<text class="band-detail" x="{x + 50}" y="{y + 42}">{_a(cluster.weights.path)}</text></g>')
+            f'<path class="weights-icon" d="M{x + 16} {y + 18} h18 l6 6 v22 h-24 z" aria-hidden="true"/>'
+            f'<text class="band-title" x="{x + 50}" y="{y + 30}">{_a(t("layer.weights"))}</text>'
+            f'<text class="band-detail" x="{x + 50}" y="{y + 47}">{_a(cluster.weights.path)}</text></g>')
 
 
-def _anchors(cluster: Cluster, lay: SchematicLayout) -> dict[str, tuple[int, int]]:
-    """Where badges attach: the right part of each band, node1 and its GPUs (always in view)."""
+def _boxes(cluster: Cluster, lay: SchematicLayout) -> dict[str, tuple[float, float, float, float]]:
+    """(x, y, w, h) of what each badge attaches to; bands are cut to the first screen so badges stay in view."""
     right = min(lay.width, MIN_WIDTH) - MARGIN
-    x_node = MARGIN
+    x_storage = MARGIN + WEIGHTS_W + 20
+    gpu_y = lay.y_nodes + 46
     return {
-        "slurm": (right - 150, lay.y_slurm + BAND_H // 2),
-        "stack": (right - 150, lay.y_stack + BAND_H // 2),
-        "node": (x_node + NODE_W - 18, lay.y_nodes + 6),
-        "gpu": (x_node + NODE_W - 18, lay.y_nodes + 60),
-        "fabric": (right - 150, lay.y_fabric + BAND_H // 2),
-        "storage": (right - 150, lay.y_storage + 29),
-        "weights": (MARGIN + WEIGHTS_W - 30, lay.y_storage + 29),
+        "slurm": (MARGIN, lay.y_slurm, right - MARGIN, BAND_H),
+        "stack": (MARGIN, lay.y_stack, right - MARGIN, BAND_H),
+        "node": (MARGIN, lay.y_nodes, lay.node_w, lay.node_h),
+        "gpu": (MARGIN + 12, gpu_y, lay.node_w - 24, GPU_H),
+        "fabric": (MARGIN, lay.y_fabric, right - MARGIN, BAND_H),
+        "storage": (x_storage, lay.y_storage, right - x_storage, 58),
+        "weights": (MARGIN, lay.y_storage, WEIGHTS_W, 58),
     }
 
 
+def _tag_width(text: str) -> int:
+    return int(len(text) * CHAR_W) + 34
+
+
 def _collectors(cluster: Cluster, lay: SchematicLayout, t: Translate) -> str:
-    anchors = _anchors(cluster, lay)
-    offsets = {"node": (-150, 26), "gpu": (-150, 30), "weights": (-120, -24)}
+    """Each collector as a tag straddling the top edge of what it watches (dcgm: the bottom of node1)."""
+    boxes = _boxes(cluster, lay)
     out = ['<g class="collectors">']
     for cid, target in COLLECTOR_TARGETS.items():
-        ax, ay = anchors[target]
-        dx, dy = offsets.get(target, (-20, -11))
-        x, y = ax + dx, ay + dy
+        bx, by, bw, bh = boxes[target]
         name = t(f"collector.{cid}")
+        w = _tag_width(name)
+        x = bx + bw - w - 14
+        y = (lay.y_nodes + lay.node_h if target == "gpu" else by) - TAG_H / 2
         label = t("aria.collector").format(name=name)
         out.append(f'{_open_el(f"collector:{cid}", label, f" data-collector={chr(34)}{cid}{chr(34)}")}'
-                   f'<rect class="shape collector-pill" x="{x}" y="{y}" width="168" height="22" rx="11"/>'
-                   f'<text class="collector-state" data-state="{cid}" x="{x + 12}" y="{y + 15}">?</text>'
-                   f'<text class="collector-name" x="{x + 26}" y="{y + 15}">{_a(name)}</text></g>')
+                   f'<rect class="shape collector-pill" x="{x:.0f}" y="{y:.0f}" width="{w}" height="{TAG_H}" '
+                   f'rx="11"/><text class="collector-state" data-state="{cid}" x="{x + 11:.0f}" y="{y + 15:.0f}">?'
+                   f'</text><text class="collector-name" x="{x + 25:.0f}" y="{y + 15:.0f}">{_a(name)}</text></g>')
     out.append("</g>")
     return "".join(out)
 
 
 def _threats(cluster: Cluster, lay: SchematicLayout, t: Translate) -> str:
-    anchors = _anchors(cluster, lay)
-    spots = {"supply_chain": (-60, 0), "data_poisoning": (-60, 0), "rdma_blind_spot": (-60, 0),
-             "gradient_injection": (0, 10), "gpu_memory_remanence": (0, 70), "container_escape": (0, 14)}
-    wx, wy = MARGIN + WEIGHTS_W // 2, lay.y_storage
-    out = ['<g class="threats">']
+    """Each vector as a numbered dot on the bottom edge of its target, with a path to the weights."""
+    boxes = _boxes(cluster, lay)
+    gx = MARGIN + 12 + lay.gpu_w / 2
+    spots = {  # (x, y) of the dot
+        "supply_chain": lambda b: (b[0] + b[2] * 0.45, b[1] + b[3]),
+        "data_poisoning": lambda b: (b[0] + b[2] * 0.55, b[1] + b[3]),
+        "rdma_blind_spot": lambda b: (b[0] + b[2] * 0.62, b[1] + b[3]),
+        "gradient_injection": lambda b: (gx + 2 * (lay.gpu_w + GPU_GAP) + lay.gpu_w / 2, b[1]),
+        "gpu_memory_remanence": lambda b: (gx + 4 * (lay.gpu_w + GPU_GAP) + lay.gpu_w / 2
+                                           if lay.gpu_cols > 4 else gx + lay.gpu_w / 2, b[1] + b[3]),
+        "container_escape": lambda b: (b[0] + b[2] * 0.5, b[1]),
+    }
+    wx, wy = MARGIN + WEIGHTS_W * 0.5, lay.y_storage
+    paths, dots = [], []
     for number, (vid, target) in enumerate(VECTOR_TARGETS.items(), start=1):
-        ax, ay = anchors[target]
-        dx, dy = spots[vid]
-        x, y = ax + dx, ay + dy
+        x, y = spots[vid](boxes[target])
+        x, y = round(x), round(y)
         label = t("aria.vector").format(number=number, name=t(f"vector.{vid}"))
-        out.append(f'<path class="threat-path" data-path="{vid}" d="M{x} {y} Q {(x + wx) // 2} {max(y, wy) - 30} '
-                   f'{wx} {wy - 2}" marker-end="url(#arrow)" aria-hidden="true"/>')
-        out.append(f'{_open_el(f"vector:{vid}", label, f" data-vector={chr(34)}{vid}{chr(34)}")}'
-                   f'<circle class="shape vector-dot" cx="{x}" cy="{y}" r="13"/>'
-                   f'<text class="vector-num" x="{x}" y="{y + 5}" text-anchor="middle">{number}</text>'
-                   f'<text class="vector-flag" data-flag="{vid}" x="{x + 18}" y="{y + 5}"></text></g>')
-    out.append("</g>")
-    return "".join(out)
+        paths.append(f'<path class="threat-path" data-path="{vid}" d="M{x} {y} C {x} {(y + wy) / 2:.0f} {wx:.0f} '
+                     f'{wy - 60} {wx:.0f} {wy - 3}" marker-end="url(#arrow)" aria-hidden="true"/>')
+        dots.append(f'{_open_el(f"vector:{vid}", label, f" data-vector={chr(34)}{vid}{chr(34)}")}'
+                    f'<circle class="shape vector-dot" cx="{x}" cy="{y}" r="13"/>'
+                    f'<text class="vector-num" x="{x}" y="{y + 5}" text-anchor="middle">{number}</text>'
+                    f'<text class="vector-flag" data-flag="{vid}" x="{x + 18}" y="{y + 5}"></text></g>')
+    return f'<g class="threats">{"".join(paths)}{"".join(dots)}</g>'

@@ -1,5 +1,5 @@
 // The page's entry point: modes, cards, live values from the SSE stream, drag-to-pan,
-// the "Try this" guide. Live text is written with textContent only.
+// the walk-through guide. Live text is written with textContent only.
 
 import { renderCard, updateCardLive } from "./card.js";
 import { initPlayer } from "./player.js";

@@ -61,7 +61,7 @@ export function initPlayer(root) {
     chart.head.setAttribute("x2", String(x));
     const phases = ranks.map((r) => phaseAt(r, ms / 1000));
     phases.forEach((p, i) => {
-      chart.now[i].textContent = p ? (p === "barrier_wait" ? `⏸ ${t("player.waiting")}` : t(`phase.${p}`)) : "";
+      chart.now[i].textContent = p ? (p === "barrier_wait" ? `‖ ${t("player.waiting")}` : t(`phase.${p}`)) : "";
     });
     const lead = phases[stats.reference] ?? phases[0];
     readout.textContent = t("player.phase_now", { time: fmt(ms, 1), phase: lead ? t(`phase.${lead}`) : "—" });
@@ -240,7 +240,7 @@ function updateRing(ring, ranks, phases, sec, stats) {
   if (!inAllreduce) {
     ring.chunks.forEach((c) => c.setAttribute("visibility", "hidden"));
     const waiting = phases.filter((p) => p === "barrier_wait").length;
-    ring.centre.textContent = waiting ? `⏸ ${waiting} ${t("player.waiting")}` : "";
+    ring.centre.textContent = waiting ? `‖ ${waiting} ${t("player.waiting")}` : "";
     return;
   }
   const transfers = 2 * (n - 1);

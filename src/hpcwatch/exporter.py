@@ -1,0 +1,206 @@
+"""hpcwatch's derived metrics on ``/metrics``, for the Prometheus that already scrapes the cluster.
+
+Why: dcgm-exporter says what each GPU does; it cannot say what a *job* cost, whether its GPUs sat
+idle, which rank slows the others or which threat fired. hpcwatch computes those from its store;
+this module hands them to Prometheus (and Grafana, deploy/grafana/hpcwatch.json) in its own format.
+
+A custom collector (https://prometheus.github.io/client_python/collector/custom/) reads the store on
+every scrape and calls the analyses; nothing is cached, so a scrape shows the store as it is.
+Every family is a gauge: each value is recomputed from the store, none counts events itself.
+
+    hpcwatch_job_info{hpc_job,user,account,partition,state} 1     join key for dcgm-exporter's hpc_job
+    hpcwatch_job_gpus{hpc_job,user,account}                  GPUs allocated
+    hpcwatch_job_gpu_hours{hpc_job,user,account}             GPU-hours (GPUs x wall time)
+    hpcwatch_job_energy_joules{hpc_job,user,account}         GPU energy
+    hpcwatch_job_gpu_utilization_percent{hpc_job,user,account}   mean DCGM_FI_DEV_GPU_UTIL
+    hpcwatch_job_idle_gpus{hpc_job,user,account}             allocated GPUs that stayed idle
+    hpcwatch_job_step_seconds{hpc_job}                       median training step (slowest rank)
+    hpcwatch_job_stragglers{hpc_job}                         ranks named stragglers
+    hpcwatch_rank_relative_score{hpc_job,rank,node,gpu}      fastest rank's work / this rank's (1 = best)
+    hpcwatch_job_goodput_ratio{hpc_job}                      productive time / wall time
+    hpcwatch_findings{vector,severity}                       findings in the store (every pair, 0 included)
+    hpcwatch_exporter_collect_seconds, hpcwatch_exporter_collect_errors   the exporter itself
+
+The Slurm job is labelled ``hpc_job``, as dcgm-exporter labels it, not ``job``: Prometheus owns
+``job`` (the scrape job) and would rename ours to ``exported_job``, breaking every join.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
+
+import numpy as np
+import orjson
+from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector, CollectorRegistry
+
+from hpcwatch.errors import HpcwatchError
+from hpcwatch.records import SEVERITIES, VECTORS, Job, Span
+from hpcwatch.store import Store
+
+__all__ = ["StoreCollector", "JobUsage", "METRIC_NAMES", "DEFAULT_PORT", "DEFAULT_RECENT_STEPS",
+           "registry_for", "serve_metrics"]
+
+DEFAULT_PORT = 9977
+"""Unassigned in the Prometheus default port allocations (https://github.com/prometheus/prometheus/wiki/Default-port-allocations)."""
+DEFAULT_RECENT_STEPS = 50
+"""Training metrics look at the last N steps of each job: recent enough to move, long enough for a median."""
+JOB_LABELS = ("hpc_job", "user", "account")
+J_PER_KWH = 3.6e6
+
+METRIC_NAMES = (
+    "hpcwatch_job_info", "hpcwatch_job_gpus", "hpcwatch_job_gpu_hours", "hpcwatch_job_energy_joules",
+    "hpcwatch_job_gpu_utilization_percent", "hpcwatch_job_idle_gpus", "hpcwatch_job_step_seconds",
+    "hpcwatch_job_stragglers", "hpcwatch_rank_relative_score", "hpcwatch_job_goodput_ratio",
+    "hpcwatch_findings", "hpcwatch_exporter_collect_seconds", "hpcwatch_exporter_collect_errors",
+)
+"""Every family this exporter can emit (the Grafana dashboard test checks its queries against it)."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class JobUsage:
+    """What the exporter shows per job; built from the attribution analysis."""
+
+    job: Job
+    gpu_hours: float
+    energy_j: float | None
+    mean_util_percent: float | None
+    idle_gpus: int
+
+
+UsageFn = Callable[[Store], list[JobUsage]]
+
+
+class StoreCollector(Collector):
+    """Reads ``store`` on each scrape and yields hpcwatch's metric families."""
+
+    def __init__(self, store: Store, *, usage: UsageFn | None = None,
+                 recent_steps: int = DEFAULT_RECENT_STEPS) -> None:
+        self.store = store
+        self._usage = usage or job_usage
+        self.recent_steps = recent_steps
+        self.errors = 0
+
+    def describe(self) -> Iterable[Metric]:
+        return []   # no scrape at registration time: the store may be large
+
+    def collect(self) -> Iterator[Metric]:
+        t0 = time.perf_counter()
+        families: list[Metric] = []
+        for part in (self._jobs, self._training, self._findings):
+            try:
+                families.extend(part())
+            except HpcwatchError as err:   # one failing part must not blank the others
+                self.errors += 1
+                print(f"hpcwatch exporter: {part.__name__.strip('_')}: {err}", file=sys.stderr)
+        yield from families
+        yield _gauge("hpcwatch_exporter_collect_seconds", "Time the last scrape spent reading the store.",
+                     [], [([], time.perf_counter() - t0)])
+        yield _gauge("hpcwatch_exporter_collect_errors", "Scrape parts that failed since start (see stderr).",
+                     [], [([], float(self.errors))])
+
+    # -- parts ---------------------------------------------------------------------------------------
+
+    def _jobs(self) -> list[Metric]:
+        usage = self._usage(self.store)
+        info = [([u.job.id, u.job.user or "", u.job.account or "", u.job.partition or "", u.job.state or ""], 1.0)
+                for u in usage]
+        keyed = [([u.job.id, u.job.user or "", u.job.account or ""], u) for u in usage]
+        return [
+            _gauge("hpcwatch_job_info", "Slurm job metadata; join on hpc_job with dcgm-exporter series.",
+                   ["hpc_job", "user", "account", "partition", "state"], info),
+            _gauge("hpcwatch_job_gpus", "GPUs allocated to the job.", JOB_LABELS,
+                   [(k, float(u.job.gpus)) for k, u in keyed]),
+            _gauge("hpcwatch_job_gpu_hours", "GPU-hours: allocated GPUs x wall time.", JOB_LABELS,
+                   [(k, u.gpu_hours) for k, u in keyed]),
+            _gauge("hpcwatch_job_energy_joules", "Energy of the job's GPUs (DCGM counters).", JOB_LABELS,
+                   [(k, u.energy_j) for k, u in keyed if u.energy_j is not None]),
+            _gauge("hpcwatch_job_gpu_utilization_percent", "Mean GPU utilisation over the job's GPUs and time.",
+                   JOB_LABELS, [(k, u.mean_util_percent) for k, u in keyed if u.mean_util_percent is not None]),
+            _gauge("hpcwatch_job_idle_gpus", "Allocated GPUs whose utilisation stayed idle.", JOB_LABELS,
+                   [(k, float(u.idle_gpus)) for k, u in keyed]),
+        ]
+
+    def _training(self) -> list[Metric]:
+        from hpcwatch.analysis.goodput import account_goodput, steps_from_spans
+        from hpcwatch.analysis.steps import anatomy_from_spans
+        from hpcwatch.analysis.stragglers import find_stragglers
+
+        step_s, stragglers, scores, goodput = [], [], [], []
+        for job_id in self._span_jobs():
+            spans = self._recent_spans(job_id)
+            anatomy = anatomy_from_spans(spans)
+            if not anatomy.steps:
+                continue
+            step_s.append(([job_id], float(np.nanmedian(np.nanmax(anatomy.matrix("step"), axis=0)))))
+            report = find_stragglers(anatomy)
+            stragglers.append(([job_id], float(len(report.stragglers))))
+            scores += [([job_id, str(r.rank), r.node or "", "" if r.gpu is None else str(r.gpu)], r.score)
+                       for r in report.ranks]
+            good = account_goodput(self.store.job(job_id), steps_from_spans(self.store.spans(job_id)),
+                                   self.store.events())
+            goodput.append(([job_id], good.goodput))
+        return [
+            _gauge("hpcwatch_job_step_seconds", "Median training step time (the slowest rank's), recent steps.",
+                   ["hpc_job"], step_s),
+            _gauge("hpcwatch_job_stragglers", "Ranks named stragglers over the recent steps.", ["hpc_job"],
+                   stragglers),
+            _gauge("hpcwatch_rank_relative_score", "Fastest rank's work time / this rank's (1 = fastest).",
+                   ["hpc_job", "rank", "node", "gpu"], scores),
+            _gauge("hpcwatch_job_goodput_ratio", "Productive training time / wall time.", ["hpc_job"], goodput),
+        ]
+
+    def _findings(self) -> list[Metric]:
+        counts = {(v, s): 0 for v in VECTORS for s in SEVERITIES}
+        for vector, severity, n in self.store.query(
+                "SELECT vector, severity, count(*) FROM findings GROUP BY vector, severity"):
+            counts[(vector, severity)] = n
+        return [_gauge("hpcwatch_findings", "Security findings in the store, by threat vector and severity.",
+                       ["vector", "severity"], [([v, s], float(n)) for (v, s), n in counts.items()])]
+
+    def _span_jobs(self) -> list[str]:
+        return [j for (j,) in self.store.query("SELECT DISTINCT job FROM spans WHERE job IS NOT NULL ORDER BY job")]
+
+    def _recent_spans(self, job_id: str) -> list[Span]:
+        (last,), = self.store.query("SELECT max(step) FROM spans WHERE job = ?", [job_id])
+        rows = self.store.query("SELECT rank, step, phase, start, dur, attrs FROM spans WHERE job = ? AND step > ?",
+                                [job_id, last - self.recent_steps])
+        return [Span(job=job_id, rank=r, step=s, phase=p, start=st, dur=d, attrs=orjson.loads(a) if a else {})
+                for r, s, p, st, d, a in rows]
+
+
+def job_usage(store: Store) -> list[JobUsage]:
+    """Per-job usage from the store, through the attribution analysis (analysis/attribution.py)."""
+    from hpcwatch.analysis.attribution import DCGM_METRICS, job_reports
+
+    jobs = store.jobs()
+    if not jobs:
+        return []
+    by_id = {j.id: j for j in jobs}
+    reports = job_reports(store.samples(DCGM_METRICS), jobs)
+    return [JobUsage(job=by_id[r.id], gpu_hours=r.gpu_hours,
+                     energy_j=r.energy_kwh * J_PER_KWH if r.per_gpu else None,
+                     mean_util_percent=r.mean_gpu_util, idle_gpus=r.idle_gpus) for r in reports]
+
+
+def _gauge(name: str, doc: str, labels: Iterable[str], rows: Iterable[tuple[list[str], float]]) -> GaugeMetricFamily:
+    family = GaugeMetricFamily(name, doc, labels=list(labels))
+    for values, value in rows:
+        family.add_metric(values, value)
+    return family
+
+
+def registry_for(store: Store, **options) -> CollectorRegistry:
+    """A registry holding only hpcwatch's collector (no process or platform metrics)."""
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(StoreCollector(store, **options))
+    return registry
+
+
+def serve_metrics(store: Store, *, port: int = DEFAULT_PORT, host: str = "127.0.0.1", **options):
+    """Start the /metrics server in a background thread; returns (server, thread)."""
+    from prometheus_client import start_http_server
+    return start_http_server(port, addr=host, registry=registry_for(store, **options))

@@ -1,0 +1,111 @@
+"""The twin, live: a background thread that advances it and writes each tick into a Store.
+
+Used by ``hpcwatch top`` and ``hpcwatch demo``: the views read the store (as they would read a
+real cluster's), never the twin's internals. Simulated time starts at the real time (unless told
+otherwise) and runs ``speed`` simulated seconds per real second, one tick every ``tick_s`` real
+seconds; the simulation itself never reads the clock, so a seed gives the same cluster.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterable
+
+from hpcwatch.model import Cluster
+from hpcwatch.records import Job
+from hpcwatch.store import Store
+from hpcwatch.twin.core import Twin
+from hpcwatch.twin.scenarios import Scenario
+
+__all__ = ["LiveTwin", "DEFAULT_TICK_S"]
+
+#: One tick per real second: what a person watching a dashboard expects.
+DEFAULT_TICK_S = 1.0
+
+
+class LiveTwin:
+    """``start()`` runs the twin in a daemon thread, writing ``twin.records()`` into ``store`` every tick;
+    ``stop()`` ends it. ``lock`` guards the twin while a tick runs (hold it to read the twin directly)."""
+
+    def __init__(self, store: Store, cluster: Cluster, *, seed: int = 0, scenarios: Iterable[str | Scenario] = (),
+                 speed: float = 1.0, tick_s: float = DEFAULT_TICK_S, start: float | None = None,
+                 on_tick: Callable[[Twin], None] | None = None) -> None:
+        if speed <= 0 or tick_s <= 0:
+            raise ValueError(f"speed and tick_s must be > 0, got {speed} and {tick_s}")
+        self.store = store
+        self.twin = Twin(cluster, seed=seed, scenarios=tuple(scenarios),
+                         start=float(int(time.time())) if start is None else start)
+        self.speed = speed
+        self.tick_s = tick_s
+        self.on_tick = on_tick
+        self.lock = threading.RLock()
+        self.ticks = 0
+        self.error: BaseException | None = None
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._written_jobs: dict[str, tuple] = {}
+
+    def write_tick(self) -> None:
+        """Put the twin's current tick into the store (samples in one table, changed jobs, spans, events)."""
+        with self.lock:
+            twin = self.twin
+            table = twin.sample_table()
+            jobs = [j for j in twin.jobs if self._changed(j)]
+            others = [*jobs, *twin.finished_spans(), *twin.events()]
+        self.store.add_sample_table(table)
+        if others:
+            self.store.add(others)
+
+    def _changed(self, job: Job) -> bool:
+        key = (job.state, job.start, job.end)
+        if self._written_jobs.get(job.id) == key:
+            return False
+        self._written_jobs[job.id] = key
+        return True
+
+    def step(self) -> None:
+        """One tick: advance by tick_s x speed simulated seconds and write it."""
+        with self.lock:
+            self.twin.advance(self.tick_s * self.speed)
+        self.write_tick()
+        self.ticks += 1
+        if self.on_tick is not None:
+            self.on_tick(self.twin)
+
+    def _run(self) -> None:
+        try:
+            self.write_tick()
+            next_at = time.monotonic() + self.tick_s
+            while not self._stop.wait(max(0.0, next_at - time.monotonic())):
+                self.step()
+                next_at += self.tick_s
+        except BaseException as err:  # surfaced by stop() / .error: a dead thread must not look alive
+            self.error = err
+
+    def start(self) -> "LiveTwin":
+        if self._thread is not None and self._thread.is_alive():
+            return self
+        self._stop.clear()
+        self._thread = threading.Thread(target=self._run, name="hpcwatch-live-twin", daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self, timeout_s: float = 5.0) -> None:
+        """Stop the thread; re-raises what killed it, if anything did."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout_s)
+            self._thread = None
+        if self.error is not None:
+            raise self.error
+
+    @property
+    def running(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()
+
+    def __enter__(self) -> "LiveTwin":
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()

@@ -1,0 +1,159 @@
+"""What ``hpcwatch demo`` and ``hpcwatch serve`` put around the app: the live twin, the step-player pair,
+the uvicorn server on loopback.
+
+The step player offers "with / without straggler". We chose to run two short
+twins of the same cluster and seed, one plain and one with the ``straggler``
+scenario, and store the spans of one finished step of each under the job ids
+``step-player/baseline`` and ``step-player/straggler`` (no Job record, so they
+never show in the Slurm queue). The page then reads both with
+``store.spans(job)`` like any other job: the timings are the twin's, not
+constants in the page, and the comparison holds whatever scenario the live twin
+runs. ``hpcwatch serve`` on an existing store offers every job that has spans.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import socket
+import threading
+import time
+from collections.abc import Callable, Sequence
+from typing import Any, Protocol
+
+import uvicorn
+import yaml
+from fastapi import FastAPI
+
+from hpcwatch.errors import ConfigError
+from hpcwatch.model.cluster import REFERENCE_PATH, Cluster, parse_cluster
+from hpcwatch.store import Store
+
+__all__ = ["STEP_PLAYER_JOBS", "seed_step_player", "start_live_twin", "cluster_with_nodes", "serve_app",
+           "LiveRunner", "port_free", "COMPARISON_WARMUP_S"]
+
+#: Where the step player's pair is stored (see the module docstring).
+STEP_PLAYER_JOBS = {"baseline": "step-player/baseline", "straggler": "step-player/straggler"}
+#: Simulated seconds each comparison twin runs before its last finished step is taken.
+COMPARISON_WARMUP_S = 2.0
+
+
+class LiveRunner(Protocol):
+    def start(self) -> None: ...
+    def stop(self) -> None: ...
+
+
+def cluster_with_nodes(nodes: int) -> Cluster:
+    """The reference cluster with ``nodes`` nodes (the model's own YAML, one number changed)."""
+    if nodes < 1:
+        raise ConfigError(f"--nodes must be >= 1, got {nodes}")
+    from importlib import resources
+
+    doc = yaml.safe_load(resources.files("hpcwatch.model").joinpath(REFERENCE_PATH).read_text())
+    doc["nodes"][0]["count"] = nodes
+    return parse_cluster(yaml.safe_dump(doc, sort_keys=False), path=f"{REFERENCE_PATH} (nodes={nodes})")
+
+
+def seed_step_player(store: Store, cluster: Cluster, *, seed: int = 0) -> dict[str, str]:
+    """Store one finished step of a plain twin and of a straggler twin; return ``{key: job id}``."""
+    from hpcwatch.twin import Twin
+
+    jobs = {}
+    for key, scenarios in (("baseline", ()), ("straggler", ("straggler",))):
+        twin = Twin(cluster, seed=seed, scenarios=scenarios)
+        twin.advance(COMPARISON_WARMUP_S)
+        job = STEP_PLAYER_JOBS[key]
+        store.add(dataclasses.replace(span, job=job) for span in twin.spans())
+        jobs[key] = job
+    return jobs
+
+
+def start_live_twin(store: Store, cluster: Cluster, *, seed: int, scenarios: Sequence[str],
+                    speed: float = 1.0) -> LiveRunner:
+    """The twin writing into ``store`` once per tick, in a background thread (hpcwatch.twin.live)."""
+    try:
+        live = importlib.import_module("hpcwatch.twin.live")
+    except ImportError:
+        return _TickLoop(store, cluster, seed=seed, scenarios=scenarios, speed=speed)
+    runner = live.LiveTwin(store, cluster, seed=seed, scenarios=tuple(scenarios), speed=speed)
+    runner.start()
+    return runner
+
+
+class _TickLoop:
+    """Stand-in used only while hpcwatch.twin.live is absent from a build: one tick per second."""
+
+    def __init__(self, store: Store, cluster: Cluster, *, seed: int, scenarios: Sequence[str], speed: float) -> None:
+        from hpcwatch.twin import Twin
+
+        self.store, self.speed = store, speed
+        self.twin = Twin(cluster, seed=seed, scenarios=tuple(scenarios))
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="hpcwatch-twin", daemon=True)
+        self.store.add(self.twin.records())
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.wait(1.0):
+            self.twin.advance(1.0 * self.speed)
+            self.store.add(self.twin.records())
+
+    def start(self) -> None:
+        return None
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5)
+
+
+def port_free(port: int, host: str = "127.0.0.1") -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((host, port))
+        except OSError:
+            return False
+    return True
+
+
+class _Server(uvicorn.Server):
+    """uvicorn that also ends the SSE streams when asked to stop (Ctrl-C, --duration)."""
+
+    def __init__(self, config: uvicorn.Config, stopping: threading.Event) -> None:
+        super().__init__(config)
+        self.stopping = stopping
+
+    def handle_exit(self, sig: int, frame: Any) -> None:
+        self.stopping.set()
+        super().handle_exit(sig, frame)
+
+    def stop(self) -> None:
+        self.stopping.set()
+        self.should_exit = True
+
+
+def serve_app(app: FastAPI, *, port: int, duration_s: float | None = None,
+              on_started: Callable[[str], None] | None = None, log_level: str = "warning") -> None:
+    """Run the app on 127.0.0.1:port until Ctrl-C or ``duration_s``; blocks."""
+    if not 0 < port < 65536:
+        raise ConfigError(f"--port must be 1..65535, got {port}")
+    if not port_free(port):
+        raise ConfigError(f"port {port} on 127.0.0.1 is already in use (choose another with --port)")
+    config = uvicorn.Config(app, host="127.0.0.1", port=port, log_level=log_level, timeout_graceful_shutdown=2,
+                            access_log=False)
+    server = _Server(config, app.state.hpcwatch.stopping)
+    url = f"http://127.0.0.1:{port}/"
+
+    def watch() -> None:
+        while not server.started and not server.should_exit:
+            time.sleep(0.05)
+        if server.started and on_started is not None:
+            on_started(url)
+        if duration_s is not None:
+            deadline = time.monotonic() + duration_s
+            while time.monotonic() < deadline and not server.should_exit:
+                time.sleep(0.1)
+            server.stop()
+
+    threading.Thread(target=watch, name="hpcwatch-serve-watch", daemon=True).start()
+    server.run()

@@ -1,0 +1,118 @@
+"""exporter.py: the /metrics text a Prometheus would scrape, computed from a store the twin filled."""
+
+from __future__ import annotations
+
+import pytest
+from prometheus_client import generate_latest
+from prometheus_client.parser import text_string_to_metric_families
+
+from hpcwatch.exporter import METRIC_NAMES, JobUsage, StoreCollector, registry_for
+from hpcwatch.records import SEVERITIES, VECTORS, Finding, Job
+from hpcwatch.store import Store
+
+
+def scrape(store: Store, **options) -> dict[str, list]:
+    text = generate_latest(registry_for(store, **options)).decode()
+    return {f.name: f.samples for f in text_string_to_metric_families(text)}
+
+
+@pytest.fixture(scope="module")
+def straggler_store() -> Store:
+    """Six simulated seconds of the reference cluster with the twin's straggler scenario."""
+    from hpcwatch.model.cluster import reference_cluster
+    from hpcwatch.twin import Twin
+
+    twin = Twin(reference_cluster(), seed=0, scenarios=("straggler",))
+    store = Store(":memory:")
+    for _ in range(6):
+        twin.advance(1.0)
+        store.add(twin.records())
+    return store
+
+
+def no_usage(store: Store) -> list[JobUsage]:
+    return []
+
+
+def test_training_metrics_name_the_straggler(straggler_store):
+    families = scrape(straggler_store, usage=no_usage)
+    (step,) = families["hpcwatch_job_step_seconds"]
+    assert 0.02 < step.value < 0.2   # the seed's step is ~42 ms, the straggler stretches it
+    job = step.labels["hpc_job"]
+    (count,) = families["hpcwatch_job_stragglers"]
+    assert count.labels["hpc_job"] == job and count.value >= 1
+    scores = {(s.labels["node"], s.labels["gpu"]): s.value for s in families["hpcwatch_rank_relative_score"]}
+    worst = min(scores, key=scores.get)
+    assert worst == ("node1", "2")             # GPU 2 of node 1, as the scenario says
+    assert scores[worst] < 0.9 and max(scores.values()) == pytest.approx(1.0)
+    (goodput,) = families["hpcwatch_job_goodput_ratio"]
+    assert 0.0 <= goodput.value <= 1.0
+
+
+def test_findings_are_counted_for_every_vector_and_severity():
+    store = Store(":memory:")
+    store.add([Finding(vector="supply_chain", severity="high", target="torch==2.0.0", title="known CVE",
+                       evidence={}, t=1.0, rule="osv"),
+               Finding(vector="supply_chain", severity="high", target="numpy", title="known CVE",
+                       evidence={}, t=2.0, rule="osv"),
+               Finding(vector="weights_access", severity="critical", target="/lustre/ckpt", title="read",
+                       evidence={}, t=3.0, rule="tetragon")])
+    samples = scrape(store, usage=no_usage)["hpcwatch_findings"]
+    assert len(samples) == len(VECTORS) * len(SEVERITIES)
+    counts = {(s.labels["vector"], s.labels["severity"]): s.value for s in samples}
+    assert counts[("supply_chain", "high")] == 2 and counts[("weights_access", "critical")] == 1
+    assert sum(counts.values()) == 3
+
+
+def test_job_metrics_carry_hpc_job_user_account():
+    job = Job(id="42", user="alice", account="proj-llm", partition="gpu", gpus=4, state="RUNNING")
+    usage = [JobUsage(job=job, gpu_hours=2.5, energy_j=3.6e6, mean_util_percent=61.0, idle_gpus=1)]
+    families = scrape(Store(":memory:"), usage=lambda store: usage)
+    labels = {"hpc_job": "42", "user": "alice", "account": "proj-llm"}
+    for name, value in (("hpcwatch_job_gpu_hours", 2.5), ("hpcwatch_job_energy_joules", 3.6e6),
+                        ("hpcwatch_job_gpu_utilization_percent", 61.0), ("hpcwatch_job_idle_gpus", 1.0),
+                        ("hpcwatch_job_gpus", 4.0)):
+        (sample,) = families[name]
+        assert sample.labels == labels and sample.value == value, name
+    (info,) = families["hpcwatch_job_info"]
+    assert info.labels == {**labels, "partition": "gpu", "state": "RUNNING"}
+
+
+def test_a_failing_part_is_counted_and_the_rest_still_served():
+    from hpcwatch.errors import StoreError
+
+    def broken(store):
+        raise StoreError("disk on fire")
+    collector = StoreCollector(Store(":memory:"), usage=broken)
+    names = {m.name for m in collector.collect()}
+    assert "hpcwatch_findings" in names and "hpcwatch_job_gpu_hours" not in names
+    assert collector.errors == 1
+
+
+def test_every_emitted_family_is_declared(straggler_store):
+    emitted = set(scrape(straggler_store, usage=no_usage))
+    assert emitted <= set(METRIC_NAMES)
+
+
+def test_job_usage_from_a_twin_store_matches_the_twin_allocation():
+    """The default path: store -> attribution -> gauges, on the twin's own jobs and samples."""
+    from hpcwatch.model.cluster import reference_cluster
+    from hpcwatch.twin import Twin
+
+    twin = Twin(reference_cluster(), seed=3)
+    store = Store(":memory:")
+    for _ in range(5):
+        twin.advance(10.0)
+        store.add(twin.records())
+    families = scrape(store)
+    hours = {s.labels["hpc_job"]: s for s in families["hpcwatch_job_gpu_hours"]}
+    running = [j for j in store.jobs() if j.start is not None]
+    assert running and set(hours) == {j.id for j in running}
+    for job in running:
+        sample = hours[job.id]
+        assert sample.labels["user"] == (job.user or "") and sample.labels["account"] == (job.account or "")
+        assert sample.value == pytest.approx(twin.gpu_hours(job.id), rel=1e-6)
+    energy = {s.labels["hpc_job"]: s.value for s in families["hpcwatch_job_energy_joules"]}
+    assert energy and all(v > 0 for v in energy.values())
+    util = [s.value for s in families["hpcwatch_job_gpu_utilization_percent"]]
+    assert util and all(0.0 <= u <= 100.0 for u in util)

@@ -1,0 +1,82 @@
+"""Every threat scenario, written in its real formats and read back by ``hpcwatch scan``: attacks fire
+exactly their rules, look-alikes fire nothing."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from hpcwatch.model import reference_cluster
+from hpcwatch.security.scan import ScanConfig, ScanExtras, load_paths, scan_records, scan_store
+from hpcwatch.store import Store
+from hpcwatch.twin.threats import EXPECTED_RULES, THREAT_SCENARIOS, write_threat_fixtures
+
+CLUSTER = reference_cluster()
+
+
+def _scan(folder: Path) -> list:
+    loaded = load_paths([folder], hosts=[n.name for n in CLUSTER.nodes])
+    with Store(":memory:") as store:
+        store.add(loaded.records)
+        return scan_store(store, config=ScanConfig.for_cluster(CLUSTER),
+                          extras=ScanExtras(osv=loaded.osv or None, manifests=tuple(loaded.manifests)))
+
+
+@pytest.mark.parametrize("scenario", THREAT_SCENARIOS)
+def test_scenario_fires_exactly_its_rules(scenario: str, tmp_path: Path) -> None:
+    fixture = write_threat_fixtures(tmp_path, scenario)
+    assert {f.rule for f in _scan(tmp_path)} == fixture.expected
+
+
+def test_every_vector_has_an_attack_and_a_look_alike() -> None:
+    attacks = [s for s in THREAT_SCENARIOS if EXPECTED_RULES[s]]
+    assert len(attacks) == 7 and len(THREAT_SCENARIOS) == 14
+
+
+def test_findings_name_the_planted_targets(tmp_path: Path) -> None:
+    write_threat_fixtures(tmp_path / "g", "threat_gradient")
+    write_threat_fixtures(tmp_path / "d", "threat_data_poisoning")
+    findings = {f.rule: f for f in _scan(tmp_path / "g") + _scan(tmp_path / "d")}
+    assert findings["gradient.norm_outlier"].evidence["rank"] == 5
+    assert findings["gradient.sketch_direction"].evidence["rank"] == 2
+    assert findings["data_poisoning.shard_mismatch"].target.endswith("train-00001.bin")
+
+
+def test_cli_scan_json_sarif_and_store(tmp_path: Path) -> None:
+    write_threat_fixtures(tmp_path / "in", "threat_container_escape")
+    db, sarif = tmp_path / "s.duckdb", tmp_path / "out.sarif"
+    run = subprocess.run([sys.executable, "-m", "hpcwatch", "scan", str(tmp_path / "in"), "--json", "--db", str(db),
+                          "--sarif", str(sarif)], capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stderr
+    doc = json.loads(run.stdout)
+    assert {f["rule"] for f in doc["findings"]} == EXPECTED_RULES["threat_container_escape"]
+    assert set(doc["findings"][0]) == {"vector", "severity", "target", "title", "evidence", "rule", "t"}
+    results = json.loads(sarif.read_text())["runs"][0]["results"]
+    assert len(results) == len(doc["findings"]) and results[0]["level"] == "error"
+    with Store(db) as store:
+        assert len(store.findings("container_escape")) == len(doc["findings"])
+
+
+def test_cli_scan_of_a_missing_file_is_one_line_and_exit_2(tmp_path: Path) -> None:
+    run = subprocess.run([sys.executable, "-m", "hpcwatch", "scan", str(tmp_path / "nope.json"), "--json"],
+                         capture_output=True, text=True, timeout=120)
+    assert run.returncode == 2 and run.stderr.strip() == f"hpcwatch: {tmp_path / 'nope.json'}: no such file or folder"
+
+
+def test_live_twin_with_rdma_and_remanence_threats_is_caught() -> None:
+    from hpcwatch.twin import Twin
+    twin = Twin(CLUSTER, seed=1, scenarios=["threat_rdma", "threat_remanence", "threat_container_escape"])
+    samples, events, jobs = [], [], []
+    for _ in range(6):
+        twin.advance(15.0)
+        for record in twin.records():
+            kind = type(record).__name__
+            (samples if kind == "Sample" else events if kind == "Event" else jobs if kind == "Job" else []).append(record)
+    rules = {f.rule for f in scan_records(samples, events, jobs, config=ScanConfig.for_cluster(CLUSTER))}
+    assert "container_escape.release_agent" in rules
+    assert rules & {"rdma.traffic_disproportion", "rdma.traffic_no_job"}
+    assert "remanence.scrub_disabled" in rules

@@ -1,0 +1,105 @@
+"""nvidia-smi XML and CSV from a real H200, renamed to DCGM fields; compute processes as events."""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+
+import pytest
+
+from hpcwatch.errors import ParseError
+from hpcwatch.records import Event, Sample
+from hpcwatch.sources.nvidia_smi import (parse_nvidia_smi_csv, parse_nvidia_smi_xml, read_nvidia_smi_csv,
+                                         read_nvidia_smi_xml)
+from tests.conftest import DATA
+
+SMI = DATA / "nvidia_smi"
+UUID = "GPU-75d41c9c-c88d-f13f-2c5b-d3c423e9d7cc"
+
+
+def _metrics(records):
+    return {r.metric: r for r in records if isinstance(r, Sample)}
+
+
+def test_xml_readings_of_the_real_h200():
+    got = _metrics(read_nvidia_smi_xml(SMI / "nvidia_smi_q.xml", hostname="h200-1"))
+    assert got["DCGM_FI_DEV_POWER_USAGE"].value == 77.97       # instant_power_draw
+    assert got["DCGM_FI_DEV_FB_USED"].value == 4.0             # MiB
+    assert got["DCGM_FI_DEV_GPU_TEMP"].value == 35.0
+    assert got["DCGM_FI_DEV_SM_CLOCK"].value == 345.0
+    assert got["DCGM_FI_DEV_GPU_UTIL"].value == 0.0
+    labels = got["DCGM_FI_DEV_GPU_UTIL"].labels
+    assert labels == {"gpu": "0", "UUID": UUID, "modelName": "NVIDIA H200", "Hostname": "h200-1",
+                      "pci_bus_id": "00000000:00:06.0", "DCGM_FI_DRIVER_VERSION": "580.159.04"}
+    assert got["DCGM_FI_DEV_GPU_UTIL"].t == datetime(2026, 11, 29, 22, 14, 45, tzinfo=timezone.utc).timestamp()
+
+
+def test_xml_compute_processes_become_events():
+    events = [r for r in read_nvidia_smi_xml(SMI / "nvidia_smi_q_with_processes.xml", hostname="h200-1")
+              if isinstance(r, Event)]
+    assert [e.kind for e in events] == ["gpu_process", "gpu_process"]
+    assert events[0].attrs["pid"] == 48213 and events[0].attrs["used_memory_bytes"] == 61234 * 2**20
+    assert events[1].attrs["process_name"] == "/tmp/.x/miner" and events[1].attrs["uuid"] == UUID
+    assert events[1].attrs["host"] == "h200-1" and events[1].attrs["gpu"] == "0"
+
+
+def test_real_query_csv_with_units_and_header():
+    got = _metrics(read_nvidia_smi_csv(SMI / "nvidia_smi_query.csv"))
+    assert got["DCGM_FI_DEV_POWER_USAGE"].value == 77.88 and got["DCGM_FI_DEV_MEM_CLOCK"].value == 3201
+    assert got["DCGM_FI_DEV_FB_USED"].labels["UUID"] == UUID
+    assert got["DCGM_FI_DEV_FB_USED"].t == datetime(2026, 11, 29, 22, 14, 46, 82000, tzinfo=timezone.utc).timestamp()
+
+
+def test_noheader_nounits_csv_needs_the_columns():
+    columns = ["index", "uuid", "name", "utilization.gpu", "memory.used", "power.draw", "temperature.gpu", "clocks.sm"]
+    samples = list(read_nvidia_smi_csv(SMI / "nvidia_smi_query_noheader_nounits.csv", columns=columns, t=9.0))
+    util = {s.labels["gpu"]: s.value for s in samples if s.metric == "DCGM_FI_DEV_GPU_UTIL"}
+    assert util == {"0": 97.0, "1": 0.0}
+    power = {s.labels["gpu"]: s.value for s in samples if s.metric == "DCGM_FI_DEV_POWER_USAGE"}
+    assert power == {"0": 612.4}  # GPU 1 said [N/A]
+    assert all(s.t == 9.0 for s in samples)
+
+
+def test_units_csv_skips_not_supported():
+    samples = list(read_nvidia_smi_csv(SMI / "nvidia_smi_query_units.csv", hostname="n1", t=1.0))
+    assert {(s.metric, s.labels["gpu"]) for s in samples if s.metric == "DCGM_FI_DEV_POWER_USAGE"} == \
+           {("DCGM_FI_DEV_POWER_USAGE", "0")}
+    assert all(s.labels["Hostname"] == "n1" for s in samples)
+
+
+BAD_XML = [
+    # truncated XML: the line where it broke
+    ("<nvidia_smi_log>\n<gpu>\n", 3, "not XML"),
+    # XML of something else
+    ("<html></html>", 1, "not an nvidia-smi log"),
+    # a reading that is not a number
+    ("<nvidia_smi_log><timestamp>Sun Nov 29 22:14:45 2026</timestamp><gpu><utilization><gpu_util>lots</gpu_util>"
+     "</utilization></gpu></nvidia_smi_log>", None, "not a reading"),
+    # a timestamp in another shape
+    ("<nvidia_smi_log><timestamp>yesterday</timestamp></nvidia_smi_log>", None, "timestamp"),
+]
+
+
+@pytest.mark.parametrize("text,line,what", BAD_XML)
+def test_bad_xml(text, line, what):
+    with pytest.raises(ParseError) as err:
+        list(parse_nvidia_smi_xml(text, path="q.xml"))
+    assert err.value.line == line and what in err.value.what
+
+
+BAD_CSV = [
+    # a header that names no query field
+    ("foo, bar\n1, 2\n", 1, "not an nvidia-smi --query-gpu header"),
+    # a row with a missing value
+    ("index, utilization.gpu [%]\n0\n", 2, "1 values for 2 columns"),
+    # a reading that is not a number
+    ("timestamp, index, utilization.gpu [%]\n2026/11/29 22:14:46.082, 0, busy\n", 2, "not a reading"),
+    # no timestamp column and no time given
+    ("index, utilization.gpu [%]\n0, 5 %\n", 2, "no timestamp"),
+]
+
+
+@pytest.mark.parametrize("text,line,what", BAD_CSV)
+def test_bad_csv(text, line, what):
+    with pytest.raises(ParseError) as err:
+        list(parse_nvidia_smi_csv(text, path="q.csv"))
+    assert err.value.line == line and what in err.value.what

@@ -1,0 +1,146 @@
+"""The schematic renderer, the catalogues and the element cards (no server needed)."""
+
+from __future__ import annotations
+
+import re
+import time
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pytest
+import yaml
+
+import hpcwatch.web
+from hpcwatch.errors import ConfigError
+from hpcwatch.model import parse_cluster, reference_cluster
+from hpcwatch.model.cards import SECTIONS, load_cards, parse_cards
+from hpcwatch.records import VECTORS
+from hpcwatch.web.i18n import load_catalogue, negotiate
+from hpcwatch.web.svg import COLLECTOR_TARGETS, VECTOR_TARGETS, layout_for, render_schematic
+
+WEB = Path(hpcwatch.web.__file__).parent
+
+
+def _cluster(nodes: int, prefix: str = "node"):
+    text = (f"name: test\nnodes:\n  - prefix: {prefix!r}\n    count: {nodes}\n    gpu: h100-sxm\n"
+            "    gpus_per_node: 8\n")
+    return parse_cluster(text)
+
+
+@pytest.mark.parametrize("nodes", [2, 4, 16])
+def test_schematic_draws_any_size_as_valid_svg(nodes):
+    cluster = _cluster(nodes)
+    svg = render_schematic(cluster, load_catalogue("en"))
+    root = ET.fromstring(svg)          # well-formed XML
+    gpus = [e.get("data-gpu") for e in root.iter() if e.get("data-gpu")]
+    assert len(gpus) == nodes * 8 and len(set(gpus)) == nodes * 8
+    assert f"node{nodes}/7" in gpus
+
+
+def test_wide_clusters_are_wider_than_the_first_screen_and_small_ones_fill_it():
+    assert layout_for(_cluster(16)).width > 3000      # the page pans
+    small = layout_for(reference_cluster())
+    assert small.width == 1160 and small.gpu_cols == 8  # two wide nodes, one row of GPUs each
+
+
+def test_model_text_is_escaped_in_the_svg():
+    svg = render_schematic(_cluster(1, prefix='<b>"x'), load_catalogue("en"))
+    assert "<b>" not in svg and "&lt;b&gt;&quot;x1" in svg
+    ET.fromstring(svg)
+
+
+def test_badges_cover_every_collector_and_vector():
+    assert len(COLLECTOR_TARGETS) == 7
+    assert set(VECTOR_TARGETS) == set(VECTORS) - {"weights_access"}
+
+
+def test_drawing_128_gpus_is_fast():
+    cluster = _cluster(16)
+    t = load_catalogue("en")
+    start = time.perf_counter()
+    svg = render_schematic(cluster, t)
+    elapsed = time.perf_counter() - start
+    assert elapsed < 0.5, elapsed     # measured ~5 ms; generous for a busy CI machine
+    assert svg.count('data-gpu="') == 128
+
+
+# -- catalogues ---------------------------------------------------------------------------------
+
+def _keys_used() -> set[str]:
+    """Every catalogue key the template and the scripts look up literally."""
+    keys = set()
+    template = (WEB / "templates" / "index.html").read_text()
+    keys |= set(re.findall(r"t\('([a-z_.0-9]+)'\)", template))
+    for js in (WEB / "static").glob("*.js"):
+        keys |= set(re.findall(r"\bt\(\"([a-z_.0-9]+)\"", js.read_text()))
+    svg_source = (WEB / "svg.py").read_text()
+    keys |= set(re.findall(r"t\(\"([a-z_.0-9]+)\"\)", svg_source))
+    return keys
+
+
+def test_every_key_used_by_the_page_is_in_both_catalogues():
+    used = _keys_used()
+    assert len(used) > 60
+    for lang in ("en", "fr"):
+        missing = used - set(load_catalogue(lang).words)
+        assert not missing, f"{lang}: {sorted(missing)}"
+
+
+def test_catalogues_have_the_same_keys():
+    en, fr = (yaml.safe_load((WEB / f"{lang}.yaml").read_text()) for lang in ("en", "fr"))
+
+    def flat(tree, prefix=""):
+        for k, v in tree.items():
+            yield from (flat(v, f"{prefix}{k}.") if isinstance(v, dict) else [f"{prefix}{k}"])
+
+    assert set(flat(en)) == set(flat(fr))
+
+
+def test_scripts_hold_no_catalogue_text():
+    """All words reach the page through t(key): no interface sentence is copied into a script."""
+    sentences = [v for v in load_catalogue("en").words.values() if len(v.split()) >= 2]
+    sentences += [v for v in load_catalogue("fr").words.values() if len(v.split()) >= 2]
+    for js in (WEB / "static").glob("*.js"):
+        source = js.read_text()
+        leaked = [v for v in sentences if v in source]
+        assert not leaked, f"{js.name}: {leaked[:3]}"
+
+
+def test_negotiate_prefers_forced_then_cookie_then_header():
+    assert negotiate(forced="fr", cookie="en", accept_language="en") == "fr"
+    assert negotiate(forced="de", cookie="en", accept_language="fr") == "en"
+    assert negotiate(forced=None, cookie=None, accept_language="fr-CA;q=0.8, en;q=0.9") == "en"
+    assert negotiate(forced=None, cookie=None, accept_language="fr;q=abc, en;q=0.1") == "en"
+
+
+# -- cards --------------------------------------------------------------------------------------
+
+def test_cards_exist_for_every_element_collector_vector_in_both_languages():
+    cards = load_cards()
+    for lang in ("en", "fr"):
+        doc = cards.for_lang(lang)
+        assert set(doc["elements"]) == {"gpu", "node", "fabric", "storage", "slurm", "stack", "weights"}
+        assert set(doc["collectors"]) == set(COLLECTOR_TARGETS)
+        assert set(doc["vectors"]) == set(VECTOR_TARGETS)
+        assert set(doc["passerelles"]) == {"business", "organisation", "human", "domain"}
+    assert cards.card("elements", "gpu", "fr")["what"] != cards.card("elements", "gpu", "en")["what"]
+
+
+@pytest.mark.parametrize(("text", "message"), [
+    # a card without its French half
+    ("elements: {gpu: {en: {title: a, what: b, observe: c, tools: d, threats: e, value: f, cost: g, risk: h, "
+     "owner: i}}}", "elements.gpu.fr: missing"),
+    # a section missing entirely
+    ("collectors: {}", "elements: missing or empty"),
+])
+def test_cards_loader_names_what_is_missing(text, message):
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        parse_cards(text)
+
+
+def test_cards_loader_rejects_a_missing_field():
+    doc = yaml.safe_load((Path(hpcwatch.model.cards.__file__).parent / "cards.yaml").read_text())
+    del doc["vectors"]["rdma_blind_spot"]["fr"]["signals"]
+    with pytest.raises(ConfigError, match=r"vectors.rdma_blind_spot.fr: missing field\(s\) signals"):
+        parse_cards(yaml.safe_dump(doc, allow_unicode=True))
+    assert set(SECTIONS["vectors"]) >= {"how", "signals", "detection"}
