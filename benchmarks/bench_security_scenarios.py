@@ -7,6 +7,9 @@
    noise), and detection rate against one rank scaling its gradient by k.
 3. Typosquat check over the distributions installed in this environment (real names
    that must not be flagged).
+4. The same scenarios played by the twin (``write_run``: its own Slurm, dcgm-exporter,
+   node-exporter, perfquery, Lustre files plus what the scenario plants), read back
+   with ``load_paths`` and scanned: the twin's own jobs and traffic are the noise.
 
     .venv/bin/python benchmarks/bench_security_scenarios.py
 """
@@ -87,7 +90,33 @@ def typosquat_real_names() -> None:
     print(f"\ntyposquat check over {len(names)} distributions installed here: {len(flagged)} flagged {flagged}")
 
 
+def twin_runs(nodes: int = 8, duration_s: float = 300.0) -> None:
+    from hpcwatch.twin import Twin
+    from hpcwatch.twin.run import sized_reference, write_run
+    from hpcwatch.twin.threats import EXPECTED_RULES
+    cluster = sized_reference(nodes)
+    tp = fp = found = planted = 0
+    print(f"\ntwin runs ({nodes} nodes, {duration_s:.0f} s simulated), findings by rule:")
+    for name in THREAT_SCENARIOS:
+        with tempfile.TemporaryDirectory() as tmp:
+            write_run(Twin(cluster, seed=3, scenarios=[name]), tmp, duration_s=duration_s)
+            loaded = load_paths([Path(tmp)], hosts=[n.name for n in cluster.nodes])
+            with Store(":memory:") as store:
+                store.add(loaded.records)
+                findings = scan_store(store, config=ScanConfig.for_cluster(cluster),
+                                      extras=ScanExtras(osv=loaded.osv or None, manifests=tuple(loaded.manifests)))
+        expected = EXPECTED_RULES[name]
+        rules = sorted({f.rule for f in findings})
+        good = sum(f.rule in expected or (name == "threat_rdma" and f.rule.startswith("rdma.")) for f in findings)
+        tp, fp = tp + good, fp + len(findings) - good
+        found, planted = found + len(set(rules) & expected), planted + len(expected)
+        print(f"  {name:26s} {len(findings):3d} findings {rules}")
+    print(f"  twin: precision {tp / max(tp + fp, 1):.3f} ({tp}/{tp + fp}); recall of the fixture rules "
+          f"{found / max(planted, 1):.3f} ({found}/{planted}) (the live twin plants fewer rules than the fixtures)")
+
+
 if __name__ == "__main__":
     scenarios()
     gradient_sweep()
     typosquat_real_names()
+    twin_runs()

@@ -150,7 +150,7 @@ class PrometheusBackend:
         table = table.filter(pc.greater_equal(table["t"], start))
         if host is not None:   # one selector per host label name: a series may match both
             table = table.filter(pc.equal(table["host"], host))
-        return _sorted(_dedup(table))
+        return _sorted(_dedup(table) if len(queries) > 1 else table)
 
     # -- writing -----------------------------------------------------------------------------------
 
@@ -189,14 +189,13 @@ def result_table(data: Mapping[str, Any], *, name: str = "") -> pa.Table:
         host, gpu, job = sample_keys(labels)
         label_json = orjson.dumps(labels, option=orjson.OPT_SORT_KEYS).decode()
         points = series["values"] if kind == "matrix" else [series["value"]]
-        for t, value in points:
-            columns["metric"].append(metric)
-            columns["t"].append(float(t))
-            columns["value"].append(float(value))   # "NaN", "+Inf" parse as floats
-            columns["host"].append(host)
-            columns["gpu"].append(gpu)
-            columns["job"].append(job)
-            columns["labels"].append(label_json)
+        n = len(points)
+        # Whole series at a time: the per-point work is two float() calls.
+        columns["t"].extend([float(p[0]) for p in points])
+        columns["value"].extend([float(p[1]) for p in points])   # "NaN", "+Inf" parse as floats
+        for column, value in (("metric", metric), ("host", host), ("gpu", gpu), ("job", job),
+                              ("labels", label_json)):
+            columns[column].extend([value] * n)
     return pa.table(columns, schema=SAMPLE_SCHEMA)
 
 

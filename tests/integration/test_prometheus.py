@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import time
 
 import orjson
@@ -12,6 +13,8 @@ from hpcwatch.records import Sample
 from hpcwatch.store import Store
 
 from .conftest import wait_until
+
+pytestmark = pytest.mark.integration
 
 KEY_COLUMNS = ["metric", "t", "value", "host", "gpu", "job"]
 PORT_REMOTE_WRITE = 29091
@@ -93,3 +96,54 @@ def test_prometheus_scrapes_the_twin_endpoints_with_mapping_labels(start_prometh
         wait_until(lambda: not prom_server.query('DCGM_FI_DEV_GPU_UTIL{hpc_job="502"}'), timeout_s=10,
                    what="job 502's series to go stale")
     print(f"prometheus ready {prom_server.ready_s:.2f}s, first scrape visible after {first_scrape_s:.2f}s")
+
+
+PORT_EXPORTER_PROM = 29094
+EXPORTER_PORT = 29977
+
+
+def _dashboard_exprs() -> list[str]:
+    from pathlib import Path
+
+    doc = json.loads((Path(__file__).resolve().parents[2] / "deploy" / "grafana" / "hpcwatch.json").read_text())
+    exprs = [t["expr"] for p in doc["panels"] for t in p.get("targets", [])]
+    for var in doc["templating"]["list"]:
+        if var["type"] == "query":
+            inner = var["query"]["query"]
+            exprs.append(inner[len("label_values("):inner.rindex(",")])
+    # What Grafana substitutes: "All" is .*, $__rate_interval at least 4 scrape intervals.
+    return [e.replace("$job", ".*").replace("$user", ".*").replace("$account", ".*")
+            .replace("$__rate_interval", "4s") for e in exprs]
+
+
+def test_exporter_scraped_by_prometheus_answers_every_dashboard_query(start_prometheus, tmp_path):
+    """hpcwatch exporter + twin endpoints scraped by a real Prometheus; each Grafana query runs and the
+    job panels have data."""
+    from hpcwatch.exporter import serve_metrics
+    from hpcwatch.model.cluster import reference_cluster
+    from hpcwatch.twin import Twin
+
+    twin = Twin(reference_cluster(), seed=4, scenarios=("straggler",))
+    store = Store(":memory:")
+    for _ in range(4):
+        twin.advance(5.0)
+        store.add(twin.records())
+    server, _ = serve_metrics(store, port=EXPORTER_PORT)
+    try:
+        config = {"global": {"scrape_interval": "1s"}, "scrape_configs": [
+            {"job_name": "hpcwatch", "static_configs": [{"targets": [f"127.0.0.1:{EXPORTER_PORT}"]}]}]}
+        prom_server = start_prometheus(json.dumps(config), port=PORT_EXPORTER_PROM)
+        wait_until(lambda: prom_server.query("hpcwatch_job_gpu_hours"), timeout_s=30,
+                   what="Prometheus to scrape the hpcwatch exporter")
+        hours = {r["metric"]["hpc_job"]: r for r in prom_server.query("hpcwatch_job_gpu_hours")}
+        assert {j.id for j in store.jobs() if j.start is not None} == set(hours)
+        assert all("exported_job" not in r["metric"] for r in hours.values())   # hpc_job, not job: no clash
+        for expr in _dashboard_exprs():
+            prom_server.query(expr)   # raises on a PromQL error (HTTP 400)
+        for expr in _dashboard_exprs():
+            if "hpcwatch_job_" in expr and "DCGM" not in expr:
+                assert prom_server.query(expr), f"no data for {expr}"
+        assert prom_server.query("sum(hpcwatch_findings)")[0]["value"][1] == "0"
+        assert prom_server.query("hpcwatch_job_stragglers > 0"), "the straggler scenario should show"
+    finally:
+        server.shutdown()

@@ -70,6 +70,29 @@ def test_a_save_cut_by_a_failure_does_not_protect_its_steps():
     assert report.badput_s["lost_progress"] == pytest.approx(40.0)
 
 
+def test_sampled_steps_are_credited_at_the_ideal_step_time():
+    # Only every 4th step traced (steps 101, 105, ... of a job that began before collection at t=0).
+    job = Job(id="s", start=0.0, end=1200.0)
+    spans = [sp for k in range(25) for sp in _steps("s", 101 + 4 * k, 200.0 + 40.0 * k, 1)]
+    report = account_goodput(job, steps_from_spans(spans), [])
+    # Steps 1-100 ran before the first trace (1000 s at the ideal 10 s, but only 200 s are there: capped),
+    # 3 untraced steps sit in each of the 24 gaps; the tail after the last step is 'other'.
+    assert report.badput_s["init"] == pytest.approx(0.0)
+    assert report.productive_s + report.badput_s["data_loading"] == pytest.approx(200.0 + 25 * 10.0 + 24 * 30.0)
+    assert report.badput_s["other"] == pytest.approx(1200.0 - 1170.0)
+    assert "credited at the ideal step time" in report.notes[0]
+
+
+def test_storage_side_checkpoint_event_keeps_its_step():
+    # The twin (and a Lustre/Tetragon view) sees a checkpoint as a write of step_N.pt, with no duration.
+    job = Job(id="w", start=0.0, end=200.0)
+    spans = _steps("w", 1, 0.0, 6, load=0.0) + _steps("w", 5, 100.0, 6, load=0.0)
+    events = [Event(kind="checkpoint", t=40.0, source="twin", attrs={"job": "w", "path": "/lustre/ckpt/w/step_4.pt"}),
+              _ev("failure", 60.0, cause="gpu_hbm3_memory")]
+    report = account_goodput(job, steps_from_spans(spans, breaks=[60.0]), events)
+    assert report.lost_steps == 2 and report.badput_s["checkpoint_save"] == 0.0
+
+
 def test_ideal_step_time_drops_outliers_over_median_plus_3_mad():
     steps = [1.0, 1.1, 0.9, 1.0, 1.05, 0.95, 9.0]
     assert ideal_step_time(steps) == pytest.approx(1.0)

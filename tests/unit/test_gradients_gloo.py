@@ -13,14 +13,13 @@ import socket
 import subprocess
 import sys
 import textwrap
-from pathlib import Path
 
 import pytest
 
 from hpcwatch.instrument.torch import read_hook_jsonl
 from hpcwatch.security.gradients import detect_gradient_anomalies
 
-torch = pytest.importorskip("torch")
+pytest.importorskip("torch")
 
 WORLD = 4
 STEPS = 8

@@ -230,5 +230,37 @@ def test_hook_config_rejects_bad_values(fields):
         HookConfig(job="1", **{"rank": 0, **fields})
 
 
+@needs_torch
+def test_recorder_counts_nonfinite_gradients_and_serves_prometheus(tmp_path):
+    import httpx
+    import torch
+
+    from hpcwatch.instrument.torch import StepRecorder, read_hook_jsonl
+    from hpcwatch.records import Sample, Span
+
+    model = torch.nn.Linear(4, 2)
+    port = _free_port()
+    with StepRecorder(job="7", rank=1, node="n1", gpu=3, out_dir=tmp_path, prometheus_port=port) as rec:
+        for step in range(2):
+            with rec.step(step):
+                with rec.phase("forward"):
+                    loss = model(torch.ones(3, 4)).sum()
+                with rec.phase("backward"):
+                    loss.backward()
+                if step == 1:
+                    model.weight.grad[0, :2] = float("nan")
+                rec.gradients(model.parameters())
+                rec.loss(loss)
+            model.zero_grad()
+        scrape = httpx.get(f"http://127.0.0.1:{port}/metrics").text
+    assert 'train_grad_nonfinite{gpu="3",job="7",node="n1",rank="1"} 1.0' in scrape   # one parameter
+    records = list(read_hook_jsonl(tmp_path / "rank-1.jsonl"))
+    by_step = {(r.metric, r.labels["step"]): r.value for r in records if isinstance(r, Sample)}
+    assert by_step[("train_grad_nonfinite", "0")] == 0 and by_step[("train_grad_nonfinite", "1")] == 1
+    assert by_step[("train_grad_norm", "0")] > 0 and by_step[("train_grad_norm", "1")] != by_step[("train_grad_norm", "1")]
+    assert {(r.step, r.phase) for r in records if isinstance(r, Span)} == {(s, p) for s in (0, 1)
+                                                                          for p in ("forward", "backward")}
+
+
 if __name__ == "__main__":
     run_job(Path(sys.argv[1]))

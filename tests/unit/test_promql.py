@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import struct
 from pathlib import Path
 from urllib.parse import parse_qs
 
@@ -153,3 +154,92 @@ def test_samples_selectors_for_host_and_job():
         '{__name__=~"DCGM_FI_DEV_GPU_UTIL|DCGM_FI_DEV_POWER_USAGE", hpc_job="7", Hostname="node2"}[60000ms]',
         '{__name__=~"DCGM_FI_DEV_GPU_UTIL|DCGM_FI_DEV_POWER_USAGE", hpc_job="7", hostname="node2"}[60000ms]']
     assert {q["time"] for q in seen} == {"160.000"}
+
+
+# -- remote write ------------------------------------------------------------------------------------
+
+def _unsnappy_literals(data: bytes) -> bytes:
+    """A decoder for literal-only snappy blocks (what encode_remote_write produces)."""
+    size, i = _varint(data, 0)
+    out = bytearray()
+    while i < len(data):
+        tag = data[i]
+        assert tag & 3 == 0, "only literals expected"
+        if tag >> 2 < 60:
+            n, i = (tag >> 2) + 1, i + 1
+        else:
+            width = (tag >> 2) - 59
+            n, i = int.from_bytes(data[i + 1:i + 1 + width], "little") + 1, i + 1 + width
+        out += data[i:i + n]
+        i += n
+    assert len(out) == size
+    return bytes(out)
+
+
+def _fields(buf: bytes) -> list[tuple[int, object]]:
+    """(field number, payload) of a protobuf message: bytes for wire type 2, float for 1, int for 0."""
+    out, i = [], 0
+    while i < len(buf):
+        key, i = _varint(buf, i)
+        number, wire = key >> 3, key & 7
+        if wire == 2:
+            n, i = _varint(buf, i)
+            out.append((number, buf[i:i + n]))
+            i += n
+        elif wire == 1:
+            out.append((number, struct.unpack("<d", buf[i:i + 8])[0]))
+            i += 8
+        else:
+            value, i = _varint(buf, i)
+            out.append((number, value))
+    return out
+
+
+def _varint(buf: bytes, i: int) -> tuple[int, int]:
+    shift = value = 0
+    while True:
+        b = buf[i]
+        value |= (b & 0x7F) << shift
+        i += 1
+        if not b & 0x80:
+            return value, i
+        shift += 7
+
+
+def test_remote_write_payload_is_a_snappy_protobuf_write_request():
+    from hpcwatch.promql import encode_remote_write
+
+    samples = [Sample(metric="DCGM_FI_DEV_GPU_UTIL", labels={"gpu": str(g), "Hostname": "node1", "hpc_job": "7"},
+                      t=1795990590.0 + i, value=float(i)) for g in range(8) for i in range(800)]
+    body, series = encode_remote_write(reversed(samples))     # out of order on purpose
+    assert series == 8
+    raw = _unsnappy_literals(body)
+    assert len(raw) > 65536                                   # several literal chunks
+    decoded = []
+    for number, ts in _fields(raw):
+        assert number == 1
+        parts = _fields(ts)
+        labels = [tuple(v.decode() for _, v in _fields(p)) for n, p in parts if n == 1]
+        points = [(dict(_fields(p))[2], dict(_fields(p))[1]) for n, p in parts if n == 2]
+        decoded.append((labels, points))
+    for labels, points in decoded:
+        assert [k for k, _ in labels] == sorted(k for k, _ in labels)   # Prometheus wants sorted label names
+        assert dict(labels)["__name__"] == "DCGM_FI_DEV_GPU_UTIL"
+        assert [t for t, _ in points] == [1795990590000 + 1000 * i for i in range(800)]
+        assert [v for _, v in points] == [float(i) for i in range(800)]
+    assert sorted(dict(labels)["gpu"] for labels, _ in decoded) == [str(g) for g in range(8)]
+
+
+def test_remote_write_posts_the_headers_prometheus_wants():
+    captured = {}
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        captured.update(request.headers)
+        return httpx.Response(204)
+    prom = PrometheusBackend("http://prom.test:9090", client=httpx.Client(transport=httpx.MockTransport(handler)))
+    assert prom.write([Sample(metric="m", labels={}, t=1.0, value=2.0)]) == 1
+    assert captured["content-encoding"] == "snappy" and captured["content-type"] == "application/x-protobuf"
+    bad = PrometheusBackend("http://prom.test:9090", client=httpx.Client(transport=httpx.MockTransport(
+        lambda r: httpx.Response(404, text="remote write receiver needs to be enabled"))))
+    with pytest.raises(BackendError, match="remote write receiver"):
+        bad.write([Sample(metric="m", labels={}, t=1.0, value=2.0)])

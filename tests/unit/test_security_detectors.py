@@ -258,3 +258,13 @@ def test_weights_outside_the_checkpoint_folder_are_ignored() -> None:
     events = [Event(kind="tetragon", t=T0, source="t", attrs={"type": "process_kprobe", "host": "node1",
                     "function_name": "security_file_permission", "path": "/lustre/checkpoints-old/m.pt", "mask": 4})]
     assert weights_report(events, config=WeightsConfig(weights_path="/lustre/checkpoints")) == []
+
+
+def test_rdma_single_node_job_moving_more_than_its_lustre_io_fires() -> None:
+    solo = Job(id="8", user="carol", nodes=("node5",), gpus=8, start=T0 - 100, end=None, state="RUNNING")
+    samples = [_ib("node5", T0 + i * 30, i * 30 * 2e9) for i in range(4)]
+    lustre = [Sample(metric="lustre_job_read_bytes_total", labels={"jobid": "8", "target": "lustre-OST0000"},
+                     t=T0 + i * 30, value=i * 30 * 1e9) for i in range(4)]
+    assert detect_rdma(samples + lustre, [solo]) == []          # 2 GB/s, of which Lustre explains 1 GB/s
+    (finding,) = detect_rdma(samples, [solo])                   # no Lustre I/O to explain 2 GB/s
+    assert finding.rule == "rdma.traffic_unexplained" and finding.evidence["jobs"] == ["8"]

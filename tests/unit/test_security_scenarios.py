@@ -80,3 +80,29 @@ def test_live_twin_with_rdma_and_remanence_threats_is_caught() -> None:
     assert "container_escape.release_agent" in rules
     assert rules & {"rdma.traffic_disproportion", "rdma.traffic_no_job"}
     assert "remanence.scrub_disabled" in rules
+
+
+def test_tetragon_policy_watches_the_models_weights_path() -> None:
+    import yaml
+    policy = yaml.safe_load((Path(__file__).parents[2] / "deploy" / "tetragon" / "weights-read.yaml").read_text())
+    kprobes = policy["spec"]["kprobes"]
+    assert policy["kind"] == "TracingPolicy"
+    assert {k["call"] for k in kprobes} == {"security_file_permission", "security_mmap_file"}
+    matches = [m for k in kprobes for sel in k["selectors"] for m in sel["matchArgs"]]
+    assert {m["operator"] for m in matches} == {"Prefix"}
+    assert {v for m in matches for v in m["values"]} == {CLUSTER.weights.path}
+
+
+def test_cli_scan_db_reports_who_read_the_weights(tmp_path: Path) -> None:
+    from hpcwatch.sources.detect import read_paths
+    write_threat_fixtures(tmp_path / "in", "threat_weights_access")
+    db = tmp_path / "s.duckdb"
+    with Store(db) as store:
+        store.add(read_paths([tmp_path / "in"]))
+    run = subprocess.run([sys.executable, "-m", "hpcwatch", "scan", "--db", str(db), "--json"],
+                         capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stderr
+    doc = json.loads(run.stdout)
+    assert [(r["user"], r["access"], r["job"]) for r in doc["weights_reads"]] == [
+        ("alice", "write", "4242"), ("alice", "mmap", "4242"), ("bob", "read", "4100"), ("alice", "read", None)]
+    assert {f["rule"] for f in doc["findings"]} == EXPECTED_RULES["threat_weights_access"]

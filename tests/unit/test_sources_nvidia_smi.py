@@ -72,10 +72,16 @@ BAD_XML = [
     # XML of something else
     ("<html></html>", 1, "not an nvidia-smi log"),
     # a reading that is not a number
-    ("<nvidia_smi_log><timestamp>Sun Nov 29 22:14:45 2026</timestamp><gpu><utilization><gpu_util>lots</gpu_util>"
-     "</utilization></gpu></nvidia_smi_log>", None, "not a reading"),
+    ("<nvidia_smi_log><timestamp>Sun Nov 29 22:14:45 2026</timestamp>\n<gpu><utilization>\n<gpu_util>lots</gpu_util>"
+     "</utilization></gpu></nvidia_smi_log>", 3, "not a reading"),
     # a timestamp in another shape
-    ("<nvidia_smi_log><timestamp>yesterday</timestamp></nvidia_smi_log>", None, "timestamp"),
+    ("<nvidia_smi_log>\n  <timestamp>yesterday</timestamp></nvidia_smi_log>", 2, "timestamp"),
+    # an empty document
+    ("", 1, "not XML"),
+    # a "billion laughs" entity bomb: expat's amplification limit stops it
+    ('<?xml version="1.0"?><!DOCTYPE l [<!ENTITY a "aaaaaaaaaa">' + "".join(
+        f'<!ENTITY {n} "{("&" + p + ";") * 10}">' for p, n in zip("abcdefg", "bcdefgh"))
+     + "]><nvidia_smi_log><timestamp>&h;</timestamp></nvidia_smi_log>", 1, "amplification"),
 ]
 
 

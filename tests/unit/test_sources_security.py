@@ -141,3 +141,31 @@ def test_partitions_conf_without_a_colon_is_an_error() -> None:
     with pytest.raises(ParseError) as err:
         list(parse_partitions_conf("Default=0x7fff ALL=full;\n", path="partitions.conf"))
     assert err.value.line == 1
+
+
+from hypothesis import given, settings, strategies as st  # noqa: E402
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.text(max_size=300))
+def test_security_readers_raise_only_parse_errors(text: str) -> None:
+    readers = [lambda: list(parse_pip_list(text)), lambda: list(parse_falco_json(text.splitlines())),
+               lambda: list(parse_tetragon_json(text.splitlines())), lambda: parse_manifest(text),
+               lambda: list(parse_partitions_conf(text))]
+    for read in readers:
+        try:
+            read()
+        except ParseError:
+            pass
+
+
+@pytest.mark.parametrize("read, text", [
+    (lambda t: list(parse_tetragon_json([t])), '{"process_kprobe": 5, "time": "2026-01-01T00:00:00Z"}'),  # not an object
+    (lambda t: list(parse_falco_json([t])), '{"rule": "r", "time": "2026-01-01T00:00:00Z", "output_fields": [1]}'),
+    (lambda t: list(__import__("hpcwatch.sources.osv", fromlist=["x"]).parse_osv_entry(t)),
+     '{"id": "X-1", "affected": [3]}'),                                                         # affected of numbers
+    (lambda t: parse_manifest(t), '{"shards": [{"path": "a", "sha256": "' + "a" * 64 + '", "bytes": -1}]}'),
+])
+def test_malformed_nested_fields_are_parse_errors(read, text: str) -> None:
+    with pytest.raises(ParseError):
+        read(text)

@@ -113,13 +113,13 @@ BAD_JSON = [
     # JSON, but no jobs list
     ('{"meta": {}}', 1, "no \"jobs\" list"),
     # a job that is a string
-    ('{"jobs": ["9"]}', None, "jobs[0]"),
-    # a job without an id
-    ('{"jobs": [{"user_name": "alice"}]}', None, "jobs[0]: job without job_id"),
+    ('{"jobs": ["9"]}', 1, "jobs[0]"),
+    # the second job has no id: the line where it starts
+    ('{"jobs": [\n  {"job_id": 1},\n  {"user_name": "alice"}\n]}', 3, "jobs[1]: job without job_id"),
     # a node list that does not close its bracket
-    ('{"jobs": [{"job_id": 1, "nodes": "node[1-2"}]}', None, "jobs[0]"),
+    ('{"meta": {"jobs": []},\n"jobs": [{"job_id": 1, "nodes": "node[1-2"}]}', 2, "jobs[0]: bad hostlist"),
     # a wrapped number that wraps a string
-    ('{"jobs": [{"job_id": {"set": true, "infinite": false, "number": "x"}}]}', None, "expected a number"),
+    ('{"jobs": [{"job_id": {"set": true, "infinite": false, "number": "x"}}]}', 1, "expected a number"),
 ]
 
 

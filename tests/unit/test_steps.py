@@ -138,3 +138,16 @@ def testunion_lengthgth_matches_counting_unit_cells(intervals):
     ends = np.array([s + d for s, d in intervals], dtype=float)
     cells = {c for s, d in intervals for c in range(s, s + d)}
     assert union_length(starts, ends) == len(cells)
+
+
+def test_a_skewed_clock_is_estimated_and_does_not_change_the_waits(data_dir):
+    import dataclasses
+
+    traces = [_read(p) for p in sorted((data_dir / "kineto" / "gloo_straggler").glob("rank-*.json.gz"))]
+    skew_us = 50_000.0   # rank 1's host clock 50 ms ahead
+    events = dict(traces[1].events, ts_us=traces[1].events["ts_us"] + skew_us)
+    skewed = [dataclasses.replace(traces[1], events=events) if t.rank == 1 else t for t in traces]
+    before, after = anatomy_from_traces(traces), anatomy_from_traces(skewed)
+    assert after.clock_offset_s[1] - before.clock_offset_s[1] == pytest.approx(skew_us / 1e6, abs=2e-3)
+    assert abs(before.clock_offset_s[0]) < 5e-3
+    np.testing.assert_allclose(after.matrix("barrier_wait"), before.matrix("barrier_wait"), atol=2e-3)

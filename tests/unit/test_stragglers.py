@@ -111,3 +111,15 @@ def test_straggler_config_rejects_bad_values(field, value):
 def test_every_phase_is_reported_per_rank():
     report = find_stragglers(anatomy_from_spans(_job_spans({})))
     assert all(set(r.phases) == set(PHASES) for r in report.ranks)
+
+
+def test_the_twins_straggler_scenario_is_named_from_its_spans():
+    twin_module = pytest.importorskip("hpcwatch.twin")
+    from hpcwatch.model import reference_cluster
+
+    twin = twin_module.Twin(reference_cluster(), seed=0, scenarios=("straggler",))
+    for _ in range(10):
+        twin.advance(1.0)
+    report = find_stragglers(anatomy_from_spans(twin.spans()))
+    # the scenario: GPU 2 of node 1 takes twice as long for its backward
+    assert [(s.node, s.gpu, s.phase, s.signature) for s in report.stragglers] == [("node1", 2, "backward", True)]

@@ -277,3 +277,21 @@ def test_store_errors_become_json_errors_not_crashes():
         assert r.status_code == 503 and "error" in r.json()
         r = c.get("/healthz")
         assert r.status_code == 503
+
+
+def test_collectors_arrive_from_what_their_readers_produce():
+    """Falco/Tetragon events light node_host; a Tetragon file hook on the weights path lights ebpf_weights."""
+    store = Store(":memory:")
+    store.add(_samples(reference_cluster(), 0))
+    store.add([Event(kind="falco", t=T0, source="falco.json", attrs={"rule": "Terminal shell in container"}),
+               Event(kind="tetragon", t=T0, source="tetragon.jsonl",
+                     attrs={"function_name": "security_file_permission", "path": "/lustre/checkpoints/step_100.pt"}),
+               Event(kind="tetragon", t=T0, source="tetragon.jsonl",
+                     attrs={"function_name": "security_file_permission", "path": "/lustre/checkpointsX/other"})])
+    app = create_app(store, reference_cluster())
+    with TestClient(app) as c:
+        collectors = c.get("/api/live").json()["collectors"]
+    assert collectors["node_host"]["arriving"] and collectors["node_host"]["count"] > 3
+    assert collectors["ebpf_weights"] == {"arriving": True, "count": 1, "last_t": T0}
+    assert collectors["ib_tools"]["arriving"] is False          # no perfquery samples here
+    store.close()

@@ -215,18 +215,21 @@ def _per_series(f: dict[str, np.ndarray], metric: str) -> dict[str, np.ndarray]:
     return s
 
 
-def _accumulate_dcgm(f: dict[str, np.ndarray], acc: dict[tuple[str, str, str], _Acc]) -> dict[tuple[str, str, float], str]:
-    """Fill per (job, host, gpu) accumulators; return the job holding (host, gpu) at each util sample time."""
+def _accumulate_dcgm(f: dict[str, np.ndarray],
+                     acc: dict[tuple[str, str, str], _Acc]) -> dict[tuple[str, str, float], str | None]:
+    """Fill per (job, host, gpu) accumulators; return the job (or None) holding (host, gpu) at each util
+    sample time."""
     def cell(job: str, host: str, gpu: str) -> _Acc:
         key = (job, host, gpu)
         if key not in acc:
             acc[key] = _Acc()
         return acc[key]
 
-    holder: dict[tuple[str, str, float], str] = {}
+    holder: dict[tuple[str, str, float], str | None] = {}
     s = _per_series(f, UTIL)
     for job, host, gpu, t, v in zip(s["job"].tolist(), s["host"].tolist(), s["gpu"].tolist(), s["t"].tolist(),
                                     s["value"].tolist()):
+        holder[(host, gpu, t)] = job  # free GPUs too: the rail map needs every GPU of a host
         if job is None:
             continue
         holder[(host, gpu, t)] = job
@@ -263,7 +266,7 @@ def _accumulate_dcgm(f: dict[str, np.ndarray], acc: dict[tuple[str, str, str], _
     return holder
 
 
-def _accumulate_ib(samples: pa.Table, holder: dict[tuple[str, str, float], str],
+def _accumulate_ib(samples: pa.Table, holder: dict[tuple[str, str, float], str | None],
                    acc: dict[tuple[str, str, str], _Acc]) -> None:
     """IB deltas of port mlx5_h go to the jobs on the GPUs of rail h (g * H // G == h), split equally."""
     metric = _column(samples, "metric").astype(str)

@@ -36,6 +36,7 @@ it we keep steps shorter than 1 s, because our reference model's step is 42 ms.
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -64,8 +65,12 @@ GOODPUT_SOURCE = "https://github.com/AI-Hypercomputer/ml-goodput-measurement"
 BADPUT_KINDS: tuple[str, ...] = ("init", "data_loading", "checkpoint_save", "checkpoint_restore",
                                  "lost_progress", "recovery", "other")
 
-#: Event kinds the accounting reads.
-GOODPUT_EVENT_KINDS: tuple[str, ...] = ("failure", "checkpoint_save", "checkpoint_restore")
+#: Event kinds the accounting reads. ``checkpoint`` (a save seen from the storage side, as the twin's
+#: Lustre writes are) counts as a save of unknown duration (0 s); its step may be in ``step`` or in
+#: a ``path`` ending ``step_N.pt``.
+GOODPUT_EVENT_KINDS: tuple[str, ...] = ("failure", "checkpoint_save", "checkpoint_restore", "checkpoint")
+_SAVE_KINDS = ("checkpoint_save", "checkpoint")
+_STEP_IN_PATH = re.compile(r"step[_-]?(\d+)")
 
 #: Outlier cut for the ideal step time: median + MAD_CUT * MAD (ml-goodput-measurement uses 3).
 MAD_CUT = 3.0
@@ -138,9 +143,9 @@ class GoodputReport:
         return {
             "job": self.job,
             "goodput": self.goodput,
-            "badput": {k: v / total for k, v in self.badput_s.items()},
-            "badput_s": dict(self.badput_s),
-            "productive_s": self.productive_s,
+            "badput": {k: float(v) / total for k, v in self.badput_s.items()},
+            "badput_s": {k: float(v) for k, v in self.badput_s.items()},
+            "productive_s": float(self.productive_s),
             "total_s": self.total_s,
             "t0": self.t0,
             "t1": self.t1,
@@ -229,17 +234,23 @@ class _Op:
     incarnation: int
 
 
-def _ops(events: Sequence[Event], kind: str, failures: np.ndarray, t1: float) -> list[_Op]:
-    limits = np.concatenate([failures, [np.inf]])
+def _step_of(e: Event) -> int:
+    if "step" in e.attrs:
+        return int(e.attrs["step"])
+    found = _STEP_IN_PATH.search(str(e.attrs.get("path", "")))
+    return int(found.group(1)) if found else -1
+
+
+def _ops(events: Sequence[Event], kinds: tuple[str, ...], failures: np.ndarray, t1: float) -> list[_Op]:
+    mine = [e for e in events if e.kind in kinds]
+    limits = np.minimum(np.concatenate([failures, [np.inf]]), t1).tolist()
+    incarnations = np.searchsorted(failures, np.array([e.t for e in mine], dtype=np.float64), side="right").tolist()
     ops = []
-    for e in events:
-        if e.kind != kind:
-            continue
+    for e, k in zip(mine, incarnations):
         dur = float(e.attrs.get("duration_s", 0.0) or 0.0)
-        k = int(np.searchsorted(failures, e.t, side="right"))
-        limit = min(float(limits[k]), t1)
+        limit = limits[k]
         end = min(e.t + dur, limit)
-        ops.append(_Op(t=e.t, dur_s=max(0.0, end - e.t), step=int(e.attrs.get("step", -1)),
+        ops.append(_Op(t=e.t, dur_s=max(0.0, end - e.t), step=_step_of(e),
                        complete=e.t + dur <= limit + 1e-9, incarnation=k))
     return ops
 
@@ -252,18 +263,12 @@ def _by_incarnation(ops: list[_Op], n: int) -> list[list[_Op]]:
     return out
 
 
-def _coverage(steps: StepTable):
-    """A function x -> total step time before x (steps of one job do not overlap each other)."""
-    starts, ends = steps.start_s, steps.end_s
+def _covered(steps: StepTable, x: np.ndarray) -> np.ndarray:
+    """Total step time before each time in ``x`` (steps of one job do not overlap each other)."""
     cum = np.concatenate([[0.0], np.cumsum(steps.dur_s)])
-
-    def covered(x: float) -> float:
-        i = int(np.searchsorted(starts, x, side="right")) - 1
-        if i < 0:
-            return 0.0
-        return float(cum[i] + min(max(x - starts[i], 0.0), ends[i] - starts[i]))
-
-    return covered
+    i = np.searchsorted(steps.start_s, x, side="right") - 1
+    inside = np.clip(x - steps.start_s[np.maximum(i, 0)], 0.0, steps.dur_s[np.maximum(i, 0)])
+    return np.where(i < 0, 0.0, cum[np.maximum(i, 0)] + inside)
 
 
 def _window(job: Job | None, steps: StepTable, events: Sequence[Event],
@@ -281,56 +286,121 @@ def _window(job: Job | None, steps: StepTable, events: Sequence[Event],
     return float(t0), float(t1)
 
 
+@dataclass(slots=True)
+class _Tally:
+    """Running totals of the accounting (seconds)."""
+
+    badput: dict[str, float]
+    productive: float = 0.0
+    estimated_steps: int = 0
+    notes: list[str] = field(default_factory=list)
+
+    def steps_unrecorded(self, n: int, est_s: float, *, lost: bool, load_share: float) -> None:
+        """Credit ``n`` steps we know ran (their numbers were skipped) but have no record of."""
+        self.estimated_steps += n
+        if lost:
+            self.badput["lost_progress"] += est_s
+        else:
+            self.badput["data_loading"] += est_s * load_share
+            self.productive += est_s * (1.0 - load_share)
+
+
 def account_goodput(job: Job | None, steps: StepTable, events: Sequence[Event], *,
                     t0: float | None = None, t1: float | None = None) -> GoodputReport:
-    """Split the job's wall time into productive time and the ``BADPUT_KINDS``."""
+    """Split the job's wall time into productive time and the ``BADPUT_KINDS``.
+
+    Steps missing from the records (step numbers that jump, as when only some
+    steps are traced, or a collection that began mid-job) are credited at the
+    ideal step time, taken from the time around them; a note says how many.
+    """
     steps = steps.sorted()
     t0, t1 = _window(job, steps, events, t0, t1)
     failures = np.sort(np.array([e.t for e in events if e.kind == "failure" and t0 <= e.t <= t1], dtype=np.float64))
-    saves = _ops(events, "checkpoint_save", failures, t1)
-    restores = _ops(events, "checkpoint_restore", failures, t1)
+    saves = _ops(events, _SAVE_KINDS, failures, t1)
+    restores = _ops(events, ("checkpoint_restore",), failures, t1)
     bounds = np.concatenate([[t0], failures, [t1]])
-    incarnation = np.searchsorted(failures, steps.start_s, side="right")
-    lost = np.zeros(len(steps), dtype=bool)
-    badput = dict.fromkeys(BADPUT_KINDS, 0.0)
-    saves_by_k = _by_incarnation(saves, len(bounds) - 1)
-    restores_by_k = _by_incarnation(restores, len(bounds) - 1)
+    n_inc = len(bounds) - 1
     # Steps are sorted by start, so each incarnation's steps are one slice.
-    cuts = np.searchsorted(incarnation, np.arange(len(bounds)), side="left")
-    for k in range(len(bounds) - 1):
-        lo, hi = bounds[k], bounds[k + 1]
-        k_steps = slice(cuts[k], cuts[k + 1])
-        has_steps = cuts[k + 1] > cuts[k]
-        k_restores, k_saves = restores_by_k[k], saves_by_k[k]
-        restore_s = sum(r.dur_s for r in k_restores)
-        first_step = float(steps.start_s[cuts[k]]) if has_steps else hi
-        startup = max(0.0, first_step - lo - restore_s)
-        badput["init" if k == 0 else "recovery"] += startup
+    cuts = np.searchsorted(np.searchsorted(failures, steps.start_s, side="right"), np.arange(n_inc + 1), side="left")
+    saves_by_k, restores_by_k = _by_incarnation(saves, n_inc), _by_incarnation(restores, n_inc)
+    lost = np.zeros(len(steps), dtype=bool)
+    tally = _Tally(badput=dict.fromkeys(BADPUT_KINDS, 0.0))
+    ideal = ideal_step_time(steps.dur_s) or 0.0
+    load_share = float(steps.load_s.sum() / steps.dur_s.sum()) if len(steps) and steps.dur_s.sum() > 0 else 0.0
+    kept_step = 0
+    for k in range(n_inc):
+        lo, hi = float(bounds[k]), float(bounds[k + 1])
+        sl = slice(int(cuts[k]), int(cuts[k + 1]))
+        k_saves, k_restores = saves_by_k[k], restores_by_k[k]
+        kept_step = max([r.step for r in k_restores] + [kept_step])
+        first_expected = kept_step + 1
         if k < len(failures):
-            kept_step = max([s.step for s in k_saves if s.complete] + [r.step for r in k_restores], default=0)
-            lost[k_steps] = steps.step[k_steps] > kept_step
-            if has_steps or k_saves:
-                # The step in flight when the failure hit, after the last thing we saw finish.
-                ends = [lo, float(steps.end_s[cuts[k + 1] - 1]) if has_steps else lo]
-                ends += [op.t + op.dur_s for op in k_saves + k_restores]
-                badput["lost_progress"] += max(0.0, hi - max(ends))
-    return _finish(job, steps, events, failures, saves, restores, lost, badput, t0, t1)
+            kept_step = max([s.step for s in k_saves if s.complete] + [kept_step])
+            lost[sl] = steps.step[sl] > kept_step
+            if kept_step <= 0:
+                tally.notes.append(f"failure at t={hi:.0f}: no checkpoint seen before it, so every step since "
+                                   f"the start counts as lost")
+        startup = _startup(steps, sl, lo, hi, k_restores, first_expected, ideal, tally, lost, load_share)
+        tally.badput["init" if k == 0 else "recovery"] += startup
+        if k < len(failures) and (sl.stop > sl.start or k_saves):
+            # The step in flight when the failure hit, after the last thing we saw finish.
+            ends = [lo] + ([float(steps.start_s[sl.stop - 1] + steps.dur_s[sl.stop - 1])]
+                           if sl.stop > sl.start else [])
+            ends += [op.t + op.dur_s for op in k_saves + k_restores]
+            tally.badput["lost_progress"] += max(0.0, hi - max(ends))
+    _between_steps(steps, cuts, ideal, lost, load_share, tally)
+    return _finish(job, steps, events, failures, saves, restores, lost, tally, t0, t1)
+
+
+def _startup(steps: StepTable, sl: slice, lo: float, hi: float, restores: list[_Op], first_expected: int,
+             ideal: float, tally: _Tally, lost: np.ndarray, load_share: float) -> float:
+    """Start-up time of one incarnation, less the steps that must have run before its first recorded one."""
+    restore_s = sum(r.dur_s for r in restores)
+    if sl.stop == sl.start:
+        return max(0.0, hi - lo - restore_s)
+    room = max(0.0, float(steps.start_s[sl.start]) - lo - restore_s)
+    unrecorded = max(0, int(steps.step[sl.start]) - first_expected)
+    est = min(unrecorded * ideal, room)
+    if unrecorded:
+        tally.steps_unrecorded(unrecorded, est, lost=bool(lost[sl.start]), load_share=load_share)
+    return room - est
+
+
+def _between_steps(steps: StepTable, cuts: np.ndarray, ideal: float, lost: np.ndarray, load_share: float,
+                   tally: _Tally) -> None:
+    """Steps whose numbers were skipped between two recorded steps of one incarnation."""
+    if len(steps) < 2:
+        return
+    same = np.ones(len(steps) - 1, dtype=bool)
+    same[cuts[1:-1][(cuts[1:-1] > 0) & (cuts[1:-1] < len(steps))] - 1] = False
+    missing = np.where(same, np.maximum(np.diff(steps.step) - 1, 0), 0)
+    est = np.minimum(missing * ideal, np.maximum(steps.start_s[1:] - steps.end_s[:-1], 0.0))
+    for is_lost in (False, True):
+        pick = (missing > 0) & (lost[1:] == is_lost)
+        if pick.any():
+            tally.steps_unrecorded(int(missing[pick].sum()), float(est[pick].sum()), lost=is_lost,
+                                   load_share=load_share)
 
 
 def _finish(job: Job | None, steps: StepTable, events: Sequence[Event], failures: np.ndarray,
-            saves: list[_Op], restores: list[_Op], lost: np.ndarray, badput: dict[str, float],
+            saves: list[_Op], restores: list[_Op], lost: np.ndarray, tally: _Tally,
             t0: float, t1: float) -> GoodputReport:
-    covered = _coverage(steps)
-    save_alone = sum(s.dur_s - (covered(s.t + s.dur_s) - covered(s.t)) for s in saves)
-    overlap = sum(s.dur_s for s in saves) - save_alone
+    badput = tally.badput
+    save_t = np.array([op.t for op in saves], dtype=np.float64)
+    save_dur = np.array([op.dur_s for op in saves], dtype=np.float64)
+    overlap = float((_covered(steps, save_t + save_dur) - _covered(steps, save_t)).sum()) if len(steps) else 0.0
+    save_alone = float(save_dur.sum()) - overlap
     badput["checkpoint_save"] += save_alone
     badput["checkpoint_restore"] += sum(r.dur_s for r in restores)
     badput["lost_progress"] += float(steps.dur_s[lost].sum())
     kept_load = np.minimum(steps.load_s[~lost], steps.dur_s[~lost])
     badput["data_loading"] += float(kept_load.sum())
-    productive = float(steps.dur_s[~lost].sum() - kept_load.sum())
+    productive = tally.productive + float(steps.dur_s[~lost].sum() - kept_load.sum())
     total = t1 - t0
-    notes = []
+    notes = list(tally.notes)
+    if tally.estimated_steps:
+        notes.append(f"{tally.estimated_steps} steps without records (skipped step numbers) credited at the "
+                     f"ideal step time")
     other = total - productive - sum(badput.values())
     if other < -1e-6 * max(total, 1.0):
         notes.append(f"records overlap by {-other:.3f} s; 'other' clamped to 0")

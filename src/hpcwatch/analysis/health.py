@@ -427,7 +427,7 @@ _ACTIVE_KINDS = {"dcgm_diag": "dcgm_diag", "nccl_test": "nccl_tests", "ib_write_
 
 
 def _check_dcgm_diag(e: Event) -> list[Check]:
-    node = str(e.attrs.get("node") or "?")
+    node = str(e.attrs.get("node") or "(unknown node)")
     checks = []
     for r in e.attrs.get("results", []):
         status = str(r.get("status", "")).lower()
@@ -451,7 +451,7 @@ def _expected_busbw_gbs(e: Event, link_key: str) -> tuple[float | None, str]:
 
 
 def _check_nccl(e: Event, config: HealthConfig, link_key: str) -> list[Check]:
-    node = str(e.attrs.get("node") or "?")
+    node = str(e.attrs.get("node") or "(unknown node)")
     rows = e.attrs.get("rows") or []
     checks = []
     wrong = sum(int(r.get("oop_wrong") or 0) + int(r.get("ip_wrong") or 0) for r in rows)
@@ -478,7 +478,7 @@ def _check_nccl(e: Event, config: HealthConfig, link_key: str) -> list[Check]:
 
 
 def _check_ib_write_bw(e: Event, config: HealthConfig, link_key: str) -> list[Check]:
-    node = str(e.attrs.get("node") or "?")
+    node = str(e.attrs.get("node") or "(unknown node)")
     link = link_spec(link_key)
     rows = e.attrs.get("rows") or []
     if link is None or not rows:

@@ -18,7 +18,9 @@ Per rank and step the anatomy splits the step into the phases of ``records.PHASE
   ``barrier_wait`` of rank r = (latest start among ranks) − (r's start), clipped to the
   collective's duration; ``allreduce`` = the rest of the collective (the transfer).
   Collectives are the NCCL kernels on the GPU when there are some, else the host-side
-  ``nccl:*``/``gloo:*`` annotations (gloo runs them on its own threads).
+  ``nccl:*``/``gloo:*`` annotations (gloo runs them on its own threads). Ranks on
+  different hosts have different clocks: each rank's offset is estimated from the ends
+  of its collectives (they end together) and removed first (``Anatomy.clock_offset_s``).
 
 On GPU traces it also gives, per step, the GPU busy and idle time and the comm–compute
 overlap, and per trace the temporal breakdown of Holistic Trace Analysis
@@ -117,6 +119,9 @@ class Anatomy:
     """rank → (node, GPU index), when the traces or spans said."""
     source: str = "kineto"
     job: str | None = None
+    clock_offset_s: Mapping[int, float] = field(default_factory=dict)
+    """rank → its clock's offset from the median rank's, estimated from collective ends and
+    removed before the waits are computed (traces only)."""
 
     def matrix(self, phase: str) -> np.ndarray:
         """Seconds of ``phase`` (or ``"work"``, ``"step"``) as a ranks × steps array (NaN where missing)."""
@@ -408,15 +413,41 @@ def anatomy_from_traces(traces: Sequence[KinetoTrace]) -> Anatomy:
     windows = {r: _windows(t) for r, t in by_rank.items()}
     colls = {r: _collectives(t, windows[r]) for r, t in by_rank.items()}
     steps = sorted(set.intersection(*(set(c) for c in colls.values())))
+    if not steps:
+        raise InputError("the traces share no profiled step (ProfilerStep#N): "
+                         + ", ".join(f"rank {r}: {sorted(c)}" for r, c in sorted(colls.items())))
+    offsets = _clock_offsets_us(colls, steps)
     waits: dict[int, dict[int, tuple[float, float]]] = defaultdict(dict)
     for step in steps:
-        for rank, wx in _waits({r: colls[r][step] for r in by_rank}).items():
+        shifted = {r: _Coll(colls[r][step].starts - offsets[r], colls[r][step].ends - offsets[r]) for r in by_rank}
+        for rank, wx in _waits(shifted).items():
             waits[rank][step] = wx
     rank_steps = [rs for r, t in sorted(by_rank.items())
                   for rs in _rank_steps(t, [w for w in windows[r] if w.step in steps], waits[r])]
     world = max([t.world_size or 0 for t in traces] + [len(traces)])
     return Anatomy(world_size=world, ranks=tuple(sorted(by_rank)), steps=tuple(steps),
-                   rank_steps=tuple(rank_steps), placement={r: _placement(t) for r, t in by_rank.items()})
+                   rank_steps=tuple(rank_steps), placement={r: _placement(t) for r, t in by_rank.items()},
+                   clock_offset_s={r: o / 1e6 for r, o in offsets.items()})
+
+
+def _clock_offsets_us(colls: Mapping[int, Mapping[int, _Coll]], steps: Sequence[int]) -> dict[int, float]:
+    """Each rank's clock offset (µs), from the ends of its collectives.
+
+    A blocking collective ends on every rank at about the same time (the last data
+    arrives), so the median difference between a rank's collective ends and the median
+    rank's is its clock's offset: the skew between hosts (NTP keeps it to ~ms, the
+    size of the waits we measure). On one host it comes out ~0.
+    """
+    diffs: dict[int, list[np.ndarray]] = defaultdict(list)
+    for step in steps:
+        n = min(len(c[step].ends) for c in colls.values())
+        if n == 0 or len(colls) < 2:
+            continue
+        ends = {r: c[step].ends[:n] for r, c in colls.items()}
+        ref = np.median(np.array(list(ends.values())), axis=0)
+        for r, e in ends.items():
+            diffs[r].append(e - ref)
+    return {r: float(np.median(np.concatenate(diffs[r]))) if diffs[r] else 0.0 for r in colls}
 
 
 # --- anatomy from spans ----------------------------------------------------------------------------

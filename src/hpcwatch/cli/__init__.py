@@ -30,7 +30,7 @@ def main() -> None:
     try:
         # Without standalone mode click returns a command's typer.Exit(code) instead of exiting.
         status = app(standalone_mode=False)
-        if isinstance(status, int) and status:
+        if type(status) is int and status:
             sys.exit(status)
     except HpcwatchError as err:
         print(f"hpcwatch: {err}", file=sys.stderr)

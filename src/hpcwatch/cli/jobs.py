@@ -1,3 +1,106 @@
-"""Commands of this family register here (see cli/__init__.py)."""
+"""``hpcwatch jobs`` and ``hpcwatch job ID``: the per-job efficiency report (jobstats, and more).
 
-from hpcwatch.cli.common import app  # noqa: F401
+Views only: the numbers come from ``analysis.attribution.job_reports`` over the store's samples
+and jobs.
+"""
+
+from __future__ import annotations
+
+import typer
+from rich.table import Table
+
+from hpcwatch.analysis.attribution import REPORT_METRICS, JobReport, job_reports, report_dict
+from hpcwatch.cli.common import DbOption, JsonOption, app, console, emit_json, open_store
+from hpcwatch.errors import InputError
+from hpcwatch.store import Store
+
+__all__ = ["jobs", "job"]
+
+
+def _reports(store: Store, prometheus: str | None = None) -> list[JobReport]:
+    if prometheus is None:
+        return job_reports(store.samples(list(REPORT_METRICS)), store.jobs())
+    # Jobs (user, account, allocation) from the store; samples from Prometheus, same columns.
+    from hpcwatch.promql import PrometheusBackend
+    jobs = store.jobs()
+    starts = [j.start for j in jobs if j.start is not None]
+    with PrometheusBackend(prometheus) as prom:
+        return job_reports(prom.samples(list(REPORT_METRICS), t0=min(starts) if starts else None), jobs)
+
+
+PrometheusOption = typer.Option(None, "--prometheus", help="Read samples from this Prometheus (http://host:9090) "
+                                                           "instead of the store; jobs still come from --db.")
+
+
+def _bytes(n: float | None) -> str:
+    if n is None:
+        return "-"
+    for unit in ("B", "KB", "MB", "GB", "TB", "PB"):
+        if abs(n) < 1000 or unit == "PB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1000
+    return f"{n:.1f} PB"
+
+
+def _pct(v: float | None) -> str:
+    return "-" if v is None else f"{v:.0f}%"
+
+
+@app.command()
+def jobs(
+    db: str | None = DbOption,
+    user: str | None = typer.Option(None, "--user", help="Only this user's jobs."),
+    account: str | None = typer.Option(None, "--account", help="Only this account's jobs."),
+    prometheus: str | None = PrometheusOption,
+    json_out: bool = JsonOption,
+) -> None:
+    """Every job that ran: GPU-hours, energy, GPU utilisation, IB and Lustre bytes, XID errors, idle GPUs."""
+    with open_store(db) as store:
+        reports = [r for r in _reports(store, prometheus)
+                   if (user is None or r.user == user) and (account is None or r.account == account)]
+    if json_out:
+        emit_json({"jobs": [report_dict(r) for r in reports]})
+        return
+    table = Table(title=f"{len(reports)} jobs")
+    for col in ("job", "user", "account", "state", "GPUs", "GPU-h", "kWh", "util", "HBM max", "IB", "Lustre",
+                "XID", "idle GPUs"):
+        table.add_column(col, justify="left" if col in ("job", "user", "account", "state") else "right")
+    for r in reports:
+        table.add_row(r.id, r.user or "-", r.account or "-", r.state or "-", str(r.gpus), f"{r.gpu_hours:.2f}",
+                      f"{r.energy_kwh:.2f}", _pct(r.mean_gpu_util), _bytes(r.max_fb_used_bytes),
+                      _bytes(r.ib_bytes), _bytes(r.lustre_bytes), str(r.xid_errors),
+                      f"[red]{r.idle_gpus}[/]" if r.idle_gpus else "0")
+    console.print(table)
+
+
+@app.command()
+def job(
+    job_id: str = typer.Argument(..., help="Slurm job id."),
+    db: str | None = DbOption,
+    prometheus: str | None = PrometheusOption,
+    json_out: bool = JsonOption,
+) -> None:
+    """One job's report, GPU by GPU."""
+    with open_store(db) as store:
+        if store.job(job_id) is None:
+            raise InputError(f"no job {job_id} in the store (hpcwatch jobs lists them)")
+        found = next((r for r in _reports(store, prometheus) if r.id == job_id), None)
+    if found is None:
+        raise InputError(f"job {job_id} never started: nothing to report")
+    if json_out:
+        emit_json(report_dict(found, per_gpu=True))
+        return
+    console.print(f"[bold]job {found.id}[/] {found.name or ''} — {found.user}/{found.account}, {found.state}, "
+                  f"{found.gpus} GPUs on {', '.join(found.nodes)}; {found.gpu_hours:.2f} GPU-h, "
+                  f"{found.energy_kwh:.3f} kWh, IB {_bytes(found.ib_bytes)}, Lustre read "
+                  f"{_bytes(found.lustre_read_bytes)} / write {_bytes(found.lustre_write_bytes)}, "
+                  f"{found.xid_errors} XID errors")
+    table = Table()
+    for col in ("host", "GPU", "samples", "util mean", "util max", "tensor", "HBM max", "power", "kWh", "XID", ""):
+        table.add_column(col, justify="left" if col in ("host", "") else "right")
+    for g in found.per_gpu:
+        table.add_row(g.host, g.gpu, str(g.samples), _pct(g.mean_util_pct), _pct(g.max_util_pct),
+                      "-" if g.mean_tensor_active is None else f"{g.mean_tensor_active:.2f}",
+                      _bytes(g.max_fb_used_bytes), "-" if g.mean_power_w is None else f"{g.mean_power_w:.0f} W",
+                      f"{g.energy_kwh:.3f}", str(g.xid_errors), "[red]allocated but idle[/]" if g.idle else "")
+    console.print(table)

@@ -16,8 +16,7 @@ from hpcwatch.model import load_cluster, reference_cluster
 from hpcwatch.records import Finding
 from hpcwatch.security.container_escape import AllowedShell, ContainerEscapeConfig
 from hpcwatch.security.data_poisoning import DEFAULT_DATASET_PREFIXES, DataPoisoningConfig
-from hpcwatch.security.rdma import RdmaConfig
-from hpcwatch.security.scan import ScanConfig, ScanExtras, load_paths, scan_store
+from hpcwatch.security.scan import ScanConfig, ScanExtras, load_paths, scan_store, weights_reads
 from hpcwatch.security.weights_access import WeightsConfig
 from hpcwatch.store import Store
 
@@ -64,7 +63,7 @@ def scan(
     cluster_file: Optional[Path] = typer.Option(None, "--cluster", help="Cluster model YAML (default: the reference)."),
     storage_host: list[str] = typer.Option([], "--storage-host", help="A storage server whose IB traffic is expected."),
     key_file: Optional[Path] = typer.Option(None, "--key-file", help="HMAC key the shard manifests are signed with."),
-    allow_shell: list[str] = typer.Option([], "--allow-shell", help="An expected debug shell: USER[@IMAGE_PREFIX]."),
+    allow_shell: list[str] = typer.Option([], "--allow-shell", help="An expected debug shell: USER, or USER@IMAGE_PREFIX (repeatable)."),
     owner: list[str] = typer.Option([], "--owner", help="A user allowed to read the weights."),
     dataset_prefix: list[str] = typer.Option(list(DEFAULT_DATASET_PREFIXES), "--dataset-prefix",
                                              help="A folder of training data."),
@@ -87,14 +86,17 @@ def scan(
             extras = ScanExtras(osv=loaded.osv if len(loaded.osv) else None, manifests=tuple(loaded.manifests),
                                 manifest_key=key)
         findings = scan_store(store, config=config, extras=extras)
+        reads = weights_reads(store, config=config)
         store.clear_findings()
         store.add(findings)
     if sarif:
         _write(sarif, orjson.dumps(sarif_document(findings), option=orjson.OPT_INDENT_2))
     if json_out:
-        emit_json({"findings": [finding_json(f) for f in findings]})
+        emit_json({"findings": [finding_json(f) for f in findings],
+                   "weights_reads": [dataclasses.asdict(r) for r in reads]})
         return
     _table(findings)
+    _reads_table(reads)
 
 
 def _read_key(path: Path | None) -> bytes | None:
@@ -120,9 +122,23 @@ def _table(findings: list[Finding]) -> None:
     if not findings:
         console.print("No findings.")
         return
-    table = Table(title=f"{len(findings)} findings")
-    for column in ("severity", "vector", "target", "title", "rule"):
-        table.add_column(column)
+    table = Table(title=f"{len(findings)} findings", expand=True)
+    table.add_column("severity", no_wrap=True)
+    table.add_column("rule", no_wrap=True, overflow="ellipsis", max_width=34)
+    table.add_column("target", overflow="fold", ratio=1)
+    table.add_column("title", overflow="fold", ratio=3)
     for f in findings:
-        table.add_row(f"[{_STYLE[f.severity]}]{f.severity}[/]", f.vector, f.target, f.title, f.rule)
+        table.add_row(f"[{_STYLE[f.severity]}]{f.severity}[/]", f.rule, f.target, f.title)
+    console.print(table)
+
+
+def _reads_table(reads: list) -> None:
+    if not reads:
+        return
+    table = Table(title="who touched the weights", expand=True)
+    for column in ("time (UTC s)", "host", "access", "binary", "user", "job", "path"):
+        table.add_column(column, overflow="fold")
+    for r in reads:
+        table.add_row(f"{r.t:.0f}", r.host or "?", r.access, r.binary or "?", r.user or f"uid {r.uid}",
+                      r.job or "-", r.path)
     console.print(table)

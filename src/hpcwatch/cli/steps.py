@@ -128,7 +128,7 @@ def steps_document(anatomy: Anatomy, report: StragglerReport, *, traces: list[Ki
     ranks = [{"rank": r.rank, "node": r.node, "gpu": r.gpu, "phases": dict(r.phases), "work_s": r.work_s,
               "step_s": r.step_s, "score": r.score, "individual_score": r.individual_score,
               "phase_scores": dict(r.phase_scores), "z": r.z, "outlier_steps": r.outlier_steps,
-              **gpu.get(r.rank, {})} for r in report.ranks]
+              "clock_offset_s": anatomy.clock_offset_s.get(r.rank), **gpu.get(r.rank, {})} for r in report.ranks]
     return {
         "world_size": anatomy.world_size,
         "source": anatomy.source,

@@ -1,3 +1,94 @@
-"""Commands of this family register here (see cli/__init__.py)."""
+"""``hpcwatch top``: the twin, live, as a table of GPUs (node, GPU, job, user, util, power, memory).
 
-from hpcwatch.cli.common import app  # noqa: F401
+The twin runs in a background thread (twin/live.py) writing into an in-memory store; this view
+reads the store's latest samples every refresh, as it would a real cluster's.
+"""
+
+from __future__ import annotations
+
+import time
+
+import typer
+from rich.live import Live
+from rich.table import Table
+
+from hpcwatch.cli.common import JsonOption, console, emit_json
+from hpcwatch.cli.common import app
+from hpcwatch.errors import ConfigError
+from hpcwatch.store import Store
+from hpcwatch.twin.live import LiveTwin
+from hpcwatch.twin.run import sized_reference
+
+__all__ = ["top", "latest_gpus", "MAX_ROWS"]
+
+#: Rows shown at most (a 128-node cluster has 1,024 GPUs; the busiest and the idle ones come first).
+MAX_ROWS = 48
+_METRICS = {"DCGM_FI_DEV_GPU_UTIL": "util_pct", "DCGM_FI_DEV_POWER_USAGE": "power_w",
+            "DCGM_FI_DEV_FB_USED": "fb_used_mib", "DCGM_FI_DEV_FB_FREE": "fb_free_mib",
+            "DCGM_FI_DEV_GPU_TEMP": "temp_c"}
+
+
+def latest_gpus(store: Store) -> list[dict]:
+    """The last scrape of every GPU in the store: host, gpu, job, user and the _METRICS values."""
+    rows = store.query(
+        "WITH last AS (SELECT max(t) AS t FROM samples WHERE metric = 'DCGM_FI_DEV_GPU_UTIL') "
+        "SELECT s.host, s.gpu, s.job, s.metric, s.value, j.\"user\" FROM samples s JOIN last ON s.t = last.t "
+        "LEFT JOIN jobs j ON j.id = s.job "
+        f"WHERE s.metric IN ({', '.join('?' * len(_METRICS))})", list(_METRICS))
+    gpus: dict[tuple[str, str], dict] = {}
+    for host, gpu, job, metric, value, user in rows:
+        row = gpus.setdefault((host, gpu), {"host": host, "gpu": gpu, "job": job, "user": user})
+        row[_METRICS[metric]] = value
+    return sorted(gpus.values(), key=lambda r: (r["host"] or "", int(r["gpu"]) if (r["gpu"] or "").isdigit() else 0))
+
+
+def _table(gpus: list[dict], twin_now: float, ticks: int) -> Table:
+    shown = gpus if len(gpus) <= MAX_ROWS else gpus[:MAX_ROWS]
+    title = (f"hpcwatch top — {len(gpus)} GPUs, simulated {time.strftime('%H:%M:%S', time.gmtime(twin_now))} UTC, "
+             f"tick {ticks}" + (f" (first {MAX_ROWS} shown)" if len(gpus) > MAX_ROWS else ""))
+    table = Table(title=title)
+    for col in ("node", "GPU", "job", "user", "util", "power", "memory", "temp"):
+        table.add_column(col, justify="left" if col in ("node", "job", "user") else "right")
+    for g in shown:
+        util = g.get("util_pct", 0.0)
+        style = "green" if util >= 80 else ("red" if g["job"] and util < 1 else "")
+        total = g.get("fb_used_mib", 0.0) + g.get("fb_free_mib", 0.0)
+        table.add_row(g["host"], g["gpu"], g["job"] or "-", g["user"] or "-", f"[{style}]{util:.0f}%[/]" if style
+                      else f"{util:.0f}%", f"{g.get('power_w', 0.0):.0f} W",
+                      f"{g.get('fb_used_mib', 0.0) / 1024:.1f}/{total / 1024:.0f} GiB", f"{g.get('temp_c', 0):.0f} C")
+    return table
+
+
+@app.command()
+def top(
+    duration: float = typer.Option(None, "--duration", help="Stop after this many real seconds (default: Ctrl-C)."),
+    scenario: list[str] = typer.Option([], "--scenario", help="Scenario to play (repeatable)."),
+    nodes: int = typer.Option(None, "--nodes", help="Nodes of 8 H100 SXM (default: the reference cluster's 2)."),
+    seed: int = typer.Option(0, "--seed", help="Random seed of the twin."),
+    speed: float = typer.Option(1.0, "--speed", help="Simulated seconds per real second."),
+    json_out: bool = JsonOption,
+) -> None:
+    """Run the twin and watch its GPUs live: node, GPU, job, user, utilisation, power, memory."""
+    if duration is not None and duration <= 0:
+        raise ConfigError(f"--duration must be > 0, got {duration}")
+    if speed <= 0:
+        raise ConfigError(f"--speed must be > 0, got {speed}")
+    store = Store(":memory:")
+    live = LiveTwin(store, sized_reference(nodes), seed=seed, scenarios=scenario, speed=speed)
+    deadline = None if duration is None else time.monotonic() + duration
+    live.start()
+    try:
+        if json_out:
+            while deadline is None or time.monotonic() < deadline:
+                time.sleep(0.2)
+        else:
+            with Live(_table([], live.twin.now, 0), console=console, refresh_per_second=2) as view:
+                while deadline is None or time.monotonic() < deadline:
+                    view.update(_table(latest_gpus(store), live.twin.now, live.ticks))
+                    time.sleep(0.5)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        live.stop()
+    if json_out:
+        emit_json({"now": live.twin.now, "ticks": live.ticks, "gpus": latest_gpus(store)})

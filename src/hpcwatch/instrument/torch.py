@@ -4,8 +4,8 @@ A profiler trace tells you everything about two steps; this hook tells you a lit
 about every step, cheaply enough to leave on: per rank and step, the duration of
 each phase (``load``, ``forward``, ``backward``, ``allreduce``, ``optimizer``), the
 local gradient norm *before* the reduction (a rank whose norm is far from the
-others' holds poisoned data or a flipped bit), the loss and the number of NaN/Inf
-gradient elements::
+others' holds poisoned data or a flipped bit), the loss and the number of parameters
+whose gradient holds a NaN or Inf::
 
     from hpcwatch.instrument.torch import StepRecorder
     rec = StepRecorder(job="4242", rank=dist.get_rank(), out_dir="hook/", node=host, gpu=local_rank)
@@ -23,8 +23,8 @@ gradient elements::
 On a GPU, phases are timed with CUDA events (the host only enqueues work, so
 ``perf_counter`` would time the launch, not the kernels) and read back one step
 later, so the hook never adds a synchronisation of its own; on CPU it uses
-``perf_counter``. Gradient statistics are reduced on the device and read with the
-loss in one transfer per step.
+``perf_counter``. Gradient statistics are reduced on the device and copied with the loss
+in one non-blocking transfer per step.
 
 Output: one JSON-lines file per rank (``rank-N.jsonl``), one record a line,
 ``{"kind": "span", job, rank, step, phase, start, dur, attrs}`` (a ``records.Span``)
@@ -111,6 +111,7 @@ class _Timer:
 
     def seconds(self) -> float:
         if self.e0 is not None:
+            self.e1.synchronize()                        # this event only; normally long done
             return self.e0.elapsed_time(self.e1) / 1e3   # ms → s
         return self.t1 - self.t0
 
@@ -138,8 +139,8 @@ class StepRecorder:
         try:
             yield
         finally:
-            self._pending.append((step, start_utc, self._timers, self._stats))
-            self._pending[-1][3].append(("step_time_s", time.perf_counter() - t0))
+            self._stats.append(("step_time_s", time.perf_counter() - t0))
+            self._pending.append((step, start_utc, self._timers, _Staged(self._torch, self._stats)))
             self._step = None
             self._resolve(final=self.config.device == "cpu")
 
@@ -160,16 +161,19 @@ class StepRecorder:
         self._timers.append(timer)
 
     def gradients(self, parameters: Iterable[Any]) -> None:
-        """Local gradient norm and NaN/Inf count of this rank's gradients (call before reducing them)."""
+        """Local gradient norm of this rank (call before reducing the gradients) and its NaN/Inf count.
+
+        The count is of parameters whose gradient holds a NaN or Inf: it comes free with
+        the per-parameter norms (a NaN or Inf makes a norm non-finite), where counting
+        elements would cost another pass over every gradient.
+        """
         torch = self._torch
         grads = [p.grad.detach() for p in parameters if getattr(p, "grad", None) is not None]
         if not grads:
             return
-        norms = torch._foreach_norm(grads)   # one fused kernel per dtype/device group
-        total = torch.linalg.vector_norm(torch.stack([n.float() for n in norms]))
-        self._stats.append(("grad_norm", total))
-        # A NaN or Inf anywhere makes the norm non-finite; count the elements only then.
-        self._stats.append(("grad_nonfinite", _NonFinite(grads, total)))
+        norms = torch.stack([n.float() for n in torch._foreach_norm(grads)])   # fused per dtype/device
+        self._stats.append(("grad_norm", torch.linalg.vector_norm(norms)))
+        self._stats.append(("grad_nonfinite", (~torch.isfinite(norms)).sum()))
 
     def loss(self, loss: Any) -> None:
         """The step's loss (a tensor or a float)."""
@@ -196,7 +200,7 @@ class StepRecorder:
         for step, start_utc, timers, stats in ready:
             self._emit(step, start_utc, timers, stats)
 
-    def _emit(self, step: int, start_utc: float, timers: list[_Timer], stats: list[Any]) -> None:
+    def _emit(self, step: int, start_utc: float, timers: list[_Timer], stats: "_Staged") -> None:
         cfg = self.config
         attrs = {k: v for k, v in (("node", cfg.node), ("gpu", cfg.gpu)) if v is not None}
         labels = {"job": cfg.job, "rank": str(cfg.rank), "step": str(step)}
@@ -204,7 +208,7 @@ class StepRecorder:
         out: list[Span | Sample] = [
             Span(job=cfg.job, rank=cfg.rank, step=step, phase=t.phase, start=t.start_utc, dur=t.seconds(),
                  attrs=attrs) for t in timers]
-        values = _values(stats)
+        values = stats.values()
         t_end = start_utc + values.get("step_time_s", 0.0)
         names = {"grad_norm": "train_grad_norm", "grad_nonfinite": "train_grad_nonfinite", "loss": "train_loss",
                  "step_time_s": "train_step_time_s"}
@@ -249,28 +253,35 @@ class StepRecorder:
                 self._gauges["train_phase_s"].labels(**base, phase=r.phase).set(r.dur)
 
 
-class _NonFinite:
-    """Count of NaN/Inf gradient elements, computed only when the norm says there are some."""
+class _Staged:
+    """A step's statistics on their way to the host.
 
-    __slots__ = ("grads", "norm")
+    Tensors are packed into one and copied with ``non_blocking=True`` behind an event, so
+    reading them a step later waits for that copy only, never for the whole device.
+    """
 
-    def __init__(self, grads: list[Any], norm: Any) -> None:
-        self.grads, self.norm = grads, norm
+    __slots__ = ("names", "floats", "packed", "event")
 
-    def value(self, norm: float) -> float:
-        if math.isfinite(norm):
-            return 0.0
-        return float(sum(int((~g.isfinite()).sum()) for g in self.grads))
+    def __init__(self, torch: Any, stats: list[tuple[str, Any]]) -> None:
+        tensors = [(k, v) for k, v in stats if torch.is_tensor(v)]
+        self.floats = {k: float(v) for k, v in stats if not torch.is_tensor(v)}
+        self.names = [k for k, _ in tensors]
+        self.packed, self.event = None, None
+        if tensors:
+            packed = torch.stack([v.detach().float().reshape(()) for _, v in tensors])
+            if packed.is_cuda:
+                self.packed = packed.to("cpu", non_blocking=True)
+                self.event = torch.cuda.Event()
+                self.event.record()
+            else:
+                self.packed = packed
 
-
-def _values(stats: list[Any]) -> dict[str, float]:
-    values: dict[str, float] = {}
-    for name, value in stats:
-        if isinstance(value, _NonFinite):
-            values[name] = value.value(values.get("grad_norm", float(value.norm)))
-        else:
-            values[name] = float(value)   # .item() of a tensor; the step's one transfer
-    return values
+    def values(self) -> dict[str, float]:
+        if self.event is not None:
+            self.event.synchronize()
+        out = dict(zip(self.names, self.packed.tolist())) if self.packed is not None else {}
+        out.update(self.floats)
+        return out
 
 
 def _line(record: Span | Sample) -> dict[str, Any]:

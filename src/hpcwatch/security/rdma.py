@@ -9,6 +9,8 @@ and the subnet manager's partitioning. From those alone:
     rdma.traffic_no_job           a compute node moving more than ``idle_max_bytes_per_s`` with no job on it
     rdma.traffic_disproportion    a node of a job moving ``ratio`` x more than the job's other nodes
                                   (or than the job's expected ring AllReduce rate, when given)
+    rdma.traffic_unexplained      a node whose jobs are all single-node (their collectives stay on NVLink)
+                                  moving ``ratio`` x more than those jobs' Lustre I/O (job_stats) explains
     rdma.pkey_violation           PortRcvConstraintErrors / PortXmitConstraintErrors went up: packets dropped
                                   by partition (P_Key) enforcement
     rdma.remote_access_error      a ``*remote_access_errors`` counter went up (mlx5 hw_counters: an RDMA
@@ -36,7 +38,7 @@ from hpcwatch.records import Event, Finding, Job, Sample
 from hpcwatch.security.context import JobIndex, host_of
 
 __all__ = ["RdmaConfig", "detect_rdma", "ring_allreduce_bytes", "DATA_METRICS", "CONSTRAINT_METRICS",
-           "DEFAULT_IDLE_MAX_BYTES_PER_S"]
+           "LUSTRE_METRICS", "DEFAULT_IDLE_MAX_BYTES_PER_S"]
 
 #: Data counters in bytes: perfquery (via sources.infiniband, already x4) and node-exporter.
 DATA_METRICS = {
@@ -88,9 +90,11 @@ def ring_allreduce_bytes(n_bytes: float, ranks: int) -> float:
 def detect_rdma(samples: Iterable[Sample], jobs: Iterable[Job] = (), events: Iterable[Event] = (),
                 config: RdmaConfig = RdmaConfig()) -> list[Finding]:
     index = JobIndex.of(jobs)
+    samples = list(samples)
     data, errors = _series(samples)
     rates = _host_rates(data)
     findings = _no_job(rates, index, config) + _disproportion(rates, index, config) + _counter_rises(errors)
+    findings += _unexplained(rates, index, _lustre_rates(samples), config)
     findings += [f for e in events if e.kind == "opensm_partitions" for f in _open_partitions(e)]
     return findings
 
@@ -183,6 +187,50 @@ def _disproportion(rates: dict, index: JobIndex, config: RdmaConfig) -> list[Fin
                       "intervals": len(rows), "first_t": rows[0][0], "ratio_threshold": config.ratio,
                       "reference": "expected" if job_id in config.expected_bytes_per_s else "peer median"},
             t=min(r[0] for r in rows), rule="rdma.traffic_disproportion"))
+    return findings
+
+
+#: Lustre job_stats byte counters (sources/lustre.py), labelled by ``jobid``.
+LUSTRE_METRICS = ("lustre_job_read_bytes_total", "lustre_job_write_bytes_total")
+
+
+def _lustre_rates(samples: list[Sample]) -> dict[str, float]:
+    """job id -> mean Lustre bytes/s (read + write, all targets) over the window the samples cover."""
+    series: dict[tuple, list[tuple[float, float]]] = defaultdict(list)
+    for s in samples:
+        if s.metric in LUSTRE_METRICS and s.labels.get("jobid"):
+            series[(s.labels["jobid"], s.metric, s.labels.get("target"))].append((s.t, s.value))
+    out: dict[str, float] = defaultdict(float)
+    for (job, *_), points in series.items():
+        points.sort()
+        (t0, v0), (t1, v1) = points[0], points[-1]
+        if t1 > t0 and v1 >= v0:
+            out[job] += (v1 - v0) / (t1 - t0)
+    return out
+
+
+def _unexplained(rates: dict, index: JobIndex, lustre: dict[str, float], config: RdmaConfig) -> list[Finding]:
+    findings = []
+    for host, by_t in sorted(rates.items()):
+        if config.is_storage(host):
+            continue
+        hot = []
+        for t, (rate, _) in sorted(by_t.items()):
+            jobs = index.on(host, t)
+            if not jobs or any(len(j.nodes) > 1 for j in jobs):
+                continue  # no job (another rule), or inter-node collectives expected
+            storage = sum(lustre.get(j.id, 0.0) for j in jobs)
+            if rate > config.min_job_bytes_per_s and rate > config.ratio * storage:
+                hot.append((t, rate, storage, [j.id for j in jobs]))
+        if hot:
+            peak = max(hot, key=lambda h: h[1])
+            findings.append(Finding(
+                vector="rdma_blind_spot", severity="high", target=host,
+                title=f"{host} moved {peak[1] / 1e9:.1f} GB/s over InfiniBand; its single-node jobs' Lustre I/O "
+                      f"explains {peak[2] / 1e9:.2f} GB/s",
+                evidence={"host": host, "jobs": peak[3], "peak_bytes_per_s": peak[1], "lustre_bytes_per_s": peak[2],
+                          "intervals": len(hot), "first_t": hot[0][0], "ratio_threshold": config.ratio},
+                t=hot[0][0], rule="rdma.traffic_unexplained"))
     return findings
 
 

@@ -25,16 +25,16 @@ from hpcwatch.records import SEVERITIES, Event, Finding, Job, Sample
 from hpcwatch.security.container_escape import ContainerEscapeConfig, detect_container_escape
 from hpcwatch.security.data_poisoning import DataPoisoningConfig, detect_data_poisoning, verify_manifest
 from hpcwatch.security.gradients import GradientConfig, detect_gradient_anomalies
-from hpcwatch.security.rdma import CONSTRAINT_METRICS, DATA_METRICS, RdmaConfig, detect_rdma
+from hpcwatch.security.rdma import CONSTRAINT_METRICS, DATA_METRICS, LUSTRE_METRICS, RdmaConfig, detect_rdma
 from hpcwatch.security.remanence import FB_USED, GPU_UTIL, RemanenceConfig, detect_remanence
 from hpcwatch.security.supply_chain import SupplyChainConfig, detect_supply_chain
-from hpcwatch.security.weights_access import WeightsConfig, detect_weights_access
+from hpcwatch.security.weights_access import WeightsAccess, WeightsConfig, detect_weights_access, weights_report
 from hpcwatch.sources.lines import read_text
 from hpcwatch.sources.manifest import ShardManifest
 from hpcwatch.sources.osv import OsvDatabase
 
 __all__ = ["ScanConfig", "ScanExtras", "scan_records", "scan_store", "load_paths", "sort_findings",
-           "EVENT_KINDS", "sample_metrics"]
+           "EVENT_KINDS", "sample_metrics", "weights_reads", "Loaded"]
 
 #: Event kinds the detectors read.
 EVENT_KINDS = ("pip_package", "pth_file", "falco", "tetragon", "shard_check", "opensm_partitions",
@@ -44,7 +44,7 @@ EVENT_KINDS = ("pip_package", "pth_file", "falco", "tetragon", "shard_check", "o
 def sample_metrics() -> list[str]:
     """Metric names the detectors read (plus ``*remote_access_errors*`` and ``train_grad_*``)."""
     return sorted({m for ms in DATA_METRICS.values() for m in ms} | CONSTRAINT_METRICS
-                  | {FB_USED, GPU_UTIL, "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL", "DCGM_FI_DEV_XID_ERRORS"})
+                  | set(LUSTRE_METRICS) | {FB_USED, GPU_UTIL, "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL", "DCGM_FI_DEV_XID_ERRORS"})
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -104,6 +104,11 @@ def scan_store(store, *, config: ScanConfig = ScanConfig(), extras: ScanExtras =
     samples = [Sample(metric=m, labels=orjson.loads(lab), t=t, value=v) for m, lab, t, v in rows]
     events = [e for kind in EVENT_KINDS for e in store.events(kind)]
     return scan_records(samples, events, store.jobs(), config=config, extras=extras)
+
+
+def weights_reads(store, *, config: ScanConfig = ScanConfig()) -> list[WeightsAccess]:
+    """Every access to the checkpoint folder the store's Tetragon events show, with user and job."""
+    return weights_report(store.events("tetragon"), store.jobs(), config.weights)
 
 
 # -- reading files by content ---------------------------------------------------------------------------

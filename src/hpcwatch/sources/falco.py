@@ -52,6 +52,8 @@ def parse_falco_json(lines: Iterable[str], *, path: str | os.PathLike[str] = "<f
             raise ParseError("a Falco alert needs 'rule' and 'time'", path=path, line=lineno, text=raw)
         t = parse_rfc3339(str(alert["time"]), path=path, line=lineno)
         fields = alert.get("output_fields") or {}
+        if not isinstance(fields, dict):
+            raise ParseError("output_fields is not an object", path=path, line=lineno, text=raw)
         host = alert.get("hostname") or fields.get("evt.hostname")
         yield Event(kind="falco", t=t, source=str(path), attrs={**alert, "host": host})
 

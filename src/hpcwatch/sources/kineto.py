@@ -38,13 +38,13 @@ is 0. The reader does not check that events nest or that flows pair up.
 
 from __future__ import annotations
 
-import gzip
+import zlib
 import logging
 import re
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any, Mapping
 
 import numpy as np
@@ -163,41 +163,53 @@ def _msg_bytes(args: Mapping[str, Any]) -> float:
 
 _NO_ARGS: Mapping[str, Any] = {}
 #: Size of the pieces a trace's text is decoded in (see ``_Pieces``).
-_PIECE_BYTES = 1 << 20
+_PIECE_BYTES = 1 << 18
+#: Size of the blocks a trace file is read in.
+_READ_BYTES = 1 << 16
 
 
-def _complete_events(events: list, path: str, names: _Names, offset: int) -> list[tuple]:
-    """Rows (ts, dur, cat, name, stream, pid, tid, correlation, coll, msg) of the ``X`` events.
+def _complete_events(events: list, path: str, names: _Names, offset: int) -> tuple[list[tuple], list[tuple]]:
+    """Rows (ts, dur, cat, name, stream, pid, tid, correlation, coll, msg) of the ``X`` events,
+    and (index, event) of the flow and metadata events.
 
-    The hot loop of the reader: one short-lived tuple per event, columns built from a piece at once.
+    The hot loop of the reader: one short-lived tuple per event and no function call
+    per field; values are checked when the piece becomes numpy columns (``_as_column``).
     """
-    cat_of = CAT.get
+    cat_of, ids, intern = CAT.get, names.ids, names
     rows: list[tuple] = []
+    others: list[tuple] = []
     append = rows.append
+    nan = np.nan
     for index, ev in enumerate(events):
-        if ev.get("ph") != "X":
-            continue
         try:
+            ph = ev.get("ph")
+            if ph != "X":
+                if ph == "s" or ph == "f" or ph == "M":
+                    others.append((index, ev))
+                continue
+            name = ev.get("name", "")
+            nid = ids.get(name)
+            if nid is None:
+                nid = intern(name)
             args = ev.get("args") or _NO_ARGS
-            stream = args.get("stream")
             coll = args.get("Collective name")
-            append((ev["ts"], ev.get("dur", 0.0), cat_of(ev.get("cat", ""), 0), names(ev.get("name", "")),
-                    -1 if stream is None else _int_or(stream, -1), _int_or(ev.get("pid"), -1),
-                    _int_or(ev.get("tid"), -1), _int_or(args.get("correlation", -1), -1),
-                    -1 if coll is None else names(str(coll)), _msg_bytes(args) if coll is not None else np.nan))
-        except (KeyError, TypeError, ValueError, AttributeError) as err:
+            append((ev["ts"], ev.get("dur", 0.0), cat_of(ev.get("cat", ""), 0), nid, args.get("stream", -1),
+                    ev.get("pid", -1), ev.get("tid", -1), args.get("correlation", -1),
+                    -1 if coll is None else intern(str(coll)), nan if coll is None else _msg_bytes(args)))
+        except (KeyError, TypeError, AttributeError) as err:
             raise ParseError(f"traceEvents[{offset + index}]: bad event ({type(err).__name__}: {err})", path=path,
                              text=str(ev)[:200]) from err
-    return rows
+    return rows, others
 
 
-def _flow_events(events: list, path: str, offset: int) -> tuple[dict[str, np.ndarray], str | None]:
+def _flow_events(events: list[tuple], path: str, offset: int) -> tuple[dict[str, np.ndarray], str | None]:
+    """Flow columns and the host name from (index, event) pairs."""
     flow_id: list[int] = []
     flow_ts: list[float] = []
     flow_start: list[bool] = []
     flow_cat: list[int] = []
     hostname = None
-    for index, ev in enumerate(events):
+    for index, ev in events:
         ph = ev.get("ph")
         if ph == "s" or ph == "f":
             try:
@@ -223,13 +235,24 @@ _DTYPES = (np.float64, np.float64, np.int8, np.int32, np.int32, np.int64, np.int
 _ROW_COLUMNS = ("ts_us", "dur_us", "cat", "name_id", "stream", "pid", "tid", "correlation", "coll_id", "msg_bytes")
 
 
-def _piece_columns(events: list, path: str, names: _Names, offset: int) -> dict[str, np.ndarray]:
-    rows = _complete_events(events, path, names, offset)
+# Columns whose values may be strings in some traces (Kineto writes pid "Spans", stream "N/A"):
+# those become -1 instead of failing the file.
+_LENIENT_COLUMNS = frozenset({"stream", "pid", "tid", "correlation"})
+
+
+def _as_column(name: str, values: tuple, dtype: type, path: str) -> np.ndarray:
     try:
-        cols = list(zip(*rows)) if rows else [()] * len(_ROW_COLUMNS)
-        return {name: np.asarray(col, dtype=dtype) for name, col, dtype in zip(_ROW_COLUMNS, cols, _DTYPES)}
-    except (TypeError, ValueError) as err:
-        raise ParseError(f"an event has a non-numeric ts or dur ({err})", path=path) from err
+        return np.asarray(values, dtype=dtype)
+    except (TypeError, ValueError, OverflowError) as err:
+        if name not in _LENIENT_COLUMNS:
+            raise ParseError(f"an event has a non-numeric {name} ({err})", path=path) from err
+        return np.asarray([_int_or(v, -1) for v in values], dtype=dtype)
+
+
+def _piece_columns(events: list, path: str, names: _Names, offset: int) -> tuple[dict[str, np.ndarray], list]:
+    rows, others = _complete_events(events, path, names, offset)
+    cols = list(zip(*rows)) if rows else [()] * len(_ROW_COLUMNS)
+    return {name: _as_column(name, col, dtype, path) for name, col, dtype in zip(_ROW_COLUMNS, cols, _DTYPES)}, others
 
 
 def _columns(pieces: Iterable[list], path: str) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray], list[str],
@@ -238,8 +261,9 @@ def _columns(pieces: Iterable[list], path: str) -> tuple[dict[str, np.ndarray], 
     names = _Names()
     tables, flow_parts, hostname, offset = [], [], None, 0
     for events in pieces:
-        tables.append(_piece_columns(events, path, names, offset))
-        flows, host = _flow_events(events, path, offset)
+        table, others = _piece_columns(events, path, names, offset)
+        tables.append(table)
+        flows, host = _flow_events(others, path, offset)
         flow_parts.append(flows)
         hostname = hostname or host
         offset += len(events)
@@ -286,34 +310,57 @@ class _Pieces:
     """The events of a trace's text, decoded a piece of about ``_PIECE_BYTES`` at a time.
 
     A trace decoded at once costs ~10× its size in Python objects; decoding a piece at a
-    time keeps one piece's objects alive. Pieces are cut after a ``},`` and kept only if
-    ``[piece]`` decodes: a cut inside a string or a nested value cannot decode, so every
-    kept piece is a run of whole top-level events. After iterating, ``doc`` holds the
-    rest of the document (``distributedInfo``, ``deviceProperties``…).
+    time, from text that is itself read (and un-gzipped) a block at a time, keeps only one
+    piece alive. Pieces are cut after a ``},`` and kept only if ``[piece]`` decodes: a cut
+    inside a string or a nested value cannot decode, so every kept piece is a run of whole
+    top-level events. After iterating, ``doc`` holds the rest of the document
+    (``distributedInfo``, ``deviceProperties``…).
     """
 
-    def __init__(self, raw: bytes) -> None:
-        self.raw = raw
+    def __init__(self, blocks: Iterator[bytes]) -> None:
+        self.blocks = blocks
         self.doc: dict[str, Any] = {}
+        self.buf = b""
+        self.done = False
 
-    def __iter__(self) -> Iterator[list]:
-        raw = self.raw
-        key = raw.find(b'"traceEvents"')
-        open_at = raw.find(b"[", key) if key >= 0 else -1
-        head = _decode_or_none(raw[:open_at + 1] + b"]}") if open_at >= 0 else None
+    def _more(self) -> bool:
+        block = next(self.blocks, None)
+        if block is None:
+            self.done = True
+            return False
+        self.buf += block
+        return True
+
+    def _head(self) -> dict[str, Any]:
+        while True:
+            key = self.buf.find(b'"traceEvents"')
+            open_at = self.buf.find(b"[", key) if key >= 0 else -1
+            if open_at >= 0:
+                break
+            if not self._more():
+                raise _NotSplittable
+        head = _decode_or_none(self.buf[:open_at + 1] + b"]}")
         if not isinstance(head, dict):
             raise _NotSplittable
-        pos = open_at + 1
-        while (cut := raw.find(b"},", pos + _PIECE_BYTES)) >= 0:
-            piece = _decode_or_none(b"[" + raw[pos:cut + 1] + b"]")
-            while piece is None and cut >= 0:
-                cut = raw.find(b"},", cut + 2)
-                piece = _decode_or_none(b"[" + raw[pos:cut + 1] + b"]") if cut >= 0 else None
+        self.buf = self.buf[open_at + 1:]
+        return head
+
+    def __iter__(self) -> Iterator[list]:
+        head = self._head()
+        search = _PIECE_BYTES
+        while True:
+            cut = self.buf.find(b"},", search)
+            if cut < 0:
+                if self.done or not self._more():
+                    break
+                continue
+            piece = _decode_or_none(b"[" + self.buf[:cut + 1] + b"]")
             if piece is None:
-                break
+                search = cut + 2
+                continue
             yield piece
-            pos = cut + 2
-        tail = _decode_or_none(b'{"traceEvents": [' + raw[pos:])
+            self.buf, search = self.buf[cut + 2:], _PIECE_BYTES
+        tail = _decode_or_none(b'{"traceEvents": [' + self.buf)
         if not isinstance(tail, dict) or not isinstance(tail.get("traceEvents"), list):
             raise _NotSplittable
         yield tail.pop("traceEvents")
@@ -329,15 +376,14 @@ def _decode_or_none(text: bytes) -> Any:
         return None
 
 
-def _decode(data: bytes | str, path: str) -> tuple[Mapping[str, Any], tuple]:
-    """(document without its events, columns of the events)."""
-    raw = data.encode() if isinstance(data, str) else data
-    pieces = _Pieces(raw)
+def _decode(blocks: Callable[[], Iterator[bytes]], path: str) -> tuple[Mapping[str, Any], tuple]:
+    """(document without its events, columns of the events) of the text ``blocks()`` yields."""
+    pieces = _Pieces(blocks())
     try:
         columns = _columns(pieces, path)
         return pieces.doc, columns
     except _NotSplittable:
-        doc = _load(raw, path)   # not splittable: decode it whole (and say where it is broken)
+        doc = _load(b"".join(blocks()), path)   # decode it whole (and say where it is broken)
         return doc, _columns([doc["traceEvents"]], path)
 
 
@@ -347,9 +393,14 @@ def parse_kineto(data: bytes | str | Mapping[str, Any], *, path: str | Path = "<
     if isinstance(data, Mapping):
         if not isinstance(data.get("traceEvents"), list):
             raise ParseError("not a Chrome trace: no traceEvents list", path=path)
-        doc, (events, flows, names, hostname) = data, _columns([data["traceEvents"]], path)
-    else:
-        doc, (events, flows, names, hostname) = _decode(data, path)
+        return _trace(path, data, _columns([data["traceEvents"]], path))
+    raw = data.encode() if isinstance(data, str) else data
+    return _trace(path, *_decode(lambda: iter((raw,)), path))
+
+
+def _trace(path: str | Path, doc: Mapping[str, Any], columns: tuple) -> KinetoTrace:
+    path = str(path)
+    events, flows, names, hostname = columns
     rank, world, rank_from = _rank(doc, path)
     info = doc.get("distributedInfo") if isinstance(doc.get("distributedInfo"), Mapping) else {}
     devices = tuple(str(d.get("name", "")) for d in doc.get("deviceProperties") or () if isinstance(d, Mapping))
@@ -362,12 +413,35 @@ def parse_kineto(data: bytes | str | Mapping[str, Any], *, path: str | Path = "<
 
 
 def read_kineto(path: str | Path) -> KinetoTrace:
-    """Read ``path`` (``.json`` or ``.json.gz``) as one rank's trace."""
+    """Read ``path`` (``.json`` or ``.json.gz``, by content) as one rank's trace, a block at a time."""
     path = Path(path)
     try:
-        raw = path.read_bytes()
-        if raw[:2] == b"\x1f\x8b":
-            raw = gzip.decompress(raw)
-    except (OSError, EOFError, gzip.BadGzipFile) as err:
+        with open(path, "rb") as fh:
+            gzipped = fh.read(2) == b"\x1f\x8b"
+    except OSError as err:
         raise ParseError(f"cannot read trace: {err}", path=path) from err
-    return parse_kineto(raw, path=path)
+    blocks = (lambda: _gunzip_blocks(path)) if gzipped else (lambda: _file_blocks(path))
+    return _trace(path, *_decode(blocks, str(path)))
+
+
+def _file_blocks(path: Path) -> Iterator[bytes]:
+    try:
+        with open(path, "rb") as fh:
+            while block := fh.read(_READ_BYTES):
+                yield block
+    except OSError as err:
+        raise ParseError(f"cannot read trace: {err}", path=path) from err
+
+
+def _gunzip_blocks(path: Path) -> Iterator[bytes]:
+    inflate = zlib.decompressobj(16 + zlib.MAX_WBITS)   # gzip header and trailer
+    try:
+        for block in _file_blocks(path):
+            if out := inflate.decompress(block):
+                yield out
+            if inflate.eof:
+                break
+    except zlib.error as err:
+        raise ParseError(f"cannot read trace: not valid gzip ({err})", path=path) from err
+    if not inflate.eof:
+        raise ParseError("cannot read trace: the gzip stream is truncated", path=path)

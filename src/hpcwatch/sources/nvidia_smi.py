@@ -35,6 +35,7 @@ import csv
 import os
 import re
 import xml.etree.ElementTree as ET
+from xml.parsers import expat
 from collections.abc import Iterator, Sequence
 from datetime import datetime, timezone
 
@@ -104,7 +105,33 @@ def _smi_time(text: str, fmt: str, utc_offset_s: float, *, path, line: int | Non
 # -- XML -------------------------------------------------------------------------------------
 
 
-def _gpu_xml(gpu: ET.Element, index: int, common: dict[str, str], t: float, *, path) -> Iterator[Sample | Event]:
+def _xml_tree(text: str, *, path) -> tuple[ET.Element, dict[ET.Element, int]]:
+    """The document, and the line each element starts on (for error messages)."""
+    parser = expat.ParserCreate()
+    builder = ET.TreeBuilder()
+    lines: dict[ET.Element, int] = {}
+
+    def start(tag: str, attrs: dict[str, str]) -> None:
+        lines[builder.start(tag, attrs)] = parser.CurrentLineNumber
+
+    parser.StartElementHandler = start
+    parser.EndElementHandler = builder.end
+    parser.CharacterDataHandler = builder.data
+    try:
+        parser.Parse(text, True)
+        return builder.close(), lines
+    except expat.ExpatError as err:
+        raise ParseError(f"not XML: {expat.ErrorString(err.code)}", path=path, line=err.lineno) from err
+    except (ValueError, AssertionError) as err:  # an empty document or an encoding expat refuses
+        raise ParseError(f"not XML: {err or 'no element'}", path=path, line=1) from err
+
+
+def _line(lines: dict[ET.Element, int], element: ET.Element | None) -> int | None:
+    return None if element is None else lines.get(element)
+
+
+def _gpu_xml(gpu: ET.Element, index: int, common: dict[str, str], t: float, lines: dict[ET.Element, int], *,
+             path) -> Iterator[Sample | Event]:
     labels = {"gpu": str(index), **common}
     for key, tag in (("UUID", "uuid"), ("modelName", "product_name")):
         if (value := (gpu.findtext(tag) or "").strip()):
@@ -115,41 +142,43 @@ def _gpu_xml(gpu: ET.Element, index: int, common: dict[str, str], t: float, *, p
     for where, field in _XML_FIELDS:
         if field in seen or (node := gpu.find(where)) is None:
             continue
-        value = _reading(node.text, where, path=path, line=None)
+        value = _reading(node.text, where, path=path, line=_line(lines, node))
         if value is not None:
             seen.add(field)
             yield Sample(metric=field, labels=labels, t=t, value=value)
     for proc in gpu.iterfind("processes/process_info"):
-        used = _reading(proc.findtext("used_memory"), "used_memory", path=path, line=None)
-        attrs = {"host": common.get("Hostname"), "gpu": str(index), "uuid": labels.get("UUID"),
-                 "pid": int(_reading(proc.findtext("pid"), "pid", path=path, line=None) or 0),
-                 "type": (proc.findtext("type") or "").strip(),
-                 "process_name": (proc.findtext("process_name") or "").strip(),
-                 "used_memory_bytes": None if used is None else int(used * _MIB_BYTES)}
-        yield Event(kind="gpu_process", t=t, source="nvidia-smi", attrs=attrs)
+        yield _process_event(proc, labels, t, lines, path=path)
+
+
+def _process_event(proc: ET.Element, labels: dict[str, str], t: float, lines: dict[ET.Element, int], *,
+                   path) -> Event:
+    def reading(tag: str) -> float | None:
+        return _reading(proc.findtext(tag), tag, path=path, line=_line(lines, proc.find(tag)))
+
+    used, pid = reading("used_memory"), reading("pid")
+    attrs = {"host": labels.get("Hostname"), "gpu": labels["gpu"], "uuid": labels.get("UUID"),
+             "pid": None if pid is None else int(pid), "type": (proc.findtext("type") or "").strip(),
+             "process_name": (proc.findtext("process_name") or "").strip(),
+             "used_memory_bytes": None if used is None else int(used * _MIB_BYTES)}
+    return Event(kind="gpu_process", t=t, source="nvidia-smi", attrs=attrs)
 
 
 def parse_nvidia_smi_xml(text: str, *, path: str | os.PathLike[str] = "<input>", hostname: str | None = None,
                          t: float | None = None, utc_offset_s: float = 0.0) -> Iterator[Sample | Event]:
     """DCGM-named samples and ``gpu_process`` events of ``nvidia-smi -q -x``; ``t`` overrides its <timestamp>."""
-    try:
-        root = ET.fromstring(text)
-    except ET.ParseError as err:
-        raise ParseError(f"not XML: {err}", path=path, line=err.position[0]) from err
-    except ValueError as err:  # e.g. an encoding declaration expat refuses on a str
-        raise ParseError(f"not XML: {err}", path=path, line=1) from err
+    root, lines = _xml_tree(text, path=path)
     if root.tag != "nvidia_smi_log":
-        raise ParseError(f"not an nvidia-smi log (root <{root.tag}>)", path=path, line=1)
+        raise ParseError(f"not an nvidia-smi log (root <{root.tag}>)", path=path, line=_line(lines, root))
     if t is None:
-        stamp = root.findtext("timestamp")
-        if not stamp:
-            raise ParseError("no <timestamp> and no time given", path=path)
-        t = _smi_time(stamp, "%a %b %d %H:%M:%S %Y", utc_offset_s, path=path, line=None)
+        stamp = root.find("timestamp")
+        if stamp is None or not (stamp.text or "").strip():
+            raise ParseError("no <timestamp> and no time given", path=path, line=_line(lines, root))
+        t = _smi_time(stamp.text or "", "%a %b %d %H:%M:%S %Y", utc_offset_s, path=path, line=_line(lines, stamp))
     common = {"Hostname": hostname} if hostname else {}
     if (driver := (root.findtext("driver_version") or "").strip()):
         common["DCGM_FI_DRIVER_VERSION"] = driver
     for index, gpu in enumerate(root.iterfind("gpu")):
-        yield from _gpu_xml(gpu, index, common, t, path=path)
+        yield from _gpu_xml(gpu, index, common, t, lines, path=path)
 
 
 def read_nvidia_smi_xml(path: str | os.PathLike[str], *, hostname: str | None = None,

@@ -123,16 +123,20 @@ def parse_osv_entry(data: bytes | str, *, path: str = "<osv>") -> Iterator[OsvEn
         raise ParseError(f"not JSON: {err}", path=path) from err
     if not isinstance(doc, dict) or not isinstance(doc.get("id"), str):
         raise ParseError("not an OSV record (no id)", path=path, line=1)
-    for affected in doc.get("affected") or []:
-        pkg = affected.get("package") or {}
+    affected_list = doc.get("affected") or []
+    if not isinstance(affected_list, list) or not all(isinstance(a, dict) for a in affected_list):
+        raise ParseError("'affected' is not a list of objects", path=path, line=1)
+    for affected in affected_list:
+        pkg = affected.get("package") if isinstance(affected.get("package"), dict) else {}
         if pkg.get("ecosystem") != ECOSYSTEM or not pkg.get("name"):
             continue
         ranges = tuple(
             OsvRange(type=r.get("type", ""),
                      events=tuple((k, str(val)) for ev in r.get("events", []) for k, val in ev.items()
                                   if k in ("introduced", "fixed", "last_affected")))
-            for r in affected.get("ranges") or [])
-        yield OsvEntry(id=doc["id"], summary=doc.get("summary") or doc.get("details", "")[:200],
+            for r in affected.get("ranges") or [] if isinstance(r, dict)
+            and all(isinstance(ev, dict) for ev in r.get("events", [])))
+        yield OsvEntry(id=doc["id"], summary=str(doc.get("summary") or doc.get("details") or "")[:200],
                        aliases=tuple(doc.get("aliases") or ()), package=normalize_name(pkg["name"]),
                        versions=tuple(str(v) for v in affected.get("versions") or ()), ranges=ranges,
                        source=path)

@@ -33,6 +33,8 @@ _NAME = r"[A-Za-z0-9][A-Za-z0-9._-]*"
 _PINNED = re.compile(rf"^(?P<name>{_NAME})(?:\[[^\]]*\])?\s*===?\s*(?P<version>[^\s;#]+)")
 _URL = re.compile(rf"^(?P<name>{_NAME})(?:\[[^\]]*\])?\s*@\s*(?P<url>\S+)")
 _EDITABLE = re.compile(r"^(?:-e|--editable)\s+(?P<url>\S+)")
+_GENERIC_STEMS = frozenset({"pip-list", "pip-freeze", "freeze", "requirements", "requirements-frozen",
+                            "packages", "constraints"})
 _EGG = re.compile(r"[#&]egg=(?P<name>[A-Za-z0-9._-]+)")
 
 
@@ -80,8 +82,15 @@ def parse_pip_freeze(lines: Iterable[str], *, path: str | os.PathLike[str] = "<p
 
 
 def read_pip_list(path: str | os.PathLike[str], *, image: str | None = None) -> Iterator[Event]:
-    """Events of a saved ``pip list --format=json`` or ``pip freeze`` file; the image defaults to the file stem."""
-    yield from parse_pip_list(read_text(path), path=path, image=image or Path(path).stem, t=file_time(path))
+    """Events of a saved ``pip list --format=json`` or ``pip freeze`` file.
+
+    The image defaults to the file stem (``pytorch-24.05.json``), or to the folder's name when the
+    stem only says what the file is (``pip-list.json``, ``requirements.txt``).
+    """
+    p = Path(path)
+    generic = p.stem.lower().replace("_", "-") in _GENERIC_STEMS
+    yield from parse_pip_list(read_text(p), path=p, image=image or (p.parent.name if generic else p.stem),
+                              t=file_time(p))
 
 
 def read_site_packages(root: str | os.PathLike[str], *, image: str | None = None) -> Iterator[Event]:

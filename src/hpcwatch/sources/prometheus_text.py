@@ -6,10 +6,11 @@ Two ways in, one grammar:
   the reference path and the one that finds the line of an error.
 - ``parse_prometheus_columns(text, path=, t=)`` returns a ``pyarrow.Table`` with
   the store's ``SAMPLE_SCHEMA`` (metric, t, value, host, gpu, job, labels JSON)
-  without building a Python object per sample: one regular-expression pass over
-  the whole text, and each distinct label string parsed once (dcgm-exporter
-  repeats the same ``{gpu=..,UUID=..,Hostname=..}`` on every metric of a GPU).
-  Any line the fast pass cannot account for sends the text through the
+  without building a Python object per sample: the text is cut by byte offsets
+  (numpy) into a zero-copy Arrow string array, names and values are checked and
+  converted by Arrow kernels, and each distinct label string is parsed once
+  (dcgm-exporter repeats the same ``{gpu=..,UUID=..,Hostname=..}`` on every
+  metric of a GPU). Text the fast path does not take whole goes through the
   reference path, so both accept and reject exactly the same inputs.
 
 Samples keep the metric name exactly as exposed (a counter ``foo`` stays ``foo``,
@@ -35,10 +36,11 @@ import os
 import re
 import time
 from collections.abc import Iterator
-from itertools import compress
 
+import numpy as np
 import orjson
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from hpcwatch.errors import ParseError
 from hpcwatch.records import Sample
@@ -147,18 +149,108 @@ def read_prometheus_text(path: str | os.PathLike[str], *, t: float | None = None
 
 
 # -- the columnar fast path ------------------------------------------------------------------
+#
+# The text is cut into pieces by byte offsets computed with numpy, and the pieces become one
+# zero-copy Arrow string array over the text's bytes. Each sample line gives six pieces:
+#
+#     DCGM_FI_DEV_GPU_UTIL{gpu="0",UUID="GPU-..",Hostname="node1"} 97\n# HELP ...\n
+#     [name               ][{][inner                             ][} ][v][gap (newline, comments)]
+#
+# (a line without labels: name, "", "", " ", value, gap). Only lines of exactly these shapes, with
+# names and values matching the strict patterns below, are taken; anything else (timestamps, tabs,
+# leading blanks, "1_000", "nan") sends the whole text to the reference path, which then accepts
+# or rejects it line by line.
 
-# Every line of the text, one match each: blank, "#..." or a sample (name, labels, rest of the line);
-# a line that is none of these leaves the match count short of the line count. The fast path then
-# takes only rests that are " value" (one space, one token); anything else (tabs, timestamps, extra
-# blanks) goes to the reference path.
-_ANY_LINE_RE = re.compile(rf"^(?:#.*|({_NAME})(?:\{{(.*)\}}|(?=[ \t]))([^{{}}\n]*))?$", re.MULTILINE)
+_NAME_FULL = rf"^{_NAME}$"
+# Values both Python's float() (the reference) and Arrow's cast read, and read alike.
+_PLAIN_VALUE = r"^[+-]?(?:[0-9]+\.?[0-9]*(?:[eE][+-]?[0-9]+)?|\.[0-9]+(?:[eE][+-]?[0-9]+)?|Inf)$|^NaN$"
 # HELP/TYPE comments, found by their "#" (a "#" inside a label value may match too: checking it
 # can only send the text to the reference path, never accept a bad one).
 _HELP_TYPE_RE = re.compile(r"#[ \t]*((?:HELP|TYPE)[ \t][^\n]*)")
 # Label strings without escapes, the usual case, read with one findall.
 _PLAIN_LABELS_RE = re.compile(r'(?:[a-zA-Z_][a-zA-Z0-9_]*="[^"\\]*",)*(?:[a-zA-Z_][a-zA-Z0-9_]*="[^"\\]*",?)?\Z')
 _PLAIN_LABEL_RE = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="([^"\\]*)"')
+_NL, _HASH, _SPACE, _OPEN, _CLOSE = (ord(c) for c in "\n# {}")
+
+
+class _NotPlain(Exception):
+    """The text is not in the plain shape the fast path takes; the reference path will read it."""
+
+
+def _lines(data: bytes, buf: np.ndarray) -> tuple[pa.Array, np.ndarray, np.ndarray]:
+    """Every line (with its newline) as one zero-copy string array, and its start and end offsets."""
+    newlines = np.flatnonzero(buf == _NL)
+    bounds = np.concatenate(([0], newlines + 1))
+    if bounds[-1] != len(buf):
+        bounds = np.append(bounds, len(buf))
+    width = np.int32 if len(buf) < 2**31 - 1 else np.int64
+    kind = pa.string() if width is np.int32 else pa.large_string()
+    lines = pa.Array.from_buffers(kind, len(bounds) - 1, [None, pa.py_buffer(bounds.astype(width)),
+                                                         pa.py_buffer(data)])
+    return lines, bounds[:-1], bounds[1:]
+
+
+def _piece_offsets(data: bytes, *, path: str | os.PathLike[str]) -> np.ndarray:
+    """Offsets cutting ``data`` into [gap] + 6 pieces per sample line (see the diagram above)."""
+    buf = np.frombuffer(data, np.uint8)
+    lines, starts, stops = _lines(data, buf)
+    ends = stops - (buf[stops - 1] == _NL) if len(stops) else stops  # before the newline
+    sample = (ends > starts) & (buf[np.minimum(starts, len(buf) - 1)] != _HASH)
+    _check_comments(lines.filter(pa.array((ends > starts) & ~sample)), path=path)
+    if not sample.any():
+        raise _NotPlain("no sample line")
+    raw = lines.filter(pa.array(sample))
+    raw = raw.cast(pa.binary() if raw.type == pa.string() else pa.large_binary())
+    starts, stops, ends = starts[sample], stops[sample], ends[sample]
+    opens = pc.find_substring(raw, b"{").to_numpy(zero_copy_only=False)
+    first_blank = starts + pc.find_substring(raw, b" ").to_numpy(zero_copy_only=False)
+    # The last blank: its index from the end of the reversed line (newline included).
+    last_blank = stops - 1 - pc.find_substring(pc.binary_reverse(raw), b" ").to_numpy(zero_copy_only=False)
+    if (last_blank >= stops).any():
+        raise _NotPlain("a line without a blank")
+    labelled = opens >= 0
+    o, c = starts + opens, last_blank - 1
+    if labelled.any() and not ((c[labelled] > o[labelled]) & (buf[c[labelled]] == _CLOSE)).all():
+        raise _NotPlain("labels not closed by '} '")
+    if not (labelled | (first_blank == last_blank)).all():
+        raise _NotPlain("more than one blank in a line without labels")
+    cuts = np.column_stack([starts, np.where(labelled, o, first_blank), np.where(labelled, o + 1, first_blank),
+                            np.where(labelled, c, first_blank), last_blank + 1, ends]).ravel()
+    return np.concatenate(([0], cuts, [len(buf)]))
+
+
+def _check_comments(comments: pa.Array, *, path: str | os.PathLike[str]) -> None:
+    """HELP/TYPE lines, each distinct one checked once."""
+    for line in pc.unique(comments).to_pylist():
+        _check_comment(line.rstrip("\n")[1:], path=path, line=None)
+
+
+def _fast_table(text: str, now: float, *, path: str | os.PathLike[str]) -> pa.Table:
+    if "\r" in text or "\t" in text:
+        raise _NotPlain("tabs or carriage returns")
+    data = text.encode()
+    offsets = _piece_offsets(data, path=path)
+    width = np.int32 if len(data) < 2**31 - 1 else np.int64
+    kind = pa.string() if width is np.int32 else pa.large_string()
+    pieces = pa.Array.from_buffers(kind, len(offsets) - 1, [None, pa.py_buffer(offsets.astype(width)),
+                                                          pa.py_buffer(data)])
+    n = (len(offsets) - 2) // 6
+    names, inners, values = (pieces.slice(1 + k).take(pa.array(np.arange(n) * 6)) for k in (0, 2, 4))
+    if not (pc.all(pc.match_substring_regex(names, _NAME_FULL)).as_py()
+            and pc.all(pc.match_substring_regex(values, _PLAIN_VALUE)).as_py()):
+        raise _NotPlain("a name or a value outside the plain patterns")
+    encoded = inners.cast(pa.string()).dictionary_encode()
+    hosts, gpus, jobs, blobs = _label_columns(encoded.dictionary.to_pylist(), path=path)
+    index = encoded.indices
+    return pa.table({
+        "metric": names.cast(pa.string()),
+        "t": pa.repeat(pa.scalar(now, pa.float64()), n),
+        "value": pc.cast(values, pa.float64()),
+        "host": pa.array(hosts, pa.string()).take(index),
+        "gpu": pa.array(gpus, pa.string()).take(index),
+        "job": pa.array(jobs, pa.string()).take(index),
+        "labels": pa.array(blobs, pa.string()).take(index),
+    }, schema=SAMPLE_SCHEMA)
 
 
 def _label_columns(uniq: list[str], *, path: str | os.PathLike[str]) -> tuple[list, list, list, list]:
@@ -179,46 +271,10 @@ def parse_prometheus_columns(text: str, *, path: str | os.PathLike[str] = "<inpu
     ``Store.add_sample_table``. Same grammar, results and errors as ``parse_prometheus_text``."""
     now = time.time() if t is None else float(t)
     try:
-        if "\r" in text or "\t" in text:
-            raise ValueError("tabs or carriage returns: leave them to the reference path")
-        matches = _ANY_LINE_RE.findall(text)
-        if len(matches) != text.count("\n") + 1:
-            raise ValueError("a line is neither blank, a comment nor a sample")
-        for body in set(_HELP_TYPE_RE.findall(text)):
-            _check_comment(body, path=path, line=None)
-        return _table_from_matches(matches, now, path=path)
-    except (ValueError, ParseError):
-        # Let the reference path find the line and say what is wrong with it.
+        return _fast_table(text, now, path=path)
+    except (_NotPlain, ParseError, pa.ArrowInvalid):
+        # Let the reference path judge each line and say what is wrong with it.
         return _columns_from_samples(parse_prometheus_text(text, path=path, t=now))
-
-
-def _table_from_matches(matches: list[tuple[str, str, str]], now: float, *, path: str | os.PathLike[str]) -> pa.Table:
-    is_sample, inners, rests = zip(*matches)
-    names = list(compress(is_sample, is_sample))
-    if not names:
-        return SAMPLE_SCHEMA.empty_table()
-    inners = list(compress(inners, is_sample))
-    # Every rest must be " value": then the n rests joined by newlines split back into n values, none
-    # holding a blank. Anything else (a timestamp, two blanks, none) leaves the reference path to judge.
-    joined = "\n".join(compress(rests, is_sample))
-    values = joined[1:].split("\n ")
-    if (not joined.startswith(" ") or len(values) != len(names) or "_" in joined
-            or " " in "".join(values)):
-        raise ValueError("not the plain 'name{labels} value' shape")
-    floats = list(map(float, values))
-    encoded = pa.array(inners, pa.string()).dictionary_encode()
-    hosts, gpus, jobs, blobs = _label_columns(encoded.dictionary.to_pylist(), path=path)
-    index = encoded.indices
-    n = len(names)
-    return pa.table({
-        "metric": pa.array(names, pa.string()),
-        "t": pa.repeat(pa.scalar(now, pa.float64()), n),
-        "value": pa.array(floats, pa.float64()),
-        "host": pa.array(hosts, pa.string()).take(index),
-        "gpu": pa.array(gpus, pa.string()).take(index),
-        "job": pa.array(jobs, pa.string()).take(index),
-        "labels": pa.array(blobs, pa.string()).take(index),
-    }, schema=SAMPLE_SCHEMA)
 
 
 def _columns_from_samples(samples: Iterator[Sample]) -> pa.Table:

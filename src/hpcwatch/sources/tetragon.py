@@ -52,14 +52,14 @@ def parse_tetragon_json(lines: Iterable[str], *, path: str | os.PathLike[str] = 
         kind = next((k for k in _KEPT if k in doc), None)
         if kind is None:
             continue
-        if "time" not in doc:
-            raise ParseError("a Tetragon event needs 'time'", path=path, line=lineno, text=raw)
+        if "time" not in doc or not isinstance(doc[kind], dict):
+            raise ParseError(f"a Tetragon event needs 'time' and a {kind} object", path=path, line=lineno, text=raw)
         t = parse_rfc3339(str(doc["time"]), path=path, line=lineno)
         yield Event(kind="tetragon", t=t, source=str(path), attrs=_flatten(kind, doc[kind], doc))
 
 
 def _flatten(kind: str, body: dict[str, Any], doc: dict[str, Any]) -> dict[str, Any]:
-    process = body.get("process") or {}
+    process = _obj(body.get("process"))
     attrs: dict[str, Any] = {
         "type": kind,
         "host": doc.get("node_name"),
@@ -67,16 +67,21 @@ def _flatten(kind: str, body: dict[str, Any], doc: dict[str, Any]) -> dict[str, 
         "arguments": process.get("arguments"),
         "pid": process.get("pid"),
         "uid": process.get("uid"),
-        "user": (process.get("user") or {}).get("name"),
+        "user": _obj(process.get("user")).get("name"),
         "cwd": process.get("cwd"),
-        "parent_binary": (body.get("parent") or {}).get("binary"),
+        "parent_binary": _obj(body.get("parent")).get("binary"),
         "pod": process.get("pod"),
     }
     if kind == "process_kprobe":
-        args = body.get("args") or []
+        args = [a for a in body.get("args") or [] if isinstance(a, dict)] if isinstance(body.get("args"), list) else []
         attrs.update(function_name=body.get("function_name"), policy_name=body.get("policy_name"),
                      action=body.get("action"), path=_first_path(args), mask=_first_int(args))
     return attrs
+
+
+def _obj(value: Any) -> dict[str, Any]:
+    """A nested object, or an empty one when the field is missing or not an object (lenient)."""
+    return value if isinstance(value, dict) else {}
 
 
 def _first_path(args: list[dict[str, Any]]) -> str | None:

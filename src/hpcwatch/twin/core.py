@@ -339,7 +339,9 @@ class Twin:
                          np.minimum(SM_CLOCK_IDLE_MHZ, self._sm_max))
         f[:, _F["DCGM_FI_DEV_SM_CLOCK"]] = clock
         target = TEMP_AMBIENT_C + TEMP_C_PER_W * power
-        self._temp = target + (self._temp - target) * np.exp(-dt / TEMP_TAU_S) + 0.3 * z[4]
+        # At t0 the GPUs have been at their load for a while: start at the steady temperature.
+        lag = np.exp(-dt / TEMP_TAU_S) if dt > 0 else 0.0
+        self._temp = target + (self._temp - target) * lag + 0.3 * z[4]
         f[:, _F["DCGM_FI_DEV_GPU_TEMP"]] = np.round(self._temp)
         f[:, _F["DCGM_FI_DEV_XID_ERRORS"]] = 0.0
         self._apply_gpu_hooks()

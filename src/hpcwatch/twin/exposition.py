@@ -43,7 +43,7 @@ DCGM_HELP: dict[str, tuple[str, str]] = {
     "DCGM_FI_DEV_FB_USED": ("gauge", "Framebuffer memory used (in MiB)."),
     "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE": ("gauge", "Ratio of cycles the tensor (HMMA) pipe is active."),
 }
-_FLOAT_FIELDS = {"DCGM_FI_DEV_POWER_USAGE", "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE"}
+_FLOAT_FIELDS = frozenset({"DCGM_FI_DEV_POWER_USAGE", "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE"})
 
 #: node-exporter infiniband metrics: name -> (type, help, perfquery counter, multiplier). Sorted by name, as
 #: node-exporter writes them. Data counters are 4-byte words in perfquery, octets in node-exporter.
@@ -109,11 +109,19 @@ def _esc(text: str) -> str:
     return text.replace("%", "%%")
 
 
-def _dcgm_template(label_sets: tuple[str, ...]) -> str:
+def _float_fields(twin: Twin) -> frozenset[str]:
+    """Fields written as floats: power and tensor activity, and the SM clock when the catalog does not know
+    the GPU's clock (it is NaN then, and "%d" cannot write NaN)."""
+    if np.isnan(twin.fields[:, DCGM_FIELDS.index("DCGM_FI_DEV_SM_CLOCK")]).any():
+        return _FLOAT_FIELDS | {"DCGM_FI_DEV_SM_CLOCK"}
+    return _FLOAT_FIELDS
+
+
+def _dcgm_template(label_sets: tuple[str, ...], float_fields: frozenset[str] = _FLOAT_FIELDS) -> str:
     out = []
     for name in DCGM_FIELDS:
         kind, help_text = DCGM_HELP[name]
-        spec = "%r" if name in _FLOAT_FIELDS else "%d"
+        spec = "%r" if name in float_fields else "%d"
         out.append(_esc(f"# HELP {name} {help_text}\n# TYPE {name} {kind}\n"))
         out.extend(_esc(f"{name}{{{labels}}} ") + spec + _TS + "\n" for labels in label_sets)
     return "".join(out)
@@ -135,10 +143,11 @@ def dcgm_text(twin: Twin, node: str, *, jobs_by_gpu: dict[int, str] | None = Non
     flat = twin.gpus_of_node(node)
     if jobs_by_gpu is not None:
         label_sets = tuple(_label_text(labels) for labels in twin.labels_by_gpu(node, jobs_by_gpu=jobs_by_gpu))
-        template = _dcgm_template(label_sets)
+        template = _dcgm_template(label_sets, _float_fields(twin))
     else:
         template = _dcgm_node_template(twin, node, flat)
-    return template % _with_stamp(_gpu_values(twin.fields[flat][None])[0], _stamp_of(twin, timestamp))
+    values = _gpu_values(twin.fields[flat][None], _float_fields(twin))[0]
+    return template % _with_stamp(values, _stamp_of(twin, timestamp))
 
 
 def _dcgm_node_template(twin: Twin, node: str, flat: list[int]) -> str:
@@ -148,7 +157,7 @@ def _dcgm_node_template(twin: Twin, node: str, flat: list[int]) -> str:
     template = cache.get(key)
     if template is None:
         cache.pop(cache.get(("dcgm-key", node)), None)  # the node's previous placement is not coming back
-        template = cache[key] = _dcgm_template(tuple(twin.dcgm_label_text(g) for g in flat))
+        template = cache[key] = _dcgm_template(tuple(twin.dcgm_label_text(g) for g in flat), _float_fields(twin))
         cache[("dcgm-key", node)] = key
     return template
 
@@ -163,7 +172,7 @@ def scrape_all(twin: Twin, *, timestamp: bool = True, target_labels: bool = True
                    node_exporter_text(twin, node, timestamp=timestamp, target_labels=target_labels))
         return
     n, g, h = len(twin.node_names), per_node_gpus.pop(), per_node_ports.pop()
-    gpu_values = _gpu_values(twin.fields.reshape(n, g, -1))
+    gpu_values = _gpu_values(twin.fields.reshape(n, g, -1), _float_fields(twin))
     first = twin.node_names[0]
     ib_template, columns = _ib_node_template(twin, first, target_labels)
     ib_values = _ib_matrix(twin.ib, columns).reshape(n, h, -1).transpose(0, 2, 1).reshape(n, -1).tolist()
@@ -174,13 +183,13 @@ def scrape_all(twin: Twin, *, timestamp: bool = True, target_labels: bool = True
         yield node, dcgm, ib
 
 
-def _gpu_values(fields: np.ndarray) -> list[list]:
+def _gpu_values(fields: np.ndarray, float_fields: frozenset[str]) -> list[list]:
     """Rows of (nodes, gpus, fields) as per-node lists, field-major: Python ints for integer fields
     (formatting an int is cheaper than a float through %d), floats for the float fields."""
     by_field = fields.transpose(0, 2, 1)
-    ints = by_field.astype(np.int64).tolist()
+    ints = np.nan_to_num(by_field).astype(np.int64).tolist()
     for k, name in enumerate(DCGM_FIELDS):
-        if name in _FLOAT_FIELDS:
+        if name in float_fields:
             floats = by_field[:, k, :].tolist()
             for node_values, row in zip(ints, floats):
                 node_values[k] = row

@@ -469,9 +469,17 @@ class Xid79(Scenario):
         onset = self._onset.started_at
         if onset is None or not t0 <= onset + SCENARIO_ONSET_S < t1:
             return []
-        return [Event(kind="xid", t=onset + SCENARIO_ONSET_S, source="kernel", attrs={
+        t = onset + SCENARIO_ONSET_S
+        out = [Event(kind="xid", t=t, source="kernel", attrs={
             "node": self.target_node, "gpu": self.target_gpu, "xid": 79,
             "message": "NVRM: Xid (PCI:0000:5d:00): 79, pid=0, GPU has fallen off the bus."})]
+        # A synchronous job on that GPU dies with it: the goodput accounting sees the interruption.
+        job = getattr(twin, "training_job", None)
+        if job is not None and self.target_node in getattr(job, "gpus_by_node", {}):
+            out.append(Event(kind="failure", t=t, source="twin.failures",
+                             attrs={"job": job.id, "cause": "faulty_gpu", "node": self.target_node,
+                                    "gpu": self.target_gpu, "xid": 79}))
+        return out
 
 
 @register

@@ -101,6 +101,7 @@ class TwinEndpoints:
     _threads: list[threading.Thread] = field(default_factory=list)
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _stop: threading.Event = field(default_factory=threading.Event)
+    _last_error: dict[str, str] = field(default_factory=dict)
 
     @property
     def targets(self) -> dict[str, str]:
@@ -209,7 +210,10 @@ class _Handler(BaseHTTPRequestHandler):
         try:
             return fn(self.node)
         except Exception as err:  # a scrape must answer, even when the twin or the reader fails
-            self.log_error("%s: %s: %s", self.node, type(err).__name__, err)
+            message = f"{self.node}: {type(err).__name__}: {err}"
+            if self.endpoints._last_error.get(self.node) != message:   # once, not once per scrape
+                self.endpoints._last_error[self.node] = message
+                self.log_error("%s", message)
             return None
 
     def log_message(self, format: str, *args: object) -> None:  # noqa: A002 (http.server's name)

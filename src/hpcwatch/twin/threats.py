@@ -442,11 +442,11 @@ class _ThreatScenario(Scenario):
         self._planted = False
         self._carry: dict[tuple[str, int], float] = {}
 
-    def _world(self) -> World:
+    def _world(self, t0: float | None = None) -> World:
         twin = self._twin
         fixture = fixture_world()
         train = next(iter(twin.jobs), None) or fixture.train
-        return World(t0=twin.now, train=train, ended=fixture.ended, nodes=tuple(twin.node_names))
+        return World(t0=twin.now if t0 is None else t0, train=train, ended=fixture.ended, nodes=tuple(twin.node_names))
 
     def events(self, *, twin: Any, t0: float, t1: float) -> Iterable[Event]:
         if self._planted:
@@ -457,7 +457,7 @@ class _ThreatScenario(Scenario):
         return [Event(kind=e.kind, t=e.t + shift, source=e.source, attrs=e.attrs) for e in plant.events]
 
     def extra_files(self, *, twin: Any, out: Path, t0: float, t1: float) -> None:
-        plant = _PLANTS[self.vector](self._world(), self.attack)
+        plant = _PLANTS[self.vector](self._world(t0), self.attack)
         for rel, data in plant.files.items():
             if not rel.startswith(("node-exporter/", "dcgm/")):  # the twin writes its own scrapes
                 _write(out / "threats" / self.name, rel, data)

@@ -182,19 +182,20 @@ class Scheduler:
         main = self._new_job(_TEMPLATES[0], t0 - 7300.0, n_nodes=train_nodes, gpus_per_node=train_gpus,
                              duration_s=7 * 86400.0)
         self._place(main, t0 - 7200.0, [n.name for n in nodes[:train_nodes]])
-        # Everything else already running started at a random time before t0; users take turns so the
-        # small reference cluster shows every kind of job.
+        # Everything else already running started at a random time before t0. Users take turns, one GPU
+        # each at first, so the small reference cluster shows the idle notebook, an RL job and a fine-tune,
+        # and the last GPU of the last node stays free (a free GPU is part of any real picture).
+        rotation = (_TEMPLATES[3], _TEMPLATES[2], _TEMPLATES[1], _TEMPLATES[4])
         for k in range(10 * len(nodes)):
-            template = _TEMPLATES[1 + k % (len(_TEMPLATES) - 1)]
-            job = self._new_job(template, t0)
-            if self._fit(job) is None:
+            job = self._new_job(rotation[k % len(rotation)], t0)
+            if k < len(rotation) or self._fit(job) is None:
                 job.gpus_per_node = 1
             elapsed = float(self.rng.uniform(0.05, 0.7)) * job.duration_s
             job.submit = round(t0 - elapsed - float(self.rng.uniform(5, 300)))
             if not self._try_start(job, round(t0 - elapsed)):
                 self.jobs.remove(job)
                 self._next_id -= 1
-            if self._free_gpus() <= max(0, len(nodes) // 8):
+            if self._free_gpus() <= max(1, len(nodes) // 8):
                 break
         # One job too big for what is free waits in the queue, as on any busy cluster.
         self._new_job(_TEMPLATES[1], t0 - 120.0, n_nodes=1, gpus_per_node=per_node, duration_s=3600.0)

@@ -36,6 +36,8 @@ __all__ = ["LiveView", "Collector", "COLLECTORS", "GPU_FIELDS", "RECENT_S", "DEF
 RECENT_S = 60.0
 #: Latest values are searched this far back.
 LATEST_WINDOW_S = 30.0
+#: Counter rates use the last two samples found this far back (collectors scrape every 1-15 s).
+RATE_WINDOW_S = 20.0
 DEFAULT_MIN_INTERVAL_S = 0.5
 MIB = 1024**2
 
@@ -57,24 +59,27 @@ class Collector:
     """How to tell, from the store, that a collector's data is arriving."""
 
     id: str
-    metric_like: tuple[str, ...] = ()
-    """SQL LIKE patterns on sample metric names."""
-    event_sources: tuple[str, ...] = ()
-    event_kinds_like: tuple[str, ...] = ()
+    metric_prefixes: tuple[str, ...] = ()
+    """Metric name prefixes, up to the first underscore (``DCGM`` for ``DCGM_FI_DEV_GPU_UTIL``)."""
+    event_kinds: tuple[str, ...] = ()
+    """Event kinds as the readers name them (``falco``, ``tetragon``, ``job_start``)."""
     spans: bool = False
     jobs: bool = False
+    weights_reads: bool = False
+    """Tetragon file hooks on a path under the model's weights directory (security/weights_access.py)."""
 
 
 COLLECTORS: tuple[Collector, ...] = (
-    Collector(id="slurm_exporter", metric_like=("slurm\\_%",), event_sources=("slurm",), jobs=True),
-    Collector(id="dcgm_exporter", metric_like=("DCGM\\_%",)),
-    Collector(id="node_host", metric_like=("node\\_%",), event_sources=("falco", "tetragon")),
-    Collector(id="torch_nccl", metric_like=("train\\_%", "nccl\\_%"), event_sources=("nccl", "pytorch"),
-              spans=True),
-    Collector(id="ib_tools", metric_like=("ib\\_%",), event_sources=("ibstat",)),
-    Collector(id="lustre_metrics", metric_like=("lustre\\_%",)),
-    Collector(id="ebpf_weights", event_kinds_like=("%checkpoint%", "weights%"), event_sources=("ebpf",)),
+    Collector(id="slurm_exporter", metric_prefixes=("slurm",), event_kinds=("job_start", "job_end"), jobs=True),
+    Collector(id="dcgm_exporter", metric_prefixes=("DCGM",), event_kinds=("xid",)),
+    Collector(id="node_host", metric_prefixes=("node",), event_kinds=("falco", "tetragon")),
+    Collector(id="torch_nccl", metric_prefixes=("train", "nccl"), event_kinds=("nccl_test",), spans=True),
+    Collector(id="ib_tools", metric_prefixes=("ib",), event_kinds=("ib_write_bw",)),
+    Collector(id="lustre_metrics", metric_prefixes=("lustre",)),
+    Collector(id="ebpf_weights", weights_reads=True),
 )
+#: Tetragon hooks that reveal a file access (same list as hpcwatch.security.weights_access).
+WEIGHT_HOOKS = ("security_file_permission", "security_mmap_file", "security_file_open")
 
 
 class LiveView:
@@ -164,7 +169,7 @@ class LiveView:
             f"SELECT a.metric, a.g, sum(greatest(a.value - b.value, 0) / (a.t - b.t)) FROM r a JOIN r b "
             f"ON a.metric = b.metric AND a.labels = b.labels AND a.g IS NOT DISTINCT FROM b.g "
             f"WHERE a.rn = 1 AND b.rn = 2 AND a.t > b.t GROUP BY a.metric, a.g",
-            [*metrics, now - LATEST_WINDOW_S])
+            [*metrics, now - RATE_WINDOW_S])
         return [(m, g, float(v)) for m, g, v in rows if g is not None]
 
     def _nodes(self, now: float) -> dict[str, dict[str, float]]:
@@ -214,31 +219,38 @@ class LiveView:
         return {"job": job, "step": step, "step_time_s": (t1 - t0) if t0 is not None else None}
 
     def _collectors(self, now: float | None) -> dict[str, dict[str, Any]]:
-        return {c.id: self._collector(c, now) for c in COLLECTORS}
-
-    def _collector(self, c: Collector, now: float | None) -> dict[str, Any]:
+        """One grouped scan per table, then each collector sums the groups it owns."""
         since = (now if now is not None else time.time()) - RECENT_S
-        count, last = 0, None
-        if c.metric_like:
-            like = " OR ".join("metric LIKE ? ESCAPE '\\'" for _ in c.metric_like)
-            (n, t), = self.store.query(f"SELECT count(*), max(t) FROM samples WHERE t >= ? AND ({like})",
-                                       [since, *c.metric_like])
-            count, last = count + n, _later(last, t)
-        if c.event_sources or c.event_kinds_like:
-            conds = [f"source IN ({', '.join('?' * len(c.event_sources))})"] if c.event_sources else []
-            conds += ["kind LIKE ?"] * len(c.event_kinds_like)
-            (n, t), = self.store.query(f"SELECT count(*), max(t) FROM events WHERE t >= ? AND ({' OR '.join(conds)})",
-                                       [since, *c.event_sources, *c.event_kinds_like])
-            count, last = count + n, _later(last, t)
-        if c.spans:
-            skip = f" AND job NOT IN ({', '.join('?' * len(self.exclude_jobs))})" if self.exclude_jobs else ""
-            (n, t), = self.store.query(f"SELECT count(*), max(start + dur) FROM spans WHERE start >= ?{skip}",
-                                       [since, *self.exclude_jobs])
-            count, last = count + n, _later(last, t)
-        if c.jobs:
-            (n,), = self.store.query("SELECT count(*) FROM jobs WHERE \"end\" IS NULL")
-            count += n
-        return {"arriving": count > 0, "count": count, "last_t": last}
+        by_prefix = {p: (n, t) for p, n, t in self.store.query(
+            "SELECT split_part(metric, '_', 1), count(*), max(t) FROM samples WHERE t >= ? GROUP BY 1", [since])}
+        events = {k: (n, t) for k, n, t in self.store.query(
+            "SELECT kind, count(*), max(t) FROM events WHERE t >= ? GROUP BY 1", [since])}
+        weights = self.store.query(
+            f"SELECT count(*), max(t) FROM events WHERE t >= ? AND kind = 'tetragon' "
+            f"AND json_extract_string(attrs, '$.function_name') IN ({', '.join('?' * len(WEIGHT_HOOKS))}) "
+            f"AND starts_with(json_extract_string(attrs, '$.path'), ?)",
+            [since, *WEIGHT_HOOKS, self.cluster.weights.path.rstrip("/") + "/"])[0]
+        skip = f" AND job NOT IN ({', '.join('?' * len(self.exclude_jobs))})" if self.exclude_jobs else ""
+        (span_n, span_t), = self.store.query(f"SELECT count(*), max(start + dur) FROM spans WHERE start >= ?{skip}",
+                                             [since, *self.exclude_jobs])
+        (live_jobs,), = self.store.query('SELECT count(*) FROM jobs WHERE "end" IS NULL')
+        out = {}
+        for c in COLLECTORS:
+            count, last = 0, None
+            for prefix in c.metric_prefixes:
+                n, t = by_prefix.get(prefix, (0, None))
+                count, last = count + n, _later(last, t)
+            for kind in c.event_kinds:
+                n, t = events.get(kind, (0, None))
+                count, last = count + n, _later(last, t)
+            if c.weights_reads:
+                count, last = count + weights[0], _later(last, weights[1])
+            if c.spans:
+                count, last = count + span_n, _later(last, span_t)
+            if c.jobs:
+                count += live_jobs
+            out[c.id] = {"arriving": count > 0, "count": count, "last_t": last}
+        return out
 
     def _vectors(self) -> dict[str, dict[str, Any]]:
         rows = self.store.query("SELECT vector, count(*), max(t), arg_max(title, t), arg_max(severity, t), "

@@ -266,4 +266,4 @@ initSimulator(document.getElementById("sim"));
 bindGuide(player);
 if (state.snapshot) applySnapshot(state.snapshot);
 connect();
-window.hpcwatch = { openCard, closeCard, setView, setReading, player, state };
+window.hpcwatch = { openCard, closeCard, setView, setReading, applySnapshot, player, state };

@@ -1,0 +1,102 @@
+"""Overhead of the training-loop hook (instrument/torch.py) on a CPU training step.
+
+Runs the same loop (an MLP of ~4.2M parameters, batch 256, SGD) with and without the
+recorder, steps interleaved so machine noise hits both alike, and reports the median
+step time of each, plus the hook's own cost measured directly (the time spent inside
+its calls), with and without the gradient statistics.
+
+    .venv/bin/python benchmarks/bench_hook_overhead.py [--steps 40]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import tempfile
+import time
+
+import torch
+import torch.nn.functional as F
+
+from hpcwatch.instrument.torch import StepRecorder
+
+
+def _model() -> torch.nn.Module:
+    layers = []
+    for _ in range(16):
+        layers += [torch.nn.Linear(512, 512), torch.nn.ReLU()]
+    return torch.nn.Sequential(*layers, torch.nn.Linear(512, 10))
+
+
+def _plain_step(model, opt, x, y) -> None:
+    loss = F.cross_entropy(model(x), y)
+    loss.backward()
+    opt.step()
+    opt.zero_grad()
+
+
+def _hooked_step(rec: StepRecorder, step: int, model, opt, x, y, *, grads: bool) -> None:
+    with rec.step(step):
+        with rec.phase("forward"):
+            loss = F.cross_entropy(model(x), y)
+        with rec.phase("backward"):
+            loss.backward()
+        if grads:
+            rec.gradients(model.parameters())
+        with rec.phase("optimizer"):
+            opt.step()
+            opt.zero_grad()
+        rec.loss(loss)
+
+
+def _hook_cost_s(rec: StepRecorder, model, step: int, *, grads: bool) -> float:
+    """Time inside the hook's own calls for one step whose work is already done (grads present)."""
+    t0 = time.perf_counter()
+    with rec.step(step):
+        for phase in ("forward", "backward", "optimizer"):
+            with rec.phase(phase):
+                pass
+        if grads:
+            rec.gradients(model.parameters())
+        rec.loss(torch.tensor(1.0))
+    return time.perf_counter() - t0
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--steps", type=int, default=40)
+    args = parser.parse_args()
+    torch.manual_seed(0)
+    torch.set_num_threads(1)
+    model = _model()
+    opt = torch.optim.SGD(model.parameters(), lr=1e-3)
+    x, y = torch.randn(256, 512), torch.randint(0, 10, (256,))
+    params = sum(p.numel() for p in model.parameters())
+    with tempfile.TemporaryDirectory() as tmp:
+        rec = StepRecorder(job="bench", rank=0, out_dir=tmp, keep=False)
+        plain, hooked = [], []
+        for step in range(args.steps):
+            t0 = time.perf_counter()
+            _plain_step(model, opt, x, y)
+            t1 = time.perf_counter()
+            _hooked_step(rec, step, model, opt, x, y, grads=True)
+            t2 = time.perf_counter()
+            if step >= 3:                       # warm-up
+                plain.append(t1 - t0)
+                hooked.append(t2 - t1)
+        loss = F.cross_entropy(model(x), y)
+        loss.backward()                         # gradients present for the direct cost
+        cost_grads = statistics.median(_hook_cost_s(rec, model, 10_000 + i, grads=True) for i in range(30))
+        cost_phases = statistics.median(_hook_cost_s(rec, model, 20_000 + i, grads=False) for i in range(30))
+        rec.close()
+    step_s = statistics.median(plain)
+    print(f"model {params / 1e6:.1f}M parameters, batch 256, CPU, 1 thread, {len(plain)} steps each")
+    print(f"median step: plain {step_s * 1e3:.2f} ms, with hook {statistics.median(hooked) * 1e3:.2f} ms "
+          f"({100 * (statistics.median(hooked) / step_s - 1):+.2f} %, includes machine noise)")
+    print(f"hook's own cost per step: phases + loss + write {cost_phases * 1e6:.0f} µs "
+          f"({100 * cost_phases / step_s:.2f} % of the step); with gradient norm/NaN count {cost_grads * 1e6:.0f} µs "
+          f"({100 * cost_grads / step_s:.2f} %)")
+
+
+if __name__ == "__main__":
+    main()

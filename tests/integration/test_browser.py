@@ -1,0 +1,281 @@
+"""The page in a real Chromium (Debian's /usr/bin/chromium via Playwright) against a real server.
+
+The server is ``hpcwatch demo`` itself (twin + in-memory store + uvicorn), started
+on a free loopback port by a fixture and stopped by its PID. Screenshots of each
+mode are kept in tests/integration/artifacts/ (git-ignored); timings (first paint,
+update cost at 128 GPUs) are written to artifacts/timings.json and printed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from hpcwatch.web.i18n import load_catalogue
+
+pytestmark = pytest.mark.integration
+
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
+                 "--no-first-run", "--disable-sync"]
+ARTIFACTS = Path(__file__).parent / "artifacts"
+VIEWPORT = {"width": 1440, "height": 1000}
+TIMINGS: dict[str, float] = {}
+
+if not Path(CHROMIUM).exists():
+    pytest.skip("Debian chromium is not installed", allow_module_level=True)
+playwright_api = pytest.importorskip("playwright.sync_api")
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _start_demo(*extra: str) -> tuple[subprocess.Popen, str]:
+    port = _free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "hpcwatch", "demo", "--no-browser", "--port", str(port),
+                             "--duration", "600", *extra], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    url = f"http://127.0.0.1:{port}/"
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"hpcwatch demo exited: {proc.stderr.read().decode()[-2000:]}")
+        try:
+            urllib.request.urlopen(url + "healthz", timeout=1)
+            return proc, url
+        except OSError:
+            time.sleep(0.2)
+    proc.kill()
+    raise RuntimeError("hpcwatch demo did not answer within 60 s")
+
+
+def _stop(proc: subprocess.Popen) -> None:
+    proc.send_signal(signal.SIGINT)
+    try:
+        proc.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
+@pytest.fixture(scope="module")
+def server():
+    proc, url = _start_demo()
+    yield url
+    _stop(proc)
+
+
+@pytest.fixture(scope="module")
+def browser():
+    ARTIFACTS.mkdir(exist_ok=True)
+    with playwright_api.sync_playwright() as pw:
+        chromium = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        yield chromium
+        chromium.close()
+    if TIMINGS:
+        (ARTIFACTS / "timings.json").write_text(json.dumps(TIMINGS, indent=2))
+        print("\nweb timings:", json.dumps(TIMINGS))
+
+
+@pytest.fixture
+def page(browser, server):
+    context = browser.new_context(viewport=VIEWPORT, locale="en-US")
+    pg = context.new_page()
+    errors: list[str] = []
+    pg.on("pageerror", lambda err: errors.append(str(err)))
+    pg.on("console", lambda msg: errors.append(msg.text) if msg.type == "error" else None)
+    pg.goto(server)
+    _wait_ticks(pg, 1)
+    yield pg
+    context.close()
+    assert not errors, errors
+
+
+def _ticks(pg) -> int:
+    return int(pg.evaluate("Number(document.body.dataset.ticks || 0)"))
+
+
+def _wait_ticks(pg, n: int) -> None:
+    """Wait until n more SSE ticks have been applied (the boot snapshot counts as tick 1)."""
+    target = _ticks(pg) + n
+    pg.wait_for_function(f"Number(document.body.dataset.ticks || 0) >= {target}", timeout=20_000)
+
+
+def _shot(pg, name: str, **kw) -> None:
+    pg.screenshot(path=str(ARTIFACTS / f"{name}.png"), **kw)
+
+
+def test_keyboard_opens_gpu2_card_with_live_values_that_change(page):
+    for _ in range(80):
+        page.keyboard.press("Tab")
+        if page.evaluate("document.activeElement.dataset?.gpu") == "node1/2":
+            break
+    else:
+        pytest.fail("Tab never reached GPU node1/2")
+    page.keyboard.press("Enter")
+    assert "node1/2" in page.locator("#card-title").inner_text()
+    power = page.locator("#card [data-value='power_w']")
+    first = power.inner_text()
+    assert first.endswith(" W") and first != "—"
+    for _ in range(6):                     # the twin's power moves every tick; allow a few identical ones
+        _wait_ticks(page, 1)
+        if power.inner_text() != first:
+            break
+    assert power.inner_text() != first
+    assert page.locator("#card [data-value='user']").inner_text() not in ("", "—")
+    _shot(page, "1-engineer-gpu-card")
+    page.keyboard.press("Escape")
+    assert page.locator("#card").get_attribute("data-open") is None
+    assert page.evaluate("document.activeElement.dataset?.gpu") == "node1/2"   # focus returns
+
+
+def test_node_card_lists_its_gpus_and_ib(page):
+    page.locator("[data-el='node:node1']").focus()
+    page.keyboard.press(" ")
+    live = page.locator("#card-live")
+    assert live.locator("tbody tr").count() == 8
+    assert "GB/s" in live.locator("[data-value='ib_tx']").inner_text() or "MB/s" in live.inner_text()
+
+
+def test_observer_mode_shows_collectors_with_arrival_state(page):
+    page.click("[data-view='observer']")
+    _wait_ticks(page, 1)
+    dcgm = page.locator("[data-collector='dcgm_exporter']")
+    assert dcgm.is_visible() and dcgm.get_attribute("data-arriving") == "true"
+    assert dcgm.locator(".collector-state").text_content() == "✓"
+    _shot(page, "2-observer")
+
+
+def test_threats_mode_opens_vector3_and_lights_nothing_without_findings(page):
+    page.click("[data-view='threats']")
+    vector = page.locator("g[data-vector='rdma_blind_spot']")
+    vector.focus()
+    page.keyboard.press("Enter")
+    assert "RDMA" in page.locator("#card-title").inner_text()
+    assert page.locator("#card-text, #card .card-text").inner_text().count("perfquery") >= 1
+    live = page.evaluate("Object.values(window.hpcwatch.state.snapshot.vectors).filter(v => v.findings > 0).length")
+    lit = page.locator("g[data-vector][data-live='true']").count()
+    assert lit == live          # a vector lights up only with a finding in the store
+    _shot(page, "3-threats-vector3")
+
+
+def test_decider_mode_rewrites_cards_and_shows_passerelles(page):
+    page.click("[data-reading='decider']")
+    page.click("[data-el='weights']")
+    text = page.locator("#card").inner_text()
+    assert "Value" in text and "Ownership" in text and "What it is" not in text
+    assert page.locator("#passerelles").is_visible()
+    assert page.locator("[data-passerelle]").count() == 4
+    _shot(page, "4-decider-weights", full_page=True)
+
+
+def test_step_with_straggler_others_wait_the_stragglers_extra_time(page):
+    page.click("[data-source='straggler']")
+    page.wait_for_function("document.getElementById('player').dataset.state === 'ready'")
+    page.click("#play")
+    page.wait_for_function("document.getElementById('player').dataset.state === 'done'", timeout=20_000)
+    page.click("#player details:nth-of-type(2) summary")
+    cells = page.eval_on_selector_all("#step-table td[data-phase]",
+                                      "tds => tds.map(td => [Number(td.dataset.rank), td.dataset.phase, "
+                                      "Number(td.dataset.ms)])")
+    table: dict[int, dict[str, float]] = {}
+    for rank, phase, ms in cells:
+        table.setdefault(rank, {})[phase] = ms
+    slowest = max(table, key=lambda r: table[r]["backward"])
+    others = [r for r in table if r != slowest]
+    typical_backward = statistics.median(table[r]["backward"] for r in others)
+    extra = table[slowest]["backward"] - typical_backward
+    assert extra > 5          # the straggler really is slower (twice a ~20 ms backward)
+    for r in others:
+        assert table[r]["barrier_wait"] == pytest.approx(extra, rel=0.05), (r, table[r], extra)
+    assert table[slowest]["barrier_wait"] == pytest.approx(0, abs=0.05)
+    _shot(page, "5-step-player-straggler", full_page=False, clip=page.locator("#player").bounding_box())
+
+
+def test_simulator_computes_on_the_server(page):
+    page.click("#sim-form button[type=submit]")
+    cell = page.locator("#sim-table td[data-gpus='1024']")
+    cell.wait_for(timeout=20_000)
+    efficiency = float(cell.get_attribute("data-efficiency"))
+    assert 0 < efficiency < 1
+    assert cell.inner_text().endswith("%")
+    page.wait_for_selector("#sim-plot .main-svg", timeout=20_000)
+    page.locator("#sim").scroll_into_view_if_needed()
+    _shot(page, "6-simulator", clip=page.locator("#sim").bounding_box())
+
+
+def test_switching_to_french_leaves_no_english(page):
+    page.click("a[data-lang='fr']")
+    page.wait_for_load_state()
+    _wait_ticks(page, 1)
+    assert page.evaluate("document.documentElement.lang") == "fr"
+    page.click("[data-gpu='node1/2']")
+    page.click("[data-source='straggler']")
+    page.wait_for_function("document.getElementById('player').dataset.state === 'ready'")
+    text = page.locator("body").inner_text()
+    en, fr = load_catalogue("en").words, load_catalogue("fr").words
+    english = [v for k, v in en.items() if v != fr[k] and len(v) > 3 and "{" not in v]
+    left = [v for v in english if v in text]
+    assert not left, left[:10]
+    assert "Rétropropagation" in text
+    _shot(page, "7-french")
+
+
+def test_first_paint_and_update_cost_with_128_gpus(browser):
+    proc, url = _start_demo("--nodes", "16")
+    try:
+        context = browser.new_context(viewport=VIEWPORT)
+        pg = context.new_page()
+        started = time.perf_counter()
+        pg.goto(url)
+        load_s = time.perf_counter() - started
+        fcp = pg.evaluate("performance.getEntriesByType('paint').find(e => e.name === 'first-contentful-paint')"
+                          "?.startTime ?? null")
+        _wait_ticks(pg, 2)
+        assert pg.locator("[data-gpu]").count() == 128
+        cost = pg.evaluate("""() => {
+            const snap = window.hpcwatch.state.snapshot, runs = [];
+            for (let i = 0; i < 20; i++) { const t = performance.now(); window.hpcwatch.applySnapshot(snap);
+                                           runs.push(performance.now() - t); }
+            runs.sort((a, b) => a - b); return runs[10]; }""")
+        wide = pg.evaluate("[document.getElementById('schematic-wrap').scrollWidth,"
+                           " document.getElementById('schematic-wrap').clientWidth]")
+        assert wide[0] > wide[1]         # 16 nodes do not fit: the schematic pans
+        wrap = pg.locator("#schematic-wrap").bounding_box()
+        pg.mouse.move(wrap["x"] + 900, wrap["y"] + 300)
+        pg.mouse.down()
+        pg.mouse.move(wrap["x"] + 300, wrap["y"] + 300, steps=6)
+        pg.mouse.up()
+        assert pg.evaluate("document.getElementById('schematic-wrap').scrollLeft") > 300
+        query_ms = pg.evaluate("window.hpcwatch.state.snapshot.query_ms")
+        html_bytes = len(pg.content().encode())
+        _shot(pg, "8-sixteen-nodes")
+        context.close()
+        # One more page load of the small reference cluster for comparison.
+        TIMINGS.update({"gpus": 128, "first_contentful_paint_ms": fcp, "page_load_s": round(load_s, 3),
+                        "apply_snapshot_ms_median": round(cost, 2), "server_snapshot_query_ms": query_ms,
+                        "html_bytes": html_bytes})
+        assert fcp is not None and fcp < 5000
+        assert cost < 100
+    finally:
+        _stop(proc)
+
+
+def test_first_paint_reference_cluster(page):
+    fcp = page.evaluate("performance.getEntriesByType('paint').find(e => e.name === 'first-contentful-paint')"
+                        "?.startTime ?? null")
+    TIMINGS["reference_first_contentful_paint_ms"] = fcp
+    _shot(page, "0-engineer")
+    assert fcp is not None and fcp < 5000

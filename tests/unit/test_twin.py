@@ -1,0 +1,215 @@
+"""The twin: real formats, physically plausible and consistent values, determinism, scenario hooks, live."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import numpy as np
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from hpcwatch.model import reference_cluster
+from hpcwatch.records import Event
+from hpcwatch.sources.infiniband import parse_perfquery
+from hpcwatch.sources.lustre import parse_job_stats
+from hpcwatch.sources.slurm import parse_squeue_json
+from hpcwatch.store import Store
+from hpcwatch.twin import Twin
+from hpcwatch.twin.core import DCGM_FIELDS, IB_COUNTERS
+from hpcwatch.twin.live import LiveTwin
+from hpcwatch.twin.run import sized_reference
+from hpcwatch.twin.scenarios import Scenario, register
+
+DCGM_LABELS = {"gpu", "UUID", "pci_bus_id", "device", "modelName", "Hostname", "DCGM_FI_DRIVER_VERSION"}
+F = {name: i for i, name in enumerate(DCGM_FIELDS)}
+
+
+@pytest.fixture(scope="module")
+def hour_run() -> dict[str, np.ndarray]:
+    """One simulated hour of the reference cluster at 10 s: the fields and IB counters at every tick."""
+    twin = Twin(reference_cluster(), seed=11)
+    fields, ib, busy = [twin.fields.copy()], [twin.ib.copy()], [twin._label_job.copy() >= 0]
+    for _ in range(360):
+        twin.advance(10.0)
+        fields.append(twin.fields.copy())
+        ib.append(twin.ib.copy())
+        busy.append(twin._label_job.copy() >= 0)
+    return {"fields": np.array(fields), "ib": np.array(ib), "busy": np.array(busy), "twin": twin}
+
+
+def test_dcgm_scrape_parses_with_the_reference_parser_and_carries_dcgm_exporter_labels() -> None:
+    twin = Twin(reference_cluster(), seed=1)
+    twin.advance(10.0)
+    families = {f.name: f for f in text_string_to_metric_families(twin.dcgm_text("node1"))}
+    # prometheus_client strips the _total-less counter name as is; every field is there with dcgm-exporter's type.
+    assert {"DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_DEV_FB_USED", "DCGM_FI_DEV_POWER_USAGE", "DCGM_FI_DEV_GPU_TEMP",
+            "DCGM_FI_DEV_SM_CLOCK", "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE", "DCGM_FI_DEV_XID_ERRORS"} <= set(families)
+    assert families["DCGM_FI_DEV_GPU_UTIL"].documentation == "GPU utilization (in %)."
+    assert families["DCGM_FI_DEV_POWER_USAGE"].documentation == "Power draw (in W)."
+    energy = next(f for name, f in families.items() if name.startswith("DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION"))
+    assert energy.type == "counter"
+    samples = families["DCGM_FI_DEV_GPU_UTIL"].samples
+    assert len(samples) == 8
+    for s in samples:
+        assert DCGM_LABELS <= set(s.labels) <= DCGM_LABELS | {"hpc_job"}
+        assert s.labels["modelName"] == "NVIDIA H100 80GB HBM3" and s.labels["Hostname"] == "node1"
+    assert samples[2].labels["hpc_job"] == twin.job_of("node1", 2) == twin.training_job.id
+
+
+def test_jobs_by_gpu_overrides_the_hpc_job_label_like_a_mapping_dir() -> None:
+    twin = Twin(reference_cluster(), seed=1)
+    text = twin.dcgm_text("node2", jobs_by_gpu={0: "77", 3: "78,79"})
+    util = [s for f in text_string_to_metric_families(text) if f.name == "DCGM_FI_DEV_GPU_UTIL" for s in f.samples]
+    assert [s.labels.get("hpc_job") for s in util] == ["77", None, None, "78,79", None, None, None, None]
+
+
+def test_values_stay_within_h100_sxm_physics_for_an_hour(hour_run) -> None:
+    f, busy, twin = hour_run["fields"], hour_run["busy"], hour_run["twin"]
+    spec = twin.cluster.gpus[0].spec
+    power = f[..., F["DCGM_FI_DEV_POWER_USAGE"]]
+    util = f[..., F["DCGM_FI_DEV_GPU_UTIL"]]
+    assert power.max() <= spec.tdp_w and power.min() >= 0.9 * spec.idle_power_w
+    assert (0 <= util).all() and (util <= 100).all()
+    hbm_mib = spec.hbm_bytes / 1024**2
+    fb = f[..., F["DCGM_FI_DEV_FB_USED"]]
+    assert fb.max() <= hbm_mib and np.allclose(fb + f[..., F["DCGM_FI_DEV_FB_FREE"]], hbm_mib, atol=1)
+    # A free GPU sits at idle power with nothing in memory; a busy one draws several times more.
+    free = ~busy
+    assert free.any() and np.all(np.abs(power[free] - spec.idle_power_w) < 10) and np.all(fb[free] == 0)
+    hot = util > 90
+    assert np.all(power[hot] > 4 * spec.idle_power_w)
+    # Temperature follows power (it lags by a time constant, so correlation, not identity).
+    temp = f[..., F["DCGM_FI_DEV_GPU_TEMP"]]
+    assert 25 <= temp.min() and temp.max() <= 90
+    assert np.corrcoef(power.ravel(), temp.ravel())[0, 1] > 0.9
+    clock = f[..., F["DCGM_FI_DEV_SM_CLOCK"]]
+    assert clock.max() <= 1980 and np.all(clock[free] == 345)
+    assert (f[..., F["DCGM_FI_PROF_PIPE_TENSOR_ACTIVE"]] <= 1).all()
+
+
+def test_energy_counter_integrates_power(hour_run) -> None:
+    f = hour_run["fields"]
+    energy = f[..., F["DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION"]]
+    power = f[..., F["DCGM_FI_DEV_POWER_USAGE"]]
+    # mJ added over each 10 s tick = the power reported at its end x 10 s (rounded to the mJ).
+    assert np.array_equal(np.diff(energy, axis=0), np.round(power[1:] * 10.0 * 1000))
+
+
+def test_ib_bytes_follow_the_ring_allreduce_and_idle_nodes_move_none() -> None:
+    twin = Twin(sized_reference(8), seed=2)  # 8 nodes: the training job takes 2, the rest run 1-node jobs
+    job = twin.training_job
+    data = IB_COUNTERS.index("PortXmitData")
+    before = twin.ib[:, data].copy()
+    twin.advance(10.0)
+    delta_bytes = (twin.ib[:, data] - before) * 4
+    train_ports = {twin._port_of_gpu[twin._gpu_flat[(n, g)]] for n, gs in job.gpus_by_node.items() for g in gs}
+    for p in range(len(twin.ports)):
+        if p not in train_ports:
+            assert delta_bytes[p] == 0, twin.ports[p]
+    _, table = twin.step_phases(job, int(twin._steps_done[job.id]) - 1)
+    p = job.gpus
+    expected = 10.0 / table[0].sum() * 2 * (p - 1) / p * job.kind.gradient_bytes
+    for port in train_ports:
+        assert delta_bytes[port] == pytest.approx(expected, rel=0.02)
+        # NDR moves at most 50 GB/s a direction: the twin never exceeds the link.
+        assert delta_bytes[port] / 10.0 < twin.link_bytes_s
+
+
+def test_same_seed_writes_the_same_bytes_and_another_seed_does_not() -> None:
+    def texts(seed: int) -> tuple[str, ...]:
+        twin = Twin(reference_cluster(), seed=seed, scenarios=["straggler"])
+        for _ in range(30):
+            twin.advance(10.0)
+        return (twin.dcgm_text("node1"), twin.node_exporter_text("node2"), twin.squeue_json(), twin.sacct_json(),
+                twin.lustre_job_stats_text(), twin.perfquery_text("node1", 3))
+
+    assert texts(5) == texts(5)
+    assert texts(5)[0] != texts(6)[0]
+
+
+def test_squeue_json_has_the_keys_of_real_slurm_22_05_and_reads_back(data_dir) -> None:
+    real = json.loads((data_dir / "slurm" / "squeue.json").read_text())
+    twin = Twin(reference_cluster(), seed=4)
+    twin.advance(10.0)
+    doc = json.loads(twin.squeue_json())
+    assert doc.keys() == real.keys() and doc["meta"] == real["meta"]
+    real_running = next(j for j in real["jobs"] if j["job_state"] == "RUNNING")
+    real_pending = next(j for j in real["jobs"] if j["job_state"] == "PENDING")
+    ours = {j["job_state"]: j for j in doc["jobs"]}
+    assert list(ours["RUNNING"]) == list(real_running)  # same keys, same order
+    assert list(ours["PENDING"]) == list(real_pending)
+    jobs = {j.id: j for j in parse_squeue_json(twin.squeue_json())}
+    for job in twin.jobs:
+        if job.state == "RUNNING":
+            assert jobs[job.id].gpus_by_node == job.gpus_by_node and jobs[job.id].user == job.user
+
+
+def test_sacct_json_has_the_keys_of_real_slurm_22_05(data_dir) -> None:
+    real = json.loads((data_dir / "slurm" / "sacct.json").read_text())
+    doc = json.loads(Twin(reference_cluster(), seed=4).sacct_json())
+    assert doc["meta"] == real["meta"]
+    real_job = next(j for j in real["jobs"] if j["state"]["current"] == "RUNNING")
+    ours = next(j for j in doc["jobs"] if j["state"]["current"] == "RUNNING")
+    assert set(ours) == set(real_job) and set(ours["time"]) == set(real_job["time"])
+    assert set(ours["steps"][0]) == set(real_job["steps"][0])
+    accounts = {(j["user"], j["account"]) for j in doc["jobs"]}
+    assert {("alice", "proj-llm"), ("bob", "proj-vision"), ("carol", "proj-rl")} <= accounts
+
+
+def test_lustre_job_stats_and_perfquery_read_back_to_the_twins_counters() -> None:
+    twin = Twin(reference_cluster(), seed=4)
+    for _ in range(6):
+        twin.advance(10.0)
+    read = {}
+    for s in parse_job_stats(twin.lustre_job_stats_text()):
+        if s.metric == "lustre_job_write_bytes_total":
+            read[s.labels["jobid"]] = read.get(s.labels["jobid"], 0) + s.value
+    counters = twin.lustre_counters()
+    assert read == {jid: c[:, 2].sum() for jid, c in counters.items()}
+    assert read[twin.training_job.id] > 0  # it has written checkpoints
+    got = {s.metric: s.value for s in parse_perfquery(twin.perfquery_text("node1", 0), node="node1")}
+    assert got["ib_PortXmitData_bytes"] == twin.ib[0, IB_COUNTERS.index("PortXmitData")] * 4
+
+
+@register
+class _Probe(Scenario):
+    """Plants one XID, one symbol error and one event, to show hooks run before writing."""
+
+    name = "test_probe"
+
+    def adjust_gpu(self, *, node, gpu, t, fields):
+        if node == "node1" and gpu == 3:
+            fields["DCGM_FI_DEV_XID_ERRORS"] = 79.0
+
+    def adjust_ib(self, *, node, port, t, counters):
+        if node == "node2" and port == 1:
+            counters["SymbolErrorCounter"] += 1
+
+    def events(self, *, twin, t0, t1):
+        return [Event(kind="probe", t=t1, source="test", attrs={})]
+
+
+def test_scenario_hooks_bend_what_is_written() -> None:
+    twin = Twin(reference_cluster(), seed=1, scenarios=["test_probe"])
+    twin.advance(10.0)
+    twin.advance(10.0)
+    assert 'gpu="3",' in twin.dcgm_text("node1") and any(
+        s.value == 79 and s.labels["gpu"] == "3" for f in text_string_to_metric_families(twin.dcgm_text("node1"))
+        if f.name == "DCGM_FI_DEV_XID_ERRORS" for s in f.samples)
+    assert "SymbolErrorCounter:..............3" in twin.perfquery_text("node2", 1)  # t0 and two ticks
+    assert [e.kind for e in twin.events()].count("probe") == 1
+
+
+def test_live_twin_writes_ticks_into_the_store() -> None:
+    store = Store(":memory:")
+    live = LiveTwin(store, reference_cluster(), seed=0, speed=10.0, tick_s=0.05, start=1_800_000_000.0)
+    with live:
+        deadline = time.monotonic() + 10
+        while live.ticks < 2 and time.monotonic() < deadline:
+            time.sleep(0.05)
+    assert live.ticks >= 2 and not live.running
+    (n_t,), = store.query("SELECT count(DISTINCT t) FROM samples WHERE metric = 'DCGM_FI_DEV_GPU_UTIL'")
+    assert n_t >= 3  # the starting state and two ticks
+    assert {j.user for j in store.jobs()} >= {"alice", "bob"}
+    assert store.spans(live.twin.training_job.id)

@@ -1,0 +1,80 @@
+"""The straggler scenario: GPU 2 of node 1 is twice as slow in backward, and everyone waits for it."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from hpcwatch.model import reference_cluster
+from hpcwatch.records import PHASES
+from hpcwatch.twin import Twin
+from hpcwatch.twin.core import DCGM_FIELDS
+
+BACKWARD, BARRIER = PHASES.index("backward"), PHASES.index("barrier_wait")
+
+
+def _tables(scenarios: tuple[str, ...], steps: range):
+    twin = Twin(reference_cluster(), seed=7, scenarios=scenarios)
+    job = twin.training_job
+    ranks = twin._ranks(job)
+    return ranks, [twin.step_phases(job, s)[1] for s in steps]
+
+
+def test_seed_step_is_about_42_ms() -> None:
+    _, tables = _tables((), range(50))
+    steps = np.array([t[0].sum() for t in tables])
+    assert 0.040 <= steps.mean() <= 0.045
+
+
+def test_straggler_doubles_one_backward_and_every_other_rank_waits_exactly_that_long() -> None:
+    ranks, base = _tables((), range(40))
+    _, slow = _tables(("straggler",), range(40))
+    r_slow = next(r for r, node, gpu in ranks if node == "node1" and gpu == 2)
+    growth, extra = [], []
+    for b, s in zip(base, slow):
+        assert s[r_slow, BACKWARD] == pytest.approx(2 * b[r_slow, BACKWARD], rel=1e-12)
+        busy_b, busy_s = b[:, :BARRIER].sum(axis=1), s[:, :BARRIER].sum(axis=1)
+        # The step aligns on the straggler: it waits for nobody, the others wait for its whole lag.
+        assert s[r_slow, BARRIER] == 0
+        step = s[0].sum()
+        assert np.allclose(s.sum(axis=1), step)
+        for r in range(len(ranks)):
+            if r == r_slow:
+                continue
+            # barrier_wait = (straggler's nominal finish + its extra backward) - own finish.
+            assert s[r, BARRIER] == pytest.approx(busy_b[r_slow] + b[r_slow, BACKWARD] - busy_b[r], abs=1e-12)
+            growth.append(s[r, BARRIER] - b[r, BARRIER])
+        extra.append(b[r_slow, BACKWARD])
+    # On average the others' barrier grows by the extra time, less the straggler's usual lead/lag (1 % jitter).
+    assert np.mean(growth) == pytest.approx(np.mean(extra), rel=0.05)
+
+
+def test_spans_of_a_step_are_contiguous_per_rank_and_end_together() -> None:
+    twin = Twin(reference_cluster(), seed=7, scenarios=["straggler"])
+    twin.advance(10.0)
+    spans = twin.spans()
+    assert {s.phase for s in spans} == set(PHASES) and len({s.step for s in spans}) == 1
+    by_rank: dict[int, list] = {}
+    for s in spans:
+        by_rank.setdefault(s.rank, []).append(s)
+    ends = set()
+    for rank_spans in by_rank.values():
+        assert [s.phase for s in rank_spans] == list(PHASES)
+        for a, b in zip(rank_spans, rank_spans[1:]):
+            assert b.start == pytest.approx(a.start + a.dur, abs=2e-6)
+        ends.add(round(rank_spans[-1].start + rank_spans[-1].dur, 5))
+    assert len(ends) == 1
+    slow = next(s for s in spans if s.attrs == {"node": "node1", "gpu": 2} and s.phase == "backward")
+    fast = next(s for s in spans if s.attrs == {"node": "node1", "gpu": 1} and s.phase == "backward")
+    assert slow.dur == pytest.approx(2 * fast.dur, rel=0.05)
+
+
+def test_waiting_ranks_show_less_tensor_activity_and_power_than_the_straggler() -> None:
+    twin = Twin(reference_cluster(), seed=7, scenarios=["straggler"])
+    twin.advance(10.0)
+    g_slow, g_fast = twin._gpu_flat[("node1", 2)], twin._gpu_flat[("node1", 1)]
+    tensor = twin.fields[:, DCGM_FIELDS.index("DCGM_FI_PROF_PIPE_TENSOR_ACTIVE")]
+    power = twin.fields[:, DCGM_FIELDS.index("DCGM_FI_DEV_POWER_USAGE")]
+    # The others spend a third of each step waiting: their tensor pipes idle and they draw less.
+    assert tensor[g_fast] < 0.8 * tensor[g_slow]
+    assert power[g_fast] < power[g_slow]
