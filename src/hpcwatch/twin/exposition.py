@@ -150,10 +150,10 @@ def dcgm_text(twin: Twin, node: str, *, jobs_by_gpu: dict[int, str] | None = Non
     return template % _with_stamp(values, _stamp_of(twin, timestamp))
 
 
-def _dcgm_node_template(twin: Twin, node: str, flat: list[int]) -> str:
+def _dcgm_node_template(twin: Twin, node: str, flat: list[int], placement: bytes | None = None) -> str:
     """The node's template for the jobs now on its GPUs (cached; keyed by the job indices, cheap to hash)."""
     cache = _cache(twin)
-    key = ("dcgm", node, tuple(twin._label_job[flat].tolist()))
+    key = ("dcgm", node, placement if placement is not None else twin._label_job[flat].tobytes())
     template = cache.get(key)
     if template is None:
         cache.pop(cache.get(("dcgm-key", node)), None)  # the node's previous placement is not coming back
@@ -177,8 +177,10 @@ def scrape_all(twin: Twin, *, timestamp: bool = True, target_labels: bool = True
     ib_template, columns = _ib_node_template(twin, first, target_labels)
     ib_values = _ib_matrix(twin.ib, columns).reshape(n, h, -1).transpose(0, 2, 1).reshape(n, -1).tolist()
     stamp = _stamp_of(twin, timestamp)
+    placements = twin._label_job.reshape(n, g)
     for k, node in enumerate(twin.node_names):
-        dcgm = _dcgm_node_template(twin, node, twin.gpus_of_node(node)) % _with_stamp(gpu_values[k], stamp)
+        template = _dcgm_node_template(twin, node, twin.gpus_of_node(node), placements[k].tobytes())
+        dcgm = template % _with_stamp(gpu_values[k], stamp)
         ib = _ib_node_template(twin, node, target_labels)[0] % _with_stamp(ib_values[k], stamp)
         yield node, dcgm, ib
 
@@ -186,14 +188,14 @@ def scrape_all(twin: Twin, *, timestamp: bool = True, target_labels: bool = True
 def _gpu_values(fields: np.ndarray, float_fields: frozenset[str]) -> list[list]:
     """Rows of (nodes, gpus, fields) as per-node lists, field-major: Python ints for integer fields
     (formatting an int is cheaper than a float through %d), floats for the float fields."""
+    n, g, _ = fields.shape
     by_field = fields.transpose(0, 2, 1)
-    ints = np.nan_to_num(by_field).astype(np.int64).tolist()
+    out = np.nan_to_num(by_field).astype(np.int64).reshape(n, -1).tolist()
     for k, name in enumerate(DCGM_FIELDS):
         if name in float_fields:
-            floats = by_field[:, k, :].tolist()
-            for node_values, row in zip(ints, floats):
-                node_values[k] = row
-    return [[v for row in node_values for v in row] for node_values in ints]
+            for node_values, row in zip(out, by_field[:, k, :].tolist()):
+                node_values[k * g:(k + 1) * g] = row
+    return out
 
 
 def _node_ports(twin: Twin, node: str) -> list[int]:
