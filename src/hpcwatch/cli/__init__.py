@@ -9,9 +9,6 @@ from __future__ import annotations
 import importlib
 import sys
 
-import click
-import typer
-
 from hpcwatch.cli.common import app
 from hpcwatch.errors import HpcwatchError
 
@@ -26,21 +23,13 @@ for _name in _COMMAND_MODULES:
 
 
 def main() -> None:
-    """Entry point: errors we raise on purpose become one line and exit status 2."""
+    """Entry point: errors we raise on purpose become one line and exit status 2.
+
+    Typer's standalone mode already turns usage errors into a short message and
+    exit status 2, and a command's ``typer.Exit(code)`` into that status.
+    """
     try:
-        # Without standalone mode click returns a command's typer.Exit(code) instead of exiting.
-        status = app(standalone_mode=False)
-        if type(status) is int and status:
-            sys.exit(status)
+        app(standalone_mode=True)
     except HpcwatchError as err:
         print(f"hpcwatch: {err}", file=sys.stderr)
         sys.exit(2)
-    except click.exceptions.Abort:
-        sys.exit(130)
-    except click.ClickException as err:
-        err.show()
-        sys.exit(err.exit_code)
-    except click.exceptions.Exit as err:
-        sys.exit(err.exit_code)
-    except typer.Exit as err:
-        sys.exit(err.exit_code)

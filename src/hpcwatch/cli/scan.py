@@ -87,16 +87,27 @@ def scan(
                                 manifest_key=key)
         findings = scan_store(store, config=config, extras=extras)
         reads = weights_reads(store, config=config)
+        inputs = _inputs(store)
         store.clear_findings()
         store.add(findings)
     if sarif:
         _write(sarif, orjson.dumps(sarif_document(findings), option=orjson.OPT_INDENT_2))
     if json_out:
         emit_json({"findings": [finding_json(f) for f in findings],
-                   "weights_reads": [dataclasses.asdict(r) for r in reads]})
+                   "weights_reads": [dataclasses.asdict(r) for r in reads], "inputs": inputs})
+        return
+    if not any(inputs.values()) and not findings:
+        console.print("[yellow]The store holds nothing to scan[/]: no samples, events or jobs.")
         return
     _table(findings)
     _reads_table(reads)
+
+
+def _inputs(store: Store) -> dict[str, int]:
+    """What the scan had to look at: 'no findings' over nothing is not a clean bill of health."""
+    (samples, events, jobs), = store.query("SELECT (SELECT count(*) FROM samples), (SELECT count(*) FROM events), "
+                                           "(SELECT count(*) FROM jobs)")
+    return {"samples": samples, "events": events, "jobs": jobs}
 
 
 def _read_key(path: Path | None) -> bytes | None:

@@ -29,8 +29,9 @@ def demo(port: int = typer.Option(DEFAULT_PORT, "--port", help="Port on 127.0.0.
     """The main job: a live twin of the reference cluster in memory, and the web schematic on it."""
     from hpcwatch.store import Store
     from hpcwatch.web.app import create_app
-    from hpcwatch.web.demo import cluster_with_nodes, seed_step_player, serve_app, start_live_twin
+    from hpcwatch.web.demo import check_port, cluster_with_nodes, seed_step_player, serve_app, start_live_twin
 
+    check_port(port)
     cluster = cluster_with_nodes(nodes) if nodes else reference_cluster()
     store = Store(":memory:")
     step_jobs = seed_step_player(store, cluster, seed=seed)
@@ -57,8 +58,9 @@ def serve(db: str = DbOption,
           duration: float = typer.Option(None, "--duration", min=0.0, help="Stop after S seconds.")) -> None:
     """The web schematic on an existing store (what `hpcwatch ingest` or a twin run filled)."""
     from hpcwatch.web.app import create_app
-    from hpcwatch.web.demo import serve_app
+    from hpcwatch.web.demo import check_port, serve_app
 
+    check_port(port)
     cluster = load_cluster(model) if model else reference_cluster()
     store = open_store(db)
     web = create_app(store, cluster)

@@ -39,7 +39,6 @@ is 0. The reader does not check that events nest or that flows pair up.
 from __future__ import annotations
 
 import zlib
-import logging
 import re
 import warnings
 from dataclasses import dataclass, field
@@ -62,8 +61,6 @@ __all__ = [
     "read_kineto",
     "is_comm_name",
 ]
-
-log = logging.getLogger(__name__)
 
 #: Event categories we tell apart; the code of a category is its index here.
 #: https://github.com/pytorch/kineto/blob/main/libkineto/include/ActivityType.h

@@ -112,8 +112,10 @@ def _value(token: str, *, path: str | os.PathLike[str] | None, line: int, text: 
 
 def _timestamp_s(token: str, *, path: str | os.PathLike[str] | None, line: int, text: str) -> float:
     try:
+        if "_" in token:  # as for values: int() takes "1_000", prometheus_client does not
+            raise ValueError(token)
         return int(token, 10) / 1000.0
-    except ValueError as err:
+    except (ValueError, OverflowError) as err:
         raise ParseError("timestamp is not an integer of milliseconds", path=path, line=line, text=text) from err
 
 
@@ -151,18 +153,19 @@ def read_prometheus_text(path: str | os.PathLike[str], *, t: float | None = None
 # -- the columnar fast path ------------------------------------------------------------------
 #
 # The text is cut into pieces by byte offsets computed with numpy, and the pieces become one
-# zero-copy Arrow string array over the text's bytes. Each sample line gives six pieces:
+# zero-copy Arrow string array over the text's bytes. Each sample line gives eight pieces:
 #
-#     DCGM_FI_DEV_GPU_UTIL{gpu="0",UUID="GPU-..",Hostname="node1"} 97\n# HELP ...\n
-#     [name               ][{][inner                             ][} ][v][gap (newline, comments)]
+#     DCGM_FI_DEV_GPU_UTIL{gpu="0",UUID="GPU-..",Hostname="node1"} 97 1796000000000\n# HELP ...\n
+#     [name               ][{][inner                             ][} ][v][ ][stamp      ][gap ...]
 #
-# (a line without labels: name, "", "", " ", value, gap). Only lines of exactly these shapes, with
-# names and values matching the strict patterns below, are taken; anything else (timestamps, tabs,
-# leading blanks, "1_000", "nan") sends the whole text to the reference path, which then accepts
-# or rejects it line by line.
+# (no labels: name, "", "", " ", value, ...; no timestamp: the blank and the stamp are empty).
+# Only lines of exactly these shapes, with names, values and stamps matching the strict patterns
+# below, are taken; anything else (tabs, two blanks, leading blanks, "1_000", "nan") sends the whole
+# text to the reference path, which then accepts or rejects it line by line.
 
 _NAME_FULL = rf"^{_NAME}$"
 # Values both Python's float() (the reference) and Arrow's cast read, and read alike.
+_PLAIN_STAMP = r"^(?:[+-]?[0-9]{1,18})?$"
 _PLAIN_VALUE = r"^[+-]?(?:[0-9]+\.?[0-9]*(?:[eE][+-]?[0-9]+)?|\.[0-9]+(?:[eE][+-]?[0-9]+)?|Inf)$|^NaN$"
 # HELP/TYPE comments, found by their "#" (a "#" inside a label value may match too: checking it
 # can only send the text to the reference path, never accept a bad one).
@@ -190,8 +193,16 @@ def _lines(data: bytes, buf: np.ndarray) -> tuple[pa.Array, np.ndarray, np.ndarr
     return lines, bounds[:-1], bounds[1:]
 
 
+def _blank_from_end(raw: pa.Array, stops: np.ndarray, *, skip_first: bool) -> np.ndarray:
+    """Offset of the last blank of each line (or the one before it), found in the reversed line."""
+    reverse = pc.binary_reverse(raw)
+    if skip_first:
+        reverse = pc.replace_substring(reverse, b" ", b"\x00", max_replacements=1)
+    return stops - 1 - pc.find_substring(reverse, b" ").to_numpy(zero_copy_only=False)
+
+
 def _piece_offsets(data: bytes, *, path: str | os.PathLike[str]) -> np.ndarray:
-    """Offsets cutting ``data`` into [gap] + 6 pieces per sample line (see the diagram above)."""
+    """Offsets cutting ``data`` into [gap] + 8 pieces per sample line (see the diagram above)."""
     buf = np.frombuffer(data, np.uint8)
     lines, starts, stops = _lines(data, buf)
     ends = stops - (buf[stops - 1] == _NL) if len(stops) else stops  # before the newline
@@ -203,20 +214,39 @@ def _piece_offsets(data: bytes, *, path: str | os.PathLike[str]) -> np.ndarray:
     raw = raw.cast(pa.binary() if raw.type == pa.string() else pa.large_binary())
     starts, stops, ends = starts[sample], stops[sample], ends[sample]
     opens = pc.find_substring(raw, b"{").to_numpy(zero_copy_only=False)
-    first_blank = starts + pc.find_substring(raw, b" ").to_numpy(zero_copy_only=False)
-    # The last blank: its index from the end of the reversed line (newline included).
-    last_blank = stops - 1 - pc.find_substring(pc.binary_reverse(raw), b" ").to_numpy(zero_copy_only=False)
+    last_blank = _blank_from_end(raw, stops, skip_first=False)
     if (last_blank >= stops).any():
         raise _NotPlain("a line without a blank")
     labelled = opens >= 0
-    o, c = starts + opens, last_blank - 1
+    # The first blank matters only without labels (it ends the name); a label value may hold blanks.
+    first_blank = np.full(len(starts), -1, dtype=np.int64)
+    if not labelled.all():
+        bare = ~labelled
+        first_blank[bare] = starts[bare] + pc.find_substring(raw.filter(pa.array(bare)), b" ").to_numpy(
+            zero_copy_only=False)
+    o = starts + opens
+    # With a timestamp, the value sits between the last two blanks.
+    stamped = np.where(labelled, buf[last_blank - 1] != _CLOSE, first_blank != last_blank)
+    value_blank = last_blank
+    if stamped.any():
+        before_last = _blank_from_end(raw, stops, skip_first=True)
+        if (stamped & (before_last >= stops)).any():
+            raise _NotPlain("a timestamp without a value before it")
+        value_blank = np.where(stamped, before_last, last_blank)
+    c = value_blank - 1
     if labelled.any() and not ((c[labelled] > o[labelled]) & (buf[c[labelled]] == _CLOSE)).all():
         raise _NotPlain("labels not closed by '} '")
-    if not (labelled | (first_blank == last_blank)).all():
-        raise _NotPlain("more than one blank in a line without labels")
+    if not (labelled | (first_blank == value_blank)).all():
+        raise _NotPlain("extra blanks in a line without labels")
+    value_end = np.where(stamped, last_blank, ends)
+    stamp_start = np.where(stamped, last_blank + 1, ends)
     cuts = np.column_stack([starts, np.where(labelled, o, first_blank), np.where(labelled, o + 1, first_blank),
-                            np.where(labelled, c, first_blank), last_blank + 1, ends]).ravel()
-    return np.concatenate(([0], cuts, [len(buf)]))
+                            np.where(labelled, c, first_blank), value_blank + 1, value_end, stamp_start,
+                            ends]).ravel()
+    offsets = np.concatenate(([0], cuts, [len(buf)]))
+    if (np.diff(offsets) < 0).any():  # never hand Arrow offsets that run backwards
+        raise _NotPlain("pieces out of order")
+    return offsets
 
 
 def _check_comments(comments: pa.Array, *, path: str | os.PathLike[str]) -> None:
@@ -234,23 +264,34 @@ def _fast_table(text: str, now: float, *, path: str | os.PathLike[str]) -> pa.Ta
     kind = pa.string() if width is np.int32 else pa.large_string()
     pieces = pa.Array.from_buffers(kind, len(offsets) - 1, [None, pa.py_buffer(offsets.astype(width)),
                                                           pa.py_buffer(data)])
-    n = (len(offsets) - 2) // 6
-    names, inners, values = (pieces.slice(1 + k).take(pa.array(np.arange(n) * 6)) for k in (0, 2, 4))
+    n = (len(offsets) - 2) // 8
+    every = pa.array(np.arange(n) * 8)
+    names, inners, values, stamps = (pieces.slice(1 + k).take(every) for k in (0, 2, 4, 6))
     if not (pc.all(pc.match_substring_regex(names, _NAME_FULL)).as_py()
-            and pc.all(pc.match_substring_regex(values, _PLAIN_VALUE)).as_py()):
-        raise _NotPlain("a name or a value outside the plain patterns")
+            and pc.all(pc.match_substring_regex(values, _PLAIN_VALUE)).as_py()
+            and pc.all(pc.match_substring_regex(stamps, _PLAIN_STAMP)).as_py()):
+        raise _NotPlain("a name, value or timestamp outside the plain patterns")
     encoded = inners.cast(pa.string()).dictionary_encode()
     hosts, gpus, jobs, blobs = _label_columns(encoded.dictionary.to_pylist(), path=path)
     index = encoded.indices
     return pa.table({
         "metric": names.cast(pa.string()),
-        "t": pa.repeat(pa.scalar(now, pa.float64()), n),
+        "t": _times(stamps, now, n),
         "value": pc.cast(values, pa.float64()),
         "host": pa.array(hosts, pa.string()).take(index),
         "gpu": pa.array(gpus, pa.string()).take(index),
         "job": pa.array(jobs, pa.string()).take(index),
         "labels": pa.array(blobs, pa.string()).take(index),
     }, schema=SAMPLE_SCHEMA)
+
+
+def _times(stamps: pa.Array, now: float, n: int) -> pa.Array:
+    """Seconds from the millisecond timestamps; ``now`` where a line has none."""
+    if pc.all(pc.equal(pc.binary_length(stamps), 0)).as_py():
+        return pa.repeat(pa.scalar(now, pa.float64()), n)
+    missing = pc.equal(pc.binary_length(stamps), 0)
+    millis = pc.cast(pc.if_else(missing, "0", stamps.cast(pa.string())), pa.int64())
+    return pc.if_else(missing, now, pc.divide(pc.cast(millis, pa.float64()), 1000.0))
 
 
 def _label_columns(uniq: list[str], *, path: str | os.PathLike[str]) -> tuple[list, list, list, list]:

@@ -39,7 +39,7 @@ __all__ = ["parse_squeue_json", "read_squeue_json", "parse_sacct_json", "read_sa
            "FINISHED_STATES"]
 
 #: Base states after which a job has an end time (https://slurm.schedmd.com/squeue.html#SECTION_JOB-STATE-CODES).
-FINISHED_STATES = frozenset({"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "PREEMPTED",
+FINISHED_STATES = frozenset({"COMPLETED", "COMPLETING", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "PREEMPTED",
                              "OUT_OF_MEMORY", "BOOT_FAIL", "DEADLINE", "REVOKED", "SPECIAL_EXIT"})
 #: States in which a job has not started.
 WAITING_STATES = frozenset({"PENDING", "REQUEUED", "REQUEUE_HOLD", "RESV_DEL_HOLD"})

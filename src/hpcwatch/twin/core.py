@@ -33,6 +33,7 @@ import numpy as np
 import orjson
 import pyarrow as pa
 
+from hpcwatch.errors import ConfigError
 from hpcwatch.model import Cluster
 from hpcwatch.records import Event, Job, Sample, Span
 from hpcwatch.twin.scenarios import Scenario, get_scenario
@@ -269,7 +270,7 @@ class Twin:
     def advance(self, dt_s: float) -> None:
         """Move simulated time forward by dt_s (one tick): simulate, then let Slurm end and start jobs."""
         if dt_s <= 0:
-            raise ValueError(f"dt_s must be > 0, got {dt_s}")
+            raise ConfigError(f"dt_s must be > 0, got {dt_s}")
         t_prev = self.now
         self._events, self._last_step = [], None
         self._label_job = self._job_of_gpu.copy()

@@ -17,10 +17,12 @@ from __future__ import annotations
 
 import weakref
 from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
 
+from hpcwatch.errors import ConfigError
 from hpcwatch.records import Sample
 from hpcwatch.twin.core import DCGM_FIELDS, IB_COUNTERS
 
@@ -174,14 +176,15 @@ def scrape_all(twin: Twin, *, timestamp: bool = True, target_labels: bool = True
     n, g, h = len(twin.node_names), per_node_gpus.pop(), per_node_ports.pop()
     gpu_values = _gpu_values(twin.fields.reshape(n, g, -1), _float_fields(twin))
     first = twin.node_names[0]
-    ib_template, columns = _ib_node_template(twin, first, target_labels)
+    columns = _ib_node_template(twin, first, target_labels).columns
     ib_values = _ib_matrix(twin.ib, columns).reshape(n, h, -1).transpose(0, 2, 1).reshape(n, -1).tolist()
     stamp = _stamp_of(twin, timestamp)
     placements = twin._label_job.reshape(n, g)
     for k, node in enumerate(twin.node_names):
         template = _dcgm_node_template(twin, node, twin.gpus_of_node(node), placements[k].tobytes())
         dcgm = template % _with_stamp(gpu_values[k], stamp)
-        ib = _ib_node_template(twin, node, target_labels)[0] % _with_stamp(ib_values[k], stamp)
+        ib_template = _ib_node_template(twin, node, target_labels)
+        ib = ib_template.text % ib_template.args(ib_values[k], stamp)
         yield node, dcgm, ib
 
 
@@ -213,38 +216,63 @@ def _ib_gauges(twin: Twin) -> dict[str, tuple[str, int]]:
     }
 
 
-def _ib_template(twin: Twin, node: str, target_labels: bool) -> tuple[str, list[tuple[int, int]]]:
-    """The node's node-exporter text with %d where counters go, and the (column, multiplier) of each."""
+@dataclass(frozen=True, slots=True)
+class _IbTemplate:
+    """A node's node-exporter text with ``%d`` where counters go and ``%s`` for each timestamp.
+
+    ``columns``: (ib column, multiplier) of each counter metric, in text order; ``offsets``: where each
+    counter block's first argument sits in the argument list (a gauge block takes timestamps only).
+    """
+
+    text: str
+    columns: list[tuple[int, int]]
+    offsets: list[int]
+    n_args: int
+    ports: int
+
+    def args(self, values: list[int], stamp: str) -> tuple:
+        """Arguments for one node: ``values`` counter-major (metric k's ports at k*ports...)."""
+        out = [stamp] * self.n_args
+        h = self.ports
+        for k, offset in enumerate(self.offsets):
+            out[offset:offset + 2 * h:2] = values[k * h:(k + 1) * h]
+        return tuple(out)
+
+
+def _ib_template(twin: Twin, node: str, target_labels: bool) -> _IbTemplate:
+    """Build the node's ``_IbTemplate`` (constant gauges are written into the text)."""
     ports = _node_ports(twin, node)
     extra = f',instance="{node}:{NODE_EXPORTER_PORT}",node="{node}"' if target_labels else ""
     labels = [f'device="{hca_device(twin.ports[p][1])}",port="1"{extra}' for p in ports]
     gauges = _ib_gauges(twin)
     out: list[str] = []
     columns: list[tuple[int, int]] = []
+    offsets: list[int] = []
+    n_args = 0
     for name in sorted(list(NODE_EXPORTER_IB) + list(gauges)):
         if name in gauges:
             help_text, value = gauges[name]
             out.append(_esc(f"# HELP {name} {help_text}\n# TYPE {name} gauge\n"))
-            out.extend(_esc(f"{name}{{{lab}}} ") + "%d" + _TS + "\n" for lab in labels)
-            columns.append((-1 - value, 1))  # a constant, not a counter column
+            out.extend(_esc(f"{name}{{{lab}}} {value}") + _TS + "\n" for lab in labels)
+            n_args += len(labels)
             continue
         kind, help_text, counter, mult = NODE_EXPORTER_IB[name]
         out.append(_esc(f"# HELP {name} {help_text}\n# TYPE {name} {kind}\n"))
         out.extend(_esc(f"{name}{{{lab}}} ") + "%d" + _TS + "\n" for lab in labels)
         columns.append((_COL[counter], mult))
-    return "".join(out), columns
+        offsets.append(n_args)
+        n_args += 2 * len(labels)
+    return _IbTemplate(text="".join(out), columns=columns, offsets=offsets, n_args=n_args, ports=len(labels))
 
 
 def _ib_matrix(ib: np.ndarray, columns: list[tuple[int, int]]) -> np.ndarray:
-    """(ports, metrics) int64 values: counter column x multiplier, or the constant -(c + 1) when c < 0."""
-    cols = np.array([max(c, 0) for c, _ in columns])
+    """(ports, counter metrics) int64 values: the counter column x its multiplier."""
+    cols = [c for c, _ in columns]
     mults = np.array([m for _, m in columns], dtype=float)
-    consts = np.array([-(c + 1) if c < 0 else 0 for c, _ in columns], dtype=float)
-    is_const = np.array([c < 0 for c, _ in columns])
-    return np.where(is_const, consts, ib[:, cols] * mults).astype(np.int64)
+    return (ib[:, cols] * mults).astype(np.int64)
 
 
-def _ib_node_template(twin: Twin, node: str, target_labels: bool) -> tuple[str, list[tuple[int, int]]]:
+def _ib_node_template(twin: Twin, node: str, target_labels: bool) -> _IbTemplate:
     cache = _cache(twin)
     key = ("ib", node, target_labels)
     if key not in cache:
@@ -259,17 +287,17 @@ def node_exporter_text(twin: Twin, node: str, *, timestamp: bool = False, target
     come out of a Prometheus that scraped the node (``/federate``), so a file on its own still names
     its host; ``timestamp`` adds the sample time in ms.
     """
-    template, columns = _ib_node_template(twin, node, target_labels)
+    template = _ib_node_template(twin, node, target_labels)
     ports = _node_ports(twin, node)
-    values = _ib_matrix(twin.ib[ports], columns).T.ravel().tolist()
-    return template % _with_stamp(values, _stamp_of(twin, timestamp))
+    values = _ib_matrix(twin.ib[ports], template.columns).T.ravel().tolist()
+    return template.text % template.args(values, _stamp_of(twin, timestamp))
 
 
 def perfquery_text(twin: Twin, node: str, port: int) -> str:
     """``perfquery -x`` of HCA ``port`` of ``node`` (extended counters; data in 4-byte words)."""
     ports = _node_ports(twin, node)
     if not 0 <= port < len(ports):
-        raise ValueError(f"{node} has {len(ports)} HCAs, no HCA {port}")
+        raise ConfigError(f"{node} has {len(ports)} HCAs, no HCA {port}")
     p = ports[port]
     lid = p + 1
     lines = [f"# Port extended counters: Lid {lid} port 1 (CapMask: 0x5300 CapMask2: 0x0000002)",

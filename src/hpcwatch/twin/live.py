@@ -12,6 +12,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable
 
+from hpcwatch.errors import ConfigError
 from hpcwatch.model import Cluster
 from hpcwatch.records import Job
 from hpcwatch.store import Store
@@ -32,7 +33,7 @@ class LiveTwin:
                  speed: float = 1.0, tick_s: float = DEFAULT_TICK_S, start: float | None = None,
                  on_tick: Callable[[Twin], None] | None = None) -> None:
         if speed <= 0 or tick_s <= 0:
-            raise ValueError(f"speed and tick_s must be > 0, got {speed} and {tick_s}")
+            raise ConfigError(f"speed and tick_s must be > 0, got {speed} and {tick_s}")
         self.store = store
         self.twin = Twin(cluster, seed=seed, scenarios=tuple(scenarios),
                          start=float(int(time.time())) if start is None else start)

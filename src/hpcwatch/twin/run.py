@@ -73,7 +73,7 @@ def write_run(twin: Twin, out: str | Path, *, duration_s: float, step_s: float =
               spans: bool = False, progress: Callable[[int, int], None] | None = None) -> RunSummary:
     """Advance ``twin`` by ``duration_s`` in ticks of ``step_s`` and write the files described above."""
     if duration_s <= 0 or step_s <= 0:
-        raise ValueError(f"duration and step must be > 0, got {duration_s} and {step_s}")
+        raise ConfigError(f"duration and step must be > 0, got {duration_s} and {step_s}")
     out = Path(out)
     ticks = int(round(duration_s / step_s))
     t0 = twin.now

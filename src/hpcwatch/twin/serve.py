@@ -203,8 +203,11 @@ class _Handler(BaseHTTPRequestHandler):
         self.send_response(status)
         self.send_header("Content-Type", CONTENT_TYPE)
         self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
+        try:
+            self.end_headers()
+            self.wfile.write(data)
+        except (BrokenPipeError, ConnectionResetError):
+            pass   # Prometheus gave up on a slow scrape (scrape_timeout); its `up` already says so
 
     def _render(self, fn: Callable[[str], str]) -> str | None:
         try:

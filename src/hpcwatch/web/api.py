@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import importlib
+import logging
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -40,6 +41,7 @@ SIM_GPU_COUNTS: tuple[int, ...] = (8, 16, 32, 64, 128, 256, 512, 1024, 2048, 409
                                    100_000)
 
 router = APIRouter(prefix="/api")
+log = logging.getLogger(__name__)
 
 
 class ORJSONResponse(Response):
@@ -122,6 +124,9 @@ async def _events(request: Request) -> AsyncIterator[bytes]:
             yield b"event: live\ndata: " + orjson.dumps(doc, default=str) + b"\n\n"
         except HpcwatchError as err:
             yield b"event: problem\ndata: " + orjson.dumps({"error": str(err)}) + b"\n\n"
+        except Exception as err:  # noqa: BLE001 - one bad tick must not end every viewer's stream
+            log.exception("live snapshot failed")
+            yield b"event: problem\ndata: " + orjson.dumps({"error": type(err).__name__}) + b"\n\n"
         await asyncio.sleep(state.stream_interval_s)
 
 

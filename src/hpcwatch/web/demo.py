@@ -14,7 +14,6 @@ runs. ``hpcwatch serve`` on an existing store offers every job that has spans.
 from __future__ import annotations
 
 import dataclasses
-import importlib
 import socket
 import threading
 import time
@@ -30,7 +29,7 @@ from hpcwatch.model.cluster import REFERENCE_PATH, Cluster, parse_cluster
 from hpcwatch.store import Store
 
 __all__ = ["STEP_PLAYER_JOBS", "seed_step_player", "start_live_twin", "cluster_with_nodes", "serve_app",
-           "LiveRunner", "port_free", "COMPARISON_WARMUP_S"]
+           "LiveRunner", "port_free", "check_port", "COMPARISON_WARMUP_S"]
 
 #: Where the step player's pair is stored (see the module docstring).
 STEP_PLAYER_JOBS = {"baseline": "step-player/baseline", "straggler": "step-player/straggler"}
@@ -71,39 +70,11 @@ def seed_step_player(store: Store, cluster: Cluster, *, seed: int = 0) -> dict[s
 def start_live_twin(store: Store, cluster: Cluster, *, seed: int, scenarios: Sequence[str],
                     speed: float = 1.0) -> LiveRunner:
     """The twin writing into ``store`` once per tick, in a background thread (hpcwatch.twin.live)."""
-    try:
-        live = importlib.import_module("hpcwatch.twin.live")
-    except ImportError:
-        return _TickLoop(store, cluster, seed=seed, scenarios=scenarios, speed=speed)
-    runner = live.LiveTwin(store, cluster, seed=seed, scenarios=tuple(scenarios), speed=speed)
+    from hpcwatch.twin.live import LiveTwin
+
+    runner = LiveTwin(store, cluster, seed=seed, scenarios=tuple(scenarios), speed=speed)
     runner.start()
     return runner
-
-
-class _TickLoop:
-    """Stand-in used only while hpcwatch.twin.live is absent from a build: one tick per second."""
-
-    def __init__(self, store: Store, cluster: Cluster, *, seed: int, scenarios: Sequence[str], speed: float) -> None:
-        from hpcwatch.twin import Twin
-
-        self.store, self.speed = store, speed
-        self.twin = Twin(cluster, seed=seed, scenarios=tuple(scenarios))
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="hpcwatch-twin", daemon=True)
-        self.store.add(self.twin.records())
-        self._thread.start()
-
-    def _run(self) -> None:
-        while not self._stop.wait(1.0):
-            self.twin.advance(1.0 * self.speed)
-            self.store.add(self.twin.records())
-
-    def start(self) -> None:
-        return None
-
-    def stop(self) -> None:
-        self._stop.set()
-        self._thread.join(timeout=5)
 
 
 def port_free(port: int, host: str = "127.0.0.1") -> bool:
@@ -114,6 +85,14 @@ def port_free(port: int, host: str = "127.0.0.1") -> bool:
         except OSError:
             return False
     return True
+
+
+def check_port(port: int) -> None:
+    """Fail early, with one line, on a port we cannot bind on 127.0.0.1."""
+    if not 0 < port < 65536:
+        raise ConfigError(f"--port must be 1..65535, got {port}")
+    if not port_free(port):
+        raise ConfigError(f"port {port} on 127.0.0.1 is already in use (choose another with --port)")
 
 
 class _Server(uvicorn.Server):
@@ -135,10 +114,7 @@ class _Server(uvicorn.Server):
 def serve_app(app: FastAPI, *, port: int, duration_s: float | None = None,
               on_started: Callable[[str], None] | None = None, log_level: str = "warning") -> None:
     """Run the app on 127.0.0.1:port until Ctrl-C or ``duration_s``; blocks."""
-    if not 0 < port < 65536:
-        raise ConfigError(f"--port must be 1..65535, got {port}")
-    if not port_free(port):
-        raise ConfigError(f"port {port} on 127.0.0.1 is already in use (choose another with --port)")
+    check_port(port)
     config = uvicorn.Config(app, host="127.0.0.1", port=port, log_level=log_level, timeout_graceful_shutdown=2,
                             access_log=False)
     server = _Server(config, app.state.hpcwatch.stopping)

@@ -162,13 +162,12 @@ class LiveView:
     def _rates(self, metrics: Iterable[str], now: float, group: str) -> list[tuple[str, str, float]]:
         """Per-second rate of each counter series (last two samples), summed by metric and ``group``."""
         metrics = list(metrics)
+        # arg_max(value, t, 2): the two newest values of each series, newest first (no window sort needed).
         rows = self.store.query(
-            f"WITH r AS (SELECT metric, {group} AS g, labels, t, value, row_number() OVER "
-            f"(PARTITION BY metric, host, labels ORDER BY t DESC) AS rn FROM samples "
-            f"WHERE metric IN ({', '.join('?' * len(metrics))}) AND t >= ?) "
-            f"SELECT a.metric, a.g, sum(greatest(a.value - b.value, 0) / (a.t - b.t)) FROM r a JOIN r b "
-            f"ON a.metric = b.metric AND a.labels = b.labels AND a.g IS NOT DISTINCT FROM b.g "
-            f"WHERE a.rn = 1 AND b.rn = 2 AND a.t > b.t GROUP BY a.metric, a.g",
+            f"SELECT metric, g, sum(greatest(v[1] - v[2], 0) / (ts[1] - ts[2])) FROM ("
+            f"SELECT metric, {group} AS g, arg_max(value, t, 2) AS v, max(t, 2) AS ts FROM samples "
+            f"WHERE metric IN ({', '.join('?' * len(metrics))}) AND t >= ? GROUP BY metric, host, {group}, labels) "
+            f"WHERE len(ts) = 2 AND ts[1] > ts[2] GROUP BY metric, g",
             [*metrics, now - RATE_WINDOW_S])
         return [(m, g, float(v)) for m, g, v in rows if g is not None]
 
@@ -221,8 +220,11 @@ class LiveView:
     def _collectors(self, now: float | None) -> dict[str, dict[str, Any]]:
         """One grouped scan per table, then each collector sums the groups it owns."""
         since = (now if now is not None else time.time()) - RECENT_S
-        by_prefix = {p: (n, t) for p, n, t in self.store.query(
-            "SELECT split_part(metric, '_', 1), count(*), max(t) FROM samples WHERE t >= ? GROUP BY 1", [since])}
+        by_prefix: dict[str, tuple[int, float | None]] = {}
+        for metric, n, t in self.store.query("SELECT metric, count(*), max(t) FROM samples WHERE t >= ? GROUP BY 1",
+                                             [since]):
+            old_n, old_t = by_prefix.get(metric.split("_", 1)[0], (0, None))
+            by_prefix[metric.split("_", 1)[0]] = (old_n + n, _later(old_t, t))
         events = {k: (n, t) for k, n, t in self.store.query(
             "SELECT kind, count(*), max(t) FROM events WHERE t >= ? GROUP BY 1", [since])}
         weights = self.store.query(

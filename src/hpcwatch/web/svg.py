@@ -160,7 +160,8 @@ def _band(key: str, cls: str, x: int, y: int, w: int, title: str, detail: str, t
     return (f'{_open_el(key, label)}<rect class="shape {cls}" x="{x}" y="{y}" width="{w}" height="{height}" rx="8"/>'
             f'<text class="band-title" x="{x + 14}" y="{y + 20}">{_a(title)}</text>'
             f'<text class="band-detail" x="{x + 14}" y="{y + 37}">{_a(detail)}</text>'
-            f'<text class="live band-live" data-live="{key}" x="{x + w - 14}" y="{y + 28}" text-anchor="end"></text>'
+            f'<text class="live band-live" data-live="{key}" x="{min(x + w, MIN_WIDTH - MARGIN) - 14}" y="{y + 28}" '
+            f'text-anchor="end"></text>'
             f'</g>')
 
 
@@ -274,9 +275,8 @@ def _threats(cluster: Cluster, lay: SchematicLayout, t: Translate) -> str:
         "supply_chain": lambda b: (b[0] + b[2] * 0.45, b[1] + b[3]),
         "data_poisoning": lambda b: (b[0] + b[2] * 0.55, b[1] + b[3]),
         "rdma_blind_spot": lambda b: (b[0] + b[2] * 0.62, b[1] + b[3]),
-        "gradient_injection": lambda b: (gx + 2 * (lay.gpu_w + GPU_GAP) + lay.gpu_w / 2, b[1]),
-        "gpu_memory_remanence": lambda b: (gx + 4 * (lay.gpu_w + GPU_GAP) + lay.gpu_w / 2
-                                           if lay.gpu_cols > 4 else gx + lay.gpu_w / 2, b[1] + b[3]),
+        "gradient_injection": lambda b: (gx + 2 * (lay.gpu_w + GPU_GAP), b[1]),
+        "gpu_memory_remanence": lambda b: (gx + 4 * (lay.gpu_w + GPU_GAP) if lay.gpu_cols > 4 else gx, b[1] + b[3]),
         "container_escape": lambda b: (b[0] + b[2] * 0.5, b[1]),
     }
     wx, wy = MARGIN + WEIGHTS_W * 0.5, lay.y_storage

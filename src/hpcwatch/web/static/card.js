@@ -36,7 +36,7 @@ export function renderCard(container, key, reading, snapshot, onClose) {
       close),
     h("div", { class: "card-body" },
       h("dl", { class: "card-text" }, fieldsOf(info, card, reading).map(([label, text]) => [h("dt", {}, label), h("dd", {}, text)])),
-      h("div", { class: "card-live" }, h("h3", {}, t("card.live")), h("div", { id: "card-live" }))));
+      h("div", { class: "card-live" }, h("h3", {}, t("card.live")), h("div", { id: "card-live", "aria-live": "off" }))));
   updateCardLive(container, snapshot);
   return true;
 }

@@ -102,7 +102,7 @@ export function initPlayer(root) {
       root.dataset.state = "loading";
       playLabel.textContent = t("player.play");
       const loaded = await load();
-      if (loaded) { show(0); root.dataset.state = "ready"; }
+      if (loaded) { show(loaded.doc.step_time_s * 1000); root.dataset.state = "ready"; }
     });
   }
   playButton.addEventListener("click", play);
