@@ -3,7 +3,9 @@
 Runs the same loop (an MLP of ~4.2M parameters, batch 256, SGD) with and without the
 recorder, steps interleaved so machine noise hits both alike, and reports the median
 step time of each, plus the hook's own cost measured directly (the time spent inside
-its calls), with and without the gradient statistics.
+its calls), with and without the gradient statistics. Times are the thread's CPU time
+(``time.thread_time``; torch runs on this one thread), which a busy shared machine
+disturbs far less than wall time.
 
     .venv/bin/python benchmarks/bench_hook_overhead.py [--steps 40]
 """
@@ -51,7 +53,7 @@ def _hooked_step(rec: StepRecorder, step: int, model, opt, x, y, *, grads: bool)
 
 def _hook_cost_s(rec: StepRecorder, model, step: int, *, grads: bool) -> float:
     """Time inside the hook's own calls for one step whose work is already done (grads present)."""
-    t0 = time.perf_counter()
+    t0 = time.thread_time()
     with rec.step(step):
         for phase in ("forward", "backward", "optimizer"):
             with rec.phase(phase):
@@ -59,7 +61,7 @@ def _hook_cost_s(rec: StepRecorder, model, step: int, *, grads: bool) -> float:
         if grads:
             rec.gradients(model.parameters())
         rec.loss(torch.tensor(1.0))
-    return time.perf_counter() - t0
+    return time.thread_time() - t0
 
 
 def main() -> None:
@@ -76,11 +78,11 @@ def main() -> None:
         rec = StepRecorder(job="bench", rank=0, out_dir=tmp, keep=False)
         plain, hooked = [], []
         for step in range(args.steps):
-            t0 = time.perf_counter()
+            t0 = time.thread_time()
             _plain_step(model, opt, x, y)
-            t1 = time.perf_counter()
+            t1 = time.thread_time()
             _hooked_step(rec, step, model, opt, x, y, grads=True)
-            t2 = time.perf_counter()
+            t2 = time.thread_time()
             if step >= 3:                       # warm-up
                 plain.append(t1 - t0)
                 hooked.append(t2 - t1)
@@ -92,7 +94,7 @@ def main() -> None:
     step_s = statistics.median(plain)
     print(f"model {params / 1e6:.1f}M parameters, batch 256, CPU, 1 thread, {len(plain)} steps each")
     print(f"median step: plain {step_s * 1e3:.2f} ms, with hook {statistics.median(hooked) * 1e3:.2f} ms "
-          f"({100 * (statistics.median(hooked) / step_s - 1):+.2f} %, includes machine noise)")
+          f"({100 * (statistics.median(hooked) / step_s - 1):+.2f} %, CPU time, includes noise)")
     print(f"hook's own cost per step: phases + loss + write {cost_phases * 1e6:.0f} µs "
           f"({100 * cost_phases / step_s:.2f} % of the step); with gradient norm/NaN count {cost_grads * 1e6:.0f} µs "
           f"({100 * cost_grads / step_s:.2f} %)")

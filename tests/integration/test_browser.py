@@ -141,6 +141,29 @@ def test_keyboard_opens_gpu2_card_with_live_values_that_change(page):
     assert page.evaluate("document.activeElement.dataset?.gpu") == "node1/2"   # focus returns
 
 
+def test_hostile_names_are_shown_as_text_in_the_browser(page):
+    """A job name that is HTML, pushed through the same code path as an SSE tick, stays text.
+
+    Read back in the same task as the update, so a real tick cannot overwrite it in between."""
+    seen = page.evaluate("""() => {
+        const snap = structuredClone(window.hpcwatch.state.snapshot);
+        snap.gpus['node1/2'] = {...snap.gpus['node1/2'], job: '4101', job_name: '<img src=x onerror=alert(1)>',
+                                user: 'o"brien\\'s'};
+        snap.queue.jobs.unshift({id: '<b>9</b>', name: '<img src=y onerror=alert(2)>', user: 'x', account: 'y',
+                                 state: 'RUNNING', nodes: ['node1'], gpus: 1});
+        window.hpcwatch.applySnapshot(snap);
+        window.hpcwatch.openCard('gpu:node1/2');
+        return {imgs: document.querySelectorAll('img, b').length,
+                job: document.querySelector("#card [data-value='job']").textContent,
+                user: document.querySelector("#card [data-value='user']").textContent,
+                queue: document.getElementById('queue-table').textContent};
+    }""")
+    assert seen["imgs"] == 0
+    assert "<img src=x onerror=alert(1)>" in seen["job"]
+    assert seen["user"] == 'o"brien\'s'
+    assert "<img src=y onerror=alert(2)>" in seen["queue"] and "<b>9</b>" in seen["queue"]
+
+
 def test_node_card_lists_its_gpus_and_ib(page):
     page.locator("[data-el='node:node1']").focus()
     page.keyboard.press(" ")

@@ -1,4 +1,4 @@
-"""A real 4-rank torch.distributed job (gloo, CPU) where one rank tampers with its gradients.
+"""A real 3-rank torch.distributed job (gloo, CPU) where one rank tampers with its gradients.
 
 Each rank computes its local gradient, its norm and a random-projection sketch, and
 writes them as hook samples (JSON lines) before the all_reduce; the attacking rank
@@ -20,8 +20,9 @@ from hpcwatch.instrument.torch import read_hook_jsonl
 from hpcwatch.security.gradients import detect_gradient_anomalies
 
 pytest.importorskip("torch")
+pytestmark = pytest.mark.slow  # three torch imports: ~10 s idle, a minute on a loaded 2-core box
 
-WORLD = 4
+WORLD = 3
 STEPS = 8
 ATTACK_FROM_STEP = 2
 
@@ -33,7 +34,7 @@ WORKER = textwrap.dedent('''
     rank, world, out, steps, start = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3], int(sys.argv[4]), int(sys.argv[5])
     torch.set_num_threads(1)
     dist.init_process_group("gloo", rank=rank, world_size=world)
-    # One process group, three runs (importing torch four times is the slow part on a busy machine).
+    # One process group, three runs (importing torch is the slow part on a busy machine).
     for mode, attacker in (("scale", 2), ("flip", 1), ("none", -1)):
         torch.manual_seed(0)                       # same initial model on every rank
         model = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.ReLU(), torch.nn.Linear(64, 4))
@@ -72,7 +73,7 @@ def _free_port() -> int:
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list]:
-    """Samples of the three runs (scale: rank 2, flip: rank 1, none), from one real 4-process job."""
+    """Samples of the three runs (scale: rank 2, flip: rank 1, none), from one real 3-process job."""
     tmp = tmp_path_factory.mktemp("gloo")
     script = tmp / "worker.py"
     script.write_text(WORKER)

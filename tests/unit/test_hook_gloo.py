@@ -221,7 +221,7 @@ def test_hook_lines_are_sniffed_as_their_own_format(data_dir):
     assert detect_format(data_dir / "kineto" / "gloo_straggler" / "hook" / "rank-1.jsonl").name == "hook-jsonl"
 
 
-@pytest.mark.parametrize("fields", [{"rank": -1}, {"device": "tpu"}, {"prometheus_port": 70000}])
+@pytest.mark.parametrize("fields", [{"rank": -1}, {"device": "tpu"}, {"prometheus_port": 70000}, {"grad_every": 0}])
 def test_hook_config_rejects_bad_values(fields):
     from hpcwatch.errors import ConfigError
     from hpcwatch.instrument.torch import HookConfig

@@ -106,3 +106,14 @@ def test_cli_scan_db_reports_who_read_the_weights(tmp_path: Path) -> None:
     assert [(r["user"], r["access"], r["job"]) for r in doc["weights_reads"]] == [
         ("alice", "write", "4242"), ("alice", "mmap", "4242"), ("bob", "read", "4100"), ("alice", "read", None)]
     assert {f["rule"] for f in doc["findings"]} == EXPECTED_RULES["threat_weights_access"]
+
+
+def test_rescan_replaces_stored_findings(tmp_path: Path) -> None:
+    from hpcwatch.security import rescan
+    from hpcwatch.sources.detect import read_paths
+    write_threat_fixtures(tmp_path, "threat_container_escape")
+    with Store(":memory:") as store:
+        store.add(read_paths([tmp_path]))
+        first = rescan(store)
+        again = rescan(store)
+        assert len(store.findings()) == len(first) == len(again) == 3

@@ -85,3 +85,32 @@ def test_slurm_json_of_any_shape(name, jobs):
         PARSERS[name](text)
     except ParseError:
         pass
+
+
+READERS = {
+    "prometheus": prometheus_text.read_prometheus_text,
+    "prometheus-columns": prometheus_text.read_prometheus_columns,
+    "squeue": slurm.read_squeue_json,
+    "sacct": slurm.read_sacct_json,
+    "scontrol": slurm.read_scontrol_show_job,
+    "perfquery": infiniband.read_perfquery,
+    "ibstat": infiniband.read_ibstat,
+    "lustre": lustre.read_job_stats,
+    "nvidia-smi-xml": nvidia_smi.read_nvidia_smi_xml,
+    "nvidia-smi-csv": nvidia_smi.read_nvidia_smi_csv,
+}
+
+
+@pytest.mark.parametrize("name", sorted(READERS))
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow,
+                                                                 HealthCheck.function_scoped_fixture])
+@given(data=st.one_of(st.binary(max_size=120), st.sampled_from(_SEEDS).map(lambda s: s.encode() + b"\xff\xfe")))
+def test_reader_of_arbitrary_bytes(tmp_path, name, data):
+    path = tmp_path / "blob"
+    path.write_bytes(data)
+    try:
+        result = READERS[name](path)
+        if not hasattr(result, "num_rows"):
+            list(result)
+    except ParseError as err:
+        assert str(path) in str(err)

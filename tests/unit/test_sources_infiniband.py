@@ -90,3 +90,13 @@ def test_bad_ibstat(text, line, what):
     with pytest.raises(ParseError) as err:
         list(parse_ibstat(text, path="i.txt"))
     assert err.value.line == line and what in err.value.what
+
+
+def test_saved_file_name_gives_node_and_device(tmp_path):
+    folder = tmp_path / "perfquery" / "node2"
+    folder.mkdir(parents=True)
+    (folder / "mlx5_3.1.txt").write_bytes((IB / "perfquery_x_switch_port1.out").read_bytes())
+    sample = next(iter(read_perfquery(folder / "mlx5_3.1.txt", t=0)))
+    assert (sample.labels["node"], sample.labels["device"], sample.labels["port"]) == ("node2", "mlx5_3", "1")
+    # the real fixtures are named by GUID: nothing is guessed
+    assert "node" not in next(iter(read_perfquery(IB / "perfquery_x_switch_port1.out", t=0))).labels

@@ -28,7 +28,8 @@ def test_squeue_two_node_job_has_gpu_indices_per_node_in_nodelist_order():
 def test_squeue_finished_pending_and_single_node_jobs():
     jobs = _by_id(read_squeue_json(SLURM / "squeue.json"))
     assert len(jobs) == 10
-    assert (jobs["8"].user, jobs["8"].account, jobs["8"].gpus_by_node) == ("bob", "proj-vision", {"node1": (2, 3, 4, 5)})
+    assert (jobs["8"].user, jobs["8"].account) == ("bob", "proj-vision")
+    assert jobs["8"].gpus_by_node == {"node1": (2, 3, 4, 5)}
     assert (jobs["2"].gpus, jobs["2"].start, jobs["2"].end) == (3, 1795991671.0, 1795991691.0)
     assert jobs["5"].state == "FAILED"
     pending = jobs["10"]

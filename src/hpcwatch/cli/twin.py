@@ -31,6 +31,8 @@ def twin_run(
     scenario: list[str] = typer.Option([], "--scenario", help="Scenario to play (repeatable)."),
     step: float = typer.Option(DEFAULT_STEP_S, "--step", help="Resolution: seconds between scrapes."),
     spans: bool = typer.Option(False, "--spans", help="Also write spans.jsonl (the training job's steps)."),
+    traces: Path = typer.Option(None, "--traces", help="Also write the training job's steps as Kineto traces "
+                                                       "(rank-N.json) in this folder, for hpcwatch steps."),
     json_out: bool = JsonOption,
 ) -> None:
     """Write the twin's dcgm-exporter, node-exporter, Slurm, Lustre and perfquery files; read them back
@@ -41,13 +43,13 @@ def twin_run(
         raise ConfigError(f"--step ({step}) is longer than --duration ({duration})")
     twin = Twin(sized_reference(nodes), seed=seed, scenarios=scenario)
     if json_out:
-        summary = write_run(twin, out, duration_s=duration, step_s=step, spans=spans)
+        summary = write_run(twin, out, duration_s=duration, step_s=step, spans=spans, traces_dir=traces)
         emit_json({**asdict(summary), "nodes": len(twin.node_names), "gpus": twin.n_gpus,
                    "scenarios": [s.name for s in twin.scenarios]})
         return
     with Progress(console=console, transient=True) as progress:
         task = progress.add_task("simulating", total=round(duration / step))
-        summary = write_run(twin, out, duration_s=duration, step_s=step, spans=spans,
+        summary = write_run(twin, out, duration_s=duration, step_s=step, spans=spans, traces_dir=traces,
                             progress=lambda done, total: progress.update(task, completed=done))
     console.print(f"[bold]{summary.out}[/]: {summary.ticks} scrapes of {len(twin.node_names)} nodes "
                   f"({twin.n_gpus} GPUs), {summary.files} files, {summary.jobs} jobs"

@@ -88,12 +88,16 @@ class HookConfig:
     """Serve the gauges on 127.0.0.1:PORT too."""
     keep: bool = True
     """Keep the records in ``StepRecorder.records`` as well."""
+    grad_every: int = 1
+    """Gradient statistics every N steps (their cost is one read of every gradient)."""
 
     def __post_init__(self) -> None:
         if self.rank < 0:
             raise ConfigError(f"HookConfig.rank must be >= 0, got {self.rank}")
         if self.device not in ("cpu", "cuda"):
             raise ConfigError(f"HookConfig.device must be 'cpu' or 'cuda', got {self.device!r}")
+        if self.grad_every < 1:
+            raise ConfigError(f"HookConfig.grad_every must be >= 1, got {self.grad_every}")
         if self.prometheus_port is not None and not 0 <= self.prometheus_port < 65536:
             raise ConfigError(f"HookConfig.prometheus_port must be a TCP port, got {self.prometheus_port}")
 
@@ -167,6 +171,8 @@ class StepRecorder:
         the per-parameter norms (a NaN or Inf makes a norm non-finite), where counting
         elements would cost another pass over every gradient.
         """
+        if self._step is not None and self._step % self.config.grad_every:
+            return
         torch = self._torch
         grads = [p.grad.detach() for p in parameters if getattr(p, "grad", None) is not None]
         if not grads:

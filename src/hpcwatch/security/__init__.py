@@ -13,6 +13,7 @@
 Detectors are pure: records in, findings out; only ``scan_store`` touches a store.
 """
 
-from hpcwatch.security.scan import ScanConfig, ScanExtras, load_paths, scan_records, scan_store, sort_findings
+from hpcwatch.security.scan import (ScanConfig, ScanExtras, load_paths, rescan, scan_records, scan_store,
+                                    sort_findings)
 
-__all__ = ["ScanConfig", "ScanExtras", "load_paths", "scan_records", "scan_store", "sort_findings"]
+__all__ = ["ScanConfig", "ScanExtras", "load_paths", "rescan", "scan_records", "scan_store", "sort_findings"]

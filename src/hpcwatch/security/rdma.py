@@ -20,7 +20,9 @@ and the subnet manager's partitioning. From those alone:
 
 Storage servers (``storage_hosts``; Lustre OSS/MDS over o2ib) move data without a
 Slurm job of their own: expected traffic, never a finding. Counters are
-cumulative; a counter that goes down (reset, wrap) starts a new series.
+cumulative; a counter that goes down (reset, wrap) starts a new series. A sample
+that names no node (a perfquery file read without ``node=``) cannot be tied to a
+job and is skipped.
 
 Ring AllReduce moves 2(p-1)/p x n bytes out of each rank per call
 (https://github.com/NVIDIA/nccl-tests/blob/master/doc/PERFORMANCE.md), which is what

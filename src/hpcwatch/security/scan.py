@@ -34,7 +34,7 @@ from hpcwatch.sources.manifest import ShardManifest
 from hpcwatch.sources.osv import OsvDatabase
 
 __all__ = ["ScanConfig", "ScanExtras", "scan_records", "scan_store", "load_paths", "sort_findings",
-           "EVENT_KINDS", "sample_metrics", "weights_reads", "Loaded"]
+           "EVENT_KINDS", "sample_metrics", "weights_reads", "rescan", "Loaded"]
 
 #: Event kinds the detectors read.
 EVENT_KINDS = ("pip_package", "pth_file", "falco", "tetragon", "shard_check", "opensm_partitions",
@@ -104,6 +104,14 @@ def scan_store(store, *, config: ScanConfig = ScanConfig(), extras: ScanExtras =
     samples = [Sample(metric=m, labels=orjson.loads(lab), t=t, value=v) for m, lab, t, v in rows]
     events = [e for kind in EVENT_KINDS for e in store.events(kind)]
     return scan_records(samples, events, store.jobs(), config=config, extras=extras)
+
+
+def rescan(store, *, config: ScanConfig = ScanConfig(), extras: ScanExtras = ScanExtras()) -> list[Finding]:
+    """Scan the store and replace its stored findings with these (what a live view calls now and then)."""
+    findings = scan_store(store, config=config, extras=extras)
+    store.clear_findings()
+    store.add(findings)
+    return findings
 
 
 def weights_reads(store, *, config: ScanConfig = ScanConfig()) -> list[WeightsAccess]:

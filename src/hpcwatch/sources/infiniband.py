@@ -22,6 +22,7 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Iterator
+from pathlib import Path
 
 from hpcwatch.errors import ParseError
 from hpcwatch.records import Sample
@@ -70,11 +71,24 @@ def parse_perfquery(text: str, *, path: str | os.PathLike[str] = "<input>", node
             yield Sample(metric=f"ib_{name}", labels=labels, t=t, value=float(int(value)))
 
 
+# "<device>.<port>.txt" in a folder named after the node, as ``hpcwatch twin run`` writes them
+# (perfquery/node1/mlx5_0.1.txt).
+_SAVED_NAME_RE = re.compile(r"([A-Za-z][A-Za-z0-9]*_[0-9]+)\.([0-9]+)\.(?:txt|out)\Z")
+
+
 def read_perfquery(path: str | os.PathLike[str], *, node: str | None = None, device: str | None = None,
                    t: float | None = None) -> Iterator[Sample]:
-    """``parse_perfquery`` of a saved output; ``t`` defaults to the file's write time."""
-    text = read_text(path)
-    yield from parse_perfquery(text, path=path, node=node, device=device, t=file_time(path) if t is None else t)
+    """``parse_perfquery`` of a saved output; ``t`` defaults to the file's write time.
+
+    Without ``node`` and ``device``, a file named ``<device>.<port>.txt`` (``mlx5_0.1.txt``) gives
+    its device from the name and its node from the folder it is in.
+    """
+    p = Path(path)
+    saved = _SAVED_NAME_RE.match(p.name)
+    if saved and node is None and device is None:
+        node, device = p.parent.name or None, saved.group(1)
+    text = read_text(p)
+    yield from parse_perfquery(text, path=p, node=node, device=device, t=file_time(p) if t is None else t)
 
 
 _CA_RE = re.compile(r"CA\s+'([^']+)'\s*\Z")

@@ -35,9 +35,9 @@ import csv
 import os
 import re
 import xml.etree.ElementTree as ET
-from xml.parsers import expat
 from collections.abc import Iterator, Sequence
 from datetime import datetime, timezone
+from xml.parsers import expat
 
 from hpcwatch.errors import ParseError
 from hpcwatch.records import Event, Sample

@@ -164,16 +164,13 @@ def read_prometheus_text(path: str | os.PathLike[str], *, t: float | None = None
 # text to the reference path, which then accepts or rejects it line by line.
 
 _NAME_FULL = rf"^{_NAME}$"
-# Values both Python's float() (the reference) and Arrow's cast read, and read alike.
+# Values and timestamps that Python (the reference path) and Arrow's cast both read, and read alike.
 _PLAIN_STAMP = r"^(?:[+-]?[0-9]{1,18})?$"
 _PLAIN_VALUE = r"^[+-]?(?:[0-9]+\.?[0-9]*(?:[eE][+-]?[0-9]+)?|\.[0-9]+(?:[eE][+-]?[0-9]+)?|Inf)$|^NaN$"
-# HELP/TYPE comments, found by their "#" (a "#" inside a label value may match too: checking it
-# can only send the text to the reference path, never accept a bad one).
-_HELP_TYPE_RE = re.compile(r"#[ \t]*((?:HELP|TYPE)[ \t][^\n]*)")
 # Label strings without escapes, the usual case, read with one findall.
 _PLAIN_LABELS_RE = re.compile(r'(?:[a-zA-Z_][a-zA-Z0-9_]*="[^"\\]*",)*(?:[a-zA-Z_][a-zA-Z0-9_]*="[^"\\]*",?)?\Z')
 _PLAIN_LABEL_RE = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="([^"\\]*)"')
-_NL, _HASH, _SPACE, _OPEN, _CLOSE = (ord(c) for c in "\n# {}")
+_NL, _HASH, _CLOSE = (ord(c) for c in "\n#}")
 
 
 class _NotPlain(Exception):

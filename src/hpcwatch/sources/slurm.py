@@ -386,7 +386,8 @@ def _scontrol_job(fields: list[tuple[str, str]], utc_offset_s: float) -> Job:
     start, end = _times(state, _scontrol_time(first.get("StartTime", ""), utc_offset_s),
                         _scontrol_time(first.get("EndTime", ""), utc_offset_s))
     return Job(id=job_id, user=user, account=_none(first.get("Account")), partition=_none(first.get("Partition")),
-               nodes=tuple(expand_hostlist(first.get("NodeList", ""))), gpus=counted or _tres_gpus(first.get("TRES", "")),
+               nodes=tuple(expand_hostlist(first.get("NodeList", ""))),
+               gpus=counted or _tres_gpus(first.get("TRES", "")),
                gpus_by_node=by_node, start=start, end=end, state=state, name=_none(first.get("JobName")))
 
 

@@ -39,7 +39,7 @@ from hpcwatch.records import Event, Job, Sample, Span
 from hpcwatch.twin.scenarios import Scenario, get_scenario
 from hpcwatch.twin.workload import PlannedJob, Scheduler
 
-__all__ = ["Twin", "JobTruth", "DEFAULT_START_S", "SEED_PHASES_S", "DCGM_FIELDS", "IB_COUNTERS",
+__all__ = ["Twin", "JobTruth", "DEFAULT_START_S", "SEED_PHASES_S", "SPAN_ORDER", "DCGM_FIELDS", "IB_COUNTERS",
            "DRIVER_VERSION"]
 
 #: Simulated time starts here unless told otherwise (2026-11-29 ~ the Slurm samples' epoch), so runs are reproducible.
@@ -49,6 +49,9 @@ DEFAULT_START_S = 1_796_000_000.0
 SEED_PHASES_S = {"load": 0.002, "forward": 0.011, "backward": 0.020, "optimizer": 0.002}
 #: NCCL per-hop latency alpha of the ring model T = 2(p-1)alpha + 2(p-1)/p n/B (DESIGN.md section 6).
 RING_ALPHA_S = 5e-6
+#: The order the phases of a step run in (columns of ``step_phases`` are in ``records.PHASES`` order).
+SPAN_ORDER = ("load", "forward", "backward", "barrier_wait", "allreduce", "optimizer")
+_SPAN_COLUMNS = [("load", "forward", "backward", "allreduce", "optimizer", "barrier_wait").index(p) for p in SPAN_ORDER]
 #: Relative per-phase jitter of one rank's compute (1 %).
 PHASE_JITTER = 0.01
 
@@ -416,11 +419,14 @@ class Twin:
     def step_phases(self, job: PlannedJob, step: int) -> tuple[list[tuple[int, str, int]], np.ndarray]:
         """Per-rank phase durations (seconds) of one step, columns in ``records.PHASES`` order.
 
-        Each rank's compute jitters by 1 %; scenarios' ``adjust_step`` bend it; the step then
-        aligns on the slowest rank and every other rank waits at the barrier for the difference::
+        Each rank's compute jitters by 1 %; scenarios' ``adjust_step`` bend it. The AllReduce is a
+        collective: it moves data only once the last rank arrives, so every other rank waits in it
+        (as NCCL and the step anatomy of analysis/steps.py see it) for the slowest one::
 
-            rank 0  |load|fwd|--bwd--|ar|opt|....barrier_wait....|
-            rank 2  |load|fwd|------bwd x2------|ar|opt|          |   <- straggler sets the step
+            rank 0  |load|fwd|--bwd--|....barrier_wait....|allreduce|opt|
+            rank 2  |load|fwd|------bwd x2-----------------|allreduce|opt|   <- the straggler sets the pace
+
+        ``SPAN_ORDER`` is the order the phases run in.
         """
         ranks = self._ranks(job)
         rng = np.random.default_rng([self.seed, int(job.id), int(step)])
@@ -437,8 +443,8 @@ class Twin:
             for scenario in hooked:
                 scenario.adjust_step(rank=r, node=node, gpu=g, step=step, phases=phases)
             table[r, :5] = [phases[p] for p in ("load", "forward", "backward", "allreduce", "optimizer")]
-        busy = table[:, :5].sum(axis=1)
-        table[:, 5] = busy.max() - busy
+        before_collective = table[:, :3].sum(axis=1)
+        table[:, 5] = before_collective.max() - before_collective
         return ranks, table
 
     def _train_steps(self, dt: float) -> tuple[np.ndarray, np.ndarray]:
@@ -455,7 +461,7 @@ class Twin:
             done = self._steps_done.setdefault(job.id, max(0.0, self.now - dt - job.start) / sum(SEED_PHASES_S.values()))
             step = int(done)
             ranks, table = self.step_phases(job, step)
-            step_s = float(table[0].sum())
+            step_s = float(table.sum(axis=1).max())
             nominal = sum(SEED_PHASES_S[p] for p in ("forward", "backward")) / (sum(SEED_PHASES_S.values())
                                                                                   + table[:, 3].mean())
             flat = [self._gpu_flat[(node, g)] for _, node, g in ranks]
@@ -473,7 +479,7 @@ class Twin:
 
     def _span_table(self, job: PlannedJob, step: int, end: float | None):
         ranks, table = self.step_phases(job, step)
-        step_s = float(table[0].sum())
+        step_s = float(table.sum(axis=1).max())
         start = (end if end is not None else job.start + (step + 1) * sum(SEED_PHASES_S.values())) - step_s
         return job.id, step, ranks, table, start
 
@@ -487,14 +493,12 @@ class Twin:
 
     def _spans_of(self, job: PlannedJob, step: int, *, end: float | None = None) -> list[Span]:
         job_id, step, ranks, table, start = self._span_table(job, step, end)
-        phases = ("load", "forward", "backward", "allreduce", "optimizer", "barrier_wait")
+        starts = start + np.cumsum(table[:, _SPAN_COLUMNS], axis=1) - table[:, _SPAN_COLUMNS]
         spans = []
         for r, node, g in ranks:
-            t = start
-            for k, phase in enumerate(phases):
-                spans.append(Span(job=job_id, rank=r, step=step, phase=phase, start=round(t, 6),
-                                  dur=float(table[r, k]), attrs={"node": node, "gpu": g}))
-                t += float(table[r, k])
+            for k, phase in enumerate(SPAN_ORDER):
+                spans.append(Span(job=job_id, rank=r, step=step, phase=phase, start=round(float(starts[r, k]), 6),
+                                  dur=float(table[r, _SPAN_COLUMNS[k]]), attrs={"node": node, "gpu": g}))
         return spans
 
     def finished_spans(self) -> list[Span]:

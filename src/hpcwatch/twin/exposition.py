@@ -24,13 +24,13 @@ import numpy as np
 
 from hpcwatch.errors import ConfigError
 from hpcwatch.records import Sample
-from hpcwatch.twin.core import DCGM_FIELDS, IB_COUNTERS
+from hpcwatch.twin.core import _SPAN_COLUMNS, DCGM_FIELDS, IB_COUNTERS, SPAN_ORDER
 
 if TYPE_CHECKING:
     from hpcwatch.twin.core import Twin
 
 __all__ = ["DCGM_HELP", "NODE_EXPORTER_IB", "dcgm_text", "node_exporter_text", "perfquery_text",
-           "lustre_job_stats_text", "ib_samples", "scrape_all", "spans_jsonl", "lustre_samples", "lustre_target", "hca_device",
+           "lustre_job_stats_text", "ib_samples", "scrape_all", "spans_jsonl", "kineto_traces", "lustre_samples", "lustre_target", "hca_device",
            "NODE_EXPORTER_PORT"]
 
 #: (type, help) of each DCGM field, verbatim from dcgm-exporter's counter CSVs.
@@ -355,7 +355,6 @@ def _min_max(samples: np.ndarray, total: np.ndarray) -> tuple[np.ndarray, np.nda
 
 _SPAN_LINE = ('{"job":"%s","rank":%d,"step":%d,"phase":"%s","start":%r,"dur":%r,'
               '"attrs":{"node":"%s","gpu":%d}}\n')
-_PHASES = ("load", "forward", "backward", "allreduce", "optimizer", "barrier_wait")
 
 
 def spans_jsonl(twin: Twin) -> tuple[str, int]:
@@ -367,13 +366,56 @@ def spans_jsonl(twin: Twin) -> tuple[str, int]:
     if found is None:
         return "", 0
     job, step, ranks, table, start = found
-    starts = start + np.concatenate([np.zeros((len(ranks), 1)), np.cumsum(table, axis=1)[:, :-1]], axis=1)
-    starts = np.round(starts, 6).tolist()
-    durs = table.tolist()
-    args = [v for r, node, g in ranks for k, phase in enumerate(_PHASES)
+    ordered = table[:, _SPAN_COLUMNS]
+    starts = np.round(start + np.cumsum(ordered, axis=1) - ordered, 6).tolist()
+    durs = ordered.tolist()
+    args = [v for r, node, g in ranks for k, phase in enumerate(SPAN_ORDER)
             for v in (job, r, step, phase, starts[r][k], durs[r][k], node, g)]
-    n = len(ranks) * len(_PHASES)
+    n = len(ranks) * len(SPAN_ORDER)
     return (_SPAN_LINE * n) % tuple(args), n
+
+
+#: Kineto's ``schemaVersion`` and the NCCL collective's host-side name as torch.profiler records it.
+_KINETO_SCHEMA, _NCCL_ALLREDUCE = 1, "nccl:all_reduce"
+#: The ``record_function`` names the steps anatomy reads (analysis/steps.py), per phase.
+_ANNOTATIONS = {"load": "data_load", "forward": "forward", "backward": "backward", "optimizer": "optimizer"}
+
+
+def kineto_traces(steps: list[tuple], *, nodes_of_rank: dict[int, str], world_size: int) -> dict[int, dict]:
+    """PyTorch profiler (Kineto) Chrome traces, one per rank, of profiled steps.
+
+    ``steps`` are ``Twin.finished_span_table()`` tuples. Each step is a ``ProfilerStep#N``
+    annotation holding ``data_load``, ``forward``, ``backward``, the ``nccl:all_reduce`` collective
+    (the barrier wait and the transfer: a rank waits inside it for the last one) and ``optimizer``,
+    all ``user_annotation`` events in µs since ``baseTimeNanoseconds``, with ``distributedInfo``.
+    """
+    if not steps:
+        return {}
+    base_s = int(steps[0][4])
+    events: dict[int, list[dict]] = {r: [] for r in nodes_of_rank}
+    for _, step, ranks, table, start in steps:
+        ordered = table[:, _SPAN_COLUMNS]
+        starts = start + np.cumsum(ordered, axis=1) - ordered
+        for r, _node, _gpu in ranks:
+            us = (starts[r] - base_s) * 1e6
+            durs = ordered[r] * 1e6
+            row = dict(zip(SPAN_ORDER, zip(us.tolist(), durs.tolist())))
+            pid = 1000 + r
+            out = events[r]
+            out.append(_x("ProfilerStep#%d" % step, us[0], float(durs.sum()), pid))
+            for phase, name in _ANNOTATIONS.items():
+                out.append(_x(name, row[phase][0], row[phase][1], pid))
+            wait_at, wait = row["barrier_wait"]
+            out.append(_x(_NCCL_ALLREDUCE, wait_at, wait + row["allreduce"][1], pid))
+    return {r: {"schemaVersion": _KINETO_SCHEMA, "deviceProperties": [],
+                "distributedInfo": {"backend": "nccl", "rank": r, "world_size": world_size},
+                "host_name": nodes_of_rank[r], "displayTimeUnit": "ms", "baseTimeNanoseconds": base_s * 10**9,
+                "traceEvents": events[r], "traceName": f"rank-{r}.json"} for r in events}
+
+
+def _x(name: str, ts_us: float, dur_us: float, pid: int) -> dict:
+    return {"ph": "X", "cat": "user_annotation", "name": name, "pid": pid, "tid": pid, "ts": round(float(ts_us), 3),
+            "dur": round(float(dur_us), 3), "args": {}}
 
 
 def ib_samples(twin: Twin) -> Iterator[Sample]:

@@ -16,6 +16,10 @@ Layout of ``out`` (every file is a real format; ``hpcwatch ingest out`` reads it
                                       not a collector's format, so ``hpcwatch ingest`` does not read it
     + whatever the active scenarios' ``extra_files`` write
 
+With ``traces_dir``, the training job's profiled steps (one per tick, the last MAX_TRACE_STEPS)
+also go there as PyTorch profiler (Kineto) traces, ``rank-<r>.json``, for ``hpcwatch steps DIR``.
+They live outside ``out`` because ``hpcwatch ingest`` does not read Kineto traces.
+
 Scrapes go to one file per node, not one per scrape: creating ~100,000 small files (an hour of
 128 nodes) costs far more than simulating them. The first scrape is written at the start time, before the first tick, so
 every counter has a starting point and per-job deltas add up exactly.
@@ -29,15 +33,19 @@ from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
+import orjson
+
 from hpcwatch.errors import ConfigError
 from hpcwatch.model import Cluster, parse_cluster, reference_cluster
 from hpcwatch.twin.core import Twin
-from hpcwatch.twin.exposition import hca_device, scrape_all, spans_jsonl
+from hpcwatch.twin.exposition import hca_device, kineto_traces, scrape_all, spans_jsonl
 
 __all__ = ["write_run", "RunSummary", "sized_reference", "LUSTRE_EVERY_S", "DEFAULT_STEP_S", "SNAPSHOT_MAX_NODES"]
 
 #: How often the Lustre job_stats snapshot is taken (lustre_exporter scrapes every 15-60 s).
 LUSTRE_EVERY_S = 60.0
+#: Profiled steps kept for the Kineto traces (a profiler schedule records a few, not thousands).
+MAX_TRACE_STEPS = 30
 #: Per-HCA and per-GPU snapshot files only for clusters up to this size.
 SNAPSHOT_MAX_NODES = 32
 
@@ -70,7 +78,8 @@ class RunSummary:
 
 
 def write_run(twin: Twin, out: str | Path, *, duration_s: float, step_s: float = DEFAULT_STEP_S,
-              spans: bool = False, progress: Callable[[int, int], None] | None = None) -> RunSummary:
+              spans: bool = False, traces_dir: str | Path | None = None,
+              progress: Callable[[int, int], None] | None = None) -> RunSummary:
     """Advance ``twin`` by ``duration_s`` in ticks of ``step_s`` and write the files described above."""
     if duration_s <= 0 or step_s <= 0:
         raise ConfigError(f"duration and step must be > 0, got {duration_s} and {step_s}")
@@ -81,6 +90,7 @@ def write_run(twin: Twin, out: str | Path, *, duration_s: float, step_s: float =
     w.scrape(lustre=True)
     next_lustre = t0 + LUSTRE_EVERY_S
     span_file = (out / "spans.jsonl").open("wb") if spans else None
+    profiled: list[tuple] = []
     try:
         for k in range(ticks):
             twin.advance(step_s)
@@ -93,6 +103,8 @@ def write_run(twin: Twin, out: str | Path, *, duration_s: float, step_s: float =
                 span_file.write(text.encode())
                 w.spans += n
             w.events += len(twin.events())
+            if traces_dir is not None and (found := twin.finished_span_table()) is not None:
+                profiled = (profiled + [found])[-MAX_TRACE_STEPS:]
             if progress:
                 progress(k + 1, ticks)
     finally:
@@ -100,10 +112,21 @@ def write_run(twin: Twin, out: str | Path, *, duration_s: float, step_s: float =
             span_file.close()
     w.close()
     w.final()
+    if traces_dir is not None:
+        w.files += _write_traces(twin, Path(traces_dir), profiled)
     for scenario in twin.scenarios:
         scenario.extra_files(twin=twin, out=out, t0=t0, t1=twin.now)
     return RunSummary(out=str(out), t0=t0, t1=twin.now, ticks=ticks, files=w.files, jobs=len(twin.jobs),
                       spans=w.spans, events=w.events)
+
+
+def _write_traces(twin: Twin, folder: Path, profiled: list[tuple]) -> int:
+    folder.mkdir(parents=True, exist_ok=True)
+    ranks = twin._ranks(twin.training_job)
+    docs = kineto_traces(profiled, nodes_of_rank={r: node for r, node, _ in ranks}, world_size=len(ranks))
+    for r, doc in docs.items():
+        (folder / f"rank-{r}.json").write_bytes(orjson.dumps(doc))
+    return len(docs)
 
 
 _OUR_FOLDERS = ("dcgm", "node-exporter", "lustre", "perfquery", "slurm")

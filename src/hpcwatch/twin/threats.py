@@ -337,7 +337,7 @@ def _rdma_rate(world: World, host: str, port: int, t: float, attack: bool, ring:
 
 
 def _plant_gradient(world: World, attack: bool) -> Plant:
-    from hpcwatch.security.gradients import gradient_samples
+    from hpcwatch.security.gradients import grad_sketch, gradient_samples
     rng = np.random.default_rng(11)
     true_grad = rng.standard_normal(4096)
     lines = []
@@ -349,7 +349,6 @@ def _plant_gradient(world: World, attack: bool) -> Plant:
                 local = local * 40.0  # scaled gradients
             if attack and rank == 2 and step >= 6:
                 local = -local  # flipped gradients: same norm, opposite direction
-            from hpcwatch.security.gradients import grad_sketch
             node, gpu = world.train.nodes[rank // 4], rank % 4
             for s in gradient_samples(job=world.train.id, rank=rank, step=step, t=t, norm=float(np.linalg.norm(local)),
                                       sketch=grad_sketch(local, seed=0), node=node, gpu=gpu):

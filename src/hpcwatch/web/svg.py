@@ -275,8 +275,9 @@ def _threats(cluster: Cluster, lay: SchematicLayout, t: Translate) -> str:
         "supply_chain": lambda b: (b[0] + b[2] * 0.45, b[1] + b[3]),
         "data_poisoning": lambda b: (b[0] + b[2] * 0.55, b[1] + b[3]),
         "rdma_blind_spot": lambda b: (b[0] + b[2] * 0.62, b[1] + b[3]),
-        "gradient_injection": lambda b: (gx + 2 * (lay.gpu_w + GPU_GAP), b[1]),
-        "gpu_memory_remanence": lambda b: (gx + 4 * (lay.gpu_w + GPU_GAP) if lay.gpu_cols > 4 else gx, b[1] + b[3]),
+        "gradient_injection": lambda b: (gx + 2 * (lay.gpu_w + GPU_GAP), b[1] - 6),
+        "gpu_memory_remanence": lambda b: (gx + 4 * (lay.gpu_w + GPU_GAP) if lay.gpu_cols > 4 else gx,
+                                           b[1] + b[3] + 8),
         "container_escape": lambda b: (b[0] + b[2] * 0.5, b[1]),
     }
     wx, wy = MARGIN + WEIGHTS_W * 0.5, lay.y_storage

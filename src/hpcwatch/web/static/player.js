@@ -66,7 +66,7 @@ export function initPlayer(root) {
     const lead = phases[stats.reference] ?? phases[0];
     readout.textContent = t("player.phase_now", { time: fmt(ms, 1), phase: lead ? t(`phase.${lead}`) : "—" });
     updateRing(ring, ranks, phases, ms / 1000, stats);
-    if (ms >= doc.step_time_s * 1000) readout.textContent = summaryText(doc, ranks, stats);
+    if (ms >= doc.step_time_s * 1000) readout.textContent = "";   // the summary below says it all
   }
 
   async function play() {

@@ -70,5 +70,13 @@ export function initSimulator(root) {
     event.preventDefault();
     run();
   });
+  // Compute the default curve the first time the panel scrolls into view (plotly stays off the first paint).
+  const observer = new IntersectionObserver((entries) => {
+    if (entries.some((e) => e.isIntersecting)) {
+      observer.disconnect();
+      if (!root.dataset.state) run();
+    }
+  });
+  observer.observe(plot);
   return { run };
 }
