@@ -9,7 +9,6 @@ update cost at 128 GPUs) are written to artifacts/timings.json and printed.
 from __future__ import annotations
 
 import json
-import os
 import signal
 import socket
 import statistics
@@ -117,6 +116,13 @@ def _shot(pg, name: str, **kw) -> None:
     pg.screenshot(path=str(ARTIFACTS / f"{name}.png"), **kw)
 
 
+def _shot_panel(pg, selector: str, name: str) -> None:
+    """One panel, scrolled just below the sticky toolbar so nothing covers it."""
+    pg.eval_on_selector(selector, "el => window.scrollTo(0, el.getBoundingClientRect().top + window.scrollY - 64)")
+    box = pg.locator(selector).bounding_box()
+    pg.screenshot(path=str(ARTIFACTS / f"{name}.png"), clip=box)
+
+
 def test_keyboard_opens_gpu2_card_with_live_values_that_change(page):
     for _ in range(80):
         page.keyboard.press("Tab")
@@ -209,6 +215,7 @@ def test_step_with_straggler_others_wait_the_stragglers_extra_time(page):
     page.wait_for_function("document.getElementById('player').dataset.state === 'ready'")
     page.click("#play")
     page.wait_for_function("document.getElementById('player').dataset.state === 'done'", timeout=20_000)
+    _shot_panel(page, "#player", "5-step-player-straggler")
     page.click("#player details:nth-of-type(2) summary")
     cells = page.eval_on_selector_all("#step-table td[data-phase]",
                                       "tds => tds.map(td => [Number(td.dataset.rank), td.dataset.phase, "
@@ -224,7 +231,6 @@ def test_step_with_straggler_others_wait_the_stragglers_extra_time(page):
     for r in others:
         assert table[r]["barrier_wait"] == pytest.approx(extra, rel=0.05), (r, table[r], extra)
     assert table[slowest]["barrier_wait"] == pytest.approx(0, abs=0.05)
-    _shot(page, "5-step-player-straggler", full_page=False, clip=page.locator("#player").bounding_box())
 
 
 def test_simulator_computes_on_the_server(page):
@@ -235,8 +241,7 @@ def test_simulator_computes_on_the_server(page):
     assert 0 < efficiency < 1
     assert cell.inner_text().endswith("%")
     page.wait_for_selector("#sim-plot .main-svg", timeout=20_000)
-    page.locator("#sim").scroll_into_view_if_needed()
-    _shot(page, "6-simulator", clip=page.locator("#sim").bounding_box())
+    _shot_panel(page, "#sim", "6-simulator")
 
 
 def test_switching_to_french_leaves_no_english(page):

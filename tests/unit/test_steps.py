@@ -151,3 +151,20 @@ def test_a_skewed_clock_is_estimated_and_does_not_change_the_waits(data_dir):
     assert after.clock_offset_s[1] - before.clock_offset_s[1] == pytest.approx(skew_us / 1e6, abs=2e-3)
     assert abs(before.clock_offset_s[0]) < 5e-3
     np.testing.assert_allclose(after.matrix("barrier_wait"), before.matrix("barrier_wait"), atol=2e-3)
+
+
+def test_phases_are_inferred_from_operators_without_annotations(data_dir):
+    import dataclasses
+
+    from hpcwatch.sources.kineto import CAT
+
+    trace = _read(data_dir / "kineto" / "gloo_straggler" / "rank-0.json.gz")
+    phase_ids = trace.name_ids(lambda n: phase_of_annotation(n) is not None)
+    cat = trace.events["cat"].copy()
+    cat[np.isin(trace.events["name_id"], phase_ids)] = CAT["other"]   # as if no record_function was used
+    bare = dataclasses.replace(trace, events=dict(trace.events, cat=cat))
+    annotated, inferred = anatomy_from_traces([trace]), anatomy_from_traces([bare])
+    for a, b in zip(annotated.rank_steps, inferred.rank_steps):
+        assert b.phases["backward"] > 0 and b.phases["forward"] > 0
+        assert b.phases["backward"] <= a.phases["backward"] * 1.5
+        assert b.phases["load"] == 0

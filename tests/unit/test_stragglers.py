@@ -123,3 +123,13 @@ def test_the_twins_straggler_scenario_is_named_from_its_spans():
     report = find_stragglers(anatomy_from_spans(twin.spans()))
     # the scenario: GPU 2 of node 1 takes twice as long for its backward
     assert [(s.node, s.gpu, s.phase, s.signature) for s in report.stragglers] == [("node1", 2, "backward", True)]
+
+
+def test_a_single_slow_step_is_an_outlier_over_time_not_a_straggler():
+    spans = _job_spans({}, steps=6, noise=0.01)
+    spans = [Span(job=s.job, rank=s.rank, step=s.step, phase=s.phase, start=s.start,
+                  dur=s.dur + (0.05 if (s.rank, s.step, s.phase) == (4, 3, "load") else 0.0), attrs=s.attrs)
+             for s in spans]
+    report = find_stragglers(anatomy_from_spans(spans))
+    assert report.stragglers == ()
+    assert [(s.rank, s.step) for s in report.slow_steps] == [(4, 3)]

@@ -38,7 +38,7 @@ from hpcwatch.analysis.steps import WORK_PHASES, Anatomy
 from hpcwatch.errors import ConfigError
 from hpcwatch.records import PHASES
 
-__all__ = ["StragglerConfig", "RankScore", "Straggler", "StragglerReport", "find_stragglers", "modified_z",
+__all__ = ["StragglerConfig", "RankScore", "Straggler", "SlowStep", "StragglerReport", "find_stragglers", "modified_z",
            "DEFAULT_Z_THRESHOLD"]
 
 #: Iglewicz & Hoaglin's cut-off for the modified z-score (NIST handbook, section 1.3.5.17).
@@ -114,12 +114,27 @@ class Straggler:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class SlowStep:
+    """A step in which one rank was far slower than in its other steps (a pause, a hiccup)."""
+
+    rank: int
+    step: int
+    work_s: float
+    median_work_s: float
+    """The rank's median work over the steps."""
+    z: float
+    """Modified z-score over the rank's own steps."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class StragglerReport:
     world_size: int
     steps: tuple[int, ...]
     ranks: tuple[RankScore, ...]
     stragglers: tuple[Straggler, ...]
     """Most severe first."""
+    slow_steps: tuple[SlowStep, ...] = ()
+    """Outliers over time, each rank against its own steps (needs at least 3 steps)."""
 
 
 def modified_z(values: np.ndarray, *, mad_floor: float = 0.01, axis: int = 0) -> np.ndarray:
@@ -151,7 +166,19 @@ def find_stragglers(anatomy: Anatomy, config: StragglerConfig | None = None, *,
     found = [_straggler(anatomy, i, scores[i], work, phases, outlier) for i in flagged]
     found.sort(key=lambda s: s.score)
     return StragglerReport(world_size=anatomy.world_size, steps=anatomy.steps, ranks=tuple(scores),
-                           stragglers=tuple(found))
+                           stragglers=tuple(found), slow_steps=_slow_steps(anatomy, work, cfg))
+
+
+def _slow_steps(anatomy: Anatomy, work: np.ndarray, cfg: StragglerConfig) -> tuple[SlowStep, ...]:
+    """Each rank's steps against its own median (robust z over steps)."""
+    if work.shape[1] < 3:
+        return ()
+    z = modified_z(work, mad_floor=cfg.mad_floor, axis=1)
+    med = np.nanmedian(work, axis=1, keepdims=True)
+    slow = (z > cfg.z_threshold) & (work > med * (1 + cfg.min_excess))
+    return tuple(SlowStep(rank=anatomy.ranks[i], step=anatomy.steps[j], work_s=float(work[i, j]),
+                          median_work_s=float(med[i, 0]), z=float(z[i, j]))
+                 for i, j in zip(*np.nonzero(slow)))
 
 
 def _ratio(best: float, mine: float) -> float:

@@ -142,6 +142,9 @@ def steps_document(anatomy: Anatomy, report: StragglerReport, *, traces: list[Ki
                         "individual_score": s.individual_score, "z": s.z, "excess_s": s.excess_s,
                         "steps_flagged": s.steps_flagged, "signature": s.signature,
                         "others_wait_s": s.others_wait_s} for s in report.stragglers],
+        "slow_steps": [{"rank": s.rank, "step": s.step, "work_s": s.work_s, "median_work_s": s.median_work_s,
+                        "z": s.z} for s in report.slow_steps],
+        "ranks_missing": sorted(set(range(anatomy.world_size)) - set(anatomy.ranks)),
         "temporal_breakdown": _breakdowns(traces),
         "mfu": mfu,
     }
@@ -199,6 +202,12 @@ def _print(doc: dict) -> None:
                       f"{_ms(s['others_wait_s'])} ms/step")
     if not doc["stragglers"]:
         console.print("no straggler")
+    for s in doc["slow_steps"]:
+        console.print(f"slow step: rank {s['rank']} step {s['step']} worked {_ms(s['work_s'])} ms "
+                      f"(its median {_ms(s['median_work_s'])} ms)")
+    if doc["ranks_missing"]:
+        console.print(f"[yellow]only {len(doc['ranks'])} of {doc['world_size']} ranks' traces given[/yellow]: "
+                      "barrier wait needs every rank of the collective")
     for b in doc["temporal_breakdown"]:
         pct = b["pct"]
         console.print(f"rank {b['rank']} GPU: idle {pct['idle']:.1f} %, compute {pct['compute']:.1f} %, "
