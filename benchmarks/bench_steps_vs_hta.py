@@ -11,13 +11,15 @@ we report the peak and the growth over the process's RSS after its imports. HTA 
 times to whole µs by default, so our numbers are compared with ``round_us=True`` (equal) and
 without (the difference is HTA's rounding). HTA's ``get_temporal_breakdown`` stops on an
 assertion on the H200 trace (its rounding makes non-compute time -2 µs); the benchmark then
-times its parse and computes the breakdown with HTA's own building blocks.
+times its parse and computes the breakdown with HTA's own building blocks. A last HTA run
+with ``HTA_DISABLE_NS_ROUNDING=1`` gives its unrounded numbers, which ours equal.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import resource
 import shutil
 import subprocess
@@ -102,9 +104,9 @@ def _hta_blocks(analysis) -> dict:
     return out
 
 
-def _run(python: str, role: str, trace_dir: Path) -> dict:
+def _run(python: str, role: str, trace_dir: Path, *, env: dict | None = None) -> dict:
     proc = subprocess.run([python, __file__, "--child", role, str(trace_dir)], capture_output=True, text=True,
-                          timeout=600)
+                          timeout=600, env=env)
     if proc.returncode != 0:
         raise SystemExit(f"{role} child failed:\n{proc.stderr[-3000:]}")
     return json.loads(proc.stdout.strip().splitlines()[-1])
@@ -126,7 +128,9 @@ def main() -> None:
             shutil.copy(path, Path(tmp) / path.name)
             ours = _best([_run(args.python, "ours", Path(tmp)) for _ in range(args.repeat)])
             hta = _best([_run(args.hta_python, "hta", Path(tmp)) for _ in range(args.repeat)])
+            hta_exact = _run(args.hta_python, "hta", Path(tmp), env=dict(os.environ, HTA_DISABLE_NS_ROUNDING="1"))
         _report(name, ours, hta)
+        _report_exact(ours, hta_exact)
 
 
 def _report(name: str, ours: dict, hta: dict) -> None:
@@ -152,6 +156,14 @@ def _report(name: str, ours: dict, hta: dict) -> None:
         diff = max(abs(a / exact[3] - b / theirs[3]) for a, b in zip(exact[:3], theirs[:3]))
         print(f"rank {rank} µs exact " + " ".join(f"{k}={v:.1f}" for k, v in zip(labels, exact))
               + f"  (no rounding: max share difference {100 * diff:.2f} points)")
+
+
+def _report_exact(ours: dict, hta: dict) -> None:
+    for rank, theirs in hta["numbers"].items():
+        exact = ours["exact"][str(rank)]
+        worst = max(abs(a - b) / max(abs(b), 1.0) for a, b in zip(exact, theirs))
+        print(f"rank {rank} µs   HTA with HTA_DISABLE_NS_ROUNDING=1: "
+              + " ".join(f"{v:.1f}" for v in theirs) + f"  -> ours differ by at most {100 * worst:.4f} %")
 
 
 if __name__ == "__main__":

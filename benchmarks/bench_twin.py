@@ -1,11 +1,13 @@
 """How fast the twin writes: one hour of a 128-node (1,024 H100) cluster at 10 s resolution.
 
 Target (brief): under 10 s. Run by hand: ``.venv/bin/python benchmarks/bench_twin.py [nodes] [hours]``.
-Prints the time to simulate only, and to simulate and write every file.
+Prints the time to simulate only, and to simulate and write every file with one process and with
+one writer process per core (at most 4).
 """
 
 from __future__ import annotations
 
+import os
 import shutil
 import sys
 import tempfile
@@ -24,19 +26,20 @@ def main() -> None:
     for _ in range(ticks):
         twin.advance(10.0)
     sim_s, sim_cpu = time.perf_counter() - t, time.process_time() - c
-    out = tempfile.mkdtemp(prefix="bench_twin_")
-    try:
-        twin = Twin(cluster, seed=0)
-        t, c = time.perf_counter(), time.process_time()
-        summary = write_run(twin, out, duration_s=hours * 3600, step_s=10.0)
-        write_s, write_cpu = time.perf_counter() - t, time.process_time() - c
-    finally:
-        shutil.rmtree(out, ignore_errors=True)
-    print(f"nodes={nodes} gpus={twin.n_gpus} ticks={ticks}")
+    print(f"nodes={nodes} gpus={twin.n_gpus} ticks={ticks} cores={os.cpu_count()}")
     # On a shared machine wall time includes waiting for a core; CPU time is what the twin costs.
     print(f"simulate only:        {sim_s:6.2f} s wall, {sim_cpu:6.2f} s CPU")
-    print(f"simulate + write all: {write_s:6.2f} s wall, {write_cpu:6.2f} s CPU "
-          f"({summary.files} files, {summary.spans} spans)")
+    for workers in sorted({1, min(os.cpu_count() or 1, 4)}):
+        out = tempfile.mkdtemp(prefix="bench_twin_")
+        try:
+            twin = Twin(cluster, seed=0)
+            t, c = time.perf_counter(), time.process_time()
+            summary = write_run(twin, out, duration_s=hours * 3600, step_s=10.0, workers=workers)
+            write_s, write_cpu = time.perf_counter() - t, time.process_time() - c
+        finally:
+            shutil.rmtree(out, ignore_errors=True)
+        print(f"simulate + write all, {workers} writer process(es): {write_s:6.2f} s wall, "
+              f"{write_cpu:6.2f} s CPU in the main process ({summary.files} files)")
 
 
 if __name__ == "__main__":

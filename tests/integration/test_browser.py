@@ -200,6 +200,31 @@ def test_threats_mode_opens_vector3_and_lights_nothing_without_findings(page):
     _shot(page, "3-threats-vector3")
 
 
+def test_a_real_finding_lights_its_vector(browser):
+    """The twin's RDMA attack, found by the detectors the demo runs, lights vector 3 and only the vectors
+    that have findings."""
+    proc, url = _start_demo("--scenario", "threat_rdma", "--scan-every", "2")
+    try:
+        context = browser.new_context(viewport=VIEWPORT)
+        pg = context.new_page()
+        pg.goto(url)
+        pg.click("[data-view='threats']")
+        pg.wait_for_selector("g[data-vector='rdma_blind_spot'][data-live='true']", timeout=60_000)
+        flag = pg.locator("g[data-vector='rdma_blind_spot'] .vector-flag").text_content()
+        assert flag.startswith("⚠")
+        with_findings = pg.evaluate("Object.entries(window.hpcwatch.state.snapshot.vectors)"
+                                    ".filter(([v, f]) => f.findings > 0 && v !== 'weights_access').map(([v]) => v)")
+        lit = pg.eval_on_selector_all("g[data-vector][data-live='true']", "els => els.map(e => e.dataset.vector)")
+        assert "rdma_blind_spot" in with_findings and set(lit) == set(with_findings)
+        pg.locator("g[data-vector='rdma_blind_spot']").focus()
+        pg.keyboard.press("Enter")
+        assert "finding" in pg.locator("#card [data-value='status']").inner_text()
+        _shot(pg, "3b-threats-live-finding")
+        context.close()
+    finally:
+        _stop(proc)
+
+
 def test_decider_mode_rewrites_cards_and_shows_passerelles(page):
     page.click("[data-reading='decider']")
     page.click("[data-el='weights']")

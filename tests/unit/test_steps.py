@@ -24,6 +24,9 @@ HTA_A100 = (338781.0, 75169.0, 21636.0, 435586.0)
 # (non-compute -2 µs after its rounding), so these come from its building blocks
 # (_get_idle_time_for_kernels, merge_kernel_intervals) on the same filtered kernels.
 HTA_H200 = (3801.0, 106523.0, -2.0, 110322.0)
+# The same with HTA's rounding off (HTA_DISABLE_NS_ROUNDING=1): its get_temporal_breakdown then runs on both.
+HTA_EXACT = {"hta_a100_nccl_rank0.json.gz": (336419.714688, 76935.828, 22232.018992, 435587.56168),
+             "h200_annotated_steps.json.gz": (2417.409719, 107657.894695, 247.172, 110322.476414)}
 
 
 @functools.lru_cache(maxsize=None)
@@ -41,9 +44,16 @@ def test_temporal_breakdown_equals_hta_with_its_rounding(data_dir, name, expecte
     assert (b.idle_us, b.compute_us, b.non_compute_us, b.kernel_us) == expected
 
 
+@pytest.mark.parametrize("name", sorted(HTA_EXACT))
+def test_temporal_breakdown_equals_hta_without_rounding(data_dir, name):
+    b = temporal_breakdown(_read(data_dir / "kineto" / name))
+    ours = np.array([b.idle_us, b.compute_us, b.non_compute_us, b.kernel_us])
+    np.testing.assert_allclose(ours, HTA_EXACT[name], rtol=1e-4, atol=0.1)
+
+
 @pytest.mark.parametrize("name, expected", [("hta_a100_nccl_rank0.json.gz", HTA_A100),
                                             ("h200_annotated_steps.json.gz", HTA_H200)])
-def test_temporal_breakdown_within_one_percent_of_hta_without_rounding(data_dir, name, expected):
+def test_temporal_breakdown_within_one_percent_of_hta_default_rounding(data_dir, name, expected):
     b = temporal_breakdown(_read(data_dir / "kineto" / name))
     ours = np.array([b.idle_us, b.compute_us, b.non_compute_us]) / b.kernel_us
     theirs = np.array(expected[:3]) / expected[3]

@@ -185,6 +185,7 @@ class _Probe(Scenario):
     def adjust_ib(self, *, node, port, t, counters):
         if node == "node2" and port == 1:
             counters["SymbolErrorCounter"] += 1
+            counters["PortRcvErrors"] += 1
 
     def events(self, *, twin, t0, t1):
         return [Event(kind="probe", t=t1, source="test", attrs={})]
@@ -198,6 +199,8 @@ def test_scenario_hooks_bend_what_is_written() -> None:
         s.value == 79 and s.labels["gpu"] == "3" for f in text_string_to_metric_families(twin.dcgm_text("node1"))
         if f.name == "DCGM_FI_DEV_XID_ERRORS" for s in f.samples)
     assert "SymbolErrorCounter:..............3" in twin.perfquery_text("node2", 1)  # t0 and two ticks
+    # A counter that rarely moves is baked into node-exporter's template: a change must still show.
+    assert 'node_infiniband_port_errors_received_total{device="mlx5_1",port="1"} 3' in twin.node_exporter_text("node2")
     assert [e.kind for e in twin.events()].count("probe") == 1
 
 

@@ -47,6 +47,9 @@ def test_straggler_doubles_one_backward_and_every_other_rank_waits_exactly_that_
         extra.append(b[r_slow, BACKWARD])
     # On average the others' barrier grows by the extra time, less the straggler's usual lead/lag (1 % jitter).
     assert np.mean(growth) == pytest.approx(np.mean(extra), rel=0.05)
+    # And the others' barrier_wait itself is the straggler's extra backward time, within 1 %.
+    waits = [s[r, BARRIER] for s in slow for r in range(len(ranks)) if r != r_slow]
+    assert np.mean(waits) == pytest.approx(np.mean(extra), rel=0.01)
 
 
 def test_spans_of_a_step_are_contiguous_per_rank_and_the_allreduce_ends_together() -> None:

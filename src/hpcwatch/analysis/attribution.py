@@ -202,68 +202,70 @@ def _dcgm_frame(samples: pa.Table, jobs: Sequence[Job]) -> dict[str, np.ndarray]
     return {k: v[order] for k, v in f.items()}
 
 
-def _per_series(f: dict[str, np.ndarray], metric: str) -> dict[str, np.ndarray]:
-    """Rows of one metric, sorted by (host, gpu, t), with ``first`` marking each series' first row."""
-    m = f["metric"] == metric
-    s = {k: v[m] for k, v in f.items()}
-    key = np.array([f"{h}\x1f{g}" for h, g in zip(s["host"].tolist(), s["gpu"].tolist())], dtype=object)
-    first = np.ones(len(key), dtype=bool)
-    if len(key):
-        first[1:] = key[1:] != key[:-1]
-    s["first"] = first
-    s["key"] = key
-    return s
+def _codes(values: np.ndarray) -> tuple[np.ndarray, list]:
+    """Integer code per row (-1 for None) and the distinct values, by pyarrow's dictionary encoding."""
+    encoded = pa.array(values.tolist(), type=pa.string()).dictionary_encode()
+    codes = encoded.indices.fill_null(-1).to_numpy(zero_copy_only=False).astype(np.int64)
+    return codes, encoded.dictionary.to_pylist()
 
 
 def _accumulate_dcgm(f: dict[str, np.ndarray],
                      acc: dict[tuple[str, str, str], _Acc]) -> dict[tuple[str, str, float], str | None]:
-    """Fill per (job, host, gpu) accumulators; return the job (or None) holding (host, gpu) at each util
-    sample time."""
-    def cell(job: str, host: str, gpu: str) -> _Acc:
-        key = (job, host, gpu)
-        if key not in acc:
-            acc[key] = _Acc()
-        return acc[key]
+    """Fill per (job, host, gpu) accumulators, vectorised; return the job (or None) holding (host, gpu) at
+    each utilisation sample time (the IB attribution looks jobs up there)."""
+    if not len(f["t"]):
+        return {}
+    series_of = np.array([f"{h}\x1f{g}" for h, g in zip(f["host"].tolist(), f["gpu"].tolist())], dtype=object)
+    series, series_names = _codes(series_of)
+    job, job_names = _codes(f["job"])
+    metric = f["metric"]
+    # Rows are sorted by (metric, host, gpu, t): a row starts a series when its metric or series changes.
+    first = np.ones(len(series), dtype=bool)
+    first[1:] = (series[1:] != series[:-1]) | (metric[1:] != metric[:-1])
+    held = job >= 0
+    cell_of = np.where(held, job * max(len(series_names), 1) + series, -1)
+    cells, inverse = np.unique(cell_of[held], return_inverse=True)
+    cell = np.full(len(series), -1, dtype=np.int64)
+    cell[held] = inverse
+    n = len(cells)
+    value = f["value"]
 
-    holder: dict[tuple[str, str, float], str | None] = {}
-    s = _per_series(f, UTIL)
-    for job, host, gpu, t, v in zip(s["job"].tolist(), s["host"].tolist(), s["gpu"].tolist(), s["t"].tolist(),
-                                    s["value"].tolist()):
-        holder[(host, gpu, t)] = job  # free GPUs too: the rail map needs every GPU of a host
-        if job is None:
-            continue
-        holder[(host, gpu, t)] = job
-        a = cell(job, host, gpu)
-        a.util_sum += v
-        a.util_n += 1
-        a.util_max = v if a.util_max is None else max(a.util_max, v)
-    for metric, attr in ((TENSOR, "tensor"), (POWER, "power")):
-        s = _per_series(f, metric)
-        for job, host, gpu, v in zip(s["job"].tolist(), s["host"].tolist(), s["gpu"].tolist(), s["value"].tolist()):
-            if job is not None:
-                a = cell(job, host, gpu)
-                setattr(a, f"{attr}_sum", getattr(a, f"{attr}_sum") + v)
-                setattr(a, f"{attr}_n", getattr(a, f"{attr}_n") + 1)
-    s = _per_series(f, FB)
-    for job, host, gpu, v in zip(s["job"].tolist(), s["host"].tolist(), s["gpu"].tolist(), s["value"].tolist()):
-        if job is not None:
-            a = cell(job, host, gpu)
-            a.fb_max = v if a.fb_max is None else max(a.fb_max, v)
-    s = _per_series(f, ENERGY)
-    delta = np.diff(s["value"], prepend=np.nan)
-    for job, host, gpu, d, first in zip(s["job"].tolist(), s["host"].tolist(), s["gpu"].tolist(), delta.tolist(),
-                                        s["first"].tolist()):
-        # A negative delta is a counter reset (driver reload): nothing can be said about that interval.
-        if job is not None and not first and d >= 0:
-            cell(job, host, gpu).energy_mj += d
-    s = _per_series(f, XID)
-    prev = np.concatenate([[0.0], s["value"][:-1]]) if len(s["value"]) else s["value"]
-    prev = np.where(s["first"], 0.0, prev)
-    new = (s["value"] != 0) & (s["value"] != prev)
-    for job, host, gpu, hit in zip(s["job"].tolist(), s["host"].tolist(), s["gpu"].tolist(), new.tolist()):
-        if job is not None and hit:
-            cell(job, host, gpu).xid += 1
-    return holder
+    def rows(name: str) -> np.ndarray:
+        return np.flatnonzero((metric == name) & held)
+
+    def total(name: str, weights: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+        r = rows(name)
+        return (np.bincount(cell[r], weights=value[r] if weights is None else weights[r], minlength=n),
+                np.bincount(cell[r], minlength=n))
+
+    def highest(name: str) -> np.ndarray:
+        out = np.full(n, np.nan)
+        r = rows(name)
+        np.fmax.at(out, cell[r], value[r])
+        return out
+
+    util_sum, util_n = total(UTIL)
+    tensor_sum, tensor_n = total(TENSOR)
+    power_sum, power_n = total(POWER)
+    util_max, fb_max = highest(UTIL), highest(FB)
+    # Energy: deltas of the counter inside a series; a negative one is a reset (driver reload): skipped.
+    delta = np.diff(value, prepend=np.nan)
+    energy_ok = ~first & (delta >= 0)
+    energy, _ = total(ENERGY, np.where(energy_ok, delta, 0.0))
+    # XID: a new non-zero value of the "last XID" gauge is one more error.
+    previous = np.where(first, 0.0, np.concatenate([[0.0], value[:-1]]))
+    xid, _ = total(XID, ((value != 0) & (value != previous)).astype(float))
+    for k, code in enumerate(cells.tolist()):
+        job_id = job_names[code // max(len(series_names), 1)]
+        host, gpu = series_names[code % max(len(series_names), 1)].split("\x1f")
+        acc[(job_id, host, gpu)] = _Acc(
+            energy_mj=float(energy[k]), util_sum=float(util_sum[k]), util_n=int(util_n[k]),
+            tensor_sum=float(tensor_sum[k]), tensor_n=int(tensor_n[k]), power_sum=float(power_sum[k]),
+            power_n=int(power_n[k]), fb_max=None if np.isnan(fb_max[k]) else float(fb_max[k]),
+            util_max=None if np.isnan(util_max[k]) else float(util_max[k]), xid=int(xid[k]))
+    u = np.flatnonzero(metric == UTIL)
+    # Free GPUs too (job None): the rail map needs every GPU of a host.
+    return dict(zip(zip(f["host"][u].tolist(), f["gpu"][u].tolist(), f["t"][u].tolist()), f["job"][u].tolist()))
 
 
 def _accumulate_ib(samples: pa.Table, holder: dict[tuple[str, str, float], str | None],

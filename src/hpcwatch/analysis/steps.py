@@ -356,13 +356,10 @@ def _waits(colls: Mapping[int, _Coll]) -> dict[int, tuple[float, float]]:
     return out
 
 
-def _gpu_step(trace: KinetoTrace, w: _Window) -> tuple[float, float, float] | None:
-    """(busy s, idle s, comm–compute overlap s) of the GPU activities launched in the step."""
+def _gpu_step(trace: KinetoTrace, w: _Window, rows: np.ndarray,
+              launch: np.ndarray) -> tuple[float, float, float] | None:
+    """(busy s, idle s, comm–compute overlap s) of the GPU activities (``rows``) launched in the step."""
     ev = trace.events
-    rows = _gpu_rows(trace)
-    if len(rows) == 0:
-        return None
-    launch = _launch_ts(trace, rows)
     rows = rows[(launch >= w.lo) & (launch < w.next_lo)]
     if len(rows) == 0:
         return None
@@ -375,6 +372,8 @@ def _gpu_step(trace: KinetoTrace, w: _Window) -> tuple[float, float, float] | No
 
 def _rank_steps(trace: KinetoTrace, windows: list[_Window], waits: Mapping[int, tuple[float, float]]) -> list[RankStep]:
     out = []
+    gpu_rows = _gpu_rows(trace)
+    launch = _launch_ts(trace, gpu_rows)
     for w in windows:
         phases = dict.fromkeys(PHASES, 0.0)
         found = _annotation_phases(trace, w)
@@ -386,7 +385,7 @@ def _rank_steps(trace: KinetoTrace, windows: list[_Window], waits: Mapping[int, 
         if wait_s == 0.0 and xfer_s == 0.0:
             xfer_s = host_allreduce
         phases["barrier_wait"], phases["allreduce"] = wait_s, xfer_s
-        gpu = _gpu_step(trace, w)
+        gpu = _gpu_step(trace, w, gpu_rows, launch)
         # The GPU runs behind the host: a step lasts until its last kernel ends.
         host_s = (w.hi - w.lo) / 1e6
         out.append(RankStep(rank=trace.rank, step=w.step, start_s=float(trace.to_utc_s(w.lo)),

@@ -25,17 +25,22 @@ def demo(port: int = typer.Option(DEFAULT_PORT, "--port", help="Port on 127.0.0.
          duration: float = typer.Option(None, "--duration", min=0.0, help="Stop after S seconds."),
          scenario: list[str] = typer.Option([], "--scenario", help="Twin scenario (repeatable), e.g. straggler."),
          nodes: int = typer.Option(None, "--nodes", min=1, help="Nodes of the reference cluster (default 2)."),
-         seed: int = typer.Option(0, "--seed", help="Seed of the twin.")) -> None:
+         seed: int = typer.Option(0, "--seed", help="Seed of the twin."),
+         scan_every: float = typer.Option(10.0, "--scan-every", min=0.0,
+                                          help="Run the security detectors every S seconds (0: never).")) -> None:
     """The main job: a live twin of the reference cluster in memory, and the web schematic on it."""
     from hpcwatch.store import Store
     from hpcwatch.web.app import create_app
-    from hpcwatch.web.demo import check_port, cluster_with_nodes, seed_step_player, serve_app, start_live_twin
+    from hpcwatch.web.demo import Scanner, check_port, cluster_with_nodes, seed_step_player, serve_app, start_live_twin
 
     check_port(port)
     cluster = cluster_with_nodes(nodes) if nodes else reference_cluster()
     store = Store(":memory:")
     step_jobs = seed_step_player(store, cluster, seed=seed)
     runner = start_live_twin(store, cluster, seed=seed, scenarios=scenario)
+    scanner = Scanner(store, every_s=scan_every) if scan_every > 0 else None
+    if scanner is not None:
+        scanner.start()
     web = create_app(store, cluster, step_jobs=step_jobs)
 
     def started(url: str) -> None:
@@ -47,6 +52,8 @@ def demo(port: int = typer.Option(DEFAULT_PORT, "--port", help="Port on 127.0.0.
     try:
         serve_app(web, port=port, duration_s=duration, on_started=started)
     finally:
+        if scanner is not None:
+            scanner.stop()
         runner.stop()
         store.close()
 

@@ -15,23 +15,28 @@ from hpcwatch.analysis.steps import Anatomy, anatomy_from_spans, anatomy_from_tr
 from hpcwatch.analysis.stragglers import StragglerReport, find_stragglers
 from hpcwatch.cli.common import DbOption, JsonOption, app, console, emit_json, open_store
 from hpcwatch.errors import ConfigError, InputError
-from hpcwatch.records import PHASES, Job
+from hpcwatch.instrument.torch import read_hook_jsonl
+from hpcwatch.records import PHASES, Job, Span
 from hpcwatch.sources.kineto import KinetoTrace, read_kineto
 
 __all__ = ["steps", "trace_files", "steps_document"]
 
 _TRACE_SUFFIXES = (".json", ".json.gz")
 _stderr = Console(stderr=True)
+#: How many slow steps the human report lists.
+_SLOW_STEPS_SHOWN = 5
 
 
 def trace_files(paths: list[Path]) -> list[Path]:
-    """The trace files named, folders expanded to their ``*.json`` / ``*.json.gz`` files."""
+    """The files named, folders expanded to their traces (``*.json[.gz]``) or else hook files (``*.jsonl``)."""
     out: list[Path] = []
     for path in paths:
         if path.is_dir():
-            found = sorted(p for p in path.iterdir() if p.is_file() and p.name.endswith(_TRACE_SUFFIXES))
+            files = sorted(p for p in path.iterdir() if p.is_file())
+            found = [p for p in files if p.name.endswith(_TRACE_SUFFIXES)] or \
+                [p for p in files if p.name.endswith(".jsonl")]
             if not found:
-                raise InputError(f"{path}: no .json or .json.gz trace in this folder")
+                raise InputError(f"{path}: no .json, .json.gz trace or .jsonl hook file in this folder")
             out += found
         elif path.is_file():
             out.append(path)
@@ -42,7 +47,8 @@ def trace_files(paths: list[Path]) -> list[Path]:
 
 @app.command()
 def steps(
-    paths: Optional[list[Path]] = typer.Argument(None, help="Kineto traces (.json/.json.gz), one per rank, or folders."),
+    paths: Optional[list[Path]] = typer.Argument(
+        None, help="Kineto traces (.json/.json.gz), one per rank, or the hook's rank-N.jsonl files, or folders."),
     as_json: bool = JsonOption,
     db: Optional[str] = DbOption,
     job: Optional[str] = typer.Option(None, "--job", help="Read this job's step spans from the store instead."),
@@ -60,12 +66,16 @@ def steps(
     if job:
         anatomy, placement = _from_store(db, job)
     else:
-        with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always")
-            traces = [read_kineto(p) for p in trace_files(list(paths))]
-        for w in caught:
-            _stderr.print(f"[yellow]warning:[/yellow] {w.message}", highlight=False)
-        anatomy, placement = anatomy_from_traces(traces), None
+        files = trace_files(list(paths))
+        hook = [p for p in files if p.name.endswith(".jsonl")]
+        if hook and len(hook) != len(files):
+            raise ConfigError("steps: give Kineto traces or the hook's .jsonl files, not both")
+        if hook:
+            anatomy = anatomy_from_spans(r for p in hook for r in read_hook_jsonl(p) if isinstance(r, Span))
+        else:
+            traces = _read_traces(files)
+            anatomy = anatomy_from_traces(traces)
+        placement = None
     report = find_stragglers(anatomy, placement=placement)
     mfu = _mfu(anatomy, params=params, layers=layers, d_model=d_model, seq=seq, tokens_per_step=tokens_per_step,
                gpu=gpu)
@@ -74,6 +84,15 @@ def steps(
         emit_json(doc)
     else:
         _print(doc)
+
+
+def _read_traces(files: list[Path]) -> list[KinetoTrace]:
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        traces = [read_kineto(p) for p in files]
+    for w in caught:
+        _stderr.print(f"[yellow]warning:[/yellow] {w.message}", highlight=False)
+    return traces
 
 
 def _from_store(db: str | None, job_id: str) -> tuple[Anatomy, dict[int, tuple[str | None, int | None]] | None]:
@@ -202,9 +221,12 @@ def _print(doc: dict) -> None:
                       f"{_ms(s['others_wait_s'])} ms/step")
     if not doc["stragglers"]:
         console.print("no straggler")
-    for s in doc["slow_steps"]:
+    slow = sorted(doc["slow_steps"], key=lambda s: -s["z"])
+    for s in slow[:_SLOW_STEPS_SHOWN]:
         console.print(f"slow step: rank {s['rank']} step {s['step']} worked {_ms(s['work_s'])} ms "
                       f"(its median {_ms(s['median_work_s'])} ms)")
+    if len(slow) > _SLOW_STEPS_SHOWN:
+        console.print(f"… and {len(slow) - _SLOW_STEPS_SHOWN} more slow steps (--json lists them)")
     if doc["ranks_missing"]:
         console.print(f"[yellow]only {len(doc['ranks'])} of {doc['world_size']} ranks' traces given[/yellow]: "
                       "barrier wait needs every rank of the collective")

@@ -5,6 +5,7 @@
 
 from __future__ import annotations
 
+import os
 from dataclasses import asdict
 from pathlib import Path
 
@@ -14,12 +15,14 @@ from rich.progress import Progress
 from hpcwatch.cli.common import JsonOption, console, emit_json, twin_app
 from hpcwatch.errors import ConfigError
 from hpcwatch.twin import Twin, scenario_names
-from hpcwatch.twin.run import DEFAULT_STEP_S, sized_reference, write_run
+from hpcwatch.twin.run import DEFAULT_STEP_S, SNAPSHOT_MAX_NODES, sized_reference, write_run
 
-__all__ = ["twin_run", "DEFAULT_DURATION_S"]
+__all__ = ["twin_run", "DEFAULT_DURATION_S", "MAX_AUTO_WORKERS"]
 
 #: Ten minutes of simulated time: enough for checkpoints, job churn and a few hundred samples per GPU.
 DEFAULT_DURATION_S = 600.0
+#: Writer processes chosen by default: beyond four the disk, not the formatting, sets the pace.
+MAX_AUTO_WORKERS = 4
 
 
 @twin_app.command("run")
@@ -33,6 +36,8 @@ def twin_run(
     spans: bool = typer.Option(False, "--spans", help="Also write spans.jsonl (the training job's steps)."),
     traces: Path = typer.Option(None, "--traces", help="Also write the training job's steps as Kineto traces "
                                                        "(rank-N.json) in this folder, for hpcwatch steps."),
+    workers: int = typer.Option(0, "--workers", help="Processes writing the scrape files (0: one per core, "
+                                                    "at most 4, for clusters over 32 nodes)."),
     json_out: bool = JsonOption,
 ) -> None:
     """Write the twin's dcgm-exporter, node-exporter, Slurm, Lustre and perfquery files; read them back
@@ -42,14 +47,18 @@ def twin_run(
     if step > duration:
         raise ConfigError(f"--step ({step}) is longer than --duration ({duration})")
     twin = Twin(sized_reference(nodes), seed=seed, scenarios=scenario)
+    if workers < 0:
+        raise ConfigError(f"--workers must be >= 0, got {workers}")
+    if workers == 0:
+        workers = min(os.cpu_count() or 1, MAX_AUTO_WORKERS) if len(twin.node_names) > SNAPSHOT_MAX_NODES else 1
     if json_out:
-        summary = write_run(twin, out, duration_s=duration, step_s=step, spans=spans, traces_dir=traces)
+        summary = write_run(twin, out, duration_s=duration, step_s=step, spans=spans, traces_dir=traces, workers=workers)
         emit_json({**asdict(summary), "nodes": len(twin.node_names), "gpus": twin.n_gpus,
                    "scenarios": [s.name for s in twin.scenarios]})
         return
     with Progress(console=console, transient=True) as progress:
         task = progress.add_task("simulating", total=round(duration / step))
-        summary = write_run(twin, out, duration_s=duration, step_s=step, spans=spans, traces_dir=traces,
+        summary = write_run(twin, out, duration_s=duration, step_s=step, spans=spans, traces_dir=traces, workers=workers,
                             progress=lambda done, total: progress.update(task, completed=done))
     console.print(f"[bold]{summary.out}[/]: {summary.ticks} scrapes of {len(twin.node_names)} nodes "
                   f"({twin.n_gpus} GPUs), {summary.files} files, {summary.jobs} jobs"

@@ -17,6 +17,12 @@ written. The writers of the real formats live in ``exposition`` and
 Time semantics (see workload.py): a sample at t stands for ``(t - dt, t]`` and
 carries the job that held the GPU during that interval.
 
+The first job is the training job whose steps are timed (``step_phases``): a
+seed step of ~42 ms (load, forward, backward, the ring AllReduce from the link
+model, optimizer) with 1 % jitter per rank; the collective waits for the slowest
+rank, so a straggler shows up as everyone else's ``barrier_wait``. Like a
+profiler schedule, one finished step per tick becomes spans (``finished_spans``).
+
 The twin also keeps its own ground truth per job (``Twin.truth()``), computed
 from the very counters it writes, so a round trip through files and readers can
 be checked number for number.

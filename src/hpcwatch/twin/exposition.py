@@ -30,7 +30,7 @@ if TYPE_CHECKING:
     from hpcwatch.twin.core import Twin
 
 __all__ = ["DCGM_HELP", "NODE_EXPORTER_IB", "dcgm_text", "node_exporter_text", "perfquery_text",
-           "lustre_job_stats_text", "ib_samples", "scrape_all", "spans_jsonl", "kineto_traces", "lustre_samples", "lustre_target", "hca_device",
+           "lustre_job_stats_text", "ib_samples", "scrape_all", "spans_jsonl", "kineto_traces", "uniform_shape", "lustre_samples", "lustre_target", "hca_device",
            "NODE_EXPORTER_PORT"]
 
 #: (type, help) of each DCGM field, verbatim from dcgm-exporter's counter CSVs.
@@ -164,26 +164,40 @@ def _dcgm_node_template(twin: Twin, node: str, flat: list[int], placement: bytes
     return template
 
 
-def scrape_all(twin: Twin, *, timestamp: bool = True, target_labels: bool = True) -> Iterator[tuple[str, str, str]]:
-    """(node, dcgm-exporter text, node-exporter text) of every node, the values of all nodes taken in one go."""
+def uniform_shape(twin: Twin) -> tuple[int, int] | None:
+    """(GPUs, HCAs) per node when every node has the same; None for mixed node groups."""
     per_node_gpus = {len(twin.gpus_of_node(n)) for n in twin.node_names}
     per_node_ports = {len(twin.ports_of_node(n)) for n in twin.node_names}
-    if len(per_node_gpus) != 1 or len(per_node_ports) != 1:  # mixed node groups: one node at a time
-        for node in twin.node_names:
+    if len(per_node_gpus) != 1 or len(per_node_ports) != 1:
+        return None
+    return per_node_gpus.pop(), per_node_ports.pop()
+
+
+def scrape_all(twin: Twin, *, timestamp: bool = True, target_labels: bool = True,
+               nodes: range | None = None) -> Iterator[tuple[str, str, str]]:
+    """(node, dcgm-exporter text, node-exporter text) of every node (or of the node positions ``nodes``),
+    the values of all of them taken in one go."""
+    shape = uniform_shape(twin)
+    names = twin.node_names if nodes is None else twin.node_names[nodes.start:nodes.stop]
+    if shape is None:  # mixed node groups: one node at a time
+        for node in names:
             yield (node, dcgm_text(twin, node, timestamp=timestamp),
                    node_exporter_text(twin, node, timestamp=timestamp, target_labels=target_labels))
         return
-    n, g, h = len(twin.node_names), per_node_gpus.pop(), per_node_ports.pop()
-    gpu_values = _gpu_values(twin.fields.reshape(n, g, -1), _float_fields(twin))
-    first = twin.node_names[0]
-    columns = _ib_node_template(twin, first, target_labels).columns
-    ib_values = _ib_matrix(twin.ib, columns).reshape(n, h, -1).transpose(0, 2, 1).reshape(n, -1).tolist()
+    (g, h), n = shape, len(names)
+    lo = 0 if nodes is None else nodes.start
+    fields = twin.fields[lo * g:(lo + n) * g]
+    ib = twin.ib[lo * h:(lo + n) * h]
+    gpu_values = _gpu_values(fields.reshape(n, g, -1), _float_fields(twin))
+    columns = _ib_node_template(twin, names[0], target_labels).columns
+    ib_values = _ib_matrix(ib, columns).reshape(n, h, -1).transpose(0, 2, 1).reshape(n, -1).tolist()
+    static = ib[:, _STATIC_COLS].reshape(n, h, -1)
     stamp = _stamp_of(twin, timestamp)
-    placements = twin._label_job.reshape(n, g)
-    for k, node in enumerate(twin.node_names):
+    placements = twin._label_job[lo * g:(lo + n) * g].reshape(n, g)
+    for k, node in enumerate(names):
         template = _dcgm_node_template(twin, node, twin.gpus_of_node(node), placements[k].tobytes())
         dcgm = template % _with_stamp(gpu_values[k], stamp)
-        ib_template = _ib_node_template(twin, node, target_labels)
+        ib_template = _ib_node_template(twin, node, target_labels, static[k])
         ib = ib_template.text % ib_template.args(ib_values[k], stamp)
         yield node, dcgm, ib
 
@@ -239,8 +253,15 @@ class _IbTemplate:
         return tuple(out)
 
 
-def _ib_template(twin: Twin, node: str, target_labels: bool) -> _IbTemplate:
-    """Build the node's ``_IbTemplate`` (constant gauges are written into the text)."""
+#: Counters that move only when something goes wrong (a scenario): written into the template, which is
+#: rebuilt when one of them changes, so a scrape formats only the counters that move every tick.
+_STATIC_IB = ("LinkDownedCounter", "LinkErrorRecoveryCounter", "PortXmitDiscards", "PortRcvErrors", "PortXmitWait")
+_STATIC_COLS = [_COL[c] for c in _STATIC_IB]
+
+
+def _ib_template(twin: Twin, node: str, target_labels: bool, static: np.ndarray) -> _IbTemplate:
+    """Build the node's ``_IbTemplate``: constant gauges and the ``static`` counters (ports x _STATIC_IB)
+    are written into the text."""
     ports = _node_ports(twin, node)
     extra = f',instance="{node}:{NODE_EXPORTER_PORT}",node="{node}"' if target_labels else ""
     labels = [f'device="{hca_device(twin.ports[p][1])}",port="1"{extra}' for p in ports]
@@ -258,6 +279,11 @@ def _ib_template(twin: Twin, node: str, target_labels: bool) -> _IbTemplate:
             continue
         kind, help_text, counter, mult = NODE_EXPORTER_IB[name]
         out.append(_esc(f"# HELP {name} {help_text}\n# TYPE {name} {kind}\n"))
+        if counter in _STATIC_IB:
+            values = (static[:, _STATIC_IB.index(counter)] * mult).astype(np.int64).tolist()
+            out.extend(_esc(f"{name}{{{lab}}} {v}") + _TS + "\n" for lab, v in zip(labels, values))
+            n_args += len(labels)
+            continue
         out.extend(_esc(f"{name}{{{lab}}} ") + "%d" + _TS + "\n" for lab in labels)
         columns.append((_COL[counter], mult))
         offsets.append(n_args)
@@ -272,12 +298,18 @@ def _ib_matrix(ib: np.ndarray, columns: list[tuple[int, int]]) -> np.ndarray:
     return (ib[:, cols] * mults).astype(np.int64)
 
 
-def _ib_node_template(twin: Twin, node: str, target_labels: bool) -> _IbTemplate:
+def _ib_node_template(twin: Twin, node: str, target_labels: bool, static: np.ndarray | None = None) -> _IbTemplate:
+    """The node's template for its current static counters (cached; the previous one is dropped)."""
+    if static is None:
+        static = twin.ib[_node_ports(twin, node)][:, _STATIC_COLS]
     cache = _cache(twin)
-    key = ("ib", node, target_labels)
-    if key not in cache:
-        cache[key] = _ib_template(twin, node, target_labels)
-    return cache[key]
+    key = ("ib", node, target_labels, static.tobytes())
+    template = cache.get(key)
+    if template is None:
+        cache.pop(cache.get(("ib-key", node, target_labels)), None)
+        template = cache[key] = _ib_template(twin, node, target_labels, static)
+        cache[("ib-key", node, target_labels)] = key
+    return template
 
 
 def node_exporter_text(twin: Twin, node: str, *, timestamp: bool = False, target_labels: bool = False) -> str:
@@ -319,7 +351,8 @@ _LUSTRE_ENTRY = (
     "  snapshot_time:   %d\n"
     "  read_bytes:      { samples: %11d, unit: bytes, min: %7d, max: %7d, sum: %15d }\n"
     "  write_bytes:     { samples: %11d, unit: bytes, min: %7d, max: %7d, sum: %15d }\n"
-    + "".join(f"  {op + ':':<17}{{{{ samples: %11d, unit:  reqs }}}}\n".replace("{{", "{").replace("}}", "}")
+    # The twin's jobs only read, write and sync: the other OST operations stay at 0.
+    + "".join(f"  {op + ':':<17}{{ samples: {'%11d' if op == 'sync' else f'{0:>11}'}, unit:  reqs }}\n"
               for op in ("getattr", "setattr", "punch", "sync", "destroy", "create", "statfs", "get_info",
                          "set_info", "quotactl"))
 )
@@ -339,9 +372,7 @@ def lustre_job_stats_text(twin: Twin) -> str:
         c = np.array([counters[j][ost] for j in order]).astype(np.int64)   # rsum, rn, wsum, wn, syncs
         rmin, rmax = _min_max(c[:, 1], c[:, 0])
         wmin, wmax = _min_max(c[:, 3], c[:, 2])
-        zero = np.zeros(len(order), dtype=np.int64)
-        numbers = np.stack([c[:, 1], rmin, rmax, c[:, 0], c[:, 3], wmin, wmax, c[:, 2],
-                            zero, zero, zero, c[:, 4], zero, zero, zero, zero, zero, zero], axis=1).tolist()
+        numbers = np.stack([c[:, 1], rmin, rmax, c[:, 0], c[:, 3], wmin, wmax, c[:, 2], c[:, 4]], axis=1).tolist()
         args = [v for job_id, row in zip(order, numbers) for v in (job_id, snapshot, *row)]
         out.append((_LUSTRE_ENTRY * len(order)) % tuple(args))
     return "".join(out)

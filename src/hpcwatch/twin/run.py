@@ -27,18 +27,22 @@ every counter has a starting point and per-job deltas add up exactly.
 
 from __future__ import annotations
 
+import multiprocessing
 import shutil
 from collections.abc import Callable
+from multiprocessing.connection import Connection
+from types import SimpleNamespace
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
+import numpy as np
 import orjson
 
 from hpcwatch.errors import ConfigError
 from hpcwatch.model import Cluster, parse_cluster, reference_cluster
 from hpcwatch.twin.core import Twin
-from hpcwatch.twin.exposition import hca_device, kineto_traces, scrape_all, spans_jsonl
+from hpcwatch.twin.exposition import hca_device, kineto_traces, scrape_all, spans_jsonl, uniform_shape
 
 __all__ = ["write_run", "RunSummary", "sized_reference", "LUSTRE_EVERY_S", "DEFAULT_STEP_S", "SNAPSHOT_MAX_NODES"]
 
@@ -78,15 +82,21 @@ class RunSummary:
 
 
 def write_run(twin: Twin, out: str | Path, *, duration_s: float, step_s: float = DEFAULT_STEP_S,
-              spans: bool = False, traces_dir: str | Path | None = None,
+              spans: bool = False, traces_dir: str | Path | None = None, workers: int = 1,
               progress: Callable[[int, int], None] | None = None) -> RunSummary:
-    """Advance ``twin`` by ``duration_s`` in ticks of ``step_s`` and write the files described above."""
+    """Advance ``twin`` by ``duration_s`` in ticks of ``step_s`` and write the files described above.
+
+    ``workers`` > 1 renders and writes the per-node scrape files in that many forked processes
+    (each owns a block of nodes; the simulation stays in this one), for large clusters.
+    """
     if duration_s <= 0 or step_s <= 0:
         raise ConfigError(f"duration and step must be > 0, got {duration_s} and {step_s}")
+    if workers < 1:
+        raise ConfigError(f"workers must be >= 1, got {workers}")
     out = Path(out)
     ticks = int(round(duration_s / step_s))
     t0 = twin.now
-    w = _Writer(out, twin)
+    w = _Writer(out, twin, workers=workers)
     w.scrape(lustre=True)
     next_lustre = t0 + LUSTRE_EVERY_S
     span_file = (out / "spans.jsonl").open("wb") if spans else None
@@ -110,7 +120,7 @@ def write_run(twin: Twin, out: str | Path, *, duration_s: float, step_s: float =
     finally:
         if span_file is not None:
             span_file.close()
-    w.close()
+        w.close()
     w.final()
     if traces_dir is not None:
         w.files += _write_traces(twin, Path(traces_dir), profiled)
@@ -132,8 +142,86 @@ def _write_traces(twin: Twin, folder: Path, profiled: list[tuple]) -> int:
 _OUR_FOLDERS = ("dcgm", "node-exporter", "lustre", "perfquery", "slurm")
 
 
+class _NodeFiles:
+    """The per-node scrape files of a block of nodes (all of them, or one worker's share)."""
+
+    def __init__(self, out: Path, twin: Twin, nodes: range) -> None:
+        self.twin, self.nodes = twin, nodes
+        names = twin.node_names[nodes.start:nodes.stop]
+        self.handles = {(sub, node): (out / sub / f"{node}.prom").open("w")
+                        for sub in ("dcgm", "node-exporter") for node in names}
+
+    def scrape(self) -> None:
+        for node, dcgm, ib in scrape_all(self.twin, timestamp=True, target_labels=True, nodes=self.nodes):
+            self.handles["dcgm", node].write(dcgm)
+            self.handles["node-exporter", node].write(ib)
+
+    def close(self) -> None:
+        for handle in self.handles.values():
+            handle.close()
+
+
+def _worker(twin: Twin, out: Path, nodes: range, conn: Connection) -> None:
+    """A forked process: keeps its copy of the twin in step with the rows it is sent, writes its nodes."""
+    g, h = uniform_shape(twin)
+    rows, ports = slice(nodes.start * g, nodes.stop * g), slice(nodes.start * h, nodes.stop * h)
+    try:
+        files = _NodeFiles(out, twin, nodes)
+        while (message := conn.recv()) is not None:
+            twin.now, fields, ib, labels, new_ids = message
+            twin.fields[rows], twin.ib[ports], twin._label_job[rows] = fields, ib, labels
+            twin.scheduler.jobs.extend(SimpleNamespace(id=job_id) for job_id in new_ids)
+            files.scrape()
+        files.close()
+        conn.send(None)
+    except Exception as err:  # reported to the parent, which raises it as one line
+        conn.send(f"{type(err).__name__}: {err}")
+
+
+class _Pool:
+    """``workers`` forked writers, one block of nodes each."""
+
+    def __init__(self, out: Path, twin: Twin, workers: int) -> None:
+        self.twin = twin
+        n = len(twin.node_names)
+        bounds = np.linspace(0, n, workers + 1).astype(int)
+        self.blocks = [range(a, b) for a, b in zip(bounds, bounds[1:]) if b > a]
+        self.g, self.h = uniform_shape(twin)
+        self.known = len(twin.scheduler.jobs)
+        ctx = multiprocessing.get_context("fork")
+        self.conns, self.procs = [], []
+        for block in self.blocks:
+            parent, child = ctx.Pipe()
+            proc = ctx.Process(target=_worker, args=(twin, out, block, child), daemon=True)
+            proc.start()
+            self.conns.append(parent)
+            self.procs.append(proc)
+
+    def scrape(self) -> None:
+        twin, g, h = self.twin, self.g, self.h
+        new_ids = [j.id for j in twin.scheduler.jobs[self.known:]]
+        self.known = len(twin.scheduler.jobs)
+        for block, conn in zip(self.blocks, self.conns):
+            rows, ports = slice(block.start * g, block.stop * g), slice(block.start * h, block.stop * h)
+            conn.send((twin.now, twin.fields[rows], twin.ib[ports], twin._label_job[rows], new_ids))
+
+    def close(self) -> None:
+        errors = []
+        for conn, proc in zip(self.conns, self.procs):
+            try:
+                conn.send(None)
+                answer = conn.recv()
+            except (EOFError, OSError) as err:
+                answer = f"writer process died: {err}"
+            proc.join(10)
+            if answer is not None:
+                errors.append(answer)
+        if errors:
+            raise ConfigError(f"writing the scrape files failed: {errors[0]}")
+
+
 class _Writer:
-    def __init__(self, out: Path, twin: Twin) -> None:
+    def __init__(self, out: Path, twin: Twin, *, workers: int = 1) -> None:
         self.out, self.twin = out, twin
         self.files = self.spans = self.events = 0
         # A rerun into the same folder must not mix with the last run's files: clear our own folders.
@@ -142,13 +230,13 @@ class _Writer:
                 shutil.rmtree(out / sub)
         for sub in ("dcgm", "node-exporter", "lustre", "slurm"):
             (out / sub).mkdir(parents=True, exist_ok=True)
-        self.handles = {(sub, node): (out / sub / f"{node}.prom").open("w")
-                        for sub in ("dcgm", "node-exporter") for node in twin.node_names}
-        self.files += len(self.handles)
+        parallel = workers > 1 and uniform_shape(twin) is not None and len(twin.node_names) >= 2 * workers
+        nodes = range(len(twin.node_names))
+        self.nodes: _NodeFiles | _Pool = _Pool(out, twin, workers) if parallel else _NodeFiles(out, twin, nodes)
+        self.files += 2 * len(twin.node_names)
 
     def close(self) -> None:
-        for handle in self.handles.values():
-            handle.close()
+        self.nodes.close()
 
     def _put(self, path: Path, text: str) -> None:
         path.write_text(text)
@@ -157,9 +245,7 @@ class _Writer:
     def scrape(self, *, lustre: bool) -> None:
         twin = self.twin
         stamp = f"{int(round(twin.now * 1000))}"
-        for node, dcgm, ib in scrape_all(twin, timestamp=True, target_labels=True):
-            self.handles["dcgm", node].write(dcgm)
-            self.handles["node-exporter", node].write(ib)
+        self.nodes.scrape()
         if lustre:
             self._put(self.out / "lustre" / f"{stamp}.txt", twin.lustre_job_stats_text())
 

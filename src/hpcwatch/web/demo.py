@@ -14,6 +14,7 @@ runs. ``hpcwatch serve`` on an existing store offers every job that has spans.
 from __future__ import annotations
 
 import dataclasses
+import logging
 import socket
 import threading
 import time
@@ -29,7 +30,9 @@ from hpcwatch.model.cluster import REFERENCE_PATH, Cluster, parse_cluster
 from hpcwatch.store import Store
 
 __all__ = ["STEP_PLAYER_JOBS", "seed_step_player", "start_live_twin", "cluster_with_nodes", "serve_app",
-           "LiveRunner", "port_free", "check_port", "COMPARISON_WARMUP_S"]
+           "LiveRunner", "Scanner", "port_free", "check_port", "COMPARISON_WARMUP_S"]
+
+log = logging.getLogger(__name__)
 
 #: Where the step player's pair is stored (see the module docstring).
 STEP_PLAYER_JOBS = {"baseline": "step-player/baseline", "straggler": "step-player/straggler"}
@@ -75,6 +78,35 @@ def start_live_twin(store: Store, cluster: Cluster, *, seed: int, scenarios: Seq
     runner = LiveTwin(store, cluster, seed=seed, scenarios=tuple(scenarios), speed=speed)
     runner.start()
     return runner
+
+
+class Scanner:
+    """Runs the six detectors over the store every ``every_s`` seconds (hpcwatch.security.scan.rescan),
+    so a threat scenario of the twin lights its vector from real findings, never from the scenario's name."""
+
+    def __init__(self, store: Store, *, every_s: float) -> None:
+        from hpcwatch.security.scan import rescan
+
+        self._rescan, self.store, self.every_s = rescan, store, every_s
+        self.error: str | None = None
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="hpcwatch-scan", daemon=True)
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.every_s):
+            try:
+                self._rescan(self.store)
+                self.error = None
+            except Exception as err:  # noqa: BLE001 - a failed scan must not stop the demo; the next one retries
+                self.error = f"{type(err).__name__}: {err}"
+                log.warning("security scan failed: %s", self.error)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=10)
 
 
 def port_free(port: int, host: str = "127.0.0.1") -> bool:
