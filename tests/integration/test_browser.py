@@ -233,6 +233,10 @@ def test_decider_mode_rewrites_cards_and_shows_passerelles(page):
     assert page.locator("#passerelles").is_visible()
     assert page.locator("[data-passerelle]").count() == 4
     _shot(page, "4-decider-weights", full_page=True)
+    page.click("[data-view='threats']")
+    page.click("g[data-vector='rdma_blind_spot']")
+    text = page.locator("#card .card-text").inner_text()
+    assert "Risk" in text and "Ownership" in text and "How it works" not in text
 
 
 def test_step_with_straggler_others_wait_the_stragglers_extra_time(page):

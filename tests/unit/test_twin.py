@@ -29,12 +29,12 @@ F = {name: i for i, name in enumerate(DCGM_FIELDS)}
 def hour_run() -> dict[str, np.ndarray]:
     """One simulated hour of the reference cluster at 10 s: the fields and IB counters at every tick."""
     twin = Twin(reference_cluster(), seed=11)
-    fields, ib, busy = [twin.fields.copy()], [twin.ib.copy()], [twin._label_job.copy() >= 0]
+    fields, ib, busy = [twin.fields.copy()], [twin.ib.copy()], [twin.busy()]
     for _ in range(360):
         twin.advance(10.0)
         fields.append(twin.fields.copy())
         ib.append(twin.ib.copy())
-        busy.append(twin._label_job.copy() >= 0)
+        busy.append(twin.busy())
     return {"fields": np.array(fields), "ib": np.array(ib), "busy": np.array(busy), "twin": twin}
 
 
@@ -103,11 +103,11 @@ def test_ib_bytes_follow_the_ring_allreduce_and_idle_nodes_move_none() -> None:
     before = twin.ib[:, data].copy()
     twin.advance(10.0)
     delta_bytes = (twin.ib[:, data] - before) * 4
-    train_ports = {twin._port_of_gpu[twin._gpu_flat[(n, g)]] for n, gs in job.gpus_by_node.items() for g in gs}
+    train_ports = {twin.port_row(n, g) for n, gs in job.gpus_by_node.items() for g in gs}
     for p in range(len(twin.ports)):
         if p not in train_ports:
             assert delta_bytes[p] == 0, twin.ports[p]
-    _, table = twin.step_phases(job, int(twin._steps_done[job.id]) - 1)
+    _, table = twin.step_phases(job, twin.steps_done(job.id) - 1)
     p = job.gpus
     expected = 10.0 / table[0].sum() * 2 * (p - 1) / p * job.kind.gradient_bytes
     for port in train_ports:
@@ -260,3 +260,15 @@ def test_top_json_lists_every_gpu_with_its_job_and_user(capsys) -> None:
     assert code == 0 and len(doc["gpus"]) == 16
     busy = [g for g in doc["gpus"] if g["job"]]
     assert busy and all(g["user"] for g in busy) and all(0 <= g["util_pct"] <= 100 for g in doc["gpus"])
+
+
+def test_parallel_writers_write_the_same_files_as_one_process(tmp_path) -> None:
+    from hpcwatch.twin.run import write_run
+
+    for workers in (1, 2):
+        write_run(Twin(sized_reference(6), seed=9), tmp_path / str(workers), duration_s=120.0, workers=workers)
+    for sub in ("dcgm", "node-exporter"):
+        one = sorted((tmp_path / "1" / sub).iterdir())
+        assert len(one) == 6
+        for path in one:
+            assert path.read_bytes() == (tmp_path / "2" / sub / path.name).read_bytes(), path

@@ -16,7 +16,7 @@ BACKWARD, BARRIER = PHASES.index("backward"), PHASES.index("barrier_wait")
 def _tables(scenarios: tuple[str, ...], steps: range):
     twin = Twin(reference_cluster(), seed=7, scenarios=scenarios)
     job = twin.training_job
-    ranks = twin._ranks(job)
+    ranks = twin.ranks(job)
     return ranks, [twin.step_phases(job, s)[1] for s in steps]
 
 
@@ -76,7 +76,7 @@ def test_spans_of_a_step_are_contiguous_per_rank_and_the_allreduce_ends_together
 def test_waiting_ranks_show_less_tensor_activity_and_power_than_the_straggler() -> None:
     twin = Twin(reference_cluster(), seed=7, scenarios=["straggler"])
     twin.advance(10.0)
-    g_slow, g_fast = twin._gpu_flat[("node1", 2)], twin._gpu_flat[("node1", 1)]
+    g_slow, g_fast = twin.gpu_row("node1", 2), twin.gpu_row("node1", 1)
     tensor = twin.fields[:, DCGM_FIELDS.index("DCGM_FI_PROF_PIPE_TENSOR_ACTIVE")]
     power = twin.fields[:, DCGM_FIELDS.index("DCGM_FI_DEV_POWER_USAGE")]
     # The others spend a third of each step waiting: their tensor pipes idle and they draw less.

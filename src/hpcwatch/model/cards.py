@@ -25,8 +25,8 @@ LANGUAGES: tuple[str, ...] = ("en", "fr")
 #: Sections of the file and the fields every card of that section must have.
 SECTIONS: Mapping[str, tuple[str, ...]] = {
     "elements": ("title", "what", "observe", "tools", "threats", "value", "cost", "risk", "owner"),
-    "collectors": ("title", "watches", "tools", "what"),
-    "vectors": ("title", "target", "how", "signals", "detection"),
+    "collectors": ("title", "watches", "tools", "what", "value", "cost", "owner"),
+    "vectors": ("title", "target", "how", "signals", "detection", "value", "cost", "risk", "owner"),
     "passerelles": ("title", "text"),
 }
 

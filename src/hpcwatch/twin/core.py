@@ -255,6 +255,22 @@ class Twin:
         """The big training job whose steps the twin times (the first job)."""
         return self.scheduler.jobs[0]
 
+    def gpu_row(self, node: str, gpu: int) -> int:
+        """The row of ``fields`` that holds GPU ``gpu`` of ``node``."""
+        return self._gpu_flat[(node, gpu)]
+
+    def port_row(self, node: str, gpu: int) -> int:
+        """The row of ``ib`` of the HCA on that GPU's rail."""
+        return int(self._port_of_gpu[self._gpu_flat[(node, gpu)]])
+
+    def busy(self) -> np.ndarray:
+        """Per row of ``fields``: whether a job held the GPU during the last tick."""
+        return self._label_job >= 0
+
+    def steps_done(self, job_id: str) -> int:
+        """Training steps a distributed job has finished (since it started), as the twin counts them."""
+        return int(self._steps_done.get(job_id, 0.0))
+
     def gpus_of_node(self, node: str) -> list[int]:
         """Flat GPU positions (rows of ``fields``) of a node, in GPU index order."""
         return self._node_gpus[node]
@@ -415,7 +431,7 @@ class Twin:
         bw = self.link_bytes_s if job.n_nodes > 1 else self._nvlink_bytes_s / 2
         return 2 * (p - 1) * RING_ALPHA_S + 2 * (p - 1) / p * job.kind.gradient_bytes / bw
 
-    def _ranks(self, job: PlannedJob) -> list[tuple[int, str, int]]:
+    def ranks(self, job: PlannedJob) -> list[tuple[int, str, int]]:
         """(rank, node, gpu) in Slurm's order: node by node, GPU index order."""
         out = []
         for node, gpus in job.gpus_by_node.items():
@@ -434,7 +450,7 @@ class Twin:
 
         ``SPAN_ORDER`` is the order the phases run in.
         """
-        ranks = self._ranks(job)
+        ranks = self.ranks(job)
         rng = np.random.default_rng([self.seed, int(job.id), int(step)])
         jitter = 1.0 + PHASE_JITTER * rng.standard_normal((len(ranks), 4))
         base = np.array([SEED_PHASES_S[p] for p in ("load", "forward", "backward", "optimizer")])

@@ -132,7 +132,7 @@ def write_run(twin: Twin, out: str | Path, *, duration_s: float, step_s: float =
 
 def _write_traces(twin: Twin, folder: Path, profiled: list[tuple]) -> int:
     folder.mkdir(parents=True, exist_ok=True)
-    ranks = twin._ranks(twin.training_job)
+    ranks = twin.ranks(twin.training_job)
     docs = kineto_traces(profiled, nodes_of_rank={r: node for r, node, _ in ranks}, world_size=len(ranks))
     for r, doc in docs.items():
         (folder / f"rank-{r}.json").write_bytes(orjson.dumps(doc))

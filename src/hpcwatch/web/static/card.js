@@ -43,9 +43,10 @@ export function renderCard(container, key, reading, snapshot, onClose) {
 
 function fieldsOf(info, card, reading) {
   let names;
+  const decider = reading === "decider";
   if (info.section === "elements") names = ELEMENT_FIELDS[reading] || ELEMENT_FIELDS.engineer;
-  else if (info.section === "vectors") names = ["target", "how", "signals", "detection"];
-  else names = ["watches", "tools", "what"];
+  else if (info.section === "vectors") names = decider ? ["target", "value", "cost", "risk", "owner"] : ["target", "how", "signals", "detection"];
+  else names = decider ? ["watches", "value", "cost", "owner"] : ["watches", "tools", "what"];
   return names.map((name) => [t(`card.fields.${name}`), card[name]]);
 }
 
