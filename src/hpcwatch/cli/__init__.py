@@ -15,8 +15,7 @@ from hpcwatch.errors import HpcwatchError
 __all__ = ["app", "main"]
 
 # Each module registers its commands on import.
-_COMMAND_MODULES = ("ingest", "twin", "jobs", "top", "steps", "whatif", "goodput", "scan", "serve", "exporter", "twinserve",
-                    "assess")
+_COMMAND_MODULES = ("ingest", "twin", "jobs", "top", "steps", "whatif", "goodput", "scan", "serve", "exporter", "twinserve")
 
 for _name in _COMMAND_MODULES:
     importlib.import_module(f"hpcwatch.cli.{_name}")

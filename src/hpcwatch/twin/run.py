@@ -189,7 +189,7 @@ class _Pool:
         self.g, self.h = uniform_shape(twin)
         self.known = len(twin.scheduler.jobs)
         ctx = multiprocessing.get_context("fork")
-        self.conns, self.procs = [], []
+        self.conns, self.procs, self.closed = [], [], False
         for block in self.blocks:
             parent, child = ctx.Pipe()
             proc = ctx.Process(target=_worker, args=(twin, out, block, child), daemon=True)
@@ -203,16 +203,23 @@ class _Pool:
         self.known = len(twin.scheduler.jobs)
         for block, conn in zip(self.blocks, self.conns):
             rows, ports = slice(block.start * g, block.stop * g), slice(block.start * h, block.stop * h)
-            conn.send((twin.now, twin.fields[rows], twin.ib[ports], twin._label_job[rows], new_ids))
+            try:
+                conn.send((twin.now, twin.fields[rows], twin.ib[ports], twin._label_job[rows], new_ids))
+            except OSError:  # the worker is gone; close() collects why and raises it
+                self.close()
+                raise ConfigError("writing the scrape files failed: a writer process stopped") from None
 
     def close(self) -> None:
+        if self.closed:
+            return
+        self.closed = True
         errors = []
         for conn, proc in zip(self.conns, self.procs):
             try:
                 conn.send(None)
                 answer = conn.recv()
             except (EOFError, OSError) as err:
-                answer = f"writer process died: {err}"
+                answer = f"writer process died: {err or type(err).__name__}"
             proc.join(10)
             if answer is not None:
                 errors.append(answer)

@@ -1,1 +1,0 @@
-"""hpcwatch.assess"""
