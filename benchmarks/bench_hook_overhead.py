@@ -1,9 +1,10 @@
 """Overhead of the training-loop hook (instrument/torch.py) on a CPU training step.
 
-Runs the same loop (an MLP of ~4.2M parameters, batch 256, SGD) with and without the
-recorder, steps interleaved so machine noise hits both alike, and reports the median
-step time of each, plus the hook's own cost measured directly (the time spent inside
-its calls), with and without the gradient statistics. Times are the thread's CPU time
+Runs the same loop (an MLP of ~4.2M parameters, batch 256, SGD) without the recorder,
+with it, and with it writing the gradient sketch too (``sketch_dims=32``), steps
+interleaved so machine noise hits all alike, and reports the median step time of each,
+plus the hook's own cost measured directly (the time spent inside its calls): phases
+only, with the gradient norm/NaN count, and with the sketch as well. Times are the thread's CPU time
 (``time.thread_time``; torch runs on this one thread), which a busy shared machine
 disturbs far less than wall time.
 
@@ -76,28 +77,36 @@ def main() -> None:
     params = sum(p.numel() for p in model.parameters())
     with tempfile.TemporaryDirectory() as tmp:
         rec = StepRecorder(job="bench", rank=0, out_dir=tmp, keep=False)
-        plain, hooked = [], []
+        rec_sketch = StepRecorder(job="bench", rank=1, out_dir=tmp, keep=False, sketch_dims=32)
+        plain, hooked, sketched = [], [], []
         for step in range(args.steps):
             t0 = time.thread_time()
             _plain_step(model, opt, x, y)
             t1 = time.thread_time()
             _hooked_step(rec, step, model, opt, x, y, grads=True)
             t2 = time.thread_time()
+            _hooked_step(rec_sketch, step, model, opt, x, y, grads=True)
+            t3 = time.thread_time()
             if step >= 3:                       # warm-up
                 plain.append(t1 - t0)
                 hooked.append(t2 - t1)
+                sketched.append(t3 - t2)
         loss = F.cross_entropy(model(x), y)
         loss.backward()                         # gradients present for the direct cost
         cost_grads = statistics.median(_hook_cost_s(rec, model, 10_000 + i, grads=True) for i in range(30))
         cost_phases = statistics.median(_hook_cost_s(rec, model, 20_000 + i, grads=False) for i in range(30))
+        cost_sketch = statistics.median(_hook_cost_s(rec_sketch, model, 30_000 + i, grads=True) for i in range(30))
         rec.close()
+        rec_sketch.close()
     step_s = statistics.median(plain)
     print(f"model {params / 1e6:.1f}M parameters, batch 256, CPU, 1 thread, {len(plain)} steps each")
-    print(f"median step: plain {step_s * 1e3:.2f} ms, with hook {statistics.median(hooked) * 1e3:.2f} ms "
-          f"({100 * (statistics.median(hooked) / step_s - 1):+.2f} %, CPU time, includes noise)")
+    for name, times in (("with hook", hooked), ("with hook + sketch", sketched)):
+        print(f"median step: plain {step_s * 1e3:.2f} ms, {name} {statistics.median(times) * 1e3:.2f} ms "
+              f"({100 * (statistics.median(times) / step_s - 1):+.2f} %, CPU time, includes noise)")
     print(f"hook's own cost per step: phases + loss + write {cost_phases * 1e6:.0f} µs "
           f"({100 * cost_phases / step_s:.2f} % of the step); with gradient norm/NaN count {cost_grads * 1e6:.0f} µs "
-          f"({100 * cost_grads / step_s:.2f} %)")
+          f"({100 * cost_grads / step_s:.2f} %); with the 32-bucket gradient sketch too {cost_sketch * 1e6:.0f} µs "
+          f"({100 * cost_sketch / step_s:.2f} %)")
 
 
 if __name__ == "__main__":

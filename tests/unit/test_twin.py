@@ -272,3 +272,19 @@ def test_parallel_writers_write_the_same_files_as_one_process(tmp_path) -> None:
         assert len(one) == 6
         for path in one:
             assert path.read_bytes() == (tmp_path / "2" / sub / path.name).read_bytes(), path
+
+
+def test_a_gpu_shared_by_two_jobs_gets_one_series_per_job_as_dcgm_exporter_writes_it():
+    from hpcwatch.sources.prometheus_text import parse_prometheus_text
+
+    twin = Twin(reference_cluster(), seed=1)
+    twin.advance(10)
+    samples = [s for s in parse_prometheus_text(twin.dcgm_text("node1", jobs_by_gpu={1: "7,8", 2: "9"}), t=0.0)
+               if s.metric == "DCGM_FI_DEV_GPU_UTIL"]
+    by_gpu = {}
+    for sample in samples:
+        by_gpu.setdefault(sample.labels["gpu"], []).append((sample.labels.get("hpc_job"), sample.value))
+    assert [job for job, _ in by_gpu["1"]] == ["7", "8"]
+    assert by_gpu["1"][0][1] == by_gpu["1"][1][1]
+    assert [job for job, _ in by_gpu["2"]] == ["9"]
+    assert [job for job, _ in by_gpu["0"]] == [None]

@@ -5,7 +5,9 @@ about every step, cheaply enough to leave on: per rank and step, the duration of
 each phase (``load``, ``forward``, ``backward``, ``allreduce``, ``optimizer``), the
 local gradient norm *before* the reduction (a rank whose norm is far from the
 others' holds poisoned data or a flipped bit), the loss and the number of parameters
-whose gradient holds a NaN or Inf::
+whose gradient holds a NaN or Inf, and optionally (``sketch_dims``) a random
+projection of the local gradient, whose direction security/gradients.py compares
+across ranks (a rank that flips its gradient keeps its norm but not its direction)::
 
     from hpcwatch.instrument.torch import StepRecorder
     rec = StepRecorder(job="4242", rank=dist.get_rank(), out_dir="hook/", node=host, gpu=local_rank)
@@ -30,7 +32,19 @@ Output: one JSON-lines file per rank (``rank-N.jsonl``), one record a line,
 ``{"kind": "span", job, rank, step, phase, start, dur, attrs}`` (a ``records.Span``)
 or ``{"kind": "sample", metric, labels, t, value}`` (a ``records.Sample``) with the
 metrics ``train_grad_norm``, ``train_grad_nonfinite``, ``train_loss``,
-``train_step_time_s`` and labels ``job``, ``rank``, ``step``, ``node``, ``gpu``.
+``train_step_time_s`` and labels ``job``, ``rank``, ``step``, ``node``, ``gpu``; with
+``sketch_dims=K``, K more samples ``train_grad_sketch`` a step with one more label ``dim``
+(0..K-1), the shape ``security.gradients.gradient_samples`` writes and its detector reads.
+
+The sketch is a CountSketch-style signed projection (Charikar, Chen & Farach-Colton 2002):
+element ``i`` of the flattened gradient (parameters in the order given, those without a
+gradient counted too, so every rank numbers them alike) is added with sign ``s(i)`` to
+bucket ``i mod K``. ``s(i)`` is a ±1 table of ``_SIGN_PERIOD`` entries (a prime) drawn from
+``sketch_seed`` on the CPU, so every rank, GPU or not, uses the same signs; two elements
+share both sign and bucket only ``K * _SIGN_PERIOD`` elements apart. E<Sx, Sy> = <x, y>, so
+cosines of sketches estimate cosines of gradients with an error near 1/sqrt(K). Cost: one
+multiply-and-sum pass over the gradient (no d×K matrix, no per-element hashing), a few
+MiB of table per device and dtype.
 ``read_hook_jsonl`` reads them back. With ``prometheus_port`` the same values are
 also served as gauges (``prometheus_client``), without the ``step`` label.
 
@@ -52,10 +66,19 @@ import orjson
 from hpcwatch.errors import ConfigError, ParseError
 from hpcwatch.records import Sample, Span
 
-__all__ = ["StepRecorder", "HookConfig", "read_hook_jsonl", "is_hook_jsonl", "HOOK_METRICS", "TORCH_MISSING"]
+__all__ = ["StepRecorder", "HookConfig", "read_hook_jsonl", "is_hook_jsonl", "HOOK_METRICS", "SKETCH_METRIC",
+           "TORCH_MISSING"]
 
 #: The metrics the hook writes (the brief's contract with the store and the web app).
 HOOK_METRICS: tuple[str, ...] = ("train_grad_norm", "train_grad_nonfinite", "train_loss", "train_step_time_s")
+#: The sketch metric (``sketch_dims`` samples a step, label ``dim``); see security/gradients.py.
+SKETCH_METRIC = "train_grad_sketch"
+#: Length of the ±1 sign table: a prime (so no bucket count K divides it; 2^20 - 3), large enough that
+#: an element's sign repeats in its bucket only K * period elements later, small enough (4 MiB in fp32)
+#: to keep one copy per device.
+_SIGN_PERIOD = 1_048_573
+#: Small gradients are concatenated up to this many elements before the pass (one kernel, not hundreds).
+_SKETCH_BATCH = 1 << 18
 
 TORCH_MISSING = "the PyTorch hook needs torch: pip install hpcwatch[torch]"
 
@@ -90,6 +113,11 @@ class HookConfig:
     """Keep the records in ``StepRecorder.records`` as well."""
     grad_every: int = 1
     """Gradient statistics every N steps (their cost is one read of every gradient)."""
+    sketch_dims: int = 0
+    """Buckets of the gradient sketch (``train_grad_sketch``); 0 writes none. security/gradients.py
+    uses 32 (``SKETCH_DIMS``); the cost does not grow with it."""
+    sketch_seed: int = 0
+    """Seed of the sketch's signs: the same on every rank of a job, or the sketches do not compare."""
 
     def __post_init__(self) -> None:
         if self.rank < 0:
@@ -98,6 +126,8 @@ class HookConfig:
             raise ConfigError(f"HookConfig.device must be 'cpu' or 'cuda', got {self.device!r}")
         if self.grad_every < 1:
             raise ConfigError(f"HookConfig.grad_every must be >= 1, got {self.grad_every}")
+        if not 0 <= self.sketch_dims <= 4096:
+            raise ConfigError(f"HookConfig.sketch_dims must be in 0..4096, got {self.sketch_dims}")
         if self.prometheus_port is not None and not 0 <= self.prometheus_port < 65536:
             raise ConfigError(f"HookConfig.prometheus_port must be a TCP port, got {self.prometheus_port}")
 
@@ -133,6 +163,7 @@ class StepRecorder:
         self._step: int | None = None
         self._timers: list[_Timer] = []
         self._stats: list[Any] = []   # [(name, tensor)] read at step end
+        self._signs: dict[tuple[Any, Any], Any] = {}   # (device, dtype) -> (sign table twice over, scratch)
 
     # --- the API a training loop calls ---------------------------------------------------------
     @contextlib.contextmanager
@@ -174,12 +205,74 @@ class StepRecorder:
         if self._step is not None and self._step % self.config.grad_every:
             return
         torch = self._torch
-        grads = [p.grad.detach() for p in parameters if getattr(p, "grad", None) is not None]
+        parameters_seen = list(parameters)   # may be a generator, and the sketch walks it again
+        grads = [p.grad.detach() for p in parameters_seen if getattr(p, "grad", None) is not None]
         if not grads:
             return
         norms = torch.stack([n.float() for n in torch._foreach_norm(grads)])   # fused per dtype/device
         self._stats.append(("grad_norm", torch.linalg.vector_norm(norms)))
         self._stats.append(("grad_nonfinite", (~torch.isfinite(norms)).sum()))
+        if self.config.sketch_dims:
+            self._stats.append(("grad_sketch", self._sketch(parameters_seen)))
+
+    def _sketch(self, params: list[Any]) -> Any:
+        """The signed bucket sums of the flattened gradients (see the module docstring)."""
+        torch, k = self._torch, self.config.sketch_dims
+        acc, batch, batch_start, offset = None, [], 0, 0
+        for p in params:
+            grad = getattr(p, "grad", None)
+            if grad is not None:
+                flat = grad.detach().reshape(-1)
+                big = flat.numel() >= _SKETCH_BATCH // 8          # worth a pass of its own, not a copy
+                if batch and (big or flat.dtype != batch[0].dtype or flat.device != batch[0].device):
+                    acc = self._sketch_add(acc, batch, batch_start)
+                    batch = []
+                if big:
+                    acc = self._sketch_add(acc, [flat], offset)
+                else:
+                    if not batch:
+                        batch_start = offset
+                    batch.append(flat)
+                    if sum(b.numel() for b in batch) >= _SKETCH_BATCH:
+                        acc = self._sketch_add(acc, batch, batch_start)
+                        batch = []
+            elif batch:      # a gap in the numbering: the batch must stay contiguous
+                acc = self._sketch_add(acc, batch, batch_start)
+                batch = []
+            offset += p.numel()
+        if batch:
+            acc = self._sketch_add(acc, batch, batch_start)
+        return acc if acc is not None else torch.zeros(k)
+
+    def _sketch_add(self, acc: Any, batch: list[Any], start: int) -> Any:
+        """Add the gradient elements ``start, start+1, ...`` (one contiguous run) to the buckets."""
+        torch, k = self._torch, self.config.sketch_dims
+        flat = batch[0] if len(batch) == 1 else torch.cat(batch)
+        signs, scratch = self._sign_table(flat.device, flat.dtype)
+        if acc is None:
+            acc = torch.zeros(k, dtype=torch.float32, device=flat.device)
+        pos = 0
+        while pos < flat.numel():
+            at = (start + pos) % _SIGN_PERIOD          # the table is stored twice: any run <= period is one slice
+            n = min(flat.numel() - pos, _SIGN_PERIOD)
+            signed = torch.mul(flat[pos:pos + n], signs[at:at + n], out=scratch[:n])   # reused: no page faults
+            body = n - n % k
+            part = signed[:body].view(-1, k).sum(0, dtype=torch.float32)   # column j = bucket (start+pos+j) % k
+            part[:n - body] += signed[body:].float()
+            acc += torch.roll(part, (start + pos) % k).to(acc.device)
+            pos += n
+        return acc
+
+    def _sign_table(self, device: Any, dtype: Any) -> tuple[Any, Any]:
+        """The ±1 table (stored twice over, for wrap-free slices) and a scratch buffer of one period."""
+        key = (device, dtype)
+        if key not in self._signs:
+            torch = self._torch
+            gen = torch.Generator().manual_seed(self.config.sketch_seed)   # CPU: identical on every rank
+            signs = torch.randint(0, 2, (_SIGN_PERIOD,), generator=gen, dtype=torch.int8) * 2 - 1
+            self._signs[key] = (torch.cat([signs, signs]).to(device=device, dtype=dtype),
+                                torch.empty(_SIGN_PERIOD, device=device, dtype=dtype))
+        return self._signs[key]
 
     def loss(self, loss: Any) -> None:
         """The step's loss (a tensor or a float)."""
@@ -218,7 +311,11 @@ class StepRecorder:
         t_end = start_utc + values.get("step_time_s", 0.0)
         names = {"grad_norm": "train_grad_norm", "grad_nonfinite": "train_grad_nonfinite", "loss": "train_loss",
                  "step_time_s": "train_step_time_s"}
+        sketch = values.pop("grad_sketch", None)
         out += [Sample(metric=names[k], labels=labels, t=t_end, value=v) for k, v in values.items()]
+        if sketch is not None:
+            out += [Sample(metric=SKETCH_METRIC, labels={**labels, "dim": str(i)}, t=t_end, value=v)
+                    for i, v in enumerate(sketch)]
         self._write(out)
 
     def _write(self, out: list[Span | Sample]) -> None:
@@ -245,6 +342,9 @@ class StepRecorder:
                   for m in HOOK_METRICS}
         gauges["train_phase_s"] = prom.Gauge("train_phase_s", "hpcwatch training hook: last step's phase duration",
                                              label_names + ["phase"], registry=registry)
+        if self.config.sketch_dims:
+            gauges[SKETCH_METRIC] = prom.Gauge(SKETCH_METRIC, "hpcwatch training hook: gradient sketch",
+                                               label_names + ["dim"], registry=registry)
         prom.start_http_server(self.config.prometheus_port, addr="127.0.0.1", registry=registry)
         return gauges
 
@@ -253,7 +353,9 @@ class StepRecorder:
         base = {"job": cfg.job, "rank": str(cfg.rank), "node": cfg.node or "", "gpu": "" if cfg.gpu is None
                 else str(cfg.gpu)}
         for r in out:
-            if isinstance(r, Sample):
+            if isinstance(r, Sample) and r.metric == SKETCH_METRIC:
+                self._gauges[r.metric].labels(**base, dim=r.labels["dim"]).set(r.value)
+            elif isinstance(r, Sample):
                 self._gauges[r.metric].labels(**base).set(r.value)
             else:
                 self._gauges["train_phase_s"].labels(**base, phase=r.phase).set(r.dur)
@@ -262,19 +364,22 @@ class StepRecorder:
 class _Staged:
     """A step's statistics on their way to the host.
 
-    Tensors are packed into one and copied with ``non_blocking=True`` behind an event, so
-    reading them a step later waits for that copy only, never for the whole device.
+    Tensors (scalars, and the sketch's vector) are packed into one and copied with
+    ``non_blocking=True`` behind an event, so reading them a step later waits for that
+    copy only, never for the whole device.
     """
 
-    __slots__ = ("names", "floats", "packed", "event")
+    __slots__ = ("names", "sizes", "floats", "packed", "event")
 
     def __init__(self, torch: Any, stats: list[tuple[str, Any]]) -> None:
         tensors = [(k, v) for k, v in stats if torch.is_tensor(v)]
         self.floats = {k: float(v) for k, v in stats if not torch.is_tensor(v)}
         self.names = [k for k, _ in tensors]
+        self.sizes = [v.numel() if v.dim() else 0 for _, v in tensors]   # 0: a scalar
         self.packed, self.event = None, None
         if tensors:
-            packed = torch.stack([v.detach().float().reshape(()) for _, v in tensors])
+            device = tensors[0][1].device
+            packed = torch.cat([v.detach().float().reshape(-1).to(device) for _, v in tensors])
             if packed.is_cuda:
                 self.packed = packed.to("cpu", non_blocking=True)
                 self.event = torch.cuda.Event()
@@ -282,10 +387,16 @@ class _Staged:
             else:
                 self.packed = packed
 
-    def values(self) -> dict[str, float]:
+    def values(self) -> dict[str, Any]:
+        """Each name's float, or list of floats for a vector."""
         if self.event is not None:
             self.event.synchronize()
-        out = dict(zip(self.names, self.packed.tolist())) if self.packed is not None else {}
+        flat = self.packed.tolist() if self.packed is not None else []
+        out: dict[str, Any] = {}
+        pos = 0
+        for name, size in zip(self.names, self.sizes):
+            out[name] = flat[pos] if size == 0 else flat[pos:pos + size]
+            pos += max(size, 1)
         out.update(self.floats)
         return out
 

@@ -15,6 +15,8 @@ Sources of the shapes:
 
 from __future__ import annotations
 
+import re
+
 import weakref
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -149,7 +151,25 @@ def dcgm_text(twin: Twin, node: str, *, jobs_by_gpu: dict[int, str] | None = Non
     else:
         template = _dcgm_node_template(twin, node, flat)
     values = _gpu_values(twin.fields[flat][None], _float_fields(twin))[0]
-    return template % _with_stamp(values, _stamp_of(twin, timestamp))
+    text = template % _with_stamp(values, _stamp_of(twin, timestamp))
+    return _one_series_per_job(text) if jobs_by_gpu and any("," in j for j in jobs_by_gpu.values()) else text
+
+
+_SHARED_GPU = re.compile(r'hpc_job="([^"]*,[^"]*)"')
+
+
+def _one_series_per_job(text: str) -> str:
+    """A GPU shared by several jobs: dcgm-exporter (pkg/dcgmexporter/hpc.go) repeats each of the GPU's
+    series once per job id in its mapping file, rather than joining the ids into one label."""
+    lines = []
+    for line in text.split("\n"):
+        shared = _SHARED_GPU.search(line)
+        if shared is None:
+            lines.append(line)
+            continue
+        head, tail = line[:shared.start(1)], line[shared.end(1):]
+        lines.extend(head + job + tail for job in shared.group(1).split(",") if job)
+    return "\n".join(lines)
 
 
 def _dcgm_node_template(twin: Twin, node: str, flat: list[int], placement: bytes | None = None) -> str:
