@@ -27,7 +27,6 @@ from dataclasses import dataclass
 from typing import Iterable, Literal, Sequence
 
 import numpy as np
-from scipy import special
 
 from hpcwatch.errors import ConfigError
 from hpcwatch.records import Span
@@ -42,6 +41,14 @@ __all__ = [
     "DEFAULT_STEPS",
     "MAX_GPUS",
 ]
+
+
+def _scipy_special():
+    """scipy.special, imported when first needed: it costs ~0.5 s, and every CLI call imports this module."""
+    from scipy import special
+
+    return special
+
 
 #: Monte-Carlo steps when none are asked for (standard error ≈ 0.1 % of the step).
 DEFAULT_STEPS = 10_000
@@ -186,6 +193,7 @@ class _Dist:
             spans.append((self.factor * spans[0][0], self.factor * spans[0][1]))
         lo, hi = min(a for a, _ in spans), max(b for _, b in spans)
         x = np.unique(np.concatenate([np.linspace(a, b, _GRID_POINTS) for a, b in [*spans, (lo, hi)]]))
+        special = _scipy_special()
         sf = (1.0 - self.p) * special.ndtr((1.0 - x) / self.cv)
         if self.p > 0:
             sf = sf + self.p * special.ndtr((1.0 - x / self.factor) / self.cv)
@@ -223,7 +231,7 @@ class _Dist:
         above = -np.expm1(np.log1p(-u) / safe)          # P(X > max) = 1 − V, V = (1 − u)^(1/n) ~ U^(1/n)
         above = np.clip(above, _TINY, 1.0)               # u = 0 would give an infinite max
         if self.kind == "normal":
-            out = 1.0 - self.cv * special.ndtri(above)   # Φ⁻¹(1 − q) = −Φ⁻¹(q), exact in the tail
+            out = 1.0 - self.cv * _scipy_special().ndtri(above)   # Φ⁻¹(1 − q) = −Φ⁻¹(q), exact in the tail
         else:
             x = self.sorted_sample
             out = x[np.clip(x.size - 1 - np.floor(x.size * above).astype(np.int64), 0, x.size - 1)]
