@@ -271,13 +271,11 @@ class Store:
                 for j, r, s, p, st, d, a in rows]
 
     def jobs(self) -> list[Job]:
-        rows = self.query('SELECT id, "user", account, partition, nodes, gpus, gpus_by_node, start, "end", state, '
-                          'name FROM jobs ORDER BY start NULLS LAST, id')
+        rows = self.query(f"SELECT {_JOB_COLUMNS} FROM jobs ORDER BY start NULLS LAST, id")
         return [_job_from_row(row) for row in rows]
 
     def job(self, job_id: str) -> Job | None:
-        rows = self.query('SELECT id, "user", account, partition, nodes, gpus, gpus_by_node, start, "end", state, '
-                          'name FROM jobs WHERE id = ?', [job_id])
+        rows = self.query(f"SELECT {_JOB_COLUMNS} FROM jobs WHERE id = ?", [job_id])
         return _job_from_row(rows[0]) if rows else None
 
     def findings(self, vector: str | None = None) -> list[Finding]:
@@ -304,6 +302,9 @@ def _sample_table(samples: list[Sample]) -> pa.Table:
         "job": [k[2] for k in keys],
         "labels": [_json(dict(s.labels)) for s in samples],
     }, schema=SAMPLE_SCHEMA)
+
+
+_JOB_COLUMNS = 'id, "user", account, partition, nodes, gpus, gpus_by_node, start, "end", state, name'
 
 
 def _job_from_row(row: tuple) -> Job:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +15,7 @@ from rich.console import Console
 from hpcwatch.store import Store
 
 __all__ = ["app", "twin_app", "simulate_app", "console", "emit_json", "open_store", "default_db_path",
-           "DbOption", "JsonOption"]
+           "DbOption", "JsonOption", "wait_for"]
 
 app = typer.Typer(name="hpcwatch", no_args_is_help=True, add_completion=False,
                   help="See an AI training cluster as it runs and as it can be attacked.")
@@ -56,3 +57,13 @@ def _default(value: Any) -> Any:
     if hasattr(value, "item"):
         return value.item()
     raise TypeError(f"not JSON serialisable: {type(value).__name__}")
+
+
+def wait_for(duration_s: float) -> None:
+    """Block for ``duration_s`` seconds (forever when <= 0) or until Ctrl-C, which ends the wait quietly."""
+    deadline = time.monotonic() + duration_s if duration_s > 0 else None
+    try:
+        while deadline is None or time.monotonic() < deadline:
+            time.sleep(0.2)
+    except KeyboardInterrupt:
+        pass

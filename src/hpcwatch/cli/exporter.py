@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import time
 
 import typer
 
-from hpcwatch.cli.common import DbOption, app, console, open_store
+from hpcwatch.cli.common import DbOption, app, console, open_store, wait_for
 from hpcwatch.errors import ConfigError
 from hpcwatch.exporter import DEFAULT_PORT, DEFAULT_RECENT_STEPS, serve_metrics
 
@@ -34,11 +33,7 @@ def exporter(
         raise ConfigError(f"--port {port}: {err.strerror or err}") from err
     console.print(f"hpcwatch exporter: http://{host}:{port}/metrics (store {store.config.path}; Ctrl-C stops)")
     try:
-        deadline = time.monotonic() + duration_s if duration_s > 0 else None
-        while deadline is None or time.monotonic() < deadline:
-            time.sleep(0.2)
-    except KeyboardInterrupt:
-        pass
+        wait_for(duration_s)
     finally:
         server.shutdown()
         store.close()

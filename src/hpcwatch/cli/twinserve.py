@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import sys
-import time
 from importlib import resources
 from pathlib import Path
 
 import typer
 import yaml
 
-from hpcwatch.cli.common import console, emit_json, twin_app
+from hpcwatch.cli.common import console, emit_json, twin_app, wait_for
 from hpcwatch.errors import ConfigError
 from hpcwatch.model.cluster import Cluster, parse_cluster, reference_cluster
 from hpcwatch.twin.serve import (DCGM_PATH, DEFAULT_PORT, DEFAULT_TICK_S, NODE_EXPORTER_PATH, ServeConfig,
@@ -64,10 +63,6 @@ def twin_serve(
             first, last = config.nodes[0], config.nodes[-1]
             console.print(f"serving {len(config.nodes)} nodes: {first} http://{endpoints.targets[first]}{DCGM_PATH}"
                           f" … {last} http://{endpoints.targets[last]}{DCGM_PATH} (Ctrl-C stops)")
-        deadline = time.monotonic() + duration_s if duration_s > 0 else None
-        while deadline is None or time.monotonic() < deadline:
-            time.sleep(0.2)
-    except KeyboardInterrupt:
-        pass
+        wait_for(duration_s)
     finally:
         endpoints.stop()

@@ -200,7 +200,9 @@ class StepRecorder:
 
         The count is of parameters whose gradient holds a NaN or Inf: it comes free with
         the per-parameter norms (a NaN or Inf makes a norm non-finite), where counting
-        elements would cost another pass over every gradient.
+        elements would cost another pass over every gradient. With ``sketch_dims`` it also
+        sketches the gradients (one more pass; pass every parameter, in the same order on
+        every rank, so the elements are numbered alike).
         """
         if self._step is not None and self._step % self.config.grad_every:
             return

@@ -15,7 +15,9 @@ so a rank is suspicious when, for ``consecutive`` steps in a row:
 
 Inputs are the hook's Samples (instrument/torch.py): ``train_grad_norm``,
 ``train_grad_nonfinite`` with labels ``job, rank, step`` (``node``, ``gpu`` when known),
-and ``train_grad_sketch`` with one more label ``dim`` (see ``grad_sketch``). A
+and ``train_grad_sketch`` with one more label ``dim`` (see ``grad_sketch``; the hook writes
+a signed-bucket sketch instead, and any linear sketch works when all ranks of a job use the
+same one: only cosines between ranks are compared). A
 finding is marked as likely SDC when the rank's GPU logged an XID event or an ECC
 error (``DCGM_FI_DEV_ECC_DBE_VOL_TOTAL``/``DCGM_FI_DEV_XID_ERRORS`` > 0) during the job.
 """
