@@ -6,6 +6,8 @@ import math
 
 import numpy as np
 import orjson
+import pyarrow as pa
+import pyarrow.compute  # noqa: F401  (pa.compute)
 import pytest
 from typer.testing import CliRunner
 
@@ -13,6 +15,7 @@ from hpcwatch.cli import app
 from hpcwatch.errors import ConfigError
 from hpcwatch.twin.failures import (LLAMA3_INTERRUPTIONS, FailureModel, GoodputSimConfig, IbFlap, StalledNccl,
                                     Xid79, daly_interval_s, goodput_sweep, simulate_goodput, young_interval_s)
+from hpcwatch.twin.core import DCGM_FIELDS
 from hpcwatch.twin.scenarios import get_scenario
 
 LLAMA3_TOTAL = 419
@@ -146,3 +149,81 @@ def test_stalled_nccl_is_busy_and_cold():
     s.adjust_gpu(node="node1", gpu=0, t=0.0, fields=fields)
     s.adjust_gpu(node="node1", gpu=0, t=31.0, fields=fields)
     assert fields["DCGM_FI_DEV_GPU_UTIL"] == 100.0 and fields["DCGM_FI_DEV_POWER_USAGE"] < 100.0
+
+
+# -- XID 79 end to end: the GPU leaves the scrape, health drains, goodput keeps the checkpointed steps --------
+
+
+def test_xid79_gpu_leaves_the_scrape_after_its_xid_was_exported():
+    from hpcwatch.model import reference_cluster
+    from hpcwatch.twin import Twin
+
+    twin = Twin(reference_cluster(), seed=1, scenarios=["xid79"])
+    seen = []
+    for _ in range(6):
+        twin.advance(10.0)
+        text = twin.dcgm_text("node2")
+        xid = [line.rsplit(" ", 1)[1] for line in text.splitlines()
+               if line.startswith("DCGM_FI_DEV_XID_ERRORS{") and 'gpu="3"' in line]
+        seen.append(xid[0] if xid else None)
+        others = {line.split('gpu="', 1)[1][0] for line in text.splitlines() if line.startswith("DCGM_FI_DEV_GPU_UTIL{")}
+        assert others == set("0124567") | ({"3"} if xid else set())
+        rows = twin.sample_table().filter(
+            (pa.compute.field("host") == "node2") & (pa.compute.field("gpu") == "3")).num_rows
+        assert rows == (len(DCGM_FIELDS) if xid else 0)
+    # t0+10, +20: healthy; +30, +40: XID 79 and zeros; from +50 on dcgm-exporter no longer lists the GPU.
+    assert seen == ["0", "0", "79", "79", None, None]
+    assert "gpu=\"3\"" in twin.dcgm_text("node1")  # only node2's GPU 3 is gone
+
+
+def test_twin_run_with_xid79_drains_node2_on_xid_and_gpu_missing(tmp_path):
+    runner = CliRunner()
+    out, db = tmp_path / "run", tmp_path / "h.duckdb"
+    ran = runner.invoke(app, ["twin", "run", "--out", str(out), "--scenario", "xid79", "--duration", "180",
+                              "--seed", "1"])
+    assert ran.exit_code == 0, ran.output
+    assert runner.invoke(app, ["ingest", str(out), "--db", str(db)]).exit_code == 0
+    result = runner.invoke(app, ["health", "--db", str(db), "--json"])
+    assert result.exit_code == 0, result.output
+    nodes = {n["node"]: n for n in orjson.loads(result.stdout)["nodes"]}
+    assert nodes["node2"]["verdict"] == "drain" and nodes["node1"]["verdict"] == "ok"
+    rules = {(c["rule"], c["verdict"], str(c["evidence"].get("gpu"))) for c in nodes["node2"]["checks"]}
+    assert ("xid", "drain", "3") in rules and ("gpu_missing", "drain", "3") in rules
+    xid = next(c for c in nodes["node2"]["checks"] if c["rule"] == "xid")
+    assert xid["evidence"]["xid"] == 79
+
+
+def test_goodput_of_a_twin_job_hit_by_xid79_loses_only_the_steps_since_its_last_checkpoint(tmp_path):
+    from hpcwatch.model import reference_cluster
+    from hpcwatch.store import Store
+    from hpcwatch.twin import Twin
+
+    twin = Twin(reference_cluster(), seed=1, scenarios=["xid79"])
+    job = twin.training_job.id
+    with Store(tmp_path / "g.duckdb") as store:
+        for _ in range(8):
+            twin.advance(10.0)
+            store.add(list(twin.records()))
+    (failure,) = [e for e in store_events(tmp_path / "g.duckdb", "failure") if e.attrs["job"] == job]
+    saves = [e for e in store_events(tmp_path / "g.duckdb", "checkpoint") if e.attrs["job"] == job]
+    # The job's last checkpoint before the twin started is known, with its step and how long training stopped.
+    (last,) = [e for e in saves if e.t <= failure.t]
+    assert last.t <= twin.t0 and last.attrs["step"] > 0 and 0 < last.attrs["duration_s"] < 1.0
+    assert last.attrs["path"].endswith(f"step_{last.attrs['step']}.pt")
+    result = CliRunner().invoke(app, ["goodput", job, "--db", str(tmp_path / "g.duckdb"), "--json"])
+    assert result.exit_code == 0, result.output
+    report = orjson.loads(result.stdout)
+    since_checkpoint_s = failure.t - last.t - last.attrs["duration_s"]
+    assert report["interruptions"] == 1
+    # Lost: the 30 s since the checkpoint (within a step or two), not the two hours since the job began.
+    assert report["badput_s"]["lost_progress"] == pytest.approx(since_checkpoint_s, abs=0.1)
+    assert report["lost_steps"] >= 1
+    assert report["productive_s"] + report["badput_s"]["data_loading"] > 7000.0
+    assert not any("every step since the start" in note for note in report["notes"])
+
+
+def store_events(db, kind):
+    from hpcwatch.store import Store
+
+    with Store(db) as store:
+        return store.events(kind)

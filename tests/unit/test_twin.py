@@ -275,3 +275,62 @@ def test_parallel_writers_write_the_same_files_as_one_process(tmp_path) -> None:
         for path in one:
             assert path.read_bytes() == (tmp_path / "2" / sub / path.name).read_bytes(), path
 
+
+
+class _LoseGpu(Scenario):
+    """dcgm-exporter loses GPU 5 of node 4 from the third tick on (the ``absent_gpus`` hook)."""
+
+    name = "test_lose_gpu"
+
+    def __init__(self, from_t: float) -> None:
+        self.from_t = from_t
+
+    def absent_gpus(self, *, t: float) -> list[tuple[str, int]]:
+        return [("node4", 5)] if t >= self.from_t else []
+
+
+def test_a_gpu_the_exporter_lost_is_left_out_of_every_writer(tmp_path) -> None:
+    from hpcwatch.twin.exposition import scrape_all
+    from hpcwatch.twin.run import write_run
+
+    start = 1_796_000_000.0
+    twin = Twin(sized_reference(6), seed=3, start=start, scenarios=[_LoseGpu(start + 30.0)])
+    for k in range(4):
+        twin.advance(10.0)
+        gone = k >= 2
+        assert bool(twin.absent[twin.gpu_row("node4", 5)]) is gone and int(twin.absent.sum()) == int(gone)
+        by_node = {node: dcgm for node, dcgm, _ in scrape_all(twin, timestamp=False, target_labels=False)}
+        for node in twin.node_names:
+            assert by_node[node] == twin.dcgm_text(node)
+        gpus = {(f.samples[0].labels["Hostname"], s.labels["gpu"]) for f in
+                text_string_to_metric_families(by_node["node4"]) for s in f.samples}
+        assert len(gpus) == (7 if gone else 8) and (("node4", "5") in gpus) is not gone
+        listed = {(s.labels["Hostname"], s.labels["gpu"]) for s in twin.samples() if s.metric == "DCGM_FI_DEV_GPU_UTIL"}
+        assert len(listed) == 48 - gone and (("node4", "5") in listed) is not gone
+        assert twin.sample_table().num_rows == sum(1 for _ in twin.samples())
+    # The forked writers learn which GPUs are gone too.
+    for workers in (1, 2):
+        write_run(Twin(sized_reference(6), seed=3, start=start, scenarios=[_LoseGpu(start + 30.0)]),
+                  tmp_path / str(workers), duration_s=60.0, workers=workers)
+    one = (tmp_path / "1" / "dcgm" / "node4.prom").read_text()
+    assert one == (tmp_path / "2" / "dcgm" / "node4.prom").read_text()
+    # The scrape at t0, then ticks at +10 ... +60 s: GPU 5 is in the first three only.
+    assert one.count('DCGM_FI_DEV_GPU_UTIL{gpu="5"') == 3 and one.count('DCGM_FI_DEV_GPU_UTIL{gpu="4"') == 7
+
+
+def test_checkpoints_carry_step_and_duration_and_the_last_one_before_t0_is_known() -> None:
+    twin = Twin(reference_cluster(), seed=11)
+    job = twin.training_job
+    every = job.kind.checkpoint_interval_s
+    found = []
+    for _ in range(int(every / 10.0) + 1):
+        twin.advance(10.0)
+        found += [e for e in twin.events() if e.kind == "checkpoint" and e.attrs["job"] == job.id]
+    before, during = found[0], found[1:]
+    assert before.t <= twin.t0 and (before.t - job.start) % every == 0 and twin.t0 - before.t < every
+    assert len(during) == 1 and during[0].t - before.t == pytest.approx(every, abs=10.0)
+    for e in found:
+        assert e.attrs["path"].endswith(f"/step_{e.attrs['step']}.pt") and e.attrs["duration_s"] > 0
+    # Steps are counted as the twin counts them: about one per seed step time since the job began.
+    assert during[0].attrs["step"] > before.attrs["step"] > 0
+    assert twin.steps_done(job.id) >= during[0].attrs["step"]

@@ -66,8 +66,8 @@ BADPUT_KINDS: tuple[str, ...] = ("init", "data_loading", "checkpoint_save", "che
                                  "lost_progress", "recovery", "other")
 
 #: Event kinds the accounting reads. ``checkpoint`` (a save seen from the storage side, as the twin's
-#: Lustre writes are) counts as a save of unknown duration (0 s); its step may be in ``step`` or in
-#: a ``path`` ending ``step_N.pt``.
+#: Lustre writes are) counts as a save that stopped training ``duration_s`` (0 s when not given); its
+#: step may be in ``step`` or in a ``path`` ending ``step_N.pt``.
 GOODPUT_EVENT_KINDS: tuple[str, ...] = ("failure", "checkpoint_save", "checkpoint_restore", "checkpoint")
 _SAVE_KINDS = ("checkpoint_save", "checkpoint")
 _STEP_IN_PATH = re.compile(r"step[_-]?(\d+)")
@@ -312,6 +312,9 @@ def account_goodput(job: Job | None, steps: StepTable, events: Sequence[Event], 
     Steps missing from the records (step numbers that jump, as when only some
     steps are traced, or a collection that began mid-job) are credited at the
     ideal step time, taken from the time around them; a note says how many.
+    Those numbered up to the last completed save before a failure are kept,
+    the later ones lost, even when both sit in one gap (a job traced from
+    mid-run whose last checkpoint came before the first trace).
     """
     steps = steps.sorted()
     t0, t1 = _window(job, steps, events, t0, t1)
@@ -328,19 +331,24 @@ def account_goodput(job: Job | None, steps: StepTable, events: Sequence[Event], 
     ideal = ideal_step_time(steps.dur_s) or 0.0
     load_share = float(steps.load_s.sum() / steps.dur_s.sum()) if len(steps) and steps.dur_s.sum() > 0 else 0.0
     kept_step = 0
+    keeps: list[_Keep] = []
     for k in range(n_inc):
         lo, hi = float(bounds[k]), float(bounds[k + 1])
         sl = slice(int(cuts[k]), int(cuts[k + 1]))
         k_saves, k_restores = saves_by_k[k], restores_by_k[k]
         kept_step = max([r.step for r in k_restores] + [kept_step])
         first_expected = kept_step + 1
+        keep = _Keep()
         if k < len(failures):
             kept_step = max([s.step for s in k_saves if s.complete] + [kept_step])
             lost[sl] = steps.step[sl] > kept_step
+            keep = _Keep(step=kept_step, save=max((s for s in k_saves if s.complete and s.step == kept_step),
+                                                  key=lambda s: s.t, default=None))
             if kept_step <= 0:
                 tally.notes.append(f"failure at t={hi:.0f}: no checkpoint seen before it, so every step since "
                                    f"the start counts as lost")
-        startup = _startup(steps, sl, lo, hi, k_restores, first_expected, ideal, tally, lost, load_share)
+        keeps.append(keep)
+        startup = _startup(steps, sl, lo, hi, k_restores, first_expected, ideal, tally, keep, load_share)
         tally.badput["init" if k == 0 else "recovery"] += startup
         if k < len(failures) and (sl.stop > sl.start or k_saves):
             # The step in flight when the failure hit, after the last thing we saw finish.
@@ -348,25 +356,61 @@ def account_goodput(job: Job | None, steps: StepTable, events: Sequence[Event], 
                            if sl.stop > sl.start else [])
             ends += [op.t + op.dur_s for op in k_saves + k_restores]
             tally.badput["lost_progress"] += max(0.0, hi - max(ends))
-    _between_steps(steps, cuts, ideal, lost, load_share, tally)
+    _between_steps(steps, cuts, ideal, keeps, load_share, tally)
     return _finish(job, steps, events, failures, saves, restores, lost, tally, t0, t1)
 
 
+@dataclass(frozen=True, slots=True)
+class _Keep:
+    """What a failure leaves of an incarnation: steps up to ``step`` (the last completed save, ``save``);
+    the last incarnation, which no failure ends, keeps every step."""
+
+    step: float = np.inf
+    save: _Op | None = None
+
+    def split(self, first: int, n: int, lo: float, hi: float, ideal: float) -> tuple[int, float, float]:
+        """Unrecorded steps ``first .. first + n - 1`` that ran in ``[lo, hi]``: how many are kept, and the
+        time credited to the kept ones and to the lost ones (at the ideal step time, capped by the room).
+
+        Kept steps ran first. When the gap holds both and the last save is in it, the save's time is the
+        border (kept steps before it began, lost ones after it ended); otherwise kept ones fill the gap first.
+        """
+        kept_n = int(min(max(self.step - first + 1, 0), n))
+        lost_n = n - kept_n
+        save = self.save
+        if kept_n and lost_n and save is not None and lo <= save.t <= hi:
+            return kept_n, min(kept_n * ideal, save.t - lo), min(lost_n * ideal, max(0.0, hi - save.t - save.dur_s))
+        kept_s = min(kept_n * ideal, hi - lo)
+        return kept_n, kept_s, min(lost_n * ideal, hi - lo - kept_s)
+
+
+def _credit(tally: _Tally, keep: _Keep, first: int, n: int, lo: float, hi: float, ideal: float,
+            load_share: float) -> float:
+    """Credit ``n`` unrecorded steps from ``first`` that ran in ``[lo, hi]``; returns the seconds credited."""
+    kept_n, kept_s, lost_s = keep.split(first, n, lo, hi, ideal)
+    if kept_n:
+        tally.steps_unrecorded(kept_n, kept_s, lost=False, load_share=load_share)
+    if n - kept_n:
+        tally.steps_unrecorded(n - kept_n, lost_s, lost=True, load_share=load_share)
+    return kept_s + lost_s
+
+
 def _startup(steps: StepTable, sl: slice, lo: float, hi: float, restores: list[_Op], first_expected: int,
-             ideal: float, tally: _Tally, lost: np.ndarray, load_share: float) -> float:
+             ideal: float, tally: _Tally, keep: _Keep, load_share: float) -> float:
     """Start-up time of one incarnation, less the steps that must have run before its first recorded one."""
     restore_s = sum(r.dur_s for r in restores)
     if sl.stop == sl.start:
         return max(0.0, hi - lo - restore_s)
-    room = max(0.0, float(steps.start_s[sl.start]) - lo - restore_s)
+    first_start = float(steps.start_s[sl.start])
+    room = max(0.0, first_start - lo - restore_s)
     unrecorded = max(0, int(steps.step[sl.start]) - first_expected)
-    est = min(unrecorded * ideal, room)
-    if unrecorded:
-        tally.steps_unrecorded(unrecorded, est, lost=bool(lost[sl.start]), load_share=load_share)
-    return room - est
+    if not unrecorded:
+        return room
+    credited = _credit(tally, keep, first_expected, unrecorded, first_start - room, first_start, ideal, load_share)
+    return max(0.0, room - credited)
 
 
-def _between_steps(steps: StepTable, cuts: np.ndarray, ideal: float, lost: np.ndarray, load_share: float,
+def _between_steps(steps: StepTable, cuts: np.ndarray, ideal: float, keeps: list[_Keep], load_share: float,
                    tally: _Tally) -> None:
     """Steps whose numbers were skipped between two recorded steps of one incarnation."""
     if len(steps) < 2:
@@ -374,12 +418,19 @@ def _between_steps(steps: StepTable, cuts: np.ndarray, ideal: float, lost: np.nd
     same = np.ones(len(steps) - 1, dtype=bool)
     same[cuts[1:-1][(cuts[1:-1] > 0) & (cuts[1:-1] < len(steps))] - 1] = False
     missing = np.where(same, np.maximum(np.diff(steps.step) - 1, 0), 0)
-    est = np.minimum(missing * ideal, np.maximum(steps.start_s[1:] - steps.end_s[:-1], 0.0))
-    for is_lost in (False, True):
-        pick = (missing > 0) & (lost[1:] == is_lost)
+    gap_s = np.maximum(steps.start_s[1:] - steps.end_s[:-1], 0.0)
+    incarnation = np.searchsorted(cuts, np.arange(1, len(steps)), side="right") - 1
+    kept_step = np.array([keeps[k].step for k in incarnation.tolist()], dtype=np.float64)
+    kept_n = np.clip(kept_step - steps.step[:-1], 0, missing)
+    # Gaps that hold only kept or only lost steps, in bulk; the few that hold the border one by one.
+    est = np.minimum(missing * ideal, gap_s)
+    for is_lost, pick in ((False, (missing > 0) & (kept_n == missing)), (True, (missing > 0) & (kept_n == 0))):
         if pick.any():
             tally.steps_unrecorded(int(missing[pick].sum()), float(est[pick].sum()), lost=is_lost,
                                    load_share=load_share)
+    for i in np.flatnonzero((kept_n > 0) & (kept_n < missing)).tolist():
+        _credit(tally, keeps[int(incarnation[i])], int(steps.step[i]) + 1, int(missing[i]),
+                float(steps.end_s[i]), float(steps.end_s[i]) + float(gap_s[i]), ideal, load_share)
 
 
 def _finish(job: Job | None, steps: StepTable, events: Sequence[Event], failures: np.ndarray,

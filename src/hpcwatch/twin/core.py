@@ -11,7 +11,10 @@ bursts. Everything is drawn from one seeded ``numpy.random.Generator``; the
 simulated clock never looks at the real one.
 
 Scenarios (twin/scenarios.py) bend the state through their hooks before it is
-written. The writers of the real formats live in ``exposition`` and
+written. A scenario may also have a method ``absent_gpus(*, t)`` returning the
+(node, gpu index) pairs dcgm-exporter no longer exports at time t (a GPU NVML
+lost, as after XID 79): ``Twin.absent`` marks them and every writer skips their
+lines, as a real exporter does. The writers of the real formats live in ``exposition`` and
 ``slurm_out``; ``Twin.dcgm_text`` and friends delegate to them.
 
 Time semantics (see workload.py): a sample at t stands for ``(t - dt, t]`` and
@@ -78,6 +81,12 @@ IB_MTU_BYTES = 4096
 LUSTRE_RPC_BYTES, LUSTRE_CLEANUP_S = 4 * 1024**2, 600.0
 #: How long a job reads its dataset shards / last checkpoint after it starts.
 LOAD_PHASE_S = 300.0
+#: The twin's jobs save asynchronously (torch.distributed.checkpoint.async_save,
+#: https://pytorch.org/docs/stable/distributed.checkpoint.html): training stops only while each GPU's
+#: shard is copied to host memory over PCIe 5.0 x16 (32 GT/s a lane, ~63 GB/s a direction,
+#: https://en.wikipedia.org/wiki/PCI_Express#Comparison_table; ~50 GB/s achieved). That stop is a
+#: checkpoint event's ``duration_s``.
+CHECKPOINT_STAGING_BYTES_S = 50e9
 
 #: dcgm-exporter fields the twin produces, in the order dcgm-exporter writes them (etc/default-counters.csv).
 DCGM_FIELDS = (
@@ -160,6 +169,8 @@ class Twin:
         # Per job index: util mean, util sd, tensor activity, HBM share (what its kind does to a GPU).
         self._params = np.zeros((0, 4))
         self._events: list[Event] = []
+        # What the job's own log says of the time before t0, reported with the first tick.
+        self._before_t0: list[Event] = []
         self._last_step: tuple[int, float] | None = None
         self._steps_done: dict[str, float] = {}
         self._lustre = np.zeros((0, max(1, cluster.storage.osts), 5))
@@ -172,6 +183,7 @@ class Twin:
             if callable(bind):
                 bind(self)
         self._simulate(0.0)
+        self._before_t0 = self._checkpoints_before_t0()
 
     # -- layout ----------------------------------------------------------------------------------
 
@@ -214,6 +226,8 @@ class Twin:
     def _init_state(self) -> None:
         n = self.n_gpus
         self.fields = np.zeros((n, len(DCGM_FIELDS)))
+        #: Per row of ``fields``: dcgm-exporter no longer exports this GPU (see ``absent_gpus`` above).
+        self.absent = np.zeros(n, dtype=bool)
         self._temp = np.full(n, TEMP_AMBIENT_C + TEMP_C_PER_W * self._idle_w)
         # Energy since boot: the nodes booted a few days before t0.
         boot_s = self.rng.uniform(2, 9, size=n) * 86400
@@ -297,7 +311,8 @@ class Twin:
         if dt_s <= 0:
             raise ConfigError(f"dt_s must be > 0, got {dt_s}")
         t_prev = self.now
-        self._events, self._last_step = [], None
+        self._events, self._last_step = self._before_t0, None
+        self._before_t0 = []
         self._label_job = self._job_of_gpu.copy()
         self.now = t_prev + float(dt_s)
         self.dt = float(dt_s)
@@ -371,6 +386,7 @@ class Twin:
         f[:, _F["DCGM_FI_DEV_GPU_TEMP"]] = np.round(self._temp)
         f[:, _F["DCGM_FI_DEV_XID_ERRORS"]] = 0.0
         self._apply_gpu_hooks()
+        self._apply_absent()
         energy_inc = np.round(f[:, _F["DCGM_FI_DEV_POWER_USAGE"]] * dt * 1000.0)
         f[:, _F["DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION"]] += energy_inc
         ib_before = self.ib[:, [_C["PortXmitData"], _C["PortRcvData"]]].copy()
@@ -389,6 +405,17 @@ class Twin:
             for scenario in hooked:
                 scenario.adjust_gpu(node=labels["Hostname"], gpu=int(labels["gpu"]), t=self.now, fields=values)
             f[i] = [values[name] for name in DCGM_FIELDS]
+
+    def _apply_absent(self) -> None:
+        """Mark the GPUs scenarios say dcgm-exporter has lost (``absent_gpus``), afresh every tick."""
+        hooked = [s.absent_gpus for s in self.scenarios if callable(getattr(s, "absent_gpus", None))]
+        if not hooked:
+            return
+        absent = np.zeros(self.n_gpus, dtype=bool)
+        for absent_gpus in hooked:
+            for node, gpu in absent_gpus(t=self.now):
+                absent[self._gpu_flat[(node, int(gpu))]] = True
+        self.absent = absent
 
     def _ib_traffic(self, gpu_bytes: np.ndarray) -> None:
         words = np.round(np.bincount(self._port_of_gpu, weights=gpu_bytes, minlength=len(self.ports)) / 4)
@@ -598,11 +625,30 @@ class Twin:
         due = np.floor((t1 - start) / every) > np.floor((t0 - start) / every)
         write = np.where(due, ckpt * gpus, 0.0)
         for k in np.flatnonzero(due).tolist():
-            job = jobs[k]
-            self._events.append(Event(kind="checkpoint", t=t1, source="twin", attrs={
-                "job": job.id, "bytes": int(write[k]),
-                "path": f"{self.cluster.weights.path}/{job.id}/step_{int(self._steps_done.get(job.id, 0))}.pt"}))
+            self._events.append(self._checkpoint_event(jobs[k], t1, int(self._steps_done.get(jobs[k].id, 0))))
         self._lustre_add(idx, read, write, due.astype(float))
+
+    def _checkpoint_event(self, job: PlannedJob, t: float, step: int) -> Event:
+        """A job saved step ``step`` at ``t``: the write seen on Lustre, with how long training stopped."""
+        per_gpu = job.kind.checkpoint_bytes_per_gpu
+        return Event(kind="checkpoint", t=t, source="twin", attrs={
+            "job": job.id, "bytes": int(per_gpu * job.gpus), "step": step,
+            "duration_s": round(per_gpu / CHECKPOINT_STAGING_BYTES_S, 6),
+            "path": f"{self.cluster.weights.path}/{job.id}/step_{step}.pt"})
+
+    def _checkpoints_before_t0(self) -> list[Event]:
+        """The training job's last checkpoint before t0 (``_lustre_backfill`` wrote its bytes), so that a
+        failure early in the run loses only the steps since then; its step is counted as the first tick
+        counts the steps done before t0."""
+        job = self.training_job
+        every = job.kind.checkpoint_interval_s
+        if job.state != "RUNNING" or job.start is None or not every or not job.kind.distributed:
+            return []
+        saves = int((self.t0 - job.start) // every)
+        if saves < 1:
+            return []
+        t = job.start + saves * every
+        return [self._checkpoint_event(job, t, int((t - job.start) / sum(SEED_PHASES_S.values())))]
 
     def lustre_counters(self) -> dict[str, np.ndarray]:
         """Cumulative obdfilter job_stats per job still listed: rows = OSTs, columns =
@@ -685,7 +731,10 @@ class Twin:
 
     def samples(self) -> Iterator[Sample]:
         """The current state as samples, labelled as the real collectors label them."""
+        absent = self.absent.tolist()
         for g, labels in enumerate(self.labels_of_all()):
+            if absent[g]:
+                continue
             row = self.fields[g].tolist()
             for name, value in zip(DCGM_FIELDS, row):
                 yield Sample(metric=name, labels=labels, t=self.now, value=value)
@@ -708,6 +757,11 @@ class Twin:
         from hpcwatch.twin.exposition import ib_samples, lustre_samples
         n, m = self.n_gpus, len(DCGM_FIELDS)
         labels = self.labels_of_all()
+        fields = self.fields
+        if self.absent.any():  # GPUs dcgm-exporter lost write no rows
+            present = ~self.absent
+            labels = [lab for lab, keep in zip(labels, present.tolist()) if keep]
+            fields, n = fields[present], int(present.sum())
         label_json = [orjson.dumps(lab).decode() for lab in labels]
         hosts = [lab["Hostname"] for lab in labels]
         jobs = [lab.get("hpc_job") for lab in labels]
@@ -715,7 +769,7 @@ class Twin:
         cols = {
             "metric": np.repeat(np.array(DCGM_FIELDS, dtype=object)[None, :], n, axis=0).ravel().tolist(),
             "t": [self.now] * (n * m),
-            "value": self.fields.ravel().tolist(),
+            "value": fields.ravel().tolist(),
             "host": [h for h in hosts for _ in range(m)],
             "gpu": [g for g in gpus for _ in range(m)],
             "job": [j for j in jobs for _ in range(m)],

@@ -143,14 +143,20 @@ def _with_stamp(values: list, stamp: str) -> tuple:
 
 
 def dcgm_text(twin: Twin, node: str, *, jobs_by_gpu: dict[int, str] | None = None, timestamp: bool = False) -> str:
-    """One scrape of dcgm-exporter on ``node``; ``jobs_by_gpu`` overrides the hpc_job labels."""
+    """One scrape of dcgm-exporter on ``node``; ``jobs_by_gpu`` overrides the hpc_job labels. GPUs the
+    exporter lost (``twin.absent``) have no lines."""
     flat = twin.gpus_of_node(node)
+    absent = twin.absent[flat]
+    absent = absent if absent.any() else None
     if jobs_by_gpu is not None:
         label_sets = tuple(_label_text(labels) for labels in twin.labels_by_gpu(node, jobs_by_gpu=jobs_by_gpu))
+        if absent is not None:
+            label_sets = tuple(lab for lab, gone in zip(label_sets, absent.tolist()) if not gone)
         template = _dcgm_template(label_sets, _float_fields(twin))
     else:
-        template = _dcgm_node_template(twin, node, flat)
-    values = _gpu_values(twin.fields[flat][None], _float_fields(twin))[0]
+        template = _dcgm_node_template(twin, node, flat, absent=absent)
+    rows = flat if absent is None else [g for g, gone in zip(flat, absent.tolist()) if not gone]
+    values = _gpu_values(twin.fields[rows][None], _float_fields(twin))[0]
     text = template % _with_stamp(values, _stamp_of(twin, timestamp))
     return _one_series_per_job(text) if jobs_by_gpu and any("," in j for j in jobs_by_gpu.values()) else text
 
@@ -172,10 +178,15 @@ def _one_series_per_job(text: str) -> str:
     return "\n".join(lines)
 
 
-def _dcgm_node_template(twin: Twin, node: str, flat: list[int], placement: bytes | None = None) -> str:
-    """The node's template for the jobs now on its GPUs (cached; keyed by the job indices, cheap to hash)."""
+def _dcgm_node_template(twin: Twin, node: str, flat: list[int], placement: bytes | None = None,
+                        absent: np.ndarray | None = None) -> str:
+    """The node's template for the jobs now on its GPUs (cached; keyed by the job indices, cheap to hash).
+    ``absent``: which of the node's GPUs the exporter lost (None: none), left out of the text."""
     cache = _cache(twin)
     key = ("dcgm", node, placement if placement is not None else twin._label_job[flat].tobytes())
+    if absent is not None:
+        key += (absent.tobytes(),)
+        flat = [g for g, gone in zip(flat, absent.tolist()) if not gone]
     template = cache.get(key)
     if template is None:
         cache.pop(cache.get(("dcgm-key", node)), None)  # the node's previous placement is not coming back
@@ -214,9 +225,17 @@ def scrape_all(twin: Twin, *, timestamp: bool = True, target_labels: bool = True
     static = ib[:, _STATIC_COLS].reshape(n, h, -1)
     stamp = _stamp_of(twin, timestamp)
     placements = twin._label_job[lo * g:(lo + n) * g].reshape(n, g)
+    absent = twin.absent[lo * g:(lo + n) * g].reshape(n, g)
+    lost = set(np.flatnonzero(absent.any(axis=1)).tolist())
     for k, node in enumerate(names):
-        template = _dcgm_node_template(twin, node, twin.gpus_of_node(node), placements[k].tobytes())
-        dcgm = template % _with_stamp(gpu_values[k], stamp)
+        if k in lost:  # the exporter lost a GPU of this node: its lines go
+            gone = absent[k]
+            template = _dcgm_node_template(twin, node, twin.gpus_of_node(node), placements[k].tobytes(), gone)
+            values = _gpu_values(fields.reshape(n, g, -1)[k][~gone][None], _float_fields(twin))[0]
+            dcgm = template % _with_stamp(values, stamp)
+        else:
+            template = _dcgm_node_template(twin, node, twin.gpus_of_node(node), placements[k].tobytes())
+            dcgm = template % _with_stamp(gpu_values[k], stamp)
         ib_template = _ib_node_template(twin, node, target_labels, static[k])
         ib = ib_template.text % ib_template.args(ib_values[k], stamp)
         yield node, dcgm, ib

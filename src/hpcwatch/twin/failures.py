@@ -439,17 +439,20 @@ class _Onset:
 
 @register
 class Xid79(Scenario):
-    """A GPU falls off the PCIe bus: XID 79, then nothing but zeros from that GPU.
+    """A GPU falls off the PCIe bus: XID 79, zeros, then the GPU is gone from the scrape.
 
     dcgm-exporter keeps the last XID in ``DCGM_FI_DEV_XID_ERRORS``; a GPU NVML can
-    no longer reach reads as zero utilisation, power and clocks (or vanishes from
-    the scrape, which the health check also catches).
+    no longer reach reads as zero utilisation, power and clocks for the scrapes
+    before DCGM gives it up, then it stops being exported at all (``absent_gpus``),
+    while the node's other GPUs still report: the health check's ``gpu_missing``.
     """
 
     name = "xid79"
-    description = "node2 GPU 3 falls off the bus (XID 79): zero util and power from then on"
+    description = "node2 GPU 3 falls off the bus (XID 79): zeros, then gone from dcgm-exporter"
     target_node = "node2"
     target_gpu = 3
+    GONE_AFTER_S = 20.0
+    """How long after the XID the exporter still lists the GPU (two 10 s scrapes of zeros and XID 79)."""
     DEAD_FIELDS = ("DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_DEV_POWER_USAGE", "DCGM_FI_DEV_SM_CLOCK",
                    "DCGM_FI_PROF_GR_ENGINE_ACTIVE", "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE", "DCGM_FI_DEV_FB_USED")
 
@@ -463,6 +466,12 @@ class Xid79(Scenario):
         for key in self.DEAD_FIELDS:
             if key in fields:
                 fields[key] = 0.0
+
+    def absent_gpus(self, *, t: float) -> list[tuple[str, int]]:
+        """The twin's hook for GPUs dcgm-exporter no longer exports (see twin/core.py)."""
+        if self._onset.started_at is None or self._onset.elapsed_s(t) < self.GONE_AFTER_S:
+            return []
+        return [(self.target_node, self.target_gpu)]
 
     def events(self, *, twin: Any, t0: float, t1: float) -> list[Event]:
         # The kernel log line an operator would grep for, once, when the GPU goes.

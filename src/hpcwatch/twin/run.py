@@ -168,8 +168,8 @@ def _worker(twin: Twin, out: Path, nodes: range, conn: Connection) -> None:
     try:
         files = _NodeFiles(out, twin, nodes)
         while (message := conn.recv()) is not None:
-            twin.now, fields, ib, labels, new_ids = message
-            twin.fields[rows], twin.ib[ports], twin._label_job[rows] = fields, ib, labels
+            twin.now, fields, ib, labels, absent, new_ids = message
+            twin.fields[rows], twin.ib[ports], twin._label_job[rows], twin.absent[rows] = fields, ib, labels, absent
             twin.scheduler.jobs.extend(SimpleNamespace(id=job_id) for job_id in new_ids)
             files.scrape()
         files.close()
@@ -204,7 +204,8 @@ class _Pool:
         for block, conn in zip(self.blocks, self.conns):
             rows, ports = slice(block.start * g, block.stop * g), slice(block.start * h, block.stop * h)
             try:
-                conn.send((twin.now, twin.fields[rows], twin.ib[ports], twin._label_job[rows], new_ids))
+                conn.send((twin.now, twin.fields[rows], twin.ib[ports], twin._label_job[rows], twin.absent[rows],
+                           new_ids))
             except OSError:  # the worker is gone; close() collects why and raises it
                 self.close()
                 raise ConfigError("writing the scrape files failed: a writer process stopped") from None
