@@ -10,8 +10,12 @@
 4. The same scenarios played by the twin (``write_run``: its own Slurm, dcgm-exporter,
    node-exporter, perfquery, Lustre files plus what the scenario plants), read back
    with ``load_paths`` and scanned: the twin's own jobs and traffic are the noise.
+5. The demo's periodic scan on a growing store: a 16-node, 10-minute twin run (threat_rdma)
+   replayed into a store minute by minute; after each minute, the time of ``rescan`` (reads
+   and scans the whole store) and of ``LiveScan`` (reads what arrived, scans the last 5 min).
 
     .venv/bin/python benchmarks/bench_security_scenarios.py
+    .venv/bin/python benchmarks/bench_security_scenarios.py live [STORE.duckdb]   # only 5, on an ingested run
 """
 
 from __future__ import annotations
@@ -115,8 +119,49 @@ def twin_runs(nodes: int = 8, duration_s: float = 300.0) -> None:
           f"{found / max(planted, 1):.3f} ({found}/{planted}) (the live twin plants fewer rules than the fixtures)")
 
 
+def live_rescan(store_path: str | None = None, *, nodes: int = 16, duration_s: float = 600.0,
+                slice_s: float = 60.0) -> None:
+    """Seconds per periodic scan as the demo's store grows: full ``rescan`` against ``LiveScan``."""
+    from hpcwatch.security.scan import LiveScan, rescan
+    with tempfile.TemporaryDirectory() as tmp:
+        if store_path is None:
+            from hpcwatch.twin import Twin
+            from hpcwatch.twin.run import sized_reference, write_run
+            write_run(Twin(sized_reference(nodes), seed=0, scenarios=["threat_rdma"]), tmp, duration_s=duration_s)
+            store_path = str(Path(tmp) / "run.duckdb")
+            with Store(store_path) as source:
+                source.add(load_paths([Path(tmp)]).records)
+        with Store(store_path) as source, Store(":memory:") as full, Store(":memory:") as live:
+            (t0, t1), = source.query("SELECT min(t), max(t) FROM samples WHERE metric LIKE 'DCGM%'")
+            for target in (full, live):
+                target.add(source.jobs())
+                target.add(source.events())
+            scan = LiveScan()
+            print(f"\nperiodic scan of a growing store ({store_path}), one call per {slice_s:.0f} s of data:")
+            print(f"{'data_s':>7s} {'rows':>9s} {'rescan_s':>9s} {'live_s':>7s} {'rescan rules'}")
+            lo, rows = float("-inf"), 0
+            for hi in np.arange(t0 + slice_s, t1 + slice_s, slice_s):
+                batch = source.query_arrow("SELECT * FROM samples WHERE t >= ? AND t < ?", [lo, float(hi)])
+                lo, rows = float(hi), rows + batch.num_rows
+                full.add_sample_table(batch)
+                live.add_sample_table(batch)
+                t = time.perf_counter()
+                found = rescan(full)
+                mid = time.perf_counter()
+                kept = scan(live)
+                end = time.perf_counter()
+                rules = sorted({f.rule for f in found})
+                same = "" if rules == sorted({f.rule for f in kept}) else f" live: {sorted({f.rule for f in kept})}"
+                print(f"{hi - t0:7.0f} {rows:9d} {mid - t:9.2f} {end - mid:7.2f} {rules}{same}")
+
+
 if __name__ == "__main__":
+    import sys
+    if sys.argv[1:2] == ["live"]:
+        live_rescan(sys.argv[2] if len(sys.argv) > 2 else None)
+        raise SystemExit(0)
     scenarios()
     gradient_sweep()
     typosquat_real_names()
     twin_runs()
+    live_rescan()

@@ -221,8 +221,33 @@ def test_a_real_finding_lights_its_vector(browser):
         assert "finding" in pg.locator("#card [data-value='status']").inner_text()
         _shot(pg, "3b-threats-live-finding")
         context.close()
+        _french_page_shows_the_finding_in_french(browser, url)
     finally:
         _stop(proc)
+
+
+def _french_page_shows_the_finding_in_french(browser, url: str) -> None:
+    """The same live finding on the French page: its title from the catalogue's template for its rule,
+    its severity in French, and none of the detector's English title."""
+    context = browser.new_context(viewport=VIEWPORT, locale="fr-FR")
+    pg = context.new_page()
+    pg.goto(url + "?lang=fr")
+    pg.click("[data-view='threats']")
+    pg.wait_for_selector("g[data-vector='rdma_blind_spot'][data-live='true']", timeout=60_000)
+    pg.locator("g[data-vector='rdma_blind_spot']").focus()
+    pg.keyboard.press("Enter")
+    finding = pg.evaluate("window.hpcwatch.state.snapshot.vectors.rdma_blind_spot")
+    status = pg.locator("#card [data-value='status']").inner_text()
+    en, fr = load_catalogue("en").words, load_catalogue("fr").words
+    assert finding["rule"].startswith("rdma.") and finding["text"]["fr"] != finding["title"]
+    assert finding["text"]["fr"] in status and fr[f"severity.{finding['severity']}"] in status
+    assert "constat" in status and finding["title"] not in status
+    body = pg.locator("body").inner_text()
+    english = [finding["title"], en[f"severity.{finding['severity']}"], " moved ", "over InfiniBand", "finding(s)"]
+    left = [w for w in english if w in body]
+    assert not left, (left, status)
+    _shot(pg, "3c-threats-live-finding-fr")
+    context.close()
 
 
 def test_decider_mode_rewrites_cards_and_shows_passerelles(page):

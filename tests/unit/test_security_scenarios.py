@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from hpcwatch.model import reference_cluster
-from hpcwatch.security.scan import ScanConfig, ScanExtras, load_paths, scan_records, scan_store
+from hpcwatch.security.scan import ScanConfig, ScanExtras, load_paths, scan_records, scan_store, sort_findings
 from hpcwatch.store import Store
 from hpcwatch.twin.threats import EXPECTED_RULES, THREAT_SCENARIOS, write_threat_fixtures
 
@@ -117,3 +117,97 @@ def test_rescan_replaces_stored_findings(tmp_path: Path) -> None:
         first = rescan(store)
         again = rescan(store)
         assert len(store.findings()) == len(first) == len(again) == 3
+
+
+def test_twin_threats_import_only_records_and_model() -> None:
+    """DESIGN §1: twin/ may import records and model; the threat plants must not reach the readers or security."""
+    import ast
+
+    import hpcwatch.twin.threats as threats
+    tree = ast.parse(Path(threats.__file__).read_text(encoding="utf-8"))
+    ours = {node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)
+            and (node.module or "").startswith("hpcwatch")}
+    ours |= {a.name for node in ast.walk(tree) if isinstance(node, ast.Import) for a in node.names
+             if a.name.startswith("hpcwatch")}
+    assert ours and all(m.split(".")[1] in ("records", "model", "twin") for m in ours), ours
+
+
+@pytest.mark.parametrize("vector", ["container_escape", "weights_access", "data_poisoning", "remanence"])
+def test_twin_events_are_what_the_readers_make_of_its_files(vector: str) -> None:
+    """The live twin builds its Events without the readers: they must equal the readers' on the same documents."""
+    from hpcwatch.sources.falco import parse_falco_json
+    from hpcwatch.sources.procparams import parse_nvidia_params
+    from hpcwatch.sources.tetragon import parse_tetragon_json
+    from hpcwatch.twin import threats
+
+    plant = threats._PLANTS[vector](threats.fixture_world(), True)
+    read = []
+    for rel, data in sorted(plant.files.items()):
+        lines = data.decode().splitlines() if not rel.endswith(".bin") else []
+        if rel.startswith("falco/"):
+            read += parse_falco_json(lines, path="<twin falco>")
+        elif rel.startswith("tetragon/"):
+            read += parse_tetragon_json(lines, path="<twin tetragon>")
+        elif rel.endswith("nvidia/params"):
+            read += parse_nvidia_params(lines, path="/proc/driver/nvidia/params", host="node2",
+                                        t=threats.fixture_world().t0)
+    key = lambda e: (e.kind, e.t, json.dumps(e.attrs, sort_keys=True))  # noqa: E731
+    assert read and sorted(map(key, plant.events)) == sorted(map(key, read))
+
+
+def test_twin_sketch_and_signature_match_security_and_sources() -> None:
+    import numpy as np
+
+    from hpcwatch.security.gradients import SKETCH_DIMS, grad_sketch
+    from hpcwatch.sources.manifest import SIGNATURE_ALG, parse_manifest, signature_valid
+    from hpcwatch.twin import threats
+
+    assert threats.SKETCH_DIMS == SKETCH_DIMS and threats._SIGNATURE_ALG == SIGNATURE_ALG
+    flat = np.random.default_rng(3).standard_normal(5000)
+    assert np.allclose(threats._grad_sketch(flat, seed=0), grad_sketch(flat, seed=0))
+    doc = threats._sign_manifest("ds", [{"path": "a.bin", "sha256": "0" * 64, "bytes": 3, "samples": None}], b"k")
+    manifest = parse_manifest(json.dumps(doc))
+    assert signature_valid(manifest, b"k") and not signature_valid(manifest, b"other")
+
+
+def _fixture_records(tmp_path: Path, scenario: str) -> tuple[list, object]:
+    write_threat_fixtures(tmp_path, scenario)
+    loaded = load_paths([tmp_path], hosts=[n.name for n in CLUSTER.nodes])
+    return loaded.records, loaded
+
+
+@pytest.mark.parametrize("scenario", ["threat_rdma", "threat_remanence", "threat_container_escape"])
+def test_live_scan_fed_in_slices_finds_what_a_full_scan_finds(scenario: str, tmp_path: Path) -> None:
+    from hpcwatch.records import Sample
+    from hpcwatch.security.scan import LiveScan
+    records, _ = _fixture_records(tmp_path, scenario)
+    config = ScanConfig.for_cluster(CLUSTER)
+    with Store(":memory:") as whole:
+        whole.add(records)
+        full = scan_store(whole, config=config)
+    samples = sorted((r for r in records if isinstance(r, Sample)), key=lambda s: s.t)
+    others = [r for r in records if not isinstance(r, Sample)]
+    everything, windowed = LiveScan(config=config, window_s=1e9), LiveScan(config=config)
+    with Store(":memory:") as store:
+        store.add(others)
+        found, kept = everything(store), windowed(store)
+        for lo in range(0, len(samples), max(len(samples) // 6, 1)):
+            store.add(samples[lo:lo + max(len(samples) // 6, 1)])
+            found = everything(store)
+            kept = windowed(store)
+        assert found == full  # an unbounded window is the full scan, however the rows arrived
+        assert {f.rule for f in kept} == {f.rule for f in full} == EXPECTED_RULES[scenario]
+        assert sort_findings(store.findings()) == kept
+
+
+def test_live_scan_reads_each_row_once(tmp_path: Path) -> None:
+    from hpcwatch.security.scan import LiveScan
+    records, _ = _fixture_records(tmp_path, "threat_rdma")
+    scan = LiveScan(config=ScanConfig.for_cluster(CLUSTER))
+    with Store(":memory:") as store:
+        store.add(records)
+        first = scan(store)
+        held = len(scan._samples)
+        assert scan(store) == first and len(scan._samples) == held  # nothing new: nothing read twice
+    with pytest.raises(ValueError):
+        LiveScan(window_s=0)

@@ -295,3 +295,22 @@ def test_collectors_arrive_from_what_their_readers_produce():
     assert collectors["ebpf_weights"] == {"arriving": True, "count": 1, "last_t": T0}
     assert collectors["ib_tools"]["arriving"] is False          # no perfquery samples here
     store.close()
+
+
+def test_findings_are_titled_in_the_pages_language(store):
+    """A rule the catalogues know is titled from its template in both languages; ``title`` stays English."""
+    from hpcwatch.records import Finding as F
+    with Store(":memory:") as st:
+        st.add([F(vector="rdma_blind_spot", severity="high", target="node2",
+                  title="node2 moved 250.0 MB/s over InfiniBand with no job on it",
+                  evidence={"host": "node2", "peak_bytes_per_s": 2.5e8}, t=1.0, rule="rdma.traffic_no_job")])
+        with TestClient(create_app(st, reference_cluster())) as c:
+            vector = c.get("/api/live").json()["vectors"]["rdma_blind_spot"]
+            assert vector["text"]["en"] == vector["title"]
+            assert vector["text"]["fr"] == "node2 a transféré 250,0 Mo/s sur InfiniBand sans aucun job"
+            found = c.get("/api/findings", params={"lang": "fr"}).json()
+            assert found[0]["text"] == vector["text"]["fr"] and found[0]["title"] == vector["title"]
+            c.cookies.set("hpcwatch_lang", "fr")
+            by_cookie = c.get("/api/findings").json()
+            assert by_cookie[0]["lang"] == "fr" and by_cookie[0]["text"] == vector["text"]["fr"]
+            assert c.get("/api/findings", params={"lang": "de"}).status_code == 422

@@ -27,7 +27,10 @@ def demo(port: int = typer.Option(DEFAULT_PORT, "--port", help="Port on 127.0.0.
          nodes: int = typer.Option(None, "--nodes", min=1, help="Nodes of the reference cluster (default 2)."),
          seed: int = typer.Option(0, "--seed", help="Seed of the twin."),
          scan_every: float = typer.Option(10.0, "--scan-every", min=0.0,
-                                          help="Run the security detectors every S seconds (0: never).")) -> None:
+                                          help="Run the security detectors every S seconds (0: never)."),
+         scan_window: float = typer.Option(300.0, "--scan-window", min=0.0,
+                                           help="Each scan looks at the last S seconds of data, read incrementally "
+                                                "(0: the whole store every time).")) -> None:
     """The main job: a live twin of the reference cluster in memory, and the web schematic on it."""
     from hpcwatch.store import Store
     from hpcwatch.web.app import create_app
@@ -38,7 +41,7 @@ def demo(port: int = typer.Option(DEFAULT_PORT, "--port", help="Port on 127.0.0.
     store = Store(":memory:")
     step_jobs = seed_step_player(store, cluster, seed=seed)
     runner = start_live_twin(store, cluster, seed=seed, scenarios=scenario)
-    scanner = Scanner(store, every_s=scan_every) if scan_every > 0 else None
+    scanner = Scanner(store, every_s=scan_every, window_s=scan_window or None) if scan_every > 0 else None
     if scanner is not None:
         scanner.start()
     web = create_app(store, cluster, step_jobs=step_jobs)

@@ -9,11 +9,13 @@
     container_escape     container_escape       Falco alerts, Tetragon exec / kprobe events
     weights_access       weights_access         Tetragon reads of the checkpoint folder
 
-``scan.scan_store`` runs them all; ``context.JobIndex`` ties a node and a time to Slurm jobs.
+``scan.scan_store`` runs them all (``scan.LiveScan``: incrementally, over a window, for the live demo);
+``scan.RULES`` lists every rule id they emit; ``context.JobIndex`` ties a node and a time to Slurm jobs.
 Detectors are pure: records in, findings out; only ``scan_store`` touches a store.
 """
 
-from hpcwatch.security.scan import (ScanConfig, ScanExtras, load_paths, rescan, scan_records, scan_store,
-                                    sort_findings)
+from hpcwatch.security.scan import (RULES, LiveScan, ScanConfig, ScanExtras, load_paths, rescan, scan_records,
+                                    scan_store, sort_findings)
 
-__all__ = ["ScanConfig", "ScanExtras", "load_paths", "rescan", "scan_records", "scan_store", "sort_findings"]
+__all__ = ["RULES", "LiveScan", "ScanConfig", "ScanExtras", "load_paths", "rescan", "scan_records", "scan_store",
+           "sort_findings"]

@@ -37,7 +37,7 @@ from hpcwatch.records import Event, Finding, Job
 from hpcwatch.security.context import JobIndex, host_of
 from hpcwatch.sources.tetragon import MAY_WRITE
 
-__all__ = ["ContainerEscapeConfig", "AllowedShell", "detect_container_escape", "FALCO_RULES"]
+__all__ = ["ContainerEscapeConfig", "AllowedShell", "detect_container_escape", "FALCO_RULES", "RULES"]
 
 #: Falco rule name -> (our rule id, severity).
 FALCO_RULES: dict[str, tuple[str, str]] = {
@@ -51,6 +51,9 @@ FALCO_RULES: dict[str, tuple[str, str]] = {
     "Run shell untrusted": ("container_escape.shell", "medium"),
 }
 _SHELL_RULE = "container_escape.shell"
+#: Rule ids this detector emits (the web catalogues have a title per rule: web/en.yaml ``finding``).
+RULES: tuple[str, ...] = tuple(dict.fromkeys([r for r, _ in FALCO_RULES.values()] + [
+    "container_escape.falco_other", "container_escape.escape_tool"]))
 #: Falco's shell_binaries list.
 SHELLS = frozenset({"ash", "bash", "csh", "ksh", "sh", "tcsh", "zsh", "dash"})
 ESCAPE_TOOLS = frozenset({"nsenter", "unshare", "mount", "debugfs", "insmod", "modprobe"})

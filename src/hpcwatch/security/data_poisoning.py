@@ -25,7 +25,11 @@ from hpcwatch.security.context import JobIndex
 from hpcwatch.sources.manifest import ShardManifest
 from hpcwatch.sources.tetragon import MAY_WRITE
 
-__all__ = ["DataPoisoningConfig", "detect_data_poisoning", "verify_manifest", "DEFAULT_DATASET_PREFIXES"]
+__all__ = ["DataPoisoningConfig", "detect_data_poisoning", "verify_manifest", "DEFAULT_DATASET_PREFIXES", "RULES"]
+
+#: Rule ids this detector emits (the web catalogues have a title per rule: web/en.yaml ``finding``).
+RULES: tuple[str, ...] = ("data_poisoning.shard_mismatch", "data_poisoning.bad_signature",
+                          "data_poisoning.write_during_job")
 
 DEFAULT_DATASET_PREFIXES = ("/lustre/datasets",)
 

@@ -34,7 +34,10 @@ import numpy as np
 from hpcwatch.records import Event, Finding, Sample
 from hpcwatch.security.context import host_of
 
-__all__ = ["GradientConfig", "detect_gradient_anomalies", "grad_sketch", "gradient_samples", "SKETCH_DIMS"]
+__all__ = ["GradientConfig", "detect_gradient_anomalies", "grad_sketch", "gradient_samples", "SKETCH_DIMS", "RULES"]
+
+#: Rule ids this detector emits (the web catalogues have a title per rule: web/en.yaml ``finding``).
+RULES: tuple[str, ...] = ("gradient.norm_outlier", "gradient.sketch_direction", "gradient.nonfinite")
 
 #: 32 random directions: enough to tell "same direction" from "opposite" at cosine +-0.3 with
 #: little chance of a false sign (Johnson-Lindenstrauss), 32 floats per rank per step.

@@ -40,7 +40,11 @@ from hpcwatch.records import Event, Finding, Job, Sample
 from hpcwatch.security.context import JobIndex, host_of
 
 __all__ = ["RdmaConfig", "detect_rdma", "ring_allreduce_bytes", "DATA_METRICS", "CONSTRAINT_METRICS",
-           "LUSTRE_METRICS", "DEFAULT_IDLE_MAX_BYTES_PER_S"]
+           "LUSTRE_METRICS", "DEFAULT_IDLE_MAX_BYTES_PER_S", "RULES"]
+
+#: Rule ids this detector emits (the web catalogues have a title per rule: web/en.yaml ``finding``).
+RULES: tuple[str, ...] = ("rdma.traffic_no_job", "rdma.traffic_disproportion", "rdma.traffic_unexplained",
+                          "rdma.pkey_violation", "rdma.remote_access_error", "rdma.partitions_open")
 
 #: Data counters in bytes: perfquery (via sources.infiniband, already x4) and node-exporter.
 DATA_METRICS = {
@@ -111,14 +115,17 @@ def _series(samples: Iterable[Sample]) -> tuple[Series, Series]:
     data: Series = defaultdict(list)
     errors: Series = defaultdict(list)
     for s in samples:
+        is_data = s.metric in data_names
+        if not is_data and not (s.metric in CONSTRAINT_METRICS or s.metric.endswith("remote_access_errors")
+                                or s.metric.endswith("remote_access_errors_total")):
+            continue  # checked before host_of: most samples of a store are other metrics
         host = host_of(s.labels)
         if host is None:
             continue
-        key = (host, s.metric, tuple(sorted((k, v) for k, v in s.labels.items())))
-        if s.metric in data_names:
+        key = (host, s.metric, tuple(sorted(s.labels.items())))
+        if is_data:
             data[(data_names[s.metric],) + key].append((s.t, s.value))
-        elif s.metric in CONSTRAINT_METRICS or s.metric.endswith("remote_access_errors") \
-                or s.metric.endswith("remote_access_errors_total"):
+        else:
             errors[key].append((s.t, s.value))
     return data, errors
 

@@ -31,7 +31,11 @@ import numpy as np
 from hpcwatch.records import Event, Finding, Job, Sample
 from hpcwatch.security.context import JobIndex, host_of
 
-__all__ = ["RemanenceConfig", "detect_remanence", "FB_USED", "GPU_UTIL"]
+__all__ = ["RemanenceConfig", "detect_remanence", "FB_USED", "GPU_UTIL", "RULES"]
+
+#: Rule ids this detector emits (the web catalogues have a title per rule: web/en.yaml ``finding``).
+RULES: tuple[str, ...] = ("remanence.fb_after_job", "remanence.process_after_job", "remanence.busy_no_job",
+                          "remanence.scrub_disabled")
 
 #: dcgm-exporter field names (https://github.com/NVIDIA/dcgm-exporter/blob/main/etc/default-counters.csv); MiB, %.
 FB_USED = "DCGM_FI_DEV_FB_USED"
@@ -59,6 +63,8 @@ def detect_remanence(samples: Iterable[Sample], jobs: Iterable[Job] = (), events
     index = JobIndex.of(jobs)
     fb, util = defaultdict(list), defaultdict(list)
     for s in samples:
+        if s.metric != FB_USED and s.metric != GPU_UTIL:
+            continue
         host, gpu = host_of(s.labels), s.labels.get("gpu")
         if host is None or gpu is None:
             continue

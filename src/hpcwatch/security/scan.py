@@ -34,11 +34,22 @@ from hpcwatch.sources.manifest import ShardManifest
 from hpcwatch.sources.osv import OsvDatabase
 
 __all__ = ["ScanConfig", "ScanExtras", "scan_records", "scan_store", "load_paths", "sort_findings",
-           "EVENT_KINDS", "sample_metrics", "weights_reads", "rescan", "Loaded"]
+           "EVENT_KINDS", "sample_metrics", "weights_reads", "rescan", "Loaded", "LiveScan", "LIVE_WINDOW_S", "RULES"]
 
 #: Event kinds the detectors read.
 EVENT_KINDS = ("pip_package", "pth_file", "falco", "tetragon", "shard_check", "opensm_partitions",
                "nvidia_params", "gpu_process", "xid", "gpu_xid")
+
+
+def _all_rules() -> tuple[str, ...]:
+    from hpcwatch.security import (container_escape, data_poisoning, gradients, rdma, remanence, supply_chain,
+                                   weights_access)
+    return tuple(r for m in (supply_chain, data_poisoning, rdma, gradients, remanence, container_escape,
+                             weights_access) for r in m.RULES)
+
+
+#: Every rule id a detector can emit, module by module (the web page titles findings by rule id).
+RULES: tuple[str, ...] = _all_rules()
 
 
 def sample_metrics() -> list[str]:
@@ -95,12 +106,18 @@ def scan_records(samples: Iterable[Sample], events: Iterable[Event], jobs: Itera
     return sort_findings(findings)
 
 
-def scan_store(store, *, config: ScanConfig = ScanConfig(), extras: ScanExtras = ScanExtras()) -> list[Finding]:
-    """Findings over what ``store`` holds (``store`` is a ``hpcwatch.store.Store``)."""
+def _sample_filter() -> tuple[str, list[str]]:
+    """SQL condition and parameters selecting the samples the detectors read."""
     metrics = sample_metrics()
     marks = ", ".join("?" * len(metrics))
-    rows = store.query(f"SELECT metric, labels, t, value FROM samples WHERE metric IN ({marks}) "
-                       f"OR metric LIKE 'train_grad_%' OR metric LIKE '%remote_access_errors%' ORDER BY t", metrics)
+    return (f"(metric IN ({marks}) OR metric LIKE 'train_grad_%' OR metric LIKE '%remote_access_errors%')",
+            metrics)
+
+
+def scan_store(store, *, config: ScanConfig = ScanConfig(), extras: ScanExtras = ScanExtras()) -> list[Finding]:
+    """Findings over what ``store`` holds (``store`` is a ``hpcwatch.store.Store``)."""
+    where, metrics = _sample_filter()
+    rows = store.query(f"SELECT metric, labels, t, value FROM samples WHERE {where} ORDER BY t", metrics)
     samples = [Sample(metric=m, labels=orjson.loads(lab), t=t, value=v) for m, lab, t, v in rows]
     events = [e for kind in EVENT_KINDS for e in store.events(kind)]
     return scan_records(samples, events, store.jobs(), config=config, extras=extras)
@@ -112,6 +129,64 @@ def rescan(store, *, config: ScanConfig = ScanConfig(), extras: ScanExtras = Sca
     store.clear_findings()
     store.add(findings)
     return findings
+
+
+#: The live scan's window: five minutes of a live store holds every signal a detector compares
+#: (RDMA rates between consecutive scrapes, a few hundred training steps, the memory a GPU keeps
+#: after its job); what happened before stays as a finding (see ``LiveScan``).
+LIVE_WINDOW_S = 300.0
+
+
+class LiveScan:
+    """The detectors over the last ``window_s`` of a growing store, read incrementally: what the demo calls
+    every few seconds. ``rescan`` reads the whole store each time, which grows with the demo's age.
+
+    Each call reads only the sample and event rows added since the previous call (DuckDB's ``rowid``:
+    the store only appends to those tables), forgets samples older than ``window_s`` before the newest,
+    and runs the detectors over the window, every event and every job (both small). A finding stays
+    once found: one found again (same rule and target) is replaced by the fresher one, one whose
+    evidence left the window is kept as it was. ``hpcwatch scan`` (``scan_store``) is unchanged.
+    """
+
+    def __init__(self, *, config: ScanConfig = ScanConfig(), extras: ScanExtras = ScanExtras(),
+                 window_s: float = LIVE_WINDOW_S) -> None:
+        if window_s <= 0:
+            raise ValueError(f"window_s must be > 0, got {window_s}")
+        self.config, self.extras, self.window_s = config, extras, window_s
+        self._samples: list[Sample] = []
+        self._events: list[Event] = []
+        self._marks = {"samples": -1, "events": -1}
+        self._found: dict[tuple[str, str], Finding] = {}
+        self._newest = float("-inf")
+
+    def __call__(self, store) -> list[Finding]:
+        """Scan what arrived, replace the store's findings with the kept ones, return them."""
+        self._read_new(store)
+        fresh = scan_records(self._samples, self._events, store.jobs(), config=self.config, extras=self.extras)
+        self._found.update({(f.rule, f.target): f for f in fresh})
+        findings = sort_findings(self._found.values())
+        store.clear_findings()
+        store.add(findings)
+        return findings
+
+    def _read_new(self, store) -> None:
+        where, metrics = _sample_filter()
+        rows = self._new_rows(store, "samples", "metric, labels, t, value", where, metrics)
+        self._samples += [Sample(metric=m, labels=orjson.loads(lab), t=t, value=v) for m, lab, t, v in rows]
+        if rows:
+            self._newest = max(self._newest, max(r[2] for r in rows))
+            self._samples = [s for s in self._samples if s.t >= self._newest - self.window_s]
+        kinds = f"kind IN ({', '.join('?' * len(EVENT_KINDS))})"
+        rows = self._new_rows(store, "events", "kind, t, source, attrs", kinds, list(EVENT_KINDS))
+        self._events += [Event(kind=k, t=t, source=src, attrs=orjson.loads(a)) for k, t, src, a in rows]
+
+    def _new_rows(self, store, table: str, columns: str, where: str, params: list) -> list[tuple]:
+        """Rows added to ``table`` since the last call; the mark is taken first, so a row the twin adds
+        meanwhile is read next time rather than skipped."""
+        (top,), = store.query(f"SELECT coalesce(max(rowid), -1) FROM {table}")
+        low, self._marks[table] = self._marks[table], top
+        return store.query(f"SELECT {columns} FROM {table} WHERE rowid > ? AND rowid <= ? AND {where} ORDER BY t",
+                           [low, top, *params])
 
 
 def weights_reads(store, *, config: ScanConfig = ScanConfig()) -> list[WeightsAccess]:

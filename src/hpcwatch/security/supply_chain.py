@@ -26,7 +26,11 @@ from hpcwatch.sources.osv import OsvDatabase
 from hpcwatch.sources.pip import normalize_name
 
 __all__ = ["SupplyChainConfig", "KNOWN_INCIDENTS", "POPULAR_ML_PACKAGES", "Incident", "detect_supply_chain",
-           "typosquat_of", "damerau_distance"]
+           "typosquat_of", "damerau_distance", "RULES"]
+
+#: Rule ids this detector emits (the web catalogues have a title per rule: web/en.yaml ``finding``).
+RULES: tuple[str, ...] = ("supply_chain.osv_malicious", "supply_chain.known_incident", "supply_chain.osv_vulnerable",
+                          "supply_chain.typosquat", "supply_chain.pth_exec", "supply_chain.vcs_install")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -25,7 +25,10 @@ from hpcwatch.records import Event, Finding, Job
 from hpcwatch.security.context import JobIndex, host_of
 from hpcwatch.sources.tetragon import MAY_READ, MAY_WRITE
 
-__all__ = ["WeightsConfig", "WeightsAccess", "weights_report", "detect_weights_access", "WEIGHT_HOOKS"]
+__all__ = ["WeightsConfig", "WeightsAccess", "weights_report", "detect_weights_access", "WEIGHT_HOOKS", "RULES"]
+
+#: Rule ids this detector emits (the web catalogues have a title per rule: web/en.yaml ``finding``).
+RULES: tuple[str, ...] = ("weights.foreign_reader", "weights.reader_outside_job")
 
 WEIGHT_HOOKS = frozenset({"security_file_permission", "security_mmap_file", "security_file_open"})
 

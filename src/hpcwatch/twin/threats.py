@@ -29,8 +29,10 @@ go through the hooks (``adjust_ib``, ``adjust_gpu``, ``events``, ``extra_files``
 from __future__ import annotations
 
 import hashlib
+import hmac
 import io
 import json
+import math
 import zipfile
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -53,6 +55,11 @@ STORAGE_HOST = "lustre-oss1"
 _SCRAPE_S = 30.0
 _OBSERVE_S = 600.0
 _IMAGE = "nvcr.io/nvidia/pytorch"
+#: Directions of the gradient sketch; the same number as security/gradients.py's ``SKETCH_DIMS``
+#: (duplicated: the twin may not import security; tests/unit/test_security_scenarios.py holds them equal).
+SKETCH_DIMS = 32
+#: The manifest signature's name, as sources/manifest.py's ``SIGNATURE_ALG`` (same reason, same test).
+_SIGNATURE_ALG = "HMAC-SHA256"
 
 EXPECTED_RULES: dict[str, frozenset[str]] = {
     "threat_supply_chain": frozenset({"supply_chain.known_incident", "supply_chain.typosquat",
@@ -203,12 +210,84 @@ def _falco(t: float, host: str, rule: str, priority: str, *, user: str, cmdline:
 
 
 def _events_of(docs: list[dict], kind: str) -> list[Event]:
-    """The same documents as the readers would turn them into (for the live twin)."""
-    from hpcwatch.sources.falco import parse_falco_json
-    from hpcwatch.sources.tetragon import parse_tetragon_json
-    lines = [json.dumps(d) for d in docs]
-    parse = parse_falco_json if kind == "falco" else parse_tetragon_json
-    return list(parse(lines, path=f"<twin {kind}>"))
+    """The Events the readers (sources/falco.py, sources/tetragon.py) make of these documents.
+
+    The twin may not import the readers (DESIGN §1: twin imports records and model only), so it
+    builds the same attrs itself from the documents it wrote; tests/unit/test_security_scenarios.py
+    holds the two equal."""
+    source = f"<twin {kind}>"
+    if kind == "falco":
+        return [Event(kind="falco", t=_unrfc3339(d["time"]), source=source,
+                      attrs={**d, "host": d.get("hostname") or (d.get("output_fields") or {}).get("evt.hostname")})
+                for d in docs]
+    return [Event(kind="tetragon", t=_unrfc3339(d["time"]), source=source, attrs=_tetragon_attrs(d)) for d in docs]
+
+
+def _unrfc3339(text: str) -> float:
+    """UTC seconds of the ``_rfc3339`` strings this module writes (nanoseconds past micro dropped)."""
+    head, _, rest = text.rstrip("Z").partition(".")
+    return datetime.fromisoformat(f"{head}.{rest[:6]}+00:00").timestamp()
+
+
+def _tetragon_attrs(doc: dict) -> dict[str, Any]:
+    """Flat attrs of one ``_tetragon`` document, as sources/tetragon.py flattens it."""
+    kind = "process_kprobe" if "process_kprobe" in doc else "process_exec"
+    body = doc[kind]
+    process = body["process"]
+    attrs: dict[str, Any] = {"type": kind, "host": doc.get("node_name"), "binary": process.get("binary"),
+                             "arguments": process.get("arguments"), "pid": process.get("pid"),
+                             "uid": process.get("uid"), "user": (process.get("user") or {}).get("name"),
+                             "cwd": process.get("cwd"), "parent_binary": (body.get("parent") or {}).get("binary"),
+                             "pod": process.get("pod")}
+    if kind == "process_kprobe":
+        args = body.get("args") or []
+        attrs.update(function_name=body.get("function_name"), policy_name=body.get("policy_name"),
+                     action=body.get("action"),
+                     path=next((a["file_arg"]["path"] for a in args if "file_arg" in a), None),
+                     mask=next((a["int_arg"] for a in args if isinstance(a.get("int_arg"), int)), None))
+    return attrs
+
+
+def _sign_manifest(dataset: str, shards: list[dict], key: bytes) -> dict:
+    """A signed manifest as sources/manifest.py's ``sign_manifest`` writes it: HMAC-SHA256 over the
+    key-sorted compact JSON of {dataset, shards} (rebuilt here: the twin may not import sources)."""
+    rows = [{k: v for k, v in r.items() if v is not None} for r in shards]
+    payload = json.dumps({"dataset": dataset, "shards": rows}, sort_keys=True, separators=(",", ":"),
+                         ensure_ascii=False).encode()
+    value = hmac.new(key, payload, hashlib.sha256).hexdigest()
+    return {"dataset": dataset, "shards": shards, "signature": {"alg": _SIGNATURE_ALG, "value": value}}
+
+
+def _nvidia_params_event(text: str, *, path: str, host: str, t: float) -> Event:
+    """The ``nvidia_params`` Event sources/procparams.py makes of the params text this module writes."""
+    params = {}
+    for line in text.splitlines():
+        name, sep, value = line.partition(":")
+        if sep:
+            params[name.strip()] = value.strip()
+    for pair in params.get("RegistryDwords", "").strip('"').split(";"):
+        key, sep, value = pair.partition("=")
+        if sep and key.strip():
+            params.setdefault(key.strip(), value.strip())
+    return Event(kind="nvidia_params", t=t, source=path, attrs={"host": host, "params": params})
+
+
+def _grad_sketch(flat: np.ndarray, *, seed: int = 0) -> np.ndarray:
+    """``SKETCH_DIMS`` Gaussian projections of a flat gradient, as security/gradients.py's ``grad_sketch``
+    (same seed, same directions; the detector only compares ranks of one job with each other)."""
+    flat = np.asarray(flat, dtype=np.float64).ravel()
+    return np.random.default_rng(seed).standard_normal((SKETCH_DIMS, flat.size)) @ flat / math.sqrt(SKETCH_DIMS)
+
+
+def _gradient_lines(*, job: str, rank: int, step: int, t: float, norm: float, sketch: np.ndarray, node: str,
+                    gpu: int) -> list[dict]:
+    """The hook's JSON lines (instrument/torch.py) of one rank's step: norm, non-finite count, sketch."""
+    labels = {"job": job, "rank": str(rank), "step": str(step), "node": node, "gpu": str(gpu)}
+    lines = [{"kind": "sample", "metric": "train_grad_norm", "labels": labels, "t": t, "value": float(norm)},
+             {"kind": "sample", "metric": "train_grad_nonfinite", "labels": labels, "t": t, "value": 0.0}]
+    lines += [{"kind": "sample", "metric": "train_grad_sketch", "labels": {**labels, "dim": str(i)}, "t": t,
+               "value": float(v)} for i, v in enumerate(sketch)]
+    return lines
 
 
 # -- plants ------------------------------------------------------------------------------------------------
@@ -264,13 +343,12 @@ def _osv_zip() -> bytes:
 
 
 def _plant_data_poisoning(world: World, attack: bool) -> Plant:
-    from hpcwatch.sources.manifest import sign_manifest
     rng = np.random.default_rng(7)
     shards = {f"train-{i:05d}.bin": rng.integers(0, 50_000, 4096, dtype=np.uint16).tobytes() for i in range(3)}
     rows = [{"path": name, "sha256": hashlib.sha256(data).hexdigest(), "bytes": len(data), "samples": 2}
             for name, data in shards.items()]
     plant = Plant()
-    plant.files["dataset/manifest.json"] = json.dumps(sign_manifest("fineweb-edu-sample", rows, b"fixture-key"),
+    plant.files["dataset/manifest.json"] = json.dumps(_sign_manifest("fineweb-edu-sample", rows, b"fixture-key"),
                                                       indent=1).encode()
     for name, data in shards.items():
         if attack and name.endswith("00001.bin"):
@@ -337,7 +415,6 @@ def _rdma_rate(world: World, host: str, port: int, t: float, attack: bool, ring:
 
 
 def _plant_gradient(world: World, attack: bool) -> Plant:
-    from hpcwatch.security.gradients import grad_sketch, gradient_samples
     rng = np.random.default_rng(11)
     true_grad = rng.standard_normal(4096)
     lines = []
@@ -350,9 +427,8 @@ def _plant_gradient(world: World, attack: bool) -> Plant:
             if attack and rank == 2 and step >= 6:
                 local = -local  # flipped gradients: same norm, opposite direction
             node, gpu = world.train.nodes[rank // 4], rank % 4
-            for s in gradient_samples(job=world.train.id, rank=rank, step=step, t=t, norm=float(np.linalg.norm(local)),
-                                      sketch=grad_sketch(local, seed=0), node=node, gpu=gpu):
-                lines.append({"kind": "sample", "metric": s.metric, "labels": dict(s.labels), "t": s.t, "value": s.value})
+            lines += _gradient_lines(job=world.train.id, rank=rank, step=step, t=t, norm=float(np.linalg.norm(local)),
+                                     sketch=_grad_sketch(local, seed=0), node=node, gpu=gpu)
     return Plant(files={"hook/rank-all.jsonl": _jsonl(lines)})
 
 
@@ -382,9 +458,8 @@ def _plant_remanence(world: World, attack: bool) -> Plant:
     params = ("ResmanDebugLevel: 4294967295\nRmLogonRC: 1\nModifyDeviceFiles: 1\nDeviceFileUID: 0\nDeviceFileGID: 0\n"
               f"DeviceFileMode: 438\nEnableMSI: 1\nRegistryDwords: \"{dwords}\"\nRmMsg: \"\"\n")
     plant.files["node2/proc/driver/nvidia/params"] = params.encode()
-    from hpcwatch.sources.procparams import parse_nvidia_params
-    plant.events = list(parse_nvidia_params(params.splitlines(), path="/proc/driver/nvidia/params", host="node2",
-                                            t=world.t0))
+    plant.events = [_nvidia_params_event(params, path="/proc/driver/nvidia/params", host="node2",
+                                         t=world.t0)]
     return plant
 
 

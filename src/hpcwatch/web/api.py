@@ -7,7 +7,7 @@ Routes (all documented in ``/openapi.json``):
 - ``GET /api/model``           the cluster model: nodes and GPU ids
 - ``GET /api/steps/sources``   which jobs the step player can play ("with / without straggler")
 - ``GET /api/steps``           one training step of one job, per rank and phase, from ``store.spans(job)``
-- ``GET /api/findings``        findings of one vector (or all)
+- ``GET /api/findings``        findings of one vector (or all), titled in the request's language too
 - ``GET /api/stragglersim``    efficiency against GPU count (hpcwatch.analysis.stragglersim)
 
 Errors never take the server down: an ``HpcwatchError`` becomes a JSON error
@@ -202,11 +202,21 @@ def _opt_int(value: Any) -> int | None:
 
 
 @router.get("/findings", summary="Findings of one threat vector, or all", response_class=ORJSONResponse)
-async def findings(request: Request, vector: str | None = Query(None)) -> ORJSONResponse:
+async def findings(request: Request, vector: str | None = Query(None),
+                   lang: str | None = Query(None, pattern="^(en|fr)$")) -> ORJSONResponse:
+    """Each finding as stored (``title`` is the detector's, in English) plus ``text``: its title in ``lang``
+    (default: the request's language, as the page negotiates it) from the catalogue's template for its rule."""
     if vector is not None and vector not in VECTORS:
         raise HTTPException(status_code=422, detail=f"unknown vector {vector!r} (known: {', '.join(VECTORS)})")
+    from hpcwatch.web.i18n import LANG_COOKIE, finding_text, negotiate
+
+    lang = negotiate(forced=lang, cookie=request.cookies.get(LANG_COOKIE),
+                     accept_language=request.headers.get("accept-language"))
     found = await run_in_threadpool(lambda: _state(request).store.findings(vector))
-    return ORJSONResponse([dataclasses.asdict(f) | {"evidence": dict(f.evidence)} for f in found[-200:]])
+    return ORJSONResponse([dataclasses.asdict(f) | {"evidence": dict(f.evidence), "lang": lang,
+                                                    "text": finding_text(f.rule, f.evidence, target=f.target, t=f.t,
+                                                                         lang=lang) or f.title}
+                           for f in found[-200:]])
 
 
 @router.get("/stragglersim", summary="Straggler simulator: efficiency against GPU count", response_model=SimDoc,

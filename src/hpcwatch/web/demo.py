@@ -84,10 +84,12 @@ class Scanner:
     """Runs the six detectors over the store every ``every_s`` seconds (hpcwatch.security.scan.rescan),
     so a threat scenario of the twin lights its vector from real findings, never from the scenario's name."""
 
-    def __init__(self, store: Store, *, every_s: float) -> None:
-        from hpcwatch.security.scan import rescan
+    def __init__(self, store: Store, *, every_s: float, window_s: float | None = None) -> None:
+        from hpcwatch.security.scan import LiveScan, rescan
 
-        self._rescan, self.store, self.every_s = rescan, store, every_s
+        # A window: read only what arrived and scan the last window_s (security.scan.LiveScan); None: everything.
+        scan = LiveScan(window_s=window_s) if window_s else rescan
+        self._rescan, self.store, self.every_s = scan, store, every_s
         self.error: str | None = None
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="hpcwatch-scan", daemon=True)

@@ -26,9 +26,12 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
+import orjson
+
 from hpcwatch.model.cluster import Cluster
 from hpcwatch.records import VECTORS
 from hpcwatch.store import Store
+from hpcwatch.web.i18n import LANGUAGES, finding_text
 
 __all__ = ["LiveView", "Collector", "COLLECTORS", "GPU_FIELDS", "RECENT_S", "DEFAULT_MIN_INTERVAL_S"]
 
@@ -255,17 +258,33 @@ class LiveView:
         return out
 
     def _vectors(self) -> dict[str, dict[str, Any]]:
+        """Per vector: count and latest finding; ``text`` is its title in each page language (web/i18n.py)."""
         rows = self.store.query("SELECT vector, count(*), max(t), arg_max(title, t), arg_max(severity, t), "
-                                "arg_max(target, t), arg_max(rule, t) FROM findings GROUP BY vector")
-        found = {v: {"findings": n, "last_t": t, "title": title, "severity": sev, "target": target, "rule": rule}
-                 for v, n, t, title, sev, target, rule in rows}
-        empty = {"findings": 0, "last_t": None, "title": None, "severity": None, "target": None, "rule": None}
+                                "arg_max(target, t), arg_max(rule, t), arg_max(evidence, t) FROM findings "
+                                "GROUP BY vector")
+        found = {v: {"findings": n, "last_t": t, "title": title, "severity": sev, "target": target, "rule": rule,
+                     "text": _texts(rule, evidence, target, t)}
+                 for v, n, t, title, sev, target, rule, evidence in rows}
+        empty = {"findings": 0, "last_t": None, "title": None, "severity": None, "target": None, "rule": None,
+                 "text": None}
         return {v: found.get(v, dict(empty)) for v in VECTORS}
 
     def _weights(self) -> dict[str, Any]:
         rows = self.store.query("SELECT count(*), max(t) FROM events WHERE kind LIKE '%checkpoint%'")
         (n, last), = rows
         return {"checkpoint_events": n, "last_checkpoint_t": last}
+
+
+def _texts(rule: str | None, evidence: str | None, target: str | None, t: float | None) -> dict[str, str] | None:
+    """A finding's title in every page language, or None when its rule has no template (the page then
+    shows the detector's English ``title``)."""
+    try:
+        fields = orjson.loads(evidence) if evidence else {}
+    except orjson.JSONDecodeError:
+        fields = {}
+    texts = {lang: finding_text(rule, fields if isinstance(fields, dict) else {}, target=target, t=t, lang=lang)
+             for lang in LANGUAGES}
+    return None if any(v is None for v in texts.values()) else texts
 
 
 def _later(a: float | None, b: float | None) -> float | None:

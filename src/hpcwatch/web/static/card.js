@@ -1,7 +1,7 @@
 // The card under the schematic: static text from the catalogue's cards, live values from
 // the latest snapshot. Everything is inserted as text (h() never parses markup).
 
-import { cards, clear, fmt, fmtRate, fmtTime, h, t } from "./util.js";
+import { cards, clear, fmt, fmtRate, fmtTime, h, lang, t } from "./util.js";
 
 const ELEMENT_FIELDS = {
   engineer: ["what", "observe", "tools", "threats"],
@@ -141,7 +141,7 @@ const LIVE = {
       dl([[t("live.checkpoints"), `${fmt(w.checkpoint_events ?? 0)} · ${fmtTime(w.last_checkpoint_t)}`],
           [t("live.weights_findings"), fmt(audit.findings ?? 0)]]),
       lit.length ? h("ul", { class: "alerts" }, lit.map(([v, f]) =>
-        h("li", {}, h("span", { "aria-hidden": "true" }, "⚠ "), `${t(`vector.${v}`)}: ${f.title ?? ""}`))) : null);
+        h("li", {}, h("span", { "aria-hidden": "true" }, "⚠ "), `${t(`vector.${v}`)}: ${findingTitle(f)}`))) : null);
   },
   collector(info, snap) {
     const c = snap.collectors?.[info.id];
@@ -157,6 +157,16 @@ const LIVE = {
     const f = snap.vectors?.[info.id];
     if (!f || !f.findings) return h("p", { class: "status-none", "data-value": "status" }, `✓ ${t("vector.none_long")}`);
     return h("p", { class: "status-alert", "data-value": "status" }, h("span", { "aria-hidden": "true" }, "⚠ "),
-      t("vector.live_long", { count: fmt(f.findings), title: f.title ?? "", severity: f.severity ?? "", target: f.target ?? "" }));
+      t("vector.live_long", { count: fmt(f.findings), title: findingTitle(f), severity: severityWord(f.severity), target: f.target ?? "" }));
   },
 };
+
+/** A finding's title in the page's language (the server fills the rule's catalogue template), else the detector's. */
+function findingTitle(f) {
+  return f.text?.[lang] ?? f.title ?? "";
+}
+
+/** A severity (records.SEVERITIES) in the page's language. */
+function severityWord(severity) {
+  return severity ? t(`severity.${severity}`) : "";
+}
