@@ -129,3 +129,71 @@ def test_reading_in_pieces_gives_the_same_columns_as_decoding_whole(data_dir, na
         assert np.array_equal(pieces.events[key], whole.events[key], equal_nan=True), key
     for key in whole.flows:
         assert np.array_equal(pieces.flows[key], whole.flows[key]), key
+
+
+# Events the fast scan hands to the lenient one (and what each must become).
+UNUSUAL = [
+    {"ph": "X", "cat": "kernel", "name": "k", "ts": 1.0, "dur": 2.0, "pid": 0, "tid": 7,
+     "args": {"stream": 7, "correlation": 3}},
+    {"ph": "X", "cat": "no_such_category", "name": "odd", "ts": 3, "pid": 1, "tid": 1},   # no dur, no args
+    {"ph": "X", "cat": "cpu_op", "name": "c10d::allreduce_", "ts": 4, "dur": 1, "pid": 1, "tid": 1,
+     "args": {"Collective name": "allreduce", "In msg nelems": 10, "dtype": "BFloat16"}},
+    {"ph": "s", "id": "0x1f", "ts": 0.5, "cat": "ac2g", "pid": 1, "tid": 1},   # id not an int: -1
+    {"ph": "f", "id": 4, "ts": "1.0", "cat": "ac2g", "pid": 0, "tid": 7},       # time as text: still a time
+    {"ph": "i", "name": "instant", "ts": 2},
+    {"name": "no ph at all"},
+]
+_USUAL = {"ph": "X", "cat": "cpu_op", "name": "aten::add", "ts": 10, "dur": 1, "pid": 1, "tid": 1,
+          "args": {"External id": 1}}
+
+
+@pytest.mark.parametrize("first", [0, 1, 3, 6])
+def test_unusual_events_among_usual_ones_read_as_documented(first):
+    # ~250 kB of usual events around them: several pieces, most of them read by the fast scan
+    unusual = UNUSUAL[first:] + UNUSUAL[:first]
+    events = [_USUAL] * 1500 + unusual + [_USUAL] * 1500
+    trace = parse_kineto(orjson.dumps({"distributedInfo": {"rank": 0}, "traceEvents": events}))
+    ev = trace.events
+    assert len(trace) == 3003
+    row = {trace.names[n]: i for i, n in enumerate(ev["name_id"])}
+    kernel, odd, coll = row["k"], row["odd"], row["c10d::allreduce_"]
+    assert (ev["stream"][kernel], ev["correlation"][kernel], ev["cat"][kernel]) == (7, 3, CAT["kernel"])
+    assert (ev["cat"][odd], ev["dur_us"][odd], ev["stream"][odd], ev["correlation"][odd]) == (CAT["other"], 0, -1, -1)
+    assert trace.names[ev["coll_id"][coll]] == "allreduce" and ev["msg_bytes"][coll] == 20
+    assert (ev["coll_id"] >= 0).sum() == 1 and np.isnan(ev["msg_bytes"]).sum() == len(trace) - 1
+    assert (ev["stream"] == -1).sum() == len(trace) - 1
+    flows = dict(zip(trace.flows["ts_us"].tolist(), zip(trace.flows["id"].tolist(), trace.flows["start"].tolist(),
+                                                       trace.flows["cat"].tolist())))
+    assert flows == {0.5: (-1, True, 1), 1.0: (4, False, 1)}
+
+
+BAD_EVENTS = [
+    # args that are not an object
+    ({"ph": "X", "name": "a", "ts": 1, "args": [1, 2]}, "bad event"),
+    # a flow event whose time is not a number
+    ({"ph": "f", "id": 1, "ts": "soon", "cat": "ac2g"}, "flow event without a time"),
+    # a name that is not a string but an object
+    ({"ph": "X", "name": {"a": 1}, "ts": 1}, "bad event"),
+]
+
+
+@pytest.mark.parametrize("event, message", BAD_EVENTS)
+def test_bad_event_after_good_ones_is_named_by_its_index(event, message, tmp_path):
+    good = {"ph": "X", "cat": "cpu_op", "name": "a", "ts": 1, "dur": 1, "pid": 1, "tid": 1, "args": {}}
+    path = tmp_path / "rank-0.json"
+    path.write_bytes(orjson.dumps({"traceEvents": [good] * 5000 + [event]}))
+    with pytest.raises(ParseError, match=rf"traceEvents\[5000\]: {message}") as err:
+        read_kineto(path)
+    assert str(path) in str(err.value)
+
+
+@pytest.mark.parametrize("enabled", [True, False])
+def test_reading_leaves_garbage_collection_as_it_was(data_dir, enabled):
+    import gc
+    was = gc.isenabled()
+    try:
+        gc.enable() if enabled else gc.disable()
+        read_kineto(data_dir / "kineto" / "gloo_straggler" / "rank-0.json.gz")
+        assert gc.isenabled() is enabled
+    finally:
+        gc.enable() if was else gc.disable()

@@ -5,9 +5,11 @@
 "traceEvents": [...]}``. Step anatomy needs every event's time, category and name,
 so the reader turns the events into numpy columns in one pass, reading, un-gzipping and
 decoding the file 64 KiB at a time, and keeps no Python object per event (STYLE §3).
-A 12 MB trace of 35k events loads in ~0.2 s and ~6 MB over the interpreter's own
-memory, 10× faster and 1/10 of the memory growth of HTA's loader
-(``benchmarks/bench_steps_vs_hta.py``).
+A 12 MB trace of 35k events loads in ~0.14 s and ~7 MB over the interpreter's own
+memory, 10-20× faster and 1/10 of the memory growth of HTA's loader
+(``benchmarks/bench_steps_vs_hta.py``). Of that time, un-gzipping and orjson building
+the events' dicts take ~55 %, freeing them and numpy's conversion of the rows ~20 %;
+the loop over the events is kept to one C call for an event's fields and one tuple.
 
 The columns of ``KinetoTrace.events`` (``EVENT_COLUMNS``, complete events ``ph == "X"``
 only, in file order):
@@ -41,12 +43,15 @@ is 0. The reader does not check that events nest or that flows pair up.
 
 from __future__ import annotations
 
-import zlib
+import gc
 import re
+import zlib
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
+from operator import itemgetter
 from typing import Any, Mapping
 
 import numpy as np
@@ -162,77 +167,108 @@ def _msg_bytes(args: Mapping[str, Any]) -> float:
 
 
 _NO_ARGS: Mapping[str, Any] = {}
+_NAN = float("nan")
 #: Size of the pieces a trace's text is decoded in (see ``_Pieces``); small pieces stay in the CPU cache.
 _PIECE_BYTES = 1 << 16
 #: Size of the blocks a trace file is read in.
 _READ_BYTES = 1 << 16
+#: The fields every complete event of Kineto has, fetched in one call.
+_X_FIELDS = itemgetter("ts", "dur", "cat", "name", "pid", "tid", "args")
 
 
-def _complete_events(events: list, path: str, names: _Names, offset: int) -> tuple[list[tuple], list[tuple]]:
-    """Rows (ts, dur, cat, name, stream, pid, tid, correlation, coll, msg) of the ``X`` events,
-    and (index, event) of the flow and metadata events.
+class _Unusual(Exception):
+    """A piece has an event the fast scan does not take; the lenient scan reads that piece."""
 
-    The hot loop of the reader: one short-lived tuple per event and no function call
-    per field; values are checked when the piece becomes numpy columns (``_as_column``).
+
+def _scan(events: list, names: _Names, codes: dict[str, int], rows: list, colls: list, flows: list) -> str | None:
+    """Append the row of each ``X`` event, the (row, coll_id, msg_bytes) of each collective
+    (a few in thousands, so they are not in every row) and the (ts, id, start, ac2g) of each flow event.
+
+    The hot loop of the reader: one C call fetches an event's fields, one short-lived tuple
+    per event, no function call per field; values are checked when the rows become numpy
+    columns (``_as_column``). Anything unusual (a missing ``ph``, ``args`` not a dict, a
+    flow without a numeric time or an int id…) raises, and the piece is read by
+    ``_scan_lenient`` instead, which says what is wrong and where. ``codes`` is ``CAT``
+    plus the unknown categories met so far (code 0). Returns the host name of a
+    ``process_name`` metadata event, if the piece has one.
     """
-    cat_of, ids, intern = CAT.get, names.ids, names
-    rows: list[tuple] = []
-    others: list[tuple] = []
-    append = rows.append
-    nan = np.nan
+    ids, intern = names.ids, names
+    append, flow = rows.append, flows.append
+    host = None
+    for ev in events:
+        ph = ev["ph"]
+        if ph == "X":
+            try:
+                ts, dur, cat, name, pid, tid, args = _X_FIELDS(ev)
+            except KeyError:   # a field is missing: Kineto leaves out args of some events
+                ts, dur, cat, name, pid, tid, args = _x_fields(ev)
+            try:   # subscripts, not .get(): no method call for the names and categories seen before
+                nid, code = ids[name], codes[cat]
+            except KeyError:
+                nid, code = intern(name), codes.setdefault(cat, 0)
+            correlation = args.get("correlation", -1)   # also fails, as it should, when args is not a dict
+            if "Collective name" in args and args["Collective name"] is not None:
+                colls.append((len(rows), intern(str(args["Collective name"])), _msg_bytes(args)))
+            append((ts, dur, code, nid, args["stream"] if "stream" in args else -1, pid, tid, correlation))
+        elif ph == "s" or ph == "f":
+            ts, fid = ev["ts"], ev["id"]
+            if (type(ts) is not float and type(ts) is not int) or type(fid) is not int:
+                raise _Unusual
+            flow((ts, fid, ph == "s", ev["cat"] == "ac2g"))
+        elif ph == "M" and host is None:
+            host = _hostname(ev)
+    return host
+
+
+def _x_fields(ev: Mapping[str, Any]) -> tuple:
+    """The fields of a complete event, with the defaults of missing ones (``ts`` is required)."""
+    return (ev["ts"], ev.get("dur", 0.0), ev.get("cat", ""), ev.get("name", ""), ev.get("pid", -1),
+            ev.get("tid", -1), ev.get("args") or _NO_ARGS)
+
+
+def _hostname(ev: Mapping[str, Any]) -> str | None:
+    if ev.get("name") != "process_name":
+        return None
+    return (ev.get("args") or _NO_ARGS).get("hostname")
+
+
+def _scan_lenient(events: list, path: str, names: _Names, offset: int, rows: list, colls: list,
+                  flows: list) -> str | None:
+    """``_scan`` for pieces with unusual events: each event on its own, a ParseError naming it."""
+    host = None
     for index, ev in enumerate(events):
         try:
             ph = ev.get("ph")
-            if ph != "X":
-                if ph == "s" or ph == "f" or ph == "M":
-                    others.append((index, ev))
-                continue
-            name = ev.get("name", "")
-            nid = ids.get(name)
-            if nid is None:
-                nid = intern(name)
-            args = ev.get("args") or _NO_ARGS
-            coll = args.get("Collective name")
-            append((ev["ts"], ev.get("dur", 0.0), cat_of(ev.get("cat", ""), 0), nid, args.get("stream", -1),
-                    ev.get("pid", -1), ev.get("tid", -1), args.get("correlation", -1),
-                    -1 if coll is None else intern(str(coll)), nan if coll is None else _msg_bytes(args)))
+            if ph == "X":
+                ts, dur, cat, name, pid, tid, args = _x_fields(ev)
+                row = (ts, dur, CAT.get(cat, 0), names(name), args.get("stream", -1), pid, tid,
+                       args.get("correlation", -1))
+                if (coll := args.get("Collective name")) is not None:
+                    colls.append((len(rows), names(str(coll)), _msg_bytes(args)))
+                rows.append(row)
+            elif ph == "s" or ph == "f":
+                flows.append(_flow_lenient(ev, path, offset + index))
+            elif ph == "M" and host is None:
+                host = _hostname(ev)
         except (KeyError, TypeError, AttributeError) as err:
             raise ParseError(f"traceEvents[{offset + index}]: bad event ({type(err).__name__}: {err})", path=path,
                              text=str(ev)[:200]) from err
-    return rows, others
+    return host
 
 
-def _flow_events(events: list[tuple], path: str, offset: int) -> tuple[dict[str, np.ndarray], str | None]:
-    """Flow columns and the host name from (index, event) pairs."""
-    flow_id: list[int] = []
-    flow_ts: list[float] = []
-    flow_start: list[bool] = []
-    flow_cat: list[int] = []
-    hostname = None
-    for index, ev in events:
-        ph = ev.get("ph")
-        if ph == "s" or ph == "f":
-            try:
-                flow_ts.append(float(ev["ts"]))
-            except (KeyError, TypeError, ValueError) as err:
-                raise ParseError(f"traceEvents[{offset + index}]: flow event without a time", path=path,
-                                 text=str(ev)[:200]) from err
-            flow_id.append(_int_or(ev.get("id"), -1))
-            flow_start.append(ph == "s")
-            flow_cat.append(1 if ev.get("cat") == "ac2g" else 2)
-        elif ph == "M" and hostname is None and ev.get("name") == "process_name":
-            hostname = (ev.get("args") or _NO_ARGS).get("hostname")
-    flows = {
-        "id": np.asarray(flow_id, dtype=np.int64),
-        "ts_us": np.asarray(flow_ts, dtype=np.float64),
-        "start": np.asarray(flow_start, dtype=bool),
-        "cat": np.asarray(flow_cat, dtype=np.int8),
-    }
-    return flows, hostname
+def _flow_lenient(ev: Mapping[str, Any], path: str, index: int) -> tuple:
+    try:
+        ts = float(ev["ts"])
+    except (KeyError, TypeError, ValueError) as err:
+        raise ParseError(f"traceEvents[{index}]: flow event without a time", path=path,
+                         text=str(ev)[:200]) from err
+    return ts, _int_or(ev.get("id"), -1), ev.get("ph") == "s", ev.get("cat") == "ac2g"
 
 
-_DTYPES = (np.float64, np.float64, np.int8, np.int32, np.int32, np.int64, np.int64, np.int64, np.int32, np.float64)
-_ROW_COLUMNS = ("ts_us", "dur_us", "cat", "name_id", "stream", "pid", "tid", "correlation", "coll_id", "msg_bytes")
+_DTYPES = (np.float64, np.float64, np.int8, np.int32, np.int32, np.int64, np.int64, np.int64)
+_ROW_COLUMNS = ("ts_us", "dur_us", "cat", "name_id", "stream", "pid", "tid", "correlation")
+_TABLE_COLUMNS = _ROW_COLUMNS + ("coll_id", "msg_bytes")
+_FLOW_COLUMNS = ("id", "ts_us", "start", "cat")
 
 
 # Columns whose values may be strings in some traces (Kineto writes pid "Spans", stream "N/A"):
@@ -249,32 +285,90 @@ def _as_column(name: str, values: tuple, dtype: type, path: str) -> np.ndarray:
         return np.asarray([_int_or(v, -1) for v in values], dtype=dtype)
 
 
-def _piece_columns(events: list, path: str, names: _Names, offset: int) -> tuple[dict[str, np.ndarray], list]:
-    rows, others = _complete_events(events, path, names, offset)
+def _row_table(rows: list[tuple], colls: list[tuple], path: str) -> dict[str, np.ndarray]:
     cols = list(zip(*rows)) if rows else [()] * len(_ROW_COLUMNS)
-    return {name: _as_column(name, col, dtype, path) for name, col, dtype in zip(_ROW_COLUMNS, cols, _DTYPES)}, others
+    table = {name: _as_column(name, col, dtype, path) for name, col, dtype in zip(_ROW_COLUMNS, cols, _DTYPES)}
+    table["coll_id"] = np.full(len(rows), -1, dtype=np.int32)
+    table["msg_bytes"] = np.full(len(rows), np.nan)
+    if colls:
+        at, coll_ids, msg_bytes = zip(*colls)
+        table["coll_id"][list(at)] = coll_ids
+        table["msg_bytes"][list(at)] = msg_bytes
+    return table
+
+
+def _flow_table(flows: list[tuple], path: str) -> dict[str, np.ndarray]:
+    ts, ids, start, ac2g = zip(*flows) if flows else ((), (), (), ())
+    try:
+        id_col = np.asarray(ids, dtype=np.int64)
+    except OverflowError as err:
+        raise ParseError(f"a flow event has an id beyond 64 bits ({err})", path=path) from err
+    return {"id": id_col, "ts_us": np.asarray(ts, dtype=np.float64), "start": np.asarray(start, dtype=bool),
+            "cat": np.where(np.asarray(ac2g, dtype=bool), 1, 2).astype(np.int8)}
+
+
+class _Tables:
+    """Rows and flows of the pieces read so far, turned into numpy columns a piece at a time."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self.names = _Names()
+        self.codes = dict(CAT)
+        self.rows: list[tuple] = []
+        self.colls: list[tuple] = []
+        self.flows: list[tuple] = []
+        self.parts: list[tuple[dict, dict]] = []
+        self.hostname: str | None = None
+
+    def add(self, events: list, offset: int) -> None:
+        try:
+            host = _scan(events, self.names, self.codes, self.rows, self.colls, self.flows)
+        except (_Unusual, KeyError, TypeError, AttributeError):
+            self.rows, self.colls, self.flows = [], [], []   # the lenient scan reads the piece again
+            host = _scan_lenient(events, self.path, self.names, offset, self.rows, self.colls, self.flows)
+        self.hostname = self.hostname or host
+        self.flush()
+
+    def flush(self) -> None:
+        self.parts.append((_row_table(self.rows, self.colls, self.path), _flow_table(self.flows, self.path)))
+        self.rows, self.colls, self.flows = [], [], []
+
+    def columns(self) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
+        if not self.parts:
+            self.flush()
+        events = {k: np.concatenate([part[0][k] for part in self.parts]) for k in _TABLE_COLUMNS}
+        flows = {k: np.concatenate([part[1][k] for part in self.parts]) for k in _FLOW_COLUMNS}
+        return events, flows
+
+
+@contextmanager
+def _gc_paused() -> Iterator[None]:
+    """No cyclic garbage collection while a trace is read: decoding allocates ~3 container
+    objects per event, none of them in a cycle, and each collection would walk the rows
+    read so far (~6 % of the reader's instructions on a 10 MB trace)."""
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
 
 
 def _columns(pieces: Iterable[list], path: str) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray], list[str],
                                                           str | None]:
     """Columns of the events, built piece by piece (each piece a list of decoded events)."""
-    names = _Names()
-    tables, flow_parts, hostname, offset = [], [], None, 0
-    for events in pieces:
-        table, others = _piece_columns(events, path, names, offset)
-        tables.append(table)
-        flows, host = _flow_events(others, path, offset)
-        flow_parts.append(flows)
-        hostname = hostname or host
-        offset += len(events)
-    table = {k: np.concatenate([t[k] for t in tables]) if tables else np.zeros(0, dtype=d)
-             for k, d in zip(_ROW_COLUMNS, _DTYPES)}
-    flows = {k: np.concatenate([f[k] for f in flow_parts]) for k in ("id", "ts_us", "start", "cat")} \
-        if flow_parts else _flow_events([], path, 0)[0]
-    name_list = list(names.ids)
+    tables, offset = _Tables(path), 0
+    with _gc_paused():
+        for events in pieces:
+            tables.add(events, offset)
+            offset += len(events)
+            del events   # see _Pieces: one piece's objects alive at a time
+    table, flows = tables.columns()
+    name_list = list(tables.names.ids)
     comm_names = np.array([is_comm_name(str(n)) for n in name_list] + [False], dtype=bool)
     table["comm"] = comm_names[table["name_id"]]
-    return table, flows, name_list, hostname
+    return table, flows, name_list, tables.hostname
 
 
 def _rank(doc: Mapping[str, Any], path: str) -> tuple[int, int | None, str]:
@@ -362,6 +456,7 @@ class _Pieces:
                 search = cut + 2 - self.pos
                 continue
             yield piece
+            piece = None   # free it before the next piece is decoded, into the memory it leaves
             self.pos, search = cut + 2, _PIECE_BYTES
         tail = _decode_or_none(b'{"traceEvents": [' + self.buf[self.pos:])
         if not isinstance(tail, dict) or not isinstance(tail.get("traceEvents"), list):
