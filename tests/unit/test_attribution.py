@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import sys
 
 import numpy as np
 import orjson
@@ -11,7 +10,6 @@ import pyarrow as pa
 import pytest
 
 from hpcwatch.analysis.attribution import REPORT_METRICS, attribute, job_reports
-from hpcwatch.cli import main
 from hpcwatch.model import reference_cluster
 from hpcwatch.records import Job
 from hpcwatch.store import SAMPLE_SCHEMA, Store
@@ -98,36 +96,22 @@ def test_ib_bytes_of_a_shared_rail_split_between_its_gpus_and_counter_resets_ski
     assert reports["1"].ib_tx_bytes == reports["2"].ib_tx_bytes == (2000 + 400) // 2
 
 
-def _run_cli(argv: list[str], capsys) -> tuple[int, str, str]:
-    old = sys.argv
-    sys.argv = ["hpcwatch", *argv]
-    try:
-        main()
-        code = 0
-    except SystemExit as exit_:
-        code = exit_.code or 0
-    finally:
-        sys.argv = old
-    out = capsys.readouterr()
-    return code, out.out, out.err
-
-
-def test_jobs_json_contract(twin_store, capsys) -> None:
+def test_jobs_json_contract(twin_store, run_cli) -> None:
     path, _ = twin_store
-    code, out, _ = _run_cli(["jobs", "--db", str(path), "--json"], capsys)
+    code, out, _ = run_cli(["jobs", "--db", str(path), "--json"])
     assert code == 0
     doc = json.loads(out)
     required = {"id", "user", "account", "gpus", "gpu_hours", "energy_kwh", "mean_gpu_util", "ib_bytes",
                 "lustre_bytes", "xid_errors", "idle_gpus"}
     assert doc["jobs"] and all(required <= set(j) for j in doc["jobs"])
     first = doc["jobs"][0]["id"]
-    code, out, _ = _run_cli(["job", first, "--db", str(path), "--json"], capsys)
+    code, out, _ = run_cli(["job", first, "--db", str(path), "--json"])
     one = json.loads(out)
     assert code == 0 and one["id"] == first and required <= set(one) and one["per_gpu"]
     assert {"host", "gpu", "mean_util_pct", "max_fb_used_bytes", "energy_kwh", "idle"} <= set(one["per_gpu"][0])
 
 
-def test_unknown_job_exits_2_with_one_line(twin_store, capsys) -> None:
+def test_unknown_job_exits_2_with_one_line(twin_store, run_cli) -> None:
     path, _ = twin_store
-    code, out, err = _run_cli(["job", "999999", "--db", str(path), "--json"], capsys)
+    code, out, err = run_cli(["job", "999999", "--db", str(path), "--json"])
     assert code == 2 and out == "" and err.count("\n") == 1 and err.startswith("hpcwatch: ")

@@ -220,25 +220,9 @@ def test_live_twin_writes_ticks_into_the_store() -> None:
     assert store.spans(live.twin.training_job.id)
 
 
-def _cli(argv: list[str], capsys) -> tuple[int, str, str]:
-    import sys
-
-    from hpcwatch.cli import main
-    old, sys.argv = sys.argv, ["hpcwatch", *argv]
-    try:
-        main()
-        code = 0
-    except SystemExit as exit_:
-        code = exit_.code or 0
-    finally:
-        sys.argv = old
-    out = capsys.readouterr()
-    return code, out.out, out.err
-
-
-def test_twin_run_writes_the_documented_layout(tmp_path, capsys) -> None:
-    code, out, _ = _cli(["twin", "run", "--out", str(tmp_path), "--duration", "60", "--step", "10",
-                         "--scenario", "straggler", "--json"], capsys)
+def test_twin_run_writes_the_documented_layout(tmp_path, run_cli) -> None:
+    code, out, _ = run_cli(["twin", "run", "--out", str(tmp_path), "--duration", "60", "--step", "10",
+                         "--scenario", "straggler", "--json"])
     summary = json.loads(out)
     assert code == 0 and summary["ticks"] == 6 and summary["scenarios"] == ["straggler"]
     for rel in ("dcgm/node1.prom", "dcgm/node2.prom", "node-exporter/node1.prom", "slurm/squeue.json",
@@ -251,13 +235,13 @@ def test_twin_run_writes_the_documented_layout(tmp_path, capsys) -> None:
     assert sorted((tmp_path / "lustre").iterdir())
 
 
-def test_twin_run_rejects_a_bad_step_in_one_line(tmp_path, capsys) -> None:
-    code, out, err = _cli(["twin", "run", "--out", str(tmp_path), "--duration", "60", "--step", "0"], capsys)
+def test_twin_run_rejects_a_bad_step_in_one_line(tmp_path, run_cli) -> None:
+    code, out, err = run_cli(["twin", "run", "--out", str(tmp_path), "--duration", "60", "--step", "0"])
     assert code == 2 and out == "" and err.startswith("hpcwatch: ") and err.count("\n") == 1
 
 
-def test_top_json_lists_every_gpu_with_its_job_and_user(capsys) -> None:
-    code, out, _ = _cli(["top", "--duration", "1.5", "--speed", "10", "--json"], capsys)
+def test_top_json_lists_every_gpu_with_its_job_and_user(run_cli) -> None:
+    code, out, _ = run_cli(["top", "--duration", "1.5", "--speed", "10", "--json"])
     doc = json.loads(out)
     assert code == 0 and len(doc["gpus"]) == 16
     busy = [g for g in doc["gpus"] if g["job"]]
