@@ -232,7 +232,12 @@ def test_twin_run_writes_the_documented_layout(tmp_path, run_cli) -> None:
     stamps = {line.rsplit(" ", 1)[1] for line in (tmp_path / "dcgm" / "node1.prom").read_text().splitlines()
               if line.startswith("DCGM_FI_DEV_GPU_UTIL{")}
     assert len(stamps) == 7
-    assert sorted((tmp_path / "lustre").iterdir())
+    snapshots = sorted((tmp_path / "lustre").iterdir())
+    assert snapshots
+    # Untimed formats are dated by their file's write time: it is the simulated moment, not the wall clock.
+    for path in (*snapshots, tmp_path / "perfquery/node2/mlx5_7.1.txt"):
+        simulated_s = int(path.stem) / 1000 if path.parent.name == "lustre" else max(int(s) for s in stamps) / 1000
+        assert path.stat().st_mtime == pytest.approx(simulated_s, abs=1e-3), path
 
 
 def test_twin_run_rejects_a_bad_step_in_one_line(tmp_path, run_cli) -> None:

@@ -28,6 +28,7 @@ every counter has a starting point and per-job deltas add up exactly.
 from __future__ import annotations
 
 import multiprocessing
+import os
 import shutil
 from collections.abc import Callable
 from multiprocessing.connection import Connection
@@ -248,6 +249,9 @@ class _Writer:
 
     def _put(self, path: Path, text: str) -> None:
         path.write_text(text)
+        # Readers date untimed formats (job_stats, perfquery) by the file's write time: make it the
+        # simulated moment the snapshot was taken, as a collector writing it then would have left it.
+        os.utime(path, (self.twin.now, self.twin.now))
         self.files += 1
 
     def scrape(self, *, lustre: bool) -> None:
