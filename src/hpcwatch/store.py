@@ -7,7 +7,7 @@ replays committed transactions on the next open).
 Samples are kept with three columns pulled out of their labels, because every
 analysis filters on them:
 
-    host  <- Hostname | hostname | node      (dcgm-exporter, node-exporter)
+    host  <- Hostname | hostname | node, else instance without its port   (dcgm-, node-exporter)
     gpu   <- gpu                             (dcgm-exporter GPU index)
     job   <- hpc_job | jobid | job_id        (dcgm-exporter mapping, Lustre job_stats)
 
@@ -65,6 +65,8 @@ CREATE TABLE IF NOT EXISTS findings (vector VARCHAR, severity VARCHAR, target VA
 def sample_keys(labels: Mapping[str, str]) -> tuple[str | None, str | None, str | None]:
     """(host, gpu, job) of a sample's labels; see the module docstring."""
     host = next((labels[k] for k in HOST_LABELS if labels.get(k)), None)
+    if host is None and labels.get("instance"):
+        host = labels["instance"].rsplit(":", 1)[0]  # Prometheus' target label: "node3:9100"
     job = next((labels[k] for k in JOB_LABELS if labels.get(k)), None)
     return host, labels.get("gpu") or None, job
 

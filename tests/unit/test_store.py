@@ -39,11 +39,14 @@ def test_every_record_kind_round_trips_through_the_store():
 def test_samples_are_keyed_by_host_gpu_and_job_from_their_labels():
     lowercase_host = Sample(metric="DCGM_FI_DEV_GPU_UTIL", t=1.0, value=5.0, labels={"gpu": "1", "hostname": "node2"})
     lustre = Sample(metric="lustre_job_read_bytes_total", t=1.0, value=9.0, labels={"jobid": "42", "target": "OST0"})
+    ib = Sample(metric="node_infiniband_port_data_received_bytes_total", t=1.0, value=4.0,
+                labels={"device": "mlx5_0", "port": "1", "instance": "node3:9100"})
     with Store() as store:
-        store.add([_gpu_sample(1.0, 50.0), lowercase_host, lustre])
+        store.add([_gpu_sample(1.0, 50.0), lowercase_host, lustre, ib])
         rows = {(r["metric"], r["host"], r["gpu"], r["job"]) for r in store.samples().to_pylist()}
     assert rows == {("DCGM_FI_DEV_GPU_UTIL", "node1", "0", "7"), ("DCGM_FI_DEV_GPU_UTIL", "node2", "1", None),
-                    ("lustre_job_read_bytes_total", None, None, "42")}
+                    ("lustre_job_read_bytes_total", None, None, "42"),
+                    ("node_infiniband_port_data_received_bytes_total", "node3", None, None)}
 
 
 def test_sample_queries_filter_by_metric_host_job_and_time():
