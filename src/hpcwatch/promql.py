@@ -37,7 +37,7 @@ import pyarrow.compute as pc
 
 from hpcwatch.errors import BackendError
 from hpcwatch.records import Sample
-from hpcwatch.store import SAMPLE_SCHEMA, sample_keys
+from hpcwatch.schemas import SAMPLE_SCHEMA, sample_keys
 
 __all__ = ["PrometheusBackend", "PromConfig", "result_table", "encode_remote_write", "DEFAULT_TIMEOUT_S", "DEFAULT_LOOKBACK_S",
            "HOST_LABEL", "JOB_LABEL"]

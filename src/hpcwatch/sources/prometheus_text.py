@@ -45,7 +45,7 @@ import pyarrow.compute as pc
 from hpcwatch.errors import ParseError
 from hpcwatch.records import Sample
 from hpcwatch.sources.lines import file_time, read_text
-from hpcwatch.store import SAMPLE_SCHEMA, sample_keys
+from hpcwatch.schemas import SAMPLE_SCHEMA, sample_keys
 
 __all__ = ["parse_prometheus_text", "read_prometheus_text", "parse_prometheus_columns",
            "read_prometheus_columns", "parse_labels", "is_prometheus_text"]

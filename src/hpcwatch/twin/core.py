@@ -753,7 +753,7 @@ class Twin:
     def sample_table(self) -> pa.Table:
         """``samples()`` as one table with the store's columns (``hpcwatch.store.SAMPLE_SCHEMA``): the fast
         way to put a tick of a large cluster into a Store (``Store.add_sample_table``)."""
-        from hpcwatch.store import SAMPLE_SCHEMA, sample_keys
+        from hpcwatch.schemas import SAMPLE_SCHEMA, sample_keys
         from hpcwatch.twin.exposition import ib_samples, lustre_samples
         n, m = self.n_gpus, len(DCGM_FIELDS)
         labels = self.labels_of_all()

@@ -4,12 +4,8 @@ Writes go in batches, one transaction each, so a ``kill -9`` during an ingest
 loses at most the batch in flight and leaves a readable file (DuckDB's WAL
 replays committed transactions on the next open).
 
-Samples are kept with three columns pulled out of their labels, because every
-analysis filters on them:
-
-    host  <- Hostname | hostname | node, else instance without its port   (dcgm-, node-exporter)
-    gpu   <- gpu                             (dcgm-exporter GPU index)
-    job   <- hpc_job | jobid | job_id        (dcgm-exporter mapping, Lustre job_stats)
+Samples are kept with their host, gpu and job pulled out of the labels
+(``schemas.sample_keys``).
 
 Queries return records (few rows) or a ``pyarrow.Table`` (many rows) whose
 columns are documented on the method.
@@ -18,7 +14,7 @@ columns are documented on the method.
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -29,24 +25,11 @@ import pyarrow as pa
 
 from hpcwatch.errors import StoreError
 from hpcwatch.records import Event, Finding, Job, Sample, Span
+from hpcwatch.schemas import SAMPLE_SCHEMA, sample_keys
 
 __all__ = ["Store", "StoreConfig", "IngestCounts", "DEFAULT_BATCH_SIZE", "sample_keys", "SAMPLE_SCHEMA"]
 
 DEFAULT_BATCH_SIZE = 20_000
-
-HOST_LABELS = ("Hostname", "hostname", "node")
-JOB_LABELS = ("hpc_job", "jobid", "job_id")
-
-#: Columns of the samples table and of ``Store.samples()``.
-SAMPLE_SCHEMA = pa.schema([
-    ("metric", pa.string()),
-    ("t", pa.float64()),      # UTC seconds
-    ("value", pa.float64()),
-    ("host", pa.string()),    # see module docstring
-    ("gpu", pa.string()),
-    ("job", pa.string()),
-    ("labels", pa.string()),  # all labels, JSON object
-])
 
 _DDL = """
 CREATE TABLE IF NOT EXISTS samples (metric VARCHAR, t DOUBLE, value DOUBLE, host VARCHAR, gpu VARCHAR,
@@ -60,15 +43,6 @@ CREATE TABLE IF NOT EXISTS jobs (id VARCHAR PRIMARY KEY, "user" VARCHAR, account
 CREATE TABLE IF NOT EXISTS findings (vector VARCHAR, severity VARCHAR, target VARCHAR, title VARCHAR,
                                      evidence VARCHAR, t DOUBLE, rule VARCHAR);
 """
-
-
-def sample_keys(labels: Mapping[str, str]) -> tuple[str | None, str | None, str | None]:
-    """(host, gpu, job) of a sample's labels; see the module docstring."""
-    host = next((labels[k] for k in HOST_LABELS if labels.get(k)), None)
-    if host is None and labels.get("instance"):
-        host = labels["instance"].rsplit(":", 1)[0]  # Prometheus' target label: "node3:9100"
-    job = next((labels[k] for k in JOB_LABELS if labels.get(k)), None)
-    return host, labels.get("gpu") or None, job
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

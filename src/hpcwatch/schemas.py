@@ -1,0 +1,44 @@
+"""Columnar batches that travel between layers, and the rule that keys a sample.
+
+Readers with a fast path (Prometheus text), the twin, the PromQL backend and the
+store all build or read sample tables with these columns, so they live here, beside
+``records.py``, where every layer may import them.
+
+Samples keep three columns pulled out of their labels, because every analysis
+filters on them:
+
+    host  <- Hostname | hostname | node, else instance without its port   (dcgm-, node-exporter)
+    gpu   <- gpu                             (dcgm-exporter GPU index)
+    job   <- hpc_job | jobid | job_id        (dcgm-exporter mapping, Lustre job_stats)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import pyarrow as pa
+
+__all__ = ["SAMPLE_SCHEMA", "sample_keys", "HOST_LABELS", "JOB_LABELS"]
+
+HOST_LABELS = ("Hostname", "hostname", "node")
+JOB_LABELS = ("hpc_job", "jobid", "job_id")
+
+#: Columns of the samples table and of ``Store.samples()``.
+SAMPLE_SCHEMA = pa.schema([
+    ("metric", pa.string()),
+    ("t", pa.float64()),      # UTC seconds
+    ("value", pa.float64()),
+    ("host", pa.string()),    # see module docstring
+    ("gpu", pa.string()),
+    ("job", pa.string()),
+    ("labels", pa.string()),  # all labels, JSON object
+])
+
+
+def sample_keys(labels: Mapping[str, str]) -> tuple[str | None, str | None, str | None]:
+    """(host, gpu, job) of a sample's labels; see the module docstring."""
+    host = next((labels[k] for k in HOST_LABELS if labels.get(k)), None)
+    if host is None and labels.get("instance"):
+        host = labels["instance"].rsplit(":", 1)[0]  # Prometheus' target label: "node3:9100"
+    job = next((labels[k] for k in JOB_LABELS if labels.get(k)), None)
+    return host, labels.get("gpu") or None, job
