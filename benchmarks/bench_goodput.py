@@ -8,7 +8,7 @@ from __future__ import annotations
 import time
 
 from hpcwatch.analysis.goodput import account_goodput
-from hpcwatch.twin.failures import GoodputSimConfig, goodput_sweep, simulate_goodput
+from hpcwatch.analysis.goodputsim import GoodputSimConfig, goodput_sweep, simulate_goodput
 
 
 def _best_of(n: int, fn):

@@ -31,3 +31,34 @@ def run_cli(capsys):
         return code, out.out, out.err
 
     return run
+
+
+def records_of(paths, *, hosts=()) -> list:
+    """Every record under ``paths``, read the way ``hpcwatch ingest`` reads them (advisories and manifests as
+    events), in file order."""
+    from hpcwatch.sources.registry import Input, plan_inputs
+    from hpcwatch.sources.stored import advisory_events, manifest_event
+
+    records: list = []
+    for item in plan_inputs(paths, hosts=hosts):
+        if not isinstance(item, Input) or item.format is None:
+            continue
+        fmt, read = item.format, item.format.read(item.path, item.context)
+        if fmt.yields == "advisories":
+            records += advisory_events(read, t=0.0)
+        elif fmt.yields == "manifest":
+            records.append(manifest_event(read, t=0.0))
+        elif fmt.yields == "records":
+            records += read
+    return records
+
+
+def scan_folder(folder, cluster, **config_overrides) -> list:
+    """``hpcwatch scan FOLDER`` in-process: ingest into a store of its own, then every detector."""
+    from hpcwatch.ingest import ingest_paths
+    from hpcwatch.security.scan import ScanConfig, scan_store
+    from hpcwatch.store import Store
+
+    with Store(":memory:") as store:
+        ingest_paths(store, [folder], hosts=[n.name for n in cluster.nodes])
+        return scan_store(store, config=ScanConfig.for_cluster(cluster, **config_overrides))

@@ -10,6 +10,7 @@ import pytest
 
 from hpcwatch.promql import PrometheusBackend
 from hpcwatch.records import Sample
+from hpcwatch.sources.mapping import read_job_mapping_dir
 from hpcwatch.store import Store
 
 from .conftest import wait_until
@@ -75,7 +76,7 @@ def test_prometheus_scrapes_the_twin_endpoints_with_mapping_labels(start_prometh
     (tmp_path / "node2" / "7").write_text("502\n")
     twin = Twin(reference_cluster(), seed=2)
     config = ServeConfig(nodes=("node1", "node2"), port=TWIN_PORT, mapping_dir=tmp_path, tick_s=1.0)
-    with TwinEndpoints(twin, config) as endpoints:
+    with TwinEndpoints(twin, config, read_mapping=read_job_mapping_dir) as endpoints:
         prom_server = start_prometheus(prometheus_config(endpoints.targets, scrape_interval_s=1), port=PORT_SCRAPE)
         t0 = time.monotonic()
 

@@ -13,8 +13,9 @@ from typer.testing import CliRunner
 
 from hpcwatch.cli import app
 from hpcwatch.errors import ConfigError
-from hpcwatch.twin.failures import (LLAMA3_INTERRUPTIONS, FailureModel, GoodputSimConfig, IbFlap, StalledNccl,
-                                    Xid79, daly_interval_s, goodput_sweep, simulate_goodput, young_interval_s)
+from hpcwatch.analysis.goodputsim import (LLAMA3_INTERRUPTIONS, FailureModel, GoodputSimConfig, daly_interval_s,
+                                          goodput_sweep, simulate_goodput, young_interval_s)
+from hpcwatch.twin.failures import IbFlap, StalledNccl, Xid79
 from hpcwatch.twin.core import DCGM_FIELDS
 from hpcwatch.twin.scenarios import get_scenario
 

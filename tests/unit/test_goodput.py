@@ -11,7 +11,7 @@ from hpcwatch.analysis.goodput import (BADPUT_KINDS, account_goodput, ideal_step
 from hpcwatch.cli import app
 from hpcwatch.records import Event, Job, Sample, Span
 from hpcwatch.store import Store
-from hpcwatch.twin.failures import GoodputSimConfig, simulate_goodput
+from hpcwatch.analysis.goodputsim import GoodputSimConfig, simulate_goodput
 
 
 def _steps(job: str, first: int, start: float, n: int, dur: float = 10.0, load: float = 1.0) -> list[Span]:

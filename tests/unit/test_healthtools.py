@@ -114,9 +114,9 @@ def test_ib_write_bw_bad_row_names_its_line():
     ("nccl_all_reduce_perf_2node_wrong.out", "nccl-tests"), ("ib_write_bw_degraded_mbs.out", "ib-write-bw"),
 ])
 def test_ingest_detects_health_tool_outputs(data_dir, name, fmt):
-    from hpcwatch.sources.detect import detect_format, read_any
+    from hpcwatch.sources.registry import detect, read_input
 
     path = data_dir / "health" / name
-    assert detect_format(path).name == fmt
-    assert [e.kind for e in read_any(path)] == [{"dcgmi-diag": "dcgm_diag", "nccl-tests": "nccl_test",
+    assert detect(path).name == fmt
+    assert [e.kind for e in read_input(path)] == [{"dcgmi-diag": "dcgm_diag", "nccl-tests": "nccl_test",
                                                  "ib-write-bw": "ib_write_bw"}[fmt]]

@@ -13,7 +13,8 @@ import hpcwatch.security as security
 from hpcwatch.model import reference_cluster
 from hpcwatch.security import (container_escape, data_poisoning, gradients, rdma, remanence, supply_chain,
                                weights_access)
-from hpcwatch.security.scan import RULES, ScanConfig, ScanExtras, load_paths, scan_store
+from hpcwatch.security.scan import RULES
+from tests.conftest import scan_folder
 from hpcwatch.store import Store
 from hpcwatch.twin.threats import THREAT_SCENARIOS, write_threat_fixtures
 from hpcwatch.web.i18n import LANGUAGES, finding_key, finding_text, load_catalogue
@@ -58,11 +59,7 @@ def test_templates_use_the_same_placeholders_in_every_language() -> None:
 def _findings(tmp_path: Path, scenario: str) -> list:
     cluster = reference_cluster()
     write_threat_fixtures(tmp_path, scenario)
-    loaded = load_paths([tmp_path], hosts=[n.name for n in cluster.nodes])
-    with Store(":memory:") as store:
-        store.add(loaded.records)
-        return scan_store(store, config=ScanConfig.for_cluster(cluster),
-                          extras=ScanExtras(osv=loaded.osv or None, manifests=tuple(loaded.manifests)))
+    return scan_folder(tmp_path, cluster)
 
 
 @pytest.mark.parametrize("scenario", [s for s in THREAT_SCENARIOS if s.startswith("threat_")])

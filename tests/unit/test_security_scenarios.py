@@ -11,19 +11,16 @@ from pathlib import Path
 import pytest
 
 from hpcwatch.model import reference_cluster
-from hpcwatch.security.scan import ScanConfig, ScanExtras, load_paths, scan_records, scan_store, sort_findings
+from hpcwatch.security.scan import ScanConfig, ScanExtras, scan_records, scan_store, sort_findings
 from hpcwatch.store import Store
 from hpcwatch.twin.threats import EXPECTED_RULES, THREAT_SCENARIOS, write_threat_fixtures
+from tests.conftest import records_of, scan_folder
 
 CLUSTER = reference_cluster()
 
 
 def _scan(folder: Path) -> list:
-    loaded = load_paths([folder], hosts=[n.name for n in CLUSTER.nodes])
-    with Store(":memory:") as store:
-        store.add(loaded.records)
-        return scan_store(store, config=ScanConfig.for_cluster(CLUSTER),
-                          extras=ScanExtras(osv=loaded.osv or None, manifests=tuple(loaded.manifests)))
+    return scan_folder(folder, CLUSTER)
 
 
 @pytest.mark.parametrize("scenario", THREAT_SCENARIOS)
@@ -172,8 +169,7 @@ def test_twin_sketch_and_signature_match_security_and_sources() -> None:
 
 def _fixture_records(tmp_path: Path, scenario: str) -> tuple[list, object]:
     write_threat_fixtures(tmp_path, scenario)
-    loaded = load_paths([tmp_path], hosts=[n.name for n in CLUSTER.nodes])
-    return loaded.records, loaded
+    return records_of([tmp_path], hosts=[n.name for n in CLUSTER.nodes]), None
 
 
 @pytest.mark.parametrize("scenario", ["threat_rdma", "threat_remanence", "threat_container_escape"])

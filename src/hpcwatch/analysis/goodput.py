@@ -21,7 +21,7 @@ less the restore, is ``recovery``; the start of the first incarnation is
 Productive time is the kept steps' duration less their blocking data load.
 
 Inputs are the store's records, through one code path whether they come from
-a real cluster or from the failure twin (``hpcwatch.twin.failures``):
+a real cluster or from the failure twin (``hpcwatch.analysis.goodputsim``):
 
 - ``Job`` (start, end): the wall-clock window; a requeued Slurm job keeps its id.
 - steps: a ``StepTable`` built from ``Span`` records (``steps_from_spans``) or

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import sys
 import time
 from pathlib import Path
@@ -11,11 +12,12 @@ from typing import Any
 import orjson
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 from hpcwatch.store import Store
 
 __all__ = ["app", "twin_app", "simulate_app", "console", "emit_json", "open_store", "default_db_path",
-           "DbOption", "JsonOption", "wait_for"]
+           "DbOption", "JsonOption", "wait_for", "safe_text"]
 
 app = typer.Typer(name="hpcwatch", no_args_is_help=True, add_completion=False,
                   help="See an AI training cluster as it runs and as it can be attacked.")
@@ -40,6 +42,15 @@ def default_db_path() -> Path:
 
 def open_store(db: str | None) -> Store:
     return Store(db if db else default_db_path())
+
+
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+def safe_text(text: object, *, markup: bool = True) -> str:
+    """Data made safe for a terminal: control characters shown as ``\\xNN``, Rich markup escaped (``markup``)."""
+    shown = _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", str(text))
+    return escape(shown) if markup else shown
 
 
 def emit_json(document: Any) -> None:

@@ -16,7 +16,7 @@ from hpcwatch.errors import ConfigError, InputError
 from hpcwatch.records import Event
 from hpcwatch.sources.healthtools import read_dcgmi_diag, read_ib_write_bw, read_nccl_tests
 from hpcwatch.store import Store
-from hpcwatch.twin.failures import (DEFAULT_CHECKPOINT_COST_S, DEFAULT_INIT_S, DEFAULT_LOAD_FRACTION,
+from hpcwatch.analysis.goodputsim import (DEFAULT_CHECKPOINT_COST_S, DEFAULT_INIT_S, DEFAULT_LOAD_FRACTION,
                                     DEFAULT_RESTART_COST_S, DEFAULT_RESTORE_COST_S, DEFAULT_STEP_S,
                                     DEFAULT_SWEEP_GPUS, LLAMA3_DAYS, LLAMA3_GPUS, GoodputSimConfig,
                                     goodput_sweep, simulate_goodput)

@@ -1,77 +1,91 @@
-"""``hpcwatch ingest PATH...``: read files or folders of real formats into the store.
+"""``hpcwatch ingest PATH...``: read files or folders of real formats into the store, each file once.
 
-Each file is read whole, then written in its own transaction(s): a bad file
-stops the command with ``hpcwatch: FILE:LINE: what`` (exit 2) and writes none
-of its records, while the files before it stay in the store.
+The work is ``hpcwatch.ingest.ingest_paths``; this view prints what it did: the
+records stored per kind, the files already in the store, the files skipped and
+why, and the bad lines of logs (kept: their good lines were stored). A strict file
+that is bad stops the command with ``hpcwatch: FILE:LINE: what`` (exit 2); the
+files before it stay in the store.
 """
 
 from __future__ import annotations
 
+import sys
 from collections import Counter
 from pathlib import Path
 
 import typer
 from rich.table import Table
 
-from hpcwatch.cli.common import DbOption, JsonOption, app, console, emit_json, open_store
-from hpcwatch.sources.detect import FORMATS, detect_format, format_named, iter_files
-from hpcwatch.store import IngestCounts, Store
+from hpcwatch.cli.common import DbOption, JsonOption, app, console, emit_json, open_store, safe_text
+from hpcwatch.ingest import FileResult, IngestReport, ingest_paths
+from hpcwatch.sources.registry import RECORD_KINDS, format_named, formats
 
-__all__ = ["ingest"]
-
-_KINDS = ("samples", "events", "spans", "jobs", "findings")
-
-
-def _ingest_file(store: Store, path: Path, format: str | None, totals: IngestCounts) -> str | None:
-    """Store one file's records; returns the format used (None for an empty file)."""
-    fmt = format_named(format) if format else detect_format(path)
-    if fmt is None:
-        return None
-    if fmt.table_reader is not None:
-        table = fmt.table_reader(path)
-        totals.samples += store.add_sample_table(table)
-    else:
-        records = list(fmt.reader(path))  # whole file first: a parse error writes nothing of it
-        counts = store.add(records)
-        for kind in _KINDS:
-            setattr(totals, kind, getattr(totals, kind) + getattr(counts, kind))
-    return fmt.name
+__all__ = ["ingest", "ingest_document"]
 
 
 @app.command()
 def ingest(
     paths: list[Path] = typer.Argument(..., help="Files or folders (walked) of real formats."),
     format: str | None = typer.Option(None, "--format", "-f",
-                                      help="Skip detection: " + ", ".join(f.name for f in FORMATS) + "."),
+                                      help="Skip detection: " + ", ".join(f.name for f in formats()) + "."),
+    host: str | None = typer.Option(None, "--host", help="The node these files belong to, for formats that do "
+                                                         "not name it (node-exporter text, perfquery, nvidia-smi)."),
     db: str | None = DbOption,
     json_out: bool = JsonOption,
 ) -> None:
-    """Read files or folders of real formats into the store (format auto-detected)."""
+    """Read files or folders of real formats into the store (format auto-detected; the same content only once)."""
     if format:
         format_named(format)  # an unknown name fails before anything is read
-    totals = IngestCounts()
-    formats: Counter[str] = Counter()
-    files = empty = 0
     with open_store(db) as store:
-        for path in iter_files(paths):
-            used = _ingest_file(store, path, format, totals)
-            files += 1
-            if used is None:
-                empty += 1
-            else:
-                formats[used] += 1
-    doc = {"files": files, **{kind: getattr(totals, kind) for kind in _KINDS}, "empty_files": empty,
-           "formats": dict(sorted(formats.items()))}
+        report = ingest_paths(store, paths, format=format, host=host, on_file=None if json_out else _warn)
     if json_out:
-        emit_json(doc)
+        emit_json(ingest_document(report))
         return
-    table = Table(title=f"ingested {files} file(s)")
+    _print(report)
+
+
+def ingest_document(report: IngestReport) -> dict:
+    """The ``--json`` document: totals per kind, files per outcome and format, what was skipped and why."""
+    formats_used = Counter(f.format for f in report.files if f.status == "stored")
+    return {
+        "files": sum(1 for f in report.files if f.status != "skipped"),
+        **report.totals(),
+        "empty_files": sum(1 for f in report.files if f.status == "empty"),
+        "formats": dict(sorted(formats_used.items())),
+        "status": report.by_status(),
+        "already_ingested": [f.path for f in report.files if f.status == "already"],
+        "skipped": [{"path": f.path, "reason": f.reason} for f in report.files if f.status in ("skipped", "not stored")],
+        "bad_lines": [{"path": f.path, "count": f.bad_line_count, "first": f.bad_lines}
+                      for f in report.files if f.bad_line_count],
+    }
+
+
+def _warn(result: FileResult) -> None:
+    """Bad lines and skipped files go to stderr as they happen, one line each."""
+    if result.bad_line_count:
+        for line in result.bad_lines:
+            print(f"hpcwatch: warning: {safe_text(line, markup=False)}", file=sys.stderr)
+        more = result.bad_line_count - len(result.bad_lines)
+        tail = f" ({more} more not shown)" if more else ""
+        print(f"hpcwatch: warning: {safe_text(result.path, markup=False)}: {result.bad_line_count} bad line(s) "
+              f"skipped, the good ones kept{tail}", file=sys.stderr)
+
+
+def _print(report: IngestReport) -> None:
+    doc = ingest_document(report)
+    table = Table(title=f"ingested {doc['files']} file(s)")
     table.add_column("kind")
     table.add_column("count", justify="right")
-    for kind in _KINDS:
+    for kind in RECORD_KINDS:
         table.add_row(kind, str(doc[kind]))
     for name, n in doc["formats"].items():
-        table.add_row(f"files: {name}", str(n))
-    if empty:
-        table.add_row("files: empty", str(empty))
+        table.add_row(f"files: {safe_text(name)}", str(n))
+    for status, n in doc["status"].items():
+        if status != "stored":
+            table.add_row(f"files: {status}", str(n))
     console.print(table)
+    for f in report.files:
+        if f.status == "already":
+            console.print(f"already in the store (same content): {safe_text(f.path)}", highlight=False)
+        elif f.status in ("skipped", "not stored"):
+            console.print(f"{f.status}: {safe_text(f.path)}: {safe_text(f.reason)}", highlight=False)

@@ -16,7 +16,8 @@ from hpcwatch.model import load_cluster, reference_cluster
 from hpcwatch.records import Finding
 from hpcwatch.security.container_escape import AllowedShell, ContainerEscapeConfig
 from hpcwatch.security.data_poisoning import DEFAULT_DATASET_PREFIXES, DataPoisoningConfig
-from hpcwatch.security.scan import ScanConfig, ScanExtras, load_paths, scan_store, weights_reads
+from hpcwatch.ingest import ingest_paths
+from hpcwatch.security.scan import ScanConfig, ScanExtras, scan_store, weights_reads
 from hpcwatch.security.weights_access import WeightsConfig
 from hpcwatch.store import Store
 
@@ -79,13 +80,9 @@ def scan(
         weights=WeightsConfig(weights_path=cluster.weights.path, owner_users=frozenset(owner)))
     store = Store(db if db else ":memory:") if paths else open_store(db)
     with store:
-        extras = ScanExtras(manifest_key=key)
-        if paths:
-            loaded = load_paths(paths, hosts=[n.name for n in cluster.nodes] + storage_host)
-            store.add(loaded.records)
-            extras = ScanExtras(osv=loaded.osv if len(loaded.osv) else None, manifests=tuple(loaded.manifests),
-                                manifest_key=key)
-        findings = scan_store(store, config=config, extras=extras)
+        if paths:  # the same way in as `hpcwatch ingest` (into --db when given, else a store of this run)
+            ingest_paths(store, paths, hosts=[n.name for n in cluster.nodes] + storage_host)
+        findings = scan_store(store, config=config, extras=ScanExtras(manifest_key=key))
         reads = weights_reads(store, config=config)
         inputs = _inputs(store)
         store.clear_findings()

@@ -15,34 +15,34 @@ from hpcwatch.analysis.steps import Anatomy, anatomy_from_spans, anatomy_from_tr
 from hpcwatch.analysis.stragglers import StragglerReport, find_stragglers
 from hpcwatch.cli.common import DbOption, JsonOption, app, console, emit_json, open_store
 from hpcwatch.errors import ConfigError, InputError
-from hpcwatch.instrument.torch import read_hook_jsonl
 from hpcwatch.records import PHASES, Job, Span
-from hpcwatch.sources.kineto import KinetoTrace, read_kineto
+from hpcwatch.sources.kineto import KinetoTrace
+from hpcwatch.sources.registry import Input, plan_inputs
 
 __all__ = ["steps", "trace_files", "steps_document"]
 
-_TRACE_SUFFIXES = (".json", ".json.gz")
+#: The registry formats this command reads.
+_STEP_FORMATS = ("kineto", "hook-jsonl")
 _stderr = Console(stderr=True)
 #: How many slow steps the human report lists.
 _SLOW_STEPS_SHOWN = 5
 
 
-def trace_files(paths: list[Path]) -> list[Path]:
-    """The files named, folders expanded to their traces (``*.json[.gz]``) or else hook files (``*.jsonl``)."""
-    out: list[Path] = []
-    for path in paths:
-        if path.is_dir():
-            files = sorted(p for p in path.iterdir() if p.is_file())
-            found = [p for p in files if p.name.endswith(_TRACE_SUFFIXES)] or \
-                [p for p in files if p.name.endswith(".jsonl")]
-            if not found:
-                raise InputError(f"{path}: no .json, .json.gz trace or .jsonl hook file in this folder")
-            out += found
-        elif path.is_file():
-            out.append(path)
-        else:
-            raise InputError(f"{path}: no such file or folder")
-    return out
+def trace_files(paths: list[Path]) -> list[Input]:
+    """Kineto traces and hook files under ``paths``, recognised by the format registry (not by their names).
+
+    A file named on the command line must be one of the two; a folder's other files are passed over.
+    """
+    found: list[Input] = []
+    for item in plan_inputs(paths):
+        if isinstance(item, Input) and item.format is not None and item.format.name in _STEP_FORMATS:
+            found.append(item)
+        elif isinstance(item, Input) and any(Path(p) == item.path for p in paths):
+            what = item.format.name if item.format else "empty"
+            raise InputError(f"{item.path}: steps reads Kineto traces or the hook's JSON lines, not {what}")
+    if not found:
+        raise InputError(f"{', '.join(map(str, paths))}: no Kineto trace or hook JSON lines found")
+    return found
 
 
 @app.command()
@@ -67,11 +67,12 @@ def steps(
         anatomy, placement = _from_store(db, job)
     else:
         files = trace_files(list(paths))
-        hook = [p for p in files if p.name.endswith(".jsonl")]
+        hook = [i for i in files if i.format.name == "hook-jsonl"]
         if hook and len(hook) != len(files):
             raise ConfigError("steps: give Kineto traces or the hook's .jsonl files, not both")
         if hook:
-            anatomy = anatomy_from_spans(r for p in hook for r in read_hook_jsonl(p) if isinstance(r, Span))
+            anatomy = anatomy_from_spans(r for i in hook for r in i.format.read(i.path, i.context)
+                                         if isinstance(r, Span))
         else:
             traces = _read_traces(files)
             anatomy = anatomy_from_traces(traces)
@@ -86,10 +87,10 @@ def steps(
         _print(doc)
 
 
-def _read_traces(files: list[Path]) -> list[KinetoTrace]:
+def _read_traces(files: list[Input]) -> list[KinetoTrace]:
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        traces = [read_kineto(p) for p in files]
+        traces = [i.format.read(i.path, i.context) for i in files]
     for w in caught:
         _stderr.print(f"[yellow]warning:[/yellow] {w.message}", highlight=False)
     return traces

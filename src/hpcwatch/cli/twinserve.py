@@ -46,13 +46,14 @@ def twin_serve(
     as_json: bool = typer.Option(False, "--json", help="Print the targets as one JSON document, then serve."),
 ) -> None:
     """Serve each node's dcgm-exporter (/metrics) and node-exporter (/node-exporter/metrics) text."""
+    from hpcwatch.sources.mapping import read_job_mapping_dir
     from hpcwatch.twin import Twin   # the simulator is heavy: only this command needs it
 
     cluster = sized_cluster(nodes)
     twin = Twin(cluster, seed=seed, scenarios=tuple(scenario))
     config = ServeConfig(nodes=tuple(n.name for n in cluster.nodes), port=port, host=host,
                          mapping_dir=mapping_dir, tick_s=tick_s)
-    endpoints = TwinEndpoints(twin, config).start()
+    endpoints = TwinEndpoints(twin, config, read_mapping=read_job_mapping_dir if mapping_dir else None).start()
     try:
         if prom_config is not None:
             prom_config.write_text(prometheus_config(endpoints.targets) + "\n")

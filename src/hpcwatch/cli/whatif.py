@@ -16,7 +16,7 @@ from hpcwatch.analysis.stragglersim import DEFAULT_STEPS, busy_times_from_spans,
 from hpcwatch.analysis.whatif import WhatIf, whatif_ops, whatif_spans
 from hpcwatch.cli.common import DbOption, JsonOption, app, console, emit_json, open_store, simulate_app
 from hpcwatch.errors import ConfigError, InputError, ParseError
-from hpcwatch.sources.optrace import read_optrace
+from hpcwatch.sources.registry import Input, plan_inputs
 
 __all__ = ["whatif", "mfu", "stragglers"]
 
@@ -35,7 +35,7 @@ def whatif(
     if (trace is None) == (job is None):
         raise ConfigError("whatif: give a TRACE file or --job ID (one of them)")
     if trace is not None:
-        result = whatif_ops(read_optrace(trace))
+        result = whatif_ops(_read_op_trace(trace))
     else:
         with open_store(db) as store:
             spans = store.spans(job)
@@ -46,6 +46,15 @@ def whatif(
         emit_json(_whatif_doc(result))
     else:
         _print_whatif(result)
+
+
+def _read_op_trace(path: Path):
+    """The op table of ``path``, which the format registry must recognise as one."""
+    (item,) = [i for i in plan_inputs([path]) if isinstance(i, Input)] or [None]
+    if item is None or item.format is None or item.format.yields != "op-table":
+        what = item.format.name if item is not None and item.format else "empty or a folder"
+        raise InputError(f"{path}: whatif reads a per-operation Parquet trace, not {what}")
+    return item.format.read(item.path, item.context)
 
 
 def _whatif_doc(result: WhatIf) -> dict:

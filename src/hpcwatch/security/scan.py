@@ -6,20 +6,18 @@ hook's gradient statistics), events (``pip_package``, ``pth_file``, ``falco``,
 ``gpu_process``, ``xid``) and Slurm jobs. Two inputs are not records and travel
 in ``ScanExtras``: an OSV database and shard manifests to verify on disk.
 
-``load_paths`` reads files into records by their content (until sources/detect.py
-knows every format, the security formats are recognised here).
+Files reach the detectors through the store like everything else (``hpcwatch.ingest``):
+OSV advisories and shard manifests are stored as events (``sources.stored``) and
+``scan_store`` reads them back when ``ScanExtras`` does not give them.
 """
 
 from __future__ import annotations
 
-import re
-from collections.abc import Iterable, Iterator
-from dataclasses import dataclass, field
-from pathlib import Path
+from collections.abc import Iterable
+from dataclasses import dataclass
 
 import orjson
 
-from hpcwatch.errors import ParseError
 from hpcwatch.model import Cluster
 from hpcwatch.records import SEVERITIES, Event, Finding, Job, Sample
 from hpcwatch.security.container_escape import ContainerEscapeConfig, detect_container_escape
@@ -29,12 +27,12 @@ from hpcwatch.security.rdma import CONSTRAINT_METRICS, DATA_METRICS, LUSTRE_METR
 from hpcwatch.security.remanence import FB_USED, GPU_UTIL, RemanenceConfig, detect_remanence
 from hpcwatch.security.supply_chain import SupplyChainConfig, detect_supply_chain
 from hpcwatch.security.weights_access import WeightsAccess, WeightsConfig, detect_weights_access, weights_report
-from hpcwatch.sources.lines import read_text
 from hpcwatch.sources.manifest import ShardManifest
 from hpcwatch.sources.osv import OsvDatabase
+from hpcwatch.sources.stored import ADVISORY, MANIFEST, manifests_from_events, osv_from_events
 
-__all__ = ["ScanConfig", "ScanExtras", "scan_records", "scan_store", "load_paths", "sort_findings",
-           "EVENT_KINDS", "sample_metrics", "weights_reads", "rescan", "Loaded", "LiveScan", "LIVE_WINDOW_S", "RULES"]
+__all__ = ["ScanConfig", "ScanExtras", "scan_records", "scan_store", "sort_findings",
+           "EVENT_KINDS", "sample_metrics", "weights_reads", "rescan", "stored_extras", "LiveScan", "LIVE_WINDOW_S", "RULES"]
 
 #: Event kinds the detectors read.
 EVENT_KINDS = ("pip_package", "pth_file", "falco", "tetragon", "shard_check", "opensm_partitions",
@@ -120,7 +118,17 @@ def scan_store(store, *, config: ScanConfig = ScanConfig(), extras: ScanExtras =
     rows = store.query(f"SELECT metric, labels, t, value FROM samples WHERE {where} ORDER BY t", metrics)
     samples = [Sample(metric=m, labels=orjson.loads(lab), t=t, value=v) for m, lab, t, v in rows]
     events = [e for kind in EVENT_KINDS for e in store.events(kind)]
-    return scan_records(samples, events, store.jobs(), config=config, extras=extras)
+    return scan_records(samples, events, store.jobs(), config=config, extras=stored_extras(store, extras))
+
+
+def stored_extras(store, extras: ScanExtras = ScanExtras()) -> ScanExtras:
+    """``extras`` completed with the advisories and manifests the store holds as events."""
+    osv = extras.osv
+    if osv is None:
+        stored = osv_from_events(store.events(ADVISORY))
+        osv = stored if len(stored) else None
+    manifests = tuple(extras.manifests) + tuple(manifests_from_events(store.events(MANIFEST)))
+    return ScanExtras(osv=osv, manifests=manifests, manifest_key=extras.manifest_key)
 
 
 def rescan(store, *, config: ScanConfig = ScanConfig(), extras: ScanExtras = ScanExtras()) -> list[Finding]:
@@ -192,161 +200,3 @@ class LiveScan:
 def weights_reads(store, *, config: ScanConfig = ScanConfig()) -> list[WeightsAccess]:
     """Every access to the checkpoint folder the store's Tetragon events show, with user and job."""
     return weights_report(store.events("tetragon"), store.jobs(), config.weights)
-
-
-# -- reading files by content ---------------------------------------------------------------------------
-
-@dataclass(slots=True)
-class Loaded:
-    records: list = field(default_factory=list)
-    osv: OsvDatabase = field(default_factory=OsvDatabase)
-    manifests: list[ShardManifest] = field(default_factory=list)
-    formats: dict[str, str] = field(default_factory=dict)
-    """path -> the format it was read as."""
-
-
-def load_paths(paths: Iterable[str | Path], *, hosts: Iterable[str] = ()) -> Loaded:
-    """Read files and folders of the formats the scan knows; ``hosts`` names nodes a file name may carry."""
-    loaded = Loaded()
-    hosts = tuple(sorted(hosts, key=len, reverse=True))
-    for path in paths:
-        _load(Path(path), loaded, hosts)
-    return loaded
-
-
-def _load(path: Path, loaded: Loaded, hosts: tuple[str, ...]) -> None:
-    from hpcwatch.sources import osv, pip
-    if not path.exists():
-        raise ParseError("no such file or folder", path=path)
-    if path.is_dir():
-        if any(path.glob("*.pth")) or path.name in ("site-packages", "dist-packages"):
-            _take(loaded, path, "site-packages", pip.read_site_packages(path))
-        elif _looks_osv_dir(path):
-            loaded.osv.add(e for entries in osv.read_osv(path).by_package.values() for e in entries)
-            loaded.formats[str(path)] = "osv"
-        else:
-            children = sorted(p for p in path.iterdir() if not p.name.startswith("."))
-            # A manifest's shards are data, not input: load manifests first, then skip what they list.
-            children.sort(key=lambda p: p.name != "manifest.json")
-            for child in children:
-                if any(m.resolve(s) == child for m in loaded.manifests for s in m.shards):
-                    continue
-                _load(child, loaded, hosts)
-        return
-    if path.suffix == ".zip":
-        loaded.osv.add(e for entries in osv.read_osv(path).by_package.values() for e in entries)
-        loaded.formats[str(path)] = "osv"
-        return
-    fmt, reader = _sniff(path, hosts)
-    if fmt == "manifest":
-        loaded.manifests.append(reader())
-        loaded.formats[str(path)] = fmt
-    elif fmt == "osv":
-        loaded.osv.add(reader())
-        loaded.formats[str(path)] = fmt
-    else:
-        _take(loaded, path, fmt, reader())
-
-
-def _take(loaded: Loaded, path: Path, fmt: str, records: Iterable) -> None:
-    loaded.records.extend(records)
-    loaded.formats[str(path)] = fmt
-
-
-def _looks_osv_dir(path: Path) -> bool:
-    first = next(iter(sorted(path.rglob("*.json"))), None)
-    return first is not None and b'"affected"' in first.read_bytes()[:20000]
-
-
-_FREEZE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*(\[[^\]]*\])?\s*(===?|@)\s*\S+", re.M)
-_PARTITION = re.compile(r"^\s*[A-Za-z0-9_]+\s*(=\s*0x[0-9a-fA-F]+)?\s*(,[^:\n]*)?:[^;]*;", re.M)
-
-
-def _sniff(path: Path, hosts: tuple[str, ...]):
-    """(format, zero-argument reader) of one file, by its content."""
-    from hpcwatch.sources import falco, manifest, opensm, osv, pip, procparams, tetragon
-    text = read_text(path)
-    head = text.lstrip()[:4096]
-    first = head.split("\n", 1)[0]
-    host = next((h for h in hosts if re.search(rf"(^|[^A-Za-z0-9]){re.escape(h)}([^A-Za-z0-9]|$)", path.name)), None)
-    if head.startswith("{") and first.rstrip().endswith("}"):
-        doc = _json_or_none(first)
-        if isinstance(doc, dict):
-            if "rule" in doc and "output" in doc:
-                return "falco", lambda: falco.parse_falco_json(text.splitlines(), path=path)
-            if any(k in doc for k in ("process_exec", "process_kprobe", "process_exit", "node_name")):
-                return "tetragon", lambda: tetragon.parse_tetragon_json(text.splitlines(), path=path)
-            if doc.get("kind") in ("sample", "span"):
-                from hpcwatch.instrument.torch import read_hook_jsonl
-                return "hook-jsonl", lambda: read_hook_jsonl(path)
-    if head.startswith("{"):
-        doc = _json_or_none(text)
-        if isinstance(doc, dict):
-            if "shards" in doc:
-                return "manifest", lambda: manifest.parse_manifest(text, path=path)
-            if "affected" in doc and "id" in doc:
-                return "osv", lambda: osv.parse_osv_entry(text, path=str(path))
-            if "jobs" in doc:
-                return _slurm(doc, text, path)
-            if "rule" in doc and "output" in doc:
-                return "falco", lambda: falco.parse_falco_json([text.replace("\n", " ")], path=path)
-    if head.startswith("[") and '"name"' in head and '"version"' in head:
-        return "pip-list", lambda: pip.read_pip_list(path)
-    if path.name == "partitions.conf" or (_PARTITION.search(head) and ("=full" in head or "=limited" in head)):
-        return "opensm-partitions", lambda: opensm.read_partitions_conf(path)
-    if path.name == "params" or re.search(r"^(ResmanDebugLevel|RegistryDwords|RMDisableScrubOnFree):", head, re.M):
-        return "nvidia-params", lambda: procparams.read_nvidia_params(path, host=host)
-    if _FREEZE.search(head) and not head.startswith("#"):
-        return "pip-freeze", lambda: pip.read_pip_list(path)
-    if "PortXmitData:" in head:
-        return _perfquery(text, path, host)
-    if head.startswith("<?xml") or head.startswith("<nvidia_smi_log") or head.startswith("timestamp, name"):
-        return _nvidia_smi(text, path, host)
-    from hpcwatch.sources.prometheus_text import is_prometheus_text, read_prometheus_text
-    if is_prometheus_text(head):
-        return "prometheus-text", lambda: _with_host(read_prometheus_text(path), host)
-    return _fallback(path)
-
-
-def _json_or_none(text: str):
-    try:
-        return orjson.loads(text)
-    except orjson.JSONDecodeError:
-        return None
-
-
-def _with_host(samples: Iterable[Sample], host: str | None) -> Iterator[Sample]:
-    """Samples of a scrape that names no node (node-exporter) get the node its file name carries."""
-    from hpcwatch.security.context import host_of
-    for s in samples:
-        if host and host_of(s.labels) is None:
-            s = Sample(metric=s.metric, labels={**s.labels, "node": host}, t=s.t, value=s.value)
-        yield s
-
-
-def _slurm(doc: dict, text: str, path: Path):
-    from hpcwatch.sources import slurm
-    jobs = doc.get("jobs") or [{}]
-    if isinstance(jobs[0].get("state"), dict):  # sacct: state {current, reason}
-        return "sacct-json", lambda: slurm.parse_sacct_json(text, path=path)
-    return "squeue-json", lambda: slurm.parse_squeue_json(text, path=path)
-
-
-def _perfquery(text: str, path: Path, host: str | None):
-    from hpcwatch.sources import infiniband
-    return "perfquery", lambda: infiniband.parse_perfquery(text, path=path, node=host)
-
-
-def _nvidia_smi(text: str, path: Path, host: str | None):
-    from hpcwatch.sources import nvidia_smi
-    if text.lstrip().startswith("<"):
-        return "nvidia-smi-xml", lambda: nvidia_smi.parse_nvidia_smi_xml(text, path=path)
-    return "nvidia-smi-csv", lambda: nvidia_smi.parse_nvidia_smi_csv(text, path=path)
-
-
-def _fallback(path: Path):
-    try:
-        from hpcwatch.sources.detect import read_any
-    except ImportError:
-        raise ParseError("format not recognised by the scan", path=path) from None
-    return "auto", lambda: read_any(path)

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from hpcwatch.errors import ParseError
 
-__all__ = ["read_text", "read_bytes", "file_time", "to_float", "MAX_FILE_BYTES"]
+__all__ = ["read_text", "read_bytes", "read_head_bytes", "file_time", "to_float", "MAX_FILE_BYTES"]
 
 #: Refuse files larger than this: every format here is a scrape or a dump, not a bulk archive.
 MAX_FILE_BYTES = 1 << 30
@@ -28,6 +28,16 @@ def read_bytes(path: str | os.PathLike[str]) -> bytes:
         if p.name.endswith(".gz"):
             data = gzip.decompress(data)
         return data
+    except (OSError, EOFError, gzip.BadGzipFile) as err:
+        raise ParseError(f"cannot read the file: {getattr(err, 'strerror', None) or err}", path=p) from err
+
+
+def read_head_bytes(path: str | os.PathLike[str], n: int) -> bytes:
+    """The first ``n`` bytes (of the gunzipped stream for ``.gz``), never more read or inflated."""
+    p = Path(path)
+    try:
+        with (gzip.open(p, "rb") if p.name.endswith(".gz") else open(p, "rb")) as fh:
+            return fh.read(n)
     except (OSError, EOFError, gzip.BadGzipFile) as err:
         raise ParseError(f"cannot read the file: {getattr(err, 'strerror', None) or err}", path=p) from err
 

@@ -423,7 +423,7 @@ def _min_max(samples: np.ndarray, total: np.ndarray) -> tuple[np.ndarray, np.nda
     return np.where(some, np.minimum(4096, total), 0), np.where(some, np.minimum(4 * 1024**2, total), 0)
 
 
-_SPAN_LINE = ('{"job":"%s","rank":%d,"step":%d,"phase":"%s","start":%r,"dur":%r,'
+_SPAN_LINE = ('{"kind":"span","job":"%s","rank":%d,"step":%d,"phase":"%s","start":%r,"dur":%r,'
               '"attrs":{"node":"%s","gpu":%d}}\n')
 
 

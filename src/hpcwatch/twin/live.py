@@ -11,15 +11,23 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Iterable
+from typing import Any, Protocol
 
 from hpcwatch.errors import ConfigError
 from hpcwatch.model import Cluster
 from hpcwatch.records import Job
-from hpcwatch.store import Store
 from hpcwatch.twin.core import Twin
 from hpcwatch.twin.scenarios import Scenario
 
-__all__ = ["LiveTwin", "DEFAULT_TICK_S"]
+__all__ = ["LiveTwin", "RecordSink", "DEFAULT_TICK_S"]
+
+
+class RecordSink(Protocol):
+    """Where the live twin writes: ``hpcwatch.store.Store`` is one (the twin does not import the store)."""
+
+    def add(self, records: Iterable[Any]) -> Any: ...
+
+    def add_sample_table(self, table: Any) -> Any: ...
 
 #: One tick per real second: what a person watching a dashboard expects.
 DEFAULT_TICK_S = 1.0
@@ -29,7 +37,7 @@ class LiveTwin:
     """``start()`` runs the twin in a daemon thread, writing ``twin.records()`` into ``store`` every tick;
     ``stop()`` ends it. ``lock`` guards the twin while a tick runs (hold it to read the twin directly)."""
 
-    def __init__(self, store: Store, cluster: Cluster, *, seed: int = 0, scenarios: Iterable[str | Scenario] = (),
+    def __init__(self, store: RecordSink, cluster: Cluster, *, seed: int = 0, scenarios: Iterable[str | Scenario] = (),
                  speed: float = 1.0, tick_s: float = DEFAULT_TICK_S, start: float | None = None,
                  on_tick: Callable[[Twin], None] | None = None) -> None:
         if speed <= 0 or tick_s <= 0:

@@ -85,11 +85,6 @@ def jobs_by_gpu(mapping: Mapping[str, Sequence[str]]) -> dict[int | str, str]:
     return {(int(gpu) if gpu.isdigit() else gpu): ",".join(ids) for gpu, ids in mapping.items() if ids}
 
 
-def _default_reader() -> Callable[[Path], dict[str, list[str]]]:
-    from hpcwatch.sources.mapping import read_job_mapping_dir
-    return read_job_mapping_dir
-
-
 @dataclass(slots=True)
 class TwinEndpoints:
     """One HTTP server per node, started and stopped together."""
@@ -110,7 +105,8 @@ class TwinEndpoints:
 
     def start(self) -> "TwinEndpoints":
         if self.read_mapping is None and self.config.mapping_dir is not None:
-            self.read_mapping = _default_reader()
+            # The twin writes formats and reads none: the caller hands it the mapping reader.
+            raise ConfigError("twin serve: a mapping_dir needs read_mapping (sources.mapping.read_job_mapping_dir)")
         try:
             for node, target in self.targets.items():
                 self._servers.append(self._bind(node, int(target.rsplit(":", 1)[1])))

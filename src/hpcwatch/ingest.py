@@ -1,0 +1,166 @@
+"""Files into the store, once each: the one way in that ``ingest``, ``scan PATH`` and the collectors share.
+
+For every input the registry plans (``sources.registry.plan_inputs``):
+
+    key = digest(content) + format + node + (write time, when the format dates records by it)
+    key already committed        -> "already": nothing read, nothing written
+    else one store transaction   -> every record of the file, or (on any error) none of them
+
+so re-ingesting the same content is a no-op, and a file whose ingest was killed is
+read again whole next time (the store never committed a part of it). A strict format
+with a bad line rejects its file (ParseError, the files before it stay); a
+line-oriented log keeps its good lines and reports the bad ones (``FileResult.bad_lines``).
+
+Documents that are not records are stored as events (``sources.stored``); traces and
+op tables are read by their own commands, so ingest reports them "not stored".
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from hpcwatch.errors import ParseError
+from hpcwatch.sources.registry import RECORD_KINDS, Format, Input, Skipped, format_named, plan_inputs
+from hpcwatch.store import SourceMark, Store
+
+__all__ = ["FileResult", "IngestReport", "ingest_paths", "ingest_input", "source_key", "MAX_BAD_LINES_KEPT",
+           "KEY_VERSION"]
+
+#: Bad lines of one log whose errors are kept word for word (the rest are counted).
+MAX_BAD_LINES_KEPT = 20
+#: Bump when what a key covers changes, so older marks no longer match.
+KEY_VERSION = "1"
+_HASH_CHUNK = 1 << 20
+
+#: The outcomes of one input, in the order reports list them.
+_STATUS = ("stored", "already", "empty", "skipped", "not stored")
+
+
+@dataclass(slots=True, kw_only=True)
+class FileResult:
+    path: str
+    status: str
+    """stored | already (the same content was ingested before) | empty | skipped | not stored."""
+    format: str | None = None
+    counts: dict[str, int] = field(default_factory=dict)
+    reason: str = ""
+    bad_lines: list[str] = field(default_factory=list)
+    """The first ``MAX_BAD_LINES_KEPT`` bad lines of a log, as ``FILE:LINE: what``."""
+    bad_line_count: int = 0
+
+
+@dataclass(slots=True)
+class IngestReport:
+    files: list[FileResult] = field(default_factory=list)
+
+    def totals(self) -> dict[str, int]:
+        return {k: sum(f.counts.get(k, 0) for f in self.files) for k in RECORD_KINDS}
+
+    def by_status(self) -> dict[str, int]:
+        return {s: n for s in _STATUS if (n := sum(1 for f in self.files if f.status == s))}
+
+
+def ingest_paths(store: Store, paths: Iterable[str | os.PathLike[str]], *, format: str | None = None,
+                 host: str | None = None, hosts: Iterable[str] = (),
+                 on_file: Callable[[FileResult], None] | None = None) -> IngestReport:
+    """Ingest every file under ``paths``; a strict file's ParseError stops here, the earlier files kept."""
+    report = IngestReport()
+    forced = format_named(format) if format else None
+    bad: list[ParseError] = []
+    for item in plan_inputs(paths, format=format, host=host, hosts=hosts, on_bad_line=bad.append):
+        if isinstance(item, Skipped):
+            result = FileResult(path=str(item.path), status="skipped", reason=item.reason)
+        else:
+            bad.clear()
+            result = ingest_input(store, item, forced=forced is not None)
+            result.bad_line_count = len(bad)
+            result.bad_lines = [str(e) for e in bad[:MAX_BAD_LINES_KEPT]]
+        report.files.append(result)
+        if on_file is not None:
+            on_file(result)
+    return report
+
+
+def ingest_input(store: Store, item: Input, *, forced: bool = False) -> FileResult:
+    """Store one input in one transaction (see the module docstring)."""
+    path, fmt = item.path, item.format
+    if fmt is None:
+        return FileResult(path=str(path), status="empty")
+    if fmt.yields in ("trace", "op-table"):
+        if forced:
+            raise ParseError(f"format {fmt.name} is read by its own command, not stored by ingest", path=path)
+        return FileResult(path=str(path), status="not stored", format=fmt.name,
+                          reason=f"{fmt.summary or fmt.name}")
+    key = source_key(item)
+    if store.has_source(key):
+        return FileResult(path=str(path), status="already", format=fmt.name)
+    mark = SourceMark(key=key, path=str(path), format=fmt.name)
+    with store.transaction(source=mark) as tx:
+        counts = _write(tx, item)
+        if forced and fmt.yields == "records" and not any(counts.values()):
+            raise ParseError(f"holds no {fmt.name} records (forced with --format)", path=path)
+    if getattr(tx, "skipped", False):  # another process committed the same content meanwhile
+        return FileResult(path=str(path), status="already", format=fmt.name)
+    return FileResult(path=str(path), status="stored", format=fmt.name, counts=counts)
+
+
+def _write(tx, item: Input) -> dict[str, int]:
+    """Hand the input's records to the transaction, chunk by chunk; the counts per kind."""
+    from hpcwatch.sources.lines import file_time
+    from hpcwatch.sources.stored import advisory_events, manifest_event
+
+    fmt, path, ctx = item.format, item.path, item.context
+    if fmt.columns is not None:
+        n = 0
+        for chunk in fmt.columns(path, ctx):
+            n += tx.add_sample_table(chunk) or chunk.num_rows
+        return {"samples": n}
+    if fmt.yields == "advisories":
+        records = advisory_events(fmt.read(path, ctx), t=file_time(path))
+    elif fmt.yields == "manifest":
+        records = [manifest_event(fmt.read(path, ctx), t=file_time(path))]
+    else:
+        records = fmt.read(path, ctx)
+    counts = tx.add(records)
+    return {k: getattr(counts, k) for k in RECORD_KINDS}
+
+
+def source_key(item: Input) -> str:
+    """What makes two inputs the same: their bytes, how they are read, and the context the reader used."""
+    fmt: Format = item.format
+    digest = _folder_digest(item.path) if fmt.folder else _file_digest(item.path)
+    parts = [KEY_VERSION, fmt.name, digest]
+    if fmt.uses_host:
+        parts.append(f"host={item.context.host or ''}")
+    if fmt.dated_by_file or fmt.folder:
+        parts.append(f"mtime_ns={os.stat(item.path).st_mtime_ns}")
+    return ":".join(parts)
+
+
+def _file_digest(path: Path) -> str:
+    h = hashlib.blake2b(digest_size=20)
+    try:
+        with open(path, "rb") as fh:
+            while chunk := fh.read(_HASH_CHUNK):
+                h.update(chunk)
+    except OSError as err:
+        raise ParseError(f"cannot read the file: {err.strerror or err}", path=path) from err
+    return h.hexdigest()
+
+
+def _folder_digest(path: Path) -> str:
+    """A folder format is keyed by the names, sizes and write times of what it holds (not every byte)."""
+    h = hashlib.blake2b(digest_size=20)
+    for root, dirs, files in os.walk(path):
+        dirs.sort()
+        for name in sorted(files):
+            try:
+                st = os.stat(os.path.join(root, name))
+            except OSError:
+                continue
+            h.update(f"{os.path.relpath(os.path.join(root, name), path)}\0{st.st_size}\0{st.st_mtime_ns}\n".encode())
+    return h.hexdigest()

@@ -1,0 +1,323 @@
+"""The built-in formats, registered in sniff order (specific first, lenient last).
+
+Each line is one format: its name, its sniff, an adapter that hands the reader what
+the context knows (the node a file belongs to, what to do with a bad line), what it
+yields. Readers are imported when a file of theirs is read, not when this table loads.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from hpcwatch.sources.registry import Format, Head, ReadContext, register
+
+__all__: list[str] = []
+
+S, E, SP, J = frozenset({"samples"}), frozenset({"events"}), frozenset({"spans"}), frozenset({"jobs"})
+
+
+def _first_line(head: Head) -> str:
+    return head.text.lstrip().split("\n", 1)[0]
+
+
+def _json_object_head(head: Head) -> str:
+    return head.text.lstrip() if head.text.lstrip().startswith("{") else ""
+
+
+# -- training-loop hook, security logs (JSON lines: the first line decides) ----------------------------------
+
+
+def _hook(p: Path, c: ReadContext):
+    from hpcwatch.sources import hook
+    return hook.read_hook_jsonl(p, on_bad_line=c.on_bad_line)
+
+
+def _sniff_hook(h: Head) -> bool:
+    from hpcwatch.sources import hook
+    return hook.is_hook_jsonl(h.text)
+
+
+def _falco(p: Path, c: ReadContext):
+    from hpcwatch.sources import falco
+    return falco.read_falco_json(p, on_bad_line=c.on_bad_line)
+
+
+def _tetragon(p: Path, c: ReadContext):
+    from hpcwatch.sources import tetragon
+    return tetragon.read_tetragon_json(p, on_bad_line=c.on_bad_line)
+
+
+def _sniff_falco(h: Head) -> bool:
+    from hpcwatch.sources import falco
+    return falco.is_falco_json(h.text)
+
+
+def _sniff_tetragon(h: Head) -> bool:
+    from hpcwatch.sources import tetragon
+    return tetragon.is_tetragon_json(h.text)
+
+
+register(Format(name="hook-jsonl", sniff=_sniff_hook, read=_hook, kinds=SP | S, line_oriented=True,
+                summary="the PyTorch hook's spans and samples (instrument/torch.py), one JSON object a line"))
+register(Format(name="falco-json", sniff=_sniff_falco, read=_falco, kinds=E, line_oriented=True,
+                summary="Falco alerts, JSON lines"))
+register(Format(name="tetragon-json", sniff=_sniff_tetragon, read=_tetragon, kinds=E, line_oriented=True,
+                summary="Tetragon events (process_exec, process_kprobe...), JSON lines"))
+
+# -- active health tools ---------------------------------------------------------------------------------------
+
+
+def _health(reader_name: str):
+    def read(p: Path, c: ReadContext):
+        from hpcwatch.sources import healthtools
+        return getattr(healthtools, reader_name)(p, node=c.host)
+    return read
+
+
+register(Format(name="dcgmi-diag", read=_health("read_dcgmi_diag"), kinds=E, uses_host=True, dated_by_file=True,
+                sniff=lambda h: '"DCGM GPU Diagnostic"' in h.text or '"DCGM Diagnostic"' in h.text,
+                summary="dcgmi diag -j output (DCGM 3 and 4)"))
+register(Format(name="nccl-tests", read=_health("read_nccl_tests"), kinds=E, uses_host=True, dated_by_file=True,
+                sniff=lambda h: "# nThread" in h.text and "algbw" in h.text, summary="nccl-tests output"))
+register(Format(name="ib-write-bw", read=_health("read_ib_write_bw"), kinds=E, uses_host=True, dated_by_file=True,
+                sniff=lambda h: "#bytes" in h.text and "BW peak[" in h.text, summary="perftest ib_write_bw output"))
+
+# -- host settings ---------------------------------------------------------------------------------------------
+
+
+def _params(p: Path, c: ReadContext):
+    from hpcwatch.sources import procparams
+    return procparams.read_nvidia_params(p, host=c.host)
+
+
+def _sniff_params(h: Head) -> bool:
+    from hpcwatch.sources import procparams
+    return procparams.is_nvidia_params(h.text, h.name)
+
+
+def _partitions(p: Path, c: ReadContext):
+    from hpcwatch.sources import opensm
+    return opensm.read_partitions_conf(p)
+
+
+def _sniff_partitions(h: Head) -> bool:
+    from hpcwatch.sources import opensm
+    return opensm.is_partitions_conf(h.text, h.name)
+
+
+register(Format(name="nvidia-params", sniff=_sniff_params, read=_params, kinds=E, uses_host=True,
+                dated_by_file=True, summary="/proc/driver/nvidia/params"))
+register(Format(name="opensm-partitions", sniff=_sniff_partitions, read=_partitions, kinds=E, dated_by_file=True,
+                summary="OpenSM partitions.conf"))
+
+# -- documents that are not records: a shard manifest, OSV advisories, a trace, an op table ----------------------
+
+
+def _manifest(p: Path, c: ReadContext):
+    from hpcwatch.sources import manifest
+    return manifest.read_manifest(p)
+
+
+def _osv(p: Path, c: ReadContext):
+    from hpcwatch.sources import osv
+    return osv.read_osv(p)
+
+
+def _sniff_osv_record(h: Head) -> bool:
+    text = _json_object_head(h)
+    return bool(text) and '"affected"' in text and '"id"' in text and '"traceEvents"' not in text[:4096]
+
+
+def _sniff_osv_zip(h: Head) -> bool:
+    return h.raw.startswith(b"PK\x03\x04") and h.name.endswith(".zip")
+
+
+def _sniff_osv_dir(h: Head) -> bool:
+    names = h.text.split("\n")
+    return bool(names) and all(n.endswith(".json") for n in names if n) and any(
+        re.match(r"(MAL|GHSA|PYSEC|OSV|CVE|HPCWATCH)-", n) for n in names)
+
+
+def _kineto(p: Path, c: ReadContext):
+    from hpcwatch.sources import kineto
+    return kineto.read_kineto(p)
+
+
+def _optrace(p: Path, c: ReadContext):
+    from hpcwatch.sources import optrace
+    return optrace.read_optrace(p)
+
+
+register(Format(name="shard-manifest", yields="manifest", read=_manifest,
+                sniff=lambda h: '"shards"' in _json_object_head(h)[:4096] and '"dataset"' in h.text[:4096],
+                summary="a training-data shard manifest (sources/manifest.py)"))
+register(Format(name="osv-record", yields="advisories", read=_osv, sniff=_sniff_osv_record,
+                summary="one OSV advisory (JSON)"))
+register(Format(name="osv-zip", yields="advisories", read=_osv, sniff=_sniff_osv_zip,
+                summary="an OSV dump (PyPI/all.zip)"))
+register(Format(name="osv-dir", yields="advisories", read=_osv, sniff=_sniff_osv_dir, folder=True,
+                summary="a folder of OSV advisories"))
+register(Format(name="kineto", yields="trace", read=_kineto,
+                sniff=lambda h: '"traceEvents"' in h.text or '"schemaVersion"' in h.text[:4096],
+                summary="PyTorch profiler (Kineto) trace, .json or .json.gz (read by `hpcwatch steps`)"))
+register(Format(name="optrace", yields="op-table", read=_optrace,
+                sniff=lambda h: h.raw.startswith(b"PAR1") and h.name.endswith(".parquet"),
+                summary="per-operation trace, Parquet (ByteDance what-if; read by `hpcwatch whatif`)"))
+
+# -- packages --------------------------------------------------------------------------------------------------
+
+
+def _site_packages(p: Path, c: ReadContext):
+    from hpcwatch.sources import pip
+    return pip.read_site_packages(p)
+
+
+def _sniff_site_packages(h: Head) -> bool:
+    return h.name in ("site-packages", "dist-packages") or any(n.endswith(".pth") for n in h.text.split("\n"))
+
+
+register(Format(name="site-packages", sniff=_sniff_site_packages, read=_site_packages, kinds=E, folder=True,
+                dated_by_file=True, summary="a site-packages folder: the .pth lines Python executes at start-up"))
+
+# -- cluster state -------------------------------------------------------------------------------------------
+
+
+def _slurm(reader_name: str):
+    def read(p: Path, c: ReadContext):
+        from hpcwatch.sources import slurm
+        return getattr(slurm, reader_name)(p)
+    return read
+
+
+def _json_jobs(h: Head) -> bool:
+    return h.text.lstrip().startswith("{") and '"jobs"' in h.text
+
+
+def _nvsmi(reader_name: str):
+    def read(p: Path, c: ReadContext):
+        from hpcwatch.sources import nvidia_smi
+        return getattr(nvidia_smi, reader_name)(p, hostname=c.host)
+    return read
+
+
+def _sniff_nvsmi(test_name: str):
+    def sniff(h: Head) -> bool:
+        from hpcwatch.sources import nvidia_smi
+        return getattr(nvidia_smi, test_name)(h.text)
+    return sniff
+
+
+def _perfquery(p: Path, c: ReadContext):
+    from hpcwatch.sources import infiniband
+    return infiniband.read_perfquery(p, node=c.host)
+
+
+def _ibstat(p: Path, c: ReadContext):
+    from hpcwatch.sources import infiniband
+    return infiniband.read_ibstat(p, node=c.host)
+
+
+def _sniff_ib(test_name: str):
+    def sniff(h: Head) -> bool:
+        from hpcwatch.sources import infiniband
+        return getattr(infiniband, test_name)(h.text)
+    return sniff
+
+
+def _lustre(p: Path, c: ReadContext):
+    from hpcwatch.sources import lustre
+    return lustre.read_job_stats(p)
+
+
+def _sniff_lustre(h: Head) -> bool:
+    from hpcwatch.sources import lustre
+    return lustre.is_job_stats(h.text)
+
+
+register(Format(name="nvidia-smi-xml", sniff=_sniff_nvsmi("is_nvidia_smi_xml"), read=_nvsmi("read_nvidia_smi_xml"),
+                kinds=S | E, uses_host=True, summary="nvidia-smi -q -x"))
+register(Format(name="squeue-json", read=_slurm("read_squeue_json"), kinds=J,
+                sniff=lambda h: _json_jobs(h) and ('"job_state"' in h.text or "squeue" in h.name),
+                summary="squeue --json"))
+register(Format(name="sacct-json", read=_slurm("read_sacct_json"), kinds=J,
+                sniff=lambda h: _json_jobs(h) and ('"steps"' in h.text or '"current"' in h.text or "sacct" in h.name),
+                summary="sacct --json"))
+register(Format(name="scontrol-job", read=_slurm("read_scontrol_show_job"), kinds=J,
+                sniff=lambda h: h.text.lstrip().startswith("JobId="), summary="scontrol -d -o show job"))
+register(Format(name="perfquery", sniff=_sniff_ib("is_perfquery"), read=_perfquery, kinds=S, uses_host=True,
+                dated_by_file=True, summary="perfquery / perfquery -x"))
+register(Format(name="ibstat", sniff=_sniff_ib("is_ibstat"), read=_ibstat, kinds=S, uses_host=True,
+                dated_by_file=True, summary="ibstat"))
+register(Format(name="lustre-job-stats", sniff=_sniff_lustre, read=_lustre, kinds=S, dated_by_file=True,
+                summary="lctl get_param *.*.job_stats"))
+register(Format(name="nvidia-smi-csv", sniff=_sniff_nvsmi("is_nvidia_smi_csv"), read=_nvsmi("read_nvidia_smi_csv"),
+                kinds=S, uses_host=True, dated_by_file=True, summary="nvidia-smi --query-gpu ... --format=csv"))
+
+# -- lenient formats last ----------------------------------------------------------------------------------
+
+
+def _prometheus(p: Path, c: ReadContext):
+    from hpcwatch.sources import prometheus_text
+    return _with_host(prometheus_text.read_prometheus_text(p), c.host)
+
+
+def _prometheus_columns(p: Path, c: ReadContext):
+    from hpcwatch.sources import prometheus_text
+    chunks = prometheus_text.read_prometheus_columns(p)
+    for chunk in ([chunks] if hasattr(chunks, "num_rows") else chunks):
+        yield _table_with_host(chunk, c.host)
+
+
+def _sniff_prometheus(h: Head) -> bool:
+    from hpcwatch.sources import prometheus_text
+    return prometheus_text.is_prometheus_text(h.text)
+
+
+def _with_host(samples, host: str | None):
+    """Samples of a scrape that names no node (node-exporter saved to a file) get the context's node."""
+    from hpcwatch.records import Sample
+    from hpcwatch.schemas import sample_keys
+    for s in samples:
+        if host and sample_keys(s.labels)[0] is None:
+            s = Sample(metric=s.metric, labels={**s.labels, "node": host}, t=s.t, value=s.value)
+        yield s
+
+
+def _table_with_host(table, host: str | None):
+    """The same for a SAMPLE_SCHEMA table: rows without a host get it, in the column and in the labels."""
+    if not host or table.num_rows == 0 or table.column("host").null_count == 0:
+        return table
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    missing = pc.is_null(table.column("host"))
+    labels, node = table.column("labels"), '{"node":' + _json_str(host)
+    rest = pc.utf8_slice_codeunits(labels, 1)  # the object without its "{"
+    tagged = pc.if_else(pc.equal(labels, "{}"), pa.scalar(node + "}"),
+                        pc.binary_join_element_wise(pa.scalar(node + ","), rest, ""))
+    labels = pc.if_else(missing, tagged, labels)
+    hosts = pc.if_else(missing, pa.scalar(host), table.column("host"))
+    return table.set_column(table.schema.get_field_index("host"), "host", hosts).set_column(
+        table.schema.get_field_index("labels"), "labels", labels)
+
+
+def _json_str(text: str) -> str:
+    import orjson
+    return orjson.dumps(text).decode()
+
+
+def _pip(p: Path, c: ReadContext):
+    from hpcwatch.sources import pip
+    return pip.read_pip_list(p)
+
+
+def _sniff_pip(h: Head) -> bool:
+    from hpcwatch.sources import pip
+    return pip.is_pip_list(h.text, h.name)
+
+
+register(Format(name="prometheus", sniff=_sniff_prometheus, read=_prometheus, columns=_prometheus_columns, kinds=S,
+                uses_host=True, dated_by_file=True,
+                summary="Prometheus text exposition (dcgm-exporter, node-exporter, any /metrics)"))
+register(Format(name="pip-list", sniff=_sniff_pip, read=_pip, kinds=E, dated_by_file=True,
+                summary="pip list --format=json, or pip freeze lines"))

@@ -1,0 +1,81 @@
+"""Every import of the package follows the layering table of docs/architecture.md: nothing reaches backwards.
+
+The table is read from the document itself, so the document and the code cannot drift apart: a
+row names a layer (a module or a package of ``src/hpcwatch``) and the layers it may import.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from pathlib import Path
+
+import pytest
+
+SRC = Path(__file__).resolve().parents[2] / "src" / "hpcwatch"
+DOC = Path(__file__).resolve().parents[2] / "docs" / "architecture.md"
+
+
+def _table() -> dict[str, set[str]]:
+    """layer -> layers it may import, from the rows ``| `layer` | what | `a`, `b` |`` of the doc's table."""
+    allowed: dict[str, set[str]] = {}
+    for line in DOC.read_text().splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) != 3 or not cells[0].startswith("`"):
+            continue
+        layers = re.findall(r"`([a-z_]+)(?:/|\.py)?`", cells[0])
+        imports = set(re.findall(r"`([a-z_]+)(?:/|\.py)?`", cells[2]))
+        for layer in layers:
+            allowed[layer] = imports
+    return allowed
+
+
+def _layer(path: Path) -> str:
+    rel = path.relative_to(SRC)
+    return rel.parts[0].removesuffix(".py")
+
+
+def _imports(path: Path) -> list[tuple[int, str]]:
+    """(line, layer) of every hpcwatch import in one file, relative imports resolved."""
+    tree = ast.parse(path.read_text(), filename=str(path))
+    package = ("hpcwatch",) + path.relative_to(SRC).with_suffix("").parts[:-1]
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = ".".join(package[:len(package) - node.level + 1])
+                names = [f"{base}.{node.module}" if node.module else base]
+            else:
+                names = [node.module or ""]
+            if names == ["hpcwatch"]:
+                names = [f"hpcwatch.{a.name}" for a in node.names]
+        else:
+            continue
+        for name in names:
+            parts = name.split(".")
+            if parts[0] == "hpcwatch" and len(parts) > 1:
+                found.append((node.lineno, parts[1]))
+    return found
+
+
+FILES = sorted(p for p in SRC.rglob("*.py"))
+
+
+def test_the_table_names_every_layer():
+    table = _table()
+    layers = {_layer(p) for p in FILES} - {"__init__", "__main__"}
+    assert layers <= set(table), f"layers missing from docs/architecture.md: {sorted(layers - set(table))}"
+    assert set(table) <= layers | {"deploy"}, f"rows naming no layer: {sorted(set(table) - layers)}"
+
+
+@pytest.mark.parametrize("path", FILES, ids=lambda p: str(p.relative_to(SRC)))
+def test_imports_follow_the_table(path):
+    table = _table()
+    layer = _layer(path)
+    if layer in ("__init__", "__main__"):
+        return
+    wrong = [f"line {line}: {layer} imports {target}" for line, target in _imports(path)
+             if target != layer and target not in table[layer]]
+    assert not wrong, f"{path.relative_to(SRC)}: " + "; ".join(wrong)

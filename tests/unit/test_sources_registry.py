@@ -1,0 +1,171 @@
+"""The format registry: every captured file finds its format, what a walk passes over is said, and the
+paths a reader must never open (FIFOs, devices, sockets, loops) are refused with one line."""
+
+from __future__ import annotations
+
+import gzip
+import os
+import socket
+
+import pytest
+
+from hpcwatch.errors import ParseError
+from hpcwatch.records import Job, Sample
+from hpcwatch.sources.registry import (RECORD_KINDS, Format, Input, Skipped, detect, format_named, formats,
+                                       host_in_name, plan_inputs, read_input)
+from tests.conftest import DATA
+
+
+@pytest.mark.parametrize("relpath,name", [
+    ("prometheus/dcgm_exporter_node1.prom", "prometheus"),
+    ("prometheus/node_exporter_infiniband.prom", "prometheus"),
+    ("prometheus/timestamps_and_escapes.prom", "prometheus"),
+    ("slurm/squeue.json", "squeue-json"),
+    ("slurm/squeue_v0040_synthetic.json", "squeue-json"),
+    ("slurm/sacct.json", "sacct-json"),
+    ("slurm/sacct_v0040_synthetic.json", "sacct-json"),
+    ("slurm/scontrol_show_job_detail.txt", "scontrol-job"),
+    ("infiniband/perfquery_x_switch_2ports.out", "perfquery"),
+    ("infiniband/perfquery_basic_hca.txt", "perfquery"),
+    ("infiniband/ibstat_two_cas.txt", "ibstat"),
+    ("lustre/obdfilter_OST0000_job_stats.txt", "lustre-job-stats"),
+    ("lustre/mdt_MDT0000_job_stats.txt", "lustre-job-stats"),
+    ("nvidia_smi/nvidia_smi_q.xml", "nvidia-smi-xml"),
+    ("nvidia_smi/nvidia_smi_query.csv", "nvidia-smi-csv"),
+    ("kineto/hta_a100_nccl_rank0.json.gz", "kineto"),
+    ("bytedance/trace-ST.parquet", "optrace"),
+])
+def test_each_captured_file_is_recognised(relpath, name):
+    assert detect(DATA / relpath).name == name
+
+
+def test_empty_file_is_no_format_and_no_records():
+    assert detect(DATA / "infiniband/perfquery_x_empty.out") is None
+    assert list(read_input(DATA / "infiniband/perfquery_x_empty.out")) == []
+
+
+def test_unknown_format_names_the_file(tmp_path):
+    path = tmp_path / "notes.txt"
+    path.write_text("dear diary, the GPUs were hot today\n")
+    with pytest.raises(ParseError) as err:
+        read_input(path)
+    assert str(err.value).startswith(f"{path}:1: unknown format")
+
+
+def test_gzipped_files_are_read(tmp_path):
+    path = tmp_path / "squeue.json.gz"
+    path.write_bytes(gzip.compress((DATA / "slurm/squeue.json").read_bytes()))
+    jobs = list(read_input(path))
+    assert len(jobs) == 10 and all(isinstance(j, Job) for j in jobs)
+
+
+def test_a_walk_reads_folders_in_name_order():
+    planned = [i for i in plan_inputs([DATA / "lustre", DATA / "infiniband"]) if isinstance(i, Input)]
+    assert [i.path.name for i in planned[:2]] == sorted(p.name for p in (DATA / "lustre").iterdir()
+                                                        if not p.name.startswith("."))[:2]
+    records = [r for i in planned if i.format for r in i.format.read(i.path, i.context)]
+    assert all(isinstance(r, Sample) for r in records)
+    assert {r.metric for r in records} >= {"lustre_job_write_bytes_total", "ib_PortXmitData_bytes", "ib_port_up"}
+
+
+def test_forced_format_and_unknown_format_name():
+    assert len(list(read_input(DATA / "slurm/squeue.json", format="squeue-json"))) == 10
+    with pytest.raises(ParseError, match="unknown format 'yaml'"):
+        format_named("yaml")
+
+
+def test_format_names_are_unique_and_records_formats_name_their_kinds():
+    names = [f.name for f in formats()]
+    assert len(names) == len(set(names))
+    assert all(f.kinds and set(f.kinds) <= set(RECORD_KINDS) for f in formats() if f.yields == "records")
+    with pytest.raises(ValueError, match="must name its kinds"):
+        Format(name="x", sniff=lambda h: False, read=lambda p, c: iter(()))
+
+
+def test_a_walk_says_what_it_passed_over(tmp_path):
+    (tmp_path / "README").write_text("dear diary\n")
+    (tmp_path / "squeue.json").write_bytes((DATA / "slurm/squeue.json").read_bytes())
+    (tmp_path / ".hidden.prom").write_text("up 1\n")
+    planned = list(plan_inputs([tmp_path]))
+    assert [(type(i).__name__, i.path.name) for i in planned] == [("Skipped", "README"), ("Input", "squeue.json")]
+    assert planned[0].reason == "no format recognises it"
+
+
+def _fifo(tmp_path):
+    path = tmp_path / "pipe"
+    os.mkfifo(path)
+    return path
+
+
+def _socket(tmp_path):
+    path = tmp_path / "sock"
+    s = socket.socket(socket.AF_UNIX)
+    s.bind(str(path))
+    return path
+
+
+def _zero_link(tmp_path):
+    path = tmp_path / "zero.prom"
+    path.symlink_to("/dev/zero")
+    return path
+
+
+def _dangling(tmp_path):
+    path = tmp_path / "gone.prom"
+    path.symlink_to(tmp_path / "nowhere")
+    return path
+
+
+@pytest.mark.timeout(10)
+@pytest.mark.parametrize("make, what", [
+    (_fifo, "a FIFO"),                # opening it would block until a writer came
+    (_socket, "a socket"),
+    (_zero_link, "a device"),         # a symlink to /dev/zero: endless bytes
+    (_dangling, "a symlink to nothing"),
+])
+def test_special_files_are_refused_on_the_command_line_and_skipped_in_walks(tmp_path, make, what):
+    path = make(tmp_path)
+    with pytest.raises(ParseError) as err:
+        list(plan_inputs([path]))
+    assert str(err.value).startswith(f"{path}: {what}")
+    if what != "a symlink to nothing":
+        (skipped,) = [i for i in plan_inputs([tmp_path]) if isinstance(i, Skipped)]
+        assert skipped.path == path and skipped.reason.startswith(what)
+
+
+@pytest.mark.timeout(10)
+def test_a_symlink_loop_is_walked_once(tmp_path):
+    (tmp_path / "a").mkdir()
+    (tmp_path / "a" / "squeue.json").write_bytes((DATA / "slurm/squeue.json").read_bytes())
+    (tmp_path / "a" / "loop").symlink_to(tmp_path / "a")
+    planned = list(plan_inputs([tmp_path]))
+    assert [i.path.name for i in planned if isinstance(i, Input)] == ["squeue.json"]
+    assert any(isinstance(i, Skipped) and "already walked" in i.reason for i in planned)
+
+
+def test_host_comes_from_the_path_as_a_whole_token():
+    from pathlib import Path
+    assert host_in_name(Path("/spool/node12-ib.prom"), ["node1", "node12"]) == "node12"
+    assert host_in_name(Path("/spool/node1/mlx5_0.1.txt"), ["node1", "node12"]) == "node1"
+    assert host_in_name(Path("/spool/node123.prom"), ["node1", "node12"]) is None
+
+
+def test_node_exporter_text_gets_the_node_its_context_names(tmp_path):
+    path = DATA / "prometheus/node_exporter_infiniband.prom"
+    fmt = detect(path)
+    (item,) = [i for i in plan_inputs([path], host="gpu7") if isinstance(i, Input)]
+    records = list(fmt.read(path, item.context))
+    tables = list(fmt.columns(path, item.context))
+    assert records and all(r.labels.get("node") == "gpu7" for r in records)
+    rows = [r for t in tables for r in t.to_pylist()]
+    assert len(rows) == len(records) and {r["host"] for r in rows} == {"gpu7"}
+    assert all('"node":"gpu7"' in r["labels"] for r in rows)
+
+
+def test_the_projects_own_outputs_are_recognised(tmp_path):
+    from hpcwatch.twin.threats import THREAT_SCENARIOS, write_threat_fixtures
+    for scenario in THREAT_SCENARIOS:
+        out = tmp_path / scenario
+        write_threat_fixtures(out, scenario)
+        skipped = [i for i in plan_inputs([out]) if isinstance(i, Skipped)]
+        assert all("shard" in s.reason for s in skipped), (scenario, skipped)
