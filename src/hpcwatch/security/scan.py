@@ -13,7 +13,8 @@ OSV advisories and shard manifests are stored as events (``sources.stored``) and
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import importlib
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 import orjson
@@ -31,7 +32,7 @@ from hpcwatch.sources.manifest import ShardManifest
 from hpcwatch.sources.osv import OsvDatabase
 from hpcwatch.sources.stored import ADVISORY, MANIFEST, manifests_from_events, osv_from_events
 
-__all__ = ["ScanConfig", "ScanExtras", "scan_records", "scan_store", "sort_findings",
+__all__ = ["ScanConfig", "ScanExtras", "ScanInputs", "Detector", "DETECTORS", "scan_records", "scan_store", "sort_findings",
            "EVENT_KINDS", "sample_metrics", "weights_reads", "rescan", "stored_extras", "LiveScan", "LIVE_WINDOW_S", "RULES"]
 
 #: Event kinds the detectors read.
@@ -39,11 +40,38 @@ EVENT_KINDS = ("pip_package", "pth_file", "falco", "tetragon", "shard_check", "o
                "nvidia_params", "gpu_process", "xid", "gpu_xid")
 
 
+@dataclass(frozen=True, slots=True)
+class ScanInputs:
+    """What every detector may read: the records of the scan, and the documents that are not records."""
+
+    samples: list[Sample]
+    events: list[Event]
+    jobs: list[Job]
+    extras: "ScanExtras"
+
+
+@dataclass(frozen=True, slots=True)
+class Detector:
+    """One threat vector's detector: its rule ids, and how to run it over the scan's inputs."""
+
+    module: str
+    run: Callable[[ScanInputs, "ScanConfig"], list[Finding]]
+
+
+#: The detectors, in the order of the vectors (DESIGN §1); a new one is a module and one line here.
+DETECTORS: tuple[Detector, ...] = (
+    Detector("supply_chain", lambda i, c: detect_supply_chain(i.events, osv=i.extras.osv, config=c.supply_chain)),
+    Detector("data_poisoning", lambda i, c: detect_data_poisoning(i.events, i.jobs, c.data_poisoning)),
+    Detector("rdma", lambda i, c: detect_rdma(i.samples, i.jobs, i.events, c.rdma)),
+    Detector("gradients", lambda i, c: detect_gradient_anomalies(i.samples, i.events, c.gradients)),
+    Detector("remanence", lambda i, c: detect_remanence(i.samples, i.jobs, i.events, c.remanence)),
+    Detector("container_escape", lambda i, c: detect_container_escape(i.events, i.jobs, c.container_escape)),
+    Detector("weights_access", lambda i, c: detect_weights_access(i.events, i.jobs, c.weights)),
+)
+
+
 def _all_rules() -> tuple[str, ...]:
-    from hpcwatch.security import (container_escape, data_poisoning, gradients, rdma, remanence, supply_chain,
-                                   weights_access)
-    return tuple(r for m in (supply_chain, data_poisoning, rdma, gradients, remanence, container_escape,
-                             weights_access) for r in m.RULES)
+    return tuple(r for d in DETECTORS for r in importlib.import_module(f"hpcwatch.security.{d.module}").RULES)
 
 
 #: Every rule id a detector can emit, module by module (the web page titles findings by rule id).
@@ -94,14 +122,8 @@ def scan_records(samples: Iterable[Sample], events: Iterable[Event], jobs: Itera
     samples, events, jobs = list(samples), list(events), list(jobs)
     for manifest in extras.manifests:
         events += verify_manifest(manifest, key=extras.manifest_key)
-    findings = detect_supply_chain(events, osv=extras.osv, config=config.supply_chain)
-    findings += detect_data_poisoning(events, jobs, config.data_poisoning)
-    findings += detect_rdma(samples, jobs, events, config.rdma)
-    findings += detect_gradient_anomalies(samples, events, config.gradients)
-    findings += detect_remanence(samples, jobs, events, config.remanence)
-    findings += detect_container_escape(events, jobs, config.container_escape)
-    findings += detect_weights_access(events, jobs, config.weights)
-    return sort_findings(findings)
+    inputs = ScanInputs(samples=samples, events=events, jobs=jobs, extras=extras)
+    return sort_findings(f for detector in DETECTORS for f in detector.run(inputs, config))
 
 
 def _sample_filter() -> tuple[str, list[str]]:
