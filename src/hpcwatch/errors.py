@@ -11,6 +11,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 __all__ = [
@@ -21,6 +22,7 @@ __all__ = [
     "StoreError",
     "ConfigError",
     "BackendError",
+    "one_line",
 ]
 
 
@@ -53,11 +55,23 @@ class ParseError(InputError):
             shown = self.text.strip()
             shown = shown if len(shown) <= 80 else shown[:77] + "..."
             found = f" (found: {shown!r})"
-        return f"{where}: {self.what}{found}"
+        return one_line(f"{where}: {self.what}{found}")
 
     def at(self, path: str | Path) -> "ParseError":
         """The same error, naming the file (readers of text learn the path late)."""
         return ParseError(self.what, path=path, line=self.line, text=self.text)
+
+
+#: Longest message an error prints (a library's error can quote megabytes of input).
+MAX_MESSAGE_CHARS = 500
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+
+
+def one_line(message: str) -> str:
+    """``message`` as one printable line: line breaks become " / ", other control characters ``\\xNN``."""
+    text = re.sub(r"\s*[\r\n]+\s*", " / ", message.strip())
+    text = _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
+    return text if len(text) <= MAX_MESSAGE_CHARS else text[:MAX_MESSAGE_CHARS - 3] + "..."
 
 
 class UnsupportedVersion(InputError):

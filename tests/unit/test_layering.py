@@ -79,3 +79,25 @@ def test_imports_follow_the_table(path):
     wrong = [f"line {line}: {layer} imports {target}" for line, target in _imports(path)
              if target != layer and target not in table[layer]]
     assert not wrong, f"{path.relative_to(SRC)}: " + "; ".join(wrong)
+
+
+def _guarded_own_imports(path: Path) -> list[int]:
+    """Lines of ``try: import hpcwatch... except ImportError`` (a real import error of ours would vanish)."""
+    lines = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if not isinstance(node, ast.Try):
+            continue
+        catches = {ast.unparse(h.type) for h in node.handlers if h.type is not None}
+        if not catches & {"ImportError", "ModuleNotFoundError"}:
+            continue
+        for stmt in ast.walk(ast.Module(body=node.body, type_ignores=[])):
+            module = getattr(stmt, "module", None) if isinstance(stmt, ast.ImportFrom) else None
+            names = [a.name for a in stmt.names] if isinstance(stmt, ast.Import) else []
+            if (module or "").startswith("hpcwatch") or any(n.startswith("hpcwatch") for n in names):
+                lines.append(stmt.lineno)
+    return lines
+
+
+@pytest.mark.parametrize("path", FILES, ids=lambda p: str(p.relative_to(SRC)))
+def test_no_silent_fallback_for_our_own_modules(path):
+    assert not _guarded_own_imports(path), f"{path.relative_to(SRC)}: ImportError of our own module caught"

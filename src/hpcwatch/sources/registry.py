@@ -247,6 +247,9 @@ def _walk(folder: Path, forced: Format | None, context, seen: set, *, top: bool)
         yield Skipped(folder, "already walked (a symlink loop or a second link)")
         return
     seen.add((st.st_dev, st.st_ino))
+    if _is_store(folder):
+        yield Skipped(folder, "an hpcwatch store (its parts are not input)")
+        return
     folder_format = forced if forced is not None and forced.folder else (None if forced else detect(folder, is_dir=True))
     if folder_format is not None:
         yield Input(folder, folder_format, context(folder))
@@ -267,6 +270,16 @@ def _walk(folder: Path, forced: Format | None, context, seen: set, *, top: bool)
             yield from _file_in_walk(child, forced, context)
         else:
             yield Skipped(child, kind)
+
+
+def _is_store(folder: Path) -> bool:
+    """An hpcwatch store (``store/core.py``): its manifest says so in its first bytes."""
+    marker = folder / "manifest.json"
+    try:
+        with open(marker, "rb") as fh:
+            return b'"hpcwatch-store/' in fh.read(4096)
+    except OSError:
+        return False
 
 
 def _file_in_walk(child: Path, forced: Format | None, context) -> Iterator[Input | Skipped]:

@@ -1,0 +1,155 @@
+"""`hpcwatch ingest` reads each content once: a re-run adds nothing, a killed run is completed by the next,
+readers work while it writes, and the project's own outputs are all taken."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import orjson
+import pytest
+
+from hpcwatch.store import Store
+from tests.conftest import DATA
+
+HPCWATCH = [sys.executable, "-m", "hpcwatch"]
+
+
+def _run(*args: str, timeout: float = 180) -> subprocess.CompletedProcess:
+    return subprocess.run([*HPCWATCH, *args], capture_output=True, text=True, timeout=timeout)
+
+
+def _snapshot(db: Path) -> dict[str, list]:
+    """Every row of every table, sorted: two stores are equal when their snapshots are."""
+    with Store(db) as store:
+        return {table: sorted(map(repr, store.query(f"SELECT * FROM {table}")))
+                for table in ("samples", "events", "spans", "jobs", "findings")}
+
+
+def test_ingesting_the_same_files_twice_adds_nothing_and_says_so(run_cli, tmp_path):
+    db = str(tmp_path / "s")
+    files = [str(DATA / "prometheus" / "dcgm_exporter_node1.prom"), str(DATA / "slurm" / "squeue.json")]
+    code, out, err = run_cli(["ingest", *files, "--db", db, "--json"])
+    assert code == 0, err
+    first = orjson.loads(out)
+    assert first["samples"] == 9 and first["jobs"] == 10
+    before = _snapshot(Path(db))
+    code, out, err = run_cli(["ingest", *files, "--db", db, "--json"])
+    again = orjson.loads(out)
+    assert code == 0 and again["samples"] == 0 and again["jobs"] == 0
+    assert again["already_ingested"] == files and again["status"] == {"already": 2}
+    assert _snapshot(Path(db)) == before
+    code, out, err = run_cli(["ingest", *files, "--db", db])
+    assert code == 0 and out.count("already in the store") == 2
+
+
+def test_a_copy_of_a_scrape_written_at_another_time_is_a_new_scrape(run_cli, tmp_path):
+    """Formats dated by the file's write time key on it: the same bytes an hour later are new samples."""
+    text = "# TYPE up gauge\nup{instance=\"n1:9100\"} 1\n"
+    a, b = tmp_path / "a.prom", tmp_path / "b.prom"
+    a.write_text(text)
+    b.write_text(text)
+    os.utime(b, (time.time() - 3600, time.time() - 3600))
+    code, out, _ = run_cli(["ingest", str(a), str(b), "--db", str(tmp_path / "s"), "--json"])
+    assert code == 0 and orjson.loads(out)["samples"] == 2
+
+
+def _big_scrape(path: Path, copies: int) -> None:
+    """A dcgm-exporter text with ``copies`` timestamped repeats of a real scrape (seconds to ingest)."""
+    lines = [ln for ln in (DATA / "prometheus" / "dcgm_exporter_node1.prom").read_text().splitlines()
+             if ln and not ln.startswith("#")]
+    with path.open("w") as out:
+        for k in range(copies):
+            out.write("\n".join(f"{ln} {1_767_225_600_000 + k * 1000}" for ln in lines) + "\n")
+
+
+@pytest.mark.slow
+def test_a_killed_ingest_is_completed_by_the_next_and_equals_a_clean_one(tmp_path):
+    big = tmp_path / "big.prom"
+    _big_scrape(big, 40_000)  # 360k samples
+    files = [str(DATA / "slurm" / "squeue.json"), str(big), str(DATA / "lustre")]
+    clean = tmp_path / "clean"
+    assert _run("ingest", *files, "--db", str(clean)).returncode == 0
+    expected = _snapshot(clean)
+    for delay in (0.5, 1.5, 3.0):  # start-up, inside the big file, near its commit
+        db = tmp_path / f"killed-{delay}"
+        proc = subprocess.Popen([*HPCWATCH, "ingest", *files, "--db", str(db)], stdout=subprocess.DEVNULL,
+                                stderr=subprocess.DEVNULL)
+        time.sleep(delay)
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+        done = _run("ingest", *files, "--db", str(db), "--json")
+        assert done.returncode == 0, done.stderr
+        assert _snapshot(db) == expected, f"killed after {delay} s"
+
+
+@pytest.mark.slow
+def test_readers_work_while_an_ingest_writes(tmp_path):
+    big = tmp_path / "big.prom"
+    _big_scrape(big, 30_000)
+    db = tmp_path / "s"
+    assert _run("ingest", str(DATA / "slurm" / "squeue.json"), "--db", str(db)).returncode == 0
+    writer = subprocess.Popen([*HPCWATCH, "ingest", str(big), "--db", str(db)], stdout=subprocess.DEVNULL,
+                              stderr=subprocess.PIPE, text=True)
+    answers = []
+    while writer.poll() is None and len(answers) < 6:
+        done = _run("jobs", "--db", str(db), "--json")
+        assert done.returncode == 0, done.stderr  # never DuckDB's lock message
+        answers.append(len(orjson.loads(done.stdout)["jobs"]))
+    assert writer.wait(timeout=180) == 0, writer.stderr.read()
+    assert answers and set(answers) == {10}
+
+
+def test_the_projects_own_outputs_are_ingested(run_cli, tmp_path):
+    out = tmp_path / "run"
+    code, _, err = run_cli(["twin", "run", "--out", str(out), "--duration", "20", "--spans",
+                            "--scenario", "threat_supply_chain"])
+    assert code == 0, err
+    code, stdout, err = run_cli(["ingest", str(out), "--db", str(tmp_path / "s"), "--json"])
+    assert code == 0, err
+    doc = orjson.loads(stdout)
+    assert doc["spans"] > 0 and doc["samples"] > 0 and doc["jobs"] > 0
+    assert "hook-jsonl" in doc["formats"], doc["formats"]  # the twin's spans.jsonl
+
+
+def test_threat_fixtures_ingest_whole_and_scan_the_same_from_the_store(run_cli, tmp_path):
+    from hpcwatch.twin.threats import write_threat_fixtures
+    fixture = write_threat_fixtures(tmp_path / "f", "threat_supply_chain")
+    db = str(tmp_path / "s")
+    code, out, err = run_cli(["ingest", str(tmp_path / "f"), "--db", db, "--json"])
+    assert code == 0, err
+    assert "site-packages" in orjson.loads(out)["formats"]
+    code, out, err = run_cli(["scan", "--db", db, "--json"])
+    from_store = {f["rule"] for f in orjson.loads(out)["findings"]}
+    code, out, err = run_cli(["scan", str(tmp_path / "f"), "--json"])
+    from_files = {f["rule"] for f in orjson.loads(out)["findings"]}
+    assert from_store == from_files == fixture.expected
+
+
+@pytest.mark.parametrize("forced, path, what", [
+    # a Slurm file forced as perfquery: the reader finds no perfquery line
+    ("perfquery", DATA / "slurm" / "squeue.json", "not a perfquery"),
+    # any text forced as partitions.conf used to store garbage
+    ("opensm-partitions", DATA / "prometheus" / "dcgm_exporter_node1.prom", ""),
+    # a trace is read by `hpcwatch steps`, not stored
+    ("kineto", DATA / "kineto" / "hta_a100_nccl_rank0.json.gz", "read by its own command"),
+])
+def test_a_forced_format_that_does_not_fit_is_an_error(run_cli, tmp_path, forced, path, what):
+    code, out, err = run_cli(["ingest", str(path), "--format", forced, "--db", str(tmp_path / "s")])
+    assert code == 2 and len(err.splitlines()) == 1 and err.startswith(f"hpcwatch: {path}")
+    assert what in err
+    with Store(tmp_path / "s") as store:
+        assert store.sources() == []
+
+
+def test_a_folder_named_like_a_file_is_walked(run_cli, tmp_path):
+    odd = tmp_path / "traces.json"
+    odd.mkdir()
+    (odd / "squeue.json").write_bytes((DATA / "slurm" / "squeue.json").read_bytes())
+    code, out, err = run_cli(["ingest", str(tmp_path), "--db", str(tmp_path / "s"), "--json"])
+    assert code == 0, err
+    assert orjson.loads(out)["jobs"] == 10
