@@ -5,7 +5,7 @@ idle, which rank slows the others or which threat fired. hpcwatch computes those
 this module hands them to Prometheus (and Grafana, deploy/grafana/hpcwatch.json) in its own format.
 
 A custom collector (https://prometheus.github.io/client_python/collector/custom/) reads the store on
-every scrape and calls the analyses; nothing is cached, so a scrape shows the store as it is.
+every scrape and calls the reports (hpcwatch.reports, the same the CLI and the web call); nothing is cached, so a scrape shows the store as it is.
 Every family is a gauge: each value is recomputed from the store, none counts events itself.
 
     hpcwatch_job_info{hpc_job,user,account,partition,state} 1     join key for dcgm-exporter's hpc_job
@@ -32,13 +32,16 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 
-import numpy as np
-import orjson
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector, CollectorRegistry
 
-from hpcwatch.errors import HpcwatchError
-from hpcwatch.records import SEVERITIES, VECTORS, Job, Span
+from hpcwatch.errors import HpcwatchError, InputError
+from hpcwatch.records import Job
+from hpcwatch.reports.findings import finding_counts
+from hpcwatch.reports.goodput import goodput_report
+from hpcwatch.reports.jobs import DCGM_METRICS, jobs_report
+from hpcwatch.reports.steps import DEFAULT_RECENT_STEPS, jobs_with_spans, step_report
+from hpcwatch.reports.text import visible
 from hpcwatch.store import Store
 
 __all__ = ["StoreCollector", "JobUsage", "METRIC_NAMES", "DEFAULT_PORT", "DEFAULT_RECENT_STEPS",
@@ -46,8 +49,6 @@ __all__ = ["StoreCollector", "JobUsage", "METRIC_NAMES", "DEFAULT_PORT", "DEFAUL
 
 DEFAULT_PORT = 9977
 """Unassigned in the Prometheus default port allocations (https://github.com/prometheus/prometheus/wiki/Default-port-allocations)."""
-DEFAULT_RECENT_STEPS = 50
-"""Training metrics look at the last N steps of each job: recent enough to move, long enough for a median."""
 JOB_LABELS = ("hpc_job", "user", "account")
 J_PER_KWH = 3.6e6
 
@@ -125,24 +126,19 @@ class StoreCollector(Collector):
         ]
 
     def _training(self) -> list[Metric]:
-        from hpcwatch.analysis.goodput import account_goodput, steps_from_spans
-        from hpcwatch.analysis.steps import anatomy_from_spans
-        from hpcwatch.analysis.stragglers import find_stragglers
-
         step_s, stragglers, scores, goodput = [], [], [], []
-        for job_id in self._span_jobs():
-            spans = self._recent_spans(job_id)
-            anatomy = anatomy_from_spans(spans)
-            if not anatomy.steps:
+        for job_id in jobs_with_spans(self.store):
+            try:
+                report = step_report(self.store, job_id, recent_steps=self.recent_steps)
+            except InputError:
+                continue   # spans of no training phase: nothing to say about its steps
+            if report.step_time_s is None:
                 continue
-            step_s.append(([job_id], float(np.nanmedian(np.nanmax(anatomy.matrix("step"), axis=0)))))
-            report = find_stragglers(anatomy)
-            stragglers.append(([job_id], float(len(report.stragglers))))
+            step_s.append(([job_id], report.step_time_s))
+            stragglers.append(([job_id], float(len(report.stragglers.stragglers))))
             scores += [([job_id, str(r.rank), r.node or "", "" if r.gpu is None else str(r.gpu)], r.score)
-                       for r in report.ranks]
-            good = account_goodput(self.store.job(job_id), steps_from_spans(self.store.spans(job_id)),
-                                   self.store.events())
-            goodput.append(([job_id], good.goodput))
+                       for r in report.stragglers.ranks]
+            goodput.append(([job_id], goodput_report(self.store, job_id).goodput))
         return [
             _gauge("hpcwatch_job_step_seconds", "Median training step time (the slowest rank's), recent steps.",
                    ["hpc_job"], step_s),
@@ -154,42 +150,26 @@ class StoreCollector(Collector):
         ]
 
     def _findings(self) -> list[Metric]:
-        counts = {(v, s): 0 for v in VECTORS for s in SEVERITIES}
-        for vector, severity, n in self.store.query(
-                "SELECT vector, severity, count(*) FROM findings GROUP BY vector, severity"):
-            counts[(vector, severity)] = n
+        counts = finding_counts(self.store)
         return [_gauge("hpcwatch_findings", "Security findings in the store, by threat vector and severity.",
                        ["vector", "severity"], [([v, s], float(n)) for (v, s), n in counts.items()])]
 
-    def _span_jobs(self) -> list[str]:
-        return [j for (j,) in self.store.query("SELECT DISTINCT job FROM spans WHERE job IS NOT NULL ORDER BY job")]
-
-    def _recent_spans(self, job_id: str) -> list[Span]:
-        (last,), = self.store.query("SELECT max(step) FROM spans WHERE job = ?", [job_id])
-        rows = self.store.query("SELECT rank, step, phase, start, dur, attrs FROM spans WHERE job = ? AND step > ?",
-                                [job_id, last - self.recent_steps])
-        return [Span(job=job_id, rank=r, step=s, phase=p, start=st, dur=d, attrs=orjson.loads(a) if a else {})
-                for r, s, p, st, d, a in rows]
-
 
 def job_usage(store: Store) -> list[JobUsage]:
-    """Per-job usage from the store, through the attribution analysis (analysis/attribution.py)."""
-    from hpcwatch.analysis.attribution import DCGM_METRICS, job_reports
-
-    jobs = store.jobs()
-    if not jobs:
-        return []
-    by_id = {j.id: j for j in jobs}
-    reports = job_reports(store.samples(DCGM_METRICS), jobs)
+    """Per-job usage from the store, through the jobs report (reports/jobs.py)."""
+    by_id = {j.id: j for j in store.jobs()}
     return [JobUsage(job=by_id[r.id], gpu_hours=r.gpu_hours,
                      energy_j=r.energy_kwh * J_PER_KWH if r.per_gpu else None,
-                     mean_util_percent=r.mean_gpu_util, idle_gpus=r.idle_gpus) for r in reports]
+                     mean_util_percent=r.mean_gpu_util, idle_gpus=r.idle_gpus)
+            for r in jobs_report(store, metrics=DCGM_METRICS)]
 
 
 def _gauge(name: str, doc: str, labels: Iterable[str], rows: Iterable[tuple[list[str], float]]) -> GaugeMetricFamily:
+    """One gauge family; label values from data are made visible (no raw control character reaches a scraper:
+    client_python escapes only backslash, quote and newline)."""
     family = GaugeMetricFamily(name, doc, labels=list(labels))
     for values, value in rows:
-        family.add_metric(values, value)
+        family.add_metric([visible(v) for v in values], value)
     return family
 
 

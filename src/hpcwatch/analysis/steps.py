@@ -55,6 +55,8 @@ __all__ = [
     "phase_of_annotation",
     "WORK_PHASES",
     "union_length",
+    "step_times_s",
+    "median_step_time_s",
 ]
 
 #: The phases that are a rank's own work (not waiting for others, not moving gradients).
@@ -149,6 +151,28 @@ class TemporalBreakdown:
         total = self.kernel_us or 1.0
         return {"idle": 100 * self.idle_us / total, "compute": 100 * self.compute_us / total,
                 "non_compute": 100 * self.non_compute_us / total}
+
+
+def step_times_s(anatomy: Anatomy) -> np.ndarray:
+    """Each step's time, in the order of ``anatomy.steps``: the slowest rank's.
+
+    This is hpcwatch's one definition of a step time, used by every report (CLI,
+    web, exporter): a synchronous step ends when its last rank ends, so the step
+    lasts as long as its slowest rank's step (``RankStep.dur_s``, first to last
+    activity of that rank)::
+
+        rank 0  |==work==|wait····|xfer|
+        rank 2  |==work=============|xfer|   <- step time = this rank's duration
+    """
+    if not anatomy.steps:
+        return np.zeros(0)
+    return np.nanmax(anatomy.matrix("step"), axis=0)
+
+
+def median_step_time_s(anatomy: Anatomy) -> float | None:
+    """The median of ``step_times_s`` (``None`` without steps): the job's typical step."""
+    times = step_times_s(anatomy)
+    return float(np.median(times)) if len(times) else None
 
 
 # --- intervals -----------------------------------------------------------------------------------------

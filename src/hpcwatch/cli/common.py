@@ -14,10 +14,12 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
+from hpcwatch.reports.text import visible
+
 from hpcwatch.store import Store
 
 __all__ = ["app", "twin_app", "simulate_app", "console", "emit_json", "open_store", "default_db_path",
-           "DbOption", "JsonOption", "wait_for", "safe_text"]
+           "DbOption", "JsonOption", "wait_for", "safe_text", "error_line"]
 
 app = typer.Typer(name="hpcwatch", no_args_is_help=True, add_completion=False,
                   help="See an AI training cluster as it runs and as it can be attacked.")
@@ -26,7 +28,10 @@ simulate_app = typer.Typer(no_args_is_help=True, help="Simulators: stragglers at
 app.add_typer(twin_app, name="twin")
 app.add_typer(simulate_app, name="simulate")
 
-console = Console()
+# No emoji codes: a user named ":warning:" is shown as typed. Markup stays on for our own styles;
+# every string from data goes through safe_text first.
+console = Console(emoji=False)
+_LINE_BREAKS = re.compile(r"\s*[\r\n]+\s*")
 
 DbOption = typer.Option(None, "--db", help="Store file (DuckDB) or :memory:; default: the user's data directory.")
 JsonOption = typer.Option(False, "--json", help="Print one JSON document on stdout.")
@@ -44,13 +49,17 @@ def open_store(db: str | None) -> Store:
     return Store(db if db else default_db_path())
 
 
-_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+def safe_text(value: object, empty: str = "-") -> str:
+    """A string from data, ready for a Rich table or ``console.print``: control characters shown as
+    ``\\xNN`` (no ESC reaches the terminal, one value stays on one line) and Rich markup escaped
+    (``[bold]root[/bold]`` is shown as typed, ``[/x]`` cannot raise). ``None`` and ``""`` become ``empty``."""
+    return empty if value is None or value == "" else escape(visible(value))
 
 
-def safe_text(text: object, *, markup: bool = True) -> str:
-    """Data made safe for a terminal: control characters shown as ``\\xNN``, Rich markup escaped (``markup``)."""
-    shown = _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", str(text))
-    return escape(shown) if markup else shown
+def error_line(message: str) -> str:
+    """``hpcwatch: <message>`` on one line, control characters (newlines included) shown as ``\\xNN``."""
+    # A message of several lines (a library's error text) is joined into one; what is left is escaped.
+    return f"hpcwatch: {visible(_LINE_BREAKS.sub(' ', message.strip()))}"
 
 
 def emit_json(document: Any) -> None:

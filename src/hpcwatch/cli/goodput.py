@@ -9,13 +9,15 @@ from typing import Optional
 import typer
 from rich.table import Table
 
-from hpcwatch.analysis.goodput import BADPUT_KINDS, GOODPUT_EVENT_KINDS, account_job
-from hpcwatch.analysis.health import PASSIVE_METRICS, VERDICTS, HealthConfig, HealthReport, health_report
-from hpcwatch.cli.common import DbOption, JsonOption, app, console, emit_json, open_store, simulate_app
-from hpcwatch.errors import ConfigError, InputError
+from hpcwatch.analysis.goodput import BADPUT_KINDS
+from hpcwatch.analysis.health import VERDICTS, HealthReport
+from hpcwatch.cli.common import DbOption, JsonOption, app, console, emit_json, open_store, safe_text, simulate_app
+from hpcwatch.errors import ConfigError
 from hpcwatch.records import Event
+from hpcwatch.reports.goodput import goodput_report
+from hpcwatch.reports.health import DEFAULT_HEALTH_WINDOW_S, node_health
+from hpcwatch.reports.text import visible
 from hpcwatch.sources.healthtools import read_dcgmi_diag, read_ib_write_bw, read_nccl_tests
-from hpcwatch.store import Store
 from hpcwatch.analysis.goodputsim import (DEFAULT_CHECKPOINT_COST_S, DEFAULT_INIT_S, DEFAULT_LOAD_FRACTION,
                                     DEFAULT_RESTART_COST_S, DEFAULT_RESTORE_COST_S, DEFAULT_STEP_S,
                                     DEFAULT_SWEEP_GPUS, LLAMA3_DAYS, LLAMA3_GPUS, GoodputSimConfig,
@@ -23,11 +25,8 @@ from hpcwatch.analysis.goodputsim import (DEFAULT_CHECKPOINT_COST_S, DEFAULT_INI
 
 __all__ = ["goodput", "health", "simulate_goodput_cmd"]
 
-#: Default look-back of `hpcwatch health`: the last 15 minutes before the newest sample.
-DEFAULT_HEALTH_WINDOW_S = 900.0
 #: Steps we write into a store from `simulate goodput --db` (5 spans each); past this, ask for a shorter run.
 MAX_STORED_STEPS = 100_000
-_ACTIVE_EVENT_KINDS = ("dcgm_diag", "nccl_test", "ib_write_bw")
 
 
 # -- goodput ---------------------------------------------------------------------------------------
@@ -41,19 +40,11 @@ def goodput(
 ) -> None:
     """Goodput of one job: productive time, and where the rest of its wall time went."""
     with open_store(db) as store:
-        record = store.job(job)
-        t0 = record.start if record is not None else None
-        t1 = record.end if record is not None else None
-        events = [e for kind in GOODPUT_EVENT_KINDS for e in store.events(kind, t0=t0, t1=t1)]
-        spans = store.spans(job)
-        step_samples = [] if spans else list(store.iter_samples("train_step_time_s", job=job))
-    if record is None and not spans and not step_samples:
-        raise InputError(f"job {job}: neither the job nor its steps are in the store")
-    report = account_job(record, spans, events, step_samples)
+        report = goodput_report(store, job)
     if as_json:
         emit_json(report.to_dict())
         return
-    console.print(f"[bold]Job {job}: goodput {report.goodput:.1%}[/bold] of {report.total_s / 3600:.2f} h "
+    console.print(f"[bold]Job {safe_text(job)}: goodput {report.goodput:.1%}[/bold] of {report.total_s / 3600:.2f} h "
                   f"({report.steps} steps, {report.lost_steps} lost, {report.interruptions} interruptions)")
     table = Table("category", "hours", "share")
     table.add_row("productive", f"{report.productive_s / 3600:.3f}", f"{report.goodput:.2%}")
@@ -64,7 +55,7 @@ def goodput(
     if report.ideal_step_s is not None:
         console.print(f"ideal step time (mean under median + 3·MAD): {report.ideal_step_s:.3f} s")
     for note in report.notes:
-        console.print(f"[yellow]note:[/yellow] {note}")
+        console.print(f"[yellow]note:[/yellow] {safe_text(note)}")
 
 
 # -- health ----------------------------------------------------------------------------------------
@@ -81,14 +72,6 @@ def _read_active(dcgmi: list[Path], nccl: list[Path], ibbw: list[Path], node: st
     return events
 
 
-def _health_inputs(store: Store, node: str | None, window_s: float):
-    _, newest = store.time_range()
-    t0 = newest - window_s if newest is not None else None
-    samples = store.samples(list(PASSIVE_METRICS), host=node, t0=t0)
-    events = store.events("xid", t0=t0) + [e for kind in _ACTIVE_EVENT_KINDS for e in store.events(kind)]
-    return samples, events
-
-
 def _print_health(report: HealthReport) -> None:
     if not report.nodes:
         console.print("no samples or events to judge in the window (nothing was looked at, so nothing is known)")
@@ -96,7 +79,8 @@ def _print_health(report: HealthReport) -> None:
     table = Table("node", "verdict", "why")
     colour = {"ok": "green", "warn": "yellow", "drain": "red"}
     for n in report.nodes:
-        table.add_row(n.node, f"[{colour[n.verdict]}]{n.verdict}[/{colour[n.verdict]}]", n.reason())
+        table.add_row(safe_text(n.node), f"[{colour[n.verdict]}]{n.verdict}[/{colour[n.verdict]}]",
+                      safe_text(n.reason()))
     console.print(table)
 
 
@@ -118,20 +102,13 @@ def health(
     """Node health from the store's samples and events (passive) and from benchmark outputs (active)."""
     if fail_on not in ("warn", "drain", "never"):
         raise ConfigError(f"--fail-on must be warn, drain or never, got {fail_on!r}")
+    active = _read_active(dcgmi, nccl, ibbw, node)
     with open_store(db) as store:
-        samples, events = _health_inputs(store, node, window)
-    events += _read_active(dcgmi, nccl, ibbw, node)
-    if node is not None:
-        events = [e for e in events if e.attrs.get("node") in (node, None)]
-        events = [e if e.attrs.get("node") else Event(kind=e.kind, t=e.t, source=e.source,
-                                                        attrs={**e.attrs, "node": node}) for e in events]
-    report = health_report(samples, events, config=HealthConfig(), link=link, nodes=[node] if node else [])
-    if node is not None:
-        report = HealthReport(nodes=tuple(n for n in report.nodes if n.node == node))
+        report = node_health(store, node=node, window_s=window, active=active, link=link)
     if as_json:
         emit_json(report.to_dict())
     elif summary:
-        print(_summary_line(report))
+        print(visible(_summary_line(report)))
     else:
         _print_health(report)
     if fail_on != "never" and VERDICTS.index(report.verdict) >= VERDICTS.index(fail_on):

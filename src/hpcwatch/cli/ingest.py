@@ -18,6 +18,7 @@ from rich.table import Table
 
 from hpcwatch.cli.common import DbOption, JsonOption, app, console, emit_json, open_store, safe_text
 from hpcwatch.ingest import FileResult, IngestReport, ingest_paths
+from hpcwatch.reports.text import visible
 from hpcwatch.sources.registry import RECORD_KINDS, format_named, formats
 
 __all__ = ["ingest", "ingest_document"]
@@ -64,10 +65,10 @@ def _warn(result: FileResult) -> None:
     """Bad lines and skipped files go to stderr as they happen, one line each."""
     if result.bad_line_count:
         for line in result.bad_lines:
-            print(f"hpcwatch: warning: {safe_text(line, markup=False)}", file=sys.stderr)
+            print(f"hpcwatch: warning: {visible(line)}", file=sys.stderr)
         more = result.bad_line_count - len(result.bad_lines)
         tail = f" ({more} more not shown)" if more else ""
-        print(f"hpcwatch: warning: {safe_text(result.path, markup=False)}: {result.bad_line_count} bad line(s) "
+        print(f"hpcwatch: warning: {visible(result.path)}: {result.bad_line_count} bad line(s) "
               f"skipped, the good ones kept{tail}", file=sys.stderr)
 
 

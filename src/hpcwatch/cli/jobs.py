@@ -1,7 +1,7 @@
 """``hpcwatch jobs`` and ``hpcwatch job ID``: the per-job efficiency report (jobstats, and more).
 
-Views only: the numbers come from ``analysis.attribution.job_reports`` over the store's samples
-and jobs.
+Views only: the numbers come from ``reports.jobs`` (the attribution analysis over the store's
+samples and jobs); every string from data goes through ``safe_text``.
 """
 
 from __future__ import annotations
@@ -9,23 +9,22 @@ from __future__ import annotations
 import typer
 from rich.table import Table
 
-from hpcwatch.analysis.attribution import REPORT_METRICS, JobReport, job_reports, report_dict
-from hpcwatch.cli.common import DbOption, JsonOption, app, console, emit_json, open_store
-from hpcwatch.errors import InputError
+from hpcwatch.analysis.attribution import report_dict
+from hpcwatch.cli.common import DbOption, JsonOption, app, console, emit_json, open_store, safe_text
+from hpcwatch.reports.jobs import REPORT_METRICS, job_report, jobs_report
 from hpcwatch.store import Store
 
 __all__ = ["jobs", "job"]
 
 
-def _reports(store: Store, prometheus: str | None = None) -> list[JobReport]:
+def _prometheus_samples(store: Store, prometheus: str | None):
+    """None (the store's samples), or the same columns read from Prometheus since the first job's start."""
     if prometheus is None:
-        return job_reports(store.samples(list(REPORT_METRICS)), store.jobs())
-    # Jobs (user, account, allocation) from the store; samples from Prometheus, same columns.
+        return None
     from hpcwatch.promql import PrometheusBackend
-    jobs = store.jobs()
-    starts = [j.start for j in jobs if j.start is not None]
+    starts = [j.start for j in store.jobs() if j.start is not None]
     with PrometheusBackend(prometheus) as prom:
-        return job_reports(prom.samples(list(REPORT_METRICS), t0=min(starts) if starts else None), jobs)
+        return prom.samples(list(REPORT_METRICS), t0=min(starts) if starts else None)
 
 
 PrometheusOption = typer.Option(None, "--prometheus", help="Read samples from this Prometheus (http://host:9090) "
@@ -56,8 +55,7 @@ def jobs(
 ) -> None:
     """Every job that ran: GPU-hours, energy, GPU utilisation, IB and Lustre bytes, XID errors, idle GPUs."""
     with open_store(db) as store:
-        reports = [r for r in _reports(store, prometheus)
-                   if (user is None or r.user == user) and (account is None or r.account == account)]
+        reports = jobs_report(store, samples=_prometheus_samples(store, prometheus), user=user, account=account)
     if json_out:
         emit_json({"jobs": [report_dict(r) for r in reports]})
         return
@@ -66,7 +64,7 @@ def jobs(
                 "XID", "idle GPUs"):
         table.add_column(col, justify="left" if col in ("job", "user", "account", "state") else "right")
     for r in reports:
-        table.add_row(r.id, r.user or "-", r.account or "-", r.state or "-", str(r.gpus), f"{r.gpu_hours:.2f}",
+        table.add_row(safe_text(r.id), safe_text(r.user), safe_text(r.account), safe_text(r.state), str(r.gpus), f"{r.gpu_hours:.2f}",
                       f"{r.energy_kwh:.2f}", _pct(r.mean_gpu_util), _bytes(r.max_fb_used_bytes),
                       _bytes(r.ib_bytes), _bytes(r.lustre_bytes), str(r.xid_errors),
                       f"[red]{r.idle_gpus}[/]" if r.idle_gpus else "0")
@@ -82,16 +80,13 @@ def job(
 ) -> None:
     """One job's report, GPU by GPU."""
     with open_store(db) as store:
-        if store.job(job_id) is None:
-            raise InputError(f"no job {job_id} in the store (hpcwatch jobs lists them)")
-        found = next((r for r in _reports(store, prometheus) if r.id == job_id), None)
-    if found is None:
-        raise InputError(f"job {job_id} never started: nothing to report")
+        found = job_report(store, job_id, samples=_prometheus_samples(store, prometheus))
     if json_out:
         emit_json(report_dict(found, per_gpu=True))
         return
-    console.print(f"[bold]job {found.id}[/] {found.name or ''} — {found.user}/{found.account}, {found.state}, "
-                  f"{found.gpus} GPUs on {', '.join(found.nodes)}; {found.gpu_hours:.2f} GPU-h, "
+    console.print(f"[bold]job {safe_text(found.id)}[/] {safe_text(found.name, empty='')} — {safe_text(found.user)}/"
+                  f"{safe_text(found.account)}, {safe_text(found.state)}, "
+                  f"{found.gpus} GPUs on {', '.join(safe_text(n) for n in found.nodes)}; {found.gpu_hours:.2f} GPU-h, "
                   f"{found.energy_kwh:.3f} kWh, IB {_bytes(found.ib_bytes)}, Lustre read "
                   f"{_bytes(found.lustre_read_bytes)} / write {_bytes(found.lustre_write_bytes)}, "
                   f"{found.xid_errors} XID errors")
@@ -99,7 +94,7 @@ def job(
     for col in ("host", "GPU", "samples", "util mean", "util max", "tensor", "HBM max", "power", "kWh", "XID", ""):
         table.add_column(col, justify="left" if col in ("host", "") else "right")
     for g in found.per_gpu:
-        table.add_row(g.host, g.gpu, str(g.samples), _pct(g.mean_util_pct), _pct(g.max_util_pct),
+        table.add_row(safe_text(g.host), safe_text(g.gpu), str(g.samples), _pct(g.mean_util_pct), _pct(g.max_util_pct),
                       "-" if g.mean_tensor_active is None else f"{g.mean_tensor_active:.2f}",
                       _bytes(g.max_fb_used_bytes), "-" if g.mean_power_w is None else f"{g.mean_power_w:.0f} W",
                       f"{g.energy_kwh:.3f}", str(g.xid_errors), "[red]allocated but idle[/]" if g.idle else "")

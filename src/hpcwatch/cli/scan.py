@@ -10,14 +10,15 @@ import orjson
 import typer
 from rich.table import Table
 
-from hpcwatch.cli.common import DbOption, JsonOption, app, console, emit_json, open_store
+from hpcwatch.cli.common import DbOption, JsonOption, app, console, emit_json, open_store, safe_text
 from hpcwatch.errors import ConfigError
 from hpcwatch.model import load_cluster, reference_cluster
 from hpcwatch.records import Finding
+from hpcwatch.reports.findings import scan_report
 from hpcwatch.security.container_escape import AllowedShell, ContainerEscapeConfig
 from hpcwatch.security.data_poisoning import DEFAULT_DATASET_PREFIXES, DataPoisoningConfig
 from hpcwatch.ingest import ingest_paths
-from hpcwatch.security.scan import ScanConfig, ScanExtras, scan_store, weights_reads
+from hpcwatch.security.scan import ScanConfig, ScanExtras
 from hpcwatch.security.weights_access import WeightsConfig
 from hpcwatch.store import Store
 
@@ -82,11 +83,8 @@ def scan(
     with store:
         if paths:  # the same way in as `hpcwatch ingest` (into --db when given, else a store of this run)
             ingest_paths(store, paths, hosts=[n.name for n in cluster.nodes] + storage_host)
-        findings = scan_store(store, config=config, extras=ScanExtras(manifest_key=key))
-        reads = weights_reads(store, config=config)
-        inputs = _inputs(store)
-        store.clear_findings()
-        store.add(findings)
+        report = scan_report(store, config=config, extras=ScanExtras(manifest_key=key))
+    findings, reads, inputs = list(report.findings), list(report.weights_reads), report.inputs
     if sarif:
         _write(sarif, orjson.dumps(sarif_document(findings), option=orjson.OPT_INDENT_2))
     if json_out:
@@ -98,13 +96,6 @@ def scan(
         return
     _table(findings)
     _reads_table(reads)
-
-
-def _inputs(store: Store) -> dict[str, int]:
-    """What the scan had to look at: 'no findings' over nothing is not a clean bill of health."""
-    (samples, events, jobs), = store.query("SELECT (SELECT count(*) FROM samples), (SELECT count(*) FROM events), "
-                                           "(SELECT count(*) FROM jobs)")
-    return {"samples": samples, "events": events, "jobs": jobs}
 
 
 def _read_key(path: Path | None) -> bytes | None:
@@ -136,7 +127,8 @@ def _table(findings: list[Finding]) -> None:
     table.add_column("target", overflow="fold", ratio=1)
     table.add_column("title", overflow="fold", ratio=3)
     for f in findings:
-        table.add_row(f"[{_STYLE[f.severity]}]{f.severity}[/]", f.rule, f.target, f.title)
+        table.add_row(f"[{_STYLE[f.severity]}]{f.severity}[/]", safe_text(f.rule), safe_text(f.target),
+                      safe_text(f.title))
     console.print(table)
 
 
@@ -147,6 +139,6 @@ def _reads_table(reads: list) -> None:
     for column in ("time (UTC s)", "host", "access", "binary", "user", "job", "path"):
         table.add_column(column, overflow="fold")
     for r in reads:
-        table.add_row(f"{r.t:.0f}", r.host or "?", r.access, r.binary or "?", r.user or f"uid {r.uid}",
-                      r.job or "-", r.path)
+        table.add_row(f"{r.t:.0f}", safe_text(r.host, "?"), safe_text(r.access), safe_text(r.binary, "?"),
+                      safe_text(r.user, f"uid {safe_text(r.uid)}"), safe_text(r.job), safe_text(r.path))
     console.print(table)

@@ -12,10 +12,10 @@ from rich.console import Console
 from rich.table import Table
 
 from hpcwatch.analysis.steps import Anatomy, anatomy_from_spans, anatomy_from_traces, temporal_breakdown
-from hpcwatch.analysis.stragglers import StragglerReport, find_stragglers
-from hpcwatch.cli.common import DbOption, JsonOption, app, console, emit_json, open_store
+from hpcwatch.cli.common import DbOption, JsonOption, app, console, emit_json, open_store, safe_text
 from hpcwatch.errors import ConfigError, InputError
-from hpcwatch.records import PHASES, Job, Span
+from hpcwatch.records import PHASES, Span
+from hpcwatch.reports.steps import StepReport, step_report, step_report_of
 from hpcwatch.sources.kineto import KinetoTrace
 from hpcwatch.sources.registry import Input, plan_inputs
 
@@ -23,7 +23,7 @@ __all__ = ["steps", "trace_files", "steps_document"]
 
 #: The registry formats this command reads.
 _STEP_FORMATS = ("kineto", "hook-jsonl")
-_stderr = Console(stderr=True)
+_stderr = Console(stderr=True, emoji=False)
 #: How many slow steps the human report lists.
 _SLOW_STEPS_SHOWN = 5
 
@@ -64,7 +64,8 @@ def steps(
         raise ConfigError("steps: give TRACE files or --job ID with --db (one of them)")
     traces: list[KinetoTrace] = []
     if job:
-        anatomy, placement = _from_store(db, job)
+        with open_store(db) as store:
+            report = step_report(store, job)
     else:
         files = trace_files(list(paths))
         hook = [i for i in files if i.format.name == "hook-jsonl"]
@@ -76,11 +77,10 @@ def steps(
         else:
             traces = _read_traces(files)
             anatomy = anatomy_from_traces(traces)
-        placement = None
-    report = find_stragglers(anatomy, placement=placement)
-    mfu = _mfu(anatomy, params=params, layers=layers, d_model=d_model, seq=seq, tokens_per_step=tokens_per_step,
+        report = step_report_of(anatomy)
+    mfu = _mfu(report, params=params, layers=layers, d_model=d_model, seq=seq, tokens_per_step=tokens_per_step,
                gpu=gpu)
-    doc = steps_document(anatomy, report, traces=traces, mfu=mfu)
+    doc = steps_document(report, traces=traces, mfu=mfu)
     if as_json:
         emit_json(doc)
     else:
@@ -92,57 +92,32 @@ def _read_traces(files: list[Input]) -> list[KinetoTrace]:
         warnings.simplefilter("always")
         traces = [i.format.read(i.path, i.context) for i in files]
     for w in caught:
-        _stderr.print(f"[yellow]warning:[/yellow] {w.message}", highlight=False)
+        _stderr.print(f"[yellow]warning:[/yellow] {safe_text(w.message)}", highlight=False)
     return traces
 
 
-def _from_store(db: str | None, job_id: str) -> tuple[Anatomy, dict[int, tuple[str | None, int | None]] | None]:
-    with open_store(db) as store:
-        spans = store.spans(job_id)
-        job = store.job(job_id)
-    if not spans:
-        raise InputError(f"job {job_id}: no step spans in the store")
-    anatomy = anatomy_from_spans(spans)
-    placement = None if anatomy.placement or job is None else _placement_from_job(job, anatomy.ranks)
-    return anatomy, placement
-
-
-def _placement_from_job(job: Job, ranks: tuple[int, ...]) -> dict[int, tuple[str | None, int | None]] | None:
-    """rank → (node, GPU) assuming the launcher's default order: nodes in order, GPUs in order on each."""
-    slots = [(node, g) for node in job.nodes for g in job.gpus_by_node.get(node, ())]
-    if len(slots) < len(ranks):
-        return None
-    return {r: slots[i] for i, r in enumerate(sorted(ranks))}
-
-
-def _step_times(anatomy: Anatomy) -> np.ndarray:
-    """Each step's time: the slowest rank's (a synchronous step ends when the last rank ends)."""
-    return np.nanmax(anatomy.matrix("step"), axis=0) if anatomy.steps else np.zeros(0)
-
-
-def _mfu(anatomy: Anatomy, **shape: Any) -> dict | None:
+def _mfu(report: StepReport, **shape: Any) -> dict | None:
     given = {k: v for k, v in shape.items() if v is not None and k != "gpu"}
     if not given:
         return None
     missing = [k for k in ("params", "layers", "d_model", "seq", "tokens_per_step") if shape.get(k) is None]
     if missing:
         raise ConfigError(f"steps: MFU needs --{' --'.join(m.replace('_', '-') for m in missing)} too")
-    try:
-        from hpcwatch.analysis.mfu import DEFAULT_GPU, compute_mfu
-    except ImportError:
-        return None
-    step_s = float(np.median(_step_times(anatomy)))
+    from hpcwatch.analysis.mfu import DEFAULT_GPU, compute_mfu
+    step_s = report.step_time_s
+    if step_s is None:
+        raise InputError("steps: MFU needs at least one complete step")
     result = compute_mfu(params=shape["params"], layers=shape["layers"], d_model=shape["d_model"], seq=shape["seq"],
-                         tokens_per_step=shape["tokens_per_step"], step_time_s=step_s, gpus=anatomy.world_size,
+                         tokens_per_step=shape["tokens_per_step"], step_time_s=step_s,
+                         gpus=report.anatomy.world_size,
                          gpu=shape.get("gpu") or DEFAULT_GPU)
     return {"mfu": result.mfu, "tokens_per_s": result.tokens_per_s, "achieved_flops": result.achieved_flops,
             "peak_flops": result.peak_flops, "gpu": result.gpu, "step_time_s": step_s}
 
 
-def steps_document(anatomy: Anatomy, report: StragglerReport, *, traces: list[KinetoTrace] = (),
-                   mfu: dict | None = None) -> dict:
+def steps_document(step: StepReport, *, traces: list[KinetoTrace] = (), mfu: dict | None = None) -> dict:
     """The ``--json`` document (seconds)."""
-    times = _step_times(anatomy)
+    anatomy, report, times = step.anatomy, step.stragglers, step.step_times_s
     step_m = anatomy.matrix("step")
     gpu = _gpu_by_rank(anatomy)
     ranks = [{"rank": r.rank, "node": r.node, "gpu": r.gpu, "phases": dict(r.phases), "work_s": r.work_s,
@@ -153,8 +128,8 @@ def steps_document(anatomy: Anatomy, report: StragglerReport, *, traces: list[Ki
         "world_size": anatomy.world_size,
         "source": anatomy.source,
         "job": anatomy.job,
-        "step_time_s": float(np.median(times)) if len(times) else None,
-        "steps": [{"step": s, "time_s": float(times[j]),
+        "step_time_s": step.step_time_s,
+        "steps": [{"step": s, "time_s": times[j],
                    "slowest_rank": int(anatomy.ranks[int(np.nanargmax(step_m[:, j]))])}
                   for j, s in enumerate(anatomy.steps)],
         "ranks": ranks,
@@ -211,11 +186,11 @@ def _print(doc: dict) -> None:
         table.add_column(col, justify="left" if col == "node" else "right")
     for r in doc["ranks"]:
         style = "bold red" if r["rank"] in flagged else None
-        table.add_row(str(r["rank"]), r["node"] or "", "" if r["gpu"] is None else str(r["gpu"]),
+        table.add_row(str(r["rank"]), safe_text(r["node"], ""), "" if r["gpu"] is None else str(r["gpu"]),
                       *(_ms(r["phases"][p]) for p in PHASES), f"{r['score']:.2f}", style=style)
     console.print(table)
     for s in doc["stragglers"]:
-        where = " ".join(x for x in (f"node {s['node']}" if s["node"] else "",
+        where = " ".join(x for x in (f"node {safe_text(s['node'])}" if s["node"] else "",
                                      f"GPU {s['gpu']}" if s["gpu"] is not None else "") if x)
         console.print(f"[bold red]straggler:[/bold red] rank {s['rank']} {where} — slow in {s['phase']}, "
                       f"score {s['score']:.2f}, +{_ms(s['excess_s'])} ms/step; the others wait "

@@ -12,9 +12,9 @@ import typer
 from rich.live import Live
 from rich.table import Table
 
-from hpcwatch.cli.common import JsonOption, console, emit_json
-from hpcwatch.cli.common import app
+from hpcwatch.cli.common import JsonOption, app, console, emit_json, safe_text
 from hpcwatch.errors import ConfigError
+from hpcwatch.reports.live import gpu_table
 from hpcwatch.store import Store
 from hpcwatch.twin.live import LiveTwin
 from hpcwatch.twin.run import sized_reference
@@ -23,23 +23,11 @@ __all__ = ["top", "latest_gpus", "MAX_ROWS"]
 
 #: Rows shown at most (a 128-node cluster has 1,024 GPUs; the busiest and the idle ones come first).
 MAX_ROWS = 48
-_METRICS = {"DCGM_FI_DEV_GPU_UTIL": "util_pct", "DCGM_FI_DEV_POWER_USAGE": "power_w",
-            "DCGM_FI_DEV_FB_USED": "fb_used_mib", "DCGM_FI_DEV_FB_FREE": "fb_free_mib",
-            "DCGM_FI_DEV_GPU_TEMP": "temp_c"}
 
 
 def latest_gpus(store: Store) -> list[dict]:
-    """The last scrape of every GPU in the store: host, gpu, job, user and the _METRICS values."""
-    rows = store.query(
-        "WITH last AS (SELECT max(t) AS t FROM samples WHERE metric = 'DCGM_FI_DEV_GPU_UTIL') "
-        "SELECT s.host, s.gpu, s.job, s.metric, s.value, j.\"user\" FROM samples s JOIN last ON s.t = last.t "
-        "LEFT JOIN jobs j ON j.id = s.job "
-        f"WHERE s.metric IN ({', '.join('?' * len(_METRICS))})", list(_METRICS))
-    gpus: dict[tuple[str, str], dict] = {}
-    for host, gpu, job, metric, value, user in rows:
-        row = gpus.setdefault((host, gpu), {"host": host, "gpu": gpu, "job": job, "user": user})
-        row[_METRICS[metric]] = value
-    return sorted(gpus.values(), key=lambda r: (r["host"] or "", int(r["gpu"]) if (r["gpu"] or "").isdigit() else 0))
+    """The last scrape of every GPU in the store (``reports.live.gpu_table``)."""
+    return gpu_table(store)
 
 
 def _table(gpus: list[dict], twin_now: float, ticks: int) -> Table:
@@ -53,7 +41,7 @@ def _table(gpus: list[dict], twin_now: float, ticks: int) -> Table:
         util = g.get("util_pct", 0.0)
         style = "green" if util >= 80 else ("red" if g["job"] and util < 1 else "")
         total = g.get("fb_used_mib", 0.0) + g.get("fb_free_mib", 0.0)
-        table.add_row(g["host"], g["gpu"], g["job"] or "-", g["user"] or "-", f"[{style}]{util:.0f}%[/]" if style
+        table.add_row(safe_text(g["host"]), safe_text(g["gpu"]), safe_text(g["job"]), safe_text(g["user"]), f"[{style}]{util:.0f}%[/]" if style
                       else f"{util:.0f}%", f"{g.get('power_w', 0.0):.0f} W",
                       f"{g.get('fb_used_mib', 0.0) / 1024:.1f}/{total / 1024:.0f} GiB", f"{g.get('temp_c', 0):.0f} C")
     return table

@@ -14,7 +14,7 @@ from rich.table import Table
 from hpcwatch.analysis.mfu import DEFAULT_GPU, compute_mfu
 from hpcwatch.analysis.stragglersim import DEFAULT_STEPS, busy_times_from_spans, efficiency_curve
 from hpcwatch.analysis.whatif import WhatIf, whatif_ops, whatif_spans
-from hpcwatch.cli.common import DbOption, JsonOption, app, console, emit_json, open_store, simulate_app
+from hpcwatch.cli.common import DbOption, JsonOption, app, console, emit_json, open_store, safe_text, simulate_app
 from hpcwatch.errors import ConfigError, InputError, ParseError
 from hpcwatch.sources.registry import Input, plan_inputs
 
@@ -74,7 +74,7 @@ def _print_whatif(r: WhatIf) -> None:
     table.add_column("group")
     table.add_column("S", justify="right")
     for name, value in r.by_optype.items():
-        table.add_row(f"op {name}", f"{value:.3f}")
+        table.add_row(f"op {safe_text(name)}", f"{value:.3f}")
     for w in r.by_worker[:_WORKERS_SHOWN]:
         table.add_row(f"worker dp {w.dp_rank} stage {w.stage} (rank {w.rank})", f"{w.slowdown:.3f}")
     console.print(table)
@@ -106,7 +106,7 @@ def mfu(
     if as_json:
         emit_json(doc)
         return
-    console.print(f"MFU [bold]{r.mfu:.1%}[/bold] on {gpus} × {r.gpu}: {r.achieved_flops / 1e12:.1f} of "
+    console.print(f"MFU [bold]{r.mfu:.1%}[/bold] on {gpus} × {safe_text(r.gpu)}: {r.achieved_flops / 1e12:.1f} of "
                   f"{r.peak_flops / 1e12:.1f} TFLOP/s per GPU, {r.tokens_per_s:,.0f} tokens/s, "
                   f"{r.flops_per_token:.4g} FLOPs/token" + (f"; HFU {r.hfu:.1%}" if r.hfu is not None else ""))
 

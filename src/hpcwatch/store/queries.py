@@ -2,9 +2,198 @@
 
 Each takes a ``Store`` and plain values, and returns rows or a table whose
 columns are documented on the function. This is the only place besides
-``core`` where SQL is written.
+``core`` where SQL is written; a view that needs a new number asks for a new
+function here (through a report), never for a query string.
+
+Times are UTC seconds, as stored.
 """
 
 from __future__ import annotations
 
-__all__: list[str] = []
+from collections.abc import Sequence
+
+import orjson
+
+from hpcwatch.errors import ConfigError
+from hpcwatch.records import Span
+from hpcwatch.store.core import Store
+
+__all__ = [
+    "latest_sample_t", "latest_gpu_values", "counter_rates", "last_gpu_scrape",
+    "metric_activity", "event_activity", "file_hook_activity", "span_activity", "open_job_count",
+    "checkpoint_activity", "latest_finding_by_vector", "finding_counts", "table_counts",
+    "newest_span_job", "span_jobs", "span_jobs_by_recency", "step_range", "last_step_every_rank_finished",
+    "recent_spans",
+]
+
+
+def _marks(values: Sequence[object]) -> str:
+    return ", ".join("?" * len(values))
+
+
+# -- samples -------------------------------------------------------------------------------------
+
+
+def latest_sample_t(store: Store, *, since: float | None = None) -> float | None:
+    """The newest sample's time (at or after ``since``, which lets DuckDB skip old row groups)."""
+    if since is None:
+        (latest,), = store.query("SELECT max(t) FROM samples")
+    else:
+        (latest,), = store.query("SELECT max(t) FROM samples WHERE t >= ?", [since])
+    return latest
+
+
+def latest_gpu_values(store: Store, metrics: Sequence[str], *, since: float) -> list[tuple]:
+    """Per (metric, host, gpu) seen since ``since``: rows ``(metric, host, gpu, value, job, t)`` with the
+    newest value, the job label of that newest sample and its time. Samples without host or GPU are skipped."""
+    return store.query(
+        f"SELECT metric, host, gpu, arg_max(value, t), arg_max(job, t), max(t) FROM samples "
+        f"WHERE metric IN ({_marks(metrics)}) AND t >= ? AND host IS NOT NULL "
+        f"AND gpu IS NOT NULL GROUP BY metric, host, gpu", [*metrics, since])
+
+
+def counter_rates(store: Store, metrics: Sequence[str], *, since: float,
+                  group: str) -> list[tuple[str, str, float]]:
+    """Per-second rate of each counter series (its two newest samples since ``since``), summed by metric and
+    ``group`` (``"host"`` or ``"job"``): rows ``(metric, group value, bytes or units per s)``. A counter that
+    went down (a reset) counts 0; a group value that is NULL is dropped."""
+    if group not in ("host", "job"):
+        raise ConfigError(f"counter_rates: group must be host or job, got {group!r}")
+    # arg_max(value, t, 2): the two newest values of each series, newest first (no window sort needed).
+    rows = store.query(
+        f"SELECT metric, g, sum(greatest(v[1] - v[2], 0) / (ts[1] - ts[2])) FROM ("
+        f"SELECT metric, {group} AS g, arg_max(value, t, 2) AS v, max(t, 2) AS ts FROM samples "
+        f"WHERE metric IN ({_marks(metrics)}) AND t >= ? GROUP BY metric, host, {group}, labels) "
+        f"WHERE len(ts) = 2 AND ts[1] > ts[2] GROUP BY metric, g", [*metrics, since])
+    return [(m, g, float(v)) for m, g, v in rows if g is not None]
+
+
+def last_gpu_scrape(store: Store, metrics: Sequence[str], *, clock_metric: str) -> list[tuple]:
+    """The samples of ``metrics`` at the newest time ``clock_metric`` was scraped: rows
+    ``(host, gpu, job, metric, value, user)``, ``user`` from the job record (NULL when unknown)."""
+    return store.query(
+        "WITH last AS (SELECT max(t) AS t FROM samples WHERE metric = ?) "
+        "SELECT s.host, s.gpu, s.job, s.metric, s.value, j.\"user\" FROM samples s JOIN last ON s.t = last.t "
+        f"LEFT JOIN jobs j ON j.id = s.job WHERE s.metric IN ({_marks(metrics)})", [clock_metric, *metrics])
+
+
+def metric_activity(store: Store, *, since: float) -> list[tuple[str, int, float]]:
+    """Per metric with samples since ``since``: rows ``(metric, sample count, newest t)``."""
+    return store.query("SELECT metric, count(*), max(t) FROM samples WHERE t >= ? GROUP BY 1", [since])
+
+
+# -- events --------------------------------------------------------------------------------------
+
+
+def event_activity(store: Store, *, since: float) -> list[tuple[str, int, float]]:
+    """Per event kind seen since ``since``: rows ``(kind, count, newest t)``."""
+    return store.query("SELECT kind, count(*), max(t) FROM events WHERE t >= ? GROUP BY 1", [since])
+
+
+def file_hook_activity(store: Store, *, since: float, hooks: Sequence[str],
+                       path_prefix: str) -> tuple[int, float | None]:
+    """Tetragon events since ``since`` whose ``function_name`` is one of ``hooks`` on a ``path`` under
+    ``path_prefix``: ``(count, newest t)``."""
+    (n, t), = store.query(
+        f"SELECT count(*), max(t) FROM events WHERE t >= ? AND kind = 'tetragon' "
+        f"AND json_extract_string(attrs, '$.function_name') IN ({_marks(hooks)}) "
+        f"AND starts_with(json_extract_string(attrs, '$.path'), ?)", [since, *hooks, path_prefix])
+    return n, t
+
+
+def checkpoint_activity(store: Store) -> tuple[int, float | None]:
+    """Events whose kind names a checkpoint (``checkpoint``, ``checkpoint_save``…): ``(count, newest t)``."""
+    (n, t), = store.query("SELECT count(*), max(t) FROM events WHERE kind LIKE '%checkpoint%'")
+    return n, t
+
+
+# -- jobs, tables --------------------------------------------------------------------------------
+
+
+def open_job_count(store: Store) -> int:
+    """Jobs without an end time (running or pending)."""
+    (n,), = store.query('SELECT count(*) FROM jobs WHERE "end" IS NULL')
+    return n
+
+
+def table_counts(store: Store) -> dict[str, int]:
+    """Rows in the tables a scan reads: ``{"samples": n, "events": n, "jobs": n}``."""
+    (samples, events, jobs), = store.query("SELECT (SELECT count(*) FROM samples), (SELECT count(*) FROM events), "
+                                           "(SELECT count(*) FROM jobs)")
+    return {"samples": samples, "events": events, "jobs": jobs}
+
+
+# -- findings ------------------------------------------------------------------------------------
+
+
+def latest_finding_by_vector(store: Store) -> list[tuple]:
+    """Per threat vector with findings: rows ``(vector, count, newest t, title, severity, target, rule,
+    evidence JSON text)``, the last five of the newest finding."""
+    return store.query("SELECT vector, count(*), max(t), arg_max(title, t), arg_max(severity, t), "
+                       "arg_max(target, t), arg_max(rule, t), arg_max(evidence, t) FROM findings GROUP BY vector")
+
+
+def finding_counts(store: Store) -> dict[tuple[str, str], int]:
+    """``{(vector, severity): count}`` for the pairs that have findings."""
+    return {(v, s): n for v, s, n in store.query(
+        "SELECT vector, severity, count(*) FROM findings GROUP BY vector, severity")}
+
+
+# -- spans ---------------------------------------------------------------------------------------
+
+
+def _excluding(exclude: Sequence[str]) -> tuple[str, list[str]]:
+    return (f"job NOT IN ({_marks(exclude)})", list(exclude)) if exclude else ("TRUE", [])
+
+
+def newest_span_job(store: Store, *, exclude: Sequence[str] = ()) -> tuple[str, int] | None:
+    """The job whose spans end last (``exclude``: jobs to leave out), as ``(job, its last step)``."""
+    where, params = _excluding(exclude)
+    rows = store.query(f"SELECT job, max(step) FROM spans WHERE {where} GROUP BY job "
+                       f"ORDER BY max(start + dur) DESC LIMIT 1", params)
+    return (rows[0][0], rows[0][1]) if rows else None
+
+
+def span_activity(store: Store, *, since: float, exclude: Sequence[str] = ()) -> tuple[int, float | None]:
+    """Spans that started since ``since`` (``exclude``: jobs to leave out): ``(count, newest end)``."""
+    where, params = _excluding(exclude)
+    (n, t), = store.query(f"SELECT count(*), max(start + dur) FROM spans WHERE start >= ? AND {where}",
+                          [since, *params])
+    return n, t
+
+
+def span_jobs(store: Store) -> list[str]:
+    """Every job with spans, sorted."""
+    return [j for (j,) in store.query("SELECT DISTINCT job FROM spans WHERE job IS NOT NULL ORDER BY job")]
+
+
+def span_jobs_by_recency(store: Store, *, limit: int) -> list[str]:
+    """Jobs with spans, the one whose last span started latest first; at most ``limit``."""
+    return [j for j, _ in store.query("SELECT job, max(start) FROM spans GROUP BY job ORDER BY 2 DESC LIMIT ?",
+                                      [limit])]
+
+
+def step_range(store: Store, job: str) -> tuple[int | None, int | None]:
+    """``(first, last)`` step numbers with spans of ``job``; ``(None, None)`` without spans."""
+    (first, last), = store.query("SELECT min(step), max(step) FROM spans WHERE job = ?", [job])
+    return first, last
+
+
+def last_step_every_rank_finished(store: Store, job: str) -> int | None:
+    """The newest step of ``job`` for which every rank of the job has a ``barrier_wait`` span (the newest
+    step may still be arriving rank by rank); ``None`` when there is none."""
+    rows = store.query("SELECT step FROM spans WHERE job = ? AND phase = 'barrier_wait' GROUP BY step "
+                       "HAVING count(DISTINCT rank) = (SELECT count(DISTINCT rank) FROM spans WHERE job = ?) "
+                       "ORDER BY step DESC LIMIT 1", [job, job])
+    return rows[0][0] if rows else None
+
+
+def recent_spans(store: Store, job: str, *, steps: int) -> list[Span]:
+    """Spans of ``job``'s last ``steps`` step numbers (those above its last step − ``steps``)."""
+    _, last = step_range(store, job)
+    if last is None:
+        return []
+    rows = store.query("SELECT rank, step, phase, start, dur, attrs FROM spans WHERE job = ? AND step > ? "
+                       "ORDER BY step, rank, start", [job, last - steps])
+    return [Span(job=job, rank=r, step=s, phase=p, start=st, dur=d, attrs=orjson.loads(a) if a else {})
+            for r, s, p, st, d, a in rows]

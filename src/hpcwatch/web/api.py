@@ -29,10 +29,13 @@ from fastapi.responses import Response, StreamingResponse
 from pydantic import BaseModel, Field
 from starlette.concurrency import run_in_threadpool
 
-from hpcwatch.errors import HpcwatchError
-from hpcwatch.records import PHASES, VECTORS
+from hpcwatch.errors import HpcwatchError, InputError
+from hpcwatch.records import VECTORS
+from hpcwatch.reports.findings import recent_findings
+from hpcwatch.reports.steps import player_jobs, player_step
 
-__all__ = ["router", "STREAM_INTERVAL_S", "SIM_GPU_COUNTS", "StepSource", "ORJSONResponse"]
+__all__ = ["router", "STREAM_INTERVAL_S", "SIM_GPU_COUNTS", "StepSource", "StepDoc", "StragglerVerdict",
+           "ORJSONResponse"]
 
 #: Live values are pushed once a second (the brief's 1 Hz).
 STREAM_INTERVAL_S = 1.0
@@ -72,12 +75,27 @@ class RankStep(BaseModel):
     phases: list[PhaseTiming]
 
 
+class StragglerVerdict(BaseModel):
+    rank: int
+    node: str | None = None
+    gpu: int | None = None
+    phase: str = Field(description="The work phase in which it is slow")
+    phase_s: float = Field(description="Its duration of that phase in this step")
+    excess_s: float = Field(description="Median extra work per step over the median rank (recent steps)")
+    score: float = Field(description="Relative score: the fastest rank's work / its work (1 = fastest)")
+    others_wait_s: float = Field(description="Mean barrier wait of the other ranks in this step")
+
+
 class StepDoc(BaseModel):
     job: str
     step: int
     steps: list[int] = Field(description="[first, last] step numbers with spans for this job")
-    step_time_s: float = Field(description="From the earliest start to the latest end over all ranks")
+    step_time_s: float = Field(description="The step's time: the slowest rank's (hpcwatch.analysis.steps)")
     ranks: list[RankStep]
+    straggler: StragglerVerdict | None = Field(None, description="The straggler of the job's recent steps, "
+                                               "decided by the server (hpcwatch.analysis.stragglers); null: none")
+    max_wait_s: float = Field(0.0, description="Longest barrier wait of this step, the straggler's excluded")
+    reference_rank: int = Field(0, description="A rank that is not the straggler (the readout follows it)")
 
 
 class SimPoint(BaseModel):
@@ -155,50 +173,25 @@ def step_sources_for(state: Any, lang: str) -> list[StepSource]:
     t = load_catalogue(lang)
     if state.step_jobs:
         return [StepSource(key=key, job=job, label=t(f"player.{key}")) for key, job in state.step_jobs.items()]
-    rows = state.store.query("SELECT job, max(start) FROM spans GROUP BY job ORDER BY 2 DESC LIMIT 8")
-    return [StepSource(key=job, job=job, label=job) for job, _ in rows]
+    return [StepSource(key=job, job=job, label=job) for job in player_jobs(state.store)]
 
 
 @router.get("/steps", summary="One training step per rank and phase", response_model=StepDoc)
 async def steps(request: Request, job: str = Query(..., max_length=200),
                 step: int | None = Query(None, ge=0)) -> StepDoc:
-    """Phases of ``records.PHASES`` only; ``step`` defaults to the last complete step of the job."""
+    """Phases of ``records.PHASES`` only; ``step`` defaults to the last complete step of the job. ``straggler``
+    is the server's verdict (``hpcwatch.reports.steps.player_step``): the page only draws it."""
     return await run_in_threadpool(lambda: step_doc(_state(request).store, job, step))
 
 
 def step_doc(store: Any, job: str, step: int | None) -> StepDoc:
-    (first, last), = store.query("SELECT min(step), max(step) FROM spans WHERE job = ?", [job])
-    if first is None:
-        raise HTTPException(status_code=404, detail=f"no spans for job {job!r}")
-    if step is None:
-        # The newest step may still be arriving rank by rank; take the newest step every rank has finished.
-        rows = store.query("SELECT step FROM spans WHERE job = ? AND phase = 'barrier_wait' GROUP BY step "
-                           "HAVING count(DISTINCT rank) = (SELECT count(DISTINCT rank) FROM spans WHERE job = ?) "
-                           "ORDER BY step DESC LIMIT 1", [job, job])
-        step = rows[0][0] if rows else last
-    spans = [s for s in store.spans(job, step=step) if s.phase in PHASES]
-    if not spans:
-        raise HTTPException(status_code=404, detail=f"no spans for job {job!r} step {step}")
-    t0 = min(s.start for s in spans)
-    t1 = max(s.start + s.dur for s in spans)
-    ranks: dict[int, RankStep] = {}
-    for s in spans:
-        entry = ranks.setdefault(s.rank, RankStep(rank=s.rank, node=_opt_str(s.attrs.get("node")),
-                                                  gpu=_opt_int(s.attrs.get("gpu")), phases=[]))
-        entry.phases.append(PhaseTiming(phase=s.phase, start_s=s.start - t0, dur_s=s.dur))
-    return StepDoc(job=job, step=step, steps=[first, last], step_time_s=t1 - t0,
-                   ranks=[ranks[r] for r in sorted(ranks)])
-
-
-def _opt_str(value: Any) -> str | None:
-    return None if value is None else str(value)
-
-
-def _opt_int(value: Any) -> int | None:
     try:
-        return None if value is None else int(value)
-    except (TypeError, ValueError):
-        return None
+        found = player_step(store, job, step)
+    except InputError as err:
+        raise HTTPException(status_code=404, detail=str(err)) from err
+    doc = dataclasses.asdict(found)
+    doc["steps"] = list(found.steps)
+    return StepDoc.model_validate(doc)
 
 
 @router.get("/findings", summary="Findings of one threat vector, or all", response_class=ORJSONResponse)
@@ -212,11 +205,11 @@ async def findings(request: Request, vector: str | None = Query(None),
 
     lang = negotiate(forced=lang, cookie=request.cookies.get(LANG_COOKIE),
                      accept_language=request.headers.get("accept-language"))
-    found = await run_in_threadpool(lambda: _state(request).store.findings(vector))
+    found = await run_in_threadpool(lambda: recent_findings(_state(request).store, vector))
     return ORJSONResponse([dataclasses.asdict(f) | {"evidence": dict(f.evidence), "lang": lang,
                                                     "text": finding_text(f.rule, f.evidence, target=f.target, t=f.t,
                                                                          lang=lang) or f.title}
-                           for f in found[-200:]])
+                           for f in found])
 
 
 @router.get("/stragglersim", summary="Straggler simulator: efficiency against GPU count", response_model=SimDoc,

@@ -92,7 +92,7 @@ def _add_pages(app: FastAPI) -> None:
     @app.get("/healthz", summary="Liveness: the store answers")
     async def healthz(request: Request) -> dict[str, Any]:
         state: AppState = request.app.state.hpcwatch
-        (latest,), = await run_in_threadpool(lambda: state.store.query("SELECT max(t) FROM samples"))
+        latest = await run_in_threadpool(state.live.latest_t)
         return {"ok": True, "latest_sample_t": latest, "nodes": len(state.cluster.nodes),
                 "gpus": len(state.cluster.gpus)}
 

@@ -44,7 +44,7 @@ export function initPlayer(root) {
 
   function build(doc) {
     const ranks = doc.ranks.map((r) => ({ ...r, byPhase: Object.fromEntries(r.phases.map((p) => [p.phase, p])) }));
-    const stats = describe(ranks);
+    const stats = describe(doc, ranks);
     const chart = drawGantt(gantt, doc, ranks, stats);
     const ring = drawRing(ringBox, ranks, stats);
     fillTable(tbody, ranks, stats);
@@ -118,17 +118,12 @@ export function initPlayer(root) {
   };
 }
 
-/** Which rank is slowest and how long the others wait (display only; the numbers are the spans'). */
-function describe(ranks) {
-  const backward = ranks.map((r) => r.byPhase.backward?.dur_s ?? 0);
-  const slowest = backward.indexOf(Math.max(...backward));
-  const others = backward.filter((_, i) => i !== slowest).sort((a, b) => a - b);
-  const median = others.length ? others[Math.floor(others.length / 2)] : backward[slowest];
-  const waits = ranks.filter((_, i) => i !== slowest).map((r) => r.byPhase.barrier_wait?.dur_s ?? 0);
-  const meanWait = waits.length ? waits.reduce((a, b) => a + b, 0) / waits.length : 0;
-  const isStraggler = median > 0 && backward[slowest] > 1.2 * median;
-  return { slowest, median, meanWait, maxWait: Math.max(0, ...waits), isStraggler,
-           reference: slowest === 0 ? Math.min(1, ranks.length - 1) : 0 };
+/** Where the server's verdict sits in the drawn rows (the server decides; the page only marks it). */
+function describe(doc, ranks) {
+  const verdict = doc.straggler;
+  const slowest = verdict ? ranks.findIndex((r) => r.rank === verdict.rank) : -1;
+  const reference = Math.max(0, ranks.findIndex((r) => r.rank === doc.reference_rank));
+  return { verdict, slowest, isStraggler: slowest >= 0, reference };
 }
 
 function rankName(r) {
@@ -138,11 +133,12 @@ function rankName(r) {
 function summaryText(doc, ranks, stats) {
   const ms = (x) => fmt(x * 1000, 1);
   if (!stats.isStraggler) {
-    return t("player.summary_even", { step: doc.step, job: doc.job, time: ms(doc.step_time_s), wait: ms(stats.maxWait) });
+    return t("player.summary_even", { step: doc.step, job: doc.job, time: ms(doc.step_time_s), wait: ms(doc.max_wait_s) });
   }
-  const slow = ranks[stats.slowest];
-  return t("player.summary", { step: doc.step, job: doc.job, time: ms(doc.step_time_s), slowest: rankName(slow),
-    backward: ms(slow.byPhase.backward?.dur_s ?? 0), wait: ms(stats.meanWait) });
+  const v = stats.verdict;
+  return t("player.summary", { step: doc.step, job: doc.job, time: ms(doc.step_time_s),
+    slowest: rankName(ranks[stats.slowest]), phase: t(`phase.${v.phase}`), duration: ms(v.phase_s),
+    wait: ms(v.others_wait_s) });
 }
 
 function phaseAt(rank, sec) {

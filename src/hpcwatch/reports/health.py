@@ -1,0 +1,49 @@
+"""Node health from the store (passive: samples and XID events in a window) plus benchmark results (active).
+
+``active`` are the events of benchmark outputs the caller read (``dcgmi diag``,
+nccl-tests, ib_write_bw; ``sources.healthtools``); stored ones of the same
+kinds are judged too, whatever their time (a benchmark is run once, not scraped).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from hpcwatch.analysis.health import PASSIVE_METRICS, HealthConfig, HealthReport, health_report
+from hpcwatch.records import Event
+from hpcwatch.store import Store
+
+__all__ = ["node_health", "DEFAULT_HEALTH_WINDOW_S", "ACTIVE_EVENT_KINDS"]
+
+#: Default look-back: the last 15 minutes before the newest sample.
+DEFAULT_HEALTH_WINDOW_S = 900.0
+ACTIVE_EVENT_KINDS = ("dcgm_diag", "nccl_test", "ib_write_bw")
+
+
+def _stored_inputs(store: Store, node: str | None, window_s: float):
+    _, newest = store.time_range()
+    t0 = newest - window_s if newest is not None else None
+    samples = store.samples(list(PASSIVE_METRICS), host=node, t0=t0)
+    events = store.events("xid", t0=t0) + [e for kind in ACTIVE_EVENT_KINDS for e in store.events(kind)]
+    return samples, events
+
+
+def _for_node(events: list[Event], node: str) -> list[Event]:
+    """Events of ``node``; those that name no node are taken to be its (a benchmark run on it)."""
+    mine = [e for e in events if e.attrs.get("node") in (node, None)]
+    return [e if e.attrs.get("node") else Event(kind=e.kind, t=e.t, source=e.source, attrs={**e.attrs, "node": node})
+            for e in mine]
+
+
+def node_health(store: Store, *, node: str | None = None, window_s: float = DEFAULT_HEALTH_WINDOW_S,
+                active: Sequence[Event] = (), link: str = "ndr",
+                config: HealthConfig = HealthConfig()) -> HealthReport:
+    """Every node's verdict (or ``node``'s only) over the last ``window_s`` seconds of samples."""
+    samples, events = _stored_inputs(store, node, window_s)
+    events = events + list(active)
+    if node is not None:
+        events = _for_node(events, node)
+    report = health_report(samples, events, config=config, link=link, nodes=[node] if node else [])
+    if node is not None:
+        report = HealthReport(nodes=tuple(n for n in report.nodes if n.node == node))
+    return report

@@ -1,0 +1,37 @@
+"""The job report and the jobs list: per-job efficiency (jobstats and more) from the attribution analysis.
+
+``samples`` defaults to the store's; where the CLI reads samples from Prometheus
+instead (``--prometheus``), the caller passes the PromQL backend's table (same
+columns as ``store.samples``) and the jobs still come from the store.
+"""
+
+from __future__ import annotations
+
+import pyarrow as pa
+
+from hpcwatch.analysis.attribution import DCGM_METRICS, REPORT_METRICS, JobReport, job_reports
+from hpcwatch.errors import InputError
+from hpcwatch.store import Store
+
+__all__ = ["jobs_report", "job_report", "REPORT_METRICS", "DCGM_METRICS"]
+
+
+def jobs_report(store: Store, *, samples: pa.Table | None = None, user: str | None = None,
+                account: str | None = None, metrics: tuple[str, ...] = REPORT_METRICS) -> list[JobReport]:
+    """One ``JobReport`` per job that ran (in the store's job order), optionally one user's or account's."""
+    jobs = store.jobs()
+    if not jobs:
+        return []
+    table = samples if samples is not None else store.samples(list(metrics))
+    return [r for r in job_reports(table, jobs)
+            if (user is None or r.user == user) and (account is None or r.account == account)]
+
+
+def job_report(store: Store, job_id: str, *, samples: pa.Table | None = None) -> JobReport:
+    """One job's report, GPU by GPU (``per_gpu``). ``InputError`` when the job is unknown or never started."""
+    if store.job(job_id) is None:
+        raise InputError(f"no job {job_id} in the store (hpcwatch jobs lists them)")
+    found = next((r for r in jobs_report(store, samples=samples) if r.id == job_id), None)
+    if found is None:
+        raise InputError(f"job {job_id} never started: nothing to report")
+    return found

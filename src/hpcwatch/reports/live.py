@@ -1,0 +1,221 @@
+"""The live snapshot: what the web's cards and SSE stream show, and the GPU table of ``hpcwatch top``.
+
+Latest values, per-second rates of counters (difference of the last two samples
+of one series), counts. "Now" is the newest sample in the store, not the wall
+clock, so a store replayed from yesterday still reads as live data of its own time.
+
+Metric names are the real collectors' (DESIGN §3):
+
+- dcgm-exporter: ``DCGM_FI_DEV_GPU_UTIL`` (%), ``DCGM_FI_DEV_POWER_USAGE`` (W),
+  ``DCGM_FI_DEV_FB_USED`` (MiB), ``DCGM_FI_DEV_GPU_TEMP`` (°C);
+  https://github.com/NVIDIA/dcgm-exporter/blob/main/etc/default-counters.csv
+- node-exporter: ``node_infiniband_port_data_{transmitted,received}_bytes_total``;
+  perfquery as read by hpcwatch.sources: ``ib_PortXmitData_bytes``, ``ib_PortRcvData_bytes``
+- Lustre job_stats: ``lustre_job_{read,write}_bytes_total`` (label ``jobid``).
+
+The snapshot is a plain dict because its JSON contract (``GET /api/live``) is
+documented in web/api.py; ``vectors`` here carry each newest finding's rule and
+evidence, which the web turns into text in the page's languages.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from hpcwatch.records import Job
+from hpcwatch.reports.findings import findings_summary
+from hpcwatch.reports.steps import live_training
+from hpcwatch.store import Store, queries
+
+__all__ = ["Collector", "COLLECTORS", "GPU_FIELDS", "RECENT_S", "LATEST_WINDOW_S", "RATE_WINDOW_S", "WEIGHT_HOOKS",
+           "TOP_METRICS", "live_snapshot", "latest_t", "gpu_table"]
+
+#: Data older than this (relative to the newest sample) does not count as "arriving".
+RECENT_S = 60.0
+#: Latest values are searched this far back.
+LATEST_WINDOW_S = 30.0
+#: Counter rates use the last two samples found this far back (collectors scrape every 1-15 s).
+RATE_WINDOW_S = 20.0
+#: The newest sample is searched this far below the last one known first (then everywhere).
+LATEST_HINT_S = 3600.0
+MIB = 1024**2
+
+#: dcgm-exporter metric -> (snapshot field, scale to SI units).
+GPU_FIELDS: dict[str, tuple[str, float]] = {
+    "DCGM_FI_DEV_GPU_UTIL": ("util_pct", 1.0),
+    "DCGM_FI_DEV_POWER_USAGE": ("power_w", 1.0),
+    "DCGM_FI_DEV_FB_USED": ("mem_used_bytes", MIB),
+    "DCGM_FI_DEV_GPU_TEMP": ("temp_c", 1.0),
+}
+_IB_TX = ("node_infiniband_port_data_transmitted_bytes_total", "ib_PortXmitData_bytes")
+_IB_RX = ("node_infiniband_port_data_received_bytes_total", "ib_PortRcvData_bytes")
+_LUSTRE_READ = "lustre_job_read_bytes_total"
+_LUSTRE_WRITE = "lustre_job_write_bytes_total"
+#: Tetragon hooks that reveal a file access (same list as hpcwatch.security.weights_access).
+WEIGHT_HOOKS = ("security_file_permission", "security_mmap_file", "security_file_open")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Collector:
+    """How to tell, from the store, that a collector's data is arriving."""
+
+    id: str
+    metric_prefixes: tuple[str, ...] = ()
+    """Metric name prefixes, up to the first underscore (``DCGM`` for ``DCGM_FI_DEV_GPU_UTIL``)."""
+    event_kinds: tuple[str, ...] = ()
+    """Event kinds as the readers name them (``falco``, ``tetragon``, ``job_start``)."""
+    spans: bool = False
+    jobs: bool = False
+    weights_reads: bool = False
+    """Tetragon file hooks on a path under the model's weights directory (security/weights_access.py)."""
+
+
+COLLECTORS: tuple[Collector, ...] = (
+    Collector(id="slurm_exporter", metric_prefixes=("slurm",), event_kinds=("job_start", "job_end"), jobs=True),
+    Collector(id="dcgm_exporter", metric_prefixes=("DCGM",), event_kinds=("xid",)),
+    Collector(id="node_host", metric_prefixes=("node",), event_kinds=("falco", "tetragon")),
+    Collector(id="torch_nccl", metric_prefixes=("train", "nccl"), event_kinds=("nccl_test",), spans=True),
+    Collector(id="ib_tools", metric_prefixes=("ib",), event_kinds=("ib_write_bw",)),
+    Collector(id="lustre_metrics", metric_prefixes=("lustre",)),
+    Collector(id="ebpf_weights", weights_reads=True),
+)
+
+
+def latest_t(store: Store, *, hint: float | None = None) -> float | None:
+    """The newest sample's time; ``hint`` (the last one known) lets the search skip old row groups."""
+    if hint is not None:
+        found = queries.latest_sample_t(store, since=hint - LATEST_HINT_S)
+        if found is not None:
+            return found
+    return queries.latest_sample_t(store)
+
+
+def live_snapshot(store: Store, *, weights_path: str, exclude_jobs: Sequence[str] = (),
+                  now: float | None = None) -> dict[str, Any]:
+    """The ``/api/live`` document (less the vectors' translated text): ``t`` (``now``, the newest sample's
+    time), ``gpus``, ``nodes``, ``storage``, ``queue``, ``training``, ``collectors``, ``vectors``, ``weights``."""
+    jobs = {job.id: job for job in store.jobs()}
+    training = live_training(store, exclude_jobs=exclude_jobs)
+    checkpoints, last_checkpoint = queries.checkpoint_activity(store)
+    return {
+        "t": now,
+        "gpus": _gpus(store, now, jobs) if now is not None else {},
+        "nodes": _nodes(store, now) if now is not None else {},
+        "storage": _storage(store, now, jobs) if now is not None else {"jobs": [], "read_bytes_s": 0.0,
+                                                                       "write_bytes_s": 0.0},
+        "queue": _queue(jobs),
+        "training": asdict(training) if training is not None else None,
+        "collectors": _collectors(store, now, weights_path, exclude_jobs),
+        "vectors": {v: asdict(s) for v, s in findings_summary(store).items()},
+        "weights": {"checkpoint_events": checkpoints, "last_checkpoint_t": last_checkpoint},
+    }
+
+
+def _gpus(store: Store, now: float, jobs: dict[str, Job]) -> dict[str, dict[str, Any]]:
+    out: dict[str, dict[str, Any]] = {}
+    for metric, host, gpu, value, job, t in queries.latest_gpu_values(store, list(GPU_FIELDS),
+                                                                      since=now - LATEST_WINDOW_S):
+        field, scale = GPU_FIELDS[metric]
+        entry = out.setdefault(f"{host}/{gpu}", {"job": None, "user": None, "account": None, "t": t})
+        entry[field] = value * scale
+        entry["t"] = max(entry["t"], t)
+        if job and (metric == "DCGM_FI_DEV_GPU_UTIL" or entry["job"] is None):
+            entry["job"] = job
+    for entry in out.values():
+        owner = jobs.get((entry["job"] or "").split(",")[0])
+        if owner is not None:
+            entry["user"], entry["account"], entry["job_name"] = owner.user, owner.account, owner.name
+    return out
+
+
+def _nodes(store: Store, now: float) -> dict[str, dict[str, float]]:
+    by_host: dict[str, dict[str, float]] = {}
+    for metric, host, value in queries.counter_rates(store, (*_IB_TX, *_IB_RX), since=now - RATE_WINDOW_S,
+                                                     group="host"):
+        by_host.setdefault(host, {})[metric] = value
+    # node-exporter and perfquery may both report a port: prefer node-exporter, do not add them.
+    return {host: {"ib_tx_bytes_s": next((found[m] for m in _IB_TX if m in found), 0.0),
+                   "ib_rx_bytes_s": next((found[m] for m in _IB_RX if m in found), 0.0)}
+            for host, found in by_host.items()}
+
+
+def _storage(store: Store, now: float, jobs: dict[str, Job]) -> dict[str, Any]:
+    per_job: dict[str, dict[str, Any]] = {}
+    for metric, job, value in queries.counter_rates(store, (_LUSTRE_READ, _LUSTRE_WRITE), since=now - RATE_WINDOW_S,
+                                                    group="job"):
+        entry = per_job.setdefault(job, {"job": job, "read_bytes_s": 0.0, "write_bytes_s": 0.0})
+        entry["read_bytes_s" if metric == _LUSTRE_READ else "write_bytes_s"] += value
+    for entry in per_job.values():
+        owner = jobs.get(entry["job"])
+        entry["user"] = owner.user if owner else None
+        entry["name"] = owner.name if owner else None
+    listed = sorted(per_job.values(), key=lambda e: -(e["read_bytes_s"] + e["write_bytes_s"]))
+    return {"jobs": listed[:20], "read_bytes_s": sum(e["read_bytes_s"] for e in listed),
+            "write_bytes_s": sum(e["write_bytes_s"] for e in listed)}
+
+
+def _queue(jobs: dict[str, Job]) -> dict[str, Any]:
+    live = [j for j in jobs.values() if j.end is None]
+    order = {"RUNNING": 0, "PENDING": 1}
+    live.sort(key=lambda j: (order.get(j.state or "", 2), j.id))
+    return {"running": sum(j.state == "RUNNING" for j in live),
+            "pending": sum(j.state == "PENDING" for j in live),
+            "jobs": [{"id": j.id, "name": j.name, "user": j.user, "account": j.account, "state": j.state,
+                      "nodes": list(j.nodes), "gpus": j.gpus} for j in live[:50]]}
+
+
+def _collectors(store: Store, now: float | None, weights_path: str,
+                exclude_jobs: Sequence[str]) -> dict[str, dict[str, Any]]:
+    """One grouped scan per table, then each collector sums the groups it owns."""
+    since = (now if now is not None else time.time()) - RECENT_S
+    by_prefix: dict[str, tuple[int, float | None]] = {}
+    for metric, n, t in queries.metric_activity(store, since=since):
+        prefix = metric.split("_", 1)[0]
+        old_n, old_t = by_prefix.get(prefix, (0, None))
+        by_prefix[prefix] = (old_n + n, _later(old_t, t))
+    events = {k: (n, t) for k, n, t in queries.event_activity(store, since=since)}
+    weights = queries.file_hook_activity(store, since=since, hooks=WEIGHT_HOOKS,
+                                         path_prefix=weights_path.rstrip("/") + "/")
+    span_n, span_t = queries.span_activity(store, since=since, exclude=exclude_jobs)
+    open_jobs = queries.open_job_count(store)
+    out = {}
+    for c in COLLECTORS:
+        found = [by_prefix.get(p, (0, None)) for p in c.metric_prefixes]
+        found += [events.get(kind, (0, None)) for kind in c.event_kinds]
+        found += [weights] if c.weights_reads else []
+        found += [(span_n, span_t)] if c.spans else []
+        found += [(open_jobs, None)] if c.jobs else []
+        count = sum(n for n, _ in found)
+        last = None
+        for _, t in found:
+            last = _later(last, t)
+        out[c.id] = {"arriving": count > 0, "count": count, "last_t": last}
+    return out
+
+
+def _later(a: float | None, b: float | None) -> float | None:
+    if a is None:
+        return b
+    return a if b is None else max(a, b)
+
+
+# -- hpcwatch top --------------------------------------------------------------------------------
+
+#: dcgm-exporter metric -> the GPU table's field.
+TOP_METRICS = {"DCGM_FI_DEV_GPU_UTIL": "util_pct", "DCGM_FI_DEV_POWER_USAGE": "power_w",
+               "DCGM_FI_DEV_FB_USED": "fb_used_mib", "DCGM_FI_DEV_FB_FREE": "fb_free_mib",
+               "DCGM_FI_DEV_GPU_TEMP": "temp_c"}
+
+
+def gpu_table(store: Store, metrics: Iterable[str] = tuple(TOP_METRICS)) -> list[dict]:
+    """The last scrape of every GPU: ``host``, ``gpu``, ``job``, ``user`` and the ``TOP_METRICS`` fields,
+    sorted by host then GPU index."""
+    gpus: dict[tuple[str, str], dict] = {}
+    for host, gpu, job, metric, value, user in queries.last_gpu_scrape(store, list(metrics),
+                                                                       clock_metric="DCGM_FI_DEV_GPU_UTIL"):
+        row = gpus.setdefault((host, gpu), {"host": host, "gpu": gpu, "job": job, "user": user})
+        row[TOP_METRICS[metric]] = value
+    return sorted(gpus.values(), key=lambda r: (r["host"] or "", int(r["gpu"]) if (r["gpu"] or "").isdigit() else 0))
