@@ -43,6 +43,7 @@ __all__ = [
     "MAX_LINE_BYTES",
     "SNIFF_BYTES",
     "OnBadLine",
+    "open_regular",
     "open_binary",
     "read_bytes",
     "read_text",
@@ -53,6 +54,7 @@ __all__ = [
     "to_float",
     "to_int",
     "shown",
+    "line_text",
     "report_bad_line",
 ]
 
@@ -83,6 +85,11 @@ def shown(text: object, limit: int = SHOWN_CHARS) -> str:
     return repr(cut) + ("..." if len(value) > limit else "")
 
 
+def line_text(line: str | bytes, limit: int = 400) -> str:
+    """The start of a line for ``ParseError(text=...)`` (which escapes and cuts it further)."""
+    return line[:limit].decode("utf-8", errors="replace") if isinstance(line, (bytes, bytearray)) else line[:limit]
+
+
 def report_bad_line(err: ParseError, on_bad_line: OnBadLine) -> None:
     """Raise ``err`` (strict) or hand it to ``on_bad_line`` and let the reader go on."""
     if on_bad_line is None:
@@ -94,8 +101,9 @@ def _cannot(path: str | os.PathLike[str], err: OSError) -> ParseError:
     return ParseError(f"cannot read the file: {err.strerror or err}", path=path)
 
 
-def _open_regular(path: str | os.PathLike[str], max_bytes: int) -> BinaryIO:
-    """The file at ``path`` (symlinks followed), refused unless it is a regular file within ``max_bytes``."""
+def open_regular(path: str | os.PathLike[str], max_bytes: int) -> BinaryIO:
+    """The file at ``path`` (symlinks followed), raw and seekable (for zip archives), refused unless it
+    is a regular file within ``max_bytes``. Reads of it may raise OSError: most readers want ``open_binary``."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
     except OSError as err:
@@ -199,7 +207,7 @@ def open_binary(path: str | os.PathLike[str], *, max_bytes: int = MAX_FILE_BYTES
     ``max_bytes`` bounds the file and its inflated size. ``truncated_ok`` lets a gzip
     stream end early without an error (for reading just its head). Use as a context manager.
     """
-    raw = _open_regular(path, max_bytes)
+    raw = open_regular(path, max_bytes)
     try:
         magic = raw.read(2)
         raw.seek(0)
