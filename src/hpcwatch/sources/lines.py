@@ -107,18 +107,36 @@ def open_regular(path: str | os.PathLike[str], max_bytes: int) -> BinaryIO:
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
     except OSError as err:
+        _refuse_special(path, _kind_of_path(path))   # a socket cannot be opened (ENXIO): say what it is
         raise _cannot(path, err) from err
     try:
         info = os.fstat(fd)
-        kind = next((name for test, name in _KINDS if test(info.st_mode)), None)
-        if kind is not None or not stat.S_ISREG(info.st_mode):
-            raise ParseError(f"not a regular file ({kind or 'unknown kind'})", path=path)
+        _refuse_special(path, _kind(info.st_mode))
         if info.st_size > max_bytes:
             raise ParseError(f"file larger than the limit of {max_bytes} bytes ({info.st_size} bytes)", path=path)
         return os.fdopen(fd, "rb")
     except BaseException:
         os.close(fd)
         raise
+
+
+def _kind(mode: int) -> str | None:
+    """What a file that is not a regular file is, in words; None for a regular file."""
+    if stat.S_ISREG(mode):
+        return None
+    return next((name for test, name in _KINDS if test(mode)), "not a file")
+
+
+def _kind_of_path(path: str | os.PathLike[str]) -> str | None:
+    try:
+        return _kind(os.stat(path).st_mode)
+    except OSError:
+        return None
+
+
+def _refuse_special(path: str | os.PathLike[str], kind: str | None) -> None:
+    if kind is not None:
+        raise ParseError(f"not a regular file ({kind})", path=path)
 
 
 class _Inflating(io.RawIOBase):
