@@ -34,7 +34,7 @@ import numpy as np
 import orjson
 
 from hpcwatch.errors import ParseError
-from hpcwatch.sources.lines import MAX_FILE_BYTES, open_binary
+from hpcwatch.sources.lines import MAX_FILE_BYTES, open_binary, shown
 from hpcwatch.traces import CAT, CATEGORIES, EVENT_COLUMNS, GPU_CATEGORIES, KinetoTrace
 
 __all__ = [
@@ -187,7 +187,7 @@ def _scan_lenient(events: list, path: str, names: _Names, offset: int, rows: lis
             elif ph == "M" and host is None:
                 host = _hostname(ev)
         except (KeyError, TypeError, AttributeError) as err:
-            raise ParseError(f"traceEvents[{offset + index}]: bad event ({type(err).__name__}: {err})", path=path,
+            raise ParseError(f"traceEvents[{offset + index}]: bad event ({type(err).__name__}: {shown(err, 120)})", path=path,
                              text=str(ev)[:200]) from err
     return host
 
@@ -217,7 +217,7 @@ def _as_column(name: str, values: tuple, dtype: type, path: str) -> np.ndarray:
         return np.asarray(values, dtype=dtype)
     except (TypeError, ValueError, OverflowError) as err:
         if name not in _LENIENT_COLUMNS:
-            raise ParseError(f"an event has a non-numeric {name} ({err})", path=path) from err
+            raise ParseError(f"an event has a non-numeric {name} ({shown(err, 120)})", path=path) from err
         bits = np.iinfo(dtype).bits
         return np.asarray([_int_or(v, -1, bits) for v in values], dtype=dtype)
 
@@ -239,7 +239,7 @@ def _flow_table(flows: list[tuple], path: str) -> dict[str, np.ndarray]:
     try:
         id_col = np.asarray(ids, dtype=np.int64)
     except OverflowError as err:
-        raise ParseError(f"a flow event has an id beyond 64 bits ({err})", path=path) from err
+        raise ParseError(f"a flow event has an id beyond 64 bits ({shown(err, 120)})", path=path) from err
     return {"id": id_col, "ts_us": np.asarray(ts, dtype=np.float64), "start": np.asarray(start, dtype=bool),
             "cat": np.where(np.asarray(ac2g, dtype=bool), 1, 2).astype(np.int8)}
 
