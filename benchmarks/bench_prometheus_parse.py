@@ -9,18 +9,28 @@ https://github.com/NVIDIA/dcgm-exporter/blob/main/etc/default-counters.csv).
 
 Run: ``.venv/bin/python benchmarks/bench_prometheus_parse.py [--nodes 128] [--repeat 5]``
 Goal: the columnar path (with host/gpu/job columns) under 50 ms on one core.
+
+``--file-mb 100,1000`` also writes files of that many MB under ``/tmp`` (deleted after) and
+reads each whole with the streaming ``read_prometheus_columns``, one chunk at a time, in a
+fresh process: throughput (MB of text per second, wall) and the process's peak RSS.
+Goal: >= 100 MB/s and peak RSS under 500 MB whatever the file size.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import random
+import resource
+import subprocess
+import sys
+import tempfile
 import time
 
 import pyarrow as pa
 from prometheus_client.parser import text_string_to_metric_families
 
-from hpcwatch.sources.prometheus_text import parse_prometheus_columns, parse_prometheus_text
+from hpcwatch.sources.prometheus_text import parse_prometheus_columns, parse_prometheus_text, read_prometheus_columns
 
 # (field, type, help) -- dcgm-exporter default-counters.csv, plus the profiling fields it enables on H100.
 DCGM_FIELDS = [
@@ -89,11 +99,51 @@ def best_ms(fn, repeat: int) -> tuple[float, float]:
     return min(walls), min(cpus)
 
 
+def write_file(path: str, megabytes: int) -> int:
+    """A file of about ``megabytes`` MB: cluster scrapes of distinct seeds, one after another."""
+    written, seed = 0, 0
+    with open(path, "w") as out:
+        while written < megabytes * 1_000_000:
+            written += out.write(cluster_scrape(16, seed=seed))
+            seed += 1
+    return written
+
+
+def stream_file(path: str) -> None:
+    """(child process) Read ``path`` chunk by chunk; print rows, seconds, peak RSS in MB."""
+    pa.set_cpu_count(1)
+    started, rows = time.perf_counter(), 0
+    for table in read_prometheus_columns(path, t=0.0):
+        rows += table.num_rows
+    elapsed = time.perf_counter() - started
+    print(rows, elapsed, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
+
+
+def whole_files(sizes_mb: list[int]) -> None:
+    for megabytes in sizes_mb:
+        fd, path = tempfile.mkstemp(suffix=".prom", dir="/tmp")
+        os.close(fd)
+        try:
+            size = write_file(path, megabytes)
+            out = subprocess.run([sys.executable, __file__, "--stream", path], check=True, capture_output=True,
+                                 text=True).stdout.split()
+            rows, seconds, rss_mb = int(out[0]), float(out[1]), float(out[2])
+            print(f"read_prometheus_columns, whole file {size / 1e6:7.1f} MB: {rows} samples, {seconds:6.2f} s, "
+                  f"{size / 1e6 / seconds:6.1f} MB/s, peak RSS {rss_mb:6.1f} MB")
+        finally:
+            os.unlink(path)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--nodes", type=int, default=128)
     parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument("--file-mb", default="", help="comma-separated sizes of whole files to stream, e.g. 100,1000")
+    parser.add_argument("--stream", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.stream:
+        stream_file(args.stream)
+        return
     pa.set_cpu_count(1)  # one core: Arrow kernels may not spread over a thread pool
     text = cluster_scrape(args.nodes)
     calibration = best_ms(lambda: sum(range(10**7)), 3)[1]
@@ -114,6 +164,8 @@ def main() -> None:
           f"{ref_cpu / rows_cpu:5.1f}x (CPU)")
     print(f"calibration: sum(range(10**7)) takes {calibration:.0f} ms of CPU on this machine")
     print(f"goal < 50 ms (CPU, one core) for the columns: {'met' if ours_cpu < 50 else 'NOT met'}")
+    if args.file_mb:
+        whole_files([int(x) for x in args.file_mb.split(",")])
 
 
 if __name__ == "__main__":

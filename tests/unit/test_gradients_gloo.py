@@ -19,7 +19,7 @@ import textwrap
 import numpy as np
 import pytest
 
-from hpcwatch.instrument.torch import read_hook_jsonl
+from hpcwatch.sources.hook import read_hook_jsonl
 from hpcwatch.records import Sample
 from hpcwatch.security.gradients import SKETCH_DIMS, detect_gradient_anomalies
 

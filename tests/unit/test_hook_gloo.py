@@ -130,7 +130,7 @@ def gloo_run(tmp_path_factory) -> Path:
 def test_hook_spans_name_the_planted_straggler(gloo_run):
     from hpcwatch.analysis.steps import anatomy_from_spans
     from hpcwatch.analysis.stragglers import find_stragglers
-    from hpcwatch.instrument.torch import read_hook_jsonl
+    from hpcwatch.sources.hook import read_hook_jsonl
     from hpcwatch.records import Sample, Span
 
     records = [r for f in sorted((gloo_run / "hook").glob("rank-*.jsonl")) for r in read_hook_jsonl(f)]
@@ -171,7 +171,7 @@ def test_stored_hook_spans_feed_steps_from_the_store(data_dir, tmp_path):
     from typer.testing import CliRunner
 
     from hpcwatch.cli import app
-    from hpcwatch.instrument.torch import read_hook_jsonl
+    from hpcwatch.sources.hook import read_hook_jsonl
     from hpcwatch.store import Store
 
     db = tmp_path / "hpcwatch.duckdb"
@@ -217,7 +217,7 @@ BAD_LINES = [
 @pytest.mark.parametrize("line, message", BAD_LINES)
 def test_bad_hook_lines_raise_parse_error_with_the_line(line, message, tmp_path):
     from hpcwatch.errors import ParseError
-    from hpcwatch.instrument.torch import read_hook_jsonl
+    from hpcwatch.sources.hook import read_hook_jsonl
 
     path = tmp_path / "rank-0.jsonl"
     path.write_bytes(b"\n" + line)
@@ -227,9 +227,9 @@ def test_bad_hook_lines_raise_parse_error_with_the_line(line, message, tmp_path)
 
 
 def test_hook_lines_are_sniffed_as_their_own_format(data_dir):
-    from hpcwatch.sources.detect import detect_format
+    from hpcwatch.sources.registry import detect
 
-    assert detect_format(data_dir / "kineto" / "gloo_straggler" / "hook" / "rank-1.jsonl").name == "hook-jsonl"
+    assert detect(data_dir / "kineto" / "gloo_straggler" / "hook" / "rank-1.jsonl").name == "hook-jsonl"
 
 
 @pytest.mark.parametrize("fields", [{"rank": -1}, {"device": "tpu"}, {"prometheus_port": 70000}, {"grad_every": 0}])
@@ -246,7 +246,8 @@ def test_recorder_counts_nonfinite_gradients_and_serves_prometheus(tmp_path):
     import httpx
     import torch
 
-    from hpcwatch.instrument.torch import StepRecorder, read_hook_jsonl
+    from hpcwatch.instrument.torch import StepRecorder
+    from hpcwatch.sources.hook import read_hook_jsonl
     from hpcwatch.records import Sample, Span
 
     model = torch.nn.Linear(4, 2)

@@ -60,7 +60,6 @@ def test_twin_records_are_the_sample_table() -> None:
 
 
 def test_files_to_ingest_to_report_equals_truth(tmp_path, capsys) -> None:
-    pytest.importorskip("hpcwatch.sources.detect")
     from hpcwatch.cli import main
 
     twin = Twin(reference_cluster(), seed=6)

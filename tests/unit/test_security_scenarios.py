@@ -91,11 +91,10 @@ def test_tetragon_policy_watches_the_models_weights_path() -> None:
 
 
 def test_cli_scan_db_reports_who_read_the_weights(tmp_path: Path) -> None:
-    from hpcwatch.sources.detect import read_paths
     write_threat_fixtures(tmp_path / "in", "threat_weights_access")
     db = tmp_path / "s.duckdb"
     with Store(db) as store:
-        store.add(read_paths([tmp_path / "in"]))
+        store.add(records_of([tmp_path / "in"]))
     run = subprocess.run([sys.executable, "-m", "hpcwatch", "scan", "--db", str(db), "--json"],
                          capture_output=True, text=True, timeout=120)
     assert run.returncode == 0, run.stderr
@@ -107,10 +106,9 @@ def test_cli_scan_db_reports_who_read_the_weights(tmp_path: Path) -> None:
 
 def test_rescan_replaces_stored_findings(tmp_path: Path) -> None:
     from hpcwatch.security import rescan
-    from hpcwatch.sources.detect import read_paths
     write_threat_fixtures(tmp_path, "threat_container_escape")
     with Store(":memory:") as store:
-        store.add(read_paths([tmp_path]))
+        store.add(records_of([tmp_path]))
         first = rescan(store)
         again = rescan(store)
         assert len(store.findings()) == len(first) == len(again) == 3

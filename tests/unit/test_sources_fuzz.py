@@ -7,7 +7,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from hpcwatch.errors import ParseError
-from hpcwatch.sources import detect, infiniband, lustre, mapping, nvidia_smi, prometheus_text, slurm
+from hpcwatch.sources.registry import read_input
+from hpcwatch.sources import infiniband, lustre, mapping, nvidia_smi, prometheus_text, slurm
 
 PARSERS = {
     "prometheus": lambda text: list(prometheus_text.parse_prometheus_text(text, t=0)),
@@ -60,7 +61,7 @@ def test_read_any_on_arbitrary_bytes(tmp_path, data):
     path = tmp_path / "blob"
     path.write_bytes(data)
     try:
-        list(detect.read_any(path))
+        list(read_input(path))
     except ParseError as err:
         assert str(path) in str(err)
 

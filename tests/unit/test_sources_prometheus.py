@@ -46,6 +46,11 @@ def _ours(text: str) -> list[tuple]:
     return out
 
 
+def _read_columns(path, **kw) -> pa.Table:
+    """The chunks of ``read_prometheus_columns`` as one table."""
+    return pa.concat_tables(read_prometheus_columns(path, **kw))
+
+
 def _columns_as_rows(table: pa.Table) -> list[tuple]:
     return [(r["metric"], orjson.loads(r["labels"]), _key(r["value"]), r["t"], r["host"], r["gpu"], r["job"])
             for r in table.to_pylist()]
@@ -68,14 +73,14 @@ def test_dcgm_exporter_scrape_gives_gpu_host_and_job_of_each_sample():
 
 
 def test_columns_fill_host_gpu_job_from_dcgm_labels():
-    table = read_prometheus_columns(PROM / "dcgm_exporter_node1.prom", t=5.0)
+    table = _read_columns(PROM / "dcgm_exporter_node1.prom", t=5.0)
     assert table.schema == SAMPLE_SCHEMA
     row = table.filter(pa.compute.equal(table["metric"], "DCGM_FI_DEV_FB_USED")).to_pylist()[1]
     assert (row["host"], row["gpu"], row["job"], row["value"], row["t"]) == ("node1", "6", "9", 30112.0, 5.0)
 
 
 def test_lowercase_hostname_label_is_kept_and_used_as_host():
-    table = read_prometheus_columns(PROM / "dcgm_exporter_lowercase_hostname.prom", t=0.0)
+    table = _read_columns(PROM / "dcgm_exporter_lowercase_hostname.prom", t=0.0)
     (row,) = table.to_pylist()
     assert row["host"] == "node2" and row["job"] == "8" and row["gpu"] == "2"
     assert orjson.loads(row["labels"])["hostname"] == "node2"
@@ -117,7 +122,7 @@ def test_node_exporter_infiniband_counters_are_bytes_already():
 
 def test_columns_go_into_the_store_with_keys():
     store = Store(":memory:")
-    store.add_sample_table(read_prometheus_columns(PROM / "dcgm_exporter_node1.prom", t=1.0))
+    store.add_sample_table(_read_columns(PROM / "dcgm_exporter_node1.prom", t=1.0))
     got = store.samples("DCGM_FI_DEV_GPU_UTIL", job="9").to_pylist()
     assert [(r["host"], r["gpu"], r["value"]) for r in got] == [("node1", "6", 41.0)]
 
@@ -129,7 +134,7 @@ def test_untimed_lines_of_a_saved_scrape_get_the_file_time(tmp_path):
     os.utime(path, (1700000000, 1700000000))
     (sample,) = read_prometheus_text(path)
     assert sample.t == 1700000000.0
-    assert read_prometheus_columns(path)["t"].to_pylist() == [1700000000.0]
+    assert _read_columns(path)["t"].to_pylist() == [1700000000.0]
 
 
 BAD = [

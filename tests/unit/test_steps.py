@@ -166,7 +166,7 @@ def test_a_skewed_clock_is_estimated_and_does_not_change_the_waits(data_dir):
 def test_phases_are_inferred_from_operators_without_annotations(data_dir):
     import dataclasses
 
-    from hpcwatch.sources.kineto import CAT
+    from hpcwatch.traces import CAT
 
     trace = _read(data_dir / "kineto" / "gloo_straggler" / "rank-0.json.gz")
     phase_ids = trace.name_ids(lambda n: phase_of_annotation(n) is not None)

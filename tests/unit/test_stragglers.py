@@ -10,7 +10,7 @@ import pytest
 from hpcwatch.analysis.steps import anatomy_from_spans, anatomy_from_traces
 from hpcwatch.analysis.stragglers import StragglerConfig, find_stragglers, modified_z
 from hpcwatch.errors import ConfigError
-from hpcwatch.instrument.torch import read_hook_jsonl
+from hpcwatch.sources.hook import read_hook_jsonl
 from hpcwatch.records import PHASES, Span
 from hpcwatch.sources.kineto import read_kineto
 

@@ -27,7 +27,7 @@ overlap, and per trace the temporal breakdown of Holistic Trace Analysis
 (``temporal_breakdown``: idle / compute / non-compute, same rules as HTA's
 ``get_temporal_breakdown``, so the numbers agree).
 
-Everything here is pure: traces (``sources.kineto.KinetoTrace``) or ``Span`` records in,
+Everything here is pure: traces (``traces.KinetoTrace``) or ``Span`` records in,
 frozen dataclasses out; times in seconds.
 """
 
@@ -43,7 +43,7 @@ import numpy as np
 
 from hpcwatch.errors import InputError
 from hpcwatch.records import PHASES, Span
-from hpcwatch.sources.kineto import CAT, GPU_CATEGORIES, KinetoTrace
+from hpcwatch.traces import CAT, GPU_CATEGORIES, KinetoTrace
 
 __all__ = [
     "RankStep",

@@ -45,7 +45,7 @@ share both sign and bucket only ``K * _SIGN_PERIOD`` elements apart. E<Sx, Sy> =
 cosines of sketches estimate cosines of gradients with an error near 1/sqrt(K). Cost: one
 multiply-and-sum pass over the gradient (no d×K matrix, no per-element hashing), a few
 MiB of table per device and dtype.
-``read_hook_jsonl`` reads them back. With ``prometheus_port`` the same values are
+``sources.hook.read_hook_jsonl`` reads them back. With ``prometheus_port`` the same values are
 also served as gauges (``prometheus_client``), without the ``step`` label.
 
 torch is imported when a recorder is made, never at import time.
@@ -63,10 +63,10 @@ from typing import Any
 
 import orjson
 
-from hpcwatch.errors import ConfigError, ParseError
+from hpcwatch.errors import ConfigError
 from hpcwatch.records import Sample, Span
 
-__all__ = ["StepRecorder", "HookConfig", "read_hook_jsonl", "is_hook_jsonl", "HOOK_METRICS", "SKETCH_METRIC",
+__all__ = ["StepRecorder", "HookConfig", "HOOK_METRICS", "SKETCH_METRIC",
            "TORCH_MISSING"]
 
 #: The metrics the hook writes (the brief's contract with the store and the web app).
@@ -409,45 +409,3 @@ def _line(record: Span | Sample) -> dict[str, Any]:
                 "start": record.start, "dur": record.dur, "attrs": dict(record.attrs)}
     value = record.value if math.isfinite(record.value) else str(record.value)
     return {"kind": "sample", "metric": record.metric, "labels": dict(record.labels), "t": record.t, "value": value}
-
-
-def is_hook_jsonl(head: str) -> bool:
-    """Whether a file's first bytes are the hook's JSON lines (for ``sources.detect``)."""
-    first = head.lstrip().split("\n", 1)[0]
-    if not first.startswith("{"):
-        return False
-    try:
-        doc = orjson.loads(first)
-    except orjson.JSONDecodeError:
-        return False
-    return isinstance(doc, dict) and doc.get("kind") in ("span", "sample") and "job" in (
-        doc if doc["kind"] == "span" else doc.get("labels") or {})
-
-
-def read_hook_jsonl(path: str | Path) -> Iterator[Span | Sample]:
-    """The spans and samples a ``StepRecorder`` wrote (one ``rank-N.jsonl``)."""
-    path = Path(path)
-    try:
-        handle = open(path, "rb")
-    except OSError as err:
-        raise ParseError(f"cannot read hook output: {err}", path=path) from err
-    with handle:
-        for number, line in enumerate(handle, 1):
-            if line.strip():
-                yield _record(line, path, number)
-
-
-def _record(line: bytes, path: Path, number: int) -> Span | Sample:
-    try:
-        doc = orjson.loads(line)
-        if doc["kind"] == "span":
-            return Span(job=str(doc["job"]), rank=int(doc["rank"]), step=int(doc["step"]), phase=str(doc["phase"]),
-                        start=float(doc["start"]), dur=float(doc["dur"]), attrs=doc.get("attrs") or {})
-        if doc["kind"] == "sample":
-            return Sample(metric=str(doc["metric"]), labels=doc["labels"], t=float(doc["t"]),
-                          value=float(doc["value"]))
-    except (orjson.JSONDecodeError, KeyError, TypeError, ValueError) as err:
-        raise ParseError(f"bad hook record ({type(err).__name__}: {err})", path=path, line=number,
-                         text=line.decode(errors="replace")) from err
-    raise ParseError("unknown record kind", path=path, line=number, text=line.decode(errors="replace"))
-

@@ -40,7 +40,7 @@ import orjson
 
 from hpcwatch.errors import ParseError
 from hpcwatch.records import Event
-from hpcwatch.sources.lines import file_time, read_text, to_float
+from hpcwatch.sources.lines import file_time, read_text, to_float, to_int
 
 __all__ = [
     "parse_dcgmi_diag", "read_dcgmi_diag",
@@ -154,8 +154,9 @@ def _cell(name: str, token: str, *, path: str | os.PathLike[str], line: int) -> 
         return token
     if token == "N/A":
         return None
-    value = to_float(token, name, path=path, line=line)
-    return int(value) if name in ("size", "count", "root") else value
+    if name in ("size", "count", "root"):
+        return to_int(token, name, path=path, line=line)
+    return to_float(token, name, path=path, line=line)
 
 
 def _check_row(row: dict[str, Any], collective: str, nranks: int) -> None:
@@ -253,10 +254,12 @@ def parse_ib_write_bw(text: str, *, path: str | os.PathLike[str] = "<ib_write_bw
         if len(tokens) != 5:
             raise ParseError("bandwidth row needs 5 fields (#bytes #iterations peak average msgrate)",
                              path=path, line=number, text=raw)
+        size, iterations = (to_int(tok, name, path=path, line=number) for tok, name in
+                            zip(tokens, ("#bytes", "#iterations")))
         values = [to_float(tok, name, path=path, line=number) for tok, name in
                   zip(tokens, ("#bytes", "#iterations", "BW peak", "BW average", "MsgRate"))]
         to_gbps = (lambda v: v * _MIB * 8 / 1e9) if unit == "MB" else (lambda v: v)
-        rows.append({"size_bytes": int(values[0]), "iterations": int(values[1]), "bw_peak_gbps": to_gbps(values[2]),
+        rows.append({"size_bytes": size, "iterations": iterations, "bw_peak_gbps": to_gbps(values[2]),
                      "bw_avg_gbps": to_gbps(values[3]), "msg_rate_mpps": values[4]})
     if unit is None:
         raise ParseError("no perftest results header ('#bytes #iterations BW peak[...]')", path=path, line=1)

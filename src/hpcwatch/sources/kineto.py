@@ -11,33 +11,10 @@ memory, 10-20× faster and 1/10 of the memory growth of HTA's loader
 the events' dicts take ~55 %, freeing them and numpy's conversion of the rows ~20 %;
 the loop over the events is kept to one C call for an event's fields and one tuple.
 
-The columns of ``KinetoTrace.events`` (``EVENT_COLUMNS``, complete events ``ph == "X"``
-only, in file order):
+The columns of ``KinetoTrace.events`` and ``.flows`` are described in ``hpcwatch.traces``.
 
-===============  =======  ============================================================
-column           dtype    meaning
-===============  =======  ============================================================
-``ts_us``        float64  start, µs on the trace's clock (Kineto: µs since boot-ish
-                          origin; ``KinetoTrace.base_time_ns`` anchors it to UTC)
-``dur_us``       float64  duration, µs (0 when missing)
-``cat``          int8     category code, index into ``CATEGORIES`` (``OTHER`` = unknown)
-``name_id``      int32    index into ``KinetoTrace.names``
-``stream``       int32    GPU stream for GPU activities, ``-1`` for host events
-``pid``          int64    process (host) or device (GPU) id
-``tid``          int64    thread (host) or stream id (GPU)
-``correlation``  int64    CUDA correlation id linking a launch to its kernel; -1 when none
-``comm``         bool     a collective: NCCL kernel (``ncclKernel_*``, ``ncclDevKernel_*``),
-                          ``nccl:*`` / ``gloo:*`` annotation or ``c10d::`` op
-``coll_id``      int32    ``Collective name`` arg (index into ``names``); -1 when none
-``msg_bytes``    float64  ``In msg nelems`` × element size (NaN when unknown)
-===============  =======  ============================================================
-
-Flow events (``ph`` ``s``/``f``: ``ac2g`` launch→kernel, ``fwdbwd`` forward→backward)
-are in ``KinetoTrace.flows`` with columns ``id`` (int64), ``ts_us`` (float64),
-``start`` (bool, True for ``s``) and ``cat`` (int8).
-
-Lenient on purpose: instant (``i``), counter (``C``) and metadata (``M``) events are
-skipped except process labels; unknown categories get ``OTHER``; a missing ``dur``
+A trace without a single complete event is a ParseError. Lenient on purpose: instant
+(``i``), counter (``C``) and metadata (``M``) events are skipped except process labels; unknown categories get ``OTHER``; a missing ``dur``
 is 0. The reader does not check that events nest or that flows pair up.
 """
 
@@ -45,7 +22,6 @@ from __future__ import annotations
 
 import gc
 import re
-import zlib
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -58,9 +34,12 @@ import numpy as np
 import orjson
 
 from hpcwatch.errors import ParseError
+from hpcwatch.sources.lines import MAX_FILE_BYTES, open_binary, shown
+from hpcwatch.traces import CAT, CATEGORIES, EVENT_COLUMNS, GPU_CATEGORIES, KinetoTrace
 
 __all__ = [
     "KinetoTrace",
+    "MAX_TRACE_BYTES",
     "CATEGORIES",
     "CAT",
     "EVENT_COLUMNS",
@@ -69,19 +48,6 @@ __all__ = [
     "read_kineto",
     "is_comm_name",
 ]
-
-#: Event categories we tell apart; the code of a category is its index here.
-#: https://github.com/pytorch/kineto/blob/main/libkineto/include/ActivityType.h
-CATEGORIES: tuple[str, ...] = (
-    "other", "cpu_op", "user_annotation", "gpu_user_annotation", "kernel", "gpu_memcpy",
-    "gpu_memset", "cuda_runtime", "cuda_driver", "python_function", "overhead", "Trace",
-)
-CAT: Mapping[str, int] = {name: code for code, name in enumerate(CATEGORIES)}
-#: Codes of activities that run on the GPU (they have a stream).
-GPU_CATEGORIES: tuple[int, ...] = (CAT["kernel"], CAT["gpu_memcpy"], CAT["gpu_memset"])
-
-EVENT_COLUMNS: tuple[str, ...] = ("ts_us", "dur_us", "cat", "name_id", "stream", "pid", "tid", "correlation",
-                                  "comm", "coll_id", "msg_bytes")
 
 # HTA's rule for NCCL kernels (hta/utils/utils.py NCCL_KERNEL_RE), plus the host-side names
 # c10d gives collectives: "nccl:all_reduce", "gloo:all_reduce", "c10d::allreduce_".
@@ -101,41 +67,6 @@ def is_comm_name(name: str) -> bool:
     return name.startswith(_COMM_PREFIXES) or _NCCL_KERNEL_RE.match(name) is not None
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class KinetoTrace:
-    """One rank's trace as columns (see the module docstring for each column)."""
-
-    path: str
-    rank: int
-    world_size: int | None
-    rank_from: str
-    """Where ``rank`` came from: ``distributedInfo`` or ``filename``."""
-    names: tuple[str, ...]
-    events: Mapping[str, np.ndarray]
-    flows: Mapping[str, np.ndarray]
-    base_time_ns: int | None = None
-    """UTC ns of the trace clock's origin (``baseTimeNanoseconds``), when written."""
-    backend: str | None = None
-    """``distributedInfo.backend`` (``nccl``, ``gloo``)."""
-    devices: tuple[str, ...] = ()
-    """GPU names of ``deviceProperties`` (device index order)."""
-    hostname: str | None = None
-    metadata: Mapping[str, Any] = field(default_factory=dict)
-    """The other top-level keys (without ``traceEvents``)."""
-
-    def __len__(self) -> int:
-        return len(self.events["ts_us"])
-
-    def name_ids(self, predicate) -> np.ndarray:
-        """Sorted ids of the names for which ``predicate(name)`` is true."""
-        return np.array([i for i, n in enumerate(self.names) if predicate(n)], dtype=np.int32)
-
-    def to_utc_s(self, ts_us: np.ndarray | float) -> np.ndarray | float:
-        """Trace µs to UTC seconds (trace seconds when the origin is unknown)."""
-        origin_s = (self.base_time_ns or 0) / 1e9
-        return origin_s + np.asarray(ts_us) / 1e6
-
-
 class _Names:
     """Interns names: the first time a name is seen it gets the next id."""
 
@@ -149,13 +80,14 @@ class _Names:
         return found
 
 
-def _int_or(value: Any, default: int) -> int:
-    if type(value) is int:
-        return value
+def _int_or(value: Any, default: int, bits: int = 64) -> int:
+    """``value`` as an int of ``bits`` (signed), else ``default`` (Kineto writes stream
+    4294967295, unsigned -1, for "Context Sync"; pid "Spans"; stream "N/A")."""
     try:
-        return int(value)
-    except (TypeError, ValueError):
+        number = value if type(value) is int else int(value)
+    except (TypeError, ValueError, OverflowError):
         return default
+    return number if -(1 << (bits - 1)) <= number < 1 << (bits - 1) else default
 
 
 def _msg_bytes(args: Mapping[str, Any]) -> float:
@@ -170,6 +102,10 @@ _NO_ARGS: Mapping[str, Any] = {}
 _NAN = float("nan")
 #: Size of the pieces a trace's text is decoded in (see ``_Pieces``); small pieces stay in the CPU cache.
 _PIECE_BYTES = 1 << 16
+#: Most text (inflated) a trace may have.
+MAX_TRACE_BYTES = MAX_FILE_BYTES
+#: Cuts tried at the next "}," before a piece's length is doubled instead (see ``_Pieces``).
+_CUT_TRIES = 4
 #: Size of the blocks a trace file is read in.
 _READ_BYTES = 1 << 16
 #: The fields every complete event of Kineto has, fetched in one call.
@@ -251,7 +187,7 @@ def _scan_lenient(events: list, path: str, names: _Names, offset: int, rows: lis
             elif ph == "M" and host is None:
                 host = _hostname(ev)
         except (KeyError, TypeError, AttributeError) as err:
-            raise ParseError(f"traceEvents[{offset + index}]: bad event ({type(err).__name__}: {err})", path=path,
+            raise ParseError(f"traceEvents[{offset + index}]: bad event ({type(err).__name__}: {shown(err, 120)})", path=path,
                              text=str(ev)[:200]) from err
     return host
 
@@ -281,8 +217,9 @@ def _as_column(name: str, values: tuple, dtype: type, path: str) -> np.ndarray:
         return np.asarray(values, dtype=dtype)
     except (TypeError, ValueError, OverflowError) as err:
         if name not in _LENIENT_COLUMNS:
-            raise ParseError(f"an event has a non-numeric {name} ({err})", path=path) from err
-        return np.asarray([_int_or(v, -1) for v in values], dtype=dtype)
+            raise ParseError(f"an event has a non-numeric {name} ({shown(err, 120)})", path=path) from err
+        bits = np.iinfo(dtype).bits
+        return np.asarray([_int_or(v, -1, bits) for v in values], dtype=dtype)
 
 
 def _row_table(rows: list[tuple], colls: list[tuple], path: str) -> dict[str, np.ndarray]:
@@ -302,7 +239,7 @@ def _flow_table(flows: list[tuple], path: str) -> dict[str, np.ndarray]:
     try:
         id_col = np.asarray(ids, dtype=np.int64)
     except OverflowError as err:
-        raise ParseError(f"a flow event has an id beyond 64 bits ({err})", path=path) from err
+        raise ParseError(f"a flow event has an id beyond 64 bits ({shown(err, 120)})", path=path) from err
     return {"id": id_col, "ts_us": np.asarray(ts, dtype=np.float64), "start": np.asarray(start, dtype=bool),
             "cat": np.where(np.asarray(ac2g, dtype=bool), 1, 2).astype(np.int8)}
 
@@ -414,29 +351,35 @@ class _Pieces:
     def __init__(self, blocks: Iterator[bytes]) -> None:
         self.blocks = blocks
         self.doc: dict[str, Any] = {}
-        self.buf = b""
+        self.buf = bytearray()
         self.pos = 0
         """Where the undecoded text starts in ``buf`` (slicing it off each time would copy it)."""
         self.done = False
 
     def _more(self) -> bool:
+        """Append the next block; False at the end. The decoded text before ``pos`` is dropped
+        only once it is most of the buffer, so a long event costs each byte a bounded number of copies."""
         block = next(self.blocks, None)
         if block is None:
             self.done = True
             return False
-        self.buf = self.buf[self.pos:] + block
-        self.pos = 0
+        if self.pos > len(self.buf) // 2:
+            del self.buf[:self.pos]
+            self.pos = 0
+        self.buf += block
         return True
 
     def _head(self) -> dict[str, Any]:
+        searched = 0
         while True:
-            key = self.buf.find(b'"traceEvents"')
+            key = self.buf.find(b'"traceEvents"', max(0, searched - 16))
             open_at = self.buf.find(b"[", key) if key >= 0 else -1
             if open_at >= 0:
                 break
+            searched = len(self.buf) if key < 0 else key
             if not self._more():
                 raise _NotSplittable
-        head = _decode_or_none(self.buf[:open_at + 1] + b"]}")
+        head = _decode_or_none(bytes(self.buf[:open_at + 1]) + b"]}")
         if not isinstance(head, dict):
             raise _NotSplittable
         self.pos = open_at + 1
@@ -444,20 +387,26 @@ class _Pieces:
 
     def __iter__(self) -> Iterator[list]:
         head = self._head()
-        search = _PIECE_BYTES
+        search, failed = _PIECE_BYTES, 0
         while True:
             cut = self.buf.find(b"},", self.pos + search)
             if cut < 0:
+                # Nothing to cut at yet: look only at new text next time (no rescan of a long event).
+                search = max(search, len(self.buf) - self.pos - 1)
                 if self.done or not self._more():
                     break
                 continue
             piece = _decode_or_none(b"[" + self.buf[self.pos:cut + 1] + b"]")
             if piece is None:
-                search = cut + 2 - self.pos
+                # A cut inside a string or a nested value. After a few, double the piece, so that
+                # a long run of "}," inside one string costs a bounded number of decodes per byte.
+                failed += 1
+                length = cut + 2 - self.pos
+                search = length if failed < _CUT_TRIES else 2 * length
                 continue
             yield piece
             piece = None   # free it before the next piece is decoded, into the memory it leaves
-            self.pos, search = cut + 2, _PIECE_BYTES
+            self.pos, search, failed = cut + 2, _PIECE_BYTES, 0
         tail = _decode_or_none(b'{"traceEvents": [' + self.buf[self.pos:])
         if not isinstance(tail, dict) or not isinstance(tail.get("traceEvents"), list):
             raise _NotSplittable
@@ -499,6 +448,9 @@ def parse_kineto(data: bytes | str | Mapping[str, Any], *, path: str | Path = "<
 def _trace(path: str | Path, doc: Mapping[str, Any], columns: tuple) -> KinetoTrace:
     path = str(path)
     events, flows, names, hostname = columns
+    if not len(events["ts_us"]):
+        # Every analysis of a trace reads its complete events; without them it is not a profile.
+        raise ParseError('a trace without complete events (ph "X"): nothing was profiled', path=path)
     rank, world, rank_from = _rank(doc, path)
     info = doc.get("distributedInfo") if isinstance(doc.get("distributedInfo"), Mapping) else {}
     devices = tuple(str(d.get("name", "")) for d in doc.get("deviceProperties") or () if isinstance(d, Mapping))
@@ -511,35 +463,16 @@ def _trace(path: str | Path, doc: Mapping[str, Any], columns: tuple) -> KinetoTr
 
 
 def read_kineto(path: str | Path) -> KinetoTrace:
-    """Read ``path`` (``.json`` or ``.json.gz``, by content) as one rank's trace, a block at a time."""
+    """Read ``path`` (``.json`` or ``.json.gz``, by content) as one rank's trace, a block at a time.
+
+    At most ``MAX_TRACE_BYTES`` of text (inflated): a trace that does not split into
+    pieces is decoded whole, and must fit.
+    """
     path = Path(path)
-    try:
-        with open(path, "rb") as fh:
-            gzipped = fh.read(2) == b"\x1f\x8b"
-    except OSError as err:
-        raise ParseError(f"cannot read trace: {err}", path=path) from err
-    blocks = (lambda: _gunzip_blocks(path)) if gzipped else (lambda: _file_blocks(path))
-    return _trace(path, *_decode(blocks, str(path)))
+    return _trace(path, *_decode(lambda: _file_blocks(path), str(path)))
 
 
 def _file_blocks(path: Path) -> Iterator[bytes]:
-    try:
-        with open(path, "rb") as fh:
-            while block := fh.read(_READ_BYTES):
-                yield block
-    except OSError as err:
-        raise ParseError(f"cannot read trace: {err}", path=path) from err
-
-
-def _gunzip_blocks(path: Path) -> Iterator[bytes]:
-    inflate = zlib.decompressobj(16 + zlib.MAX_WBITS)   # gzip header and trailer
-    try:
-        for block in _file_blocks(path):
-            if out := inflate.decompress(block):
-                yield out
-            if inflate.eof:
-                break
-    except zlib.error as err:
-        raise ParseError(f"cannot read trace: not valid gzip ({err})", path=path) from err
-    if not inflate.eof:
-        raise ParseError("cannot read trace: the gzip stream is truncated", path=path)
+    with open_binary(path, max_bytes=MAX_TRACE_BYTES) as stream:
+        while block := stream.read(_READ_BYTES):
+            yield block

@@ -34,7 +34,7 @@ from pathlib import Path
 
 from hpcwatch.errors import ParseError
 from hpcwatch.records import Sample
-from hpcwatch.sources.lines import read_text, to_float
+from hpcwatch.sources.lines import read_text, shown, to_float
 
 __all__ = ["parse_job_stats", "read_job_stats", "is_job_stats"]
 
@@ -100,7 +100,7 @@ def parse_job_stats(text: str, *, path: str | os.PathLike[str] = "<input>", targ
             if m.group(1) == "snapshot_time":
                 when = to_float(m.group(2) or "", "snapshot_time", path=path, line=number, text=raw)
             elif m.group(1) not in _SKIPPED:
-                raise ParseError(f"unknown job_stats field {m.group(1)!r}", path=path, line=number, text=raw)
+                raise ParseError(f"unknown job_stats field {shown(m.group(1))}", path=path, line=number, text=raw)
         else:
             raise ParseError("not a job_stats line", path=path, line=number, text=raw)
 

@@ -24,7 +24,7 @@ from pathlib import Path
 import orjson
 
 from hpcwatch.errors import ParseError
-from hpcwatch.sources.lines import read_text
+from hpcwatch.sources.lines import read_text, shown
 
 __all__ = ["Shard", "ShardManifest", "parse_manifest", "read_manifest", "signed_payload", "sign_manifest",
            "signature_valid", "SIGNATURE_ALG"]
@@ -105,10 +105,10 @@ def _shard(row: object, i: int, path: str | os.PathLike[str]) -> Shard:
         raise ParseError(f"shard {i} has no path", path=path, text=str(row))
     digest = str(row.get("sha256", "")).lower()
     if not _HEX64.match(digest):
-        raise ParseError(f"shard {i} ({row['path']}): sha256 is not 64 hex digits", path=path, text=digest)
+        raise ParseError(f"shard {i} ({shown(row['path'])}): sha256 is not 64 hex digits", path=path, text=digest)
     size = row.get("bytes")
     if not isinstance(size, int) or size < 0:
-        raise ParseError(f"shard {i} ({row['path']}): bytes is not a count", path=path, text=str(size))
+        raise ParseError(f"shard {i} ({shown(row['path'])}): bytes is not a count", path=path, text=str(size))
     samples = row.get("samples")
     return Shard(path=row["path"], sha256=digest, bytes=size, samples=samples if isinstance(samples, int) else None)
 

@@ -14,6 +14,7 @@ Yields one ``Event`` of kind ``opensm_partitions``: attrs ``partitions``, a list
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Iterator
 
 from hpcwatch.errors import ParseError
@@ -23,31 +24,63 @@ from hpcwatch.sources.lines import file_time, read_text
 __all__ = ["is_partitions_conf", "parse_partitions_conf", "read_partitions_conf"]
 
 
+_NAME_RE = re.compile(r"[A-Za-z0-9_.\-]+\Z")
+_PKEY_RE = re.compile(r"(?:0[xX][0-9a-fA-F]{1,4}|[0-9]{1,5})\Z")
+_FLAG_RE = re.compile(r"[A-Za-z_]+(?:=[^\s=,:;]+)?\Z")
+_MEMBER_RE = re.compile(r"(ALL|ALL_CAS|ALL_SWITCHES|ALL_ROUTERS|SELF|0[xX][0-9a-fA-F]{1,16})"
+                        r"(?:\s*=\s*(full|limited|both))?\Z")
+_COMMENT_RE = re.compile(r"#[^\n]*")
+
+
 def parse_partitions_conf(text: str, *, path: str | os.PathLike[str] = "<partitions.conf>",
                           t: float = 0.0) -> Iterator[Event]:
-    body = "\n".join(line.split("#", 1)[0] for line in text.splitlines())
+    """The partitions of ``text``; a line that is not the grammar above is a ParseError naming it.
+
+    Strict: the name, P_Key, each flag (``word`` or ``word=value``) and each member
+    are checked, and text after the last ``;`` must be blank. Not supported (parse
+    errors): the multicast-group sections of newer OpenSM (``mgid=...`` lines).
+    """
+    body = _COMMENT_RE.sub(lambda m: " " * len(m.group(0)), text)   # offsets, hence lines, unchanged
     partitions, offset = [], 0
-    for chunk in body.split(";"):
-        line = body.count("\n", 0, offset + len(chunk) - len(chunk.lstrip())) + 1
-        offset += len(chunk) + 1
-        if not chunk.strip():
-            continue
-        head, sep, members = chunk.partition(":")
-        if not sep:
-            raise ParseError("a partition is 'Name[=PKey][,flags] : members ;'", path=path, line=line,
-                             text=chunk.strip())
-        parts = [p.strip() for p in head.split(",")]
-        name, _, pkey = parts[0].partition("=")
-        if not name.strip():
-            raise ParseError("partition without a name", path=path, line=line, text=chunk.strip())
-        partitions.append({"name": name.strip(), "pkey": pkey.strip() or None, "flags": parts[1:],
-                           "members": [_member(m) for m in members.split(",") if m.strip()], "line": line})
+    *chunks, rest = body.split(";")
+    if rest.strip():
+        raise _error(body, offset=len(body) - len(rest), what="definition not ended by ';'", text=rest, path=path)
+    for chunk in chunks:
+        start, offset = offset, offset + len(chunk) + 1
+        if chunk.strip():
+            partitions.append(_partition(body, chunk, start, path))
     yield Event(kind="opensm_partitions", t=t, source=str(path), attrs={"partitions": partitions})
 
 
-def _member(text: str) -> list[str]:
-    who, _, membership = text.strip().partition("=")
-    return [who.strip(), membership.strip() or "limited"]
+def _error(body: str, *, offset: int, what: str, text: str, path: str | os.PathLike[str]) -> ParseError:
+    lead = len(text) - len(text.lstrip())
+    return ParseError(what, path=path, line=body.count("\n", 0, offset + lead) + 1, text=text.strip()[:200])
+
+
+def _partition(body: str, chunk: str, start: int, path: str | os.PathLike[str]) -> dict:
+    line = body.count("\n", 0, start + len(chunk) - len(chunk.lstrip())) + 1
+    head, sep, members = chunk.partition(":")
+    if not sep:
+        raise _error(body, offset=start, what="a partition is 'Name[=PKey][,flags] : members ;'", text=chunk,
+                     path=path)
+    parts = [p.strip() for p in head.split(",")]
+    name, has_key, pkey = (x.strip() for x in parts[0].partition("="))
+    if not _NAME_RE.match(name) or (has_key and not _PKEY_RE.match(pkey)):
+        raise _error(body, offset=start, what="a partition starts 'Name[=PKey]' (PKey hex 0x.. or decimal)",
+                     text=head, path=path)
+    if bad := next((f for f in parts[1:] if not _FLAG_RE.match(f)), None):
+        raise _error(body, offset=start, what="a partition flag is 'word' or 'word=value'", text=bad or head,
+                     path=path)
+    found, at = [], start + len(head) + 1
+    for member in members.split(","):
+        if member.strip():
+            m = _MEMBER_RE.match(member.strip())
+            if m is None:
+                raise _error(body, offset=at, what="a member is a port GUID (0x..), ALL, ALL_CAS, ALL_SWITCHES, "
+                             "ALL_ROUTERS or SELF, then =full|limited|both", text=member, path=path)
+            found.append([m.group(1), m.group(2) or "limited"])
+        at += len(member) + 1
+    return {"name": name, "pkey": pkey or None, "flags": parts[1:], "members": found, "line": line}
 
 
 def read_partitions_conf(path: str | os.PathLike[str]) -> Iterator[Event]:

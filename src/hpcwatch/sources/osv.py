@@ -8,6 +8,11 @@ package its ``versions`` list and ``ranges`` (``ECOSYSTEM`` / ``SEMVER`` events
 ``introduced``, ``fixed``, ``last_affected``). ``MAL-`` ids are the OpenSSF
 malicious-packages feed (https://github.com/ossf/malicious-packages).
 
+A record with ``withdrawn`` (the time it was retracted) is kept but never matches.
+``OsvDatabase.matching`` gives one advisory per alias group: records whose ``id`` or
+``aliases`` meet (a ``MAL-`` record and the ``GHSA-`` one for the same package) count
+once, the malicious one kept.
+
 Version comparison uses ``packaging`` (PEP 440). A version that PEP 440 cannot
 read makes that one range unknown (no match), never an exception. ``GIT`` ranges
 are skipped: they name commits, not releases.
@@ -17,6 +22,7 @@ from __future__ import annotations
 
 import os
 import zipfile
+import zlib
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,12 +31,14 @@ import orjson
 from packaging.version import InvalidVersion, Version
 
 from hpcwatch.errors import ParseError
-from hpcwatch.sources.lines import read_bytes
+from hpcwatch.sources.lines import MAX_FILE_BYTES, open_regular, read_bytes, read_head, shown
 from hpcwatch.sources.pip import normalize_name
 
 __all__ = ["OsvEntry", "OsvRange", "OsvDatabase", "parse_osv_entry", "read_osv", "version_affected"]
 
 ECOSYSTEM = "PyPI"
+#: One OSV record, inflated from a zip; real ones are a few KiB.
+MAX_RECORD_BYTES = 16 << 20
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -52,13 +60,18 @@ class OsvEntry:
     ranges: tuple[OsvRange, ...]
     source: str
     """The file (or zip member) it came from."""
+    withdrawn: str | None = None
+    """When the record was withdrawn (RFC 3339), if it was: it then matches nothing."""
 
     @property
     def malicious(self) -> bool:
         return self.id.startswith("MAL-")
 
     def affects(self, version: str | None) -> bool:
-        """True when ``version`` is listed or inside a range; a malicious record with no version data matches all."""
+        """True when ``version`` is listed or inside a range; a malicious record with no version data
+        matches all; a withdrawn record matches none."""
+        if self.withdrawn is not None:
+            return False
         if self.malicious and not self.versions and not self.ranges:
             return True
         if version is None:
@@ -80,7 +93,16 @@ class OsvDatabase:
         return sum(len(v) for v in self.by_package.values())
 
     def matching(self, name: str, version: str | None) -> list[OsvEntry]:
-        return [e for e in self.by_package.get(normalize_name(name), []) if e.affects(version)]
+        """The records that affect ``name`` at ``version``, one per alias group (malicious first)."""
+        found = [e for e in self.by_package.get(normalize_name(name), []) if e.affects(version)]
+        found.sort(key=lambda e: (not e.malicious, e.id))
+        kept, seen = [], set()
+        for entry in found:
+            names = {entry.id, *entry.aliases}
+            if names.isdisjoint(seen):
+                kept.append(entry)
+            seen |= names
+        return kept
 
 
 def version_affected(version: str, versions: Iterable[str], ranges: Iterable[OsvRange]) -> bool:
@@ -131,15 +153,29 @@ def parse_osv_entry(data: bytes | str, *, path: str = "<osv>") -> Iterator[OsvEn
         if pkg.get("ecosystem") != ECOSYSTEM or not pkg.get("name"):
             continue
         ranges = tuple(
-            OsvRange(type=r.get("type", ""),
-                     events=tuple((k, str(val)) for ev in r.get("events", []) for k, val in ev.items()
+            OsvRange(type=str(r.get("type", "")),
+                     events=tuple((k, str(val)) for ev in _list(r.get("events")) for k, val in ev.items()
                                   if k in ("introduced", "fixed", "last_affected")))
-            for r in affected.get("ranges") or [] if isinstance(r, dict)
-            and all(isinstance(ev, dict) for ev in r.get("events", [])))
+            for r in _list(affected.get("ranges")) if isinstance(r, dict)
+            and all(isinstance(ev, dict) for ev in _list(r.get("events"))))
+        withdrawn = doc.get("withdrawn")
         yield OsvEntry(id=doc["id"], summary=str(doc.get("summary") or doc.get("details") or "")[:200],
-                       aliases=tuple(doc.get("aliases") or ()), package=normalize_name(pkg["name"]),
-                       versions=tuple(str(v) for v in affected.get("versions") or ()), ranges=ranges,
-                       source=path)
+                       aliases=_aliases(doc.get("aliases"), path), package=normalize_name(str(pkg["name"])),
+                       versions=tuple(str(v) for v in _list(affected.get("versions"))), ranges=ranges,
+                       source=path, withdrawn=None if withdrawn in (None, "") else str(withdrawn))
+
+
+def _list(value: object) -> list:
+    """A list field, or an empty one when it is missing or not a list (lenient, as for ``GIT`` ranges)."""
+    return value if isinstance(value, list) else []
+
+
+def _aliases(value: object, path: str) -> tuple[str, ...]:
+    if value is None:
+        return ()
+    if not isinstance(value, list) or not all(isinstance(a, str) for a in value):
+        raise ParseError("'aliases' is not a list of ids", path=path, line=1)
+    return tuple(value)
 
 
 def read_osv(path: str | os.PathLike[str]) -> OsvDatabase:
@@ -147,15 +183,35 @@ def read_osv(path: str | os.PathLike[str]) -> OsvDatabase:
     p = Path(path)
     db = OsvDatabase()
     if p.is_dir():
-        for member in sorted(p.rglob("*.json")):
+        for member in sorted(m for m in p.rglob("*.json") if m.is_file()):  # a folder named x.json is no record
             db.add(parse_osv_entry(read_bytes(member), path=str(member)))
-    elif zipfile.is_zipfile(p):
-        try:
-            with zipfile.ZipFile(p) as archive:
-                for name in sorted(n for n in archive.namelist() if n.endswith(".json")):
-                    db.add(parse_osv_entry(archive.read(name), path=f"{p}:{name}"))
-        except (zipfile.BadZipFile, OSError) as err:
-            raise ParseError(f"cannot read the zip: {err}", path=p) from err
+    elif _is_zip(p):
+        _read_zip(p, db)
     else:
         db.add(parse_osv_entry(read_bytes(p), path=str(p)))
     return db
+
+
+def _is_zip(p: Path) -> bool:
+    return read_head(p, 4) == b"PK\x03\x04"
+
+
+def _read_zip(p: Path, db: OsvDatabase) -> None:
+    """The records of a zip, each member at most ``MAX_RECORD_BYTES`` inflated (a zip bomb is refused)."""
+    with open_regular(p, MAX_FILE_BYTES) as stream:
+        try:
+            with zipfile.ZipFile(stream) as archive:
+                for info in sorted((i for i in archive.infolist() if i.filename.endswith(".json") and not i.is_dir()),
+                                   key=lambda i: i.filename):
+                    db.add(parse_osv_entry(_member(archive, info, p), path=f"{p}:{info.filename}"))
+        except (zipfile.BadZipFile, zipfile.LargeZipFile, OSError, EOFError, zlib.error, ValueError,
+                NotImplementedError, RuntimeError) as err:
+            raise ParseError(f"cannot read the zip: {shown(err, 120)}", path=p) from err
+
+
+def _member(archive: zipfile.ZipFile, info: zipfile.ZipInfo, p: Path) -> bytes:
+    with archive.open(info) as member:
+        data = member.read(MAX_RECORD_BYTES + 1)
+    if len(data) > MAX_RECORD_BYTES:
+        raise ParseError(f"zip member {shown(info.filename)} inflates past {MAX_RECORD_BYTES} bytes", path=p)
+    return data

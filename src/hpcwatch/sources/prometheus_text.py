@@ -44,11 +44,14 @@ import pyarrow.compute as pc
 
 from hpcwatch.errors import ParseError
 from hpcwatch.records import Sample
-from hpcwatch.sources.lines import file_time, read_text
+from hpcwatch.sources.lines import MAX_LINE_BYTES, MAX_STREAM_BYTES, decode_utf8, file_time, open_binary
 from hpcwatch.schemas import SAMPLE_SCHEMA, sample_keys
 
 __all__ = ["parse_prometheus_text", "read_prometheus_text", "parse_prometheus_columns",
-           "read_prometheus_columns", "parse_labels", "is_prometheus_text"]
+           "read_prometheus_columns", "parse_labels", "is_prometheus_text", "CHUNK_BYTES"]
+
+#: Bytes of whole lines read and parsed at a time by the file readers (a few MB: tens of thousands of lines).
+CHUNK_BYTES = 4 << 20
 
 _NAME = r"[a-zA-Z_:][a-zA-Z0-9_:]*"
 # One sample line. Labels run to the last "}" of the line: neither the value nor
@@ -56,18 +59,30 @@ _NAME = r"[a-zA-Z_:][a-zA-Z0-9_:]*"
 _SAMPLE_RE = re.compile(
     rf"^[ \t]*({_NAME})[ \t]*(?:\{{(.*)\}}[ \t]*|[ \t])([^ \t\r\n]+)(?:[ \t]+([^ \t\r\n]+))?[ \t\r]*$",
     re.MULTILINE)
-_LABEL_RE = re.compile(r'[ \t]*([a-zA-Z_][a-zA-Z0-9_]*)[ \t]*=[ \t]*"((?:[^"\\]|\\.)*)"[ \t]*(,|$)', re.DOTALL)
-_ESCAPE_RE = re.compile(r'\\[\\"n]')
-_ESCAPES = {"\\\\": "\\", '\\"': '"', "\\n": "\n"}
+_LABEL_HEAD_RE = re.compile(r'[ \t]*([a-zA-Z_][a-zA-Z0-9_]*)[ \t]*=[ \t]*"')
+_LABEL_TAIL_RE = re.compile(r'[ \t]*(?:,|\Z)')
+_BLANK_REST_RE = re.compile(r'\s*\Z')
 _NAME_RE = re.compile(rf"{_NAME}\Z")
 
 
 def _unescape(value: str) -> str:
-    return _ESCAPE_RE.sub(lambda m: _ESCAPES[m.group(0)], value) if "\\" in value else value
+    """Undo ``\\\\``, ``\\"`` and ``\\n`` (others kept as written), in linear time.
+
+    Backslashes pair up left to right, so splitting at ``\\\\`` first leaves pieces whose
+    only escapes are ``\\"`` and ``\\n``.
+    """
+    if "\\" not in value:
+        return value
+    return "\\".join(piece.replace('\\"', '"').replace("\\n", "\n") for piece in value.split("\\\\"))
 
 
 def parse_labels(inner: str, *, path: str | os.PathLike[str] | None = None, line: int | None = None) -> dict[str, str]:
-    """The labels between ``{`` and ``}``: ``a="x",b="y\\"z"`` -> ``{"a": "x", "b": 'y"z'}``."""
+    """The labels between ``{`` and ``}``: ``a="x",b="y\\"z"`` -> ``{"a": "x", "b": 'y"z'}``.
+
+    Linear in the length of ``inner``: a value's closing quote is found with ``str.find``
+    (not a regex repeat, whose state grows with every escape), and its escapes are
+    undone with ``str.replace``.
+    """
     if "\\" not in inner and _PLAIN_LABELS_RE.match(inner):
         pairs = _PLAIN_LABEL_RE.findall(inner)
         labels = dict(pairs)
@@ -76,17 +91,35 @@ def parse_labels(inner: str, *, path: str | os.PathLike[str] | None = None, line
     labels = {}
     pos, end = 0, len(inner)
     while pos < end:
-        if not inner[pos:].strip():
+        if _BLANK_REST_RE.match(inner, pos):
             break
-        m = _LABEL_RE.match(inner, pos)
-        if m is None:
-            raise ParseError("bad label (want name=\"value\")", path=path, line=line, text=inner[pos:])
+        m = _LABEL_HEAD_RE.match(inner, pos)
+        close = _closing_quote(inner, m.end()) if m else -1
+        after = _LABEL_TAIL_RE.match(inner, close + 1) if close >= 0 else None
+        if after is None:
+            raise ParseError("bad label (want name=\"value\")", path=path, line=line, text=inner[pos:pos + 200])
         name = m.group(1)
         if name in labels:
-            raise ParseError(f"label {name!r} given twice", path=path, line=line, text=inner)
-        labels[name] = _unescape(m.group(2))
-        pos = m.end()
+            raise ParseError(f"label {name!r} given twice", path=path, line=line, text=inner[:200])
+        labels[name] = _unescape(inner[m.end():close])
+        pos = after.end()
     return labels
+
+
+def _closing_quote(text: str, start: int) -> int:
+    """Index of the first ``"`` at or after ``start`` not escaped by a backslash; -1 if none.
+
+    Each backslash is looked at once: the run before a quote ends at the previous quote.
+    """
+    at = text.find('"', start)
+    while at >= 0:
+        run = 0
+        while at - run - 1 >= start and text[at - run - 1] == "\\":
+            run += 1
+        if run % 2 == 0:
+            return at
+        at = text.find('"', at + 1)
+    return -1
 
 
 def _check_comment(body: str, *, path: str | os.PathLike[str] | None, line: int | None) -> None:
@@ -120,11 +153,14 @@ def _timestamp_s(token: str, *, path: str | os.PathLike[str] | None, line: int, 
 
 
 def parse_prometheus_text(text: str, *, path: str | os.PathLike[str] = "<input>",
-                          t: float | None = None) -> Iterator[Sample]:
-    """One ``Sample`` per sample line of ``text``; see the module docstring for what is not checked."""
+                          t: float | None = None, first_line: int = 1) -> Iterator[Sample]:
+    """One ``Sample`` per sample line of ``text``; see the module docstring for what is not checked.
+
+    ``first_line`` is the number of ``text``'s first line in its file (for a chunk of a file).
+    """
     now = time.time() if t is None else float(t)
     cache: dict[str, dict[str, str]] = {}
-    for number, raw in enumerate(text.split("\n"), start=1):
+    for number, raw in enumerate(text.split("\n"), start=first_line):
         stripped = raw.strip()
         if not stripped:
             continue
@@ -145,9 +181,13 @@ def parse_prometheus_text(text: str, *, path: str | os.PathLike[str] = "<input>"
 
 
 def read_prometheus_text(path: str | os.PathLike[str], *, t: float | None = None) -> Iterator[Sample]:
-    """Samples of a saved scrape; lines without a timestamp get ``t``, else the file's write time."""
-    text = read_text(path)
-    yield from parse_prometheus_text(text, path=path, t=file_time(path) if t is None else t)
+    """Samples of a saved scrape; lines without a timestamp get ``t``, else the file's write time.
+
+    Read a chunk of lines at a time (``CHUNK_BYTES``), so memory does not grow with the file.
+    """
+    when = file_time(path) if t is None else t
+    for first_line, text in _text_chunks(path, CHUNK_BYTES):
+        yield from parse_prometheus_text(text, path=path, t=when, first_line=first_line)
 
 
 # -- the columnar fast path ------------------------------------------------------------------
@@ -306,7 +346,7 @@ def _label_columns(uniq: list[str], *, path: str | os.PathLike[str]) -> tuple[li
 
 
 def parse_prometheus_columns(text: str, *, path: str | os.PathLike[str] = "<input>",
-                             t: float | None = None) -> pa.Table:
+                             t: float | None = None, first_line: int = 1) -> pa.Table:
     """The samples of ``text`` as a table with ``store.SAMPLE_SCHEMA`` columns, ready for
     ``Store.add_sample_table``. Same grammar, results and errors as ``parse_prometheus_text``."""
     now = time.time() if t is None else float(t)
@@ -314,7 +354,7 @@ def parse_prometheus_columns(text: str, *, path: str | os.PathLike[str] = "<inpu
         return _fast_table(text, now, path=path)
     except (_NotPlain, ParseError, pa.ArrowInvalid):
         # Let the reference path judge each line and say what is wrong with it.
-        return _columns_from_samples(parse_prometheus_text(text, path=path, t=now))
+        return _columns_from_samples(parse_prometheus_text(text, path=path, t=now, first_line=first_line))
 
 
 def _columns_from_samples(samples: Iterator[Sample]) -> pa.Table:
@@ -331,10 +371,42 @@ def _columns_from_samples(samples: Iterator[Sample]) -> pa.Table:
     }, schema=SAMPLE_SCHEMA)
 
 
-def read_prometheus_columns(path: str | os.PathLike[str], *, t: float | None = None) -> pa.Table:
-    """``parse_prometheus_columns`` of a saved scrape; untimed lines get ``t``, else the file's write time."""
-    text = read_text(path)
-    return parse_prometheus_columns(text, path=path, t=file_time(path) if t is None else t)
+def read_prometheus_columns(path: str | os.PathLike[str], *, t: float | None = None,
+                            chunk_bytes: int | None = None) -> Iterator[pa.Table]:
+    """A saved scrape as ``SAMPLE_SCHEMA`` tables, one per chunk of whole lines of about
+    ``chunk_bytes`` (default ``CHUNK_BYTES``), so memory stays bounded however large the file.
+
+    Untimed lines get ``t``, else the file's write time. Strict: a bad line anywhere raises
+    its ParseError (file and line) when its chunk is reached; a caller that must not keep
+    part of a file discards the chunks it already took (the store's transaction).
+    """
+    when = file_time(path) if t is None else t
+    for first_line, text in _text_chunks(path, chunk_bytes or CHUNK_BYTES):
+        yield parse_prometheus_columns(text, path=path, t=when, first_line=first_line)
+
+
+def _text_chunks(path: str | os.PathLike[str], chunk_bytes: int) -> Iterator[tuple[int, str]]:
+    """(number of the first line, text) of runs of whole lines of about ``chunk_bytes``.
+
+    A line longer than a chunk grows its chunk, up to ``MAX_LINE_BYTES``.
+    """
+    first_line, carry, carried = 1, [], 0   # carry: the pieces of a line not yet ended
+    with open_binary(path, max_bytes=MAX_STREAM_BYTES) as stream:
+        while block := stream.read(chunk_bytes):
+            cut = block.rfind(b"\n") + 1
+            if cut == 0:
+                carry.append(block)
+                carried += len(block)
+                if carried > MAX_LINE_BYTES:
+                    raise ParseError(f"line longer than the limit of {MAX_LINE_BYTES} bytes", path=path,
+                                     line=first_line)
+                continue
+            chunk = b"".join(carry + [block[:cut]]) if carry else block[:cut]
+            carry, carried = [block[cut:]], len(block) - cut
+            yield first_line, decode_utf8(chunk, path=path, first_line=first_line)
+            first_line += chunk.count(b"\n")
+        if rest := b"".join(carry):
+            yield first_line, decode_utf8(rest, path=path, first_line=first_line)
 
 
 def is_prometheus_text(head: str) -> bool:

@@ -135,9 +135,9 @@ def format_named(name: str) -> Format:
 
 def read_head(path: Path) -> Head:
     """The first ``SNIFF_BYTES`` of a regular file (only that much is gunzipped)."""
-    from hpcwatch.sources.lines import read_head_bytes
+    from hpcwatch.sources.lines import read_head
 
-    raw = read_head_bytes(path, SNIFF_BYTES)
+    raw = read_head(path, SNIFF_BYTES)
     # A multi-byte character cut at the end of the head is not an error.
     return Head(text=raw.decode("utf-8", errors="ignore"), raw=raw, name=path.name)
 

@@ -32,7 +32,7 @@ from typing import Any
 
 from hpcwatch.errors import ParseError
 from hpcwatch.records import Job
-from hpcwatch.sources.lines import read_text
+from hpcwatch.sources.lines import read_text, shown
 
 __all__ = ["parse_squeue_json", "read_squeue_json", "parse_sacct_json", "read_sacct_json",
            "parse_scontrol_show_job", "read_scontrol_show_job", "expand_hostlist", "parse_gres_detail",
@@ -222,6 +222,8 @@ def _load_jobs(text: str, path: str | os.PathLike[str]) -> list[Any]:
         raise ParseError(f"not JSON: {err.msg}", path=path, line=err.lineno) from err
     except RecursionError as err:
         raise ParseError("JSON nested too deep", path=path) from err
+    except ValueError as err:   # an integer of more than 4300 digits (int_max_str_digits)
+        raise ParseError(f"not JSON: {shown(err, 60)}", path=path) from err
     if not isinstance(doc, dict) or not isinstance(doc.get("jobs"), list):
         raise ParseError('not a Slurm JSON answer (no "jobs" list)', path=path, line=1)
     return doc["jobs"]

@@ -15,6 +15,11 @@ Each line is one object with a single event key (``process_exec``,
     mask           the first int_arg (MAY_READ 4, MAY_WRITE 2 for security_file_permission)
 
 Other event types are skipped, not checked.
+
+Line-oriented: ``on_bad_line=None`` (strict) raises the first bad line's ParseError;
+given a callable, each bad line (not JSON, a kept event without ``time``, a time that
+is not RFC 3339) is handed to it as a ParseError naming the file and line, and the
+good events are still yielded.
 """
 
 from __future__ import annotations
@@ -28,7 +33,7 @@ import orjson
 from hpcwatch.errors import ParseError
 from hpcwatch.records import Event
 from hpcwatch.sources.falco import parse_rfc3339
-from hpcwatch.sources.lines import read_text
+from hpcwatch.sources.lines import OnBadLine, iter_lines, line_text, report_bad_line
 
 __all__ = ["is_tetragon_json", "parse_tetragon_json", "read_tetragon_json", "MAY_WRITE", "MAY_READ"]
 
@@ -39,23 +44,36 @@ MAY_READ = 0x4
 _KEPT = ("process_exec", "process_kprobe")
 
 
-def parse_tetragon_json(lines: Iterable[str], *, path: str | os.PathLike[str] = "<tetragon>") -> Iterator[Event]:
+def parse_tetragon_json(lines: Iterable[str | bytes], *, path: str | os.PathLike[str] = "<tetragon>",
+                        on_bad_line: OnBadLine = None) -> Iterator[Event]:
+    """One ``Event`` per kept event line; see the module docstring for ``on_bad_line``."""
     for lineno, raw in enumerate(lines, 1):
         if not raw.strip():
             continue
         try:
-            doc = orjson.loads(raw)
-        except orjson.JSONDecodeError as err:
-            raise ParseError("not a JSON event", path=path, line=lineno, text=raw) from err
-        if not isinstance(doc, dict):
-            raise ParseError("a Tetragon event is a JSON object", path=path, line=lineno, text=raw)
-        kind = next((k for k in _KEPT if k in doc), None)
-        if kind is None:
+            event = _event(raw, path, lineno)
+        except ParseError as err:
+            report_bad_line(err, on_bad_line)
             continue
-        if "time" not in doc or not isinstance(doc[kind], dict):
-            raise ParseError(f"a Tetragon event needs 'time' and a {kind} object", path=path, line=lineno, text=raw)
-        t = parse_rfc3339(str(doc["time"]), path=path, line=lineno)
-        yield Event(kind="tetragon", t=t, source=str(path), attrs=_flatten(kind, doc[kind], doc))
+        if event is not None:
+            yield event
+
+
+def _event(raw: str | bytes, path: str | os.PathLike[str], lineno: int) -> Event | None:
+    try:
+        doc = orjson.loads(raw)
+    except orjson.JSONDecodeError as err:
+        raise ParseError("not a JSON event", path=path, line=lineno, text=line_text(raw)) from err
+    if not isinstance(doc, dict):
+        raise ParseError("a Tetragon event is a JSON object", path=path, line=lineno, text=line_text(raw))
+    kind = next((k for k in _KEPT if k in doc), None)
+    if kind is None:
+        return None
+    if "time" not in doc or not isinstance(doc[kind], dict):
+        raise ParseError(f"a Tetragon event needs 'time' and a {kind} object", path=path, line=lineno,
+                         text=line_text(raw))
+    t = parse_rfc3339(str(doc["time"]), path=path, line=lineno)
+    return Event(kind="tetragon", t=t, source=str(path), attrs=_flatten(kind, doc[kind], doc))
 
 
 def _flatten(kind: str, body: dict[str, Any], doc: dict[str, Any]) -> dict[str, Any]:
@@ -102,8 +120,9 @@ def _first_int(args: list[dict[str, Any]]) -> int | None:
     return None
 
 
-def read_tetragon_json(path: str | os.PathLike[str]) -> Iterator[Event]:
-    yield from parse_tetragon_json(read_text(path).splitlines(), path=path)
+def read_tetragon_json(path: str | os.PathLike[str], *, on_bad_line: OnBadLine = None) -> Iterator[Event]:
+    """The kept events of a Tetragon JSON-lines file, read line by line."""
+    yield from parse_tetragon_json(iter_lines(path), path=path, on_bad_line=on_bad_line)
 
 
 def is_tetragon_json(head: str) -> bool:

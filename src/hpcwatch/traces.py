@@ -1,0 +1,96 @@
+"""Columnar batches of traces, shared by the readers (``sources``) and the analyses.
+
+A trace of millions of events travels as numpy columns, never as one Python object per
+event (STYLE §3); this module says once what the columns are, so a reader fills them and
+an analysis reads them without importing each other. Like ``records.py`` it imports
+nothing of ours but ``records`` and ``errors``.
+
+``KinetoTrace`` is one rank's PyTorch profiler (Kineto) trace, as
+``sources.kineto.read_kineto`` builds it.
+
+The columns of ``KinetoTrace.events`` (``EVENT_COLUMNS``, complete events ``ph == "X"``
+only, in file order):
+
+===============  =======  ============================================================
+column           dtype    meaning
+===============  =======  ============================================================
+``ts_us``        float64  start, µs on the trace's clock (Kineto: µs since boot-ish
+                          origin; ``KinetoTrace.base_time_ns`` anchors it to UTC)
+``dur_us``       float64  duration, µs (0 when missing)
+``cat``          int8     category code, index into ``CATEGORIES`` (``OTHER`` = unknown)
+``name_id``      int32    index into ``KinetoTrace.names``
+``stream``       int32    GPU stream for GPU activities, ``-1`` for host events
+``pid``          int64    process (host) or device (GPU) id
+``tid``          int64    thread (host) or stream id (GPU)
+``correlation``  int64    CUDA correlation id linking a launch to its kernel; -1 when none
+``comm``         bool     a collective: NCCL kernel (``ncclKernel_*``, ``ncclDevKernel_*``),
+                          ``nccl:*`` / ``gloo:*`` annotation or ``c10d::`` op
+``coll_id``      int32    ``Collective name`` arg (index into ``names``); -1 when none
+``msg_bytes``    float64  ``In msg nelems`` × element size (NaN when unknown)
+===============  =======  ============================================================
+
+Flow events (``ph`` ``s``/``f``: ``ac2g`` launch→kernel, ``fwdbwd`` forward→backward)
+are in ``KinetoTrace.flows`` with columns ``id`` (int64), ``ts_us`` (float64),
+``start`` (bool, True for ``s``) and ``cat`` (int8).
+
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+import numpy as np
+
+__all__ = ["KinetoTrace", "CATEGORIES", "CAT", "EVENT_COLUMNS", "FLOW_COLUMNS", "GPU_CATEGORIES"]
+
+#: Event categories we tell apart; the code of a category is its index here.
+#: https://github.com/pytorch/kineto/blob/main/libkineto/include/ActivityType.h
+CATEGORIES: tuple[str, ...] = (
+    "other", "cpu_op", "user_annotation", "gpu_user_annotation", "kernel", "gpu_memcpy",
+    "gpu_memset", "cuda_runtime", "cuda_driver", "python_function", "overhead", "Trace",
+)
+CAT: Mapping[str, int] = {name: code for code, name in enumerate(CATEGORIES)}
+#: Codes of activities that run on the GPU (they have a stream).
+GPU_CATEGORIES: tuple[int, ...] = (CAT["kernel"], CAT["gpu_memcpy"], CAT["gpu_memset"])
+
+EVENT_COLUMNS: tuple[str, ...] = ("ts_us", "dur_us", "cat", "name_id", "stream", "pid", "tid", "correlation",
+                                  "comm", "coll_id", "msg_bytes")
+
+#: Columns of ``KinetoTrace.flows``.
+FLOW_COLUMNS: tuple[str, ...] = ("id", "ts_us", "start", "cat")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class KinetoTrace:
+    """One rank's trace as columns (see the module docstring for each column)."""
+
+    path: str
+    rank: int
+    world_size: int | None
+    rank_from: str
+    """Where ``rank`` came from: ``distributedInfo`` or ``filename``."""
+    names: tuple[str, ...]
+    events: Mapping[str, np.ndarray]
+    flows: Mapping[str, np.ndarray]
+    base_time_ns: int | None = None
+    """UTC ns of the trace clock's origin (``baseTimeNanoseconds``), when written."""
+    backend: str | None = None
+    """``distributedInfo.backend`` (``nccl``, ``gloo``)."""
+    devices: tuple[str, ...] = ()
+    """GPU names of ``deviceProperties`` (device index order)."""
+    hostname: str | None = None
+    metadata: Mapping[str, Any] = field(default_factory=dict)
+    """The other top-level keys (without ``traceEvents``)."""
+
+    def __len__(self) -> int:
+        return len(self.events["ts_us"])
+
+    def name_ids(self, predicate) -> np.ndarray:
+        """Sorted ids of the names for which ``predicate(name)`` is true."""
+        return np.array([i for i, n in enumerate(self.names) if predicate(n)], dtype=np.int32)
+
+    def to_utc_s(self, ts_us: np.ndarray | float) -> np.ndarray | float:
+        """Trace µs to UTC seconds (trace seconds when the origin is unknown)."""
+        origin_s = (self.base_time_ns or 0) / 1e9
+        return origin_s + np.asarray(ts_us) / 1e6
