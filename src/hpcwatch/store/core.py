@@ -360,6 +360,7 @@ class Store:
             self._create()
             self._con = duckdb.connect(":memory:")
             self._since_con = self._con.cursor()
+            self._merge_con = self._con.cursor()  # compaction's own (a new connection costs ~40 ms)
             self._define_views()
         except (duckdb.Error, OSError) as err:
             raise StoreError(f"{self.config.path}: cannot open the store: {err}") from err
@@ -400,7 +401,8 @@ class Store:
             if self._closed:
                 return
             self._closed = True
-            self._con.close()
+            for con in (self._merge_con, self._since_con, self._con):
+                con.close()
             if self._staging is not None:
                 folder, fd = self._staging
                 shutil.rmtree(folder, ignore_errors=True)
@@ -588,11 +590,8 @@ class Store:
             rows_sql = f"SELECT * FROM ({rows_sql}) QUALIFY row_number() OVER (PARTITION BY id ORDER BY _v DESC) = 1"
         elif table == "samples":  # sorted parts let a metric filter skip row groups
             rows_sql = f"SELECT * FROM ({rows_sql}) ORDER BY metric, host, gpu, t"
-        con = duckdb.connect(":memory:")
-        try:
-            con.execute(f"COPY ({rows_sql}) TO {_sql_path(target)} (FORMAT parquet)")
-        finally:
-            con.close()
+        # Only the thread holding the commit lock gets here, so the connection is never shared.
+        self._merge_con.execute(f"COPY ({rows_sql}) TO {_sql_path(target)} (FORMAT parquet)")
         if self.config.durable:
             _fsync_path(target)
         return {"file": name, "rows": pq.ParquetFile(target).metadata.num_rows, "v": max(versions),
