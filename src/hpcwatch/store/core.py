@@ -367,16 +367,32 @@ class Store:
         self._bound_key: tuple[int, int, int] | None = None
         self._manifest = _empty_manifest()
         self._refresh()
+        self._collect_garbage_if_idle()
 
     def _create(self) -> None:
         self.path.mkdir(parents=True, exist_ok=True)
-        for table in TABLES:
-            (self.path / table).mkdir(exist_ok=True)
+        for folder in (*TABLES, "staging"):
+            (self.path / folder).mkdir(exist_ok=True)
         if (self.path / _MANIFEST).exists():
             return
         with _flocked(self.path / ".lock"):
             if not (self.path / _MANIFEST).exists():  # another process may have created it meanwhile
                 _write_atomic(self.path / _MANIFEST, orjson.dumps(_empty_manifest()), durable=self.config.durable)
+
+    def _collect_garbage_if_idle(self) -> None:
+        """What a killed writer left (its staging folder, parts moved but never listed), collected on open
+        when no commit is under way: a writer that re-runs a killed ingest may commit nothing new."""
+        try:
+            fd = os.open(self.path / ".lock", os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError:
+            return  # a read-only store: its writers collect
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            self._collect_garbage(self._read_manifest(), [])
+        except BlockingIOError:
+            pass  # a writer is committing, and collects after its commit
+        finally:
+            os.close(fd)
 
     def _define_views(self) -> None:
         self._con.execute("SET parquet_metadata_cache = true")  # parts never change once written
