@@ -1,4 +1,4 @@
-"""The store: records in, the same records out; a kill -9 mid-ingest leaves a readable file."""
+"""The store: records in, the same records out; a kill -9 mid-ingest leaves a readable store."""
 
 import os
 import signal
@@ -7,6 +7,7 @@ import sys
 import textwrap
 import time
 
+import duckdb
 import pytest
 
 from hpcwatch.errors import StoreError
@@ -74,10 +75,48 @@ def test_a_file_store_keeps_its_records_across_opens(tmp_path):
         assert store.samples().num_rows == 1
 
 
-def test_an_unopenable_store_is_a_store_error(tmp_path):
-    (tmp_path / "file").write_text("x")
-    with pytest.raises(StoreError, match="cannot open the store"):
-        Store(tmp_path / "file" / "s.duckdb")
+def _old_duckdb_file(path):
+    con = duckdb.connect(str(path))
+    con.execute("CREATE TABLE samples (metric VARCHAR)")
+    con.close()
+
+
+def _folder_of_notes(path):
+    path.mkdir()
+    (path / "notes.txt").write_text("mine")
+
+
+def _file_under_a_file(path):
+    path.parent.parent.mkdir()
+    path.parent.write_text("x")
+
+
+@pytest.mark.parametrize("make, at, message", [
+    # the store of the previous version: one DuckDB file
+    (_old_duckdb_file, "old.duckdb", "the store is now a folder: re-ingest into a new --db path"),
+    # someone's folder: never written into
+    (_folder_of_notes, "docs", "a folder that is not a store"),
+    # a text file where the folder should be
+    (lambda p: p.write_text("x"), "text", "a file, not a store folder"),
+    # a path below a file
+    (_file_under_a_file, "d/file/s", "cannot open the store"),
+])
+def test_a_path_that_is_not_a_store_is_a_one_line_store_error(tmp_path, make, at, message):
+    make(tmp_path / at)
+    before = sorted(p.name for p in tmp_path.rglob("*"))
+    with pytest.raises(StoreError, match=message) as raised:
+        Store(tmp_path / at)
+    assert "\n" not in str(raised.value)
+    assert sorted(p.name for p in tmp_path.rglob("*")) == before  # nothing written there
+
+
+def test_the_in_memory_store_leaves_no_folder_behind():
+    store = Store(":memory:")
+    store.add([_gpu_sample(1.0, 1.0)])
+    folder = store.path
+    assert folder.is_dir() and store.samples().num_rows == 1
+    store.close()
+    assert not folder.exists()
 
 
 def test_a_bad_query_is_a_store_error():

@@ -33,16 +33,17 @@ app.add_typer(simulate_app, name="simulate")
 console = Console(emoji=False)
 _LINE_BREAKS = re.compile(r"\s*[\r\n]+\s*")
 
-DbOption = typer.Option(None, "--db", help="Store file (DuckDB) or :memory:; default: the user's data directory.")
+DbOption = typer.Option(None, "--db", help="Store folder (Parquet parts, readable while written) or :memory:; "
+                                           "default: the user's data directory.")
 JsonOption = typer.Option(False, "--json", help="Print one JSON document on stdout.")
 
 
 def default_db_path() -> Path:
-    """$HPCWATCH_DB, else $XDG_DATA_HOME/hpcwatch/hpcwatch.duckdb (~/.local/share by default)."""
+    """$HPCWATCH_DB, else the folder $XDG_DATA_HOME/hpcwatch/store (~/.local/share by default)."""
     if os.environ.get("HPCWATCH_DB"):
         return Path(os.environ["HPCWATCH_DB"])
     base = Path(os.environ.get("XDG_DATA_HOME") or Path.home() / ".local" / "share")
-    return base / "hpcwatch" / "hpcwatch.duckdb"
+    return base / "hpcwatch" / "store"
 
 
 def open_store(db: str | None) -> Store:

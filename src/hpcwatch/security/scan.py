@@ -171,11 +171,12 @@ class LiveScan:
     """The detectors over the last ``window_s`` of a growing store, read incrementally: what the demo calls
     every few seconds. ``rescan`` reads the whole store each time, which grows with the demo's age.
 
-    Each call reads only the sample and event rows added since the previous call (DuckDB's ``rowid``:
-    the store only appends to those tables), forgets samples older than ``window_s`` before the newest,
-    and runs the detectors over the window, every event and every job (both small). A finding stays
-    once found: one found again (same rule and target) is replaced by the fresher one, one whose
-    evidence left the window is kept as it was. ``hpcwatch scan`` (``scan_store``) is unchanged.
+    Each call reads only the sample and event rows committed since the previous call (``Store.query_since``
+    from the store version the previous read was bound to), forgets samples older than ``window_s`` before
+    the newest, and runs the detectors over the window, every event and every job (both small). A finding
+    stays once found: one found again (same rule and target) is replaced by the fresher one, one whose
+    evidence left the window is kept as it was; the kept findings replace the stored ones in one commit.
+    ``hpcwatch scan`` (``scan_store``) is unchanged.
     """
 
     def __init__(self, *, config: ScanConfig = ScanConfig(), extras: ScanExtras = ScanExtras(),
@@ -185,7 +186,7 @@ class LiveScan:
         self.config, self.extras, self.window_s = config, extras, window_s
         self._samples: list[Sample] = []
         self._events: list[Event] = []
-        self._marks = {"samples": -1, "events": -1}
+        self._marks = {"samples": 0, "events": 0}  # store versions read up to; 0: nothing yet
         self._found: dict[tuple[str, str], Finding] = {}
         self._newest = float("-inf")
 
@@ -195,8 +196,9 @@ class LiveScan:
         fresh = scan_records(self._samples, self._events, store.jobs(), config=self.config, extras=self.extras)
         self._found.update({(f.rule, f.target): f for f in fresh})
         findings = sort_findings(self._found.values())
-        store.clear_findings()
-        store.add(findings)
+        with store.transaction() as tx:  # readers never see the findings cleared but not yet replaced
+            tx.clear_findings()
+            tx.add(findings)
         return findings
 
     def _read_new(self, store) -> None:
@@ -211,12 +213,11 @@ class LiveScan:
         self._events += [Event(kind=k, t=t, source=src, attrs=orjson.loads(a)) for k, t, src, a in rows]
 
     def _new_rows(self, store, table: str, columns: str, where: str, params: list) -> list[tuple]:
-        """Rows added to ``table`` since the last call; the mark is taken first, so a row the twin adds
-        meanwhile is read next time rather than skipped."""
-        (top,), = store.query(f"SELECT coalesce(max(rowid), -1) FROM {table}")
-        low, self._marks[table] = self._marks[table], top
-        return store.query(f"SELECT {columns} FROM {table} WHERE rowid > ? AND rowid <= ? AND {where} ORDER BY t",
-                           [low, top, *params])
+        """Rows committed to ``table`` since the last call; the version they were read at is the next mark,
+        so a row the twin commits meanwhile is read next time rather than skipped."""
+        self._marks[table], rows = store.query_since(
+            self._marks[table], f"SELECT {columns} FROM {table} WHERE {where} ORDER BY t", params)
+        return rows
 
 
 def weights_reads(store, *, config: ScanConfig = ScanConfig()) -> list[WeightsAccess]:

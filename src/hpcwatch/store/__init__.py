@@ -1,11 +1,12 @@
 """The store: what the readers yield, kept for the analyses and the reports.
 
-``core`` is the engine (tables of the five records, transactions, readers
-beside a writer); ``queries`` holds the named read questions the reports ask,
-so that no SQL lives outside this package.
+``core`` is the engine (a folder of Parquet parts and a manifest, idempotent
+transactions, readers beside writers in other processes); ``queries`` holds the
+named read questions the reports ask, so that no SQL lives outside this package.
 """
 
-from hpcwatch.store.core import (DEFAULT_BATCH_SIZE, SAMPLE_SCHEMA, IngestCounts, Store, StoreConfig,
-                                 sample_keys)
+from hpcwatch.store.core import (DEFAULT_BATCH_SIZE, SAMPLE_SCHEMA, TABLES, IngestCounts, SourceMark, Store,
+                                 StoreConfig, Transaction, sample_keys)
 
-__all__ = ["Store", "StoreConfig", "IngestCounts", "DEFAULT_BATCH_SIZE", "sample_keys", "SAMPLE_SCHEMA"]
+__all__ = ["Store", "StoreConfig", "IngestCounts", "SourceMark", "Transaction", "TABLES", "DEFAULT_BATCH_SIZE",
+           "sample_keys", "SAMPLE_SCHEMA"]

@@ -1,60 +1,123 @@
-"""The embedded store: DuckDB tables of the five records, file-backed or in memory.
+"""The store: a folder of immutable Parquet parts and one manifest, queried by DuckDB.
 
-Writes go in batches, one transaction each, so a ``kill -9`` during an ingest
-loses at most the batch in flight and leaves a readable file (DuckDB's WAL
-replays committed transactions on the next open).
+Layout of a store folder (the ``--db PATH``)::
+
+    manifest.json            the committed parts of every table, the committed sources, a version
+    samples/part-*.parquet   one folder per table: samples, events, spans, jobs, findings
+    staging/<writer-id>/     a writer's parts before their commit (the writer holds an flock on it)
+    .lock                    flock'ed by a writer for the few milliseconds of a commit
+
+A commit moves its staged parts into the table folders and replaces ``manifest.json``
+(temp file, fsync, ``os.replace``): that rename is the only commit point, so a
+``kill -9`` at any moment leaves either the old manifest or the new one. Parts
+that no manifest lists are invisible and collected by the next commit. Readers
+never lock: each query checks (one ``fstat``) whether the manifest changed and
+rebinds its views to the listed files. Parts that a commit drops (compaction,
+``clear_findings``) are deleted only ``retire_grace_s`` later, so a reader that
+bound the previous manifest keeps its files; one that still misses a file
+re-reads the manifest and tries once more.
+
+Every row carries the version of the commit that added it (``_v``, hidden from
+the tables: the manifest knows it per part, merged parts store it as a column).
+It makes two things exact: a job seen again replaces its row (the latest commit
+wins), and ``query_since`` reads only what was committed after a version.
 
 Samples are kept with their host, gpu and job pulled out of the labels
-(``schemas.sample_keys``).
-
-Queries return records (few rows) or a ``pyarrow.Table`` (many rows) whose
-columns are documented on the method.
+(``schemas.sample_keys``). Queries return records (few rows) or a
+``pyarrow.Table`` (many rows) whose columns are documented on the method.
 """
 
 from __future__ import annotations
 
+import fcntl
+import os
+import shutil
+import tempfile
 import threading
+import time
+import uuid
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
+from contextlib import contextmanager
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
 import duckdb
 import orjson
 import pyarrow as pa
+import pyarrow.parquet as pq
 
 from hpcwatch.errors import StoreError
 from hpcwatch.records import Event, Finding, Job, Sample, Span
 from hpcwatch.schemas import SAMPLE_SCHEMA, sample_keys
 
-__all__ = ["Store", "StoreConfig", "IngestCounts", "DEFAULT_BATCH_SIZE", "sample_keys", "SAMPLE_SCHEMA"]
+__all__ = ["Store", "StoreConfig", "IngestCounts", "SourceMark", "Transaction", "DEFAULT_BATCH_SIZE",
+           "DEFAULT_COMPACT_FANIN", "DEFAULT_COMPACT_MAX_ROWS", "DEFAULT_RETIRE_GRACE_S", "TABLES",
+           "sample_keys", "SAMPLE_SCHEMA"]
 
 DEFAULT_BATCH_SIZE = 20_000
+#: A size tier (rows within a factor of the fan-in) holding this many parts is merged into one part.
+DEFAULT_COMPACT_FANIN = 8
+#: Parts this large are left alone: merging them would rewrite a lot to save one file footer.
+DEFAULT_COMPACT_MAX_ROWS = 2_000_000
+#: How long a dropped part stays on disk for readers that bound the manifest before the drop.
+DEFAULT_RETIRE_GRACE_S = 60.0
 
-_DDL = """
-CREATE TABLE IF NOT EXISTS samples (metric VARCHAR, t DOUBLE, value DOUBLE, host VARCHAR, gpu VARCHAR,
-                                    job VARCHAR, labels VARCHAR);
-CREATE TABLE IF NOT EXISTS events (kind VARCHAR, t DOUBLE, source VARCHAR, attrs VARCHAR);
-CREATE TABLE IF NOT EXISTS spans (job VARCHAR, rank INTEGER, step INTEGER, phase VARCHAR, start DOUBLE,
-                                  dur DOUBLE, attrs VARCHAR);
-CREATE TABLE IF NOT EXISTS jobs (id VARCHAR PRIMARY KEY, "user" VARCHAR, account VARCHAR, partition VARCHAR,
-                                 nodes VARCHAR, gpus INTEGER, gpus_by_node VARCHAR, start DOUBLE, "end" DOUBLE,
-                                 state VARCHAR, name VARCHAR);
-CREATE TABLE IF NOT EXISTS findings (vector VARCHAR, severity VARCHAR, target VARCHAR, title VARCHAR,
-                                     evidence VARCHAR, t DOUBLE, rule VARCHAR);
-"""
+_MANIFEST = "manifest.json"
+_FORMAT = "hpcwatch-store/1"
+_MANIFEST_TMP_PREFIX = ".manifest-"
+
+
+def _crash_hook(point: str) -> None:
+    """Called at the commit's crash points ("staged", "moved", "committed"); tests replace it to kill -9."""
+
+
+# -- tables ------------------------------------------------------------------------------------
+
+_EVENT_SCHEMA = pa.schema([("kind", pa.string()), ("t", pa.float64()), ("source", pa.string()),
+                           ("attrs", pa.string())])
+_SPAN_SCHEMA = pa.schema([("job", pa.string()), ("rank", pa.int32()), ("step", pa.int32()), ("phase", pa.string()),
+                          ("start", pa.float64()), ("dur", pa.float64()), ("attrs", pa.string())])
+_JOB_SCHEMA = pa.schema([("id", pa.string()), ("user", pa.string()), ("account", pa.string()),
+                         ("partition", pa.string()), ("nodes", pa.string()), ("gpus", pa.int32()),
+                         ("gpus_by_node", pa.string()), ("start", pa.float64()), ("end", pa.float64()),
+                         ("state", pa.string()), ("name", pa.string())])
+_FINDING_SCHEMA = pa.schema([("vector", pa.string()), ("severity", pa.string()), ("target", pa.string()),
+                             ("title", pa.string()), ("evidence", pa.string()), ("t", pa.float64()),
+                             ("rule", pa.string())])
+
+#: The five tables and their columns (labels, attrs, evidence, nodes, gpus_by_node: JSON text).
+TABLES: dict[str, pa.Schema] = {"samples": SAMPLE_SCHEMA, "events": _EVENT_SCHEMA, "spans": _SPAN_SCHEMA,
+                                "jobs": _JOB_SCHEMA, "findings": _FINDING_SCHEMA}
+_SQL_TYPES = {pa.string(): "VARCHAR", pa.float64(): "DOUBLE", pa.int32(): "INTEGER"}
+
+
+def _columns(table: str) -> str:
+    return ", ".join(f'"{name}"' for name in TABLES[table].names)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class StoreConfig:
     path: str = ":memory:"
-    """A file path, or ``:memory:``."""
+    """A folder path, or ``:memory:`` (a temporary folder removed on close)."""
     batch_size: int = DEFAULT_BATCH_SIZE
-    """Records per transaction; what a crash can lose at most."""
+    """Records per row group; also per commit for ``Store.add`` (what a crash can lose at most)."""
+    compact_fanin: int = DEFAULT_COMPACT_FANIN
+    """Parts of one size tier merged at once; bounds the part count to about fan-in x tiers."""
+    compact_max_rows: int = DEFAULT_COMPACT_MAX_ROWS
+    """Parts with at least this many rows are never merged."""
+    retire_grace_s: float = DEFAULT_RETIRE_GRACE_S
+    """Seconds a dropped part stays for readers of an older manifest."""
+    durable: bool = True
+    """fsync parts, manifest and folders (off for ``:memory:``: nothing outlives the process)."""
 
     def __post_init__(self) -> None:
         if self.batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {self.batch_size}")
+        if self.compact_fanin < 2:
+            raise ValueError(f"compact_fanin must be >= 2, got {self.compact_fanin}")
+        if self.retire_grace_s < 0:
+            raise ValueError(f"retire_grace_s must be >= 0, got {self.retire_grace_s}")
 
 
 @dataclass(slots=True)
@@ -68,30 +131,300 @@ class IngestCounts:
     def total(self) -> int:
         return self.samples + self.events + self.spans + self.jobs + self.findings
 
+    def add(self, other: "IngestCounts") -> None:
+        for f in fields(self):
+            setattr(self, f.name, getattr(self, f.name) + getattr(other, f.name))
+
+    def as_dict(self) -> dict[str, int]:
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SourceMark:
+    """A source (a file) whose records a transaction commits once: its key is committed with its parts."""
+
+    key: str
+    """What identifies the content, e.g. a hash of the file's bytes; a key already committed adds nothing."""
+    path: str = ""
+    format: str = ""
+    counts: IngestCounts | None = None
+    """Rows committed per kind (set by the store)."""
+    committed_s: float | None = None
+    """UTC seconds of the commit (set by the store)."""
+
 
 def _json(value: Any) -> str:
     return orjson.dumps(value, default=str, option=orjson.OPT_NON_STR_KEYS).decode()
 
 
-class Store:
-    """DuckDB store of samples, events, spans, jobs and findings. Safe to share between threads."""
+# -- files -------------------------------------------------------------------------------------
 
-    def __init__(self, path: str | Path = ":memory:", *, batch_size: int = DEFAULT_BATCH_SIZE) -> None:
-        self.config = StoreConfig(path=str(path), batch_size=batch_size)
+@contextmanager
+def _flocked(path: Path) -> Iterator[None]:
+    """An exclusive flock on ``path`` for the block; a fresh descriptor each time, so threads exclude too."""
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # closing releases the lock
+
+
+def _fsync_path(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _write_atomic(path: Path, data: bytes, *, durable: bool) -> None:
+    """Temp file in the same folder, fsync, rename: readers see the old bytes or the new ones."""
+    tmp = path.with_name(f"{_MANIFEST_TMP_PREFIX}{uuid.uuid4().hex}.tmp")
+    try:
+        with open(tmp, "wb") as out:
+            out.write(data)
+            out.flush()
+            if durable:
+                os.fsync(out.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    if durable:
+        _fsync_path(path.parent)
+
+
+def _sql_path(path: Path) -> str:
+    return "'" + str(path).replace("'", "''") + "'"
+
+
+def _empty_manifest() -> dict[str, Any]:
+    return {"format": _FORMAT, "version": 0, "tables": {t: [] for t in TABLES}, "sources": {}, "retired": []}
+
+
+_DUCKDB_MAGIC = b"DUCK"
+
+
+def _check_root(root: Path) -> None:
+    """Refuse a DuckDB file of the previous version, and a folder of someone else's files."""
+    if root.is_file():
+        with open(root, "rb") as f:
+            head = f.read(12)
+        if head[8:12] == _DUCKDB_MAGIC:
+            raise StoreError(f"{root}: a DuckDB file of an older hpcwatch; the store is now a folder: "
+                             f"re-ingest into a new --db path")
+        raise StoreError(f"{root}: cannot open the store: a file, not a store folder")
+    if root.is_dir() and not (root / _MANIFEST).exists():
+        ours = {".lock", "staging", *TABLES}
+        strangers = [p.name for p in root.iterdir()
+                     if p.name not in ours and not p.name.startswith(_MANIFEST_TMP_PREFIX)]
+        if strangers:
+            raise StoreError(f"{root}: cannot open the store: a folder that is not a store "
+                             f"(no {_MANIFEST}; holds {strangers[0]!r})")
+
+
+# -- writing -----------------------------------------------------------------------------------
+
+class _PartWriter:
+    """One table's staged part of one transaction: rows go to disk a row group at a time."""
+
+    def __init__(self, path: Path, schema: pa.Schema) -> None:
+        self.path, self.schema, self.rows = path, schema, 0
+        self._writer: pq.ParquetWriter | None = None
+
+    def write(self, table: pa.Table) -> None:
+        if table.num_rows == 0:
+            return
+        if self._writer is None:
+            self._writer = pq.ParquetWriter(self.path, self.schema)
+        self._writer.write_table(table)
+        self.rows += table.num_rows
+
+    def close(self, *, durable: bool) -> None:
+        if self._writer is not None:
+            self._writer.close()
+            self._writer = None
+            if durable:
+                _fsync_path(self.path)
+
+
+class Transaction:
+    """Records staged on disk, made visible together (with their source mark) by one manifest commit.
+
+    Made by ``Store.transaction``; memory stays bounded whatever is added (a row group is written every
+    ``batch_size`` records), except jobs, which are kept by id until the commit (the last sighting wins).
+    After the block, ``skipped`` says the source was already committed (another ingest of it won), and
+    ``counts`` what this transaction added (what it would have added, when skipped).
+    """
+
+    def __init__(self, store: "Store", source: SourceMark | None) -> None:
+        self.source, self.skipped, self.counts = source, False, IngestCounts()
+        self.version: int | None = None
+        """The store version of the commit (None before it, or when skipped)."""
+        self._store, self._id = store, uuid.uuid4().hex[:12]
+        self._staging = store._staging_dir()
+        self._writers: dict[str, _PartWriter] = {}
+        self._jobs: dict[str, Job] = {}
+        self._clear_findings = False
+
+    def add(self, records: Iterable[Sample | Event | Span | Job | Finding]) -> IngestCounts:
+        """Stage records of any kind; returns the counts of this call."""
+        counts = IngestCounts()
+        batch: list[Any] = []
+        for record in records:
+            batch.append(record)
+            if len(batch) >= self._store.config.batch_size:
+                self._write_records(batch, counts)
+                batch = []
+        if batch:
+            self._write_records(batch, counts)
+        self.counts.add(counts)
+        return counts
+
+    def add_sample_table(self, table: pa.Table) -> int:
+        """Stage a table with ``SAMPLE_SCHEMA`` columns (one row group); returns its row count."""
+        table = table.select(SAMPLE_SCHEMA.names).cast(SAMPLE_SCHEMA)
+        self._writer("samples").write(table)
+        self.counts.samples += table.num_rows
+        _crash_hook("staged")
+        return table.num_rows
+
+    def clear_findings(self) -> None:
+        """Drop every committed finding in this commit (findings added by this transaction stay)."""
+        self._clear_findings = True
+
+    def _writer(self, table: str) -> _PartWriter:
+        if table not in self._writers:
+            self._writers[table] = _PartWriter(self._staging / f"{self._id}-{table}.parquet", TABLES[table])
+        return self._writers[table]
+
+    def _write_records(self, batch: list[Any], counts: IngestCounts) -> None:
+        by_kind: dict[type, list[Any]] = {}
+        for record in batch:
+            by_kind.setdefault(type(record), []).append(record)
+        for kind, rows in by_kind.items():
+            if kind is Job:
+                self._jobs.update((job.id, job) for job in rows)
+            elif kind is Sample:
+                self._writer("samples").write(_sample_table(rows))
+            elif kind in _ROW_WRITERS:
+                writer = _ROW_WRITERS[kind]
+                self._writer(writer.name).write(writer.table(rows))
+            else:
+                raise TypeError(f"not a record the store keeps: {kind.__name__}")
+            setattr(counts, _KIND_TABLES[kind], getattr(counts, _KIND_TABLES[kind]) + len(rows))
+        _crash_hook("staged")
+
+    def _close_parts(self) -> dict[str, _PartWriter]:
+        if self._jobs:
+            self._writer("jobs").write(_ROW_WRITERS[Job].table(list(self._jobs.values())))
+            self._jobs.clear()
+        durable = self._store.config.durable
+        for writer in self._writers.values():
+            writer.close(durable=durable)
+        return {name: w for name, w in self._writers.items() if w.rows}
+
+    def _discard(self) -> None:
+        for writer in self._writers.values():
+            try:
+                writer.close(durable=False)
+            except Exception:  # a half-written part is being thrown away anyway
+                pass
+            writer.path.unlink(missing_ok=True)
+
+
+_KIND_TABLES = {Sample: "samples", Event: "events", Span: "spans", Job: "jobs", Finding: "findings"}
+
+
+# -- the store ---------------------------------------------------------------------------------
+
+class Store:
+    """Samples, events, spans, jobs and findings in a store folder. Safe to share between threads;
+    any number of processes may read and write the same folder at once."""
+
+    def __init__(self, path: str | Path = ":memory:", *, batch_size: int = DEFAULT_BATCH_SIZE,
+                 compact_fanin: int = DEFAULT_COMPACT_FANIN, compact_max_rows: int = DEFAULT_COMPACT_MAX_ROWS,
+                 retire_grace_s: float = DEFAULT_RETIRE_GRACE_S) -> None:
+        memory = str(path) == ":memory:"
+        self.config = StoreConfig(path=str(path), batch_size=batch_size, compact_fanin=compact_fanin,
+                                  compact_max_rows=compact_max_rows, retire_grace_s=retire_grace_s,
+                                  durable=not memory)
+        self._lock = threading.RLock()
+        self._staging: tuple[Path, int] | None = None
+        self._closed = False
         try:
-            if self.config.path != ":memory:":
-                Path(self.config.path).parent.mkdir(parents=True, exist_ok=True)
-            self._con = duckdb.connect(self.config.path)
-            self._con.execute(_DDL)
+            self.path = Path(tempfile.mkdtemp(prefix="hpcwatch-store-")) if memory else Path(path)
+            self._temporary = memory
+            _check_root(self.path)
+            self._create()
+            self._con = duckdb.connect(":memory:")
+            self._since_con = self._con.cursor()
+            self._merge_con = self._con.cursor()  # compaction's own (a new connection costs ~40 ms)
+            self._define_views()
         except (duckdb.Error, OSError) as err:
             raise StoreError(f"{self.config.path}: cannot open the store: {err}") from err
-        self._lock = threading.RLock()
+        self._bound_key: tuple[int, int, int] | None = None
+        self._manifest = _empty_manifest()
+        self._refresh()
+        self._collect_garbage_if_idle()
+
+    def _create(self) -> None:
+        self.path.mkdir(parents=True, exist_ok=True)
+        for folder in (*TABLES, "staging"):
+            (self.path / folder).mkdir(exist_ok=True)
+        if (self.path / _MANIFEST).exists():
+            return
+        with _flocked(self.path / ".lock"):
+            if not (self.path / _MANIFEST).exists():  # another process may have created it meanwhile
+                _write_atomic(self.path / _MANIFEST, orjson.dumps(_empty_manifest()), durable=self.config.durable)
+
+    def _collect_garbage_if_idle(self) -> None:
+        """What a killed writer left (its staging folder, parts moved but never listed), collected on open
+        when no commit is under way: a writer that re-runs a killed ingest may commit nothing new."""
+        try:
+            fd = os.open(self.path / ".lock", os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError:
+            return  # a read-only store: its writers collect
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            self._collect_garbage(self._read_manifest(), [])
+        except BlockingIOError:
+            pass  # a writer is committing, and collects after its commit
+        finally:
+            os.close(fd)
+
+    def _define_views(self) -> None:
+        self._con.execute("SET parquet_metadata_cache = true")  # parts never change once written
+        self._con.execute("CREATE SCHEMA _since")
+        for table, schema in TABLES.items():
+            typed = ", ".join(f'"{f.name}" {_SQL_TYPES[f.type]}' for f in schema)
+            self._con.execute(f"CREATE TABLE _empty_{table} ({typed}, _v BIGINT)")
+            self._con.execute(f"CREATE VIEW _all_{table} AS SELECT * FROM _empty_{table}")
+            self._con.execute(f"CREATE VIEW {table} AS {self._public_sql(table, f'_all_{table}')}")
+        self._since_con.execute("SET search_path = '_since,main'")
+
+    @staticmethod
+    def _public_sql(table: str, source: str) -> str:
+        if table == "jobs":  # a job seen again replaces its row: the latest commit wins
+            return f"SELECT {_columns(table)} FROM {source} QUALIFY row_number() OVER (PARTITION BY id ORDER BY _v DESC) = 1"
+        return f"SELECT {_columns(table)} FROM {source}"
 
     # -- lifecycle -----------------------------------------------------------------------------
 
     def close(self) -> None:
         with self._lock:
-            self._con.close()
+            if self._closed:
+                return
+            self._closed = True
+            for con in (self._merge_con, self._since_con, self._con):
+                con.close()
+            if self._staging is not None:
+                folder, fd = self._staging
+                shutil.rmtree(folder, ignore_errors=True)
+                os.close(fd)
+            if self._temporary:
+                shutil.rmtree(self.path, ignore_errors=True)
 
     def __enter__(self) -> "Store":
         return self
@@ -101,90 +434,264 @@ class Store:
 
     # -- writing -------------------------------------------------------------------------------
 
+    @contextmanager
+    def transaction(self, *, source: SourceMark | None = None) -> Iterator[Transaction]:
+        """Stage in the block, commit on its normal exit; an exception leaves nothing of it visible.
+
+        With a ``source``, its mark is committed with the parts, and a source whose key is already
+        committed adds nothing (``tx.skipped``)."""
+        tx = Transaction(self, source)
+        try:
+            yield tx
+            parts = tx._close_parts()
+        except BaseException:
+            tx._discard()
+            raise
+        try:
+            self._commit(tx, parts)
+        except OSError as err:
+            tx._discard()
+            raise StoreError(f"{self.config.path}: write failed: {err}") from err
+        except BaseException:
+            tx._discard()
+            raise
+
     def add(self, records: Iterable[Sample | Event | Span | Job | Finding]) -> IngestCounts:
-        """Store records of any kind, one transaction per ``batch_size`` records."""
+        """Store records of any kind, one commit per ``batch_size`` records."""
         counts = IngestCounts()
         batch: list[Any] = []
         for record in records:
             batch.append(record)
             if len(batch) >= self.config.batch_size:
-                self._flush(batch, counts)
+                counts.add(self._add_batch(batch))
                 batch = []
         if batch:
-            self._flush(batch, counts)
+            counts.add(self._add_batch(batch))
         return counts
 
+    def _add_batch(self, batch: list[Any]) -> IngestCounts:
+        with self.transaction() as tx:
+            tx.add(batch)
+        return tx.counts
+
     def add_sample_table(self, table: pa.Table) -> int:
-        """Fast path: a table with ``SAMPLE_SCHEMA`` columns, in one transaction."""
-        table = table.select(SAMPLE_SCHEMA.names).cast(SAMPLE_SCHEMA)
-        def write(con: duckdb.DuckDBPyConnection) -> None:
-            con.register("_batch", table)
-            con.execute("INSERT INTO samples SELECT * FROM _batch")
-            con.unregister("_batch")
+        """Fast path: a table with ``SAMPLE_SCHEMA`` columns, in one commit."""
+        with self.transaction() as tx:
+            return tx.add_sample_table(table)
 
+    def clear_findings(self) -> None:
+        """Forget stored findings (a new scan replaces the previous one's)."""
+        with self.transaction() as tx:
+            tx.clear_findings()
+
+    def has_source(self, key: str) -> bool:
         with self._lock:
-            self._transaction(write)
-        return table.num_rows
+            self._refresh()
+            return key in self._manifest["sources"]
 
-    def _flush(self, batch: list[Any], counts: IngestCounts) -> None:
-        by_kind: dict[type, list[Any]] = {}
-        for record in batch:
-            by_kind.setdefault(type(record), []).append(record)
-        samples = by_kind.pop(Sample, [])
-        sample_rows = _sample_table(samples) if samples else None
-
-        def write(con: duckdb.DuckDBPyConnection) -> None:
-            if sample_rows is not None:
-                con.register("_batch", sample_rows)
-                con.execute("INSERT INTO samples SELECT * FROM _batch")
-                con.unregister("_batch")
-            for kind, rows in by_kind.items():
-                writer = _ROW_WRITERS[kind]
-                if kind is Job:  # the last sighting of a job in a batch wins
-                    rows = list({job.id: job for job in rows}.values())
-                con.register("_batch", writer.table(rows))
-                con.execute(f"{writer.verb} INTO {writer.name} SELECT * FROM _batch")
-                con.unregister("_batch")
-
+    def sources(self) -> list[SourceMark]:
+        """The committed sources, oldest commit first."""
         with self._lock:
-            self._transaction(write)
-        counts.samples += len(samples)
-        counts.events += len(by_kind.get(Event, []))
-        counts.spans += len(by_kind.get(Span, []))
-        counts.jobs += len(by_kind.get(Job, []))
-        counts.findings += len(by_kind.get(Finding, []))
+            self._refresh()
+            marks = [SourceMark(key=key, path=m["path"], format=m["format"], counts=IngestCounts(**m["counts"]),
+                                committed_s=m["committed_s"]) for key, m in self._manifest["sources"].items()]
+        return sorted(marks, key=lambda m: (m.committed_s, m.key))
 
-    def _transaction(self, work) -> None:
-        try:
-            self._con.execute("BEGIN TRANSACTION")
-            work(self._con)
-            self._con.execute("COMMIT")
-        except duckdb.Error as err:
-            try:
-                self._con.execute("ROLLBACK")
-            except duckdb.Error:
-                pass  # the failed transaction is already gone
-            raise StoreError(f"{self.config.path}: write failed: {err}") from err
+    def _staging_dir(self) -> Path:
+        """This store's staging folder, made and flock'ed under the commit lock so that no garbage
+        collection sees it before it is held."""
+        with self._lock:
+            if self._staging is None:
+                with _flocked(self.path / ".lock"):
+                    folder = self.path / "staging" / f"{os.getpid()}-{uuid.uuid4().hex[:8]}"
+                    folder.mkdir(parents=True)
+                    fd = os.open(folder, os.O_RDONLY)
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                self._staging = (folder, fd)
+            return self._staging[0]
+
+    def _commit(self, tx: Transaction, parts: dict[str, _PartWriter]) -> None:
+        if not parts and tx.source is None and not tx._clear_findings:
+            return
+        with _flocked(self.path / ".lock"):
+            manifest = self._read_manifest()
+            if tx.source is not None and tx.source.key in manifest["sources"]:
+                tx.skipped = True
+                tx._discard()
+                return
+            now, version = time.time(), manifest["version"] + 1
+            if tx._clear_findings:
+                self._retire(manifest, "findings", list(manifest["tables"]["findings"]), now)
+            for table, writer in parts.items():
+                name = f"part-{version:010d}-{uuid.uuid4().hex[:8]}.parquet"
+                os.rename(writer.path, self.path / table / name)
+                manifest["tables"][table].append({"file": name, "rows": writer.rows, "v": version})
+            if self.config.durable:
+                for table in parts:
+                    _fsync_path(self.path / table)
+            _crash_hook("moved")
+            for table in parts:
+                self._compact(manifest, table, now)
+            if tx.source is not None:
+                manifest["sources"][tx.source.key] = {"path": tx.source.path, "format": tx.source.format,
+                                                      "counts": tx.counts.as_dict(), "committed_s": now}
+            expired = self._expire(manifest, now)
+            manifest["version"] = version
+            _write_atomic(self.path / _MANIFEST, orjson.dumps(manifest), durable=self.config.durable)
+            tx.version = version
+            _crash_hook("committed")
+            self._collect_garbage(manifest, expired)
+
+    def _read_manifest(self) -> dict[str, Any]:
+        with open(self.path / _MANIFEST, "rb") as f:
+            return orjson.loads(f.read())
+
+    def _retire(self, manifest: dict[str, Any], table: str, parts: list[dict[str, Any]], now: float) -> None:
+        dropped = {p["file"] for p in parts}
+        manifest["tables"][table] = [p for p in manifest["tables"][table] if p["file"] not in dropped]
+        manifest["retired"].extend({"file": f"{table}/{name}", "at_s": now} for name in sorted(dropped))
+
+    def _expire(self, manifest: dict[str, Any], now: float) -> list[str]:
+        """Drop retired parts past their grace from the manifest; the caller deletes them after the commit."""
+        keep = [r for r in manifest["retired"] if now - r["at_s"] < self.config.retire_grace_s]
+        expired = [r["file"] for r in manifest["retired"] if now - r["at_s"] >= self.config.retire_grace_s]
+        manifest["retired"] = keep
+        return expired
+
+    def _collect_garbage(self, manifest: dict[str, Any], expired: list[str]) -> None:
+        """Under the commit lock: expired parts, parts no manifest lists (a crash between move and
+        manifest), stale manifest temp files, and staging folders whose writer died."""
+        for name in expired:
+            (self.path / name).unlink(missing_ok=True)
+        kept = {r["file"] for r in manifest["retired"]}
+        for table, parts in manifest["tables"].items():
+            listed = {p["file"] for p in parts}
+            for entry in os.scandir(self.path / table):
+                if entry.name not in listed and f"{table}/{entry.name}" not in kept:
+                    os.unlink(entry.path)
+        for entry in os.scandir(self.path):
+            if entry.name.startswith(_MANIFEST_TMP_PREFIX):
+                os.unlink(entry.path)
+        own = self._staging[0].name if self._staging else None
+        for entry in os.scandir(self.path / "staging"):
+            if entry.name != own and _is_abandoned(Path(entry.path)):
+                shutil.rmtree(entry.path, ignore_errors=True)
+
+    # -- compaction ----------------------------------------------------------------------------
+
+    def _compact(self, manifest: dict[str, Any], table: str, now: float) -> None:
+        """Merge parts of one size tier once it holds ``compact_fanin`` of them (repeatedly: a merged
+        part may fill the next tier), so a live writer's one part a second stays a few dozen files."""
+        while group := self._merge_group(manifest["tables"][table]):
+            merged = self._merge(table, group)
+            self._retire(manifest, table, group, now)
+            manifest["tables"][table].append(merged)
+
+    def _merge_group(self, parts: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        fanin, tiers = self.config.compact_fanin, {}
+        for part in parts:
+            if part["rows"] < self.config.compact_max_rows:
+                tier = tiers.setdefault(_tier(part["rows"], fanin), [])
+                tier.append(part)
+                if len(tier) >= fanin:
+                    return tier
+        return []
+
+    def _merge(self, table: str, group: list[dict[str, Any]]) -> dict[str, Any]:
+        versions = [p["v"] for p in group] + [p.get("v_min", p["v"]) for p in group]
+        name = f"part-{max(versions):010d}-{uuid.uuid4().hex[:8]}-merged.parquet"
+        target = self.path / table / name
+        rows_sql = " UNION ALL ".join(self._part_sql(table, p) for p in group)
+        if table == "jobs":
+            rows_sql = f"SELECT * FROM ({rows_sql}) QUALIFY row_number() OVER (PARTITION BY id ORDER BY _v DESC) = 1"
+        elif table == "samples":  # sorted parts let a metric filter skip row groups
+            rows_sql = f"SELECT * FROM ({rows_sql}) ORDER BY metric, host, gpu, t"
+        # Only the thread holding the commit lock gets here, so the connection is never shared.
+        self._merge_con.execute(f"COPY ({rows_sql}) TO {_sql_path(target)} (FORMAT parquet)")
+        if self.config.durable:
+            _fsync_path(target)
+        return {"file": name, "rows": pq.ParquetFile(target).metadata.num_rows, "v": max(versions),
+                "v_min": min(versions), "merged": True}
+
+    def _part_sql(self, table: str, part: dict[str, Any]) -> str:
+        path = _sql_path(self.path / table / part["file"])
+        version = "_v" if part.get("merged") else f"{int(part['v'])}::BIGINT AS _v"
+        return f"SELECT {_columns(table)}, {version} FROM read_parquet({path})"
 
     # -- reading -------------------------------------------------------------------------------
 
+    @property
+    def version(self) -> int:
+        """The committed version: 0 for an empty store, one more per commit. See ``query_since``."""
+        with self._lock:
+            self._refresh()
+            return int(self._manifest["version"])
+
+    def part_counts(self) -> dict[str, int]:
+        """Committed parts per table (what compaction keeps bounded)."""
+        with self._lock:
+            self._refresh()
+            return {table: len(parts) for table, parts in self._manifest["tables"].items()}
+
+    def _refresh(self, *, force: bool = False) -> None:
+        """Rebind the views when the manifest changed (one fstat when it did not)."""
+        with open(self.path / _MANIFEST, "rb") as f:
+            st = os.fstat(f.fileno())
+            key = (st.st_ino, st.st_mtime_ns, st.st_size)
+            if key == self._bound_key and not force:
+                return
+            manifest = orjson.loads(f.read())
+        for table in TABLES:
+            self._con.execute(f"CREATE OR REPLACE VIEW _all_{table} AS "
+                              f"{self._union_sql(table, manifest['tables'][table], since=None)}")
+        self._manifest, self._bound_key = manifest, key
+
+    def _union_sql(self, table: str, parts: list[dict[str, Any]], *, since: int | None) -> str:
+        selects = [f"SELECT * FROM main._empty_{table}"]  # the column types when no part is listed
+        for part in parts:
+            if since is None or part["v"] > since:
+                selects.append(self._part_sql(table, part))
+        union = " UNION ALL ".join(selects)
+        return union if since is None else f"SELECT * FROM ({union}) WHERE _v > {int(since)}"
+
+    def _execute(self, run, sql: str, *, retry: bool = True):
+        with self._lock:
+            try:
+                self._refresh()
+                return run()
+            except duckdb.IOException as err:
+                if not retry:
+                    raise StoreError(f"{self.config.path}: query failed: {err}") from err
+            except duckdb.Error as err:
+                raise StoreError(f"{self.config.path}: query failed: {err}") from err
+            except OSError as err:
+                raise StoreError(f"{self.config.path}: cannot read the store: {err}") from err
+            # A part vanished under a manifest bound long ago (past the grace): read the new one, once.
+            self._refresh(force=True)
+            return self._execute(run, sql, retry=False)
+
     def query(self, sql: str, params: list[Any] | tuple[Any, ...] = ()) -> list[tuple]:
         """Rows of any SQL over the tables above (read-only use, please)."""
-        with self._lock:
-            try:
-                return self._con.execute(sql, params).fetchall()
-            except duckdb.Error as err:
-                raise StoreError(f"{self.config.path}: query failed: {err}") from err
+        return self._execute(lambda: self._con.execute(sql, params).fetchall(), sql)
 
     def query_arrow(self, sql: str, params: list[Any] | tuple[Any, ...] = ()) -> pa.Table:
-        with self._lock:
-            try:
-                relation = self._con.sql(sql, params=list(params) or None)
-                # DuckDB 2 names it to_arrow_table; 1.x calls it arrow.
-                fetch = getattr(relation, "to_arrow_table", None) or relation.arrow
-                return fetch()
-            except duckdb.Error as err:
-                raise StoreError(f"{self.config.path}: query failed: {err}") from err
+        def run() -> pa.Table:
+            relation = self._con.sql(sql, params=list(params) or None)
+            # DuckDB 2 names it to_arrow_table; 1.x calls it arrow.
+            fetch = getattr(relation, "to_arrow_table", None) or relation.arrow
+            return fetch()
+        return self._execute(run, sql)
+
+    def query_since(self, since: int, sql: str, params: list[Any] | tuple[Any, ...] = ()) -> tuple[int, list[tuple]]:
+        """Rows of ``sql`` where the tables hold only the rows committed after version ``since``, with
+        the version they were read at: pass it as ``since`` next time to read each row once."""
+        def run() -> tuple[int, list[tuple]]:
+            for table in TABLES:
+                union = self._union_sql(table, self._manifest["tables"][table], since=since)
+                self._since_con.execute(f"CREATE OR REPLACE VIEW _since.{table} AS "
+                                        f"{self._public_sql(table, f'({union})')}")
+            return int(self._manifest["version"]), self._since_con.execute(sql, params).fetchall()
+        return self._execute(run, sql)
 
     def samples(self, metric: str | Iterable[str] | None = None, *, host: str | None = None,
                 job: str | None = None, t0: float | None = None, t1: float | None = None) -> pa.Table:
@@ -261,10 +768,28 @@ class Store:
         return [Finding(vector=v, severity=s, target=tg, title=ti, evidence=orjson.loads(e), t=t, rule=r)
                 for v, s, tg, ti, e, t, r in rows]
 
-    def clear_findings(self) -> None:
-        """Forget stored findings (a new scan replaces the previous one's)."""
-        with self._lock:
-            self._transaction(lambda con: con.execute("DELETE FROM findings"))
+
+def _tier(rows: int, fanin: int) -> int:
+    tier = 0
+    while rows >= fanin:
+        rows //= fanin
+        tier += 1
+    return tier
+
+
+def _is_abandoned(folder: Path) -> bool:
+    """A staging folder whose writer died: its flock is free."""
+    try:
+        fd = os.open(folder, os.O_RDONLY)
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        return True
+    except BlockingIOError:
+        return False
+    finally:
+        os.close(fd)
 
 
 def _sample_table(samples: list[Sample]) -> pa.Table:
@@ -292,12 +817,11 @@ def _job_from_row(row: tuple) -> Job:
 
 @dataclass(frozen=True, slots=True)
 class _RowWriter:
-    """How one record kind becomes an Arrow batch: columnar inserts are ~100x faster than executemany."""
+    """How one record kind becomes an Arrow batch: columnar writes are ~100x faster than row by row."""
 
     name: str
     schema: pa.Schema
     row: Any
-    verb: str = "INSERT"
 
     def table(self, records: list[Any]) -> pa.Table:
         columns = list(zip(*(self.row(r) for r in records)))
@@ -306,24 +830,13 @@ class _RowWriter:
 
 
 _ROW_WRITERS = {
-    Event: _RowWriter("events", pa.schema([("kind", pa.string()), ("t", pa.float64()), ("source", pa.string()),
-                                           ("attrs", pa.string())]),
-                      lambda e: (e.kind, e.t, e.source, _json(dict(e.attrs)))),
-    Span: _RowWriter("spans", pa.schema([("job", pa.string()), ("rank", pa.int32()), ("step", pa.int32()),
-                                         ("phase", pa.string()), ("start", pa.float64()), ("dur", pa.float64()),
-                                         ("attrs", pa.string())]),
+    Event: _RowWriter("events", _EVENT_SCHEMA, lambda e: (e.kind, e.t, e.source, _json(dict(e.attrs)))),
+    Span: _RowWriter("spans", _SPAN_SCHEMA,
                      lambda s: (s.job, s.rank, s.step, s.phase, s.start, s.dur, _json(dict(s.attrs)))),
-    # A job seen again (squeue then sacct, pending then running) replaces the older row.
-    Job: _RowWriter("jobs", pa.schema([("id", pa.string()), ("user", pa.string()), ("account", pa.string()),
-                                       ("partition", pa.string()), ("nodes", pa.string()), ("gpus", pa.int32()),
-                                       ("gpus_by_node", pa.string()), ("start", pa.float64()),
-                                       ("end", pa.float64()), ("state", pa.string()), ("name", pa.string())]),
+    Job: _RowWriter("jobs", _JOB_SCHEMA,
                     lambda j: (j.id, j.user, j.account, j.partition, _json(list(j.nodes)), j.gpus,
                                _json({k: list(v) for k, v in j.gpus_by_node.items()}), j.start, j.end, j.state,
-                               j.name),
-                    verb="INSERT OR REPLACE"),
-    Finding: _RowWriter("findings", pa.schema([("vector", pa.string()), ("severity", pa.string()),
-                                               ("target", pa.string()), ("title", pa.string()),
-                                               ("evidence", pa.string()), ("t", pa.float64()), ("rule", pa.string())]),
+                               j.name)),
+    Finding: _RowWriter("findings", _FINDING_SCHEMA,
                         lambda f: (f.vector, f.severity, f.target, f.title, _json(dict(f.evidence)), f.t, f.rule)),
 }

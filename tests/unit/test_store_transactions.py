@@ -1,0 +1,162 @@
+"""Store transactions: a source is committed once, a failed one leaves nothing, compaction changes nothing."""
+
+import pyarrow as pa
+import pytest
+
+from hpcwatch.records import Event, Finding, Job, Sample
+from hpcwatch.schemas import SAMPLE_SCHEMA
+from hpcwatch.store import IngestCounts, SourceMark, Store, TABLES
+
+
+def _samples(n, *, t0=0.0, metric="m"):
+    return [Sample(metric=metric, labels={"gpu": str(i % 8), "Hostname": "node1"}, t=t0 + i, value=float(i))
+            for i in range(n)]
+
+
+def _sample_table(n, *, t0=0.0):
+    return pa.table({"metric": ["m"] * n, "t": [t0 + i for i in range(n)], "value": [1.0] * n,
+                     "host": ["node1"] * n, "gpu": ["0"] * n, "job": [None] * n, "labels": ["{}"] * n},
+                    schema=SAMPLE_SCHEMA)
+
+
+def _tables(store):
+    return {table: store.query(f"SELECT * FROM {table} ORDER BY ALL") for table in TABLES}
+
+
+def test_a_source_committed_twice_adds_its_rows_once(tmp_path):
+    mark = SourceMark(key="sha256:abc", path="/spool/a.prom", format="prometheus")
+    with Store(tmp_path / "s") as store:
+        for _ in range(2):
+            with store.transaction(source=mark) as tx:
+                tx.add(_samples(10))
+                tx.add_sample_table(_sample_table(5, t0=100))
+        assert tx.skipped
+        assert store.query("SELECT count(*) FROM samples") == [(15,)]
+        assert store.has_source("sha256:abc") and not store.has_source("sha256:other")
+        (source,) = store.sources()
+    assert (source.key, source.path, source.format, source.counts) == (
+        "sha256:abc", "/spool/a.prom", "prometheus", IngestCounts(samples=15))
+    assert source.committed_s > 0
+
+
+def test_two_ingests_of_one_source_at_once_commit_it_once(tmp_path):
+    mark = SourceMark(key="k")
+    with Store(tmp_path / "s") as store:
+        with store.transaction(source=mark) as first:
+            first.add(_samples(3))
+            with store.transaction(source=mark) as second:
+                second.add(_samples(3))
+        assert (second.skipped, first.skipped) == (False, True)
+        assert store.query("SELECT count(*) FROM samples") == [(3,)]
+        assert list((store.path / "staging").glob("*/*")) == []  # the skipped parts are gone
+
+
+def test_a_transaction_that_raises_leaves_nothing_visible_and_no_staged_file(tmp_path):
+    with Store(tmp_path / "s", batch_size=4) as store:
+        with pytest.raises(RuntimeError):
+            with store.transaction(source=SourceMark(key="k")) as tx:
+                tx.add(_samples(10))  # three row groups already on disk
+                tx.add([Job(id="1")])
+                raise RuntimeError("the reader found a bad line")
+        assert store.query("SELECT (SELECT count(*) FROM samples), (SELECT count(*) FROM jobs)") == [(0, 0)]
+        assert not store.has_source("k") and store.version == 0
+        assert list((store.path / "staging").glob("*/*")) == []
+        assert list((store.path / "samples").iterdir()) == []
+
+
+def test_a_transaction_commits_every_kind_in_one_version(tmp_path):
+    with Store(tmp_path / "s", batch_size=2) as store:
+        with store.transaction() as tx:
+            tx.add(_samples(5))
+            tx.add([Event(kind="xid", t=1.0, source="dcgm"), Job(id="1", state="PENDING"), Job(id="1", state="RUNNING")])
+        assert tx.version == store.version == 1
+        assert tx.counts == IngestCounts(samples=5, events=1, jobs=2)
+        assert [(j.id, j.state) for j in store.jobs()] == [("1", "RUNNING")]  # the last sighting in it wins
+        assert store.part_counts() == {"samples": 1, "events": 1, "spans": 0, "jobs": 1, "findings": 0}
+
+
+def test_a_job_seen_again_in_a_later_commit_replaces_its_row_and_select_star_hides_the_version(tmp_path):
+    with Store(tmp_path / "s") as store:
+        store.add([Job(id="9", state="PENDING"), Job(id="8", state="RUNNING")])
+        store.add([Job(id="9", state="COMPLETED", start=1.0, end=2.0)])
+        assert sorted((j.id, j.state) for j in store.jobs()) == [("8", "RUNNING"), ("9", "COMPLETED")]
+        assert store.job("9").end == 2.0
+        assert store.query_arrow("SELECT * FROM jobs").schema.names == TABLES["jobs"].names
+
+
+def test_clear_findings_drops_them_for_every_reader(tmp_path):
+    finding = Finding(vector="rdma_blind_spot", severity="high", target="node2", title="x", evidence={"bytes": 1}, t=1.0, rule="r")
+    with Store(tmp_path / "s") as writer, Store(tmp_path / "s") as reader:
+        writer.add([finding])
+        assert reader.findings() == [finding]
+        writer.clear_findings()
+        assert reader.findings() == []
+        with writer.transaction() as tx:  # a scan that replaces the findings in one commit
+            tx.clear_findings()
+            tx.add([finding])
+        assert reader.findings() == [finding]
+
+
+def test_a_dropped_part_stays_on_disk_for_the_grace_period_then_goes(tmp_path):
+    finding = Finding(vector="v", severity="low", target="t", title="x", evidence={}, t=1.0, rule="r")
+    with Store(tmp_path / "s", retire_grace_s=3600) as store:
+        store.add([finding])
+        (part,) = (store.path / "findings").iterdir()
+        store.clear_findings()
+        store.add(_samples(1))
+        assert part.exists()  # a reader bound to the old manifest may still read it
+    with Store(tmp_path / "s", retire_grace_s=0) as store:
+        store.add(_samples(1))
+        assert not part.exists()
+
+
+def test_a_part_no_manifest_lists_is_invisible_and_collected_by_the_next_commit(tmp_path):
+    with Store(tmp_path / "s") as store:
+        store.add(_samples(2))
+        (committed,) = (store.path / "samples").iterdir()
+        stray = store.path / "samples" / "part-9999999999-deadbeef.parquet"
+        stray.write_bytes(committed.read_bytes())  # a writer killed after its move, before its manifest
+        assert store.query("SELECT count(*) FROM samples") == [(2,)]
+        store.add(_samples(1))
+        assert not stray.exists()
+
+
+def _ingest_in_commits(store, commits):
+    for i in range(commits):
+        store.add(_samples(3 + i % 5, t0=i * 10.0, metric=f"m{i % 3}"))
+        store.add([Job(id=str(i % 4), state=f"S{i}", start=float(i)), Event(kind="xid", t=float(i), source="s")])
+
+
+def test_compaction_bounds_the_part_count_and_changes_no_result(tmp_path):
+    with Store(tmp_path / "plain", compact_fanin=1000) as plain, \
+         Store(tmp_path / "compacted", compact_fanin=2, retire_grace_s=0) as compacted:
+        for store in (plain, compacted):
+            _ingest_in_commits(store, 60)
+        assert plain.part_counts()["samples"] == 60
+        assert max(compacted.part_counts().values()) <= 2 * 8  # fan-in x tiers
+        assert _tables(compacted) == _tables(plain)
+        assert compacted.jobs() == plain.jobs()
+        assert len(list((compacted.path / "samples").iterdir())) == compacted.part_counts()["samples"]
+
+
+def test_query_since_reads_each_committed_row_once_across_compactions(tmp_path):
+    with Store(tmp_path / "s", compact_fanin=2) as store:
+        mark, seen = store.version, []
+        for i in range(20):
+            store.add(_samples(4, t0=i * 4.0))
+            if i % 3 == 0:
+                mark, rows = store.query_since(mark, "SELECT t FROM samples ORDER BY t")
+                seen += [t for (t,) in rows]
+        mark, rows = store.query_since(mark, "SELECT t FROM samples ORDER BY t")
+        seen += [t for (t,) in rows]
+        assert mark == store.version == 20
+        assert store.query_since(mark, "SELECT count(*) FROM samples") == (20, [(0,)])
+    assert seen == [float(t) for t in range(80)]
+
+
+def test_an_empty_store_answers_with_typed_empty_tables(tmp_path):
+    with Store(tmp_path / "s") as store:
+        assert store.samples().schema == SAMPLE_SCHEMA
+        assert store.time_range() == (None, None)
+        assert store.jobs() == [] and store.events() == [] and store.findings() == [] and store.spans() == []
+        assert store.query("SELECT sum(gpus), max(\"end\") FROM jobs") == [(None, None)]
