@@ -93,6 +93,7 @@ def test_readers_work_while_an_ingest_writes(tmp_path):
     _big_scrape(big, 30_000)
     db = tmp_path / "s"
     assert _run("ingest", str(DATA / "slurm" / "squeue.json"), "--db", str(db)).returncode == 0
+    quiet = len(orjson.loads(_run("jobs", "--db", str(db), "--json").stdout)["jobs"])
     writer = subprocess.Popen([*HPCWATCH, "ingest", str(big), "--db", str(db)], stdout=subprocess.DEVNULL,
                               stderr=subprocess.PIPE, text=True)
     answers = []
@@ -101,7 +102,7 @@ def test_readers_work_while_an_ingest_writes(tmp_path):
         assert done.returncode == 0, done.stderr  # never DuckDB's lock message
         answers.append(len(orjson.loads(done.stdout)["jobs"]))
     assert writer.wait(timeout=180) == 0, writer.stderr.read()
-    assert answers and set(answers) == {10}
+    assert answers and set(answers) == {quiet} and quiet > 0
 
 
 def test_the_projects_own_outputs_are_ingested(run_cli, tmp_path):

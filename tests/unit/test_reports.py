@@ -41,7 +41,7 @@ def straggler_db(tmp_path_factory) -> str:
 @pytest.fixture(scope="module")
 def failures_db(tmp_path_factory) -> str:
     """Half a day of a 16,384-GPU job under Llama 3's failure rates: four failures, saves and restores."""
-    from hpcwatch.twin.failures import GoodputSimConfig, simulate_goodput
+    from hpcwatch.analysis.goodputsim import GoodputSimConfig, simulate_goodput
 
     run = simulate_goodput(GoodputSimConfig(gpus=16384, days=0.5, step_s=5.0, seed=0))
     path = str(tmp_path_factory.mktemp("failures") / "g.duckdb")

@@ -31,17 +31,21 @@ _SLOW_STEPS_SHOWN = 5
 def trace_files(paths: list[Path]) -> list[Input]:
     """Kineto traces and hook files under ``paths``, recognised by the format registry (not by their names).
 
-    A file named on the command line must be one of the two; a folder's other files are passed over.
+    A file named on the command line must be one of the two; a folder's other files are passed over, and
+    a folder holding both (a profiled run with the hook on) gives its traces: the GPU's own timeline.
     """
+    named = {Path(p) for p in paths}
     found: list[Input] = []
     for item in plan_inputs(paths):
         if isinstance(item, Input) and item.format is not None and item.format.name in _STEP_FORMATS:
             found.append(item)
-        elif isinstance(item, Input) and any(Path(p) == item.path for p in paths):
+        elif isinstance(item, Input) and item.path in named:
             what = item.format.name if item.format else "empty"
             raise InputError(f"{item.path}: steps reads Kineto traces or the hook's JSON lines, not {what}")
     if not found:
         raise InputError(f"{', '.join(map(str, paths))}: no Kineto trace or hook JSON lines found")
+    if any(i.format.name == "kineto" for i in found):
+        found = [i for i in found if i.format.name == "kineto" or i.path in named]
     return found
 
 
