@@ -154,3 +154,42 @@ def test_a_folder_named_like_a_file_is_walked(run_cli, tmp_path):
     code, out, err = run_cli(["ingest", str(tmp_path), "--db", str(tmp_path / "s"), "--json"])
     assert code == 0, err
     assert orjson.loads(out)["jobs"] == 10
+
+
+def test_ingest_and_scan_read_a_perfquery_file_alike(tmp_path):
+    """There used to be two loaders: ingest stored {lid, port} at the file's time, scan {node} at t = 0."""
+    from hpcwatch.ingest import ingest_paths
+    from tests.conftest import records_of
+
+    spool = tmp_path / "node2"
+    spool.mkdir()
+    path = spool / "perfquery-node2.out"
+    path.write_bytes((DATA / "infiniband" / "perfquery_x_switch_port1.out").read_bytes())
+    with Store(":memory:") as store:
+        ingest_paths(store, [path], hosts=["node1", "node2"])
+        stored = sorted((s.metric, s.labels.get("node"), s.t) for s in store.iter_samples())
+    scanned = sorted((s.metric, s.labels.get("node"), s.t) for s in records_of([path], hosts=["node1", "node2"]))
+    assert stored == scanned and stored
+    assert {node for _, node, _ in stored} == {"node2"} and {t for *_, t in stored} == {path.stat().st_mtime}
+
+
+def test_a_log_with_a_bad_line_keeps_its_good_lines_and_names_the_bad_one(run_cli, tmp_path):
+    good = '{"process_exec": {"process": {"binary": "/bin/sh"}}, "node_name": "node1", "time": "2026-01-01T00:00:00Z"}'
+    log = tmp_path / "tetragon.log"
+    log.write_text(f"{good}\n" + '{"process_exec": {"process": {}}, "node_name": "node1"}\n' + f"{good}\n")
+    code, out, err = run_cli(["ingest", str(log), "--db", str(tmp_path / "s"), "--json"])
+    assert code == 0, err
+    doc = orjson.loads(out)
+    assert doc["events"] == 2 and doc["bad_lines"][0]["count"] == 1
+    assert doc["bad_lines"][0]["first"][0].startswith(f"{log}:2:")
+    code, out, err = run_cli(["ingest", str(log), "--db", str(tmp_path / "t")])
+    assert code == 0 and f"hpcwatch: warning: {log}:2:" in err
+    assert "1 bad line(s) skipped, the good ones kept" in err
+
+
+def test_a_corrupt_parquet_is_one_line_without_control_bytes(run_cli, tmp_path):
+    bad = tmp_path / "trace.parquet"
+    bad.write_bytes(b"PAR1" + bytes(range(256)) + b"\n\x1b[2J" + b"PAR1")
+    code, out, err = run_cli(["whatif", str(bad), "--json"])
+    assert code == 2 and len(err.splitlines()) == 1 and err.startswith(f"hpcwatch: {bad}")
+    assert "\x1b" not in err

@@ -114,20 +114,6 @@ def test_rescan_replaces_stored_findings(tmp_path: Path) -> None:
         assert len(store.findings()) == len(first) == len(again) == 3
 
 
-def test_twin_threats_import_only_records_and_model() -> None:
-    """DESIGN §1: twin/ may import records and model; the threat plants must not reach the readers or security."""
-    import ast
-
-    import hpcwatch.twin.threats as threats
-    tree = ast.parse(Path(threats.__file__).read_text(encoding="utf-8"))
-    ours = {node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)
-            and (node.module or "").startswith("hpcwatch")}
-    ours |= {a.name for node in ast.walk(tree) if isinstance(node, ast.Import) for a in node.names
-             if a.name.startswith("hpcwatch")}
-    assert ours and all(m.split(".")[1] in ("records", "model", "twin") for m in ours), ours
-
-
-@pytest.mark.parametrize("vector", ["container_escape", "weights_access", "data_poisoning", "remanence"])
 def test_twin_events_are_what_the_readers_make_of_its_files(vector: str) -> None:
     """The live twin builds its Events without the readers: they must equal the readers' on the same documents."""
     from hpcwatch.sources.falco import parse_falco_json

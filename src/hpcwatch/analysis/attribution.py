@@ -38,6 +38,7 @@ import orjson
 import pyarrow as pa
 
 from hpcwatch.records import Job
+from hpcwatch import vocab
 
 __all__ = [
     "GpuReport",
@@ -53,14 +54,14 @@ __all__ = [
 ]
 
 UTIL, FB, POWER, ENERGY, XID, TENSOR = (
-    "DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_DEV_FB_USED", "DCGM_FI_DEV_POWER_USAGE",
-    "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION", "DCGM_FI_DEV_XID_ERRORS", "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE")
+    vocab.DCGM_FI_DEV_GPU_UTIL, vocab.DCGM_FI_DEV_FB_USED, vocab.DCGM_FI_DEV_POWER_USAGE,
+    vocab.DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION, vocab.DCGM_FI_DEV_XID_ERRORS, vocab.DCGM_FI_PROF_PIPE_TENSOR_ACTIVE)
 #: dcgm-exporter fields the report reads (https://github.com/NVIDIA/dcgm-exporter/blob/main/etc/default-counters.csv).
 DCGM_METRICS = (UTIL, FB, POWER, ENERGY, XID, TENSOR)
-IB_TX, IB_RX = "node_infiniband_port_data_transmitted_bytes_total", "node_infiniband_port_data_received_bytes_total"
+IB_TX, IB_RX = vocab.NODE_INFINIBAND_PORT_DATA_TRANSMITTED_BYTES_TOTAL, vocab.NODE_INFINIBAND_PORT_DATA_RECEIVED_BYTES_TOTAL
 #: node-exporter's InfiniBand data counters (octets).
 IB_METRICS = (IB_TX, IB_RX)
-LUSTRE_READ, LUSTRE_WRITE = "lustre_job_read_bytes_total", "lustre_job_write_bytes_total"
+LUSTRE_READ, LUSTRE_WRITE = vocab.LUSTRE_JOB_READ_BYTES_TOTAL, vocab.LUSTRE_JOB_WRITE_BYTES_TOTAL
 #: Lustre job_stats as the readers name them (labels jobid, target).
 LUSTRE_METRICS = (LUSTRE_READ, LUSTRE_WRITE)
 REPORT_METRICS = DCGM_METRICS + IB_METRICS + LUSTRE_METRICS

@@ -45,6 +45,8 @@ from typing import Any
 import numpy as np
 
 from hpcwatch.records import Event, Job, Sample, Span
+from hpcwatch import vocab
+from hpcwatch.vocab import EventKind
 
 __all__ = [
     "BADPUT_KINDS",
@@ -68,8 +70,8 @@ BADPUT_KINDS: tuple[str, ...] = ("init", "data_loading", "checkpoint_save", "che
 #: Event kinds the accounting reads. ``checkpoint`` (a save seen from the storage side, as the twin's
 #: Lustre writes are) counts as a save that stopped training ``duration_s`` (0 s when not given); its
 #: step may be in ``step`` or in a ``path`` ending ``step_N.pt``.
-GOODPUT_EVENT_KINDS: tuple[str, ...] = ("failure", "checkpoint_save", "checkpoint_restore", "checkpoint")
-_SAVE_KINDS = ("checkpoint_save", "checkpoint")
+GOODPUT_EVENT_KINDS: tuple[str, ...] = (EventKind.FAILURE, EventKind.CHECKPOINT_SAVE, EventKind.CHECKPOINT_RESTORE, EventKind.CHECKPOINT)
+_SAVE_KINDS = (EventKind.CHECKPOINT_SAVE, EventKind.CHECKPOINT)
 _STEP_IN_PATH = re.compile(r"step[_-]?(\d+)")
 
 #: Outlier cut for the ideal step time: median + MAD_CUT * MAD (ml-goodput-measurement uses 3).
@@ -184,7 +186,7 @@ def steps_from_step_samples(samples: Iterable[Sample], *, breaks: Sequence[float
     Data loading is unknown on this path and counted as 0.
     """
     rows = [(int(s.labels.get("step", -1)), s.t - s.value, s.t) for s in samples
-            if s.metric == "train_step_time_s"]
+            if s.metric == vocab.TRAIN_STEP_TIME_S]
     if not rows:
         return StepTable.empty()
     arr = np.array(rows, dtype=np.float64)
@@ -318,7 +320,7 @@ def account_goodput(job: Job | None, steps: StepTable, events: Sequence[Event], 
     """
     steps = steps.sorted()
     t0, t1 = _window(job, steps, events, t0, t1)
-    failures = np.sort(np.array([e.t for e in events if e.kind == "failure" and t0 <= e.t <= t1], dtype=np.float64))
+    failures = np.sort(np.array([e.t for e in events if e.kind == EventKind.FAILURE and t0 <= e.t <= t1], dtype=np.float64))
     saves = _ops(events, _SAVE_KINDS, failures, t1)
     restores = _ops(events, ("checkpoint_restore",), failures, t1)
     bounds = np.concatenate([[t0], failures, [t1]])
@@ -457,7 +459,7 @@ def _finish(job: Job | None, steps: StepTable, events: Sequence[Event], failures
         notes.append(f"records overlap by {-other:.3f} s; 'other' clamped to 0")
     badput["other"] = max(0.0, other)
     causes = Counter(str(e.attrs.get("cause", "unknown")) for e in events
-                     if e.kind == "failure" and t0 <= e.t <= t1)
+                     if e.kind == EventKind.FAILURE and t0 <= e.t <= t1)
     return GoodputReport(
         job=job.id if job is not None else "", t0=t0, t1=t1, total_s=total, productive_s=productive,
         badput_s=badput, ideal_step_s=ideal_step_time(steps.dur_s[~lost]), steps=len(steps),
@@ -471,7 +473,7 @@ def account_job(job: Job | None, spans: Iterable[Span], events: Sequence[Event],
     samples), re-runs split at its failures, then ``account_goodput``. Views call this."""
     mine = [e for e in events if e.kind in GOODPUT_EVENT_KINDS
             and (job is None or str(e.attrs.get("job", job.id)) == job.id)]
-    breaks = [e.t for e in mine if e.kind == "failure"]
+    breaks = [e.t for e in mine if e.kind == EventKind.FAILURE]
     steps = steps_from_spans(spans, breaks=breaks)
     if not len(steps):
         steps = steps_from_step_samples(step_samples, breaks=breaks)

@@ -55,6 +55,7 @@ import numpy as np
 from hpcwatch.analysis.goodput import BADPUT_KINDS, StepTable
 from hpcwatch.errors import ConfigError
 from hpcwatch.records import Event, Job, Span
+from hpcwatch.vocab import EventKind
 
 __all__ = [
     "LLAMA3_INTERRUPTIONS",
@@ -286,18 +287,18 @@ class GoodputRun:
             m = self.steps_per_checkpoint
             first = self.t_origin + self.inc_start_s[k] + self.inc_overhead_s[k]
             if k > 0 and self.inc_end_s[k] - self.inc_start_s[k] > c.restart_cost_s:
-                yield Event(kind="checkpoint_restore", t=self.t_origin + self.inc_start_s[k] + c.restart_cost_s,
+                yield Event(kind=EventKind.CHECKPOINT_RESTORE, t=self.t_origin + self.inc_start_s[k] + c.restart_cost_s,
                             source="twin.failures", attrs={"job": job_id, "duration_s": c.restore_cost_s,
                                                            "step": int(self.inc_first_step[k] - 1)})
             for i in range(int(self.inc_saves[k])):
                 t = first + (i + 1) * m * c.step_s + i * c.checkpoint_cost_s
-                yield Event(kind="checkpoint_save", t=t, source="twin.failures",
+                yield Event(kind=EventKind.CHECKPOINT_SAVE, t=t, source="twin.failures",
                             attrs={"job": job_id, "duration_s": c.checkpoint_cost_s,
                                    "step": int(self.inc_first_step[k] + (i + 1) * m - 1)})
         for i, t in enumerate(self.failure_t_s):
             gpu = int(self.failure_gpu[i])
             k = i  # failure i ends incarnation i
-            yield Event(kind="failure", t=self.t_origin + float(t), source="twin.failures",
+            yield Event(kind=EventKind.FAILURE, t=self.t_origin + float(t), source="twin.failures",
                         attrs={"job": job_id, "cause": self.failure_cause[i], "step": int(self.inc_first_step[k] + self.inc_steps[k]),
                                "node": f"node{gpu // GPUS_PER_NODE + 1:05d}", "gpu": gpu % GPUS_PER_NODE})
 

@@ -55,6 +55,8 @@ from hpcwatch.analysis.xid import XID_CATALOG_URL, Verdict, xid_info
 from hpcwatch.errors import ConfigError
 from hpcwatch.model.catalog import gpu_spec, link_spec
 from hpcwatch.records import Event
+from hpcwatch import vocab
+from hpcwatch.vocab import EventKind
 
 __all__ = [
     "Check",
@@ -82,22 +84,22 @@ THROTTLE_BITS: dict[int, str] = {
 #: The bits that mean the hardware is too hot or its power delivery is failing (sw_power_cap is normal under load).
 BAD_THROTTLE_MASK = 0x8 | 0x20 | 0x40 | 0x80
 
-XID = "DCGM_FI_DEV_XID_ERRORS"
-ECC_DBE = "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL"
-REMAP_FAILURE = "DCGM_FI_DEV_ROW_REMAP_FAILURE"
-REMAP_UNCORRECTABLE = "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS"
-REMAP_PENDING = "DCGM_FI_DEV_ROW_REMAP_PENDING"
-PCIE_REPLAY = "DCGM_FI_DEV_PCIE_REPLAY_COUNTER"
-THROTTLE = ("DCGM_FI_DEV_CLOCK_THROTTLE_REASONS", "DCGM_FI_DEV_CLOCKS_EVENT_REASONS")
-UTIL = "DCGM_FI_DEV_GPU_UTIL"
-POWER = "DCGM_FI_DEV_POWER_USAGE"
+XID = vocab.DCGM_FI_DEV_XID_ERRORS
+ECC_DBE = vocab.DCGM_FI_DEV_ECC_DBE_VOL_TOTAL
+REMAP_FAILURE = vocab.DCGM_FI_DEV_ROW_REMAP_FAILURE
+REMAP_UNCORRECTABLE = vocab.DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS
+REMAP_PENDING = vocab.DCGM_FI_DEV_ROW_REMAP_PENDING
+PCIE_REPLAY = vocab.DCGM_FI_DEV_PCIE_REPLAY_COUNTER
+THROTTLE = (vocab.DCGM_FI_DEV_CLOCK_THROTTLE_REASONS, vocab.DCGM_FI_DEV_CLOCKS_EVENT_REASONS)
+UTIL = vocab.DCGM_FI_DEV_GPU_UTIL
+POWER = vocab.DCGM_FI_DEV_POWER_USAGE
 
 #: IB error counters: our rule name -> (perfquery metric, node-exporter metric).
 IB_COUNTERS: dict[str, tuple[str, str]] = {
-    "link_downed": ("ib_LinkDownedCounter", "node_infiniband_link_downed_total"),
+    "link_downed": ("ib_LinkDownedCounter", vocab.NODE_INFINIBAND_LINK_DOWNED_TOTAL),
     "symbol_errors": ("ib_SymbolErrorCounter", "node_infiniband_symbol_error_total"),
-    "rcv_errors": ("ib_PortRcvErrors", "node_infiniband_port_errors_received_total"),
-    "link_error_recovery": ("ib_LinkErrorRecoveryCounter", "node_infiniband_link_error_recovery_total"),
+    "rcv_errors": ("ib_PortRcvErrors", vocab.NODE_INFINIBAND_PORT_ERRORS_RECEIVED_TOTAL),
+    "link_error_recovery": ("ib_LinkErrorRecoveryCounter", vocab.NODE_INFINIBAND_LINK_ERROR_RECOVERY_TOTAL),
     "local_link_integrity_errors": ("ib_LocalLinkIntegrityErrors",
                                     "node_infiniband_local_link_integrity_errors_total"),
     "excessive_buffer_overrun_errors": ("ib_ExcessiveBufferOverrunErrors",
@@ -272,7 +274,7 @@ def _check_xid(table: pa.Table, events: Sequence[Event]) -> list[Check]:
             seen.setdefault((s.host, str(s.labels.get("gpu", s.key)), int(code)),
                             float(s.t[np.argmax(s.v == code)]))
     for e in events:
-        if e.kind == "xid" and e.attrs.get("node") and e.attrs.get("xid") is not None:
+        if e.kind == EventKind.XID and e.attrs.get("node") and e.attrs.get("xid") is not None:
             seen.setdefault((str(e.attrs["node"]), str(e.attrs.get("gpu", "?")), int(e.attrs["xid"])), e.t)
     checks = []
     for (node, gpu, code), t in sorted(seen.items()):
@@ -414,7 +416,7 @@ def _rules_with_data(samples: pa.Table, events: Sequence[Event]) -> dict[str, se
                 if metric == UTIL:
                     out[host].update({"stalled_nccl", "idle_allocated"})
     for e in events:
-        if e.kind == "xid" and e.attrs.get("node"):
+        if e.kind == EventKind.XID and e.attrs.get("node"):
             out[str(e.attrs["node"])].add("xid")
         if e.kind in _ACTIVE_KINDS and e.attrs.get("node"):
             out[str(e.attrs["node"])].add(_ACTIVE_KINDS[e.kind])
@@ -500,11 +502,11 @@ def active_checks(events: Sequence[Event], *, config: HealthConfig = HealthConfi
     """Judge dcgmi diag, nccl-tests and ib_write_bw results (``sources.healthtools`` events)."""
     checks: list[Check] = []
     for e in events:
-        if e.kind == "dcgm_diag":
+        if e.kind == EventKind.DCGM_DIAG:
             checks += _check_dcgm_diag(e)
-        elif e.kind == "nccl_test":
+        elif e.kind == EventKind.NCCL_TEST:
             checks += _check_nccl(e, config, link)
-        elif e.kind == "ib_write_bw":
+        elif e.kind == EventKind.IB_WRITE_BW:
             checks += _check_ib_write_bw(e, config, link)
     return checks
 

@@ -30,6 +30,7 @@ from pathlib import Path
 from hpcwatch.errors import InputError
 from hpcwatch.records import Event
 from hpcwatch.sources.manifest import ShardManifest, signature_valid
+from hpcwatch.vocab import EventKind
 
 __all__ = ["ShardVerifier", "PoisonedShard", "sha256_file", "CHUNK_BYTES"]
 
@@ -81,7 +82,7 @@ class ShardVerifier:
 
     def _record(self, path: str | os.PathLike[str], *, ok: bool, reason: str | None, expected: str | None,
                 actual: str | None, size: int | None) -> bool:
-        event = Event(kind="shard_check", t=self._clock(), source="hpcwatch.instrument.dataset",
+        event = Event(kind=EventKind.SHARD_CHECK, t=self._clock(), source="hpcwatch.instrument.dataset",
                       attrs={"path": str(Path(path)), "ok": ok, "reason": reason, "expected_sha256": expected,
                              "actual_sha256": actual, "bytes": size, "dataset": self.manifest.dataset,
                              "manifest": self.manifest.source, "job": self.job, "rank": self.rank,

@@ -65,14 +65,15 @@ import orjson
 
 from hpcwatch.errors import ConfigError
 from hpcwatch.records import Sample, Span
+from hpcwatch import vocab
 
 __all__ = ["StepRecorder", "HookConfig", "HOOK_METRICS", "SKETCH_METRIC",
            "TORCH_MISSING"]
 
 #: The metrics the hook writes (the brief's contract with the store and the web app).
-HOOK_METRICS: tuple[str, ...] = ("train_grad_norm", "train_grad_nonfinite", "train_loss", "train_step_time_s")
+HOOK_METRICS: tuple[str, ...] = (vocab.TRAIN_GRAD_NORM, vocab.TRAIN_GRAD_NONFINITE, vocab.TRAIN_LOSS, vocab.TRAIN_STEP_TIME_S)
 #: The sketch metric (``sketch_dims`` samples a step, label ``dim``); see security/gradients.py.
-SKETCH_METRIC = "train_grad_sketch"
+SKETCH_METRIC = vocab.TRAIN_GRAD_SKETCH
 #: Length of the ±1 sign table: a prime (so no bucket count K divides it; 2^20 - 3), large enough that
 #: an element's sign repeats in its bucket only K * period elements later, small enough (4 MiB in fp32)
 #: to keep one copy per device.
@@ -311,8 +312,8 @@ class StepRecorder:
                  attrs=attrs) for t in timers]
         values = stats.values()
         t_end = start_utc + values.get("step_time_s", 0.0)
-        names = {"grad_norm": "train_grad_norm", "grad_nonfinite": "train_grad_nonfinite", "loss": "train_loss",
-                 "step_time_s": "train_step_time_s"}
+        names = {"grad_norm": vocab.TRAIN_GRAD_NORM, "grad_nonfinite": vocab.TRAIN_GRAD_NONFINITE, "loss": vocab.TRAIN_LOSS,
+                 "step_time_s": vocab.TRAIN_STEP_TIME_S}
         sketch = values.pop("grad_sketch", None)
         out += [Sample(metric=names[k], labels=labels, t=t_end, value=v) for k, v in values.items()]
         if sketch is not None:
@@ -342,7 +343,7 @@ class StepRecorder:
         label_names = ["job", "rank", "node", "gpu"]
         gauges = {m: prom.Gauge(m, f"hpcwatch training hook: {m}", label_names, registry=registry)
                   for m in HOOK_METRICS}
-        gauges["train_phase_s"] = prom.Gauge("train_phase_s", "hpcwatch training hook: last step's phase duration",
+        gauges[vocab.TRAIN_PHASE_S] = prom.Gauge(vocab.TRAIN_PHASE_S, "hpcwatch training hook: last step's phase duration",
                                              label_names + ["phase"], registry=registry)
         if self.config.sketch_dims:
             gauges[SKETCH_METRIC] = prom.Gauge(SKETCH_METRIC, "hpcwatch training hook: gradient sketch",
@@ -360,7 +361,7 @@ class StepRecorder:
             elif isinstance(r, Sample):
                 self._gauges[r.metric].labels(**base).set(r.value)
             else:
-                self._gauges["train_phase_s"].labels(**base, phase=r.phase).set(r.dur)
+                self._gauges[vocab.TRAIN_PHASE_S].labels(**base, phase=r.phase).set(r.dur)
 
 
 class _Staged:

@@ -10,11 +10,12 @@ from __future__ import annotations
 from hpcwatch.analysis.goodput import GOODPUT_EVENT_KINDS, GoodputReport, account_job
 from hpcwatch.errors import InputError
 from hpcwatch.store import Store
+from hpcwatch import vocab
 
 __all__ = ["goodput_report", "STEP_TIME_METRIC"]
 
 #: Step times some trainers export as a gauge (one sample per step).
-STEP_TIME_METRIC = "train_step_time_s"
+STEP_TIME_METRIC = vocab.TRAIN_STEP_TIME_S
 
 
 def goodput_report(store: Store, job_id: str) -> GoodputReport:

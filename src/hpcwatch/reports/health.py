@@ -12,19 +12,20 @@ from collections.abc import Sequence
 from hpcwatch.analysis.health import PASSIVE_METRICS, HealthConfig, HealthReport, health_report
 from hpcwatch.records import Event
 from hpcwatch.store import Store
+from hpcwatch.vocab import EventKind
 
 __all__ = ["node_health", "DEFAULT_HEALTH_WINDOW_S", "ACTIVE_EVENT_KINDS"]
 
 #: Default look-back: the last 15 minutes before the newest sample.
 DEFAULT_HEALTH_WINDOW_S = 900.0
-ACTIVE_EVENT_KINDS = ("dcgm_diag", "nccl_test", "ib_write_bw")
+ACTIVE_EVENT_KINDS = (EventKind.DCGM_DIAG, EventKind.NCCL_TEST, EventKind.IB_WRITE_BW)
 
 
 def _stored_inputs(store: Store, node: str | None, window_s: float):
     _, newest = store.time_range()
     t0 = newest - window_s if newest is not None else None
     samples = store.samples(list(PASSIVE_METRICS), host=node, t0=t0)
-    events = store.events("xid", t0=t0) + [e for kind in ACTIVE_EVENT_KINDS for e in store.events(kind)]
+    events = store.events(EventKind.XID, t0=t0) + [e for kind in ACTIVE_EVENT_KINDS for e in store.events(kind)]
     return samples, events
 
 

@@ -29,6 +29,8 @@ from hpcwatch.records import Job
 from hpcwatch.reports.findings import findings_summary
 from hpcwatch.reports.steps import live_training
 from hpcwatch.store import Store, queries
+from hpcwatch import vocab
+from hpcwatch.vocab import EventKind
 
 __all__ = ["Collector", "COLLECTORS", "GPU_FIELDS", "RECENT_S", "LATEST_WINDOW_S", "RATE_WINDOW_S", "WEIGHT_HOOKS",
            "TOP_METRICS", "live_snapshot", "latest_t", "gpu_table"]
@@ -50,10 +52,10 @@ GPU_FIELDS: dict[str, tuple[str, float]] = {
     "DCGM_FI_DEV_FB_USED": ("mem_used_bytes", MIB),
     "DCGM_FI_DEV_GPU_TEMP": ("temp_c", 1.0),
 }
-_IB_TX = ("node_infiniband_port_data_transmitted_bytes_total", "ib_PortXmitData_bytes")
-_IB_RX = ("node_infiniband_port_data_received_bytes_total", "ib_PortRcvData_bytes")
-_LUSTRE_READ = "lustre_job_read_bytes_total"
-_LUSTRE_WRITE = "lustre_job_write_bytes_total"
+_IB_TX = (vocab.NODE_INFINIBAND_PORT_DATA_TRANSMITTED_BYTES_TOTAL, vocab.IB_PORTXMITDATA_BYTES)
+_IB_RX = (vocab.NODE_INFINIBAND_PORT_DATA_RECEIVED_BYTES_TOTAL, vocab.IB_PORTRCVDATA_BYTES)
+_LUSTRE_READ = vocab.LUSTRE_JOB_READ_BYTES_TOTAL
+_LUSTRE_WRITE = vocab.LUSTRE_JOB_WRITE_BYTES_TOTAL
 #: Tetragon hooks that reveal a file access (same list as hpcwatch.security.weights_access).
 WEIGHT_HOOKS = ("security_file_permission", "security_mmap_file", "security_file_open")
 
@@ -74,9 +76,9 @@ class Collector:
 
 
 COLLECTORS: tuple[Collector, ...] = (
-    Collector(id="slurm_exporter", metric_prefixes=("slurm",), event_kinds=("job_start", "job_end"), jobs=True),
+    Collector(id="slurm_exporter", metric_prefixes=("slurm",), event_kinds=(EventKind.JOB_START, EventKind.JOB_END), jobs=True),
     Collector(id="dcgm_exporter", metric_prefixes=("DCGM",), event_kinds=("xid",)),
-    Collector(id="node_host", metric_prefixes=("node",), event_kinds=("falco", "tetragon")),
+    Collector(id="node_host", metric_prefixes=("node",), event_kinds=(EventKind.FALCO, EventKind.TETRAGON)),
     Collector(id="torch_nccl", metric_prefixes=("train", "nccl"), event_kinds=("nccl_test",), spans=True),
     Collector(id="ib_tools", metric_prefixes=("ib",), event_kinds=("ib_write_bw",)),
     Collector(id="lustre_metrics", metric_prefixes=("lustre",)),
@@ -122,7 +124,7 @@ def _gpus(store: Store, now: float, jobs: dict[str, Job]) -> dict[str, dict[str,
         entry = out.setdefault(f"{host}/{gpu}", {"job": None, "user": None, "account": None, "t": t})
         entry[field] = value * scale
         entry["t"] = max(entry["t"], t)
-        if job and (metric == "DCGM_FI_DEV_GPU_UTIL" or entry["job"] is None):
+        if job and (metric == vocab.DCGM_FI_DEV_GPU_UTIL or entry["job"] is None):
             entry["job"] = job
     for entry in out.values():
         owner = jobs.get((entry["job"] or "").split(",")[0])
@@ -215,7 +217,7 @@ def gpu_table(store: Store, metrics: Iterable[str] = tuple(TOP_METRICS)) -> list
     sorted by host then GPU index."""
     gpus: dict[tuple[str, str], dict] = {}
     for host, gpu, job, metric, value, user in queries.last_gpu_scrape(store, list(metrics),
-                                                                       clock_metric="DCGM_FI_DEV_GPU_UTIL"):
+                                                                       clock_metric=vocab.DCGM_FI_DEV_GPU_UTIL):
         row = gpus.setdefault((host, gpu), {"host": host, "gpu": gpu, "job": job, "user": user})
         row[TOP_METRICS[metric]] = value
     return sorted(gpus.values(), key=lambda r: (r["host"] or "", int(r["gpu"]) if (r["gpu"] or "").isdigit() else 0))

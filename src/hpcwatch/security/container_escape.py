@@ -36,6 +36,7 @@ from dataclasses import dataclass
 from hpcwatch.records import Event, Finding, Job
 from hpcwatch.security.context import JobIndex, host_of
 from hpcwatch.sources.tetragon import MAY_WRITE
+from hpcwatch.vocab import EventKind
 
 __all__ = ["ContainerEscapeConfig", "AllowedShell", "detect_container_escape", "FALCO_RULES", "RULES"]
 
@@ -83,7 +84,7 @@ def detect_container_escape(events: Iterable[Event], jobs: Iterable[Job] = (),
     index = JobIndex.of(jobs)
     findings = []
     for e in events:
-        hit = _falco(e) if e.kind == "falco" else _tetragon(e) if e.kind == "tetragon" else None
+        hit = _falco(e) if e.kind == EventKind.FALCO else _tetragon(e) if e.kind == EventKind.TETRAGON else None
         if hit is None:
             continue
         rule, severity, title, who = hit
@@ -94,7 +95,7 @@ def detect_container_escape(events: Iterable[Event], jobs: Iterable[Job] = (),
         evidence = {"host": host, **who, "jobs": [{"id": j.id, "user": j.user, "gpus": list(j.gpus_by_node.get(host, ()))}
                                                   for j in running],
                     "source": e.kind, "source_rule": e.attrs.get("rule") or e.attrs.get("function_name")}
-        if e.kind == "falco":
+        if e.kind == EventKind.FALCO:
             evidence["output"] = e.attrs.get("output")
         target = f"{host} job {running[0].id}" if running else (host or "?")
         findings.append(Finding(vector="container_escape", severity=severity, target=target, title=title,

@@ -24,6 +24,7 @@ from hpcwatch.records import Event, Finding, Job
 from hpcwatch.security.context import JobIndex
 from hpcwatch.sources.manifest import ShardManifest
 from hpcwatch.sources.tetragon import MAY_WRITE
+from hpcwatch.vocab import EventKind
 
 __all__ = ["DataPoisoningConfig", "detect_data_poisoning", "verify_manifest", "DEFAULT_DATASET_PREFIXES", "RULES"]
 
@@ -57,9 +58,9 @@ def detect_data_poisoning(events: Iterable[Event], jobs: Iterable[Job] = (),
     index = JobIndex.of(jobs)
     findings: list[Finding] = []
     for event in events:
-        if event.kind == "shard_check" and not event.attrs.get("ok", True):
+        if event.kind == EventKind.SHARD_CHECK and not event.attrs.get("ok", True):
             findings.append(_shard_finding(event))
-        elif event.kind == "tetragon" and _is_dataset_write(event, config):
+        elif event.kind == EventKind.TETRAGON and _is_dataset_write(event, config):
             running = index.on(None, event.t)
             if running:
                 findings.append(_write_finding(event, running))

@@ -33,6 +33,8 @@ import numpy as np
 
 from hpcwatch.records import Event, Finding, Sample
 from hpcwatch.security.context import host_of
+from hpcwatch import vocab
+from hpcwatch.vocab import EventKind
 
 __all__ = ["GradientConfig", "detect_gradient_anomalies", "grad_sketch", "gradient_samples", "SKETCH_DIMS", "RULES"]
 
@@ -44,7 +46,7 @@ RULES: tuple[str, ...] = ("gradient.norm_outlier", "gradient.sketch_direction", 
 SKETCH_DIMS = 32
 #: 0.6745 = the 0.75 quantile of N(0,1): makes MAD comparable to a standard deviation.
 _MAD_SCALE = 0.6745
-_HW_METRICS = ("DCGM_FI_DEV_ECC_DBE_VOL_TOTAL", "DCGM_FI_DEV_XID_ERRORS")
+_HW_METRICS = (vocab.DCGM_FI_DEV_ECC_DBE_VOL_TOTAL, vocab.DCGM_FI_DEV_XID_ERRORS)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -85,10 +87,10 @@ def gradient_samples(*, job: str, rank: int, step: int, t: float, norm: float, n
         labels["node"] = node
     if gpu is not None:
         labels["gpu"] = str(gpu)
-    out = [Sample(metric="train_grad_norm", labels=labels, t=t, value=float(norm)),
-           Sample(metric="train_grad_nonfinite", labels=labels, t=t, value=float(nonfinite))]
+    out = [Sample(metric=vocab.TRAIN_GRAD_NORM, labels=labels, t=t, value=float(norm)),
+           Sample(metric=vocab.TRAIN_GRAD_NONFINITE, labels=labels, t=t, value=float(nonfinite))]
     for i, v in enumerate(sketch if sketch is not None else ()):
-        out.append(Sample(metric="train_grad_sketch", labels={**labels, "dim": str(i)}, t=t, value=float(v)))
+        out.append(Sample(metric=vocab.TRAIN_GRAD_SKETCH, labels={**labels, "dim": str(i)}, t=t, value=float(v)))
     return out
 
 
@@ -116,13 +118,13 @@ def detect_gradient_anomalies(samples: Iterable[Sample], events: Iterable[Event]
             continue
         steps = jobs[s.labels["job"]]
         steps.where.setdefault(rank, (host_of(s.labels), s.labels.get("gpu"), s.t))
-        if s.metric == "train_grad_norm":
+        if s.metric == vocab.TRAIN_GRAD_NORM:
             steps.norms[step][rank] = s.value
-        elif s.metric == "train_grad_nonfinite":
+        elif s.metric == vocab.TRAIN_GRAD_NONFINITE:
             steps.nonfinite[step][rank] = s.value
-        elif s.metric == "train_grad_sketch" and "dim" in s.labels:
+        elif s.metric == vocab.TRAIN_GRAD_SKETCH and "dim" in s.labels:
             steps.sketch[step][rank][int(s.labels["dim"])] = s.value
-    xids = [e for e in events if e.kind in ("xid", "gpu_xid")]
+    xids = [e for e in events if e.kind in (EventKind.XID, EventKind.GPU_XID)]
     findings = []
     for job, steps in sorted(jobs.items()):
         flagged = _runs(_norm_flags(steps.norms, config), config.consecutive, "gradient.norm_outlier")

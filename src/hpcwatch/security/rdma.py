@@ -38,6 +38,8 @@ from dataclasses import dataclass, field
 
 from hpcwatch.records import Event, Finding, Job, Sample
 from hpcwatch.security.context import JobIndex, host_of
+from hpcwatch import vocab
+from hpcwatch.vocab import EventKind
 
 __all__ = ["RdmaConfig", "detect_rdma", "ring_allreduce_bytes", "DATA_METRICS", "CONSTRAINT_METRICS",
            "LUSTRE_METRICS", "DEFAULT_IDLE_MAX_BYTES_PER_S", "RULES"]
@@ -48,14 +50,14 @@ RULES: tuple[str, ...] = ("rdma.traffic_no_job", "rdma.traffic_disproportion", "
 
 #: Data counters in bytes: perfquery (via sources.infiniband, already x4) and node-exporter.
 DATA_METRICS = {
-    "perfquery": ("ib_PortXmitData_bytes", "ib_PortRcvData_bytes"),
-    "node_exporter": ("node_infiniband_port_data_transmitted_bytes_total",
-                      "node_infiniband_port_data_received_bytes_total"),
+    "perfquery": (vocab.IB_PORTXMITDATA_BYTES, vocab.IB_PORTRCVDATA_BYTES),
+    "node_exporter": (vocab.NODE_INFINIBAND_PORT_DATA_TRANSMITTED_BYTES_TOTAL,
+                      vocab.NODE_INFINIBAND_PORT_DATA_RECEIVED_BYTES_TOTAL),
 }
 CONSTRAINT_METRICS = frozenset({
     "ib_PortRcvConstraintErrors", "ib_PortXmitConstraintErrors",
-    "node_infiniband_port_constraint_errors_received_total",
-    "node_infiniband_port_constraint_errors_transmitted_total",
+    vocab.NODE_INFINIBAND_PORT_CONSTRAINT_ERRORS_RECEIVED_TOTAL,
+    vocab.NODE_INFINIBAND_PORT_CONSTRAINT_ERRORS_TRANSMITTED_TOTAL,
 })
 
 #: An idle HCA only carries subnet management (MADs): kilobytes per second. 1 MiB/s is far above that
@@ -101,7 +103,7 @@ def detect_rdma(samples: Iterable[Sample], jobs: Iterable[Job] = (), events: Ite
     rates = _host_rates(data)
     findings = _no_job(rates, index, config) + _disproportion(rates, index, config) + _counter_rises(errors)
     findings += _unexplained(rates, index, _lustre_rates(samples), config)
-    findings += [f for e in events if e.kind == "opensm_partitions" for f in _open_partitions(e)]
+    findings += [f for e in events if e.kind == EventKind.OPENSM_PARTITIONS for f in _open_partitions(e)]
     return findings
 
 
@@ -200,7 +202,7 @@ def _disproportion(rates: dict, index: JobIndex, config: RdmaConfig) -> list[Fin
 
 
 #: Lustre job_stats byte counters (sources/lustre.py), labelled by ``jobid``.
-LUSTRE_METRICS = ("lustre_job_read_bytes_total", "lustre_job_write_bytes_total")
+LUSTRE_METRICS = (vocab.LUSTRE_JOB_READ_BYTES_TOTAL, vocab.LUSTRE_JOB_WRITE_BYTES_TOTAL)
 
 
 def _lustre_rates(samples: list[Sample]) -> dict[str, float]:

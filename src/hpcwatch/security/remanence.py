@@ -30,6 +30,8 @@ import numpy as np
 
 from hpcwatch.records import Event, Finding, Job, Sample
 from hpcwatch.security.context import JobIndex, host_of
+from hpcwatch import vocab
+from hpcwatch.vocab import EventKind
 
 __all__ = ["RemanenceConfig", "detect_remanence", "FB_USED", "GPU_UTIL", "RULES"]
 
@@ -38,8 +40,8 @@ RULES: tuple[str, ...] = ("remanence.fb_after_job", "remanence.process_after_job
                           "remanence.scrub_disabled")
 
 #: dcgm-exporter field names (https://github.com/NVIDIA/dcgm-exporter/blob/main/etc/default-counters.csv); MiB, %.
-FB_USED = "DCGM_FI_DEV_FB_USED"
-GPU_UTIL = "DCGM_FI_DEV_GPU_UTIL"
+FB_USED = vocab.DCGM_FI_DEV_FB_USED
+GPU_UTIL = vocab.DCGM_FI_DEV_GPU_UTIL
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -76,7 +78,7 @@ def detect_remanence(samples: Iterable[Sample], jobs: Iterable[Job] = (), events
     findings = _fb_after_job(fb, index, config)
     findings += _processes_after_job(events, index, config)
     findings += _busy_no_job(util, index, config)
-    findings += [f for e in events if e.kind == "nvidia_params" for f in _scrub(e)]
+    findings += [f for e in events if e.kind == EventKind.NVIDIA_PARAMS for f in _scrub(e)]
     return findings
 
 
@@ -119,7 +121,7 @@ def _fb_after_job(fb: dict, index: JobIndex, config: RemanenceConfig) -> list[Fi
 def _processes_after_job(events: list[Event], index: JobIndex, config: RemanenceConfig) -> list[Finding]:
     findings, seen = [], set()
     for e in events:
-        if e.kind != "gpu_process":
+        if e.kind != EventKind.GPU_PROCESS:
             continue
         a = e.attrs
         host, gpu = host_of(a), a.get("gpu", a.get("gpu_index", a.get("minor_number")))

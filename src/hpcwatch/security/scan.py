@@ -31,13 +31,15 @@ from hpcwatch.security.weights_access import WeightsAccess, WeightsConfig, detec
 from hpcwatch.sources.manifest import ShardManifest
 from hpcwatch.sources.osv import OsvDatabase
 from hpcwatch.sources.stored import ADVISORY, MANIFEST, manifests_from_events, osv_from_events
+from hpcwatch import vocab
+from hpcwatch.vocab import EventKind
 
 __all__ = ["ScanConfig", "ScanExtras", "ScanInputs", "Detector", "DETECTORS", "scan_records", "scan_store", "sort_findings",
            "EVENT_KINDS", "sample_metrics", "weights_reads", "rescan", "stored_extras", "LiveScan", "LIVE_WINDOW_S", "RULES"]
 
 #: Event kinds the detectors read.
-EVENT_KINDS = ("pip_package", "pth_file", "falco", "tetragon", "shard_check", "opensm_partitions",
-               "nvidia_params", "gpu_process", "xid", "gpu_xid")
+EVENT_KINDS = (EventKind.PIP_PACKAGE, EventKind.PTH_FILE, EventKind.FALCO, EventKind.TETRAGON, EventKind.SHARD_CHECK, EventKind.OPENSM_PARTITIONS,
+               EventKind.NVIDIA_PARAMS, EventKind.GPU_PROCESS, EventKind.XID, EventKind.GPU_XID)
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,7 +83,7 @@ RULES: tuple[str, ...] = _all_rules()
 def sample_metrics() -> list[str]:
     """Metric names the detectors read (plus ``*remote_access_errors*`` and ``train_grad_*``)."""
     return sorted({m for ms in DATA_METRICS.values() for m in ms} | CONSTRAINT_METRICS
-                  | set(LUSTRE_METRICS) | {FB_USED, GPU_UTIL, "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL", "DCGM_FI_DEV_XID_ERRORS"})
+                  | set(LUSTRE_METRICS) | {FB_USED, GPU_UTIL, vocab.DCGM_FI_DEV_ECC_DBE_VOL_TOTAL, vocab.DCGM_FI_DEV_XID_ERRORS})
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -222,4 +224,4 @@ class LiveScan:
 
 def weights_reads(store, *, config: ScanConfig = ScanConfig()) -> list[WeightsAccess]:
     """Every access to the checkpoint folder the store's Tetragon events show, with user and job."""
-    return weights_report(store.events("tetragon"), store.jobs(), config.weights)
+    return weights_report(store.events(EventKind.TETRAGON), store.jobs(), config.weights)

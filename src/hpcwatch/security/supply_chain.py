@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from hpcwatch.records import Event, Finding
 from hpcwatch.sources.osv import OsvDatabase
 from hpcwatch.sources.pip import normalize_name
+from hpcwatch.vocab import EventKind
 
 __all__ = ["SupplyChainConfig", "KNOWN_INCIDENTS", "POPULAR_ML_PACKAGES", "Incident", "detect_supply_chain",
            "typosquat_of", "damerau_distance", "RULES"]
@@ -93,9 +94,9 @@ def detect_supply_chain(events: Iterable[Event], *, osv: OsvDatabase | None = No
                         config: SupplyChainConfig = SupplyChainConfig()) -> list[Finding]:
     findings: list[Finding] = []
     for event in events:
-        if event.kind == "pip_package":
+        if event.kind == EventKind.PIP_PACKAGE:
             findings.extend(_check_package(event, osv, config))
-        elif event.kind == "pth_file" and not _known_pth(event):
+        elif event.kind == EventKind.PTH_FILE and not _known_pth(event):
             findings.append(_pth_finding(event))
     return findings
 

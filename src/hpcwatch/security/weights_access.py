@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from hpcwatch.records import Event, Finding, Job
 from hpcwatch.security.context import JobIndex, host_of
 from hpcwatch.sources.tetragon import MAY_READ, MAY_WRITE
+from hpcwatch.vocab import EventKind
 
 __all__ = ["WeightsConfig", "WeightsAccess", "weights_report", "detect_weights_access", "WEIGHT_HOOKS", "RULES"]
 
@@ -65,7 +66,7 @@ def weights_report(events: Iterable[Event], jobs: Iterable[Job] = (),
     for e in events:
         a = e.attrs
         path = a.get("path") or ""
-        if e.kind != "tetragon" or a.get("function_name") not in WEIGHT_HOOKS or not (path + "/").startswith(prefix):
+        if e.kind != EventKind.TETRAGON or a.get("function_name") not in WEIGHT_HOOKS or not (path + "/").startswith(prefix):
             continue
         mask = a.get("mask")
         if a["function_name"] == "security_mmap_file":

@@ -26,6 +26,7 @@ import orjson
 from hpcwatch.errors import ParseError
 from hpcwatch.records import Event
 from hpcwatch.sources.lines import OnBadLine, iter_lines, line_text, report_bad_line
+from hpcwatch.vocab import EventKind
 
 __all__ = ["is_falco_json", "parse_falco_json", "read_falco_json", "parse_rfc3339"]
 
@@ -69,7 +70,7 @@ def _alert(raw: str | bytes, path: str | os.PathLike[str], lineno: int) -> Event
     if not isinstance(fields, dict):
         raise ParseError("output_fields is not an object", path=path, line=lineno, text=line_text(raw))
     host = alert.get("hostname") or fields.get("evt.hostname")
-    return Event(kind="falco", t=t, source=str(path), attrs={**alert, "host": host})
+    return Event(kind=EventKind.FALCO, t=t, source=str(path), attrs={**alert, "host": host})
 
 
 def read_falco_json(path: str | os.PathLike[str], *, on_bad_line: OnBadLine = None) -> Iterator[Event]:

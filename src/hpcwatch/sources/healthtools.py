@@ -41,6 +41,7 @@ import orjson
 from hpcwatch.errors import ParseError
 from hpcwatch.records import Event
 from hpcwatch.sources.lines import file_time, read_text, to_float, to_int
+from hpcwatch.vocab import EventKind
 
 __all__ = [
     "parse_dcgmi_diag", "read_dcgmi_diag",
@@ -94,7 +95,7 @@ def parse_dcgmi_diag(text: str, *, path: str | os.PathLike[str] = "<dcgmi diag>"
     meta = doc.get("metadata") or {}
     version = body.get("version") or meta.get("version")
     driver = body.get("driver_version_detected") or meta.get("Driver Version Detected")
-    yield Event(kind="dcgm_diag", t=t if t is not None else _mtime(path), source=SOURCE,
+    yield Event(kind=EventKind.DCGM_DIAG, t=t if t is not None else _mtime(path), source=SOURCE,
                 attrs={"node": node, "level": level, "version": version, "driver": driver, "results": results})
 
 
@@ -215,7 +216,7 @@ def parse_nccl_tests(text: str, *, path: str | os.PathLike[str] = "<nccl-tests>"
         _check_row(row, collective, nranks)
     hosts = sorted({h for h, _ in ranks.values()})
     models = sorted({m for _, m in ranks.values()})
-    yield Event(kind="nccl_test", t=t if t is not None else _mtime(path), source=SOURCE,
+    yield Event(kind=EventKind.NCCL_TEST, t=t if t is not None else _mtime(path), source=SOURCE,
                 attrs={"node": node or (hosts[0] if hosts else None), "collective": collective, "nranks": nranks,
                        "hosts": hosts, "gpu_model": models[0] if len(models) == 1 else None, "rows": rows,
                        "avg_busbw_gbs": avg})
@@ -263,7 +264,7 @@ def parse_ib_write_bw(text: str, *, path: str | os.PathLike[str] = "<ib_write_bw
                      "bw_avg_gbps": to_gbps(values[3]), "msg_rate_mpps": values[4]})
     if unit is None:
         raise ParseError("no perftest results header ('#bytes #iterations BW peak[...]')", path=path, line=1)
-    yield Event(kind="ib_write_bw", t=t if t is not None else _mtime(path), source=SOURCE,
+    yield Event(kind=EventKind.IB_WRITE_BW, t=t if t is not None else _mtime(path), source=SOURCE,
                 attrs={"node": node, "test": test, "device": device, "rows": rows})
 
 

@@ -42,6 +42,8 @@ from xml.parsers import expat
 from hpcwatch.errors import ParseError
 from hpcwatch.records import Event, Sample
 from hpcwatch.sources.lines import file_time, read_text
+from hpcwatch import vocab
+from hpcwatch.vocab import EventKind
 
 __all__ = ["parse_nvidia_smi_xml", "read_nvidia_smi_xml", "parse_nvidia_smi_csv", "read_nvidia_smi_csv",
            "QUERY_FIELDS", "is_nvidia_smi_xml", "is_nvidia_smi_csv"]
@@ -50,35 +52,35 @@ _MIB_BYTES = 1 << 20
 
 #: --query-gpu field -> DCGM field name (both spellings nvidia-smi accepts).
 QUERY_FIELDS = {
-    "utilization.gpu": "DCGM_FI_DEV_GPU_UTIL",
-    "utilization.memory": "DCGM_FI_DEV_MEM_COPY_UTIL",
-    "memory.used": "DCGM_FI_DEV_FB_USED",
-    "memory.free": "DCGM_FI_DEV_FB_FREE",
-    "power.draw": "DCGM_FI_DEV_POWER_USAGE",
-    "power.draw.instant": "DCGM_FI_DEV_POWER_USAGE",
-    "temperature.gpu": "DCGM_FI_DEV_GPU_TEMP",
-    "temperature.memory": "DCGM_FI_DEV_MEMORY_TEMP",
-    "clocks.sm": "DCGM_FI_DEV_SM_CLOCK",
-    "clocks.current.sm": "DCGM_FI_DEV_SM_CLOCK",
-    "clocks.mem": "DCGM_FI_DEV_MEM_CLOCK",
-    "clocks.current.memory": "DCGM_FI_DEV_MEM_CLOCK",
+    "utilization.gpu": vocab.DCGM_FI_DEV_GPU_UTIL,
+    "utilization.memory": vocab.DCGM_FI_DEV_MEM_COPY_UTIL,
+    "memory.used": vocab.DCGM_FI_DEV_FB_USED,
+    "memory.free": vocab.DCGM_FI_DEV_FB_FREE,
+    "power.draw": vocab.DCGM_FI_DEV_POWER_USAGE,
+    "power.draw.instant": vocab.DCGM_FI_DEV_POWER_USAGE,
+    "temperature.gpu": vocab.DCGM_FI_DEV_GPU_TEMP,
+    "temperature.memory": vocab.DCGM_FI_DEV_MEMORY_TEMP,
+    "clocks.sm": vocab.DCGM_FI_DEV_SM_CLOCK,
+    "clocks.current.sm": vocab.DCGM_FI_DEV_SM_CLOCK,
+    "clocks.mem": vocab.DCGM_FI_DEV_MEM_CLOCK,
+    "clocks.current.memory": vocab.DCGM_FI_DEV_MEM_CLOCK,
 }
 #: --query-gpu field -> dcgm-exporter label.
 _QUERY_LABELS = {"index": "gpu", "uuid": "UUID", "name": "modelName", "pci.bus_id": "pci_bus_id",
-                 "driver_version": "DCGM_FI_DRIVER_VERSION"}
+                 "driver_version": vocab.DCGM_FI_DRIVER_VERSION}
 #: XML element path under <gpu> -> DCGM field name; the first path present wins.
 _XML_FIELDS = (
-    ("utilization/gpu_util", "DCGM_FI_DEV_GPU_UTIL"),
-    ("utilization/memory_util", "DCGM_FI_DEV_MEM_COPY_UTIL"),
-    ("fb_memory_usage/used", "DCGM_FI_DEV_FB_USED"),
-    ("fb_memory_usage/free", "DCGM_FI_DEV_FB_FREE"),
-    ("gpu_power_readings/instant_power_draw", "DCGM_FI_DEV_POWER_USAGE"),
-    ("gpu_power_readings/power_draw", "DCGM_FI_DEV_POWER_USAGE"),
-    ("power_readings/power_draw", "DCGM_FI_DEV_POWER_USAGE"),
-    ("temperature/gpu_temp", "DCGM_FI_DEV_GPU_TEMP"),
-    ("temperature/memory_temp", "DCGM_FI_DEV_MEMORY_TEMP"),
-    ("clocks/sm_clock", "DCGM_FI_DEV_SM_CLOCK"),
-    ("clocks/mem_clock", "DCGM_FI_DEV_MEM_CLOCK"),
+    ("utilization/gpu_util", vocab.DCGM_FI_DEV_GPU_UTIL),
+    ("utilization/memory_util", vocab.DCGM_FI_DEV_MEM_COPY_UTIL),
+    ("fb_memory_usage/used", vocab.DCGM_FI_DEV_FB_USED),
+    ("fb_memory_usage/free", vocab.DCGM_FI_DEV_FB_FREE),
+    ("gpu_power_readings/instant_power_draw", vocab.DCGM_FI_DEV_POWER_USAGE),
+    ("gpu_power_readings/power_draw", vocab.DCGM_FI_DEV_POWER_USAGE),
+    ("power_readings/power_draw", vocab.DCGM_FI_DEV_POWER_USAGE),
+    ("temperature/gpu_temp", vocab.DCGM_FI_DEV_GPU_TEMP),
+    ("temperature/memory_temp", vocab.DCGM_FI_DEV_MEMORY_TEMP),
+    ("clocks/sm_clock", vocab.DCGM_FI_DEV_SM_CLOCK),
+    ("clocks/mem_clock", vocab.DCGM_FI_DEV_MEM_CLOCK),
 )
 _READING_RE = re.compile(r"\s*([-+]?[0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)\s*(?:%|MiB|W|C|MHz|KiB|GiB)?\s*\Z")
 _MISSING = ("N/A", "[N/A]", "[Not Supported]", "Not Supported", "[Unknown Error]", "")
@@ -160,7 +162,7 @@ def _process_event(proc: ET.Element, labels: dict[str, str], t: float, lines: di
              "pid": None if pid is None else int(pid), "type": (proc.findtext("type") or "").strip(),
              "process_name": (proc.findtext("process_name") or "").strip(),
              "used_memory_bytes": None if used is None else int(used * _MIB_BYTES)}
-    return Event(kind="gpu_process", t=t, source="nvidia-smi", attrs=attrs)
+    return Event(kind=EventKind.GPU_PROCESS, t=t, source="nvidia-smi", attrs=attrs)
 
 
 def parse_nvidia_smi_xml(text: str, *, path: str | os.PathLike[str] = "<input>", hostname: str | None = None,
@@ -176,7 +178,7 @@ def parse_nvidia_smi_xml(text: str, *, path: str | os.PathLike[str] = "<input>",
         t = _smi_time(stamp.text or "", "%a %b %d %H:%M:%S %Y", utc_offset_s, path=path, line=_line(lines, stamp))
     common = {"Hostname": hostname} if hostname else {}
     if (driver := (root.findtext("driver_version") or "").strip()):
-        common["DCGM_FI_DRIVER_VERSION"] = driver
+        common[vocab.DCGM_FI_DRIVER_VERSION] = driver
     for index, gpu in enumerate(root.iterfind("gpu")):
         yield from _gpu_xml(gpu, index, common, t, lines, path=path)
 

@@ -20,6 +20,7 @@ from collections.abc import Iterator
 from hpcwatch.errors import ParseError
 from hpcwatch.records import Event
 from hpcwatch.sources.lines import file_time, read_text
+from hpcwatch.vocab import EventKind
 
 __all__ = ["is_partitions_conf", "parse_partitions_conf", "read_partitions_conf"]
 
@@ -49,7 +50,7 @@ def parse_partitions_conf(text: str, *, path: str | os.PathLike[str] = "<partiti
         start, offset = offset, offset + len(chunk) + 1
         if chunk.strip():
             partitions.append(_partition(body, chunk, start, path))
-    yield Event(kind="opensm_partitions", t=t, source=str(path), attrs={"partitions": partitions})
+    yield Event(kind=EventKind.OPENSM_PARTITIONS, t=t, source=str(path), attrs={"partitions": partitions})
 
 
 def _error(body: str, *, offset: int, what: str, text: str, path: str | os.PathLike[str]) -> ParseError:

@@ -26,6 +26,7 @@ import orjson
 from hpcwatch.errors import ParseError
 from hpcwatch.records import Event
 from hpcwatch.sources.lines import file_time, read_text
+from hpcwatch.vocab import EventKind
 
 __all__ = ["is_pip_list", "parse_pip_list", "read_pip_list", "parse_pip_freeze", "read_site_packages", "normalize_name"]
 
@@ -102,7 +103,7 @@ def read_site_packages(root: str | os.PathLike[str], *, image: str | None = None
         for lineno, line in enumerate(read_text(pth).splitlines(), 1):
             # site.addpackage(): "Lines starting with import (followed by space or tab) are executed."
             if line.startswith(("import ", "import\t")):
-                yield Event(kind="pth_file", t=file_time(pth), source=str(pth),
+                yield Event(kind=EventKind.PTH_FILE, t=file_time(pth), source=str(pth),
                             attrs={"path": str(pth), "line": lineno, "code": line.strip(),
                                    "image": image or root.name})
 
@@ -112,7 +113,7 @@ def _package(name: str, version: str | None, *, url: str | None, editable: bool,
     attrs = {"name": name, "version": version, "url": url, "editable": editable, "image": image}
     if line is not None:
         attrs["line"] = line
-    return Event(kind="pip_package", t=t, source=str(path), attrs=attrs)
+    return Event(kind=EventKind.PIP_PACKAGE, t=t, source=str(path), attrs=attrs)
 
 
 _FREEZE_LINE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*(\[[^\]]*\])?\s*(===?\s*[^\s;#]+|@\s*\S+)\s*$")

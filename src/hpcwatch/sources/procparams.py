@@ -19,6 +19,7 @@ from pathlib import Path
 from hpcwatch.errors import ParseError
 from hpcwatch.records import Event
 from hpcwatch.sources.lines import file_time, read_text
+from hpcwatch.vocab import EventKind
 
 __all__ = ["is_nvidia_params", "parse_nvidia_params", "read_nvidia_params", "PARAMS_PATH"]
 
@@ -39,7 +40,7 @@ def parse_nvidia_params(lines: Iterable[str], *, path: str | os.PathLike[str] = 
         key, sep, value = pair.partition("=")
         if sep and key.strip():
             params.setdefault(key.strip(), value.strip())
-    yield Event(kind="nvidia_params", t=t, source=str(path), attrs={"host": host, "params": params})
+    yield Event(kind=EventKind.NVIDIA_PARAMS, t=t, source=str(path), attrs={"host": host, "params": params})
 
 
 def read_nvidia_params(root: str | os.PathLike[str] = "/", *, host: str | None = None) -> Iterator[Event]:

@@ -13,11 +13,12 @@ from collections.abc import Iterable, Iterator
 from hpcwatch.records import Event
 from hpcwatch.sources.manifest import Shard, ShardManifest
 from hpcwatch.sources.osv import OsvDatabase, OsvEntry, OsvRange
+from hpcwatch.vocab import EventKind
 
 __all__ = ["ADVISORY", "MANIFEST", "advisory_events", "osv_from_events", "manifest_event", "manifests_from_events"]
 
-ADVISORY = "osv_advisory"
-MANIFEST = "shard_manifest"
+ADVISORY = EventKind.OSV_ADVISORY
+MANIFEST = EventKind.SHARD_MANIFEST
 
 
 def advisory_events(db: OsvDatabase, *, t: float) -> Iterator[Event]:

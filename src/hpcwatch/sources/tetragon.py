@@ -34,6 +34,7 @@ from hpcwatch.errors import ParseError
 from hpcwatch.records import Event
 from hpcwatch.sources.falco import parse_rfc3339
 from hpcwatch.sources.lines import OnBadLine, iter_lines, line_text, report_bad_line
+from hpcwatch.vocab import EventKind
 
 __all__ = ["is_tetragon_json", "parse_tetragon_json", "read_tetragon_json", "MAY_WRITE", "MAY_READ"]
 
@@ -73,7 +74,7 @@ def _event(raw: str | bytes, path: str | os.PathLike[str], lineno: int) -> Event
         raise ParseError(f"a Tetragon event needs 'time' and a {kind} object", path=path, line=lineno,
                          text=line_text(raw))
     t = parse_rfc3339(str(doc["time"]), path=path, line=lineno)
-    return Event(kind="tetragon", t=t, source=str(path), attrs=_flatten(kind, doc[kind], doc))
+    return Event(kind=EventKind.TETRAGON, t=t, source=str(path), attrs=_flatten(kind, doc[kind], doc))
 
 
 def _flatten(kind: str, body: dict[str, Any], doc: dict[str, Any]) -> dict[str, Any]:

@@ -47,6 +47,8 @@ from hpcwatch.model import Cluster
 from hpcwatch.records import Event, Job, Sample, Span
 from hpcwatch.twin.scenarios import Scenario, get_scenario
 from hpcwatch.twin.workload import PlannedJob, Scheduler
+from hpcwatch import vocab
+from hpcwatch.vocab import EventKind
 
 __all__ = ["Twin", "JobTruth", "DEFAULT_START_S", "SEED_PHASES_S", "SPAN_ORDER", "DCGM_FIELDS", "IB_COUNTERS",
            "DRIVER_VERSION"]
@@ -90,9 +92,9 @@ CHECKPOINT_STAGING_BYTES_S = 50e9
 
 #: dcgm-exporter fields the twin produces, in the order dcgm-exporter writes them (etc/default-counters.csv).
 DCGM_FIELDS = (
-    "DCGM_FI_DEV_SM_CLOCK", "DCGM_FI_DEV_GPU_TEMP", "DCGM_FI_DEV_POWER_USAGE",
-    "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION", "DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_DEV_XID_ERRORS",
-    "DCGM_FI_DEV_FB_FREE", "DCGM_FI_DEV_FB_USED", "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE",
+    vocab.DCGM_FI_DEV_SM_CLOCK, vocab.DCGM_FI_DEV_GPU_TEMP, vocab.DCGM_FI_DEV_POWER_USAGE,
+    vocab.DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION, vocab.DCGM_FI_DEV_GPU_UTIL, vocab.DCGM_FI_DEV_XID_ERRORS,
+    vocab.DCGM_FI_DEV_FB_FREE, vocab.DCGM_FI_DEV_FB_USED, vocab.DCGM_FI_PROF_PIPE_TENSOR_ACTIVE,
 )
 _F = {name: i for i, name in enumerate(DCGM_FIELDS)}
 
@@ -231,7 +233,7 @@ class Twin:
         self._temp = np.full(n, TEMP_AMBIENT_C + TEMP_C_PER_W * self._idle_w)
         # Energy since boot: the nodes booted a few days before t0.
         boot_s = self.rng.uniform(2, 9, size=n) * 86400
-        self.fields[:, _F["DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION"]] = np.round(boot_s * self._idle_w * 1.6 * 1000)
+        self.fields[:, _F[vocab.DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION]] = np.round(boot_s * self._idle_w * 1.6 * 1000)
         self.ib = np.zeros((len(self.ports), len(IB_COUNTERS)))
         # The ports carried traffic before t0 too; start the counters somewhere realistic (words).
         self.ib[:, _C["PortXmitData"]] = np.round(self.rng.uniform(1e12, 5e12, size=len(self.ports)))
@@ -322,10 +324,10 @@ class Twin:
         if ended or started:
             self._assign(ended, started)
         for job in ended:
-            self._events.append(Event(kind="job_end", t=self.now, source="slurm",
+            self._events.append(Event(kind=EventKind.JOB_END, t=self.now, source="slurm",
                                       attrs={"job": job.id, "user": job.user, "state": job.state}))
         for job in started:
-            self._events.append(Event(kind="job_start", t=self.now, source="slurm",
+            self._events.append(Event(kind=EventKind.JOB_START, t=self.now, source="slurm",
                                       attrs={"job": job.id, "user": job.user, "nodes": list(job.nodes)}))
         for scenario in self.scenarios:
             self._events.extend(scenario.events(twin=self, t0=t_prev, t1=self.now))
@@ -366,29 +368,29 @@ class Twin:
         compute_share, gpu_bytes = self._train_steps(dt)
         tensor = np.where(busy, tensor * compute_share * (util > 0), 0.0)
         f = self.fields
-        f[:, _F["DCGM_FI_DEV_GPU_UTIL"]] = util
-        f[:, _F["DCGM_FI_PROF_PIPE_TENSOR_ACTIVE"]] = np.round(tensor, 6)
+        f[:, _F[vocab.DCGM_FI_DEV_GPU_UTIL]] = util
+        f[:, _F[vocab.DCGM_FI_PROF_PIPE_TENSOR_ACTIVE]] = np.round(tensor, 6)
         activity = (util / 100.0) * (0.55 + 0.45 * np.minimum(tensor / 0.62, 1.0))
         power = self._idle_w + (self._tdp - self._idle_w) * (0.05 * busy + 0.92 * activity) + 2.0 * z[1]
         power = np.round(np.clip(power, 0.9 * self._idle_w, self._tdp), 3)
-        f[:, _F["DCGM_FI_DEV_POWER_USAGE"]] = power
+        f[:, _F[vocab.DCGM_FI_DEV_POWER_USAGE]] = power
         fb = np.round(np.clip(fb_frac * self._hbm_mib * (1 + 0.002 * z[2]), 0, self._hbm_mib))
-        f[:, _F["DCGM_FI_DEV_FB_USED"]] = fb
-        f[:, _F["DCGM_FI_DEV_FB_FREE"]] = np.round(self._hbm_mib - fb)
+        f[:, _F[vocab.DCGM_FI_DEV_FB_USED]] = fb
+        f[:, _F[vocab.DCGM_FI_DEV_FB_FREE]] = np.round(self._hbm_mib - fb)
         throttled = busy & (power >= POWER_THROTTLE_FRACTION * self._tdp)
         clock = np.where(busy, self._sm_max - throttled * np.round(np.abs(z[3]) * 8) * 15.0,
                          np.minimum(SM_CLOCK_IDLE_MHZ, self._sm_max))
-        f[:, _F["DCGM_FI_DEV_SM_CLOCK"]] = clock
+        f[:, _F[vocab.DCGM_FI_DEV_SM_CLOCK]] = clock
         target = TEMP_AMBIENT_C + TEMP_C_PER_W * power
         # At t0 the GPUs have been at their load for a while: start at the steady temperature.
         lag = np.exp(-dt / TEMP_TAU_S) if dt > 0 else 0.0
         self._temp = target + (self._temp - target) * lag + 0.3 * z[4]
-        f[:, _F["DCGM_FI_DEV_GPU_TEMP"]] = np.round(self._temp)
-        f[:, _F["DCGM_FI_DEV_XID_ERRORS"]] = 0.0
+        f[:, _F[vocab.DCGM_FI_DEV_GPU_TEMP]] = np.round(self._temp)
+        f[:, _F[vocab.DCGM_FI_DEV_XID_ERRORS]] = 0.0
         self._apply_gpu_hooks()
         self._apply_absent()
-        energy_inc = np.round(f[:, _F["DCGM_FI_DEV_POWER_USAGE"]] * dt * 1000.0)
-        f[:, _F["DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION"]] += energy_inc
+        energy_inc = np.round(f[:, _F[vocab.DCGM_FI_DEV_POWER_USAGE]] * dt * 1000.0)
+        f[:, _F[vocab.DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION]] += energy_inc
         ib_before = self.ib[:, [_C["PortXmitData"], _C["PortRcvData"]]].copy()
         self._ib_traffic(gpu_bytes)
         ib_delta = (self.ib[:, [_C["PortXmitData"], _C["PortRcvData"]]] - ib_before) * 4
@@ -433,7 +435,7 @@ class Twin:
     def _account(self, energy_inc: np.ndarray, ib_delta_bytes: np.ndarray) -> None:
         """Ground truth, attributed by the same rules as analysis/attribution.py."""
         assign = self._label_job
-        xid = self.fields[:, _F["DCGM_FI_DEV_XID_ERRORS"]]
+        xid = self.fields[:, _F[vocab.DCGM_FI_DEV_XID_ERRORS]]
         new_xid = (xid != 0) & (xid != self._prev_xid)
         self._prev_xid = xid.copy()
         busy = assign >= 0
@@ -444,7 +446,7 @@ class Twin:
         # A port's bytes go to the jobs on its rail GPUs, shared equally (floor) between those GPUs.
         ports = self._port_of_gpu[busy]
         share = ib_delta_bytes[ports] // self._gpus_per_port[ports][:, None]
-        for col, weights in enumerate((energy_inc[busy], self.fields[busy, _F["DCGM_FI_DEV_GPU_UTIL"]], None,
+        for col, weights in enumerate((energy_inc[busy], self.fields[busy, _F[vocab.DCGM_FI_DEV_GPU_UTIL]], None,
                                        new_xid[busy].astype(float), share[:, 0], share[:, 1])):
             self._acc[:, col] += np.bincount(idx, weights=weights, minlength=n)
 
@@ -631,7 +633,7 @@ class Twin:
     def _checkpoint_event(self, job: PlannedJob, t: float, step: int) -> Event:
         """A job saved step ``step`` at ``t``: the write seen on Lustre, with how long training stopped."""
         per_gpu = job.kind.checkpoint_bytes_per_gpu
-        return Event(kind="checkpoint", t=t, source="twin", attrs={
+        return Event(kind=EventKind.CHECKPOINT, t=t, source="twin", attrs={
             "job": job.id, "bytes": int(per_gpu * job.gpus), "step": step,
             "duration_s": round(per_gpu / CHECKPOINT_STAGING_BYTES_S, 6),
             "path": f"{self.cluster.weights.path}/{job.id}/step_{step}.pt"})

@@ -27,6 +27,7 @@ import numpy as np
 from hpcwatch.errors import ConfigError
 from hpcwatch.records import Sample
 from hpcwatch.twin.core import _SPAN_COLUMNS, DCGM_FIELDS, IB_COUNTERS, SPAN_ORDER
+from hpcwatch import vocab
 
 if TYPE_CHECKING:
     from hpcwatch.twin.core import Twin
@@ -47,7 +48,7 @@ DCGM_HELP: dict[str, tuple[str, str]] = {
     "DCGM_FI_DEV_FB_USED": ("gauge", "Framebuffer memory used (in MiB)."),
     "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE": ("gauge", "Ratio of cycles the tensor (HMMA) pipe is active."),
 }
-_FLOAT_FIELDS = frozenset({"DCGM_FI_DEV_POWER_USAGE", "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE"})
+_FLOAT_FIELDS = frozenset({vocab.DCGM_FI_DEV_POWER_USAGE, vocab.DCGM_FI_PROF_PIPE_TENSOR_ACTIVE})
 
 #: node-exporter infiniband metrics: name -> (type, help, perfquery counter, multiplier). Sorted by name, as
 #: node-exporter writes them. Data counters are 4-byte words in perfquery, octets in node-exporter.
@@ -116,8 +117,8 @@ def _esc(text: str) -> str:
 def _float_fields(twin: Twin) -> frozenset[str]:
     """Fields written as floats: power and tensor activity, and the SM clock when the catalog does not know
     the GPU's clock (it is NaN then, and "%d" cannot write NaN)."""
-    if np.isnan(twin.fields[:, DCGM_FIELDS.index("DCGM_FI_DEV_SM_CLOCK")]).any():
-        return _FLOAT_FIELDS | {"DCGM_FI_DEV_SM_CLOCK"}
+    if np.isnan(twin.fields[:, DCGM_FIELDS.index(vocab.DCGM_FI_DEV_SM_CLOCK)]).any():
+        return _FLOAT_FIELDS | {vocab.DCGM_FI_DEV_SM_CLOCK}
     return _FLOAT_FIELDS
 
 
@@ -503,5 +504,5 @@ def lustre_samples(twin: Twin) -> Iterator[Sample]:
     for job_id, c in twin.lustre_counters().items():
         for ost in range(c.shape[0]):
             labels = {"jobid": job_id, "target": lustre_target(name, ost)}
-            yield Sample(metric="lustre_job_read_bytes_total", labels=labels, t=twin.now, value=float(c[ost, 0]))
-            yield Sample(metric="lustre_job_write_bytes_total", labels=labels, t=twin.now, value=float(c[ost, 2]))
+            yield Sample(metric=vocab.LUSTRE_JOB_READ_BYTES_TOTAL, labels=labels, t=twin.now, value=float(c[ost, 0]))
+            yield Sample(metric=vocab.LUSTRE_JOB_WRITE_BYTES_TOTAL, labels=labels, t=twin.now, value=float(c[ost, 2]))

@@ -10,6 +10,8 @@ from typing import Any
 
 from hpcwatch.records import Event
 from hpcwatch.twin.scenarios import Scenario, register
+from hpcwatch import vocab
+from hpcwatch.vocab import EventKind
 
 __all__ = ["Xid79", "IbFlap", "StalledNccl", "SCENARIO_ONSET_S"]
 
@@ -51,8 +53,8 @@ class Xid79(Scenario):
     target_gpu = 3
     GONE_AFTER_S = 20.0
     """How long after the XID the exporter still lists the GPU (two 10 s scrapes of zeros and XID 79)."""
-    DEAD_FIELDS = ("DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_DEV_POWER_USAGE", "DCGM_FI_DEV_SM_CLOCK",
-                   "DCGM_FI_PROF_GR_ENGINE_ACTIVE", "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE", "DCGM_FI_DEV_FB_USED")
+    DEAD_FIELDS = (vocab.DCGM_FI_DEV_GPU_UTIL, vocab.DCGM_FI_DEV_POWER_USAGE, vocab.DCGM_FI_DEV_SM_CLOCK,
+                   vocab.DCGM_FI_PROF_GR_ENGINE_ACTIVE, vocab.DCGM_FI_PROF_PIPE_TENSOR_ACTIVE, vocab.DCGM_FI_DEV_FB_USED)
 
     def __init__(self) -> None:
         self._onset = _Onset()
@@ -60,7 +62,7 @@ class Xid79(Scenario):
     def adjust_gpu(self, *, node: str, gpu: int, t: float, fields: dict[str, float]) -> None:
         if self._onset.elapsed_s(t) < 0 or node != self.target_node or gpu != self.target_gpu:
             return
-        fields["DCGM_FI_DEV_XID_ERRORS"] = 79.0
+        fields[vocab.DCGM_FI_DEV_XID_ERRORS] = 79.0
         for key in self.DEAD_FIELDS:
             if key in fields:
                 fields[key] = 0.0
@@ -77,13 +79,13 @@ class Xid79(Scenario):
         if onset is None or not t0 <= onset + SCENARIO_ONSET_S < t1:
             return []
         t = onset + SCENARIO_ONSET_S
-        out = [Event(kind="xid", t=t, source="kernel", attrs={
+        out = [Event(kind=EventKind.XID, t=t, source="kernel", attrs={
             "node": self.target_node, "gpu": self.target_gpu, "xid": 79,
             "message": "NVRM: Xid (PCI:0000:5d:00): 79, pid=0, GPU has fallen off the bus."})]
         # A synchronous job on that GPU dies with it: the goodput accounting sees the interruption.
         job = getattr(twin, "training_job", None)
         if job is not None and self.target_node in getattr(job, "gpus_by_node", {}):
-            out.append(Event(kind="failure", t=t, source="twin.failures",
+            out.append(Event(kind=EventKind.FAILURE, t=t, source="twin.failures",
                              attrs={"job": job.id, "cause": "faulty_gpu", "node": self.target_node,
                                     "gpu": self.target_gpu, "xid": 79}))
         return out
@@ -133,8 +135,8 @@ class StalledNccl(Scenario):
     def adjust_gpu(self, *, node: str, gpu: int, t: float, fields: dict[str, float]) -> None:
         if self._onset.elapsed_s(t) < 0:
             return
-        fields["DCGM_FI_DEV_GPU_UTIL"] = 100.0
-        fields["DCGM_FI_DEV_POWER_USAGE"] = self.STALL_POWER_W
-        for key in ("DCGM_FI_PROF_PIPE_TENSOR_ACTIVE", "DCGM_FI_PROF_DRAM_ACTIVE"):
+        fields[vocab.DCGM_FI_DEV_GPU_UTIL] = 100.0
+        fields[vocab.DCGM_FI_DEV_POWER_USAGE] = self.STALL_POWER_W
+        for key in (vocab.DCGM_FI_PROF_PIPE_TENSOR_ACTIVE, vocab.DCGM_FI_PROF_DRAM_ACTIVE):
             if key in fields:
                 fields[key] = 0.0

@@ -44,6 +44,8 @@ import numpy as np
 
 from hpcwatch.records import Event, Job
 from hpcwatch.twin.scenarios import Scenario, register
+from hpcwatch import vocab
+from hpcwatch.vocab import EventKind
 
 __all__ = ["ThreatFixture", "World", "write_threat_fixtures", "THREAT_SCENARIOS", "EXPECTED_RULES",
            "FIXTURE_START_S", "STORAGE_HOST"]
@@ -216,11 +218,11 @@ def _events_of(docs: list[dict], kind: str) -> list[Event]:
     builds the same attrs itself from the documents it wrote; tests/unit/test_security_scenarios.py
     holds the two equal."""
     source = f"<twin {kind}>"
-    if kind == "falco":
-        return [Event(kind="falco", t=_unrfc3339(d["time"]), source=source,
+    if kind == EventKind.FALCO:
+        return [Event(kind=EventKind.FALCO, t=_unrfc3339(d["time"]), source=source,
                       attrs={**d, "host": d.get("hostname") or (d.get("output_fields") or {}).get("evt.hostname")})
                 for d in docs]
-    return [Event(kind="tetragon", t=_unrfc3339(d["time"]), source=source, attrs=_tetragon_attrs(d)) for d in docs]
+    return [Event(kind=EventKind.TETRAGON, t=_unrfc3339(d["time"]), source=source, attrs=_tetragon_attrs(d)) for d in docs]
 
 
 def _unrfc3339(text: str) -> float:
@@ -269,7 +271,7 @@ def _nvidia_params_event(text: str, *, path: str, host: str, t: float) -> Event:
         key, sep, value = pair.partition("=")
         if sep and key.strip():
             params.setdefault(key.strip(), value.strip())
-    return Event(kind="nvidia_params", t=t, source=path, attrs={"host": host, "params": params})
+    return Event(kind=EventKind.NVIDIA_PARAMS, t=t, source=path, attrs={"host": host, "params": params})
 
 
 def _grad_sketch(flat: np.ndarray, *, seed: int = 0) -> np.ndarray:
@@ -283,9 +285,9 @@ def _gradient_lines(*, job: str, rank: int, step: int, t: float, norm: float, sk
                     gpu: int) -> list[dict]:
     """The hook's JSON lines (instrument/torch.py) of one rank's step: norm, non-finite count, sketch."""
     labels = {"job": job, "rank": str(rank), "step": str(step), "node": node, "gpu": str(gpu)}
-    lines = [{"kind": "sample", "metric": "train_grad_norm", "labels": labels, "t": t, "value": float(norm)},
-             {"kind": "sample", "metric": "train_grad_nonfinite", "labels": labels, "t": t, "value": 0.0}]
-    lines += [{"kind": "sample", "metric": "train_grad_sketch", "labels": {**labels, "dim": str(i)}, "t": t,
+    lines = [{"kind": "sample", "metric": vocab.TRAIN_GRAD_NORM, "labels": labels, "t": t, "value": float(norm)},
+             {"kind": "sample", "metric": vocab.TRAIN_GRAD_NONFINITE, "labels": labels, "t": t, "value": 0.0}]
+    lines += [{"kind": "sample", "metric": vocab.TRAIN_GRAD_SKETCH, "labels": {**labels, "dim": str(i)}, "t": t,
                "value": float(v)} for i, v in enumerate(sketch)]
     return lines
 
@@ -384,11 +386,11 @@ def _plant_rdma(world: World, attack: bool) -> Plant:
                 rows_x.append((labels, c[0]))
                 rows_r.append((labels, c[1]))
                 rows_c.append((labels, c[2]))
-            text = (_prom("node_infiniband_port_data_transmitted_bytes_total",
+            text = (_prom(vocab.NODE_INFINIBAND_PORT_DATA_TRANSMITTED_BYTES_TOTAL,
                           "Number of data octets transmitted on all links", "counter", rows_x, t)
-                    + _prom("node_infiniband_port_data_received_bytes_total",
+                    + _prom(vocab.NODE_INFINIBAND_PORT_DATA_RECEIVED_BYTES_TOTAL,
                             "Number of data octets received on all links", "counter", rows_r, t)
-                    + _prom("node_infiniband_port_constraint_errors_received_total",
+                    + _prom(vocab.NODE_INFINIBAND_PORT_CONSTRAINT_ERRORS_RECEIVED_TOTAL,
                             "Number of packets received on the switch physical port that are discarded",
                             "counter", rows_c, t))
             plant.files[f"node-exporter/{host}/{i:03d}.prom"] = text.encode()
@@ -451,8 +453,8 @@ def _plant_remanence(world: World, attack: bool) -> Plant:
                       "modelName": "NVIDIA H100 80GB HBM3", "Hostname": "node2", "hpc_job": holder}
             fb.append((labels, used))
             util.append((labels, busy))
-        text = (_prom("DCGM_FI_DEV_FB_USED", "Framebuffer memory used (in MiB).", "gauge", fb, t)
-                + _prom("DCGM_FI_DEV_GPU_UTIL", "GPU utilization (in %).", "gauge", util, t))
+        text = (_prom(vocab.DCGM_FI_DEV_FB_USED, "Framebuffer memory used (in MiB).", "gauge", fb, t)
+                + _prom(vocab.DCGM_FI_DEV_GPU_UTIL, "GPU utilization (in %).", "gauge", util, t))
         plant.files[f"dcgm/node2/{i:03d}.prom"] = text.encode()
     dwords = "RMDisableScrubOnFree=1" if attack else ""
     params = ("ResmanDebugLevel: 4294967295\nRmLogonRC: 1\nModifyDeviceFiles: 1\nDeviceFileUID: 0\nDeviceFileGID: 0\n"
@@ -581,5 +583,5 @@ class ThreatRemanenceLive(_ThreatScenario):
 
     def adjust_gpu(self, *, node: str, gpu: int, t: float, fields: dict[str, float]) -> None:
         if node == self._twin.node_names[-1] and gpu == 7 and self._twin.job_of(node, gpu) is None:
-            fields["DCGM_FI_DEV_FB_USED"] = 30_500.0
-            fields["DCGM_FI_DEV_GPU_UTIL"] = 60.0
+            fields[vocab.DCGM_FI_DEV_FB_USED] = 30_500.0
+            fields[vocab.DCGM_FI_DEV_GPU_UTIL] = 60.0

@@ -1,0 +1,105 @@
+"""Names that travel between layers: the kinds of ``Event`` and the metric names of ``Sample``.
+
+A reader writes them, an analysis or a detector reads them, the twin writes them
+again: a typo in one place would be a silent empty result in another, so every
+module names them through these constants. Metric constants are the metric's own
+name in capitals (``DCGM_FI_DEV_GPU_UTIL``, ``NODE_INFINIBAND_PORT_DATA_RECEIVED_BYTES_TOTAL``),
+so grepping for either finds both. ``tests/unit/test_vocab.py`` checks that no module
+spells one as a string literal.
+"""
+
+from __future__ import annotations
+
+from typing import Final, Literal
+
+__all__ = ["EventKind", "EVENT_KINDS", "EventKindName", "METRICS"]
+
+EventKindName = Literal[
+    "xid", "gpu_xid", "gpu_process", "failure", "checkpoint", "checkpoint_save", "checkpoint_restore",
+    "job_start", "job_end", "falco", "tetragon", "shard_check", "shard_manifest", "osv_advisory", "pip_package",
+    "pth_file", "opensm_partitions", "nvidia_params", "dcgm_diag", "nccl_test", "ib_write_bw",
+]
+
+
+class EventKind:
+    """``Event.kind`` values, by who writes them."""
+
+    # GPUs (kernel log, nvidia-smi)
+    XID: Final = "xid"
+    GPU_XID: Final = "gpu_xid"
+    GPU_PROCESS: Final = "gpu_process"
+    # training jobs (the twin, the hook, Slurm)
+    FAILURE: Final = "failure"
+    CHECKPOINT: Final = "checkpoint"
+    CHECKPOINT_SAVE: Final = "checkpoint_save"
+    CHECKPOINT_RESTORE: Final = "checkpoint_restore"
+    JOB_START: Final = "job_start"
+    JOB_END: Final = "job_end"
+    # security logs and inputs
+    FALCO: Final = "falco"
+    TETRAGON: Final = "tetragon"
+    SHARD_CHECK: Final = "shard_check"
+    SHARD_MANIFEST: Final = "shard_manifest"
+    OSV_ADVISORY: Final = "osv_advisory"
+    PIP_PACKAGE: Final = "pip_package"
+    PTH_FILE: Final = "pth_file"
+    OPENSM_PARTITIONS: Final = "opensm_partitions"
+    NVIDIA_PARAMS: Final = "nvidia_params"
+    # active health checks
+    DCGM_DIAG: Final = "dcgm_diag"
+    NCCL_TEST: Final = "nccl_test"
+    IB_WRITE_BW: Final = "ib_write_bw"
+
+
+EVENT_KINDS: Final[frozenset[str]] = frozenset(v for k, v in vars(EventKind).items() if k.isupper())
+
+# -- metric names ----------------------------------------------------------------------------------------------
+# dcgm-exporter fields (https://github.com/NVIDIA/dcgm-exporter/blob/main/etc/default-counters.csv)
+DCGM_FI_DEV_GPU_UTIL: Final = "DCGM_FI_DEV_GPU_UTIL"
+DCGM_FI_DEV_POWER_USAGE: Final = "DCGM_FI_DEV_POWER_USAGE"
+DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION: Final = "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION"
+DCGM_FI_DEV_FB_USED: Final = "DCGM_FI_DEV_FB_USED"
+DCGM_FI_DEV_FB_FREE: Final = "DCGM_FI_DEV_FB_FREE"
+DCGM_FI_DEV_SM_CLOCK: Final = "DCGM_FI_DEV_SM_CLOCK"
+DCGM_FI_DEV_MEM_CLOCK: Final = "DCGM_FI_DEV_MEM_CLOCK"
+DCGM_FI_DEV_GPU_TEMP: Final = "DCGM_FI_DEV_GPU_TEMP"
+DCGM_FI_DEV_MEMORY_TEMP: Final = "DCGM_FI_DEV_MEMORY_TEMP"
+DCGM_FI_DEV_MEM_COPY_UTIL: Final = "DCGM_FI_DEV_MEM_COPY_UTIL"
+DCGM_FI_DEV_XID_ERRORS: Final = "DCGM_FI_DEV_XID_ERRORS"
+DCGM_FI_DEV_ECC_DBE_VOL_TOTAL: Final = "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL"
+DCGM_FI_DEV_ROW_REMAP_FAILURE: Final = "DCGM_FI_DEV_ROW_REMAP_FAILURE"
+DCGM_FI_DEV_ROW_REMAP_PENDING: Final = "DCGM_FI_DEV_ROW_REMAP_PENDING"
+DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS: Final = "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS"
+DCGM_FI_DEV_PCIE_REPLAY_COUNTER: Final = "DCGM_FI_DEV_PCIE_REPLAY_COUNTER"
+DCGM_FI_DEV_CLOCK_THROTTLE_REASONS: Final = "DCGM_FI_DEV_CLOCK_THROTTLE_REASONS"
+DCGM_FI_DEV_CLOCKS_EVENT_REASONS: Final = "DCGM_FI_DEV_CLOCKS_EVENT_REASONS"
+DCGM_FI_DRIVER_VERSION: Final = "DCGM_FI_DRIVER_VERSION"
+DCGM_FI_PROF_PIPE_TENSOR_ACTIVE: Final = "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE"
+DCGM_FI_PROF_GR_ENGINE_ACTIVE: Final = "DCGM_FI_PROF_GR_ENGINE_ACTIVE"
+DCGM_FI_PROF_DRAM_ACTIVE: Final = "DCGM_FI_PROF_DRAM_ACTIVE"
+# node-exporter's infiniband collector (https://github.com/prometheus/node_exporter, collector/infiniband_linux.go)
+NODE_INFINIBAND_PORT_DATA_RECEIVED_BYTES_TOTAL: Final = "node_infiniband_port_data_received_bytes_total"
+NODE_INFINIBAND_PORT_DATA_TRANSMITTED_BYTES_TOTAL: Final = "node_infiniband_port_data_transmitted_bytes_total"
+NODE_INFINIBAND_PORT_CONSTRAINT_ERRORS_RECEIVED_TOTAL: Final = "node_infiniband_port_constraint_errors_received_total"
+NODE_INFINIBAND_PORT_CONSTRAINT_ERRORS_TRANSMITTED_TOTAL: Final = \
+    "node_infiniband_port_constraint_errors_transmitted_total"
+NODE_INFINIBAND_LINK_DOWNED_TOTAL: Final = "node_infiniband_link_downed_total"
+NODE_INFINIBAND_LINK_ERROR_RECOVERY_TOTAL: Final = "node_infiniband_link_error_recovery_total"
+NODE_INFINIBAND_PORT_ERRORS_RECEIVED_TOTAL: Final = "node_infiniband_port_errors_received_total"
+# perfquery counters (sources/infiniband.py: data counters already x4, in bytes)
+IB_PORTXMITDATA_BYTES: Final = "ib_PortXmitData_bytes"
+IB_PORTRCVDATA_BYTES: Final = "ib_PortRcvData_bytes"
+# Lustre job_stats (sources/lustre.py)
+LUSTRE_JOB_READ_BYTES_TOTAL: Final = "lustre_job_read_bytes_total"
+LUSTRE_JOB_WRITE_BYTES_TOTAL: Final = "lustre_job_write_bytes_total"
+# the PyTorch hook (instrument/torch.py)
+TRAIN_STEP_TIME_S: Final = "train_step_time_s"
+TRAIN_PHASE_S: Final = "train_phase_s"
+TRAIN_LOSS: Final = "train_loss"
+TRAIN_GRAD_NORM: Final = "train_grad_norm"
+TRAIN_GRAD_NONFINITE: Final = "train_grad_nonfinite"
+TRAIN_GRAD_SKETCH: Final = "train_grad_sketch"
+
+#: Every metric name above.
+METRICS: Final[frozenset[str]] = frozenset(
+    v for k, v in dict(globals()).items() if k.isupper() and isinstance(v, str) and k not in ("METRICS",))
