@@ -392,6 +392,8 @@ class Store:
             self._collect_garbage(self._read_manifest(), [])
         except BlockingIOError:
             pass  # a writer is committing, and collects after its commit
+        except OSError:
+            pass  # a reader without write access to the folder: the store's writers collect
         finally:
             os.close(fd)
 
