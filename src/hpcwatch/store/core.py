@@ -58,7 +58,8 @@ __all__ = ["Store", "StoreConfig", "IngestCounts", "SourceMark", "Transaction", 
 DEFAULT_BATCH_SIZE = 20_000
 #: A size tier (rows within a factor of the fan-in) holding this many parts is merged into one part.
 DEFAULT_COMPACT_FANIN = 8
-#: Parts this large are left alone: merging them would rewrite a lot to save one file footer.
+#: The most rows one merge writes (parts above this over the fan-in are left alone): a commit that
+#: merges holds the commit lock, and rewriting big parts saves little (one footer each).
 DEFAULT_COMPACT_MAX_ROWS = 2_000_000
 #: How long a dropped part stays on disk for readers that bound the manifest before the drop.
 DEFAULT_RETIRE_GRACE_S = 60.0
@@ -105,7 +106,7 @@ class StoreConfig:
     compact_fanin: int = DEFAULT_COMPACT_FANIN
     """Parts of one size tier merged at once; bounds the part count to about fan-in x tiers."""
     compact_max_rows: int = DEFAULT_COMPACT_MAX_ROWS
-    """Parts with at least this many rows are never merged."""
+    """The most rows a merge writes: parts of more than ``compact_max_rows / compact_fanin`` stay as they are."""
     retire_grace_s: float = DEFAULT_RETIRE_GRACE_S
     """Seconds a dropped part stays for readers of an older manifest."""
     durable: bool = True
@@ -391,6 +392,8 @@ class Store:
             self._collect_garbage(self._read_manifest(), [])
         except BlockingIOError:
             pass  # a writer is committing, and collects after its commit
+        except OSError:
+            pass  # a reader without write access to the folder: the store's writers collect
         finally:
             os.close(fd)
 
@@ -449,7 +452,7 @@ class Store:
             raise
         try:
             self._commit(tx, parts)
-        except OSError as err:
+        except (OSError, duckdb.Error) as err:  # the parts it moved are unlisted: the next commit collects them
             tx._discard()
             raise StoreError(f"{self.config.path}: write failed: {err}") from err
         except BaseException:
@@ -590,7 +593,7 @@ class Store:
     def _merge_group(self, parts: list[dict[str, Any]]) -> list[dict[str, Any]]:
         fanin, tiers = self.config.compact_fanin, {}
         for part in parts:
-            if part["rows"] < self.config.compact_max_rows:
+            if part["rows"] * fanin <= self.config.compact_max_rows:
                 tier = tiers.setdefault(_tier(part["rows"], fanin), [])
                 tier.append(part)
                 if len(tier) >= fanin:
@@ -654,7 +657,7 @@ class Store:
         union = " UNION ALL ".join(selects)
         return union if since is None else f"SELECT * FROM ({union}) WHERE _v > {int(since)}"
 
-    def _execute(self, run, sql: str, *, retry: bool = True):
+    def _execute(self, run, *, retry: bool = True):
         with self._lock:
             try:
                 self._refresh()
@@ -668,11 +671,11 @@ class Store:
                 raise StoreError(f"{self.config.path}: cannot read the store: {err}") from err
             # A part vanished under a manifest bound long ago (past the grace): read the new one, once.
             self._refresh(force=True)
-            return self._execute(run, sql, retry=False)
+            return self._execute(run, retry=False)
 
     def query(self, sql: str, params: list[Any] | tuple[Any, ...] = ()) -> list[tuple]:
         """Rows of any SQL over the tables above (read-only use, please)."""
-        return self._execute(lambda: self._con.execute(sql, params).fetchall(), sql)
+        return self._execute(lambda: self._con.execute(sql, params).fetchall())
 
     def query_arrow(self, sql: str, params: list[Any] | tuple[Any, ...] = ()) -> pa.Table:
         def run() -> pa.Table:
@@ -680,7 +683,7 @@ class Store:
             # DuckDB 2 names it to_arrow_table; 1.x calls it arrow.
             fetch = getattr(relation, "to_arrow_table", None) or relation.arrow
             return fetch()
-        return self._execute(run, sql)
+        return self._execute(run)
 
     def query_since(self, since: int, sql: str, params: list[Any] | tuple[Any, ...] = ()) -> tuple[int, list[tuple]]:
         """Rows of ``sql`` where the tables hold only the rows committed after version ``since``, with
@@ -691,7 +694,7 @@ class Store:
                 self._since_con.execute(f"CREATE OR REPLACE VIEW _since.{table} AS "
                                         f"{self._public_sql(table, f'({union})')}")
             return int(self._manifest["version"]), self._since_con.execute(sql, params).fetchall()
-        return self._execute(run, sql)
+        return self._execute(run)
 
     def samples(self, metric: str | Iterable[str] | None = None, *, host: str | None = None,
                 job: str | None = None, t0: float | None = None, t1: float | None = None) -> pa.Table:
