@@ -114,6 +114,7 @@ def test_rescan_replaces_stored_findings(tmp_path: Path) -> None:
         assert len(store.findings()) == len(first) == len(again) == 3
 
 
+@pytest.mark.parametrize("vector", ["container_escape", "weights_access", "data_poisoning", "remanence"])
 def test_twin_events_are_what_the_readers_make_of_its_files(vector: str) -> None:
     """The live twin builds its Events without the readers: they must equal the readers' on the same documents."""
     from hpcwatch.sources.falco import parse_falco_json
