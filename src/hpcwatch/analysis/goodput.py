@@ -70,7 +70,8 @@ BADPUT_KINDS: tuple[str, ...] = ("init", "data_loading", "checkpoint_save", "che
 #: Event kinds the accounting reads. ``checkpoint`` (a save seen from the storage side, as the twin's
 #: Lustre writes are) counts as a save that stopped training ``duration_s`` (0 s when not given); its
 #: step may be in ``step`` or in a ``path`` ending ``step_N.pt``.
-GOODPUT_EVENT_KINDS: tuple[str, ...] = (EventKind.FAILURE, EventKind.CHECKPOINT_SAVE, EventKind.CHECKPOINT_RESTORE, EventKind.CHECKPOINT)
+GOODPUT_EVENT_KINDS: tuple[str, ...] = (EventKind.FAILURE, EventKind.CHECKPOINT_SAVE, EventKind.CHECKPOINT_RESTORE,
+                                        EventKind.CHECKPOINT)
 _SAVE_KINDS = (EventKind.CHECKPOINT_SAVE, EventKind.CHECKPOINT)
 _STEP_IN_PATH = re.compile(r"step[_-]?(\d+)")
 
@@ -320,7 +321,8 @@ def account_goodput(job: Job | None, steps: StepTable, events: Sequence[Event], 
     """
     steps = steps.sorted()
     t0, t1 = _window(job, steps, events, t0, t1)
-    failures = np.sort(np.array([e.t for e in events if e.kind == EventKind.FAILURE and t0 <= e.t <= t1], dtype=np.float64))
+    failures = np.sort(np.array([e.t for e in events if e.kind == EventKind.FAILURE and t0 <= e.t <= t1],
+                                dtype=np.float64))
     saves = _ops(events, _SAVE_KINDS, failures, t1)
     restores = _ops(events, ("checkpoint_restore",), failures, t1)
     bounds = np.concatenate([[t0], failures, [t1]])

@@ -71,7 +71,8 @@ __all__ = ["StepRecorder", "HookConfig", "HOOK_METRICS", "SKETCH_METRIC",
            "TORCH_MISSING"]
 
 #: The metrics the hook writes (the brief's contract with the store and the web app).
-HOOK_METRICS: tuple[str, ...] = (vocab.TRAIN_GRAD_NORM, vocab.TRAIN_GRAD_NONFINITE, vocab.TRAIN_LOSS, vocab.TRAIN_STEP_TIME_S)
+HOOK_METRICS: tuple[str, ...] = (vocab.TRAIN_GRAD_NORM, vocab.TRAIN_GRAD_NONFINITE, vocab.TRAIN_LOSS,
+                                 vocab.TRAIN_STEP_TIME_S)
 #: The sketch metric (``sketch_dims`` samples a step, label ``dim``); see security/gradients.py.
 SKETCH_METRIC = vocab.TRAIN_GRAD_SKETCH
 #: Length of the ±1 sign table: a prime (so no bucket count K divides it; 2^20 - 3), large enough that

@@ -76,7 +76,8 @@ class Collector:
 
 
 COLLECTORS: tuple[Collector, ...] = (
-    Collector(id="slurm_exporter", metric_prefixes=("slurm",), event_kinds=(EventKind.JOB_START, EventKind.JOB_END), jobs=True),
+    Collector(id="slurm_exporter", metric_prefixes=("slurm",), event_kinds=(EventKind.JOB_START, EventKind.JOB_END),
+              jobs=True),
     Collector(id="dcgm_exporter", metric_prefixes=("DCGM",), event_kinds=("xid",)),
     Collector(id="node_host", metric_prefixes=("node",), event_kinds=(EventKind.FALCO, EventKind.TETRAGON)),
     Collector(id="torch_nccl", metric_prefixes=("train", "nccl"), event_kinds=("nccl_test",), spans=True),

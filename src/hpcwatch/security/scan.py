@@ -17,8 +17,7 @@ import importlib
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
-import orjson
-
+from hpcwatch import vocab
 from hpcwatch.model import Cluster
 from hpcwatch.records import SEVERITIES, Event, Finding, Job, Sample
 from hpcwatch.security.container_escape import ContainerEscapeConfig, detect_container_escape
@@ -31,15 +30,15 @@ from hpcwatch.security.weights_access import WeightsAccess, WeightsConfig, detec
 from hpcwatch.sources.manifest import ShardManifest
 from hpcwatch.sources.osv import OsvDatabase
 from hpcwatch.sources.stored import ADVISORY, MANIFEST, manifests_from_events, osv_from_events
-from hpcwatch import vocab
+from hpcwatch.store import queries
 from hpcwatch.vocab import EventKind
 
 __all__ = ["ScanConfig", "ScanExtras", "ScanInputs", "Detector", "DETECTORS", "scan_records", "scan_store", "sort_findings",
            "EVENT_KINDS", "sample_metrics", "weights_reads", "rescan", "stored_extras", "LiveScan", "LIVE_WINDOW_S", "RULES"]
 
 #: Event kinds the detectors read.
-EVENT_KINDS = (EventKind.PIP_PACKAGE, EventKind.PTH_FILE, EventKind.FALCO, EventKind.TETRAGON, EventKind.SHARD_CHECK, EventKind.OPENSM_PARTITIONS,
-               EventKind.NVIDIA_PARAMS, EventKind.GPU_PROCESS, EventKind.XID, EventKind.GPU_XID)
+EVENT_KINDS = (EventKind.PIP_PACKAGE, EventKind.PTH_FILE, EventKind.FALCO, EventKind.TETRAGON, EventKind.SHARD_CHECK,
+               EventKind.OPENSM_PARTITIONS, EventKind.NVIDIA_PARAMS, EventKind.GPU_PROCESS, EventKind.XID, EventKind.GPU_XID)
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,7 +82,8 @@ RULES: tuple[str, ...] = _all_rules()
 def sample_metrics() -> list[str]:
     """Metric names the detectors read (plus ``*remote_access_errors*`` and ``train_grad_*``)."""
     return sorted({m for ms in DATA_METRICS.values() for m in ms} | CONSTRAINT_METRICS
-                  | set(LUSTRE_METRICS) | {FB_USED, GPU_UTIL, vocab.DCGM_FI_DEV_ECC_DBE_VOL_TOTAL, vocab.DCGM_FI_DEV_XID_ERRORS})
+                  | set(LUSTRE_METRICS)
+                  | {FB_USED, GPU_UTIL, vocab.DCGM_FI_DEV_ECC_DBE_VOL_TOTAL, vocab.DCGM_FI_DEV_XID_ERRORS})
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -128,20 +128,19 @@ def scan_records(samples: Iterable[Sample], events: Iterable[Event], jobs: Itera
     return sort_findings(f for detector in DETECTORS for f in detector.run(inputs, config))
 
 
-def _sample_filter() -> tuple[str, list[str]]:
-    """SQL condition and parameters selecting the samples the detectors read."""
-    metrics = sample_metrics()
-    marks = ", ".join("?" * len(metrics))
-    return (f"(metric IN ({marks}) OR metric LIKE 'train_grad_%' OR metric LIKE '%remote_access_errors%')",
-            metrics)
+#: Besides ``sample_metrics()``, the detectors read every metric named like these.
+SAMPLE_PREFIXES, SAMPLE_SUBSTRINGS = ("train_grad_",), ("remote_access_errors",)
+
+
+def _read_samples(store, since_version: int = 0) -> tuple[int, list[Sample]]:
+    return queries.samples_matching(store, sample_metrics(), prefixes=SAMPLE_PREFIXES,
+                                    substrings=SAMPLE_SUBSTRINGS, since_version=since_version)
 
 
 def scan_store(store, *, config: ScanConfig = ScanConfig(), extras: ScanExtras = ScanExtras()) -> list[Finding]:
     """Findings over what ``store`` holds (``store`` is a ``hpcwatch.store.Store``)."""
-    where, metrics = _sample_filter()
-    rows = store.query(f"SELECT metric, labels, t, value FROM samples WHERE {where} ORDER BY t", metrics)
-    samples = [Sample(metric=m, labels=orjson.loads(lab), t=t, value=v) for m, lab, t, v in rows]
-    events = [e for kind in EVENT_KINDS for e in store.events(kind)]
+    _, samples = _read_samples(store)
+    _, events = queries.events_of_kinds(store, EVENT_KINDS)
     return scan_records(samples, events, store.jobs(), config=config, extras=stored_extras(store, extras))
 
 
@@ -158,8 +157,9 @@ def stored_extras(store, extras: ScanExtras = ScanExtras()) -> ScanExtras:
 def rescan(store, *, config: ScanConfig = ScanConfig(), extras: ScanExtras = ScanExtras()) -> list[Finding]:
     """Scan the store and replace its stored findings with these (what a live view calls now and then)."""
     findings = scan_store(store, config=config, extras=extras)
-    store.clear_findings()
-    store.add(findings)
+    with store.transaction() as tx:  # readers never see the findings cleared but not yet replaced
+        tx.clear_findings()
+        tx.add(findings)
     return findings
 
 
@@ -204,22 +204,16 @@ class LiveScan:
         return findings
 
     def _read_new(self, store) -> None:
-        where, metrics = _sample_filter()
-        rows = self._new_rows(store, "samples", "metric, labels, t, value", where, metrics)
-        self._samples += [Sample(metric=m, labels=orjson.loads(lab), t=t, value=v) for m, lab, t, v in rows]
+        """What was committed since the last call; the version read at is the next mark, so a row the twin
+        commits meanwhile is read next time rather than skipped."""
+        self._marks["samples"], rows = _read_samples(store, self._marks["samples"])
+        self._samples += rows
         if rows:
-            self._newest = max(self._newest, max(r[2] for r in rows))
+            self._newest = max(self._newest, max(s.t for s in rows))
             self._samples = [s for s in self._samples if s.t >= self._newest - self.window_s]
-        kinds = f"kind IN ({', '.join('?' * len(EVENT_KINDS))})"
-        rows = self._new_rows(store, "events", "kind, t, source, attrs", kinds, list(EVENT_KINDS))
-        self._events += [Event(kind=k, t=t, source=src, attrs=orjson.loads(a)) for k, t, src, a in rows]
-
-    def _new_rows(self, store, table: str, columns: str, where: str, params: list) -> list[tuple]:
-        """Rows committed to ``table`` since the last call; the version they were read at is the next mark,
-        so a row the twin commits meanwhile is read next time rather than skipped."""
-        self._marks[table], rows = store.query_since(
-            self._marks[table], f"SELECT {columns} FROM {table} WHERE {where} ORDER BY t", params)
-        return rows
+        self._marks["events"], events = queries.events_of_kinds(store, EVENT_KINDS,
+                                                                 since_version=self._marks["events"])
+        self._events += events
 
 
 def weights_reads(store, *, config: ScanConfig = ScanConfig()) -> list[WeightsAccess]:

@@ -66,7 +66,8 @@ def weights_report(events: Iterable[Event], jobs: Iterable[Job] = (),
     for e in events:
         a = e.attrs
         path = a.get("path") or ""
-        if e.kind != EventKind.TETRAGON or a.get("function_name") not in WEIGHT_HOOKS or not (path + "/").startswith(prefix):
+        if (e.kind != EventKind.TETRAGON or a.get("function_name") not in WEIGHT_HOOKS
+                or not (path + "/").startswith(prefix)):
             continue
         mask = a.get("mask")
         if a["function_name"] == "security_mmap_file":

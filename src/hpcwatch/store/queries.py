@@ -15,7 +15,7 @@ from collections.abc import Sequence
 import orjson
 
 from hpcwatch.errors import ConfigError
-from hpcwatch.records import Span
+from hpcwatch.records import Event, Sample, Span
 from hpcwatch.store.core import Store
 
 __all__ = [
@@ -23,7 +23,7 @@ __all__ = [
     "metric_activity", "event_activity", "file_hook_activity", "span_activity", "open_job_count",
     "checkpoint_activity", "latest_finding_by_vector", "finding_counts", "table_counts",
     "newest_span_job", "span_jobs", "span_jobs_by_recency", "step_range", "last_step_every_rank_finished",
-    "recent_spans",
+    "recent_spans", "samples_matching", "events_of_kinds",
 ]
 
 
@@ -197,3 +197,30 @@ def recent_spans(store: Store, job: str, *, steps: int) -> list[Span]:
                        "ORDER BY step, rank, start", [job, last - steps])
     return [Span(job=job, rank=r, step=s, phase=p, start=st, dur=d, attrs=orjson.loads(a) if a else {})
             for r, s, p, st, d, a in rows]
+
+
+# -- what the detectors read -----------------------------------------------------------------------
+
+
+def samples_matching(store: Store, metrics: Sequence[str], *, prefixes: Sequence[str] = (),
+                     substrings: Sequence[str] = (), since_version: int = 0) -> tuple[int, list[Sample]]:
+    """(store version read at, samples) of the named metrics, or whose name starts with one of ``prefixes``
+    or holds one of ``substrings``, committed after ``since_version`` (0: all), in time order."""
+    where = [f"metric IN ({_marks(metrics)})"] if metrics else []
+    where += ["starts_with(metric, ?)"] * len(prefixes) + ["contains(metric, ?)"] * len(substrings)
+    if not where:
+        return store.version, []
+    version, rows = store.query_since(
+        since_version, f"SELECT metric, labels, t, value FROM samples WHERE {' OR '.join(where)} ORDER BY t",
+        [*metrics, *prefixes, *substrings])
+    return version, [Sample(metric=m, labels=orjson.loads(lab), t=t, value=v) for m, lab, t, v in rows]
+
+
+def events_of_kinds(store: Store, kinds: Sequence[str], *, since_version: int = 0) -> tuple[int, list[Event]]:
+    """(store version read at, events) of ``kinds`` committed after ``since_version`` (0: all), in time order."""
+    if not kinds:
+        return store.version, []
+    version, rows = store.query_since(
+        since_version, f"SELECT kind, t, source, attrs FROM events WHERE kind IN ({_marks(kinds)}) ORDER BY t",
+        list(kinds))
+    return version, [Event(kind=k, t=t, source=src, attrs=orjson.loads(a)) for k, t, src, a in rows]

@@ -222,7 +222,8 @@ def _events_of(docs: list[dict], kind: str) -> list[Event]:
         return [Event(kind=EventKind.FALCO, t=_unrfc3339(d["time"]), source=source,
                       attrs={**d, "host": d.get("hostname") or (d.get("output_fields") or {}).get("evt.hostname")})
                 for d in docs]
-    return [Event(kind=EventKind.TETRAGON, t=_unrfc3339(d["time"]), source=source, attrs=_tetragon_attrs(d)) for d in docs]
+    return [Event(kind=EventKind.TETRAGON, t=_unrfc3339(d["time"]), source=source, attrs=_tetragon_attrs(d))
+            for d in docs]
 
 
 def _unrfc3339(text: str) -> float:
