@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+from concurrent.futures import ThreadPoolExecutor
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -86,7 +87,12 @@ def ingest_paths(store: Store, paths: Iterable[str | os.PathLike[str]], *, forma
 
 
 def ingest_input(store: Store, item: Input, *, forced: bool = False) -> FileResult:
-    """Store one input in one transaction (see the module docstring)."""
+    """Store one input in one transaction (see the module docstring).
+
+    The content key is computed on a second thread while the file is read (hashing releases the GIL),
+    so a first ingest pays for one pass over the file, not two; when the key turns out to be in the store
+    already, the read stops at the next chunk and nothing is written.
+    """
     path, fmt = item.path, item.format
     if fmt is None:
         return FileResult(path=str(path), status="empty")
@@ -95,21 +101,32 @@ def ingest_input(store: Store, item: Input, *, forced: bool = False) -> FileResu
             raise ParseError(f"format {fmt.name} is read by its own command, not stored by ingest", path=path)
         return FileResult(path=str(path), status="not stored", format=fmt.name,
                           reason=f"{fmt.summary or fmt.name}")
-    key = source_key(item)
-    if store.has_source(key):
-        return FileResult(path=str(path), status="already", format=fmt.name)
-    mark = SourceMark(key=key, path=str(path), format=fmt.name)
-    with store.transaction(source=mark) as tx:
-        counts = _write(tx, item)
-        if forced and fmt.yields == "records" and not any(counts.values()):
-            raise ParseError(f"holds no {fmt.name} records (forced with --format)", path=path)
-    if getattr(tx, "skipped", False):  # another process committed the same content meanwhile
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="hpcwatch-key") as pool:
+        key = pool.submit(source_key, item)
+        try:
+            with store.transaction() as tx:
+                counts = _write(tx, item, stop=lambda: key.done() and store.has_source(key.result()))
+                if forced and fmt.yields == "records" and not any(counts.values()):
+                    raise ParseError(f"holds no {fmt.name} records (forced with --format)", path=path)
+                if store.has_source(key.result()):
+                    raise _AlreadyIngested
+                tx.source = SourceMark(key=key.result(), path=str(path), format=fmt.name)
+        except _AlreadyIngested:
+            return FileResult(path=str(path), status="already", format=fmt.name)
+    if tx.skipped:  # another process committed the same content meanwhile
         return FileResult(path=str(path), status="already", format=fmt.name)
     return FileResult(path=str(path), status="stored", format=fmt.name, counts=counts)
 
 
-def _write(tx, item: Input) -> dict[str, int]:
-    """Hand the input's records to the transaction, chunk by chunk; the counts per kind."""
+class _AlreadyIngested(Exception):
+    """The content key is in the store: leave the transaction without writing (never escapes this module)."""
+
+
+def _write(tx, item: Input, *, stop: Callable[[], bool]) -> dict[str, int]:
+    """Hand the input's records to the transaction, chunk by chunk; the counts per kind.
+
+    ``stop`` is asked between chunks: true means the content is already stored, so reading on is waste.
+    """
     from hpcwatch.sources.lines import file_time
     from hpcwatch.sources.stored import advisory_events, manifest_event
 
@@ -117,6 +134,8 @@ def _write(tx, item: Input) -> dict[str, int]:
     if fmt.columns is not None:
         n = 0
         for chunk in fmt.columns(path, ctx):
+            if stop():
+                raise _AlreadyIngested
             n += tx.add_sample_table(chunk) or chunk.num_rows
         return {"samples": n}
     if fmt.yields == "advisories":

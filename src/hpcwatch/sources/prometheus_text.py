@@ -65,6 +65,10 @@ _BLANK_REST_RE = re.compile(r'\s*\Z')
 _NAME_RE = re.compile(rf"{_NAME}\Z")
 
 
+#: Distinct label sets a streaming read remembers across chunks before it starts afresh.
+LABEL_CACHE_ENTRIES = 100_000
+
+
 def _unescape(value: str) -> str:
     """Undo ``\\\\``, ``\\"`` and ``\\n`` (others kept as written), in linear time.
 
@@ -292,7 +296,7 @@ def _check_comments(comments: pa.Array, *, path: str | os.PathLike[str]) -> None
         _check_comment(line.rstrip("\n")[1:], path=path, line=None)
 
 
-def _fast_table(text: str, now: float, *, path: str | os.PathLike[str]) -> pa.Table:
+def _fast_table(text: str, now: float, *, path: str | os.PathLike[str], cache: dict | None = None) -> pa.Table:
     if "\r" in text or "\t" in text:
         raise _NotPlain("tabs or carriage returns")
     data = text.encode()
@@ -311,7 +315,8 @@ def _fast_table(text: str, now: float, *, path: str | os.PathLike[str]) -> pa.Ta
             and (not stamped or pc.all(pc.match_substring_regex(stamps, _PLAIN_STAMP)).as_py())):
         raise _NotPlain("a name, value or timestamp outside the plain patterns")
     encoded = inners.cast(pa.string()).dictionary_encode()
-    hosts, gpus, jobs, blobs = _label_columns(encoded.dictionary.to_pylist(), path=path)
+    hosts, gpus, jobs, blobs = _label_columns(encoded.dictionary.to_pylist(), path=path,
+                                              cache={} if cache is None else cache)
     index = encoded.indices
     return pa.table({
         "metric": names.cast(pa.string()),
@@ -333,25 +338,34 @@ def _times(stamps: pa.Array, now: float, n: int) -> pa.Array:
     return pc.if_else(missing, now, pc.divide(pc.cast(millis, pa.float64()), 1000.0))
 
 
-def _label_columns(uniq: list[str], *, path: str | os.PathLike[str]) -> tuple[list, list, list, list]:
-    hosts, gpus, jobs, blobs = [], [], [], []
+def _label_columns(uniq: list[str], *, path: str | os.PathLike[str],
+                   cache: dict[str, tuple]) -> tuple[list, list, list, list]:
+    """host, gpu, job and labels JSON of each distinct label text. ``cache`` carries them from one chunk
+    of a file to the next: a scrape file repeats the same few thousand label sets in every chunk."""
+    if len(cache) > LABEL_CACHE_ENTRIES:
+        cache.clear()  # bounded memory, whatever the file's cardinality
+    rows = []
     for inner in uniq:
-        labels = parse_labels(inner, path=path)
-        host, gpu, job = sample_keys(labels)
-        hosts.append(host)
-        gpus.append(gpu)
-        jobs.append(job)
-        blobs.append(orjson.dumps(labels).decode())
+        row = cache.get(inner)
+        if row is None:
+            labels = parse_labels(inner, path=path)
+            row = cache[inner] = (*sample_keys(labels), orjson.dumps(labels).decode())
+        rows.append(row)
+    if not rows:
+        return [], [], [], []
+    hosts, gpus, jobs, blobs = (list(c) for c in zip(*rows))
     return hosts, gpus, jobs, blobs
 
 
 def parse_prometheus_columns(text: str, *, path: str | os.PathLike[str] = "<input>",
-                             t: float | None = None, first_line: int = 1) -> pa.Table:
+                             t: float | None = None, first_line: int = 1,
+                             label_cache: dict | None = None) -> pa.Table:
     """The samples of ``text`` as a table with ``store.SAMPLE_SCHEMA`` columns, ready for
-    ``Store.add_sample_table``. Same grammar, results and errors as ``parse_prometheus_text``."""
+    ``Store.add_sample_table``. Same grammar, results and errors as ``parse_prometheus_text``.
+    ``label_cache`` (a dict the caller keeps) saves re-reading label sets seen in an earlier chunk."""
     now = time.time() if t is None else float(t)
     try:
-        return _fast_table(text, now, path=path)
+        return _fast_table(text, now, path=path, cache=label_cache)
     except (_NotPlain, ParseError, pa.ArrowInvalid):
         # Let the reference path judge each line and say what is wrong with it.
         return _columns_from_samples(parse_prometheus_text(text, path=path, t=now, first_line=first_line))
@@ -381,8 +395,9 @@ def read_prometheus_columns(path: str | os.PathLike[str], *, t: float | None = N
     part of a file discards the chunks it already took (the store's transaction).
     """
     when = file_time(path) if t is None else t
+    labels: dict[str, tuple] = {}
     for first_line, text in _text_chunks(path, chunk_bytes or CHUNK_BYTES):
-        yield parse_prometheus_columns(text, path=path, t=when, first_line=first_line)
+        yield parse_prometheus_columns(text, path=path, t=when, first_line=first_line, label_cache=labels)
 
 
 def _text_chunks(path: str | os.PathLike[str], chunk_bytes: int) -> Iterator[tuple[int, str]]:

@@ -256,7 +256,9 @@ class Transaction:
     Made by ``Store.transaction``; memory stays bounded whatever is added (a row group is written every
     ``batch_size`` records), except jobs, which are kept by id until the commit (the last sighting wins).
     After the block, ``skipped`` says the source was already committed (another ingest of it won), and
-    ``counts`` what this transaction added (what it would have added, when skipped).
+    ``counts`` what this transaction added (what it would have added, when skipped). ``source`` is read
+    at the commit, so it may be set inside the block (an ingest that learns its content key while it
+    reads the file).
     """
 
     def __init__(self, store: "Store", source: SourceMark | None) -> None:
