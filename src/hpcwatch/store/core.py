@@ -121,6 +121,12 @@ class StoreConfig:
             raise ValueError(f"retire_grace_s must be >= 0, got {self.retire_grace_s}")
 
 
+def _where(*conditions: tuple[str, Any]) -> tuple[str, list[Any]]:
+    """A WHERE clause of the ``(sql, value)`` conditions whose value is given, and their parameters."""
+    given = [(sql, value) for sql, value in conditions if value is not None]
+    return " AND ".join(["TRUE", *(sql for sql, _ in given)]), [value for _, value in given]
+
+
 @dataclass(slots=True)
 class IngestCounts:
     samples: int = 0
@@ -701,23 +707,12 @@ class Store:
     def samples(self, metric: str | Iterable[str] | None = None, *, host: str | None = None,
                 job: str | None = None, t0: float | None = None, t1: float | None = None) -> pa.Table:
         """Samples as a table with ``SAMPLE_SCHEMA`` columns, ordered by metric, host, gpu, t."""
-        where, params = [], []
+        where, params = _where(("host = ?", host), ("job = ?", job), ("t >= ?", t0), ("t <= ?", t1))
         if metric is not None:
             metrics = [metric] if isinstance(metric, str) else list(metric)
-            where.append(f"metric IN ({', '.join('?' * len(metrics))})")
+            where += f" AND metric IN ({', '.join('?' * len(metrics))})"
             params.extend(metrics)
-        for column, value in (("host", host), ("job", job)):
-            if value is not None:
-                where.append(f"{column} = ?")
-                params.append(value)
-        if t0 is not None:
-            where.append("t >= ?")
-            params.append(t0)
-        if t1 is not None:
-            where.append("t <= ?")
-            params.append(t1)
-        clause = f"WHERE {' AND '.join(where)}" if where else ""
-        return self.query_arrow(f"SELECT * FROM samples {clause} ORDER BY metric, host, gpu, t", params)
+        return self.query_arrow(f"SELECT * FROM samples WHERE {where} ORDER BY metric, host, gpu, t", params)
 
     def iter_samples(self, metric: str | Iterable[str] | None = None, **filters: Any) -> Iterator[Sample]:
         table = self.samples(metric, **filters)
@@ -732,29 +727,14 @@ class Store:
         return lo, hi
 
     def events(self, kind: str | None = None, *, t0: float | None = None, t1: float | None = None) -> list[Event]:
-        where, params = ["TRUE"], []
-        if kind is not None:
-            where.append("kind = ?")
-            params.append(kind)
-        if t0 is not None:
-            where.append("t >= ?")
-            params.append(t0)
-        if t1 is not None:
-            where.append("t <= ?")
-            params.append(t1)
-        rows = self.query(f"SELECT kind, t, source, attrs FROM events WHERE {' AND '.join(where)} ORDER BY t", params)
+        where, params = _where(("kind = ?", kind), ("t >= ?", t0), ("t <= ?", t1))
+        rows = self.query(f"SELECT kind, t, source, attrs FROM events WHERE {where} ORDER BY t", params)
         return [Event(kind=k, t=t, source=s, attrs=orjson.loads(a)) for k, t, s, a in rows]
 
     def spans(self, job: str | None = None, *, step: int | None = None) -> list[Span]:
-        where, params = ["TRUE"], []
-        if job is not None:
-            where.append("job = ?")
-            params.append(job)
-        if step is not None:
-            where.append("step = ?")
-            params.append(step)
+        where, params = _where(("job = ?", job), ("step = ?", step))
         rows = self.query(f"SELECT job, rank, step, phase, start, dur, attrs FROM spans "
-                          f"WHERE {' AND '.join(where)} ORDER BY step, rank, start", params)
+                          f"WHERE {where} ORDER BY step, rank, start", params)
         return [Span(job=j, rank=r, step=s, phase=p, start=st, dur=d, attrs=orjson.loads(a))
                 for j, r, s, p, st, d, a in rows]
 
