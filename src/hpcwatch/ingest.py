@@ -2,8 +2,10 @@
 
 For every input the registry plans (``sources.registry.plan_inputs``):
 
+    identity = device, inode, size, write time (ns) + format + node
+    identity already committed   -> "already": not even hashed
     key = digest(content) + format + node + (write time, when the format dates records by it)
-    key already committed        -> "already": nothing read, nothing written
+    key already committed        -> "already": nothing written (the read stops as soon as it is known)
     else one store transaction   -> every record of the file, or (on any error) none of them
 
 so re-ingesting the same content is a no-op, and a file whose ingest was killed is
@@ -28,7 +30,7 @@ from hpcwatch.errors import ParseError
 from hpcwatch.sources.registry import RECORD_KINDS, Format, Input, Skipped, format_named, plan_inputs
 from hpcwatch.store import SourceMark, Store
 
-__all__ = ["FileResult", "IngestReport", "ingest_paths", "ingest_input", "source_key", "MAX_BAD_LINES_KEPT",
+__all__ = ["FileResult", "IngestReport", "ingest_paths", "ingest_input", "source_key", "file_identity", "MAX_BAD_LINES_KEPT",
            "KEY_VERSION"]
 
 #: Bad lines of one log whose errors are kept word for word (the rest are counted).
@@ -101,6 +103,9 @@ def ingest_input(store: Store, item: Input, *, forced: bool = False) -> FileResu
             raise ParseError(f"format {fmt.name} is read by its own command, not stored by ingest", path=path)
         return FileResult(path=str(path), status="not stored", format=fmt.name,
                           reason=f"{fmt.summary or fmt.name}")
+    identity = file_identity(item)
+    if store.has_identity(identity):  # the very file read before: skip without reading it again
+        return FileResult(path=str(path), status="already", format=fmt.name)
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="hpcwatch-key") as pool:
         key = pool.submit(source_key, item)
         try:
@@ -110,7 +115,7 @@ def ingest_input(store: Store, item: Input, *, forced: bool = False) -> FileResu
                     raise ParseError(f"holds no {fmt.name} records (forced with --format)", path=path)
                 if store.has_source(key.result()):
                     raise _AlreadyIngested
-                tx.source = SourceMark(key=key.result(), path=str(path), format=fmt.name)
+                tx.source = SourceMark(key=key.result(), path=str(path), format=fmt.name, identity=identity)
         except _AlreadyIngested:
             return FileResult(path=str(path), status="already", format=fmt.name)
     if tx.skipped:  # another process committed the same content meanwhile
@@ -146,6 +151,20 @@ def _write(tx, item: Input, *, stop: Callable[[], bool]) -> dict[str, int]:
         records = fmt.read(path, ctx)
     counts = tx.add(records)
     return {k: getattr(counts, k) for k in RECORD_KINDS}
+
+
+def file_identity(item: Input) -> str:
+    """The file as the file system shows it (device, inode, size, write time in ns) and how it is read.
+
+    Equal identities mean the file has not been touched since it was stored; only a deliberate rewrite
+    that keeps the size and forges the nanosecond write time could fool it (then run with a new store
+    or touch the file). Folder formats have no identity: their content key is cheap.
+    """
+    if item.format.folder:
+        return ""
+    st = os.stat(item.path)
+    return (f"{KEY_VERSION}:{item.format.name}:{item.context.host or ''}:{st.st_dev}:{st.st_ino}:{st.st_size}:"
+            f"{st.st_mtime_ns}")
 
 
 def source_key(item: Input) -> str:

@@ -193,3 +193,19 @@ def test_a_corrupt_parquet_is_one_line_without_control_bytes(run_cli, tmp_path):
     code, out, err = run_cli(["whatif", str(bad), "--json"])
     assert code == 2 and len(err.splitlines()) == 1 and err.startswith(f"hpcwatch: {bad}")
     assert "\x1b" not in err
+
+
+def test_an_untouched_file_is_skipped_without_being_read_again(tmp_path, monkeypatch):
+    from hpcwatch import ingest
+    from hpcwatch.ingest import ingest_paths
+
+    path = tmp_path / "squeue.json"
+    path.write_bytes((DATA / "slurm" / "squeue.json").read_bytes())
+    with Store(tmp_path / "s") as store:
+        assert ingest_paths(store, [path]).by_status() == {"stored": 1}
+        monkeypatch.setattr(ingest, "source_key", lambda item: pytest.fail("hashed an untouched file"))
+        assert ingest_paths(store, [path]).by_status() == {"already": 1}
+        monkeypatch.undo()
+        os.utime(path, ns=(time.time_ns(), time.time_ns()))  # touched: hashed again, same content: still once
+        assert ingest_paths(store, [path]).by_status() == {"already": 1}
+        assert len(store.jobs()) == 10

@@ -154,6 +154,9 @@ class SourceMark:
     """What identifies the content, e.g. a hash of the file's bytes; a key already committed adds nothing."""
     path: str = ""
     format: str = ""
+    identity: str = ""
+    """How the file looked when read (device, inode, size, write time and the reading context), so a
+    re-run can skip a file it already stored without reading it again; "" when unknown."""
     counts: IngestCounts | None = None
     """Rows committed per kind (set by the store)."""
     committed_s: float | None = None
@@ -375,6 +378,7 @@ class Store:
             raise StoreError(f"{self.config.path}: cannot open the store: {err}") from err
         self._bound_key: tuple[int, int, int] | None = None
         self._manifest = _empty_manifest()
+        self._identities: tuple[dict, set[str]] | None = None  # (manifest it was built from, identities)
         self._refresh()
         self._collect_garbage_if_idle()
 
@@ -500,12 +504,24 @@ class Store:
             self._refresh()
             return key in self._manifest["sources"]
 
+    def has_identity(self, identity: str) -> bool:
+        """Whether a committed source was read from a file that looked exactly like this (``SourceMark.identity``)."""
+        if not identity:
+            return False
+        with self._lock:
+            self._refresh()
+            if self._identities is None or self._identities[0] is not self._manifest:
+                found = {m.get("identity") for m in self._manifest["sources"].values()}
+                self._identities = (self._manifest, found - {None, ""})
+            return identity in self._identities[1]
+
     def sources(self) -> list[SourceMark]:
         """The committed sources, oldest commit first."""
         with self._lock:
             self._refresh()
-            marks = [SourceMark(key=key, path=m["path"], format=m["format"], counts=IngestCounts(**m["counts"]),
-                                committed_s=m["committed_s"]) for key, m in self._manifest["sources"].items()]
+            marks = [SourceMark(key=key, path=m["path"], format=m["format"], identity=m.get("identity", ""),
+                                counts=IngestCounts(**m["counts"]), committed_s=m["committed_s"])
+                     for key, m in self._manifest["sources"].items()]
         return sorted(marks, key=lambda m: (m.committed_s, m.key))
 
     def _staging_dir(self) -> Path:
@@ -545,6 +561,7 @@ class Store:
                 self._compact(manifest, table, now)
             if tx.source is not None:
                 manifest["sources"][tx.source.key] = {"path": tx.source.path, "format": tx.source.format,
+                                                      "identity": tx.source.identity,
                                                       "counts": tx.counts.as_dict(), "committed_s": now}
             expired = self._expire(manifest, now)
             manifest["version"] = version
