@@ -209,3 +209,69 @@ def test_an_untouched_file_is_skipped_without_being_read_again(tmp_path, monkeyp
         os.utime(path, ns=(time.time_ns(), time.time_ns()))  # touched: hashed again, same content: still once
         assert ingest_paths(store, [path]).by_status() == {"already": 1}
         assert len(store.jobs()) == 10
+
+
+_WRITER = """
+import sys, time
+from hpcwatch.model import reference_cluster
+from hpcwatch.store import Store
+from hpcwatch.twin import Twin
+twin = Twin(reference_cluster(), seed=3, start=1_767_225_600.0)
+with Store(sys.argv[1]) as store:
+    deadline = time.monotonic() + float(sys.argv[2])
+    while time.monotonic() < deadline:   # a live twin: one commit a tick
+        twin.advance(10.0)
+        store.add_sample_table(twin.sample_table())
+        store.add(r for r in twin.records() if type(r).__name__ != "Sample")
+"""
+
+
+@pytest.mark.slow
+def test_every_reader_works_while_a_live_twin_writes(tmp_path):
+    """jobs, job, health, scan --db, exporter and serve on a store a live twin commits to every tick."""
+    import httpx
+
+    db = tmp_path / "live"
+    writer = subprocess.Popen([sys.executable, "-c", _WRITER, str(db), "40"], stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 30
+        while not (db / "manifest.json").exists() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        for args in (["jobs", "--json"], ["health", "--json"], ["scan", "--json"]):
+            done = _run(*args, "--db", str(db))
+            assert done.returncode == 0, (args, done.stderr)
+        port = _free_port()
+        server = subprocess.Popen([*HPCWATCH, "serve", "--db", str(db), "--port", str(port), "--duration", "25"],
+                                  stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        exporter = subprocess.Popen([*HPCWATCH, "exporter", "--db", str(db), "--port", str(port + 1),
+                                     "--duration", "25"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        try:
+            live = _get_when_up(f"http://127.0.0.1:{port}/api/live", httpx)
+            metrics = _get_when_up(f"http://127.0.0.1:{port + 1}/metrics", httpx)
+            assert live.status_code == 200 and live.json()["gpus"]
+            assert metrics.status_code == 200 and "hpcwatch_job_gpu_hours" in metrics.text
+        finally:
+            for proc in (server, exporter):
+                proc.terminate()
+                proc.wait(timeout=20)
+    finally:
+        writer.terminate()
+        writer.wait(timeout=20)
+
+
+def _free_port() -> int:
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _get_when_up(url: str, httpx, timeout_s: float = 30.0):
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            return httpx.get(url, timeout=10)
+        except httpx.TransportError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.3)
