@@ -190,6 +190,11 @@ def _slurm(reader_name: str):
     return read
 
 
+def _kubernetes():
+    from hpcwatch.sources import kubernetes
+    return kubernetes
+
+
 def _json_jobs(h: Head) -> bool:
     return h.text.lstrip().startswith("{") and '"jobs"' in h.text
 
@@ -243,6 +248,8 @@ register(Format(name="squeue-json", read=_slurm("read_squeue_json"), kinds=J,
 register(Format(name="sacct-json", read=_slurm("read_sacct_json"), kinds=J,
                 sniff=lambda h: _json_jobs(h) and ('"steps"' in h.text or '"current"' in h.text or "sacct" in h.name),
                 summary="sacct --json"))
+register(Format(name="kubectl-pods", read=lambda p, c: _kubernetes().read_kubectl_pods(p), kinds=J,
+                sniff=lambda h: _kubernetes().is_kubectl_pods(h.text), summary="kubectl get pods -o json"))
 register(Format(name="scontrol-job", read=_slurm("read_scontrol_show_job"), kinds=J,
                 sniff=lambda h: h.text.lstrip().startswith("JobId="), summary="scontrol -d -o show job"))
 register(Format(name="perfquery", sniff=_sniff_ib("is_perfquery"), read=_perfquery, kinds=S, uses_host=True,
