@@ -9,6 +9,9 @@ every scrape and calls the reports (hpcwatch.reports, the same the CLI and the w
 Every family is a gauge: each value is recomputed from the store, none counts events itself.
 
     hpcwatch_job_info{hpc_job,user,account,partition,state} 1     join key for dcgm-exporter's hpc_job
+    hpcwatch_gpu_allocation_info{hpc_job,user,account,host,gpu} 1  one per GPU a running job holds (Slurm's
+                                                             gres indices): the join key when dcgm-exporter
+                                                             runs without the hpc_job label (deploy/prometheus/)
     hpcwatch_job_gpus{hpc_job,user,account}                  GPUs allocated
     hpcwatch_job_gpu_hours{hpc_job,user,account}             GPU-hours (GPUs x wall time)
     hpcwatch_job_energy_joules{hpc_job,user,account}         GPU energy
@@ -44,16 +47,17 @@ from hpcwatch.reports.steps import DEFAULT_RECENT_STEPS, jobs_with_spans, step_r
 from hpcwatch.reports.text import visible
 from hpcwatch.store import Store
 
-__all__ = ["StoreCollector", "JobUsage", "METRIC_NAMES", "DEFAULT_PORT", "DEFAULT_RECENT_STEPS",
+__all__ = ["StoreCollector", "JobUsage", "allocation_rows", "ALLOCATION_LABELS", "METRIC_NAMES", "DEFAULT_PORT", "DEFAULT_RECENT_STEPS",
            "registry_for", "serve_metrics"]
 
 DEFAULT_PORT = 9977
 """Unassigned in the Prometheus default port allocations (https://github.com/prometheus/prometheus/wiki/Default-port-allocations)."""
 JOB_LABELS = ("hpc_job", "user", "account")
+ALLOCATION_LABELS = ("hpc_job", "user", "account", "host", "gpu")
 J_PER_KWH = 3.6e6
 
 METRIC_NAMES = (
-    "hpcwatch_job_info", "hpcwatch_job_gpus", "hpcwatch_job_gpu_hours", "hpcwatch_job_energy_joules",
+    "hpcwatch_job_info", "hpcwatch_gpu_allocation_info", "hpcwatch_job_gpus", "hpcwatch_job_gpu_hours", "hpcwatch_job_energy_joules",
     "hpcwatch_job_gpu_utilization_percent", "hpcwatch_job_idle_gpus", "hpcwatch_job_step_seconds",
     "hpcwatch_job_stragglers", "hpcwatch_rank_relative_score", "hpcwatch_job_goodput_ratio",
     "hpcwatch_findings", "hpcwatch_exporter_collect_seconds", "hpcwatch_exporter_collect_errors",
@@ -113,6 +117,9 @@ class StoreCollector(Collector):
         return [
             _gauge("hpcwatch_job_info", "Slurm job metadata; join on hpc_job with dcgm-exporter series.",
                    ["hpc_job", "user", "account", "partition", "state"], info),
+            _gauge("hpcwatch_gpu_allocation_info", "One per GPU a running job holds; join on (host, gpu) with "
+                   "dcgm-exporter series (deploy/prometheus/hpcwatch-rules.yml).", ALLOCATION_LABELS,
+                   [(row, 1.0) for row in allocation_rows(u.job for u in usage)]),
             _gauge("hpcwatch_job_gpus", "GPUs allocated to the job.", JOB_LABELS,
                    [(k, float(u.job.gpus)) for k, u in keyed]),
             _gauge("hpcwatch_job_gpu_hours", "GPU-hours: allocated GPUs x wall time.", JOB_LABELS,
@@ -155,10 +162,21 @@ class StoreCollector(Collector):
                        ["vector", "severity"], [([v, s], float(n)) for (v, s), n in counts.items()])]
 
 
+def allocation_rows(jobs: Iterable[Job]) -> list[list[str]]:
+    """(hpc_job, user, account, host, gpu) for each GPU of each running job (``end`` None) whose indices
+    Slurm gave (``gpus_by_node``); a job known only by its GPU count has no row: nothing to join on."""
+    return [[j.id, j.user or "", j.account or "", node, str(gpu)]
+            for j in jobs if j.start is not None and j.end is None
+            for node, gpus in sorted(j.gpus_by_node.items()) for gpu in gpus]
+
+
 def job_usage(store: Store) -> list[JobUsage]:
     """Per-job usage from the store, through the jobs report (reports/jobs.py)."""
     by_id = {j.id: j for j in store.jobs()}
-    return [JobUsage(job=by_id[r.id], gpu_hours=r.gpu_hours,
+    # A workload known only from its samples (an hpc_job label, a pod) has no record: one from its report.
+    return [JobUsage(job=by_id.get(r.id) or Job(id=r.id, user=r.user, account=r.account, gpus=r.gpus,
+                                                nodes=r.nodes),
+                     gpu_hours=r.gpu_hours,
                      energy_j=r.energy_kwh * J_PER_KWH if r.per_gpu else None,
                      mean_util_percent=r.mean_gpu_util, idle_gpus=r.idle_gpus)
             for r in jobs_report(store, metrics=DCGM_METRICS)]

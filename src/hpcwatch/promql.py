@@ -186,7 +186,7 @@ def result_table(data: Mapping[str, Any], *, name: str = "") -> pa.Table:
     for series in result:
         labels = dict(series.get("metric") or {})
         metric = labels.pop("__name__", None) or name
-        host, gpu, job = sample_keys(labels)
+        host, gpu, job = sample_keys(labels, metric)
         label_json = orjson.dumps(labels, option=orjson.OPT_SORT_KEYS).decode()
         points = series["values"] if kind == "matrix" else [series["value"]]
         n = len(points)

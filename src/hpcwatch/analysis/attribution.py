@@ -1,14 +1,37 @@
-"""Who used what: every GPU sample to a job, a user and an account, and a per-job efficiency report.
+"""Who used what: every GPU sample to a workload (a Slurm job, a Kubernetes pod), and a per-job report.
 
-Attribution, in order of trust:
+Attribution, in order of trust; each report names the sources that gave its samples (``attributed_by``):
 
-1. the sample's ``hpc_job`` label (dcgm-exporter's job mapping; the store's ``job`` column);
-2. else the Slurm allocation: the job whose ``gpus_by_node`` holds that host's GPU and that ran
-   at the sample's time. A sample at t stands for the interval (t - dt, t] before it, so the
-   test is ``start < t <= end`` (``end`` None: still running).
+1. ``hpc_job``: the sample's ``hpc_job`` label (dcgm-exporter's job mapping; the store's ``job`` column).
+   A job even without any Slurm record: user and account stay unknown until a Slurm source says them.
+2. ``slurm``: the Slurm allocation, the job whose ``gpus_by_node`` holds that host's GPU and that ran at the
+   sample's time. A sample at t stands for the interval (t - dt, t] before it, so the test is
+   ``start < t <= end`` (``end`` None: still running).
+3. ``slurm-on-kubernetes``: the same allocation, with the sample's ``pod`` label as the Slurm node. On
+   Slurm-on-Kubernetes (SUNK) each slurmd runs in a pod that registers as a Slurm node under its pod name,
+   and dcgm-exporter ``--kubernetes`` labels the GPU with that pod, not with the Slurm job.
+4. ``kubernetes``: dcgm-exporter ``--kubernetes`` labels ``pod``, ``namespace``, ``container`` (older
+   releases: ``pod_name``, ``pod_namespace``, ``container_name``; empty strings on free GPUs): workload
+   ``namespace/pod``, the id ``sources/kubernetes.py`` gives the pod read from ``kubectl get pods -o json``
+   (which adds its GPU request, node and owner).
 
-The job report follows Princeton's jobstats (GPU utilisation per GPU, memory high-water mark,
-energy) and adds what a training cluster needs: InfiniBand bytes, Lustre bytes, XID errors and
+A MIG instance is a GPU of its own: the key of a GPU is (host, gpu, instance), ``instance`` from the
+``GPU_I_ID`` label, written ``gpu.instance`` (``2.0``) as dcgm-exporter's mapping directory names it.
+MIG instances report no ``DCGM_FI_DEV_GPU_UTIL``; their utilisation is ``DCGM_FI_PROF_GR_ENGINE_ACTIVE``
+x 100, the field NVIDIA recommends for MIG (https://github.com/NVIDIA/dcgm-exporter/issues/430).
+
+One window per job. GPU-hours *allocated* come from the allocation (GPUs x elapsed, as Slurm bills and
+jobstats counts); GPU-hours *observed* are what the samples cover (per GPU: utilisation samples x the
+series' median scrape interval); energy, utilisation and bytes are sums over those samples only.
+``coverage`` = observed / allocated says how much of the allocation the other numbers speak for::
+
+    allocation  |<-------------------- 12 GPUs x 7,800 s = 26.0 GPU-h -------------------->|
+    samples                                                    |<-- 600 s: 2.0 GPU-h -->|
+                                                    observed window, energy, util, bytes
+    coverage = 2.0 / 26.0 = 7.7 %
+
+The report follows Princeton's jobstats (GPU utilisation per GPU, memory high-water mark, energy, CPU
+and memory from Slurm accounting, advice lines) and adds InfiniBand bytes, Lustre bytes, XID errors and
 GPUs held but never used::
 
     GPU util  |####|####|####|        job 4101, node1/0  -> busy
@@ -17,10 +40,9 @@ GPUs held but never used::
 
 Counters (energy, IB bytes) are turned into deltas between consecutive samples of one series; a
 delta belongs to the job of the later sample. The first sample of a series has no delta, so a
-job's energy is what was measured, not what it may have used before monitoring began. GPU-hours
-come from the allocation (GPUs x elapsed), as Slurm and jobstats count them.
+job's energy is what was measured, not what it may have used before monitoring began.
 
-Input: a pyarrow table with the store's sample columns (``hpcwatch.store.SAMPLE_SCHEMA``:
+Input: a pyarrow table with the store's sample columns (``hpcwatch.schemas.SAMPLE_SCHEMA``:
 metric, t [UTC s], value, host, gpu, job, labels [JSON]) and ``records.Job``s. Pure: no store,
 no printing.
 
@@ -31,7 +53,8 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
+from enum import Enum
 
 import numpy as np
 import orjson
@@ -41,23 +64,28 @@ from hpcwatch.records import Job
 from hpcwatch import vocab
 
 __all__ = [
+    "Attribution",
     "GpuReport",
     "JobReport",
     "attribute",
+    "attribute_with_sources",
     "job_reports",
     "report_dict",
+    "device_key",
     "DCGM_METRICS",
     "IB_METRICS",
     "LUSTRE_METRICS",
+    "SLURM_METRICS",
     "REPORT_METRICS",
     "IDLE_UTIL_PCT",
 ]
 
-UTIL, FB, POWER, ENERGY, XID, TENSOR = (
+UTIL, FB, POWER, ENERGY, XID, TENSOR, GR_ACTIVE = (
     vocab.DCGM_FI_DEV_GPU_UTIL, vocab.DCGM_FI_DEV_FB_USED, vocab.DCGM_FI_DEV_POWER_USAGE,
-    vocab.DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION, vocab.DCGM_FI_DEV_XID_ERRORS, vocab.DCGM_FI_PROF_PIPE_TENSOR_ACTIVE)
+    vocab.DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION, vocab.DCGM_FI_DEV_XID_ERRORS, vocab.DCGM_FI_PROF_PIPE_TENSOR_ACTIVE,
+    vocab.DCGM_FI_PROF_GR_ENGINE_ACTIVE)
 #: dcgm-exporter fields the report reads (https://github.com/NVIDIA/dcgm-exporter/blob/main/etc/default-counters.csv).
-DCGM_METRICS = (UTIL, FB, POWER, ENERGY, XID, TENSOR)
+DCGM_METRICS = (UTIL, FB, POWER, ENERGY, XID, TENSOR, GR_ACTIVE)
 IB_TX = vocab.NODE_INFINIBAND_PORT_DATA_TRANSMITTED_BYTES_TOTAL
 IB_RX = vocab.NODE_INFINIBAND_PORT_DATA_RECEIVED_BYTES_TOTAL
 #: node-exporter's InfiniBand data counters (octets).
@@ -65,17 +93,40 @@ IB_METRICS = (IB_TX, IB_RX)
 LUSTRE_READ, LUSTRE_WRITE = vocab.LUSTRE_JOB_READ_BYTES_TOTAL, vocab.LUSTRE_JOB_WRITE_BYTES_TOTAL
 #: Lustre job_stats as the readers name them (labels jobid, target).
 LUSTRE_METRICS = (LUSTRE_READ, LUSTRE_WRITE)
-REPORT_METRICS = DCGM_METRICS + IB_METRICS + LUSTRE_METRICS
+#: What sacct says of a job's CPUs and memory (sources/slurm.py).
+SLURM_METRICS = (vocab.SLURM_JOB_CPUS, vocab.SLURM_JOB_CPU_SECONDS, vocab.SLURM_JOB_MEMORY_REQUESTED_BYTES,
+                 vocab.SLURM_JOB_MAX_RSS_BYTES, vocab.SLURM_JOB_TIME_LIMIT_SECONDS)
+REPORT_METRICS = DCGM_METRICS + IB_METRICS + LUSTRE_METRICS + SLURM_METRICS
 #: A GPU whose utilisation never reached 1 % during the job was allocated but idle (jobstats flags 0 %).
 IDLE_UTIL_PCT = 1.0
 MIB = 1024**2
 MJ_PER_KWH = 3.6e9
+#: dcgm-exporter's Kubernetes labels, newest first (pod_* before dcgm-exporter 2.1, issue #272).
+POD_LABELS, NAMESPACE_LABELS, CONTAINER_LABELS = ("pod", "pod_name"), ("namespace", "pod_namespace"), \
+    ("container", "container_name")
+
+
+class Attribution(str, Enum):
+    """Where a sample's workload came from, in order of trust (module docstring)."""
+
+    HPC_JOB = "hpc_job"
+    SLURM = "slurm"
+    SLURM_ON_KUBERNETES = "slurm-on-kubernetes"
+    KUBERNETES = "kubernetes"
+
+
+_TRUST = {a.value: k for k, a in enumerate(Attribution)}
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class GpuReport:
     host: str
     gpu: str
+    """GPU index (``"0"``)."""
+    instance: str | None
+    """MIG GPU instance id (``GPU_I_ID``), None for a whole GPU."""
+    profile: str | None
+    """MIG profile (``GPU_I_PROFILE``, ``1g.10gb``)."""
     samples: int
     mean_util_pct: float | None
     max_util_pct: float | None
@@ -85,6 +136,13 @@ class GpuReport:
     energy_kwh: float
     xid_errors: int
     idle: bool
+    observed_s: float
+    """Time the samples cover: samples x the series' median scrape interval (0 for a single scrape)."""
+
+    @property
+    def device(self) -> str:
+        """``gpu`` or ``gpu.instance``: the mapping directory's name for it."""
+        return self.gpu if self.instance is None else f"{self.gpu}.{self.instance}"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -97,11 +155,12 @@ class JobReport:
     state: str | None
     nodes: tuple[str, ...]
     gpus: int
+    """GPUs allocated, else (no allocation known: a label-only job) GPUs seen in samples."""
     start: float | None
     end: float | None
     elapsed_s: float
     gpu_hours: float
-    """GPUs x elapsed (allocation), hours."""
+    """GPUs x elapsed (allocation), hours; for a workload without an allocation, the observed GPU-hours."""
     energy_kwh: float
     """Measured: sum of the GPUs' energy-counter deltas while the job held them."""
     mean_gpu_util: float | None
@@ -116,6 +175,31 @@ class JobReport:
     idle_gpus: int
     """GPUs the job held whose utilisation never reached IDLE_UTIL_PCT."""
     per_gpu: tuple[GpuReport, ...]
+    allocation: str | None = None
+    """Who allocated it: ``slurm``, ``kubernetes`` (a pod record), or None (known only from labels)."""
+    attributed_by: tuple[str, ...] = ()
+    """``Attribution`` values that gave this job samples, most trusted first."""
+    gpus_observed: int = 0
+    """GPUs (MIG instances counted apart) with samples attributed to the job."""
+    gpu_hours_allocated: float | None = None
+    gpu_hours_observed: float = 0.0
+    observed_start: float | None = None
+    """The observed window: from the first sample's interval start ..."""
+    observed_end: float | None = None
+    """... to the last sample (UTC s)."""
+    coverage: float | None = None
+    """gpu_hours_observed / gpu_hours_allocated (None without an allocation)."""
+    cpus: int | None = None
+    cpu_util_pct: float | None = None
+    """sacct TotalCPU / (CPUs x elapsed)."""
+    memory_requested_bytes: int | None = None
+    max_rss_bytes_by_node: tuple[tuple[str, int], ...] = ()
+    """(node, largest step MaxRSS there), from sacct's steps."""
+    time_limit_s: float | None = None
+    time_limit_used: float | None = None
+    """elapsed / time limit."""
+    advice: tuple[str, ...] = field(default_factory=tuple)
+    """jobstats-style notes (our wording): what to ask for next time."""
 
     @property
     def ib_bytes(self) -> int:
@@ -146,32 +230,83 @@ def _host_of(host: object, labels: str) -> str | None:
     return str(instance).rsplit(":", 1)[0] if instance else None
 
 
+def device_key(gpu: object, instance: object) -> str | None:
+    """``gpu``, or ``gpu.instance`` for a MIG instance (the mapping directory's ``2.0``)."""
+    if gpu is None or gpu == "":
+        return None
+    return str(gpu) if instance is None or instance == "" else f"{gpu}.{instance}"
+
+
+def _first(labels: dict, names: tuple[str, ...]) -> str | None:
+    return next((str(labels[k]) for k in names if labels.get(k)), None)
+
+
+def _label_columns(labels: pa.ChunkedArray) -> dict[str, np.ndarray]:
+    """instance, profile, pod, namespace per row, each distinct label set parsed once."""
+    encoded = pa.chunked_array(labels).combine_chunks().dictionary_encode() if len(labels) else None
+    names = ("instance", "profile", "pod", "namespace")
+    if encoded is None:
+        return {n: np.array([], dtype=object) for n in names}
+    parsed = []
+    for text in encoded.dictionary.to_pylist():
+        lab = orjson.loads(text) if text else {}
+        parsed.append((lab.get("GPU_I_ID") or None, lab.get("GPU_I_PROFILE") or None,
+                       _first(lab, POD_LABELS), _first(lab, NAMESPACE_LABELS)))
+    table = np.array(parsed, dtype=object).reshape(-1, 4)
+    index = encoded.indices.fill_null(0).to_numpy(zero_copy_only=False)
+    return {n: table[index, k] for k, n in enumerate(names)}
+
+
 def attribute(host: np.ndarray, gpu: np.ndarray, t: np.ndarray, job: np.ndarray,
               jobs: Sequence[Job]) -> np.ndarray:
     """Job id per sample: the ``job`` (hpc_job) value when set, else the Slurm allocation (see module doc).
 
     ``host``, ``gpu``, ``job`` are object arrays (None where unknown), ``t`` UTC seconds.
     """
+    return attribute_with_sources(host, gpu, t, job, jobs)[0]
+
+
+def attribute_with_sources(host: np.ndarray, gpu: np.ndarray, t: np.ndarray, job: np.ndarray,
+                           jobs: Sequence[Job], *, pod: np.ndarray | None = None,
+                           namespace: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """(workload id, ``Attribution`` value) per sample, by the rules of the module docstring, in order;
+    both None where no rule applies. ``pod``/``namespace``: dcgm-exporter's Kubernetes labels, or None."""
     out = np.array(job, dtype=object, copy=True)
     missing = np.array([v is None or v == "" for v in out.tolist()], dtype=bool)
+    out[missing] = None
+    source = np.where(missing, None, Attribution.HPC_JOB.value).astype(object)
+    _by_allocation(out, source, missing, host, gpu, t, jobs, Attribution.SLURM)
+    if pod is not None:
+        missing = np.array([v is None for v in out.tolist()], dtype=bool)
+        _by_allocation(out, source, missing, pod, gpu, t, jobs, Attribution.SLURM_ON_KUBERNETES)
+        for i in np.flatnonzero(np.array([v is None for v in out.tolist()], dtype=bool)).tolist():
+            if pod[i]:
+                out[i] = f"{namespace[i] or 'default'}/{pod[i]}" if namespace is not None else str(pod[i])
+                source[i] = Attribution.KUBERNETES.value
+    return out, source
+
+
+def _by_allocation(out: np.ndarray, source: np.ndarray, missing: np.ndarray, node: np.ndarray, gpu: np.ndarray,
+                   t: np.ndarray, jobs: Sequence[Job], how: Attribution) -> None:
+    """Fill ``out``/``source`` where ``missing`` from the Slurm jobs holding (node, gpu) at t."""
     if not missing.any():
-        return out
+        return
     index: dict[tuple[str, str], list[int]] = {}
     for i in np.flatnonzero(missing).tolist():
-        index.setdefault((host[i], gpu[i]), []).append(i)
+        index.setdefault((node[i], gpu[i]), []).append(i)
     for j in jobs:
         if j.start is None:
             continue
         end = np.inf if j.end is None else j.end
-        for node, gpus in j.gpus_by_node.items():
+        for name, gpus in j.gpus_by_node.items():
             for g in gpus:
-                rows = index.get((node, str(g)))
+                rows = index.get((name, str(g)))
                 if not rows:
                     continue
                 rows_a = np.array(rows)
                 hit = rows_a[(t[rows_a] > j.start) & (t[rows_a] <= end)]
                 out[hit] = j.id
-    return out
+                source[hit] = how.value
 
 
 # -- the report ------------------------------------------------------------------------------------
@@ -190,18 +325,42 @@ class _Acc:
     xid: int = 0
     ib_tx: float = 0.0
     ib_rx: float = 0.0
+    first_t: float | None = None
+    last_t: float | None = None
+    observed_s: float = 0.0
+    sources: set[str] = field(default_factory=set)
+    profile: str | None = None
 
 
 def _dcgm_frame(samples: pa.Table, jobs: Sequence[Job]) -> dict[str, np.ndarray]:
+    """The DCGM rows as columns, each with its device (``gpu`` or ``gpu.instance``), workload and source;
+    a MIG instance's engine activity stands in for the utilisation it does not report (module doc)."""
     metric = _column(samples, "metric")
     keep = np.isin(metric.astype(str), np.array(DCGM_METRICS))
     sub = samples.filter(pa.array(keep)) if len(keep) else samples
     f = {name: _column(sub, name) for name in ("metric", "host", "gpu", "job")}
+    f.update(_label_columns(sub.column("labels")))
     f["t"] = np.asarray(sub.column("t").to_numpy(zero_copy_only=False), dtype=float)
     f["value"] = np.asarray(sub.column("value").to_numpy(zero_copy_only=False), dtype=float)
-    f["job"] = attribute(f["host"], f["gpu"], f["t"], f["job"], jobs)
-    order = np.lexsort((f["t"], f["gpu"].astype(str), f["host"].astype(str), f["metric"].astype(str)))
+    f["device"] = np.array([device_key(g, i) for g, i in zip(f["gpu"].tolist(), f["instance"].tolist())],
+                           dtype=object)
+    f["job"], f["source"] = attribute_with_sources(f["host"], f["gpu"], f["t"], f["job"], jobs, pod=f["pod"],
+                                                   namespace=f["namespace"])
+    _engine_activity_as_util(f)
+    order = np.lexsort((f["t"], f["device"].astype(str), f["host"].astype(str), f["metric"].astype(str)))
     return {k: v[order] for k, v in f.items()}
+
+
+def _engine_activity_as_util(f: dict[str, np.ndarray]) -> None:
+    """Rows of DCGM_FI_PROF_GR_ENGINE_ACTIVE (ratio) become utilisation (%) on devices without GPU_UTIL."""
+    with_util = {(h, d) for h, d, m in zip(f["host"].tolist(), f["device"].tolist(), f["metric"].tolist())
+                 if m == UTIL}
+    swap = np.array([m == GR_ACTIVE and (h, d) not in with_util
+                     for h, d, m in zip(f["host"].tolist(), f["device"].tolist(), f["metric"].tolist())], dtype=bool)
+    if swap.any():
+        f["metric"] = f["metric"].copy()
+        f["metric"][swap] = UTIL
+        f["value"] = np.where(swap, f["value"] * 100.0, f["value"])
 
 
 def _codes(values: np.ndarray) -> tuple[np.ndarray, list]:
@@ -211,26 +370,41 @@ def _codes(values: np.ndarray) -> tuple[np.ndarray, list]:
     return codes, encoded.dictionary.to_pylist()
 
 
+def _series_interval_s(series: np.ndarray, t: np.ndarray, rows: np.ndarray, n_series: int) -> np.ndarray:
+    """Median gap between consecutive samples of each series (0 where a series has one sample); ``rows``
+    are one metric's rows, sorted by series then t."""
+    out = np.zeros(max(n_series, 1))
+    if len(rows) < 2:
+        return out
+    s, tt = series[rows], t[rows]
+    same = s[1:] == s[:-1]
+    gaps, owner = np.diff(tt)[same], s[1:][same]
+    for code in np.unique(owner).tolist():
+        out[code] = float(np.median(gaps[owner == code]))
+    return out
+
+
 def _accumulate_dcgm(f: dict[str, np.ndarray],
                      acc: dict[tuple[str, str, str], _Acc]) -> dict[tuple[str, str, float], str | None]:
-    """Fill per (job, host, gpu) accumulators, vectorised; return the job (or None) holding (host, gpu) at
-    each utilisation sample time (the IB attribution looks jobs up there)."""
+    """Fill per (job, host, device) accumulators, vectorised; return the job (or None) holding (host, device)
+    at each utilisation sample time (the IB attribution looks jobs up there)."""
     if not len(f["t"]):
         return {}
-    series_of = np.array([f"{h}\x1f{g}" for h, g in zip(f["host"].tolist(), f["gpu"].tolist())], dtype=object)
+    series_of = np.array([f"{h}\x1f{g}" for h, g in zip(f["host"].tolist(), f["device"].tolist())], dtype=object)
     series, series_names = _codes(series_of)
     job, job_names = _codes(f["job"])
     metric = f["metric"]
-    # Rows are sorted by (metric, host, gpu, t): a row starts a series when its metric or series changes.
+    n_series = max(len(series_names), 1)
+    # Rows are sorted by (metric, host, device, t): a row starts a series when its metric or series changes.
     first = np.ones(len(series), dtype=bool)
     first[1:] = (series[1:] != series[:-1]) | (metric[1:] != metric[:-1])
     held = job >= 0
-    cell_of = np.where(held, job * max(len(series_names), 1) + series, -1)
+    cell_of = np.where(held, job * n_series + series, -1)
     cells, inverse = np.unique(cell_of[held], return_inverse=True)
     cell = np.full(len(series), -1, dtype=np.int64)
     cell[held] = inverse
     n = len(cells)
-    value = f["value"]
+    value, t = f["value"], f["t"]
 
     def rows(name: str) -> np.ndarray:
         return np.flatnonzero((metric == name) & held)
@@ -240,16 +414,18 @@ def _accumulate_dcgm(f: dict[str, np.ndarray],
         return (np.bincount(cell[r], weights=value[r] if weights is None else weights[r], minlength=n),
                 np.bincount(cell[r], minlength=n))
 
-    def highest(name: str) -> np.ndarray:
-        out = np.full(n, np.nan)
+    def extreme(name: str, ufunc, column: np.ndarray, start: float) -> np.ndarray:
+        out = np.full(n, start)
         r = rows(name)
-        np.fmax.at(out, cell[r], value[r])
+        ufunc.at(out, cell[r], column[r])
         return out
 
     util_sum, util_n = total(UTIL)
     tensor_sum, tensor_n = total(TENSOR)
     power_sum, power_n = total(POWER)
-    util_max, fb_max = highest(UTIL), highest(FB)
+    util_max, fb_max = extreme(UTIL, np.fmax, value, np.nan), extreme(FB, np.fmax, value, np.nan)
+    first_t, last_t = extreme(UTIL, np.fmin, t, np.nan), extreme(UTIL, np.fmax, t, np.nan)
+    interval = _series_interval_s(series, t, np.flatnonzero(metric == UTIL), n_series)
     # Energy: deltas of the counter inside a series; a negative one is a reset (driver reload): skipped.
     delta = np.diff(value, prepend=np.nan)
     energy_ok = ~first & (delta >= 0)
@@ -257,17 +433,33 @@ def _accumulate_dcgm(f: dict[str, np.ndarray],
     # XID: a new non-zero value of the "last XID" gauge is one more error.
     previous = np.where(first, 0.0, np.concatenate([[0.0], value[:-1]]))
     xid, _ = total(XID, ((value != 0) & (value != previous)).astype(float))
+    sources = _cell_sets(cell[held], f["source"][held], n)
+    profiles = _cell_sets(cell[held], f["profile"][held], n)
+
+    def maybe(x: float) -> float | None:
+        return None if np.isnan(x) else float(x)
+
     for k, code in enumerate(cells.tolist()):
-        job_id = job_names[code // max(len(series_names), 1)]
-        host, gpu = series_names[code % max(len(series_names), 1)].split("\x1f")
-        acc[(job_id, host, gpu)] = _Acc(
+        job_id = job_names[code // n_series]
+        host, device = series_names[code % n_series].split("\x1f")
+        acc[(job_id, host, device)] = _Acc(
             energy_mj=float(energy[k]), util_sum=float(util_sum[k]), util_n=int(util_n[k]),
             tensor_sum=float(tensor_sum[k]), tensor_n=int(tensor_n[k]), power_sum=float(power_sum[k]),
-            power_n=int(power_n[k]), fb_max=None if np.isnan(fb_max[k]) else float(fb_max[k]),
-            util_max=None if np.isnan(util_max[k]) else float(util_max[k]), xid=int(xid[k]))
+            power_n=int(power_n[k]), fb_max=maybe(fb_max[k]), util_max=maybe(util_max[k]), xid=int(xid[k]),
+            first_t=maybe(first_t[k]), last_t=maybe(last_t[k]),
+            observed_s=float(util_n[k]) * float(interval[code % n_series]),
+            sources={v for v in sources[k] if v}, profile=next((v for v in sorted(profiles[k], key=str) if v), None))
     u = np.flatnonzero(metric == UTIL)
     # Free GPUs too (job None): the rail map needs every GPU of a host.
-    return dict(zip(zip(f["host"][u].tolist(), f["gpu"][u].tolist(), f["t"][u].tolist()), f["job"][u].tolist()))
+    return dict(zip(zip(f["host"][u].tolist(), f["device"][u].tolist(), f["t"][u].tolist()), f["job"][u].tolist()))
+
+
+def _cell_sets(cell: np.ndarray, values: np.ndarray, n: int) -> list[set]:
+    """The distinct ``values`` of each cell (few: a source name, a MIG profile)."""
+    out: list[set] = [set() for _ in range(n)]
+    for c, v in set(zip(cell.tolist(), values.tolist())):
+        out[c].add(v)
+    return out
 
 
 def _accumulate_ib(samples: pa.Table, holder: dict[tuple[str, str, float], str | None],
@@ -354,9 +546,53 @@ def _mean(total: float, n: int) -> float | None:
     return total / n if n else None
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class _SlurmUsage:
+    """What sacct said of one job (sources/slurm.py writes these samples)."""
+
+    cpus: int | None = None
+    cpu_seconds: float | None = None
+    memory_requested_bytes: int | None = None
+    max_rss_by_node: tuple[tuple[str, int], ...] = ()
+    time_limit_s: float | None = None
+
+
+def _slurm_usage(samples: pa.Table) -> dict[str, _SlurmUsage]:
+    """Per job id, the last value of each SLURM_METRICS sample (MaxRSS: the largest per node)."""
+    metric = _column(samples, "metric").astype(str)
+    keep = np.isin(metric, np.array(SLURM_METRICS))
+    if not keep.any():
+        return {}
+    sub = samples.filter(pa.array(keep))
+    last: dict[tuple[str, str], tuple[float, float]] = {}
+    rss: dict[str, dict[str, int]] = {}
+    for name, job, t, v, lab in zip(sub.column("metric").to_pylist(), sub.column("job").to_pylist(),
+                                    sub.column("t").to_pylist(), sub.column("value").to_pylist(),
+                                    sub.column("labels").to_pylist()):
+        if not job:
+            continue
+        if name == vocab.SLURM_JOB_MAX_RSS_BYTES:
+            node = str((orjson.loads(lab) if lab else {}).get("node") or "")
+            per = rss.setdefault(job, {})
+            per[node] = max(per.get(node, 0), int(v))
+        elif (job, name) not in last or t >= last[(job, name)][0]:
+            last[(job, name)] = (t, v)
+    out = {}
+    for job in {j for j, _ in last} | set(rss):
+        def get(name: str) -> float | None:
+            return last[(job, name)][1] if (job, name) in last else None
+        cpus, mem = get(vocab.SLURM_JOB_CPUS), get(vocab.SLURM_JOB_MEMORY_REQUESTED_BYTES)
+        out[job] = _SlurmUsage(cpus=None if cpus is None else int(cpus), cpu_seconds=get(vocab.SLURM_JOB_CPU_SECONDS),
+                               memory_requested_bytes=None if mem is None else int(mem),
+                               max_rss_by_node=tuple(sorted(rss.get(job, {}).items())),
+                               time_limit_s=get(vocab.SLURM_JOB_TIME_LIMIT_SECONDS))
+    return out
+
+
 def job_reports(samples: pa.Table, jobs: Sequence[Job], *, now: float | None = None) -> list[JobReport]:
-    """One report per job that ran (``start`` set), in job order; ``now`` ends still-running jobs
-    (default: the latest sample time)."""
+    """One report per workload: each job that ran (``start`` set), in job order, then each workload known
+    only from its samples (an ``hpc_job`` label, a pod), by id. ``now`` ends still-running jobs (default:
+    the latest sample time)."""
     if now is None:
         ts = samples.column("t").to_pylist() if samples.num_rows else []
         now = max(ts) if ts else max((j.end or j.start or 0.0 for j in jobs), default=0.0)
@@ -365,36 +601,135 @@ def job_reports(samples: pa.Table, jobs: Sequence[Job], *, now: float | None = N
     if samples.num_rows:
         _accumulate_ib(samples, holder, acc)
     lustre = _lustre_bytes(samples) if samples.num_rows else {}
+    usage = _slurm_usage(samples) if samples.num_rows else {}
     by_job: dict[str, list[tuple[str, str, _Acc]]] = {}
-    for (job, host, gpu), a in acc.items():
-        by_job.setdefault(job, []).append((host, gpu, a))
-    return [_report(j, by_job.get(j.id, []), lustre.get(j.id, (0, 0)), now) for j in jobs if j.start is not None]
+    for (job, host, device), a in acc.items():
+        by_job.setdefault(job, []).append((host, device, a))
+    known = {j.id for j in jobs}
+    seen_only = [Job(id=job_id, account=_namespace_of(job_id, by_job[job_id]),
+                     nodes=tuple(sorted({h for h, _, _ in by_job[job_id]})))
+                 for job_id in sorted(set(by_job) - known)]
+    return [_report(j, by_job.get(j.id, []), lustre.get(j.id, (0, 0)), usage.get(j.id), now)
+            for j in [*(j for j in jobs if j.start is not None), *seen_only]]
 
 
-def _report(job: Job, cells: list[tuple[str, str, _Acc]], lustre: tuple[int, int], now: float) -> JobReport:
-    cells = sorted(cells, key=lambda c: (c[0], _num(c[1])))
-    per_gpu = tuple(GpuReport(
-        host=host, gpu=gpu, samples=a.util_n, mean_util_pct=_mean(a.util_sum, a.util_n), max_util_pct=a.util_max,
+def _namespace_of(job_id: str, cells: list[tuple[str, str, _Acc]]) -> str | None:
+    """A pod seen only in dcgm-exporter's labels: its namespace stands where Slurm puts the account."""
+    if any(Attribution.KUBERNETES.value in a.sources for _, _, a in cells) and "/" in job_id:
+        return job_id.split("/", 1)[0]
+    return None
+
+
+def _gpu_report(host: str, device: str, a: _Acc) -> GpuReport:
+    gpu, _, instance = device.partition(".")
+    return GpuReport(
+        host=host, gpu=gpu, instance=instance or None, profile=a.profile, samples=a.util_n,
+        mean_util_pct=_mean(a.util_sum, a.util_n), max_util_pct=a.util_max,
         mean_tensor_active=_mean(a.tensor_sum, a.tensor_n),
         max_fb_used_bytes=int(a.fb_max * MIB) if a.fb_max is not None else None,
         mean_power_w=_mean(a.power_sum, a.power_n), energy_kwh=a.energy_mj / MJ_PER_KWH, xid_errors=a.xid,
-        idle=a.util_max is not None and a.util_max < IDLE_UTIL_PCT) for host, gpu, a in cells)
-    end = job.end if job.end is not None else now
-    elapsed = max(0.0, end - job.start) if job.start is not None else 0.0
+        idle=a.util_max is not None and a.util_max < IDLE_UTIL_PCT, observed_s=a.observed_s)
+
+
+def _allocation(job: Job) -> str | None:
+    """The record's origin: a Slurm job, a pod from ``kubectl get pods`` (id ``namespace/pod``), or none."""
+    if job.start is None and not job.gpus:
+        return None
+    return "kubernetes" if "/" in job.id else "slurm"
+
+
+def _report(job: Job, cells: list[tuple[str, str, _Acc]], lustre: tuple[int, int], usage: _SlurmUsage | None,
+            now: float) -> JobReport:
+    cells = sorted(cells, key=lambda c: (c[0], _num(c[1]), c[1]))
+    per_gpu = tuple(_gpu_report(host, device, a) for host, device, a in cells)
     total = _Acc()
     for _, _, a in cells:
         for name in ("energy_mj", "util_sum", "util_n", "tensor_sum", "tensor_n", "power_sum", "power_n", "xid",
-                     "ib_tx", "ib_rx"):
+                     "ib_tx", "ib_rx", "observed_s"):
             setattr(total, name, getattr(total, name) + getattr(a, name))
+        total.sources |= a.sources
+    window = _window(cells)
+    allocation = _allocation(job)
+    observed_h = total.observed_s / 3600.0
+    if allocation is not None and job.start is not None:
+        elapsed = max(0.0, (job.end if job.end is not None else now) - job.start)
+        allocated_h: float | None = job.gpus * elapsed / 3600.0
+    else:
+        elapsed, allocated_h = (window[1] - window[0]) if window[0] is not None else 0.0, None
     fbs = [a.fb_max for _, _, a in cells if a.fb_max is not None]
-    return JobReport(
+    gpus = job.gpus if allocation is not None and job.gpus else len(per_gpu)
+    report = JobReport(
         id=job.id, user=job.user, account=job.account, partition=job.partition, name=job.name, state=job.state,
-        nodes=tuple(job.nodes), gpus=job.gpus, start=job.start, end=job.end, elapsed_s=elapsed,
-        gpu_hours=job.gpus * elapsed / 3600.0, energy_kwh=total.energy_mj / MJ_PER_KWH,
+        nodes=tuple(job.nodes), gpus=gpus, start=job.start, end=job.end, elapsed_s=elapsed,
+        gpu_hours=allocated_h if allocated_h is not None else observed_h, energy_kwh=total.energy_mj / MJ_PER_KWH,
         mean_gpu_util=_mean(total.util_sum, total.util_n), mean_tensor_active=_mean(total.tensor_sum, total.tensor_n),
         max_fb_used_bytes=int(max(fbs) * MIB) if fbs else None, mean_power_w=_mean(total.power_sum, total.power_n),
         ib_tx_bytes=int(total.ib_tx), ib_rx_bytes=int(total.ib_rx), lustre_read_bytes=lustre[0],
-        lustre_write_bytes=lustre[1], xid_errors=total.xid, idle_gpus=sum(g.idle for g in per_gpu), per_gpu=per_gpu)
+        lustre_write_bytes=lustre[1], xid_errors=total.xid, idle_gpus=sum(g.idle for g in per_gpu), per_gpu=per_gpu,
+        allocation=allocation, attributed_by=tuple(sorted(total.sources, key=lambda v: _TRUST.get(v, 99))),
+        gpus_observed=len(per_gpu), gpu_hours_allocated=allocated_h, gpu_hours_observed=observed_h,
+        observed_start=window[0], observed_end=window[1],
+        coverage=observed_h / allocated_h if allocated_h else None, **_usage_fields(usage, elapsed))
+    return _with_advice(report)
+
+
+def _window(cells: list[tuple[str, str, _Acc]]) -> tuple[float | None, float | None]:
+    """First sample's interval start .. last sample, over the job's GPUs."""
+    starts = [a.first_t - (a.observed_s / a.util_n if a.util_n else 0.0) for _, _, a in cells if a.first_t is not None]
+    ends = [a.last_t for _, _, a in cells if a.last_t is not None]
+    return (min(starts) if starts else None, max(ends) if ends else None)
+
+
+def _usage_fields(usage: _SlurmUsage | None, elapsed_s: float) -> dict:
+    if usage is None:
+        return {}
+    cpu_util = (100.0 * usage.cpu_seconds / (usage.cpus * elapsed_s)
+                if usage.cpu_seconds is not None and usage.cpus and elapsed_s > 0 else None)
+    return {"cpus": usage.cpus, "cpu_util_pct": cpu_util, "memory_requested_bytes": usage.memory_requested_bytes,
+            "max_rss_bytes_by_node": usage.max_rss_by_node, "time_limit_s": usage.time_limit_s,
+            "time_limit_used": elapsed_s / usage.time_limit_s if usage.time_limit_s else None}
+
+
+# Advice thresholds. Ours (jobstats prints the same kinds of note, with its own site-set cut-offs): each is a
+# level below which asking for less would not have slowed the job and would have freed the resource.
+#: Mean GPU utilisation under this: the job could have run on fewer GPUs.
+LOW_GPU_UTIL_PCT = 50.0
+#: Mean CPU utilisation (TotalCPU / CPUs x elapsed) under this: fewer CPU cores would do.
+LOW_CPU_UTIL_PCT = 50.0
+#: Largest per-node MaxRSS under this share of the memory requested per node: memory over-requested.
+LOW_MEMORY_USED = 0.25
+#: Elapsed under this share of the time limit: a shorter limit would backfill sooner.
+LOW_TIME_LIMIT_USED = 0.25
+#: Samples covering less than this share of the allocation: the report speaks for the observed window only.
+LOW_COVERAGE = 0.9
+GB = 1e9
+
+
+def _with_advice(r: JobReport) -> JobReport:
+    notes = []
+    if r.idle_gpus:
+        notes.append(f"{r.idle_gpus} of {r.gpus_observed} GPUs stayed below {IDLE_UTIL_PCT:.0f} % utilisation the "
+                     "whole time: ask for fewer GPUs or make the code use them.")
+    if r.allocation and r.gpus > r.gpus_observed > 0:
+        notes.append(f"{r.gpus} GPUs allocated, samples from {r.gpus_observed}: the others were not monitored "
+                     "(exporter down, or not dcgm-exporter's GPUs).")
+    if r.mean_gpu_util is not None and r.mean_gpu_util < LOW_GPU_UTIL_PCT and not r.idle_gpus:
+        notes.append(f"mean GPU utilisation {r.mean_gpu_util:.0f} %: check the input pipeline, or run on fewer GPUs.")
+    if r.cpu_util_pct is not None and r.cpus and r.cpu_util_pct < LOW_CPU_UTIL_PCT:
+        notes.append(f"CPU utilisation {r.cpu_util_pct:.0f} % of {r.cpus} cores: about "
+                     f"{max(1, round(r.cpus * r.cpu_util_pct / 100))} cores would have done.")
+    if r.memory_requested_bytes and r.max_rss_bytes_by_node:
+        used = max(v for _, v in r.max_rss_bytes_by_node)
+        per_node = r.memory_requested_bytes / max(1, len(r.nodes) or len(r.max_rss_bytes_by_node))
+        if used < LOW_MEMORY_USED * per_node:
+            notes.append(f"memory: {per_node / GB:.1f} GB requested per node, at most {used / GB:.1f} GB used: "
+                         "ask for less.")
+    if r.time_limit_used is not None and r.end is not None and r.time_limit_used < LOW_TIME_LIMIT_USED:
+        notes.append(f"ran {100 * r.time_limit_used:.0f} % of its time limit: a shorter limit starts sooner.")
+    if r.coverage is not None and r.coverage < LOW_COVERAGE:
+        notes.append(f"samples cover {100 * r.coverage:.0f} % of the allocation: energy, utilisation and bytes are "
+                     "over the observed window only.")
+    return r if not notes else replace(r, advice=tuple(notes))
 
 
 def report_dict(report: JobReport, *, per_gpu: bool = False) -> dict:
@@ -409,11 +744,20 @@ def report_dict(report: JobReport, *, per_gpu: bool = False) -> dict:
         "ib_rx_bytes": report.ib_rx_bytes, "lustre_bytes": report.lustre_bytes,
         "lustre_read_bytes": report.lustre_read_bytes, "lustre_write_bytes": report.lustre_write_bytes,
         "xid_errors": report.xid_errors, "idle_gpus": report.idle_gpus,
+        "allocation": report.allocation, "attributed_by": list(report.attributed_by),
+        "gpus_observed": report.gpus_observed, "gpu_hours_allocated": report.gpu_hours_allocated,
+        "gpu_hours_observed": report.gpu_hours_observed,
+        "observed_window": {"start": report.observed_start, "end": report.observed_end},
+        "coverage": report.coverage, "cpus": report.cpus, "cpu_util_pct": report.cpu_util_pct,
+        "memory_requested_bytes": report.memory_requested_bytes,
+        "max_rss_bytes_by_node": dict(report.max_rss_bytes_by_node), "time_limit_s": report.time_limit_s,
+        "time_limit_used": report.time_limit_used, "advice": list(report.advice),
     }
     if per_gpu:
         doc["per_gpu"] = [{
-            "host": g.host, "gpu": g.gpu, "samples": g.samples, "mean_util_pct": g.mean_util_pct,
+            "host": g.host, "gpu": g.gpu, "instance": g.instance, "profile": g.profile, "device": g.device,
+            "samples": g.samples, "mean_util_pct": g.mean_util_pct,
             "max_util_pct": g.max_util_pct, "mean_tensor_active": g.mean_tensor_active,
             "max_fb_used_bytes": g.max_fb_used_bytes, "mean_power_w": g.mean_power_w, "energy_kwh": g.energy_kwh,
-            "xid_errors": g.xid_errors, "idle": g.idle} for g in report.per_gpu]
+            "xid_errors": g.xid_errors, "idle": g.idle, "observed_s": g.observed_s} for g in report.per_gpu]
     return doc

@@ -6,6 +6,8 @@ samples and jobs); every string from data goes through ``safe_text``.
 
 from __future__ import annotations
 
+from datetime import datetime, timezone
+
 import typer
 from rich.table import Table
 
@@ -45,6 +47,30 @@ def _pct(v: float | None) -> str:
     return "-" if v is None else f"{v:.0f}%"
 
 
+def _hours(v: float | None) -> str:
+    return "-" if v is None else f"{v:.2f}"
+
+
+def _when(t: float | None) -> str:
+    return "-" if t is None else datetime.fromtimestamp(t, timezone.utc).strftime("%Y-%m-%d %H:%M:%S")
+
+
+def _job_lines(r) -> list[str]:
+    """The window, the attribution, jobstats' CPU/memory/time lines and the advice of one job."""
+    lines = [f"allocated {_hours(r.gpu_hours_allocated)} GPU-h; observed {r.gpu_hours_observed:.2f} GPU-h on "
+             f"{r.gpus_observed} GPUs from {_when(r.observed_start)} to {_when(r.observed_end)} UTC"
+             + ("" if r.coverage is None else f" ({100 * r.coverage:.0f} % of the allocation)"),
+             "attributed by: " + (", ".join(safe_text(a) for a in r.attributed_by) or "no samples")
+             + f"; allocation: {safe_text(r.allocation, empty='none known')}"]
+    if r.cpus is not None:
+        lines.append(f"CPU: {r.cpus} cores, {_pct(r.cpu_util_pct)} used; memory requested "
+                     f"{_bytes(r.memory_requested_bytes)}, max RSS "
+                     + (", ".join(f"{safe_text(n)} {_bytes(v)}" for n, v in r.max_rss_bytes_by_node) or "-")
+                     + f"; time limit used {_pct(None if r.time_limit_used is None else 100 * r.time_limit_used)}")
+    lines += [f"[yellow]advice:[/] {safe_text(a)}" for a in r.advice]
+    return lines
+
+
 @app.command()
 def jobs(
     db: str | None = DbOption,
@@ -59,12 +85,16 @@ def jobs(
     if json_out:
         emit_json({"jobs": [report_dict(r) for r in reports]})
         return
-    table = Table(title=f"{len(reports)} jobs")
-    for col in ("job", "user", "account", "state", "GPUs", "GPU-h", "kWh", "util", "HBM max", "IB", "Lustre",
-                "XID", "idle GPUs"):
-        table.add_column(col, justify="left" if col in ("job", "user", "account", "state") else "right")
+    table = Table(title=f"{len(reports)} jobs", caption="GPU-h alloc: as Slurm bills (GPUs x elapsed); "
+                  "seen, kWh, util, bytes: over the observed window (samples) only")
+    for col in ("job", "user", "account", "state", "from", "GPUs", "GPU-h alloc", "GPU-h seen", "cover", "kWh",
+                "util", "HBM max", "IB", "Lustre", "XID", "idle GPUs"):
+        table.add_column(col, justify="left" if col in ("job", "user", "account", "state", "from") else "right")
     for r in reports:
-        table.add_row(safe_text(r.id), safe_text(r.user), safe_text(r.account), safe_text(r.state), str(r.gpus), f"{r.gpu_hours:.2f}",
+        table.add_row(safe_text(r.id), safe_text(r.user), safe_text(r.account), safe_text(r.state),
+                      safe_text(r.attributed_by[0] if r.attributed_by else r.allocation),
+                      f"{r.gpus}", _hours(r.gpu_hours_allocated), f"{r.gpu_hours_observed:.2f}",
+                      _pct(None if r.coverage is None else 100 * r.coverage),
                       f"{r.energy_kwh:.2f}", _pct(r.mean_gpu_util), _bytes(r.max_fb_used_bytes),
                       _bytes(r.ib_bytes), _bytes(r.lustre_bytes), str(r.xid_errors),
                       f"[red]{r.idle_gpus}[/]" if r.idle_gpus else "0")
@@ -73,7 +103,7 @@ def jobs(
 
 @app.command()
 def job(
-    job_id: str = typer.Argument(..., help="Slurm job id."),
+    job_id: str = typer.Argument(..., help="Slurm job id, hpc_job label value, or namespace/pod."),
     db: str | None = DbOption,
     prometheus: str | None = PrometheusOption,
     json_out: bool = JsonOption,
@@ -90,11 +120,14 @@ def job(
                   f"{found.energy_kwh:.3f} kWh, IB {_bytes(found.ib_bytes)}, Lustre read "
                   f"{_bytes(found.lustre_read_bytes)} / write {_bytes(found.lustre_write_bytes)}, "
                   f"{found.xid_errors} XID errors")
+    for line in _job_lines(found):
+        console.print(line)
     table = Table()
-    for col in ("host", "GPU", "samples", "util mean", "util max", "tensor", "HBM max", "power", "kWh", "XID", ""):
+    for col in ("host", "GPU", "MIG", "samples", "util mean", "util max", "tensor", "HBM max", "power", "kWh", "XID", ""):
         table.add_column(col, justify="left" if col in ("host", "") else "right")
     for g in found.per_gpu:
-        table.add_row(safe_text(g.host), safe_text(g.gpu), str(g.samples), _pct(g.mean_util_pct), _pct(g.max_util_pct),
+        table.add_row(safe_text(g.host), safe_text(g.gpu),
+                      "-" if g.instance is None else safe_text(f"{g.instance} {g.profile or ''}"), str(g.samples), _pct(g.mean_util_pct), _pct(g.max_util_pct),
                       "-" if g.mean_tensor_active is None else f"{g.mean_tensor_active:.2f}",
                       _bytes(g.max_fb_used_bytes), "-" if g.mean_power_w is None else f"{g.mean_power_w:.0f} W",
                       f"{g.energy_kwh:.3f}", str(g.xid_errors), "[red]allocated but idle[/]" if g.idle else "")

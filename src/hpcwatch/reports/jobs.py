@@ -1,8 +1,10 @@
-"""The job report and the jobs list: per-job efficiency (jobstats and more) from the attribution analysis.
+"""The job report and the jobs list: per-workload efficiency (jobstats and more) from the attribution analysis.
 
-``samples`` defaults to the store's; where the CLI reads samples from Prometheus
-instead (``--prometheus``), the caller passes the PromQL backend's table (same
-columns as ``store.samples``) and the jobs still come from the store.
+Workloads are the store's jobs (Slurm, pods read from ``kubectl get pods``) and those known only from
+their samples (an ``hpc_job`` label without any Slurm file, a pod label): see ``analysis.attribution``.
+``samples`` defaults to the store's; where the CLI reads samples from Prometheus instead
+(``--prometheus``), the caller passes the PromQL backend's table (same columns as ``store.samples``)
+and the jobs still come from the store.
 """
 
 from __future__ import annotations
@@ -18,20 +20,19 @@ __all__ = ["jobs_report", "job_report", "REPORT_METRICS", "DCGM_METRICS"]
 
 def jobs_report(store: Store, *, samples: pa.Table | None = None, user: str | None = None,
                 account: str | None = None, metrics: tuple[str, ...] = REPORT_METRICS) -> list[JobReport]:
-    """One ``JobReport`` per job that ran (in the store's job order), optionally one user's or account's."""
-    jobs = store.jobs()
-    if not jobs:
-        return []
+    """One ``JobReport`` per workload (the store's jobs that ran, in its order, then workloads seen only in
+    samples), optionally one user's or account's."""
     table = samples if samples is not None else store.samples(list(metrics))
-    return [r for r in job_reports(table, jobs)
+    return [r for r in job_reports(table, store.jobs())
             if (user is None or r.user == user) and (account is None or r.account == account)]
 
 
 def job_report(store: Store, job_id: str, *, samples: pa.Table | None = None) -> JobReport:
-    """One job's report, GPU by GPU (``per_gpu``). ``InputError`` when the job is unknown or never started."""
+    """One workload's report, GPU by GPU (``per_gpu``). ``InputError`` when the store neither holds the job
+    nor any sample of it, or when the job never started."""
+    found = next((r for r in jobs_report(store, samples=samples) if r.id == job_id), None)
+    if found is not None:
+        return found
     if store.job(job_id) is None:
         raise InputError(f"no job {job_id} in the store (hpcwatch jobs lists them)")
-    found = next((r for r in jobs_report(store, samples=samples) if r.id == job_id), None)
-    if found is None:
-        raise InputError(f"job {job_id} never started: nothing to report")
-    return found
+    raise InputError(f"job {job_id} never started: nothing to report")

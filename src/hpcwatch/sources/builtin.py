@@ -190,6 +190,11 @@ def _slurm(reader_name: str):
     return read
 
 
+def _kubernetes():
+    from hpcwatch.sources import kubernetes
+    return kubernetes
+
+
 def _json_jobs(h: Head) -> bool:
     return h.text.lstrip().startswith("{") and '"jobs"' in h.text
 
@@ -243,6 +248,8 @@ register(Format(name="squeue-json", read=_slurm("read_squeue_json"), kinds=J,
 register(Format(name="sacct-json", read=_slurm("read_sacct_json"), kinds=J,
                 sniff=lambda h: _json_jobs(h) and ('"steps"' in h.text or '"current"' in h.text or "sacct" in h.name),
                 summary="sacct --json"))
+register(Format(name="kubectl-pods", read=lambda p, c: _kubernetes().read_kubectl_pods(p), kinds=J,
+                sniff=lambda h: _kubernetes().is_kubectl_pods(h.text), summary="kubectl get pods -o json"))
 register(Format(name="scontrol-job", read=_slurm("read_scontrol_show_job"), kinds=J,
                 sniff=lambda h: h.text.lstrip().startswith("JobId="), summary="scontrol -d -o show job"))
 register(Format(name="perfquery", sniff=_sniff_ib("is_perfquery"), read=_perfquery, kinds=S, uses_host=True,
@@ -275,12 +282,14 @@ def _sniff_prometheus(h: Head) -> bool:
 
 
 def _with_host(samples, host: str | None):
-    """Samples of a scrape that names no node (node-exporter saved to a file) get the context's node."""
+    """Samples of a scrape that names no node (node-exporter saved to a file) get the context's node, as a
+    ``node`` label, or ``instance`` where the series' own ``node`` is a NUMA node or DRBD peer."""
     from hpcwatch.records import Sample
-    from hpcwatch.schemas import sample_keys
+    from hpcwatch.schemas import node_label_is_host, sample_keys
     for s in samples:
-        if host and sample_keys(s.labels)[0] is None:
-            s = Sample(metric=s.metric, labels={**s.labels, "node": host}, t=s.t, value=s.value)
+        if host and sample_keys(s.labels, s.metric)[0] is None:
+            key = "node" if node_label_is_host(s.metric) else "instance"
+            s = Sample(metric=s.metric, labels={**s.labels, key: host}, t=s.t, value=s.value)
         yield s
 
 
@@ -290,15 +299,27 @@ def _table_with_host(table, host: str | None):
         return table
     import pyarrow as pa
     import pyarrow.compute as pc
+    from hpcwatch.schemas import NODE_NOT_HOST_PREFIXES
     missing = pc.is_null(table.column("host"))
-    labels, node = table.column("labels"), '{"node":' + _json_str(host)
-    rest = pc.utf8_slice_codeunits(labels, 1)  # the object without its "{"
-    tagged = pc.if_else(pc.equal(labels, "{}"), pa.scalar(node + "}"),
-                        pc.binary_join_element_wise(pa.scalar(node + ","), rest, ""))
-    labels = pc.if_else(missing, tagged, labels)
+    local = pc.starts_with(table.column("metric"), NODE_NOT_HOST_PREFIXES[0])
+    for prefix in NODE_NOT_HOST_PREFIXES[1:]:
+        local = pc.or_(local, pc.starts_with(table.column("metric"), prefix))
+    labels = table.column("labels")
+    for key, rows in (("node", pc.and_(missing, pc.invert(local))), ("instance", pc.and_(missing, local))):
+        labels = pc.if_else(rows, _tagged(labels, key, host), labels)
     hosts = pc.if_else(missing, pa.scalar(host), table.column("host"))
     return table.set_column(table.schema.get_field_index("host"), "host", hosts).set_column(
         table.schema.get_field_index("labels"), "labels", labels)
+
+
+def _tagged(labels, key: str, host: str):
+    """Each labels JSON object with ``key: host`` put first."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    head = "{" + _json_str(key) + ":" + _json_str(host)
+    rest = pc.utf8_slice_codeunits(labels, 1)  # the object without its "{"
+    return pc.if_else(pc.equal(labels, "{}"), pa.scalar(head + "}"),
+                      pc.binary_join_element_wise(pa.scalar(head + ","), rest, ""))
 
 
 def _json_str(text: str) -> str:

@@ -24,7 +24,9 @@ UTC unless ``utc_offset_s`` says otherwise. A reading of ``N/A`` or
 ``[Not Supported]`` gives no sample.
 
 Not checked: fields not listed above (skipped), that the units are the ones
-nvidia-smi always prints (MiB, W, C, MHz, %), MIG devices (read as their parent GPU).
+nvidia-smi always prints (MiB, W, C, MHz, %), MIG devices (read as their parent GPU). A CSV with
+both ``power.draw`` and ``power.draw.instant`` gives one power sample (the instant one); a CSV
+without ``index`` is a ParseError (a row's position is not its GPU in a log of repeated queries).
 The XML is parsed with the standard library's expat, which fetches no external
 entity (the file names a DTD we never load).
 """
@@ -66,6 +68,9 @@ QUERY_FIELDS = {
     "clocks.current.memory": vocab.DCGM_FI_DEV_MEM_CLOCK,
 }
 #: --query-gpu field -> dcgm-exporter label.
+#: Of two fields for one metric, the lower sorts first and wins: the XML reader also prefers the instant power
+#: reading; ``power.draw`` is a 1 s average on Ampere and newer (nvidia-smi --help-query-gpu).
+_CSV_PREFERENCE = {"power.draw.instant": -1}
 _QUERY_LABELS = {"index": "gpu", "uuid": "UUID", "name": "modelName", "pci.bus_id": "pci_bus_id",
                  "driver_version": vocab.DCGM_FI_DRIVER_VERSION}
 #: XML element path under <gpu> -> DCGM field name; the first path present wins.
@@ -206,12 +211,14 @@ def _csv_row(row: dict[str, str], common: dict[str, str], t: float | None, utc_o
         if not row.get("timestamp", "").strip():
             raise ParseError("no timestamp column and no time given", path=path, line=line)
         t = _smi_time(row["timestamp"], "%Y/%m/%d %H:%M:%S.%f", utc_offset_s, path=path, line=line)
-    for field, value in row.items():
+    seen: set[str] = set()
+    for field in sorted(row, key=lambda f: _CSV_PREFERENCE.get(f, 0)):
         metric = QUERY_FIELDS.get(field)
-        if metric is None:
+        if metric is None or metric in seen:
             continue
-        reading = _reading(value, field, path=path, line=line)
+        reading = _reading(row[field], field, path=path, line=line)
         if reading is not None:
+            seen.add(metric)   # one sample per metric, GPU and time: power.draw.instant before power.draw
             yield Sample(metric=metric, labels=labels, t=t, value=reading)
 
 
@@ -247,6 +254,11 @@ def _parse_csv(text: str, *, path, columns: Sequence[str] | None, hostname: str 
         first += 1
         if not any(c in QUERY_FIELDS or c in _QUERY_LABELS for c in columns):
             raise ParseError("not an nvidia-smi --query-gpu header", path=path, line=first, text=lines[first - 1])
+    if "index" not in columns:
+        # nvidia-smi prints one row per GPU in index order for one query, but a log of repeated queries
+        # (-l, -lms) or a filtered one (-i) breaks that order: the row is no GPU's identity. Refuse.
+        raise ParseError("no index column: add index to --query-gpu (the GPU of a row is not its position)",
+                         path=path, line=max(first, 1), text=lines[first - 1] if first else None)
     common = {"Hostname": hostname} if hostname else {}
     for number in range(first, len(lines)):
         raw = lines[number]

@@ -45,7 +45,7 @@ import pyarrow.compute as pc
 from hpcwatch.errors import ParseError
 from hpcwatch.records import Sample
 from hpcwatch.sources.lines import MAX_LINE_BYTES, MAX_STREAM_BYTES, decode_utf8, file_time, open_binary
-from hpcwatch.schemas import SAMPLE_SCHEMA, sample_keys
+from hpcwatch.schemas import NODE_NOT_HOST_PREFIXES, SAMPLE_SCHEMA, sample_keys
 
 __all__ = ["parse_prometheus_text", "read_prometheus_text", "parse_prometheus_columns",
            "read_prometheus_columns", "parse_labels", "is_prometheus_text", "CHUNK_BYTES"]
@@ -318,15 +318,31 @@ def _fast_table(text: str, now: float, *, path: str | os.PathLike[str], cache: d
     hosts, gpus, jobs, blobs = _label_columns(encoded.dictionary.to_pylist(), path=path,
                                               cache={} if cache is None else cache)
     index = encoded.indices
+    names = names.cast(pa.string())
     return pa.table({
-        "metric": names.cast(pa.string()),
+        "metric": names,
         "t": _times(stamps, now, n),
         "value": pc.cast(values, pa.float64()),
-        "host": pa.array(hosts, pa.string()).take(index),
+        "host": _hosts(names, pa.array(hosts, pa.string()).take(index), index, encoded.dictionary),
         "gpu": pa.array(gpus, pa.string()).take(index),
         "job": pa.array(jobs, pa.string()).take(index),
         "labels": pa.array(blobs, pa.string()).take(index),
     }, schema=SAMPLE_SCHEMA)
+
+
+def _hosts(names: pa.Array, hosts: pa.Array, index: pa.Array, label_texts: pa.Array) -> pa.Array:
+    """The host column, without the ``node`` label of the node-exporter families where it is no host (NUMA,
+    DRBD: ``schemas.NODE_NOT_HOST_PREFIXES``): those rows get Hostname/hostname or instance, else null."""
+    local = pc.starts_with(names, NODE_NOT_HOST_PREFIXES[0])
+    for prefix in NODE_NOT_HOST_PREFIXES[1:]:
+        local = pc.or_(local, pc.starts_with(names, prefix))
+    if not pc.any(local).as_py():
+        return hosts
+    texts = label_texts.to_pylist()
+    fixed = {code: sample_keys(parse_labels(texts[code]), NODE_NOT_HOST_PREFIXES[0])[0]
+             for code in pc.unique(index.filter(local)).to_pylist()}
+    patched = pa.array([fixed.get(code) for code in index.to_pylist()], pa.string())
+    return pc.if_else(local, patched, hosts)
 
 
 def _times(stamps: pa.Array, now: float, n: int) -> pa.Array:
@@ -373,7 +389,7 @@ def parse_prometheus_columns(text: str, *, path: str | os.PathLike[str] = "<inpu
 
 def _columns_from_samples(samples: Iterator[Sample]) -> pa.Table:
     rows = list(samples)
-    keys = [sample_keys(s.labels) for s in rows]
+    keys = [sample_keys(s.labels, s.metric) for s in rows]
     return pa.table({
         "metric": [s.metric for s in rows],
         "t": [s.t for s in rows],

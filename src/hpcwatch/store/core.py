@@ -795,7 +795,7 @@ def _is_abandoned(folder: Path) -> bool:
 
 
 def _sample_table(samples: list[Sample]) -> pa.Table:
-    keys = [sample_keys(s.labels) for s in samples]
+    keys = [sample_keys(s.labels, s.metric) for s in samples]
     return pa.table({
         "metric": [s.metric for s in samples],
         "t": [float(s.t) for s in samples],

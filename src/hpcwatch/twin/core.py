@@ -778,7 +778,7 @@ class Twin:
             "labels": [lab for lab in label_json for _ in range(m)],
         }
         for sample in [*ib_samples(self), *lustre_samples(self)]:
-            host, gpu, job = sample_keys(sample.labels)
+            host, gpu, job = sample_keys(sample.labels, sample.metric)
             for key, value in (("metric", sample.metric), ("t", sample.t), ("value", sample.value), ("host", host),
                                ("gpu", gpu), ("job", job), ("labels", orjson.dumps(dict(sample.labels)).decode())):
                 cols[key].append(value)
