@@ -230,8 +230,9 @@ class _Reader:
 
     @staticmethod
     def on_plugin(r: _Rank, m: re.Match[str]) -> None:
-        if m["loaded"]:
-            r.net_plugin = m["loaded"].strip()
+        loaded = m["loaded"] or (m["what"] and m["what"].partition("Loaded net plugin ")[2])
+        if loaded:
+            r.net_plugin = loaded.strip()
         elif m["p2p"]:
             r.net_plugin = r.net_plugin or m["p2p"]
         elif m["what"] and ("No plugin found" in m["what"] or "Using internal" in m["what"]):
