@@ -32,13 +32,17 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
-from hpcwatch.sources.nccl_log import FORCING_VARIABLES
-
-__all__ = ["NcclTopology", "NcclRule", "NcclConfig", "summarize_nccl", "nccl_rules", "RULES"]
+__all__ = ["NcclTopology", "NcclRule", "NcclConfig", "summarize_nccl", "nccl_rules", "RULES", "FORCING_VARIABLES"]
 
 Verdict = Literal["ok", "warn", "drain"]
 RULES = ("nccl_socket_fallback", "nccl_few_channels", "nccl_forced_tuning", "nccl_version_mismatch",
          "nccl_ib_missing")
+#: Variables that force NCCL's own tuning (https://docs.nvidia.com/deeplearning/nccl/user-guide/docs/env.html):
+#: NCCL's authors call NCCL_ALGO / NCCL_PROTO debug and workaround knobs "not supposed to be used in production"
+#: (https://github.com/NVIDIA/nccl/issues/790, sjeaugey, 2023-02-24); NCCL_TREE_THRESHOLD is
+#: their pre-2.5 form (https://github.com/NVIDIA/nccl/issues/211).
+FORCING_VARIABLES = ("NCCL_ALGO", "NCCL_PROTO", "NCCL_MIN_NCHANNELS", "NCCL_MAX_NCHANNELS", "NCCL_MIN_CTAS",
+                     "NCCL_MAX_CTAS", "NCCL_TREE_THRESHOLD", "NCCL_LL_THRESHOLD", "NCCL_NTHREADS")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

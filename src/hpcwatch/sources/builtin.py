@@ -110,6 +110,18 @@ def _sniff_flight_recorder(h: Head) -> bool:
 register(Format(name="flight-recorder", sniff=_sniff_flight_recorder, read=_flight_recorder, kinds=E,
                 dated_by_file=True, summary="PyTorch Flight Recorder dump of one rank (pickle, read without "
                                             "running code, or JSON)"))
+def _nccl_inspector(p: Path, c: ReadContext):
+    from hpcwatch.sources import nccl_inspector
+    return nccl_inspector.read_nccl_inspector(p)
+
+
+def _sniff_nccl_inspector(h: Head) -> bool:
+    from hpcwatch.sources import nccl_inspector
+    return nccl_inspector.is_nccl_inspector(h.text)
+
+
+register(Format(name="nccl-inspector", sniff=_sniff_nccl_inspector, read=_nccl_inspector, kinds=E,
+                summary="NCCL Inspector JSON (per-collective timing from NCCL's profiler plugin)"))
 register(Format(name="nccl-log", sniff=_sniff_nccl_log, read=_nccl_log, kinds=E, line_oriented=True,
                 dated_by_file=True, summary="NCCL_DEBUG=INFO log (and PyTorch watchdog timeout lines)"))
 

@@ -44,7 +44,7 @@ from hpcwatch.records import Event
 from hpcwatch.sources.lines import OnBadLine, file_time, iter_lines, line_text, report_bad_line
 from hpcwatch.vocab import EventKind
 
-__all__ = ["parse_nccl_log", "read_nccl_log", "is_nccl_log", "TRANSPORT_KINDS", "FORCING_VARIABLES"]
+__all__ = ["parse_nccl_log", "read_nccl_log", "is_nccl_log", "TRANSPORT_KINDS"]
 
 _PREFIX = re.compile(r"(?P<host>[^\s:]*):(?P<pid>\d+):(?P<tid>\d+) \[(?P<dev>\d+)\] "
                      r"(?:(?P<src>[\w./-]+:\d+) )?NCCL (?P<level>INFO|WARN|TRACE|ABORT) ?(?P<msg>.*)")
@@ -76,12 +76,6 @@ _WATCHDOG = re.compile(r"(?:\[(?:PG (?P<pg>\S+) )?Rank (?P<rank>\d+)\] )?Watchdo
 
 #: Transport kinds as NCCL names them after "via" (transport/*.cc: p2p, shm, net, coll_net, nvls).
 TRANSPORT_KINDS = ("P2P", "SHM", "NET/IB", "NET/Socket", "NET", "COLLNET", "NVLS", "CUMEM")
-#: Variables that force NCCL's own tuning (https://docs.nvidia.com/deeplearning/nccl/user-guide/docs/env.html):
-#: NCCL's authors call NCCL_ALGO / NCCL_PROTO debug and workaround knobs "not supposed to be used in production"
-#: (https://github.com/NVIDIA/nccl/issues/790#issuecomment, sjeaugey, 2023-02-24); NCCL_TREE_THRESHOLD is
-#: their pre-2.5 form (https://github.com/NVIDIA/nccl/issues/211).
-FORCING_VARIABLES = ("NCCL_ALGO", "NCCL_PROTO", "NCCL_MIN_NCHANNELS", "NCCL_MAX_NCHANNELS", "NCCL_MIN_CTAS",
-                     "NCCL_MAX_CTAS", "NCCL_TREE_THRESHOLD", "NCCL_LL_THRESHOLD", "NCCL_NTHREADS")
 
 
 @dataclass(slots=True)
