@@ -18,6 +18,7 @@ EventKindName = Literal[
     "xid", "gpu_xid", "gpu_process", "failure", "checkpoint", "checkpoint_save", "checkpoint_restore",
     "job_start", "job_end", "falco", "tetragon", "shard_check", "shard_manifest", "osv_advisory", "pip_package",
     "pth_file", "opensm_partitions", "nvidia_params", "dcgm_diag", "nccl_test", "ib_write_bw",
+    "nccl_rank", "nccl_warn", "nccl_timeout", "flight_recorder_dump", "nccl_inspector",
 ]
 
 
@@ -49,6 +50,12 @@ class EventKind:
     DCGM_DIAG: Final = "dcgm_diag"
     NCCL_TEST: Final = "nccl_test"
     IB_WRITE_BW: Final = "ib_write_bw"
+    # the ML stack's own logs: NCCL_DEBUG=INFO, PyTorch's Flight Recorder, NCCL Inspector
+    NCCL_RANK: Final = "nccl_rank"
+    NCCL_WARN: Final = "nccl_warn"
+    NCCL_TIMEOUT: Final = "nccl_timeout"
+    FLIGHT_RECORDER_DUMP: Final = "flight_recorder_dump"
+    NCCL_INSPECTOR: Final = "nccl_inspector"
 
 
 EVENT_KINDS: Final[frozenset[str]] = frozenset(v for k, v in vars(EventKind).items() if k.isupper())

@@ -29,7 +29,8 @@ rule                      signal                                               v
 Active rules (events from ``sources.healthtools``): ``dcgm_diag`` (a failed test
 drains, a warning warns), ``nccl_tests`` (wrong results drain; bus bandwidth far
 under the catalog's NVLink or NDR figure warns), ``ib_write_bw`` (far under the
-link rate warns, under half drains).
+link rate warns, under half drains), ``nccl_*`` (the NCCL log rules of ``analysis.nccl`` on
+``nccl_rank`` events, each check on the hosts it names; ``nccl_timeout`` from PyTorch's watchdog warns).
 
 Sources: DCGM field meanings, https://docs.nvidia.com/datacenter/dcgm/latest/dcgm-api/dcgm-api-field-ids.html;
 row remapping, https://docs.nvidia.com/deploy/a100-gpu-mem-error-mgmt/index.html;
@@ -68,6 +69,7 @@ __all__ = [
     "THROTTLE_BITS",
     "passive_checks",
     "active_checks",
+    "nccl_log_checks",
     "judge",
     "health_report",
     "worst",
@@ -497,10 +499,25 @@ def _check_ib_write_bw(e: Event, config: HealthConfig, link_key: str) -> list[Ch
                             "link_gbps": link.rate_bits_s / 1e9})]
 
 
+def nccl_log_checks(events: Sequence[Event]) -> list[Check]:
+    """The NCCL log rules (``analysis.nccl``) as per-host checks; watchdog timeouts warn on their host."""
+    from hpcwatch.analysis.nccl import nccl_rules, summarize_nccl
+
+    ranks = [dict(e.attrs) for e in events if e.kind == EventKind.NCCL_RANK]
+    checks = [Check(node=host, rule=r.rule, verdict=r.verdict, title=r.title, evidence=dict(r.evidence))
+              for r in (nccl_rules(summarize_nccl(ranks)) if ranks else []) for host in r.hosts]
+    for e in events:
+        if e.kind == EventKind.NCCL_TIMEOUT and e.attrs.get("node"):
+            checks.append(Check(node=str(e.attrs["node"]), rule="nccl_timeout", verdict="warn",
+                                title=f"collective {e.attrs.get('op')} seq {e.attrs.get('seq')} timed out",
+                                evidence=dict(e.attrs)))
+    return checks
+
+
 def active_checks(events: Sequence[Event], *, config: HealthConfig = HealthConfig(),
                   link: str = "ndr") -> list[Check]:
-    """Judge dcgmi diag, nccl-tests and ib_write_bw results (``sources.healthtools`` events)."""
-    checks: list[Check] = []
+    """Judge dcgmi diag, nccl-tests and ib_write_bw results (``sources.healthtools`` events), and NCCL logs."""
+    checks: list[Check] = nccl_log_checks(events)
     for e in events:
         if e.kind == EventKind.DCGM_DIAG:
             checks += _check_dcgm_diag(e)

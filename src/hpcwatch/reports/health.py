@@ -18,7 +18,8 @@ __all__ = ["node_health", "DEFAULT_HEALTH_WINDOW_S", "ACTIVE_EVENT_KINDS"]
 
 #: Default look-back: the last 15 minutes before the newest sample.
 DEFAULT_HEALTH_WINDOW_S = 900.0
-ACTIVE_EVENT_KINDS = (EventKind.DCGM_DIAG, EventKind.NCCL_TEST, EventKind.IB_WRITE_BW)
+ACTIVE_EVENT_KINDS = (EventKind.DCGM_DIAG, EventKind.NCCL_TEST, EventKind.IB_WRITE_BW, EventKind.NCCL_RANK,
+                      EventKind.NCCL_TIMEOUT)
 
 
 def _stored_inputs(store: Store, node: str | None, window_s: float):

@@ -83,6 +83,48 @@ register(Format(name="nccl-tests", read=_health("read_nccl_tests"), kinds=E, use
 register(Format(name="ib-write-bw", read=_health("read_ib_write_bw"), kinds=E, uses_host=True, dated_by_file=True,
                 sniff=lambda h: "#bytes" in h.text and "BW peak[" in h.text, summary="perftest ib_write_bw output"))
 
+# -- the ML stack's own logs: NCCL_DEBUG=INFO, PyTorch's Flight Recorder (after nccl-tests, whose output
+# carries NCCL INFO lines too) -----------------------------------------------------------------------------
+
+
+def _nccl_log(p: Path, c: ReadContext):
+    from hpcwatch.sources import nccl_log
+    return nccl_log.read_nccl_log(p, on_bad_line=c.on_bad_line)
+
+
+def _sniff_nccl_log(h: Head) -> bool:
+    from hpcwatch.sources import nccl_log
+    return nccl_log.is_nccl_log(h.text)
+
+
+def _flight_recorder(p: Path, c: ReadContext):
+    from hpcwatch.sources import flight_recorder
+    return iter([flight_recorder.read_flight_recorder(p)])
+
+
+def _sniff_flight_recorder(h: Head) -> bool:
+    from hpcwatch.sources import flight_recorder
+    return flight_recorder.is_flight_recorder(h.raw)
+
+
+register(Format(name="flight-recorder", sniff=_sniff_flight_recorder, read=_flight_recorder, kinds=E,
+                dated_by_file=True, summary="PyTorch Flight Recorder dump of one rank (pickle, read without "
+                                            "running code, or JSON)"))
+def _nccl_inspector(p: Path, c: ReadContext):
+    from hpcwatch.sources import nccl_inspector
+    return nccl_inspector.read_nccl_inspector(p)
+
+
+def _sniff_nccl_inspector(h: Head) -> bool:
+    from hpcwatch.sources import nccl_inspector
+    return nccl_inspector.is_nccl_inspector(h.text)
+
+
+register(Format(name="nccl-inspector", sniff=_sniff_nccl_inspector, read=_nccl_inspector, kinds=E,
+                summary="NCCL Inspector JSON (per-collective timing from NCCL's profiler plugin)"))
+register(Format(name="nccl-log", sniff=_sniff_nccl_log, read=_nccl_log, kinds=E, line_oriented=True,
+                dated_by_file=True, summary="NCCL_DEBUG=INFO log (and PyTorch watchdog timeout lines)"))
+
 # -- host settings ---------------------------------------------------------------------------------------------
 
 

@@ -11,6 +11,8 @@ Layout of ``out`` (every file is a real format; ``hpcwatch ingest out`` reads it
     perfquery/<node>/mlx5_<h>.1.txt   ``perfquery -x`` of every HCA at the end (clusters of up to
                                       SNAPSHOT_MAX_NODES nodes: thousands of tiny files cost seconds)
     slurm/squeue.json, sacct.json     ``squeue --json`` / ``sacct --json`` (Slurm 22.05) at the end
+    nccl/nccl.<node>.<pid>.log        the training job's NCCL_DEBUG=INFO log, one per rank (twin/nccl.py)
+    flight_recorder/fr_trace_rank_<r> (``nccl_hang`` only) each rank's Flight Recorder dump, torch's pickle
     spans.jsonl                       (``spans=True`` only) the training job's step spans, one JSON object per
                                       line {"job","rank","step","phase","start","dur","attrs"} (records.Span);
                                       not a collector's format, so ``hpcwatch ingest`` does not read it
@@ -43,6 +45,7 @@ import orjson
 from hpcwatch.errors import ConfigError
 from hpcwatch.model import Cluster, parse_cluster, reference_cluster
 from hpcwatch.twin.core import Twin
+from hpcwatch.twin.nccl import write_nccl_logs
 from hpcwatch.twin.exposition import hca_device, kineto_traces, scrape_all, spans_jsonl, uniform_shape
 
 __all__ = ["write_run", "RunSummary", "sized_reference", "LUSTRE_EVERY_S", "DEFAULT_STEP_S", "SNAPSHOT_MAX_NODES"]
@@ -125,6 +128,8 @@ def write_run(twin: Twin, out: str | Path, *, duration_s: float, step_s: float =
     w.final()
     if traces_dir is not None:
         w.files += _write_traces(twin, Path(traces_dir), profiled)
+    if twin.scheduler.jobs:
+        w.files += write_nccl_logs(twin, out)   # scenarios below may rewrite them (a socket fallback, a hang)
     for scenario in twin.scenarios:
         scenario.extra_files(twin=twin, out=out, t0=t0, t1=twin.now)
     return RunSummary(out=str(out), t0=t0, t1=twin.now, ticks=ticks, files=w.files, jobs=len(twin.jobs),
@@ -140,7 +145,7 @@ def _write_traces(twin: Twin, folder: Path, profiled: list[tuple]) -> int:
     return len(docs)
 
 
-_OUR_FOLDERS = ("dcgm", "node-exporter", "lustre", "perfquery", "slurm")
+_OUR_FOLDERS = ("dcgm", "node-exporter", "lustre", "perfquery", "slurm", "nccl", "flight_recorder")
 
 
 class _NodeFiles:

@@ -1,0 +1,110 @@
+"""Two questions about the ML stack's communication: what did NCCL build (and what is wrong with it), and
+why does the job hang. Inputs are files (read through the format registry) or the store.
+
+``nccl_report`` reads NCCL debug logs (``nccl-log``) into a topology, the rules that fired, WARN lines
+and watchdog timeouts; ``hang_report`` reads Flight Recorder dumps (``flight-recorder``) into the
+wavefront, mismatches and last completed collective. Both also take the events already stored
+(``nccl_report_of`` / ``hang_report_of``), so the CLI, the web card and the Observer agree.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from hpcwatch.analysis.hang import HangReport, analyse_hang
+from hpcwatch.analysis.nccl import NcclConfig, NcclRule, NcclTopology, nccl_rules, summarize_nccl
+from hpcwatch.errors import InputError, ParseError
+from hpcwatch.records import Event
+from hpcwatch.sources.registry import Input, plan_inputs
+from hpcwatch.store import Store
+from hpcwatch.vocab import EventKind
+
+__all__ = ["NcclReport", "nccl_report", "nccl_report_of", "hang_report", "hang_report_of", "read_events",
+           "NCCL_LOG_KINDS"]
+
+NCCL_LOG_KINDS = (EventKind.NCCL_RANK, EventKind.NCCL_WARN, EventKind.NCCL_TIMEOUT)
+#: WARN lines and timeouts kept in a report (a flapping link can print thousands).
+MAX_LINES_KEPT = 200
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class NcclReport:
+    topology: NcclTopology
+    rules: tuple[NcclRule, ...]
+    warns: tuple[dict[str, Any], ...]
+    timeouts: tuple[dict[str, Any], ...]
+    files: tuple[str, ...] = ()
+    bad_lines: tuple[str, ...] = field(default=())
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"files": list(self.files), "topology": self.topology.to_dict(),
+                "rules": [r.to_dict() for r in self.rules], "warns": list(self.warns),
+                "timeouts": list(self.timeouts), "bad_lines": list(self.bad_lines)}
+
+
+def read_events(paths: Iterable[str | os.PathLike[str]], format_name: str) -> tuple[list[Event], list[str], list[str]]:
+    """(events, files read, bad lines) of the files of ``format_name`` under ``paths``; a file named
+    on the command line that is another format is an error, a folder's others are passed over."""
+    named = {os.fspath(p) for p in paths}
+    bad: list[ParseError] = []
+    events: list[Event] = []
+    files: list[str] = []
+    for item in plan_inputs(paths, on_bad_line=bad.append):
+        if not isinstance(item, Input) or item.format is None:
+            continue
+        if item.format.name != format_name:
+            if os.fspath(item.path) in named:
+                raise InputError(f"{item.path}: not a {format_name} file (it reads as {item.format.name})")
+            continue
+        events.extend(item.format.read(item.path, item.context))
+        files.append(str(item.path))
+    if not files:
+        raise InputError(f"{', '.join(map(str, named))}: no {format_name} file found")
+    return events, files, [str(e) for e in bad]
+
+
+def nccl_report_of(events: Sequence[Event], *, config: NcclConfig = NcclConfig(), files: Sequence[str] = (),
+                   bad_lines: Sequence[str] = ()) -> NcclReport:
+    """The report of one job's NCCL log events."""
+    ranks = [dict(e.attrs) for e in events if e.kind == EventKind.NCCL_RANK]
+    topology = summarize_nccl(ranks)
+    return NcclReport(topology=topology, rules=tuple(nccl_rules(topology, config=config)),
+                      warns=tuple(dict(e.attrs) for e in events if e.kind == EventKind.NCCL_WARN)[:MAX_LINES_KEPT],
+                      timeouts=tuple(dict(e.attrs) for e in events if e.kind == EventKind.NCCL_TIMEOUT)[:MAX_LINES_KEPT],
+                      files=tuple(files), bad_lines=tuple(bad_lines[:MAX_LINES_KEPT]))
+
+
+def nccl_report(paths: Iterable[str | os.PathLike[str]], *, config: NcclConfig = NcclConfig()) -> NcclReport:
+    """Read the NCCL logs under ``paths`` (one job) and report on them."""
+    events, files, bad = read_events(list(paths), "nccl-log")
+    return nccl_report_of(events, config=config, files=files, bad_lines=bad)
+
+
+def hang_report_of(events: Sequence[Event]) -> HangReport:
+    """The hang report of one job's Flight Recorder dump events (the newest dump of each rank)."""
+    newest: dict[Any, Event] = {}
+    for e in sorted(events, key=lambda e: e.t):
+        if e.kind == EventKind.FLIGHT_RECORDER_DUMP:
+            newest[e.attrs.get("rank")] = e
+    return analyse_hang([dict(e.attrs) for e in newest.values()])
+
+
+def hang_report(paths: Iterable[str | os.PathLike[str]]) -> HangReport:
+    """Read the Flight Recorder dumps under ``paths`` (one per rank) and say why the job hangs."""
+    events, _, _ = read_events(list(paths), "flight-recorder")
+    return hang_report_of(events)
+
+
+def stored_nccl_report(store: Store, *, config: NcclConfig = NcclConfig()) -> NcclReport:
+    """The report of every NCCL log event in the store (one job's store)."""
+    return nccl_report_of([e for kind in NCCL_LOG_KINDS for e in store.events(kind)], config=config)
+
+
+def stored_hang_report(store: Store) -> HangReport:
+    return hang_report_of(store.events(EventKind.FLIGHT_RECORDER_DUMP))
+
+
+__all__ += ["stored_nccl_report", "stored_hang_report"]
