@@ -17,7 +17,7 @@ __all__ = ["EventKind", "EVENT_KINDS", "EventKindName", "METRICS"]
 EventKindName = Literal[
     "xid", "gpu_xid", "gpu_process", "failure", "checkpoint", "checkpoint_save", "checkpoint_restore",
     "job_start", "job_end", "falco", "tetragon", "shard_check", "shard_manifest", "osv_advisory", "pip_package",
-    "pth_file", "opensm_partitions", "nvidia_params", "dcgm_diag", "nccl_test", "ib_write_bw",
+    "pth_file", "opensm_partitions", "nvidia_params", "dcgm_diag", "nccl_test", "ib_write_bw", "slurm_config",
 ]
 
 
@@ -49,6 +49,8 @@ class EventKind:
     DCGM_DIAG: Final = "dcgm_diag"
     NCCL_TEST: Final = "nccl_test"
     IB_WRITE_BW: Final = "ib_write_bw"
+    # scheduler configuration (scontrol show config)
+    SLURM_CONFIG: Final = "slurm_config"
 
 
 EVENT_KINDS: Final[frozenset[str]] = frozenset(v for k, v in vars(EventKind).items() if k.isupper())
@@ -89,6 +91,9 @@ NODE_INFINIBAND_PORT_ERRORS_RECEIVED_TOTAL: Final = "node_infiniband_port_errors
 # perfquery counters (sources/infiniband.py: data counters already x4, in bytes)
 IB_PORTXMITDATA_BYTES: Final = "ib_PortXmitData_bytes"
 IB_PORTRCVDATA_BYTES: Final = "ib_PortRcvData_bytes"
+# ibstat (sources/infiniband.py)
+IB_PORT_RATE_GBPS: Final = "ib_port_rate_gbps"
+IB_PORT_UP: Final = "ib_port_up"
 # Lustre job_stats (sources/lustre.py)
 LUSTRE_JOB_READ_BYTES_TOTAL: Final = "lustre_job_read_bytes_total"
 LUSTRE_JOB_WRITE_BYTES_TOTAL: Final = "lustre_job_write_bytes_total"

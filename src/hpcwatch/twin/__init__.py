@@ -1,10 +1,11 @@
 """The twin: a simulated cluster that writes the real formats (see twin/core.py).
 
 Importing the package registers every scenario: ``straggler``, ``failures``
-(one sick node: health) and ``threats`` (security).
+(one sick node: health), ``threats`` (security) and
+``well_kept`` / ``neglected`` (assessment).
 """
 
-from hpcwatch.twin import failures, straggler, threats  # noqa: F401  (each registers its scenarios)
+from hpcwatch.twin import assess_scenarios, failures, straggler, threats  # noqa: F401  (each registers its scenarios)
 from hpcwatch.twin.core import DEFAULT_START_S, JobTruth, Twin
 from hpcwatch.twin.scenarios import Scenario, get_scenario, register, scenario_names
 
