@@ -434,6 +434,8 @@ def detector_findings(ev: Evidence) -> Verdict:
     rec = ["findings (hpcwatch scan: six detectors)"]
     if ev.findings is None:
         return _v("unknown", "the detectors were not run", rec)
+    if ev.t0 is None:  # "nothing found" over an empty store is not a clean bill of health
+        return _v("unknown", "the store holds nothing for the detectors to read", rec)
     serious = [f for f in ev.findings if f.severity in ("critical", "high")]
     medium = [f for f in ev.findings if f.severity == "medium"]
     rules = sorted({f.rule for f in serious or medium})
