@@ -175,3 +175,14 @@ def test_json_contract_from_the_command_line(tmp_path, neglected):
     crit = doc["categories"][0]["criteria"][0]
     assert set(crit) >= {"id", "status", "evidence", "source"}
     assert doc["tier"] == "Silver"  # an empty store shows nothing: unknown everywhere caps it
+
+
+def test_the_web_app_serves_the_tier_and_the_report():
+    from fastapi.testclient import TestClient
+
+    from hpcwatch.web.app import create_app
+    client = TestClient(create_app(Store(":memory:"), reference_cluster()))
+    assert client.get("/api/assess").json()["tier"] == "Silver"
+    page = client.get("/assess")
+    assert page.status_code == 200 and "Plotly.newPlot" in page.text and 'id="tier"' in page.text
+    assert "data-assess-tier" in client.get("/").text
