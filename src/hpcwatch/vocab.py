@@ -18,7 +18,7 @@ EventKindName = Literal[
     "xid", "gpu_xid", "gpu_process", "failure", "checkpoint", "checkpoint_save", "checkpoint_restore",
     "job_start", "job_end", "falco", "tetragon", "shard_check", "shard_manifest", "osv_advisory", "pip_package",
     "pth_file", "opensm_partitions", "nvidia_params", "dcgm_diag", "nccl_test", "ib_write_bw",
-    "nccl_rank", "nccl_warn", "nccl_timeout", "flight_recorder_dump", "nccl_inspector",
+    "nccl_rank", "nccl_warn", "nccl_timeout", "flight_recorder_dump", "nccl_inspector", "slurm_config",
 ]
 
 
@@ -56,6 +56,8 @@ class EventKind:
     NCCL_TIMEOUT: Final = "nccl_timeout"
     FLIGHT_RECORDER_DUMP: Final = "flight_recorder_dump"
     NCCL_INSPECTOR: Final = "nccl_inspector"
+    # scheduler configuration (scontrol show config)
+    SLURM_CONFIG: Final = "slurm_config"
 
 
 EVENT_KINDS: Final[frozenset[str]] = frozenset(v for k, v in vars(EventKind).items() if k.isupper())
@@ -102,6 +104,9 @@ SLURM_JOB_CPU_SECONDS: Final = "slurm_job_cpu_seconds"
 SLURM_JOB_MEMORY_REQUESTED_BYTES: Final = "slurm_job_memory_requested_bytes"
 SLURM_JOB_MAX_RSS_BYTES: Final = "slurm_job_max_rss_bytes"
 SLURM_JOB_TIME_LIMIT_SECONDS: Final = "slurm_job_time_limit_seconds"
+# ibstat (sources/infiniband.py)
+IB_PORT_RATE_GBPS: Final = "ib_port_rate_gbps"
+IB_PORT_UP: Final = "ib_port_up"
 # Lustre job_stats (sources/lustre.py)
 LUSTRE_JOB_READ_BYTES_TOTAL: Final = "lustre_job_read_bytes_total"
 LUSTRE_JOB_WRITE_BYTES_TOTAL: Final = "lustre_job_write_bytes_total"

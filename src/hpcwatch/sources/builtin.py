@@ -294,6 +294,18 @@ register(Format(name="kubectl-pods", read=lambda p, c: _kubernetes().read_kubect
                 sniff=lambda h: _kubernetes().is_kubectl_pods(h.text), summary="kubectl get pods -o json"))
 register(Format(name="scontrol-job", read=_slurm("read_scontrol_show_job"), kinds=J,
                 sniff=lambda h: h.text.lstrip().startswith("JobId="), summary="scontrol -d -o show job"))
+def _slurm_config(p: Path, c: ReadContext):
+    from hpcwatch.sources import slurm_config
+    return slurm_config.read_scontrol_show_config(p)
+
+
+def _sniff_slurm_config(h: Head) -> bool:
+    from hpcwatch.sources import slurm_config
+    return slurm_config.is_scontrol_show_config(h.text)
+
+
+register(Format(name="scontrol-config", read=_slurm_config, kinds=E, dated_by_file=True, sniff=_sniff_slurm_config,
+                summary="scontrol show config (HealthCheckProgram, TopologyPlugin...)"))
 register(Format(name="perfquery", sniff=_sniff_ib("is_perfquery"), read=_perfquery, kinds=S, uses_host=True,
                 dated_by_file=True, summary="perfquery / perfquery -x"))
 register(Format(name="ibstat", sniff=_sniff_ib("is_ibstat"), read=_ibstat, kinds=S, uses_host=True,

@@ -24,6 +24,7 @@ import re
 from collections.abc import Iterator
 from pathlib import Path
 
+from hpcwatch import vocab
 from hpcwatch.errors import ParseError
 from hpcwatch.records import Sample
 from hpcwatch.sources.lines import file_time, read_text, to_float
@@ -99,9 +100,9 @@ _KEY_RE = re.compile(r"([A-Za-z][A-Za-z ]*?):\s*(.*?)\s*\Z")
 def _port_samples(port: dict[str, str], labels: dict[str, str], t: float, *, path, line: int) -> Iterator[Sample]:
     state, phys = port.get("State", ""), port.get("Physical state", "")
     tags = {**labels, "state": state, "physical_state": phys, "link_layer": port.get("Link layer", "")}
-    yield Sample(metric="ib_port_up", labels=tags, t=t, value=1.0 if (state == "Active" and phys == "LinkUp") else 0.0)
+    yield Sample(metric=vocab.IB_PORT_UP, labels=tags, t=t, value=1.0 if (state == "Active" and phys == "LinkUp") else 0.0)
     if port.get("Rate"):
-        yield Sample(metric="ib_port_rate_gbps", labels=tags, t=t,
+        yield Sample(metric=vocab.IB_PORT_RATE_GBPS, labels=tags, t=t,
                      value=to_float(port["Rate"], "Rate", path=path, line=line))
     if port.get("Base lid"):
         yield Sample(metric="ib_port_lid", labels=tags, t=t, value=to_float(port["Base lid"], "Base lid",

@@ -24,6 +24,8 @@ __all__ = [
     "checkpoint_activity", "latest_finding_by_vector", "finding_counts", "table_counts",
     "newest_span_job", "span_jobs", "span_jobs_by_recency", "step_range", "last_step_every_rank_finished",
     "recent_spans", "samples_matching", "events_of_kinds",
+    "gpu_sample_cadence", "gpu_metric_presence", "job_gpu_coverage", "label_values_by_host", "counter_increase",
+    "idle_gpu_maxima", "newest_by_labels", "step_walls", "sample_job_ids",
 ]
 
 
@@ -224,3 +226,76 @@ def events_of_kinds(store: Store, kinds: Sequence[str], *, since_version: int = 
         since_version, f"SELECT kind, t, source, attrs FROM events WHERE kind IN ({_marks(kinds)}) ORDER BY t",
         list(kinds))
     return version, [Event(kind=k, t=t, source=src, attrs=orjson.loads(a)) for k, t, src, a in rows]
+
+
+# -- what an assessment reads (assess/evidence.py) -------------------------------------------------
+
+
+def gpu_sample_cadence(store: Store, metric: str) -> list[tuple]:
+    """Per (host, gpu) with samples of ``metric``: rows ``(host, gpu, count, first t, last t, longest gap s,
+    median gap s)``; the gaps are between consecutive samples of that GPU (NULL with one sample)."""
+    return store.query(
+        "SELECT host, gpu, count(*), min(t), max(t), max(dt), median(dt) FROM ("
+        "SELECT host, gpu, t, t - lag(t) OVER (PARTITION BY host, gpu ORDER BY t) AS dt FROM samples "
+        "WHERE metric = ? AND host IS NOT NULL AND gpu IS NOT NULL) GROUP BY host, gpu ORDER BY host, gpu", [metric])
+
+
+def gpu_metric_presence(store: Store, metrics: Sequence[str]) -> list[tuple[str, str, str]]:
+    """Which of ``metrics`` each (host, gpu) has at least one sample of: rows ``(host, gpu, metric)``."""
+    if not metrics:
+        return []
+    return store.query(f"SELECT DISTINCT host, gpu, metric FROM samples WHERE metric IN ({_marks(metrics)}) "
+                       "AND host IS NOT NULL AND gpu IS NOT NULL", list(metrics))
+
+
+def job_gpu_coverage(store: Store, metric: str) -> list[tuple]:
+    """Per (job label, host, gpu) of ``metric``'s samples: rows ``(job, host, gpu, count, first t, last t)``."""
+    return store.query("SELECT job, host, gpu, count(*), min(t), max(t) FROM samples WHERE metric = ? "
+                       "AND job IS NOT NULL AND host IS NOT NULL AND gpu IS NOT NULL GROUP BY job, host, gpu", [metric])
+
+
+def sample_job_ids(store: Store, metrics: Sequence[str]) -> list[str]:
+    """Every job label seen on samples of ``metrics``, sorted."""
+    if not metrics:
+        return []
+    return [j for (j,) in store.query(f"SELECT DISTINCT job FROM samples WHERE metric IN ({_marks(metrics)}) "
+                                      "AND job IS NOT NULL ORDER BY job", list(metrics))]
+
+
+def label_values_by_host(store: Store, metric: str, label: str) -> list[tuple[str | None, str]]:
+    """The distinct values of label ``label`` on ``metric``'s samples, per host: rows ``(host, value)``."""
+    return store.query("SELECT DISTINCT host, json_extract_string(labels, ?) AS v FROM samples "
+                       "WHERE metric = ? AND v IS NOT NULL ORDER BY host, v", [f'$."{label}"', metric])
+
+
+def counter_increase(store: Store, metrics: Sequence[str]) -> list[tuple[str, str | None, str, float]]:
+    """Per series of ``metrics``: rows ``(metric, host, labels JSON, newest - oldest value)``."""
+    if not metrics:
+        return []
+    return store.query(f"SELECT metric, host, labels, arg_max(value, t) - arg_min(value, t) FROM samples "
+                       f"WHERE metric IN ({_marks(metrics)}) GROUP BY metric, host, labels", list(metrics))
+
+
+def idle_gpu_maxima(store: Store, *, util_metric: str, metrics: Sequence[str],
+                    idle_below_pct: float) -> list[tuple[str, str, str, float, int]]:
+    """The highest value of each of ``metrics`` per GPU at the scrapes where ``util_metric`` was under
+    ``idle_below_pct``: rows ``(host, gpu, metric, max value, idle scrapes)``."""
+    if not metrics:
+        return []
+    return store.query(
+        "WITH idle AS (SELECT host, gpu, t FROM samples WHERE metric = ? AND value < ? AND host IS NOT NULL "
+        "AND gpu IS NOT NULL) SELECT s.host, s.gpu, s.metric, max(s.value), count(*) FROM samples s "
+        f"JOIN idle i ON s.host = i.host AND s.gpu = i.gpu AND s.t = i.t WHERE s.metric IN ({_marks(metrics)}) "
+        "GROUP BY s.host, s.gpu, s.metric ORDER BY s.host, s.gpu", [util_metric, idle_below_pct, *metrics])
+
+
+def newest_by_labels(store: Store, metric: str) -> list[tuple[str | None, str, float, float]]:
+    """The newest value of each series of ``metric``: rows ``(host, labels JSON, value, t)``."""
+    return store.query("SELECT host, labels, arg_max(value, t), max(t) FROM samples WHERE metric = ? "
+                       "GROUP BY host, labels ORDER BY host", [metric])
+
+
+def step_walls(store: Store, job: str) -> list[tuple[int, float, float]]:
+    """Per step of ``job``'s spans: rows ``(step, first start, last end)``, in step order."""
+    return store.query("SELECT step, min(start), max(start + dur) FROM spans WHERE job = ? GROUP BY step "
+                       "ORDER BY step", [job])

@@ -66,8 +66,9 @@ _SPAN_COLUMNS = [("load", "forward", "backward", "allreduce", "optimizer", "barr
 #: Relative per-phase jitter of one rank's compute (1 %).
 PHASE_JITTER = 0.01
 
-#: A recent data-centre driver (R550 branch) as dcgm-exporter puts it in DCGM_FI_DRIVER_VERSION.
-DRIVER_VERSION = "550.90.07"
+#: A data-centre driver as dcgm-exporter puts it in DCGM_FI_DRIVER_VERSION: R580 at its first release with the
+#: May 2026 security fixes (NVIDIA bulletin a_id 5821; the floor ClusterMAX pins, see assess/versions.py).
+DRIVER_VERSION = "580.159.03"
 #: Max SM clock (MHz) as ``nvidia-smi -q`` reports it; H200 seen in data/real/h200/nvml_timeseries.csv (1980).
 #: H100 SXM: https://www.nvidia.com/en-us/data-center/h100/ (same GH100 boost), A100: 1410 (A100 datasheet).
 SM_CLOCK_MAX_MHZ = {"h100-sxm": 1980.0, "h200": 1980.0, "a100-sxm": 1410.0}

@@ -32,6 +32,7 @@ from starlette.concurrency import run_in_threadpool
 from hpcwatch.errors import HpcwatchError, InputError
 from hpcwatch.records import VECTORS
 from hpcwatch.reports.findings import recent_findings
+from hpcwatch.reports.assess import assessment_document, assessment_report
 from hpcwatch.reports.steps import player_jobs, player_step
 
 __all__ = ["router", "STREAM_INTERVAL_S", "SIM_GPU_COUNTS", "StepSource", "StepDoc", "StragglerVerdict",
@@ -112,6 +113,17 @@ class SimDoc(BaseModel):
 
 def _state(request: Request) -> Any:
     return request.app.state.hpcwatch
+
+
+def assessment_doc(state: Any) -> dict[str, Any]:
+    """``hpcwatch assess --json`` of the app's store and cluster (the Decider mode's tier, the report page)."""
+    from hpcwatch.assess import AssessConfig
+    return assessment_document(assessment_report(state.store, AssessConfig(cluster=state.cluster)))
+
+
+@router.get("/assess", summary="ClusterMAX-style assessment: tier, categories, criteria", response_class=ORJSONResponse)
+async def assess(request: Request) -> ORJSONResponse:
+    return ORJSONResponse(await run_in_threadpool(assessment_doc, _state(request)))
 
 
 @router.get("/live", summary="Current live snapshot", response_class=ORJSONResponse)

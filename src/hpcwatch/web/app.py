@@ -96,6 +96,12 @@ def _add_pages(app: FastAPI) -> None:
         return {"ok": True, "latest_sample_t": latest, "nodes": len(state.cluster.nodes),
                 "gpus": len(state.cluster.gpus)}
 
+    @app.get("/assess", response_class=HTMLResponse, include_in_schema=False)
+    async def assess_page(request: Request) -> HTMLResponse:
+        from hpcwatch.web.assess_html import render_assessment_html
+        doc = await run_in_threadpool(api.assessment_doc, request.app.state.hpcwatch)
+        return HTMLResponse(render_assessment_html(doc))
+
     @app.get("/vendor/plotly.min.js", include_in_schema=False)
     async def plotly_js() -> Response:
         path = resources.files("plotly").joinpath(PLOTLY_JS)

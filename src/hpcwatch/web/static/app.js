@@ -168,6 +168,15 @@ function setReading(reading) {
   body.classList.add(`reading-${reading}`);
   document.querySelectorAll("[data-reading]").forEach((b) => b.setAttribute("aria-pressed", String(b.dataset.reading === reading)));
   if (card.dataset.open) renderCard(card, card.dataset.open, reading, state.snapshot, closeCard);
+  if (reading === "decider") showTier();
+}
+
+// The Decider mode shows the assessment's tier; the link opens the full report (/assess).
+function showTier() {
+  const slot = document.querySelector("[data-assess-tier]");
+  if (!slot) return;
+  fetch("/api/assess").then((r) => r.json()).then((doc) => { slot.textContent = doc.tier; })
+    .catch(() => { slot.textContent = "?"; });
 }
 
 function setView(view) {

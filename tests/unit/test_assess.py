@@ -1,0 +1,188 @@
+"""hpcwatch assess: the tier rule, the scontrol reader, the criteria on the twin's kept and neglected clusters."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from hpcwatch.assess import AssessConfig, ModelShape, category_tier, overall_tier
+from hpcwatch.assess import criteria as C
+from hpcwatch.assess.evidence import Evidence
+from hpcwatch.cli import app
+from hpcwatch.errors import ParseError
+from hpcwatch.ingest import ingest_paths
+from hpcwatch.model import reference_cluster
+from hpcwatch.reports.assess import assessment_document, assessment_report
+from hpcwatch.sources.slurm_config import is_scontrol_show_config, parse_scontrol_show_config, read_scontrol_show_config
+from hpcwatch.store import Store
+from hpcwatch.twin import Twin
+from hpcwatch.twin.assess_scenarios import GAP_S, GAP_START_S, NEGLECTED_BREAKS
+from hpcwatch.twin.run import write_run
+
+DATA = Path(__file__).parents[1] / "data" / "slurm_config"
+
+
+# -- the tier rule -----------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("statuses, tier", [
+    (["pass", "pass"], "Platinum"),
+    (["pass", "warn"], "Gold"),
+    (["pass", "unknown"], "Silver"),        # unknown never counts as a pass
+    (["unknown", "unknown"], "Silver"),
+    (["warn", "unknown", "fail"], "Bronze"),
+    (["fail", "pass", "fail"], "Underperform"),
+    ([], "Silver"),                         # nothing shown: never better than Silver
+])
+def test_category_tier_follows_the_written_rule(statuses, tier):
+    assert category_tier(statuses) == tier
+
+
+def test_overall_tier_is_the_lowest_category():
+    assert overall_tier(["Platinum", "Bronze", "Gold"]) == "Bronze"
+    assert overall_tier([]) == "Silver"
+
+
+# -- scontrol show config ----------------------------------------------------------------------------------------
+
+def test_scontrol_config_reads_a_real_capture_header_and_values():
+    event, = read_scontrol_show_config(DATA / "scontrol_show_config_head_siena.txt")
+    assert event.attrs["as_of"] == "2022-05-26T10:41:42"
+    assert event.attrs["params"]["AuthType"] == "auth/munge"
+    assert event.attrs["params"]["AccountingStorageTRES"] == "cpu,mem,energy,node,billing,fs/disk,vmem,pages"
+    assert event.attrs["params"]["AuthInfo"] == "(null)"
+
+
+def test_scontrol_config_reads_a_grep_of_healthcheck_lines():
+    text = (DATA / "scontrol_show_config_grep_healthcheck_nhc.txt").read_text()
+    assert is_scontrol_show_config(text)
+    event, = parse_scontrol_show_config(text)
+    assert event.attrs["params"]["HealthCheckProgram"] == "/usr/sbin/nhc"
+    assert event.attrs["params"]["HealthCheckInterval"] == "600 sec"
+
+
+@pytest.mark.parametrize("text", [
+    "",                                   # empty file
+    "PartitionName=debug Nodes=ALL\n",    # slurm.conf syntax, not scontrol's "Key = value"
+    "just some words\n",                  # prose
+])
+def test_scontrol_config_rejects_what_is_not_one(text):
+    with pytest.raises(ParseError):
+        list(parse_scontrol_show_config(text, path="x.txt"))
+
+
+def test_scontrol_config_sniff_leaves_other_key_value_text_alone():
+    assert not is_scontrol_show_config("ResmanDebugLevel: 4294967295\nRegistryDwords: \"\"\n")
+    assert not is_scontrol_show_config("a = 1\nb = 2\n")
+
+
+# -- the twin: kept vs neglected ---------------------------------------------------------------------------------
+
+def _assess_twin(tmp_path_factory, scenario: str) -> dict:
+    cluster = reference_cluster()
+    out = tmp_path_factory.mktemp(scenario)
+    write_run(Twin(cluster, seed=0, scenarios=[scenario]), out, duration_s=GAP_START_S + GAP_S + 150)
+    store = Store(":memory:")
+    ingest_paths(store, [out], hosts=[n.name for n in cluster.nodes])
+    return assessment_document(assessment_report(store, AssessConfig(cluster=cluster)))
+
+
+@pytest.fixture(scope="module")
+def kept(tmp_path_factory):
+    return _assess_twin(tmp_path_factory, "well_kept")
+
+
+@pytest.fixture(scope="module")
+def neglected(tmp_path_factory):
+    return _assess_twin(tmp_path_factory, "neglected")
+
+
+def _statuses(doc: dict) -> dict[str, str]:
+    return {r["id"]: r["status"] for c in doc["categories"] for r in c["criteria"]}
+
+
+def test_the_neglected_cluster_fails_exactly_the_criteria_it_breaks(neglected):
+    failed = {k for k, v in _statuses(neglected).items() if v == "fail"}
+    assert failed == NEGLECTED_BREAKS
+
+
+def test_the_well_kept_cluster_passes_what_the_neglected_one_breaks(kept):
+    statuses = _statuses(kept)
+    assert {k: statuses[k] for k in NEGLECTED_BREAKS} == {k: "pass" for k in NEGLECTED_BREAKS}
+    assert "fail" not in statuses.values()
+
+
+def test_nccl_autoconfig_is_unknown_without_an_nccl_log_reader(kept, neglected):
+    for doc in (kept, neglected):
+        r = next(r for c in doc["categories"] for r in c["criteria"] if r["id"] == "nccl-autoconfig")
+        assert r["status"] == "unknown" and "no NCCL log in the store" in r["evidence"]
+
+
+def test_verdicts_say_why_and_link_their_evidence(neglected):
+    by_id = {r["id"]: r for c in neglected["categories"] for r in c["criteria"]}
+    assert "node2/mlx5_3: 200 Gb/s" in by_id["port-rate"]["evidence"]
+    assert "node2" in by_id["hbm-memory-scrub"]["evidence"]
+    assert by_id["healthcheck-program"]["evidence"] == "HealthCheckProgram is not set"
+    assert all(r["source"] and r["command"] and r["records"] for r in by_id.values())
+    assert neglected["tier"] == "Underperform"
+
+
+def test_every_criterion_cites_a_source_and_every_category_is_named():
+    assert {c.category for c in C.CRITERIA} == set(C.CATEGORIES)
+    assert len({c.id for c in C.CRITERIA}) == len(C.CRITERIA)
+    assert all(c.source for c in C.CRITERIA)
+
+
+# -- rules as pure functions --------------------------------------------------------------------------------------
+
+def _evidence(**fields) -> Evidence:
+    cluster = reference_cluster()
+    base = Evidence(t0=0.0, t1=100.0, cluster=cluster, config=AssessConfig(cluster=cluster))
+    return dataclasses.replace(base, **fields)
+
+
+def test_mfu_meets_the_published_h200_point():
+    # DESIGN §6: GPT 407M (d 1024, L 24, T 2048, B 8) at 111.8 ms/step on one H200 -> 40.4 %.
+    cluster = dataclasses.replace(reference_cluster(), nodes=reference_cluster().nodes[:1])
+    one_gpu = dataclasses.replace(cluster.nodes[0], gpus=cluster.nodes[0].gpus[:1])
+    cluster = dataclasses.replace(cluster, nodes=(one_gpu,))
+    shape = ModelShape(params=407e6, layers=24, d_model=1024, seq=2048, tokens_per_step=8 * 2048)
+    ev = dataclasses.replace(_evidence(step_walls_s=(0.1118,) * 5, gpu_models=("NVIDIA H200",)),
+                             cluster=cluster, config=AssessConfig(cluster=cluster, model=shape))
+    verdict = C.mfu_reference(ev)
+    assert verdict.status == "pass" and verdict.figures["reference"] == pytest.approx(0.404)
+
+
+def test_mfu_without_a_model_shape_or_a_reference_is_unknown():
+    assert C.mfu_reference(_evidence(step_walls_s=(0.04,))).status == "unknown"
+    assert C.mfu_reference(_evidence()).status == "unknown"
+
+
+def test_interruptions_over_too_little_exposure_are_unknown_not_a_pass():
+    assert C.interruption_rate(_evidence()).status == "unknown"
+
+
+def test_json_contract_from_the_command_line(tmp_path, neglected):
+    store_dir = tmp_path / "db"
+    Store(str(store_dir)).close()
+    result = CliRunner().invoke(app, ["assess", "--db", str(store_dir), "--json"])
+    assert result.exit_code == 0, result.output
+    doc = json.loads(result.output)
+    assert set(doc) >= {"tier", "categories"}
+    crit = doc["categories"][0]["criteria"][0]
+    assert set(crit) >= {"id", "status", "evidence", "source"}
+    assert doc["tier"] == "Silver"  # an empty store shows nothing: unknown everywhere caps it
+
+
+def test_the_web_app_serves_the_tier_and_the_report():
+    from fastapi.testclient import TestClient
+
+    from hpcwatch.web.app import create_app
+    client = TestClient(create_app(Store(":memory:"), reference_cluster()))
+    assert client.get("/api/assess").json()["tier"] == "Silver"
+    page = client.get("/assess")
+    assert page.status_code == 200 and "Plotly.newPlot" in page.text and 'id="tier"' in page.text
+    assert "data-assess-tier" in client.get("/").text
