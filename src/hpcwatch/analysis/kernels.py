@@ -39,7 +39,7 @@ __all__ = ["KIND_COMPUTE", "KIND_COMMUNICATION", "KIND_MEMORY", "KIND_OTHER", "K
            "KernelStat", "KernelBreakdown", "kernel_breakdown", "StreamIdle", "idle_breakdown",
            "comm_compute_overlap", "LaunchStats", "launch_stats", "Collective", "collectives", "bus_factor",
            "DEFAULT_CONSECUTIVE_KERNEL_DELAY_US", "DEFAULT_RUNTIME_CUTOFF_US", "DEFAULT_LAUNCH_DELAY_CUTOFF_US",
-           "DEFAULT_TOP_KERNELS", "profiled_rows"]
+           "DEFAULT_TOP_KERNELS", "profiled_rows", "has_gpu_activity"]
 
 KIND_COMPUTE, KIND_COMMUNICATION, KIND_MEMORY, KIND_OTHER = "compute", "communication", "memory", "other"
 KINDS: tuple[str, ...] = (KIND_COMPUTE, KIND_COMMUNICATION, KIND_MEMORY, KIND_OTHER)
@@ -103,6 +103,11 @@ def _gpu_rows(trace: KinetoTrace, kept: np.ndarray | None = None) -> np.ndarray:
     ev = trace.events
     mask = np.isin(ev["cat"], GPU_CATEGORIES) & (ev["stream"] >= 0)
     return np.flatnonzero(mask if kept is None else mask & kept)
+
+
+def has_gpu_activity(trace: KinetoTrace) -> bool:
+    """Whether the trace has kernels, copies or memsets on a stream (not a CPU-only trace)."""
+    return bool(len(_gpu_rows(trace)))
 
 
 def _merged(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
