@@ -5,6 +5,13 @@ into an environment, so it lives in its own venv, not in hpcwatch's test extra:
 
     python3 -m venv /tmp/hta && /tmp/hta/bin/pip install HolisticTraceAnalysis -e .
     .venv/bin/python benchmarks/bench_steps_vs_hta.py [--hta-python /tmp/hta/bin/python] [--repeat 3]
+    .venv/bin/python benchmarks/bench_steps_vs_hta.py --whole [--set DIR ...] [--twin-ranks 8 --twin-steps 60]
+
+``--whole`` times what a user runs, whole process, same run: ``hpcwatch steps DIR --json``
+against a Python process doing HTA's ``TraceAnalysis(trace_dir=DIR)`` + ``get_temporal_breakdown``;
+peak RSS is the peak of the sum over the process and its children (our reader processes),
+sampled from /proc every 5 ms. The sets: the test traces, any ``--set`` folder, and the twin's
+kernel-level traces of ``--twin-ranks`` ranks × ``--twin-steps`` steps (gzipped JSON).
 
 Each measurement runs in a fresh child process, so its peak RSS (``ru_maxrss``) is its own;
 we report the peak and the growth over the process's RSS after its imports. HTA rounds event
@@ -32,6 +39,8 @@ ROOT = Path(__file__).resolve().parent.parent
 TRACES = {
     "hta_a100_nccl_rank0": ROOT / "tests/data/kineto/hta_a100_nccl_rank0.json.gz",
     "h200_annotated_steps": ROOT / "tests/data/kineto/h200_annotated_steps.json.gz",
+    "hta_gpu_lags_host_rank0": ROOT / "tests/data/kineto/hta_gpu_lags_host_rank0.json.gz",
+    "hta_sampled_2ranks": ROOT / "tests/data/kineto/hta_sampled_2ranks",
 }
 
 
@@ -117,15 +126,111 @@ def _best(runs: list[dict]) -> dict:
     return {**best, "peak_rss_mib": min(r["peak_rss_mib"] for r in runs), "cpu_s": min(r["cpu_s"] for r in runs)}
 
 
+_HTA_WHOLE = """
+import logging, sys
+logging.disable(logging.WARNING)
+from hta.trace_analysis import TraceAnalysis
+a = TraceAnalysis(trace_dir=sys.argv[1])
+try:
+    a.get_temporal_breakdown(visualize=False)
+except AssertionError:
+    pass
+"""
+
+
+def _tree_rss_mib(pid: int) -> float:
+    """RSS of ``pid`` and its descendants (MiB), from /proc."""
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+            except OSError:
+                continue
+            children.setdefault(ppid, []).append(int(entry))
+    total, todo = 0, [pid]
+    while todo:
+        p = todo.pop()
+        try:
+            with open(f"/proc/{p}/statm") as f:
+                total += int(f.read().split()[1]) * resource.getpagesize()
+        except OSError:
+            pass
+        todo += children.get(p, [])
+    return total / 2**20
+
+
+def whole_process(cmd: list[str]) -> tuple[float, float]:
+    """(wall s, peak RSS MiB of the process tree) of one command."""
+    t0 = time.perf_counter()
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    peak = 0.0
+    while proc.poll() is None:
+        peak = max(peak, _tree_rss_mib(proc.pid))
+        time.sleep(0.005)
+    wall = time.perf_counter() - t0
+    if proc.returncode != 0:
+        raise SystemExit(f"{cmd} failed with status {proc.returncode}")
+    return wall, peak
+
+
+def _twin_set(folder: Path, ranks: int, steps: int) -> Path:
+    import gzip
+    import orjson
+    from hpcwatch.twin.exposition import GpuTraceConfig, gpu_kineto_traces
+    folder.mkdir(parents=True, exist_ok=True)
+    docs = gpu_kineto_traces(GpuTraceConfig(slow_rank=2, slow_backward_factor=1.15), steps=list(range(steps)),
+                             world_size=ranks)
+    for r, doc in docs.items():
+        (folder / f"rank-{r}.json.gz").write_bytes(gzip.compress(orjson.dumps(doc), 6))
+    return folder
+
+
+def main_whole(args) -> None:
+    sets = {name: path for name, path in TRACES.items()}
+    sets.update({Path(p).name: Path(p) for p in args.set})
+    with tempfile.TemporaryDirectory() as tmp:
+        if args.twin_ranks:
+            name = f"twin_{args.twin_ranks}ranks_{args.twin_steps}steps"
+            sets[name] = _twin_set(Path(tmp) / name, args.twin_ranks, args.twin_steps)
+        for name, path in sets.items():
+            folder = path
+            if path.is_file():
+                folder = Path(tmp) / name
+                folder.mkdir()
+                shutil.copy(path, folder / path.name)
+            size = sum(f.stat().st_size for f in folder.iterdir())
+            inflated = sum(len(__import__("gzip").open(f).read()) for f in folder.iterdir())
+            ours = min((whole_process([args.python, "-m", "hpcwatch", "steps", str(folder), "--json"])
+                        for _ in range(args.repeat)), key=lambda r: r[0])
+            hta = min((whole_process([args.hta_python, "-c", _HTA_WHOLE, str(folder)]) for _ in range(args.repeat)),
+                      key=lambda r: r[0])
+            print(f"{name}: {size / 2**20:.2f} MB gz ({inflated / 2**20:.1f} MB JSON), {len(list(folder.iterdir()))} "
+                  f"files: ours {ours[0]:.2f} s {ours[1]:.0f} MiB; HTA {hta[0]:.2f} s {hta[1]:.0f} MiB -> "
+                  f"{hta[0] / ours[0]:.1f}x faster, {ours[1] / hta[1]:.2f} of HTA's peak RSS")
+    helps = [whole_process([args.python, "-m", "hpcwatch", "--help"])[0] for _ in range(5)]
+    print(f"hpcwatch --help: best {min(helps) * 1e3:.0f} ms, median {sorted(helps)[2] * 1e3:.0f} ms")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
+    parser.add_argument("--whole", action="store_true", help="whole-process comparison (what a user runs)")
+    parser.add_argument("--set", action="append", default=[], help="another trace folder or file (--whole)")
+    parser.add_argument("--twin-ranks", type=int, default=8)
+    parser.add_argument("--twin-steps", type=int, default=60)
     parser.add_argument("--hta-python", default="/tmp/hta/bin/python")
     parser.add_argument("--python", default=sys.executable)
     parser.add_argument("--repeat", type=int, default=3)
     args = parser.parse_args()
+    if args.whole:
+        return main_whole(args)
     for name, path in TRACES.items():
         with tempfile.TemporaryDirectory() as tmp:
-            shutil.copy(path, Path(tmp) / path.name)
+            if path.is_dir():
+                shutil.copytree(path, tmp, dirs_exist_ok=True)
+            else:
+                shutil.copy(path, Path(tmp) / path.name)
             ours = _best([_run(args.python, "ours", Path(tmp)) for _ in range(args.repeat)])
             hta = _best([_run(args.hta_python, "hta", Path(tmp)) for _ in range(args.repeat)])
             hta_exact = _run(args.hta_python, "hta", Path(tmp), env=dict(os.environ, HTA_DISABLE_NS_ROUNDING="1"))

@@ -27,6 +27,7 @@ column           dtype    meaning
                           ``nccl:*`` / ``gloo:*`` annotation or ``c10d::`` op
 ``coll_id``      int32    ``Collective name`` arg (index into ``names``); -1 when none
 ``msg_bytes``    float64  ``In msg nelems`` × element size (NaN when unknown)
+``group_size``   int32    ``Group size`` arg: ranks in the collective; -1 when none
 ===============  =======  ============================================================
 
 Flow events (``ph`` ``s``/``f``: ``ac2g`` launch→kernel, ``fwdbwd`` forward→backward)
@@ -55,7 +56,7 @@ CAT: Mapping[str, int] = {name: code for code, name in enumerate(CATEGORIES)}
 GPU_CATEGORIES: tuple[int, ...] = (CAT["kernel"], CAT["gpu_memcpy"], CAT["gpu_memset"])
 
 EVENT_COLUMNS: tuple[str, ...] = ("ts_us", "dur_us", "cat", "name_id", "stream", "pid", "tid", "correlation",
-                                  "comm", "coll_id", "msg_bytes")
+                                  "comm", "coll_id", "msg_bytes", "group_size")
 
 #: Columns of ``KinetoTrace.flows``.
 FLOW_COLUMNS: tuple[str, ...] = ("id", "ts_us", "start", "cat")

@@ -87,21 +87,43 @@ def phase_of_annotation(name: str) -> str | None:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class RankStep:
-    """One rank's step: its phases (seconds) and, on GPU traces, GPU busy/idle and overlap."""
+    """One rank's step: its phases (seconds) and, on GPU traces, the step on the GPU's own clock."""
 
     rank: int
     step: int
     start_s: float
     """Start, UTC seconds (trace seconds when the trace has no time origin)."""
     dur_s: float
-    """The host's step time, or the GPU's (first to last activity of the step) when longer."""
+    """The step's time: on GPU traces the GPU's step period (``gpu_period_s``), else the host's."""
     phases: Mapping[str, float]
-    """Seconds per phase of ``records.PHASES`` (0 when absent)."""
+    """Seconds per phase of ``records.PHASES`` (0 when absent), on the host's clock; the
+    collectives' ``barrier_wait``/``allreduce`` come from the NCCL kernels when there are some."""
+    host_dur_s: float | None = None
+    """The host's step (its ``ProfilerStep#N`` range), labelled as such."""
     gpu_busy_s: float | None = None
     gpu_idle_s: float | None = None
     """Gaps between the step's first and last GPU activity."""
     overlap_s: float | None = None
     """Time when communication and compute kernels run at once."""
+    gpu_period_s: float | None = None
+    """The step on the GPU's clock: from the end of the previous step's GPU work to the end of
+    this step's (the first step: to the next step's first GPU activity, or its own span)."""
+    gpu_compute_s: float | None = None
+    """Union of the step's compute kernels (HTA's kinds: not NCCL, not memcpy/memset/sync)."""
+    gpu_comm_s: float | None = None
+    """Union of the step's communication (NCCL) kernels."""
+    gpu_phases: Mapping[str, float] | None = None
+    """GPU seconds per work phase: the union of the kernels launched from the phase's host range
+    (correlation ids), else its ``gpu_user_annotation`` ranges (see ``_gpu_phases``)."""
+    gpu_lag_s: float | None = None
+    """End of the step's GPU work − end of its host step: > 0 when the GPU runs behind the host."""
+    late_s: float | None = None
+    """Sum over the step's collectives of this rank's arrival (k-th NCCL kernel start) after
+    the median rank's: how late the others found it."""
+    last_arrivals: int = 0
+    """Collectives of the step this rank arrived at last."""
+    collectives: int = 0
+    """Collectives of the step aligned across ranks."""
 
     @property
     def work_s(self) -> float:
@@ -124,16 +146,41 @@ class Anatomy:
     clock_offset_s: Mapping[int, float] = field(default_factory=dict)
     """rank → its clock's offset from the median rank's, estimated from collective ends and
     removed before the waits are computed (traces only)."""
+    gpu_collectives: bool = False
+    """The collectives (waits, arrivals) are NCCL kernels on the GPU, not host-side calls."""
+
+    @property
+    def has_gpu(self) -> bool:
+        """Whether the steps carry GPU time (kernel-level traces)."""
+        return any(rs.gpu_compute_s is not None for rs in self.rank_steps)
 
     def matrix(self, phase: str) -> np.ndarray:
-        """Seconds of ``phase`` (or ``"work"``, ``"step"``) as a ranks × steps array (NaN where missing)."""
+        """Seconds of ``phase`` (or ``"work"``, ``"step"``, a GPU field of ``RankStep`` such as
+        ``"gpu_compute_s"``, or ``"gpu:backward"``) as a ranks × steps array (NaN where missing)."""
         out = np.full((len(self.ranks), len(self.steps)), np.nan)
         r_index = {r: i for i, r in enumerate(self.ranks)}
         s_index = {s: j for j, s in enumerate(self.steps)}
         for rs in self.rank_steps:
-            value = rs.work_s if phase == "work" else rs.dur_s if phase == "step" else rs.phases.get(phase, 0.0)
-            out[r_index[rs.rank], s_index[rs.step]] = value
+            out[r_index[rs.rank], s_index[rs.step]] = _cell(rs, phase)
         return out
+
+
+def _cell(rs: RankStep, what: str) -> float:
+    if what == "work":
+        return rs.work_s
+    if what == "step":
+        return rs.dur_s
+    if what in _GPU_CELLS:
+        value = getattr(rs, what)
+        return np.nan if value is None else float(value)
+    if what.startswith("gpu:"):
+        return np.nan if rs.gpu_phases is None else float(rs.gpu_phases.get(what[4:], 0.0))
+    return rs.phases.get(what, 0.0)
+
+
+#: RankStep fields ``Anatomy.matrix`` gives by name (besides phases, ``work``, ``step`` and ``gpu:PHASE``).
+_GPU_CELLS = frozenset({"host_dur_s", "gpu_busy_s", "gpu_idle_s", "overlap_s", "gpu_period_s", "gpu_compute_s",
+                        "gpu_comm_s", "gpu_lag_s", "late_s", "last_arrivals", "collectives"})
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -292,8 +339,8 @@ def _windows(trace: KinetoTrace) -> list[_Window]:
     return [_Window(n, lo, hi, max(hi, nxt)) for (n, lo, hi), nxt in zip(steps, nexts)]
 
 
-def _annotation_phases(trace: KinetoTrace, w: _Window) -> dict[str, float]:
-    """Seconds per phase from the host user annotations inside the step (union per phase)."""
+def _annotation_intervals(trace: KinetoTrace, w: _Window) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """Per phase, the host user annotations inside the step, clipped to it (µs)."""
     ev = trace.events
     in_step = (ev["cat"] == CAT["user_annotation"]) & (ev["ts_us"] < w.hi) & (ev["ts_us"] + ev["dur_us"] > w.lo)
     rows = np.flatnonzero(in_step)
@@ -305,7 +352,7 @@ def _annotation_phases(trace: KinetoTrace, w: _Window) -> dict[str, float]:
     out = {}
     for phase, idx in by_phase.items():
         idx_a = np.asarray(idx)
-        out[phase] = _clip_union(ev["ts_us"][idx_a], ev["ts_us"][idx_a] + ev["dur_us"][idx_a], w.lo, w.hi) / 1e6
+        out[phase] = (np.clip(ev["ts_us"][idx_a], w.lo, w.hi), np.clip(ev["ts_us"][idx_a] + ev["dur_us"][idx_a], w.lo, w.hi))
     return out
 
 
@@ -318,7 +365,7 @@ def _phase_of_annotation_cached(name: str) -> str | None:
     return phase_of_annotation(name)
 
 
-def _inferred_phases(trace: KinetoTrace, w: _Window) -> dict[str, float]:
+def _inferred_intervals(trace: KinetoTrace, w: _Window) -> dict[str, tuple[np.ndarray, np.ndarray]]:
     """Forward/backward/optimizer from the operators when there are no annotations.
 
     Backward = from the first to the last autograd ``evaluate_function`` op; forward =
@@ -333,8 +380,15 @@ def _inferred_phases(trace: KinetoTrace, w: _Window) -> dict[str, float]:
     b0, b1 = float(ev["ts_us"][bwd].min()), float((ev["ts_us"][bwd] + ev["dur_us"][bwd]).max())
     opt_ids = trace.name_ids(lambda n: n.startswith("Optimizer."))
     opt = np.flatnonzero((ev["ts_us"] >= b1) & (ev["ts_us"] < w.hi) & np.isin(ev["name_id"], opt_ids))
-    optimizer = _clip_union(ev["ts_us"][opt], ev["ts_us"][opt] + ev["dur_us"][opt], w.lo, w.hi) / 1e6
-    return {"forward": (b0 - w.lo) / 1e6, "backward": (b1 - b0) / 1e6, "optimizer": optimizer}
+    return {"forward": (np.array([w.lo]), np.array([b0])), "backward": (np.array([b0]), np.array([b1])),
+            "optimizer": (np.clip(ev["ts_us"][opt], w.lo, w.hi), np.clip(ev["ts_us"][opt] + ev["dur_us"][opt], w.lo, w.hi))}
+
+
+def _phase_intervals(trace: KinetoTrace, w: _Window) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    found = _annotation_intervals(trace, w)
+    if not any(p in found for p in ("forward", "backward")):
+        found.update(_inferred_intervals(trace, w))
+    return found
 
 
 @dataclass(frozen=True, slots=True)
@@ -345,8 +399,9 @@ class _Coll:
     ends: np.ndarray
 
 
-def _collectives(trace: KinetoTrace, windows: list[_Window]) -> dict[int, _Coll]:
-    """Per step, the collectives of this rank: NCCL kernels when there are some, else host annotations."""
+def _collectives(trace: KinetoTrace, windows: list[_Window]) -> tuple[dict[int, _Coll], bool]:
+    """Per step, the collectives of this rank: NCCL kernels when there are some, else host annotations;
+    and whether they are GPU kernels."""
     ev = trace.events
     gpu = np.flatnonzero(ev["comm"] & np.isin(ev["cat"], GPU_CATEGORIES))
     if len(gpu):
@@ -361,7 +416,7 @@ def _collectives(trace: KinetoTrace, windows: list[_Window]) -> dict[int, _Coll]
         sel = rows[(when >= w.lo) & (when < w.next_lo)]
         sel = sel[np.argsort(ev["ts_us"][sel], kind="stable")]
         out[w.step] = _Coll(ev["ts_us"][sel], ev["ts_us"][sel] + ev["dur_us"][sel])
-    return out
+    return out, bool(len(gpu))
 
 
 def _waits(colls: Mapping[int, _Coll]) -> dict[int, tuple[float, float]]:
@@ -380,42 +435,154 @@ def _waits(colls: Mapping[int, _Coll]) -> dict[int, tuple[float, float]]:
     return out
 
 
-def _gpu_step(trace: KinetoTrace, w: _Window, rows: np.ndarray,
-              launch: np.ndarray) -> tuple[float, float, float] | None:
-    """(busy s, idle s, comm–compute overlap s) of the GPU activities (``rows``) launched in the step."""
+def _arrivals(colls: Mapping[int, _Coll]) -> dict[int, tuple[float, int, int]]:
+    """rank → (lateness s, collectives it arrived at last, collectives aligned) for one step.
+
+    The arrival at the k-th collective is its start (the NCCL kernel's on the GPU); the
+    rank that arrives last is the one the others wait for (HTA's "potential stragglers")::
+
+        rank 0  ─compute─┤nccl (waits)·····│xfer│
+        rank 2  ─compute──────────────────┤xfer│   ← arrives last: late by (its start − median start)
+    """
+    n = min((len(c.starts) for c in colls.values()), default=0)
+    if n == 0 or len(colls) < 2:
+        return {r: (0.0, 0, 0) for r in colls}
+    ranks = list(colls)
+    starts = np.array([colls[r].starts[:n] for r in ranks])          # ranks × collectives
+    late = np.clip(starts - np.median(starts, axis=0), 0.0, None).sum(axis=1) / 1e6
+    last = np.bincount(np.argmax(starts, axis=0), minlength=len(ranks))
+    return {r: (float(late[i]), int(last[i]), n) for i, r in enumerate(ranks)}
+
+
+@dataclass(frozen=True, slots=True)
+class _GpuStep:
+    """One step's GPU activities (those launched from its host range), µs and seconds."""
+
+    first_us: float
+    last_us: float
+    busy_s: float
+    idle_s: float
+    overlap_s: float
+    compute_s: float
+    comm_s: float
+    phases: dict[str, float]
+
+
+def _kinds(trace: KinetoTrace, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(communication, compute) masks of GPU rows, by HTA's kinds."""
     ev = trace.events
-    rows = rows[(launch >= w.lo) & (launch < w.next_lo)]
-    if len(rows) == 0:
+    compute_ids = trace.name_ids(lambda n: _HTA_NON_COMPUTE_RE.match(n) is None)
+    return ev["comm"][rows], np.isin(ev["name_id"][rows], compute_ids)
+
+
+def _gpu_step(trace: KinetoTrace, w: _Window, rows: np.ndarray, launch: np.ndarray, kinds: tuple[np.ndarray, np.ndarray],
+              phase_iv: Mapping[str, tuple[np.ndarray, np.ndarray]], gpu_notes: Mapping[str, tuple[np.ndarray, np.ndarray]]
+              ) -> _GpuStep | None:
+    ev = trace.events
+    mine = (launch >= w.lo) & (launch < w.next_lo)
+    sel = rows[mine]
+    if len(sel) == 0:
         return None
-    s, e = ev["ts_us"][rows], ev["ts_us"][rows] + ev["dur_us"][rows]
+    comm, compute = kinds[0][mine], kinds[1][mine]
+    s, e = ev["ts_us"][sel], ev["ts_us"][sel] + ev["dur_us"][sel]
     busy = union_length(s, e)
-    comm = ev["comm"][rows]
     overlap = union_length(s[comm], e[comm]) + union_length(s[~comm], e[~comm]) - busy
-    return busy / 1e6, (float(e.max() - s.min()) - busy) / 1e6, max(overlap, 0.0) / 1e6
+    first, last = float(s.min()), float(e.max())
+    return _GpuStep(first_us=first, last_us=last, busy_s=busy / 1e6, idle_s=(last - first - busy) / 1e6,
+                    overlap_s=max(overlap, 0.0) / 1e6, compute_s=union_length(s[compute], e[compute]) / 1e6,
+                    comm_s=union_length(s[comm], e[comm]) / 1e6,
+                    phases=_gpu_phases(launch[mine][compute], s[compute], e[compute], phase_iv, gpu_notes, first, last))
 
 
-def _rank_steps(trace: KinetoTrace, windows: list[_Window], waits: Mapping[int, tuple[float, float]]) -> list[RankStep]:
-    out = []
+def _gpu_phases(launch: np.ndarray, s: np.ndarray, e: np.ndarray, phase_iv: Mapping[str, tuple[np.ndarray, np.ndarray]],
+                gpu_notes: Mapping[str, tuple[np.ndarray, np.ndarray]], first: float, last: float) -> dict[str, float]:
+    """GPU seconds per work phase: the union of the compute kernels launched from the phase's host range
+    (launch time through the correlation id, whatever thread launched them), else, for a phase
+    without a host range, its ``gpu_user_annotation`` ranges inside the step's GPU span.
+
+    Kernel mapping comes first because Kineto's ``gpu_user_annotation`` only covers kernels
+    launched from the annotating thread: on a real H200 trace (tests/data/kineto/
+    h200_annotated_steps) "backward" is 1 µs on the GPU while 47 ms of backward kernels,
+    launched from autograd's thread, run inside the host range.
+    """
+    out = {}
+    for phase in WORK_PHASES:
+        if phase in phase_iv:
+            starts, ends = phase_iv[phase]
+            inside = np.zeros(len(launch), dtype=bool)
+            for lo, hi in zip(starts, ends):
+                inside |= (launch >= lo) & (launch < hi)
+            out[phase] = union_length(s[inside], e[inside]) / 1e6
+        elif phase in gpu_notes:
+            out[phase] = _clip_union(*gpu_notes[phase], first, last) / 1e6
+    return out
+
+
+def _gpu_annotations(trace: KinetoTrace) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """Per work phase, the ``gpu_user_annotation`` ranges of the trace (µs)."""
+    ev = trace.events
+    rows = np.flatnonzero(ev["cat"] == CAT["gpu_user_annotation"])
+    by_phase: dict[str, list[int]] = defaultdict(list)
+    for row in rows:
+        phase = _phase_of_name(trace, int(ev["name_id"][row]))
+        if phase in WORK_PHASES:
+            by_phase[phase].append(row)
+    return {p: (ev["ts_us"][np.asarray(r)], ev["ts_us"][np.asarray(r)] + ev["dur_us"][np.asarray(r)])
+            for p, r in by_phase.items()}
+
+
+def _gpu_periods_us(windows: list[_Window], gpu: Mapping[int, _GpuStep | None]) -> dict[int, float]:
+    """Each step's period on the GPU's clock (µs): end of the previous step's GPU work to the
+    end of its own. The GPU of a launch-ahead host runs steps back to back, so a step's own GPU
+    span (first to last activity) overlaps the next one's and overstates the period::
+
+        host   |step 1|step 2|step 3|
+        GPU        |==== 1 ====|==== 2 ====|        step 2 = end(2) − end(1), not its span
+
+    The first step has no previous end: next step's first activity − its own first.
+    """
+    out: dict[int, float] = {}
+    done = [(w.step, gpu[w.step]) for w in windows if gpu.get(w.step) is not None]
+    for k, (step, g) in enumerate(done):
+        if k > 0:
+            out[step] = g.last_us - max(done[k - 1][1].last_us, 0.0)
+        elif len(done) > 1:
+            out[step] = min(done[1][1].first_us - g.first_us, g.last_us - g.first_us)
+        else:
+            out[step] = g.last_us - g.first_us
+    return out
+
+
+def _rank_steps(trace: KinetoTrace, windows: list[_Window], waits: Mapping[int, tuple[float, float]],
+                arrivals: Mapping[int, tuple[float, int, int]]) -> list[RankStep]:
     gpu_rows = _gpu_rows(trace)
     launch = _launch_ts(trace, gpu_rows)
+    kinds = _kinds(trace, gpu_rows)
+    notes = _gpu_annotations(trace)
+    intervals = {w.step: _phase_intervals(trace, w) for w in windows}
+    gpu = {w.step: _gpu_step(trace, w, gpu_rows, launch, kinds, intervals[w.step], notes) for w in windows}
+    periods = _gpu_periods_us(windows, gpu)
+    out = []
     for w in windows:
         phases = dict.fromkeys(PHASES, 0.0)
-        found = _annotation_phases(trace, w)
-        if not any(found.get(p) for p in ("forward", "backward")):
-            found.update(_inferred_phases(trace, w))
+        found = {p: _clip_union(s, e, w.lo, w.hi) / 1e6 for p, (s, e) in intervals[w.step].items()}
         host_allreduce = found.pop("allreduce", 0.0)
         phases.update({k: v for k, v in found.items() if k in phases})
         wait_s, xfer_s = waits.get(w.step, (0.0, 0.0))
         if wait_s == 0.0 and xfer_s == 0.0:
             xfer_s = host_allreduce
         phases["barrier_wait"], phases["allreduce"] = wait_s, xfer_s
-        gpu = _gpu_step(trace, w, gpu_rows, launch)
-        # The GPU runs behind the host: a step lasts until its last kernel ends.
         host_s = (w.hi - w.lo) / 1e6
-        out.append(RankStep(rank=trace.rank, step=w.step, start_s=float(trace.to_utc_s(w.lo)),
-                            dur_s=max(host_s, gpu[0] + gpu[1]) if gpu else host_s, phases=phases,
-                            gpu_busy_s=gpu[0] if gpu else None, gpu_idle_s=gpu[1] if gpu else None,
-                            overlap_s=gpu[2] if gpu else None))
+        g, late = gpu[w.step], arrivals.get(w.step, (0.0, 0, 0))
+        period = periods[w.step] / 1e6 if g is not None else None
+        out.append(RankStep(
+            rank=trace.rank, step=w.step, start_s=float(trace.to_utc_s(w.lo)),
+            dur_s=period if period is not None else host_s, phases=phases, host_dur_s=host_s,
+            gpu_busy_s=g.busy_s if g else None, gpu_idle_s=g.idle_s if g else None,
+            overlap_s=g.overlap_s if g else None, gpu_period_s=period, gpu_compute_s=g.compute_s if g else None,
+            gpu_comm_s=g.comm_s if g else None, gpu_phases=g.phases if g else None,
+            gpu_lag_s=(g.last_us - w.hi) / 1e6 if g else None, late_s=late[0], last_arrivals=late[1],
+            collectives=late[2]))
     return out
 
 
@@ -434,23 +601,28 @@ def anatomy_from_traces(traces: Sequence[KinetoTrace]) -> Anatomy:
         dup = sorted(t.path for t in traces if sum(u.rank == t.rank for u in traces) > 1)
         raise InputError(f"two traces claim the same rank: {', '.join(dup)}")
     windows = {r: _windows(t) for r, t in by_rank.items()}
-    colls = {r: _collectives(t, windows[r]) for r, t in by_rank.items()}
+    found = {r: _collectives(t, windows[r]) for r, t in by_rank.items()}
+    colls = {r: c for r, (c, _) in found.items()}
     steps = sorted(set.intersection(*(set(c) for c in colls.values())))
     if not steps:
         raise InputError("the traces share no profiled step (ProfilerStep#N): "
                          + ", ".join(f"rank {r}: {sorted(c)}" for r, c in sorted(colls.items())))
     offsets = _clock_offsets_us(colls, steps)
     waits: dict[int, dict[int, tuple[float, float]]] = defaultdict(dict)
+    arrivals: dict[int, dict[int, tuple[float, int, int]]] = defaultdict(dict)
     for step in steps:
         shifted = {r: _Coll(colls[r][step].starts - offsets[r], colls[r][step].ends - offsets[r]) for r in by_rank}
         for rank, wx in _waits(shifted).items():
             waits[rank][step] = wx
+        for rank, late in _arrivals(shifted).items():
+            arrivals[rank][step] = late
     rank_steps = [rs for r, t in sorted(by_rank.items())
-                  for rs in _rank_steps(t, [w for w in windows[r] if w.step in steps], waits[r])]
+                  for rs in _rank_steps(t, [w for w in windows[r] if w.step in steps], waits[r], arrivals[r])]
     world = max([t.world_size or 0 for t in traces] + [len(traces)])
     return Anatomy(world_size=world, ranks=tuple(sorted(by_rank)), steps=tuple(steps),
                    rank_steps=tuple(rank_steps), placement={r: _placement(t) for r, t in by_rank.items()},
-                   clock_offset_s={r: o / 1e6 for r, o in offsets.items()})
+                   clock_offset_s={r: o / 1e6 for r, o in offsets.items()},
+                   gpu_collectives=all(gpu for _, gpu in found.values()))
 
 
 def _clock_offsets_us(colls: Mapping[int, Mapping[int, _Coll]], steps: Sequence[int]) -> dict[int, float]:

@@ -24,6 +24,20 @@ compared with the median of the ranks using the modified z-score
 1993; https://www.itl.nist.gov/div898/handbook/eda/section3/eda35h.htm), flagged above
 3.5 and at least ``min_excess`` (relative) above the median; a rank is a straggler when
 it is flagged in at least ``min_step_fraction`` of the steps.
+
+On kernel-level GPU traces the host's timeline is the wrong clock: launches are
+asynchronous, so a rank whose GPU is slow can look exactly like the others on the host
+(and with gloo its own collective even looks long). There, two GPU-side pieces of
+evidence come first, each named in the verdict's ``evidence``:
+
+- ``gpu_compute``: the rank's GPU compute time (union of its compute kernels) per step,
+  scored the same way (modified z over ranks, NVRx relative and individual scores),
+  with an excess of at least ``min_gpu_excess`` of the step;
+- ``late_arrival``: at the k-th collective of a step the rank's NCCL kernel starts last
+  (HTA's "potential stragglers"), in at least ``min_last_fraction`` of the collectives,
+  late by at least ``min_gpu_excess`` of the step over the median rank;
+- ``host``: the host-side rule above, the only evidence on CPU-only traces; on GPU
+  traces a verdict with only this evidence is labelled host-side only.
 """
 
 from __future__ import annotations
@@ -39,7 +53,7 @@ from hpcwatch.errors import ConfigError
 from hpcwatch.records import PHASES
 
 __all__ = ["StragglerConfig", "RankScore", "Straggler", "SlowStep", "StragglerReport", "find_stragglers", "modified_z",
-           "DEFAULT_Z_THRESHOLD"]
+           "DEFAULT_Z_THRESHOLD", "EVIDENCE_GPU_COMPUTE", "EVIDENCE_LATE_ARRIVAL", "EVIDENCE_HOST"]
 
 #: Iglewicz & Hoaglin's cut-off for the modified z-score (NIST handbook, section 1.3.5.17).
 DEFAULT_Z_THRESHOLD = 3.5
@@ -59,6 +73,11 @@ class StragglerConfig:
     """Fraction of the steps a rank must be an outlier in to be called a straggler."""
     mad_floor: float = 0.01
     """MAD never taken below this fraction of the median (identical ranks give MAD 0)."""
+    min_gpu_excess: float = 0.03
+    """GPU evidence: extra GPU compute (or lateness) per step, as a fraction of the step time. Ours: 3× the
+    ~1 % step-to-step jitter of a GPU's kernels, under the ≈ 8 % GPU-only slowdown the detector must name."""
+    min_last_fraction: float = 0.5
+    """Late arrival: fraction of the collectives the rank must reach last (ours: most of them)."""
 
     def __post_init__(self) -> None:
         if self.z_threshold <= 0:
@@ -67,6 +86,9 @@ class StragglerConfig:
             raise ConfigError(f"StragglerConfig.min_step_fraction must be in (0, 1], got {self.min_step_fraction}")
         if self.min_excess < 0 or self.mad_floor <= 0:
             raise ConfigError("StragglerConfig.min_excess must be >= 0 and mad_floor > 0")
+        if self.min_gpu_excess < 0 or not 0 < self.min_last_fraction <= 1:
+            raise ConfigError("StragglerConfig.min_gpu_excess must be >= 0 and min_last_fraction in (0, 1], got "
+                              f"{self.min_gpu_excess}, {self.min_last_fraction}")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -89,6 +111,20 @@ class RankScore:
     z: float
     """Median over steps of the modified z-score of the work time."""
     outlier_steps: int
+    gpu_compute_s: float | None = None
+    """Median GPU compute time per step (kernel-level traces)."""
+    gpu_score: float | None = None
+    """Relative score on GPU compute: fastest rank's / this rank's."""
+    gpu_individual_score: float | None = None
+    """This rank's best step's GPU compute / its median."""
+    gpu_z: float | None = None
+    late_s: float | None = None
+    """Median per step of its lateness at the collectives (start after the median rank's)."""
+    last_fraction: float | None = None
+    """Fraction of the collectives it reached last."""
+
+
+EVIDENCE_GPU_COMPUTE, EVIDENCE_LATE_ARRIVAL, EVIDENCE_HOST = "gpu_compute", "late_arrival", "host"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -111,6 +147,16 @@ class Straggler:
     """Most work and least collective wait while the others wait: the synchronous-job signature."""
     others_wait_s: float
     """Median barrier wait of the other ranks per step."""
+    evidence: tuple[str, ...] = (EVIDENCE_HOST,)
+    """What named it: ``gpu_compute``, ``late_arrival``, ``host`` (GPU evidence first)."""
+    host_only: bool = False
+    """The trace has GPU time but only the host's timeline names the rank."""
+    others_lost_s: float = 0.0
+    """Median per step of the time all the other ranks together waited at the collectives."""
+    gpu_excess_s: float | None = None
+    """Median extra GPU compute per step over the median rank."""
+    late_s: float | None = None
+    last_fraction: float | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -160,13 +206,51 @@ def find_stragglers(anatomy: Anatomy, config: StragglerConfig | None = None, *,
     med_step = np.nanmedian(work, axis=0, keepdims=True)
     outlier = (z > cfg.z_threshold) & (work > med_step * (1 + cfg.min_excess))
     phases = {p: anatomy.matrix(p) for p in PHASES}
-    scores = _rank_scores(anatomy, work, z, outlier, phases)
-    flagged = [i for i in range(len(anatomy.ranks))
-               if len(anatomy.steps) > 0 and outlier[i].mean() >= cfg.min_step_fraction]
-    found = [_straggler(anatomy, i, scores[i], work, phases, outlier) for i in flagged]
-    found.sort(key=lambda s: s.score)
+    gpu = _gpu_evidence(anatomy, cfg) if anatomy.has_gpu else None
+    scores = _rank_scores(anatomy, work, z, outlier, phases, gpu)
+    evidence = {i: _evidence_of(i, outlier, gpu, cfg) for i in range(len(anatomy.ranks))} if anatomy.steps else {}
+    found = [_straggler(anatomy, i, scores[i], work, phases, outlier, gpu, named)
+             for i, named in evidence.items() if named]
+    found.sort(key=lambda s: (s.host_only, s.score))
     return StragglerReport(world_size=anatomy.world_size, steps=anatomy.steps, ranks=tuple(scores),
                            stragglers=tuple(found), slow_steps=_slow_steps(anatomy, work, cfg))
+
+
+@dataclass(frozen=True, slots=True)
+class _Gpu:
+    """The GPU-side matrices (ranks × steps) and which ranks they flag."""
+
+    compute: np.ndarray
+    z: np.ndarray
+    outlier: np.ndarray
+    late: np.ndarray
+    last_fraction: np.ndarray
+    late_flag: np.ndarray
+
+
+def _gpu_evidence(anatomy: Anatomy, cfg: StragglerConfig) -> _Gpu:
+    compute = anatomy.matrix("gpu_compute_s")
+    step = np.nanmedian(anatomy.matrix("step"), axis=0, keepdims=True)
+    z = modified_z(compute, mad_floor=cfg.mad_floor, axis=0)
+    excess = compute - np.nanmedian(compute, axis=0, keepdims=True)
+    outlier = (z > cfg.z_threshold) & (excess > cfg.min_gpu_excess * step)
+    late = anatomy.matrix("late_s")
+    last, total = np.nansum(anatomy.matrix("last_arrivals"), axis=1), np.nansum(anatomy.matrix("collectives"), axis=1)
+    last_fraction = np.where(total > 0, last / np.maximum(total, 1), 0.0)
+    late_flag = (anatomy.gpu_collectives & (last_fraction >= cfg.min_last_fraction)
+                 & (np.nanmedian(late, axis=1) >= cfg.min_gpu_excess * float(np.nanmedian(step))))
+    return _Gpu(compute=compute, z=z, outlier=outlier, late=late, last_fraction=last_fraction, late_flag=late_flag)
+
+
+def _evidence_of(i: int, outlier: np.ndarray, gpu: _Gpu | None, cfg: StragglerConfig) -> tuple[str, ...]:
+    named = []
+    if gpu is not None and gpu.outlier[i].mean() >= cfg.min_step_fraction:
+        named.append(EVIDENCE_GPU_COMPUTE)
+    if gpu is not None and gpu.late_flag[i]:
+        named.append(EVIDENCE_LATE_ARRIVAL)
+    if outlier[i].mean() >= cfg.min_step_fraction:
+        named.append(EVIDENCE_HOST)
+    return tuple(named)
 
 
 def _slow_steps(anatomy: Anatomy, work: np.ndarray, cfg: StragglerConfig) -> tuple[SlowStep, ...]:
@@ -188,34 +272,54 @@ def _ratio(best: float, mine: float) -> float:
 
 
 def _rank_scores(anatomy: Anatomy, work: np.ndarray, z: np.ndarray, outlier: np.ndarray,
-                 phases: Mapping[str, np.ndarray]) -> list[RankScore]:
+                 phases: Mapping[str, np.ndarray], gpu: _Gpu | None) -> list[RankScore]:
     med_work = np.nanmedian(work, axis=1)
     best_rank = float(np.nanmin(med_work)) if len(med_work) else 0.0
     step_s = np.nanmedian(anatomy.matrix("step"), axis=1)
     med_phase = {p: np.nanmedian(m, axis=1) for p, m in phases.items()}
+    med_gpu = np.nanmedian(gpu.compute, axis=1) if gpu is not None else None
     out = []
     for i, rank in enumerate(anatomy.ranks):
-        node, gpu = anatomy.placement.get(rank, (None, None))
+        node, gpu_index = anatomy.placement.get(rank, (None, None))
+        extra = {} if gpu is None else {
+            "gpu_compute_s": float(med_gpu[i]), "gpu_score": _ratio(float(np.nanmin(med_gpu)), float(med_gpu[i])),
+            "gpu_individual_score": _ratio(float(np.nanmin(gpu.compute[i])), float(med_gpu[i])),
+            "gpu_z": float(np.nanmedian(gpu.z[i])), "late_s": float(np.nanmedian(gpu.late[i])),
+            "last_fraction": float(gpu.last_fraction[i])}
         out.append(RankScore(
-            rank=rank, node=node, gpu=gpu, phases={p: float(med_phase[p][i]) for p in PHASES},
+            rank=rank, node=node, gpu=gpu_index, phases={p: float(med_phase[p][i]) for p in PHASES},
             work_s=float(med_work[i]), step_s=float(step_s[i]), score=_ratio(best_rank, float(med_work[i])),
             individual_score=_ratio(float(np.nanmin(work[i])), float(med_work[i])),
             phase_scores={p: _ratio(float(np.nanmin(med_phase[p])), float(med_phase[p][i])) for p in WORK_PHASES},
-            z=float(np.nanmedian(z[i])), outlier_steps=int(outlier[i].sum())))
+            z=float(np.nanmedian(z[i])), outlier_steps=int(outlier[i].sum()), **extra))
+    return out
+
+
+def _excess_by_phase(anatomy: Anatomy, i: int, others: list[int], name: str) -> dict[str, float]:
+    out = {}
+    for p in WORK_PHASES:
+        m = anatomy.matrix(name % p)
+        out[p] = float(np.nanmedian(m[i] - np.nanmedian(m[others], axis=0))) if others else 0.0
     return out
 
 
 def _straggler(anatomy: Anatomy, i: int, score: RankScore, work: np.ndarray, phases: Mapping[str, np.ndarray],
-               outlier: np.ndarray) -> Straggler:
+               outlier: np.ndarray, gpu: _Gpu | None, evidence: tuple[str, ...]) -> Straggler:
     others = [j for j in range(len(anatomy.ranks)) if j != i]
-    excess = {p: float(np.nanmedian(phases[p][i] - np.nanmedian(phases[p][others], axis=0)))
-              if others else 0.0 for p in WORK_PHASES}
+    on_gpu = EVIDENCE_GPU_COMPUTE in evidence or EVIDENCE_LATE_ARRIVAL in evidence
+    excess = _excess_by_phase(anatomy, i, others, "gpu:%s" if on_gpu else "%s")
     wait = phases["barrier_wait"]
     my_wait = float(np.nanmedian(wait[i]))
     others_wait = float(np.nanmedian(wait[others])) if others else 0.0
     signature = bool(others and score.work_s >= np.nanmax(np.nanmedian(work, axis=1))
                      and my_wait <= np.nanmin(np.nanmedian(wait, axis=1)) and others_wait > my_wait)
+    gpu_excess = (float(np.nanmedian(gpu.compute[i] - np.nanmedian(gpu.compute, axis=0)))
+                  if gpu is not None else None)
+    verdict_score = score.gpu_score if on_gpu and EVIDENCE_GPU_COMPUTE in evidence else score.score
     return Straggler(rank=score.rank, node=score.node, gpu=score.gpu, phase=max(excess, key=excess.get),
-                     score=score.score, individual_score=score.individual_score, z=score.z,
+                     score=verdict_score, individual_score=score.individual_score, z=score.z,
                      excess_s=float(np.nanmedian(work[i] - np.nanmedian(work, axis=0))),
-                     steps_flagged=float(outlier[i].mean()), signature=signature, others_wait_s=others_wait)
+                     steps_flagged=float(outlier[i].mean()), signature=signature, others_wait_s=others_wait,
+                     evidence=evidence, host_only=gpu is not None and not on_gpu,
+                     others_lost_s=float(np.nanmedian(np.nansum(wait[others], axis=0))) if others else 0.0,
+                     gpu_excess_s=gpu_excess, late_s=score.late_s, last_fraction=score.last_fraction)

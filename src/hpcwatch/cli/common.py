@@ -7,16 +7,21 @@ import re
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 import typer
 from rich.console import Console
 from rich.markup import escape
 
-from hpcwatch.reports.text import visible
+if TYPE_CHECKING:   # imported when a command runs, not for --help (hpcwatch.reports pulls in every report)
+    from hpcwatch.store import Store
 
-from hpcwatch.store import Store
+
+def _visible(text: object) -> str:
+    """``hpcwatch.reports.text.visible``, imported on first use."""
+    from hpcwatch.reports.text import visible
+    return visible(text)
 
 __all__ = ["app", "twin_app", "simulate_app", "console", "emit_json", "open_store", "default_db_path",
            "DbOption", "JsonOption", "wait_for", "safe_text", "error_line"]
@@ -47,6 +52,7 @@ def default_db_path() -> Path:
 
 
 def open_store(db: str | None) -> Store:
+    from hpcwatch.store import Store
     return Store(db if db else default_db_path())
 
 
@@ -54,13 +60,13 @@ def safe_text(value: object, empty: str = "-") -> str:
     """A string from data, ready for a Rich table or ``console.print``: control characters shown as
     ``\\xNN`` (no ESC reaches the terminal, one value stays on one line) and Rich markup escaped
     (``[bold]root[/bold]`` is shown as typed, ``[/x]`` cannot raise). ``None`` and ``""`` become ``empty``."""
-    return empty if value is None or value == "" else escape(visible(value))
+    return empty if value is None or value == "" else escape(_visible(value))
 
 
 def error_line(message: str) -> str:
     """``hpcwatch: <message>`` on one line, control characters (newlines included) shown as ``\\xNN``."""
     # A message of several lines (a library's error text) is joined into one; what is left is escaped.
-    return f"hpcwatch: {visible(_LINE_BREAKS.sub(' ', message.strip()))}"
+    return f"hpcwatch: {_visible(_LINE_BREAKS.sub(' ', message.strip()))}"
 
 
 def emit_json(document: Any) -> None:

@@ -2,30 +2,31 @@
 
 from __future__ import annotations
 
+import os
 import warnings
 from pathlib import Path
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, Optional
 
-import numpy as np
 import typer
-from rich.console import Console
-from rich.table import Table
 
-from hpcwatch.analysis.steps import Anatomy, anatomy_from_spans, anatomy_from_traces, temporal_breakdown
 from hpcwatch.cli.common import DbOption, JsonOption, app, console, emit_json, open_store, safe_text
 from hpcwatch.errors import ConfigError, InputError
-from hpcwatch.records import PHASES, Span
-from hpcwatch.reports.steps import StepReport, step_report, step_report_of
-from hpcwatch.sources.kineto import KinetoTrace
-from hpcwatch.sources.registry import Input, plan_inputs
+from hpcwatch.records import PHASES
+
+if TYPE_CHECKING:   # the heavy modules are imported when the command runs (hpcwatch --help stays fast)
+    from hpcwatch.analysis.steps import Anatomy
+    from hpcwatch.reports.steps import GpuClock, RankGpu, StepReport
+    from hpcwatch.sources.kineto import KinetoTrace
+    from hpcwatch.sources.registry import Input
 
 __all__ = ["steps", "trace_files", "steps_document"]
 
 #: The registry formats this command reads.
 _STEP_FORMATS = ("kineto", "hook-jsonl")
-_stderr = Console(stderr=True, emoji=False)
 #: How many slow steps the human report lists.
 _SLOW_STEPS_SHOWN = 5
+#: Kernels listed per rank in the JSON document.
+_TOP_KERNELS_LISTED = 5
 
 
 def trace_files(paths: list[Path]) -> list[Input]:
@@ -34,6 +35,7 @@ def trace_files(paths: list[Path]) -> list[Input]:
     A file named on the command line must be one of the two; a folder's other files are passed over, and
     a folder holding both (a profiled run with the hook on) gives its traces: the GPU's own timeline.
     """
+    from hpcwatch.sources.registry import Input, plan_inputs
     named = {Path(p) for p in paths}
     found: list[Input] = []
     for item in plan_inputs(paths):
@@ -66,7 +68,11 @@ def steps(
     """Step anatomy per rank (load, forward, backward, allreduce, optimizer, barrier wait), stragglers, MFU."""
     if bool(paths) == bool(job):
         raise ConfigError("steps: give TRACE files or --job ID with --db (one of them)")
+    from hpcwatch.analysis.steps import anatomy_from_spans
+    from hpcwatch.records import Span
+    from hpcwatch.reports.steps import step_report, step_report_of, trace_report
     traces: list[KinetoTrace] = []
+    clock, per_rank = None, ()
     if job:
         with open_store(db) as store:
             report = step_report(store, job)
@@ -80,24 +86,53 @@ def steps(
                                          if isinstance(r, Span))
         else:
             traces = _read_traces(files)
-            anatomy = anatomy_from_traces(traces)
-        report = step_report_of(anatomy)
+        report, clock, per_rank = trace_report(traces) if traces else (step_report_of(anatomy), None, ())
     mfu = _mfu(report, params=params, layers=layers, d_model=d_model, seq=seq, tokens_per_step=tokens_per_step,
                gpu=gpu)
-    doc = steps_document(report, traces=traces, mfu=mfu)
+    doc = steps_document(report, traces=traces, mfu=mfu, clock=clock, per_rank=per_rank)
     if as_json:
         emit_json(doc)
     else:
         _print(doc)
 
 
-def _read_traces(files: list[Input]) -> list[KinetoTrace]:
+#: The inputs a forked reader process reads (by index: a format's reader is not picklable).
+_TO_READ: list = []
+
+
+def _read_nth(index: int) -> tuple[KinetoTrace, list[str]]:
+    return _read_one(_TO_READ[index])
+
+
+def _read_one(item: Input) -> tuple[KinetoTrace, list[str]]:
+    """One rank's trace and the warnings its reader gave (run in a worker process)."""
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        traces = [i.format.read(i.path, i.context) for i in files]
-    for w in caught:
-        _stderr.print(f"[yellow]warning:[/yellow] {safe_text(w.message)}", highlight=False)
-    return traces
+        trace = item.format.read(item.path, item.context)
+    return trace, [str(w.message) for w in caught]
+
+
+def _read_traces(files: list[Input]) -> list[KinetoTrace]:
+    """Every rank's trace, read in parallel processes when there are several traces and cores:
+    decoding JSON holds the GIL, so threads would not help."""
+    workers = min(len(files), os.cpu_count() or 1)
+    if workers > 1:
+        import multiprocessing
+        from concurrent.futures import ProcessPoolExecutor
+        _TO_READ[:] = files
+        try:
+            with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("fork")) as pool:
+                done = list(pool.map(_read_nth, range(len(files))))
+        finally:
+            _TO_READ.clear()
+    else:
+        done = [_read_one(i) for i in files]
+    from rich.console import Console
+    stderr = Console(stderr=True, emoji=False)
+    for _, messages in done:
+        for message in messages:
+            stderr.print(f"[yellow]warning:[/yellow] {safe_text(message)}", highlight=False)
+    return [trace for trace, _ in done]
 
 
 def _mfu(report: StepReport, **shape: Any) -> dict | None:
@@ -119,37 +154,79 @@ def _mfu(report: StepReport, **shape: Any) -> dict | None:
             "peak_flops": result.peak_flops, "gpu": result.gpu, "step_time_s": step_s}
 
 
-def steps_document(step: StepReport, *, traces: list[KinetoTrace] = (), mfu: dict | None = None) -> dict:
-    """The ``--json`` document (seconds)."""
+def steps_document(step: StepReport, *, traces: list[KinetoTrace] = (), mfu: dict | None = None,
+                   clock: GpuClock | None = None, per_rank: tuple[RankGpu, ...] = ()) -> dict:
+    """The ``--json`` document (seconds; bandwidths in bytes/s)."""
+    import numpy as np
     anatomy, report, times = step.anatomy, step.stragglers, step.step_times_s
     step_m = anatomy.matrix("step")
     gpu = _gpu_by_rank(anatomy)
     ranks = [{"rank": r.rank, "node": r.node, "gpu": r.gpu, "phases": dict(r.phases), "work_s": r.work_s,
               "step_s": r.step_s, "score": r.score, "individual_score": r.individual_score,
               "phase_scores": dict(r.phase_scores), "z": r.z, "outlier_steps": r.outlier_steps,
-              "clock_offset_s": anatomy.clock_offset_s.get(r.rank), **gpu.get(r.rank, {})} for r in report.ranks]
+              "clock_offset_s": anatomy.clock_offset_s.get(r.rank), **gpu.get(r.rank, {}),
+              **({"gpu_compute_s": r.gpu_compute_s, "gpu_score": r.gpu_score,
+                  "gpu_individual_score": r.gpu_individual_score, "gpu_z": r.gpu_z, "late_s": r.late_s,
+                  "last_fraction": r.last_fraction} if r.gpu_compute_s is not None else {})} for r in report.ranks]
+    host_m = anatomy.matrix("host_dur_s")
     return {
         "world_size": anatomy.world_size,
         "source": anatomy.source,
         "job": anatomy.job,
         "step_time_s": step.step_time_s,
+        "clock": "gpu" if anatomy.has_gpu else "host",
+        "gpu_clock": None if clock is None else {
+            "gpu_step_s": clock.gpu_step_s, "host_step_s": clock.host_step_s, "gpu_lag_s": clock.gpu_lag_s,
+            "queue_depth_steps": clock.queue_depth_steps, "bound": clock.bound},
         "steps": [{"step": s, "time_s": times[j],
-                   "slowest_rank": int(anatomy.ranks[int(np.nanargmax(step_m[:, j]))])}
+                   "slowest_rank": int(anatomy.ranks[int(np.nanargmax(step_m[:, j]))]),
+                   "host_time_s": float(np.nanmax(host_m[:, j])) if np.isfinite(host_m[:, j]).any() else None}
                   for j, s in enumerate(anatomy.steps)],
         "ranks": ranks,
         "stragglers": [{"rank": s.rank, "node": s.node, "gpu": s.gpu, "phase": s.phase, "score": s.score,
                         "individual_score": s.individual_score, "z": s.z, "excess_s": s.excess_s,
                         "steps_flagged": s.steps_flagged, "signature": s.signature,
-                        "others_wait_s": s.others_wait_s} for s in report.stragglers],
+                        "others_wait_s": s.others_wait_s, "evidence": list(s.evidence), "host_only": s.host_only,
+                        "others_lost_s": s.others_lost_s, "gpu_excess_s": s.gpu_excess_s, "late_s": s.late_s,
+                        "last_fraction": s.last_fraction} for s in report.stragglers],
         "slow_steps": [{"rank": s.rank, "step": s.step, "work_s": s.work_s, "median_work_s": s.median_work_s,
                         "z": s.z} for s in report.slow_steps],
         "ranks_missing": sorted(set(range(anatomy.world_size)) - set(anatomy.ranks)),
         "temporal_breakdown": _breakdowns(traces),
+        "gpu": [_rank_gpu(g) for g in per_rank],
         "mfu": mfu,
     }
 
 
+def _rank_gpu(g: RankGpu) -> dict:
+    import numpy as np
+    colls = [c for c in g.collectives if c.busbw_bytes_s is not None]
+    by_name: dict[str, list] = {}
+    for c in colls:
+        by_name.setdefault(c.collective, []).append(c)
+    return {
+        "rank": g.rank,
+        "kinds_s": {k: v / 1e6 for k, v in g.kernels.kind_us.items()},
+        "top_kernels": [{"name": k.name, "kind": k.kind, "count": k.count, "total_s": k.total_us / 1e6,
+                         "mean_s": k.mean_us / 1e6} for k in g.kernels.top[:_TOP_KERNELS_LISTED]],
+        "idle_by_stream": [{"stream": i.stream, "host_wait_s": i.host_wait_us / 1e6,
+                            "kernel_wait_s": i.kernel_wait_us / 1e6, "other_s": i.other_us / 1e6} for i in g.idle],
+        "comm_compute_overlap": g.overlap,
+        "launches": {"count": g.launches.launches, "short_kernels": g.launches.short_kernels,
+                     "runtime_outliers": g.launches.runtime_outliers,
+                     "launch_delay_outliers": g.launches.launch_delay_outliers,
+                     "launch_delay_s": {k: v / 1e6 for k, v in g.launches.launch_delay_quantiles_us().items()}},
+        "collectives": [{"collective": name, "count": len(cs), "msg_bytes": float(np.median([c.msg_bytes for c in cs])),
+                         "group_size": cs[0].group_size,
+                         "algbw_bytes_s_max": max(c.algbw_bytes_s for c in cs),
+                         "busbw_bytes_s_max": max(c.busbw_bytes_s for c in cs),
+                         "busbw_bytes_s_median": float(np.median([c.busbw_bytes_s for c in cs]))}
+                        for name, cs in sorted(by_name.items())],
+    }
+
+
 def _gpu_by_rank(anatomy: Anatomy) -> dict[int, dict[str, float]]:
+    import numpy as np
     out: dict[int, dict[str, float]] = {}
     for rank in anatomy.ranks:
         rows = [rs for rs in anatomy.rank_steps if rs.rank == rank and rs.gpu_busy_s is not None]
@@ -161,6 +238,7 @@ def _gpu_by_rank(anatomy: Anatomy) -> dict[int, dict[str, float]]:
 
 
 def _breakdowns(traces: list[KinetoTrace]) -> list[dict]:
+    from hpcwatch.analysis.steps import temporal_breakdown
     out = []
     for t in traces:
         try:
@@ -172,6 +250,8 @@ def _breakdowns(traces: list[KinetoTrace]) -> list[dict]:
     return out
 
 
+_EVIDENCE_SHOWN = {"gpu_compute": "GPU compute excess", "late_arrival": "late arrival at the collectives",
+                   "host": "host timeline"}
 # Column headers short enough for an 80-column terminal.
 _SHORT = {"load": "load", "forward": "fwd", "backward": "bwd", "allreduce": "comm", "optimizer": "opt",
           "barrier_wait": "wait"}
@@ -182,6 +262,7 @@ def _ms(seconds: float | None) -> str:
 
 
 def _print(doc: dict) -> None:
+    from rich.table import Table
     flagged = {s["rank"] for s in doc["stragglers"]}
     title = (f"Step anatomy: {doc['world_size']} ranks, {len(doc['steps'])} steps, "
              f"median step {_ms(doc['step_time_s'])} ms (medians per rank, ms)")
@@ -196,9 +277,11 @@ def _print(doc: dict) -> None:
     for s in doc["stragglers"]:
         where = " ".join(x for x in (f"node {safe_text(s['node'])}" if s["node"] else "",
                                      f"GPU {s['gpu']}" if s["gpu"] is not None else "") if x)
-        console.print(f"[bold red]straggler:[/bold red] rank {s['rank']} {where} — slow in {s['phase']}, "
-                      f"score {s['score']:.2f}, +{_ms(s['excess_s'])} ms/step; the others wait "
-                      f"{_ms(s['others_wait_s'])} ms/step")
+        named = ", ".join(_EVIDENCE_SHOWN[e] for e in s["evidence"]) + (" (host-side only)" if s["host_only"] else "")
+        extra = s["gpu_excess_s"] if s["gpu_excess_s"] is not None and "gpu_compute" in s["evidence"] else s["excess_s"]
+        console.print(f"[bold red]straggler:[/bold red] rank {s['rank']} {where} — named by {named}; slow in "
+                      f"{s['phase']}, score {s['score']:.2f}, +{_ms(extra)} ms/step; the others lose "
+                      f"{_ms(s['others_lost_s'])} ms/step together")
     if not doc["stragglers"]:
         console.print("no straggler")
     slow = sorted(doc["slow_steps"], key=lambda s: -s["z"])
@@ -210,6 +293,11 @@ def _print(doc: dict) -> None:
     if doc["ranks_missing"]:
         console.print(f"[yellow]only {len(doc['ranks'])} of {doc['world_size']} ranks' traces given[/yellow]: "
                       "barrier wait needs every rank of the collective")
+    clock = doc.get("gpu_clock")
+    if clock:
+        console.print(f"GPU step {_ms(clock['gpu_step_s'])} ms (host step {_ms(clock['host_step_s'])} ms); the GPU ends "
+                      f"{_ms(clock['gpu_lag_s'])} ms after the host ({clock['queue_depth_steps']:.1f} steps queued): "
+                      f"{clock['bound']}-bound")
     for b in doc["temporal_breakdown"]:
         pct = b["pct"]
         console.print(f"rank {b['rank']} GPU: idle {pct['idle']:.1f} %, compute {pct['compute']:.1f} %, "

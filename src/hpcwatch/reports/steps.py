@@ -12,14 +12,18 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from hpcwatch.analysis.steps import Anatomy, anatomy_from_spans, median_step_time_s, step_times_s
+import numpy as np
+
+from hpcwatch.analysis import kernels
+from hpcwatch.analysis.steps import Anatomy, anatomy_from_spans, anatomy_from_traces, median_step_time_s, step_times_s
 from hpcwatch.analysis.stragglers import Straggler, StragglerConfig, StragglerReport, find_stragglers
 from hpcwatch.errors import InputError
 from hpcwatch.records import PHASES, Job, Span
 from hpcwatch.store import Store, queries
+from hpcwatch.traces import KinetoTrace
 
 __all__ = ["StepReport", "PlayerPhase", "PlayerRank", "PlayerVerdict", "PlayerStep", "LiveTraining",
-           "step_report", "step_report_of", "player_step", "player_jobs", "jobs_with_spans", "live_training", "placement_from_job",
+           "step_report", "step_report_of", "RankGpu", "GpuClock", "trace_report", "GPU_BOUND_LAG_FRACTION", "player_step", "player_jobs", "jobs_with_spans", "live_training", "placement_from_job",
            "DEFAULT_RECENT_STEPS", "PLAYER_JOBS_LISTED"]
 
 DEFAULT_RECENT_STEPS = 50
@@ -45,6 +49,62 @@ class StepReport:
     def straggler(self) -> Straggler | None:
         """The most severe straggler, if any."""
         return self.stragglers.stragglers[0] if self.stragglers.stragglers else None
+
+
+#: The GPU is "GPU-bound" (kernels queue up behind the host) when its work ends this fraction of a step
+#: or more after the host's step ends; under it the GPU keeps up and waits for launches ("launch-bound").
+#: Ours: 5 % is above the launch latency of a step's last kernel (~10 µs) on any step over 0.2 ms.
+GPU_BOUND_LAG_FRACTION = 0.05
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class GpuClock:
+    """The step on the GPU's clock against the host's, and what the gap says."""
+
+    gpu_step_s: float
+    """Median GPU step period (``RankStep.gpu_period_s``, slowest rank per step)."""
+    host_step_s: float
+    """Median host step (``ProfilerStep#N``), labelled as the host's."""
+    gpu_lag_s: float
+    """Median over ranks and steps of (end of the step's GPU work − end of its host step)."""
+    queue_depth_steps: float
+    """``gpu_lag_s`` / ``gpu_step_s``: how many steps the host runs ahead."""
+    bound: str
+    """``gpu`` (kernels queue behind the host) or ``launch`` (the GPU waits for the host's launches)."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RankGpu:
+    """One rank's GPU breakdowns (``analysis.kernels``), in HTA's terms."""
+
+    rank: int
+    kernels: kernels.KernelBreakdown
+    idle: tuple[kernels.StreamIdle, ...]
+    overlap: float | None
+    launches: kernels.LaunchStats
+    collectives: tuple[kernels.Collective, ...]
+
+
+def _gpu_clock(anatomy: Anatomy) -> GpuClock | None:
+    if not anatomy.has_gpu:
+        return None
+    gpu_step = float(np.median(step_times_s(anatomy)))
+    host = float(np.nanmedian(np.nanmax(anatomy.matrix("host_dur_s"), axis=0)))
+    lag = float(np.nanmedian(anatomy.matrix("gpu_lag_s")))
+    depth = lag / gpu_step if gpu_step > 0 else 0.0
+    return GpuClock(gpu_step_s=gpu_step, host_step_s=host, gpu_lag_s=lag, queue_depth_steps=max(depth, 0.0),
+                    bound="gpu" if lag >= GPU_BOUND_LAG_FRACTION * gpu_step else "launch")
+
+
+def trace_report(traces: Sequence[KinetoTrace], *, config: StragglerConfig | None = None) -> tuple[StepReport, GpuClock | None,
+                                                                                                   tuple[RankGpu, ...]]:
+    """A trace set's steps (GPU-first), its GPU clock against the host's, and each rank's GPU breakdowns."""
+    report = step_report_of(anatomy_from_traces(traces), config=config)
+    per_rank = tuple(RankGpu(rank=t.rank, kernels=kernels.kernel_breakdown(t), idle=kernels.idle_breakdown(t),
+                             overlap=kernels.comm_compute_overlap(t), launches=kernels.launch_stats(t),
+                             collectives=kernels.collectives(t))
+                     for t in sorted(traces, key=lambda t: t.rank) if kernels.has_gpu_activity(t))
+    return report, _gpu_clock(report.anatomy), per_rank
 
 
 def placement_from_job(job: Job, ranks: Sequence[int]) -> dict[int, tuple[str | None, int | None]] | None:

@@ -98,6 +98,11 @@ def _msg_bytes(args: Mapping[str, Any]) -> float:
     return float("nan")
 
 
+def _group_size(args: Mapping[str, Any]) -> int:
+    """c10d's ``Group size`` arg (ranks in the collective), -1 when absent."""
+    return _int_or(args.get("Group size"), -1, 32)
+
+
 _NO_ARGS: Mapping[str, Any] = {}
 _NAN = float("nan")
 #: Size of the pieces a trace's text is decoded in (see ``_Pieces``); small pieces stay in the CPU cache.
@@ -117,7 +122,7 @@ class _Unusual(Exception):
 
 
 def _scan(events: list, names: _Names, codes: dict[str, int], rows: list, colls: list, flows: list) -> str | None:
-    """Append the row of each ``X`` event, the (row, coll_id, msg_bytes) of each collective
+    """Append the row of each ``X`` event, the (row, coll_id, msg_bytes, group_size) of each collective
     (a few in thousands, so they are not in every row) and the (ts, id, start, ac2g) of each flow event.
 
     The hot loop of the reader: one C call fetches an event's fields, one short-lived tuple
@@ -144,7 +149,7 @@ def _scan(events: list, names: _Names, codes: dict[str, int], rows: list, colls:
                 nid, code = intern(name), codes.setdefault(cat, 0)
             correlation = args.get("correlation", -1)   # also fails, as it should, when args is not a dict
             if "Collective name" in args and args["Collective name"] is not None:
-                colls.append((len(rows), intern(str(args["Collective name"])), _msg_bytes(args)))
+                colls.append((len(rows), intern(str(args["Collective name"])), _msg_bytes(args), _group_size(args)))
             append((ts, dur, code, nid, args["stream"] if "stream" in args else -1, pid, tid, correlation))
         elif ph == "s" or ph == "f":
             ts, fid = ev["ts"], ev["id"]
@@ -180,7 +185,7 @@ def _scan_lenient(events: list, path: str, names: _Names, offset: int, rows: lis
                 row = (ts, dur, CAT.get(cat, 0), names(name), args.get("stream", -1), pid, tid,
                        args.get("correlation", -1))
                 if (coll := args.get("Collective name")) is not None:
-                    colls.append((len(rows), names(str(coll)), _msg_bytes(args)))
+                    colls.append((len(rows), names(str(coll)), _msg_bytes(args), _group_size(args)))
                 rows.append(row)
             elif ph == "s" or ph == "f":
                 flows.append(_flow_lenient(ev, path, offset + index))
@@ -203,7 +208,7 @@ def _flow_lenient(ev: Mapping[str, Any], path: str, index: int) -> tuple:
 
 _DTYPES = (np.float64, np.float64, np.int8, np.int32, np.int32, np.int64, np.int64, np.int64)
 _ROW_COLUMNS = ("ts_us", "dur_us", "cat", "name_id", "stream", "pid", "tid", "correlation")
-_TABLE_COLUMNS = _ROW_COLUMNS + ("coll_id", "msg_bytes")
+_TABLE_COLUMNS = _ROW_COLUMNS + ("coll_id", "msg_bytes", "group_size")
 _FLOW_COLUMNS = ("id", "ts_us", "start", "cat")
 
 
@@ -227,10 +232,12 @@ def _row_table(rows: list[tuple], colls: list[tuple], path: str) -> dict[str, np
     table = {name: _as_column(name, col, dtype, path) for name, col, dtype in zip(_ROW_COLUMNS, cols, _DTYPES)}
     table["coll_id"] = np.full(len(rows), -1, dtype=np.int32)
     table["msg_bytes"] = np.full(len(rows), np.nan)
+    table["group_size"] = np.full(len(rows), -1, dtype=np.int32)
     if colls:
-        at, coll_ids, msg_bytes = zip(*colls)
+        at, coll_ids, msg_bytes, groups = zip(*colls)
         table["coll_id"][list(at)] = coll_ids
         table["msg_bytes"][list(at)] = msg_bytes
+        table["group_size"][list(at)] = groups
     return table
 
 

@@ -33,7 +33,7 @@ if TYPE_CHECKING:
     from hpcwatch.twin.core import Twin
 
 __all__ = ["DCGM_HELP", "NODE_EXPORTER_IB", "dcgm_text", "node_exporter_text", "perfquery_text",
-           "lustre_job_stats_text", "ib_samples", "scrape_all", "spans_jsonl", "kineto_traces", "uniform_shape", "lustre_samples", "lustre_target", "hca_device",
+           "lustre_job_stats_text", "ib_samples", "scrape_all", "spans_jsonl", "kineto_traces", "gpu_kineto_traces", "GpuTraceConfig", "uniform_shape", "lustre_samples", "lustre_target", "hca_device",
            "NODE_EXPORTER_PORT"]
 
 #: (type, help) of each DCGM field, verbatim from dcgm-exporter's counter CSVs.
@@ -506,3 +506,169 @@ def lustre_samples(twin: Twin) -> Iterator[Sample]:
             labels = {"jobid": job_id, "target": lustre_target(name, ost)}
             yield Sample(metric=vocab.LUSTRE_JOB_READ_BYTES_TOTAL, labels=labels, t=twin.now, value=float(c[ost, 0]))
             yield Sample(metric=vocab.LUSTRE_JOB_WRITE_BYTES_TOTAL, labels=labels, t=twin.now, value=float(c[ost, 2]))
+
+
+# -- kernel-level traces: the twin with a GPU --------------------------------------------------------
+
+#: Names as a real PyTorch 2.x / NCCL 2.2x trace spells them (tests/data/kineto/hta_a100_nccl_rank0,
+#: h200_annotated_steps): a cuBLAS GEMM for compute, NCCL's device kernel on its own stream.
+_GEMM_KERNEL = "sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64_warpgroupsize1x1x1_execute_segment_k_off_kernel__5x_cublas"
+_NCCL_KERNEL = "ncclDevKernel_AllReduce_Sum_bf16_RING_LL(ncclDevComm*, unsigned long, ncclWork*)"
+_H2D_COPY = "Memcpy HtoD (Pageable -> Device)"
+#: Streams as Kineto numbers them: the default compute stream 7, NCCL's own stream.
+_COMPUTE_STREAM, _NCCL_STREAM = 7, 20
+
+
+@dataclass(frozen=True, kw_only=True)
+class GpuTraceConfig:
+    """How the twin's GPU runs a data-parallel step (kernel-level Kineto traces).
+
+    Defaults: ~25 ms steps of a GPU-bound job whose host launches ~140 kernels in ~3 ms and
+    runs ``queue_depth`` steps ahead; ring all-reduce time from DESIGN.md §6.
+    """
+
+    kernels: tuple[int, int, int] = (40, 80, 20)
+    """Compute kernels launched in forward, backward, optimizer."""
+    kernel_us: tuple[float, float, float] = (150.0, 150.0, 40.0)
+    """Duration of one such kernel per phase."""
+    launch_us: float = 6.0
+    """``cudaLaunchKernel`` call duration; the host spends ``host_op_us`` more per op."""
+    host_op_us: float = 14.0
+    load_us: float = 400.0
+    """Host data loading per step (ends with a host-to-device copy)."""
+    queue_depth: int = 2
+    """Steps the host may run ahead of the GPU before a sync blocks it."""
+    allreduce_bytes: float = 100e6
+    """Gradient bytes all-reduced per step (one bucket)."""
+    bus_bytes_s: float = 100e9
+    """Bus bandwidth of the ring: transfer = 2(p−1)/p · bytes / bus (nccl-tests' busbw)."""
+    jitter: float = 0.01
+    """Relative standard deviation of each kernel's duration."""
+    slow_rank: int | None = None
+    slow_backward_factor: float = 1.0
+    """The slow rank's backward kernels take this much longer (GPU only: its host is unchanged)."""
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if self.queue_depth < 1:
+            raise ConfigError(f"GpuTraceConfig.queue_depth must be >= 1, got {self.queue_depth}")
+        if self.slow_backward_factor <= 0 or self.jitter < 0:
+            raise ConfigError("GpuTraceConfig.slow_backward_factor must be > 0 and jitter >= 0")
+
+
+class _RankSim:
+    """One rank's host and GPU clocks while a step is written."""
+
+    def __init__(self, rank: int, pid: int, rng: np.random.Generator) -> None:
+        self.rank, self.pid, self.rng = rank, pid, rng
+        self.host = 0.0
+        self.stream_end = {_COMPUTE_STREAM: 0.0, _NCCL_STREAM: 0.0}
+        self.events: list[dict] = []
+        self.gpu_ends: list[float] = []
+        """End of each step's GPU work (µs)."""
+        self.step_start = 0.0
+        self.pending_nccl: tuple[float, dict] = (0.0, {})
+        """(start, event) of the step's NCCL kernel, whose end waits for every rank's start."""
+
+    def launch(self, cfg: GpuTraceConfig, corr: int, name: str, stream: int, dur_us: float, *, not_before: float = 0.0,
+               cat: str = "kernel", args: dict | None = None, api: str = "cudaLaunchKernel") -> tuple[float, float]:
+        """Launch one GPU activity: the runtime call, the flow, the kernel; returns its (start, end)."""
+        t = self.host
+        self.events.append({"ph": "X", "cat": "cuda_runtime", "name": api, "pid": self.pid, "tid": self.pid,
+                            "ts": round(t, 3), "dur": cfg.launch_us, "args": {"correlation": corr, "External id": corr}})
+        self.events.append({"ph": "s", "id": corr, "pid": self.pid, "tid": self.pid, "ts": round(t, 3),
+                            "cat": "ac2g", "name": "ac2g"})
+        start = max(t + cfg.launch_us + 2.0, self.stream_end[stream], not_before)
+        self.stream_end[stream] = start + dur_us
+        self.host = t + cfg.launch_us + cfg.host_op_us
+        self.events.append({"ph": "X", "cat": cat, "name": name, "pid": self.rank, "tid": stream, "ts": round(start, 3),
+                            "dur": round(dur_us, 3), "args": {"device": self.rank, "stream": stream, "correlation": corr,
+                                                              "External id": corr, **(args or {})}})
+        self.events.append({"ph": "f", "id": corr, "pid": self.rank, "tid": stream, "ts": round(start, 3),
+                            "cat": "ac2g", "name": "ac2g", "bp": "e"})
+        return start, start + dur_us
+
+    def annotate(self, name: str, start: float) -> None:
+        self.events.append(_x(name, start, self.host - start, self.pid))
+
+
+def gpu_kineto_traces(cfg: GpuTraceConfig, *, steps: list[int], world_size: int,
+                      nodes_of_rank: dict[int, str] | None = None, base_s: int = 0) -> dict[int, dict]:
+    """Kernel-level Kineto traces, one per rank, of ``steps`` of a data-parallel job.
+
+    Per step the host (``ProfilerStep#N`` with ``data_load``, ``forward``, ``backward``,
+    ``nccl:all_reduce``, ``optimizer`` annotations) launches compute kernels on stream 7
+    and the all-reduce on NCCL's stream, each through a ``cudaLaunchKernel`` call with a
+    correlation id and an ``ac2g`` flow. The GPU runs each kernel when it is launched and
+    its stream is free; the NCCL kernel starts after the backward kernels and ends when
+    the last rank's has started plus the ring transfer; the optimizer waits for it. The
+    host blocks in ``cudaStreamSynchronize`` at a step's start while the GPU is more than
+    ``queue_depth`` steps behind. A GPU-only slowdown (``slow_rank``) lengthens that rank's
+    backward kernels: every host, blocked on its own GPU, which waits at the collective
+    for the slow one, looks alike.
+    """
+    nodes_of_rank = nodes_of_rank or {r: "node1" for r in range(world_size)}
+    rng = np.random.default_rng(cfg.seed)
+    sims = [_RankSim(r, 1000 + r, np.random.default_rng(rng.integers(1 << 31))) for r in range(world_size)]
+    transfer_us = 2 * (world_size - 1) / world_size * cfg.allreduce_bytes / cfg.bus_bytes_s * 1e6
+    corr = 1
+    for k, step in enumerate(steps):
+        arrivals = []
+        for sim in sims:
+            corr = _host_until_allreduce(cfg, sim, k, step, corr, world_size)
+            arrivals.append(sim.pending_nccl)
+        done = max(a[0] for a in arrivals) + transfer_us
+        for sim, (start, nccl_event) in zip(sims, arrivals):
+            nccl_event["dur"] = round(done - start, 3)
+            sim.stream_end[_NCCL_STREAM] = done
+            corr = _optimizer(cfg, sim, step, corr, done)
+    return {sim.rank: {"schemaVersion": _KINETO_SCHEMA, "deviceProperties": [{"id": sim.rank, "name": "NVIDIA H100 80GB HBM3"}],
+                       "distributedInfo": {"backend": "nccl", "rank": sim.rank, "world_size": world_size},
+                       "host_name": nodes_of_rank.get(sim.rank), "displayTimeUnit": "ms",
+                       "baseTimeNanoseconds": base_s * 10**9, "traceEvents": sim.events,
+                       "traceName": f"rank-{sim.rank}.json"} for sim in sims}
+
+
+def _kernel_us(cfg: GpuTraceConfig, sim: _RankSim, phase: int) -> float:
+    factor = cfg.slow_backward_factor if phase == 1 and sim.rank == cfg.slow_rank else 1.0
+    return cfg.kernel_us[phase] * factor * max(0.5, 1.0 + cfg.jitter * float(sim.rng.standard_normal()))
+
+
+def _host_until_allreduce(cfg: GpuTraceConfig, sim: _RankSim, k: int, step: int, corr: int, world: int) -> int:
+    sim.step_start = sim.host
+    load = sim.host
+    if k >= cfg.queue_depth:   # the host may not run further ahead: it syncs on step k − depth's GPU work
+        ready = sim.gpu_ends[k - cfg.queue_depth]
+        if ready > sim.host:
+            sim.events.append({"ph": "X", "cat": "cuda_runtime", "name": "cudaStreamSynchronize", "pid": sim.pid,
+                               "tid": sim.pid, "ts": round(sim.host, 3), "dur": round(ready - sim.host, 3), "args": {}})
+            sim.host = ready
+    sim.host += cfg.load_us
+    sim.launch(cfg, corr, _H2D_COPY, _COMPUTE_STREAM, 50.0, cat="gpu_memcpy", api="cudaMemcpyAsync")
+    corr += 1
+    sim.annotate("data_load", load)
+    for phase, name in ((0, "forward"), (1, "backward")):
+        start = sim.host
+        for _ in range(cfg.kernels[phase]):
+            sim.launch(cfg, corr, _GEMM_KERNEL, _COMPUTE_STREAM, _kernel_us(cfg, sim, phase))
+            corr += 1
+        sim.annotate(name, start)
+    start = sim.host
+    nelems = int(cfg.allreduce_bytes // 2)
+    args = {"Collective name": "allreduce", "In msg nelems": nelems, "Out msg nelems": nelems, "Group size": world,
+            "dtype": "BFloat16", "Process Group Name": "0", "Process Group Description": "default_pg"}
+    at, _ = sim.launch(cfg, corr, _NCCL_KERNEL, _NCCL_STREAM, 0.0, not_before=sim.stream_end[_COMPUTE_STREAM], args=args)
+    sim.pending_nccl = (at, sim.events[-2])
+    sim.annotate(_NCCL_ALLREDUCE, start)
+    return corr + 1
+
+
+def _optimizer(cfg: GpuTraceConfig, sim: _RankSim, step: int, corr: int, nccl_end: float) -> int:
+    start = sim.host
+    for _ in range(cfg.kernels[2]):
+        sim.launch(cfg, corr, _GEMM_KERNEL, _COMPUTE_STREAM, _kernel_us(cfg, sim, 2), not_before=nccl_end)
+        corr += 1
+    sim.annotate("optimizer", start)
+    sim.gpu_ends.append(sim.stream_end[_COMPUTE_STREAM])
+    sim.events.append(_x("ProfilerStep#%d" % step, sim.step_start, sim.host - sim.step_start, sim.pid))
+    return corr

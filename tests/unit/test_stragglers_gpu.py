@@ -1,0 +1,98 @@
+"""Stragglers on GPU evidence: a GPU-only slowdown the host cannot see, a balanced run, the JSON contract."""
+
+from __future__ import annotations
+
+import warnings
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from hpcwatch.analysis.steps import anatomy_from_traces
+from hpcwatch.analysis.stragglers import (EVIDENCE_GPU_COMPUTE, EVIDENCE_HOST, EVIDENCE_LATE_ARRIVAL, StragglerConfig,
+                                          find_stragglers)
+from hpcwatch.cli.steps import steps_document
+from hpcwatch.errors import ConfigError
+from hpcwatch.reports.steps import trace_report
+from hpcwatch.sources.kineto import parse_kineto, read_kineto
+from hpcwatch.twin.exposition import GpuTraceConfig, gpu_kineto_traces
+from hpcwatch.twin.straggler import GPU_STRAGGLER_BACKWARD_FACTOR
+
+KINETO = Path(__file__).resolve().parents[1] / "data" / "kineto"
+
+
+def _twin(cfg: GpuTraceConfig, world: int = 8):
+    docs = gpu_kineto_traces(cfg, steps=list(range(20, 28)), world_size=world)
+    return [parse_kineto(d, path=f"rank-{r}.json") for r, d in docs.items()]
+
+
+@pytest.fixture(scope="module")
+def gpu_only():
+    return anatomy_from_traces(_twin(GpuTraceConfig(slow_rank=5, slow_backward_factor=GPU_STRAGGLER_BACKWARD_FACTOR)))
+
+
+def test_gpu_only_slowdown_of_8_percent_is_named_from_gpu_evidence(gpu_only):
+    report = find_stragglers(gpu_only)
+    assert [s.rank for s in report.stragglers] == [5]
+    s = report.stragglers[0]
+    assert s.evidence == (EVIDENCE_GPU_COMPUTE, EVIDENCE_LATE_ARRIVAL) and not s.host_only
+    assert s.phase == "backward"
+    step = float(np.median(gpu_only.matrix("step")))
+    assert 0.06 < s.gpu_excess_s / step < 0.10
+    assert s.last_fraction == 1.0
+    # every other rank waits about the excess at the all-reduce: 7 ranks together
+    assert s.others_lost_s == pytest.approx(7 * s.gpu_excess_s, rel=0.1)
+
+
+def test_gpu_only_slowdown_leaves_the_host_timelines_alike(gpu_only):
+    work = np.nanmedian(gpu_only.matrix("work"), axis=1)
+    assert work.max() - work.min() < 0.002 * work.mean()
+    host = find_stragglers(gpu_only).ranks
+    assert max(r.score for r in host) - min(r.score for r in host) < 0.01   # host scores cannot tell
+    assert min(r.gpu_score for r in host) < 0.95
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2, 3])
+def test_balanced_8_rank_gpu_run_raises_nothing(seed):
+    report = find_stragglers(anatomy_from_traces(_twin(GpuTraceConfig(seed=seed, jitter=0.02))))
+    assert report.stragglers == ()
+
+
+def test_cpu_only_traces_name_their_straggler_from_the_host_only():
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        traces = [read_kineto(p) for p in sorted((KINETO / "gloo_straggler").glob("rank-*.json.gz"))]
+    (s,) = find_stragglers(anatomy_from_traces(traces)).stragglers
+    assert s.rank == 2 and s.evidence == (EVIDENCE_HOST,) and not s.host_only
+
+
+def test_real_two_rank_nccl_set_raises_no_gpu_verdict():
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        traces = [read_kineto(KINETO / "hta_sampled_2ranks" / f"rank-{r}.json.gz") for r in (0, 1)]
+    report = find_stragglers(anatomy_from_traces(traces))
+    assert all(EVIDENCE_GPU_COMPUTE not in s.evidence for s in report.stragglers)
+
+
+def test_steps_json_keeps_the_straggler_contract_and_adds_the_gpu_fields():
+    traces = _twin(GpuTraceConfig(slow_rank=2, slow_backward_factor=GPU_STRAGGLER_BACKWARD_FACTOR), world=4)
+    report, clock, per_rank = trace_report(traces)
+    doc = steps_document(report, traces=traces, clock=clock, per_rank=per_rank)
+    (s,) = doc["stragglers"]
+    assert {"rank", "score", "evidence", "phase", "excess_s", "others_wait_s", "others_lost_s"} <= set(s)
+    assert s["rank"] == 2 and s["evidence"] == ["gpu_compute", "late_arrival"]
+    assert doc["clock"] == "gpu" and doc["gpu_clock"]["bound"] == "gpu"
+    assert doc["steps"][0]["host_time_s"] is not None
+    assert {g["rank"] for g in doc["gpu"]} == {0, 1, 2, 3}
+    coll = doc["gpu"][2]["collectives"][0]
+    assert coll["collective"] == "allreduce" and coll["group_size"] == 4
+
+
+@pytest.mark.parametrize("kwargs", [
+    {"min_gpu_excess": -0.01},     # a negative excess would flag every rank
+    {"min_last_fraction": 0.0},    # "last in none of the collectives" is no evidence
+    {"min_last_fraction": 1.5},    # more than all of them
+])
+def test_straggler_config_rejects_bad_gpu_thresholds(kwargs):
+    with pytest.raises(ConfigError):
+        StragglerConfig(**kwargs)
