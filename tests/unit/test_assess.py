@@ -115,10 +115,17 @@ def test_the_well_kept_cluster_passes_what_the_neglected_one_breaks(kept):
     assert "fail" not in statuses.values()
 
 
-def test_nccl_autoconfig_is_unknown_without_an_nccl_log_reader(kept, neglected):
-    for doc in (kept, neglected):
-        r = next(r for c in doc["categories"] for r in c["criteria"] if r["id"] == "nccl-autoconfig")
-        assert r["status"] == "unknown" and "no NCCL log in the store" in r["evidence"]
+def test_nccl_autoconfig_reads_the_ncc_logs_the_twin_wrote(kept, neglected):
+    status = {name: next(r for c in doc["categories"] for r in c["criteria"] if r["id"] == "nccl-autoconfig")
+              for name, doc in (("kept", kept), ("neglected", neglected))}
+    assert status["kept"]["status"] == "pass"
+    assert status["neglected"]["status"] == "fail" and "NCCL_ALGO" in status["neglected"]["evidence"]
+
+
+def test_nccl_autoconfig_is_unknown_without_an_nccl_log():
+    from hpcwatch.assess.criteria import nccl_autoconfig
+    verdict = nccl_autoconfig(_evidence(nccl_env=None))
+    assert verdict.status == "unknown" and "no NCCL log in the store" in verdict.evidence
 
 
 def test_verdicts_say_why_and_link_their_evidence(neglected):

@@ -155,10 +155,9 @@ def _step_walls(store: Store) -> tuple[float, ...]:
 
 
 def _nccl_env(store: Store) -> tuple[tuple[str, dict[str, str]], ...] | None:
-    """NCCL_* variables from NCCL-log events (kinds named ``nccl*`` other than nccl-tests, whose attrs carry
-    ``env``); None when there is no such event at all."""
-    kinds = sorted(k for k in vocab.EVENT_KINDS if k.startswith("nccl") and k != EventKind.NCCL_TEST)
-    events = [e for k in kinds for e in store.events(k)]
+    """NCCL_* variables each rank of an NCCL_DEBUG=INFO log set (``nccl_rank`` events of sources/nccl_log.py,
+    attrs ``env``); None when the store holds no NCCL log at all."""
+    events = store.events(EventKind.NCCL_RANK)
     if not events:
         return None
     return tuple((e.source, {str(k): str(v) for k, v in (e.attrs.get("env") or {}).items()}) for e in events)

@@ -52,17 +52,21 @@ def _event(obj: Any, path: str | os.PathLike[str], line: int) -> Event:
 
 def parse_nccl_inspector(text: str, *, path: str | os.PathLike[str] = "<inspector>") -> Iterator[Event]:
     """One Event per JSON object of the text, in order."""
-    at, n = 0, len(text)
+    at, n, line, counted = 0, len(text), 1, 0
     while True:
         while at < n and text[at] in " \t\r\n":
             at += 1
         if at >= n:
             return
-        line = text.count("\n", 0, at) + 1
+        line += text.count("\n", counted, at)  # counted once: linear however many objects
+        counted = at
         try:
             obj, at = _DECODER.raw_decode(text, at)
         except json.JSONDecodeError as err:
             raise ParseError(f"not a JSON object: {err.msg}", path=path, line=line, text=text[at:at + 80]) from err
+        except (ValueError, RecursionError) as err:  # a 5000-digit number, nesting past the stack
+            raise ParseError(f"not a JSON object: {type(err).__name__}", path=path, line=line,
+                             text=text[at:at + 80]) from err
         yield _event(obj, path, line)
 
 

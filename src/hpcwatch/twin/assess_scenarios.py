@@ -34,11 +34,10 @@ __all__ = ["WellKept", "Neglected", "NEGLECTED_BREAKS", "GAP_START_S", "GAP_S"]
 GAP_START_S = 120.0
 GAP_S = 90.0
 
-#: Criteria (assess/criteria.py ids) the neglected cluster fails; "nccl-autoconfig" only once an NCCL log
-#: reader is registered (until then the log is not ingested and the criterion is unknown).
+#: Criteria (assess/criteria.py ids) the neglected cluster fails (its NCCL log forces NCCL_ALGO).
 NEGLECTED_BREAKS = frozenset({"monitoring-stack", "gpu-job-attribution", "healthcheck-program", "dcgm-healthchecks",
                               "port-rate", "topology-conf", "hbm-memory-scrub",
-                              "detector-findings"})
+                              "detector-findings", "nccl-autoconfig"})
 
 _NCCL_GB_S = 46.9  # busbw of a healthy 2-node NDR all-reduce at 8 GB (one 400 Gb/s NIC per GPU: 50 GB/s peak)
 
