@@ -23,7 +23,8 @@ except ImportError:  # an older typer over the click package
     from click import exceptions as _click  # type: ignore[no-redef]
 
 # Each module registers its commands on import.
-_COMMAND_MODULES = ("ingest", "twin", "jobs", "top", "steps", "whatif", "goodput", "scan", "serve", "exporter", "twinserve")
+_COMMAND_MODULES = ("ingest", "twin", "jobs", "top", "steps", "whatif", "goodput", "scan", "serve", "exporter", "twinserve",
+                    "collect")
 
 for _name in _COMMAND_MODULES:
     importlib.import_module(f"hpcwatch.cli.{_name}")
