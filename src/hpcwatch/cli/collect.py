@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import signal
+import socket
 import threading
 from pathlib import Path
 
@@ -10,7 +11,7 @@ import typer
 
 from hpcwatch.cli.common import JsonOption, app, console, emit_json, safe_text
 from hpcwatch.collect.config import DEFAULT_CONFIG_PATH, load_config
-from hpcwatch.reports.collectors import read_status, status_path
+from hpcwatch.reports.collectors import read_status
 
 __all__ = ["collect"]
 
@@ -30,12 +31,12 @@ def collect(config: Path = typer.Option(DEFAULT_CONFIG_PATH, "--config", help="T
         _show_plan(cfg, json)
         return
     if status:
-        _show_status(status_path(cfg.store.path), json)
+        _show_status(cfg.store.path, json)
         return
-    daemon = Daemon(cfg)
+    daemon = Daemon(cfg, node=cfg.collect.node or socket.gethostname())
     if once:
         found = daemon.run_once()
-        _show_status(daemon.status_file, json)
+        _show_status(cfg.store.path, json)
         if any(s.last_error for s in found.values()):
             raise typer.Exit(1)
         return
@@ -63,16 +64,17 @@ def _show_plan(cfg, as_json: bool) -> None:
         console.print(f"  {safe_text(row['name'])} ({row['kind']}) every {row['interval_s']:g} s")
 
 
-def _show_status(path: Path, as_json: bool) -> None:
-    found = read_status(path)
+def _show_status(store_path: str, as_json: bool) -> None:
+    found = read_status(store_path)
     if as_json:
         emit_json(found.as_dict() if found else None)
         return
     if found is None:
-        console.print(f"no status at {safe_text(path)}: is hpcwatch collect running on this store?")
+        console.print(f"no collector status in {safe_text(store_path)}: is hpcwatch collect running on it?")
         return
-    stale = " [bold red](stale: the daemon stopped writing it)[/bold red]" if found.stale else ""
-    console.print(f"hpcwatch collect (pid {found.pid}, {safe_text(found.config)}){stale}")
+    for name, d in found.daemons.items():
+        stale = " [bold red](stale: it stopped writing its status)[/bold red]" if d["stale"] else ""
+        console.print(f"hpcwatch collect {safe_text(name)} (pid {d['pid']}, {safe_text(d['config'])}){stale}")
     for c in found.collectors:
         state = "[green]answers[/green]" if c.answering else "[red]silent[/red]"
         error = f" — {safe_text(c.last_error)}" if c.last_error else ""

@@ -53,6 +53,9 @@ class StoreSection:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class DaemonSection:
+    node: str = ""
+    """This daemon's name in its status file and its cursors (empty: the host name). Daemons writing one
+    store (a DaemonSet's pods) must have different names."""
     status_every_s: float = 5.0
     """How often the status file (STORE/collect/status.json) is rewritten."""
     stop_timeout_s: float = 10.0

@@ -40,7 +40,7 @@ KINDS = {SlurmSection: "slurm", PrometheusSection: "prometheus", ScrapeSection: 
          FollowSection: "follow", SpoolSection: "spool", ScheduleSection: "schedule"}
 
 
-def build_collector(store: Store, section: Any) -> Collector:
+def build_collector(store: Store, section: Any, *, node: str = "") -> Collector:
     """The collector of one config section (imports stay lazy: a site without Slurm never loads it)."""
     if isinstance(section, SlurmSection):
         from hpcwatch.collect.slurm import SlurmCollector
@@ -53,7 +53,7 @@ def build_collector(store: Store, section: Any) -> Collector:
         return ScrapeCollector(store, section)
     if isinstance(section, FollowSection):
         from hpcwatch.collect.follow import LogFollower
-        return LogFollower(store, section)
+        return LogFollower(store, section, node=node)
     if isinstance(section, SpoolSection):
         from hpcwatch.collect.spool import SpoolCollector
         return SpoolCollector(store, section)
@@ -73,9 +73,9 @@ def _kind(section: Any) -> str:
 
 
 class Daemon:
-    def __init__(self, config: CollectConfig, *, open_store: Callable[[], Store] | None = None,
-                 build: Callable[[Store, Any], Collector] = build_collector) -> None:
-        self.config = config
+    def __init__(self, config: CollectConfig, *, node: str, open_store: Callable[[], Store] | None = None,
+                 build: Callable[..., Collector] = build_collector) -> None:
+        self.config, self.node = config, node
         self._open_store = open_store or (lambda: Store(config.store.path))
         self._build = build
         self._stop = threading.Event()
@@ -84,7 +84,7 @@ class Daemon:
             s.name: CollectorStatus(name=s.name, kind=_kind(s), interval_s=s.interval_s) for s in config.collectors}
         self._notes: dict[str, str] = {}
         self._threads: list[threading.Thread] = []
-        self.status_file = status_path(config.store.path)
+        self.status_file = status_path(config.store.path, node)
 
     # -- running ------------------------------------------------------------------------------------
 
@@ -122,7 +122,7 @@ class Daemon:
 
     def _make(self, section: Any, store: Store) -> Collector | None:
         try:
-            return self._build(store, section)
+            return self._build(store, section, node=self.node)
         except Exception as err:  # a collector that cannot even start is that collector's error only
             self._record(section.name, error=err)
             return None
@@ -183,7 +183,7 @@ class Daemon:
     def write_status(self) -> None:
         """The status file, replaced atomically (a reader sees the old one or the new one)."""
         with self._lock:
-            doc = {"written_s": time.time(), "pid": os.getpid(), "config": self.config.path,
+            doc = {"written_s": time.time(), "pid": os.getpid(), "daemon": self.node, "config": self.config.path,
                    "collectors": [{**asdict(s), "note": self._notes.get(s.name, "")}
                                   for s in self._status.values()]}
         folder = self.status_file.parent

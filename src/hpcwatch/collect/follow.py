@@ -54,11 +54,12 @@ def _head(fh: BinaryIO, n: int) -> str:
 class LogFollower:
     """One followed log; ``run()`` stores what was appended since the last run."""
 
-    def __init__(self, store: Store, section: FollowSection) -> None:
+    def __init__(self, store: Store, section: FollowSection, *, node: str = "") -> None:
         self.section = section
         self.path = Path(section.path)
         self.parse = LINE_PARSERS[section.format]
-        self.cursor = Cursor(store, f"follow:{section.name}", path=section.path)
+        # the node too: the followers of several nodes (a DaemonSet) may share one store and one name
+        self.cursor = Cursor(store, f"follow:{node}:{section.name}", path=section.path)
         self._fh: BinaryIO | None = None
         self._pending: dict[str, Any] | None = None
         """The state of a file started but not yet committed (the cursor still names the one before)."""

@@ -1,10 +1,12 @@
 """Which collectors of ``hpcwatch collect`` answer: the status file the daemon writes beside the store.
 
-``collect`` writes ``STORE/collect/status.json`` (temp file + rename, every few seconds);
-``serve``, the exporter and ``hpcwatch collect --status`` read it here. The file is the one
-contract between the daemon and its readers::
+Each ``collect`` daemon writes ``STORE/collect/status-<daemon>.json`` (temp file + rename, every
+few seconds; ``<daemon>`` is its ``[collect] node``, by default the host name, so the node-level
+daemons of a DaemonSet and the central one write side by side); ``serve``, the exporter and
+``hpcwatch collect --status`` read them here. A file is the one contract between a daemon and its
+readers::
 
-    {"written_s": 1700000000.0, "pid": 1234, "config": "/etc/hpcwatch/hpcwatch.toml",
+    {"written_s": 1700000000.0, "pid": 1234, "daemon": "head1", "config": "/etc/hpcwatch/hpcwatch.toml",
      "collectors": [{"name": "slurm", "kind": "slurm-rest", "interval_s": 30.0,
                      "last_success_s": ..., "last_error": "...", "last_error_s": ...,
                      "lag_s": ..., "runs": 12, "errors": 1, "records": 340}, ...]}
@@ -27,11 +29,11 @@ import orjson
 
 from hpcwatch.store import Store
 
-__all__ = ["CollectorStatus", "CollectStatus", "STATUS_FILE", "STALE_AFTER_S", "MISSED_INTERVALS",
+__all__ = ["CollectorStatus", "CollectStatus", "STATUS_DIR", "STALE_AFTER_S", "MISSED_INTERVALS",
            "status_path", "read_status", "collector_statuses"]
 
-#: Where the status lives, relative to the store folder.
-STATUS_FILE = Path("collect") / "status.json"
+#: Where the status files live, relative to the store folder.
+STATUS_DIR = Path("collect")
 #: A status file not rewritten for this long means the daemon is gone (it writes every few seconds; ours).
 STALE_AFTER_S = 60.0
 #: Intervals without a success after which a collector no longer answers (ours, see the docstring).
@@ -45,6 +47,8 @@ class CollectorStatus:
     name: str
     kind: str
     interval_s: float
+    daemon: str = ""
+    """The daemon running it (its ``[collect] node``)."""
     last_success_s: float | None = None
     """UTC seconds of the end of the last run that succeeded."""
     last_error: str | None = None
@@ -63,39 +67,53 @@ class CollectorStatus:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class CollectStatus:
-    written_s: float
-    pid: int
-    config: str
+    """Every daemon writing one store: ``daemons`` (name -> written_s, pid, config, stale) and all their
+    collectors."""
+
+    daemons: dict[str, dict[str, Any]]
     collectors: tuple[CollectorStatus, ...]
-    stale: bool = False
-    """The daemon has not written the file for ``STALE_AFTER_S``."""
+
+    @property
+    def stale(self) -> bool:
+        """Every daemon stopped writing its file (``STALE_AFTER_S``)."""
+        return all(d["stale"] for d in self.daemons.values())
 
     def as_dict(self) -> dict[str, Any]:
-        return {"written_s": self.written_s, "pid": self.pid, "config": self.config, "stale": self.stale,
-                "collectors": [asdict(c) for c in self.collectors]}
+        return {"daemons": self.daemons, "stale": self.stale, "collectors": [asdict(c) for c in self.collectors]}
 
 
-def status_path(store_root: str | Path) -> Path:
-    return Path(store_root) / STATUS_FILE
+def status_path(store_root: str | Path, daemon: str) -> Path:
+    """The status file of one daemon (a name safe in a file name)."""
+    safe = "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in daemon) or "collect"
+    return Path(store_root) / STATUS_DIR / f"status-{safe}.json"
 
 
 _FIELDS = {f.name for f in fields(CollectorStatus)} - {"answering"}
 
 
-def read_status(path: str | Path, *, now: float | None = None) -> CollectStatus | None:
-    """The status at ``path``; None when no daemon ever wrote one (or it cannot be read: a half-written
-    file cannot happen, the daemon renames it into place)."""
-    try:
-        doc = orjson.loads(Path(path).read_bytes())
-    except (OSError, orjson.JSONDecodeError):
-        return None
-    if not isinstance(doc, dict) or not isinstance(doc.get("collectors"), list):
-        return None
+def read_status(store_root: str | Path, *, now: float | None = None) -> CollectStatus | None:
+    """Every daemon's status under ``store_root``; None when no daemon ever wrote one. A file that cannot
+    be read is skipped (a half-written one cannot happen: daemons rename theirs into place)."""
     now = time.time() if now is None else now
-    stale = now - float(doc.get("written_s") or 0.0) > STALE_AFTER_S
-    collectors = tuple(_collector(raw, now, stale) for raw in doc["collectors"] if isinstance(raw, dict))
-    return CollectStatus(written_s=float(doc.get("written_s") or 0.0), pid=int(doc.get("pid") or 0),
-                         config=str(doc.get("config") or ""), collectors=collectors, stale=stale)
+    daemons: dict[str, dict[str, Any]] = {}
+    collectors: list[CollectorStatus] = []
+    for path in sorted((Path(store_root) / STATUS_DIR).glob("status-*.json")):
+        try:
+            doc = orjson.loads(path.read_bytes())
+        except (OSError, orjson.JSONDecodeError):
+            continue
+        if not isinstance(doc, dict) or not isinstance(doc.get("collectors"), list):
+            continue
+        name = str(doc.get("daemon") or path.stem[len("status-"):])
+        written = float(doc.get("written_s") or 0.0)
+        stale = now - written > STALE_AFTER_S
+        daemons[name] = {"written_s": written, "pid": int(doc.get("pid") or 0), "config": str(doc.get("config") or ""),
+                         "stale": stale}
+        collectors += [_collector({**raw, "daemon": name}, now, stale) for raw in doc["collectors"]
+                       if isinstance(raw, dict)]
+    if not daemons:
+        return None
+    return CollectStatus(daemons=daemons, collectors=tuple(collectors))
 
 
 def _collector(raw: dict[str, Any], now: float, stale: bool) -> CollectorStatus:
@@ -111,4 +129,4 @@ def collector_statuses(store: Store, *, now: float | None = None) -> CollectStat
     root = store.config.path
     if str(root) == ":memory:":
         return None
-    return read_status(status_path(root), now=now)
+    return read_status(root, now=now)
