@@ -92,6 +92,7 @@ def test_follow_reads_the_copy_of_a_copytruncated_file(store, tmp_path):
     f = follower(store, log)
     f.run()
     lines(log, range(3, 6))                     # the writer goes on before logrotate copies
+    lines(tmp_path / "events.json.0", range(50, 60))   # an older rotation beside it: long enough, wrong head
     (tmp_path / "events.json.1").write_bytes(log.read_bytes())
     os.truncate(log, 0)
     lines(log, range(6, 8))

@@ -122,8 +122,9 @@ class LogFollower:
     def _state(self) -> dict[str, Any]:
         return self._pending or self.cursor.state
 
-    def _beside(self, match: Callable[[os.stat_result], bool]) -> Path | None:
-        """A file next to ``path`` whose name starts with its name (falco.log.1, falco.log-20240101)."""
+    def _beside(self, match: Callable[[os.stat_result], bool], *, head: tuple[int, str] | None = None) -> Path | None:
+        """A file next to ``path`` whose name starts with its name (falco.log.1, falco.log-20240101), that
+        ``match``es and (``head``) begins with the bytes of that digest."""
         try:
             siblings = sorted(p for p in self.path.parent.iterdir()
                               if p.name.startswith(self.path.name) and p != self.path)
@@ -131,8 +132,13 @@ class LogFollower:
             return None
         for p in siblings:
             try:
-                if p.is_file() and match(p.stat()):
+                if not (p.is_file() and match(p.stat())):
+                    continue
+                if head is None:
                     return p
+                with open(p, "rb") as other:
+                    if _head(other, head[0]) == head[1]:
+                        return p
             except OSError:
                 continue
         return None
@@ -155,16 +161,13 @@ class LogFollower:
         if size >= offset and _head(fh, state["head_n"]) == state["head"]:
             return 0
         self.truncations += 1
+        copy = self._beside(lambda s: s.st_size >= offset, head=(state["head_n"], state["head"]))
         stored = 0
-        copy = self._beside(lambda s: s.st_size >= offset)
         if copy is not None:
-            with open(copy, "rb") as other:
-                if _head(other, state["head_n"]) == state["head"]:
-                    notes.append(f"{self.path} truncated; read its copy {copy.name} from byte {offset}")
-                    st = os.fstat(other.fileno())
-                    stored += self._drain_other(copy, {**state, "dev": st.st_dev, "ino": st.st_ino})
-                    copy = None
-        if copy is not None or stored == 0:
+            notes.append(f"{self.path} truncated; read its copy {copy.name} from byte {offset}")
+            st = copy.stat()
+            stored += self._drain_other(copy, {**state, "dev": st.st_dev, "ino": st.st_ino})
+        else:
             notes.append(f"{self.path} truncated")
         self._start(fh, os.fstat(fh.fileno()))
         return stored

@@ -74,7 +74,7 @@ def load_answer(text: str, *, path: str | os.PathLike[str] = "<slurmrestd>", key
 
 def _error_text(err: Mapping[str, Any]) -> str:
     parts = [str(err.get(k)) for k in ("error", "description", "source") if err.get(k)]
-    number = err.get("error_number", err.get("error_code"))
+    number = err.get("error_number", err.get("error_code", err.get("errno")))
     return f"{' / '.join(parts) or 'error'} (error {number})"
 
 
