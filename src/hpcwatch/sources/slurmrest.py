@@ -25,13 +25,14 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from collections.abc import Iterator, Mapping
 from typing import Any
 
 from hpcwatch import vocab
 from hpcwatch.errors import BackendError, ParseError
 from hpcwatch.records import Job, Sample
-from hpcwatch.sources.lines import read_text, shown
+from hpcwatch.sources.lines import file_time, read_text, shown
 from hpcwatch.sources.slurm import parse_sacct_json, parse_squeue_json
 
 __all__ = ["SlurmApiError", "load_answer", "parse_rest_jobs", "parse_rest_accounting", "parse_rest_nodes",
@@ -60,7 +61,8 @@ def load_answer(text: str, *, path: str | os.PathLike[str] = "<slurmrestd>", key
         raise ParseError(f"not JSON: {shown(err, 60)}", path=path) from err
     if not isinstance(doc, dict):
         raise ParseError("not a slurmrestd answer (not an object)", path=path, line=1)
-    errors = [e for e in doc.get("errors") or [] if isinstance(e, Mapping)]
+    listed = doc.get("errors")
+    errors = [e for e in listed if isinstance(e, Mapping)] if isinstance(listed, list) else []
     real = [e for e in errors if e.get("error_number", e.get("error_code")) != NOTHING_FOUND]
     if real:
         raise SlurmApiError(f"{path}: " + "; ".join(_error_text(e) for e in real[:3]))
@@ -96,7 +98,8 @@ def parse_rest_accounting(text: str, *, path: str | os.PathLike[str] = "<slurmdb
 def _base_state(raw: Mapping[str, Any]) -> tuple[str, frozenset[str]]:
     state = raw.get("state")
     parts = [str(s).upper() for s in state] if isinstance(state, list) else [str(state or "UNKNOWN").upper()]
-    flags = {str(f).upper() for f in raw.get("state_flags") or []} | set(parts[1:])
+    listed = raw.get("state_flags")
+    flags = {str(f).upper() for f in (listed if isinstance(listed, list) else [])} | set(parts[1:])
     return parts[0] if parts else "UNKNOWN", frozenset(flags)
 
 
@@ -120,8 +123,11 @@ def _number(raw: Mapping[str, Any], key: str, where: str) -> float:
     return float(value)
 
 
-def parse_rest_nodes(text: str, *, t: float, path: str | os.PathLike[str] = "<slurmrestd>") -> Iterator[Sample]:
-    """The samples of ``/slurm/v0.0.3x/nodes`` or ``sinfo --json`` (see the module docstring)."""
+def parse_rest_nodes(text: str, *, t: float | None = None,
+                     path: str | os.PathLike[str] = "<slurmrestd>") -> Iterator[Sample]:
+    """The samples of ``/slurm/v0.0.3x/nodes`` or ``sinfo --json`` (see the module docstring), at ``t``
+    (default: now, the answer's own time)."""
+    t = time.time() if t is None else t
     for i, raw in enumerate(load_answer(text, path=path, key="nodes")):
         if not isinstance(raw, Mapping) or not raw.get("name"):
             raise ParseError(f"nodes[{i}]: a node without a name", path=path)
@@ -140,9 +146,10 @@ def parse_rest_nodes(text: str, *, t: float, path: str | os.PathLike[str] = "<sl
             yield Sample(metric=metric, labels=labels, t=t, value=value)
 
 
-def parse_rest_partitions(text: str, *, t: float,
+def parse_rest_partitions(text: str, *, t: float | None = None,
                           path: str | os.PathLike[str] = "<slurmrestd>") -> Iterator[Sample]:
-    """The samples of ``/slurm/v0.0.3x/partitions`` (see the module docstring)."""
+    """The samples of ``/slurm/v0.0.3x/partitions`` (see the module docstring), at ``t`` (default: now)."""
+    t = time.time() if t is None else t
     for i, raw in enumerate(load_answer(text, path=path, key="partitions")):
         if not isinstance(raw, Mapping) or not raw.get("name"):
             raise ParseError(f"partitions[{i}]: a partition without a name", path=path)
@@ -162,5 +169,6 @@ def parse_rest_partitions(text: str, *, t: float,
         yield Sample(metric=vocab.SLURM_PARTITION_CPUS, labels=labels, t=t, value=n_cpus)
 
 
-def read_rest_nodes(path: str | os.PathLike[str], *, t: float) -> Iterator[Sample]:
-    yield from parse_rest_nodes(read_text(path), t=t, path=path)
+def read_rest_nodes(path: str | os.PathLike[str], *, t: float | None = None) -> Iterator[Sample]:
+    """A saved nodes answer; its samples are dated ``t``, else the file's write time."""
+    yield from parse_rest_nodes(read_text(path), t=file_time(path) if t is None else t, path=path)
