@@ -34,7 +34,7 @@ class PromqlCollector:
         self.backend.close()
 
     def run(self) -> RunResult:
-        now = float(self.backend.query("time()")["value"][0].as_py())   # Prometheus' clock, not ours
+        now = float(self.backend.api("query", {"query": "time()"})["result"][0])   # Prometheus' clock, not ours
         start = float(self.cursor.state.get("end") or now - self.section.lookback_s)
         table = self.backend.samples(list(self.section.metrics) or None, t0=start, t1=now)
         table = table.filter(pc.greater(table["t"], start))          # (start, now]: the last poll took start
