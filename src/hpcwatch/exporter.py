@@ -23,6 +23,9 @@ Every family is a gauge: each value is recomputed from the store, none counts ev
     hpcwatch_job_goodput_ratio{hpc_job}                      productive time / wall time
     hpcwatch_findings{vector,severity}                       findings in the store (every pair, 0 included)
     hpcwatch_exporter_collect_seconds, hpcwatch_exporter_collect_errors   the exporter itself
+    hpcwatch_collector_up{collector,kind,daemon}             1 when a collector of ``hpcwatch collect`` answers
+    hpcwatch_collector_last_success_timestamp_seconds{...}   its last run that succeeded (UTC s)
+    hpcwatch_collector_lag_seconds{...}, hpcwatch_collector_errors_total{...}, hpcwatch_collector_records_total{...}
 
 The Slurm job is labelled ``hpc_job``, as dcgm-exporter labels it, not ``job``: Prometheus owns
 ``job`` (the scrape job) and would rename ours to ``exported_job``, breaking every join.
@@ -40,6 +43,7 @@ from prometheus_client.registry import Collector, CollectorRegistry
 
 from hpcwatch.errors import HpcwatchError, InputError
 from hpcwatch.records import Job
+from hpcwatch.reports.collectors import collector_statuses
 from hpcwatch.reports.findings import finding_counts
 from hpcwatch.reports.goodput import goodput_report
 from hpcwatch.reports.jobs import DCGM_METRICS, jobs_report
@@ -61,6 +65,8 @@ METRIC_NAMES = (
     "hpcwatch_job_gpu_utilization_percent", "hpcwatch_job_idle_gpus", "hpcwatch_job_step_seconds",
     "hpcwatch_job_stragglers", "hpcwatch_rank_relative_score", "hpcwatch_job_goodput_ratio",
     "hpcwatch_findings", "hpcwatch_exporter_collect_seconds", "hpcwatch_exporter_collect_errors",
+    "hpcwatch_collector_up", "hpcwatch_collector_last_success_timestamp_seconds", "hpcwatch_collector_lag_seconds",
+    "hpcwatch_collector_errors_total", "hpcwatch_collector_records_total",
 )
 """Every family this exporter can emit (the Grafana dashboard test checks its queries against it)."""
 
@@ -95,7 +101,7 @@ class StoreCollector(Collector):
     def collect(self) -> Iterator[Metric]:
         t0 = time.perf_counter()
         families: list[Metric] = []
-        for part in (self._jobs, self._training, self._findings):
+        for part in (self._jobs, self._training, self._findings, self._collectors):
             try:
                 families.extend(part())
             except HpcwatchError as err:   # one failing part must not blank the others
@@ -160,6 +166,24 @@ class StoreCollector(Collector):
         counts = finding_counts(self.store)
         return [_gauge("hpcwatch_findings", "Security findings in the store, by threat vector and severity.",
                        ["vector", "severity"], [([v, s], float(n)) for (v, s), n in counts.items()])]
+
+
+    def _collectors(self) -> list[Metric]:
+        status = collector_statuses(self.store)
+        rows = [([c.name, c.kind, c.daemon], c) for c in (status.collectors if status else ())]
+        labels = ["collector", "kind", "daemon"]
+        return [
+            _gauge("hpcwatch_collector_up", "1 when the collector's last run succeeded within 3 intervals.", labels,
+                   [(k, float(c.answering)) for k, c in rows]),
+            _gauge("hpcwatch_collector_last_success_timestamp_seconds", "End of the collector's last good run.",
+                   labels, [(k, c.last_success_s) for k, c in rows if c.last_success_s is not None]),
+            _gauge("hpcwatch_collector_lag_seconds", "How far behind its source the collector is.", labels,
+                   [(k, c.lag_s) for k, c in rows if c.lag_s is not None]),
+            _gauge("hpcwatch_collector_errors_total", "Failed runs since the daemon started.", labels,
+                   [(k, float(c.errors)) for k, c in rows]),
+            _gauge("hpcwatch_collector_records_total", "Records stored since the daemon started.", labels,
+                   [(k, float(c.records)) for k, c in rows]),
+        ]
 
 
 def allocation_rows(jobs: Iterable[Job]) -> list[list[str]]:

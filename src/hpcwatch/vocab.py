@@ -18,7 +18,7 @@ EventKindName = Literal[
     "xid", "gpu_xid", "gpu_process", "failure", "checkpoint", "checkpoint_save", "checkpoint_restore",
     "job_start", "job_end", "falco", "tetragon", "shard_check", "shard_manifest", "osv_advisory", "pip_package",
     "pth_file", "opensm_partitions", "nvidia_params", "dcgm_diag", "nccl_test", "ib_write_bw",
-    "nccl_rank", "nccl_warn", "nccl_timeout", "flight_recorder_dump", "nccl_inspector", "slurm_config",
+    "nccl_rank", "nccl_warn", "nccl_timeout", "flight_recorder_dump", "nccl_inspector", "slurm_config", "health_verdict",
 ]
 
 
@@ -58,6 +58,8 @@ class EventKind:
     NCCL_INSPECTOR: Final = "nccl_inspector"
     # scheduler configuration (scontrol show config)
     SLURM_CONFIG: Final = "slurm_config"
+    # scheduled work of hpcwatch collect (collect/schedule.py)
+    HEALTH_VERDICT: Final = "health_verdict"
 
 
 EVENT_KINDS: Final[frozenset[str]] = frozenset(v for k, v in vars(EventKind).items() if k.isupper())
@@ -117,6 +119,14 @@ TRAIN_LOSS: Final = "train_loss"
 TRAIN_GRAD_NORM: Final = "train_grad_norm"
 TRAIN_GRAD_NONFINITE: Final = "train_grad_nonfinite"
 TRAIN_GRAD_SKETCH: Final = "train_grad_sketch"
+# Slurm through slurmrestd or sinfo --json (sources/slurmrest.py; node label = the Slurm node name)
+SLURM_NODE_UP: Final = "slurm_node_up"
+SLURM_NODE_CPUS: Final = "slurm_node_cpus"
+SLURM_NODE_ALLOC_CPUS: Final = "slurm_node_alloc_cpus"
+SLURM_NODE_GPUS: Final = "slurm_node_gpus"
+SLURM_NODE_ALLOC_GPUS: Final = "slurm_node_alloc_gpus"
+SLURM_PARTITION_NODES: Final = "slurm_partition_nodes"
+SLURM_PARTITION_CPUS: Final = "slurm_partition_cpus"
 
 #: Every metric name above.
 METRICS: Final[frozenset[str]] = frozenset(

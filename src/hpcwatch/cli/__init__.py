@@ -24,7 +24,7 @@ except ImportError:  # an older typer over the click package
 
 # Each module registers its commands on import.
 _COMMAND_MODULES = ("ingest", "twin", "jobs", "top", "steps", "whatif", "goodput", "scan", "serve", "exporter",
-                    "twinserve", "nccl", "assess")
+                    "twinserve", "nccl", "assess", "collect")
 
 for _name in _COMMAND_MODULES:
     importlib.import_module(f"hpcwatch.cli.{_name}")

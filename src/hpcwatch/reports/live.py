@@ -26,6 +26,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from hpcwatch.records import Job
+from hpcwatch.reports.collectors import collector_statuses
 from hpcwatch.reports.findings import findings_summary
 from hpcwatch.reports.steps import live_training
 from hpcwatch.store import Store, queries
@@ -101,7 +102,8 @@ def latest_t(store: Store, *, hint: float | None = None) -> float | None:
 def live_snapshot(store: Store, *, weights_path: str, exclude_jobs: Sequence[str] = (),
                   now: float | None = None) -> dict[str, Any]:
     """The ``/api/live`` document (less the vectors' translated text): ``t`` (``now``, the newest sample's
-    time), ``gpus``, ``nodes``, ``storage``, ``queue``, ``training``, ``collectors``, ``vectors``, ``weights``."""
+    time), ``gpus``, ``nodes``, ``storage``, ``queue``, ``training``, ``collectors``, ``collect`` (the
+    daemon's collectors, or None), ``vectors``, ``weights``."""
     jobs = {job.id: job for job in store.jobs()}
     training = live_training(store, exclude_jobs=exclude_jobs)
     checkpoints, last_checkpoint = queries.checkpoint_activity(store)
@@ -114,6 +116,7 @@ def live_snapshot(store: Store, *, weights_path: str, exclude_jobs: Sequence[str
         "queue": _queue(jobs),
         "training": asdict(training) if training is not None else None,
         "collectors": _collectors(store, now, weights_path, exclude_jobs),
+        "collect": _collect_daemon(store),
         "vectors": {v: asdict(s) for v, s in findings_summary(store).items()},
         "weights": {"checkpoint_events": checkpoints, "last_checkpoint_t": last_checkpoint},
     }
@@ -199,6 +202,16 @@ def _collectors(store: Store, now: float | None, weights_path: str,
             last = _later(last, t)
         out[c.id] = {"arriving": count > 0, "count": count, "last_t": last}
     return out
+
+
+def _collect_daemon(store: Store) -> list[dict[str, Any]] | None:
+    """The collectors of ``hpcwatch collect`` on this store (reports/collectors.py); None when none runs."""
+    status = collector_statuses(store)
+    if status is None:
+        return None
+    return [{"name": c.name, "kind": c.kind, "daemon": c.daemon, "answering": c.answering,
+             "last_success_s": c.last_success_s, "last_error": c.last_error, "lag_s": c.lag_s}
+            for c in status.collectors]
 
 
 def _later(a: float | None, b: float | None) -> float | None:

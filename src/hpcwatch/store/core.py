@@ -161,6 +161,9 @@ class SourceMark:
     """Rows committed per kind (set by the store)."""
     committed_s: float | None = None
     """UTC seconds of the commit (set by the store)."""
+    replaces: tuple[str, ...] = ()
+    """Keys this commit removes from the committed sources: a cursor (a followed log's position) keeps
+    one mark that moves with its data, rather than one more mark per commit."""
 
 
 def _json(value: Any) -> str:
@@ -560,6 +563,8 @@ class Store:
             for table in parts:
                 self._compact(manifest, table, now)
             if tx.source is not None:
+                for old in tx.source.replaces:
+                    manifest["sources"].pop(old, None)
                 manifest["sources"][tx.source.key] = {"path": tx.source.path, "format": tx.source.format,
                                                       "identity": tx.source.identity,
                                                       "counts": tx.counts.as_dict(), "committed_s": now}

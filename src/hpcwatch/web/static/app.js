@@ -47,7 +47,19 @@ function applySnapshot(snap) {
   updateVectors(snap);
   updateQueue(snap);
   document.getElementById("clock").textContent = t("status.sim_time", { time: fmtTime(snap.t) });
+  updateCollect(snap.collect);
   updateCardLive(card, snap);
+}
+
+// Which collectors of `hpcwatch collect` answer (null: no daemon writes this store).
+function updateCollect(collect) {
+  const el = document.getElementById("collect-status");
+  el.hidden = !collect;
+  if (!collect) return;
+  const up = collect.filter((c) => c.answering).map((c) => c.name);
+  const down = collect.filter((c) => !c.answering).map((c) => c.name);
+  el.textContent = t("status.collect", { up: up.join(", ") || "—", down: down.join(", ") || "—" });
+  el.title = collect.filter((c) => c.last_error).map((c) => `${c.name}: ${c.last_error}`).join("\n");
 }
 
 function updateBands(snap) {

@@ -1,0 +1,318 @@
+"""The collector's one TOML file: every key, its default and its meaning (docs/deploy.md lists them too).
+
+```toml
+[store]
+path = "/var/lib/hpcwatch/store"     # the store folder serve/exporter read (--db)
+
+[collect]
+status_every_s = 5.0                  # how often STORE/collect/status.json is rewritten
+stop_timeout_s = 10.0                 # on SIGTERM, how long a running collector may finish
+
+[[slurm]]                             # one table per Slurm to poll
+mode = "rest"                         # "rest" (slurmrestd) or "cli" (squeue/sacct/sinfo --json)
+...
+```
+
+Collector tables are arrays (``[[slurm]]``, ``[[prometheus]]``, ``[[scrape]]``, ``[[follow]]``,
+``[[spool]]``, ``[[schedule]]``), each entry one collector with its own ``interval_s``; ``name``
+(default: the kind and its position, ``follow-2``) names it in the status and on /metrics. A key
+that is not listed, or a value of the wrong type, is a ``ConfigError`` naming the file and line.
+"""
+
+from __future__ import annotations
+
+import re
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal, get_args, get_origin, get_type_hints
+
+from hpcwatch.errors import ConfigError
+
+__all__ = ["CollectConfig", "StoreSection", "DaemonSection", "SlurmSection", "PrometheusSection",
+           "ScrapeSection", "FollowSection", "SpoolSection", "ScheduleSection", "load_config", "parse_config",
+           "DEFAULT_CONFIG_PATH", "FOLLOW_FORMATS", "SCHEDULE_TASKS", "SECTIONS"]
+
+DEFAULT_CONFIG_PATH = Path("/etc/hpcwatch/hpcwatch.toml")
+#: Line-oriented formats a follower can read (their readers parse lines: sources/falco, tetragon, hook).
+FOLLOW_FORMATS = ("falco-json", "tetragon-json", "hook-jsonl")
+SCHEDULE_TASKS = ("scan", "health")
+
+
+def _positive(section: Any, *names: str) -> None:
+    for name in names:
+        if getattr(section, name) <= 0:
+            raise ValueError(f"{name} must be > 0, got {getattr(section, name)}")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StoreSection:
+    path: str = "/var/lib/hpcwatch/store"
+    """The store folder ``collect`` writes and ``serve``/``exporter`` read (their ``--db``)."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DaemonSection:
+    node: str = ""
+    """This daemon's name in its status file and its cursors (empty: the host name). Daemons writing one
+    store (a DaemonSet's pods) must have different names."""
+    status_every_s: float = 5.0
+    """How often the status file (STORE/collect/status.json) is rewritten."""
+    stop_timeout_s: float = 10.0
+    """On SIGTERM/SIGINT, how long running collectors may take to finish their run."""
+
+    def __post_init__(self) -> None:
+        _positive(self, "status_every_s", "stop_timeout_s")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SlurmSection:
+    name: str = ""
+    mode: Literal["rest", "cli"] = "rest"
+    """``rest``: slurmrestd's API; ``cli``: ``squeue --json``, ``sacct --json``, ``sinfo --json``."""
+    url: str = "unix:/run/slurmrestd/slurmrestd.socket"
+    """slurmrestd: ``unix:/path`` (rest_auth/local) or ``http://host:6820`` (rest_auth/jwt)."""
+    api_version: str = "v0.0.38"
+    """OpenAPI plugin version of the paths (Slurm 22.05: v0.0.38; 23.02: v0.0.39; 23.11+: v0.0.40...)."""
+    user: str = ""
+    """JWT only: the X-SLURM-USER-NAME header."""
+    token_file: str = ""
+    """JWT only: a file holding the token (``scontrol token``), re-read every poll so it can be renewed."""
+    interval_s: float = 30.0
+    timeout_s: float = 10.0
+    """Seconds per request or command."""
+    jobs: bool = True
+    """The controller's jobs (pending, running, ended within MinJobAge)."""
+    accounting: bool = True
+    """slurmdbd's jobs (``/slurmdb/.../jobs`` or ``sacct``): jobs that ended between two polls too."""
+    accounting_window_s: float = 86400.0
+    """How far back the first accounting poll looks; later polls start where the last one ended."""
+    nodes: bool = True
+    partitions: bool = True
+    slurm_conf: str = ""
+    """cli mode: SLURM_CONF for the commands (empty: their default)."""
+
+    def __post_init__(self) -> None:
+        _positive(self, "interval_s", "timeout_s", "accounting_window_s")
+        if self.mode == "rest" and not re.match(r"(unix:/|https?://)", self.url):
+            raise ValueError(f"url must be unix:/path or http(s)://host:port, got {self.url!r}")
+        if bool(self.user) != bool(self.token_file):
+            raise ValueError("user and token_file go together (JWT), or neither (local auth)")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PrometheusSection:
+    name: str = ""
+    url: str = "http://127.0.0.1:9090"
+    """Prometheus / VictoriaMetrics / Thanos base URL (no /api/v1)."""
+    metrics: tuple[str, ...] = ()
+    """Metric names to copy (empty: every series with a Hostname, hostname or hpc_job label)."""
+    interval_s: float = 30.0
+    lookback_s: float = 300.0
+    """How far back the first poll reads; later polls read from where the last one ended."""
+    timeout_s: float = 10.0
+
+    def __post_init__(self) -> None:
+        _positive(self, "interval_s", "lookback_s", "timeout_s")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ScrapeSection:
+    name: str = ""
+    url: str = ""
+    """An exporter endpoint, e.g. http://node1:9400/metrics (dcgm-exporter) or :9100 (node-exporter)."""
+    interval_s: float = 15.0
+    timeout_s: float = 5.0
+
+    def __post_init__(self) -> None:
+        _positive(self, "interval_s", "timeout_s")
+        if not re.match(r"https?://", self.url):
+            raise ValueError(f"url must be http(s)://host:port/path, got {self.url!r}")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class FollowSection:
+    name: str = ""
+    path: str = ""
+    """The log to follow like tail -F (rotation and truncation handled, position kept in the store)."""
+    format: str = "falco-json"
+    """One of FOLLOW_FORMATS."""
+    interval_s: float = 2.0
+    max_batch_bytes: int = 8 << 20
+    """At most this many bytes per commit (a backlog is read in several commits)."""
+
+    def __post_init__(self) -> None:
+        _positive(self, "interval_s", "max_batch_bytes")
+        if not self.path:
+            raise ValueError("path is required")
+        if self.format not in FOLLOW_FORMATS:
+            raise ValueError(f"format must be one of {', '.join(FOLLOW_FORMATS)}, got {self.format!r}")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SpoolSection:
+    name: str = ""
+    path: str = ""
+    """A folder where cron jobs or a Slurm epilog drop files (nvidia-smi, perfquery, job_stats, health...)."""
+    format: str = ""
+    """Force one format (empty: each file's format is detected, as ``hpcwatch ingest`` does)."""
+    host: str = ""
+    """The node the files belong to, for formats that do not say it (empty: from the file name)."""
+    interval_s: float = 30.0
+    settle_s: float = 5.0
+    """A file is read once unchanged for this long (a writer may still be writing it)."""
+
+    def __post_init__(self) -> None:
+        _positive(self, "interval_s")
+        if self.settle_s < 0:
+            raise ValueError(f"settle_s must be >= 0, got {self.settle_s}")
+        if not self.path:
+            raise ValueError("path is required")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ScheduleSection:
+    name: str = ""
+    task: Literal["scan", "health"] = "scan"
+    """``scan``: the security detectors (findings replace the previous scan's); ``health``: health rules."""
+    interval_s: float = 300.0
+    window_s: float = 3600.0
+    """scan: look at the last S seconds of data (0: the whole store)."""
+
+    def __post_init__(self) -> None:
+        _positive(self, "interval_s")
+        if self.window_s < 0:
+            raise ValueError(f"window_s must be >= 0, got {self.window_s}")
+
+
+#: Collector kinds: the TOML array name and its section type.
+SECTIONS: dict[str, type] = {"slurm": SlurmSection, "prometheus": PrometheusSection, "scrape": ScrapeSection,
+                             "follow": FollowSection, "spool": SpoolSection, "schedule": ScheduleSection}
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CollectConfig:
+    path: str = ""
+    """The file this was read from."""
+    store: StoreSection = field(default_factory=StoreSection)
+    collect: DaemonSection = field(default_factory=DaemonSection)
+    collectors: tuple[Any, ...] = ()
+    """Every collector section, in file order within each kind."""
+
+
+def load_config(path: str | Path) -> CollectConfig:
+    try:
+        data = Path(path).read_bytes()
+    except OSError as err:
+        raise ConfigError(f"{path}: cannot read the config: {err.strerror or err}") from err
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as err:
+        raise ConfigError(f"{path}: not UTF-8 (byte {err.start})") from err
+    return parse_config(text, path=str(path))
+
+
+def parse_config(text: str, *, path: str = "<config>") -> CollectConfig:
+    try:
+        doc = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as err:
+        raise ConfigError(f"{path}: {err}") from err   # tomllib says "(at line N, column M)"
+    lines = _KeyLines(text)
+    for key in doc:
+        if key not in ("store", "collect", *SECTIONS):
+            raise ConfigError(f"{path}:{lines.find(None, 0, key)}: unknown table [{key}] "
+                              f"(known: store, collect, {', '.join(SECTIONS)})")
+    store = _section(StoreSection, doc.get("store", {}), "store", None, path, lines)
+    daemon = _section(DaemonSection, doc.get("collect", {}), "collect", None, path, lines)
+    collectors = []
+    for kind, cls in SECTIONS.items():
+        entries = doc.get(kind, [])
+        if not isinstance(entries, list):
+            raise ConfigError(f"{path}:{lines.find(None, 0, kind)}: [{kind}] must be an array of tables: "
+                              f"write [[{kind}]]")
+        for i, entry in enumerate(entries):
+            section = _section(cls, entry, kind, i, path, lines)
+            collectors.append(section)
+    names = [c.name for c in collectors]
+    for name in names:
+        if names.count(name) > 1:
+            raise ConfigError(f"{path}: two collectors are named {name!r}; names must differ")
+    return CollectConfig(path=path, store=store, collect=daemon, collectors=tuple(collectors))
+
+
+def _section(cls: type, raw: Any, table: str, index: int | None, path: str, lines: "_KeyLines") -> Any:
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{path}:{lines.find(table, index, None)}: [{table}] must be a table")
+    known = get_type_hints(cls)
+    known.pop("path", None) if cls is CollectConfig else None
+    values: dict[str, Any] = {}
+    for key, value in raw.items():
+        where = f"{path}:{lines.find(table, index, key)}"
+        if key not in known:
+            raise ConfigError(f"{where}: unknown key {key!r} in [{table}] (known: {', '.join(known)})")
+        values[key] = _typed(value, key, known[key], where, table)
+    if "name" in known and not values.get("name"):
+        values["name"] = table if index == 0 else f"{table}-{index + 1}"
+    try:
+        return cls(**values)
+    except (ValueError, TypeError) as err:
+        bad = next((k for k in raw if str(err).startswith(k)), None)
+        raise ConfigError(f"{path}:{lines.find(table, index, bad)}: [{table}] {err}") from err
+
+
+def _typed(value: Any, name: str, kind: Any, where: str, table: str) -> Any:
+    origin = get_origin(kind)
+    if origin is Literal:
+        if value not in get_args(kind):
+            raise ConfigError(f"{where}: {name} must be one of {', '.join(map(repr, get_args(kind)))}, "
+                              f"got {value!r}")
+        return value
+    if origin is tuple:
+        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+            raise ConfigError(f"{where}: {name} must be a list of strings, got {value!r}")
+        return tuple(value)
+    if kind is float and isinstance(value, int) and not isinstance(value, bool):
+        return float(value)
+    if not isinstance(value, kind) or (kind is not bool and isinstance(value, bool)):
+        raise ConfigError(f"{where}: {name} must be {kind.__name__}, got {value!r} in [{table}]")
+    return value
+
+
+_HEADER_RE = re.compile(r"\s*(\[\[?)\s*([A-Za-z0-9_.\-\"' ]+?)\s*\]\]?\s*(?:#.*)?$")
+_KEY_RE = re.compile(r"\s*([A-Za-z0-9_\-]+|\"[^\"]*\")\s*=")
+
+
+class _KeyLines:
+    """Where a key of a table (the ``index``-th of an array) is written: tomllib does not say."""
+
+    def __init__(self, text: str) -> None:
+        self.keys: list[tuple[str | None, int, str | None, int]] = []   # table, index, key, line
+        table, counts, index = None, {}, 0
+        for number, line in enumerate(text.splitlines(), 1):
+            header = _HEADER_RE.match(line)
+            if header:
+                table = header.group(2).strip().strip("\"'")
+                if header.group(1) == "[[":
+                    counts[table] = counts.get(table, -1) + 1
+                    index = counts[table]
+                else:
+                    index = 0
+                self.keys.append((table, index, None, number))
+                continue
+            key = _KEY_RE.match(line)
+            if key:
+                self.keys.append((table, index, key.group(1).strip('"'), number))
+
+    def find(self, table: str | None, index: int | None, key: str | None) -> int:
+        """The line of ``key`` in that table (of the table's header when ``key`` is None); 1 if unseen."""
+        for t, i, k, number in self.keys:
+            if t == table and i == (index or 0) and k == key:
+                return number
+        if key is not None and table is None:
+            for t, _i, k, number in self.keys:
+                if t == key and k is None:
+                    return number
+        for t, i, k, number in self.keys:
+            if t == table and i == (index or 0) and k is None:
+                return number
+        return 1

@@ -1,0 +1,174 @@
+"""Answers of Slurm's REST API (``slurmrestd``) and ``sinfo --json``: jobs, accounting, nodes, partitions.
+
+The job answers have the shapes the ``squeue --json`` / ``sacct --json`` readers already read
+(``/slurm/v0.0.38/jobs`` is what ``squeue --json`` prints in 22.05, ``/slurmdb/v0.0.38/jobs`` what
+``sacct --json`` prints), so they go through ``sources.slurm``. Nodes and partitions become samples,
+one per node or partition per answer, at the answer's time ``t`` (labelled ``node`` so the store's
+host column is the Slurm node name):
+
+    slurm_node_up{node,state}          1 when the node takes work (idle, mixed, allocated, completing
+                                       and no DRAIN/FAIL/MAINT flag), else 0
+    slurm_node_cpus / _alloc_cpus      CPUs configured / allocated
+    slurm_node_gpus / _alloc_gpus      ``gres/gpu`` of ``tres`` / ``tres_used``
+    slurm_partition_nodes / _cpus      nodes and CPUs of a partition {partition,state}
+
+Node state codes: https://slurm.schedmd.com/sinfo.html#SECTION_NODE-STATE-CODES. 22.05
+(``v0.0.38``) writes ``"state": "mixed"`` and flags apart (``state_flags``); 23.02+ write a list
+(``["MIXED", "DRAIN"]``); both are read. Every answer carries ``errors``: a non-empty list is an
+error (``SlurmApiError``), except ``9003`` "Nothing found", which slurmdbd answers for an empty
+window (seen on 22.05.8: HTTP 200 with that error and no ``jobs``).
+
+Not checked: fields this module does not read, that nodes named by partitions exist.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+from hpcwatch import vocab
+from hpcwatch.errors import BackendError, ParseError
+from hpcwatch.records import Job, Sample
+from hpcwatch.sources.lines import file_time, read_text, shown
+from hpcwatch.sources.slurm import parse_sacct_json, parse_squeue_json
+
+__all__ = ["SlurmApiError", "load_answer", "parse_rest_jobs", "parse_rest_accounting", "parse_rest_nodes",
+           "parse_rest_partitions", "read_rest_nodes", "NOTHING_FOUND", "UP_STATES", "DOWN_FLAGS"]
+
+#: slurmdbd's "Nothing found with query" (an empty answer, not a failure).
+NOTHING_FOUND = 9003
+#: Base states of a node that takes work (sinfo(1), NODE STATE CODES).
+UP_STATES = frozenset({"IDLE", "MIXED", "ALLOCATED", "COMPLETING"})
+#: Flags that keep a node out of service whatever its base state.
+DOWN_FLAGS = frozenset({"DRAIN", "DRAINING", "DRAINED", "FAIL", "FAILING", "MAINTENANCE", "NOT_RESPONDING",
+                        "POWERED_DOWN", "POWER_DOWN", "REBOOT_REQUESTED", "REBOOT_ISSUED"})
+
+
+class SlurmApiError(BackendError):
+    """slurmrestd answered with errors (its ``errors`` list, one line)."""
+
+
+def load_answer(text: str, *, path: str | os.PathLike[str] = "<slurmrestd>", key: str) -> list[Any]:
+    """The ``key`` list of an answer; ``[]`` for "Nothing found"; SlurmApiError for its errors."""
+    try:
+        doc = json.loads(text)
+    except json.JSONDecodeError as err:
+        raise ParseError(f"not JSON: {err.msg}", path=path, line=err.lineno) from err
+    except (RecursionError, ValueError) as err:
+        raise ParseError(f"not JSON: {shown(err, 60)}", path=path) from err
+    if not isinstance(doc, dict):
+        raise ParseError("not a slurmrestd answer (not an object)", path=path, line=1)
+    listed = doc.get("errors")
+    errors = [e for e in listed if isinstance(e, Mapping)] if isinstance(listed, list) else []
+    real = [e for e in errors if e.get("error_number", e.get("error_code")) != NOTHING_FOUND]
+    if real:
+        raise SlurmApiError(f"{path}: " + "; ".join(_error_text(e) for e in real[:3]))
+    items = doc.get(key)
+    if items is None and errors:
+        return []
+    if not isinstance(items, list):
+        raise ParseError(f'not a slurmrestd answer (no "{key}" list)', path=path, line=1)
+    return items
+
+
+def _error_text(err: Mapping[str, Any]) -> str:
+    parts = [str(err.get(k)) for k in ("error", "description", "source") if err.get(k)]
+    number = err.get("error_number", err.get("error_code", err.get("errno")))
+    return f"{' / '.join(parts) or 'error'} (error {number})"
+
+
+def parse_rest_jobs(text: str, *, path: str | os.PathLike[str] = "<slurmrestd>") -> Iterator[Job]:
+    """Jobs of ``/slurm/v0.0.3x/jobs`` (the controller's view: pending, running, recently ended)."""
+    load_answer(text, path=path, key="jobs")          # its errors first, with slurmrestd's words
+    if '"jobs"' not in text:
+        return iter(())
+    return parse_squeue_json(text, path=path)
+
+
+def parse_rest_accounting(text: str, *, path: str | os.PathLike[str] = "<slurmdbd>") -> Iterator[Job]:
+    """Jobs of ``/slurmdb/v0.0.3x/jobs`` (slurmdbd's records; "Nothing found" is no job)."""
+    if not load_answer(text, path=path, key="jobs"):
+        return iter(())
+    return parse_sacct_json(text, path=path)
+
+
+def _base_state(raw: Mapping[str, Any]) -> tuple[str, frozenset[str]]:
+    state = raw.get("state")
+    parts = [str(s).upper() for s in state] if isinstance(state, list) else [str(state or "UNKNOWN").upper()]
+    listed = raw.get("state_flags")
+    flags = {str(f).upper() for f in (listed if isinstance(listed, list) else [])} | set(parts[1:])
+    return parts[0] if parts else "UNKNOWN", frozenset(flags)
+
+
+def _tres_gpus(tres: Any) -> float:
+    total = 0.0
+    for item in str(tres or "").split(","):
+        name, _, count = item.partition("=")
+        if name == "gres/gpu" and count.isdigit():
+            total += int(count)
+    return total
+
+
+def _number(raw: Mapping[str, Any], key: str, where: str) -> float:
+    value = raw.get(key, 0)
+    if isinstance(value, Mapping):   # 23.11+: {"set": true, "infinite": false, "number": N}
+        value = value.get("number", 0) if value.get("set", True) else 0
+    if value is None:
+        return 0.0
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ParseError(f"{where}: {key} is not a number: {shown(value, 40)}")
+    return float(value)
+
+
+def parse_rest_nodes(text: str, *, t: float | None = None,
+                     path: str | os.PathLike[str] = "<slurmrestd>") -> Iterator[Sample]:
+    """The samples of ``/slurm/v0.0.3x/nodes`` or ``sinfo --json`` (see the module docstring), at ``t``
+    (default: now, the answer's own time)."""
+    t = time.time() if t is None else t
+    for i, raw in enumerate(load_answer(text, path=path, key="nodes")):
+        if not isinstance(raw, Mapping) or not raw.get("name"):
+            raise ParseError(f"nodes[{i}]: a node without a name", path=path)
+        base, flags = _base_state(raw)
+        labels = {"node": str(raw["name"]), "state": base.lower()}
+        where = f"nodes[{i}] ({raw['name']})"
+        try:
+            values = ((vocab.SLURM_NODE_UP, float(base in UP_STATES and not flags & DOWN_FLAGS)),
+                      (vocab.SLURM_NODE_CPUS, _number(raw, "cpus", where)),
+                      (vocab.SLURM_NODE_ALLOC_CPUS, _number(raw, "alloc_cpus", where)),
+                      (vocab.SLURM_NODE_GPUS, _tres_gpus(raw.get("tres"))),
+                      (vocab.SLURM_NODE_ALLOC_GPUS, _tres_gpus(raw.get("tres_used"))))
+        except ParseError as err:
+            raise err.at(path) from err
+        for metric, value in values:
+            yield Sample(metric=metric, labels=labels, t=t, value=value)
+
+
+def parse_rest_partitions(text: str, *, t: float | None = None,
+                          path: str | os.PathLike[str] = "<slurmrestd>") -> Iterator[Sample]:
+    """The samples of ``/slurm/v0.0.3x/partitions`` (see the module docstring), at ``t`` (default: now)."""
+    t = time.time() if t is None else t
+    for i, raw in enumerate(load_answer(text, path=path, key="partitions")):
+        if not isinstance(raw, Mapping) or not raw.get("name"):
+            raise ParseError(f"partitions[{i}]: a partition without a name", path=path)
+        inner = raw.get("partition") if isinstance(raw.get("partition"), Mapping) else raw   # 23.11+ nesting
+        state = inner.get("state")
+        state = state[0] if isinstance(state, list) and state else state
+        labels = {"partition": str(raw["name"]), "state": str(state or "unknown").lower()}
+        nodes = raw.get("nodes") if isinstance(raw.get("nodes"), Mapping) else raw
+        cpus = raw.get("cpus") if isinstance(raw.get("cpus"), Mapping) else raw
+        where = f"partitions[{i}] ({raw['name']})"
+        try:
+            n_nodes = _number(nodes, "total" if nodes is not raw else "total_nodes", where)
+            n_cpus = _number(cpus, "total" if cpus is not raw else "total_cpus", where)
+        except ParseError as err:
+            raise err.at(path) from err
+        yield Sample(metric=vocab.SLURM_PARTITION_NODES, labels=labels, t=t, value=n_nodes)
+        yield Sample(metric=vocab.SLURM_PARTITION_CPUS, labels=labels, t=t, value=n_cpus)
+
+
+def read_rest_nodes(path: str | os.PathLike[str], *, t: float | None = None) -> Iterator[Sample]:
+    """A saved nodes answer; its samples are dated ``t``, else the file's write time."""
+    yield from parse_rest_nodes(read_text(path), t=file_time(path) if t is None else t, path=path)

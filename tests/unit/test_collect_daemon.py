@@ -1,0 +1,107 @@
+"""The daemon: collectors on their own intervals, one failing never stops another, the status file says so."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from hpcwatch.collect.base import RunResult
+from hpcwatch.collect.config import parse_config
+from hpcwatch.collect.daemon import Daemon
+from hpcwatch.errors import BackendError
+from hpcwatch.exporter import registry_for
+from hpcwatch.reports.collectors import read_status
+from hpcwatch.store import Store
+
+
+class Flaky:
+    """Fails while ``down`` is set, like a Slurm that was stopped."""
+
+    def __init__(self):
+        self.down, self.runs = False, 0
+
+    def run(self):
+        self.runs += 1
+        if self.down:
+            raise BackendError("slurmrestd: ConnectError: [Errno 111] Connection refused")
+        return RunResult(records=2, lag_s=0.0)
+
+    def close(self):
+        pass
+
+
+def config(tmp_path):
+    return parse_config(f'[store]\npath = "{tmp_path / "store"}"\n[collect]\nstatus_every_s = 0.1\n'
+                        f'[[slurm]]\ninterval_s = 0.05\n[[spool]]\npath = "{tmp_path}"\ninterval_s = 0.05\n',
+                        path="test.toml")
+
+
+def test_one_failing_collector_never_stops_the_others_and_recovers(tmp_path):
+    slurm, spool = Flaky(), Flaky()
+    daemon = Daemon(config(tmp_path), node="head1",
+                    build=lambda store, section, node: slurm if section.name == "slurm" else spool)
+    daemon.start()
+    try:
+        time.sleep(0.3)
+        slurm.down = True
+        runs_before = spool.runs
+        time.sleep(0.3)
+        s = daemon.statuses()
+        assert s["slurm"].last_error.startswith("slurmrestd: ConnectError") and s["slurm"].errors >= 1
+        assert spool.runs > runs_before and s["spool"].last_error is None
+        slurm.down = False
+        time.sleep(0.3)
+        assert daemon.statuses()["slurm"].last_error is None
+    finally:
+        daemon.stop()
+    found = read_status(tmp_path / "store")
+    assert {c.name: c.answering for c in found.collectors} == {"slurm": True, "spool": True}
+    assert found.daemons["head1"]["stale"] is False
+
+
+def test_a_collector_that_raises_a_bug_is_recorded_with_its_type(tmp_path):
+    class Broken(Flaky):
+        def run(self):
+            raise KeyError("jobs")
+
+    daemon = Daemon(config(tmp_path), node="n", build=lambda store, section, node: Broken())
+    found = daemon.run_once()
+    assert found["slurm"].last_error == "KeyError: 'jobs'" and found["spool"].runs == 1
+
+
+def test_status_goes_stale_when_the_daemon_is_gone_and_exporter_says_down(tmp_path):
+    daemon = Daemon(config(tmp_path), node="n", build=lambda store, section, node: Flaky())
+    daemon.run_once()
+    assert all(c.answering for c in read_status(tmp_path / "store").collectors)
+    later = read_status(tmp_path / "store", now=time.time() + 3600)
+    assert later.stale and not any(c.answering for c in later.collectors)
+    with Store(tmp_path / "store") as store:
+        text = registry_for(store)
+        from prometheus_client import generate_latest
+        body = generate_latest(text).decode()
+    assert 'hpcwatch_collector_up{collector="slurm",daemon="n",kind="slurm-rest"} 1.0' in body
+    assert 'hpcwatch_collector_records_total{collector="spool",daemon="n",kind="spool"} 2.0' in body
+
+
+def test_live_snapshot_names_the_collectors_that_answer(tmp_path):
+    from hpcwatch.reports.live import live_snapshot
+
+    Daemon(config(tmp_path), node="n", build=lambda store, section, node: Flaky()).run_once()
+    with Store(tmp_path / "store") as store:
+        doc = live_snapshot(store, weights_path="/ckpt", now=None)
+    assert [(c["name"], c["answering"]) for c in doc["collect"]] == [("slurm", True), ("spool", True)]
+
+
+def test_no_daemon_means_no_collect_entry(tmp_path):
+    from hpcwatch.reports.live import live_snapshot
+
+    with Store(tmp_path / "store") as store:
+        assert live_snapshot(store, weights_path="/ckpt", now=None)["collect"] is None
+
+
+@pytest.mark.parametrize("name", ["slurm", "spool"])
+def test_status_file_names_every_collector(tmp_path, name):
+    daemon = Daemon(config(tmp_path), node="n", build=lambda store, section, node: Flaky())
+    daemon.run_once()
+    assert name in {c.name for c in read_status(tmp_path / "store").collectors}
