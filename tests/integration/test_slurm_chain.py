@@ -97,7 +97,10 @@ def test_promql_attribution_matches_prometheus_own_arithmetic(chain, tmp_path):
         # Only the labelled series: PromQL below groups by hpc_job, so unlabelled scrapes taken in
         # the instant between allocation and the prolog must not count on either side.
         table = table.filter(pc.invert(pc.is_null(table["job"])))
-        reports = {r.id: r for r in job_reports(table, slurm_jobs, now=t1)}
+        # One job's rows at a time: PromQL's max - min runs over that job's own series, so the Python side
+        # must not see the delta from another job's last sample on the same GPU (an earlier test's job).
+        reports = {j.id: next(r for r in job_reports(table.filter(pc.equal(table["job"], j.id)), [j], now=t1)
+                              if r.id == j.id) for j in slurm_jobs}
         energy = prom.query(f'sum by (hpc_job) (max_over_time(DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION{{hpc_job!=""}}'
                             f'[{window_s}s]) - min_over_time(DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION{{hpc_job!=""}}'
                             f'[{window_s}s]))', t=t1, name="energy_mj")

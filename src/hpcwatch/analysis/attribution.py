@@ -39,8 +39,9 @@ GPUs held but never used::
               t0   t1   t2   t3       each sample covers the interval ending at it
 
 Counters (energy, IB bytes) are turned into deltas between consecutive samples of one series; a
-delta belongs to the job of the later sample. The first sample of a series has no delta, so a
-job's energy is what was measured, not what it may have used before monitoring began.
+delta belongs to the job of the later sample. The first sample of a series has no delta, and an
+energy delta across more than ``MAX_COUNTER_GAP_INTERVALS`` scrape intervals is dropped (nobody
+watched that stretch), so a job's energy is what was measured, not what it may have used unseen.
 
 Input: a pyarrow table with the store's sample columns (``hpcwatch.schemas.SAMPLE_SCHEMA``:
 metric, t [UTC s], value, host, gpu, job, labels [JSON]) and ``records.Job``s. Pure: no store,
@@ -79,6 +80,11 @@ __all__ = [
     "REPORT_METRICS",
     "IDLE_UTIL_PCT",
 ]
+
+#: An energy-counter delta spanning more scrape intervals than this is not credited to anyone: the time between
+#: its two samples went unobserved (an outage, or rows of other jobs left out). Ours: one missed scrape is
+#: normal jitter, two in a row is a gap.
+MAX_COUNTER_GAP_INTERVALS = 2.5
 
 UTIL, FB, POWER, ENERGY, XID, TENSOR, GR_ACTIVE = (
     vocab.DCGM_FI_DEV_GPU_UTIL, vocab.DCGM_FI_DEV_FB_USED, vocab.DCGM_FI_DEV_POWER_USAGE,
@@ -426,9 +432,13 @@ def _accumulate_dcgm(f: dict[str, np.ndarray],
     util_max, fb_max = extreme(UTIL, np.fmax, value, np.nan), extreme(FB, np.fmax, value, np.nan)
     first_t, last_t = extreme(UTIL, np.fmin, t, np.nan), extreme(UTIL, np.fmax, t, np.nan)
     interval = _series_interval_s(series, t, np.flatnonzero(metric == UTIL), n_series)
-    # Energy: deltas of the counter inside a series; a negative one is a reset (driver reload): skipped.
+    # Energy: deltas of the counter inside a series, each the later sample's job's; a negative one is a reset
+    # (driver reload), one across a gap of more than MAX_COUNTER_GAP_INTERVALS scrape intervals spans time
+    # nobody watched (a scrape outage, rows of other jobs left out): both skipped.
     delta = np.diff(value, prepend=np.nan)
-    energy_ok = ~first & (delta >= 0)
+    step = _series_interval_s(series, t, np.flatnonzero(metric == ENERGY), n_series)[series]
+    watched = np.diff(t, prepend=np.nan) <= MAX_COUNTER_GAP_INTERVALS * np.where(step > 0, step, np.inf)
+    energy_ok = ~first & watched & (delta >= 0)
     energy, _ = total(ENERGY, np.where(energy_ok, delta, 0.0))
     # XID: a new non-zero value of the "last XID" gauge is one more error.
     previous = np.where(first, 0.0, np.concatenate([[0.0], value[:-1]]))
