@@ -9,7 +9,7 @@
    that must not be flagged).
 4. The same scenarios played by the twin (``write_run``: its own Slurm, dcgm-exporter,
    node-exporter, perfquery, Lustre files plus what the scenario plants), read back
-   with ``load_paths`` and scanned: the twin's own jobs and traffic are the noise.
+   with ``hpcwatch.ingest`` and scanned: the twin's own jobs and traffic are the noise.
 5. The demo's periodic scan on a growing store: a 16-node, 10-minute twin run (threat_rdma)
    replayed into a store minute by minute; after each minute, the time of ``rescan`` (reads
    and scans the whole store) and of ``LiveScan`` (reads what arrived, scans the last 5 min).
@@ -30,7 +30,8 @@ import numpy as np
 
 from hpcwatch.model import reference_cluster
 from hpcwatch.security.gradients import detect_gradient_anomalies, gradient_samples
-from hpcwatch.security.scan import ScanConfig, ScanExtras, load_paths, scan_store
+from hpcwatch.ingest import ingest_paths
+from hpcwatch.security.scan import ScanConfig, scan_store
 from hpcwatch.security.supply_chain import typosquat_of
 from hpcwatch.sources.pip import normalize_name
 from hpcwatch.store import Store
@@ -46,11 +47,9 @@ def scenarios() -> None:
         with tempfile.TemporaryDirectory() as tmp:
             fixture = write_threat_fixtures(tmp, name)
             t = time.perf_counter()
-            loaded = load_paths([Path(tmp)], hosts=[n.name for n in cluster.nodes])
-            with Store(":memory:") as store:
-                store.add(loaded.records)
-                findings = scan_store(store, config=ScanConfig.for_cluster(cluster),
-                                      extras=ScanExtras(osv=loaded.osv or None, manifests=tuple(loaded.manifests)))
+            with Store(":memory:") as store:   # `hpcwatch scan DIR`: ingest, then every detector
+                ingest_paths(store, [Path(tmp)], hosts=[n.name for n in cluster.nodes])
+                findings = scan_store(store, config=ScanConfig.for_cluster(cluster))
             elapsed = time.perf_counter() - t
         good = sum(f.rule in fixture.expected for f in findings)
         hit = len({f.rule for f in findings} & fixture.expected)
@@ -104,11 +103,9 @@ def twin_runs(nodes: int = 8, duration_s: float = 300.0) -> None:
     for name in THREAT_SCENARIOS:
         with tempfile.TemporaryDirectory() as tmp:
             write_run(Twin(cluster, seed=3, scenarios=[name]), tmp, duration_s=duration_s)
-            loaded = load_paths([Path(tmp)], hosts=[n.name for n in cluster.nodes])
-            with Store(":memory:") as store:
-                store.add(loaded.records)
-                findings = scan_store(store, config=ScanConfig.for_cluster(cluster),
-                                      extras=ScanExtras(osv=loaded.osv or None, manifests=tuple(loaded.manifests)))
+            with Store(":memory:") as store:   # `hpcwatch scan DIR`: ingest, then every detector
+                ingest_paths(store, [Path(tmp)], hosts=[n.name for n in cluster.nodes])
+                findings = scan_store(store, config=ScanConfig.for_cluster(cluster))
         expected = EXPECTED_RULES[name]
         rules = sorted({f.rule for f in findings})
         good = sum(f.rule in expected or (name == "threat_rdma" and f.rule.startswith("rdma.")) for f in findings)
@@ -128,9 +125,9 @@ def live_rescan(store_path: str | None = None, *, nodes: int = 16, duration_s: f
             from hpcwatch.twin import Twin
             from hpcwatch.twin.run import sized_reference, write_run
             write_run(Twin(sized_reference(nodes), seed=0, scenarios=["threat_rdma"]), tmp, duration_s=duration_s)
-            store_path = str(Path(tmp) / "run.duckdb")
+            store_path = str(Path(tmp) / "run-store")
             with Store(store_path) as source:
-                source.add(load_paths([Path(tmp)]).records)
+                ingest_paths(source, [Path(tmp)])
         with Store(store_path) as source, Store(":memory:") as full, Store(":memory:") as live:
             (t0, t1), = source.query("SELECT min(t), max(t) FROM samples WHERE metric LIKE 'DCGM%'")
             for target in (full, live):
