@@ -367,12 +367,12 @@ def _check_ib_ports(table: pa.Table, config: HealthConfig, link_key: str) -> lis
     checks = []
     for (host, device, port), by_metric in sorted(_latest_ports(table).items()):
         up = by_metric.get(vocab.IB_PORT_UP)
-        labels = (up or by_metric[vocab.IB_PORT_RATE_GBPS]).labels
+        newest = up or by_metric[vocab.IB_PORT_RATE_GBPS]
+        labels = newest.labels
         if labels.get("link_layer", "InfiniBand") not in ("InfiniBand", ""):
             continue
         where = {"device": device, "port": port, "state": labels.get("state"),
-                 "physical_state": labels.get("physical_state"), "t_last": float((up or by_metric[
-                     vocab.IB_PORT_RATE_GBPS]).t[-1])}
+                 "physical_state": labels.get("physical_state"), "t_last": float(newest.t[-1])}
         if up is not None and up.v[-1] < 1:
             disabled = labels.get("physical_state") == "Disabled"
             checks.append(Check(node=host, rule="ib_port", verdict="warn" if disabled else "drain",
