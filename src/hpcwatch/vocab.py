@@ -100,7 +100,7 @@ NODE_INFINIBAND_PORT_ERRORS_RECEIVED_TOTAL: Final = "node_infiniband_port_errors
 # perfquery counters (sources/infiniband.py: data counters already x4, in bytes)
 IB_PORTXMITDATA_BYTES: Final = "ib_PortXmitData_bytes"
 IB_PORTRCVDATA_BYTES: Final = "ib_PortRcvData_bytes"
-# Slurm accounting, per job (sources/slurm.py from sacct's TRES and steps; labels job, and node where per node)
+# Slurm accounting, per job (sources/slurm.py from sacct's TRES and steps; labels job_id, and node where per node)
 SLURM_JOB_CPUS: Final = "slurm_job_cpus"
 SLURM_JOB_CPU_SECONDS: Final = "slurm_job_cpu_seconds"
 SLURM_JOB_MEMORY_REQUESTED_BYTES: Final = "slurm_job_memory_requested_bytes"

@@ -28,6 +28,8 @@ from tests.conftest import DATA
     ("infiniband/perfquery_x_switch_2ports.out", "perfquery"),
     ("infiniband/perfquery_basic_hca.txt", "perfquery"),
     ("infiniband/ibstat_two_cas.txt", "ibstat"),
+    ("infiniband/ibstat_mlx4_ib_down_eth_disabled_linux_rdma.txt", "ibstat"),
+    ("infiniband/ibstat_mlx4_ddr_active_and_polling_archwiki.txt", "ibstat"),
     ("lustre/obdfilter_OST0000_job_stats.txt", "lustre-job-stats"),
     ("lustre/mdt_MDT0000_job_stats.txt", "lustre-job-stats"),
     ("nvidia_smi/nvidia_smi_q.xml", "nvidia-smi-xml"),

@@ -715,6 +715,11 @@ LOW_COVERAGE = 0.9
 GB = 1e9
 
 
+def _size(n_bytes: float) -> str:
+    """GB, or MB under one GB (a 3 MB MaxRSS is not "0.0 GB")."""
+    return f"{n_bytes / GB:.1f} GB" if n_bytes >= GB else f"{n_bytes / 1e6:.1f} MB"
+
+
 def _with_advice(r: JobReport) -> JobReport:
     notes = []
     if r.idle_gpus:
@@ -725,15 +730,17 @@ def _with_advice(r: JobReport) -> JobReport:
                      "(exporter down, or not dcgm-exporter's GPUs).")
     if r.mean_gpu_util is not None and r.mean_gpu_util < LOW_GPU_UTIL_PCT and not r.idle_gpus:
         notes.append(f"mean GPU utilisation {r.mean_gpu_util:.0f} %: check the input pipeline, or run on fewer GPUs.")
-    if r.cpu_util_pct is not None and r.cpus and r.cpu_util_pct < LOW_CPU_UTIL_PCT:
-        notes.append(f"CPU utilisation {r.cpu_util_pct:.0f} % of {r.cpus} cores: about "
-                     f"{max(1, round(r.cpus * r.cpu_util_pct / 100))} cores would have done.")
-    if r.memory_requested_bytes and r.max_rss_bytes_by_node:
+    # sacct's TotalCPU and MaxRSS grow as steps end: for a running job they are not yet the job's, so the CPU
+    # and memory notes wait for its end (jobstats reads them from sacct only for finished jobs too).
+    cores = max(1, round(r.cpus * r.cpu_util_pct / 100)) if r.cpus and r.cpu_util_pct is not None else None
+    if r.end is not None and cores is not None and r.cpu_util_pct < LOW_CPU_UTIL_PCT and cores < r.cpus:
+        notes.append(f"CPU utilisation {r.cpu_util_pct:.0f} % of {r.cpus} cores: about {cores} cores would "
+                     "have done.")
+    if r.end is not None and r.memory_requested_bytes and r.max_rss_bytes_by_node:
         used = max(v for _, v in r.max_rss_bytes_by_node)
         per_node = r.memory_requested_bytes / max(1, len(r.nodes) or len(r.max_rss_bytes_by_node))
         if used < LOW_MEMORY_USED * per_node:
-            notes.append(f"memory: {per_node / GB:.1f} GB requested per node, at most {used / GB:.1f} GB used: "
-                         "ask for less.")
+            notes.append(f"memory: {_size(per_node)} requested per node, at most {_size(used)} used: ask for less.")
     if r.time_limit_used is not None and r.end is not None and r.time_limit_used < LOW_TIME_LIMIT_USED:
         notes.append(f"ran {100 * r.time_limit_used:.0f} % of its time limit: a shorter limit starts sooner.")
     if r.coverage is not None and r.coverage < LOW_COVERAGE:

@@ -21,6 +21,8 @@ rule                      signal                                               v
 ``throttle``              thermal / power-brake bits of the clock-event mask    warn
 ``ib_link``               ``LinkDownedCounter`` grew (perfquery, node-exporter)  warn / drain
 ``ib_errors``             symbol, receive, recovery, integrity error counters    warn
+``ib_port``               ibstat: an InfiniBand port not Active/LinkUp           drain (Disabled: warn)
+                          an Active port under the catalog's link rate           warn (under half: drain)
 ``stalled_nccl``          util >= 90 % at near-idle power for a minute           warn
 ``idle_allocated``        a GPU held by a job at <= 5 % util for 10 minutes      warn
 ``gpu_missing``           a GPU stopped reporting while its node still reports   drain
@@ -36,6 +38,9 @@ Sources: DCGM field meanings, https://docs.nvidia.com/datacenter/dcgm/latest/dcg
 row remapping, https://docs.nvidia.com/deploy/a100-gpu-mem-error-mgmt/index.html;
 clock event reasons (bit values), https://docs.nvidia.com/deploy/nvml-api/group__nvmlClocksEventReasons.html;
 IB counters, InfiniBand Architecture Specification vol. 1, PortCounters (perfquery names);
+IB port states, ibstat(8) and the IBA's PortInfo PortState/PortPhysicalState (Active / LinkUp is the only state
+that carries data); LBNL NHC's ``check_hw_ib`` likewise offlines a node whose port is not Active at its rate
+(https://github.com/mej/nhc, README "check_hw_ib");
 busbw, https://github.com/NVIDIA/nccl-tests/blob/master/doc/PERFORMANCE.md.
 Thresholds that are ours (not a vendor's) are named ``HealthConfig`` fields.
 """
@@ -108,9 +113,13 @@ IB_COUNTERS: dict[str, tuple[str, str]] = {
                                         "node_infiniband_excessive_buffer_overrun_errors_total"),
 }
 
+#: ibstat's port samples (sources/infiniband.py; labels node, device, port, state, physical_state, link_layer).
+IB_PORT_METRICS = (vocab.IB_PORT_UP, vocab.IB_PORT_RATE_GBPS)
+
 #: Every metric the passive rules read (fetch these from the store).
 PASSIVE_METRICS: tuple[str, ...] = (XID, ECC_DBE, REMAP_FAILURE, REMAP_UNCORRECTABLE, REMAP_PENDING, PCIE_REPLAY,
-                                    *THROTTLE, UTIL, POWER, *(m for pair in IB_COUNTERS.values() for m in pair))
+                                    *THROTTLE, UTIL, POWER, *(m for pair in IB_COUNTERS.values() for m in pair),
+                                    *IB_PORT_METRICS)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -143,9 +152,14 @@ class HealthConfig:
     """ib_write_bw average under this share of the link rate warns."""
     ib_bw_drain_fraction: float = 0.5
     """... and under this share drains."""
+    ib_rate_drain_fraction: float = 0.5
+    """An Active port whose ibstat rate is under this share of the catalog's link rate drains (under the full rate
+    warns): NHC drains on any mismatch; we only warn for one speed step down (NDR port at HDR's 200), which runs,
+    slower, and drain further down (100 or less on NDR: a cable or width fault)."""
 
     def __post_init__(self) -> None:
-        for name in ("throttle_warn_fraction", "busbw_warn_fraction", "ib_bw_warn_fraction", "ib_bw_drain_fraction"):
+        for name in ("throttle_warn_fraction", "busbw_warn_fraction", "ib_bw_warn_fraction", "ib_bw_drain_fraction",
+                     "ib_rate_drain_fraction"):
             value = getattr(self, name)
             if not 0.0 < value <= 1.0:
                 raise ConfigError(f"{name} must be in (0, 1], got {value}")
@@ -334,6 +348,51 @@ def _check_ib(table: pa.Table, config: HealthConfig) -> list[Check]:
     return checks
 
 
+def _latest_ports(table: pa.Table) -> dict[tuple[str, str, str], dict[str, _Series]]:
+    """(host, device, port) -> metric -> its newest series (the state labels make a new series when it changes)."""
+    out: dict[tuple[str, str, str], dict[str, _Series]] = {}
+    for metric in IB_PORT_METRICS:
+        for s in _series(table, metric):
+            key = (s.host, str(s.labels.get("device", "")), str(s.labels.get("port", "")))
+            slot = out.setdefault(key, {})
+            if metric not in slot or s.t[-1] >= slot[metric].t[-1]:
+                slot[metric] = s
+    return out
+
+
+def _check_ib_ports(table: pa.Table, config: HealthConfig, link_key: str) -> list[Check]:
+    """ibstat ports: an InfiniBand port that is not Active/LinkUp, or runs under the catalog's link rate. Ethernet
+    ports (RoCE or plain NICs on a VPI card) are not the InfiniBand fabric: not judged here."""
+    link = link_spec(link_key)
+    checks = []
+    for (host, device, port), by_metric in sorted(_latest_ports(table).items()):
+        up = by_metric.get(vocab.IB_PORT_UP)
+        newest = up or by_metric[vocab.IB_PORT_RATE_GBPS]
+        labels = newest.labels
+        if labels.get("link_layer", "InfiniBand") not in ("InfiniBand", ""):
+            continue
+        where = {"device": device, "port": port, "state": labels.get("state"),
+                 "physical_state": labels.get("physical_state"), "t_last": float(newest.t[-1])}
+        if up is not None and up.v[-1] < 1:
+            disabled = labels.get("physical_state") == "Disabled"
+            checks.append(Check(node=host, rule="ib_port", verdict="warn" if disabled else "drain",
+                                title=f"IB port {device}/{port} is {labels.get('state')} "
+                                      f"({labels.get('physical_state')})" + (" by an administrator" if disabled else ""),
+                                evidence=where))
+            continue
+        rate = by_metric.get(vocab.IB_PORT_RATE_GBPS)
+        if rate is None or link is None:
+            continue
+        gbps, expected = float(rate.v[-1]), link.rate_bits_s / 1e9
+        if gbps < expected:
+            verdict: Verdict = "drain" if gbps < config.ib_rate_drain_fraction * expected else "warn"
+            checks.append(Check(node=host, rule="ib_port", verdict=verdict,
+                                title=f"IB port {device}/{port} runs at {gbps:.0f} Gb/s, under {link.name}'s "
+                                      f"{expected:.0f}", evidence={**where, "rate_gbps": gbps,
+                                                                   "link_gbps": expected, "link": link.key}))
+    return checks
+
+
 def _port(s: _Series) -> str:
     where = _where(s)
     return " ".join(f"{k} {v}" for k, v in where.items())
@@ -383,8 +442,9 @@ def _check_missing(table: pa.Table, config: HealthConfig) -> list[Check]:
 
 
 def passive_checks(samples: pa.Table, events: Sequence[Event] = (), *,
-                   config: HealthConfig = HealthConfig()) -> list[Check]:
-    """Every passive rule that fired, over samples (``SAMPLE_SCHEMA`` columns) and ``xid`` events."""
+                   config: HealthConfig = HealthConfig(), link: str = "ndr") -> list[Check]:
+    """Every passive rule that fired, over samples (``SAMPLE_SCHEMA`` columns) and ``xid`` events; ``link``: the
+    catalog's fabric (``model.catalog.LINKS``) whose rate ibstat ports should run at."""
     return [
         *_check_xid(samples, events),
         *_check_threshold(samples, ECC_DBE, "ecc_dbe", "drain", "uncorrectable ECC errors since driver load"),
@@ -396,6 +456,7 @@ def passive_checks(samples: pa.Table, events: Sequence[Event] = (), *,
                           min_value=config.pcie_replay_warn - 1),
         *_check_throttle(samples, config),
         *_check_ib(samples, config),
+        *_check_ib_ports(samples, config, link),
         *_check_gpu_activity(samples, config),
         *_check_missing(samples, config),
     ]
@@ -405,7 +466,7 @@ def _rules_with_data(samples: pa.Table, events: Sequence[Event]) -> dict[str, se
     """node -> the passive rules that had something to judge there (so 'ok' means 'looked, fine')."""
     metric_rules = {XID: "xid", ECC_DBE: "ecc_dbe", REMAP_FAILURE: "row_remap", REMAP_UNCORRECTABLE: "row_remap",
                     REMAP_PENDING: "row_remap", PCIE_REPLAY: "pcie_replay", UTIL: "gpu_missing",
-                    **dict.fromkeys(THROTTLE, "throttle")}
+                    **dict.fromkeys(THROTTLE, "throttle"), **dict.fromkeys(IB_PORT_METRICS, "ib_port")}
     for name, pair in IB_COUNTERS.items():
         for m in pair:
             metric_rules[m] = "ib_link" if name == "link_downed" else "ib_errors"
@@ -560,5 +621,5 @@ def health_report(samples: pa.Table, events: Sequence[Event] = (), *, config: He
     ``samples``: the store's ``SAMPLE_SCHEMA`` table (fetch ``PASSIVE_METRICS``); ``events``: ``xid``
     events and the ``sources.healthtools`` results.
     """
-    checks = passive_checks(samples, events, config=config) + active_checks(events, config=config, link=link)
+    checks = passive_checks(samples, events, config=config, link=link) + active_checks(events, config=config, link=link)
     return judge(checks, samples=samples, events=events, nodes=nodes)

@@ -93,7 +93,7 @@ def health(
     dcgmi: list[Path] = typer.Option([], "--dcgmi-diag", help="`dcgmi diag -j` output to judge (repeatable)."),
     nccl: list[Path] = typer.Option([], "--nccl-tests", help="nccl-tests output to judge (repeatable)."),
     ibbw: list[Path] = typer.Option([], "--ib-write-bw", help="ib_write_bw output to judge (repeatable)."),
-    link: str = typer.Option("ndr", "--link", help="Link of the fabric for ib_write_bw / nccl-tests (hdr, ndr, xdr)."),
+    link: str = typer.Option("ndr", "--link", help="Link of the fabric for ib_write_bw / nccl-tests / ibstat port rates (hdr, ndr, xdr)."),
     summary: bool = typer.Option(False, "--summary", help="Print one line: the verdict and the reasons."),
     fail_on: str = typer.Option("never", "--fail-on", help="Exit 1 when the verdict is at least this: warn, drain "
                                 "or never."),

@@ -66,7 +66,8 @@ def _job_lines(r) -> list[str]:
         lines.append(f"CPU: {r.cpus} cores, {_pct(r.cpu_util_pct)} used; memory requested "
                      f"{_bytes(r.memory_requested_bytes)}, max RSS "
                      + (", ".join(f"{safe_text(n)} {_bytes(v)}" for n, v in r.max_rss_bytes_by_node) or "-")
-                     + f"; time limit used {_pct(None if r.time_limit_used is None else 100 * r.time_limit_used)}")
+                     + f"; time limit used {_pct(None if r.time_limit_used is None else 100 * r.time_limit_used)}"
+                     + ("" if r.time_limit_s is None else f" of {r.time_limit_s / 3600:.2f} h"))
     lines += [f"[yellow]advice:[/] {safe_text(a)}" for a in r.advice]
     return lines
 

@@ -16,6 +16,19 @@ forecasts, not events, so they become ``None``.
 
 ``gpus`` is what the job holds, or for a pending job what it asked for.
 
+``sacct --json`` also says what a job used, the numbers jobstats prints: ``parse_sacct_records`` yields,
+after each started job, ``Sample``s (labels ``job_id``, and ``node`` where per node) of
+``vocab.SLURM_JOB_CPUS`` (``tres.allocated`` cpu), ``SLURM_JOB_MEMORY_REQUESTED_BYTES`` (``tres.allocated``
+mem, else ``tres.requested`` mem: the job's total over its nodes), ``SLURM_JOB_CPU_SECONDS`` (the steps'
+``time.total``, user + system), ``SLURM_JOB_MAX_RSS_BYTES`` per node (largest ``mem`` of the steps'
+``tres.requested.max``, i.e. TRESUsageInMax, with its ``node``) and ``SLURM_JOB_TIME_LIMIT_SECONDS``
+(``time.limit``), each at the time sacct measured it (start + elapsed). Units, as the real 22.05 capture
+in tests/data/slurm/sacct.json shows them: job TRES ``mem`` counts MiB (Slurm's "MB", ``--mem`` "default
+units are megabytes", https://slurm.schedmd.com/sbatch.html#OPT_mem; 8000 there is ``--mem=8000``, 16000
+for two nodes of it); step usage ``mem`` counts bytes (3178496 there is the 3104K sacct prints as MaxRSS);
+``time.limit`` counts minutes (``--time``, https://slurm.schedmd.com/sbatch.html#OPT_time; null or
+``infinite``: none).
+
 Not checked: that the GPU counts of ``gres_detail`` and TRES agree, that node
 names exist, that ids are unique, any field this module does not read. Shape
 errors in JSON name the job's index in the list and the line where that job starts.
@@ -30,11 +43,13 @@ from collections.abc import Iterator, Mapping
 from datetime import datetime, timezone
 from typing import Any
 
+from hpcwatch import vocab
 from hpcwatch.errors import ParseError
-from hpcwatch.records import Job
+from hpcwatch.records import Job, Sample
 from hpcwatch.sources.lines import read_text, shown
 
 __all__ = ["parse_squeue_json", "read_squeue_json", "parse_sacct_json", "read_sacct_json",
+           "parse_sacct_records", "read_sacct_records", "MIB",
            "parse_scontrol_show_job", "read_scontrol_show_job", "expand_hostlist", "parse_gres_detail",
            "FINISHED_STATES"]
 
@@ -48,6 +63,8 @@ _RANGE_RE = re.compile(r"([0-9]+)(?:-([0-9]+))?\Z")
 _GRES_RE = re.compile(r"gpu(?::[^:()]+)?:([0-9]+)(?:\(IDX:([^)]*)\))?")
 #: More hosts than any cluster has: a hostlist past this is refused rather than expanded.
 _MAX_HOSTS = 200_000
+#: Slurm's "MB" of memory TRES (module docstring).
+MIB = 1024**2
 
 
 class _Shape(ValueError):
@@ -283,12 +300,16 @@ def _job_line(text: str, index: int) -> int | None:
     return text.count("\n", 0, offset) + 1
 
 
-def _each(jobs: list[Any], build, path: str | os.PathLike[str], text: str) -> Iterator[Job]:
+def _each(jobs: list[Any], build, path: str | os.PathLike[str], text: str, *, many: bool = False) -> Iterator[Any]:
+    """``build(raw)`` of each job (``many``: an iterable of records each), shape errors named by job."""
     for i, raw in enumerate(jobs):
         try:
             if not isinstance(raw, Mapping):
                 raise _Shape("a job is not an object")
-            yield build(raw)
+            if many:
+                yield from list(build(raw))
+            else:
+                yield build(raw)
         except (_Shape, ValueError, TypeError, KeyError, IndexError, AttributeError, OverflowError) as err:
             raise ParseError(f"jobs[{i}]: {err}", path=path, line=_job_line(text, i)) from err
 
@@ -349,6 +370,99 @@ def parse_sacct_json(text: str, *, path: str | os.PathLike[str] = "<input>") -> 
 
 def read_sacct_json(path: str | os.PathLike[str]) -> Iterator[Job]:
     yield from parse_sacct_json(read_text(path), path=path)
+
+
+def parse_sacct_records(text: str, *, path: str | os.PathLike[str] = "<input>") -> Iterator[Job | Sample]:
+    """Each job of ``sacct --json``, then the samples of what it used (module docstring)."""
+    yield from _each(_load_jobs(text, path), _sacct_job_and_usage, path, text, many=True)
+
+
+def read_sacct_records(path: str | os.PathLike[str]) -> Iterator[Job | Sample]:
+    yield from parse_sacct_records(read_text(path), path=path)
+
+
+def _sacct_job_and_usage(raw: Mapping[str, Any]) -> list[Job | Sample]:
+    job = _sacct_job(raw)
+    return [job, *_sacct_usage(raw, job)]
+
+
+def _mapping(value: Any, what: str) -> Mapping[str, Any]:
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise _Shape(f"{what} is not an object")
+    return value
+
+
+def _tres_items(value: Any, what: str) -> list[Mapping[str, Any]]:
+    if value is None:
+        return []
+    if not isinstance(value, list) or not all(isinstance(v, Mapping) for v in value):
+        raise _Shape(f"{what} is not a list of TRES")
+    return value
+
+
+def _tres_count(items: list[Mapping[str, Any]], kind: str) -> float | None:
+    """Count of the first TRES of ``type`` kind (cpu, mem), or None when absent."""
+    return next((_number(i.get("count")) for i in items if i.get("type") == kind), None)
+
+
+def _cpu_seconds(time_doc: Mapping[str, Any]) -> float | None:
+    """``time.total`` ({seconds, microseconds}), else user + system; None when sacct wrote none."""
+    def seconds(part: Any) -> float | None:
+        part = _mapping(part, "time.total")
+        if not part:
+            return None
+        return float(_number(part.get("seconds")) or 0) + float(_number(part.get("microseconds")) or 0) / 1e6
+    total = seconds(time_doc.get("total"))
+    if total is not None:
+        return total
+    user, system = seconds(time_doc.get("user")), seconds(time_doc.get("system"))
+    return None if user is None and system is None else (user or 0.0) + (system or 0.0)
+
+
+def _steps(raw: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    steps = raw.get("steps") or []
+    if not isinstance(steps, list) or not all(isinstance(s, Mapping) for s in steps):
+        raise _Shape("steps is not a list of objects")
+    return steps
+
+
+def _max_rss_by_node(steps: list[Mapping[str, Any]]) -> dict[str, int]:
+    """Largest step ``tres.requested.max`` mem (bytes) per node it names."""
+    out: dict[str, int] = {}
+    for step in steps:
+        usage = _mapping(_mapping(step.get("tres"), "steps[].tres").get("requested"), "steps[].tres.requested")
+        for item in _tres_items(usage.get("max"), "steps[].tres.requested.max"):
+            count, node = _number(item.get("count")), _text(item.get("node"))
+            if item.get("type") == "mem" and count is not None and node:
+                out[node] = max(out.get(node, 0), int(count))
+    return out
+
+
+def _sacct_usage(raw: Mapping[str, Any], job: Job) -> list[Sample]:
+    """The SLURM_JOB_* samples of one started job (module docstring); none for a job that has not run."""
+    if job.start is None:
+        return []
+    times = _mapping(raw.get("time"), "time")
+    elapsed = _number(times.get("elapsed"))
+    at = job.end if job.end is not None else job.start + float(elapsed or 0)
+    tres = _mapping(raw.get("tres"), "tres")
+    allocated = _tres_items(tres.get("allocated"), "tres.allocated")
+    requested = _tres_items(tres.get("requested"), "tres.requested")
+    steps = _steps(raw)
+    step_cpu = [c for c in (_cpu_seconds(_mapping(s.get("time"), "steps[].time")) for s in steps) if c is not None]
+    memory_mib = _tres_count(allocated, "mem") or _tres_count(requested, "mem")
+    limit_min = _number(times.get("limit"))
+    values = {vocab.SLURM_JOB_CPUS: _tres_count(allocated, "cpu"),
+              vocab.SLURM_JOB_MEMORY_REQUESTED_BYTES: memory_mib * MIB if memory_mib else None,
+              vocab.SLURM_JOB_CPU_SECONDS: sum(step_cpu) if step_cpu else _cpu_seconds(times),
+              vocab.SLURM_JOB_TIME_LIMIT_SECONDS: 60.0 * limit_min if limit_min else None}
+    labels = {"job_id": job.id}
+    out = [Sample(metric=m, labels=labels, t=at, value=float(v)) for m, v in values.items() if v is not None]
+    out += [Sample(metric=vocab.SLURM_JOB_MAX_RSS_BYTES, labels={**labels, "node": node}, t=at, value=float(rss))
+            for node, rss in sorted(_max_rss_by_node(steps).items())]
+    return out
 
 
 # -- scontrol -d show job --------------------------------------------------------------------

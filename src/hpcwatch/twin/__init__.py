@@ -2,10 +2,10 @@
 
 Importing the package registers every scenario: ``straggler``, ``failures``
 (one sick node: health), ``threats`` (security), ``nccl_hang`` and ``nccl_socket_fallback``
-(twin/nccl.py), ``well_kept`` / ``neglected`` (assessment).
+(twin/nccl.py), ``well_kept`` / ``neglected`` (assessment), ``kubernetes`` (pods, MIG, no Slurm: twin/kubernetes.py).
 """
 
-from hpcwatch.twin import assess_scenarios, failures, nccl, straggler, threats  # noqa: F401  (each registers its scenarios)
+from hpcwatch.twin import assess_scenarios, failures, kubernetes, nccl, straggler, threats  # noqa: F401  (each registers its scenarios)
 from hpcwatch.twin.core import DEFAULT_START_S, JobTruth, Twin
 from hpcwatch.twin.scenarios import Scenario, get_scenario, register, scenario_names
 
