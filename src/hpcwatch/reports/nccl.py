@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from hpcwatch.analysis.hang import HangReport, analyse_hang
@@ -71,6 +71,9 @@ def nccl_report_of(events: Sequence[Event], *, config: NcclConfig = NcclConfig()
     """The report of one job's NCCL log events."""
     ranks = [dict(e.attrs) for e in events if e.kind == EventKind.NCCL_RANK]
     topology = summarize_nccl(ranks)
+    # a followed log's nccl_rank is stored at Init COMPLETE, before the WARN lines that come later
+    warn_lines = sum(1 for e in events if e.kind == EventKind.NCCL_WARN)
+    topology = replace(topology, warns=max(topology.warns, warn_lines))
     return NcclReport(topology=topology, rules=tuple(nccl_rules(topology, config=config)),
                       warns=tuple(dict(e.attrs) for e in events if e.kind == EventKind.NCCL_WARN)[:MAX_LINES_KEPT],
                       timeouts=tuple(dict(e.attrs) for e in events if e.kind == EventKind.NCCL_TIMEOUT)[:MAX_LINES_KEPT],
