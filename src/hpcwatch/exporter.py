@@ -22,6 +22,10 @@ Every family is a gauge: each value is recomputed from the store, none counts ev
     hpcwatch_rank_relative_score{hpc_job,rank,node,gpu}      fastest rank's work / this rank's (1 = best)
     hpcwatch_job_goodput_ratio{hpc_job}                      productive time / wall time
     hpcwatch_findings{vector,severity}                       findings in the store (every pair, 0 included)
+    hpcwatch_assessment_tier{category}                       the newest stored assessment (``hpcwatch collect``'s
+                                                             ``task = "assess"``): 4 Platinum, 3 Gold, 2 Silver,
+                                                             1 Bronze, 0 Underperform; ``category="overall"`` is the
+                                                             cluster's tier (reports/assess.TIER_NUMBERS)
     hpcwatch_exporter_collect_seconds, hpcwatch_exporter_collect_errors   the exporter itself
     hpcwatch_collector_up{collector,kind,daemon}             1 when a collector of ``hpcwatch collect`` answers
     hpcwatch_collector_last_success_timestamp_seconds{...}   its last run that succeeded (UTC s)
@@ -43,6 +47,7 @@ from prometheus_client.registry import Collector, CollectorRegistry
 
 from hpcwatch.errors import HpcwatchError, InputError
 from hpcwatch.records import Job
+from hpcwatch.reports.assess import latest_assessment
 from hpcwatch.reports.collectors import collector_statuses
 from hpcwatch.reports.findings import finding_counts
 from hpcwatch.reports.goodput import goodput_report
@@ -64,7 +69,7 @@ METRIC_NAMES = (
     "hpcwatch_job_info", "hpcwatch_gpu_allocation_info", "hpcwatch_job_gpus", "hpcwatch_job_gpu_hours", "hpcwatch_job_energy_joules",
     "hpcwatch_job_gpu_utilization_percent", "hpcwatch_job_idle_gpus", "hpcwatch_job_step_seconds",
     "hpcwatch_job_stragglers", "hpcwatch_rank_relative_score", "hpcwatch_job_goodput_ratio",
-    "hpcwatch_findings", "hpcwatch_exporter_collect_seconds", "hpcwatch_exporter_collect_errors",
+    "hpcwatch_findings", "hpcwatch_assessment_tier", "hpcwatch_exporter_collect_seconds", "hpcwatch_exporter_collect_errors",
     "hpcwatch_collector_up", "hpcwatch_collector_last_success_timestamp_seconds", "hpcwatch_collector_lag_seconds",
     "hpcwatch_collector_errors_total", "hpcwatch_collector_records_total",
 )
@@ -101,7 +106,7 @@ class StoreCollector(Collector):
     def collect(self) -> Iterator[Metric]:
         t0 = time.perf_counter()
         families: list[Metric] = []
-        for part in (self._jobs, self._training, self._findings, self._collectors):
+        for part in (self._jobs, self._training, self._findings, self._assessment, self._collectors):
             try:
                 families.extend(part())
             except HpcwatchError as err:   # one failing part must not blank the others
@@ -167,6 +172,12 @@ class StoreCollector(Collector):
         return [_gauge("hpcwatch_findings", "Security findings in the store, by threat vector and severity.",
                        ["vector", "severity"], [([v, s], float(n)) for (v, s), n in counts.items()])]
 
+    def _assessment(self) -> list[Metric]:
+        latest = latest_assessment(self.store)
+        numbers = latest.tier_numbers() if latest is not None else {}
+        return [_gauge("hpcwatch_assessment_tier", "Newest stored assessment tier: 4 Platinum, 3 Gold, 2 Silver, "
+                       "1 Bronze, 0 Underperform; category=overall is the cluster's.", ["category"],
+                       [([name], float(n)) for name, n in numbers.items()])]
 
     def _collectors(self) -> list[Metric]:
         status = collector_statuses(self.store)

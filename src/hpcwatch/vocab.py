@@ -18,7 +18,7 @@ EventKindName = Literal[
     "xid", "gpu_xid", "gpu_process", "failure", "checkpoint", "checkpoint_save", "checkpoint_restore",
     "job_start", "job_end", "falco", "tetragon", "shard_check", "shard_manifest", "osv_advisory", "pip_package",
     "pth_file", "opensm_partitions", "nvidia_params", "dcgm_diag", "nccl_test", "ib_write_bw",
-    "nccl_rank", "nccl_warn", "nccl_timeout", "flight_recorder_dump", "nccl_inspector", "slurm_config", "health_verdict",
+    "nccl_rank", "nccl_warn", "nccl_timeout", "flight_recorder_dump", "nccl_inspector", "slurm_config", "health_verdict", "assessment",
 ]
 
 
@@ -60,6 +60,8 @@ class EventKind:
     SLURM_CONFIG: Final = "slurm_config"
     # scheduled work of hpcwatch collect (collect/schedule.py)
     HEALTH_VERDICT: Final = "health_verdict"
+    ASSESSMENT: Final = "assessment"
+    """The scheduled assessment's verdict (reports/assess.assessment_event): tier, per-category tiers."""
 
 
 EVENT_KINDS: Final[frozenset[str]] = frozenset(v for k, v in vars(EventKind).items() if k.isupper())

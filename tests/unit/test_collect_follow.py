@@ -175,3 +175,81 @@ def test_follow_a_missing_log_is_an_error_not_an_empty_answer(store, tmp_path):
 
     with pytest.raises(BackendError, match="cannot open"):
         follower(store, tmp_path / "absent.json").run()
+
+
+# -- NCCL_DEBUG=INFO logs: one nccl_rank per process, whatever the pieces the follower read ------------------
+
+NCCL_DATA = Path(__file__).resolve().parents[1] / "data" / "nccl"
+#: 8 processes of one host, no Init COMPLETE (an excerpt): their events come when the file is over.
+NCCL_NO_COMPLETE = (NCCL_DATA / "nccl_952_ib_plugin_p2p_socket.log").read_bytes()
+#: 8 processes that print Init COMPLETE, then WARN lines: their events come as the COMPLETE lines are read.
+NCCL_COMPLETE = (NCCL_DATA / "deepspeedexamples_310_ib_async_warn.log").read_bytes()
+#: 2 hosts of nccl-tests, in the file written after the rotation.
+NCCL_AFTER = (NCCL_DATA / "nccl_tests_185_roce_2node_v2.19.3.log").read_bytes()
+
+
+def _rank_key(a: dict) -> tuple:
+    return (a["host"], a["pid"], a["cuda_dev"])
+
+
+def _ranks_of(text: bytes) -> list[dict]:
+    from hpcwatch.sources.nccl_log import parse_nccl_log
+    events = parse_nccl_log(text.splitlines(), t=0.0)
+    return sorted((dict(e.attrs) for e in events if e.kind == "nccl_rank"), key=_rank_key)
+
+
+def _stored_ranks(store) -> list[dict]:
+    return sorted((dict(e.attrs) for e in store.events("nccl_rank")), key=_rank_key)
+
+
+def _append(path: Path, data: bytes) -> None:
+    with open(path, "ab") as fh:
+        fh.write(data)
+
+
+def test_follow_nccl_log_stores_every_process_once_across_pieces_restart_and_rotation(store, tmp_path):
+    log = tmp_path / "nccl.log"
+    section = FollowSection(name="nccl", path=str(log), format="nccl-log")
+    first = NCCL_NO_COMPLETE + NCCL_COMPLETE
+    cut = NCCL_NO_COMPLETE.index(b"\n", 900) + 25      # mid-line: the follower must wait for the rest
+    _append(log, first[:cut])
+    f = LogFollower(store, section)
+    f.run()
+    assert _stored_ranks(store) == []                  # no process has completed its init yet
+    f.close()
+    _append(log, first[cut:len(NCCL_NO_COMPLETE) + 600])
+    f = LogFollower(store, section)                    # a restart: what the stream held comes from the cursor
+    f.run()
+    _append(log, first[len(NCCL_NO_COMPLETE) + 600:])
+    f.run()
+    live = _stored_ranks(store)
+    assert [a["rank"] for a in live] == list(range(8))     # the 8 Init COMPLETE processes, while the file is live
+    assert {a["pid"] for a in live} == set(range(5021, 5029))
+    os.rename(log, tmp_path / "nccl.log.1")            # logrotate's create mode
+    _append(log, NCCL_AFTER)
+    assert "rotated" in f.run().note
+    f.run()
+    stored_ranks = _stored_ranks(store)
+    expected = _ranks_of(first)                        # the whole first file read at once, as ingest does
+    for a in expected:                                 # a WARN after a process's Init COMPLETE is its own event,
+        if a["pid"] in range(5021, 5029) and a["rank"] is not None:   # not in the nccl_rank stored at COMPLETE
+            a["warns"] = 0
+    assert stored_ranks == expected                    # each of its processes once, the same attrs
+    assert len({_rank_key(a) for a in stored_ranks}) == len(stored_ranks)
+    assert not {a["host"] for a in stored_ranks} & {"dgxh100-3", "dgxh100-4"}   # the new file is not over
+    assert len(store.events("nccl_warn")) == NCCL_COMPLETE.count(b"NCCL WARN")
+    os.rename(log, tmp_path / "nccl.log.2")
+    log.write_bytes(b"")
+    f.run()
+    assert _stored_ranks(store) == sorted(expected + _ranks_of(NCCL_AFTER), key=_rank_key)
+
+
+def test_follow_nccl_bad_line_is_numbered_in_the_file(store, tmp_path):
+    log = tmp_path / "nccl.log"
+    log.write_bytes(NCCL_COMPLETE[:300] + b"\n")
+    f = LogFollower(store, FollowSection(name="nccl", path=str(log), format="nccl-log"))
+    f.run()
+    before = NCCL_COMPLETE[:300].count(b"\n") + 1
+    _append(log, b"h:1:2 [0] NCCL INFO comm 0x1 rank x nranks 8 cudaDev 0 busId 1000 - Init START\n")
+    f.run()
+    assert f.bad_lines == 1 and f"nccl.log:{before + 1}:" in f.last_bad

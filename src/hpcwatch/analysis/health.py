@@ -576,9 +576,10 @@ def nccl_log_checks(events: Sequence[Event]) -> list[Check]:
 
 
 def active_checks(events: Sequence[Event], *, config: HealthConfig = HealthConfig(),
-                  link: str = "ndr") -> list[Check]:
-    """Judge dcgmi diag, nccl-tests and ib_write_bw results (``sources.healthtools`` events), and NCCL logs."""
-    checks: list[Check] = nccl_log_checks(events)
+                  link: str = "ndr", nccl_checks: Sequence[Check] | None = None) -> list[Check]:
+    """Judge dcgmi diag, nccl-tests and ib_write_bw results (``sources.healthtools`` events), and NCCL logs
+    (``nccl_checks``: those already judged over the whole job, when ``events`` are one node's)."""
+    checks: list[Check] = list(nccl_checks) if nccl_checks is not None else nccl_log_checks(events)
     for e in events:
         if e.kind == EventKind.DCGM_DIAG:
             checks += _check_dcgm_diag(e)
@@ -615,11 +616,15 @@ def judge(checks: Sequence[Check], *, samples: pa.Table | None = None, events: S
 
 
 def health_report(samples: pa.Table, events: Sequence[Event] = (), *, config: HealthConfig = HealthConfig(),
-                  link: str = "ndr", nodes: Iterable[str] = ()) -> HealthReport:
+                  link: str = "ndr", nodes: Iterable[str] = (),
+                  nccl_checks: Sequence[Check] | None = None) -> HealthReport:
     """Passive and active rules, then one verdict per node: what views call.
 
     ``samples``: the store's ``SAMPLE_SCHEMA`` table (fetch ``PASSIVE_METRICS``); ``events``: ``xid``
-    events and the ``sources.healthtools`` results.
+    events and the ``sources.healthtools`` results. ``nccl_checks``: ``nccl_log_checks`` of every host's
+    NCCL events, for a caller that passes one node's ``events`` (the NCCL rules compare hosts: a host
+    alone cannot be told it is the one without HCAs or on another NCCL version).
     """
-    checks = passive_checks(samples, events, config=config, link=link) + active_checks(events, config=config, link=link)
+    checks = passive_checks(samples, events, config=config, link=link) + active_checks(
+        events, config=config, link=link, nccl_checks=nccl_checks)
     return judge(checks, samples=samples, events=events, nodes=nodes)

@@ -34,9 +34,10 @@ __all__ = ["CollectConfig", "StoreSection", "DaemonSection", "SlurmSection", "Pr
            "DEFAULT_CONFIG_PATH", "FOLLOW_FORMATS", "SCHEDULE_TASKS", "SECTIONS"]
 
 DEFAULT_CONFIG_PATH = Path("/etc/hpcwatch/hpcwatch.toml")
-#: Line-oriented formats a follower can read (their readers parse lines: sources/falco, tetragon, hook).
-FOLLOW_FORMATS = ("falco-json", "tetragon-json", "hook-jsonl")
-SCHEDULE_TASKS = ("scan", "health")
+#: Line-oriented formats a follower can read (their readers parse lines: sources/falco, tetragon, hook,
+#: nccl_log — the last through its stream, collect/follow.STREAM_PARSERS).
+FOLLOW_FORMATS = ("falco-json", "tetragon-json", "hook-jsonl", "nccl-log")
+SCHEDULE_TASKS = ("scan", "health", "assess")
 
 
 def _positive(section: Any, *names: str) -> None:
@@ -173,14 +174,19 @@ class SpoolSection:
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ScheduleSection:
     name: str = ""
-    task: Literal["scan", "health"] = "scan"
-    """``scan``: the security detectors (findings replace the previous scan's); ``health``: health rules."""
+    task: Literal["scan", "health", "assess"] = "scan"
+    """``scan``: the security detectors (findings replace the previous scan's); ``health``: health rules;
+    ``assess``: the ClusterMAX-style assessment (reports/assess), its verdict stored as an ``assessment`` event."""
     interval_s: float = 300.0
     window_s: float = 3600.0
-    """scan: look at the last S seconds of data (0: the whole store)."""
+    """scan: look at the last S seconds of data (0: the whole store). assess: unused (the criteria set their windows)."""
+    cluster: str = ""
+    """assess: the cluster model YAML (empty: the reference cluster, as ``hpcwatch assess``)."""
 
     def __post_init__(self) -> None:
         _positive(self, "interval_s")
+        if self.task not in SCHEDULE_TASKS:
+            raise ValueError(f"task must be one of {', '.join(SCHEDULE_TASKS)}, got {self.task!r}")
         if self.window_s < 0:
             raise ValueError(f"window_s must be >= 0, got {self.window_s}")
 

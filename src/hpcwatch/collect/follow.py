@@ -1,4 +1,5 @@
-"""Logs that grow (Falco, Tetragon, the hook's JSON lines), followed like ``tail -F``, each line stored once.
+"""Logs that grow (Falco, Tetragon, the hook's JSON lines, NCCL_DEBUG=INFO), followed like ``tail -F``, each
+line stored once.
 
 The position is a cursor (collect/cursor.py) committed with the lines it covers::
 
@@ -15,6 +16,10 @@ Each run, for the file at ``path``:
     smaller, or another head (truncated)    first the copy (copytruncate: a file beside it with
                                             our head and >= offset bytes) from offset, then 0
     restart, cursor names a rotated file    find it beside ``path`` by inode, finish it first
+
+A format whose records sum up many lines (NCCL: one ``nccl_rank`` per process, ``STREAM_PARSERS``) keeps
+its reader's state in the cursor too (``"stream"``), committed with the lines it has seen; a file finished
+(rotated, or truncated with its copy read) hands over what it still held before the next file starts.
 
 A truncation with no copy beside the file loses what was written between our last read and the
 truncation (tail -F loses it too); the status says so (``truncated`` count).
@@ -35,16 +40,20 @@ from hpcwatch.collect.cursor import Cursor
 from hpcwatch.errors import BackendError, ParseError
 from hpcwatch.sources.falco import parse_falco_json
 from hpcwatch.sources.hook import parse_hook_jsonl
+from hpcwatch.sources.nccl_log import NcclLogStream
 from hpcwatch.sources.tetragon import parse_tetragon_json
 from hpcwatch.store import Store
 
-__all__ = ["LogFollower", "LINE_PARSERS", "HEAD_BYTES"]
+__all__ = ["LogFollower", "LINE_PARSERS", "STREAM_PARSERS", "HEAD_BYTES"]
 
 #: Bytes of a file's start that identify it beside its inode (ours: enough for a timestamp and a rule name).
 HEAD_BYTES = 256
 LineParser = Callable[..., Iterator[Any]]
 LINE_PARSERS: dict[str, LineParser] = {"falco-json": parse_falco_json, "tetragon-json": parse_tetragon_json,
                                        "hook-jsonl": parse_hook_jsonl}
+#: Formats read by a stream whose state (a JSON value) rides in the cursor: ``cls(state, path=)``, ``.feed(lines,
+#: first_line=, t=, on_bad_line=)``, ``.finish(t=)``, ``.state()`` (sources/nccl_log.NcclLogStream).
+STREAM_PARSERS: dict[str, Callable[..., Any]] = {"nccl-log": NcclLogStream}
 
 
 def _head(fh: BinaryIO, n: int) -> str:
@@ -57,7 +66,8 @@ class LogFollower:
     def __init__(self, store: Store, section: FollowSection, *, node: str = "") -> None:
         self.section = section
         self.path = Path(section.path)
-        self.parse = LINE_PARSERS[section.format]
+        self.parse = LINE_PARSERS.get(section.format)
+        self.stream = STREAM_PARSERS.get(section.format)
         # the node too: the followers of several nodes (a DaemonSet) may share one store and one name
         self.cursor = Cursor(store, f"follow:{node}:{section.name}", path=section.path)
         self._fh: BinaryIO | None = None
@@ -169,6 +179,7 @@ class LogFollower:
             stored += self._drain_other(copy, {**state, "dev": st.st_dev, "ino": st.st_ino})
         else:
             notes.append(f"{self.path} truncated")
+            stored += self._finish()
         self._start(fh, os.fstat(fh.fileno()))
         return stored
 
@@ -192,7 +203,7 @@ class LogFollower:
             state = self._state()
             data = os.pread(self._fh.fileno(), self.section.max_batch_bytes, state["offset"])
             if not data:
-                return stored
+                return stored + (self._finish() if final else 0)
             cut = data.rfind(b"\n") + 1
             if cut == 0 and not (final and len(data) < self.section.max_batch_bytes):
                 if len(data) < self.section.max_batch_bytes:
@@ -206,15 +217,37 @@ class LogFollower:
             lines.pop()
         base = state["line"]
         bad: list[ParseError] = []
-        records = list(self.parse(lines, path=str(self.path), on_bad_line=bad.append))
+        extra: dict[str, Any] = {}
+        if self.stream is not None:
+            stream = self.stream(state.get("stream"), path=str(self.path))
+            records = stream.feed(lines, first_line=base + 1, t=self._file_time(), on_bad_line=bad.append)
+            extra, shift = {"stream": stream.state()}, 0     # the stream numbers lines in the file already
+        else:
+            records, shift = list(self.parse(lines, path=str(self.path), on_bad_line=bad.append)), base
         for err in bad:
             self.bad_lines += 1
-            self.last_bad = str(ParseError(err.what, path=self.path, line=(err.line or 0) + base, text=err.text))
+            self.last_bad = str(ParseError(err.what, path=self.path, line=(err.line or 0) + shift, text=err.text))
         offset = state["offset"] + len(chunk)
         head_n = state["head_n"] if state["head_n"] >= HEAD_BYTES else min(HEAD_BYTES, offset)
-        new = {**state, "offset": offset, "line": base + len(lines), "head_n": head_n,
+        new = {**state, **extra, "offset": offset, "line": base + len(lines), "head_n": head_n,
                "head": state["head"] if head_n == state["head_n"] else _head(self._fh, head_n)}
         with self.cursor.commit(new) as tx:
             tx.add(records)
         self._pending = None
         return len(records)
+
+    def _finish(self) -> int:
+        """A stream's last records, once its file is over (committed with the cursor that says so)."""
+        state = self._state()
+        if self.stream is None or not (state.get("stream") or {}).get("ranks"):
+            return 0
+        stream = self.stream(state["stream"], path=str(self.path))
+        records = stream.finish(t=self._file_time())
+        with self.cursor.commit({**state, "stream": stream.state()}) as tx:
+            tx.add(records)
+        self._pending = None
+        return len(records)
+
+    def _file_time(self) -> float:
+        """NCCL lines carry no time: their records are dated by the held file's last write (as ``ingest``)."""
+        return os.fstat(self._fh.fileno()).st_mtime

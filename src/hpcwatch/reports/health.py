@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from hpcwatch.analysis.health import PASSIVE_METRICS, HealthConfig, HealthReport, health_report
+from hpcwatch.analysis.health import PASSIVE_METRICS, HealthConfig, HealthReport, health_report, nccl_log_checks
 from hpcwatch.records import Event
 from hpcwatch.store import Store
 from hpcwatch.vocab import EventKind
@@ -43,9 +43,13 @@ def node_health(store: Store, *, node: str | None = None, window_s: float = DEFA
     """Every node's verdict (or ``node``'s only) over the last ``window_s`` seconds of samples."""
     samples, events = _stored_inputs(store, node, window_s)
     events = events + list(active)
+    nccl_checks = None
     if node is not None:
+        # the NCCL rules compare the job's hosts: judged over all of them, then kept for this node
+        nccl_checks = [c for c in nccl_log_checks(events) if c.node == node]
         events = _for_node(events, node)
-    report = health_report(samples, events, config=config, link=link, nodes=[node] if node else [])
+    report = health_report(samples, events, config=config, link=link, nodes=[node] if node else [],
+                           nccl_checks=nccl_checks)
     if node is not None:
         report = HealthReport(nodes=tuple(n for n in report.nodes if n.node == node))
     return report

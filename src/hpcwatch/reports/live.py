@@ -27,6 +27,7 @@ from typing import Any
 
 from hpcwatch.records import Job
 from hpcwatch.reports.collectors import collector_statuses
+from hpcwatch.reports.nccl import nccl_card
 from hpcwatch.reports.findings import findings_summary
 from hpcwatch.reports.steps import live_training
 from hpcwatch.store import Store, queries
@@ -103,7 +104,8 @@ def live_snapshot(store: Store, *, weights_path: str, exclude_jobs: Sequence[str
                   now: float | None = None) -> dict[str, Any]:
     """The ``/api/live`` document (less the vectors' translated text): ``t`` (``now``, the newest sample's
     time), ``gpus``, ``nodes``, ``storage``, ``queue``, ``training``, ``collectors``, ``collect`` (the
-    daemon's collectors, or None), ``vectors``, ``weights``."""
+    daemon's collectors, or None), ``vectors``, ``weights``, ``nccl`` (per job: NCCL version, transports,
+    channels, NCCL_* variables, rule verdicts; ``reports.nccl.nccl_card``)."""
     jobs = {job.id: job for job in store.jobs()}
     training = live_training(store, exclude_jobs=exclude_jobs)
     checkpoints, last_checkpoint = queries.checkpoint_activity(store)
@@ -119,6 +121,7 @@ def live_snapshot(store: Store, *, weights_path: str, exclude_jobs: Sequence[str
         "collect": _collect_daemon(store),
         "vectors": {v: asdict(s) for v, s in findings_summary(store).items()},
         "weights": {"checkpoint_events": checkpoints, "last_checkpoint_t": last_checkpoint},
+        "nccl": nccl_card(store),
     }
 
 

@@ -11,13 +11,13 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from hpcwatch.analysis.hang import HangReport, analyse_hang
-from hpcwatch.analysis.nccl import NcclConfig, NcclRule, NcclTopology, nccl_rules, summarize_nccl
+from hpcwatch.analysis.nccl import FORCING_VARIABLES, NcclConfig, NcclRule, NcclTopology, nccl_rules, summarize_nccl
 from hpcwatch.errors import InputError, ParseError
-from hpcwatch.records import Event
+from hpcwatch.records import Event, Job
 from hpcwatch.sources.registry import Input, plan_inputs
 from hpcwatch.store import Store
 from hpcwatch.vocab import EventKind
@@ -71,6 +71,9 @@ def nccl_report_of(events: Sequence[Event], *, config: NcclConfig = NcclConfig()
     """The report of one job's NCCL log events."""
     ranks = [dict(e.attrs) for e in events if e.kind == EventKind.NCCL_RANK]
     topology = summarize_nccl(ranks)
+    # a followed log's nccl_rank is stored at Init COMPLETE, before the WARN lines that come later
+    warn_lines = sum(1 for e in events if e.kind == EventKind.NCCL_WARN)
+    topology = replace(topology, warns=max(topology.warns, warn_lines))
     return NcclReport(topology=topology, rules=tuple(nccl_rules(topology, config=config)),
                       warns=tuple(dict(e.attrs) for e in events if e.kind == EventKind.NCCL_WARN)[:MAX_LINES_KEPT],
                       timeouts=tuple(dict(e.attrs) for e in events if e.kind == EventKind.NCCL_TIMEOUT)[:MAX_LINES_KEPT],
@@ -108,3 +111,84 @@ def stored_hang_report(store: Store) -> HangReport:
 
 
 __all__ += ["stored_nccl_report", "stored_hang_report"]
+
+
+def _communicators(ranks: Sequence[Event]) -> list[list[Event]]:
+    """The processes grouped by the communicators they share (``comm_ids``; one job's ranks all share its
+    world communicator); a process that logged no commId is a group of its own host."""
+    parent: dict[Any, Any] = {}
+
+    def root(x: Any) -> Any:
+        while parent.setdefault(x, x) != x:
+            parent[x] = parent[parent[x]]
+            x = parent[x]
+        return x
+
+    for i, e in enumerate(ranks):
+        keys = [("comm", c) for c in (e.attrs.get("comm_ids") or {})] or [("host", e.attrs.get("host"))]
+        for k in keys:
+            parent[root(k)] = root(("proc", i))
+    groups: dict[Any, list[Event]] = {}
+    for i, e in enumerate(ranks):
+        groups.setdefault(root(("proc", i)), []).append(e)
+    return list(groups.values())
+
+
+def _job_of(hosts: set[str], t: float, nranks: int, jobs: Sequence[Job]) -> str | None:
+    """The job that ran on all these hosts at ``t`` (NCCL lines name no job): of those, the one spread
+    over fewest other nodes, then the one whose GPU count is nearest the ranks, then the newest."""
+    found = [j for j in jobs if hosts <= set(j.nodes or ()) and j.start is not None and j.start <= t
+             and (j.end is None or t <= j.end)]
+    best = min(found, key=lambda j: (len(j.nodes) - len(hosts), abs((j.gpus or 0) - nranks), -(j.start or 0.0)),
+               default=None)
+    return best.id if best is not None else None
+
+
+def _by_job(events: Sequence[Event], jobs: Sequence[Job]) -> dict[str | None, list[Event]]:
+    groups: dict[str | None, list[Event]] = {}
+    host_job: dict[str, str | None] = {}
+    for group in _communicators([e for e in events if e.kind == EventKind.NCCL_RANK]):
+        hosts = {str(e.attrs.get("host")) for e in group}
+        nranks = max([int(e.attrs.get("nranks") or 0) for e in group] + [len(group)])
+        job = _job_of(hosts, min(e.t for e in group), nranks, jobs)
+        groups.setdefault(job, []).extend(group)
+        for h in hosts:
+            host_job.setdefault(h, job)
+    for e in events:       # WARN lines and timeouts: the job of their host's processes, else the job on the host
+        if e.kind != EventKind.NCCL_RANK:
+            host = str(e.attrs.get("host") or e.attrs.get("node"))
+            job = host_job[host] if host in host_job else _job_of({host}, e.t, 0, jobs)
+            groups.setdefault(job, []).append(e)
+    return groups
+
+
+def stored_nccl_by_job(store: Store, *, config: NcclConfig = NcclConfig()) -> list[tuple[str | None, NcclReport]]:
+    """(job id, report) per job whose processes logged NCCL events while it ran (``_job_of``); events no
+    job explains are reported together under None. Jobs in the order they started."""
+    jobs = store.jobs()
+    groups = _by_job([e for kind in NCCL_LOG_KINDS for e in store.events(kind)], jobs)
+    start = {j.id: j.start or 0.0 for j in jobs}
+    order = sorted(groups, key=lambda j: (j is None, start.get(j, 0.0) if j else 0.0, j or ""))
+    return [(job, nccl_report_of(groups[job], config=config)) for job in order]
+
+
+def nccl_card(store: Store, *, config: NcclConfig = NcclConfig()) -> list[dict[str, Any]]:
+    """What the ML-stack card shows per job (plain values for the page): ``job``, ``versions`` (NCCL version ->
+    hosts), ``networks``, ``transports`` (kind -> connections), ``coll_channels``, ``rings_max``, ``env`` (the
+    NCCL_* variables set), ``forcing`` (those of them that force NCCL's tuning), ``rules`` (rule, verdict, title,
+    hosts), ``processes``, ``warns``, ``timeouts``."""
+    out = []
+    for job, report in stored_nccl_by_job(store, config=config):
+        top = report.topology
+        out.append({"job": job, "processes": top.processes, "hosts": list(top.hosts),
+                    "versions": {v: list(h) for v, h in top.versions.items()}, "networks": dict(top.networks),
+                    "transports": dict(top.transports), "gdr": top.gdr, "coll_channels": list(top.coll_channels),
+                    "rings_max": top.rings_max, "env": dict(top.env),
+                    "forcing": sorted(k for k in top.env if k in FORCING_VARIABLES),
+                    "rules": [{"rule": r.rule, "verdict": r.verdict, "title": r.title, "hosts": list(r.hosts)}
+                              for r in report.rules],
+                    "warns": top.warns, "timeouts": len(report.timeouts)})
+    return out
+
+
+__all__ += ["stored_nccl_by_job", "nccl_card"]

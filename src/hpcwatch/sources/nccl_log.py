@@ -36,7 +36,7 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 from hpcwatch.errors import ParseError
@@ -44,7 +44,7 @@ from hpcwatch.records import Event
 from hpcwatch.sources.lines import OnBadLine, file_time, iter_lines, line_text, report_bad_line
 from hpcwatch.vocab import EventKind
 
-__all__ = ["parse_nccl_log", "read_nccl_log", "is_nccl_log", "TRANSPORT_KINDS"]
+__all__ = ["parse_nccl_log", "read_nccl_log", "is_nccl_log", "NcclLogStream", "TRANSPORT_KINDS"]
 
 _PREFIX = re.compile(r"(?P<host>[^\s:]*):(?P<pid>\d+):(?P<tid>\d+) \[(?P<dev>\d+)\] "
                      r"(?:(?P<src>[\w./-]+:\d+) )?NCCL (?P<level>INFO|WARN|TRACE|ABORT) ?(?P<msg>.*)")
@@ -137,6 +137,8 @@ class _Reader:
         self.path, self.t, self.on_bad_line = path, t, on_bad_line
         self.ranks: dict[tuple[str, int, int], _Rank] = {}
         self.last: _Rank | None = None
+        self.completed: list[tuple[str, int, int]] = []
+        """Processes whose ``Init COMPLETE`` line was read (NcclLogStream emits them there)."""
 
     def rank_of(self, host: str, pid: str, dev: str) -> _Rank:
         key = (host, int(pid), int(dev))
@@ -199,6 +201,8 @@ class _Reader:
         r.bus_id = m["bus"] or r.bus_id
         if m["commid"]:
             r.comm_ids[m["commid"]] = rank
+        if m["phase"] == "COMPLETE":
+            self.completed.append((r.host, r.pid, r.cuda_dev))
         return True
 
     def on_net(self, r: _Rank, msg: str, raw: str, lineno: int) -> bool:
@@ -303,6 +307,76 @@ def parse_nccl_log(lines: Iterable[str | bytes], *, path: str | os.PathLike[str]
 def read_nccl_log(path: str | os.PathLike[str], *, on_bad_line: OnBadLine = None) -> Iterator[Event]:
     """The events of an NCCL debug log file, read line by line and dated by the file's write time."""
     yield from parse_nccl_log(iter_lines(path), path=path, t=file_time(path), on_bad_line=on_bad_line)
+
+
+def _rank_state(r: _Rank) -> dict[str, Any]:
+    state = {f.name: getattr(r, f.name) for f in fields(r)}
+    state.update(rings=sorted(r.rings), trees=sorted(r.trees),
+                 net_speed_gbs={str(k): v for k, v in r.net_speed_gbs.items()})
+    return state
+
+
+def _rank_of_state(state: dict[str, Any]) -> _Rank:
+    r = _Rank(**{**state, "rings": set(state["rings"]), "trees": set(state["trees"]),
+                 "net_speed_gbs": {int(k): v for k, v in state["net_speed_gbs"].items()}})
+    r.ib_devices = [dict(d) for d in r.ib_devices]
+    return r
+
+
+class NcclLogStream:
+    """``parse_nccl_log`` over a log read in pieces as it grows (collect's follower), its state a JSON value.
+
+    A process's ``nccl_rank`` event comes when its ``Init COMPLETE`` line is read (NCCL prints it once the
+    communicator's rings, trees and transports are set up, ``init.cc``), or at ``finish()`` (the file rotated
+    or ended) for a process that never printed one (excerpts, a crash during init): each process's event
+    once. Lines about a process after its event (a second communicator's) are not in it; its WARN lines
+    and watchdog timeouts still are events of their own. ``state()`` holds the processes not yet emitted
+    (and the keys of those that were), so a follower restarted from its cursor neither loses nor repeats one.
+    """
+
+    def __init__(self, state: dict[str, Any] | None = None, *, path: str | os.PathLike[str] = "<nccl>") -> None:
+        self._reader = _Reader(path, 0.0, None)
+        state = state or {}
+        self._emitted = {tuple(k) for k in state.get("emitted", ())}
+        for s in state.get("ranks", ()):
+            r = _rank_of_state(s)
+            self._reader.ranks[(r.host, r.pid, r.cuda_dev)] = r
+        for k in self._emitted:   # a later line about an emitted process lands here, never emitted again
+            self._reader.ranks.setdefault(k, _Rank(host=k[0], pid=k[1], cuda_dev=k[2]))
+        last = state.get("last")
+        self._reader.last = self._reader.ranks.get(tuple(last)) if last else None
+
+    def feed(self, lines: Iterable[str | bytes], *, first_line: int = 1, t: float = 0.0,
+             on_bad_line: OnBadLine = None) -> list[Event]:
+        """The events of these lines (``first_line``: the number of the first in the file), dated ``t``."""
+        reader = self._reader
+        reader.t, reader.on_bad_line = t, on_bad_line
+        out: list[Event] = []
+        for lineno, raw in enumerate(lines, first_line):
+            text = raw.decode("utf-8", errors="replace") if isinstance(raw, (bytes, bytearray)) else raw
+            out.extend(reader.line(text.rstrip("\r\n"), lineno))
+            while reader.completed:
+                out.extend(self._emit(reader.completed.pop(0)))
+        return out
+
+    def finish(self, *, t: float = 0.0) -> list[Event]:
+        """The events of the processes not yet emitted (the log is over)."""
+        self._reader.t = t
+        return [e for key in list(self._reader.ranks) for e in self._emit(key)]
+
+    def _emit(self, key: tuple[str, int, int]) -> list[Event]:
+        if key in self._emitted:
+            return []
+        self._emitted.add(key)
+        r = self._reader.ranks[key]
+        return [Event(kind=EventKind.NCCL_RANK, t=self._reader.t, source=str(self._reader.path), attrs=r.attrs())]
+
+    def state(self) -> dict[str, Any]:
+        """A JSON value: ``NcclLogStream(state)`` goes on where this one is."""
+        last = self._reader.last
+        return {"emitted": sorted(list(k) for k in self._emitted),
+                "ranks": [_rank_state(r) for k, r in self._reader.ranks.items() if k not in self._emitted],
+                "last": [last.host, last.pid, last.cuda_dev] if last is not None else None}
 
 
 def is_nccl_log(head: str) -> bool:

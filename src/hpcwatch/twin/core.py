@@ -174,6 +174,8 @@ class Twin:
         self._events: list[Event] = []
         # What the job's own log says of the time before t0, reported with the first tick.
         self._before_t0: list[Event] = []
+        self._nccl_told: set[str] = set()
+        """Training jobs whose ranks' nccl_rank events were given (once each, as a followed log stores them)."""
         self._last_step: tuple[int, float] | None = None
         self._steps_done: dict[str, float] = {}
         self._lustre = np.zeros((0, max(1, cluster.storage.osts), 5))
@@ -330,8 +332,19 @@ class Twin:
         for job in started:
             self._events.append(Event(kind=EventKind.JOB_START, t=self.now, source="slurm",
                                       attrs={"job": job.id, "user": job.user, "nodes": list(job.nodes)}))
+        self._events.extend(self._nccl_events())
         for scenario in self.scenarios:
             self._events.extend(scenario.events(twin=self, t0=t_prev, t1=self.now))
+
+    def _nccl_events(self) -> list[Event]:
+        """The training job's ``nccl_rank`` events, on the first tick it runs (its ranks' NCCL init)."""
+        from hpcwatch.twin.nccl import nccl_rank_events, socket_nodes_of   # twin.nccl draws on exposition
+
+        job = self.training_job if self.scheduler.jobs else None
+        if job is None or job.state != "RUNNING" or job.id in self._nccl_told:
+            return []
+        self._nccl_told.add(job.id)
+        return nccl_rank_events(self, t=self.now, socket_nodes=socket_nodes_of(self.scenarios))
 
     def _grow(self, n: int) -> None:
         """Make room for jobs up to index n - 1 in the per-job arrays and fill the new rows."""

@@ -10,13 +10,16 @@ The lines follow NCCL 2.21's wording (the real logs under tests/data/nccl/).
 from __future__ import annotations
 
 import pickle
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from hpcwatch.records import Event
 from hpcwatch.twin.exposition import hca_device
 from hpcwatch.twin.scenarios import Scenario, register
+from hpcwatch.vocab import EventKind
 
-__all__ = ["write_nccl_logs", "flight_recorder_dumps", "write_flight_recorder_dumps", "NcclHang",
+__all__ = ["write_nccl_logs", "nccl_rank_events", "socket_nodes_of", "log_name", "flight_recorder_dumps", "write_flight_recorder_dumps", "NcclHang",
            "NcclSocketFallback", "NCCL_VERSION", "PID_BASE"]
 
 NCCL_VERSION = "2.21.5+cuda12.4"
@@ -30,49 +33,125 @@ COLL_CHANNELS = 16
 BUCKET_NUMEL = 6553600
 
 
-def _rank_lines(twin: Any, rank: int, node: str, gpu: int, nranks: int, nodes: list[str], *,
-                socket: bool) -> list[str]:
-    pid = PID_BASE + rank
-    p = f"{node}:{pid}:{pid} [{gpu}] NCCL INFO "
-    hcas = sorted({hca for n, hca in twin.ports if n == node})
-    lines = [p + "Bootstrap : Using eth0:10.0.0.%d<0>" % (nodes.index(node) + 1), p + "cudaDriverVersion 12040"]
-    if rank == 0:
-        lines.append(p + f"NCCL version {NCCL_VERSION}")
-    if socket:
-        lines += [p + "NET/IB : No device found.", p + f"NET/Socket : Using [0]eth0:10.0.0.{nodes.index(node) + 1}<0>",
-                  p + "Using network Socket"]
-    else:
-        devs = " ".join(f"[{i}]{hca_device(h)}:1/IB" for i, h in enumerate(hcas))
-        lines += [p + "NET/Plugin: Using internal network plugin.",
-                  p + f"NET/IB : Using {devs} [RO]; OOB eth0:10.0.0.{nodes.index(node) + 1}<0>", p + "Using network IB"]
-    lines.append(p + f"comm 0x55d0{rank:04x} rank {rank} nranks {nranks} cudaDev {gpu} nvmlDev {gpu} "
-                     f"busId {0x18 + 0x10 * gpu:x}000 commId 0x7a11ce5e0f0e0001 - Init START")
+@dataclass(frozen=True, slots=True, kw_only=True)
+class _RankFacts:
+    """What one rank's NCCL says: its log lines and its ``nccl_rank`` event are both written from these."""
+
+    rank: int
+    nranks: int
+    node: str
+    node_index: int
+    gpu: int
+    hcas: tuple[str, ...]
+    socket: bool
+    next_rank: int
+    next_gpu: int
+    next_off_node: bool
+
+    @property
+    def pid(self) -> int:
+        return PID_BASE + self.rank
+
+    @property
+    def bus_id(self) -> str:
+        return f"{0x18 + 0x10 * self.gpu:x}000"
+
+    def via(self, ch: int) -> str:
+        if not self.next_off_node:
+            return "P2P/CUMEM/read"
+        return "NET/Socket/0" if self.socket else f"NET/IB/{ch % max(1, len(self.hcas))}/GDRDMA"
+
+
+#: The communicator id of the twin's one job-wide communicator (any 64-bit value).
+COMM_ID = "0x7a11ce5e0f0e0001"
+#: Rings whose transports a rank's log lists (NCCL prints each channel's connection; the twin, two).
+LISTED_CONNECTIONS = 2
+
+
+def _facts(twin: Any, rank: int, node: str, gpu: int, nranks: int, nodes: list[str], *, socket: bool) -> _RankFacts:
     nxt, per_node = (rank + 1) % nranks, nranks // len(nodes)
+    return _RankFacts(rank=rank, nranks=nranks, node=node, node_index=nodes.index(node), gpu=gpu,
+                      hcas=tuple(sorted({hca for n, hca in twin.ports if n == node})), socket=socket,
+                      next_rank=nxt, next_gpu=nxt % per_node, next_off_node=nxt // per_node != rank // per_node)
+
+
+def _rank_lines(f: _RankFacts) -> list[str]:
+    p = f"{f.node}:{f.pid}:{f.pid} [{f.gpu}] NCCL INFO "
+    ip = f"10.0.0.{f.node_index + 1}"
+    lines = [p + f"Bootstrap : Using eth0:{ip}<0>", p + "cudaDriverVersion 12040"]
+    if f.rank == 0:
+        lines.append(p + f"NCCL version {NCCL_VERSION}")
+    if f.socket:
+        lines += [p + "NET/IB : No device found.", p + f"NET/Socket : Using [0]eth0:{ip}<0>", p + "Using network Socket"]
+    else:
+        devs = " ".join(f"[{i}]{hca_device(h)}:1/IB" for i, h in enumerate(f.hcas))
+        lines += [p + "NET/Plugin: Using internal network plugin.",
+                  p + f"NET/IB : Using {devs} [RO]; OOB eth0:{ip}<0>", p + "Using network IB"]
+    comm = (f"comm 0x55d0{f.rank:04x} rank {f.rank} nranks {f.nranks} cudaDev {f.gpu} nvmlDev {f.gpu} "
+            f"busId {f.bus_id} commId {COMM_ID}")
+    lines.append(p + comm + " - Init START")
     for ch in range(COLL_CHANNELS):
-        lines.append(p + f"Channel {ch:02d}/{COLL_CHANNELS:02d} :    " + "   ".join(str(r) for r in range(nranks)))
-    for ch in range(2):
-        if nxt // per_node != rank // per_node:
-            via = "NET/Socket/0" if socket else f"NET/IB/{ch % max(1, len(hcas))}/GDRDMA"
-            lines.append(p + f"Channel {ch:02d}/0 : {rank}[{gpu}] -> {nxt}[{nxt % per_node}] [send] via {via}")
-        else:
-            lines.append(p + f"Channel {ch:02d}/0 : {rank}[{gpu}] -> {nxt}[{nxt % per_node}] via P2P/CUMEM/read")
+        lines.append(p + f"Channel {ch:02d}/{COLL_CHANNELS:02d} :    " + "   ".join(str(r) for r in range(f.nranks)))
+    for ch in range(LISTED_CONNECTIONS):
+        send = " [send]" if f.next_off_node else ""
+        lines.append(p + f"Channel {ch:02d}/0 : {f.rank}[{f.gpu}] -> {f.next_rank}[{f.next_gpu}]{send} via {f.via(ch)}")
     lines += [p + f"{COLL_CHANNELS} coll channels, 0 collnet channels, 0 nvls channels, {COLL_CHANNELS} p2p channels, "
                   "2 p2p channels per peer",
-              p + f"ncclCommInitRank comm 0x55d0{rank:04x} rank {rank} nranks {nranks} cudaDev {gpu} nvmlDev {gpu} "
-                  f"busId {0x18 + 0x10 * gpu:x}000 commId 0x7a11ce5e0f0e0001 - Init COMPLETE"]
+              p + "ncclCommInitRank " + comm + " - Init COMPLETE"]
     return lines
+
+
+def _rank_attrs(f: _RankFacts) -> dict[str, Any]:
+    """The attrs of the ``nccl_rank`` event these facts' log makes (``sources/nccl_log.py``'s shape; the twin
+    does not import the reader: tests/unit/test_twin_nccl_events.py checks the two agree)."""
+    version, _, cuda = NCCL_VERSION.partition("+cuda")
+    transport = "P2P" if not f.next_off_node else ("NET/Socket" if f.socket else "NET/IB")
+    return {
+        "host": f.node, "node": f.node, "pid": f.pid, "cuda_dev": f.gpu, "rank": f.rank, "nranks": f.nranks,
+        "bus_id": f.bus_id, "comm_ids": {COMM_ID: f.rank}, "version": version if f.rank == 0 else None,
+        "cuda_runtime": cuda if f.rank == 0 else None, "cuda_driver": 12040,
+        "network": "Socket" if f.socket else "IB", "net_plugin": None if f.socket else "internal",
+        "ib_devices": [] if f.socket else [{"index": i, "name": hca_device(h), "port": 1, "link": "IB", "sharp": False}
+                                           for i, h in enumerate(f.hcas)],
+        "ib_none": f.socket, "socket_ifs": ["eth0"] if f.socket else [], "net_speed_gbs": {},
+        "transports": {transport: LISTED_CONNECTIONS}, "gdr": f.next_off_node and not f.socket,
+        "rings": COLL_CHANNELS, "trees": 0, "coll_channels": COLL_CHANNELS, "nvls_channels": 0,
+        "p2p_channels": COLL_CHANNELS, "collnet_channels": 0, "pattern_channels": None, "nnodes": None,
+        "local_ranks": None, "env": {}, "warns": 0,
+    }
+
+
+def _job_facts(twin: Any, socket_nodes: frozenset[str]) -> list[_RankFacts]:
+    ranks = twin.ranks(twin.training_job)
+    nodes = sorted({node for _, node, _ in ranks}, key=ranks and [n for _, n, _ in ranks].index)
+    return [_facts(twin, rank, node, gpu, len(ranks), nodes, socket=node in socket_nodes) for rank, node, gpu in ranks]
+
+
+def log_name(f: _RankFacts) -> str:
+    """``NCCL_DEBUG_FILE=nccl.%h.%p.log``."""
+    return f"nccl.{f.node}.{f.pid}.log"
+
+
+def nccl_rank_events(twin: Any, *, t: float, socket_nodes: frozenset[str] = frozenset()) -> list[Event]:
+    """The ``nccl_rank`` events of the training job's ranks, as the reader makes them of ``write_nccl_logs``'
+    files (the live twin's ML-stack collector: its logs are not written, their events are)."""
+    return [Event(kind=EventKind.NCCL_RANK, t=t, source=f"nccl/{log_name(f)}", attrs=_rank_attrs(f))
+            for f in _job_facts(twin, socket_nodes)]
+
+
+def socket_nodes_of(scenarios: Any) -> frozenset[str]:
+    """The nodes whose ranks fall back to NET/Socket under these scenarios (``nccl_socket_nodes``)."""
+    return frozenset().union(*(getattr(s, "nccl_socket_nodes", frozenset()) for s in scenarios))
 
 
 def write_nccl_logs(twin: Any, out: Path, *, socket_nodes: frozenset[str] = frozenset()) -> int:
     """One log per rank of the training job under ``out/nccl``; ``socket_nodes`` fall back to NET/Socket."""
-    ranks = twin.ranks(twin.training_job)
-    nodes = sorted({node for _, node, _ in ranks}, key=ranks and [n for _, n, _ in ranks].index)
     folder = out / "nccl"
     folder.mkdir(parents=True, exist_ok=True)
-    for rank, node, gpu in ranks:
-        text = "\n".join(_rank_lines(twin, rank, node, gpu, len(ranks), nodes, socket=node in socket_nodes)) + "\n"
-        (folder / f"nccl.{node}.{PID_BASE + rank}.log").write_text(text)
-    return len(ranks)
+    facts = _job_facts(twin, socket_nodes)
+    for f in facts:
+        (folder / log_name(f)).write_text("\n".join(_rank_lines(f)) + "\n")
+    return len(facts)
 
 
 def _entry(seq: int, state: str, t_ns: int) -> dict[str, Any]:
@@ -135,6 +214,8 @@ class NcclSocketFallback(Scenario):
     name = "nccl_socket_fallback"
     description = "node2's ranks fall back to NET/Socket while node1 uses NET/IB (NCCL logs)"
     socket_node = "node2"
+    nccl_socket_nodes = frozenset({socket_node})
+    """Read by the twin core for the live ``nccl_rank`` events (twin/nccl.socket_nodes_of)."""
 
     def extra_files(self, *, twin: Any, out: Path, t0: float, t1: float) -> None:
         write_nccl_logs(twin, out, socket_nodes=frozenset({self.socket_node}))

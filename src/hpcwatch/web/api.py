@@ -32,7 +32,7 @@ from starlette.concurrency import run_in_threadpool
 from hpcwatch.errors import HpcwatchError, InputError
 from hpcwatch.records import VECTORS
 from hpcwatch.reports.findings import recent_findings
-from hpcwatch.reports.assess import assessment_document, assessment_report
+from hpcwatch.reports.assess import assessment_document, assessment_report, latest_assessment
 from hpcwatch.reports.steps import player_jobs, player_step
 
 __all__ = ["router", "STREAM_INTERVAL_S", "SIM_GPU_COUNTS", "StepSource", "StepDoc", "StragglerVerdict",
@@ -124,6 +124,13 @@ def assessment_doc(state: Any) -> dict[str, Any]:
 @router.get("/assess", summary="ClusterMAX-style assessment: tier, categories, criteria", response_class=ORJSONResponse)
 async def assess(request: Request) -> ORJSONResponse:
     return ORJSONResponse(await run_in_threadpool(assessment_doc, _state(request)))
+
+
+@router.get("/assess/latest", summary="The newest stored assessment verdict (hpcwatch collect's task = \"assess\"), "
+            "null when none: read, not recomputed", response_class=ORJSONResponse)
+async def assess_latest(request: Request) -> ORJSONResponse:
+    latest = await run_in_threadpool(latest_assessment, _state(request).store)
+    return ORJSONResponse(latest.to_dict() if latest is not None else None)
 
 
 @router.get("/live", summary="Current live snapshot", response_class=ORJSONResponse)

@@ -183,11 +183,14 @@ function setReading(reading) {
   if (reading === "decider") showTier();
 }
 
-// The Decider mode shows the assessment's tier; the link opens the full report (/assess).
+// The Decider mode shows the assessment's tier: the one hpcwatch collect stored (task = "assess"), or,
+// when no collector assesses, one made now; the link opens the full report (/assess).
 function showTier() {
   const slot = document.querySelector("[data-assess-tier]");
   if (!slot) return;
-  fetch("/api/assess").then((r) => r.json()).then((doc) => { slot.textContent = doc.tier; })
+  fetch("/api/assess/latest").then((r) => r.json())
+    .then((latest) => latest && latest.tier ? latest : fetch("/api/assess").then((r) => r.json()))
+    .then((doc) => { slot.textContent = doc.tier; })
     .catch(() => { slot.textContent = "?"; });
 }
 

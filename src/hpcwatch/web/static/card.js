@@ -129,9 +129,10 @@ const LIVE = {
   },
   stack(info, snap) {
     const tr = snap.training;
-    if (!tr) return h("p", { class: "muted" }, t("card.no_data"));
-    return dl([[t("live.job"), tr.job], [t("live.step"), fmt(tr.step)],
-      [t("live.step_time"), `${fmt(tr.step_time_s * 1000, 1)} ${t("unit.ms")}`]]);
+    const training = tr ? dl([[t("live.job"), tr.job], [t("live.step"), fmt(tr.step)],
+      [t("live.step_time"), `${fmt(tr.step_time_s * 1000, 1)} ${t("unit.ms")}`]])
+      : h("p", { class: "muted" }, t("card.no_data"));
+    return h("div", {}, training, (snap.nccl || []).map(ncclJob));
   },
   weights(info, snap) {
     const w = snap.weights || {};
@@ -162,6 +163,27 @@ const LIVE = {
 };
 
 /** A finding's title in the page's language (the server fills the rule's catalogue template), else the detector's. */
+// One job's NCCL view, as reports/nccl.nccl_card gave it: nothing is computed here.
+function ncclJob(n) {
+  const pairs = (o) => Object.entries(o || {}).map(([k, v]) => `${k} ×${fmt(v)}`).join(", ") || t("live.none");
+  const versions = Object.entries(n.versions || {}).map(([v, hosts]) => `${v} (${hosts.join(", ")})`).join("; ");
+  const env = Object.entries(n.env || {}).map(([k, v]) => `${k}=${v}`).join(", ");
+  const rules = n.rules.length
+    ? h("ul", { class: "nccl-rules" }, n.rules.map((r) => h("li", { "data-rule": r.rule, "data-verdict": r.verdict },
+        `${t(`live.verdict_${r.verdict}`)} · ${r.rule}: ${r.title}`)))
+    : h("p", { class: "muted", "data-rule": "none" }, t("live.nccl_no_rule"));
+  return h("section", { class: "nccl-job", "data-nccl-job": n.job ?? "" },
+    h("h4", {}, t("live.nccl_title", { job: n.job ?? t("live.none") })),
+    dl([[t("live.nccl_version"), versions || t("live.none"), { "data-value": "nccl_version" }],
+        [t("live.nccl_network"), pairs(n.networks), { "data-value": "nccl_network" }],
+        [t("live.nccl_transports"), pairs(n.transports), { "data-value": "nccl_transports" }],
+        [t("live.nccl_channels"), n.coll_channels.length ? n.coll_channels.map((c) => fmt(c)).join(", ") : t("live.none"),
+          { "data-value": "nccl_channels" }],
+        [t("live.nccl_env"), env || t("live.none"), { "data-value": "nccl_env" }],
+        [t("live.nccl_forcing"), n.forcing.join(", ") || t("live.none"), { "data-value": "nccl_forcing" }]]),
+    h("h5", {}, t("live.nccl_rules")), rules);
+}
+
 function findingTitle(f) {
   return f.text?.[lang] ?? f.title ?? "";
 }
