@@ -25,7 +25,7 @@ from hpcwatch.collect.base import RunResult
 from hpcwatch.collect.config import SlurmSection
 from hpcwatch.collect.cursor import Cursor
 from hpcwatch.errors import BackendError, HpcwatchError
-from hpcwatch.sources.slurm import parse_sacct_json, parse_squeue_json
+from hpcwatch.sources.slurm import parse_sacct_records, parse_squeue_json
 from hpcwatch.sources.slurmrest import (load_answer, parse_rest_accounting, parse_rest_jobs, parse_rest_nodes,
                                         parse_rest_partitions)
 from hpcwatch.store import Store
@@ -124,7 +124,7 @@ class SlurmCollector:
         accounted = []
         if s.accounting:
             text = self._command("sacct", "--json", "-a", "-S", _slurm_time(since), "-E", "now")
-            accounted = list(parse_sacct_json(text, path="sacct --json"))
+            accounted = list(parse_sacct_records(text, path="sacct --json"))  # jobs, then CPU/memory used
         samples = list(parse_rest_nodes(self._command("sinfo", "--json"), t=now, path="sinfo --json")) \
             if s.nodes else []
         return jobs, accounted, samples

@@ -33,7 +33,7 @@ from hpcwatch import vocab
 from hpcwatch.errors import BackendError, ParseError
 from hpcwatch.records import Job, Sample
 from hpcwatch.sources.lines import file_time, read_text, shown
-from hpcwatch.sources.slurm import parse_sacct_json, parse_squeue_json
+from hpcwatch.sources.slurm import parse_sacct_records, parse_squeue_json
 
 __all__ = ["SlurmApiError", "load_answer", "parse_rest_jobs", "parse_rest_accounting", "parse_rest_nodes",
            "parse_rest_partitions", "read_rest_nodes", "NOTHING_FOUND", "UP_STATES", "DOWN_FLAGS"]
@@ -88,11 +88,13 @@ def parse_rest_jobs(text: str, *, path: str | os.PathLike[str] = "<slurmrestd>")
     return parse_squeue_json(text, path=path)
 
 
-def parse_rest_accounting(text: str, *, path: str | os.PathLike[str] = "<slurmdbd>") -> Iterator[Job]:
-    """Jobs of ``/slurmdb/v0.0.3x/jobs`` (slurmdbd's records; "Nothing found" is no job)."""
+def parse_rest_accounting(text: str, *, path: str | os.PathLike[str] = "<slurmdbd>") -> Iterator[Job | Sample]:
+    """Jobs of ``/slurmdb/v0.0.3x/jobs`` (slurmdbd's records, sacct's shape), each followed by the samples of
+    what it used (CPU seconds, memory, time limit: ``sources.slurm.parse_sacct_records``); "Nothing found" is
+    no job."""
     if not load_answer(text, path=path, key="jobs"):
         return iter(())
-    return parse_sacct_json(text, path=path)
+    return parse_sacct_records(text, path=path)
 
 
 def _base_state(raw: Mapping[str, Any]) -> tuple[str, frozenset[str]]:
