@@ -113,3 +113,27 @@ def test_every_copied_default_is_checked():
     """A new copy in cli/defaults.py needs its row in the table above."""
     checked = {c for c, *_ in test_a_copied_default_equals_its_home_constant.pytestmark[0].args[1]}
     assert set(defaults.__all__) == checked | {"COLLECT_CONFIG_PATH"}
+
+
+def _gz_of(path: Path, json_bytes: int) -> Path:
+    import gzip
+    path.write_bytes(gzip.compress(b" " * json_bytes))
+    return path
+
+
+def test_a_small_set_is_read_in_this_process(tmp_path):
+    from hpcwatch.cli.steps import reader_processes
+    from hpcwatch.sources.registry import Input
+    files = [Input(path=_gz_of(tmp_path / f"rank-{r}.json.gz", 2**20), format=None) for r in range(8)]  # 8 MB of JSON
+    assert reader_processes(files, cpus=16) == 1
+
+
+def test_a_large_set_is_shared_out_by_its_json_bytes(tmp_path, monkeypatch):
+    import hpcwatch.cli.steps as steps_cli
+    from hpcwatch.sources.registry import Input
+    monkeypatch.setattr(steps_cli, "PARALLEL_READ_MIN_JSON_BYTES", 4 * 2**20)   # sizes scaled down 64 times
+    monkeypatch.setattr(steps_cli, "JSON_BYTES_PER_READER", 2**20)
+    files = [Input(path=_gz_of(tmp_path / f"rank-{r}.json.gz", 2**20), format=None) for r in range(8)]
+    assert steps_cli.reader_processes(files, cpus=16) == 8   # the gzip trailer's size, not the 1 KB file
+    assert steps_cli.reader_processes(files, cpus=2) == 2    # no more processes than cores
+    assert steps_cli.reader_processes(files[:1], cpus=16) == 1   # one file: nothing to share
