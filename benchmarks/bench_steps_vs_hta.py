@@ -5,7 +5,7 @@ into an environment, so it lives in its own venv, not in hpcwatch's test extra:
 
     python3 -m venv /tmp/hta && /tmp/hta/bin/pip install HolisticTraceAnalysis -e .
     .venv/bin/python benchmarks/bench_steps_vs_hta.py [--hta-python /tmp/hta/bin/python] [--repeat 3]
-    .venv/bin/python benchmarks/bench_steps_vs_hta.py --whole [--set DIR ...] [--twin-ranks 8 --twin-steps 60]
+    .venv/bin/python benchmarks/bench_steps_vs_hta.py --whole [--set DIR ...] [--twin-ranks 8 --twin-steps 60 --twin-steps 360]
 
 ``--whole`` times what a user runs, whole process, same run: ``hpcwatch steps DIR --json``
 against a Python process doing HTA's ``TraceAnalysis(trace_dir=DIR)`` + ``get_temporal_breakdown``;
@@ -191,9 +191,10 @@ def main_whole(args) -> None:
     sets = {name: path for name, path in TRACES.items()}
     sets.update({Path(p).name: Path(p) for p in args.set})
     with tempfile.TemporaryDirectory() as tmp:
-        if args.twin_ranks:
-            name = f"twin_{args.twin_ranks}ranks_{args.twin_steps}steps"
-            sets[name] = _twin_set(Path(tmp) / name, args.twin_ranks, args.twin_steps)
+        for steps in (args.twin_steps or [60]) if args.twin_ranks else ():
+            name = f"twin_{args.twin_ranks}ranks_{steps}steps"
+            sets[name] = _twin_set(Path(tmp) / name, args.twin_ranks, steps)
+        print("set | MB gz (MB JSON), files | ours s, MiB | HTA s, MiB | speed-up | RSS ours/HTA")
         for name, path in sets.items():
             folder = path
             if path.is_file():
@@ -206,11 +207,11 @@ def main_whole(args) -> None:
                         for _ in range(args.repeat)), key=lambda r: r[0])
             hta = min((whole_process([args.hta_python, "-c", _HTA_WHOLE, str(folder)]) for _ in range(args.repeat)),
                       key=lambda r: r[0])
-            print(f"{name}: {size / 2**20:.2f} MB gz ({inflated / 2**20:.1f} MB JSON), {len(list(folder.iterdir()))} "
-                  f"files: ours {ours[0]:.2f} s {ours[1]:.0f} MiB; HTA {hta[0]:.2f} s {hta[1]:.0f} MiB -> "
-                  f"{hta[0] / ours[0]:.1f}x faster, {ours[1] / hta[1]:.2f} of HTA's peak RSS")
-    helps = [whole_process([args.python, "-m", "hpcwatch", "--help"])[0] for _ in range(5)]
-    print(f"hpcwatch --help: best {min(helps) * 1e3:.0f} ms, median {sorted(helps)[2] * 1e3:.0f} ms")
+            print(f"{name} | {size / 2**20:.2f} ({inflated / 2**20:.1f}), {len(list(folder.iterdir()))} | "
+                  f"{ours[0]:.2f}, {ours[1]:.0f} | {hta[0]:.2f}, {hta[1]:.0f} | {hta[0] / ours[0]:.1f}x | "
+                  f"{ours[1] / hta[1]:.2f}")
+    helps = sorted(whole_process([args.python, "-m", "hpcwatch", "--help"])[0] for _ in range(10))
+    print(f"hpcwatch --help (10 runs): best {helps[0] * 1e3:.0f} ms, median {helps[5] * 1e3:.0f} ms")
 
 
 def main() -> None:
@@ -218,7 +219,8 @@ def main() -> None:
     parser.add_argument("--whole", action="store_true", help="whole-process comparison (what a user runs)")
     parser.add_argument("--set", action="append", default=[], help="another trace folder or file (--whole)")
     parser.add_argument("--twin-ranks", type=int, default=8)
-    parser.add_argument("--twin-steps", type=int, default=60)
+    parser.add_argument("--twin-steps", type=int, action="append", default=[],
+                        help="steps of a twin set (repeatable; default 60; 360 is the 236 MB set)")
     parser.add_argument("--hta-python", default="/tmp/hta/bin/python")
     parser.add_argument("--python", default=sys.executable)
     parser.add_argument("--repeat", type=int, default=3)

@@ -6,15 +6,10 @@ from pathlib import Path
 from typing import Optional
 
 import typer
-from rich.table import Table
 
-from hpcwatch.assess import AssessConfig, ModelShape
-from hpcwatch.assess.evidence import DEFAULT_ACTIVE_CHECK_DAYS
 from hpcwatch.cli.common import DbOption, JsonOption, app, console, emit_json, open_store, safe_text
+from hpcwatch.cli.defaults import ACTIVE_CHECK_DAYS
 from hpcwatch.errors import ConfigError
-from hpcwatch.model import load_cluster, reference_cluster
-from hpcwatch.reports.assess import assessment_document, assessment_report
-from hpcwatch.web.assess_html import render_assessment_html
 
 __all__ = ["assess"]
 
@@ -27,7 +22,7 @@ def assess(
     json_out: bool = JsonOption,
     html: Optional[Path] = typer.Option(None, "--html", help="Also write the report as one self-contained HTML page."),
     cluster_file: Optional[Path] = typer.Option(None, "--cluster", help="Cluster model YAML (default: the reference)."),
-    active_check_days: float = typer.Option(DEFAULT_ACTIVE_CHECK_DAYS, "--active-check-days",
+    active_check_days: float = typer.Option(ACTIVE_CHECK_DAYS, "--active-check-days",
                                             help="Active checks older than this do not count."),
     params: Optional[float] = typer.Option(None, "--params", help="MFU: non-embedding parameters N."),
     layers: Optional[int] = typer.Option(None, "--layers", help="MFU: transformer layers L."),
@@ -36,6 +31,9 @@ def assess(
     tokens_per_step: Optional[float] = typer.Option(None, "--tokens-per-step", help="MFU: tokens per step."),
 ) -> None:
     """Rate the cluster ClusterMAX-style from its own records: criteria, evidence, a tier per category."""
+    from hpcwatch.assess import AssessConfig, ModelShape
+    from hpcwatch.model import load_cluster, reference_cluster
+    from hpcwatch.reports.assess import assessment_document, assessment_report
     shape = [params, layers, d_model, seq, tokens_per_step]
     if any(v is not None for v in shape) and any(v is None for v in shape):
         raise ConfigError("assess: MFU needs all of --params --layers --d-model --seq --tokens-per-step")
@@ -46,6 +44,7 @@ def assess(
     with open_store(db) as store:
         doc = assessment_document(assessment_report(store, config))
     if html is not None:
+        from hpcwatch.web.assess_html import render_assessment_html
         _write(html, render_assessment_html(doc))
     if json_out:
         emit_json(doc)
@@ -64,6 +63,7 @@ def _write(path: Path, text: str) -> None:
 
 
 def _print(doc: dict) -> None:
+    from rich.table import Table
     console.print(f"[bold]Tier: {doc['tier']}[/] (the lowest category; unknown never counts as a pass)")
     for cat in doc["categories"]:
         table = Table(title=f"{cat['name']}: {cat['tier']}", expand=True)

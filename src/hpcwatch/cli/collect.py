@@ -10,20 +10,20 @@ from pathlib import Path
 import typer
 
 from hpcwatch.cli.common import JsonOption, app, console, emit_json, safe_text
-from hpcwatch.collect.config import DEFAULT_CONFIG_PATH, load_config
-from hpcwatch.reports.collectors import read_status
+from hpcwatch.cli.defaults import COLLECT_CONFIG_PATH
 
 __all__ = ["collect"]
 
 
 @app.command()
-def collect(config: Path = typer.Option(DEFAULT_CONFIG_PATH, "--config", help="The TOML config file."),
+def collect(config: Path = typer.Option(Path(COLLECT_CONFIG_PATH), "--config", help="The TOML config file."),
             once: bool = typer.Option(False, "--once", help="Run every collector once, then exit."),
             check: bool = typer.Option(False, "--check", help="Read the config, say what it runs, exit."),
             status: bool = typer.Option(False, "--status", help="Show what the running daemon last reported."),
             duration: float = typer.Option(0.0, "--duration", min=0.0, help="Stop after S seconds (0: on SIGTERM)."),
             json: bool = JsonOption) -> None:
     """Poll Slurm and Prometheus, follow logs, ingest spool folders and run the detectors, unattended."""
+    from hpcwatch.collect.config import load_config
     from hpcwatch.collect.daemon import Daemon
 
     cfg = load_config(config)
@@ -65,6 +65,7 @@ def _show_plan(cfg, as_json: bool) -> None:
 
 
 def _show_status(store_path: str, as_json: bool) -> None:
+    from hpcwatch.reports.collectors import read_status
     found = read_status(store_path)
     if as_json:
         emit_json(found.as_dict() if found else None)

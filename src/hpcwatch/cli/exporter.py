@@ -6,18 +6,18 @@ from __future__ import annotations
 import typer
 
 from hpcwatch.cli.common import DbOption, app, console, open_store, wait_for
+from hpcwatch.cli.defaults import EXPORTER_PORT, EXPORTER_RECENT_STEPS
 from hpcwatch.errors import ConfigError
-from hpcwatch.exporter import DEFAULT_PORT, DEFAULT_RECENT_STEPS, serve_metrics
 
 __all__ = ["exporter"]
 
 
 @app.command()
 def exporter(
-    port: int = typer.Option(DEFAULT_PORT, "--port", help="Port for /metrics."),
+    port: int = typer.Option(EXPORTER_PORT, "--port", help="Port for /metrics."),
     host: str = typer.Option("127.0.0.1", "--host", help="Address to bind (0.0.0.0 to let a remote Prometheus in)."),
     db: str = DbOption,
-    recent_steps: int = typer.Option(DEFAULT_RECENT_STEPS, "--recent-steps",
+    recent_steps: int = typer.Option(EXPORTER_RECENT_STEPS, "--recent-steps",
                                      help="Training metrics use each job's last N steps."),
     duration_s: float = typer.Option(0.0, "--duration", help="Stop after this many seconds (0: until Ctrl-C)."),
 ) -> None:
@@ -26,6 +26,8 @@ def exporter(
     The store is read on every scrape. Metric names: see ``hpcwatch.exporter``; dashboard:
     deploy/grafana/hpcwatch.json.
     """
+    from hpcwatch.exporter import serve_metrics
+
     store = open_store(db)
     try:
         server, _thread = serve_metrics(store, port=port, host=host, recent_steps=recent_steps)

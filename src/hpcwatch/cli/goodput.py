@@ -4,24 +4,18 @@ analysis.health and the failure twin."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
 import typer
-from rich.table import Table
 
-from hpcwatch.analysis.goodput import BADPUT_KINDS
-from hpcwatch.analysis.health import VERDICTS, HealthReport
 from hpcwatch.cli.common import DbOption, JsonOption, app, console, emit_json, open_store, safe_text, simulate_app
+from hpcwatch.cli.defaults import (CHECKPOINT_COST_S, GOODPUT_DAYS, GOODPUT_GPUS, GOODPUT_STEP_S, HEALTH_WINDOW_S,
+                                   RESTART_COST_S, RESTORE_COST_S, SWEEP_GPUS)
 from hpcwatch.errors import ConfigError
-from hpcwatch.records import Event
-from hpcwatch.reports.goodput import goodput_report
-from hpcwatch.reports.health import DEFAULT_HEALTH_WINDOW_S, node_health
-from hpcwatch.reports.text import visible
-from hpcwatch.sources.healthtools import read_dcgmi_diag, read_ib_write_bw, read_nccl_tests
-from hpcwatch.analysis.goodputsim import (DEFAULT_CHECKPOINT_COST_S, DEFAULT_INIT_S, DEFAULT_LOAD_FRACTION,
-                                    DEFAULT_RESTART_COST_S, DEFAULT_RESTORE_COST_S, DEFAULT_STEP_S,
-                                    DEFAULT_SWEEP_GPUS, LLAMA3_DAYS, LLAMA3_GPUS, GoodputSimConfig,
-                                    goodput_sweep, simulate_goodput)
+
+if TYPE_CHECKING:   # imported when a command runs, not for --help
+    from hpcwatch.analysis.health import HealthReport
+    from hpcwatch.records import Event
 
 __all__ = ["goodput", "health", "simulate_goodput_cmd"]
 
@@ -39,6 +33,10 @@ def goodput(
     as_json: bool = JsonOption,
 ) -> None:
     """Goodput of one job: productive time, and where the rest of its wall time went."""
+    from rich.table import Table
+
+    from hpcwatch.analysis.goodput import BADPUT_KINDS
+    from hpcwatch.reports.goodput import goodput_report
     with open_store(db) as store:
         report = goodput_report(store, job)
     if as_json:
@@ -62,6 +60,7 @@ def goodput(
 
 
 def _read_active(dcgmi: list[Path], nccl: list[Path], ibbw: list[Path], node: str | None) -> list[Event]:
+    from hpcwatch.sources.healthtools import read_dcgmi_diag, read_ib_write_bw, read_nccl_tests
     events: list[Event] = []
     for path in dcgmi:
         events += read_dcgmi_diag(path, node=node)
@@ -73,6 +72,7 @@ def _read_active(dcgmi: list[Path], nccl: list[Path], ibbw: list[Path], node: st
 
 
 def _print_health(report: HealthReport) -> None:
+    from rich.table import Table
     if not report.nodes:
         console.print("no samples or events to judge in the window (nothing was looked at, so nothing is known)")
         return
@@ -88,7 +88,7 @@ def _print_health(report: HealthReport) -> None:
 def health(
     db: Optional[str] = DbOption,
     node: Optional[str] = typer.Option(None, "--node", help="Judge this node only (as the samples name it)."),
-    window: float = typer.Option(DEFAULT_HEALTH_WINDOW_S, "--window", help="Seconds of samples to judge, back "
+    window: float = typer.Option(HEALTH_WINDOW_S, "--window", help="Seconds of samples to judge, back "
                                  "from the newest."),
     dcgmi: list[Path] = typer.Option([], "--dcgmi-diag", help="`dcgmi diag -j` output to judge (repeatable)."),
     nccl: list[Path] = typer.Option([], "--nccl-tests", help="nccl-tests output to judge (repeatable)."),
@@ -100,6 +100,9 @@ def health(
     as_json: bool = JsonOption,
 ) -> None:
     """Node health from the store's samples and events (passive) and from benchmark outputs (active)."""
+    from hpcwatch.analysis.health import VERDICTS
+    from hpcwatch.reports.health import node_health
+    from hpcwatch.reports.text import visible
     if fail_on not in ("warn", "drain", "never"):
         raise ConfigError(f"--fail-on must be warn, drain or never, got {fail_on!r}")
     active = _read_active(dcgmi, nccl, ibbw, node)
@@ -137,23 +140,27 @@ def _interval(text: str) -> float | str:
 
 @simulate_app.command("goodput")
 def simulate_goodput_cmd(
-    gpus: int = typer.Option(LLAMA3_GPUS, "--gpus", help="GPUs of the synchronous job."),
-    days: float = typer.Option(LLAMA3_DAYS, "--days", help="Wall-clock days of the run."),
-    checkpoint_cost: float = typer.Option(DEFAULT_CHECKPOINT_COST_S, "--checkpoint-cost", help="C: seconds a "
+    gpus: int = typer.Option(GOODPUT_GPUS, "--gpus", help="GPUs of the synchronous job."),
+    days: float = typer.Option(GOODPUT_DAYS, "--days", help="Wall-clock days of the run."),
+    checkpoint_cost: float = typer.Option(CHECKPOINT_COST_S, "--checkpoint-cost", help="C: seconds a "
                                           "checkpoint save stops training."),
-    restart_cost: float = typer.Option(DEFAULT_RESTART_COST_S, "--restart-cost", help="R: seconds from a failure "
+    restart_cost: float = typer.Option(RESTART_COST_S, "--restart-cost", help="R: seconds from a failure "
                                        "to running again (detect, requeue, start)."),
-    restore_cost: float = typer.Option(DEFAULT_RESTORE_COST_S, "--restore-cost", help="Seconds to load the last "
+    restore_cost: float = typer.Option(RESTORE_COST_S, "--restore-cost", help="Seconds to load the last "
                                        "checkpoint."),
     interval: str = typer.Option("young", "--interval", help="Checkpoint interval: seconds, young or daly."),
-    step: float = typer.Option(DEFAULT_STEP_S, "--step", help="Seconds per training step."),
+    step: float = typer.Option(GOODPUT_STEP_S, "--step", help="Seconds per training step."),
     seed: int = typer.Option(0, "--seed"),
-    sweep: bool = typer.Option(False, "--sweep", help=f"Run at {', '.join(map(str, DEFAULT_SWEEP_GPUS))} GPUs."),
+    sweep: bool = typer.Option(False, "--sweep", help=f"Run at {', '.join(map(str, SWEEP_GPUS))} GPUs."),
     db: Optional[str] = typer.Option(None, "--db", help="Also write the run's records (job, spans, events) here."),
     job_id: str = typer.Option("goodput-sim", "--job-id", help="Job id of the records written with --db."),
     as_json: bool = JsonOption,
 ) -> None:
     """Goodput of a synchronous job under Llama 3's failure rates (16,384 H100, 54 days, 419 interruptions)."""
+    from rich.table import Table
+
+    from hpcwatch.analysis.goodputsim import (DEFAULT_INIT_S, DEFAULT_LOAD_FRACTION, GoodputSimConfig, goodput_sweep,
+                                              simulate_goodput)
     config = GoodputSimConfig(gpus=gpus, days=days, checkpoint_cost_s=checkpoint_cost, restart_cost_s=restart_cost,
                               restore_cost_s=restore_cost, init_s=DEFAULT_INIT_S, interval=_interval(interval),
                               step_s=step, load_fraction=DEFAULT_LOAD_FRACTION, seed=seed)
@@ -187,6 +194,7 @@ def _store_run(run, db: str, job_id: str) -> None:
 
 
 def _print_run(run) -> None:
+    from rich.table import Table
     d = run.to_dict()
     console.print(f"[bold]{d['gpus']} GPUs × {d['days']:g} days: goodput {d['goodput']:.1%}[/bold], effective "
                   f"training time {d['effective_time']:.1%}; {d['interruptions']} interruptions "

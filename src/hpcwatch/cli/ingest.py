@@ -13,13 +13,16 @@ import sys
 from collections import Counter
 from pathlib import Path
 
+from typing import TYPE_CHECKING
+
 import typer
-from rich.table import Table
 
 from hpcwatch.cli.common import DbOption, JsonOption, app, console, emit_json, open_store, safe_text
-from hpcwatch.ingest import FileResult, IngestReport, ingest_paths
 from hpcwatch.reports.text import visible
 from hpcwatch.sources.registry import RECORD_KINDS, format_named, formats
+
+if TYPE_CHECKING:   # hpcwatch.ingest opens the store (pyarrow, duckdb): imported when the command runs
+    from hpcwatch.ingest import FileResult, IngestReport
 
 __all__ = ["ingest", "ingest_document"]
 
@@ -35,6 +38,7 @@ def ingest(
     json_out: bool = JsonOption,
 ) -> None:
     """Read files or folders of real formats into the store (format auto-detected; the same content only once)."""
+    from hpcwatch.ingest import ingest_paths
     if format:
         format_named(format)  # an unknown name fails before anything is read
     with open_store(db) as store:
@@ -73,6 +77,7 @@ def _warn(result: FileResult) -> None:
 
 
 def _print(report: IngestReport) -> None:
+    from rich.table import Table
     doc = ingest_document(report)
     table = Table(title=f"ingested {doc['files']} file(s)")
     table.add_column("kind")

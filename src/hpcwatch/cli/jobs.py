@@ -7,14 +7,14 @@ samples and jobs); every string from data goes through ``safe_text``.
 from __future__ import annotations
 
 from datetime import datetime, timezone
+from typing import TYPE_CHECKING
 
 import typer
-from rich.table import Table
 
-from hpcwatch.analysis.attribution import report_dict
 from hpcwatch.cli.common import DbOption, JsonOption, app, console, emit_json, open_store, safe_text
-from hpcwatch.reports.jobs import REPORT_METRICS, job_report, jobs_report
-from hpcwatch.store import Store
+
+if TYPE_CHECKING:   # the store and the reports are imported when a command runs, not for --help
+    from hpcwatch.store import Store
 
 __all__ = ["jobs", "job"]
 
@@ -24,6 +24,7 @@ def _prometheus_samples(store: Store, prometheus: str | None):
     if prometheus is None:
         return None
     from hpcwatch.promql import PrometheusBackend
+    from hpcwatch.reports.jobs import REPORT_METRICS
     starts = [j.start for j in store.jobs() if j.start is not None]
     with PrometheusBackend(prometheus) as prom:
         return prom.samples(list(REPORT_METRICS), t0=min(starts) if starts else None)
@@ -81,6 +82,10 @@ def jobs(
     json_out: bool = JsonOption,
 ) -> None:
     """Every job that ran: GPU-hours, energy, GPU utilisation, IB and Lustre bytes, XID errors, idle GPUs."""
+    from rich.table import Table
+
+    from hpcwatch.analysis.attribution import report_dict
+    from hpcwatch.reports.jobs import jobs_report
     with open_store(db) as store:
         reports = jobs_report(store, samples=_prometheus_samples(store, prometheus), user=user, account=account)
     if json_out:
@@ -110,6 +115,10 @@ def job(
     json_out: bool = JsonOption,
 ) -> None:
     """One job's report, GPU by GPU."""
+    from rich.table import Table
+
+    from hpcwatch.analysis.attribution import report_dict
+    from hpcwatch.reports.jobs import job_report
     with open_store(db) as store:
         found = job_report(store, job_id, samples=_prometheus_samples(store, prometheus))
     if json_out:

@@ -3,17 +3,16 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
 import typer
-from rich.table import Table
 
-from hpcwatch.analysis.hang import HangReport
-from hpcwatch.analysis.nccl import NcclConfig
 from hpcwatch.cli.common import DbOption, JsonOption, app, console, emit_json, open_store, safe_text
 from hpcwatch.errors import InputError
-from hpcwatch.ingest import ingest_paths
-from hpcwatch.reports.nccl import NcclReport, hang_report, nccl_report, stored_hang_report, stored_nccl_report
+
+if TYPE_CHECKING:   # imported when a command runs, not for --help
+    from hpcwatch.analysis.hang import HangReport
+    from hpcwatch.reports.nccl import NcclReport
 
 __all__ = ["nccl", "hang"]
 
@@ -33,6 +32,9 @@ def nccl(
     expect_ib: bool = typer.Option(False, "--expect-ib", help="The nodes have InfiniBand (Socket is a fallback)."),
 ) -> None:
     """NCCL's topology from its debug logs: version, ranks, network, IB devices, transports, channels; rules."""
+    from hpcwatch.analysis.nccl import NcclConfig
+    from hpcwatch.ingest import ingest_paths
+    from hpcwatch.reports.nccl import nccl_report, stored_nccl_report
     _paths_or_store(paths, db)
     config = NcclConfig(expect_ib=expect_ib)
     if paths and db:
@@ -45,6 +47,7 @@ def nccl(
 
 
 def _print_nccl(report: NcclReport) -> None:
+    from rich.table import Table
     t = report.topology
     versions = ", ".join(f"{v} ({len(h)} host{'s' * (len(h) != 1)})" for v, h in t.versions.items()) or "-"
     console.print(f"[bold]NCCL[/bold] {safe_text(versions)} · CUDA runtime {safe_text(', '.join(t.cuda_runtimes))}"
@@ -84,6 +87,8 @@ def hang(
 
     Pickled dumps are read by a restricted loader that refuses any pickle naming a class or function
     (it never runs the pickle's code)."""
+    from hpcwatch.ingest import ingest_paths
+    from hpcwatch.reports.nccl import hang_report, stored_hang_report
     _paths_or_store(paths, db)
     if paths and db:
         ingest_paths(open_store(db), paths, format="flight-recorder")

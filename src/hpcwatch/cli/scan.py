@@ -6,21 +6,18 @@ import dataclasses
 from pathlib import Path
 from typing import Optional
 
+from typing import TYPE_CHECKING
+
 import orjson
 import typer
-from rich.table import Table
 
 from hpcwatch.cli.common import DbOption, JsonOption, app, console, emit_json, open_store, safe_text
+from hpcwatch.cli.defaults import DATASET_PREFIXES
 from hpcwatch.errors import ConfigError
-from hpcwatch.model import load_cluster, reference_cluster
-from hpcwatch.records import Finding
-from hpcwatch.reports.findings import scan_report
-from hpcwatch.security.container_escape import AllowedShell, ContainerEscapeConfig
-from hpcwatch.security.data_poisoning import DEFAULT_DATASET_PREFIXES, DataPoisoningConfig
-from hpcwatch.ingest import ingest_paths
-from hpcwatch.security.scan import ScanConfig, ScanExtras
-from hpcwatch.security.weights_access import WeightsConfig
-from hpcwatch.store import Store
+
+if TYPE_CHECKING:   # the detectors and the store are imported when the command runs, not for --help
+    from hpcwatch.records import Finding
+    from hpcwatch.security.container_escape import AllowedShell
 
 __all__ = ["scan", "sarif_document", "finding_json"]
 
@@ -50,6 +47,7 @@ def sarif_document(findings: list[Finding]) -> dict:
 
 
 def _allowed_shell(text: str) -> AllowedShell:
+    from hpcwatch.security.container_escape import AllowedShell
     user, _, image = text.partition("@")
     return AllowedShell(user=user or None, image_prefix=image or None)
 
@@ -67,10 +65,19 @@ def scan(
     key_file: Optional[Path] = typer.Option(None, "--key-file", help="HMAC key the shard manifests are signed with."),
     allow_shell: list[str] = typer.Option([], "--allow-shell", help="An expected debug shell: USER, or USER@IMAGE_PREFIX (repeatable)."),
     owner: list[str] = typer.Option([], "--owner", help="A user allowed to read the weights."),
-    dataset_prefix: list[str] = typer.Option(list(DEFAULT_DATASET_PREFIXES), "--dataset-prefix",
+    dataset_prefix: list[str] = typer.Option(list(DATASET_PREFIXES), "--dataset-prefix",
                                              help="A folder of training data."),
 ) -> None:
     """Security findings: supply chain, data poisoning, RDMA, gradients, GPU memory, container escape, weights."""
+    from hpcwatch.ingest import ingest_paths
+    from hpcwatch.model import load_cluster, reference_cluster
+    from hpcwatch.reports.findings import scan_report
+    from hpcwatch.security.container_escape import ContainerEscapeConfig
+    from hpcwatch.security.data_poisoning import DataPoisoningConfig
+    from hpcwatch.security.scan import ScanConfig, ScanExtras
+    from hpcwatch.security.weights_access import WeightsConfig
+    from hpcwatch.store import Store
+
     cluster = load_cluster(cluster_file) if cluster_file else reference_cluster()
     key = _read_key(key_file)
     base = ScanConfig.for_cluster(cluster, storage_hosts=storage_host)
@@ -118,6 +125,7 @@ def _write(path: Path, data: bytes) -> None:
 
 
 def _table(findings: list[Finding]) -> None:
+    from rich.table import Table
     if not findings:
         console.print("No findings.")
         return
@@ -133,6 +141,7 @@ def _table(findings: list[Finding]) -> None:
 
 
 def _reads_table(reads: list) -> None:
+    from rich.table import Table
     if not reads:
         return
     table = Table(title="who touched the weights", expand=True)

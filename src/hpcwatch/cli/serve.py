@@ -12,7 +12,6 @@ from pathlib import Path
 import typer
 
 from hpcwatch.cli.common import DbOption, app, console, open_store
-from hpcwatch.model.cluster import load_cluster, reference_cluster
 
 __all__ = ["demo", "serve", "DEFAULT_PORT"]
 
@@ -32,6 +31,7 @@ def demo(port: int = typer.Option(DEFAULT_PORT, "--port", help="Port on 127.0.0.
                                            help="Each scan looks at the last S seconds of data, read incrementally "
                                                 "(0: the whole store every time).")) -> None:
     """The main job: a live twin of the reference cluster in memory, and the web schematic on it."""
+    from hpcwatch.model.cluster import reference_cluster
     from hpcwatch.store import Store
     from hpcwatch.web.app import create_app
     from hpcwatch.web.demo import Scanner, check_port, cluster_with_nodes, seed_step_player, serve_app, start_live_twin
@@ -67,6 +67,7 @@ def serve(db: str = DbOption,
           model: Path = typer.Option(None, "--model", help="Cluster model YAML (default: the reference cluster)."),
           duration: float = typer.Option(None, "--duration", min=0.0, help="Stop after S seconds.")) -> None:
     """The web schematic on an existing store (what `hpcwatch ingest` or a twin run filled)."""
+    from hpcwatch.model.cluster import load_cluster, reference_cluster
     from hpcwatch.web.app import create_app
     from hpcwatch.web.demo import check_port, serve_app
 

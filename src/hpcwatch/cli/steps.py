@@ -19,7 +19,8 @@ if TYPE_CHECKING:   # the heavy modules are imported when the command runs (hpcw
     from hpcwatch.sources.kineto import KinetoTrace
     from hpcwatch.sources.registry import Input
 
-__all__ = ["steps", "trace_files", "steps_document"]
+__all__ = ["steps", "trace_files", "steps_document", "reader_processes", "PARALLEL_READ_MIN_JSON_BYTES",
+           "JSON_BYTES_PER_READER"]
 
 #: The registry formats this command reads.
 _STEP_FORMATS = ("kineto", "hook-jsonl")
@@ -112,10 +113,39 @@ def _read_one(item: Input) -> tuple[KinetoTrace, list[str]]:
     return trace, [str(w.message) for w in caught]
 
 
+#: Traces are read in worker processes only past this much JSON in all (decoded bytes). Measured
+#: (benchmarks/bench_steps_vs_hta.py --whole, 2 cores): on the twin's 8 ranks × 60 steps (40 MB of
+#: JSON) two processes saved 0.0-0.2 s of 1.3-1.7 s and doubled peak RSS (each child holds its ranks'
+#: columns and pickles them back to the parent, which holds them again); on 3 MB of JSON they were
+#: slower. Forking pays only where decoding dwarfs that copy.
+PARALLEL_READ_MIN_JSON_BYTES = 256 * 2**20
+#: ... and each process gets at least this much JSON to decode (fewer, larger shares copy less).
+JSON_BYTES_PER_READER = 64 * 2**20
+
+
+def _json_bytes(path: Path) -> int:
+    """The decoded size of a trace: a gzip file's ISIZE trailer (RFC 1952 §2.3.1, the size mod 2^32,
+    exact below 4 GiB), else the file's size."""
+    size = path.stat().st_size
+    if path.suffix != ".gz" or size < 18:
+        return size
+    with path.open("rb") as f:
+        f.seek(-4, os.SEEK_END)
+        return max(int.from_bytes(f.read(4), "little"), size)
+
+
+def reader_processes(files: list[Input], cpus: int | None = None) -> int:
+    """How many processes read ``files``: 1 (this one) unless there is enough JSON to share out."""
+    total = sum(_json_bytes(i.path) for i in files)
+    if len(files) < 2 or total < PARALLEL_READ_MIN_JSON_BYTES:
+        return 1
+    return max(1, min(len(files), cpus or os.cpu_count() or 1, total // JSON_BYTES_PER_READER))
+
+
 def _read_traces(files: list[Input]) -> list[KinetoTrace]:
-    """Every rank's trace, read in parallel processes when there are several traces and cores:
-    decoding JSON holds the GIL, so threads would not help."""
-    workers = min(len(files), os.cpu_count() or 1)
+    """Every rank's trace, read in parallel processes when the set is large enough (see
+    ``reader_processes``): decoding JSON holds the GIL, so threads would not help."""
+    workers = reader_processes(files)
     if workers > 1:
         import multiprocessing
         from concurrent.futures import ProcessPoolExecutor
@@ -127,10 +157,11 @@ def _read_traces(files: list[Input]) -> list[KinetoTrace]:
             _TO_READ.clear()
     else:
         done = [_read_one(i) for i in files]
-    from rich.console import Console
-    stderr = Console(stderr=True, emoji=False)
-    for _, messages in done:
-        for message in messages:
+    warned = [message for _, messages in done for message in messages]
+    if warned:   # rich is imported only when there is something to say
+        from rich.console import Console
+        stderr = Console(stderr=True, emoji=False)
+        for message in warned:
             stderr.print(f"[yellow]warning:[/yellow] {safe_text(message)}", highlight=False)
     return [trace for trace, _ in done]
 

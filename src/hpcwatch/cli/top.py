@@ -7,17 +7,17 @@ reads the store's latest samples every refresh, as it would a real cluster's.
 from __future__ import annotations
 
 import time
+from typing import TYPE_CHECKING
 
 import typer
-from rich.live import Live
-from rich.table import Table
 
 from hpcwatch.cli.common import JsonOption, app, console, emit_json, safe_text
 from hpcwatch.errors import ConfigError
-from hpcwatch.reports.live import gpu_table
-from hpcwatch.store import Store
-from hpcwatch.twin.live import LiveTwin
-from hpcwatch.twin.run import sized_reference
+
+if TYPE_CHECKING:   # the twin and the store are imported when the command runs, not for --help
+    from rich.table import Table
+
+    from hpcwatch.store import Store
 
 __all__ = ["top", "latest_gpus", "MAX_ROWS"]
 
@@ -27,10 +27,12 @@ MAX_ROWS = 48
 
 def latest_gpus(store: Store) -> list[dict]:
     """The last scrape of every GPU in the store (``reports.live.gpu_table``)."""
+    from hpcwatch.reports.live import gpu_table
     return gpu_table(store)
 
 
 def _table(gpus: list[dict], twin_now: float, ticks: int) -> Table:
+    from rich.table import Table
     shown = gpus if len(gpus) <= MAX_ROWS else gpus[:MAX_ROWS]
     title = (f"hpcwatch top — {len(gpus)} GPUs, simulated {time.strftime('%H:%M:%S', time.gmtime(twin_now))} UTC, "
              f"tick {ticks}" + (f" (first {MAX_ROWS} shown)" if len(gpus) > MAX_ROWS else ""))
@@ -57,6 +59,11 @@ def top(
     json_out: bool = JsonOption,
 ) -> None:
     """Run the twin and watch its GPUs live: node, GPU, job, user, utilisation, power, memory."""
+    from rich.live import Live
+
+    from hpcwatch.store import Store
+    from hpcwatch.twin.live import LiveTwin
+    from hpcwatch.twin.run import sized_reference
     if duration is not None and duration <= 0:
         raise ConfigError(f"--duration must be > 0, got {duration}")
     if speed <= 0:
@@ -70,7 +77,7 @@ def top(
             while deadline is None or time.monotonic() < deadline:
                 time.sleep(0.2)
         else:
-            with Live(_table([], live.twin.now, 0), console=console, refresh_per_second=2) as view:
+            with Live(_table([], live.twin.now, 0), console=console.real, refresh_per_second=2) as view:
                 while deadline is None or time.monotonic() < deadline:
                     view.update(_table(latest_gpus(store), live.twin.now, live.ticks))
                     time.sleep(0.5)

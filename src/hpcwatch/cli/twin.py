@@ -10,12 +10,10 @@ from dataclasses import asdict
 from pathlib import Path
 
 import typer
-from rich.progress import Progress
 
 from hpcwatch.cli.common import JsonOption, console, emit_json, twin_app
+from hpcwatch.cli.defaults import TWIN_STEP_S
 from hpcwatch.errors import ConfigError
-from hpcwatch.twin import Twin, scenario_names
-from hpcwatch.twin.run import DEFAULT_STEP_S, SNAPSHOT_MAX_NODES, sized_reference, write_run
 
 __all__ = ["twin_run", "DEFAULT_DURATION_S", "MAX_AUTO_WORKERS"]
 
@@ -32,7 +30,7 @@ def twin_run(
     nodes: int = typer.Option(None, "--nodes", help="Nodes of 8 H100 SXM (default: the reference cluster's 2)."),
     seed: int = typer.Option(0, "--seed", help="Random seed: the same seed writes the same files."),
     scenario: list[str] = typer.Option([], "--scenario", help="Scenario to play (repeatable)."),
-    step: float = typer.Option(DEFAULT_STEP_S, "--step", help="Resolution: seconds between scrapes."),
+    step: float = typer.Option(TWIN_STEP_S, "--step", help="Resolution: seconds between scrapes."),
     spans: bool = typer.Option(False, "--spans", help="Also write spans.jsonl (the training job's steps)."),
     traces: Path = typer.Option(None, "--traces", help="Also write the training job's steps as Kineto traces "
                                                        "(rank-N.json) in this folder, for hpcwatch steps."),
@@ -42,6 +40,11 @@ def twin_run(
 ) -> None:
     """Write the twin's dcgm-exporter, node-exporter, Slurm, Lustre and perfquery files; read them back
     with ``hpcwatch ingest OUT``."""
+    from rich.progress import Progress
+
+    from hpcwatch.twin import Twin, scenario_names
+    from hpcwatch.twin.run import SNAPSHOT_MAX_NODES, sized_reference, write_run
+
     if duration <= 0 or step <= 0:
         raise ConfigError(f"--duration and --step must be > 0, got {duration} and {step}")
     if step > duration:
@@ -56,7 +59,7 @@ def twin_run(
         emit_json({**asdict(summary), "nodes": len(twin.node_names), "gpus": twin.n_gpus,
                    "scenarios": [s.name for s in twin.scenarios]})
         return
-    with Progress(console=console, transient=True) as progress:
+    with Progress(console=console.real, transient=True) as progress:
         task = progress.add_task("simulating", total=round(duration / step))
         summary = write_run(twin, out, duration_s=duration, step_s=step, spans=spans, traces_dir=traces, workers=workers,
                             progress=lambda done, total: progress.update(task, completed=done))

@@ -6,20 +6,25 @@ import sys
 from importlib import resources
 from pathlib import Path
 
+from typing import TYPE_CHECKING
+
 import typer
-import yaml
 
 from hpcwatch.cli.common import console, emit_json, twin_app, wait_for
+from hpcwatch.cli.defaults import TWIN_SERVE_PORT, TWIN_SERVE_TICK_S
 from hpcwatch.errors import ConfigError
-from hpcwatch.model.cluster import Cluster, parse_cluster, reference_cluster
-from hpcwatch.twin.serve import (DCGM_PATH, DEFAULT_PORT, DEFAULT_TICK_S, NODE_EXPORTER_PATH, ServeConfig,
-                                 TwinEndpoints, prometheus_config)
+
+if TYPE_CHECKING:   # the twin is imported when the command runs, not for --help
+    from hpcwatch.model.cluster import Cluster
 
 __all__ = ["twin_serve", "sized_cluster"]
 
 
 def sized_cluster(nodes: int | None) -> Cluster:
     """The reference cluster, or the same node type ``nodes`` times (node1 ... nodeN)."""
+    import yaml
+
+    from hpcwatch.model.cluster import parse_cluster, reference_cluster
     if nodes is None:
         return reference_cluster()
     if nodes < 1:
@@ -31,14 +36,14 @@ def sized_cluster(nodes: int | None) -> Cluster:
 
 @twin_app.command("serve")
 def twin_serve(
-    port: int = typer.Option(DEFAULT_PORT, "--port", help="Port of node1; node k listens on PORT+k-1."),
+    port: int = typer.Option(TWIN_SERVE_PORT, "--port", help="Port of node1; node k listens on PORT+k-1."),
     nodes: int = typer.Option(None, "--nodes", help="Number of nodes (default: the reference cluster's 2)."),
     mapping_dir: Path = typer.Option(None, "--mapping-dir",
                                      help="Parent of per-node dcgm-exporter job-mapping dirs (DIR/<node>/<gpu>), "
                                           "re-read on every scrape, as written by deploy/slurm/prolog."),
     seed: int = typer.Option(0, "--seed", help="Random seed of the twin."),
     scenario: list[str] = typer.Option([], "--scenario", help="Scenario to run (repeatable)."),
-    tick_s: float = typer.Option(DEFAULT_TICK_S, "--tick", help="Seconds between twin ticks (0 freezes it)."),
+    tick_s: float = typer.Option(TWIN_SERVE_TICK_S, "--tick", help="Seconds between twin ticks (0 freezes it)."),
     host: str = typer.Option("127.0.0.1", "--host", help="Address to bind."),
     duration_s: float = typer.Option(0.0, "--duration", help="Stop after this many seconds (0: until Ctrl-C)."),
     prom_config: Path = typer.Option(None, "--prometheus-config",
@@ -48,6 +53,7 @@ def twin_serve(
     """Serve each node's dcgm-exporter (/metrics) and node-exporter (/node-exporter/metrics) text."""
     from hpcwatch.sources.mapping import read_job_mapping_dir
     from hpcwatch.twin import Twin   # the simulator is heavy: only this command needs it
+    from hpcwatch.twin.serve import DCGM_PATH, NODE_EXPORTER_PATH, ServeConfig, TwinEndpoints, prometheus_config
 
     cluster = sized_cluster(nodes)
     twin = Twin(cluster, seed=seed, scenarios=tuple(scenario))

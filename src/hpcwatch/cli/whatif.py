@@ -4,19 +4,19 @@ from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
-import numpy as np
 import orjson
 import typer
-from rich.table import Table
 
-from hpcwatch.analysis.mfu import DEFAULT_GPU, compute_mfu
-from hpcwatch.analysis.stragglersim import DEFAULT_STEPS, busy_times_from_spans, efficiency_curve
-from hpcwatch.analysis.whatif import WhatIf, whatif_ops, whatif_spans
 from hpcwatch.cli.common import DbOption, JsonOption, app, console, emit_json, open_store, safe_text, simulate_app
+from hpcwatch.cli.defaults import MFU_GPU, STRAGGLER_SIM_STEPS
 from hpcwatch.errors import ConfigError, InputError, ParseError
-from hpcwatch.sources.registry import Input, plan_inputs
+
+if TYPE_CHECKING:   # numpy and the analyses are imported when a command runs, not for --help
+    import numpy as np
+
+    from hpcwatch.analysis.whatif import WhatIf
 
 __all__ = ["whatif", "mfu", "stragglers"]
 
@@ -32,6 +32,7 @@ def whatif(
     as_json: bool = JsonOption,
 ) -> None:
     """What-if slowdown S: how much faster the steps would be if no worker straggled."""
+    from hpcwatch.analysis.whatif import whatif_ops, whatif_spans
     if (trace is None) == (job is None):
         raise ConfigError("whatif: give a TRACE file or --job ID (one of them)")
     if trace is not None:
@@ -50,6 +51,7 @@ def whatif(
 
 def _read_op_trace(path: Path):
     """The op table of ``path``, which the format registry must recognise as one."""
+    from hpcwatch.sources.registry import Input, plan_inputs
     (item,) = [i for i in plan_inputs([path]) if isinstance(i, Input)] or [None]
     if item is None or item.format is None or item.format.yields != "op-table":
         what = item.format.name if item is not None and item.format else "empty or a folder"
@@ -65,6 +67,7 @@ def _whatif_doc(result: WhatIf) -> dict:
 
 
 def _print_whatif(r: WhatIf) -> None:
+    from rich.table import Table
     mean = lambda xs: sum(xs) / len(xs)  # noqa: E731
     console.print(f"[bold]What-if slowdown S = {r.slowdown:.3f}[/bold]  ({r.dp_size} data-parallel × "
                   f"{r.pp_size} pipeline workers, {len(r.steps)} steps)")
@@ -93,11 +96,12 @@ def mfu(
     tokens_per_step: float = typer.Option(..., "--tokens-per-step", help="Global batch, tokens."),
     step_time: float = typer.Option(..., "--step-time", help="Step time, seconds."),
     gpus: int = typer.Option(1, "--gpus", help="GPUs sharing the step."),
-    gpu: str = typer.Option(DEFAULT_GPU, "--gpu", help="GPU type (catalog key or driver name)."),
+    gpu: str = typer.Option(MFU_GPU, "--gpu", help="GPU type (catalog key or driver name)."),
     recompute: bool = typer.Option(False, "--recompute", help="Full activation recomputation (reports HFU)."),
     as_json: bool = JsonOption,
 ) -> None:
     """Model FLOPs utilisation (PaLM: 6N + 12·L·d·T per token) against the GPU's dense BF16 peak."""
+    from hpcwatch.analysis.mfu import compute_mfu
     r = compute_mfu(params=params, layers=layers, d_model=d_model, seq=seq, tokens_per_step=tokens_per_step,
                     step_time_s=step_time, gpus=gpus, gpu=gpu, recompute=recompute)
     doc = {"mfu": r.mfu, "achieved_tflops": r.achieved_flops / 1e12, "flops_per_token": r.flops_per_token}
@@ -120,12 +124,15 @@ def stragglers(
     job: Optional[str] = typer.Option(None, "--job", help="Take the per-GPU step times from this job's spans."),
     p_slow: float = typer.Option(0.0, "--p-slow", help="Probability that a GPU is a slow one."),
     slow_factor: float = typer.Option(1.0, "--slow-factor", help="How many times slower a slow GPU is."),
-    steps: int = typer.Option(DEFAULT_STEPS, "--steps", help="Monte-Carlo steps per job size."),
+    steps: int = typer.Option(STRAGGLER_SIM_STEPS, "--steps", help="Monte-Carlo steps per job size."),
     seed: int = typer.Option(0, "--seed", help="Random seed."),
     db: Optional[str] = DbOption,
     as_json: bool = JsonOption,
 ) -> None:
     """Synchronous efficiency vs job size: one GPU's mean step over the slowest-of-N's, exact and Monte-Carlo."""
+    from rich.table import Table
+
+    from hpcwatch.analysis.stragglersim import busy_times_from_spans, efficiency_curve
     sizes = _parse_gpus(gpus)
     if sum(x is not None for x in (cv, sample, job)) != 1:
         raise ConfigError("simulate stragglers: give exactly one of --cv, --sample, --job")
@@ -160,6 +167,7 @@ def _parse_gpus(text: str) -> list[int]:
 
 
 def _read_sample(path: Path) -> np.ndarray:
+    import numpy as np
     try:
         text = path.read_text()
     except OSError as err:

@@ -18,16 +18,35 @@ live snapshot          ``live_snapshot``, ``gpu_table`` (live)
 =====================  ===========================================================
 """
 
-from hpcwatch.reports.findings import VectorSummary, finding_counts, findings_summary, recent_findings, scan_inputs
-from hpcwatch.reports.goodput import goodput_report
-from hpcwatch.reports.health import node_health
-from hpcwatch.reports.jobs import job_report, jobs_report
-from hpcwatch.reports.live import gpu_table, latest_t, live_snapshot
-from hpcwatch.reports.steps import (LiveTraining, PlayerStep, PlayerVerdict, StepReport, live_training, player_jobs,
-                                    player_step, step_report, step_report_of)
-from hpcwatch.reports.text import visible
+from importlib import import_module
 
-__all__ = ["jobs_report", "job_report", "step_report", "step_report_of", "StepReport", "player_step", "PlayerStep",
-           "PlayerVerdict", "player_jobs", "live_training", "LiveTraining", "goodput_report", "node_health",
-           "findings_summary", "finding_counts", "recent_findings", "scan_inputs", "VectorSummary", "live_snapshot",
-           "latest_t", "gpu_table", "visible"]
+#: Where each public name lives. The package imports none of them itself: ``hpcwatch.reports.text`` (which
+#: every CLI command loads for ``safe_text``) would otherwise pull in the store, pyarrow and duckdb, and
+#: ``hpcwatch --help`` with them. ``from hpcwatch.reports import job_report`` still works (PEP 562).
+_HOMES = {
+    "jobs_report": "jobs", "job_report": "jobs",
+    "step_report": "steps", "step_report_of": "steps", "StepReport": "steps", "player_step": "steps",
+    "PlayerStep": "steps", "PlayerVerdict": "steps", "player_jobs": "steps", "live_training": "steps",
+    "LiveTraining": "steps",
+    "goodput_report": "goodput", "node_health": "health",
+    "findings_summary": "findings", "finding_counts": "findings", "recent_findings": "findings",
+    "scan_inputs": "findings", "VectorSummary": "findings",
+    "live_snapshot": "live", "latest_t": "live", "gpu_table": "live",
+    "visible": "text",
+}
+
+__all__ = list(_HOMES)
+
+
+def __getattr__(name: str) -> object:
+    """A public name, imported from its module on first use."""
+    home = _HOMES.get(name)
+    if home is None:
+        raise AttributeError(f"module 'hpcwatch.reports' has no attribute {name!r}")
+    value = getattr(import_module(f"hpcwatch.reports.{home}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_HOMES))

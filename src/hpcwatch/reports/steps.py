@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -19,8 +20,10 @@ from hpcwatch.analysis.steps import Anatomy, anatomy_from_spans, anatomy_from_tr
 from hpcwatch.analysis.stragglers import Straggler, StragglerConfig, StragglerReport, find_stragglers
 from hpcwatch.errors import InputError
 from hpcwatch.records import PHASES, Job, Span
-from hpcwatch.store import Store, queries
 from hpcwatch.traces import KinetoTrace
+
+if TYPE_CHECKING:   # only the store-reading reports need it; ``hpcwatch steps TRACE`` never opens a store
+    from hpcwatch.store import Store
 
 __all__ = ["StepReport", "PlayerPhase", "PlayerRank", "PlayerVerdict", "PlayerStep", "LiveTraining",
            "step_report", "step_report_of", "RankGpu", "GpuClock", "trace_report", "GPU_BOUND_LAG_FRACTION", "player_step", "player_jobs", "jobs_with_spans", "live_training", "placement_from_job",
@@ -33,6 +36,12 @@ PLAYER_JOBS_LISTED = 8
 
 Placement = Mapping[int, tuple[str | None, int | None]]
 
+
+def _queries():
+    """``hpcwatch.store.queries``, imported on first use: it loads pyarrow and duckdb (0.17 s), which the
+    reports on traces given as files never need."""
+    from hpcwatch.store import queries
+    return queries
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class StepReport:
@@ -130,7 +139,7 @@ def step_report(store: Store, job_id: str, *, recent_steps: int | None = None,
     Ranks the spans do not place are placed from the job record (launcher order).
     ``InputError`` when the job has no spans of a training phase.
     """
-    spans = store.spans(job_id) if recent_steps is None else queries.recent_spans(store, job_id, steps=recent_steps)
+    spans = store.spans(job_id) if recent_steps is None else _queries().recent_spans(store, job_id, steps=recent_steps)
     if not spans:
         raise InputError(f"job {job_id}: no step spans in the store")
     anatomy = anatomy_from_spans(spans)
@@ -194,12 +203,12 @@ class PlayerStep:
 
 
 def _shown_step(store: Store, job: str, step: int | None) -> tuple[int, int, int]:
-    first, last = queries.step_range(store, job)
+    first, last = _queries().step_range(store, job)
     if first is None:
         raise InputError(f"no spans for job {job!r}")
     if step is None:
         # The newest step may still be arriving rank by rank; take the newest step every rank has finished.
-        done = queries.last_step_every_rank_finished(store, job)
+        done = _queries().last_step_every_rank_finished(store, job)
         step = done if done is not None else last
     return first, last, step
 
@@ -255,12 +264,12 @@ def player_step(store: Store, job: str, step: int | None = None, *,
 
 def jobs_with_spans(store: Store) -> list[str]:
     """Every job that has spans, sorted (the exporter reports each one's recent steps)."""
-    return queries.span_jobs(store)
+    return _queries().span_jobs(store)
 
 
 def player_jobs(store: Store, *, limit: int = PLAYER_JOBS_LISTED) -> list[str]:
     """Jobs with spans the player can play, the most recent first."""
-    return queries.span_jobs_by_recency(store, limit=limit)
+    return _queries().span_jobs_by_recency(store, limit=limit)
 
 
 # -- the live card -------------------------------------------------------------------------------
@@ -276,13 +285,13 @@ class LiveTraining:
 
 def live_training(store: Store, *, exclude_jobs: Sequence[str] = ()) -> LiveTraining | None:
     """The job training most recently (spans ending last) and its newest complete step's time."""
-    newest = queries.newest_span_job(store, exclude=exclude_jobs)
+    newest = _queries().newest_span_job(store, exclude=exclude_jobs)
     if newest is None:
         return None
     job, last = newest
     try:
         # The last two step numbers: the newest may still be arriving rank by rank.
-        anatomy = anatomy_from_spans(queries.recent_spans(store, job, steps=2))
+        anatomy = anatomy_from_spans(_queries().recent_spans(store, job, steps=2))
     except InputError:
         return LiveTraining(job=job, step=last, step_time_s=None)
     if not anatomy.steps:

@@ -1,0 +1,139 @@
+"""``hpcwatch --help`` stays fast: it imports none of the heavy packages, lists every command with its help,
+and the option defaults copied into cli/defaults.py equal the constants they copy.
+
+A timing test would be flaky on a shared machine; the imports are what made it slow (0.8-1.3 s before),
+so the guard is on them.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import hpcwatch
+from hpcwatch.cli import app, defaults
+
+#: Packages that cost --help tens to hundreds of milliseconds each, and that no help text needs.
+HEAVY = ("duckdb", "pyarrow", "numpy", "fastapi", "plotly", "torch", "scipy", "pandas", "yaml", "uvicorn",
+         "starlette", "rich.markdown", "markdown_it")
+#: typer 0.29 coerces every non-bool parameter value through pydantic (typer/_coercion.py), so a command's
+#: own --help loads it; the command list does not.
+TYPER_OWN = ("pydantic",)
+
+_PROBE = """
+import sys
+sys.argv = ["hpcwatch", *sys.argv[1:]]
+from hpcwatch.cli import main
+try:
+    main()
+except SystemExit:
+    pass
+heavy = [m for m in {heavy!r} if m in sys.modules]
+print("HEAVY-LOADED:", ",".join(heavy))
+"""
+
+
+def _help_in_a_fresh_process(*argv: str) -> tuple[str, list[str]]:
+    env = dict(os.environ, PYTHONPATH=str(Path(hpcwatch.__file__).parents[1]), COLUMNS="100")
+    done = subprocess.run([sys.executable, "-c", _PROBE.format(heavy=HEAVY + TYPER_OWN), *argv], capture_output=True,
+                          text=True, env=env, timeout=60, check=True)
+    text, _, loaded = done.stdout.rpartition("HEAVY-LOADED:")
+    return text, [m for m in loaded.strip().split(",") if m]
+
+
+@pytest.mark.parametrize("argv", [
+    ("--help",),              # the whole command list
+    ("twin", "--help"),       # a sub-group
+    ("simulate", "--help"),
+    ("steps", "--help"),      # one command's options
+    ("goodput", "--help"),    # defaults that live in analysis modules
+    ("scan", "--help"),
+])
+def test_help_imports_no_heavy_package(argv):
+    _, loaded = _help_in_a_fresh_process(*argv)
+    allowed = () if argv == ("--help",) else TYPER_OWN
+    assert [m for m in loaded if m not in allowed] == [], f"hpcwatch {' '.join(argv)} imported {loaded}"
+
+
+def _commands(group, prefix: tuple[str, ...] = ()):
+    """(path, help) of every command under ``group``, sub-groups included."""
+    import typer.main
+    click_group = typer.main.get_group(group) if not prefix else group
+    for name, command in click_group.commands.items():
+        yield (*prefix, name), command
+        if hasattr(command, "commands"):
+            yield from _commands(command, (*prefix, name))
+
+
+def test_help_lists_every_command_with_the_start_of_its_help():
+    listed = {}
+    for path, command in _commands(app):
+        parent = path[:-1]
+        if parent not in listed:
+            listed[parent] = " ".join(_help_in_a_fresh_process(*parent, "--help")[0].split())
+        first_words = " ".join((command.help or "").split()[:6])
+        assert first_words, f"{' '.join(path)} has no help text"
+        assert f"{path[-1]} {first_words}" in listed[parent], f"{' '.join(path)} is missing from its group's help"
+
+
+@pytest.mark.parametrize("copy, home, name", [
+    ("ACTIVE_CHECK_DAYS", "hpcwatch.assess.evidence", "DEFAULT_ACTIVE_CHECK_DAYS"),
+    ("EXPORTER_PORT", "hpcwatch.exporter", "DEFAULT_PORT"),
+    ("EXPORTER_RECENT_STEPS", "hpcwatch.exporter", "DEFAULT_RECENT_STEPS"),
+    ("HEALTH_WINDOW_S", "hpcwatch.reports.health", "DEFAULT_HEALTH_WINDOW_S"),
+    ("GOODPUT_GPUS", "hpcwatch.analysis.goodputsim", "LLAMA3_GPUS"),
+    ("GOODPUT_DAYS", "hpcwatch.analysis.goodputsim", "LLAMA3_DAYS"),
+    ("CHECKPOINT_COST_S", "hpcwatch.analysis.goodputsim", "DEFAULT_CHECKPOINT_COST_S"),
+    ("RESTART_COST_S", "hpcwatch.analysis.goodputsim", "DEFAULT_RESTART_COST_S"),
+    ("RESTORE_COST_S", "hpcwatch.analysis.goodputsim", "DEFAULT_RESTORE_COST_S"),
+    ("GOODPUT_STEP_S", "hpcwatch.analysis.goodputsim", "DEFAULT_STEP_S"),
+    ("SWEEP_GPUS", "hpcwatch.analysis.goodputsim", "DEFAULT_SWEEP_GPUS"),
+    ("DATASET_PREFIXES", "hpcwatch.security.data_poisoning", "DEFAULT_DATASET_PREFIXES"),
+    ("TWIN_STEP_S", "hpcwatch.twin.run", "DEFAULT_STEP_S"),
+    ("TWIN_SERVE_PORT", "hpcwatch.twin.serve", "DEFAULT_PORT"),
+    ("TWIN_SERVE_TICK_S", "hpcwatch.twin.serve", "DEFAULT_TICK_S"),
+    ("MFU_GPU", "hpcwatch.analysis.mfu", "DEFAULT_GPU"),
+    ("STRAGGLER_SIM_STEPS", "hpcwatch.analysis.stragglersim", "DEFAULT_STEPS"),
+])
+def test_a_copied_default_equals_its_home_constant(copy, home, name):
+    assert getattr(defaults, copy) == getattr(importlib.import_module(home), name)
+
+
+def test_the_collect_config_default_is_the_collector_s():
+    from hpcwatch.collect.config import DEFAULT_CONFIG_PATH
+    assert Path(defaults.COLLECT_CONFIG_PATH) == DEFAULT_CONFIG_PATH
+
+
+def test_every_copied_default_is_checked():
+    """A new copy in cli/defaults.py needs its row in the table above."""
+    checked = {c for c, *_ in test_a_copied_default_equals_its_home_constant.pytestmark[0].args[1]}
+    assert set(defaults.__all__) == checked | {"COLLECT_CONFIG_PATH"}
+
+
+def _gz_of(path: Path, json_bytes: int) -> Path:
+    import gzip
+    path.write_bytes(gzip.compress(b" " * json_bytes))
+    return path
+
+
+def test_a_small_set_is_read_in_this_process(tmp_path):
+    from hpcwatch.cli.steps import reader_processes
+    from hpcwatch.sources.registry import Input
+    files = [Input(path=_gz_of(tmp_path / f"rank-{r}.json.gz", 2**20), format=None) for r in range(8)]  # 8 MB of JSON
+    assert reader_processes(files, cpus=16) == 1
+
+
+def test_a_large_set_is_shared_out_by_its_json_bytes(tmp_path, monkeypatch):
+    import hpcwatch.cli.steps as steps_cli
+    from hpcwatch.sources.registry import Input
+    monkeypatch.setattr(steps_cli, "PARALLEL_READ_MIN_JSON_BYTES", 4 * 2**20)   # sizes scaled down 64 times
+    monkeypatch.setattr(steps_cli, "JSON_BYTES_PER_READER", 2**20)
+    files = [Input(path=_gz_of(tmp_path / f"rank-{r}.json.gz", 2**20), format=None) for r in range(8)]
+    assert steps_cli.reader_processes(files, cpus=16) == 8   # the gzip trailer's size, not the 1 KB file
+    assert steps_cli.reader_processes(files, cpus=2) == 2    # no more processes than cores
+    assert steps_cli.reader_processes(files[:1], cpus=16) == 1   # one file: nothing to share
