@@ -151,6 +151,10 @@ class PrometheusBackend:
         table = pa.concat_tables([result_table(self.api("query", {"query": q, "time": _ts(end)}), name="")
                                   for q in queries]) if queries else SAMPLE_SCHEMA.empty_table()
         table = table.filter(pc.greater_equal(table["t"], start))
+        # VictoriaMetrics 1.79 returns Prometheus' staleness markers (a series gone from a scrape, e.g. when
+        # the prolog adds hpc_job) as NaN points; Prometheus never returns them. JSON cannot tell a marker
+        # from a scraped NaN, and a NaN point only turns a mean into NaN, so neither reaches an analysis.
+        table = table.filter(pc.invert(pc.is_nan(table["value"])))
         if host is not None:   # one selector per host label name: a series may match both
             table = table.filter(pc.equal(table["host"], host))
         return _sorted(_dedup(table) if len(queries) > 1 else table)

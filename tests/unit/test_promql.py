@@ -307,3 +307,15 @@ def test_vm_aggregate_and_error_answers():
     prom, _ = backend(lambda r, f: httpx.Response(422, json=vm_answer("vm_query_error.json")))
     with pytest.raises(BackendError, match=r"HTTP 422 422: .*unexpected token"):
         prom.query("sum by (")
+
+
+def test_vm_staleness_markers_come_back_as_nan_points_and_samples_drops_them():
+    # The shape VictoriaMetrics 1.79.5 gave in tests/integration/test_slurm_chain.py: the unlabelled series'
+    # staleness marker, written when the prolog's hpc_job label appeared, comes back as a "NaN" point.
+    answer = vm_answer("vm_query_range_selector_15001ms.json")
+    answer["data"]["result"][0]["values"].append([VM_T1 + 0.5, "NaN"])
+    prom, _ = backend(lambda r, f: httpx.Response(200, json=answer if "Hostname" in f["query"] else
+                                                  {"status": "success", "data": {"resultType": "matrix", "result": []}}))
+    got = prom.samples("DCGM_FI_DEV_GPU_UTIL", host="node1", t0=VM_T0, t1=VM_T1 + 1)
+    assert got.num_rows == 12 and not any(v != v for v in got["value"].to_pylist())
+    assert result_table(answer["data"]).num_rows == 13   # query() keeps what the server said
