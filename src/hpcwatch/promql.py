@@ -137,17 +137,24 @@ class PrometheusBackend:
 
         ``t1`` defaults to ``now`` (else Prometheus' own now), ``t0`` to ``DEFAULT_LOOKBACK_S``
         before ``t1``. ``metric=None`` means every metric with an ``hpc_job``, ``Hostname`` or
-        ``hostname`` label: Prometheus refuses an empty selector.
+        ``hostname`` label: Prometheus refuses an empty selector. VictoriaMetrics answers the
+        same calls (see docs/usage.md for what differs).
         """
         end = t1 if t1 is not None else now
         if end is None:
             end = float(self.query("time()")["value"][0].as_py())
         start = t0 if t0 is not None else end - DEFAULT_LOOKBACK_S
-        window_ms = max(1, int(round((end - start) * 1000)))
+        # +1 ms: VictoriaMetrics' range m[d] is (t-d, t], Prometheus 2.42's [t-d, t]; one ms wider
+        # plus the t >= start filter below gives both backends the store's closed [t0, t1].
+        window_ms = max(1, int(round((end - start) * 1000))) + 1
         queries = [f"{sel}[{window_ms}ms]" for sel in _selectors(metric, host=host, job=job)]
         table = pa.concat_tables([result_table(self.api("query", {"query": q, "time": _ts(end)}), name="")
                                   for q in queries]) if queries else SAMPLE_SCHEMA.empty_table()
         table = table.filter(pc.greater_equal(table["t"], start))
+        # VictoriaMetrics 1.79 returns Prometheus' staleness markers (a series gone from a scrape, e.g. when
+        # the prolog adds hpc_job) as NaN points; Prometheus never returns them. JSON cannot tell a marker
+        # from a scraped NaN, and a NaN point only turns a mean into NaN, so neither reaches an analysis.
+        table = table.filter(pc.invert(pc.is_nan(table["value"])))
         if host is not None:   # one selector per host label name: a series may match both
             table = table.filter(pc.equal(table["host"], host))
         return _sorted(_dedup(table) if len(queries) > 1 else table)

@@ -1,7 +1,8 @@
-"""Real services for the integration tests: Slurm 22.05 (scripts/slurm-up), Prometheus 2.42, the twin's endpoints.
+"""Real services for the integration tests: Slurm 22.05 (scripts/slurm-up), Prometheus 2.42,
+VictoriaMetrics 1.79 (+ vmalert), the twin's endpoints.
 
 Every service binds 127.0.0.1 on ports of its own (26817..27002 for Slurm, 2909x for Prometheus,
-2940x for the twin), is started by a fixture and stopped by the PID it wrote, never by name.
+2919x for VictoriaMetrics, 2929x for its vmalert, 2940x for the twin), is started by a fixture and stopped by the PID it wrote, never by name.
 Without root or without the Debian packages the tests are skipped with the reason; under CI
 (CI=true, as GitHub Actions and GitLab set it) or HPCWATCH_REQUIRE_SERVICES=1 a missing service
 fails the run instead.
@@ -26,6 +27,8 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 SLURM_BASE = Path(os.environ.get("HPCWATCH_TEST_SLURM_BASE", "/tmp/hpcwatch-slurm-test"))
 PROMETHEUS_PORT = 29090
+VM_PORT_OFFSET = 100
+"""A test's VictoriaMetrics listens on its Prometheus port + 100, its vmalert on + 200."""
 TWIN_PORT = 29400
 SLURM_BINARIES = ("munged", "slurmctld", "slurmd", "sbatch", "squeue", "scancel")
 DBD_BINARIES = ("slurmdbd", "mariadbd", "mariadb-install-db", "sacct", "sacctmgr")
@@ -187,6 +190,95 @@ def start_prometheus(prometheus_binary, tmp_path_factory) -> Iterator[Callable[.
     yield start
     for prom in started:
         stop_process(prom.proc)
+
+
+# -- VictoriaMetrics: the second PromQL backend --------------------------------------------------
+
+PROMQL_BACKENDS = ("prometheus", "victoriametrics")
+VM_BINARIES = ("victoria-metrics", "vmalert")
+VM_SCRAPE_KEYS = ("global", "scrape_configs")
+"""What VictoriaMetrics' -promscrape.config takes of a prometheus.yml: it refuses rule_files (vmalert
+evaluates rules) and, strictly parsed, global.evaluation_interval."""
+
+
+def victoriametrics_scrape_config(config_text: str) -> tuple[str, list[str], float | None]:
+    """(promscrape.config text, rule files, evaluation interval in s) out of a prometheus.yml text."""
+    import yaml
+
+    config = yaml.safe_load(config_text) or {}
+    scrape = {k: v for k, v in config.items() if k in VM_SCRAPE_KEYS}
+    glob = dict(scrape.get("global") or {})
+    interval = glob.pop("evaluation_interval", None)
+    scrape["global"] = glob
+    scrape["scrape_configs"] = scrape.get("scrape_configs") or []
+    seconds = float(str(interval).rstrip("s")) if interval is not None else None
+    return json.dumps(scrape, indent=1), [str(f) for f in config.get("rule_files") or []], seconds
+
+
+@pytest.fixture(scope="session")
+def start_victoriametrics(tmp_path_factory) -> Iterator[Callable[..., Prometheus]]:
+    """Factory like ``start_prometheus``: a single-node VictoriaMetrics scraping what the prometheus.yml text
+    scrapes, on its own port and data dir, plus a vmalert for its rule_files; all stopped by PID at the end."""
+    missing = [b for b in VM_BINARIES if shutil.which(b) is None]
+    need(not missing, f"VictoriaMetrics binaries missing ({', '.join(missing)}): run scripts/install-system")
+    procs: list[subprocess.Popen] = []
+
+    def spawn(argv: list[str], log: Path, ready_url: str, what: str) -> subprocess.Popen:
+        proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=open(log, "wb"), stderr=subprocess.STDOUT,
+                                start_new_session=True)
+        procs.append(proc)
+
+        def ready() -> bool:
+            if proc.poll() is not None:
+                pytest.fail(f"{what} exited: {log.read_text()[-2000:]}")
+            try:
+                return httpx.get(ready_url, timeout=1).status_code == 200
+            except httpx.HTTPError:
+                return False
+
+        wait_until(ready, timeout_s=30, every_s=0.1, what=f"{what} {ready_url}")
+        return proc
+
+    def start(config_text: str, *, port: int = PROMETHEUS_PORT + VM_PORT_OFFSET) -> Prometheus:
+        d = tmp_path_factory.mktemp("victoriametrics")
+        scrape, rule_files, eval_s = victoriametrics_scrape_config(config_text)
+        (d / "promscrape.yml").write_text(scrape)
+        url = f"http://127.0.0.1:{port}"
+        t0 = time.monotonic()
+        # -search.latencyOffset: VictoriaMetrics hides the newest 30 s from range queries by default
+        # (unfinished scrapes); the tests read what was scraped a second ago. Results cache off, for polling.
+        proc = spawn([shutil.which("victoria-metrics"), f"-storageDataPath={d / 'data'}",
+                      f"-httpListenAddr=127.0.0.1:{port}", f"-promscrape.config={d / 'promscrape.yml'}",
+                      "-retentionPeriod=1d", "-search.latencyOffset=1s", "-search.disableCache",
+                      "-loggerLevel=WARN"], d / "victoriametrics.log", f"{url}/health", "victoria-metrics")
+        ready_s = time.monotonic() - t0
+        if rule_files:
+            # vmalert reads from and writes its recording rules' results back into the same VictoriaMetrics.
+            spawn([shutil.which("vmalert"), *[f"-rule={f}" for f in rule_files], f"-datasource.url={url}",
+                   f"-remoteWrite.url={url}", f"-evaluationInterval={eval_s or 1:g}s",
+                   f"-remoteWrite.flushInterval=1s", f"-httpListenAddr=127.0.0.1:{port + VM_PORT_OFFSET}",
+                   "-loggerLevel=WARN"], d / "vmalert.log", f"http://127.0.0.1:{port + VM_PORT_OFFSET}/health",
+                  "vmalert")
+        return Prometheus(url=url, proc=proc, ready_s=ready_s)
+
+    yield start
+    for proc in reversed(procs):   # vmalert before the database it writes to
+        stop_process(proc)
+
+
+@pytest.fixture(scope="module", params=PROMQL_BACKENDS)
+def promql_backend(request) -> str:
+    """Which PromQL server a module's tests run against; every such test runs once per backend."""
+    return request.param
+
+
+@pytest.fixture(scope="module")
+def start_promql(promql_backend, request) -> Callable[..., Prometheus]:
+    """``start(config_text, port=)`` for the backend under test: the port is the Prometheus one, offset for VM."""
+    if promql_backend == "prometheus":
+        return request.getfixturevalue("start_prometheus")
+    start_vm = request.getfixturevalue("start_victoriametrics")
+    return lambda config_text, *, port=PROMETHEUS_PORT: start_vm(config_text, port=port + VM_PORT_OFFSET)
 
 
 # -- the twin's endpoints --------------------------------------------------------------------------

@@ -37,14 +37,18 @@ def twin_samples() -> list[Sample]:
     return out
 
 
-def test_both_backends_return_the_same_samples(start_prometheus, twin_samples):
-    prom_server = start_prometheus("global: {scrape_interval: 15s}\nscrape_configs: []\n", port=PORT_REMOTE_WRITE)
+def test_both_backends_return_the_same_samples(start_promql, twin_samples):
+    """Remote write into the PromQL server (Prometheus or VictoriaMetrics), read back through promql.py."""
+    prom_server = start_promql("global: {scrape_interval: 15s}\nscrape_configs: []\n", port=PORT_REMOTE_WRITE)
     store = Store(":memory:")
     store.add(twin_samples)
     with PrometheusBackend(prom_server.url) as prom:
         assert prom.write(twin_samples) > 0
         t0, t1 = store.time_range()
         metrics = ["DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_DEV_POWER_USAGE"]
+        # VictoriaMetrics makes written points searchable within about a second, Prometheus at once.
+        wait_until(lambda: prom.samples(metrics, t0=t0, t1=t1).num_rows == store.samples(metrics).num_rows,
+                   timeout_s=10, what="the written samples to be searchable")
         job = next(j for j in store.samples("DCGM_FI_DEV_GPU_UTIL").column("job").to_pylist() if j)
         for filters in ({}, {"host": "node2"}, {"job": job}, {"t0": (t0 + t1) / 2}):
             got = prom.samples(metrics, t1=t1, **{"t0": t0, **filters})
@@ -64,7 +68,7 @@ def test_both_backends_return_the_same_samples(start_prometheus, twin_samples):
             assert by_job[k] == pytest.approx(sql[k], rel=1e-9)
 
 
-def test_prometheus_scrapes_the_twin_endpoints_with_mapping_labels(start_prometheus, tmp_path):
+def test_prometheus_scrapes_the_twin_endpoints_with_mapping_labels(start_promql, tmp_path):
     from hpcwatch.model.cluster import reference_cluster
     from hpcwatch.twin import Twin
     from hpcwatch.twin.serve import ServeConfig, TwinEndpoints, prometheus_config
@@ -77,7 +81,7 @@ def test_prometheus_scrapes_the_twin_endpoints_with_mapping_labels(start_prometh
     twin = Twin(reference_cluster(), seed=2)
     config = ServeConfig(nodes=("node1", "node2"), port=TWIN_PORT, mapping_dir=tmp_path, tick_s=1.0)
     with TwinEndpoints(twin, config, read_mapping=read_job_mapping_dir) as endpoints:
-        prom_server = start_prometheus(prometheus_config(endpoints.targets, scrape_interval_s=1), port=PORT_SCRAPE)
+        prom_server = start_promql(prometheus_config(endpoints.targets, scrape_interval_s=1), port=PORT_SCRAPE)
         t0 = time.monotonic()
 
         def all_up() -> list[dict] | None:
@@ -117,7 +121,7 @@ def _dashboard_exprs() -> list[str]:
             .replace("$__rate_interval", "4s") for e in exprs]
 
 
-def test_exporter_scraped_by_prometheus_answers_every_dashboard_query(start_prometheus, tmp_path):
+def test_exporter_scraped_by_prometheus_answers_every_dashboard_query(start_promql, tmp_path):
     """hpcwatch exporter + twin endpoints scraped by a real Prometheus; each Grafana query runs and the
     job panels have data."""
     from hpcwatch.exporter import serve_metrics
@@ -133,7 +137,7 @@ def test_exporter_scraped_by_prometheus_answers_every_dashboard_query(start_prom
     try:
         config = {"global": {"scrape_interval": "1s"}, "scrape_configs": [
             {"job_name": "hpcwatch", "static_configs": [{"targets": [f"127.0.0.1:{EXPORTER_PORT}"]}]}]}
-        prom_server = start_prometheus(json.dumps(config), port=PORT_EXPORTER_PROM)
+        prom_server = start_promql(json.dumps(config), port=PORT_EXPORTER_PROM)
         wait_until(lambda: prom_server.query("hpcwatch_job_gpu_hours"), timeout_s=30,
                    what="Prometheus to scrape the hpcwatch exporter")
         hours = {r["metric"]["hpc_job"]: r for r in prom_server.query("hpcwatch_job_gpu_hours")}

@@ -65,7 +65,7 @@ def _jobs(now: float) -> list[Job]:
                 nodes=("node1",), start=now - 600, state="RUNNING")]
 
 
-def test_recording_rules_give_the_per_job_gpu_hours_of_hpcwatch_jobs(start_prometheus, dcgm_endpoint, tmp_path):
+def test_recording_rules_give_the_per_job_gpu_hours_of_hpcwatch_jobs(start_promql, dcgm_endpoint, tmp_path):
     store = Store(tmp_path / "store")
     jobs = _jobs(time.time())
     store.add(jobs)
@@ -73,7 +73,7 @@ def test_recording_rules_give_the_per_job_gpu_hours_of_hpcwatch_jobs(start_prome
     try:
         rules = tmp_path / "rules.yml"
         rules.write_text(RULES.read_text().replace("interval: 30s", f"interval: {INTERVAL_S}s"))
-        prom = start_prometheus(
+        prom = start_promql(
             f"global: {{scrape_interval: {INTERVAL_S}s, evaluation_interval: {INTERVAL_S}s}}\n"
             f"rule_files: [{rules}]\n"
             "scrape_configs:\n"

@@ -27,11 +27,11 @@ SCRAPES_WITH_LABELS = 4
 
 
 @pytest.fixture(scope="module")
-def chain(slurm, twin_serve, start_prometheus):
+def chain(slurm, twin_serve, start_promql):
     """Jobs running, their GPUs labelled, Prometheus holding a few labelled scrapes."""
     from hpcwatch.twin.serve import prometheus_config
 
-    prom = start_prometheus(prometheus_config(twin_serve.targets, scrape_interval_s=1), port=PROMETHEUS_PORT)
+    prom = start_promql(prometheus_config(twin_serve.targets, scrape_interval_s=1), port=PROMETHEUS_PORT)
     jobs = {
         "a": slurm.sbatch("alice", "--gres=gpu:2", "-J", "chain-llm"),
         "b": slurm.sbatch("bob", "--gres=gpu:3", "-J", "chain-vision"),

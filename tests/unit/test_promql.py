@@ -140,7 +140,7 @@ def test_samples_match_store_samples(filters):
     assert got.select(KEY_COLUMNS).to_pylist() == want.select(KEY_COLUMNS).to_pylist()
     assert [orjson.loads(x) for x in got["labels"].to_pylist()] == [orjson.loads(x) for x in want["labels"].to_pylist()]
     assert all(q["query"].startswith('{__name__=~"DCGM_FI_DEV_GPU_UTIL"') for q in seen)
-    assert all(q["query"].endswith(f"[{int((1795990594.0 - filters.get('t0', 1795990594.0 - 3600)) * 1000)}ms]")
+    assert all(q["query"].endswith(f"[{int((1795990594.0 - filters.get('t0', 1795990594.0 - 3600)) * 1000) + 1}ms]")
                for q in seen)
 
 
@@ -151,8 +151,8 @@ def test_samples_selectors_for_host_and_job():
                          t0=100.0, t1=160.0)
     assert table.num_rows == 0 and table.schema == SAMPLE_SCHEMA
     assert [q["query"] for q in seen] == [
-        '{__name__=~"DCGM_FI_DEV_GPU_UTIL|DCGM_FI_DEV_POWER_USAGE", hpc_job="7", Hostname="node2"}[60000ms]',
-        '{__name__=~"DCGM_FI_DEV_GPU_UTIL|DCGM_FI_DEV_POWER_USAGE", hpc_job="7", hostname="node2"}[60000ms]']
+        '{__name__=~"DCGM_FI_DEV_GPU_UTIL|DCGM_FI_DEV_POWER_USAGE", hpc_job="7", Hostname="node2"}[60001ms]',
+        '{__name__=~"DCGM_FI_DEV_GPU_UTIL|DCGM_FI_DEV_POWER_USAGE", hpc_job="7", hostname="node2"}[60001ms]']
     assert {q["time"] for q in seen} == {"160.000"}
 
 
@@ -243,3 +243,79 @@ def test_remote_write_posts_the_headers_prometheus_wants():
         lambda r: httpx.Response(404, text="remote write receiver needs to be enabled"))))
     with pytest.raises(BackendError, match="remote write receiver"):
         bad.write([Sample(metric="m", labels={}, t=1.0, value=2.0)])
+
+
+# -- VictoriaMetrics 1.79.5 (Debian 12): recorded answers, where MetricsQL differs ----------------
+
+VM_API = Path(__file__).resolve().parents[1] / "data" / "victoriametrics_api"
+VM_T0, VM_T1 = 1796159000.125, 1796159015.125   # 3 GPUs x 4 points, 5 s apart, written by remote write
+
+
+def vm_answer(name: str) -> dict:
+    return json.loads((VM_API / name).read_text())
+
+
+def vm_backend() -> tuple[PrometheusBackend, list[dict]]:
+    """Answers as VictoriaMetrics gave them: the range selector is picked by its window."""
+    def handler(request, form):
+        query = form["query"]
+        if query == "time()":
+            return httpx.Response(200, json=vm_answer("vm_query_time.json"))
+        name = "vm_query_range_selector_15001ms.json" if query.endswith("[15001ms]") else \
+            "vm_query_range_selector_15000ms.json"
+        if "Hostname" not in query:   # the lower-case hostname selector: no such series
+            return httpx.Response(200, json={"status": "success", "data": {"resultType": "matrix", "result": []}})
+        return httpx.Response(200, json=vm_answer(name))
+    return backend(handler)
+
+
+def test_vm_range_selector_is_left_open_so_samples_asks_one_ms_more():
+    # The recorded answers themselves: (t-d, t] drops the point at exactly t-d, one ms more keeps it.
+    open_window = result_table(vm_answer("vm_query_range_selector_15000ms.json")["data"])
+    wider = result_table(vm_answer("vm_query_range_selector_15001ms.json")["data"])
+    assert (open_window.num_rows, wider.num_rows) == (9, 12)
+    assert VM_T0 not in open_window["t"].to_pylist() and VM_T0 in wider["t"].to_pylist()
+    prom, seen = vm_backend()
+    got = prom.samples("DCGM_FI_DEV_GPU_UTIL", host="node1", t0=VM_T0, t1=VM_T1)
+    assert got.num_rows == 12 and min(got["t"].to_pylist()) == VM_T0
+    assert seen[0]["query"].endswith("[15001ms]")
+
+
+def test_vm_answer_order_is_not_label_order_but_samples_sorts_like_the_store():
+    raw = result_table(vm_answer("vm_query_range_selector_15000ms.json")["data"])
+    assert raw["gpu"].to_pylist()[0] == "2"   # VictoriaMetrics' own order
+    prom, _ = vm_backend()
+    got = prom.samples("DCGM_FI_DEV_GPU_UTIL", host="node1", t0=VM_T0, t1=VM_T1)
+    rows = list(zip(got["gpu"].to_pylist(), got["t"].to_pylist()))
+    assert rows == sorted(rows)
+    assert got["job"].to_pylist()[:4] == ["11"] * 4
+
+
+def test_vm_time_is_a_vector_not_a_scalar_and_samples_defaults_to_it():
+    data = vm_answer("vm_query_time.json")["data"]
+    assert data["resultType"] == "vector"     # Prometheus answers time() with resultType scalar
+    assert result_table(data)["value"].to_pylist() == [VM_T1]
+    prom, seen = vm_backend()
+    got = prom.samples("DCGM_FI_DEV_GPU_UTIL", host="node1", t0=VM_T0)   # no t1: VM's time()
+    assert got.num_rows == 12 and seen[0]["query"] == "time()" and seen[1]["time"] == f"{VM_T1:.3f}"
+
+
+def test_vm_aggregate_and_error_answers():
+    by_job = result_table(vm_answer("vm_query_sum_by_hpc_job.json")["data"], name="util")
+    assert dict(zip(by_job["job"].to_pylist(), by_job["value"].to_pylist())) == {"11": 61.0, "12": 32.0}
+    assert set(by_job["metric"].to_pylist()) == {"util"}
+    prom, _ = backend(lambda r, f: httpx.Response(422, json=vm_answer("vm_query_error.json")))
+    with pytest.raises(BackendError, match=r"HTTP 422 422: .*unexpected token"):
+        prom.query("sum by (")
+
+
+def test_vm_staleness_markers_come_back_as_nan_points_and_samples_drops_them():
+    # The shape VictoriaMetrics 1.79.5 gave in tests/integration/test_slurm_chain.py: the unlabelled series'
+    # staleness marker, written when the prolog's hpc_job label appeared, comes back as a "NaN" point.
+    answer = vm_answer("vm_query_range_selector_15001ms.json")
+    answer["data"]["result"][0]["values"].append([VM_T1 + 0.5, "NaN"])
+    prom, _ = backend(lambda r, f: httpx.Response(200, json=answer if "Hostname" in f["query"] else
+                                                  {"status": "success", "data": {"resultType": "matrix", "result": []}}))
+    got = prom.samples("DCGM_FI_DEV_GPU_UTIL", host="node1", t0=VM_T0, t1=VM_T1 + 1)
+    assert got.num_rows == 12 and not any(v != v for v in got["value"].to_pylist())
+    assert result_table(answer["data"]).num_rows == 13   # query() keeps what the server said
