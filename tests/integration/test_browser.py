@@ -479,3 +479,15 @@ def test_stale_data_is_greyed_with_its_age(browser, server):
     pg.wait_for_function("document.body.classList.contains('stale')", timeout=5_000)
     assert pg.locator("#stale-age").is_visible()
     context.close()
+
+
+def test_every_element_has_a_tooltip_and_gpu_tooltips_carry_power_and_temperature(page):
+    missing = page.eval_on_selector_all(".el", "els => els.filter(e => !e.querySelector(':scope > title')"
+                                               "?.textContent.trim()).map(e => e.dataset.el)")
+    assert missing == []
+    tip = page.locator("title[data-tip='gpu:node1/2']").text_content()
+    assert " W" in tip and "°C" in tip and "job " in tip and "—" != tip.split("job ")[-1]
+    legend = page.locator("#legend-colours")
+    assert legend.is_visible() and "XID" in legend.text_content() and "70 %" in legend.text_content()
+    page.click("[data-view='threats']")
+    assert legend.is_visible()                             # the marks' legend holds in every view

@@ -21,6 +21,7 @@ const refs = {
   band: new Map([...document.querySelectorAll(".band-live")].map((n) => [n.dataset.live, n])),
   collectors: [...document.querySelectorAll("[data-collector]")],
   vectors: [...document.querySelectorAll("g[data-vector]")],
+  tips: new Map([...document.querySelectorAll("title[data-tip^='gpu:']")].map((n) => [n.dataset.tip.slice(4), n])),
 };
 const BAR_MAX = Number(document.querySelector("[data-bar]")?.previousElementSibling?.getAttribute("width") ?? 34);
 
@@ -38,6 +39,8 @@ function applySnapshot(snap) {
     if (bar) bar.setAttribute("width", String(util ? (BAR_MAX * Math.min(100, util)) / 100 : 0));
     const el = refs.gpus.get(id);
     if (el) el.dataset.level = util === undefined ? "none" : util >= 70 ? "high" : util >= 20 ? "mid" : "low";
+    const tip = refs.tips.get(id);
+    if (tip) tip.textContent = gpuTip(id, g);
   }
   for (const [name, node] of refs.ib) {
     const v = snap.nodes?.[name];
@@ -51,6 +54,14 @@ function applySnapshot(snap) {
   updateCollect(snap.collect);
   updateCardLive(card, snap);
   applyMonitor(snap);
+}
+
+// A GPU's tooltip: its values now (power and temperature have no room on a tile).
+function gpuTip(id, g) {
+  const [node, index] = id.split("/");
+  const val = (v, digits, unit) => (v === undefined || v === null ? t("live.none") : `${fmt(v, digits)} ${t(unit)}`);
+  return t("tip.gpu", { gpu: node, index, util: val(g?.util_pct, 0, "unit.pct"), power: val(g?.power_w, 0, "unit.w"),
+    temp: val(g?.temp_c, 0, "unit.c"), job: g?.job ?? t("live.none") });
 }
 
 // Which collectors of `hpcwatch collect` answer (null: no daemon writes this store).
