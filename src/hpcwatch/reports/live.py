@@ -109,11 +109,13 @@ def latest_t(store: Store, *, hint: float | None = None) -> float | None:
 
 
 def live_snapshot(store: Store, *, weights_path: str, exclude_jobs: Sequence[str] = (),
-                  now: float | None = None) -> dict[str, Any]:
+                  now: float | None = None, with_problems: bool = True) -> dict[str, Any]:
     """The ``/api/live`` document (less the vectors' translated text): ``t`` (``now``, the newest sample's
     time), ``gpus``, ``nodes``, ``storage``, ``queue``, ``training``, ``collectors``, ``collect`` (the
     daemon's collectors, or None), ``vectors``, ``weights``, ``nccl`` (per job: NCCL version, transports,
-    channels, NCCL_* variables, rule verdicts; ``reports.nccl.nccl_card``)."""
+    channels, NCCL_* variables, rule verdicts; ``reports.nccl.nccl_card``), ``problems`` (``problems()``; left
+    empty with ``with_problems=False``, for a caller that refreshes them less often), ``job_gpus``, ``age_s``
+    (wall clock minus ``now``) and ``stale_after_s``."""
     jobs = {job.id: job for job in store.jobs()}
     training = live_training(store, exclude_jobs=exclude_jobs)
     checkpoints, last_checkpoint = queries.checkpoint_activity(store)
@@ -132,7 +134,7 @@ def live_snapshot(store: Store, *, weights_path: str, exclude_jobs: Sequence[str
         "weights": {"checkpoint_events": checkpoints, "last_checkpoint_t": last_checkpoint},
         "nccl": nccl_card(store),
         "problems": problems(store, training_job=training.job if training is not None else None)
-        if now is not None else [],
+        if now is not None and with_problems else [],
         "job_gpus": _job_gpus(gpus, jobs),
         "age_s": max(0.0, time.time() - now) if now is not None else None,
         "stale_after_s": STALE_AFTER_S,

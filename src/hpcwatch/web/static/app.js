@@ -40,7 +40,8 @@ function applySnapshot(snap) {
     const el = refs.gpus.get(id);
     if (el) el.dataset.level = util === undefined ? "none" : util >= 70 ? "high" : util >= 20 ? "mid" : "low";
     const tip = refs.tips.get(id);
-    if (tip) tip.textContent = gpuTip(id, g);
+    const text = tip ? gpuTip(id, g) : null;
+    if (tip && tip.textContent !== text) tip.textContent = text;
   }
   for (const [name, node] of refs.ib) {
     const v = snap.nodes?.[name];

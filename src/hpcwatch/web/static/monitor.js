@@ -61,6 +61,9 @@ function setListOpen(open) {
 // -- marks on the drawing ----------------------------------------------------------------
 
 function drawMarks(problems) {
+  const signature = JSON.stringify(problems.map((p) => [p.el, p.kind, p.rule, p.severity, p.evidence.xid, p.node]));
+  if (drawMarks.last === signature) return;
+  drawMarks.last = signature;
   for (const el of gpuEls.values()) delete el.dataset.problem;
   for (const el of nodeEls.values()) delete el.dataset.problem;
   for (const m of marks.values()) m.textContent = "";
@@ -83,7 +86,10 @@ function drawMarks(problems) {
 function drawJob(snap) {
   const lit = new Set(monitor.job ? snap?.job_gpus?.[monitor.job] ?? [] : []);
   body.classList.toggle("job-highlight", Boolean(monitor.job));
-  for (const [id, el] of gpuEls) el.dataset.jobLit = String(lit.has(id));
+  for (const [id, el] of gpuEls) {
+    const value = String(lit.has(id));
+    if (el.dataset.jobLit !== value) el.dataset.jobLit = value;   // no style recalculation when nothing changed
+  }
   const chip = document.getElementById("job-chip");
   chip.hidden = !monitor.job;
   document.getElementById("job-chip-text").textContent = monitor.job ? t("alerts.highlight", { job: monitor.job }) : "";
