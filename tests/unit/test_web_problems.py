@@ -55,3 +55,17 @@ def test_an_empty_store_has_no_problems_and_no_age(tmp_path):
     with Store(tmp_path / "store") as store:
         snap = live_snapshot(store, weights_path="/weights", now=None)
     assert snap["problems"] == [] and snap["age_s"] is None and snap["job_gpus"] == {}
+
+
+def test_the_live_view_keeps_problems_between_its_slower_refreshes(tmp_path):
+    from hpcwatch.web.live import LiveView
+
+    with Store(tmp_path / "store") as store:
+        cluster = reference_cluster()
+        live = LiveTwin(store, cluster, seed=0, scenarios=("straggler",), start=1.7e9)
+        for _ in range(25):
+            live.step()
+        view = LiveView(store, cluster, min_interval_s=0.0)
+        first = view.snapshot()["problems"]
+        assert [p["el"] for p in first if p["kind"] == "straggler"] == ["gpu:node1/2"]
+        assert view.snapshot()["problems"] is first        # within PROBLEMS_INTERVAL_S: not judged again
