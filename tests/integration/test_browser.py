@@ -423,7 +423,8 @@ def test_alert_count_and_an_entry_opens_its_card_and_lights_its_job(problem_page
     assert "node1/2" in pg.locator("#card-title").inner_text()
     assert "el=gpu%3Anode1%2F2" in pg.url or "el=gpu:node1/2" in pg.url
     job = pg.locator("#alerts-list [data-highlight-job]").first.get_attribute("data-highlight-job")
-    pg.click("#alerts-toggle") if not pg.locator("#alerts-list").is_visible() else None
+    assert not pg.locator("#alerts-list").is_visible()     # opening an entry closes the list
+    pg.click("#alerts-toggle")
     pg.locator("#alerts-list [data-highlight-job]").first.click()
     assert "job-highlight" in pg.locator("body").get_attribute("class")
     lit = pg.eval_on_selector_all("[data-gpu][data-job-lit='true']", "els => els.map(e => e.dataset.gpu)")

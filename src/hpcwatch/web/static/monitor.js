@@ -45,7 +45,10 @@ function drawAlerts(problems) {
   for (const p of problems) {
     const open = h("button", { type: "button", class: "alert-open", "data-open-el": p.el, "data-kind": p.kind,
       "data-severity": p.severity ?? "" }, problemText(p));
-    open.addEventListener("click", () => monitor.openCard?.(p.el));
+    open.addEventListener("click", () => {
+      setListOpen(false);                      // the list would cover the card it just opened
+      monitor.openCard?.(p.el);
+    });
     const job = p.job ? h("button", { type: "button", class: "ghost alert-job", "data-highlight-job": p.job,
       title: t("alerts.job_title", { job: p.job }) }, t("alerts.job", { job: p.job })) : null;
     list.append(h("li", { "data-severity": p.severity ?? "" }, open, job));
