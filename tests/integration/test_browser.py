@@ -220,6 +220,14 @@ def test_a_real_finding_lights_its_vector(browser):
         pg.keyboard.press("Enter")
         assert "finding" in pg.locator("#card [data-value='status']").inner_text()
         _shot(pg, "3b-threats-live-finding")
+        # the finding is in the alert strip, and its node is lit in the default view too (issue 15)
+        pg.click("[data-view='schematic']")
+        pg.wait_for_selector("#alerts-list [data-kind='finding'][data-open-el='vector:rdma_blind_spot']",
+                             state="attached", timeout=20_000)
+        target = pg.evaluate("window.hpcwatch.state.snapshot.problems.find(p => p.kind === 'finding').node")
+        if pg.locator(f"g[data-node='{target}']").count():
+            assert pg.locator(f"g[data-node='{target}']").get_attribute("data-problem") == "finding"
+            _shot(pg, "15-7-finding-node-lit-schematic")
         context.close()
         _french_page_shows_the_finding_in_french(browser, url)
     finally:
