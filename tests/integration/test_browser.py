@@ -220,6 +220,14 @@ def test_a_real_finding_lights_its_vector(browser):
         pg.keyboard.press("Enter")
         assert "finding" in pg.locator("#card [data-value='status']").inner_text()
         _shot(pg, "3b-threats-live-finding")
+        # the finding is in the alert strip, and its node is lit in the default view too (issue 15)
+        pg.click("[data-view='schematic']")
+        pg.wait_for_selector("#alerts-list [data-kind='finding'][data-open-el='vector:rdma_blind_spot']",
+                             state="attached", timeout=20_000)
+        target = pg.evaluate("window.hpcwatch.state.snapshot.problems.find(p => p.kind === 'finding').node")
+        if pg.locator(f"g[data-node='{target}']").count():
+            assert pg.locator(f"g[data-node='{target}']").get_attribute("data-problem") == "finding"
+            _shot(pg, "15-7-finding-node-lit-schematic")
         context.close()
         _french_page_shows_the_finding_in_french(browser, url)
     finally:
@@ -361,3 +369,134 @@ def test_first_paint_reference_cluster(page):
     TIMINGS["reference_first_contentful_paint_ms"] = fcp
     _shot(page, "0-engineer")
     assert fcp is not None and fcp < 5000
+
+
+# -- the page as a monitor (issue 15): problems where you look, URL state, stale data ----------------
+
+
+@pytest.fixture(scope="module")
+def problem_server():
+    """A demo with a straggler (node1 GPU 2) and an XID 79 (node2 GPU 3, 30 s in)."""
+    proc, url = _start_demo("--scenario", "straggler", "--scenario", "xid79")
+    yield url
+    _stop(proc)
+
+
+@pytest.fixture
+def problem_page(browser, problem_server):
+    context = browser.new_context(viewport=VIEWPORT, locale="en-US")
+    pg = context.new_page()
+    errors: list[str] = []
+    pg.on("pageerror", lambda err: errors.append(str(err)))
+    pg.goto(problem_server)
+    _wait_ticks(pg, 1)
+    yield pg
+    context.close()
+    assert not errors, errors
+
+
+def test_straggler_is_marked_on_its_gpu_in_the_default_view(problem_page):
+    pg = problem_page
+    assert "view-schematic" in pg.locator("body").get_attribute("class")
+    pg.wait_for_selector("[data-gpu='node1/2'][data-problem='straggler']", timeout=60_000)
+    assert pg.locator("[data-mark='node1/2']").text_content() == "⚠ slow"
+    assert pg.eval_on_selector_all("[data-gpu][data-problem='straggler']", "els => els.length") == 1
+    stroke = pg.eval_on_selector("[data-gpu='node1/2'] .gpu-box", "el => getComputedStyle(el).stroke")
+    assert stroke == "rgb(180, 83, 9)"                       # --warn, not the healthy green line
+    pg.locator("#schematic-wrap").screenshot(path=str(ARTIFACTS / "15-1-straggler-default-view.png"))
+
+
+def test_xid_gpu_is_red_with_its_code(problem_page):
+    pg = problem_page
+    pg.wait_for_selector("[data-gpu='node2/3'][data-problem='xid']", timeout=90_000)
+    assert pg.locator("[data-mark='node2/3']").text_content() == "XID 79"
+    fill = pg.eval_on_selector("[data-gpu='node2/3'] .gpu-box", "el => getComputedStyle(el).fill")
+    assert fill == "rgb(254, 226, 226)"
+    assert pg.locator("#alerts-toggle").get_attribute("data-severity") == "drain"   # worst first
+    pg.locator("#schematic-wrap").screenshot(path=str(ARTIFACTS / "15-2-xid79-red.png"))
+
+
+def test_alert_count_and_an_entry_opens_its_card_and_lights_its_job(problem_page):
+    pg = problem_page
+    pg.wait_for_function("Number(document.getElementById('alerts-toggle').dataset.count) > 0", timeout=60_000)
+    count = int(pg.locator("#alerts-toggle").get_attribute("data-count"))
+    assert str(count) in pg.locator("#alerts-toggle").text_content()
+    pg.click("#alerts-toggle")
+    assert pg.locator("#alerts-list").is_visible()
+    assert pg.locator("#alerts-list li").count() == count
+    _shot(pg, "15-3-alert-strip-open")
+    entry = pg.locator("#alerts-list [data-open-el='gpu:node1/2']")
+    assert "Straggler" in entry.text_content() and "rank" in entry.text_content()
+    entry.click()
+    assert "node1/2" in pg.locator("#card-title").inner_text()
+    assert "el=gpu%3Anode1%2F2" in pg.url or "el=gpu:node1/2" in pg.url
+    job = pg.locator("#alerts-list [data-highlight-job]").first.get_attribute("data-highlight-job")
+    assert not pg.locator("#alerts-list").is_visible()     # opening an entry closes the list
+    pg.click("#alerts-toggle")
+    pg.locator("#alerts-list [data-highlight-job]").first.click()
+    assert "job-highlight" in pg.locator("body").get_attribute("class")
+    lit = pg.eval_on_selector_all("[data-gpu][data-job-lit='true']", "els => els.map(e => e.dataset.gpu)")
+    expected = pg.evaluate(f"window.hpcwatch.state.snapshot.job_gpus[{job!r}]")
+    assert "node1/2" in lit and set(lit) == set(expected)
+    assert f"job={job}" in pg.url
+    _shot(pg, "15-4-job-highlight")
+    pg.click("#job-clear")
+    assert "job-highlight" not in pg.locator("body").get_attribute("class") and "job=" not in pg.url
+
+
+def test_gpu_card_job_button_lights_the_jobs_gpus(page):
+    page.locator("[data-gpu='node1/0']").click()
+    button = page.locator("#card [data-highlight-job]").first
+    job = button.get_attribute("data-highlight-job")
+    button.click()
+    lit = page.eval_on_selector_all("[data-gpu][data-job-lit='true']", "els => els.map(e => e.dataset.gpu)")
+    assert "node1/0" in lit and set(lit) == set(page.evaluate(f"window.hpcwatch.state.snapshot.job_gpus[{job!r}]"))
+
+
+def test_url_restores_mode_selection_and_job(page, server):
+    job = page.evaluate("Object.keys(window.hpcwatch.state.snapshot.job_gpus)[0]")
+    page.goto(f"{server}?mode=threats&el=gpu:node1/2&job={job}")
+    _wait_ticks(page, 1)
+    assert "view-threats" in page.locator("body").get_attribute("class")
+    assert page.locator("[data-view='threats']").get_attribute("aria-pressed") == "true"
+    assert "node1/2" in page.locator("#card-title").inner_text()
+    assert page.locator("#job-chip").is_visible() and job in page.locator("#job-chip-text").text_content()
+    _shot(page, "15-5-url-restored")
+    page.click("[data-view='observer']")
+    assert "mode=observer" in page.url and f"job={job}" in page.url
+    page.keyboard.press("Escape")
+    assert "el=" not in page.url
+    page.click("[data-view='schematic']")
+    assert "mode=" not in page.url                         # the default mode is not spelt out
+
+
+def test_stale_data_is_greyed_with_its_age(browser, server):
+    context = browser.new_context(viewport=VIEWPORT, locale="en-US")
+    pg = context.new_page()
+    pg.route("**/api/stream*", lambda route: route.abort())   # the stream never answers: boot snapshot only
+    pg.goto(server)
+    pg.wait_for_function("Number(document.body.dataset.ticks || 0) >= 1")
+    assert "stale" not in pg.locator("body").get_attribute("class").split()
+    # the newest sample 5 minutes old (a collector that stopped): grey at once, with its age
+    pg.evaluate("window.hpcwatch.applySnapshot({...window.hpcwatch.state.snapshot, age_s: 300})")
+    assert "stale" in pg.locator("body").get_attribute("class").split()
+    assert pg.locator("#stale-age").text_content().startswith("data 5 min old")
+    _shot(pg, "15-6-stale-greyed")
+    # fresh data, then the stream goes silent past the (here lowered) threshold
+    pg.evaluate("window.hpcwatch.applySnapshot({...window.hpcwatch.state.snapshot, age_s: 0, stale_after_s: 2})")
+    assert "stale" not in pg.locator("body").get_attribute("class").split()
+    pg.wait_for_function("document.body.classList.contains('stale')", timeout=5_000)
+    assert pg.locator("#stale-age").is_visible()
+    context.close()
+
+
+def test_every_element_has_a_tooltip_and_gpu_tooltips_carry_power_and_temperature(page):
+    missing = page.eval_on_selector_all(".el", "els => els.filter(e => !e.querySelector(':scope > title')"
+                                               "?.textContent.trim()).map(e => e.dataset.el)")
+    assert missing == []
+    tip = page.locator("title[data-tip='gpu:node1/2']").text_content()
+    assert " W" in tip and "°C" in tip and "job " in tip and "—" != tip.split("job ")[-1]
+    legend = page.locator("#legend-colours")
+    assert legend.is_visible() and "XID" in legend.text_content() and "70 %" in legend.text_content()
+    page.click("[data-view='threats']")
+    assert legend.is_visible()                             # the marks' legend holds in every view

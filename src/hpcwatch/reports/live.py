@@ -25,17 +25,19 @@ from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from hpcwatch.errors import InputError
 from hpcwatch.records import Job
+from hpcwatch.reports.health import node_health
 from hpcwatch.reports.collectors import collector_statuses
 from hpcwatch.reports.nccl import nccl_card
 from hpcwatch.reports.findings import findings_summary
-from hpcwatch.reports.steps import live_training
+from hpcwatch.reports.steps import live_training, step_report
 from hpcwatch.store import Store, queries
 from hpcwatch import vocab
 from hpcwatch.vocab import EventKind
 
 __all__ = ["Collector", "COLLECTORS", "GPU_FIELDS", "RECENT_S", "LATEST_WINDOW_S", "RATE_WINDOW_S", "WEIGHT_HOOKS",
-           "TOP_METRICS", "live_snapshot", "latest_t", "gpu_table"]
+           "TOP_METRICS", "STALE_AFTER_S", "STRAGGLER_RECENT_STEPS", "live_snapshot", "problems", "latest_t", "gpu_table"]
 
 #: Data older than this (relative to the newest sample) does not count as "arriving".
 RECENT_S = 60.0
@@ -46,6 +48,12 @@ RATE_WINDOW_S = 20.0
 #: The newest sample is searched this far below the last one known first (then everywhere).
 LATEST_HINT_S = 3600.0
 MIB = 1024**2
+#: The page greys its tiles when the newest sample is older than this (wall clock). Ours: three times the
+#: slowest usual scrape interval (15 s, dcgm-exporter's and Prometheus's default), so one missed scrape is not "stale".
+STALE_AFTER_S = 45.0
+#: The live job's straggler verdict is judged over its last this many steps (enough for the rule's per-step
+#: outlier fraction, few enough to follow a straggler that comes and goes).
+STRAGGLER_RECENT_STEPS = 20
 
 #: dcgm-exporter metric -> (snapshot field, scale to SI units).
 GPU_FIELDS: dict[str, tuple[str, float]] = {
@@ -101,17 +109,20 @@ def latest_t(store: Store, *, hint: float | None = None) -> float | None:
 
 
 def live_snapshot(store: Store, *, weights_path: str, exclude_jobs: Sequence[str] = (),
-                  now: float | None = None) -> dict[str, Any]:
+                  now: float | None = None, with_problems: bool = True) -> dict[str, Any]:
     """The ``/api/live`` document (less the vectors' translated text): ``t`` (``now``, the newest sample's
     time), ``gpus``, ``nodes``, ``storage``, ``queue``, ``training``, ``collectors``, ``collect`` (the
     daemon's collectors, or None), ``vectors``, ``weights``, ``nccl`` (per job: NCCL version, transports,
-    channels, NCCL_* variables, rule verdicts; ``reports.nccl.nccl_card``)."""
+    channels, NCCL_* variables, rule verdicts; ``reports.nccl.nccl_card``), ``problems`` (``problems()``; left
+    empty with ``with_problems=False``, for a caller that refreshes them less often), ``job_gpus``, ``age_s``
+    (wall clock minus ``now``) and ``stale_after_s``."""
     jobs = {job.id: job for job in store.jobs()}
     training = live_training(store, exclude_jobs=exclude_jobs)
     checkpoints, last_checkpoint = queries.checkpoint_activity(store)
+    gpus = _gpus(store, now, jobs) if now is not None else {}
     return {
         "t": now,
-        "gpus": _gpus(store, now, jobs) if now is not None else {},
+        "gpus": gpus,
         "nodes": _nodes(store, now) if now is not None else {},
         "storage": _storage(store, now, jobs) if now is not None else {"jobs": [], "read_bytes_s": 0.0,
                                                                        "write_bytes_s": 0.0},
@@ -122,7 +133,81 @@ def live_snapshot(store: Store, *, weights_path: str, exclude_jobs: Sequence[str
         "vectors": {v: asdict(s) for v, s in findings_summary(store).items()},
         "weights": {"checkpoint_events": checkpoints, "last_checkpoint_t": last_checkpoint},
         "nccl": nccl_card(store),
+        "problems": problems(store, training_job=training.job if training is not None else None)
+        if now is not None and with_problems else [],
+        "job_gpus": _job_gpus(gpus, jobs),
+        "age_s": max(0.0, time.time() - now) if now is not None else None,
+        "stale_after_s": STALE_AFTER_S,
     }
+
+
+def _job_gpus(gpus: dict[str, dict[str, Any]], jobs: dict[str, Job]) -> dict[str, list[str]]:
+    """Each job's GPUs (``node/index``): the ones dcgm-exporter labels with it (a GPU shared by jobs
+    ``4101,4102`` counts for each)."""
+    out: dict[str, list[str]] = {}
+    for gid, entry in gpus.items():
+        for job in (entry.get("job") or "").split(","):
+            if job:
+                out.setdefault(job, []).append(gid)
+    return {job: sorted(ids) for job, ids in out.items()}
+
+
+# -- problems: what the page's alert strip lists and marks on the drawing ------------------------------
+
+
+def problems(store: Store, *, training_job: str | None) -> list[dict[str, Any]]:
+    """What is wrong now, worst first: node health checks that warn or drain (an XID names its GPU),
+    the live job's straggler (``reports.steps``), and every threat vector with findings.
+
+    Each entry: ``kind`` (``health``, ``straggler``, ``finding``), ``severity`` (``drain``/``warn`` for
+    health; ``warn`` for a straggler; the finding's own), ``el`` (the page element that opens its card:
+    ``gpu:node1/2``, ``node:node1``, ``vector:rdma_blind_spot``), ``node``, ``gpu``, ``job``, ``rule``,
+    ``title`` (English, from the rule) and ``evidence`` (the numbers the page words itself)."""
+    found = [*_health_problems(store), *_straggler_problems(store, training_job), *_finding_problems(store)]
+    order = {"drain": 0, "critical": 0, "high": 1, "warn": 2, "medium": 2}
+    return sorted(found, key=lambda p: (order.get(p["severity"] or "", 3), p["el"]))
+
+
+def _health_problems(store: Store) -> list[dict[str, Any]]:
+    out = []
+    for node in node_health(store).nodes:
+        for check in node.checks:
+            if check.verdict == "ok":
+                continue
+            gpu = check.evidence.get("gpu")
+            el = f"gpu:{node.node}/{gpu}" if gpu is not None and str(gpu).isdigit() else f"node:{node.node}"
+            out.append({"kind": "health", "severity": check.verdict, "el": el, "node": node.node,
+                        "gpu": str(gpu) if gpu is not None else None, "job": None, "rule": check.rule,
+                        "title": check.title, "evidence": _plain(check.evidence)})
+    return out
+
+
+def _straggler_problems(store: Store, job: str | None) -> list[dict[str, Any]]:
+    if job is None:
+        return []
+    try:
+        found = step_report(store, job, recent_steps=STRAGGLER_RECENT_STEPS).straggler
+    except InputError:
+        return []
+    if found is None or found.node is None:
+        return []
+    el = f"gpu:{found.node}/{found.gpu}" if found.gpu is not None else f"node:{found.node}"
+    return [{"kind": "straggler", "severity": "warn", "el": el, "node": found.node,
+             "gpu": str(found.gpu) if found.gpu is not None else None, "job": job, "rule": "straggler",
+             "title": f"rank {found.rank} is the straggler ({found.phase})",
+             "evidence": {"rank": found.rank, "phase": found.phase, "excess_ms": round(found.excess_s * 1000, 1)}}]
+
+
+def _finding_problems(store: Store) -> list[dict[str, Any]]:
+    return [{"kind": "finding", "severity": v.severity, "el": f"vector:{v.vector}", "node": v.target,
+             "gpu": None, "job": None, "rule": v.rule, "title": v.title,
+             "evidence": {"findings": v.findings, "vector": v.vector}}
+            for v in findings_summary(store).values() if v.findings > 0]
+
+
+def _plain(evidence: dict[str, Any]) -> dict[str, Any]:
+    """Evidence values the JSON stream carries as they are (numbers, strings); others as text."""
+    return {k: v if isinstance(v, (int, float, str, bool)) or v is None else str(v) for k, v in evidence.items()}
 
 
 def _gpus(store: Store, now: float, jobs: dict[str, Job]) -> dict[str, dict[str, Any]]:

@@ -33,6 +33,7 @@ from hpcwatch.store import Store
 from hpcwatch.web import api
 from hpcwatch.web.i18n import LANG_COOKIE, LANGUAGES, load_catalogue, negotiate
 from hpcwatch.web.live import LiveView
+from hpcwatch.reports.live import STALE_AFTER_S
 from hpcwatch.web.svg import render_schematic
 
 __all__ = ["create_app", "AppState", "script_json", "PLOTLY_JS"]
@@ -122,7 +123,7 @@ def _render(template: Any, state: AppState, lang: str) -> str:
     return template.render(
         t=t, lang=lang, languages=LANGUAGES, cluster=state.cluster, gpu_count=len(state.cluster.gpus),
         svg=Markup(state.svg_cache[lang]), cards=t.cards, snapshot=snapshot, step_sources=sources,
-        phases=PHASES, static="/static", root="",
+        phases=PHASES, static="/static", root="", stale_after_s=STALE_AFTER_S,
         catalogue_json=script_json(t.page_document()), boot_json=script_json(boot))
 
 

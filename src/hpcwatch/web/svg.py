@@ -150,8 +150,9 @@ def _defs() -> str:
 
 
 def _open_el(key: str, label: str, extra: str = "") -> str:
+    # <title>: the tooltip a pointer gets (SVG has no title attribute); the page adds live values to a GPU's.
     return (f'<g class="el" data-el="{_a(key)}" tabindex="0" role="button" aria-label="{_a(label)}" '
-            f'aria-controls="card"{extra}>')
+            f'aria-controls="card"{extra}><title data-tip="{_a(key)}">{_a(label)}</title>')
 
 
 def _band(key: str, cls: str, x: int, y: int, w: int, title: str, detail: str, t: Translate,
@@ -211,6 +212,7 @@ def _gpu(gid: str, index: int, model: str, x: float, y: int, w: float, t: Transl
     return (f'{_open_el(f"gpu:{gid}", label, f" data-gpu={chr(34)}{_a(gid)}{chr(34)}")}'
             f'<rect class="shape gpu-box" x="{x}" y="{y}" width="{w}" height="{GPU_H}" rx="6"/>'
             f'<text class="gpu-name" x="{cx}" y="{y + 15}" text-anchor="middle">GPU{index}</text>'
+            f'<text class="gpu-mark" data-mark="{_a(gid)}" x="{cx}" y="{y + 15}" text-anchor="middle"></text>'
             f'<text class="live gpu-util" data-live="util:{_a(gid)}" x="{cx}" y="{y + 33}" '
             f'text-anchor="middle">–</text>'
             f'<rect class="gpu-bar-bg" x="{x + 6}" y="{y + GPU_H - 13}" width="{round(w - 12, 1)}" height="6" rx="3"/>'

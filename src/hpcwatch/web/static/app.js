@@ -2,6 +2,7 @@
 // the walk-through guide. Live text is written with textContent only.
 
 import { renderCard, updateCardLive } from "./card.js";
+import { applyMonitor, highlightJob, initMonitor, readUrl, writeUrl } from "./monitor.js";
 import { initPlayer } from "./player.js";
 import { initSimulator } from "./sim.js";
 import { boot, clear, fmt, fmtRate, fmtTime, h, t } from "./util.js";
@@ -20,6 +21,7 @@ const refs = {
   band: new Map([...document.querySelectorAll(".band-live")].map((n) => [n.dataset.live, n])),
   collectors: [...document.querySelectorAll("[data-collector]")],
   vectors: [...document.querySelectorAll("g[data-vector]")],
+  tips: new Map([...document.querySelectorAll("title[data-tip^='gpu:']")].map((n) => [n.dataset.tip.slice(4), n])),
 };
 const BAR_MAX = Number(document.querySelector("[data-bar]")?.previousElementSibling?.getAttribute("width") ?? 34);
 
@@ -37,6 +39,9 @@ function applySnapshot(snap) {
     if (bar) bar.setAttribute("width", String(util ? (BAR_MAX * Math.min(100, util)) / 100 : 0));
     const el = refs.gpus.get(id);
     if (el) el.dataset.level = util === undefined ? "none" : util >= 70 ? "high" : util >= 20 ? "mid" : "low";
+    const tip = refs.tips.get(id);
+    const text = tip ? gpuTip(id, g) : null;
+    if (tip && tip.textContent !== text) tip.textContent = text;
   }
   for (const [name, node] of refs.ib) {
     const v = snap.nodes?.[name];
@@ -49,6 +54,15 @@ function applySnapshot(snap) {
   document.getElementById("clock").textContent = t("status.sim_time", { time: fmtTime(snap.t) });
   updateCollect(snap.collect);
   updateCardLive(card, snap);
+  applyMonitor(snap);
+}
+
+// A GPU's tooltip: its values now (power and temperature have no room on a tile).
+function gpuTip(id, g) {
+  const [node, index] = id.split("/");
+  const val = (v, digits, unit) => (v === undefined || v === null ? t("live.none") : `${fmt(v, digits)} ${t(unit)}`);
+  return t("tip.gpu", { gpu: node, index, util: val(g?.util_pct, 0, "unit.pct"), power: val(g?.power_w, 0, "unit.w"),
+    temp: val(g?.temp_c, 0, "unit.c"), job: g?.job ?? t("live.none") });
 }
 
 // Which collectors of `hpcwatch collect` answer (null: no daemon writes this store).
@@ -106,7 +120,9 @@ function updateQueue(snap) {
   const tbody = document.querySelector("#queue-table tbody");
   clear(tbody);
   for (const j of q.jobs) {
-    tbody.append(h("tr", {}, [j.id, j.name ?? "", j.user ?? "", j.account ?? "", j.state ?? "", (j.nodes || []).join(", "), fmt(j.gpus)]
+    const job = h("button", { type: "button", class: "ghost job-link", "data-highlight-job": j.id,
+      title: t("alerts.job_title", { job: j.id }) }, j.id);
+    tbody.append(h("tr", {}, [job, j.name ?? "", j.user ?? "", j.account ?? "", j.state ?? "", (j.nodes || []).join(", "), fmt(j.gpus)]
       .map((c) => h("td", {}, c))));
   }
 }
@@ -141,6 +157,7 @@ function openCard(key, opener) {
   state.opener?.classList.add("selected");
   card.classList.add("open");
   card.scrollIntoView({ block: "nearest", behavior: "smooth" });
+  saveUrl();
 }
 
 function closeCard() {
@@ -153,6 +170,21 @@ function closeCard() {
   document.querySelectorAll(".el.selected").forEach((el) => el.classList.remove("selected"));
   state.opener?.setAttribute("aria-expanded", "false");
   state.opener?.focus();
+  saveUrl();
+}
+
+// The address carries the view, the reading, the open card and the highlighted job (monitor.js).
+function saveUrl() {
+  writeUrl({ mode: state.view, reading: state.reading, el: card.dataset.open, job: monitor.job });
+}
+
+function restoreUrl() {
+  const wanted = readUrl();
+  if (["schematic", "observer", "threats"].includes(wanted.mode)) setView(wanted.mode);
+  if (["engineer", "decider"].includes(wanted.reading)) setReading(wanted.reading);
+  if (wanted.job) highlightJob(wanted.job);
+  const opener = wanted.el ? document.querySelector(`[data-el='${CSS.escape(wanted.el)}']`) : null;
+  if (opener) openCard(wanted.el, opener);
 }
 
 function bindElements() {
@@ -181,6 +213,7 @@ function setReading(reading) {
   document.querySelectorAll("[data-reading]").forEach((b) => b.setAttribute("aria-pressed", String(b.dataset.reading === reading)));
   if (card.dataset.open) renderCard(card, card.dataset.open, reading, state.snapshot, closeCard);
   if (reading === "decider") showTier();
+  saveUrl();
 }
 
 // The Decider mode shows the assessment's tier: the one hpcwatch collect stored (task = "assess"), or,
@@ -199,6 +232,7 @@ function setView(view) {
   body.classList.remove("view-schematic", "view-observer", "view-threats");
   body.classList.add(`view-${view}`);
   document.querySelectorAll("[data-view]").forEach((b) => b.setAttribute("aria-pressed", String(b.dataset.view === view)));
+  saveUrl();
 }
 
 function bindModes() {
@@ -282,6 +316,7 @@ function bindGuide(player) {
 
 // -- start ---------------------------------------------------------------------------------
 
+const monitor = initMonitor({ openCard: (key) => openCard(key), onChange: () => saveUrl() });
 bindElements();
 bindModes();
 bindPan();
@@ -289,5 +324,6 @@ const player = initPlayer(document.getElementById("player"));
 initSimulator(document.getElementById("sim"));
 bindGuide(player);
 if (state.snapshot) applySnapshot(state.snapshot);
+restoreUrl();
 connect();
-window.hpcwatch = { openCard, closeCard, setView, setReading, applySnapshot, player, state };
+window.hpcwatch = { openCard, closeCard, setView, setReading, applySnapshot, highlightJob, player, state, monitor };

@@ -82,6 +82,12 @@ function gpuValue(g, field) {
   }
 }
 
+/** The job as text and one button per job id (a GPU shared by "4101,4102" has two) that lights its GPUs. */
+function jobButtons(ids, text) {
+  return [text, " ", ids.split(",").filter(Boolean).map((id) => h("button", { type: "button", class: "ghost job-link",
+    "data-highlight-job": id, title: t("alerts.job_title", { job: id }) }, t("alerts.job", { job: id })))];
+}
+
 const LIVE = {
   gpu(info, snap) {
     const g = snap.gpus?.[info.id];
@@ -92,7 +98,7 @@ const LIVE = {
       [t("live.power"), gpuValue(g, "power_w"), { "data-value": "power_w" }],
       [t("live.mem"), gpuValue(g, "mem_used_bytes"), { "data-value": "mem_used_bytes" }],
       [t("live.temp"), gpuValue(g, "temp_c"), { "data-value": "temp_c" }],
-      [t("live.job"), job, { "data-value": "job" }],
+      [t("live.job"), g.job ? jobButtons(g.job, job) : job, { "data-value": "job" }],
       [t("live.user"), g.user ?? t("live.none"), { "data-value": "user" }],
       [t("live.account"), g.account ?? t("live.none"), { "data-value": "account" }],
     ]);

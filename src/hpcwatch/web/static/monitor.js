@@ -1,0 +1,173 @@
+// The page as a monitor: the alert strip, the marks the server's `problems` put on the drawing,
+// the job highlight, mode and selection in the URL, and stale data greyed with its age.
+// The server decides what is a problem (reports/live.py); this module only draws it, with textContent.
+
+import { cards, clear, fmt, h, t } from "./util.js";
+
+const body = document.body;
+const marks = new Map([...document.querySelectorAll("[data-mark]")].map((n) => [n.dataset.mark, n]));
+const gpuEls = new Map([...document.querySelectorAll("[data-gpu]")].map((n) => [n.dataset.gpu, n]));
+const nodeEls = new Map([...document.querySelectorAll("g[data-node]")].map((n) => [n.dataset.node, n]));
+const toggle = document.getElementById("alerts-toggle");
+const list = document.getElementById("alerts-list");
+const monitor = { job: null, snapshot: null, receivedAt: 0, openCard: null, onChange: null };
+
+// -- the alert strip ---------------------------------------------------------------------
+
+function where(p) {
+  if (p.el.startsWith("gpu:")) return `${p.node}/GPU${p.gpu}`;
+  return p.node ?? p.el;
+}
+
+function problemText(p) {
+  if (p.kind === "straggler") {
+    return t("alerts.straggler", { where: where(p), rank: p.evidence.rank, phase: t(`phase.${p.evidence.phase}`),
+      ms: fmt(p.evidence.excess_ms, 1) });
+  }
+  if (p.kind === "finding") {
+    const vector = cards.vectors?.[p.evidence.vector]?.title ?? p.evidence.vector;
+    return t("alerts.finding", { vector, n: fmt(p.evidence.findings), target: p.node ?? t("live.none") });
+  }
+  const verdict = t(`verdict.${p.severity}`);
+  if (p.rule === "xid") return t("alerts.xid", { code: p.evidence.xid, where: where(p), verdict });
+  return t("alerts.health", { where: where(p), rule: p.rule, verdict });
+}
+
+function drawAlerts(problems) {
+  const n = problems.length;
+  toggle.textContent = n === 0 ? t("alerts.none") : n === 1 ? t("alerts.count_one") : t("alerts.count", { n: fmt(n) });
+  toggle.dataset.count = String(n);
+  toggle.dataset.severity = problems[0]?.severity ?? "ok";
+  const signature = JSON.stringify(problems.map((p) => [p.el, p.rule, p.severity, p.job, p.evidence]));
+  if (list.dataset.signature === signature) return;   // keep focus inside an open list between ticks
+  list.dataset.signature = signature;
+  clear(list);
+  for (const p of problems) {
+    const open = h("button", { type: "button", class: "alert-open", "data-open-el": p.el, "data-kind": p.kind,
+      "data-severity": p.severity ?? "" }, problemText(p));
+    open.addEventListener("click", () => {
+      setListOpen(false);                      // the list would cover the card it just opened
+      monitor.openCard?.(p.el);
+    });
+    const job = p.job ? h("button", { type: "button", class: "ghost alert-job", "data-highlight-job": p.job,
+      title: t("alerts.job_title", { job: p.job }) }, t("alerts.job", { job: p.job })) : null;
+    list.append(h("li", { "data-severity": p.severity ?? "" }, open, job));
+  }
+  if (n === 0) setListOpen(false);
+}
+
+function setListOpen(open) {
+  list.hidden = !open;
+  toggle.setAttribute("aria-expanded", String(open));
+}
+
+// -- marks on the drawing ----------------------------------------------------------------
+
+function drawMarks(problems) {
+  const signature = JSON.stringify(problems.map((p) => [p.el, p.kind, p.rule, p.severity, p.evidence.xid, p.node]));
+  if (drawMarks.last === signature) return;
+  drawMarks.last = signature;
+  for (const el of gpuEls.values()) delete el.dataset.problem;
+  for (const el of nodeEls.values()) delete el.dataset.problem;
+  for (const m of marks.values()) m.textContent = "";
+  for (const p of [...problems].reverse()) {          // worst last, so it wins
+    if (p.el.startsWith("gpu:")) {
+      const id = p.el.slice(4);
+      const kind = p.kind === "straggler" ? "straggler" : p.rule === "xid" ? "xid" : p.severity;
+      const el = gpuEls.get(id);
+      if (el) el.dataset.problem = kind;
+      const mark = marks.get(id);
+      if (mark) mark.textContent = kind === "xid" ? t("mark.xid", { code: p.evidence.xid }) : t(`mark.${kind}`);
+    }
+    const node = nodeEls.get(p.el.startsWith("node:") ? p.el.slice(5) : p.node ?? "");
+    if (node && (p.kind === "finding" || p.el.startsWith("node:"))) node.dataset.problem = p.kind === "finding" ? "finding" : p.severity;
+  }
+}
+
+// -- the job highlight -------------------------------------------------------------------
+
+function drawJob(snap) {
+  const lit = new Set(monitor.job ? snap?.job_gpus?.[monitor.job] ?? [] : []);
+  body.classList.toggle("job-highlight", Boolean(monitor.job));
+  for (const [id, el] of gpuEls) {
+    const value = String(lit.has(id));
+    if (el.dataset.jobLit !== value) el.dataset.jobLit = value;   // no style recalculation when nothing changed
+  }
+  const chip = document.getElementById("job-chip");
+  chip.hidden = !monitor.job;
+  document.getElementById("job-chip-text").textContent = monitor.job ? t("alerts.highlight", { job: monitor.job }) : "";
+}
+
+export function highlightJob(job) {
+  monitor.job = job || null;
+  drawJob(monitor.snapshot);
+  monitor.onChange?.();
+}
+
+// -- stale data --------------------------------------------------------------------------
+
+function fmtAge(seconds) {
+  if (seconds < 120) return t("stale.s", { n: fmt(seconds, 0) });
+  if (seconds < 7200) return t("stale.min", { n: fmt(seconds / 60, 0) });
+  return t("stale.h", { n: fmt(seconds / 3600, 0) });
+}
+
+function checkStale() {
+  const snap = monitor.snapshot;
+  if (!snap || snap.t === null || snap.t === undefined) return;
+  const sinceReceived = (performance.now() - monitor.receivedAt) / 1000;
+  const age = (snap.age_s ?? 0) + sinceReceived;
+  const limit = snap.stale_after_s ?? 45;
+  const stale = age > limit || sinceReceived > limit;
+  body.classList.toggle("stale", stale);
+  const label = document.getElementById("stale-age");
+  label.hidden = !stale;
+  label.textContent = stale ? t("stale.age", { age: fmtAge(age) }) : "";
+}
+
+// -- the URL -----------------------------------------------------------------------------
+
+/** Mode, open element and highlighted job from the address (`?mode=threats&el=gpu:node1/2&job=4101`). */
+export function readUrl() {
+  const q = new URLSearchParams(window.location.search);
+  return { mode: q.get("mode"), reading: q.get("reading"), el: q.get("el"), job: q.get("job") };
+}
+
+/** Write the page's state into the address without a new history entry (the other parameters stay). */
+export function writeUrl({ mode, reading, el, job }) {
+  const q = new URLSearchParams(window.location.search);
+  const set = (name, value, fallback) => (value && value !== fallback ? q.set(name, value) : q.delete(name));
+  set("mode", mode, "schematic");
+  set("reading", reading, "engineer");
+  set("el", el);
+  set("job", job);
+  const search = q.toString();
+  history.replaceState(null, "", `${window.location.pathname}${search ? `?${search}` : ""}${window.location.hash}`);
+}
+
+// -- wiring ------------------------------------------------------------------------------
+
+/** Called with every snapshot (boot and SSE). */
+export function applyMonitor(snap) {
+  monitor.snapshot = snap;
+  monitor.receivedAt = performance.now();
+  const problems = snap.problems ?? [];
+  drawAlerts(problems);
+  drawMarks(problems);
+  drawJob(snap);
+  checkStale();
+}
+
+export function initMonitor({ openCard, onChange }) {
+  monitor.openCard = openCard;
+  monitor.onChange = onChange;
+  toggle.addEventListener("click", () => setListOpen(list.hidden && toggle.dataset.count !== "0"));
+  document.getElementById("job-clear").addEventListener("click", () => highlightJob(null));
+  // A job button anywhere (alert strip, GPU card, queue) lights that job's GPUs.
+  document.addEventListener("click", (event) => {
+    const button = event.target.closest?.("[data-highlight-job]");
+    if (button) highlightJob(button.dataset.highlightJob);
+  });
+  setInterval(checkStale, 1000);
+  return monitor;
+}
