@@ -33,6 +33,7 @@ from collections.abc import Mapping
 
 import numpy as np
 
+from hpcwatch.analysis.steps import merge_intervals
 from hpcwatch.traces import CAT, GPU_CATEGORIES, KinetoTrace
 
 __all__ = ["KIND_COMPUTE", "KIND_COMMUNICATION", "KIND_MEMORY", "KIND_OTHER", "KINDS", "kernel_kinds",
@@ -110,19 +111,6 @@ def has_gpu_activity(trace: KinetoTrace) -> bool:
     return bool(len(_gpu_rows(trace)))
 
 
-def _merged(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """HTA's ``merge_kernel_intervals``: disjoint sorted intervals; touching ones stay apart."""
-    if len(starts) == 0:
-        return starts, ends
-    order = np.argsort(starts, kind="stable")
-    s, e = starts[order], ends[order]
-    reach = np.maximum.accumulate(e)
-    new = np.ones(len(s), dtype=bool)
-    new[1:] = s[1:] > reach[:-1]
-    firsts = np.flatnonzero(new)
-    return s[firsts], np.maximum.reduceat(e, firsts)
-
-
 @dataclass(frozen=True, slots=True, kw_only=True)
 class KernelStat:
     """One kernel name on one rank."""
@@ -180,7 +168,7 @@ def kernel_breakdown(trace: KinetoTrace, *, top: int = DEFAULT_TOP_KERNELS,
 
 def _exclusive_kind_us(starts: np.ndarray, ends: np.ndarray, kinds: np.ndarray) -> dict[str, float]:
     """µs per set of kinds running at once, over the elementary segments between all interval ends."""
-    merged = [_merged(starts[kinds == i], ends[kinds == i]) for i in range(len(KINDS) - 1)]
+    merged = [merge_intervals(starts[kinds == i], ends[kinds == i]) for i in range(len(KINDS) - 1)]
     cuts = np.unique(np.concatenate([np.concatenate(m) for m in merged] or [np.zeros(0)]))
     if len(cuts) < 2:
         return {}
@@ -260,8 +248,8 @@ def comm_compute_overlap(trace: KinetoTrace, *, include_last_step: bool = False)
     rows = _gpu_rows(trace, profiled_rows(trace, include_last_step=include_last_step))
     kinds = kernel_kinds(trace)[ev["name_id"][rows]]
     starts, ends = ev["ts_us"][rows], ev["ts_us"][rows] + ev["dur_us"][rows]
-    comm = _merged(starts[kinds == 1], ends[kinds == 1])
-    comp = _merged(starts[kinds == 0], ends[kinds == 0])
+    comm = merge_intervals(starts[kinds == 1], ends[kinds == 1])
+    comp = merge_intervals(starts[kinds == 0], ends[kinds == 0])
     comm_us = float((comm[1] - comm[0]).sum())
     if comm_us <= 0:
         return None

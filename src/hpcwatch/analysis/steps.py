@@ -46,6 +46,7 @@ from hpcwatch.records import PHASES, Span
 from hpcwatch.traces import CAT, GPU_CATEGORIES, KinetoTrace
 
 __all__ = [
+    "merge_intervals",
     "RankStep",
     "Anatomy",
     "TemporalBreakdown",
@@ -224,8 +225,9 @@ def median_step_time_s(anatomy: Anatomy) -> float | None:
 
 # --- intervals -----------------------------------------------------------------------------------------
 
-def _merge(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Disjoint, sorted intervals covering the given ones (touching ones stay apart, as in HTA)."""
+def merge_intervals(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Disjoint, sorted intervals covering the given ones (touching ones stay apart, as HTA's
+    ``merge_kernel_intervals``)."""
     if len(starts) == 0:
         return starts, ends
     order = np.argsort(starts, kind="stable")
@@ -240,7 +242,7 @@ def _merge(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray
 
 def union_length(starts: np.ndarray, ends: np.ndarray) -> float:
     """Total length covered by the intervals [start, end) (overlaps counted once)."""
-    s, e = _merge(starts, ends)
+    s, e = merge_intervals(starts, ends)
     return float((e - s).sum())
 
 
