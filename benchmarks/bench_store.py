@@ -8,7 +8,10 @@ Prints, each phase in its own process (so peak RSS is that phase's):
 3. readers: ``--readers`` processes querying in a loop while one writer commits every 0.5 s: their
    query latency p50/p95 and the failed queries;
 4. live: ``--live-commits`` commits of 1 Hz live data (one part per table each) written back to back,
-   then the part count and the read latency (a simulated hour by default).
+   then the part count and the read latency (a simulated hour by default);
+5. beside a compactor: one process commits ``--big-commits`` parts of 100k rows (its compactions merge
+   tiers of up to a few 100k rows) while a second commits 2,000 rows every 50 ms; the second's commit
+   latency p50/p95/max is what a compaction makes other writers wait.
 """
 
 from __future__ import annotations
@@ -124,6 +127,41 @@ def _live(path: str, commits: int) -> dict:
     return result | {"after": _read(path)}
 
 
+def _big_writer(path: str, commits: int) -> dict:
+    from hpcwatch.store import Store
+    store, started = Store(path), time.perf_counter()
+    for c in range(commits):
+        store.add_sample_table(_chunk(c * 100_000, 100_000))
+    store.close()
+    return {"commits": commits, "s": round(time.perf_counter() - started, 2)}
+
+
+def _small_writer(path: str, stop_file: str) -> dict:
+    from hpcwatch.store import Store
+    store, latencies, start = Store(path), [], 10**8
+    while not os.path.exists(stop_file):
+        began = time.perf_counter()
+        store.add_sample_table(_chunk(start + len(latencies) * 2000, 2000))
+        latencies.append(time.perf_counter() - began)
+        time.sleep(0.05)
+    store.close()
+    return {"latencies": latencies}
+
+
+def _beside_compactor(path: str, big_commits: int) -> dict:
+    from hpcwatch.store import Store
+    Store(path).close()
+    stop = Path(path).parent / "stop-small-writer"
+    small = subprocess.Popen([sys.executable, __file__, "--phase", "small_writer", path, str(stop)],
+                             stdout=subprocess.PIPE, text=True)
+    time.sleep(1.0)   # its imports
+    big = _phase("big_writer", path, big_commits)
+    stop.touch()
+    latencies = json.loads(small.communicate()[0])["latencies"]
+    return {"big_writer": big, "small_commits": len(latencies), "small_commit_ms_p50": _ms(statistics.median(latencies)),
+            "small_commit_ms_p95": _ms(_quantile(latencies, 0.95)), "small_commit_ms_max": _ms(max(latencies))}
+
+
 def _ms(seconds: float) -> float:
     return round(seconds * 1000, 1)
 
@@ -153,7 +191,8 @@ def _concurrent(path: str, readers: int, seconds: float) -> dict:
 
 PHASES = {"ingest": lambda p, n: _ingest(p, int(n)), "read": lambda p: _read(p),
           "reader": lambda p, s: _reader(p, float(s)), "writer": lambda p, s: _writer(p, float(s)),
-          "live": lambda p, n: _live(p, int(n))}
+          "live": lambda p, n: _live(p, int(n)), "big_writer": lambda p, n: _big_writer(p, int(n)),
+          "small_writer": lambda p, stop: _small_writer(p, stop)}
 
 
 def main() -> None:
@@ -162,6 +201,8 @@ def main() -> None:
     parser.add_argument("--readers", type=int, default=4)
     parser.add_argument("--reader-seconds", type=float, default=10.0)
     parser.add_argument("--live-commits", type=int, default=3600)
+    parser.add_argument("--big-commits", type=int, default=64)
+    parser.add_argument("--only", nargs="+", help="phases to run (default: all)")
     parser.add_argument("--dir", default=None, help="where the stores go (default: a temporary folder)")
     parser.add_argument("--phase", nargs="+", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -173,8 +214,11 @@ def main() -> None:
         big, live = str(Path(folder) / "big"), str(Path(folder) / "live")
         phases = {"ingest": lambda: _phase("ingest", big, args.rows), "read": lambda: _phase("read", big),
                   "readers": lambda: _concurrent(big, args.readers, args.reader_seconds),
-                  "live": lambda: _phase("live", live, args.live_commits)}
+                  "live": lambda: _phase("live", live, args.live_commits),
+                  "beside_compactor": lambda: _beside_compactor(str(Path(folder) / "two"), args.big_commits)}
         for name, run in phases.items():
+            if args.only and name not in args.only:
+                continue
             print(f"{name}: {json.dumps(run())}", flush=True)
 
 
