@@ -9,13 +9,18 @@ and the jobs still come from the store.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import pyarrow as pa
 
 from hpcwatch.analysis.attribution import DCGM_METRICS, REPORT_METRICS, JobReport, job_reports
 from hpcwatch.errors import InputError
 from hpcwatch.store import Store
 
-__all__ = ["jobs_report", "job_report", "REPORT_METRICS", "DCGM_METRICS"]
+if TYPE_CHECKING:   # the PromQL backend (httpx) is only loaded by callers that read Prometheus
+    from hpcwatch.promql import PrometheusBackend
+
+__all__ = ["jobs_report", "job_report", "prometheus_samples", "REPORT_METRICS", "DCGM_METRICS"]
 
 
 def jobs_report(store: Store, *, samples: pa.Table | None = None, user: str | None = None,
@@ -36,3 +41,10 @@ def job_report(store: Store, job_id: str, *, samples: pa.Table | None = None) ->
     if store.job(job_id) is None:
         raise InputError(f"no job {job_id} in the store (hpcwatch jobs lists them)")
     raise InputError(f"job {job_id} never started: nothing to report")
+
+
+def prometheus_samples(prom: PrometheusBackend, *, t0: float | None) -> pa.Table:
+    """The report's samples (``REPORT_METRICS``) read from Prometheus since ``t0`` (a job's start; None: the
+    backend's default look-back), in ``store.samples`` columns: what ``jobs --prometheus`` and the web's
+    job page under ``serve --prometheus`` pass as ``samples``."""
+    return prom.samples(list(REPORT_METRICS), t0=t0)

@@ -3,6 +3,7 @@
 
 import { renderCard, updateCardLive } from "./card.js";
 import { applyMonitor, highlightJob, initMonitor, readUrl, writeUrl } from "./monitor.js";
+import { jobLink } from "./job.js";
 import { initPlayer } from "./player.js";
 import { initSimulator } from "./sim.js";
 import { boot, clear, fmt, fmtRate, fmtTime, h, t } from "./util.js";
@@ -122,7 +123,7 @@ function updateQueue(snap) {
   for (const j of q.jobs) {
     const job = h("button", { type: "button", class: "ghost job-link", "data-highlight-job": j.id,
       title: t("alerts.job_title", { job: j.id }) }, j.id);
-    tbody.append(h("tr", {}, [job, j.name ?? "", j.user ?? "", j.account ?? "", j.state ?? "", (j.nodes || []).join(", "), fmt(j.gpus)]
+    tbody.append(h("tr", {}, [[job, " ", jobLink(j.id)], j.name ?? "", j.user ?? "", j.account ?? "", j.state ?? "", (j.nodes || []).join(", "), fmt(j.gpus)]
       .map((c) => h("td", {}, c))));
   }
 }

@@ -1,6 +1,7 @@
 // The card under the schematic: static text from the catalogue's cards, live values from
 // the latest snapshot. Everything is inserted as text (h() never parses markup).
 
+import { jobLink } from "./job.js";
 import { cards, clear, fmt, fmtRate, fmtTime, h, lang, t } from "./util.js";
 
 const ELEMENT_FIELDS = {
@@ -85,7 +86,7 @@ function gpuValue(g, field) {
 /** The job as text and one button per job id (a GPU shared by "4101,4102" has two) that lights its GPUs. */
 function jobButtons(ids, text) {
   return [text, " ", ids.split(",").filter(Boolean).map((id) => h("button", { type: "button", class: "ghost job-link",
-    "data-highlight-job": id, title: t("alerts.job_title", { job: id }) }, t("alerts.job", { job: id })))];
+    "data-highlight-job": id, title: t("alerts.job_title", { job: id }) }, t("alerts.job", { job: id })), " ", jobLink(id))];
 }
 
 const LIVE = {
