@@ -67,12 +67,14 @@ class JobSteps:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class JobOverview:
-    job: JobReport
+    id: str
+    job: JobReport | None
+    """None for a workload the store knows only from its spans (a hook's or a trace's job name)."""
     steps: JobSteps | None
     goodput: GoodputReport | None
     findings: tuple[Finding, ...]
     missing: dict[str, str] = field(default_factory=dict)
-    """Part (``steps``, ``goodput``) -> why it is None (the report's own message)."""
+    """Part (``job``, ``steps``, ``goodput``) -> why it is None (the report's own message)."""
 
 
 def concerns_job(finding: Finding, job_id: str, nodes: tuple[str, ...], t0: float | None, t1: float | None) -> bool:
@@ -110,23 +112,28 @@ def _steps(report: StepReport) -> JobSteps:
 
 def job_overview(store: Store, job_id: str, *, samples: pa.Table | None = None,
                  recent_steps: int = DEFAULT_RECENT_STEPS) -> JobOverview:
-    """Every part of ``job_id``'s page. ``InputError`` (from ``job_report``) when the store knows nothing of
-    the job; a missing part only sets ``missing``."""
-    job = job_report(store, job_id, samples=samples)
+    """Every part of ``job_id``'s page; a part the store cannot answer only sets ``missing``.
+    ``InputError`` (``job_report``'s) when no part answers: the store knows nothing of the job."""
     missing: dict[str, str] = {}
-    steps = goodput = None
+    job = _part(missing, "job", lambda: job_report(store, job_id, samples=samples))
+    steps = _part(missing, "steps", lambda: _steps(step_report(store, job_id, recent_steps=recent_steps)))
+    goodput = _part(missing, "goodput", lambda: goodput_report(store, job_id))
+    if job is None and steps is None and goodput is None:
+        raise InputError(missing["job"])
+    nodes = job.nodes if job is not None else tuple(sorted({r.node for r in steps.ranks if r.node})) if steps else ()
+    t0 = None if job is None else job.start if job.start is not None else job.observed_start
+    t1 = None if job is None else job.end
+    findings = tuple(f for f in store.findings() if concerns_job(f, job_id, nodes, t0, t1))
+    return JobOverview(id=job_id, job=job, steps=steps, goodput=goodput, findings=findings, missing=missing)
+
+
+def _part(missing: dict[str, str], name: str, compute: Any) -> Any:
+    """``compute()``, or None with its ``InputError`` message noted under ``name``."""
     try:
-        steps = _steps(step_report(store, job_id, recent_steps=recent_steps))
+        return compute()
     except InputError as err:
-        missing["steps"] = str(err)
-    try:
-        goodput = goodput_report(store, job_id)
-    except InputError as err:
-        missing["goodput"] = str(err)
-    t0 = job.start if job.start is not None else job.observed_start
-    t1 = job.end if job.end is not None else None
-    findings = tuple(f for f in store.findings() if concerns_job(f, job_id, job.nodes, t0, t1))
-    return JobOverview(job=job, steps=steps, goodput=goodput, findings=findings, missing=missing)
+        missing[name] = str(err)
+        return None
 
 
 def overview_dict(overview: JobOverview) -> dict[str, Any]:
@@ -134,7 +141,8 @@ def overview_dict(overview: JobOverview) -> dict[str, Any]:
     ``hpcwatch goodput --json``'s report, ``steps`` and ``findings`` as described in the dataclasses."""
     steps = overview.steps
     return {
-        "job": report_dict(overview.job, per_gpu=True),
+        "id": overview.id,
+        "job": None if overview.job is None else report_dict(overview.job, per_gpu=True),
         "steps": None if steps is None else {
             "first_step": steps.first_step, "last_step": steps.last_step, "steps": steps.steps,
             "step_time_s": steps.step_time_s, "phases": list(PHASES), "straggler": steps.straggler,

@@ -25,7 +25,7 @@ __all__ = [
     "newest_span_job", "span_jobs", "span_jobs_by_recency", "step_range", "last_step_every_rank_finished",
     "recent_spans", "samples_matching", "events_of_kinds",
     "gpu_sample_cadence", "gpu_metric_presence", "job_gpu_coverage", "label_values_by_host", "counter_increase",
-    "idle_gpu_maxima", "newest_by_labels", "step_walls", "sample_job_ids",
+    "idle_gpu_maxima", "newest_by_labels", "step_walls", "sample_job_ids", "data_seen",
 ]
 
 
@@ -107,6 +107,15 @@ def checkpoint_activity(store: Store) -> tuple[int, float | None]:
     """Events whose kind names a checkpoint (``checkpoint``, ``checkpoint_save``…): ``(count, newest t)``."""
     (n, t), = store.query("SELECT count(*), max(t) FROM events WHERE kind LIKE '%checkpoint%'")
     return n, t
+
+
+def data_seen(store: Store) -> tuple[set[str], set[str], int, int]:
+    """What the store ever held: ``(metric prefixes up to the first underscore, event kinds, span rows, job
+    rows)``; tells a collector that fell silent from one that was never configured."""
+    prefixes = {p for (p,) in store.query("SELECT DISTINCT split_part(metric, '_', 1) FROM samples")}
+    kinds = {k for (k,) in store.query("SELECT DISTINCT kind FROM events")}
+    (spans, jobs), = store.query("SELECT (SELECT count(*) FROM spans), (SELECT count(*) FROM jobs)")
+    return prefixes, kinds, spans, jobs
 
 
 # -- jobs, tables --------------------------------------------------------------------------------

@@ -94,13 +94,18 @@ function setBand(key, text) {
   if (node) node.textContent = text;
 }
 
+const COLLECTOR_MARKS = { answering: "✓", silent: "✕", not_configured: "–" };
+
 function updateCollectors(snap) {
   for (const el of refs.collectors) {
     const c = snap.collectors?.[el.dataset.collector];
     const arriving = Boolean(c?.arriving);
+    // answering / silent (seen before) / not_configured (never seen): reports/live.py decides.
+    const state = c?.state ?? (arriving ? "answering" : "silent");
     el.dataset.arriving = String(arriving);
-    el.querySelector(".collector-state").textContent = arriving ? "✓" : "✕";
-    el.setAttribute("aria-description", t(arriving ? "collector.arriving" : "collector.silent"));
+    el.dataset.state = state;
+    el.querySelector(".collector-state").textContent = COLLECTOR_MARKS[state] ?? "?";
+    el.setAttribute("aria-description", t(`collector_state.${state}`));
   }
 }
 
