@@ -220,28 +220,32 @@ def counter_rate(prom: PrometheusBackend, metric: str, *, window_s: float) -> pa
     return prom.query(f"rate({metric}[{max(1, int(window_s))}s])", name=metric)
 
 
-def prefix_activity(prom: PrometheusBackend, prefixes: Iterable[str], *,
-                    window_s: float) -> list[tuple[str, int, float]]:
-    """Per metric-name prefix with points in the last ``window_s``: ``(prefix, points, newest point's t)``.
-    PromQL functions drop ``__name__``, so each prefix is asked apart, tagged with ``label_replace``, and
-    the parts joined with ``or``: two requests whatever the number of prefixes."""
+def prefix_activity(prom: PrometheusBackend, prefixes: Iterable[str]) -> list[tuple[str, int, float]]:
+    """Per metric-name prefix with series in Prometheus' look-back (5 min by default):
+    ``(prefix, series, newest point's t)``. Two requests: the series per name (an aggregation, which keeps
+    ``__name__``), then ``timestamp()`` of each prefix's biggest name. ``timestamp()`` and ``*_over_time``
+    drop ``__name__``, so over several names they fail ("vector cannot contain metrics with the same
+    labelset"): each is asked of one name, tagged with ``label_replace``, the parts joined with ``or``."""
     prefixes = list(prefixes)
-    counts = prom.query(_per_prefix(prefixes, "sum(count_over_time({sel}[%ds]))" % max(1, int(window_s))), name="")
-    newest = prom.query(_per_prefix(prefixes, "max(timestamp({sel}))"), name="")
+    per_name = prom.query(f"count by (__name__) ({prefix_selector(prefixes)})", name="")
+    series: dict[str, int] = {}
+    biggest: dict[str, tuple[int, str]] = {}
+    for name, n in zip(per_name["metric"].to_pylist(), per_name["value"].to_pylist()):   # __name__ is the column
+        prefix = name.split("_", 1)[0]
+        series[prefix] = series.get(prefix, 0) + int(n)
+        biggest[prefix] = max(biggest.get(prefix, (0, "")), (int(n), name))
+    if not biggest:
+        return []
+    parts = [f'label_replace(max(timestamp({name})), "prefix", "{_quote(p)}", "", "")'
+             for p, (_, name) in sorted(biggest.items())]
+    newest = prom.query(" or ".join(parts), name="")
     last = dict(zip(_tag(newest, "prefix"), newest["value"].to_pylist()))
-    return [(p, int(n), float(last[p])) for p, n in zip(_tag(counts, "prefix"), counts["value"].to_pylist())
-            if p in last]
+    return [(p, series[p], float(last[p])) for p in sorted(last) if p in series]
 
 
 def prefix_selector(prefixes: Iterable[str]) -> str:
     """Every series whose name starts with one of ``prefixes`` and an underscore."""
     return '{__name__=~"(' + "|".join(_re_escape(p) for p in prefixes) + ')_.+"}'
-
-
-def _per_prefix(prefixes: list[str], template: str) -> str:
-    parts = [f'label_replace({template.replace("{sel}", prefix_selector([p]))}, "prefix", "{_quote(p)}", "", "")'
-             for p in prefixes]
-    return " or ".join(parts)
 
 
 def _tag(table: pa.Table, label: str) -> list[str]:

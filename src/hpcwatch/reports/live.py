@@ -38,7 +38,7 @@ from hpcwatch import vocab
 from hpcwatch.vocab import EventKind
 
 __all__ = ["Collector", "COLLECTORS", "GPU_FIELDS", "RECENT_S", "LATEST_WINDOW_S", "RATE_WINDOW_S", "WEIGHT_HOOKS",
-           "TOP_METRICS", "STALE_AFTER_S", "STRAGGLER_RECENT_STEPS", "DataSeen", "data_seen", "live_snapshot", "problems", "latest_t", "gpu_table"]
+           "TOP_METRICS", "STALE_AFTER_S", "STRAGGLER_RECENT_STEPS", "DataSeen", "data_seen", "COLLECTOR_PREFIXES", "live_snapshot", "problems", "latest_t", "gpu_table"]
 
 #: Data older than this (relative to the newest sample) does not count as "arriving".
 RECENT_S = 60.0
@@ -96,6 +96,8 @@ COLLECTORS: tuple[Collector, ...] = (
     Collector(id="lustre_metrics", metric_prefixes=("lustre",)),
     Collector(id="ebpf_weights", weights_reads=True),
 )
+#: Every metric prefix a collector is recognised by: all a Prometheus is asked about (``reports.livesamples``).
+COLLECTOR_PREFIXES: tuple[str, ...] = tuple(dict.fromkeys(p for c in COLLECTORS for p in c.metric_prefixes))
 
 
 def latest_t(store: Store, *, hint: float | None = None) -> float | None:
@@ -282,7 +284,7 @@ def data_seen(store: Store, samples: LiveSamples | None = None, *, weights_path:
     tables' key columns: the web refreshes it every ``PROBLEMS_INTERVAL_S``, not every snapshot."""
     prefixes, kinds, spans, jobs = queries.data_seen(store)
     if samples is not None and not isinstance(samples, StoreSamples):
-        prefixes |= samples.prefixes_seen()
+        prefixes |= samples.prefixes_seen(COLLECTOR_PREFIXES)
     reads = 0 if weights_path is None else queries.file_hook_activity(
         store, since=float("-inf"), hooks=WEIGHT_HOOKS, path_prefix=weights_path.rstrip("/") + "/")[0]
     return DataSeen(prefixes=frozenset(prefixes), event_kinds=frozenset(kinds), spans=spans > 0, jobs=jobs > 0,
@@ -303,7 +305,7 @@ def _collectors(store: Store, samples: LiveSamples, now: float | None, weights_p
     """One grouped scan per table, then each collector sums the groups it owns."""
     since = (now if now is not None else time.time()) - RECENT_S
     by_prefix: dict[str, tuple[int, float | None]] = {}
-    for metric, n, t in samples.metric_activity(since=since):
+    for metric, n, t in samples.metric_activity(since=since, prefixes=COLLECTOR_PREFIXES):
         prefix = metric.split("_", 1)[0]
         old_n, old_t = by_prefix.get(prefix, (0, None))
         by_prefix[prefix] = (old_n + n, _later(old_t, t))

@@ -9,7 +9,7 @@ question               store (``store.queries``, SQL)                  Prometheu
 ``latest_t``           newest sample time                              newest scrape: ``max(timestamp(up))``
 ``latest_gpu_values``  newest value per (metric, host, gpu)            raw points of the window, the newest
 ``counter_rates``      last two samples per series, summed by group    ``rate(m[w])``, summed by group here
-``metric_activity``    samples per metric since ``since``              ``count_over_time`` + ``timestamp``
+``metric_activity``    samples per metric since ``since``              series per prefix + ``timestamp``
 ``prefixes_seen``      every metric prefix the store ever held          ``__name__`` values of the last hour
 =====================  ==============================================  =====================================
 
@@ -34,7 +34,7 @@ if TYPE_CHECKING:
     from hpcwatch.promql import PrometheusBackend
 
 __all__ = ["StoreSamples", "PromSamples", "LiveSamples", "LATEST_HINT_S", "PROM_RATE_WINDOW_S", "PROM_SEEN_WINDOW_S",
-           "COLLECTOR_PREFIXES", "PROM_ACTIVITY_EVERY_S"]
+           "PROM_ACTIVITY_EVERY_S"]
 
 #: ``rate()`` window under Prometheus: four scrape intervals at Prometheus' default 15 s, as Grafana's
 #: ``$__rate_interval`` takes (https://grafana.com/docs/grafana/latest/datasources/prometheus/template-variables/);
@@ -49,9 +49,6 @@ LATEST_HINT_S = 3600.0
 #: prefixes, node-exporter's included, and scrapes come every 15 s by default; the page's problems refresh
 #: at the same pace, ``web.live.PROBLEMS_INTERVAL_S``).
 PROM_ACTIVITY_EVERY_S = 5.0
-#: The metric prefixes (up to the first underscore) the collectors of the page are recognised by
-#: (``reports.live.COLLECTORS``); Prometheus is only asked about these.
-COLLECTOR_PREFIXES = ("slurm", "DCGM", "node", "train", "nccl", "ib", "lustre")
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,10 +74,10 @@ class StoreSamples:
     def counter_rates(self, metrics: Sequence[str], *, since: float, group: str) -> list[tuple[str, str, float]]:
         return queries.counter_rates(self.store, metrics, since=since, group=group)
 
-    def metric_activity(self, *, since: float) -> list[tuple[str, int, float]]:
+    def metric_activity(self, *, since: float, prefixes: Sequence[str] = ()) -> list[tuple[str, int, float]]:
         return queries.metric_activity(self.store, since=since)
 
-    def prefixes_seen(self) -> set[str]:
+    def prefixes_seen(self, prefixes: Sequence[str] = ()) -> set[str]:
         return queries.data_seen(self.store)[0]
 
 
@@ -120,20 +117,24 @@ class PromSamples:
                     sums[(metric, key)] = sums.get((metric, key), 0.0) + value
         return [(m, g, v) for (m, g), v in sums.items()]
 
-    def metric_activity(self, *, since: float) -> list[tuple[str, int, float]]:
-        """One row per collector prefix with points since ``since``: ``(prefix + "_", points, newest t)``
-        (``promql.prefix_activity``). Asked at most every ``PROM_ACTIVITY_EVERY_S``."""
+    def metric_activity(self, *, since: float, prefixes: Sequence[str] = ()) -> list[tuple[str, int, float]]:
+        """One row per collector prefix (``prefixes``: the page's collectors', ``reports.live.COLLECTORS``) whose newest point is since ``since``: ``(prefix + "_", series, newest
+        t)`` (``promql.prefix_activity``: Prometheus counts series, the store counts points). Asked at most
+        every ``PROM_ACTIVITY_EVERY_S``."""
         now = time.monotonic()
         if self._activity is not None and now - self._activity[0] < PROM_ACTIVITY_EVERY_S:
             return self._activity[1]
-        found = promql.prefix_activity(self.prom, COLLECTOR_PREFIXES, window_s=time.time() - since)
+        found = promql.prefix_activity(self.prom, prefixes)
         rows = [(f"{p}_", n, t) for p, n, t in found if t >= since]
         self._activity = (now, rows)
         return rows
 
-    def prefixes_seen(self) -> set[str]:
+    def prefixes_seen(self, prefixes: Sequence[str] = ()) -> set[str]:
+        """The ``prefixes`` of metric names Prometheus held in the last ``PROM_SEEN_WINDOW_S``."""
+        if not prefixes:
+            return set()
         now = time.time()
-        names = self.prom.label_values("__name__", match=[promql.prefix_selector(COLLECTOR_PREFIXES)],
+        names = self.prom.label_values("__name__", match=[promql.prefix_selector(prefixes)],
                                        t0=now - PROM_SEEN_WINDOW_S, t1=now)
         return {n.split("_", 1)[0] for n in names}
 
