@@ -85,8 +85,8 @@ function gpuValue(g, field) {
 
 /** The job as text and one button per job id (a GPU shared by "4101,4102" has two) that lights its GPUs. */
 function jobButtons(ids, text) {
-  return [text, " ", ids.split(",").filter(Boolean).map((id) => h("button", { type: "button", class: "ghost job-link",
-    "data-highlight-job": id, title: t("alerts.job_title", { job: id }) }, t("alerts.job", { job: id })), " ", jobLink(id))];
+  return [text, " ", ids.split(",").filter(Boolean).map((id) => [h("button", { type: "button", class: "ghost job-link",
+    "data-highlight-job": id, title: t("alerts.job_title", { job: id }) }, t("alerts.job", { job: id })), " ", jobLink(id)])];
 }
 
 const LIVE = {

@@ -157,7 +157,7 @@ async function refreshLive(select) {
     const chosen = select.value;
     clear(select);
     select.append(h("option", { value: "" }, t(live.length ? "stepsource.live_choose" : "stepsource.live_none")),
-      live.map((src) => h("option", { value: src.job }, src.label)));
+      ...live.map((src) => h("option", { value: src.job }, src.label)));
     select.value = live.some((src) => src.job === chosen) ? chosen : "";
   } catch {
     // Offline for a moment: the current list stays; the next refresh tries again.
