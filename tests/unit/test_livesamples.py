@@ -1,8 +1,9 @@
 """reports/livesamples.py: the live snapshot's sample questions answered by a Prometheus.
 
-The answers are a real Prometheus 2.42's (Debian 12) to exactly these queries while it scraped the
-twin's per-node dcgm-exporter and node-exporter endpoints (tests/data/prometheus_api/live_*.json,
-captured by this project; see tests/data/SOURCES.md), served through httpx.MockTransport.
+The answers are a real Prometheus 2.42's (Debian 12) to every request of one live snapshot while it
+scraped the twin's per-node dcgm-exporter and node-exporter endpoints at 1 s
+(tests/data/prometheus_api/live_snapshot_answers.json, recorded by this project; see tests/data/SOURCES.md),
+replayed through httpx.MockTransport.
 """
 
 from __future__ import annotations
@@ -22,37 +23,25 @@ from hpcwatch.reports.livesamples import PromSamples
 from hpcwatch.store import Store
 
 API = Path(__file__).resolve().parents[1] / "data" / "prometheus_api"
+RECORDED = json.loads((API / "live_snapshot_answers.json").read_text())
 
 
-def _answer(name: str) -> dict:
-    doc = json.loads((API / f"{name}.json").read_text())
-    return {k: v for k, v in doc.items() if k != "query"}
-
-
-def _route(query: str) -> str:
-    """Which captured answer a query gets (by its shape: these are the only queries the module asks)."""
-    if query == "max(timestamp(up))":
-        return "live_up_timestamp"
-    if query.startswith("count by (__name__)"):
-        return "live_count_by_name"
-    if query.startswith("label_replace(max(timestamp("):
-        return "live_timestamp_per_prefix"
-    if query.startswith("rate(node_infiniband_port_data_transmitted_bytes_total"):
-        return "live_rate_ib_tx"
-    return "empty"
+def _answer_of(path: str, query: str | None) -> dict:
+    """The recorded answer to this request (queries are matched exactly; label values by path)."""
+    for r in RECORDED["requests"]:
+        if r["path"] == path and (query is None or r["query"] == query):
+            return r["answer"]
+    raise AssertionError(f"no recorded answer for {path} {query!r}")
 
 
 def _backend(seen: list[str]) -> PrometheusBackend:
     def handle(request: httpx.Request) -> httpx.Response:
         if request.url.path.endswith("/label/__name__/values"):
             seen.append("label_values " + " ".join(request.url.params.get_list("match[]")))
-            return httpx.Response(200, json=_answer("live_label_names"))
+            return httpx.Response(200, json=_answer_of(request.url.path, None))
         query = parse_qs(request.content.decode())["query"][0]
         seen.append(query)
-        name = _route(query)
-        if name == "empty":
-            return httpx.Response(200, json={"status": "success", "data": {"resultType": "vector", "result": []}})
-        return httpx.Response(200, json=_answer(name))
+        return httpx.Response(200, json=_answer_of(request.url.path, query))
     return PrometheusBackend("http://prom.test:9090", client=httpx.Client(transport=httpx.MockTransport(handle)))
 
 
@@ -72,7 +61,7 @@ def test_activity_per_prefix_from_a_real_prometheus(prom_samples):
     assert rows["DCGM_"][0] % 16 == 0                     # 16 GPUs, every DCGM series counted
     assert all(now - 60 <= t <= now for _, t in rows.values())
     # timestamp() is asked of one name per prefix: over several it fails on a real Prometheus.
-    bad = _answer("live_timestamp_several_names")
+    bad = _answer_of("/api/v1/query", 'max(timestamp({__name__=~"DCGM_.+"}))')
     assert bad["status"] == "error" and "same labelset" in bad["error"]
     assert all(q.count("timestamp(") == q.count("label_replace(") for q in seen if "label_replace" in q)
     asked = len(seen)

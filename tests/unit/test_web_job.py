@@ -182,3 +182,24 @@ def test_collector_states_tell_silent_from_not_configured(store):
 
 def test_page_says_where_its_data_comes_from(client):
     assert "Data: live twin in memory" in client.get("/").text
+
+
+def test_job_report_from_its_share_of_the_samples_equals_the_report_from_all():
+    """``job_samples`` (the job's nodes and window, and its label anywhere) changes no number of any job."""
+    from hpcwatch.analysis.attribution import report_dict
+    from hpcwatch.reports.jobs import job_report, job_samples, jobs_report
+    from hpcwatch.twin.live import LiveTwin
+
+    st = Store(":memory:")
+    live = LiveTwin(st, reference_cluster(), seed=21, scenarios=["straggler"], tick_s=10.0, start=1_796_000_000.0)
+    live.write_tick()
+    for _ in range(30):
+        live.step()
+    every = {r.id: r for r in jobs_report(st)}
+    ran = [j for j in every if st.job(j) is not None and st.job(j).start is not None]
+    assert len(ran) >= 3
+    for job_id in ran:
+        narrowed = job_samples(st, job_id)
+        assert narrowed is not None and narrowed.num_rows < st.samples().num_rows
+        assert report_dict(job_report(st, job_id), per_gpu=True) == report_dict(every[job_id], per_gpu=True)
+    st.close()

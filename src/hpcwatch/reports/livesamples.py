@@ -107,7 +107,8 @@ class PromSamples:
         return list(newest.values())
 
     def counter_rates(self, metrics: Sequence[str], *, since: float, group: str) -> list[tuple[str, str, float]]:
-        window_s = max(PROM_RATE_WINDOW_S, time.time() - since)
+        # Prometheus' rate() over its own window (``since`` is the store's rule of two newest samples).
+        window_s = PROM_RATE_WINDOW_S
         sums: dict[tuple[str, str], float] = {}
         for metric in metrics:
             table = promql.counter_rate(self.prom, metric, window_s=window_s)
