@@ -203,3 +203,24 @@ def test_job_report_from_its_share_of_the_samples_equals_the_report_from_all():
         assert narrowed is not None and narrowed.num_rows < st.samples().num_rows
         assert report_dict(job_report(st, job_id), per_gpu=True) == report_dict(every[job_id], per_gpu=True)
     st.close()
+
+
+@pytest.mark.parametrize("url, says", [
+    ("ftp://prom:9090", "prometheus url must be http(s)://host:port"),   # not an HTTP API
+    ("http://127.0.0.1:1", "ConnectError"),                               # nothing listens: said at start-up
+])
+def test_serve_with_a_prometheus_that_cannot_answer_is_one_line_and_exit_2(tmp_path, url, says):
+    import socket
+    import subprocess
+    import sys
+
+    import hpcwatch
+    with socket.socket() as sock:                    # a free port, so only the Prometheus can be the problem
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    env = {"PYTHONPATH": str(Path(hpcwatch.__file__).parents[1]), "PATH": "/usr/bin:/bin"}
+    done = subprocess.run([sys.executable, "-m", "hpcwatch", "serve", "--db", str(tmp_path / "store"), "--prometheus",
+                           url, "--port", str(port)], capture_output=True, text=True, env=env, timeout=60)
+    assert done.returncode == 2, done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("hpcwatch: ") and says in lines[0]
