@@ -118,6 +118,10 @@ def job_overview(store: Store, job_id: str, *, samples: pa.Table | None = None,
     job = _part(missing, "job", lambda: job_report(store, job_id, samples=samples))
     steps = _part(missing, "steps", lambda: _steps(step_report(store, job_id, recent_steps=recent_steps)))
     goodput = _part(missing, "goodput", lambda: goodput_report(store, job_id))
+    if goodput is not None and goodput.total_s <= 0:
+        # A running job without steps has no wall time to split yet: "0 % of 0 s" would read as a verdict.
+        missing["goodput"] = f"job {job_id}: no wall time to account yet (no steps, no end)"
+        goodput = None
     if job is None and steps is None and goodput is None:
         raise InputError(missing["job"])
     nodes = job.nodes if job is not None else tuple(sorted({r.node for r in steps.ranks if r.node})) if steps else ()
