@@ -39,7 +39,8 @@ from hpcwatch.errors import BackendError
 from hpcwatch.records import Sample
 from hpcwatch.schemas import SAMPLE_SCHEMA, sample_keys
 
-__all__ = ["PrometheusBackend", "PromConfig", "result_table", "encode_remote_write", "DEFAULT_TIMEOUT_S", "DEFAULT_LOOKBACK_S",
+__all__ = ["PrometheusBackend", "PromConfig", "result_table", "safe_url", "server_time", "newest_scrape_t",
+           "counter_rate", "prefix_activity", "prefix_selector", "encode_remote_write", "DEFAULT_TIMEOUT_S", "DEFAULT_LOOKBACK_S",
            "HOST_LABEL", "JOB_LABEL"]
 
 DEFAULT_TIMEOUT_S = 10.0
@@ -62,12 +63,12 @@ class PromConfig:
     def __post_init__(self) -> None:
         parts = urlsplit(self.url)
         if parts.scheme not in ("http", "https") or not parts.netloc:
-            raise BackendError(f"prometheus url must be http(s)://host:port, got {_safe_url(self.url)!r}")
+            raise BackendError(f"prometheus url must be http(s)://host:port, got {safe_url(self.url)!r}")
         if self.timeout_s <= 0:
             raise BackendError(f"timeout_s must be > 0, got {self.timeout_s}")
 
     def __repr__(self) -> str:
-        return f"PromConfig(url={_safe_url(self.url)!r}, timeout_s={self.timeout_s})"
+        return f"PromConfig(url={safe_url(self.url)!r}, timeout_s={self.timeout_s})"
 
 
 class PrometheusBackend:
@@ -90,7 +91,7 @@ class PrometheusBackend:
         self.close()
 
     def __repr__(self) -> str:
-        return f"PrometheusBackend({_safe_url(self.config.url)!r})"
+        return f"PrometheusBackend({safe_url(self.config.url)!r})"
 
     # -- raw API ---------------------------------------------------------------------------------
 
@@ -101,17 +102,37 @@ class PrometheusBackend:
             response = self._client.post(url, data={k: str(v) for k, v in params.items()},
                                          timeout=self.config.timeout_s)
         except httpx.HTTPError as err:
-            raise BackendError(f"{_safe_url(url)}: {type(err).__name__}: {err}") from err
+            raise BackendError(f"{safe_url(url)}: {type(err).__name__}: {err}") from err
         try:
             body = orjson.loads(response.content)
         except orjson.JSONDecodeError as err:
-            raise BackendError(f"{_safe_url(url)}: HTTP {response.status_code}, not JSON: "
+            raise BackendError(f"{safe_url(url)}: HTTP {response.status_code}, not JSON: "
                                f"{response.text[:120]!r}") from err
         if not isinstance(body, dict) or body.get("status") != "success":
             what = body.get("error", body) if isinstance(body, dict) else body
             kind = body.get("errorType", "error") if isinstance(body, dict) else "error"
-            raise BackendError(f"{_safe_url(url)}: HTTP {response.status_code} {kind}: {what}")
+            raise BackendError(f"{safe_url(url)}: HTTP {response.status_code} {kind}: {what}")
         return body["data"]
+
+    def label_values(self, label: str, *, match: Iterable[str] = (), t0: float | None = None,
+                     t1: float | None = None) -> list[str]:
+        """Values ``label`` takes in series matching ``match`` between ``t0`` and ``t1`` (GET: the endpoint
+        takes no form body in Prometheus 2.42). Answered from the index, not the samples: cheap at any size."""
+        params: list[tuple[str, str]] = [("match[]", m) for m in match]
+        params += [(k, _ts(v)) for k, v in (("start", t0), ("end", t1)) if v is not None]
+        url = f"{self.config.url}/api/v1/label/{label}/values"
+        try:
+            response = self._client.get(url, params=params, timeout=self.config.timeout_s)
+        except httpx.HTTPError as err:
+            raise BackendError(f"{safe_url(url)}: {type(err).__name__}: {err}") from err
+        try:
+            body = orjson.loads(response.content)
+        except orjson.JSONDecodeError as err:
+            raise BackendError(f"{safe_url(url)}: HTTP {response.status_code}, not JSON") from err
+        if not isinstance(body, dict) or body.get("status") != "success" or not isinstance(body.get("data"), list):
+            raise BackendError(f"{safe_url(url)}: HTTP {response.status_code}: "
+                               f"{body.get('error', body) if isinstance(body, dict) else body}")
+        return [str(v) for v in body["data"]]
 
     # -- tables ------------------------------------------------------------------------------------
 
@@ -174,10 +195,61 @@ class PrometheusBackend:
         try:
             response = self._client.post(url, content=body, headers=headers, timeout=self.config.timeout_s)
         except httpx.HTTPError as err:
-            raise BackendError(f"{_safe_url(url)}: {type(err).__name__}: {err}") from err
+            raise BackendError(f"{safe_url(url)}: {type(err).__name__}: {err}") from err
         if response.status_code // 100 != 2:
-            raise BackendError(f"{_safe_url(url)}: HTTP {response.status_code}: {response.text.strip()[:200]}")
+            raise BackendError(f"{safe_url(url)}: HTTP {response.status_code}: {response.text.strip()[:200]}")
         return series
+
+
+# -- named questions: the PromQL the live view asks (as store/queries.py holds the SQL) -----------------
+
+
+def server_time(prom: PrometheusBackend) -> float:
+    """Prometheus' own clock: the cheapest call that proves the server answers PromQL."""
+    return float(prom.query("time()")["value"][0].as_py())
+
+
+def newest_scrape_t(prom: PrometheusBackend) -> float | None:
+    """The newest scrape of any target (``up`` is written at every scrape, answered or not)."""
+    table = prom.query("max(timestamp(up))", name="up")
+    return float(table["value"][0].as_py()) if table.num_rows else None
+
+
+def counter_rate(prom: PrometheusBackend, metric: str, *, window_s: float) -> pa.Table:
+    """``rate(metric[window])`` per series (Prometheus' extrapolated rate; resets handled by it)."""
+    return prom.query(f"rate({metric}[{max(1, int(window_s))}s])", name=metric)
+
+
+def prefix_activity(prom: PrometheusBackend, prefixes: Iterable[str]) -> list[tuple[str, int, float]]:
+    """Per metric-name prefix with series in Prometheus' look-back (5 min by default):
+    ``(prefix, series, newest point's t)``. Two requests: the series per name (an aggregation, which keeps
+    ``__name__``), then ``timestamp()`` of each prefix's biggest name. ``timestamp()`` and ``*_over_time``
+    drop ``__name__``, so over several names they fail ("vector cannot contain metrics with the same
+    labelset"): each is asked of one name, tagged with ``label_replace``, the parts joined with ``or``."""
+    prefixes = list(prefixes)
+    per_name = prom.query(f"count by (__name__) ({prefix_selector(prefixes)})", name="")
+    series: dict[str, int] = {}
+    biggest: dict[str, tuple[int, str]] = {}
+    for name, n in zip(per_name["metric"].to_pylist(), per_name["value"].to_pylist()):   # __name__ is the column
+        prefix = name.split("_", 1)[0]
+        series[prefix] = series.get(prefix, 0) + int(n)
+        biggest[prefix] = max(biggest.get(prefix, (0, "")), (int(n), name))
+    if not biggest:
+        return []
+    parts = [f'label_replace(max(timestamp({name})), "prefix", "{_quote(p)}", "", "")'
+             for p, (_, name) in sorted(biggest.items())]
+    newest = prom.query(" or ".join(parts), name="")
+    last = dict(zip(_tag(newest, "prefix"), newest["value"].to_pylist()))
+    return [(p, series[p], float(last[p])) for p in sorted(last) if p in series]
+
+
+def prefix_selector(prefixes: Iterable[str]) -> str:
+    """Every series whose name starts with one of ``prefixes`` and an underscore."""
+    return '{__name__=~"(' + "|".join(_re_escape(p) for p in prefixes) + ')_.+"}'
+
+
+def _tag(table: pa.Table, label: str) -> list[str]:
+    return [orjson.loads(text).get(label, "") for text in table["labels"].to_pylist()]
 
 
 def result_table(data: Mapping[str, Any], *, name: str = "") -> pa.Table:
@@ -251,7 +323,7 @@ def _re_escape(name: str) -> str:
     return "".join(c if c.isalnum() or c in "_:" else "\\\\" + c for c in name)
 
 
-def _safe_url(url: str) -> str:
+def safe_url(url: str) -> str:
     """The URL without user:password, for messages and repr."""
     parts = urlsplit(url)
     if "@" not in parts.netloc:

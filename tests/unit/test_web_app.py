@@ -292,8 +292,9 @@ def test_collectors_arrive_from_what_their_readers_produce():
     with TestClient(app) as c:
         collectors = c.get("/api/live").json()["collectors"]
     assert collectors["node_host"]["arriving"] and collectors["node_host"]["count"] > 3
-    assert collectors["ebpf_weights"] == {"arriving": True, "count": 1, "last_t": T0}
+    assert collectors["ebpf_weights"] == {"arriving": True, "count": 1, "last_t": T0, "state": "answering"}
     assert collectors["ib_tools"]["arriving"] is False          # no perfquery samples here
+    assert collectors["ib_tools"]["state"] == "not_configured"  # ... nor ever: not silent, never set up
     store.close()
 
 

@@ -24,10 +24,10 @@ def _prometheus_samples(store: Store, prometheus: str | None):
     if prometheus is None:
         return None
     from hpcwatch.promql import PrometheusBackend
-    from hpcwatch.reports.jobs import REPORT_METRICS
+    from hpcwatch.reports.jobs import prometheus_samples
     starts = [j.start for j in store.jobs() if j.start is not None]
     with PrometheusBackend(prometheus) as prom:
-        return prom.samples(list(REPORT_METRICS), t0=min(starts) if starts else None)
+        return prometheus_samples(prom, t0=min(starts) if starts else None)
 
 
 PrometheusOption = typer.Option(None, "--prometheus", help="Read samples from this Prometheus (http://host:9090) "

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import typer
 
-from hpcwatch.cli.common import DbOption, app, console, open_store
+from hpcwatch.cli.common import DbOption, app, console, open_store, safe_text
 
 __all__ = ["demo", "serve", "DEFAULT_PORT"]
 
@@ -65,18 +65,43 @@ def demo(port: int = typer.Option(DEFAULT_PORT, "--port", help="Port on 127.0.0.
 def serve(db: str = DbOption,
           port: int = typer.Option(DEFAULT_PORT, "--port", help="Port on 127.0.0.1."),
           model: Path = typer.Option(None, "--model", help="Cluster model YAML (default: the reference cluster)."),
+          prometheus: str = typer.Option(None, "--prometheus",
+                                         help="Read live samples (DCGM, node-exporter, Lustre) from this Prometheus "
+                                              "or VictoriaMetrics (http://host:9090); Slurm jobs, steps, events "
+                                              "and findings still come from --db."),
           duration: float = typer.Option(None, "--duration", min=0.0, help="Stop after S seconds.")) -> None:
-    """The web schematic on an existing store (what `hpcwatch ingest` or a twin run filled)."""
+    """The web schematic on an existing store (what `hpcwatch ingest`, `collect` or a twin run filled)."""
     from hpcwatch.model.cluster import load_cluster, reference_cluster
     from hpcwatch.web.app import create_app
     from hpcwatch.web.demo import check_port, serve_app
 
     check_port(port)
     cluster = load_cluster(model) if model else reference_cluster()
+    prom = _prometheus(prometheus)
     store = open_store(db)
-    web = create_app(store, cluster)
+    web = create_app(store, cluster, prometheus=prom)
+    where = f"samples from {prom!r}, the rest from the store" if prom is not None else "the store"
     try:
         serve_app(web, port=port, duration_s=duration,
-                  on_started=lambda url: console.print(f"hpcwatch serve: [bold]{url}[/bold] (Ctrl-C to stop)"))
+                  on_started=lambda url: console.print(f"hpcwatch serve ({safe_text(where)}): [bold]{url}[/bold] "
+                                                       "(Ctrl-C to stop)"))
     finally:
         store.close()
+        if prom is not None:
+            prom.close()
+
+
+def _prometheus(url: str | None):
+    """The PromQL backend for ``--prometheus``, checked once before the server starts: a wrong URL is one
+    line at start-up (``BackendError``), not an error on every tick of every viewer."""
+    if url is None:
+        return None
+    from hpcwatch.errors import BackendError
+    from hpcwatch.promql import PrometheusBackend, server_time
+    prom = PrometheusBackend(url)
+    try:
+        server_time(prom)
+    except BackendError:
+        prom.close()
+        raise
+    return prom

@@ -9,6 +9,7 @@ and only format what they get, so a number is computed in one place.
 question               function (module)
 =====================  ===========================================================
 jobs list, one job     ``jobs_report``, ``job_report`` (jobs) -> ``JobReport``
+a job's whole page     ``job_overview`` (jobpage) -> ``JobOverview`` (job, steps, goodput, findings)
 steps of a job         ``step_report`` / ``step_report_of`` (steps) -> ``StepReport``
 the player's step      ``player_step`` (steps) -> ``PlayerStep`` (verdict included)
 goodput of a job       ``goodput_report`` (goodput) -> ``GoodputReport``
@@ -33,6 +34,7 @@ _HOMES = {
     "scan_inputs": "findings", "VectorSummary": "findings",
     "live_snapshot": "live", "latest_t": "live", "gpu_table": "live",
     "visible": "text",
+    "job_overview": "jobpage", "JobOverview": "jobpage", "overview_dict": "jobpage",
 }
 
 __all__ = list(_HOMES)

@@ -9,13 +9,18 @@ and the jobs still come from the store.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import pyarrow as pa
 
 from hpcwatch.analysis.attribution import DCGM_METRICS, REPORT_METRICS, JobReport, job_reports
 from hpcwatch.errors import InputError
-from hpcwatch.store import Store
+from hpcwatch.store import Store, queries
 
-__all__ = ["jobs_report", "job_report", "REPORT_METRICS", "DCGM_METRICS"]
+if TYPE_CHECKING:   # the PromQL backend (httpx) is only loaded by callers that read Prometheus
+    from hpcwatch.promql import PrometheusBackend
+
+__all__ = ["jobs_report", "job_report", "job_samples", "prometheus_samples", "REPORT_METRICS", "DCGM_METRICS"]
 
 
 def jobs_report(store: Store, *, samples: pa.Table | None = None, user: str | None = None,
@@ -27,12 +32,33 @@ def jobs_report(store: Store, *, samples: pa.Table | None = None, user: str | No
             if (user is None or r.user == user) and (account is None or r.account == account)]
 
 
+def job_samples(store: Store, job_id: str, *, metrics: tuple[str, ...] = REPORT_METRICS) -> pa.Table | None:
+    """The samples that can count for ``job_id``: those of its nodes during its run, and those labelled with
+    it anywhere (Lustre's ``jobid`` has no compute node). None when the store has no such Slurm job (a
+    workload known only from labels): then every sample is read. At 128 nodes this is the job's share of
+    the table, not all of it: one scan."""
+    record = store.job(job_id)
+    if record is None or not record.nodes or record.start is None:
+        return None
+    return queries.job_window_samples(store, list(metrics), hosts=list(record.nodes), job=job_id, t0=record.start,
+                                      t1=record.end)
+
+
 def job_report(store: Store, job_id: str, *, samples: pa.Table | None = None) -> JobReport:
-    """One workload's report, GPU by GPU (``per_gpu``). ``InputError`` when the store neither holds the job
-    nor any sample of it, or when the job never started."""
+    """One workload's report, GPU by GPU (``per_gpu``), from ``job_samples`` unless ``samples`` are given.
+    ``InputError`` when the store neither holds the job nor any sample of it, or when the job never started."""
+    if samples is None:
+        samples = job_samples(store, job_id)
     found = next((r for r in jobs_report(store, samples=samples) if r.id == job_id), None)
     if found is not None:
         return found
     if store.job(job_id) is None:
         raise InputError(f"no job {job_id} in the store (hpcwatch jobs lists them)")
     raise InputError(f"job {job_id} never started: nothing to report")
+
+
+def prometheus_samples(prom: PrometheusBackend, *, t0: float | None) -> pa.Table:
+    """The report's samples (``REPORT_METRICS``) read from Prometheus since ``t0`` (a job's start; None: the
+    backend's default look-back), in ``store.samples`` columns: what ``jobs --prometheus`` and the web's
+    job page under ``serve --prometheus`` pass as ``samples``."""
+    return prom.samples(list(REPORT_METRICS), t0=t0)

@@ -31,13 +31,14 @@ from hpcwatch.reports.health import node_health
 from hpcwatch.reports.collectors import collector_statuses
 from hpcwatch.reports.nccl import nccl_card
 from hpcwatch.reports.findings import findings_summary
+from hpcwatch.reports.livesamples import LATEST_HINT_S, LiveSamples, StoreSamples
 from hpcwatch.reports.steps import live_training, step_report
 from hpcwatch.store import Store, queries
 from hpcwatch import vocab
 from hpcwatch.vocab import EventKind
 
 __all__ = ["Collector", "COLLECTORS", "GPU_FIELDS", "RECENT_S", "LATEST_WINDOW_S", "RATE_WINDOW_S", "WEIGHT_HOOKS",
-           "TOP_METRICS", "STALE_AFTER_S", "STRAGGLER_RECENT_STEPS", "live_snapshot", "problems", "latest_t", "gpu_table"]
+           "TOP_METRICS", "STALE_AFTER_S", "STRAGGLER_RECENT_STEPS", "DataSeen", "data_seen", "COLLECTOR_PREFIXES", "live_snapshot", "problems", "latest_t", "gpu_table"]
 
 #: Data older than this (relative to the newest sample) does not count as "arriving".
 RECENT_S = 60.0
@@ -45,8 +46,6 @@ RECENT_S = 60.0
 LATEST_WINDOW_S = 30.0
 #: Counter rates use the last two samples found this far back (collectors scrape every 1-15 s).
 RATE_WINDOW_S = 20.0
-#: The newest sample is searched this far below the last one known first (then everywhere).
-LATEST_HINT_S = 3600.0
 MIB = 1024**2
 #: The page greys its tiles when the newest sample is older than this (wall clock). Ours: three times the
 #: slowest usual scrape interval (15 s, dcgm-exporter's and Prometheus's default), so one missed scrape is not "stale".
@@ -97,38 +96,44 @@ COLLECTORS: tuple[Collector, ...] = (
     Collector(id="lustre_metrics", metric_prefixes=("lustre",)),
     Collector(id="ebpf_weights", weights_reads=True),
 )
+#: Every metric prefix a collector is recognised by: all a Prometheus is asked about (``reports.livesamples``).
+COLLECTOR_PREFIXES: tuple[str, ...] = tuple(dict.fromkeys(p for c in COLLECTORS for p in c.metric_prefixes))
 
 
 def latest_t(store: Store, *, hint: float | None = None) -> float | None:
     """The newest sample's time; ``hint`` (the last one known) lets the search skip old row groups."""
-    if hint is not None:
-        found = queries.latest_sample_t(store, since=hint - LATEST_HINT_S)
-        if found is not None:
-            return found
-    return queries.latest_sample_t(store)
+    return StoreSamples(store).latest_t(hint=hint)
 
 
 def live_snapshot(store: Store, *, weights_path: str, exclude_jobs: Sequence[str] = (),
-                  now: float | None = None, with_problems: bool = True) -> dict[str, Any]:
+                  now: float | None = None, with_problems: bool = True, samples: LiveSamples | None = None,
+                  seen: DataSeen | None = None) -> dict[str, Any]:
     """The ``/api/live`` document (less the vectors' translated text): ``t`` (``now``, the newest sample's
     time), ``gpus``, ``nodes``, ``storage``, ``queue``, ``training``, ``collectors``, ``collect`` (the
     daemon's collectors, or None), ``vectors``, ``weights``, ``nccl`` (per job: NCCL version, transports,
     channels, NCCL_* variables, rule verdicts; ``reports.nccl.nccl_card``), ``problems`` (``problems()``; left
     empty with ``with_problems=False``, for a caller that refreshes them less often), ``job_gpus``, ``age_s``
-    (wall clock minus ``now``) and ``stale_after_s``."""
+    (wall clock minus ``now``) and ``stale_after_s``.
+
+    ``samples`` answers the sample questions (``reports.livesamples``: the store by default, or a
+    Prometheus); ``source`` says which. ``seen`` (``data_seen()``; computed when None) tells each collector's
+    ``state``: ``answering``, ``silent`` (seen before, nothing recent) or ``not_configured`` (never seen)."""
+    samples = samples if samples is not None else StoreSamples(store)
     jobs = {job.id: job for job in store.jobs()}
     training = live_training(store, exclude_jobs=exclude_jobs)
     checkpoints, last_checkpoint = queries.checkpoint_activity(store)
-    gpus = _gpus(store, now, jobs) if now is not None else {}
+    gpus = _gpus(samples, now, jobs) if now is not None else {}
     return {
         "t": now,
         "gpus": gpus,
-        "nodes": _nodes(store, now) if now is not None else {},
-        "storage": _storage(store, now, jobs) if now is not None else {"jobs": [], "read_bytes_s": 0.0,
+        "nodes": _nodes(samples, now) if now is not None else {},
+        "storage": _storage(samples, now, jobs) if now is not None else {"jobs": [], "read_bytes_s": 0.0,
                                                                        "write_bytes_s": 0.0},
         "queue": _queue(jobs),
         "training": asdict(training) if training is not None else None,
-        "collectors": _collectors(store, now, weights_path, exclude_jobs),
+        "collectors": _collectors(store, samples, now, weights_path, exclude_jobs,
+                                  seen if seen is not None else data_seen(store, samples, weights_path=weights_path)),
+        "source": samples.describe(),
         "collect": _collect_daemon(store),
         "vectors": {v: asdict(s) for v, s in findings_summary(store).items()},
         "weights": {"checkpoint_events": checkpoints, "last_checkpoint_t": last_checkpoint},
@@ -210,10 +215,9 @@ def _plain(evidence: dict[str, Any]) -> dict[str, Any]:
     return {k: v if isinstance(v, (int, float, str, bool)) or v is None else str(v) for k, v in evidence.items()}
 
 
-def _gpus(store: Store, now: float, jobs: dict[str, Job]) -> dict[str, dict[str, Any]]:
+def _gpus(samples: LiveSamples, now: float, jobs: dict[str, Job]) -> dict[str, dict[str, Any]]:
     out: dict[str, dict[str, Any]] = {}
-    for metric, host, gpu, value, job, t in queries.latest_gpu_values(store, list(GPU_FIELDS),
-                                                                      since=now - LATEST_WINDOW_S):
+    for metric, host, gpu, value, job, t in samples.latest_gpu_values(list(GPU_FIELDS), since=now - LATEST_WINDOW_S):
         field, scale = GPU_FIELDS[metric]
         entry = out.setdefault(f"{host}/{gpu}", {"job": None, "user": None, "account": None, "t": t})
         entry[field] = value * scale
@@ -227,10 +231,9 @@ def _gpus(store: Store, now: float, jobs: dict[str, Job]) -> dict[str, dict[str,
     return out
 
 
-def _nodes(store: Store, now: float) -> dict[str, dict[str, float]]:
+def _nodes(samples: LiveSamples, now: float) -> dict[str, dict[str, float]]:
     by_host: dict[str, dict[str, float]] = {}
-    for metric, host, value in queries.counter_rates(store, (*_IB_TX, *_IB_RX), since=now - RATE_WINDOW_S,
-                                                     group="host"):
+    for metric, host, value in samples.counter_rates((*_IB_TX, *_IB_RX), since=now - RATE_WINDOW_S, group="host"):
         by_host.setdefault(host, {})[metric] = value
     # node-exporter and perfquery may both report a port: prefer node-exporter, do not add them.
     return {host: {"ib_tx_bytes_s": next((found[m] for m in _IB_TX if m in found), 0.0),
@@ -238,9 +241,9 @@ def _nodes(store: Store, now: float) -> dict[str, dict[str, float]]:
             for host, found in by_host.items()}
 
 
-def _storage(store: Store, now: float, jobs: dict[str, Job]) -> dict[str, Any]:
+def _storage(samples: LiveSamples, now: float, jobs: dict[str, Job]) -> dict[str, Any]:
     per_job: dict[str, dict[str, Any]] = {}
-    for metric, job, value in queries.counter_rates(store, (_LUSTRE_READ, _LUSTRE_WRITE), since=now - RATE_WINDOW_S,
+    for metric, job, value in samples.counter_rates((_LUSTRE_READ, _LUSTRE_WRITE), since=now - RATE_WINDOW_S,
                                                     group="job"):
         entry = per_job.setdefault(job, {"job": job, "read_bytes_s": 0.0, "write_bytes_s": 0.0})
         entry["read_bytes_s" if metric == _LUSTRE_READ else "write_bytes_s"] += value
@@ -263,12 +266,46 @@ def _queue(jobs: dict[str, Job]) -> dict[str, Any]:
                       "nodes": list(j.nodes), "gpus": j.gpus} for j in live[:50]]}
 
 
-def _collectors(store: Store, now: float | None, weights_path: str,
-                exclude_jobs: Sequence[str]) -> dict[str, dict[str, Any]]:
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DataSeen:
+    """What the sources ever held (``data_seen``): a collector never seen is not configured, not silent."""
+
+    prefixes: frozenset[str]
+    """Metric prefixes (up to the first underscore) in the store or the Prometheus."""
+    event_kinds: frozenset[str]
+    spans: bool
+    jobs: bool
+    weights_reads: bool = False
+    """Tetragon file hooks on the weights were ever stored (needs the weights path)."""
+
+
+def data_seen(store: Store, samples: LiveSamples | None = None, *, weights_path: str | None = None) -> DataSeen:
+    """What the store (and ``samples``' backend, when it is a Prometheus) ever held. A full scan of the
+    tables' key columns: the web refreshes it every ``PROBLEMS_INTERVAL_S``, not every snapshot."""
+    prefixes, kinds, spans, jobs = queries.data_seen(store)
+    if samples is not None and not isinstance(samples, StoreSamples):
+        prefixes |= samples.prefixes_seen(COLLECTOR_PREFIXES)
+    reads = 0 if weights_path is None else queries.file_hook_activity(
+        store, since=float("-inf"), hooks=WEIGHT_HOOKS, path_prefix=weights_path.rstrip("/") + "/")[0]
+    return DataSeen(prefixes=frozenset(prefixes), event_kinds=frozenset(kinds), spans=spans > 0, jobs=jobs > 0,
+                    weights_reads=reads > 0)
+
+
+def _state(c: Collector, arriving: bool, seen: DataSeen) -> str:
+    if arriving:
+        return "answering"
+    configured = (any(p in seen.prefixes for p in c.metric_prefixes)
+                  or any(k in seen.event_kinds for k in c.event_kinds)
+                  or (c.spans and seen.spans) or (c.jobs and seen.jobs) or (c.weights_reads and seen.weights_reads))
+    return "silent" if configured else "not_configured"
+
+
+def _collectors(store: Store, samples: LiveSamples, now: float | None, weights_path: str,
+                exclude_jobs: Sequence[str], seen: DataSeen) -> dict[str, dict[str, Any]]:
     """One grouped scan per table, then each collector sums the groups it owns."""
     since = (now if now is not None else time.time()) - RECENT_S
     by_prefix: dict[str, tuple[int, float | None]] = {}
-    for metric, n, t in queries.metric_activity(store, since=since):
+    for metric, n, t in samples.metric_activity(since=since, prefixes=COLLECTOR_PREFIXES):
         prefix = metric.split("_", 1)[0]
         old_n, old_t = by_prefix.get(prefix, (0, None))
         by_prefix[prefix] = (old_n + n, _later(old_t, t))
@@ -288,7 +325,8 @@ def _collectors(store: Store, now: float | None, weights_path: str,
         last = None
         for _, t in found:
             last = _later(last, t)
-        out[c.id] = {"arriving": count > 0, "count": count, "last_t": last}
+        out[c.id] = {"arriving": count > 0, "count": count, "last_t": last,
+                     "state": _state(c, count > 0, seen)}
     return out
 
 

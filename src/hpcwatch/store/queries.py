@@ -11,12 +11,16 @@ Times are UTC seconds, as stored.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import orjson
 
 from hpcwatch.errors import ConfigError
 from hpcwatch.records import Event, Sample, Span
 from hpcwatch.store.core import Store
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 __all__ = [
     "latest_sample_t", "latest_gpu_values", "counter_rates", "last_gpu_scrape",
@@ -25,7 +29,7 @@ __all__ = [
     "newest_span_job", "span_jobs", "span_jobs_by_recency", "step_range", "last_step_every_rank_finished",
     "recent_spans", "samples_matching", "events_of_kinds",
     "gpu_sample_cadence", "gpu_metric_presence", "job_gpu_coverage", "label_values_by_host", "counter_increase",
-    "idle_gpu_maxima", "newest_by_labels", "step_walls", "sample_job_ids",
+    "idle_gpu_maxima", "newest_by_labels", "step_walls", "sample_job_ids", "data_seen", "job_window_samples",
 ]
 
 
@@ -107,6 +111,25 @@ def checkpoint_activity(store: Store) -> tuple[int, float | None]:
     """Events whose kind names a checkpoint (``checkpoint``, ``checkpoint_save``…): ``(count, newest t)``."""
     (n, t), = store.query("SELECT count(*), max(t) FROM events WHERE kind LIKE '%checkpoint%'")
     return n, t
+
+
+def job_window_samples(store: Store, metrics: Sequence[str], *, hosts: Sequence[str], job: str, t0: float,
+                       t1: float | None) -> pa.Table:
+    """Samples of ``metrics`` between ``t0`` and ``t1`` (None: no end) on ``hosts`` or labelled ``job``, in
+    ``Store.samples`` columns and order: the share of the table a job's report can use, in one scan."""
+    where = f"metric IN ({_marks(metrics)}) AND t >= ?" + (" AND t <= ?" if t1 is not None else "")
+    params: list[object] = [*metrics, t0, *([t1] if t1 is not None else [])]
+    return store.query_arrow(f"SELECT * FROM samples WHERE {where} AND (host IN ({_marks(hosts)}) OR job = ?) "
+                             f"ORDER BY metric, host, gpu, t", [*params, *hosts, job])
+
+
+def data_seen(store: Store) -> tuple[set[str], set[str], int, int]:
+    """What the store ever held: ``(metric prefixes up to the first underscore, event kinds, span rows, job
+    rows)``; tells a collector that fell silent from one that was never configured."""
+    prefixes = {p for (p,) in store.query("SELECT DISTINCT split_part(metric, '_', 1) FROM samples")}
+    kinds = {k for (k,) in store.query("SELECT DISTINCT kind FROM events")}
+    (spans, jobs), = store.query("SELECT (SELECT count(*) FROM spans), (SELECT count(*) FROM jobs)")
+    return prefixes, kinds, spans, jobs
 
 
 # -- jobs, tables --------------------------------------------------------------------------------

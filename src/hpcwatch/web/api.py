@@ -34,7 +34,7 @@ from hpcwatch.errors import HpcwatchError, InputError
 from hpcwatch.records import VECTORS
 from hpcwatch.reports.findings import recent_findings
 from hpcwatch.reports.assess import assessment_document, assessment_report, latest_assessment
-from hpcwatch.reports.steps import player_jobs, player_step
+from hpcwatch.reports.steps import PLAYER_JOBS_LISTED, player_jobs, player_step
 
 __all__ = ["router", "STREAM_INTERVAL_S", "SIM_GPU_COUNTS", "StepSource", "StepDoc", "StragglerVerdict",
            "ORJSONResponse"]
@@ -62,6 +62,7 @@ class StepSource(BaseModel):
     key: str = Field(description="'baseline', 'straggler' or the job id")
     job: str = Field(description="Job id whose spans are played")
     label: str = Field(description="Text shown on the button, in the request's language")
+    kind: str = Field("live", description="'example' (the recorded guided pair) or 'live' (a job of the store)")
 
 
 class PhaseTiming(BaseModel):
@@ -187,13 +188,25 @@ async def step_sources(request: Request, lang: str = Query("en", pattern="^(en|f
 
 
 def step_sources_for(state: Any, lang: str) -> list[StepSource]:
-    """The configured pair (demo: baseline and straggler twins), else every job that has spans."""
+    """The configured pair first (demo: the recorded steps without and with straggler, named for people),
+    then the jobs of the store with spans, most recent first, each labelled with its id and Slurm name."""
     from hpcwatch.web.i18n import load_catalogue
 
     t = load_catalogue(lang)
-    if state.step_jobs:
-        return [StepSource(key=key, job=job, label=t(f"player.{key}")) for key, job in state.step_jobs.items()]
-    return [StepSource(key=job, job=job, label=job) for job in player_jobs(state.store)]
+    examples = [StepSource(key=key, job=job, label=t(f"player.{key}"), kind="example")
+                for key, job in state.step_jobs.items()]
+    paired = set(state.step_jobs.values())
+    live = [StepSource(key=job, job=job, label=_job_label(state.store, job))
+            for job in player_jobs(state.store, limit=PLAYER_JOBS_LISTED + len(paired)) if job not in paired]
+    return examples + live[:PLAYER_JOBS_LISTED]
+
+
+def _job_label(store: Any, job_id: str) -> str:
+    """``4101 · llama-70b (alice)`` when the store knows the job, else its id."""
+    record = store.job(job_id)
+    if record is None or not (record.name or record.user):
+        return job_id
+    return f"{job_id} · {record.name or ''}{f' ({record.user})' if record.user else ''}".replace("·  (", "· (")
 
 
 @router.get("/steps", summary="One training step per rank and phase", response_model=StepDoc)

@@ -26,14 +26,16 @@ from jinja2 import Environment, PackageLoader, select_autoescape
 from markupsafe import Markup
 from starlette.concurrency import run_in_threadpool
 
-from hpcwatch.errors import ConfigError, HpcwatchError, InputError, StoreError
+from hpcwatch.errors import BackendError, ConfigError, HpcwatchError, InputError, StoreError
 from hpcwatch.model.cluster import Cluster
 from hpcwatch.records import PHASES
 from hpcwatch.store import Store
-from hpcwatch.web import api
+from hpcwatch.web import api, jobpage
 from hpcwatch.web.i18n import LANG_COOKIE, LANGUAGES, load_catalogue, negotiate
 from hpcwatch.web.live import LiveView
+from hpcwatch.promql import safe_url
 from hpcwatch.reports.live import STALE_AFTER_S
+from hpcwatch.reports.livesamples import PromSamples
 from hpcwatch.web.svg import render_schematic
 
 __all__ = ["create_app", "AppState", "script_json", "PLOTLY_JS"]
@@ -58,17 +60,27 @@ class AppState:
     stopping: threading.Event = field(default_factory=threading.Event)
     """Set (from any thread) to end every open SSE stream within a tick: server shutdown."""
     svg_cache: dict[str, str] = field(default_factory=dict)
+    prometheus: Any | None = None
+    """``hpcwatch serve --prometheus``: the ``PrometheusBackend`` samples are read from (None: the store)."""
+    prometheus_label: str | None = None
+    """That Prometheus as the page names it (its URL without credentials)."""
 
 
 def create_app(store: Store, cluster: Cluster, *, step_jobs: Mapping[str, str] | None = None,
-               stream_interval_s: float = api.STREAM_INTERVAL_S) -> FastAPI:
+               stream_interval_s: float = api.STREAM_INTERVAL_S, prometheus: Any | None = None) -> FastAPI:
+    """The app over ``store``; with ``prometheus`` (a ``PrometheusBackend``) the live samples and the job
+    page's samples are read from it, and Slurm, steps, events and findings still from the store."""
     app = FastAPI(title="hpcwatch", version="0.1.0", docs_url=None, redoc_url=None,
                   description="Live view of an AI training cluster: schematic, cards, steps, threats.")
     step_jobs = dict(step_jobs or {})
-    live = LiveView(store, cluster, exclude_jobs=step_jobs.values())
+    samples = None if prometheus is None else PromSamples(prometheus, store)
+    live = LiveView(store, cluster, exclude_jobs=step_jobs.values(), samples=samples)
     app.state.hpcwatch = AppState(store=store, cluster=cluster, live=live, step_jobs=step_jobs,
-                                  stream_interval_s=stream_interval_s)
+                                  stream_interval_s=stream_interval_s, prometheus=prometheus,
+                                  prometheus_label=None if prometheus is None else
+                                  f"Prometheus {safe_url(prometheus.config.url)}")
     app.include_router(api.router)
+    app.include_router(jobpage.router)
     app.mount("/static", StaticFiles(directory=STATIC_DIR), name="static")
     _add_pages(app)
     _add_error_handlers(app)
@@ -123,8 +135,16 @@ def _render(template: Any, state: AppState, lang: str) -> str:
     return template.render(
         t=t, lang=lang, languages=LANGUAGES, cluster=state.cluster, gpu_count=len(state.cluster.gpus),
         svg=Markup(state.svg_cache[lang]), cards=t.cards, snapshot=snapshot, step_sources=sources,
-        phases=PHASES, static="/static", root="", stale_after_s=STALE_AFTER_S,
+        phases=PHASES, static="/static", root="", stale_after_s=STALE_AFTER_S, data_source=_source_text(state, t),
         catalogue_json=script_json(t.page_document()), boot_json=script_json(boot))
+
+
+def _source_text(state: AppState, t: Any) -> str:
+    """Where the page's data comes from, in its language."""
+    path = str(state.store.config.path)
+    if state.prometheus is not None:
+        return t("datasource.prometheus").format(url=safe_url(state.prometheus.config.url), path=path)
+    return t("datasource.demo") if path == ":memory:" else t("datasource.store").format(path=path)
 
 
 def script_json(document: Any) -> Markup:
@@ -135,7 +155,8 @@ def script_json(document: Any) -> Markup:
 
 
 def _add_error_handlers(app: FastAPI) -> None:
-    statuses = ((InputError, 400), (ConfigError, 400), (StoreError, 503))
+    # A PromQL backend that does not answer is a bad gateway (RFC 9110 §15.6.3), not our crash.
+    statuses = ((InputError, 400), (ConfigError, 400), (StoreError, 503), (BackendError, 502))
 
     @app.exception_handler(HpcwatchError)
     async def hpcwatch_error(request: Request, err: HpcwatchError) -> JSONResponse:

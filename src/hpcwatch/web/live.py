@@ -14,7 +14,9 @@ from collections.abc import Iterable
 from typing import Any
 
 from hpcwatch.model.cluster import Cluster
-from hpcwatch.reports.live import COLLECTORS, GPU_FIELDS, RECENT_S, Collector, latest_t, live_snapshot, problems
+from hpcwatch.reports.live import (COLLECTORS, GPU_FIELDS, RECENT_S, Collector, DataSeen, data_seen, live_snapshot,
+                                   problems)
+from hpcwatch.reports.livesamples import LiveSamples, StoreSamples
 from hpcwatch.store import Store
 from hpcwatch.web.i18n import LANGUAGES, finding_text
 
@@ -33,8 +35,10 @@ class LiveView:
     """Snapshots of the store for the schematic; thread-safe, cached for ``min_interval_s``."""
 
     def __init__(self, store: Store, cluster: Cluster, *, min_interval_s: float = DEFAULT_MIN_INTERVAL_S,
-                 exclude_jobs: Iterable[str] = ()) -> None:
+                 exclude_jobs: Iterable[str] = (), samples: LiveSamples | None = None) -> None:
         self.store = store
+        self.samples = samples if samples is not None else StoreSamples(store)
+        """Who answers the sample questions: the store, or a Prometheus (``serve --prometheus``)."""
         self.cluster = cluster
         self.exclude_jobs = tuple(exclude_jobs)
         """Jobs whose spans are not live training (the step player's stored pair)."""
@@ -45,6 +49,8 @@ class LiveView:
         self._latest_t: float | None = None
         self._problems: list[dict[str, Any]] = []
         self._problems_at: float | None = None
+        self._seen: DataSeen | None = None
+        self._seen_at: float | None = None
 
     def snapshot(self) -> dict[str, Any]:
         with self._lock:
@@ -56,26 +62,38 @@ class LiveView:
     def _current_problems(self, now: float | None, training: dict[str, Any] | None) -> list[dict[str, Any]]:
         if now is None:
             return []
-        due = self._problems_at is None or time.monotonic() - self._problems_at >= PROBLEMS_INTERVAL_S
-        if due:
+        if _due(self._problems_at):
             self._problems = problems(self.store, training_job=training["job"] if training else None)
             self._problems_at = time.monotonic()
         return self._problems
 
+    def _current_seen(self) -> DataSeen:
+        """What the sources ever held, refreshed with the problems (a scan of the key columns)."""
+        if self._seen is None or _due(self._seen_at):
+            self._seen = data_seen(self.store, self.samples, weights_path=self.cluster.weights.path)
+            self._seen_at = time.monotonic()
+        return self._seen
+
     def latest_t(self) -> float | None:
         """The newest sample's time (``/healthz``)."""
-        return latest_t(self.store)
+        return self.samples.latest_t()
 
     def _compute(self) -> dict[str, Any]:
         started = time.perf_counter()
-        now = latest_t(self.store, hint=self._latest_t)
+        now = self.samples.latest_t(hint=self._latest_t)
         self._latest_t = now if now is not None else self._latest_t
+        seen = self._current_seen()
         doc = live_snapshot(self.store, weights_path=self.cluster.weights.path, exclude_jobs=self.exclude_jobs,
-                            now=now, with_problems=False)
+                            now=now, with_problems=False, samples=self.samples, seen=seen)
         doc["problems"] = self._current_problems(now, doc["training"])
         doc["vectors"] = {v: _titled(entry) for v, entry in doc["vectors"].items()}
         doc["query_ms"] = round((time.perf_counter() - started) * 1000, 2)
         return doc
+
+
+def _due(last: float | None) -> bool:
+    """A slow part (problems, what was ever seen) is refreshed every ``PROBLEMS_INTERVAL_S``."""
+    return last is None or time.monotonic() - last >= PROBLEMS_INTERVAL_S
 
 
 def _titled(entry: dict[str, Any]) -> dict[str, Any]:

@@ -3,6 +3,7 @@
 
 import { renderCard, updateCardLive } from "./card.js";
 import { applyMonitor, highlightJob, initMonitor, readUrl, writeUrl } from "./monitor.js";
+import { jobLink } from "./job.js";
 import { initPlayer } from "./player.js";
 import { initSimulator } from "./sim.js";
 import { boot, clear, fmt, fmtRate, fmtTime, h, t } from "./util.js";
@@ -93,13 +94,18 @@ function setBand(key, text) {
   if (node) node.textContent = text;
 }
 
+const COLLECTOR_MARKS = { answering: "✓", silent: "✕", not_configured: "–" };
+
 function updateCollectors(snap) {
   for (const el of refs.collectors) {
     const c = snap.collectors?.[el.dataset.collector];
     const arriving = Boolean(c?.arriving);
+    // answering / silent (seen before) / not_configured (never seen): reports/live.py decides.
+    const state = c?.state ?? (arriving ? "answering" : "silent");
     el.dataset.arriving = String(arriving);
-    el.querySelector(".collector-state").textContent = arriving ? "✓" : "✕";
-    el.setAttribute("aria-description", t(arriving ? "collector.arriving" : "collector.silent"));
+    el.dataset.state = state;
+    el.querySelector(".collector-state").textContent = COLLECTOR_MARKS[state] ?? "?";
+    el.setAttribute("aria-description", t(`collector_state.${state}`));
   }
 }
 
@@ -122,7 +128,7 @@ function updateQueue(snap) {
   for (const j of q.jobs) {
     const job = h("button", { type: "button", class: "ghost job-link", "data-highlight-job": j.id,
       title: t("alerts.job_title", { job: j.id }) }, j.id);
-    tbody.append(h("tr", {}, [job, j.name ?? "", j.user ?? "", j.account ?? "", j.state ?? "", (j.nodes || []).join(", "), fmt(j.gpus)]
+    tbody.append(h("tr", {}, [[job, " ", jobLink(j.id)], j.name ?? "", j.user ?? "", j.account ?? "", j.state ?? "", (j.nodes || []).join(", "), fmt(j.gpus)]
       .map((c) => h("td", {}, c))));
   }
 }

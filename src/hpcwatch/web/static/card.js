@@ -1,6 +1,7 @@
 // The card under the schematic: static text from the catalogue's cards, live values from
 // the latest snapshot. Everything is inserted as text (h() never parses markup).
 
+import { jobLink } from "./job.js";
 import { cards, clear, fmt, fmtRate, fmtTime, h, lang, t } from "./util.js";
 
 const ELEMENT_FIELDS = {
@@ -84,8 +85,8 @@ function gpuValue(g, field) {
 
 /** The job as text and one button per job id (a GPU shared by "4101,4102" has two) that lights its GPUs. */
 function jobButtons(ids, text) {
-  return [text, " ", ids.split(",").filter(Boolean).map((id) => h("button", { type: "button", class: "ghost job-link",
-    "data-highlight-job": id, title: t("alerts.job_title", { job: id }) }, t("alerts.job", { job: id })))];
+  return [text, " ", ids.split(",").filter(Boolean).map((id) => [h("button", { type: "button", class: "ghost job-link",
+    "data-highlight-job": id, title: t("alerts.job_title", { job: id }) }, t("alerts.job", { job: id })), " ", jobLink(id)])];
 }
 
 const LIVE = {
@@ -154,8 +155,9 @@ const LIVE = {
     const c = snap.collectors?.[info.id];
     if (!c) return h("p", { class: "muted" }, t("card.no_data"));
     return dl([
-      [t("card.status"), `${c.arriving ? "✓" : "✕"} ${t(c.arriving ? "collector.arriving" : "collector.silent")}`,
-        { "data-value": "status" }],
+      [t("card.status"), `${c.arriving ? "✓" : "✕"} ${t(`collector_state.${c.state ?? (c.arriving ? "answering" : "silent")}`)}`,
+        { "data-value": "status", "data-state": c.state ?? "" }],
+      [t("datasource.label"), sourceText(snap.source, info.id)],
       [t("collector.records_label"), t("collector.count", { count: fmt(c.count) })],
       [t("collector.last_label"), fmtTime(c.last_t)],
     ]);
@@ -167,6 +169,14 @@ const LIVE = {
       t("vector.live_long", { count: fmt(f.findings), title: findingTitle(f), severity: severityWord(f.severity), target: f.target ?? "" }));
   },
 };
+
+/** Where a collector's data is read: Prometheus for the sample collectors under serve --prometheus, else the store. */
+function sourceText(source, id) {
+  if (!source) return t("live.none");
+  const fromProm = source.samples === "prometheus" && !["ebpf_weights"].includes(id);
+  return fromProm ? `Prometheus ${source.prometheus} · ${t("datasource.store", { path: source.store })}`
+    : t("datasource.store", { path: source.store });
+}
 
 /** A finding's title in the page's language (the server fills the rule's catalogue template), else the detector's. */
 // One job's NCCL view, as reports/nccl.nccl_card gave it: nothing is computed here.

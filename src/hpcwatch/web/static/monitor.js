@@ -2,6 +2,7 @@
 // the job highlight, mode and selection in the URL, and stale data greyed with its age.
 // The server decides what is a problem (reports/live.py); this module only draws it, with textContent.
 
+import { jobLink } from "./job.js";
 import { cards, clear, fmt, h, t } from "./util.js";
 
 const body = document.body;
@@ -51,7 +52,7 @@ function drawAlerts(problems) {
     });
     const job = p.job ? h("button", { type: "button", class: "ghost alert-job", "data-highlight-job": p.job,
       title: t("alerts.job_title", { job: p.job }) }, t("alerts.job", { job: p.job })) : null;
-    list.append(h("li", { "data-severity": p.severity ?? "" }, open, job));
+    list.append(h("li", { "data-severity": p.severity ?? "" }, open, job, p.job ? jobLink(p.job) : null));
   }
   if (n === 0) setListOpen(false);
 }

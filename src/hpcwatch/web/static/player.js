@@ -2,7 +2,7 @@
 // spans), with a ring AllReduce / barrier detail. No timing lives here: all durations
 // come from the server; the page only scales them to a few seconds of animation.
 
-import { boot, clear, fmt, h, s, t } from "./util.js";
+import { boot, clear, fmt, h, lang, s, t } from "./util.js";
 
 const PHASES = boot.phases;
 const ANIM_MS = 4500;
@@ -11,6 +11,8 @@ const LABEL_W = 118;
 const NOW_W = 120;
 const ROW_H = 16;
 const ROW_GAP = 5;
+// The live list is refreshed this often: jobs start and end, a minute late is soon enough (ours).
+const LIVE_REFRESH_MS = 15000;
 const reducedMotion = window.matchMedia("(prefers-reduced-motion: reduce)").matches;
 
 export function initPlayer(root) {
@@ -23,7 +25,9 @@ export function initPlayer(root) {
   const ringText = root.querySelector("#ring-text");
   const summary = root.querySelector("#player-summary");
   const tbody = root.querySelector("#step-table tbody");
-  let job = sourceButtons[0]?.dataset.job ?? null;
+  const liveSelect = root.querySelector("#player-live");
+  let job = sourceButtons[0]?.dataset.job ?? (liveSelect?.value || null);
+  let jobName = sourceButtons[0] ? exampleName(sourceButtons[0]) : job && t("stepsource.job_name", { job });
   let view = null;
   let frame = null;
 
@@ -48,7 +52,7 @@ export function initPlayer(root) {
     const chart = drawGantt(gantt, doc, ranks, stats);
     const ring = drawRing(ringBox, ranks, stats);
     fillTable(tbody, ranks, stats);
-    summary.textContent = summaryText(doc, ranks, stats);
+    summary.textContent = summaryText(doc, ranks, stats, jobName);
     return { doc, ranks, stats, chart, ring };
   }
 
@@ -95,18 +99,32 @@ export function initPlayer(root) {
     frame = requestAnimationFrame(tick);
   }
 
+  async function choose(nextJob, name) {
+    job = nextJob;
+    jobName = name;
+    root.dataset.job = job ?? "";
+    root.dataset.state = "loading";
+    playLabel.textContent = t("player.play");
+    const loaded = await load();
+    if (loaded) { show(loaded.doc.step_time_s * 1000); root.dataset.state = "ready"; }
+  }
+
   for (const button of sourceButtons) {
     button.addEventListener("click", async () => {
       for (const b of sourceButtons) b.setAttribute("aria-pressed", String(b === button));
-      job = button.dataset.job;
-      root.dataset.state = "loading";
-      playLabel.textContent = t("player.play");
-      const loaded = await load();
-      if (loaded) { show(loaded.doc.step_time_s * 1000); root.dataset.state = "ready"; }
+      if (liveSelect) liveSelect.value = "";
+      await choose(button.dataset.job, exampleName(button));
     });
   }
+  liveSelect?.addEventListener("change", async () => {
+    if (!liveSelect.value) return;
+    for (const b of sourceButtons) b.setAttribute("aria-pressed", "false");
+    await choose(liveSelect.value, t("stepsource.job_name", { job: liveSelect.value }));
+  });
+  if (liveSelect) setInterval(() => refreshLive(liveSelect), LIVE_REFRESH_MS);
   playButton.addEventListener("click", play);
 
+  root.dataset.job = job ?? "";
   const ready = load().then((loaded) => { if (loaded) { show(loaded.doc.step_time_s * 1000); root.dataset.state = "ready"; } });
   return {
     ready,
@@ -115,7 +133,35 @@ export function initPlayer(root) {
       if (button) button.click();
     },
     play,
+    /** Play live job `id` (as if picked in the list). */
+    async pickLive(id) {
+      await refreshLive(liveSelect);
+      liveSelect.value = id;
+      liveSelect.dispatchEvent(new Event("change"));
+    },
   };
+}
+
+/** How the summary names an example: by what it shows, never by its internal job id. */
+function exampleName(button) {
+  return t("stepsource.example_job", { label: button.textContent.trim() });
+}
+
+/** Rebuild the live list from /api/steps/sources, keeping the choice (left alone while it is open). */
+async function refreshLive(select) {
+  if (!select || document.activeElement === select) return;
+  try {
+    const response = await fetch(`/api/steps/sources?lang=${encodeURIComponent(lang)}`);
+    if (!response.ok) return;
+    const live = (await response.json()).filter((src) => src.kind !== "example");
+    const chosen = select.value;
+    clear(select);
+    select.append(h("option", { value: "" }, t(live.length ? "stepsource.live_choose" : "stepsource.live_none")),
+      ...live.map((src) => h("option", { value: src.job }, src.label)));
+    select.value = live.some((src) => src.job === chosen) ? chosen : "";
+  } catch {
+    // Offline for a moment: the current list stays; the next refresh tries again.
+  }
 }
 
 /** Where the server's verdict sits in the drawn rows (the server decides; the page only marks it). */
@@ -130,13 +176,13 @@ function rankName(r) {
   return r.node !== null && r.node !== undefined ? `${r.node}/GPU${r.gpu ?? "?"}` : `${t("player.rank")} ${r.rank}`;
 }
 
-function summaryText(doc, ranks, stats) {
+function summaryText(doc, ranks, stats, jobName) {
   const ms = (x) => fmt(x * 1000, 1);
   if (!stats.isStraggler) {
-    return t("player.summary_even", { step: doc.step, job: doc.job, time: ms(doc.step_time_s), wait: ms(doc.max_wait_s) });
+    return t("player.summary_even", { step: doc.step, job: jobName ?? doc.job, time: ms(doc.step_time_s), wait: ms(doc.max_wait_s) });
   }
   const v = stats.verdict;
-  return t("player.summary", { step: doc.step, job: doc.job, time: ms(doc.step_time_s),
+  return t("player.summary", { step: doc.step, job: jobName ?? doc.job, time: ms(doc.step_time_s),
     slowest: rankName(ranks[stats.slowest]), phase: t(`phase.${v.phase}`), duration: ms(v.phase_s),
     wait: ms(v.others_wait_s) });
 }

@@ -1,0 +1,158 @@
+"""One job, every question at once: what the web's job page shows (``GET /job/ID``, ``GET /api/job/ID``).
+
+The parts are the reports the CLI already has, called here once so the page computes nothing:
+
+- ``job``      ``reports.jobs.job_report`` (what ``hpcwatch job ID`` prints): per GPU, IB, Lustre, energy
+- ``steps``    ``reports.steps.step_report`` over the job's last ``DEFAULT_RECENT_STEPS`` steps
+  (what ``hpcwatch steps`` and the player's verdict use): step time, phase medians per rank, straggler
+- ``goodput``  ``reports.goodput.goodput_report`` (what ``hpcwatch goodput`` prints)
+- ``findings`` the stored findings that concern the job (``concerns_job``)
+
+A part the store cannot answer (no spans, no goodput events) is ``None`` with the reason in
+``missing``: "no steps recorded" and "could not compute" are said, not shown as zeros.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import pyarrow as pa
+
+from hpcwatch.analysis.attribution import JobReport, report_dict
+from hpcwatch.analysis.goodput import GoodputReport
+from hpcwatch.errors import InputError
+from hpcwatch.records import PHASES, Finding
+from hpcwatch.reports.goodput import goodput_report
+from hpcwatch.reports.jobs import job_report
+from hpcwatch.reports.steps import DEFAULT_RECENT_STEPS, StepReport, step_report
+
+if TYPE_CHECKING:
+    from hpcwatch.store import Store
+
+__all__ = ["JobOverview", "JobSteps", "RankPhases", "job_overview", "overview_dict", "concerns_job",
+           "JOB_EVIDENCE_KEYS"]
+
+#: Evidence keys under which detectors name the job a finding is about (``security/``: ``job``; the
+#: dcgm-exporter label ``hpc_job``; Slurm's ``job_id``).
+JOB_EVIDENCE_KEYS = ("job", "hpc_job", "job_id", "jobid")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RankPhases:
+    """One rank's median seconds per phase over the recent steps (``records.PHASES`` order)."""
+
+    rank: int
+    node: str | None
+    gpu: int | None
+    phase_s: tuple[float | None, ...]
+    """Median over the steps of each phase of ``records.PHASES``; None where the rank never ran it."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class JobSteps:
+    """The job's recent steps as ``hpcwatch steps`` judges them."""
+
+    first_step: int
+    last_step: int
+    steps: int
+    """Steps in the window (at most ``DEFAULT_RECENT_STEPS``)."""
+    step_time_s: float | None
+    """Median step time (the slowest rank's per step)."""
+    ranks: tuple[RankPhases, ...]
+    straggler: dict[str, Any] | None
+    """``rank, node, gpu, phase, excess_s, score``; None when no rank stands out."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class JobOverview:
+    id: str
+    job: JobReport | None
+    """None for a workload the store knows only from its spans (a hook's or a trace's job name)."""
+    steps: JobSteps | None
+    goodput: GoodputReport | None
+    findings: tuple[Finding, ...]
+    missing: dict[str, str] = field(default_factory=dict)
+    """Part (``job``, ``steps``, ``goodput``) -> why it is None (the report's own message)."""
+
+
+def concerns_job(finding: Finding, job_id: str, nodes: tuple[str, ...], t0: float | None, t1: float | None) -> bool:
+    """A finding is the job's when it names the job (target or evidence), or targets one of its nodes
+    while it ran (ours: a node-level finding during the run is what its owner must hear of)."""
+    if finding.target == job_id or any(str(finding.evidence.get(k)) == job_id for k in JOB_EVIDENCE_KEYS):
+        return True
+    if finding.target not in nodes or t0 is None:
+        return False
+    return finding.t >= t0 and (t1 is None or finding.t <= t1)
+
+
+def _phase_medians(report: StepReport) -> tuple[RankPhases, ...]:
+    anatomy = report.anatomy
+    matrices = [anatomy.matrix(p) for p in PHASES]
+    out = []
+    for i, rank in enumerate(anatomy.ranks):
+        node, gpu = anatomy.placement.get(rank, (None, None))
+        values = []
+        for m in matrices:
+            row = m[i][~np.isnan(m[i])]
+            values.append(float(np.median(row)) if row.size else None)
+        out.append(RankPhases(rank=rank, node=node, gpu=gpu, phase_s=tuple(values)))
+    return tuple(out)
+
+
+def _steps(report: StepReport) -> JobSteps:
+    found = report.straggler
+    straggler = None if found is None else {"rank": found.rank, "node": found.node, "gpu": found.gpu,
+                                            "phase": found.phase, "excess_s": found.excess_s, "score": found.score}
+    steps = report.anatomy.steps
+    return JobSteps(first_step=steps[0] if steps else 0, last_step=steps[-1] if steps else 0, steps=len(steps),
+                    step_time_s=report.step_time_s, ranks=_phase_medians(report), straggler=straggler)
+
+
+def job_overview(store: Store, job_id: str, *, samples: pa.Table | None = None,
+                 recent_steps: int = DEFAULT_RECENT_STEPS) -> JobOverview:
+    """Every part of ``job_id``'s page; a part the store cannot answer only sets ``missing``.
+    ``InputError`` (``job_report``'s) when no part answers: the store knows nothing of the job."""
+    missing: dict[str, str] = {}
+    job = _part(missing, "job", lambda: job_report(store, job_id, samples=samples))
+    steps = _part(missing, "steps", lambda: _steps(step_report(store, job_id, recent_steps=recent_steps)))
+    goodput = _part(missing, "goodput", lambda: goodput_report(store, job_id))
+    if goodput is not None and goodput.total_s <= 0:
+        # A running job without steps has no wall time to split yet: "0 % of 0 s" would read as a verdict.
+        missing["goodput"] = f"job {job_id}: no wall time to account yet (no steps, no end)"
+        goodput = None
+    if job is None and steps is None and goodput is None:
+        raise InputError(missing["job"])
+    nodes = job.nodes if job is not None else tuple(sorted({r.node for r in steps.ranks if r.node})) if steps else ()
+    t0 = None if job is None else job.start if job.start is not None else job.observed_start
+    t1 = None if job is None else job.end
+    findings = tuple(f for f in store.findings() if concerns_job(f, job_id, nodes, t0, t1))
+    return JobOverview(id=job_id, job=job, steps=steps, goodput=goodput, findings=findings, missing=missing)
+
+
+def _part(missing: dict[str, str], name: str, compute: Any) -> Any:
+    """``compute()``, or None with its ``InputError`` message noted under ``name``."""
+    try:
+        return compute()
+    except InputError as err:
+        missing[name] = str(err)
+        return None
+
+
+def overview_dict(overview: JobOverview) -> dict[str, Any]:
+    """The JSON document of ``GET /api/job/ID``: ``job`` is ``hpcwatch job ID --json``, ``goodput`` is
+    ``hpcwatch goodput --json``'s report, ``steps`` and ``findings`` as described in the dataclasses."""
+    steps = overview.steps
+    return {
+        "id": overview.id,
+        "job": None if overview.job is None else report_dict(overview.job, per_gpu=True),
+        "steps": None if steps is None else {
+            "first_step": steps.first_step, "last_step": steps.last_step, "steps": steps.steps,
+            "step_time_s": steps.step_time_s, "phases": list(PHASES), "straggler": steps.straggler,
+            "ranks": [{"rank": r.rank, "node": r.node, "gpu": r.gpu, "phase_s": list(r.phase_s)} for r in steps.ranks]},
+        "goodput": None if overview.goodput is None else overview.goodput.to_dict(),
+        "findings": [{"vector": f.vector, "severity": f.severity, "target": f.target, "title": f.title,
+                      "rule": f.rule, "t": f.t, "evidence": dict(f.evidence)} for f in overview.findings],
+        "missing": dict(overview.missing),
+    }

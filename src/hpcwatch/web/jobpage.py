@@ -1,0 +1,129 @@
+"""The job page: ``GET /job/{id}`` (HTML, FR/EN) and ``GET /api/job/{id}`` (JSON), one job's whole report.
+
+Both format ``reports.jobpage.job_overview`` and nothing else: the per-GPU table, IB and Lustre bytes,
+the recent steps and their straggler, goodput and the job's findings are computed there. The page is
+rendered on the server (Jinja2, autoescaped), so it reads without a script and prints as it is.
+Under ``hpcwatch serve --prometheus`` the samples of the report come from Prometheus, the rest from
+the store, and the page says so.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+from typing import Any
+
+from fastapi import APIRouter, Query, Request
+from fastapi.responses import HTMLResponse
+from jinja2 import Environment, PackageLoader, select_autoescape
+from starlette.concurrency import run_in_threadpool
+
+from hpcwatch.errors import InputError
+from hpcwatch.records import PHASES
+from hpcwatch.reports.jobpage import JobOverview, job_overview, overview_dict
+from hpcwatch.web.i18n import LANG_COOKIE, LANGUAGES, Catalogue, load_catalogue, negotiate
+
+__all__ = ["router", "job_url", "fmt_number", "fmt_bytes", "fmt_duration"]
+
+router = APIRouter()
+
+
+def job_url(job_id: str) -> str:
+    """The page of one job (ids such as ``namespace/pod`` keep their slash: the route takes a path)."""
+    return f"/job/{job_id}"
+
+
+def fmt_number(value: float | None, digits: int = 0, *, lang: str) -> str:
+    """``value`` with ``digits`` decimals and the language's decimal mark; an em dash for None."""
+    if value is None:
+        return "—"
+    text = f"{value:,.{digits}f}"
+    if lang == "fr":   # French: thin space for thousands, comma for decimals
+        text = text.replace(",", "\u202f").replace(".", ",")
+    return text
+
+
+def fmt_bytes(n: float | None, *, lang: str) -> str:
+    """Decimal units, as link and disk rates are quoted."""
+    if n is None:
+        return "—"
+    for unit in ("B", "KB", "MB", "GB", "TB"):
+        if abs(n) < 1000:
+            return f"{fmt_number(n, 0 if unit == 'B' else 1, lang=lang)} {unit}"
+        n /= 1000
+    return f"{fmt_number(n, 1, lang=lang)} PB"
+
+
+def fmt_duration(seconds: float | None, *, lang: str) -> str:
+    if seconds is None:
+        return "—"
+    if seconds < 120:
+        return f"{fmt_number(seconds, 1, lang=lang)} s"
+    if seconds < 7200:
+        return f"{fmt_number(seconds / 60, 1, lang=lang)} min"
+    return f"{fmt_number(seconds / 3600, 2, lang=lang)} h"
+
+
+def _when(t: float | None) -> str:
+    return "—" if t is None else datetime.fromtimestamp(t, timezone.utc).strftime("%Y-%m-%d %H:%M:%S")
+
+
+def _environment() -> Environment:
+    env = Environment(loader=PackageLoader("hpcwatch.web", "templates"), autoescape=select_autoescape(["html"]))
+    env.globals.update(when=_when, phases=PHASES)
+    return env
+
+
+_ENV = _environment()
+
+
+def _samples_for(state: Any, overview_job: str) -> Any:
+    """None (the store's samples), or the same columns from the app's Prometheus since the job started."""
+    if state.prometheus is None:
+        return None
+    from hpcwatch.reports.jobs import prometheus_samples
+    record = state.store.job(overview_job)
+    return prometheus_samples(state.prometheus, t0=record.start if record is not None else None)
+
+
+def overview_of(state: Any, job_id: str) -> JobOverview:
+    """The report the page and the API format, with samples from where the app reads them."""
+    return job_overview(state.store, job_id, samples=_samples_for(state, job_id))
+
+
+def render_job_page(overview: JobOverview, t: Catalogue, *, source: str | None) -> str:
+    lang = t.lang
+    return _ENV.get_template("job.html").render(
+        o=overview, j=overview.job, t=t, lang=lang, languages=LANGUAGES, source=source,
+        num=lambda v, d=0: fmt_number(v, d, lang=lang), size=lambda v: fmt_bytes(v, lang=lang),
+        dur=lambda v: fmt_duration(v, lang=lang), pct=lambda v: "—" if v is None else f"{fmt_number(v, 0, lang=lang)} %",
+        ms=lambda v: fmt_number(None if v is None else v * 1000, 2, lang=lang))
+
+
+def _not_found(t: Catalogue, job_id: str, why: str) -> str:
+    return _ENV.get_template("job.html").render(o=None, j=None, t=t, lang=t.lang, languages=LANGUAGES, source=None,
+                                                job_id=job_id, why=why)
+
+
+@router.get("/job/{job_id:path}", response_class=HTMLResponse, include_in_schema=False)
+async def job_page(request: Request, job_id: str, lang: str | None = Query(None)) -> HTMLResponse:
+    state = request.app.state.hpcwatch
+    chosen = negotiate(forced=lang, cookie=request.cookies.get(LANG_COOKIE),
+                       accept_language=request.headers.get("accept-language"))
+    t = load_catalogue(chosen)
+    headers = {"Content-Language": chosen, "Vary": "Accept-Language, Cookie"}
+    try:
+        overview = await run_in_threadpool(overview_of, state, job_id)
+    except InputError as err:
+        return HTMLResponse(_not_found(t, job_id, str(err)), status_code=404, headers=headers)
+    html = render_job_page(overview, t, source=state.prometheus_label)
+    return HTMLResponse(html, headers=headers)
+
+
+@router.get("/api/job/{job_id:path}", summary="One job's page: report per GPU, IB, Lustre, steps, goodput, findings")
+async def job_api(request: Request, job_id: str) -> dict[str, Any]:
+    """``job`` is ``hpcwatch job ID --json``, ``goodput`` ``hpcwatch goodput``'s report, ``steps`` the last
+    steps (median per phase and rank, straggler), ``findings`` the findings that concern the job, ``missing``
+    the parts the store cannot answer and why. 400 when the store knows nothing of the job."""
+    state = request.app.state.hpcwatch
+    overview = await run_in_threadpool(overview_of, state, job_id)
+    return overview_dict(overview)

@@ -1,0 +1,169 @@
+"""Issue 15, items 2, 5 and 7 in a real Chromium: a live job in the step player, the job page opened from a
+GPU card, and ``hpcwatch serve --prometheus`` against a real Prometheus 2.42 scraping the twin's exporters.
+
+Reuses test_browser.py's server (``hpcwatch demo``), browser and page fixtures; screenshots go to
+tests/integration/artifacts/15-*.png.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from .conftest import wait_until
+from .test_browser import (CHROMIUM_ARGS, VIEWPORT, _free_port, _shot, _stop, _wait_ticks, browser, page,  # noqa: F401
+                           server)
+
+pytestmark = pytest.mark.integration
+
+#: Ports of this module's Prometheus and twin endpoints (conftest's and test_prometheus.py's are 2909x, 294xx).
+PROM_PORT = 29096
+TWIN_PORT = 29420
+
+
+# -- item 2: the live step player -------------------------------------------------------------------------
+
+
+def test_player_plays_a_live_job_chosen_in_the_list(page):
+    live = page.locator("#player-live")
+    # The live twin's job writes spans from its first steps; the list refreshes every 15 s.
+    page.wait_for_function("document.querySelectorAll('#player-live option:not([value=\"\"])').length > 0",
+                           timeout=40_000)
+    job = live.locator("option:not([value=''])").first.get_attribute("value")
+    live.select_option(job)
+    page.wait_for_function(f"document.getElementById('player').dataset.job === {job!r} && "
+                           "document.getElementById('player').dataset.state === 'ready'", timeout=20_000)
+    summary = page.locator("#player-summary").inner_text()
+    assert f"of job {job}:" in summary and "step-player/" not in summary
+    rows = page.locator("#step-table tbody tr").count()
+    assert rows >= 2                                            # one row per rank of the live job
+    assert page.locator("[data-source='baseline']").get_attribute("aria-pressed") == "false"
+    page.locator("#player").scroll_into_view_if_needed()
+    _shot(page, "15-player-live-job")
+    # Back to the guided example: named by what it shows, never by its internal job id.
+    page.click("[data-source='straggler']")
+    page.wait_for_function("document.getElementById('player').dataset.state === 'ready' && "
+                           "document.getElementById('player').dataset.job.startsWith('step-player/')")
+    example = page.locator("#player-summary").inner_text()
+    assert "recorded example" in example and "step-player/" not in example and live.input_value() == ""
+
+
+# -- item 5: the job page ---------------------------------------------------------------------------------
+
+
+def test_job_page_opens_from_a_gpu_card_in_both_languages(page):
+    page.evaluate("window.hpcwatch.openCard('gpu:node1/2')")
+    link = page.locator("#card a.job-page-link").first
+    job = link.get_attribute("data-job-page")
+    assert job
+    link.click()
+    page.wait_for_url(f"**/job/{job}")
+    assert page.locator("#job-title").inner_text().startswith(f"Job {job}")
+    assert page.locator("#job-gpus tbody tr").count() >= 1               # per GPU, from the store's samples
+    assert "ms" in page.locator("#job-steps [data-value='step_time']").inner_text()
+    assert page.locator("#job-goodput, #job-findings").count() == 2
+    _shot(page, "15-job-page-en", full_page=True)
+    page.click("a[hreflang='fr']")
+    page.wait_for_url("**?lang=fr")
+    assert page.locator("#job-steps h2").inner_text() == "Pas d'entraînement"
+    _shot(page, "15-job-page-fr", full_page=True)
+    page.click("a.back")
+    page.wait_for_url(f"**/?job={job}")
+    assert page.evaluate("window.hpcwatch.monitor.job") == job         # back on the cluster, its GPUs lit
+
+
+def test_queue_and_alert_strip_link_to_the_job_page(page):
+    _wait_ticks(page, 1)
+    hrefs = page.eval_on_selector_all("#queue-table a.job-page-link", "els => els.map(e => e.getAttribute('href'))")
+    assert hrefs and all(h.startswith("/job/") for h in hrefs)
+    names = page.eval_on_selector_all("#queue-table a.job-page-link", "els => els.map(e => e.getAttribute('aria-label'))")
+    assert all(n.startswith("Open the page of job ") for n in names)
+
+
+# -- item 7: serve --prometheus ---------------------------------------------------------------------------
+
+
+def _store_with_jobs(path: Path) -> None:
+    """The store ``serve`` reads Slurm jobs from: job 501 on node1's GPUs 0 and 1, as squeue would say."""
+    from hpcwatch.records import Job
+    from hpcwatch.store import Store
+
+    with Store(str(path)) as store:
+        store.add([Job(id="501", user="ann", account="proj-llm", partition="gpu", nodes=("node1",), gpus=2,
+                       gpus_by_node={"node1": (0, 1)}, start=time.time() - 120, state="RUNNING", name="llm-pretrain")])
+
+
+def _serve(db: Path, prometheus: str) -> tuple[subprocess.Popen, str]:
+    port = _free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "hpcwatch", "serve", "--db", str(db), "--prometheus", prometheus,
+                             "--port", str(port), "--duration", "300"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    url = f"http://127.0.0.1:{port}/"
+
+    def up() -> bool:
+        if proc.poll() is not None:
+            raise RuntimeError(f"hpcwatch serve exited: {proc.stderr.read().decode()[-2000:]}")
+        try:
+            return urllib.request.urlopen(url + "healthz", timeout=1).status == 200
+        except OSError:
+            return False
+
+    wait_until(up, timeout_s=60, what="hpcwatch serve /healthz")
+    return proc, url
+
+
+def test_serve_prometheus_reads_a_real_prometheus_and_says_so(start_prometheus, browser, tmp_path):  # noqa: F811
+    from hpcwatch.model.cluster import reference_cluster
+    from hpcwatch.sources.mapping import read_job_mapping_dir
+    from hpcwatch.twin import Twin
+    from hpcwatch.twin.serve import ServeConfig, TwinEndpoints, prometheus_config
+
+    mapping = tmp_path / "mapping"
+    (mapping / "node1").mkdir(parents=True)
+    for gpu in (0, 1):
+        (mapping / "node1" / str(gpu)).write_text("501\n")
+    db = tmp_path / "store"
+    _store_with_jobs(db)
+    config = ServeConfig(nodes=("node1", "node2"), port=TWIN_PORT, mapping_dir=mapping, tick_s=1.0)
+    with TwinEndpoints(Twin(reference_cluster(), seed=3), config, read_mapping=read_job_mapping_dir) as endpoints:
+        prom = start_prometheus(prometheus_config(endpoints.targets, scrape_interval_s=1), port=PROM_PORT)
+        wait_until(lambda: len(prom.query("up == 1")) == 4, timeout_s=30, what="4 targets up")
+        wait_until(lambda: prom.query("count(rate(node_infiniband_port_data_transmitted_bytes_total[60s]))"),
+                   timeout_s=30, what="two scrapes of node-exporter (a rate)")
+        proc, url = _serve(db, prom.url)
+        context = browser.new_context(viewport=VIEWPORT, locale="en-US")
+        try:
+            _check_page(context.new_page(), url, prom.url)
+        finally:
+            context.close()
+            _stop(proc)
+
+
+def _check_page(pg, url: str, prom_url: str) -> None:
+    errors: list[str] = []
+    pg.on("pageerror", lambda err: errors.append(str(err)))
+    pg.goto(url)
+    _wait_ticks(pg, 1)
+    assert f"Prometheus {prom_url}" in pg.locator("#data-source").inner_text()
+    util = pg.locator("[data-live='util:node1/0']").text_content()
+    assert util.endswith("%") and util != "–"                   # a value Prometheus scraped from the twin
+    assert "IB ↑" in pg.locator("[data-live='ib:node1']").text_content()
+    pg.click("[data-view='observer']")
+    _wait_ticks(pg, 1)
+    state = lambda cid: pg.locator(f"[data-collector='{cid}']").get_attribute("data-state")  # noqa: E731
+    assert state("dcgm_exporter") == "answering" and state("node_host") == "answering"
+    assert state("slurm_exporter") == "answering"                # the store's open job
+    assert state("ib_tools") == "not_configured" and state("lustre_metrics") == "not_configured"
+    assert pg.locator("[data-collector='ib_tools'] .collector-state").text_content() == "–"
+    pg.evaluate("window.hpcwatch.openCard('collector:dcgm_exporter')")
+    assert f"Prometheus {prom_url}" in pg.locator("#card-live").inner_text()
+    _shot(pg, "15-serve-prometheus-observer")
+    pg.goto(url + "job/501")
+    assert pg.locator("#job-gpus tbody tr").count() == 2          # the two GPUs hpc_job=501 labels, via PromQL
+    assert f"Prometheus {prom_url}" in pg.locator("#job-source").inner_text()
+    _shot(pg, "15-serve-prometheus-job-page", full_page=True)
+    assert not errors, errors
