@@ -2,11 +2,11 @@
 
 One task per rank file, each on a worker with one thread, so a worker holds one rank's
 trace at a time whatever the size of the set; a task sends back its rank's reduced
-table (``analysis.reduce.to_parquet``, a few kB), and the cross-rank analysis runs here on
+table (``analysis.reduce.to_ipc``, ~10 kB), and the cross-rank analysis runs here on
 the tables (``reports.steps.reduced_report``), exactly as in one process::
 
     client (this process)             workers (LocalCluster processes, Slurm jobs, …)
-    paths ── one task per rank ──>    reduce_trace_file(path) ─> Parquet row
+    paths ── one task per rank ──>    reduce_trace_file(path) ─> one-row Arrow table
     reduced_report(rows)  <── tables ─┘
 
 Dask is an optional extra (``pip install 'hpcwatch[dask]'``): this module imports
@@ -22,7 +22,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-from hpcwatch.analysis.reduce import RankReduction, from_parquet, to_parquet
+from hpcwatch.analysis.reduce import RankReduction, from_table, table_of_ipc, to_ipc
 from hpcwatch.errors import BackendError, ConfigError, HpcwatchError, InputError
 from hpcwatch.reports.steps import reduce_trace_file
 
@@ -100,14 +100,14 @@ class DaskRun:
 
 
 def reduced_table_of_file(path: str) -> tuple[bytes | None, tuple[str, ...], str | None]:
-    """The task a worker runs: one rank's reduced table (Parquet bytes), its reader's warnings, and the
+    """The task a worker runs: one rank's reduced table (an Arrow IPC stream, ``analysis.reduce.to_ipc``), its reader's warnings, and the
     one-line error when the trace could not be read (sent as text: our exceptions take keyword arguments,
     which pickling back to the client does not carry)."""
     try:
         reduction, warned = reduce_trace_file(path)
     except HpcwatchError as err:
         return None, (), str(err)
-    return to_parquet([reduction]), warned, None
+    return to_ipc([reduction]), warned, None
 
 
 def reduce_on_dask(paths: Sequence[str], config: DaskConfig) -> tuple[list[RankReduction], list[str], DaskRun]:
@@ -118,14 +118,11 @@ def reduce_on_dask(paths: Sequence[str], config: DaskConfig) -> tuple[list[RankR
                       slurm_job_ids=slurm_jobs)
         futures = client.map(reduced_table_of_file, list(paths), pure=False)
         done = client.gather(futures)
-    reductions, warned = [], []
-    for path, (table, messages, error) in zip(paths, done):
-        if error is not None:
-            raise InputError(error)
-        (reduction,) = from_parquet(table, path=path)
-        reductions.append(reduction)
-        warned.extend(messages)
-    return reductions, warned, run
+    errors = [error for _, _, error in done if error is not None]
+    if errors:
+        raise InputError(errors[0] + (f" (and {len(errors) - 1} more ranks failed)" if len(errors) > 1 else ""))
+    reductions = from_table(table_of_ipc(table for table, _, _ in done))
+    return reductions, [message for _, messages, _ in done for message in messages], run
 
 
 @contextmanager

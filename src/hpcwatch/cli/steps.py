@@ -67,6 +67,8 @@ def steps(
     seq: Optional[int] = typer.Option(None, "--seq", help="MFU: sequence length T."),
     tokens_per_step: Optional[float] = typer.Option(None, "--tokens-per-step", help="MFU: tokens per step, all ranks."),
     gpu: Optional[str] = typer.Option(None, "--gpu", help="MFU: GPU type (catalog key or model name)."),
+    reduced: Optional[Path] = typer.Option(None, "--reduced", help="Also write the per-rank reduced tables (one row "
+                                           "per rank) to this Parquet file."),
     dask: Optional[str] = typer.Option(None, "--dask", help="Reduce each rank's trace on Dask workers: local (a "
                                        "LocalCluster here), slurm (workers as Slurm jobs) or tcp://HOST:PORT (a "
                                        "running scheduler). Needs the dask extra.", rich_help_panel="Dask"),
@@ -98,6 +100,8 @@ def steps(
         raise ConfigError("steps: give TRACE files or --job ID with --db (one of them)")
     if dask is None and workers is not None:
         raise ConfigError("steps: --workers goes with --dask")
+    if reduced is not None and job:
+        raise ConfigError("steps: --reduced writes the reduced traces; --job reads spans")
     cluster = None if dask is None else _dask_config(dask, workers=workers, timeout_s=dask_timeout, slurm=dict(
         partition=slurm_partition, account=slurm_account, python=slurm_python, interface=slurm_interface,
         memory=slurm_memory, walltime=slurm_walltime, local_directory=slurm_local_dir, log_directory=slurm_log_dir,
@@ -122,6 +126,9 @@ def steps(
                                          if isinstance(r, Span))
         else:
             reductions = _reduce_traces(files) if cluster is None else _reduce_on_dask(files, cluster)
+            if reduced is not None:
+                from hpcwatch.analysis.reduce import to_table, write_parquet
+                write_parquet(to_table(reductions), reduced)
         report, clock, per_rank = reduced_report(reductions) if reductions else (step_report_of(anatomy), None, ())
     mfu = _mfu(report, params=params, layers=layers, d_model=d_model, seq=seq, tokens_per_step=tokens_per_step,
                gpu=gpu)
@@ -212,10 +219,10 @@ def _reduce_on_dask(files: list[Input], config: DaskConfig) -> list[RankReductio
     from hpcwatch.distributed import reduce_on_dask
     reductions, warned, run = reduce_on_dask([str(i.path) for i in files], config)
     _warn(warned)
-    jobs = f", Slurm jobs {' '.join(run.slurm_job_ids)}" if run.slurm_job_ids else ""
+    jobs = f", Slurm jobs {safe_text(' '.join(run.slurm_job_ids))}" if run.slurm_job_ids else ""
     Console(stderr=True, emoji=False).print(
         f"dask {safe_text(run.target)}: {len(reductions)} ranks reduced on {run.workers} workers "
-        f"({safe_text(', '.join(sorted(set(run.worker_hosts))))}){safe_text(jobs)}", highlight=False)
+        f"({safe_text(', '.join(sorted(set(run.worker_hosts))))}){jobs}", highlight=False)
     return reductions
 
 
