@@ -99,3 +99,26 @@ def test_a_twin_rank_set_numbers_gpus_per_node_and_names_the_slow_rank(tmp_path)
                 for r in range(16)])
     (s,) = doc["stragglers"]
     assert (s["rank"], s["node"], s["gpu"]) == (11, "node2", 3)
+
+
+def test_twin_traces_writes_a_set_steps_reads_with_its_straggler(run_cli, tmp_path):
+    code, out, err = run_cli(["twin", "traces", "--out", str(tmp_path), "--ranks", "24", "--steps", "4",
+                              "--slow-rank", "13", "--json"])
+    assert code == 0, err
+    summary = orjson.loads(out)
+    assert summary["files"] == 24 == len(list(tmp_path.glob("rank-*.json")))
+    assert summary["bytes"] == sum(p.stat().st_size for p in tmp_path.glob("rank-*.json"))
+    code, out, err = run_cli(["steps", str(tmp_path), "--json"])
+    doc = orjson.loads(out)
+    assert doc["world_size"] == 24 and len(doc["steps"]) == 4
+    assert [(s["rank"], s["node"], s["gpu"]) for s in doc["stragglers"]] == [(13, "node2", 5)]
+
+
+@pytest.mark.parametrize("argv, says", [
+    (["--ranks", "0"], "--ranks, --steps and --gpus-per-node must be >= 1"),      # an empty job
+    (["--ranks", "8", "--slow-rank", "8"], "--slow-rank must be a rank in 0..7"),  # a rank the job lacks
+    (["--kernels", "2"], "kernels per step must be >= 3"),                        # a phase without a kernel
+])
+def test_twin_traces_refuses_a_set_it_cannot_write(run_cli, tmp_path, argv, says):
+    code, _, err = run_cli(["twin", "traces", "--out", str(tmp_path), *argv])
+    assert code == 2 and says in err
