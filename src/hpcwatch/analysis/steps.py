@@ -429,12 +429,14 @@ def _collectives(trace: KinetoTrace, windows: list[_Window]) -> tuple[dict[int, 
 def _waits(colls: Mapping[int, _Coll]) -> dict[int, tuple[float, float]]:
     """rank → (barrier wait s, transfer s) for one step, the k-th collective aligned across ranks."""
     n = min((len(c.starts) for c in colls.values()), default=0)
+    aligned = n > 0 and len(colls) >= 2
+    # The latest arrival at each collective, once for all ranks (per rank it made the step O(ranks²)).
+    latest = np.max([c.starts[:n] for c in colls.values()], axis=0) if aligned else None
     out = {}
     for rank, c in colls.items():
-        if n == 0 or len(colls) < 2:
+        if latest is None:
             out[rank] = (0.0, union_length(c.starts, c.ends) / 1e6)
             continue
-        latest = np.max([other.starts[:n] for other in colls.values()], axis=0)
         dur = c.ends[:n] - c.starts[:n]
         wait = np.clip(latest - c.starts[:n], 0.0, dur)
         busy = union_length(c.starts, c.ends)

@@ -312,8 +312,12 @@ def _rank_gpu(g: RankGpu) -> dict:
 def _gpu_by_rank(anatomy: Anatomy) -> dict[int, dict[str, float]]:
     import numpy as np
     out: dict[int, dict[str, float]] = {}
+    by_rank: dict[int, list] = {}
+    for rs in anatomy.rank_steps:
+        if rs.gpu_busy_s is not None:
+            by_rank.setdefault(rs.rank, []).append(rs)
     for rank in anatomy.ranks:
-        rows = [rs for rs in anatomy.rank_steps if rs.rank == rank and rs.gpu_busy_s is not None]
+        rows = by_rank.get(rank)
         if rows:
             out[rank] = {"gpu_busy_s": float(np.median([rs.gpu_busy_s for rs in rows])),
                          "gpu_idle_s": float(np.median([rs.gpu_idle_s for rs in rows])),
