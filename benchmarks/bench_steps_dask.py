@@ -9,8 +9,8 @@ What is measured, all on this machine in the same run:
   --dask local --workers W``, whole process as typed (wall clock, best of ``--repeat``), with the peak
   RSS of the process tree (sampled from /proc every 20 ms with psutil); the two ``--json`` outputs must
   be byte-identical, or the benchmark fails;
-- ``per_rank_reduce_s``: in this process, the median of ``reduce_trace_file`` (read + per-step anatomy +
-  kernel and collective tables) over ``--sample`` ranks;
+- ``per_rank_reduce_s``: in this process, ``reduce_trace_file`` (read + per-step anatomy + kernel and
+  collective tables) over every rank of the set, divided by the ranks;
 - ``cross_rank_s``: the cross-rank step on the reduced set (``reduced_report`` + the JSON document);
 - ``per_task_overhead_s`` and ``cluster_start_s``: a LocalCluster of W workers started here, and a map
   of a task that does nothing over R items (Dask's own cost per task; "about 1 ms" in
@@ -22,10 +22,11 @@ traces on a shared file system at the read speed measured here):
     T(N) = fixed_s + R · per_rank_reduce_s / N + R · per_task_overhead_s + cross_rank_s
 
 the reduce parallelises; the scheduler's per-task cost and the cross-rank step, both in the client
-process, do not. ``fixed_s`` is calibrated on the measured run: ``set_s_dask_local`` less its other
-terms at N = W (cluster start, Dask's import in the client, hpcwatch's in each worker), never under
-``cluster_start_s``. It is a model, not a measurement: a Slurm cluster adds the jobs' queueing time,
-and workers sharing a file server read slower than one process on a local disk.
+process, do not. ``fixed_s`` is measured: ``steps --dask local`` on two ranks of the set, whole process
+(Dask's import, the cluster's start and stop, hpcwatch's import in each worker). It is a model, not a
+measurement: a Slurm cluster adds the jobs' queueing time, workers sharing a file server read slower
+than one process on a local disk, and ``projected[W]`` beside the measured ``set_s_dask_local`` says how
+far the model is on this machine (``load_average``: a shared machine makes both noisy).
 """
 
 from __future__ import annotations
@@ -33,7 +34,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -86,26 +86,18 @@ def timed(argv: list[str]) -> tuple[float, int, str]:
     return wall, peak[0], out.decode()
 
 
-def per_rank_reduce_s(folder: Path, sample: int) -> tuple[float, list]:
-    from hpcwatch.reports.steps import reduce_trace_file
-    paths = sorted(folder.glob("rank-*.json"))
-    chosen = paths[:: max(1, len(paths) // sample)][:sample]
-    times = []
-    for p in chosen:
-        t0 = time.perf_counter()
-        reduce_trace_file(p)
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times), paths
-
-
-def cross_rank_s(paths: list[Path]) -> float:
+def reduce_and_cross_s(folder: Path) -> tuple[float, float]:
+    """(mean seconds of ``reduce_trace_file`` over every rank, seconds of the cross-rank step), in this process."""
     from hpcwatch.cli.steps import steps_document
     from hpcwatch.reports.steps import reduce_trace_file, reduced_report
-    reductions = [reduce_trace_file(p)[0] for p in paths]
+    paths = sorted(folder.glob("rank-*.json"))
     t0 = time.perf_counter()
-    report, clock, per_rank = reduced_report(reductions)
-    steps_document(report, breakdowns=[r.breakdown for r in reductions if r.breakdown], clock=clock, per_rank=per_rank)
-    return time.perf_counter() - t0
+    reductions = [reduce_trace_file(p)[0] for p in paths]
+    per_rank = (time.perf_counter() - t0) / len(paths)
+    t1 = time.perf_counter()
+    report, clock, gpus = reduced_report(reductions)
+    steps_document(report, breakdowns=[r.breakdown for r in reductions if r.breakdown], clock=clock, per_rank=gpus)
+    return per_rank, time.perf_counter() - t1
 
 
 def dask_costs(workers: int, tasks: int) -> tuple[float, float]:
@@ -132,9 +124,9 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=10)
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--repeat", type=int, default=1)
-    ap.add_argument("--sample", type=int, default=64, help="ranks timed for the per-rank reduce")
     ap.add_argument("--json", type=Path, help="write the figures here (docs/scale.md reads them)")
     args = ap.parse_args()
+    load0 = os.getloadavg()[0]   # the machine may be shared: the figures are only as quiet as it was
     with tempfile.TemporaryDirectory(prefix="bench-steps-dask-") as tmp:
         folder = Path(tmp) / "traces"
         write_s, _, _ = timed(["twin", "traces", "--out", str(folder), "--ranks", str(args.ranks), "--steps",
@@ -146,13 +138,17 @@ def main() -> None:
         outputs = {out for _, _, out in single + dask}
         assert len(outputs) == 1, "steps --dask local and one process gave different --json documents"
         straggler = json.loads(single[0][2])["stragglers"]
-        reduce_s, paths = per_rank_reduce_s(folder, args.sample)
-        cross_s = cross_rank_s(paths)
+        reduce_s, cross_s = reduce_and_cross_s(folder)
+        tiny = Path(tmp) / "two-ranks"
+        tiny.mkdir()
+        for name in ("rank-0.json", "rank-1.json"):
+            (tiny / name).symlink_to(folder / name)
+        # The fixed cost of a --dask run, as typed: Dask's import, the cluster's start and stop, hpcwatch's
+        # import in each worker, on a set of two ranks.
+        fixed_s = min(timed(["steps", str(tiny), "--json", "--dask", "local", "--workers", str(args.workers)])[0]
+                      for _ in range(args.repeat))
     start_s, task_s = dask_costs(args.workers, args.ranks)
     dask_s = min(w for w, _, _ in dask)
-    # What the measured run spent beyond the model's parallel and per-task terms: starting the cluster,
-    # importing Dask in the client and hpcwatch in each worker, reading the directory, printing.
-    fixed_s = max(dask_s - args.ranks * reduce_s / args.workers - args.ranks * task_s - cross_s, start_s)
     projected = {n: round(fixed_s + args.ranks * reduce_s / n + args.ranks * task_s + cross_s, 2)
                  for n in PROJECTED_WORKERS}
     figures = {
@@ -168,8 +164,8 @@ def main() -> None:
         "cluster_start_s": round(start_s, 2), "per_task_overhead_s": round(task_s, 5), "fixed_s": round(fixed_s, 2),
         "projected": projected,
         "projection": "T(N) = fixed_s + ranks*per_rank_reduce_s/N + ranks*per_task_overhead_s + cross_rank_s "
-                      "(fixed_s: the measured --dask local run less its other terms, at least cluster_start_s)",
-        "load_average": os.getloadavg()[0],
+                      "(fixed_s: steps --dask local on two ranks of the set, whole process)",
+        "load_average": {"start": load0, "end": os.getloadavg()[0]},
     }
     print(json.dumps(figures, indent=2))
     if args.json:

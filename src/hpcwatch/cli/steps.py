@@ -153,7 +153,10 @@ def _reduce_nth(index: int) -> tuple[RankReduction, tuple[str, ...]]:
 #: (benchmarks/bench_steps_vs_hta.py --whole, 2 cores): on the twin's 8 ranks × 60 steps (40 MB of
 #: JSON) two processes saved 0.0-0.2 s of 1.3-1.7 s and doubled peak RSS (each child holds its ranks'
 #: columns and pickles them back to the parent, which holds them again); on 3 MB of JSON they were
-#: slower. Forking pays only where decoding dwarfs that copy.
+#: slower. Forking pays only where decoding dwarfs that copy. That was measured when children sent
+#: traces back; they now send reductions (~10 kB a rank), so the copy is gone and the threshold may be
+#: too high. TODO(dask16): re-measure on a quiet machine (the 2-core VM ran at load 5-7 while issue 16
+#: was built) #16
 PARALLEL_READ_MIN_JSON_BYTES = 256 * 2**20
 #: ... and each process gets at least this much JSON to decode (fewer, larger shares copy less).
 JSON_BYTES_PER_READER = 64 * 2**20
