@@ -95,3 +95,13 @@ def test_bad_dask_options_are_one_line_errors(run_cli, data_dir, argv, says):
 def test_dask_refuses_the_hook_s_files(run_cli, data_dir):
     code, _, err = run_cli(["steps", str(data_dir / "kineto" / "gloo_straggler" / "hook"), "--dask", "local"])
     assert code == 2 and "--dask reduces Kineto traces" in err
+
+
+def test_dask_on_a_running_scheduler_gives_the_json_of_one_process(data_dir):
+    from distributed import LocalCluster
+    folder = str(data_dir / "kineto" / "hta_sampled_2ranks")
+    with LocalCluster(n_workers=1, threads_per_worker=1, processes=True, dashboard_address=None) as cluster:
+        on_dask = _steps(folder, "--json", "--dask", cluster.scheduler_address)
+    alone = _steps(folder, "--json")
+    assert on_dask.returncode == 0, on_dask.stderr
+    assert on_dask.stdout == alone.stdout and "reduced on 1 workers" in on_dask.stderr
