@@ -20,7 +20,7 @@ from hpcwatch.cli import app, defaults
 
 #: Packages that cost --help tens to hundreds of milliseconds each, and that no help text needs.
 HEAVY = ("duckdb", "pyarrow", "numpy", "fastapi", "plotly", "torch", "scipy", "pandas", "yaml", "uvicorn",
-         "starlette", "rich.markdown", "markdown_it")
+         "starlette", "rich.markdown", "markdown_it", "dask", "distributed", "dask_jobqueue")
 #: typer 0.29 coerces every non-bool parameter value through pydantic (typer/_coercion.py), so a command's
 #: own --help loads it; the command list does not.
 TYPER_OWN = ("pydantic",)
@@ -99,6 +99,9 @@ def test_help_lists_every_command_with_the_start_of_its_help():
     ("TWIN_SERVE_TICK_S", "hpcwatch.twin.serve", "DEFAULT_TICK_S"),
     ("MFU_GPU", "hpcwatch.analysis.mfu", "DEFAULT_GPU"),
     ("STRAGGLER_SIM_STEPS", "hpcwatch.analysis.stragglersim", "DEFAULT_STEPS"),
+    ("DASK_SLURM_MEMORY", "hpcwatch.distributed", "DEFAULT_SLURM_MEMORY"),
+    ("DASK_SLURM_WALLTIME", "hpcwatch.distributed", "DEFAULT_SLURM_WALLTIME"),
+    ("DASK_START_TIMEOUT_S", "hpcwatch.distributed", "DEFAULT_START_TIMEOUT_S"),
 ])
 def test_a_copied_default_equals_its_home_constant(copy, home, name):
     assert getattr(defaults, copy) == getattr(importlib.import_module(home), name)

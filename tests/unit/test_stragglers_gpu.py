@@ -13,7 +13,8 @@ from hpcwatch.analysis.stragglers import (EVIDENCE_GPU_COMPUTE, EVIDENCE_HOST, E
                                           find_stragglers)
 from hpcwatch.cli.steps import steps_document
 from hpcwatch.errors import ConfigError
-from hpcwatch.reports.steps import trace_report
+from hpcwatch.analysis.reduce import reduce_trace
+from hpcwatch.reports.steps import reduced_report
 from hpcwatch.sources.kineto import parse_kineto, read_kineto
 from hpcwatch.twin.exposition import GpuTraceConfig, gpu_kineto_traces
 from hpcwatch.twin.straggler import GPU_STRAGGLER_BACKWARD_FACTOR
@@ -76,8 +77,9 @@ def test_real_two_rank_nccl_set_raises_no_gpu_verdict():
 
 def test_steps_json_keeps_the_straggler_contract_and_adds_the_gpu_fields():
     traces = _twin(GpuTraceConfig(slow_rank=2, slow_backward_factor=GPU_STRAGGLER_BACKWARD_FACTOR), world=4)
-    report, clock, per_rank = trace_report(traces)
-    doc = steps_document(report, traces=traces, clock=clock, per_rank=per_rank)
+    reductions = [reduce_trace(t) for t in traces]
+    report, clock, per_rank = reduced_report(reductions)
+    doc = steps_document(report, breakdowns=[r.breakdown for r in reductions], clock=clock, per_rank=per_rank)
     (s,) = doc["stragglers"]
     assert {"rank", "score", "evidence", "phase", "excess_s", "others_wait_s", "others_lost_s"} <= set(s)
     assert s["rank"] == 2 and s["evidence"] == ["gpu_compute", "late_arrival"]

@@ -51,6 +51,11 @@ __all__ = [
     "Anatomy",
     "TemporalBreakdown",
     "anatomy_from_traces",
+    "anatomy_from_timelines",
+    "rank_timeline",
+    "RankTimeline",
+    "StepCell",
+    "GpuStep",
     "anatomy_from_spans",
     "temporal_breakdown",
     "phase_of_annotation",
@@ -424,12 +429,14 @@ def _collectives(trace: KinetoTrace, windows: list[_Window]) -> tuple[dict[int, 
 def _waits(colls: Mapping[int, _Coll]) -> dict[int, tuple[float, float]]:
     """rank → (barrier wait s, transfer s) for one step, the k-th collective aligned across ranks."""
     n = min((len(c.starts) for c in colls.values()), default=0)
+    aligned = n > 0 and len(colls) >= 2
+    # The latest arrival at each collective, once for all ranks (per rank it made the step O(ranks²)).
+    latest = np.max([c.starts[:n] for c in colls.values()], axis=0) if aligned else None
     out = {}
     for rank, c in colls.items():
-        if n == 0 or len(colls) < 2:
+        if latest is None:
             out[rank] = (0.0, union_length(c.starts, c.ends) / 1e6)
             continue
-        latest = np.max([other.starts[:n] for other in colls.values()], axis=0)
         dur = c.ends[:n] - c.starts[:n]
         wait = np.clip(latest - c.starts[:n], 0.0, dur)
         busy = union_length(c.starts, c.ends)
@@ -457,7 +464,7 @@ def _arrivals(colls: Mapping[int, _Coll]) -> dict[int, tuple[float, int, int]]:
 
 
 @dataclass(frozen=True, slots=True)
-class _GpuStep:
+class GpuStep:
     """One step's GPU activities (those launched from its host range), µs and seconds."""
 
     first_us: float
@@ -467,7 +474,8 @@ class _GpuStep:
     overlap_s: float
     compute_s: float
     comm_s: float
-    phases: dict[str, float]
+    phases: Mapping[str, float]
+    """GPU seconds per work phase (``_gpu_phases``: only the phases the step has)."""
 
 
 def _kinds(trace: KinetoTrace, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -479,7 +487,7 @@ def _kinds(trace: KinetoTrace, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray
 
 def _gpu_step(trace: KinetoTrace, w: _Window, rows: np.ndarray, launch: np.ndarray, kinds: tuple[np.ndarray, np.ndarray],
               phase_iv: Mapping[str, tuple[np.ndarray, np.ndarray]], gpu_notes: Mapping[str, tuple[np.ndarray, np.ndarray]]
-              ) -> _GpuStep | None:
+              ) -> GpuStep | None:
     ev = trace.events
     mine = (launch >= w.lo) & (launch < w.next_lo)
     sel = rows[mine]
@@ -490,7 +498,7 @@ def _gpu_step(trace: KinetoTrace, w: _Window, rows: np.ndarray, launch: np.ndarr
     busy = union_length(s, e)
     overlap = union_length(s[comm], e[comm]) + union_length(s[~comm], e[~comm]) - busy
     first, last = float(s.min()), float(e.max())
-    return _GpuStep(first_us=first, last_us=last, busy_s=busy / 1e6, idle_s=(last - first - busy) / 1e6,
+    return GpuStep(first_us=first, last_us=last, busy_s=busy / 1e6, idle_s=(last - first - busy) / 1e6,
                     overlap_s=max(overlap, 0.0) / 1e6, compute_s=union_length(s[compute], e[compute]) / 1e6,
                     comm_s=union_length(s[comm], e[comm]) / 1e6,
                     phases=_gpu_phases(launch[mine][compute], s[compute], e[compute], phase_iv, gpu_notes, first, last))
@@ -533,7 +541,7 @@ def _gpu_annotations(trace: KinetoTrace) -> dict[str, tuple[np.ndarray, np.ndarr
             for p, r in by_phase.items()}
 
 
-def _gpu_periods_us(windows: list[_Window], gpu: Mapping[int, _GpuStep | None]) -> dict[int, float]:
+def _gpu_periods_us(cells: Sequence[StepCell]) -> dict[int, float]:
     """Each step's period on the GPU's clock (µs): end of the previous step's GPU work to the
     end of its own. The GPU of a launch-ahead host runs steps back to back, so a step's own GPU
     span (first to last activity) overlaps the next one's and overstates the period::
@@ -544,7 +552,7 @@ def _gpu_periods_us(windows: list[_Window], gpu: Mapping[int, _GpuStep | None]) 
     The first step has no previous end: next step's first activity − its own first.
     """
     out: dict[int, float] = {}
-    done = [(w.step, gpu[w.step]) for w in windows if gpu.get(w.step) is not None]
+    done = [(c.step, c.gpu) for c in cells if c.gpu is not None]
     for k, (step, g) in enumerate(done):
         if k > 0:
             out[step] = g.last_us - max(done[k - 1][1].last_us, 0.0)
@@ -555,35 +563,88 @@ def _gpu_periods_us(windows: list[_Window], gpu: Mapping[int, _GpuStep | None]) 
     return out
 
 
-def _rank_steps(trace: KinetoTrace, windows: list[_Window], waits: Mapping[int, tuple[float, float]],
-                arrivals: Mapping[int, tuple[float, int, int]]) -> list[RankStep]:
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StepCell:
+    """One rank's step as its own trace sees it, before the ranks are aligned (µs on the rank's clock).
+
+    Everything here depends on this rank's trace alone; ``anatomy_from_timelines`` adds what needs
+    the other ranks (clock offset, barrier wait, lateness at the collectives, the GPU period of the
+    steps every rank has).
+    """
+
+    step: int
+    lo_us: float
+    hi_us: float
+    next_lo_us: float
+    """The next step's start (bounds this step's collectives and GPU launches)."""
+    start_s: float
+    """UTC seconds of ``lo_us`` (trace seconds when the trace has no time origin)."""
+    phases: Mapping[str, float]
+    """Host seconds per phase of ``records.PHASES`` from the annotations (0 when absent); ``allreduce`` is the
+    host-side collective time, used when the step has no aligned collective."""
+    gpu: GpuStep | None
+    coll_starts_us: np.ndarray
+    """The step's collectives (NCCL kernels, else host-side calls), in start order."""
+    coll_ends_us: np.ndarray
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RankTimeline:
+    """What one rank's trace contributes to a job's step anatomy: the per-rank half of ``anatomy_from_traces``."""
+
+    rank: int
+    world_size: int | None
+    path: str
+    node: str | None
+    gpu: int | None
+    gpu_collectives: bool
+    """The collectives are NCCL kernels on the GPU (else host-side calls)."""
+    cells: tuple[StepCell, ...]
+
+
+def rank_timeline(trace: KinetoTrace) -> RankTimeline:
+    """The per-rank reduction of one trace for the step anatomy (see ``RankTimeline``)."""
+    windows = _windows(trace)
+    colls, on_gpu = _collectives(trace, windows)
     gpu_rows = _gpu_rows(trace)
     launch = _launch_ts(trace, gpu_rows)
     kinds = _kinds(trace, gpu_rows)
     notes = _gpu_annotations(trace)
-    intervals = {w.step: _phase_intervals(trace, w) for w in windows}
-    gpu = {w.step: _gpu_step(trace, w, gpu_rows, launch, kinds, intervals[w.step], notes) for w in windows}
-    periods = _gpu_periods_us(windows, gpu)
-    out = []
+    cells = []
     for w in windows:
+        intervals = _phase_intervals(trace, w)
         phases = dict.fromkeys(PHASES, 0.0)
-        found = {p: _clip_union(s, e, w.lo, w.hi) / 1e6 for p, (s, e) in intervals[w.step].items()}
-        host_allreduce = found.pop("allreduce", 0.0)
-        phases.update({k: v for k, v in found.items() if k in phases})
-        wait_s, xfer_s = waits.get(w.step, (0.0, 0.0))
+        phases.update({p: _clip_union(s, e, w.lo, w.hi) / 1e6 for p, (s, e) in intervals.items() if p in phases})
+        cells.append(StepCell(step=w.step, lo_us=w.lo, hi_us=w.hi, next_lo_us=w.next_lo,
+                              start_s=float(trace.to_utc_s(w.lo)), phases=phases,
+                              gpu=_gpu_step(trace, w, gpu_rows, launch, kinds, intervals, notes),
+                              coll_starts_us=colls[w.step].starts, coll_ends_us=colls[w.step].ends))
+    node, gpu = _placement(trace)
+    return RankTimeline(rank=trace.rank, world_size=trace.world_size, path=trace.path, node=node, gpu=gpu,
+                        gpu_collectives=on_gpu, cells=tuple(cells))
+
+
+def _rank_steps(timeline: RankTimeline, steps: set[int], waits: Mapping[int, tuple[float, float]],
+                arrivals: Mapping[int, tuple[float, int, int]]) -> list[RankStep]:
+    cells = [c for c in timeline.cells if c.step in steps]
+    periods = _gpu_periods_us(cells)
+    out = []
+    for c in cells:
+        phases = dict(c.phases)
+        wait_s, xfer_s = waits.get(c.step, (0.0, 0.0))
         if wait_s == 0.0 and xfer_s == 0.0:
-            xfer_s = host_allreduce
+            xfer_s = c.phases["allreduce"]
         phases["barrier_wait"], phases["allreduce"] = wait_s, xfer_s
-        host_s = (w.hi - w.lo) / 1e6
-        g, late = gpu[w.step], arrivals.get(w.step, (0.0, 0, 0))
-        period = periods[w.step] / 1e6 if g is not None else None
+        host_s = (c.hi_us - c.lo_us) / 1e6
+        g, late = c.gpu, arrivals.get(c.step, (0.0, 0, 0))
+        period = periods[c.step] / 1e6 if g is not None else None
         out.append(RankStep(
-            rank=trace.rank, step=w.step, start_s=float(trace.to_utc_s(w.lo)),
+            rank=timeline.rank, step=c.step, start_s=c.start_s,
             dur_s=period if period is not None else host_s, phases=phases, host_dur_s=host_s,
             gpu_busy_s=g.busy_s if g else None, gpu_idle_s=g.idle_s if g else None,
             overlap_s=g.overlap_s if g else None, gpu_period_s=period, gpu_compute_s=g.compute_s if g else None,
             gpu_comm_s=g.comm_s if g else None, gpu_phases=g.phases if g else None,
-            gpu_lag_s=(g.last_us - w.hi) / 1e6 if g else None, late_s=late[0], last_arrivals=late[1],
+            gpu_lag_s=(g.last_us - c.hi_us) / 1e6 if g else None, late_s=late[0], last_arrivals=late[1],
             collectives=late[2]))
     return out
 
@@ -596,15 +657,22 @@ def _placement(trace: KinetoTrace) -> tuple[str | None, int | None]:
 
 def anatomy_from_traces(traces: Sequence[KinetoTrace]) -> Anatomy:
     """Step anatomy of a job from its per-rank traces (one trace per rank)."""
-    if not traces:
+    return anatomy_from_timelines([rank_timeline(t) for t in traces])
+
+
+def anatomy_from_timelines(timelines: Sequence[RankTimeline]) -> Anatomy:
+    """Step anatomy of a job from each rank's reduced trace (``rank_timeline``): the cross-rank half.
+
+    Steps are those every rank profiled; clocks are aligned on the collectives' ends, then each
+    step's k-th collective gives the barrier waits and the arrival order.
+    """
+    if not timelines:
         raise InputError("no traces given")
-    by_rank = {t.rank: t for t in traces}
-    if len(by_rank) != len(traces):
-        dup = sorted(t.path for t in traces if sum(u.rank == t.rank for u in traces) > 1)
+    by_rank = {t.rank: t for t in timelines}
+    if len(by_rank) != len(timelines):
+        dup = sorted(t.path for t in timelines if sum(u.rank == t.rank for u in timelines) > 1)
         raise InputError(f"two traces claim the same rank: {', '.join(dup)}")
-    windows = {r: _windows(t) for r, t in by_rank.items()}
-    found = {r: _collectives(t, windows[r]) for r, t in by_rank.items()}
-    colls = {r: c for r, (c, _) in found.items()}
+    colls = {r: {c.step: _Coll(c.coll_starts_us, c.coll_ends_us) for c in t.cells} for r, t in by_rank.items()}
     steps = sorted(set.intersection(*(set(c) for c in colls.values())))
     if not steps:
         raise InputError("the traces share no profiled step (ProfilerStep#N): "
@@ -618,13 +686,13 @@ def anatomy_from_traces(traces: Sequence[KinetoTrace]) -> Anatomy:
             waits[rank][step] = wx
         for rank, late in _arrivals(shifted).items():
             arrivals[rank][step] = late
-    rank_steps = [rs for r, t in sorted(by_rank.items())
-                  for rs in _rank_steps(t, [w for w in windows[r] if w.step in steps], waits[r], arrivals[r])]
-    world = max([t.world_size or 0 for t in traces] + [len(traces)])
+    common = set(steps)
+    rank_steps = [rs for r, t in sorted(by_rank.items()) for rs in _rank_steps(t, common, waits[r], arrivals[r])]
+    world = max([t.world_size or 0 for t in timelines] + [len(timelines)])
     return Anatomy(world_size=world, ranks=tuple(sorted(by_rank)), steps=tuple(steps),
-                   rank_steps=tuple(rank_steps), placement={r: _placement(t) for r, t in by_rank.items()},
+                   rank_steps=tuple(rank_steps), placement={r: (t.node, t.gpu) for r, t in by_rank.items()},
                    clock_offset_s={r: o / 1e6 for r, o in offsets.items()},
-                   gpu_collectives=all(gpu for _, gpu in found.values()))
+                   gpu_collectives=all(t.gpu_collectives for t in timelines))
 
 
 def _clock_offsets_us(colls: Mapping[int, Mapping[int, _Coll]], steps: Sequence[int]) -> dict[int, float]:

@@ -3,20 +3,22 @@
 from __future__ import annotations
 
 import os
-import warnings
 from pathlib import Path
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Optional
 
 import typer
 
 from hpcwatch.cli.common import DbOption, JsonOption, app, console, emit_json, open_store, safe_text
+from hpcwatch.cli.defaults import DASK_SLURM_MEMORY, DASK_SLURM_WALLTIME, DASK_START_TIMEOUT_S
 from hpcwatch.errors import ConfigError, InputError
 from hpcwatch.records import PHASES
 
 if TYPE_CHECKING:   # the heavy modules are imported when the command runs (hpcwatch --help stays fast)
-    from hpcwatch.analysis.steps import Anatomy
-    from hpcwatch.reports.steps import GpuClock, RankGpu, StepReport
-    from hpcwatch.sources.kineto import KinetoTrace
+    from hpcwatch.analysis.reduce import RankGpu, RankReduction
+    from hpcwatch.analysis.steps import Anatomy, TemporalBreakdown
+    from hpcwatch.distributed import DaskConfig
+    from hpcwatch.reports.steps import GpuClock, StepReport
     from hpcwatch.sources.registry import Input
 
 __all__ = ["steps", "trace_files", "steps_document", "reader_processes", "PARALLEL_READ_MIN_JSON_BYTES",
@@ -65,14 +67,49 @@ def steps(
     seq: Optional[int] = typer.Option(None, "--seq", help="MFU: sequence length T."),
     tokens_per_step: Optional[float] = typer.Option(None, "--tokens-per-step", help="MFU: tokens per step, all ranks."),
     gpu: Optional[str] = typer.Option(None, "--gpu", help="MFU: GPU type (catalog key or model name)."),
+    reduced: Optional[Path] = typer.Option(None, "--reduced", help="Also write the per-rank reduced tables (one row "
+                                           "per rank) to this Parquet file."),
+    dask: Optional[str] = typer.Option(None, "--dask", help="Reduce each rank's trace on Dask workers: local (a "
+                                       "LocalCluster here), slurm (workers as Slurm jobs) or tcp://HOST:PORT (a "
+                                       "running scheduler). Needs the dask extra.", rich_help_panel="Dask"),
+    workers: Optional[int] = typer.Option(None, "--workers", help="Dask workers to start (local: default one per "
+                                          "core; slurm: jobs, default 2).", rich_help_panel="Dask"),
+    dask_timeout: float = typer.Option(DASK_START_TIMEOUT_S, "--dask-timeout",
+                                       help="Seconds to wait for the workers to connect.", rich_help_panel="Dask"),
+    slurm_partition: Optional[str] = typer.Option(None, "--slurm-partition", help="--dask slurm: partition of the "
+                                                  "worker jobs.", rich_help_panel="Dask"),
+    slurm_account: Optional[str] = typer.Option(None, "--slurm-account", help="--dask slurm: account.",
+                                                rich_help_panel="Dask"),
+    slurm_python: Optional[str] = typer.Option(None, "--slurm-python", help="--dask slurm: the interpreter a worker "
+                                               "job runs (default: this one).", rich_help_panel="Dask"),
+    slurm_interface: Optional[str] = typer.Option(None, "--slurm-interface", help="--dask slurm: network interface "
+                                                  "of the scheduler and workers (lo, ib0...).", rich_help_panel="Dask"),
+    slurm_memory: str = typer.Option(DASK_SLURM_MEMORY, "--slurm-memory", help="--dask slurm: memory per worker job.",
+                                     rich_help_panel="Dask"),
+    slurm_walltime: str = typer.Option(DASK_SLURM_WALLTIME, "--slurm-walltime", help="--dask slurm: time limit of a "
+                                       "worker job.", rich_help_panel="Dask"),
+    slurm_local_dir: Optional[str] = typer.Option(None, "--slurm-local-dir", help="--dask slurm: worker scratch "
+                                                  "folder on the node.", rich_help_panel="Dask"),
+    slurm_log_dir: Optional[str] = typer.Option(None, "--slurm-log-dir", help="--dask slurm: folder for the jobs' "
+                                                "output.", rich_help_panel="Dask"),
+    slurm_job_extra: list[str] = typer.Option([], "--slurm-job-extra", help="--dask slurm: another #SBATCH option "
+                                              "(repeatable), e.g. --exclusive.", rich_help_panel="Dask"),
 ) -> None:
     """Step anatomy per rank (load, forward, backward, allreduce, optimizer, barrier wait), stragglers, MFU."""
     if bool(paths) == bool(job):
         raise ConfigError("steps: give TRACE files or --job ID with --db (one of them)")
+    if dask is None and workers is not None:
+        raise ConfigError("steps: --workers goes with --dask")
+    if reduced is not None and job:
+        raise ConfigError("steps: --reduced writes the reduced traces; --job reads spans")
+    cluster = None if dask is None else _dask_config(dask, workers=workers, timeout_s=dask_timeout, slurm=dict(
+        partition=slurm_partition, account=slurm_account, python=slurm_python, interface=slurm_interface,
+        memory=slurm_memory, walltime=slurm_walltime, local_directory=slurm_local_dir, log_directory=slurm_log_dir,
+        job_extra=tuple(slurm_job_extra)))
     from hpcwatch.analysis.steps import anatomy_from_spans
     from hpcwatch.records import Span
-    from hpcwatch.reports.steps import step_report, step_report_of, trace_report
-    traces: list[KinetoTrace] = []
+    from hpcwatch.reports.steps import reduced_report, step_report, step_report_of
+    reductions: list[RankReduction] = []
     clock, per_rank = None, ()
     if job:
         with open_store(db) as store:
@@ -82,15 +119,21 @@ def steps(
         hook = [i for i in files if i.format.name == "hook-jsonl"]
         if hook and len(hook) != len(files):
             raise ConfigError("steps: give Kineto traces or the hook's .jsonl files, not both")
+        if hook and cluster is not None:
+            raise ConfigError("steps: --dask reduces Kineto traces; the hook's .jsonl files are read here")
         if hook:
             anatomy = anatomy_from_spans(r for i in hook for r in i.format.read(i.path, i.context)
                                          if isinstance(r, Span))
         else:
-            traces = _read_traces(files)
-        report, clock, per_rank = trace_report(traces) if traces else (step_report_of(anatomy), None, ())
+            reductions = _reduce_traces(files) if cluster is None else _reduce_on_dask(files, cluster)
+            if reduced is not None:
+                from hpcwatch.analysis.reduce import to_table, write_parquet
+                write_parquet(to_table(reductions), reduced)
+        report, clock, per_rank = reduced_report(reductions) if reductions else (step_report_of(anatomy), None, ())
     mfu = _mfu(report, params=params, layers=layers, d_model=d_model, seq=seq, tokens_per_step=tokens_per_step,
                gpu=gpu)
-    doc = steps_document(report, traces=traces, mfu=mfu, clock=clock, per_rank=per_rank)
+    doc = steps_document(report, breakdowns=[r.breakdown for r in reductions if r.breakdown is not None], mfu=mfu,
+                         clock=clock, per_rank=per_rank)
     if as_json:
         emit_json(doc)
     else:
@@ -101,23 +144,19 @@ def steps(
 _TO_READ: list = []
 
 
-def _read_nth(index: int) -> tuple[KinetoTrace, list[str]]:
-    return _read_one(_TO_READ[index])
-
-
-def _read_one(item: Input) -> tuple[KinetoTrace, list[str]]:
-    """One rank's trace and the warnings its reader gave (run in a worker process)."""
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        trace = item.format.read(item.path, item.context)
-    return trace, [str(w.message) for w in caught]
+def _reduce_nth(index: int) -> tuple[RankReduction, tuple[str, ...]]:
+    from hpcwatch.reports.steps import reduce_trace_file
+    return reduce_trace_file(_TO_READ[index].path)
 
 
 #: Traces are read in worker processes only past this much JSON in all (decoded bytes). Measured
 #: (benchmarks/bench_steps_vs_hta.py --whole, 2 cores): on the twin's 8 ranks × 60 steps (40 MB of
 #: JSON) two processes saved 0.0-0.2 s of 1.3-1.7 s and doubled peak RSS (each child holds its ranks'
 #: columns and pickles them back to the parent, which holds them again); on 3 MB of JSON they were
-#: slower. Forking pays only where decoding dwarfs that copy.
+#: slower. Forking pays only where decoding dwarfs that copy. That was measured when children sent
+#: traces back; they now send reductions (~10 kB a rank), so the copy is gone and the threshold may be
+#: too high. TODO(dask16): re-measure on a quiet machine (the 2-core VM ran at load 5-7 while issue 16
+#: was built) #16
 PARALLEL_READ_MIN_JSON_BYTES = 256 * 2**20
 #: ... and each process gets at least this much JSON to decode (fewer, larger shares copy less).
 JSON_BYTES_PER_READER = 64 * 2**20
@@ -142,9 +181,11 @@ def reader_processes(files: list[Input], cpus: int | None = None) -> int:
     return max(1, min(len(files), cpus or os.cpu_count() or 1, total // JSON_BYTES_PER_READER))
 
 
-def _read_traces(files: list[Input]) -> list[KinetoTrace]:
-    """Every rank's trace, read in parallel processes when the set is large enough (see
-    ``reader_processes``): decoding JSON holds the GIL, so threads would not help."""
+def _reduce_traces(files: list[Input]) -> list[RankReduction]:
+    """Every rank's reduced trace, in ``files`` order, read and reduced one rank at a time (a rank's trace is
+    dropped once reduced), in parallel processes when the set is large enough (``reader_processes``):
+    decoding JSON holds the GIL, so threads would not help."""
+    from hpcwatch.reports.steps import reduce_trace_file
     workers = reader_processes(files)
     if workers > 1:
         import multiprocessing
@@ -152,18 +193,40 @@ def _read_traces(files: list[Input]) -> list[KinetoTrace]:
         _TO_READ[:] = files
         try:
             with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("fork")) as pool:
-                done = list(pool.map(_read_nth, range(len(files))))
+                done = list(pool.map(_reduce_nth, range(len(files))))
         finally:
             _TO_READ.clear()
     else:
-        done = [_read_one(i) for i in files]
-    warned = [message for _, messages in done for message in messages]
-    if warned:   # rich is imported only when there is something to say
+        done = [reduce_trace_file(i.path) for i in files]
+    _warn([message for _, messages in done for message in messages])
+    return [reduction for reduction, _ in done]
+
+
+def _warn(messages: list[str]) -> None:
+    if messages:   # rich is imported only when there is something to say
         from rich.console import Console
         stderr = Console(stderr=True, emoji=False)
-        for message in warned:
+        for message in messages:
             stderr.print(f"[yellow]warning:[/yellow] {safe_text(message)}", highlight=False)
-    return [trace for trace, _ in done]
+
+
+def _dask_config(target: str, *, workers: int | None, timeout_s: float, slurm: dict) -> DaskConfig:
+    from hpcwatch.distributed import DaskConfig, SlurmWorkers
+    return DaskConfig(target=target, workers=workers, start_timeout_s=timeout_s, slurm=SlurmWorkers(**slurm))
+
+
+def _reduce_on_dask(files: list[Input], config: DaskConfig) -> list[RankReduction]:
+    """Every rank's reduced trace, each reduced on a Dask worker; where they ran goes to stderr."""
+    from rich.console import Console
+
+    from hpcwatch.distributed import reduce_on_dask
+    reductions, warned, run = reduce_on_dask([str(i.path) for i in files], config)
+    _warn(warned)
+    jobs = f", Slurm jobs {safe_text(' '.join(run.slurm_job_ids))}" if run.slurm_job_ids else ""
+    Console(stderr=True, emoji=False).print(
+        f"dask {safe_text(run.target)}: {len(reductions)} ranks reduced on {run.workers} workers "
+        f"({safe_text(', '.join(sorted(set(run.worker_hosts))))}){jobs}", highlight=False)
+    return reductions
 
 
 def _mfu(report: StepReport, **shape: Any) -> dict | None:
@@ -185,7 +248,7 @@ def _mfu(report: StepReport, **shape: Any) -> dict | None:
             "peak_flops": result.peak_flops, "gpu": result.gpu, "step_time_s": step_s}
 
 
-def steps_document(step: StepReport, *, traces: list[KinetoTrace] = (), mfu: dict | None = None,
+def steps_document(step: StepReport, *, breakdowns: Sequence[TemporalBreakdown] = (), mfu: dict | None = None,
                    clock: GpuClock | None = None, per_rank: tuple[RankGpu, ...] = ()) -> dict:
     """The ``--json`` document (seconds; bandwidths in bytes/s)."""
     import numpy as np
@@ -223,18 +286,13 @@ def steps_document(step: StepReport, *, traces: list[KinetoTrace] = (), mfu: dic
         "slow_steps": [{"rank": s.rank, "step": s.step, "work_s": s.work_s, "median_work_s": s.median_work_s,
                         "z": s.z} for s in report.slow_steps],
         "ranks_missing": sorted(set(range(anatomy.world_size)) - set(anatomy.ranks)),
-        "temporal_breakdown": _breakdowns(traces),
+        "temporal_breakdown": [_breakdown(b) for b in breakdowns],
         "gpu": [_rank_gpu(g) for g in per_rank],
         "mfu": mfu,
     }
 
 
 def _rank_gpu(g: RankGpu) -> dict:
-    import numpy as np
-    colls = [c for c in g.collectives if c.busbw_bytes_s is not None]
-    by_name: dict[str, list] = {}
-    for c in colls:
-        by_name.setdefault(c.collective, []).append(c)
     return {
         "rank": g.rank,
         "kinds_s": {k: v / 1e6 for k, v in g.kernels.kind_us.items()},
@@ -246,21 +304,23 @@ def _rank_gpu(g: RankGpu) -> dict:
         "launches": {"count": g.launches.launches, "short_kernels": g.launches.short_kernels,
                      "runtime_outliers": g.launches.runtime_outliers,
                      "launch_delay_outliers": g.launches.launch_delay_outliers,
-                     "launch_delay_s": {k: v / 1e6 for k, v in g.launches.launch_delay_quantiles_us().items()}},
-        "collectives": [{"collective": name, "count": len(cs), "msg_bytes": float(np.median([c.msg_bytes for c in cs])),
-                         "group_size": cs[0].group_size,
-                         "algbw_bytes_s_max": max(c.algbw_bytes_s for c in cs),
-                         "busbw_bytes_s_max": max(c.busbw_bytes_s for c in cs),
-                         "busbw_bytes_s_median": float(np.median([c.busbw_bytes_s for c in cs]))}
-                        for name, cs in sorted(by_name.items())],
+                     "launch_delay_s": {k: v / 1e6 for k, v in g.launches.launch_delay_us.items()}},
+        "collectives": [{"collective": c.collective, "count": c.count, "msg_bytes": c.msg_bytes,
+                         "group_size": c.group_size, "algbw_bytes_s_max": c.algbw_bytes_s_max,
+                         "busbw_bytes_s_max": c.busbw_bytes_s_max, "busbw_bytes_s_median": c.busbw_bytes_s_median}
+                        for c in g.collectives],
     }
 
 
 def _gpu_by_rank(anatomy: Anatomy) -> dict[int, dict[str, float]]:
     import numpy as np
     out: dict[int, dict[str, float]] = {}
+    by_rank: dict[int, list] = {}
+    for rs in anatomy.rank_steps:
+        if rs.gpu_busy_s is not None:
+            by_rank.setdefault(rs.rank, []).append(rs)
     for rank in anatomy.ranks:
-        rows = [rs for rs in anatomy.rank_steps if rs.rank == rank and rs.gpu_busy_s is not None]
+        rows = by_rank.get(rank)
         if rows:
             out[rank] = {"gpu_busy_s": float(np.median([rs.gpu_busy_s for rs in rows])),
                          "gpu_idle_s": float(np.median([rs.gpu_idle_s for rs in rows])),
@@ -268,17 +328,9 @@ def _gpu_by_rank(anatomy: Anatomy) -> dict[int, dict[str, float]]:
     return out
 
 
-def _breakdowns(traces: list[KinetoTrace]) -> list[dict]:
-    from hpcwatch.analysis.steps import temporal_breakdown
-    out = []
-    for t in traces:
-        try:
-            b = temporal_breakdown(t)
-        except InputError:
-            continue   # a CPU-only trace has no GPU time to break down
-        out.append({"rank": b.rank, "idle_s": b.idle_us / 1e6, "compute_s": b.compute_us / 1e6,
-                    "non_compute_s": b.non_compute_us / 1e6, "kernel_s": b.kernel_us / 1e6, "pct": b.pct()})
-    return out
+def _breakdown(b: TemporalBreakdown) -> dict:
+    return {"rank": b.rank, "idle_s": b.idle_us / 1e6, "compute_s": b.compute_us / 1e6,
+            "non_compute_s": b.non_compute_us / 1e6, "kernel_s": b.kernel_us / 1e6, "pct": b.pct()}
 
 
 _EVIDENCE_SHOWN = {"gpu_compute": "GPU compute excess", "late_arrival": "late arrival at the collectives",

@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 from dataclasses import asdict
 from pathlib import Path
+from typing import Optional
 
 import typer
 
@@ -15,7 +16,7 @@ from hpcwatch.cli.common import JsonOption, console, emit_json, twin_app
 from hpcwatch.cli.defaults import TWIN_STEP_S
 from hpcwatch.errors import ConfigError
 
-__all__ = ["twin_run", "DEFAULT_DURATION_S", "MAX_AUTO_WORKERS"]
+__all__ = ["twin_run", "twin_traces", "DEFAULT_DURATION_S", "MAX_AUTO_WORKERS"]
 
 #: Ten minutes of simulated time: enough for checkpoints, job churn and a few hundred samples per GPU.
 DEFAULT_DURATION_S = 600.0
@@ -68,3 +69,41 @@ def twin_run(
                   + (f", scenarios: {', '.join(s.name for s in twin.scenarios)}" if twin.scenarios else "")
                   + f". Known scenarios: {', '.join(scenario_names())}.")
     console.print(f"Read it back: hpcwatch ingest {summary.out} --db FILE; then hpcwatch jobs --db FILE")
+
+
+@twin_app.command("traces")
+def twin_traces(
+    out: Path = typer.Option(..., "--out", help="Folder to write rank-<r>.json into (created; files replaced)."),
+    ranks: int = typer.Option(16, "--ranks", help="Ranks of the data-parallel job (one trace each)."),
+    steps: int = typer.Option(10, "--steps", help="Profiled steps per trace."),
+    kernels: int = typer.Option(28, "--kernels", help="Compute kernels per step (the step's GPU time is kept)."),
+    slow_rank: Optional[int] = typer.Option(None, "--slow-rank", help="This rank's GPU runs its backward slower "
+                                            "(the gpu_straggler scenario's factor)."),
+    gpus_per_node: int = typer.Option(8, "--gpus-per-node", help="Ranks per node (rank r on node r // N + 1)."),
+    seed: int = typer.Option(0, "--seed", help="Random seed: the same seed writes the same files."),
+    json_out: bool = JsonOption,
+) -> None:
+    """Write a kernel-level Kineto trace set of RANKS ranks, small per rank, for hpcwatch steps at scale."""
+    import time
+
+    from hpcwatch.twin.exposition import GpuTraceConfig, with_kernels_per_step, write_gpu_kineto_traces
+    from hpcwatch.twin.straggler import GPU_STRAGGLER_BACKWARD_FACTOR
+
+    if ranks < 1 or steps < 1 or gpus_per_node < 1:
+        raise ConfigError(f"--ranks, --steps and --gpus-per-node must be >= 1, got {ranks}, {steps}, {gpus_per_node}")
+    if slow_rank is not None and not 0 <= slow_rank < ranks:
+        raise ConfigError(f"--slow-rank must be a rank in 0..{ranks - 1}, got {slow_rank}")
+    cfg = with_kernels_per_step(GpuTraceConfig(seed=seed, slow_rank=slow_rank, slow_backward_factor=(
+        GPU_STRAGGLER_BACKWARD_FACTOR if slow_rank is not None else 1.0)), kernels)
+    t0 = time.perf_counter()
+    files = write_gpu_kineto_traces(out, cfg, steps=list(range(1, steps + 1)), world_size=ranks,
+                                    nodes_of_rank={r: f"node{r // gpus_per_node + 1}" for r in range(ranks)},
+                                    gpus_per_node=gpus_per_node)
+    written = sum(p.stat().st_size for p in out.glob("rank-*.json"))
+    summary = {"out": str(out), "files": files, "ranks": ranks, "steps": steps, "bytes": written,
+               "seconds": round(time.perf_counter() - t0, 3), "slow_rank": slow_rank}
+    if json_out:
+        emit_json(summary)
+        return
+    console.print(f"[bold]{out}[/]: {files} Kineto traces ({ranks} ranks × {steps} steps, {written / 1e6:.1f} MB) "
+                  f"in {summary['seconds']} s. Read them: hpcwatch steps {out}")

@@ -9,14 +9,17 @@ is given) and the live card.
 
 from __future__ import annotations
 
+import os
+import warnings
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
 
-from hpcwatch.analysis import kernels
-from hpcwatch.analysis.steps import Anatomy, anatomy_from_spans, anatomy_from_traces, median_step_time_s, step_times_s
+from hpcwatch.analysis.reduce import RankGpu, RankReduction, reduce_trace
+from hpcwatch.analysis.steps import Anatomy, anatomy_from_spans, anatomy_from_timelines, median_step_time_s, step_times_s
 from hpcwatch.analysis.stragglers import Straggler, StragglerConfig, StragglerReport, find_stragglers
 from hpcwatch.errors import InputError
 from hpcwatch.records import PHASES, Job, Span
@@ -26,7 +29,7 @@ if TYPE_CHECKING:   # only the store-reading reports need it; ``hpcwatch steps T
     from hpcwatch.store import Store
 
 __all__ = ["StepReport", "PlayerPhase", "PlayerRank", "PlayerVerdict", "PlayerStep", "LiveTraining",
-           "step_report", "step_report_of", "RankGpu", "GpuClock", "trace_report", "GPU_BOUND_LAG_FRACTION", "player_step", "player_jobs", "jobs_with_spans", "live_training", "placement_from_job",
+           "step_report", "step_report_of", "RankGpu", "GpuClock", "trace_report", "reduced_report", "reduce_trace_file", "GPU_BOUND_LAG_FRACTION", "player_step", "player_jobs", "jobs_with_spans", "live_training", "placement_from_job",
            "DEFAULT_RECENT_STEPS", "PLAYER_JOBS_LISTED"]
 
 DEFAULT_RECENT_STEPS = 50
@@ -82,18 +85,6 @@ class GpuClock:
     """``gpu`` (kernels queue behind the host) or ``launch`` (the GPU waits for the host's launches)."""
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class RankGpu:
-    """One rank's GPU breakdowns (``analysis.kernels``), in HTA's terms."""
-
-    rank: int
-    kernels: kernels.KernelBreakdown
-    idle: tuple[kernels.StreamIdle, ...]
-    overlap: float | None
-    launches: kernels.LaunchStats
-    collectives: tuple[kernels.Collective, ...]
-
-
 def _gpu_clock(anatomy: Anatomy) -> GpuClock | None:
     if not anatomy.has_gpu:
         return None
@@ -108,12 +99,29 @@ def _gpu_clock(anatomy: Anatomy) -> GpuClock | None:
 def trace_report(traces: Sequence[KinetoTrace], *, config: StragglerConfig | None = None) -> tuple[StepReport, GpuClock | None,
                                                                                                    tuple[RankGpu, ...]]:
     """A trace set's steps (GPU-first), its GPU clock against the host's, and each rank's GPU breakdowns."""
-    report = step_report_of(anatomy_from_traces(traces), config=config)
-    per_rank = tuple(RankGpu(rank=t.rank, kernels=kernels.kernel_breakdown(t), idle=kernels.idle_breakdown(t),
-                             overlap=kernels.comm_compute_overlap(t), launches=kernels.launch_stats(t),
-                             collectives=kernels.collectives(t))
-                     for t in sorted(traces, key=lambda t: t.rank) if kernels.has_gpu_activity(t))
+    return reduced_report([reduce_trace(t) for t in traces], config=config)
+
+
+def reduced_report(reductions: Sequence[RankReduction], *, config: StragglerConfig | None = None
+                   ) -> tuple[StepReport, GpuClock | None, tuple[RankGpu, ...]]:
+    """``trace_report`` of traces already reduced (``analysis.reduce.reduce_trace``, here or on Dask workers):
+    the cross-rank half, the one every path of ``hpcwatch steps`` ends in."""
+    report = step_report_of(anatomy_from_timelines([r.timeline for r in reductions]), config=config)
+    per_rank = tuple(r.gpu for r in sorted(reductions, key=lambda r: r.rank) if r.gpu is not None)
     return report, _gpu_clock(report.anatomy), per_rank
+
+
+def reduce_trace_file(path: str | os.PathLike[str]) -> tuple[RankReduction, tuple[str, ...]]:
+    """Read one rank's Kineto trace and reduce it, with the warnings its reader gave.
+
+    The one per-rank task of ``hpcwatch steps``, whoever runs it: this process, a forked reader
+    or a Dask worker. Only this rank's trace is in memory while it runs.
+    """
+    from hpcwatch.sources.registry import ReadContext, format_named
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        trace = format_named("kineto").read(Path(path), ReadContext())
+    return reduce_trace(trace), tuple(str(w.message) for w in caught)
 
 
 def placement_from_job(job: Job, ranks: Sequence[int]) -> dict[int, tuple[str | None, int | None]] | None:

@@ -19,10 +19,12 @@ import re
 
 import weakref
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
+import orjson
 
 from hpcwatch.errors import ConfigError
 from hpcwatch.records import Sample
@@ -33,7 +35,7 @@ if TYPE_CHECKING:
     from hpcwatch.twin.core import Twin
 
 __all__ = ["DCGM_HELP", "NODE_EXPORTER_IB", "dcgm_text", "node_exporter_text", "perfquery_text",
-           "lustre_job_stats_text", "ib_samples", "scrape_all", "spans_jsonl", "kineto_traces", "gpu_kineto_traces", "GpuTraceConfig", "uniform_shape", "lustre_samples", "lustre_target", "hca_device",
+           "lustre_job_stats_text", "ib_samples", "scrape_all", "spans_jsonl", "kineto_traces", "gpu_kineto_traces", "write_gpu_kineto_traces", "GpuTraceConfig", "with_kernels_per_step", "uniform_shape", "lustre_samples", "lustre_target", "hca_device",
            "NODE_EXPORTER_PORT"]
 
 #: (type, help) of each DCGM field, verbatim from dcgm-exporter's counter CSVs.
@@ -556,11 +558,26 @@ class GpuTraceConfig:
             raise ConfigError("GpuTraceConfig.slow_backward_factor must be > 0 and jitter >= 0")
 
 
+def with_kernels_per_step(cfg: GpuTraceConfig, kernels: int) -> GpuTraceConfig:
+    """``cfg`` with ``kernels`` compute kernels a step, split as ``cfg``'s (forward : backward : optimizer) and each
+    longer in proportion, so a step keeps its GPU time per phase (and a slow backward its share): small
+    per-rank traces for sets of thousands of ranks."""
+    if kernels < 3:
+        raise ConfigError(f"kernels per step must be >= 3 (one per phase), got {kernels}")
+    total = sum(cfg.kernels)
+    counts = [max(1, round(kernels * n / total)) for n in cfg.kernels[:2]]
+    counts.append(max(1, kernels - sum(counts)))
+    durations = tuple(us * n / c for us, n, c in zip(cfg.kernel_us, cfg.kernels, counts))
+    return replace(cfg, kernels=tuple(counts), kernel_us=durations)
+
+
 class _RankSim:
     """One rank's host and GPU clocks while a step is written."""
 
-    def __init__(self, rank: int, pid: int, rng: np.random.Generator) -> None:
+    def __init__(self, rank: int, pid: int, rng: np.random.Generator, *, device: int | None = None) -> None:
         self.rank, self.pid, self.rng = rank, pid, rng
+        self.device = rank if device is None else device
+        """The GPU's index: Kineto's pid and ``device`` arg of its activities."""
         self.host = 0.0
         self.stream_end = {_COMPUTE_STREAM: 0.0, _NCCL_STREAM: 0.0}
         self.events: list[dict] = []
@@ -581,10 +598,10 @@ class _RankSim:
         start = max(t + cfg.launch_us + 2.0, self.stream_end[stream], not_before)
         self.stream_end[stream] = start + dur_us
         self.host = t + cfg.launch_us + cfg.host_op_us
-        self.events.append({"ph": "X", "cat": cat, "name": name, "pid": self.rank, "tid": stream, "ts": round(start, 3),
-                            "dur": round(dur_us, 3), "args": {"device": self.rank, "stream": stream, "correlation": corr,
+        self.events.append({"ph": "X", "cat": cat, "name": name, "pid": self.device, "tid": stream, "ts": round(start, 3),
+                            "dur": round(dur_us, 3), "args": {"device": self.device, "stream": stream, "correlation": corr,
                                                               "External id": corr, **(args or {})}})
-        self.events.append({"ph": "f", "id": corr, "pid": self.rank, "tid": stream, "ts": round(start, 3),
+        self.events.append({"ph": "f", "id": corr, "pid": self.device, "tid": stream, "ts": round(start, 3),
                             "cat": "ac2g", "name": "ac2g", "bp": "e"})
         return start, start + dur_us
 
@@ -608,13 +625,59 @@ def gpu_kineto_traces(cfg: GpuTraceConfig, *, steps: list[int], world_size: int,
     for the slow one, looks alike.
     """
     nodes_of_rank = nodes_of_rank or {r: "node1" for r in range(world_size)}
+    events: dict[int, list[dict]] = {r: [] for r in range(world_size)}
+    for sims in _simulated_steps(cfg, steps=steps, world_size=world_size):
+        for sim in sims:
+            events[sim.rank] += sim.events
+    return {r: {**_gpu_trace_head(cfg, r, r, world_size, nodes_of_rank.get(r), base_s), "traceEvents": events[r]}
+            for r in range(world_size)}
+
+
+def write_gpu_kineto_traces(folder: Path, cfg: GpuTraceConfig, *, steps: list[int], world_size: int,
+                            nodes_of_rank: dict[int, str] | None = None, base_s: int = 0,
+                            gpus_per_node: int | None = None) -> int:
+    """``gpu_kineto_traces`` written to ``folder/rank-<r>.json`` a step at a time: memory holds one step of
+    every rank, not the set (1,024 ranks × 30 steps of ~560 events each would be ~17M dicts). Each file is
+    the document's head, then each step's events appended, then the closing brackets. ``gpus_per_node``
+    numbers each rank's GPU ``rank % gpus_per_node`` (default: its rank, as ``gpu_kineto_traces``).
+    Returns the number of files."""
+    folder.mkdir(parents=True, exist_ok=True)
+    nodes_of_rank = nodes_of_rank or {r: "node1" for r in range(world_size)}
+    paths = [folder / f"rank-{r}.json" for r in range(world_size)]
+    for r, path in enumerate(paths):
+        device = r % gpus_per_node if gpus_per_node else r
+        head = orjson.dumps(_gpu_trace_head(cfg, r, device, world_size, nodes_of_rank.get(r), base_s))
+        path.write_bytes(head[:-1] + b',"traceEvents":[')
+    for k, sims in enumerate(_simulated_steps(cfg, steps=steps, world_size=world_size, gpus_per_node=gpus_per_node)):
+        for sim, path in zip(sims, paths):
+            with path.open("ab") as f:
+                f.write((b"," if k else b"") + orjson.dumps(sim.events)[1:-1])
+    for path in paths:
+        with path.open("ab") as f:
+            f.write(b"]}")
+    return len(paths)
+
+
+def _gpu_trace_head(cfg: GpuTraceConfig, rank: int, device: int, world_size: int, node: str | None,
+                    base_s: int) -> dict:
+    return {"schemaVersion": _KINETO_SCHEMA, "deviceProperties": [{"id": device, "name": "NVIDIA H100 80GB HBM3"}],
+            "distributedInfo": {"backend": "nccl", "rank": rank, "world_size": world_size},
+            "host_name": node, "displayTimeUnit": "ms", "baseTimeNanoseconds": base_s * 10**9,
+            "traceName": f"rank-{rank}.json"}
+
+
+def _simulated_steps(cfg: GpuTraceConfig, *, steps: list[int], world_size: int,
+                     gpus_per_node: int | None = None) -> Iterator[list[_RankSim]]:
+    """Every rank's simulation after each step, its ``events`` holding that step's events only."""
     rng = np.random.default_rng(cfg.seed)
-    sims = [_RankSim(r, 1000 + r, np.random.default_rng(rng.integers(1 << 31))) for r in range(world_size)]
+    sims = [_RankSim(r, 1000 + r, np.random.default_rng(rng.integers(1 << 31)),
+                     device=r % gpus_per_node if gpus_per_node else r) for r in range(world_size)]
     transfer_us = 2 * (world_size - 1) / world_size * cfg.allreduce_bytes / cfg.bus_bytes_s * 1e6
     corr = 1
     for k, step in enumerate(steps):
         arrivals = []
         for sim in sims:
+            sim.events = []
             corr = _host_until_allreduce(cfg, sim, k, step, corr, world_size)
             arrivals.append(sim.pending_nccl)
         done = max(a[0] for a in arrivals) + transfer_us
@@ -622,11 +685,7 @@ def gpu_kineto_traces(cfg: GpuTraceConfig, *, steps: list[int], world_size: int,
             nccl_event["dur"] = round(done - start, 3)
             sim.stream_end[_NCCL_STREAM] = done
             corr = _optimizer(cfg, sim, step, corr, done)
-    return {sim.rank: {"schemaVersion": _KINETO_SCHEMA, "deviceProperties": [{"id": sim.rank, "name": "NVIDIA H100 80GB HBM3"}],
-                       "distributedInfo": {"backend": "nccl", "rank": sim.rank, "world_size": world_size},
-                       "host_name": nodes_of_rank.get(sim.rank), "displayTimeUnit": "ms",
-                       "baseTimeNanoseconds": base_s * 10**9, "traceEvents": sim.events,
-                       "traceName": f"rank-{sim.rank}.json"} for sim in sims}
+        yield sims
 
 
 def _kernel_us(cfg: GpuTraceConfig, sim: _RankSim, phase: int) -> float:

@@ -45,7 +45,7 @@ import orjson
 from hpcwatch.errors import ConfigError
 from hpcwatch.model import Cluster, parse_cluster, reference_cluster
 from hpcwatch.twin.core import Twin
-from hpcwatch.twin.exposition import gpu_kineto_traces, hca_device, kineto_traces, scrape_all, spans_jsonl, uniform_shape
+from hpcwatch.twin.exposition import hca_device, write_gpu_kineto_traces, kineto_traces, scrape_all, spans_jsonl, uniform_shape
 from hpcwatch.twin.nccl import write_nccl_logs
 
 __all__ = ["write_run", "RunSummary", "sized_reference", "LUSTRE_EVERY_S", "DEFAULT_STEP_S", "SNAPSHOT_MAX_NODES"]
@@ -143,10 +143,9 @@ def _write_traces(twin: Twin, folder: Path, profiled: list[tuple]) -> int:
     gpu = next((s for s in twin.scenarios if hasattr(s, "gpu_trace_config")), None)
     if gpu is not None and profiled:   # a scenario about the GPU's own timeline: kernel-level traces
         cfg = gpu.gpu_trace_config(ranks=list(ranks), first_node=twin.node_names[0])
-        docs = gpu_kineto_traces(cfg, steps=[p[1] for p in profiled], world_size=len(ranks), nodes_of_rank=nodes,
-                                 base_s=int(profiled[0][4]))
-    else:
-        docs = kineto_traces(profiled, nodes_of_rank=nodes, world_size=len(ranks))
+        return write_gpu_kineto_traces(folder, cfg, steps=[p[1] for p in profiled], world_size=len(ranks),
+                                       nodes_of_rank=nodes, base_s=int(profiled[0][4]))
+    docs = kineto_traces(profiled, nodes_of_rank=nodes, world_size=len(ranks))
     for r, doc in docs.items():
         (folder / f"rank-{r}.json").write_bytes(orjson.dumps(doc))
     return len(docs)
