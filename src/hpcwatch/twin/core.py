@@ -58,6 +58,8 @@ DEFAULT_START_S = 1_796_000_000.0
 
 #: The seed's training step (seconds per phase, before the AllReduce which comes from the ring model): ~42 ms.
 SEED_PHASES_S = {"load": 0.002, "forward": 0.011, "backward": 0.020, "optimizer": 0.002}
+#: The seed step without its AllReduce: a job's kind reads ``read_bytes_s_per_gpu`` x this per step.
+SEED_STEP_S = sum(SEED_PHASES_S.values())
 #: NCCL per-hop latency alpha of the ring model T = 2(p-1)alpha + 2(p-1)/p n/B (DESIGN.md section 6).
 RING_ALPHA_S = 5e-6
 #: The order the phases of a step run in (columns of ``step_phases`` are in ``records.PHASES`` order).
@@ -90,6 +92,12 @@ LOAD_PHASE_S = 300.0
 #: https://en.wikipedia.org/wiki/PCI_Express#Comparison_table; ~50 GB/s achieved). That stop is a
 #: checkpoint event's ``duration_s``.
 CHECKPOINT_STAGING_BYTES_S = 50e9
+#: A restarted job's start-up before it reads its checkpoint (torchrun rendezvous, NCCL init, model build).
+#: Ours: tens of seconds on a small job; the goodput simulator's first start-up is 5 min (analysis/goodputsim).
+RESTART_STARTUP_S = 30.0
+#: Checkpoint read-back per GPU from Lustre. Ours: a Lustre client streams a few GB/s per NDR port
+#: (one port per GPU rail, 50 GB/s line rate); 2.5 GB/s per GPU is a loaded file system's share.
+RESTORE_BYTES_S_PER_GPU = 2.5e9
 
 #: dcgm-exporter fields the twin produces, in the order dcgm-exporter writes them (etc/default-counters.csv).
 DCGM_FIELDS = (
@@ -178,6 +186,14 @@ class Twin:
         """Training jobs whose ranks' nccl_rank events were given (once each, as a followed log stores them)."""
         self._last_step: tuple[int, float] | None = None
         self._steps_done: dict[str, float] = {}
+        self._tick_steps: dict[int, float] = {}
+        """Steps each timed job (by index) made in the last tick: what its data loader read."""
+        self._halted: set[str] = set()
+        """Jobs a failure killed that Slurm has not requeued yet."""
+        self._resume_at: dict[str, float] = {}
+        """Restarted jobs: when they step again (start-up and checkpoint read done)."""
+        self._saved: dict[str, tuple[int, str]] = {}
+        """Per job: the step and path of its last checkpoint (what a restart reads back)."""
         self._lustre = np.zeros((0, max(1, cluster.storage.osts), 5))
         self._lustre_seen = np.zeros(0)
         self._assign()
@@ -332,6 +348,8 @@ class Twin:
         for job in started:
             self._events.append(Event(kind=EventKind.JOB_START, t=self.now, source="slurm",
                                       attrs={"job": job.id, "user": job.user, "nodes": list(job.nodes)}))
+            if job.restart_cnt:
+                self._events.extend(self._restarted(job))
         self._events.extend(self._nccl_events())
         for scenario in self.scenarios:
             self._events.extend(scenario.events(twin=self, t0=t_prev, t1=self.now))
@@ -517,6 +535,7 @@ class Twin:
         share = np.ones(self.n_gpus)
         gpu_bytes = np.zeros(self.n_gpus)
         jobs = self.scheduler.jobs
+        self._tick_steps = {}
         step_hooks = any(_overrides(s, "adjust_step") for s in self.scenarios)
         for j in np.unique(self._label_job[self._label_job >= 0]).tolist():
             job = jobs[j]
@@ -531,16 +550,83 @@ class Twin:
                                                                                   + table[:, 3].mean())
             flat = [self._gpu_flat[(node, g)] for _, node, g in ranks]
             share[flat] = (table[:, 1] + table[:, 2]) / step_s / nominal
-            if dt <= 0:
+            active_s = self._stepping_s(job, dt)
+            if active_s < dt:  # its ranks are dead, waiting in the queue, or restoring: no compute
+                share[flat] = share[flat] * active_s / dt if dt > 0 else 0.0
+            self._tick_steps[j] = 0.0
+            if active_s <= 0:
                 continue
-            steps = dt / step_s
+            steps = active_s / step_s
             self._steps_done[job.id] = done + steps
+            self._tick_steps[j] = steps
             if job.n_nodes > 1:
                 p = job.gpus
                 gpu_bytes[flat] = steps * 2 * (p - 1) / p * job.kind.gradient_bytes
-            if j == 0 and int(done + steps) > 0:
+            if j == 0 and int(done + steps) > int(done):
                 self._last_step = (int(done + steps) - 1, self.now)
         return share, gpu_bytes
+
+    def _stepping_s(self, job: PlannedJob, dt: float) -> float:
+        """Seconds of the last tick in which ``job`` trained: none once a failure killed its ranks, none
+        before a restarted job has started up and read back its checkpoint."""
+        if job.id in self._halted:
+            return 0.0
+        resume = self._resume_at.get(job.id)
+        if resume is None:
+            return dt
+        return float(np.clip(self.now - resume, 0.0, dt))
+
+    # -- failures and restarts -----------------------------------------------------------------------
+
+    def fail_job(self, job_id: str, *, cause: str, node: str, **attrs: Any) -> Event:
+        """A failure kills ``job_id``'s ranks now: it stops stepping (a synchronous job cannot go on
+        without one rank). Returns the ``failure`` event, with the step it had reached."""
+        job = self._job(job_id)
+        self._halted.add(job.id)
+        return Event(kind=EventKind.FAILURE, t=self.now, source="twin.failures",
+                     attrs={"job": job.id, "cause": cause, "node": node, "step": self.steps_done(job.id), **attrs})
+
+    def requeue_job(self, job_id: str, *, drain: str | None = None, down_s: float = 0.0,
+                    reason: str = "") -> list[Event]:
+        """Slurm requeues the failed job (``Scheduler.requeue``) and, when ``drain`` is given, the health
+        check drains that node for ``down_s`` (its reboot). The job restarts from its last checkpoint
+        once its nodes are back (``_restarted``). Returns the ``job_end`` event of the lost attempt, whose
+        state is the one ``sacct -D`` gives it: ``REQUEUED``."""
+        job = self._job(job_id)
+        attempt_start = job.start
+        held = PlannedJob(**{f: getattr(job, f) for f in ("id", "user", "uid", "account", "name", "kind", "n_nodes",
+                                                           "gpus_per_node", "duration_s", "submit")},
+                          gpus_by_node=dict(job.gpus_by_node))
+        self.scheduler.requeue(job, self.now)
+        if drain is not None:
+            self.scheduler.drain(drain, until=self.now + down_s, reason=reason)
+        self._assign(ended=[held], started=[])
+        self._halted.discard(job.id)
+        if job is self.training_job:  # its ranks are gone: no step of it finished in this tick
+            self._last_step = None
+        return [Event(kind=EventKind.JOB_END, t=self.now, source="slurm",
+                      attrs={"job": job.id, "user": job.user, "state": "REQUEUED", "restart_cnt": job.restart_cnt,
+                             "start": attempt_start})]
+
+    def _restarted(self, job: PlannedJob) -> list[Event]:
+        """A requeued job runs again: start-up, then it reads its last checkpoint back and resumes from the
+        step after it (the steps since then are done again)."""
+        saved = self._saved.get(job.id)
+        step = saved[0] if saved is not None else 0
+        self._steps_done[job.id] = float(step)
+        restore_s = job.kind.checkpoint_bytes_per_gpu / RESTORE_BYTES_S_PER_GPU
+        t_restore = self.now + RESTART_STARTUP_S
+        self._resume_at[job.id] = t_restore + restore_s
+        return [Event(kind=EventKind.CHECKPOINT_RESTORE, t=t_restore, source="twin", attrs={
+            "job": job.id, "step": step, "duration_s": round(restore_s, 6), "restart_cnt": job.restart_cnt,
+            "bytes": int(job.kind.checkpoint_bytes_per_gpu * job.gpus),
+            "path": saved[1] if saved is not None else ""})]
+
+    def _job(self, job_id: str) -> PlannedJob:
+        for job in self.scheduler.jobs:
+            if job.id == job_id:
+                return job
+        raise ConfigError(f"the twin has no job {job_id!r}")
 
     def _span_table(self, job: PlannedJob, step: int, end: float | None):
         ranks, table = self.step_phases(job, step)
@@ -637,8 +723,13 @@ class Twin:
         every = np.array([j.kind.checkpoint_interval_s or np.inf for j in jobs])
         ckpt = np.array([j.kind.checkpoint_bytes_per_gpu for j in jobs])
         loading = np.clip(np.minimum(t1, start + LOAD_PHASE_S) - np.maximum(t0, start), 0.0, None)
-        read = gpus * (rate * (dt - loading) + load * loading / LOAD_PHASE_S)
-        due = np.floor((t1 - start) / every) > np.floor((t0 - start) / every)
+        # A timed job's loader reads a batch per step, so its reads follow its step rate (and stop with it);
+        # the others read at their kind's steady rate.
+        steady_s = np.array([self._tick_steps[j] * SEED_STEP_S if j in self._tick_steps else dt
+                             for j in idx.tolist()])
+        read = gpus * (rate * np.maximum(steady_s - loading, 0.0) + load * loading / LOAD_PHASE_S)
+        stepping = np.array([j not in self._tick_steps or self._tick_steps[j] > 0 for j in idx.tolist()])
+        due = (np.floor((t1 - start) / every) > np.floor((t0 - start) / every)) & stepping
         write = np.where(due, ckpt * gpus, 0.0)
         for k in np.flatnonzero(due).tolist():
             self._events.append(self._checkpoint_event(jobs[k], t1, int(self._steps_done.get(jobs[k].id, 0))))
@@ -647,10 +738,11 @@ class Twin:
     def _checkpoint_event(self, job: PlannedJob, t: float, step: int) -> Event:
         """A job saved step ``step`` at ``t``: the write seen on Lustre, with how long training stopped."""
         per_gpu = job.kind.checkpoint_bytes_per_gpu
+        path = f"{self.cluster.weights.path}/{job.id}/step_{step}.pt"
+        self._saved[job.id] = (step, path)
         return Event(kind=EventKind.CHECKPOINT, t=t, source="twin", attrs={
             "job": job.id, "bytes": int(per_gpu * job.gpus), "step": step,
-            "duration_s": round(per_gpu / CHECKPOINT_STAGING_BYTES_S, 6),
-            "path": f"{self.cluster.weights.path}/{job.id}/step_{step}.pt"})
+            "duration_s": round(per_gpu / CHECKPOINT_STAGING_BYTES_S, 6), "path": path})
 
     def _checkpoints_before_t0(self) -> list[Event]:
         """The training job's last checkpoint before t0 (``_lustre_backfill`` wrote its bytes), so that a
