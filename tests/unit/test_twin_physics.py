@@ -109,3 +109,41 @@ def test_goodput_counts_the_steps_redone_since_the_checkpoint_and_the_restart(tm
     assert report.badput_s["checkpoint_restore"] > 0
     # Judged from the job's first attempt (two hours before the twin started), not from its restart.
     assert report.t0 == pytest.approx(T0 - 7200.0)
+
+
+# -- RDMA: what one node transmits another receives -------------------------------------------------------
+
+
+def _fabric_bytes(twin: Twin) -> tuple[float, float]:
+    """Σ PortXmitData and Σ PortRcvData (bytes) over every HCA of the cluster, read from perfquery -x."""
+    from hpcwatch.sources.infiniband import parse_perfquery
+
+    tx = rx = 0.0
+    for node in twin.node_names:
+        for hca in range(len(twin.ports_of_node(node))):
+            for s in parse_perfquery(twin.perfquery_text(node, hca), node=node):
+                tx += s.value if s.metric == "ib_PortXmitData_bytes" else 0.0
+                rx += s.value if s.metric == "ib_PortRcvData_bytes" else 0.0
+    return tx, rx
+
+
+@pytest.mark.parametrize("scenarios", [(), ("straggler",)])
+def test_every_byte_a_node_transmits_another_receives(scenarios):
+    twin = Twin(reference_cluster(), seed=3, scenarios=scenarios, start=T0)
+    tx0, rx0 = _fabric_bytes(twin)
+    _run(twin, 60)
+    tx1, rx1 = _fabric_bytes(twin)
+    assert tx1 - tx0 > 1e9                      # the ring moved gigabytes...
+    assert tx1 - tx0 == pytest.approx(rx1 - rx0, rel=1e-9)  # ...and every one of them arrived somewhere
+
+
+def test_threat_rdma_sends_bytes_no_cluster_port_receives():
+    twin = Twin(reference_cluster(), seed=3, scenarios=["threat_rdma"], start=T0)
+    (scenario,) = twin.scenarios
+    tx0, rx0 = _fabric_bytes(twin)
+    _run(twin, 60)
+    tx1, rx1 = _fabric_bytes(twin)
+    exfiltrated = scenario.exfiltrated_bytes()
+    assert exfiltrated > 1e9
+    # The imbalance of the fabric is the exfiltration: it left for a port outside the cluster.
+    assert (tx1 - tx0) - (rx1 - rx0) == pytest.approx(exfiltrated, rel=1e-6)

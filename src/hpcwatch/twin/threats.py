@@ -55,6 +55,8 @@ FIXTURE_START_S = 1_796_000_000.0
 #: A Lustre server on the fabric (the scan treats ``<storage name>-*`` hosts as storage).
 STORAGE_HOST = "lustre-oss1"
 _SCRAPE_S = 30.0
+#: NDR InfiniBand MTU (4 KiB), as twin/core.py's IB_MTU_BYTES: the packets the exfiltrated bytes take.
+_IB_MTU_BYTES = 4096
 _OBSERVE_S = 600.0
 _IMAGE = "nvcr.io/nvidia/pytorch"
 #: Directions of the gradient sketch; the same number as security/gradients.py's ``SKETCH_DIMS``
@@ -553,12 +555,23 @@ for _vector in _PLANTS:
 
 @register
 class ThreatRdmaLive(_ThreatScenario):
-    """The RDMA attack inside the live twin: the last node moves four times its own traffic, and 1 GB/s when idle."""
+    """The RDMA attack inside the live twin: the last node sends data out of the cluster over InfiniBand.
+
+    Where the bytes go: to a port that is not a cluster node's (an IB router or a host of another
+    tenant on the same fabric, reached through the open default partition this scenario also plants). So the
+    cluster's own HCAs no longer balance: everywhere else what one node transmits another receives (ring
+    AllReduce is symmetric, rail to rail), but the last node's ``PortXmitData`` grows by the exfiltrated
+    words and no cluster port's ``PortRcvData`` does. Σ xmit − Σ rcv over the cluster's ports is the
+    exfiltration (tests/unit/test_twin_physics.py), and the node transmits ``factor`` times its job share
+    (``rdma.traffic_disproportion``), and ``idle_bytes_s`` once its job is gone (``rdma.traffic_no_job``).
+    """
 
     name = "threat_rdma"
     vector = "rdma"
-    description = "one node moves InfiniBand traffic its jobs do not explain; the fabric has one open partition"
-    factor = 4.0
+    description = "one node sends InfiniBand traffic out of the cluster that its jobs do not explain"
+    factor = 7.0
+    """The node transmits this many times what its job's ring sends (its traffic, tx + rx, is then 4 x its
+    peers', above the detector's 3 x)."""
     idle_bytes_s = 1e9
 
     def adjust_ib(self, *, node: str, port: int, t: float, counters: dict[str, float]) -> None:
@@ -570,8 +583,14 @@ class ThreatRdmaLive(_ThreatScenario):
         last_t = self._carry.get((node, port, "t"), t)
         extra = (self.factor - 1) * max(own - last_own, 0.0) + self.idle_bytes_s * (t - last_t) / 4  # 4-byte words
         self._carry.update({(node, port, "own"): own, (node, port, "t"): t, (node, port, "added"): added + extra})
+        packets = math.ceil(extra * 4 / _IB_MTU_BYTES)
         counters["PortXmitData"] += extra
-        counters["PortRcvData"] += extra
+        counters["PortXmitPkts"] += packets
+        counters["PortUnicastXmitPkts"] += packets
+
+    def exfiltrated_bytes(self) -> float:
+        """Bytes sent to the port outside the cluster so far (the twin's ground truth)."""
+        return 4 * sum(v for (_, _, what), v in self._carry.items() if what == "added")
 
 
 @register
