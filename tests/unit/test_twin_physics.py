@@ -147,3 +147,74 @@ def test_threat_rdma_sends_bytes_no_cluster_port_receives():
     assert exfiltrated > 1e9
     # The imbalance of the fabric is the exfiltration: it left for a port outside the cluster.
     assert (tx1 - tx0) - (rx1 - rx0) == pytest.approx(exfiltrated, rel=1e-6)
+
+
+# -- Lustre: reads follow the loader and the step rate, writes are the checkpoints --------------------------
+
+
+def _lustre_bytes(twin: Twin, job: str) -> tuple[float, float]:
+    """(read, write) bytes of ``job`` summed over the OSTs of ``lctl get_param obdfilter.*.job_stats``."""
+    from hpcwatch.sources.lustre import parse_job_stats
+    from hpcwatch import vocab
+
+    read = write = 0.0
+    for s in parse_job_stats(twin.lustre_job_stats_text()):
+        if s.labels.get("jobid") != job:
+            continue
+        read += s.value if s.metric == vocab.LUSTRE_JOB_READ_BYTES_TOTAL else 0.0
+        write += s.value if s.metric == vocab.LUSTRE_JOB_WRITE_BYTES_TOTAL else 0.0
+    return read, write
+
+
+def _lustre_deltas(twin: Twin, job: str, seconds: int, dt: float = 1.0) -> list[tuple[float, float, float]]:
+    """Per tick: (t - T0, bytes read, bytes written) by ``job``."""
+    out, last = [], _lustre_bytes(twin, job)
+    for _ in range(int(seconds / dt)):
+        twin.advance(dt)
+        now = _lustre_bytes(twin, job)
+        out.append((twin.now - T0, now[0] - last[0], now[1] - last[1]))
+        last = now
+    return out
+
+
+def test_lustre_writes_only_at_checkpoints_one_burst_of_the_job_state():
+    from hpcwatch.twin.workload import KINDS
+
+    twin = Twin(reference_cluster(), seed=0, start=T0)
+    job = twin.training_job
+    deltas = _lustre_deltas(twin, job.id, 960, dt=5.0)
+    bursts = [(t, w) for t, _, w in deltas if w > 0]
+    # The job started 7200 s before T0 and saves every 900 s: its next save is at T0 + 900, nothing between.
+    assert [t for t, _ in bursts] == [900.0]
+    assert bursts[0][1] == pytest.approx(KINDS["pretrain"].checkpoint_bytes_per_gpu * job.gpus, rel=1e-6)
+
+
+def test_lustre_reads_follow_the_step_rate():
+    plain, slow = (Twin(reference_cluster(), seed=0, scenarios=s, start=T0) for s in ((), ("straggler",)))
+    _run(plain, 60), _run(slow, 60)  # past the straggler's onset
+    read_plain = sum(r for _, r, _ in _lustre_deltas(plain, "4101", 30))
+    read_slow = sum(r for _, r, _ in _lustre_deltas(slow, "4101", 30))
+    assert read_slow < read_plain
+    # Bytes per step are the same: the loader reads one batch a step, however long the step takes.
+    assert read_slow / read_plain == pytest.approx(_rate(slow) / _rate(plain), rel=0.05)
+
+
+def _rate(twin: Twin) -> float:
+    before = twin.steps_done("4101")
+    _run(twin, 10)
+    return twin.steps_done("4101") - before
+
+
+def test_lustre_reads_stop_with_the_failed_job_and_restart_with_its_checkpoint():
+    twin = Twin(reference_cluster(), seed=0, scenarios=["xid79"], start=T0)
+    deltas = _lustre_deltas(twin, "4101", int(SCENARIO_ONSET_S + Xid79.TEARDOWN_S + Xid79.REBOOT_S) + 40)
+    before = [r for t, r, _ in deltas if t < SCENARIO_ONSET_S]
+    dead = [r for t, r, _ in deltas if SCENARIO_ONSET_S + 1 < t <= SCENARIO_ONSET_S + Xid79.TEARDOWN_S]
+    pending = [r for t, r, _ in deltas if SCENARIO_ONSET_S + Xid79.TEARDOWN_S + 1 < t
+               < SCENARIO_ONSET_S + Xid79.TEARDOWN_S + Xid79.REBOOT_S]
+    restarted = [r for t, r, _ in deltas if t > SCENARIO_ONSET_S + Xid79.TEARDOWN_S + Xid79.REBOOT_S + 1]
+    assert min(before) > 0 and max(dead) == 0 and max(pending) == 0
+    # After the restart the job reads its checkpoint back (2 GiB a GPU in under a second): one burst.
+    from hpcwatch.twin.workload import KINDS
+    assert max(restarted) > KINDS["pretrain"].checkpoint_bytes_per_gpu * 12 > 20 * max(before)
+    assert all(w == 0 for _, _, w in deltas)

@@ -728,12 +728,22 @@ class Twin:
         steady_s = np.array([self._tick_steps[j] * SEED_STEP_S if j in self._tick_steps else dt
                              for j in idx.tolist()])
         read = gpus * (rate * np.maximum(steady_s - loading, 0.0) + load * loading / LOAD_PHASE_S)
+        read += gpus * np.array([self._restore_read(j, t0, t1) for j in jobs])
         stepping = np.array([j not in self._tick_steps or self._tick_steps[j] > 0 for j in idx.tolist()])
         due = (np.floor((t1 - start) / every) > np.floor((t0 - start) / every)) & stepping
         write = np.where(due, ckpt * gpus, 0.0)
         for k in np.flatnonzero(due).tolist():
             self._events.append(self._checkpoint_event(jobs[k], t1, int(self._steps_done.get(jobs[k].id, 0))))
         self._lustre_add(idx, read, write, due.astype(float))
+
+    def _restore_read(self, job: PlannedJob, t0: float, t1: float) -> float:
+        """Bytes per GPU a restarted job read back from its checkpoint in (t0, t1]."""
+        resume = self._resume_at.get(job.id)
+        if resume is None:
+            return 0.0
+        restore_s = job.kind.checkpoint_bytes_per_gpu / RESTORE_BYTES_S_PER_GPU
+        overlap = max(0.0, min(t1, resume) - max(t0, resume - restore_s))
+        return job.kind.checkpoint_bytes_per_gpu * overlap / restore_s if restore_s > 0 else 0.0
 
     def _checkpoint_event(self, job: PlannedJob, t: float, step: int) -> Event:
         """A job saved step ``step`` at ``t``: the write seen on Lustre, with how long training stopped."""
