@@ -218,3 +218,69 @@ def test_lustre_reads_stop_with_the_failed_job_and_restart_with_its_checkpoint()
     from hpcwatch.twin.workload import KINDS
     assert max(restarted) > KINDS["pretrain"].checkpoint_bytes_per_gpu * 12 > 20 * max(before)
     assert all(w == 0 for _, _, w in deltas)
+
+
+# -- cooling: what sets the temperatures -----------------------------------------------------------------
+
+
+def _cluster_cooled(cooling: str) -> "Cluster":
+    from importlib import resources
+
+    from hpcwatch.model.cluster import parse_cluster
+
+    text = resources.files("hpcwatch.model").joinpath("reference.yaml").read_text()
+    head, _, _ = text.partition("cooling:")
+    return parse_cluster(head + cooling, path="cooled.yaml")
+
+
+def _busy_temps(cluster) -> tuple[list[float], list[float]]:
+    """(temperatures, SM clocks) of the busy GPUs after five minutes, read from the dcgm-exporter text."""
+    from hpcwatch.sources.prometheus_text import parse_prometheus_text
+    from hpcwatch import vocab
+
+    twin = Twin(cluster, seed=0, start=T0)
+    _run(twin, 300)
+    temps, clocks = [], []
+    for node in twin.node_names:
+        for s in parse_prometheus_text(twin.dcgm_text(node)):
+            if "hpc_job" not in s.labels:
+                continue
+            (temps if s.metric == vocab.DCGM_FI_DEV_GPU_TEMP else clocks if s.metric == vocab.DCGM_FI_DEV_SM_CLOCK
+             else []).append(s.value)
+    return temps, clocks
+
+
+def test_the_reference_cluster_is_liquid_cooled_and_stays_below_60_c():
+    from hpcwatch.model import reference_cluster as ref
+
+    assert ref().cooling.kind == "liquid" and ref().cooling.inlet_c == 28.0
+    temps, _ = _busy_temps(ref())
+    # The fit of the real H200 capture: 56 °C at 680 W; never near the 89 °C slowdown.
+    assert 30 <= min(temps) and max(temps) <= 60
+
+
+def test_air_cooling_runs_the_same_load_hotter():
+    liquid, _ = _busy_temps(_cluster_cooled("cooling:\n  kind: liquid\n"))
+    air, clocks = _busy_temps(_cluster_cooled("cooling:\n  kind: air\n"))
+    assert max(air) > max(liquid) + 15
+    assert 70 <= max(air) < 89 and min(clocks) > 1500   # hot but not thermally throttled at a 25 °C inlet
+
+
+def test_a_hot_air_inlet_brings_the_gpus_to_their_slowdown_and_halves_their_clocks():
+    temps, clocks = _busy_temps(_cluster_cooled("cooling:\n  kind: air\n  inlet_c: 40\n"))
+    assert max(temps) >= 89
+    assert min(clocks) <= 1980 * 0.5 + 1
+
+
+@pytest.mark.parametrize("cooling, message", [
+    ("cooling:\n  kind: water\n", "cooling.kind: unknown cooling 'water'"),        # not a kind we model
+    ("cooling:\n  kind: air\n  inlet_c: 90\n", "cooling.inlet_c: expected degrees C"),  # no data centre is that hot
+    ("cooling:\n  kind: air\n  inlet_c: warm\n", "cooling.inlet_c"),               # not a number
+    ("cooling:\n  kind: air\n  fans: 6\n", "cooling.fans: unknown key"),          # a key the model does not read
+])
+def test_bad_cooling_is_one_line_naming_file_line_and_key(cooling, message):
+    from hpcwatch.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="cooled.yaml:") as err:
+        _cluster_cooled(cooling)
+    assert message in str(err.value) and "\n" not in str(err.value)

@@ -44,6 +44,7 @@ import pyarrow as pa
 
 from hpcwatch.errors import ConfigError
 from hpcwatch.model import Cluster
+from hpcwatch.model.catalog import GPU_SLOWDOWN_TEMP_C
 from hpcwatch.records import Event, Job, Sample, Span
 from hpcwatch.twin.scenarios import Scenario, get_scenario
 from hpcwatch.twin.workload import PlannedJob, Scheduler
@@ -78,8 +79,11 @@ SM_CLOCK_MAX_MHZ = {"h100-sxm": 1980.0, "h200": 1980.0, "a100-sxm": 1410.0}
 SM_CLOCK_IDLE_MHZ = 345.0
 #: Fraction of TDP above which the GPU starts to pull its clock down (power capping).
 POWER_THROTTLE_FRACTION = 0.93
-#: Temperature model: T -> 28 C + 0.04 C/W x P with a 45 s time constant; fits the H200 capture (36 C idle, 56 C at 680 W).
-TEMP_AMBIENT_C, TEMP_C_PER_W, TEMP_TAU_S = 28.0, 0.04, 45.0
+#: Temperature model: T -> inlet + c_per_w x P, first order with the cooling's time constant; the cluster model's
+#: ``cooling`` (model/catalog.py COOLING: liquid = the fit of the H200 capture, 56 C at 680 W; air hotter, slower).
+#: At the GPU's slowdown temperature (catalog GPU_SLOWDOWN_TEMP_C) the clocks drop by half: nvidia-smi(1) says HW
+#: thermal slowdown "reduc[es] the core clocks by a factor of 2 or more" (clocks_event_reasons.hw_thermal_slowdown).
+THERMAL_SLOWDOWN_CLOCK_FACTOR = 0.5
 #: InfiniBand MTU used to turn bytes into packets (NDR, 4 KiB).
 IB_MTU_BYTES = 4096
 #: Lustre: largest bulk RPC (4 MiB) and the default ``job_cleanup_interval`` (600 s) after which idle entries go.
@@ -221,6 +225,9 @@ class Twin:
         self._idle_w = np.array([g.spec.idle_power_w for g in gpus])
         self._hbm_mib = np.array([g.spec.hbm_bytes / 1024**2 for g in gpus])
         self._sm_max = np.array([SM_CLOCK_MAX_MHZ.get(g.spec.key, np.nan) for g in gpus])
+        self._slowdown_c = np.array([GPU_SLOWDOWN_TEMP_C.get(g.spec.key, np.nan) for g in gpus])
+        cooling = c.cooling
+        self._inlet_c, self._c_per_w, self._tau_s = cooling.inlet_c, cooling.spec.c_per_w, cooling.spec.tau_s
         self.gpu_labels: list[dict[str, str]] = [
             {"gpu": str(g.index), "UUID": _gpu_uuid(c.name, g.node, g.index), "pci_bus_id": _bus_id(g.index),
              "device": f"nvidia{g.index}", "modelName": g.spec.name, "Hostname": g.node,
@@ -249,7 +256,7 @@ class Twin:
         self.fields = np.zeros((n, len(DCGM_FIELDS)))
         #: Per row of ``fields``: dcgm-exporter no longer exports this GPU (see ``absent_gpus`` above).
         self.absent = np.zeros(n, dtype=bool)
-        self._temp = np.full(n, TEMP_AMBIENT_C + TEMP_C_PER_W * self._idle_w)
+        self._temp = np.full(n, self._inlet_c + self._c_per_w * self._idle_w)
         # Energy since boot: the nodes booted a few days before t0.
         boot_s = self.rng.uniform(2, 9, size=n) * 86400
         self.fields[:, _F[vocab.DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION]] = np.round(boot_s * self._idle_w * 1.6 * 1000)
@@ -409,15 +416,16 @@ class Twin:
         fb = np.round(np.clip(fb_frac * self._hbm_mib * (1 + 0.002 * z[2]), 0, self._hbm_mib))
         f[:, _F[vocab.DCGM_FI_DEV_FB_USED]] = fb
         f[:, _F[vocab.DCGM_FI_DEV_FB_FREE]] = np.round(self._hbm_mib - fb)
+        target = self._inlet_c + self._c_per_w * power
+        # At t0 the GPUs have been at their load for a while: start at the steady temperature.
+        lag = np.exp(-dt / self._tau_s) if dt > 0 else 0.0
+        self._temp = target + (self._temp - target) * lag + 0.3 * z[4]
+        f[:, _F[vocab.DCGM_FI_DEV_GPU_TEMP]] = np.round(self._temp)
         throttled = busy & (power >= POWER_THROTTLE_FRACTION * self._tdp)
         clock = np.where(busy, self._sm_max - throttled * np.round(np.abs(z[3]) * 8) * 15.0,
                          np.minimum(SM_CLOCK_IDLE_MHZ, self._sm_max))
-        f[:, _F[vocab.DCGM_FI_DEV_SM_CLOCK]] = clock
-        target = TEMP_AMBIENT_C + TEMP_C_PER_W * power
-        # At t0 the GPUs have been at their load for a while: start at the steady temperature.
-        lag = np.exp(-dt / TEMP_TAU_S) if dt > 0 else 0.0
-        self._temp = target + (self._temp - target) * lag + 0.3 * z[4]
-        f[:, _F[vocab.DCGM_FI_DEV_GPU_TEMP]] = np.round(self._temp)
+        too_hot = self._temp >= self._slowdown_c   # NaN (unknown GPU) is never too hot
+        f[:, _F[vocab.DCGM_FI_DEV_SM_CLOCK]] = np.where(too_hot, np.round(clock * THERMAL_SLOWDOWN_CLOCK_FACTOR), clock)
         f[:, _F[vocab.DCGM_FI_DEV_XID_ERRORS]] = 0.0
         self._apply_gpu_hooks()
         self._apply_absent()
