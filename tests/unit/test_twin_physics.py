@@ -284,3 +284,66 @@ def test_bad_cooling_is_one_line_naming_file_line_and_key(cooling, message):
     with pytest.raises(ConfigError, match="cooled.yaml:") as err:
         _cluster_cooled(cooling)
     assert message in str(err.value) and "\n" not in str(err.value)
+
+
+# -- the live twin feeds every collector of the Observer view -----------------------------------------------
+
+
+def test_perfquery_samples_are_what_the_reader_makes_of_the_perfquery_text():
+    from hpcwatch.sources.infiniband import parse_perfquery
+    from hpcwatch.twin.exposition import hca_device, perfquery_samples
+
+    twin = Twin(reference_cluster(), seed=0, start=T0)
+    _run(twin, 5)
+    read = []
+    for node in twin.node_names:
+        for hca in range(len(twin.ports_of_node(node))):
+            read += parse_perfquery(twin.perfquery_text(node, hca), node=node, device=hca_device(hca), t=twin.now)
+    assert list(perfquery_samples(twin)) == read
+
+
+def test_checkpoint_tetragon_events_are_what_the_reader_makes_of_their_json():
+    from hpcwatch.sources import tetragon
+    from hpcwatch.twin import ebpf
+    from hpcwatch.records import Event
+
+    assert (ebpf.MAY_READ, ebpf.MAY_WRITE) == (tetragon.MAY_READ, tetragon.MAY_WRITE)
+    saved = Event(kind=EventKind.CHECKPOINT, t=T0, source="twin", attrs={"job": "4101", "path": "/lustre/c/s.pt"})
+    docs = ebpf.checkpoint_access_docs(saved, nodes=("node1", "node2"), user="alice", uid=1001)
+    lines = [orjson.dumps(d) for d in docs]
+    read = list(tetragon.parse_tetragon_json(lines))
+    mine = ebpf.events_of(docs, EventKind.TETRAGON)
+    assert [(e.t, e.attrs) for e in mine] == [(e.t, {k: e.attrs.get(k) for k in mine[0].attrs}) for e in read]
+    assert {e.attrs["host"] for e in read} == {"node1", "node2"} and {e.attrs["mask"] for e in read} == {2}
+
+
+@pytest.mark.parametrize("scenario", [None, "straggler", "xid79", "threat_rdma"])
+def test_the_live_twin_feeds_all_seven_collectors(scenario):
+    from hpcwatch.reports.live import COLLECTORS, latest_t, live_snapshot
+
+    store = Store(":memory:")
+    live = LiveTwin(store, reference_cluster(), scenarios=[scenario] if scenario else [], start=T0)
+    live.write_tick()
+    for _ in range(15):
+        live.step()
+    snap = live_snapshot(store, weights_path=reference_cluster().weights.path, now=latest_t(store))
+    assert len(COLLECTORS) == 7
+    silent = [c for c, state in snap["collectors"].items() if not state["arriving"]]
+    assert silent == []
+    # perfquery's counters reached the store under the reader's names, every 10 s of simulated time.
+    assert len({s.t for s in store.iter_samples("ib_PortXmitData_bytes")}) == 2
+    tetragon = [e for e in store.events(EventKind.TETRAGON) if e.attrs.get("function_name")]
+    assert tetragon and all(e.attrs["path"].startswith("/lustre/checkpoints/4101/") for e in tetragon)
+
+
+def test_the_page_header_says_how_the_cluster_is_cooled():
+    from fastapi.testclient import TestClient
+
+    from hpcwatch.web.app import create_app
+
+    for cluster, lang, text in ((reference_cluster(), "en", "liquid-cooled, 28 °C inlet"),
+                                (_cluster_cooled("cooling:\n  kind: air\n  inlet_c: 22.5\n"), "fr",
+                                 "refroidi par air, entrée à 22.5 °C")):
+        with TestClient(create_app(Store(":memory:"), cluster)) as client:
+            html = client.get("/", params={"lang": lang}).text
+        assert f'data-cooling="{cluster.cooling.kind}">{text}</span>' in html

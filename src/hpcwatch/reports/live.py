@@ -37,10 +37,14 @@ from hpcwatch import vocab
 from hpcwatch.vocab import EventKind
 
 __all__ = ["Collector", "COLLECTORS", "GPU_FIELDS", "RECENT_S", "LATEST_WINDOW_S", "RATE_WINDOW_S", "WEIGHT_HOOKS",
-           "TOP_METRICS", "STALE_AFTER_S", "STRAGGLER_RECENT_STEPS", "live_snapshot", "problems", "latest_t", "gpu_table"]
+           "TOP_METRICS", "STALE_AFTER_S", "CHECKPOINT_RECENT_S", "STRAGGLER_RECENT_STEPS", "live_snapshot", "problems", "latest_t", "gpu_table"]
 
 #: Data older than this (relative to the newest sample) does not count as "arriving".
 RECENT_S = 60.0
+#: Tetragon's checkpoint policy reports only when a checkpoint is touched, so the eBPF collector counts as
+#: arriving if it did in the last 30 min (ours: the longest checkpoint interval of the twin's jobs; LLM jobs
+#: commonly save every 10-30 min; silent for longer is silent).
+CHECKPOINT_RECENT_S = 1800.0
 #: Latest values are searched this far back.
 LATEST_WINDOW_S = 30.0
 #: Counter rates use the last two samples found this far back (collectors scrape every 1-15 s).
@@ -273,7 +277,7 @@ def _collectors(store: Store, now: float | None, weights_path: str,
         old_n, old_t = by_prefix.get(prefix, (0, None))
         by_prefix[prefix] = (old_n + n, _later(old_t, t))
     events = {k: (n, t) for k, n, t in queries.event_activity(store, since=since)}
-    weights = queries.file_hook_activity(store, since=since, hooks=WEIGHT_HOOKS,
+    weights = queries.file_hook_activity(store, since=since + RECENT_S - CHECKPOINT_RECENT_S, hooks=WEIGHT_HOOKS,
                                          path_prefix=weights_path.rstrip("/") + "/")
     span_n, span_t = queries.span_activity(store, since=since, exclude=exclude_jobs)
     open_jobs = queries.open_job_count(store)

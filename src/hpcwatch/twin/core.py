@@ -589,7 +589,7 @@ class Twin:
     def fail_job(self, job_id: str, *, cause: str, node: str, **attrs: Any) -> Event:
         """A failure kills ``job_id``'s ranks now: it stops stepping (a synchronous job cannot go on
         without one rank). Returns the ``failure`` event, with the step it had reached."""
-        job = self._job(job_id)
+        job = self.planned(job_id)
         self._halted.add(job.id)
         return Event(kind=EventKind.FAILURE, t=self.now, source="twin.failures",
                      attrs={"job": job.id, "cause": cause, "node": node, "step": self.steps_done(job.id), **attrs})
@@ -600,7 +600,7 @@ class Twin:
         check drains that node for ``down_s`` (its reboot). The job restarts from its last checkpoint
         once its nodes are back (``_restarted``). Returns the ``job_end`` event of the lost attempt, whose
         state is the one ``sacct -D`` gives it: ``REQUEUED``."""
-        job = self._job(job_id)
+        job = self.planned(job_id)
         attempt_start = job.start
         held = PlannedJob(**{f: getattr(job, f) for f in ("id", "user", "uid", "account", "name", "kind", "n_nodes",
                                                            "gpus_per_node", "duration_s", "submit")},
@@ -630,7 +630,8 @@ class Twin:
             "bytes": int(job.kind.checkpoint_bytes_per_gpu * job.gpus),
             "path": saved[1] if saved is not None else ""})]
 
-    def _job(self, job_id: str) -> PlannedJob:
+    def planned(self, job_id: str) -> PlannedJob:
+        """The scheduler's job ``job_id`` (``ConfigError`` when the twin has none)."""
         for job in self.scheduler.jobs:
             if job.id == job_id:
                 return job

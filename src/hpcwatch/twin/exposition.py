@@ -33,7 +33,7 @@ if TYPE_CHECKING:
     from hpcwatch.twin.core import Twin
 
 __all__ = ["DCGM_HELP", "NODE_EXPORTER_IB", "dcgm_text", "node_exporter_text", "perfquery_text",
-           "lustre_job_stats_text", "ib_samples", "scrape_all", "spans_jsonl", "kineto_traces", "gpu_kineto_traces", "GpuTraceConfig", "uniform_shape", "lustre_samples", "lustre_target", "hca_device",
+           "lustre_job_stats_text", "ib_samples", "perfquery_samples", "scrape_all", "spans_jsonl", "kineto_traces", "gpu_kineto_traces", "GpuTraceConfig", "uniform_shape", "lustre_samples", "lustre_target", "hca_device",
            "NODE_EXPORTER_PORT"]
 
 #: (type, help) of each DCGM field, verbatim from dcgm-exporter's counter CSVs.
@@ -496,6 +496,26 @@ def ib_samples(twin: Twin) -> Iterator[Sample]:
         row = twin.ib[p]
         for name, (_, _, counter, mult) in NODE_EXPORTER_IB.items():
             yield Sample(metric=name, labels=labels, t=twin.now, value=float(row[_COL[counter]] * mult))
+
+
+#: perfquery's data counters, in 4-byte words on the wire, which the reader turns into bytes (``ib_<name>_bytes``);
+#: sources/infiniband.py's DATA_COUNTERS (the twin may not import the reader; tests/unit/test_twin_physics.py
+#: holds these samples equal to what the reader makes of ``perfquery_text``).
+_PERFQUERY_DATA = frozenset({"PortXmitData", "PortRcvData"})
+
+
+def perfquery_samples(twin: Twin) -> Iterator[Sample]:
+    """``perfquery -x`` of every HCA as the samples sources/infiniband.py reads from it (``ib_PortXmitData_bytes``,
+    ``ib_SymbolErrorCounter``...; labels node, device, lid, port): what a perfquery collector stores."""
+    for node in twin.node_names:
+        for hca, p in enumerate(_node_ports(twin, node)):
+            labels = {"node": node, "device": hca_device(hca), "lid": str(p + 1), "port": "1"}
+            row = twin.ib[p]
+            for name in IB_COUNTERS:
+                value = float(int(row[_COL[name]]))
+                yield (Sample(metric=f"ib_{name}_bytes", labels=labels, t=twin.now, value=value * 4)
+                       if name in _PERFQUERY_DATA else Sample(metric=f"ib_{name}", labels=labels, t=twin.now,
+                                                              value=value))
 
 
 def lustre_samples(twin: Twin) -> Iterator[Sample]:
