@@ -31,6 +31,7 @@ from hpcwatch.reports.health import node_health
 from hpcwatch.reports.collectors import collector_statuses
 from hpcwatch.reports.nccl import nccl_card
 from hpcwatch.reports.findings import findings_summary
+from hpcwatch.reports.goodput import REQUEUED
 from hpcwatch.reports.steps import live_training, step_report
 from hpcwatch.store import Store, queries
 from hpcwatch import vocab
@@ -130,7 +131,7 @@ def live_snapshot(store: Store, *, weights_path: str, exclude_jobs: Sequence[str
         "nodes": _nodes(store, now) if now is not None else {},
         "storage": _storage(store, now, jobs) if now is not None else {"jobs": [], "read_bytes_s": 0.0,
                                                                        "write_bytes_s": 0.0},
-        "queue": _queue(jobs),
+        "queue": _queue(jobs, _restarts(store)),
         "training": asdict(training) if training is not None else None,
         "collectors": _collectors(store, now, weights_path, exclude_jobs),
         "collect": _collect_daemon(store),
@@ -257,14 +258,24 @@ def _storage(store: Store, now: float, jobs: dict[str, Job]) -> dict[str, Any]:
             "write_bytes_s": sum(e["write_bytes_s"] for e in listed)}
 
 
-def _queue(jobs: dict[str, Job]) -> dict[str, Any]:
+def _restarts(store: Store) -> dict[str, int]:
+    """Per job: how many times Slurm requeued it (its ``job_end`` events of state REQUEUED, one per lost attempt)."""
+    out: dict[str, int] = {}
+    for e in store.events(EventKind.JOB_END):
+        if e.attrs.get("state") == REQUEUED:
+            job = str(e.attrs.get("job"))
+            out[job] = out.get(job, 0) + 1
+    return out
+
+
+def _queue(jobs: dict[str, Job], restarts: dict[str, int]) -> dict[str, Any]:
     live = [j for j in jobs.values() if j.end is None]
     order = {"RUNNING": 0, "PENDING": 1}
     live.sort(key=lambda j: (order.get(j.state or "", 2), j.id))
     return {"running": sum(j.state == "RUNNING" for j in live),
             "pending": sum(j.state == "PENDING" for j in live),
             "jobs": [{"id": j.id, "name": j.name, "user": j.user, "account": j.account, "state": j.state,
-                      "nodes": list(j.nodes), "gpus": j.gpus} for j in live[:50]]}
+                      "nodes": list(j.nodes), "gpus": j.gpus, "restarts": restarts.get(j.id, 0)} for j in live[:50]]}
 
 
 def _collectors(store: Store, now: float | None, weights_path: str,
