@@ -347,3 +347,17 @@ def test_the_page_header_says_how_the_cluster_is_cooled():
         with TestClient(create_app(Store(":memory:"), cluster)) as client:
             html = client.get("/", params={"lang": lang}).text
         assert f'data-cooling="{cluster.cooling.kind}">{text}</span>' in html
+
+
+def test_the_live_queue_counts_a_requeued_jobs_restarts():
+    from hpcwatch.reports.live import latest_t, live_snapshot
+
+    store = Store(":memory:")
+    live = LiveTwin(store, reference_cluster(), scenarios=["xid79"], start=T0, tick_s=1.0, speed=5.0)
+    live.write_tick()
+    for _ in range(int((SCENARIO_ONSET_S + Xid79.TEARDOWN_S) / 5) + 2):
+        live.step()
+    snap = live_snapshot(store, weights_path="/lustre/checkpoints", now=latest_t(store))
+    (row,) = [j for j in snap["queue"]["jobs"] if j["id"] == "4101"]
+    assert row["state"] == "PENDING" and row["restarts"] == 1
+    assert {j["restarts"] for j in snap["queue"]["jobs"] if j["id"] != "4101"} == {0}

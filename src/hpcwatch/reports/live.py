@@ -31,7 +31,6 @@ from hpcwatch.reports.health import node_health
 from hpcwatch.reports.collectors import collector_statuses
 from hpcwatch.reports.nccl import nccl_card
 from hpcwatch.reports.findings import findings_summary
-from hpcwatch.reports.goodput import REQUEUED
 from hpcwatch.reports.steps import live_training, step_report
 from hpcwatch.store import Store, queries
 from hpcwatch import vocab
@@ -131,7 +130,7 @@ def live_snapshot(store: Store, *, weights_path: str, exclude_jobs: Sequence[str
         "nodes": _nodes(store, now) if now is not None else {},
         "storage": _storage(store, now, jobs) if now is not None else {"jobs": [], "read_bytes_s": 0.0,
                                                                        "write_bytes_s": 0.0},
-        "queue": _queue(jobs, _restarts(store)),
+        "queue": _queue(jobs, queries.requeue_counts(store)),
         "training": asdict(training) if training is not None else None,
         "collectors": _collectors(store, now, weights_path, exclude_jobs),
         "collect": _collect_daemon(store),
@@ -256,16 +255,6 @@ def _storage(store: Store, now: float, jobs: dict[str, Job]) -> dict[str, Any]:
     listed = sorted(per_job.values(), key=lambda e: -(e["read_bytes_s"] + e["write_bytes_s"]))
     return {"jobs": listed[:20], "read_bytes_s": sum(e["read_bytes_s"] for e in listed),
             "write_bytes_s": sum(e["write_bytes_s"] for e in listed)}
-
-
-def _restarts(store: Store) -> dict[str, int]:
-    """Per job: how many times Slurm requeued it (its ``job_end`` events of state REQUEUED, one per lost attempt)."""
-    out: dict[str, int] = {}
-    for e in store.events(EventKind.JOB_END):
-        if e.attrs.get("state") == REQUEUED:
-            job = str(e.attrs.get("job"))
-            out[job] = out.get(job, 0) + 1
-    return out
 
 
 def _queue(jobs: dict[str, Job], restarts: dict[str, int]) -> dict[str, Any]:
