@@ -361,3 +361,17 @@ def test_the_live_queue_counts_a_requeued_jobs_restarts():
     (row,) = [j for j in snap["queue"]["jobs"] if j["id"] == "4101"]
     assert row["state"] == "PENDING" and row["restarts"] == 1
     assert {j["restarts"] for j in snap["queue"]["jobs"] if j["id"] != "4101"} == {0}
+
+
+def test_perfquery_table_holds_the_perfquery_samples():
+    from hpcwatch.schemas import sample_keys
+    from hpcwatch.twin.exposition import perfquery_samples, perfquery_table
+
+    twin = Twin(reference_cluster(), seed=0, start=T0)
+    _run(twin, 3)
+    rows = perfquery_table(twin).to_pylist()
+    samples = list(perfquery_samples(twin))
+    assert len(rows) == len(samples) == 16 * 22
+    for row, s in zip(rows, samples):
+        assert (row["metric"], row["t"], row["value"], orjson.loads(row["labels"])) == (s.metric, s.t, s.value, s.labels)
+        assert (row["host"], row["gpu"], row["job"]) == sample_keys(s.labels, s.metric)

@@ -15,10 +15,10 @@ from typing import Any, Protocol
 
 from hpcwatch.errors import ConfigError
 from hpcwatch.model import Cluster
-from hpcwatch.records import Event, Job, Sample
+from hpcwatch.records import Event, Job
 from hpcwatch.twin.core import Twin
 from hpcwatch.twin.ebpf import checkpoint_access_docs, events_of
-from hpcwatch.twin.exposition import perfquery_samples
+from hpcwatch.twin.exposition import perfquery_table
 from hpcwatch.twin.scenarios import Scenario
 from hpcwatch.vocab import EventKind
 
@@ -70,17 +70,20 @@ class LiveTwin:
             table = twin.sample_table()
             jobs = [j for j in twin.jobs if self._changed(j)]
             events = twin.events()
-            others = [*jobs, *twin.finished_spans(), *events, *self._perfquery(twin), *self._tetragon(twin, events)]
+            perfquery = self._perfquery(twin)
+            others = [*jobs, *twin.finished_spans(), *events, *self._tetragon(twin, events)]
         self.store.add_sample_table(table)
+        if perfquery is not None:
+            self.store.add_sample_table(perfquery)
         if others:
             self.store.add(others)
 
-    def _perfquery(self, twin: Twin) -> list[Sample]:
-        """Every HCA's ``perfquery -x`` counters, when the collector's interval has passed."""
+    def _perfquery(self, twin: Twin) -> Any:
+        """Every HCA's ``perfquery -x`` counters as a sample table, when the collector's interval has passed."""
         if self._perfquery_t is not None and twin.now - self._perfquery_t < PERFQUERY_INTERVAL_S:
-            return []
+            return None
         self._perfquery_t = twin.now
-        return list(perfquery_samples(twin))
+        return perfquery_table(twin)
 
     @staticmethod
     def _tetragon(twin: Twin, events: list[Event]) -> list[Event]:
