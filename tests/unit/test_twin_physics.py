@@ -375,3 +375,21 @@ def test_perfquery_table_holds_the_perfquery_samples():
     for row, s in zip(rows, samples):
         assert (row["metric"], row["t"], row["value"], orjson.loads(row["labels"])) == (s.metric, s.t, s.value, s.labels)
         assert (row["host"], row["gpu"], row["job"]) == sample_keys(s.labels, s.metric)
+
+
+def test_slowdown_temperature_is_the_one_the_real_h200_reports():
+    """nvidia-smi -q -x of a real H200 (tests/data/nvidia_smi): the current temperature, its distance to
+    T.Limit and the slowdown threshold past T.Limit give the temperature the catalog slows the clocks at."""
+    from pathlib import Path
+    from xml.etree import ElementTree
+
+    from hpcwatch.model.catalog import GPU_SLOWDOWN_TEMP_C
+
+    xml = Path(__file__).parents[1] / "data" / "nvidia_smi" / "nvidia_smi_q.xml"
+    temp = ElementTree.parse(xml).getroot().find("gpu/temperature")
+
+    def celsius(tag: str) -> float:
+        return float(temp.findtext(tag).removesuffix(" C"))
+
+    t_limit = celsius("gpu_temp") + celsius("gpu_temp_tlimit")
+    assert t_limit - celsius("gpu_temp_slow_tlimit_threshold") == GPU_SLOWDOWN_TEMP_C["h200"] == 89.0

@@ -602,13 +602,10 @@ class Twin:
         state is the one ``sacct -D`` gives it: ``REQUEUED``."""
         job = self.planned(job_id)
         attempt_start = job.start
-        held = PlannedJob(**{f: getattr(job, f) for f in ("id", "user", "uid", "account", "name", "kind", "n_nodes",
-                                                           "gpus_per_node", "duration_s", "submit")},
-                          gpus_by_node=dict(job.gpus_by_node))
+        self._job_of_gpu[[self._gpu_flat[(node, g)] for node, gpus in job.gpus_by_node.items() for g in gpus]] = -1
         self.scheduler.requeue(job, self.now)
         if drain is not None:
             self.scheduler.drain(drain, until=self.now + down_s, reason=reason)
-        self._assign(ended=[held], started=[])
         self._halted.discard(job.id)
         if job is self.training_job:  # its ranks are gone: no step of it finished in this tick
             self._last_step = None

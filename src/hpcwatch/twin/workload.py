@@ -261,11 +261,6 @@ class Scheduler:
         """Take ``node`` out of service until ``until`` (a health check's drain, then a reboot)."""
         self.drained[node] = (float(until), reason)
 
-    def pending_reason(self, job: PlannedJob) -> str:
-        """squeue's ``state_reason`` of a pending job."""
-        down = [n for n in job.wants_nodes if n in self.drained]
-        return f"ReqNodeNotAvail, UnavailableNodes:{','.join(down)}" if down else "Resources"
-
     def step(self, t: float) -> tuple[list[PlannedJob], list[PlannedJob]]:
         """Advance the queue to time t; returns (jobs that ended, jobs that started)."""
         back = [n for n, (until, _) in self.drained.items() if until <= t]
