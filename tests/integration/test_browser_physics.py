@@ -73,5 +73,34 @@ def test_observer_view_shows_all_seven_collectors_arriving(page):  # noqa: F811 
     _shot(page, "physics-observer-seven")
 
 
+def _gb_s(text: str) -> tuple[float, float]:
+    """(↑, ↓) of a node's 'IB ↑51.17 GB/s ↓51.17 GB/s' line, in GB/s."""
+    import re
+
+    scale = {"B/s": 1e-9, "kB/s": 1e-6, "MB/s": 1e-3, "GB/s": 1.0, "TB/s": 1e3}
+    (tx, tx_u), (rx, rx_u) = re.findall(r"([\d.,]+)\s*([kMGT]?B/s)", text)
+    return float(tx.replace(",", "")) * scale[tx_u], float(rx.replace(",", "")) * scale[rx_u]
+
+
+def test_rdma_exfiltration_shows_as_bytes_node2_sends_and_no_node_receives(browser):  # noqa: F811
+    proc, url = _start_demo("--scenario", "threat_rdma")
+    try:
+        context = browser.new_context(viewport=VIEWPORT, locale="en-US")
+        pg = context.new_page()
+        pg.goto(url)
+        _wait_ticks(pg, 4)
+        node1 = _gb_s(pg.locator("[data-live='ib:node1']").text_content())
+        node2 = _gb_s(pg.locator("[data-live='ib:node2']").text_content())
+        # node1 sends what it receives (its ring); node2 transmits ~7x what it receives, and the cluster's
+        # receivers together take far less than its senders: the rest left for a port outside the cluster.
+        assert node1[0] == pytest.approx(node1[1], rel=0.02)
+        assert node2[0] > 5 * node2[1]
+        assert node1[0] + node2[0] > 2 * (node1[1] + node2[1])
+        _shot(pg, "physics-rdma-exfiltration")
+        context.close()
+    finally:
+        _stop(proc)
+
+
 def test_header_says_the_cluster_is_liquid_cooled(page):  # noqa: F811
     assert page.locator(".cluster-name .cooling").text_content() == "liquid-cooled, 28 °C inlet"

@@ -11,15 +11,12 @@ from dataclasses import replace
 
 from hpcwatch.analysis.goodput import GOODPUT_EVENT_KINDS, GoodputReport, account_job
 from hpcwatch.errors import InputError
-from hpcwatch.store import Store
+from hpcwatch.store import Store, queries
 from hpcwatch.records import Job
 from hpcwatch import vocab
-from hpcwatch.vocab import EventKind
 
 __all__ = ["goodput_report", "STEP_TIME_METRIC"]
 
-#: The state ``sacct -D`` gives a job attempt that Slurm requeued (the job kept its id and ran again).
-REQUEUED = "REQUEUED"
 #: Step times some trainers export as a gauge (one sample per step).
 STEP_TIME_METRIC = vocab.TRAIN_STEP_TIME_S
 
@@ -43,9 +40,7 @@ def _with_first_start(store: Store, record: Job | None) -> Job | None:
     ``job_end`` events of its requeued attempts (``state`` REQUEUED, ``start``; a row of ``sacct -D``) keep."""
     if record is None:
         return None
-    starts = [float(e.attrs["start"]) for e in store.events(EventKind.JOB_END)
-              if str(e.attrs.get("job")) == record.id and e.attrs.get("state") == REQUEUED
-              and e.attrs.get("start") is not None]
+    starts = queries.requeued_attempt_starts(store, record.id)
     if not starts:
         return record
     first = min(starts + ([record.start] if record.start is not None else []))
