@@ -52,9 +52,9 @@ class Xid79(Scenario):
         +REBOOT_S   node2 is back with all eight GPUs; 4101 starts again on the same nodes, starts up,
                 reads its last checkpoint (``checkpoint_restore``) and re-does the steps since that save
 
-    Where it restarts, and why: on the same nodes after the reboot. XID 79 leaves the GPU unusable until it
-    is reset, which on an HGX baseboard means a node reboot (NVIDIA's XID catalogue,
-    https://docs.nvidia.com/deploy/xid-errors/, resolution for 79: reset the GPU / reboot the node), and
+    Where it restarts, and why: on the same nodes after the reboot. XID 79 ("GPU has fallen off the bus",
+    https://docs.nvidia.com/deploy/xid-errors/) leaves the GPU unreachable until it is reset, which on an
+    HGX baseboard operators do by rebooting the node (ours: the usual practice, not a vendor rule), and
     the job's ranks cannot move to the node's other GPUs: the two-node reference cluster has no spare node
     and node2's free GPUs are held by other users. So ``goodput`` counts the steps since the last
     checkpoint as lost progress and the reboot, start-up and restore as recovery.
@@ -67,8 +67,8 @@ class Xid79(Scenario):
     GONE_AFTER_S = 20.0
     """How long after the XID the exporter still lists the GPU (two 10 s scrapes of zeros and XID 79)."""
     TEARDOWN_S = 10.0
-    """From the XID to Slurm requeueing the job: the failing rank raises at its next CUDA call and torchrun's
-    elastic agents stop every worker (ours: a few of the agents' 5 s monitor intervals, torch.distributed.elastic)."""
+    """From the XID to Slurm requeueing the job: the failing rank raises at its next CUDA call, torchrun's
+    elastic agents stop every worker and the batch script exits (ours: seconds, as torchrun tears down)."""
     REBOOT_S = 180.0
     """The node's drain and reboot, until it is back in service. Ours: an HGX server's firmware and OS boot
     takes minutes; kept short so the demo shows the restart."""
