@@ -393,3 +393,21 @@ def test_slowdown_temperature_is_the_one_the_real_h200_reports():
 
     t_limit = celsius("gpu_temp") + celsius("gpu_temp_tlimit")
     assert t_limit - celsius("gpu_temp_slow_tlimit_threshold") == GPU_SLOWDOWN_TEMP_C["h200"] == 89.0
+
+
+def test_a_restarted_job_raises_no_finding_of_its_own():
+    """The requeued job's earlier attempt still explains its traffic and checkpoint writes (the twin's store keeps
+    one record per job, started at its first attempt), so the detectors stay quiet through the restart."""
+    from hpcwatch.security.scan import rescan
+
+    store = Store(":memory:")
+    live = LiveTwin(store, reference_cluster(), scenarios=["xid79"], start=T0)
+    live.write_tick()
+    for _ in range(int(SCENARIO_ONSET_S + Xid79.TEARDOWN_S + Xid79.REBOOT_S) + 60):
+        live.step()
+    rescan(store)
+    assert store.job("4101").start == pytest.approx(T0 - 7200.0) and store.job("4101").state == "RUNNING"
+    assert [f.rule for f in store.findings()] == []
+    # The Tetragon reads of the checkpoint at the restart are the owner's, on its nodes.
+    reads = [e for e in store.events(EventKind.TETRAGON) if e.attrs.get("mask") == 4]
+    assert {e.attrs["host"] for e in reads} == {"node1", "node2"}

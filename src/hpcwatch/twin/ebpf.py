@@ -17,7 +17,7 @@ from hpcwatch.records import Event
 from hpcwatch.vocab import EventKind
 
 __all__ = ["rfc3339", "unrfc3339", "tetragon_doc", "falco_doc", "events_of", "tetragon_attrs",
-           "checkpoint_access_docs", "IMAGE", "MAY_READ", "MAY_WRITE", "CHECKPOINT_POLICY"]
+           "checkpoint_access_docs", "checkpoint_docs_of_tick", "IMAGE", "MAY_READ", "MAY_WRITE", "CHECKPOINT_POLICY"]
 
 #: The container image of the twin's jobs (NGC PyTorch).
 IMAGE = "nvcr.io/nvidia/pytorch"
@@ -109,3 +109,13 @@ def checkpoint_access_docs(event: Event, *, nodes: tuple[str, ...], user: str, u
                          args="train.py --resume" if mask == MAY_READ else "train.py",
                          function="security_file_permission", path=path, mask=mask, policy=CHECKPOINT_POLICY)
             for node in nodes if path]
+
+
+def checkpoint_docs_of_tick(twin: Any, events: list[Event]) -> list[dict]:
+    """Tetragon's documents for the checkpoints saved or read back among a tick's ``events`` (the twin's)."""
+    docs: list[dict] = []
+    for e in events:
+        if e.kind in (EventKind.CHECKPOINT, EventKind.CHECKPOINT_RESTORE):
+            job = twin.planned(str(e.attrs["job"]))
+            docs += checkpoint_access_docs(e, nodes=job.nodes, user=job.user, uid=job.uid)
+    return docs

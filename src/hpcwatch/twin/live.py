@@ -15,9 +15,9 @@ from typing import Any, Protocol
 
 from hpcwatch.errors import ConfigError
 from hpcwatch.model import Cluster
-from hpcwatch.records import Event, Job
+from hpcwatch.records import Job
 from hpcwatch.twin.core import Twin
-from hpcwatch.twin.ebpf import checkpoint_access_docs, events_of
+from hpcwatch.twin.ebpf import checkpoint_docs_of_tick, events_of
 from hpcwatch.twin.exposition import perfquery_table
 from hpcwatch.twin.scenarios import Scenario
 from hpcwatch.vocab import EventKind
@@ -71,7 +71,7 @@ class LiveTwin:
             jobs = [j for j in twin.jobs if self._changed(j)]
             events = twin.events()
             perfquery = self._perfquery(twin)
-            others = [*jobs, *twin.finished_spans(), *events, *self._tetragon(twin, events)]
+            others = [*jobs, *twin.finished_spans(), *events, *events_of(checkpoint_docs_of_tick(twin, events), EventKind.TETRAGON)]
         self.store.add_sample_table(table)
         if perfquery is not None:
             self.store.add_sample_table(perfquery)
@@ -84,18 +84,6 @@ class LiveTwin:
             return None
         self._perfquery_t = twin.now
         return perfquery_table(twin)
-
-    @staticmethod
-    def _tetragon(twin: Twin, events: list[Event]) -> list[Event]:
-        """Tetragon's ``security_file_permission`` events of the checkpoints written and read back this tick."""
-        out: list[Event] = []
-        for e in events:
-            if e.kind not in (EventKind.CHECKPOINT, EventKind.CHECKPOINT_RESTORE):
-                continue
-            job = twin.planned(str(e.attrs["job"]))
-            out += events_of(checkpoint_access_docs(e, nodes=job.nodes, user=job.user, uid=job.uid),
-                             EventKind.TETRAGON)
-        return out
 
     def _changed(self, job: Job) -> bool:
         key = (job.state, job.start, job.end)

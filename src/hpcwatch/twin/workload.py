@@ -125,6 +125,8 @@ class PlannedJob:
     """Times Slurm requeued the job (squeue's ``restart_cnt``); a requeued job keeps its id."""
     wants_nodes: tuple[str, ...] = ()
     """A requeued job's nodes: the scheduler holds them for it (see ``Scheduler.requeue``)."""
+    first_start: float | None = None
+    """When its first attempt started (Slurm resets ``start`` at each requeue; see ``record``)."""
 
     @property
     def nodes(self) -> tuple[str, ...]:
@@ -140,8 +142,12 @@ class PlannedJob:
         return int(np.ceil(self.duration_s * 1.25 / 3600.0)) * 60
 
     def record(self) -> Job:
+        """The job as the twin stores it. A requeued job keeps the start of its first attempt: the store holds
+        one record per job id, and its attempts are one job to account (goodput, attribution, the detectors'
+        job windows); squeue/sacct JSON still show Slurm's own reset start (twin/slurm_out.py)."""
+        start = self.first_start if self.first_start is not None and self.start is not None else self.start
         return Job(id=self.id, user=self.user, account=self.account, partition="gpu", nodes=self.nodes,
-                   gpus=self.gpus, gpus_by_node=dict(self.gpus_by_node), start=self.start, end=self.end,
+                   gpus=self.gpus, gpus_by_node=dict(self.gpus_by_node), start=start, end=self.end,
                    state=self.state, name=self.name)
 
 
@@ -251,6 +257,7 @@ class Scheduler:
         for name, gpus in job.gpus_by_node.items():
             self.free[name] = sorted(self.free[name] + list(gpus))
         job.wants_nodes = job.nodes
+        job.first_start = job.first_start if job.first_start is not None else job.start
         job.gpus_by_node = {}
         job.start, job.end, job.state = None, None, "PENDING"
         job.submit = float(t)
