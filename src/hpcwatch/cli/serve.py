@@ -25,6 +25,8 @@ def demo(port: int = typer.Option(DEFAULT_PORT, "--port", help="Port on 127.0.0.
          scenario: list[str] = typer.Option([], "--scenario", help="Twin scenario (repeatable), e.g. straggler."),
          nodes: int = typer.Option(None, "--nodes", min=1, help="Nodes of the reference cluster (default 2)."),
          seed: int = typer.Option(0, "--seed", help="Seed of the twin."),
+         speed: float = typer.Option(1.0, "--speed", min=0.01,
+                                     help="Simulated seconds per real second (e.g. 20: see a node reboot in 10 s)."),
          scan_every: float = typer.Option(10.0, "--scan-every", min=0.0,
                                           help="Run the security detectors every S seconds (0: never)."),
          scan_window: float = typer.Option(300.0, "--scan-window", min=0.0,
@@ -40,7 +42,7 @@ def demo(port: int = typer.Option(DEFAULT_PORT, "--port", help="Port on 127.0.0.
     cluster = cluster_with_nodes(nodes) if nodes else reference_cluster()
     store = Store(":memory:")
     step_jobs = seed_step_player(store, cluster, seed=seed)
-    runner = start_live_twin(store, cluster, seed=seed, scenarios=scenario)
+    runner = start_live_twin(store, cluster, seed=seed, scenarios=scenario, speed=speed)
     scanner = Scanner(store, every_s=scan_every, window_s=scan_window or None) if scan_every > 0 else None
     if scanner is not None:
         scanner.start()

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["GpuSpec", "LinkSpec", "GPUS", "LINKS", "gpu_spec", "link_spec"]
+__all__ = ["GpuSpec", "LinkSpec", "CoolingSpec", "GPUS", "LINKS", "COOLING", "GPU_SLOWDOWN_TEMP_C", "gpu_spec",
+           "link_spec", "cooling_spec"]
 
 TERA = 1e12
 GIB = 1024**3
@@ -109,3 +110,46 @@ def gpu_spec(key_or_name: str) -> GpuSpec | None:
 
 def link_spec(key: str) -> LinkSpec | None:
     return LINKS.get(key.strip().lower())
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CoolingSpec:
+    """How a way of cooling sets a GPU's temperature: T -> inlet_c + c_per_w x P, with time constant tau_s."""
+
+    kind: str
+    inlet_c: float
+    """Typical temperature of what cools the GPU as it arrives (air at the server's front, or coolant)."""
+    c_per_w: float
+    """Rise of the GPU above the inlet per watt it draws (the thermal resistance die -> inlet), °C/W."""
+    tau_s: float
+    """How fast the GPU follows a change of power (first-order time constant)."""
+    source: str
+
+
+# Liquid: direct-to-chip cold plates. The numbers are the fit of a real H200 (data/real/h200/nvml_timeseries.csv:
+# 36 °C idle, 56 °C at 680 W): 28 °C + 0.04 °C/W, 45 s. 28 °C coolant sits inside ASHRAE's W32 class (facility
+# water up to 32 °C; ASHRAE TC 9.9, "Liquid Cooling Guidelines for Datacom Equipment Centers", 2nd ed., 2014).
+# Air: ASHRAE's recommended inlet range is 18-27 °C (TC 9.9 "Thermal Guidelines for Data Processing
+# Environments", 5th ed., 2021), so 25 °C; an air-cooled HGX heat sink runs a 700 W SXM GPU near 78 °C (ours:
+# the 0.075 °C/W that gives, typical of the 70-80 °C operators report at full load) and the heat sink's
+# larger thermal mass makes it slower than a cold plate (ours: 90 s).
+COOLING: dict[str, CoolingSpec] = {
+    spec.kind: spec
+    for spec in (
+        CoolingSpec(kind="liquid", inlet_c=28.0, c_per_w=0.04, tau_s=45.0,
+                    source="fit of data/real/h200/nvml_timeseries.csv; ASHRAE TC 9.9 liquid class W32"),
+        CoolingSpec(kind="air", inlet_c=25.0, c_per_w=0.075, tau_s=90.0,
+                    source="ASHRAE TC 9.9 recommended inlet 18-27 °C; resistance and time constant ours"),
+    )
+}
+
+#: Temperature at which the GPU slows its clocks to protect itself (nvidia-smi "GPU Slowdown Temp"). H200: the
+#: real ``nvidia-smi -q -x`` of data/real/h200/nvidia_smi_q.xml reads gpu_temp 35 C with gpu_temp_tlimit 52 C
+#: (T.Limit = 87 C) and gpu_temp_slow_tlimit_threshold -2 C: slowdown at 89 C. H100 SXM: the same GH100 die and
+#: limits; no H100 capture of ours says so, so the H100 value is the H200's). Unknown GPUs have none.
+GPU_SLOWDOWN_TEMP_C: dict[str, float] = {"h200": 89.0, "h100-sxm": 89.0}
+
+
+def cooling_spec(kind: str) -> CoolingSpec | None:
+    """The cooling of that kind (``air``, ``liquid``), or None."""
+    return COOLING.get(kind)

@@ -15,7 +15,7 @@ from typing import Any
 import yaml
 
 from hpcwatch.errors import ConfigError
-from hpcwatch.model.catalog import GPUS, LINKS, GpuSpec, LinkSpec, gpu_spec, link_spec
+from hpcwatch.model.catalog import COOLING, GPUS, LINKS, CoolingSpec, GpuSpec, LinkSpec, cooling_spec, gpu_spec, link_spec
 
 __all__ = [
     "Gpu",
@@ -25,6 +25,7 @@ __all__ = [
     "Scheduler",
     "Stack",
     "Weights",
+    "Cooling",
     "Cluster",
     "load_cluster",
     "parse_cluster",
@@ -91,6 +92,21 @@ class Weights:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class Cooling:
+    """How the GPUs are cooled (``air`` or ``liquid``) and the inlet temperature, °C (the kind's typical one
+    unless the file says)."""
+
+    kind: str
+    inlet_c: float
+    spec: CoolingSpec
+
+
+def _cooling(kind: str, inlet_c: float | None = None) -> Cooling:
+    spec = COOLING[kind]
+    return Cooling(kind=kind, inlet_c=spec.inlet_c if inlet_c is None else float(inlet_c), spec=spec)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Cluster:
     name: str
     nodes: tuple[Node, ...]
@@ -99,6 +115,7 @@ class Cluster:
     scheduler: Scheduler
     stack: Stack
     weights: Weights
+    cooling: Cooling = field(default_factory=lambda: _cooling("liquid"))
     _by_name: dict[str, Node] = field(default_factory=dict, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -205,7 +222,7 @@ class _Reader:
         return out
 
     def cluster(self, root: yaml.MappingNode) -> Cluster:
-        layers = {"name", "nodes", "fabric", "storage", "scheduler", "stack", "weights"}
+        layers = {"name", "nodes", "fabric", "storage", "scheduler", "stack", "weights", "cooling"}
         f = self.mapping(root, "", layers)
         if "nodes" not in f:
             raise ConfigError(f"{self.path}: nodes: missing")
@@ -236,4 +253,15 @@ class _Reader:
             stack=Stack(framework=self.scalar(sk, "framework", "stack", str, "pytorch"),
                         communication=self.scalar(sk, "communication", "stack", str, "nccl")),
             weights=Weights(path=self.scalar(w, "path", "weights", str, "/lustre/checkpoints")),
+            cooling=self.cooling(f["cooling"]) if "cooling" in f else _cooling("liquid"),
         )
+
+    def cooling(self, node: yaml.Node) -> Cooling:
+        f = self.mapping(node, "cooling", {"kind", "inlet_c"})
+        kind = self.scalar(f, "kind", "cooling", str, "liquid")
+        if cooling_spec(kind) is None:
+            raise self.fail(f["kind"], "cooling.kind", f"unknown cooling {kind!r} (known: {', '.join(COOLING)})")
+        inlet = self.scalar(f, "inlet_c", "cooling", float, None)
+        if inlet is not None and (isinstance(inlet, bool) or not isinstance(inlet, (int, float)) or not 0 < inlet < 60):
+            raise self.fail(f["inlet_c"], "cooling.inlet_c", f"expected degrees C between 0 and 60, got {inlet!r}")
+        return _cooling(kind, inlet)

@@ -38,10 +38,14 @@ from hpcwatch import vocab
 from hpcwatch.vocab import EventKind
 
 __all__ = ["Collector", "COLLECTORS", "GPU_FIELDS", "RECENT_S", "LATEST_WINDOW_S", "RATE_WINDOW_S", "WEIGHT_HOOKS",
-           "TOP_METRICS", "STALE_AFTER_S", "STRAGGLER_RECENT_STEPS", "DataSeen", "data_seen", "COLLECTOR_PREFIXES", "live_snapshot", "problems", "latest_t", "gpu_table"]
+           "TOP_METRICS", "STALE_AFTER_S", "CHECKPOINT_RECENT_S", "STRAGGLER_RECENT_STEPS", "DataSeen", "data_seen", "COLLECTOR_PREFIXES", "live_snapshot", "problems", "latest_t", "gpu_table"]
 
 #: Data older than this (relative to the newest sample) does not count as "arriving".
 RECENT_S = 60.0
+#: Tetragon's checkpoint policy reports only when a checkpoint is touched, so the eBPF collector counts as
+#: arriving if it did in the last 30 min (ours: the longest checkpoint interval of the twin's jobs; LLM jobs
+#: commonly save every 10-30 min; silent for longer is silent).
+CHECKPOINT_RECENT_S = 1800.0
 #: Latest values are searched this far back.
 LATEST_WINDOW_S = 30.0
 #: Counter rates use the last two samples found this far back (collectors scrape every 1-15 s).
@@ -129,7 +133,7 @@ def live_snapshot(store: Store, *, weights_path: str, exclude_jobs: Sequence[str
         "nodes": _nodes(samples, now) if now is not None else {},
         "storage": _storage(samples, now, jobs) if now is not None else {"jobs": [], "read_bytes_s": 0.0,
                                                                        "write_bytes_s": 0.0},
-        "queue": _queue(jobs),
+        "queue": _queue(jobs, queries.requeue_counts(store)),
         "training": asdict(training) if training is not None else None,
         "collectors": _collectors(store, samples, now, weights_path, exclude_jobs,
                                   seen if seen is not None else data_seen(store, samples, weights_path=weights_path)),
@@ -256,14 +260,14 @@ def _storage(samples: LiveSamples, now: float, jobs: dict[str, Job]) -> dict[str
             "write_bytes_s": sum(e["write_bytes_s"] for e in listed)}
 
 
-def _queue(jobs: dict[str, Job]) -> dict[str, Any]:
+def _queue(jobs: dict[str, Job], restarts: dict[str, int]) -> dict[str, Any]:
     live = [j for j in jobs.values() if j.end is None]
     order = {"RUNNING": 0, "PENDING": 1}
     live.sort(key=lambda j: (order.get(j.state or "", 2), j.id))
     return {"running": sum(j.state == "RUNNING" for j in live),
             "pending": sum(j.state == "PENDING" for j in live),
             "jobs": [{"id": j.id, "name": j.name, "user": j.user, "account": j.account, "state": j.state,
-                      "nodes": list(j.nodes), "gpus": j.gpus} for j in live[:50]]}
+                      "nodes": list(j.nodes), "gpus": j.gpus, "restarts": restarts.get(j.id, 0)} for j in live[:50]]}
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -310,7 +314,7 @@ def _collectors(store: Store, samples: LiveSamples, now: float | None, weights_p
         old_n, old_t = by_prefix.get(prefix, (0, None))
         by_prefix[prefix] = (old_n + n, _later(old_t, t))
     events = {k: (n, t) for k, n, t in queries.event_activity(store, since=since)}
-    weights = queries.file_hook_activity(store, since=since, hooks=WEIGHT_HOOKS,
+    weights = queries.file_hook_activity(store, since=since + RECENT_S - CHECKPOINT_RECENT_S, hooks=WEIGHT_HOOKS,
                                          path_prefix=weights_path.rstrip("/") + "/")
     span_n, span_t = queries.span_activity(store, since=since, exclude=exclude_jobs)
     open_jobs = queries.open_job_count(store)

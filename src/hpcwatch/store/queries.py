@@ -25,7 +25,7 @@ if TYPE_CHECKING:
 __all__ = [
     "latest_sample_t", "latest_gpu_values", "counter_rates", "last_gpu_scrape",
     "metric_activity", "event_activity", "file_hook_activity", "span_activity", "open_job_count",
-    "checkpoint_activity", "latest_finding_by_vector", "finding_counts", "table_counts",
+    "checkpoint_activity", "requeue_counts", "requeued_attempt_starts", "latest_finding_by_vector", "finding_counts", "table_counts",
     "newest_span_job", "span_jobs", "span_jobs_by_recency", "step_range", "last_step_every_rank_finished",
     "recent_spans", "samples_matching", "events_of_kinds",
     "gpu_sample_cadence", "gpu_metric_presence", "job_gpu_coverage", "label_values_by_host", "counter_increase",
@@ -105,6 +105,22 @@ def file_hook_activity(store: Store, *, since: float, hooks: Sequence[str],
         f"AND json_extract_string(attrs, '$.function_name') IN ({_marks(hooks)}) "
         f"AND starts_with(json_extract_string(attrs, '$.path'), ?)", [since, *hooks, path_prefix])
     return n, t
+
+
+def requeue_counts(store: Store) -> dict[str, int]:
+    """Per job: its ``job_end`` events of state REQUEUED (one per attempt Slurm requeued)."""
+    rows = store.query("SELECT json_extract_string(attrs, '$.job'), count(*) FROM events WHERE kind = 'job_end' "
+                       "AND json_extract_string(attrs, '$.state') = 'REQUEUED' GROUP BY 1")
+    return {str(job): int(n) for job, n in rows}
+
+
+def requeued_attempt_starts(store: Store, job: str) -> list[float]:
+    """Start times of ``job``'s attempts that Slurm requeued (its REQUEUED ``job_end`` events' ``start``)."""
+    rows = store.query("SELECT CAST(json_extract(attrs, '$.start') AS DOUBLE) FROM events WHERE kind = 'job_end' "
+                       "AND json_extract_string(attrs, '$.state') = 'REQUEUED' "
+                       "AND json_extract_string(attrs, '$.job') = ? AND json_extract(attrs, '$.start') IS NOT NULL",
+                       [job])
+    return [float(t) for t, in rows if t is not None]
 
 
 def checkpoint_activity(store: Store) -> tuple[int, float | None]:

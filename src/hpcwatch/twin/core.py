@@ -44,6 +44,7 @@ import pyarrow as pa
 
 from hpcwatch.errors import ConfigError
 from hpcwatch.model import Cluster
+from hpcwatch.model.catalog import GPU_SLOWDOWN_TEMP_C
 from hpcwatch.records import Event, Job, Sample, Span
 from hpcwatch.twin.scenarios import Scenario, get_scenario
 from hpcwatch.twin.workload import PlannedJob, Scheduler
@@ -58,6 +59,8 @@ DEFAULT_START_S = 1_796_000_000.0
 
 #: The seed's training step (seconds per phase, before the AllReduce which comes from the ring model): ~42 ms.
 SEED_PHASES_S = {"load": 0.002, "forward": 0.011, "backward": 0.020, "optimizer": 0.002}
+#: The seed step without its AllReduce: a job's kind reads ``read_bytes_s_per_gpu`` x this per step.
+SEED_STEP_S = sum(SEED_PHASES_S.values())
 #: NCCL per-hop latency alpha of the ring model T = 2(p-1)alpha + 2(p-1)/p n/B (DESIGN.md section 6).
 RING_ALPHA_S = 5e-6
 #: The order the phases of a step run in (columns of ``step_phases`` are in ``records.PHASES`` order).
@@ -76,8 +79,11 @@ SM_CLOCK_MAX_MHZ = {"h100-sxm": 1980.0, "h200": 1980.0, "a100-sxm": 1410.0}
 SM_CLOCK_IDLE_MHZ = 345.0
 #: Fraction of TDP above which the GPU starts to pull its clock down (power capping).
 POWER_THROTTLE_FRACTION = 0.93
-#: Temperature model: T -> 28 C + 0.04 C/W x P with a 45 s time constant; fits the H200 capture (36 C idle, 56 C at 680 W).
-TEMP_AMBIENT_C, TEMP_C_PER_W, TEMP_TAU_S = 28.0, 0.04, 45.0
+#: Temperature model: T -> inlet + c_per_w x P, first order with the cooling's time constant; the cluster model's
+#: ``cooling`` (model/catalog.py COOLING: liquid = the fit of the H200 capture, 56 C at 680 W; air hotter, slower).
+#: At the GPU's slowdown temperature (catalog GPU_SLOWDOWN_TEMP_C) the clocks drop by half: nvidia-smi(1) says HW
+#: thermal slowdown "reduc[es] the core clocks by a factor of 2 or more" (clocks_event_reasons.hw_thermal_slowdown).
+THERMAL_SLOWDOWN_CLOCK_FACTOR = 0.5
 #: InfiniBand MTU used to turn bytes into packets (NDR, 4 KiB).
 IB_MTU_BYTES = 4096
 #: Lustre: largest bulk RPC (4 MiB) and the default ``job_cleanup_interval`` (600 s) after which idle entries go.
@@ -90,6 +96,12 @@ LOAD_PHASE_S = 300.0
 #: https://en.wikipedia.org/wiki/PCI_Express#Comparison_table; ~50 GB/s achieved). That stop is a
 #: checkpoint event's ``duration_s``.
 CHECKPOINT_STAGING_BYTES_S = 50e9
+#: A restarted job's start-up before it reads its checkpoint (torchrun rendezvous, NCCL init, model build).
+#: Ours: tens of seconds on a small job; the goodput simulator's first start-up is 5 min (analysis/goodputsim).
+RESTART_STARTUP_S = 30.0
+#: Checkpoint read-back per GPU from Lustre. Ours: a Lustre client streams a few GB/s per NDR port
+#: (one port per GPU rail, 50 GB/s line rate); 2.5 GB/s per GPU is a loaded file system's share.
+RESTORE_BYTES_S_PER_GPU = 2.5e9
 
 #: dcgm-exporter fields the twin produces, in the order dcgm-exporter writes them (etc/default-counters.csv).
 DCGM_FIELDS = (
@@ -178,6 +190,14 @@ class Twin:
         """Training jobs whose ranks' nccl_rank events were given (once each, as a followed log stores them)."""
         self._last_step: tuple[int, float] | None = None
         self._steps_done: dict[str, float] = {}
+        self._tick_steps: dict[int, float] = {}
+        """Steps each timed job (by index) made in the last tick: what its data loader read."""
+        self._halted: set[str] = set()
+        """Jobs a failure killed that Slurm has not requeued yet."""
+        self._resume_at: dict[str, float] = {}
+        """Restarted jobs: when they step again (start-up and checkpoint read done)."""
+        self._saved: dict[str, tuple[int, str]] = {}
+        """Per job: the step and path of its last checkpoint (what a restart reads back)."""
         self._lustre = np.zeros((0, max(1, cluster.storage.osts), 5))
         self._lustre_seen = np.zeros(0)
         self._assign()
@@ -205,6 +225,9 @@ class Twin:
         self._idle_w = np.array([g.spec.idle_power_w for g in gpus])
         self._hbm_mib = np.array([g.spec.hbm_bytes / 1024**2 for g in gpus])
         self._sm_max = np.array([SM_CLOCK_MAX_MHZ.get(g.spec.key, np.nan) for g in gpus])
+        self._slowdown_c = np.array([GPU_SLOWDOWN_TEMP_C.get(g.spec.key, np.nan) for g in gpus])
+        cooling = c.cooling
+        self._inlet_c, self._c_per_w, self._tau_s = cooling.inlet_c, cooling.spec.c_per_w, cooling.spec.tau_s
         self.gpu_labels: list[dict[str, str]] = [
             {"gpu": str(g.index), "UUID": _gpu_uuid(c.name, g.node, g.index), "pci_bus_id": _bus_id(g.index),
              "device": f"nvidia{g.index}", "modelName": g.spec.name, "Hostname": g.node,
@@ -233,7 +256,7 @@ class Twin:
         self.fields = np.zeros((n, len(DCGM_FIELDS)))
         #: Per row of ``fields``: dcgm-exporter no longer exports this GPU (see ``absent_gpus`` above).
         self.absent = np.zeros(n, dtype=bool)
-        self._temp = np.full(n, TEMP_AMBIENT_C + TEMP_C_PER_W * self._idle_w)
+        self._temp = np.full(n, self._inlet_c + self._c_per_w * self._idle_w)
         # Energy since boot: the nodes booted a few days before t0.
         boot_s = self.rng.uniform(2, 9, size=n) * 86400
         self.fields[:, _F[vocab.DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION]] = np.round(boot_s * self._idle_w * 1.6 * 1000)
@@ -332,6 +355,8 @@ class Twin:
         for job in started:
             self._events.append(Event(kind=EventKind.JOB_START, t=self.now, source="slurm",
                                       attrs={"job": job.id, "user": job.user, "nodes": list(job.nodes)}))
+            if job.restart_cnt:
+                self._events.extend(self._restarted(job))
         self._events.extend(self._nccl_events())
         for scenario in self.scenarios:
             self._events.extend(scenario.events(twin=self, t0=t_prev, t1=self.now))
@@ -391,15 +416,16 @@ class Twin:
         fb = np.round(np.clip(fb_frac * self._hbm_mib * (1 + 0.002 * z[2]), 0, self._hbm_mib))
         f[:, _F[vocab.DCGM_FI_DEV_FB_USED]] = fb
         f[:, _F[vocab.DCGM_FI_DEV_FB_FREE]] = np.round(self._hbm_mib - fb)
+        target = self._inlet_c + self._c_per_w * power
+        # At t0 the GPUs have been at their load for a while: start at the steady temperature.
+        lag = np.exp(-dt / self._tau_s) if dt > 0 else 0.0
+        self._temp = target + (self._temp - target) * lag + 0.3 * z[4]
+        f[:, _F[vocab.DCGM_FI_DEV_GPU_TEMP]] = np.round(self._temp)
         throttled = busy & (power >= POWER_THROTTLE_FRACTION * self._tdp)
         clock = np.where(busy, self._sm_max - throttled * np.round(np.abs(z[3]) * 8) * 15.0,
                          np.minimum(SM_CLOCK_IDLE_MHZ, self._sm_max))
-        f[:, _F[vocab.DCGM_FI_DEV_SM_CLOCK]] = clock
-        target = TEMP_AMBIENT_C + TEMP_C_PER_W * power
-        # At t0 the GPUs have been at their load for a while: start at the steady temperature.
-        lag = np.exp(-dt / TEMP_TAU_S) if dt > 0 else 0.0
-        self._temp = target + (self._temp - target) * lag + 0.3 * z[4]
-        f[:, _F[vocab.DCGM_FI_DEV_GPU_TEMP]] = np.round(self._temp)
+        too_hot = self._temp >= self._slowdown_c   # NaN (unknown GPU) is never too hot
+        f[:, _F[vocab.DCGM_FI_DEV_SM_CLOCK]] = np.where(too_hot, np.round(clock * THERMAL_SLOWDOWN_CLOCK_FACTOR), clock)
         f[:, _F[vocab.DCGM_FI_DEV_XID_ERRORS]] = 0.0
         self._apply_gpu_hooks()
         self._apply_absent()
@@ -517,6 +543,7 @@ class Twin:
         share = np.ones(self.n_gpus)
         gpu_bytes = np.zeros(self.n_gpus)
         jobs = self.scheduler.jobs
+        self._tick_steps = {}
         step_hooks = any(_overrides(s, "adjust_step") for s in self.scenarios)
         for j in np.unique(self._label_job[self._label_job >= 0]).tolist():
             job = jobs[j]
@@ -531,16 +558,81 @@ class Twin:
                                                                                   + table[:, 3].mean())
             flat = [self._gpu_flat[(node, g)] for _, node, g in ranks]
             share[flat] = (table[:, 1] + table[:, 2]) / step_s / nominal
-            if dt <= 0:
+            active_s = self._stepping_s(job, dt)
+            if active_s < dt:  # its ranks are dead, waiting in the queue, or restoring: no compute
+                share[flat] = share[flat] * active_s / dt if dt > 0 else 0.0
+            self._tick_steps[j] = 0.0
+            if active_s <= 0:
                 continue
-            steps = dt / step_s
+            steps = active_s / step_s
             self._steps_done[job.id] = done + steps
+            self._tick_steps[j] = steps
             if job.n_nodes > 1:
                 p = job.gpus
                 gpu_bytes[flat] = steps * 2 * (p - 1) / p * job.kind.gradient_bytes
-            if j == 0 and int(done + steps) > 0:
+            if j == 0 and int(done + steps) > int(done):
                 self._last_step = (int(done + steps) - 1, self.now)
         return share, gpu_bytes
+
+    def _stepping_s(self, job: PlannedJob, dt: float) -> float:
+        """Seconds of the last tick in which ``job`` trained: none once a failure killed its ranks, none
+        before a restarted job has started up and read back its checkpoint."""
+        if job.id in self._halted:
+            return 0.0
+        resume = self._resume_at.get(job.id)
+        if resume is None:
+            return dt
+        return float(np.clip(self.now - resume, 0.0, dt))
+
+    # -- failures and restarts -----------------------------------------------------------------------
+
+    def fail_job(self, job_id: str, *, cause: str, node: str, **attrs: Any) -> Event:
+        """A failure kills ``job_id``'s ranks now: it stops stepping (a synchronous job cannot go on
+        without one rank). Returns the ``failure`` event, with the step it had reached."""
+        job = self.planned(job_id)
+        self._halted.add(job.id)
+        return Event(kind=EventKind.FAILURE, t=self.now, source="twin.failures",
+                     attrs={"job": job.id, "cause": cause, "node": node, "step": self.steps_done(job.id), **attrs})
+
+    def requeue_job(self, job_id: str, *, drain: str | None = None, down_s: float = 0.0,
+                    reason: str = "") -> list[Event]:
+        """Slurm requeues the failed job (``Scheduler.requeue``) and, when ``drain`` is given, the health
+        check drains that node for ``down_s`` (its reboot). The job restarts from its last checkpoint
+        once its nodes are back (``_restarted``). Returns the ``job_end`` event of the lost attempt, whose
+        state is the one ``sacct -D`` gives it: ``REQUEUED``."""
+        job = self.planned(job_id)
+        attempt_start = job.start
+        self._job_of_gpu[[self._gpu_flat[(node, g)] for node, gpus in job.gpus_by_node.items() for g in gpus]] = -1
+        self.scheduler.requeue(job, self.now)
+        if drain is not None:
+            self.scheduler.drain(drain, until=self.now + down_s, reason=reason)
+        self._halted.discard(job.id)
+        if job is self.training_job:  # its ranks are gone: no step of it finished in this tick
+            self._last_step = None
+        return [Event(kind=EventKind.JOB_END, t=self.now, source="slurm",
+                      attrs={"job": job.id, "user": job.user, "state": "REQUEUED", "restart_cnt": job.restart_cnt,
+                             "start": attempt_start})]
+
+    def _restarted(self, job: PlannedJob) -> list[Event]:
+        """A requeued job runs again: start-up, then it reads its last checkpoint back and resumes from the
+        step after it (the steps since then are done again)."""
+        saved = self._saved.get(job.id)
+        step = saved[0] if saved is not None else 0
+        self._steps_done[job.id] = float(step)
+        restore_s = job.kind.checkpoint_bytes_per_gpu / RESTORE_BYTES_S_PER_GPU
+        t_restore = self.now + RESTART_STARTUP_S
+        self._resume_at[job.id] = t_restore + restore_s
+        return [Event(kind=EventKind.CHECKPOINT_RESTORE, t=t_restore, source="twin", attrs={
+            "job": job.id, "step": step, "duration_s": round(restore_s, 6), "restart_cnt": job.restart_cnt,
+            "bytes": int(job.kind.checkpoint_bytes_per_gpu * job.gpus),
+            "path": saved[1] if saved is not None else ""})]
+
+    def planned(self, job_id: str) -> PlannedJob:
+        """The scheduler's job ``job_id`` (``ConfigError`` when the twin has none)."""
+        for job in self.scheduler.jobs:
+            if job.id == job_id:
+                return job
+        raise ConfigError(f"the twin has no job {job_id!r}")
 
     def _span_table(self, job: PlannedJob, step: int, end: float | None):
         ranks, table = self.step_phases(job, step)
@@ -637,20 +729,36 @@ class Twin:
         every = np.array([j.kind.checkpoint_interval_s or np.inf for j in jobs])
         ckpt = np.array([j.kind.checkpoint_bytes_per_gpu for j in jobs])
         loading = np.clip(np.minimum(t1, start + LOAD_PHASE_S) - np.maximum(t0, start), 0.0, None)
-        read = gpus * (rate * (dt - loading) + load * loading / LOAD_PHASE_S)
-        due = np.floor((t1 - start) / every) > np.floor((t0 - start) / every)
+        # A timed job's loader reads a batch per step, so its reads follow its step rate (and stop with it);
+        # the others read at their kind's steady rate.
+        steady_s = np.array([self._tick_steps[j] * SEED_STEP_S if j in self._tick_steps else dt
+                             for j in idx.tolist()])
+        read = gpus * (rate * np.maximum(steady_s - loading, 0.0) + load * loading / LOAD_PHASE_S)
+        read += gpus * np.array([self._restore_read(j, t0, t1) for j in jobs])
+        stepping = np.array([j not in self._tick_steps or self._tick_steps[j] > 0 for j in idx.tolist()])
+        due = (np.floor((t1 - start) / every) > np.floor((t0 - start) / every)) & stepping
         write = np.where(due, ckpt * gpus, 0.0)
         for k in np.flatnonzero(due).tolist():
             self._events.append(self._checkpoint_event(jobs[k], t1, int(self._steps_done.get(jobs[k].id, 0))))
         self._lustre_add(idx, read, write, due.astype(float))
 
+    def _restore_read(self, job: PlannedJob, t0: float, t1: float) -> float:
+        """Bytes per GPU a restarted job read back from its checkpoint in (t0, t1]."""
+        resume = self._resume_at.get(job.id)
+        if resume is None:
+            return 0.0
+        restore_s = job.kind.checkpoint_bytes_per_gpu / RESTORE_BYTES_S_PER_GPU
+        overlap = max(0.0, min(t1, resume) - max(t0, resume - restore_s))
+        return job.kind.checkpoint_bytes_per_gpu * overlap / restore_s if restore_s > 0 else 0.0
+
     def _checkpoint_event(self, job: PlannedJob, t: float, step: int) -> Event:
         """A job saved step ``step`` at ``t``: the write seen on Lustre, with how long training stopped."""
         per_gpu = job.kind.checkpoint_bytes_per_gpu
+        path = f"{self.cluster.weights.path}/{job.id}/step_{step}.pt"
+        self._saved[job.id] = (step, path)
         return Event(kind=EventKind.CHECKPOINT, t=t, source="twin", attrs={
             "job": job.id, "bytes": int(per_gpu * job.gpus), "step": step,
-            "duration_s": round(per_gpu / CHECKPOINT_STAGING_BYTES_S, 6),
-            "path": f"{self.cluster.weights.path}/{job.id}/step_{step}.pt"})
+            "duration_s": round(per_gpu / CHECKPOINT_STAGING_BYTES_S, 6), "path": path})
 
     def _checkpoints_before_t0(self) -> list[Event]:
         """The training job's last checkpoint before t0 (``_lustre_backfill`` wrote its bytes), so that a

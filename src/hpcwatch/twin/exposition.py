@@ -25,9 +25,11 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 import orjson
+import pyarrow as pa
 
 from hpcwatch.errors import ConfigError
 from hpcwatch.records import Sample
+from hpcwatch.schemas import SAMPLE_SCHEMA, sample_keys
 from hpcwatch.twin.core import _SPAN_COLUMNS, DCGM_FIELDS, IB_COUNTERS, SPAN_ORDER
 from hpcwatch import vocab
 
@@ -35,7 +37,7 @@ if TYPE_CHECKING:
     from hpcwatch.twin.core import Twin
 
 __all__ = ["DCGM_HELP", "NODE_EXPORTER_IB", "dcgm_text", "node_exporter_text", "perfquery_text",
-           "lustre_job_stats_text", "ib_samples", "scrape_all", "spans_jsonl", "kineto_traces", "gpu_kineto_traces", "write_gpu_kineto_traces", "GpuTraceConfig", "with_kernels_per_step", "uniform_shape", "lustre_samples", "lustre_target", "hca_device",
+           "lustre_job_stats_text", "ib_samples", "perfquery_samples", "perfquery_table", "scrape_all", "spans_jsonl", "kineto_traces", "gpu_kineto_traces", "write_gpu_kineto_traces", "GpuTraceConfig", "with_kernels_per_step", "uniform_shape", "lustre_samples", "lustre_target", "hca_device",
            "NODE_EXPORTER_PORT"]
 
 #: (type, help) of each DCGM field, verbatim from dcgm-exporter's counter CSVs.
@@ -498,6 +500,48 @@ def ib_samples(twin: Twin) -> Iterator[Sample]:
         row = twin.ib[p]
         for name, (_, _, counter, mult) in NODE_EXPORTER_IB.items():
             yield Sample(metric=name, labels=labels, t=twin.now, value=float(row[_COL[counter]] * mult))
+
+
+#: perfquery's data counters, in 4-byte words on the wire, which the reader turns into bytes (``ib_<name>_bytes``);
+#: sources/infiniband.py's DATA_COUNTERS (the twin may not import the reader; tests/unit/test_twin_physics.py
+#: holds these samples equal to what the reader makes of ``perfquery_text``).
+_PERFQUERY_DATA = frozenset({"PortXmitData", "PortRcvData"})
+
+
+def _perfquery_ports(twin: Twin) -> Iterator[tuple[int, dict[str, str]]]:
+    """(row of ``ib``, the labels the reader gives its samples) of every HCA, node by node."""
+    for node in twin.node_names:
+        for hca, p in enumerate(_node_ports(twin, node)):
+            yield p, {"node": node, "device": hca_device(hca), "lid": str(p + 1), "port": "1"}
+
+
+#: The metric name the reader gives each of IB_COUNTERS, and the factor from the counter to its value.
+_PERFQUERY_NAMES = tuple(f"ib_{n}_bytes" if n in _PERFQUERY_DATA else f"ib_{n}" for n in IB_COUNTERS)
+_PERFQUERY_SCALE = np.array([4.0 if n in _PERFQUERY_DATA else 1.0 for n in IB_COUNTERS])
+
+
+def perfquery_samples(twin: Twin) -> Iterator[Sample]:
+    """``perfquery -x`` of every HCA as the samples sources/infiniband.py reads from it (``ib_PortXmitData_bytes``,
+    ``ib_SymbolErrorCounter``...; labels node, device, lid, port): what a perfquery collector stores."""
+    for p, labels in _perfquery_ports(twin):
+        values = np.floor(twin.ib[p]) * _PERFQUERY_SCALE
+        for name, value in zip(_PERFQUERY_NAMES, values.tolist()):
+            yield Sample(metric=name, labels=labels, t=twin.now, value=value)
+
+
+def perfquery_table(twin: Twin) -> pa.Table:
+    """``perfquery_samples`` as one table with the store's columns (schemas.SAMPLE_SCHEMA), built per port rather
+    than per sample: 128 nodes are 22,528 counters every time the collector polls."""
+    ports = list(_perfquery_ports(twin))
+    m = len(IB_COUNTERS)
+    rows = np.array([p for p, _ in ports], dtype=np.int64)
+    values = (np.floor(twin.ib[rows]) * _PERFQUERY_SCALE).ravel().tolist() if ports else []
+    keys = [(sample_keys(labels, _PERFQUERY_NAMES[0]), orjson.dumps(labels).decode()) for _, labels in ports]
+    return pa.table({
+        "metric": list(_PERFQUERY_NAMES) * len(ports), "t": [twin.now] * (m * len(ports)), "value": values,
+        "host": [k[0][0] for k in keys for _ in range(m)], "gpu": [k[0][1] for k in keys for _ in range(m)],
+        "job": [k[0][2] for k in keys for _ in range(m)], "labels": [k[1] for k in keys for _ in range(m)],
+    }, schema=SAMPLE_SCHEMA)
 
 
 def lustre_samples(twin: Twin) -> Iterator[Sample]:

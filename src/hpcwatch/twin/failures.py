@@ -39,28 +39,54 @@ class _Onset:
 
 @register
 class Xid79(Scenario):
-    """A GPU falls off the PCIe bus: XID 79, zeros, then the GPU is gone from the scrape.
+    """A GPU falls off the PCIe bus (XID 79); the training job on it fails, is requeued and restarts.
 
-    dcgm-exporter keeps the last XID in ``DCGM_FI_DEV_XID_ERRORS``; a GPU NVML can
-    no longer reach reads as zero utilisation, power and clocks for the scrapes
-    before DCGM gives it up, then it stops being exported at all (``absent_gpus``),
-    while the node's other GPUs still report: the health check's ``gpu_missing``.
+    What each collector shows, in order (times after the onset)::
+
+        0 s     XID 79 in the kernel log; the GPU reads zeros, DCGM_FI_DEV_XID_ERRORS = 79; the rank's CUDA
+                calls fail, so the synchronous job stops stepping (``failure`` event, at its step)
+        10 s    torchrun's agents have torn the job down: Slurm requeues it (squeue: PENDING,
+                ``restart_cnt`` 1, reason ``ReqNodeNotAvail, UnavailableNodes:node2``) and the node health
+                check drains node2 (``Reason=Xid 79 ...``) for its reboot
+        20 s    the GPU is gone from dcgm-exporter (``absent_gpus``): the health check's ``gpu_missing``
+        +REBOOT_S   node2 is back with all eight GPUs; 4101 starts again on the same nodes, starts up,
+                reads its last checkpoint (``checkpoint_restore``) and re-does the steps since that save
+
+    Where it restarts, and why: on the same nodes after the reboot. XID 79 ("GPU has fallen off the bus",
+    https://docs.nvidia.com/deploy/xid-errors/) leaves the GPU unreachable until it is reset, which on an
+    HGX baseboard operators do by rebooting the node (ours: the usual practice, not a vendor rule), and
+    the job's ranks cannot move to the node's other GPUs: the two-node reference cluster has no spare node
+    and node2's free GPUs are held by other users. So ``goodput`` counts the steps since the last
+    checkpoint as lost progress and the reboot, start-up and restore as recovery.
     """
 
     name = "xid79"
-    description = "node2 GPU 3 falls off the bus (XID 79): zeros, then gone from dcgm-exporter"
+    description = "node2 GPU 3 falls off the bus (XID 79): its job fails, is requeued and restarts from its checkpoint"
     target_node = "node2"
     target_gpu = 3
     GONE_AFTER_S = 20.0
     """How long after the XID the exporter still lists the GPU (two 10 s scrapes of zeros and XID 79)."""
+    TEARDOWN_S = 10.0
+    """From the XID to Slurm requeueing the job: the failing rank raises at its next CUDA call, torchrun's
+    elastic agents stop every worker and the batch script exits (ours: seconds, as torchrun tears down)."""
+    REBOOT_S = 180.0
+    """The node's drain and reboot, until it is back in service. Ours: an HGX server's firmware and OS boot
+    takes minutes; kept short so the demo shows the restart."""
     DEAD_FIELDS = (vocab.DCGM_FI_DEV_GPU_UTIL, vocab.DCGM_FI_DEV_POWER_USAGE, vocab.DCGM_FI_DEV_SM_CLOCK,
                    vocab.DCGM_FI_PROF_GR_ENGINE_ACTIVE, vocab.DCGM_FI_PROF_PIPE_TENSOR_ACTIVE, vocab.DCGM_FI_DEV_FB_USED)
 
     def __init__(self) -> None:
         self._onset = _Onset()
+        self._failed_job: str | None = None
+        self._requeued = False
+
+    def _down(self, t: float) -> bool:
+        """Whether the GPU is lost at t: from the XID until the node is back from its reboot."""
+        elapsed = self._onset.elapsed_s(t)
+        return 0 <= elapsed < self.TEARDOWN_S + self.REBOOT_S
 
     def adjust_gpu(self, *, node: str, gpu: int, t: float, fields: dict[str, float]) -> None:
-        if self._onset.elapsed_s(t) < 0 or node != self.target_node or gpu != self.target_gpu:
+        if node != self.target_node or gpu != self.target_gpu or not self._down(t):
             return
         fields[vocab.DCGM_FI_DEV_XID_ERRORS] = 79.0
         for key in self.DEAD_FIELDS:
@@ -69,25 +95,33 @@ class Xid79(Scenario):
 
     def absent_gpus(self, *, t: float) -> list[tuple[str, int]]:
         """The twin's hook for GPUs dcgm-exporter no longer exports (see twin/core.py)."""
-        if self._onset.started_at is None or self._onset.elapsed_s(t) < self.GONE_AFTER_S:
+        if self._onset.started_at is None or self._onset.elapsed_s(t) < self.GONE_AFTER_S or not self._down(t):
             return []
         return [(self.target_node, self.target_gpu)]
 
     def events(self, *, twin: Any, t0: float, t1: float) -> list[Event]:
-        # The kernel log line an operator would grep for, once, when the GPU goes.
         onset = self._onset.started_at
-        if onset is None or not t0 <= onset + SCENARIO_ONSET_S < t1:
+        if onset is None:
             return []
-        t = onset + SCENARIO_ONSET_S
+        t_xid = onset + SCENARIO_ONSET_S
+        out: list[Event] = []
+        if t0 < t_xid <= t1:  # the tick that ends at (or just after) the XID: no step of it ran past it
+            out += self._xid(twin, t_xid)
+        if self._failed_job is not None and not self._requeued and t0 >= t_xid + self.TEARDOWN_S:
+            self._requeued = True
+            out += twin.requeue_job(self._failed_job, drain=self.target_node, down_s=self.REBOOT_S,
+                                    reason=f"Xid 79 GPU {self.target_gpu}")
+        return out
+
+    def _xid(self, twin: Any, t: float) -> list[Event]:
+        """The kernel log line an operator would grep for, and the failure of the job holding the GPU."""
         out = [Event(kind=EventKind.XID, t=t, source="kernel", attrs={
             "node": self.target_node, "gpu": self.target_gpu, "xid": 79,
             "message": "NVRM: Xid (PCI:0000:5d:00): 79, pid=0, GPU has fallen off the bus."})]
-        # A synchronous job on that GPU dies with it: the goodput accounting sees the interruption.
-        job = getattr(twin, "training_job", None)
-        if job is not None and self.target_node in getattr(job, "gpus_by_node", {}):
-            out.append(Event(kind=EventKind.FAILURE, t=t, source="twin.failures",
-                             attrs={"job": job.id, "cause": "faulty_gpu", "node": self.target_node,
-                                    "gpu": self.target_gpu, "xid": 79}))
+        job = twin.job_of(self.target_node, self.target_gpu) if twin is not None else None
+        if job is not None:
+            self._failed_job = job
+            out.append(twin.fail_job(job, cause="faulty_gpu", node=self.target_node, gpu=self.target_gpu, xid=79))
         return out
 
 

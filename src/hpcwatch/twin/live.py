@@ -17,9 +17,12 @@ from hpcwatch.errors import ConfigError
 from hpcwatch.model import Cluster
 from hpcwatch.records import Job
 from hpcwatch.twin.core import Twin
+from hpcwatch.twin.ebpf import checkpoint_docs_of_tick, events_of
+from hpcwatch.twin.exposition import perfquery_table
 from hpcwatch.twin.scenarios import Scenario
+from hpcwatch.vocab import EventKind
 
-__all__ = ["LiveTwin", "RecordSink", "DEFAULT_TICK_S"]
+__all__ = ["LiveTwin", "RecordSink", "DEFAULT_TICK_S", "PERFQUERY_INTERVAL_S"]
 
 
 class RecordSink(Protocol):
@@ -31,6 +34,9 @@ class RecordSink(Protocol):
 
 #: One tick per real second: what a person watching a dashboard expects.
 DEFAULT_TICK_S = 1.0
+#: How often (simulated seconds) the live twin's perfquery collector reads every HCA. Ours: perfquery sends one
+#: MAD per port, so collectors poll it every few seconds, not every tick (node-exporter's counters come every tick).
+PERFQUERY_INTERVAL_S = 10.0
 
 
 class LiveTwin:
@@ -54,17 +60,30 @@ class LiveTwin:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._written_jobs: dict[str, tuple] = {}
+        self._perfquery_t: float | None = None
 
     def write_tick(self) -> None:
-        """Put the twin's current tick into the store (samples in one table, changed jobs, spans, events)."""
+        """Put the twin's current tick into the store (samples in one table, changed jobs, spans, events, and
+        what the slower collectors saw: perfquery every ``PERFQUERY_INTERVAL_S``, Tetragon on checkpoints)."""
         with self.lock:
             twin = self.twin
             table = twin.sample_table()
             jobs = [j for j in twin.jobs if self._changed(j)]
-            others = [*jobs, *twin.finished_spans(), *twin.events()]
+            events = twin.events()
+            perfquery = self._perfquery(twin)
+            others = [*jobs, *twin.finished_spans(), *events, *events_of(checkpoint_docs_of_tick(twin, events), EventKind.TETRAGON)]
         self.store.add_sample_table(table)
+        if perfquery is not None:
+            self.store.add_sample_table(perfquery)
         if others:
             self.store.add(others)
+
+    def _perfquery(self, twin: Twin) -> Any:
+        """Every HCA's ``perfquery -x`` counters as a sample table, when the collector's interval has passed."""
+        if self._perfquery_t is not None and twin.now - self._perfquery_t < PERFQUERY_INTERVAL_S:
+            return None
+        self._perfquery_t = twin.now
+        return perfquery_table(twin)
 
     def _changed(self, job: Job) -> bool:
         key = (job.state, job.start, job.end)

@@ -13,6 +13,8 @@ Layout of ``out`` (every file is a real format; ``hpcwatch ingest out`` reads it
     slurm/squeue.json, sacct.json     ``squeue --json`` / ``sacct --json`` (Slurm 22.05) at the end
     nccl/nccl.<node>.<pid>.log        the training job's NCCL_DEBUG=INFO log, one per rank (twin/nccl.py)
     flight_recorder/fr_trace_rank_<r> (``nccl_hang`` only) each rank's Flight Recorder dump, torch's pickle
+    tetragon/checkpoints.jsonl        Tetragon's ``security_file_permission`` events of every checkpoint written
+                                      or read back (twin/ebpf.py), when the run saw one
     spans.jsonl                       (``spans=True`` only) the training job's step spans, one JSON object per
                                       line {"job","rank","step","phase","start","dur","attrs"} (records.Span);
                                       not a collector's format, so ``hpcwatch ingest`` does not read it
@@ -45,6 +47,7 @@ import orjson
 from hpcwatch.errors import ConfigError
 from hpcwatch.model import Cluster, parse_cluster, reference_cluster
 from hpcwatch.twin.core import Twin
+from hpcwatch.twin.ebpf import checkpoint_docs_of_tick
 from hpcwatch.twin.exposition import hca_device, write_gpu_kineto_traces, kineto_traces, scrape_all, spans_jsonl, uniform_shape
 from hpcwatch.twin.nccl import write_nccl_logs
 
@@ -105,6 +108,7 @@ def write_run(twin: Twin, out: str | Path, *, duration_s: float, step_s: float =
     next_lustre = t0 + LUSTRE_EVERY_S
     span_file = (out / "spans.jsonl").open("wb") if spans else None
     profiled: list[tuple] = []
+    checkpoint_docs: list[dict] = []
     try:
         for k in range(ticks):
             twin.advance(step_s)
@@ -116,7 +120,9 @@ def write_run(twin: Twin, out: str | Path, *, duration_s: float, step_s: float =
                 text, n = spans_jsonl(twin)
                 span_file.write(text.encode())
                 w.spans += n
-            w.events += len(twin.events())
+            events = twin.events()
+            w.events += len(events)
+            checkpoint_docs += checkpoint_docs_of_tick(twin, events)
             if traces_dir is not None and (found := twin.finished_span_table()) is not None:
                 profiled = (profiled + [found])[-MAX_TRACE_STEPS:]
             if progress:
@@ -126,6 +132,7 @@ def write_run(twin: Twin, out: str | Path, *, duration_s: float, step_s: float =
             span_file.close()
         w.close()
     w.final()
+    w.tetragon(checkpoint_docs)
     if traces_dir is not None:
         w.files += _write_traces(twin, Path(traces_dir), profiled)
     if twin.scheduler.jobs:
@@ -151,7 +158,7 @@ def _write_traces(twin: Twin, folder: Path, profiled: list[tuple]) -> int:
     return len(docs)
 
 
-_OUR_FOLDERS = ("dcgm", "node-exporter", "lustre", "perfquery", "slurm", "nccl", "flight_recorder")
+_OUR_FOLDERS = ("dcgm", "node-exporter", "lustre", "perfquery", "slurm", "nccl", "flight_recorder", "tetragon")
 
 
 class _NodeFiles:
@@ -271,6 +278,13 @@ class _Writer:
         self.nodes.scrape()
         if lustre:
             self._put(self.out / "lustre" / f"{stamp}.txt", twin.lustre_job_stats_text())
+
+    def tetragon(self, docs: list[dict]) -> None:
+        """Tetragon's JSON lines of the checkpoints written and read back during the run (twin/ebpf.py)."""
+        if not docs:
+            return
+        (self.out / "tetragon").mkdir(parents=True, exist_ok=True)
+        self._put(self.out / "tetragon" / "checkpoints.jsonl", "".join(orjson.dumps(d).decode() + "\n" for d in docs))
 
     def final(self) -> None:
         twin = self.twin

@@ -18,6 +18,11 @@ Hooks (all optional; each mutates the dict it is given in place):
 - ``events``       extra events between t0 and t1 (Falco alerts, checkpoints, failures).
 - ``extra_files``  extra real-format files written into ``out`` (a pip list, Tetragon
                    JSON lines...) when the twin writes a run to disk.
+
+A scenario that kills a job does it from ``events`` through the twin: ``twin.fail_job`` (the job
+stops stepping; returns its ``failure`` event) and later ``twin.requeue_job`` (Slurm requeues it,
+optionally draining a node for a while; it restarts from its last checkpoint when its nodes are
+back). ``failures.Xid79`` is the example.
 """
 
 from __future__ import annotations

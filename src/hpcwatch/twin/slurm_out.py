@@ -112,10 +112,10 @@ def _squeue_job(twin: Twin, job: PlannedJob) -> dict[str, Any]:
         "prefer": "", "memory_per_node": None, "memory_per_cpu": None, "minimum_cpus_per_node": 1,
         "minimum_tmp_disk_per_node": 0, "preempt_time": 0, "pre_sus_time": 0,
         "priority": _PRIORITY_TOP - (int(job.id) % 65536), "profile": None, "qos": "normal", "reboot": False,
-        "required_nodes": "", "requeue": True, "resize_time": 0, "restart_cnt": 0, "resv_name": "",
+        "required_nodes": "", "requeue": True, "resize_time": 0, "restart_cnt": job.restart_cnt, "resv_name": "",
         "shared": None, "show_flags": ["SHOW_ALL", "SHOW_DETAIL", "SHOW_LOCAL"], "sockets_per_board": 0,
         "sockets_per_node": None, "start_time": start, "state_description": "",
-        "state_reason": "None" if running else "Resources", "standard_error": "", "standard_input": "/dev/null",
+        "state_reason": "None" if running else _pending_reason(twin, job), "standard_error": "", "standard_input": "/dev/null",
         "standard_output": "", "submit_time": int(job.submit), "suspend_time": 0, "system_comment": "",
         "time_limit": job.time_limit_min, "time_minimum": 0, "threads_per_core": None, "tres_bind": "",
         "tres_freq": "", "tres_per_job": "", "tres_per_node": f"gres:gpu:{job.gpus_per_node}",
@@ -124,6 +124,13 @@ def _squeue_job(twin: Twin, job: PlannedJob) -> dict[str, Any]:
         "wckey": "", "current_working_directory": f"/home/{job.user}",
     })
     return doc
+
+
+def _pending_reason(twin: Twin, job: PlannedJob) -> str:
+    """squeue's reason for a pending job: a requeued job waiting for its drained nodes says which, as Slurm
+    words it (``ReqNodeNotAvail, UnavailableNodes:node[1-2]``, a compressed host list); else ``Resources``."""
+    down = [n for n in job.wants_nodes if n in twin.scheduler.drained]
+    return f"ReqNodeNotAvail, UnavailableNodes:{hostlist(down)}" if down else "Resources"
 
 
 def _exit(job: PlannedJob) -> int:

@@ -36,13 +36,16 @@ import math
 import zipfile
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from hpcwatch.records import Event, Job
+from hpcwatch.twin.ebpf import events_of as _events_of
+from hpcwatch.twin.ebpf import falco_doc as _falco
+from hpcwatch.twin.ebpf import rfc3339 as _rfc3339
+from hpcwatch.twin.ebpf import tetragon_doc as _tetragon
 from hpcwatch.twin.scenarios import Scenario, register
 from hpcwatch import vocab
 from hpcwatch.vocab import EventKind
@@ -55,8 +58,9 @@ FIXTURE_START_S = 1_796_000_000.0
 #: A Lustre server on the fabric (the scan treats ``<storage name>-*`` hosts as storage).
 STORAGE_HOST = "lustre-oss1"
 _SCRAPE_S = 30.0
+#: NDR InfiniBand MTU (4 KiB), as twin/core.py's IB_MTU_BYTES: the packets the exfiltrated bytes take.
+_IB_MTU_BYTES = 4096
 _OBSERVE_S = 600.0
-_IMAGE = "nvcr.io/nvidia/pytorch"
 #: Directions of the gradient sketch; the same number as security/gradients.py's ``SKETCH_DIMS``
 #: (duplicated: the twin may not import security; tests/unit/test_security_scenarios.py holds them equal).
 SKETCH_DIMS = 32
@@ -139,10 +143,6 @@ def _write(out: Path, rel: str, data: bytes) -> Path:
 
 # -- formats ---------------------------------------------------------------------------------------------
 
-def _rfc3339(t: float) -> str:
-    return datetime.fromtimestamp(t, tz=timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%f") + "000Z"
-
-
 def _jsonl(docs: Iterable[dict]) -> bytes:
     return "".join(json.dumps(d, sort_keys=True) + "\n" for d in docs).encode()
 
@@ -184,71 +184,6 @@ def _prom(metric: str, help_: str, kind: str, rows: list[tuple[dict[str, str], f
 
 def _scrapes(world: World) -> list[float]:
     return [world.t0 + i * _SCRAPE_S for i in range(int(_OBSERVE_S / _SCRAPE_S) + 1)]
-
-
-def _tetragon(t: float, host: str, kind: str, *, binary: str, user: str, uid: int, args: str = "",
-              parent: str = "/usr/bin/bash", function: str | None = None, path: str | None = None,
-              mask: int | None = None, policy: str = "weights-read") -> dict:
-    process = {"exec_id": hashlib.sha1(f"{host}{binary}{t}".encode()).hexdigest()[:16], "pid": int(t) % 60000,
-               "uid": uid, "cwd": f"/home/{user}", "binary": binary, "arguments": args, "flags": "execve clone",
-               "start_time": _rfc3339(t - 5), "auid": uid, "user": {"name": user}}
-    body: dict[str, Any] = {"process": process, "parent": {"binary": parent, "pid": 1, "uid": uid}}
-    if kind == "process_kprobe":
-        body.update(function_name=function, policy_name=policy, action="KPROBE_ACTION_POST",
-                    args=[{"file_arg": {"path": path, "permission": "-rw-r--r--"}}, {"int_arg": mask}],
-                    **{"return": {"int_arg": 0}})
-    return {kind: body, "node_name": host, "time": _rfc3339(t)}
-
-
-def _falco(t: float, host: str, rule: str, priority: str, *, user: str, cmdline: str, job: str) -> dict:
-    fields = {"container.id": hashlib.sha1(job.encode()).hexdigest()[:12], "container.image.repository": _IMAGE,
-              "container.image.tag": "24.05-py3", "container.name": f"train-{job}", "evt.time": int(t * 1e9),
-              "evt.type": "execve", "proc.cmdline": cmdline, "proc.name": cmdline.split()[0], "proc.pname": "runc",
-              "proc.tty": 34816, "user.name": user, "user.uid": 0 if user == "root" else 1001}
-    output = (f"{_rfc3339(t)[11:29]}: {priority} {rule} (user={user} process={fields['proc.name']} "
-              f"command={cmdline} container_id={fields['container.id']} container_image={_IMAGE})")
-    return {"hostname": host, "output": output, "output_fields": fields, "priority": priority, "rule": rule,
-            "source": "syscall", "tags": ["container", "maturity_stable", "mitre_execution"], "time": _rfc3339(t)}
-
-
-def _events_of(docs: list[dict], kind: str) -> list[Event]:
-    """The Events the readers (sources/falco.py, sources/tetragon.py) make of these documents.
-
-    The twin may not import the readers (DESIGN §1: twin imports records and model only), so it
-    builds the same attrs itself from the documents it wrote; tests/unit/test_security_scenarios.py
-    holds the two equal."""
-    source = f"<twin {kind}>"
-    if kind == EventKind.FALCO:
-        return [Event(kind=EventKind.FALCO, t=_unrfc3339(d["time"]), source=source,
-                      attrs={**d, "host": d.get("hostname") or (d.get("output_fields") or {}).get("evt.hostname")})
-                for d in docs]
-    return [Event(kind=EventKind.TETRAGON, t=_unrfc3339(d["time"]), source=source, attrs=_tetragon_attrs(d))
-            for d in docs]
-
-
-def _unrfc3339(text: str) -> float:
-    """UTC seconds of the ``_rfc3339`` strings this module writes (nanoseconds past micro dropped)."""
-    head, _, rest = text.rstrip("Z").partition(".")
-    return datetime.fromisoformat(f"{head}.{rest[:6]}+00:00").timestamp()
-
-
-def _tetragon_attrs(doc: dict) -> dict[str, Any]:
-    """Flat attrs of one ``_tetragon`` document, as sources/tetragon.py flattens it."""
-    kind = "process_kprobe" if "process_kprobe" in doc else "process_exec"
-    body = doc[kind]
-    process = body["process"]
-    attrs: dict[str, Any] = {"type": kind, "host": doc.get("node_name"), "binary": process.get("binary"),
-                             "arguments": process.get("arguments"), "pid": process.get("pid"),
-                             "uid": process.get("uid"), "user": (process.get("user") or {}).get("name"),
-                             "cwd": process.get("cwd"), "parent_binary": (body.get("parent") or {}).get("binary"),
-                             "pod": process.get("pod")}
-    if kind == "process_kprobe":
-        args = body.get("args") or []
-        attrs.update(function_name=body.get("function_name"), policy_name=body.get("policy_name"),
-                     action=body.get("action"),
-                     path=next((a["file_arg"]["path"] for a in args if "file_arg" in a), None),
-                     mask=next((a["int_arg"] for a in args if isinstance(a.get("int_arg"), int)), None))
-    return attrs
 
 
 def _sign_manifest(dataset: str, shards: list[dict], key: bytes) -> dict:
@@ -553,12 +488,23 @@ for _vector in _PLANTS:
 
 @register
 class ThreatRdmaLive(_ThreatScenario):
-    """The RDMA attack inside the live twin: the last node moves four times its own traffic, and 1 GB/s when idle."""
+    """The RDMA attack inside the live twin: the last node sends data out of the cluster over InfiniBand.
+
+    Where the bytes go: to a port that is not a cluster node's (an IB router or a host of another
+    tenant on the same fabric, reached through the open default partition this scenario also plants). So the
+    cluster's own HCAs no longer balance: everywhere else what one node transmits another receives (ring
+    AllReduce is symmetric, rail to rail), but the last node's ``PortXmitData`` grows by the exfiltrated
+    words and no cluster port's ``PortRcvData`` does. Σ xmit − Σ rcv over the cluster's ports is the
+    exfiltration (tests/unit/test_twin_physics.py), and the node transmits ``factor`` times its job share
+    (``rdma.traffic_disproportion``), and ``idle_bytes_s`` once its job is gone (``rdma.traffic_no_job``).
+    """
 
     name = "threat_rdma"
     vector = "rdma"
-    description = "one node moves InfiniBand traffic its jobs do not explain; the fabric has one open partition"
-    factor = 4.0
+    description = "one node sends InfiniBand traffic out of the cluster that its jobs do not explain"
+    factor = 7.0
+    """The node transmits this many times what its job's ring sends (its traffic, tx + rx, is then 4 x its
+    peers', above the detector's 3 x)."""
     idle_bytes_s = 1e9
 
     def adjust_ib(self, *, node: str, port: int, t: float, counters: dict[str, float]) -> None:
@@ -570,8 +516,14 @@ class ThreatRdmaLive(_ThreatScenario):
         last_t = self._carry.get((node, port, "t"), t)
         extra = (self.factor - 1) * max(own - last_own, 0.0) + self.idle_bytes_s * (t - last_t) / 4  # 4-byte words
         self._carry.update({(node, port, "own"): own, (node, port, "t"): t, (node, port, "added"): added + extra})
+        packets = math.ceil(extra * 4 / _IB_MTU_BYTES)
         counters["PortXmitData"] += extra
-        counters["PortRcvData"] += extra
+        counters["PortXmitPkts"] += packets
+        counters["PortUnicastXmitPkts"] += packets
+
+    def exfiltrated_bytes(self) -> float:
+        """Bytes sent to the port outside the cluster so far (the twin's ground truth)."""
+        return 4 * sum(v for (_, _, what), v in self._carry.items() if what == "added")
 
 
 @register

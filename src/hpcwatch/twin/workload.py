@@ -121,6 +121,12 @@ class PlannedJob:
     end: float | None = None
     state: str = "PENDING"
     gpus_by_node: dict[str, tuple[int, ...]] = field(default_factory=dict)
+    restart_cnt: int = 0
+    """Times Slurm requeued the job (squeue's ``restart_cnt``); a requeued job keeps its id."""
+    wants_nodes: tuple[str, ...] = ()
+    """A requeued job's nodes: the scheduler holds them for it (see ``Scheduler.requeue``)."""
+    first_start: float | None = None
+    """When its first attempt started (Slurm resets ``start`` at each requeue; see ``record``)."""
 
     @property
     def nodes(self) -> tuple[str, ...]:
@@ -136,8 +142,12 @@ class PlannedJob:
         return int(np.ceil(self.duration_s * 1.25 / 3600.0)) * 60
 
     def record(self) -> Job:
+        """The job as the twin stores it. A requeued job keeps the start of its first attempt: the store holds
+        one record per job id, and its attempts are one job to account (goodput, attribution, the detectors'
+        job windows); squeue/sacct JSON still show Slurm's own reset start (twin/slurm_out.py)."""
+        start = self.first_start if self.first_start is not None and self.start is not None else self.start
         return Job(id=self.id, user=self.user, account=self.account, partition="gpu", nodes=self.nodes,
-                   gpus=self.gpus, gpus_by_node=dict(self.gpus_by_node), start=self.start, end=self.end,
+                   gpus=self.gpus, gpus_by_node=dict(self.gpus_by_node), start=start, end=self.end,
                    state=self.state, name=self.name)
 
 
@@ -152,6 +162,9 @@ class Scheduler:
         self._next_id = FIRST_JOB_ID
         self._arrivals: list[float] = []
         self._next_end = -np.inf
+        self._requeued = False
+        self.drained: dict[str, tuple[float, str]] = {}
+        """Nodes out of service: name -> (time they return, Slurm's drain reason)."""
         self._initial_fill(t0)
 
     # -- the job stream ------------------------------------------------------------------------
@@ -207,7 +220,12 @@ class Scheduler:
         return sum(len(v) for v in self.free.values())
 
     def _fit(self, job: PlannedJob) -> list[str] | None:
-        fits = [name for name, free in self.free.items() if len(free) >= job.gpus_per_node]
+        if job.wants_nodes:  # a requeued job goes back where its ranks ran, once every node is back
+            ok = all(n not in self.drained and len(self.free[n]) >= job.gpus_per_node for n in job.wants_nodes)
+            return list(job.wants_nodes) if ok else None
+        held = {n for j in self.jobs if j.state == "PENDING" for n in j.wants_nodes}
+        fits = [name for name, free in self.free.items()
+                if len(free) >= job.gpus_per_node and name not in self.drained and name not in held]
         return fits[: job.n_nodes] if len(fits) >= job.n_nodes else None
 
     def _place(self, job: PlannedJob, t: float, nodes: list[str]) -> None:
@@ -231,25 +249,48 @@ class Scheduler:
         # About one job in twelve fails (OOM, NaN, a bad node): real queues are not all COMPLETED.
         job.state = "FAILED" if self.rng.random() < 0.08 else "COMPLETED"
 
+    def requeue(self, job: PlannedJob, t: float) -> None:
+        """Slurm puts a failed job back in the queue (``RequeueExit`` or ``scontrol requeue``): same id,
+        ``restart_cnt`` + 1, submit time reset to t (sacct(1): "If a job is requeued the submit time is
+        reset"), its GPUs freed. Its nodes are held for it, as backfill holds the top job's resources, so
+        it restarts where its ranks ran (the reference cluster has no spare node)."""
+        for name, gpus in job.gpus_by_node.items():
+            self.free[name] = sorted(self.free[name] + list(gpus))
+        job.wants_nodes = job.nodes
+        job.first_start = job.first_start if job.first_start is not None else job.start
+        job.gpus_by_node = {}
+        job.start, job.end, job.state = None, None, "PENDING"
+        job.submit = float(t)
+        job.restart_cnt += 1
+        self._requeued = True
+
+    def drain(self, node: str, *, until: float, reason: str) -> None:
+        """Take ``node`` out of service until ``until`` (a health check's drain, then a reboot)."""
+        self.drained[node] = (float(until), reason)
+
     def step(self, t: float) -> tuple[list[PlannedJob], list[PlannedJob]]:
         """Advance the queue to time t; returns (jobs that ended, jobs that started)."""
+        back = [n for n, (until, _) in self.drained.items() if until <= t]
+        for name in back:
+            del self.drained[name]
         ended = [j for j in self.jobs if j.state == "RUNNING" and j.start + j.duration_s <= t] \
             if t >= self._next_end else []
         for job in ended:
             self._finish(job, t)
             self._arrivals.append(t + float(self.rng.uniform(30, 600)))
-        arrived = False
+        arrived, self._requeued = self._requeued, False  # a requeue is an arrival in the queue
         while self._arrivals and self._arrivals[0] <= t:
             submit = self._arrivals.pop(0)
             self._new_job(self._random_template(), round(submit))
             arrived = True
         self._arrivals.sort()
         started = []
-        if not (ended or arrived):
+        if not (ended or arrived or back):
             return ended, started  # nothing freed, nothing new: the queue cannot move
         biggest_hole = max(len(v) for v in self.free.values())
         for job in [j for j in self.jobs if j.state == "PENDING"]:
             if job.gpus_per_node <= biggest_hole and self._try_start(job, t):
+                job.wants_nodes = ()
                 started.append(job)
                 biggest_hole = max(len(v) for v in self.free.values())
         self._next_end = min((j.start + j.duration_s for j in self.jobs if j.state == "RUNNING"), default=np.inf)

@@ -138,7 +138,8 @@ async def assess_latest(request: Request) -> ORJSONResponse:
 @router.get("/live", summary="Current live snapshot", response_class=ORJSONResponse)
 async def live(request: Request) -> ORJSONResponse:
     """Latest values per GPU (``util_pct``, ``power_w``, ``mem_used_bytes``, ``temp_c``, ``job``, ``user``,
-    ``account``), InfiniBand bytes/s per node, the Slurm queue, Lustre bytes/s per job, whether each
+    ``account``), InfiniBand bytes/s per node, the Slurm queue (each job's ``restarts``: times Slurm requeued it),
+    Lustre bytes/s per job, whether each
     collector's data is arriving, and findings per threat vector. Times are UTC seconds of the data."""
     doc = await run_in_threadpool(_state(request).live.snapshot)
     return ORJSONResponse(doc)

@@ -128,7 +128,8 @@ function updateQueue(snap) {
   for (const j of q.jobs) {
     const job = h("button", { type: "button", class: "ghost job-link", "data-highlight-job": j.id,
       title: t("alerts.job_title", { job: j.id }) }, j.id);
-    tbody.append(h("tr", {}, [[job, " ", jobLink(j.id)], j.name ?? "", j.user ?? "", j.account ?? "", j.state ?? "", (j.nodes || []).join(", "), fmt(j.gpus)]
+    const state = (j.state ?? "") + (j.restarts ? ` · ${t("queue.restarts", { n: fmt(j.restarts) })}` : "");
+    tbody.append(h("tr", { "data-job": j.id }, [[job, " ", jobLink(j.id)], j.name ?? "", j.user ?? "", j.account ?? "", state, (j.nodes || []).join(", "), fmt(j.gpus)]
       .map((c) => h("td", {}, c))));
   }
 }
