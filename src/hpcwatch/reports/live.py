@@ -31,7 +31,7 @@ from hpcwatch.reports.health import node_health
 from hpcwatch.reports.collectors import collector_statuses
 from hpcwatch.reports.nccl import nccl_card
 from hpcwatch.reports.findings import findings_summary
-from hpcwatch.reports.livesamples import LATEST_HINT_S, LiveSamples, StoreSamples
+from hpcwatch.reports.livesamples import LiveSamples, StoreSamples
 from hpcwatch.reports.steps import live_training, step_report
 from hpcwatch.store import Store, queries
 from hpcwatch import vocab

@@ -23,7 +23,6 @@ from __future__ import annotations
 import gc
 import re
 import warnings
-from dataclasses import dataclass, field
 from pathlib import Path
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager

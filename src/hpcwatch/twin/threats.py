@@ -44,7 +44,6 @@ import numpy as np
 from hpcwatch.records import Event, Job
 from hpcwatch.twin.ebpf import events_of as _events_of
 from hpcwatch.twin.ebpf import falco_doc as _falco
-from hpcwatch.twin.ebpf import rfc3339 as _rfc3339
 from hpcwatch.twin.ebpf import tetragon_doc as _tetragon
 from hpcwatch.twin.scenarios import Scenario, register
 from hpcwatch import vocab
