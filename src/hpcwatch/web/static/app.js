@@ -2,7 +2,9 @@
 // the walk-through guide. Live text is written with textContent only.
 
 import { renderCard, updateCardLive } from "./card.js";
+import { initFit } from "./fit.js";
 import { applyMonitor, highlightJob, initMonitor, readUrl, writeUrl } from "./monitor.js";
+import { applyTiles, initTiles } from "./tiles.js";
 import { initPlayer } from "./player.js";
 import { initSimulator } from "./sim.js";
 import { boot, clear, fmt, fmtRate, fmtTime, h, t } from "./util.js";
@@ -14,16 +16,12 @@ const wrap = document.getElementById("schematic-wrap");
 
 // Elements updated every tick, looked up once (a 128-GPU page has ~1,000 of them).
 const refs = {
-  util: new Map([...document.querySelectorAll("[data-live^='util:']")].map((n) => [n.dataset.live.slice(5), n])),
-  bars: new Map([...document.querySelectorAll("[data-bar]")].map((n) => [n.dataset.bar, n])),
-  gpus: new Map([...document.querySelectorAll("[data-gpu]")].map((n) => [n.dataset.gpu, n])),
   ib: new Map([...document.querySelectorAll("[data-live^='ib:']")].map((n) => [n.dataset.live.slice(3), n])),
   band: new Map([...document.querySelectorAll(".band-live")].map((n) => [n.dataset.live, n])),
   collectors: [...document.querySelectorAll("[data-collector]")],
   vectors: [...document.querySelectorAll("g[data-vector]")],
-  tips: new Map([...document.querySelectorAll("title[data-tip^='gpu:']")].map((n) => [n.dataset.tip.slice(4), n])),
+  flags: new Map([...document.querySelectorAll("[data-flag]")].map((n) => [n.dataset.flag, n])),
 };
-const BAR_MAX = Number(document.querySelector("[data-bar]")?.previousElementSibling?.getAttribute("width") ?? 34);
 
 // -- live values ---------------------------------------------------------------------------
 
@@ -31,18 +29,8 @@ function applySnapshot(snap) {
   state.snapshot = snap;
   state.ticks += 1;
   body.dataset.ticks = String(state.ticks);
-  for (const [id, node] of refs.util) {
-    const g = snap.gpus?.[id];
-    const util = g?.util_pct;
-    node.textContent = util === undefined || util === null ? "–" : `${fmt(util, 0)}${t("unit.pct")}`;
-    const bar = refs.bars.get(id);
-    if (bar) bar.setAttribute("width", String(util ? (BAR_MAX * Math.min(100, util)) / 100 : 0));
-    const el = refs.gpus.get(id);
-    if (el) el.dataset.level = util === undefined ? "none" : util >= 70 ? "high" : util >= 20 ? "mid" : "low";
-    const tip = refs.tips.get(id);
-    const text = tip ? gpuTip(id, g) : null;
-    if (tip && tip.textContent !== text) tip.textContent = text;
-  }
+  applyMonitor(snap);                // first: the tiles' spoken names say the problems it marks
+  applyTiles(snap);
   for (const [name, node] of refs.ib) {
     const v = snap.nodes?.[name];
     node.textContent = v ? `IB ↑${fmtRate(v.ib_tx_bytes_s)} ↓${fmtRate(v.ib_rx_bytes_s)}` : "";
@@ -54,15 +42,6 @@ function applySnapshot(snap) {
   document.getElementById("clock").textContent = t("status.sim_time", { time: fmtTime(snap.t) });
   updateCollect(snap.collect);
   updateCardLive(card, snap);
-  applyMonitor(snap);
-}
-
-// A GPU's tooltip: its values now (power and temperature have no room on a tile).
-function gpuTip(id, g) {
-  const [node, index] = id.split("/");
-  const val = (v, digits, unit) => (v === undefined || v === null ? t("live.none") : `${fmt(v, digits)} ${t(unit)}`);
-  return t("tip.gpu", { gpu: node, index, util: val(g?.util_pct, 0, "unit.pct"), power: val(g?.power_w, 0, "unit.w"),
-    temp: val(g?.temp_c, 0, "unit.c"), job: g?.job ?? t("live.none") });
 }
 
 // Which collectors of `hpcwatch collect` answer (null: no daemon writes this store).
@@ -108,7 +87,11 @@ function updateVectors(snap) {
     const v = snap.vectors?.[el.dataset.vector];
     const live = Boolean(v && v.findings > 0);
     el.dataset.live = String(live);
-    el.querySelector(".vector-flag").textContent = live ? `⚠ ${t("vector.live")}` : t("vector.none");
+    const flag = refs.flags.get(el.dataset.vector);
+    if (flag) {
+      flag.textContent = live ? `⚠ ${t("vector.live")}` : t("vector.none");
+      flag.dataset.live = String(live);
+    }
     document.querySelector(`[data-path='${el.dataset.vector}']`)?.setAttribute("data-live", String(live));
   }
 }
@@ -188,6 +171,16 @@ function restoreUrl() {
 }
 
 function bindElements() {
+  for (const cell of document.querySelectorAll(".gpu-cell")) {
+    cell.addEventListener("click", () => {
+      if (!dragging.moved) openCard(cell.dataset.el, cell.closest(".node-group")?.querySelector(".el"));
+    });
+  }
+  // A GPU button in a node's card opens that GPU's card (the way to a GPU of an aggregate tile by keyboard).
+  card.addEventListener("click", (event) => {
+    const button = event.target.closest?.("[data-open-gpu]");
+    if (button) openCard(`gpu:${button.dataset.openGpu}`);
+  });
   for (const el of document.querySelectorAll(".el")) {
     el.addEventListener("click", () => {
       if (!dragging.moved) openCard(el.dataset.el, el);
@@ -317,6 +310,8 @@ function bindGuide(player) {
 // -- start ---------------------------------------------------------------------------------
 
 const monitor = initMonitor({ openCard: (key) => openCard(key), onChange: () => saveUrl() });
+initTiles();
+const fit = initFit();
 bindElements();
 bindModes();
 bindPan();
@@ -326,4 +321,4 @@ bindGuide(player);
 if (state.snapshot) applySnapshot(state.snapshot);
 restoreUrl();
 connect();
-window.hpcwatch = { openCard, closeCard, setView, setReading, applySnapshot, highlightJob, player, state, monitor };
+window.hpcwatch = { openCard, closeCard, setView, setReading, applySnapshot, highlightJob, player, state, monitor, fit };
