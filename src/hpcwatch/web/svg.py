@@ -212,6 +212,8 @@ def _defs() -> str:
 
 def _open_el(key: str, label: str, extra: str = "") -> str:
     # <title>: the tooltip a pointer gets (SVG has no title attribute); the page adds live values to a GPU's.
+    # Texts inside an element are separated by a space text node: a screen reader and axe join adjacent <text>s
+    # without one ("Slurm schedulerSlurm 22.05"), which no longer matches the element's spoken name.
     return (f'<g class="el" data-el="{_a(key)}" tabindex="0" role="button" aria-label="{_a(label)}" '
             f'aria-controls="card"{extra}><title data-tip="{_a(key)}">{_a(label)}</title>')
 
@@ -220,7 +222,7 @@ def _band(key: str, cls: str, x: int, y: int, w: int, title: str, detail: str, t
           *, height: int = BAND_H) -> str:
     label = f"{title} — {detail}. {t('schematic.open_card')}"
     return (f'{_open_el(key, label)}<rect class="shape {cls}" x="{x}" y="{y}" width="{w}" height="{height}" rx="8"/>'
-            f'<text class="band-title" x="{x + 14}" y="{y + 20}">{_a(title)}</text>'
+            f'<text class="band-title" x="{x + 14}" y="{y + 20}">{_a(title)}</text> '   # the space: see _open_el
             f'<text class="band-detail" x="{x + 14}" y="{y + 37}">{_a(detail)}</text></g>'
             f'<text class="live band-live" data-live="{key}" x="{x + w - 14}" y="{y + 28}" '
             f'text-anchor="end" aria-hidden="true"></text>')
@@ -254,7 +256,7 @@ def _node(node: Node, x: int, y: int, lay: SchematicLayout, t: Translate) -> str
     out = [f'<g class="node-group" data-node-group="{_a(node.name)}">',
            _open_el(f"node:{node.name}", label, f' data-node="{_a(node.name)}"'),
            f'<rect class="shape node-box" x="{x}" y="{y}" width="{w}" height="{lay.node_h}" rx="10"/>',
-           f'<text class="node-title" x="{x + 12}" y="{y + 20}">{_a(node.name)}</text>',
+           f'<text class="node-title" x="{x + 12}" y="{y + 20}">{_a(node.name)}</text> ',
            f'<text class="node-detail" x="{x + 12}" y="{y + 36}">{_a(detail)}</text></g>',
            f'<text class="live node-ib" data-live="ib:{_a(node.name)}" x="{x + 12}" y="{y + lay.node_h - 9}" '
            f'aria-hidden="true"></text>']
@@ -320,7 +322,7 @@ def _weights(cluster: Cluster, lay: SchematicLayout, t: Translate) -> str:
     return (f'{_open_el("weights", label)}'
             f'<rect class="shape band-weights" x="{x}" y="{y}" width="{w}" height="{h}" rx="8"/>'
             f'<path class="weights-icon" d="M{x + 16} {y + 18} h18 l6 6 v22 h-24 z" aria-hidden="true"/>'
-            f'<text class="band-title" x="{x + 50}" y="{y + 30}">{_a(t("layer.weights"))}</text>'
+            f'<text class="band-title" x="{x + 50}" y="{y + 30}">{_a(t("layer.weights"))}</text> '
             f'<text class="band-detail" x="{x + 50}" y="{y + 47}">{_a(cluster.weights.path)}</text></g>')
 
 

@@ -112,7 +112,8 @@ const LIVE = {
   },
   node(info, snap) {
     const ib = snap.nodes?.[info.id] || {};
-    const gpus = Object.entries(snap.gpus || {}).filter(([id]) => id.startsWith(`${info.id}/`));
+    const gpus = Object.entries(snap.gpus || {}).filter(([id]) => id.startsWith(`${info.id}/`))
+      .sort(([a], [b]) => Number(a.split("/")[1]) - Number(b.split("/")[1]));
     return h("div", {},
       dl([[t("live.ib_tx"), fmtRate(ib.ib_tx_bytes_s), { "data-value": "ib_tx" }],
           [t("live.ib_rx"), fmtRate(ib.ib_rx_bytes_s), { "data-value": "ib_rx" }]]),

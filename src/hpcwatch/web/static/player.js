@@ -10,6 +10,7 @@ const W = 760;
 const LABEL_W = 118;
 const NOW_W = 120;
 const ROW_H = 16;
+const CAPTION_H = 22;
 const ROW_GAP = 5;
 const reducedMotion = window.matchMedia("(prefers-reduced-motion: reduce)").matches;
 
@@ -69,10 +70,13 @@ export function initPlayer(root) {
     if (ms >= doc.step_time_s * 1000) readout.textContent = "";   // the summary below says it all
   }
 
+  let elapsedMs = 0;   // how far into the animation a pause stopped it
+
   async function play() {
     cancelAnimationFrame(frame);
+    const resuming = root.dataset.state === "paused";
     playButton.disabled = true;
-    const loaded = await load();
+    const loaded = resuming ? view : await load();
     playButton.disabled = false;
     if (!loaded) return;
     const total = loaded.doc.step_time_s * 1000;
@@ -82,9 +86,11 @@ export function initPlayer(root) {
       root.dataset.state = "done";
       return;
     }
-    const start = performance.now();
+    playLabel.textContent = t("player.pause");
+    const start = performance.now() - (resuming ? elapsedMs : 0);
     const tick = (now) => {
-      const f = Math.min(1, (now - start) / ANIM_MS);
+      elapsedMs = now - start;
+      const f = Math.min(1, elapsedMs / ANIM_MS);
       show(f * total);
       if (f < 1) frame = requestAnimationFrame(tick);
       else {
@@ -93,6 +99,15 @@ export function initPlayer(root) {
       }
     };
     frame = requestAnimationFrame(tick);
+  }
+
+  // The one button plays, pauses and resumes (issue 15: there was no pause).
+  function toggle() {
+    if (root.dataset.state !== "playing") return play();
+    cancelAnimationFrame(frame);
+    root.dataset.state = "paused";
+    playLabel.textContent = t("player.play");
+    return undefined;
   }
 
   for (const button of sourceButtons) {
@@ -105,7 +120,7 @@ export function initPlayer(root) {
       if (loaded) { show(loaded.doc.step_time_s * 1000); root.dataset.state = "ready"; }
     });
   }
-  playButton.addEventListener("click", play);
+  playButton.addEventListener("click", toggle);
 
   const ready = load().then((loaded) => { if (loaded) { show(loaded.doc.step_time_s * 1000); root.dataset.state = "ready"; } });
   return {
@@ -202,7 +217,8 @@ function drawRing(box, ranks, stats) {
     const a = -Math.PI / 2 + (2 * Math.PI * i) / n;
     return [c + radius * Math.cos(a), c + radius * Math.sin(a)];
   });
-  const svg = s("svg", { viewBox: `0 0 ${size} ${size}`, width: size, height: size, "aria-hidden": "true" });
+  const svg = s("svg", { viewBox: `0 0 ${size} ${size + CAPTION_H}`, width: size, height: size + CAPTION_H,
+    "aria-hidden": "true" });
   pos.forEach(([x, y], i) => {
     const [x2, y2] = pos[(i + 1) % n];
     svg.append(s("line", { x1: x, y1: y, x2, y2, class: "ring-edge" }));
@@ -220,7 +236,8 @@ function drawRing(box, ranks, stats) {
     svg.append(g);
     return g;
   });
-  const centre = s("text", { x: c, y: c + 4, "text-anchor": "middle", class: "ring-centre" }, "");
+  // Under the ring: across its middle a caption of "‖ 7 waiting" ran over the ranks' circles.
+  const centre = s("text", { x: c, y: size + CAPTION_H - 6, "text-anchor": "middle", class: "ring-centre" }, "");
   svg.append(centre);
   box.append(svg);
   return { pos, chunks, dots, centre };
