@@ -9,7 +9,7 @@ import { initPlayer } from "./player.js";
 import { initSimulator } from "./sim.js";
 import { boot, clear, fmt, fmtRate, fmtTime, h, t } from "./util.js";
 
-const state = { reading: "engineer", view: "schematic", snapshot: boot.live, opener: null, ticks: 0 };
+const state = { reading: "engineer", view: "schematic", snapshot: boot.live, opener: null, ticks: 0, applyMs: [] };
 const body = document.body;
 const card = document.getElementById("card");
 const wrap = document.getElementById("schematic-wrap");
@@ -117,7 +117,10 @@ function connect() {
   source.addEventListener("live", (event) => {
     conn.className = "conn conn-live";
     text.textContent = t("status.live");
+    const started = performance.now();
     applySnapshot(JSON.parse(event.data));
+    // What one tick costs the page (parse + every write), kept for benchmarks/bench_web.py and the tests.
+    state.applyMs = [...state.applyMs.slice(-59), performance.now() - started];
   });
   source.addEventListener("problem", (event) => {
     conn.className = "conn conn-lost";
