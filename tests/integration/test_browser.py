@@ -340,9 +340,11 @@ def test_first_paint_and_update_cost_with_128_gpus(browser):
             for (let i = 0; i < 20; i++) { const t = performance.now(); window.hpcwatch.applySnapshot(snap);
                                            runs.push(performance.now() - t); }
             runs.sort((a, b) => a - b); return runs[10]; }""")
+        assert pg.locator(".tile g.el[data-node]").count() == 16     # aggregate node tiles, fitted to the width
+        pg.evaluate("window.hpcwatch.fit.zoom(2)")                  # zoomed in, the schematic pans
         wide = pg.evaluate("[document.getElementById('schematic-wrap').scrollWidth,"
                            " document.getElementById('schematic-wrap').clientWidth]")
-        assert wide[0] > wide[1]         # 16 nodes do not fit: the schematic pans
+        assert wide[0] > wide[1]
         wrap = pg.locator("#schematic-wrap").bounding_box()
         pg.mouse.move(wrap["x"] + 900, wrap["y"] + 300)
         pg.mouse.down()

@@ -213,6 +213,24 @@ def test_gpu_tile_shows_power_temperature_job_colour_and_speaks_its_values(page)
         pytest.fail("the GPU's spoken name never changed with its values")
 
 
+def test_gpu_card_shows_sparklines_over_a_chosen_time_range(page):  # noqa: F811
+    page.click("g.el[data-gpu='node1/2']")
+    line = page.locator("#card .spark-row[data-spark='util_pct'] polyline")
+    line.first.wait_for(timeout=20_000)
+    label = page.get_attribute("#card .spark-row[data-spark='power_w'] svg", "aria-label")
+    assert re.search(r"Power: .* W → .* W over 5 min \(min .* W, max .* W\)", label), label
+    page.wait_for_timeout(3000)
+    with page.expect_response(lambda r: "/api/history" in r.url and "range_s=900" in r.url):
+        page.select_option("#hist-range", "900")
+    page.wait_for_function("document.querySelector(\"#card .spark-row[data-spark='util_pct'] svg\")"
+                           "?.getAttribute('aria-label').includes('15 min')")
+    _shot_card(page, "fit-gpu-card-sparklines")
+
+
+def _shot_card(pg, name: str) -> None:
+    pg.locator("#card").screenshot(path=str(ARTIFACTS / f"{name}.png"))
+
+
 def test_straggler_tile_says_so_in_its_spoken_name(problem_page):  # noqa: F811
     pg = problem_page
     pg.wait_for_function("document.querySelector(\"g.el[data-gpu='node1/2']\").dataset.problem === 'straggler'",

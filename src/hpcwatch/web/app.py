@@ -30,7 +30,7 @@ from hpcwatch.errors import ConfigError, HpcwatchError, InputError, StoreError
 from hpcwatch.model.cluster import Cluster
 from hpcwatch.records import PHASES
 from hpcwatch.store import Store
-from hpcwatch.web import api
+from hpcwatch.web import api, history
 from hpcwatch.web.i18n import LANG_COOKIE, LANGUAGES, load_catalogue, negotiate
 from hpcwatch.web.live import LiveView
 from hpcwatch.reports.live import STALE_AFTER_S
@@ -69,6 +69,7 @@ def create_app(store: Store, cluster: Cluster, *, step_jobs: Mapping[str, str] |
     app.state.hpcwatch = AppState(store=store, cluster=cluster, live=live, step_jobs=step_jobs,
                                   stream_interval_s=stream_interval_s)
     app.include_router(api.router)
+    app.include_router(history.router)
     app.mount("/static", StaticFiles(directory=STATIC_DIR), name="static")
     _add_pages(app)
     _add_error_handlers(app)

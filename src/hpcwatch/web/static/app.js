@@ -3,6 +3,7 @@
 
 import { renderCard, updateCardLive } from "./card.js";
 import { initFit } from "./fit.js";
+import { showHistory } from "./history.js";
 import { applyMonitor, highlightJob, initMonitor, readUrl, writeUrl } from "./monitor.js";
 import { applyTiles, initTiles } from "./tiles.js";
 import { initPlayer } from "./player.js";
@@ -101,6 +102,9 @@ function updateQueue(snap) {
   if (!q) return;
   document.getElementById("queue-counts").textContent = t("queue.counts", { running: fmt(q.running), pending: fmt(q.pending) });
   const tbody = document.querySelector("#queue-table tbody");
+  const signature = JSON.stringify(q.jobs);
+  if (tbody.dataset.signature === signature) return;     // rebuilding 50 rows a tick cost more than the tiles
+  tbody.dataset.signature = signature;
   clear(tbody);
   for (const j of q.jobs) {
     const job = h("button", { type: "button", class: "ghost job-link", "data-highlight-job": j.id,
@@ -138,6 +142,7 @@ function openCard(key, opener) {
   state.opener = opener ?? document.querySelector(`[data-el='${CSS.escape(key)}']`);
   document.querySelectorAll(".el[aria-expanded='true']").forEach((el) => el.setAttribute("aria-expanded", "false"));
   if (!renderCard(card, key, state.reading, state.snapshot, closeCard)) return;
+  showHistory(card, key);
   state.opener?.setAttribute("aria-expanded", "true");
   document.querySelectorAll(".el.selected").forEach((el) => el.classList.remove("selected"));
   state.opener?.classList.add("selected");
@@ -207,7 +212,9 @@ function setReading(reading) {
   body.classList.remove("reading-engineer", "reading-decider");
   body.classList.add(`reading-${reading}`);
   document.querySelectorAll("[data-reading]").forEach((b) => b.setAttribute("aria-pressed", String(b.dataset.reading === reading)));
-  if (card.dataset.open) renderCard(card, card.dataset.open, reading, state.snapshot, closeCard);
+  if (card.dataset.open && renderCard(card, card.dataset.open, reading, state.snapshot, closeCard)) {
+    showHistory(card, card.dataset.open);
+  }
   if (reading === "decider") showTier();
   saveUrl();
 }

@@ -23,7 +23,7 @@ export function initTiles() {
     const id = el.dataset.gpu;
     const [node, index] = id.split("/");
     const bar = bars.get(id);
-    return { id, node, index, el, util: util.get(id), pt: pt.get(id), bar, job: jobbars.get(id), tip: tips.get(id),
+    return { id, node, index, el, full: el.classList.contains("el"), util: util.get(id), pt: pt.get(id), bar, job: jobbars.get(id), tip: tips.get(id),
       barMax: Number(bar?.previousElementSibling?.getAttribute("width") ?? 34), last: {} };
   });
   const byGpu = new Map(refs.tiles.map((tile) => [tile.id, tile]));
@@ -83,10 +83,10 @@ function applyGpu(tile, g) {
   setText(tile.util, util === undefined || util === null ? "–" : `${fmt(util, 0)}${t("unit.pct")}`, tile.last, "u");
   setText(tile.pt, g ? `${fmt(g.power_w, 0)} ${t("unit.w")} · ${fmt(g.temp_c, 0)}°` : "", tile.last, "pt");
   if (tile.bar) set(tile.bar, "width", String(util ? (tile.barMax * Math.min(100, util)) / 100 : 0), tile.last);
-  const words = gpuWords(tile, g);
   // A full tile's tooltip and spoken name follow every tick; a cell of an aggregate tile writes its tooltip
   // only when a pointer reaches it (1,024 text writes a tick were a third of the tick's cost).
-  if (!tile.el.classList.contains("el")) return;
+  if (!tile.full) return;
+  const words = gpuWords(tile, g);
   setText(tile.tip, t("tip.gpu", words), tile.last, "tip");
   set(tile.el, "aria-label", t("aria.gpu_live", { ...words, problem: problemWords(tile.el) }), tile.last);
 }
