@@ -1,6 +1,7 @@
 """Cost of the web view at scale (issue 15: 1,024 GPUs / 128 nodes at 1 Hz).
 
-Run by hand: ``.venv/bin/python benchmarks/bench_web.py [--nodes 128] [--ticks 60] [--viewers 200]``; prints
+Run by hand from the repository root (it needs Debian's Chromium and Playwright, as the browser tests do):
+``PYTHONPATH=src:. .venv/bin/python benchmarks/bench_web.py [--nodes 128] [--ticks 60] [--viewers 200]``; prints
 numbers and writes them as JSON with ``--json FILE``.
 
 Two parts:
@@ -18,13 +19,8 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import signal
-import socket
 import statistics
-import subprocess
-import sys
 import time
-import urllib.request
 from pathlib import Path
 
 import httpx
@@ -70,28 +66,6 @@ def in_process(nodes: int, ticks: int) -> dict[str, float]:
         out["page_kib"] = len(client.get("/").content) / 1024
         out["snapshot_json_kib"] = len(client.get("/api/live").content) / 1024
     return {k: round(v, 1) for k, v in out.items()}
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def _start_demo(nodes: int) -> tuple[subprocess.Popen, str]:
-    port = _free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "hpcwatch", "demo", "--no-browser", "--port", str(port),
-                             "--duration", "900", "--nodes", str(nodes)],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    url = f"http://127.0.0.1:{port}/"
-    for _ in range(300):
-        try:
-            urllib.request.urlopen(url + "healthz", timeout=1)
-            return proc, url
-        except OSError:
-            time.sleep(0.2)
-    proc.kill()
-    raise RuntimeError("hpcwatch demo did not answer")
 
 
 # Two real snapshots a few seconds apart, applied in turn (every value changes), each followed by a forced
@@ -169,7 +143,10 @@ def main() -> None:
     args = parser.parse_args()
     results = {"nodes": args.nodes, "gpus": args.nodes * 8, "in_process": in_process(args.nodes, args.ticks)}
     print("in process:", json.dumps(results["in_process"]))
-    proc, url = _start_demo(args.nodes)
+    # The demo is started and stopped as the browser tests do it (one helper for both); run from the repo root.
+    from tests.integration.test_browser import _start_demo, _stop
+
+    proc, url = _start_demo("--nodes", str(args.nodes))
     try:
         time.sleep(20)                  # let the twin write some history first
         if Path(CHROMIUM).exists():
@@ -178,8 +155,7 @@ def main() -> None:
         results["sse"] = asyncio.run(viewers(url, args.viewers, args.hold))
         print("sse:", json.dumps(results["sse"]))
     finally:
-        proc.send_signal(signal.SIGINT)
-        proc.wait(timeout=20)
+        _stop(proc)
     if args.json:
         args.json.write_text(json.dumps(results, indent=2))
 

@@ -210,7 +210,7 @@ def test_a_real_finding_lights_its_vector(browser):
         pg.goto(url)
         pg.click("[data-view='threats']")
         pg.wait_for_selector("g[data-vector='rdma_blind_spot'][data-live='true']", timeout=60_000)
-        flag = pg.locator("g[data-vector='rdma_blind_spot'] .vector-flag").text_content()
+        flag = pg.locator("[data-flag='rdma_blind_spot']").text_content()   # drawn beside its element (svg.py)
         assert flag.startswith("⚠")
         with_findings = pg.evaluate("Object.entries(window.hpcwatch.state.snapshot.vectors)"
                                     ".filter(([v, f]) => f.findings > 0 && v !== 'weights_access').map(([v]) => v)")
