@@ -21,6 +21,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from hpcwatch import vocab
 from hpcwatch.errors import InputError
 from hpcwatch.reports.live import GPU_FIELDS
 
@@ -29,14 +30,14 @@ __all__ = ["SamplesSource", "Series", "History", "HISTORY_METRICS", "HISTORY_RAN
 
 #: What a sparkline shows: dcgm-exporter's utilisation (%), power (W) and temperature (°C)
 #: (https://github.com/NVIDIA/dcgm-exporter/blob/main/etc/default-counters.csv).
-HISTORY_METRICS = ("DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_DEV_POWER_USAGE", "DCGM_FI_DEV_GPU_TEMP")
+HISTORY_METRICS = (vocab.DCGM_FI_DEV_GPU_UTIL, vocab.DCGM_FI_DEV_POWER_USAGE, vocab.DCGM_FI_DEV_GPU_TEMP)
 #: The page's time ranges: 5 min, 15 min, 1 h (dcgm-exporter scrapes every 30 s by default, so 1 h is
 #: still 120 points; longer belongs in Grafana, deploy/grafana/).
 HISTORY_RANGES_S = (300.0, 900.0, 3600.0)
 #: Buckets per sparkline: one per 5 s over 5 min. Ours: about the pixels of a 240 px line, every 4 px.
 DEFAULT_POINTS = 60
 #: A node's power is the sum over its GPUs; the other fields are means.
-_SUMMED = {"DCGM_FI_DEV_POWER_USAGE"}
+_SUMMED = {vocab.DCGM_FI_DEV_POWER_USAGE}
 
 
 class SamplesSource(Protocol):
