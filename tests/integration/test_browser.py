@@ -210,7 +210,7 @@ def test_a_real_finding_lights_its_vector(browser):
         pg.goto(url)
         pg.click("[data-view='threats']")
         pg.wait_for_selector("g[data-vector='rdma_blind_spot'][data-live='true']", timeout=60_000)
-        flag = pg.locator("g[data-vector='rdma_blind_spot'] .vector-flag").text_content()
+        flag = pg.locator("[data-flag='rdma_blind_spot']").text_content()   # drawn beside its element (svg.py)
         assert flag.startswith("⚠")
         with_findings = pg.evaluate("Object.entries(window.hpcwatch.state.snapshot.vectors)"
                                     ".filter(([v, f]) => f.findings > 0 && v !== 'weights_access').map(([v]) => v)")
@@ -340,9 +340,11 @@ def test_first_paint_and_update_cost_with_128_gpus(browser):
             for (let i = 0; i < 20; i++) { const t = performance.now(); window.hpcwatch.applySnapshot(snap);
                                            runs.push(performance.now() - t); }
             runs.sort((a, b) => a - b); return runs[10]; }""")
+        assert pg.locator(".tile g.el[data-node]").count() == 16     # aggregate node tiles, fitted to the width
+        pg.evaluate("window.hpcwatch.fit.zoom(2)")                  # zoomed in, the schematic pans
         wide = pg.evaluate("[document.getElementById('schematic-wrap').scrollWidth,"
                            " document.getElementById('schematic-wrap').clientWidth]")
-        assert wide[0] > wide[1]         # 16 nodes do not fit: the schematic pans
+        assert wide[0] > wide[1]
         wrap = pg.locator("#schematic-wrap").bounding_box()
         pg.mouse.move(wrap["x"] + 900, wrap["y"] + 300)
         pg.mouse.down()

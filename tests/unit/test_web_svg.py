@@ -16,7 +16,8 @@ from hpcwatch.model import parse_cluster, reference_cluster
 from hpcwatch.model.cards import SECTIONS, load_cards, parse_cards
 from hpcwatch.records import VECTORS
 from hpcwatch.web.i18n import load_catalogue, negotiate
-from hpcwatch.web.svg import COLLECTOR_TARGETS, VECTOR_TARGETS, layout_for, render_schematic
+from hpcwatch.web.svg import (COLLECTOR_TARGETS, DETAIL_MAX_NODES, MAX_TILE_COLS, VECTOR_TARGETS, layout_for,
+                              render_schematic)
 
 WEB = Path(hpcwatch.web.__file__).parent
 
@@ -37,10 +38,44 @@ def test_schematic_draws_any_size_as_valid_svg(nodes):
     assert f"node{nodes}/7" in gpus
 
 
-def test_wide_clusters_are_wider_than_the_first_screen_and_small_ones_fill_it():
-    assert layout_for(_cluster(16)).width > 3000      # the page pans
+def test_small_clusters_get_a_tile_per_gpu_and_large_ones_aggregate_node_tiles():
     small = layout_for(reference_cluster())
-    assert small.width == 1160 and small.gpu_cols == 8  # two wide nodes, one row of GPUs each
+    assert small.width == 1160 and small.gpu_cols == 8 and not small.aggregate  # two wide nodes, one GPU row
+    assert not layout_for(_cluster(DETAIL_MAX_NODES)).aggregate
+    assert layout_for(_cluster(DETAIL_MAX_NODES + 1)).aggregate
+
+
+@pytest.mark.parametrize("nodes", [5, 16, 37, 128])
+def test_node_tiles_never_overlap_and_stay_inside_the_drawing(nodes):
+    lay = layout_for(_cluster(nodes))
+    boxes = [(lay.node_x(i), lay.node_y(i)) for i in range(nodes)]
+    assert len(set(boxes)) == nodes
+    for x, y in boxes:
+        assert x + lay.node_w <= lay.width - 24 and lay.y_nodes <= y and y + lay.node_h < lay.y_fabric
+    rows = {}
+    for x, y in boxes:
+        rows.setdefault(y, []).append(x)
+    for xs in rows.values():                       # neighbours in a row are a tile and a gap apart
+        xs.sort()
+        assert all(b - a >= lay.node_w for a, b in zip(xs, xs[1:]))
+
+
+def test_128_nodes_fit_one_1920_screen_at_full_size():
+    lay = layout_for(_cluster(128))
+    assert lay.node_cols == MAX_TILE_COLS and lay.width <= 1834    # 1920 px less the page's margins
+    assert lay.height <= 1080 - 100                                # a wall screen less the header
+
+
+def test_live_text_is_beside_elements_not_inside_them():
+    """An element's spoken name must contain its visible text (axe label-content-name-mismatch), so values that
+    change every second are drawn in aria-hidden siblings, never inside the element."""
+    root = ET.fromstring(render_schematic(reference_cluster(), load_catalogue("en")))
+    for el in root.iter():
+        if "el" in (el.get("class") or "").split():
+            assert not [x for x in el.iter() if "live" in (x.get("class") or "").split()], el.get("data-el")
+    tile = next(e for e in root.iter() if e.get("data-gpu") == "node1/2")
+    assert "".join(tile.itertext()).replace(tile.find("{*}title").text, "").strip() == "GPU 2"
+    assert tile.get("aria-label").startswith("GPU 2 of node1")
 
 
 def test_model_text_is_escaped_in_the_svg():

@@ -16,6 +16,7 @@ goodput of a job       ``goodput_report`` (goodput) -> ``GoodputReport``
 node health            ``node_health`` (health) -> ``HealthReport``
 findings summary       ``findings_summary``, ``finding_counts`` (findings)
 live snapshot          ``live_snapshot``, ``gpu_table`` (live)
+a GPU's last minutes   ``element_history`` (history) -> ``History`` (a samples source: Store or PromQL)
 =====================  ===========================================================
 """
 
@@ -25,6 +26,7 @@ from importlib import import_module
 #: every CLI command loads for ``safe_text``) would otherwise pull in the store, pyarrow and duckdb, and
 #: ``hpcwatch --help`` with them. ``from hpcwatch.reports import job_report`` still works (PEP 562).
 _HOMES = {
+    "element_history": "history", "History": "history",
     "jobs_report": "jobs", "job_report": "jobs",
     "step_report": "steps", "step_report_of": "steps", "StepReport": "steps", "player_step": "steps",
     "PlayerStep": "steps", "PlayerVerdict": "steps", "player_jobs": "steps", "live_training": "steps",

@@ -160,8 +160,8 @@ async def _events(request: Request) -> AsyncIterator[bytes]:
         if await request.is_disconnected():
             break
         try:
-            doc = await run_in_threadpool(state.live.snapshot)
-            yield b"event: live\ndata: " + orjson.dumps(doc, default=str) + b"\n\n"
+            # One encoded frame for every viewer; the thread pool only when it must be recomputed (web/live.py).
+            yield state.live.fresh_frame() or await run_in_threadpool(state.live.frame)
         except HpcwatchError as err:
             yield b"event: problem\ndata: " + orjson.dumps({"error": str(err)}) + b"\n\n"
         except Exception as err:  # noqa: BLE001 - one bad tick must not end every viewer's stream

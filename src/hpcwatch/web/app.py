@@ -30,7 +30,7 @@ from hpcwatch.errors import BackendError, ConfigError, HpcwatchError, InputError
 from hpcwatch.model.cluster import Cluster
 from hpcwatch.records import PHASES
 from hpcwatch.store import Store
-from hpcwatch.web import api, jobpage
+from hpcwatch.web import api, history, jobpage
 from hpcwatch.web.i18n import LANG_COOKIE, LANGUAGES, load_catalogue, negotiate
 from hpcwatch.web.live import LiveView
 from hpcwatch.promql import safe_url
@@ -81,6 +81,7 @@ def create_app(store: Store, cluster: Cluster, *, step_jobs: Mapping[str, str] |
                                   f"Prometheus {safe_url(prometheus.config.url)}")
     app.include_router(api.router)
     app.include_router(jobpage.router)
+    app.include_router(history.router)
     app.mount("/static", StaticFiles(directory=STATIC_DIR), name="static")
     _add_pages(app)
     _add_error_handlers(app)

@@ -2,29 +2,28 @@
 // the walk-through guide. Live text is written with textContent only.
 
 import { renderCard, updateCardLive } from "./card.js";
+import { initFit } from "./fit.js";
+import { showHistory } from "./history.js";
 import { applyMonitor, highlightJob, initMonitor, readUrl, writeUrl } from "./monitor.js";
 import { jobLink } from "./job.js";
+import { applyTiles, initTiles } from "./tiles.js";
 import { initPlayer } from "./player.js";
 import { initSimulator } from "./sim.js";
 import { boot, clear, fmt, fmtRate, fmtTime, h, t } from "./util.js";
 
-const state = { reading: "engineer", view: "schematic", snapshot: boot.live, opener: null, ticks: 0 };
+const state = { reading: "engineer", view: "schematic", snapshot: boot.live, opener: null, ticks: 0, applyMs: [] };
 const body = document.body;
 const card = document.getElementById("card");
 const wrap = document.getElementById("schematic-wrap");
 
 // Elements updated every tick, looked up once (a 128-GPU page has ~1,000 of them).
 const refs = {
-  util: new Map([...document.querySelectorAll("[data-live^='util:']")].map((n) => [n.dataset.live.slice(5), n])),
-  bars: new Map([...document.querySelectorAll("[data-bar]")].map((n) => [n.dataset.bar, n])),
-  gpus: new Map([...document.querySelectorAll("[data-gpu]")].map((n) => [n.dataset.gpu, n])),
   ib: new Map([...document.querySelectorAll("[data-live^='ib:']")].map((n) => [n.dataset.live.slice(3), n])),
   band: new Map([...document.querySelectorAll(".band-live")].map((n) => [n.dataset.live, n])),
   collectors: [...document.querySelectorAll("[data-collector]")],
   vectors: [...document.querySelectorAll("g[data-vector]")],
-  tips: new Map([...document.querySelectorAll("title[data-tip^='gpu:']")].map((n) => [n.dataset.tip.slice(4), n])),
+  flags: new Map([...document.querySelectorAll("[data-flag]")].map((n) => [n.dataset.flag, n])),
 };
-const BAR_MAX = Number(document.querySelector("[data-bar]")?.previousElementSibling?.getAttribute("width") ?? 34);
 
 // -- live values ---------------------------------------------------------------------------
 
@@ -32,18 +31,8 @@ function applySnapshot(snap) {
   state.snapshot = snap;
   state.ticks += 1;
   body.dataset.ticks = String(state.ticks);
-  for (const [id, node] of refs.util) {
-    const g = snap.gpus?.[id];
-    const util = g?.util_pct;
-    node.textContent = util === undefined || util === null ? "–" : `${fmt(util, 0)}${t("unit.pct")}`;
-    const bar = refs.bars.get(id);
-    if (bar) bar.setAttribute("width", String(util ? (BAR_MAX * Math.min(100, util)) / 100 : 0));
-    const el = refs.gpus.get(id);
-    if (el) el.dataset.level = util === undefined ? "none" : util >= 70 ? "high" : util >= 20 ? "mid" : "low";
-    const tip = refs.tips.get(id);
-    const text = tip ? gpuTip(id, g) : null;
-    if (tip && tip.textContent !== text) tip.textContent = text;
-  }
+  applyMonitor(snap);                // first: the tiles' spoken names say the problems it marks
+  applyTiles(snap);
   for (const [name, node] of refs.ib) {
     const v = snap.nodes?.[name];
     node.textContent = v ? `IB ↑${fmtRate(v.ib_tx_bytes_s)} ↓${fmtRate(v.ib_rx_bytes_s)}` : "";
@@ -55,15 +44,6 @@ function applySnapshot(snap) {
   document.getElementById("clock").textContent = t("status.sim_time", { time: fmtTime(snap.t) });
   updateCollect(snap.collect);
   updateCardLive(card, snap);
-  applyMonitor(snap);
-}
-
-// A GPU's tooltip: its values now (power and temperature have no room on a tile).
-function gpuTip(id, g) {
-  const [node, index] = id.split("/");
-  const val = (v, digits, unit) => (v === undefined || v === null ? t("live.none") : `${fmt(v, digits)} ${t(unit)}`);
-  return t("tip.gpu", { gpu: node, index, util: val(g?.util_pct, 0, "unit.pct"), power: val(g?.power_w, 0, "unit.w"),
-    temp: val(g?.temp_c, 0, "unit.c"), job: g?.job ?? t("live.none") });
 }
 
 // Which collectors of `hpcwatch collect` answer (null: no daemon writes this store).
@@ -114,7 +94,11 @@ function updateVectors(snap) {
     const v = snap.vectors?.[el.dataset.vector];
     const live = Boolean(v && v.findings > 0);
     el.dataset.live = String(live);
-    el.querySelector(".vector-flag").textContent = live ? `⚠ ${t("vector.live")}` : t("vector.none");
+    const flag = refs.flags.get(el.dataset.vector);
+    if (flag) {
+      flag.textContent = live ? `⚠ ${t("vector.live")}` : t("vector.none");
+      flag.dataset.live = String(live);
+    }
     document.querySelector(`[data-path='${el.dataset.vector}']`)?.setAttribute("data-live", String(live));
   }
 }
@@ -124,6 +108,9 @@ function updateQueue(snap) {
   if (!q) return;
   document.getElementById("queue-counts").textContent = t("queue.counts", { running: fmt(q.running), pending: fmt(q.pending) });
   const tbody = document.querySelector("#queue-table tbody");
+  const signature = JSON.stringify(q.jobs);
+  if (tbody.dataset.signature === signature) return;     // rebuilding 50 rows a tick cost more than the tiles
+  tbody.dataset.signature = signature;
   clear(tbody);
   for (const j of q.jobs) {
     const job = h("button", { type: "button", class: "ghost job-link", "data-highlight-job": j.id,
@@ -141,7 +128,10 @@ function connect() {
   source.addEventListener("live", (event) => {
     conn.className = "conn conn-live";
     text.textContent = t("status.live");
+    const started = performance.now();
     applySnapshot(JSON.parse(event.data));
+    // What one tick costs the page (parse + every write), kept for benchmarks/bench_web.py and the tests.
+    state.applyMs = [...state.applyMs.slice(-59), performance.now() - started];
   });
   source.addEventListener("problem", (event) => {
     conn.className = "conn conn-lost";
@@ -159,6 +149,7 @@ function openCard(key, opener) {
   state.opener = opener ?? document.querySelector(`[data-el='${CSS.escape(key)}']`);
   document.querySelectorAll(".el[aria-expanded='true']").forEach((el) => el.setAttribute("aria-expanded", "false"));
   if (!renderCard(card, key, state.reading, state.snapshot, closeCard)) return;
+  showHistory(card, key);
   state.opener?.setAttribute("aria-expanded", "true");
   document.querySelectorAll(".el.selected").forEach((el) => el.classList.remove("selected"));
   state.opener?.classList.add("selected");
@@ -195,6 +186,16 @@ function restoreUrl() {
 }
 
 function bindElements() {
+  for (const cell of document.querySelectorAll(".gpu-cell")) {
+    cell.addEventListener("click", () => {
+      if (!dragging.moved) openCard(cell.dataset.el, cell.closest(".node-group")?.querySelector(".el"));
+    });
+  }
+  // A GPU button in a node's card opens that GPU's card (the way to a GPU of an aggregate tile by keyboard).
+  card.addEventListener("click", (event) => {
+    const button = event.target.closest?.("[data-open-gpu]");
+    if (button) openCard(`gpu:${button.dataset.openGpu}`);
+  });
   for (const el of document.querySelectorAll(".el")) {
     el.addEventListener("click", () => {
       if (!dragging.moved) openCard(el.dataset.el, el);
@@ -218,7 +219,9 @@ function setReading(reading) {
   body.classList.remove("reading-engineer", "reading-decider");
   body.classList.add(`reading-${reading}`);
   document.querySelectorAll("[data-reading]").forEach((b) => b.setAttribute("aria-pressed", String(b.dataset.reading === reading)));
-  if (card.dataset.open) renderCard(card, card.dataset.open, reading, state.snapshot, closeCard);
+  if (card.dataset.open && renderCard(card, card.dataset.open, reading, state.snapshot, closeCard)) {
+    showHistory(card, card.dataset.open);
+  }
   if (reading === "decider") showTier();
   saveUrl();
 }
@@ -324,6 +327,8 @@ function bindGuide(player) {
 // -- start ---------------------------------------------------------------------------------
 
 const monitor = initMonitor({ openCard: (key) => openCard(key), onChange: () => saveUrl() });
+initTiles();
+const fit = initFit();
 bindElements();
 bindModes();
 bindPan();
@@ -333,4 +338,4 @@ bindGuide(player);
 if (state.snapshot) applySnapshot(state.snapshot);
 restoreUrl();
 connect();
-window.hpcwatch = { openCard, closeCard, setView, setReading, applySnapshot, highlightJob, player, state, monitor };
+window.hpcwatch = { openCard, closeCard, setView, setReading, applySnapshot, highlightJob, player, state, monitor, fit };

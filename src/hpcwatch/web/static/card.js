@@ -57,9 +57,15 @@ export function updateCardLive(container, snap) {
   const target = container.querySelector("#card-live");
   if (!key || !target || !snap) return;
   const info = parseKey(key);
+  // The live part is rebuilt every tick: a button that had the focus gets it back, or a keyboard user inside
+  // the card would be thrown out of it once a second.
+  const active = target.contains(document.activeElement) ? document.activeElement : null;
+  const again = active?.dataset?.openGpu ? `[data-open-gpu="${CSS.escape(active.dataset.openGpu)}"]`
+    : active?.dataset?.highlightJob ? `[data-highlight-job="${CSS.escape(active.dataset.highlightJob)}"]` : null;
   clear(target);
   const builder = LIVE[info.kind] || LIVE[info.cardKey];
   target.append(builder ? builder(info, snap) : h("p", { class: "muted" }, t("card.no_data")));
+  if (again) target.querySelector(again)?.focus({ preventScroll: true });
 }
 
 function dl(rows) {
@@ -67,7 +73,8 @@ function dl(rows) {
 }
 
 function table(headers, rows, attrs = {}) {
-  return h("div", { class: "table-wrap" }, h("table", { class: "data compact", ...attrs },
+  // Focusable and named: a table wider than the card scrolls, and a keyboard must be able to scroll it.
+  return h("div", { class: "table-wrap", tabindex: "0", role: "region", "aria-label": t("aria.region_table") }, h("table", { class: "data compact", ...attrs },
     h("thead", {}, h("tr", {}, headers.map((x) => h("th", { scope: "col" }, x)))),
     h("tbody", {}, rows.map((r) => h("tr", {}, r.map((c) => h("td", {}, c)))))));
 }
@@ -106,13 +113,15 @@ const LIVE = {
   },
   node(info, snap) {
     const ib = snap.nodes?.[info.id] || {};
-    const gpus = Object.entries(snap.gpus || {}).filter(([id]) => id.startsWith(`${info.id}/`));
+    const gpus = Object.entries(snap.gpus || {}).filter(([id]) => id.startsWith(`${info.id}/`))
+      .sort(([a], [b]) => Number(a.split("/")[1]) - Number(b.split("/")[1]));
     return h("div", {},
       dl([[t("live.ib_tx"), fmtRate(ib.ib_tx_bytes_s), { "data-value": "ib_tx" }],
           [t("live.ib_rx"), fmtRate(ib.ib_rx_bytes_s), { "data-value": "ib_rx" }]]),
       h("h4", {}, t("live.gpus")),
       table([t("player.gpu"), t("live.util"), t("live.power"), t("live.mem"), t("live.temp"), t("live.job")],
-        gpus.map(([id, g]) => [id, gpuValue(g, "util_pct"), gpuValue(g, "power_w"), gpuValue(g, "mem_used_bytes"),
+        gpus.map(([id, g]) => [h("button", { type: "button", class: "ghost job-link", "data-open-gpu": id }, id),
+          gpuValue(g, "util_pct"), gpuValue(g, "power_w"), gpuValue(g, "mem_used_bytes"),
           gpuValue(g, "temp_c"), g.job ?? t("live.none")])));
   },
   slurm(info, snap) {

@@ -10,6 +10,7 @@ const W = 760;
 const LABEL_W = 118;
 const NOW_W = 120;
 const ROW_H = 16;
+const CAPTION_H = 22;
 const ROW_GAP = 5;
 // The live list is refreshed this often: jobs start and end, a minute late is soon enough (ours).
 const LIVE_REFRESH_MS = 15000;
@@ -73,10 +74,13 @@ export function initPlayer(root) {
     if (ms >= doc.step_time_s * 1000) readout.textContent = "";   // the summary below says it all
   }
 
+  let elapsedMs = 0;   // how far into the animation a pause stopped it
+
   async function play() {
     cancelAnimationFrame(frame);
+    const resuming = root.dataset.state === "paused";
     playButton.disabled = true;
-    const loaded = await load();
+    const loaded = resuming ? view : await load();
     playButton.disabled = false;
     if (!loaded) return;
     const total = loaded.doc.step_time_s * 1000;
@@ -86,9 +90,11 @@ export function initPlayer(root) {
       root.dataset.state = "done";
       return;
     }
-    const start = performance.now();
+    playLabel.textContent = t("player.pause");
+    const start = performance.now() - (resuming ? elapsedMs : 0);
     const tick = (now) => {
-      const f = Math.min(1, (now - start) / ANIM_MS);
+      elapsedMs = now - start;
+      const f = Math.min(1, elapsedMs / ANIM_MS);
       show(f * total);
       if (f < 1) frame = requestAnimationFrame(tick);
       else {
@@ -100,6 +106,7 @@ export function initPlayer(root) {
   }
 
   async function choose(nextJob, name) {
+    cancelAnimationFrame(frame);
     job = nextJob;
     jobName = name;
     root.dataset.job = job ?? "";
@@ -107,6 +114,15 @@ export function initPlayer(root) {
     playLabel.textContent = t("player.play");
     const loaded = await load();
     if (loaded) { show(loaded.doc.step_time_s * 1000); root.dataset.state = "ready"; }
+  }
+
+  // The one button plays, pauses and resumes (issue 15: there was no pause).
+  function toggle() {
+    if (root.dataset.state !== "playing") return play();
+    cancelAnimationFrame(frame);
+    root.dataset.state = "paused";
+    playLabel.textContent = t("player.play");
+    return undefined;
   }
 
   for (const button of sourceButtons) {
@@ -122,7 +138,7 @@ export function initPlayer(root) {
     await choose(liveSelect.value, t("stepsource.job_name", { job: liveSelect.value }));
   });
   if (liveSelect) setInterval(() => refreshLive(liveSelect), LIVE_REFRESH_MS);
-  playButton.addEventListener("click", play);
+  playButton.addEventListener("click", toggle);
 
   root.dataset.job = job ?? "";
   const ready = load().then((loaded) => { if (loaded) { show(loaded.doc.step_time_s * 1000); root.dataset.state = "ready"; } });
@@ -248,7 +264,8 @@ function drawRing(box, ranks, stats) {
     const a = -Math.PI / 2 + (2 * Math.PI * i) / n;
     return [c + radius * Math.cos(a), c + radius * Math.sin(a)];
   });
-  const svg = s("svg", { viewBox: `0 0 ${size} ${size}`, width: size, height: size, "aria-hidden": "true" });
+  const svg = s("svg", { viewBox: `0 0 ${size} ${size + CAPTION_H}`, width: size, height: size + CAPTION_H,
+    "aria-hidden": "true" });
   pos.forEach(([x, y], i) => {
     const [x2, y2] = pos[(i + 1) % n];
     svg.append(s("line", { x1: x, y1: y, x2, y2, class: "ring-edge" }));
@@ -266,7 +283,8 @@ function drawRing(box, ranks, stats) {
     svg.append(g);
     return g;
   });
-  const centre = s("text", { x: c, y: c + 4, "text-anchor": "middle", class: "ring-centre" }, "");
+  // Under the ring: across its middle a caption of "‖ 7 waiting" ran over the ranks' circles.
+  const centre = s("text", { x: c, y: size + CAPTION_H - 6, "text-anchor": "middle", class: "ring-centre" }, "");
   svg.append(centre);
   box.append(svg);
   return { pos, chunks, dots, centre };
