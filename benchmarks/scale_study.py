@@ -36,6 +36,7 @@ sys.path.insert(0, str(ROOT / "src"))
 sys.path.insert(0, str(ROOT))
 
 from hpcwatch.cli.twinserve import raise_open_files_limit, sized_cluster  # noqa: E402
+from hpcwatch.errors import HpcwatchError  # noqa: E402
 from hpcwatch.promql import PrometheusBackend  # noqa: E402
 from hpcwatch.twin import Twin  # noqa: E402
 from hpcwatch.twin.serve import ServeConfig, TwinEndpoints, prometheus_config  # noqa: E402
@@ -95,8 +96,8 @@ def measure(nodes: int, *, window_s: float, interval_s: float, workdir: Path) ->
             run.figures.update(_scrape_figures(twin, endpoints, scrapes0, bytes0, nodes))
             run.figures["prom_samples_per_s"] = (_appended(prom.url, "prometheus") - before["prom"]) / elapsed
             run.figures["vm_samples_per_s"] = (_appended(vm.url, "victoriametrics") - before["vm"]) / elapsed
-            for name, url in (("prom", prom.url), ("vm", vm.url)):
-                run.figures[f"{name}_series"] = _series(url, '{__name__=~"DCGM_.*|node_.*"}', window_s)
+            run.figures["prom_series"] = _head_series(prom.url)
+            run.figures["vm_series"] = _vm_series(vm.url)
             run.figures.update(_report_figures(twin, prom.url, vm.url, workdir / f"store{nodes}"))
             run.figures.update(_remote_write_figures(twin, prom.url, vm.url, nodes))
         finally:
@@ -120,11 +121,17 @@ def _wait_up(url: str, targets: int, timeout_s: float = 120.0) -> None:
         time.sleep(1)
 
 
-def _series(url: str, selector: str, window_s: float) -> int:
-    """Distinct series matching ``selector`` over the last ``window_s`` (the /api/v1/series answer)."""
-    now = time.time()
-    with PrometheusBackend(url, timeout_s=120) as prom:
-        return len(prom.api("series", {"match[]": selector, "start": f"{now - window_s:.3f}", "end": f"{now:.3f}"}))
+def _head_series(url: str) -> float:
+    """Prometheus' series in its head block (every series since it started: the data dir is fresh)."""
+    from prometheus_client.parser import text_string_to_metric_families
+    return sum(s.value for family in text_string_to_metric_families(httpx.get(f"{url}/metrics", timeout=10).text)
+               for s in family.samples if s.name == "prometheus_tsdb_head_series")
+
+
+def _vm_series(url: str) -> float:
+    """VictoriaMetrics' series in its database (/api/v1/series/count; its data dir is fresh). /api/v1/series
+    itself refuses past 30,000 series (-search.maxSeries)."""
+    return float(httpx.get(f"{url}/api/v1/series/count", timeout=60).json()["data"][0])
 
 
 def _count(url: str, selector: str, *, instant: bool = False) -> int:
@@ -234,89 +241,84 @@ def _store_figures(twin: Twin, store_dir: Path, nodes: int, ticks: int = 4) -> d
 Section = tuple[str, Callable[[list[Run], dict], list[Figure]]]
 
 
+def per_run(rows: Callable[[Run, dict], list[Figure]]) -> Callable[[list[Run], dict], list[Figure]]:
+    """A section made of the same rows for each measured size (``rows(run, run.figures)``)."""
+    return lambda runs, ctx: [figure for run in runs for figure in rows(run, run.figures)]
+
+
 def _w(run: Run) -> str:
     return f"{run.nodes} nodes, {run.window_s:g} s of scrapes every {run.interval_s:g} s"
 
 
-def series_section(runs: list[Run], ctx: dict) -> list[Figure]:
+def series_rows(r: Run, f: dict) -> list[Figure]:
     out = []
-    for r in runs:
-        f = r.figures
-        per_node = f["series_per_node_dcgm"] + f["series_per_node_ib"]
-        out += [Figure(name=f"series per scrape of all nodes ({r.nodes} nodes)", value=per_node * r.nodes,
-                       unit="series", window="one scrape (text lines of every node)"),
-                Figure(name=f"dcgm-exporter series per node, with hpc_job / without", unit="series",
-                       value=f"{f['series_per_node_dcgm']:.0f} / {f['series_per_node_dcgm_no_hpc_job']:.0f}",
-                       window="one scrape: hpc_job adds a label, not a series, while jobs stay put"),
-                Figure(name=f"distinct series in Prometheus / VictoriaMetrics ({r.nodes} nodes)", unit="series",
-                       value=f"{f['prom_series']:.0f} / {f['vm_series']:.0f}",
-                       window=_w(r) + f"; {f['jobs_running']:.0f} jobs running: job churn adds series"),
-                Figure(name=f"series churn from hpc_job ({r.nodes} nodes)", unit="series",
-                       value=f"{f['prom_series'] - per_node * r.nodes:.0f}",
-                       window=_w(r) + " (distinct series minus series per scrape)")]
+    per_node = f["series_per_node_dcgm"] + f["series_per_node_ib"]
+    out += [Figure(name=f"series per scrape of all nodes ({r.nodes} nodes)", value=per_node * r.nodes,
+                   unit="series", window="one scrape (text lines of every node)"),
+            Figure(name=f"dcgm-exporter series per node, with hpc_job / without", unit="series",
+                   value=f"{f['series_per_node_dcgm']:.0f} / {f['series_per_node_dcgm_no_hpc_job']:.0f}",
+                   window="one scrape: hpc_job adds a label, not a series, while jobs stay put"),
+            Figure(name=f"distinct series in Prometheus / VictoriaMetrics ({r.nodes} nodes)", unit="series",
+                   value=f"{f['prom_series']:.0f} / {f['vm_series']:.0f}",
+                   window=_w(r) + f"; {f['jobs_running']:.0f} jobs running: job churn adds series"),
+            Figure(name=f"series churn from hpc_job ({r.nodes} nodes)", unit="series",
+                   value=f"{f['prom_series'] - per_node * r.nodes:.0f}",
+                   window=_w(r) + " (distinct series minus series per scrape)")]
     return out
 
 
-def scrape_section(runs: list[Run], ctx: dict) -> list[Figure]:
+def scrape_rows(r: Run, f: dict) -> list[Figure]:
     out = []
-    for r in runs:
-        f = r.figures
-        out += [Figure(name=f"bytes per node per scrape, dcgm + node-exporter ({r.nodes} nodes)",
-                       value=round(f["bytes_per_node_scrape"]), unit="bytes (uncompressed)", window=_w(r)),
-                Figure(name="the same, gzip (what promhttp exporters send when asked)",
-                       value=f["bytes_per_node_scrape_gzip"], unit="bytes", window="one scrape of node1"),
-                Figure(name="of which the hpc_job label", value=f["bytes_hpc_job_label_per_node"],
-                       unit="bytes per node per scrape", window="one scrape of node1"),
-                Figure(name=f"bytes per scrape of all nodes ({r.nodes} nodes)",
-                       value=round(f["bytes_per_node_scrape"] * r.nodes), unit="bytes", window=_w(r))]
+    out += [Figure(name=f"bytes per node per scrape, dcgm + node-exporter ({r.nodes} nodes)",
+                   value=round(f["bytes_per_node_scrape"]), unit="bytes (uncompressed)", window=_w(r)),
+            Figure(name="the same, gzip (what promhttp exporters send when asked)",
+                   value=f["bytes_per_node_scrape_gzip"], unit="bytes", window="one scrape of node1"),
+            Figure(name="of which the hpc_job label", value=f["bytes_hpc_job_label_per_node"],
+                   unit="bytes per node per scrape", window="one scrape of node1"),
+            Figure(name=f"bytes per scrape of all nodes ({r.nodes} nodes)",
+                   value=round(f["bytes_per_node_scrape"] * r.nodes), unit="bytes", window=_w(r))]
     return out
 
 
-def ingest_section(runs: list[Run], ctx: dict) -> list[Figure]:
+def ingest_rows(r: Run, f: dict) -> list[Figure]:
     out = []
-    for r in runs:
-        f = r.figures
-        out += [Figure(name=f"samples/s taken in by Prometheus / VictoriaMetrics from scrapes ({r.nodes} nodes)",
-                       value=f"{f['prom_samples_per_s']:.0f} / {f['vm_samples_per_s']:.0f}", unit="samples/s",
-                       window=_w(r) + " (the offered load: series x targets / interval)"),
-                Figure(name=f"remote write from hpcwatch into Prometheus / VictoriaMetrics ({r.nodes} nodes)",
-                       value=f"{f['prom_remote_write_per_s']:.0f} / {f['vm_remote_write_per_s']:.0f}",
-                       unit="samples/s",
-                       window=f"{f['remote_write_samples']:.0f} samples, 10,000 a request, one client"),
-                Figure(name="of which hpcwatch's own encoder alone (protobuf + snappy literals, pure Python)",
-                       value=round(f["remote_write_encode_per_s"]), unit="samples/s", window="same samples"),
-                Figure(name=f"rows/s into hpcwatch's store, one transaction ({r.nodes} nodes)",
-                       value=round(f["store_rows_per_s"]), unit="rows/s",
-                       window=f"{f['store_rows']:.0f} rows: 4 scrapes of every node, in process")]
+    out += [Figure(name=f"samples/s taken in by Prometheus / VictoriaMetrics from scrapes ({r.nodes} nodes)",
+                   value=f"{f['prom_samples_per_s']:.0f} / {f['vm_samples_per_s']:.0f}", unit="samples/s",
+                   window=_w(r) + " (the offered load: series x targets / interval)"),
+            Figure(name=f"remote write from hpcwatch into Prometheus / VictoriaMetrics ({r.nodes} nodes)",
+                   value=f"{f['prom_remote_write_per_s']:.0f} / {f['vm_remote_write_per_s']:.0f}",
+                   unit="samples/s",
+                   window=f"{f['remote_write_samples']:.0f} samples, 10,000 a request, one client"),
+            Figure(name="of which hpcwatch's own encoder alone (protobuf + snappy literals, pure Python)",
+                   value=round(f["remote_write_encode_per_s"]), unit="samples/s", window="same samples"),
+            Figure(name=f"rows/s into hpcwatch's store, one transaction ({r.nodes} nodes)",
+                   value=round(f["store_rows_per_s"]), unit="rows/s",
+                   window=f"{f['store_rows']:.0f} rows: 4 scrapes of every node, in process")]
     return out
 
 
-def promql_section(runs: list[Run], ctx: dict) -> list[Figure]:
+def promql_rows(r: Run, f: dict) -> list[Figure]:
     out = []
-    for r in runs:
-        f = r.figures
-        for name, label in (("vm", "VictoriaMetrics"), ("prom", "Prometheus")):
-            out += [Figure(name=f"per-job report, all {f['jobs']:.0f} jobs, {label} ({r.nodes} nodes): "
-                                f"fetch + analysis (in process)",
-                           value=f"{f[f'{name}_report_fetch_s']:.2f} + {f[f'{name}_report_analysis_s']:.2f}",
-                           unit="s", window=_w(r) + f"; {f[f'{name}_report_rows']:.0f} points fetched, "
-                                                    f"{f[f'{name}_report_jobs_seen']:.0f} jobs seen"),
-                    Figure(name=f"`hpcwatch jobs --prometheus URL --json`, {label} ({r.nodes} nodes)",
-                           value=round(f[f"{name}_report_process_s"], 2), unit="s (whole process)", window=_w(r))]
+    for name, label in (("vm", "VictoriaMetrics"), ("prom", "Prometheus")):
+        out += [Figure(name=f"per-job report, all {f['jobs']:.0f} jobs, {label} ({r.nodes} nodes): "
+                            f"fetch + analysis (in process)",
+                       value=f"{f[f'{name}_report_fetch_s']:.2f} + {f[f'{name}_report_analysis_s']:.2f}",
+                       unit="s", window=_w(r) + f"; {f[f'{name}_report_rows']:.0f} points fetched, "
+                                                f"{f[f'{name}_report_jobs_seen']:.0f} jobs seen"),
+                Figure(name=f"`hpcwatch jobs --prometheus URL --json`, {label} ({r.nodes} nodes)",
+                       value=round(f[f"{name}_report_process_s"], 2), unit="s (whole process)", window=_w(r))]
     return out
 
 
-def store_section(runs: list[Run], ctx: dict) -> list[Figure]:
+def store_rows(r: Run, f: dict) -> list[Figure]:
     out = []
-    for r in runs:
-        f = r.figures
-        per_scrape = (f["series_per_node_dcgm"] + f["series_per_node_ib"]) * r.nodes
-        rows_day = per_scrape * DAY_S / PRODUCTION_INTERVAL_S
-        out += [Figure(name=f"store bytes per sample row ({r.nodes} nodes)", value=round(f["store_bytes_per_row"], 2),
-                       unit="bytes (Parquet, one transaction)", window=f"{f['store_rows']:.0f} rows"),
-                Figure(name=f"store size per day at {PRODUCTION_INTERVAL_S:g} s scrapes ({r.nodes} nodes)",
-                       value=f"{rows_day * f['store_bytes_per_row'] / 1e9:.2f}", unit="GB/day",
-                       window="measured bytes/row x series x scrapes/day, before compaction", how="extrapolated")]
+    per_scrape = (f["series_per_node_dcgm"] + f["series_per_node_ib"]) * r.nodes
+    rows_day = per_scrape * DAY_S / PRODUCTION_INTERVAL_S
+    out += [Figure(name=f"store bytes per sample row ({r.nodes} nodes)", value=round(f["store_bytes_per_row"], 2),
+                   unit="bytes (Parquet, one transaction)", window=f"{f['store_rows']:.0f} rows"),
+            Figure(name=f"store size per day at {PRODUCTION_INTERVAL_S:g} s scrapes ({r.nodes} nodes)",
+                   value=f"{rows_day * f['store_bytes_per_row'] / 1e9:.2f}", unit="GB/day",
+                   window="measured bytes/row x series x scrapes/day, before compaction", how="extrapolated")]
     return out
 
 
@@ -377,11 +379,11 @@ def traces_section(runs: list[Run], ctx: dict) -> list[Figure]:
 
 
 SECTIONS: list[Section] = [
-    ("Series (with and without hpc_job)", series_section),
-    ("Scrape bytes", scrape_section),
-    ("Ingest rate", ingest_section),
-    ("PromQL cost of the per-job report (all jobs)", promql_section),
-    ("Store size", store_section),
+    ("Series (with and without hpc_job)", per_run(series_rows)),
+    ("Scrape bytes", per_run(scrape_rows)),
+    ("Ingest rate", per_run(ingest_rows)),
+    ("PromQL cost of the per-job report (all jobs)", per_run(promql_rows)),
+    ("Store size", per_run(store_rows)),
     ("16k-100k GPUs, extrapolated from the per-node costs", extrapolation_section),
     ("Traces (Dask)", traces_section),
 ]
@@ -442,7 +444,7 @@ def main() -> None:
             t = time.monotonic()
             try:
                 runs.append(measure(nodes, window_s=args.window, interval_s=args.interval, workdir=Path(tmp)))
-            except (SystemExit, OSError, httpx.HTTPError) as err:
+            except (SystemExit, OSError, httpx.HTTPError, HpcwatchError) as err:
                 ctx["stopped"] = f"{nodes} nodes: {err}"
                 print(f"stopped at {nodes} nodes: {err}", file=sys.stderr)
                 break

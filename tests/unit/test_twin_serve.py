@@ -205,10 +205,10 @@ def test_open_files_limit_is_raised_for_many_nodes_and_refused_past_the_hard_lim
 
     from hpcwatch.cli.twinserve import raise_open_files_limit
     calls = []
-    monkeypatch.setattr(resource, "getrlimit", lambda _: (1024, 5000))
+    monkeypatch.setattr(resource, "getrlimit", lambda _: (1024, 8000))
     monkeypatch.setattr(resource, "setrlimit", lambda _, limits: calls.append(limits))
-    raise_open_files_limit(100)          # 464 files: the soft limit holds them
-    raise_open_files_limit(1024)         # 4,160: raised, under the hard limit
-    assert calls == [(4160, 5000)]
-    with pytest.raises(ConfigError, match="hard limit is 5000"):
+    raise_open_files_limit(100)          # 664 files: the soft limit holds them
+    raise_open_files_limit(1024)         # 6,208: raised to the hard limit
+    assert calls == [(8000, 8000)]
+    with pytest.raises(ConfigError, match="hard limit is 8000"):
         raise_open_files_limit(2000)

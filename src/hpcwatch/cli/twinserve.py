@@ -19,28 +19,15 @@ if TYPE_CHECKING:   # the twin is imported when the command runs, not for --help
 
 __all__ = ["twin_serve", "sized_cluster", "raise_open_files_limit", "FDS_PER_NODE"]
 
-FDS_PER_NODE = 4
-"""File descriptors a served node may hold: its listening socket, one keep-alive connection per scrape
-job (dcgm, node) and one spare for a scraper reconnecting (ours)."""
-
-
-def sized_cluster(nodes: int | None) -> Cluster:
-    """The reference cluster, or the same node type ``nodes`` times (node1 ... nodeN)."""
-    import yaml
-
-    from hpcwatch.model.cluster import parse_cluster, reference_cluster
-    if nodes is None:
-        return reference_cluster()
-    if nodes < 1:
-        raise ConfigError(f"--nodes must be >= 1, got {nodes}")
-    doc = yaml.safe_load(resources.files("hpcwatch.model").joinpath("reference.yaml").read_text())
-    doc["nodes"] = [dict(doc["nodes"][0], count=nodes)]
-    return parse_cluster(yaml.safe_dump(doc), path=f"reference.yaml (nodes={nodes})")
+FDS_PER_NODE = 6
+"""File descriptors a served node may hold: its listening socket, one keep-alive connection per scrape job
+(dcgm, node) for each of two scrapers (an HA pair, or Prometheus beside VictoriaMetrics), one spare (ours)."""
 
 
 def raise_open_files_limit(nodes: int) -> None:
-    """Lift the soft open-files limit towards the hard one when ``nodes`` need more than it allows
-    (1,024 is a common soft default, and 1,024 nodes need ~4,000); ConfigError when the hard limit is short."""
+    """Lift the soft open-files limit to the hard one when ``nodes`` need more than it allows (1,024 is a
+    common soft default; 1,024 nodes need ~6,200). Go programs do the same at start (Go 1.19+, os package),
+    so Prometheus and VictoriaMetrics already run this way. ConfigError when the hard limit is short."""
     import resource
 
     need = FDS_PER_NODE * nodes + 64   # + the interpreter's own files
@@ -49,7 +36,7 @@ def raise_open_files_limit(nodes: int) -> None:
         return
     if hard != resource.RLIM_INFINITY and hard < need:
         raise ConfigError(f"--nodes {nodes} needs {need} open files; the hard limit is {hard} (ulimit -Hn)")
-    resource.setrlimit(resource.RLIMIT_NOFILE, (need, hard))
+    resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
 
 
 @twin_app.command("serve")
