@@ -24,6 +24,20 @@ FDS_PER_NODE = 6
 (dcgm, node) for each of two scrapers (an HA pair, or Prometheus beside VictoriaMetrics), one spare (ours)."""
 
 
+def sized_cluster(nodes: int | None) -> Cluster:
+    """The reference cluster, or the same node type ``nodes`` times (node1 ... nodeN)."""
+    import yaml
+
+    from hpcwatch.model.cluster import parse_cluster, reference_cluster
+    if nodes is None:
+        return reference_cluster()
+    if nodes < 1:
+        raise ConfigError(f"--nodes must be >= 1, got {nodes}")
+    doc = yaml.safe_load(resources.files("hpcwatch.model").joinpath("reference.yaml").read_text())
+    doc["nodes"] = [dict(doc["nodes"][0], count=nodes)]
+    return parse_cluster(yaml.safe_dump(doc), path=f"reference.yaml (nodes={nodes})")
+
+
 def raise_open_files_limit(nodes: int) -> None:
     """Lift the soft open-files limit to the hard one when ``nodes`` need more than it allows (1,024 is a
     common soft default; 1,024 nodes need ~6,200). Go programs do the same at start (Go 1.19+, os package),
