@@ -258,12 +258,13 @@ def series_rows(r: Run, f: dict) -> list[Figure]:
             Figure(name=f"dcgm-exporter series per node, with hpc_job / without", unit="series",
                    value=f"{f['series_per_node_dcgm']:.0f} / {f['series_per_node_dcgm_no_hpc_job']:.0f}",
                    window="one scrape: hpc_job adds a label, not a series, while jobs stay put"),
-            Figure(name=f"distinct series in Prometheus / VictoriaMetrics ({r.nodes} nodes)", unit="series",
+            Figure(name=f"series held by Prometheus / VictoriaMetrics ({r.nodes} nodes)", unit="series",
                    value=f"{f['prom_series']:.0f} / {f['vm_series']:.0f}",
-                   window=_w(r) + f"; {f['jobs_running']:.0f} jobs running: job churn adds series"),
+                   window=_w(r) + f"; {f['jobs_running']:.0f} jobs running; includes up and scrape_* series "
+                                  "(5 a target in Prometheus)"),
             Figure(name=f"series churn from hpc_job ({r.nodes} nodes)", unit="series",
-                   value=f"{f['prom_series'] - per_node * r.nodes:.0f}",
-                   window=_w(r) + " (distinct series minus series per scrape)")]
+                   value=f"{f['prom_series'] - per_node * r.nodes - 5 * 2 * r.nodes:.0f}",
+                   window=_w(r) + " (Prometheus head series - series per scrape - 5 per target): no job moved")]
     return out
 
 
