@@ -15,6 +15,13 @@ line-oriented log keeps its good lines and reports the bad ones (``FileResult.ba
 
 Documents that are not records are stored as events (``sources.stored``); traces and
 op tables are read by their own commands, so ingest reports them "not stored".
+
+``remote_write_paths`` is the same walk and the same readers with another end: each file's samples
+are pushed (in batches of ``REMOTE_WRITE_BATCH``) to a remote-write ``write`` function handed in by
+the caller (``promql.PrometheusBackend.write``), not stored. Remote write carries samples only, so a
+file of events or jobs is "not sent", and a file's other records are counted, not sent. There is no
+content key on that path: the receiver decides what a repeated point means (Prometheus drops an
+identical one; VictoriaMetrics keeps it unless ``-dedup.minScrapeInterval`` is set).
 """
 
 from __future__ import annotations
@@ -27,11 +34,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from hpcwatch.errors import ParseError
+from hpcwatch.records import Event, Finding, Job, Sample, Span
 from hpcwatch.sources.registry import RECORD_KINDS, Format, Input, Skipped, format_named, plan_inputs
 from hpcwatch.store import SourceMark, Store
 
 __all__ = ["FileResult", "IngestReport", "ingest_paths", "ingest_input", "source_key", "file_identity", "MAX_BAD_LINES_KEPT",
-           "KEY_VERSION"]
+           "KEY_VERSION", "RemoteWrite", "remote_write_paths", "remote_write_input", "REMOTE_WRITE_BATCH"]
 
 #: Bad lines of one log whose errors are kept word for word (the rest are counted).
 MAX_BAD_LINES_KEPT = 20
@@ -39,15 +47,25 @@ MAX_BAD_LINES_KEPT = 20
 KEY_VERSION = "1"
 _HASH_CHUNK = 1 << 20
 
+#: Samples per remote-write request. Ours: about 1 MB of protobuf for dcgm-exporter series; Prometheus' own
+#: sender batches fewer (queue_config max_samples_per_send, 500 in 2.42:
+#: https://prometheus.io/docs/prometheus/2.42/configuration/configuration/#remote_write), but one process
+#: sending one file at a time gains from fewer round trips, and both receivers take this size.
+REMOTE_WRITE_BATCH = 10_000
+
+#: Pushes samples to a remote-write receiver; returns the number of series sent (PrometheusBackend.write).
+RemoteWrite = Callable[[list[Sample]], int]
+
 #: The outcomes of one input, in the order reports list them.
-_STATUS = ("stored", "already", "empty", "skipped", "not stored")
+_STATUS = ("stored", "sent", "already", "empty", "skipped", "not stored", "not sent")
 
 
 @dataclass(slots=True, kw_only=True)
 class FileResult:
     path: str
     status: str
-    """stored | already (the same content was ingested before) | empty | skipped | not stored."""
+    """stored | sent (remote write) | already (the same content was ingested before) | empty | skipped |
+    not stored | not sent (remote write: no samples in this format)."""
     format: str | None = None
     counts: dict[str, int] = field(default_factory=dict)
     reason: str = ""
@@ -71,21 +89,73 @@ def ingest_paths(store: Store, paths: Iterable[str | os.PathLike[str]], *, forma
                  host: str | None = None, hosts: Iterable[str] = (),
                  on_file: Callable[[FileResult], None] | None = None) -> IngestReport:
     """Ingest every file under ``paths``; a strict file's ParseError stops here, the earlier files kept."""
+    forced = bool(format)
+    return _each_input(lambda item: ingest_input(store, item, forced=forced), paths, format=format, host=host,
+                       hosts=hosts, on_file=on_file)
+
+
+def remote_write_paths(write: RemoteWrite, paths: Iterable[str | os.PathLike[str]], *, format: str | None = None,
+                       host: str | None = None, hosts: Iterable[str] = (),
+                       on_file: Callable[[FileResult], None] | None = None) -> IngestReport:
+    """Push the samples of every file under ``paths`` through ``write`` (module docstring); same errors."""
+    forced = bool(format)
+    return _each_input(lambda item: remote_write_input(write, item, forced=forced), paths, format=format,
+                       host=host, hosts=hosts, on_file=on_file)
+
+
+def _each_input(handle: Callable[[Input], FileResult], paths: Iterable[str | os.PathLike[str]], *,
+                format: str | None, host: str | None, hosts: Iterable[str],
+                on_file: Callable[[FileResult], None] | None) -> IngestReport:
+    """The walk both ends share: plan the inputs, hand each to ``handle``, keep the bad lines of logs."""
     report = IngestReport()
-    forced = format_named(format) if format else None
+    if format:
+        format_named(format)   # an unknown name fails before anything is read
     bad: list[ParseError] = []
     for item in plan_inputs(paths, format=format, host=host, hosts=hosts, on_bad_line=bad.append):
         if isinstance(item, Skipped):
             result = FileResult(path=str(item.path), status="skipped", reason=item.reason)
         else:
             bad.clear()
-            result = ingest_input(store, item, forced=forced is not None)
+            result = handle(item)
             result.bad_line_count = len(bad)
             result.bad_lines = [str(e) for e in bad[:MAX_BAD_LINES_KEPT]]
         report.files.append(result)
         if on_file is not None:
             on_file(result)
     return report
+
+
+def remote_write_input(write: RemoteWrite, item: Input, *, forced: bool = False) -> FileResult:
+    """Send one input's samples in batches; its other records are counted, not sent."""
+    path, fmt = item.path, item.format
+    if fmt is None:
+        return FileResult(path=str(path), status="empty")
+    if fmt.yields != "records" or "samples" not in fmt.kinds:
+        if forced:
+            raise ParseError(f"format {fmt.name} holds no samples: remote write carries samples only", path=path)
+        return FileResult(path=str(path), status="not sent", format=fmt.name,
+                          reason=f"remote write carries samples only ({fmt.summary or fmt.name})")
+    counts = dict.fromkeys(RECORD_KINDS, 0)
+    batch: list[Sample] = []
+    for record in fmt.read(path, item.context):
+        if isinstance(record, Sample):
+            batch.append(record)
+        else:
+            counts[_KIND_OF[type(record)]] += 1
+        if len(batch) >= REMOTE_WRITE_BATCH:
+            write(batch)
+            counts["samples"] += len(batch)
+            batch = []
+    if batch:
+        write(batch)
+        counts["samples"] += len(batch)
+    if forced and not counts["samples"]:
+        raise ParseError(f"holds no {fmt.name} samples (forced with --format)", path=path)
+    return FileResult(path=str(path), status="sent", format=fmt.name, counts=counts)
+
+
+#: Which count a record that is not a sample adds to (remote write leaves it out).
+_KIND_OF = {Event: "events", Span: "spans", Job: "jobs", Finding: "findings"}
 
 
 def ingest_input(store: Store, item: Input, *, forced: bool = False) -> FileResult:

@@ -13,7 +13,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import time
@@ -23,6 +22,11 @@ from pathlib import Path
 
 import httpx
 import pytest
+
+from .services import ServiceError, start_prometheus as start_prometheus_service, \
+    start_victoriametrics as start_vm_service, stop_process, victoriametrics_scrape_config
+
+__all__ = ["need", "wait_until", "stop_process", "victoriametrics_scrape_config", "PROMQL_BACKENDS"]
 
 ROOT = Path(__file__).resolve().parents[2]
 SLURM_BASE = Path(os.environ.get("HPCWATCH_TEST_SLURM_BASE", "/tmp/hpcwatch-slurm-test"))
@@ -53,18 +57,6 @@ def wait_until(check: Callable[[], object], *, timeout_s: float, every_s: float 
         if time.monotonic() > deadline:
             pytest.fail(f"timed out after {timeout_s:g}s waiting for {what or check}")
         time.sleep(every_s)
-
-
-def stop_process(proc: subprocess.Popen, *, timeout_s: float = 10.0) -> None:
-    """TERM, wait, KILL: one process we started, by its id (and reaped, so no zombie is left)."""
-    if proc.poll() is not None:
-        return
-    os.kill(proc.pid, signal.SIGTERM)
-    try:
-        proc.wait(timeout=timeout_s)
-    except subprocess.TimeoutExpired:
-        os.kill(proc.pid, signal.SIGKILL)
-        proc.wait(timeout=timeout_s)
 
 
 # -- Slurm --------------------------------------------------------------------------------------
@@ -163,27 +155,12 @@ def start_prometheus(prometheus_binary, tmp_path_factory) -> Iterator[Callable[.
     started: list[Prometheus] = []
 
     def start(config_text: str, *, port: int = PROMETHEUS_PORT) -> Prometheus:
-        d = tmp_path_factory.mktemp("prometheus")
-        (d / "prometheus.yml").write_text(config_text)
-        t0 = time.monotonic()
-        proc = subprocess.Popen(
-            [prometheus_binary, f"--config.file={d / 'prometheus.yml'}", f"--storage.tsdb.path={d / 'data'}",
-             f"--web.listen-address=127.0.0.1:{port}", "--web.enable-remote-write-receiver",
-             "--storage.tsdb.retention.time=1d", "--log.level=warn"],
-            stdin=subprocess.DEVNULL, stdout=open(d / "prometheus.log", "wb"), stderr=subprocess.STDOUT,
-            start_new_session=True)
-        url = f"http://127.0.0.1:{port}"
-
-        def ready() -> bool:
-            if proc.poll() is not None:
-                pytest.fail(f"prometheus exited: {(d / 'prometheus.log').read_text()[-2000:]}")
-            try:
-                return httpx.get(f"{url}/-/ready", timeout=1).status_code == 200
-            except httpx.HTTPError:
-                return False
-
-        wait_until(ready, timeout_s=30, every_s=0.1, what="prometheus /-/ready")
-        prom = Prometheus(url=url, proc=proc, ready_s=time.monotonic() - t0)
+        try:
+            service = start_prometheus_service(prometheus_binary, tmp_path_factory.mktemp("prometheus"),
+                                               config_text, port=port)
+        except ServiceError as err:
+            pytest.fail(str(err))
+        prom = Prometheus(url=service.url, proc=service.proc, ready_s=service.ready_s)
         started.append(prom)
         return prom
 
@@ -196,23 +173,6 @@ def start_prometheus(prometheus_binary, tmp_path_factory) -> Iterator[Callable[.
 
 PROMQL_BACKENDS = ("prometheus", "victoriametrics")
 VM_BINARIES = ("victoria-metrics", "vmalert")
-VM_SCRAPE_KEYS = ("global", "scrape_configs")
-"""What VictoriaMetrics' -promscrape.config takes of a prometheus.yml: it refuses rule_files (vmalert
-evaluates rules) and, strictly parsed, global.evaluation_interval."""
-
-
-def victoriametrics_scrape_config(config_text: str) -> tuple[str, list[str], float | None]:
-    """(promscrape.config text, rule files, evaluation interval in s) out of a prometheus.yml text."""
-    import yaml
-
-    config = yaml.safe_load(config_text) or {}
-    scrape = {k: v for k, v in config.items() if k in VM_SCRAPE_KEYS}
-    glob = dict(scrape.get("global") or {})
-    interval = glob.pop("evaluation_interval", None)
-    scrape["global"] = glob
-    scrape["scrape_configs"] = scrape.get("scrape_configs") or []
-    seconds = float(str(interval).rstrip("s")) if interval is not None else None
-    return json.dumps(scrape, indent=1), [str(f) for f in config.get("rule_files") or []], seconds
 
 
 @pytest.fixture(scope="session")
@@ -223,43 +183,13 @@ def start_victoriametrics(tmp_path_factory) -> Iterator[Callable[..., Prometheus
     need(not missing, f"VictoriaMetrics binaries missing ({', '.join(missing)}): run scripts/install-system")
     procs: list[subprocess.Popen] = []
 
-    def spawn(argv: list[str], log: Path, ready_url: str, what: str) -> subprocess.Popen:
-        proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=open(log, "wb"), stderr=subprocess.STDOUT,
-                                start_new_session=True)
-        procs.append(proc)
-
-        def ready() -> bool:
-            if proc.poll() is not None:
-                pytest.fail(f"{what} exited: {log.read_text()[-2000:]}")
-            try:
-                return httpx.get(ready_url, timeout=1).status_code == 200
-            except httpx.HTTPError:
-                return False
-
-        wait_until(ready, timeout_s=30, every_s=0.1, what=f"{what} {ready_url}")
-        return proc
-
     def start(config_text: str, *, port: int = PROMETHEUS_PORT + VM_PORT_OFFSET) -> Prometheus:
-        d = tmp_path_factory.mktemp("victoriametrics")
-        scrape, rule_files, eval_s = victoriametrics_scrape_config(config_text)
-        (d / "promscrape.yml").write_text(scrape)
-        url = f"http://127.0.0.1:{port}"
-        t0 = time.monotonic()
-        # -search.latencyOffset: VictoriaMetrics hides the newest 30 s from range queries by default
-        # (unfinished scrapes); the tests read what was scraped a second ago. Results cache off, for polling.
-        proc = spawn([shutil.which("victoria-metrics"), f"-storageDataPath={d / 'data'}",
-                      f"-httpListenAddr=127.0.0.1:{port}", f"-promscrape.config={d / 'promscrape.yml'}",
-                      "-retentionPeriod=1d", "-search.latencyOffset=1s", "-search.disableCache",
-                      "-loggerLevel=WARN"], d / "victoriametrics.log", f"{url}/health", "victoria-metrics")
-        ready_s = time.monotonic() - t0
-        if rule_files:
-            # vmalert reads from and writes its recording rules' results back into the same VictoriaMetrics.
-            spawn([shutil.which("vmalert"), *[f"-rule={f}" for f in rule_files], f"-datasource.url={url}",
-                   f"-remoteWrite.url={url}", f"-evaluationInterval={eval_s or 1:g}s",
-                   f"-remoteWrite.flushInterval=1s", f"-httpListenAddr=127.0.0.1:{port + VM_PORT_OFFSET}",
-                   "-loggerLevel=WARN"], d / "vmalert.log", f"http://127.0.0.1:{port + VM_PORT_OFFSET}/health",
-                  "vmalert")
-        return Prometheus(url=url, proc=proc, ready_s=ready_s)
+        try:
+            service = start_vm_service(tmp_path_factory.mktemp("victoriametrics"), config_text, port=port,
+                                       vmalert_port=port + VM_PORT_OFFSET, on_start=procs.append)
+        except ServiceError as err:
+            pytest.fail(str(err))
+        return Prometheus(url=service.url, proc=service.proc, ready_s=service.ready_s)
 
     yield start
     for proc in reversed(procs):   # vmalert before the database it writes to

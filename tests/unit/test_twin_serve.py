@@ -158,3 +158,57 @@ def test_prometheus_config_lists_every_target_for_both_exporters():
     assert set(jobs) == {"dcgm", "node"} and jobs["node"]["metrics_path"] == "/node-exporter/metrics"
     assert [c["targets"] for c in jobs["dcgm"]["static_configs"]] == [["127.0.0.1:1"], ["127.0.0.1:2"]]
     assert doc["global"]["scrape_interval"] == "1s"
+
+
+def test_without_hpc_job_no_gpu_is_mapped_even_with_the_twins_own_jobs():
+    twin = StubTwin()
+    port = free_port(1)
+    with TwinEndpoints(twin, ServeConfig(nodes=("node1",), port=port, tick_s=0, hpc_job=False)):
+        httpx.get(f"http://127.0.0.1:{port}/metrics")
+    assert twin.calls == [("node1", {})]
+
+
+def test_a_mapping_dir_with_hpc_job_off_is_a_config_error(tmp_path):
+    with pytest.raises(ConfigError, match="hpc_job"):
+        ServeConfig(nodes=("node1",), mapping_dir=tmp_path, hpc_job=False)
+
+
+def test_timestamps_are_asked_of_the_source_only_when_configured():
+    class Stamped(StubTwin):
+        def dcgm_text(self, node, *, jobs_by_gpu=None, timestamp=False):
+            return f"m {int(timestamp)} 1000\n"
+    port = free_port(1)
+    with TwinEndpoints(Stamped(), ServeConfig(nodes=("node1",), port=port, tick_s=0, timestamps=True)):
+        assert httpx.get(f"http://127.0.0.1:{port}/metrics").text == "m 1 1000\n"
+
+
+def test_one_keep_alive_connection_serves_many_scrapes_and_counts_them():
+    port = free_port(2)
+    with TwinEndpoints(StubTwin(), ServeConfig(nodes=("node1", "node2"), port=port, tick_s=0)) as ep:
+        with httpx.Client() as client:
+            bodies = [client.get(f"http://127.0.0.1:{port + i % 2}/metrics").content for i in range(6)]
+        assert ep.scrapes == 6 and ep.bytes_served == sum(len(b) for b in bodies)
+
+
+def test_requests_a_scraper_would_not_send():
+    port = free_port(1)
+    with TwinEndpoints(StubTwin(), ServeConfig(nodes=("node1",), port=port, tick_s=0)):
+        assert httpx.post(f"http://127.0.0.1:{port}/metrics").status_code == 405   # GET only
+        with socket.create_connection(("127.0.0.1", port)) as raw:   # a head past the limit: dropped
+            raw.sendall(b"GET /metrics HTTP/1.1\r\nX: " + b"a" * 20000 + b"\r\n\r\n")
+            assert raw.recv(100) == b""
+        assert httpx.get(f"http://127.0.0.1:{port}/metrics").status_code == 200   # and the port still serves
+
+
+def test_open_files_limit_is_raised_for_many_nodes_and_refused_past_the_hard_limit(monkeypatch):
+    import resource
+
+    from hpcwatch.cli.twinserve import raise_open_files_limit
+    calls = []
+    monkeypatch.setattr(resource, "getrlimit", lambda _: (1024, 8000))
+    monkeypatch.setattr(resource, "setrlimit", lambda _, limits: calls.append(limits))
+    raise_open_files_limit(100)          # 664 files: the soft limit holds them
+    raise_open_files_limit(1024)         # 6,208: raised to the hard limit
+    assert calls == [(8000, 8000)]
+    with pytest.raises(ConfigError, match="hard limit is 8000"):
+        raise_open_files_limit(2000)

@@ -5,6 +5,9 @@ records stored per kind, the files already in the store, the files skipped and
 why, and the bad lines of logs (kept: their good lines were stored). A strict file
 that is bad stops the command with ``hpcwatch: FILE:LINE: what`` (exit 2); the
 files before it stay in the store.
+
+``--remote-write URL`` sends the same readers' samples to a Prometheus (``--web.enable-remote-write-receiver``)
+or VictoriaMetrics instead of the store (``hpcwatch.ingest.remote_write_paths``); the store is not opened.
 """
 
 from __future__ import annotations
@@ -34,15 +37,24 @@ def ingest(
                                       help="Skip detection: " + ", ".join(f.name for f in formats()) + "."),
     host: str | None = typer.Option(None, "--host", help="The node these files belong to, for formats that do "
                                                          "not name it (node-exporter text, perfquery, nvidia-smi)."),
+    remote_write: str | None = typer.Option(None, "--remote-write", metavar="URL",
+                                            help="Send the samples to this Prometheus or VictoriaMetrics "
+                                                 "(http://host:9090, remote-write API) instead of the store."),
     db: str | None = DbOption,
     json_out: bool = JsonOption,
 ) -> None:
     """Read files or folders of real formats into the store (format auto-detected; the same content only once)."""
-    from hpcwatch.ingest import ingest_paths
+    from hpcwatch.ingest import ingest_paths, remote_write_paths
     if format:
         format_named(format)  # an unknown name fails before anything is read
-    with open_store(db) as store:
-        report = ingest_paths(store, paths, format=format, host=host, on_file=None if json_out else _warn)
+    on_file = None if json_out else _warn
+    if remote_write is not None:
+        from hpcwatch.promql import PrometheusBackend
+        with PrometheusBackend(remote_write) as backend:
+            report = remote_write_paths(backend.write, paths, format=format, host=host, on_file=on_file)
+    else:
+        with open_store(db) as store:
+            report = ingest_paths(store, paths, format=format, host=host, on_file=on_file)
     if json_out:
         emit_json(ingest_document(report))
         return
@@ -51,7 +63,7 @@ def ingest(
 
 def ingest_document(report: IngestReport) -> dict:
     """The ``--json`` document: totals per kind, files per outcome and format, what was skipped and why."""
-    formats_used = Counter(f.format for f in report.files if f.status == "stored")
+    formats_used = Counter(f.format for f in report.files if f.status in ("stored", "sent"))
     return {
         "files": sum(1 for f in report.files if f.status != "skipped"),
         **report.totals(),
@@ -59,7 +71,8 @@ def ingest_document(report: IngestReport) -> dict:
         "formats": dict(sorted(formats_used.items())),
         "status": report.by_status(),
         "already_ingested": [f.path for f in report.files if f.status == "already"],
-        "skipped": [{"path": f.path, "reason": f.reason} for f in report.files if f.status in ("skipped", "not stored")],
+        "skipped": [{"path": f.path, "reason": f.reason} for f in report.files
+                    if f.status in ("skipped", "not stored", "not sent")],
         "bad_lines": [{"path": f.path, "count": f.bad_line_count, "first": f.bad_lines}
                       for f in report.files if f.bad_line_count],
     }
@@ -79,7 +92,8 @@ def _warn(result: FileResult) -> None:
 def _print(report: IngestReport) -> None:
     from rich.table import Table
     doc = ingest_document(report)
-    table = Table(title=f"ingested {doc['files']} file(s)")
+    sent = any(f.status in ("sent", "not sent") for f in report.files)
+    table = Table(title=f"{'sent (remote write)' if sent else 'ingested'} {doc['files']} file(s)")
     table.add_column("kind")
     table.add_column("count", justify="right")
     for kind in RECORD_KINDS:
@@ -87,11 +101,11 @@ def _print(report: IngestReport) -> None:
     for name, n in doc["formats"].items():
         table.add_row(f"files: {safe_text(name)}", str(n))
     for status, n in doc["status"].items():
-        if status != "stored":
+        if status not in ("stored", "sent"):
             table.add_row(f"files: {status}", str(n))
     console.print(table)
     for f in report.files:
         if f.status == "already":
             console.print(f"already in the store (same content): {safe_text(f.path)}", highlight=False)
-        elif f.status in ("skipped", "not stored"):
+        elif f.status in ("skipped", "not stored", "not sent"):
             console.print(f"{f.status}: {safe_text(f.path)}: {safe_text(f.reason)}", highlight=False)

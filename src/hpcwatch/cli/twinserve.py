@@ -17,7 +17,11 @@ from hpcwatch.errors import ConfigError
 if TYPE_CHECKING:   # the twin is imported when the command runs, not for --help
     from hpcwatch.model.cluster import Cluster
 
-__all__ = ["twin_serve", "sized_cluster"]
+__all__ = ["twin_serve", "sized_cluster", "raise_open_files_limit", "FDS_PER_NODE"]
+
+FDS_PER_NODE = 6
+"""File descriptors a served node may hold: its listening socket, one keep-alive connection per scrape job
+(dcgm, node) for each of two scrapers (an HA pair, or Prometheus beside VictoriaMetrics), one spare (ours)."""
 
 
 def sized_cluster(nodes: int | None) -> Cluster:
@@ -34,6 +38,21 @@ def sized_cluster(nodes: int | None) -> Cluster:
     return parse_cluster(yaml.safe_dump(doc), path=f"reference.yaml (nodes={nodes})")
 
 
+def raise_open_files_limit(nodes: int) -> None:
+    """Lift the soft open-files limit to the hard one when ``nodes`` need more than it allows (1,024 is a
+    common soft default; 1,024 nodes need ~6,200). Go programs do the same at start (Go 1.19+, os package),
+    so Prometheus and VictoriaMetrics already run this way. ConfigError when the hard limit is short."""
+    import resource
+
+    need = FDS_PER_NODE * nodes + 64   # + the interpreter's own files
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == resource.RLIM_INFINITY or soft >= need:
+        return
+    if hard != resource.RLIM_INFINITY and hard < need:
+        raise ConfigError(f"--nodes {nodes} needs {need} open files; the hard limit is {hard} (ulimit -Hn)")
+    resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+
+
 @twin_app.command("serve")
 def twin_serve(
     port: int = typer.Option(TWIN_SERVE_PORT, "--port", help="Port of node1; node k listens on PORT+k-1."),
@@ -45,7 +64,13 @@ def twin_serve(
     scenario: list[str] = typer.Option([], "--scenario", help="Scenario to run (repeatable)."),
     tick_s: float = typer.Option(TWIN_SERVE_TICK_S, "--tick", help="Seconds between twin ticks (0 freezes it)."),
     host: str = typer.Option("127.0.0.1", "--host", help="Address to bind."),
+    hpc_job: bool = typer.Option(True, "--hpc-job/--no-hpc-job",
+                                 help="Label GPUs with hpc_job (--no-hpc-job: dcgm-exporter without a mapping dir)."),
+    timestamps: bool = typer.Option(False, "--timestamps",
+                                    help="Stamp each sample with the twin's clock (real exporters do not)."),
     duration_s: float = typer.Option(0.0, "--duration", help="Stop after this many seconds (0: until Ctrl-C)."),
+    scrape_interval_s: float = typer.Option(1.0, "--scrape-interval",
+                                            help="scrape_interval (s) of the --prometheus-config written."),
     prom_config: Path = typer.Option(None, "--prometheus-config",
                                      help="Also write a prometheus.yml scraping every endpoint to this file."),
     as_json: bool = typer.Option(False, "--json", help="Print the targets as one JSON document, then serve."),
@@ -58,11 +83,12 @@ def twin_serve(
     cluster = sized_cluster(nodes)
     twin = Twin(cluster, seed=seed, scenarios=tuple(scenario))
     config = ServeConfig(nodes=tuple(n.name for n in cluster.nodes), port=port, host=host,
-                         mapping_dir=mapping_dir, tick_s=tick_s)
+                         mapping_dir=mapping_dir, tick_s=tick_s, hpc_job=hpc_job, timestamps=timestamps)
+    raise_open_files_limit(len(config.nodes))
     endpoints = TwinEndpoints(twin, config, read_mapping=read_job_mapping_dir if mapping_dir else None).start()
     try:
         if prom_config is not None:
-            prom_config.write_text(prometheus_config(endpoints.targets) + "\n")
+            prom_config.write_text(prometheus_config(endpoints.targets, scrape_interval_s=scrape_interval_s) + "\n")
         if as_json:
             emit_json({"targets": endpoints.targets, "paths": {"dcgm": DCGM_PATH, "node": NODE_EXPORTER_PATH}})
             sys.stdout.flush()

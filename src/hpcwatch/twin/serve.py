@@ -2,19 +2,26 @@
 
 Why: the chain Slurm prolog -> mapping files -> dcgm-exporter labels -> Prometheus -> PromQL ->
 attribution can only be tested end to end if something answers scrapes the way dcgm-exporter does.
-Each simulated node gets its own port (Prometheus needs one target per node, and keeps
-``instance`` distinct), numbered from ``port``:
+Each simulated node gets its own port, numbered from ``port``:
 
     node1 -> 127.0.0.1:P     GET /metrics                 dcgm-exporter text (DCGM_FI_*)
                              GET /node-exporter/metrics   node-exporter text (node_infiniband_*)
     node2 -> 127.0.0.1:P+1   ...
     nodeN -> 127.0.0.1:P+N-1
 
+One port per node rather than one port with per-node paths: a scrape config for the twin is then
+the one a real cluster uses (one ``host:port`` target per node, ``instance`` distinct without
+relabelling, so ``on(instance)`` joins work), and Prometheus keeps one connection per target as it
+does in production. Every port is served by one asyncio loop on one thread (no thread per node or
+per request): 1,024 nodes cost 1,024 listening sockets, and a scrape costs one ``template % values``
+(twin/exposition.py) — about 0.1 ms per node here.
+
 Like dcgm-exporter run with ``--hpc-job-mapping-dir``, every scrape re-reads the node's mapping
 directory (``mapping_dir/<node>/``: one file per GPU index or MIG ``gpu.instance``, job ids one per
 line, as deploy/slurm/prolog writes them) and passes it to the twin as ``jobs_by_gpu``; a node with
-no directory keeps the twin's own jobs. A background thread advances the twin by ``tick_s`` every
-``tick_s`` seconds of wall time; scrapes and ticks share one lock.
+no directory keeps the twin's own jobs. ``hpc_job=False`` serves dcgm-exporter as it runs without
+a mapping directory (no ``hpc_job`` label at all). The loop advances the twin by ``tick_s`` every
+``tick_s`` seconds of wall time, between scrapes.
 
 The text source is injected (anything with ``dcgm_text``, ``node_exporter_text``, ``advance``), so
 the server is tested without the simulator.
@@ -22,17 +29,19 @@ the server is tested without the simulator.
 
 from __future__ import annotations
 
+import asyncio
+import sys
 import threading
 from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import Future
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Protocol
 
 from hpcwatch.errors import ConfigError
 
 __all__ = ["TwinEndpoints", "ServeConfig", "TextSource", "CONTENT_TYPE", "DEFAULT_PORT", "DEFAULT_TICK_S",
-           "DCGM_PATH", "NODE_EXPORTER_PATH", "jobs_by_gpu", "prometheus_config"]
+           "DCGM_PATH", "NODE_EXPORTER_PATH", "MAX_REQUEST_HEAD_BYTES", "jobs_by_gpu", "prometheus_config"]
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 """The text exposition format 0.0.4, as dcgm-exporter and node-exporter send it
@@ -51,6 +60,7 @@ class TextSource(Protocol):
     def dcgm_text(self, node: str, *, jobs_by_gpu: Mapping[int | str, str] | None = None) -> str: ...
 
     def node_exporter_text(self, node: str) -> str: ...
+    # With ServeConfig.timestamps both text methods are also called with ``timestamp=True``.
 
     def advance(self, dt_s: float) -> None: ...
 
@@ -67,6 +77,11 @@ class ServeConfig:
     """Parent of one job-mapping directory per node (``<mapping_dir>/<node>``); None: the twin's own jobs."""
     tick_s: float = DEFAULT_TICK_S
     """Seconds between twin ticks; 0 freezes the twin."""
+    hpc_job: bool = True
+    """False: no GPU carries an ``hpc_job`` label (dcgm-exporter without ``--hpc-job-mapping-dir``)."""
+    timestamps: bool = False
+    """Write the twin's clock as each sample's timestamp (ms), so a scraper stores the twin's times, not
+    its own scrape times; real exporters leave it out (the default)."""
 
     def __post_init__(self) -> None:
         if not self.nodes:
@@ -75,6 +90,8 @@ class ServeConfig:
             raise ConfigError(f"port: {self.port} leaves no room for {len(self.nodes)} consecutive ports")
         if self.tick_s < 0:
             raise ConfigError(f"tick_s must be >= 0, got {self.tick_s}")
+        if self.mapping_dir is not None and not self.hpc_job:
+            raise ConfigError("hpc_job: a mapping_dir labels GPUs with hpc_job; it cannot be off as well")
 
 
 def jobs_by_gpu(mapping: Mapping[str, Sequence[str]]) -> dict[int | str, str]:
@@ -85,18 +102,26 @@ def jobs_by_gpu(mapping: Mapping[str, Sequence[str]]) -> dict[int | str, str]:
     return {(int(gpu) if gpu.isdigit() else gpu): ",".join(ids) for gpu, ids in mapping.items() if ids}
 
 
+MAX_REQUEST_HEAD_BYTES = 16384
+"""A scrape's request line and headers are a few hundred bytes; anything longer is not a scraper."""
+_STARTUP_TIMEOUT_S = 60.0
+
+
 @dataclass(slots=True)
 class TwinEndpoints:
-    """One HTTP server per node, started and stopped together."""
+    """Every node's endpoints on one asyncio loop (one thread), started and stopped together."""
 
     source: TextSource
     config: ServeConfig
     read_mapping: Callable[[Path], dict[str, list[str]]] | None = None
-    _servers: list[ThreadingHTTPServer] = field(default_factory=list)
-    _threads: list[threading.Thread] = field(default_factory=list)
+    _loop: asyncio.AbstractEventLoop | None = None
+    _thread: threading.Thread | None = None
     _lock: threading.Lock = field(default_factory=threading.Lock)
-    _stop: threading.Event = field(default_factory=threading.Event)
     _last_error: dict[str, str] = field(default_factory=dict)
+    scrapes: int = 0
+    """Scrapes answered since start (both paths, every node)."""
+    bytes_served: int = 0
+    """Body bytes of those answers."""
 
     @property
     def targets(self) -> dict[str, str]:
@@ -107,27 +132,23 @@ class TwinEndpoints:
         if self.read_mapping is None and self.config.mapping_dir is not None:
             # The twin writes formats and reads none: the caller hands it the mapping reader.
             raise ConfigError("twin serve: a mapping_dir needs read_mapping (sources.mapping.read_job_mapping_dir)")
+        bound: Future = Future()
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._run, args=(bound,), daemon=True, name="hpcwatch-twin-serve")
+        self._thread.start()
         try:
-            for node, target in self.targets.items():
-                self._servers.append(self._bind(node, int(target.rsplit(":", 1)[1])))
+            bound.result(timeout=_STARTUP_TIMEOUT_S)   # a port in use raises its ConfigError here
         except BaseException:
             self.stop()
             raise
-        for server in self._servers:
-            self._spawn(server.serve_forever, 0.2)
-        if self.config.tick_s > 0:
-            self._spawn(self._tick)
         return self
 
     def stop(self) -> None:
-        self._stop.set()
-        for server in self._servers:
-            server.shutdown()
-            server.server_close()
-        for thread in self._threads:
-            thread.join(timeout=5)
-        self._servers.clear()
-        self._threads.clear()
+        loop, thread = self._loop, self._thread
+        if loop is not None and thread is not None and thread.is_alive():
+            loop.call_soon_threadsafe(loop.stop)
+            thread.join(timeout=10)
+        self._loop = self._thread = None
 
     def __enter__(self) -> "TwinEndpoints":
         return self.start()
@@ -140,14 +161,18 @@ class TwinEndpoints:
     def dcgm_body(self, node: str) -> str:
         """dcgm-exporter's answer for one node, labelled from its mapping directory as it is now."""
         jobs = self._node_jobs(node)
+        kwargs = {"timestamp": True} if self.config.timestamps else {}
         with self._lock:
-            return self.source.dcgm_text(node, jobs_by_gpu=jobs)
+            return self.source.dcgm_text(node, jobs_by_gpu=jobs, **kwargs)
 
     def node_exporter_body(self, node: str) -> str:
+        kwargs = {"timestamp": True} if self.config.timestamps else {}
         with self._lock:
-            return self.source.node_exporter_text(node)
+            return self.source.node_exporter_text(node, **kwargs)
 
     def _node_jobs(self, node: str) -> dict[int | str, str] | None:
+        if not self.config.hpc_job:
+            return {}   # no GPU maps to a job: no hpc_job label
         if self.config.mapping_dir is None or self.read_mapping is None:
             return None
         directory = self.config.mapping_dir / node
@@ -155,81 +180,130 @@ class TwinEndpoints:
             return {}   # dcgm-exporter with an empty directory: no GPU carries a job
         return jobs_by_gpu(self.read_mapping(directory))
 
-    # -- plumbing ------------------------------------------------------------------------------
-
-    def _bind(self, node: str, port: int) -> ThreadingHTTPServer:
-        handler = type(f"Handler_{node}", (_Handler,), {"endpoints": self, "node": node})
-        try:
-            server = ThreadingHTTPServer((self.config.host, port), handler)
-        except OSError as err:
-            raise ConfigError(f"port {port} for {node}: {err.strerror or err}") from err
-        server.daemon_threads = True
-        return server
-
-    def _spawn(self, target: Callable, *args: object) -> None:
-        thread = threading.Thread(target=target, args=args, daemon=True, name="hpcwatch-twin-serve")
-        thread.start()
-        self._threads.append(thread)
-
-    def _tick(self) -> None:
-        while not self._stop.wait(self.config.tick_s):
-            with self._lock:
-                self.source.advance(self.config.tick_s)
-
-
-class _Handler(BaseHTTPRequestHandler):
-    endpoints: TwinEndpoints
-    node: str
-    server_version = "hpcwatch-twin"
-
-    def do_GET(self) -> None:  # noqa: N802 (http.server's naming)
-        path = self.path.split("?", 1)[0]
+    def answer(self, node: str, path: str) -> tuple[int, bytes]:
+        """(HTTP status, body) of one GET on ``node``'s port: the one core the loop's handler wraps."""
         if path == DCGM_PATH:
-            body, status = self._render(self.endpoints.dcgm_body), 200
+            body, status = self._render(node, self.dcgm_body), 200
         elif path == NODE_EXPORTER_PATH:
-            body, status = self._render(self.endpoints.node_exporter_body), 200
+            body, status = self._render(node, self.node_exporter_body), 200
         elif path == "/":
-            body = f"hpcwatch twin, {self.node}: {DCGM_PATH} (dcgm-exporter), {NODE_EXPORTER_PATH}\n"
-            status = 200
+            body, status = f"hpcwatch twin, {node}: {DCGM_PATH} (dcgm-exporter), {NODE_EXPORTER_PATH}\n", 200
         else:
             body, status = "not found\n", 404
         if body is None:
             body, status = "the twin failed to render this scrape; see the server log\n", 500
         data = body.encode()
-        self.send_response(status)
-        self.send_header("Content-Type", CONTENT_TYPE)
-        self.send_header("Content-Length", str(len(data)))
-        try:
-            self.end_headers()
-            self.wfile.write(data)
-        except (BrokenPipeError, ConnectionResetError):
-            pass   # Prometheus gave up on a slow scrape (scrape_timeout); its `up` already says so
+        if status == 200 and path != "/":
+            self.scrapes += 1
+            self.bytes_served += len(data)
+        return status, data
 
-    def _render(self, fn: Callable[[str], str]) -> str | None:
+    def _render(self, node: str, fn: Callable[[str], str]) -> str | None:
         try:
-            return fn(self.node)
+            return fn(node)
         except Exception as err:  # a scrape must answer, even when the twin or the reader fails
-            message = f"{self.node}: {type(err).__name__}: {err}"
-            if self.endpoints._last_error.get(self.node) != message:   # once, not once per scrape
-                self.endpoints._last_error[self.node] = message
-                self.log_error("%s", message)
+            message = f"{node}: {type(err).__name__}: {err}"
+            if self._last_error.get(node) != message:   # once, not once per scrape
+                self._last_error[node] = message
+                print(f"hpcwatch twin serve: {message}", file=sys.stderr)
             return None
 
-    def log_message(self, format: str, *args: object) -> None:  # noqa: A002 (http.server's name)
-        pass   # one line per scrape per node would drown the console
+    # -- the loop --------------------------------------------------------------------------------
 
-    def log_error(self, format: str, *args: object) -> None:  # noqa: A002
-        import sys
-        print(f"hpcwatch twin serve: {format % args}", file=sys.stderr)
+    def _run(self, bound: Future) -> None:
+        loop = self._loop
+        asyncio.set_event_loop(loop)
+        servers: list[asyncio.AbstractServer] = []
+        try:
+            loop.run_until_complete(self._bind_all(servers))
+        except BaseException as err:
+            bound.set_exception(err)
+            _close(loop, servers)
+            return
+        bound.set_result(None)
+        ticker = loop.create_task(self._tick()) if self.config.tick_s > 0 else None
+        loop.run_forever()   # until stop() calls loop.stop
+        if ticker is not None:
+            ticker.cancel()
+        _close(loop, servers)
+
+    async def _bind_all(self, servers: list) -> None:
+        for node, target in self.targets.items():
+            port = int(target.rsplit(":", 1)[1])
+            try:
+                servers.append(await asyncio.start_server(
+                    lambda r, w, node=node: self._serve(node, r, w), self.config.host, port,
+                    limit=MAX_REQUEST_HEAD_BYTES))
+            except OSError as err:
+                raise ConfigError(f"port {port} for {node}: {err.strerror or err}") from err
+
+    async def _tick(self) -> None:
+        while True:
+            await asyncio.sleep(self.config.tick_s)
+            with self._lock:
+                self.source.advance(self.config.tick_s)
+
+    async def _serve(self, node: str, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        """HTTP/1.1 keep-alive, GET only: what Prometheus and VictoriaMetrics send to an exporter."""
+        try:
+            while True:
+                head = await reader.readuntil(b"\r\n\r\n")
+                method, path, keep_alive = _request(head)
+                status, body = self.answer(node, path) if method == "GET" else (405, b"GET only\n")
+                writer.write(_response_head(status, len(body), keep_alive) + body)
+                await writer.drain()
+                if not keep_alive:
+                    break
+        except (asyncio.IncompleteReadError, asyncio.LimitOverrunError, ConnectionError, ValueError):
+            pass   # the scraper hung up (or gave up at scrape_timeout: its `up` already says so)
+        except asyncio.CancelledError:
+            pass   # stop(): ending normally, because Python 3.11's stream callback re-raises a cancellation
+        finally:
+            writer.close()
+
+
+_REASONS = {200: "OK", 404: "Not Found", 405: "Method Not Allowed", 500: "Internal Server Error"}
+
+
+def _request(head: bytes) -> tuple[str, str, bool]:
+    """(method, path without query, keep the connection) of a request head; ValueError when malformed."""
+    lines = head.decode("latin-1").split("\r\n")
+    method, target, version = lines[0].split(" ", 2)
+    headers = {k.strip().lower(): v.strip().lower() for k, _, v in (line.partition(":") for line in lines[1:] if line)}
+    keep = headers.get("connection", "keep-alive" if version == "HTTP/1.1" else "close") != "close"
+    return method, target.split("?", 1)[0], keep
+
+
+def _response_head(status: int, length: int, keep_alive: bool) -> bytes:
+    return (f"HTTP/1.1 {status} {_REASONS[status]}\r\nServer: hpcwatch-twin\r\nContent-Type: {CONTENT_TYPE}\r\n"
+            f"Content-Length: {length}\r\nConnection: {'keep-alive' if keep_alive else 'close'}\r\n\r\n").encode()
+
+
+def _close(loop: asyncio.AbstractEventLoop, servers: list) -> None:
+    """Close the listening sockets and the open connections, then the loop."""
+    for server in servers:
+        server.close()
+    pending = [t for t in asyncio.all_tasks(loop) if not t.done()]
+    for task in pending:
+        task.cancel()
+    if pending:
+        loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
+    loop.run_until_complete(loop.shutdown_asyncgens())
+    loop.close()
 
 
 def prometheus_config(targets: Mapping[str, str], *, scrape_interval_s: float = 1.0,
-                      cluster: str = "twin") -> str:
-    """A prometheus.yml that scrapes every node's two endpoints (YAML is a JSON superset)."""
+                      cluster: str = "twin", honor_timestamps: bool = True) -> str:
+    """A prometheus.yml that scrapes every node's two endpoints (YAML is a JSON superset).
+
+    One static group per node, so each target carries its ``node`` label (what ``schemas.sample_keys``
+    reads as the host of node-exporter series); ``honor_timestamps`` is written out because
+    VictoriaMetrics' default for it has changed across releases, and the twin may serve timestamps.
+    """
     import json
 
     def job(name: str, path: str) -> dict:
-        return {"job_name": name, "metrics_path": path, "static_configs": [
+        return {"job_name": name, "metrics_path": path, "honor_timestamps": honor_timestamps, "static_configs": [
             {"targets": [target], "labels": {"cluster": cluster, "node": node}} for node, target in targets.items()]}
 
     interval = f"{scrape_interval_s:g}s"

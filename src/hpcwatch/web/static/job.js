@@ -10,5 +10,6 @@ export function jobHref(id) {
 /** A link to job `id`'s page, named for the job so a screen reader says which one it opens. */
 export function jobLink(id) {
   return h("a", { class: "job-page-link", href: jobHref(id), "data-job-page": id,
-    "aria-label": t("jobpage.open_title", { job: id }) }, t("jobpage.open"));
+    // The spoken name starts with the visible text (axe: label-content-name-mismatch); the tooltip says it whole.
+    "aria-label": `${t("jobpage.open")} ${id}`, title: t("jobpage.open_title", { job: id }) }, t("jobpage.open"));
 }

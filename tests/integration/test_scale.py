@@ -1,0 +1,150 @@
+"""128 twin nodes scraped by a real Prometheus and a real VictoriaMetrics (``promql_backend``): the per-job
+report read through PromQL equals the same report over the store holding exactly the scrapes served.
+
+The twin serves with its clock as the samples' timestamps (``honor_timestamps``), and a recording source
+saves every distinct scrape it answered as a file; ``hpcwatch ingest`` reads those files (the real
+Prometheus text reader) into a store. So the two sides hold the same points, parsed by two different
+parsers (Go's, ours), and ``hpcwatch jobs --prometheus URL`` must print the report ``hpcwatch jobs`` prints.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from .conftest import PROMQL_BACKENDS, wait_until
+
+pytestmark = pytest.mark.integration
+
+NODES = 128
+TWIN_PORT = 29800
+PROMETHEUS_PORT = 29098
+SCRAPE_INTERVAL_S = 2.0
+TICK_S = 0.5
+"""Four ticks a scrape interval: two scrapes of one target never see the same twin time (VictoriaMetrics
+would keep both copies of such points, Prometheus one)."""
+SCRAPED_S = 10.0
+"""Seconds of scrapes both sides hold: enough ticks for counter deltas on every GPU."""
+
+
+class RecordingTwin:
+    """The twin, plus a log of every distinct scrape it rendered: one file per node and exporter, the scrapes
+    one after the other (the text reader takes repeated families; each line carries its timestamp)."""
+
+    def __init__(self, twin, out: Path) -> None:
+        self.twin, self.out = twin, out
+        self._seen: set[tuple[str, str, float]] = set()
+        self.repeated = 0
+        """Scrapes that found the twin at a time already served: their points are duplicates."""
+        self._guard = threading.Lock()
+
+    def advance(self, dt_s: float) -> None:
+        self.twin.advance(dt_s)
+
+    def dcgm_text(self, node, *, jobs_by_gpu=None, timestamp=False):
+        return self._keep(node, "dcgm", self.twin.dcgm_text(node, jobs_by_gpu=jobs_by_gpu, timestamp=timestamp))
+
+    def node_exporter_text(self, node, *, timestamp=False):
+        # The log gets the node label the scrape config attaches to the target (prometheus_config), as
+        # Prometheus stores it: node-exporter's text names no node.
+        stored = lambda: self.twin.node_exporter_text(node, timestamp=timestamp, target_labels=True)  # noqa: E731
+        return self._keep(node, "node", self.twin.node_exporter_text(node, timestamp=timestamp), stored)
+
+    def _keep(self, node: str, exporter: str, text: str, stored=None) -> str:
+        key = (node, exporter, self.twin.now)
+        with self._guard:
+            if key in self._seen:
+                self.repeated += 1
+            else:
+                self._seen.add(key)
+                with open(self.out / f"{node}.{exporter}.prom", "a") as log:
+                    log.write(stored() if stored else text)
+        return text
+
+
+def assert_same_report(got, want, *, rel: float, where: str = "") -> None:
+    """Equal documents, floats within ``rel``: VictoriaMetrics keeps about 12 significant digits of a
+    float (it stores decimal mantissas, https://docs.victoriametrics.com/#rounding), Prometheus all 17."""
+    if isinstance(want, float) and isinstance(got, (int, float)):
+        assert got == pytest.approx(want, rel=rel), where
+    elif isinstance(want, dict) and isinstance(got, dict):
+        assert got.keys() == want.keys(), where
+        for key in want:
+            assert_same_report(got[key], want[key], rel=rel, where=f"{where}.{key}")
+    elif isinstance(want, list) and isinstance(got, list):
+        assert len(got) == len(want), where
+        for i, (g, w) in enumerate(zip(got, want)):
+            assert_same_report(g, w, rel=rel, where=f"{where}[{i}]")
+    else:
+        assert got == want, where
+
+
+def _hpcwatch(*args: str) -> dict:
+    out = subprocess.run([sys.executable, "-m", "hpcwatch", *args, "--json"], capture_output=True, text=True,
+                         timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    return json.loads(out.stdout)
+
+
+@pytest.fixture(scope="module")
+def scraped(start_promql, promql_backend, tmp_path_factory):
+    """A PromQL server that scraped 128 nodes for SCRAPED_S; the scrapes it was served, as files."""
+    from hpcwatch.cli.twinserve import sized_cluster
+    from hpcwatch.twin import Twin
+    from hpcwatch.twin.serve import ServeConfig, TwinEndpoints, prometheus_config
+
+    scrapes = tmp_path_factory.mktemp("scrapes")
+    twin = Twin(sized_cluster(NODES), seed=16, start=float(int(time.time())))
+    source = RecordingTwin(twin, scrapes)
+    # Ports of their own per backend: the session keeps the other backend running, still scraping its targets.
+    port = TWIN_PORT + NODES * PROMQL_BACKENDS.index(promql_backend)
+    config = ServeConfig(nodes=tuple(twin.node_names), port=port, tick_s=TICK_S, timestamps=True)
+    with TwinEndpoints(source, config) as endpoints:
+        server = start_promql(prometheus_config(endpoints.targets, scrape_interval_s=SCRAPE_INTERVAL_S),
+                              port=PROMETHEUS_PORT)
+        wait_until(lambda: _count(server, "up == 1") == 2 * NODES, timeout_s=60, what=f"{2 * NODES} targets up")
+        time.sleep(SCRAPED_S)
+        last_s = time.time()
+    time.sleep(2 * SCRAPE_INTERVAL_S)   # the last answered scrapes reach storage (VictoriaMetrics: ~1 s)
+    (scrapes / "squeue.json").write_text(twin.squeue_json())
+    return server, scrapes, twin, last_s, source
+
+
+def _count(server, promql: str, t: float | None = None) -> int:
+    from hpcwatch.promql import PrometheusBackend
+    with PrometheusBackend(server.url) as prom:
+        values = prom.query(f"count({promql})", t=t)["value"].to_pylist()
+    return int(values[0]) if values else 0
+
+
+def test_every_node_is_a_target_with_8_gpus_and_its_ib_ports(scraped):
+    server, _, twin, last_s, _ = scraped
+    for job in ("dcgm", "node"):
+        assert _count(server, f'last_over_time(up{{job="{job}"}}[5s]) == 1', t=last_s) == NODES, job
+    assert _count(server, "last_over_time(DCGM_FI_DEV_GPU_UTIL[5s])", t=last_s) == 8 * NODES
+    ib = "last_over_time(node_infiniband_port_data_received_bytes_total[5s])"
+    assert _count(server, ib, t=last_s) == len(twin.ports)
+    assert _count(server, "count by (Hostname) (last_over_time(DCGM_FI_DEV_GPU_UTIL[5s]))", t=last_s) == NODES
+
+
+def test_jobs_report_through_promql_equals_the_report_over_the_store(scraped, promql_backend, tmp_path):
+    server, scrapes, twin, _, source = scraped
+    assert source.repeated == 0, "a scrape repeated a twin time: the backends would not hold the same points"
+    db = str(tmp_path / "store")
+    ingested = _hpcwatch("ingest", "--db", db, str(scrapes))
+    assert ingested["formats"]["prometheus"] == 2 * NODES   # a scrape log per node and exporter
+    from_store = _hpcwatch("jobs", "--db", db)["jobs"]
+    t0 = time.monotonic()
+    from_promql = _hpcwatch("jobs", "--db", db, "--prometheus", server.url)["jobs"]
+    print(f"jobs --prometheus ({promql_backend}, {NODES} nodes): {time.monotonic() - t0:.2f}s, whole process")
+    seen = [r for r in from_store if r["gpu_hours_observed"] > 0]
+    assert len(seen) >= 20, "the twin should run many jobs on 128 nodes"
+    assert {r["id"] for r in seen} <= {j.id for j in twin.jobs}
+    # Prometheus keeps every float bit; VictoriaMetrics about 12 digits.
+    assert_same_report(from_promql, from_store, rel=0.0 if promql_backend == "prometheus" else 1e-9)
