@@ -22,7 +22,7 @@ from .test_browser import (CHROMIUM_ARGS, VIEWPORT, _free_port, _shot, _stop, _w
 pytestmark = pytest.mark.integration
 
 #: Ports of this module's Prometheus and twin endpoints (conftest's and test_prometheus.py's are 2909x, 294xx).
-PROM_PORT = 29096
+PROM_PORT = 29088   # apart from every other test's (29090-29099, VictoriaMetrics +100/+200)
 TWIN_PORT = 29420
 
 
@@ -81,8 +81,10 @@ def test_queue_and_alert_strip_link_to_the_job_page(page):
     _wait_ticks(page, 1)
     hrefs = page.eval_on_selector_all("#queue-table a.job-page-link", "els => els.map(e => e.getAttribute('href'))")
     assert hrefs and all(h.startswith("/job/") for h in hrefs)
-    names = page.eval_on_selector_all("#queue-table a.job-page-link", "els => els.map(e => e.getAttribute('aria-label'))")
-    assert all(n.startswith("Open the page of job ") for n in names)
+    links = page.eval_on_selector_all("#queue-table a.job-page-link",
+                                      "els => els.map(e => [e.textContent, e.getAttribute('aria-label'), e.title])")
+    for text, name, title in links:   # the spoken name starts with the visible text (axe), then says which job
+        assert name.startswith(text + " ") and title.startswith("Open the page of job ") and name[len(text) + 1:] in title
 
 
 # -- item 7: serve --prometheus ---------------------------------------------------------------------------

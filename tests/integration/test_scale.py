@@ -135,7 +135,9 @@ def test_every_node_is_a_target_with_8_gpus_and_its_ib_ports(scraped):
 
 def test_jobs_report_through_promql_equals_the_report_over_the_store(scraped, promql_backend, tmp_path):
     server, scrapes, twin, _, source = scraped
-    assert source.repeated == 0, "a scrape repeated a twin time: the backends would not hold the same points"
+    # A scrape that found the twin at a time already served (a loaded machine delays the tick thread)
+    # repeats points with their timestamps: Prometheus keeps one, VictoriaMetrics too (its dedup flag, in
+    # tests/integration/services.py), and the log keeps one; so the sides still hold the same points.
     db = str(tmp_path / "store")
     ingested = _hpcwatch("ingest", "--db", db, str(scrapes))
     assert ingested["formats"]["prometheus"] == 2 * NODES   # a scrape log per node and exporter
