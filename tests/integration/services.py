@@ -111,11 +111,9 @@ def start_victoriametrics(workdir: Path, config_text: str, *, port: int, vmalert
     url = f"http://127.0.0.1:{port}"
     # -search.latencyOffset: VictoriaMetrics hides the newest 30 s from range queries by default
     # (unfinished scrapes); the tests read what was scraped a second ago. Results cache off, for polling.
-    # -dedup.minScrapeInterval=1ms: two points of one series at the same timestamp are kept once, as
-    # Prometheus does (a loaded machine can let two scrapes see one twin time; VM would keep both).
     vm = spawn([shutil.which("victoria-metrics"), f"-storageDataPath={workdir / 'data'}",
                 f"-httpListenAddr=127.0.0.1:{port}", f"-promscrape.config={workdir / 'promscrape.yml'}",
-                "-retentionPeriod=1d", "-search.latencyOffset=1s", "-search.disableCache", "-dedup.minScrapeInterval=1ms",
+                "-retentionPeriod=1d", "-search.latencyOffset=1s", "-search.disableCache",
                 "-loggerLevel=WARN"], workdir / "victoriametrics.log", url, "/health", "victoria-metrics",
                on_start=on_start)
     if rule_files:
