@@ -5,8 +5,11 @@ from __future__ import annotations
 import pytest
 
 from hpcwatch.errors import ParseError
+from hpcwatch.records import Event, Job
 from hpcwatch.sources.slurm import (expand_hostlist, parse_gres_detail, parse_sacct_json, parse_scontrol_show_job,
-                                    parse_squeue_json, read_sacct_json, read_scontrol_show_job, read_squeue_json)
+                                    parse_sacct_records, parse_squeue_json, read_sacct_json, read_scontrol_show_job,
+                                    read_squeue_json)
+from hpcwatch.vocab import EventKind
 from tests.conftest import DATA
 
 SLURM = DATA / "slurm"
@@ -151,3 +154,18 @@ def test_bad_scontrol(text, line, what):
     with pytest.raises(ParseError) as err:
         list(parse_scontrol_show_job(text, path="s.txt"))
     assert err.value.line == line and what in err.value.what
+
+
+def test_sacct_requeued_attempts_are_kept_as_job_end_events():
+    """Real 22.05 capture: a job ``scontrol requeue``d twice is three records of one id; the job is the last
+    (RUNNING), each REQUEUED attempt an event with its own start, end and nodes."""
+    records = list(parse_sacct_records((SLURM / "sacct_requeued.json").read_text()))
+    jobs = [r for r in records if isinstance(r, Job)]
+    attempts = [r for r in records if isinstance(r, Event)]
+    assert [j.state for j in jobs] == ["REQUEUED", "REQUEUED", "RUNNING"]
+    assert jobs[-1].start == 1796175834 and jobs[-1].end is None
+    assert [(e.attrs["start"], e.attrs["end"], e.t) for e in attempts] == [
+        (1796175802, 1796175806, 1796175806), (1796175828, 1796175833, 1796175833)]
+    assert {e.kind for e in attempts} == {EventKind.JOB_END}
+    assert all(e.attrs["state"] == "REQUEUED" and e.attrs["nodes"] == ["node1", "node2"] and e.attrs["job"] == "1"
+               and e.attrs["user"] == "alice" for e in attempts)

@@ -12,11 +12,15 @@ import pytest
 
 from hpcwatch.model import reference_cluster
 from hpcwatch.reports.goodput import goodput_report
-from hpcwatch.sources.slurm import parse_sacct_json, parse_squeue_json
-from hpcwatch.store import Store
+from hpcwatch.ingest import ingest_paths
+from hpcwatch.records import Event
+from hpcwatch.security.scan import scan_store
+from hpcwatch.sources.slurm import parse_sacct_json, parse_sacct_records, parse_squeue_json
+from hpcwatch.store import Store, queries
 from hpcwatch.twin import Twin
 from hpcwatch.twin.failures import SCENARIO_ONSET_S, Xid79
 from hpcwatch.twin.live import LiveTwin
+from hpcwatch.twin.run import sized_reference, write_run
 from hpcwatch.vocab import EventKind
 
 T0 = 1_796_000_000.0
@@ -85,8 +89,34 @@ def test_xid79_job_restarts_from_its_last_checkpoint(xid_twin):
 
 def test_sacct_of_the_twin_reads_back_the_requeued_job(xid_twin):
     twin, _, _ = xid_twin
-    (job,) = [j for j in parse_sacct_json(twin.sacct_json()) if j.id == twin.training_job.id]
-    assert job.state == "RUNNING" and job.start > T0   # Slurm resets the start of a requeued job
+    lost, job = [j for j in parse_sacct_json(twin.sacct_json()) if j.id == twin.training_job.id]
+    assert lost.state == "REQUEUED" and job.state == "RUNNING"  # one record an attempt, as real Slurm lists them
+    assert job.start > T0 + SCENARIO_ONSET_S   # Slurm resets the start of a requeued job
+
+
+def test_sacct_of_the_twin_keeps_the_lost_attempt_as_real_sacct_does(xid_twin):
+    twin, _, _ = xid_twin
+    records = list(parse_sacct_records(twin.sacct_json()))
+    (attempt,) = [r for r in records if isinstance(r, Event) and r.kind == EventKind.JOB_END]
+    assert attempt.attrs["job"] == twin.training_job.id and attempt.attrs["nodes"] == ["node1", "node2"]
+    assert attempt.attrs["start"] < T0   # it began before the twin's clock did
+    # Slurm requeues it once torchrun has torn it down, at the first 1 s tick after
+    assert attempt.attrs["end"] == pytest.approx(T0 + SCENARIO_ONSET_S + Xid79.TEARDOWN_S, abs=1.0)
+
+
+def test_a_requeued_jobs_lost_attempt_explains_its_infiniband_traffic(tmp_path):
+    """twin run --scenario xid79, ingested and scanned as a user would: the multi-node job's first attempt
+    carried the InfiniBand traffic before the XID; sacct's REQUEUED record says it held both nodes, so the
+    RDMA detector finds nothing unexplained (it raised two false findings when only the last attempt was read)."""
+    out, store_dir = tmp_path / "out", tmp_path / "store"
+    write_run(Twin(sized_reference(), seed=0, scenarios=["xid79"]), out, duration_s=600.0, step_s=10.0)
+    polled_again = tmp_path / "sacct-later.json"   # a later poll: other bytes, the same lost attempt
+    polled_again.write_text((out / "slurm" / "sacct.json").read_text() + "\n")
+    with Store(store_dir) as store:
+        ingest_paths(store, [out, polled_again])
+        findings = scan_store(store)
+        assert queries.requeue_counts(store) == {"4101": 1}
+    assert [f.rule for f in findings if f.vector == "rdma_blind_spot"] == []
 
 
 def test_goodput_counts_the_steps_redone_since_the_checkpoint_and_the_restart(tmp_path):

@@ -2,7 +2,9 @@
 
 Detectors tie a signal to a job through Slurm's records: ``Job.nodes``,
 ``Job.gpus_by_node``, ``Job.start``/``Job.end`` (``end`` is None while it runs).
-A pending job (no start) never owns a node.
+A pending job (no start) never owns a node. A requeued job's lost attempts
+(``job_end`` events of state REQUEUED, from ``sacct --json``) held their nodes
+too: ``with_requeued_attempts`` adds each as a job of the same id.
 """
 
 from __future__ import annotations
@@ -11,9 +13,10 @@ import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from hpcwatch.records import Job
+from hpcwatch.records import Event, Job
+from hpcwatch.vocab import EventKind
 
-__all__ = ["JobIndex", "host_of"]
+__all__ = ["JobIndex", "host_of", "with_requeued_attempts"]
 
 _HOST_KEYS = ("host", "Hostname", "hostname", "node", "node_name", "instance")
 _ENDED_STATES = ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "PREEMPTED",
@@ -27,6 +30,27 @@ def host_of(attrs: Mapping[str, object]) -> str | None:
         if isinstance(value, str) and value:
             return value.rsplit(":", 1)[0] if key == "instance" else value
     return None
+
+
+def with_requeued_attempts(jobs: list[Job], events: Iterable[Event]) -> list[Job]:
+    """``jobs``, then one ended job per attempt Slurm requeued (each distinct (job, start) once), so that the
+    traffic of a lost attempt is its job's, not nobody's. After the jobs: ``JobIndex.by_id`` finds the
+    current record first."""
+    known = {j.id: j for j in jobs}
+    attempts: dict[tuple[str, float], Job] = {}
+    for event in events:
+        attrs = event.attrs
+        if event.kind != EventKind.JOB_END or attrs.get("state") != "REQUEUED" or attrs.get("start") is None:
+            continue
+        job_id, start = str(attrs.get("job")), float(attrs["start"])
+        current = known.get(job_id)
+        nodes = tuple(attrs.get("nodes") or (current.nodes if current is not None else ()))
+        attempts.setdefault((job_id, start), Job(
+            id=job_id, user=attrs.get("user") or (current.user if current else None),
+            account=current.account if current else None, nodes=nodes,
+            gpus=current.gpus if current else 0, start=start, end=float(attrs.get("end", event.t)),
+            state="REQUEUED", name=current.name if current else None))
+    return jobs + list(attempts.values())
 
 
 @dataclass(frozen=True, slots=True)

@@ -23,6 +23,7 @@ from hpcwatch.records import SEVERITIES, Event, Finding, Job, Sample
 from hpcwatch.security.container_escape import ContainerEscapeConfig, detect_container_escape
 from hpcwatch.security.data_poisoning import DataPoisoningConfig, detect_data_poisoning, verify_manifest
 from hpcwatch.security.gradients import GradientConfig, detect_gradient_anomalies
+from hpcwatch.security.context import with_requeued_attempts
 from hpcwatch.security.rdma import CONSTRAINT_METRICS, DATA_METRICS, LUSTRE_METRICS, RdmaConfig, detect_rdma
 from hpcwatch.security.remanence import FB_USED, GPU_UTIL, RemanenceConfig, detect_remanence
 from hpcwatch.security.supply_chain import SupplyChainConfig, detect_supply_chain
@@ -36,9 +37,10 @@ from hpcwatch.vocab import EventKind
 __all__ = ["ScanConfig", "ScanExtras", "ScanInputs", "Detector", "DETECTORS", "scan_records", "scan_store", "sort_findings",
            "EVENT_KINDS", "sample_metrics", "weights_reads", "rescan", "stored_extras", "LiveScan", "LIVE_WINDOW_S", "RULES"]
 
-#: Event kinds the detectors read.
+#: Event kinds the detectors read (``job_end``: the windows of requeued attempts, ``with_requeued_attempts``).
 EVENT_KINDS = (EventKind.PIP_PACKAGE, EventKind.PTH_FILE, EventKind.FALCO, EventKind.TETRAGON, EventKind.SHARD_CHECK,
-               EventKind.OPENSM_PARTITIONS, EventKind.NVIDIA_PARAMS, EventKind.GPU_PROCESS, EventKind.XID, EventKind.GPU_XID)
+               EventKind.OPENSM_PARTITIONS, EventKind.NVIDIA_PARAMS, EventKind.GPU_PROCESS, EventKind.XID, EventKind.GPU_XID,
+               EventKind.JOB_END)
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,7 +123,8 @@ def sort_findings(findings: Iterable[Finding]) -> list[Finding]:
 
 def scan_records(samples: Iterable[Sample], events: Iterable[Event], jobs: Iterable[Job], *,
                  config: ScanConfig = ScanConfig(), extras: ScanExtras = ScanExtras()) -> list[Finding]:
-    samples, events, jobs = list(samples), list(events), list(jobs)
+    samples, events = list(samples), list(events)
+    jobs = with_requeued_attempts(list(jobs), events)
     for manifest in extras.manifests:
         events += verify_manifest(manifest, key=extras.manifest_key)
     inputs = ScanInputs(samples=samples, events=events, jobs=jobs, extras=extras)

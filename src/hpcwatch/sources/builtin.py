@@ -287,9 +287,10 @@ register(Format(name="nvidia-smi-xml", sniff=_sniff_nvsmi("is_nvidia_smi_xml"), 
 register(Format(name="squeue-json", read=_slurm("read_squeue_json"), kinds=J,
                 sniff=lambda h: _json_jobs(h) and ('"job_state"' in h.text or "squeue" in h.name),
                 summary="squeue --json"))
-register(Format(name="sacct-json", read=_slurm("read_sacct_records"), kinds=J | S,
+register(Format(name="sacct-json", read=_slurm("read_sacct_records"), kinds=J | E | S,
                 sniff=lambda h: _json_jobs(h) and ('"steps"' in h.text or '"current"' in h.text or "sacct" in h.name),
-                summary="sacct --json (jobs, and their CPUs, memory, MaxRSS per node, time limit as samples)"))
+                summary="sacct --json (jobs, their requeued attempts as events, and their CPUs, memory, MaxRSS per "
+                        "node, time limit as samples)"))
 register(Format(name="kubectl-pods", read=lambda p, c: _kubernetes().read_kubectl_pods(p), kinds=J,
                 sniff=lambda h: _kubernetes().is_kubectl_pods(h.text), summary="kubectl get pods -o json"))
 register(Format(name="scontrol-job", read=_slurm("read_scontrol_show_job"), kinds=J,

@@ -29,6 +29,13 @@ for two nodes of it); step usage ``mem`` counts bytes (3178496 there is the 3104
 ``time.limit`` counts minutes (``--time``, https://slurm.schedmd.com/sbatch.html#OPT_time; null or
 ``infinite``: none).
 
+A requeued job keeps its id, and ``sacct --json`` lists each of its attempts as a record of its own, in
+order (the real 22.05 capture tests/data/slurm/sacct_requeued.json: two records in state ``REQUEUED``,
+each with the start and end of that attempt, then the running one). The last record is the job's; each
+``REQUEUED`` one that ran also becomes a ``job_end`` Event (``state`` REQUEUED, ``start``, ``end``,
+``nodes``), so that the nodes and hours of a lost attempt stay on record (goodput's first start, the
+detectors' job windows).
+
 Not checked: that the GPU counts of ``gres_detail`` and TRES agree, that node
 names exist, that ids are unique, any field this module does not read. Shape
 errors in JSON name the job's index in the list and the line where that job starts.
@@ -45,7 +52,7 @@ from typing import Any
 
 from hpcwatch import vocab
 from hpcwatch.errors import ParseError
-from hpcwatch.records import Job, Sample
+from hpcwatch.records import Event, Job, Sample
 from hpcwatch.sources.lines import read_text, shown
 
 __all__ = ["parse_squeue_json", "read_squeue_json", "parse_sacct_json", "read_sacct_json",
@@ -372,18 +379,33 @@ def read_sacct_json(path: str | os.PathLike[str]) -> Iterator[Job]:
     yield from parse_sacct_json(read_text(path), path=path)
 
 
-def parse_sacct_records(text: str, *, path: str | os.PathLike[str] = "<input>") -> Iterator[Job | Sample]:
-    """Each job of ``sacct --json``, then the samples of what it used (module docstring)."""
+def parse_sacct_records(text: str, *, path: str | os.PathLike[str] = "<input>") -> Iterator[Job | Event | Sample]:
+    """Each job of ``sacct --json``, the event of an attempt it lost to a requeue, then the samples of what it
+    used (module docstring)."""
     yield from _each(_load_jobs(text, path), _sacct_job_and_usage, path, text, many=True)
 
 
-def read_sacct_records(path: str | os.PathLike[str]) -> Iterator[Job | Sample]:
+def read_sacct_records(path: str | os.PathLike[str]) -> Iterator[Job | Event | Sample]:
     yield from parse_sacct_records(read_text(path), path=path)
 
 
-def _sacct_job_and_usage(raw: Mapping[str, Any]) -> list[Job | Sample]:
+def _sacct_job_and_usage(raw: Mapping[str, Any]) -> list[Job | Event | Sample]:
     job = _sacct_job(raw)
-    return [job, *_sacct_usage(raw, job)]
+    return [job, *_requeued_attempt(raw, job), *_sacct_usage(raw, job)]
+
+
+def _requeued_attempt(raw: Mapping[str, Any], job: Job) -> list[Event]:
+    """The ``job_end`` event of an attempt Slurm requeued (module docstring); none for any other record,
+    nor for a requeue before the job ever started (its times are 0)."""
+    if (job.state or "").split("+")[0] != "REQUEUED":
+        return []
+    times = _mapping(raw.get("time"), "time")
+    start, end = _epoch(times.get("start")), _epoch(times.get("end"))
+    if start is None or end is None:
+        return []
+    return [Event(kind=vocab.EventKind.JOB_END, t=end, source="slurm",
+                  attrs={"job": job.id, "user": job.user, "state": "REQUEUED", "start": start, "end": end,
+                         "nodes": list(expand_hostlist(_text(raw.get("nodes")) or ""))})]
 
 
 def _mapping(value: Any, what: str) -> Mapping[str, Any]:

@@ -108,15 +108,18 @@ def file_hook_activity(store: Store, *, since: float, hooks: Sequence[str],
 
 
 def requeue_counts(store: Store) -> dict[str, int]:
-    """Per job: its ``job_end`` events of state REQUEUED (one per attempt Slurm requeued)."""
-    rows = store.query("SELECT json_extract_string(attrs, '$.job'), count(*) FROM events WHERE kind = 'job_end' "
+    """Per job: the attempts Slurm requeued, one per distinct start of its REQUEUED ``job_end`` events (the
+    same attempt is seen again each time a poll of ``sacct`` covers it)."""
+    rows = store.query("SELECT json_extract_string(attrs, '$.job'), count(DISTINCT json_extract(attrs, '$.start')) "
+                       "FROM events WHERE kind = 'job_end' "
                        "AND json_extract_string(attrs, '$.state') = 'REQUEUED' GROUP BY 1")
     return {str(job): int(n) for job, n in rows}
 
 
 def requeued_attempt_starts(store: Store, job: str) -> list[float]:
     """Start times of ``job``'s attempts that Slurm requeued (its REQUEUED ``job_end`` events' ``start``)."""
-    rows = store.query("SELECT CAST(json_extract(attrs, '$.start') AS DOUBLE) FROM events WHERE kind = 'job_end' "
+    rows = store.query("SELECT DISTINCT CAST(json_extract(attrs, '$.start') AS DOUBLE) FROM events "
+                       "WHERE kind = 'job_end' "
                        "AND json_extract_string(attrs, '$.state') = 'REQUEUED' "
                        "AND json_extract_string(attrs, '$.job') = ? AND json_extract(attrs, '$.start') IS NOT NULL",
                        [job])

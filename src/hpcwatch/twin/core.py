@@ -601,7 +601,7 @@ class Twin:
         once its nodes are back (``_restarted``). Returns the ``job_end`` event of the lost attempt, whose
         state is the one ``sacct -D`` gives it: ``REQUEUED``."""
         job = self.planned(job_id)
-        attempt_start = job.start
+        attempt_start, attempt_nodes = job.start, list(job.nodes)
         self._job_of_gpu[[self._gpu_flat[(node, g)] for node, gpus in job.gpus_by_node.items() for g in gpus]] = -1
         self.scheduler.requeue(job, self.now)
         if drain is not None:
@@ -611,7 +611,7 @@ class Twin:
             self._last_step = None
         return [Event(kind=EventKind.JOB_END, t=self.now, source="slurm",
                       attrs={"job": job.id, "user": job.user, "state": "REQUEUED", "restart_cnt": job.restart_cnt,
-                             "start": attempt_start})]
+                             "start": attempt_start, "end": self.now, "nodes": attempt_nodes})]
 
     def _restarted(self, job: PlannedJob) -> list[Event]:
         """A requeued job runs again: start-up, then it reads its last checkpoint back and resumes from the

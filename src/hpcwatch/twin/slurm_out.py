@@ -219,10 +219,24 @@ def _sacct_job(twin: Twin, job: PlannedJob) -> dict[str, Any]:
     }
 
 
+def _sacct_requeued(twin: Twin, job: PlannedJob, attempt: tuple[float, float, tuple[str, ...]]) -> dict[str, Any]:
+    """One attempt of ``job`` that Slurm requeued, as the real 22.05 ``sacct --json`` lists it before the
+    job's current record (tests/data/slurm/sacct_requeued.json): same id, state REQUEUED, that attempt's
+    start, end and nodes."""
+    start, end, nodes = attempt
+    record = _sacct_job(twin, job)
+    record["time"] = {**record["time"], "start": int(start), "end": int(end), "elapsed": int(end) - int(start)}
+    record["state"] = {"current": "REQUEUED", "reason": "None"}
+    record["nodes"], record["allocation_nodes"], record["steps"] = hostlist(nodes), len(nodes), []
+    return record
+
+
 def sacct_doc(twin: Twin) -> dict[str, Any]:
-    """What ``sacct --json -a`` returns: every job the accounting database holds."""
-    return {"meta": _meta("openapi/dbv0.0.38", "Slurm OpenAPI DB v0.0.38"), "errors": [],
-            "jobs": [_sacct_job(twin, j) for j in twin.scheduler.jobs]}
+    """What ``sacct --json -a`` returns: every job the accounting database holds, a requeued job's lost
+    attempts each a record before its current one."""
+    records = [r for j in twin.scheduler.jobs
+               for r in [*(_sacct_requeued(twin, j, a) for a in j.attempts), _sacct_job(twin, j)]]
+    return {"meta": _meta("openapi/dbv0.0.38", "Slurm OpenAPI DB v0.0.38"), "errors": [], "jobs": records}
 
 
 def squeue_json(twin: Twin) -> str:

@@ -127,6 +127,8 @@ class PlannedJob:
     """A requeued job's nodes: the scheduler holds them for it (see ``Scheduler.requeue``)."""
     first_start: float | None = None
     """When its first attempt started (Slurm resets ``start`` at each requeue; see ``record``)."""
+    attempts: list[tuple[float, float, tuple[str, ...]]] = field(default_factory=list)
+    """The attempts Slurm requeued, in order: (start, end, nodes), each a REQUEUED record of ``sacct --json``."""
 
     @property
     def nodes(self) -> tuple[str, ...]:
@@ -258,6 +260,8 @@ class Scheduler:
             self.free[name] = sorted(self.free[name] + list(gpus))
         job.wants_nodes = job.nodes
         job.first_start = job.first_start if job.first_start is not None else job.start
+        if job.start is not None:
+            job.attempts.append((float(job.start), float(t), job.nodes))
         job.gpus_by_node = {}
         job.start, job.end, job.state = None, None, "PENDING"
         job.submit = float(t)
