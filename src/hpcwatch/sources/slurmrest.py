@@ -31,7 +31,7 @@ from typing import Any
 
 from hpcwatch import vocab
 from hpcwatch.errors import BackendError, ParseError
-from hpcwatch.records import Job, Sample
+from hpcwatch.records import Event, Job, Sample
 from hpcwatch.sources.lines import file_time, read_text, shown
 from hpcwatch.sources.slurm import parse_sacct_records, parse_squeue_json
 
@@ -88,7 +88,7 @@ def parse_rest_jobs(text: str, *, path: str | os.PathLike[str] = "<slurmrestd>")
     return parse_squeue_json(text, path=path)
 
 
-def parse_rest_accounting(text: str, *, path: str | os.PathLike[str] = "<slurmdbd>") -> Iterator[Job | Sample]:
+def parse_rest_accounting(text: str, *, path: str | os.PathLike[str] = "<slurmdbd>") -> Iterator[Job | Event | Sample]:
     """Jobs of ``/slurmdb/v0.0.3x/jobs`` (slurmdbd's records, sacct's shape), each followed by the samples of
     what it used (CPU seconds, memory, time limit: ``sources.slurm.parse_sacct_records``); "Nothing found" is
     no job."""

@@ -1,0 +1,59 @@
+"""A job ``scontrol requeue``d on the real Slurm 22.05: what ``sacct --json`` says of its lost attempt reaches
+the store as the attempt's ``job_end`` event (start, end, nodes), counted once however often it is polled.
+
+The capture in tests/data/slurm/sacct_requeued.json was made the same way; this test keeps the reader
+honest against the Slurm that CI installs.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+
+from hpcwatch.ingest import ingest_paths
+from hpcwatch.store import Store, queries
+from hpcwatch.vocab import EventKind
+
+from .conftest import wait_until
+
+pytestmark = pytest.mark.integration
+
+
+def _running(slurm, job: str) -> bool:
+    return slurm.job_states().get(job) == "RUNNING"
+
+
+def test_a_requeued_attempt_reaches_the_store_once(slurm, tmp_path):
+    if slurm.accounting != "dbd":
+        pytest.skip("sacct needs slurmdbd (scripts/install-system installs it)")
+    job = slurm.sbatch("alice", "-N", "2", "--gres=gpu:1", "--requeue", "-J", "requeue-me", wrap="sleep 120")
+    wait_until(lambda: _running(slurm, job), timeout_s=30, what=f"job {job} running")
+    time.sleep(1.5)   # sacct's times are whole seconds: let the first attempt last at least one
+    slurm.run("scontrol", "requeue", job)
+    # A requeued job waits about 120 s before it may start again (its BeginTime); move that to now.
+    wait_until(lambda: slurm.job_states().get(job) in ("PENDING", "REQUEUED"), timeout_s=30, what="requeued")
+    slurm.run("scontrol", "update", f"jobid={job}", "starttime=now")
+    wait_until(lambda: _running(slurm, job), timeout_s=60,
+               what=f"job {job} running again: {slurm.run('scontrol', 'show', 'job', job).stdout}")
+
+    def states() -> list[str]:
+        return [r["state"]["current"] for r in json.loads(slurm.run("sacct", "--json", "-a").stdout)["jobs"]
+                if str(r["job_id"]) == job]
+    # slurmctld tells slurmdbd of the new start a moment later: wait for sacct to list both attempts.
+    wait_until(lambda: states() == ["REQUEUED", "RUNNING"], timeout_s=30, what="sacct listing both attempts")
+    polls = []
+    for i in range(2):   # two polls of sacct: other bytes (times move), the same lost attempt
+        polls.append(tmp_path / f"sacct-{i}.json")
+        polls[-1].write_text(slurm.run("sacct", "--json", "-a").stdout + "\n" * i)
+
+    with Store(tmp_path / "store") as store:
+        ingest_paths(store, polls)
+        assert queries.requeue_counts(store).get(job) == 1
+        (start,) = queries.requeued_attempt_starts(store, job)
+        attempts = [e for e in store.events(EventKind.JOB_END) if e.attrs.get("job") == job]
+        current = store.job(job)
+    assert {tuple(e.attrs["nodes"]) for e in attempts} == {("node1", "node2")}
+    assert all(e.attrs["start"] == start <= e.attrs["end"] <= current.start for e in attempts)
+    assert current.state == "RUNNING" and current.end is None
