@@ -21,7 +21,7 @@ from .conftest import wait_until
 pytestmark = pytest.mark.integration
 
 #: How long after its nodes went idle a requeued job is let start again (ours: started at once, 3 runs of 5
-#: failed; with 5 s, 5 of 5 passed; see the comment where it is used).
+#: failed; with 5 s, 3 of 3 passed; see the comment where it is used).
 REQUEUE_SETTLE_S = 5.0
 
 
