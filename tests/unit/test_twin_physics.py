@@ -119,6 +119,23 @@ def test_a_requeued_jobs_lost_attempt_explains_its_infiniband_traffic(tmp_path):
     assert [f.rule for f in findings if f.vector == "rdma_blind_spot"] == []
 
 
+def test_goodput_from_files_counts_the_requeue_and_the_steps_run_again(tmp_path):
+    """Read back from files only (sacct, spans): no failure or checkpoint event exists, yet sacct's REQUEUED
+    record is the interruption, and the step the restart resumed at says what the lost attempt had saved."""
+    out = tmp_path / "out"
+    write_run(Twin(sized_reference(), seed=0, scenarios=["xid79"]), out, duration_s=600.0, step_s=10.0, spans=True)
+    with Store(tmp_path / "store") as store:
+        ingest_paths(store, [out])
+        report = goodput_report(store, "4101")
+        (requeued_at,) = [e.attrs["end"] for e in store.events(EventKind.JOB_END) if e.attrs.get("job") == "4101"]
+        steps = {(sp.step, sp.start < requeued_at) for sp in store.spans("4101")}
+    resumed = min(step for step, before in steps if not before)
+    run_again = {step for step, before in steps if before and step >= resumed}
+    assert report.interruptions == 1 and report.interruptions_by_cause == {"requeued": 1}
+    assert run_again and report.lost_steps == len(run_again)
+    assert any(f"resumed at step {resumed}" in note for note in report.notes)
+
+
 def test_goodput_counts_the_steps_redone_since_the_checkpoint_and_the_restart(tmp_path):
     store = Store(":memory:")
     live = LiveTwin(store, reference_cluster(), scenarios=["xid79"], start=T0)

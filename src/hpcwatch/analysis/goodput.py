@@ -58,6 +58,7 @@ __all__ = [
     "account_goodput",
     "account_job",
     "GOODPUT_EVENT_KINDS",
+    "REQUEUE_AFTER_FAILURE_S",
     "GOODPUT_SOURCE",
 ]
 
@@ -71,7 +72,11 @@ BADPUT_KINDS: tuple[str, ...] = ("init", "data_loading", "checkpoint_save", "che
 #: Lustre writes are) counts as a save that stopped training ``duration_s`` (0 s when not given); its
 #: step may be in ``step`` or in a ``path`` ending ``step_N.pt``.
 GOODPUT_EVENT_KINDS: tuple[str, ...] = (EventKind.FAILURE, EventKind.CHECKPOINT_SAVE, EventKind.CHECKPOINT_RESTORE,
-                                        EventKind.CHECKPOINT)
+                                        EventKind.CHECKPOINT, EventKind.JOB_END)
+#: A requeue this long after a failure event is that failure's, not a second interruption. Ours: Slurm
+#: requeues a job whose node stopped answering after ``SlurmdTimeout`` (300 s by default,
+#: https://slurm.schedmd.com/slurm.conf.html#OPT_SlurmdTimeout), and after its teardown when a rank died.
+REQUEUE_AFTER_FAILURE_S = 600.0
 _SAVE_KINDS = (EventKind.CHECKPOINT_SAVE, EventKind.CHECKPOINT)
 _STEP_IN_PATH = re.compile(r"step[_-]?(\d+)")
 
@@ -344,7 +349,10 @@ def account_goodput(job: Job | None, steps: StepTable, events: Sequence[Event], 
         first_expected = kept_step + 1
         keep = _Keep()
         if k < len(failures):
-            kept_step = max([s.step for s in k_saves if s.complete] + [kept_step])
+            saved = [s.step for s in k_saves if s.complete]
+            if not saved and cuts[k + 1] < cuts[k + 2]:
+                kept_step = max(kept_step, _resumed_after(steps, int(cuts[k + 1]), tally, hi))
+            kept_step = max(saved + [kept_step])
             lost[sl] = steps.step[sl] > kept_step
             keep = _Keep(step=kept_step, save=max((s for s in k_saves if s.complete and s.step == kept_step),
                                                   key=lambda s: s.t, default=None))
@@ -362,6 +370,17 @@ def account_goodput(job: Job | None, steps: StepTable, events: Sequence[Event], 
             tally.badput["lost_progress"] += max(0.0, hi - max(ends))
     _between_steps(steps, cuts, ideal, keeps, load_share, tally)
     return _finish(job, steps, events, failures, saves, restores, lost, tally, t0, t1)
+
+
+def _resumed_after(steps: StepTable, first: int, tally: "_Tally", failure_t: float) -> int:
+    """With no save on record, the checkpoint a restart read is the step before the one it resumed at
+    (``first``: the next incarnation's first step), as ml-goodput-measurement infers lost progress from
+    step numbers run again."""
+    resumed = int(steps.step[first]) - 1
+    if resumed > 0:
+        tally.notes.append(f"failure at t={failure_t:.0f}: no checkpoint on record; the restart resumed at step "
+                           f"{resumed + 1}, so steps up to {resumed} count as saved")
+    return resumed
 
 
 @dataclass(frozen=True, slots=True)
@@ -473,10 +492,29 @@ def account_job(job: Job | None, spans: Iterable[Span], events: Sequence[Event],
                 step_samples: Iterable[Sample] = ()) -> GoodputReport:
     """The whole path for one job's records: steps from its spans (else its ``train_step_time_s``
     samples), re-runs split at its failures, then ``account_goodput``. Views call this."""
-    mine = [e for e in events if e.kind in GOODPUT_EVENT_KINDS
-            and (job is None or str(e.attrs.get("job", job.id)) == job.id)]
+    mine = _requeues_as_failures([e for e in events if e.kind in GOODPUT_EVENT_KINDS
+                                  and (job is None or str(e.attrs.get("job", job.id)) == job.id)])
     breaks = [e.t for e in mine if e.kind == EventKind.FAILURE]
     steps = steps_from_spans(spans, breaks=breaks)
     if not len(steps):
         steps = steps_from_step_samples(step_samples, breaks=breaks)
     return account_goodput(job, steps, sorted(mine, key=lambda e: e.t))
+
+
+def _requeues_as_failures(events: list[Event]) -> list[Event]:
+    """``events`` less their ``job_end`` ones, with each attempt Slurm requeued (a REQUEUED ``job_end``,
+    from ``sacct --json``) as a failure at its end, cause ``requeued``, unless a failure event within
+    ``REQUEUE_AFTER_FAILURE_S`` before it already says why (the same interruption, seen twice)."""
+    failures = [e.t for e in events if e.kind == EventKind.FAILURE]
+    out, seen = [e for e in events if e.kind != EventKind.JOB_END], set()
+    for e in events:
+        if e.kind != EventKind.JOB_END or e.attrs.get("state") != "REQUEUED":
+            continue
+        end = float(e.attrs.get("end", e.t))
+        key = (str(e.attrs.get("job")), e.attrs.get("start"))
+        if key in seen or any(end - REQUEUE_AFTER_FAILURE_S <= t <= end for t in failures):
+            continue
+        seen.add(key)
+        out.append(Event(kind=EventKind.FAILURE, t=end, source=e.source,
+                         attrs={"job": e.attrs.get("job"), "cause": "requeued"}))
+    return sorted(out, key=lambda e: e.t)
