@@ -7,6 +7,7 @@ tests/integration/artifacts/15-*.png.
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import time
@@ -164,8 +165,29 @@ def _check_page(pg, url: str, prom_url: str) -> None:
     pg.evaluate("window.hpcwatch.openCard('collector:dcgm_exporter')")
     assert f"Prometheus {prom_url}" in pg.locator("#card-live").inner_text()
     _shot(pg, "15-serve-prometheus-observer")
+    _check_history_through_promql(url)
     pg.goto(url + "job/501")
     assert pg.locator("#job-gpus tbody tr").count() == 2          # the two GPUs hpc_job=501 labels, via PromQL
     assert f"Prometheus {prom_url}" in pg.locator("#job-source").inner_text()
     _shot(pg, "15-serve-prometheus-job-page", full_page=True)
     assert not errors, errors
+
+
+def _history(url: str, el: str) -> dict[str, list]:
+    with urllib.request.urlopen(f"{url}api/history?el={el}&range_s=300", timeout=10) as answer:
+        doc = json.load(answer)
+    return {series["field"]: series["values"] for series in doc["series"]}
+
+
+def _check_history_through_promql(url: str) -> None:
+    """The card's sparklines read Prometheus too: a GPU's buckets hold what it scraped, and a node's power
+    is the sum of its eight GPUs' in each bucket that all of them fill."""
+    gpus = [_history(url, f"gpu:node1/{g}") for g in range(8)]
+    node = _history(url, "node:node1")
+    util = [v for v in gpus[0]["util_pct"] if v is not None]
+    assert util and all(0.0 <= v <= 100.0 for v in util)
+    full = [i for i, total in enumerate(node["power_w"])
+            if total is not None and all(g["power_w"][i] is not None for g in gpus)]
+    assert full, node["power_w"]
+    for i in full:
+        assert node["power_w"][i] == pytest.approx(sum(g["power_w"][i] for g in gpus), rel=1e-3)

@@ -22,7 +22,7 @@ router = APIRouter(prefix="/api")
 
 def _source(state: Any) -> Any:
     """What answers ``samples()``: a PromQL backend when the app has one (``serve --prometheus``), else the store."""
-    return getattr(state, "samples_source", None) or state.store
+    return state.prometheus if state.prometheus is not None else state.store
 
 
 def history_doc(state: Any, el: str, range_s: float) -> dict[str, Any]:
