@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import sys
-from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -25,6 +24,8 @@ FDS_PER_NODE = 6
 
 def sized_cluster(nodes: int | None) -> Cluster:
     """The reference cluster, or the same node type ``nodes`` times (node1 ... nodeN)."""
+    from importlib import resources   # 7 ms (tempfile, zipfile...) that every --help would pay
+
     import yaml
 
     from hpcwatch.model.cluster import parse_cluster, reference_cluster
