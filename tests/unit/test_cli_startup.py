@@ -139,3 +139,17 @@ def test_a_large_set_is_shared_out_by_its_json_bytes(tmp_path, monkeypatch):
     assert steps_cli.reader_processes(files, cpus=16) == 8   # the gzip trailer's size, not the 1 KB file
     assert steps_cli.reader_processes(files, cpus=2) == 2    # no more processes than cores
     assert steps_cli.reader_processes(files[:1], cpus=16) == 1   # one file: nothing to share
+
+
+@pytest.mark.parametrize("words, cword, offered", [
+    ("hpcwatch st", 1, "plain,steps"),                          # a command
+    ("hpcwatch twin s", 2, "plain,serve"),                      # a sub-group's command
+    ("hpcwatch steps --slurm-pa", 2, "plain,--slurm-partition"),  # an option
+])
+def test_the_shell_completion_offers_commands_and_options(words, cword, offered):
+    """click's completion (``eval "$(_HPCWATCH_COMPLETE=bash_source hpcwatch)"``), answered in a fresh process."""
+    env = dict(os.environ, PYTHONPATH=str(Path(hpcwatch.__file__).parents[1]), COMP_WORDS=words, COMP_CWORD=str(cword),
+               _HPCWATCH_COMPLETE="bash_complete")
+    done = subprocess.run([sys.executable, "-c", "from hpcwatch.cli import main; main()"], capture_output=True,
+                          text=True, env=env, timeout=60)
+    assert done.returncode == 0 and done.stdout.split() == [offered], done.stdout + done.stderr
