@@ -8,9 +8,9 @@ figure is the best and the median of ``--repeat`` runs (the best is the least di
 the machine); the load average is printed with them because a shared machine's figures move with it.
 
 An installed package has its bytecode compiled (pip writes the .pyc files at install); a checkout run
-with ``PYTHONDONTWRITEBYTECODE=1`` recompiles every module on every start (60 ms of ``hpcwatch --help``
-here). So the runs use a bytecode cache of their own (``PYTHONPYCACHEPREFIX``, a temporary folder, filled
-by one untimed run per command), unless ``--no-bytecode`` asks for the compile-every-time figures.
+with ``PYTHONDONTWRITEBYTECODE=1`` recompiles every one of our modules on every start (60 ms of
+``hpcwatch --help`` here). So the runs use a bytecode cache of their own (``PYTHONPYCACHEPREFIX``, a
+temporary folder, filled by one untimed run per command), the same for every tree timed.
 """
 
 from __future__ import annotations
@@ -50,10 +50,9 @@ def time_case(argv: list[str], *, env: dict[str, str], repeat: int) -> list[floa
     return times[1:]
 
 
-def _env(src: Path, pycache: str | None) -> dict[str, str]:
+def _env(src: Path, pycache: str) -> dict[str, str]:
+    """The children's environment: bytecode written to and read from ``pycache`` only, for every module."""
     env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
-    if pycache is None:
-        return dict(env, PYTHONPATH=str(src), PYTHONDONTWRITEBYTECODE="1")
     return dict(env, PYTHONPATH=str(src), PYTHONPYCACHEPREFIX=pycache)
 
 
@@ -61,12 +60,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--src", type=Path, default=ROOT / "src", help="The sources to time (default: this tree's).")
     parser.add_argument("--repeat", type=int, default=5, help="Runs per command.")
-    parser.add_argument("--no-bytecode", action="store_true", help="Compile every module on every start.")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="hpcwatch-pycache-") as pycache:
-        env = _env(args.src, None if args.no_bytecode else pycache)
-        print(f"sources {args.src}; {'no bytecode cache' if args.no_bytecode else 'bytecode cached'}; "
-              f"load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+        env = _env(args.src, pycache)
+        print(f"sources {args.src}; load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
         for name, argv in CASES.items():
             times = time_case(argv, env=env, repeat=args.repeat)
             print(f"{name:30s} best {min(times) * 1e3:6.0f} ms  median {statistics.median(times) * 1e3:6.0f} ms")
