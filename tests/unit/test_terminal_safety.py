@@ -150,7 +150,8 @@ def test_every_error_is_one_line_with_controls_escaped(run_cli, argv, expected):
 def test_a_bare_group_shows_its_help_with_status_2(run_cli, argv):
     code, out, err = run_cli(argv)
     assert code == 2 and err == ""
-    assert out.startswith(f"Usage: hpcwatch {' '.join(argv)}".rstrip() + " [OPTIONS] COMMAND [ARGS]...") and "Commands:" in out
+    usage = " ".join(["Usage: hpcwatch", *argv, "[OPTIONS] COMMAND [ARGS]..."])
+    assert out.startswith(usage) and "Commands:" in out
 
 
 def test_help_is_status_0_on_stdout(run_cli):

@@ -1,4 +1,4 @@
-"""What every command shares: the console, JSON output, the store location, the sub-command groups."""
+"""What every command shares: the click groups and option helpers, the console, JSON output, the store location."""
 
 from __future__ import annotations
 

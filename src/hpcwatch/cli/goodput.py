@@ -87,7 +87,8 @@ def _print_health(report: HealthReport) -> None:
 @app.command()
 @db_option()
 @click.option("--node", help="Judge this node only (as the samples name it).")
-@click.option("--window", type=float, default=HEALTH_WINDOW_S, help="Seconds of samples to judge, back from the newest.")
+@click.option("--window", type=float, default=HEALTH_WINDOW_S,
+              help="Seconds of samples to judge, back from the newest.")
 @repeatable("--dcgmi-diag", "dcgmi", type=PATH, help="`dcgmi diag -j` output to judge (repeatable).")
 @repeatable("--nccl-tests", "nccl", type=PATH, help="nccl-tests output to judge (repeatable).")
 @repeatable("--ib-write-bw", "ibbw", type=PATH, help="ib_write_bw output to judge (repeatable).")
