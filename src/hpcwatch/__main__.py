@@ -1,3 +1,3 @@
 from hpcwatch.cli import main
 
-main()
+main(prog_name="python -m hpcwatch")

@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 
 import pytest
-from typer.testing import CliRunner
+from click.testing import CliRunner
 
 from hpcwatch.assess import AssessConfig, ModelShape, category_tier, overall_tier
 from hpcwatch.assess import criteria as C

@@ -9,7 +9,7 @@ import orjson
 import pyarrow as pa
 import pyarrow.compute  # noqa: F401  (pa.compute)
 import pytest
-from typer.testing import CliRunner
+from click.testing import CliRunner
 
 from hpcwatch.cli import app
 from hpcwatch.errors import ConfigError

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import orjson
 import pytest
-from typer.testing import CliRunner
+from click.testing import CliRunner
 
 from hpcwatch.analysis.goodput import (BADPUT_KINDS, account_goodput, ideal_step_time, steps_from_spans,
                                        steps_from_step_samples)

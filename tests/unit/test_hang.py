@@ -9,7 +9,7 @@ import pickle
 from pathlib import Path
 
 import pytest
-from typer.testing import CliRunner
+from click.testing import CliRunner
 
 from hpcwatch.analysis.hang import analyse_hang
 from hpcwatch.cli import app

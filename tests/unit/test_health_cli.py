@@ -11,7 +11,7 @@ from pathlib import Path
 import orjson
 import pyarrow as pa
 import pytest
-from typer.testing import CliRunner
+from click.testing import CliRunner
 
 import hpcwatch.twin.failures  # noqa: F401  (registers the scenarios)
 from hpcwatch.analysis.health import judge, passive_checks

@@ -152,7 +152,7 @@ def test_hook_spans_name_the_planted_straggler(gloo_run):
 @needs_torch
 def test_kineto_traces_name_the_planted_straggler_through_the_cli(gloo_run):
     import orjson
-    from typer.testing import CliRunner
+    from click.testing import CliRunner
 
     from hpcwatch.cli import app
 
@@ -168,7 +168,7 @@ def test_kineto_traces_name_the_planted_straggler_through_the_cli(gloo_run):
 
 def test_stored_hook_spans_feed_steps_from_the_store(data_dir, tmp_path):
     import orjson
-    from typer.testing import CliRunner
+    from click.testing import CliRunner
 
     from hpcwatch.cli import app
     from hpcwatch.sources.hook import read_hook_jsonl
@@ -188,7 +188,7 @@ def test_stored_hook_spans_feed_steps_from_the_store(data_dir, tmp_path):
 
 def test_steps_reads_the_hook_files_directly(data_dir):
     import orjson
-    from typer.testing import CliRunner
+    from click.testing import CliRunner
 
     from hpcwatch.cli import app
 
@@ -198,7 +198,7 @@ def test_steps_reads_the_hook_files_directly(data_dir):
 
 
 def test_steps_needs_traces_or_a_job():
-    from typer.testing import CliRunner
+    from click.testing import CliRunner
 
     from hpcwatch.cli import app
 

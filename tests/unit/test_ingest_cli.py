@@ -6,7 +6,7 @@ import subprocess
 import sys
 
 import orjson
-from typer.testing import CliRunner
+from click.testing import CliRunner
 
 from hpcwatch.cli import app
 from hpcwatch.store import Store

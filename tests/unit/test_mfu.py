@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
-from typer.testing import CliRunner
+from click.testing import CliRunner
 
 from hpcwatch.analysis.mfu import compute_mfu
 from hpcwatch.cli.common import app

@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
-from typer.testing import CliRunner
+from click.testing import CliRunner
 
 from hpcwatch.analysis.health import nccl_log_checks
 from hpcwatch.analysis.nccl import NcclConfig, nccl_rules, summarize_nccl

@@ -6,7 +6,7 @@ import json
 
 import numpy as np
 import pytest
-from typer.testing import CliRunner
+from click.testing import CliRunner
 
 from hpcwatch.analysis.stragglersim import (busy_times_from_spans, efficiency_curve, expected_max_normal,
                                             sample_step_max)

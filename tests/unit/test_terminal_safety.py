@@ -125,17 +125,39 @@ def test_json_output_keeps_the_value_exact(tmp_path, run_cli):
 @pytest.mark.parametrize("argv,expected", [
     # a job id from the user's own terminal, holding a CSI: shown, not obeyed
     (["job", "\x1b[2J", "--db", ":memory:"], "no job \\x1b[2J in the store"),
-    # an unknown option: typer's framed box becomes one line
-    (["steps", "--bogus"], "No such option: --bogus"),
+    # an unknown option: click's "Usage: ... Error: ..." block becomes one line, naming the command's help
+    # (click 8.1 says "No such option: --bogus", 8.5 "No such option '--bogus'. Did you mean '--gpu'?")
+    (["steps", "--bogus"], ("No such option", "--bogus", "(see hpcwatch steps --help)")),
     # a missing argument: one line too
-    (["goodput"], "Missing argument"),
+    (["goodput"], "Missing argument 'JOB'. (see hpcwatch goodput --help)"),
+    # a value out of its range, in a sub-group's command
+    (["demo", "--nodes", "0"], "Invalid value for '--nodes': 0 is not in the range x>=1. (see hpcwatch demo --help)"),
+    # a value of the wrong type
+    (["twin", "traces", "--out", "x", "--ranks", "many"], "'many' is not a valid integer"),
+    # an unknown command
+    (["stpes"], "No such command 'stpes'"),
 ])
 def test_every_error_is_one_line_with_controls_escaped(run_cli, argv, expected):
     code, out, err = run_cli(argv)
     assert code == 2
     lines = err.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("hpcwatch: "), err
-    assert expected in lines[0] and "\x1b" not in err and "╭" not in err
+    assert all(part in lines[0] for part in ((expected,) if isinstance(expected, str) else expected)), lines[0]
+    assert "\x1b" not in err and "╭" not in err
+
+
+@pytest.mark.parametrize("argv", [[], ["twin"], ["simulate"]])
+def test_a_bare_group_shows_its_help_with_status_2(run_cli, argv):
+    code, out, err = run_cli(argv)
+    assert code == 2 and err == ""
+    usage = " ".join(["Usage: hpcwatch", *argv, "[OPTIONS] COMMAND [ARGS]..."])
+    assert out.startswith(usage) and "Commands:" in out
+
+
+def test_help_is_status_0_on_stdout(run_cli):
+    code, out, err = run_cli(["steps", "--help"])
+    assert code == 0 and err == "" and out.startswith("Usage: hpcwatch steps [OPTIONS] [PATHS]...")
+    assert "Arguments:\n  [PATHS]...  Kineto traces" in out and "[default: 300.0]" in out
 
 
 def test_an_error_of_several_lines_is_joined_into_one():

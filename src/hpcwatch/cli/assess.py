@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Optional
 
-import typer
+import click
 
-from hpcwatch.cli.common import DbOption, JsonOption, app, console, emit_json, open_store, safe_text
+from hpcwatch.cli.common import PATH, app, console, db_option, emit_json, json_option, open_store, safe_text
 from hpcwatch.cli.defaults import ACTIVE_CHECK_DAYS
 from hpcwatch.errors import ConfigError
 
@@ -17,19 +16,20 @@ _STYLE = {"pass": "green", "warn": "yellow", "fail": "bold red", "unknown": "dim
 
 
 @app.command()
-def assess(
-    db: Optional[str] = DbOption,
-    json_out: bool = JsonOption,
-    html: Optional[Path] = typer.Option(None, "--html", help="Also write the report as one self-contained HTML page."),
-    cluster_file: Optional[Path] = typer.Option(None, "--cluster", help="Cluster model YAML (default: the reference)."),
-    active_check_days: float = typer.Option(ACTIVE_CHECK_DAYS, "--active-check-days",
-                                            help="Active checks older than this do not count."),
-    params: Optional[float] = typer.Option(None, "--params", help="MFU: non-embedding parameters N."),
-    layers: Optional[int] = typer.Option(None, "--layers", help="MFU: transformer layers L."),
-    d_model: Optional[int] = typer.Option(None, "--d-model", help="MFU: model width d."),
-    seq: Optional[int] = typer.Option(None, "--seq", help="MFU: sequence length T."),
-    tokens_per_step: Optional[float] = typer.Option(None, "--tokens-per-step", help="MFU: tokens per step."),
-) -> None:
+@db_option()
+@json_option("json_out")
+@click.option("--html", type=PATH, help="Also write the report as one self-contained HTML page.")
+@click.option("--cluster", "cluster_file", type=PATH, help="Cluster model YAML (default: the reference).")
+@click.option("--active-check-days", type=float, default=ACTIVE_CHECK_DAYS,
+              help="Active checks older than this do not count.")
+@click.option("--params", type=float, help="MFU: non-embedding parameters N.")
+@click.option("--layers", type=int, help="MFU: transformer layers L.")
+@click.option("--d-model", type=int, help="MFU: model width d.")
+@click.option("--seq", type=int, help="MFU: sequence length T.")
+@click.option("--tokens-per-step", type=float, help="MFU: tokens per step.")
+def assess(db: str | None, json_out: bool, html: Path | None, cluster_file: Path | None, active_check_days: float,
+           params: float | None, layers: int | None, d_model: int | None, seq: int | None,
+           tokens_per_step: float | None) -> None:
     """Rate the cluster ClusterMAX-style from its own records: criteria, evidence, a tier per category."""
     from hpcwatch.assess import AssessConfig, ModelShape
     from hpcwatch.model import load_cluster, reference_cluster

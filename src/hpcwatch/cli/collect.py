@@ -2,27 +2,29 @@
 
 from __future__ import annotations
 
-import signal
-import socket
 import threading
 from pathlib import Path
 
-import typer
+import click
 
-from hpcwatch.cli.common import JsonOption, app, console, emit_json, safe_text
+from hpcwatch.cli.common import PATH, app, console, emit_json, json_option, safe_text
 from hpcwatch.cli.defaults import COLLECT_CONFIG_PATH
 
 __all__ = ["collect"]
 
 
 @app.command()
-def collect(config: Path = typer.Option(Path(COLLECT_CONFIG_PATH), "--config", help="The TOML config file."),
-            once: bool = typer.Option(False, "--once", help="Run every collector once, then exit."),
-            check: bool = typer.Option(False, "--check", help="Read the config, say what it runs, exit."),
-            status: bool = typer.Option(False, "--status", help="Show what the running daemon last reported."),
-            duration: float = typer.Option(0.0, "--duration", min=0.0, help="Stop after S seconds (0: on SIGTERM)."),
-            json: bool = JsonOption) -> None:
+@click.option("--config", type=PATH, default=COLLECT_CONFIG_PATH, help="The TOML config file.")
+@click.option("--once", is_flag=True, default=False, help="Run every collector once, then exit.")
+@click.option("--check", is_flag=True, default=False, help="Read the config, say what it runs, exit.")
+@click.option("--status", is_flag=True, default=False, help="Show what the running daemon last reported.")
+@click.option("--duration", type=click.FloatRange(min=0.0), default=0.0, help="Stop after S seconds (0: on SIGTERM).")
+@json_option("json")
+def collect(config: Path, once: bool, check: bool, status: bool, duration: float, json: bool) -> None:
     """Poll Slurm and Prometheus, follow logs, ingest spool folders and run the detectors, unattended."""
+    import signal
+    import socket   # signal and socket: 7 ms that every --help would pay
+
     from hpcwatch.collect.config import load_config
     from hpcwatch.collect.daemon import Daemon
 
@@ -38,7 +40,7 @@ def collect(config: Path = typer.Option(Path(COLLECT_CONFIG_PATH), "--config", h
         found = daemon.run_once()
         _show_status(cfg.store.path, json)
         if any(s.last_error for s in found.values()):
-            raise typer.Exit(1)
+            raise click.exceptions.Exit(1)
         return
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):

@@ -1,4 +1,4 @@
-"""What every command shares: the console, JSON output, the store location, the sub-command groups."""
+"""What every command shares: the click groups and option helpers, the console, JSON output, the store location."""
 
 from __future__ import annotations
 
@@ -7,11 +7,11 @@ import re
 import sys
 import time
 from pathlib import Path
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+import click
 import orjson
-import typer
-from typer.core import TyperGroup
 
 if TYPE_CHECKING:   # imported when a command runs, not for --help (the store pulls in pyarrow and duckdb)
     from rich.console import Console
@@ -25,18 +25,64 @@ def _visible(text: object) -> str:
     return visible(text)
 
 __all__ = ["app", "twin_app", "simulate_app", "console", "emit_json", "open_store", "default_db_path",
-           "DbOption", "JsonOption", "wait_for", "safe_text", "error_line", "HelpGroup"]
+           "db_option", "json_option", "argument", "repeatable", "PATH", "wait_for", "safe_text", "error_line",
+           "HelpGroup", "HelpCommand", "HelpArgument"]
+
+#: Option and argument values that are paths arrive as ``pathlib.Path`` (click's default is ``str``).
+PATH = click.Path(path_type=Path)
 
 
-class HelpGroup(TyperGroup):
-    """A command group whose ``--help`` lists each command with the whole first paragraph of its help.
+class HelpArgument(click.Argument):
+    """A positional argument with a ``help`` text, shown under "Arguments" by ``HelpCommand``.
 
-    Help is rendered by click, not Rich (``rich_markup_mode=None``): typer's Rich help imports rich's
-    console, markdown and markdown-it, 0.08 s of a 0.2 s ``hpcwatch --help``. Click would cut each
-    command's line at 45 characters; this keeps the sentence and wraps it instead.
+    Click documents arguments itself only from 8.5 on; this keeps ``click>=8.1`` working the same.
     """
 
-    def format_commands(self, ctx: typer.Context, formatter) -> None:
+    def __init__(self, param_decls, help: str | None = None, **attrs: Any) -> None:
+        super().__init__(param_decls, **attrs)
+        self.help = help
+
+
+class HelpCommand(click.Command):
+    """A command whose ``--help`` has an "Arguments" section (the help of each ``HelpArgument``)
+    between its description and its options, on every click 8."""
+
+    def format_help(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        self.format_usage(ctx, formatter)
+        self.format_help_text(ctx, formatter)
+        self.format_arguments(ctx, formatter)
+        self.format_options(ctx, formatter)
+        self.format_epilog(ctx, formatter)
+
+    def format_arguments(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        rows = [(p.get_usage_pieces(ctx)[0], p.help + ("  [required]" if p.required else ""))
+                for p in self.get_params(ctx) if isinstance(p, HelpArgument) and p.help]
+        if rows:
+            with formatter.section("Arguments"):
+                formatter.write_dl(rows)
+
+
+class HelpGroup(click.Group):
+    """A command group whose ``--help`` lists its commands in the order they were registered, each with
+    the whole first paragraph of its help, and which shows that help (exit status 2) when run bare.
+
+    Click would sort the commands and cut each line at 45 characters; this keeps the sentence and wraps
+    it instead. Click 8.1 exits 0 on a bare group and 8.2+ raises ``NoArgsIsHelpError``; answering here
+    gives every click 8 the same status.
+    """
+
+    command_class = HelpCommand
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return list(self.commands)
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        if not args and self.no_args_is_help and not ctx.resilient_parsing:
+            click.echo(ctx.get_help(), color=ctx.color)
+            ctx.exit(2)
+        return super().parse_args(ctx, args)
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
         rows = []
         for name in self.list_commands(ctx):
             command = self.get_command(ctx, name)
@@ -51,16 +97,41 @@ def _first_paragraph(text: str) -> str:
     return " ".join(text.strip().split("\n\n", 1)[0].split())
 
 
-def _typer(**options: Any) -> typer.Typer:
-    return typer.Typer(cls=HelpGroup, rich_markup_mode=None, no_args_is_help=True, **options)
+# Every option's default is shown in --help ("[default: 300.0]"); the children inherit the setting.
+app = HelpGroup(name="hpcwatch", no_args_is_help=True, context_settings={"show_default": True},
+                help="See an AI training cluster as it runs and as it can be attacked.")
+twin_app = HelpGroup(name="twin", no_args_is_help=True, help="The simulated cluster that writes real formats.")
+simulate_app = HelpGroup(name="simulate", no_args_is_help=True,
+                         help="Simulators: stragglers at scale, goodput under failures.")
 
 
-app = _typer(name="hpcwatch", add_completion=False,
-             help="See an AI training cluster as it runs and as it can be attacked.")
-twin_app = _typer(help="The simulated cluster that writes real formats.")
-simulate_app = _typer(help="Simulators: stragglers at scale, goodput under failures.")
-app.add_typer(twin_app, name="twin")
-app.add_typer(simulate_app, name="simulate")
+def _as_list(_ctx: click.Context, _param: click.Parameter, values: tuple) -> list:
+    return list(values)
+
+
+def argument(name: str, *, help: str, nargs: int = 1, required: bool = False, type: Any = None) -> Callable:
+    """A positional argument with its help; ``nargs=-1`` takes any number of values, passed as a list."""
+    return click.argument(name, cls=HelpArgument, help=help, nargs=nargs, required=required, type=type,
+                          callback=_as_list if nargs == -1 else None)
+
+
+def repeatable(*decls: str, help: str, default: tuple = (), type: Any = None) -> Callable:
+    """An option that may be given several times; its values are passed as a list."""
+    return click.option(*decls, multiple=True, default=default, type=type, help=help, callback=_as_list)
+
+
+#: The help of ``--db`` on the commands that read or write the store.
+_DB_HELP = "Store folder (Parquet parts, readable while written) or :memory:; default: the user's data directory."
+
+
+def db_option(help: str = _DB_HELP) -> Callable:
+    """``--db``: the store to read or write, passed as the parameter ``db`` (None: the default store)."""
+    return click.option("--db", "db", default=None, help=help)
+
+
+def json_option(name: str = "as_json") -> Callable:
+    """``--json``, passed as the parameter ``name``."""
+    return click.option("--json", name, is_flag=True, default=False, help="Print one JSON document on stdout.")
 
 
 class _Console:
@@ -89,11 +160,6 @@ class _Console:
 
 console = _Console()
 _LINE_BREAKS = re.compile(r"\s*[\r\n]+\s*")
-
-DbOption = typer.Option(None, "--db", help="Store folder (Parquet parts, readable while written) or :memory:; "
-                                           "default: the user's data directory.")
-JsonOption = typer.Option(False, "--json", help="Print one JSON document on stdout.")
-
 
 def default_db_path() -> Path:
     """$HPCWATCH_DB, else the folder $XDG_DATA_HOME/hpcwatch/store (~/.local/share by default)."""

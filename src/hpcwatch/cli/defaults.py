@@ -1,6 +1,6 @@
 """The option defaults the commands show in ``--help``, as plain literals.
 
-Typer needs a default when it builds the help, i.e. before any command runs. The values live in the
+Click needs a default when it builds the help, i.e. before any command runs. The values live in the
 modules that use them (analysis, twin, exporter...), which import numpy, pyarrow or duckdb; importing
 them for ``hpcwatch --help`` cost most of a second. So each default is copied here, and
 tests/unit/test_cli_startup.py asserts each copy equals its home's constant: a change there fails the

@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
+import click
 
-import typer
-
-from hpcwatch.cli.common import DbOption, app, console, open_store, wait_for
+from hpcwatch.cli.common import app, console, db_option, open_store, wait_for
 from hpcwatch.cli.defaults import EXPORTER_PORT, EXPORTER_RECENT_STEPS
 from hpcwatch.errors import ConfigError
 
@@ -13,14 +12,14 @@ __all__ = ["exporter"]
 
 
 @app.command()
-def exporter(
-    port: int = typer.Option(EXPORTER_PORT, "--port", help="Port for /metrics."),
-    host: str = typer.Option("127.0.0.1", "--host", help="Address to bind (0.0.0.0 to let a remote Prometheus in)."),
-    db: str = DbOption,
-    recent_steps: int = typer.Option(EXPORTER_RECENT_STEPS, "--recent-steps",
-                                     help="Training metrics use each job's last N steps."),
-    duration_s: float = typer.Option(0.0, "--duration", help="Stop after this many seconds (0: until Ctrl-C)."),
-) -> None:
+@click.option("--port", type=int, default=EXPORTER_PORT, help="Port for /metrics.")
+@click.option("--host", default="127.0.0.1", help="Address to bind (0.0.0.0 to let a remote Prometheus in).")
+@db_option()
+@click.option("--recent-steps", type=int, default=EXPORTER_RECENT_STEPS,
+              help="Training metrics use each job's last N steps.")
+@click.option("--duration", "duration_s", type=float, default=0.0,
+              help="Stop after this many seconds (0: until Ctrl-C).")
+def exporter(port: int, host: str, db: str | None, recent_steps: int, duration_s: float) -> None:
     """Per-job GPU-hours, energy, utilisation, idle GPUs, step time, stragglers, goodput and findings.
 
     The store is read on every scrape. Metric names: see ``hpcwatch.exporter``; dashboard:

@@ -4,11 +4,12 @@ analysis.health and the failure twin."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Optional
+from typing import TYPE_CHECKING
 
-import typer
+import click
 
-from hpcwatch.cli.common import DbOption, JsonOption, app, console, emit_json, open_store, safe_text, simulate_app
+from hpcwatch.cli.common import (PATH, app, argument, console, db_option, emit_json, json_option, open_store,
+                                 repeatable, safe_text, simulate_app)
 from hpcwatch.cli.defaults import (CHECKPOINT_COST_S, GOODPUT_DAYS, GOODPUT_GPUS, GOODPUT_STEP_S, HEALTH_WINDOW_S,
                                    RESTART_COST_S, RESTORE_COST_S, SWEEP_GPUS)
 from hpcwatch.errors import ConfigError
@@ -27,11 +28,10 @@ MAX_STORED_STEPS = 100_000
 
 
 @app.command()
-def goodput(
-    job: str = typer.Argument(..., help="Job id (as the scheduler names it)."),
-    db: Optional[str] = DbOption,
-    as_json: bool = JsonOption,
-) -> None:
+@argument("job", required=True, help="Job id (as the scheduler names it).")
+@db_option()
+@json_option()
+def goodput(job: str, db: str | None, as_json: bool) -> None:
     """Goodput of one job: productive time, and where the rest of its wall time went."""
     from rich.table import Table
 
@@ -85,20 +85,20 @@ def _print_health(report: HealthReport) -> None:
 
 
 @app.command()
-def health(
-    db: Optional[str] = DbOption,
-    node: Optional[str] = typer.Option(None, "--node", help="Judge this node only (as the samples name it)."),
-    window: float = typer.Option(HEALTH_WINDOW_S, "--window", help="Seconds of samples to judge, back "
-                                 "from the newest."),
-    dcgmi: list[Path] = typer.Option([], "--dcgmi-diag", help="`dcgmi diag -j` output to judge (repeatable)."),
-    nccl: list[Path] = typer.Option([], "--nccl-tests", help="nccl-tests output to judge (repeatable)."),
-    ibbw: list[Path] = typer.Option([], "--ib-write-bw", help="ib_write_bw output to judge (repeatable)."),
-    link: str = typer.Option("ndr", "--link", help="Link of the fabric for ib_write_bw / nccl-tests / ibstat port rates (hdr, ndr, xdr)."),
-    summary: bool = typer.Option(False, "--summary", help="Print one line: the verdict and the reasons."),
-    fail_on: str = typer.Option("never", "--fail-on", help="Exit 1 when the verdict is at least this: warn, drain "
-                                "or never."),
-    as_json: bool = JsonOption,
-) -> None:
+@db_option()
+@click.option("--node", help="Judge this node only (as the samples name it).")
+@click.option("--window", type=float, default=HEALTH_WINDOW_S,
+              help="Seconds of samples to judge, back from the newest.")
+@repeatable("--dcgmi-diag", "dcgmi", type=PATH, help="`dcgmi diag -j` output to judge (repeatable).")
+@repeatable("--nccl-tests", "nccl", type=PATH, help="nccl-tests output to judge (repeatable).")
+@repeatable("--ib-write-bw", "ibbw", type=PATH, help="ib_write_bw output to judge (repeatable).")
+@click.option("--link", default="ndr", help="Link of the fabric for ib_write_bw / nccl-tests / ibstat port rates "
+                                            "(hdr, ndr, xdr).")
+@click.option("--summary", is_flag=True, default=False, help="Print one line: the verdict and the reasons.")
+@click.option("--fail-on", default="never", help="Exit 1 when the verdict is at least this: warn, drain or never.")
+@json_option()
+def health(db: str | None, node: str | None, window: float, dcgmi: list[Path], nccl: list[Path], ibbw: list[Path],
+           link: str, summary: bool, fail_on: str, as_json: bool) -> None:
     """Node health from the store's samples and events (passive) and from benchmark outputs (active)."""
     from hpcwatch.analysis.health import VERDICTS
     from hpcwatch.reports.health import node_health
@@ -115,7 +115,7 @@ def health(
     else:
         _print_health(report)
     if fail_on != "never" and VERDICTS.index(report.verdict) >= VERDICTS.index(fail_on):
-        raise typer.Exit(1)
+        raise click.exceptions.Exit(1)
 
 
 def _summary_line(report: HealthReport) -> str:
@@ -139,23 +139,23 @@ def _interval(text: str) -> float | str:
 
 
 @simulate_app.command("goodput")
-def simulate_goodput_cmd(
-    gpus: int = typer.Option(GOODPUT_GPUS, "--gpus", help="GPUs of the synchronous job."),
-    days: float = typer.Option(GOODPUT_DAYS, "--days", help="Wall-clock days of the run."),
-    checkpoint_cost: float = typer.Option(CHECKPOINT_COST_S, "--checkpoint-cost", help="C: seconds a "
-                                          "checkpoint save stops training."),
-    restart_cost: float = typer.Option(RESTART_COST_S, "--restart-cost", help="R: seconds from a failure "
-                                       "to running again (detect, requeue, start)."),
-    restore_cost: float = typer.Option(RESTORE_COST_S, "--restore-cost", help="Seconds to load the last "
-                                       "checkpoint."),
-    interval: str = typer.Option("young", "--interval", help="Checkpoint interval: seconds, young or daly."),
-    step: float = typer.Option(GOODPUT_STEP_S, "--step", help="Seconds per training step."),
-    seed: int = typer.Option(0, "--seed"),
-    sweep: bool = typer.Option(False, "--sweep", help=f"Run at {', '.join(map(str, SWEEP_GPUS))} GPUs."),
-    db: Optional[str] = typer.Option(None, "--db", help="Also write the run's records (job, spans, events) here."),
-    job_id: str = typer.Option("goodput-sim", "--job-id", help="Job id of the records written with --db."),
-    as_json: bool = JsonOption,
-) -> None:
+@click.option("--gpus", type=int, default=GOODPUT_GPUS, help="GPUs of the synchronous job.")
+@click.option("--days", type=float, default=GOODPUT_DAYS, help="Wall-clock days of the run.")
+@click.option("--checkpoint-cost", type=float, default=CHECKPOINT_COST_S,
+              help="C: seconds a checkpoint save stops training.")
+@click.option("--restart-cost", type=float, default=RESTART_COST_S,
+              help="R: seconds from a failure to running again (detect, requeue, start).")
+@click.option("--restore-cost", type=float, default=RESTORE_COST_S, help="Seconds to load the last checkpoint.")
+@click.option("--interval", default="young", help="Checkpoint interval: seconds, young or daly.")
+@click.option("--step", type=float, default=GOODPUT_STEP_S, help="Seconds per training step.")
+@click.option("--seed", type=int, default=0)
+@click.option("--sweep", is_flag=True, default=False, help=f"Run at {', '.join(map(str, SWEEP_GPUS))} GPUs.")
+@db_option(help="Also write the run's records (job, spans, events) here.")
+@click.option("--job-id", default="goodput-sim", help="Job id of the records written with --db.")
+@json_option()
+def simulate_goodput_cmd(gpus: int, days: float, checkpoint_cost: float, restart_cost: float, restore_cost: float,
+                         interval: str, step: float, seed: int, sweep: bool, db: str | None, job_id: str,
+                         as_json: bool) -> None:
     """Goodput of a synchronous job under Llama 3's failure rates (16,384 H100, 54 days, 419 interruptions)."""
     from rich.table import Table
 

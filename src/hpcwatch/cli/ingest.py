@@ -18,9 +18,9 @@ from pathlib import Path
 
 from typing import TYPE_CHECKING
 
-import typer
+import click
 
-from hpcwatch.cli.common import DbOption, JsonOption, app, console, emit_json, open_store, safe_text
+from hpcwatch.cli.common import PATH, app, argument, console, db_option, emit_json, json_option, open_store, safe_text
 from hpcwatch.reports.text import visible
 from hpcwatch.sources.registry import RECORD_KINDS, format_named, formats
 
@@ -31,18 +31,16 @@ __all__ = ["ingest", "ingest_document"]
 
 
 @app.command()
-def ingest(
-    paths: list[Path] = typer.Argument(..., help="Files or folders (walked) of real formats."),
-    format: str | None = typer.Option(None, "--format", "-f",
-                                      help="Skip detection: " + ", ".join(f.name for f in formats()) + "."),
-    host: str | None = typer.Option(None, "--host", help="The node these files belong to, for formats that do "
-                                                         "not name it (node-exporter text, perfquery, nvidia-smi)."),
-    remote_write: str | None = typer.Option(None, "--remote-write", metavar="URL",
-                                            help="Send the samples to this Prometheus or VictoriaMetrics "
-                                                 "(http://host:9090, remote-write API) instead of the store."),
-    db: str | None = DbOption,
-    json_out: bool = JsonOption,
-) -> None:
+@argument("paths", nargs=-1, required=True, type=PATH, help="Files or folders (walked) of real formats.")
+@click.option("--format", "-f", "format", help="Skip detection: " + ", ".join(f.name for f in formats()) + ".")
+@click.option("--host", help="The node these files belong to, for formats that do not name it (node-exporter text, "
+                             "perfquery, nvidia-smi).")
+@click.option("--remote-write", metavar="URL", help="Send the samples to this Prometheus or VictoriaMetrics "
+                                                    "(http://host:9090, remote-write API) instead of the store.")
+@db_option()
+@json_option("json_out")
+def ingest(paths: list[Path], format: str | None, host: str | None, remote_write: str | None, db: str | None,
+           json_out: bool) -> None:
     """Read files or folders of real formats into the store (format auto-detected; the same content only once)."""
     from hpcwatch.ingest import ingest_paths, remote_write_paths
     if format:

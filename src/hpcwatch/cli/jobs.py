@@ -9,9 +9,9 @@ from __future__ import annotations
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING
 
-import typer
+import click
 
-from hpcwatch.cli.common import DbOption, JsonOption, app, console, emit_json, open_store, safe_text
+from hpcwatch.cli.common import app, argument, console, db_option, emit_json, json_option, open_store, safe_text
 
 if TYPE_CHECKING:   # the store and the reports are imported when a command runs, not for --help
     from hpcwatch.store import Store
@@ -30,8 +30,8 @@ def _prometheus_samples(store: Store, prometheus: str | None):
         return prometheus_samples(prom, t0=min(starts) if starts else None)
 
 
-PrometheusOption = typer.Option(None, "--prometheus", help="Read samples from this Prometheus (http://host:9090) "
-                                                           "instead of the store; jobs still come from --db.")
+prometheus_option = click.option("--prometheus", help="Read samples from this Prometheus (http://host:9090) "
+                                                     "instead of the store; jobs still come from --db.")
 
 
 def _bytes(n: float | None) -> str:
@@ -74,13 +74,12 @@ def _job_lines(r) -> list[str]:
 
 
 @app.command()
-def jobs(
-    db: str | None = DbOption,
-    user: str | None = typer.Option(None, "--user", help="Only this user's jobs."),
-    account: str | None = typer.Option(None, "--account", help="Only this account's jobs."),
-    prometheus: str | None = PrometheusOption,
-    json_out: bool = JsonOption,
-) -> None:
+@db_option()
+@click.option("--user", help="Only this user's jobs.")
+@click.option("--account", help="Only this account's jobs.")
+@prometheus_option
+@json_option("json_out")
+def jobs(db: str | None, user: str | None, account: str | None, prometheus: str | None, json_out: bool) -> None:
     """Every job that ran: GPU-hours, energy, GPU utilisation, IB and Lustre bytes, XID errors, idle GPUs."""
     from rich.table import Table
 
@@ -108,12 +107,11 @@ def jobs(
 
 
 @app.command()
-def job(
-    job_id: str = typer.Argument(..., help="Slurm job id, hpc_job label value, or namespace/pod."),
-    db: str | None = DbOption,
-    prometheus: str | None = PrometheusOption,
-    json_out: bool = JsonOption,
-) -> None:
+@argument("job_id", required=True, help="Slurm job id, hpc_job label value, or namespace/pod.")
+@db_option()
+@prometheus_option
+@json_option("json_out")
+def job(job_id: str, db: str | None, prometheus: str | None, json_out: bool) -> None:
     """One job's report, GPU by GPU."""
     from rich.table import Table
 

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Optional
+from typing import TYPE_CHECKING
 
-import typer
+import click
 
-from hpcwatch.cli.common import DbOption, JsonOption, app, console, emit_json, open_store, safe_text
+from hpcwatch.cli.common import PATH, app, argument, console, db_option, emit_json, json_option, open_store, safe_text
 from hpcwatch.errors import InputError
 
 if TYPE_CHECKING:   # imported when a command runs, not for --help
@@ -19,18 +19,17 @@ __all__ = ["nccl", "hang"]
 _STYLE = {"warn": "yellow", "drain": "bold red", "ok": "green"}
 
 
-def _paths_or_store(paths: Optional[list[Path]], db: Optional[str]) -> None:
+def _paths_or_store(paths: list[Path], db: str | None) -> None:
     if not paths and not db:
         raise InputError("give files or folders, or --db to read a store")
 
 
 @app.command()
-def nccl(
-    paths: Optional[list[Path]] = typer.Argument(None, help="NCCL_DEBUG=INFO logs (one job), or folders of them."),
-    as_json: bool = JsonOption,
-    db: Optional[str] = DbOption,
-    expect_ib: bool = typer.Option(False, "--expect-ib", help="The nodes have InfiniBand (Socket is a fallback)."),
-) -> None:
+@argument("paths", nargs=-1, type=PATH, help="NCCL_DEBUG=INFO logs (one job), or folders of them.")
+@json_option()
+@db_option()
+@click.option("--expect-ib", is_flag=True, default=False, help="The nodes have InfiniBand (Socket is a fallback).")
+def nccl(paths: list[Path], as_json: bool, db: str | None, expect_ib: bool) -> None:
     """NCCL's topology from its debug logs: version, ranks, network, IB devices, transports, channels; rules."""
     from hpcwatch.analysis.nccl import NcclConfig
     from hpcwatch.ingest import ingest_paths
@@ -77,12 +76,10 @@ def _print_nccl(report: NcclReport) -> None:
 
 
 @app.command()
-def hang(
-    paths: Optional[list[Path]] = typer.Argument(None, help="Flight Recorder dumps (one per rank, pickle or JSON), "
-                                                          "or their folder."),
-    as_json: bool = JsonOption,
-    db: Optional[str] = DbOption,
-) -> None:
+@argument("paths", nargs=-1, type=PATH, help="Flight Recorder dumps (one per rank, pickle or JSON), or their folder.")
+@json_option()
+@db_option()
+def hang(paths: list[Path], as_json: bool, db: str | None) -> None:
     """Why a job hangs: the collective some ranks never reached, mismatched collectives, the last one all completed.
 
     Pickled dumps are read by a restricted loader that refuses any pickle naming a class or function

@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
-from typing import Optional
-
 from typing import TYPE_CHECKING
 
+import click
 import orjson
-import typer
 
-from hpcwatch.cli.common import DbOption, JsonOption, app, console, emit_json, open_store, safe_text
+from hpcwatch.cli.common import (PATH, app, argument, console, db_option, emit_json, json_option, open_store,
+                                 repeatable, safe_text)
 from hpcwatch.cli.defaults import DATASET_PREFIXES
 from hpcwatch.errors import ConfigError
 
@@ -53,21 +52,21 @@ def _allowed_shell(text: str) -> AllowedShell:
 
 
 @app.command()
-def scan(
-    paths: Optional[list[Path]] = typer.Argument(None, help="Files or folders to scan (pip lists, OSV dumps, manifests, "
-                                                           "perfquery / node-exporter / dcgm-exporter text, nvidia-smi, "
-                                                           "Falco / Tetragon JSON lines, Slurm JSON, partitions.conf)."),
-    db: Optional[str] = DbOption,
-    json_out: bool = JsonOption,
-    sarif: Optional[Path] = typer.Option(None, "--sarif", help="Also write the findings as SARIF 2.1.0 to this file."),
-    cluster_file: Optional[Path] = typer.Option(None, "--cluster", help="Cluster model YAML (default: the reference)."),
-    storage_host: list[str] = typer.Option([], "--storage-host", help="A storage server whose IB traffic is expected."),
-    key_file: Optional[Path] = typer.Option(None, "--key-file", help="HMAC key the shard manifests are signed with."),
-    allow_shell: list[str] = typer.Option([], "--allow-shell", help="An expected debug shell: USER, or USER@IMAGE_PREFIX (repeatable)."),
-    owner: list[str] = typer.Option([], "--owner", help="A user allowed to read the weights."),
-    dataset_prefix: list[str] = typer.Option(list(DATASET_PREFIXES), "--dataset-prefix",
-                                             help="A folder of training data."),
-) -> None:
+@argument("paths", nargs=-1, type=PATH, help="Files or folders to scan (pip lists, OSV dumps, manifests, perfquery / "
+                                            "node-exporter / dcgm-exporter text, nvidia-smi, Falco / Tetragon JSON "
+                                            "lines, Slurm JSON, partitions.conf).")
+@db_option()
+@json_option("json_out")
+@click.option("--sarif", type=PATH, help="Also write the findings as SARIF 2.1.0 to this file.")
+@click.option("--cluster", "cluster_file", type=PATH, help="Cluster model YAML (default: the reference).")
+@repeatable("--storage-host", help="A storage server whose IB traffic is expected.")
+@click.option("--key-file", type=PATH, help="HMAC key the shard manifests are signed with.")
+@repeatable("--allow-shell", help="An expected debug shell: USER, or USER@IMAGE_PREFIX (repeatable).")
+@repeatable("--owner", help="A user allowed to read the weights.")
+@repeatable("--dataset-prefix", default=DATASET_PREFIXES, help="A folder of training data.")
+def scan(paths: list[Path], db: str | None, json_out: bool, sarif: Path | None, cluster_file: Path | None,
+         storage_host: list[str], key_file: Path | None, allow_shell: list[str], owner: list[str],
+         dataset_prefix: list[str]) -> None:
     """Security findings: supply chain, data poisoning, RDMA, gradients, GPU memory, container escape, weights."""
     from hpcwatch.ingest import ingest_paths
     from hpcwatch.model import load_cluster, reference_cluster

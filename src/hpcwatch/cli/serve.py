@@ -6,12 +6,11 @@ Both bind 127.0.0.1 only. See hpcwatch.web.demo for how the step player's
 
 from __future__ import annotations
 
-import webbrowser
 from pathlib import Path
 
-import typer
+import click
 
-from hpcwatch.cli.common import DbOption, app, console, open_store, safe_text
+from hpcwatch.cli.common import PATH, app, console, db_option, open_store, repeatable, safe_text
 
 __all__ = ["demo", "serve", "DEFAULT_PORT"]
 
@@ -19,19 +18,20 @@ DEFAULT_PORT = 8000
 
 
 @app.command()
-def demo(port: int = typer.Option(DEFAULT_PORT, "--port", help="Port on 127.0.0.1."),
-         no_browser: bool = typer.Option(False, "--no-browser", help="Do not open a browser."),
-         duration: float = typer.Option(None, "--duration", min=0.0, help="Stop after S seconds."),
-         scenario: list[str] = typer.Option([], "--scenario", help="Twin scenario (repeatable), e.g. straggler."),
-         nodes: int = typer.Option(None, "--nodes", min=1, help="Nodes of the reference cluster (default 2)."),
-         seed: int = typer.Option(0, "--seed", help="Seed of the twin."),
-         speed: float = typer.Option(1.0, "--speed", min=0.01,
-                                     help="Simulated seconds per real second (e.g. 20: see a node reboot in 10 s)."),
-         scan_every: float = typer.Option(10.0, "--scan-every", min=0.0,
-                                          help="Run the security detectors every S seconds (0: never)."),
-         scan_window: float = typer.Option(300.0, "--scan-window", min=0.0,
-                                           help="Each scan looks at the last S seconds of data, read incrementally "
-                                                "(0: the whole store every time).")) -> None:
+@click.option("--port", type=int, default=DEFAULT_PORT, help="Port on 127.0.0.1.")
+@click.option("--no-browser", is_flag=True, default=False, help="Do not open a browser.")
+@click.option("--duration", type=click.FloatRange(min=0.0), help="Stop after S seconds.")
+@repeatable("--scenario", help="Twin scenario (repeatable), e.g. straggler.")
+@click.option("--nodes", type=click.IntRange(min=1), help="Nodes of the reference cluster (default 2).")
+@click.option("--seed", type=int, default=0, help="Seed of the twin.")
+@click.option("--speed", type=click.FloatRange(min=0.01), default=1.0,
+              help="Simulated seconds per real second (e.g. 20: see a node reboot in 10 s).")
+@click.option("--scan-every", type=click.FloatRange(min=0.0), default=10.0,
+              help="Run the security detectors every S seconds (0: never).")
+@click.option("--scan-window", type=click.FloatRange(min=0.0), default=300.0,
+              help="Each scan looks at the last S seconds of data, read incrementally (0: the whole store every time).")
+def demo(port: int, no_browser: bool, duration: float | None, scenario: list[str], nodes: int | None, seed: int,
+         speed: float, scan_every: float, scan_window: float) -> None:
     """The main job: a live twin of the reference cluster in memory, and the web schematic on it."""
     from hpcwatch.model.cluster import reference_cluster
     from hpcwatch.store import Store
@@ -52,6 +52,7 @@ def demo(port: int = typer.Option(DEFAULT_PORT, "--port", help="Port on 127.0.0.
         console.print(f"hpcwatch demo: {len(cluster.nodes)} nodes, {len(cluster.gpus)} GPUs, "
                       f"scenarios: {', '.join(scenario) or 'none'} — [bold]{url}[/bold] (Ctrl-C to stop)")
         if not no_browser:
+            import webbrowser   # 6 ms of imports (shutil...) that every --help would pay
             webbrowser.open(url)
 
     try:
@@ -64,14 +65,14 @@ def demo(port: int = typer.Option(DEFAULT_PORT, "--port", help="Port on 127.0.0.
 
 
 @app.command()
-def serve(db: str = DbOption,
-          port: int = typer.Option(DEFAULT_PORT, "--port", help="Port on 127.0.0.1."),
-          model: Path = typer.Option(None, "--model", help="Cluster model YAML (default: the reference cluster)."),
-          prometheus: str = typer.Option(None, "--prometheus",
-                                         help="Read live samples (DCGM, node-exporter, Lustre) from this Prometheus "
-                                              "or VictoriaMetrics (http://host:9090); Slurm jobs, steps, events "
-                                              "and findings still come from --db."),
-          duration: float = typer.Option(None, "--duration", min=0.0, help="Stop after S seconds.")) -> None:
+@db_option()
+@click.option("--port", type=int, default=DEFAULT_PORT, help="Port on 127.0.0.1.")
+@click.option("--model", type=PATH, help="Cluster model YAML (default: the reference cluster).")
+@click.option("--prometheus", help="Read live samples (DCGM, node-exporter, Lustre) from this Prometheus or "
+                                   "VictoriaMetrics (http://host:9090); Slurm jobs, steps, events and findings still "
+                                   "come from --db.")
+@click.option("--duration", type=click.FloatRange(min=0.0), help="Stop after S seconds.")
+def serve(db: str | None, port: int, model: Path | None, prometheus: str | None, duration: float | None) -> None:
     """The web schematic on an existing store (what `hpcwatch ingest`, `collect` or a twin run filled)."""
     from hpcwatch.model.cluster import load_cluster, reference_cluster
     from hpcwatch.web.app import create_app

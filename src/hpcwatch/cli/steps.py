@@ -5,11 +5,12 @@ from __future__ import annotations
 import os
 from pathlib import Path
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, Optional
+from typing import TYPE_CHECKING, Any
 
-import typer
+import click
 
-from hpcwatch.cli.common import DbOption, JsonOption, app, console, emit_json, open_store, safe_text
+from hpcwatch.cli.common import (PATH, app, argument, console, db_option, emit_json, json_option, open_store,
+                                 repeatable, safe_text)
 from hpcwatch.cli.defaults import DASK_SLURM_MEMORY, DASK_SLURM_WALLTIME, DASK_START_TIMEOUT_S
 from hpcwatch.errors import ConfigError, InputError
 from hpcwatch.records import PHASES
@@ -55,46 +56,40 @@ def trace_files(paths: list[Path]) -> list[Input]:
 
 
 @app.command()
-def steps(
-    paths: Optional[list[Path]] = typer.Argument(
-        None, help="Kineto traces (.json/.json.gz), one per rank, or the hook's rank-N.jsonl files, or folders."),
-    as_json: bool = JsonOption,
-    db: Optional[str] = DbOption,
-    job: Optional[str] = typer.Option(None, "--job", help="Read this job's step spans from the store instead."),
-    params: Optional[float] = typer.Option(None, "--params", help="MFU: non-embedding parameters N."),
-    layers: Optional[int] = typer.Option(None, "--layers", help="MFU: transformer layers L."),
-    d_model: Optional[int] = typer.Option(None, "--d-model", help="MFU: model width d."),
-    seq: Optional[int] = typer.Option(None, "--seq", help="MFU: sequence length T."),
-    tokens_per_step: Optional[float] = typer.Option(None, "--tokens-per-step", help="MFU: tokens per step, all ranks."),
-    gpu: Optional[str] = typer.Option(None, "--gpu", help="MFU: GPU type (catalog key or model name)."),
-    reduced: Optional[Path] = typer.Option(None, "--reduced", help="Also write the per-rank reduced tables (one row "
-                                           "per rank) to this Parquet file."),
-    dask: Optional[str] = typer.Option(None, "--dask", help="Reduce each rank's trace on Dask workers: local (a "
-                                       "LocalCluster here), slurm (workers as Slurm jobs) or tcp://HOST:PORT (a "
-                                       "running scheduler). Needs the dask extra.", rich_help_panel="Dask"),
-    workers: Optional[int] = typer.Option(None, "--workers", help="Dask workers to start (local: default one per "
-                                          "core; slurm: jobs, default 2).", rich_help_panel="Dask"),
-    dask_timeout: float = typer.Option(DASK_START_TIMEOUT_S, "--dask-timeout",
-                                       help="Seconds to wait for the workers to connect.", rich_help_panel="Dask"),
-    slurm_partition: Optional[str] = typer.Option(None, "--slurm-partition", help="--dask slurm: partition of the "
-                                                  "worker jobs.", rich_help_panel="Dask"),
-    slurm_account: Optional[str] = typer.Option(None, "--slurm-account", help="--dask slurm: account.",
-                                                rich_help_panel="Dask"),
-    slurm_python: Optional[str] = typer.Option(None, "--slurm-python", help="--dask slurm: the interpreter a worker "
-                                               "job runs (default: this one).", rich_help_panel="Dask"),
-    slurm_interface: Optional[str] = typer.Option(None, "--slurm-interface", help="--dask slurm: network interface "
-                                                  "of the scheduler and workers (lo, ib0...).", rich_help_panel="Dask"),
-    slurm_memory: str = typer.Option(DASK_SLURM_MEMORY, "--slurm-memory", help="--dask slurm: memory per worker job.",
-                                     rich_help_panel="Dask"),
-    slurm_walltime: str = typer.Option(DASK_SLURM_WALLTIME, "--slurm-walltime", help="--dask slurm: time limit of a "
-                                       "worker job.", rich_help_panel="Dask"),
-    slurm_local_dir: Optional[str] = typer.Option(None, "--slurm-local-dir", help="--dask slurm: worker scratch "
-                                                  "folder on the node.", rich_help_panel="Dask"),
-    slurm_log_dir: Optional[str] = typer.Option(None, "--slurm-log-dir", help="--dask slurm: folder for the jobs' "
-                                                "output.", rich_help_panel="Dask"),
-    slurm_job_extra: list[str] = typer.Option([], "--slurm-job-extra", help="--dask slurm: another #SBATCH option "
-                                              "(repeatable), e.g. --exclusive.", rich_help_panel="Dask"),
-) -> None:
+@argument("paths", nargs=-1, type=PATH, help="Kineto traces (.json/.json.gz), one per rank, or the hook's "
+                                            "rank-N.jsonl files, or folders.")
+@json_option()
+@db_option()
+@click.option("--job", help="Read this job's step spans from the store instead.")
+@click.option("--params", type=float, help="MFU: non-embedding parameters N.")
+@click.option("--layers", type=int, help="MFU: transformer layers L.")
+@click.option("--d-model", type=int, help="MFU: model width d.")
+@click.option("--seq", type=int, help="MFU: sequence length T.")
+@click.option("--tokens-per-step", type=float, help="MFU: tokens per step, all ranks.")
+@click.option("--gpu", help="MFU: GPU type (catalog key or model name).")
+@click.option("--reduced", type=PATH, help="Also write the per-rank reduced tables (one row per rank) to this "
+                                           "Parquet file.")
+@click.option("--dask", help="Reduce each rank's trace on Dask workers: local (a LocalCluster here), slurm (workers "
+                             "as Slurm jobs) or tcp://HOST:PORT (a running scheduler). Needs the dask extra.")
+@click.option("--workers", type=int, help="Dask workers to start (local: default one per core; slurm: jobs, "
+                                          "default 2).")
+@click.option("--dask-timeout", type=float, default=DASK_START_TIMEOUT_S,
+              help="Seconds to wait for the workers to connect.")
+@click.option("--slurm-partition", help="--dask slurm: partition of the worker jobs.")
+@click.option("--slurm-account", help="--dask slurm: account.")
+@click.option("--slurm-python", help="--dask slurm: the interpreter a worker job runs (default: this one).")
+@click.option("--slurm-interface", help="--dask slurm: network interface of the scheduler and workers (lo, ib0...).")
+@click.option("--slurm-memory", default=DASK_SLURM_MEMORY, help="--dask slurm: memory per worker job.")
+@click.option("--slurm-walltime", default=DASK_SLURM_WALLTIME, help="--dask slurm: time limit of a worker job.")
+@click.option("--slurm-local-dir", help="--dask slurm: worker scratch folder on the node.")
+@click.option("--slurm-log-dir", help="--dask slurm: folder for the jobs' output.")
+@repeatable("--slurm-job-extra", help="--dask slurm: another #SBATCH option (repeatable), e.g. --exclusive.")
+def steps(paths: list[Path], as_json: bool, db: str | None, job: str | None, params: float | None,
+          layers: int | None, d_model: int | None, seq: int | None, tokens_per_step: float | None, gpu: str | None,
+          reduced: Path | None, dask: str | None, workers: int | None, dask_timeout: float,
+          slurm_partition: str | None, slurm_account: str | None, slurm_python: str | None,
+          slurm_interface: str | None, slurm_memory: str, slurm_walltime: str, slurm_local_dir: str | None,
+          slurm_log_dir: str | None, slurm_job_extra: list[str]) -> None:
     """Step anatomy per rank (load, forward, backward, allreduce, optimizer, barrier wait), stragglers, MFU."""
     if bool(paths) == bool(job):
         raise ConfigError("steps: give TRACE files or --job ID with --db (one of them)")

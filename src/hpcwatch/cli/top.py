@@ -9,9 +9,9 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING
 
-import typer
+import click
 
-from hpcwatch.cli.common import JsonOption, app, console, emit_json, safe_text
+from hpcwatch.cli.common import app, console, emit_json, json_option, repeatable, safe_text
 from hpcwatch.errors import ConfigError
 
 if TYPE_CHECKING:   # the twin and the store are imported when the command runs, not for --help
@@ -50,14 +50,14 @@ def _table(gpus: list[dict], twin_now: float, ticks: int) -> Table:
 
 
 @app.command()
-def top(
-    duration: float = typer.Option(None, "--duration", help="Stop after this many real seconds (default: Ctrl-C)."),
-    scenario: list[str] = typer.Option([], "--scenario", help="Scenario to play (repeatable)."),
-    nodes: int = typer.Option(None, "--nodes", help="Nodes of 8 H100 SXM (default: the reference cluster's 2)."),
-    seed: int = typer.Option(0, "--seed", help="Random seed of the twin."),
-    speed: float = typer.Option(1.0, "--speed", help="Simulated seconds per real second."),
-    json_out: bool = JsonOption,
-) -> None:
+@click.option("--duration", type=float, help="Stop after this many real seconds (default: Ctrl-C).")
+@repeatable("--scenario", help="Scenario to play (repeatable).")
+@click.option("--nodes", type=int, help="Nodes of 8 H100 SXM (default: the reference cluster's 2).")
+@click.option("--seed", type=int, default=0, help="Random seed of the twin.")
+@click.option("--speed", type=float, default=1.0, help="Simulated seconds per real second.")
+@json_option("json_out")
+def top(duration: float | None, scenario: list[str], nodes: int | None, seed: int, speed: float,
+        json_out: bool) -> None:
     """Run the twin and watch its GPUs live: node, GPU, job, user, utilisation, power, memory."""
     from rich.live import Live
 

@@ -8,11 +8,9 @@ from __future__ import annotations
 import os
 from dataclasses import asdict
 from pathlib import Path
-from typing import Optional
+import click
 
-import typer
-
-from hpcwatch.cli.common import JsonOption, console, emit_json, twin_app
+from hpcwatch.cli.common import PATH, console, emit_json, json_option, repeatable, twin_app
 from hpcwatch.cli.defaults import TWIN_STEP_S
 from hpcwatch.errors import ConfigError
 
@@ -25,20 +23,20 @@ MAX_AUTO_WORKERS = 4
 
 
 @twin_app.command("run")
-def twin_run(
-    out: Path = typer.Option(..., "--out", help="Folder to write (created; files inside are replaced)."),
-    duration: float = typer.Option(DEFAULT_DURATION_S, "--duration", help="Simulated seconds."),
-    nodes: int = typer.Option(None, "--nodes", help="Nodes of 8 H100 SXM (default: the reference cluster's 2)."),
-    seed: int = typer.Option(0, "--seed", help="Random seed: the same seed writes the same files."),
-    scenario: list[str] = typer.Option([], "--scenario", help="Scenario to play (repeatable)."),
-    step: float = typer.Option(TWIN_STEP_S, "--step", help="Resolution: seconds between scrapes."),
-    spans: bool = typer.Option(False, "--spans", help="Also write spans.jsonl (the training job's steps)."),
-    traces: Path = typer.Option(None, "--traces", help="Also write the training job's steps as Kineto traces "
-                                                       "(rank-N.json) in this folder, for hpcwatch steps."),
-    workers: int = typer.Option(0, "--workers", help="Processes writing the scrape files (0: one per core, "
-                                                    "at most 4, for clusters over 32 nodes)."),
-    json_out: bool = JsonOption,
-) -> None:
+@click.option("--out", type=PATH, required=True, help="Folder to write (created; files inside are replaced).")
+@click.option("--duration", type=float, default=DEFAULT_DURATION_S, help="Simulated seconds.")
+@click.option("--nodes", type=int, help="Nodes of 8 H100 SXM (default: the reference cluster's 2).")
+@click.option("--seed", type=int, default=0, help="Random seed: the same seed writes the same files.")
+@repeatable("--scenario", help="Scenario to play (repeatable).")
+@click.option("--step", type=float, default=TWIN_STEP_S, help="Resolution: seconds between scrapes.")
+@click.option("--spans", is_flag=True, default=False, help="Also write spans.jsonl (the training job's steps).")
+@click.option("--traces", type=PATH, help="Also write the training job's steps as Kineto traces (rank-N.json) in "
+                                          "this folder, for hpcwatch steps.")
+@click.option("--workers", type=int, default=0, help="Processes writing the scrape files (0: one per core, at most "
+                                                     "4, for clusters over 32 nodes).")
+@json_option("json_out")
+def twin_run(out: Path, duration: float, nodes: int | None, seed: int, scenario: list[str], step: float, spans: bool,
+             traces: Path | None, workers: int, json_out: bool) -> None:
     """Write the twin's dcgm-exporter, node-exporter, Slurm, Lustre and perfquery files; read them back
     with ``hpcwatch ingest OUT``."""
     from rich.progress import Progress
@@ -72,17 +70,17 @@ def twin_run(
 
 
 @twin_app.command("traces")
-def twin_traces(
-    out: Path = typer.Option(..., "--out", help="Folder to write rank-<r>.json into (created; files replaced)."),
-    ranks: int = typer.Option(16, "--ranks", help="Ranks of the data-parallel job (one trace each)."),
-    steps: int = typer.Option(10, "--steps", help="Profiled steps per trace."),
-    kernels: int = typer.Option(28, "--kernels", help="Compute kernels per step (the step's GPU time is kept)."),
-    slow_rank: Optional[int] = typer.Option(None, "--slow-rank", help="This rank's GPU runs its backward slower "
-                                            "(the gpu_straggler scenario's factor)."),
-    gpus_per_node: int = typer.Option(8, "--gpus-per-node", help="Ranks per node (rank r on node r // N + 1)."),
-    seed: int = typer.Option(0, "--seed", help="Random seed: the same seed writes the same files."),
-    json_out: bool = JsonOption,
-) -> None:
+@click.option("--out", type=PATH, required=True, help="Folder to write rank-<r>.json into (created; files replaced).")
+@click.option("--ranks", type=int, default=16, help="Ranks of the data-parallel job (one trace each).")
+@click.option("--steps", type=int, default=10, help="Profiled steps per trace.")
+@click.option("--kernels", type=int, default=28, help="Compute kernels per step (the step's GPU time is kept).")
+@click.option("--slow-rank", type=int, help="This rank's GPU runs its backward slower (the gpu_straggler scenario's "
+                                            "factor).")
+@click.option("--gpus-per-node", type=int, default=8, help="Ranks per node (rank r on node r // N + 1).")
+@click.option("--seed", type=int, default=0, help="Random seed: the same seed writes the same files.")
+@json_option("json_out")
+def twin_traces(out: Path, ranks: int, steps: int, kernels: int, slow_rank: int | None, gpus_per_node: int, seed: int,
+                json_out: bool) -> None:
     """Write a kernel-level Kineto trace set of RANKS ranks, small per rank, for hpcwatch steps at scale."""
     import time
 

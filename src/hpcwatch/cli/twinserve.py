@@ -3,14 +3,12 @@
 from __future__ import annotations
 
 import sys
-from importlib import resources
 from pathlib import Path
-
 from typing import TYPE_CHECKING
 
-import typer
+import click
 
-from hpcwatch.cli.common import console, emit_json, twin_app, wait_for
+from hpcwatch.cli.common import PATH, console, emit_json, repeatable, twin_app, wait_for
 from hpcwatch.cli.defaults import TWIN_SERVE_PORT, TWIN_SERVE_TICK_S
 from hpcwatch.errors import ConfigError
 
@@ -26,6 +24,8 @@ FDS_PER_NODE = 6
 
 def sized_cluster(nodes: int | None) -> Cluster:
     """The reference cluster, or the same node type ``nodes`` times (node1 ... nodeN)."""
+    from importlib import resources   # 7 ms (tempfile, zipfile...) that every --help would pay
+
     import yaml
 
     from hpcwatch.model.cluster import parse_cluster, reference_cluster
@@ -54,27 +54,30 @@ def raise_open_files_limit(nodes: int) -> None:
 
 
 @twin_app.command("serve")
-def twin_serve(
-    port: int = typer.Option(TWIN_SERVE_PORT, "--port", help="Port of node1; node k listens on PORT+k-1."),
-    nodes: int = typer.Option(None, "--nodes", help="Number of nodes (default: the reference cluster's 2)."),
-    mapping_dir: Path = typer.Option(None, "--mapping-dir",
-                                     help="Parent of per-node dcgm-exporter job-mapping dirs (DIR/<node>/<gpu>), "
-                                          "re-read on every scrape, as written by deploy/slurm/prolog."),
-    seed: int = typer.Option(0, "--seed", help="Random seed of the twin."),
-    scenario: list[str] = typer.Option([], "--scenario", help="Scenario to run (repeatable)."),
-    tick_s: float = typer.Option(TWIN_SERVE_TICK_S, "--tick", help="Seconds between twin ticks (0 freezes it)."),
-    host: str = typer.Option("127.0.0.1", "--host", help="Address to bind."),
-    hpc_job: bool = typer.Option(True, "--hpc-job/--no-hpc-job",
-                                 help="Label GPUs with hpc_job (--no-hpc-job: dcgm-exporter without a mapping dir)."),
-    timestamps: bool = typer.Option(False, "--timestamps",
-                                    help="Stamp each sample with the twin's clock (real exporters do not)."),
-    duration_s: float = typer.Option(0.0, "--duration", help="Stop after this many seconds (0: until Ctrl-C)."),
-    scrape_interval_s: float = typer.Option(1.0, "--scrape-interval",
-                                            help="scrape_interval (s) of the --prometheus-config written."),
-    prom_config: Path = typer.Option(None, "--prometheus-config",
-                                     help="Also write a prometheus.yml scraping every endpoint to this file."),
-    as_json: bool = typer.Option(False, "--json", help="Print the targets as one JSON document, then serve."),
-) -> None:
+@click.option("--port", type=int, default=TWIN_SERVE_PORT, help="Port of node1; node k listens on PORT+k-1.")
+@click.option("--nodes", type=int, help="Number of nodes (default: the reference cluster's 2).")
+@click.option("--mapping-dir", type=PATH, help="Parent of per-node dcgm-exporter job-mapping dirs (DIR/<node>/<gpu>), "
+                                               "re-read on every scrape, as written by deploy/slurm/prolog.")
+@click.option("--seed", type=int, default=0, help="Random seed of the twin.")
+@repeatable("--scenario", help="Scenario to run (repeatable).")
+@click.option("--tick", "tick_s", type=float, default=TWIN_SERVE_TICK_S,
+              help="Seconds between twin ticks (0 freezes it).")
+@click.option("--host", default="127.0.0.1", help="Address to bind.")
+@click.option("--hpc-job/--no-hpc-job", default=True,
+              help="Label GPUs with hpc_job (--no-hpc-job: dcgm-exporter without a mapping dir).")
+@click.option("--timestamps", is_flag=True, default=False,
+              help="Stamp each sample with the twin's clock (real exporters do not).")
+@click.option("--duration", "duration_s", type=float, default=0.0,
+              help="Stop after this many seconds (0: until Ctrl-C).")
+@click.option("--scrape-interval", "scrape_interval_s", type=float, default=1.0,
+              help="scrape_interval (s) of the --prometheus-config written.")
+@click.option("--prometheus-config", "prom_config", type=PATH,
+              help="Also write a prometheus.yml scraping every endpoint to this file.")
+@click.option("--json", "as_json", is_flag=True, default=False,
+              help="Print the targets as one JSON document, then serve.")
+def twin_serve(port: int, nodes: int | None, mapping_dir: Path | None, seed: int, scenario: list[str], tick_s: float,
+               host: str, hpc_job: bool, timestamps: bool, duration_s: float, scrape_interval_s: float,
+               prom_config: Path | None, as_json: bool) -> None:
     """Serve each node's dcgm-exporter (/metrics) and node-exporter (/node-exporter/metrics) text."""
     from hpcwatch.sources.mapping import read_job_mapping_dir
     from hpcwatch.twin import Twin   # the simulator is heavy: only this command needs it

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
-from typing import TYPE_CHECKING, Optional
+from typing import TYPE_CHECKING
 
+import click
 import orjson
-import typer
 
-from hpcwatch.cli.common import DbOption, JsonOption, app, console, emit_json, open_store, safe_text, simulate_app
+from hpcwatch.cli.common import (PATH, app, argument, console, db_option, emit_json, json_option, open_store, safe_text,
+                                 simulate_app)
 from hpcwatch.cli.defaults import MFU_GPU, STRAGGLER_SIM_STEPS
 from hpcwatch.errors import ConfigError, InputError, ParseError
 
@@ -25,12 +26,11 @@ _WORKERS_SHOWN = 8
 
 
 @app.command()
-def whatif(
-    trace: Optional[Path] = typer.Argument(None, help="Per-operation trace (Parquet, ByteDance straggler format)."),
-    job: Optional[str] = typer.Option(None, "--job", help="Use this job's step spans from the store instead."),
-    db: Optional[str] = DbOption,
-    as_json: bool = JsonOption,
-) -> None:
+@argument("trace", type=PATH, help="Per-operation trace (Parquet, ByteDance straggler format).")
+@click.option("--job", help="Use this job's step spans from the store instead.")
+@db_option()
+@json_option()
+def whatif(trace: Path | None, job: str | None, db: str | None, as_json: bool) -> None:
     """What-if slowdown S: how much faster the steps would be if no worker straggled."""
     from hpcwatch.analysis.whatif import whatif_ops, whatif_spans
     if (trace is None) == (job is None):
@@ -88,18 +88,18 @@ def _print_whatif(r: WhatIf) -> None:
 
 
 @app.command()
-def mfu(
-    params: float = typer.Option(..., "--params", help="Non-embedding parameters N."),
-    layers: int = typer.Option(..., "--layers", help="Transformer layers L."),
-    d_model: int = typer.Option(..., "--d-model", help="Hidden size d."),
-    seq: int = typer.Option(..., "--seq", help="Sequence length T."),
-    tokens_per_step: float = typer.Option(..., "--tokens-per-step", help="Global batch, tokens."),
-    step_time: float = typer.Option(..., "--step-time", help="Step time, seconds."),
-    gpus: int = typer.Option(1, "--gpus", help="GPUs sharing the step."),
-    gpu: str = typer.Option(MFU_GPU, "--gpu", help="GPU type (catalog key or driver name)."),
-    recompute: bool = typer.Option(False, "--recompute", help="Full activation recomputation (reports HFU)."),
-    as_json: bool = JsonOption,
-) -> None:
+@click.option("--params", type=float, required=True, help="Non-embedding parameters N.")
+@click.option("--layers", type=int, required=True, help="Transformer layers L.")
+@click.option("--d-model", type=int, required=True, help="Hidden size d.")
+@click.option("--seq", type=int, required=True, help="Sequence length T.")
+@click.option("--tokens-per-step", type=float, required=True, help="Global batch, tokens.")
+@click.option("--step-time", type=float, required=True, help="Step time, seconds.")
+@click.option("--gpus", type=int, default=1, help="GPUs sharing the step.")
+@click.option("--gpu", default=MFU_GPU, help="GPU type (catalog key or driver name).")
+@click.option("--recompute", is_flag=True, default=False, help="Full activation recomputation (reports HFU).")
+@json_option()
+def mfu(params: float, layers: int, d_model: int, seq: int, tokens_per_step: float, step_time: float, gpus: int,
+        gpu: str, recompute: bool, as_json: bool) -> None:
     """Model FLOPs utilisation (PaLM: 6N + 12·L·d·T per token) against the GPU's dense BF16 peak."""
     from hpcwatch.analysis.mfu import compute_mfu
     r = compute_mfu(params=params, layers=layers, d_model=d_model, seq=seq, tokens_per_step=tokens_per_step,
@@ -116,19 +116,18 @@ def mfu(
 
 
 @simulate_app.command("stragglers")
-def stragglers(
-    gpus: str = typer.Option("8,64,512,1024,4096,16384,100000", "--gpus", help="Job sizes, comma-separated."),
-    cv: Optional[float] = typer.Option(None, "--cv", help="Coefficient of variation of a GPU's step (normal)."),
-    sample: Optional[Path] = typer.Option(None, "--sample",
-                                          help="Measured per-GPU step times: JSON list or one number a line."),
-    job: Optional[str] = typer.Option(None, "--job", help="Take the per-GPU step times from this job's spans."),
-    p_slow: float = typer.Option(0.0, "--p-slow", help="Probability that a GPU is a slow one."),
-    slow_factor: float = typer.Option(1.0, "--slow-factor", help="How many times slower a slow GPU is."),
-    steps: int = typer.Option(STRAGGLER_SIM_STEPS, "--steps", help="Monte-Carlo steps per job size."),
-    seed: int = typer.Option(0, "--seed", help="Random seed."),
-    db: Optional[str] = DbOption,
-    as_json: bool = JsonOption,
-) -> None:
+@click.option("--gpus", default="8,64,512,1024,4096,16384,100000", help="Job sizes, comma-separated.")
+@click.option("--cv", type=float, help="Coefficient of variation of a GPU's step (normal).")
+@click.option("--sample", type=PATH, help="Measured per-GPU step times: JSON list or one number a line.")
+@click.option("--job", help="Take the per-GPU step times from this job's spans.")
+@click.option("--p-slow", type=float, default=0.0, help="Probability that a GPU is a slow one.")
+@click.option("--slow-factor", type=float, default=1.0, help="How many times slower a slow GPU is.")
+@click.option("--steps", type=int, default=STRAGGLER_SIM_STEPS, help="Monte-Carlo steps per job size.")
+@click.option("--seed", type=int, default=0, help="Random seed.")
+@db_option()
+@json_option()
+def stragglers(gpus: str, cv: float | None, sample: Path | None, job: str | None, p_slow: float, slow_factor: float,
+               steps: int, seed: int, db: str | None, as_json: bool) -> None:
     """Synchronous efficiency vs job size: one GPU's mean step over the slowest-of-N's, exact and Monte-Carlo."""
     from rich.table import Table
 
