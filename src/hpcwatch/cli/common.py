@@ -25,7 +25,7 @@ def _visible(text: object) -> str:
     return visible(text)
 
 __all__ = ["app", "twin_app", "simulate_app", "console", "emit_json", "open_store", "default_db_path",
-           "db_option", "json_option", "argument", "repeatable", "PATH", "wait_for", "safe_text", "error_line",
+           "db_option", "json_option", "argument", "repeatable", "PATH", "wait_for", "safe_text", "error_line", "warning_line",
            "HelpGroup", "HelpCommand", "HelpArgument"]
 
 #: Option and argument values that are paths arrive as ``pathlib.Path`` (click's default is ``str``).
@@ -188,6 +188,12 @@ def error_line(message: str) -> str:
     """``hpcwatch: <message>`` on one line, control characters (newlines included) shown as ``\\xNN``."""
     # A message of several lines (a library's error text) is joined into one; what is left is escaped.
     return f"hpcwatch: {_visible(_LINE_BREAKS.sub(' ', message.strip()))}"
+
+
+def warning_line(message: str) -> str:
+    """``warning: <message>`` for stderr, as plain text (no rich: a warning of a fast command such as
+    ``steps`` must not cost rich's import), control characters shown as ``\\xNN``."""
+    return f"warning: {_visible(_LINE_BREAKS.sub(' ', message.strip()))}"
 
 
 def emit_json(document: Any) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
@@ -10,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from hpcwatch.cli.common import (PATH, app, argument, console, db_option, emit_json, json_option, open_store,
-                                 repeatable, safe_text)
+                                 repeatable, safe_text, warning_line)
 from hpcwatch.cli.defaults import DASK_SLURM_MEMORY, DASK_SLURM_WALLTIME, DASK_START_TIMEOUT_S
 from hpcwatch.errors import ConfigError, InputError
 from hpcwatch.records import PHASES
@@ -198,11 +199,8 @@ def _reduce_traces(files: list[Input]) -> list[RankReduction]:
 
 
 def _warn(messages: list[str]) -> None:
-    if messages:   # rich is imported only when there is something to say
-        from rich.console import Console
-        stderr = Console(stderr=True, emoji=False)
-        for message in messages:
-            stderr.print(f"[yellow]warning:[/yellow] {safe_text(message)}", highlight=False)
+    for message in messages:
+        print(warning_line(message), file=sys.stderr)
 
 
 def _dask_config(target: str, *, workers: int | None, timeout_s: float, slurm: dict) -> DaskConfig:
