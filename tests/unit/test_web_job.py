@@ -226,3 +226,42 @@ def test_serve_with_a_prometheus_that_cannot_answer_is_one_line_and_exit_2(tmp_p
     assert done.returncode == 2, done.stderr
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("hpcwatch: ") and says in lines[0]
+
+
+# -- advice in the page's language --------------------------------------------------------------------------
+
+
+def test_advice_is_worded_in_the_pages_language(client, store):
+    """Real sacct job 3 (8000 MiB asked, 3.1 MiB used, 20 s of a year's limit, no GPU samples): its three notes
+    on the page in English are the report's own lines, and in French the same values in French words."""
+    from hpcwatch.analysis.attribution import ADVICE
+    from hpcwatch.reports.jobs import job_report
+
+    english = job_report(store, "3").advice
+    assert len(english) == 3
+    en = client.get("/job/3?lang=en").text
+    fr = client.get("/job/3?lang=fr").text
+    for line in english:
+        assert line.replace("'", "&#39;") in en
+    assert 'data-advice="memory"' in fr and "demandés par nœud, au plus 3.2 MB utilisés" in fr
+    assert "de sa limite de temps" in fr and "les mesures couvrent 0 % de l&#39;allocation" in fr
+    assert not any(line.replace("'", "&#39;") in fr for line in english)
+    assert set(ADVICE) <= {k.split(".", 1)[1] for k in _catalogue_keys("fr") if k.startswith("advice.")}
+
+
+def test_english_advice_catalogue_says_what_the_report_says():
+    from hpcwatch.analysis.attribution import ADVICE
+    from hpcwatch.web.i18n import load_catalogue
+
+    t = load_catalogue("en")
+    assert {key: t(f"advice.{key}") for key in ADVICE} == dict(ADVICE)
+
+
+def _catalogue_keys(lang: str) -> set[str]:
+    import yaml
+    from importlib import resources
+
+    def walk(node, prefix=""):
+        for key, value in node.items():
+            yield from walk(value, f"{prefix}{key}.") if isinstance(value, dict) else [f"{prefix}{key}"]
+    return set(walk(yaml.safe_load(resources.files("hpcwatch.web").joinpath(f"{lang}.yaml").read_text("utf-8"))))

@@ -53,7 +53,7 @@ jobstats: https://github.com/PrincetonUniversity/jobstats
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from enum import Enum
 
@@ -65,6 +65,7 @@ from hpcwatch.records import Job
 from hpcwatch import vocab
 
 __all__ = [
+    "ADVICE",
     "Attribution",
     "GpuReport",
     "JobReport",
@@ -205,7 +206,9 @@ class JobReport:
     time_limit_used: float | None = None
     """elapsed / time limit."""
     advice: tuple[str, ...] = field(default_factory=tuple)
-    """jobstats-style notes (our wording): what to ask for next time."""
+    """jobstats-style notes (our wording): what to ask for next time, in English (``ADVICE``)."""
+    advice_items: tuple[tuple[str, Mapping[str, str]], ...] = field(default_factory=tuple)
+    """The same notes as (``ADVICE`` key, its values as text), for a view that words them in its language."""
 
     @property
     def ib_bytes(self) -> int:
@@ -720,33 +723,53 @@ def _size(n_bytes: float) -> str:
     return f"{n_bytes / GB:.1f} GB" if n_bytes >= GB else f"{n_bytes / 1e6:.1f} MB"
 
 
+#: The advice notes, by key: English templates over the values ``_with_advice`` gives each (the web
+#: catalogues word the same keys in French: web/fr.yaml ``advice``).
+ADVICE: Mapping[str, str] = {
+    "idle_gpus": "{idle} of {observed} GPUs stayed below {threshold} % utilisation the whole time: ask for fewer "
+                 "GPUs or make the code use them.",
+    "unmonitored_gpus": "{allocated} GPUs allocated, samples from {observed}: the others were not monitored "
+                        "(exporter down, or not dcgm-exporter's GPUs).",
+    "low_gpu_util": "mean GPU utilisation {util} %: check the input pipeline, or run on fewer GPUs.",
+    "low_cpu_util": "CPU utilisation {util} % of {cpus} cores: about {cores} cores would have done.",
+    "memory": "memory: {requested} requested per node, at most {used} used: ask for less.",
+    "time_limit": "ran {used} % of its time limit: a shorter limit starts sooner.",
+    "coverage": "samples cover {coverage} % of the allocation: energy, utilisation and bytes are over the observed "
+                "window only.",
+}
+
+
 def _with_advice(r: JobReport) -> JobReport:
-    notes = []
+    items = _advice_items(r)
+    if not items:
+        return r
+    return replace(r, advice=tuple(ADVICE[key].format(**values) for key, values in items), advice_items=tuple(items))
+
+
+def _advice_items(r: JobReport) -> list[tuple[str, dict[str, str]]]:
+    items = []
     if r.idle_gpus:
-        notes.append(f"{r.idle_gpus} of {r.gpus_observed} GPUs stayed below {IDLE_UTIL_PCT:.0f} % utilisation the "
-                     "whole time: ask for fewer GPUs or make the code use them.")
+        items.append(("idle_gpus", {"idle": str(r.idle_gpus), "observed": str(r.gpus_observed),
+                                    "threshold": f"{IDLE_UTIL_PCT:.0f}"}))
     if r.allocation and r.gpus > r.gpus_observed > 0:
-        notes.append(f"{r.gpus} GPUs allocated, samples from {r.gpus_observed}: the others were not monitored "
-                     "(exporter down, or not dcgm-exporter's GPUs).")
+        items.append(("unmonitored_gpus", {"allocated": str(r.gpus), "observed": str(r.gpus_observed)}))
     if r.mean_gpu_util is not None and r.mean_gpu_util < LOW_GPU_UTIL_PCT and not r.idle_gpus:
-        notes.append(f"mean GPU utilisation {r.mean_gpu_util:.0f} %: check the input pipeline, or run on fewer GPUs.")
+        items.append(("low_gpu_util", {"util": f"{r.mean_gpu_util:.0f}"}))
     # sacct's TotalCPU and MaxRSS grow as steps end: for a running job they are not yet the job's, so the CPU
     # and memory notes wait for its end (jobstats reads them from sacct only for finished jobs too).
     cores = max(1, round(r.cpus * r.cpu_util_pct / 100)) if r.cpus and r.cpu_util_pct is not None else None
     if r.end is not None and cores is not None and r.cpu_util_pct < LOW_CPU_UTIL_PCT and cores < r.cpus:
-        notes.append(f"CPU utilisation {r.cpu_util_pct:.0f} % of {r.cpus} cores: about {cores} cores would "
-                     "have done.")
+        items.append(("low_cpu_util", {"util": f"{r.cpu_util_pct:.0f}", "cpus": str(r.cpus), "cores": str(cores)}))
     if r.end is not None and r.memory_requested_bytes and r.max_rss_bytes_by_node:
         used = max(v for _, v in r.max_rss_bytes_by_node)
         per_node = r.memory_requested_bytes / max(1, len(r.nodes) or len(r.max_rss_bytes_by_node))
         if used < LOW_MEMORY_USED * per_node:
-            notes.append(f"memory: {_size(per_node)} requested per node, at most {_size(used)} used: ask for less.")
+            items.append(("memory", {"requested": _size(per_node), "used": _size(used)}))
     if r.time_limit_used is not None and r.end is not None and r.time_limit_used < LOW_TIME_LIMIT_USED:
-        notes.append(f"ran {100 * r.time_limit_used:.0f} % of its time limit: a shorter limit starts sooner.")
+        items.append(("time_limit", {"used": f"{100 * r.time_limit_used:.0f}"}))
     if r.coverage is not None and r.coverage < LOW_COVERAGE:
-        notes.append(f"samples cover {100 * r.coverage:.0f} % of the allocation: energy, utilisation and bytes are "
-                     "over the observed window only.")
-    return r if not notes else replace(r, advice=tuple(notes))
+        items.append(("coverage", {"coverage": f"{100 * r.coverage:.0f}"}))
+    return items
 
 
 def report_dict(report: JobReport, *, per_gpu: bool = False) -> dict:
