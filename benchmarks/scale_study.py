@@ -36,10 +36,11 @@ sys.path.insert(0, str(ROOT / "src"))
 sys.path.insert(0, str(ROOT))
 
 from hpcwatch.cli.twinserve import raise_open_files_limit, sized_cluster  # noqa: E402
-from hpcwatch.errors import HpcwatchError  # noqa: E402
+from hpcwatch.errors import ConfigError, HpcwatchError  # noqa: E402
 from hpcwatch.promql import PrometheusBackend  # noqa: E402
 from hpcwatch.twin import Twin  # noqa: E402
-from hpcwatch.twin.serve import ServeConfig, TwinEndpoints, prometheus_config  # noqa: E402
+from hpcwatch.twin.serve import (DEFAULT_MAX_CONNECTIONS_PER_NODE, ServeConfig, TwinEndpoints,  # noqa: E402
+                                 prometheus_config)
 from tests.integration.services import start_prometheus, start_victoriametrics, stop_process  # noqa: E402
 
 TWIN_PORT = 31000
@@ -91,8 +92,9 @@ def measure(nodes: int, *, window_s: float, interval_s: float, workdir: Path) ->
             _wait_up(vm.url, 2 * nodes)
             before = {"prom": _appended(prom.url, "prometheus"), "vm": _appended(vm.url, "victoriametrics")}
             scrapes0, bytes0, t0 = endpoints.scrapes, endpoints.bytes_served, time.monotonic()
-            time.sleep(window_s)
+            _serve_for(endpoints, window_s)
             elapsed = time.monotonic() - t0
+            run.figures.update(_twin_figures(endpoints, prom.url, vm.url, nodes))
             run.figures.update(_scrape_figures(twin, endpoints, scrapes0, bytes0, nodes))
             run.figures["prom_samples_per_s"] = (_appended(prom.url, "prometheus") - before["prom"]) / elapsed
             run.figures["vm_samples_per_s"] = (_appended(vm.url, "victoriametrics") - before["vm"]) / elapsed
@@ -105,6 +107,24 @@ def measure(nodes: int, *, window_s: float, interval_s: float, workdir: Path) ->
                 stop_process(proc)
     run.figures.update(_store_figures(twin, workdir / f"ingest{nodes}", nodes))
     return run
+
+
+def _serve_for(endpoints: TwinEndpoints, window_s: float) -> None:
+    """Sleep through the window, or stop at once with the twin's own one-line failure."""
+    deadline = time.monotonic() + window_s
+    while time.monotonic() < deadline and endpoints.serving:
+        time.sleep(0.5)
+    if endpoints.failure is not None:
+        raise ConfigError(endpoints.failure)
+
+
+def _twin_figures(endpoints: TwinEndpoints, prom_url: str, vm_url: str, nodes: int) -> dict:
+    """Did the one-process twin keep up: its open files, connections closed past the cap, targets up."""
+    import resource
+    return {"twin_open_files": len(os.listdir("/proc/self/fd")),
+            "twin_open_files_soft_limit": resource.getrlimit(resource.RLIMIT_NOFILE)[0],
+            "twin_connections_evicted": endpoints.connections_evicted,
+            "prom_targets_up": _count(prom_url, "up == 1"), "vm_targets_up": _count(vm_url, "up == 1")}
 
 
 def _dir(workdir: Path, name: str) -> Path:
@@ -277,7 +297,14 @@ def scrape_rows(r: Run, f: dict) -> list[Figure]:
             Figure(name="of which the hpc_job label", value=f["bytes_hpc_job_label_per_node"],
                    unit="bytes per node per scrape", window="one scrape of node1"),
             Figure(name=f"bytes per scrape of all nodes ({r.nodes} nodes)",
-                   value=round(f["bytes_per_node_scrape"] * r.nodes), unit="bytes", window=_w(r))]
+                   value=round(f["bytes_per_node_scrape"] * r.nodes), unit="bytes", window=_w(r)),
+            Figure(name=f"targets up at the window's end, Prometheus / VictoriaMetrics ({r.nodes} nodes)",
+                   value=f"{f['prom_targets_up']:.0f} / {f['vm_targets_up']:.0f} of {2 * r.nodes}", unit="targets",
+                   window=_w(r)),
+            Figure(name=f"twin process: open files / connections closed past {DEFAULT_MAX_CONNECTIONS_PER_NODE} a node "
+                        f"({r.nodes} nodes)",
+                   value=f"{f['twin_open_files']:.0f} / {f['twin_connections_evicted']:.0f}", unit="files / connections",
+                   window=_w(r) + f"; soft limit {f['twin_open_files_soft_limit']:.0f}")]
     return out
 
 

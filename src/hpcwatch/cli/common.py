@@ -6,6 +6,7 @@ import os
 import re
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -141,11 +142,12 @@ def _default(value: Any) -> Any:
     raise TypeError(f"not JSON serialisable: {type(value).__name__}")
 
 
-def wait_for(duration_s: float) -> None:
-    """Block for ``duration_s`` seconds (forever when <= 0) or until Ctrl-C, which ends the wait quietly."""
+def wait_for(duration_s: float, *, alive: Callable[[], bool] = lambda: True) -> None:
+    """Block for ``duration_s`` seconds (forever when <= 0), until Ctrl-C, which ends the wait quietly, or
+    until ``alive()`` turns False (what is being waited on stopped by itself)."""
     deadline = time.monotonic() + duration_s if duration_s > 0 else None
     try:
-        while deadline is None or time.monotonic() < deadline:
+        while (deadline is None or time.monotonic() < deadline) and alive():
             time.sleep(0.2)
     except KeyboardInterrupt:
         pass
