@@ -277,3 +277,11 @@ def test_fds_per_node_covers_the_listening_socket_and_the_connection_cap():
     from hpcwatch.cli.twinserve import FDS_PER_NODE
     from hpcwatch.twin.serve import DEFAULT_MAX_CONNECTIONS_PER_NODE
     assert FDS_PER_NODE == 1 + DEFAULT_MAX_CONNECTIONS_PER_NODE
+
+
+def test_two_scrapers_in_one_tick_cost_one_render():
+    port = free_port(1)
+    stub = StubTwin()
+    with TwinEndpoints(stub, ServeConfig(nodes=("node1",), port=port, tick_s=0)):
+        first, second = (httpx.get(f"http://127.0.0.1:{port}/metrics").text for _ in range(2))
+    assert first == second and len(stub.calls) == 1

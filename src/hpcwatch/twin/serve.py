@@ -147,6 +147,8 @@ class TwinEndpoints:
     failure: str | None = None
     """Why the server stopped on its own (out of file descriptors); None while it serves."""
     _open: dict[str, dict[asyncio.StreamWriter, float]] = field(default_factory=dict)
+    _bodies: dict[tuple[str, str], tuple[int, str]] = field(default_factory=dict)
+    _ticks: int = 0
 
     @property
     def targets(self) -> dict[str, str]:
@@ -212,10 +214,8 @@ class TwinEndpoints:
 
     def answer(self, node: str, path: str) -> tuple[int, bytes]:
         """(HTTP status, body) of one GET on ``node``'s port: the one core the loop's handler wraps."""
-        if path == DCGM_PATH:
-            body, status = self._render(node, self.dcgm_body), 200
-        elif path == NODE_EXPORTER_PATH:
-            body, status = self._render(node, self.node_exporter_body), 200
+        if path in (DCGM_PATH, NODE_EXPORTER_PATH):
+            body, status = self._render_once_a_tick(node, path), 200
         elif path == "/":
             body, status = f"hpcwatch twin, {node}: {DCGM_PATH} (dcgm-exporter), {NODE_EXPORTER_PATH}\n", 200
         else:
@@ -227,6 +227,19 @@ class TwinEndpoints:
             self.scrapes += 1
             self.bytes_served += len(data)
         return status, data
+
+    def _render_once_a_tick(self, node: str, path: str) -> str | None:
+        """The body for ``path``, rendered once per node and tick: a second scraper in the same tick (an HA
+        pair, Prometheus beside VictoriaMetrics) gets the same text without costing the loop a render.
+        Not with a mapping directory, which dcgm-exporter re-reads on every scrape."""
+        hit = self._bodies.get((node, path))
+        if hit is not None and hit[0] == self._ticks:
+            return hit[1]
+        fn = self.dcgm_body if path == DCGM_PATH else self.node_exporter_body
+        body = self._render(node, fn)
+        if body is not None and self.config.mapping_dir is None:
+            self._bodies[(node, path)] = (self._ticks, body)
+        return body
 
     def _render(self, node: str, fn: Callable[[str], str]) -> str | None:
         try:
@@ -272,6 +285,8 @@ class TwinEndpoints:
         """Out of file descriptors: stop with one line. asyncio itself logs a traceback and retries the
         accept every second (selector_events, ACCEPT_RETRY_DELAY), for as long as the process lives."""
         err = context.get("exception")
+        if isinstance(err, asyncio.CancelledError):
+            return   # our own _close cancelling a connection's task; Python 3.11's stream callback reports it
         if not (isinstance(err, OSError) and err.errno in (errno.EMFILE, errno.ENFILE)):
             loop.default_exception_handler(context)
             return
@@ -285,6 +300,7 @@ class TwinEndpoints:
             await asyncio.sleep(self.config.tick_s)
             with self._lock:
                 self.source.advance(self.config.tick_s)
+                self._ticks += 1
 
     async def _serve(self, node: str, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         """HTTP/1.1 keep-alive, GET only: what Prometheus and VictoriaMetrics send to an exporter."""
