@@ -51,6 +51,9 @@ DAY_S = 86_400
 PRODUCTION_INTERVAL_S = 15.0
 """Scrape interval the per-day figures assume: dcgm-exporter's Helm chart and most GPU-cluster guides use 15 s
 (ours to fix; the study itself scrapes every --interval s to measure in a short window)."""
+PROMETHEUS_SERIES_PER_TARGET = 5
+"""up, scrape_duration_seconds, scrape_samples_scraped, scrape_samples_post_metric_relabeling, scrape_series_added
+(https://prometheus.io/docs/concepts/jobs_instances/#automatically-generated-labels-and-time-series)."""
 REMOTE_WRITE_SCRAPES = 3
 """Scrapes of every node pushed through remote write to time it (after the scrape measurements)."""
 
@@ -273,6 +276,7 @@ def _w(run: Run) -> str:
 def series_rows(r: Run, f: dict) -> list[Figure]:
     out = []
     per_node = f["series_per_node_dcgm"] + f["series_per_node_ib"]
+    churn = f["prom_series"] - per_node * r.nodes - PROMETHEUS_SERIES_PER_TARGET * 2 * r.nodes
     out += [Figure(name=f"series per scrape of all nodes ({r.nodes} nodes)", value=per_node * r.nodes,
                    unit="series", window="one scrape (text lines of every node)"),
             Figure(name=f"dcgm-exporter series per node, with hpc_job / without", unit="series",
@@ -282,9 +286,10 @@ def series_rows(r: Run, f: dict) -> list[Figure]:
                    value=f"{f['prom_series']:.0f} / {f['vm_series']:.0f}",
                    window=_w(r) + f"; {f['jobs_running']:.0f} jobs running; includes up and scrape_* series "
                                   "(5 a target in Prometheus)"),
-            Figure(name=f"series churn from hpc_job ({r.nodes} nodes)", unit="series",
-                   value=f"{f['prom_series'] - per_node * r.nodes - 5 * 2 * r.nodes:.0f}",
-                   window=_w(r) + " (Prometheus head series - series per scrape - 5 per target): no job moved")]
+            Figure(name=f"series churn from hpc_job ({r.nodes} nodes)", unit="series", value=f"{churn:.0f}",
+                   window=_w(r) + " (Prometheus head series - series per scrape - 5 per target): "
+                          + ("no job moved" if churn == 0 else "a GPU that changes job starts its series anew "
+                                                               "under the new hpc_job"))]
     return out
 
 
@@ -334,7 +339,7 @@ def promql_rows(r: Run, f: dict) -> list[Figure]:
                        unit="s", window=_w(r) + f"; {f[f'{name}_report_rows']:.0f} points fetched, "
                                                 f"{f[f'{name}_report_jobs_seen']:.0f} jobs seen"),
                 Figure(name=f"`hpcwatch jobs --prometheus URL --json`, {label} ({r.nodes} nodes)",
-                       value=round(f[f"{name}_report_process_s"], 2), unit="s (whole process)", window=_w(r))]
+                       value=f"{f[f'{name}_report_process_s']:.2f}", unit="s (whole process)", window=_w(r))]
     return out
 
 
@@ -399,7 +404,12 @@ def traces_section(runs: list[Run], ctx: dict) -> list[Figure]:
                   window=f"{ranks} ranks, {doc.get('bytes', '?')} bytes of traces"),
            Figure(name="the set, single process", value=round(doc["set_s_single"], 2), unit="s", window=f"{ranks} ranks"),
            Figure(name=f"the set, Dask LocalCluster ({workers} workers)", value=round(doc["set_s_dask_local"], 2),
-                  unit="s", window=f"{ranks} ranks")]
+                  unit="s", window=f"{ranks} ranks; the same --json as one process: {doc.get('identical')}"),
+           Figure(name="of which the cross-rank step on the reduced tables (stragglers, waits, what-if)",
+                  value=round(doc["cross_rank_s"], 2), unit="s", window=f"{ranks} ranks, in the client process"),
+           Figure(name="peak memory, one process / Dask LocalCluster (process tree)", unit="MB",
+                  value=f"{doc['peak_rss_bytes_single'] / 1e6:.0f} / {doc['peak_rss_bytes_dask_local'] / 1e6:.0f}",
+                  window=f"{ranks} ranks, {workers} workers")]
     for n, seconds in sorted(doc.get("projected", {}).items(), key=lambda kv: int(kv[0])):
         out.append(Figure(name=f"the set on {n} workers", value=round(seconds, 2), unit="s",
                           window=f"{ranks} ranks", how="extrapolated"))

@@ -31,7 +31,6 @@ import struct
 from collections import defaultdict
 
 import httpx
-import numpy as np
 import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -277,6 +276,8 @@ def result_table(data: Mapping[str, Any], *, name: str = "") -> pa.Table:
         lengths.append(len(points))
         t.extend([p[0] for p in points])
         value.extend([p[1] for p in points])
+    import numpy as np   # here, not at the top: remote write (ingest --remote-write) needs none of it
+
     # Label columns are built once per series and repeated in Arrow (a scrape's series has many points);
     # values parse in numpy ("NaN", "+Inf" as float() reads them).
     row_series = pa.array(np.repeat(np.arange(len(lengths)), lengths))

@@ -373,10 +373,14 @@ def _dcgm_frame(samples: pa.Table, jobs: Sequence[Job]) -> dict[str, np.ndarray]
 
 def _engine_activity_as_util(f: dict[str, np.ndarray]) -> None:
     """Rows of DCGM_FI_PROF_GR_ENGINE_ACTIVE (ratio) become utilisation (%) on devices without GPU_UTIL."""
-    with_util = {(h, d) for h, d, m in zip(f["host"].tolist(), f["device"].tolist(), f["metric"].tolist())
-                 if m == UTIL}
-    swap = np.array([m == GR_ACTIVE and (h, d) not in with_util
-                     for h, d, m in zip(f["host"].tolist(), f["device"].tolist(), f["metric"].tolist())], dtype=bool)
+    active = np.flatnonzero(f["metric"] == GR_ACTIVE)
+    if not len(active):
+        return
+    util = f["metric"] == UTIL
+    with_util = set(zip(f["host"][util].tolist(), f["device"][util].tolist()))
+    swap = np.zeros(len(f["metric"]), dtype=bool)
+    swap[[k for k, h, d in zip(active.tolist(), f["host"][active].tolist(), f["device"][active].tolist())
+          if (h, d) not in with_util]] = True
     if swap.any():
         f["metric"] = f["metric"].copy()
         f["metric"][swap] = UTIL
@@ -399,8 +403,13 @@ def _series_interval_s(series: np.ndarray, t: np.ndarray, rows: np.ndarray, n_se
     s, tt = series[rows], t[rows]
     same = s[1:] == s[:-1]
     gaps, owner = np.diff(tt)[same], s[1:][same]
-    for code in np.unique(owner).tolist():
-        out[code] = float(np.median(gaps[owner == code]))
+    if not len(gaps):
+        return out
+    # Every series' median at once: gaps sorted within each series, then the middle one (or two).
+    order = np.lexsort((gaps, owner))
+    gaps, owner = gaps[order], owner[order]
+    codes, first, count = np.unique(owner, return_index=True, return_counts=True)
+    out[codes] = (gaps[first + (count - 1) // 2] + gaps[first + count // 2]) / 2
     return out
 
 
@@ -509,9 +518,13 @@ def _accumulate_ib(samples: pa.Table, holder: dict[tuple[str, str, float], str |
     for name, host, dev, t, v in zip(names, hosts, devices, ts, values):
         if host:
             series.setdefault((name, host, dev), []).append((t, v))
-    gpus_sorted = {host: sorted(gpus, key=_num) for host, gpus in gpus_of_host.items()}
+    gpus_sorted = {host: tuple(sorted(gpus, key=_num)) for host, gpus in gpus_of_host.items()}
+    rails_of: dict[tuple, list[str]] = {}   # hosts of one node type share their rail maps
     for (name, host, dev), points in series.items():
-        rails = _rail_gpus(dev, len(hcas_of_host.get(host, ())), gpus_sorted.get(host, []))
+        key = (dev, len(hcas_of_host.get(host, ())), gpus_sorted.get(host, ()))
+        rails = rails_of.get(key)
+        if rails is None:
+            rails = rails_of[key] = _rail_gpus(*key[:2], list(key[2]))
         if not rails:
             continue
         points.sort()
