@@ -96,14 +96,14 @@ def measure(nodes: int, *, window_s: float, interval_s: float, workdir: Path) ->
             before = {"prom": _appended(prom.url, "prometheus"), "vm": _appended(vm.url, "victoriametrics")}
             scrapes0, bytes0, t0 = endpoints.scrapes, endpoints.bytes_served, time.monotonic()
             _serve_for(endpoints, window_s)
-            elapsed = time.monotonic() - t0
+            elapsed, window_end = time.monotonic() - t0, time.time()
             run.figures.update(_twin_figures(endpoints, prom.url, vm.url, nodes))
             run.figures.update(_scrape_figures(twin, endpoints, scrapes0, bytes0, nodes))
             run.figures["prom_samples_per_s"] = (_appended(prom.url, "prometheus") - before["prom"]) / elapsed
             run.figures["vm_samples_per_s"] = (_appended(vm.url, "victoriametrics") - before["vm"]) / elapsed
             run.figures["prom_series"] = _head_series(prom.url)
             run.figures["vm_series"] = _vm_series(vm.url)
-            run.figures.update(_report_figures(twin, prom.url, vm.url, workdir / f"store{nodes}"))
+            run.figures.update(_report_figures(twin, prom.url, vm.url, workdir / f"store{nodes}", t1=window_end))
             run.figures.update(_remote_write_figures(twin, prom.url, vm.url, nodes))
         finally:
             for proc in reversed(procs):
@@ -189,9 +189,10 @@ def _scrape_figures(twin: Twin, endpoints: TwinEndpoints, scrapes0: int, bytes0:
     }
 
 
-def _report_figures(twin: Twin, prom_url: str, vm_url: str, store_dir: Path) -> dict:
-    """The per-job report for every job, samples from each backend: in-process (fetch, analysis) and as
-    ``hpcwatch jobs --prometheus URL`` (whole process)."""
+def _report_figures(twin: Twin, prom_url: str, vm_url: str, store_dir: Path, *, t1: float) -> dict:
+    """The per-job report for every job, samples from each backend: in-process (fetch, analysis) up to the
+    window's end ``t1``, the same points from both, and as ``hpcwatch jobs --prometheus URL`` (whole process,
+    up to its own now: the servers keep scraping)."""
     from hpcwatch.reports.jobs import REPORT_METRICS, jobs_report
     from hpcwatch.sources.slurm import parse_squeue_json
     from hpcwatch.store import Store
@@ -200,9 +201,10 @@ def _report_figures(twin: Twin, prom_url: str, vm_url: str, store_dir: Path) -> 
     t0_jobs = min(j.start for j in store.jobs() if j.start is not None)
     out: dict[str, float] = {"jobs": len(store.jobs())}
     for name, url in (("prom", prom_url), ("vm", vm_url)):
+        out[f"{name}_report_load_1m"] = os.getloadavg()[0]   # the 2 cores are shared: say how busy they were
         t = time.perf_counter()
         with PrometheusBackend(url, timeout_s=120) as prom:
-            samples = prom.samples(list(REPORT_METRICS), t0=t0_jobs)
+            samples = prom.samples(list(REPORT_METRICS), t0=t0_jobs, t1=t1)
         fetched = time.perf_counter()
         reports = jobs_report(store, samples=samples)
         out[f"{name}_report_fetch_s"] = fetched - t
@@ -339,7 +341,9 @@ def promql_rows(r: Run, f: dict) -> list[Figure]:
                        unit="s", window=_w(r) + f"; {f[f'{name}_report_rows']:.0f} points fetched, "
                                                 f"{f[f'{name}_report_jobs_seen']:.0f} jobs seen"),
                 Figure(name=f"`hpcwatch jobs --prometheus URL --json`, {label} ({r.nodes} nodes)",
-                       value=f"{f[f'{name}_report_process_s']:.2f}", unit="s (whole process)", window=_w(r))]
+                       value=f"{f[f'{name}_report_process_s']:.2f}", unit="s (whole process)",
+                       window=_w(r) + f"; load average {f.get(f'{name}_report_load_1m', float('nan')):.1f} "
+                                      f"on {os.cpu_count()} cores (the scrapers run meanwhile)")]
     return out
 
 
