@@ -282,6 +282,16 @@ def test_fds_per_node_covers_the_listening_socket_and_the_connection_cap():
 def test_two_scrapers_in_one_tick_cost_one_render():
     port = free_port(1)
     stub = StubTwin()
-    with TwinEndpoints(stub, ServeConfig(nodes=("node1",), port=port, tick_s=0)):
+    with TwinEndpoints(stub, ServeConfig(nodes=("node1",), port=port, tick_s=600)) as ep:   # no tick comes
         first, second = (httpx.get(f"http://127.0.0.1:{port}/metrics").text for _ in range(2))
-    assert first == second and len(stub.calls) == 1
+    assert first == second and len(stub.calls) == 1 and ep.bodies_reused == 1
+
+
+def test_a_frozen_twin_is_rendered_on_every_scrape():
+    port = free_port(1)
+    stub = StubTwin()
+    with TwinEndpoints(stub, ServeConfig(nodes=("node1",), port=port, tick_s=0)):
+        before = httpx.get(f"http://127.0.0.1:{port}/node-exporter/metrics").text
+        stub.advance(5.0)                       # its owner moves it by hand, between scrapes
+        after = httpx.get(f"http://127.0.0.1:{port}/node-exporter/metrics").text
+    assert before != after

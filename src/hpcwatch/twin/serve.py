@@ -146,6 +146,9 @@ class TwinEndpoints:
     """Scrapes answered since start (both paths, every node)."""
     bytes_served: int = 0
     """Body bytes of those answers."""
+    bodies_reused: int = 0
+    """Scrapes answered with the text already rendered for their node in this tick (another scraper's, or the
+    same scraper's again when a tick came late)."""
     connections_evicted: int = 0
     """Connections closed because their node had max_connections_per_node open (the loop fell behind)."""
     failure: str | None = None
@@ -235,13 +238,15 @@ class TwinEndpoints:
     def _render_once_a_tick(self, node: str, path: str) -> str | None:
         """The body for ``path``, rendered once per node and tick: a second scraper in the same tick (an HA
         pair, Prometheus beside VictoriaMetrics) gets the same text without costing the loop a render.
-        Not with a mapping directory, which dcgm-exporter re-reads on every scrape."""
+        Not with a mapping directory, which dcgm-exporter re-reads on every scrape, nor with a frozen twin
+        (``tick_s`` 0), which its owner may advance by hand between scrapes."""
         hit = self._bodies.get((node, path))
         if hit is not None and hit[0] == self._ticks:
+            self.bodies_reused += 1
             return hit[1]
         fn = self.dcgm_body if path == DCGM_PATH else self.node_exporter_body
         body = self._render(node, fn)
-        if body is not None and self.config.mapping_dir is None:
+        if body is not None and self.config.mapping_dir is None and self.config.tick_s > 0:
             self._bodies[(node, path)] = (self._ticks, body)
         return body
 
