@@ -36,10 +36,11 @@ sys.path.insert(0, str(ROOT / "src"))
 sys.path.insert(0, str(ROOT))
 
 from hpcwatch.cli.twinserve import raise_open_files_limit, sized_cluster  # noqa: E402
-from hpcwatch.errors import HpcwatchError  # noqa: E402
+from hpcwatch.errors import ConfigError, HpcwatchError  # noqa: E402
 from hpcwatch.promql import PrometheusBackend  # noqa: E402
 from hpcwatch.twin import Twin  # noqa: E402
-from hpcwatch.twin.serve import ServeConfig, TwinEndpoints, prometheus_config  # noqa: E402
+from hpcwatch.twin.serve import (DEFAULT_MAX_CONNECTIONS_PER_NODE, ServeConfig, TwinEndpoints,  # noqa: E402
+                                 prometheus_config)
 from tests.integration.services import start_prometheus, start_victoriametrics, stop_process  # noqa: E402
 
 TWIN_PORT = 31000
@@ -50,6 +51,9 @@ DAY_S = 86_400
 PRODUCTION_INTERVAL_S = 15.0
 """Scrape interval the per-day figures assume: dcgm-exporter's Helm chart and most GPU-cluster guides use 15 s
 (ours to fix; the study itself scrapes every --interval s to measure in a short window)."""
+PROMETHEUS_SERIES_PER_TARGET = 5
+"""up, scrape_duration_seconds, scrape_samples_scraped, scrape_samples_post_metric_relabeling, scrape_series_added
+(https://prometheus.io/docs/concepts/jobs_instances/#automatically-generated-labels-and-time-series)."""
 REMOTE_WRITE_SCRAPES = 3
 """Scrapes of every node pushed through remote write to time it (after the scrape measurements)."""
 
@@ -91,20 +95,39 @@ def measure(nodes: int, *, window_s: float, interval_s: float, workdir: Path) ->
             _wait_up(vm.url, 2 * nodes)
             before = {"prom": _appended(prom.url, "prometheus"), "vm": _appended(vm.url, "victoriametrics")}
             scrapes0, bytes0, t0 = endpoints.scrapes, endpoints.bytes_served, time.monotonic()
-            time.sleep(window_s)
-            elapsed = time.monotonic() - t0
+            _serve_for(endpoints, window_s)
+            elapsed, window_end = time.monotonic() - t0, time.time()
+            run.figures.update(_twin_figures(endpoints, prom.url, vm.url, nodes))
             run.figures.update(_scrape_figures(twin, endpoints, scrapes0, bytes0, nodes))
             run.figures["prom_samples_per_s"] = (_appended(prom.url, "prometheus") - before["prom"]) / elapsed
             run.figures["vm_samples_per_s"] = (_appended(vm.url, "victoriametrics") - before["vm"]) / elapsed
             run.figures["prom_series"] = _head_series(prom.url)
             run.figures["vm_series"] = _vm_series(vm.url)
-            run.figures.update(_report_figures(twin, prom.url, vm.url, workdir / f"store{nodes}"))
+            run.figures.update(_report_figures(twin, prom.url, vm.url, workdir / f"store{nodes}", t1=window_end))
             run.figures.update(_remote_write_figures(twin, prom.url, vm.url, nodes))
         finally:
             for proc in reversed(procs):
                 stop_process(proc)
     run.figures.update(_store_figures(twin, workdir / f"ingest{nodes}", nodes))
     return run
+
+
+def _serve_for(endpoints: TwinEndpoints, window_s: float) -> None:
+    """Sleep through the window, or stop at once with the twin's own one-line failure."""
+    deadline = time.monotonic() + window_s
+    while time.monotonic() < deadline and endpoints.serving:
+        time.sleep(0.5)
+    if endpoints.failure is not None:
+        raise ConfigError(endpoints.failure)
+
+
+def _twin_figures(endpoints: TwinEndpoints, prom_url: str, vm_url: str, nodes: int) -> dict:
+    """Did the one-process twin keep up: its open files, connections closed past the cap, targets up."""
+    import resource
+    return {"twin_open_files": len(os.listdir("/proc/self/fd")),
+            "twin_open_files_soft_limit": resource.getrlimit(resource.RLIMIT_NOFILE)[0],
+            "twin_connections_evicted": endpoints.connections_evicted,
+            "prom_targets_up": _count(prom_url, "up == 1"), "vm_targets_up": _count(vm_url, "up == 1")}
 
 
 def _dir(workdir: Path, name: str) -> Path:
@@ -166,9 +189,10 @@ def _scrape_figures(twin: Twin, endpoints: TwinEndpoints, scrapes0: int, bytes0:
     }
 
 
-def _report_figures(twin: Twin, prom_url: str, vm_url: str, store_dir: Path) -> dict:
-    """The per-job report for every job, samples from each backend: in-process (fetch, analysis) and as
-    ``hpcwatch jobs --prometheus URL`` (whole process)."""
+def _report_figures(twin: Twin, prom_url: str, vm_url: str, store_dir: Path, *, t1: float) -> dict:
+    """The per-job report for every job, samples from each backend: in-process (fetch, analysis) up to the
+    window's end ``t1``, the same points from both, and as ``hpcwatch jobs --prometheus URL`` (whole process,
+    up to its own now: the servers keep scraping)."""
     from hpcwatch.reports.jobs import REPORT_METRICS, jobs_report
     from hpcwatch.sources.slurm import parse_squeue_json
     from hpcwatch.store import Store
@@ -177,9 +201,10 @@ def _report_figures(twin: Twin, prom_url: str, vm_url: str, store_dir: Path) -> 
     t0_jobs = min(j.start for j in store.jobs() if j.start is not None)
     out: dict[str, float] = {"jobs": len(store.jobs())}
     for name, url in (("prom", prom_url), ("vm", vm_url)):
+        out[f"{name}_report_load_1m"] = os.getloadavg()[0]   # the 2 cores are shared: say how busy they were
         t = time.perf_counter()
         with PrometheusBackend(url, timeout_s=120) as prom:
-            samples = prom.samples(list(REPORT_METRICS), t0=t0_jobs)
+            samples = prom.samples(list(REPORT_METRICS), t0=t0_jobs, t1=t1)
         fetched = time.perf_counter()
         reports = jobs_report(store, samples=samples)
         out[f"{name}_report_fetch_s"] = fetched - t
@@ -253,6 +278,7 @@ def _w(run: Run) -> str:
 def series_rows(r: Run, f: dict) -> list[Figure]:
     out = []
     per_node = f["series_per_node_dcgm"] + f["series_per_node_ib"]
+    churn = f["prom_series"] - per_node * r.nodes - PROMETHEUS_SERIES_PER_TARGET * 2 * r.nodes
     out += [Figure(name=f"series per scrape of all nodes ({r.nodes} nodes)", value=per_node * r.nodes,
                    unit="series", window="one scrape (text lines of every node)"),
             Figure(name=f"dcgm-exporter series per node, with hpc_job / without", unit="series",
@@ -262,9 +288,10 @@ def series_rows(r: Run, f: dict) -> list[Figure]:
                    value=f"{f['prom_series']:.0f} / {f['vm_series']:.0f}",
                    window=_w(r) + f"; {f['jobs_running']:.0f} jobs running; includes up and scrape_* series "
                                   "(5 a target in Prometheus)"),
-            Figure(name=f"series churn from hpc_job ({r.nodes} nodes)", unit="series",
-                   value=f"{f['prom_series'] - per_node * r.nodes - 5 * 2 * r.nodes:.0f}",
-                   window=_w(r) + " (Prometheus head series - series per scrape - 5 per target): no job moved")]
+            Figure(name=f"series churn from hpc_job ({r.nodes} nodes)", unit="series", value=f"{churn:.0f}",
+                   window=_w(r) + " (Prometheus head series - series per scrape - 5 per target): "
+                          + ("no job moved" if churn == 0 else "a GPU that changes job starts its series anew "
+                                                               "under the new hpc_job"))]
     return out
 
 
@@ -277,7 +304,14 @@ def scrape_rows(r: Run, f: dict) -> list[Figure]:
             Figure(name="of which the hpc_job label", value=f["bytes_hpc_job_label_per_node"],
                    unit="bytes per node per scrape", window="one scrape of node1"),
             Figure(name=f"bytes per scrape of all nodes ({r.nodes} nodes)",
-                   value=round(f["bytes_per_node_scrape"] * r.nodes), unit="bytes", window=_w(r))]
+                   value=round(f["bytes_per_node_scrape"] * r.nodes), unit="bytes", window=_w(r)),
+            Figure(name=f"targets up at the window's end, Prometheus / VictoriaMetrics ({r.nodes} nodes)",
+                   value=f"{f['prom_targets_up']:.0f} / {f['vm_targets_up']:.0f} of {2 * r.nodes}", unit="targets",
+                   window=_w(r)),
+            Figure(name=f"twin process: open files / connections closed past {DEFAULT_MAX_CONNECTIONS_PER_NODE} a node "
+                        f"({r.nodes} nodes)",
+                   value=f"{f['twin_open_files']:.0f} / {f['twin_connections_evicted']:.0f}", unit="files / connections",
+                   window=_w(r) + f"; soft limit {f['twin_open_files_soft_limit']:.0f}")]
     return out
 
 
@@ -307,7 +341,9 @@ def promql_rows(r: Run, f: dict) -> list[Figure]:
                        unit="s", window=_w(r) + f"; {f[f'{name}_report_rows']:.0f} points fetched, "
                                                 f"{f[f'{name}_report_jobs_seen']:.0f} jobs seen"),
                 Figure(name=f"`hpcwatch jobs --prometheus URL --json`, {label} ({r.nodes} nodes)",
-                       value=round(f[f"{name}_report_process_s"], 2), unit="s (whole process)", window=_w(r))]
+                       value=f"{f[f'{name}_report_process_s']:.2f}", unit="s (whole process)",
+                       window=_w(r) + f"; load average {f.get(f'{name}_report_load_1m', float('nan')):.1f} "
+                                      f"on {os.cpu_count()} cores (the scrapers run meanwhile)")]
     return out
 
 
@@ -372,7 +408,12 @@ def traces_section(runs: list[Run], ctx: dict) -> list[Figure]:
                   window=f"{ranks} ranks, {doc.get('bytes', '?')} bytes of traces"),
            Figure(name="the set, single process", value=round(doc["set_s_single"], 2), unit="s", window=f"{ranks} ranks"),
            Figure(name=f"the set, Dask LocalCluster ({workers} workers)", value=round(doc["set_s_dask_local"], 2),
-                  unit="s", window=f"{ranks} ranks")]
+                  unit="s", window=f"{ranks} ranks; the same --json as one process: {doc.get('identical')}"),
+           Figure(name="of which the cross-rank step on the reduced tables (stragglers, waits, what-if)",
+                  value=round(doc["cross_rank_s"], 2), unit="s", window=f"{ranks} ranks, in the client process"),
+           Figure(name="peak memory, one process / Dask LocalCluster (process tree)", unit="MB",
+                  value=f"{doc['peak_rss_bytes_single'] / 1e6:.0f} / {doc['peak_rss_bytes_dask_local'] / 1e6:.0f}",
+                  window=f"{ranks} ranks, {workers} workers")]
     for n, seconds in sorted(doc.get("projected", {}).items(), key=lambda kv: int(kv[0])):
         out.append(Figure(name=f"the set on {n} workers", value=round(seconds, 2), unit="s",
                           window=f"{ranks} ranks", how="extrapolated"))

@@ -261,21 +261,30 @@ def result_table(data: Mapping[str, Any], *, name: str = "") -> pa.Table:
         kind = "vector"
     if kind not in ("vector", "matrix") or not isinstance(result, list):
         raise BackendError(f"unexpected PromQL result type {kind!r}")
-    columns: dict[str, list] = {field: [] for field in SAMPLE_SCHEMA.names}
+    per_series: dict[str, list] = {field: [] for field in ("metric", "host", "gpu", "job", "labels")}
+    t: list[float] = []
+    value: list[str | float] = []
+    lengths: list[int] = []
     for series in result:
         labels = dict(series.get("metric") or {})
         metric = labels.pop("__name__", None) or name
         host, gpu, job = sample_keys(labels, metric)
-        label_json = orjson.dumps(labels, option=orjson.OPT_SORT_KEYS).decode()
+        for column, v in (("metric", metric), ("host", host), ("gpu", gpu), ("job", job),
+                          ("labels", orjson.dumps(labels, option=orjson.OPT_SORT_KEYS).decode())):
+            per_series[column].append(v)
         points = series["values"] if kind == "matrix" else [series["value"]]
-        n = len(points)
-        # Whole series at a time: the per-point work is two float() calls.
-        columns["t"].extend([float(p[0]) for p in points])
-        columns["value"].extend([float(p[1]) for p in points])   # "NaN", "+Inf" parse as floats
-        for column, value in (("metric", metric), ("host", host), ("gpu", gpu), ("job", job),
-                              ("labels", label_json)):
-            columns[column].extend([value] * n)
-    return pa.table(columns, schema=SAMPLE_SCHEMA)
+        lengths.append(len(points))
+        t.extend([p[0] for p in points])
+        value.extend([p[1] for p in points])
+    import numpy as np   # here, not at the top: remote write (ingest --remote-write) needs none of it
+
+    # Label columns are built once per series and repeated in Arrow (a scrape's series has many points);
+    # values parse in numpy ("NaN", "+Inf" as float() reads them).
+    row_series = pa.array(np.repeat(np.arange(len(lengths)), lengths))
+    columns = {column: pa.array(values, pa.string()).take(row_series) for column, values in per_series.items()}
+    columns["t"] = pa.array(np.asarray(t, dtype=float))
+    columns["value"] = pa.array(np.asarray(value, dtype=float))
+    return pa.table([columns[f] for f in SAMPLE_SCHEMA.names], schema=SAMPLE_SCHEMA)
 
 
 def _selectors(metric: str | Iterable[str] | None, *, host: str | None, job: str | None) -> list[str]:

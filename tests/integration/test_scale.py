@@ -111,6 +111,7 @@ def scraped(start_promql, promql_backend, tmp_path_factory):
         wait_until(lambda: _count(server, "up == 1") == 2 * NODES, timeout_s=60, what=f"{2 * NODES} targets up")
         time.sleep(SCRAPED_S)
         last_s = time.time()
+        source.repeated += endpoints.bodies_reused   # repeats the server answered from this tick's text
     time.sleep(2 * SCRAPE_INTERVAL_S)   # the last answered scrapes reach storage (VictoriaMetrics: ~1 s)
     (scrapes / "squeue.json").write_text(twin.squeue_json())
     return server, scrapes, twin, last_s, source

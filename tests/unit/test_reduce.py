@@ -122,3 +122,39 @@ def test_twin_traces_writes_a_set_steps_reads_with_its_straggler(run_cli, tmp_pa
 def test_twin_traces_refuses_a_set_it_cannot_write(run_cli, tmp_path, argv, says):
     code, _, err = run_cli(["twin", "traces", "--out", str(tmp_path), *argv])
     assert code == 2 and says in err
+
+
+@pytest.mark.parametrize("name, slow_rank", [
+    ("hta_sampled_2ranks", None),   # HTA's 2 ranks: no straggler, a what-if near 1
+    ("gloo_straggler", 2),          # our real gloo run, rank 2 slowed: it explains the slowdown
+])
+def test_the_what_if_runs_on_the_reduced_tables_and_names_the_straggler(data_dir, name, slow_rank, tmp_path):
+    reductions = [reduce_trace(t) for t in _traces(data_dir, name)]
+    write_parquet(to_table(reductions), tmp_path / "reduced.parquet")
+    whatif = _doc(read_parquet(tmp_path / "reduced.parquet"))["whatif"]
+    assert whatif == _doc(reductions)["whatif"] and whatif["dp_size"] == len(SETS[name])
+    assert 0.9 < whatif["replay_ratio"] < 1.1   # the sequential replay fits these traces' steps
+    if slow_rank is None:
+        assert whatif["slowdown"] < 1.1
+    else:
+        assert whatif["slowdown"] > 2 and next(iter(whatif["by_dp_rank"])) == str(slow_rank)
+
+
+def test_the_twin_s_slow_rank_leads_the_what_if(tmp_path):
+    cfg = with_kernels_per_step(GpuTraceConfig(slow_rank=5, slow_backward_factor=2.0), 14)
+    write_gpu_kineto_traces(tmp_path, cfg, steps=list(range(1, 5)), world_size=8,
+                            nodes_of_rank={r: f"node{r // 4 + 1}" for r in range(8)}, gpus_per_node=4)
+    whatif = _doc([reduce_trace(parse_kineto((tmp_path / f"rank-{r}.json").read_bytes(), path=f"rank-{r}.json"))
+                   for r in range(8)])["whatif"]
+    assert whatif["slowdown"] > 1.05 and next(iter(whatif["by_dp_rank"])) == "5"
+
+
+def test_steps_on_reduced_tables_gives_the_json_of_the_traces(run_cli, data_dir, tmp_path):
+    folder = data_dir / "kineto" / "gloo_straggler"
+    code, from_traces, err = run_cli(["steps", str(folder), "--json", "--reduced", str(tmp_path / "set.parquet")])
+    assert code == 0, err
+    code, from_tables, err = run_cli(["steps", str(tmp_path / "set.parquet"), "--json"])
+    assert code == 0, err
+    assert from_tables == from_traces and orjson.loads(from_tables)["whatif"] is not None
+    code, _, err = run_cli(["steps", str(tmp_path / "set.parquet"), "--dask", "local"])
+    assert code == 2 and "already reduced" in err

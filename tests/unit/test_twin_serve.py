@@ -212,3 +212,86 @@ def test_open_files_limit_is_raised_for_many_nodes_and_refused_past_the_hard_lim
     assert calls == [(8000, 8000)]
     with pytest.raises(ConfigError, match="hard limit is 8000"):
         raise_open_files_limit(2000)
+
+
+def _get(sock: socket.socket) -> bytes:
+    """One keep-alive scrape on a raw connection; the answer's first bytes."""
+    sock.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+    return sock.recv(65536)
+
+
+def test_a_node_past_its_connection_cap_closes_the_connection_idle_longest():
+    port = free_port(1)
+    config = ServeConfig(nodes=("node1",), port=port, tick_s=0, max_connections_per_node=2)
+    with TwinEndpoints(StubTwin(), config) as ep:
+        connect = lambda: socket.create_connection(("127.0.0.1", port), timeout=5)  # noqa: E731
+        with connect() as gave_up, connect() as live:
+            assert _get(gave_up).startswith(b"HTTP/1.1 200")
+            assert _get(live).startswith(b"HTTP/1.1 200")
+            with connect() as new:                              # a third: the idle-longest one goes
+                assert _get(new).startswith(b"HTTP/1.1 200")
+                assert gave_up.recv(100) == b""
+                assert _get(live).startswith(b"HTTP/1.1 200")
+        assert ep.connections_evicted == 1
+
+
+def test_connection_cap_below_one_is_refused():
+    with pytest.raises(ConfigError, match="max_connections_per_node"):
+        ServeConfig(nodes=("node1",), max_connections_per_node=0)
+
+
+_OUT_OF_FILES = """
+import resource, sys, time, os
+sys.path.insert(0, {tests!r})
+from test_twin_serve import StubTwin
+from hpcwatch.twin.serve import ServeConfig, TwinEndpoints
+ep = TwinEndpoints(StubTwin(), ServeConfig(nodes=("node1",), port={port}, tick_s=0, max_connections_per_node=100))
+ep.start()
+opened = len(os.listdir("/proc/self/fd"))
+resource.setrlimit(resource.RLIMIT_NOFILE, (opened + 3, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
+print("ready", flush=True)
+deadline = time.monotonic() + 20
+while ep.serving and time.monotonic() < deadline:
+    time.sleep(0.05)
+print("serving" if ep.serving else f"stopped: {{ep.failure}}", flush=True)
+"""
+
+
+def test_running_out_of_file_descriptors_stops_the_server_with_one_line():
+    import subprocess
+    import sys
+
+    port = free_port(1)
+    code = _OUT_OF_FILES.format(tests=str(Path(__file__).parent), port=port)
+    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert proc.stdout.readline() == "ready\n"
+    clients = [socket.create_connection(("127.0.0.1", port), timeout=5) for _ in range(8)]   # 3 fit
+    out, err = proc.communicate(timeout=30)
+    for client in clients:
+        client.close()
+    assert out.startswith("stopped: out of file descriptors accepting on port")
+    assert "Traceback" not in err and err.count("\n") == 1, err   # one line, not a retry every second
+
+
+def test_fds_per_node_covers_the_listening_socket_and_the_connection_cap():
+    from hpcwatch.cli.twinserve import FDS_PER_NODE
+    from hpcwatch.twin.serve import DEFAULT_MAX_CONNECTIONS_PER_NODE
+    assert FDS_PER_NODE == 1 + DEFAULT_MAX_CONNECTIONS_PER_NODE
+
+
+def test_two_scrapers_in_one_tick_cost_one_render():
+    port = free_port(1)
+    stub = StubTwin()
+    with TwinEndpoints(stub, ServeConfig(nodes=("node1",), port=port, tick_s=600)) as ep:   # no tick comes
+        first, second = (httpx.get(f"http://127.0.0.1:{port}/metrics").text for _ in range(2))
+    assert first == second and len(stub.calls) == 1 and ep.bodies_reused == 1
+
+
+def test_a_frozen_twin_is_rendered_on_every_scrape():
+    port = free_port(1)
+    stub = StubTwin()
+    with TwinEndpoints(stub, ServeConfig(nodes=("node1",), port=port, tick_s=0)):
+        before = httpx.get(f"http://127.0.0.1:{port}/node-exporter/metrics").text
+        stub.advance(5.0)                       # its owner moves it by hand, between scrapes
+        after = httpx.get(f"http://127.0.0.1:{port}/node-exporter/metrics").text
+    assert before != after

@@ -44,6 +44,7 @@ if TYPE_CHECKING:   # pyarrow is loaded only to carry reductions (Dask, files), 
 
 __all__ = ["LaunchSummary", "CollectiveSummary", "RankGpu", "RankReduction", "reduce_trace", "rank_gpu",
            "reduced_schema", "to_table", "from_table", "to_ipc", "table_of_ipc", "write_parquet", "read_parquet",
+           "is_reduced_parquet",
            "REDUCED_FORMAT_VERSION"]
 
 #: Written in the table's metadata; a table of another version is refused rather than misread.
@@ -221,6 +222,17 @@ def write_parquet(table: pa.Table, path: str | os.PathLike[str]) -> None:
         os.replace(tmp, target)   # the rename is atomic: a reader sees the old file or the new one
     finally:
         tmp.unlink(missing_ok=True)
+
+
+def is_reduced_parquet(path: str | os.PathLike[str]) -> bool:
+    """Whether ``path`` is a Parquet file whose footer names it a reduced trace table (of any version:
+    ``read_parquet`` refuses another one in one line); reads the footer only."""
+    import pyarrow.parquet as pq
+    try:
+        metadata = pq.read_schema(path).metadata or {}
+    except (OSError, ValueError):   # not Parquet (pyarrow's ArrowInvalid is a ValueError)
+        return False
+    return b"hpcwatch.reduced" in metadata
 
 
 def read_parquet(path: str | os.PathLike[str]) -> list[RankReduction]:

@@ -34,7 +34,9 @@ Dependencies modelled (Megatron-LM 1F1B, as the artifact does):
   gradient-clipping all-reduce (every worker) and the optimizer.
 
 Input is a columnar batch (``OP_COLUMNS``; ``sources.optrace.read_optrace`` gives
-one) or our own ``Span`` records, replayed as a pure data-parallel job.
+one), our own ``Span`` records, or a trace set's step anatomy (``whatif_anatomy``: the
+aligned steps ``hpcwatch steps`` builds from reduced ranks, here or on Dask workers), the
+last two replayed as a pure data-parallel job.
 """
 
 from __future__ import annotations
@@ -42,13 +44,16 @@ from __future__ import annotations
 import math
 from collections import defaultdict
 from dataclasses import dataclass
-from typing import Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Iterable, Mapping, Sequence
 
 import numpy as np
-import pyarrow as pa
 
+from hpcwatch.analysis.steps import Anatomy
 from hpcwatch.errors import InputError
-from hpcwatch.records import Span
+from hpcwatch.records import PHASES, Span
+
+if TYPE_CHECKING:   # a table is one input shape; ``steps`` on Kineto traces never loads pyarrow
+    import pyarrow as pa
 
 __all__ = [
     "OP_COLUMNS",
@@ -59,7 +64,10 @@ __all__ = [
     "WhatIf",
     "whatif_ops",
     "whatif_spans",
+    "whatif_anatomy",
+    "anatomy_spans",
     "spans_to_ops",
+    "SCENARIOS_PER_REPLAY",
 ]
 
 #: Columns ``whatif_ops`` reads: dp_rank, stage, rank, step (ints), optype (string),
@@ -82,6 +90,10 @@ _MEGATRON_OPTYPES = frozenset((FWD, BWD, *P2P, *DP_COLLECTIVES, LAYERNORM, EMBED
 _SPAN_COLLECTIVE_MARKS = ("allreduce", "all_reduce", "reduce_scatter", "all_gather")
 # The paper's M_W looks at the slowest 3 % of workers (compute_mw.py, RATIO = 3).
 TOP_WORKER_PERCENT = 3
+#: Replays run this many scenarios at a time. Ours: a trace set of 1,024 ranks has ~2,050 scenarios
+#: (one per rank, twice: as data-parallel rank and as worker), and all at once would be ~840 MB of
+#: durations at 10 steps of 5 phases; 64 at a time is 26 MB, and the replay stays vectorised.
+SCENARIOS_PER_REPLAY = 64
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -159,7 +171,7 @@ class _Ops:
 
 
 def _columns(table: pa.Table | Mapping[str, Sequence]) -> dict[str, np.ndarray]:
-    names = table.column_names if isinstance(table, pa.Table) else list(table)
+    names = list(table.column_names) if hasattr(table, "column_names") else list(table)   # a pyarrow Table
     missing = [c for c in OP_COLUMNS if c not in names]
     if missing:
         raise InputError(f"operation batch lacks column(s) {', '.join(missing)}")
@@ -450,6 +462,36 @@ def whatif_spans(spans: Iterable[Span]) -> WhatIf:
     return _analyse(_lanes(_complete_steps(spans_to_ops(spans))), graph=None)
 
 
+def whatif_anatomy(anatomy: Anatomy) -> WhatIf:
+    """What-if slowdown of a trace set from its step anatomy (``anatomy_spans``): the same for every path
+    that builds the anatomy from the same reduced ranks (one process, Dask workers, a reduced Parquet)."""
+    return whatif_spans(anatomy_spans(anatomy))
+
+
+def anatomy_spans(anatomy: Anatomy) -> list[Span]:
+    """Each rank-step's phases as Spans laid end to end from its start (on the median rank's clock).
+
+    A phase lasts as long as the slower of its host range and, on kernel-level traces, the GPU time of its
+    kernels (``RankStep.gpu_phases``): a launch-bound step waits for the host, a GPU-bound one for the
+    kernels, and the host's range of an asynchronous launch says nothing of a slow GPU. Phases in
+    ``records.PHASES`` order, every phase that some step has; the barrier wait is left out, as ``whatif_spans`` does, since waiting is what the replay recomputes.
+    Phases that overlap on the host (a DDP all-reduce under the backward pass) are laid one after the
+    other, so the replay can run longer than the trace: ``WhatIf.replay_ratio`` says by how much.
+    """
+    # Every rank-step gets the phases any step has (0 s where it had none): the replay keeps only steps
+    # with every rank and as many operations as the fullest step.
+    present = [p for p in PHASES if p != "barrier_wait" and any(
+        max(rs.phases.get(p, 0.0), (rs.gpu_phases or {}).get(p, 0.0)) > 0 for rs in anatomy.rank_steps)]
+    out = []
+    for rs in anatomy.rank_steps:
+        t = rs.start_s - anatomy.clock_offset_s.get(rs.rank, 0.0)
+        for phase in present:
+            dur = max(float(rs.phases.get(phase, 0.0)), float((rs.gpu_phases or {}).get(phase, 0.0)))
+            out.append(Span(job=anatomy.job or "", rank=rs.rank, step=rs.step, phase=phase, start=t, dur=dur))
+            t += dur
+    return out
+
+
 def _complete_steps(ops: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     """Only the steps with every rank and as many ops as the fullest step."""
     steps, step_index, rows = np.unique(ops["step"], return_inverse=True, return_counts=True)
@@ -485,8 +527,14 @@ def _analyse(ops: _Ops, graph: _Graph | None) -> WhatIf:
     measured = _effective_durations(ops, plan)
     ideal = _typical(ops, measured)
     names, masks = _scenarios(ops)
-    dur = np.where(masks, measured[None], ideal[None])
-    step_t = _replay(plan, dur).max(axis=(1, 3))          # [scenario, step]
+    # Scenarios that keep the same operations measured replay once: with one pipeline stage, worker d
+    # is data-parallel rank d (half the scenarios of a data-parallel trace set).
+    index_of: dict[bytes, int] = {}                        # a scenario's mask -> its distinct number
+    scenario_of = np.array([index_of.setdefault(m.tobytes(), len(index_of)) for m in masks])
+    distinct = masks[np.unique(scenario_of, return_index=True)[1]]
+    step_t = np.concatenate([                              # [distinct scenario, step]
+        _replay(plan, np.where(distinct[k:k + SCENARIOS_PER_REPLAY], measured[None], ideal[None])).max(axis=(1, 3))
+        for k in range(0, len(distinct), SCENARIOS_PER_REPLAY)])[scenario_of]
     mean_t = step_t.mean(axis=1)
     t_replay, t_ideal = mean_t[0], mean_t[1]
     ratio = dict(zip(names, (mean_t / t_ideal).tolist()))

@@ -6,8 +6,8 @@ import os
 import re
 import sys
 import time
-from pathlib import Path
 from collections.abc import Callable
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import click
@@ -25,8 +25,8 @@ def _visible(text: object) -> str:
     return visible(text)
 
 __all__ = ["app", "twin_app", "simulate_app", "console", "emit_json", "open_store", "default_db_path",
-           "db_option", "json_option", "argument", "repeatable", "PATH", "wait_for", "safe_text", "error_line", "warning_line",
-           "HelpGroup", "HelpCommand", "HelpArgument"]
+           "db_option", "json_option", "argument", "repeatable", "PATH", "wait_for", "safe_text", "error_line",
+           "warning_line", "HelpGroup", "HelpCommand", "HelpArgument"]
 
 #: Option and argument values that are paths arrive as ``pathlib.Path`` (click's default is ``str``).
 PATH = click.Path(path_type=Path)
@@ -213,11 +213,12 @@ def _default(value: Any) -> Any:
     raise TypeError(f"not JSON serialisable: {type(value).__name__}")
 
 
-def wait_for(duration_s: float) -> None:
-    """Block for ``duration_s`` seconds (forever when <= 0) or until Ctrl-C, which ends the wait quietly."""
+def wait_for(duration_s: float, *, alive: Callable[[], bool] = lambda: True) -> None:
+    """Block for ``duration_s`` seconds (forever when <= 0), until Ctrl-C, which ends the wait quietly, or
+    until ``alive()`` turns False (what is being waited on stopped by itself)."""
     deadline = time.monotonic() + duration_s if duration_s > 0 else None
     try:
-        while deadline is None or time.monotonic() < deadline:
+        while (deadline is None or time.monotonic() < deadline) and alive():
             time.sleep(0.2)
     except KeyboardInterrupt:
         pass

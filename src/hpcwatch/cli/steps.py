@@ -58,7 +58,8 @@ def trace_files(paths: list[Path]) -> list[Input]:
 
 @app.command()
 @argument("paths", nargs=-1, type=PATH, help="Kineto traces (.json/.json.gz), one per rank, or the hook's "
-                                            "rank-N.jsonl files, or folders.")
+                                            "rank-N.jsonl files, or folders; or the reduced tables an earlier "
+                                            "--reduced FILE kept.")
 @json_option()
 @db_option()
 @click.option("--job", help="Read this job's step spans from the store instead.")
@@ -110,6 +111,12 @@ def steps(paths: list[Path], as_json: bool, db: str | None, job: str | None, par
     if job:
         with open_store(db) as store:
             report = step_report(store, job)
+    elif _reduced_files(paths):   # tables a previous run kept with --reduced: the cross-rank half only
+        from hpcwatch.analysis.reduce import read_parquet
+        if cluster is not None or reduced is not None:
+            raise ConfigError("steps: reduced tables are already reduced (no --dask, no --reduced)")
+        reductions = [r for path in paths for r in read_parquet(path)]
+        report, clock, per_rank = reduced_report(reductions)
     else:
         files = trace_files(list(paths))
         hook = [i for i in files if i.format.name == "hook-jsonl"]
@@ -134,6 +141,14 @@ def steps(paths: list[Path], as_json: bool, db: str | None, job: str | None, par
         emit_json(doc)
     else:
         _print(doc)
+
+
+def _reduced_files(paths: Sequence[Path]) -> bool:
+    """Whether every path is a reduced table (``--reduced FILE`` of an earlier run)."""
+    if not all(Path(p).is_file() and Path(p).suffix == ".parquet" for p in paths):
+        return False
+    from hpcwatch.analysis.reduce import is_reduced_parquet
+    return all(is_reduced_parquet(p) for p in paths)
 
 
 #: The inputs a forked reader process reads (by index: a format's reader is not picklable).
@@ -245,6 +260,8 @@ def steps_document(step: StepReport, *, breakdowns: Sequence[TemporalBreakdown] 
                    clock: GpuClock | None = None, per_rank: tuple[RankGpu, ...] = ()) -> dict:
     """The ``--json`` document (seconds; bandwidths in bytes/s)."""
     import numpy as np
+
+    from hpcwatch.cli.whatif import whatif_document
     anatomy, report, times = step.anatomy, step.stragglers, step.step_times_s
     step_m = anatomy.matrix("step")
     gpu = _gpu_by_rank(anatomy)
@@ -282,6 +299,7 @@ def steps_document(step: StepReport, *, breakdowns: Sequence[TemporalBreakdown] 
         "temporal_breakdown": [_breakdown(b) for b in breakdowns],
         "gpu": [_rank_gpu(g) for g in per_rank],
         "mfu": mfu,
+        "whatif": None if step.whatif is None else whatif_document(step.whatif),
     }
 
 
@@ -360,6 +378,10 @@ def _print(doc: dict) -> None:
                       f"{_ms(s['others_lost_s'])} ms/step together")
     if not doc["stragglers"]:
         console.print("no straggler")
+    if doc["whatif"] is not None:
+        w = doc["whatif"]
+        console.print(f"what-if slowdown S = {w['slowdown']:.3f}: with no rank slower than typical, the replayed step "
+                      f"would take 1/S of its time (replay/trace {w['replay_ratio']:.2f}; hpcwatch whatif explains S)")
     slow = sorted(doc["slow_steps"], key=lambda s: -s["z"])
     for s in slow[:_SLOW_STEPS_SHOWN]:
         console.print(f"slow step: rank {s['rank']} step {s['step']} worked {_ms(s['work_s'])} ms "

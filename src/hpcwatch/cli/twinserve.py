@@ -18,8 +18,8 @@ if TYPE_CHECKING:   # the twin is imported when the command runs, not for --help
 __all__ = ["twin_serve", "sized_cluster", "raise_open_files_limit", "FDS_PER_NODE"]
 
 FDS_PER_NODE = 6
-"""File descriptors a served node may hold: its listening socket, one keep-alive connection per scrape job
-(dcgm, node) for each of two scrapers (an HA pair, or Prometheus beside VictoriaMetrics), one spare (ours)."""
+"""File descriptors a served node may hold: its listening socket and at most
+twin.serve.DEFAULT_MAX_CONNECTIONS_PER_NODE (5) connections (the server closes one past that)."""
 
 
 def sized_cluster(nodes: int | None) -> Cluster:
@@ -99,6 +99,8 @@ def twin_serve(port: int, nodes: int | None, mapping_dir: Path | None, seed: int
             first, last = config.nodes[0], config.nodes[-1]
             console.print(f"serving {len(config.nodes)} nodes: {first} http://{endpoints.targets[first]}{DCGM_PATH}"
                           f" … {last} http://{endpoints.targets[last]}{DCGM_PATH} (Ctrl-C stops)")
-        wait_for(duration_s)
+        wait_for(duration_s, alive=lambda: endpoints.serving)
     finally:
         endpoints.stop()
+    if endpoints.failure is not None:
+        raise ConfigError(f"twin serve stopped: {endpoints.failure}")

@@ -19,7 +19,7 @@ if TYPE_CHECKING:   # numpy and the analyses are imported when a command runs, n
 
     from hpcwatch.analysis.whatif import WhatIf
 
-__all__ = ["whatif", "mfu", "stragglers"]
+__all__ = ["whatif", "mfu", "stragglers", "whatif_document"]
 
 # How many workers the human report lists.
 _WORKERS_SHOWN = 8
@@ -44,7 +44,7 @@ def whatif(trace: Path | None, job: str | None, db: str | None, as_json: bool) -
             raise InputError(f"job {job}: no step spans in the store")
         result = whatif_spans(spans)
     if as_json:
-        emit_json(_whatif_doc(result))
+        emit_json(whatif_document(result))
     else:
         _print_whatif(result)
 
@@ -59,7 +59,8 @@ def _read_op_trace(path: Path):
     return item.format.read(item.path, item.context)
 
 
-def _whatif_doc(result: WhatIf) -> dict:
+def whatif_document(result: WhatIf) -> dict:
+    """The ``--json`` document of a what-if (``hpcwatch whatif`` and the ``whatif`` of ``steps --json``)."""
     doc = dataclasses.asdict(result)
     doc["by_dp_rank"] = {str(k): v for k, v in result.by_dp_rank.items()}
     doc["by_stage"] = {str(k): v for k, v in result.by_stage.items()}

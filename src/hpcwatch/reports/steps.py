@@ -13,7 +13,7 @@ import os
 import warnings
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -25,8 +25,9 @@ from hpcwatch.errors import InputError
 from hpcwatch.records import PHASES, Job, Span
 from hpcwatch.traces import KinetoTrace
 
-if TYPE_CHECKING:   # only the store-reading reports need it; ``hpcwatch steps TRACE`` never opens a store
-    from hpcwatch.store import Store
+if TYPE_CHECKING:
+    from hpcwatch.analysis.whatif import WhatIf   # imported when a trace set's report is built
+    from hpcwatch.store import Store   # only the store-reading reports need it; ``steps TRACE`` never opens a store
 
 __all__ = ["StepReport", "PlayerPhase", "PlayerRank", "PlayerVerdict", "PlayerStep", "LiveTraining",
            "step_report", "step_report_of", "RankGpu", "GpuClock", "trace_report", "reduced_report", "reduce_trace_file", "GPU_BOUND_LAG_FRACTION", "player_step", "player_jobs", "jobs_with_spans", "live_training", "placement_from_job",
@@ -56,6 +57,9 @@ class StepReport:
     """Per step of ``anatomy.steps``: the slowest rank's step time (``analysis.steps.step_times_s``)."""
     step_time_s: float | None
     """Median of ``step_times_s``; ``None`` without complete steps."""
+    whatif: WhatIf | None = None
+    """The what-if slowdown of a trace set's steps (``analysis.whatif.whatif_anatomy``); ``None`` for a job's
+    spans from the store (``hpcwatch whatif --job`` has it) or when no step has every rank."""
 
     @property
     def straggler(self) -> Straggler | None:
@@ -107,8 +111,17 @@ def reduced_report(reductions: Sequence[RankReduction], *, config: StragglerConf
     """``trace_report`` of traces already reduced (``analysis.reduce.reduce_trace``, here or on Dask workers):
     the cross-rank half, the one every path of ``hpcwatch steps`` ends in."""
     report = step_report_of(anatomy_from_timelines([r.timeline for r in reductions]), config=config)
+    report = replace(report, whatif=_whatif(report.anatomy))
     per_rank = tuple(r.gpu for r in sorted(reductions, key=lambda r: r.rank) if r.gpu is not None)
     return report, _gpu_clock(report.anatomy), per_rank
+
+
+def _whatif(anatomy: Anatomy) -> WhatIf | None:
+    from hpcwatch.analysis.whatif import whatif_anatomy
+    try:
+        return whatif_anatomy(anatomy)
+    except InputError:
+        return None   # no step that every rank finished: nothing to replay (the report's steps say so)
 
 
 def reduce_trace_file(path: str | os.PathLike[str]) -> tuple[RankReduction, tuple[str, ...]]:
