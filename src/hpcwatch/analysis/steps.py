@@ -258,7 +258,6 @@ def _clip_union(starts: np.ndarray, ends: np.ndarray, lo: float, hi: float) -> f
     return union_length(s[keep], e[keep])
 
 
-
 def union_lengths(starts: np.ndarray, ends: np.ndarray, groups: np.ndarray, n_groups: int) -> np.ndarray:
     """``union_length`` of each group's intervals (``groups``: the group, 0..n_groups-1, of each interval)
     in a few numpy calls instead of a dozen per group, and equal to it to the last bit: the same merge,
