@@ -640,28 +640,37 @@ def _gpu_phases(launch: np.ndarray, s: np.ndarray, e: np.ndarray, grp: np.ndarra
     h200_annotated_steps) "backward" is 1 µs on the GPU while 47 ms of backward kernels,
     launched from autograd's thread, run inside the host range.
     """
-    starts, ends, groups, found = [], [], [], {}
-    heads = np.searchsorted(grp, np.arange(len(intervals) + 1))
-    for k, (first, last) in span.items():
-        mine = slice(heads[k], heads[k + 1])
-        found[k] = []
-        for i, phase in enumerate(WORK_PHASES):
-            if phase in intervals[k]:
-                inside = np.zeros(heads[k + 1] - heads[k], dtype=bool)
-                for lo, hi in zip(*intervals[k][phase]):
-                    inside |= (launch[mine] >= lo) & (launch[mine] < hi)
-                ps, pe = s[mine][inside], e[mine][inside]
-            elif phase in gpu_notes:
-                ps, pe = _clip(gpu_notes[phase][0], first, last), _clip(gpu_notes[phase][1], first, last)
-                ps, pe = ps[pe > ps], pe[pe > ps]
-            else:
-                continue
-            starts.append(ps)
-            ends.append(pe)
-            groups.append(np.full(len(ps), k * len(WORK_PHASES) + i))
-            found[k].append((phase, k * len(WORK_PHASES) + i))
-    total = union_lengths(*_joined(starts, ends, groups), len(intervals) * len(WORK_PHASES))
-    return {k: {phase: float(total[g]) / 1e6 for phase, g in cells} for k, cells in found.items()}
+    n, per = len(intervals), len(WORK_PHASES)
+    starts, ends, groups = [], [], []
+    for i, phase in enumerate(WORK_PHASES):
+        lo, hi = _ranges_by_step(intervals, phase, n)
+        inside = np.zeros(len(launch), dtype=bool)
+        for row_lo, row_hi in zip(lo, hi):   # a step's k-th range of the phase (NaN where it has fewer: holds nothing)
+            inside |= (launch >= row_lo[grp]) & (launch < row_hi[grp])
+        starts.append(s[inside])
+        ends.append(e[inside])
+        groups.append(grp[inside] * per + i)
+        if phase in gpu_notes:   # steps without a host range of the phase: its GPU annotations in the step's span
+            for k, (first, last) in span.items():
+                if phase not in intervals[k]:
+                    ps, pe = _clip(gpu_notes[phase][0], first, last), _clip(gpu_notes[phase][1], first, last)
+                    starts.append(ps[pe > ps])
+                    ends.append(pe[pe > ps])
+                    groups.append(np.full(int((pe > ps).sum()), k * per + i))
+    total = union_lengths(*_joined(starts, ends, groups), n * per)
+    return {k: {phase: float(total[k * per + i]) / 1e6 for i, phase in enumerate(WORK_PHASES)
+                if phase in intervals[k] or phase in gpu_notes} for k in span}
+
+
+def _ranges_by_step(intervals: Sequence[Mapping[str, tuple[np.ndarray, np.ndarray]]], phase: str,
+                    n: int) -> tuple[np.ndarray, np.ndarray]:
+    """(lo, hi): row j, column k = step k's j-th host range of ``phase`` (NaN where it has fewer)."""
+    ranged = [(k, found[phase]) for k, found in enumerate(intervals) if phase in found]
+    depth = max((len(r[0]) for _, r in ranged), default=0)
+    lo, hi = np.full((depth, n), np.nan), np.full((depth, n), np.nan)
+    for k, (a, b) in ranged:
+        lo[:len(a), k], hi[:len(b), k] = a, b
+    return lo, hi
 
 
 def _gpu_annotations(trace: KinetoTrace) -> dict[str, tuple[np.ndarray, np.ndarray]]:
