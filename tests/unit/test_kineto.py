@@ -197,3 +197,37 @@ def test_reading_leaves_garbage_collection_as_it_was(data_dir, enabled):
         assert gc.isenabled() is enabled
     finally:
         gc.enable() if was else gc.disable()
+
+
+# Events among usual ones, each read from text (typed decode, or the dict scan when it does not validate)
+# and from an already decoded document (the dict scan): both must give the same columns.
+ODD_EVENTS = [
+    {"ph": "X", "cat": "cpu_op", "name": "spans", "ts": 5, "dur": 1, "pid": "Spans", "tid": "Spans"},  # old Kineto pid
+    {"ph": "X", "cat": "kernel", "name": "Context Sync", "ts": 5, "dur": 1, "pid": 0, "tid": 7,
+     "args": {"stream": 4294967295, "correlation": 2 ** 64 - 1}},                        # unsigned -1 stream
+    {"ph": "X", "cat": "cpu_op", "name": 5, "ts": 5, "dur": 1, "pid": 1, "tid": 1},       # a name that is a number
+    {"ph": "X", "cat": "cpu_op", "name": "nodur", "ts": 5, "dur": None, "pid": 1, "tid": 1},   # dur null: NaN
+    {"ph": "X", "cat": "cpu_op", "name": "noargs", "ts": 5, "dur": 1, "pid": 1, "tid": 1, "args": None},
+    {"ph": "X", "cat": "cpu_op", "name": "textts", "ts": "12.5", "dur": 1, "pid": 1, "tid": 1},  # time as text
+    {"ph": "X", "cat": 3, "name": "intcat", "ts": 5, "dur": 1, "pid": 1, "tid": 1},       # category not a string
+    {"ph": "X", "cat": "kernel", "name": "floatpid", "ts": 5, "dur": 1, "pid": 2.0, "tid": 1},
+    {"ph": "s", "id": "0x1f", "ts": 0.5, "cat": "ac2g"},                                   # id as text: -1
+    {"ph": "f", "id": 3.0, "ts": 0.5, "cat": "ac2g"},                                      # id as a float: 3
+    {"ph": "M", "name": "process_name", "pid": 1, "args": {"name": "python", "hostname": "node7"}},
+    {"ph": "X", "cat": "cpu_op", "name": "record_param_comms", "ts": 6, "dur": 1, "pid": 1, "tid": 1,
+     "args": {"Collective name": "allreduce", "In msg nelems": 8, "dtype": "Float", "Group size": 4}},
+    {"ph": 7, "name": "ph not a string"},
+]
+
+
+@pytest.mark.parametrize("odd", ODD_EVENTS, ids=lambda e: str(e.get("name", e.get("id"))))
+def test_typed_and_dict_scans_give_the_same_columns(odd):
+    events = [_USUAL] * 1500 + [odd] + [dict(_USUAL, name="after")] * 1500
+    doc = {"distributedInfo": {"rank": 0}, "traceEvents": events}
+    from_text, from_doc = parse_kineto(orjson.dumps(doc)), parse_kineto(doc)
+    assert from_text.names == from_doc.names and from_text.hostname == from_doc.hostname
+    for key in EVENT_COLUMNS:
+        assert np.array_equal(from_text.events[key], from_doc.events[key], equal_nan=True), key
+    for key in from_doc.flows:
+        assert np.array_equal(from_text.flows[key], from_doc.flows[key]), key
+    assert len(from_text) == 3000 + (odd["ph"] == "X")

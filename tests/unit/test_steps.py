@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from hpcwatch.analysis.steps import (anatomy_from_spans, anatomy_from_traces, phase_of_annotation,
-                                     temporal_breakdown, union_length)
+                                     temporal_breakdown, union_length, union_lengths)
 from hpcwatch.errors import InputError
 from hpcwatch.records import PHASES, Span
 from hpcwatch.sources.kineto import read_kineto
@@ -149,6 +149,32 @@ def testunion_lengthgth_matches_counting_unit_cells(intervals):
     cells = {c for s, d in intervals for c in range(s, s + d)}
     assert union_length(starts, ends) == len(cells)
 
+
+
+_TIMES = st.floats(0, 1e6, allow_nan=False) | st.sampled_from([0.0, 1.0, 1.5, 2.0])
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(_TIMES, st.floats(-2, 300, allow_nan=False) | st.just(float("nan")), st.integers(0, 4)),
+                max_size=160))
+def test_union_lengths_equal_union_length_of_each_group_to_the_last_bit(intervals):
+    # negative and NaN durations included: the batched merge must agree wherever the one-group one goes
+    starts = np.array([s for s, _, _ in intervals], dtype=float)
+    ends = starts + np.array([d for _, d, _ in intervals], dtype=float)
+    groups = np.array([g for _, _, g in intervals], dtype=np.int64)
+    expected = [union_length(starts[groups == g], ends[groups == g]) for g in range(5)]
+    assert union_lengths(starts, ends, groups, 5).tolist() == pytest.approx(expected, abs=0, rel=0, nan_ok=True)
+
+
+
+def test_union_lengths_sum_each_group_as_numpy_sums_it():
+    # 40 groups of 30 disjoint intervals of random lengths: numpy's pairwise sum and a running sum
+    # (np.add.reduceat) differ in the last bit for 15 of them, and batching must not change a report
+    rng = np.random.default_rng(11)
+    starts, groups = np.tile(np.arange(30.0), 40), np.repeat(np.arange(40), 30)
+    ends = starts + rng.random(1200) * 0.5
+    expected = [union_length(starts[groups == g], ends[groups == g]) for g in range(40)]
+    assert union_lengths(starts, ends, groups, 40).tolist() == expected
 
 def test_a_skewed_clock_is_estimated_and_does_not_change_the_waits(data_dir):
     import dataclasses

@@ -97,3 +97,21 @@ def test_twin_gpu_traces_have_kernels_streams_correlations_and_flows():
 def test_gpu_trace_config_rejects_bad_values(kwargs):
     with pytest.raises(ConfigError):
         GpuTraceConfig(**kwargs)
+
+
+def test_a_kernel_launched_where_two_steps_overlap_counts_in_both():
+    # ProfilerStep#1 [0, 100) and #2 [50, 150) overlap: the launch at 60 is in both host ranges,
+    # the launch at 120 only in step 2's, so step 1 has one 10 µs kernel and step 2 both (20 µs)
+    def x(cat, name, ts, dur, **args):
+        return {"ph": "X", "cat": cat, "name": name, "ts": ts, "dur": dur, "pid": 0 if "stream" in args else 1,
+                "tid": 7 if "stream" in args else 1, "args": args}
+    events = [x("user_annotation", "ProfilerStep#1", 0, 100), x("user_annotation", "ProfilerStep#2", 50, 100),
+              x("cuda_runtime", "cudaLaunchKernel", 60, 2, correlation=1),
+              x("cuda_runtime", "cudaLaunchKernel", 120, 2, correlation=2),
+              x("kernel", "gemm_a", 200, 10, stream=7, correlation=1),
+              x("kernel", "gemm_b", 220, 10, stream=7, correlation=2)]
+    trace = parse_kineto({"distributedInfo": {"rank": 0, "world_size": 1}, "traceEvents": events})
+    from hpcwatch.analysis.steps import rank_timeline
+    cells = {c.step: c.gpu for c in rank_timeline(trace).cells}
+    assert (cells[1].busy_s, cells[1].first_us, cells[1].last_us) == (10e-6, 200.0, 210.0)
+    assert (cells[2].busy_s, cells[2].idle_s, cells[2].compute_s) == (20e-6, 10e-6, 20e-6)

@@ -34,7 +34,7 @@ from collections.abc import Mapping
 import numpy as np
 
 from hpcwatch.analysis.steps import merge_intervals
-from hpcwatch.traces import CAT, GPU_CATEGORIES, KinetoTrace
+from hpcwatch.traces import CAT, IS_GPU_CATEGORY, KinetoTrace
 
 __all__ = ["KIND_COMPUTE", "KIND_COMMUNICATION", "KIND_MEMORY", "KIND_OTHER", "KINDS", "kernel_kinds",
            "KernelStat", "KernelBreakdown", "kernel_breakdown", "StreamIdle", "idle_breakdown",
@@ -88,10 +88,10 @@ def profiled_rows(trace: KinetoTrace, *, include_last_step: bool = False) -> np.
     correlation id); otherwise every event.
     """
     ev = trace.events
-    steps = trace.name_ids(lambda n: _STEP_RE.search(n) is not None)
+    steps = trace.name_mask(lambda n: _STEP_RE.search(n) is not None)
     host = ev["stream"] < 0
-    marks = np.isin(ev["name_id"], steps) & host
-    if len(steps) < 2 or not marks.any():
+    marks = steps[ev["name_id"]] & host
+    if steps.sum() < 2 or not marks.any():
         return np.ones(len(trace), dtype=bool)
     limit = (ev["ts_us"][marks] + ev["dur_us"][marks]).max() if include_last_step else ev["ts_us"][marks].max()
     kept_host = host & ((ev["ts_us"] <= limit) if include_last_step else (ev["ts_us"] < limit))
@@ -99,10 +99,16 @@ def profiled_rows(trace: KinetoTrace, *, include_last_step: bool = False) -> np.
     return kept_host | (~host & np.isin(ev["correlation"], launched) & (ev["correlation"] >= 0))
 
 
+def _profiled(trace: KinetoTrace, include_last_step: bool, kept: np.ndarray | None) -> np.ndarray:
+    """``kept`` when the caller found it already (``profiled_rows``: each analysis below takes it, so a caller
+    running several on one trace finds it once), else ``profiled_rows``."""
+    return profiled_rows(trace, include_last_step=include_last_step) if kept is None else kept
+
+
 def _gpu_rows(trace: KinetoTrace, kept: np.ndarray | None = None) -> np.ndarray:
     """GPU activities (kernels, memcpy, memset) with a stream, in file order (of ``kept`` only)."""
     ev = trace.events
-    mask = np.isin(ev["cat"], GPU_CATEGORIES) & (ev["stream"] >= 0)
+    mask = IS_GPU_CATEGORY[ev["cat"]] & (ev["stream"] >= 0)
     return np.flatnonzero(mask if kept is None else mask & kept)
 
 
@@ -140,7 +146,7 @@ class KernelBreakdown:
 
 
 def kernel_breakdown(trace: KinetoTrace, *, top: int = DEFAULT_TOP_KERNELS,
-                     include_last_step: bool = False) -> KernelBreakdown:
+                     include_last_step: bool = False, kept: np.ndarray | None = None) -> KernelBreakdown:
     """GPU time per kind and the ``top`` kernels of each kind (HTA ``get_gpu_kernel_breakdown``).
 
     ``kind_us`` is HTA's kernel-type table: the time when exactly a given set of kinds runs,
@@ -148,7 +154,7 @@ def kernel_breakdown(trace: KinetoTrace, *, top: int = DEFAULT_TOP_KERNELS,
     kind's kernels, overlaps split out, so the values add up to the GPU's busy time).
     """
     ev = trace.events
-    rows = _gpu_rows(trace, profiled_rows(trace, include_last_step=include_last_step))
+    rows = _gpu_rows(trace, _profiled(trace, include_last_step, kept))
     names, dur = ev["name_id"][rows], ev["dur_us"][rows]
     kinds = kernel_kinds(trace)[names]
     kind_us = _exclusive_kind_us(ev["ts_us"][rows], ev["ts_us"][rows] + dur, kinds)
@@ -216,7 +222,7 @@ def _launch_ts(trace: KinetoTrace, rows: np.ndarray) -> np.ndarray:
 
 
 def idle_breakdown(trace: KinetoTrace, *, consecutive_kernel_delay_us: float = DEFAULT_CONSECUTIVE_KERNEL_DELAY_US,
-                   include_last_step: bool = False) -> tuple[StreamIdle, ...]:
+                   include_last_step: bool = False, kept: np.ndarray | None = None) -> tuple[StreamIdle, ...]:
     """Each stream's idle time as host wait, kernel wait or other (HTA ``get_idle_time_breakdown``).
 
     A gap before a kernel is host wait when the kernel's launch (its runtime call) started
@@ -225,7 +231,7 @@ def idle_breakdown(trace: KinetoTrace, *, consecutive_kernel_delay_us: float = D
     its numbers); we keep the trace's times.
     """
     ev = trace.events
-    rows = _gpu_rows(trace, profiled_rows(trace, include_last_step=include_last_step))
+    rows = _gpu_rows(trace, _profiled(trace, include_last_step, kept))
     launch = _launch_ts(trace, rows)
     out = []
     for stream in np.unique(ev["stream"][rows]):
@@ -241,11 +247,12 @@ def idle_breakdown(trace: KinetoTrace, *, consecutive_kernel_delay_us: float = D
     return tuple(out)
 
 
-def comm_compute_overlap(trace: KinetoTrace, *, include_last_step: bool = False) -> float | None:
+def comm_compute_overlap(trace: KinetoTrace, *, include_last_step: bool = False,
+                         kept: np.ndarray | None = None) -> float | None:
     """Share (0-1) of the communication kernels' time when compute kernels run too (HTA
     ``get_comm_comp_overlap`` ratio); ``None`` without communication kernels."""
     ev = trace.events
-    rows = _gpu_rows(trace, profiled_rows(trace, include_last_step=include_last_step))
+    rows = _gpu_rows(trace, _profiled(trace, include_last_step, kept))
     kinds = kernel_kinds(trace)[ev["name_id"][rows]]
     starts, ends = ev["ts_us"][rows], ev["ts_us"][rows] + ev["dur_us"][rows]
     comm = merge_intervals(starts[kinds == 1], ends[kinds == 1])
@@ -310,13 +317,13 @@ class LaunchStats:
 
 def launch_stats(trace: KinetoTrace, *, runtime_cutoff_us: float = DEFAULT_RUNTIME_CUTOFF_US,
                  launch_delay_cutoff_us: float = DEFAULT_LAUNCH_DELAY_CUTOFF_US,
-                 include_last_step: bool = False) -> LaunchStats:
+                 include_last_step: bool = False, kept: np.ndarray | None = None) -> LaunchStats:
     """Runtime call, GPU time and launch delay of each launch (HTA ``get_cuda_kernel_launch_stats``)."""
     ev = trace.events
-    kept = profiled_rows(trace, include_last_step=include_last_step)
-    launch_ids = trace.name_ids(lambda n: n in _LAUNCH_NAMES)
-    host = np.flatnonzero(np.isin(ev["name_id"], launch_ids) & (ev["stream"] < 0) & (ev["correlation"] >= 0) & kept)
-    gpu = np.flatnonzero((ev["stream"] >= 0) & (ev["correlation"] >= 0) & np.isin(ev["cat"], GPU_CATEGORIES) & kept)
+    kept = _profiled(trace, include_last_step, kept)
+    launches = trace.name_mask(lambda n: n in _LAUNCH_NAMES)
+    host = np.flatnonzero(launches[ev["name_id"]] & (ev["stream"] < 0) & (ev["correlation"] >= 0) & kept)
+    gpu = np.flatnonzero((ev["stream"] >= 0) & (ev["correlation"] >= 0) & IS_GPU_CATEGORY[ev["cat"]] & kept)
     order = np.argsort(ev["correlation"][host], kind="stable")
     host = host[order]
     corr = ev["correlation"][host]

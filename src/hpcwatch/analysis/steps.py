@@ -43,7 +43,7 @@ import numpy as np
 
 from hpcwatch.errors import InputError
 from hpcwatch.records import PHASES, Span
-from hpcwatch.traces import CAT, GPU_CATEGORIES, KinetoTrace
+from hpcwatch.traces import CAT, IS_GPU_CATEGORY, KinetoTrace
 
 __all__ = [
     "merge_intervals",
@@ -61,6 +61,7 @@ __all__ = [
     "phase_of_annotation",
     "WORK_PHASES",
     "union_length",
+    "union_lengths",
     "step_times_s",
     "median_step_time_s",
 ]
@@ -257,20 +258,50 @@ def _clip_union(starts: np.ndarray, ends: np.ndarray, lo: float, hi: float) -> f
     return union_length(s[keep], e[keep])
 
 
+def union_lengths(starts: np.ndarray, ends: np.ndarray, groups: np.ndarray, n_groups: int) -> np.ndarray:
+    """``union_length`` of each group's intervals (``groups``: the group, 0..n_groups-1, of each interval)
+    in a few numpy calls instead of a dozen per group, and equal to it to the last bit: the same merge,
+    and each group's lengths summed by numpy's own ``sum`` of its slice (``np.add.reduceat`` adds in
+    another order, so its totals differ in the last bits).
+
+    The running furthest end restarts at each group: ends are replaced by their rank among all ends,
+    offset by group × (number of distinct ends), so a group's keys all exceed the previous group's.
+    """
+    out = np.zeros(n_groups)
+    if len(starts) == 0:
+        return out
+    order = np.lexsort((starts, groups))   # stable: ties keep their order, as merge_intervals' argsort
+    s, e, g = starts[order], ends[order], groups[order].astype(np.int64)
+    values, rank = np.unique(e, return_inverse=True)
+    offset = g * len(values)
+    reach = values[np.maximum.accumulate(offset + rank.reshape(-1)) - offset]
+    new = np.empty(len(s), dtype=bool)
+    new[0] = True
+    new[1:] = (g[1:] != g[:-1]) | (s[1:] > reach[:-1])
+    firsts = np.flatnonzero(new)
+    length, owner = np.maximum.reduceat(e, firsts) - s[firsts], g[firsts]
+    cuts = np.flatnonzero(np.diff(owner)) + 1
+    for group, part in zip(owner[np.r_[0, cuts]].tolist(), np.split(length, cuts)):
+        out[group] = part.sum()
+    return out
+
+
 # --- HTA temporal breakdown ------------------------------------------------------------------------------
 
 def _step_windows(trace: KinetoTrace) -> list[tuple[int, float, float]]:
-    """(step number, start µs, end µs) of the ``ProfilerStep#N`` annotations, by start."""
+    """(step number, start µs, end µs) of the ``ProfilerStep#N`` annotations (each name's first host
+    event), by start."""
     ev = trace.events
-    steps = []
-    for name_id, name in enumerate(trace.names):
-        found = _STEP_RE.match(name)
-        if found is None:
-            continue
-        rows = np.flatnonzero((ev["name_id"] == name_id) & (ev["stream"] < 0)
-                              & (ev["cat"] != CAT["gpu_user_annotation"]))
-        for row in rows[:1]:
-            steps.append((int(found.group(1)), float(ev["ts_us"][row]), float(ev["ts_us"][row] + ev["dur_us"][row])))
+    numbers = {i: int(found.group(1)) for i, name in enumerate(trace.names) if (found := _STEP_RE.match(name))}
+    if not numbers:
+        return []
+    is_step = np.zeros(len(trace.names), dtype=bool)
+    is_step[list(numbers)] = True
+    rows = np.flatnonzero(is_step[ev["name_id"]] & (ev["stream"] < 0) & (ev["cat"] != CAT["gpu_user_annotation"]))
+    ids, first = np.unique(ev["name_id"][rows], return_index=True)   # by name id, as the names are numbered
+    rows = rows[first]
+    steps = [(numbers[i], float(ts), float(ts + dur))
+             for i, ts, dur in zip(ids.tolist(), ev["ts_us"][rows].tolist(), ev["dur_us"][rows].tolist())]
     return sorted(steps, key=lambda s: s[1])
 
 
@@ -287,8 +318,13 @@ def _launch_ts(trace: KinetoTrace, gpu_rows: np.ndarray) -> np.ndarray:
     return np.where(found, ts[pos] if len(corr) else np.nan, np.nan)
 
 
+def _compute_names(trace: KinetoTrace) -> np.ndarray:
+    """Whether each name is a compute kernel's by HTA's rule (by name id)."""
+    return trace.name_mask(lambda n: _HTA_NON_COMPUTE_RE.match(n) is None)
+
+
 def _gpu_rows(trace: KinetoTrace) -> np.ndarray:
-    return np.flatnonzero(np.isin(trace.events["cat"], GPU_CATEGORIES))
+    return np.flatnonzero(IS_GPU_CATEGORY[trace.events["cat"]])
 
 
 def temporal_breakdown(trace: KinetoTrace, *, include_last_step: bool = False,
@@ -317,8 +353,7 @@ def temporal_breakdown(trace: KinetoTrace, *, include_last_step: bool = False,
         starts, ends = np.ceil(starts), np.floor(ends)
     kernel_us = float(ends.max() - starts.min())
     busy_us = union_length(starts, ends)
-    compute_ids = trace.name_ids(lambda n: _HTA_NON_COMPUTE_RE.match(n) is None)
-    compute = np.isin(ev["name_id"][rows], compute_ids)
+    compute = _compute_names(trace)[ev["name_id"][rows]]
     compute_us = union_length(starts[compute], ends[compute])
     idle_us = kernel_us - busy_us
     return TemporalBreakdown(rank=trace.rank, idle_us=idle_us, compute_us=compute_us,
@@ -346,21 +381,54 @@ def _windows(trace: KinetoTrace) -> list[_Window]:
     return [_Window(n, lo, hi, max(hi, nxt)) for (n, lo, hi), nxt in zip(steps, nexts)]
 
 
-def _annotation_intervals(trace: KinetoTrace, w: _Window) -> dict[str, tuple[np.ndarray, np.ndarray]]:
-    """Per phase, the host user annotations inside the step, clipped to it (µs)."""
+@dataclass(frozen=True, slots=True)
+class _HostRows:
+    """What the per-step phase intervals read, found once per trace (not once per step)."""
+
+    ts: np.ndarray
+    end: np.ndarray
+    """``ts + dur`` of every event (µs)."""
+    notes: np.ndarray
+    """Rows of the host user annotations that name a phase, in file order ..."""
+    note_phase: tuple[str, ...]
+    """... and the phase of each."""
+    ops: np.ndarray
+    """Rows of the host operators (``cpu_op``), for phases inferred when nothing is annotated ..."""
+    op_backward: np.ndarray
+    """... whether each is an autograd ``evaluate_function``."""
+    optimizer: np.ndarray
+    """Rows of the events named ``Optimizer.*``."""
+
+
+def _host_rows(trace: KinetoTrace) -> _HostRows:
     ev = trace.events
-    in_step = (ev["cat"] == CAT["user_annotation"]) & (ev["ts_us"] < w.hi) & (ev["ts_us"] + ev["dur_us"] > w.lo)
-    rows = np.flatnonzero(in_step)
+    notes = np.flatnonzero(ev["cat"] == CAT["user_annotation"])
+    phase = [_phase_of_name(trace, n) for n in ev["name_id"][notes].tolist()]
+    named = np.array([p is not None for p in phase], dtype=bool)
+    ops = np.flatnonzero(ev["cat"] == CAT["cpu_op"])
+    backward = trace.name_mask(lambda n: n.startswith(_BACKWARD_OP_PREFIX))
+    optimizer = trace.name_mask(lambda n: n.startswith("Optimizer."))
+    return _HostRows(ts=ev["ts_us"], end=ev["ts_us"] + ev["dur_us"], notes=notes[named],
+                     note_phase=tuple(p for p in phase if p is not None), ops=ops,
+                     op_backward=backward[ev["name_id"][ops]], optimizer=np.flatnonzero(optimizer[ev["name_id"]]))
+
+
+def _annotation_intervals(rows: _HostRows, w: _Window) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """Per phase, the host user annotations inside the step, clipped to it (µs)."""
+    inside = np.flatnonzero((rows.ts[rows.notes] < w.hi) & (rows.end[rows.notes] > w.lo))
     by_phase: dict[str, list[int]] = defaultdict(list)
-    for row in rows:
-        phase = _phase_of_name(trace, int(ev["name_id"][row]))
-        if phase is not None:
-            by_phase[phase].append(row)
+    for k in inside.tolist():
+        by_phase[rows.note_phase[k]].append(rows.notes[k])
     out = {}
     for phase, idx in by_phase.items():
         idx_a = np.asarray(idx)
-        out[phase] = (np.clip(ev["ts_us"][idx_a], w.lo, w.hi), np.clip(ev["ts_us"][idx_a] + ev["dur_us"][idx_a], w.lo, w.hi))
+        out[phase] = (_clip(rows.ts[idx_a], w.lo, w.hi), _clip(rows.end[idx_a], w.lo, w.hi))
     return out
+
+
+def _clip(values: np.ndarray, lo: float, hi: float) -> np.ndarray:
+    """``np.clip`` (the same values) in two ufunc calls: np.clip's dispatch costs ~2 µs a call, ~8k calls a set."""
+    return np.minimum(np.maximum(values, lo), hi)
 
 
 def _phase_of_name(trace: KinetoTrace, name_id: int) -> str | None:
@@ -372,30 +440,61 @@ def _phase_of_annotation_cached(name: str) -> str | None:
     return phase_of_annotation(name)
 
 
-def _inferred_intervals(trace: KinetoTrace, w: _Window) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+def _inferred_intervals(rows: _HostRows, w: _Window) -> dict[str, tuple[np.ndarray, np.ndarray]]:
     """Forward/backward/optimizer from the operators when there are no annotations.
 
     Backward = from the first to the last autograd ``evaluate_function`` op; forward =
     the host time before it; optimizer = ``Optimizer.*`` ops after it.
     """
-    ev = trace.events
-    host_op = (ev["cat"] == CAT["cpu_op"]) & (ev["ts_us"] >= w.lo) & (ev["ts_us"] < w.hi)
-    bwd_ids = trace.name_ids(lambda n: n.startswith(_BACKWARD_OP_PREFIX))
-    bwd = np.flatnonzero(host_op & np.isin(ev["name_id"], bwd_ids))
+    op_ts = rows.ts[rows.ops]
+    bwd = rows.ops[rows.op_backward & (op_ts >= w.lo) & (op_ts < w.hi)]
     if len(bwd) == 0:
         return {}
-    b0, b1 = float(ev["ts_us"][bwd].min()), float((ev["ts_us"][bwd] + ev["dur_us"][bwd]).max())
-    opt_ids = trace.name_ids(lambda n: n.startswith("Optimizer."))
-    opt = np.flatnonzero((ev["ts_us"] >= b1) & (ev["ts_us"] < w.hi) & np.isin(ev["name_id"], opt_ids))
+    b0, b1 = float(rows.ts[bwd].min()), float(rows.end[bwd].max())
+    opt_ts = rows.ts[rows.optimizer]
+    opt = rows.optimizer[(opt_ts >= b1) & (opt_ts < w.hi)]
     return {"forward": (np.array([w.lo]), np.array([b0])), "backward": (np.array([b0]), np.array([b1])),
-            "optimizer": (np.clip(ev["ts_us"][opt], w.lo, w.hi), np.clip(ev["ts_us"][opt] + ev["dur_us"][opt], w.lo, w.hi))}
+            "optimizer": (_clip(rows.ts[opt], w.lo, w.hi), _clip(rows.end[opt], w.lo, w.hi))}
 
 
-def _phase_intervals(trace: KinetoTrace, w: _Window) -> dict[str, tuple[np.ndarray, np.ndarray]]:
-    found = _annotation_intervals(trace, w)
+def _phase_intervals(rows: _HostRows, w: _Window) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    found = _annotation_intervals(rows, w)
     if not any(p in found for p in ("forward", "backward")):
-        found.update(_inferred_intervals(trace, w))
+        found.update(_inferred_intervals(rows, w))
     return found
+
+
+def _host_phases(windows: Sequence[_Window], intervals: Sequence[Mapping[str, tuple[np.ndarray, np.ndarray]]]
+                 ) -> list[dict[str, float]]:
+    """Each step's host seconds per phase of ``records.PHASES``: the union of its intervals clipped to the step
+    (all steps' intervals clipped in one call, each to its own step's bounds)."""
+    starts, ends, groups = [], [], []
+    for k, found in enumerate(intervals):
+        for p, (s, e) in found.items():
+            if p in _PHASE_INDEX:
+                starts.append(s)
+                ends.append(e)
+                groups.append(np.full(len(s), k * len(PHASES) + _PHASE_INDEX[p]))
+    s, e, g = _joined(starts, ends, groups)
+    lo, hi = np.array([w.lo for w in windows])[g // len(PHASES)], np.array([w.hi for w in windows])[g // len(PHASES)]
+    s, e = np.minimum(np.maximum(s, lo), hi), np.minimum(np.maximum(e, lo), hi)   # np.clip, a tenth of the calls' cost
+    keep = e > s
+    total = union_lengths(s[keep], e[keep], g[keep], len(windows) * len(PHASES)).reshape(len(windows), len(PHASES))
+    out = []
+    for k, found in enumerate(intervals):
+        phases = dict.fromkeys(PHASES, 0.0)
+        phases.update({p: float(total[k, _PHASE_INDEX[p]]) / 1e6 for p in found if p in _PHASE_INDEX})
+        out.append(phases)
+    return out
+
+
+_PHASE_INDEX: Mapping[str, int] = {p: i for i, p in enumerate(PHASES)}
+
+
+def _joined(*parts: list[np.ndarray]) -> tuple[np.ndarray, ...]:
+    """Each list of arrays as one array (an empty float, or int, array for an empty list)."""
+    return tuple(np.concatenate(p) if p else np.zeros(0, dtype=np.int64 if k == len(parts) - 1 else np.float64)
+                 for k, p in enumerate(parts))
 
 
 @dataclass(frozen=True, slots=True)
@@ -410,7 +509,7 @@ def _collectives(trace: KinetoTrace, windows: list[_Window]) -> tuple[dict[int, 
     """Per step, the collectives of this rank: NCCL kernels when there are some, else host annotations;
     and whether they are GPU kernels."""
     ev = trace.events
-    gpu = np.flatnonzero(ev["comm"] & np.isin(ev["cat"], GPU_CATEGORIES))
+    gpu = np.flatnonzero(ev["comm"] & IS_GPU_CATEGORY[ev["cat"]])
     if len(gpu):
         when = _launch_ts(trace, gpu)
         when = np.where(np.isnan(when), ev["ts_us"][gpu], when)
@@ -481,51 +580,97 @@ class GpuStep:
 def _kinds(trace: KinetoTrace, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(communication, compute) masks of GPU rows, by HTA's kinds."""
     ev = trace.events
-    compute_ids = trace.name_ids(lambda n: _HTA_NON_COMPUTE_RE.match(n) is None)
-    return ev["comm"][rows], np.isin(ev["name_id"][rows], compute_ids)
+    return ev["comm"][rows], _compute_names(trace)[ev["name_id"][rows]]
 
 
-def _gpu_step(trace: KinetoTrace, w: _Window, rows: np.ndarray, launch: np.ndarray, kinds: tuple[np.ndarray, np.ndarray],
-              phase_iv: Mapping[str, tuple[np.ndarray, np.ndarray]], gpu_notes: Mapping[str, tuple[np.ndarray, np.ndarray]]
-              ) -> GpuStep | None:
+def _gpu_steps(trace: KinetoTrace, windows: Sequence[_Window], intervals: Sequence[Mapping[str, tuple[np.ndarray, np.ndarray]]],
+               gpu_notes: Mapping[str, tuple[np.ndarray, np.ndarray]]) -> list[GpuStep | None]:
+    """Each step's GPU activities: those launched from its host range (``lo`` to the next step's start),
+    all steps at once (``union_lengths``); ``None`` for a step that launched none."""
     ev = trace.events
-    mine = (launch >= w.lo) & (launch < w.next_lo)
-    sel = rows[mine]
-    if len(sel) == 0:
-        return None
-    comm, compute = kinds[0][mine], kinds[1][mine]
-    s, e = ev["ts_us"][sel], ev["ts_us"][sel] + ev["dur_us"][sel]
-    busy = union_length(s, e)
-    overlap = union_length(s[comm], e[comm]) + union_length(s[~comm], e[~comm]) - busy
-    first, last = float(s.min()), float(e.max())
-    return GpuStep(first_us=first, last_us=last, busy_s=busy / 1e6, idle_s=(last - first - busy) / 1e6,
-                    overlap_s=max(overlap, 0.0) / 1e6, compute_s=union_length(s[compute], e[compute]) / 1e6,
-                    comm_s=union_length(s[comm], e[comm]) / 1e6,
-                    phases=_gpu_phases(launch[mine][compute], s[compute], e[compute], phase_iv, gpu_notes, first, last))
+    rows = _gpu_rows(trace)
+    launch, (comm, compute) = _launch_ts(trace, rows), _kinds(trace, rows)
+    pos, grp = _launched_in(launch, windows)
+    n = len(windows)
+    s = ev["ts_us"][rows][pos]
+    e = s + ev["dur_us"][rows][pos]
+    comm, compute, launch = comm[pos], compute[pos], launch[pos]
+    busy = union_lengths(s, e, grp, n)
+    comm_us = union_lengths(s[comm], e[comm], grp[comm], n)
+    other_us = union_lengths(s[~comm], e[~comm], grp[~comm], n)
+    compute_us = union_lengths(s[compute], e[compute], grp[compute], n)
+    present = np.flatnonzero(np.bincount(grp, minlength=n)).tolist()
+    heads = np.searchsorted(grp, present)
+    firsts = np.minimum.reduceat(s, heads).tolist() if present else []
+    lasts = np.maximum.reduceat(e, heads).tolist() if present else []
+    span = dict(zip(present, zip(firsts, lasts)))
+    phases = _gpu_phases(launch[compute], s[compute], e[compute], grp[compute], intervals, gpu_notes, span)
+    out: list[GpuStep | None] = [None] * n
+    for k, (first, last) in span.items():
+        b, overlap = float(busy[k]), float(comm_us[k]) + float(other_us[k]) - float(busy[k])
+        out[k] = GpuStep(first_us=first, last_us=last, busy_s=b / 1e6, idle_s=(last - first - b) / 1e6,
+                         overlap_s=max(overlap, 0.0) / 1e6, compute_s=float(compute_us[k]) / 1e6,
+                         comm_s=float(comm_us[k]) / 1e6, phases=phases[k])
+    return out
 
 
-def _gpu_phases(launch: np.ndarray, s: np.ndarray, e: np.ndarray, phase_iv: Mapping[str, tuple[np.ndarray, np.ndarray]],
-                gpu_notes: Mapping[str, tuple[np.ndarray, np.ndarray]], first: float, last: float) -> dict[str, float]:
-    """GPU seconds per work phase: the union of the compute kernels launched from the phase's host range
-    (launch time through the correlation id, whatever thread launched them), else, for a phase
-    without a host range, its ``gpu_user_annotation`` ranges inside the step's GPU span.
+def _launched_in(launch: np.ndarray, windows: Sequence[_Window]) -> tuple[np.ndarray, np.ndarray]:
+    """(activity, step) pairs: each activity of each step whose range (``lo`` ≤ launch < ``next_lo``) holds its
+    launch, by step, then in file order; an activity is in two steps when their ranges overlap."""
+    order = np.argsort(launch, kind="stable")   # NaN (launch unknown) last: in no range
+    lo = np.array([w.lo for w in windows])
+    nxt = np.array([w.next_lo for w in windows])
+    a, b = np.searchsorted(launch[order], lo, "left"), np.searchsorted(launch[order], nxt, "left")
+    pos = np.concatenate([np.sort(order[i:j]) for i, j in zip(a.tolist(), b.tolist())] or [np.zeros(0, np.int64)])
+    grp = np.repeat(np.arange(len(windows)), np.maximum(b - a, 0))
+    keep = (launch[pos] >= lo[grp]) & (launch[pos] < nxt[grp])   # the range test itself (NaN bounds hold nothing)
+    return pos[keep], grp[keep]
+
+
+def _gpu_phases(launch: np.ndarray, s: np.ndarray, e: np.ndarray, grp: np.ndarray,
+                intervals: Sequence[Mapping[str, tuple[np.ndarray, np.ndarray]]],
+                gpu_notes: Mapping[str, tuple[np.ndarray, np.ndarray]],
+                span: Mapping[int, tuple[float, float]]) -> dict[int, dict[str, float]]:
+    """Per step with GPU work, its GPU seconds per work phase: the union of the compute kernels launched from
+    the phase's host range (launch time through the correlation id, whatever thread launched them), else,
+    for a phase without a host range, its ``gpu_user_annotation`` ranges inside the step's GPU span.
 
     Kernel mapping comes first because Kineto's ``gpu_user_annotation`` only covers kernels
     launched from the annotating thread: on a real H200 trace (tests/data/kineto/
     h200_annotated_steps) "backward" is 1 µs on the GPU while 47 ms of backward kernels,
     launched from autograd's thread, run inside the host range.
     """
-    out = {}
-    for phase in WORK_PHASES:
-        if phase in phase_iv:
-            starts, ends = phase_iv[phase]
-            inside = np.zeros(len(launch), dtype=bool)
-            for lo, hi in zip(starts, ends):
-                inside |= (launch >= lo) & (launch < hi)
-            out[phase] = union_length(s[inside], e[inside]) / 1e6
-        elif phase in gpu_notes:
-            out[phase] = _clip_union(*gpu_notes[phase], first, last) / 1e6
-    return out
+    n, per = len(intervals), len(WORK_PHASES)
+    starts, ends, groups = [], [], []
+    for i, phase in enumerate(WORK_PHASES):
+        lo, hi = _ranges_by_step(intervals, phase, n)
+        inside = np.zeros(len(launch), dtype=bool)
+        for row_lo, row_hi in zip(lo, hi):   # a step's k-th range of the phase (NaN where it has fewer: holds nothing)
+            inside |= (launch >= row_lo[grp]) & (launch < row_hi[grp])
+        starts.append(s[inside])
+        ends.append(e[inside])
+        groups.append(grp[inside] * per + i)
+        if phase in gpu_notes:   # steps without a host range of the phase: its GPU annotations in the step's span
+            for k, (first, last) in span.items():
+                if phase not in intervals[k]:
+                    ps, pe = _clip(gpu_notes[phase][0], first, last), _clip(gpu_notes[phase][1], first, last)
+                    starts.append(ps[pe > ps])
+                    ends.append(pe[pe > ps])
+                    groups.append(np.full(int((pe > ps).sum()), k * per + i))
+    total = union_lengths(*_joined(starts, ends, groups), n * per)
+    return {k: {phase: float(total[k * per + i]) / 1e6 for i, phase in enumerate(WORK_PHASES)
+                if phase in intervals[k] or phase in gpu_notes} for k in span}
+
+
+def _ranges_by_step(intervals: Sequence[Mapping[str, tuple[np.ndarray, np.ndarray]]], phase: str,
+                    n: int) -> tuple[np.ndarray, np.ndarray]:
+    """(lo, hi): row j, column k = step k's j-th host range of ``phase`` (NaN where it has fewer)."""
+    ranged = [(k, found[phase]) for k, found in enumerate(intervals) if phase in found]
+    depth = max((len(r[0]) for _, r in ranged), default=0)
+    lo, hi = np.full((depth, n), np.nan), np.full((depth, n), np.nan)
+    for k, (a, b) in ranged:
+        lo[:len(a), k], hi[:len(b), k] = a, b
+    return lo, hi
 
 
 def _gpu_annotations(trace: KinetoTrace) -> dict[str, tuple[np.ndarray, np.ndarray]]:
@@ -606,22 +751,15 @@ def rank_timeline(trace: KinetoTrace) -> RankTimeline:
     """The per-rank reduction of one trace for the step anatomy (see ``RankTimeline``)."""
     windows = _windows(trace)
     colls, on_gpu = _collectives(trace, windows)
-    gpu_rows = _gpu_rows(trace)
-    launch = _launch_ts(trace, gpu_rows)
-    kinds = _kinds(trace, gpu_rows)
-    notes = _gpu_annotations(trace)
-    cells = []
-    for w in windows:
-        intervals = _phase_intervals(trace, w)
-        phases = dict.fromkeys(PHASES, 0.0)
-        phases.update({p: _clip_union(s, e, w.lo, w.hi) / 1e6 for p, (s, e) in intervals.items() if p in phases})
-        cells.append(StepCell(step=w.step, lo_us=w.lo, hi_us=w.hi, next_lo_us=w.next_lo,
-                              start_s=float(trace.to_utc_s(w.lo)), phases=phases,
-                              gpu=_gpu_step(trace, w, gpu_rows, launch, kinds, intervals, notes),
-                              coll_starts_us=colls[w.step].starts, coll_ends_us=colls[w.step].ends))
+    host = _host_rows(trace)
+    intervals = [_phase_intervals(host, w) for w in windows]
+    gpus = _gpu_steps(trace, windows, intervals, _gpu_annotations(trace))
+    cells = tuple(StepCell(step=w.step, lo_us=w.lo, hi_us=w.hi, next_lo_us=w.next_lo, start_s=float(trace.to_utc_s(w.lo)),
+                           phases=phases, gpu=gpu, coll_starts_us=colls[w.step].starts, coll_ends_us=colls[w.step].ends)
+                  for w, phases, gpu in zip(windows, _host_phases(windows, intervals), gpus))
     node, gpu = _placement(trace)
     return RankTimeline(rank=trace.rank, world_size=trace.world_size, path=trace.path, node=node, gpu=gpu,
-                        gpu_collectives=on_gpu, cells=tuple(cells))
+                        gpu_collectives=on_gpu, cells=cells)
 
 
 def _rank_steps(timeline: RankTimeline, steps: set[int], waits: Mapping[int, tuple[float, float]],
@@ -651,7 +789,7 @@ def _rank_steps(timeline: RankTimeline, steps: set[int], waits: Mapping[int, tup
 
 def _placement(trace: KinetoTrace) -> tuple[str | None, int | None]:
     node = trace.hostname or trace.metadata.get("host_name")
-    gpus = np.unique(trace.events["pid"][np.isin(trace.events["cat"], GPU_CATEGORIES)])
+    gpus = np.unique(trace.events["pid"][IS_GPU_CATEGORY[trace.events["cat"]]])
     return (str(node) if node else None), (int(gpus[0]) if len(gpus) == 1 else None)
 
 

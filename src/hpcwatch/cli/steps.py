@@ -160,15 +160,21 @@ def _reduce_nth(index: int) -> tuple[RankReduction, tuple[str, ...]]:
     return reduce_trace_file(_TO_READ[index].path)
 
 
-#: Traces are read in worker processes only past this much JSON in all (decoded bytes). Measured
-#: (benchmarks/bench_steps_vs_hta.py --whole, 2 cores): on the twin's 8 ranks × 60 steps (40 MB of
-#: JSON) two processes saved 0.0-0.2 s of 1.3-1.7 s and doubled peak RSS (each child holds its ranks'
-#: columns and pickles them back to the parent, which holds them again); on 3 MB of JSON they were
-#: slower. Forking pays only where decoding dwarfs that copy. That was measured when children sent
-#: traces back; they now send reductions (~10 kB a rank), so the copy is gone and the threshold may be
-#: too high. TODO(dask16): re-measure on a quiet machine (the 2-core VM ran at load 5-7 while issue 16
-#: was built) #16
-PARALLEL_READ_MIN_JSON_BYTES = 256 * 2**20
+#: Traces are read in worker processes only past this much JSON in all (decoded bytes). Measured with
+#: forked readers that send back reductions (~10 kB a rank), whole process, bytecode cached, best of 3,
+#: 2-core VM at load ~2 (other helpers' jobs running), twin sets of 8 ranks:
+#:
+#:   JSON      one process           two processes         peak PSS, one → two
+#:   39.5 MB   0.97 s,  57 MiB RSS    0.99 s, 141 MiB RSS    --
+#:   ~80 MB    1.45 s,  62 MiB RSS    1.14 s, 150 MiB RSS    46 → 81 MiB
+#:   240 MB    3.69 s,  84 MiB RSS    2.74 s, 177 MiB RSS    68 → 134 MiB
+#:
+#: Forking pays from ~80 MB (−21 %, −26 % at 240 MB) and about doubles the memory (each reader holds one
+#: rank's trace). Set at 2 × ``JSON_BYTES_PER_READER``, the first size that gets two shares, so a set
+#: forks once it has two readers' worth; sets under 128 MiB stay in one process (where the gain is
+#: ~0.3 s and the memory doubles). Re-measure on more cores: ``reader_processes`` caps them by
+#: ``JSON_BYTES_PER_READER``, not by memory.
+PARALLEL_READ_MIN_JSON_BYTES = 128 * 2**20
 #: ... and each process gets at least this much JSON to decode (fewer, larger shares copy less).
 JSON_BYTES_PER_READER = 64 * 2**20
 
