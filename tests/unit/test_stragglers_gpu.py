@@ -98,3 +98,17 @@ def test_steps_json_keeps_the_straggler_contract_and_adds_the_gpu_fields():
 def test_straggler_config_rejects_bad_gpu_thresholds(kwargs):
     with pytest.raises(ConfigError):
         StragglerConfig(**kwargs)
+
+
+def test_a_step_with_no_gpu_work_on_record_warns_nobody():
+    """The real MI250 trace (HTA's tests) has a step whose GPU column is all NaN: its median is NaN by design,
+    and numpy's "All-NaN slice" RuntimeWarning must not reach the user's terminal."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    trace = Path(__file__).resolve().parents[1] / "data" / "kineto" / "hta_mi250_rocm.json.gz"
+    done = subprocess.run([sys.executable, "-W", "error::RuntimeWarning", "-m", "hpcwatch", "steps", str(trace),
+                           "--json"], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert "RuntimeWarning" not in done.stderr and "All-NaN" not in done.stderr
