@@ -23,16 +23,31 @@ pytestmark = pytest.mark.integration
 #: How long after its nodes went idle a requeued job is let start again (ours: started at once, 3 runs of 5
 #: failed; with 5 s, 3 of 3 passed; see the comment where it is used).
 REQUEUE_SETTLE_S = 5.0
+#: squeue states of a job that still holds (or will hold) its nodes.
+_NOT_ENDED = ("PENDING", "REQUEUED", "CONFIGURING", "RUNNING", "COMPLETING", "SUSPENDED")
 
 
 def _running(slurm, job: str) -> bool:
     return slurm.job_states().get(job) == "RUNNING"
 
 
-def test_a_requeued_attempt_reaches_the_store_once(slurm, tmp_path):
+@pytest.fixture
+def requeued_job(slurm):
+    """The job this test requeues; cancelled at the end, and gone (its prolog's mapping files removed by the
+    epilog) before the next test, which shares this Slurm and counts the mapping files' jobs exactly."""
     if slurm.accounting != "dbd":
         pytest.skip("sacct needs slurmdbd (scripts/install-system installs it)")
     job = slurm.sbatch("alice", "-N", "2", "--gres=gpu:1", "--requeue", "-J", "requeue-me", wrap="sleep 120")
+    yield job
+    slurm.run("scancel", job, check=False)
+    # squeue keeps an ended job for MinJobAge (300 s by default): wait for its end, not its absence.
+    wait_until(lambda: slurm.job_states().get(job) not in _NOT_ENDED
+               and not any(job in jobs for jobs in slurm.mapping().values()),
+               timeout_s=60, what=f"job {job} ended and its mapping files removed")
+
+
+def test_a_requeued_attempt_reaches_the_store_once(slurm, requeued_job, tmp_path):
+    job = requeued_job
     wait_until(lambda: _running(slurm, job), timeout_s=30, what=f"job {job} running")
     time.sleep(1.5)   # sacct's times are whole seconds: let the first attempt last at least one
     slurm.run("scontrol", "requeue", job)
