@@ -184,16 +184,20 @@ def safe_text(value: object, empty: str = "-") -> str:
     return escape(_visible(value))
 
 
+def _one_line(message: str) -> str:
+    # A message of several lines (a library's error text) is joined into one; what is left is escaped.
+    return _visible(_LINE_BREAKS.sub(" ", message.strip()))
+
+
 def error_line(message: str) -> str:
     """``hpcwatch: <message>`` on one line, control characters (newlines included) shown as ``\\xNN``."""
-    # A message of several lines (a library's error text) is joined into one; what is left is escaped.
-    return f"hpcwatch: {_visible(_LINE_BREAKS.sub(' ', message.strip()))}"
+    return f"hpcwatch: {_one_line(message)}"
 
 
 def warning_line(message: str) -> str:
     """``warning: <message>`` for stderr, as plain text (no rich: a warning of a fast command such as
-    ``steps`` must not cost rich's import), control characters shown as ``\\xNN``."""
-    return f"warning: {_visible(_LINE_BREAKS.sub(' ', message.strip()))}"
+    ``steps`` must not cost rich's import), on one line like ``error_line``."""
+    return f"warning: {_one_line(message)}"
 
 
 def emit_json(document: Any) -> None:
