@@ -23,7 +23,10 @@ from .conftest import PROMQL_BACKENDS, wait_until
 pytestmark = pytest.mark.integration
 
 NODES = 128
-TWIN_PORT = 29800
+TWIN_PORT = 30200
+"""Two ranges of NODES ports, one per backend, clear of every other test's: the session keeps their servers
+running, and one scraping a port in these ranges (test_prometheus's exporter, 29977) would be answered by
+a twin node, whose scrape logs then hold points this test's server never scraped."""
 PROMETHEUS_PORT = 29098
 SCRAPE_INTERVAL_S = 2.0
 TICK_S = 0.5
