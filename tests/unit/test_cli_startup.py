@@ -1,5 +1,6 @@
 """``hpcwatch --help`` stays fast: it imports none of the heavy packages, lists every command with its help,
-and the option defaults copied into cli/defaults.py equal the constants they copy.
+the option defaults copied into cli/defaults.py equal the constants they copy, and numpy's OpenBLAS
+starts one thread, not one per core.
 
 A timing test would be flaky on a shared machine; the imports are what made it slow (0.8-1.3 s before),
 so the guard is on them.
@@ -59,6 +60,42 @@ def _help_in_a_fresh_process(*argv: str) -> tuple[str, list[str]]:
 def test_help_imports_no_heavy_package(argv):
     _, loaded = _help_in_a_fresh_process(*argv)
     assert loaded == [], f"hpcwatch {' '.join(argv)} imported {loaded}"
+
+
+_THREADS_PROBE = """
+import importlib.abc, io, os, sys
+seen = []
+
+class AtNumpy(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path, target=None):
+        if name == "numpy" and not seen:
+            seen.append(os.environ.get("OPENBLAS_NUM_THREADS"))
+        return None
+
+sys.meta_path.insert(0, AtNumpy())
+sys.argv = ["hpcwatch", "steps", {trace!r}, "--json"]
+from hpcwatch.cli import main
+out, sys.stdout = sys.stdout, io.StringIO()
+try:
+    main()
+except SystemExit:
+    pass
+sys.stdout = out
+print("AT-NUMPY:", seen)
+"""
+
+
+@pytest.mark.parametrize(("given", "seen"), [(None, "1"), ("4", "4")])
+def test_numpy_loads_openblas_with_one_thread_unless_told(given, seen):
+    # OpenBLAS reads the variable once, when numpy loads it: the command line sets it before any numpy import.
+    trace = Path(__file__).parents[1] / "data/kineto/hta_a100_nccl_rank0.json.gz"
+    env = {k: v for k, v in os.environ.items() if k != "OPENBLAS_NUM_THREADS"}
+    env["PYTHONPATH"] = str(Path(hpcwatch.__file__).parents[1])
+    if given is not None:
+        env["OPENBLAS_NUM_THREADS"] = given
+    done = subprocess.run([sys.executable, "-c", _THREADS_PROBE.format(trace=str(trace))], capture_output=True,
+                          text=True, env=env, timeout=60, check=True)
+    assert done.stdout.rpartition("AT-NUMPY:")[2].strip() == repr([seen])
 
 
 def _commands(group, prefix: tuple[str, ...] = ()):

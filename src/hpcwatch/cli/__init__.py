@@ -7,7 +7,14 @@ report functions (hpcwatch.reports) the web app and the exporter call.
 from __future__ import annotations
 
 import importlib
+import os
 import sys
+
+# Before numpy loads: OpenBLAS starts a thread per core when it is loaded, up to its build's MAX_THREADS
+# (64 in numpy's wheel), which cost 10 to 40 ms of every command's start on this 2-core VM; no command
+# does BLAS-sized algebra (the largest is a matrix-vector product in security/gradients.py). A value
+# the user set is kept.
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 from click import exceptions as _click
 
