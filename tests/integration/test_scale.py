@@ -131,7 +131,7 @@ def scraped(start_promql, promql_backend, tmp_path_factory):
         time.sleep(2 * SCRAPE_INTERVAL_S)
     for log in ("every", "first"):
         (scrapes / log / "squeue.json").write_text(twin.squeue_json())
-    return server, scrapes, twin, last_s, source
+    return server, scrapes, twin, last_s
 
 
 def _count(server, promql: str, t: float | None = None) -> int:
@@ -142,7 +142,7 @@ def _count(server, promql: str, t: float | None = None) -> int:
 
 
 def test_every_node_is_a_target_with_8_gpus_and_its_ib_ports(scraped):
-    server, _, twin, last_s, _ = scraped
+    server, _, twin, last_s = scraped
     # max over [10s], five scrape intervals: a target counts if a scrape of it succeeded in the window. The
     # last one may have failed at the cut, and is stamped with its start, before last_s.
     for job in ("dcgm", "node"):
@@ -154,7 +154,7 @@ def test_every_node_is_a_target_with_8_gpus_and_its_ib_ports(scraped):
 
 
 def test_jobs_report_through_promql_equals_the_report_over_the_store(scraped, promql_backend, tmp_path):
-    server, scrapes, twin, _, _ = scraped
+    server, scrapes, twin, _ = scraped
     db = str(tmp_path / "store")
     # Our store, like VictoriaMetrics, keeps a point stored twice; Prometheus keeps it once.
     ingested = _hpcwatch("ingest", "--db", db, str(scrapes / ("first" if promql_backend == "prometheus" else "every")))
