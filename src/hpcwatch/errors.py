@@ -57,9 +57,18 @@ class ParseError(InputError):
             found = f" (found: {shown!r})"
         return one_line(f"{where}: {self.what}{found}")
 
+    def __reduce__(self) -> tuple:
+        # Rebuilt from its fields when it crosses to another process (a forked reader, a Dask worker);
+        # the default would pass the rendered message as ``what`` and lose the path.
+        return _parse_error, (type(self), self.what, self.path, self.line, self.text)
+
     def at(self, path: str | Path) -> "ParseError":
         """The same error, naming the file (readers of text learn the path late)."""
         return ParseError(self.what, path=path, line=self.line, text=self.text)
+
+
+def _parse_error(cls: type[ParseError], what: str, path: str, line: int | None, text: str | None) -> ParseError:
+    return cls(what, path=path, line=line, text=text)
 
 
 #: Longest message an error prints (a library's error can quote megabytes of input).

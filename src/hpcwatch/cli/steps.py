@@ -151,33 +151,47 @@ def _reduced_files(paths: Sequence[Path]) -> bool:
     return all(is_reduced_parquet(p) for p in paths)
 
 
-#: The inputs a forked reader process reads (by index: a format's reader is not picklable).
+#: The inputs the forked reader processes read (by index: a format's reader is not picklable), and the
+#: (front, back) of the indices no process has taken yet, in shared memory (see ``_reduce_in_processes``).
 _TO_READ: list = []
+_UNTAKEN: Any = None
 
 
-def _reduce_nth(index: int) -> tuple[RankReduction, tuple[str, ...]]:
+def _take(from_front: bool) -> int | None:
+    """The next index of ``_TO_READ`` nobody has taken, from the front (readers) or the back (this process)."""
+    with _UNTAKEN.get_lock():
+        front, back = _UNTAKEN[0], _UNTAKEN[1]
+        if front > back:
+            return None
+        _UNTAKEN[0 if from_front else 1] = front + 1 if from_front else back - 1
+        return front if from_front else back
+
+
+def _reduce_share(from_front: bool = True) -> list[tuple[int, tuple[RankReduction, tuple[str, ...]]]]:
+    """(index, reduced trace) of each file this process takes, until none is left."""
     from hpcwatch.reports.steps import reduce_trace_file
-    return reduce_trace_file(_TO_READ[index].path)
+    done = []
+    while (index := _take(from_front)) is not None:
+        done.append((index, reduce_trace_file(_TO_READ[index].path)))
+    return done
 
 
-#: Traces are read in worker processes only past this much JSON in all (decoded bytes). Measured with
-#: forked readers that send back reductions (~10 kB a rank), whole process, bytecode cached, best of 3,
-#: 2-core VM at load ~2 (other helpers' jobs running), twin sets of 8 ranks:
+#: Traces are read in several processes only past this much JSON in all (decoded bytes). Measured with
+#: this process reading too and one forked reader (each sends back its ranks' reductions, ~10 kB a rank),
+#: whole process as typed, bytecode cached, best of 5, 2-core VM, twin sets (gpu_straggler traces):
 #:
-#:   JSON      one process           two processes         peak PSS, one → two
-#:   39.5 MB   0.97 s,  57 MiB RSS    0.99 s, 141 MiB RSS    --
-#:   ~80 MB    1.45 s,  62 MiB RSS    1.14 s, 150 MiB RSS    46 → 81 MiB
-#:   240 MB    3.69 s,  84 MiB RSS    2.74 s, 177 MiB RSS    68 → 134 MiB
+#:   set, JSON           one process     two processes   peak PSS (RSS summed), two    HTA, same run
+#:   8 x 20,   13 MiB    0.28 s          0.26-0.28 s     --                            --
+#:   8 x 60,   39.5 MiB  0.51-0.54 s     0.39 s          57 MiB (80)                   190 MiB
+#:   8 x 120,  79 MiB    0.84-0.90 s     0.57-0.59 s     64 MiB (88)                   --
+#:   8 x 360,  240 MiB   2.38-2.50 s     1.45 s          101 MiB (126)                 423 MiB (427), 9.5 s
 #:
-#: Forking pays from ~80 MB (−21 %, −26 % at 240 MB) and about doubles the memory (each reader holds one
-#: rank's trace). Issue 11 asks for both parallel readers and a peak RSS (children counted) at most 1/3 of
-#: HTA's; at 240 MB two readers reach 0.57 of HTA's peak, one process 0.27. On two cores the gain is
-#: a quarter of the wall time, so the memory bound wins: sets fork only from 256 MiB
-#: (4 × ``JSON_BYTES_PER_READER``). Re-measure on more cores:
-#: ``reader_processes`` caps them by ``JSON_BYTES_PER_READER``, not by memory.
-PARALLEL_READ_MIN_JSON_BYTES = 256 * 2**20
+#: A fork and the reader's start cost ~25 ms (the 2 real HTA ranks, 3.3 MiB, take 0.18 s alone and 0.21 s
+#: in two), so from ~10 MiB it is even and from 16 MiB it pays. Each process holds one rank's trace at a
+#: time, so memory grows with the processes, not with the set.
+PARALLEL_READ_MIN_JSON_BYTES = 16 * 2**20
 #: ... and each process gets at least this much JSON to decode (fewer, larger shares copy less).
-JSON_BYTES_PER_READER = 64 * 2**20
+JSON_BYTES_PER_READER = 8 * 2**20
 
 
 def _json_bytes(path: Path) -> int:
@@ -204,20 +218,43 @@ def _reduce_traces(files: list[Input]) -> list[RankReduction]:
     dropped once reduced), in parallel processes when the set is large enough (``reader_processes``):
     decoding JSON holds the GIL, so threads would not help."""
     from hpcwatch.reports.steps import reduce_trace_file
-    workers = reader_processes(files)
-    if workers > 1:
-        import multiprocessing
-        from concurrent.futures import ProcessPoolExecutor
-        _TO_READ[:] = files
-        try:
-            with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("fork")) as pool:
-                done = list(pool.map(_reduce_nth, range(len(files))))
-        finally:
-            _TO_READ.clear()
+    processes = reader_processes(files)
+    if processes > 1:
+        done = _reduce_in_processes(files, processes)
     else:
         done = [reduce_trace_file(i.path) for i in files]
     _warn([message for _, messages in done for message in messages])
     return [reduction for reduction, _ in done]
+
+
+def _reduce_in_processes(files: list[Input], processes: int) -> list[tuple[RankReduction, tuple[str, ...]]]:
+    """``reduce_trace_file`` of every file, by this process and ``processes - 1`` forked readers.
+
+    The readers take files from the front of the list and this process from the back, one at a time,
+    so the shares balance whatever the ranks' sizes. Reading here too saves a process: one fork fewer,
+    whose copy of the interpreter and numpy would count again in the command's memory.
+    """
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    global _UNTAKEN
+    fork = multiprocessing.get_context("fork")
+    _TO_READ[:], _UNTAKEN = files, fork.Array("q", [0, len(files) - 1])
+    try:
+        with ProcessPoolExecutor(processes - 1, mp_context=fork) as pool:
+            readers = [pool.submit(_reduce_share) for _ in range(processes - 1)]
+            try:
+                done = dict(_reduce_share(from_front=False))
+            except BaseException:
+                with _UNTAKEN.get_lock():   # the readers stop after the rank they are reading
+                    _UNTAKEN[0] = len(files)
+                raise
+            for reader in readers:
+                done.update(reader.result())
+        return [done[i] for i in range(len(files))]
+    finally:
+        _TO_READ.clear()
+        _UNTAKEN = None
 
 
 def _warn(messages: list[str]) -> None:

@@ -1,0 +1,76 @@
+"""``hpcwatch steps`` on a set large enough to be read by several processes (``reader_processes``): this
+process reads ranks from the back of the list while a forked reader takes them from the front.
+
+The thresholds are lowered so that small real sets fork: HTA's 2 ranks of a 128-rank NCCL job and our
+real 4-rank gloo run (tests/data/SOURCES.md). The document must be the one a single process writes,
+byte for byte, and a broken rank, whichever process reads it, the one-line error of a single process.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+
+import pytest
+
+import hpcwatch.cli.steps as steps_cli
+import hpcwatch.reports.steps as step_reports
+
+
+@pytest.fixture
+def forking(monkeypatch):
+    """Every set of two files or more is read by two processes, and each reduction says which process made it."""
+    monkeypatch.setattr(steps_cli, "PARALLEL_READ_MIN_JSON_BYTES", 0)
+    monkeypatch.setattr(steps_cli, "JSON_BYTES_PER_READER", 1)
+    monkeypatch.setattr(os, "cpu_count", lambda: 2)
+    read = step_reports.reduce_trace_file
+
+    def tagged(path):
+        reduction, messages = read(path)
+        return reduction, (*messages, f"read by pid {os.getpid()}")
+
+    monkeypatch.setattr(step_reports, "reduce_trace_file", tagged)   # the forked reader inherits it
+    return monkeypatch
+
+
+def _pids(stderr: str) -> set[str]:
+    return set(re.findall(r"read by pid (\d+)", stderr))
+
+
+@pytest.mark.parametrize("which", ["hta_sampled_2ranks", "gloo_straggler"])
+def test_two_processes_write_the_document_of_one(which, data_dir, run_cli, forking):
+    folder = str(data_dir / "kineto" / which)
+    with pytest.MonkeyPatch.context() as alone:
+        alone.setattr(steps_cli, "PARALLEL_READ_MIN_JSON_BYTES", 2**62)
+        one = run_cli(["steps", folder, "--json"])
+    two = run_cli(["steps", folder, "--json"])
+    assert one[0] == two[0] == 0, two[2]
+    assert two[1] == one[1]
+    assert _pids(one[2]) == {str(os.getpid())}
+    assert len(_pids(two[2])) == 2 and str(os.getpid()) in _pids(two[2])   # this process read a share too
+
+
+@pytest.mark.parametrize("broken", [0, 3], ids=["read by the forked reader", "read by this process"])
+def test_a_broken_rank_is_the_one_line_error_of_one_process(broken, tmp_path, data_dir, run_cli, forking):
+    for rank, trace in enumerate(sorted((data_dir / "kineto" / "gloo_straggler").glob("rank-*.json.gz"))):
+        shutil.copy(trace, tmp_path / f"rank-{rank}.json")
+    (tmp_path / f"rank-{broken}.json").write_text('{"traceEvents": [{"ph": "X", "ts": 1, "dur": 1}')   # cut short
+    code, out, err = run_cli(["steps", str(tmp_path), "--json"])
+    assert code == 2 and out == ""
+    last = err.strip().splitlines()[-1]
+    assert last.startswith(f"hpcwatch: {tmp_path / f'rank-{broken}.json'}") and "Traceback" not in err
+    with pytest.MonkeyPatch.context() as alone:
+        alone.setattr(steps_cli, "PARALLEL_READ_MIN_JSON_BYTES", 2**62)
+        assert run_cli(["steps", str(tmp_path), "--json"])[2].strip().splitlines()[-1] == last
+
+
+def test_a_parse_error_crosses_processes_whole():
+    """A reader's ParseError is pickled back from the process that raised it: its path and line survive."""
+    import pickle
+
+    from hpcwatch.errors import ParseError
+    err = ParseError("not JSON", path="/runs/rank-3.json", line=7, text="{")
+    back = pickle.loads(pickle.dumps(err))
+    assert type(back) is ParseError and str(back) == str(err) == "/runs/rank-3.json:7: not JSON (found: '{')"
+    assert (back.what, back.path, back.line, back.text) == ("not JSON", "/runs/rank-3.json", 7, "{")
