@@ -7,10 +7,12 @@ into an environment, so it lives in its own venv, not in hpcwatch's test extra:
     .venv/bin/python benchmarks/bench_steps_vs_hta.py [--hta-python /tmp/hta/bin/python] [--repeat 3]
     .venv/bin/python benchmarks/bench_steps_vs_hta.py --whole [--set DIR ...] [--twin-ranks 8 --twin-steps 60 --twin-steps 360]
 
-``--whole`` times what a user runs, whole process, same run: ``hpcwatch steps DIR --json``
-against a Python process doing HTA's ``TraceAnalysis(trace_dir=DIR)`` + ``get_temporal_breakdown``;
-peak RSS is the peak of the sum over the process and its children (our reader processes),
-sampled from /proc every 5 ms. The sets: the test traces, any ``--set`` folder, and the twin's
+``--whole`` times what a user runs, whole process, same run: ``hpcwatch steps DIR --json`` (the
+venv's console script) against a Python process doing HTA's ``TraceAnalysis(trace_dir=DIR)`` +
+``get_temporal_breakdown``, the two alternating, nothing sampling them. Memory comes from one more run
+of each, sampled from /proc every 10 ms: the peak of the process tree's PSS (the process and its
+children, ours our forked readers, HTA's its parser pool; a page they share counted once) and of its
+RSS summed (a shared page counted once per process). The sets: the test traces, any ``--set`` folder, and the twin's
 kernel-level traces of ``--twin-ranks`` ranks × ``--twin-steps`` steps (gzipped JSON).
 Both sides run with their modules' bytecode cached, as an installed package runs (pip writes
 HTA's .pyc at install): ``PYTHONDONTWRITEBYTECODE`` is dropped for the timed commands, their
@@ -143,8 +145,8 @@ except AssertionError:
 """
 
 
-def _tree_rss_mib(pid: int) -> float:
-    """RSS of ``pid`` and its descendants (MiB), from /proc."""
+def _tree(pid: int) -> list[int]:
+    """``pid`` and its descendants, from /proc."""
     children: dict[int, list[int]] = {}
     for entry in os.listdir("/proc"):
         if entry.isdigit():
@@ -154,30 +156,54 @@ def _tree_rss_mib(pid: int) -> float:
             except OSError:
                 continue
             children.setdefault(ppid, []).append(int(entry))
-    total, todo = 0, [pid]
+    found, todo = [], [pid]
     while todo:
         p = todo.pop()
+        found.append(p)
+        todo += children.get(p, [])
+    return found
+
+
+def _tree_memory_mib(pid: int) -> tuple[float, float]:
+    """(PSS, RSS) of ``pid`` and its descendants, summed (MiB). PSS charges a page shared by n processes
+    1/n to each (a forked child shares its parent's interpreter and libraries), so its sum counts each page
+    once; the RSS sum counts a shared page once per process."""
+    pss = rss = 0
+    for p in _tree(pid):
         try:
-            with open(f"/proc/{p}/statm") as f:
-                total += int(f.read().split()[1]) * resource.getpagesize()
+            with open(f"/proc/{p}/smaps_rollup") as f:
+                for line in f:
+                    if line.startswith("Pss:"):
+                        pss += int(line.split()[1])
+                    elif line.startswith("Rss:"):
+                        rss += int(line.split()[1])
         except OSError:
             pass
-        todo += children.get(p, [])
-    return total / 2**20
+    return pss / 1024, rss / 1024
 
 
-def whole_process(cmd: list[str], env: dict[str, str] | None = None) -> tuple[float, float]:
-    """(wall s, peak RSS MiB of the process tree) of one command."""
+def wall_time(cmd: list[str], env: dict[str, str] | None = None) -> float:
+    """Wall seconds of one command, nothing sampling it."""
     t0 = time.perf_counter()
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
-    peak = 0.0
-    while proc.poll() is None:
-        peak = max(peak, _tree_rss_mib(proc.pid))
-        time.sleep(0.005)
+    done = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
     wall = time.perf_counter() - t0
+    if done.returncode != 0:
+        raise SystemExit(f"{cmd} failed with status {done.returncode}")
+    return wall
+
+
+def peak_memory(cmd: list[str], env: dict[str, str] | None = None) -> tuple[float, float]:
+    """(peak PSS, peak RSS) MiB of one command's process tree, sampled from /proc every 10 ms (a run apart
+    from the timed ones: the sampler takes a share of the CPU)."""
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
+    peak = (0.0, 0.0)
+    while proc.poll() is None:
+        pss, rss = _tree_memory_mib(proc.pid)
+        peak = (max(peak[0], pss), max(peak[1], rss))
+        time.sleep(0.01)
     if proc.returncode != 0:
         raise SystemExit(f"{cmd} failed with status {proc.returncode}")
-    return wall, peak
+    return peak
 
 
 def _twin_set(folder: Path, ranks: int, steps: int) -> Path:
@@ -203,14 +229,18 @@ def main_whole(args) -> None:
     sets.update({Path(p).name: Path(p) for p in args.set})
     with tempfile.TemporaryDirectory() as tmp:
         env = _cached_bytecode_env(Path(tmp) / "pycache")
-        ours_cmd = [args.python, "-m", "hpcwatch", "steps"]
+        script = Path(args.python).with_name("hpcwatch")   # what a user types: the venv's console script
+        ours_cmd = [str(script), "steps"] if script.exists() else [args.python, "-m", "hpcwatch", "steps"]
         hta_cmd = [args.hta_python, "-c", _HTA_WHOLE]
         for cmd in (ours_cmd, hta_cmd):   # untimed: writes each side's bytecode
-            whole_process(cmd + [str(TRACES["hta_sampled_2ranks"])], env=env)
+            wall_time(cmd + [str(TRACES["hta_sampled_2ranks"])], env=env)
         for steps in (args.twin_steps or [60]) if args.twin_ranks else ():
             name = f"twin_{args.twin_ranks}ranks_{steps}steps"
             sets[name] = _twin_set(Path(tmp) / name, args.twin_ranks, steps)
-        print("set | MB gz (MB JSON), files | ours s, MiB | HTA s, MiB | speed-up | RSS ours/HTA")
+        print(f"ours: {' '.join(ours_cmd)} DIR --json; wall: best of {args.repeat}, alternating; memory: one "
+              "more run each, sampled")
+        print("set | MB gz (MB JSON), files | ours s | HTA s | speed-up | peak PSS MiB ours, HTA (ratio) | "
+              "peak RSS summed MiB ours, HTA (ratio)")
         for name, path in sets.items():
             folder = path
             if path.is_file():
@@ -219,13 +249,16 @@ def main_whole(args) -> None:
                 shutil.copy(path, folder / path.name)
             size = sum(f.stat().st_size for f in folder.iterdir())
             inflated = sum(len(__import__("gzip").open(f).read()) for f in folder.iterdir())
-            ours = min((whole_process(ours_cmd + [str(folder), "--json"], env=env) for _ in range(args.repeat)),
-                       key=lambda r: r[0])
-            hta = min((whole_process(hta_cmd + [str(folder)], env=env) for _ in range(args.repeat)), key=lambda r: r[0])
+            ours_argv, hta_argv = ours_cmd + [str(folder), "--json"], hta_cmd + [str(folder)]
+            ours, hta = [], []
+            for _ in range(args.repeat):   # alternating, so that a slow spell of the machine hits both
+                ours.append(wall_time(ours_argv, env=env))
+                hta.append(wall_time(hta_argv, env=env))
+            (pss, rss), (hta_pss, hta_rss) = peak_memory(ours_argv, env=env), peak_memory(hta_argv, env=env)
             print(f"{name} | {size / 2**20:.2f} ({inflated / 2**20:.1f}), {len(list(folder.iterdir()))} | "
-                  f"{ours[0]:.2f}, {ours[1]:.0f} | {hta[0]:.2f}, {hta[1]:.0f} | {hta[0] / ours[0]:.1f}x | "
-                  f"{ours[1] / hta[1]:.2f}")
-        helps = sorted(whole_process([args.python, "-m", "hpcwatch", "--help"], env=env)[0] for _ in range(10))
+                  f"{min(ours):.3f} | {min(hta):.2f} | {min(hta) / min(ours):.1f}x | "
+                  f"{pss:.0f}, {hta_pss:.0f} ({pss / hta_pss:.2f}) | {rss:.0f}, {hta_rss:.0f} ({rss / hta_rss:.2f})")
+        helps = sorted(wall_time([*ours_cmd[:-1], "--help"], env=env) for _ in range(10))
     print(f"hpcwatch --help (10 runs): best {helps[0] * 1e3:.0f} ms, median {helps[5] * 1e3:.0f} ms")
 
 

@@ -70,6 +70,11 @@ WORKER = textwrap.dedent('''
                     rec.loss(loss)
     dist.barrier()
     dist.destroy_process_group()
+    # Out without the interpreter's teardown: under load, a gloo thread still joinable when torch's
+    # statics are destroyed aborts the process ("terminate called without an active exception", -6)
+    # after all its work is written. The recorder has closed its files above.
+    sys.stdout.flush(); sys.stderr.flush()
+    import os; os._exit(0)
 ''')
 
 

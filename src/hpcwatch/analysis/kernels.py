@@ -21,16 +21,16 @@ on real traces), plus the bandwidth of each collective, which HTA does not compu
 - ``collectives``: each NCCL kernel with its collective, message size, algorithm and
   bus bandwidth (nccl-tests' definitions).
 
-Pure functions: a ``traces.KinetoTrace`` in, frozen dataclasses out; times in µs as
+Pure functions: a ``traces.KinetoTrace`` in, frozen structs (msgspec.Struct) out; times in µs as
 in the trace (HTA's unit), bandwidths in bytes/s.
 """
 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 from collections.abc import Mapping
 
+import msgspec
 import numpy as np
 
 from hpcwatch.analysis.steps import merge_intervals
@@ -117,8 +117,7 @@ def has_gpu_activity(trace: KinetoTrace) -> bool:
     return bool(len(_gpu_rows(trace)))
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class KernelStat:
+class KernelStat(msgspec.Struct, frozen=True, kw_only=True):
     """One kernel name on one rank."""
 
     name: str
@@ -130,8 +129,7 @@ class KernelStat:
     max_us: float
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class KernelBreakdown:
+class KernelBreakdown(msgspec.Struct, frozen=True, kw_only=True):
     """GPU time of one rank by kernel kind and by kernel."""
 
     rank: int
@@ -191,8 +189,7 @@ def _exclusive_kind_us(starts: np.ndarray, ends: np.ndarray, kinds: np.ndarray) 
     return out
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class StreamIdle:
+class StreamIdle(msgspec.Struct, frozen=True, kw_only=True):
     """Idle time between consecutive GPU activities of one stream, by cause (µs)."""
 
     rank: int
@@ -277,8 +274,7 @@ def _intersection_us(a: tuple[np.ndarray, np.ndarray], b: tuple[np.ndarray, np.n
     return total
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class LaunchStats:
+class LaunchStats(msgspec.Struct, frozen=True, kw_only=True):
     """Kernel launches of one rank: one entry per launched GPU activity (µs)."""
 
     rank: int
@@ -356,8 +352,7 @@ def bus_factor(collective: str, group_size: int) -> float | None:
     return None if rule is None or group_size < 1 else float(rule(group_size))
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Collective:
+class Collective(msgspec.Struct, frozen=True, kw_only=True):
     """One NCCL kernel of one rank."""
 
     rank: int

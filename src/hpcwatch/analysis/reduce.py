@@ -26,10 +26,10 @@ from __future__ import annotations
 import functools
 import os
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import msgspec
 import numpy as np
 
 from hpcwatch.analysis import kernels
@@ -51,8 +51,7 @@ __all__ = ["LaunchSummary", "CollectiveSummary", "RankGpu", "RankReduction", "re
 REDUCED_FORMAT_VERSION = "1"
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class LaunchSummary:
+class LaunchSummary(msgspec.Struct, frozen=True, kw_only=True):
     """``kernels.LaunchStats`` without its per-launch arrays: the counts and quantiles a report shows."""
 
     launches: int
@@ -63,8 +62,7 @@ class LaunchSummary:
     """p50, p95 and max of the launch delay (empty without launches)."""
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class CollectiveSummary:
+class CollectiveSummary(msgspec.Struct, frozen=True, kw_only=True):
     """One collective name of one rank (the kernels whose bus bandwidth is known)."""
 
     collective: str
@@ -77,8 +75,7 @@ class CollectiveSummary:
     busbw_bytes_s_median: float
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class RankGpu:
+class RankGpu(msgspec.Struct, frozen=True, kw_only=True):
     """One rank's GPU breakdowns (``analysis.kernels``), in HTA's terms."""
 
     rank: int
@@ -89,8 +86,7 @@ class RankGpu:
     collectives: tuple[CollectiveSummary, ...]
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class RankReduction:
+class RankReduction(msgspec.Struct, frozen=True, kw_only=True):
     """Everything ``hpcwatch steps`` needs from one rank's trace."""
 
     timeline: RankTimeline

@@ -28,7 +28,7 @@ overlap, and per trace the temporal breakdown of Holistic Trace Analysis
 ``get_temporal_breakdown``, so the numbers agree).
 
 Everything here is pure: traces (``traces.KinetoTrace``) or ``Span`` records in,
-frozen dataclasses out; times in seconds.
+frozen structs (msgspec.Struct) out; times in seconds.
 """
 
 from __future__ import annotations
@@ -37,8 +37,8 @@ import functools
 import re
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
 
+import msgspec
 import numpy as np
 
 from hpcwatch.errors import InputError
@@ -92,8 +92,7 @@ def phase_of_annotation(name: str) -> str | None:
     return next((phase for phase, rule in _PHASE_RULES if rule.search(name)), None)
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class RankStep:
+class RankStep(msgspec.Struct, frozen=True, kw_only=True):
     """One rank's step: its phases (seconds) and, on GPU traces, the step on the GPU's own clock."""
 
     rank: int
@@ -138,19 +137,18 @@ class RankStep:
         return sum(self.phases.get(p, 0.0) for p in WORK_PHASES)
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Anatomy:
+class Anatomy(msgspec.Struct, frozen=True, kw_only=True):
     """Step anatomy of a job: one ``RankStep`` per (rank, step)."""
 
     world_size: int
     ranks: tuple[int, ...]
     steps: tuple[int, ...]
     rank_steps: tuple[RankStep, ...]
-    placement: Mapping[int, tuple[str | None, int | None]] = field(default_factory=dict)
+    placement: Mapping[int, tuple[str | None, int | None]] = msgspec.field(default_factory=dict)
     """rank → (node, GPU index), when the traces or spans said."""
     source: str = "kineto"
     job: str | None = None
-    clock_offset_s: Mapping[int, float] = field(default_factory=dict)
+    clock_offset_s: Mapping[int, float] = msgspec.field(default_factory=dict)
     """rank → its clock's offset from the median rank's, estimated from collective ends and
     removed before the waits are computed (traces only)."""
     gpu_collectives: bool = False
@@ -190,8 +188,7 @@ _GPU_CELLS = frozenset({"host_dur_s", "gpu_busy_s", "gpu_idle_s", "overlap_s", "
                         "gpu_comm_s", "gpu_lag_s", "late_s", "last_arrivals", "collectives"})
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class TemporalBreakdown:
+class TemporalBreakdown(msgspec.Struct, frozen=True, kw_only=True):
     """HTA's temporal breakdown of one rank's GPU time (µs, as HTA reports it)."""
 
     rank: int
@@ -362,8 +359,7 @@ def temporal_breakdown(trace: KinetoTrace, *, include_last_step: bool = False,
 
 # --- anatomy from traces ------------------------------------------------------------------------------
 
-@dataclass(frozen=True, slots=True)
-class _Window:
+class _Window(msgspec.Struct, frozen=True):
     step: int
     lo: float
     hi: float
@@ -381,8 +377,7 @@ def _windows(trace: KinetoTrace) -> list[_Window]:
     return [_Window(n, lo, hi, max(hi, nxt)) for (n, lo, hi), nxt in zip(steps, nexts)]
 
 
-@dataclass(frozen=True, slots=True)
-class _HostRows:
+class _HostRows(msgspec.Struct, frozen=True):
     """What the per-step phase intervals read, found once per trace (not once per step)."""
 
     ts: np.ndarray
@@ -497,8 +492,7 @@ def _joined(*parts: list[np.ndarray]) -> tuple[np.ndarray, ...]:
                  for k, p in enumerate(parts))
 
 
-@dataclass(frozen=True, slots=True)
-class _Coll:
+class _Coll(msgspec.Struct, frozen=True):
     """A rank's collectives in one step: start and end, µs, in order."""
 
     starts: np.ndarray
@@ -562,8 +556,7 @@ def _arrivals(colls: Mapping[int, _Coll]) -> dict[int, tuple[float, int, int]]:
     return {r: (float(late[i]), int(last[i]), n) for i, r in enumerate(ranks)}
 
 
-@dataclass(frozen=True, slots=True)
-class GpuStep:
+class GpuStep(msgspec.Struct, frozen=True):
     """One step's GPU activities (those launched from its host range), µs and seconds."""
 
     first_us: float
@@ -708,8 +701,7 @@ def _gpu_periods_us(cells: Sequence[StepCell]) -> dict[int, float]:
     return out
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class StepCell:
+class StepCell(msgspec.Struct, frozen=True, kw_only=True):
     """One rank's step as its own trace sees it, before the ranks are aligned (µs on the rank's clock).
 
     Everything here depends on this rank's trace alone; ``anatomy_from_timelines`` adds what needs
@@ -733,8 +725,7 @@ class StepCell:
     coll_ends_us: np.ndarray
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class RankTimeline:
+class RankTimeline(msgspec.Struct, frozen=True, kw_only=True):
     """What one rank's trace contributes to a job's step anatomy: the per-rank half of ``anatomy_from_traces``."""
 
     rank: int

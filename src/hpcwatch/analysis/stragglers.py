@@ -42,12 +42,11 @@ evidence come first, each named in the verdict's ``evidence``:
 
 from __future__ import annotations
 
-import dataclasses
 import warnings
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass
 
+import msgspec
 import numpy as np
 
 from hpcwatch.analysis.steps import WORK_PHASES, Anatomy
@@ -63,8 +62,7 @@ DEFAULT_Z_THRESHOLD = 3.5
 _MAD_TO_SIGMA = 0.6745
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class StragglerConfig:
+class StragglerConfig(msgspec.Struct, frozen=True, kw_only=True):
     """How sure detection must be before it names a rank."""
 
     z_threshold: float = DEFAULT_Z_THRESHOLD
@@ -93,8 +91,7 @@ class StragglerConfig:
                               f"{self.min_gpu_excess}, {self.min_last_fraction}")
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class RankScore:
+class RankScore(msgspec.Struct, frozen=True, kw_only=True):
     """One rank over the analysed steps (medians over steps, seconds)."""
 
     rank: int
@@ -129,8 +126,7 @@ class RankScore:
 EVIDENCE_GPU_COMPUTE, EVIDENCE_LATE_ARRIVAL, EVIDENCE_HOST = "gpu_compute", "late_arrival", "host"
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Straggler:
+class Straggler(msgspec.Struct, frozen=True, kw_only=True):
     """A rank named as the straggler, and why."""
 
     rank: int
@@ -161,8 +157,7 @@ class Straggler:
     last_fraction: float | None = None
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class SlowStep:
+class SlowStep(msgspec.Struct, frozen=True, kw_only=True):
     """A step in which one rank was far slower than in its other steps (a pause, a hiccup)."""
 
     rank: int
@@ -174,8 +169,7 @@ class SlowStep:
     """Modified z-score over the rank's own steps."""
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class StragglerReport:
+class StragglerReport(msgspec.Struct, frozen=True, kw_only=True):
     world_size: int
     steps: tuple[int, ...]
     ranks: tuple[RankScore, ...]
@@ -212,7 +206,7 @@ def find_stragglers(anatomy: Anatomy, config: StragglerConfig | None = None, *,
     """
     cfg = config or StragglerConfig()
     if placement:
-        anatomy = dataclasses.replace(anatomy, placement={**anatomy.placement, **placement})
+        anatomy = msgspec.structs.replace(anatomy, placement={**anatomy.placement, **placement})
     work = anatomy.matrix("work")                                  # ranks × steps
     z = modified_z(work, mad_floor=cfg.mad_floor, axis=0)
     med_step = np.nanmedian(work, axis=0, keepdims=True)
@@ -229,8 +223,7 @@ def find_stragglers(anatomy: Anatomy, config: StragglerConfig | None = None, *,
                            stragglers=tuple(found), slow_steps=_slow_steps(anatomy, work, cfg))
 
 
-@dataclass(frozen=True, slots=True)
-class _Gpu:
+class _Gpu(msgspec.Struct, frozen=True):
     """The GPU-side matrices (ranks × steps) and which ranks they flag."""
 
     compute: np.ndarray

@@ -43,9 +43,9 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Iterable, Mapping, Sequence
 
+import msgspec
 import numpy as np
 
 from hpcwatch.analysis.steps import Anatomy
@@ -96,8 +96,7 @@ TOP_WORKER_PERCENT = 3
 SCENARIOS_PER_REPLAY = 64
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class WorkerSlowdown:
+class WorkerSlowdown(msgspec.Struct, frozen=True, kw_only=True):
     """S when only this worker keeps its measured durations (everyone else typical)."""
 
     dp_rank: int
@@ -106,8 +105,7 @@ class WorkerSlowdown:
     slowdown: float
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Share:
+class Share(msgspec.Struct, frozen=True, kw_only=True):
     """How much of the slowdown a set of workers explains (the paper's M_S, M_W).
 
     ``removed`` = (T_replay − T_without) / (T_replay − T_ideal): the part that goes
@@ -123,8 +121,7 @@ class Share:
     step_time_with_s: float
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class WhatIf:
+class WhatIf(msgspec.Struct, frozen=True, kw_only=True):
     """The what-if slowdown of a job and where it comes from."""
 
     slowdown: float
@@ -156,8 +153,7 @@ class WhatIf:
 # Lanes: the trace as arrays [op, step, dp_rank]
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class _Ops:
+class _Ops(msgspec.Struct, frozen=True, kw_only=True):
     steps: np.ndarray
     dps: np.ndarray
     stage: np.ndarray          # [op]
@@ -223,8 +219,7 @@ def _lanes(table: pa.Table | Mapping[str, Sequence]) -> _Ops:
 # The dependency graph of one step on one data-parallel replica
 
 
-@dataclass(slots=True)
-class _Graph:
+class _Graph(msgspec.Struct):
     deps: list[list[int]]
     groups: list[tuple[tuple[int, ...], bool]]  # (members, synchronised across dp ranks)
 
@@ -359,8 +354,7 @@ def _sequential_graph(ops: _Ops) -> _Graph:
 # Replay
 
 
-@dataclass(frozen=True, slots=True)
-class _Plan:
+class _Plan(msgspec.Struct, frozen=True):
     nodes: tuple[tuple[tuple[int, ...], bool, bool], ...]   # (members, is_collective, across_dp), in order
     deps: tuple[tuple[int, ...], ...]
 

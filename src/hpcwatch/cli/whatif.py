@@ -61,7 +61,8 @@ def _read_op_trace(path: Path):
 
 def whatif_document(result: WhatIf) -> dict:
     """The ``--json`` document of a what-if (``hpcwatch whatif`` and the ``whatif`` of ``steps --json``)."""
-    doc = dataclasses.asdict(result)
+    import msgspec
+    doc = msgspec.to_builtins(result)
     doc["by_dp_rank"] = {str(k): v for k, v in result.by_dp_rank.items()}
     doc["by_stage"] = {str(k): v for k, v in result.by_stage.items()}
     return doc
