@@ -530,7 +530,7 @@ def _analyse(ops: _Ops, graph: _Graph | None) -> WhatIf:
         _replay(plan, np.where(distinct[k:k + SCENARIOS_PER_REPLAY], measured[None], ideal[None])).max(axis=(1, 3))
         for k in range(0, len(distinct), SCENARIOS_PER_REPLAY)])[scenario_of]
     mean_t = step_t.mean(axis=1)
-    t_replay, t_ideal = mean_t[0], mean_t[1]
+    t_ideal = mean_t[1]   # scenario 0 is the replay as measured, 1 the ideal (_scenarios)
     ratio = dict(zip(names, (mean_t / t_ideal).tolist()))
     actual = (ops.start + ops.dur).max(axis=(0, 2))
     return _result(ops, names, ratio, step_t, actual, plan, measured, ideal)
