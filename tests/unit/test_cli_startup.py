@@ -62,6 +62,29 @@ def test_help_imports_no_heavy_package(argv):
     assert loaded == [], f"hpcwatch {' '.join(argv)} imported {loaded}"
 
 
+_READERS_PROBE = """
+import sys
+sys.argv = ["hpcwatch", "steps", *sys.argv[1:], "--json"]
+from hpcwatch.cli import main
+try:
+    main()
+except SystemExit:
+    pass
+print("READERS-LOADED:", ",".join(sorted(m for m in sys.modules if m.startswith("hpcwatch.sources."))))
+"""
+
+
+def test_steps_on_a_trace_loads_no_reader_but_kineto_s(data_dir):
+    """Every format before Kineto's sniffs the trace; none may load its reader to say no (the NCCL log's
+    reader compiles ~20 patterns: its sniff has a module of its own)."""
+    env = dict(os.environ, PYTHONPATH=str(Path(hpcwatch.__file__).parents[1]))
+    done = subprocess.run([sys.executable, "-c", _READERS_PROBE, str(data_dir / "kineto" / "hta_a100_nccl_rank0.json.gz")],
+                          capture_output=True, text=True, env=env, timeout=120, check=True)
+    loaded = set(done.stdout.rpartition("READERS-LOADED:")[2].strip().split(","))
+    assert "hpcwatch.sources.kineto" in loaded and "hpcwatch.sources.nccl_sniff" in loaded
+    assert "hpcwatch.sources.nccl_log" not in loaded, sorted(loaded)
+
+
 _THREADS_PROBE = """
 import importlib.abc, io, os, sys
 seen = []

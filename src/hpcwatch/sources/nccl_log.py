@@ -42,12 +42,11 @@ from typing import Any
 from hpcwatch.errors import ParseError
 from hpcwatch.records import Event
 from hpcwatch.sources.lines import OnBadLine, file_time, iter_lines, line_text, report_bad_line
+from hpcwatch.sources.nccl_sniff import LINE_PREFIX, WATCHDOG_TIMEOUT, is_nccl_log
 from hpcwatch.vocab import EventKind
 
 __all__ = ["parse_nccl_log", "read_nccl_log", "is_nccl_log", "NcclLogStream", "TRANSPORT_KINDS"]
 
-_PREFIX = re.compile(r"(?P<host>[^\s:]*):(?P<pid>\d+):(?P<tid>\d+) \[(?P<dev>\d+)\] "
-                     r"(?:(?P<src>[\w./-]+:\d+) )?NCCL (?P<level>INFO|WARN|TRACE|ABORT) ?(?P<msg>.*)")
 _VERSION = re.compile(r"NCCL version (?P<version>[\w.]+)(?:\+cuda(?P<cuda>[\d.]+))?")
 _DRIVER = re.compile(r"cudaDriverVersion (\d+)")
 _COMM = re.compile(r"comm (?P<comm>0x[0-9a-f]+) rank (?P<rank>\S+) nranks (?P<nranks>\S+) cudaDev (?P<dev>\d+)"
@@ -147,10 +146,10 @@ class _Reader:
         return self.ranks[key]
 
     def line(self, raw: str, lineno: int) -> Iterator[Event]:
-        if "Watchdog caught collective operation timeout" in raw:
+        if WATCHDOG_TIMEOUT in raw:
             yield from self.watchdog(raw, lineno)
             return
-        m = _PREFIX.search(raw)
+        m = LINE_PREFIX.search(raw)
         if m is None:
             version = _VERSION.search(raw)
             if version and self.last is not None and "NCCL version" in raw[:version.start() + 12]:
@@ -377,10 +376,3 @@ class NcclLogStream:
         return {"emitted": sorted(list(k) for k in self._emitted),
                 "ranks": [_rank_state(r) for k, r in self._reader.ranks.items() if k not in self._emitted],
                 "last": [last.host, last.pid, last.cuda_dev] if last is not None else None}
-
-
-def is_nccl_log(head: str) -> bool:
-    """Sniff: an ``NCCL INFO`` / ``NCCL WARN`` line with its host:pid:tid [dev] prefix, or a watchdog timeout."""
-    if "Watchdog caught collective operation timeout" in head:
-        return True
-    return any(_PREFIX.search(line) for line in head.split("\n")[:400] if "NCCL " in line)
