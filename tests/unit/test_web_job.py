@@ -233,7 +233,8 @@ def test_serve_with_a_prometheus_that_cannot_answer_is_one_line_and_exit_2(tmp_p
 
 def test_advice_is_worded_in_the_pages_language(client, store):
     """Real sacct job 3 (8000 MiB asked, 3.1 MiB used, 20 s of a year's limit, no GPU samples): its three notes
-    on the page in English are the report's own lines, and in French the same values in French words."""
+    on the page in English are the report's own lines, and in French the same values in French words, with
+    the French decimal mark (as every other number of the page)."""
     from hpcwatch.analysis.attribution import ADVICE
     from hpcwatch.reports.jobs import job_report
 
@@ -243,7 +244,7 @@ def test_advice_is_worded_in_the_pages_language(client, store):
     fr = client.get("/job/3?lang=fr").text
     for line in english:
         assert line.replace("'", "&#39;") in en
-    assert 'data-advice="memory"' in fr and "demandés par nœud, au plus 3.2 MB utilisés" in fr
+    assert 'data-advice="memory"' in fr and "demandés par nœud, au plus 3,2 MB utilisés" in fr
     assert "de sa limite de temps" in fr and "les mesures couvrent 0 % de l&#39;allocation" in fr
     assert not any(line.replace("'", "&#39;") in fr for line in english)
     assert set(ADVICE) <= {k.split(".", 1)[1] for k in _catalogue_keys("fr") if k.startswith("advice.")}

@@ -9,6 +9,7 @@ the store, and the page says so.
 
 from __future__ import annotations
 
+import re
 from datetime import datetime, timezone
 from typing import Any
 
@@ -22,7 +23,7 @@ from hpcwatch.records import PHASES
 from hpcwatch.reports.jobpage import JobOverview, job_overview, overview_dict
 from hpcwatch.web.i18n import LANG_COOKIE, LANGUAGES, Catalogue, load_catalogue, negotiate
 
-__all__ = ["router", "job_url", "fmt_number", "fmt_bytes", "fmt_duration"]
+__all__ = ["router", "job_url", "fmt_number", "fmt_bytes", "fmt_duration", "advice_values"]
 
 router = APIRouter()
 
@@ -63,6 +64,17 @@ def fmt_duration(seconds: float | None, *, lang: str) -> str:
     return f"{fmt_number(seconds / 3600, 2, lang=lang)} h"
 
 
+def advice_values(values: dict[str, str], *, lang: str) -> dict[str, str]:
+    """An advice note's values (numbers as the report wrote them, "3.2 MB", "45") with the language's
+    decimal mark; the report's English lines keep theirs."""
+    if lang != "fr":
+        return values
+    return {k: _DECIMAL_POINT.sub(",", v) for k, v in values.items()}
+
+
+_DECIMAL_POINT = re.compile(r"(?<=\d)\.(?=\d)")
+
+
 def _when(t: float | None) -> str:
     return "—" if t is None else datetime.fromtimestamp(t, timezone.utc).strftime("%Y-%m-%d %H:%M:%S")
 
@@ -96,7 +108,8 @@ def render_job_page(overview: JobOverview, t: Catalogue, *, source: str | None) 
         o=overview, j=overview.job, t=t, lang=lang, languages=LANGUAGES, source=source,
         num=lambda v, d=0: fmt_number(v, d, lang=lang), size=lambda v: fmt_bytes(v, lang=lang),
         dur=lambda v: fmt_duration(v, lang=lang), pct=lambda v: "—" if v is None else f"{fmt_number(v, 0, lang=lang)} %",
-        ms=lambda v: fmt_number(None if v is None else v * 1000, 2, lang=lang))
+        ms=lambda v: fmt_number(None if v is None else v * 1000, 2, lang=lang),
+        advice=lambda values: advice_values(values, lang=lang))
 
 
 def _not_found(t: Catalogue, job_id: str, why: str) -> str:
