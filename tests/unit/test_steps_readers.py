@@ -65,6 +65,26 @@ def test_a_broken_rank_is_the_one_line_error_of_one_process(broken, tmp_path, da
         assert run_cli(["steps", str(tmp_path), "--json"])[2].strip().splitlines()[-1] == last
 
 
+def test_a_reader_killed_loses_no_rank(data_dir, run_cli, forking):
+    """A forked reader that dies (the kernel's OOM killer, say) takes no rank with it: this process reads
+    the ranks it had taken, says so on stderr, and writes the document of one process."""
+    folder = str(data_dir / "kineto" / "gloo_straggler")
+    with pytest.MonkeyPatch.context() as alone:
+        alone.setattr(steps_cli, "PARALLEL_READ_MIN_JSON_BYTES", 2**62)
+        one = run_cli(["steps", folder, "--json"])
+    parent, read = os.getpid(), step_reports.reduce_trace_file
+
+    def dies_in_a_reader(path):
+        if os.getpid() != parent:
+            os._exit(9)
+        return read(path)
+
+    forking.setattr(step_reports, "reduce_trace_file", dies_in_a_reader)
+    code, out, err = run_cli(["steps", folder, "--json"])
+    assert code == 0 and out == one[1]
+    assert "a reader process stopped" in err and "its ranks are read in this process" in err
+
+
 def test_a_parse_error_crosses_processes_whole():
     """A reader's ParseError is pickled back from the process that raised it: its path and line survive."""
     import pickle

@@ -236,6 +236,7 @@ def _reduce_in_processes(files: list[Input], processes: int) -> list[tuple[RankR
     """
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor
+    from concurrent.futures.process import BrokenProcessPool
 
     global _UNTAKEN
     fork = multiprocessing.get_context("fork")
@@ -250,8 +251,12 @@ def _reduce_in_processes(files: list[Input], processes: int) -> list[tuple[RankR
                     _UNTAKEN[0] = len(files)
                 raise
             for reader in readers:
-                done.update(reader.result())
-        return [done[i] for i in range(len(files))]
+                try:
+                    done.update(reader.result())
+                except BrokenProcessPool as err:   # a reader was killed (out of memory?): its ranks are read here
+                    _warn([f"a reader process stopped ({err}); its ranks are read in this process"])
+        from hpcwatch.reports.steps import reduce_trace_file
+        return [done[i] if i in done else reduce_trace_file(files[i].path) for i in range(len(files))]
     finally:
         _TO_READ.clear()
         _UNTAKEN = None
