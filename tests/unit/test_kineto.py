@@ -31,7 +31,7 @@ def test_h200_trace_has_steps_annotations_and_kernels_as_columns(data_dir):
     assert kernels.sum() == 2942 and (ev["stream"][kernels] >= 0).all()
     assert (ev["stream"][ev["cat"] == CAT["cpu_op"]] == -1).all()
     assert trace.devices == ("NVIDIA H200",)
-    assert len(trace.flows["id"]) > 0 and trace.flows["start"].any()
+    assert not hasattr(trace, "flows")   # skipped: correlation links a launch to its kernel (hpcwatch.traces)
 
 
 def test_nccl_kernels_carry_collective_name_and_message_bytes(data_dir):
@@ -127,8 +127,6 @@ def test_reading_in_pieces_gives_the_same_columns_as_decoding_whole(data_dir, na
     assert pieces.names == whole.names and pieces.metadata == whole.metadata
     for key in EVENT_COLUMNS:
         assert np.array_equal(pieces.events[key], whole.events[key], equal_nan=True), key
-    for key in whole.flows:
-        assert np.array_equal(pieces.flows[key], whole.flows[key]), key
 
 
 # Events the fast scan hands to the lenient one (and what each must become).
@@ -138,8 +136,8 @@ UNUSUAL = [
     {"ph": "X", "cat": "no_such_category", "name": "odd", "ts": 3, "pid": 1, "tid": 1},   # no dur, no args
     {"ph": "X", "cat": "cpu_op", "name": "c10d::allreduce_", "ts": 4, "dur": 1, "pid": 1, "tid": 1,
      "args": {"Collective name": "allreduce", "In msg nelems": 10, "dtype": "BFloat16"}},
-    {"ph": "s", "id": "0x1f", "ts": 0.5, "cat": "ac2g", "pid": 1, "tid": 1},   # id not an int: -1
-    {"ph": "f", "id": 4, "ts": "1.0", "cat": "ac2g", "pid": 0, "tid": 7},       # time as text: still a time
+    {"ph": "s", "id": "0x1f", "ts": 0.5, "cat": "ac2g", "pid": 1, "tid": 1},   # flows are skipped, however odd
+    {"ph": "f", "id": 4, "ts": "soon", "cat": "ac2g", "pid": 0, "tid": 7},
     {"ph": "i", "name": "instant", "ts": 2},
     {"name": "no ph at all"},
 ]
@@ -162,16 +160,11 @@ def test_unusual_events_among_usual_ones_read_as_documented(first):
     assert trace.names[ev["coll_id"][coll]] == "allreduce" and ev["msg_bytes"][coll] == 20
     assert (ev["coll_id"] >= 0).sum() == 1 and np.isnan(ev["msg_bytes"]).sum() == len(trace) - 1
     assert (ev["stream"] == -1).sum() == len(trace) - 1
-    flows = dict(zip(trace.flows["ts_us"].tolist(), zip(trace.flows["id"].tolist(), trace.flows["start"].tolist(),
-                                                       trace.flows["cat"].tolist())))
-    assert flows == {0.5: (-1, True, 1), 1.0: (4, False, 1)}
 
 
 BAD_EVENTS = [
     # args that are not an object
     ({"ph": "X", "name": "a", "ts": 1, "args": [1, 2]}, "bad event"),
-    # a flow event whose time is not a number
-    ({"ph": "f", "id": 1, "ts": "soon", "cat": "ac2g"}, "flow event without a time"),
     # a name that is not a string but an object
     ({"ph": "X", "name": {"a": 1}, "ts": 1}, "bad event"),
 ]
@@ -228,6 +221,4 @@ def test_typed_and_dict_scans_give_the_same_columns(odd):
     assert from_text.names == from_doc.names and from_text.hostname == from_doc.hostname
     for key in EVENT_COLUMNS:
         assert np.array_equal(from_text.events[key], from_doc.events[key], equal_nan=True), key
-    for key in from_doc.flows:
-        assert np.array_equal(from_text.flows[key], from_doc.flows[key]), key
     assert len(from_text) == 3000 + (odd["ph"] == "X")

@@ -77,6 +77,8 @@ def test_twin_gpu_runs_behind_its_host_by_about_the_queue_depth():
 
 
 def test_twin_gpu_traces_have_kernels_streams_correlations_and_flows():
+    docs = gpu_kineto_traces(GpuTraceConfig(), steps=[1, 2], world_size=2)
+    flows = [e for e in docs[0]["traceEvents"] if e["ph"] in ("s", "f")]
     trace = _twin(GpuTraceConfig(), steps=[1, 2], world=2)[0]
     ev = trace.events
     kernels = ev["stream"] >= 0
@@ -84,7 +86,9 @@ def test_twin_gpu_traces_have_kernels_streams_correlations_and_flows():
     assert (ev["correlation"][kernels] >= 0).all()
     launches = trace.names.index("cudaLaunchKernel")
     assert (ev["name_id"] == launches).sum() == 2 * (40 + 80 + 20 + 1)
-    assert len(trace.flows["id"]) == 2 * kernels.sum()
+    assert len(flows) == 2 * kernels.sum()   # an ac2g pair a kernel, its id the kernel's correlation
+    corr = set(ev["correlation"][kernels].tolist())
+    assert {e["id"] for e in flows} == corr and all(e["cat"] == "ac2g" for e in flows)
     nccl = ev["comm"] & kernels
     assert (ev["group_size"][nccl] == 2).all() and np.isfinite(ev["msg_bytes"][nccl]).all()
 

@@ -9,15 +9,18 @@ Each piece is decoded by msgspec straight into small typed structs of the fields
 (``_Event``), then each column is one list comprehension and one numpy conversion; a
 piece holding anything those types do not take is decoded by orjson into dicts and read
 by the dict scan instead, which gives the same columns and names what is wrong.
-Measured (2-core VM, best of 5, in-process): the H200 trace (0.75 MB gz, 11.7 MB of JSON)
-reads in 76 ms (127 ms with orjson dicts for every piece); the twin's 8 ranks × 60 steps
-(39.5 MB of JSON) in 370 ms (481 ms). Of that, msgspec's decode is ~1/3, zlib ~1/8.
+Measured (2-core VM, best of 5, in-process, 2026-12): the H200 trace (0.75 MB gz, 11.7 MB of
+JSON) reads in 44 ms; the twin's 8 ranks × 60 steps (39.5 MB of JSON) in 189 ms. Of one twin rank
+(31.5 MB of JSON, 207k events), zlib takes ~34 ms, msgspec's decode ~85 ms and the columns ~45 ms
+(~75 ms while the flow events had columns too: see ``hpcwatch.traces``).
 
-The columns of ``KinetoTrace.events`` and ``.flows`` are described in ``hpcwatch.traces``.
+The columns of ``KinetoTrace.events`` are described in ``hpcwatch.traces``. Flow events (``s``/``f``)
+are skipped with the other non-complete ones: see ``hpcwatch.traces`` for why.
 
 A trace without a single complete event is a ParseError. Lenient on purpose: instant
-(``i``), counter (``C``) and metadata (``M``) events are skipped except process labels; unknown categories get ``OTHER``; a missing ``dur``
-is 0. The reader does not check that events nest or that flows pair up.
+(``i``), counter (``C``), flow (``s``/``f``) and metadata (``M``) events are skipped, except
+process labels; unknown categories get ``OTHER``; a missing ``dur`` is 0. The reader does not
+check that events nest.
 """
 
 from __future__ import annotations
@@ -138,20 +141,20 @@ class _Unusual(Exception):
     """A piece has an event the fast scan does not take; the lenient scan reads that piece."""
 
 
-def _scan(events: list, names: _Names, codes: _Codes, rows: list, colls: list, flows: list) -> str | None:
+def _scan(events: list, names: _Names, codes: _Codes, rows: list, colls: list) -> str | None:
     """Append the row of each ``X`` event, the (row, coll_id, msg_bytes, group_size) of each collective
-    (a few in thousands, so they are not in every row) and the (ts, id, start, ac2g) of each flow event.
+    (a few in thousands, so they are not in every row).
 
     The hot loop of the reader: one C call fetches an event's fields, one short-lived tuple
     per event, no function call per field; values are checked when the rows become numpy
-    columns (``_as_column``). Anything unusual (a missing ``ph``, ``args`` not a dict, a
-    flow without a numeric time or an int id…) raises, and the piece is read by
+    columns (``_as_column``). Anything unusual (a missing ``ph``, ``args`` not a dict…)
+    raises, and the piece is read by
     ``_scan_lenient`` instead, which says what is wrong and where. ``codes`` is ``CAT``
     plus the unknown categories met so far (code 0). Returns the host name of a
     ``process_name`` metadata event, if the piece has one.
     """
     ids, intern = names.ids, names
-    append, flow = rows.append, flows.append
+    append = rows.append
     host = None
     for ev in events:
         ph = ev["ph"]
@@ -165,11 +168,6 @@ def _scan(events: list, names: _Names, codes: _Codes, rows: list, colls: list, f
             if "Collective name" in args and args["Collective name"] is not None:
                 colls.append((len(rows), intern(str(args["Collective name"])), _msg_bytes(args), _group_size(args)))
             append((ts, dur, code, nid, args["stream"] if "stream" in args else -1, pid, tid, correlation))
-        elif ph == "s" or ph == "f":
-            ts, fid = ev["ts"], ev["id"]
-            if (type(ts) is not float and type(ts) is not int) or type(fid) is not int:
-                raise _Unusual
-            flow((ts, fid, ph == "s", ev["cat"] == "ac2g"))
         elif ph == "M" and host is None:
             host = _hostname(ev)
     return host
@@ -212,7 +210,6 @@ class _Event(msgspec.Struct, gc=False):
     ts: float = math.nan
     dur: float = 0.0
     args: _Args = _NO_TYPED_ARGS
-    id: int = -1
 
 
 _TYPED_EVENTS = msgspec.json.Decoder(list[_Event])
@@ -262,20 +259,6 @@ def _typed_names(xs: list[_Event], args: list[_Args], names: _Names) -> tuple[li
     return colls, name_ids
 
 
-def _typed_flows(events: list[_Event], path: str) -> dict[str, np.ndarray]:
-    flows = [e for e in events if e.ph == "s" or e.ph == "f"]
-    ts = np.asarray([e.ts for e in flows], dtype=np.float64)
-    if np.isnan(ts).any():   # a flow without a time
-        raise _Unusual
-    try:
-        ids = np.asarray([e.id for e in flows], dtype=np.int64)
-    except OverflowError:   # the dict scan says so (or takes a float beyond 64 bits as -1, as orjson reads it)
-        raise _Unusual from None
-    return {"id": ids, "ts_us": ts,
-            "start": np.asarray([e.ph == "s" for e in flows], dtype=bool),
-            "cat": np.where(np.asarray([e.cat == "ac2g" for e in flows], dtype=bool), 1, 2).astype(np.int8)}
-
-
 def _typed_hostname(events: list[_Event]) -> str | None:
     return next((e.args.hostname for e in events
                  if e.ph == "M" and e.name == "process_name" and e.args.hostname is not None), None)
@@ -293,8 +276,7 @@ def _hostname(ev: Mapping[str, Any]) -> str | None:
     return (ev.get("args") or _NO_ARGS).get("hostname")
 
 
-def _scan_lenient(events: list, path: str, names: _Names, offset: int, rows: list, colls: list,
-                  flows: list) -> str | None:
+def _scan_lenient(events: list, path: str, names: _Names, offset: int, rows: list, colls: list) -> str | None:
     """``_scan`` for pieces with unusual events: each event on its own, a ParseError naming it."""
     host = None
     for index, ev in enumerate(events):
@@ -307,8 +289,6 @@ def _scan_lenient(events: list, path: str, names: _Names, offset: int, rows: lis
                 if (coll := args.get("Collective name")) is not None:
                     colls.append((len(rows), names(str(coll)), _msg_bytes(args), _group_size(args)))
                 rows.append(row)
-            elif ph == "s" or ph == "f":
-                flows.append(_flow_lenient(ev, path, offset + index))
             elif ph == "M" and host is None:
                 host = _hostname(ev)
         except (KeyError, TypeError, AttributeError) as err:
@@ -317,19 +297,9 @@ def _scan_lenient(events: list, path: str, names: _Names, offset: int, rows: lis
     return host
 
 
-def _flow_lenient(ev: Mapping[str, Any], path: str, index: int) -> tuple:
-    try:
-        ts = float(ev["ts"])
-    except (KeyError, TypeError, ValueError) as err:
-        raise ParseError(f"traceEvents[{index}]: flow event without a time", path=path,
-                         text=str(ev)[:200]) from err
-    return ts, _int_or(ev.get("id"), -1), ev.get("ph") == "s", ev.get("cat") == "ac2g"
-
-
 _DTYPES = (np.float64, np.float64, np.int8, np.int32, np.int32, np.int64, np.int64, np.int64)
 _ROW_COLUMNS = ("ts_us", "dur_us", "cat", "name_id", "stream", "pid", "tid", "correlation")
 _TABLE_COLUMNS = _ROW_COLUMNS + ("coll_id", "msg_bytes", "group_size")
-_FLOW_COLUMNS = ("id", "ts_us", "start", "cat")
 
 
 # Columns whose values may be strings in some traces (Kineto writes pid "Spans", stream "N/A"):
@@ -362,24 +332,14 @@ def _row_table(cols: Sequence[Sequence], colls: list[tuple], path: str) -> dict[
     return table
 
 
-def _flow_table(flows: list[tuple], path: str) -> dict[str, np.ndarray]:
-    ts, ids, start, ac2g = zip(*flows) if flows else ((), (), (), ())
-    try:
-        id_col = np.asarray(ids, dtype=np.int64)
-    except OverflowError as err:
-        raise ParseError(f"a flow event has an id beyond 64 bits ({shown(err, 120)})", path=path) from err
-    return {"id": id_col, "ts_us": np.asarray(ts, dtype=np.float64), "start": np.asarray(start, dtype=bool),
-            "cat": np.where(np.asarray(ac2g, dtype=bool), 1, 2).astype(np.int8)}
-
-
 class _Tables:
-    """Rows and flows of the pieces read so far, turned into numpy columns a piece at a time."""
+    """Rows of the pieces read so far, turned into numpy columns a piece at a time."""
 
     def __init__(self, path: str) -> None:
         self.path = path
         self.names = _Names()
         self.codes = _Codes(CAT)
-        self.parts: list[tuple[dict, dict]] = []
+        self.parts: list[dict[str, np.ndarray]] = []
         self.hostname: str | None = None
 
     def add(self, piece: _TypedPiece | list, offset: int) -> int:
@@ -395,32 +355,29 @@ class _Tables:
 
     def _add_typed(self, events: list[_Event]) -> None:
         # Should this fail half-way, the names it interned are those the dict scan interns first, in the same order.
-        rows, flows = _typed_rows(events, self.names, self.codes, self.path), _typed_flows(events, self.path)
+        rows = _typed_rows(events, self.names, self.codes, self.path)
         self.hostname = self.hostname or _typed_hostname(events)
-        self.parts.append((rows, flows))
+        self.parts.append(rows)
 
     def _add_dicts(self, events: list, offset: int) -> None:
         rows: list[tuple] = []
         colls: list[tuple] = []
-        flows: list[tuple] = []
         try:
-            host = _scan(events, self.names, self.codes, rows, colls, flows)
+            host = _scan(events, self.names, self.codes, rows, colls)
         except (_Unusual, KeyError, TypeError, AttributeError):
-            rows, colls, flows = [], [], []   # the lenient scan reads the piece again
-            host = _scan_lenient(events, self.path, self.names, offset, rows, colls, flows)
+            rows, colls = [], []   # the lenient scan reads the piece again
+            host = _scan_lenient(events, self.path, self.names, offset, rows, colls)
         self.hostname = self.hostname or host
-        self._flush(rows, colls, flows)
+        self._flush(rows, colls)
 
-    def _flush(self, rows: list[tuple], colls: list[tuple], flows: list[tuple]) -> None:
+    def _flush(self, rows: list[tuple], colls: list[tuple]) -> None:
         cols = list(zip(*rows)) if rows else [()] * len(_ROW_COLUMNS)
-        self.parts.append((_row_table(cols, colls, self.path), _flow_table(flows, self.path)))
+        self.parts.append(_row_table(cols, colls, self.path))
 
-    def columns(self) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
+    def columns(self) -> dict[str, np.ndarray]:
         if not self.parts:
-            self._flush([], [], [])
-        events = {k: np.concatenate([part[0][k] for part in self.parts]) for k in _TABLE_COLUMNS}
-        flows = {k: np.concatenate([part[1][k] for part in self.parts]) for k in _FLOW_COLUMNS}
-        return events, flows
+            self._flush([], [])
+        return {k: np.concatenate([part[k] for part in self.parts]) for k in _TABLE_COLUMNS}
 
 
 @contextmanager
@@ -437,19 +394,18 @@ def _gc_paused() -> Iterator[None]:
             gc.enable()
 
 
-def _columns(pieces: Iterable[list], path: str) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray], list[str],
-                                                          str | None]:
+def _columns(pieces: Iterable[list], path: str) -> tuple[dict[str, np.ndarray], list[str], str | None]:
     """Columns of the events, built piece by piece (each piece a list of decoded events)."""
     tables, offset = _Tables(path), 0
     with _gc_paused():
         for events in pieces:
             offset += tables.add(events, offset)
             del events   # see _Pieces: one piece's objects alive at a time
-    table, flows = tables.columns()
+    table = tables.columns()
     name_list = list(tables.names.ids)
     comm_names = np.array([is_comm_name(str(n)) for n in name_list] + [False], dtype=bool)
     table["comm"] = comm_names[table["name_id"]]
-    return table, flows, name_list, tables.hostname
+    return table, name_list, tables.hostname
 
 
 def _rank(doc: Mapping[str, Any], path: str) -> tuple[int, int | None, str]:
@@ -591,7 +547,7 @@ def parse_kineto(data: bytes | str | Mapping[str, Any], *, path: str | Path = "<
 
 def _trace(path: str | Path, doc: Mapping[str, Any], columns: tuple) -> KinetoTrace:
     path = str(path)
-    events, flows, names, hostname = columns
+    events, names, hostname = columns
     if not len(events["ts_us"]):
         # Every analysis of a trace reads its complete events; without them it is not a profile.
         raise ParseError('a trace without complete events (ph "X"): nothing was profiled', path=path)
@@ -601,7 +557,7 @@ def _trace(path: str | Path, doc: Mapping[str, Any], columns: tuple) -> KinetoTr
     base = doc.get("baseTimeNanoseconds")
     meta = {k: v for k, v in doc.items() if k not in ("traceEvents", "deviceProperties")}
     return KinetoTrace(path=path, rank=rank, world_size=world, rank_from=rank_from, names=tuple(str(n) for n in names),
-                       events=events, flows=flows, base_time_ns=base if isinstance(base, int) else None,
+                       events=events, base_time_ns=base if isinstance(base, int) else None,
                        backend=info.get("backend"), devices=devices, hostname=hostname or meta.get("hostname"),
                        metadata=meta)
 
