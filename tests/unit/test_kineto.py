@@ -204,8 +204,10 @@ ODD_EVENTS = [
     {"ph": "X", "cat": "cpu_op", "name": "textts", "ts": "12.5", "dur": 1, "pid": 1, "tid": 1},  # time as text
     {"ph": "X", "cat": 3, "name": "intcat", "ts": 5, "dur": 1, "pid": 1, "tid": 1},       # category not a string
     {"ph": "X", "cat": "kernel", "name": "floatpid", "ts": 5, "dur": 1, "pid": 2.0, "tid": 1},
-    {"ph": "s", "id": "0x1f", "ts": 0.5, "cat": "ac2g"},                                   # id as text: -1
-    {"ph": "f", "id": 3.0, "ts": 0.5, "cat": "ac2g"},                                      # id as a float: 3
+    {"ph": "s", "id": "0x1f", "ts": 0.5, "cat": "ac2g"},                                   # flows: skipped
+    {"ph": "f", "id": 3.0, "ts": "soon", "cat": "ac2g"},
+    {"ph": "Z", "name": "a phase the format does not have"},                                # dict scan: skipped
+    {"ph": "(", "name": "context begin", "ts": 5},
     {"ph": "M", "name": "process_name", "pid": 1, "args": {"name": "python", "hostname": "node7"}},
     {"ph": "X", "cat": "cpu_op", "name": "record_param_comms", "ts": 6, "dur": 1, "pid": 1, "tid": 1,
      "args": {"Collective name": "allreduce", "In msg nelems": 8, "dtype": "Float", "Group size": 4}},

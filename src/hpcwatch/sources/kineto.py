@@ -6,7 +6,7 @@
 so the reader turns the events into numpy columns, reading, un-gzipping and decoding the
 file 64 KiB at a time, and keeps no Python object per event past its piece (STYLE §3).
 Each piece is decoded by msgspec straight into small typed structs of the fields we read
-(``_Event``), then each column is one list comprehension and one numpy conversion; a
+(``_Complete``; other phases are read past), then each column is one list comprehension and one numpy conversion; a
 piece holding anything those types do not take is decoded by orjson into dicts and read
 by the dict scan instead, which gives the same columns and names what is wrong.
 Measured (2-core VM, best of 5, in-process, 2026-12): the H200 trace (0.75 MB gz, 11.7 MB of
@@ -33,7 +33,7 @@ from pathlib import Path
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from operator import itemgetter
-from typing import Any, Mapping, NamedTuple
+from typing import Any, Mapping, NamedTuple, Union
 
 import msgspec
 import numpy as np
@@ -199,10 +199,9 @@ class _Args(msgspec.Struct, frozen=True, gc=False):
 _NO_TYPED_ARGS = _Args()
 
 
-class _Event(msgspec.Struct, gc=False):
-    """An event of ``traceEvents`` with the fields we read (JSON has no NaN: a NaN ``ts`` is a missing one)."""
+class _Complete(msgspec.Struct, tag_field="ph", tag="X", gc=False):
+    """A complete event (``ph`` ``X``) with the fields we read (JSON has no NaN: a NaN ``ts`` is a missing one)."""
 
-    ph: str = ""
     cat: str = ""
     name: str = ""
     pid: int | str = -1
@@ -212,13 +211,29 @@ class _Event(msgspec.Struct, gc=False):
     args: _Args = _NO_TYPED_ARGS
 
 
-_TYPED_EVENTS = msgspec.json.Decoder(list[_Event])
+class _Metadata(msgspec.Struct, tag_field="ph", tag="M", gc=False):
+    """A metadata event: ``process_name`` may carry the host's name."""
+
+    name: str = ""
+    args: _Args = _NO_TYPED_ARGS
+
+
+#: Every other phase of the Trace Event Format (its spec, "Event Descriptions"), decoded into a struct
+#: without fields: msgspec reads past the event and makes no string of it. Flows, instants and counters
+#: are most of a kernel-level trace's events besides the complete ones: decoding a twin rank (207k events,
+#: half of them flows) takes 68 ms this way, 95 ms into one struct type for every event. A phase not in the
+#: list (or an event without ``ph``) fails to validate: its piece goes to the dict scan, which skips it.
+_SKIPPED_PHASES = ("B", "E", "i", "I", "C", "b", "n", "e", "S", "T", "p", "F", "s", "t", "f", "P", "N", "O", "D",
+                   "V", "v", "R", "c", "(", ")")
+_SKIPPED = tuple(msgspec.defstruct(f"_Skipped{i}", [], tag_field="ph", tag=ph, gc=False)
+                 for i, ph in enumerate(_SKIPPED_PHASES))
+_TYPED_EVENTS = msgspec.json.Decoder(list[Union[(_Complete, _Metadata, *_SKIPPED)]])
 
 
 class _TypedPiece(NamedTuple):
-    """A piece decoded into ``_Event`` s, with its text for the dict scan should it hold something unusual."""
+    """A piece decoded into typed events, with its text for the dict scan should it hold something unusual."""
 
-    events: list[_Event]
+    events: list
     text: bytes
 
 
@@ -232,9 +247,9 @@ def _decode_piece(text: bytes) -> _TypedPiece | list | None:
         return None
 
 
-def _typed_rows(events: list[_Event], names: _Names, codes: _Codes, path: str) -> dict[str, np.ndarray]:
+def _typed_rows(events: list, names: _Names, codes: _Codes, path: str) -> dict[str, np.ndarray]:
     """The row table (``_row_table``) of a typed piece's complete events, a list comprehension per column."""
-    xs = [e for e in events if e.ph == "X"]
+    xs = [e for e in events if type(e) is _Complete]
     args = [e.args for e in xs]
     colls, name_ids = _typed_names(xs, args, names)
     cols = ([e.ts for e in xs], [e.dur for e in xs], list(map(codes.__getitem__, [e.cat for e in xs])), name_ids,
@@ -245,7 +260,7 @@ def _typed_rows(events: list[_Event], names: _Names, codes: _Codes, path: str) -
     return table
 
 
-def _typed_names(xs: list[_Event], args: list[_Args], names: _Names) -> tuple[list[tuple], list[int]]:
+def _typed_names(xs: list[_Complete], args: list[_Args], names: _Names) -> tuple[list[tuple], list[int]]:
     """(collectives, name id of each event), interned in the order of the dict scan (each collective's
     name after its event's) so both scans number names alike."""
     at = [i for i, a in enumerate(args) if a.collective is not None]
@@ -259,9 +274,9 @@ def _typed_names(xs: list[_Event], args: list[_Args], names: _Names) -> tuple[li
     return colls, name_ids
 
 
-def _typed_hostname(events: list[_Event]) -> str | None:
+def _typed_hostname(events: list) -> str | None:
     return next((e.args.hostname for e in events
-                 if e.ph == "M" and e.name == "process_name" and e.args.hostname is not None), None)
+                 if type(e) is _Metadata and e.name == "process_name" and e.args.hostname is not None), None)
 
 
 def _x_fields(ev: Mapping[str, Any]) -> tuple:
@@ -353,7 +368,7 @@ class _Tables:
         self._add_dicts(piece, offset)
         return len(piece)
 
-    def _add_typed(self, events: list[_Event]) -> None:
+    def _add_typed(self, events: list) -> None:
         # Should this fail half-way, the names it interned are those the dict scan interns first, in the same order.
         rows = _typed_rows(events, self.names, self.codes, self.path)
         self.hostname = self.hostname or _typed_hostname(events)
