@@ -62,6 +62,7 @@ def _current_rss_mib() -> float:
 
 def child_ours(trace_dir: str) -> dict:
     import warnings
+    os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")   # as hpcwatch.cli sets it, before numpy loads
 
     from hpcwatch.analysis.steps import anatomy_from_traces, temporal_breakdown
     from hpcwatch.sources.kineto import read_kineto
