@@ -163,8 +163,11 @@ def _take(from_front: bool) -> int | None:
         front, back = _UNTAKEN[0], _UNTAKEN[1]
         if front > back:
             return None
-        _UNTAKEN[0 if from_front else 1] = front + 1 if from_front else back - 1
-        return front if from_front else back
+        if from_front:
+            _UNTAKEN[0] = front + 1
+            return front
+        _UNTAKEN[1] = back - 1
+        return back
 
 
 def _reduce_share(from_front: bool = True) -> list[tuple[int, tuple[RankReduction, tuple[str, ...]]]]:
@@ -246,15 +249,15 @@ def _reduce_in_processes(files: list[Input], processes: int) -> list[tuple[RankR
             readers = [pool.submit(_reduce_share) for _ in range(processes - 1)]
             try:
                 done = dict(_reduce_share(from_front=False))
-            except BaseException:
-                with _UNTAKEN.get_lock():   # the readers stop after the rank they are reading
+                for reader in readers:
+                    try:
+                        done.update(reader.result())
+                    except BrokenProcessPool as err:   # a reader was killed (out of memory?): its ranks are read here
+                        _warn([f"a reader process stopped ({err}); its ranks are read in this process"])
+            except BaseException:   # a broken rank, here or in a reader: the others stop after the rank they read
+                with _UNTAKEN.get_lock():
                     _UNTAKEN[0] = len(files)
                 raise
-            for reader in readers:
-                try:
-                    done.update(reader.result())
-                except BrokenProcessPool as err:   # a reader was killed (out of memory?): its ranks are read here
-                    _warn([f"a reader process stopped ({err}); its ranks are read in this process"])
         from hpcwatch.reports.steps import reduce_trace_file
         return [done[i] if i in done else reduce_trace_file(files[i].path) for i in range(len(files))]
     finally:
