@@ -11,7 +11,7 @@ piece holding anything those types do not take is decoded by orjson into dicts a
 by the dict scan instead, which gives the same columns and names what is wrong.
 Measured (2-core VM, best of 5, in-process, 2026-12): the H200 trace (0.75 MB gz, 11.7 MB of
 JSON) reads in 44 ms; the twin's 8 ranks × 60 steps (39.5 MB of JSON) in 189 ms. Of one twin rank
-(31.5 MB of JSON, 207k events), zlib takes ~34 ms, msgspec's decode ~85 ms and the columns ~45 ms
+(31.5 MB of JSON, 207k events), zlib takes ~34 ms, msgspec's decode ~68 ms and the columns ~45 ms
 (~75 ms while the flow events had columns too: see ``hpcwatch.traces``).
 
 The columns of ``KinetoTrace.events`` are described in ``hpcwatch.traces``. Flow events (``s``/``f``)
