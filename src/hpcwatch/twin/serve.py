@@ -43,6 +43,7 @@ the server is tested without the simulator.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import errno
 import sys
 import time
@@ -180,7 +181,9 @@ class TwinEndpoints:
     def stop(self) -> None:
         loop, thread = self._loop, self._thread
         if loop is not None and thread is not None and thread.is_alive():
-            loop.call_soon_threadsafe(loop.stop)
+            # A failed bind closes the loop on its own thread, which may not have returned yet.
+            with contextlib.suppress(RuntimeError):
+                loop.call_soon_threadsafe(loop.stop)
             thread.join(timeout=10)
         self._loop = self._thread = None
 
@@ -270,8 +273,8 @@ class TwinEndpoints:
         try:
             loop.run_until_complete(self._bind_all(servers))
         except BaseException as err:
+            _close(loop, servers)      # the ports bound so far are free again when start() raises
             bound.set_exception(err)
-            _close(loop, servers)
             return
         bound.set_result(None)
         ticker = loop.create_task(self._tick()) if self.config.tick_s > 0 else None
