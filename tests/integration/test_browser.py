@@ -437,7 +437,8 @@ def test_alert_count_and_an_entry_opens_its_card_and_lights_its_job(problem_page
     assert "Straggler" in entry.text_content() and "rank" in entry.text_content()
     entry.click()
     assert "node1/2" in pg.locator("#card-title").inner_text()
-    assert "el=gpu%3Anode1%2F2" in _address(pg) or "el=gpu:node1/2" in _address(pg)
+    address = _address(pg)
+    assert "el=gpu%3Anode1%2F2" in address or "el=gpu:node1/2" in address
     job = pg.locator("#alerts-list [data-highlight-job]").first.get_attribute("data-highlight-job")
     assert not pg.locator("#alerts-list").is_visible()     # opening an entry closes the list
     pg.click("#alerts-toggle")
@@ -471,11 +472,12 @@ def test_url_restores_mode_selection_and_job(page, server):
     assert page.locator("#job-chip").is_visible() and job in page.locator("#job-chip-text").text_content()
     _shot(page, "15-5-url-restored")
     page.click("[data-view='observer']")
-    assert "mode=observer" in _address(page) and f"job={job}" in _address(page)
+    address = _address(page)
+    assert "mode=observer" in address and f"job={job}" in address
     page.keyboard.press("Escape")
     assert "el=" not in _address(page)
     page.click("[data-view='schematic']")
-    assert "mode=" not in _address(page)                         # the default mode is not spelt out
+    assert "mode=" not in _address(page)                   # the default mode is not spelt out
 
 
 def test_stale_data_is_greyed_with_its_age(browser, server):
