@@ -44,8 +44,13 @@ def time_case(argv: list[str], *, env: dict[str, str], repeat: int) -> list[floa
     times = []
     for _ in range(repeat + 1):
         t0 = time.perf_counter()
-        subprocess.run([sys.executable, "-c", _ENTRY, *argv], env=env, check=True, stdout=subprocess.DEVNULL,
-                       stderr=subprocess.DEVNULL)
+        subprocess.run(
+            [sys.executable, "-c", _ENTRY, *argv],
+            env=env,
+            check=True,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
         times.append(time.perf_counter() - t0)
     return times[1:]
 

@@ -87,12 +87,12 @@ def main() -> None:
             t2 = time.thread_time()
             _hooked_step(rec_sketch, step, model, opt, x, y, grads=True)
             t3 = time.thread_time()
-            if step >= 3:                       # warm-up
+            if step >= 3:  # warm-up
                 plain.append(t1 - t0)
                 hooked.append(t2 - t1)
                 sketched.append(t3 - t2)
         loss = F.cross_entropy(model(x), y)
-        loss.backward()                         # gradients present for the direct cost
+        loss.backward()  # gradients present for the direct cost
         cost_grads = statistics.median(_hook_cost_s(rec, model, 10_000 + i, grads=True) for i in range(30))
         cost_phases = statistics.median(_hook_cost_s(rec, model, 20_000 + i, grads=False) for i in range(30))
         cost_sketch = statistics.median(_hook_cost_s(rec_sketch, model, 30_000 + i, grads=True) for i in range(30))
@@ -101,12 +101,16 @@ def main() -> None:
     step_s = statistics.median(plain)
     print(f"model {params / 1e6:.1f}M parameters, batch 256, CPU, 1 thread, {len(plain)} steps each")
     for name, times in (("with hook", hooked), ("with hook + sketch", sketched)):
-        print(f"median step: plain {step_s * 1e3:.2f} ms, {name} {statistics.median(times) * 1e3:.2f} ms "
-              f"({100 * (statistics.median(times) / step_s - 1):+.2f} %, CPU time, includes noise)")
-    print(f"hook's own cost per step: phases + loss + write {cost_phases * 1e6:.0f} µs "
-          f"({100 * cost_phases / step_s:.2f} % of the step); with gradient norm/NaN count {cost_grads * 1e6:.0f} µs "
-          f"({100 * cost_grads / step_s:.2f} %); with the 32-bucket gradient sketch too {cost_sketch * 1e6:.0f} µs "
-          f"({100 * cost_sketch / step_s:.2f} %)")
+        print(
+            f"median step: plain {step_s * 1e3:.2f} ms, {name} {statistics.median(times) * 1e3:.2f} ms "
+            f"({100 * (statistics.median(times) / step_s - 1):+.2f} %, CPU time, includes noise)"
+        )
+    print(
+        f"hook's own cost per step: phases + loss + write {cost_phases * 1e6:.0f} µs "
+        f"({100 * cost_phases / step_s:.2f} % of the step); with gradient norm/NaN count {cost_grads * 1e6:.0f} µs "
+        f"({100 * cost_grads / step_s:.2f} %); with the 32-bucket gradient sketch too {cost_sketch * 1e6:.0f} µs "
+        f"({100 * cost_sketch / step_s:.2f} %)"
+    )
 
 
 if __name__ == "__main__":

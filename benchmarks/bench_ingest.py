@@ -70,9 +70,11 @@ def bench_size(work: Path, size_mb: int) -> None:
     db = work / f"store_{size_mb}"
     shutil.rmtree(db, ignore_errors=True)
     wall, rss_kib, _ = run_measured(["ingest", str(src), "--db", str(db), "--json"])
-    again, _, done = run_measured(["ingest", str(src), "--db", str(db), "--json"])
-    print(f"{size / 1e6:8.0f} MB: ingest {wall:6.2f} s = {size / 1e6 / wall:6.1f} MB/s, peak RSS "
-          f"{rss_kib / 1024:6.0f} MiB (whole process); re-ingest (already in the store) {again:5.2f} s")
+    again, _, _done = run_measured(["ingest", str(src), "--db", str(db), "--json"])
+    print(
+        f"{size / 1e6:8.0f} MB: ingest {wall:6.2f} s = {size / 1e6 / wall:6.1f} MB/s, peak RSS "
+        f"{rss_kib / 1024:6.0f} MiB (whole process); re-ingest (already in the store) {again:5.2f} s"
+    )
 
 
 def bench_readers(work: Path, readers: int) -> None:
@@ -82,8 +84,11 @@ def bench_readers(work: Path, readers: int) -> None:
         write_input(src, 100)
     db = work / "store_concurrent"
     shutil.rmtree(db, ignore_errors=True)
-    subprocess.run(HPCWATCH + ["ingest", "--db", str(db), str(Path(__file__).parents[1] / "tests/data/slurm/squeue.json")],
-                   check=True, capture_output=True)
+    subprocess.run(
+        HPCWATCH + ["ingest", "--db", str(db), str(Path(__file__).parents[1] / "tests/data/slurm/squeue.json")],
+        check=True,
+        capture_output=True,
+    )
     latencies: list[float] = []
     failures: list[str] = []
     stop = threading.Event()
@@ -104,9 +109,11 @@ def bench_readers(work: Path, readers: int) -> None:
     for t in threads:
         t.join()
     q = statistics.quantiles(latencies, n=20) if len(latencies) >= 20 else [max(latencies)] * 19
-    print(f"{readers} readers during a {wall:.1f} s ingest: {len(latencies)} `hpcwatch jobs` runs, "
-          f"p50 {statistics.median(latencies):.2f} s, p95 {q[18]:.2f} s (whole process), {len(failures)} failed"
-          + (f": {failures[0]}" if failures else ""))
+    print(
+        f"{readers} readers during a {wall:.1f} s ingest: {len(latencies)} `hpcwatch jobs` runs, "
+        f"p50 {statistics.median(latencies):.2f} s, p95 {q[18]:.2f} s (whole process), {len(failures)} failed"
+        + (f": {failures[0]}" if failures else "")
+    )
 
 
 def main() -> None:

@@ -68,9 +68,11 @@ def node_scrape(node: int, rng: random.Random, jobs: list[str]) -> str:
     gpus = []
     for g in range(8):
         uuid = "GPU-%08x-%04x-%04x-%04x-%012x" % tuple(rng.getrandbits(b) for b in (32, 16, 16, 16, 48))
-        label = (f'gpu="{g}",UUID="{uuid}",pci_bus_id="00000000:{0x18 + 0x10 * g:02X}:00.0",device="nvidia{g}",'
-                 f'modelName="NVIDIA H100 80GB HBM3",Hostname="{host}",DCGM_FI_DRIVER_VERSION="580.159.04",'
-                 f'hpc_job="{jobs[(node * 8 + g) // 16 % len(jobs)]}"')
+        label = (
+            f'gpu="{g}",UUID="{uuid}",pci_bus_id="00000000:{0x18 + 0x10 * g:02X}:00.0",device="nvidia{g}",'
+            f'modelName="NVIDIA H100 80GB HBM3",Hostname="{host}",DCGM_FI_DRIVER_VERSION="580.159.04",'
+            f'hpc_job="{jobs[(node * 8 + g) // 16 % len(jobs)]}"'
+        )
         gpus.append(label)
     out = []
     for field, kind, doc in DCGM_FIELDS:
@@ -125,11 +127,14 @@ def whole_files(sizes_mb: list[int]) -> None:
         os.close(fd)
         try:
             size = write_file(path, megabytes)
-            out = subprocess.run([sys.executable, __file__, "--stream", path], check=True, capture_output=True,
-                                 text=True).stdout.split()
+            out = subprocess.run(
+                [sys.executable, __file__, "--stream", path], check=True, capture_output=True, text=True
+            ).stdout.split()
             rows, seconds, rss_mb = int(out[0]), float(out[1]), float(out[2])
-            print(f"read_prometheus_columns, whole file {size / 1e6:7.1f} MB: {rows} samples, {seconds:6.2f} s, "
-                  f"{size / 1e6 / seconds:6.1f} MB/s, peak RSS {rss_mb:6.1f} MB")
+            print(
+                f"read_prometheus_columns, whole file {size / 1e6:7.1f} MB: {rows} samples, {seconds:6.2f} s, "
+                f"{size / 1e6 / seconds:6.1f} MB/s, peak RSS {rss_mb:6.1f} MB"
+            )
         finally:
             os.unlink(path)
 
@@ -153,15 +158,18 @@ def main() -> None:
     assert table.column("host").null_count == 0 and table.column("job").null_count == 0
     ours, ours_cpu = best_ms(lambda: parse_prometheus_columns(text, t=0.0), args.repeat)
     rows, rows_cpu = best_ms(lambda: sum(1 for _ in parse_prometheus_text(text, t=0.0)), args.repeat)
-    ref, ref_cpu = best_ms(lambda: sum(len(f.samples) for f in text_string_to_metric_families(text)),
-                           max(1, args.repeat // 2))
+    ref, ref_cpu = best_ms(
+        lambda: sum(len(f.samples) for f in text_string_to_metric_families(text)), max(1, args.repeat // 2)
+    )
     print(f"text: {args.nodes} nodes x 8 GPUs, {lines} lines, {len(text) / 1e6:.1f} MB, {table.num_rows} samples")
     print("                                                   best wall   best CPU")
     print(f"parse_prometheus_columns (table with host/gpu/job): {ours:7.1f} ms {ours_cpu:7.1f} ms")
     print(f"parse_prometheus_text (one Sample per line):      {rows:7.1f} ms {rows_cpu:7.1f} ms")
     print(f"prometheus_client text_string_to_metric_families: {ref:7.1f} ms {ref_cpu:7.1f} ms")
-    print(f"prometheus_client / columns: {ref_cpu / ours_cpu:5.1f}x (CPU)   prometheus_client / per-sample: "
-          f"{ref_cpu / rows_cpu:5.1f}x (CPU)")
+    print(
+        f"prometheus_client / columns: {ref_cpu / ours_cpu:5.1f}x (CPU)   prometheus_client / per-sample: "
+        f"{ref_cpu / rows_cpu:5.1f}x (CPU)"
+    )
     print(f"calibration: sum(range(10**7)) takes {calibration:.0f} ms of CPU on this machine")
     print(f"goal < 50 ms (CPU, one core) for the columns: {'met' if ours_cpu < 50 else 'NOT met'}")
     if args.file_mb:

@@ -28,9 +28,9 @@ from pathlib import Path
 
 import numpy as np
 
+from hpcwatch.ingest import ingest_paths
 from hpcwatch.model import reference_cluster
 from hpcwatch.security.gradients import detect_gradient_anomalies, gradient_samples
-from hpcwatch.ingest import ingest_paths
 from hpcwatch.security.scan import ScanConfig, scan_store
 from hpcwatch.security.supply_chain import typosquat_of
 from hpcwatch.sources.pip import normalize_name
@@ -47,7 +47,7 @@ def scenarios() -> None:
         with tempfile.TemporaryDirectory() as tmp:
             fixture = write_threat_fixtures(tmp, name)
             t = time.perf_counter()
-            with Store(":memory:") as store:   # `hpcwatch scan DIR`: ingest, then every detector
+            with Store(":memory:") as store:  # `hpcwatch scan DIR`: ingest, then every detector
                 ingest_paths(store, [Path(tmp)], hosts=[n.name for n in cluster.nodes])
                 findings = scan_store(store, config=ScanConfig.for_cluster(cluster))
             elapsed = time.perf_counter() - t
@@ -59,8 +59,10 @@ def scenarios() -> None:
         tp, fp, found, planted = tp + good, fp + len(findings) - good, found + hit, planted + len(fixture.expected)
         recall = f"{hit}/{len(fixture.expected)}" if fixture.expected else "-"
         print(f"{name:28s} {len(findings):8d} {good:3d} {len(findings) - good:3d} {recall:>7s} {elapsed:7.2f}")
-    print(f"\nall scenarios: precision {tp / max(tp + fp, 1):.3f} ({tp}/{tp + fp} findings), "
-          f"recall {found / max(planted, 1):.3f} ({found}/{planted} planted rules)")
+    print(
+        f"\nall scenarios: precision {tp / max(tp + fp, 1):.3f} ({tp}/{tp + fp} findings), "
+        f"recall {found / max(planted, 1):.3f} ({found}/{planted} planted rules)"
+    )
     for vector, (vtp, vfp, vfound, vplanted) in sorted(per_vector.items()):
         print(f"  {vector:18s} precision {vtp / max(vtp + vfp, 1):.2f}  recall {vfound / max(vplanted, 1):.2f}")
 
@@ -82,8 +84,10 @@ def gradient_sweep(runs: int = 100) -> None:
     false_alarms = sum(bool(detect_gradient_anomalies(_run(rng))) for _ in range(runs))
     print(f"\ngradient norm detector, {runs} honest runs (8 ranks x 20 steps): {false_alarms} with a finding")
     for scale in (1.5, 2.0, 3.0, 5.0, 10.0):
-        caught = sum(any(f.evidence["rank"] == 3 for f in detect_gradient_anomalies(_run(rng, scale=scale)))
-                     for _ in range(runs // 2))
+        caught = sum(
+            any(f.evidence["rank"] == 3 for f in detect_gradient_anomalies(_run(rng, scale=scale)))
+            for _ in range(runs // 2)
+        )
         print(f"  rank 3 scales its gradient x{scale:<4}: caught in {caught}/{runs // 2} runs")
 
 
@@ -97,13 +101,14 @@ def twin_runs(nodes: int = 8, duration_s: float = 300.0) -> None:
     from hpcwatch.twin import Twin
     from hpcwatch.twin.run import sized_reference, write_run
     from hpcwatch.twin.threats import EXPECTED_RULES
+
     cluster = sized_reference(nodes)
     tp = fp = found = planted = 0
     print(f"\ntwin runs ({nodes} nodes, {duration_s:.0f} s simulated), findings by rule:")
     for name in THREAT_SCENARIOS:
         with tempfile.TemporaryDirectory() as tmp:
             write_run(Twin(cluster, seed=3, scenarios=[name]), tmp, duration_s=duration_s)
-            with Store(":memory:") as store:   # `hpcwatch scan DIR`: ingest, then every detector
+            with Store(":memory:") as store:  # `hpcwatch scan DIR`: ingest, then every detector
                 ingest_paths(store, [Path(tmp)], hosts=[n.name for n in cluster.nodes])
                 findings = scan_store(store, config=ScanConfig.for_cluster(cluster))
         expected = EXPECTED_RULES[name]
@@ -112,24 +117,29 @@ def twin_runs(nodes: int = 8, duration_s: float = 300.0) -> None:
         tp, fp = tp + good, fp + len(findings) - good
         found, planted = found + len(set(rules) & expected), planted + len(expected)
         print(f"  {name:26s} {len(findings):3d} findings {rules}")
-    print(f"  twin: precision {tp / max(tp + fp, 1):.3f} ({tp}/{tp + fp}); recall of the fixture rules "
-          f"{found / max(planted, 1):.3f} ({found}/{planted}) (the live twin plants fewer rules than the fixtures)")
+    print(
+        f"  twin: precision {tp / max(tp + fp, 1):.3f} ({tp}/{tp + fp}); recall of the fixture rules "
+        f"{found / max(planted, 1):.3f} ({found}/{planted}) (the live twin plants fewer rules than the fixtures)"
+    )
 
 
-def live_rescan(store_path: str | None = None, *, nodes: int = 16, duration_s: float = 600.0,
-                slice_s: float = 60.0) -> None:
+def live_rescan(
+    store_path: str | None = None, *, nodes: int = 16, duration_s: float = 600.0, slice_s: float = 60.0
+) -> None:
     """Seconds per periodic scan as the demo's store grows: full ``rescan`` against ``LiveScan``."""
     from hpcwatch.security.scan import LiveScan, rescan
+
     with tempfile.TemporaryDirectory() as tmp:
         if store_path is None:
             from hpcwatch.twin import Twin
             from hpcwatch.twin.run import sized_reference, write_run
+
             write_run(Twin(sized_reference(nodes), seed=0, scenarios=["threat_rdma"]), tmp, duration_s=duration_s)
             store_path = str(Path(tmp) / "run-store")
             with Store(store_path) as source:
                 ingest_paths(source, [Path(tmp)])
         with Store(store_path) as source, Store(":memory:") as full, Store(":memory:") as live:
-            (t0, t1), = source.query("SELECT min(t), max(t) FROM samples WHERE metric LIKE 'DCGM%'")
+            ((t0, t1),) = source.query("SELECT min(t), max(t) FROM samples WHERE metric LIKE 'DCGM%'")
             for target in (full, live):
                 target.add(source.jobs())
                 target.add(source.events())
@@ -154,6 +164,7 @@ def live_rescan(store_path: str | None = None, *, nodes: int = 16, duration_s: f
 
 if __name__ == "__main__":
     import sys
+
     if sys.argv[1:2] == ["live"]:
         live_rescan(sys.argv[2] if len(sys.argv) > 2 else None)
         raise SystemExit(0)

@@ -49,6 +49,7 @@ PROJECTED_WORKERS = (2, 8, 32, 128, 512, 1024)
 
 def _tree_rss_bytes(pid: int) -> int:
     import psutil
+
     try:
         root = psutil.Process(pid)
         procs = [root, *root.children(recursive=True)]
@@ -66,8 +67,9 @@ def _tree_rss_bytes(pid: int) -> int:
 def timed(argv: list[str]) -> tuple[float, int, str]:
     """(wall seconds, peak RSS of the process tree in bytes, stdout) of ``hpcwatch ARGV``."""
     t0 = time.perf_counter()
-    proc = subprocess.Popen([sys.executable, "-m", "hpcwatch", *argv], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, env=_ENV)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "hpcwatch", *argv], stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=_ENV
+    )
     peak, done = [0], threading.Event()
 
     def sample() -> None:
@@ -90,6 +92,7 @@ def reduce_and_cross_s(folder: Path) -> tuple[float, float]:
     """(mean seconds of ``reduce_trace_file`` over every rank, seconds of the cross-rank step), in this process."""
     from hpcwatch.cli.steps import steps_document
     from hpcwatch.reports.steps import reduce_trace_file, reduced_report
+
     paths = sorted(folder.glob("rank-*.json"))
     t0 = time.perf_counter()
     reductions = [reduce_trace_file(p)[0] for p in paths]
@@ -103,9 +106,12 @@ def reduce_and_cross_s(folder: Path) -> tuple[float, float]:
 def dask_costs(workers: int, tasks: int) -> tuple[float, float]:
     """(seconds to start and stop a LocalCluster of ``workers``, seconds per no-op task over ``tasks``)."""
     from distributed import Client, LocalCluster
+
     t0 = time.perf_counter()
-    with LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=None) as cluster, \
-            Client(cluster) as client:
+    with (
+        LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=None) as cluster,
+        Client(cluster) as client,
+    ):
         client.wait_for_workers(workers)
         started = time.perf_counter() - t0
         t1 = time.perf_counter()
@@ -126,15 +132,30 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=1)
     ap.add_argument("--json", type=Path, help="write the figures here (docs/scale.md reads them)")
     args = ap.parse_args()
-    load0 = os.getloadavg()[0]   # the machine may be shared: the figures are only as quiet as it was
+    load0 = os.getloadavg()[0]  # the machine may be shared: the figures are only as quiet as it was
     with tempfile.TemporaryDirectory(prefix="bench-steps-dask-") as tmp:
         folder = Path(tmp) / "traces"
-        write_s, _, _ = timed(["twin", "traces", "--out", str(folder), "--ranks", str(args.ranks), "--steps",
-                               str(args.steps), "--slow-rank", str(args.ranks // 2 + 5), "--json"])
+        write_s, _, _ = timed(
+            [
+                "twin",
+                "traces",
+                "--out",
+                str(folder),
+                "--ranks",
+                str(args.ranks),
+                "--steps",
+                str(args.steps),
+                "--slow-rank",
+                str(args.ranks // 2 + 5),
+                "--json",
+            ]
+        )
         size = sum(p.stat().st_size for p in folder.glob("rank-*.json"))
         single = [timed(["steps", str(folder), "--json"]) for _ in range(args.repeat)]
-        dask = [timed(["steps", str(folder), "--json", "--dask", "local", "--workers", str(args.workers)])
-                for _ in range(args.repeat)]
+        dask = [
+            timed(["steps", str(folder), "--json", "--dask", "local", "--workers", str(args.workers)])
+            for _ in range(args.repeat)
+        ]
         outputs = {out for _, _, out in single + dask}
         assert len(outputs) == 1, "steps --dask local and one process gave different --json documents"
         straggler = json.loads(single[0][2])["stragglers"]
@@ -145,14 +166,21 @@ def main() -> None:
             (tiny / name).symlink_to(folder / name)
         # The fixed cost of a --dask run, as typed: Dask's import, the cluster's start and stop, hpcwatch's
         # import in each worker, on a set of two ranks.
-        fixed_s = min(timed(["steps", str(tiny), "--json", "--dask", "local", "--workers", str(args.workers)])[0]
-                      for _ in range(args.repeat))
+        fixed_s = min(
+            timed(["steps", str(tiny), "--json", "--dask", "local", "--workers", str(args.workers)])[0]
+            for _ in range(args.repeat)
+        )
     start_s, task_s = dask_costs(args.workers, args.ranks)
     dask_s = min(w for w, _, _ in dask)
-    projected = {n: round(fixed_s + args.ranks * reduce_s / n + args.ranks * task_s + cross_s, 2)
-                 for n in PROJECTED_WORKERS}
+    projected = {
+        n: round(fixed_s + args.ranks * reduce_s / n + args.ranks * task_s + cross_s, 2) for n in PROJECTED_WORKERS
+    }
     figures = {
-        "ranks": args.ranks, "steps": args.steps, "bytes": size, "workers": args.workers, "cpus": os.cpu_count(),
+        "ranks": args.ranks,
+        "steps": args.steps,
+        "bytes": size,
+        "workers": args.workers,
+        "cpus": os.cpu_count(),
         "twin_write_s": round(write_s, 2),
         "set_s_single": round(min(w for w, _, _ in single), 2),
         "set_s_dask_local": round(dask_s, 2),
@@ -160,11 +188,14 @@ def main() -> None:
         "peak_rss_bytes_dask_local": max(r for _, r, _ in dask),
         "identical": True,
         "straggler_found": [s["rank"] for s in straggler],
-        "per_rank_reduce_s": round(reduce_s, 4), "cross_rank_s": round(cross_s, 3),
-        "cluster_start_s": round(start_s, 2), "per_task_overhead_s": round(task_s, 5), "fixed_s": round(fixed_s, 2),
+        "per_rank_reduce_s": round(reduce_s, 4),
+        "cross_rank_s": round(cross_s, 3),
+        "cluster_start_s": round(start_s, 2),
+        "per_task_overhead_s": round(task_s, 5),
+        "fixed_s": round(fixed_s, 2),
         "projected": projected,
         "projection": "T(N) = fixed_s + ranks*per_rank_reduce_s/N + ranks*per_task_overhead_s + cross_rank_s "
-                      "(fixed_s: steps --dask local on two ranks of the set, whole process)",
+        "(fixed_s: steps --dask local on two ranks of the set, whole process)",
         "load_average": {"start": load0, "end": os.getloadavg()[0]},
     }
     print(json.dumps(figures, indent=2))

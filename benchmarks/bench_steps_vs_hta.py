@@ -62,10 +62,12 @@ def _current_rss_mib() -> float:
 
 def child_ours(trace_dir: str) -> dict:
     import warnings
-    os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")   # as hpcwatch.cli sets it, before numpy loads
+
+    os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # as hpcwatch.cli sets it, before numpy loads
 
     from hpcwatch.analysis.steps import anatomy_from_traces, temporal_breakdown
     from hpcwatch.sources.kineto import read_kineto
+
     warnings.simplefilter("ignore")
     base = _current_rss_mib()
     t0, c0 = time.perf_counter(), time.process_time()
@@ -77,38 +79,58 @@ def child_ours(trace_dir: str) -> dict:
     t3 = time.perf_counter()
     anatomy_from_traces(traces)
     t4 = time.perf_counter()
-    return {"load_s": t1 - t0, "breakdown_s": t2 - t1, "cpu_s": c2 - c0, "anatomy_s": t4 - t3,
-            "peak_rss_mib": _rss_mib(),
-            "base_rss_mib": base,
-            "numbers": {r: [b.idle_us, b.compute_us, b.non_compute_us, b.kernel_us] for r, b in rows.items()},
-            "exact": {r: [b.idle_us, b.compute_us, b.non_compute_us, b.kernel_us] for r, b in exact.items()}}
+    return {
+        "load_s": t1 - t0,
+        "breakdown_s": t2 - t1,
+        "cpu_s": c2 - c0,
+        "anatomy_s": t4 - t3,
+        "peak_rss_mib": _rss_mib(),
+        "base_rss_mib": base,
+        "numbers": {r: [b.idle_us, b.compute_us, b.non_compute_us, b.kernel_us] for r, b in rows.items()},
+        "exact": {r: [b.idle_us, b.compute_us, b.non_compute_us, b.kernel_us] for r, b in exact.items()},
+    }
 
 
 def child_hta(trace_dir: str) -> dict:
     import logging
+
     logging.disable(logging.WARNING)
     from hta.trace_analysis import TraceAnalysis
+
     base = _current_rss_mib()
     t0, c0 = time.perf_counter(), time.process_time()
     analysis = TraceAnalysis(trace_dir=trace_dir)
     t1 = time.perf_counter()
     try:
         df = analysis.get_temporal_breakdown(visualize=False)
-        numbers = {int(r["rank"]): [float(r["idle_time(us)"]), float(r["compute_time(us)"]),
-                                    float(r["non_compute_time(us)"]), float(r["kernel_time(us)"])]
-                   for _, r in df.iterrows()}
+        numbers = {
+            int(r["rank"]): [
+                float(r["idle_time(us)"]),
+                float(r["compute_time(us)"]),
+                float(r["non_compute_time(us)"]),
+                float(r["kernel_time(us)"]),
+            ]
+            for _, r in df.iterrows()
+        }
         note = ""
     except AssertionError:
         numbers, note = _hta_blocks(analysis), "get_temporal_breakdown asserted; HTA building blocks used"
     t2, c2 = time.perf_counter(), time.process_time()
-    return {"load_s": t1 - t0, "breakdown_s": t2 - t1, "cpu_s": c2 - c0, "peak_rss_mib": _rss_mib(),
-            "base_rss_mib": base,
-            "numbers": numbers, "note": note}
+    return {
+        "load_s": t1 - t0,
+        "breakdown_s": t2 - t1,
+        "cpu_s": c2 - c0,
+        "peak_rss_mib": _rss_mib(),
+        "base_rss_mib": base,
+        "numbers": numbers,
+        "note": note,
+    }
 
 
 def _hta_blocks(analysis) -> dict:
     from hta.analyzers.breakdown_analysis import BreakdownAnalysis
     from hta.utils.utils import get_kernel_type, merge_kernel_intervals
+
     sym = analysis.t.symbol_table.get_sym_table()
     out = {}
     for rank, df in analysis.t.traces.items():
@@ -122,8 +144,9 @@ def _hta_blocks(analysis) -> dict:
 
 
 def _run(python: str, role: str, trace_dir: Path, *, env: dict | None = None) -> dict:
-    proc = subprocess.run([python, __file__, "--child", role, str(trace_dir)], capture_output=True, text=True,
-                          timeout=600, env=env)
+    proc = subprocess.run(
+        [python, __file__, "--child", role, str(trace_dir)], capture_output=True, text=True, timeout=600, env=env
+    )
     if proc.returncode != 0:
         raise SystemExit(f"{role} child failed:\n{proc.stderr[-3000:]}")
     return json.loads(proc.stdout.strip().splitlines()[-1])
@@ -209,11 +232,15 @@ def peak_memory(cmd: list[str], env: dict[str, str] | None = None) -> tuple[floa
 
 def _twin_set(folder: Path, ranks: int, steps: int) -> Path:
     import gzip
+
     import orjson
+
     from hpcwatch.twin.exposition import GpuTraceConfig, gpu_kineto_traces
+
     folder.mkdir(parents=True, exist_ok=True)
-    docs = gpu_kineto_traces(GpuTraceConfig(slow_rank=2, slow_backward_factor=1.15), steps=list(range(steps)),
-                             world_size=ranks)
+    docs = gpu_kineto_traces(
+        GpuTraceConfig(slow_rank=2, slow_backward_factor=1.15), steps=list(range(steps)), world_size=ranks
+    )
     for r, doc in docs.items():
         (folder / f"rank-{r}.json.gz").write_bytes(gzip.compress(orjson.dumps(doc), 6))
     return folder
@@ -230,18 +257,22 @@ def main_whole(args) -> None:
     sets.update({Path(p).name: Path(p) for p in args.set})
     with tempfile.TemporaryDirectory() as tmp:
         env = _cached_bytecode_env(Path(tmp) / "pycache")
-        script = Path(args.python).with_name("hpcwatch")   # what a user types: the venv's console script
+        script = Path(args.python).with_name("hpcwatch")  # what a user types: the venv's console script
         ours_cmd = [str(script), "steps"] if script.exists() else [args.python, "-m", "hpcwatch", "steps"]
         hta_cmd = [args.hta_python, "-c", _HTA_WHOLE]
-        for cmd in (ours_cmd, hta_cmd):   # untimed: writes each side's bytecode
+        for cmd in (ours_cmd, hta_cmd):  # untimed: writes each side's bytecode
             wall_time(cmd + [str(TRACES["hta_sampled_2ranks"])], env=env)
         for steps in (args.twin_steps or [60]) if args.twin_ranks else ():
             name = f"twin_{args.twin_ranks}ranks_{steps}steps"
             sets[name] = _twin_set(Path(tmp) / name, args.twin_ranks, steps)
-        print(f"ours: {' '.join(ours_cmd)} DIR --json; wall: best of {args.repeat}, alternating; memory: one "
-              "more run each, sampled")
-        print("set | MB gz (MB JSON), files | ours s | HTA s | speed-up | peak PSS MiB ours, HTA (ratio) | "
-              "peak RSS summed MiB ours, HTA (ratio)")
+        print(
+            f"ours: {' '.join(ours_cmd)} DIR --json; wall: best of {args.repeat}, alternating; memory: one "
+            "more run each, sampled"
+        )
+        print(
+            "set | MB gz (MB JSON), files | ours s | HTA s | speed-up | peak PSS MiB ours, HTA (ratio) | "
+            "peak RSS summed MiB ours, HTA (ratio)"
+        )
         for name, path in sets.items():
             folder = path
             if path.is_file():
@@ -252,13 +283,15 @@ def main_whole(args) -> None:
             inflated = sum(len(__import__("gzip").open(f).read()) for f in folder.iterdir())
             ours_argv, hta_argv = ours_cmd + [str(folder), "--json"], hta_cmd + [str(folder)]
             ours, hta = [], []
-            for _ in range(args.repeat):   # alternating, so that a slow spell of the machine hits both
+            for _ in range(args.repeat):  # alternating, so that a slow spell of the machine hits both
                 ours.append(wall_time(ours_argv, env=env))
                 hta.append(wall_time(hta_argv, env=env))
             (pss, rss), (hta_pss, hta_rss) = peak_memory(ours_argv, env=env), peak_memory(hta_argv, env=env)
-            print(f"{name} | {size / 2**20:.2f} ({inflated / 2**20:.1f}), {len(list(folder.iterdir()))} | "
-                  f"{min(ours):.3f} | {min(hta):.2f} | {min(hta) / min(ours):.1f}x | "
-                  f"{pss:.0f}, {hta_pss:.0f} ({pss / hta_pss:.2f}) | {rss:.0f}, {hta_rss:.0f} ({rss / hta_rss:.2f})")
+            print(
+                f"{name} | {size / 2**20:.2f} ({inflated / 2**20:.1f}), {len(list(folder.iterdir()))} | "
+                f"{min(ours):.3f} | {min(hta):.2f} | {min(hta) / min(ours):.1f}x | "
+                f"{pss:.0f}, {hta_pss:.0f} ({pss / hta_pss:.2f}) | {rss:.0f}, {hta_rss:.0f} ({rss / hta_rss:.2f})"
+            )
         helps = sorted(wall_time([*ours_cmd[:-1], "--help"], env=env) for _ in range(10))
     print(f"hpcwatch --help (10 runs): best {helps[0] * 1e3:.0f} ms, median {helps[5] * 1e3:.0f} ms")
 
@@ -268,8 +301,13 @@ def main() -> None:
     parser.add_argument("--whole", action="store_true", help="whole-process comparison (what a user runs)")
     parser.add_argument("--set", action="append", default=[], help="another trace folder or file (--whole)")
     parser.add_argument("--twin-ranks", type=int, default=8)
-    parser.add_argument("--twin-steps", type=int, action="append", default=[],
-                        help="steps of a twin set (repeatable; default 60; 360 is the 236 MB set)")
+    parser.add_argument(
+        "--twin-steps",
+        type=int,
+        action="append",
+        default=[],
+        help="steps of a twin set (repeatable; default 60; 360 is the 236 MB set)",
+    )
     parser.add_argument("--hta-python", default="/tmp/hta/bin/python")
     parser.add_argument("--python", default=sys.executable)
     parser.add_argument("--repeat", type=int, default=3)
@@ -294,14 +332,20 @@ def _report(name: str, ours: dict, hta: dict) -> None:
     g_ours = ours["peak_rss_mib"] - ours["base_rss_mib"]
     g_hta = hta["peak_rss_mib"] - hta["base_rss_mib"]
     print(f"\n== {name}")
-    print(f"time  load+breakdown: ours {t_ours:.3f} s (load {ours['load_s']:.3f}, breakdown {ours['breakdown_s']:.4f}, "
-          f"+anatomy {ours['anatomy_s']:.3f}); HTA {t_hta:.3f} s (load {hta['load_s']:.3f}, "
-          f"breakdown {hta['breakdown_s']:.3f})  -> {t_hta / t_ours:.1f}x faster")
-    print(f"CPU time load+breakdown: ours {ours['cpu_s']:.3f} s; HTA {hta['cpu_s']:.3f} s  -> "
-          f"{hta['cpu_s'] / ours['cpu_s']:.1f}x less CPU (steadier than wall time on a shared machine)")
-    print(f"peak RSS: ours {ours['peak_rss_mib']:.0f} MiB (+{g_ours:.0f} over imports); HTA {hta['peak_rss_mib']:.0f} "
-          f"MiB (+{g_hta:.0f})  -> {ours['peak_rss_mib'] / hta['peak_rss_mib']:.2f} of HTA's peak, "
-          f"{g_ours / max(g_hta, 1e-9):.2f} of its growth")
+    print(
+        f"time  load+breakdown: ours {t_ours:.3f} s (load {ours['load_s']:.3f}, breakdown {ours['breakdown_s']:.4f}, "
+        f"+anatomy {ours['anatomy_s']:.3f}); HTA {t_hta:.3f} s (load {hta['load_s']:.3f}, "
+        f"breakdown {hta['breakdown_s']:.3f})  -> {t_hta / t_ours:.1f}x faster"
+    )
+    print(
+        f"CPU time load+breakdown: ours {ours['cpu_s']:.3f} s; HTA {hta['cpu_s']:.3f} s  -> "
+        f"{hta['cpu_s'] / ours['cpu_s']:.1f}x less CPU (steadier than wall time on a shared machine)"
+    )
+    print(
+        f"peak RSS: ours {ours['peak_rss_mib']:.0f} MiB (+{g_ours:.0f} over imports); HTA {hta['peak_rss_mib']:.0f} "
+        f"MiB (+{g_hta:.0f})  -> {ours['peak_rss_mib'] / hta['peak_rss_mib']:.2f} of HTA's peak, "
+        f"{g_ours / max(g_hta, 1e-9):.2f} of its growth"
+    )
     if hta.get("note"):
         print(f"HTA: {hta['note']}")
     for rank, theirs in hta["numbers"].items():
@@ -310,16 +354,22 @@ def _report(name: str, ours: dict, hta: dict) -> None:
         print(f"rank {rank} µs   HTA " + " ".join(f"{k}={v:.0f}" for k, v in zip(labels, theirs)))
         print(f"rank {rank} µs  ours " + " ".join(f"{k}={v:.0f}" for k, v in zip(labels, mine)) + "  (HTA rounding)")
         diff = max(abs(a / exact[3] - b / theirs[3]) for a, b in zip(exact[:3], theirs[:3]))
-        print(f"rank {rank} µs exact " + " ".join(f"{k}={v:.1f}" for k, v in zip(labels, exact))
-              + f"  (no rounding: max share difference {100 * diff:.2f} points)")
+        print(
+            f"rank {rank} µs exact "
+            + " ".join(f"{k}={v:.1f}" for k, v in zip(labels, exact))
+            + f"  (no rounding: max share difference {100 * diff:.2f} points)"
+        )
 
 
 def _report_exact(ours: dict, hta: dict) -> None:
     for rank, theirs in hta["numbers"].items():
         exact = ours["exact"][str(rank)]
         worst = max(abs(a - b) / max(abs(b), 1.0) for a, b in zip(exact, theirs))
-        print(f"rank {rank} µs   HTA with HTA_DISABLE_NS_ROUNDING=1: "
-              + " ".join(f"{v:.1f}" for v in theirs) + f"  -> ours differ by at most {100 * worst:.4f} %")
+        print(
+            f"rank {rank} µs   HTA with HTA_DISABLE_NS_ROUNDING=1: "
+            + " ".join(f"{v:.1f}" for v in theirs)
+            + f"  -> ours differ by at most {100 * worst:.4f} %"
+        )
 
 
 if __name__ == "__main__":

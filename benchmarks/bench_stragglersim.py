@@ -29,17 +29,25 @@ def main() -> None:
     cases = {
         "MC 1,024 GPUs x 10,000 steps, order statistics": lambda: sample_step_max(1024, cv=0.05, steps=10_000),
         "MC 1,024 x 10,000, order statistics, p_slow 1e-3 x2": lambda: sample_step_max(
-            1024, cv=0.05, p_slow=1e-3, slow_factor=2.0, steps=10_000),
+            1024, cv=0.05, p_slow=1e-3, slow_factor=2.0, steps=10_000
+        ),
         "MC 1,024 x 10,000, naive (10M float32 normals)": lambda: sample_step_max(
-            1024, cv=0.05, steps=10_000, method="naive"),
+            1024, cv=0.05, steps=10_000, method="naive"
+        ),
         f"exact curve, {len(CURVE)} sizes 8..100k, normal": lambda: efficiency_curve(CURVE, cv=0.05, monte_carlo=False),
         f"exact curve, {len(CURVE)} sizes, normal + slow GPUs": lambda: efficiency_curve(
-            CURVE, cv=0.05, p_slow=1e-3, slow_factor=2.0, monte_carlo=False),
+            CURVE, cv=0.05, p_slow=1e-3, slow_factor=2.0, monte_carlo=False
+        ),
         f"exact curve, {len(CURVE)} sizes, empirical 10k sample + slow": lambda: efficiency_curve(
-            CURVE, sample=np.random.default_rng(0).gamma(400, 1e-4, 10_000), p_slow=1e-3, slow_factor=2.0,
-            monte_carlo=False),
+            CURVE,
+            sample=np.random.default_rng(0).gamma(400, 1e-4, 10_000),
+            p_slow=1e-3,
+            slow_factor=2.0,
+            monte_carlo=False,
+        ),
         f"exact + MC (10,000 steps each), {len(CURVE)} sizes": lambda: efficiency_curve(
-            CURVE, cv=0.05, p_slow=1e-3, slow_factor=2.0),
+            CURVE, cv=0.05, p_slow=1e-3, slow_factor=2.0
+        ),
     }
     for name, work in cases.items():
         print(f"{name:60s} {best_s(work) * 1e3:9.1f} ms")

@@ -12,6 +12,7 @@ import shutil
 import sys
 import tempfile
 import time
+
 from hpcwatch.twin import Twin
 from hpcwatch.twin.run import sized_reference, write_run
 
@@ -38,8 +39,10 @@ def main() -> None:
             write_s, write_cpu = time.perf_counter() - t, time.process_time() - c
         finally:
             shutil.rmtree(out, ignore_errors=True)
-        print(f"simulate + write all, {workers} writer process(es): {write_s:6.2f} s wall, "
-              f"{write_cpu:6.2f} s CPU in the main process ({summary.files} files)")
+        print(
+            f"simulate + write all, {workers} writer process(es): {write_s:6.2f} s wall, "
+            f"{write_cpu:6.2f} s CPU in the main process ({summary.files} files)"
+        )
 
 
 if __name__ == "__main__":

@@ -52,13 +52,16 @@ def in_process(nodes: int, ticks: int) -> dict[str, float]:
     twin = Twin(cluster, seed=0)
     for _ in range(ticks):
         twin.advance(1.0)
-        store.add_sample_table(twin.sample_table())     # as hpcwatch.twin.live.LiveTwin writes a tick
+        store.add_sample_table(twin.sample_table())  # as hpcwatch.twin.live.LiveTwin writes a tick
         store.add([*twin.jobs, *twin.finished_spans(), *twin.events()])
     t = load_catalogue("en")
     svg = render_schematic(cluster, t)
     live = LiveView(store, cluster, min_interval_s=0)
-    out = {"svg_render_ms": _median_ms(lambda: render_schematic(cluster, t), 10), "svg_kib": len(svg) / 1024,
-           "snapshot_ms": _median_ms(live.snapshot, 5)}
+    out = {
+        "svg_render_ms": _median_ms(lambda: render_schematic(cluster, t), 10),
+        "svg_kib": len(svg) / 1024,
+        "snapshot_ms": _median_ms(live.snapshot, 5),
+    }
     app = create_app(store, cluster, step_jobs=seed_step_player(store, cluster))
     with TestClient(app) as client:
         client.get("/")
@@ -96,17 +99,21 @@ def browser(url: str, *, loads: int = 3, width: int = 1920) -> dict[str, float]:
             page = chromium.new_page(viewport={"width": width, "height": 1080})
             page.goto(url, wait_until="domcontentloaded")
             page.wait_for_function("Number(document.body.dataset.ticks || 0) >= 1")
-            ready.append(page.evaluate("performance.now()"))      # ms since this navigation started
+            ready.append(page.evaluate("performance.now()"))  # ms since this navigation started
             page.wait_for_function("window.hpcwatch.state.applyMs.length >= 10", timeout=60_000)
             ticks += page.evaluate("window.hpcwatch.state.applyMs")
             styled.append(page.evaluate(STYLED_TICK_JS))
             page.close()
         chromium.close()
     ticks.sort()
-    return {"page_ready_ms_median": round(statistics.median(ready), 1), "page_ready_ms_max": round(max(ready), 1),
-            "tick_apply_ms_median": round(statistics.median(ticks), 2),
-            "tick_apply_ms_p95": round(ticks[int(0.95 * (len(ticks) - 1))], 2), "ticks_measured": len(ticks),
-            "tick_with_style_layout_ms_median": round(statistics.median(styled), 2)}
+    return {
+        "page_ready_ms_median": round(statistics.median(ready), 1),
+        "page_ready_ms_max": round(max(ready), 1),
+        "tick_apply_ms_median": round(statistics.median(ticks), 2),
+        "tick_apply_ms_p95": round(ticks[int(0.95 * (len(ticks) - 1))], 2),
+        "ticks_measured": len(ticks),
+        "tick_with_style_layout_ms_median": round(statistics.median(styled), 2),
+    }
 
 
 async def _viewer(client: httpx.AsyncClient, url: str, hold_s: float, counts: list[int]) -> None:
@@ -129,8 +136,12 @@ async def viewers(url: str, n: int, hold_s: float) -> dict[str, float]:
     async with httpx.AsyncClient(limits=limits) as client:
         await asyncio.gather(*(_viewer(client, url, hold_s, counts) for _ in range(n)))
     rates = sorted(c / hold_s for c in counts)
-    return {"viewers": n, "hold_s": hold_s, "events_hz_median": round(statistics.median(rates), 3),
-            "events_hz_min": round(rates[0], 3)}
+    return {
+        "viewers": n,
+        "hold_s": hold_s,
+        "events_hz_median": round(statistics.median(rates), 3),
+        "events_hz_min": round(rates[0], 3),
+    }
 
 
 def main() -> None:
@@ -148,7 +159,7 @@ def main() -> None:
 
     proc, url = _start_demo("--nodes", str(args.nodes))
     try:
-        time.sleep(20)                  # let the twin write some history first
+        time.sleep(20)  # let the twin write some history first
         if Path(CHROMIUM).exists():
             results["browser"] = browser(url)
             print("browser:", json.dumps(results["browser"]))

@@ -61,8 +61,9 @@ def _rank_main(rank: int, args: argparse.Namespace) -> None:
     device = torch.device("cuda", rank) if args.backend == "nccl" else torch.device("cpu")
     if args.backend == "nccl":
         torch.cuda.set_device(device)
-    dist.init_process_group(args.backend, rank=rank, world_size=args.world_size,
-                            timeout=datetime.timedelta(seconds=args.timeout_s))
+    dist.init_process_group(
+        args.backend, rank=rank, world_size=args.world_size, timeout=datetime.timedelta(seconds=args.timeout_s)
+    )
     grads = torch.ones(args.numel, device=device)
     for _ in range(args.hang_at - 1):
         dist.all_reduce(grads)
@@ -72,7 +73,7 @@ def _rank_main(rank: int, args: argparse.Namespace) -> None:
         # int32 where the others send float32: the same bytes, so the transport cannot notice; the recorder does
         dist.all_reduce(torch.ones(args.numel, dtype=torch.int32, device=device), async_op=True)
     elif rank != args.stuck_rank:
-        dist.all_reduce(grads, async_op=True)   # the others wait here for the stuck rank
+        dist.all_reduce(grads, async_op=True)  # the others wait here for the stuck rank
     time.sleep(args.wait_s)
     _dump(args.backend, args.out, rank)
     sys.stdout.flush()
@@ -82,8 +83,12 @@ def _rank_main(rank: int, args: argparse.Namespace) -> None:
 def _child(rank: int, args: argparse.Namespace) -> None:
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(args.port), TORCH_FR_BUFFER_SIZE="2000")
     if args.backend == "nccl":
-        os.environ.update(NCCL_DEBUG="INFO", NCCL_DEBUG_FILE=str(args.out / "nccl.%h.%p.log"),
-                          TORCH_NCCL_DUMP_ON_TIMEOUT="1", TORCH_FR_DUMP_TEMP_FILE=str(args.out / "watchdog_rank_"))
+        os.environ.update(
+            NCCL_DEBUG="INFO",
+            NCCL_DEBUG_FILE=str(args.out / "nccl.%h.%p.log"),
+            TORCH_NCCL_DUMP_ON_TIMEOUT="1",
+            TORCH_FR_DUMP_TEMP_FILE=str(args.out / "watchdog_rank_"),
+        )
     _rank_main(rank, args)
 
 

@@ -32,7 +32,6 @@ import sys
 from pathlib import Path
 
 
-
 def _spin_cycles_per_ms(torch) -> float:
     """Calibrate ``torch.cuda._sleep``: its argument is GPU clock cycles, whose rate varies by GPU and clock."""
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
@@ -60,15 +59,18 @@ def _rank_main(rank: int, args: argparse.Namespace) -> None:
     x = torch.randn(args.batch, args.width, device=device)
     cycles = _spin_cycles_per_ms(torch) * args.slow_ms if rank == args.slow_rank else 0
 
-    def spin(_grad):   # runs in backward, on the GPU only: one kernel launch
+    def spin(_grad):  # runs in backward, on the GPU only: one kernel launch
         if cycles:
             torch.cuda._sleep(int(cycles))
 
     model[len(model) // 2].weight.register_hook(spin)
     out = Path(args.out)
     sched = schedule(wait=2, warmup=2, active=args.steps - 4)
-    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA], schedule=sched,
-                 on_trace_ready=tensorboard_trace_handler(str(out), worker_name=f"rank-{rank}", use_gzip=True)) as prof:
+    with profile(
+        activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA],
+        schedule=sched,
+        on_trace_ready=tensorboard_trace_handler(str(out), worker_name=f"rank-{rank}", use_gzip=True),
+    ) as prof:
         for step in range(args.steps):
             with record_function("forward"):
                 loss = model(x).square().mean()
@@ -81,15 +83,18 @@ def _rank_main(rank: int, args: argparse.Namespace) -> None:
                 opt.step()
                 opt.zero_grad(set_to_none=True)
             if (step + 1) % args.queue_depth == 0:
-                loss.item()   # the only sync: the host runs up to queue_depth steps ahead of the GPU
+                loss.item()  # the only sync: the host runs up to queue_depth steps ahead of the GPU
             prof.step()
     torch.cuda.synchronize()
     dist.destroy_process_group()
 
 
 def _check(args: argparse.Namespace) -> int:
-    doc = json.loads(subprocess.run([sys.executable, "-m", "hpcwatch", "steps", args.out, "--json"], check=True,
-                                    capture_output=True, text=True).stdout)
+    doc = json.loads(
+        subprocess.run(
+            [sys.executable, "-m", "hpcwatch", "steps", args.out, "--json"], check=True, capture_output=True, text=True
+        ).stdout
+    )
     print("GPU clock:", json.dumps(doc.get("gpu_clock")))
     print("stragglers:", json.dumps(doc["stragglers"], indent=1))
     found = [s for s in doc["stragglers"] if s["rank"] == args.slow_rank]

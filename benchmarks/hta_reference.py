@@ -19,14 +19,21 @@ import sys
 
 def _one(folder: str) -> dict:
     from hta.trace_analysis import TraceAnalysis
+
     analysis = TraceAnalysis(trace_dir=folder)
     ranks = sorted(int(r) for r in analysis.t.traces)
     out: dict = {"ranks": {}}
     try:
         tb = analysis.get_temporal_breakdown(visualize=False)
-        out["temporal"] = {int(r["rank"]): [float(r["idle_time(us)"]), float(r["compute_time(us)"]),
-                                            float(r["non_compute_time(us)"]), float(r["kernel_time(us)"])]
-                           for _, r in tb.iterrows()}
+        out["temporal"] = {
+            int(r["rank"]): [
+                float(r["idle_time(us)"]),
+                float(r["compute_time(us)"]),
+                float(r["non_compute_time(us)"]),
+                float(r["kernel_time(us)"]),
+            ]
+            for _, r in tb.iterrows()
+        }
     except AssertionError as err:
         out["temporal"] = f"HTA asserted: {err}"
     try:
@@ -37,19 +44,21 @@ def _one(folder: str) -> dict:
     try:
         kinds, kernels = analysis.get_gpu_kernel_breakdown(visualize=False)
         out["kind_sum_us"] = {str(r["kernel_type"]): float(r["sum"]) for _, r in kinds.iterrows()}
-        out["kernel_sum_us"] = {f'{int(r["rank"])}|{r["name"]}': float(r["sum (us)"])
-                                for _, r in kernels.head(40).iterrows()}
+        out["kernel_sum_us"] = {
+            f"{int(r['rank'])}|{r['name']}": float(r["sum (us)"]) for _, r in kernels.head(40).iterrows()
+        }
     except Exception as err:
         out["kind_sum_us"] = f"HTA failed: {type(err).__name__}: {err}"
     for rank in ranks:
         idle, _ = analysis.get_idle_time_breakdown(ranks=[rank], visualize=False)
         launches = analysis.get_cuda_kernel_launch_stats(ranks=[rank], visualize=False)[rank]
         out["ranks"][rank] = {
-            "idle": {f'{int(r["stream"])}|{r["idle_category"]}': float(r["idle_time"]) for _, r in idle.iterrows()},
-            "launches": int(len(launches)),
+            "idle": {f"{int(r['stream'])}|{r['idle_category']}": float(r["idle_time"]) for _, r in idle.iterrows()},
+            "launches": len(launches),
             "launch_delay_sum_us": float(launches["launch_delay"].sum()),
-            "short_kernels": int(((launches["cpu_duration"] <= 50)
-                                  & (launches["gpu_duration"] < launches["cpu_duration"])).sum()),
+            "short_kernels": int(
+                ((launches["cpu_duration"] <= 50) & (launches["gpu_duration"] < launches["cpu_duration"])).sum()
+            ),
             "delay_outliers": int((launches["launch_delay"] > 100).sum()),
         }
     return out

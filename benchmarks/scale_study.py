@@ -26,7 +26,7 @@ import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 import httpx
@@ -35,13 +35,18 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 sys.path.insert(0, str(ROOT))
 
-from hpcwatch.cli.twinserve import raise_open_files_limit, sized_cluster  # noqa: E402
-from hpcwatch.errors import ConfigError, HpcwatchError  # noqa: E402
-from hpcwatch.promql import PrometheusBackend  # noqa: E402
-from hpcwatch.twin import Twin  # noqa: E402
-from hpcwatch.twin.serve import (DEFAULT_MAX_CONNECTIONS_PER_NODE, ServeConfig, TwinEndpoints,  # noqa: E402
-                                 prometheus_config)
-from tests.integration.services import start_prometheus, start_victoriametrics, stop_process  # noqa: E402
+from tests.integration.services import start_prometheus, start_victoriametrics, stop_process
+
+from hpcwatch.cli.twinserve import raise_open_files_limit, sized_cluster
+from hpcwatch.errors import ConfigError, HpcwatchError
+from hpcwatch.promql import PrometheusBackend
+from hpcwatch.twin import Twin
+from hpcwatch.twin.serve import (
+    DEFAULT_MAX_CONNECTIONS_PER_NODE,
+    ServeConfig,
+    TwinEndpoints,
+    prometheus_config,
+)
 
 TWIN_PORT = 31000
 PROM_PORT, VM_PORT = 29180, 29181
@@ -79,6 +84,7 @@ class Run:
 
 # -- measuring one size ------------------------------------------------------------------------------
 
+
 def measure(nodes: int, *, window_s: float, interval_s: float, workdir: Path) -> Run:
     run = Run(nodes=nodes, interval_s=interval_s, window_s=window_s)
     raise_open_files_limit(nodes)
@@ -88,8 +94,9 @@ def measure(nodes: int, *, window_s: float, interval_s: float, workdir: Path) ->
     with TwinEndpoints(twin, config) as endpoints:
         text = prometheus_config(endpoints.targets, scrape_interval_s=interval_s)
         try:
-            prom = start_prometheus(shutil.which("prometheus"), _dir(workdir, f"prom{nodes}"), text, port=PROM_PORT,
-                                    on_start=procs.append)
+            prom = start_prometheus(
+                shutil.which("prometheus"), _dir(workdir, f"prom{nodes}"), text, port=PROM_PORT, on_start=procs.append
+            )
             vm = start_victoriametrics(_dir(workdir, f"vm{nodes}"), text, port=VM_PORT, on_start=procs.append)
             _wait_up(prom.url, 2 * nodes)
             _wait_up(vm.url, 2 * nodes)
@@ -124,10 +131,14 @@ def _serve_for(endpoints: TwinEndpoints, window_s: float) -> None:
 def _twin_figures(endpoints: TwinEndpoints, prom_url: str, vm_url: str, nodes: int) -> dict:
     """Did the one-process twin keep up: its open files, connections closed past the cap, targets up."""
     import resource
-    return {"twin_open_files": len(os.listdir("/proc/self/fd")),
-            "twin_open_files_soft_limit": resource.getrlimit(resource.RLIMIT_NOFILE)[0],
-            "twin_connections_evicted": endpoints.connections_evicted,
-            "prom_targets_up": _count(prom_url, "up == 1"), "vm_targets_up": _count(vm_url, "up == 1")}
+
+    return {
+        "twin_open_files": len(os.listdir("/proc/self/fd")),
+        "twin_open_files_soft_limit": resource.getrlimit(resource.RLIMIT_NOFILE)[0],
+        "twin_connections_evicted": endpoints.connections_evicted,
+        "prom_targets_up": _count(prom_url, "up == 1"),
+        "vm_targets_up": _count(vm_url, "up == 1"),
+    }
 
 
 def _dir(workdir: Path, name: str) -> Path:
@@ -147,8 +158,13 @@ def _wait_up(url: str, targets: int, timeout_s: float = 120.0) -> None:
 def _head_series(url: str) -> float:
     """Prometheus' series in its head block (every series since it started: the data dir is fresh)."""
     from prometheus_client.parser import text_string_to_metric_families
-    return sum(s.value for family in text_string_to_metric_families(httpx.get(f"{url}/metrics", timeout=10).text)
-               for s in family.samples if s.name == "prometheus_tsdb_head_series")
+
+    return sum(
+        s.value
+        for family in text_string_to_metric_families(httpx.get(f"{url}/metrics", timeout=10).text)
+        for s in family.samples
+        if s.name == "prometheus_tsdb_head_series"
+    )
 
 
 def _vm_series(url: str) -> float:
@@ -167,10 +183,15 @@ def _count(url: str, selector: str, *, instant: bool = False) -> int:
 def _appended(url: str, kind: str) -> float:
     """Samples the server has taken in since it started, from its own /metrics."""
     from prometheus_client.parser import text_string_to_metric_families
+
     # VictoriaMetrics writes no TYPE lines, so the parser keeps "_total" in the family name: match samples.
     name = "prometheus_tsdb_head_samples_appended_total" if kind == "prometheus" else "vm_rows_inserted_total"
-    return sum(s.value for family in text_string_to_metric_families(httpx.get(f"{url}/metrics", timeout=10).text)
-               for s in family.samples if s.name == name)
+    return sum(
+        s.value
+        for family in text_string_to_metric_families(httpx.get(f"{url}/metrics", timeout=10).text)
+        for s in family.samples
+        if s.name == name
+    )
 
 
 def _scrape_figures(twin: Twin, endpoints: TwinEndpoints, scrapes0: int, bytes0: int, nodes: int) -> dict:
@@ -180,12 +201,14 @@ def _scrape_figures(twin: Twin, endpoints: TwinEndpoints, scrapes0: int, bytes0:
     lines = lambda text: sum(1 for line in text.splitlines() if line and not line.startswith("#"))  # noqa: E731
     served = endpoints.scrapes - scrapes0
     return {
-        "series_per_node_dcgm": lines(dcgm), "series_per_node_dcgm_no_hpc_job": lines(without),
+        "series_per_node_dcgm": lines(dcgm),
+        "series_per_node_dcgm_no_hpc_job": lines(without),
         "series_per_node_ib": lines(ib),
-        "bytes_per_node_scrape": (endpoints.bytes_served - bytes0) / max(served, 1) * 2,   # dcgm + node
+        "bytes_per_node_scrape": (endpoints.bytes_served - bytes0) / max(served, 1) * 2,  # dcgm + node
         "bytes_per_node_scrape_gzip": len(gzip.compress(dcgm.encode())) + len(gzip.compress(ib.encode())),
         "bytes_hpc_job_label_per_node": len(dcgm) - len(without),
-        "scrapes_served": served, "jobs_running": sum(1 for j in twin.jobs if j.start and not j.end),
+        "scrapes_served": served,
+        "jobs_running": sum(1 for j in twin.jobs if j.start and not j.end),
     }
 
 
@@ -196,12 +219,13 @@ def _report_figures(twin: Twin, prom_url: str, vm_url: str, store_dir: Path, *, 
     from hpcwatch.reports.jobs import REPORT_METRICS, jobs_report
     from hpcwatch.sources.slurm import parse_squeue_json
     from hpcwatch.store import Store
+
     store = Store(str(store_dir))
     store.add(parse_squeue_json(twin.squeue_json()))
     t0_jobs = min(j.start for j in store.jobs() if j.start is not None)
     out: dict[str, float] = {"jobs": len(store.jobs())}
     for name, url in (("prom", prom_url), ("vm", vm_url)):
-        out[f"{name}_report_load_1m"] = os.getloadavg()[0]   # the 2 cores are shared: say how busy they were
+        out[f"{name}_report_load_1m"] = os.getloadavg()[0]  # the 2 cores are shared: say how busy they were
         t = time.perf_counter()
         with PrometheusBackend(url, timeout_s=120) as prom:
             samples = prom.samples(list(REPORT_METRICS), t0=t0_jobs, t1=t1)
@@ -212,8 +236,12 @@ def _report_figures(twin: Twin, prom_url: str, vm_url: str, store_dir: Path, *, 
         out[f"{name}_report_rows"] = samples.num_rows
         out[f"{name}_report_jobs_seen"] = sum(1 for r in reports if r.gpu_hours_observed > 0)
         t = time.perf_counter()
-        subprocess.run([sys.executable, "-m", "hpcwatch", "jobs", "--db", str(store_dir), "--prometheus", url,
-                        "--json"], check=True, capture_output=True, env={**os.environ, "PYTHONPATH": str(ROOT / "src")})
+        subprocess.run(
+            [sys.executable, "-m", "hpcwatch", "jobs", "--db", str(store_dir), "--prometheus", url, "--json"],
+            check=True,
+            capture_output=True,
+            env={**os.environ, "PYTHONPATH": str(ROOT / "src")},
+        )
         out[f"{name}_report_process_s"] = time.perf_counter() - t
     store.close()
     return out
@@ -223,6 +251,7 @@ def _remote_write_figures(twin: Twin, prom_url: str, vm_url: str, nodes: int) ->
     """Push REMOTE_WRITE_SCRAPES scrapes of every node (the twin's samples) through remote write."""
     from hpcwatch.promql import encode_remote_write
     from hpcwatch.records import Sample
+
     batches = []
     for _ in range(REMOTE_WRITE_SCRAPES):
         twin.advance(1.0)
@@ -237,7 +266,7 @@ def _remote_write_figures(twin: Twin, prom_url: str, vm_url: str, nodes: int) ->
         with PrometheusBackend(url, timeout_s=300) as backend:
             for batch in batches:
                 for k in range(0, len(batch), 10_000):
-                    backend.write(batch[k:k + 10_000])
+                    backend.write(batch[k : k + 10_000])
         out[f"{name}_remote_write_per_s"] = n / (time.perf_counter() - t)
     return out
 
@@ -245,6 +274,7 @@ def _remote_write_figures(twin: Twin, prom_url: str, vm_url: str, nodes: int) ->
 def _store_figures(twin: Twin, store_dir: Path, nodes: int, ticks: int = 4) -> dict:
     """Rows/s into hpcwatch's store (one transaction of ``ticks`` scrapes of every node) and bytes per row."""
     from hpcwatch.store import Store
+
     tables = []
     for _ in range(ticks):
         twin.advance(PRODUCTION_INTERVAL_S)
@@ -279,71 +309,133 @@ def series_rows(r: Run, f: dict) -> list[Figure]:
     out = []
     per_node = f["series_per_node_dcgm"] + f["series_per_node_ib"]
     churn = f["prom_series"] - per_node * r.nodes - PROMETHEUS_SERIES_PER_TARGET * 2 * r.nodes
-    out += [Figure(name=f"series per scrape of all nodes ({r.nodes} nodes)", value=per_node * r.nodes,
-                   unit="series", window="one scrape (text lines of every node)"),
-            Figure(name=f"dcgm-exporter series per node, with hpc_job / without", unit="series",
-                   value=f"{f['series_per_node_dcgm']:.0f} / {f['series_per_node_dcgm_no_hpc_job']:.0f}",
-                   window="one scrape: hpc_job adds a label, not a series, while jobs stay put"),
-            Figure(name=f"series held by Prometheus / VictoriaMetrics ({r.nodes} nodes)", unit="series",
-                   value=f"{f['prom_series']:.0f} / {f['vm_series']:.0f}",
-                   window=_w(r) + f"; {f['jobs_running']:.0f} jobs running; includes up and scrape_* series "
-                                  "(5 a target in Prometheus)"),
-            Figure(name=f"series churn from hpc_job ({r.nodes} nodes)", unit="series", value=f"{churn:.0f}",
-                   window=_w(r) + " (Prometheus head series - series per scrape - 5 per target): "
-                          + ("no job moved" if churn == 0 else "a GPU that changes job starts its series anew "
-                                                               "under the new hpc_job"))]
+    out += [
+        Figure(
+            name=f"series per scrape of all nodes ({r.nodes} nodes)",
+            value=per_node * r.nodes,
+            unit="series",
+            window="one scrape (text lines of every node)",
+        ),
+        Figure(
+            name="dcgm-exporter series per node, with hpc_job / without",
+            unit="series",
+            value=f"{f['series_per_node_dcgm']:.0f} / {f['series_per_node_dcgm_no_hpc_job']:.0f}",
+            window="one scrape: hpc_job adds a label, not a series, while jobs stay put",
+        ),
+        Figure(
+            name=f"series held by Prometheus / VictoriaMetrics ({r.nodes} nodes)",
+            unit="series",
+            value=f"{f['prom_series']:.0f} / {f['vm_series']:.0f}",
+            window=_w(r) + f"; {f['jobs_running']:.0f} jobs running; includes up and scrape_* series "
+            "(5 a target in Prometheus)",
+        ),
+        Figure(
+            name=f"series churn from hpc_job ({r.nodes} nodes)",
+            unit="series",
+            value=f"{churn:.0f}",
+            window=_w(r)
+            + " (Prometheus head series - series per scrape - 5 per target): "
+            + ("no job moved" if churn == 0 else "a GPU that changes job starts its series anew under the new hpc_job"),
+        ),
+    ]
     return out
 
 
 def scrape_rows(r: Run, f: dict) -> list[Figure]:
     out = []
-    out += [Figure(name=f"bytes per node per scrape, dcgm + node-exporter ({r.nodes} nodes)",
-                   value=round(f["bytes_per_node_scrape"]), unit="bytes (uncompressed)", window=_w(r)),
-            Figure(name="the same, gzip (what promhttp exporters send when asked)",
-                   value=f["bytes_per_node_scrape_gzip"], unit="bytes", window="one scrape of node1"),
-            Figure(name="of which the hpc_job label", value=f["bytes_hpc_job_label_per_node"],
-                   unit="bytes per node per scrape", window="one scrape of node1"),
-            Figure(name=f"bytes per scrape of all nodes ({r.nodes} nodes)",
-                   value=round(f["bytes_per_node_scrape"] * r.nodes), unit="bytes", window=_w(r)),
-            Figure(name=f"targets up at the window's end, Prometheus / VictoriaMetrics ({r.nodes} nodes)",
-                   value=f"{f['prom_targets_up']:.0f} / {f['vm_targets_up']:.0f} of {2 * r.nodes}", unit="targets",
-                   window=_w(r)),
-            Figure(name=f"twin process: open files / connections closed past {DEFAULT_MAX_CONNECTIONS_PER_NODE} a node "
-                        f"({r.nodes} nodes)",
-                   value=f"{f['twin_open_files']:.0f} / {f['twin_connections_evicted']:.0f}", unit="files / connections",
-                   window=_w(r) + f"; soft limit {f['twin_open_files_soft_limit']:.0f}")]
+    out += [
+        Figure(
+            name=f"bytes per node per scrape, dcgm + node-exporter ({r.nodes} nodes)",
+            value=round(f["bytes_per_node_scrape"]),
+            unit="bytes (uncompressed)",
+            window=_w(r),
+        ),
+        Figure(
+            name="the same, gzip (what promhttp exporters send when asked)",
+            value=f["bytes_per_node_scrape_gzip"],
+            unit="bytes",
+            window="one scrape of node1",
+        ),
+        Figure(
+            name="of which the hpc_job label",
+            value=f["bytes_hpc_job_label_per_node"],
+            unit="bytes per node per scrape",
+            window="one scrape of node1",
+        ),
+        Figure(
+            name=f"bytes per scrape of all nodes ({r.nodes} nodes)",
+            value=round(f["bytes_per_node_scrape"] * r.nodes),
+            unit="bytes",
+            window=_w(r),
+        ),
+        Figure(
+            name=f"targets up at the window's end, Prometheus / VictoriaMetrics ({r.nodes} nodes)",
+            value=f"{f['prom_targets_up']:.0f} / {f['vm_targets_up']:.0f} of {2 * r.nodes}",
+            unit="targets",
+            window=_w(r),
+        ),
+        Figure(
+            name=f"twin process: open files / connections closed past {DEFAULT_MAX_CONNECTIONS_PER_NODE} a node "
+            f"({r.nodes} nodes)",
+            value=f"{f['twin_open_files']:.0f} / {f['twin_connections_evicted']:.0f}",
+            unit="files / connections",
+            window=_w(r) + f"; soft limit {f['twin_open_files_soft_limit']:.0f}",
+        ),
+    ]
     return out
 
 
 def ingest_rows(r: Run, f: dict) -> list[Figure]:
     out = []
-    out += [Figure(name=f"samples/s taken in by Prometheus / VictoriaMetrics from scrapes ({r.nodes} nodes)",
-                   value=f"{f['prom_samples_per_s']:.0f} / {f['vm_samples_per_s']:.0f}", unit="samples/s",
-                   window=_w(r) + " (the offered load: series x targets / interval)"),
-            Figure(name=f"remote write from hpcwatch into Prometheus / VictoriaMetrics ({r.nodes} nodes)",
-                   value=f"{f['prom_remote_write_per_s']:.0f} / {f['vm_remote_write_per_s']:.0f}",
-                   unit="samples/s",
-                   window=f"{f['remote_write_samples']:.0f} samples, 10,000 a request, one client"),
-            Figure(name="of which hpcwatch's own encoder alone (protobuf + snappy literals, pure Python)",
-                   value=round(f["remote_write_encode_per_s"]), unit="samples/s", window="same samples"),
-            Figure(name=f"rows/s into hpcwatch's store, one transaction ({r.nodes} nodes)",
-                   value=round(f["store_rows_per_s"]), unit="rows/s",
-                   window=f"{f['store_rows']:.0f} rows: 4 scrapes of every node, in process")]
+    out += [
+        Figure(
+            name=f"samples/s taken in by Prometheus / VictoriaMetrics from scrapes ({r.nodes} nodes)",
+            value=f"{f['prom_samples_per_s']:.0f} / {f['vm_samples_per_s']:.0f}",
+            unit="samples/s",
+            window=_w(r) + " (the offered load: series x targets / interval)",
+        ),
+        Figure(
+            name=f"remote write from hpcwatch into Prometheus / VictoriaMetrics ({r.nodes} nodes)",
+            value=f"{f['prom_remote_write_per_s']:.0f} / {f['vm_remote_write_per_s']:.0f}",
+            unit="samples/s",
+            window=f"{f['remote_write_samples']:.0f} samples, 10,000 a request, one client",
+        ),
+        Figure(
+            name="of which hpcwatch's own encoder alone (protobuf + snappy literals, pure Python)",
+            value=round(f["remote_write_encode_per_s"]),
+            unit="samples/s",
+            window="same samples",
+        ),
+        Figure(
+            name=f"rows/s into hpcwatch's store, one transaction ({r.nodes} nodes)",
+            value=round(f["store_rows_per_s"]),
+            unit="rows/s",
+            window=f"{f['store_rows']:.0f} rows: 4 scrapes of every node, in process",
+        ),
+    ]
     return out
 
 
 def promql_rows(r: Run, f: dict) -> list[Figure]:
     out = []
     for name, label in (("vm", "VictoriaMetrics"), ("prom", "Prometheus")):
-        out += [Figure(name=f"per-job report, all {f['jobs']:.0f} jobs, {label} ({r.nodes} nodes): "
-                            f"fetch + analysis (in process)",
-                       value=f"{f[f'{name}_report_fetch_s']:.2f} + {f[f'{name}_report_analysis_s']:.2f}",
-                       unit="s", window=_w(r) + f"; {f[f'{name}_report_rows']:.0f} points fetched, "
-                                                f"{f[f'{name}_report_jobs_seen']:.0f} jobs seen"),
-                Figure(name=f"`hpcwatch jobs --prometheus URL --json`, {label} ({r.nodes} nodes)",
-                       value=f"{f[f'{name}_report_process_s']:.2f}", unit="s (whole process)",
-                       window=_w(r) + f"; load average {f.get(f'{name}_report_load_1m', float('nan')):.1f} "
-                                      f"on {os.cpu_count()} cores (the scrapers run meanwhile)")]
+        out += [
+            Figure(
+                name=f"per-job report, all {f['jobs']:.0f} jobs, {label} ({r.nodes} nodes): "
+                f"fetch + analysis (in process)",
+                value=f"{f[f'{name}_report_fetch_s']:.2f} + {f[f'{name}_report_analysis_s']:.2f}",
+                unit="s",
+                window=_w(r) + f"; {f[f'{name}_report_rows']:.0f} points fetched, "
+                f"{f[f'{name}_report_jobs_seen']:.0f} jobs seen",
+            ),
+            Figure(
+                name=f"`hpcwatch jobs --prometheus URL --json`, {label} ({r.nodes} nodes)",
+                value=f"{f[f'{name}_report_process_s']:.2f}",
+                unit="s (whole process)",
+                window=_w(r) + f"; load average {f.get(f'{name}_report_load_1m', float('nan')):.1f} "
+                f"on {os.cpu_count()} cores (the scrapers run meanwhile)",
+            ),
+        ]
     return out
 
 
@@ -351,11 +443,21 @@ def store_rows(r: Run, f: dict) -> list[Figure]:
     out = []
     per_scrape = (f["series_per_node_dcgm"] + f["series_per_node_ib"]) * r.nodes
     rows_day = per_scrape * DAY_S / PRODUCTION_INTERVAL_S
-    out += [Figure(name=f"store bytes per sample row ({r.nodes} nodes)", value=round(f["store_bytes_per_row"], 2),
-                   unit="bytes (Parquet, one transaction)", window=f"{f['store_rows']:.0f} rows"),
-            Figure(name=f"store size per day at {PRODUCTION_INTERVAL_S:g} s scrapes ({r.nodes} nodes)",
-                   value=f"{rows_day * f['store_bytes_per_row'] / 1e9:.2f}", unit="GB/day",
-                   window="measured bytes/row x series x scrapes/day, before compaction", how="extrapolated")]
+    out += [
+        Figure(
+            name=f"store bytes per sample row ({r.nodes} nodes)",
+            value=round(f["store_bytes_per_row"], 2),
+            unit="bytes (Parquet, one transaction)",
+            window=f"{f['store_rows']:.0f} rows",
+        ),
+        Figure(
+            name=f"store size per day at {PRODUCTION_INTERVAL_S:g} s scrapes ({r.nodes} nodes)",
+            value=f"{rows_day * f['store_bytes_per_row'] / 1e9:.2f}",
+            unit="GB/day",
+            window="measured bytes/row x series x scrapes/day, before compaction",
+            how="extrapolated",
+        ),
+    ]
     return out
 
 
@@ -370,20 +472,50 @@ def extrapolation_section(runs: list[Run], ctx: dict) -> list[Figure]:
     for gpus in EXTRAPOLATE_GPUS:
         n = gpus // GPUS_PER_NODE
         series = per_node_series * n
-        window = f"{gpus:,} GPUs = {n:,} nodes, from {big.nodes}-node per-node costs, {PRODUCTION_INTERVAL_S:g} s scrapes"
-        out += [Figure(name=f"{gpus:,} GPUs: series per scrape", value=round(series), unit="series", window=window,
-                       how="extrapolated"),
-                Figure(name=f"{gpus:,} GPUs: scrape bytes per interval", unit="MB",
-                       value=f"{f['bytes_per_node_scrape'] * n / 1e6:.0f}", window=window, how="extrapolated"),
-                Figure(name=f"{gpus:,} GPUs: samples/s to ingest", value=round(series / PRODUCTION_INTERVAL_S),
-                       unit="samples/s", window=window, how="extrapolated"),
-                Figure(name=f"{gpus:,} GPUs: hpcwatch store per day", unit="GB/day", window=window, how="extrapolated",
-                       value=f"{series * DAY_S / PRODUCTION_INTERVAL_S * f['store_bytes_per_row'] / 1e9:.0f}")]
+        window = (
+            f"{gpus:,} GPUs = {n:,} nodes, from {big.nodes}-node per-node costs, {PRODUCTION_INTERVAL_S:g} s scrapes"
+        )
+        out += [
+            Figure(
+                name=f"{gpus:,} GPUs: series per scrape",
+                value=round(series),
+                unit="series",
+                window=window,
+                how="extrapolated",
+            ),
+            Figure(
+                name=f"{gpus:,} GPUs: scrape bytes per interval",
+                unit="MB",
+                value=f"{f['bytes_per_node_scrape'] * n / 1e6:.0f}",
+                window=window,
+                how="extrapolated",
+            ),
+            Figure(
+                name=f"{gpus:,} GPUs: samples/s to ingest",
+                value=round(series / PRODUCTION_INTERVAL_S),
+                unit="samples/s",
+                window=window,
+                how="extrapolated",
+            ),
+            Figure(
+                name=f"{gpus:,} GPUs: hpcwatch store per day",
+                unit="GB/day",
+                window=window,
+                how="extrapolated",
+                value=f"{series * DAY_S / PRODUCTION_INTERVAL_S * f['store_bytes_per_row'] / 1e9:.0f}",
+            ),
+        ]
         if fit is not None:
             a, b = fit
-            out.append(Figure(name=f"{gpus:,} GPUs: per-job report on VictoriaMetrics (fetch + analysis)",
-                              value=f"{a + b * n:.1f}", unit="s", how="extrapolated",
-                              window=f"fit a + b x nodes through the measured sizes, same window as measured"))
+            out.append(
+                Figure(
+                    name=f"{gpus:,} GPUs: per-job report on VictoriaMetrics (fetch + analysis)",
+                    value=f"{a + b * n:.1f}",
+                    unit="s",
+                    how="extrapolated",
+                    window="fit a + b x nodes through the measured sizes, same window as measured",
+                )
+            )
     return out
 
 
@@ -399,24 +531,55 @@ def _report_fit(runs: list[Run]) -> tuple[float, float] | None:
 def traces_section(runs: list[Run], ctx: dict) -> list[Figure]:
     path: Path = ctx["traces"]
     if not path.is_file():
-        return [Figure(name="trace reduction per rank and for the set on N workers", value="not measured",
-                       unit="-", window=f"{path.relative_to(ROOT) if path.is_relative_to(ROOT) else path} absent "
-                                        "(benchmarks/bench_steps_dask.py --json writes it)", how="-")]
+        return [
+            Figure(
+                name="trace reduction per rank and for the set on N workers",
+                value="not measured",
+                unit="-",
+                window=f"{path.relative_to(ROOT) if path.is_relative_to(ROOT) else path} absent "
+                "(benchmarks/bench_steps_dask.py --json writes it)",
+                how="-",
+            )
+        ]
     doc = json.loads(path.read_text())
     ranks, workers = doc.get("ranks"), doc.get("workers")
-    out = [Figure(name="reduction of one rank's trace", value=round(doc["per_rank_reduce_s"], 3), unit="s",
-                  window=f"{ranks} ranks, {doc.get('bytes', '?')} bytes of traces"),
-           Figure(name="the set, single process", value=round(doc["set_s_single"], 2), unit="s", window=f"{ranks} ranks"),
-           Figure(name=f"the set, Dask LocalCluster ({workers} workers)", value=round(doc["set_s_dask_local"], 2),
-                  unit="s", window=f"{ranks} ranks; the same --json as one process: {doc.get('identical')}"),
-           Figure(name="of which the cross-rank step on the reduced tables (stragglers, waits, what-if)",
-                  value=round(doc["cross_rank_s"], 2), unit="s", window=f"{ranks} ranks, in the client process"),
-           Figure(name="peak memory, one process / Dask LocalCluster (process tree)", unit="MB",
-                  value=f"{doc['peak_rss_bytes_single'] / 1e6:.0f} / {doc['peak_rss_bytes_dask_local'] / 1e6:.0f}",
-                  window=f"{ranks} ranks, {workers} workers")]
+    out = [
+        Figure(
+            name="reduction of one rank's trace",
+            value=round(doc["per_rank_reduce_s"], 3),
+            unit="s",
+            window=f"{ranks} ranks, {doc.get('bytes', '?')} bytes of traces",
+        ),
+        Figure(name="the set, single process", value=round(doc["set_s_single"], 2), unit="s", window=f"{ranks} ranks"),
+        Figure(
+            name=f"the set, Dask LocalCluster ({workers} workers)",
+            value=round(doc["set_s_dask_local"], 2),
+            unit="s",
+            window=f"{ranks} ranks; the same --json as one process: {doc.get('identical')}",
+        ),
+        Figure(
+            name="of which the cross-rank step on the reduced tables (stragglers, waits, what-if)",
+            value=round(doc["cross_rank_s"], 2),
+            unit="s",
+            window=f"{ranks} ranks, in the client process",
+        ),
+        Figure(
+            name="peak memory, one process / Dask LocalCluster (process tree)",
+            unit="MB",
+            value=f"{doc['peak_rss_bytes_single'] / 1e6:.0f} / {doc['peak_rss_bytes_dask_local'] / 1e6:.0f}",
+            window=f"{ranks} ranks, {workers} workers",
+        ),
+    ]
     for n, seconds in sorted(doc.get("projected", {}).items(), key=lambda kv: int(kv[0])):
-        out.append(Figure(name=f"the set on {n} workers", value=round(seconds, 2), unit="s",
-                          window=f"{ranks} ranks", how="extrapolated"))
+        out.append(
+            Figure(
+                name=f"the set on {n} workers",
+                value=round(seconds, 2),
+                unit="s",
+                window=f"{ranks} ranks",
+                how="extrapolated",
+            )
+        )
     return out
 
 
@@ -433,14 +596,17 @@ SECTIONS: list[Section] = [
 
 def render(runs: list[Run], ctx: dict) -> str:
     head = [
-        "# hpcwatch at scale", "",
+        "# hpcwatch at scale",
+        "",
         f"Regenerate: `{ctx['command']}`  ",
         f"Machine: {ctx['machine']}  ",
         f"Date: {ctx['date']} (UTC); Prometheus {ctx['versions']['prometheus']}, "
-        f"VictoriaMetrics {ctx['versions']['victoriametrics']}", "",
+        f"VictoriaMetrics {ctx['versions']['victoriametrics']}",
+        "",
         "Both servers scraped the same twin endpoints at the same time (one process, one port per node: "
         "see src/hpcwatch/twin/serve.py). *Measured* = taken on this machine in the window given; "
-        "*extrapolated* = computed from measured per-node costs, never run.", "",
+        "*extrapolated* = computed from measured per-node costs, never run.",
+        "",
     ]
     if ctx.get("stopped"):
         head += [f"**Not measured:** {ctx['stopped']}", ""]
@@ -459,8 +625,11 @@ def _versions() -> dict:
             return (out.stdout or out.stderr).strip().splitlines()[0]
         except (OSError, IndexError, subprocess.TimeoutExpired):
             return "unknown"
-    return {"prometheus": first_line(["prometheus", "--version"]).replace("prometheus, version ", "").split(" ")[0],
-            "victoriametrics": first_line(["dpkg-query", "-W", "-f=${Version}", "victoria-metrics"]) + " (Debian)"}
+
+    return {
+        "prometheus": first_line(["prometheus", "--version"]).replace("prometheus, version ", "").split(" ")[0],
+        "victoriametrics": first_line(["dpkg-query", "-W", "-f=${Version}", "victoria-metrics"]) + " (Debian)",
+    }
 
 
 def _machine() -> str:
@@ -476,10 +645,14 @@ def main() -> None:
     parser.add_argument("--traces", type=Path, default=ROOT / "benchmarks" / "steps_dask.json")
     parser.add_argument("--out", type=Path, default=ROOT / "docs" / "scale.md")
     args = parser.parse_args()
-    ctx = {"command": "flock /tmp/hpcwatch-integration.lock .venv/bin/python benchmarks/scale_study.py "
-                      + " ".join(sys.argv[1:]),
-           "machine": _machine(), "date": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M"),
-           "versions": _versions(), "traces": args.traces.resolve()}
+    ctx = {
+        "command": "flock /tmp/hpcwatch-integration.lock .venv/bin/python benchmarks/scale_study.py "
+        + " ".join(sys.argv[1:]),
+        "machine": _machine(),
+        "date": datetime.now(UTC).strftime("%Y-%m-%d %H:%M"),
+        "versions": _versions(),
+        "traces": args.traces.resolve(),
+    }
     runs = []
     with tempfile.TemporaryDirectory(prefix="hpcwatch-scale-") as tmp:
         for nodes in args.nodes:
@@ -490,8 +663,10 @@ def main() -> None:
                 ctx["stopped"] = f"{nodes} nodes: {err}"
                 print(f"stopped at {nodes} nodes: {err}", file=sys.stderr)
                 break
-            print(f"{nodes} nodes measured in {time.monotonic() - t:.0f}s: {json.dumps(runs[-1].figures)}",
-                  file=sys.stderr)
+            print(
+                f"{nodes} nodes measured in {time.monotonic() - t:.0f}s: {json.dumps(runs[-1].figures)}",
+                file=sys.stderr,
+            )
     if not runs:
         raise SystemExit("nothing measured")
     args.out.write_text(render(runs, ctx) + "\n")

@@ -26,8 +26,17 @@ from hpcwatch.analysis.reduce import RankReduction, from_table, table_of_ipc, to
 from hpcwatch.errors import BackendError, ConfigError, HpcwatchError, InputError
 from hpcwatch.reports.steps import reduce_trace_file
 
-__all__ = ["SlurmWorkers", "DaskConfig", "DaskRun", "reduce_on_dask", "reduced_table_of_file", "DEFAULT_SLURM_MEMORY",
-           "DEFAULT_SLURM_WALLTIME", "DEFAULT_START_TIMEOUT_S", "INSTALL_HINT"]
+__all__ = [
+    "SlurmWorkers",
+    "DaskConfig",
+    "DaskRun",
+    "reduce_on_dask",
+    "reduced_table_of_file",
+    "DEFAULT_SLURM_MEMORY",
+    "DEFAULT_SLURM_WALLTIME",
+    "DEFAULT_START_TIMEOUT_S",
+    "INSTALL_HINT",
+]
 
 #: Memory of one Slurm worker job. Ours: a worker holds one rank's trace; the reader needs ~1/10 of the
 #: trace's JSON over the interpreter's ~150 MB with Dask loaded (sources/kineto.py), so 2 GiB covers
@@ -114,8 +123,12 @@ def reduce_on_dask(paths: Sequence[str], config: DaskConfig) -> tuple[list[RankR
     """Every path's reduction, in the order of ``paths``, with the readers' warnings and where they ran."""
     with _client(config) as (client, slurm_jobs):
         info = client.scheduler_info()["workers"]
-        run = DaskRun(target=config.target, workers=len(info), worker_hosts=tuple(sorted(w["host"] for w in info.values())),
-                      slurm_job_ids=slurm_jobs)
+        run = DaskRun(
+            target=config.target,
+            workers=len(info),
+            worker_hosts=tuple(sorted(w["host"] for w in info.values())),
+            slurm_job_ids=slurm_jobs,
+        )
         futures = client.map(reduced_table_of_file, list(paths), pure=False)
         done = client.gather(futures)
     errors = [error for _, _, error in done if error is not None]
@@ -136,8 +149,12 @@ def _client(config: DaskConfig) -> Iterator[tuple[Any, tuple[str, ...]]]:
             yield client, ()
         return
     if config.target == "local":
-        cluster = LocalCluster(n_workers=config.workers or os.cpu_count() or 1, threads_per_worker=1, processes=True,
-                               dashboard_address=None)
+        cluster = LocalCluster(
+            n_workers=config.workers or os.cpu_count() or 1,
+            threads_per_worker=1,
+            processes=True,
+            dashboard_address=None,
+        )
     else:
         cluster = _slurm_cluster(config.slurm)
         cluster.scale(jobs=config.workers or 2)
@@ -151,10 +168,12 @@ def _wait_for_workers(client: Any, config: DaskConfig) -> None:
     wanted = config.workers or (os.cpu_count() or 1 if config.target == "local" else 2)
     try:
         client.wait_for_workers(wanted, timeout=config.start_timeout_s)
-    except TimeoutError as err:   # distributed raises the builtin TimeoutError
+    except TimeoutError as err:  # distributed raises the builtin TimeoutError
         if not client.scheduler_info()["workers"]:
-            raise BackendError(f"--dask {config.target}: no worker connected within {config.start_timeout_s:g} s "
-                               "(squeue shows whether the worker jobs are pending; see --slurm-log-dir)") from err
+            raise BackendError(
+                f"--dask {config.target}: no worker connected within {config.start_timeout_s:g} s "
+                "(squeue shows whether the worker jobs are pending; see --slurm-log-dir)"
+            ) from err
 
 
 def _slurm_cluster(cfg: SlurmWorkers) -> Any:
@@ -162,11 +181,23 @@ def _slurm_cluster(cfg: SlurmWorkers) -> Any:
         from dask_jobqueue import SLURMCluster
     except ImportError as err:
         raise ConfigError(INSTALL_HINT) from err
-    options: dict[str, Any] = {"queue": cfg.partition, "account": cfg.account, "python": cfg.python,
-                               "local_directory": cfg.local_directory, "log_directory": cfg.log_directory}
-    return SLURMCluster(cores=1, processes=1, memory=cfg.memory, walltime=cfg.walltime, interface=cfg.interface,
-                        job_extra_directives=list(cfg.job_extra), scheduler_options={"dashboard_address": None},
-                        **{k: v for k, v in options.items() if v is not None})
+    options: dict[str, Any] = {
+        "queue": cfg.partition,
+        "account": cfg.account,
+        "python": cfg.python,
+        "local_directory": cfg.local_directory,
+        "log_directory": cfg.log_directory,
+    }
+    return SLURMCluster(
+        cores=1,
+        processes=1,
+        memory=cfg.memory,
+        walltime=cfg.walltime,
+        interface=cfg.interface,
+        job_extra_directives=list(cfg.job_extra),
+        scheduler_options={"dashboard_address": None},
+        **{k: v for k, v in options.items() if v is not None},
+    )
 
 
 def _job_ids(cluster: Any) -> tuple[str, ...]:

@@ -40,8 +40,9 @@ class ParseError(InputError):
     ``str(err)`` is the one-line message the CLI prints: ``FILE:LINE: what``.
     """
 
-    def __init__(self, what: str, *, path: str | Path | None = None, line: int | None = None,
-                 text: str | None = None) -> None:
+    def __init__(
+        self, what: str, *, path: str | Path | None = None, line: int | None = None, text: str | None = None
+    ) -> None:
         self.what = what
         self.path = str(path) if path is not None else "<input>"
         self.line = line
@@ -62,7 +63,7 @@ class ParseError(InputError):
         # the default would pass the rendered message as ``what`` and lose the path.
         return _parse_error, (type(self), self.what, self.path, self.line, self.text)
 
-    def at(self, path: str | Path) -> "ParseError":
+    def at(self, path: str | Path) -> ParseError:
         """The same error, naming the file (readers of text learn the path late)."""
         return ParseError(self.what, path=path, line=self.line, text=self.text)
 
@@ -80,7 +81,7 @@ def one_line(message: str) -> str:
     """``message`` as one printable line: line breaks become " / ", other control characters ``\\xNN``."""
     text = re.sub(r"\s*[\r\n]+\s*", " / ", message.strip())
     text = _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
-    return text if len(text) <= MAX_MESSAGE_CHARS else text[:MAX_MESSAGE_CHARS - 3] + "..."
+    return text if len(text) <= MAX_MESSAGE_CHARS else text[: MAX_MESSAGE_CHARS - 3] + "..."
 
 
 class UnsupportedVersion(InputError):

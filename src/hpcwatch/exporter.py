@@ -56,8 +56,17 @@ from hpcwatch.reports.steps import DEFAULT_RECENT_STEPS, jobs_with_spans, step_r
 from hpcwatch.reports.text import visible
 from hpcwatch.store import Store
 
-__all__ = ["StoreCollector", "JobUsage", "allocation_rows", "ALLOCATION_LABELS", "METRIC_NAMES", "DEFAULT_PORT", "DEFAULT_RECENT_STEPS",
-           "registry_for", "serve_metrics"]
+__all__ = [
+    "StoreCollector",
+    "JobUsage",
+    "allocation_rows",
+    "ALLOCATION_LABELS",
+    "METRIC_NAMES",
+    "DEFAULT_PORT",
+    "DEFAULT_RECENT_STEPS",
+    "registry_for",
+    "serve_metrics",
+]
 
 DEFAULT_PORT = 9977
 """Unassigned in the Prometheus default port allocations (https://github.com/prometheus/prometheus/wiki/Default-port-allocations)."""
@@ -66,12 +75,26 @@ ALLOCATION_LABELS = ("hpc_job", "user", "account", "host", "gpu")
 J_PER_KWH = 3.6e6
 
 METRIC_NAMES = (
-    "hpcwatch_job_info", "hpcwatch_gpu_allocation_info", "hpcwatch_job_gpus", "hpcwatch_job_gpu_hours", "hpcwatch_job_energy_joules",
-    "hpcwatch_job_gpu_utilization_percent", "hpcwatch_job_idle_gpus", "hpcwatch_job_step_seconds",
-    "hpcwatch_job_stragglers", "hpcwatch_rank_relative_score", "hpcwatch_job_goodput_ratio",
-    "hpcwatch_findings", "hpcwatch_assessment_tier", "hpcwatch_exporter_collect_seconds", "hpcwatch_exporter_collect_errors",
-    "hpcwatch_collector_up", "hpcwatch_collector_last_success_timestamp_seconds", "hpcwatch_collector_lag_seconds",
-    "hpcwatch_collector_errors_total", "hpcwatch_collector_records_total",
+    "hpcwatch_job_info",
+    "hpcwatch_gpu_allocation_info",
+    "hpcwatch_job_gpus",
+    "hpcwatch_job_gpu_hours",
+    "hpcwatch_job_energy_joules",
+    "hpcwatch_job_gpu_utilization_percent",
+    "hpcwatch_job_idle_gpus",
+    "hpcwatch_job_step_seconds",
+    "hpcwatch_job_stragglers",
+    "hpcwatch_rank_relative_score",
+    "hpcwatch_job_goodput_ratio",
+    "hpcwatch_findings",
+    "hpcwatch_assessment_tier",
+    "hpcwatch_exporter_collect_seconds",
+    "hpcwatch_exporter_collect_errors",
+    "hpcwatch_collector_up",
+    "hpcwatch_collector_last_success_timestamp_seconds",
+    "hpcwatch_collector_lag_seconds",
+    "hpcwatch_collector_errors_total",
+    "hpcwatch_collector_records_total",
 )
 """Every family this exporter can emit (the Grafana dashboard test checks its queries against it)."""
 
@@ -93,15 +116,14 @@ UsageFn = Callable[[Store], list[JobUsage]]
 class StoreCollector(Collector):
     """Reads ``store`` on each scrape and yields hpcwatch's metric families."""
 
-    def __init__(self, store: Store, *, usage: UsageFn | None = None,
-                 recent_steps: int = DEFAULT_RECENT_STEPS) -> None:
+    def __init__(self, store: Store, *, usage: UsageFn | None = None, recent_steps: int = DEFAULT_RECENT_STEPS) -> None:
         self.store = store
         self._usage = usage or job_usage
         self.recent_steps = recent_steps
         self.errors = 0
 
     def describe(self) -> Iterable[Metric]:
-        return []   # no scrape at registration time: the store may be large
+        return []  # no scrape at registration time: the store may be large
 
     def collect(self) -> Iterator[Metric]:
         t0 = time.perf_counter()
@@ -109,38 +131,76 @@ class StoreCollector(Collector):
         for part in (self._jobs, self._training, self._findings, self._assessment, self._collectors):
             try:
                 families.extend(part())
-            except HpcwatchError as err:   # one failing part must not blank the others
+            except HpcwatchError as err:  # one failing part must not blank the others
                 self.errors += 1
                 print(f"hpcwatch exporter: {part.__name__.strip('_')}: {err}", file=sys.stderr)
         yield from families
-        yield _gauge("hpcwatch_exporter_collect_seconds", "Time the last scrape spent reading the store.",
-                     [], [([], time.perf_counter() - t0)])
-        yield _gauge("hpcwatch_exporter_collect_errors", "Scrape parts that failed since start (see stderr).",
-                     [], [([], float(self.errors))])
+        yield _gauge(
+            "hpcwatch_exporter_collect_seconds",
+            "Time the last scrape spent reading the store.",
+            [],
+            [([], time.perf_counter() - t0)],
+        )
+        yield _gauge(
+            "hpcwatch_exporter_collect_errors",
+            "Scrape parts that failed since start (see stderr).",
+            [],
+            [([], float(self.errors))],
+        )
 
     # -- parts ---------------------------------------------------------------------------------------
 
     def _jobs(self) -> list[Metric]:
         usage = self._usage(self.store)
-        info = [([u.job.id, u.job.user or "", u.job.account or "", u.job.partition or "", u.job.state or ""], 1.0)
-                for u in usage]
+        info = [
+            ([u.job.id, u.job.user or "", u.job.account or "", u.job.partition or "", u.job.state or ""], 1.0)
+            for u in usage
+        ]
         keyed = [([u.job.id, u.job.user or "", u.job.account or ""], u) for u in usage]
         return [
-            _gauge("hpcwatch_job_info", "Slurm job metadata; join on hpc_job with dcgm-exporter series.",
-                   ["hpc_job", "user", "account", "partition", "state"], info),
-            _gauge("hpcwatch_gpu_allocation_info", "One per GPU a running job holds; join on (host, gpu) with "
-                   "dcgm-exporter series (deploy/prometheus/hpcwatch-rules.yml).", ALLOCATION_LABELS,
-                   [(row, 1.0) for row in allocation_rows(u.job for u in usage)]),
-            _gauge("hpcwatch_job_gpus", "GPUs allocated to the job.", JOB_LABELS,
-                   [(k, float(u.job.gpus)) for k, u in keyed]),
-            _gauge("hpcwatch_job_gpu_hours", "GPU-hours: allocated GPUs x wall time.", JOB_LABELS,
-                   [(k, u.gpu_hours) for k, u in keyed]),
-            _gauge("hpcwatch_job_energy_joules", "Energy of the job's GPUs (DCGM counters).", JOB_LABELS,
-                   [(k, u.energy_j) for k, u in keyed if u.energy_j is not None]),
-            _gauge("hpcwatch_job_gpu_utilization_percent", "Mean GPU utilisation over the job's GPUs and time.",
-                   JOB_LABELS, [(k, u.mean_util_percent) for k, u in keyed if u.mean_util_percent is not None]),
-            _gauge("hpcwatch_job_idle_gpus", "Allocated GPUs whose utilisation stayed idle.", JOB_LABELS,
-                   [(k, float(u.idle_gpus)) for k, u in keyed]),
+            _gauge(
+                "hpcwatch_job_info",
+                "Slurm job metadata; join on hpc_job with dcgm-exporter series.",
+                ["hpc_job", "user", "account", "partition", "state"],
+                info,
+            ),
+            _gauge(
+                "hpcwatch_gpu_allocation_info",
+                "One per GPU a running job holds; join on (host, gpu) with "
+                "dcgm-exporter series (deploy/prometheus/hpcwatch-rules.yml).",
+                ALLOCATION_LABELS,
+                [(row, 1.0) for row in allocation_rows(u.job for u in usage)],
+            ),
+            _gauge(
+                "hpcwatch_job_gpus",
+                "GPUs allocated to the job.",
+                JOB_LABELS,
+                [(k, float(u.job.gpus)) for k, u in keyed],
+            ),
+            _gauge(
+                "hpcwatch_job_gpu_hours",
+                "GPU-hours: allocated GPUs x wall time.",
+                JOB_LABELS,
+                [(k, u.gpu_hours) for k, u in keyed],
+            ),
+            _gauge(
+                "hpcwatch_job_energy_joules",
+                "Energy of the job's GPUs (DCGM counters).",
+                JOB_LABELS,
+                [(k, u.energy_j) for k, u in keyed if u.energy_j is not None],
+            ),
+            _gauge(
+                "hpcwatch_job_gpu_utilization_percent",
+                "Mean GPU utilisation over the job's GPUs and time.",
+                JOB_LABELS,
+                [(k, u.mean_util_percent) for k, u in keyed if u.mean_util_percent is not None],
+            ),
+            _gauge(
+                "hpcwatch_job_idle_gpus",
+                "Allocated GPUs whose utilisation stayed idle.",
+                JOB_LABELS,
+                [(k, float(u.idle_gpus)) for k, u in keyed],
+            ),
         ]
 
     def _training(self) -> list[Metric]:
@@ -149,72 +209,121 @@ class StoreCollector(Collector):
             try:
                 report = step_report(self.store, job_id, recent_steps=self.recent_steps)
             except InputError:
-                continue   # spans of no training phase: nothing to say about its steps
+                continue  # spans of no training phase: nothing to say about its steps
             if report.step_time_s is None:
                 continue
             step_s.append(([job_id], report.step_time_s))
             stragglers.append(([job_id], float(len(report.stragglers.stragglers))))
-            scores += [([job_id, str(r.rank), r.node or "", "" if r.gpu is None else str(r.gpu)], r.score)
-                       for r in report.stragglers.ranks]
+            scores += [
+                ([job_id, str(r.rank), r.node or "", "" if r.gpu is None else str(r.gpu)], r.score)
+                for r in report.stragglers.ranks
+            ]
             goodput.append(([job_id], goodput_report(self.store, job_id).goodput))
         return [
-            _gauge("hpcwatch_job_step_seconds", "Median training step time (the slowest rank's), recent steps.",
-                   ["hpc_job"], step_s),
-            _gauge("hpcwatch_job_stragglers", "Ranks named stragglers over the recent steps.", ["hpc_job"],
-                   stragglers),
-            _gauge("hpcwatch_rank_relative_score", "Fastest rank's work time / this rank's (1 = fastest).",
-                   ["hpc_job", "rank", "node", "gpu"], scores),
+            _gauge(
+                "hpcwatch_job_step_seconds",
+                "Median training step time (the slowest rank's), recent steps.",
+                ["hpc_job"],
+                step_s,
+            ),
+            _gauge("hpcwatch_job_stragglers", "Ranks named stragglers over the recent steps.", ["hpc_job"], stragglers),
+            _gauge(
+                "hpcwatch_rank_relative_score",
+                "Fastest rank's work time / this rank's (1 = fastest).",
+                ["hpc_job", "rank", "node", "gpu"],
+                scores,
+            ),
             _gauge("hpcwatch_job_goodput_ratio", "Productive training time / wall time.", ["hpc_job"], goodput),
         ]
 
     def _findings(self) -> list[Metric]:
         counts = finding_counts(self.store)
-        return [_gauge("hpcwatch_findings", "Security findings in the store, by threat vector and severity.",
-                       ["vector", "severity"], [([v, s], float(n)) for (v, s), n in counts.items()])]
+        return [
+            _gauge(
+                "hpcwatch_findings",
+                "Security findings in the store, by threat vector and severity.",
+                ["vector", "severity"],
+                [([v, s], float(n)) for (v, s), n in counts.items()],
+            )
+        ]
 
     def _assessment(self) -> list[Metric]:
         latest = latest_assessment(self.store)
         numbers = latest.tier_numbers() if latest is not None else {}
-        return [_gauge("hpcwatch_assessment_tier", "Newest stored assessment tier: 4 Platinum, 3 Gold, 2 Silver, "
-                       "1 Bronze, 0 Underperform; category=overall is the cluster's.", ["category"],
-                       [([name], float(n)) for name, n in numbers.items()])]
+        return [
+            _gauge(
+                "hpcwatch_assessment_tier",
+                "Newest stored assessment tier: 4 Platinum, 3 Gold, 2 Silver, "
+                "1 Bronze, 0 Underperform; category=overall is the cluster's.",
+                ["category"],
+                [([name], float(n)) for name, n in numbers.items()],
+            )
+        ]
 
     def _collectors(self) -> list[Metric]:
         status = collector_statuses(self.store)
         rows = [([c.name, c.kind, c.daemon], c) for c in (status.collectors if status else ())]
         labels = ["collector", "kind", "daemon"]
         return [
-            _gauge("hpcwatch_collector_up", "1 when the collector's last run succeeded within 3 intervals.", labels,
-                   [(k, float(c.answering)) for k, c in rows]),
-            _gauge("hpcwatch_collector_last_success_timestamp_seconds", "End of the collector's last good run.",
-                   labels, [(k, c.last_success_s) for k, c in rows if c.last_success_s is not None]),
-            _gauge("hpcwatch_collector_lag_seconds", "How far behind its source the collector is.", labels,
-                   [(k, c.lag_s) for k, c in rows if c.lag_s is not None]),
-            _gauge("hpcwatch_collector_errors_total", "Failed runs since the daemon started.", labels,
-                   [(k, float(c.errors)) for k, c in rows]),
-            _gauge("hpcwatch_collector_records_total", "Records stored since the daemon started.", labels,
-                   [(k, float(c.records)) for k, c in rows]),
+            _gauge(
+                "hpcwatch_collector_up",
+                "1 when the collector's last run succeeded within 3 intervals.",
+                labels,
+                [(k, float(c.answering)) for k, c in rows],
+            ),
+            _gauge(
+                "hpcwatch_collector_last_success_timestamp_seconds",
+                "End of the collector's last good run.",
+                labels,
+                [(k, c.last_success_s) for k, c in rows if c.last_success_s is not None],
+            ),
+            _gauge(
+                "hpcwatch_collector_lag_seconds",
+                "How far behind its source the collector is.",
+                labels,
+                [(k, c.lag_s) for k, c in rows if c.lag_s is not None],
+            ),
+            _gauge(
+                "hpcwatch_collector_errors_total",
+                "Failed runs since the daemon started.",
+                labels,
+                [(k, float(c.errors)) for k, c in rows],
+            ),
+            _gauge(
+                "hpcwatch_collector_records_total",
+                "Records stored since the daemon started.",
+                labels,
+                [(k, float(c.records)) for k, c in rows],
+            ),
         ]
 
 
 def allocation_rows(jobs: Iterable[Job]) -> list[list[str]]:
     """(hpc_job, user, account, host, gpu) for each GPU of each running job (``end`` None) whose indices
     Slurm gave (``gpus_by_node``); a job known only by its GPU count has no row: nothing to join on."""
-    return [[j.id, j.user or "", j.account or "", node, str(gpu)]
-            for j in jobs if j.start is not None and j.end is None
-            for node, gpus in sorted(j.gpus_by_node.items()) for gpu in gpus]
+    return [
+        [j.id, j.user or "", j.account or "", node, str(gpu)]
+        for j in jobs
+        if j.start is not None and j.end is None
+        for node, gpus in sorted(j.gpus_by_node.items())
+        for gpu in gpus
+    ]
 
 
 def job_usage(store: Store) -> list[JobUsage]:
     """Per-job usage from the store, through the jobs report (reports/jobs.py)."""
     by_id = {j.id: j for j in store.jobs()}
     # A workload known only from its samples (an hpc_job label, a pod) has no record: one from its report.
-    return [JobUsage(job=by_id.get(r.id) or Job(id=r.id, user=r.user, account=r.account, gpus=r.gpus,
-                                                nodes=r.nodes),
-                     gpu_hours=r.gpu_hours,
-                     energy_j=r.energy_kwh * J_PER_KWH if r.per_gpu else None,
-                     mean_util_percent=r.mean_gpu_util, idle_gpus=r.idle_gpus)
-            for r in jobs_report(store, metrics=DCGM_METRICS)]
+    return [
+        JobUsage(
+            job=by_id.get(r.id) or Job(id=r.id, user=r.user, account=r.account, gpus=r.gpus, nodes=r.nodes),
+            gpu_hours=r.gpu_hours,
+            energy_j=r.energy_kwh * J_PER_KWH if r.per_gpu else None,
+            mean_util_percent=r.mean_gpu_util,
+            idle_gpus=r.idle_gpus,
+        )
+        for r in jobs_report(store, metrics=DCGM_METRICS)
+    ]
 
 
 def _gauge(name: str, doc: str, labels: Iterable[str], rows: Iterable[tuple[list[str], float]]) -> GaugeMetricFamily:
@@ -236,4 +345,5 @@ def registry_for(store: Store, **options) -> CollectorRegistry:
 def serve_metrics(store: Store, *, port: int = DEFAULT_PORT, host: str = "127.0.0.1", **options):
     """Start the /metrics server in a background thread; returns (server, thread)."""
     from prometheus_client import start_http_server
+
     return start_http_server(port, addr=host, registry=registry_for(store, **options))

@@ -28,8 +28,8 @@ from __future__ import annotations
 
 import hashlib
 import os
-from concurrent.futures import ThreadPoolExecutor
 from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -38,8 +38,20 @@ from hpcwatch.records import Event, Finding, Job, Sample, Span
 from hpcwatch.sources.registry import RECORD_KINDS, Format, Input, Skipped, format_named, plan_inputs
 from hpcwatch.store import SourceMark, Store
 
-__all__ = ["FileResult", "IngestReport", "ingest_paths", "ingest_input", "source_key", "file_identity", "MAX_BAD_LINES_KEPT",
-           "KEY_VERSION", "RemoteWrite", "remote_write_paths", "remote_write_input", "REMOTE_WRITE_BATCH"]
+__all__ = [
+    "FileResult",
+    "IngestReport",
+    "ingest_paths",
+    "ingest_input",
+    "source_key",
+    "file_identity",
+    "MAX_BAD_LINES_KEPT",
+    "KEY_VERSION",
+    "RemoteWrite",
+    "remote_write_paths",
+    "remote_write_input",
+    "REMOTE_WRITE_BATCH",
+]
 
 #: Bad lines of one log whose errors are kept word for word (the rest are counted).
 MAX_BAD_LINES_KEPT = 20
@@ -85,31 +97,61 @@ class IngestReport:
         return {s: n for s in _STATUS if (n := sum(1 for f in self.files if f.status == s))}
 
 
-def ingest_paths(store: Store, paths: Iterable[str | os.PathLike[str]], *, format: str | None = None,
-                 host: str | None = None, hosts: Iterable[str] = (),
-                 on_file: Callable[[FileResult], None] | None = None) -> IngestReport:
+def ingest_paths(
+    store: Store,
+    paths: Iterable[str | os.PathLike[str]],
+    *,
+    format: str | None = None,
+    host: str | None = None,
+    hosts: Iterable[str] = (),
+    on_file: Callable[[FileResult], None] | None = None,
+) -> IngestReport:
     """Ingest every file under ``paths``; a strict file's ParseError stops here, the earlier files kept."""
     forced = bool(format)
-    return _each_input(lambda item: ingest_input(store, item, forced=forced), paths, format=format, host=host,
-                       hosts=hosts, on_file=on_file)
+    return _each_input(
+        lambda item: ingest_input(store, item, forced=forced),
+        paths,
+        format=format,
+        host=host,
+        hosts=hosts,
+        on_file=on_file,
+    )
 
 
-def remote_write_paths(write: RemoteWrite, paths: Iterable[str | os.PathLike[str]], *, format: str | None = None,
-                       host: str | None = None, hosts: Iterable[str] = (),
-                       on_file: Callable[[FileResult], None] | None = None) -> IngestReport:
+def remote_write_paths(
+    write: RemoteWrite,
+    paths: Iterable[str | os.PathLike[str]],
+    *,
+    format: str | None = None,
+    host: str | None = None,
+    hosts: Iterable[str] = (),
+    on_file: Callable[[FileResult], None] | None = None,
+) -> IngestReport:
     """Push the samples of every file under ``paths`` through ``write`` (module docstring); same errors."""
     forced = bool(format)
-    return _each_input(lambda item: remote_write_input(write, item, forced=forced), paths, format=format,
-                       host=host, hosts=hosts, on_file=on_file)
+    return _each_input(
+        lambda item: remote_write_input(write, item, forced=forced),
+        paths,
+        format=format,
+        host=host,
+        hosts=hosts,
+        on_file=on_file,
+    )
 
 
-def _each_input(handle: Callable[[Input], FileResult], paths: Iterable[str | os.PathLike[str]], *,
-                format: str | None, host: str | None, hosts: Iterable[str],
-                on_file: Callable[[FileResult], None] | None) -> IngestReport:
+def _each_input(
+    handle: Callable[[Input], FileResult],
+    paths: Iterable[str | os.PathLike[str]],
+    *,
+    format: str | None,
+    host: str | None,
+    hosts: Iterable[str],
+    on_file: Callable[[FileResult], None] | None,
+) -> IngestReport:
     """The walk both ends share: plan the inputs, hand each to ``handle``, keep the bad lines of logs."""
     report = IngestReport()
     if format:
-        format_named(format)   # an unknown name fails before anything is read
+        format_named(format)  # an unknown name fails before anything is read
     bad: list[ParseError] = []
     for item in plan_inputs(paths, format=format, host=host, hosts=hosts, on_bad_line=bad.append):
         if isinstance(item, Skipped):
@@ -133,8 +175,12 @@ def remote_write_input(write: RemoteWrite, item: Input, *, forced: bool = False)
     if fmt.yields != "records" or "samples" not in fmt.kinds:
         if forced:
             raise ParseError(f"format {fmt.name} holds no samples: remote write carries samples only", path=path)
-        return FileResult(path=str(path), status="not sent", format=fmt.name,
-                          reason=f"remote write carries samples only ({fmt.summary or fmt.name})")
+        return FileResult(
+            path=str(path),
+            status="not sent",
+            format=fmt.name,
+            reason=f"remote write carries samples only ({fmt.summary or fmt.name})",
+        )
     counts = dict.fromkeys(RECORD_KINDS, 0)
     batch: list[Sample] = []
     for record in fmt.read(path, item.context):
@@ -171,8 +217,7 @@ def ingest_input(store: Store, item: Input, *, forced: bool = False) -> FileResu
     if fmt.yields in ("trace", "op-table"):
         if forced:
             raise ParseError(f"format {fmt.name} is read by its own command, not stored by ingest", path=path)
-        return FileResult(path=str(path), status="not stored", format=fmt.name,
-                          reason=f"{fmt.summary or fmt.name}")
+        return FileResult(path=str(path), status="not stored", format=fmt.name, reason=f"{fmt.summary or fmt.name}")
     identity = file_identity(item)
     if store.has_identity(identity):  # the very file read before: skip without reading it again
         return FileResult(path=str(path), status="already", format=fmt.name)
@@ -233,8 +278,10 @@ def file_identity(item: Input) -> str:
     if item.format.folder:
         return ""
     st = os.stat(item.path)
-    return (f"{KEY_VERSION}:{item.format.name}:{item.context.host or ''}:{st.st_dev}:{st.st_ino}:{st.st_size}:"
-            f"{st.st_mtime_ns}")
+    return (
+        f"{KEY_VERSION}:{item.format.name}:{item.context.host or ''}:{st.st_dev}:{st.st_ino}:{st.st_size}:"
+        f"{st.st_mtime_ns}"
+    )
 
 
 def source_key(item: Input) -> str:

@@ -22,13 +22,12 @@ against ``httpx.MockTransport``. API reference: https://prometheus.io/docs/prome
 
 from __future__ import annotations
 
+import struct
+from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
-
-import struct
-from collections import defaultdict
 
 import httpx
 import orjson
@@ -39,9 +38,22 @@ from hpcwatch.errors import BackendError
 from hpcwatch.records import Sample
 from hpcwatch.schemas import SAMPLE_SCHEMA, sample_keys
 
-__all__ = ["PrometheusBackend", "PromConfig", "result_table", "safe_url", "server_time", "newest_scrape_t",
-           "counter_rate", "prefix_activity", "prefix_selector", "encode_remote_write", "DEFAULT_TIMEOUT_S", "DEFAULT_LOOKBACK_S",
-           "HOST_LABEL", "JOB_LABEL"]
+__all__ = [
+    "PrometheusBackend",
+    "PromConfig",
+    "result_table",
+    "safe_url",
+    "server_time",
+    "newest_scrape_t",
+    "counter_rate",
+    "prefix_activity",
+    "prefix_selector",
+    "encode_remote_write",
+    "DEFAULT_TIMEOUT_S",
+    "DEFAULT_LOOKBACK_S",
+    "HOST_LABEL",
+    "JOB_LABEL",
+]
 
 DEFAULT_TIMEOUT_S = 10.0
 """Per request; a PromQL query over a day of 1,000 GPUs answers in well under this."""
@@ -74,8 +86,7 @@ class PromConfig:
 class PrometheusBackend:
     """Samples from a Prometheus HTTP API as ``SAMPLE_SCHEMA`` tables."""
 
-    def __init__(self, url: str, *, client: httpx.Client | None = None,
-                 timeout_s: float = DEFAULT_TIMEOUT_S) -> None:
+    def __init__(self, url: str, *, client: httpx.Client | None = None, timeout_s: float = DEFAULT_TIMEOUT_S) -> None:
         self.config = PromConfig(url=url.rstrip("/"), timeout_s=timeout_s)
         self._client = client or httpx.Client(timeout=timeout_s, trust_env=False)
         self._owns_client = client is None
@@ -84,7 +95,7 @@ class PrometheusBackend:
         if self._owns_client:
             self._client.close()
 
-    def __enter__(self) -> "PrometheusBackend":
+    def __enter__(self) -> PrometheusBackend:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -99,23 +110,26 @@ class PrometheusBackend:
         """``data`` of one API call (POST form, so long selectors fit); BackendError otherwise."""
         url = f"{self.config.url}/api/v1/{endpoint}"
         try:
-            response = self._client.post(url, data={k: str(v) for k, v in params.items()},
-                                         timeout=self.config.timeout_s)
+            response = self._client.post(
+                url, data={k: str(v) for k, v in params.items()}, timeout=self.config.timeout_s
+            )
         except httpx.HTTPError as err:
             raise BackendError(f"{safe_url(url)}: {type(err).__name__}: {err}") from err
         try:
             body = orjson.loads(response.content)
         except orjson.JSONDecodeError as err:
-            raise BackendError(f"{safe_url(url)}: HTTP {response.status_code}, not JSON: "
-                               f"{response.text[:120]!r}") from err
+            raise BackendError(
+                f"{safe_url(url)}: HTTP {response.status_code}, not JSON: {response.text[:120]!r}"
+            ) from err
         if not isinstance(body, dict) or body.get("status") != "success":
             what = body.get("error", body) if isinstance(body, dict) else body
             kind = body.get("errorType", "error") if isinstance(body, dict) else "error"
             raise BackendError(f"{safe_url(url)}: HTTP {response.status_code} {kind}: {what}")
         return body["data"]
 
-    def label_values(self, label: str, *, match: Iterable[str] = (), t0: float | None = None,
-                     t1: float | None = None) -> list[str]:
+    def label_values(
+        self, label: str, *, match: Iterable[str] = (), t0: float | None = None, t1: float | None = None
+    ) -> list[str]:
         """Values ``label`` takes in series matching ``match`` between ``t0`` and ``t1`` (GET: the endpoint
         takes no form body in Prometheus 2.42). Answered from the index, not the samples: cheap at any size."""
         params: list[tuple[str, str]] = [("match[]", m) for m in match]
@@ -130,8 +144,10 @@ class PrometheusBackend:
         except orjson.JSONDecodeError as err:
             raise BackendError(f"{safe_url(url)}: HTTP {response.status_code}, not JSON") from err
         if not isinstance(body, dict) or body.get("status") != "success" or not isinstance(body.get("data"), list):
-            raise BackendError(f"{safe_url(url)}: HTTP {response.status_code}: "
-                               f"{body.get('error', body) if isinstance(body, dict) else body}")
+            raise BackendError(
+                f"{safe_url(url)}: HTTP {response.status_code}: "
+                f"{body.get('error', body) if isinstance(body, dict) else body}"
+            )
         return [str(v) for v in body["data"]]
 
     # -- tables ------------------------------------------------------------------------------------
@@ -143,17 +159,23 @@ class PrometheusBackend:
             params["time"] = _ts(t)
         return result_table(self.api("query", params), name=name or promql)
 
-    def query_range(self, promql: str, *, t0: float, t1: float, step_s: float,
-                    name: str | None = None) -> pa.Table:
+    def query_range(self, promql: str, *, t0: float, t1: float, step_s: float, name: str | None = None) -> pa.Table:
         """A range query on Prometheus' evaluation grid (t0, t0+step, ... t1)."""
         if step_s <= 0 or t1 < t0:
             raise BackendError(f"query_range needs t0 <= t1 and step_s > 0, got {t0}, {t1}, {step_s}")
         data = self.api("query_range", {"query": promql, "start": _ts(t0), "end": _ts(t1), "step": step_s})
         return result_table(data, name=name or promql)
 
-    def samples(self, metric: str | Iterable[str] | None = None, *, host: str | None = None,
-                job: str | None = None, t0: float | None = None, t1: float | None = None,
-                now: float | None = None) -> pa.Table:
+    def samples(
+        self,
+        metric: str | Iterable[str] | None = None,
+        *,
+        host: str | None = None,
+        job: str | None = None,
+        t0: float | None = None,
+        t1: float | None = None,
+        now: float | None = None,
+    ) -> pa.Table:
         """The raw scraped points, like ``Store.samples()`` (same filters, same order).
 
         ``t1`` defaults to ``now`` (else Prometheus' own now), ``t0`` to ``DEFAULT_LOOKBACK_S``
@@ -169,14 +191,19 @@ class PrometheusBackend:
         # plus the t >= start filter below gives both backends the store's closed [t0, t1].
         window_ms = max(1, int(round((end - start) * 1000))) + 1
         queries = [f"{sel}[{window_ms}ms]" for sel in _selectors(metric, host=host, job=job)]
-        table = pa.concat_tables([result_table(self.api("query", {"query": q, "time": _ts(end)}), name="")
-                                  for q in queries]) if queries else SAMPLE_SCHEMA.empty_table()
+        table = (
+            pa.concat_tables(
+                [result_table(self.api("query", {"query": q, "time": _ts(end)}), name="") for q in queries]
+            )
+            if queries
+            else SAMPLE_SCHEMA.empty_table()
+        )
         table = table.filter(pc.greater_equal(table["t"], start))
         # VictoriaMetrics 1.79 returns Prometheus' staleness markers (a series gone from a scrape, e.g. when
         # the prolog adds hpc_job) as NaN points; Prometheus never returns them. JSON cannot tell a marker
         # from a scraped NaN, and a NaN point only turns a mean into NaN, so neither reaches an analysis.
         table = table.filter(pc.invert(pc.is_nan(table["value"])))
-        if host is not None:   # one selector per host label name: a series may match both
+        if host is not None:  # one selector per host label name: a series may match both
             table = table.filter(pc.equal(table["host"], host))
         return _sorted(_dedup(table) if len(queries) > 1 else table)
 
@@ -190,8 +217,11 @@ class PrometheusBackend:
         """
         body, series = encode_remote_write(samples)
         url = f"{self.config.url}/api/v1/write"
-        headers = {"Content-Encoding": "snappy", "Content-Type": "application/x-protobuf",
-                   "X-Prometheus-Remote-Write-Version": "0.1.0"}
+        headers = {
+            "Content-Encoding": "snappy",
+            "Content-Type": "application/x-protobuf",
+            "X-Prometheus-Remote-Write-Version": "0.1.0",
+        }
         try:
             response = self._client.post(url, content=body, headers=headers, timeout=self.config.timeout_s)
         except httpx.HTTPError as err:
@@ -230,14 +260,16 @@ def prefix_activity(prom: PrometheusBackend, prefixes: Iterable[str]) -> list[tu
     per_name = prom.query(f"count by (__name__) ({prefix_selector(prefixes)})", name="")
     series: dict[str, int] = {}
     biggest: dict[str, tuple[int, str]] = {}
-    for name, n in zip(per_name["metric"].to_pylist(), per_name["value"].to_pylist()):   # __name__ is the column
+    for name, n in zip(per_name["metric"].to_pylist(), per_name["value"].to_pylist()):  # __name__ is the column
         prefix = name.split("_", 1)[0]
         series[prefix] = series.get(prefix, 0) + int(n)
         biggest[prefix] = max(biggest.get(prefix, (0, "")), (int(n), name))
     if not biggest:
         return []
-    parts = [f'label_replace(max(timestamp({name})), "prefix", "{_quote(p)}", "", "")'
-             for p, (_, name) in sorted(biggest.items())]
+    parts = [
+        f'label_replace(max(timestamp({name})), "prefix", "{_quote(p)}", "", "")'
+        for p, (_, name) in sorted(biggest.items())
+    ]
     newest = prom.query(" or ".join(parts), name="")
     last = dict(zip(_tag(newest, "prefix"), newest["value"].to_pylist()))
     return [(p, series[p], float(last[p])) for p in sorted(last) if p in series]
@@ -269,14 +301,19 @@ def result_table(data: Mapping[str, Any], *, name: str = "") -> pa.Table:
         labels = dict(series.get("metric") or {})
         metric = labels.pop("__name__", None) or name
         host, gpu, job = sample_keys(labels, metric)
-        for column, v in (("metric", metric), ("host", host), ("gpu", gpu), ("job", job),
-                          ("labels", orjson.dumps(labels, option=orjson.OPT_SORT_KEYS).decode())):
+        for column, v in (
+            ("metric", metric),
+            ("host", host),
+            ("gpu", gpu),
+            ("job", job),
+            ("labels", orjson.dumps(labels, option=orjson.OPT_SORT_KEYS).decode()),
+        ):
             per_series[column].append(v)
         points = series["values"] if kind == "matrix" else [series["value"]]
         lengths.append(len(points))
         t.extend([p[0] for p in points])
         value.extend([p[1] for p in points])
-    import numpy as np   # here, not at the top: remote write (ingest --remote-write) needs none of it
+    import numpy as np  # here, not at the top: remote write (ingest --remote-write) needs none of it
 
     # Label columns are built once per series and repeated in Arrow (a scrape's series has many points);
     # values parse in numpy ("NaN", "+Inf" as float() reads them).
@@ -313,7 +350,7 @@ def _dedup(table: pa.Table) -> pa.Table:
 def _sorted(table: pa.Table) -> pa.Table:
     """Store.samples() order: metric, host, gpu, t (nulls last, as DuckDB does)."""
     keys = ("metric", "host", "gpu", "t")
-    try:   # pyarrow >= 25 takes the null placement per key
+    try:  # pyarrow >= 25 takes the null placement per key
         return table.sort_by([(k, "ascending", "at_end") for k in keys]).cast(SAMPLE_SCHEMA)
     except (TypeError, ValueError, pa.ArrowException):
         return table.sort_by([(k, "ascending") for k in keys], null_placement="at_end").cast(SAMPLE_SCHEMA)
@@ -346,7 +383,7 @@ def safe_url(url: str) -> str:
 # (https://prometheus.io/docs/concepts/remote_write_spec/). A snappy block made only of literals is
 # valid (https://github.com/google/snappy/blob/main/format_description.txt): no compressor needed.
 
-_SNAPPY_LITERAL_MAX = 65536   # tag 61: literal length-1 in the next two bytes
+_SNAPPY_LITERAL_MAX = 65536  # tag 61: literal length-1 in the next two bytes
 
 
 def encode_remote_write(samples: Iterable[Sample]) -> tuple[bytes, int]:
@@ -368,7 +405,7 @@ def encode_remote_write(samples: Iterable[Sample]) -> tuple[bytes, int]:
 
 def _varint(n: int) -> bytes:
     if n < 0:
-        n &= (1 << 64) - 1   # int64 two's complement, as protobuf encodes negatives
+        n &= (1 << 64) - 1  # int64 two's complement, as protobuf encodes negatives
     out = bytearray()
     while True:
         low, n = n & 0x7F, n >> 7
@@ -387,6 +424,6 @@ def _field(number: int, payload: bytes) -> bytes:
 def _snappy_literals(data: bytes) -> bytes:
     out = bytearray(_varint(len(data)))
     for i in range(0, len(data), _SNAPPY_LITERAL_MAX):
-        chunk = data[i:i + _SNAPPY_LITERAL_MAX]
+        chunk = data[i : i + _SNAPPY_LITERAL_MAX]
         out += bytes([61 << 2]) + struct.pack("<H", len(chunk) - 1) + chunk
     return bytes(out)

@@ -6,8 +6,9 @@ These are plain frozen dataclasses: no logic lives here.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal, Mapping
+from typing import Any, Literal
 
 __all__ = [
     "Sample",

@@ -20,8 +20,7 @@ from collections.abc import Mapping
 
 import pyarrow as pa
 
-__all__ = ["SAMPLE_SCHEMA", "sample_keys", "HOST_LABELS", "JOB_LABELS", "NODE_NOT_HOST_PREFIXES",
-           "node_label_is_host"]
+__all__ = ["SAMPLE_SCHEMA", "sample_keys", "HOST_LABELS", "JOB_LABELS", "NODE_NOT_HOST_PREFIXES", "node_label_is_host"]
 
 HOST_LABELS = ("Hostname", "hostname", "node")
 JOB_LABELS = ("hpc_job", "jobid", "job_id")
@@ -30,15 +29,17 @@ JOB_LABELS = ("hpc_job", "jobid", "job_id")
 NODE_NOT_HOST_PREFIXES = ("node_memory_numa_", "node_zoneinfo_", "node_buddyinfo_", "node_drbd_")
 
 #: Columns of the samples table and of ``Store.samples()``.
-SAMPLE_SCHEMA = pa.schema([
-    ("metric", pa.string()),
-    ("t", pa.float64()),      # UTC seconds
-    ("value", pa.float64()),
-    ("host", pa.string()),    # see module docstring
-    ("gpu", pa.string()),
-    ("job", pa.string()),
-    ("labels", pa.string()),  # all labels, JSON object
-])
+SAMPLE_SCHEMA = pa.schema(
+    [
+        ("metric", pa.string()),
+        ("t", pa.float64()),  # UTC seconds
+        ("value", pa.float64()),
+        ("host", pa.string()),  # see module docstring
+        ("gpu", pa.string()),
+        ("job", pa.string()),
+        ("labels", pa.string()),  # all labels, JSON object
+    ]
+)
 
 
 def node_label_is_host(metric: str | None) -> bool:

@@ -39,8 +39,9 @@ trace they are half the events, and their columns cost the reader ~15 % of its t
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any
 
 import numpy as np
 
@@ -49,8 +50,18 @@ __all__ = ["KinetoTrace", "CATEGORIES", "CAT", "EVENT_COLUMNS", "GPU_CATEGORIES"
 #: Event categories we tell apart; the code of a category is its index here.
 #: https://github.com/pytorch/kineto/blob/main/libkineto/include/ActivityType.h
 CATEGORIES: tuple[str, ...] = (
-    "other", "cpu_op", "user_annotation", "gpu_user_annotation", "kernel", "gpu_memcpy",
-    "gpu_memset", "cuda_runtime", "cuda_driver", "python_function", "overhead", "Trace",
+    "other",
+    "cpu_op",
+    "user_annotation",
+    "gpu_user_annotation",
+    "kernel",
+    "gpu_memcpy",
+    "gpu_memset",
+    "cuda_runtime",
+    "cuda_driver",
+    "python_function",
+    "overhead",
+    "Trace",
 )
 CAT: Mapping[str, int] = {name: code for code, name in enumerate(CATEGORIES)}
 #: Codes of activities that run on the GPU (they have a stream).
@@ -59,8 +70,20 @@ GPU_CATEGORIES: tuple[int, ...] = (CAT["kernel"], CAT["gpu_memcpy"], CAT["gpu_me
 #: ~10× cheaper than ``np.isin`` on the column (which sorts or builds a table each call).
 IS_GPU_CATEGORY: np.ndarray = np.isin(np.arange(len(CATEGORIES)), GPU_CATEGORIES)
 
-EVENT_COLUMNS: tuple[str, ...] = ("ts_us", "dur_us", "cat", "name_id", "stream", "pid", "tid", "correlation",
-                                  "comm", "coll_id", "msg_bytes", "group_size")
+EVENT_COLUMNS: tuple[str, ...] = (
+    "ts_us",
+    "dur_us",
+    "cat",
+    "name_id",
+    "stream",
+    "pid",
+    "tid",
+    "correlation",
+    "comm",
+    "coll_id",
+    "msg_bytes",
+    "group_size",
+)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

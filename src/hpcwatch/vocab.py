@@ -15,10 +15,35 @@ from typing import Final, Literal
 __all__ = ["EventKind", "EVENT_KINDS", "EventKindName", "METRICS"]
 
 EventKindName = Literal[
-    "xid", "gpu_xid", "gpu_process", "failure", "checkpoint", "checkpoint_save", "checkpoint_restore",
-    "job_start", "job_end", "falco", "tetragon", "shard_check", "shard_manifest", "osv_advisory", "pip_package",
-    "pth_file", "opensm_partitions", "nvidia_params", "dcgm_diag", "nccl_test", "ib_write_bw",
-    "nccl_rank", "nccl_warn", "nccl_timeout", "flight_recorder_dump", "nccl_inspector", "slurm_config", "health_verdict", "assessment",
+    "xid",
+    "gpu_xid",
+    "gpu_process",
+    "failure",
+    "checkpoint",
+    "checkpoint_save",
+    "checkpoint_restore",
+    "job_start",
+    "job_end",
+    "falco",
+    "tetragon",
+    "shard_check",
+    "shard_manifest",
+    "osv_advisory",
+    "pip_package",
+    "pth_file",
+    "opensm_partitions",
+    "nvidia_params",
+    "dcgm_diag",
+    "nccl_test",
+    "ib_write_bw",
+    "nccl_rank",
+    "nccl_warn",
+    "nccl_timeout",
+    "flight_recorder_dump",
+    "nccl_inspector",
+    "slurm_config",
+    "health_verdict",
+    "assessment",
 ]
 
 
@@ -94,8 +119,9 @@ DCGM_FI_PROF_DRAM_ACTIVE: Final = "DCGM_FI_PROF_DRAM_ACTIVE"
 NODE_INFINIBAND_PORT_DATA_RECEIVED_BYTES_TOTAL: Final = "node_infiniband_port_data_received_bytes_total"
 NODE_INFINIBAND_PORT_DATA_TRANSMITTED_BYTES_TOTAL: Final = "node_infiniband_port_data_transmitted_bytes_total"
 NODE_INFINIBAND_PORT_CONSTRAINT_ERRORS_RECEIVED_TOTAL: Final = "node_infiniband_port_constraint_errors_received_total"
-NODE_INFINIBAND_PORT_CONSTRAINT_ERRORS_TRANSMITTED_TOTAL: Final = \
+NODE_INFINIBAND_PORT_CONSTRAINT_ERRORS_TRANSMITTED_TOTAL: Final = (
     "node_infiniband_port_constraint_errors_transmitted_total"
+)
 NODE_INFINIBAND_LINK_DOWNED_TOTAL: Final = "node_infiniband_link_downed_total"
 NODE_INFINIBAND_LINK_ERROR_RECOVERY_TOTAL: Final = "node_infiniband_link_error_recovery_total"
 NODE_INFINIBAND_PORT_ERRORS_RECEIVED_TOTAL: Final = "node_infiniband_port_errors_received_total"
@@ -132,4 +158,5 @@ SLURM_PARTITION_CPUS: Final = "slurm_partition_cpus"
 
 #: Every metric name above.
 METRICS: Final[frozenset[str]] = frozenset(
-    v for k, v in dict(globals()).items() if k.isupper() and isinstance(v, str) and k not in ("METRICS",))
+    v for k, v in dict(globals()).items() if k.isupper() and isinstance(v, str) and k not in ("METRICS",)
+)

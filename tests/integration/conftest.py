@@ -23,8 +23,17 @@ from pathlib import Path
 import httpx
 import pytest
 
-from .services import ServiceError, start_prometheus as start_prometheus_service, \
-    start_victoriametrics as start_vm_service, stop_process, victoriametrics_scrape_config
+from .services import (
+    ServiceError,
+    stop_process,
+    victoriametrics_scrape_config,
+)
+from .services import (
+    start_prometheus as start_prometheus_service,
+)
+from .services import (
+    start_victoriametrics as start_vm_service,
+)
 
 __all__ = ["need", "wait_until", "stop_process", "victoriametrics_scrape_config", "PROMQL_BACKENDS"]
 
@@ -61,6 +70,7 @@ def wait_until(check: Callable[[], object], *, timeout_s: float, every_s: float 
 
 # -- Slurm --------------------------------------------------------------------------------------
 
+
 @dataclass
 class SlurmCluster:
     base: Path
@@ -74,8 +84,7 @@ class SlurmCluster:
         return self.base / "hpc-job-mapping"
 
     def run(self, *argv: str, user: str | None = None, check: bool = True) -> subprocess.CompletedProcess:
-        cmd = list(argv) if user is None else ["runuser", "-u", user, "--", "sh", "-c",
-                                                'cd ~ && exec "$0" "$@"', *argv]
+        cmd = list(argv) if user is None else ["runuser", "-u", user, "--", "sh", "-c", 'cd ~ && exec "$0" "$@"', *argv]
         result = subprocess.run(cmd, env=self.env, capture_output=True, text=True, timeout=30)
         if check and result.returncode != 0:
             pytest.fail(f"{' '.join(argv)} (as {user or 'root'}): {result.stderr.strip()}")
@@ -91,13 +100,18 @@ class SlurmCluster:
         return json.loads(self.run("squeue", "--json").stdout)
 
     def job_states(self) -> dict[str, str]:
-        return {str(j["job_id"]): (j["job_state"] if isinstance(j["job_state"], str) else j["job_state"][0])
-                for j in self.squeue_json()["jobs"]}
+        return {
+            str(j["job_id"]): (j["job_state"] if isinstance(j["job_state"], str) else j["job_state"][0])
+            for j in self.squeue_json()["jobs"]
+        }
 
     def mapping(self) -> dict[str, list[str]]:
-        """"node/gpu" -> job ids, as the prolog left the files."""
-        return {f"{p.parent.name}/{p.name}": p.read_text().split()
-                for p in sorted(self.mapping_dir.glob("*/*")) if not p.name.startswith(".")}
+        """ "node/gpu" -> job ids, as the prolog left the files."""
+        return {
+            f"{p.parent.name}/{p.name}": p.read_text().split()
+            for p in sorted(self.mapping_dir.glob("*/*"))
+            if not p.name.startswith(".")
+        }
 
     def cancel_all(self) -> None:
         if self.submitted:
@@ -111,8 +125,12 @@ def slurm() -> Iterator[SlurmCluster]:
     missing = [b for b in SLURM_BINARIES if shutil.which(b) is None]
     need(not missing, f"Slurm binaries missing ({', '.join(missing)}): run scripts/install-system")
     accounting = "dbd" if all(shutil.which(b) for b in DBD_BINARIES) else "none"
-    env = {**os.environ, "BASE": str(SLURM_BASE), "SLURM_ACCOUNTING": accounting,
-           "SLURM_CONF": str(SLURM_BASE / "etc" / "slurm.conf")}
+    env = {
+        **os.environ,
+        "BASE": str(SLURM_BASE),
+        "SLURM_ACCOUNTING": accounting,
+        "SLURM_CONF": str(SLURM_BASE / "etc" / "slurm.conf"),
+    }
     subprocess.run([str(ROOT / "scripts" / "slurm-down")], env={**env, "PURGE": "1"}, capture_output=True)
     t0 = time.monotonic()
     up = subprocess.run([str(ROOT / "scripts" / "slurm-up")], env=env, capture_output=True, text=True, timeout=120)
@@ -129,6 +147,7 @@ def slurm() -> Iterator[SlurmCluster]:
 
 
 # -- Prometheus ---------------------------------------------------------------------------------
+
 
 @dataclass
 class Prometheus:
@@ -156,8 +175,9 @@ def start_prometheus(prometheus_binary, tmp_path_factory) -> Iterator[Callable[.
 
     def start(config_text: str, *, port: int = PROMETHEUS_PORT) -> Prometheus:
         try:
-            service = start_prometheus_service(prometheus_binary, tmp_path_factory.mktemp("prometheus"),
-                                               config_text, port=port)
+            service = start_prometheus_service(
+                prometheus_binary, tmp_path_factory.mktemp("prometheus"), config_text, port=port
+            )
         except ServiceError as err:
             pytest.fail(str(err))
         prom = Prometheus(url=service.url, proc=service.proc, ready_s=service.ready_s)
@@ -185,14 +205,19 @@ def start_victoriametrics(tmp_path_factory) -> Iterator[Callable[..., Prometheus
 
     def start(config_text: str, *, port: int = PROMETHEUS_PORT + VM_PORT_OFFSET) -> Prometheus:
         try:
-            service = start_vm_service(tmp_path_factory.mktemp("victoriametrics"), config_text, port=port,
-                                       vmalert_port=port + VM_PORT_OFFSET, on_start=procs.append)
+            service = start_vm_service(
+                tmp_path_factory.mktemp("victoriametrics"),
+                config_text,
+                port=port,
+                vmalert_port=port + VM_PORT_OFFSET,
+                on_start=procs.append,
+            )
         except ServiceError as err:
             pytest.fail(str(err))
         return Prometheus(url=service.url, proc=service.proc, ready_s=service.ready_s)
 
     yield start
-    for proc in reversed(procs):   # vmalert before the database it writes to
+    for proc in reversed(procs):  # vmalert before the database it writes to
         stop_process(proc)
 
 
@@ -213,6 +238,7 @@ def start_promql(promql_backend, request) -> Callable[..., Prometheus]:
 
 # -- the twin's endpoints --------------------------------------------------------------------------
 
+
 @dataclass
 class TwinServer:
     targets: dict[str, str]
@@ -222,10 +248,26 @@ class TwinServer:
 @pytest.fixture(scope="session")
 def twin_serve(slurm) -> Iterator[TwinServer]:
     """``hpcwatch twin serve`` for node1/node2, labelling GPUs from the real prolog's mapping dirs."""
-    cmd = [sys.executable, "-m", "hpcwatch", "twin", "serve", "--port", str(TWIN_PORT), "--nodes", "2",
-           "--mapping-dir", str(slurm.mapping_dir), "--tick", "1", "--seed", "1"]
-    proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                            start_new_session=True)
+    cmd = [
+        sys.executable,
+        "-m",
+        "hpcwatch",
+        "twin",
+        "serve",
+        "--port",
+        str(TWIN_PORT),
+        "--nodes",
+        "2",
+        "--mapping-dir",
+        str(slurm.mapping_dir),
+        "--tick",
+        "1",
+        "--seed",
+        "1",
+    ]
+    proc = subprocess.Popen(
+        cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True
+    )
     targets = {f"node{i + 1}": f"127.0.0.1:{TWIN_PORT + i}" for i in range(2)}
 
     def up() -> bool:

@@ -19,8 +19,17 @@ from pathlib import Path
 
 import httpx
 
-__all__ = ["Service", "ServiceError", "stop_process", "spawn", "start_prometheus", "start_victoriametrics",
-           "victoriametrics_scrape_config", "VM_SCRAPE_KEYS", "READY_TIMEOUT_S"]
+__all__ = [
+    "Service",
+    "ServiceError",
+    "stop_process",
+    "spawn",
+    "start_prometheus",
+    "start_victoriametrics",
+    "victoriametrics_scrape_config",
+    "VM_SCRAPE_KEYS",
+    "READY_TIMEOUT_S",
+]
 
 READY_TIMEOUT_S = 30.0
 """Prometheus 2.42 and VictoriaMetrics 1.79 answer /-/ready, /health in well under a second here."""
@@ -53,15 +62,25 @@ def stop_process(proc: subprocess.Popen, *, timeout_s: float = 10.0) -> None:
         proc.wait(timeout=timeout_s)
 
 
-def spawn(argv: list[str], log: Path, url: str, ready_path: str, what: str, *,
-          on_start: Callable[[subprocess.Popen], None] | None = None) -> Service:
+def spawn(
+    argv: list[str],
+    log: Path,
+    url: str,
+    ready_path: str,
+    what: str,
+    *,
+    on_start: Callable[[subprocess.Popen], None] | None = None,
+) -> Service:
     """Start ``argv`` (its output to ``log``) and wait until ``url + ready_path`` answers 200."""
     ready_url = url + ready_path
     t0 = time.monotonic()
-    proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=open(log, "wb"), stderr=subprocess.STDOUT,
-                            start_new_session=True)
+    proc = subprocess.Popen(
+        argv,
+        stdin=subprocess.DEVNULL,
+        stdout=open(log, "wb"),  # noqa: SIM115 -- the child holds it, stderr=subprocess.STDOUT, start_new_session=True
+    )
     if on_start is not None:
-        on_start(proc)   # registered for stopping before we wait: a failed start is still stopped
+        on_start(proc)  # registered for stopping before we wait: a failed start is still stopped
     deadline = t0 + READY_TIMEOUT_S
     while True:
         if proc.poll() is not None:
@@ -77,15 +96,28 @@ def spawn(argv: list[str], log: Path, url: str, ready_path: str, what: str, *,
         time.sleep(0.1)
 
 
-def start_prometheus(binary: str, workdir: Path, config_text: str, *, port: int,
-                     on_start: Callable[[subprocess.Popen], None] | None = None) -> Service:
+def start_prometheus(
+    binary: str,
+    workdir: Path,
+    config_text: str,
+    *,
+    port: int,
+    on_start: Callable[[subprocess.Popen], None] | None = None,
+) -> Service:
     """Prometheus on 127.0.0.1:port with its data under ``workdir``, remote-write receiver on."""
     (workdir / "prometheus.yml").write_text(config_text)
-    argv = [binary, f"--config.file={workdir / 'prometheus.yml'}", f"--storage.tsdb.path={workdir / 'data'}",
-            f"--web.listen-address=127.0.0.1:{port}", "--web.enable-remote-write-receiver",
-            "--storage.tsdb.retention.time=1d", "--log.level=warn"]
-    return spawn(argv, workdir / "prometheus.log", f"http://127.0.0.1:{port}", "/-/ready", "prometheus",
-                 on_start=on_start)
+    argv = [
+        binary,
+        f"--config.file={workdir / 'prometheus.yml'}",
+        f"--storage.tsdb.path={workdir / 'data'}",
+        f"--web.listen-address=127.0.0.1:{port}",
+        "--web.enable-remote-write-receiver",
+        "--storage.tsdb.retention.time=1d",
+        "--log.level=warn",
+    ]
+    return spawn(
+        argv, workdir / "prometheus.log", f"http://127.0.0.1:{port}", "/-/ready", "prometheus", on_start=on_start
+    )
 
 
 def victoriametrics_scrape_config(config_text: str) -> tuple[str, list[str], float | None]:
@@ -102,8 +134,14 @@ def victoriametrics_scrape_config(config_text: str) -> tuple[str, list[str], flo
     return json.dumps(scrape, indent=1), [str(f) for f in config.get("rule_files") or []], seconds
 
 
-def start_victoriametrics(workdir: Path, config_text: str, *, port: int, vmalert_port: int | None = None,
-                          on_start: Callable[[subprocess.Popen], None] | None = None) -> Service:
+def start_victoriametrics(
+    workdir: Path,
+    config_text: str,
+    *,
+    port: int,
+    vmalert_port: int | None = None,
+    on_start: Callable[[subprocess.Popen], None] | None = None,
+) -> Service:
     """A single-node VictoriaMetrics scraping what the prometheus.yml text scrapes, plus a vmalert for its
     rule_files on ``vmalert_port`` (needed when there are rule files)."""
     scrape, rule_files, eval_s = victoriametrics_scrape_config(config_text)
@@ -111,18 +149,42 @@ def start_victoriametrics(workdir: Path, config_text: str, *, port: int, vmalert
     url = f"http://127.0.0.1:{port}"
     # -search.latencyOffset: VictoriaMetrics hides the newest 30 s from range queries by default
     # (unfinished scrapes); the tests read what was scraped a second ago. Results cache off, for polling.
-    vm = spawn([shutil.which("victoria-metrics"), f"-storageDataPath={workdir / 'data'}",
-                f"-httpListenAddr=127.0.0.1:{port}", f"-promscrape.config={workdir / 'promscrape.yml'}",
-                "-retentionPeriod=1d", "-search.latencyOffset=1s", "-search.disableCache",
-                "-loggerLevel=WARN"], workdir / "victoriametrics.log", url, "/health", "victoria-metrics",
-               on_start=on_start)
+    vm = spawn(
+        [
+            shutil.which("victoria-metrics"),
+            f"-storageDataPath={workdir / 'data'}",
+            f"-httpListenAddr=127.0.0.1:{port}",
+            f"-promscrape.config={workdir / 'promscrape.yml'}",
+            "-retentionPeriod=1d",
+            "-search.latencyOffset=1s",
+            "-search.disableCache",
+            "-loggerLevel=WARN",
+        ],
+        workdir / "victoriametrics.log",
+        url,
+        "/health",
+        "victoria-metrics",
+        on_start=on_start,
+    )
     if rule_files:
         if vmalert_port is None:
             raise ServiceError("rule_files need a vmalert_port")
         # vmalert reads from and writes its recording rules' results back into the same VictoriaMetrics.
-        spawn([shutil.which("vmalert"), *[f"-rule={f}" for f in rule_files], f"-datasource.url={url}",
-               f"-remoteWrite.url={url}", f"-evaluationInterval={eval_s or 1:g}s",
-               "-remoteWrite.flushInterval=1s", f"-httpListenAddr=127.0.0.1:{vmalert_port}",
-               "-loggerLevel=WARN"], workdir / "vmalert.log", f"http://127.0.0.1:{vmalert_port}", "/health",
-              "vmalert", on_start=on_start)
+        spawn(
+            [
+                shutil.which("vmalert"),
+                *[f"-rule={f}" for f in rule_files],
+                f"-datasource.url={url}",
+                f"-remoteWrite.url={url}",
+                f"-evaluationInterval={eval_s or 1:g}s",
+                "-remoteWrite.flushInterval=1s",
+                f"-httpListenAddr=127.0.0.1:{vmalert_port}",
+                "-loggerLevel=WARN",
+            ],
+            workdir / "vmalert.log",
+            f"http://127.0.0.1:{vmalert_port}",
+            "/health",
+            "vmalert",
+            on_start=on_start,
+        )
     return vm

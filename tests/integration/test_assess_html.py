@@ -47,8 +47,9 @@ def test_report_opens_offline_and_shows_the_tier_and_every_category(report_file)
     page_path, doc = report_file
     left: list[str] = []
     with playwright_api.sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox", "--disable-gpu",
-                                                                    "--disable-background-networking"])
+        browser = p.chromium.launch(
+            executable_path=CHROMIUM, args=["--no-sandbox", "--disable-gpu", "--disable-background-networking"]
+        )
         try:
             context = browser.new_context()
 

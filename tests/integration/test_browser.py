@@ -25,8 +25,14 @@ from hpcwatch.web.i18n import load_catalogue
 pytestmark = pytest.mark.integration
 
 CHROMIUM = "/usr/bin/chromium"
-CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
-                 "--no-first-run", "--disable-sync"]
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--no-first-run",
+    "--disable-sync",
+]
 ARTIFACTS = Path(__file__).parent / "artifacts"
 VIEWPORT = {"width": 1440, "height": 1000}
 TIMINGS: dict[str, float] = {}
@@ -44,8 +50,11 @@ def _free_port() -> int:
 
 def _start_demo(*extra: str) -> tuple[subprocess.Popen, str]:
     port = _free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "hpcwatch", "demo", "--no-browser", "--port", str(port),
-                             "--duration", "600", *extra], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "hpcwatch", "demo", "--no-browser", "--port", str(port), "--duration", "600", *extra],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
     url = f"http://127.0.0.1:{port}/"
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
@@ -141,7 +150,7 @@ def test_keyboard_opens_gpu2_card_with_live_values_that_change(page):
     power = page.locator("#card [data-value='power_w']")
     first = power.inner_text()
     assert first.endswith(" W") and first != "—"
-    for _ in range(6):                     # the twin's power moves every tick; allow a few identical ones
+    for _ in range(6):  # the twin's power moves every tick; allow a few identical ones
         _wait_ticks(page, 1)
         if power.inner_text() != first:
             break
@@ -150,7 +159,7 @@ def test_keyboard_opens_gpu2_card_with_live_values_that_change(page):
     _shot(page, "1-engineer-gpu-card")
     page.keyboard.press("Escape")
     assert page.locator("#card").get_attribute("data-open") is None
-    assert page.evaluate("document.activeElement.dataset?.gpu") == "node1/2"   # focus returns
+    assert page.evaluate("document.activeElement.dataset?.gpu") == "node1/2"  # focus returns
 
 
 def test_hostile_names_are_shown_as_text_in_the_browser(page):
@@ -172,7 +181,7 @@ def test_hostile_names_are_shown_as_text_in_the_browser(page):
     }""")
     assert seen["imgs"] == 0
     assert "<img src=x onerror=alert(1)>" in seen["job"]
-    assert seen["user"] == 'o"brien\'s'
+    assert seen["user"] == "o\"brien's"
     assert "<img src=y onerror=alert(2)>" in seen["queue"] and "<b>9</b>" in seen["queue"]
 
 
@@ -202,7 +211,7 @@ def test_threats_mode_opens_vector3_and_lights_nothing_without_findings(page):
     assert page.locator("#card-text, #card .card-text").inner_text().count("perfquery") >= 1
     live = page.evaluate("Object.values(window.hpcwatch.state.snapshot.vectors).filter(v => v.findings > 0).length")
     lit = page.locator("g[data-vector][data-live='true']").count()
-    assert lit == live          # a vector lights up only with a finding in the store
+    assert lit == live  # a vector lights up only with a finding in the store
     _shot(page, "3-threats-vector3")
 
 
@@ -216,10 +225,12 @@ def test_a_real_finding_lights_its_vector(browser):
         pg.goto(url)
         pg.click("[data-view='threats']")
         pg.wait_for_selector("g[data-vector='rdma_blind_spot'][data-live='true']", timeout=60_000)
-        flag = pg.locator("[data-flag='rdma_blind_spot']").text_content()   # drawn beside its element (svg.py)
+        flag = pg.locator("[data-flag='rdma_blind_spot']").text_content()  # drawn beside its element (svg.py)
         assert flag.startswith("⚠")
-        with_findings = pg.evaluate("Object.entries(window.hpcwatch.state.snapshot.vectors)"
-                                    ".filter(([v, f]) => f.findings > 0 && v !== 'weights_access').map(([v]) => v)")
+        with_findings = pg.evaluate(
+            "Object.entries(window.hpcwatch.state.snapshot.vectors)"
+            ".filter(([v, f]) => f.findings > 0 && v !== 'weights_access').map(([v]) => v)"
+        )
         lit = pg.eval_on_selector_all("g[data-vector][data-live='true']", "els => els.map(e => e.dataset.vector)")
         assert "rdma_blind_spot" in with_findings and set(lit) == set(with_findings)
         pg.locator("g[data-vector='rdma_blind_spot']").focus()
@@ -228,8 +239,11 @@ def test_a_real_finding_lights_its_vector(browser):
         _shot(pg, "3b-threats-live-finding")
         # the finding is in the alert strip, and its node is lit in the default view too (issue 15)
         pg.click("[data-view='schematic']")
-        pg.wait_for_selector("#alerts-list [data-kind='finding'][data-open-el='vector:rdma_blind_spot']",
-                             state="attached", timeout=20_000)
+        pg.wait_for_selector(
+            "#alerts-list [data-kind='finding'][data-open-el='vector:rdma_blind_spot']",
+            state="attached",
+            timeout=20_000,
+        )
         target = pg.evaluate("window.hpcwatch.state.snapshot.problems.find(p => p.kind === 'finding').node")
         if pg.locator(f"g[data-node='{target}']").count():
             assert pg.locator(f"g[data-node='{target}']").get_attribute("data-problem") == "finding"
@@ -285,9 +299,10 @@ def test_step_with_straggler_others_wait_the_stragglers_extra_time(page):
     page.wait_for_function("document.getElementById('player').dataset.state === 'done'", timeout=20_000)
     _shot_panel(page, "#player", "5-step-player-straggler")
     page.click("#player details:nth-of-type(2) summary")
-    cells = page.eval_on_selector_all("#step-table td[data-phase]",
-                                      "tds => tds.map(td => [Number(td.dataset.rank), td.dataset.phase, "
-                                      "Number(td.dataset.ms)])")
+    cells = page.eval_on_selector_all(
+        "#step-table td[data-phase]",
+        "tds => tds.map(td => [Number(td.dataset.rank), td.dataset.phase, Number(td.dataset.ms)])",
+    )
     table: dict[int, dict[str, float]] = {}
     for rank, phase, ms in cells:
         table.setdefault(rank, {})[phase] = ms
@@ -295,7 +310,7 @@ def test_step_with_straggler_others_wait_the_stragglers_extra_time(page):
     others = [r for r in table if r != slowest]
     typical_backward = statistics.median(table[r]["backward"] for r in others)
     extra = table[slowest]["backward"] - typical_backward
-    assert extra > 5          # the straggler really is slower (twice a ~20 ms backward)
+    assert extra > 5  # the straggler really is slower (twice a ~20 ms backward)
     for r in others:
         assert table[r]["barrier_wait"] == pytest.approx(extra, rel=0.05), (r, table[r], extra)
     assert table[slowest]["barrier_wait"] == pytest.approx(0, abs=0.05)
@@ -337,8 +352,9 @@ def test_first_paint_and_update_cost_with_128_gpus(browser):
         started = time.perf_counter()
         pg.goto(url)
         load_s = time.perf_counter() - started
-        fcp = pg.evaluate("performance.getEntriesByType('paint').find(e => e.name === 'first-contentful-paint')"
-                          "?.startTime ?? null")
+        fcp = pg.evaluate(
+            "performance.getEntriesByType('paint').find(e => e.name === 'first-contentful-paint')?.startTime ?? null"
+        )
         _wait_ticks(pg, 2)
         assert pg.locator("[data-gpu]").count() == 128
         cost = pg.evaluate("""() => {
@@ -346,10 +362,12 @@ def test_first_paint_and_update_cost_with_128_gpus(browser):
             for (let i = 0; i < 20; i++) { const t = performance.now(); window.hpcwatch.applySnapshot(snap);
                                            runs.push(performance.now() - t); }
             runs.sort((a, b) => a - b); return runs[10]; }""")
-        assert pg.locator(".tile g.el[data-node]").count() == 16     # aggregate node tiles, fitted to the width
-        pg.evaluate("window.hpcwatch.fit.zoom(2)")                  # zoomed in, the schematic pans
-        wide = pg.evaluate("[document.getElementById('schematic-wrap').scrollWidth,"
-                           " document.getElementById('schematic-wrap').clientWidth]")
+        assert pg.locator(".tile g.el[data-node]").count() == 16  # aggregate node tiles, fitted to the width
+        pg.evaluate("window.hpcwatch.fit.zoom(2)")  # zoomed in, the schematic pans
+        wide = pg.evaluate(
+            "[document.getElementById('schematic-wrap').scrollWidth,"
+            " document.getElementById('schematic-wrap').clientWidth]"
+        )
         assert wide[0] > wide[1]
         wrap = pg.locator("#schematic-wrap").bounding_box()
         pg.mouse.move(wrap["x"] + 900, wrap["y"] + 300)
@@ -362,9 +380,16 @@ def test_first_paint_and_update_cost_with_128_gpus(browser):
         _shot(pg, "8-sixteen-nodes")
         context.close()
         # One more page load of the small reference cluster for comparison.
-        TIMINGS.update({"gpus": 128, "first_contentful_paint_ms": fcp, "page_load_s": round(load_s, 3),
-                        "apply_snapshot_ms_median": round(cost, 2), "server_snapshot_query_ms": query_ms,
-                        "html_bytes": html_bytes})
+        TIMINGS.update(
+            {
+                "gpus": 128,
+                "first_contentful_paint_ms": fcp,
+                "page_load_s": round(load_s, 3),
+                "apply_snapshot_ms_median": round(cost, 2),
+                "server_snapshot_query_ms": query_ms,
+                "html_bytes": html_bytes,
+            }
+        )
         assert fcp is not None and fcp < 5000
         assert cost < 100
     finally:
@@ -372,8 +397,9 @@ def test_first_paint_and_update_cost_with_128_gpus(browser):
 
 
 def test_first_paint_reference_cluster(page):
-    fcp = page.evaluate("performance.getEntriesByType('paint').find(e => e.name === 'first-contentful-paint')"
-                        "?.startTime ?? null")
+    fcp = page.evaluate(
+        "performance.getEntriesByType('paint').find(e => e.name === 'first-contentful-paint')?.startTime ?? null"
+    )
     TIMINGS["reference_first_contentful_paint_ms"] = fcp
     _shot(page, "0-engineer")
     assert fcp is not None and fcp < 5000
@@ -410,7 +436,7 @@ def test_straggler_is_marked_on_its_gpu_in_the_default_view(problem_page):
     assert pg.locator("[data-mark='node1/2']").text_content() == "⚠ slow"
     assert pg.eval_on_selector_all("[data-gpu][data-problem='straggler']", "els => els.length") == 1
     stroke = pg.eval_on_selector("[data-gpu='node1/2'] .gpu-box", "el => getComputedStyle(el).stroke")
-    assert stroke == "rgb(180, 83, 9)"                       # --warn, not the healthy green line
+    assert stroke == "rgb(180, 83, 9)"  # --warn, not the healthy green line
     pg.locator("#schematic-wrap").screenshot(path=str(ARTIFACTS / "15-1-straggler-default-view.png"))
 
 
@@ -420,7 +446,7 @@ def test_xid_gpu_is_red_with_its_code(problem_page):
     assert pg.locator("[data-mark='node2/3']").text_content() == "XID 79"
     fill = pg.eval_on_selector("[data-gpu='node2/3'] .gpu-box", "el => getComputedStyle(el).fill")
     assert fill == "rgb(254, 226, 226)"
-    assert pg.locator("#alerts-toggle").get_attribute("data-severity") == "drain"   # worst first
+    assert pg.locator("#alerts-toggle").get_attribute("data-severity") == "drain"  # worst first
     pg.locator("#schematic-wrap").screenshot(path=str(ARTIFACTS / "15-2-xid79-red.png"))
 
 
@@ -440,7 +466,7 @@ def test_alert_count_and_an_entry_opens_its_card_and_lights_its_job(problem_page
     address = _address(pg)
     assert "el=gpu%3Anode1%2F2" in address or "el=gpu:node1/2" in address
     job = pg.locator("#alerts-list [data-highlight-job]").first.get_attribute("data-highlight-job")
-    assert not pg.locator("#alerts-list").is_visible()     # opening an entry closes the list
+    assert not pg.locator("#alerts-list").is_visible()  # opening an entry closes the list
     pg.click("#alerts-toggle")
     pg.locator("#alerts-list [data-highlight-job]").first.click()
     assert "job-highlight" in pg.locator("body").get_attribute("class")
@@ -477,13 +503,13 @@ def test_url_restores_mode_selection_and_job(page, server):
     page.keyboard.press("Escape")
     assert "el=" not in _address(page)
     page.click("[data-view='schematic']")
-    assert "mode=" not in _address(page)                   # the default mode is not spelt out
+    assert "mode=" not in _address(page)  # the default mode is not spelt out
 
 
 def test_stale_data_is_greyed_with_its_age(browser, server):
     context = browser.new_context(viewport=VIEWPORT, locale="en-US")
     pg = context.new_page()
-    pg.route("**/api/stream*", lambda route: route.abort())   # the stream never answers: boot snapshot only
+    pg.route("**/api/stream*", lambda route: route.abort())  # the stream never answers: boot snapshot only
     pg.goto(server)
     pg.wait_for_function("Number(document.body.dataset.ticks || 0) >= 1")
     assert "stale" not in pg.locator("body").get_attribute("class").split()
@@ -501,12 +527,13 @@ def test_stale_data_is_greyed_with_its_age(browser, server):
 
 
 def test_every_element_has_a_tooltip_and_gpu_tooltips_carry_power_and_temperature(page):
-    missing = page.eval_on_selector_all(".el", "els => els.filter(e => !e.querySelector(':scope > title')"
-                                               "?.textContent.trim()).map(e => e.dataset.el)")
+    missing = page.eval_on_selector_all(
+        ".el", "els => els.filter(e => !e.querySelector(':scope > title')?.textContent.trim()).map(e => e.dataset.el)"
+    )
     assert missing == []
     tip = page.locator("title[data-tip='gpu:node1/2']").text_content()
-    assert " W" in tip and "°C" in tip and "job " in tip and "—" != tip.split("job ")[-1]
+    assert " W" in tip and "°C" in tip and "job " in tip and tip.split("job ")[-1] != "—"
     legend = page.locator("#legend-colours")
     assert legend.is_visible() and "XID" in legend.text_content() and "70 %" in legend.text_content()
     page.click("[data-view='threats']")
-    assert legend.is_visible()                             # the marks' legend holds in every view
+    assert legend.is_visible()  # the marks' legend holds in every view

@@ -13,8 +13,13 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.test_browser import (ARTIFACTS, TIMINGS, _address, _start_demo, _stop, _wait_ticks,  # noqa: F401
-                                            browser, page, problem_page, problem_server, server)
+from tests.integration.test_browser import (
+    ARTIFACTS,
+    _address,
+    _start_demo,
+    _stop,
+    _wait_ticks,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -35,7 +40,7 @@ def big_server():
     _stop(proc)
 
 
-def _open(browser, url: str, width: int, *, query: str = ""):  # noqa: F811
+def _open(browser, url: str, width: int, *, query: str = ""):
     context = browser.new_context(viewport={"width": width, "height": WIDTHS[width]}, locale="en-US")
     pg = context.new_page()
     errors: list[str] = []
@@ -89,12 +94,16 @@ TEXT_INSIDE_TILES_JS = """() => {
 
 
 def _scroll(pg) -> tuple[int, int]:
-    return tuple(pg.evaluate("[document.getElementById('schematic-wrap').scrollWidth,"
-                             " document.getElementById('schematic-wrap').clientWidth]"))
+    return tuple(
+        pg.evaluate(
+            "[document.getElementById('schematic-wrap').scrollWidth,"
+            " document.getElementById('schematic-wrap').clientWidth]"
+        )
+    )
 
 
 @pytest.mark.parametrize("width", list(WIDTHS))
-def test_128_nodes_are_legible_without_overlap(browser, big_server, width):  # noqa: F811
+def test_128_nodes_are_legible_without_overlap(browser, big_server, width):
     context, pg = _open(browser, big_server, width)
     try:
         assert pg.locator(".tile g.el[data-node]").count() == 128
@@ -103,13 +112,13 @@ def test_128_nodes_are_legible_without_overlap(browser, big_server, width):  # n
         assert smallest >= MIN_TEXT_PX, (smallest, where)
         assert pg.evaluate(OVERLAPS_JS, ".tile .node-box") == []
         assert pg.evaluate(TEXT_INSIDE_TILES_JS) == []
-        assert pg.evaluate(OVERLAPS_JS, ".topbar > *") == []          # the header does not overlap itself
+        assert pg.evaluate(OVERLAPS_JS, ".topbar > *") == []  # the header does not overlap itself
         scroll_w, client_w = _scroll(pg)
-        if width == 1920:       # fits the screen's width: nothing to pan, the drawing fills it (not 60 %)
+        if width == 1920:  # fits the screen's width: nothing to pan, the drawing fills it (not 60 %)
             assert scroll_w <= client_w + 1
             svg_w = pg.evaluate("document.querySelector('svg.schematic').getBoundingClientRect().width")
             assert svg_w > 0.9 * width
-        else:                   # narrower: the text keeps its size and the drawing pans
+        else:  # narrower: the text keeps its size and the drawing pans
             assert scroll_w > client_w
         pg.screenshot(path=str(ARTIFACTS / f"fit-128-nodes-{width}.png"))
         assert not pg.errors, pg.errors
@@ -117,16 +126,16 @@ def test_128_nodes_are_legible_without_overlap(browser, big_server, width):  # n
         context.close()
 
 
-def test_phone_header_and_gantt_labels_are_readable(browser, server):  # noqa: F811
+def test_phone_header_and_gantt_labels_are_readable(browser, server):
     context, pg = _open(browser, server, 390)
     try:
         assert pg.evaluate(OVERLAPS_JS, ".topbar > *") == []
         assert pg.evaluate(OVERLAPS_JS, ".brand > *") == []
         pg.wait_for_function("document.querySelectorAll('#gantt .row-label').length > 0", timeout=20_000)
         smallest, where = pg.evaluate(SMALLEST_TEXT_JS, "#gantt .row-label")
-        assert smallest >= 10.5, (smallest, where)        # was 3 px: the 760 px chart pans instead of shrinking
+        assert smallest >= 10.5, (smallest, where)  # was 3 px: the 760 px chart pans instead of shrinking
         scroll_w = pg.evaluate("document.documentElement.scrollWidth")
-        assert scroll_w <= 390 + 1                       # the page itself never scrolls sideways
+        assert scroll_w <= 390 + 1  # the page itself never scrolls sideways
         pg.screenshot(path=str(ARTIFACTS / "fit-phone-390.png"), full_page=False)
         pg.locator("#player").scroll_into_view_if_needed()
         pg.screenshot(path=str(ARTIFACTS / "fit-phone-390-player.png"))
@@ -134,14 +143,14 @@ def test_phone_header_and_gantt_labels_are_readable(browser, server):  # noqa: F
         context.close()
 
 
-def test_zoom_buttons_and_fit(browser, big_server):  # noqa: F811
+def test_zoom_buttons_and_fit(browser, big_server):
     context, pg = _open(browser, big_server, 1920)
     try:
         fitted = float(pg.get_attribute("#schematic-wrap", "data-scale"))
         pg.click("#zoom-in")
         assert float(pg.get_attribute("#schematic-wrap", "data-scale")) == pytest.approx(fitted * 1.25, rel=1e-3)
         assert pg.get_attribute("#zoom-fit", "aria-pressed") == "false"
-        assert _scroll(pg)[0] > _scroll(pg)[1]             # zoomed in: it pans
+        assert _scroll(pg)[0] > _scroll(pg)[1]  # zoomed in: it pans
         pg.click("#zoom-out")
         pg.click("#zoom-out")
         assert float(pg.get_attribute("#schematic-wrap", "data-scale")) < fitted
@@ -152,17 +161,17 @@ def test_zoom_buttons_and_fit(browser, big_server):  # noqa: F811
         context.close()
 
 
-def test_jump_to_node_focuses_it_and_opens_its_card_with_its_gpus(browser, big_server):  # noqa: F811
+def test_jump_to_node_focuses_it_and_opens_its_card_with_its_gpus(browser, big_server):
     context, pg = _open(browser, big_server, 1440)
     try:
         pg.fill("#jump-form input[name=node]", "node97")
         pg.press("#jump-form input[name=node]", "Enter")
         assert pg.evaluate("document.activeElement.dataset.node") == "node97"
         box = pg.locator("g.el[data-node='node97']").bounding_box()
-        assert 0 <= box["x"] and box["x"] + box["width"] <= 1440 and 0 <= box["y"] <= WIDTHS[1440]
+        assert box["x"] >= 0 and box["x"] + box["width"] <= 1440 and 0 <= box["y"] <= WIDTHS[1440]
         assert "node97" in pg.inner_text("#card-title")
         gpus = pg.locator("#card [data-open-gpu]")
-        assert gpus.count() == 8                          # the aggregate tile opens to its GPUs
+        assert gpus.count() == 8  # the aggregate tile opens to its GPUs
         gpus.nth(2).click()
         assert "node97/2" in pg.inner_text("#card-title")
         assert pg.inner_text("#card [data-value='power_w']").endswith(" W")
@@ -173,14 +182,14 @@ def test_jump_to_node_focuses_it_and_opens_its_card_with_its_gpus(browser, big_s
         context.close()
 
 
-def test_kiosk_mode_fills_a_wall_screen_with_the_drawing(browser, big_server):  # noqa: F811
+def test_kiosk_mode_fills_a_wall_screen_with_the_drawing(browser, big_server):
     context, pg = _open(browser, big_server, 1920, query="?kiosk=1")
     try:
         assert "kiosk" in pg.locator("body").get_attribute("class")
         assert not pg.locator(".toolbar").is_visible() and not pg.locator("#player").is_visible()
-        assert pg.locator("#alerts-toggle").is_visible()            # problems still show on the wall
+        assert pg.locator("#alerts-toggle").is_visible()  # problems still show on the wall
         svg = pg.locator("svg.schematic").bounding_box()
-        assert svg["y"] + svg["height"] <= WIDTHS[1920] + 1        # the whole cluster on one screen
+        assert svg["y"] + svg["height"] <= WIDTHS[1920] + 1  # the whole cluster on one screen
         assert svg["width"] > 0.8 * 1920
         smallest, where = pg.evaluate(SMALLEST_TEXT_JS, "#schematic-wrap text")
         assert smallest >= MIN_TEXT_PX, (smallest, where)
@@ -194,7 +203,8 @@ def test_kiosk_mode_fills_a_wall_screen_with_the_drawing(browser, big_server):  
 
 # -- richer tiles ------------------------------------------------------------------------------------------
 
-def test_gpu_tile_shows_power_temperature_job_colour_and_speaks_its_values(page):  # noqa: F811
+
+def test_gpu_tile_shows_power_temperature_job_colour_and_speaks_its_values(page):
     pt = page.text_content("[data-live='pt:node1/2']")
     assert re.fullmatch(r"\d[\d,]* W · \d+°", pt), pt
     tile = page.locator("g.el[data-gpu='node1/2']")
@@ -205,7 +215,7 @@ def test_gpu_tile_shows_power_temperature_job_colour_and_speaks_its_values(page)
     assert colour not in ("none", "transparent", "rgba(0, 0, 0, 0)")
     assert page.locator("#legend-jobs .chip").count() >= 1
     first = label
-    for _ in range(6):                   # the spoken name follows the live values
+    for _ in range(6):  # the spoken name follows the live values
         _wait_ticks(page, 1)
         if tile.get_attribute("aria-label") != first:
             break
@@ -213,7 +223,7 @@ def test_gpu_tile_shows_power_temperature_job_colour_and_speaks_its_values(page)
         pytest.fail("the GPU's spoken name never changed with its values")
 
 
-def test_gpu_card_shows_sparklines_over_a_chosen_time_range(page):  # noqa: F811
+def test_gpu_card_shows_sparklines_over_a_chosen_time_range(page):
     page.click("g.el[data-gpu='node1/2']")
     line = page.locator("#card .spark-row[data-spark='util_pct'] polyline")
     line.first.wait_for(timeout=20_000)
@@ -222,8 +232,10 @@ def test_gpu_card_shows_sparklines_over_a_chosen_time_range(page):  # noqa: F811
     page.wait_for_timeout(3000)
     with page.expect_response(lambda r: "/api/history" in r.url and "range_s=900" in r.url):
         page.select_option("#hist-range", "900")
-    page.wait_for_function("document.querySelector(\"#card .spark-row[data-spark='util_pct'] svg\")"
-                           "?.getAttribute('aria-label').includes('15 min')")
+    page.wait_for_function(
+        "document.querySelector(\"#card .spark-row[data-spark='util_pct'] svg\")"
+        "?.getAttribute('aria-label').includes('15 min')"
+    )
     _shot_card(page, "fit-gpu-card-sparklines")
 
 
@@ -231,15 +243,16 @@ def _shot_card(pg, name: str) -> None:
     pg.locator("#card").screenshot(path=str(ARTIFACTS / f"{name}.png"))
 
 
-def test_straggler_tile_says_so_in_its_spoken_name(problem_page):  # noqa: F811
+def test_straggler_tile_says_so_in_its_spoken_name(problem_page):
     pg = problem_page
-    pg.wait_for_function("document.querySelector(\"g.el[data-gpu='node1/2']\").dataset.problem === 'straggler'",
-                         timeout=40_000)
+    pg.wait_for_function(
+        "document.querySelector(\"g.el[data-gpu='node1/2']\").dataset.problem === 'straggler'", timeout=40_000
+    )
     _wait_ticks(pg, 1)
     assert "slow" in pg.get_attribute("g.el[data-gpu='node1/2']", "aria-label")
 
 
-def test_play_button_pauses_and_resumes(page):  # noqa: F811
+def test_play_button_pauses_and_resumes(page):
     page.wait_for_function("document.getElementById('player').dataset.state === 'ready'", timeout=20_000)
     page.click("#play")
     page.wait_for_function("document.getElementById('player').dataset.state === 'playing'")
@@ -247,19 +260,19 @@ def test_play_button_pauses_and_resumes(page):  # noqa: F811
     assert page.get_attribute("#player", "data-state") == "paused"
     head = page.get_attribute("#gantt line.playhead", "x1")
     page.wait_for_timeout(400)
-    assert page.get_attribute("#gantt line.playhead", "x1") == head        # paused: the playhead stays
+    assert page.get_attribute("#gantt line.playhead", "x1") == head  # paused: the playhead stays
     page.click("#play")
     page.wait_for_function("document.getElementById('player').dataset.state === 'done'", timeout=20_000)
 
 
-def test_ring_caption_stays_clear_of_the_ranks(page):  # noqa: F811
+def test_ring_caption_stays_clear_of_the_ranks(page):
     page.wait_for_function("document.querySelectorAll('#ring .ring-node').length > 0", timeout=20_000)
     page.evaluate("document.querySelector('#ring .ring-centre').textContent = '‖ 7 waiting at the barrier, long text'")
     hits = page.evaluate(OVERLAPS_JS, "#ring .ring-node, #ring .ring-centre")
     assert not [h for h in hits if "waiting" in "".join(h)], hits
 
 
-def test_timings_table_shows_its_barrier_column_at_1440(page):  # noqa: F811
+def test_timings_table_shows_its_barrier_column_at_1440(page):
     page.locator("#player details.detail >> nth=1").evaluate("d => d.open = true")
     page.wait_for_function("document.querySelectorAll('#step-table tbody tr').length > 0", timeout=20_000)
     wrap = page.locator("#step-table").evaluate("t => [t.parentElement.scrollWidth, t.parentElement.clientWidth]")
@@ -268,15 +281,23 @@ def test_timings_table_shows_its_barrier_column_at_1440(page):  # noqa: F811
 
 # -- axe-core ----------------------------------------------------------------------------------------------
 
+
 def _axe(pg) -> list[dict]:
     if not AXE_JS.exists():
         pytest.skip(f"axe-core is not installed at {AXE_JS}: run scripts/test (npm install axe-core)")
     if not pg.evaluate("Boolean(window.axe)"):
         pg.add_script_tag(path=str(AXE_JS))
     result = pg.evaluate("axe.run(document, { resultTypes: ['violations'] })")
-    return [{"id": v["id"], "impact": v["impact"], "nodes": len(v["nodes"]),
-             "first": v["nodes"][0]["target"] if v["nodes"] else None}
-            for v in result["violations"] if v["impact"] in ("serious", "critical")]
+    return [
+        {
+            "id": v["id"],
+            "impact": v["impact"],
+            "nodes": len(v["nodes"]),
+            "first": v["nodes"][0]["target"] if v["nodes"] else None,
+        }
+        for v in result["violations"]
+        if v["impact"] in ("serious", "critical")
+    ]
 
 
 def _axe_every_view(pg, name: str) -> dict[str, list[dict]]:
@@ -292,28 +313,28 @@ def _axe_every_view(pg, name: str) -> dict[str, list[dict]]:
 
 
 @pytest.mark.parametrize("width", list(WIDTHS))
-def test_axe_finds_no_serious_violation_on_the_reference_cluster(browser, server, width):  # noqa: F811
+def test_axe_finds_no_serious_violation_on_the_reference_cluster(browser, server, width):
     context, pg = _open(browser, server, width)
     try:
-        pg.click("g.el[data-gpu='node1/2']")                       # with a card open too
+        pg.click("g.el[data-gpu='node1/2']")  # with a card open too
         assert _axe_every_view(pg, f"reference-{width}") == {}
     finally:
         context.close()
 
 
 @pytest.mark.parametrize("width", [1920, 390])
-def test_axe_finds_no_serious_violation_at_128_nodes(browser, big_server, width):  # noqa: F811
+def test_axe_finds_no_serious_violation_at_128_nodes(browser, big_server, width):
     context, pg = _open(browser, big_server, width)
     try:
         pg.keyboard.press("Escape")
         pg.locator("g.el[data-node='node5']").focus()
-        pg.keyboard.press("Enter")                                  # a node card with its GPU buttons
+        pg.keyboard.press("Enter")  # a node card with its GPU buttons
         assert _axe_every_view(pg, f"128-nodes-{width}") == {}
     finally:
         context.close()
 
 
-def test_axe_finds_no_serious_violation_in_kiosk_mode(browser, big_server):  # noqa: F811
+def test_axe_finds_no_serious_violation_in_kiosk_mode(browser, big_server):
     context, pg = _open(browser, big_server, 1920, query="?kiosk=1")
     try:
         assert _axe(pg) == []
@@ -321,7 +342,7 @@ def test_axe_finds_no_serious_violation_in_kiosk_mode(browser, big_server):  # n
         context.close()
 
 
-def test_axe_finds_no_serious_violation_with_problems_listed(problem_page):  # noqa: F811
+def test_axe_finds_no_serious_violation_with_problems_listed(problem_page):
     pg = problem_page
     pg.wait_for_function("Number(document.getElementById('alerts-toggle').dataset.count) > 0", timeout=60_000)
     pg.click("#alerts-toggle")

@@ -17,13 +17,19 @@ from pathlib import Path
 import pytest
 
 from .conftest import wait_until
-from .test_browser import (CHROMIUM_ARGS, VIEWPORT, _free_port, _shot, _stop, _wait_ticks, browser, page,  # noqa: F401
-                           server)
+from .test_browser import (
+    VIEWPORT,
+    _free_port,
+    _shot,
+    _stop,
+    _wait_ticks,
+    page,  # noqa: F401
+)
 
 pytestmark = pytest.mark.integration
 
 #: Ports of this module's Prometheus and twin endpoints (conftest's and test_prometheus.py's are 2909x, 294xx).
-PROM_PORT = 29088   # apart from every other test's (29090-29099, VictoriaMetrics +100/+200)
+PROM_PORT = 29088  # apart from every other test's (29090-29099, VictoriaMetrics +100/+200)
 TWIN_PORT = 29420
 
 
@@ -33,23 +39,29 @@ TWIN_PORT = 29420
 def test_player_plays_a_live_job_chosen_in_the_list(page):
     live = page.locator("#player-live")
     # The live twin's job writes spans from its first steps; the list refreshes every 15 s.
-    page.wait_for_function("document.querySelectorAll('#player-live option:not([value=\"\"])').length > 0",
-                           timeout=40_000)
+    page.wait_for_function(
+        "document.querySelectorAll('#player-live option:not([value=\"\"])').length > 0", timeout=40_000
+    )
     job = live.locator("option:not([value=''])").first.get_attribute("value")
     live.select_option(job)
-    page.wait_for_function(f"document.getElementById('player').dataset.job === {job!r} && "
-                           "document.getElementById('player').dataset.state === 'ready'", timeout=20_000)
+    page.wait_for_function(
+        f"document.getElementById('player').dataset.job === {job!r} && "
+        "document.getElementById('player').dataset.state === 'ready'",
+        timeout=20_000,
+    )
     summary = page.locator("#player-summary").inner_text()
     assert f"of job {job}:" in summary and "step-player/" not in summary
     rows = page.locator("#step-table tbody tr").count()
-    assert rows >= 2                                            # one row per rank of the live job
+    assert rows >= 2  # one row per rank of the live job
     assert page.locator("[data-source='baseline']").get_attribute("aria-pressed") == "false"
     page.locator("#player").scroll_into_view_if_needed()
     _shot(page, "15-player-live-job")
     # Back to the guided example: named by what it shows, never by its internal job id.
     page.click("[data-source='straggler']")
-    page.wait_for_function("document.getElementById('player').dataset.state === 'ready' && "
-                           "document.getElementById('player').dataset.job.startsWith('step-player/')")
+    page.wait_for_function(
+        "document.getElementById('player').dataset.state === 'ready' && "
+        "document.getElementById('player').dataset.job.startsWith('step-player/')"
+    )
     example = page.locator("#player-summary").inner_text()
     assert "recorded example" in example and "step-player/" not in example and live.input_value() == ""
 
@@ -65,7 +77,7 @@ def test_job_page_opens_from_a_gpu_card_in_both_languages(page):
     link.click()
     page.wait_for_url(f"**/job/{job}")
     assert page.locator("#job-title").inner_text().startswith(f"Job {job}")
-    assert page.locator("#job-gpus tbody tr").count() >= 1               # per GPU, from the store's samples
+    assert page.locator("#job-gpus tbody tr").count() >= 1  # per GPU, from the store's samples
     assert "ms" in page.locator("#job-steps [data-value='step_time']").inner_text()
     assert page.locator("#job-goodput, #job-findings").count() == 2
     _shot(page, "15-job-page-en", full_page=True)
@@ -75,17 +87,20 @@ def test_job_page_opens_from_a_gpu_card_in_both_languages(page):
     _shot(page, "15-job-page-fr", full_page=True)
     page.click("a.back")
     page.wait_for_url(f"**/?job={job}")
-    assert page.evaluate("window.hpcwatch.monitor.job") == job         # back on the cluster, its GPUs lit
+    assert page.evaluate("window.hpcwatch.monitor.job") == job  # back on the cluster, its GPUs lit
 
 
 def test_queue_and_alert_strip_link_to_the_job_page(page):
     _wait_ticks(page, 1)
     hrefs = page.eval_on_selector_all("#queue-table a.job-page-link", "els => els.map(e => e.getAttribute('href'))")
     assert hrefs and all(h.startswith("/job/") for h in hrefs)
-    links = page.eval_on_selector_all("#queue-table a.job-page-link",
-                                      "els => els.map(e => [e.textContent, e.getAttribute('aria-label'), e.title])")
-    for text, name, title in links:   # the spoken name starts with the visible text (axe), then says which job
-        assert name.startswith(text + " ") and title.startswith("Open the page of job ") and name[len(text) + 1:] in title
+    links = page.eval_on_selector_all(
+        "#queue-table a.job-page-link", "els => els.map(e => [e.textContent, e.getAttribute('aria-label'), e.title])"
+    )
+    for text, name, title in links:  # the spoken name starts with the visible text (axe), then says which job
+        assert (
+            name.startswith(text + " ") and title.startswith("Open the page of job ") and name[len(text) + 1 :] in title
+        )
 
 
 # -- item 7: serve --prometheus ---------------------------------------------------------------------------
@@ -97,14 +112,44 @@ def _store_with_jobs(path: Path) -> None:
     from hpcwatch.store import Store
 
     with Store(str(path)) as store:
-        store.add([Job(id="501", user="ann", account="proj-llm", partition="gpu", nodes=("node1",), gpus=2,
-                       gpus_by_node={"node1": (0, 1)}, start=time.time() - 120, state="RUNNING", name="llm-pretrain")])
+        store.add(
+            [
+                Job(
+                    id="501",
+                    user="ann",
+                    account="proj-llm",
+                    partition="gpu",
+                    nodes=("node1",),
+                    gpus=2,
+                    gpus_by_node={"node1": (0, 1)},
+                    start=time.time() - 120,
+                    state="RUNNING",
+                    name="llm-pretrain",
+                )
+            ]
+        )
 
 
 def _serve(db: Path, prometheus: str) -> tuple[subprocess.Popen, str]:
     port = _free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "hpcwatch", "serve", "--db", str(db), "--prometheus", prometheus,
-                             "--port", str(port), "--duration", "300"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "hpcwatch",
+            "serve",
+            "--db",
+            str(db),
+            "--prometheus",
+            prometheus,
+            "--port",
+            str(port),
+            "--duration",
+            "300",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
     url = f"http://127.0.0.1:{port}/"
 
     def up() -> bool:
@@ -119,7 +164,7 @@ def _serve(db: Path, prometheus: str) -> tuple[subprocess.Popen, str]:
     return proc, url
 
 
-def test_serve_prometheus_reads_a_real_prometheus_and_says_so(start_prometheus, browser, tmp_path):  # noqa: F811
+def test_serve_prometheus_reads_a_real_prometheus_and_says_so(start_prometheus, browser, tmp_path):
     from hpcwatch.model.cluster import reference_cluster
     from hpcwatch.sources.mapping import read_job_mapping_dir
     from hpcwatch.twin import Twin
@@ -135,8 +180,11 @@ def test_serve_prometheus_reads_a_real_prometheus_and_says_so(start_prometheus, 
     with TwinEndpoints(Twin(reference_cluster(), seed=3), config, read_mapping=read_job_mapping_dir) as endpoints:
         prom = start_prometheus(prometheus_config(endpoints.targets, scrape_interval_s=1), port=PROM_PORT)
         wait_until(lambda: len(prom.query("up == 1")) == 4, timeout_s=30, what="4 targets up")
-        wait_until(lambda: prom.query("count(rate(node_infiniband_port_data_transmitted_bytes_total[60s]))"),
-                   timeout_s=30, what="two scrapes of node-exporter (a rate)")
+        wait_until(
+            lambda: prom.query("count(rate(node_infiniband_port_data_transmitted_bytes_total[60s]))"),
+            timeout_s=30,
+            what="two scrapes of node-exporter (a rate)",
+        )
         proc, url = _serve(db, prom.url)
         context = browser.new_context(viewport=VIEWPORT, locale="en-US")
         try:
@@ -153,13 +201,13 @@ def _check_page(pg, url: str, prom_url: str) -> None:
     _wait_ticks(pg, 1)
     assert f"Prometheus {prom_url}" in pg.locator("#data-source").inner_text()
     util = pg.locator("[data-live='util:node1/0']").text_content()
-    assert util.endswith("%") and util != "–"                   # a value Prometheus scraped from the twin
+    assert util.endswith("%") and util != "–"  # a value Prometheus scraped from the twin
     assert "IB ↑" in pg.locator("[data-live='ib:node1']").text_content()
     pg.click("[data-view='observer']")
     _wait_ticks(pg, 1)
     state = lambda cid: pg.locator(f"[data-collector='{cid}']").get_attribute("data-state")  # noqa: E731
     assert state("dcgm_exporter") == "answering" and state("node_host") == "answering"
-    assert state("slurm_exporter") == "answering"                # the store's open job
+    assert state("slurm_exporter") == "answering"  # the store's open job
     assert state("ib_tools") == "not_configured" and state("lustre_metrics") == "not_configured"
     assert pg.locator("[data-collector='ib_tools'] .collector-state").text_content() == "–"
     pg.evaluate("window.hpcwatch.openCard('collector:dcgm_exporter')")
@@ -167,7 +215,7 @@ def _check_page(pg, url: str, prom_url: str) -> None:
     _shot(pg, "15-serve-prometheus-observer")
     _check_history_through_promql(url)
     pg.goto(url + "job/501")
-    assert pg.locator("#job-gpus tbody tr").count() == 2          # the two GPUs hpc_job=501 labels, via PromQL
+    assert pg.locator("#job-gpus tbody tr").count() == 2  # the two GPUs hpc_job=501 labels, via PromQL
     assert f"Prometheus {prom_url}" in pg.locator("#job-source").inner_text()
     _shot(pg, "15-serve-prometheus-job-page", full_page=True)
     assert not errors, errors
@@ -186,8 +234,11 @@ def _check_history_through_promql(url: str) -> None:
     node = _history(url, "node:node1")
     util = [v for v in gpus[0]["util_pct"] if v is not None]
     assert util and all(0.0 <= v <= 100.0 for v in util)
-    full = [i for i, total in enumerate(node["power_w"])
-            if total is not None and all(g["power_w"][i] is not None for g in gpus)]
+    full = [
+        i
+        for i, total in enumerate(node["power_w"])
+        if total is not None and all(g["power_w"][i] is not None for g in gpus)
+    ]
     assert full, node["power_w"]
     for i in full:
         assert node["power_w"][i] == pytest.approx(sum(g["power_w"][i] for g in gpus), rel=1e-3)

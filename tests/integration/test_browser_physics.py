@@ -11,7 +11,15 @@ from __future__ import annotations
 import pytest
 
 from .test_browser import (  # noqa: F401 - fixtures are used by name
-    VIEWPORT, _shot, _start_demo, _stop, _wait_ticks, browser, page, server)
+    VIEWPORT,
+    _shot,
+    _start_demo,
+    _stop,
+    _wait_ticks,
+    browser,
+    page,
+    server,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -27,7 +35,7 @@ def xid_server():
 
 
 @pytest.fixture
-def xid_page(browser, xid_server):  # noqa: F811 - browser is test_browser's fixture
+def xid_page(browser, xid_server):
     context = browser.new_context(viewport=VIEWPORT, locale="en-US")
     pg = context.new_page()
     errors: list[str] = []
@@ -40,33 +48,44 @@ def xid_page(browser, xid_server):  # noqa: F811 - browser is test_browser's fix
 
 
 def _row_state(pg, job: str) -> str:
-    return pg.evaluate(f"document.querySelector('#queue-table tr[data-job=\"{job}\"] td:nth-child(5)')?.textContent ?? ''")
+    return pg.evaluate(
+        f"document.querySelector('#queue-table tr[data-job=\"{job}\"] td:nth-child(5)')?.textContent ?? ''"
+    )
 
 
 def test_the_xid_job_is_requeued_then_seen_restarting(xid_page):
     pg, job = xid_page, "4101"
     # Running, then back in the queue while node2 reboots (same id, requeued once)...
-    pg.wait_for_function(f"(document.querySelector('#queue-table tr[data-job=\"{job}\"] td:nth-child(5)')"
-                         f"?.textContent ?? '').startsWith('PENDING')", timeout=30_000)
+    pg.wait_for_function(
+        f"(document.querySelector('#queue-table tr[data-job=\"{job}\"] td:nth-child(5)')"
+        f"?.textContent ?? '').startsWith('PENDING')",
+        timeout=30_000,
+    )
     assert "requeued 1×" in _row_state(pg, job)
     _shot(pg, "physics-xid-requeued", full_page=True)
     # ...then running again on the same nodes, from its checkpoint.
-    pg.wait_for_function(f"(document.querySelector('#queue-table tr[data-job=\"{job}\"] td:nth-child(5)')"
-                         f"?.textContent ?? '').startsWith('RUNNING')", timeout=40_000)
+    pg.wait_for_function(
+        f"(document.querySelector('#queue-table tr[data-job=\"{job}\"] td:nth-child(5)')"
+        f"?.textContent ?? '').startsWith('RUNNING')",
+        timeout=40_000,
+    )
     assert _row_state(pg, job) == "RUNNING · requeued 1×"
     # Its GPUs on node2 work again once it has started up and read its checkpoint back.
-    pg.wait_for_function("parseInt(document.querySelector(\"[data-gpu='node2/0']\")?.textContent"
-                         ".match(/(\\d+)\\s*%/)?.[1] ?? '0') > 50", timeout=30_000)
+    pg.wait_for_function(
+        "parseInt(document.querySelector(\"[data-gpu='node2/0']\")?.textContent.match(/(\\d+)\\s*%/)?.[1] ?? '0') > 50",
+        timeout=30_000,
+    )
     _shot(pg, "physics-xid-restarted", full_page=True)
 
 
-def test_observer_view_shows_all_seven_collectors_arriving(page):  # noqa: F811 - page is test_browser's fixture
+def test_observer_view_shows_all_seven_collectors_arriving(page):
     page.click("[data-view='observer']")
     _wait_ticks(page, 2)
     badges = page.locator("[data-collector]")
     assert badges.count() == 7
-    states = {badges.nth(i).get_attribute("data-collector"): badges.nth(i).get_attribute("data-arriving")
-              for i in range(7)}
+    states = {
+        badges.nth(i).get_attribute("data-collector"): badges.nth(i).get_attribute("data-arriving") for i in range(7)
+    }
     assert states == dict.fromkeys(states, "true"), states
     assert page.locator("[data-collector='ib_tools'] .collector-state").text_content() == "✓"
     assert page.locator("[data-collector='ebpf_weights'] .collector-state").text_content() == "✓"
@@ -82,7 +101,7 @@ def _gb_s(text: str) -> tuple[float, float]:
     return float(tx.replace(",", "")) * scale[tx_u], float(rx.replace(",", "")) * scale[rx_u]
 
 
-def test_rdma_exfiltration_shows_as_bytes_node2_sends_and_no_node_receives(browser):  # noqa: F811
+def test_rdma_exfiltration_shows_as_bytes_node2_sends_and_no_node_receives(browser):
     proc, url = _start_demo("--scenario", "threat_rdma")
     try:
         context = browser.new_context(viewport=VIEWPORT, locale="en-US")
@@ -102,5 +121,5 @@ def test_rdma_exfiltration_shows_as_bytes_node2_sends_and_no_node_receives(brows
         _stop(proc)
 
 
-def test_header_says_the_cluster_is_liquid_cooled(page):  # noqa: F811
+def test_header_says_the_cluster_is_liquid_cooled(page):
     assert page.locator(".cluster-name .cooling").text_content() == "liquid-cooled, 28 °C inlet"

@@ -24,7 +24,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 import httpx
@@ -44,7 +44,7 @@ T0 = 1507591916
 
 
 def alert(i: int) -> str:
-    when = datetime.fromtimestamp(T0 + i, timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.746609046Z")
+    when = datetime.fromtimestamp(T0 + i, UTC).strftime("%Y-%m-%dT%H:%M:%S.746609046Z")
     return json.dumps(dict(FALCO, time=when)) + "\n"
 
 
@@ -60,8 +60,10 @@ def _free_port() -> int:
 
 
 def _exec_start(unit: str) -> list[str]:
-    line = next(l for l in (ROOT / "deploy" / "systemd" / unit).read_text().splitlines() if l.startswith("ExecStart="))
-    return shlex.split(line[len("ExecStart="):])
+    line = next(
+        ln for ln in (ROOT / "deploy" / "systemd" / unit).read_text().splitlines() if ln.startswith("ExecStart=")
+    )
+    return shlex.split(line[len("ExecStart=") :])
 
 
 @pytest.fixture(scope="module")
@@ -69,9 +71,10 @@ def hpcwatch_user() -> str:
     need(shutil.which("slurmrestd") is not None, "slurmrestd is not installed: run scripts/install-system")
     try:
         pwd.getpwnam("hpcwatch")
-    except KeyError:   # what deploy/systemd/hpcwatch.sysusers.conf makes
-        subprocess.run(["useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin", "hpcwatch"],
-                       check=True)
+    except KeyError:  # what deploy/systemd/hpcwatch.sysusers.conf makes
+        subprocess.run(
+            ["useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin", "hpcwatch"], check=True
+        )
     return "hpcwatch"
 
 
@@ -83,9 +86,13 @@ def slurmrestd(slurm, hpcwatch_user):
     shutil.chown(run, hpcwatch_user)
     sock = run / "slurmrestd.socket"
     argv = [a.replace("/run/hpcwatch/slurmrestd.socket", str(sock)) for a in _exec_start("slurmrestd-hpcwatch.service")]
-    log = open(run / "slurmrestd.log", "wb")
-    proc = subprocess.Popen(["runuser", "-u", hpcwatch_user, "--", "env", f"SLURM_CONF={slurm.env['SLURM_CONF']}",
-                             *argv], stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    log = open(run / "slurmrestd.log", "wb")  # noqa: SIM115 -- the child holds it
+    proc = subprocess.Popen(
+        ["runuser", "-u", hpcwatch_user, "--", "env", f"SLURM_CONF={slurm.env['SLURM_CONF']}", *argv],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
     wait_until(lambda: sock.exists() or proc.poll() is not None, timeout_s=20, what="the slurmrestd socket")
     assert proc.poll() is None, (run / "slurmrestd.log").read_text()
     yield sock
@@ -96,8 +103,10 @@ def slurmrestd(slurm, hpcwatch_user):
 @pytest.fixture(scope="module")
 def prometheus(start_prometheus, twin_serve):
     targets = list(twin_serve.targets.values())
-    config = {"global": {"scrape_interval": "1s"},
-              "scrape_configs": [{"job_name": "dcgm", "static_configs": [{"targets": targets}]}]}
+    config = {
+        "global": {"scrape_interval": "1s"},
+        "scrape_configs": [{"job_name": "dcgm", "static_configs": [{"targets": targets}]}],
+    }
     prom = start_prometheus(json.dumps(config), port=PROMETHEUS_PORT)
     wait_until(lambda: prom.query("DCGM_FI_DEV_GPU_UTIL"), timeout_s=30, what="Prometheus scraping the twin")
     return prom
@@ -106,22 +115,33 @@ def prometheus(start_prometheus, twin_serve):
 def site_config(tmp: Path, sock: Path, prom_url: str) -> Path:
     """deploy/hpcwatch.toml with this test's paths: nothing else changed but the Slurm interval."""
     text = (ROOT / "deploy" / "hpcwatch.toml").read_text()
-    swaps = {"/var/lib/hpcwatch/store": str(tmp / "store"), "/run/hpcwatch/slurmrestd.socket": str(sock),
-             "http://127.0.0.1:9090": prom_url, "/var/log/falco/events.json": str(tmp / "falco" / "events.json"),
-             "/var/run/cilium/tetragon/tetragon.log": str(tmp / "tetragon.log"),
-             "/var/spool/hpcwatch": str(tmp / "spool")}
+    swaps = {
+        "/var/lib/hpcwatch/store": str(tmp / "store"),
+        "/run/hpcwatch/slurmrestd.socket": str(sock),
+        "http://127.0.0.1:9090": prom_url,
+        "/var/log/falco/events.json": str(tmp / "falco" / "events.json"),
+        "/var/run/cilium/tetragon/tetragon.log": str(tmp / "tetragon.log"),
+        "/var/spool/hpcwatch": str(tmp / "spool"),
+    }
     for old, new in swaps.items():
         assert old in text, f"deploy/hpcwatch.toml no longer holds {old}"
         text = text.replace(old, new)
-    text = re.sub(r'(name = "slurm"\n(?:.*\n)*?)interval_s = 30\.0', rf"\1interval_s = {SLURM_INTERVAL_S}", text, count=1)
+    text = re.sub(
+        r'(name = "slurm"\n(?:.*\n)*?)interval_s = 30\.0', rf"\1interval_s = {SLURM_INTERVAL_S}", text, count=1
+    )
     path = tmp / "hpcwatch.toml"
     path.write_text(text)
     return path
 
 
 def start_collect(config: Path, env: dict) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "hpcwatch", "collect", "--config", str(config)],
-                            env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
+    return subprocess.Popen(
+        [sys.executable, "-m", "hpcwatch", "collect", "--config", str(config)],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
 
 
 def falco_seconds(store_path: Path) -> list[int]:
@@ -134,8 +154,7 @@ def statuses(store_path: Path) -> dict:
     return {c.name: c for c in found.collectors} if found else {}
 
 
-def test_collect_runs_the_sample_config_against_real_slurm_prometheus_and_logs(slurm, slurmrestd, prometheus,
-                                                                               tmp_path):
+def test_collect_runs_the_sample_config_against_real_slurm_prometheus_and_logs(slurm, slurmrestd, prometheus, tmp_path):
     (tmp_path / "falco").mkdir()
     (tmp_path / "spool").mkdir()
     (tmp_path / "tetragon.log").write_text("")
@@ -159,17 +178,20 @@ def test_collect_runs_the_sample_config_against_real_slurm_prometheus_and_logs(s
         wait_until(both_jobs, timeout_s=3 * SLURM_INTERVAL_S + 5, every_s=0.2, what="alice's and bob's jobs")
         within_s = time.monotonic() - submitted
         assert within_s <= 2 * SLURM_INTERVAL_S + 3, f"jobs took {within_s:.1f}s (poll {SLURM_INTERVAL_S}s)"
-        wait_until(lambda: statuses(store_path).get("prometheus") and statuses(store_path)["prometheus"].records,
-                   timeout_s=60, what="the PromQL collector to copy DCGM series")
+        wait_until(
+            lambda: statuses(store_path).get("prometheus") and statuses(store_path)["prometheus"].records,
+            timeout_s=60,
+            what="the PromQL collector to copy DCGM series",
+        )
 
         # -- Falco: appended, rotated (create), copytruncated, all while running ------------------
         wait_until(lambda: falco_seconds(store_path) == list(range(10)), timeout_s=20, what="the first Falco lines")
         append(falco, range(10, 15))
-        os.rename(falco, falco.with_name("events.json.1"))             # logrotate create
+        os.rename(falco, falco.with_name("events.json.1"))  # logrotate create
         append(falco, range(15, 20))
         wait_until(lambda: falco_seconds(store_path) == list(range(20)), timeout_s=20, what="lines across rotation")
         append(falco, range(20, 25))
-        shutil.copy(falco, falco.with_name("events.json.2"))           # logrotate copytruncate
+        shutil.copy(falco, falco.with_name("events.json.2"))  # logrotate copytruncate
         os.truncate(falco, 0)
         append(falco, range(25, 28))
         wait_until(lambda: falco_seconds(store_path) == list(range(28)), timeout_s=20, what="lines across truncation")
@@ -185,9 +207,13 @@ def test_collect_runs_the_sample_config_against_real_slurm_prometheus_and_logs(s
 
         # -- serve reads the store while collect writes it, and names the collectors ---------------
         port = _free_port()
-        serve = subprocess.Popen([sys.executable, "-m", "hpcwatch", "serve", "--db", str(store_path), "--port",
-                                  str(port)], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                                 start_new_session=True)
+        serve = subprocess.Popen(
+            [sys.executable, "-m", "hpcwatch", "serve", "--db", str(store_path), "--port", str(port)],
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            start_new_session=True,
+        )
 
         def live():
             try:
@@ -207,8 +233,11 @@ def test_collect_runs_the_sample_config_against_real_slurm_prometheus_and_logs(s
         append(falco, range(40, 42))
         wait_until(lambda: falco_seconds(store_path) == list(range(42)), timeout_s=20, what="Falco while Slurm is down")
         subprocess.run(["slurmctld"], env=slurm.env, check=True)
-        wait_until(lambda: statuses(store_path)["slurm"].last_error is None, timeout_s=60,
-                   what=f"the Slurm collector to recover from: {error}")
+        wait_until(
+            lambda: statuses(store_path)["slurm"].last_error is None,
+            timeout_s=60,
+            what=f"the Slurm collector to recover from: {error}",
+        )
         assert collect.poll() is None, "collect exited"
         print(f"jobs in the store {within_s:.2f}s after sbatch (poll {SLURM_INTERVAL_S}s); Slurm down: {error}")
     finally:

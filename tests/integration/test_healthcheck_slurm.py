@@ -10,7 +10,6 @@ the end whatever happens, so the other integration tests find both nodes idle.
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -34,8 +33,9 @@ def xid79_store(tmp_path_factory) -> Path:
 
     d = tmp_path_factory.mktemp("healthcheck")
     runner = CliRunner()
-    ran = runner.invoke(app, ["twin", "run", "--out", str(d / "run"), "--scenario", "xid79", "--duration", "180",
-                              "--seed", "1"])
+    ran = runner.invoke(
+        app, ["twin", "run", "--out", str(d / "run"), "--scenario", "xid79", "--duration", "180", "--seed", "1"]
+    )
     assert ran.exit_code == 0, ran.output
     assert (d / "run" / "dcgm" / "node2.prom").read_text().count(" 79 ") >= 1
     ingested = runner.invoke(app, ["ingest", str(d / "run"), "--db", str(d / "h.duckdb")])
@@ -70,8 +70,11 @@ def drained(info: dict[str, str]) -> bool:
 
 
 def test_healthcheck_drains_the_sick_node_in_slurmctld_and_leaves_the_healthy_one(slurm, xid79_store):
-    wait_until(lambda: not drained(node_info(slurm, "node1")) and not drained(node_info(slurm, "node2")),
-               timeout_s=15, what="node1 and node2 to start undrained")
+    wait_until(
+        lambda: not drained(node_info(slurm, "node1")) and not drained(node_info(slurm, "node2")),
+        timeout_s=15,
+        what="node1 and node2 to start undrained",
+    )
     try:
         sick = run_healthcheck(slurm, "node2", xid79_store)
         assert sick.returncode == 0, sick.stderr

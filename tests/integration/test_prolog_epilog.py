@@ -40,10 +40,13 @@ def test_mapping_files_follow_jobs_on_a_shared_node_and_across_nodes(slurm):
     assert squeue[b]["gres_detail"] and "gpu:3" in squeue[b]["gres_detail"][0]
 
     slurm.run("scancel", b)
-    wait_until(lambda: not any(b in ids for ids in slurm.mapping().values()), timeout_s=20,
-               what=f"job {b}'s files to be removed by the epilog")
+    wait_until(
+        lambda: not any(b in ids for ids in slurm.mapping().values()),
+        timeout_s=20,
+        what=f"job {b}'s files to be removed by the epilog",
+    )
     left = slurm.mapping()
-    assert sorted(w for w, ids in left.items() if ids == [a]) == sorted(by_job[a])   # a's files untouched
+    assert sorted(w for w, ids in left.items() if ids == [a]) == sorted(by_job[a])  # a's files untouched
     slurm.run("scancel", a, c)
     wait_until(lambda: slurm.mapping() == {}, timeout_s=20, what="an empty mapping directory")
     assert not list(slurm.mapping_dir.glob("*/.*")), "temporary files left behind"

@@ -23,7 +23,7 @@ pytestmark = pytest.mark.integration
 
 RULES = Path(__file__).resolve().parents[2] / "deploy/prometheus/hpcwatch-rules.yml"
 PORT_PROMETHEUS, PORT_EXPORTER, PORT_DCGM = 29095, 29096, 29097
-INTERVAL_S = 1      # scrape and rule evaluation, so the test takes seconds, not minutes
+INTERVAL_S = 1  # scrape and rule evaluation, so the test takes seconds, not minutes
 WINDOW_S = 30
 SETTLE_S = 5
 
@@ -31,13 +31,16 @@ SETTLE_S = 5
 def _dcgm_text() -> bytes:
     """A dcgm-exporter scrape of node1 (8 GPUs), label set of dcgm-exporter 3.x, no hpc_job: the label is off."""
     lines = ["# HELP DCGM_FI_DEV_GPU_UTIL GPU utilization (in %).", "# TYPE DCGM_FI_DEV_GPU_UTIL gauge"]
-    lines += [f'DCGM_FI_DEV_GPU_UTIL{{gpu="{g}",UUID="GPU-0000000{g}-0000-0000-0000-000000000000",device="nvidia{g}",'
-              f'modelName="NVIDIA H100 80GB HBM3",Hostname="node1"}} {90 if g < 6 else 0}' for g in range(8)]
+    lines += [
+        f'DCGM_FI_DEV_GPU_UTIL{{gpu="{g}",UUID="GPU-0000000{g}-0000-0000-0000-000000000000",device="nvidia{g}",'
+        f'modelName="NVIDIA H100 80GB HBM3",Hostname="node1"}} {90 if g < 6 else 0}'
+        for g in range(8)
+    ]
     return ("\n".join(lines) + "\n").encode()
 
 
 class _Dcgm(BaseHTTPRequestHandler):
-    def do_GET(self) -> None:  # noqa: N802 (http.server's name)
+    def do_GET(self) -> None:
         body = _dcgm_text()
         self.send_response(200)
         self.send_header("Content-Type", "text/plain; version=0.0.4")
@@ -60,10 +63,28 @@ def dcgm_endpoint():
 
 
 def _jobs(now: float) -> list[Job]:
-    return [Job(id="501", user="alice", account="proj-llm", gpus=4, gpus_by_node={"node1": (0, 1, 2, 3)},
-                nodes=("node1",), start=now - 600, state="RUNNING"),
-            Job(id="502", user="bob", account="proj-vision", gpus=2, gpus_by_node={"node1": (4, 5)},
-                nodes=("node1",), start=now - 600, state="RUNNING")]
+    return [
+        Job(
+            id="501",
+            user="alice",
+            account="proj-llm",
+            gpus=4,
+            gpus_by_node={"node1": (0, 1, 2, 3)},
+            nodes=("node1",),
+            start=now - 600,
+            state="RUNNING",
+        ),
+        Job(
+            id="502",
+            user="bob",
+            account="proj-vision",
+            gpus=2,
+            gpus_by_node={"node1": (4, 5)},
+            nodes=("node1",),
+            start=now - 600,
+            state="RUNNING",
+        ),
+    ]
 
 
 def test_recording_rules_give_the_per_job_gpu_hours_of_hpcwatch_jobs(start_promql, dcgm_endpoint, tmp_path):
@@ -80,7 +101,8 @@ def test_recording_rules_give_the_per_job_gpu_hours_of_hpcwatch_jobs(start_promq
             "scrape_configs:\n"
             f"  - {{job_name: dcgm, static_configs: [{{targets: ['{dcgm_endpoint}']}}]}}\n"
             f"  - {{job_name: hpcwatch, static_configs: [{{targets: ['127.0.0.1:{PORT_EXPORTER}']}}]}}\n",
-            port=PORT_PROMETHEUS)
+            port=PORT_PROMETHEUS,
+        )
         wait_until(lambda: prom.query("hpcwatch:job_gpus"), timeout_s=30, what="the first rule evaluation")
         time.sleep(WINDOW_S + 2 + SETTLE_S)
         # The window ends SETTLE_S in the past: vmalert remote-writes its results (flushed each second) and
@@ -88,9 +110,13 @@ def test_recording_rules_give_the_per_job_gpu_hours_of_hpcwatch_jobs(start_promq
         # are not yet readable there; both sides are compared over the same settled window.
         t = float(int(time.time())) - SETTLE_S
         counts = {r["metric"]["hpc_job"]: float(r["value"][1]) for r in prom.query("hpcwatch:job_gpus")}
-        assert counts == {"501": 4.0, "502": 2.0}     # the label is off: only the join attributes the GPUs
-        rule_hours = {r["metric"]["hpc_job"]: float(r["value"][1]) for r in prom.query(
-            f"sum by (hpc_job) (sum_over_time(hpcwatch:job_gpus[{WINDOW_S}s] @ {t})) * {INTERVAL_S} / 3600")}
+        assert counts == {"501": 4.0, "502": 2.0}  # the label is off: only the join attributes the GPUs
+        rule_hours = {
+            r["metric"]["hpc_job"]: float(r["value"][1])
+            for r in prom.query(
+                f"sum by (hpc_job) (sum_over_time(hpcwatch:job_gpus[{WINDOW_S}s] @ {t})) * {INTERVAL_S} / 3600"
+            )
+        }
         with PrometheusBackend(prom.url) as backend:
             table = backend.samples(list(DCGM_METRICS), t0=t - WINDOW_S, t1=t)
         reports = {r.id: r for r in job_reports(table, jobs, now=t)}

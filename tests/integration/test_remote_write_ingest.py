@@ -26,8 +26,11 @@ pytestmark = pytest.mark.integration
 
 PROMETHEUS_PORT = 29099
 DATA = Path(__file__).resolve().parents[1] / "data" / "prometheus"
-REAL_SCRAPES = ("dcgm_exporter_h100_mig_kubernetes_issue512.prom", "dcgm_exporter_l40s_kubernetes_dcgm226.prom",
-                "node_exporter_e2e_numa_drbd_infiniband.prom")
+REAL_SCRAPES = (
+    "dcgm_exporter_h100_mig_kubernetes_issue512.prom",
+    "dcgm_exporter_l40s_kubernetes_dcgm226.prom",
+    "node_exporter_e2e_numa_drbd_infiniband.prom",
+)
 KEY_COLUMNS = ["metric", "t", "value", "host", "gpu", "job"]
 HOST = "gpu-node-7"
 
@@ -42,10 +45,14 @@ def test_ingest_remote_write_sends_every_point_of_real_scrapes(start_promql, tmp
     files = []
     for k, name in enumerate(REAL_SCRAPES):
         shutil.copy(DATA / name, tmp_path / name)
-        os.utime(tmp_path / name, (now_s - 10 * k, now_s - 10 * k))   # whole seconds: ms-exact in both
+        os.utime(tmp_path / name, (now_s - 10 * k, now_s - 10 * k))  # whole seconds: ms-exact in both
         files.append(str(tmp_path / name))
-    out = subprocess.run([sys.executable, "-m", "hpcwatch", "ingest", *files, "--host", HOST, "--remote-write",
-                          server.url, "--json"], capture_output=True, text=True, timeout=120)
+    out = subprocess.run(
+        [sys.executable, "-m", "hpcwatch", "ingest", *files, "--host", HOST, "--remote-write", server.url, "--json"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert out.returncode == 0, out.stderr
     doc = json.loads(out.stdout)
     assert doc["status"] == {"sent": 3}
@@ -56,8 +63,11 @@ def test_ingest_remote_write_sends_every_point_of_real_scrapes(start_promql, tmp
     assert doc["samples"] == want.samples().num_rows > 10
     with PrometheusBackend(server.url) as prom:
         t0, t1 = now_s - 60, now_s + 1
-        wait_until(lambda: prom.samples(metrics, t0=t0, t1=t1).num_rows == doc["samples"], timeout_s=15,
-                   what="the written samples to be searchable")
+        wait_until(
+            lambda: prom.samples(metrics, t0=t0, t1=t1).num_rows == doc["samples"],
+            timeout_s=15,
+            what="the written samples to be searchable",
+        )
         got = prom.samples(metrics, t0=t0, t1=t1)
     # Rows equal in (metric, host, gpu, t) may come in any order (series of one node-exporter family
     # differ by zone or peer labels only): compare as sorted lists of whole rows.
@@ -65,6 +75,7 @@ def test_ingest_remote_write_sends_every_point_of_real_scrapes(start_promql, tmp
 
 
 def _rows(table) -> list[tuple]:
-    return sorted((*(row[k] for k in KEY_COLUMNS), orjson.dumps(orjson.loads(row["labels"]),
-                                                                option=orjson.OPT_SORT_KEYS))
-                  for row in table.to_pylist())
+    return sorted(
+        (*(row[k] for k in KEY_COLUMNS), orjson.dumps(orjson.loads(row["labels"]), option=orjson.OPT_SORT_KEYS))
+        for row in table.to_pylist()
+    )

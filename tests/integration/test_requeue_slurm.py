@@ -41,28 +41,36 @@ def requeued_job(slurm):
     yield job
     slurm.run("scancel", job, check=False)
     # squeue keeps an ended job for MinJobAge (300 s by default): wait for its end, not its absence.
-    wait_until(lambda: slurm.job_states().get(job) not in _NOT_ENDED
-               and not any(job in jobs for jobs in slurm.mapping().values()),
-               timeout_s=60, what=f"job {job} ended and its mapping files removed")
+    wait_until(
+        lambda: (
+            slurm.job_states().get(job) not in _NOT_ENDED and not any(job in jobs for jobs in slurm.mapping().values())
+        ),
+        timeout_s=60,
+        what=f"job {job} ended and its mapping files removed",
+    )
 
 
 def test_a_requeued_attempt_reaches_the_store_once(slurm, requeued_job, tmp_path):
     job = requeued_job
     wait_until(lambda: _running(slurm, job), timeout_s=30, what=f"job {job} running")
-    time.sleep(1.5)   # sacct's times are whole seconds: let the first attempt last at least one
+    time.sleep(1.5)  # sacct's times are whole seconds: let the first attempt last at least one
     slurm.run("scontrol", "requeue", job)
     # A requeued job waits about 120 s before it may start again (its BeginTime). Move that to now, again
     # until it runs: an update that lands while slurmctld is still requeuing it is overwritten.
     wait_until(lambda: slurm.job_states().get(job) in ("PENDING", "REQUEUED"), timeout_s=30, what="requeued")
     # slurmd refuses to launch a job id it killed a moment ago ("Job N already killed, do not launch batch
     # job", then the attempt FAILS): let both nodes finish the kill first.
-    wait_until(lambda: slurm.run("sinfo", "-h", "-N", "-o", "%T").stdout.split() == ["idle", "idle"],
-               timeout_s=30, what="both nodes idle after the requeue")
+    wait_until(
+        lambda: slurm.run("sinfo", "-h", "-N", "-o", "%T").stdout.split() == ["idle", "idle"],
+        timeout_s=30,
+        what="both nodes idle after the requeue",
+    )
     time.sleep(REQUEUE_SETTLE_S)
 
     def started_again() -> bool:
         slurm.run("scontrol", "update", f"jobid={job}", "starttime=now", check=False)
         return _running(slurm, job)
+
     try:
         wait_until(started_again, timeout_s=60, every_s=2.0, what=f"job {job} running again")
     except BaseException:
@@ -71,12 +79,16 @@ def test_a_requeued_attempt_reaches_the_store_once(slurm, requeued_job, tmp_path
         raise
 
     def states() -> list[str]:
-        return [r["state"]["current"] for r in json.loads(slurm.run("sacct", "--json", "-a").stdout)["jobs"]
-                if str(r["job_id"]) == job]
+        return [
+            r["state"]["current"]
+            for r in json.loads(slurm.run("sacct", "--json", "-a").stdout)["jobs"]
+            if str(r["job_id"]) == job
+        ]
+
     # slurmctld tells slurmdbd of the new start a moment later: wait for sacct to list both attempts.
     wait_until(lambda: states() == ["REQUEUED", "RUNNING"], timeout_s=30, what="sacct listing both attempts")
     polls = []
-    for i in range(2):   # two polls of sacct: other bytes (times move), the same lost attempt
+    for i in range(2):  # two polls of sacct: other bytes (times move), the same lost attempt
         polls.append(tmp_path / f"sacct-{i}.json")
         polls[-1].write_text(slurm.run("sacct", "--json", "-a").stdout + "\n" * i)
 

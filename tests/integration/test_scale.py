@@ -58,8 +58,7 @@ class RecordingTwin:
         self.twin.advance(dt_s)
 
     def dcgm_text(self, node, *, jobs_by_gpu=None, timestamp=False):
-        return self._keep(node, "dcgm", lambda: self.twin.dcgm_text(node, jobs_by_gpu=jobs_by_gpu,
-                                                                     timestamp=timestamp))
+        return self._keep(node, "dcgm", lambda: self.twin.dcgm_text(node, jobs_by_gpu=jobs_by_gpu, timestamp=timestamp))
 
     def node_exporter_text(self, node, *, timestamp=False):
         # The logs get the node label the scrape config attaches to the target (prometheus_config), as
@@ -100,8 +99,9 @@ def assert_same_report(got, want, *, rel: float, where: str = "") -> None:
 
 
 def _hpcwatch(*args: str) -> dict:
-    out = subprocess.run([sys.executable, "-m", "hpcwatch", *args, "--json"], capture_output=True, text=True,
-                         timeout=300)
+    out = subprocess.run(
+        [sys.executable, "-m", "hpcwatch", *args, "--json"], capture_output=True, text=True, timeout=300
+    )
     assert out.returncode == 0, out.stderr[-2000:]
     return json.loads(out.stdout)
 
@@ -120,8 +120,9 @@ def scraped(start_promql, promql_backend, tmp_path_factory):
     port = TWIN_PORT + NODES * PROMQL_BACKENDS.index(promql_backend)
     config = ServeConfig(nodes=tuple(twin.node_names), port=port, tick_s=TICK_S, timestamps=True)
     with TwinEndpoints(source, config) as endpoints:
-        server = start_promql(prometheus_config(endpoints.targets, scrape_interval_s=SCRAPE_INTERVAL_S),
-                              port=PROMETHEUS_PORT)
+        server = start_promql(
+            prometheus_config(endpoints.targets, scrape_interval_s=SCRAPE_INTERVAL_S), port=PROMETHEUS_PORT
+        )
         wait_until(lambda: _count(server, "up == 1") == 2 * NODES, timeout_s=60, what=f"{2 * NODES} targets up")
         time.sleep(SCRAPED_S)
         # Closing the endpoints mid-scrape would log a scrape the server never stored: scrapes fail first,
@@ -136,6 +137,7 @@ def scraped(start_promql, promql_backend, tmp_path_factory):
 
 def _count(server, promql: str, t: float | None = None) -> int:
     from hpcwatch.promql import PrometheusBackend
+
     with PrometheusBackend(server.url) as prom:
         values = prom.query(f"count({promql})", t=t)["value"].to_pylist()
     return int(values[0]) if values else 0
@@ -158,7 +160,7 @@ def test_jobs_report_through_promql_equals_the_report_over_the_store(scraped, pr
     db = str(tmp_path / "store")
     # Our store, like VictoriaMetrics, keeps a point stored twice; Prometheus keeps it once.
     ingested = _hpcwatch("ingest", "--db", db, str(scrapes / ("first" if promql_backend == "prometheus" else "every")))
-    assert ingested["formats"]["prometheus"] == 2 * NODES   # a scrape log per node and exporter
+    assert ingested["formats"]["prometheus"] == 2 * NODES  # a scrape log per node and exporter
     from_store = _hpcwatch("jobs", "--db", db)["jobs"]
     t0 = time.monotonic()
     from_promql = _hpcwatch("jobs", "--db", db, "--prometheus", server.url)["jobs"]
@@ -168,4 +170,3 @@ def test_jobs_report_through_promql_equals_the_report_over_the_store(scraped, pr
     assert {r["id"] for r in seen} <= {j.id for j in twin.jobs}
     # Prometheus keeps every float bit; VictoriaMetrics about 12 digits.
     assert_same_report(from_promql, from_store, rel=0.0 if promql_backend == "prometheus" else 1e-9)
-

@@ -37,8 +37,11 @@ def chain(slurm, twin_serve, start_promql):
         "b": slurm.sbatch("bob", "--gres=gpu:3", "-J", "chain-vision"),
         "c": slurm.sbatch("alice", "-N", "2", "--gres=gpu:1", "-J", "chain-2node"),
     }
-    wait_until(lambda: all(slurm.job_states().get(j) == "RUNNING" for j in jobs.values()), timeout_s=30,
-               what="the chain's jobs to run")
+    wait_until(
+        lambda: all(slurm.job_states().get(j) == "RUNNING" for j in jobs.values()),
+        timeout_s=30,
+        what="the chain's jobs to run",
+    )
     want = {jobs["a"]: 2, jobs["b"]: 3, jobs["c"]: 2}
 
     def labelled() -> bool:
@@ -48,7 +51,7 @@ def chain(slurm, twin_serve, start_promql):
     t0 = time.monotonic()
     wait_until(labelled, timeout_s=40, what=f"Prometheus to see hpc_job labels {want}")
     first_labelled_s = time.monotonic() - t0
-    time.sleep(SCRAPES_WITH_LABELS)   # a few scrapes, so counters have deltas
+    time.sleep(SCRAPES_WITH_LABELS)  # a few scrapes, so counters have deltas
     yield {"slurm": slurm, "prom": prom, "jobs": jobs, "first_labelled_s": first_labelled_s}
     slurm.run("scancel", *jobs.values(), check=False)
 
@@ -99,21 +102,31 @@ def test_promql_attribution_matches_prometheus_own_arithmetic(chain, tmp_path):
         table = table.filter(pc.invert(pc.is_null(table["job"])))
         # One job's rows at a time: PromQL's max - min runs over that job's own series, so the Python side
         # must not see the delta from another job's last sample on the same GPU (an earlier test's job).
-        reports = {j.id: next(r for r in job_reports(table.filter(pc.equal(table["job"], j.id)), [j], now=t1)
-                              if r.id == j.id) for j in slurm_jobs}
-        energy = prom.query(f'sum by (hpc_job) (max_over_time(DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION{{hpc_job!=""}}'
-                            f'[{window_s}s]) - min_over_time(DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION{{hpc_job!=""}}'
-                            f'[{window_s}s]))', t=t1, name="energy_mj")
-        util = prom.query(f'sum by (hpc_job) (sum_over_time(DCGM_FI_DEV_GPU_UTIL{{hpc_job!=""}}[{window_s}s])) / '
-                          f'sum by (hpc_job) (count_over_time(DCGM_FI_DEV_GPU_UTIL{{hpc_job!=""}}[{window_s}s]))',
-                          t=t1, name="util")
+        reports = {
+            j.id: next(r for r in job_reports(table.filter(pc.equal(table["job"], j.id)), [j], now=t1) if r.id == j.id)
+            for j in slurm_jobs
+        }
+        energy = prom.query(
+            f'sum by (hpc_job) (max_over_time(DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION{{hpc_job!=""}}'
+            f'[{window_s}s]) - min_over_time(DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION{{hpc_job!=""}}'
+            f"[{window_s}s]))",
+            t=t1,
+            name="energy_mj",
+        )
+        util = prom.query(
+            f'sum by (hpc_job) (sum_over_time(DCGM_FI_DEV_GPU_UTIL{{hpc_job!=""}}[{window_s}s])) / '
+            f'sum by (hpc_job) (count_over_time(DCGM_FI_DEV_GPU_UTIL{{hpc_job!=""}}[{window_s}s]))',
+            t=t1,
+            name="util",
+        )
     energy_mj = dict(zip(energy["job"].to_pylist(), energy["value"].to_pylist()))
     for key, job_id in jobs.items():
         r = reports[job_id]
         assert r.energy_kwh > 0, key
         assert r.energy_kwh * 3.6e9 == pytest.approx(energy_mj[job_id], rel=1e-9), key
         assert {(g.host, g.gpu) for g in r.per_gpu} == {
-            tuple(where.split("/")) for where, ids in slurm.mapping().items() if job_id in ids}, key
+            tuple(where.split("/")) for where, ids in slurm.mapping().items() if job_id in ids
+        }, key
     util_by_job = dict(zip(util["job"].to_pylist(), util["value"].to_pylist()))
     for job_id in jobs.values():
         assert reports[job_id].mean_gpu_util == pytest.approx(util_by_job[job_id], rel=1e-6)
@@ -123,8 +136,12 @@ def test_hpcwatch_jobs_attributes_gpu_time_and_energy_to_job_user_account(chain,
     slurm, jobs = chain["slurm"], chain["jobs"]
     db = tmp_path / "chain.duckdb"
     _store_with_slurm_jobs(slurm, db)
-    out = subprocess.run([sys.executable, "-m", "hpcwatch", "jobs", "--db", str(db), "--prometheus",
-                          chain["prom"].url, "--json"], capture_output=True, text=True, timeout=120)
+    out = subprocess.run(
+        [sys.executable, "-m", "hpcwatch", "jobs", "--db", str(db), "--prometheus", chain["prom"].url, "--json"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert out.returncode == 0, out.stderr
     doc = json.loads(out.stdout)
     rows = doc["jobs"] if isinstance(doc, dict) else doc
@@ -141,8 +158,13 @@ def test_after_scancel_the_files_and_the_label_are_gone(chain):
     slurm, prom, jobs = chain["slurm"], chain["prom"], chain["jobs"]
     slurm.run("scancel", *jobs.values())
     wait_until(lambda: slurm.mapping() == {}, timeout_s=30, what="the epilog to empty the mapping directory")
-    wait_until(lambda: not prom.query('DCGM_FI_DEV_GPU_UTIL{hpc_job!=""}'), timeout_s=15,
-               what="the hpc_job series to go stale in Prometheus")
-    assert len(prom.query("DCGM_FI_DEV_GPU_UTIL")) == 16   # the GPUs are still there, unlabelled
-    print(f"first labelled scrape visible {chain['first_labelled_s']:.1f}s after the jobs ran; "
-          f"slurm-up took {slurm.startup_s:.1f}s ({slurm.accounting} accounting)")
+    wait_until(
+        lambda: not prom.query('DCGM_FI_DEV_GPU_UTIL{hpc_job!=""}'),
+        timeout_s=15,
+        what="the hpc_job series to go stale in Prometheus",
+    )
+    assert len(prom.query("DCGM_FI_DEV_GPU_UTIL")) == 16  # the GPUs are still there, unlabelled
+    print(
+        f"first labelled scrape visible {chain['first_labelled_s']:.1f}s after the jobs ran; "
+        f"slurm-up took {slurm.startup_s:.1f}s ({slurm.accounting} accounting)"
+    )

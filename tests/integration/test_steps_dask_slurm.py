@@ -51,11 +51,36 @@ def test_steps_on_slurm_workers_gives_the_json_of_one_process(slurm, tmp_path):
     t0 = time.monotonic()
     try:
         on_slurm = subprocess.run(
-            [*cmd, "--dask", "slurm", "--workers", "2", "--slurm-partition", "gpu", "--slurm-interface", "lo",
-             "--slurm-memory", "1GiB", "--slurm-walltime", "00:10:00", "--slurm-python", sys.executable,
-             "--slurm-local-dir", str(tmp_path / "scratch"), "--slurm-log-dir", str(tmp_path / "logs"),
-             "--slurm-job-extra=--exclusive", "--dask-timeout", "120"],
-            capture_output=True, text=True, env=env, cwd=tmp_path, timeout=300)
+            [
+                *cmd,
+                "--dask",
+                "slurm",
+                "--workers",
+                "2",
+                "--slurm-partition",
+                "gpu",
+                "--slurm-interface",
+                "lo",
+                "--slurm-memory",
+                "1GiB",
+                "--slurm-walltime",
+                "00:10:00",
+                "--slurm-python",
+                sys.executable,
+                "--slurm-local-dir",
+                str(tmp_path / "scratch"),
+                "--slurm-log-dir",
+                str(tmp_path / "logs"),
+                "--slurm-job-extra=--exclusive",
+                "--dask-timeout",
+                "120",
+            ],
+            capture_output=True,
+            text=True,
+            env=env,
+            cwd=tmp_path,
+            timeout=300,
+        )
     finally:
         stop.set()
         watcher.join(timeout=10)
@@ -65,8 +90,8 @@ def test_steps_on_slurm_workers_gives_the_json_of_one_process(slurm, tmp_path):
     assert "ranks reduced on 2 workers" in on_slurm.stderr and "Slurm jobs" in on_slurm.stderr
     named = on_slurm.stderr.split("Slurm jobs", 1)[1].split()
     assert set(named) <= set(seen) and len(named) == 2, (named, seen)
-    assert sorted(seen[j] for j in named) == ["node1", "node2"], seen   # --exclusive: one worker job per node
-    if slurm.accounting == "dbd":   # the jobs are in the accounting too; dask-jobqueue scancels them at the end
+    assert sorted(seen[j] for j in named) == ["node1", "node2"], seen  # --exclusive: one worker job per node
+    if slurm.accounting == "dbd":  # the jobs are in the accounting too; dask-jobqueue scancels them at the end
         # (JobName is not compared: slurmdbd 22.05 records these cancelled batch jobs as "allocation")
         listed = slurm.run("sacct", "-n", "-X", "-P", "-o", "JobID,NodeList,State", "-j", ",".join(named)).stdout
         rows = {tuple(line.split("|")[:2]) for line in listed.split("\n") if line}

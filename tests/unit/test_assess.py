@@ -28,15 +28,19 @@ DATA = Path(__file__).parents[1] / "data" / "slurm_config"
 
 # -- the tier rule -----------------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("statuses, tier", [
-    (["pass", "pass"], "Platinum"),
-    (["pass", "warn"], "Gold"),
-    (["pass", "unknown"], "Silver"),        # unknown never counts as a pass
-    (["unknown", "unknown"], "Silver"),
-    (["warn", "unknown", "fail"], "Bronze"),
-    (["fail", "pass", "fail"], "Underperform"),
-    ([], "Silver"),                         # nothing shown: never better than Silver
-])
+
+@pytest.mark.parametrize(
+    "statuses, tier",
+    [
+        (["pass", "pass"], "Platinum"),
+        (["pass", "warn"], "Gold"),
+        (["pass", "unknown"], "Silver"),  # unknown never counts as a pass
+        (["unknown", "unknown"], "Silver"),
+        (["warn", "unknown", "fail"], "Bronze"),
+        (["fail", "pass", "fail"], "Underperform"),
+        ([], "Silver"),  # nothing shown: never better than Silver
+    ],
+)
 def test_category_tier_follows_the_written_rule(statuses, tier):
     assert category_tier(statuses) == tier
 
@@ -48,8 +52,9 @@ def test_overall_tier_is_the_lowest_category():
 
 # -- scontrol show config ----------------------------------------------------------------------------------------
 
+
 def test_scontrol_config_reads_a_real_capture_header_and_values():
-    event, = read_scontrol_show_config(DATA / "scontrol_show_config_head_siena.txt")
+    (event,) = read_scontrol_show_config(DATA / "scontrol_show_config_head_siena.txt")
     assert event.attrs["as_of"] == "2022-05-26T10:41:42"
     assert event.attrs["params"]["AuthType"] == "auth/munge"
     assert event.attrs["params"]["AccountingStorageTRES"] == "cpu,mem,energy,node,billing,fs/disk,vmem,pages"
@@ -59,27 +64,31 @@ def test_scontrol_config_reads_a_real_capture_header_and_values():
 def test_scontrol_config_reads_a_grep_of_healthcheck_lines():
     text = (DATA / "scontrol_show_config_grep_healthcheck_nhc.txt").read_text()
     assert is_scontrol_show_config(text)
-    event, = parse_scontrol_show_config(text)
+    (event,) = parse_scontrol_show_config(text)
     assert event.attrs["params"]["HealthCheckProgram"] == "/usr/sbin/nhc"
     assert event.attrs["params"]["HealthCheckInterval"] == "600 sec"
 
 
-@pytest.mark.parametrize("text", [
-    "",                                   # empty file
-    "PartitionName=debug Nodes=ALL\n",    # slurm.conf syntax, not scontrol's "Key = value"
-    "just some words\n",                  # prose
-])
+@pytest.mark.parametrize(
+    "text",
+    [
+        "",  # empty file
+        "PartitionName=debug Nodes=ALL\n",  # slurm.conf syntax, not scontrol's "Key = value"
+        "just some words\n",  # prose
+    ],
+)
 def test_scontrol_config_rejects_what_is_not_one(text):
     with pytest.raises(ParseError):
         list(parse_scontrol_show_config(text, path="x.txt"))
 
 
 def test_scontrol_config_sniff_leaves_other_key_value_text_alone():
-    assert not is_scontrol_show_config("ResmanDebugLevel: 4294967295\nRegistryDwords: \"\"\n")
+    assert not is_scontrol_show_config('ResmanDebugLevel: 4294967295\nRegistryDwords: ""\n')
     assert not is_scontrol_show_config("a = 1\nb = 2\n")
 
 
 # -- the twin: kept vs neglected ---------------------------------------------------------------------------------
+
 
 def _assess_twin(tmp_path_factory, scenario: str) -> dict:
     cluster = reference_cluster()
@@ -116,14 +125,17 @@ def test_the_well_kept_cluster_passes_what_the_neglected_one_breaks(kept):
 
 
 def test_nccl_autoconfig_reads_the_ncc_logs_the_twin_wrote(kept, neglected):
-    status = {name: next(r for c in doc["categories"] for r in c["criteria"] if r["id"] == "nccl-autoconfig")
-              for name, doc in (("kept", kept), ("neglected", neglected))}
+    status = {
+        name: next(r for c in doc["categories"] for r in c["criteria"] if r["id"] == "nccl-autoconfig")
+        for name, doc in (("kept", kept), ("neglected", neglected))
+    }
     assert status["kept"]["status"] == "pass"
     assert status["neglected"]["status"] == "fail" and "NCCL_ALGO" in status["neglected"]["evidence"]
 
 
 def test_nccl_autoconfig_is_unknown_without_an_nccl_log():
     from hpcwatch.assess.criteria import nccl_autoconfig
+
     verdict = nccl_autoconfig(_evidence(nccl_env=None))
     assert verdict.status == "unknown" and "no NCCL log in the store" in verdict.evidence
 
@@ -145,6 +157,7 @@ def test_every_criterion_cites_a_source_and_every_category_is_named():
 
 # -- rules as pure functions --------------------------------------------------------------------------------------
 
+
 def _evidence(**fields) -> Evidence:
     cluster = reference_cluster()
     base = Evidence(t0=0.0, t1=100.0, cluster=cluster, config=AssessConfig(cluster=cluster))
@@ -157,8 +170,11 @@ def test_mfu_meets_the_published_h200_point():
     one_gpu = dataclasses.replace(cluster.nodes[0], gpus=cluster.nodes[0].gpus[:1])
     cluster = dataclasses.replace(cluster, nodes=(one_gpu,))
     shape = ModelShape(params=407e6, layers=24, d_model=1024, seq=2048, tokens_per_step=8 * 2048)
-    ev = dataclasses.replace(_evidence(step_walls_s=(0.1118,) * 5, gpu_models=("NVIDIA H200",)),
-                             cluster=cluster, config=AssessConfig(cluster=cluster, model=shape))
+    ev = dataclasses.replace(
+        _evidence(step_walls_s=(0.1118,) * 5, gpu_models=("NVIDIA H200",)),
+        cluster=cluster,
+        config=AssessConfig(cluster=cluster, model=shape),
+    )
     verdict = C.mfu_reference(ev)
     assert verdict.status == "pass" and verdict.figures["reference"] == pytest.approx(0.404)
 
@@ -188,6 +204,7 @@ def test_the_web_app_serves_the_tier_and_the_report():
     from fastapi.testclient import TestClient
 
     from hpcwatch.web.app import create_app
+
     client = TestClient(create_app(Store(":memory:"), reference_cluster()))
     assert client.get("/api/assess").json()["tier"] == "Silver"
     page = client.get("/assess")

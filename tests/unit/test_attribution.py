@@ -21,8 +21,9 @@ def twin_store(tmp_path_factory):
     """Ten minutes of the reference twin, tick by tick, in a store file."""
     path = tmp_path_factory.mktemp("attr") / "twin.duckdb"
     with Store(path) as store:
-        live = LiveTwin(store, reference_cluster(), seed=21, scenarios=["straggler"], tick_s=10.0,
-                        start=1_796_000_000.0)
+        live = LiveTwin(
+            store, reference_cluster(), seed=21, scenarios=["straggler"], tick_s=10.0, start=1_796_000_000.0
+        )
         live.write_tick()
         for _ in range(60):
             live.step()
@@ -30,16 +31,19 @@ def twin_store(tmp_path_factory):
 
 
 def _without_hpc_job(table: pa.Table) -> pa.Table:
-    labels = [json.dumps({k: v for k, v in json.loads(lab).items() if k != "hpc_job"}) for lab in
-              table.column("labels").to_pylist()]
+    labels = [
+        json.dumps({k: v for k, v in json.loads(lab).items() if k != "hpc_job"})
+        for lab in table.column("labels").to_pylist()
+    ]
     metric = table.column("metric").to_pylist()
     job = [None if m.startswith("DCGM_") else j for m, j in zip(metric, table.column("job").to_pylist())]
-    return table.set_column(table.schema.get_field_index("job"), "job", pa.array(job, pa.string())) \
-        .set_column(table.schema.get_field_index("labels"), "labels", pa.array(labels, pa.string()))
+    return table.set_column(table.schema.get_field_index("job"), "job", pa.array(job, pa.string())).set_column(
+        table.schema.get_field_index("labels"), "labels", pa.array(labels, pa.string())
+    )
 
 
 def test_attribution_by_hpc_job_and_by_allocation_agree(twin_store) -> None:
-    path, twin = twin_store
+    path, _twin = twin_store
     with Store(path) as store:
         table = store.samples("DCGM_FI_DEV_GPU_UTIL")
         jobs = store.jobs()
@@ -58,8 +62,9 @@ def test_reports_are_the_same_with_and_without_hpc_job_labels(twin_store) -> Non
         table, jobs = store.samples(list(REPORT_METRICS)), store.jobs()
     with_labels = job_reports(table, jobs)
     without = job_reports(_without_hpc_job(table), jobs)
-    assert [(r.id, r.energy_kwh, r.mean_gpu_util, r.ib_bytes, r.idle_gpus) for r in with_labels] == \
-        [(r.id, r.energy_kwh, r.mean_gpu_util, r.ib_bytes, r.idle_gpus) for r in without]
+    assert [(r.id, r.energy_kwh, r.mean_gpu_util, r.ib_bytes, r.idle_gpus) for r in with_labels] == [
+        (r.id, r.energy_kwh, r.mean_gpu_util, r.ib_bytes, r.idle_gpus) for r in without
+    ]
 
 
 def test_allocated_but_idle_gpu_and_users_accounts(twin_store) -> None:
@@ -75,8 +80,18 @@ def test_allocated_but_idle_gpu_and_users_accounts(twin_store) -> None:
 
 def _table(rows: list[tuple[str, float, float, str | None, str | None, str | None, dict]]) -> pa.Table:
     cols = list(zip(*rows))
-    return pa.table({"metric": cols[0], "t": cols[1], "value": cols[2], "host": cols[3], "gpu": cols[4],
-                     "job": cols[5], "labels": [orjson.dumps(c).decode() for c in cols[6]]}, schema=SAMPLE_SCHEMA)
+    return pa.table(
+        {
+            "metric": cols[0],
+            "t": cols[1],
+            "value": cols[2],
+            "host": cols[3],
+            "gpu": cols[4],
+            "job": cols[5],
+            "labels": [orjson.dumps(c).decode() for c in cols[6]],
+        },
+        schema=SAMPLE_SCHEMA,
+    )
 
 
 def test_ib_bytes_of_a_shared_rail_split_between_its_gpus_and_counter_resets_skipped() -> None:
@@ -90,8 +105,17 @@ def test_ib_bytes_of_a_shared_rail_split_between_its_gpus_and_counter_resets_ski
     tx = {10.0: 1000.0, 20.0: 3000.0, 30.0: 3400.0, 40.0: 100.0}
     for t, v in tx.items():
         for h in range(4):
-            rows.append(("node_infiniband_port_data_transmitted_bytes_total", t, v if h == 1 else 0.0, None, None,
-                         None, {"device": f"mlx5_{h}", "port": "1", "instance": "n1:9100"}))
+            rows.append(
+                (
+                    "node_infiniband_port_data_transmitted_bytes_total",
+                    t,
+                    v if h == 1 else 0.0,
+                    None,
+                    None,
+                    None,
+                    {"device": f"mlx5_{h}", "port": "1", "instance": "n1:9100"},
+                )
+            )
     reports = {r.id: r for r in job_reports(_table(rows), [job_a, job_b])}
     assert reports["1"].ib_tx_bytes == reports["2"].ib_tx_bytes == (2000 + 400) // 2
 
@@ -101,8 +125,19 @@ def test_jobs_json_contract(twin_store, run_cli) -> None:
     code, out, _ = run_cli(["jobs", "--db", str(path), "--json"])
     assert code == 0
     doc = json.loads(out)
-    required = {"id", "user", "account", "gpus", "gpu_hours", "energy_kwh", "mean_gpu_util", "ib_bytes",
-                "lustre_bytes", "xid_errors", "idle_gpus"}
+    required = {
+        "id",
+        "user",
+        "account",
+        "gpus",
+        "gpu_hours",
+        "energy_kwh",
+        "mean_gpu_util",
+        "ib_bytes",
+        "lustre_bytes",
+        "xid_errors",
+        "idle_gpus",
+    }
     assert doc["jobs"] and all(required <= set(j) for j in doc["jobs"])
     first = doc["jobs"][0]["id"]
     code, out, _ = run_cli(["job", first, "--db", str(path), "--json"])

@@ -9,15 +9,19 @@ from hpcwatch.errors import ParseError
 from hpcwatch.sources.nvidia_smi import parse_nvidia_smi_csv
 from tests.conftest import DATA
 
-REAL = (DATA / "nvidia_smi/nvidia_smi_query.csv").read_text()   # one real H200 row, power.draw only
+REAL = (DATA / "nvidia_smi/nvidia_smi_query.csv").read_text()  # one real H200 row, power.draw only
 
 
 def _with_instant_power(text: str, watts: str) -> str:
     """The real CSV with a power.draw.instant column added after power.draw (as a --query-gpu list naming
     both would print it); made here, in memory."""
     header, row = text.strip().split("\n")
-    return (header.replace("power.draw [W],", "power.draw [W], power.draw.instant [W],") + "\n"
-            + row.replace("77.88 W,", f"77.88 W, {watts},") + "\n")
+    return (
+        header.replace("power.draw [W],", "power.draw [W], power.draw.instant [W],")
+        + "\n"
+        + row.replace("77.88 W,", f"77.88 W, {watts},")
+        + "\n"
+    )
 
 
 def test_power_draw_and_instant_give_one_power_sample_the_instant_one() -> None:
@@ -31,12 +35,15 @@ def test_instant_power_not_supported_falls_back_to_power_draw() -> None:
     assert [s.value for s in samples if s.metric == vocab.DCGM_FI_DEV_POWER_USAGE] == [77.88]
 
 
-@pytest.mark.parametrize("text", [
-    # the real row without its index column: which GPU it is, nothing says
-    REAL.replace(" index,", "").replace(", 0, GPU-", ", GPU-"),
-    # uuid alone names the board, not the index dcgm-exporter and Slurm use
-    "timestamp, uuid, utilization.gpu [%]\n2026/11/29 22:14:46.082, GPU-75d41c9c, 5 %\n",
-])
+@pytest.mark.parametrize(
+    "text",
+    [
+        # the real row without its index column: which GPU it is, nothing says
+        REAL.replace(" index,", "").replace(", 0, GPU-", ", GPU-"),
+        # uuid alone names the board, not the index dcgm-exporter and Slurm use
+        "timestamp, uuid, utilization.gpu [%]\n2026/11/29 22:14:46.082, GPU-75d41c9c, 5 %\n",
+    ],
+)
 def test_a_csv_without_index_is_a_parse_error_not_gpu_none(text) -> None:
     with pytest.raises(ParseError, match="no index column"):
         list(parse_nvidia_smi_csv(text, path="q.csv"))

@@ -15,21 +15,24 @@ from tests.conftest import DATA
 NODE_EXPORTER = DATA / "prometheus/node_exporter_e2e_numa_drbd_infiniband.prom"
 
 
-@pytest.mark.parametrize(("metric", "labels", "host"), [
-    # NUMA node 0 of node_exporter's meminfo_numa collector: not a host
-    ("node_memory_numa_numa_hit_total", {"node": "0"}, None),
-    # zoneinfo and buddyinfo: NUMA node again
-    ("node_zoneinfo_nr_free_pages", {"node": "1", "zone": "Normal"}, None),
-    ("node_buddyinfo_blocks", {"node": "0", "size": "3", "zone": "DMA32"}, None),
-    # DRBD peers "local"/"remote"
-    ("node_drbd_node_role_is_primary", {"device": "drbd1", "node": "remote"}, None),
-    # ... but the scrape's instance still names the host of those series
-    ("node_memory_numa_numa_hit_total", {"node": "0", "instance": "gpu3:9100"}, "gpu3"),
-    # the node label of every other series is a host (our ingest tag, Kubernetes relabelling)
-    ("node_infiniband_port_data_received_bytes_total", {"node": "gpu3", "device": "mlx5_0"}, "gpu3"),
-    # no metric given: the old rule (node is a host)
-    (None, {"node": "0"}, "0"),
-])
+@pytest.mark.parametrize(
+    ("metric", "labels", "host"),
+    [
+        # NUMA node 0 of node_exporter's meminfo_numa collector: not a host
+        ("node_memory_numa_numa_hit_total", {"node": "0"}, None),
+        # zoneinfo and buddyinfo: NUMA node again
+        ("node_zoneinfo_nr_free_pages", {"node": "1", "zone": "Normal"}, None),
+        ("node_buddyinfo_blocks", {"node": "0", "size": "3", "zone": "DMA32"}, None),
+        # DRBD peers "local"/"remote"
+        ("node_drbd_node_role_is_primary", {"device": "drbd1", "node": "remote"}, None),
+        # ... but the scrape's instance still names the host of those series
+        ("node_memory_numa_numa_hit_total", {"node": "0", "instance": "gpu3:9100"}, "gpu3"),
+        # the node label of every other series is a host (our ingest tag, Kubernetes relabelling)
+        ("node_infiniband_port_data_received_bytes_total", {"node": "gpu3", "device": "mlx5_0"}, "gpu3"),
+        # no metric given: the old rule (node is a host)
+        (None, {"node": "0"}, "0"),
+    ],
+)
 def test_node_label_is_a_host_except_in_numa_and_drbd_families(metric, labels, host) -> None:
     assert sample_keys(labels, metric)[0] == host
 
@@ -49,7 +52,7 @@ def test_ingest_with_host_names_every_series_and_keeps_the_numa_node(tmp_path) -
     rows = table.to_pylist()
     assert rows and {r["host"] for r in rows} == {"gpu7"}
     numa = [orjson.loads(r["labels"]) for r in rows if r["metric"].startswith("node_memory_numa")]
-    assert {lab["node"] for lab in numa} == {"0", "1", "2"}           # the NUMA node kept ...
-    assert {lab["instance"] for lab in numa} == {"gpu7"}              # ... the host beside it
+    assert {lab["node"] for lab in numa} == {"0", "1", "2"}  # the NUMA node kept ...
+    assert {lab["instance"] for lab in numa} == {"gpu7"}  # ... the host beside it
     ib = [orjson.loads(r["labels"]) for r in rows if "infiniband" in r["metric"]]
     assert {lab["node"] for lab in ib} == {"gpu7"} and {lab["device"] for lab in ib} == {"mlx4_0"}

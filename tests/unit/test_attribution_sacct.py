@@ -46,38 +46,45 @@ def test_real_22_05_sacct_cpus_memory_rss_and_limit() -> None:
     assert two[vocab.SLURM_JOB_CPU_SECONDS] == pytest.approx(0.004753)
     # steps[0].tres.requested.max mem count 3178496 (bytes: the 3104K sacct prints as MaxRSS) on node1
     assert two["rss"] == {"node1": 3_178_496}
-    assert vocab.SLURM_JOB_TIME_LIMIT_SECONDS not in two            # time.limit null
+    assert vocab.SLURM_JOB_TIME_LIMIT_SECONDS not in two  # time.limit null
     # jobs[2] (job 3): time.limit 525600 minutes; MaxRSS 3223552 on node2
     assert three[vocab.SLURM_JOB_TIME_LIMIT_SECONDS] == 525_600 * 60
     assert three["rss"] == {"node2": 3_223_552}
     # jobs[8] (job 9, two nodes): cpu 2, mem 16000 MiB (total over both nodes); running: no step has MaxRSS yet
     assert nine[vocab.SLURM_JOB_CPUS] == 2 and nine[vocab.SLURM_JOB_MEMORY_REQUESTED_BYTES] == 16000 * MIB
-    assert nine["rss"] == {} and u["7"][vocab.SLURM_JOB_TIME_LIMIT_SECONDS] == 3600   # limit 60 min
-    assert u["10"] == {"rss": {}}                                    # pending: used nothing, no samples
+    assert nine["rss"] == {} and u["7"][vocab.SLURM_JOB_TIME_LIMIT_SECONDS] == 3600  # limit 60 min
+    assert u["10"] == {"rss": {}}  # pending: used nothing, no samples
 
 
 def test_sample_times_are_when_sacct_measured() -> None:
     samples = [r for r in read_sacct_records(SACCT) if isinstance(r, Sample)]
     at = {s.labels["job_id"]: s.t for s in samples}
-    assert at["2"] == 1795991691          # finished: time.end
-    assert at["7"] == 1795991704 + 10     # running: time.start + time.elapsed
+    assert at["2"] == 1795991691  # finished: time.end
+    assert at["7"] == 1795991704 + 10  # running: time.start + time.elapsed
 
 
 def test_v0040_wrapped_shapes() -> None:
     u = _usage(SACCT_V40)["4100_3"]
     assert u[vocab.SLURM_JOB_CPUS] == 64
-    assert u[vocab.SLURM_JOB_TIME_LIMIT_SECONDS] == 1440 * 60       # {"set": true, "number": 1440}
+    assert u[vocab.SLURM_JOB_TIME_LIMIT_SECONDS] == 1440 * 60  # {"set": true, "number": 1440}
     assert u[vocab.SLURM_JOB_MEMORY_REQUESTED_BYTES] == 512000 * MIB
-    assert u[vocab.SLURM_JOB_CPU_SECONDS] == pytest.approx(160000.5 + 40.25)   # the two steps' time.total
+    assert u[vocab.SLURM_JOB_CPU_SECONDS] == pytest.approx(160000.5 + 40.25)  # the two steps' time.total
     assert u["rss"] == {"gpu08": 68_719_476_736, "gpu07": 2_147_483_648}
 
 
-@pytest.mark.parametrize("job", [
-    {"job_id": 1, "steps": 5, "time": {"start": 10, "end": 20}, "state": {"current": "COMPLETED"}},  # steps: 5
-    {"job_id": 1, "steps": [{"tres": {"requested": {"max": "mem=1"}}}],
-     "time": {"start": 10, "end": 20}, "state": {"current": "COMPLETED"}},   # TRES usage not a list
-    {"job_id": 1, "time": {"start": 10, "end": 20, "limit": "60"}, "state": {"current": "COMPLETED"}},  # limit text
-])
+@pytest.mark.parametrize(
+    "job",
+    [
+        {"job_id": 1, "steps": 5, "time": {"start": 10, "end": 20}, "state": {"current": "COMPLETED"}},  # steps: 5
+        {
+            "job_id": 1,
+            "steps": [{"tres": {"requested": {"max": "mem=1"}}}],
+            "time": {"start": 10, "end": 20},
+            "state": {"current": "COMPLETED"},
+        },  # TRES usage not a list
+        {"job_id": 1, "time": {"start": 10, "end": 20, "limit": "60"}, "state": {"current": "COMPLETED"}},  # limit text
+    ],
+)
 def test_bad_usage_shapes_are_one_line_parse_errors(job) -> None:
     with pytest.raises(ParseError, match=r"jobs\[0\]"):
         list(parse_sacct_records(json.dumps({"jobs": [job]})))
@@ -94,9 +101,9 @@ def test_job_report_shows_cpu_memory_time_limit_and_advice(run_cli, tmp_path) ->
     assert r["memory_requested_bytes"] == 8000 * MIB and r["max_rss_bytes_by_node"] == {"node2": 3_223_552}
     assert r["time_limit_s"] == 31_536_000 and r["time_limit_used"] == pytest.approx(20 / 31_536_000)
     advice = " ".join(r["advice"])
-    assert "8.4 GB requested per node, at most 3.2 MB used" in advice     # MaxRSS 3.2 MB of 8.39 GB
+    assert "8.4 GB requested per node, at most 3.2 MB used" in advice  # MaxRSS 3.2 MB of 8.39 GB
     assert "0 % of its time limit" in advice
-    assert "cores would have done" not in advice                       # one core: nothing fewer to ask for
+    assert "cores would have done" not in advice  # one core: nothing fewer to ask for
     code, out, _ = run_cli(["job", "3", "--db", db])
     assert code == 0 and "CPU: 1 cores" in out and "node2 3.2 MB" in out and "of 8760.00 h" in out
     # job 7 is running: sacct's CPU time and MaxRSS are not the job's yet, so no CPU/memory advice
@@ -110,9 +117,14 @@ def test_gpu_advice_beside_sacct_usage(run_cli, tmp_path) -> None:
     db = str(tmp_path / "store")
     scrape = tmp_path / "dcgm.prom"
     ms = [1795991681_000, 1795991691_000]
-    scrape.write_text("# TYPE DCGM_FI_DEV_GPU_UTIL gauge\n" + "".join(
-        f'DCGM_FI_DEV_GPU_UTIL{{gpu="{g}",Hostname="node1",hpc_job="2"}} {u} {t}\n'
-        for t in ms for g, u in (("0", 95), ("1", 0))))
+    scrape.write_text(
+        "# TYPE DCGM_FI_DEV_GPU_UTIL gauge\n"
+        + "".join(
+            f'DCGM_FI_DEV_GPU_UTIL{{gpu="{g}",Hostname="node1",hpc_job="2"}} {u} {t}\n'
+            for t in ms
+            for g, u in (("0", 95), ("1", 0))
+        )
+    )
     assert run_cli(["ingest", "--db", db, str(SACCT), str(scrape)])[0] == 0
     r = json.loads(run_cli(["job", "2", "--db", db, "--json"])[1])
     assert r["gpus"] == 3 and r["gpus_observed"] == 2 and r["idle_gpus"] == 1

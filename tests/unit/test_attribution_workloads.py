@@ -76,19 +76,23 @@ def test_mig_instances_stay_apart_and_their_pods_are_workloads(run_cli, tmp_path
     jobs = _jobs(run_cli, _ingest(run_cli, tmp_path, _scrapes(H100_MIG, tmp_path)))
     embed = "model-playground-stg/text-embedding-predictor-00008-deployment-57946f6c67-vdtjl"
     tts = "model-playground-stg/tts-predictor-00011-deployment-5554f75554-8j8pl"
-    assert set(jobs) == {embed, tts}            # instance 8 holds no pod: no workload
+    assert set(jobs) == {embed, tts}  # instance 8 holds no pod: no workload
     assert jobs[embed]["gpus"] == jobs[tts]["gpus"] == 1
     assert jobs[embed]["attributed_by"] == ["kubernetes"] and jobs[embed]["account"] == "model-playground-stg"
-    code, out, _ = run_cli(["job", tts, "--db", str(tmp_path / "store"), "--json"])
+    _code, out, _ = run_cli(["job", tts, "--db", str(tmp_path / "store"), "--json"])
     (gpu,) = json.loads(out)["per_gpu"]
-    assert (gpu["host"], gpu["gpu"], gpu["instance"], gpu["profile"], gpu["device"]) == \
-        ("gsrh100-074", "0", "9", "1g.10gb", "0.9")
-    assert gpu["mean_util_pct"] == 0.0 and gpu["idle"]   # engine activity stands in for MIG's missing GPU_UTIL
+    assert (gpu["host"], gpu["gpu"], gpu["instance"], gpu["profile"], gpu["device"]) == (
+        "gsrh100-074",
+        "0",
+        "9",
+        "1g.10gb",
+        "0.9",
+    )
+    assert gpu["mean_util_pct"] == 0.0 and gpu["idle"]  # engine activity stands in for MIG's missing GPU_UTIL
 
 
 def test_kubectl_pods_give_the_pod_its_gpu_request_node_and_owner(run_cli, tmp_path) -> None:
-    db = _ingest(run_cli, tmp_path, [*_scrapes(H100_MIG, tmp_path, times=(1_755_565_000.0, 1_755_565_030.0)),
-                                     GPU_PODS])
+    db = _ingest(run_cli, tmp_path, [*_scrapes(H100_MIG, tmp_path, times=(1_755_565_000.0, 1_755_565_030.0)), GPU_PODS])
     jobs = _jobs(run_cli, db)
     embed = jobs["model-playground-stg/text-embedding-predictor-00008-deployment-57946f6c67-vdtjl"]
     assert embed["allocation"] == "kubernetes" and embed["gpus"] == 1 and embed["nodes"] == ["gsrh100-074"]
@@ -106,17 +110,44 @@ def test_a_kubernetes_scrape_of_a_whole_gpu_pod_counts_its_gpus(run_cli, tmp_pat
 
 def _table(rows) -> pa.Table:
     cols = list(zip(*rows))
-    return pa.table({"metric": cols[0], "t": cols[1], "value": cols[2], "host": cols[3], "gpu": cols[4],
-                     "job": cols[5], "labels": [orjson.dumps(c).decode() for c in cols[6]]}, schema=SAMPLE_SCHEMA)
+    return pa.table(
+        {
+            "metric": cols[0],
+            "t": cols[1],
+            "value": cols[2],
+            "host": cols[3],
+            "gpu": cols[4],
+            "job": cols[5],
+            "labels": [orjson.dumps(c).decode() for c in cols[6]],
+        },
+        schema=SAMPLE_SCHEMA,
+    )
 
 
 def test_slurm_on_kubernetes_the_pod_is_the_slurm_node() -> None:
     # SUNK: slurmd runs in pod slurm-compute-a1, registered as that Slurm node; dcgm-exporter labels the pod.
-    job = Job(id="77", user="erin", gpus=2, gpus_by_node={"slurm-compute-a1": (0, 1)}, start=0.0, end=None,
-              nodes=("slurm-compute-a1",))
-    rows = [("DCGM_FI_DEV_GPU_UTIL", t, 80.0, "k8s-node-9", str(g), None,
-             {"Hostname": "k8s-node-9", "gpu": str(g), "pod": "slurm-compute-a1", "namespace": "slurm"})
-            for t in (10.0, 20.0) for g in (0, 1, 2)]
+    job = Job(
+        id="77",
+        user="erin",
+        gpus=2,
+        gpus_by_node={"slurm-compute-a1": (0, 1)},
+        start=0.0,
+        end=None,
+        nodes=("slurm-compute-a1",),
+    )
+    rows = [
+        (
+            "DCGM_FI_DEV_GPU_UTIL",
+            t,
+            80.0,
+            "k8s-node-9",
+            str(g),
+            None,
+            {"Hostname": "k8s-node-9", "gpu": str(g), "pod": "slurm-compute-a1", "namespace": "slurm"},
+        )
+        for t in (10.0, 20.0)
+        for g in (0, 1, 2)
+    ]
     reports = {r.id: r for r in job_reports(_table(rows), [job])}
     assert reports["77"].attributed_by == ("slurm-on-kubernetes",) and reports["77"].gpus_observed == 2
     # GPU 2 of the pod is not in the Slurm allocation: the pod label still names its workload
@@ -125,13 +156,25 @@ def test_slurm_on_kubernetes_the_pod_is_the_slurm_node() -> None:
 
 def test_one_observed_window_allocated_vs_observed_gpu_hours_and_coverage() -> None:
     # The case: 12 GPUs allocated for 7,800 s, samples only over the last 600 s (every 10 s).
-    job = Job(id="9", user="u", gpus=12, gpus_by_node={"n1": tuple(range(8)), "n2": tuple(range(4))},
-              start=0.0, end=7800.0, nodes=("n1", "n2"), state="COMPLETED")
-    rows = [("DCGM_FI_DEV_GPU_UTIL", t, 90.0, host, str(g), None, {})
-            for t in range(7210, 7801, 10) for host, n in (("n1", 8), ("n2", 4)) for g in range(n)]
+    job = Job(
+        id="9",
+        user="u",
+        gpus=12,
+        gpus_by_node={"n1": tuple(range(8)), "n2": tuple(range(4))},
+        start=0.0,
+        end=7800.0,
+        nodes=("n1", "n2"),
+        state="COMPLETED",
+    )
+    rows = [
+        ("DCGM_FI_DEV_GPU_UTIL", t, 90.0, host, str(g), None, {})
+        for t in range(7210, 7801, 10)
+        for host, n in (("n1", 8), ("n2", 4))
+        for g in range(n)
+    ]
     (r,) = job_reports(_table(rows), [job])
     assert r.gpu_hours_allocated == pytest.approx(26.0) and r.gpu_hours == pytest.approx(26.0)
-    assert r.gpu_hours_observed == pytest.approx(2.0)          # 12 GPUs x 60 samples x 10 s
+    assert r.gpu_hours_observed == pytest.approx(2.0)  # 12 GPUs x 60 samples x 10 s
     assert (r.observed_start, r.observed_end) == (7200.0, 7800.0)
     assert r.coverage == pytest.approx(2.0 / 26.0)
     assert any("cover 8 % of the allocation" in a for a in r.advice)

@@ -23,31 +23,34 @@ def _params(*argv: str) -> dict:
         return ctx.params
 
 
-@pytest.mark.parametrize("argv, name, expected", [
-    # a positional list: a list of Path, empty when none given
-    (("steps", "a.json", "b.json.gz"), "paths", [Path("a.json"), Path("b.json.gz")]),
-    (("nccl",), "paths", []),
-    # repeated options: lists, in the order given
-    (("scan", "--storage-host", "oss1", "--storage-host", "oss2"), "storage_host", ["oss1", "oss2"]),
-    (("health", "--dcgmi-diag", "d1.json", "--dcgmi-diag", "d2.json"), "dcgmi", [Path("d1.json"), Path("d2.json")]),
-    (("twin", "run", "--out", "o", "--scenario", "straggler"), "scenario", ["straggler"]),
-    # a repeatable option's default is a list too
-    (("scan",), "dataset_prefix", ["/lustre/datasets"]),
-    (("steps", "t.json"), "slurm_job_extra", []),
-    # an option of type Path, and one left out (None)
-    (("assess", "--cluster", "c.yaml"), "cluster_file", Path("c.yaml")),
-    (("assess",), "html", None),
-    # typed numbers, and the defaults copied into cli/defaults.py
-    (("steps", "t.json", "--d-model", "4096"), "d_model", 4096),
-    (("steps", "t.json"), "dask_timeout", 300.0),
-    (("collect",), "config", Path("/etc/hpcwatch/hpcwatch.toml")),
-    # an on/off pair, on by default
-    (("twin", "serve"), "hpc_job", True),
-    (("twin", "serve", "--no-hpc-job"), "hpc_job", False),
-    # a flag, off by default, under the name the function takes
-    (("jobs",), "json_out", False),
-    (("steps", "t.json", "--json"), "as_json", True),
-])
+@pytest.mark.parametrize(
+    "argv, name, expected",
+    [
+        # a positional list: a list of Path, empty when none given
+        (("steps", "a.json", "b.json.gz"), "paths", [Path("a.json"), Path("b.json.gz")]),
+        (("nccl",), "paths", []),
+        # repeated options: lists, in the order given
+        (("scan", "--storage-host", "oss1", "--storage-host", "oss2"), "storage_host", ["oss1", "oss2"]),
+        (("health", "--dcgmi-diag", "d1.json", "--dcgmi-diag", "d2.json"), "dcgmi", [Path("d1.json"), Path("d2.json")]),
+        (("twin", "run", "--out", "o", "--scenario", "straggler"), "scenario", ["straggler"]),
+        # a repeatable option's default is a list too
+        (("scan",), "dataset_prefix", ["/lustre/datasets"]),
+        (("steps", "t.json"), "slurm_job_extra", []),
+        # an option of type Path, and one left out (None)
+        (("assess", "--cluster", "c.yaml"), "cluster_file", Path("c.yaml")),
+        (("assess",), "html", None),
+        # typed numbers, and the defaults copied into cli/defaults.py
+        (("steps", "t.json", "--d-model", "4096"), "d_model", 4096),
+        (("steps", "t.json"), "dask_timeout", 300.0),
+        (("collect",), "config", Path("/etc/hpcwatch/hpcwatch.toml")),
+        # an on/off pair, on by default
+        (("twin", "serve"), "hpc_job", True),
+        (("twin", "serve", "--no-hpc-job"), "hpc_job", False),
+        # a flag, off by default, under the name the function takes
+        (("jobs",), "json_out", False),
+        (("steps", "t.json", "--json"), "as_json", True),
+    ],
+)
 def test_a_command_receives_typed_values(argv, name, expected):
     value = _params(*argv)[name]
     assert value == expected and type(value) is type(expected)
@@ -55,7 +58,20 @@ def test_a_command_receives_typed_values(argv, name, expected):
 
 def test_repeated_options_reach_the_scan_as_lists(run_cli):
     """``--storage-host`` is added to the cluster's host list (list + list): a tuple would raise here."""
-    code, out, err = run_cli(["scan", str(DATA / "security/falco_docs_alert.jsonl"), "--storage-host", "oss1",
-                              "--storage-host", "oss2", "--owner", "alice", "--allow-shell", "root@nvcr.io/", "--json"])
+    code, out, err = run_cli(
+        [
+            "scan",
+            str(DATA / "security/falco_docs_alert.jsonl"),
+            "--storage-host",
+            "oss1",
+            "--storage-host",
+            "oss2",
+            "--owner",
+            "alice",
+            "--allow-shell",
+            "root@nvcr.io/",
+            "--json",
+        ]
+    )
     assert code == 0, err
     assert [f["rule"] for f in orjson.loads(out)["findings"]] == ["container_escape.falco_other"]

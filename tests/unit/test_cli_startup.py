@@ -22,9 +22,27 @@ from hpcwatch.cli import app, defaults
 #: Packages that cost --help tens to hundreds of milliseconds each, and that no help text needs. pydantic
 #: (0.19 s) and rich (0.03 s) were typer's: it coerced every parameter through pydantic and drew with rich;
 #: click needs neither, and the commands that print tables import rich when they run.
-HEAVY = ("duckdb", "pyarrow", "numpy", "fastapi", "plotly", "torch", "scipy", "pandas", "yaml", "uvicorn",
-         "starlette", "rich", "markdown_it", "dask", "distributed", "dask_jobqueue", "pydantic", "typer",
-         "webbrowser")
+HEAVY = (
+    "duckdb",
+    "pyarrow",
+    "numpy",
+    "fastapi",
+    "plotly",
+    "torch",
+    "scipy",
+    "pandas",
+    "yaml",
+    "uvicorn",
+    "starlette",
+    "rich",
+    "markdown_it",
+    "dask",
+    "distributed",
+    "dask_jobqueue",
+    "pydantic",
+    "typer",
+    "webbrowser",
+)
 
 _PROBE = """
 import sys
@@ -41,22 +59,31 @@ print("HEAVY-LOADED:", ",".join(heavy))
 
 def _help_in_a_fresh_process(*argv: str) -> tuple[str, list[str]]:
     env = dict(os.environ, PYTHONPATH=str(Path(hpcwatch.__file__).parents[1]), COLUMNS="100")
-    done = subprocess.run([sys.executable, "-c", _PROBE.format(heavy=HEAVY), *argv], capture_output=True,
-                          text=True, env=env, timeout=60, check=True)
+    done = subprocess.run(
+        [sys.executable, "-c", _PROBE.format(heavy=HEAVY), *argv],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+        check=True,
+    )
     text, _, loaded = done.stdout.rpartition("HEAVY-LOADED:")
     return text, [m for m in loaded.strip().split(",") if m]
 
 
-@pytest.mark.parametrize("argv", [
-    ("--help",),              # the whole command list
-    ("twin", "--help"),       # a sub-group
-    ("simulate", "--help"),
-    ("steps", "--help"),      # one command's options
-    ("goodput", "--help"),    # defaults that live in analysis modules
-    ("scan", "--help"),
-    ("twin",),                # a bare group shows its help
-    ("steps", "--no-such-option"),   # a usage error is one line
-])
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ("--help",),  # the whole command list
+        ("twin", "--help"),  # a sub-group
+        ("simulate", "--help"),
+        ("steps", "--help"),  # one command's options
+        ("goodput", "--help"),  # defaults that live in analysis modules
+        ("scan", "--help"),
+        ("twin",),  # a bare group shows its help
+        ("steps", "--no-such-option"),  # a usage error is one line
+    ],
+)
 def test_help_imports_no_heavy_package(argv):
     _, loaded = _help_in_a_fresh_process(*argv)
     assert loaded == [], f"hpcwatch {' '.join(argv)} imported {loaded}"
@@ -78,8 +105,14 @@ def test_steps_on_a_trace_loads_no_reader_but_kineto_s(data_dir):
     """Every format before Kineto's sniffs the trace; none may load its reader to say no (the NCCL log's
     reader compiles ~20 patterns: its sniff has a module of its own)."""
     env = dict(os.environ, PYTHONPATH=str(Path(hpcwatch.__file__).parents[1]))
-    done = subprocess.run([sys.executable, "-c", _READERS_PROBE, str(data_dir / "kineto" / "hta_a100_nccl_rank0.json.gz")],
-                          capture_output=True, text=True, env=env, timeout=120, check=True)
+    done = subprocess.run(
+        [sys.executable, "-c", _READERS_PROBE, str(data_dir / "kineto" / "hta_a100_nccl_rank0.json.gz")],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+        check=True,
+    )
     loaded = set(done.stdout.rpartition("READERS-LOADED:")[2].strip().split(","))
     assert "hpcwatch.sources.kineto" in loaded and "hpcwatch.sources.nccl_sniff" in loaded
     assert "hpcwatch.sources.nccl_log" not in loaded, sorted(loaded)
@@ -116,8 +149,14 @@ def test_numpy_loads_openblas_with_one_thread_unless_told(given, seen):
     env["PYTHONPATH"] = str(Path(hpcwatch.__file__).parents[1])
     if given is not None:
         env["OPENBLAS_NUM_THREADS"] = given
-    done = subprocess.run([sys.executable, "-c", _THREADS_PROBE.format(trace=str(trace))], capture_output=True,
-                          text=True, env=env, timeout=60, check=True)
+    done = subprocess.run(
+        [sys.executable, "-c", _THREADS_PROBE.format(trace=str(trace))],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+        check=True,
+    )
     assert done.stdout.rpartition("AT-NUMPY:")[2].strip() == repr([seen])
 
 
@@ -140,34 +179,38 @@ def test_help_lists_every_command_with_the_start_of_its_help():
         assert f"{path[-1]} {first_words}" in listed[parent], f"{' '.join(path)} is missing from its group's help"
 
 
-@pytest.mark.parametrize("copy, home, name", [
-    ("ACTIVE_CHECK_DAYS", "hpcwatch.assess.evidence", "DEFAULT_ACTIVE_CHECK_DAYS"),
-    ("EXPORTER_PORT", "hpcwatch.exporter", "DEFAULT_PORT"),
-    ("EXPORTER_RECENT_STEPS", "hpcwatch.exporter", "DEFAULT_RECENT_STEPS"),
-    ("HEALTH_WINDOW_S", "hpcwatch.reports.health", "DEFAULT_HEALTH_WINDOW_S"),
-    ("GOODPUT_GPUS", "hpcwatch.analysis.goodputsim", "LLAMA3_GPUS"),
-    ("GOODPUT_DAYS", "hpcwatch.analysis.goodputsim", "LLAMA3_DAYS"),
-    ("CHECKPOINT_COST_S", "hpcwatch.analysis.goodputsim", "DEFAULT_CHECKPOINT_COST_S"),
-    ("RESTART_COST_S", "hpcwatch.analysis.goodputsim", "DEFAULT_RESTART_COST_S"),
-    ("RESTORE_COST_S", "hpcwatch.analysis.goodputsim", "DEFAULT_RESTORE_COST_S"),
-    ("GOODPUT_STEP_S", "hpcwatch.analysis.goodputsim", "DEFAULT_STEP_S"),
-    ("SWEEP_GPUS", "hpcwatch.analysis.goodputsim", "DEFAULT_SWEEP_GPUS"),
-    ("DATASET_PREFIXES", "hpcwatch.security.data_poisoning", "DEFAULT_DATASET_PREFIXES"),
-    ("TWIN_STEP_S", "hpcwatch.twin.run", "DEFAULT_STEP_S"),
-    ("TWIN_SERVE_PORT", "hpcwatch.twin.serve", "DEFAULT_PORT"),
-    ("TWIN_SERVE_TICK_S", "hpcwatch.twin.serve", "DEFAULT_TICK_S"),
-    ("MFU_GPU", "hpcwatch.analysis.mfu", "DEFAULT_GPU"),
-    ("STRAGGLER_SIM_STEPS", "hpcwatch.analysis.stragglersim", "DEFAULT_STEPS"),
-    ("DASK_SLURM_MEMORY", "hpcwatch.distributed", "DEFAULT_SLURM_MEMORY"),
-    ("DASK_SLURM_WALLTIME", "hpcwatch.distributed", "DEFAULT_SLURM_WALLTIME"),
-    ("DASK_START_TIMEOUT_S", "hpcwatch.distributed", "DEFAULT_START_TIMEOUT_S"),
-])
+@pytest.mark.parametrize(
+    "copy, home, name",
+    [
+        ("ACTIVE_CHECK_DAYS", "hpcwatch.assess.evidence", "DEFAULT_ACTIVE_CHECK_DAYS"),
+        ("EXPORTER_PORT", "hpcwatch.exporter", "DEFAULT_PORT"),
+        ("EXPORTER_RECENT_STEPS", "hpcwatch.exporter", "DEFAULT_RECENT_STEPS"),
+        ("HEALTH_WINDOW_S", "hpcwatch.reports.health", "DEFAULT_HEALTH_WINDOW_S"),
+        ("GOODPUT_GPUS", "hpcwatch.analysis.goodputsim", "LLAMA3_GPUS"),
+        ("GOODPUT_DAYS", "hpcwatch.analysis.goodputsim", "LLAMA3_DAYS"),
+        ("CHECKPOINT_COST_S", "hpcwatch.analysis.goodputsim", "DEFAULT_CHECKPOINT_COST_S"),
+        ("RESTART_COST_S", "hpcwatch.analysis.goodputsim", "DEFAULT_RESTART_COST_S"),
+        ("RESTORE_COST_S", "hpcwatch.analysis.goodputsim", "DEFAULT_RESTORE_COST_S"),
+        ("GOODPUT_STEP_S", "hpcwatch.analysis.goodputsim", "DEFAULT_STEP_S"),
+        ("SWEEP_GPUS", "hpcwatch.analysis.goodputsim", "DEFAULT_SWEEP_GPUS"),
+        ("DATASET_PREFIXES", "hpcwatch.security.data_poisoning", "DEFAULT_DATASET_PREFIXES"),
+        ("TWIN_STEP_S", "hpcwatch.twin.run", "DEFAULT_STEP_S"),
+        ("TWIN_SERVE_PORT", "hpcwatch.twin.serve", "DEFAULT_PORT"),
+        ("TWIN_SERVE_TICK_S", "hpcwatch.twin.serve", "DEFAULT_TICK_S"),
+        ("MFU_GPU", "hpcwatch.analysis.mfu", "DEFAULT_GPU"),
+        ("STRAGGLER_SIM_STEPS", "hpcwatch.analysis.stragglersim", "DEFAULT_STEPS"),
+        ("DASK_SLURM_MEMORY", "hpcwatch.distributed", "DEFAULT_SLURM_MEMORY"),
+        ("DASK_SLURM_WALLTIME", "hpcwatch.distributed", "DEFAULT_SLURM_WALLTIME"),
+        ("DASK_START_TIMEOUT_S", "hpcwatch.distributed", "DEFAULT_START_TIMEOUT_S"),
+    ],
+)
 def test_a_copied_default_equals_its_home_constant(copy, home, name):
     assert getattr(defaults, copy) == getattr(importlib.import_module(home), name)
 
 
 def test_the_collect_config_default_is_the_collector_s():
     from hpcwatch.collect.config import DEFAULT_CONFIG_PATH
+
     assert Path(defaults.COLLECT_CONFIG_PATH) == DEFAULT_CONFIG_PATH
 
 
@@ -179,6 +222,7 @@ def test_every_copied_default_is_checked():
 
 def _gz_of(path: Path, json_bytes: int) -> Path:
     import gzip
+
     path.write_bytes(gzip.compress(b" " * json_bytes))
     return path
 
@@ -186,30 +230,45 @@ def _gz_of(path: Path, json_bytes: int) -> Path:
 def test_a_small_set_is_read_in_this_process(tmp_path):
     from hpcwatch.cli.steps import reader_processes
     from hpcwatch.sources.registry import Input
+
     files = [Input(path=_gz_of(tmp_path / f"rank-{r}.json.gz", 2**20), format=None) for r in range(8)]  # 8 MB of JSON
-    assert reader_processes(files, cpus=16) == 1   # below PARALLEL_READ_MIN_JSON_BYTES: a fork would not pay
+    assert reader_processes(files, cpus=16) == 1  # below PARALLEL_READ_MIN_JSON_BYTES: a fork would not pay
 
 
 def test_a_large_set_is_shared_out_by_its_json_bytes(tmp_path, monkeypatch):
     import hpcwatch.cli.steps as steps_cli
     from hpcwatch.sources.registry import Input
-    monkeypatch.setattr(steps_cli, "PARALLEL_READ_MIN_JSON_BYTES", 2 * 2**20)   # sizes scaled down 8 times
+
+    monkeypatch.setattr(steps_cli, "PARALLEL_READ_MIN_JSON_BYTES", 2 * 2**20)  # sizes scaled down 8 times
     monkeypatch.setattr(steps_cli, "JSON_BYTES_PER_READER", 2**20)
     files = [Input(path=_gz_of(tmp_path / f"rank-{r}.json.gz", 2**20), format=None) for r in range(8)]
-    assert steps_cli.reader_processes(files, cpus=16) == 8   # the gzip trailer's size, not the 1 KB file
-    assert steps_cli.reader_processes(files, cpus=2) == 2    # no more processes than cores
-    assert steps_cli.reader_processes(files[:1], cpus=16) == 1   # one file: nothing to share
+    assert steps_cli.reader_processes(files, cpus=16) == 8  # the gzip trailer's size, not the 1 KB file
+    assert steps_cli.reader_processes(files, cpus=2) == 2  # no more processes than cores
+    assert steps_cli.reader_processes(files[:1], cpus=16) == 1  # one file: nothing to share
 
 
-@pytest.mark.parametrize("words, cword, offered", [
-    ("hpcwatch st", 1, "plain,steps"),                          # a command
-    ("hpcwatch twin s", 2, "plain,serve"),                      # a sub-group's command
-    ("hpcwatch steps --slurm-pa", 2, "plain,--slurm-partition"),  # an option
-])
+@pytest.mark.parametrize(
+    "words, cword, offered",
+    [
+        ("hpcwatch st", 1, "plain,steps"),  # a command
+        ("hpcwatch twin s", 2, "plain,serve"),  # a sub-group's command
+        ("hpcwatch steps --slurm-pa", 2, "plain,--slurm-partition"),  # an option
+    ],
+)
 def test_the_shell_completion_offers_commands_and_options(words, cword, offered):
     """click's completion (``eval "$(_HPCWATCH_COMPLETE=bash_source hpcwatch)"``), answered in a fresh process."""
-    env = dict(os.environ, PYTHONPATH=str(Path(hpcwatch.__file__).parents[1]), COMP_WORDS=words, COMP_CWORD=str(cword),
-               _HPCWATCH_COMPLETE="bash_complete")
-    done = subprocess.run([sys.executable, "-c", "from hpcwatch.cli import main; main()"], capture_output=True,
-                          text=True, env=env, timeout=60)
+    env = dict(
+        os.environ,
+        PYTHONPATH=str(Path(hpcwatch.__file__).parents[1]),
+        COMP_WORDS=words,
+        COMP_CWORD=str(cword),
+        _HPCWATCH_COMPLETE="bash_complete",
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", "from hpcwatch.cli import main; main()"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+    )
     assert done.returncode == 0 and done.stdout.split() == [offered], done.stdout + done.stderr

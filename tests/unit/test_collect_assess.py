@@ -13,8 +13,7 @@ from hpcwatch.collect.schedule import ScheduledTask
 from hpcwatch.errors import ConfigError
 from hpcwatch.exporter import registry_for
 from hpcwatch.model.cluster import reference_cluster
-from hpcwatch.reports.assess import (OVERALL, TIER_NUMBERS, assessment_document, assessment_report,
-                                     latest_assessment)
+from hpcwatch.reports.assess import OVERALL, TIER_NUMBERS, assessment_document, assessment_report, latest_assessment
 from hpcwatch.store import Store
 from hpcwatch.twin import Twin
 from hpcwatch.vocab import EventKind
@@ -55,11 +54,15 @@ def test_metrics_show_the_stored_tier_per_category_as_a_number(assessed):
     store, _ = assessed
     latest = latest_assessment(store)
     text = generate_latest(registry_for(store)).decode()
-    samples = {s.labels["category"]: s.value for f in text_string_to_metric_families(text)
-               if f.name == "hpcwatch_assessment_tier" for s in f.samples}
+    samples = {
+        s.labels["category"]: s.value
+        for f in text_string_to_metric_families(text)
+        if f.name == "hpcwatch_assessment_tier"
+        for s in f.samples
+    }
     assert samples[OVERALL] == TIER_NUMBERS[latest.tier]
     assert set(samples) == {OVERALL, *latest.categories}
-    assert min(samples.values()) == samples[OVERALL]     # the overall tier is the lowest category's
+    assert min(samples.values()) == samples[OVERALL]  # the overall tier is the lowest category's
 
 
 def test_tier_numbers_rank_best_highest():
@@ -80,6 +83,7 @@ def test_serve_reads_the_stored_verdict_without_assessing(assessed, monkeypatch)
 
     def refuse(*a, **k):
         raise AssertionError("assessed again")
+
     monkeypatch.setattr(api, "assessment_report", refuse)
     with TestClient(create_app(store, reference_cluster())) as c:
         doc = c.get("/api/assess/latest").json()
@@ -91,4 +95,4 @@ def test_config_accepts_task_assess_and_names_a_wrong_task():
     (section,) = config.collectors
     assert section.task == "assess" and section.interval_s == 900.0
     with pytest.raises(ConfigError, match="task"):
-        parse_config('[[schedule]]\ntask = "asses"\n')    # a typo: refused at start, not ignored
+        parse_config('[[schedule]]\ntask = "asses"\n')  # a typo: refused at start, not ignored

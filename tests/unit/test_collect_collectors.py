@@ -16,9 +16,12 @@ from hpcwatch.errors import BackendError
 from hpcwatch.store import Store
 
 DATA = Path(__file__).resolve().parents[1] / "data"
-ANSWERS = {"/slurm/v0.0.38/jobs": "slurmrestd_v0038_jobs.json", "/slurm/v0.0.38/nodes": "slurmrestd_v0038_nodes.json",
-           "/slurm/v0.0.38/partitions": "slurmrestd_v0038_partitions.json",
-           "/slurmdb/v0.0.38/jobs": "slurmrestd_dbv0038_jobs_nothing_found.json"}
+ANSWERS = {
+    "/slurm/v0.0.38/jobs": "slurmrestd_v0038_jobs.json",
+    "/slurm/v0.0.38/nodes": "slurmrestd_v0038_nodes.json",
+    "/slurm/v0.0.38/partitions": "slurmrestd_v0038_partitions.json",
+    "/slurmdb/v0.0.38/jobs": "slurmrestd_dbv0038_jobs_nothing_found.json",
+}
 
 
 @pytest.fixture
@@ -33,6 +36,7 @@ def slurmrestd(asked: list[httpx.Request], *, down: bool = False) -> httpx.Clien
         if down:
             raise httpx.ConnectError("[Errno 111] Connection refused", request=request)
         return httpx.Response(200, text=(DATA / "slurm" / ANSWERS[request.url.path]).read_text())
+
     return httpx.Client(transport=httpx.MockTransport(answer), base_url="http://slurmrestd")
 
 
@@ -43,18 +47,20 @@ def test_slurm_rest_poll_stores_jobs_nodes_and_partitions(store):
     assert {j.user for j in store.jobs()} == {"alice", "bob"}
     assert set(store.metrics()) >= {vocab.SLURM_NODE_UP, vocab.SLURM_PARTITION_CPUS}
     since = next(r for r in asked if r.url.path.startswith("/slurmdb")).url.params["start_time"]
-    assert len(since) == 19 and since[10] == "T"      # ISO local time: 22.05 refuses epoch seconds
+    assert len(since) == 19 and since[10] == "T"  # ISO local time: 22.05 refuses epoch seconds
 
 
 def test_slurm_accounting_window_resumes_from_the_store_after_a_restart(store):
     asked: list[httpx.Request] = []
     SlurmCollector(store, SlurmSection(name="slurm"), client=slurmrestd(asked)).run()
     first = SlurmCollector(store, SlurmSection(name="slurm"), client=slurmrestd(asked)).cursor.state
-    assert first["accounting_since"] > 0          # a new process reads the window where the last ended
+    assert first["accounting_since"] > 0  # a new process reads the window where the last ended
 
 
 def test_slurm_down_is_a_backend_error_naming_the_url(store):
-    collector = SlurmCollector(store, SlurmSection(name="slurm", url="unix:/run/x.sock"), client=slurmrestd([], down=True))
+    collector = SlurmCollector(
+        store, SlurmSection(name="slurm", url="unix:/run/x.sock"), client=slurmrestd([], down=True)
+    )
     with pytest.raises(BackendError, match=r"unix:/run/x.sock /slurm/v0.0.38/jobs: ConnectError"):
         collector.run()
 
@@ -67,4 +73,4 @@ def test_spool_ingests_settled_files_once_and_reports_refused_ones(store, tmp_pa
     collector = SpoolCollector(store, SpoolSection(path=str(spool), settle_s=0, format="squeue-json"))
     first = collector.run()
     assert first.records > 0 and "broken.json" in first.note
-    assert collector.run().records == 0           # nothing changed: nothing read again
+    assert collector.run().records == 0  # nothing changed: nothing read again

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from hpcwatch.collect.config import (CollectConfig, FollowSection, SlurmSection, load_config, parse_config)
+from hpcwatch.collect.config import CollectConfig, FollowSection, SlurmSection, load_config, parse_config
 from hpcwatch.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -36,6 +36,7 @@ def test_every_sample_key_is_documented_in_deploy_md():
     from dataclasses import fields
 
     from hpcwatch.collect.config import SECTIONS, DaemonSection, StoreSection
+
     for cls in (StoreSection, DaemonSection, *SECTIONS.values()):
         for f in fields(cls):
             assert f"`{f.name}`" in doc, f"{cls.__name__}.{f.name} is not in docs/deploy.md"
@@ -55,15 +56,21 @@ BAD = [
     # a value outside its choices
     ('[[slurm]]\nmode = "grpc"\n', r"cfg\.toml:2: mode must be one of 'rest', 'cli'"),
     # a value its section refuses, with the line of that key
-    ('[[prometheus]]\nurl = "http://p:9090"\n\ninterval_s = 0\n', r"cfg\.toml:4: \[prometheus\] interval_s must be > 0"),
+    (
+        '[[prometheus]]\nurl = "http://p:9090"\n\ninterval_s = 0\n',
+        r"cfg\.toml:4: \[prometheus\] interval_s must be > 0",
+    ),
     # a follower with no path: the table's header line
     ('[collect]\n\n[[follow]]\nformat = "falco-json"\n', r"cfg\.toml:3: \[follow\] path is required"),
     # a format no follower reads
     ('[[follow]]\npath = "/x"\nformat = "kineto"\n', r"cfg\.toml:3: \[follow\] format must be one of"),
     # JWT half configured
-    ('[[slurm]]\nurl = "http://c:6820"\nuser = "hpcwatch"\n', r"cfg\.toml:3: \[slurm\] user and token_file go together"),
+    (
+        '[[slurm]]\nurl = "http://c:6820"\nuser = "hpcwatch"\n',
+        r"cfg\.toml:3: \[slurm\] user and token_file go together",
+    ),
     # a TOML syntax error: tomllib's own line and column
-    ('[store\npath = 1\n', r"cfg\.toml: .*line 1"),
+    ("[store\npath = 1\n", r"cfg\.toml: .*line 1"),
     # two collectors with one name
     ('[[follow]]\nname = "x"\npath = "/a"\n[[spool]]\nname = "x"\npath = "/b"\n', r"two collectors are named 'x'"),
 ]
@@ -85,4 +92,4 @@ def test_a_missing_config_names_the_file(tmp_path):
 
 def test_collect_config_is_frozen():
     with pytest.raises(AttributeError):
-        CollectConfig().path = "x"   # type: ignore[misc]
+        CollectConfig().path = "x"  # type: ignore[misc]

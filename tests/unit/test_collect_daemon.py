@@ -32,15 +32,18 @@ class Flaky:
 
 
 def config(tmp_path):
-    return parse_config(f'[store]\npath = "{tmp_path / "store"}"\n[collect]\nstatus_every_s = 0.1\n'
-                        f'[[slurm]]\ninterval_s = 0.05\n[[spool]]\npath = "{tmp_path}"\ninterval_s = 0.05\n',
-                        path="test.toml")
+    return parse_config(
+        f'[store]\npath = "{tmp_path / "store"}"\n[collect]\nstatus_every_s = 0.1\n'
+        f'[[slurm]]\ninterval_s = 0.05\n[[spool]]\npath = "{tmp_path}"\ninterval_s = 0.05\n',
+        path="test.toml",
+    )
 
 
 def test_one_failing_collector_never_stops_the_others_and_recovers(tmp_path):
     slurm, spool = Flaky(), Flaky()
-    daemon = Daemon(config(tmp_path), node="head1",
-                    build=lambda store, section, node: slurm if section.name == "slurm" else spool)
+    daemon = Daemon(
+        config(tmp_path), node="head1", build=lambda store, section, node: slurm if section.name == "slurm" else spool
+    )
     daemon.start()
     try:
         time.sleep(0.3)
@@ -79,6 +82,7 @@ def test_status_goes_stale_when_the_daemon_is_gone_and_exporter_says_down(tmp_pa
     with Store(tmp_path / "store") as store:
         text = registry_for(store)
         from prometheus_client import generate_latest
+
         body = generate_latest(text).decode()
     assert 'hpcwatch_collector_up{collector="slurm",daemon="n",kind="slurm-rest"} 1.0' in body
     assert 'hpcwatch_collector_records_total{collector="spool",daemon="n",kind="spool"} 2.0' in body

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import os
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -24,7 +24,7 @@ T0 = 1507591916.746609
 
 
 def alert(i: int) -> bytes:
-    when = datetime.fromtimestamp(1507591916 + i, timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.746609046Z")
+    when = datetime.fromtimestamp(1507591916 + i, UTC).strftime("%Y-%m-%dT%H:%M:%S.746609046Z")
     doc = dict(BASE, time=when)
     return (json.dumps(doc) + "\n").encode()
 
@@ -54,7 +54,7 @@ def test_follow_stores_appended_lines_once(store, tmp_path):
     lines(log, range(0, 5))
     f = follower(store, log)
     assert f.run().records == 5
-    assert f.run().records == 0                 # nothing new: nothing stored again
+    assert f.run().records == 0  # nothing new: nothing stored again
     lines(log, range(5, 8))
     assert f.run().records == 3
     assert stored(store) == list(range(8))
@@ -64,7 +64,7 @@ def test_follow_waits_for_a_line_still_being_written(store, tmp_path):
     log = tmp_path / "events.json"
     lines(log, range(0, 2))
     with open(log, "ab") as fh:
-        fh.write(alert(2)[:40])                 # half a line: the writer is mid-write
+        fh.write(alert(2)[:40])  # half a line: the writer is mid-write
     f = follower(store, log)
     assert f.run().records == 2
     with open(log, "ab") as fh:
@@ -78,7 +78,7 @@ def test_follow_finishes_a_rotated_file_then_reads_the_new_one(store, tmp_path):
     lines(log, range(0, 3))
     f = follower(store, log)
     f.run()
-    lines(log, range(3, 5))                     # written before the rotation, not yet read
+    lines(log, range(3, 5))  # written before the rotation, not yet read
     os.rename(log, tmp_path / "events.json.1")  # logrotate's create mode
     lines(log, range(5, 7))
     result = f.run()
@@ -91,8 +91,8 @@ def test_follow_reads_the_copy_of_a_copytruncated_file(store, tmp_path):
     lines(log, range(0, 3))
     f = follower(store, log)
     f.run()
-    lines(log, range(3, 6))                     # the writer goes on before logrotate copies
-    lines(tmp_path / "events.json.0", range(50, 60))   # an older rotation beside it: long enough, wrong head
+    lines(log, range(3, 6))  # the writer goes on before logrotate copies
+    lines(tmp_path / "events.json.0", range(50, 60))  # an older rotation beside it: long enough, wrong head
     (tmp_path / "events.json.1").write_bytes(log.read_bytes())
     os.truncate(log, 0)
     lines(log, range(6, 8))
@@ -107,7 +107,7 @@ def test_follow_plain_truncation_starts_over_and_says_so(store, tmp_path):
     f = follower(store, log)
     f.run()
     os.truncate(log, 0)
-    lines(log, range(10, 11))                   # shorter than before: a truncation, not growth
+    lines(log, range(10, 11))  # shorter than before: a truncation, not growth
     result = f.run()
     assert "truncated" in result.note and f.truncations == 1
     assert stored(store) == [0, 1, 2, 3, 10]
@@ -118,7 +118,7 @@ def test_follow_truncated_and_regrown_past_the_offset_is_told_by_its_head(store,
     lines(log, range(0, 2))
     f = follower(store, log)
     f.run()
-    with open(log, "wb") as fh:                 # rewritten in place, longer than before
+    with open(log, "wb") as fh:  # rewritten in place, longer than before
         for i in range(20, 24):
             fh.write(alert(i))
     f.run()
@@ -130,7 +130,7 @@ def test_follow_resumes_after_a_restart_without_reading_twice(store, tmp_path):
     lines(log, range(0, 3))
     follower(store, log).run()
     lines(log, range(3, 6))
-    again = follower(store, log)                # a new process: the position comes from the store
+    again = follower(store, log)  # a new process: the position comes from the store
     assert again.run().records == 3
     assert stored(store) == list(range(6))
 
@@ -142,7 +142,7 @@ def test_follow_restart_after_rotation_finishes_the_rotated_file_first(store, tm
     lines(log, range(2, 4))
     os.rename(log, tmp_path / "events.json-20240101")
     lines(log, range(4, 5))
-    restarted = follower(store, log)            # killed before it saw the rotation
+    restarted = follower(store, log)  # killed before it saw the rotation
     assert "finishing rotated events.json-20240101" in restarted.run().note
     assert stored(store) == list(range(5))
 
@@ -150,7 +150,7 @@ def test_follow_restart_after_rotation_finishes_the_rotated_file_first(store, tm
 def test_follow_keeps_one_cursor_mark_however_many_commits(store, tmp_path):
     log = tmp_path / "events.json"
     f = follower(store, log.with_name("events.json"), max_batch_bytes=600)
-    lines(log, range(0, 10))                    # 10 lines of ~400 bytes: 10 commits of one line
+    lines(log, range(0, 10))  # 10 lines of ~400 bytes: 10 commits of one line
     f.run()
     marks = [m for m in store.sources() if m.format == CURSOR_FORMAT]
     assert len(marks) == 1 and '"offset":' in marks[0].key
@@ -194,6 +194,7 @@ def _rank_key(a: dict) -> tuple:
 
 def _ranks_of(text: bytes) -> list[dict]:
     from hpcwatch.sources.nccl_log import parse_nccl_log
+
     events = parse_nccl_log(text.splitlines(), t=0.0)
     return sorted((dict(e.attrs) for e in events if e.kind == "nccl_rank"), key=_rank_key)
 
@@ -211,32 +212,32 @@ def test_follow_nccl_log_stores_every_process_once_across_pieces_restart_and_rot
     log = tmp_path / "nccl.log"
     section = FollowSection(name="nccl", path=str(log), format="nccl-log")
     first = NCCL_NO_COMPLETE + NCCL_COMPLETE
-    cut = NCCL_NO_COMPLETE.index(b"\n", 900) + 25      # mid-line: the follower must wait for the rest
+    cut = NCCL_NO_COMPLETE.index(b"\n", 900) + 25  # mid-line: the follower must wait for the rest
     _append(log, first[:cut])
     f = LogFollower(store, section)
     f.run()
-    assert _stored_ranks(store) == []                  # no process has completed its init yet
+    assert _stored_ranks(store) == []  # no process has completed its init yet
     f.close()
-    _append(log, first[cut:len(NCCL_NO_COMPLETE) + 600])
-    f = LogFollower(store, section)                    # a restart: what the stream held comes from the cursor
+    _append(log, first[cut : len(NCCL_NO_COMPLETE) + 600])
+    f = LogFollower(store, section)  # a restart: what the stream held comes from the cursor
     f.run()
-    _append(log, first[len(NCCL_NO_COMPLETE) + 600:])
+    _append(log, first[len(NCCL_NO_COMPLETE) + 600 :])
     f.run()
     live = _stored_ranks(store)
-    assert [a["rank"] for a in live] == list(range(8))     # the 8 Init COMPLETE processes, while the file is live
+    assert [a["rank"] for a in live] == list(range(8))  # the 8 Init COMPLETE processes, while the file is live
     assert {a["pid"] for a in live} == set(range(5021, 5029))
-    os.rename(log, tmp_path / "nccl.log.1")            # logrotate's create mode
+    os.rename(log, tmp_path / "nccl.log.1")  # logrotate's create mode
     _append(log, NCCL_AFTER)
     assert "rotated" in f.run().note
     f.run()
     stored_ranks = _stored_ranks(store)
-    expected = _ranks_of(first)                        # the whole first file read at once, as ingest does
-    for a in expected:                                 # a WARN after a process's Init COMPLETE is its own event,
-        if a["pid"] in range(5021, 5029) and a["rank"] is not None:   # not in the nccl_rank stored at COMPLETE
+    expected = _ranks_of(first)  # the whole first file read at once, as ingest does
+    for a in expected:  # a WARN after a process's Init COMPLETE is its own event,
+        if a["pid"] in range(5021, 5029) and a["rank"] is not None:  # not in the nccl_rank stored at COMPLETE
             a["warns"] = 0
-    assert stored_ranks == expected                    # each of its processes once, the same attrs
+    assert stored_ranks == expected  # each of its processes once, the same attrs
     assert len({_rank_key(a) for a in stored_ranks}) == len(stored_ranks)
-    assert not {a["host"] for a in stored_ranks} & {"dgxh100-3", "dgxh100-4"}   # the new file is not over
+    assert not {a["host"] for a in stored_ranks} & {"dgxh100-3", "dgxh100-4"}  # the new file is not over
     assert len(store.events("nccl_warn")) == NCCL_COMPLETE.count(b"NCCL WARN")
     os.rename(log, tmp_path / "nccl.log.2")
     log.write_bytes(b"")

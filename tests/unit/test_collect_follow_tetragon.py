@@ -10,7 +10,7 @@ object per line as the export file holds them. Tetragon rotates its export file 
 from __future__ import annotations
 
 import os
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -46,7 +46,7 @@ def test_follower_stores_tetragons_documented_events_with_their_fields(store, tm
     assert kprobe.attrs["function_name"] == "security_file_permission"
     assert kprobe.attrs["path"] == "/etc/passwd" and kprobe.attrs["mask"] == 2
     assert kprobe.attrs["policy_name"] == "file-monitoring"
-    assert kprobe.t == pytest.approx(datetime(2024, 4, 14, 2, 18, 14, 376304, timezone.utc).timestamp(), abs=1e-6)
+    assert kprobe.t == pytest.approx(datetime(2024, 4, 14, 2, 18, 14, 376304, UTC).timestamp(), abs=1e-6)
 
 
 def test_a_watched_folders_write_reaches_the_weights_report_through_the_follower(store, tmp_path):
@@ -54,14 +54,15 @@ def test_a_watched_folders_write_reaches_the_weights_report_through_the_follower
     log.write_bytes(EXEC_LINE)
     f = follower(store, log)
     f.run()
-    os.rename(log, tmp_path / "tetragon-2024-04-14T02-18-00.000.log")   # Tetragon's rotation: rename
+    os.rename(log, tmp_path / "tetragon-2024-04-14T02-18-00.000.log")  # Tetragon's rotation: rename
     log.write_bytes(KPROBE_LINE)
     f.run()
     # The documented policy watches /etc: with /etc as the watched folder, the write is an access.
     accesses = weights_report(store.events(EventKind.TETRAGON), (), WeightsConfig(weights_path="/etc"))
     assert [(a.access, a.binary, a.uid, a.host, a.path) for a in accesses] == [
-        ("write", "/bin/vi", 0, "tetragon-dev-control-plane", "/etc/passwd")]
-    assert weights_report(store.events(EventKind.TETRAGON), (), WeightsConfig()) == []   # not the checkpoints
+        ("write", "/bin/vi", 0, "tetragon-dev-control-plane", "/etc/passwd")
+    ]
+    assert weights_report(store.events(EventKind.TETRAGON), (), WeightsConfig()) == []  # not the checkpoints
 
 
 def test_a_line_cut_mid_write_is_stored_once_complete(store, tmp_path):

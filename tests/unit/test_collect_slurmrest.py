@@ -8,8 +8,13 @@ import pytest
 
 from hpcwatch import vocab
 from hpcwatch.errors import ParseError
-from hpcwatch.sources.slurmrest import (SlurmApiError, parse_rest_accounting, parse_rest_jobs, parse_rest_nodes,
-                                        parse_rest_partitions)
+from hpcwatch.sources.slurmrest import (
+    SlurmApiError,
+    parse_rest_accounting,
+    parse_rest_jobs,
+    parse_rest_nodes,
+    parse_rest_partitions,
+)
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "slurm"
 
@@ -31,7 +36,7 @@ def test_rest_nodes_become_samples_per_node():
     assert by[(vocab.SLURM_NODE_UP, "node1")] == 1.0
     assert by[(vocab.SLURM_NODE_GPUS, "node1")] == 8.0
     assert by[(vocab.SLURM_NODE_CPUS, "node2")] == 8.0
-    assert sum(by[(vocab.SLURM_NODE_ALLOC_GPUS, n)] for n in ("node1", "node2")) == 4.0   # 2 (alice) + 2x1 (bob)
+    assert sum(by[(vocab.SLURM_NODE_ALLOC_GPUS, n)] for n in ("node1", "node2")) == 4.0  # 2 (alice) + 2x1 (bob)
     assert {s.labels["state"] for s in samples} == {"mixed"}
 
 
@@ -58,11 +63,11 @@ def test_a_drained_node_is_not_up():
 
 
 BAD = [
-    ("{", "not JSON"),                                             # cut answer
-    ("[]", "not a slurmrestd answer"),                             # not an object
-    ('{"errors": []}', 'no "nodes" list'),                         # no list
-    ('{"errors": [], "nodes": [{"state": "idle"}]}', "without a name"),   # a node without name
-    ('{"errors": [], "nodes": [{"name": "n", "cpus": "8"}]}', "cpus is not a number"),   # a string count
+    ("{", "not JSON"),  # cut answer
+    ("[]", "not a slurmrestd answer"),  # not an object
+    ('{"errors": []}', 'no "nodes" list'),  # no list
+    ('{"errors": [], "nodes": [{"state": "idle"}]}', "without a name"),  # a node without name
+    ('{"errors": [], "nodes": [{"name": "n", "cpus": "8"}]}', "cpus is not a number"),  # a string count
 ]
 
 

@@ -12,7 +12,13 @@ import yaml
 
 ROOT = Path(__file__).resolve().parents[2]
 UNITS = sorted((ROOT / "deploy" / "systemd").glob("*.service"))
-HARDENING = ("NoNewPrivileges=yes", "ProtectSystem=strict", "ProtectHome=yes", "PrivateTmp=yes", "CapabilityBoundingSet=")
+HARDENING = (
+    "NoNewPrivileges=yes",
+    "ProtectSystem=strict",
+    "ProtectHome=yes",
+    "PrivateTmp=yes",
+    "CapabilityBoundingSet=",
+)
 
 
 @pytest.mark.skipif(shutil.which("systemd-analyze") is None, reason="systemd-analyze missing: apt-get install systemd")
@@ -29,10 +35,18 @@ def test_units_pass_systemd_analyze_verify(tmp_path):
         (root / program).chmod(0o755)
     for unit in UNITS:
         shutil.copy(unit, root / "etc" / "systemd" / "system" / unit.name)
-    done = subprocess.run(["systemd-analyze", "verify", f"--root={root}",
-                           *(str(root / "etc" / "systemd" / "system" / u.name) for u in UNITS)],
-                          capture_output=True, text=True, timeout=60)
-    assert done.returncode == 0 and done.stderr.strip() == "", done.stderr   # warnings (unknown keys) count too
+    done = subprocess.run(
+        [
+            "systemd-analyze",
+            "verify",
+            f"--root={root}",
+            *(str(root / "etc" / "systemd" / "system" / u.name) for u in UNITS),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0 and done.stderr.strip() == "", done.stderr  # warnings (unknown keys) count too
 
 
 @pytest.mark.parametrize("unit", [u for u in UNITS if u.name.startswith("hpcwatch-")], ids=lambda u: u.name)
@@ -54,6 +68,7 @@ def test_kubernetes_manifests_parse_and_embed_valid_configs():
     kinds = [d["kind"] for d in docs]
     assert "Deployment" in kinds and "DaemonSet" in kinds
     from hpcwatch.collect.config import parse_config
+
     config_map = next(d for d in docs if d["kind"] == "ConfigMap")
     for name, text in config_map["data"].items():
         assert parse_config(text, path=name).collectors

@@ -37,13 +37,13 @@ def no_usage(store: Store) -> list[JobUsage]:
 def test_training_metrics_name_the_straggler(straggler_store):
     families = scrape(straggler_store, usage=no_usage)
     (step,) = families["hpcwatch_job_step_seconds"]
-    assert 0.02 < step.value < 0.2   # the seed's step is ~42 ms, the straggler stretches it
+    assert 0.02 < step.value < 0.2  # the seed's step is ~42 ms, the straggler stretches it
     job = step.labels["hpc_job"]
     (count,) = families["hpcwatch_job_stragglers"]
     assert count.labels["hpc_job"] == job and count.value >= 1
     scores = {(s.labels["node"], s.labels["gpu"]): s.value for s in families["hpcwatch_rank_relative_score"]}
     worst = min(scores, key=scores.get)
-    assert worst == ("node1", "2")             # GPU 2 of node 1, as the scenario says
+    assert worst == ("node1", "2")  # GPU 2 of node 1, as the scenario says
     assert scores[worst] < 0.9 and max(scores.values()) == pytest.approx(1.0)
     (goodput,) = families["hpcwatch_job_goodput_ratio"]
     assert 0.0 <= goodput.value <= 1.0
@@ -51,12 +51,37 @@ def test_training_metrics_name_the_straggler(straggler_store):
 
 def test_findings_are_counted_for_every_vector_and_severity():
     store = Store(":memory:")
-    store.add([Finding(vector="supply_chain", severity="high", target="torch==2.0.0", title="known CVE",
-                       evidence={}, t=1.0, rule="osv"),
-               Finding(vector="supply_chain", severity="high", target="numpy", title="known CVE",
-                       evidence={}, t=2.0, rule="osv"),
-               Finding(vector="weights_access", severity="critical", target="/lustre/ckpt", title="read",
-                       evidence={}, t=3.0, rule="tetragon")])
+    store.add(
+        [
+            Finding(
+                vector="supply_chain",
+                severity="high",
+                target="torch==2.0.0",
+                title="known CVE",
+                evidence={},
+                t=1.0,
+                rule="osv",
+            ),
+            Finding(
+                vector="supply_chain",
+                severity="high",
+                target="numpy",
+                title="known CVE",
+                evidence={},
+                t=2.0,
+                rule="osv",
+            ),
+            Finding(
+                vector="weights_access",
+                severity="critical",
+                target="/lustre/ckpt",
+                title="read",
+                evidence={},
+                t=3.0,
+                rule="tetragon",
+            ),
+        ]
+    )
     samples = scrape(store, usage=no_usage)["hpcwatch_findings"]
     assert len(samples) == len(VECTORS) * len(SEVERITIES)
     counts = {(s.labels["vector"], s.labels["severity"]): s.value for s in samples}
@@ -69,9 +94,13 @@ def test_job_metrics_carry_hpc_job_user_account():
     usage = [JobUsage(job=job, gpu_hours=2.5, energy_j=3.6e6, mean_util_percent=61.0, idle_gpus=1)]
     families = scrape(Store(":memory:"), usage=lambda store: usage)
     labels = {"hpc_job": "42", "user": "alice", "account": "proj-llm"}
-    for name, value in (("hpcwatch_job_gpu_hours", 2.5), ("hpcwatch_job_energy_joules", 3.6e6),
-                        ("hpcwatch_job_gpu_utilization_percent", 61.0), ("hpcwatch_job_idle_gpus", 1.0),
-                        ("hpcwatch_job_gpus", 4.0)):
+    for name, value in (
+        ("hpcwatch_job_gpu_hours", 2.5),
+        ("hpcwatch_job_energy_joules", 3.6e6),
+        ("hpcwatch_job_gpu_utilization_percent", 61.0),
+        ("hpcwatch_job_idle_gpus", 1.0),
+        ("hpcwatch_job_gpus", 4.0),
+    ):
         (sample,) = families[name]
         assert sample.labels == labels and sample.value == value, name
     (info,) = families["hpcwatch_job_info"]
@@ -83,6 +112,7 @@ def test_a_failing_part_is_counted_and_the_rest_still_served():
 
     def broken(store):
         raise StoreError("disk on fire")
+
     collector = StoreCollector(Store(":memory:"), usage=broken)
     names = {m.name for m in collector.collect()}
     assert "hpcwatch_findings" in names and "hpcwatch_job_gpu_hours" not in names

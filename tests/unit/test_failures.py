@@ -7,16 +7,23 @@ import math
 import numpy as np
 import orjson
 import pyarrow as pa
-import pyarrow.compute  # noqa: F401  (pa.compute)
+import pyarrow.compute
 import pytest
 from click.testing import CliRunner
 
+from hpcwatch.analysis.goodputsim import (
+    LLAMA3_INTERRUPTIONS,
+    FailureModel,
+    GoodputSimConfig,
+    daly_interval_s,
+    goodput_sweep,
+    simulate_goodput,
+    young_interval_s,
+)
 from hpcwatch.cli import app
 from hpcwatch.errors import ConfigError
-from hpcwatch.analysis.goodputsim import (LLAMA3_INTERRUPTIONS, FailureModel, GoodputSimConfig, daly_interval_s,
-                                          goodput_sweep, simulate_goodput, young_interval_s)
-from hpcwatch.twin.failures import IbFlap, StalledNccl, Xid79
 from hpcwatch.twin.core import DCGM_FIELDS
+from hpcwatch.twin.failures import IbFlap, StalledNccl, Xid79
 from hpcwatch.twin.scenarios import get_scenario
 
 LLAMA3_TOTAL = 419
@@ -35,7 +42,7 @@ def test_simulated_interruptions_reproduce_the_llama3_record():
     sigma = math.sqrt(LLAMA3_TOTAL)
     assert abs(counts.mean() - LLAMA3_TOTAL) < 3 * sigma / math.sqrt(len(runs))
     assert np.all(np.abs(counts - LLAMA3_TOTAL) < 4.5 * sigma)
-    pooled = sum((np.array(list(r.interruptions_by_cause().values())) for r in runs))
+    pooled = sum(np.array(list(r.interruptions_by_cause().values())) for r in runs)
     shares = dict(zip(runs[0].interruptions_by_cause(), pooled / pooled.sum()))
     # Shares follow the counts: 148/419 = 35.3 % (Table 5 prints 30.1 % for this row, which its own
     # count does not give; the other rows' percentages match their counts, e.g. HBM3 72/419 = 17.2 %).
@@ -80,13 +87,16 @@ def test_a_too_long_checkpoint_interval_loses_more_than_young():
     assert hourly.goodput < young.goodput
 
 
-@pytest.mark.parametrize("kwargs, field", [
-    ({"gpus": 0}, "gpus"),                      # no GPUs, no job
-    ({"checkpoint_cost_s": -1.0}, "checkpoint_cost_s"),
-    ({"interval": "often"}, "interval"),         # only young/daly are policies
-    ({"interval": 0.0}, "interval"),
-    ({"load_fraction": 1.0}, "load_fraction"),   # a step that is all loading is no step
-])
+@pytest.mark.parametrize(
+    "kwargs, field",
+    [
+        ({"gpus": 0}, "gpus"),  # no GPUs, no job
+        ({"checkpoint_cost_s": -1.0}, "checkpoint_cost_s"),
+        ({"interval": "often"}, "interval"),  # only young/daly are policies
+        ({"interval": 0.0}, "interval"),
+        ({"load_fraction": 1.0}, "load_fraction"),  # a step that is all loading is no step
+    ],
+)
 def test_config_rejects_bad_values_naming_the_field(kwargs, field):
     with pytest.raises(ConfigError, match=field):
         GoodputSimConfig(**kwargs)
@@ -96,8 +106,14 @@ def test_simulate_goodput_cli_json_has_the_contract_keys():
     result = CliRunner().invoke(app, ["simulate", "goodput", "--gpus", "16384", "--days", "54", "--json"])
     assert result.exit_code == 0, result.output
     doc = orjson.loads(result.stdout)
-    assert {"interruptions", "interruptions_by_cause", "effective_time", "goodput", "badput",
-            "checkpoint_interval"} <= set(doc)
+    assert {
+        "interruptions",
+        "interruptions_by_cause",
+        "effective_time",
+        "goodput",
+        "badput",
+        "checkpoint_interval",
+    } <= set(doc)
     assert doc["effective_time"] > 0.9 and sum(doc["interruptions_by_cause"].values()) == doc["interruptions"]
 
 
@@ -113,8 +129,12 @@ def test_simulate_goodput_cli_sweep_and_bad_interval():
 
 
 def _gpu_fields() -> dict[str, float]:
-    return {"DCGM_FI_DEV_GPU_UTIL": 97.0, "DCGM_FI_DEV_POWER_USAGE": 650.0, "DCGM_FI_DEV_XID_ERRORS": 0.0,
-            "DCGM_FI_DEV_SM_CLOCK": 1980.0}
+    return {
+        "DCGM_FI_DEV_GPU_UTIL": 97.0,
+        "DCGM_FI_DEV_POWER_USAGE": 650.0,
+        "DCGM_FI_DEV_XID_ERRORS": 0.0,
+        "DCGM_FI_DEV_SM_CLOCK": 1980.0,
+    }
 
 
 def test_xid79_hits_only_its_gpu_and_only_after_onset():
@@ -164,24 +184,33 @@ def test_xid79_gpu_leaves_the_scrape_after_its_xid_was_exported():
     for _ in range(6):
         twin.advance(10.0)
         text = twin.dcgm_text("node2")
-        xid = [line.rsplit(" ", 1)[1] for line in text.splitlines()
-               if line.startswith("DCGM_FI_DEV_XID_ERRORS{") and 'gpu="3"' in line]
+        xid = [
+            line.rsplit(" ", 1)[1]
+            for line in text.splitlines()
+            if line.startswith("DCGM_FI_DEV_XID_ERRORS{") and 'gpu="3"' in line
+        ]
         seen.append(xid[0] if xid else None)
-        others = {line.split('gpu="', 1)[1][0] for line in text.splitlines() if line.startswith("DCGM_FI_DEV_GPU_UTIL{")}
+        others = {
+            line.split('gpu="', 1)[1][0] for line in text.splitlines() if line.startswith("DCGM_FI_DEV_GPU_UTIL{")
+        }
         assert others == set("0124567") | ({"3"} if xid else set())
-        rows = twin.sample_table().filter(
-            (pa.compute.field("host") == "node2") & (pa.compute.field("gpu") == "3")).num_rows
+        rows = (
+            twin.sample_table()
+            .filter((pa.compute.field("host") == "node2") & (pa.compute.field("gpu") == "3"))
+            .num_rows
+        )
         assert rows == (len(DCGM_FIELDS) if xid else 0)
     # t0+10, +20: healthy; +30, +40: XID 79 and zeros; from +50 on dcgm-exporter no longer lists the GPU.
     assert seen == ["0", "0", "79", "79", None, None]
-    assert "gpu=\"3\"" in twin.dcgm_text("node1")  # only node2's GPU 3 is gone
+    assert 'gpu="3"' in twin.dcgm_text("node1")  # only node2's GPU 3 is gone
 
 
 def test_twin_run_with_xid79_drains_node2_on_xid_and_gpu_missing(tmp_path):
     runner = CliRunner()
     out, db = tmp_path / "run", tmp_path / "h.duckdb"
-    ran = runner.invoke(app, ["twin", "run", "--out", str(out), "--scenario", "xid79", "--duration", "180",
-                              "--seed", "1"])
+    ran = runner.invoke(
+        app, ["twin", "run", "--out", str(out), "--scenario", "xid79", "--duration", "180", "--seed", "1"]
+    )
     assert ran.exit_code == 0, ran.output
     assert runner.invoke(app, ["ingest", str(out), "--db", str(db)]).exit_code == 0
     result = runner.invoke(app, ["health", "--db", str(db), "--json"])

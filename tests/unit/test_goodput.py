@@ -6,12 +6,17 @@ import orjson
 import pytest
 from click.testing import CliRunner
 
-from hpcwatch.analysis.goodput import (BADPUT_KINDS, account_goodput, ideal_step_time, steps_from_spans,
-                                       steps_from_step_samples)
+from hpcwatch.analysis.goodput import (
+    BADPUT_KINDS,
+    account_goodput,
+    ideal_step_time,
+    steps_from_spans,
+    steps_from_step_samples,
+)
+from hpcwatch.analysis.goodputsim import GoodputSimConfig, simulate_goodput
 from hpcwatch.cli import app
 from hpcwatch.records import Event, Job, Sample, Span
 from hpcwatch.store import Store
-from hpcwatch.analysis.goodputsim import GoodputSimConfig, simulate_goodput
 
 
 def _steps(job: str, first: int, start: float, n: int, dur: float = 10.0, load: float = 1.0) -> list[Span]:
@@ -19,8 +24,10 @@ def _steps(job: str, first: int, start: float, n: int, dur: float = 10.0, load: 
     for i in range(n):
         t = start + i * dur
         spans += [Span(job=job, rank=r, step=first + i, phase="load", start=t, dur=load + 0.5 * r) for r in (0, 1)]
-        spans += [Span(job=job, rank=r, step=first + i, phase="forward", start=t + load + 0.5 * r,
-                       dur=dur - load - 0.5 * r) for r in (0, 1)]
+        spans += [
+            Span(job=job, rank=r, step=first + i, phase="forward", start=t + load + 0.5 * r, dur=dur - load - 0.5 * r)
+            for r in (0, 1)
+        ]
     return spans
 
 
@@ -33,9 +40,11 @@ def test_one_failure_timeline_is_split_by_hand():
     # recovery 205-260 | restore 260-280 (step 5) | steps 6-10 (280-330) | end at 400
     job = Job(id="7", start=0.0, end=400.0, state="COMPLETED")
     spans = _steps("7", 1, 100.0, 5) + _steps("7", 6, 170.0, 3) + _steps("7", 6, 280.0, 5)
-    events = [_ev("checkpoint_save", 150.0, duration_s=20.0, step=5),
-              _ev("failure", 205.0, cause="faulty_gpu", step=9),
-              _ev("checkpoint_restore", 260.0, duration_s=20.0, step=5)]
+    events = [
+        _ev("checkpoint_save", 150.0, duration_s=20.0, step=5),
+        _ev("failure", 205.0, cause="faulty_gpu", step=9),
+        _ev("checkpoint_restore", 260.0, duration_s=20.0, step=5),
+    ]
     report = account_goodput(job, steps_from_spans(spans, breaks=[205.0]), events)
     b = report.badput_s
     assert b["init"] == pytest.approx(100.0)
@@ -54,8 +63,11 @@ def test_one_failure_timeline_is_split_by_hand():
 
 def test_a_save_that_overlaps_steps_is_not_badput():
     job = Job(id="a", start=0.0, end=100.0)
-    report = account_goodput(job, steps_from_spans(_steps("a", 1, 0.0, 10, load=0.0)),
-                             [_ev("checkpoint_save", 30.0, duration_s=15.0, step=3)])
+    report = account_goodput(
+        job,
+        steps_from_spans(_steps("a", 1, 0.0, 10, load=0.0)),
+        [_ev("checkpoint_save", 30.0, duration_s=15.0, step=3)],
+    )
     assert report.badput_s["checkpoint_save"] == 0.0 and report.overlap_s == pytest.approx(15.0)
     assert report.goodput == pytest.approx(1.0)
 
@@ -87,8 +99,10 @@ def test_storage_side_checkpoint_event_keeps_its_step():
     # The twin (and a Lustre/Tetragon view) sees a checkpoint as a write of step_N.pt, with no duration.
     job = Job(id="w", start=0.0, end=200.0)
     spans = _steps("w", 1, 0.0, 6, load=0.0) + _steps("w", 5, 100.0, 6, load=0.0)
-    events = [Event(kind="checkpoint", t=40.0, source="twin", attrs={"job": "w", "path": "/lustre/ckpt/w/step_4.pt"}),
-              _ev("failure", 60.0, cause="gpu_hbm3_memory")]
+    events = [
+        Event(kind="checkpoint", t=40.0, source="twin", attrs={"job": "w", "path": "/lustre/ckpt/w/step_4.pt"}),
+        _ev("failure", 60.0, cause="gpu_hbm3_memory"),
+    ]
     report = account_goodput(job, steps_from_spans(spans, breaks=[60.0]), events)
     assert report.lost_steps == 2 and report.badput_s["checkpoint_save"] == 0.0
 
@@ -100,15 +114,24 @@ def test_ideal_step_time_drops_outliers_over_median_plus_3_mad():
 
 
 def test_step_samples_path_uses_the_slowest_rank():
-    samples = [Sample(metric="train_step_time_s", labels={"job": "s", "rank": str(r), "step": str(k)},
-                      t=10.0 * k + 10.0, value=9.0 + r) for k in range(3) for r in (0, 1)]
+    samples = [
+        Sample(
+            metric="train_step_time_s",
+            labels={"job": "s", "rank": str(r), "step": str(k)},
+            t=10.0 * k + 10.0,
+            value=9.0 + r,
+        )
+        for k in range(3)
+        for r in (0, 1)
+    ]
     steps = steps_from_step_samples(samples)
     assert steps.step.tolist() == [0, 1, 2] and steps.dur_s.tolist() == [10.0, 10.0, 10.0]
 
 
 def _run(**kw):
-    return simulate_goodput(GoodputSimConfig(**{"gpus": 16_384, "days": 0.5, "step_s": 240.0, "seed": 4, **kw}),
-                            t_origin=1.7e9)
+    return simulate_goodput(
+        GoodputSimConfig(**{"gpus": 16_384, "days": 0.5, "step_s": 240.0, "seed": 4, **kw}), t_origin=1.7e9
+    )
 
 
 def test_twin_job_through_the_store_matches_ground_truth_within_1_percent(tmp_path):
@@ -139,5 +162,6 @@ def test_54_day_run_compact_steps_match_ground_truth_within_1_percent():
 
 def test_goodput_of_an_unknown_job_is_one_line_error(tmp_path):
     from hpcwatch.cli import main  # noqa: F401 (the error path is the CLI's)
+
     result = CliRunner().invoke(app, ["goodput", "nope", "--db", str(tmp_path / "e.duckdb")])
     assert result.exit_code != 0

@@ -19,9 +19,9 @@ import textwrap
 import numpy as np
 import pytest
 
-from hpcwatch.sources.hook import read_hook_jsonl
 from hpcwatch.records import Sample
 from hpcwatch.security.gradients import SKETCH_DIMS, detect_gradient_anomalies
+from hpcwatch.sources.hook import read_hook_jsonl
 
 torch = pytest.importorskip("torch")
 slow = pytest.mark.slow  # three torch imports: ~10 s idle, a minute on a loaded 2-core box
@@ -30,7 +30,7 @@ WORLD = 3
 STEPS = 8
 ATTACK_FROM_STEP = 2
 
-WORKER = textwrap.dedent('''
+WORKER = textwrap.dedent("""
     import sys
     import torch, torch.distributed as dist, torch.nn.functional as F
     from hpcwatch.instrument.torch import StepRecorder
@@ -75,7 +75,7 @@ WORKER = textwrap.dedent('''
     # after all its work is written. The recorder has closed its files above.
     sys.stdout.flush(); sys.stderr.flush()
     import os; os._exit(0)
-''')
+""")
 
 
 def _free_port() -> int:
@@ -90,15 +90,30 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list]:
     tmp = tmp_path_factory.mktemp("gloo")
     script = tmp / "worker.py"
     script.write_text(WORKER)
-    env = {**os.environ, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(_free_port()), "OMP_NUM_THREADS": "1",
-           "GLOO_SOCKET_IFNAME": "lo"}
-    procs = [subprocess.Popen([sys.executable, str(script), str(r), str(WORLD), str(tmp), str(STEPS),
-                               str(ATTACK_FROM_STEP)], env=env, stderr=subprocess.PIPE) for r in range(WORLD)]
+    env = {
+        **os.environ,
+        "MASTER_ADDR": "127.0.0.1",
+        "MASTER_PORT": str(_free_port()),
+        "OMP_NUM_THREADS": "1",
+        "GLOO_SOCKET_IFNAME": "lo",
+    }
+    procs = [
+        subprocess.Popen(
+            [sys.executable, str(script), str(r), str(WORLD), str(tmp), str(STEPS), str(ATTACK_FROM_STEP)],
+            env=env,
+            stderr=subprocess.PIPE,
+        )
+        for r in range(WORLD)
+    ]
     for p in procs:
         _, err = p.communicate(timeout=110)
         assert p.returncode == 0, err.decode()[-2000:]
-    return {mode: [s for r in range(WORLD) for s in read_hook_jsonl(tmp / mode / f"rank-{r}.jsonl")
-                   if isinstance(s, Sample)] for mode in ("scale", "flip", "none")}
+    return {
+        mode: [
+            s for r in range(WORLD) for s in read_hook_jsonl(tmp / mode / f"rank-{r}.jsonl") if isinstance(s, Sample)
+        ]
+        for mode in ("scale", "flip", "none")
+    }
 
 
 @slow
@@ -132,17 +147,20 @@ def test_gloo_hook_writes_the_sketch_the_detector_reads(runs: dict[str, list]) -
 def _reference_sketch(flat: np.ndarray, dims: int, seed: int) -> np.ndarray:
     """The sketch by its definition: element i, sign table[i mod period], bucket i mod dims."""
     from hpcwatch.instrument.torch import _SIGN_PERIOD
-    signs = (torch.randint(0, 2, (_SIGN_PERIOD,), generator=torch.Generator().manual_seed(seed),
-                           dtype=torch.int8) * 2 - 1).numpy()
+
+    signs = (
+        torch.randint(0, 2, (_SIGN_PERIOD,), generator=torch.Generator().manual_seed(seed), dtype=torch.int8) * 2 - 1
+    ).numpy()
     i = np.arange(flat.size)
     return np.bincount(i % dims, weights=flat * signs[i % _SIGN_PERIOD], minlength=dims)
 
 
 def _hook_sketch(params: list, *, dims: int = SKETCH_DIMS, seed: int = 0) -> np.ndarray:
     from hpcwatch.instrument.torch import StepRecorder
+
     rec = StepRecorder(job="j", rank=0, sketch_dims=dims, sketch_seed=seed)
     with rec.step(0):
-        rec.gradients(iter(params))      # a generator, as model.parameters() is
+        rec.gradients(iter(params))  # a generator, as model.parameters() is
     rec.close()
     return np.array([r.value for r in rec.records if r.metric == "train_grad_sketch"])
 
@@ -170,6 +188,6 @@ def test_hook_sketch_cosine_tracks_the_gradients_cosine() -> None:
         p.grad = grad.clone()
         sketches.append(_hook_sketch([p]))
     cos = lambda a, b: float(a @ b / np.linalg.norm(a) / np.linalg.norm(b))  # noqa: E731
-    true = float(torch.nn.functional.cosine_similarity(base, base + 0.5 * noise, dim=0))   # about 0.89
+    true = float(torch.nn.functional.cosine_similarity(base, base + 0.5 * noise, dim=0))  # about 0.89
     assert abs(cos(sketches[0], sketches[1]) - true) < 0.15
     assert cos(sketches[0], sketches[2]) == pytest.approx(-1.0)

@@ -4,7 +4,6 @@ twin's nccl_hang name the wavefront, mismatches and the last completed collectiv
 from __future__ import annotations
 
 import json
-import os
 import pickle
 from pathlib import Path
 
@@ -15,7 +14,7 @@ from hpcwatch.analysis.hang import analyse_hang
 from hpcwatch.cli import app
 from hpcwatch.errors import ParseError
 from hpcwatch.reports.nccl import hang_report
-from hpcwatch.sources.flight_recorder import load_restricted_pickle, parse_flight_recorder, read_flight_recorder
+from hpcwatch.sources.flight_recorder import parse_flight_recorder, read_flight_recorder
 from hpcwatch.sources.registry import detect
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "flight_recorder"
@@ -49,8 +48,10 @@ def test_a_hostile_pickle_is_refused_and_nothing_runs(tmp_path, protocol):
 
 
 def test_the_second_lock_refuses_a_global_even_without_the_opcode_walk(tmp_path):
-    from hpcwatch.sources.flight_recorder import _NoClasses
     import io
+
+    from hpcwatch.sources.flight_recorder import _NoClasses
+
     data, target = _hostile(tmp_path, 2)
     with pytest.raises(pickle.UnpicklingError):
         _NoClasses(io.BytesIO(data)).load()
@@ -58,10 +59,10 @@ def test_the_second_lock_refuses_a_global_even_without_the_opcode_walk(tmp_path)
 
 
 BAD = [
-    b"\x80\x02}q\x00.",                         # a pickle of {} (no version, no entries)
+    b"\x80\x02}q\x00.",  # a pickle of {} (no version, no entries)
     b"\x80\x02}q\x00(X\x07\x00\x00\x00version",  # cut short
-    b'{"version": "2.10", "entries": 3}',        # entries is not a list
-    b"{not json",                                # broken JSON
+    b'{"version": "2.10", "entries": 3}',  # entries is not a list
+    b"{not json",  # broken JSON
 ]
 
 
@@ -101,6 +102,7 @@ def test_a_rank_without_a_dump_is_listed_apart():
 def test_the_twins_nccl_hang_is_named_from_its_dumps(tmp_path):
     from hpcwatch.twin.nccl import NcclHang
     from hpcwatch.twin.run import write_run
+
     write_run(_twin(["nccl_hang"]), tmp_path, duration_s=20)
     report = hang_report([tmp_path / "flight_recorder"])
     w = report.groups[0].wavefront
@@ -113,6 +115,7 @@ def test_the_twins_nccl_hang_is_named_from_its_dumps(tmp_path):
 def test_the_twins_socket_fallback_fires_the_rule(tmp_path):
     from hpcwatch.reports.nccl import nccl_report
     from hpcwatch.twin.run import write_run
+
     write_run(_twin(["nccl_socket_fallback"]), tmp_path, duration_s=20)
     rules = {r.rule: r.hosts for r in nccl_report([tmp_path / "nccl"]).rules}
     assert rules["nccl_socket_fallback"] == ("node2",)
@@ -124,6 +127,7 @@ def test_the_twins_socket_fallback_fires_the_rule(tmp_path):
 def _twin(scenarios):
     from hpcwatch.twin import Twin
     from hpcwatch.twin.run import sized_reference
+
     return Twin(sized_reference(None), seed=1, scenarios=scenarios)
 
 

@@ -15,12 +15,22 @@ T0 = 1_700_000_000.0
 _BUS = ("18", "2A", "3A", "5D", "9A", "AB", "BA", "DB")
 
 
-def dcgm_line(metric: str, value: float, t: float, *, node: str = "node1", gpu: int = 0, job: str | None = None,
-              model: str = "NVIDIA H100 80GB HBM3") -> str:
+def dcgm_line(
+    metric: str,
+    value: float,
+    t: float,
+    *,
+    node: str = "node1",
+    gpu: int = 0,
+    job: str | None = None,
+    model: str = "NVIDIA H100 80GB HBM3",
+) -> str:
     """One dcgm-exporter sample line, labels as dcgm-exporter 3.x writes them, with a ms timestamp."""
-    labels = (f'gpu="{gpu}",UUID="GPU-0f1e2d3c-4b5a-6978-8899-aabbccdd{gpu:04x}",'
-              f'pci_bus_id="00000000:{_BUS[gpu]}:00.0",device="nvidia{gpu}",modelName="{model}",'
-              f'Hostname="{node}",DCGM_FI_DRIVER_VERSION="550.90.07"')
+    labels = (
+        f'gpu="{gpu}",UUID="GPU-0f1e2d3c-4b5a-6978-8899-aabbccdd{gpu:04x}",'
+        f'pci_bus_id="00000000:{_BUS[gpu]}:00.0",device="nvidia{gpu}",modelName="{model}",'
+        f'Hostname="{node}",DCGM_FI_DRIVER_VERSION="550.90.07"'
+    )
     if job:
         labels += f',hpc_job="{job}"'
     return f"{metric}{{{labels}}} {value:g} {int(t * 1000)}"
@@ -31,8 +41,9 @@ def node_ib_line(metric: str, value: float, t: float, *, node: str = "node1", de
     return f'{metric}{{device="{device}",instance="{node}:9100",node="{node}",port="1"}} {value:g} {int(t * 1000)}'
 
 
-def health_of(lines: list[str] = (), samples: list[Sample] = (), events: list[Event] = (),
-              config: HealthConfig = HealthConfig()):
+def health_of(
+    lines: list[str] = (), samples: list[Sample] = (), events: list[Event] = (), config: HealthConfig = HealthConfig()
+):
     """Lines -> real parser -> store -> passive rules -> verdicts: the CLI's path."""
     with Store(":memory:") as store:
         store.add(parse_prometheus_text("\n".join(lines) + "\n", path="scrape.prom"))
@@ -53,8 +64,9 @@ def series(metric: str, values: list[float], *, step_s: float = 15.0, **kw) -> l
 # -- XID -------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("code, expected", [(79, "drain"), (48, "drain"), (95, "drain"), (13, "warn"),
-                                            (94, "warn"), (999, "warn")])
+@pytest.mark.parametrize(
+    "code, expected", [(79, "drain"), (48, "drain"), (95, "drain"), (13, "warn"), (94, "warn"), (999, "warn")]
+)
 def test_xid_verdict_follows_the_catalogue(code, expected):
     report = health_of(series("DCGM_FI_DEV_XID_ERRORS", [0, 0, code, code]))
     assert report.node("node1").verdict == expected
@@ -76,17 +88,20 @@ def test_xid_from_the_kernel_log_event():
 # -- memory: ECC, row remapping --------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("metric, values, rule, expected", [
-    ("DCGM_FI_DEV_ECC_DBE_VOL_TOTAL", [0, 2], "ecc_dbe", "drain"),
-    ("DCGM_FI_DEV_ECC_DBE_VOL_TOTAL", [0, 0], "ecc_dbe", "ok"),
-    ("DCGM_FI_DEV_ROW_REMAP_FAILURE", [0, 1], "row_remap", "drain"),
-    ("DCGM_FI_DEV_ROW_REMAP_FAILURE", [0, 0], "row_remap", "ok"),
-    ("DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS", [3, 4], "row_remap", "warn"),   # grew during the window
-    ("DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS", [3, 3], "row_remap", "ok"),     # old, already handled
-    ("DCGM_FI_DEV_ROW_REMAP_PENDING", [1, 1], "row_remap", "warn"),
-    ("DCGM_FI_DEV_PCIE_REPLAY_COUNTER", [100, 180], "pcie_replay", "warn"),
-    ("DCGM_FI_DEV_PCIE_REPLAY_COUNTER", [100, 103], "pcie_replay", "ok"),       # a few replays: tolerated
-])
+@pytest.mark.parametrize(
+    "metric, values, rule, expected",
+    [
+        ("DCGM_FI_DEV_ECC_DBE_VOL_TOTAL", [0, 2], "ecc_dbe", "drain"),
+        ("DCGM_FI_DEV_ECC_DBE_VOL_TOTAL", [0, 0], "ecc_dbe", "ok"),
+        ("DCGM_FI_DEV_ROW_REMAP_FAILURE", [0, 1], "row_remap", "drain"),
+        ("DCGM_FI_DEV_ROW_REMAP_FAILURE", [0, 0], "row_remap", "ok"),
+        ("DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS", [3, 4], "row_remap", "warn"),  # grew during the window
+        ("DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS", [3, 3], "row_remap", "ok"),  # old, already handled
+        ("DCGM_FI_DEV_ROW_REMAP_PENDING", [1, 1], "row_remap", "warn"),
+        ("DCGM_FI_DEV_PCIE_REPLAY_COUNTER", [100, 180], "pcie_replay", "warn"),
+        ("DCGM_FI_DEV_PCIE_REPLAY_COUNTER", [100, 103], "pcie_replay", "ok"),  # a few replays: tolerated
+    ],
+)
 def test_memory_and_pcie_counters(metric, values, rule, expected):
     report = health_of(series(metric, values, gpu=6))
     assert verdict(report, "node1", rule) == expected
@@ -117,15 +132,22 @@ def test_node_exporter_link_downed(downs, expected):
 
 def test_perfquery_flap_and_symbol_errors(data_dir):
     text = (data_dir / "health" / "perfquery_hca_0x7cfe9003003b4b96.out").read_text()
-    later = (text.replace("LinkDownedCounter:...............0", "LinkDownedCounter:...............2")
-                 .replace("SymbolErrorCounter:..............0", "SymbolErrorCounter:..............57"))
-    samples = [*parse_perfquery(text, path="a.out", node="node2", device="mlx5_0", t=T0),
-               *parse_perfquery(later, path="b.out", node="node2", device="mlx5_0", t=T0 + 600)]
+    later = text.replace("LinkDownedCounter:...............0", "LinkDownedCounter:...............2").replace(
+        "SymbolErrorCounter:..............0", "SymbolErrorCounter:..............57"
+    )
+    samples = [
+        *parse_perfquery(text, path="a.out", node="node2", device="mlx5_0", t=T0),
+        *parse_perfquery(later, path="b.out", node="node2", device="mlx5_0", t=T0 + 600),
+    ]
     report = health_of(samples=samples)
     assert report.node("node2").verdict == "drain"
     assert verdict(report, "node2", "ib_link") == "drain" and verdict(report, "node2", "ib_errors") == "warn"
-    quiet = health_of(samples=[*parse_perfquery(text, path="a.out", node="node2", t=T0),
-                               *parse_perfquery(text, path="a.out", node="node2", t=T0 + 600)])
+    quiet = health_of(
+        samples=[
+            *parse_perfquery(text, path="a.out", node="node2", t=T0),
+            *parse_perfquery(text, path="a.out", node="node2", t=T0 + 600),
+        ]
+    )
     assert quiet.node("node2").verdict == "ok"
     assert {c.rule for c in quiet.node("node2").checks} == {"ib_link", "ib_errors"}
 
@@ -149,11 +171,14 @@ def test_busy_gpu_at_idle_power_is_a_stalled_collective():
     assert check.verdict == "warn" and check.evidence["to"] - check.evidence["from"] == 90.0
 
 
-@pytest.mark.parametrize("util, power", [
-    ([97] * 8, [650] * 8),                       # busy and hot: training
-    ([100, 100, 100, 100, 97, 97, 97, 97], [80, 80, 80, 650, 650, 650, 650, 650]),  # 45 s only
-    ([0] * 8, [70] * 8),                         # idle and cold: idle
-])
+@pytest.mark.parametrize(
+    "util, power",
+    [
+        ([97] * 8, [650] * 8),  # busy and hot: training
+        ([100, 100, 100, 100, 97, 97, 97, 97], [80, 80, 80, 650, 650, 650, 650, 650]),  # 45 s only
+        ([0] * 8, [70] * 8),  # idle and cold: idle
+    ],
+)
 def test_no_stall_when_power_follows_utilisation(util, power):
     assert verdict(health_of(_util_power(util, power)), "node1", "stalled_nccl") == "ok"
 

@@ -35,8 +35,11 @@ def twin_scrapes(scenario: str | None, *, ticks: int = 16, dt_s: float = 15.0) -
         events += twin.events()
         for node in ("node1", "node2"):
             tables.append(parse_prometheus_columns(twin.dcgm_text(node), path=f"{node}.dcgm", t=twin.now))
-            tables.append(parse_prometheus_columns(twin.node_exporter_text(node, target_labels=True),
-                                                   path=f"{node}.node", t=twin.now))
+            tables.append(
+                parse_prometheus_columns(
+                    twin.node_exporter_text(node, target_labels=True), path=f"{node}.node", t=twin.now
+                )
+            )
     return pa.concat_tables(tables), events
 
 
@@ -95,8 +98,21 @@ def test_health_cli_json_contract(xid79_db):
 
 def test_health_cli_active_inputs_and_fail_on(xid79_db, data_dir):
     diag = data_dir / "health" / "dcgmi_diag_r3_dcgm4_fail.json"
-    result = CliRunner().invoke(app, ["health", "--db", str(xid79_db), "--node", "node1", "--dcgmi-diag", str(diag),
-                                      "--summary", "--fail-on", "drain"])
+    result = CliRunner().invoke(
+        app,
+        [
+            "health",
+            "--db",
+            str(xid79_db),
+            "--node",
+            "node1",
+            "--dcgmi-diag",
+            str(diag),
+            "--summary",
+            "--fail-on",
+            "drain",
+        ],
+    )
     assert result.exit_code == 1
     assert result.stdout.startswith("drain: node1: dcgm_diag: dcgmi diag memory fail on GPU 5")
 
@@ -112,8 +128,13 @@ def _fake_scontrol(tmp_path: Path) -> tuple[Path, Path]:
 
 def _run_healthcheck(tmp_path: Path, node: str, db: Path) -> tuple[subprocess.CompletedProcess, Path]:
     bindir, log = _fake_scontrol(tmp_path)
-    env = {**os.environ, "PATH": f"{bindir}:{os.environ['PATH']}", "HPCWATCH": str(HPCWATCH),
-           "HPCWATCH_DB": str(db), "HPCWATCH_NODE": node}
+    env = {
+        **os.environ,
+        "PATH": f"{bindir}:{os.environ['PATH']}",
+        "HPCWATCH": str(HPCWATCH),
+        "HPCWATCH_DB": str(db),
+        "HPCWATCH_NODE": node,
+    }
     done = subprocess.run(["bash", str(HEALTHCHECK)], env=env, capture_output=True, text=True, timeout=120)
     return done, log
 

@@ -27,14 +27,17 @@ def _report(samples, link="ndr", node="gpu07"):
 
 
 def _ports(node_health) -> dict[str, tuple[str, str]]:
-    return {f"{c.evidence['device']}/{c.evidence['port']}": (c.verdict, c.title)
-            for c in node_health.checks if c.rule == "ib_port" and c.verdict != "ok"}
+    return {
+        f"{c.evidence['device']}/{c.evidence['port']}": (c.verdict, c.title)
+        for c in node_health.checks
+        if c.rule == "ib_port" and c.verdict != "ok"
+    }
 
 
 def test_real_down_ib_port_drains_and_the_ethernet_port_is_not_judged() -> None:
     node = _report(read_ibstat(LINUX_RDMA, node="gpu07", t=10.0))
     assert node.verdict == "drain"
-    assert _ports(node) == {"mlx4_0/1": ("drain", "IB port mlx4_0/1 is Down (Polling)")}   # port 2: Ethernet
+    assert _ports(node) == {"mlx4_0/1": ("drain", "IB port mlx4_0/1 is Down (Polling)")}  # port 2: Ethernet
 
 
 def test_real_ddr_port_is_far_under_ndr_and_its_polling_port_is_down() -> None:
@@ -44,14 +47,17 @@ def test_real_ddr_port_is_far_under_ndr_and_its_polling_port_is_down() -> None:
     assert ports["mlx4_0/2"][0] == "drain"
     # against a DDR-era expectation the Active port is fine; the catalog has no DDR, so take HDR at 0.1 share
     cfg = HealthConfig(ib_rate_drain_fraction=0.1)
-    checks = [c for c in passive_checks(_table(read_ibstat(ARCHWIKI, node="gpu07", t=10.0)), config=cfg,
-                                        link="hdr") if c.evidence.get("port") == "1"]
+    checks = [
+        c
+        for c in passive_checks(_table(read_ibstat(ARCHWIKI, node="gpu07", t=10.0)), config=cfg, link="hdr")
+        if c.evidence.get("port") == "1"
+    ]
     assert [(c.verdict, c.evidence["rate_gbps"], c.evidence["link_gbps"]) for c in checks] == [("warn", 20.0, 200.0)]
 
 
 def test_our_two_cas_one_up_at_ndr_one_down() -> None:
     node = _report(read_ibstat(TWO_CAS, node="gpu07", t=10.0))
-    assert _ports(node) == {"mlx5_1/1": ("drain", "IB port mlx5_1/1 is Down (Polling)")}   # mlx5_0 at 400: fine
+    assert _ports(node) == {"mlx5_1/1": ("drain", "IB port mlx5_1/1 is Down (Polling)")}  # mlx5_0 at 400: fine
 
 
 def test_three_down_ports_of_one_hca_are_not_ok() -> None:
@@ -59,7 +65,7 @@ def test_three_down_ports_of_one_hca_are_not_ok() -> None:
     edit is made here, in memory; the file is not changed)."""
     text = ARCHWIKI.read_text().replace("Number of ports: 2", "Number of ports: 3")
     text = text.replace("State: Active", "State: Down").replace("Physical state: LinkUp", "Physical state: Polling")
-    text += text[text.index("        Port 2:"):].replace("Port 2:", "Port 3:")
+    text += text[text.index("        Port 2:") :].replace("Port 2:", "Port 3:")
     node = _report(parse_ibstat(text, node="gpu07", t=10.0))
     assert node.verdict == "drain"
     assert sorted(_ports(node)) == ["mlx4_0/1", "mlx4_0/2", "mlx4_0/3"]
@@ -67,8 +73,11 @@ def test_three_down_ports_of_one_hca_are_not_ok() -> None:
 
 def test_an_ndr_port_at_hdr_rate_warns_and_one_disabled_by_hand_warns() -> None:
     """Edited copy of ours: mlx5_0 at 200 (one speed step down); mlx5_1 Physical state Disabled."""
-    text = TWO_CAS.read_text().replace("Rate: 400", "Rate: 200").replace("Physical state: Polling",
-                                                                         "Physical state: Disabled")
+    text = (
+        TWO_CAS.read_text()
+        .replace("Rate: 400", "Rate: 200")
+        .replace("Physical state: Polling", "Physical state: Disabled")
+    )
     node = _report(parse_ibstat(text, node="gpu07", t=10.0))
     assert node.verdict == "warn"
     assert {k: v[0] for k, v in _ports(node).items()} == {"mlx5_0/1": "warn", "mlx5_1/1": "warn"}
@@ -76,8 +85,11 @@ def test_an_ndr_port_at_hdr_rate_warns_and_one_disabled_by_hand_warns() -> None:
 
 def test_the_newest_state_of_a_port_wins() -> None:
     """The port came back: Down at t=10, Active at 400 at t=20 (our ibstat_two_cas with mlx5_1 brought up)."""
-    up = TWO_CAS.read_text().replace("State: Down", "State: Active").replace("Physical state: Polling",
-                                                                            "Physical state: LinkUp")
+    up = (
+        TWO_CAS.read_text()
+        .replace("State: Down", "State: Active")
+        .replace("Physical state: Polling", "Physical state: LinkUp")
+    )
     up = up.replace("Rate: 10\n", "Rate: 400\n")
     node = _report([*read_ibstat(TWO_CAS, node="gpu07", t=10.0), *parse_ibstat(up, node="gpu07", t=20.0)])
     assert node.verdict == "ok" and any(c.rule == "ib_port" and c.verdict == "ok" for c in node.checks)

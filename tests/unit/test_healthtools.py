@@ -5,8 +5,15 @@ from __future__ import annotations
 import pytest
 
 from hpcwatch.errors import ParseError
-from hpcwatch.sources.healthtools import (busbw_factor, parse_dcgmi_diag, parse_ib_write_bw, parse_nccl_tests,
-                                          read_dcgmi_diag, read_ib_write_bw, read_nccl_tests)
+from hpcwatch.sources.healthtools import (
+    busbw_factor,
+    parse_dcgmi_diag,
+    parse_ib_write_bw,
+    parse_nccl_tests,
+    read_dcgmi_diag,
+    read_ib_write_bw,
+    read_nccl_tests,
+)
 
 
 def test_dcgm3_document_after_its_banner_reads_every_result(data_dir):
@@ -30,11 +37,14 @@ def test_dcgm4_document_names_the_failing_gpu_and_its_warning(data_dir):
     assert [(r["test"], r["gpu"]) for r in warned] == [("targeted_power", "2")]
 
 
-@pytest.mark.parametrize("text, where", [
-    ("Error: unable to connect to host engine\n", 1),                 # dcgmi failed: no document at all
-    ('Successfully ran diagnostic for group.\n{"DCGM GPU Diagnostic": {"test_categories": [}}\n', 2),  # broken JSON
-    ('{"something": "else"}', 1),                                       # JSON, but not a diagnostic
-])
+@pytest.mark.parametrize(
+    "text, where",
+    [
+        ("Error: unable to connect to host engine\n", 1),  # dcgmi failed: no document at all
+        ('Successfully ran diagnostic for group.\n{"DCGM GPU Diagnostic": {"test_categories": [}}\n', 2),  # broken JSON
+        ('{"something": "else"}', 1),  # JSON, but not a diagnostic
+    ],
+)
 def test_dcgmi_diag_rejects_what_is_not_a_result_document(text, where):
     with pytest.raises(ParseError) as err:
         list(parse_dcgmi_diag(text, path="diag.json"))
@@ -67,10 +77,16 @@ def test_nccl_tests_flags_a_busbw_that_is_not_algbw_times_the_factor(data_dir):
     assert [r["size_bytes"] for r in event.attrs["rows"] if r["busbw_mismatch"]] == [8 * 2**30]
 
 
-@pytest.mark.parametrize("collective, n, factor", [
-    ("all_reduce", 8, 1.75), ("all_gather", 8, 0.875), ("reduce_scatter", 4, 0.75), ("broadcast", 8, 1.0),
-    ("unknown", 8, None),
-])
+@pytest.mark.parametrize(
+    "collective, n, factor",
+    [
+        ("all_reduce", 8, 1.75),
+        ("all_gather", 8, 0.875),
+        ("reduce_scatter", 4, 0.75),
+        ("broadcast", 8, 1.0),
+        ("unknown", 8, None),
+    ],
+)
 def test_busbw_factors_follow_nccl_tests_performance_doc(collective, n, factor):
     assert busbw_factor(collective, n) == (pytest.approx(factor) if factor is not None else None)
 
@@ -109,14 +125,20 @@ def test_ib_write_bw_bad_row_names_its_line():
     assert err.value.line == 2
 
 
-@pytest.mark.parametrize("name, fmt", [
-    ("dcgmi_diag_r1_dcgm3_pass.json", "dcgmi-diag"), ("dcgmi_diag_r3_dcgm4_fail.json", "dcgmi-diag"),
-    ("nccl_all_reduce_perf_2node_wrong.out", "nccl-tests"), ("ib_write_bw_degraded_mbs.out", "ib-write-bw"),
-])
+@pytest.mark.parametrize(
+    "name, fmt",
+    [
+        ("dcgmi_diag_r1_dcgm3_pass.json", "dcgmi-diag"),
+        ("dcgmi_diag_r3_dcgm4_fail.json", "dcgmi-diag"),
+        ("nccl_all_reduce_perf_2node_wrong.out", "nccl-tests"),
+        ("ib_write_bw_degraded_mbs.out", "ib-write-bw"),
+    ],
+)
 def test_ingest_detects_health_tool_outputs(data_dir, name, fmt):
     from hpcwatch.sources.registry import detect, read_input
 
     path = data_dir / "health" / name
     assert detect(path).name == fmt
-    assert [e.kind for e in read_input(path)] == [{"dcgmi-diag": "dcgm_diag", "nccl-tests": "nccl_test",
-                                                 "ib-write-bw": "ib_write_bw"}[fmt]]
+    assert [e.kind for e in read_input(path)] == [
+        {"dcgmi-diag": "dcgm_diag", "nccl-tests": "nccl_test", "ib-write-bw": "ib_write_bw"}[fmt]
+    ]

@@ -24,7 +24,7 @@ T_END = 1_700_000_300.0
 @pytest.fixture(scope="module")
 def store():
     s = Store(":memory:")
-    for k in range(30):                               # 30 scrapes: T_END - 290 ... T_END
+    for k in range(30):  # 30 scrapes: T_END - 290 ... T_END
         s.add(list(parse_prometheus_text(SCRAPE, path="dcgm_exporter_node1.prom", t=T_END - 290 + k * SCRAPE_EVERY_S)))
     return s
 
@@ -37,7 +37,7 @@ def test_gpu_history_buckets_the_scrapes_and_leaves_gaps_as_none(store):
     h = element_history(store, host="node1", gpu="0", t1=T_END, range_s=300, points=60)
     values = _util(h)
     assert len(values) == 60 and h.step_s == 5.0 and h.t0 == T_END - 300
-    assert [v for v in values if v is not None] == [97.0] * 30   # one scrape per 10 s: every other bucket
+    assert [v for v in values if v is not None] == [97.0] * 30  # one scrape per 10 s: every other bucket
     assert values.count(None) == 30
     assert {s.field for s in h.series} == {"util_pct", "power_w", "temp_c"}
 
@@ -66,12 +66,15 @@ def test_history_takes_any_samples_source_not_only_a_store(store):
     assert 97.0 in _util(h)
 
 
-@pytest.mark.parametrize("kw, message", [
-    ({"range_s": 0}, "range_s"),             # an empty window
-    ({"range_s": -60}, "range_s"),           # a window that ends before it starts
-    ({"range_s": math.nan}, "range_s"),      # NaN from a bad query string
-    ({"range_s": 300, "points": 0}, "points"),  # no bucket to put anything in
-])
+@pytest.mark.parametrize(
+    "kw, message",
+    [
+        ({"range_s": 0}, "range_s"),  # an empty window
+        ({"range_s": -60}, "range_s"),  # a window that ends before it starts
+        ({"range_s": math.nan}, "range_s"),  # NaN from a bad query string
+        ({"range_s": 300, "points": 0}, "points"),  # no bucket to put anything in
+    ],
+)
 def test_history_rejects_bad_ranges(store, kw, message):
     with pytest.raises(InputError, match=message):
         element_history(store, host="node1", gpu="0", t1=T_END, **kw)
@@ -90,12 +93,15 @@ def test_api_history_of_a_gpu(client):
     assert 97.0 in util and None in util
 
 
-@pytest.mark.parametrize("params, status", [
-    ({"el": "weights"}, 400),                         # not a GPU or a node
-    ({"el": "gpu:node1"}, 400),                       # a GPU without its index
-    ({"el": "gpu:node9/0"}, 404),                     # a node the model does not have
-    ({"el": "node:node1", "range_s": 0}, 422),        # range must be > 0
-    ({"el": "node:node1", "range_s": 10 ** 6}, 422),  # more than a day
-])
+@pytest.mark.parametrize(
+    "params, status",
+    [
+        ({"el": "weights"}, 400),  # not a GPU or a node
+        ({"el": "gpu:node1"}, 400),  # a GPU without its index
+        ({"el": "gpu:node9/0"}, 404),  # a node the model does not have
+        ({"el": "node:node1", "range_s": 0}, 422),  # range must be > 0
+        ({"el": "node:node1", "range_s": 10**6}, 422),  # more than a day
+    ],
+)
 def test_api_history_rejects_bad_requests(client, params, status):
     assert client.get("/api/history", params=params).status_code == status

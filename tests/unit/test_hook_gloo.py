@@ -33,7 +33,7 @@ STEPS = 6
 # per bucket), the hook around every phase, the profiler on steps 2-4. One launcher process imports
 # torch once and forks the ranks before any torch op runs (importing torch 4 times on a small shared
 # machine took most of the test's time).
-WORKER = textwrap.dedent('''
+WORKER = textwrap.dedent("""
     import os, sys, time, traceback
     import torch, torch.distributed as dist, torch.nn.functional as F
     from torch.profiler import ProfilerActivity, profile, record_function, schedule
@@ -96,7 +96,7 @@ WORKER = textwrap.dedent('''
         pids.append(pid)
     failed = [pid for pid in pids if os.waitpid(pid, 0)[1] != 0]
     sys.exit(1 if failed else 0)
-''')
+""")
 
 
 def _free_port() -> int:
@@ -105,16 +105,28 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def run_job(out: Path, *, world: int = WORLD, straggler: int = STRAGGLER, delay_s: float = DELAY_S,
-            steps: int = STEPS, timeout_s: float = 90) -> Path:
+def run_job(
+    out: Path,
+    *,
+    world: int = WORLD,
+    straggler: int = STRAGGLER,
+    delay_s: float = DELAY_S,
+    steps: int = STEPS,
+    timeout_s: float = 90,
+) -> Path:
     """Run the job; ``out`` gets rank-N.json traces and hook/rank-N.jsonl."""
     out.mkdir(parents=True, exist_ok=True)
     script = out / "_worker.py"
     script.write_text(WORKER)
-    env = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(_free_port()), OMP_NUM_THREADS="1",
-               GLOO_SOCKET_IFNAME="lo")
-    proc = subprocess.run([sys.executable, str(script), str(world), str(out), str(straggler), str(delay_s), str(steps)],
-                          env=env, stderr=subprocess.PIPE, timeout=timeout_s)
+    env = dict(
+        os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(_free_port()), OMP_NUM_THREADS="1", GLOO_SOCKET_IFNAME="lo"
+    )
+    proc = subprocess.run(
+        [sys.executable, str(script), str(world), str(out), str(straggler), str(delay_s), str(steps)],
+        env=env,
+        stderr=subprocess.PIPE,
+        timeout=timeout_s,
+    )
     script.unlink()
     assert proc.returncode == 0, proc.stderr.decode(errors="replace")[-4000:]
     return out
@@ -130,8 +142,8 @@ def gloo_run(tmp_path_factory) -> Path:
 def test_hook_spans_name_the_planted_straggler(gloo_run):
     from hpcwatch.analysis.steps import anatomy_from_spans
     from hpcwatch.analysis.stragglers import find_stragglers
-    from hpcwatch.sources.hook import read_hook_jsonl
     from hpcwatch.records import Sample, Span
+    from hpcwatch.sources.hook import read_hook_jsonl
 
     records = [r for f in sorted((gloo_run / "hook").glob("rank-*.jsonl")) for r in read_hook_jsonl(f)]
     spans = [r for r in records if isinstance(r, Span)]
@@ -165,6 +177,7 @@ def test_kineto_traces_name_the_planted_straggler_through_the_cli(gloo_run):
 
 
 # --- the hook's output without a job: fast, no torch needed ---------------------------------------
+
 
 def test_stored_hook_spans_feed_steps_from_the_store(data_dir, tmp_path):
     import orjson
@@ -247,8 +260,8 @@ def test_recorder_counts_nonfinite_gradients_and_serves_prometheus(tmp_path):
     import torch
 
     from hpcwatch.instrument.torch import StepRecorder
-    from hpcwatch.sources.hook import read_hook_jsonl
     from hpcwatch.records import Sample, Span
+    from hpcwatch.sources.hook import read_hook_jsonl
 
     model = torch.nn.Linear(4, 2)
     port = _free_port()
@@ -265,14 +278,15 @@ def test_recorder_counts_nonfinite_gradients_and_serves_prometheus(tmp_path):
                 rec.loss(loss)
             model.zero_grad()
         scrape = httpx.get(f"http://127.0.0.1:{port}/metrics").text
-    assert 'train_grad_nonfinite{gpu="3",job="7",node="n1",rank="1"} 1.0' in scrape   # one parameter
+    assert 'train_grad_nonfinite{gpu="3",job="7",node="n1",rank="1"} 1.0' in scrape  # one parameter
     records = list(read_hook_jsonl(tmp_path / "rank-1.jsonl"))
     by_step = {(r.metric, r.labels["step"]): r.value for r in records if isinstance(r, Sample)}
     assert by_step[("train_grad_nonfinite", "0")] == 0 and by_step[("train_grad_nonfinite", "1")] == 1
     norm_1 = by_step[("train_grad_norm", "1")]
-    assert by_step[("train_grad_norm", "0")] > 0 and norm_1 != norm_1   # NaN
-    assert {(r.step, r.phase) for r in records if isinstance(r, Span)} == {(s, p) for s in (0, 1)
-                                                                          for p in ("forward", "backward")}
+    assert by_step[("train_grad_norm", "0")] > 0 and norm_1 != norm_1  # NaN
+    assert {(r.step, r.phase) for r in records if isinstance(r, Span)} == {
+        (s, p) for s in (0, 1) for p in ("forward", "backward")
+    }
 
 
 if __name__ == "__main__":

@@ -28,13 +28,15 @@ def _gzip_bomb(path: Path, inflated_bytes: int) -> None:
 
 
 def _half(data: bytes) -> bytes:
-    return data[:len(data) // 2]
+    return data[: len(data) // 2]
 
 
 def _kineto_event(name: str, **args) -> str:
     import orjson
-    return orjson.dumps({"ph": "X", "cat": "kernel", "name": name, "pid": 1, "tid": 7, "ts": 10, "dur": 2,
-                         "args": args}).decode()
+
+    return orjson.dumps(
+        {"ph": "X", "cat": "kernel", "name": name, "pid": 1, "tid": 7, "ts": 10, "dur": 2, "args": args}
+    ).decode()
 
 
 def _zip_with(member: bytes) -> bytes:
@@ -45,53 +47,123 @@ def _zip_with(member: bytes) -> bytes:
 
 
 HOOK_GOOD = b'{"kind": "span", "job": "1", "rank": 0, "step": 3, "phase": "forward", "start": 1.0, "dur": 0.5}'
-NCCL_HEAD = ("# nThread 1 nGpus 1 minBytes 8 maxBytes 8 step: 2(factor) warmup iters: 5 iters: 20\n"
-             "#       size         count      type   redop    root     time   algbw   busbw #wrong"
-             "     time   algbw   busbw #wrong\n")
+NCCL_HEAD = (
+    "# nThread 1 nGpus 1 minBytes 8 maxBytes 8 step: 2(factor) warmup iters: 5 iters: 20\n"
+    "#       size         count      type   redop    root     time   algbw   busbw #wrong"
+    "     time   algbw   busbw #wrong\n"
+)
 IB_HEAD = " #bytes     #iterations    BW peak[Gb/sec]    BW average[Gb/sec]   MsgRate[Mpps]\n"
 
 # (case id, file name, bytes, reader, line the error names or None, text the message contains)
 CASES = [
     # A Prometheus line without a value: strict format, the whole file is rejected at that line.
-    ("prom-bad-line", "a.prom", b"up 1\nup{a=\"1\"}\n", prometheus_text.read_prometheus_columns, 2, "not a sample"),
+    ("prom-bad-line", "a.prom", b'up 1\nup{a="1"}\n', prometheus_text.read_prometheus_columns, 2, "not a sample"),
     # A bad line deep in a file: found in a later chunk, still with its file line number.
-    ("prom-bad-line-late", "b.prom", b"up 1\n" * 200_000 + b"bad line here\n", prometheus_text.read_prometheus_columns,
-     200_001, "not a number"),
+    (
+        "prom-bad-line-late",
+        "b.prom",
+        b"up 1\n" * 200_000 + b"bad line here\n",
+        prometheus_text.read_prometheus_columns,
+        200_001,
+        "not a number",
+    ),
     # Not UTF-8 on line 3 of a scrape.
-    ("prom-not-utf8", "c.prom", b"up 1\nup 2\nup{a=\"\xff\"} 3\n", prometheus_text.read_prometheus_text, 3, "UTF-8"),
+    ("prom-not-utf8", "c.prom", b'up 1\nup 2\nup{a="\xff"} 3\n', prometheus_text.read_prometheus_text, 3, "UTF-8"),
     # ESC bytes in the offending text: quoted escaped, never raw.
-    ("prom-escape-bytes", "d.prom", b"up{a=\"1\"} \x1b]0;pwned\x07\n", prometheus_text.read_prometheus_text, 1,
-     "not a number"),
+    (
+        "prom-escape-bytes",
+        "d.prom",
+        b'up{a="1"} \x1b]0;pwned\x07\n',
+        prometheus_text.read_prometheus_text,
+        1,
+        "not a number",
+    ),
     # A 2 MiB gzip that would inflate past the document limit (scaled: 64 MiB limit in the test).
     ("gzip-bomb", "bomb.json.gz", None, lambda p: read_bytes(p, max_bytes=64 << 20), None, "inflates past"),
     # A gzip cut in half.
-    ("gzip-truncated", "t.jsonl.gz", _half(gzip.compress(b"".join(HOOK_GOOD.replace(b'"step": 3', b'"step": %d' % i) + b"\n"
-                                                   for i in range(20_000)))), hook.read_hook_jsonl, None,
-     "truncated"),
+    (
+        "gzip-truncated",
+        "t.jsonl.gz",
+        _half(
+            gzip.compress(b"".join(HOOK_GOOD.replace(b'"step": 3', b'"step": %d' % i) + b"\n" for i in range(20_000)))
+        ),
+        hook.read_hook_jsonl,
+        None,
+        "truncated",
+    ),
     # Bytes after the gzip magic that are not deflate.
-    ("gzip-garbage", "g.prom", b"\x1f\x8bnot deflate at all", prometheus_text.read_prometheus_text, None,
-     "not valid gzip"),
+    (
+        "gzip-garbage",
+        "g.prom",
+        b"\x1f\x8bnot deflate at all",
+        prometheus_text.read_prometheus_text,
+        None,
+        "not valid gzip",
+    ),
     # nccl-tests size beyond 64 bits.
-    ("nccl-huge-size", "n.out", (NCCL_HEAD + "  " + "9" * 30 + "  2  float  sum  -1  10  0.1  0.1  0  10  0.1  0.1  0\n"
-                                 ).encode(), healthtools.read_nccl_tests, 3, "64 bits"),
+    (
+        "nccl-huge-size",
+        "n.out",
+        (NCCL_HEAD + "  " + "9" * 30 + "  2  float  sum  -1  10  0.1  0.1  0  10  0.1  0.1  0\n").encode(),
+        healthtools.read_nccl_tests,
+        3,
+        "64 bits",
+    ),
     # nccl-tests count that float() makes infinite (int(inf) raised OverflowError).
-    ("nccl-inf-count", "n2.out", (NCCL_HEAD + "  8  " + "9" * 400 + "  float  sum  -1  10  0.1  0.1  0  10  0.1  0.1  0\n"
-                                  ).encode(), healthtools.read_nccl_tests, 3, "64 bits"),
+    (
+        "nccl-inf-count",
+        "n2.out",
+        (NCCL_HEAD + "  8  " + "9" * 400 + "  float  sum  -1  10  0.1  0.1  0  10  0.1  0.1  0\n").encode(),
+        healthtools.read_nccl_tests,
+        3,
+        "64 bits",
+    ),
     # ib_write_bw #bytes beyond 64 bits.
-    ("ib-huge-bytes", "ib.out", (IB_HEAD + " " + "9" * 25 + "  1000  10.0  10.0  0.1\n").encode(),
-     healthtools.read_ib_write_bw, 2, "64 bits"),
+    (
+        "ib-huge-bytes",
+        "ib.out",
+        (IB_HEAD + " " + "9" * 25 + "  1000  10.0  10.0  0.1\n").encode(),
+        healthtools.read_ib_write_bw,
+        2,
+        "64 bits",
+    ),
     # The hook's step beyond 64 bits (orjson reads it as a float, int() makes it huge).
-    ("hook-huge-step", "rank-0.jsonl", b'{"kind": "span", "job": "1", "rank": 0, "step": 1e30, "phase": "forward", '
-     b'"start": 1, "dur": 1}\n', hook.read_hook_jsonl, 1, "64 bits"),
+    (
+        "hook-huge-step",
+        "rank-0.jsonl",
+        b'{"kind": "span", "job": "1", "rank": 0, "step": 1e30, "phase": "forward", "start": 1, "dur": 1}\n',
+        hook.read_hook_jsonl,
+        1,
+        "64 bits",
+    ),
     # The hook's rank beyond 64 bits as a JSON integer.
-    ("hook-huge-rank", "rank-1.jsonl", b'{"kind": "span", "job": "1", "rank": ' + b"9" * 40 + b', "step": 1, '
-     b'"phase": "forward", "start": 1, "dur": 1}\n', hook.read_hook_jsonl, 1, "bad hook record"),
+    (
+        "hook-huge-rank",
+        "rank-1.jsonl",
+        b'{"kind": "span", "job": "1", "rank": ' + b"9" * 40 + b', "step": 1, '
+        b'"phase": "forward", "start": 1, "dur": 1}\n',
+        hook.read_hook_jsonl,
+        1,
+        "bad hook record",
+    ),
     # A Kineto trace with no complete events (analysis used to take min() of nothing).
-    ("kineto-no-events", "rank-0.json", b'{"traceEvents": [{"ph": "i", "ts": 1, "name": "x"}]}',
-     kineto.read_kineto, None, "without complete events"),
+    (
+        "kineto-no-events",
+        "rank-0.json",
+        b'{"traceEvents": [{"ph": "i", "ts": 1, "name": "x"}]}',
+        kineto.read_kineto,
+        None,
+        "without complete events",
+    ),
     # A Kineto number field that is not a number.
-    ("kineto-ts-string", "rank-2.json", ('{"traceEvents": [' + _kineto_event("k").replace('"ts":10', '"ts":"x"') + "]}"
-                                         ).encode(), kineto.read_kineto, None, "non-numeric ts_us"),
+    (
+        "kineto-ts-string",
+        "rank-2.json",
+        ('{"traceEvents": [' + _kineto_event("k").replace('"ts":10', '"ts":"x"') + "]}").encode(),
+        kineto.read_kineto,
+        None,
+        "non-numeric ts_us",
+    ),
     # Not JSON at all.
     ("kineto-not-json", "rank-3.json", b'{"traceEvents": [oops', kineto.read_kineto, 1, "not JSON"),
     # A corrupt OSV zip (the central directory cut off).
@@ -101,16 +173,34 @@ CASES = [
     # Free text forced as partitions.conf.
     ("partitions-free-text", "partitions.conf", b"hello\nworld\n", opensm.read_partitions_conf, 1, "not ended by"),
     # A partitions.conf member that is no port GUID nor ALL...
-    ("partitions-bad-member", "p2.conf", b"Default=0x7fff, ipoib : ALL=full;\nstore=0x8001 :\n  bogus=full ;\n",
-     opensm.read_partitions_conf, 3, "a member is"),
+    (
+        "partitions-bad-member",
+        "p2.conf",
+        b"Default=0x7fff, ipoib : ALL=full;\nstore=0x8001 :\n  bogus=full ;\n",
+        opensm.read_partitions_conf,
+        3,
+        "a member is",
+    ),
     # A partitions.conf P_Key that is not hex.
     ("partitions-bad-pkey", "p3.conf", b"Default=0xZZZZ : ALL=full;\n", opensm.read_partitions_conf, 1, "PKey"),
     # A Tetragon exec event without time (strict reading).
-    ("tetragon-no-time", "t.json", b'{"process_exec": {"process": {"binary": "/bin/sh"}}, "node_name": "n1"}\n',
-     tetragon.read_tetragon_json, 1, "needs 'time'"),
+    (
+        "tetragon-no-time",
+        "t.json",
+        b'{"process_exec": {"process": {"binary": "/bin/sh"}}, "node_name": "n1"}\n',
+        tetragon.read_tetragon_json,
+        1,
+        "needs 'time'",
+    ),
     # A Falco alert whose time is a 5 MB string.
-    ("falco-huge-time", "f.json", b'{"rule": "r", "priority": "p", "output": "o", "time": "' + b"9" * (5 << 20) +
-     b'"}\n', falco.read_falco_json, 1, "RFC 3339"),
+    (
+        "falco-huge-time",
+        "f.json",
+        b'{"rule": "r", "priority": "p", "output": "o", "time": "' + b"9" * (5 << 20) + b'"}\n',
+        falco.read_falco_json,
+        1,
+        "RFC 3339",
+    ),
     # A JSON line longer than the line limit (read line by line, never whole).
     ("jsonl-no-newline", "l.jsonl", None, lambda p: list(iter_lines(p, max_line_bytes=1 << 20)), 1, "line longer"),
 ]
@@ -148,13 +238,27 @@ def _special_paths(tmp_path: Path) -> list[tuple[str, Path]]:
     zero.symlink_to("/dev/zero")
     loop = tmp_path / "loop.prom"
     loop.symlink_to(loop)
-    return [("a FIFO", fifo), ("a socket", sock_path), ("a character device", zero),
-            ("a directory", tmp_path), ("cannot read", loop)]
+    return [
+        ("a FIFO", fifo),
+        ("a socket", sock_path),
+        ("a character device", zero),
+        ("a directory", tmp_path),
+        ("cannot read", loop),
+    ]
 
 
-READERS = [prometheus_text.read_prometheus_columns, prometheus_text.read_prometheus_text, kineto.read_kineto,
-           hook.read_hook_jsonl, falco.read_falco_json, tetragon.read_tetragon_json, osv.read_osv,
-           opensm.read_partitions_conf, healthtools.read_nccl_tests, read_head]
+READERS = [
+    prometheus_text.read_prometheus_columns,
+    prometheus_text.read_prometheus_text,
+    kineto.read_kineto,
+    hook.read_hook_jsonl,
+    falco.read_falco_json,
+    tetragon.read_tetragon_json,
+    osv.read_osv,
+    opensm.read_partitions_conf,
+    healthtools.read_nccl_tests,
+    read_head,
+]
 
 
 @pytest.mark.timeout(20)
@@ -162,7 +266,7 @@ READERS = [prometheus_text.read_prometheus_columns, prometheus_text.read_prometh
 def test_special_files_are_refused_without_blocking(tmp_path, reader):
     for kind, path in _special_paths(tmp_path):
         if reader is osv.read_osv and kind == "a directory":
-            continue   # a folder of OSV records is a database
+            continue  # a folder of OSV records is a database
         with pytest.raises(ParseError) as err:
             result = reader(path)
             list(result) if not isinstance(result, (bytes, osv.OsvDatabase)) else None
@@ -178,6 +282,7 @@ def test_read_head_inflates_only_the_head(tmp_path):
 
 
 # -- linear time on long tokens (quadratic would take minutes at these sizes) --------------------
+
 
 @pytest.mark.timeout(30)
 def test_long_kineto_event_name_reads_in_linear_time(tmp_path):
@@ -202,14 +307,14 @@ def test_kineto_name_full_of_cut_points_reads_in_linear_time(tmp_path):
 def test_escaped_label_value_of_20_mb_parses_in_linear_time():
     value = '\\"\\\\\\n' * (20 << 20 // 6)
     started = time.perf_counter()
-    sample, = prometheus_text.parse_prometheus_text(f'up{{a="{value}"}} 1\n', t=0)
+    (sample,) = prometheus_text.parse_prometheus_text(f'up{{a="{value}"}} 1\n', t=0)
     assert sample.labels["a"] == '"\\\n' * (20 << 20 // 6)
     assert time.perf_counter() - started < 10
 
 
 def test_kineto_context_sync_stream_and_huge_ids_become_minus_one(tmp_path):
     path = tmp_path / "rank-0.json"
-    events = [_kineto_event("Context Sync", stream=4294967295, correlation=2 ** 64 - 1), _kineto_event("k", stream=7)]
+    events = [_kineto_event("Context Sync", stream=4294967295, correlation=2**64 - 1), _kineto_event("k", stream=7)]
     path.write_text('{"traceEvents": [' + ",".join(events) + "]}")
     trace = kineto.read_kineto(path)
     assert trace.events["stream"].tolist() == [-1, 7]
@@ -218,20 +323,36 @@ def test_kineto_context_sync_stream_and_huge_ids_become_minus_one(tmp_path):
 
 # -- line-oriented logs keep their good lines ------------------------------------------------------
 
-TETRAGON_GOOD = (b'{"process_exec": {"process": {"binary": "/bin/sh", "pid": 5}}, "node_name": "n1", '
-                 b'"time": "2024-05-01T10:00:00Z"}')
+TETRAGON_GOOD = (
+    b'{"process_exec": {"process": {"binary": "/bin/sh", "pid": 5}}, "node_name": "n1", "time": "2024-05-01T10:00:00Z"}'
+)
 FALCO_GOOD = b'{"rule": "r", "priority": "Warning", "output": "o", "time": "2024-05-01T10:00:00.123456789Z"}'
 
 LINE_LOGS = [
     # A Tetragon exec without time, and a line that is not JSON, between good ones.
-    (tetragon.read_tetragon_json, [TETRAGON_GOOD, b'{"process_exec": {}, "node_name": "n1"}', b"{oops",
-                                   TETRAGON_GOOD], [2, 3]),
+    (
+        tetragon.read_tetragon_json,
+        [TETRAGON_GOOD, b'{"process_exec": {}, "node_name": "n1"}', b"{oops", TETRAGON_GOOD],
+        [2, 3],
+    ),
     # A Falco alert without rule, and one whose time is no time.
-    (falco.read_falco_json, [FALCO_GOOD, b'{"time": "2024-05-01T10:00:00Z"}', FALCO_GOOD,
-                             b'{"rule": "r", "time": "yesterday"}'], [2, 4]),
+    (
+        falco.read_falco_json,
+        [FALCO_GOOD, b'{"time": "2024-05-01T10:00:00Z"}', FALCO_GOOD, b'{"rule": "r", "time": "yesterday"}'],
+        [2, 4],
+    ),
     # A hook line of an unknown kind, one with a rank beyond 64 bits, one not UTF-8.
-    (hook.read_hook_jsonl, [HOOK_GOOD, b'{"kind": "other"}', HOOK_GOOD.replace(b'"rank": 0', b'"rank": 1e30'),
-                            b'{"kind": "span", "job": "\xff"}', HOOK_GOOD], [2, 3, 4]),
+    (
+        hook.read_hook_jsonl,
+        [
+            HOOK_GOOD,
+            b'{"kind": "other"}',
+            HOOK_GOOD.replace(b'"rank": 0', b'"rank": 1e30'),
+            b'{"kind": "span", "job": "\xff"}',
+            HOOK_GOOD,
+        ],
+        [2, 3, 4],
+    ),
 ]
 
 
@@ -251,9 +372,10 @@ def test_line_logs_keep_good_lines_and_report_bad_ones(tmp_path, reader, lines, 
 
 # -- advisories --------------------------------------------------------------------------------------
 
+
 def test_withdrawn_osv_record_never_matches():
     db = osv.read_osv(DATA / "security" / "osv_withdrawn")
-    entry, = db.by_package["lodestone"]
+    (entry,) = db.by_package["lodestone"]
     assert entry.withdrawn == "2023-12-12T00:33:23Z"
     assert entry.malicious
     assert db.matching("lodestone", "0.0.58") == []
@@ -262,10 +384,16 @@ def test_withdrawn_osv_record_never_matches():
 
 def test_aliased_malicious_and_ghsa_records_give_one_advisory(tmp_path):
     import orjson
+
     mal = orjson.loads((DATA / "security" / "osv" / "MAL-2024-4720.json").read_bytes())
-    ghsa = {"schema_version": "1.5.0", "id": "GHSA-xxxx-yyyy-zzzz", "modified": "2024-08-01T00:00:00Z",
-            "aliases": [mal["id"]], "summary": "Malicious code in 1337test",
-            "affected": mal["affected"]}
+    ghsa = {
+        "schema_version": "1.5.0",
+        "id": "GHSA-xxxx-yyyy-zzzz",
+        "modified": "2024-08-01T00:00:00Z",
+        "aliases": [mal["id"]],
+        "summary": "Malicious code in 1337test",
+        "affected": mal["affected"],
+    }
     (tmp_path / "a.json").write_bytes(orjson.dumps(mal))
     (tmp_path / "b.json").write_bytes(orjson.dumps(ghsa))
     db = osv.read_osv(tmp_path)

@@ -12,9 +12,13 @@ from hpcwatch.cli import app
 from hpcwatch.store import Store
 from tests.conftest import DATA
 
-GOOD = [DATA / "prometheus" / "dcgm_exporter_node1.prom", DATA / "slurm" / "squeue.json",
-        DATA / "nvidia_smi" / "nvidia_smi_q_with_processes.xml", DATA / "lustre",
-        DATA / "infiniband" / "perfquery_x_empty.out"]
+GOOD = [
+    DATA / "prometheus" / "dcgm_exporter_node1.prom",
+    DATA / "slurm" / "squeue.json",
+    DATA / "nvidia_smi" / "nvidia_smi_q_with_processes.xml",
+    DATA / "lustre",
+    DATA / "infiniband" / "perfquery_x_empty.out",
+]
 
 
 def test_ingest_json_counts_each_kind(tmp_path):
@@ -34,8 +38,10 @@ def test_ingest_json_counts_each_kind(tmp_path):
 
 
 def test_ingest_human_output_and_forced_format(tmp_path):
-    result = CliRunner().invoke(app, ["ingest", str(DATA / "slurm" / "sacct.json"), "--format", "sacct-json",
-                                      "--db", str(tmp_path / "s.duckdb")])
+    result = CliRunner().invoke(
+        app,
+        ["ingest", str(DATA / "slurm" / "sacct.json"), "--format", "sacct-json", "--db", str(tmp_path / "s.duckdb")],
+    )
     assert result.exit_code == 0 and "jobs" in result.stdout and "10" in result.stdout
 
 
@@ -49,8 +55,9 @@ def test_garbage_exits_2_with_one_line_and_keeps_the_good_files(tmp_path):
     garbage.write_text("# TYPE up gauge\nup 1\nup{broken 2\n")
     done = _hpcwatch("ingest", str(DATA / "slurm" / "squeue.json"), str(garbage), "--db", str(db))
     assert done.returncode == 2
-    assert done.stderr.splitlines() == [f"hpcwatch: {garbage}:3: not a sample line (want: name{{labels}} value "
-                                        f"[timestamp_ms]) (found: 'up{{broken 2')"]
+    assert done.stderr.splitlines() == [
+        f"hpcwatch: {garbage}:3: not a sample line (want: name{{labels}} value [timestamp_ms]) (found: 'up{{broken 2')"
+    ]
     with Store(db) as store:
         assert len(store.jobs()) == 10  # the file before the bad one is in
         assert store.samples("up").num_rows == 0  # nothing of the bad file

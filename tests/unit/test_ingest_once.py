@@ -26,8 +26,10 @@ def _run(*args: str, timeout: float = 180) -> subprocess.CompletedProcess:
 def _snapshot(db: Path) -> dict[str, list]:
     """Every row of every table, sorted: two stores are equal when their snapshots are."""
     with Store(db) as store:
-        return {table: sorted(map(repr, store.query(f"SELECT * FROM {table}")))
-                for table in ("samples", "events", "spans", "jobs", "findings")}
+        return {
+            table: sorted(map(repr, store.query(f"SELECT * FROM {table}")))
+            for table in ("samples", "events", "spans", "jobs", "findings")
+        }
 
 
 def test_ingesting_the_same_files_twice_adds_nothing_and_says_so(run_cli, tmp_path):
@@ -49,7 +51,7 @@ def test_ingesting_the_same_files_twice_adds_nothing_and_says_so(run_cli, tmp_pa
 
 def test_a_copy_of_a_scrape_written_at_another_time_is_a_new_scrape(run_cli, tmp_path):
     """Formats dated by the file's write time key on it: the same bytes an hour later are new samples."""
-    text = "# TYPE up gauge\nup{instance=\"n1:9100\"} 1\n"
+    text = '# TYPE up gauge\nup{instance="n1:9100"} 1\n'
     a, b = tmp_path / "a.prom", tmp_path / "b.prom"
     a.write_text(text)
     b.write_text(text)
@@ -60,8 +62,11 @@ def test_a_copy_of_a_scrape_written_at_another_time_is_a_new_scrape(run_cli, tmp
 
 def _big_scrape(path: Path, copies: int) -> None:
     """A dcgm-exporter text with ``copies`` timestamped repeats of a real scrape (seconds to ingest)."""
-    lines = [ln for ln in (DATA / "prometheus" / "dcgm_exporter_node1.prom").read_text().splitlines()
-             if ln and not ln.startswith("#")]
+    lines = [
+        ln
+        for ln in (DATA / "prometheus" / "dcgm_exporter_node1.prom").read_text().splitlines()
+        if ln and not ln.startswith("#")
+    ]
     with path.open("w") as out:
         for k in range(copies):
             out.write("\n".join(f"{ln} {1_767_225_600_000 + k * 1000}" for ln in lines) + "\n")
@@ -77,8 +82,9 @@ def test_a_killed_ingest_is_completed_by_the_next_and_equals_a_clean_one(tmp_pat
     expected = _snapshot(clean)
     for delay in (0.5, 1.5, 3.0):  # start-up, inside the big file, near its commit
         db = tmp_path / f"killed-{delay}"
-        proc = subprocess.Popen([*HPCWATCH, "ingest", *files, "--db", str(db)], stdout=subprocess.DEVNULL,
-                                stderr=subprocess.DEVNULL)
+        proc = subprocess.Popen(
+            [*HPCWATCH, "ingest", *files, "--db", str(db)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        )
         time.sleep(delay)
         proc.send_signal(signal.SIGKILL)
         proc.wait()
@@ -94,8 +100,9 @@ def test_readers_work_while_an_ingest_writes(tmp_path):
     db = tmp_path / "s"
     assert _run("ingest", str(DATA / "slurm" / "squeue.json"), "--db", str(db)).returncode == 0
     quiet = len(orjson.loads(_run("jobs", "--db", str(db), "--json").stdout)["jobs"])
-    writer = subprocess.Popen([*HPCWATCH, "ingest", str(big), "--db", str(db)], stdout=subprocess.DEVNULL,
-                              stderr=subprocess.PIPE, text=True)
+    writer = subprocess.Popen(
+        [*HPCWATCH, "ingest", str(big), "--db", str(db)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
+    )
     answers = []
     while writer.poll() is None and len(answers) < 6:
         done = _run("jobs", "--db", str(db), "--json")
@@ -107,8 +114,9 @@ def test_readers_work_while_an_ingest_writes(tmp_path):
 
 def test_the_projects_own_outputs_are_ingested(run_cli, tmp_path):
     out = tmp_path / "run"
-    code, _, err = run_cli(["twin", "run", "--out", str(out), "--duration", "20", "--spans",
-                            "--scenario", "threat_supply_chain"])
+    code, _, err = run_cli(
+        ["twin", "run", "--out", str(out), "--duration", "20", "--spans", "--scenario", "threat_supply_chain"]
+    )
     assert code == 0, err
     code, stdout, err = run_cli(["ingest", str(out), "--db", str(tmp_path / "s"), "--json"])
     assert code == 0, err
@@ -119,6 +127,7 @@ def test_the_projects_own_outputs_are_ingested(run_cli, tmp_path):
 
 def test_threat_fixtures_ingest_whole_and_scan_the_same_from_the_store(run_cli, tmp_path):
     from hpcwatch.twin.threats import write_threat_fixtures
+
     fixture = write_threat_fixtures(tmp_path / "f", "threat_supply_chain")
     db = str(tmp_path / "s")
     code, out, err = run_cli(["ingest", str(tmp_path / "f"), "--db", db, "--json"])
@@ -131,16 +140,19 @@ def test_threat_fixtures_ingest_whole_and_scan_the_same_from_the_store(run_cli, 
     assert from_store == from_files == fixture.expected
 
 
-@pytest.mark.parametrize("forced, path, what", [
-    # a Slurm file forced as perfquery: the reader finds no perfquery line
-    ("perfquery", DATA / "slurm" / "squeue.json", "not a perfquery"),
-    # any text forced as partitions.conf used to store garbage
-    ("opensm-partitions", DATA / "prometheus" / "dcgm_exporter_node1.prom", ""),
-    # a trace is read by `hpcwatch steps`, not stored
-    ("kineto", DATA / "kineto" / "hta_a100_nccl_rank0.json.gz", "read by its own command"),
-])
+@pytest.mark.parametrize(
+    "forced, path, what",
+    [
+        # a Slurm file forced as perfquery: the reader finds no perfquery line
+        ("perfquery", DATA / "slurm" / "squeue.json", "not a perfquery"),
+        # any text forced as partitions.conf used to store garbage
+        ("opensm-partitions", DATA / "prometheus" / "dcgm_exporter_node1.prom", ""),
+        # a trace is read by `hpcwatch steps`, not stored
+        ("kineto", DATA / "kineto" / "hta_a100_nccl_rank0.json.gz", "read by its own command"),
+    ],
+)
 def test_a_forced_format_that_does_not_fit_is_an_error(run_cli, tmp_path, forced, path, what):
-    code, out, err = run_cli(["ingest", str(path), "--format", forced, "--db", str(tmp_path / "s")])
+    code, _out, err = run_cli(["ingest", str(path), "--format", forced, "--db", str(tmp_path / "s")])
     assert code == 2 and len(err.splitlines()) == 1 and err.startswith(f"hpcwatch: {path}")
     assert what in err
     with Store(tmp_path / "s") as store:
@@ -190,7 +202,7 @@ def test_a_log_with_a_bad_line_keeps_its_good_lines_and_names_the_bad_one(run_cl
 def test_a_corrupt_parquet_is_one_line_without_control_bytes(run_cli, tmp_path):
     bad = tmp_path / "trace.parquet"
     bad.write_bytes(b"PAR1" + bytes(range(256)) + b"\n\x1b[2J" + b"PAR1")
-    code, out, err = run_cli(["whatif", str(bad), "--json"])
+    code, _out, err = run_cli(["whatif", str(bad), "--json"])
     assert code == 2 and len(err.splitlines()) == 1 and err.startswith(f"hpcwatch: {bad}")
     assert "\x1b" not in err
 
@@ -241,10 +253,18 @@ def test_every_reader_works_while_a_live_twin_writes(tmp_path):
             done = _run(*args, "--db", str(db))
             assert done.returncode == 0, (args, done.stderr)
         port = _free_port()
-        server = subprocess.Popen([*HPCWATCH, "serve", "--db", str(db), "--port", str(port), "--duration", "25"],
-                                  stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-        exporter = subprocess.Popen([*HPCWATCH, "exporter", "--db", str(db), "--port", str(port + 1),
-                                     "--duration", "25"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        server = subprocess.Popen(
+            [*HPCWATCH, "serve", "--db", str(db), "--port", str(port), "--duration", "25"],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        exporter = subprocess.Popen(
+            [*HPCWATCH, "exporter", "--db", str(db), "--port", str(port + 1), "--duration", "25"],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         try:
             live = _get_when_up(f"http://127.0.0.1:{port}/api/live", httpx)
             metrics = _get_when_up(f"http://127.0.0.1:{port + 1}/metrics", httpx)
@@ -261,6 +281,7 @@ def test_every_reader_works_while_a_live_twin_writes(tmp_path):
 
 def _free_port() -> int:
     import socket
+
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]

@@ -13,8 +13,10 @@ from hpcwatch.records import Sample
 from hpcwatch.sources.registry import read_input
 
 DATA = Path(__file__).resolve().parents[1] / "data"
-REAL_SCRAPES = [DATA / "prometheus" / "dcgm_exporter_h100_mig_kubernetes_issue512.prom",
-                DATA / "prometheus" / "node_exporter_e2e_numa_drbd_infiniband.prom"]
+REAL_SCRAPES = [
+    DATA / "prometheus" / "dcgm_exporter_h100_mig_kubernetes_issue512.prom",
+    DATA / "prometheus" / "node_exporter_e2e_numa_drbd_infiniband.prom",
+]
 
 
 class Receiver:
@@ -60,7 +62,7 @@ def test_a_long_file_goes_in_batches_of_remote_write_batch(tmp_path):
 
 def test_a_bad_strict_file_stops_the_push_after_the_files_before_it(tmp_path):
     shutil.copy(REAL_SCRAPES[0], tmp_path / "a.prom")
-    (tmp_path / "b.json").write_text('{"jobs": [')   # a squeue document cut short
+    (tmp_path / "b.json").write_text('{"jobs": [')  # a squeue document cut short
     receiver = Receiver()
     with pytest.raises(ParseError):
         remote_write_paths(receiver, [tmp_path / "a.prom", tmp_path / "b.json"], format=None)

@@ -43,11 +43,11 @@ def _fixed_ports() -> dict[str, int]:
 def test_no_fixed_port_lies_in_test_scale_s_twin_ranges():
     scale = _int_constants(INTEGRATION / "test_scale.py")
     offset = _int_constants(INTEGRATION / "conftest.py")["VM_PORT_OFFSET"]
-    first, last = scale["TWIN_PORT"], scale["TWIN_PORT"] + 2 * scale["NODES"]   # one range per backend
+    first, last = scale["TWIN_PORT"], scale["TWIN_PORT"] + 2 * scale["NODES"]  # one range per backend
     ports = _fixed_ports()
-    assert len(ports) >= 10, ports   # the reading found the suite's ports
+    assert len(ports) >= 10, ports  # the reading found the suite's ports
     # A Prometheus port's VictoriaMetrics listens on +offset and its vmalert on +2 offset (conftest).
-    inside = {name: port + k * offset for name, port in ports.items() for k in (0, 1, 2)
-              if first <= port + k * offset < last}
+    inside = {
+        name: port + k * offset for name, port in ports.items() for k in (0, 1, 2) if first <= port + k * offset < last
+    }
     assert not inside, f"inside test_scale's twin ports {first}-{last - 1}: {inside}"
-

@@ -31,7 +31,7 @@ def test_h200_trace_has_steps_annotations_and_kernels_as_columns(data_dir):
     assert kernels.sum() == 2942 and (ev["stream"][kernels] >= 0).all()
     assert (ev["stream"][ev["cat"] == CAT["cpu_op"]] == -1).all()
     assert trace.devices == ("NVIDIA H200",)
-    assert not hasattr(trace, "flows")   # skipped: correlation links a launch to its kernel (hpcwatch.traces)
+    assert not hasattr(trace, "flows")  # skipped: correlation links a launch to its kernel (hpcwatch.traces)
 
 
 def test_nccl_kernels_carry_collective_name_and_message_bytes(data_dir):
@@ -53,15 +53,18 @@ def test_gloo_collectives_are_communication(data_dir):
     assert trace.metadata["host_name"]
 
 
-@pytest.mark.parametrize("name, comm", [
-    ("ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevKernelArgsStorage<4096ul>)", True),
-    ("ncclKernel_AllReduce_RING_LL_Sum_float(ncclDevComm*, unsigned long, ncclWork*)", True),
-    ("gloo:all_reduce", True),
-    ("nccl:all_reduce", True),
-    ("c10d::allreduce_", True),
-    ("void at::native::vectorized_elementwise_kernel<4>", False),
-    ("ncclCommInitRank", False),   # a host call, not a collective kernel
-])
+@pytest.mark.parametrize(
+    "name, comm",
+    [
+        ("ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevKernelArgsStorage<4096ul>)", True),
+        ("ncclKernel_AllReduce_RING_LL_Sum_float(ncclDevComm*, unsigned long, ncclWork*)", True),
+        ("gloo:all_reduce", True),
+        ("nccl:all_reduce", True),
+        ("c10d::allreduce_", True),
+        ("void at::native::vectorized_elementwise_kernel<4>", False),
+        ("ncclCommInitRank", False),  # a host call, not a collective kernel
+    ],
+)
 def test_communication_names(name, comm):
     assert is_comm_name(name) is comm
 
@@ -81,7 +84,7 @@ BAD = [
     (b'{"traceEvents": [{"ph": "X", "ts": 1', "not JSON"),
     # a JSON document that is not a Chrome trace
     (b'{"events": []}', "no traceEvents"),
-    (b'[1, 2]', "no traceEvents"),
+    (b"[1, 2]", "no traceEvents"),
     # a complete event without a time
     (b'{"traceEvents": [{"ph": "X", "name": "a", "dur": 1}]}', r"traceEvents\[0\]"),
     # a time that is not a number
@@ -107,15 +110,28 @@ def test_truncated_gzip_is_a_parse_error(data_dir, tmp_path):
 
 
 def test_parse_accepts_text_and_keeps_units():
-    doc = {"distributedInfo": {"rank": 1, "world_size": 2}, "baseTimeNanoseconds": 1_000_000_000,
-           "traceEvents": [{"ph": "X", "cat": "kernel", "name": "k", "ts": 10.5, "dur": 2.25,
-                            "pid": 0, "tid": 7, "args": {"stream": 7, "correlation": 3}},
-                           {"ph": "X", "cat": "weird", "name": "x", "ts": 1, "pid": "Spans", "tid": 1}]}
+    doc = {
+        "distributedInfo": {"rank": 1, "world_size": 2},
+        "baseTimeNanoseconds": 1_000_000_000,
+        "traceEvents": [
+            {
+                "ph": "X",
+                "cat": "kernel",
+                "name": "k",
+                "ts": 10.5,
+                "dur": 2.25,
+                "pid": 0,
+                "tid": 7,
+                "args": {"stream": 7, "correlation": 3},
+            },
+            {"ph": "X", "cat": "weird", "name": "x", "ts": 1, "pid": "Spans", "tid": 1},
+        ],
+    }
     trace = parse_kineto(orjson.dumps(doc).decode())
     assert trace.events["dur_us"].tolist() == [2.25, 0.0]
     assert trace.events["cat"].tolist() == [CAT["kernel"], CAT["other"]]
     assert trace.events["correlation"].tolist() == [3, -1]
-    assert trace.events["pid"].tolist() == [0, -1]   # old Kineto writes pid "Spans"; not a failure
+    assert trace.events["pid"].tolist() == [0, -1]  # old Kineto writes pid "Spans"; not a failure
     assert trace.to_utc_s(10.5) == pytest.approx(1.0000105)
 
 
@@ -131,18 +147,42 @@ def test_reading_in_pieces_gives_the_same_columns_as_decoding_whole(data_dir, na
 
 # Events the fast scan hands to the lenient one (and what each must become).
 UNUSUAL = [
-    {"ph": "X", "cat": "kernel", "name": "k", "ts": 1.0, "dur": 2.0, "pid": 0, "tid": 7,
-     "args": {"stream": 7, "correlation": 3}},
-    {"ph": "X", "cat": "no_such_category", "name": "odd", "ts": 3, "pid": 1, "tid": 1},   # no dur, no args
-    {"ph": "X", "cat": "cpu_op", "name": "c10d::allreduce_", "ts": 4, "dur": 1, "pid": 1, "tid": 1,
-     "args": {"Collective name": "allreduce", "In msg nelems": 10, "dtype": "BFloat16"}},
-    {"ph": "s", "id": "0x1f", "ts": 0.5, "cat": "ac2g", "pid": 1, "tid": 1},   # flows are skipped, however odd
+    {
+        "ph": "X",
+        "cat": "kernel",
+        "name": "k",
+        "ts": 1.0,
+        "dur": 2.0,
+        "pid": 0,
+        "tid": 7,
+        "args": {"stream": 7, "correlation": 3},
+    },
+    {"ph": "X", "cat": "no_such_category", "name": "odd", "ts": 3, "pid": 1, "tid": 1},  # no dur, no args
+    {
+        "ph": "X",
+        "cat": "cpu_op",
+        "name": "c10d::allreduce_",
+        "ts": 4,
+        "dur": 1,
+        "pid": 1,
+        "tid": 1,
+        "args": {"Collective name": "allreduce", "In msg nelems": 10, "dtype": "BFloat16"},
+    },
+    {"ph": "s", "id": "0x1f", "ts": 0.5, "cat": "ac2g", "pid": 1, "tid": 1},  # flows are skipped, however odd
     {"ph": "f", "id": 4, "ts": "soon", "cat": "ac2g", "pid": 0, "tid": 7},
     {"ph": "i", "name": "instant", "ts": 2},
     {"name": "no ph at all"},
 ]
-_USUAL = {"ph": "X", "cat": "cpu_op", "name": "aten::add", "ts": 10, "dur": 1, "pid": 1, "tid": 1,
-          "args": {"External id": 1}}
+_USUAL = {
+    "ph": "X",
+    "cat": "cpu_op",
+    "name": "aten::add",
+    "ts": 10,
+    "dur": 1,
+    "pid": 1,
+    "tid": 1,
+    "args": {"External id": 1},
+}
 
 
 @pytest.mark.parametrize("first", [0, 1, 3, 6])
@@ -183,6 +223,7 @@ def test_bad_event_after_good_ones_is_named_by_its_index(event, message, tmp_pat
 @pytest.mark.parametrize("enabled", [True, False])
 def test_reading_leaves_garbage_collection_as_it_was(data_dir, enabled):
     import gc
+
     was = gc.isenabled()
     try:
         gc.enable() if enabled else gc.disable()
@@ -196,21 +237,37 @@ def test_reading_leaves_garbage_collection_as_it_was(data_dir, enabled):
 # and from an already decoded document (the dict scan): both must give the same columns.
 ODD_EVENTS = [
     {"ph": "X", "cat": "cpu_op", "name": "spans", "ts": 5, "dur": 1, "pid": "Spans", "tid": "Spans"},  # old Kineto pid
-    {"ph": "X", "cat": "kernel", "name": "Context Sync", "ts": 5, "dur": 1, "pid": 0, "tid": 7,
-     "args": {"stream": 4294967295, "correlation": 2 ** 64 - 1}},                        # unsigned -1 stream
-    {"ph": "X", "cat": "cpu_op", "name": 5, "ts": 5, "dur": 1, "pid": 1, "tid": 1},       # a name that is a number
-    {"ph": "X", "cat": "cpu_op", "name": "nodur", "ts": 5, "dur": None, "pid": 1, "tid": 1},   # dur null: NaN
+    {
+        "ph": "X",
+        "cat": "kernel",
+        "name": "Context Sync",
+        "ts": 5,
+        "dur": 1,
+        "pid": 0,
+        "tid": 7,
+        "args": {"stream": 4294967295, "correlation": 2**64 - 1},
+    },  # unsigned -1 stream
+    {"ph": "X", "cat": "cpu_op", "name": 5, "ts": 5, "dur": 1, "pid": 1, "tid": 1},  # a name that is a number
+    {"ph": "X", "cat": "cpu_op", "name": "nodur", "ts": 5, "dur": None, "pid": 1, "tid": 1},  # dur null: NaN
     {"ph": "X", "cat": "cpu_op", "name": "noargs", "ts": 5, "dur": 1, "pid": 1, "tid": 1, "args": None},
     {"ph": "X", "cat": "cpu_op", "name": "textts", "ts": "12.5", "dur": 1, "pid": 1, "tid": 1},  # time as text
-    {"ph": "X", "cat": 3, "name": "intcat", "ts": 5, "dur": 1, "pid": 1, "tid": 1},       # category not a string
+    {"ph": "X", "cat": 3, "name": "intcat", "ts": 5, "dur": 1, "pid": 1, "tid": 1},  # category not a string
     {"ph": "X", "cat": "kernel", "name": "floatpid", "ts": 5, "dur": 1, "pid": 2.0, "tid": 1},
-    {"ph": "s", "id": "0x1f", "ts": 0.5, "cat": "ac2g"},                                   # flows: skipped
+    {"ph": "s", "id": "0x1f", "ts": 0.5, "cat": "ac2g"},  # flows: skipped
     {"ph": "f", "id": 3.0, "ts": "soon", "cat": "ac2g"},
-    {"ph": "Z", "name": "a phase the format does not have"},                                # dict scan: skipped
+    {"ph": "Z", "name": "a phase the format does not have"},  # dict scan: skipped
     {"ph": "(", "name": "context begin", "ts": 5},
     {"ph": "M", "name": "process_name", "pid": 1, "args": {"name": "python", "hostname": "node7"}},
-    {"ph": "X", "cat": "cpu_op", "name": "record_param_comms", "ts": 6, "dur": 1, "pid": 1, "tid": 1,
-     "args": {"Collective name": "allreduce", "In msg nelems": 8, "dtype": "Float", "Group size": 4}},
+    {
+        "ph": "X",
+        "cat": "cpu_op",
+        "name": "record_param_comms",
+        "ts": 6,
+        "dur": 1,
+        "pid": 1,
+        "tid": 1,
+        "args": {"Collective name": "allreduce", "In msg nelems": 8, "dtype": "Float", "Group size": 4},
+    },
     {"ph": 7, "name": "ph not a string"},
 ]
 

@@ -45,7 +45,7 @@ def _imports(path: Path) -> list[tuple[int, str]]:
             names = [a.name for a in node.names]
         elif isinstance(node, ast.ImportFrom):
             if node.level:
-                base = ".".join(package[:len(package) - node.level + 1])
+                base = ".".join(package[: len(package) - node.level + 1])
                 names = [f"{base}.{node.module}" if node.module else base]
             else:
                 names = [node.module or ""]
@@ -76,8 +76,11 @@ def test_imports_follow_the_table(path):
     layer = _layer(path)
     if layer in ("__init__", "__main__"):
         return
-    wrong = [f"line {line}: {layer} imports {target}" for line, target in _imports(path)
-             if target != layer and target not in table[layer]]
+    wrong = [
+        f"line {line}: {layer} imports {target}"
+        for line, target in _imports(path)
+        if target != layer and target not in table[layer]
+    ]
     assert not wrong, f"{path.relative_to(SRC)}: " + "; ".join(wrong)
 
 

@@ -42,6 +42,7 @@ def _backend(seen: list[str]) -> PrometheusBackend:
         query = parse_qs(request.content.decode())["query"][0]
         seen.append(query)
         return httpx.Response(200, json=_answer_of(request.url.path, query))
+
     return PrometheusBackend("http://prom.test:9090", client=httpx.Client(transport=httpx.MockTransport(handle)))
 
 
@@ -57,8 +58,8 @@ def test_activity_per_prefix_from_a_real_prometheus(prom_samples):
     samples, seen = prom_samples
     now = samples.latest_t()
     rows = {m: (n, t) for m, n, t in samples.metric_activity(since=now - 60, prefixes=COLLECTOR_PREFIXES)}
-    assert set(rows) == {"DCGM_", "node_"}                # the twin serves dcgm-exporter and node-exporter only
-    assert rows["DCGM_"][0] % 16 == 0                     # 16 GPUs, every DCGM series counted
+    assert set(rows) == {"DCGM_", "node_"}  # the twin serves dcgm-exporter and node-exporter only
+    assert rows["DCGM_"][0] % 16 == 0  # 16 GPUs, every DCGM series counted
     assert all(now - 60 <= t <= now for _, t in rows.values())
     # timestamp() is asked of one name per prefix: over several it fails on a real Prometheus.
     bad = _answer_of("/api/v1/query", 'max(timestamp({__name__=~"DCGM_.+"}))')
@@ -66,14 +67,14 @@ def test_activity_per_prefix_from_a_real_prometheus(prom_samples):
     assert all(q.count("timestamp(") == q.count("label_replace(") for q in seen if "label_replace" in q)
     asked = len(seen)
     samples.metric_activity(since=now - 60, prefixes=COLLECTOR_PREFIXES)
-    assert len(seen) == asked                             # cached for PROM_ACTIVITY_EVERY_S
+    assert len(seen) == asked  # cached for PROM_ACTIVITY_EVERY_S
 
 
 def test_ib_rates_are_summed_per_node(prom_samples):
     samples, _ = prom_samples
     rows = samples.counter_rates(("node_infiniband_port_data_transmitted_bytes_total",), since=0.0, group="host")
     by_host = {h: v for _, h, v in rows}
-    assert set(by_host) == {"node1", "node2"} and all(v > 1e9 for v in by_host.values())   # twin: > 1 GB/s a node
+    assert set(by_host) == {"node1", "node2"} and all(v > 1e9 for v in by_host.values())  # twin: > 1 GB/s a node
 
 
 def test_prefixes_seen_from_the_label_index(prom_samples):
@@ -86,8 +87,13 @@ def test_prefixes_seen_from_the_label_index(prom_samples):
 def test_snapshot_under_prometheus_says_so_and_marks_unseen_collectors(prom_samples):
     samples, _ = prom_samples
     now = samples.latest_t()
-    doc = live_snapshot(samples.store, weights_path="/lustre/checkpoints", now=now, samples=samples,
-                        seen=data_seen(samples.store, samples))
+    doc = live_snapshot(
+        samples.store,
+        weights_path="/lustre/checkpoints",
+        now=now,
+        samples=samples,
+        seen=data_seen(samples.store, samples),
+    )
     states = {k: v["state"] for k, v in doc["collectors"].items()}
     assert states["dcgm_exporter"] == "answering" and states["node_host"] == "answering"
     assert states["ib_tools"] == "not_configured" and states["lustre_metrics"] == "not_configured"
@@ -105,6 +111,7 @@ def test_source_never_shows_credentials():
 def test_a_prometheus_that_refuses_is_a_backend_error():
     def refuse(request: httpx.Request) -> httpx.Response:
         raise httpx.ConnectError("refused")
+
     prom = PrometheusBackend("http://prom.test:9090", client=httpx.Client(transport=httpx.MockTransport(refuse)))
     with pytest.raises(BackendError, match="ConnectError"):
         prom.label_values("__name__")

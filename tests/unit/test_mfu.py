@@ -22,8 +22,17 @@ def run() -> dict:
 
 def _mfu_of(run: dict, **extra):
     c = run["config"]
-    return compute_mfu(params=run["n_params_nonembedding"], layers=c["L"], d_model=c["d"], seq=c["T"],
-                       tokens_per_step=c["B"] * c["T"], step_time_s=run["step_s_median"], gpus=1, gpu="h200", **extra)
+    return compute_mfu(
+        params=run["n_params_nonembedding"],
+        layers=c["L"],
+        d_model=c["d"],
+        seq=c["T"],
+        tokens_per_step=c["B"] * c["T"],
+        step_time_s=run["step_s_median"],
+        gpus=1,
+        gpu="h200",
+        **extra,
+    )
 
 
 def test_mfu_of_the_h200_run_is_40_4_percent(run):
@@ -44,9 +53,16 @@ def test_mfu_of_the_h200_model_sweep():
     sweep = json.loads((DATA / "results_sweep_remanence.json").read_text())["mfu_sweep"]
     assert len(sweep) == 4
     for point in sweep:
-        result = compute_mfu(params=point["params_nonemb"], layers=point["layers"], d_model=point["d"],
-                             seq=point["seq"], tokens_per_step=point["batch"] * point["seq"],
-                             step_time_s=point["step_s"], gpus=1, gpu="h200")
+        result = compute_mfu(
+            params=point["params_nonemb"],
+            layers=point["layers"],
+            d_model=point["d"],
+            seq=point["seq"],
+            tokens_per_step=point["batch"] * point["seq"],
+            step_time_s=point["step_s"],
+            gpus=1,
+            gpu="h200",
+        )
         # The capture divided by 989 TFLOP/s; the catalog says 989.4.
         assert result.mfu == pytest.approx(point["mfu"], rel=1e-3), point["model"]
         assert result.achieved_flops == pytest.approx(point["tflops"] * 1e12, rel=1e-6), point["model"]
@@ -60,12 +76,15 @@ def test_gpus_share_the_step():
     assert one.gpu == "h100-sxm"
 
 
-@pytest.mark.parametrize("change, field", [
-    ({"gpu": "tpu-v5"}, "gpu"),                # unknown device: no borrowed peak
-    ({"step_time_s": 0.0}, "step_time_s"),      # a step takes time
-    ({"gpus": 0}, "gpus"),                      # nobody to do the work
-    ({"params": -1.0}, "params"),               # a model has weights
-])
+@pytest.mark.parametrize(
+    "change, field",
+    [
+        ({"gpu": "tpu-v5"}, "gpu"),  # unknown device: no borrowed peak
+        ({"step_time_s": 0.0}, "step_time_s"),  # a step takes time
+        ({"gpus": 0}, "gpus"),  # nobody to do the work
+        ({"params": -1.0}, "params"),  # a model has weights
+    ],
+)
 def test_bad_inputs_name_the_field(change, field):
     kwargs = dict(params=1e9, layers=24, d_model=2048, seq=2048, tokens_per_step=1e6, step_time_s=1.0, gpus=8)
     kwargs.update(change)
@@ -75,9 +94,26 @@ def test_bad_inputs_name_the_field(change, field):
 
 def test_mfu_cli_json(run):
     c = run["config"]
-    args = ["mfu", "--params", str(run["n_params_nonembedding"]), "--layers", str(c["L"]), "--d-model", str(c["d"]),
-            "--seq", str(c["T"]), "--tokens-per-step", str(c["B"] * c["T"]), "--step-time", str(run["step_s_median"]),
-            "--gpus", "1", "--gpu", "h200", "--json"]
+    args = [
+        "mfu",
+        "--params",
+        str(run["n_params_nonembedding"]),
+        "--layers",
+        str(c["L"]),
+        "--d-model",
+        str(c["d"]),
+        "--seq",
+        str(c["T"]),
+        "--tokens-per-step",
+        str(c["B"] * c["T"]),
+        "--step-time",
+        str(run["step_s_median"]),
+        "--gpus",
+        "1",
+        "--gpu",
+        "h200",
+        "--json",
+    ]
     result = CliRunner().invoke(app, args)
     assert result.exit_code == 0, result.output
     doc = json.loads(result.output)

@@ -27,28 +27,30 @@ def test_the_same_model_describes_128_nodes_without_code_changes():
 
 
 def test_mixed_node_groups_keep_their_gpu_types():
-    text = ("nodes:\n  - {prefix: h, count: 2, gpu: h200}\n"
-            "  - {prefix: b, count: 1, gpu: b200, gpus_per_node: 8}\n")
+    text = "nodes:\n  - {prefix: h, count: 2, gpu: h200}\n  - {prefix: b, count: 1, gpu: b200, gpus_per_node: 8}\n"
     cluster = parse_cluster(text)
     assert [n.gpus[0].spec.key for n in cluster.nodes] == ["h200", "h200", "b200"]
 
 
-@pytest.mark.parametrize("text, expected", [
-    # an unknown GPU names the key, the line and the known ones
-    ("nodes:\n  - count: 2\n    gpu: h1000\n", "x.yaml:3: nodes[0].gpu: unknown GPU 'h1000'"),
-    # a misspelt key is refused rather than ignored
-    ("nodes:\n  - count: 2\n    gpu: h100\n    gpus_per_nod: 4\n", "x.yaml:4: nodes[0].gpus_per_nod: unknown key"),
-    # a count must be a non-negative integer
-    ("nodes:\n  - count: two\n    gpu: h100\n", "x.yaml:2: nodes[0].count: expected a non-negative integer"),
-    # the fabric rate must be known
-    ("nodes:\n  - {count: 1, gpu: h100}\nfabric: {rate: edr2}\n", "x.yaml:3: fabric.rate: unknown rate 'edr2'"),
-    # nodes are required
-    ("name: x\n", "x.yaml: nodes: missing"),
-    # not YAML at all
-    ("nodes: [\n", "x.yaml:2: not YAML"),
-    # a list at the top
-    ("- a\n- b\n", "x.yaml:1: a cluster model is a mapping"),
-])
+@pytest.mark.parametrize(
+    "text, expected",
+    [
+        # an unknown GPU names the key, the line and the known ones
+        ("nodes:\n  - count: 2\n    gpu: h1000\n", "x.yaml:3: nodes[0].gpu: unknown GPU 'h1000'"),
+        # a misspelt key is refused rather than ignored
+        ("nodes:\n  - count: 2\n    gpu: h100\n    gpus_per_nod: 4\n", "x.yaml:4: nodes[0].gpus_per_nod: unknown key"),
+        # a count must be a non-negative integer
+        ("nodes:\n  - count: two\n    gpu: h100\n", "x.yaml:2: nodes[0].count: expected a non-negative integer"),
+        # the fabric rate must be known
+        ("nodes:\n  - {count: 1, gpu: h100}\nfabric: {rate: edr2}\n", "x.yaml:3: fabric.rate: unknown rate 'edr2'"),
+        # nodes are required
+        ("name: x\n", "x.yaml: nodes: missing"),
+        # not YAML at all
+        ("nodes: [\n", "x.yaml:2: not YAML"),
+        # a list at the top
+        ("- a\n- b\n", "x.yaml:1: a cluster model is a mapping"),
+    ],
+)
 def test_bad_model_gets_one_line_naming_file_line_and_key(text, expected):
     with pytest.raises(ConfigError) as err:
         parse_cluster(text, path="x.yaml")

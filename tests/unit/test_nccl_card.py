@@ -26,25 +26,33 @@ def test_live_api_shows_the_socket_fallback_job_with_its_transports_and_verdict(
         with TestClient(create_app(store, reference_cluster())) as c:
             doc = c.get("/api/live").json()
     (entry,) = [n for n in doc["nccl"] if n["job"] == job]
-    assert entry["versions"] == {"2.21.5": ["node1"]}              # rank 0 prints the version
-    assert set(entry["transports"]) >= {"NET/Socket", "NET/IB"}    # node2's ranks over TCP, node1's over IB
+    assert entry["versions"] == {"2.21.5": ["node1"]}  # rank 0 prints the version
+    assert set(entry["transports"]) >= {"NET/Socket", "NET/IB"}  # node2's ranks over TCP, node1's over IB
     assert entry["coll_channels"] == [16]
     assert {(r["rule"], r["verdict"], tuple(r["hosts"])) for r in entry["rules"]} == {
-        ("nccl_socket_fallback", "warn", ("node2",)),     # node2 sends over TCP while node1 has IB
-        ("nccl_ib_missing", "drain", ("node2",))}         # and lists no HCA: a host fault (analysis/nccl.py)
+        ("nccl_socket_fallback", "warn", ("node2",)),  # node2 sends over TCP while node1 has IB
+        ("nccl_ib_missing", "drain", ("node2",)),
+    }  # and lists no HCA: a host fault (analysis/nccl.py)
 
 
 def test_a_real_log_is_given_to_the_job_that_ran_on_its_host():
     """nccl-tests #367 (docker, sockets, NCCL_TREE_THRESHOLD set): the job on its host gets it, forced variable named."""
-    events = list(parse_nccl_log((DATA / "nccl_367_docker_socket_tree_threshold.log").read_text().splitlines(),
-                                 path="nccl_367", t=1000.0))
+    events = list(
+        parse_nccl_log(
+            (DATA / "nccl_367_docker_socket_tree_threshold.log").read_text().splitlines(), path="nccl_367", t=1000.0
+        )
+    )
     hosts = sorted({e.attrs["host"] for e in events})
     store = Store(":memory:")
-    store.add([Job(id="77", user="u", nodes=tuple(hosts), gpus=1, start=900.0, end=None, state="RUNNING"),
-               Job(id="76", user="u", nodes=tuple(hosts), gpus=1, start=100.0, end=800.0, state="COMPLETED"),
-               *events])
+    store.add(
+        [
+            Job(id="77", user="u", nodes=tuple(hosts), gpus=1, start=900.0, end=None, state="RUNNING"),
+            Job(id="76", user="u", nodes=tuple(hosts), gpus=1, start=100.0, end=800.0, state="COMPLETED"),
+            *events,
+        ]
+    )
     (entry,) = nccl_card(store)
-    assert entry["job"] == "77"                                     # the job that ran then, not the one before
+    assert entry["job"] == "77"  # the job that ran then, not the one before
     assert "NCCL_TREE_THRESHOLD" in entry["forcing"] and "NCCL_TREE_THRESHOLD" in entry["env"]
     assert "nccl_forced_tuning" in {r["rule"] for r in entry["rules"]}
 

@@ -17,7 +17,9 @@ def test_pretty_printed_objects_one_after_the_other_are_read_in_order():
     assert detect(SAMPLE).name == "nccl-inspector"
     events = list(read_nccl_inspector(SAMPLE))
     assert [(e.attrs["coll"], e.attrs["coll_sn"], e.attrs["rank"]) for e in events] == [
-        ("AllReduce", 1407, 2), ("ReduceScatter", 1231, 4)]
+        ("AllReduce", 1407, 2),
+        ("ReduceScatter", 1231, 4),
+    ]
     first = events[0].attrs
     assert (first["busbw_gbs"], first["exec_time_us"], first["msg_size_bytes"]) == (485.119099, 61974, 17179869184)
     assert events[0].t == pytest.approx(1748030377.748202)
@@ -31,9 +33,9 @@ def test_one_object_a_line_is_read_too():
 
 
 BAD = [
-    '{"header": {"id": "0x1"}}',                # no coll_perf
-    '{"header": {}, "coll_perf": {}} [1, 2]',   # a second value that is not a record
-    '{"header": {"id": ',                       # cut short
+    '{"header": {"id": "0x1"}}',  # no coll_perf
+    '{"header": {}, "coll_perf": {}} [1, 2]',  # a second value that is not a record
+    '{"header": {"id": ',  # cut short
 ]
 
 

@@ -30,7 +30,7 @@ def test_there_are_at_least_five_real_logs():
 @pytest.mark.parametrize("path", LOGS, ids=lambda p: p.name)
 def test_every_real_log_is_recognised_and_read_strictly(path):
     assert detect(path).name == "nccl-log"
-    events = list(read_nccl_log(path))      # strict: any bad line would raise
+    events = list(read_nccl_log(path))  # strict: any bad line would raise
     assert events
 
 
@@ -47,7 +47,7 @@ def test_h200_log_gives_version_driver_network_channels_bus_id():
 def test_roce_two_node_log_gives_devices_per_host_and_bare_version_line():
     a = _one("nccl_tests_185_roce_2node_v2.19.3.log", "dgxh100-4")
     b = _one("nccl_tests_185_roce_2node_v2.19.3.log", "dgxh100-3")
-    assert a["version"] == "2.19.3" and a["cuda_runtime"] == "12.3"   # printed bare, after dgxh100-4's line
+    assert a["version"] == "2.19.3" and a["cuda_runtime"] == "12.3"  # printed bare, after dgxh100-4's line
     assert b["version"] is None
     assert [(d["name"], d["link"]) for d in b["ib_devices"]] == [("mlx5_10", "RoCE"), ("mlx5_11", "RoCE")]
     assert a["network"] == b["network"] == "IB"
@@ -72,8 +72,11 @@ def test_transports_are_counted_per_kind():
 def test_ranks_and_bus_ids_from_init_lines_of_two_nccl_generations():
     new = {r["rank"]: r["bus_id"] for r in _ranks("nccl_1412_ib_16rank_init_complete.log") if r["rank"] is not None}
     assert new == {6: "c8000", 4: "88000", 0: "7000", 1: "b000", 5: "8b000"}
-    old = {r["rank"]: (r["nranks"], r["bus_id"]) for r in _ranks("deepspeedexamples_310_ib_async_warn.log")
-           if r["rank"] is not None}
+    old = {
+        r["rank"]: (r["nranks"], r["bus_id"])
+        for r in _ranks("deepspeedexamples_310_ib_async_warn.log")
+        if r["rank"] is not None
+    }
     assert old[7] == (8, "d6000") and len(old) == 8
 
 
@@ -89,18 +92,26 @@ def test_environment_variables_set():
 
 
 def test_warn_lines_are_events_with_their_source_line():
-    warns = [e.attrs for e in read_nccl_log(DATA / "deepspeedexamples_310_ib_async_warn.log")
-             if e.kind == EventKind.NCCL_WARN]
+    warns = [
+        e.attrs
+        for e in read_nccl_log(DATA / "deepspeedexamples_310_ib_async_warn.log")
+        if e.kind == EventKind.NCCL_WARN
+    ]
     assert len(warns) == 4
     assert warns[0]["where"] == "transport/net_ib.cc:93"
     assert warns[0]["message"] == "NET/IB : Got async event : client reregistration"
 
 
 def test_watchdog_timeouts_name_rank_seq_op():
-    out = [e.attrs for e in read_nccl_log(DATA / "llamafactory_7396_watchdog_timeout.log")
-           if e.kind == EventKind.NCCL_TIMEOUT]
+    out = [
+        e.attrs
+        for e in read_nccl_log(DATA / "llamafactory_7396_watchdog_timeout.log")
+        if e.kind == EventKind.NCCL_TIMEOUT
+    ]
     assert [(o["rank"], o["seq"], o["op"], o["timeout_ms"]) for o in out] == [
-        (0, 1580, "ALLREDUCE", 600000), (4, 1580, "ALLREDUCE", 600000)]
+        (0, 1580, "ALLREDUCE", 600000),
+        (4, 1580, "ALLREDUCE", 600000),
+    ]
     assert out[0]["numel_in"] == 466119168 and out[0]["ran_ms"] == 600060
 
 

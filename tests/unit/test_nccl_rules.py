@@ -16,9 +16,16 @@ from hpcwatch.sources.nccl_log import parse_nccl_log
 from hpcwatch.vocab import EventKind
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "nccl"
-CLEAN = ["h200_socket_1gpu_v2.28.9.log", "nccl_tests_185_roce_2node_v2.19.3.log", "nccl_447_gcp_socket_2node_v2.7.8.log",
-         "nccl_983_ib_4hca_v2.13.4.log", "nccl_1357_ib_sharp_plugin_2node.log", "nccl_1027_1node_8gpu_p2p_shm.log",
-         "nccl_1609_h800_nvls_channels.log", "nccl_1412_ib_16rank_init_complete.log"]
+CLEAN = [
+    "h200_socket_1gpu_v2.28.9.log",
+    "nccl_tests_185_roce_2node_v2.19.3.log",
+    "nccl_447_gcp_socket_2node_v2.7.8.log",
+    "nccl_983_ib_4hca_v2.13.4.log",
+    "nccl_1357_ib_sharp_plugin_2node.log",
+    "nccl_1027_1node_8gpu_p2p_shm.log",
+    "nccl_1609_h800_nvls_channels.log",
+    "nccl_1412_ib_16rank_init_complete.log",
+]
 
 
 def _lines(name: str) -> list[str]:
@@ -51,37 +58,48 @@ def test_socket_fallback_fires_on_a_socket_log_only_when_the_nodes_have_ib():
 
 def test_socket_fallback_fires_when_one_host_of_an_ib_job_uses_sockets():
     # The real RoCE log, with dgxh100-3's NET/IB line replaced by what a host without its HCAs prints.
-    lines = [l.replace("NET/IB : Using [0]mlx5_10:1/RoCE [1]mlx5_11:1/RoCE [RO]; OOB enp220s0np0:11.1.128.128<0>",
-                       "NET/IB : No device found.").replace("2152299 [0] NCCL INFO Using network IB",
-                                                            "2152299 [0] NCCL INFO Using network Socket")
-             for l in _lines("nccl_tests_185_roce_2node_v2.19.3.log")]
+    lines = [
+        ln.replace(
+            "NET/IB : Using [0]mlx5_10:1/RoCE [1]mlx5_11:1/RoCE [RO]; OOB enp220s0np0:11.1.128.128<0>",
+            "NET/IB : No device found.",
+        ).replace("2152299 [0] NCCL INFO Using network IB", "2152299 [0] NCCL INFO Using network Socket")
+        for ln in _lines("nccl_tests_185_roce_2node_v2.19.3.log")
+    ]
     fired = _rules(lines)
     assert fired["nccl_socket_fallback"][0].hosts == ("dgxh100-3",)
     assert fired["nccl_ib_missing"][0].hosts == ("dgxh100-3",) and fired["nccl_ib_missing"][0].verdict == "drain"
 
 
 def test_ib_missing_fires_when_a_host_lists_fewer_hcas():
-    lines = [l.replace("[0]mlx5_10:1/RoCE [1]mlx5_11:1/RoCE [RO]; OOB enp220s0np0:11.1.128.128",
-                       "[0]mlx5_10:1/RoCE [RO]; OOB enp220s0np0:11.1.128.128")
-             for l in _lines("nccl_tests_185_roce_2node_v2.19.3.log")]
+    lines = [
+        ln.replace(
+            "[0]mlx5_10:1/RoCE [1]mlx5_11:1/RoCE [RO]; OOB enp220s0np0:11.1.128.128",
+            "[0]mlx5_10:1/RoCE [RO]; OOB enp220s0np0:11.1.128.128",
+        )
+        for ln in _lines("nccl_tests_185_roce_2node_v2.19.3.log")
+    ]
     assert list(_rules(lines)) == ["nccl_ib_missing"]
 
 
 def test_forced_tuning_fires_on_a_real_tree_threshold_log_and_on_nccl_algo():
     fired = _rules(_lines("nccl_367_docker_socket_tree_threshold.log"))
     assert fired["nccl_forced_tuning"][0].evidence["variables"] == {"NCCL_TREE_THRESHOLD": "0"}
-    lines = _lines("h200_socket_1gpu_v2.28.9.log") + ["vm:607:607 [0] NCCL INFO NCCL_ALGO set by environment to Ring",
-                                                      "vm:607:607 [0] NCCL INFO NCCL_PROTO set by environment to Simple"]
+    lines = _lines("h200_socket_1gpu_v2.28.9.log") + [
+        "vm:607:607 [0] NCCL INFO NCCL_ALGO set by environment to Ring",
+        "vm:607:607 [0] NCCL INFO NCCL_PROTO set by environment to Simple",
+    ]
     assert _rules(lines)["nccl_forced_tuning"][0].evidence["variables"] == {"NCCL_ALGO": "Ring", "NCCL_PROTO": "Simple"}
     # a variable that only names the system (the interface) is not forcing tuning
     assert "nccl_forced_tuning" not in _rules(_lines("nv_peer_memory_56_ib_2node_v2.4.7.log"))
 
 
 def test_few_channels_fires_below_the_topology_search_and_below_other_ranks():
-    lines = [l.replace("64 coll channels,", "4 coll channels,") for l in _lines("h200_socket_1gpu_v2.28.9.log")]
+    lines = [ln.replace("64 coll channels,", "4 coll channels,") for ln in _lines("h200_socket_1gpu_v2.28.9.log")]
     assert "fewer coll channels than the topology search found (4 < 32)" in _rules(lines)["nccl_few_channels"][0].title
     h800 = _lines("nccl_1609_h800_nvls_channels.log")
-    h800 = [h800[0]] + [l.replace("16 coll channels", "8 coll channels") if "1764 [1]" in l else l for l in h800[1:]]
+    h800 = [h800[0]] + [
+        ln.replace("16 coll channels", "8 coll channels") if "1764 [1]" in ln else ln for ln in h800[1:]
+    ]
     fired = _rules(h800)["nccl_few_channels"]
     assert fired[0].hosts == ("tj5-sc-ai-h800r-dev01",) and "8 < 16" in fired[0].title
 
@@ -95,8 +113,10 @@ def test_version_mismatch_fires_when_two_real_logs_of_different_versions_form_on
 def test_health_checks_put_each_rule_on_its_hosts():
     lines = _lines("nccl_447_gcp_socket_2node_v2.7.8.log") + _lines("nccl_983_ib_4hca_v2.13.4.log")
     checks = nccl_log_checks(list(parse_nccl_log(lines)))
-    assert {(c.node, c.rule) for c in checks} >= {("slurm-train-compute-0-0", "nccl_version_mismatch"),
-                                                  ("slurm-train-compute-0-1", "nccl_socket_fallback")}
+    assert {(c.node, c.rule) for c in checks} >= {
+        ("slurm-train-compute-0-0", "nccl_version_mismatch"),
+        ("slurm-train-compute-0-1", "nccl_socket_fallback"),
+    }
     assert nccl_log_checks(list(parse_nccl_log(_lines("h200_socket_1gpu_v2.28.9.log")))) == []
 
 

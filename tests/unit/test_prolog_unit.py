@@ -14,8 +14,9 @@ DEPLOY = Path(__file__).resolve().parents[2] / "deploy" / "slurm"
 PROLOG = DEPLOY / "prolog"
 EPILOG = DEPLOY / "epilog"
 
-pytestmark = pytest.mark.skipif(shutil.which("bash") is None or shutil.which("flock") is None,
-                                reason="needs bash and flock(1) (util-linux)")
+pytestmark = pytest.mark.skipif(
+    shutil.which("bash") is None or shutil.which("flock") is None, reason="needs bash and flock(1) (util-linux)"
+)
 
 
 def run(script: Path, mapdir: Path | str, **env: str) -> subprocess.CompletedProcess:
@@ -63,7 +64,7 @@ def test_prolog_twice_does_not_duplicate_the_line(tmp_path):
 
 
 def test_epilog_leaves_a_file_that_names_another_job(tmp_path):
-    (tmp_path / "0").write_text("15\n")   # GPU 0 already went to job 15
+    (tmp_path / "0").write_text("15\n")  # GPU 0 already went to job 15
     result = run(EPILOG, tmp_path, SLURM_JOB_ID="14", SLURM_JOB_GPUS="0")
     assert result.returncode == 0
     assert mapping(tmp_path) == {"0": ["15"]}

@@ -13,8 +13,15 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from hpcwatch.analysis.reduce import (from_table, read_parquet, reduce_trace, table_of_ipc, to_ipc, to_table,
-                                      write_parquet)
+from hpcwatch.analysis.reduce import (
+    from_table,
+    read_parquet,
+    reduce_trace,
+    table_of_ipc,
+    to_ipc,
+    to_table,
+    write_parquet,
+)
 from hpcwatch.cli.steps import steps_document
 from hpcwatch.errors import ParseError
 from hpcwatch.reports.steps import reduced_report
@@ -37,14 +44,15 @@ def _traces(data_dir, name):
 
 def _doc(reductions) -> dict:
     report, clock, per_rank = reduced_report(reductions)
-    return steps_document(report, breakdowns=[r.breakdown for r in reductions if r.breakdown is not None],
-                          clock=clock, per_rank=per_rank)
+    return steps_document(
+        report, breakdowns=[r.breakdown for r in reductions if r.breakdown is not None], clock=clock, per_rank=per_rank
+    )
 
 
 @pytest.mark.parametrize("name", sorted(SETS))
 def test_a_reduction_survives_arrow_and_parquet_unchanged(data_dir, name, tmp_path):
     reductions = [reduce_trace(t) for t in _traces(data_dir, name)]
-    shipped = from_table(table_of_ipc(to_ipc([r]) for r in reductions))   # as Dask workers send them
+    shipped = from_table(table_of_ipc(to_ipc([r]) for r in reductions))  # as Dask workers send them
     write_parquet(to_table(reductions), tmp_path / "reduced.parquet")
     kept = read_parquet(tmp_path / "reduced.parquet")
     assert _doc(shipped) == _doc(reductions) == _doc(kept)
@@ -57,18 +65,21 @@ def test_a_reduced_rank_is_small_beside_its_trace(data_dir):
     assert len(to_ipc([reduce_trace(trace)])) < size / 10
 
 
-@pytest.mark.parametrize("make, says", [
-    # Parquet of another producer: no hpcwatch.reduced version in its metadata
-    (lambda p: pq.write_table(pa.table({"rank": [0]}), p), "not a reduced trace table of version 1 (found none)"),
-    # a newer version of ours: refused, not misread
-    (lambda p: pq.write_table(to_table([]).replace_schema_metadata({"hpcwatch.reduced": "9"}), p), "(found 9)"),
-    # not Parquet at all
-    (lambda p: p.write_text('{"traceEvents": []}'), "not a Parquet file"),
-])
+@pytest.mark.parametrize(
+    "make, says",
+    [
+        # Parquet of another producer: no hpcwatch.reduced version in its metadata
+        (lambda p: pq.write_table(pa.table({"rank": [0]}), p), "not a reduced trace table of version 1 (found none)"),
+        # a newer version of ours: refused, not misread
+        (lambda p: pq.write_table(to_table([]).replace_schema_metadata({"hpcwatch.reduced": "9"}), p), "(found 9)"),
+        # not Parquet at all
+        (lambda p: p.write_text('{"traceEvents": []}'), "not a Parquet file"),
+    ],
+)
 def test_a_file_that_is_not_a_reduced_table_is_one_parse_error(tmp_path, make, says):
     path = tmp_path / "reduced.parquet"
     make(path)
-    with pytest.raises(ParseError, match="reduced.parquet: ") as err:
+    with pytest.raises(ParseError, match=r"reduced\.parquet: ") as err:
         read_parquet(path)
     assert says in str(err.value) and "\n" not in str(err.value)
 
@@ -77,8 +88,10 @@ def test_the_streamed_twin_writer_writes_the_documents_of_the_in_memory_one(tmp_
     cfg = with_kernels_per_step(GpuTraceConfig(slow_rank=1, slow_backward_factor=2.0, seed=3), 7)
     nodes = {r: f"node{r // 2 + 1}" for r in range(4)}
     docs = gpu_kineto_traces(cfg, steps=[1, 2, 3], world_size=4, nodes_of_rank=nodes, base_s=1_700_000_000)
-    assert write_gpu_kineto_traces(tmp_path, cfg, steps=[1, 2, 3], world_size=4, nodes_of_rank=nodes,
-                                   base_s=1_700_000_000) == 4
+    assert (
+        write_gpu_kineto_traces(tmp_path, cfg, steps=[1, 2, 3], world_size=4, nodes_of_rank=nodes, base_s=1_700_000_000)
+        == 4
+    )
     for r, doc in docs.items():
         assert orjson.loads((tmp_path / f"rank-{r}.json").read_bytes()) == doc
 
@@ -93,17 +106,28 @@ def test_fewer_kernels_a_step_keep_the_step_s_gpu_time_per_phase():
 
 def test_a_twin_rank_set_numbers_gpus_per_node_and_names_the_slow_rank(tmp_path):
     cfg = with_kernels_per_step(GpuTraceConfig(slow_rank=11, slow_backward_factor=1.5), 14)
-    write_gpu_kineto_traces(tmp_path, cfg, steps=list(range(1, 6)), world_size=16,
-                            nodes_of_rank={r: f"node{r // 8 + 1}" for r in range(16)}, gpus_per_node=8)
-    doc = _doc([reduce_trace(parse_kineto((tmp_path / f"rank-{r}.json").read_bytes(), path=f"rank-{r}.json"))
-                for r in range(16)])
+    write_gpu_kineto_traces(
+        tmp_path,
+        cfg,
+        steps=list(range(1, 6)),
+        world_size=16,
+        nodes_of_rank={r: f"node{r // 8 + 1}" for r in range(16)},
+        gpus_per_node=8,
+    )
+    doc = _doc(
+        [
+            reduce_trace(parse_kineto((tmp_path / f"rank-{r}.json").read_bytes(), path=f"rank-{r}.json"))
+            for r in range(16)
+        ]
+    )
     (s,) = doc["stragglers"]
     assert (s["rank"], s["node"], s["gpu"]) == (11, "node2", 3)
 
 
 def test_twin_traces_writes_a_set_steps_reads_with_its_straggler(run_cli, tmp_path):
-    code, out, err = run_cli(["twin", "traces", "--out", str(tmp_path), "--ranks", "24", "--steps", "4",
-                              "--slow-rank", "13", "--json"])
+    code, out, err = run_cli(
+        ["twin", "traces", "--out", str(tmp_path), "--ranks", "24", "--steps", "4", "--slow-rank", "13", "--json"]
+    )
     assert code == 0, err
     summary = orjson.loads(out)
     assert summary["files"] == 24 == len(list(tmp_path.glob("rank-*.json")))
@@ -114,26 +138,32 @@ def test_twin_traces_writes_a_set_steps_reads_with_its_straggler(run_cli, tmp_pa
     assert [(s["rank"], s["node"], s["gpu"]) for s in doc["stragglers"]] == [(13, "node2", 5)]
 
 
-@pytest.mark.parametrize("argv, says", [
-    (["--ranks", "0"], "--ranks, --steps and --gpus-per-node must be >= 1"),      # an empty job
-    (["--ranks", "8", "--slow-rank", "8"], "--slow-rank must be a rank in 0..7"),  # a rank the job lacks
-    (["--kernels", "2"], "kernels per step must be >= 3"),                        # a phase without a kernel
-])
+@pytest.mark.parametrize(
+    "argv, says",
+    [
+        (["--ranks", "0"], "--ranks, --steps and --gpus-per-node must be >= 1"),  # an empty job
+        (["--ranks", "8", "--slow-rank", "8"], "--slow-rank must be a rank in 0..7"),  # a rank the job lacks
+        (["--kernels", "2"], "kernels per step must be >= 3"),  # a phase without a kernel
+    ],
+)
 def test_twin_traces_refuses_a_set_it_cannot_write(run_cli, tmp_path, argv, says):
     code, _, err = run_cli(["twin", "traces", "--out", str(tmp_path), *argv])
     assert code == 2 and says in err
 
 
-@pytest.mark.parametrize("name, slow_rank", [
-    ("hta_sampled_2ranks", None),   # HTA's 2 ranks: no straggler, a what-if near 1
-    ("gloo_straggler", 2),          # our real gloo run, rank 2 slowed: it explains the slowdown
-])
+@pytest.mark.parametrize(
+    "name, slow_rank",
+    [
+        ("hta_sampled_2ranks", None),  # HTA's 2 ranks: no straggler, a what-if near 1
+        ("gloo_straggler", 2),  # our real gloo run, rank 2 slowed: it explains the slowdown
+    ],
+)
 def test_the_what_if_runs_on_the_reduced_tables_and_names_the_straggler(data_dir, name, slow_rank, tmp_path):
     reductions = [reduce_trace(t) for t in _traces(data_dir, name)]
     write_parquet(to_table(reductions), tmp_path / "reduced.parquet")
     whatif = _doc(read_parquet(tmp_path / "reduced.parquet"))["whatif"]
     assert whatif == _doc(reductions)["whatif"] and whatif["dp_size"] == len(SETS[name])
-    assert 0.9 < whatif["replay_ratio"] < 1.1   # the sequential replay fits these traces' steps
+    assert 0.9 < whatif["replay_ratio"] < 1.1  # the sequential replay fits these traces' steps
     if slow_rank is None:
         assert whatif["slowdown"] < 1.1
     else:
@@ -142,10 +172,20 @@ def test_the_what_if_runs_on_the_reduced_tables_and_names_the_straggler(data_dir
 
 def test_the_twin_s_slow_rank_leads_the_what_if(tmp_path):
     cfg = with_kernels_per_step(GpuTraceConfig(slow_rank=5, slow_backward_factor=2.0), 14)
-    write_gpu_kineto_traces(tmp_path, cfg, steps=list(range(1, 5)), world_size=8,
-                            nodes_of_rank={r: f"node{r // 4 + 1}" for r in range(8)}, gpus_per_node=4)
-    whatif = _doc([reduce_trace(parse_kineto((tmp_path / f"rank-{r}.json").read_bytes(), path=f"rank-{r}.json"))
-                   for r in range(8)])["whatif"]
+    write_gpu_kineto_traces(
+        tmp_path,
+        cfg,
+        steps=list(range(1, 5)),
+        world_size=8,
+        nodes_of_rank={r: f"node{r // 4 + 1}" for r in range(8)},
+        gpus_per_node=4,
+    )
+    whatif = _doc(
+        [
+            reduce_trace(parse_kineto((tmp_path / f"rank-{r}.json").read_bytes(), path=f"rank-{r}.json"))
+            for r in range(8)
+        ]
+    )["whatif"]
     assert whatif["slowdown"] > 1.05 and next(iter(whatif["by_dp_rank"])) == "5"
 
 

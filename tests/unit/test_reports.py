@@ -13,8 +13,19 @@ from hpcwatch.errors import InputError
 from hpcwatch.exporter import registry_for
 from hpcwatch.model.cluster import reference_cluster
 from hpcwatch.records import VECTORS, Event, Finding, Job, Sample
-from hpcwatch.reports import (finding_counts, findings_summary, goodput_report, gpu_table, job_report, jobs_report,
-                              live_snapshot, live_training, node_health, player_step, step_report)
+from hpcwatch.reports import (
+    finding_counts,
+    findings_summary,
+    goodput_report,
+    gpu_table,
+    job_report,
+    jobs_report,
+    live_snapshot,
+    live_training,
+    node_health,
+    player_step,
+    step_report,
+)
 from hpcwatch.store import Store
 from hpcwatch.web.app import create_app
 
@@ -57,6 +68,7 @@ def _training_job(store: Store) -> str:
 
 # -- one number, every view ----------------------------------------------------------------------
 
+
 def test_goodput_is_the_same_in_the_cli_the_exporter_and_the_report(failures_db, run_cli):
     code, out, _ = run_cli(["goodput", "g1", "--db", failures_db, "--json"])
     assert code == 0
@@ -64,7 +76,7 @@ def test_goodput_is_the_same_in_the_cli_the_exporter_and_the_report(failures_db,
     with Store(failures_db) as store:
         report = goodput_report(store, "g1")
         (exported,) = _scrape(store)["hpcwatch_job_goodput_ratio"]
-    assert report.interruptions == cli["interruptions"] >= 1      # failures split re-runs: the case that differed
+    assert report.interruptions == cli["interruptions"] >= 1  # failures split re-runs: the case that differed
     assert cli["goodput"] == report.goodput == exported.value
     assert cli["steps"] == report.steps
 
@@ -72,7 +84,7 @@ def test_goodput_is_the_same_in_the_cli_the_exporter_and_the_report(failures_db,
 def test_step_time_and_straggler_agree_in_the_cli_the_exporter_and_the_web(straggler_db, run_cli):
     with Store(straggler_db) as store:
         job = _training_job(store)
-        families = _scrape(store, recent_steps=10**6)     # the CLI reads every step; so does this scrape
+        families = _scrape(store, recent_steps=10**6)  # the CLI reads every step; so does this scrape
         with TestClient(create_app(store, reference_cluster())) as client:
             web = client.get("/api/steps", params={"job": job}).json()
     code, out, _ = run_cli(["steps", "--job", job, "--db", straggler_db, "--json"])
@@ -92,11 +104,12 @@ def test_step_time_and_straggler_agree_in_the_cli_the_exporter_and_the_web(strag
 
 # -- each report ---------------------------------------------------------------------------------
 
+
 def test_step_report_names_the_straggler_and_its_step_time(straggler_db):
     with Store(straggler_db) as store:
         job = _training_job(store)
         full = step_report(store, job)
-        recent = step_report(store, job, recent_steps=1)   # the last step number only
+        recent = step_report(store, job, recent_steps=1)  # the last step number only
         with pytest.raises(InputError, match="no step spans"):
             step_report(store, "nope")
     assert full.straggler is not None and full.straggler.gpu == 2
@@ -138,14 +151,41 @@ def test_live_training_is_the_newest_complete_step(straggler_db):
 
 def _small_store() -> Store:
     store = Store(":memory:")
-    store.add([Job(id="1", user="ann", account="a", nodes=("n1",), gpus=1, gpus_by_node={"n1": (0,)}, start=0.0,
-                   end=100.0, state="COMPLETED"),
-               Job(id="2", user="bob", account="b", gpus=1, state="PENDING"),
-               *[Sample(metric="DCGM_FI_DEV_GPU_UTIL", labels={"Hostname": "n1", "gpu": "0", "hpc_job": "1"},
-                        t=float(t), value=80.0) for t in range(0, 100, 10)],
-               Event(kind="xid", t=95.0, source="dcgm", attrs={"node": "n1", "xid": 79, "gpu": "0"}),
-               Finding(vector="rdma_blind_spot", severity="high", target="n1", title="t", evidence={"a": 1}, t=5.0,
-                       rule="rdma.x")])
+    store.add(
+        [
+            Job(
+                id="1",
+                user="ann",
+                account="a",
+                nodes=("n1",),
+                gpus=1,
+                gpus_by_node={"n1": (0,)},
+                start=0.0,
+                end=100.0,
+                state="COMPLETED",
+            ),
+            Job(id="2", user="bob", account="b", gpus=1, state="PENDING"),
+            *[
+                Sample(
+                    metric="DCGM_FI_DEV_GPU_UTIL",
+                    labels={"Hostname": "n1", "gpu": "0", "hpc_job": "1"},
+                    t=float(t),
+                    value=80.0,
+                )
+                for t in range(0, 100, 10)
+            ],
+            Event(kind="xid", t=95.0, source="dcgm", attrs={"node": "n1", "xid": 79, "gpu": "0"}),
+            Finding(
+                vector="rdma_blind_spot",
+                severity="high",
+                target="n1",
+                title="t",
+                evidence={"a": 1},
+                t=5.0,
+                rule="rdma.x",
+            ),
+        ]
+    )
     return store
 
 
@@ -169,9 +209,9 @@ def test_node_health_judges_the_window_and_one_node():
     store = _small_store()
     report = node_health(store, node="n1")
     assert [n.node for n in report.nodes] == ["n1"]
-    assert report.verdict == "drain"       # XID 79: the GPU fell off the bus
+    assert report.verdict == "drain"  # XID 79: the GPU fell off the bus
     (unknown,) = node_health(store, node="n9").nodes
-    assert unknown.verdict == "ok" and unknown.checks == ()    # nothing looked at: no check, not a pass
+    assert unknown.verdict == "ok" and unknown.checks == ()  # nothing looked at: no check, not a pass
 
 
 def test_findings_summary_and_counts_cover_every_vector():
@@ -203,6 +243,9 @@ def test_no_sql_outside_the_store():
     root = Path(hpcwatch.__file__).parent
     # store/ writes SQL; promql.py is the other backend, whose .query() speaks PromQL
     files = [f for f in root.rglob("*.py") if f.relative_to(root).parts[0] not in ("store", "promql.py")]
-    offenders = [f.relative_to(root).as_posix() for f in files
-                 if any(call in f.read_text() for call in (".query(", ".query_arrow(", "SELECT "))]
+    offenders = [
+        f.relative_to(root).as_posix()
+        for f in files
+        if any(call in f.read_text() for call in (".query(", ".query_arrow(", "SELECT "))
+    ]
     assert len(files) > 20 and offenders == []

@@ -20,26 +20,42 @@ from hpcwatch.sources.manifest import parse_manifest, sign_manifest
 
 DATA = Path(__file__).parent.parent / "data" / "security"
 T0 = 1_796_000_000.0
-TRAIN = Job(id="7", user="alice", nodes=("node1", "node2"), gpus=16, start=T0 - 100, end=None, state="RUNNING",
-            gpus_by_node={"node1": tuple(range(8)), "node2": tuple(range(8))})
+TRAIN = Job(
+    id="7",
+    user="alice",
+    nodes=("node1", "node2"),
+    gpus=16,
+    start=T0 - 100,
+    end=None,
+    state="RUNNING",
+    gpus_by_node={"node1": tuple(range(8)), "node2": tuple(range(8))},
+)
 
 
 def _pkg(name: str, version: str | None = "1.0", **attrs) -> Event:
-    return Event(kind="pip_package", t=T0, source="img.json",
-                 attrs={"name": name, "version": version, "image": "img", "url": None, "editable": False, **attrs})
+    return Event(
+        kind="pip_package",
+        t=T0,
+        source="img.json",
+        attrs={"name": name, "version": version, "image": "img", "url": None, "editable": False, **attrs},
+    )
 
 
 # -- supply chain ----------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("name, imitates", [
-    ("transfomers", "transformers"),   # one letter dropped
-    ("tocrh", None),                   # too short to compare (5 letters allowed: torch is 5) -> see below
-    ("nmupy", "numpy"),                # adjacent swap
-    ("scikitlearn", "scikit-learn"),   # separator removed
-    ("pytorch-triton", None),          # the real one
-    ("scapy", None),                   # a real, unrelated project one edit from scipy
-    ("dataset", None),                 # idem, from datasets
-])
+
+@pytest.mark.parametrize(
+    "name, imitates",
+    [
+        ("transfomers", "transformers"),  # one letter dropped
+        ("tocrh", None),  # too short to compare (5 letters allowed: torch is 5) -> see below
+        ("nmupy", "numpy"),  # adjacent swap
+        ("scikitlearn", "scikit-learn"),  # separator removed
+        ("pytorch-triton", None),  # the real one
+        ("scapy", None),  # a real, unrelated project one edit from scipy
+        ("dataset", None),  # idem, from datasets
+    ],
+)
 def test_typosquat_names(name: str, imitates: str | None) -> None:
     expected = "torch" if name == "tocrh" else imitates
     assert typosquat_of(name) == expected
@@ -50,15 +66,19 @@ def test_damerau_counts_a_swap_as_one_edit() -> None:
 
 
 def test_known_incident_fires_for_any_torchtriton_but_only_listed_ultralytics_versions() -> None:
-    findings = detect_supply_chain([_pkg("torchtriton", "2.0.0"), _pkg("ultralytics", "8.3.40"),
-                                    _pkg("ultralytics", "8.3.41")])
+    findings = detect_supply_chain(
+        [_pkg("torchtriton", "2.0.0"), _pkg("ultralytics", "8.3.40"), _pkg("ultralytics", "8.3.41")]
+    )
     assert sorted((f.rule, f.evidence["version"]) for f in findings) == [
-        ("supply_chain.known_incident", "2.0.0"), ("supply_chain.known_incident", "8.3.41")]
+        ("supply_chain.known_incident", "2.0.0"),
+        ("supply_chain.known_incident", "8.3.41"),
+    ]
     assert findings[0].evidence["url"].startswith("https://")
 
 
 def test_vcs_install_fires_unless_allowed() -> None:
     from hpcwatch.security.supply_chain import SupplyChainConfig
+
     pkg = _pkg("ourlib", None, url="git+https://git.example/ourlib@1")
     assert [f.rule for f in detect_supply_chain([pkg])] == ["supply_chain.vcs_install"]
     assert detect_supply_chain([pkg], config=SupplyChainConfig(allow_vcs=frozenset({"ourlib"}))) == []
@@ -66,22 +86,32 @@ def test_vcs_install_fires_unless_allowed() -> None:
 
 def test_setuptools_pth_is_known_but_an_impostor_with_its_name_is_not() -> None:
     shim = "import os; var = 'SETUPTOOLS_USE_DISTUTILS'; enabled = os.environ.get(var, 'local') == 'local'"
-    ok = Event(kind="pth_file", t=T0, source="x", attrs={"path": "/sp/distutils-precedence.pth", "line": 1,
-                                                         "code": shim, "image": "img"})
-    bad = Event(kind="pth_file", t=T0, source="x", attrs={"path": "/sp/distutils-precedence.pth", "line": 1,
-                                                          "code": "import socket; ...", "image": "img"})
+    ok = Event(
+        kind="pth_file",
+        t=T0,
+        source="x",
+        attrs={"path": "/sp/distutils-precedence.pth", "line": 1, "code": shim, "image": "img"},
+    )
+    bad = Event(
+        kind="pth_file",
+        t=T0,
+        source="x",
+        attrs={"path": "/sp/distutils-precedence.pth", "line": 1, "code": "import socket; ...", "image": "img"},
+    )
     assert detect_supply_chain([ok]) == []
     assert [f.rule for f in detect_supply_chain([bad])] == ["supply_chain.pth_exec"]
 
 
 # -- data poisoning --------------------------------------------------------------------------------------------
 
+
 def _dataset(tmp_path: Path) -> Path:
     shards = {"a.bin": b"a" * 64, "b.bin": b"b" * 64}
     for name, data in shards.items():
         (tmp_path / name).write_bytes(data)
-    rows = [{"path": n, "sha256": __import__("hashlib").sha256(d).hexdigest(), "bytes": len(d)}
-            for n, d in shards.items()]
+    rows = [
+        {"path": n, "sha256": __import__("hashlib").sha256(d).hexdigest(), "bytes": len(d)} for n, d in shards.items()
+    ]
     (tmp_path / "manifest.json").write_text(json.dumps(sign_manifest("ds", rows, b"key")))
     return tmp_path / "manifest.json"
 
@@ -105,19 +135,35 @@ def test_loader_hook_strict_mode_raises_and_wrong_key_is_reported(tmp_path: Path
 
 
 def _write(t: float, path: str, mask: int = 2) -> Event:
-    return Event(kind="tetragon", t=t, source="t", attrs={"type": "process_kprobe", "host": "node2",
-                 "binary": "/usr/bin/python3", "user": "bob", "function_name": "security_file_permission",
-                 "path": path, "mask": mask})
+    return Event(
+        kind="tetragon",
+        t=t,
+        source="t",
+        attrs={
+            "type": "process_kprobe",
+            "host": "node2",
+            "binary": "/usr/bin/python3",
+            "user": "bob",
+            "function_name": "security_file_permission",
+            "path": path,
+            "mask": mask,
+        },
+    )
 
 
 def test_dataset_write_fires_only_while_a_job_runs() -> None:
-    events = [_write(T0 - 500, "/lustre/datasets/x/0.bin"), _write(T0, "/lustre/datasets/x/0.bin"),
-              _write(T0, "/lustre/datasets/x/0.bin", mask=4), _write(T0, "/lustre/home/bob/out.bin")]
+    events = [
+        _write(T0 - 500, "/lustre/datasets/x/0.bin"),
+        _write(T0, "/lustre/datasets/x/0.bin"),
+        _write(T0, "/lustre/datasets/x/0.bin", mask=4),
+        _write(T0, "/lustre/home/bob/out.bin"),
+    ]
     (finding,) = detect_data_poisoning(events, [TRAIN])
     assert finding.rule == "data_poisoning.write_during_job" and finding.evidence["jobs_running"] == ["7"]
 
 
 # -- RDMA ----------------------------------------------------------------------------------------------------
+
 
 def _ib(host: str, t: float, total: float, metric: str = "node_infiniband_port_data_transmitted_bytes_total") -> Sample:
     return Sample(metric=metric, labels={"device": "mlx5_0", "port": "1", "node": host}, t=t, value=total)
@@ -140,26 +186,39 @@ def test_rdma_one_node_of_a_job_moving_five_times_its_peer_fires() -> None:
 
 def test_rdma_counter_reset_is_not_traffic_and_pkey_errors_fire() -> None:
     samples = [_ib("node3", T0, 5e12), _ib("node3", T0 + 30, 10.0)]
-    samples += [Sample(metric="ib_PortRcvConstraintErrors", labels={"node": "node1", "port": "1"}, t=T0 + k, value=v)
-                for k, v in ((0, 3), (30, 3), (60, 9))]
+    samples += [
+        Sample(metric="ib_PortRcvConstraintErrors", labels={"node": "node1", "port": "1"}, t=T0 + k, value=v)
+        for k, v in ((0, 3), (30, 3), (60, 9))
+    ]
     (finding,) = detect_rdma(samples, [TRAIN])
     assert finding.rule == "rdma.pkey_violation" and finding.evidence["increase"] == 6
 
 
 def test_rdma_open_partition_fires_and_limited_default_does_not() -> None:
     from hpcwatch.sources.opensm import parse_partitions_conf
-    open_, closed = (list(parse_partitions_conf(t)) for t in ("Default=0x7fff, ipoib : ALL=full;",
-                                                              "Default=0x7fff, ipoib : ALL=limited, SELF=full;"))
+
+    open_, closed = (
+        list(parse_partitions_conf(t))
+        for t in ("Default=0x7fff, ipoib : ALL=full;", "Default=0x7fff, ipoib : ALL=limited, SELF=full;")
+    )
     assert [f.rule for f in detect_rdma([], events=open_)] == ["rdma.partitions_open"]
     assert detect_rdma([], events=closed) == []
 
 
 # -- gradients -----------------------------------------------------------------------------------------------
 
+
 def _norms(values_by_step: list[list[float]]) -> list[Sample]:
-    return [Sample(metric="train_grad_norm", labels={"job": "7", "rank": str(r), "step": str(s), "node": "node1",
-                                                     "gpu": str(r)}, t=T0 + s, value=v)
-            for s, row in enumerate(values_by_step) for r, v in enumerate(row)]
+    return [
+        Sample(
+            metric="train_grad_norm",
+            labels={"job": "7", "rank": str(r), "step": str(s), "node": "node1", "gpu": str(r)},
+            t=T0 + s,
+            value=v,
+        )
+        for s, row in enumerate(values_by_step)
+        for r, v in enumerate(row)
+    ]
 
 
 def test_gradient_outlier_needs_k_consecutive_steps() -> None:
@@ -182,14 +241,24 @@ def test_gradient_finding_is_tied_to_an_xid_of_the_same_gpu() -> None:
 
 # -- remanence ------------------------------------------------------------------------------------------------
 
+
 def _fb(gpu: int, t: float, mib: float, job: str = "") -> Sample:
-    return Sample(metric="DCGM_FI_DEV_FB_USED", labels={"gpu": str(gpu), "Hostname": "node2", "hpc_job": job},
-                  t=t, value=mib)
+    return Sample(
+        metric="DCGM_FI_DEV_FB_USED", labels={"gpu": str(gpu), "Hostname": "node2", "hpc_job": job}, t=t, value=mib
+    )
 
 
 def test_memory_held_after_the_job_ended_fires_and_a_freed_gpu_does_not() -> None:
-    ended = Job(id="9", user="bob", nodes=("node2",), gpus=2, gpus_by_node={"node2": (0, 1)}, start=T0 - 600,
-                end=T0, state="COMPLETED")
+    ended = Job(
+        id="9",
+        user="bob",
+        nodes=("node2",),
+        gpus=2,
+        gpus_by_node={"node2": (0, 1)},
+        start=T0 - 600,
+        end=T0,
+        state="COMPLETED",
+    )
     samples = [_fb(g, T0 - 30, 60_000, "9") for g in (0, 1)]
     samples += [_fb(0, T0 + 30, 1.0), _fb(1, T0 + 30, 25_000), _fb(2, T0 + 30, 1.0), _fb(3, T0 + 30, 1.0)]
     (finding,) = detect_remanence(samples, [ended])
@@ -199,72 +268,134 @@ def test_memory_held_after_the_job_ended_fires_and_a_freed_gpu_does_not() -> Non
 
 def test_surviving_process_and_scrub_switch_fire() -> None:
     ended = Job(id="9", user="bob", nodes=("node2",), gpus=8, start=T0 - 600, end=T0, state="COMPLETED")
-    proc = Event(kind="gpu_process", t=T0 + 60, source="nvidia-smi",
-                 attrs={"host": "node2", "gpu": 3, "pid": 4711, "process_name": "python3"})
-    params = Event(kind="nvidia_params", t=T0, source="params", attrs={"host": "node2",
-                                                                        "params": {"RMDisableScrubOnFree": "1"}})
+    proc = Event(
+        kind="gpu_process",
+        t=T0 + 60,
+        source="nvidia-smi",
+        attrs={"host": "node2", "gpu": 3, "pid": 4711, "process_name": "python3"},
+    )
+    params = Event(
+        kind="nvidia_params", t=T0, source="params", attrs={"host": "node2", "params": {"RMDisableScrubOnFree": "1"}}
+    )
     rules = sorted(f.rule for f in detect_remanence([], [ended], [proc, params]))
     assert rules == ["remanence.process_after_job", "remanence.scrub_disabled"]
 
 
 def test_remanence_docstring_cites_the_real_h200_measurement() -> None:
     import hpcwatch.security.remanence as mod
+
     doc = json.loads((DATA / "results_sweep_remanence.json").read_text())["remanence"]
     assert "'pattern_words_seen': 0" in doc["read_new_process"] and "0 of 268M words" in mod.__doc__
 
 
 # -- container escape -------------------------------------------------------------------------------------------
 
+
 def _falco(rule: str, user: str, priority: str = "Notice") -> Event:
-    return Event(kind="falco", t=T0, source="f", attrs={"rule": rule, "priority": priority, "host": "node1",
-                 "output": "...", "output_fields": {"user.name": user, "container.image.repository": "nvcr.io/x"}})
+    return Event(
+        kind="falco",
+        t=T0,
+        source="f",
+        attrs={
+            "rule": rule,
+            "priority": priority,
+            "host": "node1",
+            "output": "...",
+            "output_fields": {"user.name": user, "container.image.repository": "nvcr.io/x"},
+        },
+    )
 
 
 def test_shell_of_the_job_owner_is_expected_and_a_root_shell_is_not() -> None:
-    findings = detect_container_escape([_falco("Terminal shell in container", "alice"),
-                                        _falco("Terminal shell in container", "root")], [TRAIN])
+    findings = detect_container_escape(
+        [_falco("Terminal shell in container", "alice"), _falco("Terminal shell in container", "root")], [TRAIN]
+    )
     assert [(f.rule, f.evidence["user"]) for f in findings] == [("container_escape.shell", "root")]
     assert findings[0].evidence["jobs"][0]["id"] == "7" and findings[0].evidence["jobs"][0]["gpus"] == list(range(8))
 
 
 def test_allow_list_silences_a_shell_but_never_an_escape() -> None:
     config = ContainerEscapeConfig(allowed_shells=(AllowedShell(user="root", image_prefix="nvcr.io/"),))
-    events = [_falco("Terminal shell in container", "root"),
-              _falco("Detect release_agent File Container Escapes", "root", "Critical"),
-              _falco("Some Notice Rule", "root")]
+    events = [
+        _falco("Terminal shell in container", "root"),
+        _falco("Detect release_agent File Container Escapes", "root", "Critical"),
+        _falco("Some Notice Rule", "root"),
+    ]
     assert [f.rule for f in detect_container_escape(events, [TRAIN], config)] == ["container_escape.release_agent"]
 
 
 # -- weights -------------------------------------------------------------------------------------------------
 
+
 def _read(t: float, host: str, user: str, mask: int, binary: str = "/usr/bin/python3") -> Event:
-    return Event(kind="tetragon", t=t, source="t", attrs={"type": "process_kprobe", "host": host, "user": user,
-                 "uid": 1001, "binary": binary, "function_name": "security_file_permission",
-                 "path": "/lustre/checkpoints/run/model.pt", "mask": mask})
+    return Event(
+        kind="tetragon",
+        t=t,
+        source="t",
+        attrs={
+            "type": "process_kprobe",
+            "host": host,
+            "user": user,
+            "uid": 1001,
+            "binary": binary,
+            "function_name": "security_file_permission",
+            "path": "/lustre/checkpoints/run/model.pt",
+            "mask": mask,
+        },
+    )
 
 
 def test_weights_report_names_binary_user_and_job() -> None:
-    events = [_read(T0, "node1", "alice", 2), _read(T0 + 1, "node2", "alice", 4),
-              _read(T0 + 2, "node2", "bob", 4, "/usr/bin/cp"), _read(T0 + 3, "login1", "alice", 4, "/usr/bin/scp")]
+    events = [
+        _read(T0, "node1", "alice", 2),
+        _read(T0 + 1, "node2", "alice", 4),
+        _read(T0 + 2, "node2", "bob", 4, "/usr/bin/cp"),
+        _read(T0 + 3, "login1", "alice", 4, "/usr/bin/scp"),
+    ]
     report = weights_report(events, [TRAIN])
-    assert [(r.access, r.user, r.job) for r in report] == [("write", "alice", "7"), ("read", "alice", "7"),
-                                                          ("read", "bob", None), ("read", "alice", None)]
+    assert [(r.access, r.user, r.job) for r in report] == [
+        ("write", "alice", "7"),
+        ("read", "alice", "7"),
+        ("read", "bob", None),
+        ("read", "alice", None),
+    ]
     findings = detect_weights_access(events, [TRAIN])
     assert sorted((f.rule, f.evidence["user"]) for f in findings) == [
-        ("weights.foreign_reader", "bob"), ("weights.reader_outside_job", "alice")]
+        ("weights.foreign_reader", "bob"),
+        ("weights.reader_outside_job", "alice"),
+    ]
 
 
 def test_weights_outside_the_checkpoint_folder_are_ignored() -> None:
-    events = [Event(kind="tetragon", t=T0, source="t", attrs={"type": "process_kprobe", "host": "node1",
-                    "function_name": "security_file_permission", "path": "/lustre/checkpoints-old/m.pt", "mask": 4})]
+    events = [
+        Event(
+            kind="tetragon",
+            t=T0,
+            source="t",
+            attrs={
+                "type": "process_kprobe",
+                "host": "node1",
+                "function_name": "security_file_permission",
+                "path": "/lustre/checkpoints-old/m.pt",
+                "mask": 4,
+            },
+        )
+    ]
     assert weights_report(events, config=WeightsConfig(weights_path="/lustre/checkpoints")) == []
 
 
 def test_rdma_single_node_job_moving_more_than_its_lustre_io_fires() -> None:
     solo = Job(id="8", user="carol", nodes=("node5",), gpus=8, start=T0 - 100, end=None, state="RUNNING")
     samples = [_ib("node5", T0 + i * 30, i * 30 * 2e9) for i in range(4)]
-    lustre = [Sample(metric="lustre_job_read_bytes_total", labels={"jobid": "8", "target": "lustre-OST0000"},
-                     t=T0 + i * 30, value=i * 30 * 1e9) for i in range(4)]
-    assert detect_rdma(samples + lustre, [solo]) == []          # 2 GB/s, of which Lustre explains 1 GB/s
-    (finding,) = detect_rdma(samples, [solo])                   # no Lustre I/O to explain 2 GB/s
+    lustre = [
+        Sample(
+            metric="lustre_job_read_bytes_total",
+            labels={"jobid": "8", "target": "lustre-OST0000"},
+            t=T0 + i * 30,
+            value=i * 30 * 1e9,
+        )
+        for i in range(4)
+    ]
+    assert detect_rdma(samples + lustre, [solo]) == []  # 2 GB/s, of which Lustre explains 1 GB/s
+    (finding,) = detect_rdma(samples, [solo])  # no Lustre I/O to explain 2 GB/s
     assert finding.rule == "rdma.traffic_unexplained" and finding.evidence["jobs"] == ["8"]

@@ -11,13 +11,11 @@ import pytest
 
 import hpcwatch.security as security
 from hpcwatch.model import reference_cluster
-from hpcwatch.security import (container_escape, data_poisoning, gradients, rdma, remanence, supply_chain,
-                               weights_access)
+from hpcwatch.security import container_escape, data_poisoning, gradients, rdma, remanence, supply_chain, weights_access
 from hpcwatch.security.scan import RULES
-from tests.conftest import scan_folder
-from hpcwatch.store import Store
 from hpcwatch.twin.threats import THREAT_SCENARIOS, write_threat_fixtures
 from hpcwatch.web.i18n import LANGUAGES, finding_key, finding_text, load_catalogue
+from tests.conftest import scan_folder
 
 MODULES = (supply_chain, data_poisoning, rdma, gradients, remanence, container_escape, weights_access)
 FAMILIES = ("supply_chain", "data_poisoning", "rdma", "gradient", "remanence", "container_escape", "weights")
@@ -49,6 +47,7 @@ def test_every_rule_has_a_title_template(lang: str) -> None:
 def test_templates_use_the_same_placeholders_in_every_language() -> None:
     def names(text: str) -> set[str]:
         return {field for _, field, _, _ in string.Formatter().parse(text) if field}
+
     en = load_catalogue("en").words
     for lang in LANGUAGES:
         words = load_catalogue(lang).words

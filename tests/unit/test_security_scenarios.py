@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from hpcwatch.model import reference_cluster
-from hpcwatch.security.scan import ScanConfig, ScanExtras, scan_records, scan_store, sort_findings
+from hpcwatch.security.scan import ScanConfig, scan_records, scan_store, sort_findings
 from hpcwatch.store import Store
 from hpcwatch.twin.threats import EXPECTED_RULES, THREAT_SCENARIOS, write_threat_fixtures
 from tests.conftest import records_of, scan_folder
@@ -46,8 +46,23 @@ def test_findings_name_the_planted_targets(tmp_path: Path) -> None:
 def test_cli_scan_json_sarif_and_store(tmp_path: Path) -> None:
     write_threat_fixtures(tmp_path / "in", "threat_container_escape")
     db, sarif = tmp_path / "s.duckdb", tmp_path / "out.sarif"
-    run = subprocess.run([sys.executable, "-m", "hpcwatch", "scan", str(tmp_path / "in"), "--json", "--db", str(db),
-                          "--sarif", str(sarif)], capture_output=True, text=True, timeout=120)
+    run = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "hpcwatch",
+            "scan",
+            str(tmp_path / "in"),
+            "--json",
+            "--db",
+            str(db),
+            "--sarif",
+            str(sarif),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert run.returncode == 0, run.stderr
     doc = json.loads(run.stdout)
     assert {f["rule"] for f in doc["findings"]} == EXPECTED_RULES["threat_container_escape"]
@@ -59,20 +74,27 @@ def test_cli_scan_json_sarif_and_store(tmp_path: Path) -> None:
 
 
 def test_cli_scan_of_a_missing_file_is_one_line_and_exit_2(tmp_path: Path) -> None:
-    run = subprocess.run([sys.executable, "-m", "hpcwatch", "scan", str(tmp_path / "nope.json"), "--json"],
-                         capture_output=True, text=True, timeout=120)
+    run = subprocess.run(
+        [sys.executable, "-m", "hpcwatch", "scan", str(tmp_path / "nope.json"), "--json"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert run.returncode == 2 and run.stderr.strip() == f"hpcwatch: {tmp_path / 'nope.json'}: no such file or folder"
 
 
 def test_live_twin_with_rdma_and_remanence_threats_is_caught() -> None:
     from hpcwatch.twin import Twin
+
     twin = Twin(CLUSTER, seed=1, scenarios=["threat_rdma", "threat_remanence", "threat_container_escape"])
     samples, events, jobs = [], [], []
     for _ in range(6):
         twin.advance(15.0)
         for record in twin.records():
             kind = type(record).__name__
-            (samples if kind == "Sample" else events if kind == "Event" else jobs if kind == "Job" else []).append(record)
+            (samples if kind == "Sample" else events if kind == "Event" else jobs if kind == "Job" else []).append(
+                record
+            )
     rules = {f.rule for f in scan_records(samples, events, jobs, config=ScanConfig.for_cluster(CLUSTER))}
     assert "container_escape.release_agent" in rules
     assert rules & {"rdma.traffic_disproportion", "rdma.traffic_no_job"}
@@ -81,6 +103,7 @@ def test_live_twin_with_rdma_and_remanence_threats_is_caught() -> None:
 
 def test_tetragon_policy_watches_the_models_weights_path() -> None:
     import yaml
+
     policy = yaml.safe_load((Path(__file__).parents[2] / "deploy" / "tetragon" / "weights-read.yaml").read_text())
     kprobes = policy["spec"]["kprobes"]
     assert policy["kind"] == "TracingPolicy"
@@ -95,17 +118,26 @@ def test_cli_scan_db_reports_who_read_the_weights(tmp_path: Path) -> None:
     db = tmp_path / "s.duckdb"
     with Store(db) as store:
         store.add(records_of([tmp_path / "in"]))
-    run = subprocess.run([sys.executable, "-m", "hpcwatch", "scan", "--db", str(db), "--json"],
-                         capture_output=True, text=True, timeout=120)
+    run = subprocess.run(
+        [sys.executable, "-m", "hpcwatch", "scan", "--db", str(db), "--json"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert run.returncode == 0, run.stderr
     doc = json.loads(run.stdout)
     assert [(r["user"], r["access"], r["job"]) for r in doc["weights_reads"]] == [
-        ("alice", "write", "4242"), ("alice", "mmap", "4242"), ("bob", "read", "4100"), ("alice", "read", None)]
+        ("alice", "write", "4242"),
+        ("alice", "mmap", "4242"),
+        ("bob", "read", "4100"),
+        ("alice", "read", None),
+    ]
     assert {f["rule"] for f in doc["findings"]} == EXPECTED_RULES["threat_weights_access"]
 
 
 def test_rescan_replaces_stored_findings(tmp_path: Path) -> None:
     from hpcwatch.security import rescan
+
     write_threat_fixtures(tmp_path, "threat_container_escape")
     with Store(":memory:") as store:
         store.add(records_of([tmp_path]))
@@ -131,8 +163,9 @@ def test_twin_events_are_what_the_readers_make_of_its_files(vector: str) -> None
         elif rel.startswith("tetragon/"):
             read += parse_tetragon_json(lines, path="<twin tetragon>")
         elif rel.endswith("nvidia/params"):
-            read += parse_nvidia_params(lines, path="/proc/driver/nvidia/params", host="node2",
-                                        t=threats.fixture_world().t0)
+            read += parse_nvidia_params(
+                lines, path="/proc/driver/nvidia/params", host="node2", t=threats.fixture_world().t0
+            )
     key = lambda e: (e.kind, e.t, json.dumps(e.attrs, sort_keys=True))  # noqa: E731
     assert read and sorted(map(key, plant.events)) == sorted(map(key, read))
 
@@ -161,6 +194,7 @@ def _fixture_records(tmp_path: Path, scenario: str) -> tuple[list, object]:
 def test_live_scan_fed_in_slices_finds_what_a_full_scan_finds(scenario: str, tmp_path: Path) -> None:
     from hpcwatch.records import Sample
     from hpcwatch.security.scan import LiveScan
+
     records, _ = _fixture_records(tmp_path, scenario)
     config = ScanConfig.for_cluster(CLUSTER)
     with Store(":memory:") as whole:
@@ -173,7 +207,7 @@ def test_live_scan_fed_in_slices_finds_what_a_full_scan_finds(scenario: str, tmp
         store.add(others)
         found, kept = everything(store), windowed(store)
         for lo in range(0, len(samples), max(len(samples) // 6, 1)):
-            store.add(samples[lo:lo + max(len(samples) // 6, 1)])
+            store.add(samples[lo : lo + max(len(samples) // 6, 1)])
             found = everything(store)
             kept = windowed(store)
         assert found == full  # an unbounded window is the full scan, however the rows arrived
@@ -183,6 +217,7 @@ def test_live_scan_fed_in_slices_finds_what_a_full_scan_finds(scenario: str, tmp
 
 def test_live_scan_reads_each_row_once(tmp_path: Path) -> None:
     from hpcwatch.security.scan import LiveScan
+
     records, _ = _fixture_records(tmp_path, "threat_rdma")
     scan = LiveScan(config=ScanConfig.for_cluster(CLUSTER))
     with Store(":memory:") as store:

@@ -7,8 +7,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from hpcwatch.errors import ParseError
-from hpcwatch.sources.registry import read_input
 from hpcwatch.sources import infiniband, lustre, mapping, nvidia_smi, prometheus_text, slurm
+from hpcwatch.sources.registry import read_input
 
 PARSERS = {
     "prometheus": lambda text: list(prometheus_text.parse_prometheus_text(text, t=0)),
@@ -35,12 +35,16 @@ _SEEDS = [
     "index, utilization.gpu [%]\n0, 5 %\n",
     'up{a="1"} 1 1000\n# TYPE up gauge\n',
 ]
-_ALPHABET = st.sampled_from(list('{}[]()",:=-_.0123456789 \n\tabcJobIdPortCA<>/#%\'+eNaInf\\') + ["\x00", "é"])
+_ALPHABET = st.sampled_from(list("{}[]()\",:=-_.0123456789 \n\tabcJobIdPortCA<>/#%'+eNaInf\\") + ["\x00", "é"])
 
 
 def _texts():
-    mutated = st.builds(lambda seed, cut, junk: seed[:cut] + junk + seed[cut:],
-                        st.sampled_from(_SEEDS), st.integers(0, 120), st.text(_ALPHABET, max_size=8))
+    mutated = st.builds(
+        lambda seed, cut, junk: seed[:cut] + junk + seed[cut:],
+        st.sampled_from(_SEEDS),
+        st.integers(0, 120),
+        st.text(_ALPHABET, max_size=8),
+    )
     return st.one_of(st.text(_ALPHABET, max_size=80), mutated, st.text(max_size=40))
 
 
@@ -54,8 +58,9 @@ def test_reader_yields_or_raises_parse_error(name, text):
         pass
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow,
-                                                                 HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture]
+)
 @given(data=st.binary(max_size=200))
 def test_read_any_on_arbitrary_bytes(tmp_path, data):
     path = tmp_path / "blob"
@@ -66,14 +71,53 @@ def test_read_any_on_arbitrary_bytes(tmp_path, data):
         assert str(path) in str(err)
 
 
-_KEYS = st.sampled_from(["jobs", "job_id", "nodes", "gres_detail", "job_state", "start_time", "end_time", "time",
-                         "start", "end", "tres", "allocated", "requested", "type", "name", "count", "set", "number",
-                         "infinite", "array", "task_id", "array_job_id", "array_task_id", "state", "current",
-                         "user_name", "user", "tres_alloc_str", "tres_req_str"])
-_SCALARS = st.one_of(st.none(), st.booleans(), st.integers(-2, 2**64), st.floats(), st.sampled_from(
-    ["", "gres", "gpu", "gpu:2(IDX:0-1)", "node[1-2]", "RUNNING", "PENDING", "gres/gpu=4", "None assigned"]))
-_JSON = st.recursive(_SCALARS, lambda inner: st.one_of(st.lists(inner, max_size=3),
-                                                       st.dictionaries(_KEYS, inner, max_size=5)), max_leaves=25)
+_KEYS = st.sampled_from(
+    [
+        "jobs",
+        "job_id",
+        "nodes",
+        "gres_detail",
+        "job_state",
+        "start_time",
+        "end_time",
+        "time",
+        "start",
+        "end",
+        "tres",
+        "allocated",
+        "requested",
+        "type",
+        "name",
+        "count",
+        "set",
+        "number",
+        "infinite",
+        "array",
+        "task_id",
+        "array_job_id",
+        "array_task_id",
+        "state",
+        "current",
+        "user_name",
+        "user",
+        "tres_alloc_str",
+        "tres_req_str",
+    ]
+)
+_SCALARS = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(-2, 2**64),
+    st.floats(),
+    st.sampled_from(
+        ["", "gres", "gpu", "gpu:2(IDX:0-1)", "node[1-2]", "RUNNING", "PENDING", "gres/gpu=4", "None assigned"]
+    ),
+)
+_JSON = st.recursive(
+    _SCALARS,
+    lambda inner: st.one_of(st.lists(inner, max_size=3), st.dictionaries(_KEYS, inner, max_size=5)),
+    max_leaves=25,
+)
 
 
 @pytest.mark.parametrize("name", ["squeue", "sacct"])
@@ -81,6 +125,7 @@ _JSON = st.recursive(_SCALARS, lambda inner: st.one_of(st.lists(inner, max_size=
 @given(jobs=st.lists(_JSON, max_size=3))
 def test_slurm_json_of_any_shape(name, jobs):
     import json
+
     text = json.dumps({"jobs": jobs})
     try:
         PARSERS[name](text)
@@ -103,8 +148,9 @@ READERS = {
 
 
 @pytest.mark.parametrize("name", sorted(READERS))
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow,
-                                                                 HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture]
+)
 @given(data=st.one_of(st.binary(max_size=120), st.sampled_from(_SEEDS).map(lambda s: s.encode() + b"\xff\xfe")))
 def test_reader_of_arbitrary_bytes(tmp_path, name, data):
     path = tmp_path / "blob"

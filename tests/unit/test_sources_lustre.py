@@ -39,10 +39,12 @@ def test_mdt_operations_per_job():
 
 
 def test_lctl_param_header_names_the_target_and_usecs_ops_give_seconds():
-    text = ("obdfilter.scratch-OST0003.job_stats=\njob_stats:\n- job_id:          train.1001\n"
-            "  snapshot_time:   1700000000.5\n  start_time:      1699999000\n"
-            "  read_bytes:      { samples: 2, unit: bytes, min: 4096, max: 4096, sum: 8192, sumsq: 1 }\n"
-            "  read:            { samples: 2, unit: usecs, min: 10, max: 20, sum: 1500000, sumsq: 500 }\n")
+    text = (
+        "obdfilter.scratch-OST0003.job_stats=\njob_stats:\n- job_id:          train.1001\n"
+        "  snapshot_time:   1700000000.5\n  start_time:      1699999000\n"
+        "  read_bytes:      { samples: 2, unit: bytes, min: 4096, max: 4096, sum: 8192, sumsq: 1 }\n"
+        "  read:            { samples: 2, unit: usecs, min: 10, max: 20, sum: 1500000, sumsq: 500 }\n"
+    )
     samples = _by(parse_job_stats(text))
     assert samples[("lustre_job_read_bytes_total", "train.1001")].labels["target"] == "scratch-OST0003"
     assert samples[("lustre_job_read_seconds_total", "train.1001")].value == 1.5

@@ -5,8 +5,12 @@ from __future__ import annotations
 import pytest
 
 from hpcwatch.errors import ParseError
-from hpcwatch.sources.mapping import (parse_job_mapping_file, read_job_mapping_dir, read_job_mapping_tree,
-                                      scan_job_mapping_dir)
+from hpcwatch.sources.mapping import (
+    parse_job_mapping_file,
+    read_job_mapping_dir,
+    read_job_mapping_tree,
+    scan_job_mapping_dir,
+)
 from tests.conftest import DATA
 
 MAPPING = DATA / "mapping"
@@ -27,8 +31,10 @@ def test_tree_written_by_the_real_prolog_matches_the_capture_listing():
 def test_mig_instances_empty_files_and_stray_files():
     scanned = scan_job_mapping_dir(MAPPING / "mig_node")
     assert scanned.jobs == {"0": ["41"], "2.0": ["41", "42"], "2.1": ["43"], "3": []}
-    assert dict(scanned.ignored) == {"4.tmp": "not a GPU index or MIG gpu.instance name",
-                                     "README": "not a GPU index or MIG gpu.instance name"}
+    assert dict(scanned.ignored) == {
+        "4.tmp": "not a GPU index or MIG gpu.instance name",
+        "README": "not a GPU index or MIG gpu.instance name",
+    }
     assert read_job_mapping_dir(MAPPING / "mig_node") == scanned.jobs
 
 
@@ -39,11 +45,14 @@ def test_a_subdirectory_named_like_a_gpu_is_ignored(tmp_path):
     assert scanned.jobs == {"0": ["5"]} and scanned.ignored == (("1", "not a regular file"),)
 
 
-@pytest.mark.parametrize("text,line", [
-    ("7\nrm -rf /\n", 2),      # a command, not a job id
-    ("\n\n12 13\n", 3),        # two ids on one line
-    ("job7\n", 1),             # a name, not an id
-])
+@pytest.mark.parametrize(
+    "text,line",
+    [
+        ("7\nrm -rf /\n", 2),  # a command, not a job id
+        ("\n\n12 13\n", 3),  # two ids on one line
+        ("job7\n", 1),  # a name, not an id
+    ],
+)
 def test_bad_job_ids_name_the_line(text, line):
     with pytest.raises(ParseError) as err:
         parse_job_mapping_file(text, path="map/0")

@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import pytest
 
 from hpcwatch.errors import ParseError
 from hpcwatch.records import Event, Sample
-from hpcwatch.sources.nvidia_smi import (parse_nvidia_smi_csv, parse_nvidia_smi_xml, read_nvidia_smi_csv,
-                                         read_nvidia_smi_xml)
+from hpcwatch.sources.nvidia_smi import (
+    parse_nvidia_smi_csv,
+    parse_nvidia_smi_xml,
+    read_nvidia_smi_csv,
+    read_nvidia_smi_xml,
+)
 from tests.conftest import DATA
 
 SMI = DATA / "nvidia_smi"
@@ -22,20 +26,29 @@ def _metrics(records):
 
 def test_xml_readings_of_the_real_h200():
     got = _metrics(read_nvidia_smi_xml(SMI / "nvidia_smi_q.xml", hostname="h200-1"))
-    assert got["DCGM_FI_DEV_POWER_USAGE"].value == 77.97       # instant_power_draw
-    assert got["DCGM_FI_DEV_FB_USED"].value == 4.0             # MiB
+    assert got["DCGM_FI_DEV_POWER_USAGE"].value == 77.97  # instant_power_draw
+    assert got["DCGM_FI_DEV_FB_USED"].value == 4.0  # MiB
     assert got["DCGM_FI_DEV_GPU_TEMP"].value == 35.0
     assert got["DCGM_FI_DEV_SM_CLOCK"].value == 345.0
     assert got["DCGM_FI_DEV_GPU_UTIL"].value == 0.0
     labels = got["DCGM_FI_DEV_GPU_UTIL"].labels
-    assert labels == {"gpu": "0", "UUID": UUID, "modelName": "NVIDIA H200", "Hostname": "h200-1",
-                      "pci_bus_id": "00000000:00:06.0", "DCGM_FI_DRIVER_VERSION": "580.159.04"}
-    assert got["DCGM_FI_DEV_GPU_UTIL"].t == datetime(2026, 11, 29, 22, 14, 45, tzinfo=timezone.utc).timestamp()
+    assert labels == {
+        "gpu": "0",
+        "UUID": UUID,
+        "modelName": "NVIDIA H200",
+        "Hostname": "h200-1",
+        "pci_bus_id": "00000000:00:06.0",
+        "DCGM_FI_DRIVER_VERSION": "580.159.04",
+    }
+    assert got["DCGM_FI_DEV_GPU_UTIL"].t == datetime(2026, 11, 29, 22, 14, 45, tzinfo=UTC).timestamp()
 
 
 def test_xml_compute_processes_become_events():
-    events = [r for r in read_nvidia_smi_xml(SMI / "nvidia_smi_q_with_processes.xml", hostname="h200-1")
-              if isinstance(r, Event)]
+    events = [
+        r
+        for r in read_nvidia_smi_xml(SMI / "nvidia_smi_q_with_processes.xml", hostname="h200-1")
+        if isinstance(r, Event)
+    ]
     assert [e.kind for e in events] == ["gpu_process", "gpu_process"]
     assert events[0].attrs["pid"] == 48213 and events[0].attrs["used_memory_bytes"] == 61234 * 2**20
     assert events[1].attrs["process_name"] == "/tmp/.x/miner" and events[1].attrs["uuid"] == UUID
@@ -46,7 +59,7 @@ def test_real_query_csv_with_units_and_header():
     got = _metrics(read_nvidia_smi_csv(SMI / "nvidia_smi_query.csv"))
     assert got["DCGM_FI_DEV_POWER_USAGE"].value == 77.88 and got["DCGM_FI_DEV_MEM_CLOCK"].value == 3201
     assert got["DCGM_FI_DEV_FB_USED"].labels["UUID"] == UUID
-    assert got["DCGM_FI_DEV_FB_USED"].t == datetime(2026, 11, 29, 22, 14, 46, 82000, tzinfo=timezone.utc).timestamp()
+    assert got["DCGM_FI_DEV_FB_USED"].t == datetime(2026, 11, 29, 22, 14, 46, 82000, tzinfo=UTC).timestamp()
 
 
 def test_noheader_nounits_csv_needs_the_columns():
@@ -61,8 +74,9 @@ def test_noheader_nounits_csv_needs_the_columns():
 
 def test_units_csv_skips_not_supported():
     samples = list(read_nvidia_smi_csv(SMI / "nvidia_smi_query_units.csv", hostname="n1", t=1.0))
-    assert {(s.metric, s.labels["gpu"]) for s in samples if s.metric == "DCGM_FI_DEV_POWER_USAGE"} == \
-           {("DCGM_FI_DEV_POWER_USAGE", "0")}
+    assert {(s.metric, s.labels["gpu"]) for s in samples if s.metric == "DCGM_FI_DEV_POWER_USAGE"} == {
+        ("DCGM_FI_DEV_POWER_USAGE", "0")
+    }
     assert all(s.labels["Hostname"] == "n1" for s in samples)
 
 
@@ -72,16 +86,24 @@ BAD_XML = [
     # XML of something else
     ("<html></html>", 1, "not an nvidia-smi log"),
     # a reading that is not a number
-    ("<nvidia_smi_log><timestamp>Sun Nov 29 22:14:45 2026</timestamp>\n<gpu><utilization>\n<gpu_util>lots</gpu_util>"
-     "</utilization></gpu></nvidia_smi_log>", 3, "not a reading"),
+    (
+        "<nvidia_smi_log><timestamp>Sun Nov 29 22:14:45 2026</timestamp>\n<gpu><utilization>\n<gpu_util>lots</gpu_util>"
+        "</utilization></gpu></nvidia_smi_log>",
+        3,
+        "not a reading",
+    ),
     # a timestamp in another shape
     ("<nvidia_smi_log>\n  <timestamp>yesterday</timestamp></nvidia_smi_log>", 2, "timestamp"),
     # an empty document
     ("", 1, "not XML"),
     # a "billion laughs" entity bomb: expat's amplification limit stops it
-    ('<?xml version="1.0"?><!DOCTYPE l [<!ENTITY a "aaaaaaaaaa">' + "".join(
-        f'<!ENTITY {n} "{("&" + p + ";") * 10}">' for p, n in zip("abcdefg", "bcdefgh"))
-     + "]><nvidia_smi_log><timestamp>&h;</timestamp></nvidia_smi_log>", 1, "amplification"),
+    (
+        '<?xml version="1.0"?><!DOCTYPE l [<!ENTITY a "aaaaaaaaaa">'
+        + "".join(f'<!ENTITY {n} "{("&" + p + ";") * 10}">' for p, n in zip("abcdefg", "bcdefgh"))
+        + "]><nvidia_smi_log><timestamp>&h;</timestamp></nvidia_smi_log>",
+        1,
+        "amplification",
+    ),
 ]
 
 

@@ -14,8 +14,12 @@ from prometheus_client.exposition import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from hpcwatch.errors import ParseError
-from hpcwatch.sources.prometheus_text import (parse_prometheus_columns, parse_prometheus_text,
-                                              read_prometheus_columns, read_prometheus_text)
+from hpcwatch.sources.prometheus_text import (
+    parse_prometheus_columns,
+    parse_prometheus_text,
+    read_prometheus_columns,
+    read_prometheus_text,
+)
 from hpcwatch.store import SAMPLE_SCHEMA, Store
 from tests.conftest import DATA
 
@@ -52,14 +56,18 @@ def _read_columns(path, **kw) -> pa.Table:
 
 
 def _columns_as_rows(table: pa.Table) -> list[tuple]:
-    return [(r["metric"], orjson.loads(r["labels"]), _key(r["value"]), r["t"], r["host"], r["gpu"], r["job"])
-            for r in table.to_pylist()]
+    return [
+        (r["metric"], orjson.loads(r["labels"]), _key(r["value"]), r["t"], r["host"], r["gpu"], r["job"])
+        for r in table.to_pylist()
+    ]
 
 
 def _samples_as_rows(text: str, t: float) -> list[tuple]:
     from hpcwatch.store import sample_keys
-    return [(s.metric, dict(s.labels), _key(s.value), s.t, *sample_keys(s.labels))
-            for s in parse_prometheus_text(text, t=t)]
+
+    return [
+        (s.metric, dict(s.labels), _key(s.value), s.t, *sample_keys(s.labels)) for s in parse_prometheus_text(text, t=t)
+    ]
 
 
 def test_dcgm_exporter_scrape_gives_gpu_host_and_job_of_each_sample():
@@ -99,23 +107,39 @@ def test_escapes_timestamps_nan_and_infinities():
     assert samples[3].value == -math.inf
 
 
-@pytest.mark.parametrize("name", ["dcgm_exporter_node1.prom", "dcgm_exporter_lowercase_hostname.prom",
-                                  "node_exporter_infiniband.prom", "timestamps_and_escapes.prom"])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "dcgm_exporter_node1.prom",
+        "dcgm_exporter_lowercase_hostname.prom",
+        "node_exporter_infiniband.prom",
+        "timestamps_and_escapes.prom",
+    ],
+)
 def test_agrees_with_prometheus_client_on_every_test_file(name):
     text = (PROM / name).read_text()
     assert _ours(text) == _reference(text)
 
 
-@pytest.mark.parametrize("name", ["dcgm_exporter_node1.prom", "dcgm_exporter_lowercase_hostname.prom",
-                                  "node_exporter_infiniband.prom", "timestamps_and_escapes.prom"])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "dcgm_exporter_node1.prom",
+        "dcgm_exporter_lowercase_hostname.prom",
+        "node_exporter_infiniband.prom",
+        "timestamps_and_escapes.prom",
+    ],
+)
 def test_columns_equal_samples_on_every_test_file(name):
     text = (PROM / name).read_text()
     assert _columns_as_rows(parse_prometheus_columns(text, t=3.0)) == _samples_as_rows(text, 3.0)
 
 
 def test_node_exporter_infiniband_counters_are_bytes_already():
-    samples = {(s.metric, s.labels["device"]): s.value
-               for s in parse_prometheus_text((PROM / "node_exporter_infiniband.prom").read_text(), t=0)}
+    samples = {
+        (s.metric, s.labels["device"]): s.value
+        for s in parse_prometheus_text((PROM / "node_exporter_infiniband.prom").read_text(), t=0)
+    }
     assert samples[("node_infiniband_port_data_transmitted_bytes_total", "mlx5_0")] == 1.45192107443712e14
     assert samples[("node_infiniband_state_id", "mlx5_1")] == 1.0
 
@@ -131,6 +155,7 @@ def test_untimed_lines_of_a_saved_scrape_get_the_file_time(tmp_path):
     path = tmp_path / "scrape.prom"
     path.write_text("up 1\n")
     import os
+
     os.utime(path, (1700000000, 1700000000))
     (sample,) = read_prometheus_text(path)
     assert sample.t == 1700000000.0
@@ -141,7 +166,7 @@ BAD = [
     # a word where the value should be
     ('up{a="1"} one\n', 1, "value is not a number"),
     # the label value is not quoted
-    ('ok 1\nup{a=1} 1\n', 2, "bad label"),
+    ("ok 1\nup{a=1} 1\n", 2, "bad label"),
     # two labels without a comma between them
     ('up{a="1" b="2"} 1\n', 1, "bad label"),
     # the same label twice
@@ -180,11 +205,12 @@ def test_bad_input_names_the_line(text, line, what):
 _FIRST = "abcxyzABCXYZ_:"
 _REST = _FIRST + "0189"
 _names = st.builds(lambda a, b: a + b, st.sampled_from(_FIRST), st.text(_REST, max_size=10))
-_label_names = st.builds(lambda a, b: a + b, st.sampled_from("abcxyzABCXYZ_").filter(lambda c: c != "_"),
-                         st.text("abcXYZ_019", max_size=8))
+_label_names = st.builds(
+    lambda a, b: a + b, st.sampled_from("abcxyzABCXYZ_").filter(lambda c: c != "_"), st.text("abcXYZ_019", max_size=8)
+)
 _label_values = st.text(st.characters(blacklist_categories=("Cs",)), max_size=10)
 _values = st.text(st.characters(blacklist_categories=("Cs",)), max_size=12)
-_values = st.one_of(st.floats(allow_nan=True, allow_infinity=True), st.integers(-10**15, 10**15).map(float))
+_values = st.one_of(st.floats(allow_nan=True, allow_infinity=True), st.integers(-(10**15), 10**15).map(float))
 _labels = st.dictionaries(_label_names, _label_values, max_size=4)
 
 
@@ -215,9 +241,16 @@ def test_round_trip_of_generated_metrics(families):
     registry = CollectorRegistry(auto_describe=False)
     registry.register(_Collector(families))
     text = generate_latest(registry).decode()
-    expected = [(s.name, dict(s.labels), _key(float(s.value)),
-                 None if s.timestamp is None else int(float(s.timestamp) * 1000) / 1000.0)
-                for f in families for s in f.samples]
+    expected = [
+        (
+            s.name,
+            dict(s.labels),
+            _key(float(s.value)),
+            None if s.timestamp is None else int(float(s.timestamp) * 1000) / 1000.0,
+        )
+        for f in families
+        for s in f.samples
+    ]
     assert _ours(text) == expected
     assert _ours(text) == _reference(text)
     assert _columns_as_rows(parse_prometheus_columns(text, t=-1.0)) == _samples_as_rows(text, -1.0)

@@ -11,32 +11,45 @@ import pytest
 
 from hpcwatch.errors import ParseError
 from hpcwatch.records import Job, Sample
-from hpcwatch.sources.registry import (RECORD_KINDS, Format, Input, Skipped, detect, format_named, formats,
-                                       host_in_name, plan_inputs, read_input)
+from hpcwatch.sources.registry import (
+    RECORD_KINDS,
+    Format,
+    Input,
+    Skipped,
+    detect,
+    format_named,
+    formats,
+    host_in_name,
+    plan_inputs,
+    read_input,
+)
 from tests.conftest import DATA
 
 
-@pytest.mark.parametrize("relpath,name", [
-    ("prometheus/dcgm_exporter_node1.prom", "prometheus"),
-    ("prometheus/node_exporter_infiniband.prom", "prometheus"),
-    ("prometheus/timestamps_and_escapes.prom", "prometheus"),
-    ("slurm/squeue.json", "squeue-json"),
-    ("slurm/squeue_v0040_synthetic.json", "squeue-json"),
-    ("slurm/sacct.json", "sacct-json"),
-    ("slurm/sacct_v0040_synthetic.json", "sacct-json"),
-    ("slurm/scontrol_show_job_detail.txt", "scontrol-job"),
-    ("infiniband/perfquery_x_switch_2ports.out", "perfquery"),
-    ("infiniband/perfquery_basic_hca.txt", "perfquery"),
-    ("infiniband/ibstat_two_cas.txt", "ibstat"),
-    ("infiniband/ibstat_mlx4_ib_down_eth_disabled_linux_rdma.txt", "ibstat"),
-    ("infiniband/ibstat_mlx4_ddr_active_and_polling_archwiki.txt", "ibstat"),
-    ("lustre/obdfilter_OST0000_job_stats.txt", "lustre-job-stats"),
-    ("lustre/mdt_MDT0000_job_stats.txt", "lustre-job-stats"),
-    ("nvidia_smi/nvidia_smi_q.xml", "nvidia-smi-xml"),
-    ("nvidia_smi/nvidia_smi_query.csv", "nvidia-smi-csv"),
-    ("kineto/hta_a100_nccl_rank0.json.gz", "kineto"),
-    ("bytedance/trace-ST.parquet", "optrace"),
-])
+@pytest.mark.parametrize(
+    "relpath,name",
+    [
+        ("prometheus/dcgm_exporter_node1.prom", "prometheus"),
+        ("prometheus/node_exporter_infiniband.prom", "prometheus"),
+        ("prometheus/timestamps_and_escapes.prom", "prometheus"),
+        ("slurm/squeue.json", "squeue-json"),
+        ("slurm/squeue_v0040_synthetic.json", "squeue-json"),
+        ("slurm/sacct.json", "sacct-json"),
+        ("slurm/sacct_v0040_synthetic.json", "sacct-json"),
+        ("slurm/scontrol_show_job_detail.txt", "scontrol-job"),
+        ("infiniband/perfquery_x_switch_2ports.out", "perfquery"),
+        ("infiniband/perfquery_basic_hca.txt", "perfquery"),
+        ("infiniband/ibstat_two_cas.txt", "ibstat"),
+        ("infiniband/ibstat_mlx4_ib_down_eth_disabled_linux_rdma.txt", "ibstat"),
+        ("infiniband/ibstat_mlx4_ddr_active_and_polling_archwiki.txt", "ibstat"),
+        ("lustre/obdfilter_OST0000_job_stats.txt", "lustre-job-stats"),
+        ("lustre/mdt_MDT0000_job_stats.txt", "lustre-job-stats"),
+        ("nvidia_smi/nvidia_smi_q.xml", "nvidia-smi-xml"),
+        ("nvidia_smi/nvidia_smi_query.csv", "nvidia-smi-csv"),
+        ("kineto/hta_a100_nccl_rank0.json.gz", "kineto"),
+        ("bytedance/trace-ST.parquet", "optrace"),
+    ],
+)
 def test_each_captured_file_is_recognised(relpath, name):
     assert detect(DATA / relpath).name == name
 
@@ -63,8 +76,9 @@ def test_gzipped_files_are_read(tmp_path):
 
 def test_a_walk_reads_folders_in_name_order():
     planned = [i for i in plan_inputs([DATA / "lustre", DATA / "infiniband"]) if isinstance(i, Input)]
-    assert [i.path.name for i in planned[:2]] == sorted(p.name for p in (DATA / "lustre").iterdir()
-                                                        if not p.name.startswith("."))[:2]
+    assert [i.path.name for i in planned[:2]] == sorted(
+        p.name for p in (DATA / "lustre").iterdir() if not p.name.startswith(".")
+    )[:2]
     records = [r for i in planned if i.format for r in i.format.read(i.path, i.context)]
     assert all(isinstance(r, Sample) for r in records)
     assert {r.metric for r in records} >= {"lustre_job_write_bytes_total", "ib_PortXmitData_bytes", "ib_port_up"}
@@ -119,12 +133,15 @@ def _dangling(tmp_path):
 
 
 @pytest.mark.timeout(10)
-@pytest.mark.parametrize("make, what", [
-    (_fifo, "a FIFO"),                # opening it would block until a writer came
-    (_socket, "a socket"),
-    (_zero_link, "a device"),         # a symlink to /dev/zero: endless bytes
-    (_dangling, "a symlink to nothing"),
-])
+@pytest.mark.parametrize(
+    "make, what",
+    [
+        (_fifo, "a FIFO"),  # opening it would block until a writer came
+        (_socket, "a socket"),
+        (_zero_link, "a device"),  # a symlink to /dev/zero: endless bytes
+        (_dangling, "a symlink to nothing"),
+    ],
+)
 def test_special_files_are_refused_on_the_command_line_and_skipped_in_walks(tmp_path, make, what):
     path = make(tmp_path)
     with pytest.raises(ParseError) as err:
@@ -147,6 +164,7 @@ def test_a_symlink_loop_is_walked_once(tmp_path):
 
 def test_host_comes_from_the_path_as_a_whole_token():
     from pathlib import Path
+
     assert host_in_name(Path("/spool/node12-ib.prom"), ["node1", "node12"]) == "node12"
     assert host_in_name(Path("/spool/node1/mlx5_0.1.txt"), ["node1", "node12"]) == "node1"
     assert host_in_name(Path("/spool/node123.prom"), ["node1", "node12"]) is None
@@ -166,6 +184,7 @@ def test_node_exporter_text_gets_the_node_its_context_names(tmp_path):
 
 def test_the_projects_own_outputs_are_recognised(tmp_path):
     from hpcwatch.twin.threats import THREAT_SCENARIOS, write_threat_fixtures
+
     for scenario in THREAT_SCENARIOS:
         out = tmp_path / scenario
         write_threat_fixtures(out, scenario)

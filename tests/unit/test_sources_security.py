@@ -30,14 +30,19 @@ def test_pip_list_json_and_freeze_give_the_same_packages() -> None:
 def test_pip_freeze_reads_vcs_and_editable_installs() -> None:
     events = list(parse_pip_freeze(["lib @ git+https://github.com/o/lib@abc", "-e git+https://h/r.git@1#egg=mine"]))
     assert [(e.attrs["name"], e.attrs["url"], e.attrs["editable"]) for e in events] == [
-        ("lib", "git+https://github.com/o/lib@abc", False), ("mine", "git+https://h/r.git@1#egg=mine", True)]
+        ("lib", "git+https://github.com/o/lib@abc", False),
+        ("mine", "git+https://h/r.git@1#egg=mine", True),
+    ]
 
 
-@pytest.mark.parametrize("text, line", [
-    ("torch==2.3\nthis is not a requirement\n", 2),         # prose in a freeze file
-    ('[{"name": "torch"}]', 1),                             # pip list item without a version
-    ('[{"name": "torch", "version": "1"}', 1),              # truncated JSON: orjson knows the line
-])
+@pytest.mark.parametrize(
+    "text, line",
+    [
+        ("torch==2.3\nthis is not a requirement\n", 2),  # prose in a freeze file
+        ('[{"name": "torch"}]', 1),  # pip list item without a version
+        ('[{"name": "torch", "version": "1"}', 1),  # truncated JSON: orjson knows the line
+    ],
+)
 def test_pip_bad_input_names_the_line(text: str, line: int | None) -> None:
     with pytest.raises(ParseError) as err:
         list(parse_pip_list(text, path="img.txt"))
@@ -68,23 +73,35 @@ def test_osv_zip_is_read_like_a_folder(tmp_path: Path) -> None:
     assert len(read_osv(archive)) == 1
 
 
-@pytest.mark.parametrize("version, events, affected", [
-    ("5.3.1", [("introduced", "0"), ("fixed", "5.4")], True),
-    ("5.4", [("introduced", "0"), ("fixed", "5.4")], False),
-    ("2.2.2", [("introduced", "1.0"), ("last_affected", "2.2.2")], True),
-    ("2.2.3", [("introduced", "1.0"), ("last_affected", "2.2.2")], False),
-    ("0.9", [("introduced", "1.0"), ("fixed", "1.5"), ("introduced", "2.0")], False),
-    ("2.1", [("introduced", "1.0"), ("fixed", "1.5"), ("introduced", "2.0")], True),
-    ("1.10", [("introduced", "1.9"), ("fixed", "1.11")], True),   # PEP 440, not string order
-])
+@pytest.mark.parametrize(
+    "version, events, affected",
+    [
+        ("5.3.1", [("introduced", "0"), ("fixed", "5.4")], True),
+        ("5.4", [("introduced", "0"), ("fixed", "5.4")], False),
+        ("2.2.2", [("introduced", "1.0"), ("last_affected", "2.2.2")], True),
+        ("2.2.3", [("introduced", "1.0"), ("last_affected", "2.2.2")], False),
+        ("0.9", [("introduced", "1.0"), ("fixed", "1.5"), ("introduced", "2.0")], False),
+        ("2.1", [("introduced", "1.0"), ("fixed", "1.5"), ("introduced", "2.0")], True),
+        ("1.10", [("introduced", "1.9"), ("fixed", "1.11")], True),  # PEP 440, not string order
+    ],
+)
 def test_osv_ranges_follow_the_osv_evaluation(version: str, events: list, affected: bool) -> None:
     assert version_affected(version, (), [OsvRange(type="ECOSYSTEM", events=tuple(events))]) is affected
 
 
 def test_falco_alert_keeps_fields_and_nanosecond_time() -> None:
-    line = json.dumps({"hostname": "node1", "output": "x", "priority": "Critical", "source": "syscall",
-                       "rule": "Detect release_agent File Container Escapes", "tags": ["T1611"],
-                       "time": "2026-11-29T10:00:01.123456789Z", "output_fields": {"user.name": "root"}})
+    line = json.dumps(
+        {
+            "hostname": "node1",
+            "output": "x",
+            "priority": "Critical",
+            "source": "syscall",
+            "rule": "Detect release_agent File Container Escapes",
+            "tags": ["T1611"],
+            "time": "2026-11-29T10:00:01.123456789Z",
+            "output_fields": {"user.name": "root"},
+        }
+    )
     (event,) = parse_falco_json([line])
     assert event.kind == "falco" and event.attrs["host"] == "node1"
     assert event.t == pytest.approx(1795946401.123456)
@@ -97,14 +114,20 @@ def test_falco_alert_without_rule_is_an_error_on_its_line() -> None:
 
 
 def test_tetragon_kprobe_flattens_path_mask_and_user() -> None:
-    line = ('{"process_kprobe":{"process":{"pid":7,"uid":1002,"binary":"/usr/bin/cp","user":{"name":"bob"}},'
-            '"function_name":"security_file_permission","policy_name":"weights-read",'
-            '"args":[{"file_arg":{"path":"/lustre/checkpoints/m.pt"}},{"int_arg":4}]},'
-            '"node_name":"node2","time":"2026-11-29T10:00:00Z"}')
+    line = (
+        '{"process_kprobe":{"process":{"pid":7,"uid":1002,"binary":"/usr/bin/cp","user":{"name":"bob"}},'
+        '"function_name":"security_file_permission","policy_name":"weights-read",'
+        '"args":[{"file_arg":{"path":"/lustre/checkpoints/m.pt"}},{"int_arg":4}]},'
+        '"node_name":"node2","time":"2026-11-29T10:00:00Z"}'
+    )
     (event,) = parse_tetragon_json([line, '{"process_exit":{"process":{}},"time":"2026-11-29T10:00:00Z"}'])
     assert {k: event.attrs[k] for k in ("host", "user", "path", "mask", "function_name")} == {
-        "host": "node2", "user": "bob", "path": "/lustre/checkpoints/m.pt", "mask": 4,
-        "function_name": "security_file_permission"}
+        "host": "node2",
+        "user": "bob",
+        "path": "/lustre/checkpoints/m.pt",
+        "mask": 4,
+        "function_name": "security_file_permission",
+    }
 
 
 def test_manifest_signature_verifies_and_detects_tampering(tmp_path: Path) -> None:
@@ -143,15 +166,20 @@ def test_partitions_conf_without_a_colon_is_an_error() -> None:
     assert err.value.line == 1
 
 
-from hypothesis import given, settings, strategies as st  # noqa: E402
+from hypothesis import given, settings  # noqa: E402 -- the property tests of this module start here
+from hypothesis import strategies as st  # noqa: E402
 
 
 @settings(max_examples=60, deadline=None)
 @given(st.text(max_size=300))
 def test_security_readers_raise_only_parse_errors(text: str) -> None:
-    readers = [lambda: list(parse_pip_list(text)), lambda: list(parse_falco_json(text.splitlines())),
-               lambda: list(parse_tetragon_json(text.splitlines())), lambda: parse_manifest(text),
-               lambda: list(parse_partitions_conf(text))]
+    readers = [
+        lambda: list(parse_pip_list(text)),
+        lambda: list(parse_falco_json(text.splitlines())),
+        lambda: list(parse_tetragon_json(text.splitlines())),
+        lambda: parse_manifest(text),
+        lambda: list(parse_partitions_conf(text)),
+    ]
     for read in readers:
         try:
             read()
@@ -159,13 +187,21 @@ def test_security_readers_raise_only_parse_errors(text: str) -> None:
             pass
 
 
-@pytest.mark.parametrize("read, text", [
-    (lambda t: list(parse_tetragon_json([t])), '{"process_kprobe": 5, "time": "2026-01-01T00:00:00Z"}'),  # not an object
-    (lambda t: list(parse_falco_json([t])), '{"rule": "r", "time": "2026-01-01T00:00:00Z", "output_fields": [1]}'),
-    (lambda t: list(__import__("hpcwatch.sources.osv", fromlist=["x"]).parse_osv_entry(t)),
-     '{"id": "X-1", "affected": [3]}'),                                                         # affected of numbers
-    (lambda t: parse_manifest(t), '{"shards": [{"path": "a", "sha256": "' + "a" * 64 + '", "bytes": -1}]}'),
-])
+@pytest.mark.parametrize(
+    "read, text",
+    [
+        (
+            lambda t: list(parse_tetragon_json([t])),
+            '{"process_kprobe": 5, "time": "2026-01-01T00:00:00Z"}',
+        ),  # not an object
+        (lambda t: list(parse_falco_json([t])), '{"rule": "r", "time": "2026-01-01T00:00:00Z", "output_fields": [1]}'),
+        (
+            lambda t: list(__import__("hpcwatch.sources.osv", fromlist=["x"]).parse_osv_entry(t)),
+            '{"id": "X-1", "affected": [3]}',
+        ),  # affected of numbers
+        (lambda t: parse_manifest(t), '{"shards": [{"path": "a", "sha256": "' + "a" * 64 + '", "bytes": -1}]}'),
+    ],
+)
 def test_malformed_nested_fields_are_parse_errors(read, text: str) -> None:
     with pytest.raises(ParseError):
         read(text)

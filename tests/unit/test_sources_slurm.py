@@ -6,9 +6,17 @@ import pytest
 
 from hpcwatch.errors import ParseError
 from hpcwatch.records import Event, Job
-from hpcwatch.sources.slurm import (expand_hostlist, parse_gres_detail, parse_sacct_json, parse_scontrol_show_job,
-                                    parse_sacct_records, parse_squeue_json, read_sacct_json, read_scontrol_show_job,
-                                    read_squeue_json)
+from hpcwatch.sources.slurm import (
+    expand_hostlist,
+    parse_gres_detail,
+    parse_sacct_json,
+    parse_sacct_records,
+    parse_scontrol_show_job,
+    parse_squeue_json,
+    read_sacct_json,
+    read_scontrol_show_job,
+    read_squeue_json,
+)
 from hpcwatch.vocab import EventKind
 from tests.conftest import DATA
 
@@ -52,8 +60,16 @@ def test_scontrol_detail_agrees_with_squeue():
     squeue = _by_id(read_squeue_json(SLURM / "squeue.json"))
     for jid in ("1", "7", "8", "9"):
         a, b = scontrol[jid], squeue[jid]
-        assert (a.user, a.account, a.nodes, a.gpus, a.gpus_by_node, a.start, a.end, a.state) == \
-               (b.user, b.account, b.nodes, b.gpus, b.gpus_by_node, b.start, b.end, b.state)
+        assert (a.user, a.account, a.nodes, a.gpus, a.gpus_by_node, a.start, a.end, a.state) == (
+            b.user,
+            b.account,
+            b.nodes,
+            b.gpus,
+            b.gpus_by_node,
+            b.start,
+            b.end,
+            b.state,
+        )
 
 
 def test_scontrol_multi_line_records_read_like_one_line():
@@ -82,15 +98,18 @@ def test_sacct_v0040_shapes():
     assert jobs["4200"].start is None and jobs["4200"].gpus == 2 and jobs["4200"].nodes == ()
 
 
-@pytest.mark.parametrize("hostlist,hosts", [
-    ("node1", ["node1"]),
-    ("node[1-2,5]", ["node1", "node2", "node5"]),
-    ("gpu[08-10]", ["gpu08", "gpu09", "gpu10"]),
-    ("a[1-2],b3", ["a1", "a2", "b3"]),
-    ("r[1-2]n[1-2]", ["r1n1", "r1n2", "r2n1", "r2n2"]),
-    ("", []),
-    ("None assigned", []),
-])
+@pytest.mark.parametrize(
+    "hostlist,hosts",
+    [
+        ("node1", ["node1"]),
+        ("node[1-2,5]", ["node1", "node2", "node5"]),
+        ("gpu[08-10]", ["gpu08", "gpu09", "gpu10"]),
+        ("a[1-2],b3", ["a1", "a2", "b3"]),
+        ("r[1-2]n[1-2]", ["r1n1", "r1n2", "r2n1", "r2n2"]),
+        ("", []),
+        ("None assigned", []),
+    ],
+)
 def test_expand_hostlist(hostlist, hosts):
     assert expand_hostlist(hostlist) == hosts
 
@@ -101,21 +120,24 @@ def test_expand_hostlist_rejects_malformed(bad):
         expand_hostlist(bad)
 
 
-@pytest.mark.parametrize("entry,expected", [
-    ("gpu:2(IDX:6-7)", (2, (6, 7))),
-    ("gpu:h100:3(IDX:0,2-3)", (3, (0, 2, 3))),
-    ("gpu:1(IDX:N/A)", (1, ())),
-    ("", (0, ())),
-])
+@pytest.mark.parametrize(
+    "entry,expected",
+    [
+        ("gpu:2(IDX:6-7)", (2, (6, 7))),
+        ("gpu:h100:3(IDX:0,2-3)", (3, (0, 2, 3))),
+        ("gpu:1(IDX:N/A)", (1, ())),
+        ("", (0, ())),
+    ],
+)
 def test_parse_gres_detail(entry, expected):
     assert parse_gres_detail(entry) == expected
 
 
 BAD_JSON = [
     # not JSON at all: the syntax error's line
-    ("{\n  \"jobs\": [\n  oops\n]}", 3, "not JSON"),
+    ('{\n  "jobs": [\n  oops\n]}', 3, "not JSON"),
     # JSON, but no jobs list
-    ('{"meta": {}}', 1, "no \"jobs\" list"),
+    ('{"meta": {}}', 1, 'no "jobs" list'),
     # a job that is a string
     ('{"jobs": ["9"]}', 1, "jobs[0]"),
     # the second job has no id: the line where it starts
@@ -165,7 +187,14 @@ def test_sacct_requeued_attempts_are_kept_as_job_end_events():
     assert [j.state for j in jobs] == ["REQUEUED", "REQUEUED", "RUNNING"]
     assert jobs[-1].start == 1796175834 and jobs[-1].end is None
     assert [(e.attrs["start"], e.attrs["end"], e.t) for e in attempts] == [
-        (1796175802, 1796175806, 1796175806), (1796175828, 1796175833, 1796175833)]
+        (1796175802, 1796175806, 1796175806),
+        (1796175828, 1796175833, 1796175833),
+    ]
     assert {e.kind for e in attempts} == {EventKind.JOB_END}
-    assert all(e.attrs["state"] == "REQUEUED" and e.attrs["nodes"] == ["node1", "node2"] and e.attrs["job"] == "1"
-               and e.attrs["user"] == "alice" for e in attempts)
+    assert all(
+        e.attrs["state"] == "REQUEUED"
+        and e.attrs["nodes"] == ["node1", "node2"]
+        and e.attrs["job"] == "1"
+        and e.attrs["user"] == "alice"
+        for e in attempts
+    )

@@ -11,8 +11,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from hpcwatch.analysis.steps import (anatomy_from_spans, anatomy_from_traces, phase_of_annotation,
-                                     temporal_breakdown, union_length, union_lengths)
+from hpcwatch.analysis.steps import (
+    anatomy_from_spans,
+    anatomy_from_traces,
+    phase_of_annotation,
+    temporal_breakdown,
+    union_length,
+    union_lengths,
+)
 from hpcwatch.errors import InputError
 from hpcwatch.records import PHASES, Span
 from hpcwatch.sources.kineto import read_kineto
@@ -25,11 +31,13 @@ HTA_A100 = (338781.0, 75169.0, 21636.0, 435586.0)
 # (_get_idle_time_for_kernels, merge_kernel_intervals) on the same filtered kernels.
 HTA_H200 = (3801.0, 106523.0, -2.0, 110322.0)
 # The same with HTA's rounding off (HTA_DISABLE_NS_ROUNDING=1): its get_temporal_breakdown then runs on both.
-HTA_EXACT = {"hta_a100_nccl_rank0.json.gz": (336419.714688, 76935.828, 22232.018992, 435587.56168),
-             "h200_annotated_steps.json.gz": (2417.409719, 107657.894695, 247.172, 110322.476414)}
+HTA_EXACT = {
+    "hta_a100_nccl_rank0.json.gz": (336419.714688, 76935.828, 22232.018992, 435587.56168),
+    "h200_annotated_steps.json.gz": (2417.409719, 107657.894695, 247.172, 110322.476414),
+}
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _read(path):
     """Each trace is read once per session (reading is what takes the time here)."""
     with warnings.catch_warnings():
@@ -37,8 +45,9 @@ def _read(path):
         return read_kineto(path)
 
 
-@pytest.mark.parametrize("name, expected", [("hta_a100_nccl_rank0.json.gz", HTA_A100),
-                                            ("h200_annotated_steps.json.gz", HTA_H200)])
+@pytest.mark.parametrize(
+    "name, expected", [("hta_a100_nccl_rank0.json.gz", HTA_A100), ("h200_annotated_steps.json.gz", HTA_H200)]
+)
 def test_temporal_breakdown_equals_hta_with_its_rounding(data_dir, name, expected):
     b = temporal_breakdown(_read(data_dir / "kineto" / name), round_us=True)
     assert (b.idle_us, b.compute_us, b.non_compute_us, b.kernel_us) == expected
@@ -51,13 +60,14 @@ def test_temporal_breakdown_equals_hta_without_rounding(data_dir, name):
     np.testing.assert_allclose(ours, HTA_EXACT[name], rtol=1e-4, atol=0.1)
 
 
-@pytest.mark.parametrize("name, expected", [("hta_a100_nccl_rank0.json.gz", HTA_A100),
-                                            ("h200_annotated_steps.json.gz", HTA_H200)])
+@pytest.mark.parametrize(
+    "name, expected", [("hta_a100_nccl_rank0.json.gz", HTA_A100), ("h200_annotated_steps.json.gz", HTA_H200)]
+)
 def test_temporal_breakdown_within_one_percent_of_hta_default_rounding(data_dir, name, expected):
     b = temporal_breakdown(_read(data_dir / "kineto" / name))
     ours = np.array([b.idle_us, b.compute_us, b.non_compute_us]) / b.kernel_us
     theirs = np.array(expected[:3]) / expected[3]
-    assert np.abs(ours - theirs).max() < 0.015   # HTA's rounding adds up to 1 µs of idle per kernel
+    assert np.abs(ours - theirs).max() < 0.015  # HTA's rounding adds up to 1 µs of idle per kernel
     assert b.non_compute_us >= 0
 
 
@@ -83,8 +93,8 @@ def test_a100_steps_use_hta_style_annotations_and_nccl_kernels(data_dir):
     assert anatomy.world_size == 2 and anatomy.steps == (4, 5, 6)
     for rs in anatomy.rank_steps:
         assert rs.phases["forward"] > 0.05 and rs.phases["backward"] > 0.05
-        assert rs.phases["allreduce"] > 0.005          # NCCL kernels, all transfer with one rank known
-        assert rs.overlap_s > 0                         # NCCL overlaps the backward's kernels
+        assert rs.phases["allreduce"] > 0.005  # NCCL kernels, all transfer with one rank known
+        assert rs.overlap_s > 0  # NCCL overlaps the backward's kernels
 
 
 def test_gloo_traces_show_the_others_waiting_for_the_slow_rank(data_dir):
@@ -109,9 +119,14 @@ def _span(rank, step, phase, start, dur, **attrs):
 
 def test_span_waits_align_the_allreduce_across_ranks():
     # ranks 0 and 1 reach the all-reduce at 1.0 and 1.3; the transfer ends for both at 1.5
-    spans = [_span(0, 0, "forward", 0.0, 0.4, node="n1", gpu=0), _span(0, 0, "backward", 0.4, 0.6),
-             _span(0, 0, "allreduce", 1.0, 0.5),
-             _span(1, 0, "forward", 0.0, 0.4), _span(1, 0, "backward", 0.4, 0.9), _span(1, 0, "allreduce", 1.3, 0.2)]
+    spans = [
+        _span(0, 0, "forward", 0.0, 0.4, node="n1", gpu=0),
+        _span(0, 0, "backward", 0.4, 0.6),
+        _span(0, 0, "allreduce", 1.0, 0.5),
+        _span(1, 0, "forward", 0.0, 0.4),
+        _span(1, 0, "backward", 0.4, 0.9),
+        _span(1, 0, "allreduce", 1.3, 0.2),
+    ]
     anatomy = anatomy_from_spans(spans)
     r0, r1 = anatomy.rank_steps
     assert r0.phases["barrier_wait"] == pytest.approx(0.3) and r0.phases["allreduce"] == pytest.approx(0.2)
@@ -130,13 +145,23 @@ def test_steps_missing_on_a_rank_are_left_out():
     assert anatomy_from_spans(spans).steps == (0,)
 
 
-@pytest.mark.parametrize("name, phase", [
-    ("forward", "forward"), ("## forward ##", "forward"), ("DistributedDataParallel.forward", "forward"),
-    ("## backward ##", "backward"), ("Optimizer.step#AdamW.step", "optimizer"), ("data_load", "load"),
-    ("[_TrainingEpochLoop].train_dataloader_next", "load"), ("[Strategy]DDPStrategy.training_step", "forward"),
-    ("[Strategy]DDPStrategy.backward", "backward"), ("ProfilerStep#3", None), ("gloo:all_reduce", None),
-    ("aten::mm", None),
-])
+@pytest.mark.parametrize(
+    "name, phase",
+    [
+        ("forward", "forward"),
+        ("## forward ##", "forward"),
+        ("DistributedDataParallel.forward", "forward"),
+        ("## backward ##", "backward"),
+        ("Optimizer.step#AdamW.step", "optimizer"),
+        ("data_load", "load"),
+        ("[_TrainingEpochLoop].train_dataloader_next", "load"),
+        ("[Strategy]DDPStrategy.training_step", "forward"),
+        ("[Strategy]DDPStrategy.backward", "backward"),
+        ("ProfilerStep#3", None),
+        ("gloo:all_reduce", None),
+        ("aten::mm", None),
+    ],
+)
 def test_annotation_names_map_to_phases(name, phase):
     assert phase_of_annotation(name) == phase
 
@@ -150,13 +175,15 @@ def testunion_lengthgth_matches_counting_unit_cells(intervals):
     assert union_length(starts, ends) == len(cells)
 
 
-
 _TIMES = st.floats(0, 1e6, allow_nan=False) | st.sampled_from([0.0, 1.0, 1.5, 2.0])
 
 
 @settings(max_examples=200, deadline=None)
-@given(st.lists(st.tuples(_TIMES, st.floats(-2, 300, allow_nan=False) | st.just(float("nan")), st.integers(0, 4)),
-                max_size=160))
+@given(
+    st.lists(
+        st.tuples(_TIMES, st.floats(-2, 300, allow_nan=False) | st.just(float("nan")), st.integers(0, 4)), max_size=160
+    )
+)
 def test_union_lengths_equal_union_length_of_each_group_to_the_last_bit(intervals):
     # negative and NaN durations included: the batched merge must agree wherever the one-group one goes
     starts = np.array([s for s, _, _ in intervals], dtype=float)
@@ -164,7 +191,6 @@ def test_union_lengths_equal_union_length_of_each_group_to_the_last_bit(interval
     groups = np.array([g for _, _, g in intervals], dtype=np.int64)
     expected = [union_length(starts[groups == g], ends[groups == g]) for g in range(5)]
     assert union_lengths(starts, ends, groups, 5).tolist() == pytest.approx(expected, abs=0, rel=0, nan_ok=True)
-
 
 
 def test_union_lengths_sum_each_group_as_numpy_sums_it():
@@ -176,11 +202,12 @@ def test_union_lengths_sum_each_group_as_numpy_sums_it():
     expected = [union_length(starts[groups == g], ends[groups == g]) for g in range(40)]
     assert union_lengths(starts, ends, groups, 40).tolist() == expected
 
+
 def test_a_skewed_clock_is_estimated_and_does_not_change_the_waits(data_dir):
     import dataclasses
 
     traces = [_read(p) for p in sorted((data_dir / "kineto" / "gloo_straggler").glob("rank-*.json.gz"))]
-    skew_us = 50_000.0   # rank 1's host clock 50 ms ahead
+    skew_us = 50_000.0  # rank 1's host clock 50 ms ahead
     events = dict(traces[1].events, ts_us=traces[1].events["ts_us"] + skew_us)
     skewed = [dataclasses.replace(traces[1], events=events) if t.rank == 1 else t for t in traces]
     before, after = anatomy_from_traces(traces), anatomy_from_traces(skewed)
@@ -197,7 +224,7 @@ def test_phases_are_inferred_from_operators_without_annotations(data_dir):
     trace = _read(data_dir / "kineto" / "gloo_straggler" / "rank-0.json.gz")
     phase_ids = trace.name_ids(lambda n: phase_of_annotation(n) is not None)
     cat = trace.events["cat"].copy()
-    cat[np.isin(trace.events["name_id"], phase_ids)] = CAT["other"]   # as if no record_function was used
+    cat[np.isin(trace.events["name_id"], phase_ids)] = CAT["other"]  # as if no record_function was used
     bare = dataclasses.replace(trace, events=dict(trace.events, cat=cat))
     annotated, inferred = anatomy_from_traces([trace]), anatomy_from_traces([bare])
     for a, b in zip(annotated.rank_steps, inferred.rank_steps):

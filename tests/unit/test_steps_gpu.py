@@ -38,12 +38,13 @@ def test_step_time_of_a_gpu_that_lags_its_host_is_the_gpu_period_not_the_span_of
     assert clock.gpu_lag_s == pytest.approx(0.161, abs=0.005)
     assert clock.bound == "gpu" and 0.6 < clock.queue_depth_steps < 0.9
     spans = [rs.gpu_busy_s + rs.gpu_idle_s for rs in report.anatomy.rank_steps]
-    assert min(spans) > 0.36   # what the step time used to be (0.368-0.375 s)
+    assert min(spans) > 0.36  # what the step time used to be (0.368-0.375 s)
 
 
 def test_a_launch_bound_trace_keeps_its_host_step(data_dir):
-    report, clock, _ = trace_report([_read("hta_sampled_2ranks/rank-0.json.gz"),
-                                     _read("hta_sampled_2ranks/rank-1.json.gz")])
+    _report, clock, _ = trace_report(
+        [_read("hta_sampled_2ranks/rank-0.json.gz"), _read("hta_sampled_2ranks/rank-1.json.gz")]
+    )
     assert clock.bound == "launch"
     assert clock.gpu_step_s == pytest.approx(clock.host_step_s, rel=0.02)
 
@@ -62,7 +63,7 @@ def test_reader_keeps_the_group_size_of_nccl_kernels():
     trace = _read("hta_a100_nccl_rank0.json.gz")
     ev = trace.events
     sized = ev["group_size"][ev["coll_id"] >= 0]
-    assert len(sized) == 48 and set(sized.tolist()) == {1, 2}   # the job's 2-rank group, and c10d's 1-rank ones
+    assert len(sized) == 48 and set(sized.tolist()) == {1, 2}  # the job's 2-rank group, and c10d's 1-rank ones
     assert (ev["group_size"][ev["coll_id"] < 0] == -1).all()
 
 
@@ -86,18 +87,21 @@ def test_twin_gpu_traces_have_kernels_streams_correlations_and_flows():
     assert (ev["correlation"][kernels] >= 0).all()
     launches = trace.names.index("cudaLaunchKernel")
     assert (ev["name_id"] == launches).sum() == 2 * (40 + 80 + 20 + 1)
-    assert len(flows) == 2 * kernels.sum()   # an ac2g pair a kernel, its id the kernel's correlation
+    assert len(flows) == 2 * kernels.sum()  # an ac2g pair a kernel, its id the kernel's correlation
     corr = set(ev["correlation"][kernels].tolist())
     assert {e["id"] for e in flows} == corr and all(e["cat"] == "ac2g" for e in flows)
     nccl = ev["comm"] & kernels
     assert (ev["group_size"][nccl] == 2).all() and np.isfinite(ev["msg_bytes"][nccl]).all()
 
 
-@pytest.mark.parametrize("kwargs", [
-    {"queue_depth": 0},                 # the host never runs ahead: no GPU queue at all
-    {"slow_backward_factor": 0.0},      # a GPU that takes no time
-    {"jitter": -0.1},                   # a negative spread
-])
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {"queue_depth": 0},  # the host never runs ahead: no GPU queue at all
+        {"slow_backward_factor": 0.0},  # a GPU that takes no time
+        {"jitter": -0.1},  # a negative spread
+    ],
+)
 def test_gpu_trace_config_rejects_bad_values(kwargs):
     with pytest.raises(ConfigError):
         GpuTraceConfig(**kwargs)
@@ -107,15 +111,28 @@ def test_a_kernel_launched_where_two_steps_overlap_counts_in_both():
     # ProfilerStep#1 [0, 100) and #2 [50, 150) overlap: the launch at 60 is in both host ranges,
     # the launch at 120 only in step 2's, so step 1 has one 10 µs kernel and step 2 both (20 µs)
     def x(cat, name, ts, dur, **args):
-        return {"ph": "X", "cat": cat, "name": name, "ts": ts, "dur": dur, "pid": 0 if "stream" in args else 1,
-                "tid": 7 if "stream" in args else 1, "args": args}
-    events = [x("user_annotation", "ProfilerStep#1", 0, 100), x("user_annotation", "ProfilerStep#2", 50, 100),
-              x("cuda_runtime", "cudaLaunchKernel", 60, 2, correlation=1),
-              x("cuda_runtime", "cudaLaunchKernel", 120, 2, correlation=2),
-              x("kernel", "gemm_a", 200, 10, stream=7, correlation=1),
-              x("kernel", "gemm_b", 220, 10, stream=7, correlation=2)]
+        return {
+            "ph": "X",
+            "cat": cat,
+            "name": name,
+            "ts": ts,
+            "dur": dur,
+            "pid": 0 if "stream" in args else 1,
+            "tid": 7 if "stream" in args else 1,
+            "args": args,
+        }
+
+    events = [
+        x("user_annotation", "ProfilerStep#1", 0, 100),
+        x("user_annotation", "ProfilerStep#2", 50, 100),
+        x("cuda_runtime", "cudaLaunchKernel", 60, 2, correlation=1),
+        x("cuda_runtime", "cudaLaunchKernel", 120, 2, correlation=2),
+        x("kernel", "gemm_a", 200, 10, stream=7, correlation=1),
+        x("kernel", "gemm_b", 220, 10, stream=7, correlation=2),
+    ]
     trace = parse_kineto({"distributedInfo": {"rank": 0, "world_size": 1}, "traceEvents": events})
     from hpcwatch.analysis.steps import rank_timeline
+
     cells = {c.step: c.gpu for c in rank_timeline(trace).cells}
     assert (cells[1].busy_s, cells[1].first_us, cells[1].last_us) == (10e-6, 200.0, 210.0)
     assert (cells[2].busy_s, cells[2].idle_s, cells[2].compute_s) == (20e-6, 10e-6, 20e-6)

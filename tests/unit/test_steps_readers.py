@@ -30,7 +30,7 @@ def forking(monkeypatch):
         reduction, messages = read(path)
         return reduction, (*messages, f"read by pid {os.getpid()}")
 
-    monkeypatch.setattr(step_reports, "reduce_trace_file", tagged)   # the forked reader inherits it
+    monkeypatch.setattr(step_reports, "reduce_trace_file", tagged)  # the forked reader inherits it
     return monkeypatch
 
 
@@ -48,14 +48,14 @@ def test_two_processes_write_the_document_of_one(which, data_dir, run_cli, forki
     assert one[0] == two[0] == 0, two[2]
     assert two[1] == one[1]
     assert _pids(one[2]) == {str(os.getpid())}
-    assert len(_pids(two[2])) == 2 and str(os.getpid()) in _pids(two[2])   # this process read a share too
+    assert len(_pids(two[2])) == 2 and str(os.getpid()) in _pids(two[2])  # this process read a share too
 
 
 @pytest.mark.parametrize("broken", [0, 3], ids=["read by the forked reader", "read by this process"])
 def test_a_broken_rank_is_the_one_line_error_of_one_process(broken, tmp_path, data_dir, run_cli, forking):
     for rank, trace in enumerate(sorted((data_dir / "kineto" / "gloo_straggler").glob("rank-*.json.gz"))):
         shutil.copy(trace, tmp_path / f"rank-{rank}.json")
-    (tmp_path / f"rank-{broken}.json").write_text('{"traceEvents": [{"ph": "X", "ts": 1, "dur": 1}')   # cut short
+    (tmp_path / f"rank-{broken}.json").write_text('{"traceEvents": [{"ph": "X", "ts": 1, "dur": 1}')  # cut short
     code, out, err = run_cli(["steps", str(tmp_path), "--json"])
     assert code == 2 and out == ""
     last = err.strip().splitlines()[-1]
@@ -90,6 +90,7 @@ def test_a_parse_error_crosses_processes_whole():
     import pickle
 
     from hpcwatch.errors import ParseError
+
     err = ParseError("not JSON", path="/runs/rank-3.json", line=7, text="{")
     back = pickle.loads(pickle.dumps(err))
     assert type(back) is ParseError and str(back) == str(err) == "/runs/rank-3.json:7: not JSON (found: '{')"

@@ -16,17 +16,39 @@ from hpcwatch.store import Store
 
 
 def _gpu_sample(t, value, gpu="0", job="7"):
-    return Sample(metric="DCGM_FI_DEV_GPU_UTIL", t=t, value=value,
-                  labels={"gpu": gpu, "Hostname": "node1", "hpc_job": job, "modelName": "NVIDIA H100 80GB HBM3"})
+    return Sample(
+        metric="DCGM_FI_DEV_GPU_UTIL",
+        t=t,
+        value=value,
+        labels={"gpu": gpu, "Hostname": "node1", "hpc_job": job, "modelName": "NVIDIA H100 80GB HBM3"},
+    )
 
 
 def test_every_record_kind_round_trips_through_the_store():
-    job = Job(id="7", user="alice", account="proj-llm", partition="gpu", nodes=("node1", "node2"), gpus=4,
-              gpus_by_node={"node1": (6, 7), "node2": (0, 1)}, start=10.0, end=None, state="RUNNING", name="llm")
+    job = Job(
+        id="7",
+        user="alice",
+        account="proj-llm",
+        partition="gpu",
+        nodes=("node1", "node2"),
+        gpus=4,
+        gpus_by_node={"node1": (6, 7), "node2": (0, 1)},
+        start=10.0,
+        end=None,
+        state="RUNNING",
+        name="llm",
+    )
     event = Event(kind="xid", t=12.5, source="dcgm-exporter", attrs={"xid": 79, "gpu": "2"})
     span = Span(job="7", rank=2, step=3, phase="backward", start=11.0, dur=0.021, attrs={"node": "node1"})
-    finding = Finding(vector="rdma_blind_spot", severity="high", target="node2/mlx5_0", title="traffic without job",
-                      evidence={"bytes": 123}, t=13.0, rule="rdma.traffic_without_job")
+    finding = Finding(
+        vector="rdma_blind_spot",
+        severity="high",
+        target="node2/mlx5_0",
+        title="traffic without job",
+        evidence={"bytes": 123},
+        t=13.0,
+        rule="rdma.traffic_without_job",
+    )
     with Store() as store:
         counts = store.add([_gpu_sample(11.0, 93.0), job, event, span, finding])
         assert (counts.samples, counts.jobs, counts.events, counts.spans, counts.findings) == (1, 1, 1, 1, 1)
@@ -40,14 +62,21 @@ def test_every_record_kind_round_trips_through_the_store():
 def test_samples_are_keyed_by_host_gpu_and_job_from_their_labels():
     lowercase_host = Sample(metric="DCGM_FI_DEV_GPU_UTIL", t=1.0, value=5.0, labels={"gpu": "1", "hostname": "node2"})
     lustre = Sample(metric="lustre_job_read_bytes_total", t=1.0, value=9.0, labels={"jobid": "42", "target": "OST0"})
-    ib = Sample(metric="node_infiniband_port_data_received_bytes_total", t=1.0, value=4.0,
-                labels={"device": "mlx5_0", "port": "1", "instance": "node3:9100"})
+    ib = Sample(
+        metric="node_infiniband_port_data_received_bytes_total",
+        t=1.0,
+        value=4.0,
+        labels={"device": "mlx5_0", "port": "1", "instance": "node3:9100"},
+    )
     with Store() as store:
         store.add([_gpu_sample(1.0, 50.0), lowercase_host, lustre, ib])
         rows = {(r["metric"], r["host"], r["gpu"], r["job"]) for r in store.samples().to_pylist()}
-    assert rows == {("DCGM_FI_DEV_GPU_UTIL", "node1", "0", "7"), ("DCGM_FI_DEV_GPU_UTIL", "node2", "1", None),
-                    ("lustre_job_read_bytes_total", None, None, "42"),
-                    ("node_infiniband_port_data_received_bytes_total", "node3", None, None)}
+    assert rows == {
+        ("DCGM_FI_DEV_GPU_UTIL", "node1", "0", "7"),
+        ("DCGM_FI_DEV_GPU_UTIL", "node2", "1", None),
+        ("lustre_job_read_bytes_total", None, None, "42"),
+        ("node_infiniband_port_data_received_bytes_total", "node3", None, None),
+    }
 
 
 def test_sample_queries_filter_by_metric_host_job_and_time():
@@ -91,16 +120,19 @@ def _file_under_a_file(path):
     path.parent.write_text("x")
 
 
-@pytest.mark.parametrize("make, at, message", [
-    # the store of the previous version: one DuckDB file
-    (_old_duckdb_file, "old.duckdb", "the store is now a folder: re-ingest into a new --db path"),
-    # someone's folder: never written into
-    (_folder_of_notes, "docs", "a folder that is not a store"),
-    # a text file where the folder should be
-    (lambda p: p.write_text("x"), "text", "a file, not a store folder"),
-    # a path below a file
-    (_file_under_a_file, "d/file/s", "cannot open the store"),
-])
+@pytest.mark.parametrize(
+    "make, at, message",
+    [
+        # the store of the previous version: one DuckDB file
+        (_old_duckdb_file, "old.duckdb", "the store is now a folder: re-ingest into a new --db path"),
+        # someone's folder: never written into
+        (_folder_of_notes, "docs", "a folder that is not a store"),
+        # a text file where the folder should be
+        (lambda p: p.write_text("x"), "text", "a file, not a store folder"),
+        # a path below a file
+        (_file_under_a_file, "d/file/s", "cannot open the store"),
+    ],
+)
 def test_a_path_that_is_not_a_store_is_a_one_line_store_error(tmp_path, make, at, message):
     make(tmp_path / at)
     before = sorted(p.name for p in tmp_path.rglob("*"))
@@ -150,7 +182,7 @@ def test_kill_9_during_ingest_leaves_a_readable_store_losing_at_most_the_batch_i
     finally:
         writer.wait(timeout=10)
     with Store(path) as store:
-        (count,), = [row for row in store.query("SELECT count(*) FROM samples")]
+        ((count,),) = [row for row in store.query("SELECT count(*) FROM samples")]
         values = store.samples("m").column("t").to_pylist()
     assert count >= 5000  # five committed batches were written before "ready"
     assert count % 1000 == 0  # whole batches only: the one in flight is gone, nothing half-written

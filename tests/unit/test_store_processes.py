@@ -1,14 +1,13 @@
 """The store across processes: a writer killed at any commit point, readers beside writers, two writers."""
 
 import json
-import os
 import subprocess
 import sys
 import textwrap
 
 import pytest
 
-from hpcwatch.store import Store, TABLES
+from hpcwatch.store import TABLES, Store
 
 # Three sources of every kind, each ingested once in one transaction; argv: store, crash point, which hit.
 _INGEST = textwrap.dedent("""
@@ -61,13 +60,16 @@ def clean(tmp_path_factory):
     return _contents(path)
 
 
-@pytest.mark.parametrize("point, kill_at", [
-    ("staged", 2),     # mid-transaction of the first source: row groups on disk, nothing committed
-    ("staged", 9),     # mid-transaction of the second source, the first one committed
-    ("moved", 2),      # second source's parts in the table folders, the manifest not yet replaced
-    ("committed", 1),  # first source's manifest replaced, before the transaction returned
-    ("committed", 3),  # every source committed, killed before close
-])
+@pytest.mark.parametrize(
+    "point, kill_at",
+    [
+        ("staged", 2),  # mid-transaction of the first source: row groups on disk, nothing committed
+        ("staged", 9),  # mid-transaction of the second source, the first one committed
+        ("moved", 2),  # second source's parts in the table folders, the manifest not yet replaced
+        ("committed", 1),  # first source's manifest replaced, before the transaction returned
+        ("committed", 3),  # every source committed, killed before close
+    ],
+)
 def test_kill_9_at_a_commit_point_then_the_same_ingest_gives_the_clean_store(tmp_path, clean, point, kill_at):
     path = tmp_path / "store"
     assert _ingest(path, point, kill_at) == -9
@@ -135,5 +137,5 @@ def test_two_writers_at_once_lose_nothing(tmp_path):
         for metric in ("a", "b"):
             assert store.samples(metric).column("t").to_pylist() == [float(i) for i in range(400)]
         assert len(store.jobs()) == 1
-        assert store.version >= 80      # 80 commits, and the compactions' own swaps
+        assert store.version >= 80  # 80 commits, and the compactions' own swaps
         assert max(store.part_counts().values()) < 20

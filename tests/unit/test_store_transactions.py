@@ -8,18 +8,29 @@ import pytest
 
 from hpcwatch.records import Event, Finding, Job, Sample
 from hpcwatch.schemas import SAMPLE_SCHEMA
-from hpcwatch.store import IngestCounts, SourceMark, Store, TABLES
+from hpcwatch.store import TABLES, IngestCounts, SourceMark, Store
 
 
 def _samples(n, *, t0=0.0, metric="m"):
-    return [Sample(metric=metric, labels={"gpu": str(i % 8), "Hostname": "node1"}, t=t0 + i, value=float(i))
-            for i in range(n)]
+    return [
+        Sample(metric=metric, labels={"gpu": str(i % 8), "Hostname": "node1"}, t=t0 + i, value=float(i))
+        for i in range(n)
+    ]
 
 
 def _sample_table(n, *, t0=0.0):
-    return pa.table({"metric": ["m"] * n, "t": [t0 + i for i in range(n)], "value": [1.0] * n,
-                     "host": ["node1"] * n, "gpu": ["0"] * n, "job": [None] * n, "labels": ["{}"] * n},
-                    schema=SAMPLE_SCHEMA)
+    return pa.table(
+        {
+            "metric": ["m"] * n,
+            "t": [t0 + i for i in range(n)],
+            "value": [1.0] * n,
+            "host": ["node1"] * n,
+            "gpu": ["0"] * n,
+            "job": [None] * n,
+            "labels": ["{}"] * n,
+        },
+        schema=SAMPLE_SCHEMA,
+    )
 
 
 def _tables(store):
@@ -38,7 +49,11 @@ def test_a_source_committed_twice_adds_its_rows_once(tmp_path):
         assert store.has_source("sha256:abc") and not store.has_source("sha256:other")
         (source,) = store.sources()
     assert (source.key, source.path, source.format, source.counts) == (
-        "sha256:abc", "/spool/a.prom", "prometheus", IngestCounts(samples=15))
+        "sha256:abc",
+        "/spool/a.prom",
+        "prometheus",
+        IngestCounts(samples=15),
+    )
     assert source.committed_s > 0
 
 
@@ -56,11 +71,10 @@ def test_two_ingests_of_one_source_at_once_commit_it_once(tmp_path):
 
 def test_a_transaction_that_raises_leaves_nothing_visible_and_no_staged_file(tmp_path):
     with Store(tmp_path / "s", batch_size=4) as store:
-        with pytest.raises(RuntimeError):
-            with store.transaction(source=SourceMark(key="k")) as tx:
-                tx.add(_samples(10))  # three row groups already on disk
-                tx.add([Job(id="1")])
-                raise RuntimeError("the reader found a bad line")
+        with pytest.raises(RuntimeError), store.transaction(source=SourceMark(key="k")) as tx:
+            tx.add(_samples(10))  # three row groups already on disk
+            tx.add([Job(id="1")])
+            raise RuntimeError("the reader found a bad line")
         assert store.query("SELECT (SELECT count(*) FROM samples), (SELECT count(*) FROM jobs)") == [(0, 0)]
         assert not store.has_source("k") and store.version == 0
         assert list((store.path / "staging").glob("*/*")) == []
@@ -71,7 +85,9 @@ def test_a_transaction_commits_every_kind_in_one_version(tmp_path):
     with Store(tmp_path / "s", batch_size=2) as store:
         with store.transaction() as tx:
             tx.add(_samples(5))
-            tx.add([Event(kind="xid", t=1.0, source="dcgm"), Job(id="1", state="PENDING"), Job(id="1", state="RUNNING")])
+            tx.add(
+                [Event(kind="xid", t=1.0, source="dcgm"), Job(id="1", state="PENDING"), Job(id="1", state="RUNNING")]
+            )
         assert tx.version == store.version == 1
         assert tx.counts == IngestCounts(samples=5, events=1, jobs=2)
         assert [(j.id, j.state) for j in store.jobs()] == [("1", "RUNNING")]  # the last sighting in it wins
@@ -88,7 +104,9 @@ def test_a_job_seen_again_in_a_later_commit_replaces_its_row_and_select_star_hid
 
 
 def test_clear_findings_drops_them_for_every_reader(tmp_path):
-    finding = Finding(vector="rdma_blind_spot", severity="high", target="node2", title="x", evidence={"bytes": 1}, t=1.0, rule="r")
+    finding = Finding(
+        vector="rdma_blind_spot", severity="high", target="node2", title="x", evidence={"bytes": 1}, t=1.0, rule="r"
+    )
     with Store(tmp_path / "s") as writer, Store(tmp_path / "s") as reader:
         writer.add([finding])
         assert reader.findings() == [finding]
@@ -131,8 +149,10 @@ def _ingest_in_commits(store, commits):
 
 
 def test_compaction_bounds_the_part_count_and_changes_no_result(tmp_path):
-    with Store(tmp_path / "plain", compact_fanin=1000) as plain, \
-         Store(tmp_path / "compacted", compact_fanin=2, retire_grace_s=0) as compacted:
+    with (
+        Store(tmp_path / "plain", compact_fanin=1000) as plain,
+        Store(tmp_path / "compacted", compact_fanin=2, retire_grace_s=0) as compacted,
+    ):
         for store in (plain, compacted):
             _ingest_in_commits(store, 60)
         assert plain.part_counts()["samples"] == 60
@@ -152,7 +172,7 @@ def test_query_since_reads_each_committed_row_once_across_compactions(tmp_path):
                 seen += [t for (t,) in rows]
         mark, rows = store.query_since(mark, "SELECT t FROM samples ORDER BY t")
         seen += [t for (t,) in rows]
-        assert mark == store.version >= 20      # 20 commits, and the compactions' own swaps
+        assert mark == store.version >= 20  # 20 commits, and the compactions' own swaps
         assert store.query_since(mark, "SELECT count(*) FROM samples") == (mark, [(0,)])
     assert seen == [float(t) for t in range(80)]
 
@@ -162,7 +182,7 @@ def test_an_empty_store_answers_with_typed_empty_tables(tmp_path):
         assert store.samples().schema == SAMPLE_SCHEMA
         assert store.time_range() == (None, None)
         assert store.jobs() == [] and store.events() == [] and store.findings() == [] and store.spans() == []
-        assert store.query("SELECT sum(gpus), max(\"end\") FROM jobs") == [(None, None)]
+        assert store.query('SELECT sum(gpus), max("end") FROM jobs') == [(None, None)]
 
 
 def test_a_compaction_under_way_does_not_hold_other_writers_commits(tmp_path):
@@ -178,10 +198,10 @@ def test_a_compaction_under_way_does_not_hold_other_writers_commits(tmp_path):
         compactor._merge = slow_merge
         compactor.add(_samples(4, t0=0.0))
         writer = threading.Thread(target=compactor.add, args=(_samples(4, t0=4.0),))
-        writer.start()                                   # its commit fills a tier: it starts merging
+        writer.start()  # its commit fills a tier: it starts merging
         assert merging.wait(10)
         started = time.monotonic()
-        other.add(_samples(4, t0=8.0))                   # commits while the merge is blocked
+        other.add(_samples(4, t0=8.0))  # commits while the merge is blocked
         assert time.monotonic() - started < 2.0
         release.set()
         writer.join(10)

@@ -10,26 +10,43 @@ import pytest
 from hpcwatch.analysis.steps import anatomy_from_spans, anatomy_from_traces
 from hpcwatch.analysis.stragglers import StragglerConfig, find_stragglers, modified_z
 from hpcwatch.errors import ConfigError
-from hpcwatch.sources.hook import read_hook_jsonl
 from hpcwatch.records import PHASES, Span
+from hpcwatch.sources.hook import read_hook_jsonl
 from hpcwatch.sources.kineto import read_kineto
 
 
-def _job_spans(work_s: dict[int, dict[str, float]], *, steps: int = 5, base: dict[str, float] | None = None,
-               noise: float = 0.0, seed: int = 0) -> list[Span]:
+def _job_spans(
+    work_s: dict[int, dict[str, float]],
+    *,
+    steps: int = 5,
+    base: dict[str, float] | None = None,
+    noise: float = 0.0,
+    seed: int = 0,
+) -> list[Span]:
     """Twin-like spans of a synchronous job: each rank waits in barrier_wait for the slowest rank."""
     rng = np.random.default_rng(seed)
     base = base or {"load": 0.002, "forward": 0.010, "backward": 0.020, "optimizer": 0.003}
     spans, t = [], 1000.0
     for step in range(steps):
-        own = {r: {p: base[p] * (1 + noise * rng.standard_normal()) * work_s.get(r, {}).get(p, 1.0) for p in base}
-               for r in range(8)}
+        own = {
+            r: {p: base[p] * (1 + noise * rng.standard_normal()) * work_s.get(r, {}).get(p, 1.0) for p in base}
+            for r in range(8)
+        }
         slowest = max(sum(v.values()) for v in own.values())
         for r, phases in own.items():
             start = t
             for p, d in phases.items():
-                spans.append(Span(job="42", rank=r, step=step, phase=p, start=start, dur=d,
-                                  attrs={"node": f"node{1 + r // 4}", "gpu": r % 4}))
+                spans.append(
+                    Span(
+                        job="42",
+                        rank=r,
+                        step=step,
+                        phase=p,
+                        start=start,
+                        dur=d,
+                        attrs={"node": f"node{1 + r // 4}", "gpu": r % 4},
+                    )
+                )
                 start += d
             wait = slowest - sum(phases.values())
             spans.append(Span(job="42", rank=r, step=step, phase="barrier_wait", start=start, dur=wait, attrs={}))
@@ -49,8 +66,9 @@ def test_twin_like_backward_straggler_is_named_with_node_gpu_and_phase():
 
 def test_relative_score_is_best_over_mine_as_in_nvrx():
     # rank 3 twice as slow in everything: twice as slow as the fastest rank -> 0.5
-    report = find_stragglers(anatomy_from_spans(_job_spans({3: dict.fromkeys(("load", "forward", "backward",
-                                                                              "optimizer"), 2.0)})))
+    report = find_stragglers(
+        anatomy_from_spans(_job_spans({3: dict.fromkeys(("load", "forward", "backward", "optimizer"), 2.0)}))
+    )
     scores = {r.rank: r.score for r in report.ranks}
     assert scores[3] == pytest.approx(0.5) and all(scores[r] == pytest.approx(1.0) for r in scores if r != 3)
     assert all(0.0 <= r.score <= 1.0 and 0.0 <= r.individual_score <= 1.0 for r in report.ranks)
@@ -59,8 +77,18 @@ def test_relative_score_is_best_over_mine_as_in_nvrx():
 def test_individual_score_sees_a_rank_getting_slower_than_its_own_best():
     fast = _job_spans({}, steps=2)
     slow = [s for s in _job_spans({}, steps=5) if s.step >= 2]
-    slow = [Span(job=s.job, rank=s.rank, step=s.step, phase=s.phase, start=s.start,
-                 dur=s.dur * (3.0 if s.rank == 1 and s.phase == "forward" else 1.0), attrs=s.attrs) for s in slow]
+    slow = [
+        Span(
+            job=s.job,
+            rank=s.rank,
+            step=s.step,
+            phase=s.phase,
+            start=s.start,
+            dur=s.dur * (3.0 if s.rank == 1 and s.phase == "forward" else 1.0),
+            attrs=s.attrs,
+        )
+        for s in slow
+    ]
     report = find_stragglers(anatomy_from_spans(fast + slow))
     rank1 = next(r for r in report.ranks if r.rank == 1)
     assert rank1.individual_score < 0.7 and rank1.phase_scores["forward"] == pytest.approx(1 / 3, rel=0.05)
@@ -84,8 +112,12 @@ def test_the_planted_gloo_straggler_is_named_from_the_kineto_traces(data_dir):
 
 
 def test_the_planted_gloo_straggler_is_named_from_the_hook_spans(data_dir):
-    spans = [r for p in sorted((data_dir / "kineto" / "gloo_straggler" / "hook").glob("rank-*.jsonl"))
-             for r in read_hook_jsonl(p) if isinstance(r, Span)]
+    spans = [
+        r
+        for p in sorted((data_dir / "kineto" / "gloo_straggler" / "hook").glob("rank-*.jsonl"))
+        for r in read_hook_jsonl(p)
+        if isinstance(r, Span)
+    ]
     report = find_stragglers(anatomy_from_spans(spans))
     assert [(s.rank, s.node, s.gpu, s.phase) for s in report.stragglers] == [(2, "node2", 0, "backward")]
 
@@ -101,8 +133,10 @@ def test_modified_z_survives_identical_ranks():
     assert np.isfinite(z).all() and z[3, 0] > 3.5 and (z[:3] == 0).all()
 
 
-@pytest.mark.parametrize("field, value", [("z_threshold", 0), ("min_step_fraction", 0), ("min_step_fraction", 1.5),
-                                          ("min_excess", -1), ("mad_floor", 0)])
+@pytest.mark.parametrize(
+    "field, value",
+    [("z_threshold", 0), ("min_step_fraction", 0), ("min_step_fraction", 1.5), ("min_excess", -1), ("mad_floor", 0)],
+)
 def test_straggler_config_rejects_bad_values(field, value):
     with pytest.raises(ConfigError):
         StragglerConfig(**{field: value})
@@ -127,9 +161,18 @@ def test_the_twins_straggler_scenario_is_named_from_its_spans():
 
 def test_a_single_slow_step_is_an_outlier_over_time_not_a_straggler():
     spans = _job_spans({}, steps=6, noise=0.01)
-    spans = [Span(job=s.job, rank=s.rank, step=s.step, phase=s.phase, start=s.start,
-                  dur=s.dur + (0.05 if (s.rank, s.step, s.phase) == (4, 3, "load") else 0.0), attrs=s.attrs)
-             for s in spans]
+    spans = [
+        Span(
+            job=s.job,
+            rank=s.rank,
+            step=s.step,
+            phase=s.phase,
+            start=s.start,
+            dur=s.dur + (0.05 if (s.rank, s.step, s.phase) == (4, 3, "load") else 0.0),
+            attrs=s.attrs,
+        )
+        for s in spans
+    ]
     report = find_stragglers(anatomy_from_spans(spans))
     assert report.stragglers == ()
     assert [(s.rank, s.step) for s in report.slow_steps] == [(4, 3)]

@@ -8,12 +8,17 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from hpcwatch.analysis.reduce import reduce_trace
 from hpcwatch.analysis.steps import anatomy_from_traces
-from hpcwatch.analysis.stragglers import (EVIDENCE_GPU_COMPUTE, EVIDENCE_HOST, EVIDENCE_LATE_ARRIVAL, StragglerConfig,
-                                          find_stragglers)
+from hpcwatch.analysis.stragglers import (
+    EVIDENCE_GPU_COMPUTE,
+    EVIDENCE_HOST,
+    EVIDENCE_LATE_ARRIVAL,
+    StragglerConfig,
+    find_stragglers,
+)
 from hpcwatch.cli.steps import steps_document
 from hpcwatch.errors import ConfigError
-from hpcwatch.analysis.reduce import reduce_trace
 from hpcwatch.reports.steps import reduced_report
 from hpcwatch.sources.kineto import parse_kineto, read_kineto
 from hpcwatch.twin.exposition import GpuTraceConfig, gpu_kineto_traces
@@ -49,7 +54,7 @@ def test_gpu_only_slowdown_leaves_the_host_timelines_alike(gpu_only):
     work = np.nanmedian(gpu_only.matrix("work"), axis=1)
     assert work.max() - work.min() < 0.002 * work.mean()
     host = find_stragglers(gpu_only).ranks
-    assert max(r.score for r in host) - min(r.score for r in host) < 0.01   # host scores cannot tell
+    assert max(r.score for r in host) - min(r.score for r in host) < 0.01  # host scores cannot tell
     assert min(r.gpu_score for r in host) < 0.95
 
 
@@ -90,11 +95,14 @@ def test_steps_json_keeps_the_straggler_contract_and_adds_the_gpu_fields():
     assert coll["collective"] == "allreduce" and coll["group_size"] == 4
 
 
-@pytest.mark.parametrize("kwargs", [
-    {"min_gpu_excess": -0.01},     # a negative excess would flag every rank
-    {"min_last_fraction": 0.0},    # "last in none of the collectives" is no evidence
-    {"min_last_fraction": 1.5},    # more than all of them
-])
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {"min_gpu_excess": -0.01},  # a negative excess would flag every rank
+        {"min_last_fraction": 0.0},  # "last in none of the collectives" is no evidence
+        {"min_last_fraction": 1.5},  # more than all of them
+    ],
+)
 def test_straggler_config_rejects_bad_gpu_thresholds(kwargs):
     with pytest.raises(ConfigError):
         StragglerConfig(**kwargs)
@@ -108,7 +116,11 @@ def test_a_step_with_no_gpu_work_on_record_warns_nobody():
     from pathlib import Path
 
     trace = Path(__file__).resolve().parents[1] / "data" / "kineto" / "hta_mi250_rocm.json.gz"
-    done = subprocess.run([sys.executable, "-W", "error::RuntimeWarning", "-m", "hpcwatch", "steps", str(trace),
-                           "--json"], capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        [sys.executable, "-W", "error::RuntimeWarning", "-m", "hpcwatch", "steps", str(trace), "--json"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 0, done.stderr
     assert "RuntimeWarning" not in done.stderr and "All-NaN" not in done.stderr

@@ -8,8 +8,7 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
-from hpcwatch.analysis.stragglersim import (busy_times_from_spans, efficiency_curve, expected_max_normal,
-                                            sample_step_max)
+from hpcwatch.analysis.stragglersim import busy_times_from_spans, efficiency_curve, expected_max_normal, sample_step_max
 from hpcwatch.cli.common import app
 from hpcwatch.errors import ConfigError
 from hpcwatch.records import Span
@@ -28,13 +27,16 @@ def test_one_gpu_is_fully_efficient():
     assert curve.points[0].efficiency == pytest.approx(1.0, abs=1e-7)
 
 
-@pytest.mark.parametrize("kwargs", [
-    dict(cv=0.05),                                      # healthy GPUs only
-    dict(cv=0.05, p_slow=0.002, slow_factor=2.0),       # rare GPUs twice as slow
-    dict(cv=0.02, p_slow=0.05, slow_factor=1.3),        # common, mildly slow GPUs
-    dict(sample=np.random.default_rng(7).gamma(400.0, 1e-3, 2000)),              # a measured sample
-    dict(sample=np.random.default_rng(7).gamma(400.0, 1e-3, 2000), p_slow=0.001, slow_factor=1.5),
-])
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        dict(cv=0.05),  # healthy GPUs only
+        dict(cv=0.05, p_slow=0.002, slow_factor=2.0),  # rare GPUs twice as slow
+        dict(cv=0.02, p_slow=0.05, slow_factor=1.3),  # common, mildly slow GPUs
+        dict(sample=np.random.default_rng(7).gamma(400.0, 1e-3, 2000)),  # a measured sample
+        dict(sample=np.random.default_rng(7).gamma(400.0, 1e-3, 2000), p_slow=0.001, slow_factor=1.5),
+    ],
+)
 def test_exact_and_monte_carlo_agree_within_half_a_percent(kwargs):
     curve = efficiency_curve(SIZES, steps=20_000, seed=3, **kwargs)
     for point in curve.points:
@@ -42,14 +44,16 @@ def test_exact_and_monte_carlo_agree_within_half_a_percent(kwargs):
 
 
 def test_efficiency_falls_with_job_size():
-    curve = efficiency_curve([8, 64, 512, 4096, 32768, 100_000], cv=0.05, p_slow=1e-4, slow_factor=2.0,
-                             monte_carlo=False)
+    curve = efficiency_curve(
+        [8, 64, 512, 4096, 32768, 100_000], cv=0.05, p_slow=1e-4, slow_factor=2.0, monte_carlo=False
+    )
     eff = [p.efficiency for p in curve.points]
     assert eff == sorted(eff, reverse=True)
     assert curve.steps == 0 and curve.points[0].efficiency_mc is None
     # cv 5 %, 16,384 GPUs: the step is 1 + 0.05·3.971 of a GPU's mean.
     assert efficiency_curve([16384], cv=0.05, monte_carlo=False).points[0].efficiency == pytest.approx(
-        1 / (1 + 0.05 * 3.971), rel=1e-4)
+        1 / (1 + 0.05 * 3.971), rel=1e-4
+    )
 
 
 def test_empirical_expectation_is_exact_on_small_supports():
@@ -75,23 +79,28 @@ def test_order_statistic_draws_follow_the_naive_draws(kwargs):
 
 
 def test_busy_times_leave_out_waiting_and_collectives():
-    spans = [Span(job="j", rank=0, step=1, phase="forward", start=0.0, dur=1.0),
-             Span(job="j", rank=0, step=1, phase="backward", start=1.0, dur=2.0),
-             Span(job="j", rank=0, step=1, phase="barrier_wait", start=3.0, dur=5.0),
-             Span(job="j", rank=0, step=1, phase="allreduce", start=8.0, dur=0.5),
-             Span(job="j", rank=1, step=1, phase="forward", start=0.0, dur=1.5)]
+    spans = [
+        Span(job="j", rank=0, step=1, phase="forward", start=0.0, dur=1.0),
+        Span(job="j", rank=0, step=1, phase="backward", start=1.0, dur=2.0),
+        Span(job="j", rank=0, step=1, phase="barrier_wait", start=3.0, dur=5.0),
+        Span(job="j", rank=0, step=1, phase="allreduce", start=8.0, dur=0.5),
+        Span(job="j", rank=1, step=1, phase="forward", start=0.0, dur=1.5),
+    ]
     assert sorted(busy_times_from_spans(spans)) == [1.5, 3.0]
 
 
-@pytest.mark.parametrize("kwargs, field", [
-    (dict(gpus=[0], cv=0.05), "gpus"),                              # a job has GPUs
-    (dict(gpus=[8], cv=0.0), "cv"),                                 # a normal needs a spread
-    (dict(gpus=[8], cv=0.05, p_slow=1.5), "p_slow"),                # a probability
-    (dict(gpus=[8], cv=0.05, slow_factor=-2.0), "slow_factor"),     # a time factor
-    (dict(gpus=[8], cv=0.05, sample=[1.0, 2.0]), "cv"),             # one distribution, not two
-    (dict(gpus=[8], sample=[]), "sample"),                          # nothing measured
-    (dict(gpus=[8], cv=0.05, steps=0), "steps"),                    # Monte-Carlo needs steps
-])
+@pytest.mark.parametrize(
+    "kwargs, field",
+    [
+        (dict(gpus=[0], cv=0.05), "gpus"),  # a job has GPUs
+        (dict(gpus=[8], cv=0.0), "cv"),  # a normal needs a spread
+        (dict(gpus=[8], cv=0.05, p_slow=1.5), "p_slow"),  # a probability
+        (dict(gpus=[8], cv=0.05, slow_factor=-2.0), "slow_factor"),  # a time factor
+        (dict(gpus=[8], cv=0.05, sample=[1.0, 2.0]), "cv"),  # one distribution, not two
+        (dict(gpus=[8], sample=[]), "sample"),  # nothing measured
+        (dict(gpus=[8], cv=0.05, steps=0), "steps"),  # Monte-Carlo needs steps
+    ],
+)
 def test_bad_inputs_name_the_field(kwargs, field):
     gpus = kwargs.pop("gpus")
     with pytest.raises(ConfigError, match=f"^{field}:"):
@@ -99,8 +108,24 @@ def test_bad_inputs_name_the_field(kwargs, field):
 
 
 def test_simulate_stragglers_cli_json():
-    result = CliRunner().invoke(app, ["simulate", "stragglers", "--gpus", "8,64,1024", "--cv", "0.05",
-                                      "--p-slow", "0.001", "--slow-factor", "2", "--steps", "5000", "--json"])
+    result = CliRunner().invoke(
+        app,
+        [
+            "simulate",
+            "stragglers",
+            "--gpus",
+            "8,64,1024",
+            "--cv",
+            "0.05",
+            "--p-slow",
+            "0.001",
+            "--slow-factor",
+            "2",
+            "--steps",
+            "5000",
+            "--json",
+        ],
+    )
     assert result.exit_code == 0, result.output
     points = json.loads(result.output)["points"]
     assert [p["gpus"] for p in points] == [8, 64, 1024]

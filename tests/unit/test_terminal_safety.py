@@ -46,10 +46,28 @@ def wide_console():
 
 def _store(path, hostile: str) -> str:
     """One finished job whose user, account and node are ``hostile``, with one GPU's utilisation."""
-    job = Job(id="7", user=hostile, account=hostile, partition="gpu", nodes=(hostile,), gpus=1,
-              gpus_by_node={hostile: (0,)}, start=0.0, end=100.0, state="COMPLETED", name=hostile)
-    samples = [Sample(metric="DCGM_FI_DEV_GPU_UTIL", labels={"Hostname": hostile, "gpu": "0", "hpc_job": "7"},
-                      t=float(t), value=90.0) for t in range(0, 100, 10)]
+    job = Job(
+        id="7",
+        user=hostile,
+        account=hostile,
+        partition="gpu",
+        nodes=(hostile,),
+        gpus=1,
+        gpus_by_node={hostile: (0,)},
+        start=0.0,
+        end=100.0,
+        state="COMPLETED",
+        name=hostile,
+    )
+    samples = [
+        Sample(
+            metric="DCGM_FI_DEV_GPU_UTIL",
+            labels={"Hostname": hostile, "gpu": "0", "hpc_job": "7"},
+            t=float(t),
+            value=90.0,
+        )
+        for t in range(0, 100, 10)
+    ]
     db = str(path / "hostile.duckdb")
     with Store(db) as store:
         store.add([job, *samples])
@@ -57,9 +75,16 @@ def _store(path, hostile: str) -> str:
 
 
 def _falco_file(path, hostile: str):
-    line = {"time": "2026-01-01T00:00:00.000000000Z", "rule": "Terminal shell in container", "priority": "Critical",
-            "source": "syscall", "output": "shell", "hostname": hostile, "tags": ["T1059"],
-            "output_fields": {"user.name": hostile, "container.image.repository": hostile, "proc.cmdline": "bash"}}
+    line = {
+        "time": "2026-01-01T00:00:00.000000000Z",
+        "rule": "Terminal shell in container",
+        "priority": "Critical",
+        "source": "syscall",
+        "output": "shell",
+        "hostname": hostile,
+        "tags": ["T1059"],
+        "output_fields": {"user.name": hostile, "container.image.repository": hostile, "proc.cmdline": "bash"},
+    }
     file = path / "falco.json"
     file.write_text(json.dumps(line) + "\n")
     return file
@@ -82,7 +107,7 @@ def test_job_shows_user_account_and_host_literally(tmp_path, run_cli, wide_conso
     code, out, err = run_cli(["job", "7", "--db", _store(tmp_path, hostile)])
     assert code == 0, err
     _assert_safe(out + err, shown)
-    assert out.count(shown) >= 3   # user, account, the GPU's host (and the job name)
+    assert out.count(shown) >= 3  # user, account, the GPU's host (and the job name)
 
 
 @pytest.mark.parametrize("hostile,shown", HOSTILE)
@@ -98,16 +123,24 @@ def test_top_table_shows_host_and_user_literally():
     lines = []
     for hostile, shown in HOSTILE:
         with Store(":memory:") as store:
-            store.add([Job(id="7", user=hostile, gpus=1, start=0.0, state="RUNNING"),
-                       Sample(metric="DCGM_FI_DEV_GPU_UTIL", labels={"Hostname": hostile, "gpu": "0", "hpc_job": "7"},
-                              t=1.0, value=50.0)])
+            store.add(
+                [
+                    Job(id="7", user=hostile, gpus=1, start=0.0, state="RUNNING"),
+                    Sample(
+                        metric="DCGM_FI_DEV_GPU_UTIL",
+                        labels={"Hostname": hostile, "gpu": "0", "hpc_job": "7"},
+                        t=1.0,
+                        value=50.0,
+                    ),
+                ]
+            )
             gpus = latest_gpus(store)
         console = Console(width=400, emoji=False)
         with console.capture() as captured:
             console.print(_table(gpus, 0.0, 1))
         text = captured.get()
         _assert_safe(text, shown)
-        assert text.count(shown) >= 2, text   # node and user
+        assert text.count(shown) >= 2, text  # node and user
         lines.append(text)
     assert len(lines) == len(HOSTILE)
 
@@ -115,30 +148,37 @@ def test_top_table_shows_host_and_user_literally():
 def test_json_output_keeps_the_value_exact(tmp_path, run_cli):
     hostile = "\x1b]0;pwned\x07[bold]root[/bold]"
     code, out, _ = run_cli(["jobs", "--db", _store(tmp_path, hostile), "--json"])
-    assert code == 0 and "\x1b" not in out          # orjson writes \u001b
+    assert code == 0 and "\x1b" not in out  # orjson writes \u001b
     (job,) = json.loads(out)["jobs"]
     assert job["account"] == hostile and job["user"] == hostile
 
 
 # -- the error edge ------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("argv,expected", [
-    # a job id from the user's own terminal, holding a CSI: shown, not obeyed
-    (["job", "\x1b[2J", "--db", ":memory:"], "no job \\x1b[2J in the store"),
-    # an unknown option: click's "Usage: ... Error: ..." block becomes one line, naming the command's help
-    # (click 8.1 says "No such option: --bogus", 8.5 "No such option '--bogus'. Did you mean '--gpu'?")
-    (["steps", "--bogus"], ("No such option", "--bogus", "(see hpcwatch steps --help)")),
-    # a missing argument: one line too
-    (["goodput"], "Missing argument 'JOB'. (see hpcwatch goodput --help)"),
-    # a value out of its range, in a sub-group's command
-    (["demo", "--nodes", "0"], "Invalid value for '--nodes': 0 is not in the range x>=1. (see hpcwatch demo --help)"),
-    # a value of the wrong type
-    (["twin", "traces", "--out", "x", "--ranks", "many"], "'many' is not a valid integer"),
-    # an unknown command
-    (["stpes"], "No such command 'stpes'"),
-])
+
+@pytest.mark.parametrize(
+    "argv,expected",
+    [
+        # a job id from the user's own terminal, holding a CSI: shown, not obeyed
+        (["job", "\x1b[2J", "--db", ":memory:"], "no job \\x1b[2J in the store"),
+        # an unknown option: click's "Usage: ... Error: ..." block becomes one line, naming the command's help
+        # (click 8.1 says "No such option: --bogus", 8.5 "No such option '--bogus'. Did you mean '--gpu'?")
+        (["steps", "--bogus"], ("No such option", "--bogus", "(see hpcwatch steps --help)")),
+        # a missing argument: one line too
+        (["goodput"], "Missing argument 'JOB'. (see hpcwatch goodput --help)"),
+        # a value out of its range, in a sub-group's command
+        (
+            ["demo", "--nodes", "0"],
+            "Invalid value for '--nodes': 0 is not in the range x>=1. (see hpcwatch demo --help)",
+        ),
+        # a value of the wrong type
+        (["twin", "traces", "--out", "x", "--ranks", "many"], "'many' is not a valid integer"),
+        # an unknown command
+        (["stpes"], "No such command 'stpes'"),
+    ],
+)
 def test_every_error_is_one_line_with_controls_escaped(run_cli, argv, expected):
-    code, out, err = run_cli(argv)
+    code, _out, err = run_cli(argv)
     assert code == 2
     lines = err.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("hpcwatch: "), err
@@ -171,17 +211,21 @@ def test_an_os_error_past_the_commands_checks_is_one_line(run_cli, monkeypatch):
 
     def unreadable(db):
         raise PermissionError(13, "Permission denied", "/data/store.duckdb")
+
     monkeypatch.setattr(jobs_cli, "open_store", unreadable)
     code, _, err = run_cli(["jobs"])
     assert code == 2 and err == "hpcwatch: /data/store.duckdb: Permission denied\n"
 
 
-@pytest.mark.parametrize("text,expected", [
-    ("tab\there", "tab\\x09here"),          # C0 other than ESC: still not sent raw
-    ("del\x7f", "del\\x7f"),                # DEL
-    ("nel\x85", "nel\\x85"),                # C1 NEL: a line break on some terminals
-    ("ok é 東京", "ok é 東京"),              # printable text is kept as it is
-])
+@pytest.mark.parametrize(
+    "text,expected",
+    [
+        ("tab\there", "tab\\x09here"),  # C0 other than ESC: still not sent raw
+        ("del\x7f", "del\\x7f"),  # DEL
+        ("nel\x85", "nel\\x85"),  # C1 NEL: a line break on some terminals
+        ("ok é 東京", "ok é 東京"),  # printable text is kept as it is
+    ],
+)
 def test_visible_escapes_every_control_character(text, expected):
     assert visible(text) == expected
 
@@ -193,17 +237,25 @@ def test_safe_text_escapes_markup_after_controls():
 
 # -- the exporter and the web --------------------------------------------------------------------
 
+
 def test_metrics_label_values_hold_no_control_character():
     from prometheus_client import generate_latest
 
     from hpcwatch.exporter import JobUsage, registry_for
 
     hostile = "\x1b]0;pwned\x07\x9b2J"
-    usage = [JobUsage(job=Job(id="7", user=hostile, account=hostile, gpus=1, state="RUNNING"), gpu_hours=1.0,
-                      energy_j=None, mean_util_percent=None, idle_gpus=0)]
+    usage = [
+        JobUsage(
+            job=Job(id="7", user=hostile, account=hostile, gpus=1, state="RUNNING"),
+            gpu_hours=1.0,
+            energy_j=None,
+            mean_util_percent=None,
+            idle_gpus=0,
+        )
+    ]
     text = generate_latest(registry_for(Store(":memory:"), usage=lambda store: usage)).decode()
     assert not any(c in text for c in CONTROL_BYTES)
-    assert 'user="\\\\x1b]0;pwned\\\\x07\\\\x9b2J"' in text   # our \x1b, with the exposition's \\ escape
+    assert 'user="\\\\x1b]0;pwned\\\\x07\\\\x9b2J"' in text  # our \x1b, with the exposition's \\ escape
 
 
 def test_web_page_and_api_keep_a_hostile_name_inert():
@@ -214,15 +266,31 @@ def test_web_page_and_api_keep_a_hostile_name_inert():
 
     hostile = "\x1b[2J</script><script>alert(1)</script>[bold]root[/bold]"
     store = Store(":memory:")
-    store.add([Job(id="7", user=hostile, account=hostile, nodes=("node1",), gpus=1, start=0.0, state="RUNNING",
-                   name=hostile),
-               Sample(metric="DCGM_FI_DEV_GPU_UTIL", labels={"Hostname": "node1", "gpu": "0", "hpc_job": "7"},
-                      t=1.0, value=50.0)])
+    store.add(
+        [
+            Job(
+                id="7",
+                user=hostile,
+                account=hostile,
+                nodes=("node1",),
+                gpus=1,
+                start=0.0,
+                state="RUNNING",
+                name=hostile,
+            ),
+            Sample(
+                metric="DCGM_FI_DEV_GPU_UTIL",
+                labels={"Hostname": "node1", "gpu": "0", "hpc_job": "7"},
+                t=1.0,
+                value=50.0,
+            ),
+        ]
+    )
     with TestClient(create_app(store, reference_cluster())) as client:
         page = client.get("/").text
         live = client.get("/api/live")
-    assert "<script>alert(1)" not in page            # HTML-escaped in the table, \u003c in the boot JSON
-    assert "&lt;/script&gt;&lt;script&gt;alert(1)" in page and "[bold]root[/bold]" in page   # shown as typed
-    assert page.count("</script>") == page.count("<script")   # only the page's own elements close
-    assert live.json()["gpus"]["node1/0"]["user"] == hostile    # JSON keeps the value exact, escaped
+    assert "<script>alert(1)" not in page  # HTML-escaped in the table, \u003c in the boot JSON
+    assert "&lt;/script&gt;&lt;script&gt;alert(1)" in page and "[bold]root[/bold]" in page  # shown as typed
+    assert page.count("</script>") == page.count("<script")  # only the page's own elements close
+    assert live.json()["gpus"]["node1/0"]["user"] == hostile  # JSON keeps the value exact, escaped
     assert b"\x1b" not in live.content

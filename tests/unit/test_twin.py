@@ -43,8 +43,15 @@ def test_dcgm_scrape_parses_with_the_reference_parser_and_carries_dcgm_exporter_
     twin.advance(10.0)
     families = {f.name: f for f in text_string_to_metric_families(twin.dcgm_text("node1"))}
     # prometheus_client strips the _total-less counter name as is; every field is there with dcgm-exporter's type.
-    assert {"DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_DEV_FB_USED", "DCGM_FI_DEV_POWER_USAGE", "DCGM_FI_DEV_GPU_TEMP",
-            "DCGM_FI_DEV_SM_CLOCK", "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE", "DCGM_FI_DEV_XID_ERRORS"} <= set(families)
+    assert {
+        "DCGM_FI_DEV_GPU_UTIL",
+        "DCGM_FI_DEV_FB_USED",
+        "DCGM_FI_DEV_POWER_USAGE",
+        "DCGM_FI_DEV_GPU_TEMP",
+        "DCGM_FI_DEV_SM_CLOCK",
+        "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE",
+        "DCGM_FI_DEV_XID_ERRORS",
+    } <= set(families)
     assert families["DCGM_FI_DEV_GPU_UTIL"].documentation == "GPU utilization (in %)."
     assert families["DCGM_FI_DEV_POWER_USAGE"].documentation == "Power draw (in W)."
     energy = next(f for name, f in families.items() if name.startswith("DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION"))
@@ -72,7 +79,7 @@ def test_values_stay_within_h100_sxm_physics_for_an_hour(hour_run) -> None:
     power = f[..., F["DCGM_FI_DEV_POWER_USAGE"]]
     util = f[..., F["DCGM_FI_DEV_GPU_UTIL"]]
     assert power.max() <= spec.tdp_w and power.min() >= 0.9 * spec.idle_power_w
-    assert (0 <= util).all() and (util <= 100).all()
+    assert (util >= 0).all() and (util <= 100).all()
     hbm_mib = spec.hbm_bytes / 1024**2
     fb = f[..., F["DCGM_FI_DEV_FB_USED"]]
     assert fb.max() <= hbm_mib and np.allclose(fb + f[..., F["DCGM_FI_DEV_FB_FREE"]], hbm_mib, atol=1)
@@ -83,7 +90,7 @@ def test_values_stay_within_h100_sxm_physics_for_an_hour(hour_run) -> None:
     assert np.all(power[hot] > 4 * spec.idle_power_w)
     # Temperature follows power (it lags by a time constant, so correlation, not identity).
     temp = f[..., F["DCGM_FI_DEV_GPU_TEMP"]]
-    assert 25 <= temp.min() and temp.max() <= 90
+    assert temp.min() >= 25 and temp.max() <= 90
     assert np.corrcoef(power.ravel(), temp.ravel())[0, 1] > 0.9
     clock = f[..., F["DCGM_FI_DEV_SM_CLOCK"]]
     assert clock.max() <= 1980 and np.all(clock[free] == 345)
@@ -123,8 +130,14 @@ def test_same_seed_writes_the_same_bytes_and_another_seed_does_not() -> None:
         twin = Twin(reference_cluster(), seed=seed, scenarios=["straggler"])
         for _ in range(30):
             twin.advance(10.0)
-        return (twin.dcgm_text("node1"), twin.node_exporter_text("node2"), twin.squeue_json(), twin.sacct_json(),
-                twin.lustre_job_stats_text(), twin.perfquery_text("node1", 3))
+        return (
+            twin.dcgm_text("node1"),
+            twin.node_exporter_text("node2"),
+            twin.squeue_json(),
+            twin.sacct_json(),
+            twin.lustre_job_stats_text(),
+            twin.perfquery_text("node1", 3),
+        )
 
     assert texts(5) == texts(5)
     assert texts(5)[0] != texts(6)[0]
@@ -198,8 +211,11 @@ def test_scenario_hooks_bend_what_is_written() -> None:
     twin.advance(10.0)
     twin.advance(10.0)
     assert 'gpu="3",' in twin.dcgm_text("node1") and any(
-        s.value == 79 and s.labels["gpu"] == "3" for f in text_string_to_metric_families(twin.dcgm_text("node1"))
-        if f.name == "DCGM_FI_DEV_XID_ERRORS" for s in f.samples)
+        s.value == 79 and s.labels["gpu"] == "3"
+        for f in text_string_to_metric_families(twin.dcgm_text("node1"))
+        if f.name == "DCGM_FI_DEV_XID_ERRORS"
+        for s in f.samples
+    )
     assert "SymbolErrorCounter:..............3" in twin.perfquery_text("node2", 1)  # t0 and two ticks
     # A counter that rarely moves is baked into node-exporter's template: a change must still show.
     assert 'node_infiniband_port_errors_received_total{device="mlx5_1",port="1"} 3' in twin.node_exporter_text("node2")
@@ -214,23 +230,33 @@ def test_live_twin_writes_ticks_into_the_store() -> None:
         while live.ticks < 2 and time.monotonic() < deadline:
             time.sleep(0.05)
     assert live.ticks >= 2 and not live.running
-    (n_t,), = store.query("SELECT count(DISTINCT t) FROM samples WHERE metric = 'DCGM_FI_DEV_GPU_UTIL'")
+    ((n_t,),) = store.query("SELECT count(DISTINCT t) FROM samples WHERE metric = 'DCGM_FI_DEV_GPU_UTIL'")
     assert n_t >= 3  # the starting state and two ticks
     assert {j.user for j in store.jobs()} >= {"alice", "bob"}
     assert store.spans(live.twin.training_job.id)
 
 
 def test_twin_run_writes_the_documented_layout(tmp_path, run_cli) -> None:
-    code, out, _ = run_cli(["twin", "run", "--out", str(tmp_path), "--duration", "60", "--step", "10",
-                         "--scenario", "straggler", "--json"])
+    code, out, _ = run_cli(
+        ["twin", "run", "--out", str(tmp_path), "--duration", "60", "--step", "10", "--scenario", "straggler", "--json"]
+    )
     summary = json.loads(out)
     assert code == 0 and summary["ticks"] == 6 and summary["scenarios"] == ["straggler"]
-    for rel in ("dcgm/node1.prom", "dcgm/node2.prom", "node-exporter/node1.prom", "slurm/squeue.json",
-                "slurm/sacct.json", "perfquery/node2/mlx5_7.1.txt"):
+    for rel in (
+        "dcgm/node1.prom",
+        "dcgm/node2.prom",
+        "node-exporter/node1.prom",
+        "slurm/squeue.json",
+        "slurm/sacct.json",
+        "perfquery/node2/mlx5_7.1.txt",
+    ):
         assert (tmp_path / rel).is_file(), rel
     # Seven scrapes (t0 and six ticks), each sample line carrying its ms timestamp.
-    stamps = {line.rsplit(" ", 1)[1] for line in (tmp_path / "dcgm" / "node1.prom").read_text().splitlines()
-              if line.startswith("DCGM_FI_DEV_GPU_UTIL{")}
+    stamps = {
+        line.rsplit(" ", 1)[1]
+        for line in (tmp_path / "dcgm" / "node1.prom").read_text().splitlines()
+        if line.startswith("DCGM_FI_DEV_GPU_UTIL{")
+    }
     assert len(stamps) == 7
     snapshots = sorted((tmp_path / "lustre").iterdir())
     assert snapshots
@@ -265,7 +291,6 @@ def test_parallel_writers_write_the_same_files_as_one_process(tmp_path) -> None:
             assert path.read_bytes() == (tmp_path / "2" / sub / path.name).read_bytes(), path
 
 
-
 class _LoseGpu(Scenario):
     """dcgm-exporter loses GPU 5 of node 4 from the third tick on (the ``absent_gpus`` hook)."""
 
@@ -291,16 +316,23 @@ def test_a_gpu_the_exporter_lost_is_left_out_of_every_writer(tmp_path) -> None:
         by_node = {node: dcgm for node, dcgm, _ in scrape_all(twin, timestamp=False, target_labels=False)}
         for node in twin.node_names:
             assert by_node[node] == twin.dcgm_text(node)
-        gpus = {(f.samples[0].labels["Hostname"], s.labels["gpu"]) for f in
-                text_string_to_metric_families(by_node["node4"]) for s in f.samples}
+        gpus = {
+            (f.samples[0].labels["Hostname"], s.labels["gpu"])
+            for f in text_string_to_metric_families(by_node["node4"])
+            for s in f.samples
+        }
         assert len(gpus) == (7 if gone else 8) and (("node4", "5") in gpus) is not gone
         listed = {(s.labels["Hostname"], s.labels["gpu"]) for s in twin.samples() if s.metric == "DCGM_FI_DEV_GPU_UTIL"}
         assert len(listed) == 48 - gone and (("node4", "5") in listed) is not gone
         assert twin.sample_table().num_rows == sum(1 for _ in twin.samples())
     # The forked writers learn which GPUs are gone too.
     for workers in (1, 2):
-        write_run(Twin(sized_reference(6), seed=3, start=start, scenarios=[_LoseGpu(start + 30.0)]),
-                  tmp_path / str(workers), duration_s=60.0, workers=workers)
+        write_run(
+            Twin(sized_reference(6), seed=3, start=start, scenarios=[_LoseGpu(start + 30.0)]),
+            tmp_path / str(workers),
+            duration_s=60.0,
+            workers=workers,
+        )
     one = (tmp_path / "1" / "dcgm" / "node4.prom").read_text()
     assert one == (tmp_path / "2" / "dcgm" / "node4.prom").read_text()
     # The scrape at t0, then ticks at +10 ... +60 s: GPU 5 is in the first three only.

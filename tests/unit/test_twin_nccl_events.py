@@ -26,9 +26,12 @@ def test_twin_nccl_events_are_what_the_reader_makes_of_its_logs(tmp_path, scenar
         told += [e for e in twin.events() if e.kind == EventKind.NCCL_RANK]
     socket = frozenset({"node2"}) if scenarios else frozenset()
     write_nccl_logs(twin, tmp_path, socket_nodes=socket)
-    read = [e for p in sorted((tmp_path / "nccl").iterdir())
-            for e in parse_nccl_log(p.read_text().splitlines(), path=p.name)]
-    assert len(told) == len(read) == len(twin.ranks(twin.training_job))   # each rank once over the ticks
+    read = [
+        e
+        for p in sorted((tmp_path / "nccl").iterdir())
+        for e in parse_nccl_log(p.read_text().splitlines(), path=p.name)
+    ]
+    assert len(told) == len(read) == len(twin.ranks(twin.training_job))  # each rank once over the ticks
     assert sorted(_key(e.attrs) for e in told) == sorted(_key(e.attrs) for e in read)
     assert {e.source for e in told} == {f"nccl/{e.source}" for e in read}
 
@@ -43,7 +46,7 @@ def test_the_live_socket_fallback_fires_the_nccl_rule_on_the_stored_events():
     assert "nccl_socket_fallback" in fired and set(fired["nccl_socket_fallback"].hosts) == {"node2"}
     clean = Twin(reference_cluster(), seed=0)
     clean.advance(1.0)
-    assert [r.rule for r in nccl_report_of(clean.events()).rules] == []    # every rank on NET/IB: nothing fires
+    assert [r.rule for r in nccl_report_of(clean.events()).rules] == []  # every rank on NET/IB: nothing fires
 
 
 def test_live_twin_store_shows_the_ml_stack_collector_and_the_health_rule(tmp_path):
@@ -60,8 +63,9 @@ def test_live_twin_store_shows_the_ml_stack_collector_and_the_health_rule(tmp_pa
         n = len(live.twin.ranks(live.twin.training_job))
         assert len(ranks) == len({(e.attrs["host"], e.attrs["pid"]) for e in ranks}) == n > 1
         # the training spans left out: the ML-stack collector's tick comes from the NCCL events alone
-        snap = live_snapshot(store, weights_path="/weights", now=latest_t(store),
-                             exclude_jobs=[j.id for j in store.jobs()])
+        snap = live_snapshot(
+            store, weights_path="/weights", now=latest_t(store), exclude_jobs=[j.id for j in store.jobs()]
+        )
         assert snap["collectors"]["torch_nccl"]["arriving"] and snap["collectors"]["torch_nccl"]["count"] == n
         verdicts = {n.node: {c.rule: c.verdict for c in n.checks} for n in node_health(store).nodes}
         assert verdicts["node2"].get("nccl_socket_fallback") == "warn"

@@ -10,10 +10,10 @@ from __future__ import annotations
 import orjson
 import pytest
 
-from hpcwatch.model import reference_cluster
-from hpcwatch.reports.goodput import goodput_report
 from hpcwatch.ingest import ingest_paths
+from hpcwatch.model import reference_cluster
 from hpcwatch.records import Event
+from hpcwatch.reports.goodput import goodput_report
 from hpcwatch.security.scan import scan_store
 from hpcwatch.sources.slurm import parse_sacct_json, parse_sacct_records, parse_squeue_json
 from hpcwatch.store import Store, queries
@@ -47,8 +47,9 @@ def xid_twin():
         squeue = {j.id: j for j in parse_squeue_json(twin.squeue_json())}
         doc = orjson.loads(twin.squeue_json())
         raw = next(j for j in doc["jobs"] if str(j["job_id"]) == job.id)
-        seen.append((twin.now - T0, squeue[job.id].state, raw["restart_cnt"], raw["state_reason"],
-                     twin.steps_done(job.id)))
+        seen.append(
+            (twin.now - T0, squeue[job.id].state, raw["restart_cnt"], raw["state_reason"], twin.steps_done(job.id))
+        )
     return twin, events, seen
 
 
@@ -70,13 +71,13 @@ def test_xid79_job_is_requeued_while_its_node_reboots_then_runs_again(xid_twin):
     assert ("PENDING", 1, "ReqNodeNotAvail, UnavailableNodes:node2") in states
     assert states[-1] == ("RUNNING", 1, "None")
     (requeued,) = [e for e in events if e.kind == EventKind.JOB_END and e.attrs.get("state") == "REQUEUED"]
-    assert requeued.attrs["start"] == pytest.approx(T0 - 7200.0)   # the lost attempt's start, as sacct -D keeps it
+    assert requeued.attrs["start"] == pytest.approx(T0 - 7200.0)  # the lost attempt's start, as sacct -D keeps it
     pending_s = sum(1 for _, state, *_ in seen if state == "PENDING")
     assert pending_s == pytest.approx(Xid79.REBOOT_S, abs=2)
 
 
 def test_xid79_job_restarts_from_its_last_checkpoint(xid_twin):
-    twin, events, seen = xid_twin
+    _twin, events, seen = xid_twin
     (failure,) = [e for e in events if e.kind == EventKind.FAILURE]
     (restore,) = [e for e in events if e.kind == EventKind.CHECKPOINT_RESTORE]
     saves = [e for e in events if e.kind == EventKind.CHECKPOINT and e.t <= failure.t]
@@ -91,7 +92,7 @@ def test_sacct_of_the_twin_reads_back_the_requeued_job(xid_twin):
     twin, _, _ = xid_twin
     lost, job = [j for j in parse_sacct_json(twin.sacct_json()) if j.id == twin.training_job.id]
     assert lost.state == "REQUEUED" and job.state == "RUNNING"  # one record an attempt, as real Slurm lists them
-    assert job.start > T0 + SCENARIO_ONSET_S   # Slurm resets the start of a requeued job
+    assert job.start > T0 + SCENARIO_ONSET_S  # Slurm resets the start of a requeued job
 
 
 def test_sacct_of_the_twin_keeps_the_lost_attempt_as_real_sacct_does(xid_twin):
@@ -99,7 +100,7 @@ def test_sacct_of_the_twin_keeps_the_lost_attempt_as_real_sacct_does(xid_twin):
     records = list(parse_sacct_records(twin.sacct_json()))
     (attempt,) = [r for r in records if isinstance(r, Event) and r.kind == EventKind.JOB_END]
     assert attempt.attrs["job"] == twin.training_job.id and attempt.attrs["nodes"] == ["node1", "node2"]
-    assert attempt.attrs["start"] < T0   # it began before the twin's clock did
+    assert attempt.attrs["start"] < T0  # it began before the twin's clock did
     # Slurm requeues it once torchrun has torn it down, at the first 1 s tick after
     assert attempt.attrs["end"] == pytest.approx(T0 + SCENARIO_ONSET_S + Xid79.TEARDOWN_S, abs=1.0)
 
@@ -110,7 +111,7 @@ def test_a_requeued_jobs_lost_attempt_explains_its_infiniband_traffic(tmp_path):
     RDMA detector finds nothing unexplained (it raised two false findings when only the last attempt was read)."""
     out, store_dir = tmp_path / "out", tmp_path / "store"
     write_run(Twin(sized_reference(), seed=0, scenarios=["xid79"]), out, duration_s=600.0, step_s=10.0)
-    polled_again = tmp_path / "sacct-later.json"   # a later poll: other bytes, the same lost attempt
+    polled_again = tmp_path / "sacct-later.json"  # a later poll: other bytes, the same lost attempt
     polled_again.write_text((out / "slurm" / "sacct.json").read_text() + "\n")
     with Store(store_dir) as store:
         ingest_paths(store, [out, polled_again])
@@ -180,7 +181,7 @@ def test_every_byte_a_node_transmits_another_receives(scenarios):
     tx0, rx0 = _fabric_bytes(twin)
     _run(twin, 60)
     tx1, rx1 = _fabric_bytes(twin)
-    assert tx1 - tx0 > 1e9                      # the ring moved gigabytes...
+    assert tx1 - tx0 > 1e9  # the ring moved gigabytes...
     assert tx1 - tx0 == pytest.approx(rx1 - rx0, rel=1e-9)  # ...and every one of them arrived somewhere
 
 
@@ -201,8 +202,8 @@ def test_threat_rdma_sends_bytes_no_cluster_port_receives():
 
 def _lustre_bytes(twin: Twin, job: str) -> tuple[float, float]:
     """(read, write) bytes of ``job`` summed over the OSTs of ``lctl get_param obdfilter.*.job_stats``."""
-    from hpcwatch.sources.lustre import parse_job_stats
     from hpcwatch import vocab
+    from hpcwatch.sources.lustre import parse_job_stats
 
     read = write = 0.0
     for s in parse_job_stats(twin.lustre_job_stats_text()):
@@ -257,12 +258,16 @@ def test_lustre_reads_stop_with_the_failed_job_and_restart_with_its_checkpoint()
     deltas = _lustre_deltas(twin, "4101", int(SCENARIO_ONSET_S + Xid79.TEARDOWN_S + Xid79.REBOOT_S) + 40)
     before = [r for t, r, _ in deltas if t < SCENARIO_ONSET_S]
     dead = [r for t, r, _ in deltas if SCENARIO_ONSET_S + 1 < t <= SCENARIO_ONSET_S + Xid79.TEARDOWN_S]
-    pending = [r for t, r, _ in deltas if SCENARIO_ONSET_S + Xid79.TEARDOWN_S + 1 < t
-               < SCENARIO_ONSET_S + Xid79.TEARDOWN_S + Xid79.REBOOT_S]
+    pending = [
+        r
+        for t, r, _ in deltas
+        if SCENARIO_ONSET_S + Xid79.TEARDOWN_S + 1 < t < SCENARIO_ONSET_S + Xid79.TEARDOWN_S + Xid79.REBOOT_S
+    ]
     restarted = [r for t, r, _ in deltas if t > SCENARIO_ONSET_S + Xid79.TEARDOWN_S + Xid79.REBOOT_S + 1]
     assert min(before) > 0 and max(dead) == 0 and max(pending) == 0
     # After the restart the job reads its checkpoint back (2 GiB a GPU in under a second): one burst.
     from hpcwatch.twin.workload import KINDS
+
     assert max(restarted) > KINDS["pretrain"].checkpoint_bytes_per_gpu * 12 > 20 * max(before)
     assert all(w == 0 for _, _, w in deltas)
 
@@ -270,7 +275,7 @@ def test_lustre_reads_stop_with_the_failed_job_and_restart_with_its_checkpoint()
 # -- cooling: what sets the temperatures -----------------------------------------------------------------
 
 
-def _cluster_cooled(cooling: str) -> "Cluster":
+def _cluster_cooled(cooling: str) -> Cluster:  # noqa: F821 -- imported inside, the annotation is a string
     from importlib import resources
 
     from hpcwatch.model.cluster import parse_cluster
@@ -282,8 +287,8 @@ def _cluster_cooled(cooling: str) -> "Cluster":
 
 def _busy_temps(cluster) -> tuple[list[float], list[float]]:
     """(temperatures, SM clocks) of the busy GPUs after five minutes, read from the dcgm-exporter text."""
-    from hpcwatch.sources.prometheus_text import parse_prometheus_text
     from hpcwatch import vocab
+    from hpcwatch.sources.prometheus_text import parse_prometheus_text
 
     twin = Twin(cluster, seed=0, start=T0)
     _run(twin, 300)
@@ -292,8 +297,13 @@ def _busy_temps(cluster) -> tuple[list[float], list[float]]:
         for s in parse_prometheus_text(twin.dcgm_text(node)):
             if "hpc_job" not in s.labels:
                 continue
-            (temps if s.metric == vocab.DCGM_FI_DEV_GPU_TEMP else clocks if s.metric == vocab.DCGM_FI_DEV_SM_CLOCK
-             else []).append(s.value)
+            (
+                temps
+                if s.metric == vocab.DCGM_FI_DEV_GPU_TEMP
+                else clocks
+                if s.metric == vocab.DCGM_FI_DEV_SM_CLOCK
+                else []
+            ).append(s.value)
     return temps, clocks
 
 
@@ -303,14 +313,14 @@ def test_the_reference_cluster_is_liquid_cooled_and_stays_below_60_c():
     assert ref().cooling.kind == "liquid" and ref().cooling.inlet_c == 28.0
     temps, _ = _busy_temps(ref())
     # The fit of the real H200 capture: 56 °C at 680 W; never near the 89 °C slowdown.
-    assert 30 <= min(temps) and max(temps) <= 60
+    assert min(temps) >= 30 and max(temps) <= 60
 
 
 def test_air_cooling_runs_the_same_load_hotter():
     liquid, _ = _busy_temps(_cluster_cooled("cooling:\n  kind: liquid\n"))
     air, clocks = _busy_temps(_cluster_cooled("cooling:\n  kind: air\n"))
     assert max(air) > max(liquid) + 15
-    assert 70 <= max(air) < 89 and min(clocks) > 1500   # hot but not thermally throttled at a 25 °C inlet
+    assert 70 <= max(air) < 89 and min(clocks) > 1500  # hot but not thermally throttled at a 25 °C inlet
 
 
 def test_a_hot_air_inlet_brings_the_gpus_to_their_slowdown_and_halves_their_clocks():
@@ -319,16 +329,19 @@ def test_a_hot_air_inlet_brings_the_gpus_to_their_slowdown_and_halves_their_cloc
     assert min(clocks) <= 1980 * 0.5 + 1
 
 
-@pytest.mark.parametrize("cooling, message", [
-    ("cooling:\n  kind: water\n", "cooling.kind: unknown cooling 'water'"),        # not a kind we model
-    ("cooling:\n  kind: air\n  inlet_c: 90\n", "cooling.inlet_c: expected degrees C"),  # no data centre is that hot
-    ("cooling:\n  kind: air\n  inlet_c: warm\n", "cooling.inlet_c"),               # not a number
-    ("cooling:\n  kind: air\n  fans: 6\n", "cooling.fans: unknown key"),          # a key the model does not read
-])
+@pytest.mark.parametrize(
+    "cooling, message",
+    [
+        ("cooling:\n  kind: water\n", "cooling.kind: unknown cooling 'water'"),  # not a kind we model
+        ("cooling:\n  kind: air\n  inlet_c: 90\n", "cooling.inlet_c: expected degrees C"),  # no data centre is that hot
+        ("cooling:\n  kind: air\n  inlet_c: warm\n", "cooling.inlet_c"),  # not a number
+        ("cooling:\n  kind: air\n  fans: 6\n", "cooling.fans: unknown key"),  # a key the model does not read
+    ],
+)
 def test_bad_cooling_is_one_line_naming_file_line_and_key(cooling, message):
     from hpcwatch.errors import ConfigError
 
-    with pytest.raises(ConfigError, match="cooled.yaml:") as err:
+    with pytest.raises(ConfigError, match=r"cooled\.yaml:") as err:
         _cluster_cooled(cooling)
     assert message in str(err.value) and "\n" not in str(err.value)
 
@@ -350,9 +363,9 @@ def test_perfquery_samples_are_what_the_reader_makes_of_the_perfquery_text():
 
 
 def test_checkpoint_tetragon_events_are_what_the_reader_makes_of_their_json():
+    from hpcwatch.records import Event
     from hpcwatch.sources import tetragon
     from hpcwatch.twin import ebpf
-    from hpcwatch.records import Event
 
     assert (ebpf.MAY_READ, ebpf.MAY_WRITE) == (tetragon.MAY_READ, tetragon.MAY_WRITE)
     saved = Event(kind=EventKind.CHECKPOINT, t=T0, source="twin", attrs={"job": "4101", "path": "/lustre/c/s.pt"})
@@ -388,9 +401,10 @@ def test_the_page_header_says_how_the_cluster_is_cooled():
 
     from hpcwatch.web.app import create_app
 
-    for cluster, lang, text in ((reference_cluster(), "en", "liquid-cooled, 28 °C inlet"),
-                                (_cluster_cooled("cooling:\n  kind: air\n  inlet_c: 22.5\n"), "fr",
-                                 "refroidi par air, entrée à 22.5 °C")):
+    for cluster, lang, text in (
+        (reference_cluster(), "en", "liquid-cooled, 28 °C inlet"),
+        (_cluster_cooled("cooling:\n  kind: air\n  inlet_c: 22.5\n"), "fr", "refroidi par air, entrée à 22.5 °C"),
+    ):
         with TestClient(create_app(Store(":memory:"), cluster)) as client:
             html = client.get("/", params={"lang": lang}).text
         assert f'data-cooling="{cluster.cooling.kind}">{text}</span>' in html
@@ -420,7 +434,12 @@ def test_perfquery_table_holds_the_perfquery_samples():
     samples = list(perfquery_samples(twin))
     assert len(rows) == len(samples) == 16 * 22
     for row, s in zip(rows, samples):
-        assert (row["metric"], row["t"], row["value"], orjson.loads(row["labels"])) == (s.metric, s.t, s.value, s.labels)
+        assert (row["metric"], row["t"], row["value"], orjson.loads(row["labels"])) == (
+            s.metric,
+            s.t,
+            s.value,
+            s.labels,
+        )
         assert (row["host"], row["gpu"], row["job"]) == sample_keys(s.labels, s.metric)
 
 

@@ -34,9 +34,11 @@ class StubTwin:
         return "\n".join(lines) + "\n"
 
     def node_exporter_text(self, node):
-        return ("# HELP node_infiniband_port_data_received_bytes_total Number of data octets received.\n"
-                "# TYPE node_infiniband_port_data_received_bytes_total counter\n"
-                f'node_infiniband_port_data_received_bytes_total{{device="mlx5_0",port="1"}} {self.now}\n')
+        return (
+            "# HELP node_infiniband_port_data_received_bytes_total Number of data octets received.\n"
+            "# TYPE node_infiniband_port_data_received_bytes_total counter\n"
+            f'node_infiniband_port_data_received_bytes_total{{device="mlx5_0",port="1"}} {self.now}\n'
+        )
 
 
 def read_dir(directory: Path) -> dict[str, list[str]]:
@@ -91,9 +93,12 @@ def test_mapping_dir_is_read_on_every_scrape(tmp_path):
     node1.mkdir()
     config = ServeConfig(nodes=("node1", "node2"), port=port, mapping_dir=tmp_path, tick_s=0)
     with TwinEndpoints(twin, config, read_mapping=read_dir):
+
         def jobs_seen() -> set[tuple[str, str]]:
             text = httpx.get(f"http://127.0.0.1:{port}/metrics").text
-            return {(s.labels["gpu"], s.labels.get("hpc_job", "")) for s in families(text)["DCGM_FI_DEV_GPU_UTIL"].samples}
+            return {
+                (s.labels["gpu"], s.labels.get("hpc_job", "")) for s in families(text)["DCGM_FI_DEV_GPU_UTIL"].samples
+            }
 
         assert jobs_seen() == {("0", ""), ("1", "")}
         (node1 / "0").write_text("7\n")
@@ -101,7 +106,7 @@ def test_mapping_dir_is_read_on_every_scrape(tmp_path):
         assert jobs_seen() == {("0", "7"), ("1", "7"), ("1", "8")}
         (node1 / "0").unlink()
         assert jobs_seen() == {("0", ""), ("1", "7"), ("1", "8")}
-        httpx.get(f"http://127.0.0.1:{port + 1}/metrics")   # node2 has no directory: nothing maps
+        httpx.get(f"http://127.0.0.1:{port + 1}/metrics")  # node2 has no directory: nothing maps
     assert twin.calls[-1] == ("node2", {})
 
 
@@ -118,6 +123,7 @@ def test_the_twin_ticks_in_the_background():
     port = free_port(1)
     with TwinEndpoints(twin, ServeConfig(nodes=("node1",), port=port, tick_s=0.05)):
         import time
+
         time.sleep(0.4)
     assert twin.now >= 0.2
 
@@ -126,6 +132,7 @@ def test_a_failing_twin_answers_500_not_a_dropped_connection():
     class Broken(StubTwin):
         def dcgm_text(self, node, *, jobs_by_gpu=None):
             raise RuntimeError("boom")
+
     port = free_port(1)
     with TwinEndpoints(Broken(), ServeConfig(nodes=("node1",), port=port, tick_s=0)):
         assert httpx.get(f"http://127.0.0.1:{port}/metrics").status_code == 500
@@ -139,6 +146,7 @@ def test_port_in_use_is_a_config_error(monkeypatch, late_stop):
     order certain."""
     if late_stop:
         import time
+
         from hpcwatch.twin import serve
 
         close, stop = serve._close, TwinEndpoints.stop
@@ -165,6 +173,7 @@ def test_bad_settings():
 
 def test_prometheus_config_lists_every_target_for_both_exporters():
     import yaml
+
     doc = yaml.safe_load(prometheus_config({"node1": "127.0.0.1:1", "node2": "127.0.0.1:2"}, scrape_interval_s=1))
     jobs = {j["job_name"]: j for j in doc["scrape_configs"]}
     assert set(jobs) == {"dcgm", "node"} and jobs["node"]["metrics_path"] == "/node-exporter/metrics"
@@ -189,6 +198,7 @@ def test_timestamps_are_asked_of_the_source_only_when_configured():
     class Stamped(StubTwin):
         def dcgm_text(self, node, *, jobs_by_gpu=None, timestamp=False):
             return f"m {int(timestamp)} 1000\n"
+
     port = free_port(1)
     with TwinEndpoints(Stamped(), ServeConfig(nodes=("node1",), port=port, tick_s=0, timestamps=True)):
         assert httpx.get(f"http://127.0.0.1:{port}/metrics").text == "m 1 1000\n"
@@ -205,22 +215,23 @@ def test_one_keep_alive_connection_serves_many_scrapes_and_counts_them():
 def test_requests_a_scraper_would_not_send():
     port = free_port(1)
     with TwinEndpoints(StubTwin(), ServeConfig(nodes=("node1",), port=port, tick_s=0)):
-        assert httpx.post(f"http://127.0.0.1:{port}/metrics").status_code == 405   # GET only
-        with socket.create_connection(("127.0.0.1", port)) as raw:   # a head past the limit: dropped
+        assert httpx.post(f"http://127.0.0.1:{port}/metrics").status_code == 405  # GET only
+        with socket.create_connection(("127.0.0.1", port)) as raw:  # a head past the limit: dropped
             raw.sendall(b"GET /metrics HTTP/1.1\r\nX: " + b"a" * 20000 + b"\r\n\r\n")
             assert raw.recv(100) == b""
-        assert httpx.get(f"http://127.0.0.1:{port}/metrics").status_code == 200   # and the port still serves
+        assert httpx.get(f"http://127.0.0.1:{port}/metrics").status_code == 200  # and the port still serves
 
 
 def test_open_files_limit_is_raised_for_many_nodes_and_refused_past_the_hard_limit(monkeypatch):
     import resource
 
     from hpcwatch.cli.twinserve import raise_open_files_limit
+
     calls = []
     monkeypatch.setattr(resource, "getrlimit", lambda _: (1024, 8000))
     monkeypatch.setattr(resource, "setrlimit", lambda _, limits: calls.append(limits))
-    raise_open_files_limit(100)          # 664 files: the soft limit holds them
-    raise_open_files_limit(1024)         # 6,208: raised to the hard limit
+    raise_open_files_limit(100)  # 664 files: the soft limit holds them
+    raise_open_files_limit(1024)  # 6,208: raised to the hard limit
     assert calls == [(8000, 8000)]
     with pytest.raises(ConfigError, match="hard limit is 8000"):
         raise_open_files_limit(2000)
@@ -240,7 +251,7 @@ def test_a_node_past_its_connection_cap_closes_the_connection_idle_longest():
         with connect() as gave_up, connect() as live:
             assert _get(gave_up).startswith(b"HTTP/1.1 200")
             assert _get(live).startswith(b"HTTP/1.1 200")
-            with connect() as new:                              # a third: the idle-longest one goes
+            with connect() as new:  # a third: the idle-longest one goes
                 assert _get(new).startswith(b"HTTP/1.1 200")
                 assert gave_up.recv(100) == b""
                 assert _get(live).startswith(b"HTTP/1.1 200")
@@ -277,24 +288,25 @@ def test_running_out_of_file_descriptors_stops_the_server_with_one_line():
     code = _OUT_OF_FILES.format(tests=str(Path(__file__).parent), port=port)
     proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     assert proc.stdout.readline() == "ready\n"
-    clients = [socket.create_connection(("127.0.0.1", port), timeout=5) for _ in range(8)]   # 3 fit
+    clients = [socket.create_connection(("127.0.0.1", port), timeout=5) for _ in range(8)]  # 3 fit
     out, err = proc.communicate(timeout=30)
     for client in clients:
         client.close()
     assert out.startswith("stopped: out of file descriptors accepting on port")
-    assert "Traceback" not in err and err.count("\n") == 1, err   # one line, not a retry every second
+    assert "Traceback" not in err and err.count("\n") == 1, err  # one line, not a retry every second
 
 
 def test_fds_per_node_covers_the_listening_socket_and_the_connection_cap():
     from hpcwatch.cli.twinserve import FDS_PER_NODE
     from hpcwatch.twin.serve import DEFAULT_MAX_CONNECTIONS_PER_NODE
+
     assert FDS_PER_NODE == 1 + DEFAULT_MAX_CONNECTIONS_PER_NODE
 
 
 def test_two_scrapers_in_one_tick_cost_one_render():
     port = free_port(1)
     stub = StubTwin()
-    with TwinEndpoints(stub, ServeConfig(nodes=("node1",), port=port, tick_s=600)) as ep:   # no tick comes
+    with TwinEndpoints(stub, ServeConfig(nodes=("node1",), port=port, tick_s=600)) as ep:  # no tick comes
         first, second = (httpx.get(f"http://127.0.0.1:{port}/metrics").text for _ in range(2))
     assert first == second and len(stub.calls) == 1 and ep.bodies_reused == 1
 
@@ -304,6 +316,6 @@ def test_a_frozen_twin_is_rendered_on_every_scrape():
     stub = StubTwin()
     with TwinEndpoints(stub, ServeConfig(nodes=("node1",), port=port, tick_s=0)):
         before = httpx.get(f"http://127.0.0.1:{port}/node-exporter/metrics").text
-        stub.advance(5.0)                       # its owner moves it by hand, between scrapes
+        stub.advance(5.0)  # its owner moves it by hand, between scrapes
         after = httpx.get(f"http://127.0.0.1:{port}/node-exporter/metrics").text
     assert before != after

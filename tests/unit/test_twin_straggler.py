@@ -33,10 +33,10 @@ def test_straggler_doubles_one_backward_and_every_other_rank_waits_exactly_that_
     growth, extra = [], []
     for b, s in zip(base, slow):
         assert s[r_slow, BACKWARD] == pytest.approx(2 * b[r_slow, BACKWARD], rel=1e-12)
-        pre_b = b[:, :BACKWARD + 1].sum(axis=1)  # load + forward + backward: the work before the collective
+        pre_b = b[:, : BACKWARD + 1].sum(axis=1)  # load + forward + backward: the work before the collective
         # The collective aligns on the straggler: it waits for nobody, the others wait for its whole lag.
         assert s[r_slow, BARRIER] == 0
-        arrive = s[:, :BACKWARD + 1].sum(axis=1) + s[:, BARRIER]
+        arrive = s[:, : BACKWARD + 1].sum(axis=1) + s[:, BARRIER]
         assert np.allclose(arrive, arrive[r_slow])
         for r in range(len(ranks)):
             if r == r_slow:
@@ -105,8 +105,11 @@ def test_kineto_traces_of_a_run_give_the_same_anatomy_as_the_spans(tmp_path) -> 
     import json
 
     from hpcwatch.records import Span
-    spans = [Span(**{k: v for k, v in json.loads(line).items() if k != "kind"})
-             for line in (tmp_path / "run" / "spans.jsonl").read_text().splitlines()]
+
+    spans = [
+        Span(**{k: v for k, v in json.loads(line).items() if k != "kind"})
+        for line in (tmp_path / "run" / "spans.jsonl").read_text().splitlines()
+    ]
     from_spans = anatomy_from_spans(spans)
     a = {(r.rank, r.step): r.phases for r in from_traces.rank_steps}
     b = {(r.rank, r.step): r.phases for r in from_spans.rank_steps}

@@ -24,8 +24,11 @@ def _literals(path: Path) -> list[tuple[int, str]]:
             skip |= {id(s.value) for s in node.body if isinstance(s, ast.Expr) and isinstance(s.value, ast.Constant)}
         if isinstance(node, ast.Dict):
             skip |= {id(k) for k in node.keys if k is not None}
-    return [(n.lineno, n.value) for n in ast.walk(tree)
-            if isinstance(n, ast.Constant) and isinstance(n.value, str) and id(n) not in skip]
+    return [
+        (n.lineno, n.value)
+        for n in ast.walk(tree)
+        if isinstance(n, ast.Constant) and isinstance(n.value, str) and id(n) not in skip
+    ]
 
 
 @pytest.mark.parametrize("path", FILES, ids=lambda p: str(p.relative_to(SRC)))
@@ -37,8 +40,13 @@ def test_metric_names_come_from_vocab(path):
 @pytest.mark.parametrize("path", FILES, ids=lambda p: str(p.relative_to(SRC)))
 def test_events_are_made_with_a_vocab_kind(path):
     tree = ast.parse(path.read_text())
-    literal = [n.lineno for n in ast.walk(tree) if isinstance(n, ast.Call) and getattr(n.func, "id", None) == "Event"
-               for k in n.keywords if k.arg == "kind" and isinstance(k.value, ast.Constant)]
+    literal = [
+        n.lineno
+        for n in ast.walk(tree)
+        if isinstance(n, ast.Call) and getattr(n.func, "id", None) == "Event"
+        for k in n.keywords
+        if k.arg == "kind" and isinstance(k.value, ast.Constant)
+    ]
     assert not literal, f"{path.relative_to(SRC)}: Event(kind=<literal>) on lines {literal}; use vocab.EventKind"
 
 

@@ -25,20 +25,24 @@ def _samples(cluster, k: int) -> list[Sample]:
     for node in cluster.nodes:
         for gpu in node.gpus:
             labels = {"gpu": str(gpu.index), "Hostname": node.name, "hpc_job": "4101"}
-            out += [Sample(metric="DCGM_FI_DEV_GPU_UTIL", labels=labels, t=t, value=90 + k),
-                    Sample(metric="DCGM_FI_DEV_POWER_USAGE", labels=labels, t=t, value=600.0 + gpu.index),
-                    Sample(metric="DCGM_FI_DEV_FB_USED", labels=labels, t=t, value=1000.0),
-                    Sample(metric="DCGM_FI_DEV_GPU_TEMP", labels=labels, t=t, value=60.0)]
+            out += [
+                Sample(metric="DCGM_FI_DEV_GPU_UTIL", labels=labels, t=t, value=90 + k),
+                Sample(metric="DCGM_FI_DEV_POWER_USAGE", labels=labels, t=t, value=600.0 + gpu.index),
+                Sample(metric="DCGM_FI_DEV_FB_USED", labels=labels, t=t, value=1000.0),
+                Sample(metric="DCGM_FI_DEV_GPU_TEMP", labels=labels, t=t, value=60.0),
+            ]
         for port in (1, 2):
             labels = {"device": "mlx5_0", "port": str(port), "node": node.name}
-            out += [Sample(metric="node_infiniband_port_data_transmitted_bytes_total", labels=labels, t=t,
-                           value=1e9 * k),
-                    Sample(metric="node_infiniband_port_data_received_bytes_total", labels=labels, t=t,
-                           value=2e9 * k)]
-    out += [Sample(metric="lustre_job_read_bytes_total", labels={"jobid": "4101", "target": "OST0000"}, t=t,
-                   value=5e7 * k),
-            Sample(metric="lustre_job_write_bytes_total", labels={"jobid": "4101", "target": "OST0000"}, t=t,
-                   value=1e6 * k)]
+            out += [
+                Sample(metric="node_infiniband_port_data_transmitted_bytes_total", labels=labels, t=t, value=1e9 * k),
+                Sample(metric="node_infiniband_port_data_received_bytes_total", labels=labels, t=t, value=2e9 * k),
+            ]
+    out += [
+        Sample(metric="lustre_job_read_bytes_total", labels={"jobid": "4101", "target": "OST0000"}, t=t, value=5e7 * k),
+        Sample(
+            metric="lustre_job_write_bytes_total", labels={"jobid": "4101", "target": "OST0000"}, t=t, value=1e6 * k
+        ),
+    ]
     return out
 
 
@@ -47,16 +51,20 @@ def _spans(job: str, straggler: bool) -> list[Span]:
     base = {"load": 0.002, "forward": 0.011, "backward": 0.020, "allreduce": 0.007, "optimizer": 0.002}
     out = []
     ranks = [(r, "node1" if r < 6 else "node2", r % 6) for r in range(12)]
-    compute = {r: sum(base[p] for p in ("load", "forward", "backward")) + (0.020 if straggler and r == 2 else 0)
-               for r, _, _ in ranks}
+    compute = {
+        r: sum(base[p] for p in ("load", "forward", "backward")) + (0.020 if straggler and r == 2 else 0)
+        for r, _, _ in ranks
+    }
     slowest = max(compute.values())
     for r, node, gpu in ranks:
         t = T0 + 1
-        durs = dict(base, backward=base["backward"] * (2 if straggler and r == 2 else 1),
-                    barrier_wait=slowest - compute[r])
+        durs = dict(
+            base, backward=base["backward"] * (2 if straggler and r == 2 else 1), barrier_wait=slowest - compute[r]
+        )
         for phase in ("load", "forward", "backward", "barrier_wait", "allreduce", "optimizer"):
-            out.append(Span(job=job, rank=r, step=7, phase=phase, start=t, dur=durs[phase],
-                            attrs={"node": node, "gpu": gpu}))
+            out.append(
+                Span(job=job, rank=r, step=7, phase=phase, start=t, dur=durs[phase], attrs={"node": node, "gpu": gpu})
+            )
             t += durs[phase]
     return out
 
@@ -66,14 +74,38 @@ def store():
     """Filled once per module: the tests below only read it."""
     cluster = reference_cluster()
     st = Store(":memory:")
-    st.add([Job(id="4101", user=HOSTILE_USER, account="proj-llm", partition="gpu", nodes=("node1", "node2"),
-                gpus=12, start=T0 - 100, state="RUNNING", name=HOSTILE_JOB),
-            Job(id="4102", user="bob", account="proj-vision", gpus=8, state="PENDING", name="vit-finetune")])
+    st.add(
+        [
+            Job(
+                id="4101",
+                user=HOSTILE_USER,
+                account="proj-llm",
+                partition="gpu",
+                nodes=("node1", "node2"),
+                gpus=12,
+                start=T0 - 100,
+                state="RUNNING",
+                name=HOSTILE_JOB,
+            ),
+            Job(id="4102", user="bob", account="proj-vision", gpus=8, state="PENDING", name="vit-finetune"),
+        ]
+    )
     st.add(_samples(cluster, 0) + _samples(cluster, 1))
     st.add(_spans("4101", straggler=True) + _spans("4101-base", straggler=False))
-    st.add([Finding(vector="rdma_blind_spot", severity="high", target="node2:mlx5_0/1", title="IB bytes, no job",
-                    evidence={"bytes": 1e9}, t=T0 + 1, rule="ib-traffic-without-job"),
-            Event(kind="process_exec", t=T0 + 1, source="tetragon", attrs={})])
+    st.add(
+        [
+            Finding(
+                vector="rdma_blind_spot",
+                severity="high",
+                target="node2:mlx5_0/1",
+                title="IB bytes, no job",
+                evidence={"bytes": 1e9},
+                t=T0 + 1,
+                rule="ib-traffic-without-job",
+            ),
+            Event(kind="process_exec", t=T0 + 1, source="tetragon", attrs={}),
+        ]
+    )
     yield st
     st.close()
 
@@ -87,6 +119,7 @@ def client(store):
 
 # -- the page -----------------------------------------------------------------------------------
 
+
 def test_page_has_one_element_per_gpu(client):
     html = client.get("/").text
     gpus = re.findall(r'data-gpu="([^"]+)"', html)
@@ -97,7 +130,14 @@ def test_page_has_one_element_per_gpu(client):
 def test_page_places_seven_collectors_and_six_vectors(client):
     html = client.get("/").text
     assert set(re.findall(r'data-collector="([^"]+)"', html)) == {
-        "slurm_exporter", "dcgm_exporter", "node_host", "torch_nccl", "ib_tools", "lustre_metrics", "ebpf_weights"}
+        "slurm_exporter",
+        "dcgm_exporter",
+        "node_host",
+        "torch_nccl",
+        "ib_tools",
+        "lustre_metrics",
+        "ebpf_weights",
+    }
     assert set(re.findall(r'<g [^>]*data-vector="([^"]+)"', html)) == set(VECTORS) - {"weights_access"}
     for element in ("slurm", "stack", "fabric", "storage", "weights", "node:node1"):
         assert f'data-el="{element}"' in html
@@ -114,7 +154,7 @@ def test_every_clickable_element_is_reachable_by_keyboard(client):
 def test_hostile_job_name_and_user_are_escaped_in_html(client):
     html = client.get("/").text
     assert HOSTILE_JOB not in html
-    assert "&lt;img src=x onerror=alert(1)&gt;" in html           # the queue table, as text
+    assert "&lt;img src=x onerror=alert(1)&gt;" in html  # the queue table, as text
     assert "o&#34;brien&#39;s" in html or "o&quot;brien&#x27;s" in html
     # Inside the JSON the page boots from, no "<" can close the script element.
     boot = re.search(r'<script type="application/json" id="boot">(.*?)</script>', html, re.S).group(1)
@@ -140,15 +180,18 @@ def test_scripts_insert_text_only():
         assert "innerHTML" not in source and "insertAdjacentHTML" not in source and "document.write" not in source
 
 
-@pytest.mark.parametrize(("header", "query", "expected"), [
-    ("fr-FR,fr;q=0.9,en;q=0.5", None, "fr"),
-    ("en-US,en;q=0.9", None, "en"),
-    ("de-DE,fr;q=0.3,en;q=0.2", None, "fr"),       # first supported by weight
-    ("fr;q=0,en", None, "en"),                      # q=0 means "not acceptable"
-    ("fr-FR", "en", "en"),                          # ?lang forces
-    (None, "fr", "fr"),
-    ("xx", None, "en"),                             # nothing supported: English
-])
+@pytest.mark.parametrize(
+    ("header", "query", "expected"),
+    [
+        ("fr-FR,fr;q=0.9,en;q=0.5", None, "fr"),
+        ("en-US,en;q=0.9", None, "en"),
+        ("de-DE,fr;q=0.3,en;q=0.2", None, "fr"),  # first supported by weight
+        ("fr;q=0,en", None, "en"),  # q=0 means "not acceptable"
+        ("fr-FR", "en", "en"),  # ?lang forces
+        (None, "fr", "fr"),
+        ("xx", None, "en"),  # nothing supported: English
+    ],
+)
 def test_language_from_accept_language_or_query(client, header, query, expected):
     headers = {"Accept-Language": header} if header else {}
     r = client.get("/", params={"lang": query} if query else None, headers=headers)
@@ -169,6 +212,7 @@ def test_french_page_shows_french_words(client):
 
 # -- the API ------------------------------------------------------------------------------------
 
+
 def test_live_snapshot_shape(client):
     doc = client.get("/api/live").json()
     g = doc["gpus"]["node1/2"]
@@ -180,7 +224,7 @@ def test_live_snapshot_shape(client):
     assert doc["storage"]["read_bytes_s"] == pytest.approx(5e7)
     assert doc["queue"]["running"] == 1 and doc["queue"]["pending"] == 1
     assert doc["collectors"]["dcgm_exporter"]["arriving"] is True
-    assert doc["collectors"]["ebpf_weights"]["arriving"] is False   # nothing on checkpoints in this store
+    assert doc["collectors"]["ebpf_weights"]["arriving"] is False  # nothing on checkpoints in this store
     assert doc["vectors"]["rdma_blind_spot"]["findings"] == 1
     assert all(doc["vectors"][v]["findings"] == 0 for v in VECTORS if v != "rdma_blind_spot")
 
@@ -211,8 +255,10 @@ def test_configured_pair_is_labelled_in_the_requested_language(store):
     app = create_app(store, reference_cluster(), step_jobs={"baseline": "4101-base", "straggler": "4101"})
     with TestClient(app) as c:
         sources = c.get("/api/steps/sources", params={"lang": "fr"}).json()
-        assert [(s["key"], s["label"]) for s in sources] == [("baseline", "Sans retardataire"),
-                                                             ("straggler", "Avec retardataire")]
+        assert [(s["key"], s["label"]) for s in sources] == [
+            ("baseline", "Sans retardataire"),
+            ("straggler", "Avec retardataire"),
+        ]
         assert 'data-source="straggler" data-job="4101"' in c.get("/").text
 
 
@@ -228,7 +274,7 @@ def test_stragglersim_returns_points_or_a_clear_503(client):
         assert "straggler simulator unavailable" in r.json()["detail"]
         return
     doc = r.json()
-    assert [p["gpus"] for p in doc["points"]][0] == 8 and doc["points"][-1]["gpus"] == 100_000
+    assert next(p["gpus"] for p in doc["points"]) == 8 and doc["points"][-1]["gpus"] == 100_000
     effs = [p["efficiency"] for p in doc["points"]]
     assert all(0 < e <= 1 for e in effs) and effs[0] > effs[-1]
 
@@ -262,7 +308,7 @@ def test_stream_sends_live_events(client):
             if line.startswith("data: "):
                 events.append(orjson.loads(line[6:]))
             if len(events) == 2:
-                client.app.state.hpcwatch.stopping.set()   # ends the generator
+                client.app.state.hpcwatch.stopping.set()  # ends the generator
                 break
     assert events[0]["gpus"]["node1/2"]["util_pct"] == 91
 
@@ -283,17 +329,29 @@ def test_collectors_arrive_from_what_their_readers_produce():
     """Falco/Tetragon events light node_host; a Tetragon file hook on the weights path lights ebpf_weights."""
     store = Store(":memory:")
     store.add(_samples(reference_cluster(), 0))
-    store.add([Event(kind="falco", t=T0, source="falco.json", attrs={"rule": "Terminal shell in container"}),
-               Event(kind="tetragon", t=T0, source="tetragon.jsonl",
-                     attrs={"function_name": "security_file_permission", "path": "/lustre/checkpoints/step_100.pt"}),
-               Event(kind="tetragon", t=T0, source="tetragon.jsonl",
-                     attrs={"function_name": "security_file_permission", "path": "/lustre/checkpointsX/other"})])
+    store.add(
+        [
+            Event(kind="falco", t=T0, source="falco.json", attrs={"rule": "Terminal shell in container"}),
+            Event(
+                kind="tetragon",
+                t=T0,
+                source="tetragon.jsonl",
+                attrs={"function_name": "security_file_permission", "path": "/lustre/checkpoints/step_100.pt"},
+            ),
+            Event(
+                kind="tetragon",
+                t=T0,
+                source="tetragon.jsonl",
+                attrs={"function_name": "security_file_permission", "path": "/lustre/checkpointsX/other"},
+            ),
+        ]
+    )
     app = create_app(store, reference_cluster())
     with TestClient(app) as c:
         collectors = c.get("/api/live").json()["collectors"]
     assert collectors["node_host"]["arriving"] and collectors["node_host"]["count"] > 3
     assert collectors["ebpf_weights"] == {"arriving": True, "count": 1, "last_t": T0, "state": "answering"}
-    assert collectors["ib_tools"]["arriving"] is False          # no perfquery samples here
+    assert collectors["ib_tools"]["arriving"] is False  # no perfquery samples here
     assert collectors["ib_tools"]["state"] == "not_configured"  # ... nor ever: not silent, never set up
     store.close()
 
@@ -301,10 +359,21 @@ def test_collectors_arrive_from_what_their_readers_produce():
 def test_findings_are_titled_in_the_pages_language(store):
     """A rule the catalogues know is titled from its template in both languages; ``title`` stays English."""
     from hpcwatch.records import Finding as F
+
     with Store(":memory:") as st:
-        st.add([F(vector="rdma_blind_spot", severity="high", target="node2",
-                  title="node2 moved 250.0 MB/s over InfiniBand with no job on it",
-                  evidence={"host": "node2", "peak_bytes_per_s": 2.5e8}, t=1.0, rule="rdma.traffic_no_job")])
+        st.add(
+            [
+                F(
+                    vector="rdma_blind_spot",
+                    severity="high",
+                    target="node2",
+                    title="node2 moved 250.0 MB/s over InfiniBand with no job on it",
+                    evidence={"host": "node2", "peak_bytes_per_s": 2.5e8},
+                    t=1.0,
+                    rule="rdma.traffic_no_job",
+                )
+            ]
+        )
         with TestClient(create_app(st, reference_cluster())) as c:
             vector = c.get("/api/live").json()["vectors"]["rdma_blind_spot"]
             assert vector["text"]["en"] == vector["title"]

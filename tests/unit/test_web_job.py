@@ -15,7 +15,7 @@ from fastapi.testclient import TestClient
 from hpcwatch.ingest import ingest_paths
 from hpcwatch.model import reference_cluster
 from hpcwatch.records import PHASES, Finding
-from hpcwatch.reports.jobpage import concerns_job, job_overview, overview_dict
+from hpcwatch.reports.jobpage import concerns_job, job_overview
 from hpcwatch.reports.live import data_seen, live_snapshot
 from hpcwatch.store import Store
 from hpcwatch.web.app import create_app
@@ -30,10 +30,28 @@ SACCT = DATA / "slurm" / "sacct.json"
 def store():
     st = Store(":memory:")
     ingest_paths(st, [HOOK, SACCT])
-    st.add([Finding(vector="rdma_blind_spot", severity="high", target="node2", title="IB bytes, no job",
-                    evidence={"bytes": 1e9}, t=st.job("9").start + 1, rule="rdma.traffic_no_job"),
-            Finding(vector="weights_access", severity="medium", target="node9", title="read of the weights",
-                    evidence={"job": "gloo-test"}, t=1.0, rule="weights.foreign_reader")])
+    st.add(
+        [
+            Finding(
+                vector="rdma_blind_spot",
+                severity="high",
+                target="node2",
+                title="IB bytes, no job",
+                evidence={"bytes": 1e9},
+                t=st.job("9").start + 1,
+                rule="rdma.traffic_no_job",
+            ),
+            Finding(
+                vector="weights_access",
+                severity="medium",
+                target="node9",
+                title="read of the weights",
+                evidence={"job": "gloo-test"},
+                t=1.0,
+                rule="weights.foreign_reader",
+            ),
+        ]
+    )
     yield st
     st.close()
 
@@ -49,45 +67,58 @@ def client(store):
 
 def test_overview_of_a_real_gloo_job_names_rank_2_slow_in_backward(store):
     o = job_overview(store, "gloo-test")
-    assert o.job is None and "gloo-test" in o.missing["job"]      # known from its spans only
+    assert o.job is None and "gloo-test" in o.missing["job"]  # known from its spans only
     assert (o.steps.first_step, o.steps.last_step, o.steps.steps) == (0, 5, 6)
     assert o.steps.straggler["rank"] == 2 and o.steps.straggler["phase"] == "backward"
-    assert 0.030 < o.steps.straggler["excess_s"] < 0.045            # the 40 ms sleep, less noise
+    assert 0.030 < o.steps.straggler["excess_s"] < 0.045  # the 40 ms sleep, less noise
     slow = next(r for r in o.steps.ranks if r.rank == 2)
     fast = next(r for r in o.steps.ranks if r.rank == 0)
     backward = PHASES.index("backward")
     assert slow.phase_s[backward] > 0.035 > fast.phase_s[backward]
-    assert [f.rule for f in o.findings] == ["weights.foreign_reader"]    # names the job in its evidence
+    assert [f.rule for f in o.findings] == ["weights.foreign_reader"]  # names the job in its evidence
 
 
 def test_overview_of_a_slurm_job_without_spans_says_why_steps_are_missing(store):
-    o = job_overview(store, "3")                                       # COMPLETED on node2, 20 s
+    o = job_overview(store, "3")  # COMPLETED on node2, 20 s
     assert o.job is not None and o.job.nodes == ("node2",) and o.job.state == "COMPLETED"
     assert o.steps is None and o.missing["steps"] == "job 3: no step spans in the store"
     assert o.goodput is not None and o.goodput.total_s == pytest.approx(20.0)
-    assert o.findings == ()                          # node2's finding came after job 3 ended
-    running = job_overview(store, "9")                                 # RUNNING, no steps: nothing to split yet
-    assert [f.rule for f in running.findings] == ["rdma.traffic_no_job"]   # 9 runs on node2
+    assert o.findings == ()  # node2's finding came after job 3 ended
+    running = job_overview(store, "9")  # RUNNING, no steps: nothing to split yet
+    assert [f.rule for f in running.findings] == ["rdma.traffic_no_job"]  # 9 runs on node2
     assert running.goodput is None and "no wall time to account yet" in running.missing["goodput"]
 
 
 def test_overview_of_an_unknown_job_is_an_input_error(store):
     from hpcwatch.errors import InputError
+
     with pytest.raises(InputError, match="no job nope in the store"):
         job_overview(store, "nope")
 
 
-@pytest.mark.parametrize("finding_kw, expected", [
-    ({"target": "501"}, True),                                  # names the job as its target
-    ({"target": "node1", "evidence": {"hpc_job": "501"}}, True),  # dcgm-exporter's label in the evidence
-    ({"target": "node1", "t": 150.0}, True),                   # its node, while it ran
-    ({"target": "node1", "t": 50.0}, False),                   # its node, before it started
-    ({"target": "node1", "t": 250.0}, False),                  # its node, after it ended
-    ({"target": "node3", "t": 150.0}, False),                  # another node
-])
+@pytest.mark.parametrize(
+    "finding_kw, expected",
+    [
+        ({"target": "501"}, True),  # names the job as its target
+        ({"target": "node1", "evidence": {"hpc_job": "501"}}, True),  # dcgm-exporter's label in the evidence
+        ({"target": "node1", "t": 150.0}, True),  # its node, while it ran
+        ({"target": "node1", "t": 50.0}, False),  # its node, before it started
+        ({"target": "node1", "t": 250.0}, False),  # its node, after it ended
+        ({"target": "node3", "t": 150.0}, False),  # another node
+    ],
+)
 def test_which_findings_concern_a_job(finding_kw, expected):
-    finding = Finding(**{"vector": "rdma_blind_spot", "severity": "high", "title": "x", "evidence": {}, "t": 150.0,
-                         "rule": "r", **finding_kw})
+    finding = Finding(
+        **{
+            "vector": "rdma_blind_spot",
+            "severity": "high",
+            "title": "x",
+            "evidence": {},
+            "t": 150.0,
+            "rule": "r",
+            **finding_kw,
+        }
+    )
     assert concerns_job(finding, "501", ("node1", "node2"), 100.0, 200.0) is expected
 
 
@@ -117,8 +148,19 @@ def test_job_page_in_french_and_english(client):
 def test_job_page_escapes_names_from_data():
     st = Store(":memory:")
     ingest_paths(st, [HOOK])
-    st.add([Finding(vector="weights_access", severity="low", target="<script>x</script>", title="<b>t</b>",
-                    evidence={"job": "gloo-test"}, t=1.0, rule="r")])
+    st.add(
+        [
+            Finding(
+                vector="weights_access",
+                severity="low",
+                target="<script>x</script>",
+                title="<b>t</b>",
+                evidence={"job": "gloo-test"},
+                t=1.0,
+                rule="r",
+            )
+        ]
+    )
     with TestClient(create_app(st, reference_cluster())) as c:
         html = c.get("/job/gloo-test").text
     assert "<script>x</script>" not in html and "&lt;script&gt;x&lt;/script&gt;" in html
@@ -130,11 +172,14 @@ def test_queue_rows_link_to_the_job_page(client):
     assert 'href="/job/7" data-job-page="7"' in html and 'href="/job/9"' in html
 
 
-@pytest.mark.parametrize("value, digits, lang, text", [
-    (1234.5, 1, "en", "1,234.5"),
-    (1234.5, 1, "fr", "1\u202f234,5"),   # French: narrow no-break space, decimal comma
-    (None, 0, "en", "—"),
-])
+@pytest.mark.parametrize(
+    "value, digits, lang, text",
+    [
+        (1234.5, 1, "en", "1,234.5"),
+        (1234.5, 1, "fr", "1\u202f234,5"),  # French: narrow no-break space, decimal comma
+        (None, 0, "en", "—"),
+    ],
+)
 def test_numbers_in_the_pages_language(value, digits, lang, text):
     assert fmt_number(value, digits, lang=lang) == text
 
@@ -149,8 +194,11 @@ def test_bytes_and_urls():
 
 def test_player_offers_the_recorded_example_then_live_jobs(client):
     sources = client.get("/api/steps/sources", params={"lang": "en"}).json()
-    assert [(s["key"], s["kind"]) for s in sources] == [("baseline", "example"), ("straggler", "example"),
-                                                        ("gloo-test", "live")]
+    assert [(s["key"], s["kind"]) for s in sources] == [
+        ("baseline", "example"),
+        ("straggler", "example"),
+        ("gloo-test", "live"),
+    ]
     assert sources[0]["label"] == "Without straggler" and sources[2]["label"] == "gloo-test"
     html = client.get("/").text
     assert '<option value="gloo-test">gloo-test</option>' in html and "Guided example (recorded)" in html
@@ -158,9 +206,14 @@ def test_player_offers_the_recorded_example_then_live_jobs(client):
 
 def test_live_job_labels_carry_the_slurm_name_and_user():
     from hpcwatch.records import Job, Span
+
     st = Store(":memory:")
-    st.add([Job(id="4101", user="alice", name="llama", state="RUNNING", nodes=("node1",), gpus=1),
-            Span(job="4101", rank=0, step=1, phase="forward", start=1.0, dur=0.1, attrs={})])
+    st.add(
+        [
+            Job(id="4101", user="alice", name="llama", state="RUNNING", nodes=("node1",), gpus=1),
+            Span(job="4101", rank=0, step=1, phase="forward", start=1.0, dur=0.1, attrs={}),
+        ]
+    )
     with TestClient(create_app(st, reference_cluster())) as c:
         (src,) = c.get("/api/steps/sources").json()
     assert (src["label"], src["kind"]) == ("4101 · llama (alice)", "live")
@@ -207,22 +260,42 @@ def test_job_report_from_its_share_of_the_samples_equals_the_report_from_all():
     st.close()
 
 
-@pytest.mark.parametrize("url, says", [
-    ("ftp://prom:9090", "prometheus url must be http(s)://host:port"),   # not an HTTP API
-    ("http://127.0.0.1:1", "ConnectError"),                               # nothing listens: said at start-up
-])
+@pytest.mark.parametrize(
+    "url, says",
+    [
+        ("ftp://prom:9090", "prometheus url must be http(s)://host:port"),  # not an HTTP API
+        ("http://127.0.0.1:1", "ConnectError"),  # nothing listens: said at start-up
+    ],
+)
 def test_serve_with_a_prometheus_that_cannot_answer_is_one_line_and_exit_2(tmp_path, url, says):
     import socket
     import subprocess
     import sys
 
     import hpcwatch
-    with socket.socket() as sock:                    # a free port, so only the Prometheus can be the problem
+
+    with socket.socket() as sock:  # a free port, so only the Prometheus can be the problem
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
     env = {"PYTHONPATH": str(Path(hpcwatch.__file__).parents[1]), "PATH": "/usr/bin:/bin"}
-    done = subprocess.run([sys.executable, "-m", "hpcwatch", "serve", "--db", str(tmp_path / "store"), "--prometheus",
-                           url, "--port", str(port)], capture_output=True, text=True, env=env, timeout=60)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "hpcwatch",
+            "serve",
+            "--db",
+            str(tmp_path / "store"),
+            "--prometheus",
+            url,
+            "--port",
+            str(port),
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+    )
     assert done.returncode == 2, done.stderr
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("hpcwatch: ") and says in lines[0]
@@ -259,10 +332,12 @@ def test_english_advice_catalogue_says_what_the_report_says():
 
 
 def _catalogue_keys(lang: str) -> set[str]:
-    import yaml
     from importlib import resources
+
+    import yaml
 
     def walk(node, prefix=""):
         for key, value in node.items():
             yield from walk(value, f"{prefix}{key}.") if isinstance(value, dict) else [f"{prefix}{key}"]
+
     return set(walk(yaml.safe_load(resources.files("hpcwatch.web").joinpath(f"{lang}.yaml").read_text("utf-8"))))

@@ -24,11 +24,13 @@ def _live(min_interval_s: float) -> LiveView:
 def test_every_viewer_gets_the_same_encoded_frame_within_the_interval():
     live = _live(60.0)
     first = live.frame()
-    assert live.frame() is first and live.fresh_frame() is first       # encoded once, not once per viewer
+    assert live.frame() is first and live.fresh_frame() is first  # encoded once, not once per viewer
     event, data = first.split(b"\n", 1)
     assert event == b"event: live" and first.endswith(b"\n\n")
     doc = orjson.loads(data.removeprefix(b"data: "))
-    assert doc["gpus"]["node1/0"]["util_pct"] == 97.0 and doc == orjson.loads(orjson.dumps(live.snapshot(), default=str))
+    assert doc["gpus"]["node1/0"]["util_pct"] == 97.0 and doc == orjson.loads(
+        orjson.dumps(live.snapshot(), default=str)
+    )
 
 
 def test_no_fresh_frame_before_the_first_snapshot():
@@ -36,7 +38,7 @@ def test_no_fresh_frame_before_the_first_snapshot():
 
 
 def test_concurrent_viewers_all_get_a_frame():
-    live = _live(0.0)                  # every call due: callers meet one being computed and take the last one
+    live = _live(0.0)  # every call due: callers meet one being computed and take the last one
     frames: list[bytes] = []
     threads = [threading.Thread(target=lambda: frames.append(live.frame())) for _ in range(16)]
     for th in threads:

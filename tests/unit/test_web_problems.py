@@ -6,8 +6,6 @@ the twin's scenarios supply a straggler, an XID 79 and a clean run.
 
 from __future__ import annotations
 
-import pytest
-
 from hpcwatch.model import reference_cluster
 from hpcwatch.reports.live import STALE_AFTER_S, latest_t, live_snapshot
 from hpcwatch.store import Store
@@ -42,13 +40,13 @@ def test_an_xid_79_is_a_drain_on_its_gpu_with_its_code(tmp_path):
     xids = [p for p in snap["problems"] if p["rule"] == "xid"]
     assert xids and xids[0]["severity"] == "drain" and xids[0]["el"].startswith("gpu:")
     assert xids[0]["evidence"]["xid"] == 79
-    assert snap["problems"][0]["severity"] == "drain"      # worst first
+    assert snap["problems"][0]["severity"] == "drain"  # worst first
 
 
 def test_a_replayed_store_is_stale_by_its_age(tmp_path):
     snap, _ = _snapshot(tmp_path, (), steps=2)
     assert snap["stale_after_s"] == STALE_AFTER_S
-    assert snap["age_s"] > STALE_AFTER_S          # samples of 1.7e9 (2023), read now
+    assert snap["age_s"] > STALE_AFTER_S  # samples of 1.7e9 (2023), read now
 
 
 def test_an_empty_store_has_no_problems_and_no_age(tmp_path):
@@ -68,4 +66,4 @@ def test_the_live_view_keeps_problems_between_its_slower_refreshes(tmp_path):
         view = LiveView(store, cluster, min_interval_s=0.0)
         first = view.snapshot()["problems"]
         assert [p["el"] for p in first if p["kind"] == "straggler"] == ["gpu:node1/2"]
-        assert view.snapshot()["problems"] is first        # within PROBLEMS_INTERVAL_S: not judged again
+        assert view.snapshot()["problems"] is first  # within PROBLEMS_INTERVAL_S: not judged again

@@ -16,15 +16,20 @@ from hpcwatch.model import parse_cluster, reference_cluster
 from hpcwatch.model.cards import SECTIONS, load_cards, parse_cards
 from hpcwatch.records import VECTORS
 from hpcwatch.web.i18n import load_catalogue, negotiate
-from hpcwatch.web.svg import (COLLECTOR_TARGETS, DETAIL_MAX_NODES, MAX_TILE_COLS, VECTOR_TARGETS, layout_for,
-                              render_schematic)
+from hpcwatch.web.svg import (
+    COLLECTOR_TARGETS,
+    DETAIL_MAX_NODES,
+    MAX_TILE_COLS,
+    VECTOR_TARGETS,
+    layout_for,
+    render_schematic,
+)
 
 WEB = Path(hpcwatch.web.__file__).parent
 
 
 def _cluster(nodes: int, prefix: str = "node"):
-    text = (f"name: test\nnodes:\n  - prefix: {prefix!r}\n    count: {nodes}\n    gpu: h100-sxm\n"
-            "    gpus_per_node: 8\n")
+    text = f"name: test\nnodes:\n  - prefix: {prefix!r}\n    count: {nodes}\n    gpu: h100-sxm\n    gpus_per_node: 8\n"
     return parse_cluster(text)
 
 
@@ -32,7 +37,7 @@ def _cluster(nodes: int, prefix: str = "node"):
 def test_schematic_draws_any_size_as_valid_svg(nodes):
     cluster = _cluster(nodes)
     svg = render_schematic(cluster, load_catalogue("en"))
-    root = ET.fromstring(svg)          # well-formed XML
+    root = ET.fromstring(svg)  # well-formed XML
     gpus = [e.get("data-gpu") for e in root.iter() if e.get("data-gpu")]
     assert len(gpus) == nodes * 8 and len(set(gpus)) == nodes * 8
     assert f"node{nodes}/7" in gpus
@@ -55,15 +60,15 @@ def test_node_tiles_never_overlap_and_stay_inside_the_drawing(nodes):
     rows = {}
     for x, y in boxes:
         rows.setdefault(y, []).append(x)
-    for xs in rows.values():                       # neighbours in a row are a tile and a gap apart
+    for xs in rows.values():  # neighbours in a row are a tile and a gap apart
         xs.sort()
         assert all(b - a >= lay.node_w for a, b in zip(xs, xs[1:]))
 
 
 def test_128_nodes_fit_one_1920_screen_at_full_size():
     lay = layout_for(_cluster(128))
-    assert lay.node_cols == MAX_TILE_COLS and lay.width <= 1834    # 1920 px less the page's margins
-    assert lay.height <= 1080 - 100                                # a wall screen less the header
+    assert lay.node_cols == MAX_TILE_COLS and lay.width <= 1834  # 1920 px less the page's margins
+    assert lay.height <= 1080 - 100  # a wall screen less the header
 
 
 def test_live_text_is_beside_elements_not_inside_them():
@@ -95,11 +100,12 @@ def test_drawing_128_gpus_is_fast():
     start = time.perf_counter()
     svg = render_schematic(cluster, t)
     elapsed = time.perf_counter() - start
-    assert elapsed < 0.5, elapsed     # measured ~5 ms; generous for a busy CI machine
+    assert elapsed < 0.5, elapsed  # measured ~5 ms; generous for a busy CI machine
     assert svg.count('data-gpu="') == 128
 
 
 # -- catalogues ---------------------------------------------------------------------------------
+
 
 def _keys_used() -> set[str]:
     """Every catalogue key the template and the scripts look up literally."""
@@ -150,6 +156,7 @@ def test_negotiate_prefers_forced_then_cookie_then_header():
 
 # -- cards --------------------------------------------------------------------------------------
 
+
 def test_cards_exist_for_every_element_collector_vector_in_both_languages():
     cards = load_cards()
     for lang in ("en", "fr"):
@@ -161,13 +168,19 @@ def test_cards_exist_for_every_element_collector_vector_in_both_languages():
     assert cards.card("elements", "gpu", "fr")["what"] != cards.card("elements", "gpu", "en")["what"]
 
 
-@pytest.mark.parametrize(("text", "message"), [
-    # a card without its French half
-    ("elements: {gpu: {en: {title: a, what: b, observe: c, tools: d, threats: e, value: f, cost: g, risk: h, "
-     "owner: i}}}", "elements.gpu.fr: missing"),
-    # a section missing entirely
-    ("collectors: {}", "elements: missing or empty"),
-])
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        # a card without its French half
+        (
+            "elements: {gpu: {en: {title: a, what: b, observe: c, tools: d, threats: e, value: f, cost: g, risk: h, "
+            "owner: i}}}",
+            "elements.gpu.fr: missing",
+        ),
+        # a section missing entirely
+        ("collectors: {}", "elements: missing or empty"),
+    ],
+)
 def test_cards_loader_names_what_is_missing(text, message):
     with pytest.raises(ConfigError, match=re.escape(message)):
         parse_cards(text)

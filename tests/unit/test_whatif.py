@@ -48,8 +48,11 @@ def test_slowdown_matches_the_artifacts_blocking_slowdown(st_result, reference):
 def test_step_times_match_the_artifact_per_step(st_result, reference):
     steps = [str(s) for s in st_result.steps]
     assert steps == list(reference["step_t_base"])
-    for key, ours in (("step_t_base", st_result.step_time_actual_s), ("step_t_nodelay", st_result.step_time_replay_s),
-                      ("step_t_noblk", st_result.step_time_ideal_s)):
+    for key, ours in (
+        ("step_t_base", st_result.step_time_actual_s),
+        ("step_t_nodelay", st_result.step_time_replay_s),
+        ("step_t_noblk", st_result.step_time_ideal_s),
+    ):
         np.testing.assert_allclose(ours, [reference[key][s] for s in steps], rtol=1e-3, err_msg=key)
     assert st_result.replay_ratio == pytest.approx(reference["launch_slowdown"], rel=1e-3)
 
@@ -60,8 +63,10 @@ def test_slowdown_by_optype_dp_rank_and_stage_match_the_artifact(st_result, refe
     for name, value in expected.items():
         assert st_result.by_optype[name] == pytest.approx(value, rel=1e-3), name
     assert list(st_result.by_optype)[:2] == ["forward-compute", "backward-compute"]
-    for ours, key in ((st_result.by_dp_rank, "blocking_decompose_by_dp_rank"),
-                      (st_result.by_stage, "blocking_decompose_by_stage")):
+    for ours, key in (
+        (st_result.by_dp_rank, "blocking_decompose_by_dp_rank"),
+        (st_result.by_stage, "blocking_decompose_by_stage"),
+    ):
         assert {str(k): pytest.approx(v, rel=1e-3) for k, v in ours.items()} == reference[key]
 
 
@@ -71,7 +76,7 @@ def test_last_stage_and_slowest_worker_shares_match_ms_and_mw():
     result = whatif_ops(read_optrace(TRACE))
     assert result.last_stage.removed == pytest.approx(ms["Ms"], rel=1e-3)
     assert result.last_stage.added == pytest.approx(ms["add"], rel=1e-3)
-    assert result.top_workers.workers == ((1, 3),)          # rank 7: last stage of the second replica
+    assert result.top_workers.workers == ((1, 3),)  # rank 7: last stage of the second replica
     assert result.top_workers.removed == pytest.approx(mw["Mw"], rel=1e-2)
     assert result.top_workers.added == pytest.approx(mw["add"], rel=1e-3)
     assert result.by_worker[0].rank == 7 and {w.stage for w in result.by_worker[:2]} == {3}
@@ -85,13 +90,22 @@ def test_a_missing_operation_is_named():
         whatif_ops(table.filter(pa.array(mask)))
 
 
-@pytest.mark.parametrize("mutate, message", [
-    # the artifact's time column renamed away: the reader must say which column is missing
-    (lambda t: t.drop_columns(["duration"]), "missing column"),
-    # a negative duration cannot come from a profiler
-    (lambda t: t.set_column(t.column_names.index("duration"), "duration",
-                            pa.array(np.r_[-1.0, t["duration"].to_numpy()[1:]].astype(np.float32))), "duration"),
-])
+@pytest.mark.parametrize(
+    "mutate, message",
+    [
+        # the artifact's time column renamed away: the reader must say which column is missing
+        (lambda t: t.drop_columns(["duration"]), "missing column"),
+        # a negative duration cannot come from a profiler
+        (
+            lambda t: t.set_column(
+                t.column_names.index("duration"),
+                "duration",
+                pa.array(np.r_[-1.0, t["duration"].to_numpy()[1:]].astype(np.float32)),
+            ),
+            "duration",
+        ),
+    ],
+)
 def test_reader_rejects_bad_traces(tmp_path, mutate, message):
     bad = tmp_path / "bad.parquet"
     pq.write_table(mutate(pq.read_table(TRACE)), bad)
@@ -126,7 +140,9 @@ def _dp_spans(*, slow_rank: int, slow_backward_s: float, with_barrier: bool, ran
                 spans.append(Span(job="j", rank=r, step=step, phase="barrier_wait", start=ends[r], dur=last - ends[r]))
                 spans.append(Span(job="j", rank=r, step=step, phase="allreduce", start=last, dur=AR_S))
             else:
-                spans.append(Span(job="j", rank=r, step=step, phase="allreduce", start=ends[r], dur=last + AR_S - ends[r]))
+                spans.append(
+                    Span(job="j", rank=r, step=step, phase="allreduce", start=ends[r], dur=last + AR_S - ends[r])
+                )
             spans.append(Span(job="j", rank=r, step=step, phase="optimizer", start=last + AR_S, dur=OPT_S))
     return spans
 
@@ -135,7 +151,7 @@ def _dp_spans(*, slow_rank: int, slow_backward_s: float, with_barrier: bool, ran
 def test_spans_slowdown_of_one_slow_backward(with_barrier):
     result = whatif_spans(_dp_spans(slow_rank=2, slow_backward_s=4.0, with_barrier=with_barrier))
     actual = FWD_S + 4.0 + AR_S + OPT_S
-    ideal = FWD_S + (3 * BWD_S + 4.0) / 4 + AR_S + OPT_S      # backward at its mean over ranks
+    ideal = FWD_S + (3 * BWD_S + 4.0) / 4 + AR_S + OPT_S  # backward at its mean over ranks
     assert result.slowdown == pytest.approx(actual / ideal)
     assert result.step_time_actual_s == pytest.approx((actual,) * 5)
     assert result.replay_ratio == pytest.approx(1.0)
@@ -171,11 +187,17 @@ def _with_tp(table: pa.Table, *, slow_tp_stage: int | None = None, factor: float
     for tp in (0, 1):
         dur = table["dur_s"].to_numpy().copy()
         if tp == 1 and slow_tp_stage is not None:
-            hit = ((table["stage"].to_numpy() == slow_tp_stage) & (table["dp_rank"].to_numpy() == 0)
-                   & (table["optype"].to_numpy(zero_copy_only=False) == "backward-compute"))
+            hit = (
+                (table["stage"].to_numpy() == slow_tp_stage)
+                & (table["dp_rank"].to_numpy() == 0)
+                & (table["optype"].to_numpy(zero_copy_only=False) == "backward-compute")
+            )
             dur[hit] *= factor
-        copies.append(table.set_column(table.column_names.index("dur_s"), "dur_s", pa.array(dur))
-                      .append_column("tp_rank", pa.array(np.full(table.num_rows, tp, np.int32))))
+        copies.append(
+            table.set_column(table.column_names.index("dur_s"), "dur_s", pa.array(dur)).append_column(
+                "tp_rank", pa.array(np.full(table.num_rows, tp, np.int32))
+            )
+        )
     return pa.concat_tables(copies)
 
 
@@ -214,6 +236,8 @@ def test_whatif_cli_reads_a_jobs_spans_from_the_store(tmp_path):
     assert result.exit_code == 0, result.output
     ideal = FWD_S + (3 * BWD_S + 4.0) / 4 + AR_S + OPT_S
     assert json.loads(result.output)["slowdown"] == pytest.approx((FWD_S + 4.0 + AR_S + OPT_S) / ideal)
-    busy = CliRunner().invoke(app, ["simulate", "stragglers", "--gpus", "8,64", "--job", "j", "--db", str(db), "--json"])
+    busy = CliRunner().invoke(
+        app, ["simulate", "stragglers", "--gpus", "8,64", "--job", "j", "--db", str(db), "--json"]
+    )
     assert busy.exit_code == 0, busy.output
     assert json.loads(busy.output)["distribution"] == "empirical"

@@ -62,8 +62,8 @@ import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from hpcwatch.records import Job
 from hpcwatch import vocab
+from hpcwatch.records import Job
 
 __all__ = [
     "ADVICE",
@@ -89,9 +89,14 @@ __all__ = [
 MAX_COUNTER_GAP_INTERVALS = 2.5
 
 UTIL, FB, POWER, ENERGY, XID, TENSOR, GR_ACTIVE = (
-    vocab.DCGM_FI_DEV_GPU_UTIL, vocab.DCGM_FI_DEV_FB_USED, vocab.DCGM_FI_DEV_POWER_USAGE,
-    vocab.DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION, vocab.DCGM_FI_DEV_XID_ERRORS, vocab.DCGM_FI_PROF_PIPE_TENSOR_ACTIVE,
-    vocab.DCGM_FI_PROF_GR_ENGINE_ACTIVE)
+    vocab.DCGM_FI_DEV_GPU_UTIL,
+    vocab.DCGM_FI_DEV_FB_USED,
+    vocab.DCGM_FI_DEV_POWER_USAGE,
+    vocab.DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION,
+    vocab.DCGM_FI_DEV_XID_ERRORS,
+    vocab.DCGM_FI_PROF_PIPE_TENSOR_ACTIVE,
+    vocab.DCGM_FI_PROF_GR_ENGINE_ACTIVE,
+)
 #: dcgm-exporter fields the report reads (https://github.com/NVIDIA/dcgm-exporter/blob/main/etc/default-counters.csv).
 DCGM_METRICS = (UTIL, FB, POWER, ENERGY, XID, TENSOR, GR_ACTIVE)
 IB_TX = vocab.NODE_INFINIBAND_PORT_DATA_TRANSMITTED_BYTES_TOTAL
@@ -102,19 +107,27 @@ LUSTRE_READ, LUSTRE_WRITE = vocab.LUSTRE_JOB_READ_BYTES_TOTAL, vocab.LUSTRE_JOB_
 #: Lustre job_stats as the readers name them (labels jobid, target).
 LUSTRE_METRICS = (LUSTRE_READ, LUSTRE_WRITE)
 #: What sacct says of a job's CPUs and memory (sources/slurm.py).
-SLURM_METRICS = (vocab.SLURM_JOB_CPUS, vocab.SLURM_JOB_CPU_SECONDS, vocab.SLURM_JOB_MEMORY_REQUESTED_BYTES,
-                 vocab.SLURM_JOB_MAX_RSS_BYTES, vocab.SLURM_JOB_TIME_LIMIT_SECONDS)
+SLURM_METRICS = (
+    vocab.SLURM_JOB_CPUS,
+    vocab.SLURM_JOB_CPU_SECONDS,
+    vocab.SLURM_JOB_MEMORY_REQUESTED_BYTES,
+    vocab.SLURM_JOB_MAX_RSS_BYTES,
+    vocab.SLURM_JOB_TIME_LIMIT_SECONDS,
+)
 REPORT_METRICS = DCGM_METRICS + IB_METRICS + LUSTRE_METRICS + SLURM_METRICS
 #: A GPU whose utilisation never reached 1 % during the job was allocated but idle (jobstats flags 0 %).
 IDLE_UTIL_PCT = 1.0
 MIB = 1024**2
 MJ_PER_KWH = 3.6e9
 #: dcgm-exporter's Kubernetes labels, newest first (pod_* before dcgm-exporter 2.1, issue #272).
-POD_LABELS, NAMESPACE_LABELS, CONTAINER_LABELS = ("pod", "pod_name"), ("namespace", "pod_namespace"), \
-    ("container", "container_name")
+POD_LABELS, NAMESPACE_LABELS, CONTAINER_LABELS = (
+    ("pod", "pod_name"),
+    ("namespace", "pod_namespace"),
+    ("container", "container_name"),
+)
 
 
-class Attribution(str, Enum):
+class Attribution(str, Enum):  # noqa: UP042 -- StrEnum formats differently in f-strings; the stored values rely on it
     """Where a sample's workload came from, in order of trust (module docstring)."""
 
     HPC_JOB = "hpc_job"
@@ -222,6 +235,7 @@ class JobReport:
 
 # -- columnar helpers -----------------------------------------------------------------------------
 
+
 def _column(table: pa.Table, name: str) -> np.ndarray:
     return np.asarray(table.column(name).to_pylist(), dtype=object)
 
@@ -275,15 +289,20 @@ def _label_columns(labels: pa.ChunkedArray) -> dict[str, np.ndarray]:
     parsed = []
     for text in encoded.dictionary.to_pylist():
         lab = orjson.loads(text) if text else {}
-        parsed.append((lab.get("GPU_I_ID") or None, lab.get("GPU_I_PROFILE") or None,
-                       _first(lab, POD_LABELS), _first(lab, NAMESPACE_LABELS)))
+        parsed.append(
+            (
+                lab.get("GPU_I_ID") or None,
+                lab.get("GPU_I_PROFILE") or None,
+                _first(lab, POD_LABELS),
+                _first(lab, NAMESPACE_LABELS),
+            )
+        )
     table = np.array(parsed, dtype=object).reshape(-1, 4)
     index = encoded.indices.fill_null(0).to_numpy(zero_copy_only=False)
     return {n: table[index, k] for k, n in enumerate(names)}
 
 
-def attribute(host: np.ndarray, gpu: np.ndarray, t: np.ndarray, job: np.ndarray,
-              jobs: Sequence[Job]) -> np.ndarray:
+def attribute(host: np.ndarray, gpu: np.ndarray, t: np.ndarray, job: np.ndarray, jobs: Sequence[Job]) -> np.ndarray:
     """Job id per sample: the ``job`` (hpc_job) value when set, else the Slurm allocation (see module doc).
 
     ``host``, ``gpu``, ``job`` are object arrays (None where unknown), ``t`` UTC seconds.
@@ -291,9 +310,16 @@ def attribute(host: np.ndarray, gpu: np.ndarray, t: np.ndarray, job: np.ndarray,
     return attribute_with_sources(host, gpu, t, job, jobs)[0]
 
 
-def attribute_with_sources(host: np.ndarray, gpu: np.ndarray, t: np.ndarray, job: np.ndarray,
-                           jobs: Sequence[Job], *, pod: np.ndarray | None = None,
-                           namespace: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+def attribute_with_sources(
+    host: np.ndarray,
+    gpu: np.ndarray,
+    t: np.ndarray,
+    job: np.ndarray,
+    jobs: Sequence[Job],
+    *,
+    pod: np.ndarray | None = None,
+    namespace: np.ndarray | None = None,
+) -> tuple[np.ndarray, np.ndarray]:
     """(workload id, ``Attribution`` value) per sample, by the rules of the module docstring, in order;
     both None where no rule applies. ``pod``/``namespace``: dcgm-exporter's Kubernetes labels, or None."""
     out = np.array(job, dtype=object, copy=True)
@@ -311,8 +337,16 @@ def attribute_with_sources(host: np.ndarray, gpu: np.ndarray, t: np.ndarray, job
     return out, source
 
 
-def _by_allocation(out: np.ndarray, source: np.ndarray, missing: np.ndarray, node: np.ndarray, gpu: np.ndarray,
-                   t: np.ndarray, jobs: Sequence[Job], how: Attribution) -> None:
+def _by_allocation(
+    out: np.ndarray,
+    source: np.ndarray,
+    missing: np.ndarray,
+    node: np.ndarray,
+    gpu: np.ndarray,
+    t: np.ndarray,
+    jobs: Sequence[Job],
+    how: Attribution,
+) -> None:
     """Fill ``out``/``source`` where ``missing`` from the Slurm jobs holding (node, gpu) at t."""
     if not missing.any():
         return
@@ -335,6 +369,7 @@ def _by_allocation(out: np.ndarray, source: np.ndarray, missing: np.ndarray, nod
 
 
 # -- the report ------------------------------------------------------------------------------------
+
 
 @dataclass(slots=True)
 class _Acc:
@@ -365,10 +400,10 @@ def _dcgm_frame(samples: pa.Table, jobs: Sequence[Job]) -> dict[str, np.ndarray]
     f.update(_label_columns(sub.column("labels")))
     f["t"] = np.asarray(sub.column("t").to_numpy(zero_copy_only=False), dtype=float)
     f["value"] = np.asarray(sub.column("value").to_numpy(zero_copy_only=False), dtype=float)
-    f["device"] = np.array([device_key(g, i) for g, i in zip(f["gpu"].tolist(), f["instance"].tolist())],
-                           dtype=object)
-    f["job"], f["source"] = attribute_with_sources(f["host"], f["gpu"], f["t"], f["job"], jobs, pod=f["pod"],
-                                                   namespace=f["namespace"])
+    f["device"] = np.array([device_key(g, i) for g, i in zip(f["gpu"].tolist(), f["instance"].tolist())], dtype=object)
+    f["job"], f["source"] = attribute_with_sources(
+        f["host"], f["gpu"], f["t"], f["job"], jobs, pod=f["pod"], namespace=f["namespace"]
+    )
     _engine_activity_as_util(f)
     order = np.lexsort((f["t"], f["device"].astype(str), f["host"].astype(str), f["metric"].astype(str)))
     return {k: v[order] for k, v in f.items()}
@@ -382,8 +417,13 @@ def _engine_activity_as_util(f: dict[str, np.ndarray]) -> None:
     util = f["metric"] == UTIL
     with_util = set(zip(f["host"][util].tolist(), f["device"][util].tolist()))
     swap = np.zeros(len(f["metric"]), dtype=bool)
-    swap[[k for k, h, d in zip(active.tolist(), f["host"][active].tolist(), f["device"][active].tolist())
-          if (h, d) not in with_util]] = True
+    swap[
+        [
+            k
+            for k, h, d in zip(active.tolist(), f["host"][active].tolist(), f["device"][active].tolist())
+            if (h, d) not in with_util
+        ]
+    ] = True
     if swap.any():
         f["metric"] = f["metric"].copy()
         f["metric"][swap] = UTIL
@@ -416,8 +456,9 @@ def _series_interval_s(series: np.ndarray, t: np.ndarray, rows: np.ndarray, n_se
     return out
 
 
-def _accumulate_dcgm(f: dict[str, np.ndarray],
-                     acc: dict[tuple[str, str, str], _Acc]) -> dict[tuple[str, str, float], str | None]:
+def _accumulate_dcgm(
+    f: dict[str, np.ndarray], acc: dict[tuple[str, str, str], _Acc]
+) -> dict[tuple[str, str, float], str | None]:
     """Fill per (job, host, device) accumulators, vectorised; return the job (or None) holding (host, device)
     at each utilisation sample time (the IB attribution looks jobs up there)."""
     if not len(f["t"]):
@@ -443,8 +484,10 @@ def _accumulate_dcgm(f: dict[str, np.ndarray],
 
     def total(name: str, weights: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
         r = rows(name)
-        return (np.bincount(cell[r], weights=value[r] if weights is None else weights[r], minlength=n),
-                np.bincount(cell[r], minlength=n))
+        return (
+            np.bincount(cell[r], weights=value[r] if weights is None else weights[r], minlength=n),
+            np.bincount(cell[r], minlength=n),
+        )
 
     def extreme(name: str, ufunc, column: np.ndarray, start: float) -> np.ndarray:
         out = np.full(n, start)
@@ -479,12 +522,22 @@ def _accumulate_dcgm(f: dict[str, np.ndarray],
         job_id = job_names[code // n_series]
         host, device = series_names[code % n_series].split("\x1f")
         acc[(job_id, host, device)] = _Acc(
-            energy_mj=float(energy[k]), util_sum=float(util_sum[k]), util_n=int(util_n[k]),
-            tensor_sum=float(tensor_sum[k]), tensor_n=int(tensor_n[k]), power_sum=float(power_sum[k]),
-            power_n=int(power_n[k]), fb_max=maybe(fb_max[k]), util_max=maybe(util_max[k]), xid=int(xid[k]),
-            first_t=maybe(first_t[k]), last_t=maybe(last_t[k]),
+            energy_mj=float(energy[k]),
+            util_sum=float(util_sum[k]),
+            util_n=int(util_n[k]),
+            tensor_sum=float(tensor_sum[k]),
+            tensor_n=int(tensor_n[k]),
+            power_sum=float(power_sum[k]),
+            power_n=int(power_n[k]),
+            fb_max=maybe(fb_max[k]),
+            util_max=maybe(util_max[k]),
+            xid=int(xid[k]),
+            first_t=maybe(first_t[k]),
+            last_t=maybe(last_t[k]),
             observed_s=float(util_n[k]) * float(interval[code % n_series]),
-            sources={v for v in sources[k] if v}, profile=next((v for v in sorted(profiles[k], key=str) if v), None))
+            sources={v for v in sources[k] if v},
+            profile=next((v for v in sorted(profiles[k], key=str) if v), None),
+        )
     u = np.flatnonzero(metric == UTIL)
     # Free GPUs too (job None): the rail map needs every GPU of a host.
     return dict(zip(zip(f["host"][u].tolist(), f["device"][u].tolist(), f["t"][u].tolist()), f["job"][u].tolist()))
@@ -498,8 +551,9 @@ def _cell_sets(cell: np.ndarray, values: np.ndarray, n: int) -> list[set]:
     return out
 
 
-def _accumulate_ib(samples: pa.Table, holder: dict[tuple[str, str, float], str | None],
-                   acc: dict[tuple[str, str, str], _Acc]) -> None:
+def _accumulate_ib(
+    samples: pa.Table, holder: dict[tuple[str, str, float], str | None], acc: dict[tuple[str, str, str], _Acc]
+) -> None:
     """IB deltas of port mlx5_h go to the jobs on the GPUs of rail h (g * H // G == h), split equally."""
     sub = _rows_of(samples, IB_METRICS)
     if not sub.num_rows:
@@ -511,7 +565,7 @@ def _accumulate_ib(samples: pa.Table, holder: dict[tuple[str, str, float], str |
     values = sub.column("value").to_pylist()
     names = sub.column("metric").to_pylist()
     gpus_of_host: dict[str, set[str]] = {}
-    for host, gpu, t in holder:
+    for host, gpu, _t in holder:
         gpus_of_host.setdefault(host, set()).add(gpu)
     hcas_of_host: dict[str, set[str]] = {}
     for host, dev in zip(hosts, devices):
@@ -522,7 +576,7 @@ def _accumulate_ib(samples: pa.Table, holder: dict[tuple[str, str, float], str |
         if host:
             series.setdefault((name, host, dev), []).append((t, v))
     gpus_sorted = {host: tuple(sorted(gpus, key=_num)) for host, gpus in gpus_of_host.items()}
-    rails_of: dict[tuple, list[str]] = {}   # hosts of one node type share their rail maps
+    rails_of: dict[tuple, list[str]] = {}  # hosts of one node type share their rail maps
     for (name, host, dev), points in series.items():
         key = (dev, len(hcas_of_host.get(host, ())), gpus_sorted.get(host, ()))
         rails = rails_of.get(key)
@@ -531,7 +585,7 @@ def _accumulate_ib(samples: pa.Table, holder: dict[tuple[str, str, float], str |
         if not rails:
             continue
         points.sort()
-        for (t_prev, v_prev), (t, v) in zip(points, points[1:]):
+        for (_t_prev, v_prev), (t, v) in zip(points, points[1:]):
             delta = v - v_prev
             if delta < 0:
                 continue
@@ -565,8 +619,12 @@ def _lustre_bytes(samples: pa.Table) -> dict[str, tuple[int, int]]:
     sub = _rows_of(samples, LUSTRE_METRICS)
     best: dict[tuple[str, str, str], float] = {}
     if sub.num_rows:
-        for name, job, lab, v in zip(sub.column("metric").to_pylist(), sub.column("job").to_pylist(),
-                                     sub.column("labels").to_pylist(), sub.column("value").to_pylist()):
+        for name, job, lab, v in zip(
+            sub.column("metric").to_pylist(),
+            sub.column("job").to_pylist(),
+            sub.column("labels").to_pylist(),
+            sub.column("value").to_pylist(),
+        ):
             labels = orjson.loads(lab) if lab else {}
             jid = job or labels.get("jobid")
             if not jid:
@@ -602,9 +660,13 @@ def _slurm_usage(samples: pa.Table) -> dict[str, _SlurmUsage]:
         return {}
     last: dict[tuple[str, str], tuple[float, float]] = {}
     rss: dict[str, dict[str, int]] = {}
-    for name, job, t, v, lab in zip(sub.column("metric").to_pylist(), sub.column("job").to_pylist(),
-                                    sub.column("t").to_pylist(), sub.column("value").to_pylist(),
-                                    sub.column("labels").to_pylist()):
+    for name, job, t, v, lab in zip(
+        sub.column("metric").to_pylist(),
+        sub.column("job").to_pylist(),
+        sub.column("t").to_pylist(),
+        sub.column("value").to_pylist(),
+        sub.column("labels").to_pylist(),
+    ):
         if not job:
             continue
         if name == vocab.SLURM_JOB_MAX_RSS_BYTES:
@@ -615,13 +677,18 @@ def _slurm_usage(samples: pa.Table) -> dict[str, _SlurmUsage]:
             last[(job, name)] = (t, v)
     out = {}
     for job in {j for j, _ in last} | set(rss):
-        def get(name: str) -> float | None:
+
+        def get(name: str, job: str = job) -> float | None:
             return last[(job, name)][1] if (job, name) in last else None
+
         cpus, mem = get(vocab.SLURM_JOB_CPUS), get(vocab.SLURM_JOB_MEMORY_REQUESTED_BYTES)
-        out[job] = _SlurmUsage(cpus=None if cpus is None else int(cpus), cpu_seconds=get(vocab.SLURM_JOB_CPU_SECONDS),
-                               memory_requested_bytes=None if mem is None else int(mem),
-                               max_rss_by_node=tuple(sorted(rss.get(job, {}).items())),
-                               time_limit_s=get(vocab.SLURM_JOB_TIME_LIMIT_SECONDS))
+        out[job] = _SlurmUsage(
+            cpus=None if cpus is None else int(cpus),
+            cpu_seconds=get(vocab.SLURM_JOB_CPU_SECONDS),
+            memory_requested_bytes=None if mem is None else int(mem),
+            max_rss_by_node=tuple(sorted(rss.get(job, {}).items())),
+            time_limit_s=get(vocab.SLURM_JOB_TIME_LIMIT_SECONDS),
+        )
     return out
 
 
@@ -642,11 +709,18 @@ def job_reports(samples: pa.Table, jobs: Sequence[Job], *, now: float | None = N
     for (job, host, device), a in acc.items():
         by_job.setdefault(job, []).append((host, device, a))
     known = {j.id for j in jobs}
-    seen_only = [Job(id=job_id, account=_namespace_of(job_id, by_job[job_id]),
-                     nodes=tuple(sorted({h for h, _, _ in by_job[job_id]})))
-                 for job_id in sorted(set(by_job) - known)]
-    return [_report(j, by_job.get(j.id, []), lustre.get(j.id, (0, 0)), usage.get(j.id), now)
-            for j in [*(j for j in jobs if j.start is not None), *seen_only]]
+    seen_only = [
+        Job(
+            id=job_id,
+            account=_namespace_of(job_id, by_job[job_id]),
+            nodes=tuple(sorted({h for h, _, _ in by_job[job_id]})),
+        )
+        for job_id in sorted(set(by_job) - known)
+    ]
+    return [
+        _report(j, by_job.get(j.id, []), lustre.get(j.id, (0, 0)), usage.get(j.id), now)
+        for j in [*(j for j in jobs if j.start is not None), *seen_only]
+    ]
 
 
 def _namespace_of(job_id: str, cells: list[tuple[str, str, _Acc]]) -> str | None:
@@ -659,12 +733,21 @@ def _namespace_of(job_id: str, cells: list[tuple[str, str, _Acc]]) -> str | None
 def _gpu_report(host: str, device: str, a: _Acc) -> GpuReport:
     gpu, _, instance = device.partition(".")
     return GpuReport(
-        host=host, gpu=gpu, instance=instance or None, profile=a.profile, samples=a.util_n,
-        mean_util_pct=_mean(a.util_sum, a.util_n), max_util_pct=a.util_max,
+        host=host,
+        gpu=gpu,
+        instance=instance or None,
+        profile=a.profile,
+        samples=a.util_n,
+        mean_util_pct=_mean(a.util_sum, a.util_n),
+        max_util_pct=a.util_max,
         mean_tensor_active=_mean(a.tensor_sum, a.tensor_n),
         max_fb_used_bytes=int(a.fb_max * MIB) if a.fb_max is not None else None,
-        mean_power_w=_mean(a.power_sum, a.power_n), energy_kwh=a.energy_mj / MJ_PER_KWH, xid_errors=a.xid,
-        idle=a.util_max is not None and a.util_max < IDLE_UTIL_PCT, observed_s=a.observed_s)
+        mean_power_w=_mean(a.power_sum, a.power_n),
+        energy_kwh=a.energy_mj / MJ_PER_KWH,
+        xid_errors=a.xid,
+        idle=a.util_max is not None and a.util_max < IDLE_UTIL_PCT,
+        observed_s=a.observed_s,
+    )
 
 
 def _allocation(job: Job) -> str | None:
@@ -674,14 +757,26 @@ def _allocation(job: Job) -> str | None:
     return "kubernetes" if "/" in job.id else "slurm"
 
 
-def _report(job: Job, cells: list[tuple[str, str, _Acc]], lustre: tuple[int, int], usage: _SlurmUsage | None,
-            now: float) -> JobReport:
+def _report(
+    job: Job, cells: list[tuple[str, str, _Acc]], lustre: tuple[int, int], usage: _SlurmUsage | None, now: float
+) -> JobReport:
     cells = sorted(cells, key=lambda c: (c[0], _num(c[1]), c[1]))
     per_gpu = tuple(_gpu_report(host, device, a) for host, device, a in cells)
     total = _Acc()
     for _, _, a in cells:
-        for name in ("energy_mj", "util_sum", "util_n", "tensor_sum", "tensor_n", "power_sum", "power_n", "xid",
-                     "ib_tx", "ib_rx", "observed_s"):
+        for name in (
+            "energy_mj",
+            "util_sum",
+            "util_n",
+            "tensor_sum",
+            "tensor_n",
+            "power_sum",
+            "power_n",
+            "xid",
+            "ib_tx",
+            "ib_rx",
+            "observed_s",
+        ):
             setattr(total, name, getattr(total, name) + getattr(a, name))
         total.sources |= a.sources
     window = _window(cells)
@@ -695,17 +790,40 @@ def _report(job: Job, cells: list[tuple[str, str, _Acc]], lustre: tuple[int, int
     fbs = [a.fb_max for _, _, a in cells if a.fb_max is not None]
     gpus = job.gpus if allocation is not None and job.gpus else len(per_gpu)
     report = JobReport(
-        id=job.id, user=job.user, account=job.account, partition=job.partition, name=job.name, state=job.state,
-        nodes=tuple(job.nodes), gpus=gpus, start=job.start, end=job.end, elapsed_s=elapsed,
-        gpu_hours=allocated_h if allocated_h is not None else observed_h, energy_kwh=total.energy_mj / MJ_PER_KWH,
-        mean_gpu_util=_mean(total.util_sum, total.util_n), mean_tensor_active=_mean(total.tensor_sum, total.tensor_n),
-        max_fb_used_bytes=int(max(fbs) * MIB) if fbs else None, mean_power_w=_mean(total.power_sum, total.power_n),
-        ib_tx_bytes=int(total.ib_tx), ib_rx_bytes=int(total.ib_rx), lustre_read_bytes=lustre[0],
-        lustre_write_bytes=lustre[1], xid_errors=total.xid, idle_gpus=sum(g.idle for g in per_gpu), per_gpu=per_gpu,
-        allocation=allocation, attributed_by=tuple(sorted(total.sources, key=lambda v: _TRUST.get(v, 99))),
-        gpus_observed=len(per_gpu), gpu_hours_allocated=allocated_h, gpu_hours_observed=observed_h,
-        observed_start=window[0], observed_end=window[1],
-        coverage=observed_h / allocated_h if allocated_h else None, **_usage_fields(usage, elapsed))
+        id=job.id,
+        user=job.user,
+        account=job.account,
+        partition=job.partition,
+        name=job.name,
+        state=job.state,
+        nodes=tuple(job.nodes),
+        gpus=gpus,
+        start=job.start,
+        end=job.end,
+        elapsed_s=elapsed,
+        gpu_hours=allocated_h if allocated_h is not None else observed_h,
+        energy_kwh=total.energy_mj / MJ_PER_KWH,
+        mean_gpu_util=_mean(total.util_sum, total.util_n),
+        mean_tensor_active=_mean(total.tensor_sum, total.tensor_n),
+        max_fb_used_bytes=int(max(fbs) * MIB) if fbs else None,
+        mean_power_w=_mean(total.power_sum, total.power_n),
+        ib_tx_bytes=int(total.ib_tx),
+        ib_rx_bytes=int(total.ib_rx),
+        lustre_read_bytes=lustre[0],
+        lustre_write_bytes=lustre[1],
+        xid_errors=total.xid,
+        idle_gpus=sum(g.idle for g in per_gpu),
+        per_gpu=per_gpu,
+        allocation=allocation,
+        attributed_by=tuple(sorted(total.sources, key=lambda v: _TRUST.get(v, 99))),
+        gpus_observed=len(per_gpu),
+        gpu_hours_allocated=allocated_h,
+        gpu_hours_observed=observed_h,
+        observed_start=window[0],
+        observed_end=window[1],
+        coverage=observed_h / allocated_h if allocated_h else None,
+        **_usage_fields(usage, elapsed),
+    )
     return _with_advice(report)
 
 
@@ -719,11 +837,19 @@ def _window(cells: list[tuple[str, str, _Acc]]) -> tuple[float | None, float | N
 def _usage_fields(usage: _SlurmUsage | None, elapsed_s: float) -> dict:
     if usage is None:
         return {}
-    cpu_util = (100.0 * usage.cpu_seconds / (usage.cpus * elapsed_s)
-                if usage.cpu_seconds is not None and usage.cpus and elapsed_s > 0 else None)
-    return {"cpus": usage.cpus, "cpu_util_pct": cpu_util, "memory_requested_bytes": usage.memory_requested_bytes,
-            "max_rss_bytes_by_node": usage.max_rss_by_node, "time_limit_s": usage.time_limit_s,
-            "time_limit_used": elapsed_s / usage.time_limit_s if usage.time_limit_s else None}
+    cpu_util = (
+        100.0 * usage.cpu_seconds / (usage.cpus * elapsed_s)
+        if usage.cpu_seconds is not None and usage.cpus and elapsed_s > 0
+        else None
+    )
+    return {
+        "cpus": usage.cpus,
+        "cpu_util_pct": cpu_util,
+        "memory_requested_bytes": usage.memory_requested_bytes,
+        "max_rss_bytes_by_node": usage.max_rss_by_node,
+        "time_limit_s": usage.time_limit_s,
+        "time_limit_used": elapsed_s / usage.time_limit_s if usage.time_limit_s else None,
+    }
 
 
 # Advice thresholds. Ours (jobstats prints the same kinds of note, with its own site-set cut-offs): each is a
@@ -750,15 +876,15 @@ def _size(n_bytes: float) -> str:
 #: catalogues word the same keys in French: web/fr.yaml ``advice``).
 ADVICE: Mapping[str, str] = {
     "idle_gpus": "{idle} of {observed} GPUs stayed below {threshold} % utilisation the whole time: ask for fewer "
-                 "GPUs or make the code use them.",
+    "GPUs or make the code use them.",
     "unmonitored_gpus": "{allocated} GPUs allocated, samples from {observed}: the others were not monitored "
-                        "(exporter down, or not dcgm-exporter's GPUs).",
+    "(exporter down, or not dcgm-exporter's GPUs).",
     "low_gpu_util": "mean GPU utilisation {util} %: check the input pipeline, or run on fewer GPUs.",
     "low_cpu_util": "CPU utilisation {util} % of {cpus} cores: about {cores} cores would have done.",
     "memory": "memory: {requested} requested per node, at most {used} used: ask for less.",
     "time_limit": "ran {used} % of its time limit: a shorter limit starts sooner.",
     "coverage": "samples cover {coverage} % of the allocation: energy, utilisation and bytes are over the observed "
-                "window only.",
+    "window only.",
 }
 
 
@@ -772,8 +898,12 @@ def _with_advice(r: JobReport) -> JobReport:
 def _advice_items(r: JobReport) -> list[tuple[str, dict[str, str]]]:
     items = []
     if r.idle_gpus:
-        items.append(("idle_gpus", {"idle": str(r.idle_gpus), "observed": str(r.gpus_observed),
-                                    "threshold": f"{IDLE_UTIL_PCT:.0f}"}))
+        items.append(
+            (
+                "idle_gpus",
+                {"idle": str(r.idle_gpus), "observed": str(r.gpus_observed), "threshold": f"{IDLE_UTIL_PCT:.0f}"},
+            )
+        )
     if r.allocation and r.gpus > r.gpus_observed > 0:
         items.append(("unmonitored_gpus", {"allocated": str(r.gpus), "observed": str(r.gpus_observed)}))
     if r.mean_gpu_util is not None and r.mean_gpu_util < LOW_GPU_UTIL_PCT and not r.idle_gpus:
@@ -798,29 +928,65 @@ def _advice_items(r: JobReport) -> list[tuple[str, dict[str, str]]]:
 def report_dict(report: JobReport, *, per_gpu: bool = False) -> dict:
     """The JSON shape of ``hpcwatch jobs --json`` (and ``job ID --json`` with ``per_gpu``)."""
     doc = {
-        "id": report.id, "user": report.user, "account": report.account, "partition": report.partition,
-        "name": report.name, "state": report.state, "nodes": list(report.nodes), "gpus": report.gpus,
-        "start": report.start, "end": report.end, "elapsed_s": report.elapsed_s,
-        "gpu_hours": report.gpu_hours, "energy_kwh": report.energy_kwh, "mean_gpu_util": report.mean_gpu_util,
-        "mean_tensor_active": report.mean_tensor_active, "max_fb_used_bytes": report.max_fb_used_bytes,
-        "mean_power_w": report.mean_power_w, "ib_bytes": report.ib_bytes, "ib_tx_bytes": report.ib_tx_bytes,
-        "ib_rx_bytes": report.ib_rx_bytes, "lustre_bytes": report.lustre_bytes,
-        "lustre_read_bytes": report.lustre_read_bytes, "lustre_write_bytes": report.lustre_write_bytes,
-        "xid_errors": report.xid_errors, "idle_gpus": report.idle_gpus,
-        "allocation": report.allocation, "attributed_by": list(report.attributed_by),
-        "gpus_observed": report.gpus_observed, "gpu_hours_allocated": report.gpu_hours_allocated,
+        "id": report.id,
+        "user": report.user,
+        "account": report.account,
+        "partition": report.partition,
+        "name": report.name,
+        "state": report.state,
+        "nodes": list(report.nodes),
+        "gpus": report.gpus,
+        "start": report.start,
+        "end": report.end,
+        "elapsed_s": report.elapsed_s,
+        "gpu_hours": report.gpu_hours,
+        "energy_kwh": report.energy_kwh,
+        "mean_gpu_util": report.mean_gpu_util,
+        "mean_tensor_active": report.mean_tensor_active,
+        "max_fb_used_bytes": report.max_fb_used_bytes,
+        "mean_power_w": report.mean_power_w,
+        "ib_bytes": report.ib_bytes,
+        "ib_tx_bytes": report.ib_tx_bytes,
+        "ib_rx_bytes": report.ib_rx_bytes,
+        "lustre_bytes": report.lustre_bytes,
+        "lustre_read_bytes": report.lustre_read_bytes,
+        "lustre_write_bytes": report.lustre_write_bytes,
+        "xid_errors": report.xid_errors,
+        "idle_gpus": report.idle_gpus,
+        "allocation": report.allocation,
+        "attributed_by": list(report.attributed_by),
+        "gpus_observed": report.gpus_observed,
+        "gpu_hours_allocated": report.gpu_hours_allocated,
         "gpu_hours_observed": report.gpu_hours_observed,
         "observed_window": {"start": report.observed_start, "end": report.observed_end},
-        "coverage": report.coverage, "cpus": report.cpus, "cpu_util_pct": report.cpu_util_pct,
+        "coverage": report.coverage,
+        "cpus": report.cpus,
+        "cpu_util_pct": report.cpu_util_pct,
         "memory_requested_bytes": report.memory_requested_bytes,
-        "max_rss_bytes_by_node": dict(report.max_rss_bytes_by_node), "time_limit_s": report.time_limit_s,
-        "time_limit_used": report.time_limit_used, "advice": list(report.advice),
+        "max_rss_bytes_by_node": dict(report.max_rss_bytes_by_node),
+        "time_limit_s": report.time_limit_s,
+        "time_limit_used": report.time_limit_used,
+        "advice": list(report.advice),
     }
     if per_gpu:
-        doc["per_gpu"] = [{
-            "host": g.host, "gpu": g.gpu, "instance": g.instance, "profile": g.profile, "device": g.device,
-            "samples": g.samples, "mean_util_pct": g.mean_util_pct,
-            "max_util_pct": g.max_util_pct, "mean_tensor_active": g.mean_tensor_active,
-            "max_fb_used_bytes": g.max_fb_used_bytes, "mean_power_w": g.mean_power_w, "energy_kwh": g.energy_kwh,
-            "xid_errors": g.xid_errors, "idle": g.idle, "observed_s": g.observed_s} for g in report.per_gpu]
+        doc["per_gpu"] = [
+            {
+                "host": g.host,
+                "gpu": g.gpu,
+                "instance": g.instance,
+                "profile": g.profile,
+                "device": g.device,
+                "samples": g.samples,
+                "mean_util_pct": g.mean_util_pct,
+                "max_util_pct": g.max_util_pct,
+                "mean_tensor_active": g.mean_tensor_active,
+                "max_fb_used_bytes": g.max_fb_used_bytes,
+                "mean_power_w": g.mean_power_w,
+                "energy_kwh": g.energy_kwh,
+                "xid_errors": g.xid_errors,
+                "idle": g.idle,
+                "observed_s": g.observed_s,
+            }
+            for g in report.per_gpu
+        ]
     return doc

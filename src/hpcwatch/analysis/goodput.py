@@ -44,8 +44,8 @@ from typing import Any
 
 import numpy as np
 
-from hpcwatch.records import Event, Job, Sample, Span
 from hpcwatch import vocab
+from hpcwatch.records import Event, Job, Sample, Span
 from hpcwatch.vocab import EventKind
 
 __all__ = [
@@ -65,14 +65,26 @@ __all__ = [
 GOODPUT_SOURCE = "https://github.com/AI-Hypercomputer/ml-goodput-measurement"
 
 #: Badput categories, in timeline order.
-BADPUT_KINDS: tuple[str, ...] = ("init", "data_loading", "checkpoint_save", "checkpoint_restore",
-                                 "lost_progress", "recovery", "other")
+BADPUT_KINDS: tuple[str, ...] = (
+    "init",
+    "data_loading",
+    "checkpoint_save",
+    "checkpoint_restore",
+    "lost_progress",
+    "recovery",
+    "other",
+)
 
 #: Event kinds the accounting reads. ``checkpoint`` (a save seen from the storage side, as the twin's
 #: Lustre writes are) counts as a save that stopped training ``duration_s`` (0 s when not given); its
 #: step may be in ``step`` or in a ``path`` ending ``step_N.pt``.
-GOODPUT_EVENT_KINDS: tuple[str, ...] = (EventKind.FAILURE, EventKind.CHECKPOINT_SAVE, EventKind.CHECKPOINT_RESTORE,
-                                        EventKind.CHECKPOINT, EventKind.JOB_END)
+GOODPUT_EVENT_KINDS: tuple[str, ...] = (
+    EventKind.FAILURE,
+    EventKind.CHECKPOINT_SAVE,
+    EventKind.CHECKPOINT_RESTORE,
+    EventKind.CHECKPOINT,
+    EventKind.JOB_END,
+)
 #: A requeue this long after a failure event is that failure's, not a second interruption. Ours: Slurm
 #: requeues a job whose node stopped answering after ``SlurmdTimeout`` (300 s by default,
 #: https://slurm.schedmd.com/slurm.conf.html#OPT_SlurmdTimeout), and after its teardown when a rank died.
@@ -111,13 +123,14 @@ class StepTable:
     def end_s(self) -> np.ndarray:
         return self.start_s + self.dur_s
 
-    def sorted(self) -> "StepTable":
+    def sorted(self) -> StepTable:
         order = np.argsort(self.start_s, kind="stable")
-        return StepTable(step=self.step[order], start_s=self.start_s[order], dur_s=self.dur_s[order],
-                         load_s=self.load_s[order])
+        return StepTable(
+            step=self.step[order], start_s=self.start_s[order], dur_s=self.dur_s[order], load_s=self.load_s[order]
+        )
 
     @staticmethod
-    def empty() -> "StepTable":
+    def empty() -> StepTable:
         z = np.zeros(0)
         return StepTable(step=np.zeros(0, dtype=np.int64), start_s=z, dur_s=z, load_s=z)
 
@@ -191,16 +204,16 @@ def steps_from_step_samples(samples: Iterable[Sample], *, breaks: Sequence[float
 
     Data loading is unknown on this path and counted as 0.
     """
-    rows = [(int(s.labels.get("step", -1)), s.t - s.value, s.t) for s in samples
-            if s.metric == vocab.TRAIN_STEP_TIME_S]
+    rows = [(int(s.labels.get("step", -1)), s.t - s.value, s.t) for s in samples if s.metric == vocab.TRAIN_STEP_TIME_S]
     if not rows:
         return StepTable.empty()
     arr = np.array(rows, dtype=np.float64)
     return _group_steps(arr[:, 0].astype(np.int64), arr[:, 1], arr[:, 2], np.full(len(arr), np.inf), breaks)
 
 
-def _group_steps(step: np.ndarray, start: np.ndarray, end: np.ndarray, load: np.ndarray,
-                 breaks: Sequence[float]) -> StepTable:
+def _group_steps(
+    step: np.ndarray, start: np.ndarray, end: np.ndarray, load: np.ndarray, breaks: Sequence[float]
+) -> StepTable:
     """One row per (incarnation, step): first start, last end, smallest blocking load (inf = none)."""
     incarnation = np.searchsorted(np.sort(np.asarray(breaks, dtype=np.float64)), start, side="right")
     keys, inverse = np.unique(np.stack([incarnation, step], axis=1), axis=0, return_inverse=True)
@@ -213,8 +226,7 @@ def _group_steps(step: np.ndarray, start: np.ndarray, end: np.ndarray, load: np.
     blocking = np.full(n, np.inf)
     np.minimum.at(blocking, inverse, load)
     blocking[~np.isfinite(blocking)] = 0.0
-    return StepTable(step=keys[:, 1].astype(np.int64), start_s=first, dur_s=last - first,
-                     load_s=blocking).sorted()
+    return StepTable(step=keys[:, 1].astype(np.int64), start_s=first, dur_s=last - first, load_s=blocking).sorted()
 
 
 def ideal_step_time(durations: np.ndarray) -> float | None:
@@ -258,8 +270,9 @@ def _ops(events: Sequence[Event], kinds: tuple[str, ...], failures: np.ndarray, 
         dur = float(e.attrs.get("duration_s", 0.0) or 0.0)
         limit = limits[k]
         end = min(e.t + dur, limit)
-        ops.append(_Op(t=e.t, dur_s=max(0.0, end - e.t), step=_step_of(e),
-                       complete=e.t + dur <= limit + 1e-9, incarnation=k))
+        ops.append(
+            _Op(t=e.t, dur_s=max(0.0, end - e.t), step=_step_of(e), complete=e.t + dur <= limit + 1e-9, incarnation=k)
+        )
     return ops
 
 
@@ -279,8 +292,9 @@ def _covered(steps: StepTable, x: np.ndarray) -> np.ndarray:
     return np.where(i < 0, 0.0, cum[np.maximum(i, 0)] + inside)
 
 
-def _window(job: Job | None, steps: StepTable, events: Sequence[Event],
-            t0: float | None, t1: float | None) -> tuple[float, float]:
+def _window(
+    job: Job | None, steps: StepTable, events: Sequence[Event], t0: float | None, t1: float | None
+) -> tuple[float, float]:
     """The job's wall-clock window: the scheduler's start/end, widened to cover every record."""
     starts = [e.t for e in events] + ([float(steps.start_s.min())] if len(steps) else [])
     ends = [e.t + float(e.attrs.get("duration_s", 0.0) or 0.0) for e in events]
@@ -313,8 +327,9 @@ class _Tally:
             self.productive += est_s * (1.0 - load_share)
 
 
-def account_goodput(job: Job | None, steps: StepTable, events: Sequence[Event], *,
-                    t0: float | None = None, t1: float | None = None) -> GoodputReport:
+def account_goodput(
+    job: Job | None, steps: StepTable, events: Sequence[Event], *, t0: float | None = None, t1: float | None = None
+) -> GoodputReport:
     """Split the job's wall time into productive time and the ``BADPUT_KINDS``.
 
     Steps missing from the records (step numbers that jump, as when only some
@@ -326,8 +341,9 @@ def account_goodput(job: Job | None, steps: StepTable, events: Sequence[Event], 
     """
     steps = steps.sorted()
     t0, t1 = _window(job, steps, events, t0, t1)
-    failures = np.sort(np.array([e.t for e in events if e.kind == EventKind.FAILURE and t0 <= e.t <= t1],
-                                dtype=np.float64))
+    failures = np.sort(
+        np.array([e.t for e in events if e.kind == EventKind.FAILURE and t0 <= e.t <= t1], dtype=np.float64)
+    )
     saves = _ops(events, _SAVE_KINDS, failures, t1)
     restores = _ops(events, ("checkpoint_restore",), failures, t1)
     bounds = np.concatenate([[t0], failures, [t1]])
@@ -354,32 +370,36 @@ def account_goodput(job: Job | None, steps: StepTable, events: Sequence[Event], 
                 kept_step = max(kept_step, _resumed_after(steps, int(cuts[k + 1]), tally, hi))
             kept_step = max(saved + [kept_step])
             lost[sl] = steps.step[sl] > kept_step
-            keep = _Keep(step=kept_step, save=max((s for s in k_saves if s.complete and s.step == kept_step),
-                                                  key=lambda s: s.t, default=None))
+            keep = _Keep(
+                step=kept_step,
+                save=max((s for s in k_saves if s.complete and s.step == kept_step), key=lambda s: s.t, default=None),
+            )
             if kept_step <= 0:
-                tally.notes.append(f"failure at t={hi:.0f}: no checkpoint seen before it, so every step since "
-                                   f"the start counts as lost")
+                tally.notes.append(
+                    f"failure at t={hi:.0f}: no checkpoint seen before it, so every step since the start counts as lost"
+                )
         keeps.append(keep)
         startup = _startup(steps, sl, lo, hi, k_restores, first_expected, ideal, tally, keep, load_share)
         tally.badput["init" if k == 0 else "recovery"] += startup
         if k < len(failures) and (sl.stop > sl.start or k_saves):
             # The step in flight when the failure hit, after the last thing we saw finish.
-            ends = [lo] + ([float(steps.start_s[sl.stop - 1] + steps.dur_s[sl.stop - 1])]
-                           if sl.stop > sl.start else [])
+            ends = [lo] + ([float(steps.start_s[sl.stop - 1] + steps.dur_s[sl.stop - 1])] if sl.stop > sl.start else [])
             ends += [op.t + op.dur_s for op in k_saves + k_restores]
             tally.badput["lost_progress"] += max(0.0, hi - max(ends))
     _between_steps(steps, cuts, ideal, keeps, load_share, tally)
     return _finish(job, steps, events, failures, saves, restores, lost, tally, t0, t1)
 
 
-def _resumed_after(steps: StepTable, first: int, tally: "_Tally", failure_t: float) -> int:
+def _resumed_after(steps: StepTable, first: int, tally: _Tally, failure_t: float) -> int:
     """With no save on record, the checkpoint a restart read is the step before the one it resumed at
     (``first``: the next incarnation's first step), as ml-goodput-measurement infers lost progress from
     step numbers run again."""
     resumed = int(steps.step[first]) - 1
     if resumed > 0:
-        tally.notes.append(f"failure at t={failure_t:.0f}: no checkpoint on record; the restart resumed at step "
-                           f"{resumed + 1}, so steps up to {resumed} count as saved")
+        tally.notes.append(
+            f"failure at t={failure_t:.0f}: no checkpoint on record; the restart resumed at step "
+            f"{resumed + 1}, so steps up to {resumed} count as saved"
+        )
     return resumed
 
 
@@ -407,8 +427,9 @@ class _Keep:
         return kept_n, kept_s, min(lost_n * ideal, hi - lo - kept_s)
 
 
-def _credit(tally: _Tally, keep: _Keep, first: int, n: int, lo: float, hi: float, ideal: float,
-            load_share: float) -> float:
+def _credit(
+    tally: _Tally, keep: _Keep, first: int, n: int, lo: float, hi: float, ideal: float, load_share: float
+) -> float:
     """Credit ``n`` unrecorded steps from ``first`` that ran in ``[lo, hi]``; returns the seconds credited."""
     kept_n, kept_s, lost_s = keep.split(first, n, lo, hi, ideal)
     if kept_n:
@@ -418,8 +439,18 @@ def _credit(tally: _Tally, keep: _Keep, first: int, n: int, lo: float, hi: float
     return kept_s + lost_s
 
 
-def _startup(steps: StepTable, sl: slice, lo: float, hi: float, restores: list[_Op], first_expected: int,
-             ideal: float, tally: _Tally, keep: _Keep, load_share: float) -> float:
+def _startup(
+    steps: StepTable,
+    sl: slice,
+    lo: float,
+    hi: float,
+    restores: list[_Op],
+    first_expected: int,
+    ideal: float,
+    tally: _Tally,
+    keep: _Keep,
+    load_share: float,
+) -> float:
     """Start-up time of one incarnation, less the steps that must have run before its first recorded one."""
     restore_s = sum(r.dur_s for r in restores)
     if sl.stop == sl.start:
@@ -433,8 +464,9 @@ def _startup(steps: StepTable, sl: slice, lo: float, hi: float, restores: list[_
     return max(0.0, room - credited)
 
 
-def _between_steps(steps: StepTable, cuts: np.ndarray, ideal: float, keeps: list[_Keep], load_share: float,
-                   tally: _Tally) -> None:
+def _between_steps(
+    steps: StepTable, cuts: np.ndarray, ideal: float, keeps: list[_Keep], load_share: float, tally: _Tally
+) -> None:
     """Steps whose numbers were skipped between two recorded steps of one incarnation."""
     if len(steps) < 2:
         return
@@ -449,16 +481,34 @@ def _between_steps(steps: StepTable, cuts: np.ndarray, ideal: float, keeps: list
     est = np.minimum(missing * ideal, gap_s)
     for is_lost, pick in ((False, (missing > 0) & (kept_n == missing)), (True, (missing > 0) & (kept_n == 0))):
         if pick.any():
-            tally.steps_unrecorded(int(missing[pick].sum()), float(est[pick].sum()), lost=is_lost,
-                                   load_share=load_share)
+            tally.steps_unrecorded(
+                int(missing[pick].sum()), float(est[pick].sum()), lost=is_lost, load_share=load_share
+            )
     for i in np.flatnonzero((kept_n > 0) & (kept_n < missing)).tolist():
-        _credit(tally, keeps[int(incarnation[i])], int(steps.step[i]) + 1, int(missing[i]),
-                float(steps.end_s[i]), float(steps.end_s[i]) + float(gap_s[i]), ideal, load_share)
+        _credit(
+            tally,
+            keeps[int(incarnation[i])],
+            int(steps.step[i]) + 1,
+            int(missing[i]),
+            float(steps.end_s[i]),
+            float(steps.end_s[i]) + float(gap_s[i]),
+            ideal,
+            load_share,
+        )
 
 
-def _finish(job: Job | None, steps: StepTable, events: Sequence[Event], failures: np.ndarray,
-            saves: list[_Op], restores: list[_Op], lost: np.ndarray, tally: _Tally,
-            t0: float, t1: float) -> GoodputReport:
+def _finish(
+    job: Job | None,
+    steps: StepTable,
+    events: Sequence[Event],
+    failures: np.ndarray,
+    saves: list[_Op],
+    restores: list[_Op],
+    lost: np.ndarray,
+    tally: _Tally,
+    t0: float,
+    t1: float,
+) -> GoodputReport:
     badput = tally.badput
     save_t = np.array([op.t for op in saves], dtype=np.float64)
     save_dur = np.array([op.dur_s for op in saves], dtype=np.float64)
@@ -473,27 +523,45 @@ def _finish(job: Job | None, steps: StepTable, events: Sequence[Event], failures
     total = t1 - t0
     notes = list(tally.notes)
     if tally.estimated_steps:
-        notes.append(f"{tally.estimated_steps} steps without records (skipped step numbers) credited at the "
-                     f"ideal step time")
+        notes.append(
+            f"{tally.estimated_steps} steps without records (skipped step numbers) credited at the ideal step time"
+        )
     other = total - productive - sum(badput.values())
     if other < -1e-6 * max(total, 1.0):
         notes.append(f"records overlap by {-other:.3f} s; 'other' clamped to 0")
     badput["other"] = max(0.0, other)
-    causes = Counter(str(e.attrs.get("cause", "unknown")) for e in events
-                     if e.kind == EventKind.FAILURE and t0 <= e.t <= t1)
+    causes = Counter(
+        str(e.attrs.get("cause", "unknown")) for e in events if e.kind == EventKind.FAILURE and t0 <= e.t <= t1
+    )
     return GoodputReport(
-        job=job.id if job is not None else "", t0=t0, t1=t1, total_s=total, productive_s=productive,
-        badput_s=badput, ideal_step_s=ideal_step_time(steps.dur_s[~lost]), steps=len(steps),
-        lost_steps=int(lost.sum()), interruptions=int(failures.size), interruptions_by_cause=dict(causes),
-        overlap_s=float(overlap), notes=tuple(notes))
+        job=job.id if job is not None else "",
+        t0=t0,
+        t1=t1,
+        total_s=total,
+        productive_s=productive,
+        badput_s=badput,
+        ideal_step_s=ideal_step_time(steps.dur_s[~lost]),
+        steps=len(steps),
+        lost_steps=int(lost.sum()),
+        interruptions=int(failures.size),
+        interruptions_by_cause=dict(causes),
+        overlap_s=float(overlap),
+        notes=tuple(notes),
+    )
 
 
-def account_job(job: Job | None, spans: Iterable[Span], events: Sequence[Event],
-                step_samples: Iterable[Sample] = ()) -> GoodputReport:
+def account_job(
+    job: Job | None, spans: Iterable[Span], events: Sequence[Event], step_samples: Iterable[Sample] = ()
+) -> GoodputReport:
     """The whole path for one job's records: steps from its spans (else its ``train_step_time_s``
     samples), re-runs split at its failures, then ``account_goodput``. Views call this."""
-    mine = _requeues_as_failures([e for e in events if e.kind in GOODPUT_EVENT_KINDS
-                                  and (job is None or str(e.attrs.get("job", job.id)) == job.id)])
+    mine = _requeues_as_failures(
+        [
+            e
+            for e in events
+            if e.kind in GOODPUT_EVENT_KINDS and (job is None or str(e.attrs.get("job", job.id)) == job.id)
+        ]
+    )
     breaks = [e.t for e in mine if e.kind == EventKind.FAILURE]
     steps = steps_from_spans(spans, breaks=breaks)
     if not len(steps):
@@ -515,6 +583,9 @@ def _requeues_as_failures(events: list[Event]) -> list[Event]:
         if key in seen or any(end - REQUEUE_AFTER_FAILURE_S <= t <= end for t in failures):
             continue
         seen.add(key)
-        out.append(Event(kind=EventKind.FAILURE, t=end, source=e.source,
-                         attrs={"job": e.attrs.get("job"), "cause": "requeued"}))
+        out.append(
+            Event(
+                kind=EventKind.FAILURE, t=end, source=e.source, attrs={"job": e.attrs.get("job"), "cause": "requeued"}
+            )
+        )
     return sorted(out, key=lambda e: e.t)

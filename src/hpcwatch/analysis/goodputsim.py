@@ -128,7 +128,7 @@ class FailureModel:
     source: str = LLAMA3_SOURCE
 
     @staticmethod
-    def llama3() -> "FailureModel":
+    def llama3() -> FailureModel:
         exposure_gpu_s = LLAMA3_GPUS * LLAMA3_DAYS * 86_400.0
         return FailureModel(rates_per_gpu_s={c: n / exposure_gpu_s for c, n in LLAMA3_INTERRUPTIONS.items()})
 
@@ -287,24 +287,52 @@ class GoodputRun:
             m = self.steps_per_checkpoint
             first = self.t_origin + self.inc_start_s[k] + self.inc_overhead_s[k]
             if k > 0 and self.inc_end_s[k] - self.inc_start_s[k] > c.restart_cost_s:
-                yield Event(kind=EventKind.CHECKPOINT_RESTORE, t=self.t_origin + self.inc_start_s[k] + c.restart_cost_s,
-                            source="twin.failures", attrs={"job": job_id, "duration_s": c.restore_cost_s,
-                                                           "step": int(self.inc_first_step[k] - 1)})
+                yield Event(
+                    kind=EventKind.CHECKPOINT_RESTORE,
+                    t=self.t_origin + self.inc_start_s[k] + c.restart_cost_s,
+                    source="twin.failures",
+                    attrs={"job": job_id, "duration_s": c.restore_cost_s, "step": int(self.inc_first_step[k] - 1)},
+                )
             for i in range(int(self.inc_saves[k])):
                 t = first + (i + 1) * m * c.step_s + i * c.checkpoint_cost_s
-                yield Event(kind=EventKind.CHECKPOINT_SAVE, t=t, source="twin.failures",
-                            attrs={"job": job_id, "duration_s": c.checkpoint_cost_s,
-                                   "step": int(self.inc_first_step[k] + (i + 1) * m - 1)})
+                yield Event(
+                    kind=EventKind.CHECKPOINT_SAVE,
+                    t=t,
+                    source="twin.failures",
+                    attrs={
+                        "job": job_id,
+                        "duration_s": c.checkpoint_cost_s,
+                        "step": int(self.inc_first_step[k] + (i + 1) * m - 1),
+                    },
+                )
         for i, t in enumerate(self.failure_t_s):
             gpu = int(self.failure_gpu[i])
             k = i  # failure i ends incarnation i
-            yield Event(kind=EventKind.FAILURE, t=self.t_origin + float(t), source="twin.failures",
-                        attrs={"job": job_id, "cause": self.failure_cause[i], "step": int(self.inc_first_step[k] + self.inc_steps[k]),
-                               "node": f"node{gpu // GPUS_PER_NODE + 1:05d}", "gpu": gpu % GPUS_PER_NODE})
+            yield Event(
+                kind=EventKind.FAILURE,
+                t=self.t_origin + float(t),
+                source="twin.failures",
+                attrs={
+                    "job": job_id,
+                    "cause": self.failure_cause[i],
+                    "step": int(self.inc_first_step[k] + self.inc_steps[k]),
+                    "node": f"node{gpu // GPUS_PER_NODE + 1:05d}",
+                    "gpu": gpu % GPUS_PER_NODE,
+                },
+            )
 
     def job(self, job_id: str = "goodput-sim") -> Job:
-        return Job(id=job_id, user="sim", account="twin", partition="gpu", gpus=self.config.gpus,
-                   start=self.t_origin, end=self.t_origin + self.wall_s, state="COMPLETED", name="llama3-like")
+        return Job(
+            id=job_id,
+            user="sim",
+            account="twin",
+            partition="gpu",
+            gpus=self.config.gpus,
+            start=self.t_origin,
+            end=self.t_origin + self.wall_s,
+            state="COMPLETED",
+            name="llama3-like",
+        )
 
     def records(self, job_id: str = "goodput-sim") -> Iterator[Job | Span | Event]:
         """The run as records: the job, rank 0's phase spans for every executed step, the events."""
@@ -329,8 +357,9 @@ def _interval_s(config: GoodputSimConfig, mtbf_s: float) -> float:
     return float(config.interval)
 
 
-def _draw_failures(config: GoodputSimConfig, model: FailureModel, rng: np.random.Generator,
-                   wall_s: float) -> tuple[np.ndarray, tuple[str, ...], np.ndarray]:
+def _draw_failures(
+    config: GoodputSimConfig, model: FailureModel, rng: np.random.Generator, wall_s: float
+) -> tuple[np.ndarray, tuple[str, ...], np.ndarray]:
     causes = list(model.rates_per_gpu_s)
     rates = np.array([model.rates_per_gpu_s[c] for c in causes]) * config.gpus
     counts = rng.poisson(rates * wall_s)
@@ -341,8 +370,9 @@ def _draw_failures(config: GoodputSimConfig, model: FailureModel, rng: np.random
     return times[order], tuple(causes[i] for i in cause_idx[order]), gpu[order]
 
 
-def simulate_goodput(config: GoodputSimConfig = GoodputSimConfig(), *,
-                     model: FailureModel | None = None, t_origin: float = 0.0) -> GoodputRun:
+def simulate_goodput(
+    config: GoodputSimConfig = GoodputSimConfig(), *, model: FailureModel | None = None, t_origin: float = 0.0
+) -> GoodputRun:
     """Simulate one run; all the time accounting is vectorised over incarnations."""
     model = model or FailureModel.llama3()
     rng = np.random.default_rng(config.seed)
@@ -359,12 +389,24 @@ def simulate_goodput(config: GoodputSimConfig = GoodputSimConfig(), *,
     badput = {kind: badput[kind] for kind in BADPUT_KINDS}
     first = np.arange(starts.size) == 0
     return GoodputRun(
-        config=config, checkpoint_interval_s=steps_per_ckpt * config.step_s, steps_per_checkpoint=steps_per_ckpt,
-        mtbf_s=mtbf_s, wall_s=wall_s, productive_s=float(inc["productive"].sum()), badput_s=badput,
-        failure_t_s=fail_t, failure_cause=fail_cause, failure_gpu=fail_gpu, inc_start_s=starts, inc_end_s=ends,
+        config=config,
+        checkpoint_interval_s=steps_per_ckpt * config.step_s,
+        steps_per_checkpoint=steps_per_ckpt,
+        mtbf_s=mtbf_s,
+        wall_s=wall_s,
+        productive_s=float(inc["productive"].sum()),
+        badput_s=badput,
+        failure_t_s=fail_t,
+        failure_cause=fail_cause,
+        failure_gpu=fail_gpu,
+        inc_start_s=starts,
+        inc_end_s=ends,
         inc_overhead_s=np.where(first, config.init_s, config.restart_cost_s + config.restore_cost_s),
-        inc_steps=inc["n_steps"], inc_saves=inc["n_saves"],
-        inc_first_step=_first_steps(inc["full_cycles"], steps_per_ckpt), t_origin=t_origin)
+        inc_steps=inc["n_steps"],
+        inc_saves=inc["n_saves"],
+        inc_first_step=_first_steps(inc["full_cycles"], steps_per_ckpt),
+        t_origin=t_origin,
+    )
 
 
 def _incarnations(config: GoodputSimConfig, g: np.ndarray, steps_per_ckpt: int) -> dict[str, np.ndarray]:
@@ -394,7 +436,9 @@ def _incarnations(config: GoodputSimConfig, g: np.ndarray, steps_per_ckpt: int) 
         "data_loading": kept_steps_s * c.load_fraction,
         "other": np.where(~failed & ~unseen, train_tail - tail_steps * c.step_s, 0.0),
         "productive": kept_steps_s * (1.0 - c.load_fraction),
-        "n_steps": n_steps, "n_saves": n_saves, "full_cycles": full_cycles,
+        "n_steps": n_steps,
+        "n_saves": n_saves,
+        "full_cycles": full_cycles,
     }
 
 
@@ -408,7 +452,11 @@ def _first_steps(full_cycles: np.ndarray, steps_per_ckpt: int) -> np.ndarray:
     return 1 + np.concatenate([[0], kept[:-1]]).astype(np.int64)
 
 
-def goodput_sweep(gpus: Sequence[int] = DEFAULT_SWEEP_GPUS, *, base: GoodputSimConfig = GoodputSimConfig(),
-                  model: FailureModel | None = None) -> list[GoodputRun]:
+def goodput_sweep(
+    gpus: Sequence[int] = DEFAULT_SWEEP_GPUS,
+    *,
+    base: GoodputSimConfig = GoodputSimConfig(),
+    model: FailureModel | None = None,
+) -> list[GoodputRun]:
     """The same job at several sizes (same C, R, interval policy, seed): how goodput falls with scale."""
     return [simulate_goodput(replace(base, gpus=int(n)), model=model) for n in gpus]

@@ -71,7 +71,9 @@ class GroupHang:
 
     @property
     def hung(self) -> bool:
-        return self.wavefront is not None or any(self.last_completed.get(r, -1) < s for r, s in self.last_issued.items())
+        return self.wavefront is not None or any(
+            self.last_completed.get(r, -1) < s for r, s in self.last_issued.items()
+        )
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -89,6 +91,7 @@ class HangReport:
 
     def to_dict(self) -> dict[str, Any]:
         from dataclasses import asdict
+
         return {"verdict": self.verdict, "ranks": list(self.ranks), "groups": [asdict(g) for g in self.groups]}
 
 
@@ -133,15 +136,25 @@ def _mismatches(by_rank: Mapping[int, Mapping[int, Mapping[str, Any]]]) -> list[
     return out
 
 
-def _wavefront(by_rank: Mapping[int, Mapping[int, Mapping[str, Any]]], last_issued: Mapping[int, int]) -> Wavefront | None:
+def _wavefront(
+    by_rank: Mapping[int, Mapping[int, Mapping[str, Any]]], last_issued: Mapping[int, int]
+) -> Wavefront | None:
     if not last_issued or len(set(last_issued.values())) < 2:
         return None
     seq = min(last_issued.values()) + 1
     arrived = tuple(sorted(r for r, s in last_issued.items() if s >= seq))
     missing = tuple(sorted(r for r, s in last_issued.items() if s < seq))
-    entry = next(by_rank[r][seq] for r in arrived if seq in by_rank[r]) if any(seq in by_rank[r] for r in arrived) else {}
-    return Wavefront(seq=seq, op=str(entry.get("profiling_name", "?")), arrived=arrived, missing=missing,
-                     input_sizes=entry.get("input_sizes"), input_dtypes=entry.get("input_dtypes"))
+    entry = (
+        next(by_rank[r][seq] for r in arrived if seq in by_rank[r]) if any(seq in by_rank[r] for r in arrived) else {}
+    )
+    return Wavefront(
+        seq=seq,
+        op=str(entry.get("profiling_name", "?")),
+        arrived=arrived,
+        missing=missing,
+        input_sizes=entry.get("input_sizes"),
+        input_dtypes=entry.get("input_dtypes"),
+    )
 
 
 def _group(pg: str, config: Mapping[str, Any], dumps: Mapping[int, Mapping[str, Any]]) -> GroupHang:
@@ -153,11 +166,19 @@ def _group(pg: str, config: Mapping[str, Any], dumps: Mapping[int, Mapping[str, 
     last_completed = {r: _completed(by_rank[r], dumps[r], pg_ids[r]) for r in dumped}
     all_done = min(last_completed.values(), default=None)
     done_entry = next((by_rank[r].get(all_done) for r in dumped if all_done in by_rank[r]), None) if all_done else None
-    return GroupHang(pg=pg, desc=str(config.get("desc", "")), members=members, dumped=dumped,
-                     no_dump=tuple(r for r in members if r not in dumps), last_issued=last_issued,
-                     last_completed=last_completed, all_completed_seq=all_done if all_done and all_done > 0 else None,
-                     all_completed_op=str(done_entry.get("profiling_name")) if done_entry else None,
-                     wavefront=_wavefront(by_rank, last_issued), mismatches=tuple(_mismatches(by_rank)))
+    return GroupHang(
+        pg=pg,
+        desc=str(config.get("desc", "")),
+        members=members,
+        dumped=dumped,
+        no_dump=tuple(r for r in members if r not in dumps),
+        last_issued=last_issued,
+        last_completed=last_completed,
+        all_completed_seq=all_done if all_done and all_done > 0 else None,
+        all_completed_op=str(done_entry.get("profiling_name")) if done_entry else None,
+        wavefront=_wavefront(by_rank, last_issued),
+        mismatches=tuple(_mismatches(by_rank)),
+    )
 
 
 def _config_of(pg: str, configs: Mapping[str, Mapping[str, Any]]) -> Mapping[str, Any]:
@@ -175,7 +196,13 @@ def analyse_hang(dumps: Sequence[Mapping[str, Any]]) -> HangReport:
     for d in by_rank.values():
         for name, config in (d.get("pg_config") or {}).items():
             configs.setdefault(str(name), config if isinstance(config, Mapping) else {})
-    names = sorted({str((e.get("process_group") or [None])[0]) for d in by_rank.values()
-                    for e in d.get("entries", []) if not e.get("is_p2p", False)})
+    names = sorted(
+        {
+            str((e.get("process_group") or [None])[0])
+            for d in by_rank.values()
+            for e in d.get("entries", [])
+            if not e.get("is_p2p", False)
+        }
+    )
     groups = tuple(_group(pg, _config_of(pg, configs), by_rank) for pg in names)
     return HangReport(ranks=tuple(sorted(by_rank)), groups=groups)

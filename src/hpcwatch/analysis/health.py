@@ -57,11 +57,11 @@ import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from hpcwatch import vocab
 from hpcwatch.analysis.xid import XID_CATALOG_URL, Verdict, xid_info
 from hpcwatch.errors import ConfigError
 from hpcwatch.model.catalog import gpu_spec, link_spec
 from hpcwatch.records import Event
-from hpcwatch import vocab
 from hpcwatch.vocab import EventKind
 
 __all__ = [
@@ -84,8 +84,14 @@ VERDICTS: tuple[Verdict, ...] = ("ok", "warn", "drain")
 
 #: Clock event (throttle) reason bits, nvmlClocksEventReasons / nvmlClocksThrottleReasons.
 THROTTLE_BITS: dict[int, str] = {
-    0x1: "gpu_idle", 0x2: "applications_clocks_setting", 0x4: "sw_power_cap", 0x8: "hw_slowdown",
-    0x10: "sync_boost", 0x20: "sw_thermal_slowdown", 0x40: "hw_thermal_slowdown", 0x80: "hw_power_brake_slowdown",
+    0x1: "gpu_idle",
+    0x2: "applications_clocks_setting",
+    0x4: "sw_power_cap",
+    0x8: "hw_slowdown",
+    0x10: "sync_boost",
+    0x20: "sw_thermal_slowdown",
+    0x40: "hw_thermal_slowdown",
+    0x80: "hw_power_brake_slowdown",
     0x100: "display_clock_setting",
 }
 #: The bits that mean the hardware is too hot or its power delivery is failing (sw_power_cap is normal under load).
@@ -107,19 +113,30 @@ IB_COUNTERS: dict[str, tuple[str, str]] = {
     "symbol_errors": ("ib_SymbolErrorCounter", "node_infiniband_symbol_error_total"),
     "rcv_errors": ("ib_PortRcvErrors", vocab.NODE_INFINIBAND_PORT_ERRORS_RECEIVED_TOTAL),
     "link_error_recovery": ("ib_LinkErrorRecoveryCounter", vocab.NODE_INFINIBAND_LINK_ERROR_RECOVERY_TOTAL),
-    "local_link_integrity_errors": ("ib_LocalLinkIntegrityErrors",
-                                    "node_infiniband_local_link_integrity_errors_total"),
-    "excessive_buffer_overrun_errors": ("ib_ExcessiveBufferOverrunErrors",
-                                        "node_infiniband_excessive_buffer_overrun_errors_total"),
+    "local_link_integrity_errors": ("ib_LocalLinkIntegrityErrors", "node_infiniband_local_link_integrity_errors_total"),
+    "excessive_buffer_overrun_errors": (
+        "ib_ExcessiveBufferOverrunErrors",
+        "node_infiniband_excessive_buffer_overrun_errors_total",
+    ),
 }
 
 #: ibstat's port samples (sources/infiniband.py; labels node, device, port, state, physical_state, link_layer).
 IB_PORT_METRICS = (vocab.IB_PORT_UP, vocab.IB_PORT_RATE_GBPS)
 
 #: Every metric the passive rules read (fetch these from the store).
-PASSIVE_METRICS: tuple[str, ...] = (XID, ECC_DBE, REMAP_FAILURE, REMAP_UNCORRECTABLE, REMAP_PENDING, PCIE_REPLAY,
-                                    *THROTTLE, UTIL, POWER, *(m for pair in IB_COUNTERS.values() for m in pair),
-                                    *IB_PORT_METRICS)
+PASSIVE_METRICS: tuple[str, ...] = (
+    XID,
+    ECC_DBE,
+    REMAP_FAILURE,
+    REMAP_UNCORRECTABLE,
+    REMAP_PENDING,
+    PCIE_REPLAY,
+    *THROTTLE,
+    UTIL,
+    POWER,
+    *(m for pair in IB_COUNTERS.values() for m in pair),
+    *IB_PORT_METRICS,
+)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -158,8 +175,13 @@ class HealthConfig:
     slower, and drain further down (100 or less on NDR: a cable or width fault)."""
 
     def __post_init__(self) -> None:
-        for name in ("throttle_warn_fraction", "busbw_warn_fraction", "ib_bw_warn_fraction", "ib_bw_drain_fraction",
-                     "ib_rate_drain_fraction"):
+        for name in (
+            "throttle_warn_fraction",
+            "busbw_warn_fraction",
+            "ib_bw_warn_fraction",
+            "ib_bw_drain_fraction",
+            "ib_rate_drain_fraction",
+        ):
             value = getattr(self, name)
             if not 0.0 < value <= 1.0:
                 raise ConfigError(f"{name} must be in (0, 1], got {value}")
@@ -193,8 +215,12 @@ class NodeHealth:
         return "; ".join(f"{c.rule}: {c.title}" for c in bad) or "ok"
 
     def to_dict(self) -> dict[str, Any]:
-        return {"node": self.node, "verdict": self.verdict, "reason": self.reason(),
-                "checks": [c.to_dict() for c in self.checks]}
+        return {
+            "node": self.node,
+            "verdict": self.verdict,
+            "reason": self.reason(),
+            "checks": [c.to_dict() for c in self.checks],
+        }
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -251,8 +277,11 @@ def _series(table: pa.Table, metrics: str | Sequence[str]) -> list[_Series]:
     for (h, key), rows in groups.items():
         idx = np.array(rows)
         order = idx[np.argsort(t[idx], kind="stable")]
-        out.append(_Series(host=h, key=key, labels=orjson.loads(labels[rows[0]] or "{}"), job=job[rows[-1]],
-                           t=t[order], v=v[order]))
+        out.append(
+            _Series(
+                host=h, key=key, labels=orjson.loads(labels[rows[0]] or "{}"), job=job[rows[-1]], t=t[order], v=v[order]
+            )
+        )
     return out
 
 
@@ -287,31 +316,54 @@ def _check_xid(table: pa.Table, events: Sequence[Event]) -> list[Check]:
     seen: dict[tuple[str, str, int], float] = {}
     for s in _series(table, XID):
         for code in np.unique(s.v[s.v != 0]).astype(int):
-            seen.setdefault((s.host, str(s.labels.get("gpu", s.key)), int(code)),
-                            float(s.t[np.argmax(s.v == code)]))
+            seen.setdefault((s.host, str(s.labels.get("gpu", s.key)), int(code)), float(s.t[np.argmax(s.v == code)]))
     for e in events:
         if e.kind == EventKind.XID and e.attrs.get("node") and e.attrs.get("xid") is not None:
             seen.setdefault((str(e.attrs["node"]), str(e.attrs.get("gpu", "?")), int(e.attrs["xid"])), e.t)
     checks = []
     for (node, gpu, code), t in sorted(seen.items()):
         info = xid_info(code)
-        checks.append(Check(node=node, rule="xid", verdict=info.verdict,
-                            title=f"XID {code} on GPU {gpu}: {info.meaning}",
-                            evidence={"gpu": gpu, "xid": code, "mnemonic": info.mnemonic, "action": info.action,
-                                      "first_seen": t, "source": XID_CATALOG_URL}))
+        checks.append(
+            Check(
+                node=node,
+                rule="xid",
+                verdict=info.verdict,
+                title=f"XID {code} on GPU {gpu}: {info.meaning}",
+                evidence={
+                    "gpu": gpu,
+                    "xid": code,
+                    "mnemonic": info.mnemonic,
+                    "action": info.action,
+                    "first_seen": t,
+                    "source": XID_CATALOG_URL,
+                },
+            )
+        )
     return checks
 
 
-def _check_threshold(table: pa.Table, metric: str, rule: str, verdict: Verdict, what: str,
-                     *, grew: bool = False, min_value: float = 0.0) -> list[Check]:
+def _check_threshold(
+    table: pa.Table, metric: str, rule: str, verdict: Verdict, what: str, *, grew: bool = False, min_value: float = 0.0
+) -> list[Check]:
     """A GPU counter or gauge that must stay at zero (or must not grow) in the window."""
     checks = []
     for s in _series(table, metric):
         value = _increase(s.v) if grew else float(s.v[-1])
         if value > min_value:
-            checks.append(Check(node=s.host, rule=rule, verdict=verdict, title=f"{what} on GPU {s.key}",
-                                evidence={**_where(s), "metric": metric, "increase" if grew else "value": value,
-                                          "t_last": float(s.t[-1])}))
+            checks.append(
+                Check(
+                    node=s.host,
+                    rule=rule,
+                    verdict=verdict,
+                    title=f"{what} on GPU {s.key}",
+                    evidence={
+                        **_where(s),
+                        "metric": metric,
+                        "increase" if grew else "value": value,
+                        "t_last": float(s.t[-1]),
+                    },
+                )
+            )
     return checks
 
 
@@ -324,9 +376,15 @@ def _check_throttle(table: pa.Table, config: HealthConfig) -> list[Check]:
         if share >= config.throttle_warn_fraction:
             bits = int(np.bitwise_or.reduce(mask[bad]))
             reasons = [name for bit, name in THROTTLE_BITS.items() if bits & bit]
-            checks.append(Check(node=s.host, rule="throttle", verdict="warn",
-                                title=f"GPU {s.key} throttled ({', '.join(reasons)}) in {share:.0%} of samples",
-                                evidence={**_where(s), "reasons": reasons, "share": share, "samples": int(s.v.size)}))
+            checks.append(
+                Check(
+                    node=s.host,
+                    rule="throttle",
+                    verdict="warn",
+                    title=f"GPU {s.key} throttled ({', '.join(reasons)}) in {share:.0%} of samples",
+                    evidence={**_where(s), "reasons": reasons, "share": share, "samples": int(s.v.size)},
+                )
+            )
     return checks
 
 
@@ -338,13 +396,25 @@ def _check_ib(table: pa.Table, config: HealthConfig) -> list[Check]:
             if name == "link_downed":
                 if inc >= 1:
                     verdict: Verdict = "drain" if inc >= config.link_down_drain else "warn"
-                    checks.append(Check(node=s.host, rule="ib_link", verdict=verdict,
-                                        title=f"IB link went down {inc:.0f}× ({_port(s)})",
-                                        evidence={**_where(s), "counter": name, "increase": inc}))
+                    checks.append(
+                        Check(
+                            node=s.host,
+                            rule="ib_link",
+                            verdict=verdict,
+                            title=f"IB link went down {inc:.0f}× ({_port(s)})",
+                            evidence={**_where(s), "counter": name, "increase": inc},
+                        )
+                    )
             elif inc >= (config.symbol_error_warn if name == "symbol_errors" else 1):
-                checks.append(Check(node=s.host, rule="ib_errors", verdict="warn",
-                                    title=f"IB {name.replace('_', ' ')} +{inc:.0f} ({_port(s)})",
-                                    evidence={**_where(s), "counter": name, "increase": inc}))
+                checks.append(
+                    Check(
+                        node=s.host,
+                        rule="ib_errors",
+                        verdict="warn",
+                        title=f"IB {name.replace('_', ' ')} +{inc:.0f} ({_port(s)})",
+                        evidence={**_where(s), "counter": name, "increase": inc},
+                    )
+                )
     return checks
 
 
@@ -371,14 +441,25 @@ def _check_ib_ports(table: pa.Table, config: HealthConfig, link_key: str) -> lis
         labels = newest.labels
         if labels.get("link_layer", "InfiniBand") not in ("InfiniBand", ""):
             continue
-        where = {"device": device, "port": port, "state": labels.get("state"),
-                 "physical_state": labels.get("physical_state"), "t_last": float(newest.t[-1])}
+        where = {
+            "device": device,
+            "port": port,
+            "state": labels.get("state"),
+            "physical_state": labels.get("physical_state"),
+            "t_last": float(newest.t[-1]),
+        }
         if up is not None and up.v[-1] < 1:
             disabled = labels.get("physical_state") == "Disabled"
-            checks.append(Check(node=host, rule="ib_port", verdict="warn" if disabled else "drain",
-                                title=f"IB port {device}/{port} is {labels.get('state')} "
-                                      f"({labels.get('physical_state')})" + (" by an administrator" if disabled else ""),
-                                evidence=where))
+            checks.append(
+                Check(
+                    node=host,
+                    rule="ib_port",
+                    verdict="warn" if disabled else "drain",
+                    title=f"IB port {device}/{port} is {labels.get('state')} "
+                    f"({labels.get('physical_state')})" + (" by an administrator" if disabled else ""),
+                    evidence=where,
+                )
+            )
             continue
         rate = by_metric.get(vocab.IB_PORT_RATE_GBPS)
         if rate is None or link is None:
@@ -386,10 +467,15 @@ def _check_ib_ports(table: pa.Table, config: HealthConfig, link_key: str) -> lis
         gbps, expected = float(rate.v[-1]), link.rate_bits_s / 1e9
         if gbps < expected:
             verdict: Verdict = "drain" if gbps < config.ib_rate_drain_fraction * expected else "warn"
-            checks.append(Check(node=host, rule="ib_port", verdict=verdict,
-                                title=f"IB port {device}/{port} runs at {gbps:.0f} Gb/s, under {link.name}'s "
-                                      f"{expected:.0f}", evidence={**where, "rate_gbps": gbps,
-                                                                   "link_gbps": expected, "link": link.key}))
+            checks.append(
+                Check(
+                    node=host,
+                    rule="ib_port",
+                    verdict=verdict,
+                    title=f"IB port {device}/{port} runs at {gbps:.0f} Gb/s, under {link.name}'s {expected:.0f}",
+                    evidence={**where, "rate_gbps": gbps, "link_gbps": expected, "link": link.key},
+                )
+            )
     return checks
 
 
@@ -414,18 +500,35 @@ def _check_gpu_activity(table: pa.Table, config: HealthConfig) -> list[Check]:
             cold = watts <= config.stall_power_factor * spec.idle_power_w
             for a, b in _runs((util >= config.stall_util_pct) & cold, t):
                 if b - a >= config.stall_min_s:
-                    checks.append(Check(node=u.host, rule="stalled_nccl", verdict="warn",
-                                        title=f"GPU {u.key} busy at idle power for {b - a:.0f} s (hung collective?)",
-                                        evidence={"gpu": u.key, "from": a, "to": b,
-                                                  "max_power_w": float(watts[(t >= a) & (t <= b)].max()),
-                                                  "idle_power_w": spec.idle_power_w, "model": spec.name}))
+                    checks.append(
+                        Check(
+                            node=u.host,
+                            rule="stalled_nccl",
+                            verdict="warn",
+                            title=f"GPU {u.key} busy at idle power for {b - a:.0f} s (hung collective?)",
+                            evidence={
+                                "gpu": u.key,
+                                "from": a,
+                                "to": b,
+                                "max_power_w": float(watts[(t >= a) & (t <= b)].max()),
+                                "idle_power_w": spec.idle_power_w,
+                                "model": spec.name,
+                            },
+                        )
+                    )
                     break
         if u.job:
             for a, b in _runs(u.v <= config.idle_util_pct, u.t):
                 if b - a >= config.idle_min_s:
-                    checks.append(Check(node=u.host, rule="idle_allocated", verdict="warn",
-                                        title=f"GPU {u.key} held by job {u.job} but idle for {b - a:.0f} s",
-                                        evidence={"gpu": u.key, "job": u.job, "from": a, "to": b}))
+                    checks.append(
+                        Check(
+                            node=u.host,
+                            rule="idle_allocated",
+                            verdict="warn",
+                            title=f"GPU {u.key} held by job {u.job} but idle for {b - a:.0f} s",
+                            evidence={"gpu": u.key, "job": u.job, "from": a, "to": b},
+                        )
+                    )
                     break
     return checks
 
@@ -435,25 +538,41 @@ def _check_missing(table: pa.Table, config: HealthConfig) -> list[Check]:
     newest: dict[str, float] = {}
     for s in series:
         newest[s.host] = max(newest.get(s.host, -np.inf), float(s.t[-1]))
-    return [Check(node=s.host, rule="gpu_missing", verdict="drain",
-                  title=f"GPU {s.key} stopped reporting {newest[s.host] - s.t[-1]:.0f} s ago",
-                  evidence={"gpu": s.key, "last_seen": float(s.t[-1]), "node_last_seen": newest[s.host]})
-            for s in series if newest[s.host] - s.t[-1] > config.missing_after_s]
+    return [
+        Check(
+            node=s.host,
+            rule="gpu_missing",
+            verdict="drain",
+            title=f"GPU {s.key} stopped reporting {newest[s.host] - s.t[-1]:.0f} s ago",
+            evidence={"gpu": s.key, "last_seen": float(s.t[-1]), "node_last_seen": newest[s.host]},
+        )
+        for s in series
+        if newest[s.host] - s.t[-1] > config.missing_after_s
+    ]
 
 
-def passive_checks(samples: pa.Table, events: Sequence[Event] = (), *,
-                   config: HealthConfig = HealthConfig(), link: str = "ndr") -> list[Check]:
+def passive_checks(
+    samples: pa.Table, events: Sequence[Event] = (), *, config: HealthConfig = HealthConfig(), link: str = "ndr"
+) -> list[Check]:
     """Every passive rule that fired, over samples (``SAMPLE_SCHEMA`` columns) and ``xid`` events; ``link``: the
     catalog's fabric (``model.catalog.LINKS``) whose rate ibstat ports should run at."""
     return [
         *_check_xid(samples, events),
         *_check_threshold(samples, ECC_DBE, "ecc_dbe", "drain", "uncorrectable ECC errors since driver load"),
         *_check_threshold(samples, REMAP_FAILURE, "row_remap", "drain", "row remapping failed"),
-        *_check_threshold(samples, REMAP_UNCORRECTABLE, "row_remap", "warn",
-                          "rows remapped after uncorrectable errors", grew=True),
+        *_check_threshold(
+            samples, REMAP_UNCORRECTABLE, "row_remap", "warn", "rows remapped after uncorrectable errors", grew=True
+        ),
         *_check_threshold(samples, REMAP_PENDING, "row_remap", "warn", "row remap pending (reset the GPU)"),
-        *_check_threshold(samples, PCIE_REPLAY, "pcie_replay", "warn", "PCIe replays", grew=True,
-                          min_value=config.pcie_replay_warn - 1),
+        *_check_threshold(
+            samples,
+            PCIE_REPLAY,
+            "pcie_replay",
+            "warn",
+            "PCIe replays",
+            grew=True,
+            min_value=config.pcie_replay_warn - 1,
+        ),
         *_check_throttle(samples, config),
         *_check_ib(samples, config),
         *_check_ib_ports(samples, config, link),
@@ -464,9 +583,17 @@ def passive_checks(samples: pa.Table, events: Sequence[Event] = (), *,
 
 def _rules_with_data(samples: pa.Table, events: Sequence[Event]) -> dict[str, set[str]]:
     """node -> the passive rules that had something to judge there (so 'ok' means 'looked, fine')."""
-    metric_rules = {XID: "xid", ECC_DBE: "ecc_dbe", REMAP_FAILURE: "row_remap", REMAP_UNCORRECTABLE: "row_remap",
-                    REMAP_PENDING: "row_remap", PCIE_REPLAY: "pcie_replay", UTIL: "gpu_missing",
-                    **dict.fromkeys(THROTTLE, "throttle"), **dict.fromkeys(IB_PORT_METRICS, "ib_port")}
+    metric_rules = {
+        XID: "xid",
+        ECC_DBE: "ecc_dbe",
+        REMAP_FAILURE: "row_remap",
+        REMAP_UNCORRECTABLE: "row_remap",
+        REMAP_PENDING: "row_remap",
+        PCIE_REPLAY: "pcie_replay",
+        UTIL: "gpu_missing",
+        **dict.fromkeys(THROTTLE, "throttle"),
+        **dict.fromkeys(IB_PORT_METRICS, "ib_port"),
+    }
     for name, pair in IB_COUNTERS.items():
         for m in pair:
             metric_rules[m] = "ib_link" if name == "link_downed" else "ib_errors"
@@ -498,9 +625,15 @@ def _check_dcgm_diag(e: Event) -> list[Check]:
         status = str(r.get("status", "")).lower()
         verdict: Verdict | None = {"fail": "drain", "warn": "warn"}.get(status)
         if verdict is not None:
-            checks.append(Check(node=node, rule="dcgm_diag", verdict=verdict,
-                                title=f"dcgmi diag {r.get('test')} {status} on GPU {r.get('gpu')}",
-                                evidence={**r, "level": e.attrs.get("level"), "version": e.attrs.get("version")}))
+            checks.append(
+                Check(
+                    node=node,
+                    rule="dcgm_diag",
+                    verdict=verdict,
+                    title=f"dcgmi diag {r.get('test')} {status} on GPU {r.get('gpu')}",
+                    evidence={**r, "level": e.attrs.get("level"), "version": e.attrs.get("version")},
+                )
+            )
     return checks
 
 
@@ -521,24 +654,46 @@ def _check_nccl(e: Event, config: HealthConfig, link_key: str) -> list[Check]:
     checks = []
     wrong = sum(int(r.get("oop_wrong") or 0) + int(r.get("ip_wrong") or 0) for r in rows)
     if wrong:
-        checks.append(Check(node=node, rule="nccl_tests", verdict="drain",
-                            title=f"nccl-tests {e.attrs.get('collective')}: {wrong} wrong results",
-                            evidence={"wrong": wrong, "hosts": e.attrs.get("hosts")}))
+        checks.append(
+            Check(
+                node=node,
+                rule="nccl_tests",
+                verdict="drain",
+                title=f"nccl-tests {e.attrs.get('collective')}: {wrong} wrong results",
+                evidence={"wrong": wrong, "hosts": e.attrs.get("hosts")},
+            )
+        )
     bad = [r for r in rows if r.get("busbw_mismatch")]
     if bad:
-        checks.append(Check(node=node, rule="nccl_tests", verdict="warn",
-                            title=f"nccl-tests busbw disagrees with algbw × factor on {len(bad)} rows",
-                            evidence={"rows": [r["size_bytes"] for r in bad][:10]}))
+        checks.append(
+            Check(
+                node=node,
+                rule="nccl_tests",
+                verdict="warn",
+                title=f"nccl-tests busbw disagrees with algbw × factor on {len(bad)} rows",
+                evidence={"rows": [r["size_bytes"] for r in bad][:10]},
+            )
+        )
     expected, basis = _expected_busbw_gbs(e, link_key)
     if rows and expected:
         top = max(rows, key=lambda r: r["size_bytes"])
         busbw = max(top.get("oop_busbw_gbs") or 0.0, top.get("ip_busbw_gbs") or 0.0)
         if busbw < config.busbw_warn_fraction * expected:
-            checks.append(Check(node=node, rule="nccl_tests", verdict="warn",
-                                title=f"nccl-tests busbw {busbw:.1f} GB/s < {config.busbw_warn_fraction:.0%} of "
-                                      f"{expected:.0f} GB/s ({basis})",
-                                evidence={"size_bytes": top["size_bytes"], "busbw_gbs": busbw,
-                                          "expected_gbs": expected, "basis": basis}))
+            checks.append(
+                Check(
+                    node=node,
+                    rule="nccl_tests",
+                    verdict="warn",
+                    title=f"nccl-tests busbw {busbw:.1f} GB/s < {config.busbw_warn_fraction:.0%} of "
+                    f"{expected:.0f} GB/s ({basis})",
+                    evidence={
+                        "size_bytes": top["size_bytes"],
+                        "busbw_gbs": busbw,
+                        "expected_gbs": expected,
+                        "basis": basis,
+                    },
+                )
+            )
     return checks
 
 
@@ -554,10 +709,20 @@ def _check_ib_write_bw(e: Event, config: HealthConfig, link_key: str) -> list[Ch
     if share >= config.ib_bw_warn_fraction:
         return []
     verdict: Verdict = "drain" if share < config.ib_bw_drain_fraction else "warn"
-    return [Check(node=node, rule="ib_write_bw", verdict=verdict,
-                  title=f"ib_write_bw {gbps:.1f} Gb/s on {e.attrs.get('device')} is {share:.0%} of {link.name}",
-                  evidence={"device": e.attrs.get("device"), "size_bytes": top["size_bytes"], "bw_avg_gbps": gbps,
-                            "link_gbps": link.rate_bits_s / 1e9})]
+    return [
+        Check(
+            node=node,
+            rule="ib_write_bw",
+            verdict=verdict,
+            title=f"ib_write_bw {gbps:.1f} Gb/s on {e.attrs.get('device')} is {share:.0%} of {link.name}",
+            evidence={
+                "device": e.attrs.get("device"),
+                "size_bytes": top["size_bytes"],
+                "bw_avg_gbps": gbps,
+                "link_gbps": link.rate_bits_s / 1e9,
+            },
+        )
+    ]
 
 
 def nccl_log_checks(events: Sequence[Event]) -> list[Check]:
@@ -565,18 +730,32 @@ def nccl_log_checks(events: Sequence[Event]) -> list[Check]:
     from hpcwatch.analysis.nccl import nccl_rules, summarize_nccl
 
     ranks = [dict(e.attrs) for e in events if e.kind == EventKind.NCCL_RANK]
-    checks = [Check(node=host, rule=r.rule, verdict=r.verdict, title=r.title, evidence=dict(r.evidence))
-              for r in (nccl_rules(summarize_nccl(ranks)) if ranks else []) for host in r.hosts]
+    checks = [
+        Check(node=host, rule=r.rule, verdict=r.verdict, title=r.title, evidence=dict(r.evidence))
+        for r in (nccl_rules(summarize_nccl(ranks)) if ranks else [])
+        for host in r.hosts
+    ]
     for e in events:
         if e.kind == EventKind.NCCL_TIMEOUT and e.attrs.get("node"):
-            checks.append(Check(node=str(e.attrs["node"]), rule="nccl_timeout", verdict="warn",
-                                title=f"collective {e.attrs.get('op')} seq {e.attrs.get('seq')} timed out",
-                                evidence=dict(e.attrs)))
+            checks.append(
+                Check(
+                    node=str(e.attrs["node"]),
+                    rule="nccl_timeout",
+                    verdict="warn",
+                    title=f"collective {e.attrs.get('op')} seq {e.attrs.get('seq')} timed out",
+                    evidence=dict(e.attrs),
+                )
+            )
     return checks
 
 
-def active_checks(events: Sequence[Event], *, config: HealthConfig = HealthConfig(),
-                  link: str = "ndr", nccl_checks: Sequence[Check] | None = None) -> list[Check]:
+def active_checks(
+    events: Sequence[Event],
+    *,
+    config: HealthConfig = HealthConfig(),
+    link: str = "ndr",
+    nccl_checks: Sequence[Check] | None = None,
+) -> list[Check]:
     """Judge dcgmi diag, nccl-tests and ib_write_bw results (``sources.healthtools`` events), and NCCL logs
     (``nccl_checks``: those already judged over the whole job, when ``events`` are one node's)."""
     checks: list[Check] = list(nccl_checks) if nccl_checks is not None else nccl_log_checks(events)
@@ -596,8 +775,9 @@ _NO_SAMPLES = pa.table({"metric": pa.array([], pa.string()), "host": pa.array([]
 # -- verdicts --------------------------------------------------------------------------------------
 
 
-def judge(checks: Sequence[Check], *, samples: pa.Table | None = None, events: Sequence[Event] = (),
-          nodes: Iterable[str] = ()) -> HealthReport:
+def judge(
+    checks: Sequence[Check], *, samples: pa.Table | None = None, events: Sequence[Event] = (), nodes: Iterable[str] = ()
+) -> HealthReport:
     """One verdict per node: the worst of its checks; rules that looked and found nothing are listed as ``ok``."""
     looked = _rules_with_data(samples if samples is not None else _NO_SAMPLES, events)
     by_node: dict[str, list[Check]] = defaultdict(list)
@@ -608,16 +788,24 @@ def judge(checks: Sequence[Check], *, samples: pa.Table | None = None, events: S
     for node in names:
         fired = by_node.get(node, [])
         fired_rules = {c.rule for c in fired}
-        quiet = [Check(node=node, rule=r, verdict="ok", title="nothing found")
-                 for r in sorted(looked.get(node, set()) - fired_rules)]
+        quiet = [
+            Check(node=node, rule=r, verdict="ok", title="nothing found")
+            for r in sorted(looked.get(node, set()) - fired_rules)
+        ]
         all_checks = tuple(sorted(fired, key=lambda c: -VERDICTS.index(c.verdict)) + quiet)
         out.append(NodeHealth(node=node, verdict=worst(c.verdict for c in fired), checks=all_checks))
     return HealthReport(nodes=tuple(out))
 
 
-def health_report(samples: pa.Table, events: Sequence[Event] = (), *, config: HealthConfig = HealthConfig(),
-                  link: str = "ndr", nodes: Iterable[str] = (),
-                  nccl_checks: Sequence[Check] | None = None) -> HealthReport:
+def health_report(
+    samples: pa.Table,
+    events: Sequence[Event] = (),
+    *,
+    config: HealthConfig = HealthConfig(),
+    link: str = "ndr",
+    nodes: Iterable[str] = (),
+    nccl_checks: Sequence[Check] | None = None,
+) -> HealthReport:
     """Passive and active rules, then one verdict per node: what views call.
 
     ``samples``: the store's ``SAMPLE_SCHEMA`` table (fetch ``PASSIVE_METRICS``); ``events``: ``xid``
@@ -626,5 +814,6 @@ def health_report(samples: pa.Table, events: Sequence[Event] = (), *, config: He
     alone cannot be told it is the one without HCAs or on another NCCL version).
     """
     checks = passive_checks(samples, events, config=config, link=link) + active_checks(
-        events, config=config, link=link, nccl_checks=nccl_checks)
+        events, config=config, link=link, nccl_checks=nccl_checks
+    )
     return judge(checks, samples=samples, events=events, nodes=nodes)

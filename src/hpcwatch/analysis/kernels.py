@@ -36,11 +36,31 @@ import numpy as np
 from hpcwatch.analysis.steps import merge_intervals
 from hpcwatch.traces import CAT, IS_GPU_CATEGORY, KinetoTrace
 
-__all__ = ["KIND_COMPUTE", "KIND_COMMUNICATION", "KIND_MEMORY", "KIND_OTHER", "KINDS", "kernel_kinds",
-           "KernelStat", "KernelBreakdown", "kernel_breakdown", "StreamIdle", "idle_breakdown",
-           "comm_compute_overlap", "LaunchStats", "launch_stats", "Collective", "collectives", "bus_factor",
-           "DEFAULT_CONSECUTIVE_KERNEL_DELAY_US", "DEFAULT_RUNTIME_CUTOFF_US", "DEFAULT_LAUNCH_DELAY_CUTOFF_US",
-           "DEFAULT_TOP_KERNELS", "profiled_rows", "has_gpu_activity"]
+__all__ = [
+    "KIND_COMPUTE",
+    "KIND_COMMUNICATION",
+    "KIND_MEMORY",
+    "KIND_OTHER",
+    "KINDS",
+    "kernel_kinds",
+    "KernelStat",
+    "KernelBreakdown",
+    "kernel_breakdown",
+    "StreamIdle",
+    "idle_breakdown",
+    "comm_compute_overlap",
+    "LaunchStats",
+    "launch_stats",
+    "Collective",
+    "collectives",
+    "bus_factor",
+    "DEFAULT_CONSECUTIVE_KERNEL_DELAY_US",
+    "DEFAULT_RUNTIME_CUTOFF_US",
+    "DEFAULT_LAUNCH_DELAY_CUTOFF_US",
+    "DEFAULT_TOP_KERNELS",
+    "profiled_rows",
+    "has_gpu_activity",
+]
 
 KIND_COMPUTE, KIND_COMMUNICATION, KIND_MEMORY, KIND_OTHER = "compute", "communication", "memory", "other"
 KINDS: tuple[str, ...] = (KIND_COMPUTE, KIND_COMMUNICATION, KIND_MEMORY, KIND_OTHER)
@@ -143,8 +163,13 @@ class KernelBreakdown(msgspec.Struct, frozen=True, kw_only=True):
         return {k: 100 * v / total for k, v in self.kind_us.items()}
 
 
-def kernel_breakdown(trace: KinetoTrace, *, top: int = DEFAULT_TOP_KERNELS,
-                     include_last_step: bool = False, kept: np.ndarray | None = None) -> KernelBreakdown:
+def kernel_breakdown(
+    trace: KinetoTrace,
+    *,
+    top: int = DEFAULT_TOP_KERNELS,
+    include_last_step: bool = False,
+    kept: np.ndarray | None = None,
+) -> KernelBreakdown:
     """GPU time per kind and the ``top`` kernels of each kind (HTA ``get_gpu_kernel_breakdown``).
 
     ``kind_us`` is HTA's kernel-type table: the time when exactly a given set of kinds runs,
@@ -163,9 +188,18 @@ def kernel_breakdown(trace: KinetoTrace, *, top: int = DEFAULT_TOP_KERNELS,
     hi = np.full(len(ids), -np.inf)
     np.minimum.at(lo, inverse, dur)
     np.maximum.at(hi, inverse, dur)
-    stats = [KernelStat(name=trace.names[int(i)], kind=_kind_of(trace.names[int(i)]), count=int(count[j]),
-                        total_us=float(total[j]), mean_us=float(total[j] / count[j]), min_us=float(lo[j]),
-                        max_us=float(hi[j])) for j, i in enumerate(ids)]
+    stats = [
+        KernelStat(
+            name=trace.names[int(i)],
+            kind=_kind_of(trace.names[int(i)]),
+            count=int(count[j]),
+            total_us=float(total[j]),
+            mean_us=float(total[j] / count[j]),
+            min_us=float(lo[j]),
+            max_us=float(hi[j]),
+        )
+        for j, i in enumerate(ids)
+    ]
     chosen = [s for k in KINDS for s in sorted((s for s in stats if s.kind == k), key=lambda s: -s.total_us)[:top]]
     return KernelBreakdown(rank=trace.rank, kind_us=kind_us, top=tuple(sorted(chosen, key=lambda s: -s.total_us)))
 
@@ -206,8 +240,7 @@ class StreamIdle(msgspec.Struct, frozen=True, kw_only=True):
 def _launch_ts(trace: KinetoTrace, rows: np.ndarray) -> np.ndarray:
     """Start (µs) of the host event with each row's correlation id (NaN when none)."""
     ev = trace.events
-    host = np.flatnonzero((ev["stream"] < 0) & (ev["correlation"] >= 0)
-                          & (ev["cat"] == CAT["cuda_runtime"]))
+    host = np.flatnonzero((ev["stream"] < 0) & (ev["correlation"] >= 0) & (ev["cat"] == CAT["cuda_runtime"]))
     if len(host) == 0:
         return np.full(len(rows), np.nan)
     corr = ev["correlation"][host]
@@ -218,8 +251,13 @@ def _launch_ts(trace: KinetoTrace, rows: np.ndarray) -> np.ndarray:
     return np.where(corr[pos] == wanted, ts[pos], np.nan)
 
 
-def idle_breakdown(trace: KinetoTrace, *, consecutive_kernel_delay_us: float = DEFAULT_CONSECUTIVE_KERNEL_DELAY_US,
-                   include_last_step: bool = False, kept: np.ndarray | None = None) -> tuple[StreamIdle, ...]:
+def idle_breakdown(
+    trace: KinetoTrace,
+    *,
+    consecutive_kernel_delay_us: float = DEFAULT_CONSECUTIVE_KERNEL_DELAY_US,
+    include_last_step: bool = False,
+    kept: np.ndarray | None = None,
+) -> tuple[StreamIdle, ...]:
     """Each stream's idle time as host wait, kernel wait or other (HTA ``get_idle_time_breakdown``).
 
     A gap before a kernel is host wait when the kernel's launch (its runtime call) started
@@ -239,13 +277,21 @@ def idle_breakdown(trace: KinetoTrace, *, consecutive_kernel_delay_us: float = D
         gap = starts[1:] - ends[:-1]
         host = when[1:] > ends[:-1]
         kernel = ~host & (gap < consecutive_kernel_delay_us)
-        out.append(StreamIdle(rank=trace.rank, stream=int(stream), host_wait_us=float(gap[host].sum()),
-                              kernel_wait_us=float(gap[kernel].sum()), other_us=float(gap[~host & ~kernel].sum())))
+        out.append(
+            StreamIdle(
+                rank=trace.rank,
+                stream=int(stream),
+                host_wait_us=float(gap[host].sum()),
+                kernel_wait_us=float(gap[kernel].sum()),
+                other_us=float(gap[~host & ~kernel].sum()),
+            )
+        )
     return tuple(out)
 
 
-def comm_compute_overlap(trace: KinetoTrace, *, include_last_step: bool = False,
-                         kept: np.ndarray | None = None) -> float | None:
+def comm_compute_overlap(
+    trace: KinetoTrace, *, include_last_step: bool = False, kept: np.ndarray | None = None
+) -> float | None:
     """Share (0-1) of the communication kernels' time when compute kernels run too (HTA
     ``get_comm_comp_overlap`` ratio); ``None`` without communication kernels."""
     ev = trace.events
@@ -311,9 +357,14 @@ class LaunchStats(msgspec.Struct, frozen=True, kw_only=True):
         return {"p50": float(q[0]), "p95": float(q[1]), "max": float(q[2])}
 
 
-def launch_stats(trace: KinetoTrace, *, runtime_cutoff_us: float = DEFAULT_RUNTIME_CUTOFF_US,
-                 launch_delay_cutoff_us: float = DEFAULT_LAUNCH_DELAY_CUTOFF_US,
-                 include_last_step: bool = False, kept: np.ndarray | None = None) -> LaunchStats:
+def launch_stats(
+    trace: KinetoTrace,
+    *,
+    runtime_cutoff_us: float = DEFAULT_RUNTIME_CUTOFF_US,
+    launch_delay_cutoff_us: float = DEFAULT_LAUNCH_DELAY_CUTOFF_US,
+    include_last_step: bool = False,
+    kept: np.ndarray | None = None,
+) -> LaunchStats:
     """Runtime call, GPU time and launch delay of each launch (HTA ``get_cuda_kernel_launch_stats``)."""
     ev = trace.events
     kept = _profiled(trace, include_last_step, kept)
@@ -327,22 +378,34 @@ def launch_stats(trace: KinetoTrace, *, runtime_cutoff_us: float = DEFAULT_RUNTI
     matched = (corr[pos] == ev["correlation"][gpu]) if len(corr) else np.zeros(len(gpu), dtype=bool)
     gpu, cpu = gpu[matched], host[pos[matched]]
     delay = ev["ts_us"][gpu] - ev["ts_us"][cpu] - ev["dur_us"][cpu]
-    return LaunchStats(rank=trace.rank, cpu_us=ev["dur_us"][cpu], gpu_us=ev["dur_us"][gpu],
-                       launch_delay_us=np.clip(delay, 0.0, None), runtime_cutoff_us=runtime_cutoff_us,
-                       launch_delay_cutoff_us=launch_delay_cutoff_us)
+    return LaunchStats(
+        rank=trace.rank,
+        cpu_us=ev["dur_us"][cpu],
+        gpu_us=ev["dur_us"][gpu],
+        launch_delay_us=np.clip(delay, 0.0, None),
+        runtime_cutoff_us=runtime_cutoff_us,
+        launch_delay_cutoff_us=launch_delay_cutoff_us,
+    )
 
 
 # nccl-tests' bus bandwidth factors (doc/PERFORMANCE.md, https://github.com/NVIDIA/nccl-tests):
 # busbw = algbw × factor(n); all-reduce moves 2(n-1)/n of the data per rank, all-gather and
 # reduce-scatter (n-1)/n, broadcast and reduce 1. c10d's "Collective name" spellings.
 _BUS_FACTORS = {
-    "allreduce": lambda n: 2 * (n - 1) / n, "all_reduce": lambda n: 2 * (n - 1) / n,
-    "allgather": lambda n: (n - 1) / n, "all_gather": lambda n: (n - 1) / n,
-    "_allgather_base": lambda n: (n - 1) / n, "allgather_into_tensor_coalesced": lambda n: (n - 1) / n,
-    "reduce_scatter": lambda n: (n - 1) / n, "_reduce_scatter_base": lambda n: (n - 1) / n,
+    "allreduce": lambda n: 2 * (n - 1) / n,
+    "all_reduce": lambda n: 2 * (n - 1) / n,
+    "allgather": lambda n: (n - 1) / n,
+    "all_gather": lambda n: (n - 1) / n,
+    "_allgather_base": lambda n: (n - 1) / n,
+    "allgather_into_tensor_coalesced": lambda n: (n - 1) / n,
+    "reduce_scatter": lambda n: (n - 1) / n,
+    "_reduce_scatter_base": lambda n: (n - 1) / n,
     "reduce_scatter_tensor_coalesced": lambda n: (n - 1) / n,
-    "alltoall": lambda n: (n - 1) / n, "all_to_all": lambda n: (n - 1) / n, "alltoall_base": lambda n: (n - 1) / n,
-    "broadcast": lambda n: 1.0, "reduce": lambda n: 1.0,
+    "alltoall": lambda n: (n - 1) / n,
+    "all_to_all": lambda n: (n - 1) / n,
+    "alltoall_base": lambda n: (n - 1) / n,
+    "broadcast": lambda n: 1.0,
+    "reduce": lambda n: 1.0,
 }
 
 
@@ -389,8 +452,18 @@ def collectives(trace: KinetoTrace) -> tuple[Collective, ...]:
         group = int(ev["group_size"][row]) if ev["group_size"][row] > 0 else trace.world_size
         algbw = size / (dur / 1e6) if np.isfinite(size) and dur > 0 else None
         factor = bus_factor(coll, group) if coll is not None and group else None
-        out.append(Collective(rank=trace.rank, stream=int(ev["stream"][row]), start_us=float(ev["ts_us"][row]),
-                              dur_us=dur, kernel=trace.names[ev["name_id"][row]], collective=coll, msg_bytes=size,
-                              group_size=group, algbw_bytes_s=algbw,
-                              busbw_bytes_s=algbw * factor if algbw is not None and factor is not None else None))
+        out.append(
+            Collective(
+                rank=trace.rank,
+                stream=int(ev["stream"][row]),
+                start_us=float(ev["ts_us"][row]),
+                dur_us=dur,
+                kernel=trace.names[ev["name_id"][row]],
+                collective=coll,
+                msg_bytes=size,
+                group_size=group,
+                algbw_bytes_s=algbw,
+                busbw_bytes_s=algbw * factor if algbw is not None and factor is not None else None,
+            )
+        )
     return tuple(out)

@@ -54,15 +54,32 @@ def flops_per_token(*, params: float, layers: int, d_model: int, seq: int) -> fl
     return 6.0 * params + 12.0 * layers * d_model * seq
 
 
-def compute_mfu(*, params: float, layers: int, d_model: int, seq: int, tokens_per_step: float,
-                step_time_s: float, gpus: int, gpu: str = DEFAULT_GPU, recompute: bool = False) -> MfuResult:
+def compute_mfu(
+    *,
+    params: float,
+    layers: int,
+    d_model: int,
+    seq: int,
+    tokens_per_step: float,
+    step_time_s: float,
+    gpus: int,
+    gpu: str = DEFAULT_GPU,
+    recompute: bool = False,
+) -> MfuResult:
     """MFU (and HFU with full activation recomputation) of a dense decoder's training step.
 
     ``params`` is the non-embedding parameter count, ``tokens_per_step`` the global
     batch in tokens, ``step_time_s`` the step time, ``gpus`` how many GPUs share it.
     """
-    _positive(params=params, layers=layers, d_model=d_model, seq=seq, tokens_per_step=tokens_per_step,
-              step_time_s=step_time_s, gpus=gpus)
+    _positive(
+        params=params,
+        layers=layers,
+        d_model=d_model,
+        seq=seq,
+        tokens_per_step=tokens_per_step,
+        step_time_s=step_time_s,
+        gpus=gpus,
+    )
     spec = gpu_spec(gpu)
     if spec is None:
         raise ConfigError(f"gpu: unknown GPU {gpu!r}; no peak FLOP/s in the catalog for it")
@@ -72,8 +89,15 @@ def compute_mfu(*, params: float, layers: int, d_model: int, seq: int, tokens_pe
     mfu = achieved / spec.peak_bf16_dense_flops
     # Recomputing the forward adds (2N + 4LdT) to the 6N + 12LdT: a factor 4/3 on every term.
     hfu = mfu * 4.0 / 3.0 if recompute else None
-    return MfuResult(mfu=mfu, hfu=hfu, achieved_flops=achieved, flops_per_token=per_token,
-                     tokens_per_s=tokens_per_s, peak_flops=spec.peak_bf16_dense_flops, gpu=spec.key)
+    return MfuResult(
+        mfu=mfu,
+        hfu=hfu,
+        achieved_flops=achieved,
+        flops_per_token=per_token,
+        tokens_per_s=tokens_per_s,
+        peak_flops=spec.peak_bf16_dense_flops,
+        gpu=spec.key,
+    )
 
 
 def _positive(**values: float) -> None:

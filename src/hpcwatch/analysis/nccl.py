@@ -35,14 +35,22 @@ from typing import Any, Literal
 __all__ = ["NcclTopology", "NcclRule", "NcclConfig", "summarize_nccl", "nccl_rules", "RULES", "FORCING_VARIABLES"]
 
 Verdict = Literal["ok", "warn", "drain"]
-RULES = ("nccl_socket_fallback", "nccl_few_channels", "nccl_forced_tuning", "nccl_version_mismatch",
-         "nccl_ib_missing")
+RULES = ("nccl_socket_fallback", "nccl_few_channels", "nccl_forced_tuning", "nccl_version_mismatch", "nccl_ib_missing")
 #: Variables that force NCCL's own tuning (https://docs.nvidia.com/deeplearning/nccl/user-guide/docs/env.html):
 #: NCCL's authors call NCCL_ALGO / NCCL_PROTO debug and workaround knobs "not supposed to be used in production"
 #: (https://github.com/NVIDIA/nccl/issues/790, sjeaugey, 2023-02-24); NCCL_TREE_THRESHOLD is
 #: their pre-2.5 form (https://github.com/NVIDIA/nccl/issues/211).
-FORCING_VARIABLES = ("NCCL_ALGO", "NCCL_PROTO", "NCCL_MIN_NCHANNELS", "NCCL_MAX_NCHANNELS", "NCCL_MIN_CTAS",
-                     "NCCL_MAX_CTAS", "NCCL_TREE_THRESHOLD", "NCCL_LL_THRESHOLD", "NCCL_NTHREADS")
+FORCING_VARIABLES = (
+    "NCCL_ALGO",
+    "NCCL_PROTO",
+    "NCCL_MIN_NCHANNELS",
+    "NCCL_MAX_NCHANNELS",
+    "NCCL_MIN_CTAS",
+    "NCCL_MAX_CTAS",
+    "NCCL_TREE_THRESHOLD",
+    "NCCL_LL_THRESHOLD",
+    "NCCL_NTHREADS",
+)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -126,62 +134,104 @@ def summarize_nccl(ranks: Sequence[Mapping[str, Any]]) -> NcclTopology:
         env.update(r.get("env") or {})
     numbered = sorted({int(r["rank"]) for r in ranks if r.get("rank") is not None})
     return NcclTopology(
-        processes=len(ranks), ranks=tuple(numbered),
+        processes=len(ranks),
+        ranks=tuple(numbered),
         nranks=max((int(r["nranks"]) for r in ranks if r.get("nranks")), default=None),
         hosts=tuple(sorted({str(r.get("host")) for r in ranks})),
         versions={v: tuple(sorted(h)) for v, h in sorted(versions.items())},
         cuda_runtimes=tuple(sorted({str(r["cuda_runtime"]) for r in ranks if r.get("cuda_runtime")})),
         cuda_drivers=tuple(sorted({int(r["cuda_driver"]) for r in ranks if r.get("cuda_driver")})),
-        networks=dict(networks), plugins=dict(plugins),
+        networks=dict(networks),
+        plugins=dict(plugins),
         ib_devices={h: tuple(sorted(d)) for h, d in sorted(ib.items()) if d},
         socket_ifs={h: tuple(sorted(s)) for h, s in sorted(socks.items()) if s},
-        transports=dict(transports), gdr=any(r.get("gdr") for r in ranks),
+        transports=dict(transports),
+        gdr=any(r.get("gdr") for r in ranks),
         coll_channels=tuple(sorted({int(r["coll_channels"]) for r in ranks if r.get("coll_channels") is not None})),
         rings_max=max((int(r.get("rings") or 0) for r in ranks), default=0),
         trees_max=max((int(r.get("trees") or 0) for r in ranks), default=0),
-        env=env, warns=sum(int(r.get("warns") or 0) for r in ranks), rank_rows=tuple(ranks))
+        env=env,
+        warns=sum(int(r.get("warns") or 0) for r in ranks),
+        rank_rows=tuple(ranks),
+    )
 
 
 def _who(rows: Sequence[Mapping[str, Any]]) -> tuple[tuple[str, ...], tuple[int, ...]]:
-    return (tuple(sorted({str(r.get("host")) for r in rows})),
-            tuple(sorted({int(r["rank"]) for r in rows if r.get("rank") is not None})))
+    return (
+        tuple(sorted({str(r.get("host")) for r in rows})),
+        tuple(sorted({int(r["rank"]) for r in rows if r.get("rank") is not None})),
+    )
 
 
 def _socket_fallback(top: NcclTopology, config: NcclConfig) -> list[NcclRule]:
     ib_plugin = any("IB" in p.upper() or "RDMA" in p.upper() for p in top.plugins)
     ib_exists = bool(top.ib_devices) or ib_plugin or config.expect_ib
-    on_socket = [r for r in top.rank_rows
-                 if r.get("network") == "Socket" or (r.get("transports") or {}).get("NET/Socket")]
+    on_socket = [
+        r for r in top.rank_rows if r.get("network") == "Socket" or (r.get("transports") or {}).get("NET/Socket")
+    ]
     if not (ib_exists and on_socket):
         return []
     hosts, ranks = _who(on_socket)
-    why = ("NET/IB devices on " + ", ".join(top.ib_devices)) if top.ib_devices else (
-        "an IB net plugin is loaded" if ib_plugin else "the cluster model gives these nodes InfiniBand")
-    return [NcclRule(rule="nccl_socket_fallback", verdict="warn", hosts=hosts, ranks=ranks,
-                     title=f"{len(on_socket)} process(es) send over NET/Socket although InfiniBand exists ({why})",
-                     evidence={"ib_devices": dict(top.ib_devices), "plugins": dict(top.plugins),
-                               "socket_ifs": dict(top.socket_ifs)})]
+    why = (
+        ("NET/IB devices on " + ", ".join(top.ib_devices))
+        if top.ib_devices
+        else ("an IB net plugin is loaded" if ib_plugin else "the cluster model gives these nodes InfiniBand")
+    )
+    return [
+        NcclRule(
+            rule="nccl_socket_fallback",
+            verdict="warn",
+            hosts=hosts,
+            ranks=ranks,
+            title=f"{len(on_socket)} process(es) send over NET/Socket although InfiniBand exists ({why})",
+            evidence={
+                "ib_devices": dict(top.ib_devices),
+                "plugins": dict(top.plugins),
+                "socket_ifs": dict(top.socket_ifs),
+            },
+        )
+    ]
 
 
 def _few_channels(top: NcclTopology) -> list[NcclRule]:
     out = []
-    below_search = [r for r in top.rank_rows if r.get("coll_channels") is not None and r.get("pattern_channels")
-                    and int(r["coll_channels"]) < int(r["pattern_channels"])]
+    below_search = [
+        r
+        for r in top.rank_rows
+        if r.get("coll_channels") is not None
+        and r.get("pattern_channels")
+        and int(r["coll_channels"]) < int(r["pattern_channels"])
+    ]
     if below_search:
         hosts, ranks = _who(below_search)
-        out.append(NcclRule(rule="nccl_few_channels", verdict="warn", hosts=hosts, ranks=ranks,
-                            title="fewer coll channels than the topology search found "
-                                  f"({below_search[0]['coll_channels']} < {below_search[0]['pattern_channels']})",
-                            evidence={"env": {k: v for k, v in top.env.items() if "CHANNELS" in k}}))
+        out.append(
+            NcclRule(
+                rule="nccl_few_channels",
+                verdict="warn",
+                hosts=hosts,
+                ranks=ranks,
+                title="fewer coll channels than the topology search found "
+                f"({below_search[0]['coll_channels']} < {below_search[0]['pattern_channels']})",
+                evidence={"env": {k: v for k, v in top.env.items() if "CHANNELS" in k}},
+            )
+        )
     for key, label in (("coll_channels", "coll channels"), ("rings", "rings")):
         counts = [int(r[key]) for r in top.rank_rows if r.get(key)]
         if len(set(counts)) > 1:
             most = max(counts)
             fewer = [r for r in top.rank_rows if r.get(key) and int(r[key]) < most]
             hosts, ranks = _who(fewer)
-            out.append(NcclRule(rule="nccl_few_channels", verdict="warn", hosts=hosts, ranks=ranks,
-                                title=f"{len(fewer)} process(es) built fewer {label} than others of the job "
-                                      f"({min(counts)} < {most})", evidence={key: sorted(set(counts))}))
+            out.append(
+                NcclRule(
+                    rule="nccl_few_channels",
+                    verdict="warn",
+                    hosts=hosts,
+                    ranks=ranks,
+                    title=f"{len(fewer)} process(es) built fewer {label} than others of the job "
+                    f"({min(counts)} < {most})",
+                    evidence={key: sorted(set(counts))},
+                )
+            )
     return out
 
 
@@ -191,9 +241,16 @@ def _forced(top: NcclTopology) -> list[NcclRule]:
         return []
     rows = [r for r in top.rank_rows if set(r.get("env") or {}) & set(forced)]
     hosts, ranks = _who(rows)
-    return [NcclRule(rule="nccl_forced_tuning", verdict="warn", hosts=hosts, ranks=ranks,
-                     title="NCCL tuning forced by the environment: " + ", ".join(f"{k}={v}" for k, v in forced.items()),
-                     evidence={"variables": forced})]
+    return [
+        NcclRule(
+            rule="nccl_forced_tuning",
+            verdict="warn",
+            hosts=hosts,
+            ranks=ranks,
+            title="NCCL tuning forced by the environment: " + ", ".join(f"{k}={v}" for k, v in forced.items()),
+            evidence={"variables": forced},
+        )
+    ]
 
 
 def _mismatch(top: NcclTopology) -> list[NcclRule]:
@@ -205,9 +262,16 @@ def _mismatch(top: NcclTopology) -> list[NcclRule]:
                 seen[str(r[key])].append(r)
         if len(seen) > 1:
             hosts, ranks = _who([r for rows in seen.values() for r in rows])
-            out.append(NcclRule(rule="nccl_version_mismatch", verdict="warn", hosts=hosts, ranks=ranks,
-                                title=f"{label} differs across the job: " + ", ".join(sorted(seen)),
-                                evidence={v: sorted(_who(rows)[0]) for v, rows in seen.items()}))
+            out.append(
+                NcclRule(
+                    rule="nccl_version_mismatch",
+                    verdict="warn",
+                    hosts=hosts,
+                    ranks=ranks,
+                    title=f"{label} differs across the job: " + ", ".join(sorted(seen)),
+                    evidence={v: sorted(_who(rows)[0]) for v, rows in seen.items()},
+                )
+            )
     return out
 
 
@@ -215,13 +279,23 @@ def _ib_missing(top: NcclTopology) -> list[NcclRule]:
     if not top.ib_devices:
         return []
     most = max(len(d) for d in top.ib_devices.values())
-    short = [h for h in top.hosts if len(top.ib_devices.get(h, ())) < most
-             and any(r.get("host") == h and (r.get("ib_none") or r.get("ib_devices")) for r in top.rank_rows)]
+    short = [
+        h
+        for h in top.hosts
+        if len(top.ib_devices.get(h, ())) < most
+        and any(r.get("host") == h and (r.get("ib_none") or r.get("ib_devices")) for r in top.rank_rows)
+    ]
     if not short:
         return []
-    return [NcclRule(rule="nccl_ib_missing", verdict="drain", hosts=tuple(short),
-                     title=f"{len(short)} host(s) list fewer NET/IB devices than the others ({most})",
-                     evidence={"ib_devices": {h: list(top.ib_devices.get(h, ())) for h in top.hosts}})]
+    return [
+        NcclRule(
+            rule="nccl_ib_missing",
+            verdict="drain",
+            hosts=tuple(short),
+            title=f"{len(short)} host(s) list fewer NET/IB devices than the others ({most})",
+            evidence={"ib_devices": {h: list(top.ib_devices.get(h, ())) for h in top.hosts}},
+        )
+    ]
 
 
 def nccl_rules(top: NcclTopology, *, config: NcclConfig = NcclConfig()) -> list[NcclRule]:

@@ -184,8 +184,21 @@ def _cell(rs: RankStep, what: str) -> float:
 
 
 #: RankStep fields ``Anatomy.matrix`` gives by name (besides phases, ``work``, ``step`` and ``gpu:PHASE``).
-_GPU_CELLS = frozenset({"host_dur_s", "gpu_busy_s", "gpu_idle_s", "overlap_s", "gpu_period_s", "gpu_compute_s",
-                        "gpu_comm_s", "gpu_lag_s", "late_s", "last_arrivals", "collectives"})
+_GPU_CELLS = frozenset(
+    {
+        "host_dur_s",
+        "gpu_busy_s",
+        "gpu_idle_s",
+        "overlap_s",
+        "gpu_period_s",
+        "gpu_compute_s",
+        "gpu_comm_s",
+        "gpu_lag_s",
+        "late_s",
+        "last_arrivals",
+        "collectives",
+    }
+)
 
 
 class TemporalBreakdown(msgspec.Struct, frozen=True, kw_only=True):
@@ -200,8 +213,11 @@ class TemporalBreakdown(msgspec.Struct, frozen=True, kw_only=True):
 
     def pct(self) -> dict[str, float]:
         total = self.kernel_us or 1.0
-        return {"idle": 100 * self.idle_us / total, "compute": 100 * self.compute_us / total,
-                "non_compute": 100 * self.non_compute_us / total}
+        return {
+            "idle": 100 * self.idle_us / total,
+            "compute": 100 * self.compute_us / total,
+            "non_compute": 100 * self.non_compute_us / total,
+        }
 
 
 def step_times_s(anatomy: Anatomy) -> np.ndarray:
@@ -227,6 +243,7 @@ def median_step_time_s(anatomy: Anatomy) -> float | None:
 
 
 # --- intervals -----------------------------------------------------------------------------------------
+
 
 def merge_intervals(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Disjoint, sorted intervals covering the given ones (touching ones stay apart, as HTA's
@@ -267,7 +284,7 @@ def union_lengths(starts: np.ndarray, ends: np.ndarray, groups: np.ndarray, n_gr
     out = np.zeros(n_groups)
     if len(starts) == 0:
         return out
-    order = np.lexsort((starts, groups))   # stable: ties keep their order, as merge_intervals' argsort
+    order = np.lexsort((starts, groups))  # stable: ties keep their order, as merge_intervals' argsort
     s, e, g = starts[order], ends[order], groups[order].astype(np.int64)
     values, rank = np.unique(e, return_inverse=True)
     offset = g * len(values)
@@ -285,6 +302,7 @@ def union_lengths(starts: np.ndarray, ends: np.ndarray, groups: np.ndarray, n_gr
 
 # --- HTA temporal breakdown ------------------------------------------------------------------------------
 
+
 def _step_windows(trace: KinetoTrace) -> list[tuple[int, float, float]]:
     """(step number, start µs, end µs) of the ``ProfilerStep#N`` annotations (each name's first host
     event), by start."""
@@ -295,10 +313,12 @@ def _step_windows(trace: KinetoTrace) -> list[tuple[int, float, float]]:
     is_step = np.zeros(len(trace.names), dtype=bool)
     is_step[list(numbers)] = True
     rows = np.flatnonzero(is_step[ev["name_id"]] & (ev["stream"] < 0) & (ev["cat"] != CAT["gpu_user_annotation"]))
-    ids, first = np.unique(ev["name_id"][rows], return_index=True)   # by name id, as the names are numbered
+    ids, first = np.unique(ev["name_id"][rows], return_index=True)  # by name id, as the names are numbered
     rows = rows[first]
-    steps = [(numbers[i], float(ts), float(ts + dur))
-             for i, ts, dur in zip(ids.tolist(), ev["ts_us"][rows].tolist(), ev["dur_us"][rows].tolist())]
+    steps = [
+        (numbers[i], float(ts), float(ts + dur))
+        for i, ts, dur in zip(ids.tolist(), ev["ts_us"][rows].tolist(), ev["dur_us"][rows].tolist())
+    ]
     return sorted(steps, key=lambda s: s[1])
 
 
@@ -324,8 +344,9 @@ def _gpu_rows(trace: KinetoTrace) -> np.ndarray:
     return np.flatnonzero(IS_GPU_CATEGORY[trace.events["cat"]])
 
 
-def temporal_breakdown(trace: KinetoTrace, *, include_last_step: bool = False,
-                       round_us: bool = False) -> TemporalBreakdown:
+def temporal_breakdown(
+    trace: KinetoTrace, *, include_last_step: bool = False, round_us: bool = False
+) -> TemporalBreakdown:
     """Idle / compute / non-compute GPU time of one rank, by HTA's rules.
 
     Like HTA, only GPU activities launched before the last ``ProfilerStep`` starts count
@@ -353,11 +374,17 @@ def temporal_breakdown(trace: KinetoTrace, *, include_last_step: bool = False,
     compute = _compute_names(trace)[ev["name_id"][rows]]
     compute_us = union_length(starts[compute], ends[compute])
     idle_us = kernel_us - busy_us
-    return TemporalBreakdown(rank=trace.rank, idle_us=idle_us, compute_us=compute_us,
-                             non_compute_us=kernel_us - compute_us - idle_us, kernel_us=kernel_us)
+    return TemporalBreakdown(
+        rank=trace.rank,
+        idle_us=idle_us,
+        compute_us=compute_us,
+        non_compute_us=kernel_us - compute_us - idle_us,
+        kernel_us=kernel_us,
+    )
 
 
 # --- anatomy from traces ------------------------------------------------------------------------------
+
 
 class _Window(msgspec.Struct, frozen=True):
     step: int
@@ -403,9 +430,15 @@ def _host_rows(trace: KinetoTrace) -> _HostRows:
     ops = np.flatnonzero(ev["cat"] == CAT["cpu_op"])
     backward = trace.name_mask(lambda n: n.startswith(_BACKWARD_OP_PREFIX))
     optimizer = trace.name_mask(lambda n: n.startswith("Optimizer."))
-    return _HostRows(ts=ev["ts_us"], end=ev["ts_us"] + ev["dur_us"], notes=notes[named],
-                     note_phase=tuple(p for p in phase if p is not None), ops=ops,
-                     op_backward=backward[ev["name_id"][ops]], optimizer=np.flatnonzero(optimizer[ev["name_id"]]))
+    return _HostRows(
+        ts=ev["ts_us"],
+        end=ev["ts_us"] + ev["dur_us"],
+        notes=notes[named],
+        note_phase=tuple(p for p in phase if p is not None),
+        ops=ops,
+        op_backward=backward[ev["name_id"][ops]],
+        optimizer=np.flatnonzero(optimizer[ev["name_id"]]),
+    )
 
 
 def _annotation_intervals(rows: _HostRows, w: _Window) -> dict[str, tuple[np.ndarray, np.ndarray]]:
@@ -448,8 +481,11 @@ def _inferred_intervals(rows: _HostRows, w: _Window) -> dict[str, tuple[np.ndarr
     b0, b1 = float(rows.ts[bwd].min()), float(rows.end[bwd].max())
     opt_ts = rows.ts[rows.optimizer]
     opt = rows.optimizer[(opt_ts >= b1) & (opt_ts < w.hi)]
-    return {"forward": (np.array([w.lo]), np.array([b0])), "backward": (np.array([b0]), np.array([b1])),
-            "optimizer": (_clip(rows.ts[opt], w.lo, w.hi), _clip(rows.end[opt], w.lo, w.hi))}
+    return {
+        "forward": (np.array([w.lo]), np.array([b0])),
+        "backward": (np.array([b0]), np.array([b1])),
+        "optimizer": (_clip(rows.ts[opt], w.lo, w.hi), _clip(rows.end[opt], w.lo, w.hi)),
+    }
 
 
 def _phase_intervals(rows: _HostRows, w: _Window) -> dict[str, tuple[np.ndarray, np.ndarray]]:
@@ -459,8 +495,9 @@ def _phase_intervals(rows: _HostRows, w: _Window) -> dict[str, tuple[np.ndarray,
     return found
 
 
-def _host_phases(windows: Sequence[_Window], intervals: Sequence[Mapping[str, tuple[np.ndarray, np.ndarray]]]
-                 ) -> list[dict[str, float]]:
+def _host_phases(
+    windows: Sequence[_Window], intervals: Sequence[Mapping[str, tuple[np.ndarray, np.ndarray]]]
+) -> list[dict[str, float]]:
     """Each step's host seconds per phase of ``records.PHASES``: the union of its intervals clipped to the step
     (all steps' intervals clipped in one call, each to its own step's bounds)."""
     starts, ends, groups = [], [], []
@@ -472,7 +509,7 @@ def _host_phases(windows: Sequence[_Window], intervals: Sequence[Mapping[str, tu
                 groups.append(np.full(len(s), k * len(PHASES) + _PHASE_INDEX[p]))
     s, e, g = _joined(starts, ends, groups)
     lo, hi = np.array([w.lo for w in windows])[g // len(PHASES)], np.array([w.hi for w in windows])[g // len(PHASES)]
-    s, e = np.minimum(np.maximum(s, lo), hi), np.minimum(np.maximum(e, lo), hi)   # np.clip, a tenth of the calls' cost
+    s, e = np.minimum(np.maximum(s, lo), hi), np.minimum(np.maximum(e, lo), hi)  # np.clip, a tenth of the calls' cost
     keep = e > s
     total = union_lengths(s[keep], e[keep], g[keep], len(windows) * len(PHASES)).reshape(len(windows), len(PHASES))
     out = []
@@ -488,8 +525,10 @@ _PHASE_INDEX: Mapping[str, int] = {p: i for i, p in enumerate(PHASES)}
 
 def _joined(*parts: list[np.ndarray]) -> tuple[np.ndarray, ...]:
     """Each list of arrays as one array (an empty float, or int, array for an empty list)."""
-    return tuple(np.concatenate(p) if p else np.zeros(0, dtype=np.int64 if k == len(parts) - 1 else np.float64)
-                 for k, p in enumerate(parts))
+    return tuple(
+        np.concatenate(p) if p else np.zeros(0, dtype=np.int64 if k == len(parts) - 1 else np.float64)
+        for k, p in enumerate(parts)
+    )
 
 
 class _Coll(msgspec.Struct, frozen=True):
@@ -550,7 +589,7 @@ def _arrivals(colls: Mapping[int, _Coll]) -> dict[int, tuple[float, int, int]]:
     if n == 0 or len(colls) < 2:
         return {r: (0.0, 0, 0) for r in colls}
     ranks = list(colls)
-    starts = np.array([colls[r].starts[:n] for r in ranks])          # ranks × collectives
+    starts = np.array([colls[r].starts[:n] for r in ranks])  # ranks × collectives
     late = np.clip(starts - np.median(starts, axis=0), 0.0, None).sum(axis=1) / 1e6
     last = np.bincount(np.argmax(starts, axis=0), minlength=len(ranks))
     return {r: (float(late[i]), int(last[i]), n) for i, r in enumerate(ranks)}
@@ -576,8 +615,12 @@ def _kinds(trace: KinetoTrace, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray
     return ev["comm"][rows], _compute_names(trace)[ev["name_id"][rows]]
 
 
-def _gpu_steps(trace: KinetoTrace, windows: Sequence[_Window], intervals: Sequence[Mapping[str, tuple[np.ndarray, np.ndarray]]],
-               gpu_notes: Mapping[str, tuple[np.ndarray, np.ndarray]]) -> list[GpuStep | None]:
+def _gpu_steps(
+    trace: KinetoTrace,
+    windows: Sequence[_Window],
+    intervals: Sequence[Mapping[str, tuple[np.ndarray, np.ndarray]]],
+    gpu_notes: Mapping[str, tuple[np.ndarray, np.ndarray]],
+) -> list[GpuStep | None]:
     """Each step's GPU activities: those launched from its host range (``lo`` to the next step's start),
     all steps at once (``union_lengths``); ``None`` for a step that launched none."""
     ev = trace.events
@@ -601,29 +644,41 @@ def _gpu_steps(trace: KinetoTrace, windows: Sequence[_Window], intervals: Sequen
     out: list[GpuStep | None] = [None] * n
     for k, (first, last) in span.items():
         b, overlap = float(busy[k]), float(comm_us[k]) + float(other_us[k]) - float(busy[k])
-        out[k] = GpuStep(first_us=first, last_us=last, busy_s=b / 1e6, idle_s=(last - first - b) / 1e6,
-                         overlap_s=max(overlap, 0.0) / 1e6, compute_s=float(compute_us[k]) / 1e6,
-                         comm_s=float(comm_us[k]) / 1e6, phases=phases[k])
+        out[k] = GpuStep(
+            first_us=first,
+            last_us=last,
+            busy_s=b / 1e6,
+            idle_s=(last - first - b) / 1e6,
+            overlap_s=max(overlap, 0.0) / 1e6,
+            compute_s=float(compute_us[k]) / 1e6,
+            comm_s=float(comm_us[k]) / 1e6,
+            phases=phases[k],
+        )
     return out
 
 
 def _launched_in(launch: np.ndarray, windows: Sequence[_Window]) -> tuple[np.ndarray, np.ndarray]:
     """(activity, step) pairs: each activity of each step whose range (``lo`` ≤ launch < ``next_lo``) holds its
     launch, by step, then in file order; an activity is in two steps when their ranges overlap."""
-    order = np.argsort(launch, kind="stable")   # NaN (launch unknown) last: in no range
+    order = np.argsort(launch, kind="stable")  # NaN (launch unknown) last: in no range
     lo = np.array([w.lo for w in windows])
     nxt = np.array([w.next_lo for w in windows])
     a, b = np.searchsorted(launch[order], lo, "left"), np.searchsorted(launch[order], nxt, "left")
     pos = np.concatenate([np.sort(order[i:j]) for i, j in zip(a.tolist(), b.tolist())] or [np.zeros(0, np.int64)])
     grp = np.repeat(np.arange(len(windows)), np.maximum(b - a, 0))
-    keep = (launch[pos] >= lo[grp]) & (launch[pos] < nxt[grp])   # the range test itself (NaN bounds hold nothing)
+    keep = (launch[pos] >= lo[grp]) & (launch[pos] < nxt[grp])  # the range test itself (NaN bounds hold nothing)
     return pos[keep], grp[keep]
 
 
-def _gpu_phases(launch: np.ndarray, s: np.ndarray, e: np.ndarray, grp: np.ndarray,
-                intervals: Sequence[Mapping[str, tuple[np.ndarray, np.ndarray]]],
-                gpu_notes: Mapping[str, tuple[np.ndarray, np.ndarray]],
-                span: Mapping[int, tuple[float, float]]) -> dict[int, dict[str, float]]:
+def _gpu_phases(
+    launch: np.ndarray,
+    s: np.ndarray,
+    e: np.ndarray,
+    grp: np.ndarray,
+    intervals: Sequence[Mapping[str, tuple[np.ndarray, np.ndarray]]],
+    gpu_notes: Mapping[str, tuple[np.ndarray, np.ndarray]],
+    span: Mapping[int, tuple[float, float]],
+) -> dict[int, dict[str, float]]:
     """Per step with GPU work, its GPU seconds per work phase: the union of the compute kernels launched from
     the phase's host range (launch time through the correlation id, whatever thread launched them), else,
     for a phase without a host range, its ``gpu_user_annotation`` ranges inside the step's GPU span.
@@ -638,12 +693,12 @@ def _gpu_phases(launch: np.ndarray, s: np.ndarray, e: np.ndarray, grp: np.ndarra
     for i, phase in enumerate(WORK_PHASES):
         lo, hi = _ranges_by_step(intervals, phase, n)
         inside = np.zeros(len(launch), dtype=bool)
-        for row_lo, row_hi in zip(lo, hi):   # a step's k-th range of the phase (NaN where it has fewer: holds nothing)
+        for row_lo, row_hi in zip(lo, hi):  # a step's k-th range of the phase (NaN where it has fewer: holds nothing)
             inside |= (launch >= row_lo[grp]) & (launch < row_hi[grp])
         starts.append(s[inside])
         ends.append(e[inside])
         groups.append(grp[inside] * per + i)
-        if phase in gpu_notes:   # steps without a host range of the phase: its GPU annotations in the step's span
+        if phase in gpu_notes:  # steps without a host range of the phase: its GPU annotations in the step's span
             for k, (first, last) in span.items():
                 if phase not in intervals[k]:
                     ps, pe = _clip(gpu_notes[phase][0], first, last), _clip(gpu_notes[phase][1], first, last)
@@ -651,18 +706,25 @@ def _gpu_phases(launch: np.ndarray, s: np.ndarray, e: np.ndarray, grp: np.ndarra
                     ends.append(pe[pe > ps])
                     groups.append(np.full(int((pe > ps).sum()), k * per + i))
     total = union_lengths(*_joined(starts, ends, groups), n * per)
-    return {k: {phase: float(total[k * per + i]) / 1e6 for i, phase in enumerate(WORK_PHASES)
-                if phase in intervals[k] or phase in gpu_notes} for k in span}
+    return {
+        k: {
+            phase: float(total[k * per + i]) / 1e6
+            for i, phase in enumerate(WORK_PHASES)
+            if phase in intervals[k] or phase in gpu_notes
+        }
+        for k in span
+    }
 
 
-def _ranges_by_step(intervals: Sequence[Mapping[str, tuple[np.ndarray, np.ndarray]]], phase: str,
-                    n: int) -> tuple[np.ndarray, np.ndarray]:
+def _ranges_by_step(
+    intervals: Sequence[Mapping[str, tuple[np.ndarray, np.ndarray]]], phase: str, n: int
+) -> tuple[np.ndarray, np.ndarray]:
     """(lo, hi): row j, column k = step k's j-th host range of ``phase`` (NaN where it has fewer)."""
     ranged = [(k, found[phase]) for k, found in enumerate(intervals) if phase in found]
     depth = max((len(r[0]) for _, r in ranged), default=0)
     lo, hi = np.full((depth, n), np.nan), np.full((depth, n), np.nan)
     for k, (a, b) in ranged:
-        lo[:len(a), k], hi[:len(b), k] = a, b
+        lo[: len(a), k], hi[: len(b), k] = a, b
     return lo, hi
 
 
@@ -675,8 +737,10 @@ def _gpu_annotations(trace: KinetoTrace) -> dict[str, tuple[np.ndarray, np.ndarr
         phase = _phase_of_name(trace, int(ev["name_id"][row]))
         if phase in WORK_PHASES:
             by_phase[phase].append(row)
-    return {p: (ev["ts_us"][np.asarray(r)], ev["ts_us"][np.asarray(r)] + ev["dur_us"][np.asarray(r)])
-            for p, r in by_phase.items()}
+    return {
+        p: (ev["ts_us"][np.asarray(r)], ev["ts_us"][np.asarray(r)] + ev["dur_us"][np.asarray(r)])
+        for p, r in by_phase.items()
+    }
 
 
 def _gpu_periods_us(cells: Sequence[StepCell]) -> dict[int, float]:
@@ -745,16 +809,38 @@ def rank_timeline(trace: KinetoTrace) -> RankTimeline:
     host = _host_rows(trace)
     intervals = [_phase_intervals(host, w) for w in windows]
     gpus = _gpu_steps(trace, windows, intervals, _gpu_annotations(trace))
-    cells = tuple(StepCell(step=w.step, lo_us=w.lo, hi_us=w.hi, next_lo_us=w.next_lo, start_s=float(trace.to_utc_s(w.lo)),
-                           phases=phases, gpu=gpu, coll_starts_us=colls[w.step].starts, coll_ends_us=colls[w.step].ends)
-                  for w, phases, gpu in zip(windows, _host_phases(windows, intervals), gpus))
+    cells = tuple(
+        StepCell(
+            step=w.step,
+            lo_us=w.lo,
+            hi_us=w.hi,
+            next_lo_us=w.next_lo,
+            start_s=float(trace.to_utc_s(w.lo)),
+            phases=phases,
+            gpu=gpu,
+            coll_starts_us=colls[w.step].starts,
+            coll_ends_us=colls[w.step].ends,
+        )
+        for w, phases, gpu in zip(windows, _host_phases(windows, intervals), gpus)
+    )
     node, gpu = _placement(trace)
-    return RankTimeline(rank=trace.rank, world_size=trace.world_size, path=trace.path, node=node, gpu=gpu,
-                        gpu_collectives=on_gpu, cells=cells)
+    return RankTimeline(
+        rank=trace.rank,
+        world_size=trace.world_size,
+        path=trace.path,
+        node=node,
+        gpu=gpu,
+        gpu_collectives=on_gpu,
+        cells=cells,
+    )
 
 
-def _rank_steps(timeline: RankTimeline, steps: set[int], waits: Mapping[int, tuple[float, float]],
-                arrivals: Mapping[int, tuple[float, int, int]]) -> list[RankStep]:
+def _rank_steps(
+    timeline: RankTimeline,
+    steps: set[int],
+    waits: Mapping[int, tuple[float, float]],
+    arrivals: Mapping[int, tuple[float, int, int]],
+) -> list[RankStep]:
     cells = [c for c in timeline.cells if c.step in steps]
     periods = _gpu_periods_us(cells)
     out = []
@@ -767,14 +853,27 @@ def _rank_steps(timeline: RankTimeline, steps: set[int], waits: Mapping[int, tup
         host_s = (c.hi_us - c.lo_us) / 1e6
         g, late = c.gpu, arrivals.get(c.step, (0.0, 0, 0))
         period = periods[c.step] / 1e6 if g is not None else None
-        out.append(RankStep(
-            rank=timeline.rank, step=c.step, start_s=c.start_s,
-            dur_s=period if period is not None else host_s, phases=phases, host_dur_s=host_s,
-            gpu_busy_s=g.busy_s if g else None, gpu_idle_s=g.idle_s if g else None,
-            overlap_s=g.overlap_s if g else None, gpu_period_s=period, gpu_compute_s=g.compute_s if g else None,
-            gpu_comm_s=g.comm_s if g else None, gpu_phases=g.phases if g else None,
-            gpu_lag_s=(g.last_us - c.hi_us) / 1e6 if g else None, late_s=late[0], last_arrivals=late[1],
-            collectives=late[2]))
+        out.append(
+            RankStep(
+                rank=timeline.rank,
+                step=c.step,
+                start_s=c.start_s,
+                dur_s=period if period is not None else host_s,
+                phases=phases,
+                host_dur_s=host_s,
+                gpu_busy_s=g.busy_s if g else None,
+                gpu_idle_s=g.idle_s if g else None,
+                overlap_s=g.overlap_s if g else None,
+                gpu_period_s=period,
+                gpu_compute_s=g.compute_s if g else None,
+                gpu_comm_s=g.comm_s if g else None,
+                gpu_phases=g.phases if g else None,
+                gpu_lag_s=(g.last_us - c.hi_us) / 1e6 if g else None,
+                late_s=late[0],
+                last_arrivals=late[1],
+                collectives=late[2],
+            )
+        )
     return out
 
 
@@ -804,8 +903,10 @@ def anatomy_from_timelines(timelines: Sequence[RankTimeline]) -> Anatomy:
     colls = {r: {c.step: _Coll(c.coll_starts_us, c.coll_ends_us) for c in t.cells} for r, t in by_rank.items()}
     steps = sorted(set.intersection(*(set(c) for c in colls.values())))
     if not steps:
-        raise InputError("the traces share no profiled step (ProfilerStep#N): "
-                         + ", ".join(f"rank {r}: {sorted(c)}" for r, c in sorted(colls.items())))
+        raise InputError(
+            "the traces share no profiled step (ProfilerStep#N): "
+            + ", ".join(f"rank {r}: {sorted(c)}" for r, c in sorted(colls.items()))
+        )
     offsets = _clock_offsets_us(colls, steps)
     waits: dict[int, dict[int, tuple[float, float]]] = defaultdict(dict)
     arrivals: dict[int, dict[int, tuple[float, int, int]]] = defaultdict(dict)
@@ -818,10 +919,15 @@ def anatomy_from_timelines(timelines: Sequence[RankTimeline]) -> Anatomy:
     common = set(steps)
     rank_steps = [rs for r, t in sorted(by_rank.items()) for rs in _rank_steps(t, common, waits[r], arrivals[r])]
     world = max([t.world_size or 0 for t in timelines] + [len(timelines)])
-    return Anatomy(world_size=world, ranks=tuple(sorted(by_rank)), steps=tuple(steps),
-                   rank_steps=tuple(rank_steps), placement={r: (t.node, t.gpu) for r, t in by_rank.items()},
-                   clock_offset_s={r: o / 1e6 for r, o in offsets.items()},
-                   gpu_collectives=all(t.gpu_collectives for t in timelines))
+    return Anatomy(
+        world_size=world,
+        ranks=tuple(sorted(by_rank)),
+        steps=tuple(steps),
+        rank_steps=tuple(rank_steps),
+        placement={r: (t.node, t.gpu) for r, t in by_rank.items()},
+        clock_offset_s={r: o / 1e6 for r, o in offsets.items()},
+        gpu_collectives=all(t.gpu_collectives for t in timelines),
+    )
 
 
 def _clock_offsets_us(colls: Mapping[int, Mapping[int, _Coll]], steps: Sequence[int]) -> dict[int, float]:
@@ -845,6 +951,7 @@ def _clock_offsets_us(colls: Mapping[int, Mapping[int, _Coll]], steps: Sequence[
 
 
 # --- anatomy from spans ----------------------------------------------------------------------------
+
 
 def anatomy_from_spans(spans: Iterable[Span]) -> Anatomy:
     """Step anatomy from ``Span`` records (the PyTorch hook's, or the twin's).
@@ -872,21 +979,30 @@ def anatomy_from_spans(spans: Iterable[Span]) -> Anatomy:
     for step in steps:
         waits = {} if has_wait else _span_waits({r: cells[(r, step)].get("allreduce", []) for r in ranks})
         rank_steps += [_span_rank_step(r, step, cells[(r, step)], waits.get(r)) for r in ranks]
-    return Anatomy(world_size=len(ranks), ranks=ranks, steps=steps, rank_steps=tuple(rank_steps),
-                   placement=placement, source="spans", job=next(iter(jobs)) if len(jobs) == 1 else None)
+    return Anatomy(
+        world_size=len(ranks),
+        ranks=ranks,
+        steps=steps,
+        rank_steps=tuple(rank_steps),
+        placement=placement,
+        source="spans",
+        job=next(iter(jobs)) if len(jobs) == 1 else None,
+    )
 
 
 def _span_waits(allreduce: Mapping[int, list[tuple[float, float]]]) -> dict[int, tuple[float, float]]:
-    colls = {r: _Coll(np.array([s for s, _ in v]) * 1e6, np.array([s + d for s, d in v]) * 1e6)
-             for r, v in allreduce.items()}
+    colls = {
+        r: _Coll(np.array([s for s, _ in v]) * 1e6, np.array([s + d for s, d in v]) * 1e6) for r, v in allreduce.items()
+    }
     for c in colls.values():
         order = np.argsort(c.starts, kind="stable")
         c.starts[:], c.ends[:] = c.starts[order], c.ends[order]
     return _waits(colls)
 
 
-def _span_rank_step(rank: int, step: int, cell: Mapping[str, list[tuple[float, float]]],
-                    wait: tuple[float, float] | None) -> RankStep:
+def _span_rank_step(
+    rank: int, step: int, cell: Mapping[str, list[tuple[float, float]]], wait: tuple[float, float] | None
+) -> RankStep:
     phases = {p: float(sum(d for _, d in cell.get(p, []))) for p in PHASES}
     if wait is not None:
         phases["barrier_wait"], phases["allreduce"] = wait

@@ -53,8 +53,19 @@ from hpcwatch.analysis.steps import WORK_PHASES, Anatomy
 from hpcwatch.errors import ConfigError
 from hpcwatch.records import PHASES
 
-__all__ = ["StragglerConfig", "RankScore", "Straggler", "SlowStep", "StragglerReport", "find_stragglers", "modified_z",
-           "DEFAULT_Z_THRESHOLD", "EVIDENCE_GPU_COMPUTE", "EVIDENCE_LATE_ARRIVAL", "EVIDENCE_HOST"]
+__all__ = [
+    "StragglerConfig",
+    "RankScore",
+    "Straggler",
+    "SlowStep",
+    "StragglerReport",
+    "find_stragglers",
+    "modified_z",
+    "DEFAULT_Z_THRESHOLD",
+    "EVIDENCE_GPU_COMPUTE",
+    "EVIDENCE_LATE_ARRIVAL",
+    "EVIDENCE_HOST",
+]
 
 #: Iglewicz & Hoaglin's cut-off for the modified z-score (NIST handbook, section 1.3.5.17).
 DEFAULT_Z_THRESHOLD = 3.5
@@ -87,8 +98,10 @@ class StragglerConfig(msgspec.Struct, frozen=True, kw_only=True):
         if self.min_excess < 0 or self.mad_floor <= 0:
             raise ConfigError("StragglerConfig.min_excess must be >= 0 and mad_floor > 0")
         if self.min_gpu_excess < 0 or not 0 < self.min_last_fraction <= 1:
-            raise ConfigError("StragglerConfig.min_gpu_excess must be >= 0 and min_last_fraction in (0, 1], got "
-                              f"{self.min_gpu_excess}, {self.min_last_fraction}")
+            raise ConfigError(
+                "StragglerConfig.min_gpu_excess must be >= 0 and min_last_fraction in (0, 1], got "
+                f"{self.min_gpu_excess}, {self.min_last_fraction}"
+            )
 
 
 class RankScore(msgspec.Struct, frozen=True, kw_only=True):
@@ -197,8 +210,12 @@ def modified_z(values: np.ndarray, *, mad_floor: float = 0.01, axis: int = 0) ->
     return _MAD_TO_SIGMA * (values - med) / mad
 
 
-def find_stragglers(anatomy: Anatomy, config: StragglerConfig | None = None, *,
-                    placement: Mapping[int, tuple[str | None, int | None]] | None = None) -> StragglerReport:
+def find_stragglers(
+    anatomy: Anatomy,
+    config: StragglerConfig | None = None,
+    *,
+    placement: Mapping[int, tuple[str | None, int | None]] | None = None,
+) -> StragglerReport:
     """Score every rank and name the stragglers of a job's step anatomy.
 
     ``placement`` (rank → (node, GPU index), e.g. from the scheduler's job record) overrides
@@ -207,7 +224,7 @@ def find_stragglers(anatomy: Anatomy, config: StragglerConfig | None = None, *,
     cfg = config or StragglerConfig()
     if placement:
         anatomy = msgspec.structs.replace(anatomy, placement={**anatomy.placement, **placement})
-    work = anatomy.matrix("work")                                  # ranks × steps
+    work = anatomy.matrix("work")  # ranks × steps
     z = modified_z(work, mad_floor=cfg.mad_floor, axis=0)
     med_step = np.nanmedian(work, axis=0, keepdims=True)
     outlier = (z > cfg.z_threshold) & (work > med_step * (1 + cfg.min_excess))
@@ -216,11 +233,17 @@ def find_stragglers(anatomy: Anatomy, config: StragglerConfig | None = None, *,
         gpu = _gpu_evidence(anatomy, cfg) if anatomy.has_gpu else None
     scores = _rank_scores(anatomy, work, z, outlier, phases, gpu)
     evidence = {i: _evidence_of(i, outlier, gpu, cfg) for i in range(len(anatomy.ranks))} if anatomy.steps else {}
-    found = [_straggler(anatomy, i, scores[i], work, phases, outlier, gpu, named)
-             for i, named in evidence.items() if named]
+    found = [
+        _straggler(anatomy, i, scores[i], work, phases, outlier, gpu, named) for i, named in evidence.items() if named
+    ]
     found.sort(key=lambda s: (s.host_only, s.score))
-    return StragglerReport(world_size=anatomy.world_size, steps=anatomy.steps, ranks=tuple(scores),
-                           stragglers=tuple(found), slow_steps=_slow_steps(anatomy, work, cfg))
+    return StragglerReport(
+        world_size=anatomy.world_size,
+        steps=anatomy.steps,
+        ranks=tuple(scores),
+        stragglers=tuple(found),
+        slow_steps=_slow_steps(anatomy, work, cfg),
+    )
 
 
 class _Gpu(msgspec.Struct, frozen=True):
@@ -243,8 +266,11 @@ def _gpu_evidence(anatomy: Anatomy, cfg: StragglerConfig) -> _Gpu:
     late = anatomy.matrix("late_s")
     last, total = np.nansum(anatomy.matrix("last_arrivals"), axis=1), np.nansum(anatomy.matrix("collectives"), axis=1)
     last_fraction = np.where(total > 0, last / np.maximum(total, 1), 0.0)
-    late_flag = (anatomy.gpu_collectives & (last_fraction >= cfg.min_last_fraction)
-                 & (np.nanmedian(late, axis=1) >= cfg.min_gpu_excess * float(np.nanmedian(step))))
+    late_flag = (
+        anatomy.gpu_collectives
+        & (last_fraction >= cfg.min_last_fraction)
+        & (np.nanmedian(late, axis=1) >= cfg.min_gpu_excess * float(np.nanmedian(step)))
+    )
     return _Gpu(compute=compute, z=z, outlier=outlier, late=late, last_fraction=last_fraction, late_flag=late_flag)
 
 
@@ -266,9 +292,16 @@ def _slow_steps(anatomy: Anatomy, work: np.ndarray, cfg: StragglerConfig) -> tup
     z = modified_z(work, mad_floor=cfg.mad_floor, axis=1)
     med = np.nanmedian(work, axis=1, keepdims=True)
     slow = (z > cfg.z_threshold) & (work > med * (1 + cfg.min_excess))
-    return tuple(SlowStep(rank=anatomy.ranks[i], step=anatomy.steps[j], work_s=float(work[i, j]),
-                          median_work_s=float(med[i, 0]), z=float(z[i, j]))
-                 for i, j in zip(*np.nonzero(slow)))
+    return tuple(
+        SlowStep(
+            rank=anatomy.ranks[i],
+            step=anatomy.steps[j],
+            work_s=float(work[i, j]),
+            median_work_s=float(med[i, 0]),
+            z=float(z[i, j]),
+        )
+        for i, j in zip(*np.nonzero(slow))
+    )
 
 
 def _ratio(best: float, mine: float) -> float:
@@ -277,8 +310,14 @@ def _ratio(best: float, mine: float) -> float:
     return float(min(max(best / mine, 0.0), 1.0))
 
 
-def _rank_scores(anatomy: Anatomy, work: np.ndarray, z: np.ndarray, outlier: np.ndarray,
-                 phases: Mapping[str, np.ndarray], gpu: _Gpu | None) -> list[RankScore]:
+def _rank_scores(
+    anatomy: Anatomy,
+    work: np.ndarray,
+    z: np.ndarray,
+    outlier: np.ndarray,
+    phases: Mapping[str, np.ndarray],
+    gpu: _Gpu | None,
+) -> list[RankScore]:
     med_work = np.nanmedian(work, axis=1)
     best_rank = float(np.nanmin(med_work)) if len(med_work) else 0.0
     step_s = np.nanmedian(anatomy.matrix("step"), axis=1)
@@ -287,17 +326,34 @@ def _rank_scores(anatomy: Anatomy, work: np.ndarray, z: np.ndarray, outlier: np.
     out = []
     for i, rank in enumerate(anatomy.ranks):
         node, gpu_index = anatomy.placement.get(rank, (None, None))
-        extra = {} if gpu is None else {
-            "gpu_compute_s": float(med_gpu[i]), "gpu_score": _ratio(float(np.nanmin(med_gpu)), float(med_gpu[i])),
-            "gpu_individual_score": _ratio(float(np.nanmin(gpu.compute[i])), float(med_gpu[i])),
-            "gpu_z": float(np.nanmedian(gpu.z[i])), "late_s": float(np.nanmedian(gpu.late[i])),
-            "last_fraction": float(gpu.last_fraction[i])}
-        out.append(RankScore(
-            rank=rank, node=node, gpu=gpu_index, phases={p: float(med_phase[p][i]) for p in PHASES},
-            work_s=float(med_work[i]), step_s=float(step_s[i]), score=_ratio(best_rank, float(med_work[i])),
-            individual_score=_ratio(float(np.nanmin(work[i])), float(med_work[i])),
-            phase_scores={p: _ratio(float(np.nanmin(med_phase[p])), float(med_phase[p][i])) for p in WORK_PHASES},
-            z=float(np.nanmedian(z[i])), outlier_steps=int(outlier[i].sum()), **extra))
+        extra = (
+            {}
+            if gpu is None
+            else {
+                "gpu_compute_s": float(med_gpu[i]),
+                "gpu_score": _ratio(float(np.nanmin(med_gpu)), float(med_gpu[i])),
+                "gpu_individual_score": _ratio(float(np.nanmin(gpu.compute[i])), float(med_gpu[i])),
+                "gpu_z": float(np.nanmedian(gpu.z[i])),
+                "late_s": float(np.nanmedian(gpu.late[i])),
+                "last_fraction": float(gpu.last_fraction[i]),
+            }
+        )
+        out.append(
+            RankScore(
+                rank=rank,
+                node=node,
+                gpu=gpu_index,
+                phases={p: float(med_phase[p][i]) for p in PHASES},
+                work_s=float(med_work[i]),
+                step_s=float(step_s[i]),
+                score=_ratio(best_rank, float(med_work[i])),
+                individual_score=_ratio(float(np.nanmin(work[i])), float(med_work[i])),
+                phase_scores={p: _ratio(float(np.nanmin(med_phase[p])), float(med_phase[p][i])) for p in WORK_PHASES},
+                z=float(np.nanmedian(z[i])),
+                outlier_steps=int(outlier[i].sum()),
+                **extra,
+            )
+        )
     return out
 
 
@@ -309,23 +365,46 @@ def _excess_by_phase(anatomy: Anatomy, i: int, others: list[int], name: str) -> 
     return out
 
 
-def _straggler(anatomy: Anatomy, i: int, score: RankScore, work: np.ndarray, phases: Mapping[str, np.ndarray],
-               outlier: np.ndarray, gpu: _Gpu | None, evidence: tuple[str, ...]) -> Straggler:
+def _straggler(
+    anatomy: Anatomy,
+    i: int,
+    score: RankScore,
+    work: np.ndarray,
+    phases: Mapping[str, np.ndarray],
+    outlier: np.ndarray,
+    gpu: _Gpu | None,
+    evidence: tuple[str, ...],
+) -> Straggler:
     others = [j for j in range(len(anatomy.ranks)) if j != i]
     on_gpu = EVIDENCE_GPU_COMPUTE in evidence or EVIDENCE_LATE_ARRIVAL in evidence
     excess = _excess_by_phase(anatomy, i, others, "gpu:%s" if on_gpu else "%s")
     wait = phases["barrier_wait"]
     my_wait = float(np.nanmedian(wait[i]))
     others_wait = float(np.nanmedian(wait[others])) if others else 0.0
-    signature = bool(others and score.work_s >= np.nanmax(np.nanmedian(work, axis=1))
-                     and my_wait <= np.nanmin(np.nanmedian(wait, axis=1)) and others_wait > my_wait)
-    gpu_excess = (float(np.nanmedian(gpu.compute[i] - np.nanmedian(gpu.compute, axis=0)))
-                  if gpu is not None else None)
+    signature = bool(
+        others
+        and score.work_s >= np.nanmax(np.nanmedian(work, axis=1))
+        and my_wait <= np.nanmin(np.nanmedian(wait, axis=1))
+        and others_wait > my_wait
+    )
+    gpu_excess = float(np.nanmedian(gpu.compute[i] - np.nanmedian(gpu.compute, axis=0))) if gpu is not None else None
     verdict_score = score.gpu_score if on_gpu and EVIDENCE_GPU_COMPUTE in evidence else score.score
-    return Straggler(rank=score.rank, node=score.node, gpu=score.gpu, phase=max(excess, key=excess.get),
-                     score=verdict_score, individual_score=score.individual_score, z=score.z,
-                     excess_s=float(np.nanmedian(work[i] - np.nanmedian(work, axis=0))),
-                     steps_flagged=float(outlier[i].mean()), signature=signature, others_wait_s=others_wait,
-                     evidence=evidence, host_only=gpu is not None and not on_gpu,
-                     others_lost_s=float(np.nanmedian(np.nansum(wait[others], axis=0))) if others else 0.0,
-                     gpu_excess_s=gpu_excess, late_s=score.late_s, last_fraction=score.last_fraction)
+    return Straggler(
+        rank=score.rank,
+        node=score.node,
+        gpu=score.gpu,
+        phase=max(excess, key=excess.get),
+        score=verdict_score,
+        individual_score=score.individual_score,
+        z=score.z,
+        excess_s=float(np.nanmedian(work[i] - np.nanmedian(work, axis=0))),
+        steps_flagged=float(outlier[i].mean()),
+        signature=signature,
+        others_wait_s=others_wait,
+        evidence=evidence,
+        host_only=gpu is not None and not on_gpu,
+        others_lost_s=float(np.nanmedian(np.nansum(wait[others], axis=0))) if others else 0.0,
+        gpu_excess_s=gpu_excess,
+        late_s=score.late_s,
+        last_fraction=score.last_fraction,
+    )

@@ -23,8 +23,9 @@ Check (DESIGN §6; Harter 1961 tables): E[max of N standard normals] is 1.424 (N
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Iterable, Literal, Sequence
+from typing import Literal
 
 import numpy as np
 
@@ -95,9 +96,17 @@ class StragglerCurve:
     seed: int
 
 
-def efficiency_curve(gpus: Sequence[int], *, cv: float | None = None, p_slow: float = 0.0,
-                     slow_factor: float = 1.0, sample: Sequence[float] | np.ndarray | None = None,
-                     steps: int = DEFAULT_STEPS, seed: int = 0, monte_carlo: bool = True) -> StragglerCurve:
+def efficiency_curve(
+    gpus: Sequence[int],
+    *,
+    cv: float | None = None,
+    p_slow: float = 0.0,
+    slow_factor: float = 1.0,
+    sample: Sequence[float] | np.ndarray | None = None,
+    steps: int = DEFAULT_STEPS,
+    seed: int = 0,
+    monte_carlo: bool = True,
+) -> StragglerCurve:
     """Synchronous efficiency for each job size in ``gpus``.
 
     Give ``cv`` for a normal step time (mean 1), or ``sample`` (measured per-GPU step
@@ -110,10 +119,22 @@ def efficiency_curve(gpus: Sequence[int], *, cv: float | None = None, p_slow: fl
     rng = np.random.default_rng(seed)
     mc = [float(dist.mean / dist.draw_max(int(n), steps, rng).mean()) for n in ns] if monte_carlo else [None] * len(ns)
     p_any = -np.expm1(ns * np.log1p(-p_slow)) if p_slow < 1 else np.ones(len(ns))
-    points = [StragglerPoint(gpus=int(n), efficiency=float(dist.mean / e), efficiency_mc=m, expected_step=float(e),
-                             p_any_slow=float(p)) for n, e, m, p in zip(ns, emax, mc, p_any)]
-    return StragglerCurve(points=points, distribution=dist.kind, cv=dist.cv, p_slow=p_slow, slow_factor=slow_factor,
-                          mean_step=dist.mean, steps=steps if monte_carlo else 0, seed=seed)
+    points = [
+        StragglerPoint(
+            gpus=int(n), efficiency=float(dist.mean / e), efficiency_mc=m, expected_step=float(e), p_any_slow=float(p)
+        )
+        for n, e, m, p in zip(ns, emax, mc, p_any)
+    ]
+    return StragglerCurve(
+        points=points,
+        distribution=dist.kind,
+        cv=dist.cv,
+        p_slow=p_slow,
+        slow_factor=slow_factor,
+        mean_step=dist.mean,
+        steps=steps if monte_carlo else 0,
+        seed=seed,
+    )
 
 
 def expected_max_normal(gpus: Sequence[int]) -> np.ndarray:
@@ -122,9 +143,17 @@ def expected_max_normal(gpus: Sequence[int]) -> np.ndarray:
     return _Dist.make(cv=1.0, sample=None, p_slow=0.0, slow_factor=1.0).expected_max(ns) - 1.0
 
 
-def sample_step_max(gpus: int, *, cv: float | None = None, p_slow: float = 0.0, slow_factor: float = 1.0,
-                    sample: Sequence[float] | np.ndarray | None = None, steps: int = DEFAULT_STEPS, seed: int = 0,
-                    method: Literal["order", "naive"] = "order") -> np.ndarray:
+def sample_step_max(
+    gpus: int,
+    *,
+    cv: float | None = None,
+    p_slow: float = 0.0,
+    slow_factor: float = 1.0,
+    sample: Sequence[float] | np.ndarray | None = None,
+    steps: int = DEFAULT_STEPS,
+    seed: int = 0,
+    method: Literal["order", "naive"] = "order",
+) -> np.ndarray:
     """Simulated step times (the max over ``gpus`` GPUs) of ``steps`` steps.
 
     ``order`` draws each step's max directly (order statistics); ``naive`` draws every
@@ -168,8 +197,9 @@ class _Dist:
     mean: float
 
     @staticmethod
-    def make(*, cv: float | None, sample: Sequence[float] | np.ndarray | None, p_slow: float,
-             slow_factor: float) -> _Dist:
+    def make(
+        *, cv: float | None, sample: Sequence[float] | np.ndarray | None, p_slow: float, slow_factor: float
+    ) -> _Dist:
         mix = (1.0 - p_slow) + p_slow * slow_factor
         if sample is not None:
             if cv is not None:
@@ -197,20 +227,22 @@ class _Dist:
         sf = (1.0 - self.p) * special.ndtr((1.0 - x) / self.cv)
         if self.p > 0:
             sf = sf + self.p * special.ndtr((1.0 - x / self.factor) / self.cv)
-        with np.errstate(divide="ignore"):                 # G = 0 far below: log 0 = −inf, G^N = 0
+        with np.errstate(divide="ignore"):  # G = 0 far below: log 0 = −inf, G^N = 0
             log_cdf = np.log1p(-np.minimum(sf, 1.0))
-        tail = -np.expm1(ns[:, None] * log_cdf[None, :])            # 1 − G(x)^N
+        tail = -np.expm1(ns[:, None] * log_cdf[None, :])  # 1 − G(x)^N
         return lo + np.trapezoid(tail, x, axis=1)
 
     def _emax_empirical(self, ns: np.ndarray) -> np.ndarray:
         x = self.sorted_sample
         n = x.size
         values = np.concatenate([x, self.factor * x]) if self.p > 0 else x
-        weights = np.concatenate([np.full(n, (1 - self.p) / n), np.full(n, self.p / n)]) if self.p > 0 else np.full(n, 1 / n)
+        weights = (
+            np.concatenate([np.full(n, (1 - self.p) / n), np.full(n, self.p / n)]) if self.p > 0 else np.full(n, 1 / n)
+        )
         order = np.argsort(values, kind="stable")
         values, weights = values[order], weights[order]
-        above = np.concatenate([np.cumsum(weights[::-1])[::-1][1:], [0.0]])   # P(X > v_k), no cancellation
-        with np.errstate(divide="ignore"):                 # G = 0 below the smallest point
+        above = np.concatenate([np.cumsum(weights[::-1])[::-1][1:], [0.0]])  # P(X > v_k), no cancellation
+        with np.errstate(divide="ignore"):  # G = 0 below the smallest point
             cdf_n = np.exp(ns[:, None] * np.log1p(-np.minimum(above, 1.0))[None, :])  # G(v_k)^N
         jumps = np.diff(cdf_n, axis=1, prepend=0.0)
         return jumps @ values
@@ -228,10 +260,10 @@ class _Dist:
         """Max of ``counts[i]`` healthy draws for each i (−inf where the count is 0)."""
         u = rng.random(counts.size)
         safe = np.maximum(counts, 1)
-        above = -np.expm1(np.log1p(-u) / safe)          # P(X > max) = 1 − V, V = (1 − u)^(1/n) ~ U^(1/n)
-        above = np.clip(above, _TINY, 1.0)               # u = 0 would give an infinite max
+        above = -np.expm1(np.log1p(-u) / safe)  # P(X > max) = 1 − V, V = (1 − u)^(1/n) ~ U^(1/n)
+        above = np.clip(above, _TINY, 1.0)  # u = 0 would give an infinite max
         if self.kind == "normal":
-            out = 1.0 - self.cv * _scipy_special().ndtri(above)   # Φ⁻¹(1 − q) = −Φ⁻¹(q), exact in the tail
+            out = 1.0 - self.cv * _scipy_special().ndtri(above)  # Φ⁻¹(1 − q) = −Φ⁻¹(q), exact in the tail
         else:
             x = self.sorted_sample
             out = x[np.clip(x.size - 1 - np.floor(x.size * above).astype(np.int64), 0, x.size - 1)]

@@ -43,7 +43,8 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
-from typing import TYPE_CHECKING, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING
 
 import msgspec
 import numpy as np
@@ -52,7 +53,7 @@ from hpcwatch.analysis.steps import Anatomy
 from hpcwatch.errors import InputError
 from hpcwatch.records import PHASES, Span
 
-if TYPE_CHECKING:   # a table is one input shape; ``steps`` on Kineto traces never loads pyarrow
+if TYPE_CHECKING:  # a table is one input shape; ``steps`` on Kineto traces never loads pyarrow
     import pyarrow as pa
 
 __all__ = [
@@ -156,18 +157,18 @@ class WhatIf(msgspec.Struct, frozen=True, kw_only=True):
 class _Ops(msgspec.Struct, frozen=True, kw_only=True):
     steps: np.ndarray
     dps: np.ndarray
-    stage: np.ndarray          # [op]
-    optype: tuple[str, ...]    # [op]
-    seq: np.ndarray            # [op]
-    mc: np.ndarray             # [op]
-    start: np.ndarray          # [op, step, dp], seconds from the step's first start
-    dur: np.ndarray            # [op, step, dp], the worker's: until its last tensor-parallel rank ends
-    dur_ranks: np.ndarray      # [op, step, dp, tp], each tensor-parallel rank's own
-    rank: np.ndarray           # [dp, stage], the worker's first global rank
+    stage: np.ndarray  # [op]
+    optype: tuple[str, ...]  # [op]
+    seq: np.ndarray  # [op]
+    mc: np.ndarray  # [op]
+    start: np.ndarray  # [op, step, dp], seconds from the step's first start
+    dur: np.ndarray  # [op, step, dp], the worker's: until its last tensor-parallel rank ends
+    dur_ranks: np.ndarray  # [op, step, dp, tp], each tensor-parallel rank's own
+    rank: np.ndarray  # [dp, stage], the worker's first global rank
 
 
 def _columns(table: pa.Table | Mapping[str, Sequence]) -> dict[str, np.ndarray]:
-    names = list(table.column_names) if hasattr(table, "column_names") else list(table)   # a pyarrow Table
+    names = list(table.column_names) if hasattr(table, "column_names") else list(table)  # a pyarrow Table
     missing = [c for c in OP_COLUMNS if c not in names]
     if missing:
         raise InputError(f"operation batch lacks column(s) {', '.join(missing)}")
@@ -197,8 +198,10 @@ def _lanes(table: pa.Table | Mapping[str, Sequence]) -> _Ops:
     if (count != 1).any():
         o, s, d, p = np.argwhere(count != 1)[0]
         what = f"operation {types[ti[first[o]]]} #{seq[first[o]]} of stage {stage[first[o]]}"
-        raise InputError(f"{what} appears {count[o, s, d, p]} times in step {steps[s]} on dp_rank {dps[d]}, "
-                         f"tp_rank {tps[p]} (expected once: every step must run the same operations on every rank)")
+        raise InputError(
+            f"{what} appears {count[o, s, d, p]} times in step {steps[s]} on dp_rank {dps[d]}, "
+            f"tp_rank {tps[p]} (expected once: every step must run the same operations on every rank)"
+        )
     start = np.empty(shape)
     dur = np.empty(shape)
     start[oi, si, di, pi] = c["start_s"]
@@ -210,9 +213,18 @@ def _lanes(table: pa.Table | Mapping[str, Sequence]) -> _Ops:
     pp = int(stage.max()) + 1
     rank = np.full((len(dps), pp), np.iinfo(np.int64).max, dtype=np.int64)
     np.minimum.at(rank, (di, stage), np.asarray(c["rank"], np.int64))
-    return _Ops(steps=steps, dps=dps, stage=stage[first], optype=tuple(types[ti[first]]), seq=seq[first],
-                mc=np.asarray(c["mc"])[first].astype(np.int64), start=start, dur=np.maximum(end - start, 0.0),
-                dur_ranks=dur, rank=rank)
+    return _Ops(
+        steps=steps,
+        dps=dps,
+        stage=stage[first],
+        optype=tuple(types[ti[first]]),
+        seq=seq[first],
+        mc=np.asarray(c["mc"])[first].astype(np.int64),
+        start=start,
+        dur=np.maximum(end - start, 0.0),
+        dur_ranks=dur,
+        rank=rank,
+    )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -255,8 +267,9 @@ def _megatron_graph(ops: _Ops) -> _Graph:
         _dp_and_tail_deps(graph, ops, s, kinds, last)
         unknown = set(kinds) - _MEGATRON_OPTYPES
         if unknown:
-            raise InputError(f"operation type(s) {', '.join(sorted(unknown))} on stage {s} are not in "
-                             "the dependency model")
+            raise InputError(
+                f"operation type(s) {', '.join(sorted(unknown))} on stage {s} are not in the dependency model"
+            )
     _pair_p2p(graph, ops, stages, pp)
     _collective_groups(graph, stages, pp)
     return graph
@@ -268,8 +281,10 @@ def _p2p_deps(graph: _Graph, ops: _Ops, s: int, kinds: Mapping[str, list[int]], 
         for verb in ("send", "recv"):
             stream = sorted(kinds.get(f"{direction}-{verb}", []), key=lambda o: ops.seq[o])
             if stream and len(stream) != len(comps):
-                raise InputError(f"stage {s} has {len(stream)} {direction}-{verb} for {len(comps)} "
-                                 f"{comp_type}: interleaved (virtual) pipeline schedules are not replayed")
+                raise InputError(
+                    f"stage {s} has {len(stream)} {direction}-{verb} for {len(comps)} "
+                    f"{comp_type}: interleaved (virtual) pipeline schedules are not replayed"
+                )
             graph.chain(stream)
             for k, op in enumerate(stream):
                 if verb == "send":
@@ -322,8 +337,9 @@ def _pair_p2p(graph: _Graph, ops: _Ops, stages: Mapping[int, Mapping[str, list[i
                 raise InputError(f"stage {s} of {pp} has {direction}-send operations: no stage to receive them")
             recvs = sorted(stages.get(peer_stage, {}).get(f"{direction}-recv", []), key=lambda o: ops.seq[o])
             if len(recvs) != len(sends):
-                raise InputError(f"stage {s} sends {len(sends)} {direction} activations but stage "
-                                 f"{peer_stage} receives {len(recvs)}")
+                raise InputError(
+                    f"stage {s} sends {len(sends)} {direction} activations but stage {peer_stage} receives {len(recvs)}"
+                )
             graph.groups += [((a, b), False) for a, b in zip(sends, recvs)]
 
 
@@ -342,11 +358,13 @@ def _sequential_graph(ops: _Ops) -> _Graph:
     """A pure data-parallel step (our Spans): each rank runs its ops in order; collectives sync all."""
     graph = _Graph(deps=[[] for _ in ops.optype], groups=[])
     for kinds in _by_stage(ops).values():
-        order = sorted((o for group in kinds.values() for o in group),
-                       key=lambda o: (ops.start[o, 0, 0], ops.seq[o]))
+        order = sorted((o for group in kinds.values() for o in group), key=lambda o: (ops.start[o, 0, 0], ops.seq[o]))
         graph.chain(order)
-    graph.groups = [((o,), True) for o, name in enumerate(ops.optype)
-                    if any(mark in name.lower() for mark in _SPAN_COLLECTIVE_MARKS)]
+    graph.groups = [
+        ((o,), True)
+        for o, name in enumerate(ops.optype)
+        if any(mark in name.lower() for mark in _SPAN_COLLECTIVE_MARKS)
+    ]
     return graph
 
 
@@ -355,7 +373,7 @@ def _sequential_graph(ops: _Ops) -> _Graph:
 
 
 class _Plan(msgspec.Struct, frozen=True):
-    nodes: tuple[tuple[tuple[int, ...], bool, bool], ...]   # (members, is_collective, across_dp), in order
+    nodes: tuple[tuple[tuple[int, ...], bool, bool], ...]  # (members, is_collective, across_dp), in order
     deps: tuple[tuple[int, ...], ...]
 
 
@@ -387,8 +405,9 @@ def _plan(graph: _Graph) -> _Plan:
             if indegree[nxt] == 0:
                 ready.append(nxt)
     if len(order) != len(nodes):
-        raise InputError("the operations' dependencies form a cycle: the trace does not follow the "
-                         "schedule this model knows")
+        raise InputError(
+            "the operations' dependencies form a cycle: the trace does not follow the schedule this model knows"
+        )
     return _Plan(nodes=tuple(order), deps=tuple(tuple(d) for d in graph.deps))
 
 
@@ -474,8 +493,12 @@ def anatomy_spans(anatomy: Anatomy) -> list[Span]:
     """
     # Every rank-step gets the phases any step has (0 s where it had none): the replay keeps only steps
     # with every rank and as many operations as the fullest step.
-    present = [p for p in PHASES if p != "barrier_wait" and any(
-        max(rs.phases.get(p, 0.0), (rs.gpu_phases or {}).get(p, 0.0)) > 0 for rs in anatomy.rank_steps)]
+    present = [
+        p
+        for p in PHASES
+        if p != "barrier_wait"
+        and any(max(rs.phases.get(p, 0.0), (rs.gpu_phases or {}).get(p, 0.0)) > 0 for rs in anatomy.rank_steps)
+    ]
     out = []
     for rs in anatomy.rank_steps:
         t = rs.start_s - anatomy.clock_offset_s.get(rs.rank, 0.0)
@@ -508,10 +531,14 @@ def spans_to_ops(spans: Iterable[Span]) -> dict[str, np.ndarray]:
         seen[(s.step, s.rank, s.phase)] += 1
     n = len(rows)
     return {
-        "dp_rank": np.fromiter((s.rank for s in rows), np.int64, n), "stage": np.zeros(n, np.int64),
-        "rank": np.fromiter((s.rank for s in rows), np.int64, n), "step": np.fromiter((s.step for s in rows), np.int64, n),
-        "optype": np.array([s.phase for s in rows]), "seq_id": np.asarray(seq, np.int64),
-        "mc": np.full(n, -1, np.int64), "start_s": np.fromiter((s.start for s in rows), float, n),
+        "dp_rank": np.fromiter((s.rank for s in rows), np.int64, n),
+        "stage": np.zeros(n, np.int64),
+        "rank": np.fromiter((s.rank for s in rows), np.int64, n),
+        "step": np.fromiter((s.step for s in rows), np.int64, n),
+        "optype": np.array([s.phase for s in rows]),
+        "seq_id": np.asarray(seq, np.int64),
+        "mc": np.full(n, -1, np.int64),
+        "start_s": np.fromiter((s.start for s in rows), float, n),
         "dur_s": np.fromiter((s.dur for s in rows), float, n),
     }
 
@@ -523,14 +550,19 @@ def _analyse(ops: _Ops, graph: _Graph | None) -> WhatIf:
     names, masks = _scenarios(ops)
     # Scenarios that keep the same operations measured replay once: with one pipeline stage, worker d
     # is data-parallel rank d (half the scenarios of a data-parallel trace set).
-    index_of: dict[bytes, int] = {}                        # a scenario's mask -> its distinct number
+    index_of: dict[bytes, int] = {}  # a scenario's mask -> its distinct number
     scenario_of = np.array([index_of.setdefault(m.tobytes(), len(index_of)) for m in masks])
     distinct = masks[np.unique(scenario_of, return_index=True)[1]]
-    step_t = np.concatenate([                              # [distinct scenario, step]
-        _replay(plan, np.where(distinct[k:k + SCENARIOS_PER_REPLAY], measured[None], ideal[None])).max(axis=(1, 3))
-        for k in range(0, len(distinct), SCENARIOS_PER_REPLAY)])[scenario_of]
+    step_t = np.concatenate(
+        [  # [distinct scenario, step]
+            _replay(plan, np.where(distinct[k : k + SCENARIOS_PER_REPLAY], measured[None], ideal[None])).max(
+                axis=(1, 3)
+            )
+            for k in range(0, len(distinct), SCENARIOS_PER_REPLAY)
+        ]
+    )[scenario_of]
     mean_t = step_t.mean(axis=1)
-    t_ideal = mean_t[1]   # scenario 0 is the replay as measured, 1 the ideal (_scenarios)
+    t_ideal = mean_t[1]  # scenario 0 is the replay as measured, 1 the ideal (_scenarios)
     ratio = dict(zip(names, (mean_t / t_ideal).tolist()))
     actual = (ops.start + ops.dur).max(axis=(0, 2))
     return _result(ops, names, ratio, step_t, actual, plan, measured, ideal)
@@ -566,11 +598,24 @@ def _optype_label(optype: str) -> str:
     return optype
 
 
-def _result(ops: _Ops, names: list[tuple], ratio: Mapping[tuple, float], step_t: np.ndarray,
-            actual: np.ndarray, plan: _Plan, measured: np.ndarray, ideal: np.ndarray) -> WhatIf:
-    workers = sorted((WorkerSlowdown(dp_rank=k[1], stage=k[2], rank=int(ops.rank[list(ops.dps).index(k[1]), k[2]]),
-                                     slowdown=v) for k, v in ratio.items() if k[0] == "worker"),
-                     key=lambda w: (-w.slowdown, w.dp_rank, w.stage))
+def _result(
+    ops: _Ops,
+    names: list[tuple],
+    ratio: Mapping[tuple, float],
+    step_t: np.ndarray,
+    actual: np.ndarray,
+    plan: _Plan,
+    measured: np.ndarray,
+    ideal: np.ndarray,
+) -> WhatIf:
+    workers = sorted(
+        (
+            WorkerSlowdown(dp_rank=k[1], stage=k[2], rank=int(ops.rank[list(ops.dps).index(k[1]), k[2]]), slowdown=v)
+            for k, v in ratio.items()
+            if k[0] == "worker"
+        ),
+        key=lambda w: (-w.slowdown, w.dp_rank, w.stage),
+    )
     pp = int(ops.stage.max()) + 1
     last_stage = None
     if pp > 1:
@@ -579,17 +624,28 @@ def _result(ops: _Ops, names: list[tuple], ratio: Mapping[tuple, float], step_t:
     top = _share(ops, plan, measured, ideal, [(w.dp_rank, w.stage) for w in workers[:n_top]], step_t)
     by = lambda kind: {k[1]: v for k, v in sorted(ratio.items(), key=lambda kv: -kv[1]) if k[0] == kind}  # noqa: E731
     return WhatIf(
-        slowdown=ratio[("replay",)], steps=tuple(int(s) for s in ops.steps),
-        step_time_actual_s=tuple(actual.tolist()), step_time_replay_s=tuple(step_t[0].tolist()),
-        step_time_ideal_s=tuple(step_t[1].tolist()), step_slowdown=tuple((step_t[0] / step_t[1]).tolist()),
+        slowdown=ratio[("replay",)],
+        steps=tuple(int(s) for s in ops.steps),
+        step_time_actual_s=tuple(actual.tolist()),
+        step_time_replay_s=tuple(step_t[0].tolist()),
+        step_time_ideal_s=tuple(step_t[1].tolist()),
+        step_slowdown=tuple((step_t[0] / step_t[1]).tolist()),
         replay_ratio=float(actual.mean() / step_t[0].mean()),
-        by_optype=by("optype"), by_dp_rank=by("dp_rank"), by_stage=by("stage"), by_worker=tuple(workers),
-        last_stage=last_stage, top_workers=top, dp_size=len(ops.dps), pp_size=pp, ops_per_step=len(ops.optype) * len(ops.dps),
+        by_optype=by("optype"),
+        by_dp_rank=by("dp_rank"),
+        by_stage=by("stage"),
+        by_worker=tuple(workers),
+        last_stage=last_stage,
+        top_workers=top,
+        dp_size=len(ops.dps),
+        pp_size=pp,
+        ops_per_step=len(ops.optype) * len(ops.dps),
     )
 
 
-def _share(ops: _Ops, plan: _Plan, measured: np.ndarray, ideal: np.ndarray, workers: list[tuple[int, int]],
-           step_t: np.ndarray) -> Share:
+def _share(
+    ops: _Ops, plan: _Plan, measured: np.ndarray, ideal: np.ndarray, workers: list[tuple[int, int]], step_t: np.ndarray
+) -> Share:
     mask = np.zeros((len(ops.optype), len(ops.dps)), bool)
     dps = list(ops.dps)
     for d, s in workers:
@@ -601,5 +657,10 @@ def _share(ops: _Ops, plan: _Plan, measured: np.ndarray, ideal: np.ndarray, work
     gap = t_replay - t_ideal
     removed = float((t_replay - t_without) / gap) if gap > 0 else 0.0
     added = float((t_with - t_ideal) / gap) if gap > 0 else 0.0
-    return Share(workers=tuple(workers), removed=removed, added=added,
-                 step_time_without_s=float(t_without), step_time_with_s=float(t_with))
+    return Share(
+        workers=tuple(workers),
+        removed=removed,
+        added=added,
+        step_time_without_s=float(t_without),
+        step_time_with_s=float(t_with),
+    )

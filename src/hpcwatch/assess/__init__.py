@@ -11,12 +11,42 @@ from dataclasses import dataclass
 
 from hpcwatch.assess.criteria import CATEGORIES, CRITERIA, NOT_ASSESSABLE
 from hpcwatch.assess.evidence import AssessConfig, Evidence, ModelShape, gather_evidence
-from hpcwatch.assess.model import (STATUSES, TIERS, CategoryResult, Criterion, CriterionResult, NotAssessable, Status,
-                                   Tier, Verdict, category_tier, overall_tier)
+from hpcwatch.assess.model import (
+    STATUSES,
+    TIERS,
+    CategoryResult,
+    Criterion,
+    CriterionResult,
+    NotAssessable,
+    Status,
+    Tier,
+    Verdict,
+    category_tier,
+    overall_tier,
+)
 
-__all__ = ["Assessment", "assess_evidence", "AssessConfig", "ModelShape", "Evidence", "gather_evidence",
-           "CategoryResult", "CriterionResult", "Criterion", "Verdict", "NotAssessable", "Status", "Tier",
-           "STATUSES", "TIERS", "CATEGORIES", "CRITERIA", "NOT_ASSESSABLE", "category_tier", "overall_tier"]
+__all__ = [
+    "Assessment",
+    "assess_evidence",
+    "AssessConfig",
+    "ModelShape",
+    "Evidence",
+    "gather_evidence",
+    "CategoryResult",
+    "CriterionResult",
+    "Criterion",
+    "Verdict",
+    "NotAssessable",
+    "Status",
+    "Tier",
+    "STATUSES",
+    "TIERS",
+    "CATEGORIES",
+    "CRITERIA",
+    "NOT_ASSESSABLE",
+    "category_tier",
+    "overall_tier",
+]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -36,8 +66,17 @@ class Assessment:
 
 def _result(c: Criterion, ev: Evidence) -> CriterionResult:
     v = c.rule(ev)
-    return CriterionResult(id=c.id, category=c.category, title=c.title, status=v.status, evidence=v.evidence,
-                           source=c.source, command=c.command, figures=dict(v.figures), records=v.records)
+    return CriterionResult(
+        id=c.id,
+        category=c.category,
+        title=c.title,
+        status=v.status,
+        evidence=v.evidence,
+        source=c.source,
+        command=c.command,
+        figures=dict(v.figures),
+        records=v.records,
+    )
 
 
 def assess_evidence(ev: Evidence, criteria: tuple[Criterion, ...] = CRITERIA) -> Assessment:
@@ -47,5 +86,10 @@ def assess_evidence(ev: Evidence, criteria: tuple[Criterion, ...] = CRITERIA) ->
         results = tuple(_result(c, ev) for c in criteria if c.category == name)
         if results:
             cats.append(CategoryResult(name=name, tier=category_tier([r.status for r in results]), criteria=results))
-    return Assessment(tier=overall_tier([c.tier for c in cats]), categories=tuple(cats),
-                      not_assessable=NOT_ASSESSABLE, t0=ev.t0, t1=ev.t1)
+    return Assessment(
+        tier=overall_tier([c.tier for c in cats]),
+        categories=tuple(cats),
+        not_assessable=NOT_ASSESSABLE,
+        t0=ev.t0,
+        t1=ev.t1,
+    )

@@ -14,7 +14,13 @@ from collections import defaultdict
 from collections.abc import Sequence
 
 from hpcwatch import vocab
-from hpcwatch.analysis.goodputsim import LLAMA3_DAYS, LLAMA3_GPUS, LLAMA3_INTERRUPTIONS, GoodputSimConfig, simulate_goodput
+from hpcwatch.analysis.goodputsim import (
+    LLAMA3_DAYS,
+    LLAMA3_GPUS,
+    LLAMA3_INTERRUPTIONS,
+    GoodputSimConfig,
+    simulate_goodput,
+)
 from hpcwatch.analysis.health import HealthConfig, active_checks
 from hpcwatch.analysis.mfu import compute_mfu
 from hpcwatch.assess import versions
@@ -22,9 +28,21 @@ from hpcwatch.assess.evidence import PASSIVE_FIELDS, Evidence
 from hpcwatch.assess.model import Criterion, NotAssessable, Verdict
 from hpcwatch.model.catalog import gpu_spec
 
-__all__ = ["CRITERIA", "CATEGORIES", "NOT_ASSESSABLE", "CRITERIA_URL", "STEADY_GAP_FACTOR",
-           "ATTRIBUTION_MIN_SHARE", "PORT_RATE_TOLERANCE", "HOPPER_IDLE_POWER_W", "FORCED_NCCL_VARIABLES",
-           "REFERENCE_MFU", "MFU_WARN_SHARE", "BUSBW_PASS_SHARE", "GOODPUT_WARN_POINTS"]
+__all__ = [
+    "CRITERIA",
+    "CATEGORIES",
+    "NOT_ASSESSABLE",
+    "CRITERIA_URL",
+    "STEADY_GAP_FACTOR",
+    "ATTRIBUTION_MIN_SHARE",
+    "PORT_RATE_TOLERANCE",
+    "HOPPER_IDLE_POWER_W",
+    "FORCED_NCCL_VARIABLES",
+    "REFERENCE_MFU",
+    "MFU_WARN_SHARE",
+    "BUSBW_PASS_SHARE",
+    "GOODPUT_WARN_POINTS",
+]
 
 CRITERIA_URL = "https://www.clustermax.ai/criteria"
 _A = CRITERIA_URL + "#"
@@ -78,18 +96,38 @@ def dcgm_steady(ev: Evidence) -> Verdict:
     if not ev.cadence:
         return _v("unknown", "no DCGM samples in the store", rec)
     missing = _slurm_gpu_nodes(ev) - {c.host for c in ev.cadence}
-    gappy = [c for c in ev.cadence if c.samples < 2 or c.longest_gap_s is None or
-             c.longest_gap_s > STEADY_GAP_FACTOR * (c.median_gap_s or math.inf)]
-    figures = dict(gpus=len(ev.cadence), median_interval_s=statistics.median(c.median_gap_s or 0 for c in ev.cadence),
-                   longest_gap_s=max((c.longest_gap_s or 0) for c in ev.cadence), nodes_without_dcgm=sorted(missing),
-                   gpus_with_gaps=[f"{c.host}/{c.gpu}" for c in gappy][:20])
+    gappy = [
+        c
+        for c in ev.cadence
+        if c.samples < 2
+        or c.longest_gap_s is None
+        or c.longest_gap_s > STEADY_GAP_FACTOR * (c.median_gap_s or math.inf)
+    ]
+    figures = dict(
+        gpus=len(ev.cadence),
+        median_interval_s=statistics.median(c.median_gap_s or 0 for c in ev.cadence),
+        longest_gap_s=max((c.longest_gap_s or 0) for c in ev.cadence),
+        nodes_without_dcgm=sorted(missing),
+        gpus_with_gaps=[f"{c.host}/{c.gpu}" for c in gappy][:20],
+    )
     if missing or gappy:
         what = [f"Slurm GPU nodes without DCGM samples: {_names(missing)}"] if missing else []
-        what += [f"{len(gappy)} GPUs with a gap over {STEADY_GAP_FACTOR:g}x their interval "
-                 f"({_names(figures['gpus_with_gaps'])})"] if gappy else []
+        what += (
+            [
+                f"{len(gappy)} GPUs with a gap over {STEADY_GAP_FACTOR:g}x their interval "
+                f"({_names(figures['gpus_with_gaps'])})"
+            ]
+            if gappy
+            else []
+        )
         return _v("fail", "; ".join(what), rec, **figures)
-    return _v("pass", f"{len(ev.cadence)} GPUs every {figures['median_interval_s']:.0f} s, longest gap "
-                      f"{figures['longest_gap_s']:.0f} s", rec, **figures)
+    return _v(
+        "pass",
+        f"{len(ev.cadence)} GPUs every {figures['median_interval_s']:.0f} s, longest gap "
+        f"{figures['longest_gap_s']:.0f} s",
+        rec,
+        **figures,
+    )
 
 
 def gpu_attribution(ev: Evidence) -> Verdict:
@@ -105,14 +143,20 @@ def gpu_attribution(ev: Evidence) -> Verdict:
         for node, gpus in j.gpus_by_node.items():
             for g in gpus:
                 allocated += end - start
-                n, a, b = ev.job_gpu_seconds.get((j.id, node, str(g)), (0, 0.0, 0.0))
+                n, _a, _b = ev.job_gpu_seconds.get((j.id, node, str(g)), (0, 0.0, 0.0))
                 covered += min(end - start, n * interval)  # samples x interval: a silent hour counts 0
     if allocated <= 0 or interval <= 0:
         return _v("unknown", "no job with GPU indices (gpus_by_node) overlaps the DCGM samples", rec)
     share = covered / allocated
     status = "pass" if share >= ATTRIBUTION_MIN_SHARE else "fail"
-    return _v(status, f"{share:.1%} of {allocated / 3600:.1f} allocated GPU-hours carry the job's hpc_job label "
-                      f"(want >= {ATTRIBUTION_MIN_SHARE:.0%})", rec, share=share, allocated_gpu_s=allocated)
+    return _v(
+        status,
+        f"{share:.1%} of {allocated / 3600:.1f} allocated GPU-hours carry the job's hpc_job label "
+        f"(want >= {ATTRIBUTION_MIN_SHARE:.0%})",
+        rec,
+        share=share,
+        allocated_gpu_s=allocated,
+    )
 
 
 def xid_collected(ev: Evidence) -> Verdict:
@@ -122,8 +166,12 @@ def xid_collected(ev: Evidence) -> Verdict:
         return _v("unknown", "no DCGM samples in the store", rec)
     without = sorted(f"{h}/{g}" for h, g in gpus if vocab.DCGM_FI_DEV_XID_ERRORS not in ev.presence.get((h, g), ()))
     if without:
-        return _v("fail", f"{len(without)} of {len(gpus)} GPUs export no XID field: {_names(without)}", rec,
-                  gpus_without_xid=without[:50])
+        return _v(
+            "fail",
+            f"{len(without)} of {len(gpus)} GPUs export no XID field: {_names(without)}",
+            rec,
+            gpus_without_xid=without[:50],
+        )
     return _v("pass", f"DCGM_FI_DEV_XID_ERRORS on all {len(gpus)} GPUs", rec)
 
 
@@ -139,8 +187,12 @@ def passive_fields(ev: Evidence) -> Verdict:
             if not have.intersection(group):
                 lacking[name].append(f"{h}/{g}")
     if lacking:
-        return _v("fail", "missing " + "; ".join(f"{k} on {len(v)} GPUs" for k, v in lacking.items()), rec,
-                  missing={k: v[:20] for k, v in lacking.items()})
+        return _v(
+            "fail",
+            "missing " + "; ".join(f"{k} on {len(v)} GPUs" for k, v in lacking.items()),
+            rec,
+            missing={k: v[:20] for k, v in lacking.items()},
+        )
     return _v("pass", f"ECC, row remap, PCIe replay and clock-event fields on all {len(gpus)} GPUs", rec)
 
 
@@ -151,8 +203,12 @@ def sacct_covers(ev: Evidence) -> Verdict:
     known = {j.id for j in ev.jobs}
     unknown = sorted(set(ev.sample_jobs) - known)
     if unknown:
-        return _v("fail", f"{len(unknown)} of {len(ev.sample_jobs)} jobs seen on GPUs have no accounting record: "
-                          f"{_names(unknown)}", rec, jobs_without_record=unknown[:50])
+        return _v(
+            "fail",
+            f"{len(unknown)} of {len(ev.sample_jobs)} jobs seen on GPUs have no accounting record: {_names(unknown)}",
+            rec,
+            jobs_without_record=unknown[:50],
+        )
     return _v("pass", f"all {len(ev.sample_jobs)} jobs seen on GPUs have an accounting record", rec)
 
 
@@ -177,8 +233,13 @@ def healthcheck_program(ev: Evidence) -> Verdict:
     dcgm = any(e.kind == vocab.EventKind.DCGM_DIAG for e in ev.active_events)
     status = "pass" if dcgm else "warn"
     why = "" if dcgm else "; no dcgmi diag result in the store shows it runs DCGM checks"
-    return _v(status, f"HealthCheckProgram = {program} every {interval or '?'}{why}", rec,
-              HealthCheckProgram=program, HealthCheckInterval=interval)
+    return _v(
+        status,
+        f"HealthCheckProgram = {program} every {interval or '?'}{why}",
+        rec,
+        HealthCheckProgram=program,
+        HealthCheckInterval=interval,
+    )
 
 
 def active_checks_recent(ev: Evidence) -> Verdict:
@@ -196,15 +257,24 @@ def active_checks_recent(ev: Evidence) -> Verdict:
     if failing:
         return _v("fail", f"active checks fail on {_names(failing)}", rec, **figures)
     if uncovered:
-        return _v("fail", f"no dcgmi diag within {ev.config.active_check_days:g} days on {_names(uncovered)}", rec,
-                  **figures)
-    return _v("pass", f"dcgmi diag passed on all {len(nodes)} nodes within {ev.config.active_check_days:g} days",
-              rec, **figures)
+        return _v(
+            "fail", f"no dcgmi diag within {ev.config.active_check_days:g} days on {_names(uncovered)}", rec, **figures
+        )
+    return _v(
+        "pass",
+        f"dcgmi diag passed on all {len(nodes)} nodes within {ev.config.active_check_days:g} days",
+        rec,
+        **figures,
+    )
 
 
 def drained_return(ev: Evidence) -> Verdict:
-    return _v("unknown", "the store holds no node-state history (drain / resume times) to match against the "
-                         "checks that preceded each resume", ["(none: needs sinfo / scontrol show node history)"])
+    return _v(
+        "unknown",
+        "the store holds no node-state history (drain / resume times) to match against the "
+        "checks that preceded each resume",
+        ["(none: needs sinfo / scontrol show node history)"],
+    )
 
 
 _LLAMA3_PER_1000_GPU_DAYS = sum(LLAMA3_INTERRUPTIONS.values()) / (LLAMA3_GPUS * LLAMA3_DAYS) * 1000.0
@@ -218,13 +288,23 @@ def interruption_rate(ev: Evidence) -> Verdict:
     # ours: below the exposure at which the Llama 3 rate expects one interruption, zero proves nothing.
     needed = 1000.0 / _LLAMA3_PER_1000_GPU_DAYS
     if gpu_days < needed:
-        return _v("unknown", f"{n} interruptions over {gpu_days:.2f} GPU-days: too little exposure to compare with "
-                             f"Llama 3's {_LLAMA3_PER_1000_GPU_DAYS:.2f} per 1,000 GPU-days (needs "
-                             f"{needed:,.0f} GPU-days)", rec, **figures)
+        return _v(
+            "unknown",
+            f"{n} interruptions over {gpu_days:.2f} GPU-days: too little exposure to compare with "
+            f"Llama 3's {_LLAMA3_PER_1000_GPU_DAYS:.2f} per 1,000 GPU-days (needs "
+            f"{needed:,.0f} GPU-days)",
+            rec,
+            **figures,
+        )
     rate = n / gpu_days * 1000.0
     status = "pass" if rate <= _LLAMA3_PER_1000_GPU_DAYS else "fail"
-    return _v(status, f"{rate:.2f} interruptions per 1,000 GPU-days (Llama 3: {_LLAMA3_PER_1000_GPU_DAYS:.2f})",
-              rec, rate_per_1000_gpu_days=rate, **figures)
+    return _v(
+        status,
+        f"{rate:.2f} interruptions per 1,000 GPU-days (Llama 3: {_LLAMA3_PER_1000_GPU_DAYS:.2f})",
+        rec,
+        rate_per_1000_gpu_days=rate,
+        **figures,
+    )
 
 
 def goodput_vs_twin(ev: Evidence) -> Verdict:
@@ -236,9 +316,16 @@ def goodput_vs_twin(ev: Evidence) -> Verdict:
     run = simulate_goodput(GoodputSimConfig(gpus=gpus, days=max(report.total_s / 86_400.0, 1e-3)))
     measured, predicted = report.goodput * 100.0, run.goodput * 100.0
     status = "pass" if measured >= predicted else "warn" if measured >= predicted - GOODPUT_WARN_POINTS else "fail"
-    return _v(status, f"job {report.job}: goodput {measured:.1f} % vs {predicted:.1f} % the failure simulator "
-                      f"predicts for {gpus} GPUs over {report.total_s / 3600:.2f} h", rec,
-              goodput_pct=measured, predicted_pct=predicted, job=report.job, gpus=gpus)
+    return _v(
+        status,
+        f"job {report.job}: goodput {measured:.1f} % vs {predicted:.1f} % the failure simulator "
+        f"predicts for {gpus} GPUs over {report.total_s / 3600:.2f} h",
+        rec,
+        goodput_pct=measured,
+        predicted_pct=predicted,
+        job=report.job,
+        gpus=gpus,
+    )
 
 
 # -- performance -----------------------------------------------------------------------------------------------
@@ -259,24 +346,47 @@ def mfu_reference(ev: Evidence) -> Verdict:
         return _v("unknown", "no training steps in the store", rec)
     step_s = statistics.median(ev.step_walls_s)
     if shape is None:
-        return _v("unknown", f"median step {step_s * 1000:.1f} ms, but MFU needs the model shape (--params, --layers, "
-                             "--d-model, --seq, --tokens-per-step)", rec, step_s=step_s)
+        return _v(
+            "unknown",
+            f"median step {step_s * 1000:.1f} ms, but MFU needs the model shape (--params, --layers, "
+            "--d-model, --seq, --tokens-per-step)",
+            rec,
+            step_s=step_s,
+        )
     key = _gpu_key(ev) or "h100-sxm"
     gpus = sum(len(n.gpus) for n in ev.cluster.nodes) or 1
-    result = compute_mfu(params=shape.params, layers=shape.layers, d_model=shape.d_model, seq=shape.seq,
-                         tokens_per_step=shape.tokens_per_step, step_time_s=step_s, gpus=gpus, gpu=key)
+    result = compute_mfu(
+        params=shape.params,
+        layers=shape.layers,
+        d_model=shape.d_model,
+        seq=shape.seq,
+        tokens_per_step=shape.tokens_per_step,
+        step_time_s=step_s,
+        gpus=gpus,
+        gpu=key,
+    )
     ref = REFERENCE_MFU.get((key, shape.layers, shape.d_model, shape.seq))
     if ref is None:
-        return _v("unknown", f"MFU {result.mfu:.1%}; no published reference for this GPU and model size (DESIGN §6 "
-                             "publishes one point: GPT 407M on H200, 40.4 %)", rec, mfu=result.mfu, step_s=step_s)
+        return _v(
+            "unknown",
+            f"MFU {result.mfu:.1%}; no published reference for this GPU and model size (DESIGN §6 "
+            "publishes one point: GPT 407M on H200, 40.4 %)",
+            rec,
+            mfu=result.mfu,
+            step_s=step_s,
+        )
     status = "pass" if result.mfu >= MFU_WARN_SHARE * ref else "warn" if result.mfu >= ref / 2 else "fail"
     return _v(status, f"MFU {result.mfu:.1%} vs the reference {ref:.1%}", rec, mfu=result.mfu, reference=ref)
 
 
 def nccl_busbw(ev: Evidence) -> Verdict:
     rec = ["events nccl_test"]
-    runs = [e for e in ev.nccl_tests if "all" in str(e.attrs.get("collective", "")).lower().replace("_", "")
-            and "reduce" in str(e.attrs.get("collective", "")).lower()]
+    runs = [
+        e
+        for e in ev.nccl_tests
+        if "all" in str(e.attrs.get("collective", "")).lower().replace("_", "")
+        and "reduce" in str(e.attrs.get("collective", "")).lower()
+    ]
     if not runs:
         return _v("unknown", "no nccl-tests all_reduce_perf result in the store", rec)
     worst = None
@@ -298,9 +408,15 @@ def nccl_busbw(ev: Evidence) -> Verdict:
     share, busbw, expected, e, _ = worst
     warn_share = HealthConfig().busbw_warn_fraction
     status = "pass" if share >= BUSBW_PASS_SHARE else "warn" if share >= warn_share else "fail"
-    return _v(status, f"all-reduce busbw {busbw:.0f} GB/s = {share:.0%} of {expected:.0f} GB/s "
-                      f"({len(e.attrs.get('hosts') or [])} hosts)", rec, busbw_gbs=busbw, expected_gbs=expected,
-              share=share)
+    return _v(
+        status,
+        f"all-reduce busbw {busbw:.0f} GB/s = {share:.0%} of {expected:.0f} GB/s "
+        f"({len(e.attrs.get('hosts') or [])} hosts)",
+        rec,
+        busbw_gbs=busbw,
+        expected_gbs=expected,
+        share=share,
+    )
 
 
 def _expected(e, ev: Evidence) -> float | None:
@@ -329,8 +445,12 @@ def hca_naming(ev: Evidence) -> Verdict:
         return _v("unknown", "no ibstat in the store", rec)
     names = {frozenset(v) for v in by_host.values()}
     if len(names) > 1:
-        return _v("fail", "HCA names differ between nodes (an NCCL_IB_HCA list cannot fit all): "
-                          + "; ".join(f"{h}: {_names(v)}" for h, v in sorted(by_host.items())[:4]), rec)
+        return _v(
+            "fail",
+            "HCA names differ between nodes (an NCCL_IB_HCA list cannot fit all): "
+            + "; ".join(f"{h}: {_names(v)}" for h, v in sorted(by_host.items())[:4]),
+            rec,
+        )
     return _v("pass", f"every node names its HCAs {_names(next(iter(names)))}", rec)
 
 
@@ -339,11 +459,20 @@ def port_rate(ev: Evidence) -> Verdict:
     if not ev.port_rates:
         return _v("unknown", "no ibstat in the store", rec)
     want = ev.cluster.fabric.link.rate_bits_s / 1e9
-    slow = sorted(f"{h}/{lab.get('device')}: {v:g} Gb/s" for h, lab, v in ev.port_rates
-                  if abs(v - want) > PORT_RATE_TOLERANCE * want)
+    slow = sorted(
+        f"{h}/{lab.get('device')}: {v:g} Gb/s"
+        for h, lab, v in ev.port_rates
+        if abs(v - want) > PORT_RATE_TOLERANCE * want
+    )
     if slow:
-        return _v("fail", f"{len(slow)} of {len(ev.port_rates)} ports not at {want:g} Gb/s "
-                          f"({ev.cluster.fabric.link.name}): {_names(slow)}", rec, slow_ports=slow, want_gbps=want)
+        return _v(
+            "fail",
+            f"{len(slow)} of {len(ev.port_rates)} ports not at {want:g} Gb/s "
+            f"({ev.cluster.fabric.link.name}): {_names(slow)}",
+            rec,
+            slow_ports=slow,
+            want_gbps=want,
+        )
     return _v("pass", f"all {len(ev.port_rates)} ports at {want:g} Gb/s", rec, want_gbps=want)
 
 
@@ -363,8 +492,12 @@ def slurm_topology(ev: Evidence) -> Verdict:
         return _v("unknown", "no `scontrol show config` in the store", rec)
     plugin = _config(ev, "TopologyPlugin")
     if plugin in (None, "topology/none", "topology/default", "topology/flat"):
-        return _v("fail", f"TopologyPlugin = {plugin or '(null)'}: the scheduler does not know the fabric", rec,
-                  TopologyPlugin=plugin)
+        return _v(
+            "fail",
+            f"TopologyPlugin = {plugin or '(null)'}: the scheduler does not know the fabric",
+            rec,
+            TopologyPlugin=plugin,
+        )
     return _v("pass", f"TopologyPlugin = {plugin}", rec, TopologyPlugin=plugin)
 
 
@@ -375,9 +508,13 @@ def pkey_default(ev: Evidence) -> Verdict:
     rec = ["events opensm_partitions"]
     if not ev.partitions:
         return _v("unknown", "no OpenSM partitions.conf in the store", rec)
-    open_ = [p for e in ev.partitions for p in e.attrs.get("partitions", [])
-             if str(p.get("pkey", "")).lower() in ("0x7fff", "32767")
-             and any(m[0] in ("ALL", "ALL_CAS") and m[1] in ("full", "both", None) for m in p.get("members", []))]
+    open_ = [
+        p
+        for e in ev.partitions
+        for p in e.attrs.get("partitions", [])
+        if str(p.get("pkey", "")).lower() in ("0x7fff", "32767")
+        and any(m[0] in ("ALL", "ALL_CAS") and m[1] in ("full", "both", None) for m in p.get("members", []))
+    ]
     if open_:
         return _v("fail", f"the default partition {open_[0].get('name')} gives every port full membership", rec)
     return _v("pass", "no default partition with full membership for all ports", rec)
@@ -397,10 +534,17 @@ def memory_scrub(ev: Evidence) -> Verdict:
     rec = ["events nvidia_params (/proc/driver/nvidia/params)"]
     if not ev.nvidia_params:
         return _v("unknown", "no /proc/driver/nvidia/params in the store", rec)
-    off = sorted({str(e.attrs.get("host")) for e in ev.nvidia_params
-                  if str(e.attrs.get("params", {}).get("RMDisableScrubOnFree", "0")).strip() not in ("0", "")})
+    off = sorted(
+        {
+            str(e.attrs.get("host"))
+            for e in ev.nvidia_params
+            if str(e.attrs.get("params", {}).get("RMDisableScrubOnFree", "0")).strip() not in ("0", "")
+        }
+    )
     if off:
-        return _v("fail", f"RMDisableScrubOnFree set on {_names(off)}: freed GPU memory is not scrubbed", rec, hosts=off)
+        return _v(
+            "fail", f"RMDisableScrubOnFree set on {_names(off)}: freed GPU memory is not scrubbed", rec, hosts=off
+        )
     return _v("pass", f"scrub on free on all {len(ev.nvidia_params)} hosts read", rec)
 
 
@@ -419,15 +563,24 @@ def driver_minimum(ev: Evidence) -> Verdict:
     if bad:
         return _v("fail", f"drivers under the pinned minimum: {_names(bad)} ({src})", rec, below=bad)
     if unlisted:
-        return _v("fail", f"driver branch with no patched release in the pinned table: {_names(unlisted)} "
-                          f"(branches {', '.join(versions.DRIVER_BRANCH_MINIMUMS)}; {src})", rec, unlisted=unlisted)
+        return _v(
+            "fail",
+            f"driver branch with no patched release in the pinned table: {_names(unlisted)} "
+            f"(branches {', '.join(versions.DRIVER_BRANCH_MINIMUMS)}; {src})",
+            rec,
+            unlisted=unlisted,
+        )
     return _v("pass", f"{len(ev.drivers)} hosts at or above their branch minimum ({src})", rec)
 
 
 def container_toolkit_minimum(ev: Evidence) -> Verdict:
-    return _v("unknown", f"no NVIDIA Container Toolkit version in the store (minimum "
-                         f"{versions.CONTAINER_TOOLKIT_MINIMUM}: {versions.CONTAINER_TOOLKIT_SOURCE})",
-              ["(none: no reader of nvidia-ctk --version yet)"], minimum=versions.CONTAINER_TOOLKIT_MINIMUM)
+    return _v(
+        "unknown",
+        f"no NVIDIA Container Toolkit version in the store (minimum "
+        f"{versions.CONTAINER_TOOLKIT_MINIMUM}: {versions.CONTAINER_TOOLKIT_SOURCE})",
+        ["(none: no reader of nvidia-ctk --version yet)"],
+        minimum=versions.CONTAINER_TOOLKIT_MINIMUM,
+    )
 
 
 def detector_findings(ev: Evidence) -> Verdict:
@@ -458,22 +611,35 @@ def idle_power(ev: Evidence) -> Verdict:
     ceiling = _IDLE_POWER_W.get(key or "")
     worst = max(rows, key=lambda r: r[3])
     if ceiling is None:
-        return _v("unknown", f"highest idle power {worst[3]:.0f} W; no published idle ceiling for {key}", rec,
-                  max_idle_power_w=worst[3])
+        return _v(
+            "unknown",
+            f"highest idle power {worst[3]:.0f} W; no published idle ceiling for {key}",
+            rec,
+            max_idle_power_w=worst[3],
+        )
     hot = sorted(f"{h}/{g}: {v:.0f} W" for h, g, _, v, _ in rows if v > ceiling)
     if hot:
         return _v("fail", f"{len(hot)} idle GPUs above {ceiling:.0f} W: {_names(hot)}", rec, ceiling_w=ceiling)
-    return _v("pass", f"{len(rows)} idle GPUs, highest {worst[3]:.0f} W (ceiling {ceiling:.0f} W)", rec,
-              max_idle_power_w=worst[3], ceiling_w=ceiling)
+    return _v(
+        "pass",
+        f"{len(rows)} idle GPUs, highest {worst[3]:.0f} W (ceiling {ceiling:.0f} W)",
+        rec,
+        max_idle_power_w=worst[3],
+        ceiling_w=ceiling,
+    )
 
 
 def idle_temperature(ev: Evidence) -> Verdict:
     rec = [f"samples {vocab.DCGM_FI_DEV_GPU_TEMP} at idle scrapes"]
     rows = [r for r in ev.idle if r[2] == vocab.DCGM_FI_DEV_GPU_TEMP]
     hottest = max((r[3] for r in rows), default=None)
-    return _v("unknown", "no published idle temperature figure to compare with (ClusterMAX's collectors record "
-                         "the idle maximum but grade none)" + (f"; highest idle {hottest:.0f} °C" if rows else ""),
-              rec, max_idle_temp_c=hottest)
+    return _v(
+        "unknown",
+        "no published idle temperature figure to compare with (ClusterMAX's collectors record "
+        "the idle maximum but grade none)" + (f"; highest idle {hottest:.0f} °C" if rows else ""),
+        rec,
+        max_idle_temp_c=hottest,
+    )
 
 
 # -- the table -------------------------------------------------------------------------------------------------
@@ -486,80 +652,230 @@ def _c(id_, category, title, reads, source, command, rule) -> Criterion:
 
 
 CRITERIA: tuple[Criterion, ...] = (
-    _c("monitoring-stack", "monitoring", "Every Slurm GPU node reports DCGM samples at a steady interval",
-       "DCGM_FI_DEV_GPU_UTIL samples of every GPU, whole store; jobs' nodes",
-       _A + "monitoring-out-of-the-box-detailed-managed-grafana", "hpcwatch top --db F", dcgm_steady),
-    _c("gpu-job-attribution", "monitoring", "Per-job GPU attribution covers >= 99 % of allocated GPU-seconds",
-       "jobs' gpus_by_node and start/end; hpc_job label of DCGM samples", CRITERIA_URL + " (gpu-job-attribution)",
-       "hpcwatch jobs --db F", gpu_attribution),
-    _c("xid-monitoring", "monitoring", "The XID field is collected on every GPU", "DCGM_FI_DEV_XID_ERRORS presence",
-       CRITERIA_URL + " (xid-monitoring)", "hpcwatch top --db F", xid_collected),
-    _c("passive-health-fields", "monitoring", "Passive health fields present: ECC, row remap, PCIe replay, clock events",
-       "DCGM field presence per GPU", _HEALTH, "hpcwatch health --db F", passive_fields),
-    _c("sacct-accounting", "monitoring", "sacct accounting covers every job seen in the GPU data",
-       "jobs vs hpc_job labels", _A + "monitoring-sacct-integration-for-job-accounting-and-resource-utilization",
-       "hpcwatch jobs --db F", sacct_covers),
-    _c("healthcheck-program", "reliability", "HealthCheckProgram set and running DCGM checks",
-       "scontrol show config (newest); dcgmi diag results",
-       _A + "monitoring-dcgm-health-checks-plugged-into-the-slurm-healthcheckprogram", "hpcwatch health --db F",
-       healthcheck_program),
-    _c("dcgm-healthchecks", "reliability", "Active checks pass on every node within N days",
-       "dcgmi diag, nccl-tests, ib_write_bw events within --active-check-days of the newest record", _HEALTH,
-       "hpcwatch health --db F", active_checks_recent),
-    _c("auto-remediation", "reliability", "Drained nodes return only after passing",
-       "node-state history and active checks", CRITERIA_URL + " (auto-remediation)", "hpcwatch health --db F",
-       drained_return),
-    _c("interruption-rate", "reliability", "Interruptions per 1,000 GPU-days vs Llama 3's published rate",
-       "failure events; GPU-days of DCGM samples", "Llama 3 (Dubey et al. 2024, §3.3.4): 419 interruptions, "
-       "16,384 GPUs, 54 days; the comparison is ours", "hpcwatch goodput --db F", interruption_rate),
-    _c("goodput", "reliability", "Goodput vs what the failure simulator predicts for this size",
-       "the longest training job's spans and goodput events", "ClusterMAX 2.0 names goodput a deciding indicator; "
-       "prediction: analysis/goodputsim.py (Llama 3 failure model); the 5-point warn band is ours",
-       "hpcwatch goodput --db F JOB", goodput_vs_twin),
-    _c("mfu", "performance", "MFU from step data vs the reference for the model size",
-       "the longest training job's step walls; --params/--layers/--d-model/--seq/--tokens-per-step",
-       "DESIGN §6 (PaLM appendix B formula; one published point: H200 GPT-407M 40.4 %); shares ours",
-       "hpcwatch steps --db F", mfu_reference),
-    _c("nccl-busbw", "performance", "NCCL all-reduce busbw vs the fabric's catalog rate",
-       "nccl-tests all_reduce_perf events (largest size)", "nccl-tests doc/PERFORMANCE.md (busbw); catalog "
-       "model/catalog.py; pass share 80 % ours, fail under analysis/health.py's 60 %", "hpcwatch health --db F",
-       nccl_busbw),
-    _c("hca-naming", "networking", "HCA naming consistent for NCCL", "ibstat device names per node",
-       CRITERIA_URL + " (hca-naming)", "hpcwatch ingest ibstat.txt --db F", hca_naming),
-    _c("port-rate", "networking", "Every IB port at the catalog rate", "ibstat Rate per port (newest)",
-       "model/catalog.py LINKS (InfiniBand roadmap)", "hpcwatch health --db F", port_rate),
-    _c("nccl-autoconfig", "networking", "NCCL_ALGO / NCCL_PROTO / NCCL_MIN_NCHANNELS not forced",
-       "NCCL_DEBUG log events", _A + "networking-nccl-min-nchannels-nccl-proto-nccl-algo-not-set-auto-configuration",
-       "hpcwatch nccl LOG", nccl_autoconfig),
-    _c("topology-conf", "networking", "Slurm topology present", "scontrol show config TopologyPlugin",
-       _A + "networking-out-of-the-box-slurm-topology-configuration", "scontrol show config", slurm_topology),
-    _c("ib-tenant-isolation", "security", "No full-membership default P_Key", "OpenSM partitions.conf events",
-       _A + "security-infiniband-csps-enable-the-ufm-secured-bare-metal-cloud-profile-providing-a-comprehensive-"
-       "set-of-security-features-required-for-secure-multi-tenant-cloud-environments", "hpcwatch scan --db F",
-       pkey_default),
-    _c("pkey-violations", "security", "No P_Key violations", "IB constraint-error counters (increase)",
-       "IBA spec vol. 1 PortRcvConstraintErrors; rule: any increase fails (ours)", "hpcwatch scan --db F",
-       pkey_violations),
-    _c("hbm-memory-scrub", "security", "GPU memory scrubbing on", "/proc/driver/nvidia/params events",
-       "cmax check hbm_memory_exposure (lifecycle); security/remanence.py", "hpcwatch scan --db F", memory_scrub),
-    _c("security-nvidia-driver", "security", "NVIDIA driver at or above the pinned minimum",
-       "DCGM_FI_DRIVER_VERSION label per host", versions.MINIMUMS_SOURCE, "hpcwatch top --db F", driver_minimum),
-    _c("security-nvidia-container-toolkit", "security", "NVIDIA Container Toolkit at or above the pinned minimum",
-       "(no reader yet)", _A + "security-updated-nvidia-container-toolkit-preventing-cve-2024-0132-and-related-"
-       "vulnerabilities", "nvidia-ctk --version", container_toolkit_minimum),
-    _c("detector-findings", "security", "No serious findings of the six detectors", "hpcwatch scan over the store",
-       "hpcwatch security detectors; critical/high fail, medium warns (ours)", "hpcwatch scan --db F",
-       detector_findings),
-    _c("idle-thermals-power", "idle thermals", "Idle GPUs' power under the published figure for their generation",
-       "DCGM power at idle scrapes", "cmax parity note: Hopper 150 W, Blackwell SXM 250 W idle ceilings",
-       "hpcwatch top --db F", idle_power),
-    _c("idle-thermals-temperature", "idle thermals", "Idle GPUs' temperature under a published figure",
-       "DCGM temperature at idle scrapes", CRITERIA_URL + " (idle-thermals); no figure published",
-       "hpcwatch top --db F", idle_temperature),
+    _c(
+        "monitoring-stack",
+        "monitoring",
+        "Every Slurm GPU node reports DCGM samples at a steady interval",
+        "DCGM_FI_DEV_GPU_UTIL samples of every GPU, whole store; jobs' nodes",
+        _A + "monitoring-out-of-the-box-detailed-managed-grafana",
+        "hpcwatch top --db F",
+        dcgm_steady,
+    ),
+    _c(
+        "gpu-job-attribution",
+        "monitoring",
+        "Per-job GPU attribution covers >= 99 % of allocated GPU-seconds",
+        "jobs' gpus_by_node and start/end; hpc_job label of DCGM samples",
+        CRITERIA_URL + " (gpu-job-attribution)",
+        "hpcwatch jobs --db F",
+        gpu_attribution,
+    ),
+    _c(
+        "xid-monitoring",
+        "monitoring",
+        "The XID field is collected on every GPU",
+        "DCGM_FI_DEV_XID_ERRORS presence",
+        CRITERIA_URL + " (xid-monitoring)",
+        "hpcwatch top --db F",
+        xid_collected,
+    ),
+    _c(
+        "passive-health-fields",
+        "monitoring",
+        "Passive health fields present: ECC, row remap, PCIe replay, clock events",
+        "DCGM field presence per GPU",
+        _HEALTH,
+        "hpcwatch health --db F",
+        passive_fields,
+    ),
+    _c(
+        "sacct-accounting",
+        "monitoring",
+        "sacct accounting covers every job seen in the GPU data",
+        "jobs vs hpc_job labels",
+        _A + "monitoring-sacct-integration-for-job-accounting-and-resource-utilization",
+        "hpcwatch jobs --db F",
+        sacct_covers,
+    ),
+    _c(
+        "healthcheck-program",
+        "reliability",
+        "HealthCheckProgram set and running DCGM checks",
+        "scontrol show config (newest); dcgmi diag results",
+        _A + "monitoring-dcgm-health-checks-plugged-into-the-slurm-healthcheckprogram",
+        "hpcwatch health --db F",
+        healthcheck_program,
+    ),
+    _c(
+        "dcgm-healthchecks",
+        "reliability",
+        "Active checks pass on every node within N days",
+        "dcgmi diag, nccl-tests, ib_write_bw events within --active-check-days of the newest record",
+        _HEALTH,
+        "hpcwatch health --db F",
+        active_checks_recent,
+    ),
+    _c(
+        "auto-remediation",
+        "reliability",
+        "Drained nodes return only after passing",
+        "node-state history and active checks",
+        CRITERIA_URL + " (auto-remediation)",
+        "hpcwatch health --db F",
+        drained_return,
+    ),
+    _c(
+        "interruption-rate",
+        "reliability",
+        "Interruptions per 1,000 GPU-days vs Llama 3's published rate",
+        "failure events; GPU-days of DCGM samples",
+        "Llama 3 (Dubey et al. 2024, §3.3.4): 419 interruptions, 16,384 GPUs, 54 days; the comparison is ours",
+        "hpcwatch goodput --db F",
+        interruption_rate,
+    ),
+    _c(
+        "goodput",
+        "reliability",
+        "Goodput vs what the failure simulator predicts for this size",
+        "the longest training job's spans and goodput events",
+        "ClusterMAX 2.0 names goodput a deciding indicator; "
+        "prediction: analysis/goodputsim.py (Llama 3 failure model); the 5-point warn band is ours",
+        "hpcwatch goodput --db F JOB",
+        goodput_vs_twin,
+    ),
+    _c(
+        "mfu",
+        "performance",
+        "MFU from step data vs the reference for the model size",
+        "the longest training job's step walls; --params/--layers/--d-model/--seq/--tokens-per-step",
+        "DESIGN §6 (PaLM appendix B formula; one published point: H200 GPT-407M 40.4 %); shares ours",
+        "hpcwatch steps --db F",
+        mfu_reference,
+    ),
+    _c(
+        "nccl-busbw",
+        "performance",
+        "NCCL all-reduce busbw vs the fabric's catalog rate",
+        "nccl-tests all_reduce_perf events (largest size)",
+        "nccl-tests doc/PERFORMANCE.md (busbw); catalog "
+        "model/catalog.py; pass share 80 % ours, fail under analysis/health.py's 60 %",
+        "hpcwatch health --db F",
+        nccl_busbw,
+    ),
+    _c(
+        "hca-naming",
+        "networking",
+        "HCA naming consistent for NCCL",
+        "ibstat device names per node",
+        CRITERIA_URL + " (hca-naming)",
+        "hpcwatch ingest ibstat.txt --db F",
+        hca_naming,
+    ),
+    _c(
+        "port-rate",
+        "networking",
+        "Every IB port at the catalog rate",
+        "ibstat Rate per port (newest)",
+        "model/catalog.py LINKS (InfiniBand roadmap)",
+        "hpcwatch health --db F",
+        port_rate,
+    ),
+    _c(
+        "nccl-autoconfig",
+        "networking",
+        "NCCL_ALGO / NCCL_PROTO / NCCL_MIN_NCHANNELS not forced",
+        "NCCL_DEBUG log events",
+        _A + "networking-nccl-min-nchannels-nccl-proto-nccl-algo-not-set-auto-configuration",
+        "hpcwatch nccl LOG",
+        nccl_autoconfig,
+    ),
+    _c(
+        "topology-conf",
+        "networking",
+        "Slurm topology present",
+        "scontrol show config TopologyPlugin",
+        _A + "networking-out-of-the-box-slurm-topology-configuration",
+        "scontrol show config",
+        slurm_topology,
+    ),
+    _c(
+        "ib-tenant-isolation",
+        "security",
+        "No full-membership default P_Key",
+        "OpenSM partitions.conf events",
+        _A + "security-infiniband-csps-enable-the-ufm-secured-bare-metal-cloud-profile-providing-a-comprehensive-"
+        "set-of-security-features-required-for-secure-multi-tenant-cloud-environments",
+        "hpcwatch scan --db F",
+        pkey_default,
+    ),
+    _c(
+        "pkey-violations",
+        "security",
+        "No P_Key violations",
+        "IB constraint-error counters (increase)",
+        "IBA spec vol. 1 PortRcvConstraintErrors; rule: any increase fails (ours)",
+        "hpcwatch scan --db F",
+        pkey_violations,
+    ),
+    _c(
+        "hbm-memory-scrub",
+        "security",
+        "GPU memory scrubbing on",
+        "/proc/driver/nvidia/params events",
+        "cmax check hbm_memory_exposure (lifecycle); security/remanence.py",
+        "hpcwatch scan --db F",
+        memory_scrub,
+    ),
+    _c(
+        "security-nvidia-driver",
+        "security",
+        "NVIDIA driver at or above the pinned minimum",
+        "DCGM_FI_DRIVER_VERSION label per host",
+        versions.MINIMUMS_SOURCE,
+        "hpcwatch top --db F",
+        driver_minimum,
+    ),
+    _c(
+        "security-nvidia-container-toolkit",
+        "security",
+        "NVIDIA Container Toolkit at or above the pinned minimum",
+        "(no reader yet)",
+        _A + "security-updated-nvidia-container-toolkit-preventing-cve-2024-0132-and-related-vulnerabilities",
+        "nvidia-ctk --version",
+        container_toolkit_minimum,
+    ),
+    _c(
+        "detector-findings",
+        "security",
+        "No serious findings of the six detectors",
+        "hpcwatch scan over the store",
+        "hpcwatch security detectors; critical/high fail, medium warns (ours)",
+        "hpcwatch scan --db F",
+        detector_findings,
+    ),
+    _c(
+        "idle-thermals-power",
+        "idle thermals",
+        "Idle GPUs' power under the published figure for their generation",
+        "DCGM power at idle scrapes",
+        "cmax parity note: Hopper 150 W, Blackwell SXM 250 W idle ceilings",
+        "hpcwatch top --db F",
+        idle_power,
+    ),
+    _c(
+        "idle-thermals-temperature",
+        "idle thermals",
+        "Idle GPUs' temperature under a published figure",
+        "DCGM temperature at idle scrapes",
+        CRITERIA_URL + " (idle-thermals); no figure published",
+        "hpcwatch top --db F",
+        idle_temperature,
+    ),
 )
 
 NOT_ASSESSABLE: tuple[NotAssessable, ...] = tuple(
-    NotAssessable(category=c, title=t, why=w, source=CRITERIA_URL) for c, t, w in (
+    NotAssessable(category=c, title=t, why=w, source=CRITERIA_URL)
+    for c, t, w in (
         ("pricing", "Price per GPU-hour and billing terms", "a contract fact, not in cluster data"),
         ("partnerships", "NVIDIA / AMD partnership tier", "a provider fact"),
         ("availability", "Capacity on demand, lead times", "a provider fact"),
@@ -567,7 +883,8 @@ NOT_ASSESSABLE: tuple[NotAssessable, ...] = tuple(
         ("orchestration", "User onboarding, RBAC / SSO, no SSH-key copying", "needs the provider's portal"),
         ("storage", "Shared filesystem performance and RWX volumes", "no storage benchmark reader yet"),
         ("support", "Support response times and SLAs", "a contract fact"),
-    ))
+    )
+)
 
 
 def criteria_of(category: str) -> Sequence[Criterion]:

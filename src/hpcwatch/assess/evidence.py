@@ -21,8 +21,16 @@ from hpcwatch.records import Event, Finding, Job
 from hpcwatch.store import Store, queries
 from hpcwatch.vocab import EventKind
 
-__all__ = ["AssessConfig", "ModelShape", "Evidence", "GpuCadence", "gather_evidence", "PASSIVE_FIELDS",
-           "DEFAULT_ACTIVE_CHECK_DAYS", "IDLE_UTIL_PCT"]
+__all__ = [
+    "AssessConfig",
+    "ModelShape",
+    "Evidence",
+    "GpuCadence",
+    "gather_evidence",
+    "PASSIVE_FIELDS",
+    "DEFAULT_ACTIVE_CHECK_DAYS",
+    "IDLE_UTIL_PCT",
+]
 
 #: How recent an active check must be to count (ours: ClusterMAX asks for automated active checks but
 #: publishes no period; a week is the longest a burn-in sweep can be apart and still catch a node that
@@ -36,8 +44,11 @@ IDLE_UTIL_PCT = 1.0
 #: clock events), as dcgm-exporter fields; a GPU has the field when any one name of the group is sampled.
 PASSIVE_FIELDS: dict[str, tuple[str, ...]] = {
     "ecc": (vocab.DCGM_FI_DEV_ECC_DBE_VOL_TOTAL,),
-    "row_remap": (vocab.DCGM_FI_DEV_ROW_REMAP_FAILURE, vocab.DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS,
-                  vocab.DCGM_FI_DEV_ROW_REMAP_PENDING),
+    "row_remap": (
+        vocab.DCGM_FI_DEV_ROW_REMAP_FAILURE,
+        vocab.DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS,
+        vocab.DCGM_FI_DEV_ROW_REMAP_PENDING,
+    ),
     "pcie_replay": (vocab.DCGM_FI_DEV_PCIE_REPLAY_COUNTER,),
     "clock_events": (vocab.DCGM_FI_DEV_CLOCK_THROTTLE_REASONS, vocab.DCGM_FI_DEV_CLOCKS_EVENT_REASONS),
 }
@@ -122,8 +133,10 @@ class Evidence:
 
 
 def _cadence(store: Store) -> tuple[GpuCadence, ...]:
-    return tuple(GpuCadence(host=h, gpu=g, samples=n, first_t=a, last_t=b, longest_gap_s=gap, median_gap_s=med)
-                 for h, g, n, a, b, gap, med in queries.gpu_sample_cadence(store, _CLOCK))
+    return tuple(
+        GpuCadence(host=h, gpu=g, samples=n, first_t=a, last_t=b, longest_gap_s=gap, median_gap_s=med)
+        for h, g, n, a, b, gap, med in queries.gpu_sample_cadence(store, _CLOCK)
+    )
 
 
 def _presence(store: Store) -> dict[tuple[str, str], frozenset[str]]:
@@ -172,28 +185,48 @@ def gather_evidence(store: Store, config: AssessConfig, *, findings: list[Findin
     """Read everything the criteria need, once."""
     t0, t1 = store.time_range()
     jobs = store.jobs()
-    constraint = [vocab.NODE_INFINIBAND_PORT_CONSTRAINT_ERRORS_RECEIVED_TOTAL,
-                  vocab.NODE_INFINIBAND_PORT_CONSTRAINT_ERRORS_TRANSMITTED_TOTAL,
-                  "ib_PortRcvConstraintErrors", "ib_PortXmitConstraintErrors"]
+    constraint = [
+        vocab.NODE_INFINIBAND_PORT_CONSTRAINT_ERRORS_RECEIVED_TOTAL,
+        vocab.NODE_INFINIBAND_PORT_CONSTRAINT_ERRORS_TRANSMITTED_TOTAL,
+        "ib_PortRcvConstraintErrors",
+        "ib_PortXmitConstraintErrors",
+    ]
     configs = store.events(EventKind.SLURM_CONFIG)
     return Evidence(
-        t0=t0, t1=t1, cluster=config.cluster, config=config, cadence=_cadence(store), jobs=tuple(jobs),
+        t0=t0,
+        t1=t1,
+        cluster=config.cluster,
+        config=config,
+        cadence=_cadence(store),
+        jobs=tuple(jobs),
         job_gpu_seconds={(j, h, g): (n, a, b) for j, h, g, n, a, b in queries.job_gpu_coverage(store, _CLOCK)},
-        sample_jobs=tuple(queries.sample_job_ids(store, [_CLOCK])), presence=_presence(store),
+        sample_jobs=tuple(queries.sample_job_ids(store, [_CLOCK])),
+        presence=_presence(store),
         slurm_config=configs[-1] if configs else None,
-        active_events=tuple(e for k in (EventKind.DCGM_DIAG, EventKind.NCCL_TEST, EventKind.IB_WRITE_BW)
-                            for e in store.events(k)),
-        failures=tuple(store.events(EventKind.FAILURE)), goodput=_goodput(store, jobs), step_walls_s=_step_walls(store),
+        active_events=tuple(
+            e for k in (EventKind.DCGM_DIAG, EventKind.NCCL_TEST, EventKind.IB_WRITE_BW) for e in store.events(k)
+        ),
+        failures=tuple(store.events(EventKind.FAILURE)),
+        goodput=_goodput(store, jobs),
+        step_walls_s=_step_walls(store),
         nccl_tests=tuple(store.events(EventKind.NCCL_TEST)),
-        port_rates=tuple((h, _labels(lab), v) for h, lab, v, _ in queries.newest_by_labels(store,
-                                                                                           vocab.IB_PORT_RATE_GBPS)),
-        nccl_env=_nccl_env(store), partitions=tuple(store.events(EventKind.OPENSM_PARTITIONS)),
+        port_rates=tuple(
+            (h, _labels(lab), v) for h, lab, v, _ in queries.newest_by_labels(store, vocab.IB_PORT_RATE_GBPS)
+        ),
+        nccl_env=_nccl_env(store),
+        partitions=tuple(store.events(EventKind.OPENSM_PARTITIONS)),
         constraint_increase=tuple((m, h, inc) for m, h, _, inc in queries.counter_increase(store, constraint)),
         nvidia_params=tuple(store.events(EventKind.NVIDIA_PARAMS)),
         drivers=tuple(queries.label_values_by_host(store, _CLOCK, vocab.DCGM_FI_DRIVER_VERSION)),
-        container_toolkit=(), findings=None if findings is None else tuple(findings),
-        idle=tuple(queries.idle_gpu_maxima(store, util_metric=_CLOCK, metrics=[vocab.DCGM_FI_DEV_POWER_USAGE,
-                                                                                vocab.DCGM_FI_DEV_GPU_TEMP],
-                                           idle_below_pct=IDLE_UTIL_PCT)),
+        container_toolkit=(),
+        findings=None if findings is None else tuple(findings),
+        idle=tuple(
+            queries.idle_gpu_maxima(
+                store,
+                util_metric=_CLOCK,
+                metrics=[vocab.DCGM_FI_DEV_POWER_USAGE, vocab.DCGM_FI_DEV_GPU_TEMP],
+                idle_below_pct=IDLE_UTIL_PCT,
+            )
+        ),
         gpu_models=tuple(v for _, v in queries.label_values_by_host(store, _CLOCK, "modelName")),
     )

@@ -26,8 +26,19 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-__all__ = ["Status", "STATUSES", "Tier", "TIERS", "Verdict", "Criterion", "CriterionResult", "CategoryResult",
-           "category_tier", "overall_tier", "NotAssessable"]
+__all__ = [
+    "Status",
+    "STATUSES",
+    "Tier",
+    "TIERS",
+    "Verdict",
+    "Criterion",
+    "CriterionResult",
+    "CategoryResult",
+    "category_tier",
+    "overall_tier",
+    "NotAssessable",
+]
 
 Status = Literal["pass", "warn", "fail", "unknown"]
 STATUSES: tuple[Status, ...] = ("pass", "warn", "fail", "unknown")

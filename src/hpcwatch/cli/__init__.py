@@ -24,8 +24,22 @@ from hpcwatch.errors import HpcwatchError
 __all__ = ["app", "main"]
 
 # Each module registers its commands on import.
-_COMMAND_MODULES = ("ingest", "twin", "jobs", "top", "steps", "whatif", "goodput", "scan", "serve", "exporter",
-                    "twinserve", "nccl", "assess", "collect")
+_COMMAND_MODULES = (
+    "ingest",
+    "twin",
+    "jobs",
+    "top",
+    "steps",
+    "whatif",
+    "goodput",
+    "scan",
+    "serve",
+    "exporter",
+    "twinserve",
+    "nccl",
+    "assess",
+    "collect",
+)
 
 for _name in _COMMAND_MODULES:
     importlib.import_module(f"hpcwatch.cli.{_name}")

@@ -23,7 +23,7 @@ __all__ = ["collect"]
 def collect(config: Path, once: bool, check: bool, status: bool, duration: float, json: bool) -> None:
     """Poll Slurm and Prometheus, follow logs, ingest spool folders and run the detectors, unattended."""
     import signal
-    import socket   # signal and socket: 7 ms that every --help would pay
+    import socket  # signal and socket: 7 ms that every --help would pay
 
     from hpcwatch.collect.config import load_config
     from hpcwatch.collect.daemon import Daemon
@@ -46,8 +46,10 @@ def collect(config: Path, once: bool, check: bool, status: bool, duration: float
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
     daemon.start()
-    console.print(f"hpcwatch collect: {len(cfg.collectors)} collectors into {safe_text(cfg.store.path)} "
-                  f"(status: {safe_text(daemon.status_file)}; SIGTERM stops)")
+    console.print(
+        f"hpcwatch collect: {len(cfg.collectors)} collectors into {safe_text(cfg.store.path)} "
+        f"(status: {safe_text(daemon.status_file)}; SIGTERM stops)"
+    )
     stop.wait(duration or None)
     daemon.stop()
 
@@ -68,6 +70,7 @@ def _show_plan(cfg, as_json: bool) -> None:
 
 def _show_status(store_path: str, as_json: bool) -> None:
     from hpcwatch.reports.collectors import read_status
+
     found = read_status(store_path)
     if as_json:
         emit_json(found.as_dict() if found else None)
@@ -81,5 +84,6 @@ def _show_status(store_path: str, as_json: bool) -> None:
     for c in found.collectors:
         state = "[green]answers[/green]" if c.answering else "[red]silent[/red]"
         error = f" — {safe_text(c.last_error)}" if c.last_error else ""
-        console.print(f"  {safe_text(c.name)} ({c.kind}): {state}, {c.runs} runs, {c.errors} errors, "
-                      f"{c.records} records{error}")
+        console.print(
+            f"  {safe_text(c.name)} ({c.kind}): {state}, {c.runs} runs, {c.errors} errors, {c.records} records{error}"
+        )

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 import click
 import orjson
 
-if TYPE_CHECKING:   # imported when a command runs, not for --help (the store pulls in pyarrow and duckdb)
+if TYPE_CHECKING:  # imported when a command runs, not for --help (the store pulls in pyarrow and duckdb)
     from rich.console import Console
 
     from hpcwatch.store import Store
@@ -22,11 +22,31 @@ if TYPE_CHECKING:   # imported when a command runs, not for --help (the store pu
 def _visible(text: object) -> str:
     """``hpcwatch.reports.text.visible``, imported on first use."""
     from hpcwatch.reports.text import visible
+
     return visible(text)
 
-__all__ = ["app", "twin_app", "simulate_app", "console", "emit_json", "open_store", "default_db_path",
-           "db_option", "json_option", "argument", "repeatable", "PATH", "wait_for", "safe_text", "error_line",
-           "warning_line", "HelpGroup", "HelpCommand", "HelpArgument"]
+
+__all__ = [
+    "app",
+    "twin_app",
+    "simulate_app",
+    "console",
+    "emit_json",
+    "open_store",
+    "default_db_path",
+    "db_option",
+    "json_option",
+    "argument",
+    "repeatable",
+    "PATH",
+    "wait_for",
+    "safe_text",
+    "error_line",
+    "warning_line",
+    "HelpGroup",
+    "HelpCommand",
+    "HelpArgument",
+]
 
 #: Option and argument values that are paths arrive as ``pathlib.Path`` (click's default is ``str``).
 PATH = click.Path(path_type=Path)
@@ -55,8 +75,11 @@ class HelpCommand(click.Command):
         self.format_epilog(ctx, formatter)
 
     def format_arguments(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
-        rows = [(p.get_usage_pieces(ctx)[0], p.help + ("  [required]" if p.required else ""))
-                for p in self.get_params(ctx) if isinstance(p, HelpArgument) and p.help]
+        rows = [
+            (p.get_usage_pieces(ctx)[0], p.help + ("  [required]" if p.required else ""))
+            for p in self.get_params(ctx)
+            if isinstance(p, HelpArgument) and p.help
+        ]
         if rows:
             with formatter.section("Arguments"):
                 formatter.write_dl(rows)
@@ -98,11 +121,16 @@ def _first_paragraph(text: str) -> str:
 
 
 # Every option's default is shown in --help ("[default: 300.0]"); the children inherit the setting.
-app = HelpGroup(name="hpcwatch", no_args_is_help=True, context_settings={"show_default": True},
-                help="See an AI training cluster as it runs and as it can be attacked.")
+app = HelpGroup(
+    name="hpcwatch",
+    no_args_is_help=True,
+    context_settings={"show_default": True},
+    help="See an AI training cluster as it runs and as it can be attacked.",
+)
 twin_app = HelpGroup(name="twin", no_args_is_help=True, help="The simulated cluster that writes real formats.")
-simulate_app = HelpGroup(name="simulate", no_args_is_help=True,
-                         help="Simulators: stragglers at scale, goodput under failures.")
+simulate_app = HelpGroup(
+    name="simulate", no_args_is_help=True, help="Simulators: stragglers at scale, goodput under failures."
+)
 
 
 def _as_list(_ctx: click.Context, _param: click.Parameter, values: tuple) -> list:
@@ -111,8 +139,15 @@ def _as_list(_ctx: click.Context, _param: click.Parameter, values: tuple) -> lis
 
 def argument(name: str, *, help: str, nargs: int = 1, required: bool = False, type: Any = None) -> Callable:
     """A positional argument with its help; ``nargs=-1`` takes any number of values, passed as a list."""
-    return click.argument(name, cls=HelpArgument, help=help, nargs=nargs, required=required, type=type,
-                          callback=_as_list if nargs == -1 else None)
+    return click.argument(
+        name,
+        cls=HelpArgument,
+        help=help,
+        nargs=nargs,
+        required=required,
+        type=type,
+        callback=_as_list if nargs == -1 else None,
+    )
 
 
 def repeatable(*decls: str, help: str, default: tuple = (), type: Any = None) -> Callable:
@@ -146,6 +181,7 @@ class _Console:
     def real(self) -> Console:
         if _Console._real is None:
             from rich.console import Console
+
             # No emoji codes: a user named ":warning:" is shown as typed. Markup stays on for our own
             # styles; every string from data goes through safe_text first.
             _Console._real = Console(emoji=False)
@@ -161,6 +197,7 @@ class _Console:
 console = _Console()
 _LINE_BREAKS = re.compile(r"\s*[\r\n]+\s*")
 
+
 def default_db_path() -> Path:
     """$HPCWATCH_DB, else the folder $XDG_DATA_HOME/hpcwatch/store (~/.local/share by default)."""
     if os.environ.get("HPCWATCH_DB"):
@@ -171,6 +208,7 @@ def default_db_path() -> Path:
 
 def open_store(db: str | None) -> Store:
     from hpcwatch.store import Store
+
     return Store(db if db else default_db_path())
 
 
@@ -181,6 +219,7 @@ def safe_text(value: object, empty: str = "-") -> str:
     if value is None or value == "":
         return empty
     from rich.markup import escape
+
     return escape(_visible(value))
 
 
@@ -202,8 +241,13 @@ def warning_line(message: str) -> str:
 
 def emit_json(document: Any) -> None:
     """One JSON document on stdout (numpy scalars and dataclasses welcome)."""
-    sys.stdout.write(orjson.dumps(document, option=orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_NON_STR_KEYS
-                                  | orjson.OPT_INDENT_2, default=_default).decode())
+    sys.stdout.write(
+        orjson.dumps(
+            document,
+            option=orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_NON_STR_KEYS | orjson.OPT_INDENT_2,
+            default=_default,
+        ).decode()
+    )
     sys.stdout.write("\n")
 
 

@@ -7,10 +7,29 @@ tests/unit/test_cli_startup.py asserts each copy equals its home's constant: a c
 test instead of drifting silently. This module imports nothing.
 """
 
-__all__ = ["ACTIVE_CHECK_DAYS", "COLLECT_CONFIG_PATH", "EXPORTER_PORT", "EXPORTER_RECENT_STEPS", "HEALTH_WINDOW_S",
-           "GOODPUT_GPUS", "GOODPUT_DAYS", "CHECKPOINT_COST_S", "RESTART_COST_S", "RESTORE_COST_S", "GOODPUT_STEP_S",
-           "SWEEP_GPUS", "DATASET_PREFIXES", "TWIN_STEP_S", "TWIN_SERVE_PORT", "TWIN_SERVE_TICK_S", "MFU_GPU",
-           "STRAGGLER_SIM_STEPS", "DASK_SLURM_MEMORY", "DASK_SLURM_WALLTIME", "DASK_START_TIMEOUT_S"]
+__all__ = [
+    "ACTIVE_CHECK_DAYS",
+    "COLLECT_CONFIG_PATH",
+    "EXPORTER_PORT",
+    "EXPORTER_RECENT_STEPS",
+    "HEALTH_WINDOW_S",
+    "GOODPUT_GPUS",
+    "GOODPUT_DAYS",
+    "CHECKPOINT_COST_S",
+    "RESTART_COST_S",
+    "RESTORE_COST_S",
+    "GOODPUT_STEP_S",
+    "SWEEP_GPUS",
+    "DATASET_PREFIXES",
+    "TWIN_STEP_S",
+    "TWIN_SERVE_PORT",
+    "TWIN_SERVE_TICK_S",
+    "MFU_GPU",
+    "STRAGGLER_SIM_STEPS",
+    "DASK_SLURM_MEMORY",
+    "DASK_SLURM_WALLTIME",
+    "DASK_START_TIMEOUT_S",
+]
 
 #: hpcwatch.assess.evidence.DEFAULT_ACTIVE_CHECK_DAYS
 ACTIVE_CHECK_DAYS = 7.0

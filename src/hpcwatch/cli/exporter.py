@@ -15,10 +15,12 @@ __all__ = ["exporter"]
 @click.option("--port", type=int, default=EXPORTER_PORT, help="Port for /metrics.")
 @click.option("--host", default="127.0.0.1", help="Address to bind (0.0.0.0 to let a remote Prometheus in).")
 @db_option()
-@click.option("--recent-steps", type=int, default=EXPORTER_RECENT_STEPS,
-              help="Training metrics use each job's last N steps.")
-@click.option("--duration", "duration_s", type=float, default=0.0,
-              help="Stop after this many seconds (0: until Ctrl-C).")
+@click.option(
+    "--recent-steps", type=int, default=EXPORTER_RECENT_STEPS, help="Training metrics use each job's last N steps."
+)
+@click.option(
+    "--duration", "duration_s", type=float, default=0.0, help="Stop after this many seconds (0: until Ctrl-C)."
+)
 def exporter(port: int, host: str, db: str | None, recent_steps: int, duration_s: float) -> None:
     """Per-job GPU-hours, energy, utilisation, idle GPUs, step time, stragglers, goodput and findings.
 

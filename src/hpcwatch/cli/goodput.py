@@ -8,13 +8,32 @@ from typing import TYPE_CHECKING
 
 import click
 
-from hpcwatch.cli.common import (PATH, app, argument, console, db_option, emit_json, json_option, open_store,
-                                 repeatable, safe_text, simulate_app)
-from hpcwatch.cli.defaults import (CHECKPOINT_COST_S, GOODPUT_DAYS, GOODPUT_GPUS, GOODPUT_STEP_S, HEALTH_WINDOW_S,
-                                   RESTART_COST_S, RESTORE_COST_S, SWEEP_GPUS)
+from hpcwatch.cli.common import (
+    PATH,
+    app,
+    argument,
+    console,
+    db_option,
+    emit_json,
+    json_option,
+    open_store,
+    repeatable,
+    safe_text,
+    simulate_app,
+)
+from hpcwatch.cli.defaults import (
+    CHECKPOINT_COST_S,
+    GOODPUT_DAYS,
+    GOODPUT_GPUS,
+    GOODPUT_STEP_S,
+    HEALTH_WINDOW_S,
+    RESTART_COST_S,
+    RESTORE_COST_S,
+    SWEEP_GPUS,
+)
 from hpcwatch.errors import ConfigError
 
-if TYPE_CHECKING:   # imported when a command runs, not for --help
+if TYPE_CHECKING:  # imported when a command runs, not for --help
     from hpcwatch.analysis.health import HealthReport
     from hpcwatch.records import Event
 
@@ -37,18 +56,24 @@ def goodput(job: str, db: str | None, as_json: bool) -> None:
 
     from hpcwatch.analysis.goodput import BADPUT_KINDS
     from hpcwatch.reports.goodput import goodput_report
+
     with open_store(db) as store:
         report = goodput_report(store, job)
     if as_json:
         emit_json(report.to_dict())
         return
-    console.print(f"[bold]Job {safe_text(job)}: goodput {report.goodput:.1%}[/bold] of {report.total_s / 3600:.2f} h "
-                  f"({report.steps} steps, {report.lost_steps} lost, {report.interruptions} interruptions)")
+    console.print(
+        f"[bold]Job {safe_text(job)}: goodput {report.goodput:.1%}[/bold] of {report.total_s / 3600:.2f} h "
+        f"({report.steps} steps, {report.lost_steps} lost, {report.interruptions} interruptions)"
+    )
     table = Table("category", "hours", "share")
     table.add_row("productive", f"{report.productive_s / 3600:.3f}", f"{report.goodput:.2%}")
     for kind in BADPUT_KINDS:
-        table.add_row(kind, f"{report.badput_s[kind] / 3600:.3f}", f"{report.badput_s[kind] / report.total_s:.2%}"
-                      if report.total_s else "-")
+        table.add_row(
+            kind,
+            f"{report.badput_s[kind] / 3600:.3f}",
+            f"{report.badput_s[kind] / report.total_s:.2%}" if report.total_s else "-",
+        )
     console.print(table)
     if report.ideal_step_s is not None:
         console.print(f"ideal step time (mean under median + 3·MAD): {report.ideal_step_s:.3f} s")
@@ -61,6 +86,7 @@ def goodput(job: str, db: str | None, as_json: bool) -> None:
 
 def _read_active(dcgmi: list[Path], nccl: list[Path], ibbw: list[Path], node: str | None) -> list[Event]:
     from hpcwatch.sources.healthtools import read_dcgmi_diag, read_ib_write_bw, read_nccl_tests
+
     events: list[Event] = []
     for path in dcgmi:
         events += read_dcgmi_diag(path, node=node)
@@ -73,36 +99,51 @@ def _read_active(dcgmi: list[Path], nccl: list[Path], ibbw: list[Path], node: st
 
 def _print_health(report: HealthReport) -> None:
     from rich.table import Table
+
     if not report.nodes:
         console.print("no samples or events to judge in the window (nothing was looked at, so nothing is known)")
         return
     table = Table("node", "verdict", "why")
     colour = {"ok": "green", "warn": "yellow", "drain": "red"}
     for n in report.nodes:
-        table.add_row(safe_text(n.node), f"[{colour[n.verdict]}]{n.verdict}[/{colour[n.verdict]}]",
-                      safe_text(n.reason()))
+        table.add_row(
+            safe_text(n.node), f"[{colour[n.verdict]}]{n.verdict}[/{colour[n.verdict]}]", safe_text(n.reason())
+        )
     console.print(table)
 
 
 @app.command()
 @db_option()
 @click.option("--node", help="Judge this node only (as the samples name it).")
-@click.option("--window", type=float, default=HEALTH_WINDOW_S,
-              help="Seconds of samples to judge, back from the newest.")
+@click.option(
+    "--window", type=float, default=HEALTH_WINDOW_S, help="Seconds of samples to judge, back from the newest."
+)
 @repeatable("--dcgmi-diag", "dcgmi", type=PATH, help="`dcgmi diag -j` output to judge (repeatable).")
 @repeatable("--nccl-tests", "nccl", type=PATH, help="nccl-tests output to judge (repeatable).")
 @repeatable("--ib-write-bw", "ibbw", type=PATH, help="ib_write_bw output to judge (repeatable).")
-@click.option("--link", default="ndr", help="Link of the fabric for ib_write_bw / nccl-tests / ibstat port rates "
-                                            "(hdr, ndr, xdr).")
+@click.option(
+    "--link", default="ndr", help="Link of the fabric for ib_write_bw / nccl-tests / ibstat port rates (hdr, ndr, xdr)."
+)
 @click.option("--summary", is_flag=True, default=False, help="Print one line: the verdict and the reasons.")
 @click.option("--fail-on", default="never", help="Exit 1 when the verdict is at least this: warn, drain or never.")
 @json_option()
-def health(db: str | None, node: str | None, window: float, dcgmi: list[Path], nccl: list[Path], ibbw: list[Path],
-           link: str, summary: bool, fail_on: str, as_json: bool) -> None:
+def health(
+    db: str | None,
+    node: str | None,
+    window: float,
+    dcgmi: list[Path],
+    nccl: list[Path],
+    ibbw: list[Path],
+    link: str,
+    summary: bool,
+    fail_on: str,
+    as_json: bool,
+) -> None:
     """Node health from the store's samples and events (passive) and from benchmark outputs (active)."""
     from hpcwatch.analysis.health import VERDICTS
     from hpcwatch.reports.health import node_health
     from hpcwatch.reports.text import visible
+
     if fail_on not in ("warn", "drain", "never"):
         raise ConfigError(f"--fail-on must be warn, drain or never, got {fail_on!r}")
     active = _read_active(dcgmi, nccl, ibbw, node)
@@ -121,8 +162,7 @@ def health(db: str | None, node: str | None, window: float, dcgmi: list[Path], n
 def _summary_line(report: HealthReport) -> str:
     """``drain: node2: xid: ...`` for `--summary` (the Slurm health check's drain reason)."""
     if report.verdict != "ok":
-        return f"{report.verdict}: " + " | ".join(f"{n.node}: {n.reason()}" for n in report.nodes
-                                                  if n.verdict != "ok")
+        return f"{report.verdict}: " + " | ".join(f"{n.node}: {n.reason()}" for n in report.nodes if n.verdict != "ok")
     return "ok" if any(n.checks for n in report.nodes) else "ok (no data)"
 
 
@@ -141,10 +181,15 @@ def _interval(text: str) -> float | str:
 @simulate_app.command("goodput")
 @click.option("--gpus", type=int, default=GOODPUT_GPUS, help="GPUs of the synchronous job.")
 @click.option("--days", type=float, default=GOODPUT_DAYS, help="Wall-clock days of the run.")
-@click.option("--checkpoint-cost", type=float, default=CHECKPOINT_COST_S,
-              help="C: seconds a checkpoint save stops training.")
-@click.option("--restart-cost", type=float, default=RESTART_COST_S,
-              help="R: seconds from a failure to running again (detect, requeue, start).")
+@click.option(
+    "--checkpoint-cost", type=float, default=CHECKPOINT_COST_S, help="C: seconds a checkpoint save stops training."
+)
+@click.option(
+    "--restart-cost",
+    type=float,
+    default=RESTART_COST_S,
+    help="R: seconds from a failure to running again (detect, requeue, start).",
+)
 @click.option("--restore-cost", type=float, default=RESTORE_COST_S, help="Seconds to load the last checkpoint.")
 @click.option("--interval", default="young", help="Checkpoint interval: seconds, young or daly.")
 @click.option("--step", type=float, default=GOODPUT_STEP_S, help="Seconds per training step.")
@@ -153,17 +198,43 @@ def _interval(text: str) -> float | str:
 @db_option(help="Also write the run's records (job, spans, events) here.")
 @click.option("--job-id", default="goodput-sim", help="Job id of the records written with --db.")
 @json_option()
-def simulate_goodput_cmd(gpus: int, days: float, checkpoint_cost: float, restart_cost: float, restore_cost: float,
-                         interval: str, step: float, seed: int, sweep: bool, db: str | None, job_id: str,
-                         as_json: bool) -> None:
+def simulate_goodput_cmd(
+    gpus: int,
+    days: float,
+    checkpoint_cost: float,
+    restart_cost: float,
+    restore_cost: float,
+    interval: str,
+    step: float,
+    seed: int,
+    sweep: bool,
+    db: str | None,
+    job_id: str,
+    as_json: bool,
+) -> None:
     """Goodput of a synchronous job under Llama 3's failure rates (16,384 H100, 54 days, 419 interruptions)."""
     from rich.table import Table
 
-    from hpcwatch.analysis.goodputsim import (DEFAULT_INIT_S, DEFAULT_LOAD_FRACTION, GoodputSimConfig, goodput_sweep,
-                                              simulate_goodput)
-    config = GoodputSimConfig(gpus=gpus, days=days, checkpoint_cost_s=checkpoint_cost, restart_cost_s=restart_cost,
-                              restore_cost_s=restore_cost, init_s=DEFAULT_INIT_S, interval=_interval(interval),
-                              step_s=step, load_fraction=DEFAULT_LOAD_FRACTION, seed=seed)
+    from hpcwatch.analysis.goodputsim import (
+        DEFAULT_INIT_S,
+        DEFAULT_LOAD_FRACTION,
+        GoodputSimConfig,
+        goodput_sweep,
+        simulate_goodput,
+    )
+
+    config = GoodputSimConfig(
+        gpus=gpus,
+        days=days,
+        checkpoint_cost_s=checkpoint_cost,
+        restart_cost_s=restart_cost,
+        restore_cost_s=restore_cost,
+        init_s=DEFAULT_INIT_S,
+        interval=_interval(interval),
+        step_s=step,
+        load_fraction=DEFAULT_LOAD_FRACTION,
+        seed=seed,
+    )
     if sweep:
         runs = goodput_sweep(base=config)
         if as_json:
@@ -171,8 +242,13 @@ def simulate_goodput_cmd(gpus: int, days: float, checkpoint_cost: float, restart
             return
         table = Table("GPUs", "MTBF (h)", "interruptions", "interval (s)", "goodput")
         for r in runs:
-            table.add_row(str(r.config.gpus), f"{r.mtbf_s / 3600:.2f}", str(r.interruptions),
-                          f"{r.checkpoint_interval_s:.0f}", f"{r.goodput:.1%}")
+            table.add_row(
+                str(r.config.gpus),
+                f"{r.mtbf_s / 3600:.2f}",
+                str(r.interruptions),
+                f"{r.checkpoint_interval_s:.0f}",
+                f"{r.goodput:.1%}",
+            )
         console.print(table)
         return
     run = simulate_goodput(config)
@@ -187,18 +263,22 @@ def simulate_goodput_cmd(gpus: int, days: float, checkpoint_cost: float, restart
 def _store_run(run, db: str, job_id: str) -> None:
     steps = int(run.inc_steps.sum())
     if steps > MAX_STORED_STEPS:
-        raise ConfigError(f"--db: the run has {steps} steps (> {MAX_STORED_STEPS}); use fewer --days or a longer "
-                          f"--step")
+        raise ConfigError(
+            f"--db: the run has {steps} steps (> {MAX_STORED_STEPS}); use fewer --days or a longer --step"
+        )
     with open_store(db) as store:
         store.add(run.records(job_id))
 
 
 def _print_run(run) -> None:
     from rich.table import Table
+
     d = run.to_dict()
-    console.print(f"[bold]{d['gpus']} GPUs × {d['days']:g} days: goodput {d['goodput']:.1%}[/bold], effective "
-                  f"training time {d['effective_time']:.1%}; {d['interruptions']} interruptions "
-                  f"(MTBF {d['mtbf_s'] / 3600:.2f} h), checkpoint every {d['checkpoint_interval']:.0f} s")
+    console.print(
+        f"[bold]{d['gpus']} GPUs × {d['days']:g} days: goodput {d['goodput']:.1%}[/bold], effective "
+        f"training time {d['effective_time']:.1%}; {d['interruptions']} interruptions "
+        f"(MTBF {d['mtbf_s'] / 3600:.2f} h), checkpoint every {d['checkpoint_interval']:.0f} s"
+    )
     table = Table("badput", "share")
     for kind, share in d["badput"].items():
         table.add_row(kind, f"{share:.2%}")

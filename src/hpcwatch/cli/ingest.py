@@ -15,7 +15,6 @@ from __future__ import annotations
 import sys
 from collections import Counter
 from pathlib import Path
-
 from typing import TYPE_CHECKING
 
 import click
@@ -24,7 +23,7 @@ from hpcwatch.cli.common import PATH, app, argument, console, db_option, emit_js
 from hpcwatch.reports.text import visible
 from hpcwatch.sources.registry import RECORD_KINDS, format_named, formats
 
-if TYPE_CHECKING:   # hpcwatch.ingest opens the store (pyarrow, duckdb): imported when the command runs
+if TYPE_CHECKING:  # hpcwatch.ingest opens the store (pyarrow, duckdb): imported when the command runs
     from hpcwatch.ingest import FileResult, IngestReport
 
 __all__ = ["ingest", "ingest_document"]
@@ -33,21 +32,30 @@ __all__ = ["ingest", "ingest_document"]
 @app.command()
 @argument("paths", nargs=-1, required=True, type=PATH, help="Files or folders (walked) of real formats.")
 @click.option("--format", "-f", "format", help="Skip detection: " + ", ".join(f.name for f in formats()) + ".")
-@click.option("--host", help="The node these files belong to, for formats that do not name it (node-exporter text, "
-                             "perfquery, nvidia-smi).")
-@click.option("--remote-write", metavar="URL", help="Send the samples to this Prometheus or VictoriaMetrics "
-                                                    "(http://host:9090, remote-write API) instead of the store.")
+@click.option(
+    "--host",
+    help="The node these files belong to, for formats that do not name it (node-exporter text, perfquery, nvidia-smi).",
+)
+@click.option(
+    "--remote-write",
+    metavar="URL",
+    help="Send the samples to this Prometheus or VictoriaMetrics "
+    "(http://host:9090, remote-write API) instead of the store.",
+)
 @db_option()
 @json_option("json_out")
-def ingest(paths: list[Path], format: str | None, host: str | None, remote_write: str | None, db: str | None,
-           json_out: bool) -> None:
+def ingest(
+    paths: list[Path], format: str | None, host: str | None, remote_write: str | None, db: str | None, json_out: bool
+) -> None:
     """Read files or folders of real formats into the store (format auto-detected; the same content only once)."""
     from hpcwatch.ingest import ingest_paths, remote_write_paths
+
     if format:
         format_named(format)  # an unknown name fails before anything is read
     on_file = None if json_out else _warn
     if remote_write is not None:
         from hpcwatch.promql import PrometheusBackend
+
         with PrometheusBackend(remote_write) as backend:
             report = remote_write_paths(backend.write, paths, format=format, host=host, on_file=on_file)
     else:
@@ -69,10 +77,14 @@ def ingest_document(report: IngestReport) -> dict:
         "formats": dict(sorted(formats_used.items())),
         "status": report.by_status(),
         "already_ingested": [f.path for f in report.files if f.status == "already"],
-        "skipped": [{"path": f.path, "reason": f.reason} for f in report.files
-                    if f.status in ("skipped", "not stored", "not sent")],
-        "bad_lines": [{"path": f.path, "count": f.bad_line_count, "first": f.bad_lines}
-                      for f in report.files if f.bad_line_count],
+        "skipped": [
+            {"path": f.path, "reason": f.reason}
+            for f in report.files
+            if f.status in ("skipped", "not stored", "not sent")
+        ],
+        "bad_lines": [
+            {"path": f.path, "count": f.bad_line_count, "first": f.bad_lines} for f in report.files if f.bad_line_count
+        ],
     }
 
 
@@ -83,12 +95,16 @@ def _warn(result: FileResult) -> None:
             print(f"hpcwatch: warning: {visible(line)}", file=sys.stderr)
         more = result.bad_line_count - len(result.bad_lines)
         tail = f" ({more} more not shown)" if more else ""
-        print(f"hpcwatch: warning: {visible(result.path)}: {result.bad_line_count} bad line(s) "
-              f"skipped, the good ones kept{tail}", file=sys.stderr)
+        print(
+            f"hpcwatch: warning: {visible(result.path)}: {result.bad_line_count} bad line(s) "
+            f"skipped, the good ones kept{tail}",
+            file=sys.stderr,
+        )
 
 
 def _print(report: IngestReport) -> None:
     from rich.table import Table
+
     doc = ingest_document(report)
     sent = any(f.status in ("sent", "not sent") for f in report.files)
     table = Table(title=f"{'sent (remote write)' if sent else 'ingested'} {doc['files']} file(s)")

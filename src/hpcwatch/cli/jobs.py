@@ -6,14 +6,14 @@ samples and jobs); every string from data goes through ``safe_text``.
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
 import click
 
 from hpcwatch.cli.common import app, argument, console, db_option, emit_json, json_option, open_store, safe_text
 
-if TYPE_CHECKING:   # the store and the reports are imported when a command runs, not for --help
+if TYPE_CHECKING:  # the store and the reports are imported when a command runs, not for --help
     from hpcwatch.store import Store
 
 __all__ = ["jobs", "job"]
@@ -25,13 +25,16 @@ def _prometheus_samples(store: Store, prometheus: str | None):
         return None
     from hpcwatch.promql import PrometheusBackend
     from hpcwatch.reports.jobs import prometheus_samples
+
     starts = [j.start for j in store.jobs() if j.start is not None]
     with PrometheusBackend(prometheus) as prom:
         return prometheus_samples(prom, t0=min(starts) if starts else None)
 
 
-prometheus_option = click.option("--prometheus", help="Read samples from this Prometheus (http://host:9090) "
-                                                     "instead of the store; jobs still come from --db.")
+prometheus_option = click.option(
+    "--prometheus",
+    help="Read samples from this Prometheus (http://host:9090) instead of the store; jobs still come from --db.",
+)
 
 
 def _bytes(n: float | None) -> str:
@@ -53,22 +56,27 @@ def _hours(v: float | None) -> str:
 
 
 def _when(t: float | None) -> str:
-    return "-" if t is None else datetime.fromtimestamp(t, timezone.utc).strftime("%Y-%m-%d %H:%M:%S")
+    return "-" if t is None else datetime.fromtimestamp(t, UTC).strftime("%Y-%m-%d %H:%M:%S")
 
 
 def _job_lines(r) -> list[str]:
     """The window, the attribution, jobstats' CPU/memory/time lines and the advice of one job."""
-    lines = [f"allocated {_hours(r.gpu_hours_allocated)} GPU-h; observed {r.gpu_hours_observed:.2f} GPU-h on "
-             f"{r.gpus_observed} GPUs from {_when(r.observed_start)} to {_when(r.observed_end)} UTC"
-             + ("" if r.coverage is None else f" ({100 * r.coverage:.0f} % of the allocation)"),
-             "attributed by: " + (", ".join(safe_text(a) for a in r.attributed_by) or "no samples")
-             + f"; allocation: {safe_text(r.allocation, empty='none known')}"]
+    lines = [
+        f"allocated {_hours(r.gpu_hours_allocated)} GPU-h; observed {r.gpu_hours_observed:.2f} GPU-h on "
+        f"{r.gpus_observed} GPUs from {_when(r.observed_start)} to {_when(r.observed_end)} UTC"
+        + ("" if r.coverage is None else f" ({100 * r.coverage:.0f} % of the allocation)"),
+        "attributed by: "
+        + (", ".join(safe_text(a) for a in r.attributed_by) or "no samples")
+        + f"; allocation: {safe_text(r.allocation, empty='none known')}",
+    ]
     if r.cpus is not None:
-        lines.append(f"CPU: {r.cpus} cores, {_pct(r.cpu_util_pct)} used; memory requested "
-                     f"{_bytes(r.memory_requested_bytes)}, max RSS "
-                     + (", ".join(f"{safe_text(n)} {_bytes(v)}" for n, v in r.max_rss_bytes_by_node) or "-")
-                     + f"; time limit used {_pct(None if r.time_limit_used is None else 100 * r.time_limit_used)}"
-                     + ("" if r.time_limit_s is None else f" of {r.time_limit_s / 3600:.2f} h"))
+        lines.append(
+            f"CPU: {r.cpus} cores, {_pct(r.cpu_util_pct)} used; memory requested "
+            f"{_bytes(r.memory_requested_bytes)}, max RSS "
+            + (", ".join(f"{safe_text(n)} {_bytes(v)}" for n, v in r.max_rss_bytes_by_node) or "-")
+            + f"; time limit used {_pct(None if r.time_limit_used is None else 100 * r.time_limit_used)}"
+            + ("" if r.time_limit_s is None else f" of {r.time_limit_s / 3600:.2f} h")
+        )
     lines += [f"[yellow]advice:[/] {safe_text(a)}" for a in r.advice]
     return lines
 
@@ -85,24 +93,55 @@ def jobs(db: str | None, user: str | None, account: str | None, prometheus: str 
 
     from hpcwatch.analysis.attribution import report_dict
     from hpcwatch.reports.jobs import jobs_report
+
     with open_store(db) as store:
         reports = jobs_report(store, samples=_prometheus_samples(store, prometheus), user=user, account=account)
     if json_out:
         emit_json({"jobs": [report_dict(r) for r in reports]})
         return
-    table = Table(title=f"{len(reports)} jobs", caption="GPU-h alloc: as Slurm bills (GPUs x elapsed); "
-                  "seen, kWh, util, bytes: over the observed window (samples) only")
-    for col in ("job", "user", "account", "state", "from", "GPUs", "GPU-h alloc", "GPU-h seen", "cover", "kWh",
-                "util", "HBM max", "IB", "Lustre", "XID", "idle GPUs"):
+    table = Table(
+        title=f"{len(reports)} jobs",
+        caption="GPU-h alloc: as Slurm bills (GPUs x elapsed); "
+        "seen, kWh, util, bytes: over the observed window (samples) only",
+    )
+    for col in (
+        "job",
+        "user",
+        "account",
+        "state",
+        "from",
+        "GPUs",
+        "GPU-h alloc",
+        "GPU-h seen",
+        "cover",
+        "kWh",
+        "util",
+        "HBM max",
+        "IB",
+        "Lustre",
+        "XID",
+        "idle GPUs",
+    ):
         table.add_column(col, justify="left" if col in ("job", "user", "account", "state", "from") else "right")
     for r in reports:
-        table.add_row(safe_text(r.id), safe_text(r.user), safe_text(r.account), safe_text(r.state),
-                      safe_text(r.attributed_by[0] if r.attributed_by else r.allocation),
-                      f"{r.gpus}", _hours(r.gpu_hours_allocated), f"{r.gpu_hours_observed:.2f}",
-                      _pct(None if r.coverage is None else 100 * r.coverage),
-                      f"{r.energy_kwh:.2f}", _pct(r.mean_gpu_util), _bytes(r.max_fb_used_bytes),
-                      _bytes(r.ib_bytes), _bytes(r.lustre_bytes), str(r.xid_errors),
-                      f"[red]{r.idle_gpus}[/]" if r.idle_gpus else "0")
+        table.add_row(
+            safe_text(r.id),
+            safe_text(r.user),
+            safe_text(r.account),
+            safe_text(r.state),
+            safe_text(r.attributed_by[0] if r.attributed_by else r.allocation),
+            f"{r.gpus}",
+            _hours(r.gpu_hours_allocated),
+            f"{r.gpu_hours_observed:.2f}",
+            _pct(None if r.coverage is None else 100 * r.coverage),
+            f"{r.energy_kwh:.2f}",
+            _pct(r.mean_gpu_util),
+            _bytes(r.max_fb_used_bytes),
+            _bytes(r.ib_bytes),
+            _bytes(r.lustre_bytes),
+            str(r.xid_errors),
+            f"[red]{r.idle_gpus}[/]" if r.idle_gpus else "0",
+        )
     console.print(table)
 
 
@@ -117,26 +156,51 @@ def job(job_id: str, db: str | None, prometheus: str | None, json_out: bool) -> 
 
     from hpcwatch.analysis.attribution import report_dict
     from hpcwatch.reports.jobs import job_report
+
     with open_store(db) as store:
         found = job_report(store, job_id, samples=_prometheus_samples(store, prometheus))
     if json_out:
         emit_json(report_dict(found, per_gpu=True))
         return
-    console.print(f"[bold]job {safe_text(found.id)}[/] {safe_text(found.name, empty='')} — {safe_text(found.user)}/"
-                  f"{safe_text(found.account)}, {safe_text(found.state)}, "
-                  f"{found.gpus} GPUs on {', '.join(safe_text(n) for n in found.nodes)}; {found.gpu_hours:.2f} GPU-h, "
-                  f"{found.energy_kwh:.3f} kWh, IB {_bytes(found.ib_bytes)}, Lustre read "
-                  f"{_bytes(found.lustre_read_bytes)} / write {_bytes(found.lustre_write_bytes)}, "
-                  f"{found.xid_errors} XID errors")
+    console.print(
+        f"[bold]job {safe_text(found.id)}[/] {safe_text(found.name, empty='')} — {safe_text(found.user)}/"
+        f"{safe_text(found.account)}, {safe_text(found.state)}, "
+        f"{found.gpus} GPUs on {', '.join(safe_text(n) for n in found.nodes)}; {found.gpu_hours:.2f} GPU-h, "
+        f"{found.energy_kwh:.3f} kWh, IB {_bytes(found.ib_bytes)}, Lustre read "
+        f"{_bytes(found.lustre_read_bytes)} / write {_bytes(found.lustre_write_bytes)}, "
+        f"{found.xid_errors} XID errors"
+    )
     for line in _job_lines(found):
         console.print(line)
     table = Table()
-    for col in ("host", "GPU", "MIG", "samples", "util mean", "util max", "tensor", "HBM max", "power", "kWh", "XID", ""):
+    for col in (
+        "host",
+        "GPU",
+        "MIG",
+        "samples",
+        "util mean",
+        "util max",
+        "tensor",
+        "HBM max",
+        "power",
+        "kWh",
+        "XID",
+        "",
+    ):
         table.add_column(col, justify="left" if col in ("host", "") else "right")
     for g in found.per_gpu:
-        table.add_row(safe_text(g.host), safe_text(g.gpu),
-                      "-" if g.instance is None else safe_text(f"{g.instance} {g.profile or ''}"), str(g.samples), _pct(g.mean_util_pct), _pct(g.max_util_pct),
-                      "-" if g.mean_tensor_active is None else f"{g.mean_tensor_active:.2f}",
-                      _bytes(g.max_fb_used_bytes), "-" if g.mean_power_w is None else f"{g.mean_power_w:.0f} W",
-                      f"{g.energy_kwh:.3f}", str(g.xid_errors), "[red]allocated but idle[/]" if g.idle else "")
+        table.add_row(
+            safe_text(g.host),
+            safe_text(g.gpu),
+            "-" if g.instance is None else safe_text(f"{g.instance} {g.profile or ''}"),
+            str(g.samples),
+            _pct(g.mean_util_pct),
+            _pct(g.max_util_pct),
+            "-" if g.mean_tensor_active is None else f"{g.mean_tensor_active:.2f}",
+            _bytes(g.max_fb_used_bytes),
+            "-" if g.mean_power_w is None else f"{g.mean_power_w:.0f} W",
+            f"{g.energy_kwh:.3f}",
+            str(g.xid_errors),
+            "[red]allocated but idle[/]" if g.idle else "",
+        )
     console.print(table)

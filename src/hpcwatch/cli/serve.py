@@ -24,14 +24,35 @@ DEFAULT_PORT = 8000
 @repeatable("--scenario", help="Twin scenario (repeatable), e.g. straggler.")
 @click.option("--nodes", type=click.IntRange(min=1), help="Nodes of the reference cluster (default 2).")
 @click.option("--seed", type=int, default=0, help="Seed of the twin.")
-@click.option("--speed", type=click.FloatRange(min=0.01), default=1.0,
-              help="Simulated seconds per real second (e.g. 20: see a node reboot in 10 s).")
-@click.option("--scan-every", type=click.FloatRange(min=0.0), default=10.0,
-              help="Run the security detectors every S seconds (0: never).")
-@click.option("--scan-window", type=click.FloatRange(min=0.0), default=300.0,
-              help="Each scan looks at the last S seconds of data, read incrementally (0: the whole store every time).")
-def demo(port: int, no_browser: bool, duration: float | None, scenario: list[str], nodes: int | None, seed: int,
-         speed: float, scan_every: float, scan_window: float) -> None:
+@click.option(
+    "--speed",
+    type=click.FloatRange(min=0.01),
+    default=1.0,
+    help="Simulated seconds per real second (e.g. 20: see a node reboot in 10 s).",
+)
+@click.option(
+    "--scan-every",
+    type=click.FloatRange(min=0.0),
+    default=10.0,
+    help="Run the security detectors every S seconds (0: never).",
+)
+@click.option(
+    "--scan-window",
+    type=click.FloatRange(min=0.0),
+    default=300.0,
+    help="Each scan looks at the last S seconds of data, read incrementally (0: the whole store every time).",
+)
+def demo(
+    port: int,
+    no_browser: bool,
+    duration: float | None,
+    scenario: list[str],
+    nodes: int | None,
+    seed: int,
+    speed: float,
+    scan_every: float,
+    scan_window: float,
+) -> None:
     """The main job: a live twin of the reference cluster in memory, and the web schematic on it."""
     from hpcwatch.model.cluster import reference_cluster
     from hpcwatch.store import Store
@@ -49,10 +70,13 @@ def demo(port: int, no_browser: bool, duration: float | None, scenario: list[str
     web = create_app(store, cluster, step_jobs=step_jobs)
 
     def started(url: str) -> None:
-        console.print(f"hpcwatch demo: {len(cluster.nodes)} nodes, {len(cluster.gpus)} GPUs, "
-                      f"scenarios: {', '.join(scenario) or 'none'} — [bold]{url}[/bold] (Ctrl-C to stop)")
+        console.print(
+            f"hpcwatch demo: {len(cluster.nodes)} nodes, {len(cluster.gpus)} GPUs, "
+            f"scenarios: {', '.join(scenario) or 'none'} — [bold]{url}[/bold] (Ctrl-C to stop)"
+        )
         if not no_browser:
-            import webbrowser   # 6 ms of imports (shutil...) that every --help would pay
+            import webbrowser  # 6 ms of imports (shutil...) that every --help would pay
+
             webbrowser.open(url)
 
     try:
@@ -68,9 +92,12 @@ def demo(port: int, no_browser: bool, duration: float | None, scenario: list[str
 @db_option()
 @click.option("--port", type=int, default=DEFAULT_PORT, help="Port on 127.0.0.1.")
 @click.option("--model", type=PATH, help="Cluster model YAML (default: the reference cluster).")
-@click.option("--prometheus", help="Read live samples (DCGM, node-exporter, Lustre) from this Prometheus or "
-                                   "VictoriaMetrics (http://host:9090); Slurm jobs, steps, events and findings still "
-                                   "come from --db.")
+@click.option(
+    "--prometheus",
+    help="Read live samples (DCGM, node-exporter, Lustre) from this Prometheus or "
+    "VictoriaMetrics (http://host:9090); Slurm jobs, steps, events and findings still "
+    "come from --db.",
+)
 @click.option("--duration", type=click.FloatRange(min=0.0), help="Stop after S seconds.")
 def serve(db: str | None, port: int, model: Path | None, prometheus: str | None, duration: float | None) -> None:
     """The web schematic on an existing store (what `hpcwatch ingest`, `collect` or a twin run filled)."""
@@ -85,9 +112,14 @@ def serve(db: str | None, port: int, model: Path | None, prometheus: str | None,
     web = create_app(store, cluster, prometheus=prom)
     where = f"samples from {prom!r}, the rest from the store" if prom is not None else "the store"
     try:
-        serve_app(web, port=port, duration_s=duration,
-                  on_started=lambda url: console.print(f"hpcwatch serve ({safe_text(where)}): [bold]{url}[/bold] "
-                                                       "(Ctrl-C to stop)"))
+        serve_app(
+            web,
+            port=port,
+            duration_s=duration,
+            on_started=lambda url: console.print(
+                f"hpcwatch serve ({safe_text(where)}): [bold]{url}[/bold] (Ctrl-C to stop)"
+            ),
+        )
     finally:
         store.close()
         if prom is not None:
@@ -101,6 +133,7 @@ def _prometheus(url: str | None):
         return None
     from hpcwatch.errors import BackendError
     from hpcwatch.promql import PrometheusBackend, server_time
+
     prom = PrometheusBackend(url)
     try:
         server_time(prom)

@@ -14,7 +14,7 @@ import click
 from hpcwatch.cli.common import app, console, emit_json, json_option, repeatable, safe_text
 from hpcwatch.errors import ConfigError
 
-if TYPE_CHECKING:   # the twin and the store are imported when the command runs, not for --help
+if TYPE_CHECKING:  # the twin and the store are imported when the command runs, not for --help
     from rich.table import Table
 
     from hpcwatch.store import Store
@@ -28,14 +28,18 @@ MAX_ROWS = 48
 def latest_gpus(store: Store) -> list[dict]:
     """The last scrape of every GPU in the store (``reports.live.gpu_table``)."""
     from hpcwatch.reports.live import gpu_table
+
     return gpu_table(store)
 
 
 def _table(gpus: list[dict], twin_now: float, ticks: int) -> Table:
     from rich.table import Table
+
     shown = gpus if len(gpus) <= MAX_ROWS else gpus[:MAX_ROWS]
-    title = (f"hpcwatch top — {len(gpus)} GPUs, simulated {time.strftime('%H:%M:%S', time.gmtime(twin_now))} UTC, "
-             f"tick {ticks}" + (f" (first {MAX_ROWS} shown)" if len(gpus) > MAX_ROWS else ""))
+    title = (
+        f"hpcwatch top — {len(gpus)} GPUs, simulated {time.strftime('%H:%M:%S', time.gmtime(twin_now))} UTC, "
+        f"tick {ticks}" + (f" (first {MAX_ROWS} shown)" if len(gpus) > MAX_ROWS else "")
+    )
     table = Table(title=title)
     for col in ("node", "GPU", "job", "user", "util", "power", "memory", "temp"):
         table.add_column(col, justify="left" if col in ("node", "job", "user") else "right")
@@ -43,9 +47,16 @@ def _table(gpus: list[dict], twin_now: float, ticks: int) -> Table:
         util = g.get("util_pct", 0.0)
         style = "green" if util >= 80 else ("red" if g["job"] and util < 1 else "")
         total = g.get("fb_used_mib", 0.0) + g.get("fb_free_mib", 0.0)
-        table.add_row(safe_text(g["host"]), safe_text(g["gpu"]), safe_text(g["job"]), safe_text(g["user"]), f"[{style}]{util:.0f}%[/]" if style
-                      else f"{util:.0f}%", f"{g.get('power_w', 0.0):.0f} W",
-                      f"{g.get('fb_used_mib', 0.0) / 1024:.1f}/{total / 1024:.0f} GiB", f"{g.get('temp_c', 0):.0f} C")
+        table.add_row(
+            safe_text(g["host"]),
+            safe_text(g["gpu"]),
+            safe_text(g["job"]),
+            safe_text(g["user"]),
+            f"[{style}]{util:.0f}%[/]" if style else f"{util:.0f}%",
+            f"{g.get('power_w', 0.0):.0f} W",
+            f"{g.get('fb_used_mib', 0.0) / 1024:.1f}/{total / 1024:.0f} GiB",
+            f"{g.get('temp_c', 0):.0f} C",
+        )
     return table
 
 
@@ -56,14 +67,16 @@ def _table(gpus: list[dict], twin_now: float, ticks: int) -> Table:
 @click.option("--seed", type=int, default=0, help="Random seed of the twin.")
 @click.option("--speed", type=float, default=1.0, help="Simulated seconds per real second.")
 @json_option("json_out")
-def top(duration: float | None, scenario: list[str], nodes: int | None, seed: int, speed: float,
-        json_out: bool) -> None:
+def top(
+    duration: float | None, scenario: list[str], nodes: int | None, seed: int, speed: float, json_out: bool
+) -> None:
     """Run the twin and watch its GPUs live: node, GPU, job, user, utilisation, power, memory."""
     from rich.live import Live
 
     from hpcwatch.store import Store
     from hpcwatch.twin.live import LiveTwin
     from hpcwatch.twin.run import sized_reference
+
     if duration is not None and duration <= 0:
         raise ConfigError(f"--duration must be > 0, got {duration}")
     if speed <= 0:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 from dataclasses import asdict
 from pathlib import Path
+
 import click
 
 from hpcwatch.cli.common import PATH, console, emit_json, json_option, repeatable, twin_app
@@ -30,13 +31,30 @@ MAX_AUTO_WORKERS = 4
 @repeatable("--scenario", help="Scenario to play (repeatable).")
 @click.option("--step", type=float, default=TWIN_STEP_S, help="Resolution: seconds between scrapes.")
 @click.option("--spans", is_flag=True, default=False, help="Also write spans.jsonl (the training job's steps).")
-@click.option("--traces", type=PATH, help="Also write the training job's steps as Kineto traces (rank-N.json) in "
-                                          "this folder, for hpcwatch steps.")
-@click.option("--workers", type=int, default=0, help="Processes writing the scrape files (0: one per core, at most "
-                                                     "4, for clusters over 32 nodes).")
+@click.option(
+    "--traces",
+    type=PATH,
+    help="Also write the training job's steps as Kineto traces (rank-N.json) in this folder, for hpcwatch steps.",
+)
+@click.option(
+    "--workers",
+    type=int,
+    default=0,
+    help="Processes writing the scrape files (0: one per core, at most 4, for clusters over 32 nodes).",
+)
 @json_option("json_out")
-def twin_run(out: Path, duration: float, nodes: int | None, seed: int, scenario: list[str], step: float, spans: bool,
-             traces: Path | None, workers: int, json_out: bool) -> None:
+def twin_run(
+    out: Path,
+    duration: float,
+    nodes: int | None,
+    seed: int,
+    scenario: list[str],
+    step: float,
+    spans: bool,
+    traces: Path | None,
+    workers: int,
+    json_out: bool,
+) -> None:
     """Write the twin's dcgm-exporter, node-exporter, Slurm, Lustre and perfquery files; read them back
     with ``hpcwatch ingest OUT``."""
     from rich.progress import Progress
@@ -54,18 +72,36 @@ def twin_run(out: Path, duration: float, nodes: int | None, seed: int, scenario:
     if workers == 0:
         workers = min(os.cpu_count() or 1, MAX_AUTO_WORKERS) if len(twin.node_names) > SNAPSHOT_MAX_NODES else 1
     if json_out:
-        summary = write_run(twin, out, duration_s=duration, step_s=step, spans=spans, traces_dir=traces, workers=workers)
-        emit_json({**asdict(summary), "nodes": len(twin.node_names), "gpus": twin.n_gpus,
-                   "scenarios": [s.name for s in twin.scenarios]})
+        summary = write_run(
+            twin, out, duration_s=duration, step_s=step, spans=spans, traces_dir=traces, workers=workers
+        )
+        emit_json(
+            {
+                **asdict(summary),
+                "nodes": len(twin.node_names),
+                "gpus": twin.n_gpus,
+                "scenarios": [s.name for s in twin.scenarios],
+            }
+        )
         return
     with Progress(console=console.real, transient=True) as progress:
         task = progress.add_task("simulating", total=round(duration / step))
-        summary = write_run(twin, out, duration_s=duration, step_s=step, spans=spans, traces_dir=traces, workers=workers,
-                            progress=lambda done, total: progress.update(task, completed=done))
-    console.print(f"[bold]{summary.out}[/]: {summary.ticks} scrapes of {len(twin.node_names)} nodes "
-                  f"({twin.n_gpus} GPUs), {summary.files} files, {summary.jobs} jobs"
-                  + (f", scenarios: {', '.join(s.name for s in twin.scenarios)}" if twin.scenarios else "")
-                  + f". Known scenarios: {', '.join(scenario_names())}.")
+        summary = write_run(
+            twin,
+            out,
+            duration_s=duration,
+            step_s=step,
+            spans=spans,
+            traces_dir=traces,
+            workers=workers,
+            progress=lambda done, total: progress.update(task, completed=done),
+        )
+    console.print(
+        f"[bold]{summary.out}[/]: {summary.ticks} scrapes of {len(twin.node_names)} nodes "
+        f"({twin.n_gpus} GPUs), {summary.files} files, {summary.jobs} jobs"
+        + (f", scenarios: {', '.join(s.name for s in twin.scenarios)}" if twin.scenarios else "")
+        + f". Known scenarios: {', '.join(scenario_names())}."
+    )
     console.print(f"Read it back: hpcwatch ingest {summary.out} --db FILE; then hpcwatch jobs --db FILE")
 
 
@@ -74,13 +110,22 @@ def twin_run(out: Path, duration: float, nodes: int | None, seed: int, scenario:
 @click.option("--ranks", type=int, default=16, help="Ranks of the data-parallel job (one trace each).")
 @click.option("--steps", type=int, default=10, help="Profiled steps per trace.")
 @click.option("--kernels", type=int, default=28, help="Compute kernels per step (the step's GPU time is kept).")
-@click.option("--slow-rank", type=int, help="This rank's GPU runs its backward slower (the gpu_straggler scenario's "
-                                            "factor).")
+@click.option(
+    "--slow-rank", type=int, help="This rank's GPU runs its backward slower (the gpu_straggler scenario's factor)."
+)
 @click.option("--gpus-per-node", type=int, default=8, help="Ranks per node (rank r on node r // N + 1).")
 @click.option("--seed", type=int, default=0, help="Random seed: the same seed writes the same files.")
 @json_option("json_out")
-def twin_traces(out: Path, ranks: int, steps: int, kernels: int, slow_rank: int | None, gpus_per_node: int, seed: int,
-                json_out: bool) -> None:
+def twin_traces(
+    out: Path,
+    ranks: int,
+    steps: int,
+    kernels: int,
+    slow_rank: int | None,
+    gpus_per_node: int,
+    seed: int,
+    json_out: bool,
+) -> None:
     """Write a kernel-level Kineto trace set of RANKS ranks, small per rank, for hpcwatch steps at scale."""
     import time
 
@@ -91,17 +136,37 @@ def twin_traces(out: Path, ranks: int, steps: int, kernels: int, slow_rank: int 
         raise ConfigError(f"--ranks, --steps and --gpus-per-node must be >= 1, got {ranks}, {steps}, {gpus_per_node}")
     if slow_rank is not None and not 0 <= slow_rank < ranks:
         raise ConfigError(f"--slow-rank must be a rank in 0..{ranks - 1}, got {slow_rank}")
-    cfg = with_kernels_per_step(GpuTraceConfig(seed=seed, slow_rank=slow_rank, slow_backward_factor=(
-        GPU_STRAGGLER_BACKWARD_FACTOR if slow_rank is not None else 1.0)), kernels)
+    cfg = with_kernels_per_step(
+        GpuTraceConfig(
+            seed=seed,
+            slow_rank=slow_rank,
+            slow_backward_factor=(GPU_STRAGGLER_BACKWARD_FACTOR if slow_rank is not None else 1.0),
+        ),
+        kernels,
+    )
     t0 = time.perf_counter()
-    files = write_gpu_kineto_traces(out, cfg, steps=list(range(1, steps + 1)), world_size=ranks,
-                                    nodes_of_rank={r: f"node{r // gpus_per_node + 1}" for r in range(ranks)},
-                                    gpus_per_node=gpus_per_node)
+    files = write_gpu_kineto_traces(
+        out,
+        cfg,
+        steps=list(range(1, steps + 1)),
+        world_size=ranks,
+        nodes_of_rank={r: f"node{r // gpus_per_node + 1}" for r in range(ranks)},
+        gpus_per_node=gpus_per_node,
+    )
     written = sum(p.stat().st_size for p in out.glob("rank-*.json"))
-    summary = {"out": str(out), "files": files, "ranks": ranks, "steps": steps, "bytes": written,
-               "seconds": round(time.perf_counter() - t0, 3), "slow_rank": slow_rank}
+    summary = {
+        "out": str(out),
+        "files": files,
+        "ranks": ranks,
+        "steps": steps,
+        "bytes": written,
+        "seconds": round(time.perf_counter() - t0, 3),
+        "slow_rank": slow_rank,
+    }
     if json_out:
         emit_json(summary)
         return
-    console.print(f"[bold]{out}[/]: {files} Kineto traces ({ranks} ranks × {steps} steps, {written / 1e6:.1f} MB) "
-                  f"in {summary['seconds']} s. Read them: hpcwatch steps {out}")
+    console.print(
+        f"[bold]{out}[/]: {files} Kineto traces ({ranks} ranks × {steps} steps, {written / 1e6:.1f} MB) "
+        f"in {summary['seconds']} s. Read them: hpcwatch steps {out}"
+    )

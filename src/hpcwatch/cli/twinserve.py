@@ -12,7 +12,7 @@ from hpcwatch.cli.common import PATH, console, emit_json, repeatable, twin_app, 
 from hpcwatch.cli.defaults import TWIN_SERVE_PORT, TWIN_SERVE_TICK_S
 from hpcwatch.errors import ConfigError
 
-if TYPE_CHECKING:   # the twin is imported when the command runs, not for --help
+if TYPE_CHECKING:  # the twin is imported when the command runs, not for --help
     from hpcwatch.model.cluster import Cluster
 
 __all__ = ["twin_serve", "sized_cluster", "raise_open_files_limit", "FDS_PER_NODE"]
@@ -24,11 +24,12 @@ twin.serve.DEFAULT_MAX_CONNECTIONS_PER_NODE (5) connections (the server closes o
 
 def sized_cluster(nodes: int | None) -> Cluster:
     """The reference cluster, or the same node type ``nodes`` times (node1 ... nodeN)."""
-    from importlib import resources   # 7 ms (tempfile, zipfile...) that every --help would pay
+    from importlib import resources  # 7 ms (tempfile, zipfile...) that every --help would pay
 
     import yaml
 
     from hpcwatch.model.cluster import parse_cluster, reference_cluster
+
     if nodes is None:
         return reference_cluster()
     if nodes < 1:
@@ -44,7 +45,7 @@ def raise_open_files_limit(nodes: int) -> None:
     so Prometheus and VictoriaMetrics already run this way. ConfigError when the hard limit is short."""
     import resource
 
-    need = FDS_PER_NODE * nodes + 64   # + the interpreter's own files
+    need = FDS_PER_NODE * nodes + 64  # + the interpreter's own files
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     if soft == resource.RLIM_INFINITY or soft >= need:
         return
@@ -56,37 +57,76 @@ def raise_open_files_limit(nodes: int) -> None:
 @twin_app.command("serve")
 @click.option("--port", type=int, default=TWIN_SERVE_PORT, help="Port of node1; node k listens on PORT+k-1.")
 @click.option("--nodes", type=int, help="Number of nodes (default: the reference cluster's 2).")
-@click.option("--mapping-dir", type=PATH, help="Parent of per-node dcgm-exporter job-mapping dirs (DIR/<node>/<gpu>), "
-                                               "re-read on every scrape, as written by deploy/slurm/prolog.")
+@click.option(
+    "--mapping-dir",
+    type=PATH,
+    help="Parent of per-node dcgm-exporter job-mapping dirs (DIR/<node>/<gpu>), "
+    "re-read on every scrape, as written by deploy/slurm/prolog.",
+)
 @click.option("--seed", type=int, default=0, help="Random seed of the twin.")
 @repeatable("--scenario", help="Scenario to run (repeatable).")
-@click.option("--tick", "tick_s", type=float, default=TWIN_SERVE_TICK_S,
-              help="Seconds between twin ticks (0 freezes it).")
+@click.option(
+    "--tick", "tick_s", type=float, default=TWIN_SERVE_TICK_S, help="Seconds between twin ticks (0 freezes it)."
+)
 @click.option("--host", default="127.0.0.1", help="Address to bind.")
-@click.option("--hpc-job/--no-hpc-job", default=True,
-              help="Label GPUs with hpc_job (--no-hpc-job: dcgm-exporter without a mapping dir).")
-@click.option("--timestamps", is_flag=True, default=False,
-              help="Stamp each sample with the twin's clock (real exporters do not).")
-@click.option("--duration", "duration_s", type=float, default=0.0,
-              help="Stop after this many seconds (0: until Ctrl-C).")
-@click.option("--scrape-interval", "scrape_interval_s", type=float, default=1.0,
-              help="scrape_interval (s) of the --prometheus-config written.")
-@click.option("--prometheus-config", "prom_config", type=PATH,
-              help="Also write a prometheus.yml scraping every endpoint to this file.")
-@click.option("--json", "as_json", is_flag=True, default=False,
-              help="Print the targets as one JSON document, then serve.")
-def twin_serve(port: int, nodes: int | None, mapping_dir: Path | None, seed: int, scenario: list[str], tick_s: float,
-               host: str, hpc_job: bool, timestamps: bool, duration_s: float, scrape_interval_s: float,
-               prom_config: Path | None, as_json: bool) -> None:
+@click.option(
+    "--hpc-job/--no-hpc-job",
+    default=True,
+    help="Label GPUs with hpc_job (--no-hpc-job: dcgm-exporter without a mapping dir).",
+)
+@click.option(
+    "--timestamps", is_flag=True, default=False, help="Stamp each sample with the twin's clock (real exporters do not)."
+)
+@click.option(
+    "--duration", "duration_s", type=float, default=0.0, help="Stop after this many seconds (0: until Ctrl-C)."
+)
+@click.option(
+    "--scrape-interval",
+    "scrape_interval_s",
+    type=float,
+    default=1.0,
+    help="scrape_interval (s) of the --prometheus-config written.",
+)
+@click.option(
+    "--prometheus-config",
+    "prom_config",
+    type=PATH,
+    help="Also write a prometheus.yml scraping every endpoint to this file.",
+)
+@click.option(
+    "--json", "as_json", is_flag=True, default=False, help="Print the targets as one JSON document, then serve."
+)
+def twin_serve(
+    port: int,
+    nodes: int | None,
+    mapping_dir: Path | None,
+    seed: int,
+    scenario: list[str],
+    tick_s: float,
+    host: str,
+    hpc_job: bool,
+    timestamps: bool,
+    duration_s: float,
+    scrape_interval_s: float,
+    prom_config: Path | None,
+    as_json: bool,
+) -> None:
     """Serve each node's dcgm-exporter (/metrics) and node-exporter (/node-exporter/metrics) text."""
     from hpcwatch.sources.mapping import read_job_mapping_dir
-    from hpcwatch.twin import Twin   # the simulator is heavy: only this command needs it
+    from hpcwatch.twin import Twin  # the simulator is heavy: only this command needs it
     from hpcwatch.twin.serve import DCGM_PATH, NODE_EXPORTER_PATH, ServeConfig, TwinEndpoints, prometheus_config
 
     cluster = sized_cluster(nodes)
     twin = Twin(cluster, seed=seed, scenarios=tuple(scenario))
-    config = ServeConfig(nodes=tuple(n.name for n in cluster.nodes), port=port, host=host,
-                         mapping_dir=mapping_dir, tick_s=tick_s, hpc_job=hpc_job, timestamps=timestamps)
+    config = ServeConfig(
+        nodes=tuple(n.name for n in cluster.nodes),
+        port=port,
+        host=host,
+        mapping_dir=mapping_dir,
+        tick_s=tick_s,
+        hpc_job=hpc_job,
+        timestamps=timestamps,
+    )
     raise_open_files_limit(len(config.nodes))
     endpoints = TwinEndpoints(twin, config, read_mapping=read_job_mapping_dir if mapping_dir else None).start()
     try:
@@ -97,8 +137,10 @@ def twin_serve(port: int, nodes: int | None, mapping_dir: Path | None, seed: int
             sys.stdout.flush()
         else:
             first, last = config.nodes[0], config.nodes[-1]
-            console.print(f"serving {len(config.nodes)} nodes: {first} http://{endpoints.targets[first]}{DCGM_PATH}"
-                          f" … {last} http://{endpoints.targets[last]}{DCGM_PATH} (Ctrl-C stops)")
+            console.print(
+                f"serving {len(config.nodes)} nodes: {first} http://{endpoints.targets[first]}{DCGM_PATH}"
+                f" … {last} http://{endpoints.targets[last]}{DCGM_PATH} (Ctrl-C stops)"
+            )
         wait_for(duration_s, alive=lambda: endpoints.serving)
     finally:
         endpoints.stop()

@@ -9,12 +9,22 @@ from typing import TYPE_CHECKING
 import click
 import orjson
 
-from hpcwatch.cli.common import (PATH, app, argument, console, db_option, emit_json, json_option, open_store, safe_text,
-                                 simulate_app)
+from hpcwatch.cli.common import (
+    PATH,
+    app,
+    argument,
+    console,
+    db_option,
+    emit_json,
+    json_option,
+    open_store,
+    safe_text,
+    simulate_app,
+)
 from hpcwatch.cli.defaults import MFU_GPU, STRAGGLER_SIM_STEPS
 from hpcwatch.errors import ConfigError, InputError, ParseError
 
-if TYPE_CHECKING:   # numpy and the analyses are imported when a command runs, not for --help
+if TYPE_CHECKING:  # numpy and the analyses are imported when a command runs, not for --help
     import numpy as np
 
     from hpcwatch.analysis.whatif import WhatIf
@@ -33,6 +43,7 @@ _WORKERS_SHOWN = 8
 def whatif(trace: Path | None, job: str | None, db: str | None, as_json: bool) -> None:
     """What-if slowdown S: how much faster the steps would be if no worker straggled."""
     from hpcwatch.analysis.whatif import whatif_ops, whatif_spans
+
     if (trace is None) == (job is None):
         raise ConfigError("whatif: give a TRACE file or --job ID (one of them)")
     if trace is not None:
@@ -52,6 +63,7 @@ def whatif(trace: Path | None, job: str | None, db: str | None, as_json: bool) -
 def _read_op_trace(path: Path):
     """The op table of ``path``, which the format registry must recognise as one."""
     from hpcwatch.sources.registry import Input, plan_inputs
+
     (item,) = [i for i in plan_inputs([path]) if isinstance(i, Input)] or [None]
     if item is None or item.format is None or item.format.yields != "op-table":
         what = item.format.name if item is not None and item.format else "empty or a folder"
@@ -62,6 +74,7 @@ def _read_op_trace(path: Path):
 def whatif_document(result: WhatIf) -> dict:
     """The ``--json`` document of a what-if (``hpcwatch whatif`` and the ``whatif`` of ``steps --json``)."""
     import msgspec
+
     doc = msgspec.to_builtins(result)
     doc["by_dp_rank"] = {str(k): v for k, v in result.by_dp_rank.items()}
     doc["by_stage"] = {str(k): v for k, v in result.by_stage.items()}
@@ -70,11 +83,16 @@ def whatif_document(result: WhatIf) -> dict:
 
 def _print_whatif(r: WhatIf) -> None:
     from rich.table import Table
+
     mean = lambda xs: sum(xs) / len(xs)  # noqa: E731
-    console.print(f"[bold]What-if slowdown S = {r.slowdown:.3f}[/bold]  ({r.dp_size} data-parallel × "
-                  f"{r.pp_size} pipeline workers, {len(r.steps)} steps)")
-    console.print(f"step time: measured {mean(r.step_time_actual_s):.4f} s, replayed {mean(r.step_time_replay_s):.4f} s, "
-                  f"without stragglers {mean(r.step_time_ideal_s):.4f} s (replay/trace {r.replay_ratio:.3f})")
+    console.print(
+        f"[bold]What-if slowdown S = {r.slowdown:.3f}[/bold]  ({r.dp_size} data-parallel × "
+        f"{r.pp_size} pipeline workers, {len(r.steps)} steps)"
+    )
+    console.print(
+        f"step time: measured {mean(r.step_time_actual_s):.4f} s, replayed {mean(r.step_time_replay_s):.4f} s, "
+        f"without stragglers {mean(r.step_time_ideal_s):.4f} s (replay/trace {r.replay_ratio:.3f})"
+    )
     table = Table(title="S if only this kept its measured durations")
     table.add_column("group")
     table.add_column("S", justify="right")
@@ -85,8 +103,10 @@ def _print_whatif(r: WhatIf) -> None:
     console.print(table)
     for label, share in (("last stage (M_S)", r.last_stage), ("slowest workers (M_W)", r.top_workers)):
         if share is not None:
-            console.print(f"{label}: removing them removes {share.removed:.0%} of the slowdown; "
-                          f"alone they cause {share.added:.0%}")
+            console.print(
+                f"{label}: removing them removes {share.removed:.0%} of the slowdown; "
+                f"alone they cause {share.added:.0%}"
+            )
 
 
 @app.command()
@@ -100,21 +120,43 @@ def _print_whatif(r: WhatIf) -> None:
 @click.option("--gpu", default=MFU_GPU, help="GPU type (catalog key or driver name).")
 @click.option("--recompute", is_flag=True, default=False, help="Full activation recomputation (reports HFU).")
 @json_option()
-def mfu(params: float, layers: int, d_model: int, seq: int, tokens_per_step: float, step_time: float, gpus: int,
-        gpu: str, recompute: bool, as_json: bool) -> None:
+def mfu(
+    params: float,
+    layers: int,
+    d_model: int,
+    seq: int,
+    tokens_per_step: float,
+    step_time: float,
+    gpus: int,
+    gpu: str,
+    recompute: bool,
+    as_json: bool,
+) -> None:
     """Model FLOPs utilisation (PaLM: 6N + 12·L·d·T per token) against the GPU's dense BF16 peak."""
     from hpcwatch.analysis.mfu import compute_mfu
-    r = compute_mfu(params=params, layers=layers, d_model=d_model, seq=seq, tokens_per_step=tokens_per_step,
-                    step_time_s=step_time, gpus=gpus, gpu=gpu, recompute=recompute)
+
+    r = compute_mfu(
+        params=params,
+        layers=layers,
+        d_model=d_model,
+        seq=seq,
+        tokens_per_step=tokens_per_step,
+        step_time_s=step_time,
+        gpus=gpus,
+        gpu=gpu,
+        recompute=recompute,
+    )
     doc = {"mfu": r.mfu, "achieved_tflops": r.achieved_flops / 1e12, "flops_per_token": r.flops_per_token}
     if r.hfu is not None:
         doc["hfu"] = r.hfu
     if as_json:
         emit_json(doc)
         return
-    console.print(f"MFU [bold]{r.mfu:.1%}[/bold] on {gpus} × {safe_text(r.gpu)}: {r.achieved_flops / 1e12:.1f} of "
-                  f"{r.peak_flops / 1e12:.1f} TFLOP/s per GPU, {r.tokens_per_s:,.0f} tokens/s, "
-                  f"{r.flops_per_token:.4g} FLOPs/token" + (f"; HFU {r.hfu:.1%}" if r.hfu is not None else ""))
+    console.print(
+        f"MFU [bold]{r.mfu:.1%}[/bold] on {gpus} × {safe_text(r.gpu)}: {r.achieved_flops / 1e12:.1f} of "
+        f"{r.peak_flops / 1e12:.1f} TFLOP/s per GPU, {r.tokens_per_s:,.0f} tokens/s, "
+        f"{r.flops_per_token:.4g} FLOPs/token" + (f"; HFU {r.hfu:.1%}" if r.hfu is not None else "")
+    )
 
 
 @simulate_app.command("stragglers")
@@ -128,12 +170,23 @@ def mfu(params: float, layers: int, d_model: int, seq: int, tokens_per_step: flo
 @click.option("--seed", type=int, default=0, help="Random seed.")
 @db_option()
 @json_option()
-def stragglers(gpus: str, cv: float | None, sample: Path | None, job: str | None, p_slow: float, slow_factor: float,
-               steps: int, seed: int, db: str | None, as_json: bool) -> None:
+def stragglers(
+    gpus: str,
+    cv: float | None,
+    sample: Path | None,
+    job: str | None,
+    p_slow: float,
+    slow_factor: float,
+    steps: int,
+    seed: int,
+    db: str | None,
+    as_json: bool,
+) -> None:
     """Synchronous efficiency vs job size: one GPU's mean step over the slowest-of-N's, exact and Monte-Carlo."""
     from rich.table import Table
 
     from hpcwatch.analysis.stragglersim import busy_times_from_spans, efficiency_curve
+
     sizes = _parse_gpus(gpus)
     if sum(x is not None for x in (cv, sample, job)) != 1:
         raise ConfigError("simulate stragglers: give exactly one of --cv, --sample, --job")
@@ -145,18 +198,26 @@ def stragglers(gpus: str, cv: float | None, sample: Path | None, job: str | None
             values = busy_times_from_spans(store.spans(job))
         if values.size == 0:
             raise InputError(f"job {job}: no step spans in the store")
-    curve = efficiency_curve(sizes, cv=cv, sample=values, p_slow=p_slow, slow_factor=slow_factor,
-                             steps=steps, seed=seed)
+    curve = efficiency_curve(
+        sizes, cv=cv, sample=values, p_slow=p_slow, slow_factor=slow_factor, steps=steps, seed=seed
+    )
     if as_json:
         emit_json(dataclasses.asdict(curve))
         return
-    table = Table(title=f"Synchronous efficiency ({curve.distribution}, cv {curve.cv:.3f}, "
-                        f"p_slow {p_slow:g}, slow ×{slow_factor:g})")
+    table = Table(
+        title=f"Synchronous efficiency ({curve.distribution}, cv {curve.cv:.3f}, "
+        f"p_slow {p_slow:g}, slow ×{slow_factor:g})"
+    )
     for col in ("GPUs", "efficiency", "Monte-Carlo", "step / one GPU's", "P(a slow GPU)"):
         table.add_column(col, justify="right")
     for p in curve.points:
-        table.add_row(f"{p.gpus:,}", f"{p.efficiency:.2%}", f"{p.efficiency_mc:.2%}",
-                      f"{p.expected_step / curve.mean_step:.3f}", f"{p.p_any_slow:.1%}")
+        table.add_row(
+            f"{p.gpus:,}",
+            f"{p.efficiency:.2%}",
+            f"{p.efficiency_mc:.2%}",
+            f"{p.expected_step / curve.mean_step:.3f}",
+            f"{p.p_any_slow:.1%}",
+        )
     console.print(table)
 
 
@@ -169,6 +230,7 @@ def _parse_gpus(text: str) -> list[int]:
 
 def _read_sample(path: Path) -> np.ndarray:
     import numpy as np
+
     try:
         text = path.read_text()
     except OSError as err:

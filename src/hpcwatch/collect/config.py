@@ -29,9 +29,23 @@ from typing import Any, Literal, get_args, get_origin, get_type_hints
 
 from hpcwatch.errors import ConfigError
 
-__all__ = ["CollectConfig", "StoreSection", "DaemonSection", "SlurmSection", "PrometheusSection",
-           "ScrapeSection", "FollowSection", "SpoolSection", "ScheduleSection", "load_config", "parse_config",
-           "DEFAULT_CONFIG_PATH", "FOLLOW_FORMATS", "SCHEDULE_TASKS", "SECTIONS"]
+__all__ = [
+    "CollectConfig",
+    "StoreSection",
+    "DaemonSection",
+    "SlurmSection",
+    "PrometheusSection",
+    "ScrapeSection",
+    "FollowSection",
+    "SpoolSection",
+    "ScheduleSection",
+    "load_config",
+    "parse_config",
+    "DEFAULT_CONFIG_PATH",
+    "FOLLOW_FORMATS",
+    "SCHEDULE_TASKS",
+    "SECTIONS",
+]
 
 DEFAULT_CONFIG_PATH = Path("/etc/hpcwatch/hpcwatch.toml")
 #: Line-oriented formats a follower can read (their readers parse lines: sources/falco, tetragon, hook,
@@ -192,8 +206,14 @@ class ScheduleSection:
 
 
 #: Collector kinds: the TOML array name and its section type.
-SECTIONS: dict[str, type] = {"slurm": SlurmSection, "prometheus": PrometheusSection, "scrape": ScrapeSection,
-                             "follow": FollowSection, "spool": SpoolSection, "schedule": ScheduleSection}
+SECTIONS: dict[str, type] = {
+    "slurm": SlurmSection,
+    "prometheus": PrometheusSection,
+    "scrape": ScrapeSection,
+    "follow": FollowSection,
+    "spool": SpoolSection,
+    "schedule": ScheduleSection,
+}
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -222,20 +242,23 @@ def parse_config(text: str, *, path: str = "<config>") -> CollectConfig:
     try:
         doc = tomllib.loads(text)
     except tomllib.TOMLDecodeError as err:
-        raise ConfigError(f"{path}: {err}") from err   # tomllib says "(at line N, column M)"
+        raise ConfigError(f"{path}: {err}") from err  # tomllib says "(at line N, column M)"
     lines = _KeyLines(text)
     for key in doc:
         if key not in ("store", "collect", *SECTIONS):
-            raise ConfigError(f"{path}:{lines.find(None, 0, key)}: unknown table [{key}] "
-                              f"(known: store, collect, {', '.join(SECTIONS)})")
+            raise ConfigError(
+                f"{path}:{lines.find(None, 0, key)}: unknown table [{key}] "
+                f"(known: store, collect, {', '.join(SECTIONS)})"
+            )
     store = _section(StoreSection, doc.get("store", {}), "store", None, path, lines)
     daemon = _section(DaemonSection, doc.get("collect", {}), "collect", None, path, lines)
     collectors = []
     for kind, cls in SECTIONS.items():
         entries = doc.get(kind, [])
         if not isinstance(entries, list):
-            raise ConfigError(f"{path}:{lines.find(None, 0, kind)}: [{kind}] must be an array of tables: "
-                              f"write [[{kind}]]")
+            raise ConfigError(
+                f"{path}:{lines.find(None, 0, kind)}: [{kind}] must be an array of tables: write [[{kind}]]"
+            )
         for i, entry in enumerate(entries):
             section = _section(cls, entry, kind, i, path, lines)
             collectors.append(section)
@@ -246,7 +269,7 @@ def parse_config(text: str, *, path: str = "<config>") -> CollectConfig:
     return CollectConfig(path=path, store=store, collect=daemon, collectors=tuple(collectors))
 
 
-def _section(cls: type, raw: Any, table: str, index: int | None, path: str, lines: "_KeyLines") -> Any:
+def _section(cls: type, raw: Any, table: str, index: int | None, path: str, lines: _KeyLines) -> Any:
     if not isinstance(raw, dict):
         raise ConfigError(f"{path}:{lines.find(table, index, None)}: [{table}] must be a table")
     known = get_type_hints(cls)
@@ -270,8 +293,7 @@ def _typed(value: Any, name: str, kind: Any, where: str, table: str) -> Any:
     origin = get_origin(kind)
     if origin is Literal:
         if value not in get_args(kind):
-            raise ConfigError(f"{where}: {name} must be one of {', '.join(map(repr, get_args(kind)))}, "
-                              f"got {value!r}")
+            raise ConfigError(f"{where}: {name} must be one of {', '.join(map(repr, get_args(kind)))}, got {value!r}")
         return value
     if origin is tuple:
         if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
@@ -292,7 +314,7 @@ class _KeyLines:
     """Where a key of a table (the ``index``-th of an array) is written: tomllib does not say."""
 
     def __init__(self, text: str) -> None:
-        self.keys: list[tuple[str | None, int, str | None, int]] = []   # table, index, key, line
+        self.keys: list[tuple[str | None, int, str | None, int]] = []  # table, index, key, line
         table, counts, index = None, {}, 0
         for number, line in enumerate(text.splitlines(), 1):
             header = _HEADER_RE.match(line)

@@ -9,9 +9,9 @@ cursor rather than one per batch.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
-from typing import Any, Iterator
+from typing import Any
 
 import orjson
 
@@ -34,7 +34,7 @@ def load_cursors(store: Store) -> dict[str, tuple[str, dict[str, Any]]]:
     for mark in store.sources():
         if mark.format != CURSOR_FORMAT or not mark.key.startswith(_PREFIX):
             continue
-        name, _, blob = mark.key[len(_PREFIX):].partition("|")
+        name, _, blob = mark.key[len(_PREFIX) :].partition("|")
         try:
             state = orjson.loads(blob)
         except orjson.JSONDecodeError:
@@ -50,15 +50,16 @@ class Cursor:
     def __init__(self, store: Store, name: str, *, path: str = "") -> None:
         self.store, self.name, self.path = store, name, path
         found = load_cursors(store).get(name)
-        self._key, self.state = (found if found else (None, {}))
+        self._key, self.state = found if found else (None, {})
 
     @contextmanager
     def commit(self, state: dict[str, Any], *, also_replaces: Iterable[str] = ()) -> Iterator[Any]:
         """A store transaction whose commit also moves this cursor to ``state``."""
         key = _key(self.name, state)
         replaces = tuple(k for k in (self._key, *also_replaces) if k and k != key)
-        with self.store.transaction(source=SourceMark(key=key, path=self.path, format=CURSOR_FORMAT,
-                                                      replaces=replaces)) as tx:
+        with self.store.transaction(
+            source=SourceMark(key=key, path=self.path, format=CURSOR_FORMAT, replaces=replaces)
+        ) as tx:
             yield tx
         if not tx.skipped:
             self._key, self.state = key, dict(state)

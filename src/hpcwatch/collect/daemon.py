@@ -25,8 +25,15 @@ from typing import Any
 import orjson
 
 from hpcwatch.collect.base import Collector
-from hpcwatch.collect.config import (CollectConfig, FollowSection, PrometheusSection, ScheduleSection,
-                                     ScrapeSection, SlurmSection, SpoolSection)
+from hpcwatch.collect.config import (
+    CollectConfig,
+    FollowSection,
+    PrometheusSection,
+    ScheduleSection,
+    ScrapeSection,
+    SlurmSection,
+    SpoolSection,
+)
 from hpcwatch.errors import one_line
 from hpcwatch.reports.collectors import CollectorStatus, status_path
 from hpcwatch.store import Store
@@ -36,29 +43,41 @@ __all__ = ["Daemon", "build_collector", "KINDS"]
 log = logging.getLogger(__name__)
 
 #: The status ``kind`` of each section type.
-KINDS = {SlurmSection: "slurm", PrometheusSection: "prometheus", ScrapeSection: "scrape",
-         FollowSection: "follow", SpoolSection: "spool", ScheduleSection: "schedule"}
+KINDS = {
+    SlurmSection: "slurm",
+    PrometheusSection: "prometheus",
+    ScrapeSection: "scrape",
+    FollowSection: "follow",
+    SpoolSection: "spool",
+    ScheduleSection: "schedule",
+}
 
 
 def build_collector(store: Store, section: Any, *, node: str = "") -> Collector:
     """The collector of one config section (imports stay lazy: a site without Slurm never loads it)."""
     if isinstance(section, SlurmSection):
         from hpcwatch.collect.slurm import SlurmCollector
+
         return SlurmCollector(store, section)
     if isinstance(section, PrometheusSection):
         from hpcwatch.collect.prometheus import PromqlCollector
+
         return PromqlCollector(store, section)
     if isinstance(section, ScrapeSection):
         from hpcwatch.collect.prometheus import ScrapeCollector
+
         return ScrapeCollector(store, section)
     if isinstance(section, FollowSection):
         from hpcwatch.collect.follow import LogFollower
+
         return LogFollower(store, section, node=node)
     if isinstance(section, SpoolSection):
         from hpcwatch.collect.spool import SpoolCollector
+
         return SpoolCollector(store, section)
     if isinstance(section, ScheduleSection):
         from hpcwatch.collect.schedule import ScheduledTask
+
         return ScheduledTask(store, section)
     raise TypeError(f"no collector for {type(section).__name__}")
 
@@ -73,15 +92,22 @@ def _kind(section: Any) -> str:
 
 
 class Daemon:
-    def __init__(self, config: CollectConfig, *, node: str, open_store: Callable[[], Store] | None = None,
-                 build: Callable[..., Collector] = build_collector) -> None:
+    def __init__(
+        self,
+        config: CollectConfig,
+        *,
+        node: str,
+        open_store: Callable[[], Store] | None = None,
+        build: Callable[..., Collector] = build_collector,
+    ) -> None:
         self.config, self.node = config, node
         self._open_store = open_store or (lambda: Store(config.store.path))
         self._build = build
         self._stop = threading.Event()
         self._lock = threading.Lock()
         self._status: dict[str, CollectorStatus] = {
-            s.name: CollectorStatus(name=s.name, kind=_kind(s), interval_s=s.interval_s) for s in config.collectors}
+            s.name: CollectorStatus(name=s.name, kind=_kind(s), interval_s=s.interval_s) for s in config.collectors
+        }
         self._notes: dict[str, str] = {}
         self._threads: list[threading.Thread] = []
         self.status_file = status_path(config.store.path, node)
@@ -90,8 +116,7 @@ class Daemon:
 
     def start(self) -> None:
         for section in self.config.collectors:
-            thread = threading.Thread(target=self._loop, args=(section,), name=f"collect-{section.name}",
-                                      daemon=True)
+            thread = threading.Thread(target=self._loop, args=(section,), name=f"collect-{section.name}", daemon=True)
             thread.start()
             self._threads.append(thread)
         writer = threading.Thread(target=self._write_loop, name="collect-status", daemon=True)
@@ -153,8 +178,15 @@ class Daemon:
             return
         self._record(section.name, records=result.records, lag_s=result.lag_s, note=result.note)
 
-    def _record(self, name: str, *, error: BaseException | None = None, records: int = 0,
-                lag_s: float | None = None, note: str = "") -> None:
+    def _record(
+        self,
+        name: str,
+        *,
+        error: BaseException | None = None,
+        records: int = 0,
+        lag_s: float | None = None,
+        note: str = "",
+    ) -> None:
         now = time.time()
         with self._lock:
             old = self._status[name]
@@ -162,11 +194,24 @@ class Daemon:
                 text = one_line(str(error)) or type(error).__name__
                 if not isinstance(error, Exception) or type(error).__module__.split(".")[0] != "hpcwatch":
                     text = f"{type(error).__name__}: {text}"
-                new = replace(old, runs=old.runs + 1, errors=old.errors + 1, last_error=text, last_error_s=now,
-                              lag_s=None if old.last_success_s is None else now - old.last_success_s)
+                new = replace(
+                    old,
+                    runs=old.runs + 1,
+                    errors=old.errors + 1,
+                    last_error=text,
+                    last_error_s=now,
+                    lag_s=None if old.last_success_s is None else now - old.last_success_s,
+                )
             else:
-                new = replace(old, runs=old.runs + 1, records=old.records + records, last_success_s=now,
-                              last_error=None, last_error_s=None, lag_s=lag_s)
+                new = replace(
+                    old,
+                    runs=old.runs + 1,
+                    records=old.records + records,
+                    last_success_s=now,
+                    last_error=None,
+                    last_error_s=None,
+                    lag_s=lag_s,
+                )
                 if note:
                     self._notes[name] = note
             self._status[name] = new
@@ -183,9 +228,13 @@ class Daemon:
     def write_status(self) -> None:
         """The status file, replaced atomically (a reader sees the old one or the new one)."""
         with self._lock:
-            doc = {"written_s": time.time(), "pid": os.getpid(), "daemon": self.node, "config": self.config.path,
-                   "collectors": [{**asdict(s), "note": self._notes.get(s.name, "")}
-                                  for s in self._status.values()]}
+            doc = {
+                "written_s": time.time(),
+                "pid": os.getpid(),
+                "daemon": self.node,
+                "config": self.config.path,
+                "collectors": [{**asdict(s), "note": self._notes.get(s.name, "")} for s in self._status.values()],
+            }
         folder = self.status_file.parent
         folder.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=folder, prefix=".status-")

@@ -49,8 +49,11 @@ __all__ = ["LogFollower", "LINE_PARSERS", "STREAM_PARSERS", "HEAD_BYTES"]
 #: Bytes of a file's start that identify it beside its inode (ours: enough for a timestamp and a rule name).
 HEAD_BYTES = 256
 LineParser = Callable[..., Iterator[Any]]
-LINE_PARSERS: dict[str, LineParser] = {"falco-json": parse_falco_json, "tetragon-json": parse_tetragon_json,
-                                       "hook-jsonl": parse_hook_jsonl}
+LINE_PARSERS: dict[str, LineParser] = {
+    "falco-json": parse_falco_json,
+    "tetragon-json": parse_tetragon_json,
+    "hook-jsonl": parse_hook_jsonl,
+}
 #: Formats read by a stream whose state (a JSON value) rides in the cursor: ``cls(state, path=)``, ``.feed(lines,
 #: first_line=, t=, on_bad_line=)``, ``.finish(t=)``, ``.state()`` (sources/nccl_log.NcclLogStream).
 STREAM_PARSERS: dict[str, Callable[..., Any]] = {"nccl-log": NcclLogStream}
@@ -92,7 +95,7 @@ class LogFollower:
         stored += self._check_truncation(notes)
         stored += self._read_on(final=False)
         if self._rotated():
-            stored += self._read_on(final=True)   # the old file's last lines, partial one included
+            stored += self._read_on(final=True)  # the old file's last lines, partial one included
             self.close()
             notes.append(f"{self.path} rotated")
             stored += self._open(notes, fresh=True)
@@ -110,7 +113,7 @@ class LogFollower:
         stored = 0
         state = self.cursor.state
         try:
-            fh = open(self.path, "rb")
+            fh = open(self.path, "rb")  # noqa: SIM115 -- the follower keeps it open across reads
         except OSError as err:
             raise BackendError(f"{self.path}: cannot open: {err.strerror or err}") from err
         st = os.fstat(fh.fileno())
@@ -136,8 +139,9 @@ class LogFollower:
         """A file next to ``path`` whose name starts with its name (falco.log.1, falco.log-20240101), that
         ``match``es and (``head``) begins with the bytes of that digest."""
         try:
-            siblings = sorted(p for p in self.path.parent.iterdir()
-                              if p.name.startswith(self.path.name) and p != self.path)
+            siblings = sorted(
+                p for p in self.path.parent.iterdir() if p.name.startswith(self.path.name) and p != self.path
+            )
         except OSError:
             return None
         for p in siblings:
@@ -157,7 +161,7 @@ class LogFollower:
         try:
             st = os.stat(self.path)
         except FileNotFoundError:
-            return False          # moved away, not yet recreated: keep reading the file we hold
+            return False  # moved away, not yet recreated: keep reading the file we hold
         held = os.fstat(self._fh.fileno())
         return (st.st_dev, st.st_ino) != (held.st_dev, held.st_ino)
 
@@ -207,8 +211,8 @@ class LogFollower:
             cut = data.rfind(b"\n") + 1
             if cut == 0 and not (final and len(data) < self.section.max_batch_bytes):
                 if len(data) < self.section.max_batch_bytes:
-                    return stored      # a line still being written
-                cut = len(data)        # one line longer than a batch: stored in pieces, flagged bad
+                    return stored  # a line still being written
+                cut = len(data)  # one line longer than a batch: stored in pieces, flagged bad
             stored += self._commit(data[:cut] if cut else data, state)
 
     def _commit(self, chunk: bytes, state: dict[str, Any]) -> int:
@@ -221,7 +225,7 @@ class LogFollower:
         if self.stream is not None:
             stream = self.stream(state.get("stream"), path=str(self.path))
             records = stream.feed(lines, first_line=base + 1, t=self._file_time(), on_bad_line=bad.append)
-            extra, shift = {"stream": stream.state()}, 0     # the stream numbers lines in the file already
+            extra, shift = {"stream": stream.state()}, 0  # the stream numbers lines in the file already
         else:
             records, shift = list(self.parse(lines, path=str(self.path), on_bad_line=bad.append)), base
         for err in bad:
@@ -229,8 +233,14 @@ class LogFollower:
             self.last_bad = str(ParseError(err.what, path=self.path, line=(err.line or 0) + shift, text=err.text))
         offset = state["offset"] + len(chunk)
         head_n = state["head_n"] if state["head_n"] >= HEAD_BYTES else min(HEAD_BYTES, offset)
-        new = {**state, **extra, "offset": offset, "line": base + len(lines), "head_n": head_n,
-               "head": state["head"] if head_n == state["head_n"] else _head(self._fh, head_n)}
+        new = {
+            **state,
+            **extra,
+            "offset": offset,
+            "line": base + len(lines),
+            "head_n": head_n,
+            "head": state["head"] if head_n == state["head_n"] else _head(self._fh, head_n),
+        }
         with self.cursor.commit(new) as tx:
             tx.add(records)
         self._pending = None

@@ -34,10 +34,10 @@ class PromqlCollector:
         self.backend.close()
 
     def run(self) -> RunResult:
-        now = float(self.backend.api("query", {"query": "time()"})["result"][0])   # Prometheus' clock, not ours
+        now = float(self.backend.api("query", {"query": "time()"})["result"][0])  # Prometheus' clock, not ours
         start = float(self.cursor.state.get("end") or now - self.section.lookback_s)
         table = self.backend.samples(list(self.section.metrics) or None, t0=start, t1=now)
-        table = table.filter(pc.greater(table["t"], start))          # (start, now]: the last poll took start
+        table = table.filter(pc.greater(table["t"], start))  # (start, now]: the last poll took start
         with self.cursor.commit({"end": now}) as tx:
             if table.num_rows:
                 tx.add_sample_table(table)

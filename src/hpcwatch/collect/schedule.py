@@ -33,8 +33,9 @@ __all__ = ["ScheduledTask"]
 class ScheduledTask:
     def __init__(self, store: Store, section: ScheduleSection) -> None:
         self.store, self.section = store, section
-        self._scan = (LiveScan(window_s=section.window_s) if section.window_s else rescan) \
-            if section.task == "scan" else None
+        self._scan = (
+            (LiveScan(window_s=section.window_s) if section.window_s else rescan) if section.task == "scan" else None
+        )
         self._assess_config = _assess_config(section) if section.task == "assess" else None
 
     def close(self) -> None:
@@ -47,8 +48,15 @@ class ScheduledTask:
             return self._assess()
         report = node_health(self.store, window_s=self.section.window_s or float("inf"))
         t = time.time()
-        events = [Event(kind=EventKind.HEALTH_VERDICT, t=t, source="hpcwatch collect",
-                        attrs={"node": n.node, "verdict": n.verdict, "reason": n.reason()}) for n in report.nodes]
+        events = [
+            Event(
+                kind=EventKind.HEALTH_VERDICT,
+                t=t,
+                source="hpcwatch collect",
+                attrs={"node": n.node, "verdict": n.verdict, "reason": n.reason()},
+            )
+            for n in report.nodes
+        ]
         with self.store.transaction() as tx:
             tx.add(events)
         return RunResult(records=len(events), lag_s=0.0)

@@ -26,8 +26,13 @@ from hpcwatch.collect.config import SlurmSection
 from hpcwatch.collect.cursor import Cursor
 from hpcwatch.errors import BackendError, HpcwatchError
 from hpcwatch.sources.slurm import parse_sacct_records, parse_squeue_json
-from hpcwatch.sources.slurmrest import (load_answer, parse_rest_accounting, parse_rest_jobs, parse_rest_nodes,
-                                        parse_rest_partitions)
+from hpcwatch.sources.slurmrest import (
+    load_answer,
+    parse_rest_accounting,
+    parse_rest_jobs,
+    parse_rest_nodes,
+    parse_rest_partitions,
+)
 from hpcwatch.store import Store
 
 __all__ = ["SlurmCollector"]
@@ -39,8 +44,14 @@ def _slurm_time(t: float) -> str:
 
 
 class SlurmCollector:
-    def __init__(self, store: Store, section: SlurmSection, *, client: httpx.Client | None = None,
-                 run: Callable[..., subprocess.CompletedProcess] = subprocess.run) -> None:
+    def __init__(
+        self,
+        store: Store,
+        section: SlurmSection,
+        *,
+        client: httpx.Client | None = None,
+        run: Callable[..., subprocess.CompletedProcess] = subprocess.run,
+    ) -> None:
         self.store, self.section, self._run = store, section, run
         self.cursor = Cursor(store, f"slurm:{section.name}")
         self._client = client if client is not None or section.mode != "rest" else self._make_client()
@@ -48,9 +59,10 @@ class SlurmCollector:
     def _make_client(self) -> httpx.Client:
         url = self.section.url
         if url.startswith("unix:"):
-            transport = httpx.HTTPTransport(uds=url[len("unix:"):])
-            return httpx.Client(transport=transport, base_url="http://slurmrestd", timeout=self.section.timeout_s,
-                                trust_env=False)
+            transport = httpx.HTTPTransport(uds=url[len("unix:") :])
+            return httpx.Client(
+                transport=transport, base_url="http://slurmrestd", timeout=self.section.timeout_s, trust_env=False
+            )
         return httpx.Client(base_url=url.rstrip("/"), timeout=self.section.timeout_s, trust_env=False)
 
     def close(self) -> None:
@@ -64,7 +76,7 @@ class SlurmCollector:
         jobs, accounted, samples = fetch(since, now)
         # The window's end moves with the jobs it found; a minute of overlap covers jobs slurmdbd records late.
         with self.cursor.commit({"accounting_since": now - 60.0}) as tx:
-            counts = tx.add([*accounted, *jobs, *samples])   # controller's view last: it is the newest
+            counts = tx.add([*accounted, *jobs, *samples])  # controller's view last: it is the newest
         return RunResult(records=counts.total(), lag_s=0.0)
 
     # -- slurmrestd ------------------------------------------------------------------------------------
@@ -84,7 +96,7 @@ class SlurmCollector:
             raise BackendError(f"{where}: {type(err).__name__}: {err}") from err
         if response.status_code >= 400:
             try:
-                load_answer(response.text, path=where, key="errors")   # slurmrestd's own words, when JSON
+                load_answer(response.text, path=where, key="errors")  # slurmrestd's own words, when JSON
             except HpcwatchError as err:
                 raise BackendError(f"HTTP {response.status_code}: {err}") from err
             raise BackendError(f"{where}: HTTP {response.status_code}: {response.text[:200]!r}")
@@ -92,8 +104,9 @@ class SlurmCollector:
 
     def _rest(self, since: float, now: float):
         v, s = self.section.api_version, self.section
-        jobs = list(parse_rest_jobs(self._get(f"/slurm/{v}/jobs"), path=f"slurmrestd /slurm/{v}/jobs")) \
-            if s.jobs else []
+        jobs = (
+            list(parse_rest_jobs(self._get(f"/slurm/{v}/jobs"), path=f"slurmrestd /slurm/{v}/jobs")) if s.jobs else []
+        )
         accounted = []
         if s.accounting:
             text = self._get(f"/slurmdb/{v}/jobs", {"start_time": _slurm_time(since)})
@@ -102,8 +115,9 @@ class SlurmCollector:
         if s.nodes:
             samples += parse_rest_nodes(self._get(f"/slurm/{v}/nodes"), t=now, path=f"slurmrestd /slurm/{v}/nodes")
         if s.partitions:
-            samples += parse_rest_partitions(self._get(f"/slurm/{v}/partitions"), t=now,
-                                             path=f"slurmrestd /slurm/{v}/partitions")
+            samples += parse_rest_partitions(
+                self._get(f"/slurm/{v}/partitions"), t=now, path=f"slurmrestd /slurm/{v}/partitions"
+            )
         return jobs, accounted, samples
 
     # -- the commands ----------------------------------------------------------------------------------
@@ -125,6 +139,7 @@ class SlurmCollector:
         if s.accounting:
             text = self._command("sacct", "--json", "-a", "-S", _slurm_time(since), "-E", "now")
             accounted = list(parse_sacct_records(text, path="sacct --json"))  # jobs, then CPU/memory used
-        samples = list(parse_rest_nodes(self._command("sinfo", "--json"), t=now, path="sinfo --json")) \
-            if s.nodes else []
+        samples = (
+            list(parse_rest_nodes(self._command("sinfo", "--json"), t=now, path="sinfo --json")) if s.nodes else []
+        )
         return jobs, accounted, samples

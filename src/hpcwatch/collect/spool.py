@@ -59,22 +59,24 @@ class SpoolCollector:
             try:
                 seen = _newest_mtime(entry)
             except OSError:
-                continue                      # removed meanwhile
+                continue  # removed meanwhile
             if now - seen[0] < self.section.settle_s or self._seen.get(str(entry)) == seen:
                 continue
             ready.append((entry, seen))
         for entry, seen in ready:
             stored += self._ingest(entry)
             self._seen[str(entry)] = seen
-        note = f"{len(self.rejected)} file(s) refused, e.g. {next(iter(self.rejected.values()))}" \
-            if self.rejected else ""
+        note = (
+            f"{len(self.rejected)} file(s) refused, e.g. {next(iter(self.rejected.values()))}" if self.rejected else ""
+        )
         return RunResult(records=stored, lag_s=0.0, note=note)
 
     def _ingest(self, entry: Path) -> int:
         """One entry; a file its reader refuses is reported, and the others go on."""
         try:
-            report = ingest_paths(self.store, [entry], format=self.section.format or None,
-                                  host=self.section.host or None)
+            report = ingest_paths(
+                self.store, [entry], format=self.section.format or None, host=self.section.host or None
+            )
         except ParseError as err:
             self.rejected[str(entry)] = str(err)
             return 0

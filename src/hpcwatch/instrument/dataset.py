@@ -54,9 +54,18 @@ def sha256_file(path: str | os.PathLike[str]) -> tuple[str, int]:
 class ShardVerifier:
     """Checks shards against one manifest; remembers every check as an event."""
 
-    def __init__(self, manifest: ShardManifest, *, key: bytes | None = None, job: str | None = None,
-                 rank: int | None = None, host: str | None = None, strict: bool = False,
-                 sink: Callable[[Event], None] | None = None, clock: Callable[[], float] = time.time) -> None:
+    def __init__(
+        self,
+        manifest: ShardManifest,
+        *,
+        key: bytes | None = None,
+        job: str | None = None,
+        rank: int | None = None,
+        host: str | None = None,
+        strict: bool = False,
+        sink: Callable[[Event], None] | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
         self.manifest = manifest
         self.job, self.rank, self.strict = job, rank, strict
         self.host = host or socket.gethostname()
@@ -80,13 +89,34 @@ class ShardVerifier:
             reason = "bad_signature"
         return self._record(path, ok=reason is None, reason=reason, expected=entry.sha256, actual=actual, size=size)
 
-    def _record(self, path: str | os.PathLike[str], *, ok: bool, reason: str | None, expected: str | None,
-                actual: str | None, size: int | None) -> bool:
-        event = Event(kind=EventKind.SHARD_CHECK, t=self._clock(), source="hpcwatch.instrument.dataset",
-                      attrs={"path": str(Path(path)), "ok": ok, "reason": reason, "expected_sha256": expected,
-                             "actual_sha256": actual, "bytes": size, "dataset": self.manifest.dataset,
-                             "manifest": self.manifest.source, "job": self.job, "rank": self.rank,
-                             "host": self.host})
+    def _record(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        ok: bool,
+        reason: str | None,
+        expected: str | None,
+        actual: str | None,
+        size: int | None,
+    ) -> bool:
+        event = Event(
+            kind=EventKind.SHARD_CHECK,
+            t=self._clock(),
+            source="hpcwatch.instrument.dataset",
+            attrs={
+                "path": str(Path(path)),
+                "ok": ok,
+                "reason": reason,
+                "expected_sha256": expected,
+                "actual_sha256": actual,
+                "bytes": size,
+                "dataset": self.manifest.dataset,
+                "manifest": self.manifest.source,
+                "job": self.job,
+                "rank": self.rank,
+                "host": self.host,
+            },
+        )
         self.events.append(event)
         if self._sink is not None:
             self._sink(event)

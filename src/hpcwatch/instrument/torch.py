@@ -63,16 +63,19 @@ from typing import Any
 
 import orjson
 
+from hpcwatch import vocab
 from hpcwatch.errors import ConfigError
 from hpcwatch.records import Sample, Span
-from hpcwatch import vocab
 
-__all__ = ["StepRecorder", "HookConfig", "HOOK_METRICS", "SKETCH_METRIC",
-           "TORCH_MISSING"]
+__all__ = ["StepRecorder", "HookConfig", "HOOK_METRICS", "SKETCH_METRIC", "TORCH_MISSING"]
 
 #: The metrics the hook writes (the brief's contract with the store and the web app).
-HOOK_METRICS: tuple[str, ...] = (vocab.TRAIN_GRAD_NORM, vocab.TRAIN_GRAD_NONFINITE, vocab.TRAIN_LOSS,
-                                 vocab.TRAIN_STEP_TIME_S)
+HOOK_METRICS: tuple[str, ...] = (
+    vocab.TRAIN_GRAD_NORM,
+    vocab.TRAIN_GRAD_NONFINITE,
+    vocab.TRAIN_LOSS,
+    vocab.TRAIN_STEP_TIME_S,
+)
 #: The sketch metric (``sketch_dims`` samples a step, label ``dim``); see security/gradients.py.
 SKETCH_METRIC = vocab.TRAIN_GRAD_SKETCH
 #: Length of the ±1 sign table: a prime (so no bucket count K divides it; 2^20 - 3), large enough that
@@ -137,7 +140,7 @@ class HookConfig:
 class _Timer:
     """One phase's timing: wall start (UTC s) and either two perf_counter values or two CUDA events."""
 
-    __slots__ = ("phase", "start_utc", "t0", "t1", "e0", "e1")
+    __slots__ = ("e0", "e1", "phase", "start_utc", "t0", "t1")
 
     def __init__(self, phase: str, start_utc: float) -> None:
         self.phase = phase
@@ -147,8 +150,8 @@ class _Timer:
 
     def seconds(self) -> float:
         if self.e0 is not None:
-            self.e1.synchronize()                        # this event only; normally long done
-            return self.e0.elapsed_time(self.e1) / 1e3   # ms → s
+            self.e1.synchronize()  # this event only; normally long done
+            return self.e0.elapsed_time(self.e1) / 1e3  # ms → s
         return self.t1 - self.t0
 
 
@@ -164,8 +167,8 @@ class StepRecorder:
         self._pending: list[tuple[int, float, list[_Timer], list[Any]]] = []
         self._step: int | None = None
         self._timers: list[_Timer] = []
-        self._stats: list[Any] = []   # [(name, tensor)] read at step end
-        self._signs: dict[tuple[Any, Any], Any] = {}   # (device, dtype) -> (sign table twice over, scratch)
+        self._stats: list[Any] = []  # [(name, tensor)] read at step end
+        self._signs: dict[tuple[Any, Any], Any] = {}  # (device, dtype) -> (sign table twice over, scratch)
 
     # --- the API a training loop calls ---------------------------------------------------------
     @contextlib.contextmanager
@@ -209,11 +212,11 @@ class StepRecorder:
         if self._step is not None and self._step % self.config.grad_every:
             return
         torch = self._torch
-        parameters_seen = list(parameters)   # may be a generator, and the sketch walks it again
+        parameters_seen = list(parameters)  # may be a generator, and the sketch walks it again
         grads = [p.grad.detach() for p in parameters_seen if getattr(p, "grad", None) is not None]
         if not grads:
             return
-        norms = torch.stack([n.float() for n in torch._foreach_norm(grads)])   # fused per dtype/device
+        norms = torch.stack([n.float() for n in torch._foreach_norm(grads)])  # fused per dtype/device
         self._stats.append(("grad_norm", torch.linalg.vector_norm(norms)))
         self._stats.append(("grad_nonfinite", (~torch.isfinite(norms)).sum()))
         if self.config.sketch_dims:
@@ -227,7 +230,7 @@ class StepRecorder:
             grad = getattr(p, "grad", None)
             if grad is not None:
                 flat = grad.detach().reshape(-1)
-                big = flat.numel() >= _SKETCH_BATCH // 8          # worth a pass of its own, not a copy
+                big = flat.numel() >= _SKETCH_BATCH // 8  # worth a pass of its own, not a copy
                 if batch and (big or flat.dtype != batch[0].dtype or flat.device != batch[0].device):
                     acc = self._sketch_add(acc, batch, batch_start)
                     batch = []
@@ -240,7 +243,7 @@ class StepRecorder:
                     if sum(b.numel() for b in batch) >= _SKETCH_BATCH:
                         acc = self._sketch_add(acc, batch, batch_start)
                         batch = []
-            elif batch:      # a gap in the numbering: the batch must stay contiguous
+            elif batch:  # a gap in the numbering: the batch must stay contiguous
                 acc = self._sketch_add(acc, batch, batch_start)
                 batch = []
             offset += p.numel()
@@ -257,12 +260,12 @@ class StepRecorder:
             acc = torch.zeros(k, dtype=torch.float32, device=flat.device)
         pos = 0
         while pos < flat.numel():
-            at = (start + pos) % _SIGN_PERIOD          # the table is stored twice: any run <= period is one slice
+            at = (start + pos) % _SIGN_PERIOD  # the table is stored twice: any run <= period is one slice
             n = min(flat.numel() - pos, _SIGN_PERIOD)
-            signed = torch.mul(flat[pos:pos + n], signs[at:at + n], out=scratch[:n])   # reused: no page faults
+            signed = torch.mul(flat[pos : pos + n], signs[at : at + n], out=scratch[:n])  # reused: no page faults
             body = n - n % k
-            part = signed[:body].view(-1, k).sum(0, dtype=torch.float32)   # column j = bucket (start+pos+j) % k
-            part[:n - body] += signed[body:].float()
+            part = signed[:body].view(-1, k).sum(0, dtype=torch.float32)  # column j = bucket (start+pos+j) % k
+            part[: n - body] += signed[body:].float()
             acc += torch.roll(part, (start + pos) % k).to(acc.device)
             pos += n
         return acc
@@ -272,10 +275,12 @@ class StepRecorder:
         key = (device, dtype)
         if key not in self._signs:
             torch = self._torch
-            gen = torch.Generator().manual_seed(self.config.sketch_seed)   # CPU: identical on every rank
+            gen = torch.Generator().manual_seed(self.config.sketch_seed)  # CPU: identical on every rank
             signs = torch.randint(0, 2, (_SIGN_PERIOD,), generator=gen, dtype=torch.int8) * 2 - 1
-            self._signs[key] = (torch.cat([signs, signs]).to(device=device, dtype=dtype),
-                                torch.empty(_SIGN_PERIOD, device=device, dtype=dtype))
+            self._signs[key] = (
+                torch.cat([signs, signs]).to(device=device, dtype=dtype),
+                torch.empty(_SIGN_PERIOD, device=device, dtype=dtype),
+            )
         return self._signs[key]
 
     def loss(self, loss: Any) -> None:
@@ -289,7 +294,7 @@ class StepRecorder:
             self._file.close()
             self._file = None
 
-    def __enter__(self) -> "StepRecorder":
+    def __enter__(self) -> StepRecorder:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -303,23 +308,30 @@ class StepRecorder:
         for step, start_utc, timers, stats in ready:
             self._emit(step, start_utc, timers, stats)
 
-    def _emit(self, step: int, start_utc: float, timers: list[_Timer], stats: "_Staged") -> None:
+    def _emit(self, step: int, start_utc: float, timers: list[_Timer], stats: _Staged) -> None:
         cfg = self.config
         attrs = {k: v for k, v in (("node", cfg.node), ("gpu", cfg.gpu)) if v is not None}
         labels = {"job": cfg.job, "rank": str(cfg.rank), "step": str(step)}
         labels.update({k: str(v) for k, v in attrs.items()})
         out: list[Span | Sample] = [
-            Span(job=cfg.job, rank=cfg.rank, step=step, phase=t.phase, start=t.start_utc, dur=t.seconds(),
-                 attrs=attrs) for t in timers]
+            Span(job=cfg.job, rank=cfg.rank, step=step, phase=t.phase, start=t.start_utc, dur=t.seconds(), attrs=attrs)
+            for t in timers
+        ]
         values = stats.values()
         t_end = start_utc + values.get("step_time_s", 0.0)
-        names = {"grad_norm": vocab.TRAIN_GRAD_NORM, "grad_nonfinite": vocab.TRAIN_GRAD_NONFINITE, "loss": vocab.TRAIN_LOSS,
-                 "step_time_s": vocab.TRAIN_STEP_TIME_S}
+        names = {
+            "grad_norm": vocab.TRAIN_GRAD_NORM,
+            "grad_nonfinite": vocab.TRAIN_GRAD_NONFINITE,
+            "loss": vocab.TRAIN_LOSS,
+            "step_time_s": vocab.TRAIN_STEP_TIME_S,
+        }
         sketch = values.pop("grad_sketch", None)
         out += [Sample(metric=names[k], labels=labels, t=t_end, value=v) for k, v in values.items()]
         if sketch is not None:
-            out += [Sample(metric=SKETCH_METRIC, labels={**labels, "dim": str(i)}, t=t_end, value=v)
-                    for i, v in enumerate(sketch)]
+            out += [
+                Sample(metric=SKETCH_METRIC, labels={**labels, "dim": str(i)}, t=t_end, value=v)
+                for i, v in enumerate(sketch)
+            ]
         self._write(out)
 
     def _write(self, out: list[Span | Sample]) -> None:
@@ -340,22 +352,33 @@ class StepRecorder:
 
     def _serve(self) -> dict[str, Any]:
         import prometheus_client as prom
+
         registry = prom.CollectorRegistry()
         label_names = ["job", "rank", "node", "gpu"]
-        gauges = {m: prom.Gauge(m, f"hpcwatch training hook: {m}", label_names, registry=registry)
-                  for m in HOOK_METRICS}
-        gauges[vocab.TRAIN_PHASE_S] = prom.Gauge(vocab.TRAIN_PHASE_S, "hpcwatch training hook: last step's phase duration",
-                                             label_names + ["phase"], registry=registry)
+        gauges = {
+            m: prom.Gauge(m, f"hpcwatch training hook: {m}", label_names, registry=registry) for m in HOOK_METRICS
+        }
+        gauges[vocab.TRAIN_PHASE_S] = prom.Gauge(
+            vocab.TRAIN_PHASE_S,
+            "hpcwatch training hook: last step's phase duration",
+            label_names + ["phase"],
+            registry=registry,
+        )
         if self.config.sketch_dims:
-            gauges[SKETCH_METRIC] = prom.Gauge(SKETCH_METRIC, "hpcwatch training hook: gradient sketch",
-                                               label_names + ["dim"], registry=registry)
+            gauges[SKETCH_METRIC] = prom.Gauge(
+                SKETCH_METRIC, "hpcwatch training hook: gradient sketch", label_names + ["dim"], registry=registry
+            )
         prom.start_http_server(self.config.prometheus_port, addr="127.0.0.1", registry=registry)
         return gauges
 
     def _set_gauges(self, out: list[Span | Sample]) -> None:
         cfg = self.config
-        base = {"job": cfg.job, "rank": str(cfg.rank), "node": cfg.node or "", "gpu": "" if cfg.gpu is None
-                else str(cfg.gpu)}
+        base = {
+            "job": cfg.job,
+            "rank": str(cfg.rank),
+            "node": cfg.node or "",
+            "gpu": "" if cfg.gpu is None else str(cfg.gpu),
+        }
         for r in out:
             if isinstance(r, Sample) and r.metric == SKETCH_METRIC:
                 self._gauges[r.metric].labels(**base, dim=r.labels["dim"]).set(r.value)
@@ -373,13 +396,13 @@ class _Staged:
     copy only, never for the whole device.
     """
 
-    __slots__ = ("names", "sizes", "floats", "packed", "event")
+    __slots__ = ("event", "floats", "names", "packed", "sizes")
 
     def __init__(self, torch: Any, stats: list[tuple[str, Any]]) -> None:
         tensors = [(k, v) for k, v in stats if torch.is_tensor(v)]
         self.floats = {k: float(v) for k, v in stats if not torch.is_tensor(v)}
         self.names = [k for k, _ in tensors]
-        self.sizes = [v.numel() if v.dim() else 0 for _, v in tensors]   # 0: a scalar
+        self.sizes = [v.numel() if v.dim() else 0 for _, v in tensors]  # 0: a scalar
         self.packed, self.event = None, None
         if tensors:
             device = tensors[0][1].device
@@ -399,7 +422,7 @@ class _Staged:
         out: dict[str, Any] = {}
         pos = 0
         for name, size in zip(self.names, self.sizes):
-            out[name] = flat[pos] if size == 0 else flat[pos:pos + size]
+            out[name] = flat[pos] if size == 0 else flat[pos : pos + size]
             pos += max(size, 1)
         out.update(self.floats)
         return out
@@ -407,7 +430,15 @@ class _Staged:
 
 def _line(record: Span | Sample) -> dict[str, Any]:
     if isinstance(record, Span):
-        return {"kind": "span", "job": record.job, "rank": record.rank, "step": record.step, "phase": record.phase,
-                "start": record.start, "dur": record.dur, "attrs": dict(record.attrs)}
+        return {
+            "kind": "span",
+            "job": record.job,
+            "rank": record.rank,
+            "step": record.step,
+            "phase": record.phase,
+            "start": record.start,
+            "dur": record.dur,
+            "attrs": dict(record.attrs),
+        }
     value = record.value if math.isfinite(record.value) else str(record.value)
     return {"kind": "sample", "metric": record.metric, "labels": dict(record.labels), "t": record.t, "value": value}

@@ -16,7 +16,21 @@ from hpcwatch.model.cluster import (
 )
 
 __all__ = [
-    "GPUS", "LINKS", "GpuSpec", "LinkSpec", "gpu_spec", "link_spec",
-    "Cluster", "Fabric", "Gpu", "Node", "Scheduler", "Stack", "Storage", "Weights",
-    "load_cluster", "parse_cluster", "reference_cluster",
+    "GPUS",
+    "LINKS",
+    "GpuSpec",
+    "LinkSpec",
+    "gpu_spec",
+    "link_spec",
+    "Cluster",
+    "Fabric",
+    "Gpu",
+    "Node",
+    "Scheduler",
+    "Stack",
+    "Storage",
+    "Weights",
+    "load_cluster",
+    "parse_cluster",
+    "reference_cluster",
 ]

@@ -8,10 +8,10 @@ sentence is an error at load time, not an English string on a French page.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import lru_cache
 from importlib import resources
-from typing import Mapping
 
 import yaml
 

@@ -8,8 +8,18 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["GpuSpec", "LinkSpec", "CoolingSpec", "GPUS", "LINKS", "COOLING", "GPU_SLOWDOWN_TEMP_C", "gpu_spec",
-           "link_spec", "cooling_spec"]
+__all__ = [
+    "GpuSpec",
+    "LinkSpec",
+    "CoolingSpec",
+    "GPUS",
+    "LINKS",
+    "COOLING",
+    "GPU_SLOWDOWN_TEMP_C",
+    "gpu_spec",
+    "link_spec",
+    "cooling_spec",
+]
 
 TERA = 1e12
 GIB = 1024**3
@@ -47,26 +57,66 @@ class GpuSpec:
 GPUS: dict[str, GpuSpec] = {
     spec.key: spec
     for spec in (
-        GpuSpec(key="h100-sxm", name="NVIDIA H100 80GB HBM3", vendor="nvidia",
-                peak_bf16_dense_flops=989.4 * TERA, hbm_bytes=80 * GIB, hbm_bandwidth_bytes_s=3.35e12,
-                nvlink_bandwidth_bytes_s=900 * GB, tdp_w=700.0, idle_power_w=70.0,
-                source="https://www.nvidia.com/en-us/data-center/h100/"),
-        GpuSpec(key="h200", name="NVIDIA H200", vendor="nvidia",
-                peak_bf16_dense_flops=989.4 * TERA, hbm_bytes=141 * 10**9, hbm_bandwidth_bytes_s=4.8e12,
-                nvlink_bandwidth_bytes_s=900 * GB, tdp_w=700.0, idle_power_w=75.0,
-                source="https://www.nvidia.com/en-us/data-center/h200/"),
-        GpuSpec(key="a100-sxm", name="NVIDIA A100-SXM4-80GB", vendor="nvidia",
-                peak_bf16_dense_flops=312 * TERA, hbm_bytes=80 * GIB, hbm_bandwidth_bytes_s=2.039e12,
-                nvlink_bandwidth_bytes_s=600 * GB, tdp_w=400.0, idle_power_w=55.0,
-                source="https://www.nvidia.com/en-us/data-center/a100/"),
-        GpuSpec(key="b200", name="NVIDIA B200", vendor="nvidia",
-                peak_bf16_dense_flops=2250 * TERA, hbm_bytes=180 * 10**9, hbm_bandwidth_bytes_s=7.7e12,
-                nvlink_bandwidth_bytes_s=1800 * GB, tdp_w=1000.0, idle_power_w=120.0,
-                source="https://www.nvidia.com/en-us/data-center/hgx/"),
-        GpuSpec(key="mi300x", name="AMD Instinct MI300X", vendor="amd",
-                peak_bf16_dense_flops=1307.4 * TERA, hbm_bytes=192 * 10**9, hbm_bandwidth_bytes_s=5.3e12,
-                nvlink_bandwidth_bytes_s=896 * GB, tdp_w=750.0, idle_power_w=140.0,
-                source="https://www.amd.com/en/products/accelerators/instinct/mi300/mi300x.html"),
+        GpuSpec(
+            key="h100-sxm",
+            name="NVIDIA H100 80GB HBM3",
+            vendor="nvidia",
+            peak_bf16_dense_flops=989.4 * TERA,
+            hbm_bytes=80 * GIB,
+            hbm_bandwidth_bytes_s=3.35e12,
+            nvlink_bandwidth_bytes_s=900 * GB,
+            tdp_w=700.0,
+            idle_power_w=70.0,
+            source="https://www.nvidia.com/en-us/data-center/h100/",
+        ),
+        GpuSpec(
+            key="h200",
+            name="NVIDIA H200",
+            vendor="nvidia",
+            peak_bf16_dense_flops=989.4 * TERA,
+            hbm_bytes=141 * 10**9,
+            hbm_bandwidth_bytes_s=4.8e12,
+            nvlink_bandwidth_bytes_s=900 * GB,
+            tdp_w=700.0,
+            idle_power_w=75.0,
+            source="https://www.nvidia.com/en-us/data-center/h200/",
+        ),
+        GpuSpec(
+            key="a100-sxm",
+            name="NVIDIA A100-SXM4-80GB",
+            vendor="nvidia",
+            peak_bf16_dense_flops=312 * TERA,
+            hbm_bytes=80 * GIB,
+            hbm_bandwidth_bytes_s=2.039e12,
+            nvlink_bandwidth_bytes_s=600 * GB,
+            tdp_w=400.0,
+            idle_power_w=55.0,
+            source="https://www.nvidia.com/en-us/data-center/a100/",
+        ),
+        GpuSpec(
+            key="b200",
+            name="NVIDIA B200",
+            vendor="nvidia",
+            peak_bf16_dense_flops=2250 * TERA,
+            hbm_bytes=180 * 10**9,
+            hbm_bandwidth_bytes_s=7.7e12,
+            nvlink_bandwidth_bytes_s=1800 * GB,
+            tdp_w=1000.0,
+            idle_power_w=120.0,
+            source="https://www.nvidia.com/en-us/data-center/hgx/",
+        ),
+        GpuSpec(
+            key="mi300x",
+            name="AMD Instinct MI300X",
+            vendor="amd",
+            peak_bf16_dense_flops=1307.4 * TERA,
+            hbm_bytes=192 * 10**9,
+            hbm_bandwidth_bytes_s=5.3e12,
+            nvlink_bandwidth_bytes_s=896 * GB,
+            tdp_w=750.0,
+            idle_power_w=140.0,
+            source="https://www.amd.com/en/products/accelerators/instinct/mi300/mi300x.html",
+        ),
     )
 }
 
@@ -84,12 +134,24 @@ class LinkSpec:
 LINKS: dict[str, LinkSpec] = {
     spec.key: spec
     for spec in (
-        LinkSpec(key="hdr", name="InfiniBand HDR", rate_bits_s=200e9,
-                 source="https://www.infinibandta.org/infiniband-roadmap/"),
-        LinkSpec(key="ndr", name="InfiniBand NDR", rate_bits_s=400e9,
-                 source="https://www.infinibandta.org/infiniband-roadmap/"),
-        LinkSpec(key="xdr", name="InfiniBand XDR", rate_bits_s=800e9,
-                 source="https://www.infinibandta.org/infiniband-roadmap/"),
+        LinkSpec(
+            key="hdr",
+            name="InfiniBand HDR",
+            rate_bits_s=200e9,
+            source="https://www.infinibandta.org/infiniband-roadmap/",
+        ),
+        LinkSpec(
+            key="ndr",
+            name="InfiniBand NDR",
+            rate_bits_s=400e9,
+            source="https://www.infinibandta.org/infiniband-roadmap/",
+        ),
+        LinkSpec(
+            key="xdr",
+            name="InfiniBand XDR",
+            rate_bits_s=800e9,
+            source="https://www.infinibandta.org/infiniband-roadmap/",
+        ),
     )
 }
 
@@ -136,10 +198,20 @@ class CoolingSpec:
 COOLING: dict[str, CoolingSpec] = {
     spec.kind: spec
     for spec in (
-        CoolingSpec(kind="liquid", inlet_c=28.0, c_per_w=0.04, tau_s=45.0,
-                    source="fit of data/real/h200/nvml_timeseries.csv; ASHRAE TC 9.9 liquid class W32"),
-        CoolingSpec(kind="air", inlet_c=25.0, c_per_w=0.075, tau_s=90.0,
-                    source="ASHRAE TC 9.9 recommended inlet 18-27 °C; resistance and time constant ours"),
+        CoolingSpec(
+            kind="liquid",
+            inlet_c=28.0,
+            c_per_w=0.04,
+            tau_s=45.0,
+            source="fit of data/real/h200/nvml_timeseries.csv; ASHRAE TC 9.9 liquid class W32",
+        ),
+        CoolingSpec(
+            kind="air",
+            inlet_c=25.0,
+            c_per_w=0.075,
+            tau_s=90.0,
+            source="ASHRAE TC 9.9 recommended inlet 18-27 °C; resistance and time constant ours",
+        ),
     )
 }
 

@@ -15,7 +15,17 @@ from typing import Any
 import yaml
 
 from hpcwatch.errors import ConfigError
-from hpcwatch.model.catalog import COOLING, GPUS, LINKS, CoolingSpec, GpuSpec, LinkSpec, cooling_spec, gpu_spec, link_spec
+from hpcwatch.model.catalog import (
+    COOLING,
+    GPUS,
+    LINKS,
+    CoolingSpec,
+    GpuSpec,
+    LinkSpec,
+    cooling_spec,
+    gpu_spec,
+    link_spec,
+)
 
 __all__ = [
     "Gpu",
@@ -171,8 +181,9 @@ class _Reader:
         for k, v in node.value:
             name = k.value
             if name not in allowed:
-                raise self.fail(k, f"{key}.{name}" if key else name,
-                                f"unknown key (allowed: {', '.join(sorted(allowed))})")
+                raise self.fail(
+                    k, f"{key}.{name}" if key else name, f"unknown key (allowed: {', '.join(sorted(allowed))})"
+                )
             out[name] = v
         return out
 
@@ -240,18 +251,27 @@ class _Reader:
         return Cluster(
             name=self.scalar(f, "name", "", str, "cluster"),
             nodes=self.node_groups(f["nodes"]),
-            fabric=Fabric(kind=self.scalar(fabric, "kind", "fabric", str, "infiniband"), link=link,
-                          topology=self.scalar(fabric, "topology", "fabric", str, "fat-tree")),
-            storage=Storage(kind=self.scalar(st, "kind", "storage", str, "lustre"),
-                            name=self.scalar(st, "name", "storage", str, "lustre"),
-                            mount=self.scalar(st, "mount", "storage", str, "/lustre"),
-                            osts=self.scalar(st, "osts", "storage", int, 4),
-                            mdts=self.scalar(st, "mdts", "storage", int, 1)),
-            scheduler=Scheduler(kind=self.scalar(sc, "kind", "scheduler", str, "slurm"),
-                                version=str(self.scalar(sc, "version", "scheduler", str, "22.05")),
-                                partitions=parts),
-            stack=Stack(framework=self.scalar(sk, "framework", "stack", str, "pytorch"),
-                        communication=self.scalar(sk, "communication", "stack", str, "nccl")),
+            fabric=Fabric(
+                kind=self.scalar(fabric, "kind", "fabric", str, "infiniband"),
+                link=link,
+                topology=self.scalar(fabric, "topology", "fabric", str, "fat-tree"),
+            ),
+            storage=Storage(
+                kind=self.scalar(st, "kind", "storage", str, "lustre"),
+                name=self.scalar(st, "name", "storage", str, "lustre"),
+                mount=self.scalar(st, "mount", "storage", str, "/lustre"),
+                osts=self.scalar(st, "osts", "storage", int, 4),
+                mdts=self.scalar(st, "mdts", "storage", int, 1),
+            ),
+            scheduler=Scheduler(
+                kind=self.scalar(sc, "kind", "scheduler", str, "slurm"),
+                version=str(self.scalar(sc, "version", "scheduler", str, "22.05")),
+                partitions=parts,
+            ),
+            stack=Stack(
+                framework=self.scalar(sk, "framework", "stack", str, "pytorch"),
+                communication=self.scalar(sk, "communication", "stack", str, "nccl"),
+            ),
             weights=Weights(path=self.scalar(w, "path", "weights", str, "/lustre/checkpoints")),
             cooling=self.cooling(f["cooling"]) if "cooling" in f else _cooling("liquid"),
         )

@@ -12,8 +12,15 @@ from hpcwatch.security.scan import ScanConfig, ScanExtras, scan_store
 from hpcwatch.store import Store
 from hpcwatch.vocab import EventKind
 
-__all__ = ["assessment_report", "assessment_document", "assessment_event", "latest_assessment", "StoredAssessment",
-           "TIER_NUMBERS", "OVERALL"]
+__all__ = [
+    "assessment_report",
+    "assessment_document",
+    "assessment_event",
+    "latest_assessment",
+    "StoredAssessment",
+    "TIER_NUMBERS",
+    "OVERALL",
+]
 
 #: A tier as a number, for /metrics (``hpcwatch_assessment_tier``) and alert rules: higher is better, so
 #: ``< 2`` reads "worse than Silver". Ours: ClusterMAX names its tiers, not numbers (https://www.clustermax.ai/).
@@ -24,8 +31,9 @@ OVERALL = "overall"
 
 def assessment_report(store: Store, config: AssessConfig, *, run_detectors: bool = True) -> Assessment:
     """Gather the evidence (and, unless told not to, run the six detectors read-only), judge every criterion."""
-    findings = scan_store(store, config=ScanConfig.for_cluster(config.cluster), extras=ScanExtras()) \
-        if run_detectors else None
+    findings = (
+        scan_store(store, config=ScanConfig.for_cluster(config.cluster), extras=ScanExtras()) if run_detectors else None
+    )
     return assess_evidence(gather_evidence(store, config, findings=findings))
 
 
@@ -35,12 +43,29 @@ def assessment_document(a: Assessment) -> dict[str, Any]:
     return {
         "tier": a.tier,
         "window": {"t0": a.t0, "t1": a.t1},
-        "categories": [{"name": c.name, "tier": c.tier, "criteria": [
-            {"id": r.id, "title": r.title, "status": r.status, "evidence": r.evidence, "source": r.source,
-             "command": r.command, "records": list(r.records), "figures": dict(r.figures)} for r in c.criteria]}
-            for c in a.categories],
-        "not_assessable": [{"category": n.category, "title": n.title, "why": n.why, "source": n.source}
-                           for n in a.not_assessable],
+        "categories": [
+            {
+                "name": c.name,
+                "tier": c.tier,
+                "criteria": [
+                    {
+                        "id": r.id,
+                        "title": r.title,
+                        "status": r.status,
+                        "evidence": r.evidence,
+                        "source": r.source,
+                        "command": r.command,
+                        "records": list(r.records),
+                        "figures": dict(r.figures),
+                    }
+                    for r in c.criteria
+                ],
+            }
+            for c in a.categories
+        ],
+        "not_assessable": [
+            {"category": n.category, "title": n.title, "why": n.why, "source": n.source} for n in a.not_assessable
+        ],
     }
 
 
@@ -52,9 +77,18 @@ def assessment_event(a: Assessment, *, t: float, source: str = "hpcwatch collect
     for c in a.categories:
         for r in c.criteria:
             statuses[r.status] = statuses.get(r.status, 0) + 1
-    return Event(kind=EventKind.ASSESSMENT, t=t, source=source,
-                 attrs={"tier": a.tier, "categories": {c.name: c.tier for c in a.categories},
-                        "t0": a.t0, "t1": a.t1, "statuses": statuses})
+    return Event(
+        kind=EventKind.ASSESSMENT,
+        t=t,
+        source=source,
+        attrs={
+            "tier": a.tier,
+            "categories": {c.name: c.tier for c in a.categories},
+            "t0": a.t0,
+            "t1": a.t1,
+            "statuses": statuses,
+        },
+    )
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -82,5 +116,9 @@ def latest_assessment(store: Store) -> StoredAssessment | None:
     if not events:
         return None
     e = max(events, key=lambda e: e.t)
-    return StoredAssessment(t=e.t, tier=str(e.attrs.get("tier")), categories=dict(e.attrs.get("categories") or {}),
-                            statuses=dict(e.attrs.get("statuses") or {}))
+    return StoredAssessment(
+        t=e.t,
+        tier=str(e.attrs.get("tier")),
+        categories=dict(e.attrs.get("categories") or {}),
+        statuses=dict(e.attrs.get("statuses") or {}),
+    )

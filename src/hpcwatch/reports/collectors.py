@@ -29,8 +29,16 @@ import orjson
 
 from hpcwatch.store import Store
 
-__all__ = ["CollectorStatus", "CollectStatus", "STATUS_DIR", "STALE_AFTER_S", "MISSED_INTERVALS",
-           "status_path", "read_status", "collector_statuses"]
+__all__ = [
+    "CollectorStatus",
+    "CollectStatus",
+    "STATUS_DIR",
+    "STALE_AFTER_S",
+    "MISSED_INTERVALS",
+    "status_path",
+    "read_status",
+    "collector_statuses",
+]
 
 #: Where the status files live, relative to the store folder.
 STATUS_DIR = Path("collect")
@@ -104,13 +112,18 @@ def read_status(store_root: str | Path, *, now: float | None = None) -> CollectS
             continue
         if not isinstance(doc, dict) or not isinstance(doc.get("collectors"), list):
             continue
-        name = str(doc.get("daemon") or path.stem[len("status-"):])
+        name = str(doc.get("daemon") or path.stem[len("status-") :])
         written = float(doc.get("written_s") or 0.0)
         stale = now - written > STALE_AFTER_S
-        daemons[name] = {"written_s": written, "pid": int(doc.get("pid") or 0), "config": str(doc.get("config") or ""),
-                         "stale": stale}
-        collectors += [_collector({**raw, "daemon": name}, now, stale) for raw in doc["collectors"]
-                       if isinstance(raw, dict)]
+        daemons[name] = {
+            "written_s": written,
+            "pid": int(doc.get("pid") or 0),
+            "config": str(doc.get("config") or ""),
+            "stale": stale,
+        }
+        collectors += [
+            _collector({**raw, "daemon": name}, now, stale) for raw in doc["collectors"] if isinstance(raw, dict)
+        ]
     if not daemons:
         return None
     return CollectStatus(daemons=daemons, collectors=tuple(collectors))
@@ -118,8 +131,9 @@ def read_status(store_root: str | Path, *, now: float | None = None) -> CollectS
 
 def _collector(raw: dict[str, Any], now: float, stale: bool) -> CollectorStatus:
     status = CollectorStatus(**{k: v for k, v in raw.items() if k in _FIELDS})
-    ok = status.last_success_s is not None and (status.last_error_s is None
-                                                 or status.last_error_s <= status.last_success_s)
+    ok = status.last_success_s is not None and (
+        status.last_error_s is None or status.last_error_s <= status.last_success_s
+    )
     recent = ok and now - status.last_success_s <= MISSED_INTERVALS * max(status.interval_s, 1.0)
     return CollectorStatus(**{**{k: getattr(status, k) for k in _FIELDS}, "answering": bool(recent and not stale)})
 

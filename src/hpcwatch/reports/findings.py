@@ -11,8 +11,16 @@ from hpcwatch.records import SEVERITIES, VECTORS, Finding
 from hpcwatch.security.scan import ScanConfig, ScanExtras, scan_store, weights_reads
 from hpcwatch.store import Store, queries
 
-__all__ = ["ScanReport", "scan_report", "VectorSummary", "findings_summary", "finding_counts", "recent_findings", "scan_inputs",
-           "RECENT_FINDINGS"]
+__all__ = [
+    "ScanReport",
+    "scan_report",
+    "VectorSummary",
+    "findings_summary",
+    "finding_counts",
+    "recent_findings",
+    "scan_inputs",
+    "RECENT_FINDINGS",
+]
 
 #: Findings a list returns at most (the newest).
 RECENT_FINDINGS = 200
@@ -42,9 +50,19 @@ def _evidence(text: str | None) -> dict[str, Any]:
 
 def findings_summary(store: Store) -> dict[str, VectorSummary]:
     """Every vector of ``records.VECTORS``, in that order, with its count and newest finding."""
-    found = {v: VectorSummary(vector=v, findings=n, last_t=t, title=title, severity=sev, target=target, rule=rule,
-                              evidence=_evidence(evidence))
-             for v, n, t, title, sev, target, rule, evidence in queries.latest_finding_by_vector(store)}
+    found = {
+        v: VectorSummary(
+            vector=v,
+            findings=n,
+            last_t=t,
+            title=title,
+            severity=sev,
+            target=target,
+            rule=rule,
+            evidence=_evidence(evidence),
+        )
+        for v, n, t, title, sev, target, rule, evidence in queries.latest_finding_by_vector(store)
+    }
     return {v: found.get(v, VectorSummary(vector=v)) for v in VECTORS}
 
 

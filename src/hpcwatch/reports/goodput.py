@@ -9,11 +9,11 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from hpcwatch import vocab
 from hpcwatch.analysis.goodput import GOODPUT_EVENT_KINDS, GoodputReport, account_job
 from hpcwatch.errors import InputError
-from hpcwatch.store import Store, queries
 from hpcwatch.records import Job
-from hpcwatch import vocab
+from hpcwatch.store import Store, queries
 
 __all__ = ["goodput_report", "STEP_TIME_METRIC"]
 

@@ -18,8 +18,13 @@ __all__ = ["node_health", "DEFAULT_HEALTH_WINDOW_S", "ACTIVE_EVENT_KINDS"]
 
 #: Default look-back: the last 15 minutes before the newest sample.
 DEFAULT_HEALTH_WINDOW_S = 900.0
-ACTIVE_EVENT_KINDS = (EventKind.DCGM_DIAG, EventKind.NCCL_TEST, EventKind.IB_WRITE_BW, EventKind.NCCL_RANK,
-                      EventKind.NCCL_TIMEOUT)
+ACTIVE_EVENT_KINDS = (
+    EventKind.DCGM_DIAG,
+    EventKind.NCCL_TEST,
+    EventKind.IB_WRITE_BW,
+    EventKind.NCCL_RANK,
+    EventKind.NCCL_TIMEOUT,
+)
 
 
 def _stored_inputs(store: Store, node: str | None, window_s: float):
@@ -33,13 +38,21 @@ def _stored_inputs(store: Store, node: str | None, window_s: float):
 def _for_node(events: list[Event], node: str) -> list[Event]:
     """Events of ``node``; those that name no node are taken to be its (a benchmark run on it)."""
     mine = [e for e in events if e.attrs.get("node") in (node, None)]
-    return [e if e.attrs.get("node") else Event(kind=e.kind, t=e.t, source=e.source, attrs={**e.attrs, "node": node})
-            for e in mine]
+    return [
+        e if e.attrs.get("node") else Event(kind=e.kind, t=e.t, source=e.source, attrs={**e.attrs, "node": node})
+        for e in mine
+    ]
 
 
-def node_health(store: Store, *, node: str | None = None, window_s: float = DEFAULT_HEALTH_WINDOW_S,
-                active: Sequence[Event] = (), link: str = "ndr",
-                config: HealthConfig = HealthConfig()) -> HealthReport:
+def node_health(
+    store: Store,
+    *,
+    node: str | None = None,
+    window_s: float = DEFAULT_HEALTH_WINDOW_S,
+    active: Sequence[Event] = (),
+    link: str = "ndr",
+    config: HealthConfig = HealthConfig(),
+) -> HealthReport:
     """Every node's verdict (or ``node``'s only) over the last ``window_s`` seconds of samples."""
     samples, events = _stored_inputs(store, node, window_s)
     events = events + list(active)
@@ -48,8 +61,9 @@ def node_health(store: Store, *, node: str | None = None, window_s: float = DEFA
         # the NCCL rules compare the job's hosts: judged over all of them, then kept for this node
         nccl_checks = [c for c in nccl_log_checks(events) if c.node == node]
         events = _for_node(events, node)
-    report = health_report(samples, events, config=config, link=link, nodes=[node] if node else [],
-                           nccl_checks=nccl_checks)
+    report = health_report(
+        samples, events, config=config, link=link, nodes=[node] if node else [], nccl_checks=nccl_checks
+    )
     if node is not None:
         report = HealthReport(nodes=tuple(n for n in report.nodes if n.node == node))
     return report

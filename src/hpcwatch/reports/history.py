@@ -25,8 +25,15 @@ from hpcwatch import vocab
 from hpcwatch.errors import InputError
 from hpcwatch.reports.live import GPU_FIELDS
 
-__all__ = ["SamplesSource", "Series", "History", "HISTORY_METRICS", "HISTORY_RANGES_S", "DEFAULT_POINTS",
-           "element_history"]
+__all__ = [
+    "SamplesSource",
+    "Series",
+    "History",
+    "HISTORY_METRICS",
+    "HISTORY_RANGES_S",
+    "DEFAULT_POINTS",
+    "element_history",
+]
 
 #: What a sparkline shows: dcgm-exporter's utilisation (%), power (W) and temperature (°C)
 #: (https://github.com/NVIDIA/dcgm-exporter/blob/main/etc/default-counters.csv).
@@ -43,8 +50,15 @@ _SUMMED = {vocab.DCGM_FI_DEV_POWER_USAGE}
 class SamplesSource(Protocol):
     """Anything with ``samples(metric, host=, t0=, t1=) -> pa.Table`` of ``SAMPLE_SCHEMA``."""
 
-    def samples(self, metric: str | list[str] | None = None, *, host: str | None = None, job: str | None = None,
-                t0: float | None = None, t1: float | None = None) -> pa.Table: ...
+    def samples(
+        self,
+        metric: str | list[str] | None = None,
+        *,
+        host: str | None = None,
+        job: str | None = None,
+        t0: float | None = None,
+        t1: float | None = None,
+    ) -> pa.Table: ...
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -67,8 +81,9 @@ class History:
     series: tuple[Series, ...]
 
 
-def element_history(source: SamplesSource, *, host: str, gpu: str | None, t1: float, range_s: float,
-                    points: int = DEFAULT_POINTS) -> History:
+def element_history(
+    source: SamplesSource, *, host: str, gpu: str | None, t1: float, range_s: float, points: int = DEFAULT_POINTS
+) -> History:
     """The last ``range_s`` seconds before ``t1`` of one GPU (``gpu`` its index) or of a whole node."""
     if not (range_s > 0 and math.isfinite(range_s)):
         raise InputError(f"range_s must be a positive number of seconds, got {range_s!r}")
@@ -93,8 +108,9 @@ def _series(table: pa.Table, metric: str, t0: float, step: float, points: int, *
     counts = np.bincount(bucket, minlength=points)
     with np.errstate(invalid="ignore", divide="ignore"):
         means = sums / counts
-    if whole_node and metric in _SUMMED:      # mean per GPU-scrape × GPUs seen = the node's total
+    if whole_node and metric in _SUMMED:  # mean per GPU-scrape × GPUs seen = the node's total
         gpus = len(set(rows["gpu"].to_pylist())) or 1
         means = means * gpus
-    return Series(field=field, metric=metric,
-                  values=tuple(None if c == 0 else round(float(m), 3) for m, c in zip(means, counts)))
+    return Series(
+        field=field, metric=metric, values=tuple(None if c == 0 else round(float(m), 3) for m, c in zip(means, counts))
+    )

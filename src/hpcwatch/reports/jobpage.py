@@ -31,8 +31,15 @@ from hpcwatch.reports.steps import DEFAULT_RECENT_STEPS, StepReport, step_report
 if TYPE_CHECKING:
     from hpcwatch.store import Store
 
-__all__ = ["JobOverview", "JobSteps", "RankPhases", "job_overview", "overview_dict", "concerns_job",
-           "JOB_EVIDENCE_KEYS"]
+__all__ = [
+    "JobOverview",
+    "JobSteps",
+    "RankPhases",
+    "job_overview",
+    "overview_dict",
+    "concerns_job",
+    "JOB_EVIDENCE_KEYS",
+]
 
 #: Evidence keys under which detectors name the job a finding is about (``security/``: ``job``; the
 #: dcgm-exporter label ``hpc_job``; Slurm's ``job_id``).
@@ -103,15 +110,32 @@ def _phase_medians(report: StepReport) -> tuple[RankPhases, ...]:
 
 def _steps(report: StepReport) -> JobSteps:
     found = report.straggler
-    straggler = None if found is None else {"rank": found.rank, "node": found.node, "gpu": found.gpu,
-                                            "phase": found.phase, "excess_s": found.excess_s, "score": found.score}
+    straggler = (
+        None
+        if found is None
+        else {
+            "rank": found.rank,
+            "node": found.node,
+            "gpu": found.gpu,
+            "phase": found.phase,
+            "excess_s": found.excess_s,
+            "score": found.score,
+        }
+    )
     steps = report.anatomy.steps
-    return JobSteps(first_step=steps[0] if steps else 0, last_step=steps[-1] if steps else 0, steps=len(steps),
-                    step_time_s=report.step_time_s, ranks=_phase_medians(report), straggler=straggler)
+    return JobSteps(
+        first_step=steps[0] if steps else 0,
+        last_step=steps[-1] if steps else 0,
+        steps=len(steps),
+        step_time_s=report.step_time_s,
+        ranks=_phase_medians(report),
+        straggler=straggler,
+    )
 
 
-def job_overview(store: Store, job_id: str, *, samples: pa.Table | None = None,
-                 recent_steps: int = DEFAULT_RECENT_STEPS) -> JobOverview:
+def job_overview(
+    store: Store, job_id: str, *, samples: pa.Table | None = None, recent_steps: int = DEFAULT_RECENT_STEPS
+) -> JobOverview:
     """Every part of ``job_id``'s page; a part the store cannot answer only sets ``missing``.
     ``InputError`` (``job_report``'s) when no part answers: the store knows nothing of the job."""
     missing: dict[str, str] = {}
@@ -147,12 +171,29 @@ def overview_dict(overview: JobOverview) -> dict[str, Any]:
     return {
         "id": overview.id,
         "job": None if overview.job is None else report_dict(overview.job, per_gpu=True),
-        "steps": None if steps is None else {
-            "first_step": steps.first_step, "last_step": steps.last_step, "steps": steps.steps,
-            "step_time_s": steps.step_time_s, "phases": list(PHASES), "straggler": steps.straggler,
-            "ranks": [{"rank": r.rank, "node": r.node, "gpu": r.gpu, "phase_s": list(r.phase_s)} for r in steps.ranks]},
+        "steps": None
+        if steps is None
+        else {
+            "first_step": steps.first_step,
+            "last_step": steps.last_step,
+            "steps": steps.steps,
+            "step_time_s": steps.step_time_s,
+            "phases": list(PHASES),
+            "straggler": steps.straggler,
+            "ranks": [{"rank": r.rank, "node": r.node, "gpu": r.gpu, "phase_s": list(r.phase_s)} for r in steps.ranks],
+        },
         "goodput": None if overview.goodput is None else overview.goodput.to_dict(),
-        "findings": [{"vector": f.vector, "severity": f.severity, "target": f.target, "title": f.title,
-                      "rule": f.rule, "t": f.t, "evidence": dict(f.evidence)} for f in overview.findings],
+        "findings": [
+            {
+                "vector": f.vector,
+                "severity": f.severity,
+                "target": f.target,
+                "title": f.title,
+                "rule": f.rule,
+                "t": f.t,
+                "evidence": dict(f.evidence),
+            }
+            for f in overview.findings
+        ],
         "missing": dict(overview.missing),
     }

@@ -17,19 +17,28 @@ from hpcwatch.analysis.attribution import DCGM_METRICS, REPORT_METRICS, JobRepor
 from hpcwatch.errors import InputError
 from hpcwatch.store import Store, queries
 
-if TYPE_CHECKING:   # the PromQL backend (httpx) is only loaded by callers that read Prometheus
+if TYPE_CHECKING:  # the PromQL backend (httpx) is only loaded by callers that read Prometheus
     from hpcwatch.promql import PrometheusBackend
 
 __all__ = ["jobs_report", "job_report", "job_samples", "prometheus_samples", "REPORT_METRICS", "DCGM_METRICS"]
 
 
-def jobs_report(store: Store, *, samples: pa.Table | None = None, user: str | None = None,
-                account: str | None = None, metrics: tuple[str, ...] = REPORT_METRICS) -> list[JobReport]:
+def jobs_report(
+    store: Store,
+    *,
+    samples: pa.Table | None = None,
+    user: str | None = None,
+    account: str | None = None,
+    metrics: tuple[str, ...] = REPORT_METRICS,
+) -> list[JobReport]:
     """One ``JobReport`` per workload (the store's jobs that ran, in its order, then workloads seen only in
     samples), optionally one user's or account's."""
     table = samples if samples is not None else store.samples(list(metrics))
-    return [r for r in job_reports(table, store.jobs())
-            if (user is None or r.user == user) and (account is None or r.account == account)]
+    return [
+        r
+        for r in job_reports(table, store.jobs())
+        if (user is None or r.user == user) and (account is None or r.account == account)
+    ]
 
 
 def job_samples(store: Store, job_id: str, *, metrics: tuple[str, ...] = REPORT_METRICS) -> pa.Table | None:
@@ -40,8 +49,9 @@ def job_samples(store: Store, job_id: str, *, metrics: tuple[str, ...] = REPORT_
     record = store.job(job_id)
     if record is None or not record.nodes or record.start is None:
         return None
-    return queries.job_window_samples(store, list(metrics), hosts=list(record.nodes), job=job_id, t0=record.start,
-                                      t1=record.end)
+    return queries.job_window_samples(
+        store, list(metrics), hosts=list(record.nodes), job=job_id, t0=record.start, t1=record.end
+    )
 
 
 def job_report(store: Store, job_id: str, *, samples: pa.Table | None = None) -> JobReport:

@@ -25,20 +25,38 @@ from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from hpcwatch import vocab
 from hpcwatch.errors import InputError
 from hpcwatch.records import Job
-from hpcwatch.reports.health import node_health
 from hpcwatch.reports.collectors import collector_statuses
-from hpcwatch.reports.nccl import nccl_card
 from hpcwatch.reports.findings import findings_summary
+from hpcwatch.reports.health import node_health
 from hpcwatch.reports.livesamples import LiveSamples, StoreSamples
+from hpcwatch.reports.nccl import nccl_card
 from hpcwatch.reports.steps import live_training, step_report
 from hpcwatch.store import Store, queries
-from hpcwatch import vocab
 from hpcwatch.vocab import EventKind
 
-__all__ = ["Collector", "COLLECTORS", "GPU_FIELDS", "RECENT_S", "LATEST_WINDOW_S", "RATE_WINDOW_S", "WEIGHT_HOOKS",
-           "TOP_METRICS", "STALE_AFTER_S", "CHECKPOINT_RECENT_S", "STRAGGLER_RECENT_STEPS", "DataSeen", "data_seen", "COLLECTOR_PREFIXES", "live_snapshot", "problems", "latest_t", "gpu_table"]
+__all__ = [
+    "Collector",
+    "COLLECTORS",
+    "GPU_FIELDS",
+    "RECENT_S",
+    "LATEST_WINDOW_S",
+    "RATE_WINDOW_S",
+    "WEIGHT_HOOKS",
+    "TOP_METRICS",
+    "STALE_AFTER_S",
+    "CHECKPOINT_RECENT_S",
+    "STRAGGLER_RECENT_STEPS",
+    "DataSeen",
+    "data_seen",
+    "COLLECTOR_PREFIXES",
+    "live_snapshot",
+    "problems",
+    "latest_t",
+    "gpu_table",
+]
 
 #: Data older than this (relative to the newest sample) does not count as "arriving".
 RECENT_S = 60.0
@@ -89,13 +107,24 @@ class Collector:
 
 
 COLLECTORS: tuple[Collector, ...] = (
-    Collector(id="slurm_exporter", metric_prefixes=("slurm",), event_kinds=(EventKind.JOB_START, EventKind.JOB_END),
-              jobs=True),
+    Collector(
+        id="slurm_exporter", metric_prefixes=("slurm",), event_kinds=(EventKind.JOB_START, EventKind.JOB_END), jobs=True
+    ),
     Collector(id="dcgm_exporter", metric_prefixes=("DCGM",), event_kinds=("xid",)),
     Collector(id="node_host", metric_prefixes=("node",), event_kinds=(EventKind.FALCO, EventKind.TETRAGON)),
-    Collector(id="torch_nccl", metric_prefixes=("train", "nccl"),
-              event_kinds=(EventKind.NCCL_TEST, EventKind.NCCL_RANK, EventKind.NCCL_WARN, EventKind.NCCL_TIMEOUT,
-                           EventKind.FLIGHT_RECORDER_DUMP, EventKind.NCCL_INSPECTOR), spans=True),
+    Collector(
+        id="torch_nccl",
+        metric_prefixes=("train", "nccl"),
+        event_kinds=(
+            EventKind.NCCL_TEST,
+            EventKind.NCCL_RANK,
+            EventKind.NCCL_WARN,
+            EventKind.NCCL_TIMEOUT,
+            EventKind.FLIGHT_RECORDER_DUMP,
+            EventKind.NCCL_INSPECTOR,
+        ),
+        spans=True,
+    ),
     Collector(id="ib_tools", metric_prefixes=("ib",), event_kinds=("ib_write_bw",)),
     Collector(id="lustre_metrics", metric_prefixes=("lustre",)),
     Collector(id="ebpf_weights", weights_reads=True),
@@ -109,9 +138,16 @@ def latest_t(store: Store, *, hint: float | None = None) -> float | None:
     return StoreSamples(store).latest_t(hint=hint)
 
 
-def live_snapshot(store: Store, *, weights_path: str, exclude_jobs: Sequence[str] = (),
-                  now: float | None = None, with_problems: bool = True, samples: LiveSamples | None = None,
-                  seen: DataSeen | None = None) -> dict[str, Any]:
+def live_snapshot(
+    store: Store,
+    *,
+    weights_path: str,
+    exclude_jobs: Sequence[str] = (),
+    now: float | None = None,
+    with_problems: bool = True,
+    samples: LiveSamples | None = None,
+    seen: DataSeen | None = None,
+) -> dict[str, Any]:
     """The ``/api/live`` document (less the vectors' translated text): ``t`` (``now``, the newest sample's
     time), ``gpus``, ``nodes``, ``storage``, ``queue``, ``training``, ``collectors``, ``collect`` (the
     daemon's collectors, or None), ``vectors``, ``weights``, ``nccl`` (per job: NCCL version, transports,
@@ -131,19 +167,27 @@ def live_snapshot(store: Store, *, weights_path: str, exclude_jobs: Sequence[str
         "t": now,
         "gpus": gpus,
         "nodes": _nodes(samples, now) if now is not None else {},
-        "storage": _storage(samples, now, jobs) if now is not None else {"jobs": [], "read_bytes_s": 0.0,
-                                                                       "write_bytes_s": 0.0},
+        "storage": _storage(samples, now, jobs)
+        if now is not None
+        else {"jobs": [], "read_bytes_s": 0.0, "write_bytes_s": 0.0},
         "queue": _queue(jobs, queries.requeue_counts(store)),
         "training": asdict(training) if training is not None else None,
-        "collectors": _collectors(store, samples, now, weights_path, exclude_jobs,
-                                  seen if seen is not None else data_seen(store, samples, weights_path=weights_path)),
+        "collectors": _collectors(
+            store,
+            samples,
+            now,
+            weights_path,
+            exclude_jobs,
+            seen if seen is not None else data_seen(store, samples, weights_path=weights_path),
+        ),
         "source": samples.describe(),
         "collect": _collect_daemon(store),
         "vectors": {v: asdict(s) for v, s in findings_summary(store).items()},
         "weights": {"checkpoint_events": checkpoints, "last_checkpoint_t": last_checkpoint},
         "nccl": nccl_card(store),
         "problems": problems(store, training_job=training.job if training is not None else None)
-        if now is not None and with_problems else [],
+        if now is not None and with_problems
+        else [],
         "job_gpus": _job_gpus(gpus, jobs),
         "age_s": max(0.0, time.time() - now) if now is not None else None,
         "stale_after_s": STALE_AFTER_S,
@@ -185,9 +229,19 @@ def _health_problems(store: Store) -> list[dict[str, Any]]:
                 continue
             gpu = check.evidence.get("gpu")
             el = f"gpu:{node.node}/{gpu}" if gpu is not None and str(gpu).isdigit() else f"node:{node.node}"
-            out.append({"kind": "health", "severity": check.verdict, "el": el, "node": node.node,
-                        "gpu": str(gpu) if gpu is not None else None, "job": None, "rule": check.rule,
-                        "title": check.title, "evidence": _plain(check.evidence)})
+            out.append(
+                {
+                    "kind": "health",
+                    "severity": check.verdict,
+                    "el": el,
+                    "node": node.node,
+                    "gpu": str(gpu) if gpu is not None else None,
+                    "job": None,
+                    "rule": check.rule,
+                    "title": check.title,
+                    "evidence": _plain(check.evidence),
+                }
+            )
     return out
 
 
@@ -201,17 +255,37 @@ def _straggler_problems(store: Store, job: str | None) -> list[dict[str, Any]]:
     if found is None or found.node is None:
         return []
     el = f"gpu:{found.node}/{found.gpu}" if found.gpu is not None else f"node:{found.node}"
-    return [{"kind": "straggler", "severity": "warn", "el": el, "node": found.node,
-             "gpu": str(found.gpu) if found.gpu is not None else None, "job": job, "rule": "straggler",
-             "title": f"rank {found.rank} is the straggler ({found.phase})",
-             "evidence": {"rank": found.rank, "phase": found.phase, "excess_ms": round(found.excess_s * 1000, 1)}}]
+    return [
+        {
+            "kind": "straggler",
+            "severity": "warn",
+            "el": el,
+            "node": found.node,
+            "gpu": str(found.gpu) if found.gpu is not None else None,
+            "job": job,
+            "rule": "straggler",
+            "title": f"rank {found.rank} is the straggler ({found.phase})",
+            "evidence": {"rank": found.rank, "phase": found.phase, "excess_ms": round(found.excess_s * 1000, 1)},
+        }
+    ]
 
 
 def _finding_problems(store: Store) -> list[dict[str, Any]]:
-    return [{"kind": "finding", "severity": v.severity, "el": f"vector:{v.vector}", "node": v.target,
-             "gpu": None, "job": None, "rule": v.rule, "title": v.title,
-             "evidence": {"findings": v.findings, "vector": v.vector}}
-            for v in findings_summary(store).values() if v.findings > 0]
+    return [
+        {
+            "kind": "finding",
+            "severity": v.severity,
+            "el": f"vector:{v.vector}",
+            "node": v.target,
+            "gpu": None,
+            "job": None,
+            "rule": v.rule,
+            "title": v.title,
+            "evidence": {"findings": v.findings, "vector": v.vector},
+        }
+        for v in findings_summary(store).values()
+        if v.findings > 0
+    ]
 
 
 def _plain(evidence: dict[str, Any]) -> dict[str, Any]:
@@ -240,15 +314,20 @@ def _nodes(samples: LiveSamples, now: float) -> dict[str, dict[str, float]]:
     for metric, host, value in samples.counter_rates((*_IB_TX, *_IB_RX), since=now - RATE_WINDOW_S, group="host"):
         by_host.setdefault(host, {})[metric] = value
     # node-exporter and perfquery may both report a port: prefer node-exporter, do not add them.
-    return {host: {"ib_tx_bytes_s": next((found[m] for m in _IB_TX if m in found), 0.0),
-                   "ib_rx_bytes_s": next((found[m] for m in _IB_RX if m in found), 0.0)}
-            for host, found in by_host.items()}
+    return {
+        host: {
+            "ib_tx_bytes_s": next((found[m] for m in _IB_TX if m in found), 0.0),
+            "ib_rx_bytes_s": next((found[m] for m in _IB_RX if m in found), 0.0),
+        }
+        for host, found in by_host.items()
+    }
 
 
 def _storage(samples: LiveSamples, now: float, jobs: dict[str, Job]) -> dict[str, Any]:
     per_job: dict[str, dict[str, Any]] = {}
-    for metric, job, value in samples.counter_rates((_LUSTRE_READ, _LUSTRE_WRITE), since=now - RATE_WINDOW_S,
-                                                    group="job"):
+    for metric, job, value in samples.counter_rates(
+        (_LUSTRE_READ, _LUSTRE_WRITE), since=now - RATE_WINDOW_S, group="job"
+    ):
         entry = per_job.setdefault(job, {"job": job, "read_bytes_s": 0.0, "write_bytes_s": 0.0})
         entry["read_bytes_s" if metric == _LUSTRE_READ else "write_bytes_s"] += value
     for entry in per_job.values():
@@ -256,18 +335,34 @@ def _storage(samples: LiveSamples, now: float, jobs: dict[str, Job]) -> dict[str
         entry["user"] = owner.user if owner else None
         entry["name"] = owner.name if owner else None
     listed = sorted(per_job.values(), key=lambda e: -(e["read_bytes_s"] + e["write_bytes_s"]))
-    return {"jobs": listed[:20], "read_bytes_s": sum(e["read_bytes_s"] for e in listed),
-            "write_bytes_s": sum(e["write_bytes_s"] for e in listed)}
+    return {
+        "jobs": listed[:20],
+        "read_bytes_s": sum(e["read_bytes_s"] for e in listed),
+        "write_bytes_s": sum(e["write_bytes_s"] for e in listed),
+    }
 
 
 def _queue(jobs: dict[str, Job], restarts: dict[str, int]) -> dict[str, Any]:
     live = [j for j in jobs.values() if j.end is None]
     order = {"RUNNING": 0, "PENDING": 1}
     live.sort(key=lambda j: (order.get(j.state or "", 2), j.id))
-    return {"running": sum(j.state == "RUNNING" for j in live),
-            "pending": sum(j.state == "PENDING" for j in live),
-            "jobs": [{"id": j.id, "name": j.name, "user": j.user, "account": j.account, "state": j.state,
-                      "nodes": list(j.nodes), "gpus": j.gpus, "restarts": restarts.get(j.id, 0)} for j in live[:50]]}
+    return {
+        "running": sum(j.state == "RUNNING" for j in live),
+        "pending": sum(j.state == "PENDING" for j in live),
+        "jobs": [
+            {
+                "id": j.id,
+                "name": j.name,
+                "user": j.user,
+                "account": j.account,
+                "state": j.state,
+                "nodes": list(j.nodes),
+                "gpus": j.gpus,
+                "restarts": restarts.get(j.id, 0),
+            }
+            for j in live[:50]
+        ],
+    }
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -289,23 +384,43 @@ def data_seen(store: Store, samples: LiveSamples | None = None, *, weights_path:
     prefixes, kinds, spans, jobs = queries.data_seen(store)
     if samples is not None and not isinstance(samples, StoreSamples):
         prefixes |= samples.prefixes_seen(COLLECTOR_PREFIXES)
-    reads = 0 if weights_path is None else queries.file_hook_activity(
-        store, since=float("-inf"), hooks=WEIGHT_HOOKS, path_prefix=weights_path.rstrip("/") + "/")[0]
-    return DataSeen(prefixes=frozenset(prefixes), event_kinds=frozenset(kinds), spans=spans > 0, jobs=jobs > 0,
-                    weights_reads=reads > 0)
+    reads = (
+        0
+        if weights_path is None
+        else queries.file_hook_activity(
+            store, since=float("-inf"), hooks=WEIGHT_HOOKS, path_prefix=weights_path.rstrip("/") + "/"
+        )[0]
+    )
+    return DataSeen(
+        prefixes=frozenset(prefixes),
+        event_kinds=frozenset(kinds),
+        spans=spans > 0,
+        jobs=jobs > 0,
+        weights_reads=reads > 0,
+    )
 
 
 def _state(c: Collector, arriving: bool, seen: DataSeen) -> str:
     if arriving:
         return "answering"
-    configured = (any(p in seen.prefixes for p in c.metric_prefixes)
-                  or any(k in seen.event_kinds for k in c.event_kinds)
-                  or (c.spans and seen.spans) or (c.jobs and seen.jobs) or (c.weights_reads and seen.weights_reads))
+    configured = (
+        any(p in seen.prefixes for p in c.metric_prefixes)
+        or any(k in seen.event_kinds for k in c.event_kinds)
+        or (c.spans and seen.spans)
+        or (c.jobs and seen.jobs)
+        or (c.weights_reads and seen.weights_reads)
+    )
     return "silent" if configured else "not_configured"
 
 
-def _collectors(store: Store, samples: LiveSamples, now: float | None, weights_path: str,
-                exclude_jobs: Sequence[str], seen: DataSeen) -> dict[str, dict[str, Any]]:
+def _collectors(
+    store: Store,
+    samples: LiveSamples,
+    now: float | None,
+    weights_path: str,
+    exclude_jobs: Sequence[str],
+    seen: DataSeen,
+) -> dict[str, dict[str, Any]]:
     """One grouped scan per table, then each collector sums the groups it owns."""
     since = (now if now is not None else time.time()) - RECENT_S
     by_prefix: dict[str, tuple[int, float | None]] = {}
@@ -314,8 +429,12 @@ def _collectors(store: Store, samples: LiveSamples, now: float | None, weights_p
         old_n, old_t = by_prefix.get(prefix, (0, None))
         by_prefix[prefix] = (old_n + n, _later(old_t, t))
     events = {k: (n, t) for k, n, t in queries.event_activity(store, since=since)}
-    weights = queries.file_hook_activity(store, since=since + RECENT_S - CHECKPOINT_RECENT_S, hooks=WEIGHT_HOOKS,
-                                         path_prefix=weights_path.rstrip("/") + "/")
+    weights = queries.file_hook_activity(
+        store,
+        since=since + RECENT_S - CHECKPOINT_RECENT_S,
+        hooks=WEIGHT_HOOKS,
+        path_prefix=weights_path.rstrip("/") + "/",
+    )
     span_n, span_t = queries.span_activity(store, since=since, exclude=exclude_jobs)
     open_jobs = queries.open_job_count(store)
     out = {}
@@ -329,8 +448,7 @@ def _collectors(store: Store, samples: LiveSamples, now: float | None, weights_p
         last = None
         for _, t in found:
             last = _later(last, t)
-        out[c.id] = {"arriving": count > 0, "count": count, "last_t": last,
-                     "state": _state(c, count > 0, seen)}
+        out[c.id] = {"arriving": count > 0, "count": count, "last_t": last, "state": _state(c, count > 0, seen)}
     return out
 
 
@@ -339,9 +457,18 @@ def _collect_daemon(store: Store) -> list[dict[str, Any]] | None:
     status = collector_statuses(store)
     if status is None:
         return None
-    return [{"name": c.name, "kind": c.kind, "daemon": c.daemon, "answering": c.answering,
-             "last_success_s": c.last_success_s, "last_error": c.last_error, "lag_s": c.lag_s}
-            for c in status.collectors]
+    return [
+        {
+            "name": c.name,
+            "kind": c.kind,
+            "daemon": c.daemon,
+            "answering": c.answering,
+            "last_success_s": c.last_success_s,
+            "last_error": c.last_error,
+            "lag_s": c.lag_s,
+        }
+        for c in status.collectors
+    ]
 
 
 def _later(a: float | None, b: float | None) -> float | None:
@@ -353,17 +480,22 @@ def _later(a: float | None, b: float | None) -> float | None:
 # -- hpcwatch top --------------------------------------------------------------------------------
 
 #: dcgm-exporter metric -> the GPU table's field.
-TOP_METRICS = {"DCGM_FI_DEV_GPU_UTIL": "util_pct", "DCGM_FI_DEV_POWER_USAGE": "power_w",
-               "DCGM_FI_DEV_FB_USED": "fb_used_mib", "DCGM_FI_DEV_FB_FREE": "fb_free_mib",
-               "DCGM_FI_DEV_GPU_TEMP": "temp_c"}
+TOP_METRICS = {
+    "DCGM_FI_DEV_GPU_UTIL": "util_pct",
+    "DCGM_FI_DEV_POWER_USAGE": "power_w",
+    "DCGM_FI_DEV_FB_USED": "fb_used_mib",
+    "DCGM_FI_DEV_FB_FREE": "fb_free_mib",
+    "DCGM_FI_DEV_GPU_TEMP": "temp_c",
+}
 
 
 def gpu_table(store: Store, metrics: Iterable[str] = tuple(TOP_METRICS)) -> list[dict]:
     """The last scrape of every GPU: ``host``, ``gpu``, ``job``, ``user`` and the ``TOP_METRICS`` fields,
     sorted by host then GPU index."""
     gpus: dict[tuple[str, str], dict] = {}
-    for host, gpu, job, metric, value, user in queries.last_gpu_scrape(store, list(metrics),
-                                                                       clock_metric=vocab.DCGM_FI_DEV_GPU_UTIL):
+    for host, gpu, job, metric, value, user in queries.last_gpu_scrape(
+        store, list(metrics), clock_metric=vocab.DCGM_FI_DEV_GPU_UTIL
+    ):
         row = gpus.setdefault((host, gpu), {"host": host, "gpu": gpu, "job": job, "user": user})
         row[TOP_METRICS[metric]] = value
     return sorted(gpus.values(), key=lambda r: (r["host"] or "", int(r["gpu"]) if (r["gpu"] or "").isdigit() else 0))

@@ -33,8 +33,15 @@ from hpcwatch.store import Store, queries
 if TYPE_CHECKING:
     from hpcwatch.promql import PrometheusBackend
 
-__all__ = ["StoreSamples", "PromSamples", "LiveSamples", "LATEST_HINT_S", "PROM_RATE_WINDOW_S", "PROM_SEEN_WINDOW_S",
-           "PROM_ACTIVITY_EVERY_S"]
+__all__ = [
+    "StoreSamples",
+    "PromSamples",
+    "LiveSamples",
+    "LATEST_HINT_S",
+    "PROM_RATE_WINDOW_S",
+    "PROM_SEEN_WINDOW_S",
+    "PROM_ACTIVITY_EVERY_S",
+]
 
 #: ``rate()`` window under Prometheus: four scrape intervals at Prometheus' default 15 s, as Grafana's
 #: ``$__rate_interval`` takes (https://grafana.com/docs/grafana/latest/datasources/prometheus/template-variables/);
@@ -90,8 +97,7 @@ class PromSamples:
         self._activity: tuple[float, list[tuple[str, int, float]]] | None = None
 
     def describe(self) -> dict[str, Any]:
-        return {"samples": "prometheus", "prometheus": safe_url(self.prom.config.url),
-                "store": _store_path(self.store)}
+        return {"samples": "prometheus", "prometheus": safe_url(self.prom.config.url), "store": _store_path(self.store)}
 
     def latest_t(self, *, hint: float | None = None) -> float | None:
         return promql.newest_scrape_t(self.prom)
@@ -100,8 +106,9 @@ class PromSamples:
         table = self.prom.samples(list(metrics), t0=since)
         newest: dict[tuple, tuple] = {}
         # samples() is ordered metric, host, gpu, t: the last row of a key is its newest point.
-        for metric, host, gpu, value, job, t in zip(*(table[c].to_pylist() for c in
-                                                      ("metric", "host", "gpu", "value", "job", "t"))):
+        for metric, host, gpu, value, job, t in zip(
+            *(table[c].to_pylist() for c in ("metric", "host", "gpu", "value", "job", "t"))
+        ):
             if host is not None and gpu is not None:
                 newest[(metric, host, gpu)] = (metric, host, gpu, value, job, t)
         return list(newest.values())
@@ -135,8 +142,9 @@ class PromSamples:
         if not prefixes:
             return set()
         now = time.time()
-        names = self.prom.label_values("__name__", match=[promql.prefix_selector(prefixes)],
-                                       t0=now - PROM_SEEN_WINDOW_S, t1=now)
+        names = self.prom.label_values(
+            "__name__", match=[promql.prefix_selector(prefixes)], t0=now - PROM_SEEN_WINDOW_S, t1=now
+        )
         return {n.split("_", 1)[0] for n in names}
 
 

@@ -22,8 +22,15 @@ from hpcwatch.sources.registry import Input, plan_inputs
 from hpcwatch.store import Store
 from hpcwatch.vocab import EventKind
 
-__all__ = ["NcclReport", "nccl_report", "nccl_report_of", "hang_report", "hang_report_of", "read_events",
-           "NCCL_LOG_KINDS"]
+__all__ = [
+    "NcclReport",
+    "nccl_report",
+    "nccl_report_of",
+    "hang_report",
+    "hang_report_of",
+    "read_events",
+    "NCCL_LOG_KINDS",
+]
 
 NCCL_LOG_KINDS = (EventKind.NCCL_RANK, EventKind.NCCL_WARN, EventKind.NCCL_TIMEOUT)
 #: WARN lines and timeouts kept in a report (a flapping link can print thousands).
@@ -40,9 +47,14 @@ class NcclReport:
     bad_lines: tuple[str, ...] = field(default=())
 
     def to_dict(self) -> dict[str, Any]:
-        return {"files": list(self.files), "topology": self.topology.to_dict(),
-                "rules": [r.to_dict() for r in self.rules], "warns": list(self.warns),
-                "timeouts": list(self.timeouts), "bad_lines": list(self.bad_lines)}
+        return {
+            "files": list(self.files),
+            "topology": self.topology.to_dict(),
+            "rules": [r.to_dict() for r in self.rules],
+            "warns": list(self.warns),
+            "timeouts": list(self.timeouts),
+            "bad_lines": list(self.bad_lines),
+        }
 
 
 def read_events(paths: Iterable[str | os.PathLike[str]], format_name: str) -> tuple[list[Event], list[str], list[str]]:
@@ -66,18 +78,27 @@ def read_events(paths: Iterable[str | os.PathLike[str]], format_name: str) -> tu
     return events, files, [str(e) for e in bad]
 
 
-def nccl_report_of(events: Sequence[Event], *, config: NcclConfig = NcclConfig(), files: Sequence[str] = (),
-                   bad_lines: Sequence[str] = ()) -> NcclReport:
+def nccl_report_of(
+    events: Sequence[Event],
+    *,
+    config: NcclConfig = NcclConfig(),
+    files: Sequence[str] = (),
+    bad_lines: Sequence[str] = (),
+) -> NcclReport:
     """The report of one job's NCCL log events."""
     ranks = [dict(e.attrs) for e in events if e.kind == EventKind.NCCL_RANK]
     topology = summarize_nccl(ranks)
     # a followed log's nccl_rank is stored at Init COMPLETE, before the WARN lines that come later
     warn_lines = sum(1 for e in events if e.kind == EventKind.NCCL_WARN)
     topology = replace(topology, warns=max(topology.warns, warn_lines))
-    return NcclReport(topology=topology, rules=tuple(nccl_rules(topology, config=config)),
-                      warns=tuple(dict(e.attrs) for e in events if e.kind == EventKind.NCCL_WARN)[:MAX_LINES_KEPT],
-                      timeouts=tuple(dict(e.attrs) for e in events if e.kind == EventKind.NCCL_TIMEOUT)[:MAX_LINES_KEPT],
-                      files=tuple(files), bad_lines=tuple(bad_lines[:MAX_LINES_KEPT]))
+    return NcclReport(
+        topology=topology,
+        rules=tuple(nccl_rules(topology, config=config)),
+        warns=tuple(dict(e.attrs) for e in events if e.kind == EventKind.NCCL_WARN)[:MAX_LINES_KEPT],
+        timeouts=tuple(dict(e.attrs) for e in events if e.kind == EventKind.NCCL_TIMEOUT)[:MAX_LINES_KEPT],
+        files=tuple(files),
+        bad_lines=tuple(bad_lines[:MAX_LINES_KEPT]),
+    )
 
 
 def nccl_report(paths: Iterable[str | os.PathLike[str]], *, config: NcclConfig = NcclConfig()) -> NcclReport:
@@ -137,10 +158,14 @@ def _communicators(ranks: Sequence[Event]) -> list[list[Event]]:
 def _job_of(hosts: set[str], t: float, nranks: int, jobs: Sequence[Job]) -> str | None:
     """The job that ran on all these hosts at ``t`` (NCCL lines name no job): of those, the one spread
     over fewest other nodes, then the one whose GPU count is nearest the ranks, then the newest."""
-    found = [j for j in jobs if hosts <= set(j.nodes or ()) and j.start is not None and j.start <= t
-             and (j.end is None or t <= j.end)]
-    best = min(found, key=lambda j: (len(j.nodes) - len(hosts), abs((j.gpus or 0) - nranks), -(j.start or 0.0)),
-               default=None)
+    found = [
+        j
+        for j in jobs
+        if hosts <= set(j.nodes or ()) and j.start is not None and j.start <= t and (j.end is None or t <= j.end)
+    ]
+    best = min(
+        found, key=lambda j: (len(j.nodes) - len(hosts), abs((j.gpus or 0) - nranks), -(j.start or 0.0)), default=None
+    )
     return best.id if best is not None else None
 
 
@@ -154,7 +179,7 @@ def _by_job(events: Sequence[Event], jobs: Sequence[Job]) -> dict[str | None, li
         groups.setdefault(job, []).extend(group)
         for h in hosts:
             host_job.setdefault(h, job)
-    for e in events:       # WARN lines and timeouts: the job of their host's processes, else the job on the host
+    for e in events:  # WARN lines and timeouts: the job of their host's processes, else the job on the host
         if e.kind != EventKind.NCCL_RANK:
             host = str(e.attrs.get("host") or e.attrs.get("node"))
             job = host_job[host] if host in host_job else _job_of({host}, e.t, 0, jobs)
@@ -180,14 +205,27 @@ def nccl_card(store: Store, *, config: NcclConfig = NcclConfig()) -> list[dict[s
     out = []
     for job, report in stored_nccl_by_job(store, config=config):
         top = report.topology
-        out.append({"job": job, "processes": top.processes, "hosts": list(top.hosts),
-                    "versions": {v: list(h) for v, h in top.versions.items()}, "networks": dict(top.networks),
-                    "transports": dict(top.transports), "gdr": top.gdr, "coll_channels": list(top.coll_channels),
-                    "rings_max": top.rings_max, "env": dict(top.env),
-                    "forcing": sorted(k for k in top.env if k in FORCING_VARIABLES),
-                    "rules": [{"rule": r.rule, "verdict": r.verdict, "title": r.title, "hosts": list(r.hosts)}
-                              for r in report.rules],
-                    "warns": top.warns, "timeouts": len(report.timeouts)})
+        out.append(
+            {
+                "job": job,
+                "processes": top.processes,
+                "hosts": list(top.hosts),
+                "versions": {v: list(h) for v, h in top.versions.items()},
+                "networks": dict(top.networks),
+                "transports": dict(top.transports),
+                "gdr": top.gdr,
+                "coll_channels": list(top.coll_channels),
+                "rings_max": top.rings_max,
+                "env": dict(top.env),
+                "forcing": sorted(k for k in top.env if k in FORCING_VARIABLES),
+                "rules": [
+                    {"rule": r.rule, "verdict": r.verdict, "title": r.title, "hosts": list(r.hosts)}
+                    for r in report.rules
+                ],
+                "warns": top.warns,
+                "timeouts": len(report.timeouts),
+            }
+        )
     return out
 
 

@@ -12,26 +12,52 @@ from __future__ import annotations
 import os
 import warnings
 from collections.abc import Mapping, Sequence
-from pathlib import Path
 from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
 
 from hpcwatch.analysis.reduce import RankGpu, RankReduction, reduce_trace
-from hpcwatch.analysis.steps import Anatomy, anatomy_from_spans, anatomy_from_timelines, median_step_time_s, step_times_s
+from hpcwatch.analysis.steps import (
+    Anatomy,
+    anatomy_from_spans,
+    anatomy_from_timelines,
+    median_step_time_s,
+    step_times_s,
+)
 from hpcwatch.analysis.stragglers import Straggler, StragglerConfig, StragglerReport, find_stragglers
 from hpcwatch.errors import InputError
 from hpcwatch.records import PHASES, Job, Span
 from hpcwatch.traces import KinetoTrace
 
 if TYPE_CHECKING:
-    from hpcwatch.analysis.whatif import WhatIf   # imported when a trace set's report is built
-    from hpcwatch.store import Store   # only the store-reading reports need it; ``steps TRACE`` never opens a store
+    from hpcwatch.analysis.whatif import WhatIf  # imported when a trace set's report is built
+    from hpcwatch.store import Store  # only the store-reading reports need it; ``steps TRACE`` never opens a store
 
-__all__ = ["StepReport", "PlayerPhase", "PlayerRank", "PlayerVerdict", "PlayerStep", "LiveTraining",
-           "step_report", "step_report_of", "RankGpu", "GpuClock", "trace_report", "reduced_report", "reduce_trace_file", "GPU_BOUND_LAG_FRACTION", "player_step", "player_jobs", "jobs_with_spans", "live_training", "placement_from_job",
-           "DEFAULT_RECENT_STEPS", "PLAYER_JOBS_LISTED"]
+__all__ = [
+    "StepReport",
+    "PlayerPhase",
+    "PlayerRank",
+    "PlayerVerdict",
+    "PlayerStep",
+    "LiveTraining",
+    "step_report",
+    "step_report_of",
+    "RankGpu",
+    "GpuClock",
+    "trace_report",
+    "reduced_report",
+    "reduce_trace_file",
+    "GPU_BOUND_LAG_FRACTION",
+    "player_step",
+    "player_jobs",
+    "jobs_with_spans",
+    "live_training",
+    "placement_from_job",
+    "DEFAULT_RECENT_STEPS",
+    "PLAYER_JOBS_LISTED",
+]
 
 DEFAULT_RECENT_STEPS = 50
 """Training reports of a running job look at its last N steps: recent enough to move, long enough for a median."""
@@ -45,7 +71,9 @@ def _queries():
     """``hpcwatch.store.queries``, imported on first use: it loads pyarrow and duckdb (0.17 s), which the
     reports on traces given as files never need."""
     from hpcwatch.store import queries
+
     return queries
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class StepReport:
@@ -96,18 +124,25 @@ def _gpu_clock(anatomy: Anatomy) -> GpuClock | None:
     host = float(np.nanmedian(np.nanmax(anatomy.matrix("host_dur_s"), axis=0)))
     lag = float(np.nanmedian(anatomy.matrix("gpu_lag_s")))
     depth = lag / gpu_step if gpu_step > 0 else 0.0
-    return GpuClock(gpu_step_s=gpu_step, host_step_s=host, gpu_lag_s=lag, queue_depth_steps=max(depth, 0.0),
-                    bound="gpu" if lag >= GPU_BOUND_LAG_FRACTION * gpu_step else "launch")
+    return GpuClock(
+        gpu_step_s=gpu_step,
+        host_step_s=host,
+        gpu_lag_s=lag,
+        queue_depth_steps=max(depth, 0.0),
+        bound="gpu" if lag >= GPU_BOUND_LAG_FRACTION * gpu_step else "launch",
+    )
 
 
-def trace_report(traces: Sequence[KinetoTrace], *, config: StragglerConfig | None = None) -> tuple[StepReport, GpuClock | None,
-                                                                                                   tuple[RankGpu, ...]]:
+def trace_report(
+    traces: Sequence[KinetoTrace], *, config: StragglerConfig | None = None
+) -> tuple[StepReport, GpuClock | None, tuple[RankGpu, ...]]:
     """A trace set's steps (GPU-first), its GPU clock against the host's, and each rank's GPU breakdowns."""
     return reduced_report([reduce_trace(t) for t in traces], config=config)
 
 
-def reduced_report(reductions: Sequence[RankReduction], *, config: StragglerConfig | None = None
-                   ) -> tuple[StepReport, GpuClock | None, tuple[RankGpu, ...]]:
+def reduced_report(
+    reductions: Sequence[RankReduction], *, config: StragglerConfig | None = None
+) -> tuple[StepReport, GpuClock | None, tuple[RankGpu, ...]]:
     """``trace_report`` of traces already reduced (``analysis.reduce.reduce_trace``, here or on Dask workers):
     the cross-rank half, the one every path of ``hpcwatch steps`` ends in."""
     report = step_report_of(anatomy_from_timelines([r.timeline for r in reductions]), config=config)
@@ -118,10 +153,11 @@ def reduced_report(reductions: Sequence[RankReduction], *, config: StragglerConf
 
 def _whatif(anatomy: Anatomy) -> WhatIf | None:
     from hpcwatch.analysis.whatif import whatif_anatomy
+
     try:
         return whatif_anatomy(anatomy)
     except InputError:
-        return None   # no step that every rank finished: nothing to replay (the report's steps say so)
+        return None  # no step that every rank finished: nothing to replay (the report's steps say so)
 
 
 def reduce_trace_file(path: str | os.PathLike[str]) -> tuple[RankReduction, tuple[str, ...]]:
@@ -131,6 +167,7 @@ def reduce_trace_file(path: str | os.PathLike[str]) -> tuple[RankReduction, tupl
     or a Dask worker. Only this rank's trace is in memory while it runs.
     """
     from hpcwatch.sources.registry import ReadContext, format_named
+
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         trace = format_named("kineto").read(Path(path), ReadContext())
@@ -145,16 +182,22 @@ def placement_from_job(job: Job, ranks: Sequence[int]) -> dict[int, tuple[str | 
     return {r: slots[i] for i, r in enumerate(sorted(ranks))}
 
 
-def step_report_of(anatomy: Anatomy, *, placement: Placement | None = None,
-                   config: StragglerConfig | None = None) -> StepReport:
+def step_report_of(
+    anatomy: Anatomy, *, placement: Placement | None = None, config: StragglerConfig | None = None
+) -> StepReport:
     """The report of an anatomy already built (from traces, hook files, or spans)."""
     report = find_stragglers(anatomy, config, placement=placement)
-    return StepReport(anatomy=anatomy, stragglers=report, step_times_s=tuple(float(x) for x in step_times_s(anatomy)),
-                      step_time_s=median_step_time_s(anatomy))
+    return StepReport(
+        anatomy=anatomy,
+        stragglers=report,
+        step_times_s=tuple(float(x) for x in step_times_s(anatomy)),
+        step_time_s=median_step_time_s(anatomy),
+    )
 
 
-def step_report(store: Store, job_id: str, *, recent_steps: int | None = None,
-                config: StragglerConfig | None = None) -> StepReport:
+def step_report(
+    store: Store, job_id: str, *, recent_steps: int | None = None, config: StragglerConfig | None = None
+) -> StepReport:
     """``job_id``'s steps from its stored spans (its last ``recent_steps`` only, when given).
 
     Ranks the spans do not place are placed from the job record (launcher order).
@@ -238,9 +281,15 @@ def _player_ranks(spans: list[Span], t0: float) -> tuple[PlayerRank, ...]:
     by_rank: dict[int, list[Span]] = {}
     for s in spans:
         by_rank.setdefault(s.rank, []).append(s)
-    return tuple(PlayerRank(rank=r, node=_opt_str(mine[0].attrs.get("node")), gpu=_opt_int(mine[0].attrs.get("gpu")),
-                            phases=tuple(PlayerPhase(phase=s.phase, start_s=s.start - t0, dur_s=s.dur) for s in mine))
-                 for r, mine in sorted(by_rank.items()))
+    return tuple(
+        PlayerRank(
+            rank=r,
+            node=_opt_str(mine[0].attrs.get("node")),
+            gpu=_opt_int(mine[0].attrs.get("gpu")),
+            phases=tuple(PlayerPhase(phase=s.phase, start_s=s.start - t0, dur_s=s.dur) for s in mine),
+        )
+        for r, mine in sorted(by_rank.items())
+    )
 
 
 def _phase_s(rank: PlayerRank, phase: str) -> float:
@@ -253,14 +302,21 @@ def _verdict(job_report: StepReport | None, ranks: tuple[PlayerRank, ...]) -> Pl
     if found is None or mine is None:
         return None
     waits = [_phase_s(r, "barrier_wait") for r in ranks if r.rank != found.rank]
-    return PlayerVerdict(rank=found.rank, node=mine.node if mine.node is not None else found.node,
-                         gpu=mine.gpu if mine.gpu is not None else found.gpu, phase=found.phase,
-                         phase_s=_phase_s(mine, found.phase), excess_s=found.excess_s, score=found.score,
-                         others_wait_s=sum(waits) / len(waits) if waits else 0.0)
+    return PlayerVerdict(
+        rank=found.rank,
+        node=mine.node if mine.node is not None else found.node,
+        gpu=mine.gpu if mine.gpu is not None else found.gpu,
+        phase=found.phase,
+        phase_s=_phase_s(mine, found.phase),
+        excess_s=found.excess_s,
+        score=found.score,
+        others_wait_s=sum(waits) / len(waits) if waits else 0.0,
+    )
 
 
-def player_step(store: Store, job: str, step: int | None = None, *,
-                recent_steps: int = DEFAULT_RECENT_STEPS) -> PlayerStep:
+def player_step(
+    store: Store, job: str, step: int | None = None, *, recent_steps: int = DEFAULT_RECENT_STEPS
+) -> PlayerStep:
     """One step of ``job`` per rank and phase (``records.PHASES`` only), with the straggler verdict of the
     job's last ``recent_steps`` steps (the exporter's). ``step`` defaults to the newest step every rank
     finished. ``InputError`` when the job or the step has no spans."""
@@ -276,11 +332,21 @@ def player_step(store: Store, job: str, step: int | None = None, *,
         recent = None
     verdict = _verdict(recent, ranks)
     others = [r for r in ranks if verdict is None or r.rank != verdict.rank]
-    step_time = shown.step_times_s[0] if shown.step_times_s else max(s.start + s.dur for s in spans) - min(
-        s.start for s in spans)
-    return PlayerStep(job=job, step=step, steps=(first, last), step_time_s=step_time, ranks=ranks,
-                      straggler=verdict, max_wait_s=max([_phase_s(r, "barrier_wait") for r in others], default=0.0),
-                      reference_rank=(others or ranks)[0].rank)
+    step_time = (
+        shown.step_times_s[0]
+        if shown.step_times_s
+        else max(s.start + s.dur for s in spans) - min(s.start for s in spans)
+    )
+    return PlayerStep(
+        job=job,
+        step=step,
+        steps=(first, last),
+        step_time_s=step_time,
+        ranks=ranks,
+        straggler=verdict,
+        max_wait_s=max([_phase_s(r, "barrier_wait") for r in others], default=0.0),
+        reference_rank=(others or ranks)[0].rank,
+    )
 
 
 def jobs_with_spans(store: Store) -> list[str]:

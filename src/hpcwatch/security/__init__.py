@@ -14,8 +14,15 @@
 Detectors are pure: records in, findings out; only ``scan_store`` touches a store.
 """
 
-from hpcwatch.security.scan import (RULES, LiveScan, ScanConfig, ScanExtras, rescan, scan_records,
-                                    scan_store, sort_findings)
+from hpcwatch.security.scan import (
+    RULES,
+    LiveScan,
+    ScanConfig,
+    ScanExtras,
+    rescan,
+    scan_records,
+    scan_store,
+    sort_findings,
+)
 
-__all__ = ["RULES", "LiveScan", "ScanConfig", "ScanExtras", "rescan", "scan_records", "scan_store",
-           "sort_findings"]
+__all__ = ["RULES", "LiveScan", "ScanConfig", "ScanExtras", "rescan", "scan_records", "scan_store", "sort_findings"]

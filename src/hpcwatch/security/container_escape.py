@@ -53,14 +53,22 @@ FALCO_RULES: dict[str, tuple[str, str]] = {
 }
 _SHELL_RULE = "container_escape.shell"
 #: Rule ids this detector emits (the web catalogues have a title per rule: web/en.yaml ``finding``).
-RULES: tuple[str, ...] = tuple(dict.fromkeys([r for r, _ in FALCO_RULES.values()] + [
-    "container_escape.falco_other", "container_escape.escape_tool"]))
+RULES: tuple[str, ...] = tuple(
+    dict.fromkeys(
+        [r for r, _ in FALCO_RULES.values()] + ["container_escape.falco_other", "container_escape.escape_tool"]
+    )
+)
 #: Falco's shell_binaries list.
 SHELLS = frozenset({"ash", "bash", "csh", "ksh", "sh", "tcsh", "zsh", "dash"})
 ESCAPE_TOOLS = frozenset({"nsenter", "unshare", "mount", "debugfs", "insmod", "modprobe"})
 _INTERPRETERS = ("python", "python3", "torchrun")
-_PRIORITY_SEVERITY = {"emergency": "critical", "alert": "critical", "critical": "high", "error": "high",
-                      "warning": "medium"}
+_PRIORITY_SEVERITY = {
+    "emergency": "critical",
+    "alert": "critical",
+    "critical": "high",
+    "error": "high",
+    "warning": "medium",
+}
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -79,8 +87,9 @@ class ContainerEscapeConfig:
     """A shell by the user who owns the job on that node is their own debugging."""
 
 
-def detect_container_escape(events: Iterable[Event], jobs: Iterable[Job] = (),
-                            config: ContainerEscapeConfig = ContainerEscapeConfig()) -> list[Finding]:
+def detect_container_escape(
+    events: Iterable[Event], jobs: Iterable[Job] = (), config: ContainerEscapeConfig = ContainerEscapeConfig()
+) -> list[Finding]:
     index = JobIndex.of(jobs)
     findings = []
     for e in events:
@@ -92,22 +101,39 @@ def detect_container_escape(events: Iterable[Event], jobs: Iterable[Job] = (),
         running = index.on(host, e.t) if host else []
         if rule == _SHELL_RULE and _expected_shell(who, host, running, config):
             continue
-        evidence = {"host": host, **who, "jobs": [{"id": j.id, "user": j.user, "gpus": list(j.gpus_by_node.get(host, ()))}
-                                                  for j in running],
-                    "source": e.kind, "source_rule": e.attrs.get("rule") or e.attrs.get("function_name")}
+        evidence = {
+            "host": host,
+            **who,
+            "jobs": [{"id": j.id, "user": j.user, "gpus": list(j.gpus_by_node.get(host, ()))} for j in running],
+            "source": e.kind,
+            "source_rule": e.attrs.get("rule") or e.attrs.get("function_name"),
+        }
         if e.kind == EventKind.FALCO:
             evidence["output"] = e.attrs.get("output")
         target = f"{host} job {running[0].id}" if running else (host or "?")
-        findings.append(Finding(vector="container_escape", severity=severity, target=target, title=title,
-                                evidence=evidence, t=e.t, rule=rule))
+        findings.append(
+            Finding(
+                vector="container_escape",
+                severity=severity,
+                target=target,
+                title=title,
+                evidence=evidence,
+                t=e.t,
+                rule=rule,
+            )
+        )
     return findings
 
 
 def _falco(e: Event) -> tuple[str, str, str, dict] | None:
     a = e.attrs
     f = a.get("output_fields") or {}
-    who = {"user": f.get("user.name"), "image": f.get("container.image.repository"),
-           "container": f.get("container.name") or f.get("container.id"), "cmdline": f.get("proc.cmdline")}
+    who = {
+        "user": f.get("user.name"),
+        "image": f.get("container.image.repository"),
+        "container": f.get("container.name") or f.get("container.id"),
+        "cmdline": f.get("proc.cmdline"),
+    }
     mapped = FALCO_RULES.get(a["rule"])
     if mapped is None:
         severity = _PRIORITY_SEVERITY.get(str(a.get("priority", "")).lower())
@@ -122,10 +148,19 @@ def _tetragon(e: Event) -> tuple[str, str, str, dict] | None:
     binary = a.get("binary") or ""
     name = binary.rsplit("/", 1)[-1]
     pod = a.get("pod") or {}
-    who = {"user": a.get("user"), "uid": a.get("uid"), "binary": binary, "arguments": a.get("arguments"),
-           "image": ((pod.get("container") or {}).get("image") or {}).get("name")}
+    who = {
+        "user": a.get("user"),
+        "uid": a.get("uid"),
+        "binary": binary,
+        "arguments": a.get("arguments"),
+        "image": ((pod.get("container") or {}).get("image") or {}).get("name"),
+    }
     path = a.get("path") or ""
-    if a.get("type") == "process_kprobe" and path.endswith("release_agent") and (a.get("mask") or MAY_WRITE) & MAY_WRITE:
+    if (
+        a.get("type") == "process_kprobe"
+        and path.endswith("release_agent")
+        and (a.get("mask") or MAY_WRITE) & MAY_WRITE
+    ):
         return "container_escape.release_agent", "critical", f"{name} wrote {path}", {**who, "path": path}
     if a.get("type") != "process_exec":
         return None
@@ -141,5 +176,9 @@ def _expected_shell(who: dict, host: str | None, running: list[Job], config: Con
     user, image = who.get("user"), who.get("image") or ""
     if config.owner_shells_allowed and user and any(j.user == user for j in running):
         return True
-    return any((a.user is None or a.user == user) and (a.image_prefix is None or image.startswith(a.image_prefix))
-               and (a.host is None or a.host == host) for a in config.allowed_shells)
+    return any(
+        (a.user is None or a.user == user)
+        and (a.image_prefix is None or image.startswith(a.image_prefix))
+        and (a.host is None or a.host == host)
+        for a in config.allowed_shells
+    )

@@ -19,8 +19,17 @@ from hpcwatch.vocab import EventKind
 __all__ = ["JobIndex", "host_of", "with_requeued_attempts"]
 
 _HOST_KEYS = ("host", "Hostname", "hostname", "node", "node_name", "instance")
-_ENDED_STATES = ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "PREEMPTED",
-                 "BOOT_FAIL", "DEADLINE")
+_ENDED_STATES = (
+    "COMPLETED",
+    "FAILED",
+    "CANCELLED",
+    "TIMEOUT",
+    "NODE_FAIL",
+    "OUT_OF_MEMORY",
+    "PREEMPTED",
+    "BOOT_FAIL",
+    "DEADLINE",
+)
 
 
 def host_of(attrs: Mapping[str, object]) -> str | None:
@@ -45,11 +54,20 @@ def with_requeued_attempts(jobs: list[Job], events: Iterable[Event]) -> list[Job
         job_id, start = str(attrs.get("job")), float(attrs["start"])
         current = known.get(job_id)
         nodes = tuple(attrs.get("nodes") or (current.nodes if current is not None else ()))
-        attempts.setdefault((job_id, start), Job(
-            id=job_id, user=attrs.get("user") or (current.user if current else None),
-            account=current.account if current else None, nodes=nodes,
-            gpus=current.gpus if current else 0, start=start, end=float(attrs.get("end", event.t)),
-            state="REQUEUED", name=current.name if current else None))
+        attempts.setdefault(
+            (job_id, start),
+            Job(
+                id=job_id,
+                user=attrs.get("user") or (current.user if current else None),
+                account=current.account if current else None,
+                nodes=nodes,
+                gpus=current.gpus if current else 0,
+                start=start,
+                end=float(attrs.get("end", event.t)),
+                state="REQUEUED",
+                name=current.name if current else None,
+            ),
+        )
     return jobs + list(attempts.values())
 
 
@@ -58,21 +76,29 @@ class JobIndex:
     jobs: tuple[Job, ...]
 
     @classmethod
-    def of(cls, jobs: Iterable[Job]) -> "JobIndex":
+    def of(cls, jobs: Iterable[Job]) -> JobIndex:
         return cls(tuple(j for j in jobs if j.start is not None))
 
     @staticmethod
     def end_of(job: Job) -> float:
         """When the job ended; +inf while it runs (squeue gives a running job's time limit as end_time)."""
-        if job.end is None or (job.state or "").upper() in ("RUNNING", "PENDING", "SUSPENDED", "CONFIGURING",
-                                                             "COMPLETING"):
+        if job.end is None or (job.state or "").upper() in (
+            "RUNNING",
+            "PENDING",
+            "SUSPENDED",
+            "CONFIGURING",
+            "COMPLETING",
+        ):
             return math.inf
         return job.end
 
     def on(self, host: str | None, t: float, *, grace_s: float = 0.0) -> list[Job]:
         """Jobs holding ``host`` at ``t`` (``grace_s`` widens each job's window at both ends)."""
-        return [j for j in self.jobs if (host is None or host in j.nodes)
-                and j.start - grace_s <= t <= self.end_of(j) + grace_s]
+        return [
+            j
+            for j in self.jobs
+            if (host is None or host in j.nodes) and j.start - grace_s <= t <= self.end_of(j) + grace_s
+        ]
 
     def on_gpu(self, host: str, gpu: int | str, t: float, *, grace_s: float = 0.0) -> list[Job]:
         """Jobs holding GPU ``gpu`` of ``host`` at ``t``; a job with no per-GPU detail holds all of the node's."""

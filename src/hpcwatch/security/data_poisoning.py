@@ -29,14 +29,24 @@ from hpcwatch.vocab import EventKind
 __all__ = ["DataPoisoningConfig", "detect_data_poisoning", "verify_manifest", "DEFAULT_DATASET_PREFIXES", "RULES"]
 
 #: Rule ids this detector emits (the web catalogues have a title per rule: web/en.yaml ``finding``).
-RULES: tuple[str, ...] = ("data_poisoning.shard_mismatch", "data_poisoning.bad_signature",
-                          "data_poisoning.write_during_job")
+RULES: tuple[str, ...] = (
+    "data_poisoning.shard_mismatch",
+    "data_poisoning.bad_signature",
+    "data_poisoning.write_during_job",
+)
 
 DEFAULT_DATASET_PREFIXES = ("/lustre/datasets",)
 
 #: LSM hooks that change a file without a MAY_WRITE permission check (tetragon.io file-monitoring examples).
-_MUTATING_HOOKS = frozenset({"security_path_truncate", "security_path_unlink", "security_path_rename",
-                             "security_inode_unlink", "security_inode_rename"})
+_MUTATING_HOOKS = frozenset(
+    {
+        "security_path_truncate",
+        "security_path_unlink",
+        "security_path_rename",
+        "security_inode_unlink",
+        "security_inode_rename",
+    }
+)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -53,8 +63,9 @@ def verify_manifest(manifest: ShardManifest, *, key: bytes | None = None, t: flo
     return verifier.events
 
 
-def detect_data_poisoning(events: Iterable[Event], jobs: Iterable[Job] = (),
-                          config: DataPoisoningConfig = DataPoisoningConfig()) -> list[Finding]:
+def detect_data_poisoning(
+    events: Iterable[Event], jobs: Iterable[Job] = (), config: DataPoisoningConfig = DataPoisoningConfig()
+) -> list[Finding]:
     index = JobIndex.of(jobs)
     findings: list[Finding] = []
     for event in events:
@@ -71,21 +82,38 @@ def _shard_finding(event: Event) -> Finding:
     a = event.attrs
     reason = a.get("reason")
     if reason == "bad_signature":
-        return Finding(vector="data_poisoning", severity="high", target=a.get("manifest") or a["path"],
-                       title=f"manifest of {a.get('dataset') or 'the dataset'} fails its HMAC-SHA256 signature",
-                       evidence=dict(a), t=event.t, rule="data_poisoning.bad_signature")
-    what = {"sha256": "hash differs from the manifest", "size": "size differs from the manifest",
-            "not_in_manifest": "is not in the manifest", "missing": "cannot be read"}.get(reason, reason)
-    return Finding(vector="data_poisoning", severity="critical" if reason in ("sha256", "size") else "high",
-                   target=a["path"], title=f"shard {a['path'].rsplit('/', 1)[-1]} {what}", evidence=dict(a),
-                   t=event.t, rule="data_poisoning.shard_mismatch")
+        return Finding(
+            vector="data_poisoning",
+            severity="high",
+            target=a.get("manifest") or a["path"],
+            title=f"manifest of {a.get('dataset') or 'the dataset'} fails its HMAC-SHA256 signature",
+            evidence=dict(a),
+            t=event.t,
+            rule="data_poisoning.bad_signature",
+        )
+    what = {
+        "sha256": "hash differs from the manifest",
+        "size": "size differs from the manifest",
+        "not_in_manifest": "is not in the manifest",
+        "missing": "cannot be read",
+    }.get(reason, reason)
+    return Finding(
+        vector="data_poisoning",
+        severity="critical" if reason in ("sha256", "size") else "high",
+        target=a["path"],
+        title=f"shard {a['path'].rsplit('/', 1)[-1]} {what}",
+        evidence=dict(a),
+        t=event.t,
+        rule="data_poisoning.shard_mismatch",
+    )
 
 
 def _is_dataset_write(event: Event, config: DataPoisoningConfig) -> bool:
     a = event.attrs
     path = a.get("path") or ""
-    if a.get("type") != "process_kprobe" or not any(path.startswith(p.rstrip("/") + "/")
-                                                      for p in config.dataset_prefixes):
+    if a.get("type") != "process_kprobe" or not any(
+        path.startswith(p.rstrip("/") + "/") for p in config.dataset_prefixes
+    ):
         return False
     fn = a.get("function_name")
     if fn in _MUTATING_HOOKS:
@@ -95,9 +123,20 @@ def _is_dataset_write(event: Event, config: DataPoisoningConfig) -> bool:
 
 def _write_finding(event: Event, running: list[Job]) -> Finding:
     a = event.attrs
-    return Finding(vector="data_poisoning", severity="high", target=a["path"],
-                   title=f"{a.get('binary')} wrote training data while {len(running)} job(s) ran",
-                   evidence={"path": a["path"], "host": a.get("host"), "binary": a.get("binary"),
-                             "user": a.get("user"), "uid": a.get("uid"), "function": a.get("function_name"),
-                             "jobs_running": [j.id for j in running]},
-                   t=event.t, rule="data_poisoning.write_during_job")
+    return Finding(
+        vector="data_poisoning",
+        severity="high",
+        target=a["path"],
+        title=f"{a.get('binary')} wrote training data while {len(running)} job(s) ran",
+        evidence={
+            "path": a["path"],
+            "host": a.get("host"),
+            "binary": a.get("binary"),
+            "user": a.get("user"),
+            "uid": a.get("uid"),
+            "function": a.get("function_name"),
+            "jobs_running": [j.id for j in running],
+        },
+        t=event.t,
+        rule="data_poisoning.write_during_job",
+    )

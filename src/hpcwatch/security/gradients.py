@@ -31,9 +31,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from hpcwatch import vocab
 from hpcwatch.records import Event, Finding, Sample
 from hpcwatch.security.context import host_of
-from hpcwatch import vocab
 from hpcwatch.vocab import EventKind
 
 __all__ = ["GradientConfig", "detect_gradient_anomalies", "grad_sketch", "gradient_samples", "SKETCH_DIMS", "RULES"]
@@ -73,22 +73,33 @@ def grad_sketch(flat: np.ndarray, *, dims: int = SKETCH_DIMS, seed: int = 0, chu
     rng = np.random.default_rng(seed)
     out = np.zeros(dims)
     for lo in range(0, flat.size, chunk):
-        part = flat[lo:lo + chunk]
+        part = flat[lo : lo + chunk]
         out += rng.standard_normal((dims, part.size)) @ part
     return out / math.sqrt(dims)
 
 
-def gradient_samples(*, job: str, rank: int, step: int, t: float, norm: float, nonfinite: int = 0,
-                     sketch: np.ndarray | None = None, node: str | None = None,
-                     gpu: int | None = None) -> list[Sample]:
+def gradient_samples(
+    *,
+    job: str,
+    rank: int,
+    step: int,
+    t: float,
+    norm: float,
+    nonfinite: int = 0,
+    sketch: np.ndarray | None = None,
+    node: str | None = None,
+    gpu: int | None = None,
+) -> list[Sample]:
     """The Samples the hook writes for one rank's step."""
     labels = {"job": job, "rank": str(rank), "step": str(step)}
     if node is not None:
         labels["node"] = node
     if gpu is not None:
         labels["gpu"] = str(gpu)
-    out = [Sample(metric=vocab.TRAIN_GRAD_NORM, labels=labels, t=t, value=float(norm)),
-           Sample(metric=vocab.TRAIN_GRAD_NONFINITE, labels=labels, t=t, value=float(nonfinite))]
+    out = [
+        Sample(metric=vocab.TRAIN_GRAD_NORM, labels=labels, t=t, value=float(norm)),
+        Sample(metric=vocab.TRAIN_GRAD_NONFINITE, labels=labels, t=t, value=float(nonfinite)),
+    ]
     for i, v in enumerate(sketch if sketch is not None else ()):
         out.append(Sample(metric=vocab.TRAIN_GRAD_SKETCH, labels={**labels, "dim": str(i)}, t=t, value=float(v)))
     return out
@@ -96,14 +107,15 @@ def gradient_samples(*, job: str, rank: int, step: int, t: float, norm: float, n
 
 @dataclass(slots=True)
 class _Steps:
-    norms: dict = field(default_factory=lambda: defaultdict(dict))         # step -> rank -> norm
-    nonfinite: dict = field(default_factory=lambda: defaultdict(dict))     # step -> rank -> count
+    norms: dict = field(default_factory=lambda: defaultdict(dict))  # step -> rank -> norm
+    nonfinite: dict = field(default_factory=lambda: defaultdict(dict))  # step -> rank -> count
     sketch: dict = field(default_factory=lambda: defaultdict(lambda: defaultdict(dict)))  # step -> rank -> dim -> v
-    where: dict = field(default_factory=dict)                              # rank -> (host, gpu, first t)
+    where: dict = field(default_factory=dict)  # rank -> (host, gpu, first t)
 
 
-def detect_gradient_anomalies(samples: Iterable[Sample], events: Iterable[Event] = (),
-                              config: GradientConfig = GradientConfig()) -> list[Finding]:
+def detect_gradient_anomalies(
+    samples: Iterable[Sample], events: Iterable[Event] = (), config: GradientConfig = GradientConfig()
+) -> list[Finding]:
     jobs: dict[str, _Steps] = defaultdict(_Steps)
     hardware: list[Sample] = []
     for s in samples:
@@ -184,8 +196,12 @@ def _runs(flags: dict[int, dict[int, float]], needed: int, rule: str) -> list[di
         for rank, score in flags[step].items():
             streak[rank].append((step, score))
             if len(streak[rank]) >= needed and rank not in hits:
-                hits[rank] = {"rule": rule, "rank": rank, "steps": [s for s, _ in streak[rank]],
-                              "score": max((sc for _, sc in streak[rank]), key=abs)}
+                hits[rank] = {
+                    "rule": rule,
+                    "rank": rank,
+                    "steps": [s for s, _ in streak[rank]],
+                    "score": max((sc for _, sc in streak[rank]), key=abs),
+                }
             elif rank in hits and hits[rank]["steps"][-1] == step - 1:
                 hits[rank]["steps"].append(step)
     return list(hits.values())
@@ -193,17 +209,36 @@ def _runs(flags: dict[int, dict[int, float]], needed: int, rule: str) -> list[di
 
 def _finding(job: str, hit: dict, where: dict, xids: list[Event], hardware: list[Sample]) -> Finding:
     host, gpu, t = where.get(hit["rank"], (None, None, 0.0))
-    hw = [{"t": e.t, "kind": e.kind, **{k: e.attrs.get(k) for k in ("xid", "gpu", "host")}} for e in xids
-          if host and host_of(e.attrs) == host and (gpu is None or str(e.attrs.get("gpu")) == str(gpu))]
-    hw += [{"t": s.t, "metric": s.metric, "value": s.value} for s in hardware
-           if s.value > 0 and host and host_of(s.labels) == host and (gpu is None or s.labels.get("gpu") == gpu)]
-    what = {"gradient.norm_outlier": f"gradient norm is a robust outlier (z {hit['score']:+.1f})",
-            "gradient.sketch_direction": f"gradient points away from the other ranks' (cosine {hit['score']:+.2f})",
-            "gradient.nonfinite": "gradient has non-finite elements the other ranks do not"}[hit["rule"]]
+    hw = [
+        {"t": e.t, "kind": e.kind, **{k: e.attrs.get(k) for k in ("xid", "gpu", "host")}}
+        for e in xids
+        if host and host_of(e.attrs) == host and (gpu is None or str(e.attrs.get("gpu")) == str(gpu))
+    ]
+    hw += [
+        {"t": s.t, "metric": s.metric, "value": s.value}
+        for s in hardware
+        if s.value > 0 and host and host_of(s.labels) == host and (gpu is None or s.labels.get("gpu") == gpu)
+    ]
+    what = {
+        "gradient.norm_outlier": f"gradient norm is a robust outlier (z {hit['score']:+.1f})",
+        "gradient.sketch_direction": f"gradient points away from the other ranks' (cosine {hit['score']:+.2f})",
+        "gradient.nonfinite": "gradient has non-finite elements the other ranks do not",
+    }[hit["rule"]]
     cause = "likely silent data corruption (the GPU logged errors)" if hw else "gradient injection or SDC"
-    return Finding(vector="gradient_injection", severity="critical" if hit["rule"] != "gradient.nonfinite" else "high",
-                   target=f"job {job} rank {hit['rank']}" + (f" ({host}/{gpu})" if host else ""),
-                   title=f"rank {hit['rank']} of job {job}: {what}; {cause}",
-                   evidence={"job": job, "rank": hit["rank"], "host": host, "gpu": gpu, "steps": hit["steps"],
-                             "score": hit["score"], "hardware_events": hw},
-                   t=t, rule=hit["rule"])
+    return Finding(
+        vector="gradient_injection",
+        severity="critical" if hit["rule"] != "gradient.nonfinite" else "high",
+        target=f"job {job} rank {hit['rank']}" + (f" ({host}/{gpu})" if host else ""),
+        title=f"rank {hit['rank']} of job {job}: {what}; {cause}",
+        evidence={
+            "job": job,
+            "rank": hit["rank"],
+            "host": host,
+            "gpu": gpu,
+            "steps": hit["steps"],
+            "score": hit["score"],
+            "hardware_events": hw,
+        },
+        t=t,
+        rule=hit["rule"],
+    )

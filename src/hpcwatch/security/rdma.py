@@ -36,29 +36,48 @@ from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
+from hpcwatch import vocab
 from hpcwatch.records import Event, Finding, Job, Sample
 from hpcwatch.security.context import JobIndex, host_of
-from hpcwatch import vocab
 from hpcwatch.vocab import EventKind
 
-__all__ = ["RdmaConfig", "detect_rdma", "ring_allreduce_bytes", "DATA_METRICS", "CONSTRAINT_METRICS",
-           "LUSTRE_METRICS", "DEFAULT_IDLE_MAX_BYTES_PER_S", "RULES"]
+__all__ = [
+    "RdmaConfig",
+    "detect_rdma",
+    "ring_allreduce_bytes",
+    "DATA_METRICS",
+    "CONSTRAINT_METRICS",
+    "LUSTRE_METRICS",
+    "DEFAULT_IDLE_MAX_BYTES_PER_S",
+    "RULES",
+]
 
 #: Rule ids this detector emits (the web catalogues have a title per rule: web/en.yaml ``finding``).
-RULES: tuple[str, ...] = ("rdma.traffic_no_job", "rdma.traffic_disproportion", "rdma.traffic_unexplained",
-                          "rdma.pkey_violation", "rdma.remote_access_error", "rdma.partitions_open")
+RULES: tuple[str, ...] = (
+    "rdma.traffic_no_job",
+    "rdma.traffic_disproportion",
+    "rdma.traffic_unexplained",
+    "rdma.pkey_violation",
+    "rdma.remote_access_error",
+    "rdma.partitions_open",
+)
 
 #: Data counters in bytes: perfquery (via sources.infiniband, already x4) and node-exporter.
 DATA_METRICS = {
     "perfquery": (vocab.IB_PORTXMITDATA_BYTES, vocab.IB_PORTRCVDATA_BYTES),
-    "node_exporter": (vocab.NODE_INFINIBAND_PORT_DATA_TRANSMITTED_BYTES_TOTAL,
-                      vocab.NODE_INFINIBAND_PORT_DATA_RECEIVED_BYTES_TOTAL),
+    "node_exporter": (
+        vocab.NODE_INFINIBAND_PORT_DATA_TRANSMITTED_BYTES_TOTAL,
+        vocab.NODE_INFINIBAND_PORT_DATA_RECEIVED_BYTES_TOTAL,
+    ),
 }
-CONSTRAINT_METRICS = frozenset({
-    "ib_PortRcvConstraintErrors", "ib_PortXmitConstraintErrors",
-    vocab.NODE_INFINIBAND_PORT_CONSTRAINT_ERRORS_RECEIVED_TOTAL,
-    vocab.NODE_INFINIBAND_PORT_CONSTRAINT_ERRORS_TRANSMITTED_TOTAL,
-})
+CONSTRAINT_METRICS = frozenset(
+    {
+        "ib_PortRcvConstraintErrors",
+        "ib_PortXmitConstraintErrors",
+        vocab.NODE_INFINIBAND_PORT_CONSTRAINT_ERRORS_RECEIVED_TOTAL,
+        vocab.NODE_INFINIBAND_PORT_CONSTRAINT_ERRORS_TRANSMITTED_TOTAL,
+    }
+)
 
 #: An idle HCA only carries subnet management (MADs): kilobytes per second. 1 MiB/s is far above that
 #: and far below any useful exfiltration rate over NDR's 50 GB/s.
@@ -95,8 +114,9 @@ def ring_allreduce_bytes(n_bytes: float, ranks: int) -> float:
     return 2 * (ranks - 1) / ranks * n_bytes if ranks > 1 else 0.0
 
 
-def detect_rdma(samples: Iterable[Sample], jobs: Iterable[Job] = (), events: Iterable[Event] = (),
-                config: RdmaConfig = RdmaConfig()) -> list[Finding]:
+def detect_rdma(
+    samples: Iterable[Sample], jobs: Iterable[Job] = (), events: Iterable[Event] = (), config: RdmaConfig = RdmaConfig()
+) -> list[Finding]:
     index = JobIndex.of(jobs)
     samples = list(samples)
     data, errors = _series(samples)
@@ -118,8 +138,11 @@ def _series(samples: Iterable[Sample]) -> tuple[Series, Series]:
     errors: Series = defaultdict(list)
     for s in samples:
         is_data = s.metric in data_names
-        if not is_data and not (s.metric in CONSTRAINT_METRICS or s.metric.endswith("remote_access_errors")
-                                or s.metric.endswith("remote_access_errors_total")):
+        if not is_data and not (
+            s.metric in CONSTRAINT_METRICS
+            or s.metric.endswith("remote_access_errors")
+            or s.metric.endswith("remote_access_errors_total")
+        ):
             continue  # checked before host_of: most samples of a store are other metrics
         host = host_of(s.labels)
         if host is None:
@@ -152,23 +175,40 @@ def _host_rates(data: Series) -> dict[str, dict[float, tuple[float, float]]]:
 
 # -- rules ---------------------------------------------------------------------------------------------
 
+
 def _no_job(rates: dict, index: JobIndex, config: RdmaConfig) -> list[Finding]:
     findings = []
     for host, by_t in sorted(rates.items()):
         if config.is_storage(host):
             continue
-        hot = [(t, r, dt) for t, (r, dt) in sorted(by_t.items())
-               if r > config.idle_max_bytes_per_s and not index.on(host, t, grace_s=config.job_grace_s)
-               and not index.on(host, t - dt, grace_s=config.job_grace_s)]
+        hot = [
+            (t, r, dt)
+            for t, (r, dt) in sorted(by_t.items())
+            if r > config.idle_max_bytes_per_s
+            and not index.on(host, t, grace_s=config.job_grace_s)
+            and not index.on(host, t - dt, grace_s=config.job_grace_s)
+        ]
         if hot:
             peak = max(r for _, r, _ in hot)
-            findings.append(Finding(
-                vector="rdma_blind_spot", severity="high", target=host,
-                title=f"{host} moved {peak / 1e6:.1f} MB/s over InfiniBand with no job on it",
-                evidence={"host": host, "peak_bytes_per_s": peak, "bytes": sum(r * dt for _, r, dt in hot),
-                          "first_t": hot[0][0], "last_t": hot[-1][0], "intervals": len(hot),
-                          "idle_max_bytes_per_s": config.idle_max_bytes_per_s},
-                t=hot[0][0], rule="rdma.traffic_no_job"))
+            findings.append(
+                Finding(
+                    vector="rdma_blind_spot",
+                    severity="high",
+                    target=host,
+                    title=f"{host} moved {peak / 1e6:.1f} MB/s over InfiniBand with no job on it",
+                    evidence={
+                        "host": host,
+                        "peak_bytes_per_s": peak,
+                        "bytes": sum(r * dt for _, r, dt in hot),
+                        "first_t": hot[0][0],
+                        "last_t": hot[-1][0],
+                        "intervals": len(hot),
+                        "idle_max_bytes_per_s": config.idle_max_bytes_per_s,
+                    },
+                    t=hot[0][0],
+                    rule="rdma.traffic_no_job",
+                )
+            )
     return findings
 
 
@@ -190,14 +230,27 @@ def _disproportion(rates: dict, index: JobIndex, config: RdmaConfig) -> list[Fin
     findings = []
     for (host, job_id), rows in sorted(hits.items()):
         peak = max(rows, key=lambda r: r[1])
-        findings.append(Finding(
-            vector="rdma_blind_spot", severity="medium", target=host,
-            title=f"{host} moved {peak[1] / max(peak[2], 1.0):.1f}x the InfiniBand traffic of job {job_id}'s "
-                  f"other nodes",
-            evidence={"host": host, "job": job_id, "peak_bytes_per_s": peak[1], "reference_bytes_per_s": peak[2],
-                      "intervals": len(rows), "first_t": rows[0][0], "ratio_threshold": config.ratio,
-                      "reference": "expected" if job_id in config.expected_bytes_per_s else "peer median"},
-            t=min(r[0] for r in rows), rule="rdma.traffic_disproportion"))
+        findings.append(
+            Finding(
+                vector="rdma_blind_spot",
+                severity="medium",
+                target=host,
+                title=f"{host} moved {peak[1] / max(peak[2], 1.0):.1f}x the InfiniBand traffic of job {job_id}'s "
+                f"other nodes",
+                evidence={
+                    "host": host,
+                    "job": job_id,
+                    "peak_bytes_per_s": peak[1],
+                    "reference_bytes_per_s": peak[2],
+                    "intervals": len(rows),
+                    "first_t": rows[0][0],
+                    "ratio_threshold": config.ratio,
+                    "reference": "expected" if job_id in config.expected_bytes_per_s else "peer median",
+                },
+                t=min(r[0] for r in rows),
+                rule="rdma.traffic_disproportion",
+            )
+        )
     return findings
 
 
@@ -235,13 +288,26 @@ def _unexplained(rates: dict, index: JobIndex, lustre: dict[str, float], config:
                 hot.append((t, rate, storage, [j.id for j in jobs]))
         if hot:
             peak = max(hot, key=lambda h: h[1])
-            findings.append(Finding(
-                vector="rdma_blind_spot", severity="high", target=host,
-                title=f"{host} moved {peak[1] / 1e9:.1f} GB/s over InfiniBand; its single-node jobs' Lustre I/O "
-                      f"explains {peak[2] / 1e9:.2f} GB/s",
-                evidence={"host": host, "jobs": peak[3], "peak_bytes_per_s": peak[1], "lustre_bytes_per_s": peak[2],
-                          "intervals": len(hot), "first_t": hot[0][0], "ratio_threshold": config.ratio},
-                t=hot[0][0], rule="rdma.traffic_unexplained"))
+            findings.append(
+                Finding(
+                    vector="rdma_blind_spot",
+                    severity="high",
+                    target=host,
+                    title=f"{host} moved {peak[1] / 1e9:.1f} GB/s over InfiniBand; its single-node jobs' Lustre I/O "
+                    f"explains {peak[2] / 1e9:.2f} GB/s",
+                    evidence={
+                        "host": host,
+                        "jobs": peak[3],
+                        "peak_bytes_per_s": peak[1],
+                        "lustre_bytes_per_s": peak[2],
+                        "intervals": len(hot),
+                        "first_t": hot[0][0],
+                        "ratio_threshold": config.ratio,
+                    },
+                    t=hot[0][0],
+                    rule="rdma.traffic_unexplained",
+                )
+            )
     return findings
 
 
@@ -254,25 +320,47 @@ def _counter_rises(errors: Series) -> list[Finding]:
             continue
         pkey = metric in CONSTRAINT_METRICS
         port = dict(labels).get("port", "?")
-        findings.append(Finding(
-            vector="rdma_blind_spot", severity="high" if pkey else "medium", target=f"{host}:{port}",
-            title=(f"{host} port {port}: {sum(d for _, d in rises):.0f} packets dropped by P_Key enforcement"
-                   if pkey else f"{host} port {port}: {sum(d for _, d in rises):.0f} RDMA remote access errors"),
-            evidence={"host": host, "metric": metric, "labels": dict(labels), "increase": sum(d for _, d in rises),
-                      "first_t": rises[0][0]},
-            t=rises[0][0], rule="rdma.pkey_violation" if pkey else "rdma.remote_access_error"))
+        findings.append(
+            Finding(
+                vector="rdma_blind_spot",
+                severity="high" if pkey else "medium",
+                target=f"{host}:{port}",
+                title=(
+                    f"{host} port {port}: {sum(d for _, d in rises):.0f} packets dropped by P_Key enforcement"
+                    if pkey
+                    else f"{host} port {port}: {sum(d for _, d in rises):.0f} RDMA remote access errors"
+                ),
+                evidence={
+                    "host": host,
+                    "metric": metric,
+                    "labels": dict(labels),
+                    "increase": sum(d for _, d in rises),
+                    "first_t": rises[0][0],
+                },
+                t=rises[0][0],
+                rule="rdma.pkey_violation" if pkey else "rdma.remote_access_error",
+            )
+        )
     return findings
 
 
 def _open_partitions(event: Event) -> list[Finding]:
-    open_parts = [p for p in event.attrs.get("partitions", [])
-                  if any(who in ("ALL", "ALL_CAS") and m in ("full", "both") for who, m in p["members"])]
+    open_parts = [
+        p
+        for p in event.attrs.get("partitions", [])
+        if any(who in ("ALL", "ALL_CAS") and m in ("full", "both") for who, m in p["members"])
+    ]
     if not open_parts:
         return []
     names = ", ".join(f"{p['name']}={p.get('pkey') or '?'}" for p in open_parts)
-    return [Finding(vector="rdma_blind_spot", severity="medium", target=event.source,
-                    title=f"OpenSM partitions isolate nothing: {names} gives every port full membership",
-                    evidence={"file": event.source, "partitions": open_parts}, t=event.t,
-                    rule="rdma.partitions_open")]
-
-
+    return [
+        Finding(
+            vector="rdma_blind_spot",
+            severity="medium",
+            target=event.source,
+            title=f"OpenSM partitions isolate nothing: {names} gives every port full membership",
+            evidence={"file": event.source, "partitions": open_parts},
+            t=event.t,
+            rule="rdma.partitions_open",
+        )
+    ]

@@ -28,16 +28,20 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from hpcwatch import vocab
 from hpcwatch.records import Event, Finding, Job, Sample
 from hpcwatch.security.context import JobIndex, host_of
-from hpcwatch import vocab
 from hpcwatch.vocab import EventKind
 
 __all__ = ["RemanenceConfig", "detect_remanence", "FB_USED", "GPU_UTIL", "RULES"]
 
 #: Rule ids this detector emits (the web catalogues have a title per rule: web/en.yaml ``finding``).
-RULES: tuple[str, ...] = ("remanence.fb_after_job", "remanence.process_after_job", "remanence.busy_no_job",
-                          "remanence.scrub_disabled")
+RULES: tuple[str, ...] = (
+    "remanence.fb_after_job",
+    "remanence.process_after_job",
+    "remanence.busy_no_job",
+    "remanence.scrub_disabled",
+)
 
 #: dcgm-exporter field names (https://github.com/NVIDIA/dcgm-exporter/blob/main/etc/default-counters.csv); MiB, %.
 FB_USED = vocab.DCGM_FI_DEV_FB_USED
@@ -60,8 +64,12 @@ class RemanenceConfig:
             raise ValueError("after_s must be >= 0 and window_s > 0")
 
 
-def detect_remanence(samples: Iterable[Sample], jobs: Iterable[Job] = (), events: Iterable[Event] = (),
-                     config: RemanenceConfig = RemanenceConfig()) -> list[Finding]:
+def detect_remanence(
+    samples: Iterable[Sample],
+    jobs: Iterable[Job] = (),
+    events: Iterable[Event] = (),
+    config: RemanenceConfig = RemanenceConfig(),
+) -> list[Finding]:
     index = JobIndex.of(jobs)
     fb, util = defaultdict(list), defaultdict(list)
     for s in samples:
@@ -104,17 +112,35 @@ def _fb_after_job(fb: dict, index: JobIndex, config: RemanenceConfig) -> list[Fi
             held = job.gpus_by_node.get(host)
             if host not in job.nodes or (held and int(gpu) not in held):
                 continue
-            left = [(t, v) for t, v, label in points
-                    if job.end + config.after_s <= t <= job.end + config.window_s
-                    and _free(host, gpu, t, label, index) and v > baseline + config.margin_mib]
+            left = [
+                (t, v)
+                for t, v, label in points
+                if job.end + config.after_s <= t <= job.end + config.window_s
+                and _free(host, gpu, t, label, index)
+                and v > baseline + config.margin_mib
+            ]
             if left:
                 t, v = left[0]
-                findings.append(Finding(
-                    vector="gpu_memory_remanence", severity="high", target=f"{host}/{gpu}",
-                    title=f"{host}/{gpu} still holds {v - baseline:.0f} MiB {t - job.end:.0f} s after job {job.id} ended",
-                    evidence={"host": host, "gpu": gpu, "job": job.id, "user": job.user, "job_end": job.end,
-                              "fb_used_mib": v, "baseline_mib": baseline, "samples_over": len(left)},
-                    t=t, rule="remanence.fb_after_job"))
+                findings.append(
+                    Finding(
+                        vector="gpu_memory_remanence",
+                        severity="high",
+                        target=f"{host}/{gpu}",
+                        title=f"{host}/{gpu} still holds {v - baseline:.0f} MiB {t - job.end:.0f} s after job {job.id} ended",
+                        evidence={
+                            "host": host,
+                            "gpu": gpu,
+                            "job": job.id,
+                            "user": job.user,
+                            "job_end": job.end,
+                            "fb_used_mib": v,
+                            "baseline_mib": baseline,
+                            "samples_over": len(left),
+                        },
+                        t=t,
+                        rule="remanence.fb_after_job",
+                    )
+                )
     return findings
 
 
@@ -127,20 +153,39 @@ def _processes_after_job(events: list[Event], index: JobIndex, config: Remanence
         host, gpu = host_of(a), a.get("gpu", a.get("gpu_index", a.get("minor_number")))
         if host is None or gpu is None or index.on_gpu(host, gpu, e.t):
             continue
-        before = [j for j in index.ended() if host in j.nodes and j.end + config.after_s <= e.t <= j.end + config.window_s
-                  and (not j.gpus_by_node.get(host) or int(gpu) in j.gpus_by_node[host])]
+        before = [
+            j
+            for j in index.ended()
+            if host in j.nodes
+            and j.end + config.after_s <= e.t <= j.end + config.window_s
+            and (not j.gpus_by_node.get(host) or int(gpu) in j.gpus_by_node[host])
+        ]
         pid = a.get("pid")
         if not before or (host, gpu, pid) in seen:
             continue
         seen.add((host, gpu, pid))
         job = max(before, key=lambda j: j.end)
         name = a.get("process_name") or a.get("name") or "?"
-        findings.append(Finding(
-            vector="gpu_memory_remanence", severity="high", target=f"{host}/{gpu}",
-            title=f"process {name} (pid {pid}) still on {host}/{gpu} {e.t - job.end:.0f} s after job {job.id} ended",
-            evidence={"host": host, "gpu": gpu, "pid": pid, "process": name, "job": job.id, "user": job.user,
-                      "job_end": job.end, "used_memory": a.get("used_memory_bytes", a.get("used_memory"))},
-            t=e.t, rule="remanence.process_after_job"))
+        findings.append(
+            Finding(
+                vector="gpu_memory_remanence",
+                severity="high",
+                target=f"{host}/{gpu}",
+                title=f"process {name} (pid {pid}) still on {host}/{gpu} {e.t - job.end:.0f} s after job {job.id} ended",
+                evidence={
+                    "host": host,
+                    "gpu": gpu,
+                    "pid": pid,
+                    "process": name,
+                    "job": job.id,
+                    "user": job.user,
+                    "job_end": job.end,
+                    "used_memory": a.get("used_memory_bytes", a.get("used_memory")),
+                },
+                t=e.t,
+                rule="remanence.process_after_job",
+            )
+        )
     return findings
 
 
@@ -149,12 +194,23 @@ def _busy_no_job(util: dict, index: JobIndex, config: RemanenceConfig) -> list[F
     for (host, gpu), points in sorted(util.items()):
         busy = [(t, v) for t, v, label in points if v > config.busy_util_pct and _free(host, gpu, t, label, index)]
         if busy:
-            findings.append(Finding(
-                vector="gpu_memory_remanence", severity="medium", target=f"{host}/{gpu}",
-                title=f"{host}/{gpu} is {max(v for _, v in busy):.0f} % busy with no job on it",
-                evidence={"host": host, "gpu": gpu, "peak_util_pct": max(v for _, v in busy),
-                          "first_t": busy[0][0], "samples": len(busy)},
-                t=busy[0][0], rule="remanence.busy_no_job"))
+            findings.append(
+                Finding(
+                    vector="gpu_memory_remanence",
+                    severity="medium",
+                    target=f"{host}/{gpu}",
+                    title=f"{host}/{gpu} is {max(v for _, v in busy):.0f} % busy with no job on it",
+                    evidence={
+                        "host": host,
+                        "gpu": gpu,
+                        "peak_util_pct": max(v for _, v in busy),
+                        "first_t": busy[0][0],
+                        "samples": len(busy),
+                    },
+                    t=busy[0][0],
+                    rule="remanence.busy_no_job",
+                )
+            )
     return findings
 
 
@@ -163,7 +219,14 @@ def _scrub(event: Event) -> list[Finding]:
     if value in ("0", "", "0x0", "0x00000000"):
         return []
     host = event.attrs.get("host") or event.source
-    return [Finding(vector="gpu_memory_remanence", severity="critical", target=host,
-                    title=f"{host}: the NVIDIA driver does not scrub GPU memory on free (RMDisableScrubOnFree={value})",
-                    evidence={"host": host, "file": event.source, "RMDisableScrubOnFree": value},
-                    t=event.t, rule="remanence.scrub_disabled")]
+    return [
+        Finding(
+            vector="gpu_memory_remanence",
+            severity="critical",
+            target=host,
+            title=f"{host}: the NVIDIA driver does not scrub GPU memory on free (RMDisableScrubOnFree={value})",
+            evidence={"host": host, "file": event.source, "RMDisableScrubOnFree": value},
+            t=event.t,
+            rule="remanence.scrub_disabled",
+        )
+    ]

@@ -21,9 +21,9 @@ from hpcwatch import vocab
 from hpcwatch.model import Cluster
 from hpcwatch.records import SEVERITIES, Event, Finding, Job, Sample
 from hpcwatch.security.container_escape import ContainerEscapeConfig, detect_container_escape
+from hpcwatch.security.context import with_requeued_attempts
 from hpcwatch.security.data_poisoning import DataPoisoningConfig, detect_data_poisoning, verify_manifest
 from hpcwatch.security.gradients import GradientConfig, detect_gradient_anomalies
-from hpcwatch.security.context import with_requeued_attempts
 from hpcwatch.security.rdma import CONSTRAINT_METRICS, DATA_METRICS, LUSTRE_METRICS, RdmaConfig, detect_rdma
 from hpcwatch.security.remanence import FB_USED, GPU_UTIL, RemanenceConfig, detect_remanence
 from hpcwatch.security.supply_chain import SupplyChainConfig, detect_supply_chain
@@ -34,13 +34,39 @@ from hpcwatch.sources.stored import ADVISORY, MANIFEST, manifests_from_events, o
 from hpcwatch.store import queries
 from hpcwatch.vocab import EventKind
 
-__all__ = ["ScanConfig", "ScanExtras", "ScanInputs", "Detector", "DETECTORS", "scan_records", "scan_store", "sort_findings",
-           "EVENT_KINDS", "sample_metrics", "weights_reads", "rescan", "stored_extras", "LiveScan", "LIVE_WINDOW_S", "RULES"]
+__all__ = [
+    "ScanConfig",
+    "ScanExtras",
+    "ScanInputs",
+    "Detector",
+    "DETECTORS",
+    "scan_records",
+    "scan_store",
+    "sort_findings",
+    "EVENT_KINDS",
+    "sample_metrics",
+    "weights_reads",
+    "rescan",
+    "stored_extras",
+    "LiveScan",
+    "LIVE_WINDOW_S",
+    "RULES",
+]
 
 #: Event kinds the detectors read (``job_end``: the windows of requeued attempts, ``with_requeued_attempts``).
-EVENT_KINDS = (EventKind.PIP_PACKAGE, EventKind.PTH_FILE, EventKind.FALCO, EventKind.TETRAGON, EventKind.SHARD_CHECK,
-               EventKind.OPENSM_PARTITIONS, EventKind.NVIDIA_PARAMS, EventKind.GPU_PROCESS, EventKind.XID, EventKind.GPU_XID,
-               EventKind.JOB_END)
+EVENT_KINDS = (
+    EventKind.PIP_PACKAGE,
+    EventKind.PTH_FILE,
+    EventKind.FALCO,
+    EventKind.TETRAGON,
+    EventKind.SHARD_CHECK,
+    EventKind.OPENSM_PARTITIONS,
+    EventKind.NVIDIA_PARAMS,
+    EventKind.GPU_PROCESS,
+    EventKind.XID,
+    EventKind.GPU_XID,
+    EventKind.JOB_END,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,7 +76,7 @@ class ScanInputs:
     samples: list[Sample]
     events: list[Event]
     jobs: list[Job]
-    extras: "ScanExtras"
+    extras: ScanExtras
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,7 +84,7 @@ class Detector:
     """One threat vector's detector: its rule ids, and how to run it over the scan's inputs."""
 
     module: str
-    run: Callable[[ScanInputs, "ScanConfig"], list[Finding]]
+    run: Callable[[ScanInputs, ScanConfig], list[Finding]]
 
 
 #: The detectors, in the order of the vectors (DESIGN §1); a new one is a module and one line here.
@@ -83,9 +109,12 @@ RULES: tuple[str, ...] = _all_rules()
 
 def sample_metrics() -> list[str]:
     """Metric names the detectors read (plus ``*remote_access_errors*`` and ``train_grad_*``)."""
-    return sorted({m for ms in DATA_METRICS.values() for m in ms} | CONSTRAINT_METRICS
-                  | set(LUSTRE_METRICS)
-                  | {FB_USED, GPU_UTIL, vocab.DCGM_FI_DEV_ECC_DBE_VOL_TOTAL, vocab.DCGM_FI_DEV_XID_ERRORS})
+    return sorted(
+        {m for ms in DATA_METRICS.values() for m in ms}
+        | CONSTRAINT_METRICS
+        | set(LUSTRE_METRICS)
+        | {FB_USED, GPU_UTIL, vocab.DCGM_FI_DEV_ECC_DBE_VOL_TOTAL, vocab.DCGM_FI_DEV_XID_ERRORS}
+    )
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -99,11 +128,13 @@ class ScanConfig:
     weights: WeightsConfig = WeightsConfig()
 
     @classmethod
-    def for_cluster(cls, cluster: Cluster, *, storage_hosts: Iterable[str] = (), **overrides) -> "ScanConfig":
+    def for_cluster(cls, cluster: Cluster, *, storage_hosts: Iterable[str] = (), **overrides) -> ScanConfig:
         """Defaults that follow the model: the weights path, and the storage servers' names."""
-        return cls(rdma=RdmaConfig(storage_hosts=frozenset(storage_hosts),
-                                   storage_prefixes=(f"{cluster.storage.name}-",)),
-                   weights=WeightsConfig(weights_path=cluster.weights.path), **overrides)
+        return cls(
+            rdma=RdmaConfig(storage_hosts=frozenset(storage_hosts), storage_prefixes=(f"{cluster.storage.name}-",)),
+            weights=WeightsConfig(weights_path=cluster.weights.path),
+            **overrides,
+        )
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -121,8 +152,14 @@ def sort_findings(findings: Iterable[Finding]) -> list[Finding]:
     return sorted(findings, key=lambda f: (-_SEVERITY_RANK[f.severity], f.vector, f.t, f.target))
 
 
-def scan_records(samples: Iterable[Sample], events: Iterable[Event], jobs: Iterable[Job], *,
-                 config: ScanConfig = ScanConfig(), extras: ScanExtras = ScanExtras()) -> list[Finding]:
+def scan_records(
+    samples: Iterable[Sample],
+    events: Iterable[Event],
+    jobs: Iterable[Job],
+    *,
+    config: ScanConfig = ScanConfig(),
+    extras: ScanExtras = ScanExtras(),
+) -> list[Finding]:
     samples, events = list(samples), list(events)
     jobs = with_requeued_attempts(list(jobs), events)
     for manifest in extras.manifests:
@@ -136,8 +173,9 @@ SAMPLE_PREFIXES, SAMPLE_SUBSTRINGS = ("train_grad_",), ("remote_access_errors",)
 
 
 def _read_samples(store, since_version: int = 0) -> tuple[int, list[Sample]]:
-    return queries.samples_matching(store, sample_metrics(), prefixes=SAMPLE_PREFIXES,
-                                    substrings=SAMPLE_SUBSTRINGS, since_version=since_version)
+    return queries.samples_matching(
+        store, sample_metrics(), prefixes=SAMPLE_PREFIXES, substrings=SAMPLE_SUBSTRINGS, since_version=since_version
+    )
 
 
 def scan_store(store, *, config: ScanConfig = ScanConfig(), extras: ScanExtras = ScanExtras()) -> list[Finding]:
@@ -184,8 +222,9 @@ class LiveScan:
     ``hpcwatch scan`` (``scan_store``) is unchanged.
     """
 
-    def __init__(self, *, config: ScanConfig = ScanConfig(), extras: ScanExtras = ScanExtras(),
-                 window_s: float = LIVE_WINDOW_S) -> None:
+    def __init__(
+        self, *, config: ScanConfig = ScanConfig(), extras: ScanExtras = ScanExtras(), window_s: float = LIVE_WINDOW_S
+    ) -> None:
         if window_s <= 0:
             raise ValueError(f"window_s must be > 0, got {window_s}")
         self.config, self.extras, self.window_s = config, extras, window_s
@@ -214,8 +253,7 @@ class LiveScan:
         if rows:
             self._newest = max(self._newest, max(s.t for s in rows))
             self._samples = [s for s in self._samples if s.t >= self._newest - self.window_s]
-        self._marks["events"], events = queries.events_of_kinds(store, EVENT_KINDS,
-                                                                 since_version=self._marks["events"])
+        self._marks["events"], events = queries.events_of_kinds(store, EVENT_KINDS, since_version=self._marks["events"])
         self._events += events
 
 

@@ -26,12 +26,26 @@ from hpcwatch.sources.osv import OsvDatabase
 from hpcwatch.sources.pip import normalize_name
 from hpcwatch.vocab import EventKind
 
-__all__ = ["SupplyChainConfig", "KNOWN_INCIDENTS", "POPULAR_ML_PACKAGES", "Incident", "detect_supply_chain",
-           "typosquat_of", "damerau_distance", "RULES"]
+__all__ = [
+    "SupplyChainConfig",
+    "KNOWN_INCIDENTS",
+    "POPULAR_ML_PACKAGES",
+    "Incident",
+    "detect_supply_chain",
+    "typosquat_of",
+    "damerau_distance",
+    "RULES",
+]
 
 #: Rule ids this detector emits (the web catalogues have a title per rule: web/en.yaml ``finding``).
-RULES: tuple[str, ...] = ("supply_chain.osv_malicious", "supply_chain.known_incident", "supply_chain.osv_vulnerable",
-                          "supply_chain.typosquat", "supply_chain.pth_exec", "supply_chain.vcs_install")
+RULES: tuple[str, ...] = (
+    "supply_chain.osv_malicious",
+    "supply_chain.known_incident",
+    "supply_chain.osv_vulnerable",
+    "supply_chain.typosquat",
+    "supply_chain.pth_exec",
+    "supply_chain.vcs_install",
+)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -46,27 +60,73 @@ class Incident:
 KNOWN_INCIDENTS: dict[str, Incident] = {
     "torchtriton": Incident(
         summary="dependency confusion against PyTorch nightly (25-30 Dec 2022): the PyPI torchtriton "
-                "exfiltrated host data", url="https://pytorch.org/blog/compromised-nightly-dependency/"),
+        "exfiltrated host data",
+        url="https://pytorch.org/blog/compromised-nightly-dependency/",
+    ),
     "ultralytics": Incident(
         summary="compromised releases published through the project's CI (Dec 2024) shipped a crypto miner",
         url="https://blog.pypi.org/posts/2024-12-11-ultralytics-attack-analysis/",
-        versions=("8.3.41", "8.3.42", "8.3.45", "8.3.46")),
+        versions=("8.3.41", "8.3.42", "8.3.45", "8.3.46"),
+    ),
 }
 
 #: Names typosquatters aim at: the ML stack of a training image plus the most downloaded PyPI
 #: packages it pulls (https://hugovk.github.io/top-pypi-packages/).
-POPULAR_ML_PACKAGES: frozenset[str] = frozenset({
-    "torch", "torchvision", "torchaudio", "pytorch-triton", "triton", "numpy", "scipy", "pandas",
-    "transformers", "tokenizers", "datasets", "accelerate", "safetensors", "huggingface-hub", "deepspeed",
-    "megatron-core", "tensorflow", "keras", "jax", "jaxlib", "flash-attn", "xformers", "sentencepiece",
-    "bitsandbytes", "peft", "vllm", "wandb", "tensorboard", "einops", "scikit-learn", "matplotlib",
-    "pillow", "requests", "urllib3", "pyyaml", "protobuf", "onnx", "onnxruntime", "setuptools",
-    "nvidia-nccl-cu12", "nvidia-cudnn-cu12", "apex", "tiktoken", "timm", "lightning", "pytorch-lightning",
-})
+POPULAR_ML_PACKAGES: frozenset[str] = frozenset(
+    {
+        "torch",
+        "torchvision",
+        "torchaudio",
+        "pytorch-triton",
+        "triton",
+        "numpy",
+        "scipy",
+        "pandas",
+        "transformers",
+        "tokenizers",
+        "datasets",
+        "accelerate",
+        "safetensors",
+        "huggingface-hub",
+        "deepspeed",
+        "megatron-core",
+        "tensorflow",
+        "keras",
+        "jax",
+        "jaxlib",
+        "flash-attn",
+        "xformers",
+        "sentencepiece",
+        "bitsandbytes",
+        "peft",
+        "vllm",
+        "wandb",
+        "tensorboard",
+        "einops",
+        "scikit-learn",
+        "matplotlib",
+        "pillow",
+        "requests",
+        "urllib3",
+        "pyyaml",
+        "protobuf",
+        "onnx",
+        "onnxruntime",
+        "setuptools",
+        "nvidia-nccl-cu12",
+        "nvidia-cudnn-cu12",
+        "apex",
+        "tiktoken",
+        "timm",
+        "lightning",
+        "pytorch-lightning",
+    }
+)
 
 #: Real, unrelated projects one edit away from a popular name.
-_LEGIT_NEIGHBOURS: frozenset[str] = frozenset({"scapy", "dataset", "numba", "pyaml", "tensorboardx", "torchdata",
-                                               "torchtext", "jaxtyping"})
+_LEGIT_NEIGHBOURS: frozenset[str] = frozenset(
+    {"scapy", "dataset", "numba", "pyaml", "tensorboardx", "torchdata", "torchtext", "jaxtyping"}
+)
 
 #: ``.pth`` files every environment carries, and how their one executable line starts: setuptools'
 #: distutils shim, virtualenv's hook, namespace packages (``*-nspkg.pth``) and PEP 660 editable finders.
@@ -90,8 +150,9 @@ class SupplyChainConfig:
     """Shorter names are too close to everything to compare."""
 
 
-def detect_supply_chain(events: Iterable[Event], *, osv: OsvDatabase | None = None,
-                        config: SupplyChainConfig = SupplyChainConfig()) -> list[Finding]:
+def detect_supply_chain(
+    events: Iterable[Event], *, osv: OsvDatabase | None = None, config: SupplyChainConfig = SupplyChainConfig()
+) -> list[Finding]:
     findings: list[Finding] = []
     for event in events:
         if event.kind == EventKind.PIP_PACKAGE:
@@ -110,43 +171,81 @@ def _check_package(event: Event, osv: OsvDatabase | None, config: SupplyChainCon
     out: list[Finding] = []
 
     def add(rule: str, severity: str, title: str, **extra: object) -> None:
-        out.append(Finding(vector="supply_chain", severity=severity, target=target, title=title,
-                           evidence={**base, **extra}, t=event.t, rule=rule))
+        out.append(
+            Finding(
+                vector="supply_chain",
+                severity=severity,
+                target=target,
+                title=title,
+                evidence={**base, **extra},
+                t=event.t,
+                rule=rule,
+            )
+        )
 
     for entry in osv.matching(name, version) if osv else ():
         if entry.malicious:
-            add("supply_chain.osv_malicious", "critical", f"{name} is a known malicious package ({entry.id})",
-                osv_id=entry.id, summary=entry.summary, aliases=list(entry.aliases))
+            add(
+                "supply_chain.osv_malicious",
+                "critical",
+                f"{name} is a known malicious package ({entry.id})",
+                osv_id=entry.id,
+                summary=entry.summary,
+                aliases=list(entry.aliases),
+            )
         else:
-            add("supply_chain.osv_vulnerable", "high", f"{name} {version} is vulnerable ({entry.id})",
-                osv_id=entry.id, summary=entry.summary, aliases=list(entry.aliases))
+            add(
+                "supply_chain.osv_vulnerable",
+                "high",
+                f"{name} {version} is vulnerable ({entry.id})",
+                osv_id=entry.id,
+                summary=entry.summary,
+                aliases=list(entry.aliases),
+            )
     incident = KNOWN_INCIDENTS.get(norm)
     if incident and (not incident.versions or version in incident.versions):
-        add("supply_chain.known_incident", "critical", f"{name} matches a known PyPI incident",
-            summary=incident.summary, url=incident.url)
+        add(
+            "supply_chain.known_incident",
+            "critical",
+            f"{name} matches a known PyPI incident",
+            summary=incident.summary,
+            url=incident.url,
+        )
     squatted = typosquat_of(norm, config)
     if squatted:
         add("supply_chain.typosquat", "high", f"{name} looks like a typosquat of {squatted}", imitates=squatted)
     url = a.get("url")
     if url and (a.get("editable") or _VCS.search(url)) and norm not in config.allow_vcs:
-        add("supply_chain.vcs_install", "medium", f"{name} installed from {url.split('#')[0]}, not an index",
-            url=url, editable=bool(a.get("editable")))
+        add(
+            "supply_chain.vcs_install",
+            "medium",
+            f"{name} installed from {url.split('#')[0]}, not an index",
+            url=url,
+            editable=bool(a.get("editable")),
+        )
     return out
 
 
 def _known_pth(event: Event) -> bool:
     name = event.attrs["path"].rsplit("/", 1)[-1]
     code = event.attrs["code"]
-    return any((name == known or (known.startswith(("-", "_")) and known in name)) and code.startswith(prefix)
-               for known, prefix in _KNOWN_PTH)
+    return any(
+        (name == known or (known.startswith(("-", "_")) and known in name)) and code.startswith(prefix)
+        for known, prefix in _KNOWN_PTH
+    )
 
 
 def _pth_finding(event: Event) -> Finding:
     a = event.attrs
-    return Finding(vector="supply_chain", severity="high", target=f"{a.get('image')}:{a['path']}",
-                   title=f"{a['path'].rsplit('/', 1)[-1]} runs code at every Python start-up",
-                   evidence={"path": a["path"], "line": a["line"], "code": a["code"], "image": a.get("image")},
-                   t=event.t, rule="supply_chain.pth_exec")
+    return Finding(
+        vector="supply_chain",
+        severity="high",
+        target=f"{a.get('image')}:{a['path']}",
+        title=f"{a['path'].rsplit('/', 1)[-1]} runs code at every Python start-up",
+        evidence={"path": a["path"], "line": a["line"], "code": a["code"], "image": a.get("image")},
+        t=event.t,
+        rule="supply_chain.pth_exec",
+    )
 
 
 def typosquat_of(norm: str, config: SupplyChainConfig = SupplyChainConfig()) -> str | None:

@@ -58,16 +58,20 @@ class WeightsAccess:
     """The job of that user running on that node at that time, if any."""
 
 
-def weights_report(events: Iterable[Event], jobs: Iterable[Job] = (),
-                   config: WeightsConfig = WeightsConfig()) -> list[WeightsAccess]:
+def weights_report(
+    events: Iterable[Event], jobs: Iterable[Job] = (), config: WeightsConfig = WeightsConfig()
+) -> list[WeightsAccess]:
     index = JobIndex.of(jobs)
     prefix = config.weights_path.rstrip("/") + "/"
     out = []
     for e in events:
         a = e.attrs
         path = a.get("path") or ""
-        if (e.kind != EventKind.TETRAGON or a.get("function_name") not in WEIGHT_HOOKS
-                or not (path + "/").startswith(prefix)):
+        if (
+            e.kind != EventKind.TETRAGON
+            or a.get("function_name") not in WEIGHT_HOOKS
+            or not (path + "/").startswith(prefix)
+        ):
             continue
         mask = a.get("mask")
         if a["function_name"] == "security_mmap_file":
@@ -81,13 +85,17 @@ def weights_report(events: Iterable[Event], jobs: Iterable[Job] = (),
         host = host_of(a)
         user = a.get("user") or (config.uid_names.get(a["uid"]) if a.get("uid") is not None else None)
         job = next((j.id for j in index.on(host, e.t) if user is None or j.user == user), None) if host else None
-        out.append(WeightsAccess(t=e.t, host=host, path=path, access=access, binary=a.get("binary"), user=user,
-                                 uid=a.get("uid"), job=job))
+        out.append(
+            WeightsAccess(
+                t=e.t, host=host, path=path, access=access, binary=a.get("binary"), user=user, uid=a.get("uid"), job=job
+            )
+        )
     return out
 
 
-def detect_weights_access(events: Iterable[Event], jobs: Iterable[Job] = (),
-                          config: WeightsConfig = WeightsConfig()) -> list[Finding]:
+def detect_weights_access(
+    events: Iterable[Event], jobs: Iterable[Job] = (), config: WeightsConfig = WeightsConfig()
+) -> list[Finding]:
     jobs = list(jobs)
     report = weights_report(events, jobs, config)
     owners = set(config.owner_users) | {r.user for r in report if r.access == "write" and r.user}
@@ -107,10 +115,24 @@ def detect_weights_access(events: Iterable[Event], jobs: Iterable[Job] = (),
         if key in seen:
             continue
         seen.add(key)
-        findings.append(Finding(
-            vector="weights_access", severity=sev, target=r.path,
-            title=f"{(r.binary or '?').rsplit('/', 1)[-1]} on {r.host} read {r.path.rsplit('/', 1)[-1]}: {why}",
-            evidence={"host": r.host, "binary": r.binary, "user": r.user, "uid": r.uid, "job": r.job,
-                      "access": r.access, "path": r.path, "owners": sorted(owners)},
-            t=r.t, rule=rule))
+        findings.append(
+            Finding(
+                vector="weights_access",
+                severity=sev,
+                target=r.path,
+                title=f"{(r.binary or '?').rsplit('/', 1)[-1]} on {r.host} read {r.path.rsplit('/', 1)[-1]}: {why}",
+                evidence={
+                    "host": r.host,
+                    "binary": r.binary,
+                    "user": r.user,
+                    "uid": r.uid,
+                    "job": r.job,
+                    "access": r.access,
+                    "path": r.path,
+                    "owners": sorted(owners),
+                },
+                t=r.t,
+                rule=rule,
+            )
+        )
     return findings

@@ -30,40 +30,70 @@ def _json_object_head(head: Head) -> str:
 
 def _hook(p: Path, c: ReadContext):
     from hpcwatch.sources import hook
+
     return hook.read_hook_jsonl(p, on_bad_line=c.on_bad_line)
 
 
 def _sniff_hook(h: Head) -> bool:
     from hpcwatch.sources import hook
+
     return hook.is_hook_jsonl(h.text)
 
 
 def _falco(p: Path, c: ReadContext):
     from hpcwatch.sources import falco
+
     return falco.read_falco_json(p, on_bad_line=c.on_bad_line)
 
 
 def _tetragon(p: Path, c: ReadContext):
     from hpcwatch.sources import tetragon
+
     return tetragon.read_tetragon_json(p, on_bad_line=c.on_bad_line)
 
 
 def _sniff_falco(h: Head) -> bool:
     from hpcwatch.sources import falco
+
     return falco.is_falco_json(h.text)
 
 
 def _sniff_tetragon(h: Head) -> bool:
     from hpcwatch.sources import tetragon
+
     return tetragon.is_tetragon_json(h.text)
 
 
-register(Format(name="hook-jsonl", sniff=_sniff_hook, read=_hook, kinds=SP | S, line_oriented=True,
-                summary="the PyTorch hook's spans and samples (instrument/torch.py), one JSON object a line"))
-register(Format(name="falco-json", sniff=_sniff_falco, read=_falco, kinds=E, line_oriented=True,
-                summary="Falco alerts, JSON lines"))
-register(Format(name="tetragon-json", sniff=_sniff_tetragon, read=_tetragon, kinds=E, line_oriented=True,
-                summary="Tetragon events (process_exec, process_kprobe...), JSON lines"))
+register(
+    Format(
+        name="hook-jsonl",
+        sniff=_sniff_hook,
+        read=_hook,
+        kinds=SP | S,
+        line_oriented=True,
+        summary="the PyTorch hook's spans and samples (instrument/torch.py), one JSON object a line",
+    )
+)
+register(
+    Format(
+        name="falco-json",
+        sniff=_sniff_falco,
+        read=_falco,
+        kinds=E,
+        line_oriented=True,
+        summary="Falco alerts, JSON lines",
+    )
+)
+register(
+    Format(
+        name="tetragon-json",
+        sniff=_sniff_tetragon,
+        read=_tetragon,
+        kinds=E,
+        line_oriented=True,
+        summary="Tetragon events (process_exec, process_kprobe...), JSON lines",
+    )
+)
 
 # -- active health tools ---------------------------------------------------------------------------------------
 
@@ -71,17 +101,45 @@ register(Format(name="tetragon-json", sniff=_sniff_tetragon, read=_tetragon, kin
 def _health(reader_name: str):
     def read(p: Path, c: ReadContext):
         from hpcwatch.sources import healthtools
+
         return getattr(healthtools, reader_name)(p, node=c.host)
+
     return read
 
 
-register(Format(name="dcgmi-diag", read=_health("read_dcgmi_diag"), kinds=E, uses_host=True, dated_by_file=True,
-                sniff=lambda h: '"DCGM GPU Diagnostic"' in h.text or '"DCGM Diagnostic"' in h.text,
-                summary="dcgmi diag -j output (DCGM 3 and 4)"))
-register(Format(name="nccl-tests", read=_health("read_nccl_tests"), kinds=E, uses_host=True, dated_by_file=True,
-                sniff=lambda h: "# nThread" in h.text and "algbw" in h.text, summary="nccl-tests output"))
-register(Format(name="ib-write-bw", read=_health("read_ib_write_bw"), kinds=E, uses_host=True, dated_by_file=True,
-                sniff=lambda h: "#bytes" in h.text and "BW peak[" in h.text, summary="perftest ib_write_bw output"))
+register(
+    Format(
+        name="dcgmi-diag",
+        read=_health("read_dcgmi_diag"),
+        kinds=E,
+        uses_host=True,
+        dated_by_file=True,
+        sniff=lambda h: '"DCGM GPU Diagnostic"' in h.text or '"DCGM Diagnostic"' in h.text,
+        summary="dcgmi diag -j output (DCGM 3 and 4)",
+    )
+)
+register(
+    Format(
+        name="nccl-tests",
+        read=_health("read_nccl_tests"),
+        kinds=E,
+        uses_host=True,
+        dated_by_file=True,
+        sniff=lambda h: "# nThread" in h.text and "algbw" in h.text,
+        summary="nccl-tests output",
+    )
+)
+register(
+    Format(
+        name="ib-write-bw",
+        read=_health("read_ib_write_bw"),
+        kinds=E,
+        uses_host=True,
+        dated_by_file=True,
+        sniff=lambda h: "#bytes" in h.text and "BW peak[" in h.text,
+        summary="perftest ib_write_bw output",
+    )
+)
 
 # -- the ML stack's own logs: NCCL_DEBUG=INFO, PyTorch's Flight Recorder (after nccl-tests, whose output
 # carries NCCL INFO lines too) -----------------------------------------------------------------------------
@@ -89,6 +147,7 @@ register(Format(name="ib-write-bw", read=_health("read_ib_write_bw"), kinds=E, u
 
 def _nccl_log(p: Path, c: ReadContext):
     from hpcwatch.sources import nccl_log
+
     return nccl_log.read_nccl_log(p, on_bad_line=c.on_bad_line)
 
 
@@ -96,75 +155,128 @@ def _sniff_nccl_log(h: Head) -> bool:
     # The sniff's own module, not the reader's: that one compiles ~20 patterns when it loads (4 ms of
     # every `steps` start, whose traces are sniffed after this format).
     from hpcwatch.sources.nccl_sniff import is_nccl_log
+
     return is_nccl_log(h.text)
 
 
 def _flight_recorder(p: Path, c: ReadContext):
     from hpcwatch.sources import flight_recorder
+
     return iter([flight_recorder.read_flight_recorder(p)])
 
 
 def _sniff_flight_recorder(h: Head) -> bool:
     from hpcwatch.sources import flight_recorder
+
     return flight_recorder.is_flight_recorder(h.raw)
 
 
-register(Format(name="flight-recorder", sniff=_sniff_flight_recorder, read=_flight_recorder, kinds=E,
-                dated_by_file=True, summary="PyTorch Flight Recorder dump of one rank (pickle, read without "
-                                            "running code, or JSON)"))
+register(
+    Format(
+        name="flight-recorder",
+        sniff=_sniff_flight_recorder,
+        read=_flight_recorder,
+        kinds=E,
+        dated_by_file=True,
+        summary="PyTorch Flight Recorder dump of one rank (pickle, read without running code, or JSON)",
+    )
+)
+
+
 def _nccl_inspector(p: Path, c: ReadContext):
     from hpcwatch.sources import nccl_inspector
+
     return nccl_inspector.read_nccl_inspector(p)
 
 
 def _sniff_nccl_inspector(h: Head) -> bool:
     from hpcwatch.sources import nccl_inspector
+
     return nccl_inspector.is_nccl_inspector(h.text)
 
 
-register(Format(name="nccl-inspector", sniff=_sniff_nccl_inspector, read=_nccl_inspector, kinds=E,
-                summary="NCCL Inspector JSON (per-collective timing from NCCL's profiler plugin)"))
-register(Format(name="nccl-log", sniff=_sniff_nccl_log, read=_nccl_log, kinds=E, line_oriented=True,
-                dated_by_file=True, summary="NCCL_DEBUG=INFO log (and PyTorch watchdog timeout lines)"))
+register(
+    Format(
+        name="nccl-inspector",
+        sniff=_sniff_nccl_inspector,
+        read=_nccl_inspector,
+        kinds=E,
+        summary="NCCL Inspector JSON (per-collective timing from NCCL's profiler plugin)",
+    )
+)
+register(
+    Format(
+        name="nccl-log",
+        sniff=_sniff_nccl_log,
+        read=_nccl_log,
+        kinds=E,
+        line_oriented=True,
+        dated_by_file=True,
+        summary="NCCL_DEBUG=INFO log (and PyTorch watchdog timeout lines)",
+    )
+)
 
 # -- host settings ---------------------------------------------------------------------------------------------
 
 
 def _params(p: Path, c: ReadContext):
     from hpcwatch.sources import procparams
+
     return procparams.read_nvidia_params(p, host=c.host)
 
 
 def _sniff_params(h: Head) -> bool:
     from hpcwatch.sources import procparams
+
     return procparams.is_nvidia_params(h.text, h.name)
 
 
 def _partitions(p: Path, c: ReadContext):
     from hpcwatch.sources import opensm
+
     return opensm.read_partitions_conf(p)
 
 
 def _sniff_partitions(h: Head) -> bool:
     from hpcwatch.sources import opensm
+
     return opensm.is_partitions_conf(h.text, h.name)
 
 
-register(Format(name="nvidia-params", sniff=_sniff_params, read=_params, kinds=E, uses_host=True,
-                dated_by_file=True, summary="/proc/driver/nvidia/params"))
-register(Format(name="opensm-partitions", sniff=_sniff_partitions, read=_partitions, kinds=E, dated_by_file=True,
-                summary="OpenSM partitions.conf"))
+register(
+    Format(
+        name="nvidia-params",
+        sniff=_sniff_params,
+        read=_params,
+        kinds=E,
+        uses_host=True,
+        dated_by_file=True,
+        summary="/proc/driver/nvidia/params",
+    )
+)
+register(
+    Format(
+        name="opensm-partitions",
+        sniff=_sniff_partitions,
+        read=_partitions,
+        kinds=E,
+        dated_by_file=True,
+        summary="OpenSM partitions.conf",
+    )
+)
 
 # -- documents that are not records: a shard manifest, OSV advisories, a trace, an op table ----------------------
 
 
 def _manifest(p: Path, c: ReadContext):
     from hpcwatch.sources import manifest
+
     return manifest.read_manifest(p)
 
 
 def _osv(p: Path, c: ReadContext):
     from hpcwatch.sources import osv
+
     return osv.read_osv(p)
 
 
@@ -179,41 +291,77 @@ def _sniff_osv_zip(h: Head) -> bool:
 
 def _sniff_osv_dir(h: Head) -> bool:
     names = h.text.split("\n")
-    return bool(names) and all(n.endswith(".json") for n in names if n) and any(
-        re.match(r"(MAL|GHSA|PYSEC|OSV|CVE|HPCWATCH)-", n) for n in names)
+    return (
+        bool(names)
+        and all(n.endswith(".json") for n in names if n)
+        and any(re.match(r"(MAL|GHSA|PYSEC|OSV|CVE|HPCWATCH)-", n) for n in names)
+    )
 
 
 def _kineto(p: Path, c: ReadContext):
     from hpcwatch.sources import kineto
+
     return kineto.read_kineto(p)
 
 
 def _optrace(p: Path, c: ReadContext):
     from hpcwatch.sources import optrace
+
     return optrace.read_optrace(p)
 
 
-register(Format(name="shard-manifest", yields="manifest", read=_manifest,
-                sniff=lambda h: '"shards"' in _json_object_head(h)[:4096] and '"dataset"' in h.text[:4096],
-                summary="a training-data shard manifest (sources/manifest.py)"))
-register(Format(name="osv-record", yields="advisories", read=_osv, sniff=_sniff_osv_record,
-                summary="one OSV advisory (JSON)"))
-register(Format(name="osv-zip", yields="advisories", read=_osv, sniff=_sniff_osv_zip,
-                summary="an OSV dump (PyPI/all.zip)"))
-register(Format(name="osv-dir", yields="advisories", read=_osv, sniff=_sniff_osv_dir, folder=True,
-                summary="a folder of OSV advisories"))
-register(Format(name="kineto", yields="trace", read=_kineto,
-                sniff=lambda h: '"traceEvents"' in h.text or '"schemaVersion"' in h.text[:4096],
-                summary="PyTorch profiler (Kineto) trace, .json or .json.gz (read by `hpcwatch steps`)"))
-register(Format(name="optrace", yields="op-table", read=_optrace,
-                sniff=lambda h: h.raw.startswith(b"PAR1") and h.name.endswith(".parquet"),
-                summary="per-operation trace, Parquet (ByteDance what-if; read by `hpcwatch whatif`)"))
+register(
+    Format(
+        name="shard-manifest",
+        yields="manifest",
+        read=_manifest,
+        sniff=lambda h: '"shards"' in _json_object_head(h)[:4096] and '"dataset"' in h.text[:4096],
+        summary="a training-data shard manifest (sources/manifest.py)",
+    )
+)
+register(
+    Format(
+        name="osv-record", yields="advisories", read=_osv, sniff=_sniff_osv_record, summary="one OSV advisory (JSON)"
+    )
+)
+register(
+    Format(name="osv-zip", yields="advisories", read=_osv, sniff=_sniff_osv_zip, summary="an OSV dump (PyPI/all.zip)")
+)
+register(
+    Format(
+        name="osv-dir",
+        yields="advisories",
+        read=_osv,
+        sniff=_sniff_osv_dir,
+        folder=True,
+        summary="a folder of OSV advisories",
+    )
+)
+register(
+    Format(
+        name="kineto",
+        yields="trace",
+        read=_kineto,
+        sniff=lambda h: '"traceEvents"' in h.text or '"schemaVersion"' in h.text[:4096],
+        summary="PyTorch profiler (Kineto) trace, .json or .json.gz (read by `hpcwatch steps`)",
+    )
+)
+register(
+    Format(
+        name="optrace",
+        yields="op-table",
+        read=_optrace,
+        sniff=lambda h: h.raw.startswith(b"PAR1") and h.name.endswith(".parquet"),
+        summary="per-operation trace, Parquet (ByteDance what-if; read by `hpcwatch whatif`)",
+    )
+)
 
 # -- packages --------------------------------------------------------------------------------------------------
 
 
 def _site_packages(p: Path, c: ReadContext):
     from hpcwatch.sources import pip
+
     return pip.read_site_packages(p)
 
 
@@ -221,8 +369,17 @@ def _sniff_site_packages(h: Head) -> bool:
     return h.name in ("site-packages", "dist-packages") or any(n.endswith(".pth") for n in h.text.split("\n"))
 
 
-register(Format(name="site-packages", sniff=_sniff_site_packages, read=_site_packages, kinds=E, folder=True,
-                dated_by_file=True, summary="a site-packages folder: the .pth lines Python executes at start-up"))
+register(
+    Format(
+        name="site-packages",
+        sniff=_sniff_site_packages,
+        read=_site_packages,
+        kinds=E,
+        folder=True,
+        dated_by_file=True,
+        summary="a site-packages folder: the .pth lines Python executes at start-up",
+    )
+)
 
 # -- cluster state -------------------------------------------------------------------------------------------
 
@@ -230,12 +387,15 @@ register(Format(name="site-packages", sniff=_sniff_site_packages, read=_site_pac
 def _slurm(reader_name: str):
     def read(p: Path, c: ReadContext):
         from hpcwatch.sources import slurm
+
         return getattr(slurm, reader_name)(p)
+
     return read
 
 
 def _kubernetes():
     from hpcwatch.sources import kubernetes
+
     return kubernetes
 
 
@@ -246,95 +406,189 @@ def _json_jobs(h: Head) -> bool:
 def _nvsmi(reader_name: str):
     def read(p: Path, c: ReadContext):
         from hpcwatch.sources import nvidia_smi
+
         return getattr(nvidia_smi, reader_name)(p, hostname=c.host)
+
     return read
 
 
 def _sniff_nvsmi(test_name: str):
     def sniff(h: Head) -> bool:
         from hpcwatch.sources import nvidia_smi
+
         return getattr(nvidia_smi, test_name)(h.text)
+
     return sniff
 
 
 def _perfquery(p: Path, c: ReadContext):
     from hpcwatch.sources import infiniband
+
     return infiniband.read_perfquery(p, node=c.host)
 
 
 def _ibstat(p: Path, c: ReadContext):
     from hpcwatch.sources import infiniband
+
     return infiniband.read_ibstat(p, node=c.host)
 
 
 def _sniff_ib(test_name: str):
     def sniff(h: Head) -> bool:
         from hpcwatch.sources import infiniband
+
         return getattr(infiniband, test_name)(h.text)
+
     return sniff
 
 
 def _lustre(p: Path, c: ReadContext):
     from hpcwatch.sources import lustre
+
     return lustre.read_job_stats(p)
 
 
 def _sniff_lustre(h: Head) -> bool:
     from hpcwatch.sources import lustre
+
     return lustre.is_job_stats(h.text)
 
 
-register(Format(name="nvidia-smi-xml", sniff=_sniff_nvsmi("is_nvidia_smi_xml"), read=_nvsmi("read_nvidia_smi_xml"),
-                kinds=S | E, uses_host=True, summary="nvidia-smi -q -x"))
-register(Format(name="squeue-json", read=_slurm("read_squeue_json"), kinds=J,
-                sniff=lambda h: _json_jobs(h) and ('"job_state"' in h.text or "squeue" in h.name),
-                summary="squeue --json"))
-register(Format(name="sacct-json", read=_slurm("read_sacct_records"), kinds=J | E | S,
-                sniff=lambda h: _json_jobs(h) and ('"steps"' in h.text or '"current"' in h.text or "sacct" in h.name),
-                summary="sacct --json (jobs, their requeued attempts as events, and their CPUs, memory, MaxRSS per "
-                        "node, time limit as samples)"))
-register(Format(name="kubectl-pods", read=lambda p, c: _kubernetes().read_kubectl_pods(p), kinds=J,
-                sniff=lambda h: _kubernetes().is_kubectl_pods(h.text), summary="kubectl get pods -o json"))
-register(Format(name="scontrol-job", read=_slurm("read_scontrol_show_job"), kinds=J,
-                sniff=lambda h: h.text.lstrip().startswith("JobId="), summary="scontrol -d -o show job"))
+register(
+    Format(
+        name="nvidia-smi-xml",
+        sniff=_sniff_nvsmi("is_nvidia_smi_xml"),
+        read=_nvsmi("read_nvidia_smi_xml"),
+        kinds=S | E,
+        uses_host=True,
+        summary="nvidia-smi -q -x",
+    )
+)
+register(
+    Format(
+        name="squeue-json",
+        read=_slurm("read_squeue_json"),
+        kinds=J,
+        sniff=lambda h: _json_jobs(h) and ('"job_state"' in h.text or "squeue" in h.name),
+        summary="squeue --json",
+    )
+)
+register(
+    Format(
+        name="sacct-json",
+        read=_slurm("read_sacct_records"),
+        kinds=J | E | S,
+        sniff=lambda h: _json_jobs(h) and ('"steps"' in h.text or '"current"' in h.text or "sacct" in h.name),
+        summary="sacct --json (jobs, their requeued attempts as events, and their CPUs, memory, MaxRSS per "
+        "node, time limit as samples)",
+    )
+)
+register(
+    Format(
+        name="kubectl-pods",
+        read=lambda p, c: _kubernetes().read_kubectl_pods(p),
+        kinds=J,
+        sniff=lambda h: _kubernetes().is_kubectl_pods(h.text),
+        summary="kubectl get pods -o json",
+    )
+)
+register(
+    Format(
+        name="scontrol-job",
+        read=_slurm("read_scontrol_show_job"),
+        kinds=J,
+        sniff=lambda h: h.text.lstrip().startswith("JobId="),
+        summary="scontrol -d -o show job",
+    )
+)
+
+
 def _slurm_config(p: Path, c: ReadContext):
     from hpcwatch.sources import slurm_config
+
     return slurm_config.read_scontrol_show_config(p)
 
 
 def _sniff_slurm_config(h: Head) -> bool:
     from hpcwatch.sources import slurm_config
+
     return slurm_config.is_scontrol_show_config(h.text)
 
 
-register(Format(name="scontrol-config", read=_slurm_config, kinds=E, dated_by_file=True, sniff=_sniff_slurm_config,
-                summary="scontrol show config (HealthCheckProgram, TopologyPlugin...)"))
-register(Format(name="perfquery", sniff=_sniff_ib("is_perfquery"), read=_perfquery, kinds=S, uses_host=True,
-                dated_by_file=True, summary="perfquery / perfquery -x"))
-register(Format(name="ibstat", sniff=_sniff_ib("is_ibstat"), read=_ibstat, kinds=S, uses_host=True,
-                dated_by_file=True, summary="ibstat"))
-register(Format(name="lustre-job-stats", sniff=_sniff_lustre, read=_lustre, kinds=S, dated_by_file=True,
-                summary="lctl get_param *.*.job_stats"))
-register(Format(name="nvidia-smi-csv", sniff=_sniff_nvsmi("is_nvidia_smi_csv"), read=_nvsmi("read_nvidia_smi_csv"),
-                kinds=S, uses_host=True, dated_by_file=True, summary="nvidia-smi --query-gpu ... --format=csv"))
+register(
+    Format(
+        name="scontrol-config",
+        read=_slurm_config,
+        kinds=E,
+        dated_by_file=True,
+        sniff=_sniff_slurm_config,
+        summary="scontrol show config (HealthCheckProgram, TopologyPlugin...)",
+    )
+)
+register(
+    Format(
+        name="perfquery",
+        sniff=_sniff_ib("is_perfquery"),
+        read=_perfquery,
+        kinds=S,
+        uses_host=True,
+        dated_by_file=True,
+        summary="perfquery / perfquery -x",
+    )
+)
+register(
+    Format(
+        name="ibstat",
+        sniff=_sniff_ib("is_ibstat"),
+        read=_ibstat,
+        kinds=S,
+        uses_host=True,
+        dated_by_file=True,
+        summary="ibstat",
+    )
+)
+register(
+    Format(
+        name="lustre-job-stats",
+        sniff=_sniff_lustre,
+        read=_lustre,
+        kinds=S,
+        dated_by_file=True,
+        summary="lctl get_param *.*.job_stats",
+    )
+)
+register(
+    Format(
+        name="nvidia-smi-csv",
+        sniff=_sniff_nvsmi("is_nvidia_smi_csv"),
+        read=_nvsmi("read_nvidia_smi_csv"),
+        kinds=S,
+        uses_host=True,
+        dated_by_file=True,
+        summary="nvidia-smi --query-gpu ... --format=csv",
+    )
+)
 
 # -- lenient formats last ----------------------------------------------------------------------------------
 
 
 def _prometheus(p: Path, c: ReadContext):
     from hpcwatch.sources import prometheus_text
+
     return _with_host(prometheus_text.read_prometheus_text(p), c.host)
 
 
 def _prometheus_columns(p: Path, c: ReadContext):
     from hpcwatch.sources import prometheus_text
+
     chunks = prometheus_text.read_prometheus_columns(p)
-    for chunk in ([chunks] if hasattr(chunks, "num_rows") else chunks):
+    for chunk in [chunks] if hasattr(chunks, "num_rows") else chunks:
         yield _table_with_host(chunk, c.host)
 
 
 def _sniff_prometheus(h: Head) -> bool:
     from hpcwatch.sources import prometheus_text
+
     return prometheus_text.is_prometheus_text(h.text)
 
 
@@ -343,6 +597,7 @@ def _with_host(samples, host: str | None):
     ``node`` label, or ``instance`` where the series' own ``node`` is a NUMA node or DRBD peer."""
     from hpcwatch.records import Sample
     from hpcwatch.schemas import node_label_is_host, sample_keys
+
     for s in samples:
         if host and sample_keys(s.labels, s.metric)[0] is None:
             key = "node" if node_label_is_host(s.metric) else "instance"
@@ -356,7 +611,9 @@ def _table_with_host(table, host: str | None):
         return table
     import pyarrow as pa
     import pyarrow.compute as pc
+
     from hpcwatch.schemas import NODE_NOT_HOST_PREFIXES
+
     missing = pc.is_null(table.column("host"))
     local = pc.starts_with(table.column("metric"), NODE_NOT_HOST_PREFIXES[0])
     for prefix in NODE_NOT_HOST_PREFIXES[1:]:
@@ -366,36 +623,59 @@ def _table_with_host(table, host: str | None):
         labels = pc.if_else(rows, _tagged(labels, key, host), labels)
     hosts = pc.if_else(missing, pa.scalar(host), table.column("host"))
     return table.set_column(table.schema.get_field_index("host"), "host", hosts).set_column(
-        table.schema.get_field_index("labels"), "labels", labels)
+        table.schema.get_field_index("labels"), "labels", labels
+    )
 
 
 def _tagged(labels, key: str, host: str):
     """Each labels JSON object with ``key: host`` put first."""
     import pyarrow as pa
     import pyarrow.compute as pc
+
     head = "{" + _json_str(key) + ":" + _json_str(host)
     rest = pc.utf8_slice_codeunits(labels, 1)  # the object without its "{"
-    return pc.if_else(pc.equal(labels, "{}"), pa.scalar(head + "}"),
-                      pc.binary_join_element_wise(pa.scalar(head + ","), rest, ""))
+    return pc.if_else(
+        pc.equal(labels, "{}"), pa.scalar(head + "}"), pc.binary_join_element_wise(pa.scalar(head + ","), rest, "")
+    )
 
 
 def _json_str(text: str) -> str:
     import orjson
+
     return orjson.dumps(text).decode()
 
 
 def _pip(p: Path, c: ReadContext):
     from hpcwatch.sources import pip
+
     return pip.read_pip_list(p)
 
 
 def _sniff_pip(h: Head) -> bool:
     from hpcwatch.sources import pip
+
     return pip.is_pip_list(h.text, h.name)
 
 
-register(Format(name="prometheus", sniff=_sniff_prometheus, read=_prometheus, columns=_prometheus_columns, kinds=S,
-                uses_host=True, dated_by_file=True,
-                summary="Prometheus text exposition (dcgm-exporter, node-exporter, any /metrics)"))
-register(Format(name="pip-list", sniff=_sniff_pip, read=_pip, kinds=E, dated_by_file=True,
-                summary="pip list --format=json, or pip freeze lines"))
+register(
+    Format(
+        name="prometheus",
+        sniff=_sniff_prometheus,
+        read=_prometheus,
+        columns=_prometheus_columns,
+        kinds=S,
+        uses_host=True,
+        dated_by_file=True,
+        summary="Prometheus text exposition (dcgm-exporter, node-exporter, any /metrics)",
+    )
+)
+register(
+    Format(
+        name="pip-list",
+        sniff=_sniff_pip,
+        read=_pip,
+        kinds=E,
+        dated_by_file=True,
+        summary="pip list --format=json, or pip freeze lines",
+    )
+)

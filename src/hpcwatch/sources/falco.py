@@ -33,21 +33,22 @@ __all__ = ["is_falco_json", "parse_falco_json", "read_falco_json", "parse_rfc333
 
 def parse_rfc3339(text: str, *, path: str | os.PathLike[str], line: int | None) -> float:
     """UTC seconds of ``2024-01-02T03:04:05.123456789Z`` (digits past microseconds dropped)."""
-    value = text.strip()[:64]   # longer is not a time; do not hand a huge string to the parser
+    value = text.strip()[:64]  # longer is not a time; do not hand a huge string to the parser
     if value.endswith("Z"):
         value = value[:-1] + "+00:00"
     head, dot, rest = value.partition(".")
     if dot:
         digits = len(rest) - len(rest.lstrip("0123456789"))
-        value = f"{head}.{rest[:min(digits, 6)]}{rest[digits:]}"
+        value = f"{head}.{rest[: min(digits, 6)]}{rest[digits:]}"
     try:
         return datetime.fromisoformat(value).timestamp()
     except ValueError as err:
         raise ParseError("time is not RFC 3339", path=path, line=line, text=text[:200]) from err
 
 
-def parse_falco_json(lines: Iterable[str | bytes], *, path: str | os.PathLike[str] = "<falco>",
-                     on_bad_line: OnBadLine = None) -> Iterator[Event]:
+def parse_falco_json(
+    lines: Iterable[str | bytes], *, path: str | os.PathLike[str] = "<falco>", on_bad_line: OnBadLine = None
+) -> Iterator[Event]:
     """One ``Event`` per alert line; see the module docstring for ``on_bad_line``."""
     for lineno, raw in enumerate(lines, 1):
         if not raw.strip():

@@ -48,22 +48,76 @@ from hpcwatch.records import Event
 from hpcwatch.sources.lines import file_time, read_bytes
 from hpcwatch.vocab import EventKind
 
-__all__ = ["load_restricted_pickle", "parse_flight_recorder", "read_flight_recorder", "is_flight_recorder",
-           "ALLOWED_OPCODES", "MAX_DUMP_BYTES"]
+__all__ = [
+    "load_restricted_pickle",
+    "parse_flight_recorder",
+    "read_flight_recorder",
+    "is_flight_recorder",
+    "ALLOWED_OPCODES",
+    "MAX_DUMP_BYTES",
+]
 
 #: A dump of the default 2000 entries is ~1 MB; 256 MiB leaves room for stack frames on large buffers.
 MAX_DUMP_BYTES = 256 << 20
 
 #: Opcodes that build plain data only (pickletools names). Everything else is refused before loading.
-ALLOWED_OPCODES = frozenset({
-    "PROTO", "FRAME", "STOP", "MARK", "POP", "POP_MARK", "DUP",
-    "NONE", "NEWTRUE", "NEWFALSE", "INT", "BININT", "BININT1", "BININT2", "LONG", "LONG1", "LONG4",
-    "FLOAT", "BINFLOAT", "STRING", "BINSTRING", "SHORT_BINSTRING", "UNICODE", "SHORT_BINUNICODE",
-    "BINUNICODE", "BINUNICODE8", "BINBYTES", "SHORT_BINBYTES", "BINBYTES8", "BYTEARRAY8",
-    "EMPTY_LIST", "APPEND", "APPENDS", "LIST", "EMPTY_TUPLE", "TUPLE", "TUPLE1", "TUPLE2", "TUPLE3",
-    "EMPTY_DICT", "DICT", "SETITEM", "SETITEMS", "EMPTY_SET", "ADDITEMS", "FROZENSET",
-    "PUT", "BINPUT", "LONG_BINPUT", "MEMOIZE", "GET", "BINGET", "LONG_BINGET",
-})
+ALLOWED_OPCODES = frozenset(
+    {
+        "PROTO",
+        "FRAME",
+        "STOP",
+        "MARK",
+        "POP",
+        "POP_MARK",
+        "DUP",
+        "NONE",
+        "NEWTRUE",
+        "NEWFALSE",
+        "INT",
+        "BININT",
+        "BININT1",
+        "BININT2",
+        "LONG",
+        "LONG1",
+        "LONG4",
+        "FLOAT",
+        "BINFLOAT",
+        "STRING",
+        "BINSTRING",
+        "SHORT_BINSTRING",
+        "UNICODE",
+        "SHORT_BINUNICODE",
+        "BINUNICODE",
+        "BINUNICODE8",
+        "BINBYTES",
+        "SHORT_BINBYTES",
+        "BINBYTES8",
+        "BYTEARRAY8",
+        "EMPTY_LIST",
+        "APPEND",
+        "APPENDS",
+        "LIST",
+        "EMPTY_TUPLE",
+        "TUPLE",
+        "TUPLE1",
+        "TUPLE2",
+        "TUPLE3",
+        "EMPTY_DICT",
+        "DICT",
+        "SETITEM",
+        "SETITEMS",
+        "EMPTY_SET",
+        "ADDITEMS",
+        "FROZENSET",
+        "PUT",
+        "BINPUT",
+        "LONG_BINPUT",
+        "MEMOIZE",
+        "GET",
+        "BINGET",
+        "LONG_BINGET",
+    }
+)
 
 _RANK_IN_NAME = re.compile(r"(\d+)(?:\.json)?$")
 
@@ -84,8 +138,11 @@ def load_restricted_pickle(data: bytes, *, path: str | os.PathLike[str] = "<pick
         for opcode, arg, pos in pickletools.genops(data):
             if opcode.name not in ALLOWED_OPCODES:
                 what = f" ({arg})" if isinstance(arg, str) else ""
-                raise ParseError(f"refused: pickle opcode {opcode.name}{what} at byte {pos} could run code "
-                                 "(a Flight Recorder dump holds plain data only)", path=path)
+                raise ParseError(
+                    f"refused: pickle opcode {opcode.name}{what} at byte {pos} could run code "
+                    "(a Flight Recorder dump holds plain data only)",
+                    path=path,
+                )
     except ParseError:
         raise
     except (ValueError, EOFError, IndexError) as err:
@@ -101,8 +158,9 @@ def _rank_from_name(path: str | os.PathLike[str]) -> int | None:
     return int(m[1]) if m else None
 
 
-def parse_flight_recorder(data: bytes, *, path: str | os.PathLike[str] = "<dump>", rank: int | None = None,
-                          t: float = 0.0) -> Event:
+def parse_flight_recorder(
+    data: bytes, *, path: str | os.PathLike[str] = "<dump>", rank: int | None = None, t: float = 0.0
+) -> Event:
     """One ``flight_recorder_dump`` Event: rank, version, pg_config, pg_status, entries (as written)."""
     stripped = data.lstrip()
     if stripped.startswith(b"{"):
@@ -116,10 +174,15 @@ def parse_flight_recorder(data: bytes, *, path: str | os.PathLike[str] = "<dump>
     if not isinstance(dump, dict) or not isinstance(dump.get("entries", []), list) or "version" not in dump:
         raise ParseError("not a Flight Recorder dump (needs 'version' and a list of 'entries')", path=path)
     entries = [e for e in dump.get("entries", []) if isinstance(e, dict)]
-    attrs = {"rank": rank if rank is not None else _rank_from_name(path), "version": str(dump["version"]),
-             "form": form, "comm_lib_version": dump.get("comm_lib_version"),
-             "pg_config": _plain(dump.get("pg_config") or {}), "pg_status": _plain(dump.get("pg_status") or {}),
-             "entries": [_plain(e) for e in entries]}
+    attrs = {
+        "rank": rank if rank is not None else _rank_from_name(path),
+        "version": str(dump["version"]),
+        "form": form,
+        "comm_lib_version": dump.get("comm_lib_version"),
+        "pg_config": _plain(dump.get("pg_config") or {}),
+        "pg_status": _plain(dump.get("pg_status") or {}),
+        "entries": [_plain(e) for e in entries],
+    }
     return Event(kind=EventKind.FLIGHT_RECORDER_DUMP, t=t, source=str(path), attrs=attrs)
 
 
@@ -136,8 +199,7 @@ def _plain(value: Any) -> Any:
 
 def read_flight_recorder(path: str | os.PathLike[str], *, rank: int | None = None) -> Event:
     """The dump in ``path`` (pickle or JSON), dated by the file's write time."""
-    return parse_flight_recorder(read_bytes(path, max_bytes=MAX_DUMP_BYTES), path=path, rank=rank,
-                                 t=file_time(path))
+    return parse_flight_recorder(read_bytes(path, max_bytes=MAX_DUMP_BYTES), path=path, rank=rank, t=file_time(path))
 
 
 def is_flight_recorder(raw: bytes) -> bool:

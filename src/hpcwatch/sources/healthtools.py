@@ -44,10 +44,14 @@ from hpcwatch.sources.lines import file_time, read_text, to_float, to_int
 from hpcwatch.vocab import EventKind
 
 __all__ = [
-    "parse_dcgmi_diag", "read_dcgmi_diag",
-    "parse_nccl_tests", "read_nccl_tests",
-    "parse_ib_write_bw", "read_ib_write_bw",
-    "busbw_factor", "BUSBW_FACTORS",
+    "parse_dcgmi_diag",
+    "read_dcgmi_diag",
+    "parse_nccl_tests",
+    "read_nccl_tests",
+    "parse_ib_write_bw",
+    "read_ib_write_bw",
+    "busbw_factor",
+    "BUSBW_FACTORS",
 ]
 
 SOURCE = "healthtools"
@@ -69,38 +73,59 @@ def _warnings(raw: Any) -> list[str]:
     return [str(w.get("warning", w)) if isinstance(w, dict) else str(w) for w in items]
 
 
-def parse_dcgmi_diag(text: str, *, path: str | os.PathLike[str] = "<dcgmi diag>", node: str | None = None,
-                     t: float | None = None, level: int | None = None) -> Iterator[Event]:
+def parse_dcgmi_diag(
+    text: str,
+    *,
+    path: str | os.PathLike[str] = "<dcgmi diag>",
+    node: str | None = None,
+    t: float | None = None,
+    level: int | None = None,
+) -> Iterator[Event]:
     """One ``dcgm_diag`` event: attrs ``results`` = [{category, test, gpu, status, warnings, info}]."""
     start = text.find("{")
     if start < 0:
         raise ParseError("no JSON document in dcgmi diag output", path=path, line=1, text=text[:80])
     try:
-        doc = orjson.loads(text[start:text.rfind("}") + 1])
+        doc = orjson.loads(text[start : text.rfind("}") + 1])
     except orjson.JSONDecodeError as err:
         line = text.count("\n", 0, start) + (getattr(err, "lineno", 1) or 1)
         raise ParseError(f"not JSON: {err}", path=path, line=line) from err
     body = doc.get("DCGM GPU Diagnostic") or doc.get("DCGM Diagnostic") if isinstance(doc, dict) else None
     if not isinstance(body, dict) or not isinstance(body.get("test_categories"), list):
-        raise ParseError("no 'DCGM GPU Diagnostic' / 'DCGM Diagnostic' test_categories", path=path,
-                         line=text.count("\n", 0, start) + 1)
+        raise ParseError(
+            "no 'DCGM GPU Diagnostic' / 'DCGM Diagnostic' test_categories",
+            path=path,
+            line=text.count("\n", 0, start) + 1,
+        )
     results = []
     for category in body["test_categories"]:
         for test in category.get("tests", []):
             for r in test.get("results", []):
                 gpu = r.get("gpu_ids", r.get("gpu_id", r.get("entity_id")))
-                results.append({"category": category.get("category"), "test": test.get("name"),
-                                "gpu": None if gpu is None else str(gpu), "status": _status(r.get("status")),
-                                "warnings": _warnings(r.get("warnings")), "info": _warnings(r.get("info"))})
+                results.append(
+                    {
+                        "category": category.get("category"),
+                        "test": test.get("name"),
+                        "gpu": None if gpu is None else str(gpu),
+                        "status": _status(r.get("status")),
+                        "warnings": _warnings(r.get("warnings")),
+                        "info": _warnings(r.get("info")),
+                    }
+                )
     meta = doc.get("metadata") or {}
     version = body.get("version") or meta.get("version")
     driver = body.get("driver_version_detected") or meta.get("Driver Version Detected")
-    yield Event(kind=EventKind.DCGM_DIAG, t=t if t is not None else _mtime(path), source=SOURCE,
-                attrs={"node": node, "level": level, "version": version, "driver": driver, "results": results})
+    yield Event(
+        kind=EventKind.DCGM_DIAG,
+        t=t if t is not None else _mtime(path),
+        source=SOURCE,
+        attrs={"node": node, "level": level, "version": version, "driver": driver, "results": results},
+    )
 
 
-def read_dcgmi_diag(path: str | os.PathLike[str], *, node: str | None = None,
-                    level: int | None = None) -> Iterator[Event]:
+def read_dcgmi_diag(
+    path: str | os.PathLike[str], *, node: str | None = None, level: int | None = None
+) -> Iterator[Event]:
     yield from parse_dcgmi_diag(read_text(path), path=path, node=node, t=file_time(path), level=level)
 
 
@@ -125,7 +150,9 @@ BUSBW_FACTORS = {
 }
 
 _MPI_PREFIX = re.compile(r"^\[\d+,\d+\]<std(?:out|err)>:")
-_RANK_RE = re.compile(r"^#\s*Rank\s+(\d+)\s+Group\s+\d+\s+Pid\s+\d+\s+on\s+(\S+)\s+device\s+(\d+)\s+\[[^\]]*\]\s+(.+?)\s*$")
+_RANK_RE = re.compile(
+    r"^#\s*Rank\s+(\d+)\s+Group\s+\d+\s+Pid\s+\d+\s+on\s+(\S+)\s+device\s+(\d+)\s+\[[^\]]*\]\s+(.+?)\s*$"
+)
 _COLLECTIVE_RE = re.compile(r"(all_reduce|all_gather|reduce_scatter|alltoall|broadcast|reduce|sendrecv)_perf")
 _AVG_RE = re.compile(r"^#\s*Avg bus bandwidth\s*:\s*([0-9.eE+-]+)")
 
@@ -180,8 +207,14 @@ def _check_row(row: dict[str, Any], collective: str, nranks: int) -> None:
     row["busbw_mismatch"] = mismatch
 
 
-def parse_nccl_tests(text: str, *, path: str | os.PathLike[str] = "<nccl-tests>", node: str | None = None,
-                     t: float | None = None, collective: str | None = None) -> Iterator[Event]:
+def parse_nccl_tests(
+    text: str,
+    *,
+    path: str | os.PathLike[str] = "<nccl-tests>",
+    node: str | None = None,
+    t: float | None = None,
+    collective: str | None = None,
+) -> Iterator[Event]:
     """One ``nccl_test`` event: attrs collective, nranks, hosts, gpu_model, rows (one per message size), avg_busbw_gbs."""
     if collective is None:
         found = _COLLECTIVE_RE.search(text) or _COLLECTIVE_RE.search(Path(str(path)).name)
@@ -206,8 +239,9 @@ def parse_nccl_tests(text: str, *, path: str | os.PathLike[str] = "<nccl-tests>"
         if columns is None or not tokens[0].isdigit():
             continue  # NCCL INFO lines, banners
         if len(tokens) != len(columns):
-            raise ParseError(f"row has {len(tokens)} fields, the header {len(columns)}", path=path, line=number,
-                             text=raw)
+            raise ParseError(
+                f"row has {len(tokens)} fields, the header {len(columns)}", path=path, line=number, text=raw
+            )
         rows.append({name: _cell(name, tok, path=path, line=number) for name, tok in zip(columns, tokens)})
     if columns is None:
         raise ParseError("no nccl-tests results header ('#  size  count  type ...')", path=path, line=1)
@@ -216,14 +250,25 @@ def parse_nccl_tests(text: str, *, path: str | os.PathLike[str] = "<nccl-tests>"
         _check_row(row, collective, nranks)
     hosts = sorted({h for h, _ in ranks.values()})
     models = sorted({m for _, m in ranks.values()})
-    yield Event(kind=EventKind.NCCL_TEST, t=t if t is not None else _mtime(path), source=SOURCE,
-                attrs={"node": node or (hosts[0] if hosts else None), "collective": collective, "nranks": nranks,
-                       "hosts": hosts, "gpu_model": models[0] if len(models) == 1 else None, "rows": rows,
-                       "avg_busbw_gbs": avg})
+    yield Event(
+        kind=EventKind.NCCL_TEST,
+        t=t if t is not None else _mtime(path),
+        source=SOURCE,
+        attrs={
+            "node": node or (hosts[0] if hosts else None),
+            "collective": collective,
+            "nranks": nranks,
+            "hosts": hosts,
+            "gpu_model": models[0] if len(models) == 1 else None,
+            "rows": rows,
+            "avg_busbw_gbs": avg,
+        },
+    )
 
 
-def read_nccl_tests(path: str | os.PathLike[str], *, node: str | None = None,
-                    collective: str | None = None) -> Iterator[Event]:
+def read_nccl_tests(
+    path: str | os.PathLike[str], *, node: str | None = None, collective: str | None = None
+) -> Iterator[Event]:
     yield from parse_nccl_tests(read_text(path), path=path, node=node, t=file_time(path), collective=collective)
 
 
@@ -235,8 +280,9 @@ _IB_TEST_RE = re.compile(r"^\s*(\S.*\bBW Test)\s*$")
 _MIB = 1 << 20
 
 
-def parse_ib_write_bw(text: str, *, path: str | os.PathLike[str] = "<ib_write_bw>", node: str | None = None,
-                      t: float | None = None) -> Iterator[Event]:
+def parse_ib_write_bw(
+    text: str, *, path: str | os.PathLike[str] = "<ib_write_bw>", node: str | None = None, t: float | None = None
+) -> Iterator[Event]:
     """One ``ib_write_bw`` event: attrs test, device, rows [{size_bytes, iterations, bw_peak_gbps, bw_avg_gbps, msg_rate_mpps}]."""
     device = test = unit = None
     rows = []
@@ -253,19 +299,37 @@ def parse_ib_write_bw(text: str, *, path: str | os.PathLike[str] = "<ib_write_bw
         if unit is None or not tokens or not tokens[0].isdigit():
             continue
         if len(tokens) != 5:
-            raise ParseError("bandwidth row needs 5 fields (#bytes #iterations peak average msgrate)",
-                             path=path, line=number, text=raw)
-        size, iterations = (to_int(tok, name, path=path, line=number) for tok, name in
-                            zip(tokens, ("#bytes", "#iterations")))
-        values = [to_float(tok, name, path=path, line=number) for tok, name in
-                  zip(tokens, ("#bytes", "#iterations", "BW peak", "BW average", "MsgRate"))]
+            raise ParseError(
+                "bandwidth row needs 5 fields (#bytes #iterations peak average msgrate)",
+                path=path,
+                line=number,
+                text=raw,
+            )
+        size, iterations = (
+            to_int(tok, name, path=path, line=number) for tok, name in zip(tokens, ("#bytes", "#iterations"))
+        )
+        values = [
+            to_float(tok, name, path=path, line=number)
+            for tok, name in zip(tokens, ("#bytes", "#iterations", "BW peak", "BW average", "MsgRate"))
+        ]
         to_gbps = (lambda v: v * _MIB * 8 / 1e9) if unit == "MB" else (lambda v: v)
-        rows.append({"size_bytes": size, "iterations": iterations, "bw_peak_gbps": to_gbps(values[2]),
-                     "bw_avg_gbps": to_gbps(values[3]), "msg_rate_mpps": values[4]})
+        rows.append(
+            {
+                "size_bytes": size,
+                "iterations": iterations,
+                "bw_peak_gbps": to_gbps(values[2]),
+                "bw_avg_gbps": to_gbps(values[3]),
+                "msg_rate_mpps": values[4],
+            }
+        )
     if unit is None:
         raise ParseError("no perftest results header ('#bytes #iterations BW peak[...]')", path=path, line=1)
-    yield Event(kind=EventKind.IB_WRITE_BW, t=t if t is not None else _mtime(path), source=SOURCE,
-                attrs={"node": node, "test": test, "device": device, "rows": rows})
+    yield Event(
+        kind=EventKind.IB_WRITE_BW,
+        t=t if t is not None else _mtime(path),
+        source=SOURCE,
+        attrs={"node": node, "test": test, "device": device, "rows": rows},
+    )
 
 
 def read_ib_write_bw(path: str | os.PathLike[str], *, node: str | None = None) -> Iterator[Event]:

@@ -38,12 +38,16 @@ def is_hook_jsonl(head: str) -> bool:
         doc = orjson.loads(first)
     except orjson.JSONDecodeError:
         return False
-    return isinstance(doc, dict) and doc.get("kind") in ("span", "sample") and "job" in (
-        doc if doc["kind"] == "span" else doc.get("labels") or {})
+    return (
+        isinstance(doc, dict)
+        and doc.get("kind") in ("span", "sample")
+        and "job" in (doc if doc["kind"] == "span" else doc.get("labels") or {})
+    )
 
 
-def parse_hook_jsonl(lines: Iterable[str | bytes], *, path: str | os.PathLike[str] = "<hook>",
-                     on_bad_line: OnBadLine = None) -> Iterator[Span | Sample]:
+def parse_hook_jsonl(
+    lines: Iterable[str | bytes], *, path: str | os.PathLike[str] = "<hook>", on_bad_line: OnBadLine = None
+) -> Iterator[Span | Sample]:
     """The spans and samples of the hook's lines; see the module docstring for ``on_bad_line``."""
     for number, line in enumerate(lines, 1):
         if not line.strip():
@@ -64,15 +68,23 @@ def _record(line: str | bytes, path: str | os.PathLike[str], number: int) -> Spa
         doc = orjson.loads(line)
         kind = doc["kind"]
         if kind == "span":
-            return Span(job=str(doc["job"]), rank=_int(doc["rank"]), step=_int(doc["step"]),
-                        phase=str(doc["phase"]), start=float(doc["start"]), dur=float(doc["dur"]),
-                        attrs=_object(doc.get("attrs") or {}))
+            return Span(
+                job=str(doc["job"]),
+                rank=_int(doc["rank"]),
+                step=_int(doc["step"]),
+                phase=str(doc["phase"]),
+                start=float(doc["start"]),
+                dur=float(doc["dur"]),
+                attrs=_object(doc.get("attrs") or {}),
+            )
         if kind == "sample":
-            return Sample(metric=str(doc["metric"]), labels=_object(doc["labels"]), t=float(doc["t"]),
-                          value=float(doc["value"]))
+            return Sample(
+                metric=str(doc["metric"]), labels=_object(doc["labels"]), t=float(doc["t"]), value=float(doc["value"])
+            )
     except (orjson.JSONDecodeError, KeyError, TypeError, ValueError, OverflowError) as err:
-        raise ParseError(f"bad hook record ({type(err).__name__}: {shown(err, 120)})", path=path, line=number,
-                         text=line_text(line)) from err
+        raise ParseError(
+            f"bad hook record ({type(err).__name__}: {shown(err, 120)})", path=path, line=number, text=line_text(line)
+        ) from err
     raise ParseError("unknown record kind", path=path, line=number, text=line_text(line))
 
 
@@ -88,4 +100,3 @@ def _object(value: Any) -> dict[str, Any]:
     if not isinstance(value, dict):
         raise TypeError(f"want a JSON object, got {type(value).__name__}")
     return value
-

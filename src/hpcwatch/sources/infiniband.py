@@ -29,8 +29,15 @@ from hpcwatch.errors import ParseError
 from hpcwatch.records import Sample
 from hpcwatch.sources.lines import file_time, read_text, to_float
 
-__all__ = ["parse_perfquery", "read_perfquery", "parse_ibstat", "read_ibstat", "DATA_COUNTERS",
-           "is_perfquery", "is_ibstat"]
+__all__ = [
+    "parse_perfquery",
+    "read_perfquery",
+    "parse_ibstat",
+    "read_ibstat",
+    "DATA_COUNTERS",
+    "is_perfquery",
+    "is_ibstat",
+]
 
 #: Counters in 4-byte words (PortCounters / PortCountersExtended).
 DATA_COUNTERS = frozenset({"PortXmitData", "PortRcvData"})
@@ -40,8 +47,14 @@ _HEADER_RE = re.compile(r"#\s*Port (?:extended )?counters:\s*Lid\s+(\d+)\s+port\
 _COUNTER_RE = re.compile(r"([A-Za-z][A-Za-z0-9_]*):\.*(\S*)\s*\Z")
 
 
-def parse_perfquery(text: str, *, path: str | os.PathLike[str] = "<input>", node: str | None = None,
-                    device: str | None = None, t: float = 0.0) -> Iterator[Sample]:
+def parse_perfquery(
+    text: str,
+    *,
+    path: str | os.PathLike[str] = "<input>",
+    node: str | None = None,
+    device: str | None = None,
+    t: float = 0.0,
+) -> Iterator[Sample]:
     """Samples of ``perfquery`` / ``perfquery -x`` output (one or more port blocks)."""
     base = {k: v for k, v in (("node", node), ("device", device)) if v}
     labels: dict[str, str] | None = None
@@ -52,8 +65,9 @@ def parse_perfquery(text: str, *, path: str | os.PathLike[str] = "<input>", node
         if line.startswith("#"):
             m = _HEADER_RE.match(line)
             if m is None:
-                raise ParseError("not a perfquery header (want '# Port counters: Lid N port P')",
-                                 path=path, line=number, text=raw)
+                raise ParseError(
+                    "not a perfquery header (want '# Port counters: Lid N port P')", path=path, line=number, text=raw
+                )
             labels = {**base, "lid": m.group(1), "port": m.group(2)}
             continue
         m = _COUNTER_RE.match(line)
@@ -77,8 +91,9 @@ def parse_perfquery(text: str, *, path: str | os.PathLike[str] = "<input>", node
 _SAVED_NAME_RE = re.compile(r"([A-Za-z][A-Za-z0-9]*_[0-9]+)\.([0-9]+)\.(?:txt|out)\Z")
 
 
-def read_perfquery(path: str | os.PathLike[str], *, node: str | None = None, device: str | None = None,
-                   t: float | None = None) -> Iterator[Sample]:
+def read_perfquery(
+    path: str | os.PathLike[str], *, node: str | None = None, device: str | None = None, t: float | None = None
+) -> Iterator[Sample]:
     """``parse_perfquery`` of a saved output; ``t`` defaults to the file's write time.
 
     Without ``node`` and ``device``, a file named ``<device>.<port>.txt`` (``mlx5_0.1.txt``) gives
@@ -100,17 +115,22 @@ _KEY_RE = re.compile(r"([A-Za-z][A-Za-z ]*?):\s*(.*?)\s*\Z")
 def _port_samples(port: dict[str, str], labels: dict[str, str], t: float, *, path, line: int) -> Iterator[Sample]:
     state, phys = port.get("State", ""), port.get("Physical state", "")
     tags = {**labels, "state": state, "physical_state": phys, "link_layer": port.get("Link layer", "")}
-    yield Sample(metric=vocab.IB_PORT_UP, labels=tags, t=t, value=1.0 if (state == "Active" and phys == "LinkUp") else 0.0)
+    yield Sample(
+        metric=vocab.IB_PORT_UP, labels=tags, t=t, value=1.0 if (state == "Active" and phys == "LinkUp") else 0.0
+    )
     if port.get("Rate"):
-        yield Sample(metric=vocab.IB_PORT_RATE_GBPS, labels=tags, t=t,
-                     value=to_float(port["Rate"], "Rate", path=path, line=line))
+        yield Sample(
+            metric=vocab.IB_PORT_RATE_GBPS, labels=tags, t=t, value=to_float(port["Rate"], "Rate", path=path, line=line)
+        )
     if port.get("Base lid"):
-        yield Sample(metric="ib_port_lid", labels=tags, t=t, value=to_float(port["Base lid"], "Base lid",
-                                                                              path=path, line=line))
+        yield Sample(
+            metric="ib_port_lid", labels=tags, t=t, value=to_float(port["Base lid"], "Base lid", path=path, line=line)
+        )
 
 
-def parse_ibstat(text: str, *, path: str | os.PathLike[str] = "<input>", node: str | None = None,
-                 t: float = 0.0) -> Iterator[Sample]:
+def parse_ibstat(
+    text: str, *, path: str | os.PathLike[str] = "<input>", node: str | None = None, t: float = 0.0
+) -> Iterator[Sample]:
     """Port state samples of ``ibstat`` output (every CA, every port)."""
     base = {"node": node} if node else {}
     device: str | None = None
@@ -136,8 +156,9 @@ def parse_ibstat(text: str, *, path: str | os.PathLike[str] = "<input>", node: s
             continue
         kv = _KEY_RE.match(line)
         if kv is None or device is None:
-            raise ParseError("not an ibstat line (want CA 'name', Port N:, or Key: value)",
-                             path=path, line=number, text=raw)
+            raise ParseError(
+                "not an ibstat line (want CA 'name', Port N:, or Key: value)", path=path, line=number, text=raw
+            )
         if port is not None:
             port[kv.group(1)] = kv.group(2)
     if port is not None:

@@ -29,11 +29,11 @@ import gc
 import math
 import re
 import warnings
-from pathlib import Path
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from operator import itemgetter
-from typing import Any, Mapping, NamedTuple, Union
+from pathlib import Path
+from typing import Any, NamedTuple, Union
 
 import msgspec
 import numpy as np
@@ -63,8 +63,18 @@ _RANK_IN_NAME_RE = re.compile(r"rank[-_]?(\d+)", re.IGNORECASE)
 
 # Bytes per element of c10d's "dtype" arg (torch scalar type names).
 _DTYPE_BYTES: Mapping[str, int] = {
-    "Float": 4, "Double": 8, "Half": 2, "BFloat16": 2, "Int": 4, "Long": 8, "Byte": 1, "Char": 1,
-    "Short": 2, "Bool": 1, "Float8_e4m3fn": 1, "Float8_e5m2": 1,
+    "Float": 4,
+    "Double": 8,
+    "Half": 2,
+    "BFloat16": 2,
+    "Int": 4,
+    "Long": 8,
+    "Byte": 1,
+    "Char": 1,
+    "Short": 2,
+    "Bool": 1,
+    "Float8_e4m3fn": 1,
+    "Float8_e5m2": 1,
 }
 
 
@@ -161,13 +171,13 @@ def _scan(events: list, names: _Names, codes: _Codes, rows: list, colls: list) -
         if ph == "X":
             try:
                 ts, dur, cat, name, pid, tid, args = _X_FIELDS(ev)
-            except KeyError:   # a field is missing: Kineto leaves out args of some events
+            except KeyError:  # a field is missing: Kineto leaves out args of some events
                 ts, dur, cat, name, pid, tid, args = _x_fields(ev)
-            nid, code = ids[name], codes[cat]   # subscripts, not calls: both intern what is new
-            correlation = args.get("correlation", -1)   # also fails, as it should, when args is not a dict
+            nid, code = ids[name], codes[cat]  # subscripts, not calls: both intern what is new
+            correlation = args.get("correlation", -1)  # also fails, as it should, when args is not a dict
             if "Collective name" in args and args["Collective name"] is not None:
                 colls.append((len(rows), intern(str(args["Collective name"])), _msg_bytes(args), _group_size(args)))
-            append((ts, dur, code, nid, args["stream"] if "stream" in args else -1, pid, tid, correlation))
+            append((ts, dur, code, nid, args.get("stream", -1), pid, tid, correlation))
         elif ph == "M" and host is None:
             host = _hostname(ev)
     return host
@@ -223,10 +233,36 @@ class _Metadata(msgspec.Struct, tag_field="ph", tag="M", gc=False):
 #: are most of a kernel-level trace's events besides the complete ones: decoding a twin rank (207k events,
 #: half of them flows) takes 68 ms this way, 95 ms into one struct type for every event. A phase not in the
 #: list (or an event without ``ph``) fails to validate: its piece goes to the dict scan, which skips it.
-_SKIPPED_PHASES = ("B", "E", "i", "I", "C", "b", "n", "e", "S", "T", "p", "F", "s", "t", "f", "P", "N", "O", "D",
-                   "V", "v", "R", "c", "(", ")")
-_SKIPPED = tuple(msgspec.defstruct(f"_Skipped{i}", [], tag_field="ph", tag=ph, gc=False)
-                 for i, ph in enumerate(_SKIPPED_PHASES))
+_SKIPPED_PHASES = (
+    "B",
+    "E",
+    "i",
+    "I",
+    "C",
+    "b",
+    "n",
+    "e",
+    "S",
+    "T",
+    "p",
+    "F",
+    "s",
+    "t",
+    "f",
+    "P",
+    "N",
+    "O",
+    "D",
+    "V",
+    "v",
+    "R",
+    "c",
+    "(",
+    ")",
+)
+_SKIPPED = tuple(
+    msgspec.defstruct(f"_Skipped{i}", [], tag_field="ph", tag=ph, gc=False) for i, ph in enumerate(_SKIPPED_PHASES)
+)
 _TYPED_EVENTS = msgspec.json.Decoder(list[Union[(_Complete, _Metadata, *_SKIPPED)]])
 
 
@@ -252,10 +288,18 @@ def _typed_rows(events: list, names: _Names, codes: _Codes, path: str) -> dict[s
     xs = [e for e in events if type(e) is _Complete]
     args = [e.args for e in xs]
     colls, name_ids = _typed_names(xs, args, names)
-    cols = ([e.ts for e in xs], [e.dur for e in xs], list(map(codes.__getitem__, [e.cat for e in xs])), name_ids,
-            [a.stream for a in args], [e.pid for e in xs], [e.tid for e in xs], [a.correlation for a in args])
+    cols = (
+        [e.ts for e in xs],
+        [e.dur for e in xs],
+        list(map(codes.__getitem__, [e.cat for e in xs])),
+        name_ids,
+        [a.stream for a in args],
+        [e.pid for e in xs],
+        [e.tid for e in xs],
+        [a.correlation for a in args],
+    )
     table = _row_table(cols, colls, path)
-    if np.isnan(table["ts_us"]).any():   # a complete event without a time: the dict scan says which
+    if np.isnan(table["ts_us"]).any():  # a complete event without a time: the dict scan says which
         raise _Unusual
     return table
 
@@ -266,7 +310,7 @@ def _typed_names(xs: list[_Complete], args: list[_Args], names: _Names) -> tuple
     at = [i for i, a in enumerate(args) if a.collective is not None]
     intern, name_ids, colls, done = names.__getitem__, [], [], 0
     for i in at:
-        name_ids += map(intern, [e.name for e in xs[done:i + 1]])
+        name_ids += map(intern, [e.name for e in xs[done : i + 1]])
         a = args[i]
         colls.append((i, intern(a.collective), _msg_bytes_of(a.nelems, a.dtype), _int_or(a.group_size, -1, 32)))
         done = i + 1
@@ -275,14 +319,27 @@ def _typed_names(xs: list[_Complete], args: list[_Args], names: _Names) -> tuple
 
 
 def _typed_hostname(events: list) -> str | None:
-    return next((e.args.hostname for e in events
-                 if type(e) is _Metadata and e.name == "process_name" and e.args.hostname is not None), None)
+    return next(
+        (
+            e.args.hostname
+            for e in events
+            if type(e) is _Metadata and e.name == "process_name" and e.args.hostname is not None
+        ),
+        None,
+    )
 
 
 def _x_fields(ev: Mapping[str, Any]) -> tuple:
     """The fields of a complete event, with the defaults of missing ones (``ts`` is required)."""
-    return (ev["ts"], ev.get("dur", 0.0), ev.get("cat", ""), ev.get("name", ""), ev.get("pid", -1),
-            ev.get("tid", -1), ev.get("args") or _NO_ARGS)
+    return (
+        ev["ts"],
+        ev.get("dur", 0.0),
+        ev.get("cat", ""),
+        ev.get("name", ""),
+        ev.get("pid", -1),
+        ev.get("tid", -1),
+        ev.get("args") or _NO_ARGS,
+    )
 
 
 def _hostname(ev: Mapping[str, Any]) -> str | None:
@@ -299,16 +356,27 @@ def _scan_lenient(events: list, path: str, names: _Names, offset: int, rows: lis
             ph = ev.get("ph")
             if ph == "X":
                 ts, dur, cat, name, pid, tid, args = _x_fields(ev)
-                row = (ts, dur, CAT.get(cat, 0), names(name), args.get("stream", -1), pid, tid,
-                       args.get("correlation", -1))
+                row = (
+                    ts,
+                    dur,
+                    CAT.get(cat, 0),
+                    names(name),
+                    args.get("stream", -1),
+                    pid,
+                    tid,
+                    args.get("correlation", -1),
+                )
                 if (coll := args.get("Collective name")) is not None:
                     colls.append((len(rows), names(str(coll)), _msg_bytes(args), _group_size(args)))
                 rows.append(row)
             elif ph == "M" and host is None:
                 host = _hostname(ev)
         except (KeyError, TypeError, AttributeError) as err:
-            raise ParseError(f"traceEvents[{offset + index}]: bad event ({type(err).__name__}: {shown(err, 120)})", path=path,
-                             text=str(ev)[:200]) from err
+            raise ParseError(
+                f"traceEvents[{offset + index}]: bad event ({type(err).__name__}: {shown(err, 120)})",
+                path=path,
+                text=str(ev)[:200],
+            ) from err
     return host
 
 
@@ -364,7 +432,7 @@ class _Tables:
                 self._add_typed(piece.events)
                 return len(piece.events)
             except (_Unusual, KeyError, TypeError, ValueError, OverflowError):
-                piece = orjson.loads(piece.text)   # something unusual: the dict scan reads the piece again
+                piece = orjson.loads(piece.text)  # something unusual: the dict scan reads the piece again
         self._add_dicts(piece, offset)
         return len(piece)
 
@@ -380,7 +448,7 @@ class _Tables:
         try:
             host = _scan(events, self.names, self.codes, rows, colls)
         except (_Unusual, KeyError, TypeError, AttributeError):
-            rows, colls = [], []   # the lenient scan reads the piece again
+            rows, colls = [], []  # the lenient scan reads the piece again
             host = _scan_lenient(events, self.path, self.names, offset, rows, colls)
         self.hostname = self.hostname or host
         self._flush(rows, colls)
@@ -415,7 +483,7 @@ def _columns(pieces: Iterable[list], path: str) -> tuple[dict[str, np.ndarray], 
     with _gc_paused():
         for events in pieces:
             offset += tables.add(events, offset)
-            del events   # see _Pieces: one piece's objects alive at a time
+            del events  # see _Pieces: one piece's objects alive at a time
     table = tables.columns()
     name_list = list(tables.names.ids)
     comm_names = np.array([is_comm_name(str(n)) for n in name_list] + [False], dtype=bool)
@@ -430,8 +498,7 @@ def _rank(doc: Mapping[str, Any], path: str) -> tuple[int, int | None, str]:
         return info["rank"], world if isinstance(world, int) else None, "distributedInfo"
     found = _RANK_IN_NAME_RE.search(Path(path).name)
     if found is None:
-        warnings.warn(f"{path}: no distributedInfo.rank and no rank-N in the file name; assuming rank 0",
-                      stacklevel=3)
+        warnings.warn(f"{path}: no distributedInfo.rank and no rank-N in the file name; assuming rank 0", stacklevel=3)
         return 0, None, "default"
     warnings.warn(f"{path}: no distributedInfo.rank; rank {found.group(1)} taken from the file name", stacklevel=3)
     return int(found.group(1)), None, "filename"
@@ -441,8 +508,9 @@ def _load(data: bytes | str, path: str) -> Mapping[str, Any]:
     try:
         doc = orjson.loads(data)
     except orjson.JSONDecodeError as err:
-        raise ParseError(f"not JSON: {err.msg} (column {err.colno}, byte {err.pos})", path=path,
-                         line=err.lineno) from err
+        raise ParseError(
+            f"not JSON: {err.msg} (column {err.colno}, byte {err.pos})", path=path, line=err.lineno
+        ) from err
     if not isinstance(doc, Mapping) or not isinstance(doc.get("traceEvents"), list):
         raise ParseError("not a Chrome trace: no traceEvents list", path=path)
     return doc
@@ -479,7 +547,7 @@ class _Pieces:
             self.done = True
             return False
         if self.pos > len(self.buf) // 2:
-            del self.buf[:self.pos]
+            del self.buf[: self.pos]
             self.pos = 0
         self.buf += block
         return True
@@ -494,7 +562,7 @@ class _Pieces:
             searched = len(self.buf) if key < 0 else key
             if not self._more():
                 raise _NotSplittable
-        head = _decode_or_none(bytes(self.buf[:open_at + 1]) + b"]}")
+        head = _decode_or_none(bytes(self.buf[: open_at + 1]) + b"]}")
         if not isinstance(head, dict):
             raise _NotSplittable
         self.pos = open_at + 1
@@ -511,7 +579,7 @@ class _Pieces:
                 if self.done or not self._more():
                     break
                 continue
-            piece = _decode_piece(b"[" + self.buf[self.pos:cut + 1] + b"]")
+            piece = _decode_piece(b"[" + self.buf[self.pos : cut + 1] + b"]")
             if piece is None:
                 # A cut inside a string or a nested value. After a few, double the piece, so that
                 # a long run of "}," inside one string costs a bounded number of decodes per byte.
@@ -520,9 +588,9 @@ class _Pieces:
                 search = length if failed < _CUT_TRIES else 2 * length
                 continue
             yield piece
-            piece = None   # free it before the next piece is decoded, into the memory it leaves
+            piece = None  # free it before the next piece is decoded, into the memory it leaves
             self.pos, search, failed = cut + 2, _PIECE_BYTES, 0
-        tail = _decode_or_none(b'{"traceEvents": [' + self.buf[self.pos:])
+        tail = _decode_or_none(b'{"traceEvents": [' + self.buf[self.pos :])
         if not isinstance(tail, dict) or not isinstance(tail.get("traceEvents"), list):
             raise _NotSplittable
         yield tail.pop("traceEvents")
@@ -545,7 +613,7 @@ def _decode(blocks: Callable[[], Iterator[bytes]], path: str) -> tuple[Mapping[s
         columns = _columns(pieces, path)
         return pieces.doc, columns
     except _NotSplittable:
-        doc = _load(b"".join(blocks()), path)   # decode it whole (and say where it is broken)
+        doc = _load(b"".join(blocks()), path)  # decode it whole (and say where it is broken)
         return doc, _columns([doc["traceEvents"]], path)
 
 
@@ -571,10 +639,19 @@ def _trace(path: str | Path, doc: Mapping[str, Any], columns: tuple) -> KinetoTr
     devices = tuple(str(d.get("name", "")) for d in doc.get("deviceProperties") or () if isinstance(d, Mapping))
     base = doc.get("baseTimeNanoseconds")
     meta = {k: v for k, v in doc.items() if k not in ("traceEvents", "deviceProperties")}
-    return KinetoTrace(path=path, rank=rank, world_size=world, rank_from=rank_from, names=tuple(str(n) for n in names),
-                       events=events, base_time_ns=base if isinstance(base, int) else None,
-                       backend=info.get("backend"), devices=devices, hostname=hostname or meta.get("hostname"),
-                       metadata=meta)
+    return KinetoTrace(
+        path=path,
+        rank=rank,
+        world_size=world,
+        rank_from=rank_from,
+        names=tuple(str(n) for n in names),
+        events=events,
+        base_time_ns=base if isinstance(base, int) else None,
+        backend=info.get("backend"),
+        devices=devices,
+        hostname=hostname or meta.get("hostname"),
+        metadata=meta,
+    )
 
 
 def read_kineto(path: str | Path) -> KinetoTrace:

@@ -43,8 +43,9 @@ _MIG_RESOURCE_RE = re.compile(r"nvidia\.com/mig-\d+g\.\d+gb\Z")
 def is_kubectl_pods(text: str) -> bool:
     """A JSON object of ``kind`` List or Pod with Kubernetes' ``apiVersion``."""
     head = text.lstrip()
-    return head.startswith("{") and '"apiVersion"' in head and bool(re.search(r'"kind"\s*:\s*"(List|PodList|Pod)"',
-                                                                               head))
+    return (
+        head.startswith("{") and '"apiVersion"' in head and bool(re.search(r'"kind"\s*:\s*"(List|PodList|Pod)"', head))
+    )
 
 
 def pod_gpus(pod: Mapping[str, Any]) -> int:
@@ -86,8 +87,10 @@ def _owner(meta: Mapping[str, Any]) -> str | None:
 def _end(status: Mapping[str, Any]) -> float | None:
     if status.get("phase") not in ("Succeeded", "Failed"):
         return None
-    ends = [_time(((s.get("state") or {}).get("terminated") or {}).get("finishedAt"))
-            for s in status.get("containerStatuses") or []]
+    ends = [
+        _time(((s.get("state") or {}).get("terminated") or {}).get("finishedAt"))
+        for s in status.get("containerStatuses") or []
+    ]
     return max((e for e in ends if e is not None), default=None)
 
 
@@ -97,8 +100,16 @@ def _pod_job(pod: Mapping[str, Any]) -> Job:
     if not name:
         raise _Shape("a pod without metadata.name")
     node = spec.get("nodeName")
-    return Job(id=f"{namespace}/{name}", account=namespace, name=_owner(meta), nodes=(node,) if node else (),
-               gpus=pod_gpus(pod), start=_time(status.get("startTime")), end=_end(status), state=status.get("phase"))
+    return Job(
+        id=f"{namespace}/{name}",
+        account=namespace,
+        name=_owner(meta),
+        nodes=(node,) if node else (),
+        gpus=pod_gpus(pod),
+        start=_time(status.get("startTime")),
+        end=_end(status),
+        state=status.get("phase"),
+    )
 
 
 def parse_kubectl_pods(text: str, *, path: str | os.PathLike[str] = "<input>") -> Iterator[Job]:

@@ -71,16 +71,24 @@ SHOWN_CHARS = 80
 
 _GZIP_MAGIC = b"\x1f\x8b"
 _BLOCK_BYTES = 1 << 16
-_KINDS = ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISSOCK, "a socket"), (stat.S_ISCHR, "a character device"),
-          (stat.S_ISBLK, "a block device"), (stat.S_ISDIR, "a directory"))
+_KINDS = (
+    (stat.S_ISFIFO, "a FIFO"),
+    (stat.S_ISSOCK, "a socket"),
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+    (stat.S_ISDIR, "a directory"),
+)
 
 OnBadLine = Callable[[ParseError], None] | None
 
 
 def shown(text: object, limit: int = SHOWN_CHARS) -> str:
     """``text`` for a one-line message: repr-escaped (no raw control characters), cut to ``limit``."""
-    value = str(text) if not isinstance(text, (bytes, bytearray)) else bytes(text[:limit * 4]).decode(
-        "utf-8", errors="replace")
+    value = (
+        str(text)
+        if not isinstance(text, (bytes, bytearray))
+        else bytes(text[: limit * 4]).decode("utf-8", errors="replace")
+    )
     cut = value[:limit]
     return repr(cut) + ("..." if len(value) > limit else "")
 
@@ -107,7 +115,7 @@ def open_regular(path: str | os.PathLike[str], max_bytes: int) -> BinaryIO:
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
     except OSError as err:
-        _refuse_special(path, _kind_of_path(path))   # a socket cannot be opened (ENXIO): say what it is
+        _refuse_special(path, _kind_of_path(path))  # a socket cannot be opened (ENXIO): say what it is
         raise _cannot(path, err) from err
     try:
         info = os.fstat(fd)
@@ -154,7 +162,7 @@ class _Inflating(io.RawIOBase):
 
     def readinto(self, buffer) -> int:
         out = self._inflate_some(len(buffer))
-        buffer[:len(out)] = out
+        buffer[: len(out)] = out
         return len(out)
 
     def _inflate_some(self, want: int) -> bytes:
@@ -189,7 +197,7 @@ class _Inflating(io.RawIOBase):
 
     def _next_member(self) -> None:
         rest = self.inflate.unused_data or self.raw.read(_BLOCK_BYTES)
-        if rest.strip(b"\x00"):   # another member follows (gzip may pad with zeros)
+        if rest.strip(b"\x00"):  # another member follows (gzip may pad with zeros)
             self.inflate = zlib.decompressobj(16 + zlib.MAX_WBITS)
             self.pending = rest
 
@@ -218,8 +226,9 @@ class _Guarded(io.RawIOBase):
         super().close()
 
 
-def open_binary(path: str | os.PathLike[str], *, max_bytes: int = MAX_FILE_BYTES,
-                truncated_ok: bool = False) -> io.BufferedReader:
+def open_binary(
+    path: str | os.PathLike[str], *, max_bytes: int = MAX_FILE_BYTES, truncated_ok: bool = False
+) -> io.BufferedReader:
     """The file's bytes as a buffered stream, gunzipped (by magic) as read; see the module docstring.
 
     ``max_bytes`` bounds the file and its inflated size. ``truncated_ok`` lets a gzip
@@ -269,8 +278,9 @@ def read_head(path: str | os.PathLike[str], size: int = SNIFF_BYTES) -> bytes:
         return stream.read(size)
 
 
-def iter_lines(path: str | os.PathLike[str], *, max_bytes: int = MAX_STREAM_BYTES,
-               max_line_bytes: int = MAX_LINE_BYTES) -> Iterator[bytes]:
+def iter_lines(
+    path: str | os.PathLike[str], *, max_bytes: int = MAX_STREAM_BYTES, max_line_bytes: int = MAX_LINE_BYTES
+) -> Iterator[bytes]:
     """Each line of the file as bytes, without its line ending, read a block at a time.
 
     The caller numbers lines (``enumerate(..., 1)``); a line longer than
@@ -291,8 +301,9 @@ def file_time(path: str | os.PathLike[str]) -> float:
         raise _cannot(path, err) from err
 
 
-def to_float(token: str, what: str, *, path: str | os.PathLike[str] | None, line: int | None,
-             text: str | None = None) -> float:
+def to_float(
+    token: str, what: str, *, path: str | os.PathLike[str] | None, line: int | None, text: str | None = None
+) -> float:
     """``float(token)`` or a ParseError naming ``what``."""
     try:
         return float(token)
@@ -303,11 +314,11 @@ def to_float(token: str, what: str, *, path: str | os.PathLike[str] | None, line
 _INT64 = (-(1 << 63), (1 << 63) - 1)
 
 
-def to_int(token: str, what: str, *, path: str | os.PathLike[str] | None, line: int | None,
-           text: str | None = None) -> int:
+def to_int(
+    token: str, what: str, *, path: str | os.PathLike[str] | None, line: int | None, text: str | None = None
+) -> int:
     """A whole number within 64 bits (``"4096"``, ``"4e3"``), or a ParseError naming ``what``."""
     value = to_float(token, what, path=path, line=line, text=text)
     if not math.isfinite(value) or value != int(value) or not _INT64[0] <= int(value) <= _INT64[1]:
-        raise ParseError(f"{what} is not a whole number within 64 bits", path=path, line=line,
-                         text=text or str(token))
+        raise ParseError(f"{what} is not a whole number within 64 bits", path=path, line=line, text=text or str(token))
     return int(value)

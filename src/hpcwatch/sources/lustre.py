@@ -57,10 +57,11 @@ def _stat_fields(body: str, *, path, line: int, raw: str) -> dict[str, str]:
     return fields
 
 
-def _stat_samples(op: str, fields: dict[str, str], labels: dict[str, str], t: float, *, path, line: int,
-                  raw: str) -> Iterator[Sample]:
+def _stat_samples(
+    op: str, fields: dict[str, str], labels: dict[str, str], t: float, *, path, line: int, raw: str
+) -> Iterator[Sample]:
     count = to_float(fields["samples"], f"{op} samples", path=path, line=line, text=raw)
-    name = op[:-len("_bytes")] if op.endswith("_bytes") else op
+    name = op[: -len("_bytes")] if op.endswith("_bytes") else op
     unit = fields.get("unit")
     total = to_float(fields.get("sum", "0"), f"{op} sum", path=path, line=line, text=raw)
     if unit == "usecs":
@@ -73,8 +74,9 @@ def _stat_samples(op: str, fields: dict[str, str], labels: dict[str, str], t: fl
         yield Sample(metric=f"lustre_job_{name}_bytes_total", labels=labels, t=t, value=total)
 
 
-def parse_job_stats(text: str, *, path: str | os.PathLike[str] = "<input>", target: str | None = None,
-                    t: float | None = None) -> Iterator[Sample]:
+def parse_job_stats(
+    text: str, *, path: str | os.PathLike[str] = "<input>", target: str | None = None, t: float | None = None
+) -> Iterator[Sample]:
     """Samples of one or more ``job_stats`` blocks; ``t`` only where a job has no ``snapshot_time``."""
     labels: dict[str, str] | None = None
     when: float | None = None
@@ -111,8 +113,9 @@ def _target_from_name(path: Path) -> str | None:
     return m.group(1) if m else None
 
 
-def read_job_stats(path: str | os.PathLike[str], *, target: str | None = None,
-                   t: float | None = None) -> Iterator[Sample]:
+def read_job_stats(
+    path: str | os.PathLike[str], *, target: str | None = None, t: float | None = None
+) -> Iterator[Sample]:
     """``parse_job_stats`` of a saved ``lctl get_param`` output; the target defaults to the one in the file name."""
     text = read_text(path)
     yield from parse_job_stats(text, path=path, target=target or _target_from_name(Path(path)), t=t)

@@ -26,8 +26,16 @@ import orjson
 from hpcwatch.errors import ParseError
 from hpcwatch.sources.lines import read_text, shown
 
-__all__ = ["Shard", "ShardManifest", "parse_manifest", "read_manifest", "signed_payload", "sign_manifest",
-           "signature_valid", "SIGNATURE_ALG"]
+__all__ = [
+    "Shard",
+    "ShardManifest",
+    "parse_manifest",
+    "read_manifest",
+    "signed_payload",
+    "sign_manifest",
+    "signature_valid",
+    "SIGNATURE_ALG",
+]
 
 SIGNATURE_ALG = "HMAC-SHA256"
 _HEX64 = re.compile(r"^[0-9a-f]{64}$")
@@ -64,8 +72,10 @@ class ShardManifest:
 
 
 def signed_payload(dataset: str, shards: tuple[Shard, ...] | list[dict]) -> bytes:
-    rows = [s if isinstance(s, dict) else {"path": s.path, "sha256": s.sha256, "bytes": s.bytes,
-                                           "samples": s.samples} for s in shards]
+    rows = [
+        s if isinstance(s, dict) else {"path": s.path, "sha256": s.sha256, "bytes": s.bytes, "samples": s.samples}
+        for s in shards
+    ]
     rows = [{k: v for k, v in r.items() if v is not None} for r in rows]
     return orjson.dumps({"dataset": dataset, "shards": rows}, option=orjson.OPT_SORT_KEYS)
 
@@ -92,12 +102,17 @@ def parse_manifest(text: str, *, path: str | os.PathLike[str] = "<manifest>", ro
         raise ParseError("a shard manifest is an object with a 'shards' list", path=path, line=1)
     shards = tuple(_shard(row, i, path) for i, row in enumerate(doc["shards"]))
     sig = doc.get("signature")
-    if sig is not None and (not isinstance(sig, dict) or sig.get("alg") != SIGNATURE_ALG
-                            or not _HEX64.match(str(sig.get("value", "")))):
+    if sig is not None and (
+        not isinstance(sig, dict) or sig.get("alg") != SIGNATURE_ALG or not _HEX64.match(str(sig.get("value", "")))
+    ):
         raise ParseError(f"signature must be {{alg: {SIGNATURE_ALG}, value: 64 hex}}", path=path, text=str(sig))
-    return ShardManifest(dataset=str(doc.get("dataset", "")), shards=shards,
-                         signature=sig["value"] if sig else None,
-                         root=root if root is not None else str(Path(path).parent), source=str(path))
+    return ShardManifest(
+        dataset=str(doc.get("dataset", "")),
+        shards=shards,
+        signature=sig["value"] if sig else None,
+        root=root if root is not None else str(Path(path).parent),
+        source=str(path),
+    )
 
 
 def _shard(row: object, i: int, path: str | os.PathLike[str]) -> Shard:

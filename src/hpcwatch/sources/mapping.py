@@ -23,8 +23,14 @@ from pathlib import Path
 from hpcwatch.errors import ParseError
 from hpcwatch.sources.lines import read_text
 
-__all__ = ["MappingDir", "scan_job_mapping_dir", "read_job_mapping_dir", "read_job_mapping_tree",
-           "parse_job_mapping_file", "is_mapping_name"]
+__all__ = [
+    "MappingDir",
+    "scan_job_mapping_dir",
+    "read_job_mapping_dir",
+    "read_job_mapping_tree",
+    "parse_job_mapping_file",
+    "is_mapping_name",
+]
 
 _GPU_NAME_RE = re.compile(r"(?:0|[1-9][0-9]{0,3})(?:\.(?:0|[1-9][0-9]{0,3}))?\Z")
 # Slurm job ids: 42, array tasks 42_7, heterogeneous components 42+1.

@@ -36,18 +36,37 @@ _DECODER = json.JSONDecoder()
 
 
 def _event(obj: Any, path: str | os.PathLike[str], line: int) -> Event:
-    if not isinstance(obj, dict) or not isinstance(obj.get("header"), dict) or not isinstance(obj.get("coll_perf"), dict):
+    if (
+        not isinstance(obj, dict)
+        or not isinstance(obj.get("header"), dict)
+        or not isinstance(obj.get("coll_perf"), dict)
+    ):
         raise ParseError("an NCCL Inspector record needs 'header' and 'coll_perf' objects", path=path, line=line)
     header, meta, perf = obj["header"], obj.get("metadata") or {}, obj["coll_perf"]
-    attrs = {"comm_id": header.get("id"), "rank": header.get("rank"), "n_ranks": header.get("n_ranks"),
-             "nnodes": header.get("nnodes"), "host": meta.get("hostname"), "node": meta.get("hostname"),
-             "pid": meta.get("pid"), "format_version": meta.get("inspector_output_format_version"),
-             "coll": perf.get("coll"), "coll_sn": perf.get("coll_sn"), "msg_size_bytes": perf.get("coll_msg_size_bytes"),
-             "exec_time_us": perf.get("coll_exec_time_us"), "timing_source": perf.get("coll_timing_source"),
-             "algobw_gbs": perf.get("coll_algobw_gbs"), "busbw_gbs": perf.get("coll_busbw_gbs")}
+    attrs = {
+        "comm_id": header.get("id"),
+        "rank": header.get("rank"),
+        "n_ranks": header.get("n_ranks"),
+        "nnodes": header.get("nnodes"),
+        "host": meta.get("hostname"),
+        "node": meta.get("hostname"),
+        "pid": meta.get("pid"),
+        "format_version": meta.get("inspector_output_format_version"),
+        "coll": perf.get("coll"),
+        "coll_sn": perf.get("coll_sn"),
+        "msg_size_bytes": perf.get("coll_msg_size_bytes"),
+        "exec_time_us": perf.get("coll_exec_time_us"),
+        "timing_source": perf.get("coll_timing_source"),
+        "algobw_gbs": perf.get("coll_algobw_gbs"),
+        "busbw_gbs": perf.get("coll_busbw_gbs"),
+    }
     t = meta.get("dump_timestamp_us")
-    return Event(kind=EventKind.NCCL_INSPECTOR, t=float(t) / 1e6 if isinstance(t, (int, float)) else 0.0,
-                 source=str(path), attrs=attrs)
+    return Event(
+        kind=EventKind.NCCL_INSPECTOR,
+        t=float(t) / 1e6 if isinstance(t, (int, float)) else 0.0,
+        source=str(path),
+        attrs=attrs,
+    )
 
 
 def parse_nccl_inspector(text: str, *, path: str | os.PathLike[str] = "<inspector>") -> Iterator[Event]:
@@ -63,10 +82,11 @@ def parse_nccl_inspector(text: str, *, path: str | os.PathLike[str] = "<inspecto
         try:
             obj, at = _DECODER.raw_decode(text, at)
         except json.JSONDecodeError as err:
-            raise ParseError(f"not a JSON object: {err.msg}", path=path, line=line, text=text[at:at + 80]) from err
+            raise ParseError(f"not a JSON object: {err.msg}", path=path, line=line, text=text[at : at + 80]) from err
         except (ValueError, RecursionError) as err:  # a 5000-digit number, nesting past the stack
-            raise ParseError(f"not a JSON object: {type(err).__name__}", path=path, line=line,
-                             text=text[at:at + 80]) from err
+            raise ParseError(
+                f"not a JSON object: {type(err).__name__}", path=path, line=line, text=text[at : at + 80]
+            ) from err
         yield _event(obj, path, line)
 
 

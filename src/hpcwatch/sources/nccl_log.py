@@ -49,9 +49,11 @@ __all__ = ["parse_nccl_log", "read_nccl_log", "is_nccl_log", "NcclLogStream", "T
 
 _VERSION = re.compile(r"NCCL version (?P<version>[\w.]+)(?:\+cuda(?P<cuda>[\d.]+))?")
 _DRIVER = re.compile(r"cudaDriverVersion (\d+)")
-_COMM = re.compile(r"comm (?P<comm>0x[0-9a-f]+) rank (?P<rank>\S+) nranks (?P<nranks>\S+) cudaDev (?P<dev>\d+)"
-                   r"(?: nvmlDev \d+)?(?: busId (?P<bus>[0-9a-fA-F]+))?(?: commId (?P<commid>0x[0-9a-f]+))?"
-                   r" - Init (?P<phase>START|COMPLETE)")
+_COMM = re.compile(
+    r"comm (?P<comm>0x[0-9a-f]+) rank (?P<rank>\S+) nranks (?P<nranks>\S+) cudaDev (?P<dev>\d+)"
+    r"(?: nvmlDev \d+)?(?: busId (?P<bus>[0-9a-fA-F]+))?(?: commId (?P<commid>0x[0-9a-f]+))?"
+    r" - Init (?P<phase>START|COMPLETE)"
+)
 _COMM_NODES = re.compile(r"comm 0x[0-9a-f]+ rank \d+ nRanks \d+ nNodes (?P<nodes>\d+) localRanks (?P<local>\d+)")
 _NETWORK = re.compile(r"Using network (\S+)")
 _IB_USING = re.compile(r"NET/IB ?: Using (?P<devs>.*?)(?:; OOB (?P<oob>\S+))?$")
@@ -60,18 +62,26 @@ _SOCKET_USING = re.compile(r"NET/Socket ?: Using (.*)$")
 _SOCKET_IF = re.compile(r"\[\d+\](?P<name>[\w.-]+):(?P<addr>[^<\s]+)<")
 _NET_SPEED = re.compile(r"\+ NET\[(?P<gbs>[\d.]+)\] - NET/(?P<i>\d+)")
 _NET_SPEED_SYSFS = re.compile(r"Could not get speed from (\S+)\. Defaulting to (\d+) Gbps")
-_PLUGIN = re.compile(r"NET/Plugin ?: ?(?P<what>.*)|Loaded net plugin (?P<loaded>.*)|Initialized NET plugin (?P<init>\S+)"
-                     r"|Assigned NET plugin (?P<assigned>\S+)|P2P plugin (?P<p2p>\S+)")
-_VIA = re.compile(r"(?:Channel|Ring) (?P<ch>\d+)(?:/\d+)? : (?P<src>\d+)(?:\[[0-9a-f]+\])? -> (?P<dst>\d+)"
-                  r"(?:\[[0-9a-f]+\])?(?: \[(?P<dir>send|receive)\])? via (?P<via>\S+(?: [\w/]+)*)")
+_PLUGIN = re.compile(
+    r"NET/Plugin ?: ?(?P<what>.*)|Loaded net plugin (?P<loaded>.*)|Initialized NET plugin (?P<init>\S+)"
+    r"|Assigned NET plugin (?P<assigned>\S+)|P2P plugin (?P<p2p>\S+)"
+)
+_VIA = re.compile(
+    r"(?:Channel|Ring) (?P<ch>\d+)(?:/\d+)? : (?P<src>\d+)(?:\[[0-9a-f]+\])? -> (?P<dst>\d+)"
+    r"(?:\[[0-9a-f]+\])?(?: \[(?P<dir>send|receive)\])? via (?P<via>\S+(?: [\w/]+)*)"
+)
 _RING = re.compile(r"(?:Ring (?P<r>\d+) : [\d\s>-]+$)|(?:Channel (?P<c>\d+)/(?P<of>\d+) :(?P<ranks>(?:\s+\d+)+)\s*$)")
 _TREE = re.compile(r"Trees? ?(?:\[(?P<t>\d+)\]|(?P<n>\d+) :)")
-_CHANNELS = re.compile(r"(?P<coll>\d+) coll channels,(?: (?P<collnet>\d+) collnet channels,)?"
-                       r"(?: (?P<nvls>\d+) nvls channels,)? (?P<p2p>\d+) p2p channels")
+_CHANNELS = re.compile(
+    r"(?P<coll>\d+) coll channels,(?: (?P<collnet>\d+) collnet channels,)?"
+    r"(?: (?P<nvls>\d+) nvls channels,)? (?P<p2p>\d+) p2p channels"
+)
 _PATTERN = re.compile(r"Pattern (?P<p>\d+), crossNic \d+, nChannels (?P<n>\d+)")
 _ENV = re.compile(r"(?P<name>NCCL_[A-Z0-9_]+) set by environment to (?P<value>.*?)\.?$")
-_WATCHDOG = re.compile(r"(?:\[(?:PG (?P<pg>\S+) )?Rank (?P<rank>\d+)\] )?Watchdog caught collective operation timeout: "
-                       r"WorkNCCL\((?P<work>.*?)\) ran for (?P<ran>\d+) milliseconds")
+_WATCHDOG = re.compile(
+    r"(?:\[(?:PG (?P<pg>\S+) )?Rank (?P<rank>\d+)\] )?Watchdog caught collective operation timeout: "
+    r"WorkNCCL\((?P<work>.*?)\) ran for (?P<ran>\d+) milliseconds"
+)
 
 #: Transport kinds as NCCL names them after "via" (transport/*.cc: p2p, shm, net, coll_net, nvls).
 TRANSPORT_KINDS = ("P2P", "SHM", "NET/IB", "NET/Socket", "NET", "COLLNET", "NVLS", "CUMEM")
@@ -110,16 +120,36 @@ class _Rank:
 
     def attrs(self) -> dict[str, Any]:
         return {
-            "host": self.host, "node": self.host, "pid": self.pid, "cuda_dev": self.cuda_dev, "rank": self.rank,
-            "nranks": self.nranks, "bus_id": self.bus_id, "comm_ids": dict(self.comm_ids), "version": self.version,
-            "cuda_runtime": self.cuda_runtime, "cuda_driver": self.cuda_driver, "network": self.network,
-            "net_plugin": self.net_plugin, "ib_devices": list(self.ib_devices), "ib_none": self.ib_none,
-            "socket_ifs": list(self.socket_ifs), "net_speed_gbs": {str(k): v for k, v in self.net_speed_gbs.items()},
-            "transports": dict(self.transports), "gdr": self.gdr, "rings": len(self.rings), "trees": len(self.trees),
-            "coll_channels": self.channels.get("coll"), "nvls_channels": self.channels.get("nvls"),
-            "p2p_channels": self.channels.get("p2p"), "collnet_channels": self.channels.get("collnet"),
-            "pattern_channels": self.pattern_channels, "nnodes": self.nnodes, "local_ranks": self.local_ranks,
-            "env": dict(self.env), "warns": self.warns,
+            "host": self.host,
+            "node": self.host,
+            "pid": self.pid,
+            "cuda_dev": self.cuda_dev,
+            "rank": self.rank,
+            "nranks": self.nranks,
+            "bus_id": self.bus_id,
+            "comm_ids": dict(self.comm_ids),
+            "version": self.version,
+            "cuda_runtime": self.cuda_runtime,
+            "cuda_driver": self.cuda_driver,
+            "network": self.network,
+            "net_plugin": self.net_plugin,
+            "ib_devices": list(self.ib_devices),
+            "ib_none": self.ib_none,
+            "socket_ifs": list(self.socket_ifs),
+            "net_speed_gbs": {str(k): v for k, v in self.net_speed_gbs.items()},
+            "transports": dict(self.transports),
+            "gdr": self.gdr,
+            "rings": len(self.rings),
+            "trees": len(self.trees),
+            "coll_channels": self.channels.get("coll"),
+            "nvls_channels": self.channels.get("nvls"),
+            "p2p_channels": self.channels.get("p2p"),
+            "collnet_channels": self.channels.get("collnet"),
+            "pattern_channels": self.pattern_channels,
+            "nnodes": self.nnodes,
+            "local_ranks": self.local_ranks,
+            "env": dict(self.env),
+            "warns": self.warns,
         }
 
 
@@ -152,7 +182,7 @@ class _Reader:
         m = LINE_PREFIX.search(raw)
         if m is None:
             version = _VERSION.search(raw)
-            if version and self.last is not None and "NCCL version" in raw[:version.start() + 12]:
+            if version and self.last is not None and "NCCL version" in raw[: version.start() + 12]:
                 self.version(self.last, version)
             return
         r = self.rank_of(m["host"], m["pid"], m["dev"])
@@ -160,9 +190,20 @@ class _Reader:
         msg = m["msg"].rstrip()
         if m["level"] == "WARN":
             r.warns += 1
-            yield Event(kind=EventKind.NCCL_WARN, t=self.t, source=str(self.path),
-                        attrs={"host": r.host, "node": r.host, "pid": r.pid, "cuda_dev": r.cuda_dev,
-                               "where": m["src"], "message": msg[:1000], "line": lineno})
+            yield Event(
+                kind=EventKind.NCCL_WARN,
+                t=self.t,
+                source=str(self.path),
+                attrs={
+                    "host": r.host,
+                    "node": r.host,
+                    "pid": r.pid,
+                    "cuda_dev": r.cuda_dev,
+                    "where": m["src"],
+                    "message": msg[:1000],
+                    "line": lineno,
+                },
+            )
             return
         self.info(r, msg, raw, lineno)
 
@@ -191,11 +232,13 @@ class _Reader:
                 return True
             return False
         if not (m["rank"].isdigit() and m["nranks"].isdigit()):
-            report_bad_line(ParseError("rank and nranks must be integers", path=self.path, line=lineno,
-                                       text=line_text(raw)), self.on_bad_line)
+            report_bad_line(
+                ParseError("rank and nranks must be integers", path=self.path, line=lineno, text=line_text(raw)),
+                self.on_bad_line,
+            )
             return True
         rank, nranks = int(m["rank"]), int(m["nranks"])
-        if r.nranks is None or nranks >= r.nranks:   # the widest communicator names the rank in the job
+        if r.nranks is None or nranks >= r.nranks:  # the widest communicator names the rank in the job
             r.rank, r.nranks = rank, nranks
         r.bus_id = m["bus"] or r.bus_id
         if m["commid"]:
@@ -210,8 +253,16 @@ class _Reader:
         elif msg.startswith("NET/IB") and "No device found" in msg:
             r.ib_none = True
         elif (m := _IB_USING.match(msg)) is not None:
-            devices = [{"index": int(d["i"]), "name": d["name"], "port": int(d["port"]), "link": d["link"],
-                        "sharp": bool(d["sharp"])} for d in _IB_DEV.finditer(m["devs"])]
+            devices = [
+                {
+                    "index": int(d["i"]),
+                    "name": d["name"],
+                    "port": int(d["port"]),
+                    "link": d["link"],
+                    "sharp": bool(d["sharp"]),
+                }
+                for d in _IB_DEV.finditer(m["devs"])
+            ]
             r.ib_devices, r.ib_none = devices, not devices
         elif (m := _SOCKET_USING.match(msg)) is not None:
             r.socket_ifs = [s["name"] for s in _SOCKET_IF.finditer(m[1])]
@@ -232,9 +283,11 @@ class _Reader:
             r.net_plugin = loaded.strip()
         elif m["p2p"]:
             r.net_plugin = r.net_plugin or m["p2p"]
-        elif m["what"] and ("No plugin found" in m["what"] or "Using internal" in m["what"]):
-            r.net_plugin = r.net_plugin or "internal"
-        elif m["init"] or m["assigned"]:
+        elif (
+            (m["what"] and ("No plugin found" in m["what"] or "Using internal" in m["what"]))
+            or m["init"]
+            or m["assigned"]
+        ):
             r.net_plugin = r.net_plugin or "internal"
 
     def on_via(self, r: _Rank, msg: str, raw: str, lineno: int) -> bool:
@@ -274,14 +327,28 @@ class _Reader:
     def watchdog(self, raw: str, lineno: int) -> Iterator[Event]:
         m = _WATCHDOG.search(raw)
         if m is None:
-            report_bad_line(ParseError("a watchdog timeout line without its WorkNCCL(...)", path=self.path,
-                                       line=lineno, text=line_text(raw)), self.on_bad_line)
+            report_bad_line(
+                ParseError(
+                    "a watchdog timeout line without its WorkNCCL(...)",
+                    path=self.path,
+                    line=lineno,
+                    text=line_text(raw),
+                ),
+                self.on_bad_line,
+            )
             return
         work = dict(kv.split("=", 1) for kv in m["work"].split(", ") if "=" in kv)
-        attrs: dict[str, Any] = {"rank": int(m["rank"]) if m["rank"] else None, "pg": m["pg"],
-                                 "seq": _int(work.get("SeqNum")), "op": work.get("OpType"),
-                                 "numel_in": _int(work.get("NumelIn")), "numel_out": _int(work.get("NumelOut")),
-                                 "timeout_ms": _int(work.get("Timeout(ms)")), "ran_ms": int(m["ran"]), "line": lineno}
+        attrs: dict[str, Any] = {
+            "rank": int(m["rank"]) if m["rank"] else None,
+            "pg": m["pg"],
+            "seq": _int(work.get("SeqNum")),
+            "op": work.get("OpType"),
+            "numel_in": _int(work.get("NumelIn")),
+            "numel_out": _int(work.get("NumelOut")),
+            "timeout_ms": _int(work.get("Timeout(ms)")),
+            "ran_ms": int(m["ran"]),
+            "line": lineno,
+        }
         yield Event(kind=EventKind.NCCL_TIMEOUT, t=self.t, source=str(self.path), attrs=attrs)
 
     def finish(self) -> Iterator[Event]:
@@ -293,8 +360,13 @@ def _int(text: str | None) -> int | None:
     return int(text) if text is not None and text.lstrip("-").isdigit() else None
 
 
-def parse_nccl_log(lines: Iterable[str | bytes], *, path: str | os.PathLike[str] = "<nccl>", t: float = 0.0,
-                   on_bad_line: OnBadLine = None) -> Iterator[Event]:
+def parse_nccl_log(
+    lines: Iterable[str | bytes],
+    *,
+    path: str | os.PathLike[str] = "<nccl>",
+    t: float = 0.0,
+    on_bad_line: OnBadLine = None,
+) -> Iterator[Event]:
     """Events of one NCCL debug log (see the module docstring); ``nccl_rank`` events come at the end."""
     reader = _Reader(path, t, on_bad_line)
     for lineno, raw in enumerate(lines, 1):
@@ -310,14 +382,21 @@ def read_nccl_log(path: str | os.PathLike[str], *, on_bad_line: OnBadLine = None
 
 def _rank_state(r: _Rank) -> dict[str, Any]:
     state = {f.name: getattr(r, f.name) for f in fields(r)}
-    state.update(rings=sorted(r.rings), trees=sorted(r.trees),
-                 net_speed_gbs={str(k): v for k, v in r.net_speed_gbs.items()})
+    state.update(
+        rings=sorted(r.rings), trees=sorted(r.trees), net_speed_gbs={str(k): v for k, v in r.net_speed_gbs.items()}
+    )
     return state
 
 
 def _rank_of_state(state: dict[str, Any]) -> _Rank:
-    r = _Rank(**{**state, "rings": set(state["rings"]), "trees": set(state["trees"]),
-                 "net_speed_gbs": {int(k): v for k, v in state["net_speed_gbs"].items()}})
+    r = _Rank(
+        **{
+            **state,
+            "rings": set(state["rings"]),
+            "trees": set(state["trees"]),
+            "net_speed_gbs": {int(k): v for k, v in state["net_speed_gbs"].items()},
+        }
+    )
     r.ib_devices = [dict(d) for d in r.ib_devices]
     return r
 
@@ -340,13 +419,14 @@ class NcclLogStream:
         for s in state.get("ranks", ()):
             r = _rank_of_state(s)
             self._reader.ranks[(r.host, r.pid, r.cuda_dev)] = r
-        for k in self._emitted:   # a later line about an emitted process lands here, never emitted again
+        for k in self._emitted:  # a later line about an emitted process lands here, never emitted again
             self._reader.ranks.setdefault(k, _Rank(host=k[0], pid=k[1], cuda_dev=k[2]))
         last = state.get("last")
         self._reader.last = self._reader.ranks.get(tuple(last)) if last else None
 
-    def feed(self, lines: Iterable[str | bytes], *, first_line: int = 1, t: float = 0.0,
-             on_bad_line: OnBadLine = None) -> list[Event]:
+    def feed(
+        self, lines: Iterable[str | bytes], *, first_line: int = 1, t: float = 0.0, on_bad_line: OnBadLine = None
+    ) -> list[Event]:
         """The events of these lines (``first_line``: the number of the first in the file), dated ``t``."""
         reader = self._reader
         reader.t, reader.on_bad_line = t, on_bad_line
@@ -373,6 +453,8 @@ class NcclLogStream:
     def state(self) -> dict[str, Any]:
         """A JSON value: ``NcclLogStream(state)`` goes on where this one is."""
         last = self._reader.last
-        return {"emitted": sorted(list(k) for k in self._emitted),
-                "ranks": [_rank_state(r) for k, r in self._reader.ranks.items() if k not in self._emitted],
-                "last": [last.host, last.pid, last.cuda_dev] if last is not None else None}
+        return {
+            "emitted": sorted(list(k) for k in self._emitted),
+            "ranks": [_rank_state(r) for k, r in self._reader.ranks.items() if k not in self._emitted],
+            "last": [last.host, last.pid, last.cuda_dev] if last is not None else None,
+        }

@@ -12,8 +12,10 @@ import re
 __all__ = ["LINE_PREFIX", "WATCHDOG_TIMEOUT", "is_nccl_log"]
 
 #: ``host:pid:tid [cudaDev] [file:line ]NCCL LEVEL message``, the prefix NCCL writes on every line.
-LINE_PREFIX = re.compile(r"(?P<host>[^\s:]*):(?P<pid>\d+):(?P<tid>\d+) \[(?P<dev>\d+)\] "
-                         r"(?:(?P<src>[\w./-]+:\d+) )?NCCL (?P<level>INFO|WARN|TRACE|ABORT) ?(?P<msg>.*)")
+LINE_PREFIX = re.compile(
+    r"(?P<host>[^\s:]*):(?P<pid>\d+):(?P<tid>\d+) \[(?P<dev>\d+)\] "
+    r"(?:(?P<src>[\w./-]+:\d+) )?NCCL (?P<level>INFO|WARN|TRACE|ABORT) ?(?P<msg>.*)"
+)
 #: What PyTorch's NCCL watchdog writes when a collective times out (a log without NCCL_DEBUG has only it).
 WATCHDOG_TIMEOUT = "Watchdog caught collective operation timeout"
 #: Lines of the head a sniff looks at.

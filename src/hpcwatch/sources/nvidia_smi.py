@@ -38,17 +38,24 @@ import os
 import re
 import xml.etree.ElementTree as ET
 from collections.abc import Iterator, Sequence
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from xml.parsers import expat
 
+from hpcwatch import vocab
 from hpcwatch.errors import ParseError
 from hpcwatch.records import Event, Sample
 from hpcwatch.sources.lines import file_time, read_text
-from hpcwatch import vocab
 from hpcwatch.vocab import EventKind
 
-__all__ = ["parse_nvidia_smi_xml", "read_nvidia_smi_xml", "parse_nvidia_smi_csv", "read_nvidia_smi_csv",
-           "QUERY_FIELDS", "is_nvidia_smi_xml", "is_nvidia_smi_csv"]
+__all__ = [
+    "parse_nvidia_smi_xml",
+    "read_nvidia_smi_xml",
+    "parse_nvidia_smi_csv",
+    "read_nvidia_smi_csv",
+    "QUERY_FIELDS",
+    "is_nvidia_smi_xml",
+    "is_nvidia_smi_csv",
+]
 
 _MIB_BYTES = 1 << 20
 
@@ -71,8 +78,13 @@ QUERY_FIELDS = {
 #: Of two fields for one metric, the lower sorts first and wins: the XML reader also prefers the instant power
 #: reading; ``power.draw`` is a 1 s average on Ampere and newer (nvidia-smi --help-query-gpu).
 _CSV_PREFERENCE = {"power.draw.instant": -1}
-_QUERY_LABELS = {"index": "gpu", "uuid": "UUID", "name": "modelName", "pci.bus_id": "pci_bus_id",
-                 "driver_version": vocab.DCGM_FI_DRIVER_VERSION}
+_QUERY_LABELS = {
+    "index": "gpu",
+    "uuid": "UUID",
+    "name": "modelName",
+    "pci.bus_id": "pci_bus_id",
+    "driver_version": vocab.DCGM_FI_DRIVER_VERSION,
+}
 #: XML element path under <gpu> -> DCGM field name; the first path present wins.
 _XML_FIELDS = (
     ("utilization/gpu_util", vocab.DCGM_FI_DEV_GPU_UTIL),
@@ -104,7 +116,7 @@ def _reading(text: str | None, what: str, *, path, line: int | None) -> float | 
 
 def _smi_time(text: str, fmt: str, utc_offset_s: float, *, path, line: int | None) -> float:
     try:
-        return datetime.strptime(text.strip(), fmt).replace(tzinfo=timezone.utc).timestamp() - utc_offset_s
+        return datetime.strptime(text.strip(), fmt).replace(tzinfo=UTC).timestamp() - utc_offset_s
     except ValueError as err:
         raise ParseError("not an nvidia-smi timestamp", path=path, line=line, text=text) from err
 
@@ -137,11 +149,12 @@ def _line(lines: dict[ET.Element, int], element: ET.Element | None) -> int | Non
     return None if element is None else lines.get(element)
 
 
-def _gpu_xml(gpu: ET.Element, index: int, common: dict[str, str], t: float, lines: dict[ET.Element, int], *,
-             path) -> Iterator[Sample | Event]:
+def _gpu_xml(
+    gpu: ET.Element, index: int, common: dict[str, str], t: float, lines: dict[ET.Element, int], *, path
+) -> Iterator[Sample | Event]:
     labels = {"gpu": str(index), **common}
     for key, tag in (("UUID", "uuid"), ("modelName", "product_name")):
-        if (value := (gpu.findtext(tag) or "").strip()):
+        if value := (gpu.findtext(tag) or "").strip():
             labels[key] = value
     if gpu.get("id"):
         labels["pci_bus_id"] = gpu.get("id", "")
@@ -157,21 +170,31 @@ def _gpu_xml(gpu: ET.Element, index: int, common: dict[str, str], t: float, line
         yield _process_event(proc, labels, t, lines, path=path)
 
 
-def _process_event(proc: ET.Element, labels: dict[str, str], t: float, lines: dict[ET.Element, int], *,
-                   path) -> Event:
+def _process_event(proc: ET.Element, labels: dict[str, str], t: float, lines: dict[ET.Element, int], *, path) -> Event:
     def reading(tag: str) -> float | None:
         return _reading(proc.findtext(tag), tag, path=path, line=_line(lines, proc.find(tag)))
 
     used, pid = reading("used_memory"), reading("pid")
-    attrs = {"host": labels.get("Hostname"), "gpu": labels["gpu"], "uuid": labels.get("UUID"),
-             "pid": None if pid is None else int(pid), "type": (proc.findtext("type") or "").strip(),
-             "process_name": (proc.findtext("process_name") or "").strip(),
-             "used_memory_bytes": None if used is None else int(used * _MIB_BYTES)}
+    attrs = {
+        "host": labels.get("Hostname"),
+        "gpu": labels["gpu"],
+        "uuid": labels.get("UUID"),
+        "pid": None if pid is None else int(pid),
+        "type": (proc.findtext("type") or "").strip(),
+        "process_name": (proc.findtext("process_name") or "").strip(),
+        "used_memory_bytes": None if used is None else int(used * _MIB_BYTES),
+    }
     return Event(kind=EventKind.GPU_PROCESS, t=t, source="nvidia-smi", attrs=attrs)
 
 
-def parse_nvidia_smi_xml(text: str, *, path: str | os.PathLike[str] = "<input>", hostname: str | None = None,
-                         t: float | None = None, utc_offset_s: float = 0.0) -> Iterator[Sample | Event]:
+def parse_nvidia_smi_xml(
+    text: str,
+    *,
+    path: str | os.PathLike[str] = "<input>",
+    hostname: str | None = None,
+    t: float | None = None,
+    utc_offset_s: float = 0.0,
+) -> Iterator[Sample | Event]:
     """DCGM-named samples and ``gpu_process`` events of ``nvidia-smi -q -x``; ``t`` overrides its <timestamp>."""
     root, lines = _xml_tree(text, path=path)
     if root.tag != "nvidia_smi_log":
@@ -182,14 +205,15 @@ def parse_nvidia_smi_xml(text: str, *, path: str | os.PathLike[str] = "<input>",
             raise ParseError("no <timestamp> and no time given", path=path, line=_line(lines, root))
         t = _smi_time(stamp.text or "", "%a %b %d %H:%M:%S %Y", utc_offset_s, path=path, line=_line(lines, stamp))
     common = {"Hostname": hostname} if hostname else {}
-    if (driver := (root.findtext("driver_version") or "").strip()):
+    if driver := (root.findtext("driver_version") or "").strip():
         common[vocab.DCGM_FI_DRIVER_VERSION] = driver
     for index, gpu in enumerate(root.iterfind("gpu")):
         yield from _gpu_xml(gpu, index, common, t, lines, path=path)
 
 
-def read_nvidia_smi_xml(path: str | os.PathLike[str], *, hostname: str | None = None,
-                        t: float | None = None) -> Iterator[Sample | Event]:
+def read_nvidia_smi_xml(
+    path: str | os.PathLike[str], *, hostname: str | None = None, t: float | None = None
+) -> Iterator[Sample | Event]:
     yield from parse_nvidia_smi_xml(read_text(path), path=path, hostname=hostname, t=t)
 
 
@@ -201,8 +225,9 @@ def _field_name(header: str) -> str:
     return header.split("[", 1)[0].strip()
 
 
-def _csv_row(row: dict[str, str], common: dict[str, str], t: float | None, utc_offset_s: float, *,
-             path, line: int) -> Iterator[Sample]:
+def _csv_row(
+    row: dict[str, str], common: dict[str, str], t: float | None, utc_offset_s: float, *, path, line: int
+) -> Iterator[Sample]:
     labels = dict(common)
     for field, label in _QUERY_LABELS.items():
         if row.get(field, "").strip():
@@ -218,20 +243,27 @@ def _csv_row(row: dict[str, str], common: dict[str, str], t: float | None, utc_o
             continue
         reading = _reading(row[field], field, path=path, line=line)
         if reading is not None:
-            seen.add(metric)   # one sample per metric, GPU and time: power.draw.instant before power.draw
+            seen.add(metric)  # one sample per metric, GPU and time: power.draw.instant before power.draw
             yield Sample(metric=metric, labels=labels, t=t, value=reading)
 
 
-def parse_nvidia_smi_csv(text: str, *, path: str | os.PathLike[str] = "<input>",
-                         columns: Sequence[str] | None = None, hostname: str | None = None,
-                         t: float | None = None, utc_offset_s: float = 0.0) -> Iterator[Sample]:
+def parse_nvidia_smi_csv(
+    text: str,
+    *,
+    path: str | os.PathLike[str] = "<input>",
+    columns: Sequence[str] | None = None,
+    hostname: str | None = None,
+    t: float | None = None,
+    utc_offset_s: float = 0.0,
+) -> Iterator[Sample]:
     """DCGM-named samples of ``--query-gpu=... --format=csv[,noheader][,nounits]``.
 
     With ``noheader`` pass ``columns`` (the ``--query-gpu`` list); ``t`` overrides a ``timestamp`` column,
     and is needed when there is none.
     """
-    yield from _parse_csv(text, path=path, columns=columns, hostname=hostname, t=t, utc_offset_s=utc_offset_s,
-                          fallback_t=None)
+    yield from _parse_csv(
+        text, path=path, columns=columns, hostname=hostname, t=t, utc_offset_s=utc_offset_s, fallback_t=None
+    )
 
 
 def _csv_fields(raw: str, *, path, line: int) -> list[str]:
@@ -241,8 +273,16 @@ def _csv_fields(raw: str, *, path, line: int) -> list[str]:
         raise ParseError(f"bad CSV: {err}", path=path, line=line, text=raw) from err
 
 
-def _parse_csv(text: str, *, path, columns: Sequence[str] | None, hostname: str | None, t: float | None,
-               utc_offset_s: float, fallback_t: float | None) -> Iterator[Sample]:
+def _parse_csv(
+    text: str,
+    *,
+    path,
+    columns: Sequence[str] | None,
+    hostname: str | None,
+    t: float | None,
+    utc_offset_s: float,
+    fallback_t: float | None,
+) -> Iterator[Sample]:
     lines = text.split("\n")
     first = 0
     if columns is None:
@@ -257,8 +297,12 @@ def _parse_csv(text: str, *, path, columns: Sequence[str] | None, hostname: str 
     if "index" not in columns:
         # nvidia-smi prints one row per GPU in index order for one query, but a log of repeated queries
         # (-l, -lms) or a filtered one (-i) breaks that order: the row is no GPU's identity. Refuse.
-        raise ParseError("no index column: add index to --query-gpu (the GPU of a row is not its position)",
-                         path=path, line=max(first, 1), text=lines[first - 1] if first else None)
+        raise ParseError(
+            "no index column: add index to --query-gpu (the GPU of a row is not its position)",
+            path=path,
+            line=max(first, 1),
+            text=lines[first - 1] if first else None,
+        )
     common = {"Hostname": hostname} if hostname else {}
     for number in range(first, len(lines)):
         raw = lines[number]
@@ -272,12 +316,24 @@ def _parse_csv(text: str, *, path, columns: Sequence[str] | None, hostname: str 
         yield from _csv_row(dict(zip(columns, values)), common, t, utc_offset_s, path=path, line=number + 1)
 
 
-def read_nvidia_smi_csv(path: str | os.PathLike[str], *, columns: Sequence[str] | None = None,
-                        hostname: str | None = None, t: float | None = None) -> Iterator[Sample]:
+def read_nvidia_smi_csv(
+    path: str | os.PathLike[str],
+    *,
+    columns: Sequence[str] | None = None,
+    hostname: str | None = None,
+    t: float | None = None,
+) -> Iterator[Sample]:
     """``parse_nvidia_smi_csv`` of a saved output; without a timestamp column, ``t`` defaults to the file's
     write time."""
-    yield from _parse_csv(read_text(path), path=path, columns=columns, hostname=hostname, t=t, utc_offset_s=0.0,
-                          fallback_t=file_time(path))
+    yield from _parse_csv(
+        read_text(path),
+        path=path,
+        columns=columns,
+        hostname=hostname,
+        t=t,
+        utc_offset_s=0.0,
+        fallback_t=file_time(path),
+    )
 
 
 def is_nvidia_smi_xml(head: str) -> bool:

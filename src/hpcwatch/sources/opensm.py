@@ -28,20 +28,23 @@ __all__ = ["is_partitions_conf", "parse_partitions_conf", "read_partitions_conf"
 _NAME_RE = re.compile(r"[A-Za-z0-9_.\-]+\Z")
 _PKEY_RE = re.compile(r"(?:0[xX][0-9a-fA-F]{1,4}|[0-9]{1,5})\Z")
 _FLAG_RE = re.compile(r"[A-Za-z_]+(?:=[^\s=,:;]+)?\Z")
-_MEMBER_RE = re.compile(r"(ALL|ALL_CAS|ALL_SWITCHES|ALL_ROUTERS|SELF|0[xX][0-9a-fA-F]{1,16})"
-                        r"(?:\s*=\s*(full|limited|both))?\Z")
+_MEMBER_RE = re.compile(
+    r"(ALL|ALL_CAS|ALL_SWITCHES|ALL_ROUTERS|SELF|0[xX][0-9a-fA-F]{1,16})"
+    r"(?:\s*=\s*(full|limited|both))?\Z"
+)
 _COMMENT_RE = re.compile(r"#[^\n]*")
 
 
-def parse_partitions_conf(text: str, *, path: str | os.PathLike[str] = "<partitions.conf>",
-                          t: float = 0.0) -> Iterator[Event]:
+def parse_partitions_conf(
+    text: str, *, path: str | os.PathLike[str] = "<partitions.conf>", t: float = 0.0
+) -> Iterator[Event]:
     """The partitions of ``text``; a line that is not the grammar above is a ParseError naming it.
 
     Strict: the name, P_Key, each flag (``word`` or ``word=value``) and each member
     are checked, and text after the last ``;`` must be blank. Not supported (parse
     errors): the multicast-group sections of newer OpenSM (``mgid=...`` lines).
     """
-    body = _COMMENT_RE.sub(lambda m: " " * len(m.group(0)), text)   # offsets, hence lines, unchanged
+    body = _COMMENT_RE.sub(lambda m: " " * len(m.group(0)), text)  # offsets, hence lines, unchanged
     partitions, offset = [], 0
     *chunks, rest = body.split(";")
     if rest.strip():
@@ -62,23 +65,28 @@ def _partition(body: str, chunk: str, start: int, path: str | os.PathLike[str]) 
     line = body.count("\n", 0, start + len(chunk) - len(chunk.lstrip())) + 1
     head, sep, members = chunk.partition(":")
     if not sep:
-        raise _error(body, offset=start, what="a partition is 'Name[=PKey][,flags] : members ;'", text=chunk,
-                     path=path)
+        raise _error(body, offset=start, what="a partition is 'Name[=PKey][,flags] : members ;'", text=chunk, path=path)
     parts = [p.strip() for p in head.split(",")]
     name, has_key, pkey = (x.strip() for x in parts[0].partition("="))
     if not _NAME_RE.match(name) or (has_key and not _PKEY_RE.match(pkey)):
-        raise _error(body, offset=start, what="a partition starts 'Name[=PKey]' (PKey hex 0x.. or decimal)",
-                     text=head, path=path)
+        raise _error(
+            body, offset=start, what="a partition starts 'Name[=PKey]' (PKey hex 0x.. or decimal)", text=head, path=path
+        )
     if bad := next((f for f in parts[1:] if not _FLAG_RE.match(f)), None):
-        raise _error(body, offset=start, what="a partition flag is 'word' or 'word=value'", text=bad or head,
-                     path=path)
+        raise _error(body, offset=start, what="a partition flag is 'word' or 'word=value'", text=bad or head, path=path)
     found, at = [], start + len(head) + 1
     for member in members.split(","):
         if member.strip():
             m = _MEMBER_RE.match(member.strip())
             if m is None:
-                raise _error(body, offset=at, what="a member is a port GUID (0x..), ALL, ALL_CAS, ALL_SWITCHES, "
-                             "ALL_ROUTERS or SELF, then =full|limited|both", text=member, path=path)
+                raise _error(
+                    body,
+                    offset=at,
+                    what="a member is a port GUID (0x..), ALL, ALL_CAS, ALL_SWITCHES, "
+                    "ALL_ROUTERS or SELF, then =full|limited|both",
+                    text=member,
+                    path=path,
+                )
             found.append([m.group(1), m.group(2) or "limited"])
         at += len(member) + 1
     return {"name": name, "pkey": pkey or None, "flags": parts[1:], "members": found, "line": line}
@@ -93,5 +101,10 @@ def is_partitions_conf(head: str, name: str = "") -> bool:
     if name == "partitions.conf":
         return True
     body = "\n".join(line.split("#", 1)[0] for line in head.splitlines()).strip()
-    return bool(body) and body.rstrip().endswith(";") and ":" in body and ("=full" in body or "=limited" in body) \
+    return (
+        bool(body)
+        and body.rstrip().endswith(";")
+        and ":" in body
+        and ("=full" in body or "=limited" in body)
         and not body.startswith(("{", "["))
+    )

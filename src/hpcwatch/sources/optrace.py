@@ -77,8 +77,7 @@ def parse_optrace(table: pa.Table, *, path: str | Path = "<table>") -> pa.Table:
     table = table.rename_columns([_RENAMED.get(name, name) for name in table.column_names])
     missing = [name for name in OP_TRACE_COLUMNS if name not in table.column_names and name != "mc"]
     if missing:
-        raise ParseError(f"missing column(s) {', '.join(missing)}", path=path,
-                         text=",".join(table.column_names))
+        raise ParseError(f"missing column(s) {', '.join(missing)}", path=path, text=",".join(table.column_names))
     columns = {}
     for name, typ in OP_TRACE_COLUMNS.items():
         if name == "mc" and name not in table.column_names:
@@ -108,8 +107,9 @@ def _check_values(table: pa.Table, path: str | Path) -> None:
     bad = np.flatnonzero(~np.isfinite(dur) | (dur < 0))
     if bad.size:
         row = int(bad[0])
-        raise ParseError(f"row {row}: duration must be a finite number >= 0", path=path,
-                         text=str(table.slice(row, 1).to_pylist()[0]))
+        raise ParseError(
+            f"row {row}: duration must be a finite number >= 0", path=path, text=str(table.slice(row, 1).to_pylist()[0])
+        )
     if not pc.all(pc.is_finite(table["start_s"])).as_py():
         raise ParseError("column start_s has a non-finite value", path=path)
     for name in ("dp_rank", "stage", "seq_id", *(["tp_rank"] if "tp_rank" in table.column_names else [])):

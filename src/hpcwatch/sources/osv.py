@@ -130,9 +130,7 @@ def _in_range(v: Version, rng: OsvRange) -> bool:
     for at, kind in events:
         if kind == "introduced" and v >= at:
             affected = True
-        elif kind == "fixed" and v >= at:
-            affected = False
-        elif kind == "last_affected" and v > at:
+        elif (kind == "fixed" and v >= at) or (kind == "last_affected" and v > at):
             affected = False
     return affected
 
@@ -153,16 +151,29 @@ def parse_osv_entry(data: bytes | str, *, path: str = "<osv>") -> Iterator[OsvEn
         if pkg.get("ecosystem") != ECOSYSTEM or not pkg.get("name"):
             continue
         ranges = tuple(
-            OsvRange(type=str(r.get("type", "")),
-                     events=tuple((k, str(val)) for ev in _list(r.get("events")) for k, val in ev.items()
-                                  if k in ("introduced", "fixed", "last_affected")))
-            for r in _list(affected.get("ranges")) if isinstance(r, dict)
-            and all(isinstance(ev, dict) for ev in _list(r.get("events"))))
+            OsvRange(
+                type=str(r.get("type", "")),
+                events=tuple(
+                    (k, str(val))
+                    for ev in _list(r.get("events"))
+                    for k, val in ev.items()
+                    if k in ("introduced", "fixed", "last_affected")
+                ),
+            )
+            for r in _list(affected.get("ranges"))
+            if isinstance(r, dict) and all(isinstance(ev, dict) for ev in _list(r.get("events")))
+        )
         withdrawn = doc.get("withdrawn")
-        yield OsvEntry(id=doc["id"], summary=str(doc.get("summary") or doc.get("details") or "")[:200],
-                       aliases=_aliases(doc.get("aliases"), path), package=normalize_name(str(pkg["name"])),
-                       versions=tuple(str(v) for v in _list(affected.get("versions"))), ranges=ranges,
-                       source=path, withdrawn=None if withdrawn in (None, "") else str(withdrawn))
+        yield OsvEntry(
+            id=doc["id"],
+            summary=str(doc.get("summary") or doc.get("details") or "")[:200],
+            aliases=_aliases(doc.get("aliases"), path),
+            package=normalize_name(str(pkg["name"])),
+            versions=tuple(str(v) for v in _list(affected.get("versions"))),
+            ranges=ranges,
+            source=path,
+            withdrawn=None if withdrawn in (None, "") else str(withdrawn),
+        )
 
 
 def _list(value: object) -> list:
@@ -201,11 +212,21 @@ def _read_zip(p: Path, db: OsvDatabase) -> None:
     with open_regular(p, MAX_FILE_BYTES) as stream:
         try:
             with zipfile.ZipFile(stream) as archive:
-                for info in sorted((i for i in archive.infolist() if i.filename.endswith(".json") and not i.is_dir()),
-                                   key=lambda i: i.filename):
+                for info in sorted(
+                    (i for i in archive.infolist() if i.filename.endswith(".json") and not i.is_dir()),
+                    key=lambda i: i.filename,
+                ):
                     db.add(parse_osv_entry(_member(archive, info, p), path=f"{p}:{info.filename}"))
-        except (zipfile.BadZipFile, zipfile.LargeZipFile, OSError, EOFError, zlib.error, ValueError,
-                NotImplementedError, RuntimeError) as err:
+        except (
+            zipfile.BadZipFile,
+            zipfile.LargeZipFile,
+            OSError,
+            EOFError,
+            zlib.error,
+            ValueError,
+            NotImplementedError,
+            RuntimeError,
+        ) as err:
             raise ParseError(f"cannot read the zip: {shown(err, 120)}", path=p) from err
 
 

@@ -34,8 +34,9 @@ _NAME = r"[A-Za-z0-9][A-Za-z0-9._-]*"
 _PINNED = re.compile(rf"^(?P<name>{_NAME})(?:\[[^\]]*\])?\s*===?\s*(?P<version>[^\s;#]+)")
 _URL = re.compile(rf"^(?P<name>{_NAME})(?:\[[^\]]*\])?\s*@\s*(?P<url>\S+)")
 _EDITABLE = re.compile(r"^(?:-e|--editable)\s+(?P<url>\S+)")
-_GENERIC_STEMS = frozenset({"pip-list", "pip-freeze", "freeze", "requirements", "requirements-frozen",
-                            "packages", "constraints"})
+_GENERIC_STEMS = frozenset(
+    {"pip-list", "pip-freeze", "freeze", "requirements", "requirements-frozen", "packages", "constraints"}
+)
 _EGG = re.compile(r"[#&]egg=(?P<name>[A-Za-z0-9._-]+)")
 
 
@@ -44,8 +45,9 @@ def normalize_name(name: str) -> str:
     return re.sub(r"[-_.]+", "-", name).lower()
 
 
-def parse_pip_list(text: str, *, path: str | os.PathLike[str] = "<pip list>", image: str | None = None,
-                   t: float = 0.0) -> Iterator[Event]:
+def parse_pip_list(
+    text: str, *, path: str | os.PathLike[str] = "<pip list>", image: str | None = None, t: float = 0.0
+) -> Iterator[Event]:
     """Events of ``pip list --format=json`` output, or of ``pip freeze`` when the text is not JSON."""
     if not text.lstrip().startswith("["):
         yield from parse_pip_freeze(text.splitlines(), path=path, image=image, t=t)
@@ -58,12 +60,20 @@ def parse_pip_list(text: str, *, path: str | os.PathLike[str] = "<pip list>", im
         if not isinstance(row, dict) or not isinstance(row.get("name"), str) or "version" not in row:
             raise ParseError(f"item {i} is not a {{name, version}} object", path=path, line=1, text=str(row))
         editable = row.get("editable_project_location")
-        yield _package(row["name"], str(row["version"]), url=f"file://{editable}" if editable else None,
-                       editable=bool(editable), image=image, path=path, t=t)
+        yield _package(
+            row["name"],
+            str(row["version"]),
+            url=f"file://{editable}" if editable else None,
+            editable=bool(editable),
+            image=image,
+            path=path,
+            t=t,
+        )
 
 
-def parse_pip_freeze(lines: Iterable[str], *, path: str | os.PathLike[str] = "<pip freeze>",
-                     image: str | None = None, t: float = 0.0) -> Iterator[Event]:
+def parse_pip_freeze(
+    lines: Iterable[str], *, path: str | os.PathLike[str] = "<pip freeze>", image: str | None = None, t: float = 0.0
+) -> Iterator[Event]:
     """Events of ``pip freeze`` lines (``name==version``, ``name @ url``, ``-e url#egg=name``)."""
     for lineno, raw in enumerate(lines, 1):
         line = raw.split(" #", 1)[0].strip()
@@ -76,8 +86,7 @@ def parse_pip_freeze(lines: Iterable[str], *, path: str | os.PathLike[str] = "<p
         elif m := _URL.match(line):
             yield _package(m["name"], None, url=m["url"], editable=False, image=image, path=path, t=t, line=lineno)
         elif m := _PINNED.match(line):
-            yield _package(m["name"], m["version"], url=None, editable=False, image=image, path=path, t=t,
-                           line=lineno)
+            yield _package(m["name"], m["version"], url=None, editable=False, image=image, path=path, t=t, line=lineno)
         else:
             raise ParseError("not a pip freeze requirement", path=path, line=lineno, text=raw)
 
@@ -90,8 +99,9 @@ def read_pip_list(path: str | os.PathLike[str], *, image: str | None = None) -> 
     """
     p = Path(path)
     generic = p.stem.lower().replace("_", "-") in _GENERIC_STEMS
-    yield from parse_pip_list(read_text(p), path=p, image=image or (p.parent.name if generic else p.stem),
-                              t=file_time(p))
+    yield from parse_pip_list(
+        read_text(p), path=p, image=image or (p.parent.name if generic else p.stem), t=file_time(p)
+    )
 
 
 def read_site_packages(root: str | os.PathLike[str], *, image: str | None = None) -> Iterator[Event]:
@@ -103,13 +113,25 @@ def read_site_packages(root: str | os.PathLike[str], *, image: str | None = None
         for lineno, line in enumerate(read_text(pth).splitlines(), 1):
             # site.addpackage(): "Lines starting with import (followed by space or tab) are executed."
             if line.startswith(("import ", "import\t")):
-                yield Event(kind=EventKind.PTH_FILE, t=file_time(pth), source=str(pth),
-                            attrs={"path": str(pth), "line": lineno, "code": line.strip(),
-                                   "image": image or root.name})
+                yield Event(
+                    kind=EventKind.PTH_FILE,
+                    t=file_time(pth),
+                    source=str(pth),
+                    attrs={"path": str(pth), "line": lineno, "code": line.strip(), "image": image or root.name},
+                )
 
 
-def _package(name: str, version: str | None, *, url: str | None, editable: bool, image: str | None,
-             path: str | os.PathLike[str], t: float, line: int | None = None) -> Event:
+def _package(
+    name: str,
+    version: str | None,
+    *,
+    url: str | None,
+    editable: bool,
+    image: str | None,
+    path: str | os.PathLike[str],
+    t: float,
+    line: int | None = None,
+) -> Event:
     attrs = {"name": name, "version": version, "url": url, "editable": editable, "image": image}
     if line is not None:
         attrs["line"] = line

@@ -26,8 +26,9 @@ __all__ = ["is_nvidia_params", "parse_nvidia_params", "read_nvidia_params", "PAR
 PARAMS_PATH = Path("proc/driver/nvidia/params")
 
 
-def parse_nvidia_params(lines: Iterable[str], *, path: str | os.PathLike[str] = "<params>", host: str | None = None,
-                        t: float = 0.0) -> Iterator[Event]:
+def parse_nvidia_params(
+    lines: Iterable[str], *, path: str | os.PathLike[str] = "<params>", host: str | None = None, t: float = 0.0
+) -> Iterator[Event]:
     params: dict[str, str] = {}
     for lineno, raw in enumerate(lines, 1):
         if not raw.strip():

@@ -44,11 +44,18 @@ import pyarrow.compute as pc
 
 from hpcwatch.errors import ParseError
 from hpcwatch.records import Sample
-from hpcwatch.sources.lines import MAX_LINE_BYTES, MAX_STREAM_BYTES, decode_utf8, file_time, open_binary
 from hpcwatch.schemas import NODE_NOT_HOST_PREFIXES, SAMPLE_SCHEMA, sample_keys
+from hpcwatch.sources.lines import MAX_LINE_BYTES, MAX_STREAM_BYTES, decode_utf8, file_time, open_binary
 
-__all__ = ["parse_prometheus_text", "read_prometheus_text", "parse_prometheus_columns",
-           "read_prometheus_columns", "parse_labels", "is_prometheus_text", "CHUNK_BYTES"]
+__all__ = [
+    "parse_prometheus_text",
+    "read_prometheus_text",
+    "parse_prometheus_columns",
+    "read_prometheus_columns",
+    "parse_labels",
+    "is_prometheus_text",
+    "CHUNK_BYTES",
+]
 
 #: Bytes of whole lines read and parsed at a time by the file readers (a few MB: tens of thousands of lines).
 CHUNK_BYTES = 4 << 20
@@ -57,11 +64,11 @@ _NAME = r"[a-zA-Z_:][a-zA-Z0-9_:]*"
 # One sample line. Labels run to the last "}" of the line: neither the value nor
 # the timestamp may contain one, so a "}" inside a quoted label value is safe.
 _SAMPLE_RE = re.compile(
-    rf"^[ \t]*({_NAME})[ \t]*(?:\{{(.*)\}}[ \t]*|[ \t])([^ \t\r\n]+)(?:[ \t]+([^ \t\r\n]+))?[ \t\r]*$",
-    re.MULTILINE)
+    rf"^[ \t]*({_NAME})[ \t]*(?:\{{(.*)\}}[ \t]*|[ \t])([^ \t\r\n]+)(?:[ \t]+([^ \t\r\n]+))?[ \t\r]*$", re.MULTILINE
+)
 _LABEL_HEAD_RE = re.compile(r'[ \t]*([a-zA-Z_][a-zA-Z0-9_]*)[ \t]*=[ \t]*"')
-_LABEL_TAIL_RE = re.compile(r'[ \t]*(?:,|\Z)')
-_BLANK_REST_RE = re.compile(r'\s*\Z')
+_LABEL_TAIL_RE = re.compile(r"[ \t]*(?:,|\Z)")
+_BLANK_REST_RE = re.compile(r"\s*\Z")
 _NAME_RE = re.compile(rf"{_NAME}\Z")
 
 
@@ -101,11 +108,11 @@ def parse_labels(inner: str, *, path: str | os.PathLike[str] | None = None, line
         close = _closing_quote(inner, m.end()) if m else -1
         after = _LABEL_TAIL_RE.match(inner, close + 1) if close >= 0 else None
         if after is None:
-            raise ParseError("bad label (want name=\"value\")", path=path, line=line, text=inner[pos:pos + 200])
+            raise ParseError('bad label (want name="value")', path=path, line=line, text=inner[pos : pos + 200])
         name = m.group(1)
         if name in labels:
             raise ParseError(f"label {name!r} given twice", path=path, line=line, text=inner[:200])
-        labels[name] = _unescape(inner[m.end():close])
+        labels[name] = _unescape(inner[m.end() : close])
         pos = after.end()
     return labels
 
@@ -156,8 +163,9 @@ def _timestamp_s(token: str, *, path: str | os.PathLike[str] | None, line: int, 
         raise ParseError("timestamp is not an integer of milliseconds", path=path, line=line, text=text) from err
 
 
-def parse_prometheus_text(text: str, *, path: str | os.PathLike[str] = "<input>",
-                          t: float | None = None, first_line: int = 1) -> Iterator[Sample]:
+def parse_prometheus_text(
+    text: str, *, path: str | os.PathLike[str] = "<input>", t: float | None = None, first_line: int = 1
+) -> Iterator[Sample]:
     """One ``Sample`` per sample line of ``text``; see the module docstring for what is not checked.
 
     ``first_line`` is the number of ``text``'s first line in its file (for a chunk of a file).
@@ -173,8 +181,9 @@ def parse_prometheus_text(text: str, *, path: str | os.PathLike[str] = "<input>"
             continue
         m = _SAMPLE_RE.match(raw)
         if m is None:
-            raise ParseError("not a sample line (want: name{labels} value [timestamp_ms])", path=path,
-                             line=number, text=raw)
+            raise ParseError(
+                "not a sample line (want: name{labels} value [timestamp_ms])", path=path, line=number, text=raw
+            )
         name, inner, value, stamp = m.groups()
         labels = cache.get(inner or "")
         if labels is None:
@@ -229,8 +238,7 @@ def _lines(data: bytes, buf: np.ndarray) -> tuple[pa.Array, np.ndarray, np.ndarr
         bounds = np.append(bounds, len(buf))
     width = np.int32 if len(buf) < 2**31 - 1 else np.int64
     kind = pa.string() if width is np.int32 else pa.large_string()
-    lines = pa.Array.from_buffers(kind, len(bounds) - 1, [None, pa.py_buffer(bounds.astype(width)),
-                                                         pa.py_buffer(data)])
+    lines = pa.Array.from_buffers(kind, len(bounds) - 1, [None, pa.py_buffer(bounds.astype(width)), pa.py_buffer(data)])
     return lines, bounds[:-1], bounds[1:]
 
 
@@ -264,7 +272,8 @@ def _piece_offsets(data: bytes, *, path: str | os.PathLike[str]) -> np.ndarray:
     if not labelled.all():
         bare = ~labelled
         first_blank[bare] = starts[bare] + pc.find_substring(raw.filter(pa.array(bare)), b" ").to_numpy(
-            zero_copy_only=False)
+            zero_copy_only=False
+        )
     o = starts + opens
     # With a timestamp, the value sits between the last two blanks.
     stamped = np.where(labelled, buf[last_blank - 1] != _CLOSE, first_blank != last_blank)
@@ -281,9 +290,18 @@ def _piece_offsets(data: bytes, *, path: str | os.PathLike[str]) -> np.ndarray:
         raise _NotPlain("extra blanks in a line without labels")
     value_end = np.where(stamped, last_blank, ends)
     stamp_start = np.where(stamped, last_blank + 1, ends)
-    cuts = np.column_stack([starts, np.where(labelled, o, first_blank), np.where(labelled, o + 1, first_blank),
-                            np.where(labelled, c, first_blank), value_blank + 1, value_end, stamp_start,
-                            ends]).ravel()
+    cuts = np.column_stack(
+        [
+            starts,
+            np.where(labelled, o, first_blank),
+            np.where(labelled, o + 1, first_blank),
+            np.where(labelled, c, first_blank),
+            value_blank + 1,
+            value_end,
+            stamp_start,
+            ends,
+        ]
+    ).ravel()
     offsets = np.concatenate(([0], cuts, [len(buf)]))
     if (np.diff(offsets) < 0).any():  # never hand Arrow offsets that run backwards
         raise _NotPlain("pieces out of order")
@@ -303,31 +321,38 @@ def _fast_table(text: str, now: float, *, path: str | os.PathLike[str], cache: d
     offsets = _piece_offsets(data, path=path)
     width = np.int32 if len(data) < 2**31 - 1 else np.int64
     kind = pa.string() if width is np.int32 else pa.large_string()
-    pieces = pa.Array.from_buffers(kind, len(offsets) - 1, [None, pa.py_buffer(offsets.astype(width)),
-                                                          pa.py_buffer(data)])
+    pieces = pa.Array.from_buffers(
+        kind, len(offsets) - 1, [None, pa.py_buffer(offsets.astype(width)), pa.py_buffer(data)]
+    )
     n = (len(offsets) - 2) // 8
     every = pa.array(np.arange(n) * 8)
     names, inners, values, stamps = (pieces.slice(1 + k).take(every) for k in (0, 2, 4, 6))
     # A scrape repeats a few dozen names thousands of times: check each distinct name once.
     stamped = pc.any(pc.greater(pc.binary_length(stamps), 0)).as_py()
-    if not (pc.all(pc.match_substring_regex(pc.unique(names), _NAME_FULL)).as_py()
-            and pc.all(pc.match_substring_regex(values, _PLAIN_VALUE)).as_py()
-            and (not stamped or pc.all(pc.match_substring_regex(stamps, _PLAIN_STAMP)).as_py())):
+    if not (
+        pc.all(pc.match_substring_regex(pc.unique(names), _NAME_FULL)).as_py()
+        and pc.all(pc.match_substring_regex(values, _PLAIN_VALUE)).as_py()
+        and (not stamped or pc.all(pc.match_substring_regex(stamps, _PLAIN_STAMP)).as_py())
+    ):
         raise _NotPlain("a name, value or timestamp outside the plain patterns")
     encoded = inners.cast(pa.string()).dictionary_encode()
-    hosts, gpus, jobs, blobs = _label_columns(encoded.dictionary.to_pylist(), path=path,
-                                              cache={} if cache is None else cache)
+    hosts, gpus, jobs, blobs = _label_columns(
+        encoded.dictionary.to_pylist(), path=path, cache={} if cache is None else cache
+    )
     index = encoded.indices
     names = names.cast(pa.string())
-    return pa.table({
-        "metric": names,
-        "t": _times(stamps, now, n),
-        "value": pc.cast(values, pa.float64()),
-        "host": _hosts(names, pa.array(hosts, pa.string()).take(index), index, encoded.dictionary),
-        "gpu": pa.array(gpus, pa.string()).take(index),
-        "job": pa.array(jobs, pa.string()).take(index),
-        "labels": pa.array(blobs, pa.string()).take(index),
-    }, schema=SAMPLE_SCHEMA)
+    return pa.table(
+        {
+            "metric": names,
+            "t": _times(stamps, now, n),
+            "value": pc.cast(values, pa.float64()),
+            "host": _hosts(names, pa.array(hosts, pa.string()).take(index), index, encoded.dictionary),
+            "gpu": pa.array(gpus, pa.string()).take(index),
+            "job": pa.array(jobs, pa.string()).take(index),
+            "labels": pa.array(blobs, pa.string()).take(index),
+        },
+        schema=SAMPLE_SCHEMA,
+    )
 
 
 def _hosts(names: pa.Array, hosts: pa.Array, index: pa.Array, label_texts: pa.Array) -> pa.Array:
@@ -339,8 +364,10 @@ def _hosts(names: pa.Array, hosts: pa.Array, index: pa.Array, label_texts: pa.Ar
     if not pc.any(local).as_py():
         return hosts
     texts = label_texts.to_pylist()
-    fixed = {code: sample_keys(parse_labels(texts[code]), NODE_NOT_HOST_PREFIXES[0])[0]
-             for code in pc.unique(index.filter(local)).to_pylist()}
+    fixed = {
+        code: sample_keys(parse_labels(texts[code]), NODE_NOT_HOST_PREFIXES[0])[0]
+        for code in pc.unique(index.filter(local)).to_pylist()
+    }
     patched = pa.array([fixed.get(code) for code in index.to_pylist()], pa.string())
     return pc.if_else(local, patched, hosts)
 
@@ -354,8 +381,9 @@ def _times(stamps: pa.Array, now: float, n: int) -> pa.Array:
     return pc.if_else(missing, now, pc.divide(pc.cast(millis, pa.float64()), 1000.0))
 
 
-def _label_columns(uniq: list[str], *, path: str | os.PathLike[str],
-                   cache: dict[str, tuple]) -> tuple[list, list, list, list]:
+def _label_columns(
+    uniq: list[str], *, path: str | os.PathLike[str], cache: dict[str, tuple]
+) -> tuple[list, list, list, list]:
     """host, gpu, job and labels JSON of each distinct label text. ``cache`` carries them from one chunk
     of a file to the next: a scrape file repeats the same few thousand label sets in every chunk."""
     if len(cache) > LABEL_CACHE_ENTRIES:
@@ -373,9 +401,14 @@ def _label_columns(uniq: list[str], *, path: str | os.PathLike[str],
     return hosts, gpus, jobs, blobs
 
 
-def parse_prometheus_columns(text: str, *, path: str | os.PathLike[str] = "<input>",
-                             t: float | None = None, first_line: int = 1,
-                             label_cache: dict | None = None) -> pa.Table:
+def parse_prometheus_columns(
+    text: str,
+    *,
+    path: str | os.PathLike[str] = "<input>",
+    t: float | None = None,
+    first_line: int = 1,
+    label_cache: dict | None = None,
+) -> pa.Table:
     """The samples of ``text`` as a table with ``store.SAMPLE_SCHEMA`` columns, ready for
     ``Store.add_sample_table``. Same grammar, results and errors as ``parse_prometheus_text``.
     ``label_cache`` (a dict the caller keeps) saves re-reading label sets seen in an earlier chunk."""
@@ -390,19 +423,23 @@ def parse_prometheus_columns(text: str, *, path: str | os.PathLike[str] = "<inpu
 def _columns_from_samples(samples: Iterator[Sample]) -> pa.Table:
     rows = list(samples)
     keys = [sample_keys(s.labels, s.metric) for s in rows]
-    return pa.table({
-        "metric": [s.metric for s in rows],
-        "t": [s.t for s in rows],
-        "value": [s.value for s in rows],
-        "host": [k[0] for k in keys],
-        "gpu": [k[1] for k in keys],
-        "job": [k[2] for k in keys],
-        "labels": [orjson.dumps(dict(s.labels)).decode() for s in rows],
-    }, schema=SAMPLE_SCHEMA)
+    return pa.table(
+        {
+            "metric": [s.metric for s in rows],
+            "t": [s.t for s in rows],
+            "value": [s.value for s in rows],
+            "host": [k[0] for k in keys],
+            "gpu": [k[1] for k in keys],
+            "job": [k[2] for k in keys],
+            "labels": [orjson.dumps(dict(s.labels)).decode() for s in rows],
+        },
+        schema=SAMPLE_SCHEMA,
+    )
 
 
-def read_prometheus_columns(path: str | os.PathLike[str], *, t: float | None = None,
-                            chunk_bytes: int | None = None) -> Iterator[pa.Table]:
+def read_prometheus_columns(
+    path: str | os.PathLike[str], *, t: float | None = None, chunk_bytes: int | None = None
+) -> Iterator[pa.Table]:
     """A saved scrape as ``SAMPLE_SCHEMA`` tables, one per chunk of whole lines of about
     ``chunk_bytes`` (default ``CHUNK_BYTES``), so memory stays bounded however large the file.
 
@@ -421,7 +458,7 @@ def _text_chunks(path: str | os.PathLike[str], chunk_bytes: int) -> Iterator[tup
 
     A line longer than a chunk grows its chunk, up to ``MAX_LINE_BYTES``.
     """
-    first_line, carry, carried = 1, [], 0   # carry: the pieces of a line not yet ended
+    first_line, carry, carried = 1, [], 0  # carry: the pieces of a line not yet ended
     with open_binary(path, max_bytes=MAX_STREAM_BYTES) as stream:
         while block := stream.read(chunk_bytes):
             cut = block.rfind(b"\n") + 1
@@ -429,8 +466,9 @@ def _text_chunks(path: str | os.PathLike[str], chunk_bytes: int) -> Iterator[tup
                 carry.append(block)
                 carried += len(block)
                 if carried > MAX_LINE_BYTES:
-                    raise ParseError(f"line longer than the limit of {MAX_LINE_BYTES} bytes", path=path,
-                                     line=first_line)
+                    raise ParseError(
+                        f"line longer than the limit of {MAX_LINE_BYTES} bytes", path=path, line=first_line
+                    )
                 continue
             chunk = b"".join(carry + [block[:cut]]) if carry else block[:cut]
             carry, carried = [block[cut:]], len(block) - cut

@@ -36,8 +36,24 @@ from typing import Any, Literal
 
 from hpcwatch.errors import ParseError
 
-__all__ = ["Format", "Head", "ReadContext", "Input", "Skipped", "Yields", "register", "formats", "format_named",
-           "detect", "plan_inputs", "read_input", "read_head", "host_in_name", "SNIFF_BYTES", "RECORD_KINDS"]
+__all__ = [
+    "Format",
+    "Head",
+    "ReadContext",
+    "Input",
+    "Skipped",
+    "Yields",
+    "register",
+    "formats",
+    "format_named",
+    "detect",
+    "plan_inputs",
+    "read_input",
+    "read_head",
+    "host_in_name",
+    "SNIFF_BYTES",
+    "RECORD_KINDS",
+]
 
 #: How much of a file the sniffers see.
 SNIFF_BYTES = 64 * 1024
@@ -85,7 +101,9 @@ class Format:
         if self.yields == "records" and not self.kinds:
             raise ValueError(f"format {self.name!r}: a records format must name its kinds")
         if not set(self.kinds) <= set(RECORD_KINDS):
-            raise ValueError(f"format {self.name!r}: unknown record kinds {sorted(set(self.kinds) - set(RECORD_KINDS))}")
+            raise ValueError(
+                f"format {self.name!r}: unknown record kinds {sorted(set(self.kinds) - set(RECORD_KINDS))}"
+            )
 
 
 @dataclass(frozen=True, slots=True)
@@ -177,8 +195,13 @@ def host_in_name(path: Path, hosts: Iterable[str]) -> str | None:
     return None
 
 
-def read_input(path: str | os.PathLike[str], *, format: str | None = None, host: str | None = None,
-               on_bad_line: Callable[[ParseError], None] | None = None) -> Any:
+def read_input(
+    path: str | os.PathLike[str],
+    *,
+    format: str | None = None,
+    host: str | None = None,
+    on_bad_line: Callable[[ParseError], None] | None = None,
+) -> Any:
     """What one file yields (records as an iterator, or the format's document); None for an empty file."""
     p = Path(path)
     kind = _kind(p)
@@ -193,9 +216,14 @@ def read_input(path: str | os.PathLike[str], *, format: str | None = None, host:
 # -- walking --------------------------------------------------------------------------------------------------
 
 
-def plan_inputs(paths: Iterable[str | os.PathLike[str]], *, format: str | None = None,
-                hosts: Iterable[str] = (), host: str | None = None,
-                on_bad_line: Callable[[ParseError], None] | None = None) -> Iterator[Input | Skipped]:
+def plan_inputs(
+    paths: Iterable[str | os.PathLike[str]],
+    *,
+    format: str | None = None,
+    hosts: Iterable[str] = (),
+    host: str | None = None,
+    on_bad_line: Callable[[ParseError], None] | None = None,
+) -> Iterator[Input | Skipped]:
     """What to read under ``paths``, in order, each with its format and context.
 
     A path named on the command line must be readable and recognised (else ParseError);
@@ -222,7 +250,7 @@ def plan_inputs(paths: Iterable[str | os.PathLike[str]], *, format: str | None =
 
 
 def _kind(p: Path) -> str:
-    """"file", "dir", or why the path cannot be read (symlinks are followed)."""
+    """ "file", "dir", or why the path cannot be read (symlinks are followed)."""
     try:
         mode = os.stat(p).st_mode
     except FileNotFoundError:
@@ -233,8 +261,15 @@ def _kind(p: Path) -> str:
         return "dir"
     if stat.S_ISREG(mode):
         return "file"
-    what = ("a FIFO" if stat.S_ISFIFO(mode) else "a socket" if stat.S_ISSOCK(mode)
-            else "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) else "not a regular file")
+    what = (
+        "a FIFO"
+        if stat.S_ISFIFO(mode)
+        else "a socket"
+        if stat.S_ISSOCK(mode)
+        else "a device"
+        if stat.S_ISCHR(mode) or stat.S_ISBLK(mode)
+        else "not a regular file"
+    )
     return f"{what}, not a regular file: refused"
 
 
@@ -250,7 +285,9 @@ def _walk(folder: Path, forced: Format | None, context, seen: set, *, top: bool)
     if _is_store(folder):
         yield Skipped(folder, "an hpcwatch store (its parts are not input)")
         return
-    folder_format = forced if forced is not None and forced.folder else (None if forced else detect(folder, is_dir=True))
+    folder_format = (
+        forced if forced is not None and forced.folder else (None if forced else detect(folder, is_dir=True))
+    )
     if folder_format is not None:
         yield Input(folder, folder_format, context(folder))
         return

@@ -47,7 +47,7 @@ import json
 import os
 import re
 from collections.abc import Iterator, Mapping
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 from hpcwatch import vocab
@@ -55,14 +55,38 @@ from hpcwatch.errors import ParseError
 from hpcwatch.records import Event, Job, Sample
 from hpcwatch.sources.lines import read_text, shown
 
-__all__ = ["parse_squeue_json", "read_squeue_json", "parse_sacct_json", "read_sacct_json",
-           "parse_sacct_records", "read_sacct_records", "MIB",
-           "parse_scontrol_show_job", "read_scontrol_show_job", "expand_hostlist", "parse_gres_detail",
-           "FINISHED_STATES"]
+__all__ = [
+    "parse_squeue_json",
+    "read_squeue_json",
+    "parse_sacct_json",
+    "read_sacct_json",
+    "parse_sacct_records",
+    "read_sacct_records",
+    "MIB",
+    "parse_scontrol_show_job",
+    "read_scontrol_show_job",
+    "expand_hostlist",
+    "parse_gres_detail",
+    "FINISHED_STATES",
+]
 
 #: Base states after which a job has an end time (https://slurm.schedmd.com/squeue.html#SECTION_JOB-STATE-CODES).
-FINISHED_STATES = frozenset({"COMPLETED", "COMPLETING", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "PREEMPTED",
-                             "OUT_OF_MEMORY", "BOOT_FAIL", "DEADLINE", "REVOKED", "SPECIAL_EXIT"})
+FINISHED_STATES = frozenset(
+    {
+        "COMPLETED",
+        "COMPLETING",
+        "FAILED",
+        "CANCELLED",
+        "TIMEOUT",
+        "NODE_FAIL",
+        "PREEMPTED",
+        "OUT_OF_MEMORY",
+        "BOOT_FAIL",
+        "DEADLINE",
+        "REVOKED",
+        "SPECIAL_EXIT",
+    }
+)
 #: States in which a job has not started.
 WAITING_STATES = frozenset({"PENDING", "REQUEUED", "REQUEUE_HOLD", "RESV_DEL_HOLD"})
 
@@ -122,7 +146,7 @@ def _expand_one(pattern: str) -> list[str]:
         if "[" in pattern or "]" in pattern:
             raise ValueError("unbalanced brackets")
         return [pattern]
-    head, tail = pattern[:m.start()], pattern[m.end():]
+    head, tail = pattern[: m.start()], pattern[m.end() :]
     numbers, rests = _expand_ranges(m.group(1)), _expand_one(tail)
     if len(numbers) * len(rests) > _MAX_HOSTS:
         raise ValueError("too many hosts")
@@ -246,7 +270,7 @@ def _load_jobs(text: str, path: str | os.PathLike[str]) -> list[Any]:
         raise ParseError(f"not JSON: {err.msg}", path=path, line=err.lineno) from err
     except RecursionError as err:
         raise ParseError("JSON nested too deep", path=path) from err
-    except ValueError as err:   # an integer of more than 4300 digits (int_max_str_digits)
+    except ValueError as err:  # an integer of more than 4300 digits (int_max_str_digits)
         raise ParseError(f"not JSON: {shown(err, 60)}", path=path) from err
     if not isinstance(doc, dict) or not isinstance(doc.get("jobs"), list):
         raise ParseError('not a Slurm JSON answer (no "jobs" list)', path=path, line=1)
@@ -267,13 +291,25 @@ def _squeue_job(raw: Mapping[str, Any]) -> Job:
         if idx:
             by_node[node] = idx
     # Allocated, else (pending) requested: what the job holds or waits for.
-    gpus = (counted or _tres_gpus(_text(raw.get("tres_alloc_str")) or "")
-            or _tres_gpus(_text(raw.get("tres_req_str")) or ""))
+    gpus = (
+        counted
+        or _tres_gpus(_text(raw.get("tres_alloc_str")) or "")
+        or _tres_gpus(_text(raw.get("tres_req_str")) or "")
+    )
     start, end = _times(state, _epoch(raw.get("start_time")), _epoch(raw.get("end_time")))
-    return Job(id=_job_id(raw.get("job_id"), raw.get("array_job_id"), raw.get("array_task_id")),
-               user=_text(raw.get("user_name")), account=_text(raw.get("account")),
-               partition=_text(raw.get("partition")), nodes=nodes, gpus=gpus, gpus_by_node=by_node,
-               start=start, end=end, state=state, name=_text(raw.get("name")))
+    return Job(
+        id=_job_id(raw.get("job_id"), raw.get("array_job_id"), raw.get("array_task_id")),
+        user=_text(raw.get("user_name")),
+        account=_text(raw.get("account")),
+        partition=_text(raw.get("partition")),
+        nodes=nodes,
+        gpus=gpus,
+        gpus_by_node=by_node,
+        start=start,
+        end=end,
+        state=state,
+        name=_text(raw.get("name")),
+    )
 
 
 _TOKEN_RE = re.compile(r'"(?:[^"\\]|\\.)*"|[\[\]{},]')
@@ -364,10 +400,18 @@ def _sacct_job(raw: Mapping[str, Any]) -> Job:
     times = raw.get("time") if isinstance(raw.get("time"), Mapping) else {}
     array = raw.get("array") if isinstance(raw.get("array"), Mapping) else {}
     start, end = _times(state, _epoch(times.get("start")), _epoch(times.get("end")))
-    return Job(id=_job_id(raw.get("job_id"), array.get("job_id"), array.get("task_id")),
-               user=_text(raw.get("user")), account=_text(raw.get("account")),
-               partition=_text(raw.get("partition")), nodes=tuple(expand_hostlist(_text(raw.get("nodes")) or "")),
-               gpus=_sacct_gpus(raw.get("tres")), start=start, end=end, state=state, name=_text(raw.get("name")))
+    return Job(
+        id=_job_id(raw.get("job_id"), array.get("job_id"), array.get("task_id")),
+        user=_text(raw.get("user")),
+        account=_text(raw.get("account")),
+        partition=_text(raw.get("partition")),
+        nodes=tuple(expand_hostlist(_text(raw.get("nodes")) or "")),
+        gpus=_sacct_gpus(raw.get("tres")),
+        start=start,
+        end=end,
+        state=state,
+        name=_text(raw.get("name")),
+    )
 
 
 def parse_sacct_json(text: str, *, path: str | os.PathLike[str] = "<input>") -> Iterator[Job]:
@@ -403,9 +447,21 @@ def _requeued_attempt(raw: Mapping[str, Any], job: Job) -> list[Event]:
     start, end = _epoch(times.get("start")), _epoch(times.get("end"))
     if start is None or end is None:
         return []
-    return [Event(kind=vocab.EventKind.JOB_END, t=end, source="slurm",
-                  attrs={"job": job.id, "user": job.user, "state": "REQUEUED", "start": start, "end": end,
-                         "nodes": list(expand_hostlist(_text(raw.get("nodes")) or ""))})]
+    return [
+        Event(
+            kind=vocab.EventKind.JOB_END,
+            t=end,
+            source="slurm",
+            attrs={
+                "job": job.id,
+                "user": job.user,
+                "state": "REQUEUED",
+                "start": start,
+                "end": end,
+                "nodes": list(expand_hostlist(_text(raw.get("nodes")) or "")),
+            },
+        )
+    ]
 
 
 def _mapping(value: Any, what: str) -> Mapping[str, Any]:
@@ -431,11 +487,13 @@ def _tres_count(items: list[Mapping[str, Any]], kind: str) -> float | None:
 
 def _cpu_seconds(time_doc: Mapping[str, Any]) -> float | None:
     """``time.total`` ({seconds, microseconds}), else user + system; None when sacct wrote none."""
+
     def seconds(part: Any) -> float | None:
         part = _mapping(part, "time.total")
         if not part:
             return None
         return float(_number(part.get("seconds")) or 0) + float(_number(part.get("microseconds")) or 0) / 1e6
+
     total = seconds(time_doc.get("total"))
     if total is not None:
         return total
@@ -476,14 +534,18 @@ def _sacct_usage(raw: Mapping[str, Any], job: Job) -> list[Sample]:
     step_cpu = [c for c in (_cpu_seconds(_mapping(s.get("time"), "steps[].time")) for s in steps) if c is not None]
     memory_mib = _tres_count(allocated, "mem") or _tres_count(requested, "mem")
     limit_min = _number(times.get("limit"))
-    values = {vocab.SLURM_JOB_CPUS: _tres_count(allocated, "cpu"),
-              vocab.SLURM_JOB_MEMORY_REQUESTED_BYTES: memory_mib * MIB if memory_mib else None,
-              vocab.SLURM_JOB_CPU_SECONDS: sum(step_cpu) if step_cpu else _cpu_seconds(times),
-              vocab.SLURM_JOB_TIME_LIMIT_SECONDS: 60.0 * limit_min if limit_min else None}
+    values = {
+        vocab.SLURM_JOB_CPUS: _tres_count(allocated, "cpu"),
+        vocab.SLURM_JOB_MEMORY_REQUESTED_BYTES: memory_mib * MIB if memory_mib else None,
+        vocab.SLURM_JOB_CPU_SECONDS: sum(step_cpu) if step_cpu else _cpu_seconds(times),
+        vocab.SLURM_JOB_TIME_LIMIT_SECONDS: 60.0 * limit_min if limit_min else None,
+    }
     labels = {"job_id": job.id}
     out = [Sample(metric=m, labels=labels, t=at, value=float(v)) for m, v in values.items() if v is not None]
-    out += [Sample(metric=vocab.SLURM_JOB_MAX_RSS_BYTES, labels={**labels, "node": node}, t=at, value=float(rss))
-            for node, rss in sorted(_max_rss_by_node(steps).items())]
+    out += [
+        Sample(metric=vocab.SLURM_JOB_MAX_RSS_BYTES, labels={**labels, "node": node}, t=at, value=float(rss))
+        for node, rss in sorted(_max_rss_by_node(steps).items())
+    ]
     return out
 
 
@@ -496,7 +558,7 @@ def _scontrol_time(value: str, utc_offset_s: float) -> float | None:
     if value in ("", "Unknown", "None", "N/A", "(null)"):
         return None
     try:
-        when = datetime.strptime(value, "%Y-%m-%dT%H:%M:%S").replace(tzinfo=timezone.utc)
+        when = datetime.strptime(value, "%Y-%m-%dT%H:%M:%S").replace(tzinfo=UTC)
     except ValueError as err:
         raise ValueError(f"bad time {value!r}") from err
     return when.timestamp() - utc_offset_s
@@ -521,12 +583,24 @@ def _scontrol_job(fields: list[tuple[str, str]], utc_offset_s: float) -> Job:
     user = first.get("UserId", "").split("(")[0] or None
     array_job, array_task = first.get("ArrayJobId"), first.get("ArrayTaskId")
     job_id = f"{array_job}_{array_task}" if array_job and array_task and array_task.isdigit() else first["JobId"]
-    start, end = _times(state, _scontrol_time(first.get("StartTime", ""), utc_offset_s),
-                        _scontrol_time(first.get("EndTime", ""), utc_offset_s))
-    return Job(id=job_id, user=user, account=_none(first.get("Account")), partition=_none(first.get("Partition")),
-               nodes=tuple(expand_hostlist(first.get("NodeList", ""))),
-               gpus=counted or _tres_gpus(first.get("TRES", "")),
-               gpus_by_node=by_node, start=start, end=end, state=state, name=_none(first.get("JobName")))
+    start, end = _times(
+        state,
+        _scontrol_time(first.get("StartTime", ""), utc_offset_s),
+        _scontrol_time(first.get("EndTime", ""), utc_offset_s),
+    )
+    return Job(
+        id=job_id,
+        user=user,
+        account=_none(first.get("Account")),
+        partition=_none(first.get("Partition")),
+        nodes=tuple(expand_hostlist(first.get("NodeList", ""))),
+        gpus=counted or _tres_gpus(first.get("TRES", "")),
+        gpus_by_node=by_node,
+        start=start,
+        end=end,
+        state=state,
+        name=_none(first.get("JobName")),
+    )
 
 
 def _none(value: str | None) -> str | None:
@@ -554,8 +628,9 @@ def _scontrol_records(text: str) -> Iterator[tuple[int, str]]:
         yield start, " ".join(block)
 
 
-def parse_scontrol_show_job(text: str, *, path: str | os.PathLike[str] = "<input>",
-                            utc_offset_s: float = 0.0) -> Iterator[Job]:
+def parse_scontrol_show_job(
+    text: str, *, path: str | os.PathLike[str] = "<input>", utc_offset_s: float = 0.0
+) -> Iterator[Job]:
     """Jobs of ``scontrol -d show job`` (with or without ``-o``); GPU indices from each node group's ``GRES=``."""
     for number, record in _scontrol_records(text):
         if not record.startswith("JobId="):

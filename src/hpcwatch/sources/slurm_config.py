@@ -35,8 +35,9 @@ _PAIR_RE = re.compile(r"([A-Za-z_][A-Za-z0-9_]*(?:\[\d+\])?)\s+=\s?(.*?)\s*\Z")
 _HEADER_RE = re.compile(r"Configuration data as of\s+(\S+)\s*\Z")
 
 
-def parse_scontrol_show_config(text: str, *, path: str | os.PathLike[str] = "<scontrol show config>",
-                               t: float = 0.0) -> Iterator[Event]:
+def parse_scontrol_show_config(
+    text: str, *, path: str | os.PathLike[str] = "<scontrol show config>", t: float = 0.0
+) -> Iterator[Event]:
     params: dict[str, str] = {}
     as_of: str | None = None
     for raw in text.splitlines():
@@ -49,8 +50,12 @@ def parse_scontrol_show_config(text: str, *, path: str | os.PathLike[str] = "<sc
         if pair:
             params.setdefault(pair.group(1), pair.group(2))
     if not params:
-        raise ParseError("no 'Key = value' line: not 'scontrol show config' output", path=path, line=1,
-                         text=text.splitlines()[0] if text.strip() else "")
+        raise ParseError(
+            "no 'Key = value' line: not 'scontrol show config' output",
+            path=path,
+            line=1,
+            text=text.splitlines()[0] if text.strip() else "",
+        )
     yield Event(kind=EventKind.SLURM_CONFIG, t=t, source=str(path), attrs={"params": params, "as_of": as_of})
 
 
@@ -65,5 +70,8 @@ def is_scontrol_show_config(head: str) -> bool:
     if HEADER in head:
         return True
     lines = [line.strip() for line in head.splitlines()[:5] if line.strip()]
-    return bool(lines) and all(_PAIR_RE.match(line) for line in lines) and any(
-        line.startswith(("HealthCheck", "SlurmctldHost", "ClusterName", "AccountingStorage")) for line in lines)
+    return (
+        bool(lines)
+        and all(_PAIR_RE.match(line) for line in lines)
+        and any(line.startswith(("HealthCheck", "SlurmctldHost", "ClusterName", "AccountingStorage")) for line in lines)
+    )

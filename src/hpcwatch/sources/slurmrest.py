@@ -35,16 +35,39 @@ from hpcwatch.records import Event, Job, Sample
 from hpcwatch.sources.lines import file_time, read_text, shown
 from hpcwatch.sources.slurm import parse_sacct_records, parse_squeue_json
 
-__all__ = ["SlurmApiError", "load_answer", "parse_rest_jobs", "parse_rest_accounting", "parse_rest_nodes",
-           "parse_rest_partitions", "read_rest_nodes", "NOTHING_FOUND", "UP_STATES", "DOWN_FLAGS"]
+__all__ = [
+    "SlurmApiError",
+    "load_answer",
+    "parse_rest_jobs",
+    "parse_rest_accounting",
+    "parse_rest_nodes",
+    "parse_rest_partitions",
+    "read_rest_nodes",
+    "NOTHING_FOUND",
+    "UP_STATES",
+    "DOWN_FLAGS",
+]
 
 #: slurmdbd's "Nothing found with query" (an empty answer, not a failure).
 NOTHING_FOUND = 9003
 #: Base states of a node that takes work (sinfo(1), NODE STATE CODES).
 UP_STATES = frozenset({"IDLE", "MIXED", "ALLOCATED", "COMPLETING"})
 #: Flags that keep a node out of service whatever its base state.
-DOWN_FLAGS = frozenset({"DRAIN", "DRAINING", "DRAINED", "FAIL", "FAILING", "MAINTENANCE", "NOT_RESPONDING",
-                        "POWERED_DOWN", "POWER_DOWN", "REBOOT_REQUESTED", "REBOOT_ISSUED"})
+DOWN_FLAGS = frozenset(
+    {
+        "DRAIN",
+        "DRAINING",
+        "DRAINED",
+        "FAIL",
+        "FAILING",
+        "MAINTENANCE",
+        "NOT_RESPONDING",
+        "POWERED_DOWN",
+        "POWER_DOWN",
+        "REBOOT_REQUESTED",
+        "REBOOT_ISSUED",
+    }
+)
 
 
 class SlurmApiError(BackendError):
@@ -82,7 +105,7 @@ def _error_text(err: Mapping[str, Any]) -> str:
 
 def parse_rest_jobs(text: str, *, path: str | os.PathLike[str] = "<slurmrestd>") -> Iterator[Job]:
     """Jobs of ``/slurm/v0.0.3x/jobs`` (the controller's view: pending, running, recently ended)."""
-    load_answer(text, path=path, key="jobs")          # its errors first, with slurmrestd's words
+    load_answer(text, path=path, key="jobs")  # its errors first, with slurmrestd's words
     if '"jobs"' not in text:
         return iter(())
     return parse_squeue_json(text, path=path)
@@ -116,7 +139,7 @@ def _tres_gpus(tres: Any) -> float:
 
 def _number(raw: Mapping[str, Any], key: str, where: str) -> float:
     value = raw.get(key, 0)
-    if isinstance(value, Mapping):   # 23.11+: {"set": true, "infinite": false, "number": N}
+    if isinstance(value, Mapping):  # 23.11+: {"set": true, "infinite": false, "number": N}
         value = value.get("number", 0) if value.get("set", True) else 0
     if value is None:
         return 0.0
@@ -125,8 +148,9 @@ def _number(raw: Mapping[str, Any], key: str, where: str) -> float:
     return float(value)
 
 
-def parse_rest_nodes(text: str, *, t: float | None = None,
-                     path: str | os.PathLike[str] = "<slurmrestd>") -> Iterator[Sample]:
+def parse_rest_nodes(
+    text: str, *, t: float | None = None, path: str | os.PathLike[str] = "<slurmrestd>"
+) -> Iterator[Sample]:
     """The samples of ``/slurm/v0.0.3x/nodes`` or ``sinfo --json`` (see the module docstring), at ``t``
     (default: now, the answer's own time)."""
     t = time.time() if t is None else t
@@ -137,25 +161,28 @@ def parse_rest_nodes(text: str, *, t: float | None = None,
         labels = {"node": str(raw["name"]), "state": base.lower()}
         where = f"nodes[{i}] ({raw['name']})"
         try:
-            values = ((vocab.SLURM_NODE_UP, float(base in UP_STATES and not flags & DOWN_FLAGS)),
-                      (vocab.SLURM_NODE_CPUS, _number(raw, "cpus", where)),
-                      (vocab.SLURM_NODE_ALLOC_CPUS, _number(raw, "alloc_cpus", where)),
-                      (vocab.SLURM_NODE_GPUS, _tres_gpus(raw.get("tres"))),
-                      (vocab.SLURM_NODE_ALLOC_GPUS, _tres_gpus(raw.get("tres_used"))))
+            values = (
+                (vocab.SLURM_NODE_UP, float(base in UP_STATES and not flags & DOWN_FLAGS)),
+                (vocab.SLURM_NODE_CPUS, _number(raw, "cpus", where)),
+                (vocab.SLURM_NODE_ALLOC_CPUS, _number(raw, "alloc_cpus", where)),
+                (vocab.SLURM_NODE_GPUS, _tres_gpus(raw.get("tres"))),
+                (vocab.SLURM_NODE_ALLOC_GPUS, _tres_gpus(raw.get("tres_used"))),
+            )
         except ParseError as err:
             raise err.at(path) from err
         for metric, value in values:
             yield Sample(metric=metric, labels=labels, t=t, value=value)
 
 
-def parse_rest_partitions(text: str, *, t: float | None = None,
-                          path: str | os.PathLike[str] = "<slurmrestd>") -> Iterator[Sample]:
+def parse_rest_partitions(
+    text: str, *, t: float | None = None, path: str | os.PathLike[str] = "<slurmrestd>"
+) -> Iterator[Sample]:
     """The samples of ``/slurm/v0.0.3x/partitions`` (see the module docstring), at ``t`` (default: now)."""
     t = time.time() if t is None else t
     for i, raw in enumerate(load_answer(text, path=path, key="partitions")):
         if not isinstance(raw, Mapping) or not raw.get("name"):
             raise ParseError(f"partitions[{i}]: a partition without a name", path=path)
-        inner = raw.get("partition") if isinstance(raw.get("partition"), Mapping) else raw   # 23.11+ nesting
+        inner = raw.get("partition") if isinstance(raw.get("partition"), Mapping) else raw  # 23.11+ nesting
         state = inner.get("state")
         state = state[0] if isinstance(state, list) and state else state
         labels = {"partition": str(raw["name"]), "state": str(state or "unknown").lower()}

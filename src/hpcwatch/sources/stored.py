@@ -25,29 +25,64 @@ def advisory_events(db: OsvDatabase, *, t: float) -> Iterator[Event]:
     """One event per (advisory, package) of ``db``."""
     for entries in db.by_package.values():
         for e in entries:
-            yield Event(kind=ADVISORY, t=t, source=e.source, attrs={
-                "id": e.id, "summary": e.summary, "aliases": list(e.aliases), "package": e.package,
-                "versions": list(e.versions), "ranges": [{"type": r.type, "events": [list(ev) for ev in r.events]}
-                                                         for r in e.ranges]})
+            yield Event(
+                kind=ADVISORY,
+                t=t,
+                source=e.source,
+                attrs={
+                    "id": e.id,
+                    "summary": e.summary,
+                    "aliases": list(e.aliases),
+                    "package": e.package,
+                    "versions": list(e.versions),
+                    "ranges": [{"type": r.type, "events": [list(ev) for ev in r.events]} for r in e.ranges],
+                },
+            )
 
 
 def osv_from_events(events: Iterable[Event]) -> OsvDatabase:
     db = OsvDatabase()
-    db.add(OsvEntry(id=a["id"], summary=a["summary"], aliases=tuple(a["aliases"]), package=a["package"],
-                    versions=tuple(a["versions"]), source=e.source,
-                    ranges=tuple(OsvRange(type=r["type"], events=tuple((k, v) for k, v in r["events"]))
-                                 for r in a["ranges"]))
-           for e in events if e.kind == ADVISORY for a in (e.attrs,))
+    db.add(
+        OsvEntry(
+            id=a["id"],
+            summary=a["summary"],
+            aliases=tuple(a["aliases"]),
+            package=a["package"],
+            versions=tuple(a["versions"]),
+            source=e.source,
+            ranges=tuple(OsvRange(type=r["type"], events=tuple((k, v) for k, v in r["events"])) for r in a["ranges"]),
+        )
+        for e in events
+        if e.kind == ADVISORY
+        for a in (e.attrs,)
+    )
     return db
 
 
 def manifest_event(m: ShardManifest, *, t: float) -> Event:
-    return Event(kind=MANIFEST, t=t, source=m.source, attrs={
-        "dataset": m.dataset, "root": m.root, "signature": m.signature,
-        "shards": [{"path": s.path, "sha256": s.sha256, "bytes": s.bytes, "samples": s.samples} for s in m.shards]})
+    return Event(
+        kind=MANIFEST,
+        t=t,
+        source=m.source,
+        attrs={
+            "dataset": m.dataset,
+            "root": m.root,
+            "signature": m.signature,
+            "shards": [{"path": s.path, "sha256": s.sha256, "bytes": s.bytes, "samples": s.samples} for s in m.shards],
+        },
+    )
 
 
 def manifests_from_events(events: Iterable[Event]) -> list[ShardManifest]:
-    return [ShardManifest(dataset=a["dataset"], root=a["root"], signature=a["signature"], source=e.source,
-                          shards=tuple(Shard(**s) for s in a["shards"]))
-            for e in events if e.kind == MANIFEST for a in (e.attrs,)]
+    return [
+        ShardManifest(
+            dataset=a["dataset"],
+            root=a["root"],
+            signature=a["signature"],
+            source=e.source,
+            shards=tuple(Shard(**s) for s in a["shards"]),
+        )
+        for e in events
+        if e.kind == MANIFEST
+        for a in (e.attrs,)
+    ]

@@ -45,8 +45,9 @@ MAY_READ = 0x4
 _KEPT = ("process_exec", "process_kprobe")
 
 
-def parse_tetragon_json(lines: Iterable[str | bytes], *, path: str | os.PathLike[str] = "<tetragon>",
-                        on_bad_line: OnBadLine = None) -> Iterator[Event]:
+def parse_tetragon_json(
+    lines: Iterable[str | bytes], *, path: str | os.PathLike[str] = "<tetragon>", on_bad_line: OnBadLine = None
+) -> Iterator[Event]:
     """One ``Event`` per kept event line; see the module docstring for ``on_bad_line``."""
     for lineno, raw in enumerate(lines, 1):
         if not raw.strip():
@@ -71,8 +72,9 @@ def _event(raw: str | bytes, path: str | os.PathLike[str], lineno: int) -> Event
     if kind is None:
         return None
     if "time" not in doc or not isinstance(doc[kind], dict):
-        raise ParseError(f"a Tetragon event needs 'time' and a {kind} object", path=path, line=lineno,
-                         text=line_text(raw))
+        raise ParseError(
+            f"a Tetragon event needs 'time' and a {kind} object", path=path, line=lineno, text=line_text(raw)
+        )
     t = parse_rfc3339(str(doc["time"]), path=path, line=lineno)
     return Event(kind=EventKind.TETRAGON, t=t, source=str(path), attrs=_flatten(kind, doc[kind], doc))
 
@@ -93,8 +95,13 @@ def _flatten(kind: str, body: dict[str, Any], doc: dict[str, Any]) -> dict[str, 
     }
     if kind == "process_kprobe":
         args = [a for a in body.get("args") or [] if isinstance(a, dict)] if isinstance(body.get("args"), list) else []
-        attrs.update(function_name=body.get("function_name"), policy_name=body.get("policy_name"),
-                     action=body.get("action"), path=_first_path(args), mask=_first_int(args))
+        attrs.update(
+            function_name=body.get("function_name"),
+            policy_name=body.get("policy_name"),
+            action=body.get("action"),
+            path=_first_path(args),
+            mask=_first_int(args),
+        )
     return attrs
 
 
@@ -129,5 +136,6 @@ def read_tetragon_json(path: str | os.PathLike[str], *, on_bad_line: OnBadLine =
 def is_tetragon_json(head: str) -> bool:
     """Sniff: the first line is a JSON object keyed by a Tetragon event type."""
     first = head.lstrip().split("\n", 1)[0]
-    return first.startswith("{") and any(f'"{k}"' in first[:4000] for k in
-                                         ("process_exec", "process_kprobe", "process_exit", "process_tracepoint"))
+    return first.startswith("{") and any(
+        f'"{k}"' in first[:4000] for k in ("process_exec", "process_kprobe", "process_exit", "process_tracepoint")
+    )

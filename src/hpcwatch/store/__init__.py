@@ -5,8 +5,26 @@ transactions, readers beside writers in other processes); ``queries`` holds the
 named read questions the reports ask, so that no SQL lives outside this package.
 """
 
-from hpcwatch.store.core import (DEFAULT_BATCH_SIZE, SAMPLE_SCHEMA, TABLES, IngestCounts, SourceMark, Store,
-                                 StoreConfig, Transaction, sample_keys)
+from hpcwatch.store.core import (
+    DEFAULT_BATCH_SIZE,
+    SAMPLE_SCHEMA,
+    TABLES,
+    IngestCounts,
+    SourceMark,
+    Store,
+    StoreConfig,
+    Transaction,
+    sample_keys,
+)
 
-__all__ = ["Store", "StoreConfig", "IngestCounts", "SourceMark", "Transaction", "TABLES", "DEFAULT_BATCH_SIZE",
-           "sample_keys", "SAMPLE_SCHEMA"]
+__all__ = [
+    "Store",
+    "StoreConfig",
+    "IngestCounts",
+    "SourceMark",
+    "Transaction",
+    "TABLES",
+    "DEFAULT_BATCH_SIZE",
+    "sample_keys",
+    "SAMPLE_SCHEMA",
+]

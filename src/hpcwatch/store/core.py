@@ -52,9 +52,20 @@ from hpcwatch.errors import StoreError
 from hpcwatch.records import Event, Finding, Job, Sample, Span
 from hpcwatch.schemas import SAMPLE_SCHEMA, sample_keys
 
-__all__ = ["Store", "StoreConfig", "IngestCounts", "SourceMark", "Transaction", "DEFAULT_BATCH_SIZE",
-           "DEFAULT_COMPACT_FANIN", "DEFAULT_COMPACT_MAX_ROWS", "DEFAULT_RETIRE_GRACE_S", "TABLES",
-           "sample_keys", "SAMPLE_SCHEMA"]
+__all__ = [
+    "Store",
+    "StoreConfig",
+    "IngestCounts",
+    "SourceMark",
+    "Transaction",
+    "DEFAULT_BATCH_SIZE",
+    "DEFAULT_COMPACT_FANIN",
+    "DEFAULT_COMPACT_MAX_ROWS",
+    "DEFAULT_RETIRE_GRACE_S",
+    "TABLES",
+    "sample_keys",
+    "SAMPLE_SCHEMA",
+]
 
 DEFAULT_BATCH_SIZE = 20_000
 #: A size tier (rows within a factor of the fan-in) holding this many parts is merged into one part.
@@ -80,21 +91,53 @@ def _crash_hook(point: str) -> None:
 
 # -- tables ------------------------------------------------------------------------------------
 
-_EVENT_SCHEMA = pa.schema([("kind", pa.string()), ("t", pa.float64()), ("source", pa.string()),
-                           ("attrs", pa.string())])
-_SPAN_SCHEMA = pa.schema([("job", pa.string()), ("rank", pa.int32()), ("step", pa.int32()), ("phase", pa.string()),
-                          ("start", pa.float64()), ("dur", pa.float64()), ("attrs", pa.string())])
-_JOB_SCHEMA = pa.schema([("id", pa.string()), ("user", pa.string()), ("account", pa.string()),
-                         ("partition", pa.string()), ("nodes", pa.string()), ("gpus", pa.int32()),
-                         ("gpus_by_node", pa.string()), ("start", pa.float64()), ("end", pa.float64()),
-                         ("state", pa.string()), ("name", pa.string())])
-_FINDING_SCHEMA = pa.schema([("vector", pa.string()), ("severity", pa.string()), ("target", pa.string()),
-                             ("title", pa.string()), ("evidence", pa.string()), ("t", pa.float64()),
-                             ("rule", pa.string())])
+_EVENT_SCHEMA = pa.schema([("kind", pa.string()), ("t", pa.float64()), ("source", pa.string()), ("attrs", pa.string())])
+_SPAN_SCHEMA = pa.schema(
+    [
+        ("job", pa.string()),
+        ("rank", pa.int32()),
+        ("step", pa.int32()),
+        ("phase", pa.string()),
+        ("start", pa.float64()),
+        ("dur", pa.float64()),
+        ("attrs", pa.string()),
+    ]
+)
+_JOB_SCHEMA = pa.schema(
+    [
+        ("id", pa.string()),
+        ("user", pa.string()),
+        ("account", pa.string()),
+        ("partition", pa.string()),
+        ("nodes", pa.string()),
+        ("gpus", pa.int32()),
+        ("gpus_by_node", pa.string()),
+        ("start", pa.float64()),
+        ("end", pa.float64()),
+        ("state", pa.string()),
+        ("name", pa.string()),
+    ]
+)
+_FINDING_SCHEMA = pa.schema(
+    [
+        ("vector", pa.string()),
+        ("severity", pa.string()),
+        ("target", pa.string()),
+        ("title", pa.string()),
+        ("evidence", pa.string()),
+        ("t", pa.float64()),
+        ("rule", pa.string()),
+    ]
+)
 
 #: The five tables and their columns (labels, attrs, evidence, nodes, gpus_by_node: JSON text).
-TABLES: dict[str, pa.Schema] = {"samples": SAMPLE_SCHEMA, "events": _EVENT_SCHEMA, "spans": _SPAN_SCHEMA,
-                                "jobs": _JOB_SCHEMA, "findings": _FINDING_SCHEMA}
+TABLES: dict[str, pa.Schema] = {
+    "samples": SAMPLE_SCHEMA,
+    "events": _EVENT_SCHEMA,
+    "spans": _SPAN_SCHEMA,
+    "jobs": _JOB_SCHEMA,
+    "findings": _FINDING_SCHEMA,
+}
 _SQL_TYPES = {pa.string(): "VARCHAR", pa.float64(): "DOUBLE", pa.int32(): "INTEGER"}
 
 
@@ -143,7 +186,7 @@ class IngestCounts:
     def total(self) -> int:
         return self.samples + self.events + self.spans + self.jobs + self.findings
 
-    def add(self, other: "IngestCounts") -> None:
+    def add(self, other: IngestCounts) -> None:
         for f in fields(self):
             setattr(self, f.name, getattr(self, f.name) + getattr(other, f.name))
 
@@ -176,6 +219,7 @@ def _json(value: Any) -> str:
 
 
 # -- files -------------------------------------------------------------------------------------
+
 
 @contextmanager
 def _flocked(path: Path) -> Iterator[None]:
@@ -230,19 +274,23 @@ def _check_root(root: Path) -> None:
         with open(root, "rb") as f:
             head = f.read(12)
         if head[8:12] == _DUCKDB_MAGIC:
-            raise StoreError(f"{root}: a DuckDB file of an older hpcwatch; the store is now a folder: "
-                             f"re-ingest into a new --db path")
+            raise StoreError(
+                f"{root}: a DuckDB file of an older hpcwatch; the store is now a folder: re-ingest into a new --db path"
+            )
         raise StoreError(f"{root}: cannot open the store: a file, not a store folder")
     if root.is_dir() and not (root / _MANIFEST).exists():
         ours = {".lock", "staging", *TABLES}
-        strangers = [p.name for p in root.iterdir()
-                     if p.name not in ours and not p.name.startswith(_MANIFEST_TMP_PREFIX)]
+        strangers = [
+            p.name for p in root.iterdir() if p.name not in ours and not p.name.startswith(_MANIFEST_TMP_PREFIX)
+        ]
         if strangers:
-            raise StoreError(f"{root}: cannot open the store: a folder that is not a store "
-                             f"(no {_MANIFEST}; holds {strangers[0]!r})")
+            raise StoreError(
+                f"{root}: cannot open the store: a folder that is not a store (no {_MANIFEST}; holds {strangers[0]!r})"
+            )
 
 
 # -- writing -----------------------------------------------------------------------------------
+
 
 class _PartWriter:
     """One table's staged part of one transaction: rows go to disk a row group at a time."""
@@ -278,7 +326,7 @@ class Transaction:
     reads the file).
     """
 
-    def __init__(self, store: "Store", source: SourceMark | None) -> None:
+    def __init__(self, store: Store, source: SourceMark | None) -> None:
         self.source, self.skipped, self.counts = source, False, IngestCounts()
         self.version: int | None = None
         """The store version of the commit (None before it, or when skipped)."""
@@ -359,17 +407,29 @@ _KIND_TABLES = {Sample: "samples", Event: "events", Span: "spans", Job: "jobs", 
 
 # -- the store ---------------------------------------------------------------------------------
 
+
 class Store:
     """Samples, events, spans, jobs and findings in a store folder. Safe to share between threads;
     any number of processes may read and write the same folder at once."""
 
-    def __init__(self, path: str | Path = ":memory:", *, batch_size: int = DEFAULT_BATCH_SIZE,
-                 compact_fanin: int = DEFAULT_COMPACT_FANIN, compact_max_rows: int = DEFAULT_COMPACT_MAX_ROWS,
-                 retire_grace_s: float = DEFAULT_RETIRE_GRACE_S) -> None:
+    def __init__(
+        self,
+        path: str | Path = ":memory:",
+        *,
+        batch_size: int = DEFAULT_BATCH_SIZE,
+        compact_fanin: int = DEFAULT_COMPACT_FANIN,
+        compact_max_rows: int = DEFAULT_COMPACT_MAX_ROWS,
+        retire_grace_s: float = DEFAULT_RETIRE_GRACE_S,
+    ) -> None:
         memory = str(path) == ":memory:"
-        self.config = StoreConfig(path=str(path), batch_size=batch_size, compact_fanin=compact_fanin,
-                                  compact_max_rows=compact_max_rows, retire_grace_s=retire_grace_s,
-                                  durable=not memory)
+        self.config = StoreConfig(
+            path=str(path),
+            batch_size=batch_size,
+            compact_fanin=compact_fanin,
+            compact_max_rows=compact_max_rows,
+            retire_grace_s=retire_grace_s,
+            durable=not memory,
+        )
         self._lock = threading.RLock()
         self._compact_lock = threading.Lock()
         self._staging: tuple[Path, int] | None = None
@@ -388,7 +448,7 @@ class Store:
         self._bound_key: tuple[int, int, int] | None = None
         self._manifest = _empty_manifest()
         self._identities: tuple[dict, set[str]] | None = None  # (manifest it was built from, identities)
-        self._execute(lambda: None)   # bind the views, as a query does (a part may vanish meanwhile)
+        self._execute(lambda: None)  # bind the views, as a query does (a part may vanish meanwhile)
         self._collect_garbage_if_idle()
 
     def _create(self) -> None:
@@ -450,7 +510,7 @@ class Store:
             if self._temporary:
                 shutil.rmtree(self.path, ignore_errors=True)
 
-    def __enter__(self) -> "Store":
+    def __enter__(self) -> Store:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -528,9 +588,17 @@ class Store:
         """The committed sources, oldest commit first."""
         with self._lock:
             self._refresh()
-            marks = [SourceMark(key=key, path=m["path"], format=m["format"], identity=m.get("identity", ""),
-                                counts=IngestCounts(**m["counts"]), committed_s=m["committed_s"])
-                     for key, m in self._manifest["sources"].items()]
+            marks = [
+                SourceMark(
+                    key=key,
+                    path=m["path"],
+                    format=m["format"],
+                    identity=m.get("identity", ""),
+                    counts=IngestCounts(**m["counts"]),
+                    committed_s=m["committed_s"],
+                )
+                for key, m in self._manifest["sources"].items()
+            ]
         return sorted(marks, key=lambda m: (m.committed_s, m.key))
 
     def _staging_dir(self) -> Path:
@@ -569,9 +637,13 @@ class Store:
             if tx.source is not None:
                 for old in tx.source.replaces:
                     manifest["sources"].pop(old, None)
-                manifest["sources"][tx.source.key] = {"path": tx.source.path, "format": tx.source.format,
-                                                      "identity": tx.source.identity,
-                                                      "counts": tx.counts.as_dict(), "committed_s": now}
+                manifest["sources"][tx.source.key] = {
+                    "path": tx.source.path,
+                    "format": tx.source.format,
+                    "identity": tx.source.identity,
+                    "counts": tx.counts.as_dict(),
+                    "committed_s": now,
+                }
             expired = self._expire(manifest, now)
             manifest["version"] = version
             _write_atomic(self.path / _MANIFEST, orjson.dumps(manifest), durable=self.config.durable)
@@ -635,7 +707,7 @@ class Store:
         staged: list[dict[str, Any]] = []
         listed: list[dict[str, Any]] = []
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)   # one compactor at a time, or the work is done twice
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # one compactor at a time, or the work is done twice
             listed = self._read_manifest()["tables"][table]
             parts, replaced = list(listed), []
             while group := self._merge_group(parts):
@@ -646,7 +718,7 @@ class Store:
             if replaced:
                 self._swap_in(table, replaced, [p for p in parts if "staged" in p])
         except BlockingIOError:
-            pass   # another process is compacting; what it leaves, the next commit's compaction takes
+            pass  # another process is compacting; what it leaves, the next commit's compaction takes
         except (OSError, duckdb.Error) as err:
             if self._still_listed(table, listed):
                 # The commit before is whole; an unmerged tier only costs reads. The next commit retries.
@@ -655,7 +727,7 @@ class Store:
         finally:
             os.close(fd)
             for part in staged:
-                part["staged"].unlink(missing_ok=True)   # the intermediates, and all of them if dropped
+                part["staged"].unlink(missing_ok=True)  # the intermediates, and all of them if dropped
             self._compact_lock.release()
 
     def _still_listed(self, table: str, parts: list[dict[str, Any]]) -> bool:
@@ -703,8 +775,14 @@ class Store:
         self._merge_con.execute(f"COPY ({rows_sql}) TO {_sql_path(target)} (FORMAT parquet)")
         if self.config.durable:
             _fsync_path(target)
-        return {"file": name, "rows": pq.ParquetFile(target).metadata.num_rows, "v": max(versions),
-                "v_min": min(versions), "merged": True, "staged": target}
+        return {
+            "file": name,
+            "rows": pq.ParquetFile(target).metadata.num_rows,
+            "v": max(versions),
+            "v_min": min(versions),
+            "merged": True,
+            "staged": target,
+        }
 
     def _part_sql(self, table: str, part: dict[str, Any]) -> str:
         path = _sql_path(part.get("staged") or self.path / table / part["file"])
@@ -735,8 +813,10 @@ class Store:
                 return
             manifest = orjson.loads(f.read())
         for table in TABLES:
-            self._con.execute(f"CREATE OR REPLACE VIEW _all_{table} AS "
-                              f"{self._union_sql(table, manifest['tables'][table], since=None)}")
+            self._con.execute(
+                f"CREATE OR REPLACE VIEW _all_{table} AS "
+                f"{self._union_sql(table, manifest['tables'][table], since=None)}"
+            )
         self._manifest, self._bound_key = manifest, key
 
     def _union_sql(self, table: str, parts: list[dict[str, Any]], *, since: int | None) -> str:
@@ -774,21 +854,32 @@ class Store:
             # DuckDB 2 names it to_arrow_table; 1.x calls it arrow.
             fetch = getattr(relation, "to_arrow_table", None) or relation.arrow
             return fetch()
+
         return self._execute(run)
 
     def query_since(self, since: int, sql: str, params: list[Any] | tuple[Any, ...] = ()) -> tuple[int, list[tuple]]:
         """Rows of ``sql`` where the tables hold only the rows committed after version ``since``, with
         the version they were read at: pass it as ``since`` next time to read each row once."""
+
         def run() -> tuple[int, list[tuple]]:
             for table in TABLES:
                 union = self._union_sql(table, self._manifest["tables"][table], since=since)
-                self._since_con.execute(f"CREATE OR REPLACE VIEW _since.{table} AS "
-                                        f"{self._public_sql(table, f'({union})')}")
+                self._since_con.execute(
+                    f"CREATE OR REPLACE VIEW _since.{table} AS {self._public_sql(table, f'({union})')}"
+                )
             return int(self._manifest["version"]), self._since_con.execute(sql, params).fetchall()
+
         return self._execute(run)
 
-    def samples(self, metric: str | Iterable[str] | None = None, *, host: str | None = None,
-                job: str | None = None, t0: float | None = None, t1: float | None = None) -> pa.Table:
+    def samples(
+        self,
+        metric: str | Iterable[str] | None = None,
+        *,
+        host: str | None = None,
+        job: str | None = None,
+        t0: float | None = None,
+        t1: float | None = None,
+    ) -> pa.Table:
         """Samples as a table with ``SAMPLE_SCHEMA`` columns, ordered by metric, host, gpu, t."""
         where, params = _where(("host = ?", host), ("job = ?", job), ("t >= ?", t0), ("t <= ?", t1))
         if metric is not None:
@@ -806,7 +897,7 @@ class Store:
         return [m for (m,) in self.query("SELECT DISTINCT metric FROM samples ORDER BY metric")]
 
     def time_range(self) -> tuple[float | None, float | None]:
-        (lo, hi), = self.query("SELECT min(t), max(t) FROM samples")
+        ((lo, hi),) = self.query("SELECT min(t), max(t) FROM samples")
         return lo, hi
 
     def events(self, kind: str | None = None, *, t0: float | None = None, t1: float | None = None) -> list[Event]:
@@ -816,10 +907,14 @@ class Store:
 
     def spans(self, job: str | None = None, *, step: int | None = None) -> list[Span]:
         where, params = _where(("job = ?", job), ("step = ?", step))
-        rows = self.query(f"SELECT job, rank, step, phase, start, dur, attrs FROM spans "
-                          f"WHERE {where} ORDER BY step, rank, start", params)
-        return [Span(job=j, rank=r, step=s, phase=p, start=st, dur=d, attrs=orjson.loads(a))
-                for j, r, s, p, st, d, a in rows]
+        rows = self.query(
+            f"SELECT job, rank, step, phase, start, dur, attrs FROM spans WHERE {where} ORDER BY step, rank, start",
+            params,
+        )
+        return [
+            Span(job=j, rank=r, step=s, phase=p, start=st, dur=d, attrs=orjson.loads(a))
+            for j, r, s, p, st, d, a in rows
+        ]
 
     def jobs(self) -> list[Job]:
         rows = self.query(f"SELECT {_JOB_COLUMNS} FROM jobs ORDER BY start NULLS LAST, id")
@@ -831,10 +926,13 @@ class Store:
 
     def findings(self, vector: str | None = None) -> list[Finding]:
         where, params = ("WHERE vector = ?", [vector]) if vector else ("", [])
-        rows = self.query(f"SELECT vector, severity, target, title, evidence, t, rule FROM findings {where} "
-                          f"ORDER BY t", params)
-        return [Finding(vector=v, severity=s, target=tg, title=ti, evidence=orjson.loads(e), t=t, rule=r)
-                for v, s, tg, ti, e, t, r in rows]
+        rows = self.query(
+            f"SELECT vector, severity, target, title, evidence, t, rule FROM findings {where} ORDER BY t", params
+        )
+        return [
+            Finding(vector=v, severity=s, target=tg, title=ti, evidence=orjson.loads(e), t=t, rule=r)
+            for v, s, tg, ti, e, t, r in rows
+        ]
 
 
 def _tier(rows: int, fanin: int) -> int:
@@ -862,15 +960,18 @@ def _is_abandoned(folder: Path) -> bool:
 
 def _sample_table(samples: list[Sample]) -> pa.Table:
     keys = [sample_keys(s.labels, s.metric) for s in samples]
-    return pa.table({
-        "metric": [s.metric for s in samples],
-        "t": [float(s.t) for s in samples],
-        "value": [float(s.value) for s in samples],
-        "host": [k[0] for k in keys],
-        "gpu": [k[1] for k in keys],
-        "job": [k[2] for k in keys],
-        "labels": [_json(dict(s.labels)) for s in samples],
-    }, schema=SAMPLE_SCHEMA)
+    return pa.table(
+        {
+            "metric": [s.metric for s in samples],
+            "t": [float(s.t) for s in samples],
+            "value": [float(s.value) for s in samples],
+            "host": [k[0] for k in keys],
+            "gpu": [k[1] for k in keys],
+            "job": [k[2] for k in keys],
+            "labels": [_json(dict(s.labels)) for s in samples],
+        },
+        schema=SAMPLE_SCHEMA,
+    )
 
 
 _JOB_COLUMNS = 'id, "user", account, partition, nodes, gpus, gpus_by_node, start, "end", state, name'
@@ -878,9 +979,19 @@ _JOB_COLUMNS = 'id, "user", account, partition, nodes, gpus, gpus_by_node, start
 
 def _job_from_row(row: tuple) -> Job:
     jid, user, account, partition, nodes, gpus, by_node, start, end, state, name = row
-    return Job(id=jid, user=user, account=account, partition=partition, nodes=tuple(orjson.loads(nodes)),
-               gpus=gpus, gpus_by_node={k: tuple(v) for k, v in orjson.loads(by_node).items()},
-               start=start, end=end, state=state, name=name)
+    return Job(
+        id=jid,
+        user=user,
+        account=account,
+        partition=partition,
+        nodes=tuple(orjson.loads(nodes)),
+        gpus=gpus,
+        gpus_by_node={k: tuple(v) for k, v in orjson.loads(by_node).items()},
+        start=start,
+        end=end,
+        state=state,
+        name=name,
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -893,18 +1004,37 @@ class _RowWriter:
 
     def table(self, records: list[Any]) -> pa.Table:
         columns = list(zip(*(self.row(r) for r in records)))
-        return pa.table({field.name: pa.array(column, type=field.type)
-                         for field, column in zip(self.schema, columns)}, schema=self.schema)
+        return pa.table(
+            {field.name: pa.array(column, type=field.type) for field, column in zip(self.schema, columns)},
+            schema=self.schema,
+        )
 
 
 _ROW_WRITERS = {
     Event: _RowWriter("events", _EVENT_SCHEMA, lambda e: (e.kind, e.t, e.source, _json(dict(e.attrs)))),
-    Span: _RowWriter("spans", _SPAN_SCHEMA,
-                     lambda s: (s.job, s.rank, s.step, s.phase, s.start, s.dur, _json(dict(s.attrs)))),
-    Job: _RowWriter("jobs", _JOB_SCHEMA,
-                    lambda j: (j.id, j.user, j.account, j.partition, _json(list(j.nodes)), j.gpus,
-                               _json({k: list(v) for k, v in j.gpus_by_node.items()}), j.start, j.end, j.state,
-                               j.name)),
-    Finding: _RowWriter("findings", _FINDING_SCHEMA,
-                        lambda f: (f.vector, f.severity, f.target, f.title, _json(dict(f.evidence)), f.t, f.rule)),
+    Span: _RowWriter(
+        "spans", _SPAN_SCHEMA, lambda s: (s.job, s.rank, s.step, s.phase, s.start, s.dur, _json(dict(s.attrs)))
+    ),
+    Job: _RowWriter(
+        "jobs",
+        _JOB_SCHEMA,
+        lambda j: (
+            j.id,
+            j.user,
+            j.account,
+            j.partition,
+            _json(list(j.nodes)),
+            j.gpus,
+            _json({k: list(v) for k, v in j.gpus_by_node.items()}),
+            j.start,
+            j.end,
+            j.state,
+            j.name,
+        ),
+    ),
+    Finding: _RowWriter(
+        "findings",
+        _FINDING_SCHEMA,
+        lambda f: (f.vector, f.severity, f.target, f.title, _json(dict(f.evidence)), f.t, f.rule),
+    ),
 }

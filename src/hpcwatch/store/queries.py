@@ -23,13 +23,40 @@ if TYPE_CHECKING:
     import pyarrow as pa
 
 __all__ = [
-    "latest_sample_t", "latest_gpu_values", "counter_rates", "last_gpu_scrape",
-    "metric_activity", "event_activity", "file_hook_activity", "span_activity", "open_job_count",
-    "checkpoint_activity", "requeue_counts", "requeued_attempt_starts", "latest_finding_by_vector", "finding_counts", "table_counts",
-    "newest_span_job", "span_jobs", "span_jobs_by_recency", "step_range", "last_step_every_rank_finished",
-    "recent_spans", "samples_matching", "events_of_kinds",
-    "gpu_sample_cadence", "gpu_metric_presence", "job_gpu_coverage", "label_values_by_host", "counter_increase",
-    "idle_gpu_maxima", "newest_by_labels", "step_walls", "sample_job_ids", "data_seen", "job_window_samples",
+    "latest_sample_t",
+    "latest_gpu_values",
+    "counter_rates",
+    "last_gpu_scrape",
+    "metric_activity",
+    "event_activity",
+    "file_hook_activity",
+    "span_activity",
+    "open_job_count",
+    "checkpoint_activity",
+    "requeue_counts",
+    "requeued_attempt_starts",
+    "latest_finding_by_vector",
+    "finding_counts",
+    "table_counts",
+    "newest_span_job",
+    "span_jobs",
+    "span_jobs_by_recency",
+    "step_range",
+    "last_step_every_rank_finished",
+    "recent_spans",
+    "samples_matching",
+    "events_of_kinds",
+    "gpu_sample_cadence",
+    "gpu_metric_presence",
+    "job_gpu_coverage",
+    "label_values_by_host",
+    "counter_increase",
+    "idle_gpu_maxima",
+    "newest_by_labels",
+    "step_walls",
+    "sample_job_ids",
+    "data_seen",
+    "job_window_samples",
 ]
 
 
@@ -43,9 +70,9 @@ def _marks(values: Sequence[object]) -> str:
 def latest_sample_t(store: Store, *, since: float | None = None) -> float | None:
     """The newest sample's time (at or after ``since``, which lets DuckDB skip old row groups)."""
     if since is None:
-        (latest,), = store.query("SELECT max(t) FROM samples")
+        ((latest,),) = store.query("SELECT max(t) FROM samples")
     else:
-        (latest,), = store.query("SELECT max(t) FROM samples WHERE t >= ?", [since])
+        ((latest,),) = store.query("SELECT max(t) FROM samples WHERE t >= ?", [since])
     return latest
 
 
@@ -55,11 +82,12 @@ def latest_gpu_values(store: Store, metrics: Sequence[str], *, since: float) -> 
     return store.query(
         f"SELECT metric, host, gpu, arg_max(value, t), arg_max(job, t), max(t) FROM samples "
         f"WHERE metric IN ({_marks(metrics)}) AND t >= ? AND host IS NOT NULL "
-        f"AND gpu IS NOT NULL GROUP BY metric, host, gpu", [*metrics, since])
+        f"AND gpu IS NOT NULL GROUP BY metric, host, gpu",
+        [*metrics, since],
+    )
 
 
-def counter_rates(store: Store, metrics: Sequence[str], *, since: float,
-                  group: str) -> list[tuple[str, str, float]]:
+def counter_rates(store: Store, metrics: Sequence[str], *, since: float, group: str) -> list[tuple[str, str, float]]:
     """Per-second rate of each counter series (its two newest samples since ``since``), summed by metric and
     ``group`` (``"host"`` or ``"job"``): rows ``(metric, group value, bytes or units per s)``. A counter that
     went down (a reset) counts 0; a group value that is NULL is dropped."""
@@ -70,7 +98,9 @@ def counter_rates(store: Store, metrics: Sequence[str], *, since: float,
         f"SELECT metric, g, sum(greatest(v[1] - v[2], 0) / (ts[1] - ts[2])) FROM ("
         f"SELECT metric, {group} AS g, arg_max(value, t, 2) AS v, max(t, 2) AS ts FROM samples "
         f"WHERE metric IN ({_marks(metrics)}) AND t >= ? GROUP BY metric, host, {group}, labels) "
-        f"WHERE len(ts) = 2 AND ts[1] > ts[2] GROUP BY metric, g", [*metrics, since])
+        f"WHERE len(ts) = 2 AND ts[1] > ts[2] GROUP BY metric, g",
+        [*metrics, since],
+    )
     return [(m, g, float(v)) for m, g, v in rows if g is not None]
 
 
@@ -79,8 +109,10 @@ def last_gpu_scrape(store: Store, metrics: Sequence[str], *, clock_metric: str) 
     ``(host, gpu, job, metric, value, user)``, ``user`` from the job record (NULL when unknown)."""
     return store.query(
         "WITH last AS (SELECT max(t) AS t FROM samples WHERE metric = ?) "
-        "SELECT s.host, s.gpu, s.job, s.metric, s.value, j.\"user\" FROM samples s JOIN last ON s.t = last.t "
-        f"LEFT JOIN jobs j ON j.id = s.job WHERE s.metric IN ({_marks(metrics)})", [clock_metric, *metrics])
+        'SELECT s.host, s.gpu, s.job, s.metric, s.value, j."user" FROM samples s JOIN last ON s.t = last.t '
+        f"LEFT JOIN jobs j ON j.id = s.job WHERE s.metric IN ({_marks(metrics)})",
+        [clock_metric, *metrics],
+    )
 
 
 def metric_activity(store: Store, *, since: float) -> list[tuple[str, int, float]]:
@@ -96,50 +128,60 @@ def event_activity(store: Store, *, since: float) -> list[tuple[str, int, float]
     return store.query("SELECT kind, count(*), max(t) FROM events WHERE t >= ? GROUP BY 1", [since])
 
 
-def file_hook_activity(store: Store, *, since: float, hooks: Sequence[str],
-                       path_prefix: str) -> tuple[int, float | None]:
+def file_hook_activity(
+    store: Store, *, since: float, hooks: Sequence[str], path_prefix: str
+) -> tuple[int, float | None]:
     """Tetragon events since ``since`` whose ``function_name`` is one of ``hooks`` on a ``path`` under
     ``path_prefix``: ``(count, newest t)``."""
-    (n, t), = store.query(
+    ((n, t),) = store.query(
         f"SELECT count(*), max(t) FROM events WHERE t >= ? AND kind = 'tetragon' "
         f"AND json_extract_string(attrs, '$.function_name') IN ({_marks(hooks)}) "
-        f"AND starts_with(json_extract_string(attrs, '$.path'), ?)", [since, *hooks, path_prefix])
+        f"AND starts_with(json_extract_string(attrs, '$.path'), ?)",
+        [since, *hooks, path_prefix],
+    )
     return n, t
 
 
 def requeue_counts(store: Store) -> dict[str, int]:
     """Per job: the attempts Slurm requeued, one per distinct start of its REQUEUED ``job_end`` events (the
     same attempt is seen again each time a poll of ``sacct`` covers it)."""
-    rows = store.query("SELECT json_extract_string(attrs, '$.job'), count(DISTINCT json_extract(attrs, '$.start')) "
-                       "FROM events WHERE kind = 'job_end' "
-                       "AND json_extract_string(attrs, '$.state') = 'REQUEUED' GROUP BY 1")
+    rows = store.query(
+        "SELECT json_extract_string(attrs, '$.job'), count(DISTINCT json_extract(attrs, '$.start')) "
+        "FROM events WHERE kind = 'job_end' "
+        "AND json_extract_string(attrs, '$.state') = 'REQUEUED' GROUP BY 1"
+    )
     return {str(job): int(n) for job, n in rows}
 
 
 def requeued_attempt_starts(store: Store, job: str) -> list[float]:
     """Start times of ``job``'s attempts that Slurm requeued (its REQUEUED ``job_end`` events' ``start``)."""
-    rows = store.query("SELECT DISTINCT CAST(json_extract(attrs, '$.start') AS DOUBLE) FROM events "
-                       "WHERE kind = 'job_end' "
-                       "AND json_extract_string(attrs, '$.state') = 'REQUEUED' "
-                       "AND json_extract_string(attrs, '$.job') = ? AND json_extract(attrs, '$.start') IS NOT NULL",
-                       [job])
-    return [float(t) for t, in rows if t is not None]
+    rows = store.query(
+        "SELECT DISTINCT CAST(json_extract(attrs, '$.start') AS DOUBLE) FROM events "
+        "WHERE kind = 'job_end' "
+        "AND json_extract_string(attrs, '$.state') = 'REQUEUED' "
+        "AND json_extract_string(attrs, '$.job') = ? AND json_extract(attrs, '$.start') IS NOT NULL",
+        [job],
+    )
+    return [float(t) for (t,) in rows if t is not None]
 
 
 def checkpoint_activity(store: Store) -> tuple[int, float | None]:
     """Events whose kind names a checkpoint (``checkpoint``, ``checkpoint_save``…): ``(count, newest t)``."""
-    (n, t), = store.query("SELECT count(*), max(t) FROM events WHERE kind LIKE '%checkpoint%'")
+    ((n, t),) = store.query("SELECT count(*), max(t) FROM events WHERE kind LIKE '%checkpoint%'")
     return n, t
 
 
-def job_window_samples(store: Store, metrics: Sequence[str], *, hosts: Sequence[str], job: str, t0: float,
-                       t1: float | None) -> pa.Table:
+def job_window_samples(
+    store: Store, metrics: Sequence[str], *, hosts: Sequence[str], job: str, t0: float, t1: float | None
+) -> pa.Table:
     """Samples of ``metrics`` between ``t0`` and ``t1`` (None: no end) on ``hosts`` or labelled ``job``, in
     ``Store.samples`` columns and order: the share of the table a job's report can use, in one scan."""
     where = f"metric IN ({_marks(metrics)}) AND t >= ?" + (" AND t <= ?" if t1 is not None else "")
     params: list[object] = [*metrics, t0, *([t1] if t1 is not None else [])]
-    return store.query_arrow(f"SELECT * FROM samples WHERE {where} AND (host IN ({_marks(hosts)}) OR job = ?) "
-                             f"ORDER BY metric, host, gpu, t", [*params, *hosts, job])
+    return store.query_arrow(
+        f"SELECT * FROM samples WHERE {where} AND (host IN ({_marks(hosts)}) OR job = ?) ORDER BY metric, host, gpu, t",
+        [*params, *hosts, job],
+    )
 
 
 def data_seen(store: Store) -> tuple[set[str], set[str], int, int]:
@@ -147,7 +189,7 @@ def data_seen(store: Store) -> tuple[set[str], set[str], int, int]:
     rows)``; tells a collector that fell silent from one that was never configured."""
     prefixes = {p for (p,) in store.query("SELECT DISTINCT split_part(metric, '_', 1) FROM samples")}
     kinds = {k for (k,) in store.query("SELECT DISTINCT kind FROM events")}
-    (spans, jobs), = store.query("SELECT (SELECT count(*) FROM spans), (SELECT count(*) FROM jobs)")
+    ((spans, jobs),) = store.query("SELECT (SELECT count(*) FROM spans), (SELECT count(*) FROM jobs)")
     return prefixes, kinds, spans, jobs
 
 
@@ -156,14 +198,15 @@ def data_seen(store: Store) -> tuple[set[str], set[str], int, int]:
 
 def open_job_count(store: Store) -> int:
     """Jobs without an end time (running or pending)."""
-    (n,), = store.query('SELECT count(*) FROM jobs WHERE "end" IS NULL')
+    ((n,),) = store.query('SELECT count(*) FROM jobs WHERE "end" IS NULL')
     return n
 
 
 def table_counts(store: Store) -> dict[str, int]:
     """Rows in the tables a scan reads: ``{"samples": n, "events": n, "jobs": n}``."""
-    (samples, events, jobs), = store.query("SELECT (SELECT count(*) FROM samples), (SELECT count(*) FROM events), "
-                                           "(SELECT count(*) FROM jobs)")
+    ((samples, events, jobs),) = store.query(
+        "SELECT (SELECT count(*) FROM samples), (SELECT count(*) FROM events), (SELECT count(*) FROM jobs)"
+    )
     return {"samples": samples, "events": events, "jobs": jobs}
 
 
@@ -173,14 +216,18 @@ def table_counts(store: Store) -> dict[str, int]:
 def latest_finding_by_vector(store: Store) -> list[tuple]:
     """Per threat vector with findings: rows ``(vector, count, newest t, title, severity, target, rule,
     evidence JSON text)``, the last five of the newest finding."""
-    return store.query("SELECT vector, count(*), max(t), arg_max(title, t), arg_max(severity, t), "
-                       "arg_max(target, t), arg_max(rule, t), arg_max(evidence, t) FROM findings GROUP BY vector")
+    return store.query(
+        "SELECT vector, count(*), max(t), arg_max(title, t), arg_max(severity, t), "
+        "arg_max(target, t), arg_max(rule, t), arg_max(evidence, t) FROM findings GROUP BY vector"
+    )
 
 
 def finding_counts(store: Store) -> dict[tuple[str, str], int]:
     """``{(vector, severity): count}`` for the pairs that have findings."""
-    return {(v, s): n for v, s, n in store.query(
-        "SELECT vector, severity, count(*) FROM findings GROUP BY vector, severity")}
+    return {
+        (v, s): n
+        for v, s, n in store.query("SELECT vector, severity, count(*) FROM findings GROUP BY vector, severity")
+    }
 
 
 # -- spans ---------------------------------------------------------------------------------------
@@ -193,16 +240,18 @@ def _excluding(exclude: Sequence[str]) -> tuple[str, list[str]]:
 def newest_span_job(store: Store, *, exclude: Sequence[str] = ()) -> tuple[str, int] | None:
     """The job whose spans end last (``exclude``: jobs to leave out), as ``(job, its last step)``."""
     where, params = _excluding(exclude)
-    rows = store.query(f"SELECT job, max(step) FROM spans WHERE {where} GROUP BY job "
-                       f"ORDER BY max(start + dur) DESC LIMIT 1", params)
+    rows = store.query(
+        f"SELECT job, max(step) FROM spans WHERE {where} GROUP BY job ORDER BY max(start + dur) DESC LIMIT 1", params
+    )
     return (rows[0][0], rows[0][1]) if rows else None
 
 
 def span_activity(store: Store, *, since: float, exclude: Sequence[str] = ()) -> tuple[int, float | None]:
     """Spans that started since ``since`` (``exclude``: jobs to leave out): ``(count, newest end)``."""
     where, params = _excluding(exclude)
-    (n, t), = store.query(f"SELECT count(*), max(start + dur) FROM spans WHERE start >= ? AND {where}",
-                          [since, *params])
+    ((n, t),) = store.query(
+        f"SELECT count(*), max(start + dur) FROM spans WHERE start >= ? AND {where}", [since, *params]
+    )
     return n, t
 
 
@@ -213,22 +262,26 @@ def span_jobs(store: Store) -> list[str]:
 
 def span_jobs_by_recency(store: Store, *, limit: int) -> list[str]:
     """Jobs with spans, the one whose last span started latest first; at most ``limit``."""
-    return [j for j, _ in store.query("SELECT job, max(start) FROM spans GROUP BY job ORDER BY 2 DESC LIMIT ?",
-                                      [limit])]
+    return [
+        j for j, _ in store.query("SELECT job, max(start) FROM spans GROUP BY job ORDER BY 2 DESC LIMIT ?", [limit])
+    ]
 
 
 def step_range(store: Store, job: str) -> tuple[int | None, int | None]:
     """``(first, last)`` step numbers with spans of ``job``; ``(None, None)`` without spans."""
-    (first, last), = store.query("SELECT min(step), max(step) FROM spans WHERE job = ?", [job])
+    ((first, last),) = store.query("SELECT min(step), max(step) FROM spans WHERE job = ?", [job])
     return first, last
 
 
 def last_step_every_rank_finished(store: Store, job: str) -> int | None:
     """The newest step of ``job`` for which every rank of the job has a ``barrier_wait`` span (the newest
     step may still be arriving rank by rank); ``None`` when there is none."""
-    rows = store.query("SELECT step FROM spans WHERE job = ? AND phase = 'barrier_wait' GROUP BY step "
-                       "HAVING count(DISTINCT rank) = (SELECT count(DISTINCT rank) FROM spans WHERE job = ?) "
-                       "ORDER BY step DESC LIMIT 1", [job, job])
+    rows = store.query(
+        "SELECT step FROM spans WHERE job = ? AND phase = 'barrier_wait' GROUP BY step "
+        "HAVING count(DISTINCT rank) = (SELECT count(DISTINCT rank) FROM spans WHERE job = ?) "
+        "ORDER BY step DESC LIMIT 1",
+        [job, job],
+    )
     return rows[0][0] if rows else None
 
 
@@ -237,17 +290,27 @@ def recent_spans(store: Store, job: str, *, steps: int) -> list[Span]:
     _, last = step_range(store, job)
     if last is None:
         return []
-    rows = store.query("SELECT rank, step, phase, start, dur, attrs FROM spans WHERE job = ? AND step > ? "
-                       "ORDER BY step, rank, start", [job, last - steps])
-    return [Span(job=job, rank=r, step=s, phase=p, start=st, dur=d, attrs=orjson.loads(a) if a else {})
-            for r, s, p, st, d, a in rows]
+    rows = store.query(
+        "SELECT rank, step, phase, start, dur, attrs FROM spans WHERE job = ? AND step > ? ORDER BY step, rank, start",
+        [job, last - steps],
+    )
+    return [
+        Span(job=job, rank=r, step=s, phase=p, start=st, dur=d, attrs=orjson.loads(a) if a else {})
+        for r, s, p, st, d, a in rows
+    ]
 
 
 # -- what the detectors read -----------------------------------------------------------------------
 
 
-def samples_matching(store: Store, metrics: Sequence[str], *, prefixes: Sequence[str] = (),
-                     substrings: Sequence[str] = (), since_version: int = 0) -> tuple[int, list[Sample]]:
+def samples_matching(
+    store: Store,
+    metrics: Sequence[str],
+    *,
+    prefixes: Sequence[str] = (),
+    substrings: Sequence[str] = (),
+    since_version: int = 0,
+) -> tuple[int, list[Sample]]:
     """(store version read at, samples) of the named metrics, or whose name starts with one of ``prefixes``
     or holds one of ``substrings``, committed after ``since_version`` (0: all), in time order."""
     where = [f"metric IN ({_marks(metrics)})"] if metrics else []
@@ -255,8 +318,10 @@ def samples_matching(store: Store, metrics: Sequence[str], *, prefixes: Sequence
     if not where:
         return store.version, []
     version, rows = store.query_since(
-        since_version, f"SELECT metric, labels, t, value FROM samples WHERE {' OR '.join(where)} ORDER BY t",
-        [*metrics, *prefixes, *substrings])
+        since_version,
+        f"SELECT metric, labels, t, value FROM samples WHERE {' OR '.join(where)} ORDER BY t",
+        [*metrics, *prefixes, *substrings],
+    )
     return version, [Sample(metric=m, labels=orjson.loads(lab), t=t, value=v) for m, lab, t, v in rows]
 
 
@@ -265,8 +330,10 @@ def events_of_kinds(store: Store, kinds: Sequence[str], *, since_version: int = 
     if not kinds:
         return store.version, []
     version, rows = store.query_since(
-        since_version, f"SELECT kind, t, source, attrs FROM events WHERE kind IN ({_marks(kinds)}) ORDER BY t",
-        list(kinds))
+        since_version,
+        f"SELECT kind, t, source, attrs FROM events WHERE kind IN ({_marks(kinds)}) ORDER BY t",
+        list(kinds),
+    )
     return version, [Event(kind=k, t=t, source=src, attrs=orjson.loads(a)) for k, t, src, a in rows]
 
 
@@ -279,47 +346,67 @@ def gpu_sample_cadence(store: Store, metric: str) -> list[tuple]:
     return store.query(
         "SELECT host, gpu, count(*), min(t), max(t), max(dt), median(dt) FROM ("
         "SELECT host, gpu, t, t - lag(t) OVER (PARTITION BY host, gpu ORDER BY t) AS dt FROM samples "
-        "WHERE metric = ? AND host IS NOT NULL AND gpu IS NOT NULL) GROUP BY host, gpu ORDER BY host, gpu", [metric])
+        "WHERE metric = ? AND host IS NOT NULL AND gpu IS NOT NULL) GROUP BY host, gpu ORDER BY host, gpu",
+        [metric],
+    )
 
 
 def gpu_metric_presence(store: Store, metrics: Sequence[str]) -> list[tuple[str, str, str]]:
     """Which of ``metrics`` each (host, gpu) has at least one sample of: rows ``(host, gpu, metric)``."""
     if not metrics:
         return []
-    return store.query(f"SELECT DISTINCT host, gpu, metric FROM samples WHERE metric IN ({_marks(metrics)}) "
-                       "AND host IS NOT NULL AND gpu IS NOT NULL", list(metrics))
+    return store.query(
+        f"SELECT DISTINCT host, gpu, metric FROM samples WHERE metric IN ({_marks(metrics)}) "
+        "AND host IS NOT NULL AND gpu IS NOT NULL",
+        list(metrics),
+    )
 
 
 def job_gpu_coverage(store: Store, metric: str) -> list[tuple]:
     """Per (job label, host, gpu) of ``metric``'s samples: rows ``(job, host, gpu, count, first t, last t)``."""
-    return store.query("SELECT job, host, gpu, count(*), min(t), max(t) FROM samples WHERE metric = ? "
-                       "AND job IS NOT NULL AND host IS NOT NULL AND gpu IS NOT NULL GROUP BY job, host, gpu", [metric])
+    return store.query(
+        "SELECT job, host, gpu, count(*), min(t), max(t) FROM samples WHERE metric = ? "
+        "AND job IS NOT NULL AND host IS NOT NULL AND gpu IS NOT NULL GROUP BY job, host, gpu",
+        [metric],
+    )
 
 
 def sample_job_ids(store: Store, metrics: Sequence[str]) -> list[str]:
     """Every job label seen on samples of ``metrics``, sorted."""
     if not metrics:
         return []
-    return [j for (j,) in store.query(f"SELECT DISTINCT job FROM samples WHERE metric IN ({_marks(metrics)}) "
-                                      "AND job IS NOT NULL ORDER BY job", list(metrics))]
+    return [
+        j
+        for (j,) in store.query(
+            f"SELECT DISTINCT job FROM samples WHERE metric IN ({_marks(metrics)}) AND job IS NOT NULL ORDER BY job",
+            list(metrics),
+        )
+    ]
 
 
 def label_values_by_host(store: Store, metric: str, label: str) -> list[tuple[str | None, str]]:
     """The distinct values of label ``label`` on ``metric``'s samples, per host: rows ``(host, value)``."""
-    return store.query("SELECT DISTINCT host, json_extract_string(labels, ?) AS v FROM samples "
-                       "WHERE metric = ? AND v IS NOT NULL ORDER BY host, v", [f'$."{label}"', metric])
+    return store.query(
+        "SELECT DISTINCT host, json_extract_string(labels, ?) AS v FROM samples "
+        "WHERE metric = ? AND v IS NOT NULL ORDER BY host, v",
+        [f'$."{label}"', metric],
+    )
 
 
 def counter_increase(store: Store, metrics: Sequence[str]) -> list[tuple[str, str | None, str, float]]:
     """Per series of ``metrics``: rows ``(metric, host, labels JSON, newest - oldest value)``."""
     if not metrics:
         return []
-    return store.query(f"SELECT metric, host, labels, arg_max(value, t) - arg_min(value, t) FROM samples "
-                       f"WHERE metric IN ({_marks(metrics)}) GROUP BY metric, host, labels", list(metrics))
+    return store.query(
+        f"SELECT metric, host, labels, arg_max(value, t) - arg_min(value, t) FROM samples "
+        f"WHERE metric IN ({_marks(metrics)}) GROUP BY metric, host, labels",
+        list(metrics),
+    )
 
 
-def idle_gpu_maxima(store: Store, *, util_metric: str, metrics: Sequence[str],
-                    idle_below_pct: float) -> list[tuple[str, str, str, float, int]]:
+def idle_gpu_maxima(
+    store: Store, *, util_metric: str, metrics: Sequence[str], idle_below_pct: float
+) -> list[tuple[str, str, str, float, int]]:
     """The highest value of each of ``metrics`` per GPU at the scrapes where ``util_metric`` was under
     ``idle_below_pct``: rows ``(host, gpu, metric, max value, idle scrapes)``."""
     if not metrics:
@@ -328,16 +415,22 @@ def idle_gpu_maxima(store: Store, *, util_metric: str, metrics: Sequence[str],
         "WITH idle AS (SELECT host, gpu, t FROM samples WHERE metric = ? AND value < ? AND host IS NOT NULL "
         "AND gpu IS NOT NULL) SELECT s.host, s.gpu, s.metric, max(s.value), count(*) FROM samples s "
         f"JOIN idle i ON s.host = i.host AND s.gpu = i.gpu AND s.t = i.t WHERE s.metric IN ({_marks(metrics)}) "
-        "GROUP BY s.host, s.gpu, s.metric ORDER BY s.host, s.gpu", [util_metric, idle_below_pct, *metrics])
+        "GROUP BY s.host, s.gpu, s.metric ORDER BY s.host, s.gpu",
+        [util_metric, idle_below_pct, *metrics],
+    )
 
 
 def newest_by_labels(store: Store, metric: str) -> list[tuple[str | None, str, float, float]]:
     """The newest value of each series of ``metric``: rows ``(host, labels JSON, value, t)``."""
-    return store.query("SELECT host, labels, arg_max(value, t), max(t) FROM samples WHERE metric = ? "
-                       "GROUP BY host, labels ORDER BY host", [metric])
+    return store.query(
+        "SELECT host, labels, arg_max(value, t), max(t) FROM samples WHERE metric = ? "
+        "GROUP BY host, labels ORDER BY host",
+        [metric],
+    )
 
 
 def step_walls(store: Store, job: str) -> list[tuple[int, float, float]]:
     """Per step of ``job``'s spans: rows ``(step, first start, last end)``, in step order."""
-    return store.query("SELECT step, min(start), max(start + dur) FROM spans WHERE job = ? GROUP BY step "
-                       "ORDER BY step", [job])
+    return store.query(
+        "SELECT step, min(start), max(start + dur) FROM spans WHERE job = ? GROUP BY step ORDER BY step", [job]
+    )

@@ -42,17 +42,25 @@ import numpy as np
 import orjson
 import pyarrow as pa
 
+from hpcwatch import vocab
 from hpcwatch.errors import ConfigError
 from hpcwatch.model import Cluster
 from hpcwatch.model.catalog import GPU_SLOWDOWN_TEMP_C
 from hpcwatch.records import Event, Job, Sample, Span
 from hpcwatch.twin.scenarios import Scenario, get_scenario
 from hpcwatch.twin.workload import PlannedJob, Scheduler
-from hpcwatch import vocab
 from hpcwatch.vocab import EventKind
 
-__all__ = ["Twin", "JobTruth", "DEFAULT_START_S", "SEED_PHASES_S", "SPAN_ORDER", "DCGM_FIELDS", "IB_COUNTERS",
-           "DRIVER_VERSION"]
+__all__ = [
+    "Twin",
+    "JobTruth",
+    "DEFAULT_START_S",
+    "SEED_PHASES_S",
+    "SPAN_ORDER",
+    "DCGM_FIELDS",
+    "IB_COUNTERS",
+    "DRIVER_VERSION",
+]
 
 #: Simulated time starts here unless told otherwise (2026-11-29 ~ the Slurm samples' epoch), so runs are reproducible.
 DEFAULT_START_S = 1_796_000_000.0
@@ -105,19 +113,42 @@ RESTORE_BYTES_S_PER_GPU = 2.5e9
 
 #: dcgm-exporter fields the twin produces, in the order dcgm-exporter writes them (etc/default-counters.csv).
 DCGM_FIELDS = (
-    vocab.DCGM_FI_DEV_SM_CLOCK, vocab.DCGM_FI_DEV_GPU_TEMP, vocab.DCGM_FI_DEV_POWER_USAGE,
-    vocab.DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION, vocab.DCGM_FI_DEV_GPU_UTIL, vocab.DCGM_FI_DEV_XID_ERRORS,
-    vocab.DCGM_FI_DEV_FB_FREE, vocab.DCGM_FI_DEV_FB_USED, vocab.DCGM_FI_PROF_PIPE_TENSOR_ACTIVE,
+    vocab.DCGM_FI_DEV_SM_CLOCK,
+    vocab.DCGM_FI_DEV_GPU_TEMP,
+    vocab.DCGM_FI_DEV_POWER_USAGE,
+    vocab.DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION,
+    vocab.DCGM_FI_DEV_GPU_UTIL,
+    vocab.DCGM_FI_DEV_XID_ERRORS,
+    vocab.DCGM_FI_DEV_FB_FREE,
+    vocab.DCGM_FI_DEV_FB_USED,
+    vocab.DCGM_FI_PROF_PIPE_TENSOR_ACTIVE,
 )
 _F = {name: i for i, name in enumerate(DCGM_FIELDS)}
 
 #: perfquery -x counters the twin keeps per port (data counters in 4-byte words, as the HCA counts them).
 IB_COUNTERS = (
-    "PortXmitData", "PortRcvData", "PortXmitPkts", "PortRcvPkts", "PortUnicastXmitPkts", "PortUnicastRcvPkts",
-    "PortMulticastXmitPkts", "PortMulticastRcvPkts", "SymbolErrorCounter", "LinkErrorRecoveryCounter",
-    "LinkDownedCounter", "PortRcvErrors", "PortRcvRemotePhysicalErrors", "PortRcvSwitchRelayErrors",
-    "PortXmitDiscards", "PortXmitConstraintErrors", "PortRcvConstraintErrors", "LocalLinkIntegrityErrors",
-    "ExcessiveBufferOverrunErrors", "VL15Dropped", "PortXmitWait", "QP1Dropped",
+    "PortXmitData",
+    "PortRcvData",
+    "PortXmitPkts",
+    "PortRcvPkts",
+    "PortUnicastXmitPkts",
+    "PortUnicastRcvPkts",
+    "PortMulticastXmitPkts",
+    "PortMulticastRcvPkts",
+    "SymbolErrorCounter",
+    "LinkErrorRecoveryCounter",
+    "LinkDownedCounter",
+    "PortRcvErrors",
+    "PortRcvRemotePhysicalErrors",
+    "PortRcvSwitchRelayErrors",
+    "PortXmitDiscards",
+    "PortXmitConstraintErrors",
+    "PortRcvConstraintErrors",
+    "LocalLinkIntegrityErrors",
+    "ExcessiveBufferOverrunErrors",
+    "VL15Dropped",
+    "PortXmitWait",
+    "QP1Dropped",
 )
 _C = {name: i for i, name in enumerate(IB_COUNTERS)}
 
@@ -165,13 +196,13 @@ def _bus_id(index: int) -> str:
 class Twin:
     """A simulated cluster. ``advance(dt_s)`` moves it; the ``*_text`` / ``*_json`` methods write real formats."""
 
-    def __init__(self, cluster: Cluster, *, seed: int = 0, scenarios: Iterable[str | Scenario] = (),
-                 start: float | None = None) -> None:
+    def __init__(
+        self, cluster: Cluster, *, seed: int = 0, scenarios: Iterable[str | Scenario] = (), start: float | None = None
+    ) -> None:
         self.cluster = cluster
         self.seed = int(seed)
         self.rng = np.random.default_rng(self.seed)
-        self.scenarios: tuple[Scenario, ...] = tuple(get_scenario(s) if isinstance(s, str) else s
-                                                     for s in scenarios)
+        self.scenarios: tuple[Scenario, ...] = tuple(get_scenario(s) if isinstance(s, str) else s for s in scenarios)
         self.now = float(DEFAULT_START_S if start is None else start)
         self.t0 = self.now
         self.dt = 0.0
@@ -229,10 +260,17 @@ class Twin:
         cooling = c.cooling
         self._inlet_c, self._c_per_w, self._tau_s = cooling.inlet_c, cooling.spec.c_per_w, cooling.spec.tau_s
         self.gpu_labels: list[dict[str, str]] = [
-            {"gpu": str(g.index), "UUID": _gpu_uuid(c.name, g.node, g.index), "pci_bus_id": _bus_id(g.index),
-             "device": f"nvidia{g.index}", "modelName": g.spec.name, "Hostname": g.node,
-             "DCGM_FI_DRIVER_VERSION": DRIVER_VERSION}
-            for g in gpus]
+            {
+                "gpu": str(g.index),
+                "UUID": _gpu_uuid(c.name, g.node, g.index),
+                "pci_bus_id": _bus_id(g.index),
+                "device": f"nvidia{g.index}",
+                "modelName": g.spec.name,
+                "Hostname": g.node,
+                "DCGM_FI_DRIVER_VERSION": DRIVER_VERSION,
+            }
+            for g in gpus
+        ]
         # One HCA per rail: HCA h of a node serves the GPUs g with g * H // G == h (rail-optimised).
         ports, port_of_gpu = [], np.zeros(self.n_gpus, dtype=np.int64)
         for node in c.nodes:
@@ -263,7 +301,9 @@ class Twin:
         self.ib = np.zeros((len(self.ports), len(IB_COUNTERS)))
         # The ports carried traffic before t0 too; start the counters somewhere realistic (words).
         self.ib[:, _C["PortXmitData"]] = np.round(self.rng.uniform(1e12, 5e12, size=len(self.ports)))
-        self.ib[:, _C["PortRcvData"]] = self.ib[:, _C["PortXmitData"]] + np.round(self.rng.uniform(0, 1e9, len(self.ports)))
+        self.ib[:, _C["PortRcvData"]] = self.ib[:, _C["PortXmitData"]] + np.round(
+            self.rng.uniform(0, 1e9, len(self.ports))
+        )
         self.ib[:, _C["PortXmitPkts"]] = np.round(self.ib[:, _C["PortXmitData"]] * 4 / IB_MTU_BYTES)
         self.ib[:, _C["PortRcvPkts"]] = np.round(self.ib[:, _C["PortRcvData"]] * 4 / IB_MTU_BYTES)
         self._prev_xid = np.zeros(n)
@@ -277,7 +317,7 @@ class Twin:
         Incremental: the GPUs of ``ended`` jobs are freed, those of ``started`` taken (all running
         jobs when ``started`` is None)."""
         jobs = self.scheduler.jobs
-        for job in jobs[len(self._job_index):]:
+        for job in jobs[len(self._job_index) :]:
             self._job_index[job.id] = len(self._job_index)
         if started is None:
             self._job_of_gpu = np.full(self.n_gpus, -1, dtype=np.int64)
@@ -350,11 +390,23 @@ class Twin:
         if ended or started:
             self._assign(ended, started)
         for job in ended:
-            self._events.append(Event(kind=EventKind.JOB_END, t=self.now, source="slurm",
-                                      attrs={"job": job.id, "user": job.user, "state": job.state}))
+            self._events.append(
+                Event(
+                    kind=EventKind.JOB_END,
+                    t=self.now,
+                    source="slurm",
+                    attrs={"job": job.id, "user": job.user, "state": job.state},
+                )
+            )
         for job in started:
-            self._events.append(Event(kind=EventKind.JOB_START, t=self.now, source="slurm",
-                                      attrs={"job": job.id, "user": job.user, "nodes": list(job.nodes)}))
+            self._events.append(
+                Event(
+                    kind=EventKind.JOB_START,
+                    t=self.now,
+                    source="slurm",
+                    attrs={"job": job.id, "user": job.user, "nodes": list(job.nodes)},
+                )
+            )
             if job.restart_cnt:
                 self._events.extend(self._restarted(job))
         self._events.extend(self._nccl_events())
@@ -363,7 +415,7 @@ class Twin:
 
     def _nccl_events(self) -> list[Event]:
         """The training job's ``nccl_rank`` events, on the first tick it runs (its ranks' NCCL init)."""
-        from hpcwatch.twin.nccl import nccl_rank_events, socket_nodes_of   # twin.nccl draws on exposition
+        from hpcwatch.twin.nccl import nccl_rank_events, socket_nodes_of  # twin.nccl draws on exposition
 
         job = self.training_job if self.scheduler.jobs else None
         if job is None or job.state != "RUNNING" or job.id in self._nccl_told:
@@ -422,9 +474,12 @@ class Twin:
         self._temp = target + (self._temp - target) * lag + 0.3 * z[4]
         f[:, _F[vocab.DCGM_FI_DEV_GPU_TEMP]] = np.round(self._temp)
         throttled = busy & (power >= POWER_THROTTLE_FRACTION * self._tdp)
-        clock = np.where(busy, self._sm_max - throttled * np.round(np.abs(z[3]) * 8) * 15.0,
-                         np.minimum(SM_CLOCK_IDLE_MHZ, self._sm_max))
-        too_hot = self._temp >= self._slowdown_c   # NaN (unknown GPU) is never too hot
+        clock = np.where(
+            busy,
+            self._sm_max - throttled * np.round(np.abs(z[3]) * 8) * 15.0,
+            np.minimum(SM_CLOCK_IDLE_MHZ, self._sm_max),
+        )
+        too_hot = self._temp >= self._slowdown_c  # NaN (unknown GPU) is never too hot
         f[:, _F[vocab.DCGM_FI_DEV_SM_CLOCK]] = np.where(too_hot, np.round(clock * THERMAL_SLOWDOWN_CLOCK_FACTOR), clock)
         f[:, _F[vocab.DCGM_FI_DEV_XID_ERRORS]] = 0.0
         self._apply_gpu_hooks()
@@ -462,8 +517,14 @@ class Twin:
     def _ib_traffic(self, gpu_bytes: np.ndarray) -> None:
         words = np.round(np.bincount(self._port_of_gpu, weights=gpu_bytes, minlength=len(self.ports)) / 4)
         pkts = np.ceil(words * 4 / IB_MTU_BYTES)
-        for name, inc in (("PortXmitData", words), ("PortRcvData", words), ("PortXmitPkts", pkts),
-                          ("PortRcvPkts", pkts), ("PortUnicastXmitPkts", pkts), ("PortUnicastRcvPkts", pkts)):
+        for name, inc in (
+            ("PortXmitData", words),
+            ("PortRcvData", words),
+            ("PortXmitPkts", pkts),
+            ("PortRcvPkts", pkts),
+            ("PortUnicastXmitPkts", pkts),
+            ("PortUnicastRcvPkts", pkts),
+        ):
             self.ib[:, _C[name]] += inc
         hooked = [s for s in self.scenarios if _overrides(s, "adjust_ib")]
         for p, (node, hca) in enumerate(self.ports) if hooked else ():
@@ -486,8 +547,16 @@ class Twin:
         # A port's bytes go to the jobs on its rail GPUs, shared equally (floor) between those GPUs.
         ports = self._port_of_gpu[busy]
         share = ib_delta_bytes[ports] // self._gpus_per_port[ports][:, None]
-        for col, weights in enumerate((energy_inc[busy], self.fields[busy, _F[vocab.DCGM_FI_DEV_GPU_UTIL]], None,
-                                       new_xid[busy].astype(float), share[:, 0], share[:, 1])):
+        for col, weights in enumerate(
+            (
+                energy_inc[busy],
+                self.fields[busy, _F[vocab.DCGM_FI_DEV_GPU_UTIL]],
+                None,
+                new_xid[busy].astype(float),
+                share[:, 0],
+                share[:, 1],
+            )
+        ):
             self._acc[:, col] += np.bincount(idx, weights=weights, minlength=n)
 
     # -- training steps ------------------------------------------------------------------------------
@@ -529,8 +598,13 @@ class Twin:
         table[:, 3] = self._ring_allreduce_s(job)
         hooked = [s for s in self.scenarios if _overrides(s, "adjust_step")]
         for r, node, g in ranks if hooked else ():
-            phases = {"load": table[r, 0], "forward": table[r, 1], "backward": table[r, 2],
-                      "allreduce": table[r, 3], "optimizer": table[r, 4]}
+            phases = {
+                "load": table[r, 0],
+                "forward": table[r, 1],
+                "backward": table[r, 2],
+                "allreduce": table[r, 3],
+                "optimizer": table[r, 4],
+            }
             for scenario in hooked:
                 scenario.adjust_step(rank=r, node=node, gpu=g, step=step, phases=phases)
             table[r, :5] = [phases[p] for p in ("load", "forward", "backward", "allreduce", "optimizer")]
@@ -550,12 +624,15 @@ class Twin:
             # Single-node jobs are timed only when a scenario may bend their steps (they move no IB bytes).
             if not job.kind.distributed or job.gpus < 2 or (job.n_nodes < 2 and not step_hooks and j != 0):
                 continue
-            done = self._steps_done.setdefault(job.id, max(0.0, self.now - dt - job.start) / sum(SEED_PHASES_S.values()))
+            done = self._steps_done.setdefault(
+                job.id, max(0.0, self.now - dt - job.start) / sum(SEED_PHASES_S.values())
+            )
             step = int(done)
             ranks, table = self.step_phases(job, step)
             step_s = float(table.sum(axis=1).max())
-            nominal = sum(SEED_PHASES_S[p] for p in ("forward", "backward")) / (sum(SEED_PHASES_S.values())
-                                                                                  + table[:, 3].mean())
+            nominal = sum(SEED_PHASES_S[p] for p in ("forward", "backward")) / (
+                sum(SEED_PHASES_S.values()) + table[:, 3].mean()
+            )
             flat = [self._gpu_flat[(node, g)] for _, node, g in ranks]
             share[flat] = (table[:, 1] + table[:, 2]) / step_s / nominal
             active_s = self._stepping_s(job, dt)
@@ -591,11 +668,16 @@ class Twin:
         without one rank). Returns the ``failure`` event, with the step it had reached."""
         job = self.planned(job_id)
         self._halted.add(job.id)
-        return Event(kind=EventKind.FAILURE, t=self.now, source="twin.failures",
-                     attrs={"job": job.id, "cause": cause, "node": node, "step": self.steps_done(job.id), **attrs})
+        return Event(
+            kind=EventKind.FAILURE,
+            t=self.now,
+            source="twin.failures",
+            attrs={"job": job.id, "cause": cause, "node": node, "step": self.steps_done(job.id), **attrs},
+        )
 
-    def requeue_job(self, job_id: str, *, drain: str | None = None, down_s: float = 0.0,
-                    reason: str = "") -> list[Event]:
+    def requeue_job(
+        self, job_id: str, *, drain: str | None = None, down_s: float = 0.0, reason: str = ""
+    ) -> list[Event]:
         """Slurm requeues the failed job (``Scheduler.requeue``) and, when ``drain`` is given, the health
         check drains that node for ``down_s`` (its reboot). The job restarts from its last checkpoint
         once its nodes are back (``_restarted``). Returns the ``job_end`` event of the lost attempt, whose
@@ -609,9 +691,22 @@ class Twin:
         self._halted.discard(job.id)
         if job is self.training_job:  # its ranks are gone: no step of it finished in this tick
             self._last_step = None
-        return [Event(kind=EventKind.JOB_END, t=self.now, source="slurm",
-                      attrs={"job": job.id, "user": job.user, "state": "REQUEUED", "restart_cnt": job.restart_cnt,
-                             "start": attempt_start, "end": self.now, "nodes": attempt_nodes})]
+        return [
+            Event(
+                kind=EventKind.JOB_END,
+                t=self.now,
+                source="slurm",
+                attrs={
+                    "job": job.id,
+                    "user": job.user,
+                    "state": "REQUEUED",
+                    "restart_cnt": job.restart_cnt,
+                    "start": attempt_start,
+                    "end": self.now,
+                    "nodes": attempt_nodes,
+                },
+            )
+        ]
 
     def _restarted(self, job: PlannedJob) -> list[Event]:
         """A requeued job runs again: start-up, then it reads its last checkpoint back and resumes from the
@@ -622,10 +717,21 @@ class Twin:
         restore_s = job.kind.checkpoint_bytes_per_gpu / RESTORE_BYTES_S_PER_GPU
         t_restore = self.now + RESTART_STARTUP_S
         self._resume_at[job.id] = t_restore + restore_s
-        return [Event(kind=EventKind.CHECKPOINT_RESTORE, t=t_restore, source="twin", attrs={
-            "job": job.id, "step": step, "duration_s": round(restore_s, 6), "restart_cnt": job.restart_cnt,
-            "bytes": int(job.kind.checkpoint_bytes_per_gpu * job.gpus),
-            "path": saved[1] if saved is not None else ""})]
+        return [
+            Event(
+                kind=EventKind.CHECKPOINT_RESTORE,
+                t=t_restore,
+                source="twin",
+                attrs={
+                    "job": job.id,
+                    "step": step,
+                    "duration_s": round(restore_s, 6),
+                    "restart_cnt": job.restart_cnt,
+                    "bytes": int(job.kind.checkpoint_bytes_per_gpu * job.gpus),
+                    "path": saved[1] if saved is not None else "",
+                },
+            )
+        ]
 
     def planned(self, job_id: str) -> PlannedJob:
         """The scheduler's job ``job_id`` (``ConfigError`` when the twin has none)."""
@@ -654,8 +760,17 @@ class Twin:
         spans = []
         for r, node, g in ranks:
             for k, phase in enumerate(SPAN_ORDER):
-                spans.append(Span(job=job_id, rank=r, step=step, phase=phase, start=round(float(starts[r, k]), 6),
-                                  dur=float(table[r, _SPAN_COLUMNS[k]]), attrs={"node": node, "gpu": g}))
+                spans.append(
+                    Span(
+                        job=job_id,
+                        rank=r,
+                        step=step,
+                        phase=phase,
+                        start=round(float(starts[r, k]), 6),
+                        dur=float(table[r, _SPAN_COLUMNS[k]]),
+                        attrs={"node": node, "gpu": g},
+                    )
+                )
         return spans
 
     def finished_spans(self) -> list[Span]:
@@ -698,8 +813,12 @@ class Twin:
             kind = job.kind
             read = job.gpus * (kind.load_bytes_per_gpu + kind.read_bytes_s_per_gpu * max(0.0, elapsed - LOAD_PHASE_S))
             writes = int(elapsed // kind.checkpoint_interval_s) if kind.checkpoint_interval_s else 0
-            self._lustre_add(np.array([j]), np.array([read]), np.array([writes * kind.checkpoint_bytes_per_gpu
-                                                                         * job.gpus]), np.array([writes]))
+            self._lustre_add(
+                np.array([j]),
+                np.array([read]),
+                np.array([writes * kind.checkpoint_bytes_per_gpu * job.gpus]),
+                np.array([writes]),
+            )
 
     def _lustre_add(self, idx: np.ndarray, read: np.ndarray, write: np.ndarray, syncs: np.ndarray) -> None:
         """Add bytes of jobs idx, striped over every OST (the first total mod osts OSTs get a byte more)."""
@@ -731,8 +850,7 @@ class Twin:
         loading = np.clip(np.minimum(t1, start + LOAD_PHASE_S) - np.maximum(t0, start), 0.0, None)
         # A timed job's loader reads a batch per step, so its reads follow its step rate (and stop with it);
         # the others read at their kind's steady rate.
-        steady_s = np.array([self._tick_steps[j] * SEED_STEP_S if j in self._tick_steps else dt
-                             for j in idx.tolist()])
+        steady_s = np.array([self._tick_steps[j] * SEED_STEP_S if j in self._tick_steps else dt for j in idx.tolist()])
         read = gpus * (rate * np.maximum(steady_s - loading, 0.0) + load * loading / LOAD_PHASE_S)
         read += gpus * np.array([self._restore_read(j, t0, t1) for j in jobs])
         stepping = np.array([j not in self._tick_steps or self._tick_steps[j] > 0 for j in idx.tolist()])
@@ -756,9 +874,18 @@ class Twin:
         per_gpu = job.kind.checkpoint_bytes_per_gpu
         path = f"{self.cluster.weights.path}/{job.id}/step_{step}.pt"
         self._saved[job.id] = (step, path)
-        return Event(kind=EventKind.CHECKPOINT, t=t, source="twin", attrs={
-            "job": job.id, "bytes": int(per_gpu * job.gpus), "step": step,
-            "duration_s": round(per_gpu / CHECKPOINT_STAGING_BYTES_S, 6), "path": path})
+        return Event(
+            kind=EventKind.CHECKPOINT,
+            t=t,
+            source="twin",
+            attrs={
+                "job": job.id,
+                "bytes": int(per_gpu * job.gpus),
+                "step": step,
+                "duration_s": round(per_gpu / CHECKPOINT_STAGING_BYTES_S, 6),
+                "path": path,
+            },
+        )
 
     def _checkpoints_before_t0(self) -> list[Event]:
         """The training job's last checkpoint before t0 (``_lustre_backfill`` wrote its bytes), so that a
@@ -792,10 +919,17 @@ class Twin:
                 continue
             energy, util, n, xid, tx, rx = (self._acc[j] if j < self._acc.shape[0] else np.zeros(6)).tolist()
             lustre = self._lustre[j] if j < self._lustre.shape[0] else np.zeros((1, 5))
-            out[job.id] = JobTruth(id=job.id, energy_mj=int(energy), ib_tx_bytes=int(tx), ib_rx_bytes=int(rx),
-                                   xid_errors=int(xid), util_sum=util, util_samples=int(n),
-                                   lustre_read_bytes=int(lustre[:, 0].sum()),
-                                   lustre_write_bytes=int(lustre[:, 2].sum()))
+            out[job.id] = JobTruth(
+                id=job.id,
+                energy_mj=int(energy),
+                ib_tx_bytes=int(tx),
+                ib_rx_bytes=int(rx),
+                xid_errors=int(xid),
+                util_sum=util,
+                util_samples=int(n),
+                lustre_read_bytes=int(lustre[:, 0].sum()),
+                lustre_write_bytes=int(lustre[:, 2].sum()),
+            )
         return out
 
     def gpu_hours(self, job_id: str) -> float:
@@ -818,33 +952,38 @@ class Twin:
             out.append(labels)
         return out
 
-    def dcgm_text(self, node: str, *, jobs_by_gpu: dict[int, str] | None = None,
-                  timestamp: bool = False) -> str:
+    def dcgm_text(self, node: str, *, jobs_by_gpu: dict[int, str] | None = None, timestamp: bool = False) -> str:
         """One dcgm-exporter scrape of a node (``timestamp``: add the sample time in ms to each line)."""
         from hpcwatch.twin import exposition
+
         return exposition.dcgm_text(self, node, jobs_by_gpu=jobs_by_gpu, timestamp=timestamp)
 
     def node_exporter_text(self, node: str, *, timestamp: bool = False, target_labels: bool = False) -> str:
         """node-exporter's InfiniBand collector output for a node (``target_labels``: add instance/node)."""
         from hpcwatch.twin import exposition
+
         return exposition.node_exporter_text(self, node, timestamp=timestamp, target_labels=target_labels)
 
     def perfquery_text(self, node: str, port: int) -> str:
         """``perfquery -x`` of one HCA (``port`` = the HCA's index on the node, mlx5_<port> port 1)."""
         from hpcwatch.twin import exposition
+
         return exposition.perfquery_text(self, node, port)
 
     def lustre_job_stats_text(self) -> str:
         """``lctl get_param obdfilter.*.job_stats`` on the OSS, all OSTs."""
         from hpcwatch.twin import exposition
+
         return exposition.lustre_job_stats_text(self)
 
     def squeue_json(self) -> str:
         from hpcwatch.twin import slurm_out
+
         return slurm_out.squeue_json(self)
 
     def sacct_json(self) -> str:
         from hpcwatch.twin import slurm_out
+
         return slurm_out.sacct_json(self)
 
     # -- records ---------------------------------------------------------------------------------------
@@ -863,6 +1002,7 @@ class Twin:
             for name, value in zip(DCGM_FIELDS, row):
                 yield Sample(metric=name, labels=labels, t=self.now, value=value)
         from hpcwatch.twin.exposition import ib_samples, lustre_samples
+
         yield from ib_samples(self)
         yield from lustre_samples(self)
 
@@ -879,6 +1019,7 @@ class Twin:
         way to put a tick of a large cluster into a Store (``Store.add_sample_table``)."""
         from hpcwatch.schemas import SAMPLE_SCHEMA, sample_keys
         from hpcwatch.twin.exposition import ib_samples, lustre_samples
+
         n, m = self.n_gpus, len(DCGM_FIELDS)
         labels = self.labels_of_all()
         fields = self.fields
@@ -901,8 +1042,15 @@ class Twin:
         }
         for sample in [*ib_samples(self), *lustre_samples(self)]:
             host, gpu, job = sample_keys(sample.labels, sample.metric)
-            for key, value in (("metric", sample.metric), ("t", sample.t), ("value", sample.value), ("host", host),
-                               ("gpu", gpu), ("job", job), ("labels", orjson.dumps(dict(sample.labels)).decode())):
+            for key, value in (
+                ("metric", sample.metric),
+                ("t", sample.t),
+                ("value", sample.value),
+                ("host", host),
+                ("gpu", gpu),
+                ("job", job),
+                ("labels", orjson.dumps(dict(sample.labels)).decode()),
+            ):
                 cols[key].append(value)
         return pa.table(cols, schema=SAMPLE_SCHEMA)
 
@@ -914,5 +1062,11 @@ class Twin:
         yield from self._events
 
     def describe(self) -> dict[str, Any]:
-        return {"nodes": len(self.node_names), "gpus": self.n_gpus, "ports": len(self.ports), "now": self.now,
-                "seed": self.seed, "scenarios": [s.name for s in self.scenarios]}
+        return {
+            "nodes": len(self.node_names),
+            "gpus": self.n_gpus,
+            "ports": len(self.ports),
+            "now": self.now,
+            "seed": self.seed,
+            "scenarios": [s.name for s in self.scenarios],
+        }

@@ -16,7 +16,6 @@ Sources of the shapes:
 from __future__ import annotations
 
 import re
-
 import weakref
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
@@ -27,18 +26,38 @@ import numpy as np
 import orjson
 import pyarrow as pa
 
+from hpcwatch import vocab
 from hpcwatch.errors import ConfigError
 from hpcwatch.records import Sample
 from hpcwatch.schemas import SAMPLE_SCHEMA, sample_keys
 from hpcwatch.twin.core import _SPAN_COLUMNS, DCGM_FIELDS, IB_COUNTERS, SPAN_ORDER
-from hpcwatch import vocab
 
 if TYPE_CHECKING:
     from hpcwatch.twin.core import Twin
 
-__all__ = ["DCGM_HELP", "NODE_EXPORTER_IB", "dcgm_text", "node_exporter_text", "perfquery_text",
-           "lustre_job_stats_text", "ib_samples", "perfquery_samples", "perfquery_table", "scrape_all", "spans_jsonl", "kineto_traces", "gpu_kineto_traces", "write_gpu_kineto_traces", "GpuTraceConfig", "with_kernels_per_step", "uniform_shape", "lustre_samples", "lustre_target", "hca_device",
-           "NODE_EXPORTER_PORT"]
+__all__ = [
+    "DCGM_HELP",
+    "NODE_EXPORTER_IB",
+    "dcgm_text",
+    "node_exporter_text",
+    "perfquery_text",
+    "lustre_job_stats_text",
+    "ib_samples",
+    "perfquery_samples",
+    "perfquery_table",
+    "scrape_all",
+    "spans_jsonl",
+    "kineto_traces",
+    "gpu_kineto_traces",
+    "write_gpu_kineto_traces",
+    "GpuTraceConfig",
+    "with_kernels_per_step",
+    "uniform_shape",
+    "lustre_samples",
+    "lustre_target",
+    "hca_device",
+    "NODE_EXPORTER_PORT",
+]
 
 #: (type, help) of each DCGM field, verbatim from dcgm-exporter's counter CSVs.
 DCGM_HELP: dict[str, tuple[str, str]] = {
@@ -58,27 +77,59 @@ _FLOAT_FIELDS = frozenset({vocab.DCGM_FI_DEV_POWER_USAGE, vocab.DCGM_FI_PROF_PIP
 #: node-exporter writes them. Data counters are 4-byte words in perfquery, octets in node-exporter.
 NODE_EXPORTER_IB: dict[str, tuple[str, str, str, int]] = {
     "node_infiniband_link_downed_total": (
-        "counter", "Number of times the link failed to recover from an error state and went down",
-        "LinkDownedCounter", 1),
+        "counter",
+        "Number of times the link failed to recover from an error state and went down",
+        "LinkDownedCounter",
+        1,
+    ),
     "node_infiniband_link_error_recovery_total": (
-        "counter", "Number of times the link successfully recovered from an error state",
-        "LinkErrorRecoveryCounter", 1),
+        "counter",
+        "Number of times the link successfully recovered from an error state",
+        "LinkErrorRecoveryCounter",
+        1,
+    ),
     "node_infiniband_port_data_received_bytes_total": (
-        "counter", "Number of data octets received on all links", "PortRcvData", 4),
+        "counter",
+        "Number of data octets received on all links",
+        "PortRcvData",
+        4,
+    ),
     "node_infiniband_port_data_transmitted_bytes_total": (
-        "counter", "Number of data octets transmitted on all links", "PortXmitData", 4),
+        "counter",
+        "Number of data octets transmitted on all links",
+        "PortXmitData",
+        4,
+    ),
     "node_infiniband_port_discards_transmitted_total": (
-        "counter", "Number of outbound packets discarded by the port because the port is down or congested",
-        "PortXmitDiscards", 1),
+        "counter",
+        "Number of outbound packets discarded by the port because the port is down or congested",
+        "PortXmitDiscards",
+        1,
+    ),
     "node_infiniband_port_errors_received_total": (
-        "counter", "Number of packets containing an error that were received on this port", "PortRcvErrors", 1),
+        "counter",
+        "Number of packets containing an error that were received on this port",
+        "PortRcvErrors",
+        1,
+    ),
     "node_infiniband_port_packets_received_total": (
-        "counter", "Number of packets received on all VLs by this port (including errors)", "PortRcvPkts", 1),
+        "counter",
+        "Number of packets received on all VLs by this port (including errors)",
+        "PortRcvPkts",
+        1,
+    ),
     "node_infiniband_port_packets_transmitted_total": (
-        "counter", "Number of packets transmitted on all VLs from this port (including errors)", "PortXmitPkts", 1),
+        "counter",
+        "Number of packets transmitted on all VLs from this port (including errors)",
+        "PortXmitPkts",
+        1,
+    ),
     "node_infiniband_port_transmit_wait_total": (
-        "counter", "Number of ticks during which the port had data to transmit but no data was sent during the "
-        "entire tick", "PortXmitWait", 1),
+        "counter",
+        "Number of ticks during which the port had data to transmit but no data was sent during the entire tick",
+        "PortXmitWait",
+        1,
+    ),
 }
 #: node-exporter's default port; Prometheus names the target ``<host>:9100`` in the ``instance`` label.
 NODE_EXPORTER_PORT = 9100
@@ -178,13 +229,14 @@ def _one_series_per_job(text: str) -> str:
         if shared is None:
             lines.append(line)
             continue
-        head, tail = line[:shared.start(1)], line[shared.end(1):]
+        head, tail = line[: shared.start(1)], line[shared.end(1) :]
         lines.extend(head + job + tail for job in shared.group(1).split(",") if job)
     return "\n".join(lines)
 
 
-def _dcgm_node_template(twin: Twin, node: str, flat: list[int], placement: bytes | None = None,
-                        absent: np.ndarray | None = None) -> str:
+def _dcgm_node_template(
+    twin: Twin, node: str, flat: list[int], placement: bytes | None = None, absent: np.ndarray | None = None
+) -> str:
     """The node's template for the jobs now on its GPUs (cached; keyed by the job indices, cheap to hash).
     ``absent``: which of the node's GPUs the exporter lost (None: none), left out of the text."""
     cache = _cache(twin)
@@ -209,28 +261,32 @@ def uniform_shape(twin: Twin) -> tuple[int, int] | None:
     return per_node_gpus.pop(), per_node_ports.pop()
 
 
-def scrape_all(twin: Twin, *, timestamp: bool = True, target_labels: bool = True,
-               nodes: range | None = None) -> Iterator[tuple[str, str, str]]:
+def scrape_all(
+    twin: Twin, *, timestamp: bool = True, target_labels: bool = True, nodes: range | None = None
+) -> Iterator[tuple[str, str, str]]:
     """(node, dcgm-exporter text, node-exporter text) of every node (or of the node positions ``nodes``),
     the values of all of them taken in one go."""
     shape = uniform_shape(twin)
-    names = twin.node_names if nodes is None else twin.node_names[nodes.start:nodes.stop]
+    names = twin.node_names if nodes is None else twin.node_names[nodes.start : nodes.stop]
     if shape is None:  # mixed node groups: one node at a time
         for node in names:
-            yield (node, dcgm_text(twin, node, timestamp=timestamp),
-                   node_exporter_text(twin, node, timestamp=timestamp, target_labels=target_labels))
+            yield (
+                node,
+                dcgm_text(twin, node, timestamp=timestamp),
+                node_exporter_text(twin, node, timestamp=timestamp, target_labels=target_labels),
+            )
         return
     (g, h), n = shape, len(names)
     lo = 0 if nodes is None else nodes.start
-    fields = twin.fields[lo * g:(lo + n) * g]
-    ib = twin.ib[lo * h:(lo + n) * h]
+    fields = twin.fields[lo * g : (lo + n) * g]
+    ib = twin.ib[lo * h : (lo + n) * h]
     gpu_values = _gpu_values(fields.reshape(n, g, -1), _float_fields(twin))
     columns = _ib_node_template(twin, names[0], target_labels).columns
     ib_values = _ib_matrix(ib, columns).reshape(n, h, -1).transpose(0, 2, 1).reshape(n, -1).tolist()
     static = ib[:, _STATIC_COLS].reshape(n, h, -1)
     stamp = _stamp_of(twin, timestamp)
-    placements = twin._label_job[lo * g:(lo + n) * g].reshape(n, g)
-    absent = twin.absent[lo * g:(lo + n) * g].reshape(n, g)
+    placements = twin._label_job[lo * g : (lo + n) * g].reshape(n, g)
+    absent = twin.absent[lo * g : (lo + n) * g].reshape(n, g)
     lost = set(np.flatnonzero(absent.any(axis=1)).tolist())
     for k, node in enumerate(names):
         if k in lost:  # the exporter lost a GPU of this node: its lines go
@@ -255,7 +311,7 @@ def _gpu_values(fields: np.ndarray, float_fields: frozenset[str]) -> list[list]:
     for k, name in enumerate(DCGM_FIELDS):
         if name in float_fields:
             for node_values, row in zip(out, by_field[:, k, :].tolist()):
-                node_values[k * g:(k + 1) * g] = row
+                node_values[k * g : (k + 1) * g] = row
     return out
 
 
@@ -266,11 +322,15 @@ def _node_ports(twin: Twin, node: str) -> list[int]:
 def _ib_gauges(twin: Twin) -> dict[str, tuple[str, int]]:
     return {
         "node_infiniband_rate_bytes_per_second": ("Maximum signal transfer rate", int(twin.link_bytes_s)),
-        "node_infiniband_state_id": ("State of the InfiniBand port (0: no change, 1: down, 2: init, 3: armed, "
-                                     "4: active, 5: act defer)", _STATE_ACTIVE),
+        "node_infiniband_state_id": (
+            "State of the InfiniBand port (0: no change, 1: down, 2: init, 3: armed, 4: active, 5: act defer)",
+            _STATE_ACTIVE,
+        ),
         "node_infiniband_physical_state_id": (
             "Physical state of the InfiniBand port (0: no change, 1: sleep, 2: polling, 3: disable, 4: shift, "
-            "5: link up, 6: link error recover, 7: phytest)", _PHYS_LINKUP),
+            "5: link up, 6: link error recover, 7: phytest)",
+            _PHYS_LINKUP,
+        ),
     }
 
 
@@ -293,7 +353,7 @@ class _IbTemplate:
         out = [stamp] * self.n_args
         h = self.ports
         for k, offset in enumerate(self.offsets):
-            out[offset:offset + 2 * h:2] = values[k * h:(k + 1) * h]
+            out[offset : offset + 2 * h : 2] = values[k * h : (k + 1) * h]
         return tuple(out)
 
 
@@ -376,8 +436,11 @@ def perfquery_text(twin: Twin, node: str, port: int) -> str:
         raise ConfigError(f"{node} has {len(ports)} HCAs, no HCA {port}")
     p = ports[port]
     lid = p + 1
-    lines = [f"# Port extended counters: Lid {lid} port 1 (CapMask: 0x5300 CapMask2: 0x0000002)",
-             _pq("PortSelect", "1"), _pq("CounterSelect", "0x0000")]
+    lines = [
+        f"# Port extended counters: Lid {lid} port 1 (CapMask: 0x5300 CapMask2: 0x0000002)",
+        _pq("PortSelect", "1"),
+        _pq("CounterSelect", "0x0000"),
+    ]
     for name in IB_COUNTERS:
         if name == "SymbolErrorCounter":
             lines.append(_pq("CounterSelect2", "0x00000000"))
@@ -396,9 +459,21 @@ _LUSTRE_ENTRY = (
     "  read_bytes:      { samples: %11d, unit: bytes, min: %7d, max: %7d, sum: %15d }\n"
     "  write_bytes:     { samples: %11d, unit: bytes, min: %7d, max: %7d, sum: %15d }\n"
     # The twin's jobs only read, write and sync: the other OST operations stay at 0.
-    + "".join(f"  {op + ':':<17}{{ samples: {'%11d' if op == 'sync' else f'{0:>11}'}, unit:  reqs }}\n"
-              for op in ("getattr", "setattr", "punch", "sync", "destroy", "create", "statfs", "get_info",
-                         "set_info", "quotactl"))
+    + "".join(
+        f"  {op + ':':<17}{{ samples: {'%11d' if op == 'sync' else f'{0:>11}'}, unit:  reqs }}\n"
+        for op in (
+            "getattr",
+            "setattr",
+            "punch",
+            "sync",
+            "destroy",
+            "create",
+            "statfs",
+            "get_info",
+            "set_info",
+            "quotactl",
+        )
+    )
 )
 
 
@@ -413,7 +488,7 @@ def lustre_job_stats_text(twin: Twin) -> str:
         out.append(f"obdfilter.{lustre_target(twin.cluster.storage.name, ost)}.job_stats=\njob_stats:\n")
         if not order:
             continue
-        c = np.array([counters[j][ost] for j in order]).astype(np.int64)   # rsum, rn, wsum, wn, syncs
+        c = np.array([counters[j][ost] for j in order]).astype(np.int64)  # rsum, rn, wsum, wn, syncs
         rmin, rmax = _min_max(c[:, 1], c[:, 0])
         wmin, wmax = _min_max(c[:, 3], c[:, 2])
         numbers = np.stack([c[:, 1], rmin, rmax, c[:, 0], c[:, 3], wmin, wmax, c[:, 2], c[:, 4]], axis=1).tolist()
@@ -428,8 +503,9 @@ def _min_max(samples: np.ndarray, total: np.ndarray) -> tuple[np.ndarray, np.nda
     return np.where(some, np.minimum(4096, total), 0), np.where(some, np.minimum(4 * 1024**2, total), 0)
 
 
-_SPAN_LINE = ('{"kind":"span","job":"%s","rank":%d,"step":%d,"phase":"%s","start":%r,"dur":%r,'
-              '"attrs":{"node":"%s","gpu":%d}}\n')
+_SPAN_LINE = (
+    '{"kind":"span","job":"%s","rank":%d,"step":%d,"phase":"%s","start":%r,"dur":%r,"attrs":{"node":"%s","gpu":%d}}\n'
+)
 
 
 def spans_jsonl(twin: Twin) -> tuple[str, int]:
@@ -444,8 +520,12 @@ def spans_jsonl(twin: Twin) -> tuple[str, int]:
     ordered = table[:, _SPAN_COLUMNS]
     starts = np.round(start + np.cumsum(ordered, axis=1) - ordered, 6).tolist()
     durs = ordered.tolist()
-    args = [v for r, node, g in ranks for k, phase in enumerate(SPAN_ORDER)
-            for v in (job, r, step, phase, starts[r][k], durs[r][k], node, g)]
+    args = [
+        v
+        for r, node, g in ranks
+        for k, phase in enumerate(SPAN_ORDER)
+        for v in (job, r, step, phase, starts[r][k], durs[r][k], node, g)
+    ]
     n = len(ranks) * len(SPAN_ORDER)
     return (_SPAN_LINE * n) % tuple(args), n
 
@@ -482,15 +562,32 @@ def kineto_traces(steps: list[tuple], *, nodes_of_rank: dict[int, str], world_si
                 out.append(_x(name, row[phase][0], row[phase][1], pid))
             wait_at, wait = row["barrier_wait"]
             out.append(_x(_NCCL_ALLREDUCE, wait_at, wait + row["allreduce"][1], pid))
-    return {r: {"schemaVersion": _KINETO_SCHEMA, "deviceProperties": [],
-                "distributedInfo": {"backend": "nccl", "rank": r, "world_size": world_size},
-                "host_name": nodes_of_rank[r], "displayTimeUnit": "ms", "baseTimeNanoseconds": base_s * 10**9,
-                "traceEvents": events[r], "traceName": f"rank-{r}.json"} for r in events}
+    return {
+        r: {
+            "schemaVersion": _KINETO_SCHEMA,
+            "deviceProperties": [],
+            "distributedInfo": {"backend": "nccl", "rank": r, "world_size": world_size},
+            "host_name": nodes_of_rank[r],
+            "displayTimeUnit": "ms",
+            "baseTimeNanoseconds": base_s * 10**9,
+            "traceEvents": events[r],
+            "traceName": f"rank-{r}.json",
+        }
+        for r in events
+    }
 
 
 def _x(name: str, ts_us: float, dur_us: float, pid: int) -> dict:
-    return {"ph": "X", "cat": "user_annotation", "name": name, "pid": pid, "tid": pid, "ts": round(float(ts_us), 3),
-            "dur": round(float(dur_us), 3), "args": {}}
+    return {
+        "ph": "X",
+        "cat": "user_annotation",
+        "name": name,
+        "pid": pid,
+        "tid": pid,
+        "ts": round(float(ts_us), 3),
+        "dur": round(float(dur_us), 3),
+        "args": {},
+    }
 
 
 def ib_samples(twin: Twin) -> Iterator[Sample]:
@@ -537,11 +634,18 @@ def perfquery_table(twin: Twin) -> pa.Table:
     rows = np.array([p for p, _ in ports], dtype=np.int64)
     values = (np.floor(twin.ib[rows]) * _PERFQUERY_SCALE).ravel().tolist() if ports else []
     keys = [(sample_keys(labels, _PERFQUERY_NAMES[0]), orjson.dumps(labels).decode()) for _, labels in ports]
-    return pa.table({
-        "metric": list(_PERFQUERY_NAMES) * len(ports), "t": [twin.now] * (m * len(ports)), "value": values,
-        "host": [k[0][0] for k in keys for _ in range(m)], "gpu": [k[0][1] for k in keys for _ in range(m)],
-        "job": [k[0][2] for k in keys for _ in range(m)], "labels": [k[1] for k in keys for _ in range(m)],
-    }, schema=SAMPLE_SCHEMA)
+    return pa.table(
+        {
+            "metric": list(_PERFQUERY_NAMES) * len(ports),
+            "t": [twin.now] * (m * len(ports)),
+            "value": values,
+            "host": [k[0][0] for k in keys for _ in range(m)],
+            "gpu": [k[0][1] for k in keys for _ in range(m)],
+            "job": [k[0][2] for k in keys for _ in range(m)],
+            "labels": [k[1] for k in keys for _ in range(m)],
+        },
+        schema=SAMPLE_SCHEMA,
+    )
 
 
 def lustre_samples(twin: Twin) -> Iterator[Sample]:
@@ -631,30 +735,83 @@ class _RankSim:
         self.pending_nccl: tuple[float, dict] = (0.0, {})
         """(start, event) of the step's NCCL kernel, whose end waits for every rank's start."""
 
-    def launch(self, cfg: GpuTraceConfig, corr: int, name: str, stream: int, dur_us: float, *, not_before: float = 0.0,
-               cat: str = "kernel", args: dict | None = None, api: str = "cudaLaunchKernel") -> tuple[float, float]:
+    def launch(
+        self,
+        cfg: GpuTraceConfig,
+        corr: int,
+        name: str,
+        stream: int,
+        dur_us: float,
+        *,
+        not_before: float = 0.0,
+        cat: str = "kernel",
+        args: dict | None = None,
+        api: str = "cudaLaunchKernel",
+    ) -> tuple[float, float]:
         """Launch one GPU activity: the runtime call, the flow, the kernel; returns its (start, end)."""
         t = self.host
-        self.events.append({"ph": "X", "cat": "cuda_runtime", "name": api, "pid": self.pid, "tid": self.pid,
-                            "ts": round(t, 3), "dur": cfg.launch_us, "args": {"correlation": corr, "External id": corr}})
-        self.events.append({"ph": "s", "id": corr, "pid": self.pid, "tid": self.pid, "ts": round(t, 3),
-                            "cat": "ac2g", "name": "ac2g"})
+        self.events.append(
+            {
+                "ph": "X",
+                "cat": "cuda_runtime",
+                "name": api,
+                "pid": self.pid,
+                "tid": self.pid,
+                "ts": round(t, 3),
+                "dur": cfg.launch_us,
+                "args": {"correlation": corr, "External id": corr},
+            }
+        )
+        self.events.append(
+            {"ph": "s", "id": corr, "pid": self.pid, "tid": self.pid, "ts": round(t, 3), "cat": "ac2g", "name": "ac2g"}
+        )
         start = max(t + cfg.launch_us + 2.0, self.stream_end[stream], not_before)
         self.stream_end[stream] = start + dur_us
         self.host = t + cfg.launch_us + cfg.host_op_us
-        self.events.append({"ph": "X", "cat": cat, "name": name, "pid": self.device, "tid": stream, "ts": round(start, 3),
-                            "dur": round(dur_us, 3), "args": {"device": self.device, "stream": stream, "correlation": corr,
-                                                              "External id": corr, **(args or {})}})
-        self.events.append({"ph": "f", "id": corr, "pid": self.device, "tid": stream, "ts": round(start, 3),
-                            "cat": "ac2g", "name": "ac2g", "bp": "e"})
+        self.events.append(
+            {
+                "ph": "X",
+                "cat": cat,
+                "name": name,
+                "pid": self.device,
+                "tid": stream,
+                "ts": round(start, 3),
+                "dur": round(dur_us, 3),
+                "args": {
+                    "device": self.device,
+                    "stream": stream,
+                    "correlation": corr,
+                    "External id": corr,
+                    **(args or {}),
+                },
+            }
+        )
+        self.events.append(
+            {
+                "ph": "f",
+                "id": corr,
+                "pid": self.device,
+                "tid": stream,
+                "ts": round(start, 3),
+                "cat": "ac2g",
+                "name": "ac2g",
+                "bp": "e",
+            }
+        )
         return start, start + dur_us
 
     def annotate(self, name: str, start: float) -> None:
         self.events.append(_x(name, start, self.host - start, self.pid))
 
 
-def gpu_kineto_traces(cfg: GpuTraceConfig, *, steps: list[int], world_size: int,
-                      nodes_of_rank: dict[int, str] | None = None, base_s: int = 0) -> dict[int, dict]:
+def gpu_kineto_traces(
+    cfg: GpuTraceConfig,
+    *,
+    steps: list[int],
+    world_size: int,
+    nodes_of_rank: dict[int, str] | None = None,
+    base_s: int = 0,
+) -> dict[int, dict]:
     """Kernel-level Kineto traces, one per rank, of ``steps`` of a data-parallel job.
 
     Per step the host (``ProfilerStep#N`` with ``data_load``, ``forward``, ``backward``,
@@ -673,13 +830,22 @@ def gpu_kineto_traces(cfg: GpuTraceConfig, *, steps: list[int], world_size: int,
     for sims in _simulated_steps(cfg, steps=steps, world_size=world_size):
         for sim in sims:
             events[sim.rank] += sim.events
-    return {r: {**_gpu_trace_head(cfg, r, r, world_size, nodes_of_rank.get(r), base_s), "traceEvents": events[r]}
-            for r in range(world_size)}
+    return {
+        r: {**_gpu_trace_head(cfg, r, r, world_size, nodes_of_rank.get(r), base_s), "traceEvents": events[r]}
+        for r in range(world_size)
+    }
 
 
-def write_gpu_kineto_traces(folder: Path, cfg: GpuTraceConfig, *, steps: list[int], world_size: int,
-                            nodes_of_rank: dict[int, str] | None = None, base_s: int = 0,
-                            gpus_per_node: int | None = None) -> int:
+def write_gpu_kineto_traces(
+    folder: Path,
+    cfg: GpuTraceConfig,
+    *,
+    steps: list[int],
+    world_size: int,
+    nodes_of_rank: dict[int, str] | None = None,
+    base_s: int = 0,
+    gpus_per_node: int | None = None,
+) -> int:
     """``gpu_kineto_traces`` written to ``folder/rank-<r>.json`` a step at a time: memory holds one step of
     every rank, not the set (1,024 ranks × 30 steps of ~560 events each would be ~17M dicts). Each file is
     the document's head, then each step's events appended, then the closing brackets. ``gpus_per_node``
@@ -702,20 +868,31 @@ def write_gpu_kineto_traces(folder: Path, cfg: GpuTraceConfig, *, steps: list[in
     return len(paths)
 
 
-def _gpu_trace_head(cfg: GpuTraceConfig, rank: int, device: int, world_size: int, node: str | None,
-                    base_s: int) -> dict:
-    return {"schemaVersion": _KINETO_SCHEMA, "deviceProperties": [{"id": device, "name": "NVIDIA H100 80GB HBM3"}],
-            "distributedInfo": {"backend": "nccl", "rank": rank, "world_size": world_size},
-            "host_name": node, "displayTimeUnit": "ms", "baseTimeNanoseconds": base_s * 10**9,
-            "traceName": f"rank-{rank}.json"}
+def _gpu_trace_head(
+    cfg: GpuTraceConfig, rank: int, device: int, world_size: int, node: str | None, base_s: int
+) -> dict:
+    return {
+        "schemaVersion": _KINETO_SCHEMA,
+        "deviceProperties": [{"id": device, "name": "NVIDIA H100 80GB HBM3"}],
+        "distributedInfo": {"backend": "nccl", "rank": rank, "world_size": world_size},
+        "host_name": node,
+        "displayTimeUnit": "ms",
+        "baseTimeNanoseconds": base_s * 10**9,
+        "traceName": f"rank-{rank}.json",
+    }
 
 
-def _simulated_steps(cfg: GpuTraceConfig, *, steps: list[int], world_size: int,
-                     gpus_per_node: int | None = None) -> Iterator[list[_RankSim]]:
+def _simulated_steps(
+    cfg: GpuTraceConfig, *, steps: list[int], world_size: int, gpus_per_node: int | None = None
+) -> Iterator[list[_RankSim]]:
     """Every rank's simulation after each step, its ``events`` holding that step's events only."""
     rng = np.random.default_rng(cfg.seed)
-    sims = [_RankSim(r, 1000 + r, np.random.default_rng(rng.integers(1 << 31)),
-                     device=r % gpus_per_node if gpus_per_node else r) for r in range(world_size)]
+    sims = [
+        _RankSim(
+            r, 1000 + r, np.random.default_rng(rng.integers(1 << 31)), device=r % gpus_per_node if gpus_per_node else r
+        )
+        for r in range(world_size)
+    ]
     transfer_us = 2 * (world_size - 1) / world_size * cfg.allreduce_bytes / cfg.bus_bytes_s * 1e6
     corr = 1
     for k, step in enumerate(steps):
@@ -740,11 +917,21 @@ def _kernel_us(cfg: GpuTraceConfig, sim: _RankSim, phase: int) -> float:
 def _host_until_allreduce(cfg: GpuTraceConfig, sim: _RankSim, k: int, step: int, corr: int, world: int) -> int:
     sim.step_start = sim.host
     load = sim.host
-    if k >= cfg.queue_depth:   # the host may not run further ahead: it syncs on step k − depth's GPU work
+    if k >= cfg.queue_depth:  # the host may not run further ahead: it syncs on step k − depth's GPU work
         ready = sim.gpu_ends[k - cfg.queue_depth]
         if ready > sim.host:
-            sim.events.append({"ph": "X", "cat": "cuda_runtime", "name": "cudaStreamSynchronize", "pid": sim.pid,
-                               "tid": sim.pid, "ts": round(sim.host, 3), "dur": round(ready - sim.host, 3), "args": {}})
+            sim.events.append(
+                {
+                    "ph": "X",
+                    "cat": "cuda_runtime",
+                    "name": "cudaStreamSynchronize",
+                    "pid": sim.pid,
+                    "tid": sim.pid,
+                    "ts": round(sim.host, 3),
+                    "dur": round(ready - sim.host, 3),
+                    "args": {},
+                }
+            )
             sim.host = ready
     sim.host += cfg.load_us
     sim.launch(cfg, corr, _H2D_COPY, _COMPUTE_STREAM, 50.0, cat="gpu_memcpy", api="cudaMemcpyAsync")
@@ -758,9 +945,18 @@ def _host_until_allreduce(cfg: GpuTraceConfig, sim: _RankSim, k: int, step: int,
         sim.annotate(name, start)
     start = sim.host
     nelems = int(cfg.allreduce_bytes // 2)
-    args = {"Collective name": "allreduce", "In msg nelems": nelems, "Out msg nelems": nelems, "Group size": world,
-            "dtype": "BFloat16", "Process Group Name": "0", "Process Group Description": "default_pg"}
-    at, _ = sim.launch(cfg, corr, _NCCL_KERNEL, _NCCL_STREAM, 0.0, not_before=sim.stream_end[_COMPUTE_STREAM], args=args)
+    args = {
+        "Collective name": "allreduce",
+        "In msg nelems": nelems,
+        "Out msg nelems": nelems,
+        "Group size": world,
+        "dtype": "BFloat16",
+        "Process Group Name": "0",
+        "Process Group Description": "default_pg",
+    }
+    at, _ = sim.launch(
+        cfg, corr, _NCCL_KERNEL, _NCCL_STREAM, 0.0, not_before=sim.stream_end[_COMPUTE_STREAM], args=args
+    )
     sim.pending_nccl = (at, sim.events[-2])
     sim.annotate(_NCCL_ALLREDUCE, start)
     return corr + 1

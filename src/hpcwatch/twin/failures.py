@@ -8,9 +8,9 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from hpcwatch import vocab
 from hpcwatch.records import Event
 from hpcwatch.twin.scenarios import Scenario, register
-from hpcwatch import vocab
 from hpcwatch.vocab import EventKind
 
 __all__ = ["Xid79", "IbFlap", "StalledNccl", "SCENARIO_ONSET_S"]
@@ -72,8 +72,14 @@ class Xid79(Scenario):
     REBOOT_S = 180.0
     """The node's drain and reboot, until it is back in service. Ours: an HGX server's firmware and OS boot
     takes minutes; kept short so the demo shows the restart."""
-    DEAD_FIELDS = (vocab.DCGM_FI_DEV_GPU_UTIL, vocab.DCGM_FI_DEV_POWER_USAGE, vocab.DCGM_FI_DEV_SM_CLOCK,
-                   vocab.DCGM_FI_PROF_GR_ENGINE_ACTIVE, vocab.DCGM_FI_PROF_PIPE_TENSOR_ACTIVE, vocab.DCGM_FI_DEV_FB_USED)
+    DEAD_FIELDS = (
+        vocab.DCGM_FI_DEV_GPU_UTIL,
+        vocab.DCGM_FI_DEV_POWER_USAGE,
+        vocab.DCGM_FI_DEV_SM_CLOCK,
+        vocab.DCGM_FI_PROF_GR_ENGINE_ACTIVE,
+        vocab.DCGM_FI_PROF_PIPE_TENSOR_ACTIVE,
+        vocab.DCGM_FI_DEV_FB_USED,
+    )
 
     def __init__(self) -> None:
         self._onset = _Onset()
@@ -109,15 +115,26 @@ class Xid79(Scenario):
             out += self._xid(twin, t_xid)
         if self._failed_job is not None and not self._requeued and t0 >= t_xid + self.TEARDOWN_S:
             self._requeued = True
-            out += twin.requeue_job(self._failed_job, drain=self.target_node, down_s=self.REBOOT_S,
-                                    reason=f"Xid 79 GPU {self.target_gpu}")
+            out += twin.requeue_job(
+                self._failed_job, drain=self.target_node, down_s=self.REBOOT_S, reason=f"Xid 79 GPU {self.target_gpu}"
+            )
         return out
 
     def _xid(self, twin: Any, t: float) -> list[Event]:
         """The kernel log line an operator would grep for, and the failure of the job holding the GPU."""
-        out = [Event(kind=EventKind.XID, t=t, source="kernel", attrs={
-            "node": self.target_node, "gpu": self.target_gpu, "xid": 79,
-            "message": "NVRM: Xid (PCI:0000:5d:00): 79, pid=0, GPU has fallen off the bus."})]
+        out = [
+            Event(
+                kind=EventKind.XID,
+                t=t,
+                source="kernel",
+                attrs={
+                    "node": self.target_node,
+                    "gpu": self.target_gpu,
+                    "xid": 79,
+                    "message": "NVRM: Xid (PCI:0000:5d:00): 79, pid=0, GPU has fallen off the bus.",
+                },
+            )
+        ]
         job = twin.job_of(self.target_node, self.target_gpu) if twin is not None else None
         if job is not None:
             self._failed_job = job
@@ -145,9 +162,12 @@ class IbFlap(Scenario):
         if node != self.target_node or port != self.target_port or elapsed < 0:
             return
         flaps = math.floor(elapsed / self.FLAP_PERIOD_S) + 1
-        target = {"LinkDownedCounter": flaps, "LinkErrorRecoveryCounter": 2 * flaps,
-                  "SymbolErrorCounter": math.floor(elapsed * self.SYMBOL_ERRORS_PER_S),
-                  "PortRcvErrors": math.floor(elapsed / 10.0)}
+        target = {
+            "LinkDownedCounter": flaps,
+            "LinkErrorRecoveryCounter": 2 * flaps,
+            "SymbolErrorCounter": math.floor(elapsed * self.SYMBOL_ERRORS_PER_S),
+            "PortRcvErrors": math.floor(elapsed / 10.0),
+        }
         # The twin keeps the counters we return, so add only what is new since the last call.
         for name, total in target.items():
             counters[name] = counters.get(name, 0.0) + total - self._added.get(name, 0)

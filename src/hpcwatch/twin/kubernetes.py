@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import re
 import shutil
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -42,12 +42,15 @@ __all__ = ["Kubernetes", "MIG_INSTANCES", "MIG_PROFILE", "SERVING_NAMESPACE", "w
 MIG_PROFILE = "1g.10gb"
 #: GPU instance id -> (pod stem or None for a free instance, engine activity ratio, tensor activity, FB used MiB).
 MIG_INSTANCES: dict[str, tuple[str | None, float, float, int]] = {
-    "7": ("embed", 0.62, 0.40, 7800), "8": (None, 0.0, 0.0, 0), "9": ("tts", 0.31, 0.20, 5200)}
+    "7": ("embed", 0.62, 0.40, 7800),
+    "8": (None, 0.0, 0.0, 0),
+    "9": ("tts", 0.31, 0.20, 5200),
+}
 #: A 1g.10gb instance's framebuffer as nvidia-smi shows it on an H100 80GB (MiB; ours, rounded).
 MIG_FB_MIB = 9856
 SERVING_NAMESPACE = "serving"
 _PER_INSTANCE = {vocab.DCGM_FI_PROF_PIPE_TENSOR_ACTIVE, vocab.DCGM_FI_DEV_FB_USED, vocab.DCGM_FI_DEV_FB_FREE}
-_LINE_RE = re.compile(r'(?P<name>[A-Za-z_:][A-Za-z0-9_:]*)\{(?P<labels>.*)\} (?P<value>\S+)(?P<ts> \d+)?\Z')
+_LINE_RE = re.compile(r"(?P<name>[A-Za-z_:][A-Za-z0-9_:]*)\{(?P<labels>.*)\} (?P<value>\S+)(?P<ts> \d+)?\Z")
 _HPC_JOB_RE = re.compile(r',hpc_job="([^"]*)"')
 _LABEL_RE = re.compile(r'(\w+)="([^"]*)"')
 
@@ -67,14 +70,16 @@ def _dns(text: str) -> str:
 
 
 def _rfc3339(t: float) -> str:
-    return datetime.fromtimestamp(t, tz=timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return datetime.fromtimestamp(t, tz=UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 @register
 class Kubernetes(Scenario):
     name = "kubernetes"
-    description = ("Kubernetes instead of Slurm: dcgm-exporter --kubernetes pod labels, MIG 1g.10gb instances on "
-                   "the free GPUs, kubernetes/pods.json (kubectl get pods -o json); no slurm/ files.")
+    description = (
+        "Kubernetes instead of Slurm: dcgm-exporter --kubernetes pod labels, MIG 1g.10gb instances on "
+        "the free GPUs, kubernetes/pods.json (kubectl get pods -o json); no slurm/ files."
+    )
 
     def extra_files(self, *, twin: Any, out: Path, t0: float, t1: float) -> None:
         jobs = twin.jobs
@@ -86,16 +91,23 @@ class Kubernetes(Scenario):
         folder = out / "kubernetes"
         folder.mkdir(parents=True, exist_ok=True)
         items = [*_worker_pods(jobs), *_mig_pods(sorted(mig), t0)]
-        (folder / "pods.json").write_bytes(orjson.dumps({"apiVersion": "v1", "kind": "List", "items": items,
-                                                         "metadata": {"resourceVersion": ""}},
-                                                        option=orjson.OPT_INDENT_2))
+        (folder / "pods.json").write_bytes(
+            orjson.dumps(
+                {"apiVersion": "v1", "kind": "List", "items": items, "metadata": {"resourceVersion": ""}},
+                option=orjson.OPT_INDENT_2,
+            )
+        )
         shutil.rmtree(out / "slurm", ignore_errors=True)
 
 
 def _free_gpus(twin: Any, held: set[tuple[str, str]]) -> set[tuple[str, str]]:
     """(node, gpu) of every GPU no job holds during the run."""
-    return {(node.name, str(g.index)) for node in twin.cluster.nodes for g in node.gpus
-            if (node.name, str(g.index)) not in held}
+    return {
+        (node.name, str(g.index))
+        for node in twin.cluster.nodes
+        for g in node.gpus
+        if (node.name, str(g.index)) not in held
+    }
 
 
 def _worker_pods(jobs: list[Job]) -> list[dict]:
@@ -103,39 +115,95 @@ def _worker_pods(jobs: list[Job]) -> list[dict]:
     for job in jobs:
         for k, node in enumerate(job.nodes or (None,)):
             gpus = len(job.gpus_by_node.get(node, ())) if node else job.gpus
-            out.append(_pod(name=worker_pod(job, k), namespace=_dns(job.account or "default"),
-                            owner=("batch/v1", "Job", f"{_dns(job.name or 'job')}-{_dns(job.id)}"),
-                            container=_dns(job.name or "job"), resources={"nvidia.com/gpu": str(gpus)},
-                            node=node, start=job.start, end=job.end, state=job.state))
+            out.append(
+                _pod(
+                    name=worker_pod(job, k),
+                    namespace=_dns(job.account or "default"),
+                    owner=("batch/v1", "Job", f"{_dns(job.name or 'job')}-{_dns(job.id)}"),
+                    container=_dns(job.name or "job"),
+                    resources={"nvidia.com/gpu": str(gpus)},
+                    node=node,
+                    start=job.start,
+                    end=job.end,
+                    state=job.state,
+                )
+            )
     return out
 
 
 def _mig_pods(mig: list[tuple[str, str]], t0: float) -> list[dict]:
-    return [_pod(name=mig_pod(stem, node, gpu), namespace=SERVING_NAMESPACE,
-                 owner=("apps/v1", "ReplicaSet", f"{stem}-{_dns(node)}-gpu{gpu}-5f7d9c"), container=stem,
-                 resources={f"nvidia.com/mig-{MIG_PROFILE}": "1"}, node=node, start=t0, end=None, state="RUNNING")
-            for node, gpu in mig for stem, *_ in MIG_INSTANCES.values() if stem]
+    return [
+        _pod(
+            name=mig_pod(stem, node, gpu),
+            namespace=SERVING_NAMESPACE,
+            owner=("apps/v1", "ReplicaSet", f"{stem}-{_dns(node)}-gpu{gpu}-5f7d9c"),
+            container=stem,
+            resources={f"nvidia.com/mig-{MIG_PROFILE}": "1"},
+            node=node,
+            start=t0,
+            end=None,
+            state="RUNNING",
+        )
+        for node, gpu in mig
+        for stem, *_ in MIG_INSTANCES.values()
+        if stem
+    ]
 
 
-def _pod(*, name: str, namespace: str, owner: tuple[str, str, str], container: str, resources: dict[str, str],
-         node: str | None, start: float | None, end: float | None, state: str | None) -> dict:
+def _pod(
+    *,
+    name: str,
+    namespace: str,
+    owner: tuple[str, str, str],
+    container: str,
+    resources: dict[str, str],
+    node: str | None,
+    start: float | None,
+    end: float | None,
+    state: str | None,
+) -> dict:
     api, kind, owner_name = owner
     phase = "Pending" if start is None else ("Succeeded" if end is not None else "Running")
     status: dict[str, Any] = {"phase": phase}
     if start is not None:
         status["startTime"] = _rfc3339(start)
-        run = ({"terminated": {"exitCode": 0, "finishedAt": _rfc3339(end), "startedAt": _rfc3339(start)}}
-               if end is not None else {"running": {"startedAt": _rfc3339(start)}})
+        run = (
+            {"terminated": {"exitCode": 0, "finishedAt": _rfc3339(end), "startedAt": _rfc3339(start)}}
+            if end is not None
+            else {"running": {"startedAt": _rfc3339(start)}}
+        )
         status["containerStatuses"] = [{"name": container, "ready": end is None, "restartCount": 0, "state": run}]
-    spec: dict[str, Any] = {"containers": [{"name": container, "image": f"registry.example/{container}:1",
-                                            "resources": {"limits": dict(resources), "requests": dict(resources)}}]}
+    spec: dict[str, Any] = {
+        "containers": [
+            {
+                "name": container,
+                "image": f"registry.example/{container}:1",
+                "resources": {"limits": dict(resources), "requests": dict(resources)},
+            }
+        ]
+    }
     if node:
         spec["nodeName"] = node
-    return {"apiVersion": "v1", "kind": "Pod",
-            "metadata": {"name": name, "namespace": namespace,
-                         "ownerReferences": [{"apiVersion": api, "kind": kind, "name": owner_name, "controller": True,
-                                              "blockOwnerDeletion": True, "uid": f"uid-{owner_name}"}]},
-            "spec": spec, "status": status}
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": name,
+            "namespace": namespace,
+            "ownerReferences": [
+                {
+                    "apiVersion": api,
+                    "kind": kind,
+                    "name": owner_name,
+                    "controller": True,
+                    "blockOwnerDeletion": True,
+                    "uid": f"uid-{owner_name}",
+                }
+            ],
+        },
+        "spec": spec,
+        "status": status,
+    }
 
 
 # -- dcgm-exporter --kubernetes text -------------------------------------------------------------------
@@ -166,8 +234,9 @@ def _rewrite(text: str, pods: dict[tuple[str, str], tuple[Job, str]], mig: set[t
         body = _HPC_JOB_RE.sub("", m["labels"])
         if job and (found := pods.get((job.group(1).split(",")[0], node))):
             owner, pod = found
-            body += (f',container="{_dns(owner.name or "job")}",namespace="{_dns(owner.account or "default")}",'
-                     f'pod="{pod}"')
+            body += (
+                f',container="{_dns(owner.name or "job")}",namespace="{_dns(owner.account or "default")}",pod="{pod}"'
+            )
         out.append(f"{m['name']}{{{body}}} {m['value']}{m['ts'] or ''}")
     if engine:
         out += [f"# TYPE {vocab.DCGM_FI_PROF_GR_ENGINE_ACTIVE} gauge", *engine]
@@ -190,7 +259,10 @@ def _instance_lines(m: re.Match, engine: list[str]) -> list[str]:
         if name == vocab.DCGM_FI_DEV_GPU_UTIL:
             engine.append(f"{vocab.DCGM_FI_PROF_GR_ENGINE_ACTIVE}{{{lab}}} {active:.6f}{ts}")
             continue
-        value = {vocab.DCGM_FI_PROF_PIPE_TENSOR_ACTIVE: f"{tensor:.6f}", vocab.DCGM_FI_DEV_FB_USED: str(fb_used),
-                 vocab.DCGM_FI_DEV_FB_FREE: str(MIG_FB_MIB - fb_used)}[name]
+        value = {
+            vocab.DCGM_FI_PROF_PIPE_TENSOR_ACTIVE: f"{tensor:.6f}",
+            vocab.DCGM_FI_DEV_FB_USED: str(fb_used),
+            vocab.DCGM_FI_DEV_FB_FREE: str(MIG_FB_MIB - fb_used),
+        }[name]
         lines.append(f"{name}{{{lab}}} {value}{ts}")
     return lines

@@ -32,6 +32,7 @@ class RecordSink(Protocol):
 
     def add_sample_table(self, table: Any) -> Any: ...
 
+
 #: One tick per real second: what a person watching a dashboard expects.
 DEFAULT_TICK_S = 1.0
 #: How often (simulated seconds) the live twin's perfquery collector reads every HCA. Ours: perfquery sends one
@@ -43,14 +44,24 @@ class LiveTwin:
     """``start()`` runs the twin in a daemon thread, writing ``twin.records()`` into ``store`` every tick;
     ``stop()`` ends it. ``lock`` guards the twin while a tick runs (hold it to read the twin directly)."""
 
-    def __init__(self, store: RecordSink, cluster: Cluster, *, seed: int = 0, scenarios: Iterable[str | Scenario] = (),
-                 speed: float = 1.0, tick_s: float = DEFAULT_TICK_S, start: float | None = None,
-                 on_tick: Callable[[Twin], None] | None = None) -> None:
+    def __init__(
+        self,
+        store: RecordSink,
+        cluster: Cluster,
+        *,
+        seed: int = 0,
+        scenarios: Iterable[str | Scenario] = (),
+        speed: float = 1.0,
+        tick_s: float = DEFAULT_TICK_S,
+        start: float | None = None,
+        on_tick: Callable[[Twin], None] | None = None,
+    ) -> None:
         if speed <= 0 or tick_s <= 0:
             raise ConfigError(f"speed and tick_s must be > 0, got {speed} and {tick_s}")
         self.store = store
-        self.twin = Twin(cluster, seed=seed, scenarios=tuple(scenarios),
-                         start=float(int(time.time())) if start is None else start)
+        self.twin = Twin(
+            cluster, seed=seed, scenarios=tuple(scenarios), start=float(int(time.time())) if start is None else start
+        )
         self.speed = speed
         self.tick_s = tick_s
         self.on_tick = on_tick
@@ -71,7 +82,12 @@ class LiveTwin:
             jobs = [j for j in twin.jobs if self._changed(j)]
             events = twin.events()
             perfquery = self._perfquery(twin)
-            others = [*jobs, *twin.finished_spans(), *events, *events_of(checkpoint_docs_of_tick(twin, events), EventKind.TETRAGON)]
+            others = [
+                *jobs,
+                *twin.finished_spans(),
+                *events,
+                *events_of(checkpoint_docs_of_tick(twin, events), EventKind.TETRAGON),
+            ]
         self.store.add_sample_table(table)
         if perfquery is not None:
             self.store.add_sample_table(perfquery)
@@ -111,7 +127,7 @@ class LiveTwin:
         except BaseException as err:  # surfaced by stop() / .error: a dead thread must not look alive
             self.error = err
 
-    def start(self) -> "LiveTwin":
+    def start(self) -> LiveTwin:
         if self._thread is not None and self._thread.is_alive():
             return self
         self._stop.clear()
@@ -132,7 +148,7 @@ class LiveTwin:
     def running(self) -> bool:
         return self._thread is not None and self._thread.is_alive()
 
-    def __enter__(self) -> "LiveTwin":
+    def __enter__(self) -> LiveTwin:
         return self.start()
 
     def __exit__(self, *exc: object) -> None:

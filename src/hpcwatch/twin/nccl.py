@@ -19,8 +19,18 @@ from hpcwatch.twin.exposition import hca_device
 from hpcwatch.twin.scenarios import Scenario, register
 from hpcwatch.vocab import EventKind
 
-__all__ = ["write_nccl_logs", "nccl_rank_events", "socket_nodes_of", "log_name", "flight_recorder_dumps", "write_flight_recorder_dumps", "NcclHang",
-           "NcclSocketFallback", "NCCL_VERSION", "PID_BASE"]
+__all__ = [
+    "write_nccl_logs",
+    "nccl_rank_events",
+    "socket_nodes_of",
+    "log_name",
+    "flight_recorder_dumps",
+    "write_flight_recorder_dumps",
+    "NcclHang",
+    "NcclSocketFallback",
+    "NCCL_VERSION",
+    "PID_BASE",
+]
 
 NCCL_VERSION = "2.21.5+cuda12.4"
 #: Process ids of the ranks (any number; a real log's are the launcher's).
@@ -70,9 +80,18 @@ LISTED_CONNECTIONS = 2
 
 def _facts(twin: Any, rank: int, node: str, gpu: int, nranks: int, nodes: list[str], *, socket: bool) -> _RankFacts:
     nxt, per_node = (rank + 1) % nranks, nranks // len(nodes)
-    return _RankFacts(rank=rank, nranks=nranks, node=node, node_index=nodes.index(node), gpu=gpu,
-                      hcas=tuple(sorted({hca for n, hca in twin.ports if n == node})), socket=socket,
-                      next_rank=nxt, next_gpu=nxt % per_node, next_off_node=nxt // per_node != rank // per_node)
+    return _RankFacts(
+        rank=rank,
+        nranks=nranks,
+        node=node,
+        node_index=nodes.index(node),
+        gpu=gpu,
+        hcas=tuple(sorted({hca for n, hca in twin.ports if n == node})),
+        socket=socket,
+        next_rank=nxt,
+        next_gpu=nxt % per_node,
+        next_off_node=nxt // per_node != rank // per_node,
+    )
 
 
 def _rank_lines(f: _RankFacts) -> list[str]:
@@ -82,22 +101,33 @@ def _rank_lines(f: _RankFacts) -> list[str]:
     if f.rank == 0:
         lines.append(p + f"NCCL version {NCCL_VERSION}")
     if f.socket:
-        lines += [p + "NET/IB : No device found.", p + f"NET/Socket : Using [0]eth0:{ip}<0>", p + "Using network Socket"]
+        lines += [
+            p + "NET/IB : No device found.",
+            p + f"NET/Socket : Using [0]eth0:{ip}<0>",
+            p + "Using network Socket",
+        ]
     else:
         devs = " ".join(f"[{i}]{hca_device(h)}:1/IB" for i, h in enumerate(f.hcas))
-        lines += [p + "NET/Plugin: Using internal network plugin.",
-                  p + f"NET/IB : Using {devs} [RO]; OOB eth0:{ip}<0>", p + "Using network IB"]
-    comm = (f"comm 0x55d0{f.rank:04x} rank {f.rank} nranks {f.nranks} cudaDev {f.gpu} nvmlDev {f.gpu} "
-            f"busId {f.bus_id} commId {COMM_ID}")
+        lines += [
+            p + "NET/Plugin: Using internal network plugin.",
+            p + f"NET/IB : Using {devs} [RO]; OOB eth0:{ip}<0>",
+            p + "Using network IB",
+        ]
+    comm = (
+        f"comm 0x55d0{f.rank:04x} rank {f.rank} nranks {f.nranks} cudaDev {f.gpu} nvmlDev {f.gpu} "
+        f"busId {f.bus_id} commId {COMM_ID}"
+    )
     lines.append(p + comm + " - Init START")
     for ch in range(COLL_CHANNELS):
         lines.append(p + f"Channel {ch:02d}/{COLL_CHANNELS:02d} :    " + "   ".join(str(r) for r in range(f.nranks)))
     for ch in range(LISTED_CONNECTIONS):
         send = " [send]" if f.next_off_node else ""
         lines.append(p + f"Channel {ch:02d}/0 : {f.rank}[{f.gpu}] -> {f.next_rank}[{f.next_gpu}]{send} via {f.via(ch)}")
-    lines += [p + f"{COLL_CHANNELS} coll channels, 0 collnet channels, 0 nvls channels, {COLL_CHANNELS} p2p channels, "
-                  "2 p2p channels per peer",
-              p + "ncclCommInitRank " + comm + " - Init COMPLETE"]
+    lines += [
+        p + f"{COLL_CHANNELS} coll channels, 0 collnet channels, 0 nvls channels, {COLL_CHANNELS} p2p channels, "
+        "2 p2p channels per peer",
+        p + "ncclCommInitRank " + comm + " - Init COMPLETE",
+    ]
     return lines
 
 
@@ -107,17 +137,40 @@ def _rank_attrs(f: _RankFacts) -> dict[str, Any]:
     version, _, cuda = NCCL_VERSION.partition("+cuda")
     transport = "P2P" if not f.next_off_node else ("NET/Socket" if f.socket else "NET/IB")
     return {
-        "host": f.node, "node": f.node, "pid": f.pid, "cuda_dev": f.gpu, "rank": f.rank, "nranks": f.nranks,
-        "bus_id": f.bus_id, "comm_ids": {COMM_ID: f.rank}, "version": version if f.rank == 0 else None,
-        "cuda_runtime": cuda if f.rank == 0 else None, "cuda_driver": 12040,
-        "network": "Socket" if f.socket else "IB", "net_plugin": None if f.socket else "internal",
-        "ib_devices": [] if f.socket else [{"index": i, "name": hca_device(h), "port": 1, "link": "IB", "sharp": False}
-                                           for i, h in enumerate(f.hcas)],
-        "ib_none": f.socket, "socket_ifs": ["eth0"] if f.socket else [], "net_speed_gbs": {},
-        "transports": {transport: LISTED_CONNECTIONS}, "gdr": f.next_off_node and not f.socket,
-        "rings": COLL_CHANNELS, "trees": 0, "coll_channels": COLL_CHANNELS, "nvls_channels": 0,
-        "p2p_channels": COLL_CHANNELS, "collnet_channels": 0, "pattern_channels": None, "nnodes": None,
-        "local_ranks": None, "env": {}, "warns": 0,
+        "host": f.node,
+        "node": f.node,
+        "pid": f.pid,
+        "cuda_dev": f.gpu,
+        "rank": f.rank,
+        "nranks": f.nranks,
+        "bus_id": f.bus_id,
+        "comm_ids": {COMM_ID: f.rank},
+        "version": version if f.rank == 0 else None,
+        "cuda_runtime": cuda if f.rank == 0 else None,
+        "cuda_driver": 12040,
+        "network": "Socket" if f.socket else "IB",
+        "net_plugin": None if f.socket else "internal",
+        "ib_devices": []
+        if f.socket
+        else [
+            {"index": i, "name": hca_device(h), "port": 1, "link": "IB", "sharp": False} for i, h in enumerate(f.hcas)
+        ],
+        "ib_none": f.socket,
+        "socket_ifs": ["eth0"] if f.socket else [],
+        "net_speed_gbs": {},
+        "transports": {transport: LISTED_CONNECTIONS},
+        "gdr": f.next_off_node and not f.socket,
+        "rings": COLL_CHANNELS,
+        "trees": 0,
+        "coll_channels": COLL_CHANNELS,
+        "nvls_channels": 0,
+        "p2p_channels": COLL_CHANNELS,
+        "collnet_channels": 0,
+        "pattern_channels": None,
+        "nnodes": None,
+        "local_ranks": None,
+        "env": {},
+        "warns": 0,
     }
 
 
@@ -135,8 +188,10 @@ def log_name(f: _RankFacts) -> str:
 def nccl_rank_events(twin: Any, *, t: float, socket_nodes: frozenset[str] = frozenset()) -> list[Event]:
     """The ``nccl_rank`` events of the training job's ranks, as the reader makes them of ``write_nccl_logs``'
     files (the live twin's ML-stack collector: its logs are not written, their events are)."""
-    return [Event(kind=EventKind.NCCL_RANK, t=t, source=f"nccl/{log_name(f)}", attrs=_rank_attrs(f))
-            for f in _job_facts(twin, socket_nodes)]
+    return [
+        Event(kind=EventKind.NCCL_RANK, t=t, source=f"nccl/{log_name(f)}", attrs=_rank_attrs(f))
+        for f in _job_facts(twin, socket_nodes)
+    ]
 
 
 def socket_nodes_of(scenarios: Any) -> frozenset[str]:
@@ -155,12 +210,28 @@ def write_nccl_logs(twin: Any, out: Path, *, socket_nodes: frozenset[str] = froz
 
 
 def _entry(seq: int, state: str, t_ns: int) -> dict[str, Any]:
-    return {"record_id": seq - 1, "pg_id": 0, "process_group": ("0", "default_pg"), "thread_name": "pt_main_thread",
-            "thread_id": "140000000000000", "collective_seq_id": seq, "p2p_seq_id": 0, "op_id": seq,
-            "profiling_name": "nccl:all_reduce", "time_created_ns": t_ns, "input_sizes": [[BUCKET_NUMEL]],
-            "input_dtypes": ["Float"], "output_sizes": [[BUCKET_NUMEL]], "output_dtypes": ["Float"], "state": state,
-            "time_discovered_started_ns": t_ns + 1000, "time_discovered_completed_ns": t_ns + 2000 if state == "completed"
-            else None, "retired": state == "completed", "timeout_ms": 600000, "is_p2p": False}
+    return {
+        "record_id": seq - 1,
+        "pg_id": 0,
+        "process_group": ("0", "default_pg"),
+        "thread_name": "pt_main_thread",
+        "thread_id": "140000000000000",
+        "collective_seq_id": seq,
+        "p2p_seq_id": 0,
+        "op_id": seq,
+        "profiling_name": "nccl:all_reduce",
+        "time_created_ns": t_ns,
+        "input_sizes": [[BUCKET_NUMEL]],
+        "input_dtypes": ["Float"],
+        "output_sizes": [[BUCKET_NUMEL]],
+        "output_dtypes": ["Float"],
+        "state": state,
+        "time_discovered_started_ns": t_ns + 1000,
+        "time_discovered_completed_ns": t_ns + 2000 if state == "completed" else None,
+        "retired": state == "completed",
+        "timeout_ms": 600000,
+        "is_p2p": False,
+    }
 
 
 def flight_recorder_dumps(nranks: int, *, stuck_rank: int, hang_seq: int, t0_ns: int) -> dict[int, dict[str, Any]]:
@@ -171,11 +242,19 @@ def flight_recorder_dumps(nranks: int, *, stuck_rank: int, hang_seq: int, t0_ns:
         last = hang_seq - 1 if rank == stuck_rank else hang_seq
         seqs = range(max(1, last - DUMP_ENTRIES + 1), last + 1)
         entries = [_entry(s, "completed" if s < hang_seq else "started", t0_ns + s * 1_000_000) for s in seqs]
-        dumps[rank] = {"version": "2.10", "comm_lib_version": NCCL_VERSION.split("+")[0],
-                       "pg_config": {"0": {"name": "0", "desc": "default_pg", "ranks": str(list(range(nranks)))}},
-                       "pg_status": {"0": {"last_enqueued_collective": last, "last_started_collective": last,
-                                           "last_completed_collective": hang_seq - 1}},
-                       "entries": entries}
+        dumps[rank] = {
+            "version": "2.10",
+            "comm_lib_version": NCCL_VERSION.split("+")[0],
+            "pg_config": {"0": {"name": "0", "desc": "default_pg", "ranks": str(list(range(nranks)))}},
+            "pg_status": {
+                "0": {
+                    "last_enqueued_collective": last,
+                    "last_started_collective": last,
+                    "last_completed_collective": hang_seq - 1,
+                }
+            },
+            "entries": entries,
+        }
     return dumps
 
 
@@ -201,8 +280,9 @@ class NcclHang(Scenario):
     def extra_files(self, *, twin: Any, out: Path, t0: float, t1: float) -> None:
         nranks = len(twin.ranks(twin.training_job))
         write_nccl_logs(twin, out)
-        dumps = flight_recorder_dumps(nranks, stuck_rank=self.stuck_rank % nranks, hang_seq=self.hang_seq,
-                                      t0_ns=int(t0 * 1e9))
+        dumps = flight_recorder_dumps(
+            nranks, stuck_rank=self.stuck_rank % nranks, hang_seq=self.hang_seq, t0_ns=int(t0 * 1e9)
+        )
         write_flight_recorder_dumps(out, dumps)
 
 

@@ -35,11 +35,11 @@ import multiprocessing
 import os
 import shutil
 from collections.abc import Callable
-from multiprocessing.connection import Connection
-from types import SimpleNamespace
 from dataclasses import dataclass
 from importlib import resources
+from multiprocessing.connection import Connection
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import orjson
@@ -48,7 +48,14 @@ from hpcwatch.errors import ConfigError
 from hpcwatch.model import Cluster, parse_cluster, reference_cluster
 from hpcwatch.twin.core import Twin
 from hpcwatch.twin.ebpf import checkpoint_docs_of_tick
-from hpcwatch.twin.exposition import hca_device, write_gpu_kineto_traces, kineto_traces, scrape_all, spans_jsonl, uniform_shape
+from hpcwatch.twin.exposition import (
+    hca_device,
+    kineto_traces,
+    scrape_all,
+    spans_jsonl,
+    uniform_shape,
+    write_gpu_kineto_traces,
+)
 from hpcwatch.twin.nccl import write_nccl_logs
 
 __all__ = ["write_run", "RunSummary", "sized_reference", "LUSTRE_EVERY_S", "DEFAULT_STEP_S", "SNAPSHOT_MAX_NODES"]
@@ -88,9 +95,17 @@ class RunSummary:
     events: int
 
 
-def write_run(twin: Twin, out: str | Path, *, duration_s: float, step_s: float = DEFAULT_STEP_S,
-              spans: bool = False, traces_dir: str | Path | None = None, workers: int = 1,
-              progress: Callable[[int, int], None] | None = None) -> RunSummary:
+def write_run(
+    twin: Twin,
+    out: str | Path,
+    *,
+    duration_s: float,
+    step_s: float = DEFAULT_STEP_S,
+    spans: bool = False,
+    traces_dir: str | Path | None = None,
+    workers: int = 1,
+    progress: Callable[[int, int], None] | None = None,
+) -> RunSummary:
     """Advance ``twin`` by ``duration_s`` in ticks of ``step_s`` and write the files described above.
 
     ``workers`` > 1 renders and writes the per-node scrape files in that many forked processes
@@ -136,11 +151,19 @@ def write_run(twin: Twin, out: str | Path, *, duration_s: float, step_s: float =
     if traces_dir is not None:
         w.files += _write_traces(twin, Path(traces_dir), profiled)
     if twin.scheduler.jobs:
-        w.files += write_nccl_logs(twin, out)   # scenarios below may rewrite them (a socket fallback, a hang)
+        w.files += write_nccl_logs(twin, out)  # scenarios below may rewrite them (a socket fallback, a hang)
     for scenario in twin.scenarios:
         scenario.extra_files(twin=twin, out=out, t0=t0, t1=twin.now)
-    return RunSummary(out=str(out), t0=t0, t1=twin.now, ticks=ticks, files=w.files, jobs=len(twin.jobs),
-                      spans=w.spans, events=w.events)
+    return RunSummary(
+        out=str(out),
+        t0=t0,
+        t1=twin.now,
+        ticks=ticks,
+        files=w.files,
+        jobs=len(twin.jobs),
+        spans=w.spans,
+        events=w.events,
+    )
 
 
 def _write_traces(twin: Twin, folder: Path, profiled: list[tuple]) -> int:
@@ -148,10 +171,16 @@ def _write_traces(twin: Twin, folder: Path, profiled: list[tuple]) -> int:
     ranks = twin.ranks(twin.training_job)
     nodes = {r: node for r, node, _ in ranks}
     gpu = next((s for s in twin.scenarios if hasattr(s, "gpu_trace_config")), None)
-    if gpu is not None and profiled:   # a scenario about the GPU's own timeline: kernel-level traces
+    if gpu is not None and profiled:  # a scenario about the GPU's own timeline: kernel-level traces
         cfg = gpu.gpu_trace_config(ranks=list(ranks), first_node=twin.node_names[0])
-        return write_gpu_kineto_traces(folder, cfg, steps=[p[1] for p in profiled], world_size=len(ranks),
-                                       nodes_of_rank=nodes, base_s=int(profiled[0][4]))
+        return write_gpu_kineto_traces(
+            folder,
+            cfg,
+            steps=[p[1] for p in profiled],
+            world_size=len(ranks),
+            nodes_of_rank=nodes,
+            base_s=int(profiled[0][4]),
+        )
     docs = kineto_traces(profiled, nodes_of_rank=nodes, world_size=len(ranks))
     for r, doc in docs.items():
         (folder / f"rank-{r}.json").write_bytes(orjson.dumps(doc))
@@ -166,9 +195,10 @@ class _NodeFiles:
 
     def __init__(self, out: Path, twin: Twin, nodes: range) -> None:
         self.twin, self.nodes = twin, nodes
-        names = twin.node_names[nodes.start:nodes.stop]
-        self.handles = {(sub, node): (out / sub / f"{node}.prom").open("w")
-                        for sub in ("dcgm", "node-exporter") for node in names}
+        names = twin.node_names[nodes.start : nodes.stop]
+        self.handles = {
+            (sub, node): (out / sub / f"{node}.prom").open("w") for sub in ("dcgm", "node-exporter") for node in names
+        }
 
     def scrape(self) -> None:
         for node, dcgm, ib in scrape_all(self.twin, timestamp=True, target_labels=True, nodes=self.nodes):
@@ -218,13 +248,14 @@ class _Pool:
 
     def scrape(self) -> None:
         twin, g, h = self.twin, self.g, self.h
-        new_ids = [j.id for j in twin.scheduler.jobs[self.known:]]
+        new_ids = [j.id for j in twin.scheduler.jobs[self.known :]]
         self.known = len(twin.scheduler.jobs)
         for block, conn in zip(self.blocks, self.conns):
             rows, ports = slice(block.start * g, block.stop * g), slice(block.start * h, block.stop * h)
             try:
-                conn.send((twin.now, twin.fields[rows], twin.ib[ports], twin._label_job[rows], twin.absent[rows],
-                           new_ids))
+                conn.send(
+                    (twin.now, twin.fields[rows], twin.ib[ports], twin._label_job[rows], twin.absent[rows], new_ids)
+                )
             except OSError:  # the worker is gone; close() collects why and raises it
                 self.close()
                 raise ConfigError("writing the scrape files failed: a writer process stopped") from None

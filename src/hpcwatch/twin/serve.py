@@ -46,8 +46,8 @@ import asyncio
 import contextlib
 import errno
 import sys
-import time
 import threading
+import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, field
@@ -56,9 +56,20 @@ from typing import Protocol
 
 from hpcwatch.errors import ConfigError
 
-__all__ = ["TwinEndpoints", "ServeConfig", "TextSource", "CONTENT_TYPE", "DEFAULT_PORT", "DEFAULT_TICK_S",
-           "DCGM_PATH", "NODE_EXPORTER_PATH", "MAX_REQUEST_HEAD_BYTES", "DEFAULT_MAX_CONNECTIONS_PER_NODE",
-           "jobs_by_gpu", "prometheus_config"]
+__all__ = [
+    "TwinEndpoints",
+    "ServeConfig",
+    "TextSource",
+    "CONTENT_TYPE",
+    "DEFAULT_PORT",
+    "DEFAULT_TICK_S",
+    "DCGM_PATH",
+    "NODE_EXPORTER_PATH",
+    "MAX_REQUEST_HEAD_BYTES",
+    "DEFAULT_MAX_CONNECTIONS_PER_NODE",
+    "jobs_by_gpu",
+    "prometheus_config",
+]
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 """The text exposition format 0.0.4, as dcgm-exporter and node-exporter send it
@@ -80,6 +91,7 @@ class TextSource(Protocol):
     def dcgm_text(self, node: str, *, jobs_by_gpu: Mapping[int | str, str] | None = None) -> str: ...
 
     def node_exporter_text(self, node: str) -> str: ...
+
     # With ServeConfig.timestamps both text methods are also called with ``timestamp=True``.
 
     def advance(self, dt_s: float) -> None: ...
@@ -163,7 +175,7 @@ class TwinEndpoints:
         """node -> "host:port", what a Prometheus static config lists."""
         return {node: f"{self.config.host}:{self.config.port + i}" for i, node in enumerate(self.config.nodes)}
 
-    def start(self) -> "TwinEndpoints":
+    def start(self) -> TwinEndpoints:
         if self.read_mapping is None and self.config.mapping_dir is not None:
             # The twin writes formats and reads none: the caller hands it the mapping reader.
             raise ConfigError("twin serve: a mapping_dir needs read_mapping (sources.mapping.read_job_mapping_dir)")
@@ -172,7 +184,7 @@ class TwinEndpoints:
         self._thread = threading.Thread(target=self._run, args=(bound,), daemon=True, name="hpcwatch-twin-serve")
         self._thread.start()
         try:
-            bound.result(timeout=_STARTUP_TIMEOUT_S)   # a port in use raises its ConfigError here
+            bound.result(timeout=_STARTUP_TIMEOUT_S)  # a port in use raises its ConfigError here
         except BaseException:
             self.stop()
             raise
@@ -187,7 +199,7 @@ class TwinEndpoints:
             thread.join(timeout=10)
         self._loop = self._thread = None
 
-    def __enter__(self) -> "TwinEndpoints":
+    def __enter__(self) -> TwinEndpoints:
         return self.start()
 
     def __exit__(self, *exc: object) -> None:
@@ -214,12 +226,12 @@ class TwinEndpoints:
 
     def _node_jobs(self, node: str) -> dict[int | str, str] | None:
         if not self.config.hpc_job:
-            return {}   # no GPU maps to a job: no hpc_job label
+            return {}  # no GPU maps to a job: no hpc_job label
         if self.config.mapping_dir is None or self.read_mapping is None:
             return None
         directory = self.config.mapping_dir / node
         if not directory.is_dir():
-            return {}   # dcgm-exporter with an empty directory: no GPU carries a job
+            return {}  # dcgm-exporter with an empty directory: no GPU carries a job
         return jobs_by_gpu(self.read_mapping(directory))
 
     def answer(self, node: str, path: str) -> tuple[int, bytes]:
@@ -258,7 +270,7 @@ class TwinEndpoints:
             return fn(node)
         except Exception as err:  # a scrape must answer, even when the twin or the reader fails
             message = f"{node}: {type(err).__name__}: {err}"
-            if self._last_error.get(node) != message:   # once, not once per scrape
+            if self._last_error.get(node) != message:  # once, not once per scrape
                 self._last_error[node] = message
                 print(f"hpcwatch twin serve: {message}", file=sys.stderr)
             return None
@@ -273,12 +285,12 @@ class TwinEndpoints:
         try:
             loop.run_until_complete(self._bind_all(servers))
         except BaseException as err:
-            _close(loop, servers)      # the ports bound so far are free again when start() raises
+            _close(loop, servers)  # the ports bound so far are free again when start() raises
             bound.set_exception(err)
             return
         bound.set_result(None)
         ticker = loop.create_task(self._tick()) if self.config.tick_s > 0 else None
-        loop.run_forever()   # until stop() calls loop.stop
+        loop.run_forever()  # until stop() calls loop.stop
         if ticker is not None:
             ticker.cancel()
         _close(loop, servers)
@@ -287,9 +299,14 @@ class TwinEndpoints:
         for node, target in self.targets.items():
             port = int(target.rsplit(":", 1)[1])
             try:
-                servers.append(await asyncio.start_server(
-                    lambda r, w, node=node: self._serve(node, r, w), self.config.host, port,
-                    limit=MAX_REQUEST_HEAD_BYTES))
+                servers.append(
+                    await asyncio.start_server(
+                        lambda r, w, node=node: self._serve(node, r, w),
+                        self.config.host,
+                        port,
+                        limit=MAX_REQUEST_HEAD_BYTES,
+                    )
+                )
             except OSError as err:
                 raise ConfigError(f"port {port} for {node}: {err.strerror or err}") from err
 
@@ -298,7 +315,7 @@ class TwinEndpoints:
         accept every second (selector_events, ACCEPT_RETRY_DELAY), for as long as the process lives."""
         err = context.get("exception")
         if isinstance(err, asyncio.CancelledError):
-            return   # our own _close cancelling a connection's task; Python 3.11's stream callback reports it
+            return  # our own _close cancelling a connection's task; Python 3.11's stream callback reports it
         if not (isinstance(err, OSError) and err.errno in (errno.EMFILE, errno.ENFILE)):
             loop.default_exception_handler(context)
             return
@@ -329,9 +346,9 @@ class TwinEndpoints:
                 if not keep_alive:
                     break
         except (asyncio.IncompleteReadError, asyncio.LimitOverrunError, ConnectionError, ValueError):
-            pass   # the scraper hung up (or gave up at scrape_timeout: its `up` already says so)
+            pass  # the scraper hung up (or gave up at scrape_timeout: its `up` already says so)
         except asyncio.CancelledError:
-            pass   # stop(): ending normally, because Python 3.11's stream callback re-raises a cancellation
+            pass  # stop(): ending normally, because Python 3.11's stream callback re-raises a cancellation
         finally:
             live.pop(writer, None)
             writer.close()
@@ -351,8 +368,10 @@ def _out_of_files(err: OSError, sock: object) -> str:
 
     soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
     where = getattr(sock, "getsockname", lambda: ("?", "?"))()
-    return (f"out of file descriptors accepting on port {where[1]} ({err.strerror}; soft limit {soft}, "
-            f"ulimit -n): serve fewer nodes or raise the limit")
+    return (
+        f"out of file descriptors accepting on port {where[1]} ({err.strerror}; soft limit {soft}, "
+        f"ulimit -n): serve fewer nodes or raise the limit"
+    )
 
 
 _REASONS = {200: "OK", 404: "Not Found", 405: "Method Not Allowed", 500: "Internal Server Error"}
@@ -368,8 +387,10 @@ def _request(head: bytes) -> tuple[str, str, bool]:
 
 
 def _response_head(status: int, length: int, keep_alive: bool) -> bytes:
-    return (f"HTTP/1.1 {status} {_REASONS[status]}\r\nServer: hpcwatch-twin\r\nContent-Type: {CONTENT_TYPE}\r\n"
-            f"Content-Length: {length}\r\nConnection: {'keep-alive' if keep_alive else 'close'}\r\n\r\n").encode()
+    return (
+        f"HTTP/1.1 {status} {_REASONS[status]}\r\nServer: hpcwatch-twin\r\nContent-Type: {CONTENT_TYPE}\r\n"
+        f"Content-Length: {length}\r\nConnection: {'keep-alive' if keep_alive else 'close'}\r\n\r\n"
+    ).encode()
 
 
 def _close(loop: asyncio.AbstractEventLoop, servers: list) -> None:
@@ -385,8 +406,9 @@ def _close(loop: asyncio.AbstractEventLoop, servers: list) -> None:
     loop.close()
 
 
-def prometheus_config(targets: Mapping[str, str], *, scrape_interval_s: float = 1.0,
-                      cluster: str = "twin", honor_timestamps: bool = True) -> str:
+def prometheus_config(
+    targets: Mapping[str, str], *, scrape_interval_s: float = 1.0, cluster: str = "twin", honor_timestamps: bool = True
+) -> str:
     """A prometheus.yml that scrapes every node's two endpoints (YAML is a JSON superset).
 
     One static group per node, so each target carries its ``node`` label (what ``schemas.sample_keys``
@@ -396,9 +418,20 @@ def prometheus_config(targets: Mapping[str, str], *, scrape_interval_s: float = 
     import json
 
     def job(name: str, path: str) -> dict:
-        return {"job_name": name, "metrics_path": path, "honor_timestamps": honor_timestamps, "static_configs": [
-            {"targets": [target], "labels": {"cluster": cluster, "node": node}} for node, target in targets.items()]}
+        return {
+            "job_name": name,
+            "metrics_path": path,
+            "honor_timestamps": honor_timestamps,
+            "static_configs": [
+                {"targets": [target], "labels": {"cluster": cluster, "node": node}} for node, target in targets.items()
+            ],
+        }
 
     interval = f"{scrape_interval_s:g}s"
-    return json.dumps({"global": {"scrape_interval": interval, "evaluation_interval": interval},
-                       "scrape_configs": [job("dcgm", DCGM_PATH), job("node", NODE_EXPORTER_PATH)]}, indent=1)
+    return json.dumps(
+        {
+            "global": {"scrape_interval": interval, "evaluation_interval": interval},
+            "scrape_configs": [job("dcgm", DCGM_PATH), job("node", NODE_EXPORTER_PATH)],
+        },
+        indent=1,
+    )

@@ -56,7 +56,9 @@ class GpuStraggler(Scenario):
     """
 
     name = "gpu_straggler"
-    description = "GPU 2 of the first node does ~8 % more GPU work per step; host timelines alike, only GPU time shows it."
+    description = (
+        "GPU 2 of the first node does ~8 % more GPU work per step; host timelines alike, only GPU time shows it."
+    )
 
     def __init__(self, gpu: int = STRAGGLER_GPU, factor: float = GPU_STRAGGLER_BACKWARD_FACTOR) -> None:
         self.gpu = gpu

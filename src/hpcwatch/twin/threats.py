@@ -41,16 +41,23 @@ from typing import Any
 
 import numpy as np
 
+from hpcwatch import vocab
 from hpcwatch.records import Event, Job
 from hpcwatch.twin.ebpf import events_of as _events_of
 from hpcwatch.twin.ebpf import falco_doc as _falco
 from hpcwatch.twin.ebpf import tetragon_doc as _tetragon
 from hpcwatch.twin.scenarios import Scenario, register
-from hpcwatch import vocab
 from hpcwatch.vocab import EventKind
 
-__all__ = ["ThreatFixture", "World", "write_threat_fixtures", "THREAT_SCENARIOS", "EXPECTED_RULES",
-           "FIXTURE_START_S", "STORAGE_HOST"]
+__all__ = [
+    "ThreatFixture",
+    "World",
+    "write_threat_fixtures",
+    "THREAT_SCENARIOS",
+    "EXPECTED_RULES",
+    "FIXTURE_START_S",
+    "STORAGE_HOST",
+]
 
 #: Fixture time: 2026-11-29 ~ the twin's DEFAULT_START_S, so both tell the same dates.
 FIXTURE_START_S = 1_796_000_000.0
@@ -67,16 +74,25 @@ SKETCH_DIMS = 32
 _SIGNATURE_ALG = "HMAC-SHA256"
 
 EXPECTED_RULES: dict[str, frozenset[str]] = {
-    "threat_supply_chain": frozenset({"supply_chain.known_incident", "supply_chain.typosquat",
-                                      "supply_chain.osv_malicious", "supply_chain.osv_vulnerable",
-                                      "supply_chain.vcs_install", "supply_chain.pth_exec"}),
+    "threat_supply_chain": frozenset(
+        {
+            "supply_chain.known_incident",
+            "supply_chain.typosquat",
+            "supply_chain.osv_malicious",
+            "supply_chain.osv_vulnerable",
+            "supply_chain.vcs_install",
+            "supply_chain.pth_exec",
+        }
+    ),
     "threat_data_poisoning": frozenset({"data_poisoning.shard_mismatch", "data_poisoning.write_during_job"}),
-    "threat_rdma": frozenset({"rdma.traffic_no_job", "rdma.traffic_disproportion", "rdma.pkey_violation",
-                              "rdma.partitions_open"}),
+    "threat_rdma": frozenset(
+        {"rdma.traffic_no_job", "rdma.traffic_disproportion", "rdma.pkey_violation", "rdma.partitions_open"}
+    ),
     "threat_gradient": frozenset({"gradient.norm_outlier", "gradient.sketch_direction"}),
     "threat_remanence": frozenset({"remanence.fb_after_job", "remanence.busy_no_job", "remanence.scrub_disabled"}),
-    "threat_container_escape": frozenset({"container_escape.release_agent", "container_escape.shell",
-                                          "container_escape.escape_tool"}),
+    "threat_container_escape": frozenset(
+        {"container_escape.release_agent", "container_escape.shell", "container_escape.escape_tool"}
+    ),
     "threat_weights_access": frozenset({"weights.foreign_reader", "weights.reader_outside_job"}),
 }
 EXPECTED_RULES.update({name.replace("threat_", "benign_"): frozenset() for name in list(EXPECTED_RULES)})
@@ -112,12 +128,32 @@ class ThreatFixture:
 
 def fixture_world() -> World:
     t0 = FIXTURE_START_S
-    train = Job(id="4242", user="alice", account="proj-llm", partition="gpu", nodes=("node1", "node2"), gpus=12,
-                gpus_by_node={"node1": tuple(range(8)), "node2": (0, 1, 2, 3)}, start=t0 - 3600, end=t0 + 300,
-                state="COMPLETED", name="llm-pretrain")
-    ended = Job(id="4100", user="bob", account="proj-vision", partition="gpu", nodes=("node2",), gpus=4,
-                gpus_by_node={"node2": (4, 5, 6, 7)}, start=t0 - 1800, end=t0 + 120, state="COMPLETED",
-                name="vit-finetune")
+    train = Job(
+        id="4242",
+        user="alice",
+        account="proj-llm",
+        partition="gpu",
+        nodes=("node1", "node2"),
+        gpus=12,
+        gpus_by_node={"node1": tuple(range(8)), "node2": (0, 1, 2, 3)},
+        start=t0 - 3600,
+        end=t0 + 300,
+        state="COMPLETED",
+        name="llm-pretrain",
+    )
+    ended = Job(
+        id="4100",
+        user="bob",
+        account="proj-vision",
+        partition="gpu",
+        nodes=("node2",),
+        gpus=4,
+        gpus_by_node={"node2": (4, 5, 6, 7)},
+        start=t0 - 1800,
+        end=t0 + 120,
+        state="COMPLETED",
+        name="vit-finetune",
+    )
     return World(t0=t0, train=train, ended=ended)
 
 
@@ -142,6 +178,7 @@ def _write(out: Path, rel: str, data: bytes) -> Path:
 
 # -- formats ---------------------------------------------------------------------------------------------
 
+
 def _jsonl(docs: Iterable[dict]) -> bytes:
     return "".join(json.dumps(d, sort_keys=True) + "\n" for d in docs).encode()
 
@@ -151,15 +188,35 @@ def _squeue_json(jobs: list[Job], now: float) -> bytes:
     rows = []
     for j in jobs:
         detail = [f"gpu:{len(g)}(IDX:{_ranges(g)})" for g in j.gpus_by_node.values()]
-        rows.append({"account": j.account, "job_id": int(j.id), "name": j.name, "user_name": j.user,
-                     "user_id": 1001 if j.user == "alice" else 1002, "partition": j.partition,
-                     "nodes": _hostlist(j.nodes), "node_count": len(j.nodes), "job_state": j.state,
-                     "start_time": int(j.start), "end_time": int(j.end), "submit_time": int(j.start) - 60,
-                     "gres_detail": detail, "tres_alloc_str": f"cpu=16,node={len(j.nodes)},billing=16,gres/gpu={j.gpus}",
-                     "batch_host": j.nodes[0], "cluster": "reference", "group_name": j.user})
-    doc = {"meta": {"plugin": {"type": "openapi/v0.0.38", "name": "Slurm OpenAPI v0.0.38"},
-                    "Slurm": {"version": {"major": 22, "micro": 8, "minor": 5}, "release": "22.05.8"}},
-           "errors": [], "jobs": rows}
+        rows.append(
+            {
+                "account": j.account,
+                "job_id": int(j.id),
+                "name": j.name,
+                "user_name": j.user,
+                "user_id": 1001 if j.user == "alice" else 1002,
+                "partition": j.partition,
+                "nodes": _hostlist(j.nodes),
+                "node_count": len(j.nodes),
+                "job_state": j.state,
+                "start_time": int(j.start),
+                "end_time": int(j.end),
+                "submit_time": int(j.start) - 60,
+                "gres_detail": detail,
+                "tres_alloc_str": f"cpu=16,node={len(j.nodes)},billing=16,gres/gpu={j.gpus}",
+                "batch_host": j.nodes[0],
+                "cluster": "reference",
+                "group_name": j.user,
+            }
+        )
+    doc = {
+        "meta": {
+            "plugin": {"type": "openapi/v0.0.38", "name": "Slurm OpenAPI v0.0.38"},
+            "Slurm": {"version": {"major": 22, "micro": 8, "minor": 5}, "release": "22.05.8"},
+        },
+        "errors": [],
+        "jobs": rows,
+    }
     return json.dumps(doc, indent=1).encode()
 
 
@@ -189,8 +246,9 @@ def _sign_manifest(dataset: str, shards: list[dict], key: bytes) -> dict:
     """A signed manifest as sources/manifest.py's ``sign_manifest`` writes it: HMAC-SHA256 over the
     key-sorted compact JSON of {dataset, shards} (rebuilt here: the twin may not import sources)."""
     rows = [{k: v for k, v in r.items() if v is not None} for r in shards]
-    payload = json.dumps({"dataset": dataset, "shards": rows}, sort_keys=True, separators=(",", ":"),
-                         ensure_ascii=False).encode()
+    payload = json.dumps(
+        {"dataset": dataset, "shards": rows}, sort_keys=True, separators=(",", ":"), ensure_ascii=False
+    ).encode()
     value = hmac.new(key, payload, hashlib.sha256).hexdigest()
     return {"dataset": dataset, "shards": shards, "signature": {"alg": _SIGNATURE_ALG, "value": value}}
 
@@ -216,22 +274,42 @@ def _grad_sketch(flat: np.ndarray, *, seed: int = 0) -> np.ndarray:
     return np.random.default_rng(seed).standard_normal((SKETCH_DIMS, flat.size)) @ flat / math.sqrt(SKETCH_DIMS)
 
 
-def _gradient_lines(*, job: str, rank: int, step: int, t: float, norm: float, sketch: np.ndarray, node: str,
-                    gpu: int) -> list[dict]:
+def _gradient_lines(
+    *, job: str, rank: int, step: int, t: float, norm: float, sketch: np.ndarray, node: str, gpu: int
+) -> list[dict]:
     """The hook's JSON lines (instrument/torch.py) of one rank's step: norm, non-finite count, sketch."""
     labels = {"job": job, "rank": str(rank), "step": str(step), "node": node, "gpu": str(gpu)}
-    lines = [{"kind": "sample", "metric": vocab.TRAIN_GRAD_NORM, "labels": labels, "t": t, "value": float(norm)},
-             {"kind": "sample", "metric": vocab.TRAIN_GRAD_NONFINITE, "labels": labels, "t": t, "value": 0.0}]
-    lines += [{"kind": "sample", "metric": vocab.TRAIN_GRAD_SKETCH, "labels": {**labels, "dim": str(i)}, "t": t,
-               "value": float(v)} for i, v in enumerate(sketch)]
+    lines = [
+        {"kind": "sample", "metric": vocab.TRAIN_GRAD_NORM, "labels": labels, "t": t, "value": float(norm)},
+        {"kind": "sample", "metric": vocab.TRAIN_GRAD_NONFINITE, "labels": labels, "t": t, "value": 0.0},
+    ]
+    lines += [
+        {
+            "kind": "sample",
+            "metric": vocab.TRAIN_GRAD_SKETCH,
+            "labels": {**labels, "dim": str(i)},
+            "t": t,
+            "value": float(v),
+        }
+        for i, v in enumerate(sketch)
+    ]
     return lines
 
 
 # -- plants ------------------------------------------------------------------------------------------------
 
+
 def _plant_supply_chain(world: World, attack: bool) -> Plant:
-    packages = [("torch", "2.3.0"), ("numpy", "1.26.4"), ("transformers", "4.41.2"), ("scipy", "1.13.1"),
-                ("safetensors", "0.4.3"), ("dataset", "1.6.2"), ("scapy", "2.5.0"), ("pytorch-triton", "2.3.0")]
+    packages = [
+        ("torch", "2.3.0"),
+        ("numpy", "1.26.4"),
+        ("transformers", "4.41.2"),
+        ("scipy", "1.13.1"),
+        ("safetensors", "0.4.3"),
+        ("dataset", "1.6.2"),
+        ("scapy", "2.5.0"),
+        ("pytorch-triton", "2.3.0"),
+    ]
     packages.append(("pyyaml", "5.3.1" if attack else "6.0.1"))
     if attack:
         packages += [("torchtriton", "2.0.0"), ("transfomers", "4.41.2"), ("1337test", "1")]
@@ -244,10 +322,12 @@ def _plant_supply_chain(world: World, attack: bool) -> Plant:
     site = "image/site-packages/"
     plant.files[site + "distutils-precedence.pth"] = (
         b"import os; var = 'SETUPTOOLS_USE_DISTUTILS'; enabled = os.environ.get(var, 'local') == 'local'; "
-        b"enabled and __import__('_distutils_hack').add_shim(); \n")
+        b"enabled and __import__('_distutils_hack').add_shim(); \n"
+    )
     if attack:
         plant.files[site + "nvidia-cuda-init.pth"] = (
-            b"import os, base64; exec(base64.b64decode(os.environ.get('NV_INIT', 'cGFzcw==')))\n")
+            b"import os, base64; exec(base64.b64decode(os.environ.get('NV_INIT', 'cGFzcw==')))\n"
+        )
     plant.files["osv/PyPI-all.zip"] = _osv_zip()
     return plant
 
@@ -256,21 +336,39 @@ def _osv_zip() -> bytes:
     """Made by us in the OSV schema, plus the real OpenSSF record MAL-2024-4720 (see tests/data/SOURCES.md)."""
     records = {
         "MAL-2024-4720.json": {
-            "modified": "2024-10-24T01:01:57Z", "published": "2024-06-25T13:32:02Z", "schema_version": "1.5.0",
-            "id": "MAL-2024-4720", "summary": "Malicious code in 1337test (PyPI)",
-            "affected": [{"package": {"ecosystem": "PyPI", "name": "1337test", "purl": "pkg:pypi/1337test"},
-                          "versions": ["1"]}]},
+            "modified": "2024-10-24T01:01:57Z",
+            "published": "2024-06-25T13:32:02Z",
+            "schema_version": "1.5.0",
+            "id": "MAL-2024-4720",
+            "summary": "Malicious code in 1337test (PyPI)",
+            "affected": [
+                {"package": {"ecosystem": "PyPI", "name": "1337test", "purl": "pkg:pypi/1337test"}, "versions": ["1"]}
+            ],
+        },
         "HPCWATCH-FIXTURE-0001.json": {
-            "schema_version": "1.6.0", "id": "HPCWATCH-FIXTURE-0001", "modified": "2026-11-01T00:00:00Z",
+            "schema_version": "1.6.0",
+            "id": "HPCWATCH-FIXTURE-0001",
+            "modified": "2026-11-01T00:00:00Z",
             "summary": "fixture made by hpcwatch: arbitrary code execution in full_load (modelled on CVE-2020-14343)",
-            "affected": [{"package": {"ecosystem": "PyPI", "name": "PyYAML"},
-                          "ranges": [{"type": "ECOSYSTEM", "events": [{"introduced": "0"}, {"fixed": "5.4"}]}]}]},
+            "affected": [
+                {
+                    "package": {"ecosystem": "PyPI", "name": "PyYAML"},
+                    "ranges": [{"type": "ECOSYSTEM", "events": [{"introduced": "0"}, {"fixed": "5.4"}]}],
+                }
+            ],
+        },
         "HPCWATCH-FIXTURE-0002.json": {
-            "schema_version": "1.6.0", "id": "HPCWATCH-FIXTURE-0002", "modified": "2026-11-01T00:00:00Z",
+            "schema_version": "1.6.0",
+            "id": "HPCWATCH-FIXTURE-0002",
+            "modified": "2026-11-01T00:00:00Z",
             "summary": "fixture made by hpcwatch: a range closed by last_affected",
-            "affected": [{"package": {"ecosystem": "PyPI", "name": "torch"},
-                          "ranges": [{"type": "ECOSYSTEM", "events": [{"introduced": "1.0"},
-                                                                       {"last_affected": "2.2.2"}]}]}]},
+            "affected": [
+                {
+                    "package": {"ecosystem": "PyPI", "name": "torch"},
+                    "ranges": [{"type": "ECOSYSTEM", "events": [{"introduced": "1.0"}, {"last_affected": "2.2.2"}]}],
+                }
+            ],
+        },
     }
     buf = io.BytesIO()
     with zipfile.ZipFile(buf, "w", zipfile.ZIP_DEFLATED) as archive:
@@ -282,20 +380,32 @@ def _osv_zip() -> bytes:
 def _plant_data_poisoning(world: World, attack: bool) -> Plant:
     rng = np.random.default_rng(7)
     shards = {f"train-{i:05d}.bin": rng.integers(0, 50_000, 4096, dtype=np.uint16).tobytes() for i in range(3)}
-    rows = [{"path": name, "sha256": hashlib.sha256(data).hexdigest(), "bytes": len(data), "samples": 2}
-            for name, data in shards.items()]
+    rows = [
+        {"path": name, "sha256": hashlib.sha256(data).hexdigest(), "bytes": len(data), "samples": 2}
+        for name, data in shards.items()
+    ]
     plant = Plant()
-    plant.files["dataset/manifest.json"] = json.dumps(_sign_manifest("fineweb-edu-sample", rows, b"fixture-key"),
-                                                      indent=1).encode()
+    plant.files["dataset/manifest.json"] = json.dumps(
+        _sign_manifest("fineweb-edu-sample", rows, b"fixture-key"), indent=1
+    ).encode()
     for name, data in shards.items():
         if attack and name.endswith("00001.bin"):
             data = data[:100] + b"\x13\x37" * 8 + data[116:]  # same size, different bytes: a planted sample
         plant.files[f"dataset/{name}"] = data
     when = world.t0 + 60 if attack else world.train.start - 600
-    doc = _tetragon(when, "node2", "process_kprobe", binary="/usr/bin/python3", user=world.intruder if attack
-                    else world.train.user, uid=1002 if attack else 1001, args="append_samples.py",
-                    function="security_file_permission", path="/lustre/datasets/fineweb/train-00002.bin", mask=2,
-                    policy="dataset-write")
+    doc = _tetragon(
+        when,
+        "node2",
+        "process_kprobe",
+        binary="/usr/bin/python3",
+        user=world.intruder if attack else world.train.user,
+        uid=1002 if attack else 1001,
+        args="append_samples.py",
+        function="security_file_permission",
+        path="/lustre/datasets/fineweb/train-00002.bin",
+        mask=2,
+        policy="dataset-write",
+    )
     plant.files["tetragon/dataset.jsonl"] = _jsonl([doc])
     plant.events = _events_of([doc], "tetragon")
     return plant
@@ -321,20 +431,38 @@ def _plant_rdma(world: World, attack: bool) -> Plant:
                 rows_x.append((labels, c[0]))
                 rows_r.append((labels, c[1]))
                 rows_c.append((labels, c[2]))
-            text = (_prom(vocab.NODE_INFINIBAND_PORT_DATA_TRANSMITTED_BYTES_TOTAL,
-                          "Number of data octets transmitted on all links", "counter", rows_x, t)
-                    + _prom(vocab.NODE_INFINIBAND_PORT_DATA_RECEIVED_BYTES_TOTAL,
-                            "Number of data octets received on all links", "counter", rows_r, t)
-                    + _prom(vocab.NODE_INFINIBAND_PORT_CONSTRAINT_ERRORS_RECEIVED_TOTAL,
-                            "Number of packets received on the switch physical port that are discarded",
-                            "counter", rows_c, t))
+            text = (
+                _prom(
+                    vocab.NODE_INFINIBAND_PORT_DATA_TRANSMITTED_BYTES_TOTAL,
+                    "Number of data octets transmitted on all links",
+                    "counter",
+                    rows_x,
+                    t,
+                )
+                + _prom(
+                    vocab.NODE_INFINIBAND_PORT_DATA_RECEIVED_BYTES_TOTAL,
+                    "Number of data octets received on all links",
+                    "counter",
+                    rows_r,
+                    t,
+                )
+                + _prom(
+                    vocab.NODE_INFINIBAND_PORT_CONSTRAINT_ERRORS_RECEIVED_TOTAL,
+                    "Number of packets received on the switch physical port that are discarded",
+                    "counter",
+                    rows_c,
+                    t,
+                )
+            )
             plant.files[f"node-exporter/{host}/{i:03d}.prom"] = text.encode()
     plant.files["opensm/partitions.conf"] = (
-        b"# OpenSM partitions (as shipped)\nDefault=0x7fff, ipoib : ALL=full;\n" if attack else
-        b"# Default: everyone may reach the SM, nobody each other\nDefault=0x7fff, ipoib : ALL=limited, SELF=full;\n"
+        b"# OpenSM partitions (as shipped)\nDefault=0x7fff, ipoib : ALL=full;\n"
+        if attack
+        else b"# Default: everyone may reach the SM, nobody each other\nDefault=0x7fff, ipoib : ALL=limited, SELF=full;\n"
         b"# The training job's partition, full members by port GUID\n"
         b"llm=0x8001, ipoib : 0x506b4b03005c2740=full, 0x506b4b0300cc02a6=full;\n"
-        b"storage=0x8002 : ALL_CAS=limited, 0x7cfe9003003b4b96=full;\n")
+        b"storage=0x8002 : ALL_CAS=limited, 0x7cfe9003003b4b96=full;\n"
+    )
     return plant
 
 
@@ -364,8 +492,16 @@ def _plant_gradient(world: World, attack: bool) -> Plant:
             if attack and rank == 2 and step >= 6:
                 local = -local  # flipped gradients: same norm, opposite direction
             node, gpu = world.train.nodes[rank // 4], rank % 4
-            lines += _gradient_lines(job=world.train.id, rank=rank, step=step, t=t, norm=float(np.linalg.norm(local)),
-                                     sketch=_grad_sketch(local, seed=0), node=node, gpu=gpu)
+            lines += _gradient_lines(
+                job=world.train.id,
+                rank=rank,
+                step=step,
+                t=t,
+                norm=float(np.linalg.norm(local)),
+                sketch=_grad_sketch(local, seed=0),
+                node=node,
+                gpu=gpu,
+            )
     return Plant(files={"hook/rank-all.jsonl": _jsonl(lines)})
 
 
@@ -375,72 +511,170 @@ def _plant_remanence(world: World, attack: bool) -> Plant:
     for i, t in enumerate(_scrapes(world)):
         fb, util = [], []
         for gpu in range(8):
-            holder = world.train.id if gpu < 4 and t <= (world.train.end or float("inf")) else (
-                job.id if gpu >= 4 and t <= job.end else "")
+            holder = (
+                world.train.id
+                if gpu < 4 and t <= (world.train.end or float("inf"))
+                else (job.id if gpu >= 4 and t <= job.end else "")
+            )
             used = 61_000.0 if holder else 0.0
             busy = 95.0 if holder else 0.0
             if attack and gpu == 5 and not holder:
                 used = 30_500.0  # a process of job 4100 survived its epilog and holds its memory
             if attack and gpu == 7 and not holder and t > job.end + 90:
                 busy, used = 88.0, 12_000.0  # someone computes on a GPU no job owns
-            labels = {"gpu": str(gpu), "UUID": f"GPU-00000000-0000-0000-0000-00000000000{gpu}",
-                      "pci_bus_id": f"00000000:{0x18 + gpu:02X}:00.0", "device": f"nvidia{gpu}",
-                      "modelName": "NVIDIA H100 80GB HBM3", "Hostname": "node2", "hpc_job": holder}
+            labels = {
+                "gpu": str(gpu),
+                "UUID": f"GPU-00000000-0000-0000-0000-00000000000{gpu}",
+                "pci_bus_id": f"00000000:{0x18 + gpu:02X}:00.0",
+                "device": f"nvidia{gpu}",
+                "modelName": "NVIDIA H100 80GB HBM3",
+                "Hostname": "node2",
+                "hpc_job": holder,
+            }
             fb.append((labels, used))
             util.append((labels, busy))
-        text = (_prom(vocab.DCGM_FI_DEV_FB_USED, "Framebuffer memory used (in MiB).", "gauge", fb, t)
-                + _prom(vocab.DCGM_FI_DEV_GPU_UTIL, "GPU utilization (in %).", "gauge", util, t))
+        text = _prom(vocab.DCGM_FI_DEV_FB_USED, "Framebuffer memory used (in MiB).", "gauge", fb, t) + _prom(
+            vocab.DCGM_FI_DEV_GPU_UTIL, "GPU utilization (in %).", "gauge", util, t
+        )
         plant.files[f"dcgm/node2/{i:03d}.prom"] = text.encode()
     dwords = "RMDisableScrubOnFree=1" if attack else ""
-    params = ("ResmanDebugLevel: 4294967295\nRmLogonRC: 1\nModifyDeviceFiles: 1\nDeviceFileUID: 0\nDeviceFileGID: 0\n"
-              f"DeviceFileMode: 438\nEnableMSI: 1\nRegistryDwords: \"{dwords}\"\nRmMsg: \"\"\n")
+    params = (
+        "ResmanDebugLevel: 4294967295\nRmLogonRC: 1\nModifyDeviceFiles: 1\nDeviceFileUID: 0\nDeviceFileGID: 0\n"
+        f'DeviceFileMode: 438\nEnableMSI: 1\nRegistryDwords: "{dwords}"\nRmMsg: ""\n'
+    )
     plant.files["node2/proc/driver/nvidia/params"] = params.encode()
-    plant.events = [_nvidia_params_event(params, path="/proc/driver/nvidia/params", host="node2",
-                                         t=world.t0)]
+    plant.events = [_nvidia_params_event(params, path="/proc/driver/nvidia/params", host="node2", t=world.t0)]
     return plant
 
 
 def _plant_container_escape(world: World, attack: bool) -> Plant:
     t, job = world.t0 + 100, world.train
     if attack:
-        falco = [_falco(t, "node1", "Terminal shell in container", "Notice", user="root", cmdline="bash -i", job=job.id),
-                 _falco(t + 20, "node1", "Detect release_agent File Container Escapes", "Critical", user="root",
-                        cmdline="sh -c echo /cmd > /tmp/cgrp/release_agent", job=job.id)]
-        tetra = [_tetragon(t + 40, "node2", "process_exec", binary="/usr/bin/nsenter", user="root", uid=0,
-                           args="--target 1 --mount --uts --ipc --net --pid -- bash", parent="/usr/bin/python3")]
+        falco = [
+            _falco(t, "node1", "Terminal shell in container", "Notice", user="root", cmdline="bash -i", job=job.id),
+            _falco(
+                t + 20,
+                "node1",
+                "Detect release_agent File Container Escapes",
+                "Critical",
+                user="root",
+                cmdline="sh -c echo /cmd > /tmp/cgrp/release_agent",
+                job=job.id,
+            ),
+        ]
+        tetra = [
+            _tetragon(
+                t + 40,
+                "node2",
+                "process_exec",
+                binary="/usr/bin/nsenter",
+                user="root",
+                uid=0,
+                args="--target 1 --mount --uts --ipc --net --pid -- bash",
+                parent="/usr/bin/python3",
+            )
+        ]
     else:
-        falco = [_falco(t, "node1", "Terminal shell in container", "Notice", user=job.user, cmdline="bash",
-                        job=job.id),
-                 _falco(t + 5, "node1", "Contact K8S API Server From Container", "Notice", user=job.user,
-                        cmdline="curl", job=job.id)]
-        tetra = [_tetragon(t + 40, "node2", "process_exec", binary="/usr/bin/nvidia-smi", user=job.user, uid=1001,
-                           parent="/usr/bin/bash")]
-    return Plant(files={"falco/alerts.jsonl": _jsonl(falco), "tetragon/exec.jsonl": _jsonl(tetra)},
-                 events=_events_of(falco, "falco") + _events_of(tetra, "tetragon"))
+        falco = [
+            _falco(t, "node1", "Terminal shell in container", "Notice", user=job.user, cmdline="bash", job=job.id),
+            _falco(
+                t + 5,
+                "node1",
+                "Contact K8S API Server From Container",
+                "Notice",
+                user=job.user,
+                cmdline="curl",
+                job=job.id,
+            ),
+        ]
+        tetra = [
+            _tetragon(
+                t + 40,
+                "node2",
+                "process_exec",
+                binary="/usr/bin/nvidia-smi",
+                user=job.user,
+                uid=1001,
+                parent="/usr/bin/bash",
+            )
+        ]
+    return Plant(
+        files={"falco/alerts.jsonl": _jsonl(falco), "tetragon/exec.jsonl": _jsonl(tetra)},
+        events=_events_of(falco, "falco") + _events_of(tetra, "tetragon"),
+    )
 
 
 def _plant_weights_access(world: World, attack: bool) -> Plant:
     t, job, ckpt = world.t0 + 30, world.train, "/lustre/checkpoints/llm/step_001000/model.safetensors"
-    docs = [_tetragon(t, "node1", "process_kprobe", binary="/usr/bin/python3", user=job.user, uid=1001,
-                      args="train.py", function="security_file_permission", path=ckpt, mask=2),
-            _tetragon(t + 60, "node2", "process_kprobe", binary="/usr/bin/python3", user=job.user, uid=1001,
-                      args="train.py --resume", function="security_mmap_file", path=ckpt, mask=1)]
+    docs = [
+        _tetragon(
+            t,
+            "node1",
+            "process_kprobe",
+            binary="/usr/bin/python3",
+            user=job.user,
+            uid=1001,
+            args="train.py",
+            function="security_file_permission",
+            path=ckpt,
+            mask=2,
+        ),
+        _tetragon(
+            t + 60,
+            "node2",
+            "process_kprobe",
+            binary="/usr/bin/python3",
+            user=job.user,
+            uid=1001,
+            args="train.py --resume",
+            function="security_mmap_file",
+            path=ckpt,
+            mask=1,
+        ),
+    ]
     if attack:
-        docs += [_tetragon(t + 90, "node2", "process_kprobe", binary="/usr/bin/cp", user=world.intruder, uid=1002,
-                           args=f"{ckpt} /tmp/m", function="security_file_permission", path=ckpt, mask=4),
-                 _tetragon(t + 120, "login1", "process_kprobe", binary="/usr/bin/scp", user=job.user, uid=1001,
-                           args=f"{ckpt} ext:/", function="security_file_permission", path=ckpt, mask=4)]
+        docs += [
+            _tetragon(
+                t + 90,
+                "node2",
+                "process_kprobe",
+                binary="/usr/bin/cp",
+                user=world.intruder,
+                uid=1002,
+                args=f"{ckpt} /tmp/m",
+                function="security_file_permission",
+                path=ckpt,
+                mask=4,
+            ),
+            _tetragon(
+                t + 120,
+                "login1",
+                "process_kprobe",
+                binary="/usr/bin/scp",
+                user=job.user,
+                uid=1001,
+                args=f"{ckpt} ext:/",
+                function="security_file_permission",
+                path=ckpt,
+                mask=4,
+            ),
+        ]
     return Plant(files={"tetragon/weights.jsonl": _jsonl(docs)}, events=_events_of(docs, "tetragon"))
 
 
 _PLANTS: dict[str, Callable[[World, bool], Plant]] = {
-    "supply_chain": _plant_supply_chain, "data_poisoning": _plant_data_poisoning, "rdma": _plant_rdma,
-    "gradient": _plant_gradient, "remanence": _plant_remanence, "container_escape": _plant_container_escape,
+    "supply_chain": _plant_supply_chain,
+    "data_poisoning": _plant_data_poisoning,
+    "rdma": _plant_rdma,
+    "gradient": _plant_gradient,
+    "remanence": _plant_remanence,
+    "container_escape": _plant_container_escape,
     "weights_access": _plant_weights_access,
 }
 
 
 # -- the twin's side -------------------------------------------------------------------------------------------
+
 
 class _ThreatScenario(Scenario):
     """Plants once, at the first tick: events through ``events``, files through ``extra_files``."""
@@ -475,8 +709,11 @@ class _ThreatScenario(Scenario):
 
 
 def _scenario(name: str, vector: str, attack: bool, description: str) -> type[Scenario]:
-    cls = type(name.title().replace("_", ""), (_ThreatScenario,),
-               {"name": name, "vector": vector, "attack": attack, "description": description})
+    cls = type(
+        name.title().replace("_", ""),
+        (_ThreatScenario,),
+        {"name": name, "vector": vector, "attack": attack, "description": description},
+    )
     return register(cls)
 
 
@@ -510,7 +747,7 @@ class ThreatRdmaLive(_ThreatScenario):
         if node != self._twin.node_names[-1]:
             return
         added = self._carry.setdefault((node, port, "added"), 0.0)
-        own = counters["PortXmitData"] - added           # what the twin alone put on the port (words)
+        own = counters["PortXmitData"] - added  # what the twin alone put on the port (words)
         last_own = self._carry.get((node, port, "own"), own)
         last_t = self._carry.get((node, port, "t"), t)
         extra = (self.factor - 1) * max(own - last_own, 0.0) + self.idle_bytes_s * (t - last_t) / 4  # 4-byte words

@@ -56,23 +56,73 @@ class JobKind:
     """Bytes one AllReduce moves per step (bf16 gradients: 2 bytes per parameter)."""
 
 
-KINDS: dict[str, JobKind] = {k.name: k for k in (
-    JobKind(name="pretrain", util_pct=98.0, util_sd_pct=1.0, tensor_active=0.62, fb_fraction=0.86,
-            read_bytes_s_per_gpu=12e6, load_bytes_per_gpu=6 * GIB, checkpoint_interval_s=900.0,
-            checkpoint_bytes_per_gpu=2 * GIB, distributed=True, gradient_bytes=200e6),
-    JobKind(name="finetune", util_pct=88.0, util_sd_pct=5.0, tensor_active=0.45, fb_fraction=0.62,
-            read_bytes_s_per_gpu=60e6, load_bytes_per_gpu=4 * GIB, checkpoint_interval_s=1200.0,
-            checkpoint_bytes_per_gpu=1 * GIB, distributed=True, gradient_bytes=600e6),
-    JobKind(name="rl", util_pct=35.0, util_sd_pct=15.0, tensor_active=0.12, fb_fraction=0.30,
-            read_bytes_s_per_gpu=1e6, load_bytes_per_gpu=0.5 * GIB, checkpoint_interval_s=1800.0,
-            checkpoint_bytes_per_gpu=0.25 * GIB, distributed=False),
-    JobKind(name="eval", util_pct=62.0, util_sd_pct=18.0, tensor_active=0.30, fb_fraction=0.55,
-            read_bytes_s_per_gpu=25e6, load_bytes_per_gpu=3 * GIB, checkpoint_interval_s=None,
-            checkpoint_bytes_per_gpu=0.0, distributed=False),
-    JobKind(name="notebook", util_pct=0.0, util_sd_pct=0.0, tensor_active=0.0, fb_fraction=0.006,
-            read_bytes_s_per_gpu=0.0, load_bytes_per_gpu=0.0, checkpoint_interval_s=None,
-            checkpoint_bytes_per_gpu=0.0, distributed=False),
-)}
+KINDS: dict[str, JobKind] = {
+    k.name: k
+    for k in (
+        JobKind(
+            name="pretrain",
+            util_pct=98.0,
+            util_sd_pct=1.0,
+            tensor_active=0.62,
+            fb_fraction=0.86,
+            read_bytes_s_per_gpu=12e6,
+            load_bytes_per_gpu=6 * GIB,
+            checkpoint_interval_s=900.0,
+            checkpoint_bytes_per_gpu=2 * GIB,
+            distributed=True,
+            gradient_bytes=200e6,
+        ),
+        JobKind(
+            name="finetune",
+            util_pct=88.0,
+            util_sd_pct=5.0,
+            tensor_active=0.45,
+            fb_fraction=0.62,
+            read_bytes_s_per_gpu=60e6,
+            load_bytes_per_gpu=4 * GIB,
+            checkpoint_interval_s=1200.0,
+            checkpoint_bytes_per_gpu=1 * GIB,
+            distributed=True,
+            gradient_bytes=600e6,
+        ),
+        JobKind(
+            name="rl",
+            util_pct=35.0,
+            util_sd_pct=15.0,
+            tensor_active=0.12,
+            fb_fraction=0.30,
+            read_bytes_s_per_gpu=1e6,
+            load_bytes_per_gpu=0.5 * GIB,
+            checkpoint_interval_s=1800.0,
+            checkpoint_bytes_per_gpu=0.25 * GIB,
+            distributed=False,
+        ),
+        JobKind(
+            name="eval",
+            util_pct=62.0,
+            util_sd_pct=18.0,
+            tensor_active=0.30,
+            fb_fraction=0.55,
+            read_bytes_s_per_gpu=25e6,
+            load_bytes_per_gpu=3 * GIB,
+            checkpoint_interval_s=None,
+            checkpoint_bytes_per_gpu=0.0,
+            distributed=False,
+        ),
+        JobKind(
+            name="notebook",
+            util_pct=0.0,
+            util_sd_pct=0.0,
+            tensor_active=0.0,
+            fb_fraction=0.006,
+            read_bytes_s_per_gpu=0.0,
+            load_bytes_per_gpu=0.0,
+            checkpoint_interval_s=None,
+            checkpoint_bytes_per_gpu=0.0,
+            distributed=False,
+        ),
+    )
+}
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -89,16 +139,56 @@ class _Template:
 
 
 _TEMPLATES = (
-    _Template(user="alice", uid=1001, account="proj-llm", name="gpt-pretrain", kind="pretrain", nodes=(2, 4),
-              gpus_per_node=(8,), duration_s=(4 * 3600.0, 12 * 3600.0)),
-    _Template(user="bob", uid=1002, account="proj-vision", name="vit-finetune", kind="finetune", nodes=(1, 1),
-              gpus_per_node=(1, 2, 2, 4), duration_s=(1200.0, 5400.0)),
-    _Template(user="carol", uid=1003, account="proj-rl", name="ppo-rollouts", kind="rl", nodes=(1, 1),
-              gpus_per_node=(1, 1, 2), duration_s=(900.0, 3600.0)),
-    _Template(user="dave", uid=1004, account="proj-vision", name="jupyter", kind="notebook", nodes=(1, 1),
-              gpus_per_node=(1,), duration_s=(1800.0, 7200.0)),
-    _Template(user="erin", uid=1005, account="proj-llm", name="llm-eval", kind="eval", nodes=(1, 1),
-              gpus_per_node=(1, 2), duration_s=(600.0, 2400.0)),
+    _Template(
+        user="alice",
+        uid=1001,
+        account="proj-llm",
+        name="gpt-pretrain",
+        kind="pretrain",
+        nodes=(2, 4),
+        gpus_per_node=(8,),
+        duration_s=(4 * 3600.0, 12 * 3600.0),
+    ),
+    _Template(
+        user="bob",
+        uid=1002,
+        account="proj-vision",
+        name="vit-finetune",
+        kind="finetune",
+        nodes=(1, 1),
+        gpus_per_node=(1, 2, 2, 4),
+        duration_s=(1200.0, 5400.0),
+    ),
+    _Template(
+        user="carol",
+        uid=1003,
+        account="proj-rl",
+        name="ppo-rollouts",
+        kind="rl",
+        nodes=(1, 1),
+        gpus_per_node=(1, 1, 2),
+        duration_s=(900.0, 3600.0),
+    ),
+    _Template(
+        user="dave",
+        uid=1004,
+        account="proj-vision",
+        name="jupyter",
+        kind="notebook",
+        nodes=(1, 1),
+        gpus_per_node=(1,),
+        duration_s=(1800.0, 7200.0),
+    ),
+    _Template(
+        user="erin",
+        uid=1005,
+        account="proj-llm",
+        name="llm-eval",
+        kind="eval",
+        nodes=(1, 1),
+        gpus_per_node=(1, 2),
+        duration_s=(600.0, 2400.0),
+    ),
 )
 _TEMPLATE_WEIGHTS = np.array([0.08, 0.34, 0.26, 0.10, 0.22])
 
@@ -148,9 +238,19 @@ class PlannedJob:
         one record per job id, and its attempts are one job to account (goodput, attribution, the detectors'
         job windows); squeue/sacct JSON still show Slurm's own reset start (twin/slurm_out.py)."""
         start = self.first_start if self.first_start is not None and self.start is not None else self.start
-        return Job(id=self.id, user=self.user, account=self.account, partition="gpu", nodes=self.nodes,
-                   gpus=self.gpus, gpus_by_node=dict(self.gpus_by_node), start=start, end=self.end,
-                   state=self.state, name=self.name)
+        return Job(
+            id=self.id,
+            user=self.user,
+            account=self.account,
+            partition="gpu",
+            nodes=self.nodes,
+            gpus=self.gpus,
+            gpus_by_node=dict(self.gpus_by_node),
+            start=start,
+            end=self.end,
+            state=self.state,
+            name=self.name,
+        )
 
 
 class Scheduler:
@@ -171,16 +271,32 @@ class Scheduler:
 
     # -- the job stream ------------------------------------------------------------------------
 
-    def _new_job(self, template: _Template, submit: float, *, n_nodes: int | None = None,
-                 gpus_per_node: int | None = None, duration_s: float | None = None) -> PlannedJob:
+    def _new_job(
+        self,
+        template: _Template,
+        submit: float,
+        *,
+        n_nodes: int | None = None,
+        gpus_per_node: int | None = None,
+        duration_s: float | None = None,
+    ) -> PlannedJob:
         max_gpus = max(len(n.gpus) for n in self.cluster.nodes)
         lo, hi = template.nodes
         n = n_nodes or int(self.rng.integers(lo, min(hi, len(self.cluster.nodes)) + 1))
         g = gpus_per_node or min(int(self.rng.choice(template.gpus_per_node)), max_gpus)
         dur = duration_s or float(self.rng.uniform(*template.duration_s))
-        job = PlannedJob(id=str(self._next_id), user=template.user, uid=template.uid, account=template.account,
-                         name=template.name, kind=KINDS[template.kind], n_nodes=max(1, n), gpus_per_node=g,
-                         duration_s=round(dur), submit=submit)
+        job = PlannedJob(
+            id=str(self._next_id),
+            user=template.user,
+            uid=template.uid,
+            account=template.account,
+            name=template.name,
+            kind=KINDS[template.kind],
+            n_nodes=max(1, n),
+            gpus_per_node=g,
+            duration_s=round(dur),
+            submit=submit,
+        )
         self._next_id += 1
         self.jobs.append(job)
         return job
@@ -194,8 +310,9 @@ class Scheduler:
         per_node = min(len(n.gpus) for n in nodes)
         train_gpus = per_node - TRAIN_GPUS_LEFT_FREE if per_node > TRAIN_GPUS_LEFT_FREE + 1 else per_node
         train_nodes = len(nodes) if len(nodes) <= 4 else max(2, len(nodes) // 4)
-        main = self._new_job(_TEMPLATES[0], t0 - 7300.0, n_nodes=train_nodes, gpus_per_node=train_gpus,
-                             duration_s=7 * 86400.0)
+        main = self._new_job(
+            _TEMPLATES[0], t0 - 7300.0, n_nodes=train_nodes, gpus_per_node=train_gpus, duration_s=7 * 86400.0
+        )
         self._place(main, t0 - 7200.0, [n.name for n in nodes[:train_nodes]])
         # Everything else already running started at a random time before t0. Users take turns, one GPU
         # each at first, so the small reference cluster shows the idle notebook, an RL job and a fine-tune,
@@ -226,14 +343,17 @@ class Scheduler:
             ok = all(n not in self.drained and len(self.free[n]) >= job.gpus_per_node for n in job.wants_nodes)
             return list(job.wants_nodes) if ok else None
         held = {n for j in self.jobs if j.state == "PENDING" for n in j.wants_nodes}
-        fits = [name for name, free in self.free.items()
-                if len(free) >= job.gpus_per_node and name not in self.drained and name not in held]
+        fits = [
+            name
+            for name, free in self.free.items()
+            if len(free) >= job.gpus_per_node and name not in self.drained and name not in held
+        ]
         return fits[: job.n_nodes] if len(fits) >= job.n_nodes else None
 
     def _place(self, job: PlannedJob, t: float, nodes: list[str]) -> None:
         for name in nodes:
             free = self.free[name]
-            taken, self.free[name] = free[: job.gpus_per_node], free[job.gpus_per_node:]
+            taken, self.free[name] = free[: job.gpus_per_node], free[job.gpus_per_node :]
             job.gpus_by_node[name] = tuple(taken)
         job.start, job.state = float(t), "RUNNING"
 
@@ -277,8 +397,11 @@ class Scheduler:
         back = [n for n, (until, _) in self.drained.items() if until <= t]
         for name in back:
             del self.drained[name]
-        ended = [j for j in self.jobs if j.state == "RUNNING" and j.start + j.duration_s <= t] \
-            if t >= self._next_end else []
+        ended = (
+            [j for j in self.jobs if j.state == "RUNNING" and j.start + j.duration_s <= t]
+            if t >= self._next_end
+            else []
+        )
         for job in ended:
             self._finish(job, t)
             self._arrivals.append(t + float(self.rng.uniform(30, 600)))

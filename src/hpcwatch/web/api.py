@@ -32,18 +32,24 @@ from starlette.concurrency import run_in_threadpool
 
 from hpcwatch.errors import HpcwatchError, InputError
 from hpcwatch.records import VECTORS
-from hpcwatch.reports.findings import recent_findings
 from hpcwatch.reports.assess import assessment_document, assessment_report, latest_assessment
+from hpcwatch.reports.findings import recent_findings
 from hpcwatch.reports.steps import PLAYER_JOBS_LISTED, player_jobs, player_step
 
-__all__ = ["router", "STREAM_INTERVAL_S", "SIM_GPU_COUNTS", "StepSource", "StepDoc", "StragglerVerdict",
-           "ORJSONResponse"]
+__all__ = [
+    "router",
+    "STREAM_INTERVAL_S",
+    "SIM_GPU_COUNTS",
+    "StepSource",
+    "StepDoc",
+    "StragglerVerdict",
+    "ORJSONResponse",
+]
 
 #: Live values are pushed once a second (the brief's 1 Hz).
 STREAM_INTERVAL_S = 1.0
 #: GPU counts the simulator evaluates: 8 to 100k, roughly ×2 apart.
-SIM_GPU_COUNTS: tuple[int, ...] = (8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384, 32768, 65536,
-                                   100_000)
+SIM_GPU_COUNTS: tuple[int, ...] = (8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384, 32768, 65536, 100_000)
 
 router = APIRouter(prefix="/api")
 log = logging.getLogger(__name__)
@@ -95,8 +101,11 @@ class StepDoc(BaseModel):
     steps: list[int] = Field(description="[first, last] step numbers with spans for this job")
     step_time_s: float = Field(description="The step's time: the slowest rank's (hpcwatch.analysis.steps)")
     ranks: list[RankStep]
-    straggler: StragglerVerdict | None = Field(None, description="The straggler of the job's recent steps, "
-                                               "decided by the server (hpcwatch.analysis.stragglers); null: none")
+    straggler: StragglerVerdict | None = Field(
+        None,
+        description="The straggler of the job's recent steps, "
+        "decided by the server (hpcwatch.analysis.stragglers); null: none",
+    )
     max_wait_s: float = Field(0.0, description="Longest barrier wait of this step, the straggler's excluded")
     reference_rank: int = Field(0, description="A rank that is not the straggler (the readout follows it)")
 
@@ -120,6 +129,7 @@ def _state(request: Request) -> Any:
 def assessment_doc(state: Any) -> dict[str, Any]:
     """``hpcwatch assess --json`` of the app's store and cluster (the Decider mode's tier, the report page)."""
     from hpcwatch.assess import AssessConfig
+
     return assessment_document(assessment_report(state.store, AssessConfig(cluster=state.cluster)))
 
 
@@ -128,8 +138,12 @@ async def assess(request: Request) -> ORJSONResponse:
     return ORJSONResponse(await run_in_threadpool(assessment_doc, _state(request)))
 
 
-@router.get("/assess/latest", summary="The newest stored assessment verdict (hpcwatch collect's task = \"assess\"), "
-            "null when none: read, not recomputed", response_class=ORJSONResponse)
+@router.get(
+    "/assess/latest",
+    summary='The newest stored assessment verdict (hpcwatch collect\'s task = "assess"), '
+    "null when none: read, not recomputed",
+    response_class=ORJSONResponse,
+)
 async def assess_latest(request: Request) -> ORJSONResponse:
     latest = await run_in_threadpool(latest_assessment, _state(request).store)
     return ORJSONResponse(latest.to_dict() if latest is not None else None)
@@ -145,12 +159,19 @@ async def live(request: Request) -> ORJSONResponse:
     return ORJSONResponse(doc)
 
 
-@router.get("/stream", summary="Live snapshot as Server-Sent Events, 1 Hz",
-            response_class=StreamingResponse, responses={200: {"content": {"text/event-stream": {}}}})
+@router.get(
+    "/stream",
+    summary="Live snapshot as Server-Sent Events, 1 Hz",
+    response_class=StreamingResponse,
+    responses={200: {"content": {"text/event-stream": {}}}},
+)
 async def stream(request: Request) -> StreamingResponse:
     """``event: live`` with the ``/api/live`` document every second; ``event: problem`` if the store fails."""
-    return StreamingResponse(_events(request), media_type="text/event-stream",
-                             headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+    return StreamingResponse(
+        _events(request),
+        media_type="text/event-stream",
+        headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
+    )
 
 
 async def _events(request: Request) -> AsyncIterator[bytes]:
@@ -164,7 +185,7 @@ async def _events(request: Request) -> AsyncIterator[bytes]:
             yield state.live.fresh_frame() or await run_in_threadpool(state.live.frame)
         except HpcwatchError as err:
             yield b"event: problem\ndata: " + orjson.dumps({"error": str(err)}) + b"\n\n"
-        except Exception as err:  # noqa: BLE001 - one bad tick must not end every viewer's stream
+        except Exception as err:
             log.exception("live snapshot failed")
             yield b"event: problem\ndata: " + orjson.dumps({"error": type(err).__name__}) + b"\n\n"
         await asyncio.sleep(state.stream_interval_s)
@@ -173,14 +194,23 @@ async def _events(request: Request) -> AsyncIterator[bytes]:
 @router.get("/model", summary="The cluster model")
 async def model(request: Request) -> dict[str, Any]:
     cluster = _state(request).cluster
-    return {"name": cluster.name,
-            "nodes": [{"name": n.name, "gpus": [g.id for g in n.gpus], "hcas": n.hcas,
-                       "model": n.gpus[0].spec.name if n.gpus else None} for n in cluster.nodes],
-            "fabric": {"kind": cluster.fabric.kind, "link": cluster.fabric.link.name},
-            "storage": {"kind": cluster.storage.kind, "mount": cluster.storage.mount},
-            "scheduler": {"kind": cluster.scheduler.kind, "version": cluster.scheduler.version},
-            "stack": {"framework": cluster.stack.framework, "communication": cluster.stack.communication},
-            "weights": {"path": cluster.weights.path}}
+    return {
+        "name": cluster.name,
+        "nodes": [
+            {
+                "name": n.name,
+                "gpus": [g.id for g in n.gpus],
+                "hcas": n.hcas,
+                "model": n.gpus[0].spec.name if n.gpus else None,
+            }
+            for n in cluster.nodes
+        ],
+        "fabric": {"kind": cluster.fabric.kind, "link": cluster.fabric.link.name},
+        "storage": {"kind": cluster.storage.kind, "mount": cluster.storage.mount},
+        "scheduler": {"kind": cluster.scheduler.kind, "version": cluster.scheduler.version},
+        "stack": {"framework": cluster.stack.framework, "communication": cluster.stack.communication},
+        "weights": {"path": cluster.weights.path},
+    }
 
 
 @router.get("/steps/sources", summary="Jobs the step player can play", response_model=list[StepSource])
@@ -194,11 +224,15 @@ def step_sources_for(state: Any, lang: str) -> list[StepSource]:
     from hpcwatch.web.i18n import load_catalogue
 
     t = load_catalogue(lang)
-    examples = [StepSource(key=key, job=job, label=t(f"player.{key}"), kind="example")
-                for key, job in state.step_jobs.items()]
+    examples = [
+        StepSource(key=key, job=job, label=t(f"player.{key}"), kind="example") for key, job in state.step_jobs.items()
+    ]
     paired = set(state.step_jobs.values())
-    live = [StepSource(key=job, job=job, label=_job_label(state.store, job))
-            for job in player_jobs(state.store, limit=PLAYER_JOBS_LISTED + len(paired)) if job not in paired]
+    live = [
+        StepSource(key=job, job=job, label=_job_label(state.store, job))
+        for job in player_jobs(state.store, limit=PLAYER_JOBS_LISTED + len(paired))
+        if job not in paired
+    ]
     return examples + live[:PLAYER_JOBS_LISTED]
 
 
@@ -211,8 +245,9 @@ def _job_label(store: Any, job_id: str) -> str:
 
 
 @router.get("/steps", summary="One training step per rank and phase", response_model=StepDoc)
-async def steps(request: Request, job: str = Query(..., max_length=200),
-                step: int | None = Query(None, ge=0)) -> StepDoc:
+async def steps(
+    request: Request, job: str = Query(..., max_length=200), step: int | None = Query(None, ge=0)
+) -> StepDoc:
     """Phases of ``records.PHASES`` only; ``step`` defaults to the last complete step of the job. ``straggler``
     is the server's verdict (``hpcwatch.reports.steps.player_step``): the page only draws it."""
     return await run_in_threadpool(lambda: step_doc(_state(request).store, job, step))
@@ -229,35 +264,50 @@ def step_doc(store: Any, job: str, step: int | None) -> StepDoc:
 
 
 @router.get("/findings", summary="Findings of one threat vector, or all", response_class=ORJSONResponse)
-async def findings(request: Request, vector: str | None = Query(None),
-                   lang: str | None = Query(None, pattern="^(en|fr)$")) -> ORJSONResponse:
+async def findings(
+    request: Request, vector: str | None = Query(None), lang: str | None = Query(None, pattern="^(en|fr)$")
+) -> ORJSONResponse:
     """Each finding as stored (``title`` is the detector's, in English) plus ``text``: its title in ``lang``
     (default: the request's language, as the page negotiates it) from the catalogue's template for its rule."""
     if vector is not None and vector not in VECTORS:
         raise HTTPException(status_code=422, detail=f"unknown vector {vector!r} (known: {', '.join(VECTORS)})")
     from hpcwatch.web.i18n import LANG_COOKIE, finding_text, negotiate
 
-    lang = negotiate(forced=lang, cookie=request.cookies.get(LANG_COOKIE),
-                     accept_language=request.headers.get("accept-language"))
+    lang = negotiate(
+        forced=lang, cookie=request.cookies.get(LANG_COOKIE), accept_language=request.headers.get("accept-language")
+    )
     found = await run_in_threadpool(lambda: recent_findings(_state(request).store, vector))
-    return ORJSONResponse([dataclasses.asdict(f) | {"evidence": dict(f.evidence), "lang": lang,
-                                                    "text": finding_text(f.rule, f.evidence, target=f.target, t=f.t,
-                                                                         lang=lang) or f.title}
-                           for f in found])
+    return ORJSONResponse(
+        [
+            dataclasses.asdict(f)
+            | {
+                "evidence": dict(f.evidence),
+                "lang": lang,
+                "text": finding_text(f.rule, f.evidence, target=f.target, t=f.t, lang=lang) or f.title,
+            }
+            for f in found
+        ]
+    )
 
 
-@router.get("/stragglersim", summary="Straggler simulator: efficiency against GPU count", response_model=SimDoc,
-            responses={503: {"description": "the simulator module is not installed in this build"}})
-async def stragglersim(cv: float = Query(0.05, ge=0.0, le=1.0), p_slow: float = Query(0.001, ge=0.0, le=1.0),
-                       slow_factor: float = Query(2.0, ge=1.0, le=100.0)) -> SimDoc:
+@router.get(
+    "/stragglersim",
+    summary="Straggler simulator: efficiency against GPU count",
+    response_model=SimDoc,
+    responses={503: {"description": "the simulator module is not installed in this build"}},
+)
+async def stragglersim(
+    cv: float = Query(0.05, ge=0.0, le=1.0),
+    p_slow: float = Query(0.001, ge=0.0, le=1.0),
+    slow_factor: float = Query(2.0, ge=1.0, le=100.0),
+) -> SimDoc:
     """Calls ``hpcwatch.analysis.stragglersim.efficiency_curve`` for 8 … 100,000 GPUs."""
     try:
         module = importlib.import_module("hpcwatch.analysis.stragglersim")
         curve = module.efficiency_curve
     except (ImportError, AttributeError) as err:
         raise HTTPException(status_code=503, detail=f"straggler simulator unavailable: {err}") from err
-    result = await run_in_threadpool(lambda: curve(list(SIM_GPU_COUNTS), cv=cv, p_slow=p_slow,
-                                                   slow_factor=slow_factor))
+    result = await run_in_threadpool(lambda: curve(list(SIM_GPU_COUNTS), cv=cv, p_slow=p_slow, slow_factor=slow_factor))
     return SimDoc(cv=cv, p_slow=p_slow, slow_factor=slow_factor, points=_points(result))
 
 

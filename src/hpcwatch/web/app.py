@@ -13,10 +13,11 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 import orjson
 from fastapi import FastAPI, Query, Request
@@ -28,14 +29,14 @@ from starlette.concurrency import run_in_threadpool
 
 from hpcwatch.errors import BackendError, ConfigError, HpcwatchError, InputError, StoreError
 from hpcwatch.model.cluster import Cluster
+from hpcwatch.promql import safe_url
 from hpcwatch.records import PHASES
+from hpcwatch.reports.live import STALE_AFTER_S
+from hpcwatch.reports.livesamples import PromSamples
 from hpcwatch.store import Store
 from hpcwatch.web import api, history, jobpage
 from hpcwatch.web.i18n import LANG_COOKIE, LANGUAGES, load_catalogue, negotiate
 from hpcwatch.web.live import LiveView
-from hpcwatch.promql import safe_url
-from hpcwatch.reports.live import STALE_AFTER_S
-from hpcwatch.reports.livesamples import PromSamples
 from hpcwatch.web.svg import render_schematic
 
 __all__ = ["create_app", "AppState", "script_json", "PLOTLY_JS"]
@@ -66,19 +67,35 @@ class AppState:
     """That Prometheus as the page names it (its URL without credentials)."""
 
 
-def create_app(store: Store, cluster: Cluster, *, step_jobs: Mapping[str, str] | None = None,
-               stream_interval_s: float = api.STREAM_INTERVAL_S, prometheus: Any | None = None) -> FastAPI:
+def create_app(
+    store: Store,
+    cluster: Cluster,
+    *,
+    step_jobs: Mapping[str, str] | None = None,
+    stream_interval_s: float = api.STREAM_INTERVAL_S,
+    prometheus: Any | None = None,
+) -> FastAPI:
     """The app over ``store``; with ``prometheus`` (a ``PrometheusBackend``) the live samples and the job
     page's samples are read from it, and Slurm, steps, events and findings still from the store."""
-    app = FastAPI(title="hpcwatch", version="0.1.0", docs_url=None, redoc_url=None,
-                  description="Live view of an AI training cluster: schematic, cards, steps, threats.")
+    app = FastAPI(
+        title="hpcwatch",
+        version="0.1.0",
+        docs_url=None,
+        redoc_url=None,
+        description="Live view of an AI training cluster: schematic, cards, steps, threats.",
+    )
     step_jobs = dict(step_jobs or {})
     samples = None if prometheus is None else PromSamples(prometheus, store)
     live = LiveView(store, cluster, exclude_jobs=step_jobs.values(), samples=samples)
-    app.state.hpcwatch = AppState(store=store, cluster=cluster, live=live, step_jobs=step_jobs,
-                                  stream_interval_s=stream_interval_s, prometheus=prometheus,
-                                  prometheus_label=None if prometheus is None else
-                                  f"Prometheus {safe_url(prometheus.config.url)}")
+    app.state.hpcwatch = AppState(
+        store=store,
+        cluster=cluster,
+        live=live,
+        step_jobs=step_jobs,
+        stream_interval_s=stream_interval_s,
+        prometheus=prometheus,
+        prometheus_label=None if prometheus is None else f"Prometheus {safe_url(prometheus.config.url)}",
+    )
     app.include_router(api.router)
     app.include_router(jobpage.router)
     app.include_router(history.router)
@@ -95,8 +112,9 @@ def _add_pages(app: FastAPI) -> None:
     @app.get("/", response_class=HTMLResponse, summary="The page", include_in_schema=False)
     async def index(request: Request, lang: str | None = Query(None)) -> HTMLResponse:
         state: AppState = request.app.state.hpcwatch
-        chosen = negotiate(forced=lang, cookie=request.cookies.get(LANG_COOKIE),
-                           accept_language=request.headers.get("accept-language"))
+        chosen = negotiate(
+            forced=lang, cookie=request.cookies.get(LANG_COOKIE), accept_language=request.headers.get("accept-language")
+        )
         html = await run_in_threadpool(lambda: _render(template, state, chosen))
         response = HTMLResponse(html, headers={"Content-Language": chosen, "Vary": "Accept-Language, Cookie"})
         if lang in LANGUAGES:
@@ -107,12 +125,17 @@ def _add_pages(app: FastAPI) -> None:
     async def healthz(request: Request) -> dict[str, Any]:
         state: AppState = request.app.state.hpcwatch
         latest = await run_in_threadpool(state.live.latest_t)
-        return {"ok": True, "latest_sample_t": latest, "nodes": len(state.cluster.nodes),
-                "gpus": len(state.cluster.gpus)}
+        return {
+            "ok": True,
+            "latest_sample_t": latest,
+            "nodes": len(state.cluster.nodes),
+            "gpus": len(state.cluster.gpus),
+        }
 
     @app.get("/assess", response_class=HTMLResponse, include_in_schema=False)
     async def assess_page(request: Request) -> HTMLResponse:
         from hpcwatch.web.assess_html import render_assessment_html
+
         doc = await run_in_threadpool(api.assessment_doc, request.app.state.hpcwatch)
         return HTMLResponse(render_assessment_html(doc))
 
@@ -121,8 +144,7 @@ def _add_pages(app: FastAPI) -> None:
         path = resources.files("plotly").joinpath(PLOTLY_JS)
         if not path.is_file():
             return JSONResponse({"error": "plotly.min.js not found in the installed plotly package"}, 404)
-        return FileResponse(str(path), media_type="text/javascript",
-                            headers={"Cache-Control": "public, max-age=86400"})
+        return FileResponse(str(path), media_type="text/javascript", headers={"Cache-Control": "public, max-age=86400"})
 
 
 def _render(template: Any, state: AppState, lang: str) -> str:
@@ -131,13 +153,31 @@ def _render(template: Any, state: AppState, lang: str) -> str:
         state.svg_cache[lang] = render_schematic(state.cluster, t)
     snapshot = state.live.snapshot()
     sources = api.step_sources_for(state, lang)
-    boot = {"stream": "/api/stream", "live": snapshot, "step_sources": [s.model_dump() for s in sources],
-            "phases": list(PHASES), "gpus": [g.id for g in state.cluster.gpus]}
+    boot = {
+        "stream": "/api/stream",
+        "live": snapshot,
+        "step_sources": [s.model_dump() for s in sources],
+        "phases": list(PHASES),
+        "gpus": [g.id for g in state.cluster.gpus],
+    }
     return template.render(
-        t=t, lang=lang, languages=LANGUAGES, cluster=state.cluster, gpu_count=len(state.cluster.gpus),
-        svg=Markup(state.svg_cache[lang]), cards=t.cards, snapshot=snapshot, step_sources=sources,
-        phases=PHASES, static="/static", root="", stale_after_s=STALE_AFTER_S, data_source=_source_text(state, t),
-        catalogue_json=script_json(t.page_document()), boot_json=script_json(boot))
+        t=t,
+        lang=lang,
+        languages=LANGUAGES,
+        cluster=state.cluster,
+        gpu_count=len(state.cluster.gpus),
+        svg=Markup(state.svg_cache[lang]),
+        cards=t.cards,
+        snapshot=snapshot,
+        step_sources=sources,
+        phases=PHASES,
+        static="/static",
+        root="",
+        stale_after_s=STALE_AFTER_S,
+        data_source=_source_text(state, t),
+        catalogue_json=script_json(t.page_document()),
+        boot_json=script_json(boot),
+    )
 
 
 def _source_text(state: AppState, t: Any) -> str:

@@ -87,15 +87,35 @@ def _headline(doc: dict[str, Any]) -> dict[str, str]:
 
 def _figures(doc: dict[str, Any]) -> dict[str, Any]:
     names = [c["name"] for c in doc["categories"]]
-    status = {"data": [{"type": "bar", "name": s, "x": names, "marker": {"color": colour},
-                        "y": [sum(1 for r in c["criteria"] if r["status"] == s) for c in doc["categories"]]}
-                       for s, colour in _STATUS_COLOUR.items()],
-              "layout": {"barmode": "stack", "title": {"text": "criteria by status"}, "margin": {"t": 40}}}
+    status = {
+        "data": [
+            {
+                "type": "bar",
+                "name": s,
+                "x": names,
+                "marker": {"color": colour},
+                "y": [sum(1 for r in c["criteria"] if r["status"] == s) for c in doc["categories"]],
+            }
+            for s, colour in _STATUS_COLOUR.items()
+        ],
+        "layout": {"barmode": "stack", "title": {"text": "criteria by status"}, "margin": {"t": 40}},
+    }
     g = (_criterion(doc, "goodput") or {}).get("figures", {})
-    goodput = {"data": [{"type": "bar", "orientation": "h", "y": ["measured", "simulator"],
-                         "x": [g.get("goodput_pct"), g.get("predicted_pct")]}],
-               "layout": {"title": {"text": "goodput % (measured vs failure simulator)"}, "margin": {"t": 40},
-                          "xaxis": {"range": [0, 100]}}}
+    goodput = {
+        "data": [
+            {
+                "type": "bar",
+                "orientation": "h",
+                "y": ["measured", "simulator"],
+                "x": [g.get("goodput_pct"), g.get("predicted_pct")],
+            }
+        ],
+        "layout": {
+            "title": {"text": "goodput % (measured vs failure simulator)"},
+            "margin": {"t": 40},
+            "xaxis": {"range": [0, 100]},
+        },
+    }
     return {"status": status, "goodput": goodput}
 
 
@@ -106,5 +126,10 @@ def _script_json(value: Any) -> str:
 
 def render_assessment_html(doc: dict[str, Any]) -> str:
     """The page for one ``assessment_document``."""
-    return _TEMPLATE.render(doc=doc, colours=_STATUS_COLOUR, plotly_js=plotly_js_text().replace("</script", "<\\/script"),
-                            figures=_script_json(_figures(doc)), headline=_headline(doc))
+    return _TEMPLATE.render(
+        doc=doc,
+        colours=_STATUS_COLOUR,
+        plotly_js=plotly_js_text().replace("</script", "<\\/script"),
+        figures=_script_json(_figures(doc)),
+        headline=_headline(doc),
+    )

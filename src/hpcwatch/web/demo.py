@@ -29,8 +29,18 @@ from hpcwatch.errors import ConfigError
 from hpcwatch.model.cluster import REFERENCE_PATH, Cluster, parse_cluster
 from hpcwatch.store import Store
 
-__all__ = ["STEP_PLAYER_JOBS", "seed_step_player", "start_live_twin", "cluster_with_nodes", "serve_app",
-           "LiveRunner", "Scanner", "port_free", "check_port", "COMPARISON_WARMUP_S"]
+__all__ = [
+    "STEP_PLAYER_JOBS",
+    "seed_step_player",
+    "start_live_twin",
+    "cluster_with_nodes",
+    "serve_app",
+    "LiveRunner",
+    "Scanner",
+    "port_free",
+    "check_port",
+    "COMPARISON_WARMUP_S",
+]
 
 log = logging.getLogger(__name__)
 
@@ -70,8 +80,9 @@ def seed_step_player(store: Store, cluster: Cluster, *, seed: int = 0) -> dict[s
     return jobs
 
 
-def start_live_twin(store: Store, cluster: Cluster, *, seed: int, scenarios: Sequence[str],
-                    speed: float = 1.0) -> LiveRunner:
+def start_live_twin(
+    store: Store, cluster: Cluster, *, seed: int, scenarios: Sequence[str], speed: float = 1.0
+) -> LiveRunner:
     """The twin writing into ``store`` once per tick, in a background thread (hpcwatch.twin.live)."""
     from hpcwatch.twin.live import LiveTwin
 
@@ -99,7 +110,7 @@ class Scanner:
             try:
                 self._rescan(self.store)
                 self.error = None
-            except Exception as err:  # noqa: BLE001 - a failed scan must not stop the demo; the next one retries
+            except Exception as err:
                 self.error = f"{type(err).__name__}: {err}"
                 log.warning("security scan failed: %s", self.error)
 
@@ -145,12 +156,19 @@ class _Server(uvicorn.Server):
         self.should_exit = True
 
 
-def serve_app(app: FastAPI, *, port: int, duration_s: float | None = None,
-              on_started: Callable[[str], None] | None = None, log_level: str = "warning") -> None:
+def serve_app(
+    app: FastAPI,
+    *,
+    port: int,
+    duration_s: float | None = None,
+    on_started: Callable[[str], None] | None = None,
+    log_level: str = "warning",
+) -> None:
     """Run the app on 127.0.0.1:port until Ctrl-C or ``duration_s``; blocks."""
     check_port(port)
-    config = uvicorn.Config(app, host="127.0.0.1", port=port, log_level=log_level, timeout_graceful_shutdown=2,
-                            access_log=False)
+    config = uvicorn.Config(
+        app, host="127.0.0.1", port=port, log_level=log_level, timeout_graceful_shutdown=2, access_log=False
+    )
     server = _Server(config, app.state.hpcwatch.stopping)
     url = f"http://127.0.0.1:{port}/"
 

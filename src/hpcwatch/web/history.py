@@ -38,15 +38,18 @@ def history_doc(state: Any, el: str, range_s: float) -> dict[str, Any]:
     now = state.live.snapshot()["t"]
     if now is None:
         return {"el": el, "t0": None, "t1": None, "step_s": None, "series": []}
-    doc = dataclasses.asdict(element_history(_source(state), host=host, gpu=gpu, t1=now, range_s=range_s,
-                                             points=DEFAULT_POINTS))
+    doc = dataclasses.asdict(
+        element_history(_source(state), host=host, gpu=gpu, t1=now, range_s=range_s, points=DEFAULT_POINTS)
+    )
     return {"el": el, **doc}
 
 
 @router.get("/history", summary="Last minutes of a GPU or node (utilisation, power, temperature)")
-async def history(request: Request, el: str = Query(..., description="gpu:node1/2 or node:node1"),
-                  range_s: float = Query(HISTORY_RANGES_S[0], gt=0, le=86400,
-                                         description="seconds before the newest sample")) -> dict[str, Any]:
+async def history(
+    request: Request,
+    el: str = Query(..., description="gpu:node1/2 or node:node1"),
+    range_s: float = Query(HISTORY_RANGES_S[0], gt=0, le=86400, description="seconds before the newest sample"),
+) -> dict[str, Any]:
     """``series``: one per field (``util_pct``, ``power_w``, ``temp_c``), ``values`` one per bucket of
     ``step_s`` seconds from ``t0`` (None: no sample in it); a node's power is the sum of its GPUs'."""
     return await run_in_threadpool(history_doc, request.app.state.hpcwatch, el, range_s)

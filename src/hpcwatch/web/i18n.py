@@ -21,18 +21,27 @@ honoured), then English.
 from __future__ import annotations
 
 import string
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from functools import lru_cache
 from importlib import resources
-from typing import Any, Callable, Mapping
+from typing import Any
 
 import yaml
 
 from hpcwatch.errors import ConfigError
 from hpcwatch.model.cards import LANGUAGES, load_cards
 
-__all__ = ["Catalogue", "load_catalogue", "negotiate", "finding_text", "finding_key", "LANGUAGES", "DEFAULT_LANGUAGE",
-           "LANG_COOKIE"]
+__all__ = [
+    "Catalogue",
+    "load_catalogue",
+    "negotiate",
+    "finding_text",
+    "finding_key",
+    "LANGUAGES",
+    "DEFAULT_LANGUAGE",
+    "LANG_COOKIE",
+]
 
 DEFAULT_LANGUAGE = "en"
 LANG_COOKIE = "hpcwatch_lang"
@@ -67,8 +76,9 @@ def load_catalogue(lang: str) -> Catalogue:
     for other, found in words.items():
         if set(found) != reference:
             diff = sorted(reference.symmetric_difference(found))
-            raise ConfigError(f"web catalogue {other}.yaml: keys differ from {DEFAULT_LANGUAGE}.yaml: "
-                              f"{', '.join(diff[:8])}")
+            raise ConfigError(
+                f"web catalogue {other}.yaml: keys differ from {DEFAULT_LANGUAGE}.yaml: {', '.join(diff[:8])}"
+            )
     return Catalogue(lang=lang, words=words[lang], cards=load_cards().for_lang(lang))
 
 
@@ -120,13 +130,20 @@ def _from_accept_language(header: str) -> str:
 
 # -- findings in the page's language ---------------------------------------------------------------------------
 
+
 def finding_key(rule: str) -> str:
     """The catalogue key of a rule id's title template."""
     return f"finding.{rule}"
 
 
-def finding_text(rule: str | None, evidence: Mapping[str, Any] | None, *, target: str | None = None,
-                 t: float | None = None, lang: str = DEFAULT_LANGUAGE) -> str | None:
+def finding_text(
+    rule: str | None,
+    evidence: Mapping[str, Any] | None,
+    *,
+    target: str | None = None,
+    t: float | None = None,
+    lang: str = DEFAULT_LANGUAGE,
+) -> str | None:
     """A finding's title in ``lang``, from its rule's template; None for a rule the catalogues do not know
     (the caller then shows ``Finding.title``)."""
     words = load_catalogue(lang).words
@@ -168,16 +185,21 @@ def _num(value: Any) -> float | None:
 
 
 def _rdma(rule: str, e: Mapping[str, Any], t: float | None, part: Callable[[str], str]) -> dict[str, Any]:
-    peak, ref, lustre = _num(e.get("peak_bytes_per_s")), _num(e.get("reference_bytes_per_s")), \
-        _num(e.get("lustre_bytes_per_s"))
+    peak, ref, lustre = (
+        _num(e.get("peak_bytes_per_s")),
+        _num(e.get("reference_bytes_per_s")),
+        _num(e.get("lustre_bytes_per_s")),
+    )
     labels = e.get("labels") if isinstance(e.get("labels"), dict) else {}
     parts = e.get("partitions") if isinstance(e.get("partitions"), list) else []
-    return {"peak_mb_s": peak / 1e6 if peak is not None else None,
-            "peak_gb_s": peak / 1e9 if peak is not None else None,
-            "lustre_gb_s": lustre / 1e9 if lustre is not None else None,
-            "ratio": peak / max(ref, 1.0) if peak is not None and ref is not None else None,
-            "port": labels.get("port"),
-            "partitions": ", ".join(f"{p.get('name')}={p.get('pkey') or '?'}" for p in parts if isinstance(p, dict))}
+    return {
+        "peak_mb_s": peak / 1e6 if peak is not None else None,
+        "peak_gb_s": peak / 1e9 if peak is not None else None,
+        "lustre_gb_s": lustre / 1e9 if lustre is not None else None,
+        "ratio": peak / max(ref, 1.0) if peak is not None and ref is not None else None,
+        "port": labels.get("port"),
+        "partitions": ", ".join(f"{p.get('name')}={p.get('pkey') or '?'}" for p in parts if isinstance(p, dict)),
+    }
 
 
 def _supply_chain(rule: str, e: Mapping[str, Any], t: float | None, part: Callable[[str], str]) -> dict[str, Any]:
@@ -189,9 +211,12 @@ def _data_poisoning(rule: str, e: Mapping[str, Any], t: float | None, part: Call
     reason = e.get("reason")
     known = ("sha256", "size", "not_in_manifest", "missing")
     jobs = e.get("jobs_running")
-    return {"dataset": e.get("dataset") or part("dataset_unnamed"), "shard": _base(e.get("path")),
-            "what": part(f"shard_{reason}") if reason in known else reason,
-            "jobs": len(jobs) if isinstance(jobs, list) else None}
+    return {
+        "dataset": e.get("dataset") or part("dataset_unnamed"),
+        "shard": _base(e.get("path")),
+        "what": part(f"shard_{reason}") if reason in known else reason,
+        "jobs": len(jobs) if isinstance(jobs, list) else None,
+    }
 
 
 def _gradient(rule: str, e: Mapping[str, Any], t: float | None, part: Callable[[str], str]) -> dict[str, Any]:
@@ -200,8 +225,10 @@ def _gradient(rule: str, e: Mapping[str, Any], t: float | None, part: Callable[[
 
 def _remanence(rule: str, e: Mapping[str, Any], t: float | None, part: Callable[[str], str]) -> dict[str, Any]:
     used, base, end = _num(e.get("fb_used_mib")), _num(e.get("baseline_mib")), _num(e.get("job_end"))
-    return {"held_mib": used - base if used is not None and base is not None else None,
-            "after_s": t - end if t is not None and end is not None else None}
+    return {
+        "held_mib": used - base if used is not None and base is not None else None,
+        "after_s": t - end if t is not None and end is not None else None,
+    }
 
 
 def _container_escape(rule: str, e: Mapping[str, Any], t: float | None, part: Callable[[str], str]) -> dict[str, Any]:
@@ -217,6 +244,11 @@ def _weights(rule: str, e: Mapping[str, Any], t: float | None, part: Callable[[s
 #: Values a template needs that the evidence holds only in another form (rates in B/s shown in MB/s ...),
 #: by the rule id's family (the part before the dot).
 _DERIVED: dict[str, Callable[[str, Mapping[str, Any], float | None, Callable[[str], str]], dict[str, Any]]] = {
-    "rdma": _rdma, "supply_chain": _supply_chain, "data_poisoning": _data_poisoning, "gradient": _gradient,
-    "remanence": _remanence, "container_escape": _container_escape, "weights": _weights,
+    "rdma": _rdma,
+    "supply_chain": _supply_chain,
+    "data_poisoning": _data_poisoning,
+    "gradient": _gradient,
+    "remanence": _remanence,
+    "container_escape": _container_escape,
+    "weights": _weights,
 }

@@ -10,7 +10,7 @@ the store, and the page says so.
 from __future__ import annotations
 
 import re
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 from fastapi import APIRouter, Query, Request
@@ -38,7 +38,7 @@ def fmt_number(value: float | None, digits: int = 0, *, lang: str) -> str:
     if value is None:
         return "—"
     text = f"{value:,.{digits}f}"
-    if lang == "fr":   # French: thin space for thousands, comma for decimals
+    if lang == "fr":  # French: thin space for thousands, comma for decimals
         text = text.replace(",", "\u202f").replace(".", ",")
     return text
 
@@ -76,7 +76,7 @@ _DECIMAL_POINT = re.compile(r"(?<=\d)\.(?=\d)")
 
 
 def _when(t: float | None) -> str:
-    return "—" if t is None else datetime.fromtimestamp(t, timezone.utc).strftime("%Y-%m-%d %H:%M:%S")
+    return "—" if t is None else datetime.fromtimestamp(t, UTC).strftime("%Y-%m-%d %H:%M:%S")
 
 
 def _environment() -> Environment:
@@ -93,6 +93,7 @@ def _samples_for(state: Any, overview_job: str) -> Any:
     if state.prometheus is None:
         return None
     from hpcwatch.reports.jobs import prometheus_samples
+
     record = state.store.job(overview_job)
     return prometheus_samples(state.prometheus, t0=record.start if record is not None else None)
 
@@ -105,23 +106,33 @@ def overview_of(state: Any, job_id: str) -> JobOverview:
 def render_job_page(overview: JobOverview, t: Catalogue, *, source: str | None) -> str:
     lang = t.lang
     return _ENV.get_template("job.html").render(
-        o=overview, j=overview.job, t=t, lang=lang, languages=LANGUAGES, source=source,
-        num=lambda v, d=0: fmt_number(v, d, lang=lang), size=lambda v: fmt_bytes(v, lang=lang),
-        dur=lambda v: fmt_duration(v, lang=lang), pct=lambda v: "—" if v is None else f"{fmt_number(v, 0, lang=lang)} %",
+        o=overview,
+        j=overview.job,
+        t=t,
+        lang=lang,
+        languages=LANGUAGES,
+        source=source,
+        num=lambda v, d=0: fmt_number(v, d, lang=lang),
+        size=lambda v: fmt_bytes(v, lang=lang),
+        dur=lambda v: fmt_duration(v, lang=lang),
+        pct=lambda v: "—" if v is None else f"{fmt_number(v, 0, lang=lang)} %",
         ms=lambda v: fmt_number(None if v is None else v * 1000, 2, lang=lang),
-        advice=lambda values: advice_values(values, lang=lang))
+        advice=lambda values: advice_values(values, lang=lang),
+    )
 
 
 def _not_found(t: Catalogue, job_id: str, why: str) -> str:
-    return _ENV.get_template("job.html").render(o=None, j=None, t=t, lang=t.lang, languages=LANGUAGES, source=None,
-                                                job_id=job_id, why=why)
+    return _ENV.get_template("job.html").render(
+        o=None, j=None, t=t, lang=t.lang, languages=LANGUAGES, source=None, job_id=job_id, why=why
+    )
 
 
 @router.get("/job/{job_id:path}", response_class=HTMLResponse, include_in_schema=False)
 async def job_page(request: Request, job_id: str, lang: str | None = Query(None)) -> HTMLResponse:
     state = request.app.state.hpcwatch
-    chosen = negotiate(forced=lang, cookie=request.cookies.get(LANG_COOKIE),
-                       accept_language=request.headers.get("accept-language"))
+    chosen = negotiate(
+        forced=lang, cookie=request.cookies.get(LANG_COOKIE), accept_language=request.headers.get("accept-language")
+    )
     t = load_catalogue(chosen)
     headers = {"Content-Language": chosen, "Vary": "Accept-Language, Cookie"}
     try:

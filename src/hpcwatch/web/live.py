@@ -21,13 +21,29 @@ from typing import Any
 import orjson
 
 from hpcwatch.model.cluster import Cluster
-from hpcwatch.reports.live import (COLLECTORS, GPU_FIELDS, RECENT_S, Collector, DataSeen, data_seen, live_snapshot,
-                                   problems)
+from hpcwatch.reports.live import (
+    COLLECTORS,
+    GPU_FIELDS,
+    RECENT_S,
+    Collector,
+    DataSeen,
+    data_seen,
+    live_snapshot,
+    problems,
+)
 from hpcwatch.reports.livesamples import LiveSamples, StoreSamples
 from hpcwatch.store import Store
 from hpcwatch.web.i18n import LANGUAGES, finding_text
 
-__all__ = ["LiveView", "Collector", "COLLECTORS", "GPU_FIELDS", "RECENT_S", "DEFAULT_MIN_INTERVAL_S", "PROBLEMS_INTERVAL_S"]
+__all__ = [
+    "LiveView",
+    "Collector",
+    "COLLECTORS",
+    "GPU_FIELDS",
+    "RECENT_S",
+    "DEFAULT_MIN_INTERVAL_S",
+    "PROBLEMS_INTERVAL_S",
+]
 
 DEFAULT_MIN_INTERVAL_S = 0.5
 #: Problems (health over a 15-minute window, the live job's straggler over its last steps, findings) are
@@ -41,8 +57,15 @@ _VECTOR_FIELDS = ("findings", "last_t", "title", "severity", "target", "rule")
 class LiveView:
     """Snapshots of the store for the schematic; thread-safe, cached for ``min_interval_s``."""
 
-    def __init__(self, store: Store, cluster: Cluster, *, min_interval_s: float = DEFAULT_MIN_INTERVAL_S,
-                 exclude_jobs: Iterable[str] = (), samples: LiveSamples | None = None) -> None:
+    def __init__(
+        self,
+        store: Store,
+        cluster: Cluster,
+        *,
+        min_interval_s: float = DEFAULT_MIN_INTERVAL_S,
+        exclude_jobs: Iterable[str] = (),
+        samples: LiveSamples | None = None,
+    ) -> None:
         self.store = store
         self.samples = samples if samples is not None else StoreSamples(store)
         """Who answers the sample questions: the store, or a Prometheus (``serve --prometheus``)."""
@@ -81,10 +104,10 @@ class LiveView:
             while True:
                 fresh = self._cached is not None and time.monotonic() - self._cached_at < self.min_interval_s
                 if fresh or (self._computing and self._cached is not None):
-                    return self._cached, self._frame      # type: ignore[return-value]
+                    return self._cached, self._frame  # type: ignore[return-value]
                 if not self._computing:
                     break
-                self._ready.wait()                         # the very first snapshot: wait for it
+                self._ready.wait()  # the very first snapshot: wait for it
             self._computing = True
         try:
             doc = self._compute()
@@ -124,8 +147,15 @@ class LiveView:
         now = self.samples.latest_t(hint=self._latest_t)
         self._latest_t = now if now is not None else self._latest_t
         seen = self._current_seen()
-        doc = live_snapshot(self.store, weights_path=self.cluster.weights.path, exclude_jobs=self.exclude_jobs,
-                            now=now, with_problems=False, samples=self.samples, seen=seen)
+        doc = live_snapshot(
+            self.store,
+            weights_path=self.cluster.weights.path,
+            exclude_jobs=self.exclude_jobs,
+            now=now,
+            with_problems=False,
+            samples=self.samples,
+            seen=seen,
+        )
         doc["problems"] = self._current_problems(now, doc["training"])
         doc["vectors"] = {v: _titled(entry) for v, entry in doc["vectors"].items()}
         doc["query_ms"] = round((time.perf_counter() - started) * 1000, 2)
@@ -144,7 +174,9 @@ def _titled(entry: dict[str, Any]) -> dict[str, Any]:
     if entry["rule"] is None:
         out["text"] = None
         return out
-    texts = {lang: finding_text(entry["rule"], entry["evidence"], target=entry["target"], t=entry["last_t"],
-                                lang=lang) for lang in LANGUAGES}
+    texts = {
+        lang: finding_text(entry["rule"], entry["evidence"], target=entry["target"], t=entry["last_t"], lang=lang)
+        for lang in LANGUAGES
+    }
     out["text"] = None if any(v is None for v in texts.values()) else texts
     return out

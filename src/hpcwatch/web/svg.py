@@ -30,14 +30,21 @@ shows them per mode. Only text from the model and the catalogue goes in, escaped
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from html import escape
-from typing import Callable
 
 from hpcwatch.model.cluster import Cluster, Node
 
-__all__ = ["render_schematic", "SchematicLayout", "layout_for", "COLLECTOR_TARGETS", "VECTOR_TARGETS",
-           "DETAIL_MAX_NODES", "MAX_TILE_COLS"]
+__all__ = [
+    "render_schematic",
+    "SchematicLayout",
+    "layout_for",
+    "COLLECTOR_TARGETS",
+    "VECTOR_TARGETS",
+    "DETAIL_MAX_NODES",
+    "MAX_TILE_COLS",
+]
 
 Translate = Callable[[str], str]
 
@@ -145,9 +152,19 @@ def layout_for(cluster: Cluster) -> SchematicLayout:
     y_nodes = y_stack + BAND_H + 30
     y_fabric = y_nodes + node_h + 46
     y_storage = y_fabric + BAND_H + 44
-    return SchematicLayout(width=width, height=y_storage + 70 + MARGIN, node_w=node_w, node_h=node_h,
-                           gpu_cols=cols, gpu_w=gpu_w, y_slurm=y_slurm, y_stack=y_stack, y_nodes=y_nodes,
-                           y_fabric=y_fabric, y_storage=y_storage)
+    return SchematicLayout(
+        width=width,
+        height=y_storage + 70 + MARGIN,
+        node_w=node_w,
+        node_h=node_h,
+        gpu_cols=cols,
+        gpu_w=gpu_w,
+        y_slurm=y_slurm,
+        y_stack=y_stack,
+        y_nodes=y_nodes,
+        y_fabric=y_fabric,
+        y_storage=y_storage,
+    )
 
 
 def _grid_layout(cluster: Cluster) -> SchematicLayout:
@@ -162,10 +179,22 @@ def _grid_layout(cluster: Cluster) -> SchematicLayout:
     y_fabric = y_nodes + rows * (TILE_H + TILE_GAP) - TILE_GAP + 46
     y_storage = y_fabric + BAND_H + 44
     cells = max(1, per_node)
-    return SchematicLayout(width=width, height=y_storage + 70 + MARGIN, node_w=TILE_W, node_h=TILE_H,
-                           gpu_cols=cells, gpu_w=(TILE_W - 12 - (cells - 1) * 2) / cells, y_slurm=y_slurm,
-                           y_stack=y_stack, y_nodes=y_nodes, y_fabric=y_fabric, y_storage=y_storage,
-                           aggregate=True, node_cols=cols, node_count=n)
+    return SchematicLayout(
+        width=width,
+        height=y_storage + 70 + MARGIN,
+        node_w=TILE_W,
+        node_h=TILE_H,
+        gpu_cols=cells,
+        gpu_w=(TILE_W - 12 - (cells - 1) * 2) / cells,
+        y_slurm=y_slurm,
+        y_stack=y_stack,
+        y_nodes=y_nodes,
+        y_fabric=y_fabric,
+        y_storage=y_storage,
+        aggregate=True,
+        node_cols=cols,
+        node_count=n,
+    )
 
 
 def render_schematic(cluster: Cluster, t: Translate) -> str:
@@ -176,23 +205,59 @@ def render_schematic(cluster: Cluster, t: Translate) -> str:
         f'viewBox="0 0 {lay.width} {lay.height}" role="group" aria-label="{_a(t("schematic.label"))}" '
         f'data-layout="{"grid" if lay.aggregate else "detail"}">',
         _defs(),
-        _band("slurm", "band-slurm", MARGIN, lay.y_slurm, lay.width - 2 * MARGIN,
-              t("layer.slurm"), f"Slurm {cluster.scheduler.version} · {t('schematic.partitions')}: "
-              f"{', '.join(cluster.scheduler.partitions)}", t),
-        _band("stack", "band-stack", MARGIN, lay.y_stack, lay.width - 2 * MARGIN, t("layer.stack"),
-              f"{cluster.stack.framework} · {cluster.stack.communication}", t),
+        _band(
+            "slurm",
+            "band-slurm",
+            MARGIN,
+            lay.y_slurm,
+            lay.width - 2 * MARGIN,
+            t("layer.slurm"),
+            f"Slurm {cluster.scheduler.version} · {t('schematic.partitions')}: "
+            f"{', '.join(cluster.scheduler.partitions)}",
+            t,
+        ),
+        _band(
+            "stack",
+            "band-stack",
+            MARGIN,
+            lay.y_stack,
+            lay.width - 2 * MARGIN,
+            t("layer.stack"),
+            f"{cluster.stack.framework} · {cluster.stack.communication}",
+            t,
+        ),
     ]
     parts += [_links(cluster, lay)]
     for i, node in enumerate(cluster.nodes):
         draw = _tile if lay.aggregate else _node
         parts.append(draw(node, lay.node_x(i), lay.node_y(i), lay, t))
-    parts.append(_band("fabric", "band-fabric", MARGIN, lay.y_fabric, lay.width - 2 * MARGIN, t("layer.fabric"),
-                       f"{cluster.fabric.link.name} · {cluster.fabric.topology}", t))
+    parts.append(
+        _band(
+            "fabric",
+            "band-fabric",
+            MARGIN,
+            lay.y_fabric,
+            lay.width - 2 * MARGIN,
+            t("layer.fabric"),
+            f"{cluster.fabric.link.name} · {cluster.fabric.topology}",
+            t,
+        )
+    )
     parts.append(_weights(cluster, lay, t))
     x_storage = MARGIN + WEIGHTS_W + 20
-    parts.append(_band("storage", "band-storage", x_storage, lay.y_storage, lay.width - MARGIN - x_storage,
-                       t("layer.storage"), f"{cluster.storage.kind} {cluster.storage.mount} · "
-                       f"{cluster.storage.osts} OST · {cluster.storage.mdts} MDT", t, height=58))
+    parts.append(
+        _band(
+            "storage",
+            "band-storage",
+            x_storage,
+            lay.y_storage,
+            lay.width - MARGIN - x_storage,
+            t("layer.storage"),
+            f"{cluster.storage.kind} {cluster.storage.mount} · {cluster.storage.osts} OST · {cluster.storage.mdts} MDT",
+            t,
+            height=58,
+        )
+    )
     parts.append(_threats(cluster, lay, t))
     parts.append(_collectors(cluster, lay, t))
     parts.append("</svg>")
@@ -204,28 +269,35 @@ def _a(text: str) -> str:
 
 
 def _defs() -> str:
-    return ('<defs><marker id="arrow" viewBox="0 0 10 10" refX="9" refY="5" markerWidth="7" markerHeight="7" '
-            'orient="auto-start-reverse"><path d="M0 0 L10 5 L0 10 z" class="arrowhead"/></marker>'
-            '<pattern id="hatch" width="6" height="6" patternUnits="userSpaceOnUse" patternTransform="rotate(45)">'
-            '<line x1="0" y1="0" x2="0" y2="6" class="hatch-line"/></pattern></defs>')
+    return (
+        '<defs><marker id="arrow" viewBox="0 0 10 10" refX="9" refY="5" markerWidth="7" markerHeight="7" '
+        'orient="auto-start-reverse"><path d="M0 0 L10 5 L0 10 z" class="arrowhead"/></marker>'
+        '<pattern id="hatch" width="6" height="6" patternUnits="userSpaceOnUse" patternTransform="rotate(45)">'
+        '<line x1="0" y1="0" x2="0" y2="6" class="hatch-line"/></pattern></defs>'
+    )
 
 
 def _open_el(key: str, label: str, extra: str = "") -> str:
     # <title>: the tooltip a pointer gets (SVG has no title attribute); the page adds live values to a GPU's.
     # Texts inside an element are separated by a space text node: a screen reader and axe join adjacent <text>s
     # without one ("Slurm schedulerSlurm 22.05"), which no longer matches the element's spoken name.
-    return (f'<g class="el" data-el="{_a(key)}" tabindex="0" role="button" aria-label="{_a(label)}" '
-            f'aria-controls="card"{extra}><title data-tip="{_a(key)}">{_a(label)}</title>')
+    return (
+        f'<g class="el" data-el="{_a(key)}" tabindex="0" role="button" aria-label="{_a(label)}" '
+        f'aria-controls="card"{extra}><title data-tip="{_a(key)}">{_a(label)}</title>'
+    )
 
 
-def _band(key: str, cls: str, x: int, y: int, w: int, title: str, detail: str, t: Translate,
-          *, height: int = BAND_H) -> str:
+def _band(
+    key: str, cls: str, x: int, y: int, w: int, title: str, detail: str, t: Translate, *, height: int = BAND_H
+) -> str:
     label = f"{title} — {detail}. {t('schematic.open_card')}"
-    return (f'{_open_el(key, label)}<rect class="shape {cls}" x="{x}" y="{y}" width="{w}" height="{height}" rx="8"/>'
-            f'<text class="band-title" x="{x + 14}" y="{y + 20}">{_a(title)}</text> '   # the space: see _open_el
-            f'<text class="band-detail" x="{x + 14}" y="{y + 37}">{_a(detail)}</text></g>'
-            f'<text class="live band-live" data-live="{key}" x="{x + w - 14}" y="{y + 28}" '
-            f'text-anchor="end" aria-hidden="true"></text>')
+    return (
+        f'{_open_el(key, label)}<rect class="shape {cls}" x="{x}" y="{y}" width="{w}" height="{height}" rx="8"/>'
+        f'<text class="band-title" x="{x + 14}" y="{y + 20}">{_a(title)}</text> '  # the space: see _open_el
+        f'<text class="band-detail" x="{x + 14}" y="{y + 37}">{_a(detail)}</text></g>'
+        f'<text class="live band-live" data-live="{key}" x="{x + w - 14}" y="{y + 28}" '
+        f'text-anchor="end" aria-hidden="true"></text>'
+    )
 
 
 def _links(cluster: Cluster, lay: SchematicLayout) -> str:
@@ -235,15 +307,19 @@ def _links(cluster: Cluster, lay: SchematicLayout) -> str:
     if lay.aggregate:
         cx = lay.width // 2
         hcas = sum(node.hcas for node in cluster.nodes)
-        out.append(f'<line class="rail" x1="{cx}" y1="{y0}" x2="{cx}" y2="{y1}"/>'
-                   f'<text class="rail-label" x="{cx + 6}" y="{(y0 + y1) // 2 + 4}">{hcas}× '
-                   f'{_a(cluster.fabric.link.key.upper())}</text></g>')
+        out.append(
+            f'<line class="rail" x1="{cx}" y1="{y0}" x2="{cx}" y2="{y1}"/>'
+            f'<text class="rail-label" x="{cx + 6}" y="{(y0 + y1) // 2 + 4}">{hcas}× '
+            f"{_a(cluster.fabric.link.key.upper())}</text></g>"
+        )
         return "".join(out)
     for i, node in enumerate(cluster.nodes):
         cx = lay.node_x(i) + lay.node_w // 2
-        out.append(f'<line class="rail" x1="{cx}" y1="{y0}" x2="{cx}" y2="{y1}"/>'
-                   f'<text class="rail-label" x="{cx + 6}" y="{(y0 + y1) // 2 + 4}">{node.hcas}× '
-                   f'{_a(cluster.fabric.link.key.upper())}</text>')
+        out.append(
+            f'<line class="rail" x1="{cx}" y1="{y0}" x2="{cx}" y2="{y1}"/>'
+            f'<text class="rail-label" x="{cx + 6}" y="{(y0 + y1) // 2 + 4}">{node.hcas}× '
+            f"{_a(cluster.fabric.link.key.upper())}</text>"
+        )
     out.append("</g>")
     return "".join(out)
 
@@ -253,13 +329,15 @@ def _node(node: Node, x: int, y: int, lay: SchematicLayout, t: Translate) -> str
     model = node.gpus[0].spec.name if node.gpus else "—"
     detail = f"{len(node.gpus)}× {_short(model)} · {node.hcas}× HCA"
     label = t("aria.node").format(node=node.name, detail=detail, gpus=len(node.gpus), model=model)
-    out = [f'<g class="node-group" data-node-group="{_a(node.name)}">',
-           _open_el(f"node:{node.name}", label, f' data-node="{_a(node.name)}"'),
-           f'<rect class="shape node-box" x="{x}" y="{y}" width="{w}" height="{lay.node_h}" rx="10"/>',
-           f'<text class="node-title" x="{x + 12}" y="{y + 20}">{_a(node.name)}</text> ',
-           f'<text class="node-detail" x="{x + 12}" y="{y + 36}">{_a(detail)}</text></g>',
-           f'<text class="live node-ib" data-live="ib:{_a(node.name)}" x="{x + 12}" y="{y + lay.node_h - 9}" '
-           f'aria-hidden="true"></text>']
+    out = [
+        f'<g class="node-group" data-node-group="{_a(node.name)}">',
+        _open_el(f"node:{node.name}", label, f' data-node="{_a(node.name)}"'),
+        f'<rect class="shape node-box" x="{x}" y="{y}" width="{w}" height="{lay.node_h}" rx="10"/>',
+        f'<text class="node-title" x="{x + 12}" y="{y + 20}">{_a(node.name)}</text> ',
+        f'<text class="node-detail" x="{x + 12}" y="{y + 36}">{_a(detail)}</text></g>',
+        f'<text class="live node-ib" data-live="ib:{_a(node.name)}" x="{x + 12}" y="{y + lay.node_h - 9}" '
+        f'aria-hidden="true"></text>',
+    ]
     for gpu in node.gpus:
         col, row = gpu.index % lay.gpu_cols, gpu.index // lay.gpu_cols
         gx = x + 12 + col * (lay.gpu_w + GPU_GAP)
@@ -274,20 +352,23 @@ def _tile(node: Node, x: int, y: int, lay: SchematicLayout, t: Translate) -> str
     model = node.gpus[0].spec.name if node.gpus else "—"
     label = t("aria.tile").format(node=node.name, gpus=len(node.gpus), model=model)
     name = _a(node.name)
-    out = [f'<g class="node-group tile" data-node-group="{name}">',
-           _open_el(f"node:{node.name}", label, f' data-node="{name}"'),
-           f'<rect class="shape node-box" x="{x}" y="{y}" width="{lay.node_w}" height="{lay.node_h}" rx="7"/>',
-           f'<text class="node-title tile-title" x="{x + 7}" y="{y + 16}">{name}</text></g>',
-           f'<text class="live tile-sum" data-live="sum:{name}" x="{x + 7}" y="{y + 32}" aria-hidden="true">'
-           f'</text>']
+    out = [
+        f'<g class="node-group tile" data-node-group="{name}">',
+        _open_el(f"node:{node.name}", label, f' data-node="{name}"'),
+        f'<rect class="shape node-box" x="{x}" y="{y}" width="{lay.node_w}" height="{lay.node_h}" rx="7"/>',
+        f'<text class="node-title tile-title" x="{x + 7}" y="{y + 16}">{name}</text></g>',
+        f'<text class="live tile-sum" data-live="sum:{name}" x="{x + 7}" y="{y + 32}" aria-hidden="true"></text>',
+    ]
     cw = round(lay.gpu_w, 2)
     for gpu in node.gpus:
         cx = round(x + 6 + gpu.index * (lay.gpu_w + 2), 2)
         gid = _a(gpu.id)
-        out.append(f'<g class="gpu-cell" data-el="gpu:{gid}" data-gpu="{gid}" aria-hidden="true">'
-                   f'<title data-tip="gpu:{gid}">GPU {gpu.index} · {name}</title>'
-                   f'<rect class="gpu-box" x="{cx}" y="{y + 38}" width="{cw}" height="17" rx="2"/>'
-                   f'<rect class="gpu-job" data-jobbar="{gid}" x="{cx}" y="{y + 57}" width="{cw}" height="3"/></g>')
+        out.append(
+            f'<g class="gpu-cell" data-el="gpu:{gid}" data-gpu="{gid}" aria-hidden="true">'
+            f'<title data-tip="gpu:{gid}">GPU {gpu.index} · {name}</title>'
+            f'<rect class="gpu-box" x="{cx}" y="{y + 38}" width="{cw}" height="17" rx="2"/>'
+            f'<rect class="gpu-job" data-jobbar="{gid}" x="{cx}" y="{y + 57}" width="{cw}" height="3"/></g>'
+        )
     out.append("</g>")
     return "".join(out)
 
@@ -303,27 +384,31 @@ def _gpu(gid: str, index: int, node: str, model: str, x: float, y: int, w: float
     label = t("aria.gpu").format(node=node, index=index, model=model)
     cx = round(x + w / 2, 1)
     g = _a(gid)
-    return (f'{_open_el(f"gpu:{gid}", label, f" data-gpu={chr(34)}{g}{chr(34)}")}'
-            f'<rect class="shape gpu-box" x="{x}" y="{y}" width="{w}" height="{GPU_H}" rx="6"/>'
-            f'<text class="gpu-name" x="{cx}" y="{y + 15}" text-anchor="middle">GPU {index}</text></g>'
-            f'<g class="gpu-vals" aria-hidden="true">'
-            f'<text class="gpu-mark" data-mark="{g}" x="{cx}" y="{y + 15}" text-anchor="middle"></text>'
-            f'<text class="live gpu-util" data-live="util:{g}" x="{cx}" y="{y + 32}" text-anchor="middle">–</text>'
-            f'<text class="live gpu-pt" data-live="pt:{g}" x="{cx}" y="{y + 46}" text-anchor="middle"></text>'
-            f'<rect class="gpu-bar-bg" x="{x + 6}" y="{y + GPU_H - 14}" width="{round(w - 12, 1)}" height="6" rx="3"/>'
-            f'<rect class="gpu-bar" data-bar="{g}" x="{x + 6}" y="{y + GPU_H - 14}" width="0" height="6" rx="3"/>'
-            f'<rect class="gpu-job" data-jobbar="{g}" x="{x + 6}" y="{y + GPU_H - 6}" width="{round(w - 12, 1)}" '
-            f'height="3" rx="1.5"/></g>')
+    return (
+        f"{_open_el(f'gpu:{gid}', label, f' data-gpu={chr(34)}{g}{chr(34)}')}"
+        f'<rect class="shape gpu-box" x="{x}" y="{y}" width="{w}" height="{GPU_H}" rx="6"/>'
+        f'<text class="gpu-name" x="{cx}" y="{y + 15}" text-anchor="middle">GPU {index}</text></g>'
+        f'<g class="gpu-vals" aria-hidden="true">'
+        f'<text class="gpu-mark" data-mark="{g}" x="{cx}" y="{y + 15}" text-anchor="middle"></text>'
+        f'<text class="live gpu-util" data-live="util:{g}" x="{cx}" y="{y + 32}" text-anchor="middle">–</text>'
+        f'<text class="live gpu-pt" data-live="pt:{g}" x="{cx}" y="{y + 46}" text-anchor="middle"></text>'
+        f'<rect class="gpu-bar-bg" x="{x + 6}" y="{y + GPU_H - 14}" width="{round(w - 12, 1)}" height="6" rx="3"/>'
+        f'<rect class="gpu-bar" data-bar="{g}" x="{x + 6}" y="{y + GPU_H - 14}" width="0" height="6" rx="3"/>'
+        f'<rect class="gpu-job" data-jobbar="{g}" x="{x + 6}" y="{y + GPU_H - 6}" width="{round(w - 12, 1)}" '
+        f'height="3" rx="1.5"/></g>'
+    )
 
 
 def _weights(cluster: Cluster, lay: SchematicLayout, t: Translate) -> str:
     x, y, w, h = MARGIN, lay.y_storage, WEIGHTS_W, 58
     label = f"{t('layer.weights')} — {cluster.weights.path}. {t('schematic.open_card')}"
-    return (f'{_open_el("weights", label)}'
-            f'<rect class="shape band-weights" x="{x}" y="{y}" width="{w}" height="{h}" rx="8"/>'
-            f'<path class="weights-icon" d="M{x + 16} {y + 18} h18 l6 6 v22 h-24 z" aria-hidden="true"/>'
-            f'<text class="band-title" x="{x + 50}" y="{y + 30}">{_a(t("layer.weights"))}</text> '
-            f'<text class="band-detail" x="{x + 50}" y="{y + 47}">{_a(cluster.weights.path)}</text></g>')
+    return (
+        f"{_open_el('weights', label)}"
+        f'<rect class="shape band-weights" x="{x}" y="{y}" width="{w}" height="{h}" rx="8"/>'
+        f'<path class="weights-icon" d="M{x + 16} {y + 18} h18 l6 6 v22 h-24 z" aria-hidden="true"/>'
+        f'<text class="band-title" x="{x + 50}" y="{y + 30}">{_a(t("layer.weights"))}</text> '
+        f'<text class="band-detail" x="{x + 50}" y="{y + 47}">{_a(cluster.weights.path)}</text></g>'
+    )
 
 
 def _boxes(cluster: Cluster, lay: SchematicLayout) -> dict[str, tuple[float, float, float, float]]:
@@ -331,7 +416,7 @@ def _boxes(cluster: Cluster, lay: SchematicLayout) -> dict[str, tuple[float, flo
     right = lay.width - MARGIN
     x_storage = MARGIN + WEIGHTS_W + 20
     gpu_y = lay.y_nodes + 46
-    if lay.aggregate:   # badges sit in the gaps around the whole grid, not on one 100 px tile
+    if lay.aggregate:  # badges sit in the gaps around the whole grid, not on one 100 px tile
         node = gpu = (MARGIN, lay.y_nodes - 12, right - MARGIN, lay.nodes_h + 24)
     else:
         node, gpu = (MARGIN, lay.y_nodes, lay.node_w, lay.node_h), (MARGIN + 12, gpu_y, lay.node_w - 24, GPU_H)
@@ -359,13 +444,16 @@ def _collectors(cluster: Cluster, lay: SchematicLayout, t: Translate) -> str:
         name = t(f"collector.{cid}")
         w = _tag_width(name)
         x = bx + bw - w - 14
-        y = (by + bh if target == "gpu" and lay.aggregate else lay.y_nodes + lay.node_h if target == "gpu"
-             else by) - TAG_H / 2
+        y = (
+            by + bh if target == "gpu" and lay.aggregate else lay.y_nodes + lay.node_h if target == "gpu" else by
+        ) - TAG_H / 2
         label = t("aria.collector").format(name=name)
-        out.append(f'{_open_el(f"collector:{cid}", label, f" data-collector={chr(34)}{cid}{chr(34)}")}'
-                   f'<rect class="shape collector-pill" x="{x:.0f}" y="{y:.0f}" width="{w}" height="{TAG_H}" '
-                   f'rx="11"/><text class="collector-state" data-state="{cid}" x="{x + 11:.0f}" y="{y + 15:.0f}">?'
-                   f'</text><text class="collector-name" x="{x + 25:.0f}" y="{y + 15:.0f}">{_a(name)}</text></g>')
+        out.append(
+            f"{_open_el(f'collector:{cid}', label, f' data-collector={chr(34)}{cid}{chr(34)}')}"
+            f'<rect class="shape collector-pill" x="{x:.0f}" y="{y:.0f}" width="{w}" height="{TAG_H}" '
+            f'rx="11"/><text class="collector-state" data-state="{cid}" x="{x + 11:.0f}" y="{y + 15:.0f}">?'
+            f'</text><text class="collector-name" x="{x + 25:.0f}" y="{y + 15:.0f}">{_a(name)}</text></g>'
+        )
     out.append("</g>")
     return "".join(out)
 
@@ -379,8 +467,7 @@ def _threats(cluster: Cluster, lay: SchematicLayout, t: Translate) -> str:
         "data_poisoning": lambda b: (b[0] + b[2] * 0.55, b[1] + b[3]),
         "rdma_blind_spot": lambda b: (b[0] + b[2] * 0.62, b[1] + b[3]),
         "gradient_injection": lambda b: (gx + 2 * (lay.gpu_w + GPU_GAP), b[1] - 6),
-        "gpu_memory_remanence": lambda b: (gx + 4 * (lay.gpu_w + GPU_GAP) if lay.gpu_cols > 4 else gx,
-                                           b[1] + b[3] + 8),
+        "gpu_memory_remanence": lambda b: (gx + 4 * (lay.gpu_w + GPU_GAP) if lay.gpu_cols > 4 else gx, b[1] + b[3] + 8),
         "container_escape": lambda b: (b[0] + b[2] * 0.5, b[1]),
     }
     wx, wy = MARGIN + WEIGHTS_W * 0.5, lay.y_storage
@@ -389,10 +476,14 @@ def _threats(cluster: Cluster, lay: SchematicLayout, t: Translate) -> str:
         x, y = spots[vid](boxes[target])
         x, y = round(x), round(y)
         label = t("aria.vector").format(number=number, name=t(f"vector.{vid}"))
-        paths.append(f'<path class="threat-path" data-path="{vid}" d="M{x} {y} C {x} {(y + wy) / 2:.0f} {wx:.0f} '
-                     f'{wy - 60} {wx:.0f} {wy - 3}" marker-end="url(#arrow)" aria-hidden="true"/>')
-        dots.append(f'{_open_el(f"vector:{vid}", label, f" data-vector={chr(34)}{vid}{chr(34)}")}'
-                    f'<circle class="shape vector-dot" cx="{x}" cy="{y}" r="13"/>'
-                    f'<text class="vector-num" x="{x}" y="{y + 5}" text-anchor="middle">{number}</text></g>'
-                    f'<text class="vector-flag" data-flag="{vid}" x="{x + 18}" y="{y + 5}" aria-hidden="true"></text>')
+        paths.append(
+            f'<path class="threat-path" data-path="{vid}" d="M{x} {y} C {x} {(y + wy) / 2:.0f} {wx:.0f} '
+            f'{wy - 60} {wx:.0f} {wy - 3}" marker-end="url(#arrow)" aria-hidden="true"/>'
+        )
+        dots.append(
+            f"{_open_el(f'vector:{vid}', label, f' data-vector={chr(34)}{vid}{chr(34)}')}"
+            f'<circle class="shape vector-dot" cx="{x}" cy="{y}" r="13"/>'
+            f'<text class="vector-num" x="{x}" y="{y + 5}" text-anchor="middle">{number}</text></g>'
+            f'<text class="vector-flag" data-flag="{vid}" x="{x + 18}" y="{y + 5}" aria-hidden="true"></text>'
+        )
     return f'<g class="threats">{"".join(paths)}{"".join(dots)}</g>'
