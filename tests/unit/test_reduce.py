@@ -69,7 +69,7 @@ def test_a_reduced_rank_is_small_beside_its_trace(data_dir):
     "make, says",
     [
         # Parquet of another producer: no hpcwatch.reduced version in its metadata
-        (lambda p: pq.write_table(pa.table({"rank": [0]}), p), "not a reduced trace table of version 1 (found none)"),
+        (lambda p: pq.write_table(pa.table({"rank": [0]}), p), "not a reduced trace table of version 2 (found none)"),
         # a newer version of ours: refused, not misread
         (lambda p: pq.write_table(to_table([]).replace_schema_metadata({"hpcwatch.reduced": "9"}), p), "(found 9)"),
         # not Parquet at all

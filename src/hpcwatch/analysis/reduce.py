@@ -68,7 +68,7 @@ __all__ = [
 ]
 
 #: Written in the table's metadata; a table of another version is refused rather than misread.
-REDUCED_FORMAT_VERSION = "1"
+REDUCED_FORMAT_VERSION = "2"
 
 
 class LaunchSummary(msgspec.Struct, frozen=True, kw_only=True):
@@ -200,7 +200,17 @@ def reduced_schema() -> pa.Schema:
         start_s=f64,
         phases=_struct(**dict.fromkeys(PHASES, f64)),
         gpu=_struct(
-            first_us=f64, last_us=f64, busy_s=f64, idle_s=f64, overlap_s=f64, compute_s=f64, comm_s=f64, phases=work
+            first_us=f64,
+            last_us=f64,
+            busy_s=f64,
+            idle_s=f64,
+            overlap_s=f64,
+            compute_s=f64,
+            comm_s=f64,
+            phases=work,
+            period_lo_us=f64,
+            period_hi_us=f64,
+            period_busy_s=f64,
         ),
         coll_starts_us=pa.list_(f64),
         coll_ends_us=pa.list_(f64),
@@ -363,6 +373,9 @@ def _cell_row(c: StepCell) -> dict[str, Any]:
             "compute_s": g.compute_s,
             "comm_s": g.comm_s,
             "phases": dict(g.phases),
+            "period_lo_us": g.period_lo_us,
+            "period_hi_us": g.period_hi_us,
+            "period_busy_s": g.period_busy_s,
         },
     }
 

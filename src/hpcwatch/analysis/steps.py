@@ -607,6 +607,11 @@ class GpuStep(msgspec.Struct, frozen=True):
     comm_s: float
     phases: Mapping[str, float]
     """GPU seconds per work phase (``_gpu_phases``: only the phases the step has)."""
+    period_lo_us: float = 0.0
+    """The step's period on the GPU clock (``_gpu_periods_us``) runs from here ..."""
+    period_hi_us: float = 0.0
+    """... to here; ``period_busy_s`` is the GPU's busy time inside it, whichever step launched the work."""
+    period_busy_s: float = 0.0
 
 
 def _kinds(trace: KinetoTrace, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -743,26 +748,53 @@ def _gpu_annotations(trace: KinetoTrace) -> dict[str, tuple[np.ndarray, np.ndarr
     }
 
 
-def _gpu_periods_us(cells: Sequence[StepCell]) -> dict[int, float]:
-    """Each step's period on the GPU's clock (µs): end of the previous step's GPU work to the
+def _gpu_periods_us(cells: Sequence[StepCell]) -> dict[int, tuple[float, float]]:
+    """Each step's period window ``(lo, hi)`` on the GPU's clock (µs): end of the previous step's GPU work to the
     end of its own. The GPU of a launch-ahead host runs steps back to back, so a step's own GPU
     span (first to last activity) overlaps the next one's and overstates the period::
 
         host   |step 1|step 2|step 3|
         GPU        |==== 1 ====|==== 2 ====|        step 2 = end(2) − end(1), not its span
 
-    The first step has no previous end: next step's first activity − its own first.
+    The first step has no previous end: its own first activity to the next step's first (or its own
+    last, whichever is sooner).
     """
-    out: dict[int, float] = {}
+    out: dict[int, tuple[float, float]] = {}
     done = [(c.step, c.gpu) for c in cells if c.gpu is not None]
     for k, (step, g) in enumerate(done):
         if k > 0:
-            out[step] = g.last_us - max(done[k - 1][1].last_us, 0.0)
+            out[step] = (max(done[k - 1][1].last_us, 0.0), g.last_us)
         elif len(done) > 1:
-            out[step] = min(done[1][1].first_us - g.first_us, g.last_us - g.first_us)
+            out[step] = (g.first_us, g.first_us + min(done[1][1].first_us - g.first_us, g.last_us - g.first_us))
         else:
-            out[step] = g.last_us - g.first_us
+            out[step] = (g.first_us, g.last_us)
     return out
+
+
+def _with_periods(cells: tuple[StepCell, ...], trace: KinetoTrace) -> tuple[StepCell, ...]:
+    """The cells with each GPU step's period window and the GPU's busy time inside it.
+
+    Busy is the union of *all* the rank's GPU activity in the window, so busy + idle is the period
+    exactly; the launched-by-this-step span (``busy_s``/``idle_s``) overlaps the next step on a GPU
+    that lags its host (HTA's negative_queue_length trace: span 0.37 s, period 0.216 s).
+    """
+    periods = _gpu_periods_us(cells)
+    if not periods:
+        return cells
+    rows = _gpu_rows(trace)
+    starts, ends = merge_intervals(
+        trace.events["ts_us"][rows], trace.events["ts_us"][rows] + trace.events["dur_us"][rows]
+    )
+    out = []
+    for c in cells:
+        if c.gpu is None or c.step not in periods:
+            out.append(c)
+            continue
+        lo, hi = periods[c.step]
+        busy_us = _clip_union(starts, ends, lo, hi) if hi > lo else 0.0
+        gpu = msgspec.structs.replace(c.gpu, period_lo_us=lo, period_hi_us=hi, period_busy_s=busy_us / 1e6)
+        out.append(msgspec.structs.replace(c, gpu=gpu))
+    return tuple(out)
 
 
 class StepCell(msgspec.Struct, frozen=True, kw_only=True):
@@ -823,6 +855,7 @@ def rank_timeline(trace: KinetoTrace) -> RankTimeline:
         )
         for w, phases, gpu in zip(windows, _host_phases(windows, intervals), gpus)
     )
+    cells = _with_periods(cells, trace)
     node, gpu = _placement(trace)
     return RankTimeline(
         rank=trace.rank,
@@ -842,7 +875,6 @@ def _rank_steps(
     arrivals: Mapping[int, tuple[float, int, int]],
 ) -> list[RankStep]:
     cells = [c for c in timeline.cells if c.step in steps]
-    periods = _gpu_periods_us(cells)
     out = []
     for c in cells:
         phases = dict(c.phases)
@@ -852,7 +884,7 @@ def _rank_steps(
         phases["barrier_wait"], phases["allreduce"] = wait_s, xfer_s
         host_s = (c.hi_us - c.lo_us) / 1e6
         g, late = c.gpu, arrivals.get(c.step, (0.0, 0, 0))
-        period = periods[c.step] / 1e6 if g is not None else None
+        period = (g.period_hi_us - g.period_lo_us) / 1e6 if g is not None else None
         out.append(
             RankStep(
                 rank=timeline.rank,
@@ -861,8 +893,8 @@ def _rank_steps(
                 dur_s=period if period is not None else host_s,
                 phases=phases,
                 host_dur_s=host_s,
-                gpu_busy_s=g.busy_s if g else None,
-                gpu_idle_s=g.idle_s if g else None,
+                gpu_busy_s=g.period_busy_s if g else None,
+                gpu_idle_s=period - g.period_busy_s if g and period is not None else None,
                 overlap_s=g.overlap_s if g else None,
                 gpu_period_s=period,
                 gpu_compute_s=g.compute_s if g else None,
