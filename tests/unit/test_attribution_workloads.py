@@ -178,3 +178,18 @@ def test_one_observed_window_allocated_vs_observed_gpu_hours_and_coverage() -> N
     assert (r.observed_start, r.observed_end) == (7200.0, 7800.0)
     assert r.coverage == pytest.approx(2.0 / 26.0)
     assert any("cover 8 % of the allocation" in a for a in r.advice)
+
+
+T4_FB_FREE = DATA / "prometheus/dcgm_exporter_t4_fb_free_pod_gpu_operator340.prom"
+
+
+def test_a_pod_seen_only_on_fb_free_is_listed_with_utilisation_unknown(run_cli, tmp_path) -> None:
+    """gpu-operator#340's scrape line: pod default/dcgmproftester on a T4, here its only series (FB_FREE)."""
+    db = _ingest(run_cli, tmp_path, _scrapes(T4_FB_FREE, tmp_path))
+    jobs = _jobs(run_cli, db)
+    assert set(jobs) == {"default/dcgmproftester"}
+    pod = jobs["default/dcgmproftester"]
+    assert pod["gpus"] == 1 and pod["attributed_by"] == ["kubernetes"]
+    assert pod["mean_gpu_util"] is None  # no utilisation series: unknown, not 0 %
+    code, out, err = run_cli(["jobs", "--db", db])
+    assert code == 0 and "1 jobs" in out, err

@@ -97,8 +97,11 @@ UTIL, FB, POWER, ENERGY, XID, TENSOR, GR_ACTIVE = (
     vocab.DCGM_FI_PROF_PIPE_TENSOR_ACTIVE,
     vocab.DCGM_FI_PROF_GR_ENGINE_ACTIVE,
 )
+#: Fields that only say a workload holds the device: a pod whose series are these alone (an A10G or MIG instance
+#: that exports FB_FREE or DRAM_ACTIVE but no utilisation) is listed with its utilisation unknown, not dropped.
+PRESENCE_METRICS = (vocab.DCGM_FI_DEV_FB_FREE, vocab.DCGM_FI_PROF_DRAM_ACTIVE)
 #: dcgm-exporter fields the report reads (https://github.com/NVIDIA/dcgm-exporter/blob/main/etc/default-counters.csv).
-DCGM_METRICS = (UTIL, FB, POWER, ENERGY, XID, TENSOR, GR_ACTIVE)
+DCGM_METRICS = (UTIL, FB, POWER, ENERGY, XID, TENSOR, GR_ACTIVE, *PRESENCE_METRICS)
 IB_TX = vocab.NODE_INFINIBAND_PORT_DATA_TRANSMITTED_BYTES_TOTAL
 IB_RX = vocab.NODE_INFINIBAND_PORT_DATA_RECEIVED_BYTES_TOTAL
 #: node-exporter's InfiniBand data counters (octets).

@@ -22,7 +22,11 @@ MANIFEST = EventKind.SHARD_MANIFEST
 
 
 def advisory_events(db: OsvDatabase, *, t: float) -> Iterator[Event]:
-    """One event per (advisory, package) of ``db``."""
+    """One event per (advisory, package) of ``db``.
+
+    Every field of ``OsvEntry`` is kept: a matcher reads them all, and one dropped here
+    (``withdrawn`` once was) turns a retracted advisory back into a live one on ``scan --db``.
+    """
     for entries in db.by_package.values():
         for e in entries:
             yield Event(
@@ -36,6 +40,7 @@ def advisory_events(db: OsvDatabase, *, t: float) -> Iterator[Event]:
                     "package": e.package,
                     "versions": list(e.versions),
                     "ranges": [{"type": r.type, "events": [list(ev) for ev in r.events]} for r in e.ranges],
+                    "withdrawn": e.withdrawn,
                 },
             )
 
@@ -51,6 +56,8 @@ def osv_from_events(events: Iterable[Event]) -> OsvDatabase:
             versions=tuple(a["versions"]),
             source=e.source,
             ranges=tuple(OsvRange(type=r["type"], events=tuple((k, v) for k, v in r["events"])) for r in a["ranges"]),
+            # A record stored before "withdrawn" was kept has none: it reads back live, as it was stored.
+            withdrawn=a.get("withdrawn"),
         )
         for e in events
         if e.kind == ADVISORY
