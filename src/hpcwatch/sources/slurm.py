@@ -36,24 +36,30 @@ each with the start and end of that attempt, then the running one). The last rec
 ``nodes``), so that the nodes and hours of a lost attempt stay on record (goodput's first start, the
 detectors' job windows).
 
+The JSON documents are read as a stream (``sources.jsonstream``): one job decoded at a time, so a
+gigabyte of ``sacct --json`` (a month of a big cluster) costs a block and a job of memory, not ~11x the
+file; jobs decode exactly as ``json.loads`` of the whole document gives them. A GPU count or index past
+``MAX_GPUS`` (2**64 + 1 written somewhere) is a ParseError on its job, not a number handed on.
+
 Not checked: that the GPU counts of ``gres_detail`` and TRES agree, that node
-names exist, that ids are unique, any field this module does not read. Shape
-errors in JSON name the job's index in the list and the line where that job starts.
+names exist, that ids are unique, any field this module does not read (a number
+of any size there is no error). Shape errors in JSON name the job's index in the
+list and the line where that job starts.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import re
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from datetime import UTC, datetime
 from typing import Any
 
 from hpcwatch import vocab
 from hpcwatch.errors import ParseError
 from hpcwatch.records import Event, Job, Sample
-from hpcwatch.sources.lines import read_text, shown
+from hpcwatch.sources.jsonstream import JsonArrayStream
+from hpcwatch.sources.lines import MAX_STREAM_BYTES, open_binary, read_text
 
 __all__ = [
     "parse_squeue_json",
@@ -62,12 +68,15 @@ __all__ = [
     "read_sacct_json",
     "parse_sacct_records",
     "read_sacct_records",
+    "squeue_jobs",
+    "sacct_records",
     "MIB",
     "parse_scontrol_show_job",
     "read_scontrol_show_job",
     "expand_hostlist",
     "parse_gres_detail",
     "FINISHED_STATES",
+    "MAX_GPUS",
 ]
 
 #: Base states after which a job has an end time (https://slurm.schedmd.com/squeue.html#SECTION_JOB-STATE-CODES).
@@ -94,6 +103,9 @@ _RANGE_RE = re.compile(r"([0-9]+)(?:-([0-9]+))?\Z")
 _GRES_RE = re.compile(r"gpu(?::[^:()]+)?:([0-9]+)(?:\(IDX:([^)]*)\))?")
 #: More hosts than any cluster has: a hostlist past this is refused rather than expanded.
 _MAX_HOSTS = 200_000
+#: More GPUs (or a higher GPU index) than any job holds: a count past this is refused, not stored (the
+#: store keeps GPU counts as 32-bit integers; a number above 2**64 would otherwise reach it).
+MAX_GPUS = 2**31 - 1
 #: Slurm's "MB" of memory TRES (module docstring).
 MIB = 1024**2
 
@@ -175,15 +187,25 @@ def expand_hostlist(hostlist: str) -> list[str]:
 
 
 def parse_gres_detail(entry: str) -> tuple[int, tuple[int, ...]]:
-    """``"gpu:2(IDX:6-7)"`` -> ``(2, (6, 7))``; ``"gpu:a100:1(IDX:3)"`` -> ``(1, (3,))``; no GPU -> ``(0, ())``."""
+    """``"gpu:2(IDX:6-7)"`` -> ``(2, (6, 7))``; ``"gpu:a100:1(IDX:3)"`` -> ``(1, (3,))``; no GPU -> ``(0, ())``.
+
+    A count or index past ``MAX_GPUS`` is a ``ValueError``."""
     m = _GRES_RE.search(entry)
     if m is None:
         return 0, ()
-    count = int(m.group(1))
+    count = _gpus(int(m.group(1)))
     idx = m.group(2)
     if not idx or idx == "N/A":
         return count, ()
-    return count, tuple(int(i) for i in _expand_ranges(idx))
+    return count, tuple(_gpus(int(i), "GPU index") for i in _expand_ranges(idx))
+
+
+def _gpus(count: int, what: str = "GPU count") -> int:
+    """``count`` when it is a count a job can hold (0 to ``MAX_GPUS``), else a ``ValueError``."""
+    if not 0 <= count <= MAX_GPUS:
+        digits = str(count) if abs(count) < 10**30 else f"a {len(str(abs(count)))}-digit number"
+        raise ValueError(f"{what} {digits} out of range (0 to {MAX_GPUS})")
+    return count
 
 
 def _tres_gpus(tres: str) -> int:
@@ -263,18 +285,20 @@ def _job_id(job_id: Any, array_job: Any, array_task: Any) -> str:
 # -- squeue --json ---------------------------------------------------------------------------
 
 
-def _load_jobs(text: str, path: str | os.PathLike[str]) -> list[Any]:
-    try:
-        doc = json.loads(text)
-    except json.JSONDecodeError as err:
-        raise ParseError(f"not JSON: {err.msg}", path=path, line=err.lineno) from err
-    except RecursionError as err:
-        raise ParseError("JSON nested too deep", path=path) from err
-    except ValueError as err:  # an integer of more than 4300 digits (int_max_str_digits)
-        raise ParseError(f"not JSON: {shown(err, 60)}", path=path) from err
-    if not isinstance(doc, dict) or not isinstance(doc.get("jobs"), list):
-        raise ParseError('not a Slurm JSON answer (no "jobs" list)', path=path, line=1)
-    return doc["jobs"]
+def _jobs(text: str | None, path: str | os.PathLike[str]) -> Iterator[tuple[int, Any]]:
+    """(line, raw job) of each element of the document's ``"jobs"`` list, streamed (``sources.jsonstream``):
+    from ``text``, or read from ``path`` when ``text`` is None, a block at a time."""
+    if text is not None:
+        yield from _checked(JsonArrayStream.from_text(text, "jobs", path=path))
+        return
+    with open_binary(path, max_bytes=MAX_STREAM_BYTES) as stream:
+        yield from _checked(JsonArrayStream.from_binary(stream, "jobs", path=path))
+
+
+def _checked(jobs: JsonArrayStream) -> Iterator[tuple[int, Any]]:
+    yield from jobs
+    if not jobs.found:
+        raise ParseError('not a Slurm JSON answer (no "jobs" list)', path=jobs.path, line=1)
 
 
 def _squeue_job(raw: Mapping[str, Any]) -> Job:
@@ -291,7 +315,7 @@ def _squeue_job(raw: Mapping[str, Any]) -> Job:
         if idx:
             by_node[node] = idx
     # Allocated, else (pending) requested: what the job holds or waits for.
-    gpus = (
+    gpus = _gpus(
         counted
         or _tres_gpus(_text(raw.get("tres_alloc_str")) or "")
         or _tres_gpus(_text(raw.get("tres_req_str")) or "")
@@ -312,40 +336,9 @@ def _squeue_job(raw: Mapping[str, Any]) -> Job:
     )
 
 
-_TOKEN_RE = re.compile(r'"(?:[^"\\]|\\.)*"|[\[\]{},]')
-
-
-def _job_line(text: str, index: int) -> int | None:
-    """Line where element ``index`` of the top-level ``"jobs"`` array starts (only called on errors)."""
-    depth, want, start, count = 0, False, None, 0
-    for m in _TOKEN_RE.finditer(text):
-        token = m.group(0)
-        if start is None:
-            if depth == 1 and want and token == "[":
-                start = m.end()
-                if index == 0:
-                    break
-            want = depth == 1 and token == '"jobs"'
-        elif depth == 2 and token == ",":
-            count += 1
-            if count == index:
-                start = m.end()
-                break
-        elif depth == 2 and token == "]":
-            return None
-        if token in "[{":
-            depth += 1
-        elif token in "]}":
-            depth -= 1
-    if start is None:
-        return None
-    offset = len(text) - len(text[start:].lstrip())
-    return text.count("\n", 0, offset) + 1
-
-
-def _each(jobs: list[Any], build, path: str | os.PathLike[str], text: str, *, many: bool = False) -> Iterator[Any]:
-    """``build(raw)`` of each job (``many``: an iterable of records each), shape errors named by job."""
-    for i, raw in enumerate(jobs):
+def _each(jobs: Iterable[tuple[int, Any]], build, path: str | os.PathLike[str], *, many: bool = False) -> Iterator[Any]:
+    """``build(raw)`` of each job (``many``: an iterable of records each), shape errors named by job and its line."""
+    for i, (line, raw) in enumerate(jobs):
         try:
             if not isinstance(raw, Mapping):
                 raise _Shape("a job is not an object")
@@ -354,16 +347,21 @@ def _each(jobs: list[Any], build, path: str | os.PathLike[str], text: str, *, ma
             else:
                 yield build(raw)
         except (_Shape, ValueError, TypeError, KeyError, IndexError, AttributeError, OverflowError) as err:
-            raise ParseError(f"jobs[{i}]: {err}", path=path, line=_job_line(text, i)) from err
+            raise ParseError(f"jobs[{i}]: {err}", path=path, line=line) from err
 
 
 def parse_squeue_json(text: str, *, path: str | os.PathLike[str] = "<input>") -> Iterator[Job]:
     """Jobs of ``squeue --json`` (or slurmrestd ``/slurm/v0.0.3x-4x/jobs``); see the module docstring."""
-    yield from _each(_load_jobs(text, path), _squeue_job, path, text)
+    yield from _each(_jobs(text, path), _squeue_job, path)
 
 
 def read_squeue_json(path: str | os.PathLike[str]) -> Iterator[Job]:
-    yield from parse_squeue_json(read_text(path), path=path)
+    yield from _each(_jobs(None, path), _squeue_job, path)
+
+
+def squeue_jobs(jobs: Iterable[tuple[int, Any]], *, path: str | os.PathLike[str] = "<input>") -> Iterator[Job]:
+    """Jobs of ``(line, raw job)`` pairs (a ``JsonArrayStream`` of a ``"jobs"`` list in squeue's shape)."""
+    yield from _each(jobs, _squeue_job, path)
 
 
 # -- sacct --json ----------------------------------------------------------------------------
@@ -406,7 +404,7 @@ def _sacct_job(raw: Mapping[str, Any]) -> Job:
         account=_text(raw.get("account")),
         partition=_text(raw.get("partition")),
         nodes=tuple(expand_hostlist(_text(raw.get("nodes")) or "")),
-        gpus=_sacct_gpus(raw.get("tres")),
+        gpus=_gpus(_sacct_gpus(raw.get("tres"))),
         start=start,
         end=end,
         state=state,
@@ -416,21 +414,28 @@ def _sacct_job(raw: Mapping[str, Any]) -> Job:
 
 def parse_sacct_json(text: str, *, path: str | os.PathLike[str] = "<input>") -> Iterator[Job]:
     """Jobs of ``sacct --json`` (GPU counts from ``tres.allocated``; sacct gives no GPU indices)."""
-    yield from _each(_load_jobs(text, path), _sacct_job, path, text)
+    yield from _each(_jobs(text, path), _sacct_job, path)
 
 
 def read_sacct_json(path: str | os.PathLike[str]) -> Iterator[Job]:
-    yield from parse_sacct_json(read_text(path), path=path)
+    yield from _each(_jobs(None, path), _sacct_job, path)
 
 
 def parse_sacct_records(text: str, *, path: str | os.PathLike[str] = "<input>") -> Iterator[Job | Event | Sample]:
     """Each job of ``sacct --json``, the event of an attempt it lost to a requeue, then the samples of what it
     used (module docstring)."""
-    yield from _each(_load_jobs(text, path), _sacct_job_and_usage, path, text, many=True)
+    yield from _each(_jobs(text, path), _sacct_job_and_usage, path, many=True)
 
 
 def read_sacct_records(path: str | os.PathLike[str]) -> Iterator[Job | Event | Sample]:
-    yield from parse_sacct_records(read_text(path), path=path)
+    yield from _each(_jobs(None, path), _sacct_job_and_usage, path, many=True)
+
+
+def sacct_records(
+    jobs: Iterable[tuple[int, Any]], *, path: str | os.PathLike[str] = "<input>"
+) -> Iterator[Job | Event | Sample]:
+    """``parse_sacct_records`` of ``(line, raw job)`` pairs (a ``JsonArrayStream`` in sacct's shape)."""
+    yield from _each(jobs, _sacct_job_and_usage, path, many=True)
 
 
 def _sacct_job_and_usage(raw: Mapping[str, Any]) -> list[Job | Event | Sample]:
@@ -594,7 +599,7 @@ def _scontrol_job(fields: list[tuple[str, str]], utc_offset_s: float) -> Job:
         account=_none(first.get("Account")),
         partition=_none(first.get("Partition")),
         nodes=tuple(expand_hostlist(first.get("NodeList", ""))),
-        gpus=counted or _tres_gpus(first.get("TRES", "")),
+        gpus=_gpus(counted or _tres_gpus(first.get("TRES", ""))),
         gpus_by_node=by_node,
         start=start,
         end=end,

@@ -16,7 +16,9 @@ Node state codes: https://slurm.schedmd.com/sinfo.html#SECTION_NODE-STATE-CODES.
 (``v0.0.38``) writes ``"state": "mixed"`` and flags apart (``state_flags``); 23.02+ write a list
 (``["MIXED", "DRAIN"]``); both are read. Every answer carries ``errors``: a non-empty list is an
 error (``SlurmApiError``), except ``9003`` "Nothing found", which slurmdbd answers for an empty
-window (seen on 22.05.8: HTTP 200 with that error and no ``jobs``).
+window (seen on 22.05.8: HTTP 200 with that error and no ``jobs``). Job answers are decoded one job at a
+time (``sources.jsonstream``); their ``errors`` are raised when read, before the first job in v0.0.38
+answers, after the last in v0.0.40+ ones (they write ``jobs`` first).
 
 Not checked: fields this module does not read, that nodes named by partitions exist.
 """
@@ -32,8 +34,9 @@ from typing import Any
 from hpcwatch import vocab
 from hpcwatch.errors import BackendError, ParseError
 from hpcwatch.records import Event, Job, Sample
+from hpcwatch.sources.jsonstream import JsonArrayStream
 from hpcwatch.sources.lines import file_time, read_text, shown
-from hpcwatch.sources.slurm import parse_sacct_records, parse_squeue_json
+from hpcwatch.sources.slurm import sacct_records, squeue_jobs
 
 __all__ = [
     "SlurmApiError",
@@ -84,17 +87,39 @@ def load_answer(text: str, *, path: str | os.PathLike[str] = "<slurmrestd>", key
         raise ParseError(f"not JSON: {shown(err, 60)}", path=path) from err
     if not isinstance(doc, dict):
         raise ParseError("not a slurmrestd answer (not an object)", path=path, line=1)
-    listed = doc.get("errors")
-    errors = [e for e in listed if isinstance(e, Mapping)] if isinstance(listed, list) else []
-    real = [e for e in errors if e.get("error_number", e.get("error_code")) != NOTHING_FOUND]
-    if real:
-        raise SlurmApiError(f"{path}: " + "; ".join(_error_text(e) for e in real[:3]))
+    errors = _raise_errors(doc, path)
     items = doc.get(key)
     if items is None and errors:
         return []
     if not isinstance(items, list):
         raise ParseError(f'not a slurmrestd answer (no "{key}" list)', path=path, line=1)
     return items
+
+
+def _raise_errors(doc: Mapping[str, Any], path: str | os.PathLike[str]) -> list[Mapping[str, Any]]:
+    """The answer's ``errors``; SlurmApiError when one is more than "Nothing found"."""
+    listed = doc.get("errors")
+    errors = [e for e in listed if isinstance(e, Mapping)] if isinstance(listed, list) else []
+    real = [e for e in errors if e.get("error_number", e.get("error_code")) != NOTHING_FOUND]
+    if real:
+        raise SlurmApiError(f"{path}: " + "; ".join(_error_text(e) for e in real[:3]))
+    return errors
+
+
+def _streamed_jobs(text: str, path: str | os.PathLike[str]) -> Iterator[tuple[int, Any]]:
+    """(line, raw job) of the answer's ``jobs``, decoded one at a time (``sources.jsonstream``: an answer of a
+    month of accounting is as big as ``sacct --json``); its errors are raised as soon as they are read: before
+    the first job when they come first (v0.0.38), else after the last (v0.0.40+ write ``jobs`` first)."""
+    jobs = JsonArrayStream.from_text(text, "jobs", path=path)
+    checked = False
+    for item in jobs:
+        if not checked:
+            _raise_errors(jobs.members, path)
+            checked = True
+        yield item
+    errors = _raise_errors(jobs.members, path)
+    if not jobs.found and not errors:
+        raise ParseError('not a slurmrestd answer (no "jobs" list)', path=path, line=1)
 
 
 def _error_text(err: Mapping[str, Any]) -> str:
@@ -105,19 +130,14 @@ def _error_text(err: Mapping[str, Any]) -> str:
 
 def parse_rest_jobs(text: str, *, path: str | os.PathLike[str] = "<slurmrestd>") -> Iterator[Job]:
     """Jobs of ``/slurm/v0.0.3x/jobs`` (the controller's view: pending, running, recently ended)."""
-    load_answer(text, path=path, key="jobs")  # its errors first, with slurmrestd's words
-    if '"jobs"' not in text:
-        return iter(())
-    return parse_squeue_json(text, path=path)
+    return squeue_jobs(_streamed_jobs(text, path), path=path)
 
 
 def parse_rest_accounting(text: str, *, path: str | os.PathLike[str] = "<slurmdbd>") -> Iterator[Job | Event | Sample]:
     """Jobs of ``/slurmdb/v0.0.3x/jobs`` (slurmdbd's records, sacct's shape), each followed by the samples of
     what it used (CPU seconds, memory, time limit: ``sources.slurm.parse_sacct_records``); "Nothing found" is
     no job."""
-    if not load_answer(text, path=path, key="jobs"):
-        return iter(())
-    return parse_sacct_records(text, path=path)
+    return sacct_records(_streamed_jobs(text, path), path=path)
 
 
 def _base_state(raw: Mapping[str, Any]) -> tuple[str, frozenset[str]]:
