@@ -13,12 +13,17 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.test_browser import (
+from tests.integration.test_browser import (  # noqa: F401 - fixtures are used by name
     ARTIFACTS,
     _address,
     _start_demo,
     _stop,
     _wait_ticks,
+    browser,
+    page,
+    problem_page,
+    problem_server,
+    server,
 )
 
 pytestmark = pytest.mark.integration

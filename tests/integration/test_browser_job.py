@@ -17,13 +17,15 @@ from pathlib import Path
 import pytest
 
 from .conftest import wait_until
-from .test_browser import (
+from .test_browser import (  # noqa: F401 - fixtures are used by name
     VIEWPORT,
     _free_port,
     _shot,
     _stop,
     _wait_ticks,
-    page,  # noqa: F401
+    browser,
+    page,
+    server,
 )
 
 pytestmark = pytest.mark.integration
