@@ -11,8 +11,9 @@
 
 from __future__ import annotations
 
+import os
 import re
-from pathlib import Path
+from typing import Any
 
 __all__ = [
     "HpcwatchError",
@@ -41,7 +42,7 @@ class ParseError(InputError):
     """
 
     def __init__(
-        self, what: str, *, path: str | Path | None = None, line: int | None = None, text: str | None = None
+        self, what: str, *, path: str | os.PathLike[str] | None = None, line: int | None = None, text: str | None = None
     ) -> None:
         self.what = what
         self.path = str(path) if path is not None else "<input>"
@@ -58,12 +59,12 @@ class ParseError(InputError):
             found = f" (found: {shown!r})"
         return one_line(f"{where}: {self.what}{found}")
 
-    def __reduce__(self) -> tuple:
+    def __reduce__(self) -> tuple[Any, ...]:
         # Rebuilt from its fields when it crosses to another process (a forked reader, a Dask worker);
         # the default would pass the rendered message as ``what`` and lose the path.
         return _parse_error, (type(self), self.what, self.path, self.line, self.text)
 
-    def at(self, path: str | Path) -> ParseError:
+    def at(self, path: str | os.PathLike[str]) -> ParseError:
         """The same error, naming the file (readers of text learn the path late)."""
         return ParseError(self.what, path=path, line=self.line, text=self.text)
 
