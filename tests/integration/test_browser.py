@@ -36,6 +36,9 @@ CHROMIUM_ARGS = [
 ARTIFACTS = Path(__file__).parent / "artifacts"
 VIEWPORT = {"width": 1440, "height": 1000}
 TIMINGS: dict[str, float] = {}
+#: How long an action may wait for the page (actionable element, awaited function): twice Playwright's default, as
+#: a loaded 2-core machine redrawing at every tick was seen to need more than 30 s.
+ACTION_TIMEOUT_MS = 60_000
 
 if not Path(CHROMIUM).exists():
     pytest.skip("Debian chromium is not installed", allow_module_level=True)
@@ -100,6 +103,7 @@ def browser():
 @pytest.fixture
 def page(browser, server):
     context = browser.new_context(viewport=VIEWPORT, locale="en-US")
+    context.set_default_timeout(ACTION_TIMEOUT_MS)
     pg = context.new_page()
     errors: list[str] = []
     pg.on("pageerror", lambda err: errors.append(str(err)))
@@ -419,6 +423,7 @@ def problem_server():
 @pytest.fixture
 def problem_page(browser, problem_server):
     context = browser.new_context(viewport=VIEWPORT, locale="en-US")
+    context.set_default_timeout(ACTION_TIMEOUT_MS)
     pg = context.new_page()
     errors: list[str] = []
     pg.on("pageerror", lambda err: errors.append(str(err)))
@@ -508,6 +513,7 @@ def test_url_restores_mode_selection_and_job(page, server):
 
 def test_stale_data_is_greyed_with_its_age(browser, server):
     context = browser.new_context(viewport=VIEWPORT, locale="en-US")
+    context.set_default_timeout(ACTION_TIMEOUT_MS)
     pg = context.new_page()
     pg.route("**/api/stream*", lambda route: route.abort())  # the stream never answers: boot snapshot only
     pg.goto(server)

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from tests.integration.test_browser import (  # noqa: F401 - fixtures are used by name
+    ACTION_TIMEOUT_MS,
     ARTIFACTS,
     _address,
     _start_demo,
@@ -47,6 +48,7 @@ def big_server():
 
 def _open(browser, url: str, width: int, *, query: str = ""):
     context = browser.new_context(viewport={"width": width, "height": WIDTHS[width]}, locale="en-US")
+    context.set_default_timeout(ACTION_TIMEOUT_MS)
     pg = context.new_page()
     errors: list[str] = []
     pg.on("pageerror", lambda err: errors.append(str(err)))
@@ -54,6 +56,26 @@ def _open(browser, url: str, width: int, *, query: str = ""):
     _wait_ticks(pg, 1)
     pg.errors = errors
     return context, pg
+
+
+def _scale(pg) -> float:
+    return float(pg.get_attribute("#schematic-wrap", "data-scale"))
+
+
+def _settled_scale(pg) -> float:
+    """The drawing's scale once layout has settled: a scroll bar that appears re-fits it through the page's
+    ResizeObserver, which runs before the next frame, so two frames without change are enough."""
+    return float(
+        pg.evaluate(
+            """async () => {
+              const frame = () => new Promise((done) => requestAnimationFrame(() => done()));
+              const read = () => document.getElementById("schematic-wrap").dataset.scale;
+              let before;
+              do { before = read(); await frame(); await frame(); } while (read() !== before);
+              return before;
+            }"""
+        )
+    )
 
 
 # -- geometry measured in the page -------------------------------------------------------------------------
@@ -151,16 +173,16 @@ def test_phone_header_and_gantt_labels_are_readable(browser, server):
 def test_zoom_buttons_and_fit(browser, big_server):
     context, pg = _open(browser, big_server, 1920)
     try:
-        fitted = float(pg.get_attribute("#schematic-wrap", "data-scale"))
+        fitted = _settled_scale(pg)
         pg.click("#zoom-in")
-        assert float(pg.get_attribute("#schematic-wrap", "data-scale")) == pytest.approx(fitted * 1.25, rel=1e-3)
+        assert _scale(pg) == pytest.approx(fitted * 1.25, rel=1e-3)
         assert pg.get_attribute("#zoom-fit", "aria-pressed") == "false"
         assert _scroll(pg)[0] > _scroll(pg)[1]  # zoomed in: it pans
         pg.click("#zoom-out")
         pg.click("#zoom-out")
-        assert float(pg.get_attribute("#schematic-wrap", "data-scale")) < fitted
+        assert _scale(pg) < fitted
         pg.click("#zoom-fit")
-        assert float(pg.get_attribute("#schematic-wrap", "data-scale")) == pytest.approx(fitted, rel=1e-3)
+        assert _settled_scale(pg) == pytest.approx(fitted, rel=1e-3)
         assert "Zoom" in pg.inner_text("#zoom-readout")
     finally:
         context.close()
