@@ -104,3 +104,15 @@ def _guarded_own_imports(path: Path) -> list[int]:
 @pytest.mark.parametrize("path", FILES, ids=lambda p: str(p.relative_to(SRC)))
 def test_no_silent_fallback_for_our_own_modules(path):
     assert not _guarded_own_imports(path), f"{path.relative_to(SRC)}: ImportError of our own module caught"
+
+
+def test_the_table_allows_only_what_each_layer_imports():
+    """The table is narrow: a layer allowed an import it never makes would hide the next wrong one."""
+    table = _table()
+    used: dict[str, set[str]] = {layer: set() for layer in table}
+    for path in FILES:
+        layer = _layer(path)
+        if layer not in ("__init__", "__main__"):
+            used[layer] |= {target for _, target in _imports(path) if target != layer}
+    loose = {layer: sorted(table[layer] - used[layer]) for layer in table if table[layer] - used[layer]}
+    assert not loose, f"docs/architecture.md allows imports no module makes: {loose}"
