@@ -1,7 +1,7 @@
 """Columnar batches of traces, shared by the readers (``sources``) and the analyses.
 
 A trace of millions of events travels as numpy columns, never as one Python object per
-event (STYLE §3); this module says once what the columns are, so a reader fills them and
+event (a Python object costs ~100 bytes, millions of them gigabytes); this module says once what the columns are, so a reader fills them and
 an analysis reads them without importing each other. Like ``records.py`` it imports
 nothing of ours but ``records`` and ``errors``.
 

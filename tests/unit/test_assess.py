@@ -165,7 +165,7 @@ def _evidence(**fields) -> Evidence:
 
 
 def test_mfu_meets_the_published_h200_point():
-    # DESIGN §6: GPT 407M (d 1024, L 24, T 2048, B 8) at 111.8 ms/step on one H200 -> 40.4 %.
+    # docs/reference.md, "MFU": GPT 407M (d 1024, L 24, T 2048, B 8) at 111.8 ms/step on one H200 -> 40.4 %.
     cluster = dataclasses.replace(reference_cluster(), nodes=reference_cluster().nodes[:1])
     one_gpu = dataclasses.replace(cluster.nodes[0], gpus=cluster.nodes[0].gpus[:1])
     cluster = dataclasses.replace(cluster, nodes=(one_gpu,))

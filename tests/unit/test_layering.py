@@ -116,3 +116,24 @@ def test_the_table_allows_only_what_each_layer_imports():
             used[layer] |= {target for _, target in _imports(path) if target != layer}
     loose = {layer: sorted(table[layer] - used[layer]) for layer in table if table[layer] - used[layer]}
     assert not loose, f"docs/architecture.md allows imports no module makes: {loose}"
+
+
+CITED_SECTION = re.compile(r'docs/([a-z_]+\.md)[, ]+\\?"([^"\\\n]+)\\?"')
+
+
+def test_the_code_cites_only_documents_the_repository_holds():
+    """DESIGN.md and STYLE.md live outside the repository; a section of docs/ cited by name must exist."""
+    outside = [
+        f"{p.relative_to(SRC)}:{n}"
+        for p in FILES
+        for n, line in enumerate(p.read_text().splitlines(), 1)
+        if re.search(r"(DESIGN|STYLE)(\.md)? *(§|section)", line)
+    ]
+    assert not outside, f"cites a document outside the repository: {outside}"
+    headings: dict[str, set[str]] = {}
+    for path in FILES:
+        for doc, section in CITED_SECTION.findall(path.read_text()):
+            if doc not in headings:
+                text = (DOC.parent / doc).read_text()
+                headings[doc] = {h.lstrip("#").strip() for h in text.splitlines() if h.startswith("#")}
+            assert section in headings[doc], f"{path.relative_to(SRC)} cites docs/{doc}, {section!r}: no such heading"

@@ -21,7 +21,7 @@ rule                      fires when                                            
 Why these: ClusterMAX (SemiAnalysis, https://www.clustermax.ai/) counts NCCL tuning variables a user
 must set against a cluster; NCCL's maintainers call NCCL_ALGO/NCCL_PROTO debug knobs not for
 production (https://github.com/NVIDIA/nccl/issues/790); a rank on NET/Socket next to IB ranks runs
-the whole ring at TCP speed (ring all-reduce time is bounded by its slowest link, DESIGN §6); a
+the whole ring at TCP speed (ring all-reduce time is bounded by its slowest link, docs/reference.md); a
 host without its HCAs is a hardware or driver fault on that host (drain it, as ``ib_link`` does).
 """
 

@@ -17,7 +17,7 @@ max directly instead of N GPUs: the max of n iid draws is H⁻¹(U^(1/n)); with 
 mixture, the number of slow GPUs K ~ Binomial(N, p) and the max is
 max(H⁻¹(U₁^(1/(N−K))), F·H⁻¹(U₂^(1/K))), exact in distribution.
 
-Check (DESIGN §6; Harter 1961 tables): E[max of N standard normals] is 1.424 (N=8),
+Check (docs/reference.md, "Stragglers"; Harter 1961 tables): E[max of N standard normals] is 1.424 (N=8),
 3.248 (1,024), 3.971 (16,384).
 """
 
@@ -138,7 +138,7 @@ def efficiency_curve(
 
 
 def expected_max_normal(gpus: Sequence[int]) -> np.ndarray:
-    """E[max of N standard normals] for each N (the e_N of DESIGN §6), by the exact integral."""
+    """E[max of N standard normals] for each N (the e_N of docs/reference.md, "Stragglers"), by the exact integral."""
     ns = _check_gpus(gpus)
     return _Dist.make(cv=1.0, sample=None, p_slow=0.0, slow_factor=1.0).expected_max(ns) - 1.0
 

@@ -64,7 +64,7 @@ _IDLE_POWER_W = {"h100-sxm": HOPPER_IDLE_POWER_W, "h200": HOPPER_IDLE_POWER_W, "
 #: The variables ClusterMAX wants left to NCCL's own tuning (criterion "NCCL_MIN_NCHANNELS, NCCL_PROTO,
 #: NCCL_ALGO not set: auto configuration").
 FORCED_NCCL_VARIABLES = ("NCCL_ALGO", "NCCL_PROTO", "NCCL_MIN_NCHANNELS")
-#: The one published MFU reference point (DESIGN §6, measured on an H200): GPT 407M, d 1024, L 24, T 2048.
+#: The one published MFU reference point (docs/reference.md, "MFU": measured on an H200): GPT 407M, d 1024, L 24, T 2048.
 REFERENCE_MFU = {("h200", 24, 1024, 2048): 0.404}
 #: Measured MFU under this share of the reference warns, under half fails (ours).
 MFU_WARN_SHARE = 0.9
@@ -369,8 +369,8 @@ def mfu_reference(ev: Evidence) -> Verdict:
     if ref is None:
         return _v(
             "unknown",
-            f"MFU {result.mfu:.1%}; no published reference for this GPU and model size (DESIGN §6 "
-            "publishes one point: GPT 407M on H200, 40.4 %)",
+            f"MFU {result.mfu:.1%}; no published reference for this GPU and model size (docs/reference.md "
+            "has one point: GPT 407M on H200, 40.4 %)",
             rec,
             mfu=result.mfu,
             step_s=step_s,
@@ -748,7 +748,7 @@ CRITERIA: tuple[Criterion, ...] = (
         "performance",
         "MFU from step data vs the reference for the model size",
         "the longest training job's step walls; --params/--layers/--d-model/--seq/--tokens-per-step",
-        "DESIGN §6 (PaLM appendix B formula; one published point: H200 GPT-407M 40.4 %); shares ours",
+        "PaLM appendix B formula (docs/reference.md, \"MFU\"); one measured point: H200 GPT-407M 40.4 %; shares ours",
         "hpcwatch steps --db F",
         mfu_reference,
     ),

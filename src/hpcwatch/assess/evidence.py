@@ -57,7 +57,7 @@ _CLOCK = vocab.DCGM_FI_DEV_GPU_UTIL
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ModelShape:
-    """The trained model, for MFU (the store holds step times, not the model): DESIGN §6's formula."""
+    """The trained model, for MFU (the store holds step times, not the model): the formula of docs/reference.md, "MFU"."""
 
     params: float
     layers: int

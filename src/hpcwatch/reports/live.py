@@ -4,7 +4,7 @@ Latest values, per-second rates of counters (difference of the last two samples
 of one series), counts. "Now" is the newest sample in the store, not the wall
 clock, so a store replayed from yesterday still reads as live data of its own time.
 
-Metric names are the real collectors' (DESIGN §3):
+Metric names are the real collectors':
 
 - dcgm-exporter: ``DCGM_FI_DEV_GPU_UTIL`` (%), ``DCGM_FI_DEV_POWER_USAGE`` (W),
   ``DCGM_FI_DEV_FB_USED`` (MiB), ``DCGM_FI_DEV_GPU_TEMP`` (°C);

@@ -87,7 +87,7 @@ class Detector:
     run: Callable[[ScanInputs, ScanConfig], list[Finding]]
 
 
-#: The detectors, in the order of the vectors (DESIGN §1); a new one is a module and one line here.
+#: The detectors, in the order of ``records.VECTORS``; a new one is a module and one line here.
 DETECTORS: tuple[Detector, ...] = (
     Detector("supply_chain", lambda i, c: detect_supply_chain(i.events, osv=i.extras.osv, config=c.supply_chain)),
     Detector("data_poisoning", lambda i, c: detect_data_poisoning(i.events, i.jobs, c.data_poisoning)),

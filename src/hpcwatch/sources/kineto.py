@@ -4,7 +4,7 @@
 ``{"distributedInfo": {"rank", "world_size", "backend", ...}, "deviceProperties": [...],
 "traceEvents": [...]}``. Step anatomy needs every event's time, category and name,
 so the reader turns the events into numpy columns, reading, un-gzipping and decoding the
-file 64 KiB at a time, and keeps no Python object per event past its piece (STYLE §3).
+file 64 KiB at a time, and keeps no Python object per event past its piece (memory stays bounded by the piece, not the file).
 Each piece is decoded by msgspec straight into small typed structs of the fields we read
 (``_Complete``; other phases are read past), then each column is one list comprehension and one numpy conversion; a
 piece holding anything those types do not take is decoded by orjson into dicts and read

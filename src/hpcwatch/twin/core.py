@@ -69,7 +69,7 @@ DEFAULT_START_S = 1_796_000_000.0
 SEED_PHASES_S = {"load": 0.002, "forward": 0.011, "backward": 0.020, "optimizer": 0.002}
 #: The seed step without its AllReduce: a job's kind reads ``read_bytes_s_per_gpu`` x this per step.
 SEED_STEP_S = sum(SEED_PHASES_S.values())
-#: NCCL per-hop latency alpha of the ring model T = 2(p-1)alpha + 2(p-1)/p n/B (DESIGN.md section 6).
+#: NCCL per-hop latency alpha of the ring model T = 2(p-1)alpha + 2(p-1)/p n/B (docs/reference.md, "Ring all-reduce and busbw").
 RING_ALPHA_S = 5e-6
 #: The order the phases of a step run in (columns of ``step_phases`` are in ``records.PHASES`` order).
 SPAN_ORDER = ("load", "forward", "backward", "barrier_wait", "allreduce", "optimizer")

@@ -120,7 +120,7 @@ def falco_doc(t: float, host: str, rule: str, priority: str, *, user: str, cmdli
 def events_of(docs: list[dict], kind: str) -> list[Event]:
     """The Events the readers (sources/falco.py, sources/tetragon.py) make of these documents.
 
-    The twin may not import the readers (DESIGN §1: twin imports records and model only), so it
+    The twin may not import the readers (docs/architecture.md, the layering table: the twin imports records and model only), so it
     builds the same attrs itself from the documents it wrote; tests/unit/test_security_scenarios.py
     holds the two equal."""
     source = f"<twin {kind}>"

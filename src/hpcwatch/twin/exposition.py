@@ -674,7 +674,7 @@ class GpuTraceConfig:
     """How the twin's GPU runs a data-parallel step (kernel-level Kineto traces).
 
     Defaults: ~25 ms steps of a GPU-bound job whose host launches ~140 kernels in ~3 ms and
-    runs ``queue_depth`` steps ahead; ring all-reduce time from DESIGN.md §6.
+    runs ``queue_depth`` steps ahead; ring all-reduce time from docs/reference.md, "Ring all-reduce and busbw".
     """
 
     kernels: tuple[int, int, int] = (40, 80, 20)

@@ -17,7 +17,7 @@ from hpcwatch.twin.scenarios import Scenario, register
 
 __all__ = ["Straggler", "GpuStraggler", "STRAGGLER_GPU", "STRAGGLER_FACTOR", "GPU_STRAGGLER_BACKWARD_FACTOR"]
 
-#: The slow GPU's index on its node, and how much longer its backward takes (DESIGN.md section 6).
+#: The slow GPU's index on its node, and how much longer its backward takes (the seed scenario: twice as long).
 STRAGGLER_GPU = 2
 STRAGGLER_FACTOR = 2.0
 

@@ -73,7 +73,7 @@ MAX_TILE_COLS = 16
 #: Rows are kept about this many times narrower than the grid is wide (a landscape screen). Ours.
 TILE_ASPECT = 2.5
 
-#: Which element each collector badge sits on (DESIGN §3 and the brief's list of seven).
+#: Which element each collector badge sits on (the collectors of web/live.py's COLLECTORS).
 COLLECTOR_TARGETS: dict[str, str] = {
     "slurm_exporter": "slurm",
     "dcgm_exporter": "gpu",
