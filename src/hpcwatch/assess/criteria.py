@@ -748,7 +748,7 @@ CRITERIA: tuple[Criterion, ...] = (
         "performance",
         "MFU from step data vs the reference for the model size",
         "the longest training job's step walls; --params/--layers/--d-model/--seq/--tokens-per-step",
-        "PaLM appendix B formula (docs/reference.md, \"MFU\"); one measured point: H200 GPT-407M 40.4 %; shares ours",
+        'PaLM appendix B formula (docs/reference.md, "MFU"); one measured point: H200 GPT-407M 40.4 %; shares ours',
         "hpcwatch steps --db F",
         mfu_reference,
     ),
