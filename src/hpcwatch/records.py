@@ -1,14 +1,15 @@
 """The vocabulary: five kinds of record every reader yields and every analysis reads.
 
 Times are UTC seconds (float); durations are seconds; sizes are bytes.
-These are plain frozen dataclasses: no logic lives here.
+These are plain frozen dataclasses: no logic lives here, but a ``Finding`` refuses a vector or a severity
+outside the vocabulary.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 __all__ = [
     "Sample",
@@ -19,6 +20,8 @@ __all__ = [
     "Phase",
     "PHASES",
     "Vector",
+    "VectorInfo",
+    "VECTOR_TABLE",
     "VECTORS",
     "Severity",
     "SEVERITIES",
@@ -37,16 +40,37 @@ Vector = Literal[
     "container_escape",
     "weights_access",
 ]
-#: The six threat vectors, then the audit of who read the weights.
-VECTORS: tuple[Vector, ...] = (
-    "supply_chain",
-    "data_poisoning",
-    "rdma_blind_spot",
-    "gradient_injection",
-    "gpu_memory_remanence",
-    "container_escape",
-    "weights_access",
+
+
+@dataclass(frozen=True, slots=True)
+class VectorInfo:
+    """One threat vector and the names it goes by; everything else that names a vector derives from its row."""
+
+    id: Vector
+    """``Finding.vector``, the page's ``data-vector``, the key of its card (model/cards.yaml) and of its title."""
+    number: int | None
+    """Its number on the schematic; None for the audit of who read the weights, which is not drawn as a vector
+    (the weights are where every vector leads)."""
+    short: str
+    """The prefix of its detector's rule ids (``rdma.exfiltration``) and of the twin's scenarios that plant it
+    (``threat_rdma``, ``benign_rdma``)."""
+    target: str
+    """The schematic element it attacks."""
+
+
+#: The six threat vectors, then the audit of who read the weights: the one table of vectors.
+VECTOR_TABLE: tuple[VectorInfo, ...] = (
+    VectorInfo("supply_chain", 1, "supply_chain", "stack"),
+    VectorInfo("data_poisoning", 2, "data_poisoning", "storage"),
+    VectorInfo("rdma_blind_spot", 3, "rdma", "fabric"),
+    VectorInfo("gradient_injection", 4, "gradient", "gpu"),
+    VectorInfo("gpu_memory_remanence", 5, "remanence", "gpu"),
+    VectorInfo("container_escape", 6, "container_escape", "node"),
+    VectorInfo("weights_access", None, "weights", "weights"),
 )
+VECTORS: tuple[Vector, ...] = tuple(v.id for v in VECTOR_TABLE)
+if set(VECTORS) != set(get_args(Vector)):  # the type and the table must name the same vectors
+    raise RuntimeError(f"records.Vector and VECTOR_TABLE differ: {sorted(set(VECTORS) ^ set(get_args(Vector)))}")
 
 Severity = Literal["info", "low", "medium", "high", "critical"]
 SEVERITIES: tuple[Severity, ...] = ("info", "low", "medium", "high", "critical")
@@ -122,3 +146,10 @@ class Finding:
     evidence: Mapping[str, Any]
     t: float
     rule: str
+
+    def __post_init__(self) -> None:
+        # A vector missing from VECTOR_TABLE would be stored yet absent from every summary the page reads.
+        if self.vector not in VECTORS:
+            raise ValueError(f"finding {self.rule!r}: unknown vector {self.vector!r} (known: {', '.join(VECTORS)})")
+        if self.severity not in SEVERITIES:
+            raise ValueError(f"finding {self.rule!r}: unknown severity {self.severity!r}")

@@ -3,6 +3,7 @@ both web catalogues, so a finding never reaches the French page in English."""
 
 from __future__ import annotations
 
+import importlib
 import re
 import string
 from pathlib import Path
@@ -11,14 +12,14 @@ import pytest
 
 import hpcwatch.security as security
 from hpcwatch.model import reference_cluster
-from hpcwatch.security import container_escape, data_poisoning, gradients, rdma, remanence, supply_chain, weights_access
-from hpcwatch.security.scan import RULES
+from hpcwatch.records import VECTOR_TABLE, VECTORS, Finding
+from hpcwatch.security.scan import DETECTORS, RULES
 from hpcwatch.twin.threats import THREAT_SCENARIOS, write_threat_fixtures
 from hpcwatch.web.i18n import LANGUAGES, finding_key, finding_text, load_catalogue
 from tests.conftest import scan_folder
 
-MODULES = (supply_chain, data_poisoning, rdma, gradients, remanence, container_escape, weights_access)
-FAMILIES = ("supply_chain", "data_poisoning", "rdma", "gradient", "remanence", "container_escape", "weights")
+MODULES = tuple(importlib.import_module(f"hpcwatch.security.{d.module}") for d in DETECTORS)
+FAMILIES = tuple(v.short for v in VECTOR_TABLE)
 #: A rule id written as a string literal in a detector's source: "<family>.<name>".
 RULE_LITERAL = re.compile(r"""["'](%s)\.([a-z_]+)["']""" % "|".join(FAMILIES))
 
@@ -35,6 +36,22 @@ def test_every_rule_literal_in_the_detectors_is_registered() -> None:
     assert len(literals) >= 30  # the regex does find the detectors' rule ids
     assert literals <= set(RULES), sorted(literals - set(RULES))
     assert set(RULES) == {r for m in MODULES for r in m.RULES} and len(RULES) == len(set(RULES))
+
+
+def test_one_detector_a_vector_in_the_tables_order_and_its_rules_carry_the_vectors_short_name() -> None:
+    assert tuple(d.vector for d in DETECTORS) == VECTORS
+    for detector, vector in zip(DETECTORS, VECTOR_TABLE, strict=True):
+        rules = importlib.import_module(f"hpcwatch.security.{detector.module}").RULES
+        assert rules and all(r.startswith(f"{vector.short}.") for r in rules), (vector.id, rules)
+
+
+def test_a_finding_refuses_a_vector_or_a_severity_outside_the_vocabulary() -> None:
+    fields = dict(target="node1", title="t", evidence={}, t=0.0, rule="rdma.traffic_no_job")
+    assert Finding(vector="rdma_blind_spot", severity="high", **fields).vector == "rdma_blind_spot"
+    with pytest.raises(ValueError, match="unknown vector 'rdma'"):
+        Finding(vector="rdma", severity="high", **fields)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="unknown severity"):
+        Finding(vector="rdma_blind_spot", severity="severe", **fields)  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize("lang", LANGUAGES)

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from hpcwatch.model import reference_cluster
+from hpcwatch.records import VECTOR_TABLE
 from hpcwatch.security.scan import ScanConfig, scan_records, scan_store, sort_findings
 from hpcwatch.store import Store
 from hpcwatch.twin.threats import EXPECTED_RULES, THREAT_SCENARIOS, write_threat_fixtures
@@ -31,7 +32,8 @@ def test_scenario_fires_exactly_its_rules(scenario: str, tmp_path: Path) -> None
 
 def test_every_vector_has_an_attack_and_a_look_alike() -> None:
     attacks = [s for s in THREAT_SCENARIOS if EXPECTED_RULES[s]]
-    assert len(attacks) == 7 and len(THREAT_SCENARIOS) == 14
+    assert len(attacks) == len(VECTOR_TABLE) and len(THREAT_SCENARIOS) == 2 * len(VECTOR_TABLE)
+    assert {s.removeprefix("threat_") for s in attacks} == {v.short for v in VECTOR_TABLE}
 
 
 def test_findings_name_the_planted_targets(tmp_path: Path) -> None:
@@ -114,7 +116,7 @@ def test_tetragon_policy_watches_the_models_weights_path() -> None:
 
 
 def test_cli_scan_db_reports_who_read_the_weights(tmp_path: Path) -> None:
-    write_threat_fixtures(tmp_path / "in", "threat_weights_access")
+    write_threat_fixtures(tmp_path / "in", "threat_weights")
     db = tmp_path / "s.duckdb"
     with Store(db) as store:
         store.add(records_of([tmp_path / "in"]))
@@ -132,7 +134,7 @@ def test_cli_scan_db_reports_who_read_the_weights(tmp_path: Path) -> None:
         ("bob", "read", "4100"),
         ("alice", "read", None),
     ]
-    assert {f["rule"] for f in doc["findings"]} == EXPECTED_RULES["threat_weights_access"]
+    assert {f["rule"] for f in doc["findings"]} == EXPECTED_RULES["threat_weights"]
 
 
 def test_rescan_replaces_stored_findings(tmp_path: Path) -> None:
@@ -146,7 +148,7 @@ def test_rescan_replaces_stored_findings(tmp_path: Path) -> None:
         assert len(store.findings()) == len(first) == len(again) == 3
 
 
-@pytest.mark.parametrize("vector", ["container_escape", "weights_access", "data_poisoning", "remanence"])
+@pytest.mark.parametrize("vector", ["container_escape", "weights", "data_poisoning", "remanence"])
 def test_twin_events_are_what_the_readers_make_of_its_files(vector: str) -> None:
     """The live twin builds its Events without the readers: they must equal the readers' on the same documents."""
     from hpcwatch.sources.falco import parse_falco_json

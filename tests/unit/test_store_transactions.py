@@ -119,7 +119,7 @@ def test_clear_findings_drops_them_for_every_reader(tmp_path):
 
 
 def test_a_dropped_part_stays_on_disk_for_the_grace_period_then_goes(tmp_path):
-    finding = Finding(vector="v", severity="low", target="t", title="x", evidence={}, t=1.0, rule="r")
+    finding = Finding(vector="supply_chain", severity="low", target="t", title="x", evidence={}, t=1.0, rule="r")
     with Store(tmp_path / "s", retire_grace_s=3600) as store:
         store.add([finding])
         (part,) = (store.path / "findings").iterdir()

@@ -16,6 +16,7 @@ from importlib import resources
 import yaml
 
 from hpcwatch.errors import ConfigError
+from hpcwatch.records import VECTOR_TABLE
 
 __all__ = ["Cards", "load_cards", "parse_cards", "LANGUAGES", "SECTIONS", "CARDS_PATH"]
 
@@ -26,7 +27,8 @@ LANGUAGES: tuple[str, ...] = ("en", "fr")
 SECTIONS: Mapping[str, tuple[str, ...]] = {
     "elements": ("title", "what", "observe", "tools", "threats", "value", "cost", "risk", "owner"),
     "collectors": ("title", "watches", "tools", "what", "value", "cost", "owner"),
-    "vectors": ("title", "target", "how", "signals", "detection", "value", "cost", "risk", "owner"),
+    # a vector's title is its number and name ("3 · RDMA blind spot"), the number from records.VECTOR_TABLE
+    "vectors": ("name", "target", "how", "signals", "detection", "value", "cost", "risk", "owner"),
     "passerelles": ("title", "text"),
 }
 
@@ -77,7 +79,19 @@ def parse_cards(text: str, *, path: str = "<cards>") -> Cards:
     unknown = set(root) - set(SECTIONS)
     if unknown:
         raise ConfigError(f"{path}: unknown section(s): {', '.join(sorted(unknown))}")
+    _title_vectors(by_lang, path)
     return Cards(by_lang=by_lang)
+
+
+def _title_vectors(by_lang: dict[str, dict[str, dict[str, dict[str, str]]]], path: str) -> None:
+    """Every drawn vector of records.VECTOR_TABLE has a card, and its title is its number and name."""
+    numbers = {v.id: v.number for v in VECTOR_TABLE if v.number is not None}
+    cards = by_lang[LANGUAGES[0]]["vectors"]
+    if set(cards) != set(numbers):
+        raise ConfigError(f"{path}: vectors: the cards must be those of records.VECTOR_TABLE: {sorted(numbers)}")
+    for sections in by_lang.values():
+        for vid, card in sections["vectors"].items():
+            card["title"] = f"{numbers[vid]} · {card['name']}"
 
 
 def _card(langs: object, lang: str, fields: tuple[str, ...], where: str) -> dict[str, str]:

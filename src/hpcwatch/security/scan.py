@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 from hpcwatch import vocab
 from hpcwatch.model import Cluster
-from hpcwatch.records import SEVERITIES, Event, Finding, Job, Sample
+from hpcwatch.records import SEVERITIES, Event, Finding, Job, Sample, Vector
 from hpcwatch.security.container_escape import ContainerEscapeConfig, detect_container_escape
 from hpcwatch.security.context import with_requeued_attempts
 from hpcwatch.security.data_poisoning import DataPoisoningConfig, detect_data_poisoning, verify_manifest
@@ -81,21 +81,37 @@ class ScanInputs:
 
 @dataclass(frozen=True, slots=True)
 class Detector:
-    """One threat vector's detector: its rule ids, and how to run it over the scan's inputs."""
+    """One threat vector's detector: the vector, the module that holds its ``RULES``, and how to run it."""
 
+    vector: Vector
     module: str
     run: Callable[[ScanInputs, ScanConfig], list[Finding]]
 
 
-#: The detectors, in the order of ``records.VECTORS``; a new one is a module and one line here.
+#: One detector a vector, in the order of ``records.VECTOR_TABLE`` (tests/unit/test_security_rules.py checks
+#: both, and that each rule id starts with its vector's short name); a new one is a module and one line here.
 DETECTORS: tuple[Detector, ...] = (
-    Detector("supply_chain", lambda i, c: detect_supply_chain(i.events, osv=i.extras.osv, config=c.supply_chain)),
-    Detector("data_poisoning", lambda i, c: detect_data_poisoning(i.events, i.jobs, c.data_poisoning)),
-    Detector("rdma", lambda i, c: detect_rdma(i.samples, i.jobs, i.events, c.rdma)),
-    Detector("gradients", lambda i, c: detect_gradient_anomalies(i.samples, i.events, c.gradients)),
-    Detector("remanence", lambda i, c: detect_remanence(i.samples, i.jobs, i.events, c.remanence)),
-    Detector("container_escape", lambda i, c: detect_container_escape(i.events, i.jobs, c.container_escape)),
-    Detector("weights_access", lambda i, c: detect_weights_access(i.events, i.jobs, c.weights)),
+    Detector(
+        "supply_chain",
+        "supply_chain",
+        lambda i, c: detect_supply_chain(i.events, osv=i.extras.osv, config=c.supply_chain),
+    ),
+    Detector(
+        "data_poisoning", "data_poisoning", lambda i, c: detect_data_poisoning(i.events, i.jobs, c.data_poisoning)
+    ),
+    Detector("rdma_blind_spot", "rdma", lambda i, c: detect_rdma(i.samples, i.jobs, i.events, c.rdma)),
+    Detector(
+        "gradient_injection", "gradients", lambda i, c: detect_gradient_anomalies(i.samples, i.events, c.gradients)
+    ),
+    Detector(
+        "gpu_memory_remanence", "remanence", lambda i, c: detect_remanence(i.samples, i.jobs, i.events, c.remanence)
+    ),
+    Detector(
+        "container_escape",
+        "container_escape",
+        lambda i, c: detect_container_escape(i.events, i.jobs, c.container_escape),
+    ),
+    Detector("weights_access", "weights_access", lambda i, c: detect_weights_access(i.events, i.jobs, c.weights)),
 )
 
 

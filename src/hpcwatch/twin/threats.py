@@ -22,8 +22,8 @@ go through the hooks (``adjust_ib``, ``adjust_gpu``, ``events``, ``extra_files``
     benign_remanence              none (memory back to baseline after the job; driver scrubs)
     threat_container_escape       container_escape.{release_agent, shell, escape_tool}
     benign_container_escape       none (the job owner's debug shell; Notice-level noise)
-    threat_weights_access         weights.{foreign_reader, reader_outside_job}
-    benign_weights_access         none (the training job writes and reads its own checkpoints)
+    threat_weights                weights.{foreign_reader, reader_outside_job}
+    benign_weights                none (the training job writes and reads its own checkpoints)
 """
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ from typing import Any
 import numpy as np
 
 from hpcwatch import vocab
-from hpcwatch.records import Event, Job
+from hpcwatch.records import VECTOR_TABLE, Event, Job, Vector
 from hpcwatch.twin.ebpf import events_of as _events_of
 from hpcwatch.twin.ebpf import falco_doc as _falco
 from hpcwatch.twin.ebpf import tetragon_doc as _tetragon
@@ -93,7 +93,7 @@ EXPECTED_RULES: dict[str, frozenset[str]] = {
     "threat_container_escape": frozenset(
         {"container_escape.release_agent", "container_escape.shell", "container_escape.escape_tool"}
     ),
-    "threat_weights_access": frozenset({"weights.foreign_reader", "weights.reader_outside_job"}),
+    "threat_weights": frozenset({"weights.foreign_reader", "weights.reader_outside_job"}),
 }
 EXPECTED_RULES.update({name.replace("threat_", "benign_"): frozenset() for name in list(EXPECTED_RULES)})
 THREAT_SCENARIOS: tuple[str, ...] = tuple(sorted(EXPECTED_RULES))
@@ -662,15 +662,17 @@ def _plant_weights_access(world: World, attack: bool) -> Plant:
     return Plant(files={"tetragon/weights.jsonl": _jsonl(docs)}, events=_events_of(docs, "tetragon"))
 
 
-_PLANTS: dict[str, Callable[[World, bool], Plant]] = {
+#: Each vector's plant; the scenarios are named by its short name (records.VECTOR_TABLE): threat_rdma, benign_rdma.
+_PLANT_OF: dict[Vector, Callable[[World, bool], Plant]] = {
     "supply_chain": _plant_supply_chain,
     "data_poisoning": _plant_data_poisoning,
-    "rdma": _plant_rdma,
-    "gradient": _plant_gradient,
-    "remanence": _plant_remanence,
+    "rdma_blind_spot": _plant_rdma,
+    "gradient_injection": _plant_gradient,
+    "gpu_memory_remanence": _plant_remanence,
     "container_escape": _plant_container_escape,
     "weights_access": _plant_weights_access,
 }
+_PLANTS: dict[str, Callable[[World, bool], Plant]] = {v.short: _PLANT_OF[v.id] for v in VECTOR_TABLE}
 
 
 # -- the twin's side -------------------------------------------------------------------------------------------

@@ -79,7 +79,10 @@ def load_catalogue(lang: str) -> Catalogue:
             raise ConfigError(
                 f"web catalogue {other}.yaml: keys differ from {DEFAULT_LANGUAGE}.yaml: {', '.join(diff[:8])}"
             )
-    return Catalogue(lang=lang, words=words[lang], cards=load_cards().for_lang(lang))
+    cards = load_cards().for_lang(lang)
+    # A vector's name is written once, on its card.
+    names = {f"vector.{vid}": card["name"] for vid, card in cards["vectors"].items()}
+    return Catalogue(lang=lang, words={**words[lang], **names}, cards=cards)
 
 
 def _read(lang: str) -> Mapping[str, Any]:

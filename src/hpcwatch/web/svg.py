@@ -35,6 +35,7 @@ from dataclasses import dataclass
 from html import escape
 
 from hpcwatch.model.cluster import Cluster, Node
+from hpcwatch.records import VECTOR_TABLE
 
 __all__ = [
     "render_schematic",
@@ -42,6 +43,7 @@ __all__ = [
     "layout_for",
     "COLLECTOR_TARGETS",
     "VECTOR_TARGETS",
+    "VECTOR_NUMBERS",
     "DETAIL_MAX_NODES",
     "MAX_TILE_COLS",
 ]
@@ -83,15 +85,10 @@ COLLECTOR_TARGETS: dict[str, str] = {
     "lustre_metrics": "storage",
     "ebpf_weights": "weights",
 }
-#: Which element each threat vector targets; all converge on the weights.
-VECTOR_TARGETS: dict[str, str] = {
-    "supply_chain": "stack",
-    "data_poisoning": "storage",
-    "rdma_blind_spot": "fabric",
-    "gradient_injection": "gpu",
-    "gpu_memory_remanence": "gpu",
-    "container_escape": "node",
-}
+#: Which element each drawn threat vector targets (records.VECTOR_TABLE); all converge on the weights.
+VECTOR_TARGETS: dict[str, str] = {v.id: v.target for v in VECTOR_TABLE if v.number is not None}
+#: The number each drawn vector carries on its dot.
+VECTOR_NUMBERS: dict[str, int] = {v.id: v.number for v in VECTOR_TABLE if v.number is not None}
 
 
 @dataclass(frozen=True, slots=True)
@@ -472,7 +469,8 @@ def _threats(cluster: Cluster, lay: SchematicLayout, t: Translate) -> str:
     }
     wx, wy = MARGIN + WEIGHTS_W * 0.5, lay.y_storage
     paths, dots = [], []
-    for number, (vid, target) in enumerate(VECTOR_TARGETS.items(), start=1):
+    for vid, target in VECTOR_TARGETS.items():
+        number = VECTOR_NUMBERS[vid]
         x, y = spots[vid](boxes[target])
         x, y = round(x), round(y)
         label = t("aria.vector").format(number=number, name=t(f"vector.{vid}"))
