@@ -1,0 +1,43 @@
+"""Tetragon kprobe arguments whose path is not text (found by mypy: ``_first_path`` returned the raw value).
+
+The line is the ``security_file_permission`` kprobe of Tetragon's documentation
+(tests/data/security/tetragon_docs_events.jsonl), its ``file_arg.path`` replaced by a number, a list or an
+object, as a broken or hostile export could hold. The reader took that value as the event's ``path``, and
+the detectors that do string work on it (weights access, container escape) stopped with a TypeError.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import orjson
+import pytest
+
+from hpcwatch.security.container_escape import detect_container_escape
+from hpcwatch.security.weights_access import weights_report
+from hpcwatch.sources.tetragon import read_tetragon_json
+
+DATA = Path(__file__).resolve().parents[1] / "data" / "security" / "tetragon_docs_events.jsonl"
+KPROBE = orjson.loads(DATA.read_bytes().splitlines()[1])
+
+
+def _kprobe_with_path(tmp_path: Path, path: object) -> Path:
+    doc = orjson.loads(orjson.dumps(KPROBE))
+    doc["process_kprobe"]["args"][0]["file_arg"]["path"] = path
+    out = tmp_path / "tetragon.log"
+    out.write_bytes(orjson.dumps(doc) + b"\n")
+    return out
+
+
+def test_documented_kprobe_keeps_its_path(tmp_path):
+    (event,) = read_tetragon_json(_kprobe_with_path(tmp_path, "/etc/passwd"))
+    assert event.attrs["path"] == "/etc/passwd"
+    assert event.attrs["mask"] == 2
+
+
+@pytest.mark.parametrize("path", [5, ["/models/w.safetensors"], {"p": "/etc/passwd"}])
+def test_a_path_that_is_not_text_is_no_path_and_the_detectors_go_on(tmp_path, path):
+    events = list(read_tetragon_json(_kprobe_with_path(tmp_path, path)))
+    assert events[0].attrs["path"] is None
+    assert weights_report(events) == []
+    assert detect_container_escape(events) == []
