@@ -121,7 +121,8 @@ class StepTable:
 
     @property
     def end_s(self) -> np.ndarray:
-        return self.start_s + self.dur_s
+        end: np.ndarray = self.start_s + self.dur_s
+        return end
 
     def sorted(self) -> StepTable:
         order = np.argsort(self.start_s, kind="stable")

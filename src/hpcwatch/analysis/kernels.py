@@ -28,7 +28,7 @@ in the trace (HTA's unit), bandwidths in bytes/s.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 import msgspec
 import numpy as np
@@ -116,7 +116,8 @@ def profiled_rows(trace: KinetoTrace, *, include_last_step: bool = False) -> np.
     limit = (ev["ts_us"][marks] + ev["dur_us"][marks]).max() if include_last_step else ev["ts_us"][marks].max()
     kept_host = host & ((ev["ts_us"] <= limit) if include_last_step else (ev["ts_us"] < limit))
     launched = np.unique(ev["correlation"][kept_host & (ev["correlation"] >= 0)])
-    return kept_host | (~host & np.isin(ev["correlation"], launched) & (ev["correlation"] >= 0))
+    kept: np.ndarray = kept_host | (~host & np.isin(ev["correlation"], launched) & (ev["correlation"] >= 0))
+    return kept
 
 
 def _profiled(trace: KinetoTrace, include_last_step: bool, kept: np.ndarray | None) -> np.ndarray:
@@ -391,7 +392,7 @@ def launch_stats(
 # nccl-tests' bus bandwidth factors (doc/PERFORMANCE.md, https://github.com/NVIDIA/nccl-tests):
 # busbw = algbw × factor(n); all-reduce moves 2(n-1)/n of the data per rank, all-gather and
 # reduce-scatter (n-1)/n, broadcast and reduce 1. c10d's "Collective name" spellings.
-_BUS_FACTORS = {
+_BUS_FACTORS: dict[str, Callable[[int], float]] = {
     "allreduce": lambda n: 2 * (n - 1) / n,
     "all_reduce": lambda n: 2 * (n - 1) / n,
     "allgather": lambda n: (n - 1) / n,

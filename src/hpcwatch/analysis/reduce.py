@@ -27,12 +27,13 @@ import functools
 import os
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import msgspec
 import numpy as np
 
 from hpcwatch.analysis import kernels
+from hpcwatch.analysis.kernels import KernelBreakdown, StreamIdle
 from hpcwatch.analysis.steps import (
     WORK_PHASES,
     GpuStep,
@@ -99,8 +100,8 @@ class RankGpu(msgspec.Struct, frozen=True, kw_only=True):
     """One rank's GPU breakdowns (``analysis.kernels``), in HTA's terms."""
 
     rank: int
-    kernels: kernels.KernelBreakdown
-    idle: tuple[kernels.StreamIdle, ...]
+    kernels: KernelBreakdown
+    idle: tuple[StreamIdle, ...]  # (the field ``kernels`` hides the module here)
     overlap: float | None
     launches: LaunchSummary
     collectives: tuple[CollectiveSummary, ...]
@@ -150,11 +151,22 @@ def rank_gpu(trace: KinetoTrace) -> RankGpu:
     )
 
 
+class _KnownBandwidth(NamedTuple):
+    """A collective kernel whose bus bandwidth is known."""
+
+    msg_bytes: float
+    group_size: int | None
+    algbw_bytes_s: float
+    busbw_bytes_s: float
+
+
 def _collective_summaries(found: Sequence[kernels.Collective]) -> tuple[CollectiveSummary, ...]:
-    by_name: dict[str, list[kernels.Collective]] = {}
+    by_name: dict[str, list[_KnownBandwidth]] = {}
     for c in found:
-        if c.busbw_bytes_s is not None:
-            by_name.setdefault(c.collective, []).append(c)
+        # kernels.collectives gives a busbw only with the collective's name and its algbw
+        if c.busbw_bytes_s is not None and c.collective is not None and c.algbw_bytes_s is not None:
+            known = _KnownBandwidth(c.msg_bytes, c.group_size, c.algbw_bytes_s, c.busbw_bytes_s)
+            by_name.setdefault(c.collective, []).append(known)
     return tuple(
         CollectiveSummary(
             collective=name,
@@ -283,7 +295,8 @@ def to_ipc(reductions: Sequence[RankReduction]) -> bytes:
     sink = pa.BufferOutputStream()
     with pa.ipc.new_stream(sink, table.schema) as writer:
         writer.write_table(table)
-    return sink.getvalue().to_pybytes()
+    stream: bytes = sink.getvalue().to_pybytes()  # pyarrow has no stubs: its calls answer Any
+    return stream
 
 
 def table_of_ipc(streams: Iterable[bytes]) -> pa.Table:

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from types import ModuleType
 from typing import Literal
 
 import numpy as np
@@ -44,11 +45,12 @@ __all__ = [
 ]
 
 
-def _scipy_special():
+def _scipy_special() -> ModuleType:
     """scipy.special, imported when first needed: it costs ~0.5 s, and every CLI call imports this module."""
     from scipy import special
 
-    return special
+    module: ModuleType = special  # scipy has no stubs (pyproject.toml): its names are Any to mypy
+    return module
 
 
 #: Monte-Carlo steps when none are asked for (standard error ≈ 0.1 % of the step).
@@ -166,7 +168,8 @@ def sample_step_max(
     if method == "order":
         return dist.draw_max(n, steps, rng)
     if method == "naive":
-        return dist.draw_all(n, steps, rng).max(axis=1)
+        maxima: np.ndarray = dist.draw_all(n, steps, rng).max(axis=1)
+        return maxima
     raise ConfigError(f"method: expected 'order' or 'naive', got {method!r}")
 
 
@@ -230,10 +233,16 @@ class _Dist:
         with np.errstate(divide="ignore"):  # G = 0 far below: log 0 = −inf, G^N = 0
             log_cdf = np.log1p(-np.minimum(sf, 1.0))
         tail = -np.expm1(ns[:, None] * log_cdf[None, :])  # 1 − G(x)^N
-        return lo + np.trapezoid(tail, x, axis=1)
+        emax: np.ndarray = lo + np.trapezoid(tail, x, axis=1)
+        return emax
+
+    def _sample(self) -> np.ndarray:
+        """The sorted sample of an empirical distribution (``make`` sets one with that kind)."""
+        assert self.sorted_sample is not None, "an empirical _Dist holds its sample"
+        return self.sorted_sample
 
     def _emax_empirical(self, ns: np.ndarray) -> np.ndarray:
-        x = self.sorted_sample
+        x = self._sample()
         n = x.size
         values = np.concatenate([x, self.factor * x]) if self.p > 0 else x
         weights = (
@@ -245,7 +254,8 @@ class _Dist:
         with np.errstate(divide="ignore"):  # G = 0 below the smallest point
             cdf_n = np.exp(ns[:, None] * np.log1p(-np.minimum(above, 1.0))[None, :])  # G(v_k)^N
         jumps = np.diff(cdf_n, axis=1, prepend=0.0)
-        return jumps @ values
+        emax: np.ndarray = jumps @ values
+        return emax
 
     # -- Monte-Carlo ----------------------------------------------------------------------------
 
@@ -254,7 +264,8 @@ class _Dist:
         healthy = self._max_of(n - slow, rng)
         if self.p == 0:
             return healthy
-        return np.maximum(healthy, self.factor * self._max_of(slow, rng))
+        both: np.ndarray = np.maximum(healthy, self.factor * self._max_of(slow, rng))
+        return both
 
     def _max_of(self, counts: np.ndarray, rng: np.random.Generator) -> np.ndarray:
         """Max of ``counts[i]`` healthy draws for each i (−inf where the count is 0)."""
@@ -265,7 +276,7 @@ class _Dist:
         if self.kind == "normal":
             out = 1.0 - self.cv * _scipy_special().ndtri(above)  # Φ⁻¹(1 − q) = −Φ⁻¹(q), exact in the tail
         else:
-            x = self.sorted_sample
+            x = self._sample()
             out = x[np.clip(x.size - 1 - np.floor(x.size * above).astype(np.int64), 0, x.size - 1)]
         return np.where(counts > 0, out, -np.inf)
 
@@ -274,7 +285,7 @@ class _Dist:
             t = rng.standard_normal((steps, n), dtype=np.float32)
             t = 1.0 + self.cv * t
         else:
-            t = rng.choice(self.sorted_sample.astype(np.float32), size=(steps, n))
+            t = rng.choice(self._sample().astype(np.float32), size=(steps, n))
         if self.p > 0:
             t = np.where(rng.random((steps, n), dtype=np.float32) < self.p, t * np.float32(self.factor), t)
         return t

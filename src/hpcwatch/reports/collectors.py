@@ -131,10 +131,12 @@ def read_status(store_root: str | Path, *, now: float | None = None) -> CollectS
 
 def _collector(raw: dict[str, Any], now: float, stale: bool) -> CollectorStatus:
     status = CollectorStatus(**{k: v for k, v in raw.items() if k in _FIELDS})
-    ok = status.last_success_s is not None and (
-        status.last_error_s is None or status.last_error_s <= status.last_success_s
+    last_success = status.last_success_s
+    recent = (
+        last_success is not None
+        and (status.last_error_s is None or status.last_error_s <= last_success)
+        and now - last_success <= MISSED_INTERVALS * max(status.interval_s, 1.0)
     )
-    recent = ok and now - status.last_success_s <= MISSED_INTERVALS * max(status.interval_s, 1.0)
     return CollectorStatus(**{**{k: getattr(status, k) for k in _FIELDS}, "answering": bool(recent and not stale)})
 
 

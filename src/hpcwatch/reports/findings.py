@@ -68,7 +68,7 @@ def findings_summary(store: Store) -> dict[str, VectorSummary]:
 
 def finding_counts(store: Store) -> dict[tuple[str, str], int]:
     """``{(vector, severity): count}`` for every pair of ``VECTORS`` × ``SEVERITIES``, 0 included."""
-    counts = {(v, s): 0 for v in VECTORS for s in SEVERITIES}
+    counts: dict[tuple[str, str], int] = {(v, s): 0 for v in VECTORS for s in SEVERITIES}
     counts.update(queries.finding_counts(store))
     return counts
 

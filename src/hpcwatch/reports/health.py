@@ -8,11 +8,15 @@ kinds are judged too, whatever their time (a benchmark is run once, not scraped)
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from hpcwatch.analysis.health import PASSIVE_METRICS, HealthConfig, HealthReport, health_report, nccl_log_checks
 from hpcwatch.records import Event
 from hpcwatch.store import Store
 from hpcwatch.vocab import EventKind
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 __all__ = ["node_health", "DEFAULT_HEALTH_WINDOW_S", "ACTIVE_EVENT_KINDS"]
 
@@ -27,7 +31,7 @@ ACTIVE_EVENT_KINDS = (
 )
 
 
-def _stored_inputs(store: Store, node: str | None, window_s: float):
+def _stored_inputs(store: Store, node: str | None, window_s: float) -> tuple[pa.Table, list[Event]]:
     _, newest = store.time_range()
     t0 = newest - window_s if newest is not None else None
     samples = store.samples(list(PASSIVE_METRICS), host=node, t0=t0)

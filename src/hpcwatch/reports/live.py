@@ -445,9 +445,9 @@ def _collectors(
         found += [(span_n, span_t)] if c.spans else []
         found += [(open_jobs, None)] if c.jobs else []
         count = sum(n for n, _ in found)
-        last = None
-        for _, t in found:
-            last = _later(last, t)
+        last: float | None = None
+        for _, found_t in found:
+            last = _later(last, found_t)
         out[c.id] = {"arriving": count > 0, "count": count, "last_t": last, "state": _state(c, count > 0, seen)}
     return out
 
@@ -489,10 +489,10 @@ TOP_METRICS = {
 }
 
 
-def gpu_table(store: Store, metrics: Iterable[str] = tuple(TOP_METRICS)) -> list[dict]:
+def gpu_table(store: Store, metrics: Iterable[str] = tuple(TOP_METRICS)) -> list[dict[str, Any]]:
     """The last scrape of every GPU: ``host``, ``gpu``, ``job``, ``user`` and the ``TOP_METRICS`` fields,
     sorted by host then GPU index."""
-    gpus: dict[tuple[str, str], dict] = {}
+    gpus: dict[tuple[str, str], dict[str, Any]] = {}
     for host, gpu, job, metric, value, user in queries.last_gpu_scrape(
         store, list(metrics), clock_metric=vocab.DCGM_FI_DEV_GPU_UTIL
     ):

@@ -29,6 +29,7 @@ from hpcwatch import promql
 from hpcwatch.promql import safe_url
 from hpcwatch.schemas import sample_keys
 from hpcwatch.store import Store, queries
+from hpcwatch.store.queries import GpuValueRow
 
 if TYPE_CHECKING:
     from hpcwatch.promql import PrometheusBackend
@@ -75,7 +76,7 @@ class StoreSamples:
                 return found
         return queries.latest_sample_t(self.store)
 
-    def latest_gpu_values(self, metrics: Sequence[str], *, since: float) -> list[tuple]:
+    def latest_gpu_values(self, metrics: Sequence[str], *, since: float) -> list[GpuValueRow]:
         return queries.latest_gpu_values(self.store, metrics, since=since)
 
     def counter_rates(self, metrics: Sequence[str], *, since: float, group: str) -> list[tuple[str, str, float]]:
@@ -102,9 +103,9 @@ class PromSamples:
     def latest_t(self, *, hint: float | None = None) -> float | None:
         return promql.newest_scrape_t(self.prom)
 
-    def latest_gpu_values(self, metrics: Sequence[str], *, since: float) -> list[tuple]:
+    def latest_gpu_values(self, metrics: Sequence[str], *, since: float) -> list[GpuValueRow]:
         table = self.prom.samples(list(metrics), t0=since)
-        newest: dict[tuple, tuple] = {}
+        newest: dict[tuple[str, str, str], GpuValueRow] = {}
         # samples() is ordered metric, host, gpu, t: the last row of a key is its newest point.
         for metric, host, gpu, value, job, t in zip(
             *(table[c].to_pylist() for c in ("metric", "host", "gpu", "value", "job", "t"))

@@ -8,9 +8,20 @@ yields. Readers are imported when a file of theirs is read, not when this table 
 from __future__ import annotations
 
 import re
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
+from types import ModuleType
+from typing import TYPE_CHECKING
 
 from hpcwatch.sources.registry import Format, Head, ReadContext, register
+
+if TYPE_CHECKING:  # the readers load with their first file, not with this table
+    import pyarrow as pa
+
+    from hpcwatch.records import Event, Job, Sample, Span
+    from hpcwatch.sources.manifest import ShardManifest
+    from hpcwatch.sources.osv import OsvDatabase
+    from hpcwatch.traces import KinetoTrace
 
 __all__: list[str] = []
 
@@ -28,7 +39,7 @@ def _json_object_head(head: Head) -> str:
 # -- training-loop hook, security logs (JSON lines: the first line decides) ----------------------------------
 
 
-def _hook(p: Path, c: ReadContext):
+def _hook(p: Path, c: ReadContext) -> Iterator[Span | Sample]:
     from hpcwatch.sources import hook
 
     return hook.read_hook_jsonl(p, on_bad_line=c.on_bad_line)
@@ -40,13 +51,13 @@ def _sniff_hook(h: Head) -> bool:
     return hook.is_hook_jsonl(h.text)
 
 
-def _falco(p: Path, c: ReadContext):
+def _falco(p: Path, c: ReadContext) -> Iterator[Event]:
     from hpcwatch.sources import falco
 
     return falco.read_falco_json(p, on_bad_line=c.on_bad_line)
 
 
-def _tetragon(p: Path, c: ReadContext):
+def _tetragon(p: Path, c: ReadContext) -> Iterator[Event]:
     from hpcwatch.sources import tetragon
 
     return tetragon.read_tetragon_json(p, on_bad_line=c.on_bad_line)
@@ -98,11 +109,12 @@ register(
 # -- active health tools ---------------------------------------------------------------------------------------
 
 
-def _health(reader_name: str):
-    def read(p: Path, c: ReadContext):
+def _health(reader_name: str) -> Callable[[Path, ReadContext], Iterator[Event]]:
+    def read(p: Path, c: ReadContext) -> Iterator[Event]:
         from hpcwatch.sources import healthtools
 
-        return getattr(healthtools, reader_name)(p, node=c.host)
+        events: Iterator[Event] = getattr(healthtools, reader_name)(p, node=c.host)
+        return events
 
     return read
 
@@ -145,7 +157,7 @@ register(
 # carries NCCL INFO lines too) -----------------------------------------------------------------------------
 
 
-def _nccl_log(p: Path, c: ReadContext):
+def _nccl_log(p: Path, c: ReadContext) -> Iterator[Event]:
     from hpcwatch.sources import nccl_log
 
     return nccl_log.read_nccl_log(p, on_bad_line=c.on_bad_line)
@@ -159,7 +171,7 @@ def _sniff_nccl_log(h: Head) -> bool:
     return is_nccl_log(h.text)
 
 
-def _flight_recorder(p: Path, c: ReadContext):
+def _flight_recorder(p: Path, c: ReadContext) -> Iterator[Event]:
     from hpcwatch.sources import flight_recorder
 
     return iter([flight_recorder.read_flight_recorder(p)])
@@ -183,7 +195,7 @@ register(
 )
 
 
-def _nccl_inspector(p: Path, c: ReadContext):
+def _nccl_inspector(p: Path, c: ReadContext) -> Iterator[Event]:
     from hpcwatch.sources import nccl_inspector
 
     return nccl_inspector.read_nccl_inspector(p)
@@ -219,7 +231,7 @@ register(
 # -- host settings ---------------------------------------------------------------------------------------------
 
 
-def _params(p: Path, c: ReadContext):
+def _params(p: Path, c: ReadContext) -> Iterator[Event]:
     from hpcwatch.sources import procparams
 
     return procparams.read_nvidia_params(p, host=c.host)
@@ -231,7 +243,7 @@ def _sniff_params(h: Head) -> bool:
     return procparams.is_nvidia_params(h.text, h.name)
 
 
-def _partitions(p: Path, c: ReadContext):
+def _partitions(p: Path, c: ReadContext) -> Iterator[Event]:
     from hpcwatch.sources import opensm
 
     return opensm.read_partitions_conf(p)
@@ -268,13 +280,13 @@ register(
 # -- documents that are not records: a shard manifest, OSV advisories, a trace, an op table ----------------------
 
 
-def _manifest(p: Path, c: ReadContext):
+def _manifest(p: Path, c: ReadContext) -> ShardManifest:
     from hpcwatch.sources import manifest
 
     return manifest.read_manifest(p)
 
 
-def _osv(p: Path, c: ReadContext):
+def _osv(p: Path, c: ReadContext) -> OsvDatabase:
     from hpcwatch.sources import osv
 
     return osv.read_osv(p)
@@ -298,13 +310,13 @@ def _sniff_osv_dir(h: Head) -> bool:
     )
 
 
-def _kineto(p: Path, c: ReadContext):
+def _kineto(p: Path, c: ReadContext) -> KinetoTrace:
     from hpcwatch.sources import kineto
 
     return kineto.read_kineto(p)
 
 
-def _optrace(p: Path, c: ReadContext):
+def _optrace(p: Path, c: ReadContext) -> pa.Table:
     from hpcwatch.sources import optrace
 
     return optrace.read_optrace(p)
@@ -359,7 +371,7 @@ register(
 # -- packages --------------------------------------------------------------------------------------------------
 
 
-def _site_packages(p: Path, c: ReadContext):
+def _site_packages(p: Path, c: ReadContext) -> Iterator[Event]:
     from hpcwatch.sources import pip
 
     return pip.read_site_packages(p)
@@ -384,16 +396,17 @@ register(
 # -- cluster state -------------------------------------------------------------------------------------------
 
 
-def _slurm(reader_name: str):
-    def read(p: Path, c: ReadContext):
+def _slurm(reader_name: str) -> Callable[[Path, ReadContext], Iterator[Job | Event | Sample]]:
+    def read(p: Path, c: ReadContext) -> Iterator[Job | Event | Sample]:
         from hpcwatch.sources import slurm
 
-        return getattr(slurm, reader_name)(p)
+        records: Iterator[Job | Event | Sample] = getattr(slurm, reader_name)(p)
+        return records
 
     return read
 
 
-def _kubernetes():
+def _kubernetes() -> ModuleType:
     from hpcwatch.sources import kubernetes
 
     return kubernetes
@@ -403,46 +416,49 @@ def _json_jobs(h: Head) -> bool:
     return h.text.lstrip().startswith("{") and '"jobs"' in h.text
 
 
-def _nvsmi(reader_name: str):
-    def read(p: Path, c: ReadContext):
+def _nvsmi(reader_name: str) -> Callable[[Path, ReadContext], Iterator[Sample | Event]]:
+    def read(p: Path, c: ReadContext) -> Iterator[Sample | Event]:
         from hpcwatch.sources import nvidia_smi
 
-        return getattr(nvidia_smi, reader_name)(p, hostname=c.host)
+        records: Iterator[Sample | Event] = getattr(nvidia_smi, reader_name)(p, hostname=c.host)
+        return records
 
     return read
 
 
-def _sniff_nvsmi(test_name: str):
+def _sniff_nvsmi(test_name: str) -> Callable[[Head], bool]:
     def sniff(h: Head) -> bool:
         from hpcwatch.sources import nvidia_smi
 
-        return getattr(nvidia_smi, test_name)(h.text)
+        found: bool = getattr(nvidia_smi, test_name)(h.text)
+        return found
 
     return sniff
 
 
-def _perfquery(p: Path, c: ReadContext):
+def _perfquery(p: Path, c: ReadContext) -> Iterator[Sample]:
     from hpcwatch.sources import infiniband
 
     return infiniband.read_perfquery(p, node=c.host)
 
 
-def _ibstat(p: Path, c: ReadContext):
+def _ibstat(p: Path, c: ReadContext) -> Iterator[Sample]:
     from hpcwatch.sources import infiniband
 
     return infiniband.read_ibstat(p, node=c.host)
 
 
-def _sniff_ib(test_name: str):
+def _sniff_ib(test_name: str) -> Callable[[Head], bool]:
     def sniff(h: Head) -> bool:
         from hpcwatch.sources import infiniband
 
-        return getattr(infiniband, test_name)(h.text)
+        found: bool = getattr(infiniband, test_name)(h.text)
+        return found
 
     return sniff
 
 
-def _lustre(p: Path, c: ReadContext):
+def _lustre(p: Path, c: ReadContext) -> Iterator[Sample]:
     from hpcwatch.sources import lustre
 
     return lustre.read_job_stats(p)
@@ -503,7 +519,7 @@ register(
 )
 
 
-def _slurm_config(p: Path, c: ReadContext):
+def _slurm_config(p: Path, c: ReadContext) -> Iterator[Event]:
     from hpcwatch.sources import slurm_config
 
     return slurm_config.read_scontrol_show_config(p)
@@ -572,13 +588,13 @@ register(
 # -- lenient formats last ----------------------------------------------------------------------------------
 
 
-def _prometheus(p: Path, c: ReadContext):
+def _prometheus(p: Path, c: ReadContext) -> Iterator[Sample]:
     from hpcwatch.sources import prometheus_text
 
     return _with_host(prometheus_text.read_prometheus_text(p), c.host)
 
 
-def _prometheus_columns(p: Path, c: ReadContext):
+def _prometheus_columns(p: Path, c: ReadContext) -> Iterator[pa.Table]:
     from hpcwatch.sources import prometheus_text
 
     chunks = prometheus_text.read_prometheus_columns(p)
@@ -592,7 +608,7 @@ def _sniff_prometheus(h: Head) -> bool:
     return prometheus_text.is_prometheus_text(h.text)
 
 
-def _with_host(samples, host: str | None):
+def _with_host(samples: Iterable[Sample], host: str | None) -> Iterator[Sample]:
     """Samples of a scrape that names no node (node-exporter saved to a file) get the context's node, as a
     ``node`` label, or ``instance`` where the series' own ``node`` is a NUMA node or DRBD peer."""
     from hpcwatch.records import Sample
@@ -605,7 +621,7 @@ def _with_host(samples, host: str | None):
         yield s
 
 
-def _table_with_host(table, host: str | None):
+def _table_with_host(table: pa.Table, host: str | None) -> pa.Table:
     """The same for a SAMPLE_SCHEMA table: rows without a host get it, in the column and in the labels."""
     if not host or table.num_rows == 0 or table.column("host").null_count == 0:
         return table
@@ -627,7 +643,7 @@ def _table_with_host(table, host: str | None):
     )
 
 
-def _tagged(labels, key: str, host: str):
+def _tagged(labels: pa.ChunkedArray, key: str, host: str) -> pa.ChunkedArray:
     """Each labels JSON object with ``key: host`` put first."""
     import pyarrow as pa
     import pyarrow.compute as pc
@@ -645,7 +661,7 @@ def _json_str(text: str) -> str:
     return orjson.dumps(text).decode()
 
 
-def _pip(p: Path, c: ReadContext):
+def _pip(p: Path, c: ReadContext) -> Iterator[Event]:
     from hpcwatch.sources import pip
 
     return pip.read_pip_list(p)

@@ -66,6 +66,8 @@ def _alert(raw: str | bytes, path: str | os.PathLike[str], lineno: int) -> Event
         raise ParseError("not a JSON alert", path=path, line=lineno, text=line_text(raw)) from err
     if not isinstance(alert, dict) or "rule" not in alert or "time" not in alert:
         raise ParseError("a Falco alert needs 'rule' and 'time'", path=path, line=lineno, text=line_text(raw))
+    if not isinstance(alert["rule"], str):  # the detectors look rules up by name
+        raise ParseError("a Falco alert's rule is text", path=path, line=lineno, text=line_text(raw))
     t = parse_rfc3339(str(alert["time"]), path=path, line=lineno)
     fields = alert.get("output_fields") or {}
     if not isinstance(fields, dict):

@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -139,7 +139,7 @@ def _mtime(path: str | os.PathLike[str]) -> float:
 # -- nccl-tests ------------------------------------------------------------------------------------
 
 #: busbw / algbw for n ranks (nccl-tests doc/PERFORMANCE.md).
-BUSBW_FACTORS = {
+BUSBW_FACTORS: dict[str, Callable[[int], float]] = {
     "all_reduce": lambda n: 2.0 * (n - 1) / n,
     "reduce_scatter": lambda n: (n - 1) / n,
     "all_gather": lambda n: (n - 1) / n,
@@ -312,7 +312,7 @@ def parse_ib_write_bw(
             to_float(tok, name, path=path, line=number)
             for tok, name in zip(tokens, ("#bytes", "#iterations", "BW peak", "BW average", "MsgRate"))
         ]
-        to_gbps = (lambda v: v * _MIB * 8 / 1e9) if unit == "MB" else (lambda v: v)
+        to_gbps: Callable[[float], float] = (lambda v: v * _MIB * 8 / 1e9) if unit == "MB" else (lambda v: v)
         rows.append(
             {
                 "size_bytes": size,

@@ -45,8 +45,8 @@ _STAT_RE = re.compile(r"([a-z_]+):\s*\{(.*)\}\s*\Z")
 _SKIPPED = frozenset({"start_time", "elapsed_time"})
 
 
-def _stat_fields(body: str, *, path, line: int, raw: str) -> dict[str, str]:
-    fields = {}
+def _stat_fields(body: str, *, path: str | os.PathLike[str], line: int, raw: str) -> dict[str, str]:
+    fields: dict[str, str] = {}
     for item in body.split(","):
         key, sep, value = item.partition(":")
         if not sep or not key.strip():
@@ -58,7 +58,14 @@ def _stat_fields(body: str, *, path, line: int, raw: str) -> dict[str, str]:
 
 
 def _stat_samples(
-    op: str, fields: dict[str, str], labels: dict[str, str], t: float, *, path, line: int, raw: str
+    op: str,
+    fields: dict[str, str],
+    labels: dict[str, str],
+    t: float,
+    *,
+    path: str | os.PathLike[str],
+    line: int,
+    raw: str,
 ) -> Iterator[Sample]:
     count = to_float(fields["samples"], f"{op} samples", path=path, line=line, text=raw)
     name = op[: -len("_bytes")] if op.endswith("_bytes") else op

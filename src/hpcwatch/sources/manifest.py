@@ -20,6 +20,7 @@ import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import orjson
 
@@ -71,7 +72,7 @@ class ShardManifest:
         return Path(shard.path) if os.path.isabs(shard.path) else Path(self.root) / shard.path
 
 
-def signed_payload(dataset: str, shards: tuple[Shard, ...] | list[dict]) -> bytes:
+def signed_payload(dataset: str, shards: tuple[Shard, ...] | list[dict[str, Any]]) -> bytes:
     rows = [
         s if isinstance(s, dict) else {"path": s.path, "sha256": s.sha256, "bytes": s.bytes, "samples": s.samples}
         for s in shards
@@ -80,7 +81,7 @@ def signed_payload(dataset: str, shards: tuple[Shard, ...] | list[dict]) -> byte
     return orjson.dumps({"dataset": dataset, "shards": rows}, option=orjson.OPT_SORT_KEYS)
 
 
-def sign_manifest(dataset: str, shards: list[dict], key: bytes) -> dict:
+def sign_manifest(dataset: str, shards: list[dict[str, Any]], key: bytes) -> dict[str, Any]:
     """A manifest document with its signature, as a writer of datasets would produce it."""
     value = hmac.new(key, signed_payload(dataset, shards), hashlib.sha256).hexdigest()
     return {"dataset": dataset, "shards": shards, "signature": {"alg": SIGNATURE_ALG, "value": value}}

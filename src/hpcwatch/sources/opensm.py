@@ -16,6 +16,7 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Iterator
+from typing import TypedDict
 
 from hpcwatch.errors import ParseError
 from hpcwatch.records import Event
@@ -61,7 +62,18 @@ def _error(body: str, *, offset: int, what: str, text: str, path: str | os.PathL
     return ParseError(what, path=path, line=body.count("\n", 0, offset + lead) + 1, text=text.strip()[:200])
 
 
-def _partition(body: str, chunk: str, start: int, path: str | os.PathLike[str]) -> dict:
+class _Partition(TypedDict):
+    """One partition as the event carries it (JSON)."""
+
+    name: str
+    pkey: str | None
+    flags: list[str]
+    members: list[list[str]]
+    """``[port GUID or ALL..., membership]``"""
+    line: int
+
+
+def _partition(body: str, chunk: str, start: int, path: str | os.PathLike[str]) -> _Partition:
     line = body.count("\n", 0, start + len(chunk) - len(chunk.lstrip())) + 1
     head, sep, members = chunk.partition(":")
     if not sep:
@@ -74,7 +86,8 @@ def _partition(body: str, chunk: str, start: int, path: str | os.PathLike[str]) 
         )
     if bad := next((f for f in parts[1:] if not _FLAG_RE.match(f)), None):
         raise _error(body, offset=start, what="a partition flag is 'word' or 'word=value'", text=bad or head, path=path)
-    found, at = [], start + len(head) + 1
+    found: list[list[str]] = []
+    at = start + len(head) + 1
     for member in members.split(","):
         if member.strip():
             m = _MEMBER_RE.match(member.strip())

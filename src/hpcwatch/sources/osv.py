@@ -26,6 +26,7 @@ import zlib
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import orjson
 from packaging.version import InvalidVersion, Version
@@ -96,7 +97,8 @@ class OsvDatabase:
         """The records that affect ``name`` at ``version``, one per alias group (malicious first)."""
         found = [e for e in self.by_package.get(normalize_name(name), []) if e.affects(version)]
         found.sort(key=lambda e: (not e.malicious, e.id))
-        kept, seen = [], set()
+        kept: list[OsvEntry] = []
+        seen: set[str] = set()
         for entry in found:
             names = {entry.id, *entry.aliases}
             if names.isdisjoint(seen):
@@ -176,7 +178,7 @@ def parse_osv_entry(data: bytes | str, *, path: str = "<osv>") -> Iterator[OsvEn
         )
 
 
-def _list(value: object) -> list:
+def _list(value: object) -> list[Any]:
     """A list field, or an empty one when it is missing or not a list (lenient, as for ``GIT`` ranges)."""
     return value if isinstance(value, list) else []
 

@@ -132,7 +132,13 @@ def _package(
     t: float,
     line: int | None = None,
 ) -> Event:
-    attrs = {"name": name, "version": version, "url": url, "editable": editable, "image": image}
+    attrs: dict[str, str | bool | int | None] = {
+        "name": name,
+        "version": version,
+        "url": url,
+        "editable": editable,
+        "image": image,
+    }
     if line is not None:
         attrs["line"] = line
     return Event(kind=EventKind.PIP_PACKAGE, t=t, source=str(path), attrs=attrs)

@@ -74,6 +74,10 @@ _NAME_RE = re.compile(rf"{_NAME}\Z")
 
 #: Distinct label sets a streaming read remembers across chunks before it starts afresh.
 LABEL_CACHE_ENTRIES = 100_000
+#: One label text's ``(host, gpu, job, labels JSON)``.
+_LabelRow = tuple[str | None, str | None, str | None, str]
+#: Label text -> its row, kept by a caller across the chunks of one file (``parse_prometheus_columns``).
+LabelCache = dict[str, _LabelRow]
 
 
 def _unescape(value: str) -> str:
@@ -107,7 +111,7 @@ def parse_labels(inner: str, *, path: str | os.PathLike[str] | None = None, line
         m = _LABEL_HEAD_RE.match(inner, pos)
         close = _closing_quote(inner, m.end()) if m else -1
         after = _LABEL_TAIL_RE.match(inner, close + 1) if close >= 0 else None
-        if after is None:
+        if m is None or after is None:  # (no head: no closing quote looked for, so no tail either)
             raise ParseError('bad label (want name="value")', path=path, line=line, text=inner[pos : pos + 200])
         name = m.group(1)
         if name in labels:
@@ -247,7 +251,8 @@ def _blank_from_end(raw: pa.Array, stops: np.ndarray, *, skip_first: bool) -> np
     reverse = pc.binary_reverse(raw)
     if skip_first:
         reverse = pc.replace_substring(reverse, b" ", b"\x00", max_replacements=1)
-    return stops - 1 - pc.find_substring(reverse, b" ").to_numpy(zero_copy_only=False)
+    blanks: np.ndarray = stops - 1 - pc.find_substring(reverse, b" ").to_numpy(zero_copy_only=False)
+    return blanks
 
 
 def _piece_offsets(data: bytes, *, path: str | os.PathLike[str]) -> np.ndarray:
@@ -314,7 +319,7 @@ def _check_comments(comments: pa.Array, *, path: str | os.PathLike[str]) -> None
         _check_comment(line.rstrip("\n")[1:], path=path, line=None)
 
 
-def _fast_table(text: str, now: float, *, path: str | os.PathLike[str], cache: dict | None = None) -> pa.Table:
+def _fast_table(text: str, now: float, *, path: str | os.PathLike[str], cache: LabelCache | None = None) -> pa.Table:
     if "\r" in text or "\t" in text:
         raise _NotPlain("tabs or carriage returns")
     data = text.encode()
@@ -382,13 +387,13 @@ def _times(stamps: pa.Array, now: float, n: int) -> pa.Array:
 
 
 def _label_columns(
-    uniq: list[str], *, path: str | os.PathLike[str], cache: dict[str, tuple]
-) -> tuple[list, list, list, list]:
+    uniq: list[str], *, path: str | os.PathLike[str], cache: LabelCache
+) -> tuple[list[str | None], list[str | None], list[str | None], list[str]]:
     """host, gpu, job and labels JSON of each distinct label text. ``cache`` carries them from one chunk
     of a file to the next: a scrape file repeats the same few thousand label sets in every chunk."""
     if len(cache) > LABEL_CACHE_ENTRIES:
         cache.clear()  # bounded memory, whatever the file's cardinality
-    rows = []
+    rows: list[_LabelRow] = []
     for inner in uniq:
         row = cache.get(inner)
         if row is None:
@@ -407,7 +412,7 @@ def parse_prometheus_columns(
     path: str | os.PathLike[str] = "<input>",
     t: float | None = None,
     first_line: int = 1,
-    label_cache: dict | None = None,
+    label_cache: LabelCache | None = None,
 ) -> pa.Table:
     """The samples of ``text`` as a table with ``store.SAMPLE_SCHEMA`` columns, ready for
     ``Store.add_sample_table``. Same grammar, results and errors as ``parse_prometheus_text``.
@@ -448,7 +453,7 @@ def read_prometheus_columns(
     part of a file discards the chunks it already took (the store's transaction).
     """
     when = file_time(path) if t is None else t
-    labels: dict[str, tuple] = {}
+    labels: LabelCache = {}
     for first_line, text in _text_chunks(path, chunk_bytes or CHUNK_BYTES):
         yield parse_prometheus_columns(text, path=path, t=when, first_line=first_line, label_cache=labels)
 

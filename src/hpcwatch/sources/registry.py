@@ -273,7 +273,14 @@ def _kind(p: Path) -> str:
     return f"{what}, not a regular file: refused"
 
 
-def _walk(folder: Path, forced: Format | None, context, seen: set, *, top: bool) -> Iterator[Input | Skipped]:
+def _walk(
+    folder: Path,
+    forced: Format | None,
+    context: Callable[[Path], ReadContext],
+    seen: set[tuple[int, int]],
+    *,
+    top: bool,
+) -> Iterator[Input | Skipped]:
     try:
         st = os.stat(folder)
     except OSError as err:
@@ -319,7 +326,9 @@ def _is_store(folder: Path) -> bool:
         return False
 
 
-def _file_in_walk(child: Path, forced: Format | None, context) -> Iterator[Input | Skipped]:
+def _file_in_walk(
+    child: Path, forced: Format | None, context: Callable[[Path], ReadContext]
+) -> Iterator[Input | Skipped]:
     if forced is not None:
         yield Input(child, forced, context(child))
         return

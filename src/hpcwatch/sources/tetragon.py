@@ -113,18 +113,22 @@ def _obj(value: Any) -> dict[str, Any]:
 def _first_path(args: list[dict[str, Any]]) -> str | None:
     for arg in args:
         for key in ("file_arg", "path_arg"):
-            if isinstance(arg.get(key), dict) and arg[key].get("path"):
-                return arg[key]["path"]
-        if isinstance(arg.get("string_arg"), str) and arg["string_arg"].startswith("/"):
-            return arg["string_arg"]
+            # a path that is not text (hostile or broken export) is no path: the rules do string work on it
+            path = _obj(arg.get(key)).get("path")
+            if isinstance(path, str) and path:
+                return path
+        text = arg.get("string_arg")
+        if isinstance(text, str) and text.startswith("/"):
+            return text
     return None
 
 
 def _first_int(args: list[dict[str, Any]]) -> int | None:
     for arg in args:
         for key in ("int_arg", "uint_arg", "size_arg"):
-            if isinstance(arg.get(key), int):
-                return arg[key]
+            value = arg.get(key)
+            if isinstance(value, int):
+                return value
     return None
 
 

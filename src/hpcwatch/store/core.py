@@ -37,11 +37,11 @@ import threading
 import time
 import uuid
 import warnings
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, fields
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import duckdb
 import orjson
@@ -51,6 +51,8 @@ import pyarrow.parquet as pq
 from hpcwatch.errors import StoreError
 from hpcwatch.records import Event, Finding, Job, Sample, Span
 from hpcwatch.schemas import SAMPLE_SCHEMA, sample_keys
+
+_T = TypeVar("_T")
 
 __all__ = [
     "Store",
@@ -356,7 +358,7 @@ class Transaction:
         self._writer("samples").write(table)
         self.counts.samples += table.num_rows
         _crash_hook("staged")
-        return table.num_rows
+        return int(table.num_rows)
 
     def clear_findings(self) -> None:
         """Drop every committed finding in this commit (findings added by this transaction stay)."""
@@ -447,7 +449,7 @@ class Store:
             raise StoreError(f"{self.config.path}: cannot open the store: {err}") from err
         self._bound_key: tuple[int, int, int] | None = None
         self._manifest = _empty_manifest()
-        self._identities: tuple[dict, set[str]] | None = None  # (manifest it was built from, identities)
+        self._identities: tuple[dict[str, Any], set[str]] | None = None  # (manifest it was built from, identities)
         self._execute(lambda: None)  # bind the views, as a query does (a part may vanish meanwhile)
         self._collect_garbage_if_idle()
 
@@ -655,7 +657,8 @@ class Store:
 
     def _read_manifest(self) -> dict[str, Any]:
         with open(self.path / _MANIFEST, "rb") as f:
-            return orjson.loads(f.read())
+            manifest: dict[str, Any] = orjson.loads(f.read())
+        return manifest
 
     def _retire(self, manifest: dict[str, Any], table: str, parts: list[dict[str, Any]], now: float) -> None:
         dropped = {p["file"] for p in parts}
@@ -753,7 +756,8 @@ class Store:
             self._collect_garbage(manifest, expired)
 
     def _merge_group(self, parts: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        fanin, tiers = self.config.compact_fanin, {}
+        fanin = self.config.compact_fanin
+        tiers: dict[int, list[dict[str, Any]]] = {}
         for part in parts:
             if part["rows"] * fanin <= self.config.compact_max_rows:
                 tier = tiers.setdefault(_tier(part["rows"], fanin), [])
@@ -827,7 +831,7 @@ class Store:
         union = " UNION ALL ".join(selects)
         return union if since is None else f"SELECT * FROM ({union}) WHERE _v > {int(since)}"
 
-    def _execute(self, run, *, retries: int = _VANISHED_PART_RETRIES):
+    def _execute(self, run: Callable[[], _T], *, retries: int = _VANISHED_PART_RETRIES) -> _T:
         with self._lock:
             try:
                 self._refresh(force=retries < _VANISHED_PART_RETRIES)
@@ -844,7 +848,7 @@ class Store:
             # than this reader (a grace of 0, or a reader paused for longer than the grace).
             return self._execute(run, retries=retries - 1)
 
-    def query(self, sql: str, params: list[Any] | tuple[Any, ...] = ()) -> list[tuple]:
+    def query(self, sql: str, params: list[Any] | tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
         """Rows of any SQL over the tables above (read-only use, please)."""
         return self._execute(lambda: self._con.execute(sql, params).fetchall())
 
@@ -857,11 +861,13 @@ class Store:
 
         return self._execute(run)
 
-    def query_since(self, since: int, sql: str, params: list[Any] | tuple[Any, ...] = ()) -> tuple[int, list[tuple]]:
+    def query_since(
+        self, since: int, sql: str, params: list[Any] | tuple[Any, ...] = ()
+    ) -> tuple[int, list[tuple[Any, ...]]]:
         """Rows of ``sql`` where the tables hold only the rows committed after version ``since``, with
         the version they were read at: pass it as ``since`` next time to read each row once."""
 
-        def run() -> tuple[int, list[tuple]]:
+        def run() -> tuple[int, list[tuple[Any, ...]]]:
             for table in TABLES:
                 union = self._union_sql(table, self._manifest["tables"][table], since=since)
                 self._since_con.execute(
@@ -977,7 +983,7 @@ def _sample_table(samples: list[Sample]) -> pa.Table:
 _JOB_COLUMNS = 'id, "user", account, partition, nodes, gpus, gpus_by_node, start, "end", state, name'
 
 
-def _job_from_row(row: tuple) -> Job:
+def _job_from_row(row: tuple[Any, ...]) -> Job:
     jid, user, account, partition, nodes, gpus, by_node, start, end, state, name = row
     return Job(
         id=jid,

@@ -11,7 +11,7 @@ Times are UTC seconds, as stored.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import orjson
 
@@ -69,6 +69,7 @@ def _marks(values: Sequence[object]) -> str:
 
 def latest_sample_t(store: Store, *, since: float | None = None) -> float | None:
     """The newest sample's time (at or after ``since``, which lets DuckDB skip old row groups)."""
+    latest: float | None  # max() over no row is NULL
     if since is None:
         ((latest,),) = store.query("SELECT max(t) FROM samples")
     else:
@@ -76,7 +77,11 @@ def latest_sample_t(store: Store, *, since: float | None = None) -> float | None
     return latest
 
 
-def latest_gpu_values(store: Store, metrics: Sequence[str], *, since: float) -> list[tuple]:
+#: A row of ``latest_gpu_values``: ``(metric, host, gpu, value, job, t)``.
+GpuValueRow = tuple[str, str, str, float, str | None, float]
+
+
+def latest_gpu_values(store: Store, metrics: Sequence[str], *, since: float) -> list[GpuValueRow]:
     """Per (metric, host, gpu) seen since ``since``: rows ``(metric, host, gpu, value, job, t)`` with the
     newest value, the job label of that newest sample and its time. Samples without host or GPU are skipped."""
     return store.query(
@@ -104,7 +109,7 @@ def counter_rates(store: Store, metrics: Sequence[str], *, since: float, group: 
     return [(m, g, float(v)) for m, g, v in rows if g is not None]
 
 
-def last_gpu_scrape(store: Store, metrics: Sequence[str], *, clock_metric: str) -> list[tuple]:
+def last_gpu_scrape(store: Store, metrics: Sequence[str], *, clock_metric: str) -> list[tuple[Any, ...]]:
     """The samples of ``metrics`` at the newest time ``clock_metric`` was scraped: rows
     ``(host, gpu, job, metric, value, user)``, ``user`` from the job record (NULL when unknown)."""
     return store.query(
@@ -198,6 +203,7 @@ def data_seen(store: Store) -> tuple[set[str], set[str], int, int]:
 
 def open_job_count(store: Store) -> int:
     """Jobs without an end time (running or pending)."""
+    n: int
     ((n,),) = store.query('SELECT count(*) FROM jobs WHERE "end" IS NULL')
     return n
 
@@ -213,7 +219,7 @@ def table_counts(store: Store) -> dict[str, int]:
 # -- findings ------------------------------------------------------------------------------------
 
 
-def latest_finding_by_vector(store: Store) -> list[tuple]:
+def latest_finding_by_vector(store: Store) -> list[tuple[Any, ...]]:
     """Per threat vector with findings: rows ``(vector, count, newest t, title, severity, target, rule,
     evidence JSON text)``, the last five of the newest finding."""
     return store.query(
@@ -340,7 +346,7 @@ def events_of_kinds(store: Store, kinds: Sequence[str], *, since_version: int = 
 # -- what an assessment reads (assess/evidence.py) -------------------------------------------------
 
 
-def gpu_sample_cadence(store: Store, metric: str) -> list[tuple]:
+def gpu_sample_cadence(store: Store, metric: str) -> list[tuple[Any, ...]]:
     """Per (host, gpu) with samples of ``metric``: rows ``(host, gpu, count, first t, last t, longest gap s,
     median gap s)``; the gaps are between consecutive samples of that GPU (NULL with one sample)."""
     return store.query(
@@ -362,7 +368,7 @@ def gpu_metric_presence(store: Store, metrics: Sequence[str]) -> list[tuple[str,
     )
 
 
-def job_gpu_coverage(store: Store, metric: str) -> list[tuple]:
+def job_gpu_coverage(store: Store, metric: str) -> list[tuple[Any, ...]]:
     """Per (job label, host, gpu) of ``metric``'s samples: rows ``(job, host, gpu, count, first t, last t)``."""
     return store.query(
         "SELECT job, host, gpu, count(*), min(t), max(t) FROM samples WHERE metric = ? "
