@@ -639,10 +639,7 @@ def _print(doc: dict) -> None:
         console.print("no straggler")
     if doc["whatif"] is not None:
         w = doc["whatif"]
-        console.print(
-            f"what-if slowdown S = {w['slowdown']:.3f}: with no rank slower than typical, the replayed step "
-            f"would take 1/S of its time (replay/trace {w['replay_ratio']:.2f}; hpcwatch whatif explains S)"
-        )
+        console.print(f"what-if: {safe_text(w['verdict'])}")
     slow = sorted(doc["slow_steps"], key=lambda s: -s["z"])
     for s in slow[:_SLOW_STEPS_SHOWN]:
         console.print(
