@@ -36,7 +36,7 @@ def test_the_replay_is_compared_with_the_measured_steps_not_its_own_timeline():
     # ...which the phases laid end to end (0.069-0.099 s) miss: it was 1.00 against the model's own timeline.
     assert w.replay_ratio == pytest.approx(2.68, abs=0.01)
     assert not w.fits and w.slowdown is None and w.model_slowdown > 1
-    assert w.verdict.startswith("model does not fit: replay 0.07977 s vs measured 0.2139 s per step")
+    assert w.verdict.startswith("what-if: model does not fit: replay 0.07977 s vs measured 0.2139 s per step")
 
 
 def test_a_set_that_fits_keeps_its_s(data_dir):
@@ -64,7 +64,7 @@ def test_s_of_one_or_under_is_no_speed_up(trace):
     report, _, _ = trace_report(_set(trace))
     w = report.whatif
     assert w.fits and w.slowdown <= 1.0  # one rank: typical is measured (MI250: 0.9999999999999998)
-    assert w.verdict.startswith("no slowdown from stragglers") and "would take" not in w.verdict
+    assert w.verdict.startswith("what-if: no slowdown from stragglers") and "would take" not in w.verdict
 
 
 def test_the_published_s_of_the_bytedance_trial_still_fits():

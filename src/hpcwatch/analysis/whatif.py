@@ -682,9 +682,9 @@ def _verdict(s: float, fits: bool, *, replay_s: float, measured_s: float) -> str
     """What S says, in one line: no S from a model that misses the steps, no speed-up from S <= 1."""
     replay = f"replay {replay_s:.4g} s vs measured {measured_s:.4g} s per step"
     if not fits:
-        return f"model does not fit: {replay} (outside ±{FIT_TOLERANCE:.0%}): no what-if slowdown S"
+        return f"what-if: model does not fit: {replay} (outside ±{FIT_TOLERANCE:.0%}): no what-if slowdown S"
     if s <= 1.0:  # the measured durations replay no slower than the typical ones: nothing to speed up
-        return f"no slowdown from stragglers: S = {s:.3f}, typical durations replay no faster ({replay})"
+        return f"what-if: no slowdown from stragglers, S = {s:.3f}, typical durations replay no faster ({replay})"
     return (
         f"what-if slowdown S = {s:.3f}: with no worker slower than typical a step would take {1 / s:.0%} "
         f"of its time ({replay})"
