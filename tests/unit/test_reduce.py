@@ -161,9 +161,13 @@ def test_twin_traces_refuses_a_set_it_cannot_write(run_cli, tmp_path, argv, says
 def test_the_what_if_runs_on_the_reduced_tables_and_names_the_straggler(data_dir, name, slow_rank, tmp_path):
     reductions = [reduce_trace(t) for t in _traces(data_dir, name)]
     write_parquet(to_table(reductions), tmp_path / "reduced.parquet")
-    whatif = _doc(read_parquet(tmp_path / "reduced.parquet"))["whatif"]
+    doc = _doc(read_parquet(tmp_path / "reduced.parquet"))
+    whatif = doc["whatif"]
     assert whatif == _doc(reductions)["whatif"] and whatif["dp_size"] == len(SETS[name])
-    assert 0.9 < whatif["replay_ratio"] < 1.1  # the sequential replay fits these traces' steps
+    # The replay against the set's measured steps (not against its own timeline): within the 25 % it must fit.
+    measured = [s["time_s"] for s in doc["steps"] if s["step"] in whatif["steps"]]
+    assert whatif["replay_ratio"] == pytest.approx(sum(measured) / sum(whatif["step_time_replay_s"]))
+    assert whatif["fits"] and 0.75 < whatif["replay_ratio"] < 1.25
     if slow_rank is None:
         assert whatif["slowdown"] < 1.1
     else:
@@ -186,7 +190,9 @@ def test_the_twin_s_slow_rank_leads_the_what_if(tmp_path):
             for r in range(8)
         ]
     )["whatif"]
-    assert whatif["slowdown"] > 1.05 and next(iter(whatif["by_dp_rank"])) == "5"
+    # The model's ratio: the twin's host waits in ``load`` for the GPU queue (32 ms in steps 3-4), which the
+    # phases laid end to end add to the GPU's, so the replay misses the measured step and gives no S.
+    assert whatif["model_slowdown"] > 1.05 and next(iter(whatif["by_dp_rank"])) == "5"
 
 
 def test_steps_on_reduced_tables_gives_the_json_of_the_traces(run_cli, data_dir, tmp_path):

@@ -208,7 +208,8 @@ def test_identical_tensor_parallel_ranks_change_nothing(st_result):
 
 def test_a_slow_tensor_parallel_rank_slows_its_whole_worker(st_result):
     result = whatif_ops(_with_tp(read_optrace(TRACE), slow_tp_stage=1, factor=3.0))
-    assert result.slowdown > st_result.slowdown + 0.2
+    # Tripled durations at the trace's own start times: the model's step (not the trace's) grows.
+    assert result.model_slowdown > st_result.slowdown + 0.2
     assert (result.by_worker[0].dp_rank, result.by_worker[0].stage) == (0, 1)
 
 

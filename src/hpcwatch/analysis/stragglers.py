@@ -38,6 +38,17 @@ evidence come first, each named in the verdict's ``evidence``:
   late by at least ``min_gpu_excess`` of the step over the median rank;
 - ``host``: the host-side rule above, the only evidence on CPU-only traces; on GPU
   traces a verdict with only this evidence is labelled host-side only.
+
+Whatever the evidence, a rank is only named when the set can carry a verdict, and the report
+says why when it cannot (``StragglerReport.no_verdict``):
+
+- at least ``min_ranks`` ranks seen (a median and a MAD over 2 or 3 ranks are those ranks: over
+  two, every modified z is ±0.67) and ``min_steps`` steps ("flagged in half the steps" of two
+  steps is one step);
+- a robust z above ``z_threshold`` on the evidence: the work or GPU compute z of each flagged
+  step, and for a late arrival the z of its lateness over the ranks;
+- an impact of at least ``min_impact`` of the step: its extra time per step (work, GPU compute or
+  lateness, the largest of those that named it) over the median step time.
 """
 
 from __future__ import annotations
@@ -49,7 +60,7 @@ from contextlib import contextmanager
 import msgspec
 import numpy as np
 
-from hpcwatch.analysis.steps import WORK_PHASES, Anatomy
+from hpcwatch.analysis.steps import WORK_PHASES, Anatomy, step_times_s
 from hpcwatch.errors import ConfigError
 from hpcwatch.records import PHASES
 
@@ -89,6 +100,14 @@ class StragglerConfig(msgspec.Struct, frozen=True, kw_only=True):
     ~1 % step-to-step jitter of a GPU's kernels, under the ≈ 8 % GPU-only slowdown the detector must name."""
     min_last_fraction: float = 0.5
     """Late arrival: fraction of the collectives the rank must reach last (ours: most of them)."""
+    min_ranks: int = 4
+    """Ranks a verdict needs. Ours: with 4, the median and MAD of a step come from at least 3 other ranks;
+    HTA's 2 of a 128-rank job named a rank at z = 0.25 with 0.35 % of the step as its excess."""
+    min_steps: int = 3
+    """Steps a verdict needs (ours: with 2, a rank flagged in one step is flagged in half of them)."""
+    min_impact: float = 0.03
+    """The straggler's extra time per step, as a fraction of the median step time, a verdict needs. Ours:
+    the GPU evidence's 3 % (``min_gpu_excess``): under it the job would gain less than its jitter."""
 
     def __post_init__(self) -> None:
         if self.z_threshold <= 0:
@@ -97,6 +116,11 @@ class StragglerConfig(msgspec.Struct, frozen=True, kw_only=True):
             raise ConfigError(f"StragglerConfig.min_step_fraction must be in (0, 1], got {self.min_step_fraction}")
         if self.min_excess < 0 or self.mad_floor <= 0:
             raise ConfigError("StragglerConfig.min_excess must be >= 0 and mad_floor > 0")
+        if self.min_ranks < 2 or self.min_steps < 1 or self.min_impact < 0:
+            raise ConfigError(
+                "StragglerConfig.min_ranks must be >= 2, min_steps >= 1 and min_impact >= 0, got "
+                f"{self.min_ranks}, {self.min_steps}, {self.min_impact}"
+            )
         if self.min_gpu_excess < 0 or not 0 < self.min_last_fraction <= 1:
             raise ConfigError(
                 "StragglerConfig.min_gpu_excess must be >= 0 and min_last_fraction in (0, 1], got "
@@ -168,6 +192,8 @@ class Straggler(msgspec.Struct, frozen=True, kw_only=True):
     """Median extra GPU compute per step over the median rank."""
     late_s: float | None = None
     last_fraction: float | None = None
+    impact: float = 0.0
+    """Its extra time per step (work, GPU compute or lateness, the largest that named it) / the median step."""
 
 
 class SlowStep(msgspec.Struct, frozen=True, kw_only=True):
@@ -190,6 +216,9 @@ class StragglerReport(msgspec.Struct, frozen=True, kw_only=True):
     """Most severe first."""
     slow_steps: tuple[SlowStep, ...] = ()
     """Outliers over time, each rank against its own steps (needs at least 3 steps)."""
+    no_verdict: str | None = None
+    """Why no straggler is named when the set cannot carry a verdict (too few ranks or steps) or the
+    rank it points at costs under ``min_impact`` of the step; ``None`` otherwise."""
 
 
 @contextmanager
@@ -237,12 +266,35 @@ def find_stragglers(
         _straggler(anatomy, i, scores[i], work, phases, outlier, gpu, named) for i, named in evidence.items() if named
     ]
     found.sort(key=lambda s: (s.host_only, s.score))
+    named, no_verdict = _verdicts(anatomy, found, cfg)
     return StragglerReport(
         world_size=anatomy.world_size,
         steps=anatomy.steps,
         ranks=tuple(scores),
-        stragglers=tuple(found),
+        stragglers=named,
         slow_steps=_slow_steps(anatomy, work, cfg),
+        no_verdict=no_verdict,
+    )
+
+
+def _verdicts(
+    anatomy: Anatomy, found: list[Straggler], cfg: StragglerConfig
+) -> tuple[tuple[Straggler, ...], str | None]:
+    """The stragglers the set can name, or none and why (too few ranks or steps, too small an effect)."""
+    seen, steps = len(anatomy.ranks), len(anatomy.steps)
+    if seen < cfg.min_ranks:
+        return (), f"{seen} of {anatomy.world_size} ranks seen: too few to name a straggler (at least {cfg.min_ranks})"
+    if steps < cfg.min_steps:
+        return (
+            (),
+            f"{steps} step{'s' if steps != 1 else ''} seen: too few to name a straggler (at least {cfg.min_steps})",
+        )
+    named = tuple(s for s in found if s.impact >= cfg.min_impact)
+    if named or not found:
+        return named, None
+    top = max(found, key=lambda s: s.impact)
+    return (), (
+        f"rank {top.rank} costs {top.impact:.1%} of the step: under the {cfg.min_impact:.0%} that names a straggler"
     )
 
 
@@ -266,10 +318,12 @@ def _gpu_evidence(anatomy: Anatomy, cfg: StragglerConfig) -> _Gpu:
     late = anatomy.matrix("late_s")
     last, total = np.nansum(anatomy.matrix("last_arrivals"), axis=1), np.nansum(anatomy.matrix("collectives"), axis=1)
     last_fraction = np.where(total > 0, last / np.maximum(total, 1), 0.0)
+    late_z = np.nanmedian(modified_z(late, mad_floor=cfg.mad_floor, axis=0), axis=1)
     late_flag = (
         anatomy.gpu_collectives
         & (last_fraction >= cfg.min_last_fraction)
         & (np.nanmedian(late, axis=1) >= cfg.min_gpu_excess * float(np.nanmedian(step)))
+        & (late_z > cfg.z_threshold)
     )
     return _Gpu(compute=compute, z=z, outlier=outlier, late=late, last_fraction=last_fraction, late_flag=late_flag)
 
@@ -389,6 +443,14 @@ def _straggler(
     )
     gpu_excess = float(np.nanmedian(gpu.compute[i] - np.nanmedian(gpu.compute, axis=0))) if gpu is not None else None
     verdict_score = score.gpu_score if on_gpu and EVIDENCE_GPU_COMPUTE in evidence else score.score
+    excess_s = float(np.nanmedian(work[i] - np.nanmedian(work, axis=0)))
+    extra = {
+        EVIDENCE_HOST: excess_s,
+        EVIDENCE_GPU_COMPUTE: gpu_excess or 0.0,
+        EVIDENCE_LATE_ARRIVAL: score.late_s or 0.0,
+    }
+    step_s = float(np.median(step_times_s(anatomy)))
+    impact = max(extra[e] for e in evidence) / step_s if step_s > 0 else 0.0
     return Straggler(
         rank=score.rank,
         node=score.node,
@@ -397,7 +459,7 @@ def _straggler(
         score=verdict_score,
         individual_score=score.individual_score,
         z=score.z,
-        excess_s=float(np.nanmedian(work[i] - np.nanmedian(work, axis=0))),
+        excess_s=excess_s,
         steps_flagged=float(outlier[i].mean()),
         signature=signature,
         others_wait_s=others_wait,
@@ -407,4 +469,5 @@ def _straggler(
         gpu_excess_s=gpu_excess,
         late_s=score.late_s,
         last_fraction=score.last_fraction,
+        impact=impact,
     )

@@ -492,9 +492,11 @@ def steps_document(
                 "gpu_excess_s": s.gpu_excess_s,
                 "late_s": s.late_s,
                 "last_fraction": s.last_fraction,
+                "impact": s.impact,
             }
             for s in report.stragglers
         ],
+        "no_verdict": report.no_verdict,
         "slow_steps": [
             {"rank": s.rank, "step": s.step, "work_s": s.work_s, "median_work_s": s.median_work_s, "z": s.z}
             for s in report.slow_steps
@@ -632,17 +634,14 @@ def _print(doc: dict) -> None:
         extra = s["gpu_excess_s"] if s["gpu_excess_s"] is not None and "gpu_compute" in s["evidence"] else s["excess_s"]
         console.print(
             f"[bold red]straggler:[/bold red] rank {s['rank']} {where} — named by {named}; slow in "
-            f"{s['phase']}, score {s['score']:.2f}, +{_ms(extra)} ms/step; the others lose "
+            f"{s['phase']}, score {s['score']:.2f}, +{_ms(extra)} ms/step ({s['impact']:.0%} of the step); the others lose "
             f"{_ms(s['others_lost_s'])} ms/step together"
         )
     if not doc["stragglers"]:
-        console.print("no straggler")
+        console.print(f"no straggler: {safe_text(doc['no_verdict'])}" if doc["no_verdict"] else "no straggler")
     if doc["whatif"] is not None:
         w = doc["whatif"]
-        console.print(
-            f"what-if slowdown S = {w['slowdown']:.3f}: with no rank slower than typical, the replayed step "
-            f"would take 1/S of its time (replay/trace {w['replay_ratio']:.2f}; hpcwatch whatif explains S)"
-        )
+        console.print(safe_text(w["verdict"]))
     slow = sorted(doc["slow_steps"], key=lambda s: -s["z"])
     for s in slow[:_SLOW_STEPS_SHOWN]:
         console.print(

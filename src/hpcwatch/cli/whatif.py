@@ -86,12 +86,14 @@ def _print_whatif(r: WhatIf) -> None:
 
     mean = lambda xs: sum(xs) / len(xs)  # noqa: E731
     console.print(
-        f"[bold]What-if slowdown S = {r.slowdown:.3f}[/bold]  ({r.dp_size} data-parallel × "
-        f"{r.pp_size} pipeline workers, {len(r.steps)} steps)"
+        f"[bold]{safe_text(r.verdict)}[/bold]  ({r.dp_size} data-parallel × {r.pp_size} pipeline workers, "
+        f"{len(r.steps)} steps)"
     )
+    if r.slowdown is None:
+        return  # the model misses the steps: its shares of S would explain a step that did not happen
     console.print(
         f"step time: measured {mean(r.step_time_actual_s):.4f} s, replayed {mean(r.step_time_replay_s):.4f} s, "
-        f"without stragglers {mean(r.step_time_ideal_s):.4f} s (replay/trace {r.replay_ratio:.3f})"
+        f"without stragglers {mean(r.step_time_ideal_s):.4f} s (trace/replay {r.replay_ratio:.3f})"
     )
     table = Table(title="S if only this kept its measured durations")
     table.add_column("group")

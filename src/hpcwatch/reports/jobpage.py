@@ -70,6 +70,8 @@ class JobSteps:
     ranks: tuple[RankPhases, ...]
     straggler: dict[str, Any] | None
     """``rank, node, gpu, phase, excess_s, score``; None when no rank stands out."""
+    no_verdict: str | None = None
+    """Why no straggler is named when the steps cannot carry a verdict (``StragglerReport.no_verdict``)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -130,6 +132,7 @@ def _steps(report: StepReport) -> JobSteps:
         step_time_s=report.step_time_s,
         ranks=_phase_medians(report),
         straggler=straggler,
+        no_verdict=report.stragglers.no_verdict,
     )
 
 
