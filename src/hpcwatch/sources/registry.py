@@ -122,6 +122,9 @@ class Skipped:
 
     path: Path
     reason: str
+    error: ParseError | None = None
+    """Set when the path was passed over because it cannot be read (a file the walk cannot open, a
+    sub-folder it cannot list): the walk goes on, and ``ingest`` reports the file as bad."""
 
 
 _FORMATS: list[Format] = []
@@ -294,7 +297,11 @@ def _walk(folder: Path, forced: Format | None, context, seen: set, *, top: bool)
     try:
         children = sorted(c for c in folder.iterdir() if not c.name.startswith("."))
     except OSError as err:
-        raise ParseError(f"cannot list the folder: {err.strerror or err}", path=folder) from err
+        error = ParseError(f"cannot list the folder: {err.strerror or err}", path=folder)
+        if top:
+            raise error from err
+        yield Skipped(folder, error.what, error=error)  # one unreadable sub-folder does not stop the walk
+        return
     shards = _manifest_shards(children)
     for child in children:
         if child.resolve() in shards:
@@ -326,9 +333,10 @@ def _file_in_walk(child: Path, forced: Format | None, context) -> Iterator[Input
     try:
         yield Input(child, detect(child), context(child))
     except ParseError as err:
-        if not err.what.startswith("unknown format"):
-            raise
-        yield Skipped(child, "no format recognises it")
+        if err.what.startswith("unknown format"):
+            yield Skipped(child, "no format recognises it")
+        else:  # unreadable (no permission, a corrupt gzip header): named, and the walk goes on
+            yield Skipped(child, err.what, error=err)
 
 
 def _manifest_shards(children: list[Path]) -> set[Path]:
