@@ -199,6 +199,21 @@ def test_every_error_is_one_line_with_controls_escaped(run_cli, argv, expected):
     assert "\x1b" not in err and "╭" not in err
 
 
+def test_a_job_id_longer_than_any_is_a_usage_error_before_the_store_opens(run_cli, monkeypatch):
+    """`hpcwatch job <20,000 characters>` used to query the store for seconds and print the id back whole."""
+    from hpcwatch.cli import jobs as jobs_cli
+
+    def never(db):
+        raise AssertionError("the store was opened")
+
+    monkeypatch.setattr(jobs_cli, "open_store", never)
+    code, out, err = run_cli(["job", "9" * 20_000, "--db", ":memory:"])
+    assert code == 2 and out == ""
+    assert err == (
+        "hpcwatch: Invalid value for 'JOB_ID': 20000 characters; a job id has at most 512 (see hpcwatch job --help)\n"
+    )
+
+
 @pytest.mark.parametrize("argv", [[], ["twin"], ["simulate"]])
 def test_a_bare_group_shows_its_help_with_status_2(run_cli, argv):
     code, out, err = run_cli(argv)
