@@ -6,6 +6,7 @@ import subprocess
 import sys
 
 import orjson
+import pytest
 from click.testing import CliRunner
 
 from hpcwatch.cli import app
@@ -115,3 +116,37 @@ def test_a_missing_path_given_first_does_not_stop_the_paths_after_it(run_cli, tm
     assert code == 2 and err.splitlines() == [f"hpcwatch: {missing}: no such file or folder"]
     with Store(tmp_path / "s") as store:
         assert len(store.jobs()) == 10
+
+
+def test_a_symlink_into_proc_or_dev_inside_a_tree_is_passed_over_and_named(run_cli, tmp_path):
+    """``ingest /`` (or a tree with a link to /proc) used to walk /proc: a folder per process, /proc/kcore,
+    until a file it could not open stopped it (here: /proc/1/cwd, exit 2, the files after it never read)."""
+    tree = tmp_path / "tree"
+    tree.mkdir()
+    (tree / "proc").symlink_to("/proc")
+    (tree / "null").symlink_to("/dev/null")
+    (tree / "sysfs").symlink_to("/sys/class")
+    (tree / "squeue.json").write_bytes((DATA / "slurm" / "squeue.json").read_bytes())
+    code, out, err = run_cli(["ingest", str(tree), "--db", str(tmp_path / "s"), "--json"])
+    assert code == 0, err
+    doc = orjson.loads(out)
+    assert doc["jobs"] == 10 and doc["files"] == 1
+    assert {s["path"]: s["reason"].split(",")[0] for s in doc["skipped"]} == {
+        str(tree / "null"): "in /dev",
+        str(tree / "proc"): "in /proc",
+        str(tree / "sysfs"): "in /sys",
+    }
+    code, out, err = run_cli(["ingest", str(tree), "--db", str(tmp_path / "t")])
+    assert code == 0 and f"skipped: {tree / 'proc'}: in /proc, a kernel pseudo-filesystem" in " ".join(out.split())
+
+
+@pytest.mark.parametrize("given", ["/proc", "/proc/self/status", "/sys", "/dev/zero"])
+def test_a_pseudo_filesystem_given_directly_is_refused_in_one_line(run_cli, tmp_path, given):
+    code, _out, err = run_cli(["ingest", given, str(DATA / "slurm" / "squeue.json"), "--db", str(tmp_path / "s")])
+    root = "/" + given.split("/")[1]
+    assert code == 2 and err.splitlines() == [
+        f"hpcwatch: {given}: in {root}, a kernel pseudo-filesystem (live kernel state, not saved files): refused; "
+        "copy a file out of it to read it (cp /proc/driver/nvidia/params node1/)"
+    ]
+    with Store(tmp_path / "s") as store:
+        assert len(store.jobs()) == 10  # the path after it is still read
