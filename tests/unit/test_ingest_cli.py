@@ -124,7 +124,8 @@ def test_a_symlink_into_proc_or_dev_inside_a_tree_is_passed_over_and_named(run_c
     tree = tmp_path / "tree"
     tree.mkdir()
     (tree / "proc").symlink_to("/proc")
-    (tree / "null").symlink_to("/dev/null")
+    (tree / "null").symlink_to("/dev/null")  # a device: refused as one, as before
+    (tree / "devices").symlink_to("/dev")
     (tree / "sysfs").symlink_to("/sys/class")
     (tree / "squeue.json").write_bytes((DATA / "slurm" / "squeue.json").read_bytes())
     code, out, err = run_cli(["ingest", str(tree), "--db", str(tmp_path / "s"), "--json"])
@@ -132,7 +133,8 @@ def test_a_symlink_into_proc_or_dev_inside_a_tree_is_passed_over_and_named(run_c
     doc = orjson.loads(out)
     assert doc["jobs"] == 10 and doc["files"] == 1
     assert {s["path"]: s["reason"].split(",")[0] for s in doc["skipped"]} == {
-        str(tree / "null"): "in /dev",
+        str(tree / "null"): "a device",
+        str(tree / "devices"): "in /dev",
         str(tree / "proc"): "in /proc",
         str(tree / "sysfs"): "in /sys",
     }
@@ -140,7 +142,7 @@ def test_a_symlink_into_proc_or_dev_inside_a_tree_is_passed_over_and_named(run_c
     assert code == 0 and f"skipped: {tree / 'proc'}: in /proc, a kernel pseudo-filesystem" in " ".join(out.split())
 
 
-@pytest.mark.parametrize("given", ["/proc", "/proc/self/status", "/sys", "/dev/zero"])
+@pytest.mark.parametrize("given", ["/proc", "/proc/self/status", "/sys", "/dev"])
 def test_a_pseudo_filesystem_given_directly_is_refused_in_one_line(run_cli, tmp_path, given):
     code, _out, err = run_cli(["ingest", given, str(DATA / "slurm" / "squeue.json"), "--db", str(tmp_path / "s")])
     root = "/" + given.split("/")[1]

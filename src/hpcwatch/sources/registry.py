@@ -245,12 +245,12 @@ def plan_inputs(
 
     for given in paths:
         p = Path(given)
-        if (pseudo := pseudo_filesystem(p)) is not None:
+        kind = _kind(p)
+        if kind in ("dir", "file") and (pseudo := pseudo_filesystem(p)) is not None:  # a device says so itself
             raise ParseError(
                 _refused_pseudo(pseudo) + "; copy a file out of it to read it (cp /proc/driver/nvidia/params node1/)",
                 path=p,
             )
-        kind = _kind(p)
         if kind == "dir":
             yield from _walk(p, forced, context, seen, top=True)
         elif kind == "file":
@@ -363,8 +363,10 @@ def _walk(folder: Path, forced: Format | None, context, seen: set, *, top: bool)
             yield Skipped(child, "a shard listed by the folder's manifest (training data, not input)")
             continue
         kind = _kind(child)
-        # Only a folder or a symlink can lead into a pseudo-filesystem from a folder that is not one.
-        if (kind == "dir" or child.is_symlink()) and (pseudo := pseudo_filesystem(child)) is not None:
+        # Only a folder or a symlink can lead into a pseudo-filesystem from a folder that is not one (a
+        # device, /dev/zero linked here, is refused as a device below).
+        leads_out = kind == "dir" or (kind == "file" and child.is_symlink())
+        if leads_out and (pseudo := pseudo_filesystem(child)) is not None:
             yield Skipped(child, _refused_pseudo(pseudo))
         elif kind == "dir":
             yield from _walk(child, forced, context, seen, top=False)
