@@ -12,6 +12,9 @@ so re-ingesting the same content is a no-op, and a file whose ingest was killed 
 read again whole next time (the store never committed a part of it). A strict format
 with a bad line rejects its file (ParseError, the files before it stay); a
 line-oriented log keeps its good lines and reports the bad ones (``FileResult.bad_lines``).
+With ``keep_going`` (``hpcwatch ingest``, the spool collector) a rejected file is a "bad" result
+naming its error and the walk goes on, so one bad file in a spool folder does not hold back the
+files after it; without it, the first ParseError is raised (``scan PATH``: the input must be whole).
 
 Documents that are not records are stored as events (``sources.stored``); traces and
 op tables are read by their own commands, so ingest reports them "not stored".
@@ -33,7 +36,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from hpcwatch.errors import ParseError
+from hpcwatch.errors import InputError, ParseError
 from hpcwatch.records import Event, Finding, Job, Sample, Span
 from hpcwatch.sources.registry import RECORD_KINDS, Format, Input, Skipped, format_named, plan_inputs
 from hpcwatch.store import SourceMark, Store
@@ -69,7 +72,7 @@ REMOTE_WRITE_BATCH = 10_000
 RemoteWrite = Callable[[list[Sample]], int]
 
 #: The outcomes of one input, in the order reports list them.
-_STATUS = ("stored", "sent", "already", "empty", "skipped", "not stored", "not sent")
+_STATUS = ("stored", "sent", "already", "empty", "skipped", "not stored", "not sent", "bad")
 
 
 @dataclass(slots=True, kw_only=True)
@@ -77,7 +80,8 @@ class FileResult:
     path: str
     status: str
     """stored | sent (remote write) | already (the same content was ingested before) | empty | skipped |
-    not stored | not sent (remote write: no samples in this format)."""
+    not stored | not sent (remote write: no samples in this format) | bad (refused: ``reason`` is the
+    one-line ``FILE:LINE: what``; only with ``keep_going``, nothing of the file is stored)."""
     format: str | None = None
     counts: dict[str, int] = field(default_factory=dict)
     reason: str = ""
@@ -96,6 +100,10 @@ class IngestReport:
     def by_status(self) -> dict[str, int]:
         return {s: n for s in _STATUS if (n := sum(1 for f in self.files if f.status == s))}
 
+    def bad(self) -> list[FileResult]:
+        """The files refused (``keep_going``), in walk order."""
+        return [f for f in self.files if f.status == "bad"]
+
 
 def ingest_paths(
     store: Store,
@@ -105,8 +113,10 @@ def ingest_paths(
     host: str | None = None,
     hosts: Iterable[str] = (),
     on_file: Callable[[FileResult], None] | None = None,
+    keep_going: bool = False,
 ) -> IngestReport:
-    """Ingest every file under ``paths``; a strict file's ParseError stops here, the earlier files kept."""
+    """Ingest every file under ``paths``; a strict file's ParseError stops here, the earlier files kept,
+    unless ``keep_going``: then it is a "bad" result and the next files are read (module docstring)."""
     forced = bool(format)
     return _each_input(
         lambda item: ingest_input(store, item, forced=forced),
@@ -115,6 +125,7 @@ def ingest_paths(
         host=host,
         hosts=hosts,
         on_file=on_file,
+        keep_going=keep_going,
     )
 
 
@@ -126,6 +137,7 @@ def remote_write_paths(
     host: str | None = None,
     hosts: Iterable[str] = (),
     on_file: Callable[[FileResult], None] | None = None,
+    keep_going: bool = False,
 ) -> IngestReport:
     """Push the samples of every file under ``paths`` through ``write`` (module docstring); same errors."""
     forced = bool(format)
@@ -136,6 +148,7 @@ def remote_write_paths(
         host=host,
         hosts=hosts,
         on_file=on_file,
+        keep_going=keep_going,
     )
 
 
@@ -147,24 +160,55 @@ def _each_input(
     host: str | None,
     hosts: Iterable[str],
     on_file: Callable[[FileResult], None] | None,
+    keep_going: bool,
 ) -> IngestReport:
-    """The walk both ends share: plan the inputs, hand each to ``handle``, keep the bad lines of logs."""
+    """The walk both ends share: plan the inputs, hand each to ``handle``, keep the bad lines of logs.
+
+    With ``keep_going`` each path given is walked on its own, so one that cannot be read (missing,
+    a FIFO) is a bad result too and the paths after it are still walked.
+    """
     report = IngestReport()
     if format:
         format_named(format)  # an unknown name fails before anything is read
     bad: list[ParseError] = []
-    for item in plan_inputs(paths, format=format, host=host, hosts=hosts, on_bad_line=bad.append):
+
+    def one(item: Input | Skipped) -> FileResult:
         if isinstance(item, Skipped):
-            result = FileResult(path=str(item.path), status="skipped", reason=item.reason)
-        else:
-            bad.clear()
-            result = handle(item)
-            result.bad_line_count = len(bad)
-            result.bad_lines = [str(e) for e in bad[:MAX_BAD_LINES_KEPT]]
+            if item.error is not None:
+                raise item.error
+            return FileResult(path=str(item.path), status="skipped", reason=item.reason)
+        bad.clear()
+        result = handle(item)
+        result.bad_line_count = len(bad)
+        result.bad_lines = [str(e) for e in bad[:MAX_BAD_LINES_KEPT]]
+        return result
+
+    def emit(result: FileResult) -> None:
         report.files.append(result)
         if on_file is not None:
             on_file(result)
+
+    groups = [[given] for given in paths] if keep_going else [paths]
+    for group in groups:
+        try:
+            for item in plan_inputs(group, format=format, host=host, hosts=hosts, on_bad_line=bad.append):
+                try:
+                    emit(one(item))
+                except InputError as err:
+                    if not keep_going:
+                        raise
+                    emit(_refused(item.path, err))
+        except InputError as err:  # the path given itself cannot be walked (only reached with keep_going)
+            if not keep_going:
+                raise
+            emit(_refused(group[0], err))
     return report
+
+
+def _refused(path: str | os.PathLike[str], err: InputError) -> FileResult:
+    """A file a reader refused, as a result: its one-line error (``FILE:LINE: what``) is the reason."""
+    reason = str(err) if isinstance(err, ParseError) else f"{path}: {err}"  # a ParseError names its file
+    return FileResult(path=str(path), status="bad", reason=reason)
 
 
 def remote_write_input(write: RemoteWrite, item: Input, *, forced: bool = False) -> FileResult:

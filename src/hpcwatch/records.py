@@ -16,6 +16,7 @@ __all__ = [
     "Event",
     "Span",
     "Job",
+    "MAX_JOB_ID_CHARS",
     "Finding",
     "Phase",
     "PHASES",
@@ -110,6 +111,16 @@ class Span:
     start: float
     dur: float
     attrs: Mapping[str, Any] = field(default_factory=dict)
+
+
+#: Longest workload id looked up (``reports.jobs.check_job_id``, ``hpcwatch job``). Slurm's are short: a
+#: 32-bit job id (10 digits), ``_TASK`` for an array task (MaxArraySize is at most 4,000,001: 7 digits),
+#: ``+OFFSET`` for a heterogeneous job component, so "4294967295_4000000" (18) is about the longest. The
+#: longest of another kind is a pod's ``namespace/name``: a namespace is a DNS label (63) and a pod name a
+#: DNS subdomain (253), 317 together. 512 leaves room for an ``hpc_job`` label of a site's own; anything
+#: longer is no id of a workload and is refused before the store is asked (a 20,000-character id took
+#: seconds of queries and came back whole in the error).
+MAX_JOB_ID_CHARS = 512
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

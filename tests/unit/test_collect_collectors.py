@@ -74,3 +74,16 @@ def test_spool_ingests_settled_files_once_and_reports_refused_ones(store, tmp_pa
     first = collector.run()
     assert first.records > 0 and "broken.json" in first.note
     assert collector.run().records == 0  # nothing changed: nothing read again
+
+
+def test_a_bad_file_in_a_spool_sub_folder_does_not_hold_back_the_files_after_it(store, tmp_path):
+    """An epilog's folder per job: a bad scrape sorted first in it used to stop the folder's ingest, every run."""
+    job = tmp_path / "spool" / "job-9"
+    job.mkdir(parents=True)
+    (job / "a_bad.prom").write_text("# TYPE up gauge\nup{broken 2\n")
+    shutil.copy(DATA / "slurm" / "squeue.json", job / "squeue.json")
+    collector = SpoolCollector(store, SpoolSection(path=str(job.parent), settle_s=0))
+    run = collector.run()
+    assert run.records == 10 and len(store.jobs()) == 10
+    assert collector.rejected == {str(job): collector.rejected[str(job)]}
+    assert collector.rejected[str(job)].startswith(f"{job / 'a_bad.prom'}:2: not a sample line")

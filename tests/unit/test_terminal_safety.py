@@ -31,8 +31,14 @@ HOSTILE = [
     ("\x9b2J", "\\x9b2J"),
     # an emoji code: Rich would replace it with a picture
     (":warning:", ":warning:"),
+    # the right-to-left override U+202E: "evil\u202egnp.exe" shows as "evilexe.png" (Trojan Source, UAX #9)
+    ("evil\u202egnp.exe", "evil\\u202egnp.exe"),
+    # a right-to-left isolate and the Arabic letter mark: the other bidi controls, shown the same way
+    ("a\u2067b\u061c", "a\\u2067b\\u061c"),
 ]
-CONTROL_BYTES = ("\x1b", "\x9b", "\x07")
+#: What must never reach the terminal raw: ESC, the 8-bit CSI, BEL, and every bidi formatting character.
+CONTROL_BYTES = ("\x1b", "\x9b", "\x07", "\u061c", "\u200e", "\u200f", *map(chr, range(0x202A, 0x202F)))
+CONTROL_BYTES += tuple(map(chr, range(0x2066, 0x206A)))
 
 
 @pytest.fixture
@@ -117,6 +123,13 @@ def test_scan_shows_a_falco_hostname_literally(tmp_path, run_cli, wide_console, 
     _assert_safe(out + err, shown)
 
 
+@pytest.mark.parametrize("hostile,shown", HOSTILE)
+def test_health_shows_a_node_name_literally(tmp_path, run_cli, wide_console, hostile, shown):
+    code, out, err = run_cli(["health", "--db", _store(tmp_path, hostile)])
+    assert code == 0, err
+    _assert_safe(out + err, shown)
+
+
 def test_top_table_shows_host_and_user_literally():
     from hpcwatch.cli.top import _table, latest_gpus
 
@@ -186,6 +199,21 @@ def test_every_error_is_one_line_with_controls_escaped(run_cli, argv, expected):
     assert "\x1b" not in err and "╭" not in err
 
 
+def test_a_job_id_longer_than_any_is_a_usage_error_before_the_store_opens(run_cli, monkeypatch):
+    """`hpcwatch job <20,000 characters>` used to query the store for seconds and print the id back whole."""
+    from hpcwatch.cli import jobs as jobs_cli
+
+    def never(db):
+        raise AssertionError("the store was opened")
+
+    monkeypatch.setattr(jobs_cli, "open_store", never)
+    code, out, err = run_cli(["job", "9" * 20_000, "--db", ":memory:"])
+    assert code == 2 and out == ""
+    assert err == (
+        "hpcwatch: Invalid value for 'JOB_ID': 20000 characters; a job id has at most 512 (see hpcwatch job --help)\n"
+    )
+
+
 @pytest.mark.parametrize("argv", [[], ["twin"], ["simulate"]])
 def test_a_bare_group_shows_its_help_with_status_2(run_cli, argv):
     code, out, err = run_cli(argv)
@@ -223,7 +251,11 @@ def test_an_os_error_past_the_commands_checks_is_one_line(run_cli, monkeypatch):
         ("tab\there", "tab\\x09here"),  # C0 other than ESC: still not sent raw
         ("del\x7f", "del\\x7f"),  # DEL
         ("nel\x85", "nel\\x85"),  # C1 NEL: a line break on some terminals
-        ("ok é 東京", "ok é 東京"),  # printable text is kept as it is
+        ("rlo\u202eexe", "rlo\\u202eexe"),  # the right-to-left override: shown, not obeyed
+        ("\u202a\u202b\u202c\u202d", "\\u202a\\u202b\\u202c\\u202d"),  # embeddings and the pop
+        ("\u2066\u2068\u2069", "\\u2066\\u2068\\u2069"),  # isolates
+        ("\u200e\u200f\u061c", "\\u200e\\u200f\\u061c"),  # LRM, RLM, the Arabic letter mark
+        ("ok é 東京 שלום \u200d", "ok é 東京 שלום \u200d"),  # printable text (and the ZWJ of emoji) kept
     ],
 )
 def test_visible_escapes_every_control_character(text, expected):

@@ -145,6 +145,25 @@ def test_job_page_in_french_and_english(client):
     assert missing.status_code == 404 and "no job nope in the store" in missing.text
 
 
+def test_an_id_longer_than_any_job_id_is_refused_before_the_store_is_asked(client, monkeypatch):
+    """A 60 KB id (httpx's URL limit is 64 KB) used to run every query and come back whole in the answer."""
+    from hpcwatch.records import MAX_JOB_ID_CHARS
+    from hpcwatch.web import jobpage
+
+    asked: list[str] = []
+    real = jobpage.overview_of
+    monkeypatch.setattr(jobpage, "overview_of", lambda state, job_id: asked.append(job_id) or real(state, job_id))
+    huge = "9" * 60_000
+    api = client.get(f"/api/job/{huge}")
+    assert api.status_code == 400 and len(api.content) < 300 and huge[:1000] not in api.text
+    assert api.json()["error"].startswith(f"a job id of 60000 characters: ids are at most {MAX_JOB_ID_CHARS}")
+    page = client.get(f"/job/{huge}")
+    assert page.status_code == 404 and "60000 characters" in page.text and huge[:1000] not in page.text
+    assert asked == []  # neither route reached the report
+    longest = "a" * MAX_JOB_ID_CHARS  # as long as an id may be: still looked up
+    assert client.get(f"/api/job/{longest}").status_code == 400 and asked == [longest]
+
+
 def test_job_page_escapes_names_from_data():
     st = Store(":memory:")
     ingest_paths(st, [HOOK])

@@ -3,8 +3,9 @@
 The work is ``hpcwatch.ingest.ingest_paths``; this view prints what it did: the
 records stored per kind, the files already in the store, the files skipped and
 why, and the bad lines of logs (kept: their good lines were stored). A strict file
-that is bad stops the command with ``hpcwatch: FILE:LINE: what`` (exit 2); the
-files before it stay in the store.
+that is bad is named on stderr as ``hpcwatch: FILE:LINE: what``, one line per file, as
+it is met; every other file is still read and stored, and the command exits 2 at the end
+(a spool folder or a cron ingest is not held back by one bad file).
 
 ``--remote-write URL`` sends the same readers' samples to a Prometheus (``--web.enable-remote-write-receiver``)
 or VictoriaMetrics instead of the store (``hpcwatch.ingest.remote_write_paths``); the store is not opened.
@@ -19,7 +20,18 @@ from typing import TYPE_CHECKING
 
 import click
 
-from hpcwatch.cli.common import PATH, app, argument, console, db_option, emit_json, json_option, open_store, safe_text
+from hpcwatch.cli.common import (
+    PATH,
+    app,
+    argument,
+    console,
+    db_option,
+    emit_json,
+    error_line,
+    json_option,
+    open_store,
+    safe_text,
+)
 from hpcwatch.reports.text import visible
 from hpcwatch.sources.registry import RECORD_KINDS, format_named, formats
 
@@ -57,21 +69,27 @@ def ingest(
         from hpcwatch.promql import PrometheusBackend
 
         with PrometheusBackend(remote_write) as backend:
-            report = remote_write_paths(backend.write, paths, format=format, host=host, on_file=on_file)
+            report = remote_write_paths(
+                backend.write, paths, format=format, host=host, on_file=on_file, keep_going=True
+            )
     else:
         with open_store(db) as store:
-            report = ingest_paths(store, paths, format=format, host=host, on_file=on_file)
+            report = ingest_paths(store, paths, format=format, host=host, on_file=on_file, keep_going=True)
     if json_out:
         emit_json(ingest_document(report))
-        return
-    _print(report)
+        for result in report.bad():  # with --json too, every bad file is an error line on stderr
+            print(error_line(result.reason), file=sys.stderr)
+    else:
+        _print(report)
+    if report.bad():
+        raise click.exceptions.Exit(2)
 
 
 def ingest_document(report: IngestReport) -> dict:
     """The ``--json`` document: totals per kind, files per outcome and format, what was skipped and why."""
     formats_used = Counter(f.format for f in report.files if f.status in ("stored", "sent"))
     return {
-        "files": sum(1 for f in report.files if f.status != "skipped"),
+        "files": sum(1 for f in report.files if f.status not in ("skipped", "bad")),
         **report.totals(),
         "empty_files": sum(1 for f in report.files if f.status == "empty"),
         "formats": dict(sorted(formats_used.items())),
@@ -85,11 +103,14 @@ def ingest_document(report: IngestReport) -> dict:
         "bad_lines": [
             {"path": f.path, "count": f.bad_line_count, "first": f.bad_lines} for f in report.files if f.bad_line_count
         ],
+        "bad_files": [{"path": f.path, "error": f.reason} for f in report.bad()],
     }
 
 
 def _warn(result: FileResult) -> None:
-    """Bad lines and skipped files go to stderr as they happen, one line each."""
+    """Bad files, bad lines and skipped files go to stderr as they happen, one line each."""
+    if result.status == "bad":
+        print(error_line(result.reason), file=sys.stderr)
     if result.bad_line_count:
         for line in result.bad_lines:
             print(f"hpcwatch: warning: {visible(line)}", file=sys.stderr)

@@ -152,6 +152,14 @@ def jobs(db: str | None, user: str | None, account: str | None, prometheus: str 
 @json_option("json_out")
 def job(job_id: str, db: str | None, prometheus: str | None, json_out: bool) -> None:
     """One job's report, GPU by GPU."""
+    from hpcwatch.records import MAX_JOB_ID_CHARS
+
+    if len(job_id) > MAX_JOB_ID_CHARS:  # no workload has such an id: refused before the store or pyarrow loads
+        raise click.BadParameter(
+            f"{len(job_id)} characters; a job id has at most {MAX_JOB_ID_CHARS}",
+            ctx=click.get_current_context(),
+            param_hint="'JOB_ID'",
+        )
     from rich.table import Table
 
     from hpcwatch.analysis.attribution import report_dict

@@ -72,13 +72,22 @@ class SpoolCollector:
         return RunResult(records=stored, lag_s=0.0, note=note)
 
     def _ingest(self, entry: Path) -> int:
-        """One entry; a file its reader refuses is reported, and the others go on."""
+        """One entry; a file its reader refuses is reported, and the others go on (those of the same
+        folder too: ``keep_going``)."""
         try:
             report = ingest_paths(
-                self.store, [entry], format=self.section.format or None, host=self.section.host or None
+                self.store,
+                [entry],
+                format=self.section.format or None,
+                host=self.section.host or None,
+                keep_going=True,
             )
-        except ParseError as err:
+        except ParseError as err:  # --format names no format
             self.rejected[str(entry)] = str(err)
             return 0
-        self.rejected.pop(str(entry), None)
+        bad = report.bad()
+        if bad:
+            self.rejected[str(entry)] = bad[0].reason if len(bad) == 1 else f"{bad[0].reason} (+{len(bad) - 1} more)"
+        else:
+            self.rejected.pop(str(entry), None)
         return sum(report.totals().values())

@@ -25,7 +25,7 @@ from hpcwatch.analysis.goodput import GoodputReport
 from hpcwatch.errors import InputError
 from hpcwatch.records import PHASES, Finding
 from hpcwatch.reports.goodput import goodput_report
-from hpcwatch.reports.jobs import job_report
+from hpcwatch.reports.jobs import check_job_id, job_report
 from hpcwatch.reports.steps import DEFAULT_RECENT_STEPS, StepReport, step_report
 
 if TYPE_CHECKING:
@@ -140,7 +140,9 @@ def job_overview(
     store: Store, job_id: str, *, samples: pa.Table | None = None, recent_steps: int = DEFAULT_RECENT_STEPS
 ) -> JobOverview:
     """Every part of ``job_id``'s page; a part the store cannot answer only sets ``missing``.
-    ``InputError`` (``job_report``'s) when no part answers: the store knows nothing of the job."""
+    ``InputError`` (``job_report``'s) when no part answers: the store knows nothing of the job, or
+    ``job_id`` is longer than any id (``check_job_id``: refused before any part asks the store)."""
+    check_job_id(job_id)
     missing: dict[str, str] = {}
     job = _part(missing, "job", lambda: job_report(store, job_id, samples=samples))
     steps = _part(missing, "steps", lambda: _steps(step_report(store, job_id, recent_steps=recent_steps)))

@@ -15,12 +15,22 @@ import pyarrow as pa
 
 from hpcwatch.analysis.attribution import DCGM_METRICS, REPORT_METRICS, JobReport, job_reports
 from hpcwatch.errors import InputError
+from hpcwatch.records import MAX_JOB_ID_CHARS
 from hpcwatch.store import Store, queries
 
 if TYPE_CHECKING:  # the PromQL backend (httpx) is only loaded by callers that read Prometheus
     from hpcwatch.promql import PrometheusBackend
 
-__all__ = ["jobs_report", "job_report", "job_samples", "prometheus_samples", "REPORT_METRICS", "DCGM_METRICS"]
+__all__ = [
+    "jobs_report",
+    "job_report",
+    "job_samples",
+    "prometheus_samples",
+    "check_job_id",
+    "MAX_JOB_ID_CHARS",
+    "REPORT_METRICS",
+    "DCGM_METRICS",
+]
 
 
 def jobs_report(
@@ -57,6 +67,7 @@ def job_samples(store: Store, job_id: str, *, metrics: tuple[str, ...] = REPORT_
 def job_report(store: Store, job_id: str, *, samples: pa.Table | None = None) -> JobReport:
     """One workload's report, GPU by GPU (``per_gpu``), from ``job_samples`` unless ``samples`` are given.
     ``InputError`` when the store neither holds the job nor any sample of it, or when the job never started."""
+    check_job_id(job_id)
     if samples is None:
         samples = job_samples(store, job_id)
     found = next((r for r in jobs_report(store, samples=samples) if r.id == job_id), None)
@@ -65,6 +76,16 @@ def job_report(store: Store, job_id: str, *, samples: pa.Table | None = None) ->
     if store.job(job_id) is None:
         raise InputError(f"no job {job_id} in the store (hpcwatch jobs lists them)")
     raise InputError(f"job {job_id} never started: nothing to report")
+
+
+def check_job_id(job_id: str) -> None:
+    """``InputError`` when ``job_id`` is longer than any workload id can be; the message names its length,
+    not its text (which may be megabytes, and would come back whole in the error)."""
+    if len(job_id) > MAX_JOB_ID_CHARS:
+        raise InputError(
+            f"a job id of {len(job_id)} characters: ids are at most {MAX_JOB_ID_CHARS} "
+            "(a Slurm job, array task or het component, a pod's namespace/name)"
+        )
 
 
 def prometheus_samples(prom: PrometheusBackend, *, t0: float | None) -> pa.Table:

@@ -48,6 +48,8 @@ __all__ = [
     "format_named",
     "detect",
     "plan_inputs",
+    "pseudo_filesystem",
+    "PSEUDO_FILESYSTEMS",
     "read_input",
     "read_head",
     "host_in_name",
@@ -122,6 +124,9 @@ class Skipped:
 
     path: Path
     reason: str
+    error: ParseError | None = None
+    """Set when the path was passed over because it cannot be read (a file the walk cannot open, a
+    sub-folder it cannot list): the walk goes on, and ``ingest`` reports the file as bad."""
 
 
 _FORMATS: list[Format] = []
@@ -241,12 +246,65 @@ def plan_inputs(
     for given in paths:
         p = Path(given)
         kind = _kind(p)
+        if kind in ("dir", "file") and (pseudo := pseudo_filesystem(p)) is not None:  # a device says so itself
+            raise ParseError(
+                _refused_pseudo(pseudo) + "; copy a file out of it to read it (cp /proc/driver/nvidia/params node1/)",
+                path=p,
+            )
         if kind == "dir":
             yield from _walk(p, forced, context, seen, top=True)
         elif kind == "file":
             yield Input(p, forced or detect(p), context(p))
         else:
             raise ParseError(kind, path=p)
+
+
+#: Kernel pseudo-filesystems: live kernel state, not saved files. A walk of them never ends well: /proc
+#: holds a folder per process and thread, /proc/kcore is as large as the address space, /dev/zero and
+#: /dev/urandom never end, a read of some /sys files has side effects. ``ingest /`` passes over them.
+PSEUDO_FILESYSTEMS = ("/proc", "/sys", "/dev")
+
+
+def pseudo_filesystem(p: Path) -> str | None:
+    """The pseudo-filesystem ``p`` lies in ("/proc"), or None: by its real path (symlinks resolved), or by
+    its device when the same file system is mounted elsewhere too (a container's /host/proc)."""
+    real = os.path.realpath(p)
+    for root in PSEUDO_FILESYSTEMS:
+        if real == root or real.startswith(root + "/"):
+            return root
+    try:
+        device = os.stat(p).st_dev
+    except OSError:
+        return None
+    return _pseudo_devices().get(device)
+
+
+_PSEUDO_DEVICES: dict[int, str] | None = None
+
+
+def _pseudo_devices() -> dict[int, str]:
+    """The devices /proc, /sys and /dev are mounted on, those that are mounts of their own (in a chroot
+    without them, /dev may be a plain folder of the root file system: that device is not refused)."""
+    global _PSEUDO_DEVICES
+    if _PSEUDO_DEVICES is None:
+        devices: dict[int, str] = {}
+        try:
+            root = os.stat("/").st_dev
+        except OSError:
+            root = -1
+        for path in PSEUDO_FILESYSTEMS:
+            try:
+                device = os.stat(path).st_dev
+            except OSError:
+                continue
+            if device != root:
+                devices.setdefault(device, path)
+        _PSEUDO_DEVICES = devices
+    return _PSEUDO_DEVICES
+
+
+def _refused_pseudo(root: str) -> str:
+    return f"in {root}, a kernel pseudo-filesystem (live kernel state, not saved files): refused"
 
 
 def _kind(p: Path) -> str:
@@ -301,14 +359,23 @@ def _walk(
     try:
         children = sorted(c for c in folder.iterdir() if not c.name.startswith("."))
     except OSError as err:
-        raise ParseError(f"cannot list the folder: {err.strerror or err}", path=folder) from err
+        error = ParseError(f"cannot list the folder: {err.strerror or err}", path=folder)
+        if top:
+            raise error from err
+        yield Skipped(folder, error.what, error=error)  # one unreadable sub-folder does not stop the walk
+        return
     shards = _manifest_shards(children)
     for child in children:
         if child.resolve() in shards:
             yield Skipped(child, "a shard listed by the folder's manifest (training data, not input)")
             continue
         kind = _kind(child)
-        if kind == "dir":
+        # Only a folder or a symlink can lead into a pseudo-filesystem from a folder that is not one (a
+        # device, /dev/zero linked here, is refused as a device below).
+        leads_out = kind == "dir" or (kind == "file" and child.is_symlink())
+        if leads_out and (pseudo := pseudo_filesystem(child)) is not None:
+            yield Skipped(child, _refused_pseudo(pseudo))
+        elif kind == "dir":
             yield from _walk(child, forced, context, seen, top=False)
         elif kind == "file":
             yield from _file_in_walk(child, forced, context)
@@ -335,9 +402,10 @@ def _file_in_walk(
     try:
         yield Input(child, detect(child), context(child))
     except ParseError as err:
-        if not err.what.startswith("unknown format"):
-            raise
-        yield Skipped(child, "no format recognises it")
+        if err.what.startswith("unknown format"):
+            yield Skipped(child, "no format recognises it")
+        else:  # unreadable (no permission, a corrupt gzip header): named, and the walk goes on
+            yield Skipped(child, err.what, error=err)
 
 
 def _manifest_shards(children: list[Path]) -> set[Path]:

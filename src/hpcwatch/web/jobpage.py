@@ -21,6 +21,7 @@ from starlette.concurrency import run_in_threadpool
 from hpcwatch.errors import InputError
 from hpcwatch.records import PHASES
 from hpcwatch.reports.jobpage import JobOverview, job_overview, overview_dict
+from hpcwatch.reports.jobs import MAX_JOB_ID_CHARS, check_job_id
 from hpcwatch.web.i18n import LANG_COOKIE, LANGUAGES, Catalogue, load_catalogue, negotiate
 
 __all__ = ["router", "job_url", "fmt_number", "fmt_bytes", "fmt_duration", "advice_values"]
@@ -121,6 +122,11 @@ def render_job_page(overview: JobOverview, t: Catalogue, *, source: str | None) 
     )
 
 
+def _shown_id(job_id: str) -> str:
+    """The id as the not-found page names it: whole when it can be an id, else its start (never 60 KB back)."""
+    return job_id if len(job_id) <= MAX_JOB_ID_CHARS else job_id[:40] + "…"
+
+
 def _not_found(t: Catalogue, job_id: str, why: str) -> str:
     return _ENV.get_template("job.html").render(
         o=None, j=None, t=t, lang=t.lang, languages=LANGUAGES, source=None, job_id=job_id, why=why
@@ -136,9 +142,10 @@ async def job_page(request: Request, job_id: str, lang: str | None = Query(None)
     t = load_catalogue(chosen)
     headers = {"Content-Language": chosen, "Vary": "Accept-Language, Cookie"}
     try:
+        check_job_id(job_id)  # before the thread pool: a 60 KB id is refused without asking the store
         overview = await run_in_threadpool(overview_of, state, job_id)
     except InputError as err:
-        return HTMLResponse(_not_found(t, job_id, str(err)), status_code=404, headers=headers)
+        return HTMLResponse(_not_found(t, _shown_id(job_id), str(err)), status_code=404, headers=headers)
     html = render_job_page(overview, t, source=state.prometheus_label)
     return HTMLResponse(html, headers=headers)
 
@@ -147,7 +154,9 @@ async def job_page(request: Request, job_id: str, lang: str | None = Query(None)
 async def job_api(request: Request, job_id: str) -> dict[str, Any]:
     """``job`` is ``hpcwatch job ID --json``, ``goodput`` ``hpcwatch goodput``'s report, ``steps`` the last
     steps (median per phase and rank, straggler), ``findings`` the findings that concern the job, ``missing``
-    the parts the store cannot answer and why. 400 when the store knows nothing of the job."""
+    the parts the store cannot answer and why. 400 when the store knows nothing of the job, or when the id is
+    longer than any (``reports.jobs.MAX_JOB_ID_CHARS``; the error names its length, not its text)."""
+    check_job_id(job_id)
     state = request.app.state.hpcwatch
     overview = await run_in_threadpool(overview_of, state, job_id)
     return overview_dict(overview)
