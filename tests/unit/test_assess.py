@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from hpcwatch.assess import AssessConfig, ModelShape, category_tier, overall_tier
 from hpcwatch.assess import criteria as C
@@ -210,3 +213,68 @@ def test_the_web_app_serves_the_tier_and_the_report():
     page = client.get("/assess")
     assert page.status_code == 200 and "Plotly.newPlot" in page.text and 'id="tier"' in page.text
     assert "data-assess-tier" in client.get("/").text
+
+
+# -- nccl-busbw: the node's rails, not one link (issue 22 item 8) ----------------------------------------------------
+
+HEALTH = Path(__file__).parents[1] / "data" / "health"
+#: nccl-tests#309: 2 Dell XE9680 (8 x H100, 8 x CX-7 400 Gb/s each), all_reduce_perf up to 16 GB.
+TWO_NODE_H100 = HEALTH / "all_reduce_perf_2node_8xh100_ndr_nccl_tests_309.out"
+
+
+def _nccl_event(scale: float = 1.0):
+    from hpcwatch.sources.healthtools import read_nccl_tests
+
+    (event,) = read_nccl_tests(TWO_NODE_H100)
+    rows = [
+        {**r, "oop_busbw_gbs": r["oop_busbw_gbs"] * scale, "ip_busbw_gbs": r["ip_busbw_gbs"] * scale}
+        for r in event.attrs["rows"]
+    ]
+    return dataclasses.replace(event, attrs={**event.attrs, "rows": rows})
+
+
+def test_busbw_across_two_nodes_is_judged_against_eight_rails_not_one_link():
+    verdict = C.nccl_busbw(_evidence(nccl_tests=(_nccl_event(),)))
+    # 469 GB/s at 16 GB; 8 rails x 400 Gb/s = 400 GB/s a ring can reach (the old rule said 938 % of 50 GB/s)
+    assert verdict.figures["expected_gbs"] == pytest.approx(400.0)
+    assert verdict.figures["busbw_gbs"] == pytest.approx(469.21)
+    assert verdict.figures["share"] <= 1.0 and verdict.figures["above_expected"]
+    assert verdict.status == "pass" and "NVLS / SHARP" in verdict.evidence and "%" not in verdict.evidence
+    assert verdict.figures["ceiling_gbs"] == pytest.approx(400.0 * 2 * 15 / 16)
+
+
+def test_a_run_seven_times_slower_than_its_rails_fails():
+    verdict = C.nccl_busbw(_evidence(nccl_tests=(_nccl_event(scale=1 / 7),)))
+    assert verdict.status == "fail"  # 67 GB/s: 17 % of 400 GB/s (the old rule passed it: 134 % of 50 GB/s)
+    assert verdict.figures["share"] == pytest.approx(469.21 / 7 / 400.0)
+    assert "17% of 400 GB/s" in verdict.evidence and "8 rails x 400 Gb/s" in verdict.evidence
+
+
+def test_busbw_beyond_the_ceiling_warns_that_the_expectation_is_wrong():
+    cluster = reference_cluster()
+    one_rail = dataclasses.replace(cluster, nodes=tuple(dataclasses.replace(n, hcas=1) for n in cluster.nodes))
+    ev = dataclasses.replace(_evidence(nccl_tests=(_nccl_event(),)), cluster=one_rail)
+    verdict = C.nccl_busbw(ev)  # 469 GB/s cannot cross one 400 Gb/s rail per node
+    assert verdict.status == "warn" and "the expectation is wrong" in verdict.evidence
+    assert verdict.figures["share"] == 1.0 and verdict.figures["above_ceiling"]
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    scale=st.floats(min_value=1e-3, max_value=20.0),
+    rails=st.integers(min_value=1, max_value=16),
+    hosts=st.sampled_from([["bm-h100-01"], ["bm-h100-01", "bm-h100-02"]]),
+)
+def test_no_reported_share_is_over_100_percent_unless_flagged(scale, rails, hosts):
+    cluster = reference_cluster()
+    cluster = dataclasses.replace(cluster, nodes=tuple(dataclasses.replace(n, hcas=rails) for n in cluster.nodes))
+    event = _nccl_event(scale)
+    event = dataclasses.replace(event, attrs={**event.attrs, "hosts": hosts})
+    ev = dataclasses.replace(_evidence(nccl_tests=(event,)), cluster=cluster)
+    verdict = C.nccl_busbw(ev)
+    f = verdict.figures
+    assert 0.0 <= f["share"] <= 1.0
+    assert not any(int(p) > 100 for p in re.findall(r"(\d+)%", verdict.evidence))
+    assert f["above_expected"] == (f["busbw_gbs"] > f["expected_gbs"])
+    if f["above_ceiling"]:
+        assert verdict.status == "warn" and "expectation is wrong" in verdict.evidence

@@ -12,6 +12,7 @@ import math
 import statistics
 from collections import defaultdict
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from hpcwatch import vocab
 from hpcwatch.analysis.goodputsim import (
@@ -41,6 +42,8 @@ __all__ = [
     "REFERENCE_MFU",
     "MFU_WARN_SHARE",
     "BUSBW_PASS_SHARE",
+    "BusbwBounds",
+    "busbw_bounds",
     "GOODPUT_WARN_POINTS",
 ]
 
@@ -391,41 +394,101 @@ def nccl_busbw(ev: Evidence) -> Verdict:
         return _v("unknown", "no nccl-tests all_reduce_perf result in the store", rec)
     worst = None
     for e in runs:
-        checks = active_checks([e], config=HealthConfig(), link=ev.cluster.fabric.link.key)
         rows = e.attrs.get("rows") or []
-        if not rows:
+        bounds = busbw_bounds(e, ev)
+        if not rows or bounds is None:
             continue
         top = max(rows, key=lambda r: r["size_bytes"])
         busbw = max(top.get("oop_busbw_gbs") or 0.0, top.get("ip_busbw_gbs") or 0.0)
-        expected = _expected(e, ev)
-        if expected is None:
-            continue
-        share = busbw / expected
-        if worst is None or share < worst[0]:
-            worst = (share, busbw, expected, e, checks)
+        ratio = busbw / bounds.expected_gbs
+        if worst is None or ratio < worst[0]:
+            worst = (ratio, busbw, bounds, e)
     if worst is None:
-        return _v("unknown", "nccl-tests results without a GPU model or size rows to compare", rec)
-    share, busbw, expected, e, _ = worst
+        return _v("unknown", "nccl-tests results without a GPU model, a rail count or size rows to compare", rec)
+    ratio, busbw, b, e = worst
+    hosts = len(e.attrs.get("hosts") or [])
+    figures = dict(
+        busbw_gbs=busbw,
+        expected_gbs=b.expected_gbs,
+        ceiling_gbs=b.ceiling_gbs,
+        basis=b.basis,
+        share=min(ratio, 1.0),  # a share of the bound: never over 100 %; above it is said in words
+        above_expected=ratio > 1.0,
+        above_ceiling=busbw > b.ceiling_gbs,
+    )
+    where = f"{b.basis}, {hosts} host{'s' if hosts != 1 else ''}"
+    if busbw > b.ceiling_gbs:
+        return _v(
+            "warn",
+            f"all-reduce busbw {busbw:.0f} GB/s exceeds the {b.ceiling_gbs:.0f} GB/s no algorithm can beat on "
+            f"{where}: the expectation is wrong (more rails or a faster link than the cluster model says)",
+            rec,
+            **figures,
+        )
+    if ratio > 1.0:
+        return _v(
+            "pass",
+            f"all-reduce busbw {busbw:.0f} GB/s is above the {b.expected_gbs:.0f} GB/s a ring can reach on "
+            f"{where} (in-switch reduction, NVLS / SHARP, at work); under the {b.ceiling_gbs:.0f} GB/s ceiling",
+            rec,
+            **figures,
+        )
     warn_share = HealthConfig().busbw_warn_fraction
-    status = "pass" if share >= BUSBW_PASS_SHARE else "warn" if share >= warn_share else "fail"
+    status = "pass" if ratio >= BUSBW_PASS_SHARE else "warn" if ratio >= warn_share else "fail"
     return _v(
         status,
-        f"all-reduce busbw {busbw:.0f} GB/s = {share:.0%} of {expected:.0f} GB/s "
-        f"({len(e.attrs.get('hosts') or [])} hosts)",
+        f"all-reduce busbw {busbw:.0f} GB/s = {ratio:.0%} of {b.expected_gbs:.0f} GB/s ({where})",
         rec,
-        busbw_gbs=busbw,
-        expected_gbs=expected,
-        share=share,
+        **figures,
     )
 
 
-def _expected(e, ev: Evidence) -> float | None:
+@dataclass(frozen=True, slots=True)
+class BusbwBounds:
+    expected_gbs: float
+    """What a ring all-reduce can reach: the bottleneck bandwidth (nccl-tests PERFORMANCE.md's busbw)."""
+    ceiling_gbs: float
+    """What no all-reduce can beat, even with the reduction done in the switch."""
+    basis: str
+
+
+def _rails(e, ev: Evidence) -> int:
+    """The HCAs per node of the run's hosts in the cluster model (the fewest: a ring is as fast as its slowest
+    node); every model node when the hosts are not in the model."""
+    by_name = {n.name: n.hcas for n in ev.cluster.nodes}
+    named = [by_name[h] for h in (e.attrs.get("hosts") or []) if h in by_name]
+    return min(named or list(by_name.values()) or [0])
+
+
+def busbw_bounds(e, ev: Evidence) -> BusbwBounds | None:
+    """The busbw an nccl-tests all-reduce of ``e`` can reach on this cluster (None: GPU model or rails unknown).
+
+    nccl-tests reports busbw = algbw x 2(n-1)/n for n ranks: the bytes each rank moves per second in a ring
+    (doc/PERFORMANCE.md), so it is bounded by the ring's bottleneck link, whatever n. Inside one node that is
+    NVLink, one direction. Across nodes each of NCCL's rings leaves a node through one NIC and enters through
+    another, and the rings are spread over the node's R rails, so each NIC carries 2(n-1)/n x S / R bytes and
+    busbw <= R x per-rail rate (8 x 400 Gb/s = 400 GB/s per node, not one 50 GB/s link). A reduction done in
+    the switch (NVLS in the NVSwitch, SHARP in the IB switch) moves each byte once each way: algbw <= that same
+    bandwidth, so busbw <= bandwidth x 2(n-1)/n, the ceiling nothing beats.
+    """
     spec = gpu_spec(str(e.attrs.get("gpu_model") or ""))
     if spec is None:
         return None
+    n = int(e.attrs.get("nranks") or 0)
+    factor = 2 * (n - 1) / n if n > 1 else 1.0
     if len(e.attrs.get("hosts") or []) <= 1:
-        return spec.nvlink_bandwidth_bytes_s / 2 / 1e9  # NVLink one direction, as analysis/health.py expects
-    return ev.cluster.fabric.link.rate_bits_s / 8 / 1e9  # one NIC per GPU
+        nvlink = spec.nvlink_bandwidth_bytes_s / 2 / 1e9
+        return BusbwBounds(expected_gbs=nvlink, ceiling_gbs=nvlink * factor, basis="NVLink one direction")
+    rails = _rails(e, ev)
+    if rails <= 0:
+        return None
+    link = ev.cluster.fabric.link
+    expected = rails * link.rate_bits_s / 8 / 1e9
+    return BusbwBounds(
+        expected_gbs=expected,
+        ceiling_gbs=expected * factor,
+        basis=f"{rails} rails x {link.rate_bits_s / 1e9:g} Gb/s {link.name}",
+    )
 
 
 # -- networking ------------------------------------------------------------------------------------------------
@@ -755,9 +818,9 @@ CRITERIA: tuple[Criterion, ...] = (
     _c(
         "nccl-busbw",
         "performance",
-        "NCCL all-reduce busbw vs the fabric's catalog rate",
-        "nccl-tests all_reduce_perf events (largest size)",
-        "nccl-tests doc/PERFORMANCE.md (busbw); catalog "
+        "NCCL all-reduce busbw vs what the node's rails (or NVLink) can carry",
+        "nccl-tests all_reduce_perf events (largest size); the cluster model's HCAs per node and link rate",
+        "nccl-tests doc/PERFORMANCE.md (busbw: rails x per-rail rate across nodes, NVLink inside one); catalog "
         "model/catalog.py; pass share 80 % ours, fail under analysis/health.py's 60 %",
         "hpcwatch health --db F",
         nccl_busbw,
