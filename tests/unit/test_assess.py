@@ -278,3 +278,67 @@ def test_no_reported_share_is_over_100_percent_unless_flagged(scale, rails, host
     assert f["above_expected"] == (f["busbw_gbs"] > f["expected_gbs"])
     if f["above_ceiling"]:
         assert verdict.status == "warn" and "expectation is wrong" in verdict.evidence
+
+
+# -- port-rate and hca-naming: InfiniBand and Ethernet (RoCE) ports apart (issue 22 item 7) -------------------------
+
+IB = Path(__file__).parents[1] / "data" / "infiniband"
+#: leptonai/gpud testdata: an H100 node, 8 NDR InfiniBand HCAs at 400 and one Ethernet bond (mlx5_bond_0) at 200.
+H100_IB_AND_BOND = IB / "ibstat_h100_8ndr_ib_plus_ethernet_bond_gpud.txt"
+#: kvcache-ai/Mooncake#1999: two ConnectX-7 ports in Ethernet mode (RoCE) at 200.
+ROCE_2X200 = IB / "ibstat_roce_2x200_mooncake_1999_excerpt.txt"
+
+
+def _ports(*captures, drop_ethernet_on: str = ""):
+    from hpcwatch import vocab
+    from hpcwatch.sources.infiniband import read_ibstat
+
+    out = []
+    for node, path in captures:
+        for s in read_ibstat(path, node=node, t=0.0):
+            if s.metric != vocab.IB_PORT_RATE_GBPS:
+                continue
+            if node == drop_ethernet_on and s.labels["link_layer"] == "Ethernet":
+                continue
+            out.append((node, dict(s.labels), s.value))
+    return tuple(out)
+
+
+def _roce_cluster():
+    from hpcwatch.model.catalog import LINKS
+
+    cluster = reference_cluster()
+    return dataclasses.replace(cluster, fabric=dataclasses.replace(cluster.fabric, kind="roce", link=LINKS["hdr"]))
+
+
+def test_an_ethernet_bond_beside_eight_ndr_hcas_is_not_a_slow_ib_port():
+    ev = _evidence(port_rates=_ports(("gpu01", H100_IB_AND_BOND), ("gpu02", H100_IB_AND_BOND)))
+    verdict = C.port_rate(ev)  # the old rule: "2 of 18 ports not at 400 Gb/s" (the bonds at 200)
+    assert verdict.status == "pass", verdict.evidence
+    assert verdict.evidence.startswith("all 16 InfiniBand ports at 400 Gb/s (InfiniBand NDR)")
+    assert "2 Ethernet (RoCE) ports reported apart, not judged: gpu01/mlx5_bond_0: 200 Gb/s" in verdict.evidence
+
+
+def test_hca_naming_compares_the_fabric_hcas_only():
+    ports = _ports(("gpu01", H100_IB_AND_BOND), ("gpu02", H100_IB_AND_BOND), drop_ethernet_on="gpu02")
+    verdict = C.hca_naming(_evidence(port_rates=ports))  # the old rule failed: gpu01 also names mlx5_bond_0
+    assert verdict.status == "pass", verdict.evidence
+    assert "InfiniBand HCAs mlx5_0, mlx5_1, mlx5_4, mlx5_5, mlx5_6, mlx5_7 and 2 more" in verdict.evidence
+
+
+def test_a_node_with_only_roce_ports_is_not_judged_against_infiniband():
+    verdict = C.port_rate(_evidence(port_rates=_ports(("roce1", ROCE_2X200))))
+    assert verdict.status == "unknown"  # the old rule: "2 of 2 ports not at 400 Gb/s (InfiniBand NDR)"
+    assert "no InfiniBand port" in verdict.evidence and "2 Ethernet (RoCE) ports" in verdict.evidence
+    mixed = _ports(("gpu01", H100_IB_AND_BOND), ("roce1", ROCE_2X200))
+    naming = C.hca_naming(_evidence(port_rates=mixed))
+    assert naming.status == "fail" and "roce1: (none)" in naming.evidence
+
+
+def test_on_a_roce_cluster_the_ethernet_ports_are_judged_and_ib_ones_set_apart():
+    ports = _ports(("roce1", ROCE_2X200), ("gpu01", H100_IB_AND_BOND))
+    ev = dataclasses.replace(_evidence(port_rates=ports), cluster=_roce_cluster())
+    verdict = C.port_rate(ev)
+    assert verdict.status == "pass", verdict.evidence
+    assert verdict.evidence.startswith("all 3 Ethernet ports at 200 Gb/s (roce at 200 GbE)")
+    assert "8 InfiniBand ports reported apart" in verdict.evidence

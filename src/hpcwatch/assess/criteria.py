@@ -494,49 +494,95 @@ def busbw_bounds(e, ev: Evidence) -> BusbwBounds | None:
 # -- networking ------------------------------------------------------------------------------------------------
 
 
-def _hcas_by_host(ev: Evidence) -> dict[str, set[str]]:
+#: ibstat's "Link layer" per fabric kind of the cluster model: RoCE ports say Ethernet (their Rate is the
+#: Ethernet speed, 200 / 400 GbE), InfiniBand ports InfiniBand (older ibstat prints no link layer: InfiniBand).
+_ETHERNET_FABRICS = frozenset({"roce", "rocev2", "ethernet"})
+
+
+def _layer(labels) -> str:
+    return "Ethernet" if str(labels.get("link_layer") or "").lower() == "ethernet" else "InfiniBand"
+
+
+def _fabric_layer(ev: Evidence) -> str:
+    return "Ethernet" if ev.cluster.fabric.kind.strip().lower() in _ETHERNET_FABRICS else "InfiniBand"
+
+
+def _fabric_ports(ev: Evidence):
+    """The ibstat ports of the fabric the cluster model names, and the others (a RoCE NIC on an InfiniBand
+    cluster, an IB HCA on a RoCE one): judged apart, never against the other fabric's expectation."""
+    layer = _fabric_layer(ev)
+    ours = [p for p in ev.port_rates if _layer(p[1]) == layer]
+    others = [p for p in ev.port_rates if _layer(p[1]) != layer]
+    return layer, ours, others
+
+
+def _port_name(host, labels) -> str:
+    return f"{host or labels.get('node')}/{labels.get('device')}"
+
+
+def _others_note(others) -> str:
+    """One clause naming the ports of the other link layer, reported and not judged."""
+    if not others:
+        return ""
+    layer = "Ethernet (RoCE)" if _layer(others[0][1]) == "Ethernet" else "InfiniBand"
+    ports = _names(f"{_port_name(h, lab)}: {v:g} Gb/s" for h, lab, v in others)
+    return f"; {len(others)} {layer} port{'s' if len(others) != 1 else ''} reported apart, not judged: {ports}"
+
+
+def _hcas_by_host(ports) -> dict[str, set[str]]:
     out: dict[str, set[str]] = defaultdict(set)
-    for host, labels, _ in ev.port_rates:
+    for host, labels, _ in ports:
         out[str(host or labels.get("node"))].add(str(labels.get("device")))
     return out
 
 
 def hca_naming(ev: Evidence) -> Verdict:
-    rec = [f"samples {vocab.IB_PORT_RATE_GBPS} (ibstat)"]
-    by_host = _hcas_by_host(ev)
-    if not by_host:
+    rec = [f"samples {vocab.IB_PORT_RATE_GBPS} (ibstat, link_layer label)"]
+    if not ev.port_rates:
         return _v("unknown", "no ibstat in the store", rec)
+    layer, ours, others = _fabric_ports(ev)
+    note = _others_note(others)
+    by_host = _hcas_by_host(ours)
+    if not by_host:
+        return _v("unknown", f"no {layer} port in ibstat{note}", rec)
+    for host in _hcas_by_host(others):
+        by_host.setdefault(host, set())  # a node with none of the fabric's HCAs fits no NCCL_IB_HCA list either
     names = {frozenset(v) for v in by_host.values()}
     if len(names) > 1:
         return _v(
             "fail",
-            "HCA names differ between nodes (an NCCL_IB_HCA list cannot fit all): "
-            + "; ".join(f"{h}: {_names(v)}" for h, v in sorted(by_host.items())[:4]),
+            f"{layer} HCA names differ between nodes (an NCCL_IB_HCA list cannot fit all): "
+            + "; ".join(f"{h}: {_names(v) or '(none)'}" for h, v in sorted(by_host.items())[:4])
+            + note,
             rec,
         )
-    return _v("pass", f"every node names its HCAs {_names(next(iter(names)))}", rec)
+    return _v("pass", f"every node names its {layer} HCAs {_names(next(iter(names)))}{note}", rec)
 
 
 def port_rate(ev: Evidence) -> Verdict:
-    rec = [f"samples {vocab.IB_PORT_RATE_GBPS} (ibstat)"]
+    rec = [f"samples {vocab.IB_PORT_RATE_GBPS} (ibstat, link_layer label)"]
     if not ev.port_rates:
         return _v("unknown", "no ibstat in the store", rec)
-    want = ev.cluster.fabric.link.rate_bits_s / 1e9
+    layer, ours, others = _fabric_ports(ev)
+    note = _others_note(others)
+    link = ev.cluster.fabric.link
+    want = link.rate_bits_s / 1e9
+    fabric = link.name if layer == "InfiniBand" else f"{ev.cluster.fabric.kind} at {want:g} GbE"
+    figures = dict(want_gbps=want, link_layer=layer, fabric_ports=len(ours), other_ports=len(others))
+    if not ours:
+        return _v("unknown", f"no {layer} port in ibstat to compare with {fabric}{note}", rec, **figures)
     slow = sorted(
-        f"{h}/{lab.get('device')}: {v:g} Gb/s"
-        for h, lab, v in ev.port_rates
-        if abs(v - want) > PORT_RATE_TOLERANCE * want
+        f"{_port_name(h, lab)}: {v:g} Gb/s" for h, lab, v in ours if abs(v - want) > PORT_RATE_TOLERANCE * want
     )
     if slow:
         return _v(
             "fail",
-            f"{len(slow)} of {len(ev.port_rates)} ports not at {want:g} Gb/s "
-            f"({ev.cluster.fabric.link.name}): {_names(slow)}",
+            f"{len(slow)} of {len(ours)} {layer} ports not at {want:g} Gb/s ({fabric}): {_names(slow)}{note}",
             rec,
             slow_ports=slow,
-            want_gbps=want,
+            **figures,
         )
-    return _v("pass", f"all {len(ev.port_rates)} ports at {want:g} Gb/s", rec, want_gbps=want)
+    return _v("pass", f"all {len(ours)} {layer} ports at {want:g} Gb/s ({fabric}){note}", rec, **figures)
 
 
 def nccl_autoconfig(ev: Evidence) -> Verdict:
@@ -829,7 +875,7 @@ CRITERIA: tuple[Criterion, ...] = (
         "hca-naming",
         "networking",
         "HCA naming consistent for NCCL",
-        "ibstat device names per node",
+        "ibstat device names per node, ports of the cluster's fabric (link layer) only",
         CRITERIA_URL + " (hca-naming)",
         "hpcwatch ingest ibstat.txt --db F",
         hca_naming,
@@ -837,8 +883,8 @@ CRITERIA: tuple[Criterion, ...] = (
     _c(
         "port-rate",
         "networking",
-        "Every IB port at the catalog rate",
-        "ibstat Rate per port (newest)",
+        "Every fabric port at the catalog rate",
+        "ibstat Rate per port (newest), InfiniBand and Ethernet (RoCE) ports apart by their link layer",
         "model/catalog.py LINKS (InfiniBand roadmap)",
         "hpcwatch health --db F",
         port_rate,
