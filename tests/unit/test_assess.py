@@ -342,3 +342,62 @@ def test_on_a_roce_cluster_the_ethernet_ports_are_judged_and_ib_ones_set_apart()
     assert verdict.status == "pass", verdict.evidence
     assert verdict.evidence.startswith("all 3 Ethernet ports at 200 Gb/s (roce at 200 GbE)")
     assert "8 InfiniBand ports reported apart" in verdict.evidence
+
+
+# -- monitoring-stack and security-nvidia-driver: say what is not known (issue 22 item 9) ----------------------------
+
+PROM = Path(__file__).parents[1] / "data" / "prometheus"
+#: dcgm-exporter#512: an H100 in MIG mode, three 1g.10gb instances; MIG exports no DCGM_FI_DEV_GPU_UTIL.
+H100_MIG_535 = PROM / "dcgm_exporter_h100_mig_kubernetes_issue512.prom"
+#: tub.ai's README: a DGX A100 on driver 470 (a branch the pinned table does not list), power lines only.
+DGX_A100_470 = PROM / "dcgm_exporter_dgx_a100_470_power_tubai.prom"
+#: dcgm-exporter#568: one RTX A4000's GPU_UTIL line, driver 580.82.07 (under the 580 branch's 580.159.03).
+A4000_580 = PROM / "dcgm_exporter_rtx_a4000_580_gpu_util_issue568.prom"
+
+
+def _scraped_store(*paths, times=(1_000.0,)) -> Store:
+    """Each real scrape stored once per time, with that timestamp added (in memory: the files are unchanged)."""
+    from hpcwatch.sources.prometheus_text import parse_prometheus_text
+
+    store = Store(":memory:")
+    for path in paths:
+        for t in times:
+            store.add(list(parse_prometheus_text(path.read_text(), path=path, t=t)))
+    return store
+
+
+def _gathered(store: Store) -> Evidence:
+    from hpcwatch.assess.evidence import gather_evidence
+
+    return gather_evidence(store, AssessConfig(cluster=reference_cluster()))
+
+
+def test_drivers_are_read_from_every_metric_and_unknown_branches_are_named():
+    ev = _gathered(_scraped_store(H100_MIG_535, DGX_A100_470, A4000_580))
+    assert set(ev.drivers) == {("gsrh100-074", "535.129.03"), ("NvidiaDGXA100", "470.141.10"), ("xxxxx", "580.82.07")}
+    verdict = C.driver_minimum(ev)  # the old rule read GPU_UTIL only: the MIG host and the DGX went unnamed
+    assert verdict.status == "fail"
+    assert "gsrh100-074: 535.129.03 < 535.309.01" in verdict.evidence
+    assert "xxxxx: 580.82.07 < 580.159.03" in verdict.evidence
+    assert "unknown branch, older than the pinned table and without a fixed release: NvidiaDGXA100: 470.141.10" in (
+        verdict.evidence
+    )
+
+
+def test_a_branch_newer_than_the_table_is_unknown_and_still_named():
+    verdict = C.driver_minimum(_evidence(drivers=(("gpu01", "580.159.04"), ("gpu02", "610.10.01"))))
+    assert verdict.status == "unknown"  # the old rule failed it as unpatched: we do not know its fixes
+    assert "unknown branch, newer than the pinned table: gpu02: 610.10.01" in verdict.evidence
+
+
+def test_a_gpu_scraped_once_has_an_unknown_interval_not_a_gap():
+    ev = _gathered(_scraped_store(A4000_580))
+    verdict = C.dcgm_steady(ev)  # the old rule: "1 GPUs with a gap over 3x their interval"
+    assert verdict.status == "unknown", verdict.evidence
+    assert verdict.evidence == "1 GPUs scraped once: interval unknown (xxxxx/0)"
+    assert "gap" not in verdict.evidence and verdict.figures["median_interval_s"] is None
+
+
+def test_the_same_gpu_scraped_every_15_s_is_steady():
+    steady = C.dcgm_steady(_gathered(_scraped_store(A4000_580, times=(1_000.0, 1_015.0, 1_030.0))))
+    assert steady.status == "pass" and steady.evidence == "1 GPUs every 15 s, longest gap 15 s"

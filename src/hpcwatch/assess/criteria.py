@@ -99,31 +99,32 @@ def dcgm_steady(ev: Evidence) -> Verdict:
     if not ev.cadence:
         return _v("unknown", "no DCGM samples in the store", rec)
     missing = _slurm_gpu_nodes(ev) - {c.host for c in ev.cadence}
-    gappy = [
-        c
-        for c in ev.cadence
-        if c.samples < 2
-        or c.longest_gap_s is None
-        or c.longest_gap_s > STEADY_GAP_FACTOR * (c.median_gap_s or math.inf)
-    ]
+    # one scrape has no interval: whether its gaps are long is not known, so it is neither gappy nor steady
+    once = [c for c in ev.cadence if c.samples < 2 or c.median_gap_s is None or c.longest_gap_s is None]
+    timed = [c for c in ev.cadence if c not in once]
+    gappy = [c for c in timed if c.longest_gap_s > STEADY_GAP_FACTOR * (c.median_gap_s or math.inf)]
     figures = dict(
         gpus=len(ev.cadence),
-        median_interval_s=statistics.median(c.median_gap_s or 0 for c in ev.cadence),
-        longest_gap_s=max((c.longest_gap_s or 0) for c in ev.cadence),
+        median_interval_s=statistics.median(c.median_gap_s for c in timed) if timed else None,
+        longest_gap_s=max((c.longest_gap_s for c in timed), default=None),
         nodes_without_dcgm=sorted(missing),
         gpus_with_gaps=[f"{c.host}/{c.gpu}" for c in gappy][:20],
+        gpus_interval_unknown=[f"{c.host}/{c.gpu}" for c in once][:20],
     )
-    if missing or gappy:
-        what = [f"Slurm GPU nodes without DCGM samples: {_names(missing)}"] if missing else []
-        what += (
-            [
-                f"{len(gappy)} GPUs with a gap over {STEADY_GAP_FACTOR:g}x their interval "
-                f"({_names(figures['gpus_with_gaps'])})"
-            ]
-            if gappy
-            else []
+    what = [f"Slurm GPU nodes without DCGM samples: {_names(missing)}"] if missing else []
+    if gappy:
+        what.append(
+            f"{len(gappy)} GPUs with a gap over {STEADY_GAP_FACTOR:g}x their interval "
+            f"({_names(figures['gpus_with_gaps'])})"
         )
-        return _v("fail", "; ".join(what), rec, **figures)
+    unknown = (
+        f"{len(once)} GPUs scraped once: interval unknown ({_names(figures['gpus_interval_unknown'])})" if once else ""
+    )
+    if what:
+        return _v("fail", "; ".join(what + ([unknown] if unknown else [])), rec, **figures)
+    if once:
+        steady = f"; {len(timed)} GPUs steady every {figures['median_interval_s']:.0f} s" if timed else ""
+        return _v("unknown", unknown + steady, rec, **figures)
     return _v(
         "pass",
         f"{len(ev.cadence)} GPUs every {figures['median_interval_s']:.0f} s, longest gap "
@@ -658,28 +659,44 @@ def memory_scrub(ev: Evidence) -> Verdict:
 
 
 def driver_minimum(ev: Evidence) -> Verdict:
-    rec = [f"samples label {vocab.DCGM_FI_DRIVER_VERSION}"]
+    rec = [f"samples label {vocab.DCGM_FI_DRIVER_VERSION} (every metric: dcgm-exporter, nvidia-smi)"]
     if not ev.drivers:
         return _v("unknown", "no driver version in the store", rec)
-    bad, unlisted = [], []
+    bad, unpatched, newer, unread = [], [], [], []
+    newest_listed = max(int(b) for b in versions.DRIVER_BRANCH_MINIMUMS)
     for host, version in ev.drivers:
+        name = f"{host or '(no host)'}: {version}"
         floor = versions.driver_floor(version)
-        if floor is None:
-            unlisted.append(f"{host}: {version}")
-        elif not versions.at_least(version, floor):
-            bad.append(f"{host}: {version} < {floor}")
+        branch = version.strip().split(".", 1)[0]
+        if floor is not None:
+            ok = versions.at_least(version, floor)
+            if ok is None:
+                unread.append(name)
+            elif not ok:
+                bad.append(f"{name} < {floor}")
+        elif not branch.isdigit():
+            unread.append(name)
+        elif int(branch) > newest_listed:
+            newer.append(name)  # a branch released after the pinned table: its fixes are not known here
+        else:
+            unpatched.append(name)  # an older branch with no fixed release: NVIDIA no longer patches it
     src = versions.DRIVER_SOURCE
+    branches = ", ".join(versions.DRIVER_BRANCH_MINIMUMS)
+    what = []
     if bad:
-        return _v("fail", f"drivers under the pinned minimum: {_names(bad)} ({src})", rec, below=bad)
-    if unlisted:
-        return _v(
-            "fail",
-            f"driver branch with no patched release in the pinned table: {_names(unlisted)} "
-            f"(branches {', '.join(versions.DRIVER_BRANCH_MINIMUMS)}; {src})",
-            rec,
-            unlisted=unlisted,
-        )
-    return _v("pass", f"{len(ev.drivers)} hosts at or above their branch minimum ({src})", rec)
+        what.append(f"under their branch minimum: {_names(bad)}")
+    if unpatched:
+        what.append(f"unknown branch, older than the pinned table and without a fixed release: {_names(unpatched)}")
+    if newer:
+        what.append(f"unknown branch, newer than the pinned table: {_names(newer)}")
+    if unread:
+        what.append(f"not a version: {_names(unread)}")
+    figures = dict(below=bad, unknown_branch=unpatched + newer, unreadable=unread, hosts=len(ev.drivers))
+    if bad or unpatched:
+        return _v("fail", f"drivers {'; '.join(what)} (branches {branches}; {src})", rec, **figures)
+    if newer or unread:
+        return _v("unknown", f"drivers {'; '.join(what)} (branches {branches}; {src})", rec, **figures)
+    return _v("pass", f"{len(ev.drivers)} hosts at or above their branch minimum ({src})", rec, **figures)
 
 
 def container_toolkit_minimum(ev: Evidence) -> Verdict:
@@ -939,7 +956,7 @@ CRITERIA: tuple[Criterion, ...] = (
         "security-nvidia-driver",
         "security",
         "NVIDIA driver at or above the pinned minimum",
-        "DCGM_FI_DRIVER_VERSION label per host",
+        "DCGM_FI_DRIVER_VERSION label per host, from every metric that carries it (dcgm-exporter, nvidia-smi)",
         versions.MINIMUMS_SOURCE,
         "hpcwatch top --db F",
         driver_minimum,
