@@ -373,8 +373,18 @@ def _gathered(store: Store) -> Evidence:
 
 
 def test_drivers_are_read_from_every_metric_and_unknown_branches_are_named():
-    ev = _gathered(_scraped_store(H100_MIG_535, DGX_A100_470, A4000_580))
-    assert set(ev.drivers) == {("gsrh100-074", "535.129.03"), ("NvidiaDGXA100", "470.141.10"), ("xxxxx", "580.82.07")}
+    from hpcwatch.sources.nvidia_smi import read_nvidia_smi_xml
+
+    store = _scraped_store(H100_MIG_535, DGX_A100_470, A4000_580)
+    smi = Path(__file__).parents[1] / "data" / "nvidia_smi" / "nvidia_smi_q.xml"  # a real H200, 580.159.04
+    store.add(list(read_nvidia_smi_xml(smi, hostname="h200a", t=1_000.0)))
+    ev = _gathered(store)
+    assert set(ev.drivers) == {
+        ("gsrh100-074", "535.129.03"),
+        ("NvidiaDGXA100", "470.141.10"),
+        ("xxxxx", "580.82.07"),
+        ("h200a", "580.159.04"),
+    }
     verdict = C.driver_minimum(ev)  # the old rule read GPU_UTIL only: the MIG host and the DGX went unnamed
     assert verdict.status == "fail"
     assert "gsrh100-074: 535.129.03 < 535.309.01" in verdict.evidence
@@ -382,6 +392,7 @@ def test_drivers_are_read_from_every_metric_and_unknown_branches_are_named():
     assert "unknown branch, older than the pinned table and without a fixed release: NvidiaDGXA100: 470.141.10" in (
         verdict.evidence
     )
+    assert "h200a" not in verdict.evidence and verdict.figures["hosts"] == 4  # at its floor: counted, not listed
 
 
 def test_a_branch_newer_than_the_table_is_unknown_and_still_named():

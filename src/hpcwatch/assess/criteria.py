@@ -517,8 +517,12 @@ def _fabric_ports(ev: Evidence):
     return layer, ours, others
 
 
+def _port_host(host, labels) -> str:
+    return str(host or labels.get("node") or "(no host)")
+
+
 def _port_name(host, labels) -> str:
-    return f"{host or labels.get('node')}/{labels.get('device')}"
+    return f"{_port_host(host, labels)}/{labels.get('device')}"
 
 
 def _others_note(others) -> str:
@@ -533,7 +537,7 @@ def _others_note(others) -> str:
 def _hcas_by_host(ports) -> dict[str, set[str]]:
     out: dict[str, set[str]] = defaultdict(set)
     for host, labels, _ in ports:
-        out[str(host or labels.get("node"))].add(str(labels.get("device")))
+        out[_port_host(host, labels)].add(str(labels.get("device")))
     return out
 
 
