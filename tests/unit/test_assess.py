@@ -243,6 +243,19 @@ def test_busbw_across_two_nodes_is_judged_against_eight_rails_not_one_link():
     assert verdict.figures["ceiling_gbs"] == pytest.approx(400.0 * 2 * 15 / 16)
 
 
+def test_a_four_node_ring_is_judged_as_a_share_of_the_rails():
+    from hpcwatch.sources.healthtools import read_nccl_tests
+
+    # the same issue, 4 nodes x 8 H100: 324.52 GB/s at 8 GB; NVIDIA there: "With 8 400 Gbps NICs your peak
+    # would be at 400 GB/s"
+    (event,) = read_nccl_tests(HEALTH / "all_reduce_perf_4node_8xh100_ndr_nccl_tests_309.out")
+    verdict = C.nccl_busbw(_evidence(nccl_tests=(event,)))
+    assert verdict.status == "pass" and verdict.figures["share"] == pytest.approx(324.52 / 400.0)
+    assert verdict.evidence == (
+        "all-reduce busbw 325 GB/s = 81% of 400 GB/s (8 rails x 400 Gb/s InfiniBand NDR, 4 hosts)"
+    )  # the old rule: "649% of 50 GB/s"
+
+
 def test_a_run_seven_times_slower_than_its_rails_fails():
     verdict = C.nccl_busbw(_evidence(nccl_tests=(_nccl_event(scale=1 / 7),)))
     assert verdict.status == "fail"  # 67 GB/s: 17 % of 400 GB/s (the old rule passed it: 134 % of 50 GB/s)

@@ -470,7 +470,9 @@ def busbw_bounds(e, ev: Evidence) -> BusbwBounds | None:
     another, and the rings are spread over the node's R rails, so each NIC carries 2(n-1)/n x S / R bytes and
     busbw <= R x per-rail rate (8 x 400 Gb/s = 400 GB/s per node, not one 50 GB/s link). A reduction done in
     the switch (NVLS in the NVSwitch, SHARP in the IB switch) moves each byte once each way: algbw <= that same
-    bandwidth, so busbw <= bandwidth x 2(n-1)/n, the ceiling nothing beats.
+    bandwidth, so busbw <= bandwidth x 2(n-1)/n, the ceiling nothing beats. NVIDIA's reading of real runs agrees
+    ("With 8 400 Gbps NICs your peak would be at 400 GB/s"; 2-node runs above it are "an aberration", the tree's
+    ideal case: https://github.com/NVIDIA/nccl-tests/issues/309).
     """
     spec = gpu_spec(str(e.attrs.get("gpu_model") or ""))
     if spec is None:
