@@ -12,6 +12,7 @@ import math
 import statistics
 from collections import defaultdict
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from hpcwatch import vocab
 from hpcwatch.analysis.goodputsim import (
@@ -41,6 +42,8 @@ __all__ = [
     "REFERENCE_MFU",
     "MFU_WARN_SHARE",
     "BUSBW_PASS_SHARE",
+    "BusbwBounds",
+    "busbw_bounds",
     "GOODPUT_WARN_POINTS",
 ]
 
@@ -96,31 +99,32 @@ def dcgm_steady(ev: Evidence) -> Verdict:
     if not ev.cadence:
         return _v("unknown", "no DCGM samples in the store", rec)
     missing = _slurm_gpu_nodes(ev) - {c.host for c in ev.cadence}
-    gappy = [
-        c
-        for c in ev.cadence
-        if c.samples < 2
-        or c.longest_gap_s is None
-        or c.longest_gap_s > STEADY_GAP_FACTOR * (c.median_gap_s or math.inf)
-    ]
+    # one scrape has no interval: whether its gaps are long is not known, so it is neither gappy nor steady
+    once = [c for c in ev.cadence if c.samples < 2 or c.median_gap_s is None or c.longest_gap_s is None]
+    timed = [c for c in ev.cadence if c not in once]
+    gappy = [c for c in timed if c.longest_gap_s > STEADY_GAP_FACTOR * (c.median_gap_s or math.inf)]
     figures = dict(
         gpus=len(ev.cadence),
-        median_interval_s=statistics.median(c.median_gap_s or 0 for c in ev.cadence),
-        longest_gap_s=max((c.longest_gap_s or 0) for c in ev.cadence),
+        median_interval_s=statistics.median(c.median_gap_s for c in timed) if timed else None,
+        longest_gap_s=max((c.longest_gap_s for c in timed), default=None),
         nodes_without_dcgm=sorted(missing),
         gpus_with_gaps=[f"{c.host}/{c.gpu}" for c in gappy][:20],
+        gpus_interval_unknown=[f"{c.host}/{c.gpu}" for c in once][:20],
     )
-    if missing or gappy:
-        what = [f"Slurm GPU nodes without DCGM samples: {_names(missing)}"] if missing else []
-        what += (
-            [
-                f"{len(gappy)} GPUs with a gap over {STEADY_GAP_FACTOR:g}x their interval "
-                f"({_names(figures['gpus_with_gaps'])})"
-            ]
-            if gappy
-            else []
+    what = [f"Slurm GPU nodes without DCGM samples: {_names(missing)}"] if missing else []
+    if gappy:
+        what.append(
+            f"{len(gappy)} GPUs with a gap over {STEADY_GAP_FACTOR:g}x their interval "
+            f"({_names(figures['gpus_with_gaps'])})"
         )
-        return _v("fail", "; ".join(what), rec, **figures)
+    unknown = (
+        f"{len(once)} GPUs scraped once: interval unknown ({_names(figures['gpus_interval_unknown'])})" if once else ""
+    )
+    if what:
+        return _v("fail", "; ".join(what + ([unknown] if unknown else [])), rec, **figures)
+    if once:
+        steady = f"; {len(timed)} GPUs steady every {figures['median_interval_s']:.0f} s" if timed else ""
+        return _v("unknown", unknown + steady, rec, **figures)
     return _v(
         "pass",
         f"{len(ev.cadence)} GPUs every {figures['median_interval_s']:.0f} s, longest gap "
@@ -391,89 +395,201 @@ def nccl_busbw(ev: Evidence) -> Verdict:
         return _v("unknown", "no nccl-tests all_reduce_perf result in the store", rec)
     worst = None
     for e in runs:
-        checks = active_checks([e], config=HealthConfig(), link=ev.cluster.fabric.link.key)
         rows = e.attrs.get("rows") or []
-        if not rows:
+        bounds = busbw_bounds(e, ev)
+        if not rows or bounds is None:
             continue
         top = max(rows, key=lambda r: r["size_bytes"])
         busbw = max(top.get("oop_busbw_gbs") or 0.0, top.get("ip_busbw_gbs") or 0.0)
-        expected = _expected(e, ev)
-        if expected is None:
-            continue
-        share = busbw / expected
-        if worst is None or share < worst[0]:
-            worst = (share, busbw, expected, e, checks)
+        ratio = busbw / bounds.expected_gbs
+        if worst is None or ratio < worst[0]:
+            worst = (ratio, busbw, bounds, e)
     if worst is None:
-        return _v("unknown", "nccl-tests results without a GPU model or size rows to compare", rec)
-    share, busbw, expected, e, _ = worst
+        return _v("unknown", "nccl-tests results without a GPU model, a rail count or size rows to compare", rec)
+    ratio, busbw, b, e = worst
+    hosts = len(e.attrs.get("hosts") or [])
+    figures = dict(
+        busbw_gbs=busbw,
+        expected_gbs=b.expected_gbs,
+        ceiling_gbs=b.ceiling_gbs,
+        basis=b.basis,
+        share=min(ratio, 1.0),  # a share of the bound: never over 100 %; above it is said in words
+        above_expected=ratio > 1.0,
+        above_ceiling=busbw > b.ceiling_gbs,
+    )
+    where = f"{b.basis}, {hosts} host{'s' if hosts != 1 else ''}"
+    if busbw > b.ceiling_gbs:
+        return _v(
+            "warn",
+            f"all-reduce busbw {busbw:.0f} GB/s exceeds the {b.ceiling_gbs:.0f} GB/s no algorithm can beat on "
+            f"{where}: the expectation is wrong (more rails or a faster link than the cluster model says)",
+            rec,
+            **figures,
+        )
+    if ratio > 1.0:
+        return _v(
+            "pass",
+            f"all-reduce busbw {busbw:.0f} GB/s is above the {b.expected_gbs:.0f} GB/s a ring can reach on "
+            f"{where} (in-switch reduction, NVLS / SHARP, at work); under the {b.ceiling_gbs:.0f} GB/s ceiling",
+            rec,
+            **figures,
+        )
     warn_share = HealthConfig().busbw_warn_fraction
-    status = "pass" if share >= BUSBW_PASS_SHARE else "warn" if share >= warn_share else "fail"
+    status = "pass" if ratio >= BUSBW_PASS_SHARE else "warn" if ratio >= warn_share else "fail"
     return _v(
         status,
-        f"all-reduce busbw {busbw:.0f} GB/s = {share:.0%} of {expected:.0f} GB/s "
-        f"({len(e.attrs.get('hosts') or [])} hosts)",
+        f"all-reduce busbw {busbw:.0f} GB/s = {ratio:.0%} of {b.expected_gbs:.0f} GB/s ({where})",
         rec,
-        busbw_gbs=busbw,
-        expected_gbs=expected,
-        share=share,
+        **figures,
     )
 
 
-def _expected(e, ev: Evidence) -> float | None:
+@dataclass(frozen=True, slots=True)
+class BusbwBounds:
+    expected_gbs: float
+    """What a ring all-reduce can reach: the bottleneck bandwidth (nccl-tests PERFORMANCE.md's busbw)."""
+    ceiling_gbs: float
+    """What no all-reduce can beat, even with the reduction done in the switch."""
+    basis: str
+
+
+def _rails(e, ev: Evidence) -> int:
+    """The HCAs per node of the run's hosts in the cluster model (the fewest: a ring is as fast as its slowest
+    node); every model node when the hosts are not in the model."""
+    by_name = {n.name: n.hcas for n in ev.cluster.nodes}
+    named = [by_name[h] for h in (e.attrs.get("hosts") or []) if h in by_name]
+    return min(named or list(by_name.values()) or [0])
+
+
+def busbw_bounds(e, ev: Evidence) -> BusbwBounds | None:
+    """The busbw an nccl-tests all-reduce of ``e`` can reach on this cluster (None: GPU model or rails unknown).
+
+    nccl-tests reports busbw = algbw x 2(n-1)/n for n ranks: the bytes each rank moves per second in a ring
+    (doc/PERFORMANCE.md), so it is bounded by the ring's bottleneck link, whatever n. Inside one node that is
+    NVLink, one direction. Across nodes each of NCCL's rings leaves a node through one NIC and enters through
+    another, and the rings are spread over the node's R rails, so each NIC carries 2(n-1)/n x S / R bytes and
+    busbw <= R x per-rail rate (8 x 400 Gb/s = 400 GB/s per node, not one 50 GB/s link). A reduction done in
+    the switch (NVLS in the NVSwitch, SHARP in the IB switch) moves each byte once each way: algbw <= that same
+    bandwidth, so busbw <= bandwidth x 2(n-1)/n, the ceiling nothing beats. NVIDIA's reading of real runs agrees
+    ("With 8 400 Gbps NICs your peak would be at 400 GB/s"; 2-node runs above it are "an aberration", the tree's
+    ideal case: https://github.com/NVIDIA/nccl-tests/issues/309).
+    """
     spec = gpu_spec(str(e.attrs.get("gpu_model") or ""))
     if spec is None:
         return None
+    n = int(e.attrs.get("nranks") or 0)
+    factor = 2 * (n - 1) / n if n > 1 else 1.0
     if len(e.attrs.get("hosts") or []) <= 1:
-        return spec.nvlink_bandwidth_bytes_s / 2 / 1e9  # NVLink one direction, as analysis/health.py expects
-    return ev.cluster.fabric.link.rate_bits_s / 8 / 1e9  # one NIC per GPU
+        nvlink = spec.nvlink_bandwidth_bytes_s / 2 / 1e9
+        return BusbwBounds(expected_gbs=nvlink, ceiling_gbs=nvlink * factor, basis="NVLink one direction")
+    rails = _rails(e, ev)
+    if rails <= 0:
+        return None
+    link = ev.cluster.fabric.link
+    expected = rails * link.rate_bits_s / 8 / 1e9
+    return BusbwBounds(
+        expected_gbs=expected,
+        ceiling_gbs=expected * factor,
+        basis=f"{rails} rails x {link.rate_bits_s / 1e9:g} Gb/s {link.name}",
+    )
 
 
 # -- networking ------------------------------------------------------------------------------------------------
 
 
-def _hcas_by_host(ev: Evidence) -> dict[str, set[str]]:
+#: ibstat's "Link layer" per fabric kind of the cluster model: RoCE ports say Ethernet (their Rate is the
+#: Ethernet speed, 200 / 400 GbE), InfiniBand ports InfiniBand (older ibstat prints no link layer: InfiniBand).
+_ETHERNET_FABRICS = frozenset({"roce", "rocev2", "ethernet"})
+
+
+def _layer(labels) -> str:
+    return "Ethernet" if str(labels.get("link_layer") or "").lower() == "ethernet" else "InfiniBand"
+
+
+def _fabric_layer(ev: Evidence) -> str:
+    return "Ethernet" if ev.cluster.fabric.kind.strip().lower() in _ETHERNET_FABRICS else "InfiniBand"
+
+
+def _fabric_ports(ev: Evidence):
+    """The ibstat ports of the fabric the cluster model names, and the others (a RoCE NIC on an InfiniBand
+    cluster, an IB HCA on a RoCE one): judged apart, never against the other fabric's expectation."""
+    layer = _fabric_layer(ev)
+    ours = [p for p in ev.port_rates if _layer(p[1]) == layer]
+    others = [p for p in ev.port_rates if _layer(p[1]) != layer]
+    return layer, ours, others
+
+
+def _port_host(host, labels) -> str:
+    return str(host or labels.get("node") or "(no host)")
+
+
+def _port_name(host, labels) -> str:
+    return f"{_port_host(host, labels)}/{labels.get('device')}"
+
+
+def _others_note(others) -> str:
+    """One clause naming the ports of the other link layer, reported and not judged."""
+    if not others:
+        return ""
+    layer = "Ethernet (RoCE)" if _layer(others[0][1]) == "Ethernet" else "InfiniBand"
+    ports = _names(f"{_port_name(h, lab)}: {v:g} Gb/s" for h, lab, v in others)
+    return f"; {len(others)} {layer} port{'s' if len(others) != 1 else ''} reported apart, not judged: {ports}"
+
+
+def _hcas_by_host(ports) -> dict[str, set[str]]:
     out: dict[str, set[str]] = defaultdict(set)
-    for host, labels, _ in ev.port_rates:
-        out[str(host or labels.get("node"))].add(str(labels.get("device")))
+    for host, labels, _ in ports:
+        out[_port_host(host, labels)].add(str(labels.get("device")))
     return out
 
 
 def hca_naming(ev: Evidence) -> Verdict:
-    rec = [f"samples {vocab.IB_PORT_RATE_GBPS} (ibstat)"]
-    by_host = _hcas_by_host(ev)
-    if not by_host:
+    rec = [f"samples {vocab.IB_PORT_RATE_GBPS} (ibstat, link_layer label)"]
+    if not ev.port_rates:
         return _v("unknown", "no ibstat in the store", rec)
+    layer, ours, others = _fabric_ports(ev)
+    note = _others_note(others)
+    by_host = _hcas_by_host(ours)
+    if not by_host:
+        return _v("unknown", f"no {layer} port in ibstat{note}", rec)
+    for host in _hcas_by_host(others):
+        by_host.setdefault(host, set())  # a node with none of the fabric's HCAs fits no NCCL_IB_HCA list either
     names = {frozenset(v) for v in by_host.values()}
     if len(names) > 1:
         return _v(
             "fail",
-            "HCA names differ between nodes (an NCCL_IB_HCA list cannot fit all): "
-            + "; ".join(f"{h}: {_names(v)}" for h, v in sorted(by_host.items())[:4]),
+            f"{layer} HCA names differ between nodes (an NCCL_IB_HCA list cannot fit all): "
+            + "; ".join(f"{h}: {_names(v) or '(none)'}" for h, v in sorted(by_host.items())[:4])
+            + note,
             rec,
         )
-    return _v("pass", f"every node names its HCAs {_names(next(iter(names)))}", rec)
+    return _v("pass", f"every node names its {layer} HCAs {_names(next(iter(names)))}{note}", rec)
 
 
 def port_rate(ev: Evidence) -> Verdict:
-    rec = [f"samples {vocab.IB_PORT_RATE_GBPS} (ibstat)"]
+    rec = [f"samples {vocab.IB_PORT_RATE_GBPS} (ibstat, link_layer label)"]
     if not ev.port_rates:
         return _v("unknown", "no ibstat in the store", rec)
-    want = ev.cluster.fabric.link.rate_bits_s / 1e9
+    layer, ours, others = _fabric_ports(ev)
+    note = _others_note(others)
+    link = ev.cluster.fabric.link
+    want = link.rate_bits_s / 1e9
+    fabric = link.name if layer == "InfiniBand" else f"{ev.cluster.fabric.kind} at {want:g} GbE"
+    figures = dict(want_gbps=want, link_layer=layer, fabric_ports=len(ours), other_ports=len(others))
+    if not ours:
+        return _v("unknown", f"no {layer} port in ibstat to compare with {fabric}{note}", rec, **figures)
     slow = sorted(
-        f"{h}/{lab.get('device')}: {v:g} Gb/s"
-        for h, lab, v in ev.port_rates
-        if abs(v - want) > PORT_RATE_TOLERANCE * want
+        f"{_port_name(h, lab)}: {v:g} Gb/s" for h, lab, v in ours if abs(v - want) > PORT_RATE_TOLERANCE * want
     )
     if slow:
         return _v(
             "fail",
-            f"{len(slow)} of {len(ev.port_rates)} ports not at {want:g} Gb/s "
-            f"({ev.cluster.fabric.link.name}): {_names(slow)}",
+            f"{len(slow)} of {len(ours)} {layer} ports not at {want:g} Gb/s ({fabric}): {_names(slow)}{note}",
             rec,
             slow_ports=slow,
-            want_gbps=want,
+            **figures,
         )
-    return _v("pass", f"all {len(ev.port_rates)} ports at {want:g} Gb/s", rec, want_gbps=want)
+    return _v("pass", f"all {len(ours)} {layer} ports at {want:g} Gb/s ({fabric}){note}", rec, **figures)
 
 
 def nccl_autoconfig(ev: Evidence) -> Verdict:
@@ -549,28 +665,44 @@ def memory_scrub(ev: Evidence) -> Verdict:
 
 
 def driver_minimum(ev: Evidence) -> Verdict:
-    rec = [f"samples label {vocab.DCGM_FI_DRIVER_VERSION}"]
+    rec = [f"samples label {vocab.DCGM_FI_DRIVER_VERSION} (every metric: dcgm-exporter, nvidia-smi)"]
     if not ev.drivers:
         return _v("unknown", "no driver version in the store", rec)
-    bad, unlisted = [], []
+    bad, unpatched, newer, unread = [], [], [], []
+    newest_listed = max(int(b) for b in versions.DRIVER_BRANCH_MINIMUMS)
     for host, version in ev.drivers:
+        name = f"{host or '(no host)'}: {version}"
         floor = versions.driver_floor(version)
-        if floor is None:
-            unlisted.append(f"{host}: {version}")
-        elif not versions.at_least(version, floor):
-            bad.append(f"{host}: {version} < {floor}")
+        branch = version.strip().split(".", 1)[0]
+        if floor is not None:
+            ok = versions.at_least(version, floor)
+            if ok is None:
+                unread.append(name)
+            elif not ok:
+                bad.append(f"{name} < {floor}")
+        elif not branch.isdigit():
+            unread.append(name)
+        elif int(branch) > newest_listed:
+            newer.append(name)  # a branch released after the pinned table: its fixes are not known here
+        else:
+            unpatched.append(name)  # an older branch with no fixed release: NVIDIA no longer patches it
     src = versions.DRIVER_SOURCE
+    branches = ", ".join(versions.DRIVER_BRANCH_MINIMUMS)
+    what = []
     if bad:
-        return _v("fail", f"drivers under the pinned minimum: {_names(bad)} ({src})", rec, below=bad)
-    if unlisted:
-        return _v(
-            "fail",
-            f"driver branch with no patched release in the pinned table: {_names(unlisted)} "
-            f"(branches {', '.join(versions.DRIVER_BRANCH_MINIMUMS)}; {src})",
-            rec,
-            unlisted=unlisted,
-        )
-    return _v("pass", f"{len(ev.drivers)} hosts at or above their branch minimum ({src})", rec)
+        what.append(f"under their branch minimum: {_names(bad)}")
+    if unpatched:
+        what.append(f"unknown branch, older than the pinned table and without a fixed release: {_names(unpatched)}")
+    if newer:
+        what.append(f"unknown branch, newer than the pinned table: {_names(newer)}")
+    if unread:
+        what.append(f"not a version: {_names(unread)}")
+    figures = dict(below=bad, unknown_branch=unpatched + newer, unreadable=unread, hosts=len(ev.drivers))
+    if bad or unpatched:
+        return _v("fail", f"drivers {'; '.join(what)} (branches {branches}; {src})", rec, **figures)
+    if newer or unread:
+        return _v("unknown", f"drivers {'; '.join(what)} (branches {branches}; {src})", rec, **figures)
+    return _v("pass", f"{len(ev.drivers)} hosts at or above their branch minimum ({src})", rec, **figures)
 
 
 def container_toolkit_minimum(ev: Evidence) -> Verdict:
@@ -755,9 +887,9 @@ CRITERIA: tuple[Criterion, ...] = (
     _c(
         "nccl-busbw",
         "performance",
-        "NCCL all-reduce busbw vs the fabric's catalog rate",
-        "nccl-tests all_reduce_perf events (largest size)",
-        "nccl-tests doc/PERFORMANCE.md (busbw); catalog "
+        "NCCL all-reduce busbw vs what the node's rails (or NVLink) can carry",
+        "nccl-tests all_reduce_perf events (largest size); the cluster model's HCAs per node and link rate",
+        "nccl-tests doc/PERFORMANCE.md (busbw: rails x per-rail rate across nodes, NVLink inside one); catalog "
         "model/catalog.py; pass share 80 % ours, fail under analysis/health.py's 60 %",
         "hpcwatch health --db F",
         nccl_busbw,
@@ -766,7 +898,7 @@ CRITERIA: tuple[Criterion, ...] = (
         "hca-naming",
         "networking",
         "HCA naming consistent for NCCL",
-        "ibstat device names per node",
+        "ibstat device names per node, ports of the cluster's fabric (link layer) only",
         CRITERIA_URL + " (hca-naming)",
         "hpcwatch ingest ibstat.txt --db F",
         hca_naming,
@@ -774,8 +906,8 @@ CRITERIA: tuple[Criterion, ...] = (
     _c(
         "port-rate",
         "networking",
-        "Every IB port at the catalog rate",
-        "ibstat Rate per port (newest)",
+        "Every fabric port at the catalog rate",
+        "ibstat Rate per port (newest), InfiniBand and Ethernet (RoCE) ports apart by their link layer",
         "model/catalog.py LINKS (InfiniBand roadmap)",
         "hpcwatch health --db F",
         port_rate,
@@ -830,7 +962,7 @@ CRITERIA: tuple[Criterion, ...] = (
         "security-nvidia-driver",
         "security",
         "NVIDIA driver at or above the pinned minimum",
-        "DCGM_FI_DRIVER_VERSION label per host",
+        "DCGM_FI_DRIVER_VERSION label per host, from every metric that carries it (dcgm-exporter, nvidia-smi)",
         versions.MINIMUMS_SOURCE,
         "hpcwatch top --db F",
         driver_minimum,

@@ -125,6 +125,7 @@ class Evidence:
     constraint_increase: tuple[tuple[str, str | None, float], ...] = ()
     nvidia_params: tuple[Event, ...] = ()
     drivers: tuple[tuple[str | None, str], ...] = ()
+    """(host, driver version) from the DCGM_FI_DRIVER_VERSION label of any metric (dcgm-exporter, nvidia-smi)."""
     container_toolkit: tuple[tuple[str | None, str], ...] = ()
     findings: tuple[Finding, ...] | None = None
     """Findings of the six detectors over the store; None when they were not run."""
@@ -217,7 +218,8 @@ def gather_evidence(store: Store, config: AssessConfig, *, findings: list[Findin
         partitions=tuple(store.events(EventKind.OPENSM_PARTITIONS)),
         constraint_increase=tuple((m, h, inc) for m, h, _, inc in queries.counter_increase(store, constraint)),
         nvidia_params=tuple(store.events(EventKind.NVIDIA_PARAMS)),
-        drivers=tuple(queries.label_values_by_host(store, _CLOCK, vocab.DCGM_FI_DRIVER_VERSION)),
+        # every metric: MIG instances export no GPU_UTIL, nvidia-smi and dcgm-exporter put the driver on all samples
+        drivers=tuple(queries.label_values_any_metric(store, vocab.DCGM_FI_DRIVER_VERSION)),
         container_toolkit=(),
         findings=None if findings is None else tuple(findings),
         idle=tuple(

@@ -50,6 +50,7 @@ __all__ = [
     "gpu_metric_presence",
     "job_gpu_coverage",
     "label_values_by_host",
+    "label_values_any_metric",
     "counter_increase",
     "idle_gpu_maxima",
     "newest_by_labels",
@@ -396,6 +397,16 @@ def label_values_by_host(store: Store, metric: str, label: str) -> list[tuple[st
         "SELECT DISTINCT host, json_extract_string(labels, ?) AS v FROM samples "
         "WHERE metric = ? AND v IS NOT NULL ORDER BY host, v",
         [f'$."{label}"', metric],
+    )
+
+
+def label_values_any_metric(store: Store, label: str) -> list[tuple[str | None, str]]:
+    """The distinct values of label ``label`` per host over every metric that carries it: rows ``(host, value)``.
+    The LIKE skips the JSON parse of samples whose labels cannot hold it."""
+    return store.query(
+        "SELECT DISTINCT host, json_extract_string(labels, ?) AS v FROM samples "
+        "WHERE labels LIKE ? AND v IS NOT NULL ORDER BY host, v",
+        [f'$."{label}"', f'%"{label}"%'],
     )
 
 
