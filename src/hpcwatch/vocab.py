@@ -134,6 +134,8 @@ SLURM_JOB_CPU_SECONDS: Final = "slurm_job_cpu_seconds"
 SLURM_JOB_MEMORY_REQUESTED_BYTES: Final = "slurm_job_memory_requested_bytes"
 SLURM_JOB_MAX_RSS_BYTES: Final = "slurm_job_max_rss_bytes"
 SLURM_JOB_TIME_LIMIT_SECONDS: Final = "slurm_job_time_limit_seconds"
+#: A running job's elapsed time as Slurm reported it at the sample's time (squeue/slurmrestd snapshot, sacct)
+SLURM_JOB_ELAPSED_SECONDS: Final = "slurm_job_elapsed_seconds"
 # ibstat (sources/infiniband.py)
 IB_PORT_RATE_GBPS: Final = "ib_port_rate_gbps"
 IB_PORT_UP: Final = "ib_port_up"
