@@ -139,6 +139,8 @@ SLURM_JOB_ELAPSED_SECONDS: Final = "slurm_job_elapsed_seconds"
 # ibstat (sources/infiniband.py)
 IB_PORT_RATE_GBPS: Final = "ib_port_rate_gbps"
 IB_PORT_UP: Final = "ib_port_up"
+#: 0 for an HCA ibstat could not stat ("ibpanic: ... stat of IB device 'mlx5_8' failed"), labels device, error
+IB_DEVICE_UP: Final = "ib_device_up"
 # Lustre job_stats (sources/lustre.py)
 LUSTRE_JOB_READ_BYTES_TOTAL: Final = "lustre_job_read_bytes_total"
 LUSTRE_JOB_WRITE_BYTES_TOTAL: Final = "lustre_job_write_bytes_total"
