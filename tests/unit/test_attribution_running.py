@@ -119,3 +119,15 @@ def test_sacct_running_job_elapsed_is_a_sample() -> None:
     elapsed = {s.labels["job_id"]: s.value for s in samples if s.metric == vocab.SLURM_JOB_ELAPSED_SECONDS}
     assert elapsed["7"] == 10  # jobs[6].time.elapsed of the running job 7
     assert "2" not in elapsed  # finished: its elapsed is end - start
+
+
+@pytest.mark.parametrize(
+    "last_update", ['"soon"', "true", "[1]", '{"set": true, "number": "x"}', "1e999", "1" + "0" * 400]
+)
+def test_a_bad_last_update_is_one_parse_error(last_update) -> None:
+    from hpcwatch.errors import ParseError
+
+    text = V44.read_text()
+    bad = text[: text.index('"last_update"')] + f'"last_update": {last_update},' + text[text.index('"meta"') - 2 :]
+    with pytest.raises(ParseError, match="last_update"):
+        list(parse_squeue_records(bad, path="q.json"))

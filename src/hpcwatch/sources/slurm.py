@@ -60,6 +60,7 @@ list and the line where that job starts.
 
 from __future__ import annotations
 
+import math
 import os
 import re
 import time
@@ -431,7 +432,9 @@ def _snapshot_time(members: Mapping[str, Any], path: str | os.PathLike[str], t: 
     """``last_update``, else ``t``, else now (module docstring)."""
     try:
         stamped = _epoch(members.get("last_update"))
-    except _Shape as err:
+        if stamped is not None and not math.isfinite(stamped):
+            raise _Shape(f"not a time: {stamped}")
+    except (_Shape, OverflowError) as err:
         raise ParseError(f"last_update: {err}", path=path) from err
     if stamped is not None:
         return stamped
