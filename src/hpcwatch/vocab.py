@@ -98,6 +98,7 @@ DCGM_FI_DEV_POWER_USAGE: Final = "DCGM_FI_DEV_POWER_USAGE"
 DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION: Final = "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION"
 DCGM_FI_DEV_FB_USED: Final = "DCGM_FI_DEV_FB_USED"
 DCGM_FI_DEV_FB_FREE: Final = "DCGM_FI_DEV_FB_FREE"
+DCGM_FI_DEV_FB_TOTAL: Final = "DCGM_FI_DEV_FB_TOTAL"
 DCGM_FI_DEV_SM_CLOCK: Final = "DCGM_FI_DEV_SM_CLOCK"
 DCGM_FI_DEV_MEM_CLOCK: Final = "DCGM_FI_DEV_MEM_CLOCK"
 DCGM_FI_DEV_GPU_TEMP: Final = "DCGM_FI_DEV_GPU_TEMP"
@@ -134,9 +135,13 @@ SLURM_JOB_CPU_SECONDS: Final = "slurm_job_cpu_seconds"
 SLURM_JOB_MEMORY_REQUESTED_BYTES: Final = "slurm_job_memory_requested_bytes"
 SLURM_JOB_MAX_RSS_BYTES: Final = "slurm_job_max_rss_bytes"
 SLURM_JOB_TIME_LIMIT_SECONDS: Final = "slurm_job_time_limit_seconds"
+#: A running job's elapsed time as Slurm reported it at the sample's time (squeue/slurmrestd snapshot, sacct)
+SLURM_JOB_ELAPSED_SECONDS: Final = "slurm_job_elapsed_seconds"
 # ibstat (sources/infiniband.py)
 IB_PORT_RATE_GBPS: Final = "ib_port_rate_gbps"
 IB_PORT_UP: Final = "ib_port_up"
+#: 0 for an HCA ibstat could not stat ("ibpanic: ... stat of IB device 'mlx5_8' failed"), labels device, error
+IB_DEVICE_UP: Final = "ib_device_up"
 # Lustre job_stats (sources/lustre.py)
 LUSTRE_JOB_READ_BYTES_TOTAL: Final = "lustre_job_read_bytes_total"
 LUSTRE_JOB_WRITE_BYTES_TOTAL: Final = "lustre_job_write_bytes_total"

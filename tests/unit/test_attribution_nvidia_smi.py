@@ -47,3 +47,21 @@ def test_instant_power_not_supported_falls_back_to_power_draw() -> None:
 def test_a_csv_without_index_is_a_parse_error_not_gpu_none(text) -> None:
     with pytest.raises(ParseError, match="no index column"):
         list(parse_nvidia_smi_csv(text, path="q.csv"))
+
+
+def test_real_mig_xml_gives_one_gpu_report_per_instance(tmp_path) -> None:
+    """The real CEEMS A100 capture: a job holding GPU 2 of n1 sees its three MIG instances, each with its own
+    memory high-water mark (keyed 2.1, 2.5, 2.13 as dcgm-exporter's GPU_I_ID lines are)."""
+    from hpcwatch.ingest import ingest_paths
+    from hpcwatch.records import Job
+    from hpcwatch.reports.jobs import job_report
+    from hpcwatch.store import Store
+
+    t = 1728671049.0  # <timestamp>Fri Oct 11 18:24:09 2024</timestamp>
+    with Store(tmp_path / "s") as store:
+        ingest_paths(store, [DATA / "nvidia_smi/nvidia_smi_q_a100_mig_ceems.xml"], host="n1")
+        with store.transaction() as tx:
+            tx.add([Job(id="77", nodes=("n1",), gpus=1, gpus_by_node={"n1": (2,)}, start=t - 60, end=t + 60)])
+        report = job_report(store, "77")
+    per = {(g.gpu, g.instance): g.max_fb_used_bytes for g in report.per_gpu}
+    assert per == {("2", "1"): 37 * 2**20, ("2", "5"): 12 * 2**20, ("2", "13"): 12 * 2**20}

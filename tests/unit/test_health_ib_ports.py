@@ -104,3 +104,43 @@ def _table(samples):
     with Store(":memory:") as store:
         store.add(samples)
         return store.samples()
+
+
+GPUD_IBPANIC = IB / "ibstat_a100_ibpanic_mlx5_8_gpud.txt"
+AZURE_PASTED = IB / "ibstat_pasted_prompt_ibpanic_azhpc_diagnostics59.txt"
+
+
+def test_real_ibpanic_on_a_vanished_hca_drains_the_node_naming_it() -> None:
+    """gpud's real capture (ibstat exit 255): mlx5_0..7 Active at 200 (HDR), then ibpanic on mlx5_8. Before,
+    the panic line was dropped and the node was ok."""
+    node = _report(read_ibstat(GPUD_IBPANIC, node="gpu07", t=10.0), link="hdr")
+    assert node.verdict == "drain"
+    (check,) = [c for c in node.checks if c.rule == "ib_port" and c.verdict != "ok"]
+    assert (
+        check.title == "IB device mlx5_8 is gone (ibstat: stat of IB device 'mlx5_8' failed: No such file or directory)"
+    )
+    assert check.evidence["device"] == "mlx5_8"
+
+
+def test_a_later_ibstat_listing_the_device_again_clears_it() -> None:
+    gone = list(read_ibstat(GPUD_IBPANIC, node="gpu07", t=10.0))
+    back = list(
+        parse_ibstat(
+            "CA 'mlx5_8'\n\tPort 1:\n\t\tState: Active\n\t\tPhysical state: LinkUp\n\t\tRate: 200\n"
+            "\t\tLink layer: InfiniBand\n",
+            node="gpu07",
+            t=20.0,
+        )
+    )
+    assert _report([*gone, *back], link="hdr").verdict == "ok"
+
+
+def test_real_pasted_capture_with_prompts_is_read() -> None:
+    """azhpc-diagnostics#59 as pasted: '~$ ibstat' (panics on the Accelerated Networking mlx5_an0), then
+    '~$ ibstat mlx5_ib0' and its port, Initializing. Before: refused as an unknown format."""
+    node = _report(read_ibstat(AZURE_PASTED, node="gpu07", t=10.0), link="hdr")
+    found = {c.title for c in node.checks if c.rule == "ib_port" and c.verdict != "ok"}
+    assert found == {
+        "IB device mlx5_an0 is gone (ibstat: stat of IB device 'mlx5_an0' failed: No such file or directory)",
+        "IB port mlx5_ib0/1 is Initializing (LinkUp)",
+    }

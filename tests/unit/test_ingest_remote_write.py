@@ -40,16 +40,16 @@ def test_every_sample_of_real_scrapes_is_sent_as_the_reader_reads_it(tmp_path):
     assert report.totals()["samples"] == len(want)
 
 
-def test_a_squeue_document_holds_no_samples_and_is_not_sent():
+def test_a_scontrol_capture_holds_no_samples_and_is_not_sent():
     receiver = Receiver()
-    report = remote_write_paths(receiver, [DATA / "slurm" / "squeue.json"])
+    report = remote_write_paths(receiver, [DATA / "slurm" / "scontrol_show_job_detail.txt"])
     assert receiver.requests == []
     assert report.files[0].status == "not sent" and "samples only" in report.files[0].reason
 
 
 def test_forcing_a_format_without_samples_is_a_parse_error():
     with pytest.raises(ParseError, match="samples only"):
-        remote_write_paths(Receiver(), [DATA / "slurm" / "squeue.json"], format="squeue-json")
+        remote_write_paths(Receiver(), [DATA / "slurm" / "scontrol_show_job_detail.txt"], format="scontrol-job")
 
 
 def test_a_long_file_goes_in_batches_of_remote_write_batch(tmp_path):

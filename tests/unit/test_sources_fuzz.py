@@ -14,6 +14,7 @@ PARSERS = {
     "prometheus": lambda text: list(prometheus_text.parse_prometheus_text(text, t=0)),
     "prometheus-columns": lambda text: prometheus_text.parse_prometheus_columns(text, t=0),
     "squeue": lambda text: list(slurm.parse_squeue_json(text)),
+    "squeue-records": lambda text: list(slurm.parse_squeue_records(text, t=0)),
     "sacct": lambda text: list(slurm.parse_sacct_json(text)),
     "scontrol": lambda text: list(slurm.parse_scontrol_show_job(text)),
     "perfquery": lambda text: list(infiniband.parse_perfquery(text)),
@@ -120,7 +121,7 @@ _JSON = st.recursive(
 )
 
 
-@pytest.mark.parametrize("name", ["squeue", "sacct"])
+@pytest.mark.parametrize("name", ["squeue", "squeue-records", "sacct"])
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(jobs=st.lists(_JSON, max_size=3))
 def test_slurm_json_of_any_shape(name, jobs):
@@ -137,6 +138,7 @@ READERS = {
     "prometheus": prometheus_text.read_prometheus_text,
     "prometheus-columns": prometheus_text.read_prometheus_columns,
     "squeue": slurm.read_squeue_json,
+    "squeue-records": slurm.read_squeue_records,
     "sacct": slurm.read_sacct_json,
     "scontrol": slurm.read_scontrol_show_job,
     "perfquery": infiniband.read_perfquery,

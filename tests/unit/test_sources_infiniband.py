@@ -100,3 +100,34 @@ def test_saved_file_name_gives_node_and_device(tmp_path):
     assert (sample.labels["node"], sample.labels["device"], sample.labels["port"]) == ("node2", "mlx5_3", "1")
     # the real fixtures are named by GUID: nothing is guessed
     assert "node" not in next(iter(read_perfquery(IB / "perfquery_x_switch_port1.out", t=0))).labels
+
+
+def test_real_ibpanic_line_is_a_vanished_device_sample():
+    samples = list(read_ibstat(IB / "ibstat_a100_ibpanic_mlx5_8_gpud.txt", node="gpu07", t=5.0))
+    gone = [s for s in samples if s.metric == "ib_device_up"]
+    assert [(s.labels, s.value) for s in gone] == [
+        ({"node": "gpu07", "device": "mlx5_8", "error": "No such file or directory"}, 0.0)
+    ]
+    up = {s.labels["device"] for s in samples if s.metric == "ib_port_up" and s.value == 1.0}
+    assert up == {f"mlx5_{i}" for i in range(8)}  # the eight HCAs read before the panic
+
+
+@pytest.mark.parametrize(
+    "prompt", ["$ ibstat", "user@host:~$ ibstat", "[root@node045 ~]# ibstat mlx5_0", "~$ sudo ibstat"]
+)
+def test_shell_prompt_lines_are_skipped_and_sniffed(prompt):
+    from hpcwatch.sources.infiniband import is_ibstat
+
+    text = f"{prompt}\n" + (IB / "ibstat_two_cas.txt").read_text()
+    assert is_ibstat(text)
+    assert list(parse_ibstat(text, t=1.0)) == list(read_ibstat(IB / "ibstat_two_cas.txt", t=1.0))
+
+
+def test_real_pasted_capture_is_recognised_by_the_registry():
+    from hpcwatch.sources.registry import read_input
+
+    records = list(read_input(IB / "ibstat_pasted_prompt_ibpanic_azhpc_diagnostics59.txt", host="n1"))
+    assert {(r.metric, r.labels["device"]) for r in records} >= {
+        ("ib_device_up", "mlx5_an0"),
+        ("ib_port_up", "mlx5_ib0"),
+    }

@@ -131,3 +131,46 @@ def test_bad_csv(text, line, what):
     with pytest.raises(ParseError) as err:
         list(parse_nvidia_smi_csv(text, path="q.csv"))
     assert err.value.line == line and what in err.value.what
+
+
+MIG = SMI / "nvidia_smi_q_a100_mig_ceems.xml"  # real A100-PCIE-40GB nodes, two GPUs in MIG mode (CEEMS)
+
+
+def test_mig_instances_are_rows_of_their_own_tied_to_the_parent():
+    """Before: the <mig_devices> were skipped (the file gave no sample at all). Now one row per instance."""
+    samples = [r for r in read_nvidia_smi_xml(MIG, hostname="n1") if isinstance(r, Sample)]
+    rows = {
+        (s.labels["gpu"], s.labels["GPU_I_ID"], s.labels["GPU_CI_ID"], s.labels["mig_device"], s.metric): s.value
+        for s in samples
+    }
+    # gpu 00000000:21:00.0 (index 2): instances 1, 5, 13 with 37/19968, 12/9856, 12/4864 MiB used/total
+    assert rows[("2", "1", "0", "0", "DCGM_FI_DEV_FB_USED")] == 37.0
+    assert rows[("2", "1", "0", "0", "DCGM_FI_DEV_FB_TOTAL")] == 19968.0
+    assert rows[("2", "5", "0", "1", "DCGM_FI_DEV_FB_FREE")] == 9843.0
+    assert rows[("2", "13", "0", "2", "DCGM_FI_DEV_FB_TOTAL")] == 4864.0
+    # gpu 00000000:81:00.0 (index 3): instances 1, 5, 6
+    assert {(g, i) for g, i, _, _, _ in rows} == {
+        ("2", "1"),
+        ("2", "5"),
+        ("2", "13"),
+        ("3", "1"),
+        ("3", "5"),
+        ("3", "6"),
+    }
+    assert rows[("3", "6", "0", "2", "DCGM_FI_DEV_FB_USED")] == 12.0
+    parent = next(s for s in samples if s.labels["gpu"] == "2")
+    assert parent.labels["UUID"] == "GPU-956348bc-d43d-23ed-53d4-857749fa2b67"
+    assert parent.labels["pci_bus_id"] == "00000000:21:00.0" and "GPU_I_PROFILE" not in parent.labels
+
+
+def test_mig_process_names_its_instance():
+    events = [r for r in read_nvidia_smi_xml(MIG, hostname="n1") if isinstance(r, Event)]
+    by_gpu = {e.attrs["gpu"]: e.attrs for e in events}
+    assert by_gpu["2"]["gpu_instance_id"] == 5 and by_gpu["2"]["compute_instance_id"] == 0
+    assert "gpu_instance_id" not in by_gpu["0"]  # whole GPU: N/A
+
+
+def test_a_mig_device_without_its_instance_id_is_a_parse_error():
+    text = MIG.read_text().replace("<gpu_instance_id>13</gpu_instance_id>", "", 1)
+    with pytest.raises(ParseError, match="without gpu_instance_id"):
+        list(parse_nvidia_smi_xml(text, path="q.xml"))

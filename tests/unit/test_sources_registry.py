@@ -70,8 +70,9 @@ def test_unknown_format_names_the_file(tmp_path):
 def test_gzipped_files_are_read(tmp_path):
     path = tmp_path / "squeue.json.gz"
     path.write_bytes(gzip.compress((DATA / "slurm/squeue.json").read_bytes()))
-    jobs = list(read_input(path))
-    assert len(jobs) == 10 and all(isinstance(j, Job) for j in jobs)
+    records = list(read_input(path))
+    jobs = [r for r in records if isinstance(r, Job)]
+    assert len(jobs) == 10 and all(isinstance(r, Sample) for r in records[10:])  # running jobs' elapsed, limit
 
 
 def test_a_walk_reads_folders_in_name_order():
@@ -85,7 +86,8 @@ def test_a_walk_reads_folders_in_name_order():
 
 
 def test_forced_format_and_unknown_format_name():
-    assert len(list(read_input(DATA / "slurm/squeue.json", format="squeue-json"))) == 10
+    records = read_input(DATA / "slurm/squeue.json", format="squeue-json")
+    assert len([r for r in records if isinstance(r, Job)]) == 10
     with pytest.raises(ParseError, match="unknown format 'yaml'"):
         format_named("yaml")
 

@@ -23,6 +23,8 @@ x 100, the field NVIDIA recommends for MIG (https://github.com/NVIDIA/dcgm-expor
 One window per job. GPU-hours *allocated* come from the allocation (GPUs x elapsed, as Slurm bills and
 jobstats counts); GPU-hours *observed* are what the samples cover (per GPU: utilisation samples x the
 series' median scrape interval); energy, utilisation and bytes are sums over those samples only.
+A running job's elapsed time is Slurm's at its latest snapshot (``slurm_job_elapsed_seconds`` from
+squeue/slurmrestd/sacct, see sources/slurm.py), else up to the newest sample, never past its time limit.
 ``coverage`` = observed / allocated says how much of the allocation the other numbers speak for::
 
     allocation  |<-------------------- 12 GPUs x 7,800 s = 26.0 GPU-h -------------------->|
@@ -116,6 +118,7 @@ SLURM_METRICS = (
     vocab.SLURM_JOB_MEMORY_REQUESTED_BYTES,
     vocab.SLURM_JOB_MAX_RSS_BYTES,
     vocab.SLURM_JOB_TIME_LIMIT_SECONDS,
+    vocab.SLURM_JOB_ELAPSED_SECONDS,
 )
 REPORT_METRICS = DCGM_METRICS + IB_METRICS + LUSTRE_METRICS + SLURM_METRICS
 #: A GPU whose utilisation never reached 1 % during the job was allocated but idle (jobstats flags 0 %).
@@ -654,6 +657,8 @@ class _SlurmUsage:
     memory_requested_bytes: int | None = None
     max_rss_by_node: tuple[tuple[str, int], ...] = ()
     time_limit_s: float | None = None
+    elapsed_s: float | None = None
+    """A running job's elapsed time at the latest Slurm snapshot (squeue, slurmrestd, sacct)."""
 
 
 def _slurm_usage(samples: pa.Table) -> dict[str, _SlurmUsage]:
@@ -691,6 +696,7 @@ def _slurm_usage(samples: pa.Table) -> dict[str, _SlurmUsage]:
             memory_requested_bytes=None if mem is None else int(mem),
             max_rss_by_node=tuple(sorted(rss.get(job, {}).items())),
             time_limit_s=get(vocab.SLURM_JOB_TIME_LIMIT_SECONDS),
+            elapsed_s=get(vocab.SLURM_JOB_ELAPSED_SECONDS),
         )
     return out
 
@@ -786,7 +792,7 @@ def _report(
     allocation = _allocation(job)
     observed_h = total.observed_s / 3600.0
     if allocation is not None and job.start is not None:
-        elapsed = max(0.0, (job.end if job.end is not None else now) - job.start)
+        elapsed = _elapsed(job, usage, now)
         allocated_h: float | None = job.gpus * elapsed / 3600.0
     else:
         elapsed, allocated_h = (window[1] - window[0]) if window[0] is not None else 0.0, None
@@ -828,6 +834,19 @@ def _report(
         **_usage_fields(usage, elapsed),
     )
     return _with_advice(report)
+
+
+def _elapsed(job: Job, usage: _SlurmUsage | None, now: float) -> float:
+    """End - start of a finished job. A running one ran until Slurm's latest snapshot of it (its elapsed
+    sample), else until ``now``, and never past its time limit: Slurm kills it there (issue #22: a 1 h job
+    read with samples 2.75 days later counted 66 h)."""
+    assert job.start is not None
+    if job.end is not None:
+        return max(0.0, job.end - job.start)
+    said = usage.elapsed_s if usage is not None else None
+    elapsed = max(0.0, said if said is not None else now - job.start)
+    limit = usage.time_limit_s if usage is not None else None
+    return min(elapsed, limit) if limit else elapsed
 
 
 def _window(cells: list[tuple[str, str, _Acc]]) -> tuple[float | None, float | None]:

@@ -23,6 +23,7 @@ rule                      signal                                               v
 ``ib_errors``             symbol, receive, recovery, integrity error counters    warn
 ``ib_port``               ibstat: an InfiniBand port not Active/LinkUp           drain (Disabled: warn)
                           an Active port under the catalog's link rate           warn (under half: drain)
+                          ibstat panicked on an HCA (``ib_device_up`` 0): gone   drain
 ``stalled_nccl``          util >= 90 % at near-idle power for a minute           warn
 ``idle_allocated``        a GPU held by a job at <= 5 % util for 10 minutes      warn
 ``gpu_missing``           a GPU stopped reporting while its node still reports   drain
@@ -122,6 +123,8 @@ IB_COUNTERS: dict[str, tuple[str, str]] = {
 
 #: ibstat's port samples (sources/infiniband.py; labels node, device, port, state, physical_state, link_layer).
 IB_PORT_METRICS = (vocab.IB_PORT_UP, vocab.IB_PORT_RATE_GBPS)
+#: ibstat's panic on an HCA it could not stat (labels node, device, error).
+IB_DEVICE_METRICS = (vocab.IB_DEVICE_UP,)
 
 #: Every metric the passive rules read (fetch these from the store).
 PASSIVE_METRICS: tuple[str, ...] = (
@@ -136,6 +139,7 @@ PASSIVE_METRICS: tuple[str, ...] = (
     POWER,
     *(m for pair in IB_COUNTERS.values() for m in pair),
     *IB_PORT_METRICS,
+    *IB_DEVICE_METRICS,
 )
 
 
@@ -430,6 +434,31 @@ def _latest_ports(table: pa.Table) -> dict[tuple[str, str, str], dict[str, _Seri
     return out
 
 
+def _check_ib_devices(table: pa.Table) -> list[Check]:
+    """An HCA ibstat could not stat (``ib_device_up`` 0) drains its node, unless a later ibstat listed a port
+    of it again: the device is gone from the node (unplugged, fallen off the PCIe bus, its driver failed)."""
+    seen_at: dict[tuple[str, str], float] = {}
+    for s in _series(table, vocab.IB_PORT_UP):
+        key = (s.host, str(s.labels.get("device", "")))
+        seen_at[key] = max(seen_at.get(key, float("-inf")), float(s.t[-1]))
+    checks = []
+    for s in sorted(_series(table, vocab.IB_DEVICE_UP), key=lambda s: (s.host, s.key)):
+        device, gone_at = str(s.labels.get("device", "")), float(s.t[-1])
+        if s.v[-1] >= 1 or seen_at.get((s.host, device), float("-inf")) > gone_at:
+            continue
+        error = s.labels.get("error")
+        checks.append(
+            Check(
+                node=s.host,
+                rule="ib_port",
+                verdict="drain",
+                title=f"IB device {device} is gone (ibstat: stat of IB device '{device}' failed: {error})",
+                evidence={"device": device, "error": error, "t_last": gone_at},
+            )
+        )
+    return checks
+
+
 def _check_ib_ports(table: pa.Table, config: HealthConfig, link_key: str) -> list[Check]:
     """ibstat ports: an InfiniBand port that is not Active/LinkUp, or runs under the catalog's link rate. Ethernet
     ports (RoCE or plain NICs on a VPI card) are not the InfiniBand fabric: not judged here."""
@@ -576,6 +605,7 @@ def passive_checks(
         *_check_throttle(samples, config),
         *_check_ib(samples, config),
         *_check_ib_ports(samples, config, link),
+        *_check_ib_devices(samples),
         *_check_gpu_activity(samples, config),
         *_check_missing(samples, config),
     ]
@@ -592,7 +622,7 @@ def _rules_with_data(samples: pa.Table, events: Sequence[Event]) -> dict[str, se
         PCIE_REPLAY: "pcie_replay",
         UTIL: "gpu_missing",
         **dict.fromkeys(THROTTLE, "throttle"),
-        **dict.fromkeys(IB_PORT_METRICS, "ib_port"),
+        **dict.fromkeys(IB_PORT_METRICS + IB_DEVICE_METRICS, "ib_port"),
     }
     for name, pair in IB_COUNTERS.items():
         for m in pair:

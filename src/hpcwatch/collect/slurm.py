@@ -25,11 +25,11 @@ from hpcwatch.collect.base import RunResult
 from hpcwatch.collect.config import SlurmSection
 from hpcwatch.collect.cursor import Cursor
 from hpcwatch.errors import BackendError, HpcwatchError
-from hpcwatch.sources.slurm import parse_sacct_records, parse_squeue_json
+from hpcwatch.sources.slurm import parse_sacct_records, parse_squeue_records
 from hpcwatch.sources.slurmrest import (
     load_answer,
     parse_rest_accounting,
-    parse_rest_jobs,
+    parse_rest_job_records,
     parse_rest_nodes,
     parse_rest_partitions,
 )
@@ -105,7 +105,9 @@ class SlurmCollector:
     def _rest(self, since: float, now: float):
         v, s = self.section.api_version, self.section
         jobs = (
-            list(parse_rest_jobs(self._get(f"/slurm/{v}/jobs"), path=f"slurmrestd /slurm/{v}/jobs")) if s.jobs else []
+            list(parse_rest_job_records(self._get(f"/slurm/{v}/jobs"), path=f"slurmrestd /slurm/{v}/jobs", t=now))
+            if s.jobs
+            else []
         )
         accounted = []
         if s.accounting:
@@ -134,7 +136,8 @@ class SlurmCollector:
 
     def _cli(self, since: float, now: float):
         s = self.section
-        jobs = list(parse_squeue_json(self._command("squeue", "--json"), path="squeue --json")) if s.jobs else []
+        squeue = self._command("squeue", "--json") if s.jobs else None
+        jobs = list(parse_squeue_records(squeue, path="squeue --json", t=now)) if squeue is not None else []
         accounted = []
         if s.accounting:
             text = self._command("sacct", "--json", "-a", "-S", _slurm_time(since), "-E", "now")

@@ -483,10 +483,11 @@ register(
 register(
     Format(
         name="squeue-json",
-        read=_slurm("read_squeue_json"),
-        kinds=J,
+        read=_slurm("read_squeue_records"),
+        kinds=J | S,
+        dated_by_file=True,  # without last_update (22.05), running jobs' samples take the file's time
         sniff=lambda h: _json_jobs(h) and ('"job_state"' in h.text or "squeue" in h.name),
-        summary="squeue --json",
+        summary="squeue --json (jobs; a running job's elapsed time and time limit at the snapshot as samples)",
     )
 )
 register(

@@ -12,6 +12,14 @@ ibstat prints per HCA (``CA 'mlx5_0'``) and per port its state, rate and lid
 ``State: Active`` and ``Physical state: LinkUp``), ``ib_port_rate_gbps`` and
 ``ib_port_lid``, with the state words kept as labels.
 
+ibstat stops at the first HCA it cannot read: ``ibpanic: [PID] main: stat of IB device 'mlx5_8' failed: No
+such file or directory`` and exit 255 (rdma-core's ibstat before PR #1501; the real capture
+tests/data/infiniband/ibstat_a100_ibpanic_mlx5_8_gpud.txt lists mlx5_0..7, then panics on mlx5_8). That
+line becomes ``ib_device_up`` 0 (labels ``device``, ``error``: the panic's reason) so that health drains the
+node naming the device; HCAs after it in ibstat's order were not read, and say nothing. A capture pasted with
+its shell prompts (``$ ibstat``, ``user@host:~$ ibstat mlx5_0``, ``[root@n1 ~]# ibstat``) is read with those
+prompt lines skipped.
+
 Not checked: that 32-bit counters have not wrapped or saturated (perfquery
 without ``-x`` saturates at 2^32-1), that ports and lids are unique, fields
 this module does not know (they are skipped, not rejected, in ibstat).
@@ -108,6 +116,11 @@ def read_perfquery(
 
 
 _CA_RE = re.compile(r"CA\s+'([^']+)'\s*\Z")
+#: ibstat's panic on an HCA it cannot stat (module docstring); group 1 the device, group 2 the reason.
+_PANIC_RE = re.compile(r"ibpanic:\s*(?:\[\d+\]\s*)?\S*:?\s*stat of IB device '([^']+)' failed:?\s*(.*?)\s*\Z")
+#: A shell prompt running ibstat, as pasted with the capture: ``$ ibstat``, ``user@host:~$ ibstat mlx5_0``,
+#: ``[root@node1 ~]# sudo ibstat``.
+_PROMPT_RE = re.compile(r"(?:\[[^\]]*\]|[\w.@:~/-]*)\s*[$#]\s*(?:sudo\s+)?ibstat(?:\s.*)?\Z")
 _PORT_RE = re.compile(r"Port\s+(\d+):\s*\Z")
 _KEY_RE = re.compile(r"([A-Za-z][A-Za-z ]*?):\s*(.*?)\s*\Z")
 
@@ -128,6 +141,12 @@ def _port_samples(port: dict[str, str], labels: dict[str, str], t: float, *, pat
         )
 
 
+def _vanished(device: str, reason: str, base: dict[str, str], t: float) -> Sample:
+    """``ib_device_up`` 0 for the HCA ibstat panicked on."""
+    labels = {**base, "device": device, "error": reason or "stat failed"}
+    return Sample(metric=vocab.IB_DEVICE_UP, labels=labels, t=t, value=0.0)
+
+
 def parse_ibstat(
     text: str, *, path: str | os.PathLike[str] = "<input>", node: str | None = None, t: float = 0.0
 ) -> Iterator[Sample]:
@@ -140,6 +159,16 @@ def parse_ibstat(
     for number, raw in enumerate(text.split("\n"), start=1):
         line = raw.strip()
         if not line:
+            continue
+        if _PROMPT_RE.match(line):
+            continue
+        panic = _PANIC_RE.match(line)
+        if panic:
+            if port is not None:
+                yield from _port_samples(port, labels, t, path=path, line=port_line)
+                port = None
+            yield _vanished(panic.group(1), panic.group(2), base, t)
+            device = None
             continue
         ca, pm = _CA_RE.match(line), _PORT_RE.match(line)
         if ca or pm:
@@ -175,4 +204,9 @@ def is_perfquery(head: str) -> bool:
 
 
 def is_ibstat(head: str) -> bool:
-    return _CA_RE.match(head.lstrip().split("\n", 1)[0].strip()) is not None
+    """The first line that is not a shell prompt running ibstat is a ``CA 'name'`` line or ibstat's panic."""
+    for raw in head.lstrip().split("\n")[:8]:
+        line = raw.strip()
+        if line and not _PROMPT_RE.match(line):
+            return _CA_RE.match(line) is not None or _PANIC_RE.match(line) is not None
+    return False

@@ -23,8 +23,17 @@ Times: nvidia-smi prints local wall-clock time without a zone; it is read as
 UTC unless ``utc_offset_s`` says otherwise. A reading of ``N/A`` or
 ``[Not Supported]`` gives no sample.
 
+A GPU in MIG mode lists its instances under ``<mig_devices>``; each ``<mig_device>`` gives, as dcgm-exporter
+does for a MIG instance, samples of its own: ``DCGM_FI_DEV_FB_USED``, ``DCGM_FI_DEV_FB_FREE`` and
+``DCGM_FI_DEV_FB_TOTAL`` (MiB, its ``fb_memory_usage``) with the parent GPU's labels (``gpu`` is the parent's
+index) plus ``GPU_I_ID`` (``gpu_instance_id``), ``GPU_CI_ID`` (``compute_instance_id``) and ``mig_device``
+(its ``index``, nvidia-smi -L's "Device N"); ``analysis.attribution`` keys it ``gpu.GPU_I_ID`` as it does
+dcgm-exporter's instance lines. The XML names no MIG profile (``GPU_I_PROFILE`` stays unset) and no
+per-instance utilisation. A compute process's event carries its ``gpu_instance_id`` and
+``compute_instance_id`` when the GPU is in MIG mode (else nvidia-smi writes N/A, left out).
+
 Not checked: fields not listed above (skipped), that the units are the ones
-nvidia-smi always prints (MiB, W, C, MHz, %), MIG devices (read as their parent GPU). A CSV with
+nvidia-smi always prints (MiB, W, C, MHz, %). A CSV with
 both ``power.draw`` and ``power.draw.instant`` gives one power sample (the instant one); a CSV
 without ``index`` is a ParseError (a row's position is not its GPU in a log of repeated queries).
 The XML is parsed with the standard library's expat, which fetches no external
@@ -166,8 +175,38 @@ def _gpu_xml(
         if value is not None:
             seen.add(field)
             yield Sample(metric=field, labels=labels, t=t, value=value)
+    for mig in gpu.iterfind("mig_devices/mig_device"):
+        yield from _mig_samples(mig, labels, t, lines, path=path)
     for proc in gpu.iterfind("processes/process_info"):
         yield _process_event(proc, labels, t, lines, path=path)
+
+
+#: ``<mig_device>`` memory readings -> DCGM field (module docstring).
+_MIG_FIELDS = (
+    ("fb_memory_usage/used", vocab.DCGM_FI_DEV_FB_USED),
+    ("fb_memory_usage/free", vocab.DCGM_FI_DEV_FB_FREE),
+    ("fb_memory_usage/total", vocab.DCGM_FI_DEV_FB_TOTAL),
+)
+#: ``<mig_device>`` ids -> label.
+_MIG_LABELS = (("gpu_instance_id", "GPU_I_ID"), ("compute_instance_id", "GPU_CI_ID"), ("index", "mig_device"))
+
+
+def _mig_samples(
+    mig: ET.Element, parent: dict[str, str], t: float, lines: dict[ET.Element, int], *, path
+) -> Iterator[Sample]:
+    """One MIG instance's memory samples, tied to its parent GPU by the parent's labels."""
+    labels = dict(parent)
+    for tag, label in _MIG_LABELS:
+        value = (mig.findtext(tag) or "").strip()
+        if value and value not in _MISSING:
+            labels[label] = value
+    if "GPU_I_ID" not in labels:
+        raise ParseError("a <mig_device> without gpu_instance_id", path=path, line=_line(lines, mig))
+    for where, field in _MIG_FIELDS:
+        node = mig.find(where)
+        value = None if node is None else _reading(node.text, where, path=path, line=_line(lines, node))
+        if value is not None:
+            yield Sample(metric=field, labels=labels, t=t, value=value)
 
 
 def _process_event(proc: ET.Element, labels: dict[str, str], t: float, lines: dict[ET.Element, int], *, path) -> Event:
@@ -184,6 +223,9 @@ def _process_event(proc: ET.Element, labels: dict[str, str], t: float, lines: di
         "process_name": (proc.findtext("process_name") or "").strip(),
         "used_memory_bytes": None if used is None else int(used * _MIB_BYTES),
     }
+    for tag in ("gpu_instance_id", "compute_instance_id"):  # MIG mode only; N/A on a whole GPU
+        if (value := reading(tag)) is not None:
+            attrs[tag] = int(value)
     return Event(kind=EventKind.GPU_PROCESS, t=t, source="nvidia-smi", attrs=attrs)
 
 

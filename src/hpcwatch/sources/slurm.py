@@ -16,6 +16,17 @@ forecasts, not events, so they become ``None``.
 
 ``gpus`` is what the job holds, or for a pending job what it asked for.
 
+A running job has no end yet, so its elapsed time is what the snapshot said: ``parse_squeue_records``
+(and slurmrestd's ``/slurm/v0.0.4x/jobs``, ``sources.slurmrest.parse_rest_job_records``) yield, after the
+jobs, for each running job a ``vocab.SLURM_JOB_ELAPSED_SECONDS`` sample (snapshot time - start) and a
+``SLURM_JOB_TIME_LIMIT_SECONDS`` one (``time_limit``, minutes; none when unlimited), both at the snapshot
+time, labelled ``job_id``. The snapshot time is the document's ``last_update`` (slurmctld's time of its
+last change to the job table, written after the ``jobs`` list by 24.05 and 25.11: at that moment every job listed
+as running was running, so the elapsed time is never overstated), else the time the caller gives (the
+collector's poll time; for a file, its modification time, 22.05 writes no ``last_update``), else now.
+sacct's ``time.elapsed`` of a running job becomes the same sample. ``analysis.attribution`` ends a
+running job there, capped by its time limit.
+
 ``sacct --json`` also says what a job used, the numbers jobstats prints: ``parse_sacct_records`` yields,
 after each started job, ``Sample``s (labels ``job_id``, and ``node`` where per node) of
 ``vocab.SLURM_JOB_CPUS`` (``tres.allocated`` cpu), ``SLURM_JOB_MEMORY_REQUESTED_BYTES`` (``tres.allocated``
@@ -49,8 +60,10 @@ list and the line where that job starts.
 
 from __future__ import annotations
 
+import math
 import os
 import re
+import time
 from collections.abc import Iterable, Iterator, Mapping
 from datetime import UTC, datetime
 from typing import Any
@@ -59,11 +72,14 @@ from hpcwatch import vocab
 from hpcwatch.errors import ParseError
 from hpcwatch.records import Event, Job, Sample
 from hpcwatch.sources.jsonstream import JsonArrayStream
-from hpcwatch.sources.lines import MAX_STREAM_BYTES, open_binary, read_text
+from hpcwatch.sources.lines import MAX_STREAM_BYTES, file_time, open_binary, read_text
 
 __all__ = [
     "parse_squeue_json",
     "read_squeue_json",
+    "parse_squeue_records",
+    "read_squeue_records",
+    "squeue_records",
     "parse_sacct_json",
     "read_sacct_json",
     "parse_sacct_records",
@@ -339,15 +355,20 @@ def _squeue_job(raw: Mapping[str, Any]) -> Job:
 def _each(jobs: Iterable[tuple[int, Any]], build, path: str | os.PathLike[str], *, many: bool = False) -> Iterator[Any]:
     """``build(raw)`` of each job (``many``: an iterable of records each), shape errors named by job and its line."""
     for i, (line, raw) in enumerate(jobs):
-        try:
-            if not isinstance(raw, Mapping):
-                raise _Shape("a job is not an object")
-            if many:
-                yield from list(build(raw))
-            else:
-                yield build(raw)
-        except (_Shape, ValueError, TypeError, KeyError, IndexError, AttributeError, OverflowError) as err:
-            raise ParseError(f"jobs[{i}]: {err}", path=path, line=line) from err
+        if many:
+            yield from _built(i, line, raw, lambda r: list(build(r)), path)
+        else:
+            yield _built(i, line, raw, build, path)
+
+
+def _built(i: int, line: int, raw: Any, build, path: str | os.PathLike[str]) -> Any:
+    """``build(raw)`` of job ``i``, its shape errors a ParseError naming it and its line."""
+    try:
+        if not isinstance(raw, Mapping):
+            raise _Shape("a job is not an object")
+        return build(raw)
+    except (_Shape, ValueError, TypeError, KeyError, IndexError, AttributeError, OverflowError) as err:
+        raise ParseError(f"jobs[{i}]: {err}", path=path, line=line) from err
 
 
 def parse_squeue_json(text: str, *, path: str | os.PathLike[str] = "<input>") -> Iterator[Job]:
@@ -362,6 +383,70 @@ def read_squeue_json(path: str | os.PathLike[str]) -> Iterator[Job]:
 def squeue_jobs(jobs: Iterable[tuple[int, Any]], *, path: str | os.PathLike[str] = "<input>") -> Iterator[Job]:
     """Jobs of ``(line, raw job)`` pairs (a ``JsonArrayStream`` of a ``"jobs"`` list in squeue's shape)."""
     yield from _each(jobs, _squeue_job, path)
+
+
+def parse_squeue_records(
+    text: str, *, path: str | os.PathLike[str] = "<input>", t: float | None = None
+) -> Iterator[Job | Sample]:
+    """Jobs of ``squeue --json``, then the elapsed time and time limit of each running one at the snapshot
+    time (module docstring; ``t``: the time to use when the document has no ``last_update``, default now)."""
+    stream = JsonArrayStream.from_text(text, "jobs", path=path)
+    yield from squeue_records(_checked(stream), stream.members, path=path, t=t)
+
+
+def read_squeue_records(path: str | os.PathLike[str], *, t: float | None = None) -> Iterator[Job | Sample]:
+    """``parse_squeue_records`` of a saved file, streamed; without ``last_update`` the snapshot time is ``t``,
+    else the file's modification time (when it was written: the squeue run)."""
+    with open_binary(path, max_bytes=MAX_STREAM_BYTES) as binary:
+        stream = JsonArrayStream.from_binary(binary, "jobs", path=path)
+        yield from squeue_records(_checked(stream), stream.members, path=path, t=file_time(path) if t is None else t)
+
+
+def squeue_records(
+    jobs: Iterable[tuple[int, Any]],
+    members: Mapping[str, Any],
+    *,
+    path: str | os.PathLike[str] = "<input>",
+    t: float | None = None,
+) -> Iterator[Job | Sample]:
+    """Jobs of ``(line, raw job)`` pairs, then the running ones' samples at the snapshot time. ``members``:
+    the document's other members, read by the time the pairs are exhausted (``JsonArrayStream.members``)."""
+    running: list[tuple[str, float, float | None]] = []  # (id, start, limit s): a few numbers per running job
+    for i, (line, raw) in enumerate(jobs):
+        job = _built(i, line, raw, _squeue_job, path)
+        if job.start is not None and job.end is None:
+            running.append((job.id, job.start, _built(i, line, raw, _limit_s, path)))
+        yield job
+    at = _snapshot_time(members, path, t)
+    for job_id, start, limit_s in running:
+        yield from _running_samples(job_id, at, max(0.0, at - start), limit_s)
+
+
+def _limit_s(raw: Mapping[str, Any]) -> float | None:
+    """``time_limit`` (minutes) in seconds; None when unlimited or not said."""
+    minutes = _number(raw.get("time_limit"))
+    return 60.0 * minutes if minutes else None
+
+
+def _snapshot_time(members: Mapping[str, Any], path: str | os.PathLike[str], t: float | None) -> float:
+    """``last_update``, else ``t``, else now (module docstring)."""
+    try:
+        stamped = _epoch(members.get("last_update"))
+        if stamped is not None and not math.isfinite(stamped):
+            raise _Shape(f"not a time: {stamped}")
+    except (_Shape, OverflowError) as err:
+        raise ParseError(f"last_update: {err}", path=path) from err
+    if stamped is not None:
+        return stamped
+    return time.time() if t is None else t
+
+
+def _running_samples(job_id: str, at: float, elapsed_s: float, limit_s: float | None) -> list[Sample]:
+    labels = {"job_id": job_id}
+    out = [Sample(metric=vocab.SLURM_JOB_ELAPSED_SECONDS, labels=labels, t=at, value=elapsed_s)]
+    if limit_s is not None:
+        out.append(Sample(metric=vocab.SLURM_JOB_TIME_LIMIT_SECONDS, labels=labels, t=at, value=limit_s))
+    return out
 
 
 # -- sacct --json ----------------------------------------------------------------------------
@@ -544,6 +629,8 @@ def _sacct_usage(raw: Mapping[str, Any], job: Job) -> list[Sample]:
         vocab.SLURM_JOB_MEMORY_REQUESTED_BYTES: memory_mib * MIB if memory_mib else None,
         vocab.SLURM_JOB_CPU_SECONDS: sum(step_cpu) if step_cpu else _cpu_seconds(times),
         vocab.SLURM_JOB_TIME_LIMIT_SECONDS: 60.0 * limit_min if limit_min else None,
+        # a finished job's elapsed is end - start, already in the Job; a running one's is only said here
+        vocab.SLURM_JOB_ELAPSED_SECONDS: float(elapsed) if job.end is None and elapsed is not None else None,
     }
     labels = {"job_id": job.id}
     out = [Sample(metric=m, labels=labels, t=at, value=float(v)) for m, v in values.items() if v is not None]

@@ -36,12 +36,13 @@ from hpcwatch.errors import BackendError, ParseError
 from hpcwatch.records import Event, Job, Sample
 from hpcwatch.sources.jsonstream import JsonArrayStream
 from hpcwatch.sources.lines import file_time, read_text, shown
-from hpcwatch.sources.slurm import sacct_records, squeue_jobs
+from hpcwatch.sources.slurm import sacct_records, squeue_jobs, squeue_records
 
 __all__ = [
     "SlurmApiError",
     "load_answer",
     "parse_rest_jobs",
+    "parse_rest_job_records",
     "parse_rest_accounting",
     "parse_rest_nodes",
     "parse_rest_partitions",
@@ -106,11 +107,13 @@ def _raise_errors(doc: Mapping[str, Any], path: str | os.PathLike[str]) -> list[
     return errors
 
 
-def _streamed_jobs(text: str, path: str | os.PathLike[str]) -> Iterator[tuple[int, Any]]:
+def _streamed_jobs(
+    text: str, path: str | os.PathLike[str], jobs: JsonArrayStream | None = None
+) -> Iterator[tuple[int, Any]]:
     """(line, raw job) of the answer's ``jobs``, decoded one at a time (``sources.jsonstream``: an answer of a
     month of accounting is as big as ``sacct --json``); its errors are raised as soon as they are read: before
     the first job when they come first (v0.0.38), else after the last (v0.0.40+ write ``jobs`` first)."""
-    jobs = JsonArrayStream.from_text(text, "jobs", path=path)
+    jobs = JsonArrayStream.from_text(text, "jobs", path=path) if jobs is None else jobs
     checked = False
     for item in jobs:
         if not checked:
@@ -131,6 +134,15 @@ def _error_text(err: Mapping[str, Any]) -> str:
 def parse_rest_jobs(text: str, *, path: str | os.PathLike[str] = "<slurmrestd>") -> Iterator[Job]:
     """Jobs of ``/slurm/v0.0.3x/jobs`` (the controller's view: pending, running, recently ended)."""
     return squeue_jobs(_streamed_jobs(text, path), path=path)
+
+
+def parse_rest_job_records(
+    text: str, *, path: str | os.PathLike[str] = "<slurmrestd>", t: float | None = None
+) -> Iterator[Job | Sample]:
+    """``parse_rest_jobs``, then each running job's elapsed time and time limit at the answer's
+    ``last_update`` (else ``t``, else now): ``sources.slurm.squeue_records``."""
+    stream = JsonArrayStream.from_text(text, "jobs", path=path)
+    return squeue_records(_streamed_jobs(text, path, stream), stream.members, path=path, t=t)
 
 
 def parse_rest_accounting(text: str, *, path: str | os.PathLike[str] = "<slurmdbd>") -> Iterator[Job | Event | Sample]:
