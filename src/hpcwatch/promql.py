@@ -136,7 +136,8 @@ class PrometheusBackend:
         params += [(k, _ts(v)) for k, v in (("start", t0), ("end", t1)) if v is not None]
         url = f"{self.config.url}/api/v1/label/{label}/values"
         try:
-            response = self._client.get(url, params=params, timeout=self.config.timeout_s)
+            # a tuple: httpx reads it as the list, and its pairs type is covariant (a list of str pairs is not one)
+            response = self._client.get(url, params=tuple(params), timeout=self.config.timeout_s)
         except httpx.HTTPError as err:
             raise BackendError(f"{safe_url(url)}: {type(err).__name__}: {err}") from err
         try:
@@ -397,8 +398,8 @@ def encode_remote_write(samples: Iterable[Sample]) -> tuple[bytes, int]:
         body = bytearray()
         for name, value in labels:
             body += _field(1, _field(1, name.encode()) + _field(2, value.encode()))
-        for value, t_ms in sorted(points, key=lambda p: p[1]):
-            body += _field(2, b"\x09" + struct.pack("<d", value) + b"\x10" + _varint(t_ms))
+        for number, t_ms in sorted(points, key=lambda p: p[1]):
+            body += _field(2, b"\x09" + struct.pack("<d", number) + b"\x10" + _varint(t_ms))
         message += _field(1, bytes(body))
     return _snappy_literals(bytes(message)), len(series)
 

@@ -34,6 +34,7 @@ from hpcwatch.cli.defaults import (
 from hpcwatch.errors import ConfigError
 
 if TYPE_CHECKING:  # imported when a command runs, not for --help
+    from hpcwatch.analysis.goodputsim import Interval
     from hpcwatch.analysis.health import HealthReport
     from hpcwatch.records import Event
 
@@ -169,9 +170,11 @@ def _summary_line(report: HealthReport) -> str:
 # -- simulate goodput ------------------------------------------------------------------------------
 
 
-def _interval(text: str) -> float | str:
-    if text in ("young", "daly"):
-        return text
+def _interval(text: str) -> Interval:
+    if text == "young":
+        return "young"
+    if text == "daly":
+        return "daly"
     try:
         return float(text)
     except ValueError:

@@ -281,7 +281,7 @@ def _section(cls: type, raw: Any, table: str, index: int | None, path: str, line
             raise ConfigError(f"{where}: unknown key {key!r} in [{table}] (known: {', '.join(known)})")
         values[key] = _typed(value, key, known[key], where, table)
     if "name" in known and not values.get("name"):
-        values["name"] = table if index == 0 else f"{table}-{index + 1}"
+        values["name"] = table if not index else f"{table}-{index + 1}"  # the first of an array: the plain name
     try:
         return cls(**values)
     except (ValueError, TypeError) as err:
@@ -315,7 +315,9 @@ class _KeyLines:
 
     def __init__(self, text: str) -> None:
         self.keys: list[tuple[str | None, int, str | None, int]] = []  # table, index, key, line
-        table, counts, index = None, {}, 0
+        table: str | None = None
+        counts: dict[str, int] = {}
+        index = 0
         for number, line in enumerate(text.splitlines(), 1):
             header = _HEADER_RE.match(line)
             if header:

@@ -50,6 +50,8 @@ class Cursor:
     def __init__(self, store: Store, name: str, *, path: str = "") -> None:
         self.store, self.name, self.path = store, name, path
         found = load_cursors(store).get(name)
+        self._key: str | None
+        self.state: dict[str, Any]
         self._key, self.state = found if found else (None, {})
 
     @contextmanager

@@ -80,6 +80,13 @@ class LogFollower:
         self.truncations = 0
         self.last_bad: str | None = None
 
+    @property
+    def _held(self) -> BinaryIO:
+        """The file being read: ``run`` opens it before anything reads it."""
+        if self._fh is None:
+            raise BackendError(f"{self.path}: read before it was opened")
+        return self._fh
+
     def close(self) -> None:
         if self._fh is not None:
             self._fh.close()
@@ -103,7 +110,7 @@ class LogFollower:
         return RunResult(records=stored, lag_s=self._lag_s(), note="; ".join(notes))
 
     def _lag_s(self) -> float:
-        st = os.fstat(self._fh.fileno())
+        st = os.fstat(self._held.fileno())
         return 0.0 if st.st_size <= self.cursor.state.get("offset", 0) else max(0.0, time.time() - st.st_mtime)
 
     # -- opening and identity -----------------------------------------------------------------------
@@ -162,7 +169,7 @@ class LogFollower:
             st = os.stat(self.path)
         except FileNotFoundError:
             return False  # moved away, not yet recreated: keep reading the file we hold
-        held = os.fstat(self._fh.fileno())
+        held = os.fstat(self._held.fileno())
         return (st.st_dev, st.st_ino) != (held.st_dev, held.st_ino)
 
     def _check_truncation(self, notes: list[str]) -> int:
@@ -170,7 +177,7 @@ class LogFollower:
         offset = state.get("offset", 0)
         if not offset:
             return 0
-        fh = self._fh
+        fh = self._held
         size = os.fstat(fh.fileno()).st_size
         if size >= offset and _head(fh, state["head_n"]) == state["head"]:
             return 0
@@ -205,7 +212,7 @@ class LogFollower:
         stored = 0
         while True:
             state = self._state()
-            data = os.pread(self._fh.fileno(), self.section.max_batch_bytes, state["offset"])
+            data = os.pread(self._held.fileno(), self.section.max_batch_bytes, state["offset"])
             if not data:
                 return stored + (self._finish() if final else 0)
             cut = data.rfind(b"\n") + 1
@@ -227,6 +234,8 @@ class LogFollower:
             records = stream.feed(lines, first_line=base + 1, t=self._file_time(), on_bad_line=bad.append)
             extra, shift = {"stream": stream.state()}, 0  # the stream numbers lines in the file already
         else:
+            if self.parse is None:  # FollowSection admits only formats with a line or a stream parser
+                raise BackendError(f"{self.path}: no reader for format {self.section.format!r}")
             records, shift = list(self.parse(lines, path=str(self.path), on_bad_line=bad.append)), base
         for err in bad:
             self.bad_lines += 1
@@ -239,7 +248,7 @@ class LogFollower:
             "offset": offset,
             "line": base + len(lines),
             "head_n": head_n,
-            "head": state["head"] if head_n == state["head_n"] else _head(self._fh, head_n),
+            "head": state["head"] if head_n == state["head_n"] else _head(self._held, head_n),
         }
         with self.cursor.commit(new) as tx:
             tx.add(records)
@@ -260,4 +269,4 @@ class LogFollower:
 
     def _file_time(self) -> float:
         """NCCL lines carry no time: their records are dated by the held file's last write (as ``ingest``)."""
-        return os.fstat(self._fh.fileno()).st_mtime
+        return os.fstat(self._held.fileno()).st_mtime

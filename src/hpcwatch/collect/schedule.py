@@ -45,7 +45,7 @@ class ScheduledTask:
         if self._scan is not None:
             return RunResult(records=len(self._scan(self.store)), lag_s=0.0)
         if self._assess_config is not None:
-            return self._assess()
+            return self._assess(self._assess_config)
         report = node_health(self.store, window_s=self.section.window_s or float("inf"))
         t = time.time()
         events = [
@@ -61,8 +61,8 @@ class ScheduledTask:
             tx.add(events)
         return RunResult(records=len(events), lag_s=0.0)
 
-    def _assess(self) -> RunResult:
-        event = assessment_event(assessment_report(self.store, self._assess_config), t=time.time())
+    def _assess(self, config: AssessConfig) -> RunResult:
+        event = assessment_event(assessment_report(self.store, config), t=time.time())
         with self.store.transaction() as tx:
             tx.add([event])
         return RunResult(records=1, lag_s=0.0, note=f"tier {event.attrs['tier']}")

@@ -25,6 +25,7 @@ from hpcwatch.collect.base import RunResult
 from hpcwatch.collect.config import SlurmSection
 from hpcwatch.collect.cursor import Cursor
 from hpcwatch.errors import BackendError, HpcwatchError
+from hpcwatch.records import Sample
 from hpcwatch.sources.slurm import parse_sacct_records, parse_squeue_records
 from hpcwatch.sources.slurmrest import (
     load_answer,
@@ -90,6 +91,8 @@ class SlurmCollector:
                 raise BackendError(f"{self.section.token_file}: cannot read the JWT: {err.strerror}") from err
             headers = {"X-SLURM-USER-NAME": self.section.user, "X-SLURM-USER-TOKEN": token}
         where = f"{self.section.url} {path}"
+        if self._client is None:  # only mode "rest" asks slurmrestd, and that mode always makes a client
+            raise BackendError(f"{where}: no slurmrestd client (mode {self.section.mode!r})")
         try:
             response = self._client.get(path, params=params, headers=headers)
         except httpx.HTTPError as err:
@@ -113,7 +116,7 @@ class SlurmCollector:
         if s.accounting:
             text = self._get(f"/slurmdb/{v}/jobs", {"start_time": _slurm_time(since)})
             accounted = list(parse_rest_accounting(text, path=f"slurmrestd /slurmdb/{v}/jobs"))
-        samples = []
+        samples: list[Sample] = []
         if s.nodes:
             samples += parse_rest_nodes(self._get(f"/slurm/{v}/nodes"), t=now, path=f"slurmrestd /slurm/{v}/nodes")
         if s.partitions:

@@ -59,13 +59,17 @@ import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 
 from hpcwatch import vocab
 from hpcwatch.errors import ConfigError
 from hpcwatch.records import Sample, Span
+
+if TYPE_CHECKING:  # for the annotations only: torch is imported when a recorder is made
+    from torch import Tensor
+    from torch.cuda import Event as CudaEvent
 
 __all__ = ["StepRecorder", "HookConfig", "HOOK_METRICS", "SKETCH_METRIC", "TORCH_MISSING"]
 
@@ -141,6 +145,8 @@ class _Timer:
     """One phase's timing: wall start (UTC s) and either two perf_counter values or two CUDA events."""
 
     __slots__ = ("e0", "e1", "phase", "start_utc", "t0", "t1")
+    e0: CudaEvent | None
+    e1: CudaEvent | None
 
     def __init__(self, phase: str, start_utc: float) -> None:
         self.phase = phase
@@ -149,7 +155,7 @@ class _Timer:
         self.e0 = self.e1 = None
 
     def seconds(self) -> float:
-        if self.e0 is not None:
+        if self.e0 is not None and self.e1 is not None:  # set together, by StepRecorder.phase
             self.e1.synchronize()  # this event only; normally long done
             return self.e0.elapsed_time(self.e1) / 1e3  # ms → s
         return self.t1 - self.t0
@@ -163,8 +169,9 @@ class StepRecorder:
         self._torch = _torch()
         self.records: list[Span | Sample] = []
         self._file = self._open_file()
-        self._gauges = self._serve() if self.config.prometheus_port is not None else None
-        self._pending: list[tuple[int, float, list[_Timer], list[Any]]] = []
+        port = self.config.prometheus_port
+        self._gauges = self._serve(port) if port is not None else None
+        self._pending: list[tuple[int, float, list[_Timer], _Staged]] = []
         self._step: int | None = None
         self._timers: list[_Timer] = []
         self._stats: list[Any] = []  # [(name, tensor)] read at step end
@@ -190,10 +197,12 @@ class StepRecorder:
         timer = _Timer(name, time.time())
         if self.config.device == "cuda":
             cuda = self._torch.cuda
-            timer.e0, timer.e1 = cuda.Event(enable_timing=True), cuda.Event(enable_timing=True)
-            timer.e0.record()
+            e0: CudaEvent = cuda.Event(enable_timing=True)
+            e1: CudaEvent = cuda.Event(enable_timing=True)
+            timer.e0, timer.e1 = e0, e1
+            e0.record()
             yield
-            timer.e1.record()
+            e1.record()
         else:
             timer.t0 = time.perf_counter()
             yield
@@ -225,7 +234,8 @@ class StepRecorder:
     def _sketch(self, params: list[Any]) -> Any:
         """The signed bucket sums of the flattened gradients (see the module docstring)."""
         torch, k = self._torch, self.config.sketch_dims
-        acc, batch, batch_start, offset = None, [], 0, 0
+        acc, batch_start, offset = None, 0, 0
+        batch: list[Tensor] = []
         for p in params:
             grad = getattr(p, "grad", None)
             if grad is not None:
@@ -341,7 +351,7 @@ class StepRecorder:
             self._file.write(b"".join(orjson.dumps(_line(r)) + b"\n" for r in out))
             self._file.flush()
         if self._gauges is not None:
-            self._set_gauges(out)
+            self._set_gauges(self._gauges, out)
 
     def _open_file(self):
         if self.config.out_dir is None:
@@ -350,7 +360,7 @@ class StepRecorder:
         out.mkdir(parents=True, exist_ok=True)
         return open(out / f"rank-{self.config.rank}.jsonl", "ab")
 
-    def _serve(self) -> dict[str, Any]:
+    def _serve(self, port: int) -> dict[str, Any]:
         import prometheus_client as prom
 
         registry = prom.CollectorRegistry()
@@ -368,10 +378,10 @@ class StepRecorder:
             gauges[SKETCH_METRIC] = prom.Gauge(
                 SKETCH_METRIC, "hpcwatch training hook: gradient sketch", label_names + ["dim"], registry=registry
             )
-        prom.start_http_server(self.config.prometheus_port, addr="127.0.0.1", registry=registry)
+        prom.start_http_server(port, addr="127.0.0.1", registry=registry)
         return gauges
 
-    def _set_gauges(self, out: list[Span | Sample]) -> None:
+    def _set_gauges(self, gauges: dict[str, Any], out: list[Span | Sample]) -> None:
         cfg = self.config
         base = {
             "job": cfg.job,
@@ -381,11 +391,11 @@ class StepRecorder:
         }
         for r in out:
             if isinstance(r, Sample) and r.metric == SKETCH_METRIC:
-                self._gauges[r.metric].labels(**base, dim=r.labels["dim"]).set(r.value)
+                gauges[r.metric].labels(**base, dim=r.labels["dim"]).set(r.value)
             elif isinstance(r, Sample):
-                self._gauges[r.metric].labels(**base).set(r.value)
+                gauges[r.metric].labels(**base).set(r.value)
             else:
-                self._gauges[vocab.TRAIN_PHASE_S].labels(**base, phase=r.phase).set(r.dur)
+                gauges[vocab.TRAIN_PHASE_S].labels(**base, phase=r.phase).set(r.dur)
 
 
 class _Staged:
@@ -397,6 +407,8 @@ class _Staged:
     """
 
     __slots__ = ("event", "floats", "names", "packed", "sizes")
+    packed: Tensor | None
+    event: CudaEvent | None
 
     def __init__(self, torch: Any, stats: list[tuple[str, Any]]) -> None:
         tensors = [(k, v) for k, v in stats if torch.is_tensor(v)]

@@ -158,7 +158,8 @@ def parse_cluster(text: str, *, path: str = "<cluster>") -> Cluster:
     try:
         root = yaml.compose(text)
     except yaml.YAMLError as err:
-        line = err.problem_mark.line + 1 if getattr(err, "problem_mark", None) else 0
+        mark = err.problem_mark if isinstance(err, yaml.MarkedYAMLError) else None  # a ReaderError has none
+        line = mark.line + 1 if mark else 0
         raise ConfigError(f"{path}:{line}: not YAML: {getattr(err, 'problem', err)}") from err
     if not isinstance(root, yaml.MappingNode):
         raise ConfigError(f"{path}:1: a cluster model is a mapping of layers")

@@ -33,7 +33,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from hpcwatch.records import Event, Finding, Job
+from hpcwatch.records import Event, Finding, Job, Severity
 from hpcwatch.security.context import JobIndex, host_of
 from hpcwatch.sources.tetragon import MAY_WRITE
 from hpcwatch.vocab import EventKind
@@ -41,7 +41,7 @@ from hpcwatch.vocab import EventKind
 __all__ = ["ContainerEscapeConfig", "AllowedShell", "detect_container_escape", "FALCO_RULES", "RULES"]
 
 #: Falco rule name -> (our rule id, severity).
-FALCO_RULES: dict[str, tuple[str, str]] = {
+FALCO_RULES: dict[str, tuple[str, Severity]] = {
     "Detect release_agent File Container Escapes": ("container_escape.release_agent", "critical"),
     "Mount Launched in Privileged Container": ("container_escape.privileged_mount", "high"),
     "Debugfs Launched in Privileged Container": ("container_escape.privileged_debugfs", "high"),
@@ -62,7 +62,7 @@ RULES: tuple[str, ...] = tuple(
 SHELLS = frozenset({"ash", "bash", "csh", "ksh", "sh", "tcsh", "zsh", "dash"})
 ESCAPE_TOOLS = frozenset({"nsenter", "unshare", "mount", "debugfs", "insmod", "modprobe"})
 _INTERPRETERS = ("python", "python3", "torchrun")
-_PRIORITY_SEVERITY = {
+_PRIORITY_SEVERITY: dict[str, Severity] = {
     "emergency": "critical",
     "alert": "critical",
     "critical": "high",
@@ -104,7 +104,7 @@ def detect_container_escape(
         evidence = {
             "host": host,
             **who,
-            "jobs": [{"id": j.id, "user": j.user, "gpus": list(j.gpus_by_node.get(host, ()))} for j in running],
+            "jobs": _jobs_evidence(running, host) if host else [],
             "source": e.kind,
             "source_rule": e.attrs.get("rule") or e.attrs.get("function_name"),
         }
@@ -125,7 +125,11 @@ def detect_container_escape(
     return findings
 
 
-def _falco(e: Event) -> tuple[str, str, str, dict] | None:
+def _jobs_evidence(running: list[Job], host: str) -> list[dict]:
+    return [{"id": j.id, "user": j.user, "gpus": list(j.gpus_by_node.get(host, ()))} for j in running]
+
+
+def _falco(e: Event) -> tuple[str, Severity, str, dict] | None:
     a = e.attrs
     f = a.get("output_fields") or {}
     who = {
@@ -143,7 +147,7 @@ def _falco(e: Event) -> tuple[str, str, str, dict] | None:
     return mapped[0], mapped[1], f"Falco: {a['rule']} on {a.get('host') or '?'}", who
 
 
-def _tetragon(e: Event) -> tuple[str, str, str, dict] | None:
+def _tetragon(e: Event) -> tuple[str, Severity, str, dict] | None:
     a = e.attrs
     binary = a.get("binary") or ""
     name = binary.rsplit("/", 1)[-1]

@@ -97,7 +97,9 @@ class JobIndex:
         return [
             j
             for j in self.jobs
-            if (host is None or host in j.nodes) and j.start - grace_s <= t <= self.end_of(j) + grace_s
+            if (host is None or host in j.nodes)
+            and j.start is not None  # always: ``of`` keeps started jobs only
+            and j.start - grace_s <= t <= self.end_of(j) + grace_s
         ]
 
     def on_gpu(self, host: str, gpu: int | str, t: float, *, grace_s: float = 0.0) -> list[Job]:

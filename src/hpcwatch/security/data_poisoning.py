@@ -96,7 +96,7 @@ def _shard_finding(event: Event) -> Finding:
         "size": "size differs from the manifest",
         "not_in_manifest": "is not in the manifest",
         "missing": "cannot be read",
-    }.get(reason, reason)
+    }.get(str(reason), reason)
     return Finding(
         vector="data_poisoning",
         severity="critical" if reason in ("sha256", "size") else "high",

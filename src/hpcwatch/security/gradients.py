@@ -28,6 +28,7 @@ import math
 from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -188,7 +189,8 @@ def _nonfinite_flags(nonfinite: dict) -> dict[int, dict[int, float]]:
 
 def _runs(flags: dict[int, dict[int, float]], needed: int, rule: str) -> list[dict]:
     """(rank, first step, steps, worst score) of every rank flagged on ``needed`` consecutive recorded steps."""
-    hits, streak = {}, defaultdict(list)
+    hits: dict[int, dict[str, Any]] = {}
+    streak: defaultdict[int, list[tuple[int, float]]] = defaultdict(list)
     for step in sorted(flags):
         for rank in list(streak):
             if rank not in flags[step]:

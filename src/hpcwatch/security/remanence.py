@@ -92,7 +92,7 @@ def detect_remanence(
 
 def _baselines(fb: dict, index: JobIndex) -> dict[str, float]:
     """Per node: the median FB used while no job holds the GPU (the driver's own reservation)."""
-    idle = defaultdict(list)
+    idle: defaultdict[str, list[float]] = defaultdict(list)
     for (host, gpu), points in fb.items():
         idle[host] += [v for t, v, label in points if not label and not index.on_gpu(host, gpu, t)]
     return {h: float(np.median(v)) for h, v in idle.items() if v}
@@ -109,13 +109,14 @@ def _fb_after_job(fb: dict, index: JobIndex, config: RemanenceConfig) -> list[Fi
         floor = min(v for _, v, _ in points)
         baseline = min(base.get(host, floor), floor + config.margin_mib)
         for job in index.ended():
+            end = index.end_of(job)
             held = job.gpus_by_node.get(host)
             if host not in job.nodes or (held and int(gpu) not in held):
                 continue
             left = [
                 (t, v)
                 for t, v, label in points
-                if job.end + config.after_s <= t <= job.end + config.window_s
+                if end + config.after_s <= t <= end + config.window_s
                 and _free(host, gpu, t, label, index)
                 and v > baseline + config.margin_mib
             ]
@@ -126,7 +127,7 @@ def _fb_after_job(fb: dict, index: JobIndex, config: RemanenceConfig) -> list[Fi
                         vector="gpu_memory_remanence",
                         severity="high",
                         target=f"{host}/{gpu}",
-                        title=f"{host}/{gpu} still holds {v - baseline:.0f} MiB {t - job.end:.0f} s after job {job.id} ended",
+                        title=f"{host}/{gpu} still holds {v - baseline:.0f} MiB {t - end:.0f} s after job {job.id} ended",
                         evidence={
                             "host": host,
                             "gpu": gpu,
@@ -157,21 +158,21 @@ def _processes_after_job(events: list[Event], index: JobIndex, config: Remanence
             j
             for j in index.ended()
             if host in j.nodes
-            and j.end + config.after_s <= e.t <= j.end + config.window_s
+            and index.end_of(j) + config.after_s <= e.t <= index.end_of(j) + config.window_s
             and (not j.gpus_by_node.get(host) or int(gpu) in j.gpus_by_node[host])
         ]
         pid = a.get("pid")
         if not before or (host, gpu, pid) in seen:
             continue
         seen.add((host, gpu, pid))
-        job = max(before, key=lambda j: j.end)
+        job = max(before, key=index.end_of)
         name = a.get("process_name") or a.get("name") or "?"
         findings.append(
             Finding(
                 vector="gpu_memory_remanence",
                 severity="high",
                 target=f"{host}/{gpu}",
-                title=f"process {name} (pid {pid}) still on {host}/{gpu} {e.t - job.end:.0f} s after job {job.id} ended",
+                title=f"process {name} (pid {pid}) still on {host}/{gpu} {e.t - index.end_of(job):.0f} s after job {job.id} ended",
                 evidence={
                     "host": host,
                     "gpu": gpu,

@@ -21,7 +21,7 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from hpcwatch.records import Event, Finding
+from hpcwatch.records import Event, Finding, Severity
 from hpcwatch.sources.osv import OsvDatabase
 from hpcwatch.sources.pip import normalize_name
 from hpcwatch.vocab import EventKind
@@ -170,7 +170,7 @@ def _check_package(event: Event, osv: OsvDatabase | None, config: SupplyChainCon
     base = {"package": name, "version": version, "image": image, "source": event.source}
     out: list[Finding] = []
 
-    def add(rule: str, severity: str, title: str, **extra: object) -> None:
+    def add(rule: str, severity: Severity, title: str, **extra: object) -> None:
         out.append(
             Finding(
                 vector="supply_chain",

@@ -21,7 +21,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
-from hpcwatch.records import Event, Finding, Job
+from hpcwatch.records import Event, Finding, Job, Severity
 from hpcwatch.security.context import JobIndex, host_of
 from hpcwatch.sources.tetragon import MAY_READ, MAY_WRITE
 from hpcwatch.vocab import EventKind
@@ -105,6 +105,7 @@ def detect_weights_access(
     for r in report:
         if r.access == "write":
             continue
+        sev: Severity
         if r.user not in owners:
             rule, sev, why = "weights.foreign_reader", "high", f"{r.user or f'uid {r.uid}'} is not an owner"
         elif r.job is None:

@@ -34,7 +34,7 @@ be checked number for number.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -272,7 +272,8 @@ class Twin:
             for g in gpus
         ]
         # One HCA per rail: HCA h of a node serves the GPUs g with g * H // G == h (rail-optimised).
-        ports, port_of_gpu = [], np.zeros(self.n_gpus, dtype=np.int64)
+        ports: list[tuple[str, int]] = []
+        port_of_gpu = np.zeros(self.n_gpus, dtype=np.int64)
         for node in c.nodes:
             base = len(ports)
             hcas = max(1, node.hcas)
@@ -505,7 +506,7 @@ class Twin:
 
     def _apply_absent(self) -> None:
         """Mark the GPUs scenarios say dcgm-exporter has lost (``absent_gpus``), afresh every tick."""
-        hooked = [s.absent_gpus for s in self.scenarios if callable(getattr(s, "absent_gpus", None))]
+        hooked = [hook for s in self.scenarios if callable(hook := getattr(s, "absent_gpus", None))]
         if not hooked:
             return
         absent = np.zeros(self.n_gpus, dtype=bool)
@@ -571,7 +572,7 @@ class Twin:
 
     def ranks(self, job: PlannedJob) -> list[tuple[int, str, int]]:
         """(rank, node, gpu) in Slurm's order: node by node, GPU index order."""
-        out = []
+        out: list[tuple[int, str, int]] = []
         for node, gpus in job.gpus_by_node.items():
             out.extend((len(out) + i, node, g) for i, g in enumerate(gpus))
         return [(i, node, g) for i, (_, node, g) in enumerate(out)]
@@ -743,7 +744,7 @@ class Twin:
     def _span_table(self, job: PlannedJob, step: int, end: float | None):
         ranks, table = self.step_phases(job, step)
         step_s = float(table.sum(axis=1).max())
-        start = (end if end is not None else job.start + (step + 1) * sum(SEED_PHASES_S.values())) - step_s
+        start = (end if end is not None else job.started_at + (step + 1) * sum(SEED_PHASES_S.values())) - step_s
         return job.id, step, ranks, table, start
 
     def finished_span_table(self):
@@ -809,7 +810,7 @@ class Twin:
         for j, job in enumerate(self.scheduler.jobs):
             if job.state != "RUNNING":
                 continue
-            elapsed = self.now - job.start
+            elapsed = self.now - job.started_at
             kind = job.kind
             read = job.gpus * (kind.load_bytes_per_gpu + kind.read_bytes_s_per_gpu * max(0.0, elapsed - LOAD_PHASE_S))
             writes = int(elapsed // kind.checkpoint_interval_s) if kind.checkpoint_interval_s else 0
@@ -941,10 +942,10 @@ class Twin:
 
     # -- the real formats -----------------------------------------------------------------------------
 
-    def labels_by_gpu(self, node: str, *, jobs_by_gpu: dict[int, str] | None = None) -> list[dict[str, str]]:
+    def labels_by_gpu(self, node: str, *, jobs_by_gpu: Mapping[int | str, str] | None = None) -> list[dict[str, str]]:
         """dcgm-exporter label sets of a node's GPUs, with ``hpc_job`` where a job holds the GPU."""
         out = []
-        for g in range(len(self.cluster.node(node).gpus)):
+        for g in range(len(self.gpus_of_node(node))):
             labels = dict(self.gpu_labels[self._gpu_flat[(node, g)]])
             job = jobs_by_gpu.get(g) if jobs_by_gpu is not None else self.job_of(node, g)
             if job:
@@ -952,7 +953,9 @@ class Twin:
             out.append(labels)
         return out
 
-    def dcgm_text(self, node: str, *, jobs_by_gpu: dict[int, str] | None = None, timestamp: bool = False) -> str:
+    def dcgm_text(
+        self, node: str, *, jobs_by_gpu: Mapping[int | str, str] | None = None, timestamp: bool = False
+    ) -> str:
         """One dcgm-exporter scrape of a node (``timestamp``: add the sample time in ms to each line)."""
         from hpcwatch.twin import exposition
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import re
 import weakref
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -198,12 +198,14 @@ def _with_stamp(values: list, stamp: str) -> tuple:
     return tuple(out)
 
 
-def dcgm_text(twin: Twin, node: str, *, jobs_by_gpu: dict[int, str] | None = None, timestamp: bool = False) -> str:
+def dcgm_text(
+    twin: Twin, node: str, *, jobs_by_gpu: Mapping[int | str, str] | None = None, timestamp: bool = False
+) -> str:
     """One scrape of dcgm-exporter on ``node``; ``jobs_by_gpu`` overrides the hpc_job labels. GPUs the
     exporter lost (``twin.absent``) have no lines."""
     flat = twin.gpus_of_node(node)
-    absent = twin.absent[flat]
-    absent = absent if absent.any() else None
+    lost = twin.absent[flat]
+    absent = lost if lost.any() else None
     if jobs_by_gpu is not None:
         label_sets = tuple(_label_text(labels) for labels in twin.labels_by_gpu(node, jobs_by_gpu=jobs_by_gpu))
         if absent is not None:
@@ -240,7 +242,11 @@ def _dcgm_node_template(
     """The node's template for the jobs now on its GPUs (cached; keyed by the job indices, cheap to hash).
     ``absent``: which of the node's GPUs the exporter lost (None: none), left out of the text."""
     cache = _cache(twin)
-    key = ("dcgm", node, placement if placement is not None else twin._label_job[flat].tobytes())
+    key: tuple[str | bytes, ...] = (
+        "dcgm",
+        node,
+        placement if placement is not None else twin._label_job[flat].tobytes(),
+    )
     if absent is not None:
         key += (absent.tobytes(),)
         flat = [g for g, gone in zip(flat, absent.tolist()) if not gone]
@@ -298,8 +304,8 @@ def scrape_all(
             template = _dcgm_node_template(twin, node, twin.gpus_of_node(node), placements[k].tobytes())
             dcgm = template % _with_stamp(gpu_values[k], stamp)
         ib_template = _ib_node_template(twin, node, target_labels, static[k])
-        ib = ib_template.text % ib_template.args(ib_values[k], stamp)
-        yield node, dcgm, ib
+        ib_text = ib_template.text % ib_template.args(ib_values[k], stamp)
+        yield node, dcgm, ib_text
 
 
 def _gpu_values(fields: np.ndarray, float_fields: frozenset[str]) -> list[list]:
@@ -350,7 +356,7 @@ class _IbTemplate:
 
     def args(self, values: list[int], stamp: str) -> tuple:
         """Arguments for one node: ``values`` counter-major (metric k's ports at k*ports...)."""
-        out = [stamp] * self.n_args
+        out: list[str | int] = [stamp] * self.n_args
         h = self.ports
         for k, offset in enumerate(self.offsets):
             out[offset : offset + 2 * h : 2] = values[k * h : (k + 1) * h]
@@ -713,10 +719,10 @@ def with_kernels_per_step(cfg: GpuTraceConfig, kernels: int) -> GpuTraceConfig:
     if kernels < 3:
         raise ConfigError(f"kernels per step must be >= 3 (one per phase), got {kernels}")
     total = sum(cfg.kernels)
-    counts = [max(1, round(kernels * n / total)) for n in cfg.kernels[:2]]
-    counts.append(max(1, kernels - sum(counts)))
-    durations = tuple(us * n / c for us, n, c in zip(cfg.kernel_us, cfg.kernels, counts))
-    return replace(cfg, kernels=tuple(counts), kernel_us=durations)
+    forward, backward = (max(1, round(kernels * n / total)) for n in cfg.kernels[:2])
+    counts = (forward, backward, max(1, kernels - (forward + backward)))
+    f_us, b_us, o_us = (us * n / c for us, n, c in zip(cfg.kernel_us, cfg.kernels, counts))
+    return replace(cfg, kernels=counts, kernel_us=(f_us, b_us, o_us))
 
 
 class _RankSim:

@@ -52,7 +52,7 @@ class _RankFacts:
     node: str
     node_index: int
     gpu: int
-    hcas: tuple[str, ...]
+    hcas: tuple[int, ...]
     socket: bool
     next_rank: int
     next_gpu: int

@@ -40,6 +40,7 @@ from importlib import resources
 from multiprocessing.connection import Connection
 from pathlib import Path
 from types import SimpleNamespace
+from typing import cast
 
 import numpy as np
 import orjson
@@ -57,6 +58,7 @@ from hpcwatch.twin.exposition import (
     write_gpu_kineto_traces,
 )
 from hpcwatch.twin.nccl import write_nccl_logs
+from hpcwatch.twin.workload import PlannedJob
 
 __all__ = ["write_run", "RunSummary", "sized_reference", "LUSTRE_EVERY_S", "DEFAULT_STEP_S", "SNAPSHOT_MAX_NODES"]
 
@@ -210,16 +212,18 @@ class _NodeFiles:
             handle.close()
 
 
-def _worker(twin: Twin, out: Path, nodes: range, conn: Connection) -> None:
-    """A forked process: keeps its copy of the twin in step with the rows it is sent, writes its nodes."""
-    g, h = uniform_shape(twin)
+def _worker(twin: Twin, out: Path, nodes: range, conn: Connection, shape: tuple[int, int]) -> None:
+    """A forked process: keeps its copy of the twin in step with the rows it is sent, writes its nodes.
+    ``shape``: (GPUs, HCAs) of every node, as the pool sends its rows."""
+    g, h = shape
     rows, ports = slice(nodes.start * g, nodes.stop * g), slice(nodes.start * h, nodes.stop * h)
     try:
         files = _NodeFiles(out, twin, nodes)
         while (message := conn.recv()) is not None:
             twin.now, fields, ib, labels, absent, new_ids = message
             twin.fields[rows], twin.ib[ports], twin._label_job[rows], twin.absent[rows] = fields, ib, labels, absent
-            twin.scheduler.jobs.extend(SimpleNamespace(id=job_id) for job_id in new_ids)
+            # Stand-ins: the writer reads only a job's id (its hpc_job label); the whole job lives in the parent.
+            twin.scheduler.jobs.extend(cast("list[PlannedJob]", [SimpleNamespace(id=job_id) for job_id in new_ids]))
             files.scrape()
         files.close()
         conn.send(None)
@@ -235,13 +239,16 @@ class _Pool:
         n = len(twin.node_names)
         bounds = np.linspace(0, n, workers + 1).astype(int)
         self.blocks = [range(a, b) for a, b in zip(bounds, bounds[1:]) if b > a]
-        self.g, self.h = uniform_shape(twin)
+        shape = uniform_shape(twin)
+        if shape is None:  # _Writer forks writers only for nodes of one shape
+            raise ConfigError("parallel writers need every node with the same GPUs and HCAs")
+        self.g, self.h = shape
         self.known = len(twin.scheduler.jobs)
         ctx = multiprocessing.get_context("fork")
         self.conns, self.procs, self.closed = [], [], False
         for block in self.blocks:
             parent, child = ctx.Pipe()
-            proc = ctx.Process(target=_worker, args=(twin, out, block, child), daemon=True)
+            proc = ctx.Process(target=_worker, args=(twin, out, block, child, shape), daemon=True)
             proc.start()
             self.conns.append(parent)
             self.procs.append(proc)

@@ -45,6 +45,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import errno
+import functools
 import sys
 import threading
 import time
@@ -180,8 +181,8 @@ class TwinEndpoints:
             # The twin writes formats and reads none: the caller hands it the mapping reader.
             raise ConfigError("twin serve: a mapping_dir needs read_mapping (sources.mapping.read_job_mapping_dir)")
         bound: Future = Future()
-        self._loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(target=self._run, args=(bound,), daemon=True, name="hpcwatch-twin-serve")
+        loop = self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._run, args=(loop, bound), daemon=True, name="hpcwatch-twin-serve")
         self._thread.start()
         try:
             bound.result(timeout=_STARTUP_TIMEOUT_S)  # a port in use raises its ConfigError here
@@ -277,8 +278,7 @@ class TwinEndpoints:
 
     # -- the loop --------------------------------------------------------------------------------
 
-    def _run(self, bound: Future) -> None:
-        loop = self._loop
+    def _run(self, loop: asyncio.AbstractEventLoop, bound: Future) -> None:
         asyncio.set_event_loop(loop)
         loop.set_exception_handler(self._on_loop_error)
         servers: list[asyncio.AbstractServer] = []
@@ -301,7 +301,7 @@ class TwinEndpoints:
             try:
                 servers.append(
                     await asyncio.start_server(
-                        lambda r, w, node=node: self._serve(node, r, w),
+                        functools.partial(self._serve, node),
                         self.config.host,
                         port,
                         limit=MAX_REQUEST_HEAD_BYTES,

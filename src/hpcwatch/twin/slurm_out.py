@@ -35,8 +35,8 @@ def hostlist(names: list[str] | tuple[str, ...]) -> str:
     """Slurm's compressed host list: node1,node2,node3,node5 -> node[1-3,5]."""
     if not names:
         return ""
-    parsed = [re.fullmatch(r"(.*?)(\d+)", n) for n in names]
-    if len(names) == 1 or not all(parsed) or len({m.group(1) for m in parsed}) != 1:
+    parsed = [m for n in names if (m := re.fullmatch(r"(.*?)(\d+)", n)) is not None]
+    if len(names) == 1 or len(parsed) != len(names) or len({m.group(1) for m in parsed}) != 1:
         return ",".join(names)
     prefix = parsed[0].group(1)
     return f"{prefix}[{index_ranges(sorted(int(m.group(2)) for m in parsed))}]"
@@ -75,7 +75,7 @@ def _squeue_job(twin: Twin, job: PlannedJob) -> dict[str, Any]:
     running = job.start is not None
     cpus = job.gpus * _cpus_per_gpu(twin)
     limit_s = job.time_limit_min * 60
-    start = int(job.start) if running else int(twin.now) + 3600
+    start = int(job.start) if job.start is not None else int(twin.now) + 3600
     end = int(job.end) if job.end is not None else start + limit_s
     nodes = hostlist(job.nodes)
     doc: dict[str, Any] = {
@@ -144,7 +144,7 @@ def _squeue_job(twin: Twin, job: PlannedJob) -> dict[str, Any]:
     doc.update(
         {
             "job_state": job.state,
-            "last_sched_evaluation": int(job.start if running else twin.now),
+            "last_sched_evaluation": int(job.start if job.start is not None else twin.now),
             "licenses": "",
             "max_cpus": 0,
             "max_nodes": 0,

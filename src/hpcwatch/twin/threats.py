@@ -37,7 +37,7 @@ import zipfile
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -97,6 +97,15 @@ EXPECTED_RULES: dict[str, frozenset[str]] = {
 }
 EXPECTED_RULES.update({name.replace("threat_", "benign_"): frozenset() for name in list(EXPECTED_RULES)})
 THREAT_SCENARIOS: tuple[str, ...] = tuple(sorted(EXPECTED_RULES))
+
+_T = TypeVar("_T")
+
+
+def _known(value: _T | None) -> _T:
+    """A job field the fixture world always sets (``Job`` leaves them optional for jobs still queued)."""
+    if value is None:
+        raise ValueError("the fixture world's jobs have a user, a start and an end")
+    return value
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -165,7 +174,9 @@ def write_threat_fixtures(out_dir: str | Path, scenario: str) -> ThreatFixture:
     world = fixture_world()
     plant = _PLANTS[scenario.split("_", 1)[1]](world, scenario.startswith("threat_"))
     files = [_write(out, rel, data) for rel, data in plant.files.items()]
-    files.append(_write(out, "slurm/squeue.json", _squeue_json([world.train, world.ended], world.t0 + _OBSERVE_S)))
+    files.append(
+        _write(out, "slurm/squeue.json", _squeue_json([world.train, _known(world.ended)], world.t0 + _OBSERVE_S))
+    )
     return ThreatFixture(scenario=scenario, files=tuple(files), expected=EXPECTED_RULES[scenario])
 
 
@@ -199,9 +210,9 @@ def _squeue_json(jobs: list[Job], now: float) -> bytes:
                 "nodes": _hostlist(j.nodes),
                 "node_count": len(j.nodes),
                 "job_state": j.state,
-                "start_time": int(j.start),
-                "end_time": int(j.end),
-                "submit_time": int(j.start) - 60,
+                "start_time": int(_known(j.start)),
+                "end_time": int(_known(j.end)),
+                "submit_time": int(_known(j.start)) - 60,
                 "gres_detail": detail,
                 "tres_alloc_str": f"cpu=16,node={len(j.nodes)},billing=16,gres/gpu={j.gpus}",
                 "batch_host": j.nodes[0],
@@ -392,13 +403,13 @@ def _plant_data_poisoning(world: World, attack: bool) -> Plant:
         if attack and name.endswith("00001.bin"):
             data = data[:100] + b"\x13\x37" * 8 + data[116:]  # same size, different bytes: a planted sample
         plant.files[f"dataset/{name}"] = data
-    when = world.t0 + 60 if attack else world.train.start - 600
+    when = world.t0 + 60 if attack else _known(world.train.start) - 600
     doc = _tetragon(
         when,
         "node2",
         "process_kprobe",
         binary="/usr/bin/python3",
-        user=world.intruder if attack else world.train.user,
+        user=world.intruder if attack else _known(world.train.user),
         uid=1002 if attack else 1001,
         args="append_samples.py",
         function="security_file_permission",
@@ -470,7 +481,7 @@ def _rdma_rate(world: World, host: str, port: int, t: float, attack: bool, ring:
     if host == STORAGE_HOST:
         return 2.5e9  # Lustre OSS serving reads over o2ib all the time
     end = world.train.end if world.train.end is not None else float("inf")
-    training = world.train.start <= t <= end and host in world.train.nodes
+    training = _known(world.train.start) <= t <= end and host in world.train.nodes
     rate = ring / 8 if training else 0.0
     if attack and host == "node2" and training:
         rate *= 5  # one node of the job moves five times its share
@@ -507,20 +518,21 @@ def _plant_gradient(world: World, attack: bool) -> Plant:
 
 def _plant_remanence(world: World, attack: bool) -> Plant:
     plant = Plant()
-    job = world.ended
+    job = _known(world.ended)
+    job_end = _known(job.end)
     for i, t in enumerate(_scrapes(world)):
         fb, util = [], []
         for gpu in range(8):
             holder = (
                 world.train.id
                 if gpu < 4 and t <= (world.train.end or float("inf"))
-                else (job.id if gpu >= 4 and t <= job.end else "")
+                else (job.id if gpu >= 4 and t <= job_end else "")
             )
             used = 61_000.0 if holder else 0.0
             busy = 95.0 if holder else 0.0
             if attack and gpu == 5 and not holder:
                 used = 30_500.0  # a process of job 4100 survived its epilog and holds its memory
-            if attack and gpu == 7 and not holder and t > job.end + 90:
+            if attack and gpu == 7 and not holder and t > job_end + 90:
                 busy, used = 88.0, 12_000.0  # someone computes on a GPU no job owns
             labels = {
                 "gpu": str(gpu),
@@ -549,6 +561,7 @@ def _plant_remanence(world: World, attack: bool) -> Plant:
 
 def _plant_container_escape(world: World, attack: bool) -> Plant:
     t, job = world.t0 + 100, world.train
+    owner = _known(job.user)
     if attack:
         falco = [
             _falco(t, "node1", "Terminal shell in container", "Notice", user="root", cmdline="bash -i", job=job.id),
@@ -576,13 +589,13 @@ def _plant_container_escape(world: World, attack: bool) -> Plant:
         ]
     else:
         falco = [
-            _falco(t, "node1", "Terminal shell in container", "Notice", user=job.user, cmdline="bash", job=job.id),
+            _falco(t, "node1", "Terminal shell in container", "Notice", user=owner, cmdline="bash", job=job.id),
             _falco(
                 t + 5,
                 "node1",
                 "Contact K8S API Server From Container",
                 "Notice",
-                user=job.user,
+                user=owner,
                 cmdline="curl",
                 job=job.id,
             ),
@@ -593,7 +606,7 @@ def _plant_container_escape(world: World, attack: bool) -> Plant:
                 "node2",
                 "process_exec",
                 binary="/usr/bin/nvidia-smi",
-                user=job.user,
+                user=owner,
                 uid=1001,
                 parent="/usr/bin/bash",
             )
@@ -606,13 +619,14 @@ def _plant_container_escape(world: World, attack: bool) -> Plant:
 
 def _plant_weights_access(world: World, attack: bool) -> Plant:
     t, job, ckpt = world.t0 + 30, world.train, "/lustre/checkpoints/llm/step_001000/model.safetensors"
+    owner = _known(job.user)
     docs = [
         _tetragon(
             t,
             "node1",
             "process_kprobe",
             binary="/usr/bin/python3",
-            user=job.user,
+            user=owner,
             uid=1001,
             args="train.py",
             function="security_file_permission",
@@ -624,7 +638,7 @@ def _plant_weights_access(world: World, attack: bool) -> Plant:
             "node2",
             "process_kprobe",
             binary="/usr/bin/python3",
-            user=job.user,
+            user=owner,
             uid=1001,
             args="train.py --resume",
             function="security_mmap_file",
@@ -651,7 +665,7 @@ def _plant_weights_access(world: World, attack: bool) -> Plant:
                 "login1",
                 "process_kprobe",
                 binary="/usr/bin/scp",
-                user=job.user,
+                user=owner,
                 uid=1001,
                 args=f"{ckpt} ext:/",
                 function="security_file_permission",
@@ -687,7 +701,8 @@ class _ThreatScenario(Scenario):
     def bind(self, twin: Any) -> None:
         self._twin = twin
         self._planted = False
-        self._carry: dict[tuple[str, int], float] = {}
+        # (node, port, what) -> the running value: "added" words, the port's "own" words, the last "t"
+        self._carry: dict[tuple[str, int, str], float] = {}
 
     def _world(self, t0: float | None = None) -> World:
         twin = self._twin

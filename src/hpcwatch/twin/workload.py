@@ -225,6 +225,13 @@ class PlannedJob:
         return tuple(self.gpus_by_node)
 
     @property
+    def started_at(self) -> float:
+        """``start`` of a job that runs or ran; asking it of a job still queued is a bug."""
+        if self.start is None:
+            raise ValueError(f"job {self.id} has not started")
+        return self.start
+
+    @property
     def gpus(self) -> int:
         return self.n_nodes * self.gpus_per_node
 
@@ -398,7 +405,7 @@ class Scheduler:
         for name in back:
             del self.drained[name]
         ended = (
-            [j for j in self.jobs if j.state == "RUNNING" and j.start + j.duration_s <= t]
+            [j for j in self.jobs if j.state == "RUNNING" and j.started_at + j.duration_s <= t]
             if t >= self._next_end
             else []
         )
@@ -411,7 +418,7 @@ class Scheduler:
             self._new_job(self._random_template(), round(submit))
             arrived = True
         self._arrivals.sort()
-        started = []
+        started: list[PlannedJob] = []
         if not (ended or arrived or back):
             return ended, started  # nothing freed, nothing new: the queue cannot move
         biggest_hole = max(len(v) for v in self.free.values())
@@ -420,7 +427,7 @@ class Scheduler:
                 job.wants_nodes = ()
                 started.append(job)
                 biggest_hole = max(len(v) for v in self.free.values())
-        self._next_end = min((j.start + j.duration_s for j in self.jobs if j.state == "RUNNING"), default=np.inf)
+        self._next_end = min((j.started_at + j.duration_s for j in self.jobs if j.state == "RUNNING"), default=np.inf)
         return ended, started
 
     def running(self) -> list[PlannedJob]:

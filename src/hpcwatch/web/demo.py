@@ -51,7 +51,7 @@ COMPARISON_WARMUP_S = 2.0
 
 
 class LiveRunner(Protocol):
-    def start(self) -> None: ...
+    def start(self) -> object: ...  # LiveTwin returns itself; nobody here uses it
     def stop(self) -> None: ...
 
 

@@ -157,7 +157,7 @@ def finding_text(
     params: dict[str, Any] = {k: v for k, v in evidence.items() if isinstance(v, (str, int, float))}
     params["target"] = target
     derive = _DERIVED.get(rule.split(".")[0]) if rule else None
-    if derive is not None:
+    if rule and derive is not None:
         params.update(derive(rule, evidence, t, lambda key: words[f"finding_part.{key}"]))
     return _Formatter(lang).vformat(template, (), params)
 
@@ -193,8 +193,9 @@ def _rdma(rule: str, e: Mapping[str, Any], t: float | None, part: Callable[[str]
         _num(e.get("reference_bytes_per_s")),
         _num(e.get("lustre_bytes_per_s")),
     )
-    labels = e.get("labels") if isinstance(e.get("labels"), dict) else {}
-    parts = e.get("partitions") if isinstance(e.get("partitions"), list) else []
+    labels, parts = e.get("labels"), e.get("partitions")
+    labels = labels if isinstance(labels, dict) else {}
+    parts = parts if isinstance(parts, list) else []
     return {
         "peak_mb_s": peak / 1e6 if peak is not None else None,
         "peak_gb_s": peak / 1e9 if peak is not None else None,
