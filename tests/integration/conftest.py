@@ -106,12 +106,16 @@ class SlurmCluster:
         }
 
     def mapping(self) -> dict[str, list[str]]:
-        """ "node/gpu" -> job ids, as the prolog left the files."""
-        return {
-            f"{p.parent.name}/{p.name}": p.read_text().split()
-            for p in sorted(self.mapping_dir.glob("*/*"))
-            if not p.name.startswith(".")
-        }
+        """ "node/gpu" -> job ids, as the prolog left the files (one the epilog removes while we read is gone)."""
+        found = {}
+        for p in sorted(self.mapping_dir.glob("*/*")):
+            if p.name.startswith("."):
+                continue
+            try:
+                found[f"{p.parent.name}/{p.name}"] = p.read_text().split()
+            except FileNotFoundError:
+                continue
+        return found
 
     def cancel_all(self) -> None:
         if self.submitted:

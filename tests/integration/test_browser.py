@@ -122,7 +122,7 @@ def _ticks(pg) -> int:
 def _wait_ticks(pg, n: int) -> None:
     """Wait until n more SSE ticks have been applied (the boot snapshot counts as tick 1)."""
     target = _ticks(pg) + n
-    pg.wait_for_function(f"Number(document.body.dataset.ticks || 0) >= {target}", timeout=20_000)
+    pg.wait_for_function(f"Number(document.body.dataset.ticks || 0) >= {target}", timeout=ACTION_TIMEOUT_MS)
 
 
 def _address(pg) -> str:

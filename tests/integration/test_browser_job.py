@@ -232,6 +232,9 @@ def _history(url: str, el: str) -> dict[str, list]:
 def _check_history_through_promql(url: str) -> None:
     """The card's sparklines read Prometheus too: a GPU's buckets hold what it scraped, and a node's power
     is the sum of its eight GPUs' in each bucket that all of them fill."""
+    # Nine requests straddle scrapes on a loaded machine: the newest bucket may fill between them. So the node is
+    # read before and after its GPUs, and only the buckets that did not move meanwhile are compared.
+    before = _history(url, "node:node1")
     gpus = [_history(url, f"gpu:node1/{g}") for g in range(8)]
     node = _history(url, "node:node1")
     util = [v for v in gpus[0]["util_pct"] if v is not None]
@@ -239,7 +242,10 @@ def _check_history_through_promql(url: str) -> None:
     full = [
         i
         for i, total in enumerate(node["power_w"])
-        if total is not None and all(g["power_w"][i] is not None for g in gpus)
+        if total is not None
+        and i < len(before["power_w"])
+        and before["power_w"][i] == total
+        and all(g["power_w"][i] is not None for g in gpus)
     ]
     assert full, node["power_w"]
     for i in full:

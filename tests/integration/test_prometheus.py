@@ -149,7 +149,9 @@ def test_exporter_scraped_by_prometheus_answers_every_dashboard_query(start_prom
     server, _ = serve_metrics(store, port=EXPORTER_PORT)
     try:
         config = {
-            "global": {"scrape_interval": "1s"},
+            # Not 1 s: the timeout defaults to the interval, and a scrape that times out on a loaded machine marks
+            # every series stale, so the queries after it found no data.
+            "global": {"scrape_interval": "3s", "scrape_timeout": "3s"},
             "scrape_configs": [
                 {"job_name": "hpcwatch", "static_configs": [{"targets": [f"127.0.0.1:{EXPORTER_PORT}"]}]}
             ],
