@@ -133,7 +133,7 @@ def reduce_trace(trace: KinetoTrace) -> RankReduction:
 
 def rank_gpu(trace: KinetoTrace) -> RankGpu:
     """``trace``'s kernel, idle, overlap, launch and collective tables."""
-    kept = kernels.profiled_rows(trace)  # once for the four tables (each ~2 ms on a twin rank of 17k events)
+    kept = kernels.profiled_rows(trace)  # once for the four tables, which each need it
     launches = kernels.launch_stats(trace, kept=kept)
     return RankGpu(
         rank=trace.rank,
@@ -285,10 +285,9 @@ def from_table(table: pa.Table, *, path: str = "<reduced>") -> list[RankReductio
 
 
 def to_ipc(reductions: Sequence[RankReduction]) -> bytes:
-    """The table as an Arrow IPC stream: how a worker sends its rank back. Measured on a twin rank (10 steps,
-    28 kernels a step; 2-core VM): 0.1 ms to write and 0.15 ms to read 11 kB, where Parquet's nested
-    encoding costs 9 ms and 8 ms per one-row table (its cost is per column, ~60 leaf columns here), which
-    for 1,024 ranks read one by one in the client was longer than reducing them."""
+    """The table as an Arrow IPC stream: how a worker sends its rank back. Parquet's nested encoding costs
+    per column (~60 leaf columns here), ~60x IPC's on a one-row table, which for 1,024 ranks read one by one
+    in the client was longer than reducing them (benchmarks/RESULTS.md, "Steps on Dask")."""
     import pyarrow as pa
 
     table = to_table(reductions)

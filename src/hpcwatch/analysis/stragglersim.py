@@ -46,7 +46,8 @@ __all__ = [
 
 
 def _scipy_special() -> ModuleType:
-    """scipy.special, imported when first needed: it costs ~0.5 s, and every CLI call imports this module."""
+    """scipy.special, imported when first needed: it is slow to import (benchmarks/RESULTS.md, "CLI start-up"),
+    and every CLI call imports this module."""
     from scipy import special
 
     module: ModuleType = special  # scipy has no stubs (pyproject.toml): its names are Any to mypy

@@ -11,7 +11,7 @@ import os
 import sys
 
 # Before numpy loads: OpenBLAS starts a thread per core when it is loaded, up to its build's MAX_THREADS
-# (64 in numpy's wheel), which cost 10 to 40 ms of every command's start on this 2-core VM; no command
+# (64 in numpy's wheel), which slowed every command's start (benchmarks/RESULTS.md, "CLI start-up"); no command
 # does BLAS-sized algebra (the largest is a matrix-vector product in security/gradients.py). A value
 # the user set is kept.
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")

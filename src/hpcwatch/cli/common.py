@@ -170,7 +170,8 @@ def json_option(name: str = "as_json") -> Callable:
 
 
 class _Console:
-    """rich's ``Console``, made on first use (importing rich.console costs ``hpcwatch --help`` 0.03 s).
+    """rich's ``Console``, made on first use (importing rich.console would slow ``hpcwatch --help``:
+    benchmarks/RESULTS.md, "CLI start-up").
 
     Attributes are read from and set on the real console; pass ``console.real`` where rich wants one
     (``Live``, ``Progress``)."""

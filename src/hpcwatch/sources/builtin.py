@@ -164,8 +164,8 @@ def _nccl_log(p: Path, c: ReadContext) -> Iterator[Event]:
 
 
 def _sniff_nccl_log(h: Head) -> bool:
-    # The sniff's own module, not the reader's: that one compiles ~20 patterns when it loads (4 ms of
-    # every `steps` start, whose traces are sniffed after this format).
+    # The sniff's own module, not the reader's: that one compiles ~20 patterns when it loads, a cost
+    # every `steps` start would pay, as its traces are sniffed after this format (benchmarks/RESULTS.md).
     from hpcwatch.sources.nccl_sniff import is_nccl_log
 
     return is_nccl_log(h.text)

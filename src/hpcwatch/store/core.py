@@ -443,7 +443,7 @@ class Store:
             self._create()
             self._con = duckdb.connect(":memory:")
             self._since_con = self._con.cursor()
-            self._merge_con = self._con.cursor()  # compaction's own (a new connection costs ~40 ms)
+            self._merge_con = self._con.cursor()  # compaction's own (a new connection costs tens of ms)
             self._define_views()
         except (duckdb.Error, OSError) as err:
             raise StoreError(f"{self.config.path}: cannot open the store: {err}") from err
@@ -702,7 +702,7 @@ class Store:
         the whole cascade, so a reader never binds a part that lives for one merge. The merged parts
         replace their groups if every part they came from is still listed (another writer may have
         merged them meanwhile: ours are then dropped). Other writers' commits wait for renames and a
-        manifest write, not for the merges (1.4 s on a tier of 400k rows).
+        manifest write, not for the merges (seconds on a big tier: benchmarks/RESULTS.md, "Store").
         """
         if not self._compact_lock.acquire(blocking=False):
             return  # another thread of this process is compacting: it will see this tier too
