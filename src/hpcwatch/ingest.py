@@ -39,7 +39,7 @@ from pathlib import Path
 from hpcwatch.errors import InputError, ParseError
 from hpcwatch.records import Event, Finding, Job, Sample, Span
 from hpcwatch.sources.registry import RECORD_KINDS, Format, Input, Skipped, format_named, plan_inputs
-from hpcwatch.store import SourceMark, Store
+from hpcwatch.store import SourceMark, Store, Transaction
 
 __all__ = [
     "FileResult",
@@ -188,7 +188,7 @@ def _each_input(
         if on_file is not None:
             on_file(result)
 
-    groups = [[given] for given in paths] if keep_going else [paths]
+    groups: list[list[str | os.PathLike[str]]] = [[given] for given in paths] if keep_going else [list(paths)]
     for group in groups:
         try:
             for item in plan_inputs(group, format=format, host=host, hosts=hosts, on_bad_line=bad.append):
@@ -286,7 +286,7 @@ class _AlreadyIngested(Exception):
     """The content key is in the store: leave the transaction without writing (never escapes this module)."""
 
 
-def _write(tx, item: Input, *, stop: Callable[[], bool]) -> dict[str, int]:
+def _write(tx: Transaction, item: Input, *, stop: Callable[[], bool]) -> dict[str, int]:
     """Hand the input's records to the transaction, chunk by chunk; the counts per kind.
 
     ``stop`` is asked between chunks: true means the content is already stored, so reading on is waste.
@@ -294,7 +294,7 @@ def _write(tx, item: Input, *, stop: Callable[[], bool]) -> dict[str, int]:
     from hpcwatch.sources.lines import file_time
     from hpcwatch.sources.stored import advisory_events, manifest_event
 
-    fmt, path, ctx = item.format, item.path, item.context
+    fmt, path, ctx = _known_format(item), item.path, item.context
     if fmt.columns is not None:
         n = 0
         for chunk in fmt.columns(path, ctx):
@@ -302,6 +302,7 @@ def _write(tx, item: Input, *, stop: Callable[[], bool]) -> dict[str, int]:
                 raise _AlreadyIngested
             n += tx.add_sample_table(chunk) or chunk.num_rows
         return {"samples": n}
+    records: Iterable[Sample | Event | Span | Job | Finding]
     if fmt.yields == "advisories":
         records = advisory_events(fmt.read(path, ctx), t=file_time(path))
     elif fmt.yields == "manifest":
@@ -312,6 +313,13 @@ def _write(tx, item: Input, *, stop: Callable[[], bool]) -> dict[str, int]:
     return {k: getattr(counts, k) for k in RECORD_KINDS}
 
 
+def _known_format(item: Input) -> Format:
+    """The format of an input that is not an empty file (the callers answer "empty" before asking)."""
+    if item.format is None:
+        raise ValueError(f"{item.path}: an empty file has no format")
+    return item.format
+
+
 def file_identity(item: Input) -> str:
     """The file as the file system shows it (device, inode, size, write time in ns) and how it is read.
 
@@ -319,18 +327,16 @@ def file_identity(item: Input) -> str:
     that keeps the size and forges the nanosecond write time could fool it (then run with a new store
     or touch the file). Folder formats have no identity: their content key is cheap.
     """
-    if item.format.folder:
+    fmt = _known_format(item)
+    if fmt.folder:
         return ""
     st = os.stat(item.path)
-    return (
-        f"{KEY_VERSION}:{item.format.name}:{item.context.host or ''}:{st.st_dev}:{st.st_ino}:{st.st_size}:"
-        f"{st.st_mtime_ns}"
-    )
+    return f"{KEY_VERSION}:{fmt.name}:{item.context.host or ''}:{st.st_dev}:{st.st_ino}:{st.st_size}:{st.st_mtime_ns}"
 
 
 def source_key(item: Input) -> str:
     """What makes two inputs the same: their bytes, how they are read, and the context the reader used."""
-    fmt: Format = item.format
+    fmt = _known_format(item)
     digest = _folder_digest(item.path) if fmt.folder else _file_digest(item.path)
     parts = [KEY_VERSION, fmt.name, digest]
     if fmt.uses_host:

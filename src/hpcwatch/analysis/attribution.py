@@ -55,9 +55,10 @@ jobstats: https://github.com/PrincetonUniversity/jobstats
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from enum import Enum
+from typing import Any, TypeVar
 
 import numpy as np
 import orjson
@@ -66,6 +67,8 @@ import pyarrow.compute as pc
 
 from hpcwatch import vocab
 from hpcwatch.records import Job
+
+_T = TypeVar("_T")
 
 __all__ = [
     "ADVICE",
@@ -251,7 +254,7 @@ def _rows_of(samples: pa.Table, metrics: Sequence[str]) -> pa.Table:
     return samples.filter(pc.is_in(samples.column("metric"), value_set=pa.array(list(metrics), pa.string())))
 
 
-def _per_distinct(column: pa.ChunkedArray, fn) -> list:
+def _per_distinct(column: pa.ChunkedArray, fn: Callable[[str | None], _T]) -> list[_T]:
     """``fn(value)`` for each row, computed once per distinct value (label sets repeat once per sample)."""
     encoded = pa.chunked_array(column).combine_chunks().dictionary_encode() if len(column) else None
     if encoded is None:
@@ -261,7 +264,7 @@ def _per_distinct(column: pa.ChunkedArray, fn) -> list:
     return [results[i] if i is not None else fallback for i in encoded.indices.to_pylist()]
 
 
-def _host_of(host: object, labels: str) -> str | None:
+def _host_of(host: object, labels: str | None) -> str | None:
     """host column, else node-exporter's target labels (node, or instance without the port)."""
     if host:
         return str(host)
@@ -282,7 +285,7 @@ def device_key(gpu: object, instance: object) -> str | None:
     return str(gpu) if instance is None or instance == "" else f"{gpu}.{instance}"
 
 
-def _first(labels: dict, names: tuple[str, ...]) -> str | None:
+def _first(labels: dict[str, Any], names: tuple[str, ...]) -> str | None:
     return next((str(labels[k]) for k in names if labels.get(k)), None)
 
 
@@ -331,7 +334,8 @@ def attribute_with_sources(
     out = np.array(job, dtype=object, copy=True)
     missing = np.array([v is None or v == "" for v in out.tolist()], dtype=bool)
     out[missing] = None
-    source = np.where(missing, None, Attribution.HPC_JOB.value).astype(object)
+    source = np.full(len(out), Attribution.HPC_JOB.value, dtype=object)
+    source[missing] = None
     _by_allocation(out, source, missing, host, gpu, t, jobs, Attribution.SLURM)
     if pod is not None:
         missing = np.array([v is None for v in out.tolist()], dtype=bool)
@@ -436,7 +440,7 @@ def _engine_activity_as_util(f: dict[str, np.ndarray]) -> None:
         f["value"] = np.where(swap, f["value"] * 100.0, f["value"])
 
 
-def _codes(values: np.ndarray) -> tuple[np.ndarray, list]:
+def _codes(values: np.ndarray) -> tuple[np.ndarray, list[str]]:
     """Integer code per row (-1 for None) and the distinct values, by pyarrow's dictionary encoding."""
     encoded = pa.array(values.tolist(), type=pa.string()).dictionary_encode()
     codes = encoded.indices.fill_null(-1).to_numpy(zero_copy_only=False).astype(np.int64)
@@ -495,7 +499,7 @@ def _accumulate_dcgm(
             np.bincount(cell[r], minlength=n),
         )
 
-    def extreme(name: str, ufunc, column: np.ndarray, start: float) -> np.ndarray:
+    def extreme(name: str, ufunc: np.ufunc, column: np.ndarray, start: float) -> np.ndarray:
         out = np.full(n, start)
         r = rows(name)
         ufunc.at(out, cell[r], column[r])
@@ -549,9 +553,9 @@ def _accumulate_dcgm(
     return dict(zip(zip(f["host"][u].tolist(), f["device"][u].tolist(), f["t"][u].tolist()), f["job"][u].tolist()))
 
 
-def _cell_sets(cell: np.ndarray, values: np.ndarray, n: int) -> list[set]:
+def _cell_sets(cell: np.ndarray, values: np.ndarray, n: int) -> list[set[Any]]:
     """The distinct ``values`` of each cell (few: a source name, a MIG profile)."""
-    out: list[set] = [set() for _ in range(n)]
+    out: list[set[Any]] = [set() for _ in range(n)]
     for c, v in set(zip(cell.tolist(), values.tolist())):
         out[c].add(v)
     return out
@@ -571,8 +575,8 @@ def _accumulate_ib(
     values = sub.column("value").to_pylist()
     names = sub.column("metric").to_pylist()
     gpus_of_host: dict[str, set[str]] = {}
-    for host, gpu, _t in holder:
-        gpus_of_host.setdefault(host, set()).add(gpu)
+    for gpu_host, gpu, _t in holder:
+        gpus_of_host.setdefault(gpu_host, set()).add(gpu)
     hcas_of_host: dict[str, set[str]] = {}
     for host, dev in zip(hosts, devices):
         if host:
@@ -582,7 +586,7 @@ def _accumulate_ib(
         if host:
             series.setdefault((name, host, dev), []).append((t, v))
     gpus_sorted = {host: tuple(sorted(gpus, key=_num)) for host, gpus in gpus_of_host.items()}
-    rails_of: dict[tuple, list[str]] = {}  # hosts of one node type share their rail maps
+    rails_of: dict[tuple[str, int, tuple[str, ...]], list[str]] = {}  # hosts of one node type share their rail maps
     for (name, host, dev), points in series.items():
         key = (dev, len(hcas_of_host.get(host, ())), gpus_sorted.get(host, ()))
         rails = rails_of.get(key)
@@ -788,14 +792,16 @@ def _report(
         ):
             setattr(total, name, getattr(total, name) + getattr(a, name))
         total.sources |= a.sources
-    window = _window(cells)
+    first_seen, last_seen = _window(cells)
     allocation = _allocation(job)
     observed_h = total.observed_s / 3600.0
     if allocation is not None and job.start is not None:
         elapsed = _elapsed(job, usage, now)
         allocated_h: float | None = job.gpus * elapsed / 3600.0
     else:
-        elapsed, allocated_h = (window[1] - window[0]) if window[0] is not None else 0.0, None
+        # both ends are None together: a cell's first_t and last_t come from the same utilisation samples
+        elapsed = last_seen - first_seen if first_seen is not None and last_seen is not None else 0.0
+        allocated_h = None
     fbs = [a.fb_max for _, _, a in cells if a.fb_max is not None]
     gpus = job.gpus if allocation is not None and job.gpus else len(per_gpu)
     report = JobReport(
@@ -828,8 +834,8 @@ def _report(
         gpus_observed=len(per_gpu),
         gpu_hours_allocated=allocated_h,
         gpu_hours_observed=observed_h,
-        observed_start=window[0],
-        observed_end=window[1],
+        observed_start=first_seen,
+        observed_end=last_seen,
         coverage=observed_h / allocated_h if allocated_h else None,
         **_usage_fields(usage, elapsed),
     )
@@ -856,7 +862,7 @@ def _window(cells: list[tuple[str, str, _Acc]]) -> tuple[float | None, float | N
     return (min(starts) if starts else None, max(ends) if ends else None)
 
 
-def _usage_fields(usage: _SlurmUsage | None, elapsed_s: float) -> dict:
+def _usage_fields(usage: _SlurmUsage | None, elapsed_s: float) -> dict[str, Any]:
     if usage is None:
         return {}
     cpu_util = (
@@ -932,9 +938,10 @@ def _advice_items(r: JobReport) -> list[tuple[str, dict[str, str]]]:
         items.append(("low_gpu_util", {"util": f"{r.mean_gpu_util:.0f}"}))
     # sacct's TotalCPU and MaxRSS grow as steps end: for a running job they are not yet the job's, so the CPU
     # and memory notes wait for its end (jobstats reads them from sacct only for finished jobs too).
-    cores = max(1, round(r.cpus * r.cpu_util_pct / 100)) if r.cpus and r.cpu_util_pct is not None else None
-    if r.end is not None and cores is not None and r.cpu_util_pct < LOW_CPU_UTIL_PCT and cores < r.cpus:
-        items.append(("low_cpu_util", {"util": f"{r.cpu_util_pct:.0f}", "cpus": str(r.cpus), "cores": str(cores)}))
+    if r.end is not None and r.cpus and r.cpu_util_pct is not None:
+        cores = max(1, round(r.cpus * r.cpu_util_pct / 100))
+        if r.cpu_util_pct < LOW_CPU_UTIL_PCT and cores < r.cpus:
+            items.append(("low_cpu_util", {"util": f"{r.cpu_util_pct:.0f}", "cpus": str(r.cpus), "cores": str(cores)}))
     if r.end is not None and r.memory_requested_bytes and r.max_rss_bytes_by_node:
         used = max(v for _, v in r.max_rss_bytes_by_node)
         per_node = r.memory_requested_bytes / max(1, len(r.nodes) or len(r.max_rss_bytes_by_node))
@@ -947,9 +954,9 @@ def _advice_items(r: JobReport) -> list[tuple[str, dict[str, str]]]:
     return items
 
 
-def report_dict(report: JobReport, *, per_gpu: bool = False) -> dict:
+def report_dict(report: JobReport, *, per_gpu: bool = False) -> dict[str, Any]:
     """The JSON shape of ``hpcwatch jobs --json`` (and ``job ID --json`` with ``per_gpu``)."""
-    doc = {
+    doc: dict[str, Any] = {
         "id": report.id,
         "user": report.user,
         "account": report.account,

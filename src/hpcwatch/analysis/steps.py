@@ -233,7 +233,8 @@ def step_times_s(anatomy: Anatomy) -> np.ndarray:
     """
     if not anatomy.steps:
         return np.zeros(0)
-    return np.nanmax(anatomy.matrix("step"), axis=0)
+    slowest: np.ndarray = np.nanmax(anatomy.matrix("step"), axis=0)  # numpy's stubs say Any
+    return slowest
 
 
 def median_step_time_s(anatomy: Anatomy) -> float | None:
@@ -456,7 +457,8 @@ def _annotation_intervals(rows: _HostRows, w: _Window) -> dict[str, tuple[np.nda
 
 def _clip(values: np.ndarray, lo: float, hi: float) -> np.ndarray:
     """``np.clip`` (the same values) in two ufunc calls: np.clip's dispatch costs ~2 µs a call, ~8k calls a set."""
-    return np.minimum(np.maximum(values, lo), hi)
+    clipped: np.ndarray = np.minimum(np.maximum(values, lo), hi)  # numpy's stubs say Any
+    return clipped
 
 
 def _phase_of_name(trace: KinetoTrace, name_id: int) -> str | None:
@@ -514,7 +516,7 @@ def _host_phases(
     total = union_lengths(s[keep], e[keep], g[keep], len(windows) * len(PHASES)).reshape(len(windows), len(PHASES))
     out = []
     for k, found in enumerate(intervals):
-        phases = dict.fromkeys(PHASES, 0.0)
+        phases: dict[str, float] = dict.fromkeys(PHASES, 0.0)
         phases.update({p: float(total[k, _PHASE_INDEX[p]]) / 1e6 for p in found if p in _PHASE_INDEX})
         out.append(phases)
     return out
@@ -523,12 +525,15 @@ def _host_phases(
 _PHASE_INDEX: Mapping[str, int] = {p: i for i, p in enumerate(PHASES)}
 
 
-def _joined(*parts: list[np.ndarray]) -> tuple[np.ndarray, ...]:
-    """Each list of arrays as one array (an empty float, or int, array for an empty list)."""
-    return tuple(
-        np.concatenate(p) if p else np.zeros(0, dtype=np.int64 if k == len(parts) - 1 else np.float64)
-        for k, p in enumerate(parts)
-    )
+def _joined(
+    starts: list[np.ndarray], ends: list[np.ndarray], groups: list[np.ndarray]
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Each list of arrays as one array (an empty float, or for ``groups`` int, array for an empty list)."""
+
+    def joined(parts: list[np.ndarray], dtype: type[np.generic]) -> np.ndarray:
+        return np.concatenate(parts) if parts else np.zeros(0, dtype=dtype)
+
+    return joined(starts, np.float64), joined(ends, np.float64), joined(groups, np.int64)
 
 
 class _Coll(msgspec.Struct, frozen=True):
@@ -738,7 +743,7 @@ def _gpu_annotations(trace: KinetoTrace) -> dict[str, tuple[np.ndarray, np.ndarr
     ev = trace.events
     rows = np.flatnonzero(ev["cat"] == CAT["gpu_user_annotation"])
     by_phase: dict[str, list[int]] = defaultdict(list)
-    for row in rows:
+    for row in rows.tolist():
         phase = _phase_of_name(trace, int(ev["name_id"][row]))
         if phase in WORK_PHASES:
             by_phase[phase].append(row)
@@ -1035,7 +1040,7 @@ def _span_waits(allreduce: Mapping[int, list[tuple[float, float]]]) -> dict[int,
 def _span_rank_step(
     rank: int, step: int, cell: Mapping[str, list[tuple[float, float]]], wait: tuple[float, float] | None
 ) -> RankStep:
-    phases = {p: float(sum(d for _, d in cell.get(p, []))) for p in PHASES}
+    phases: dict[str, float] = {p: float(sum(d for _, d in cell.get(p, []))) for p in PHASES}
     if wait is not None:
         phases["barrier_wait"], phases["allreduce"] = wait
     starts = [s for v in cell.values() for s, _ in v]

@@ -236,7 +236,8 @@ def modified_z(values: np.ndarray, *, mad_floor: float = 0.01, axis: int = 0) ->
         med = np.nanmedian(values, axis=axis, keepdims=True)
         mad = np.nanmedian(np.abs(values - med), axis=axis, keepdims=True)
     mad = np.maximum(mad, np.maximum(mad_floor * np.abs(med), 1e-12))
-    return _MAD_TO_SIGMA * (values - med) / mad
+    z: np.ndarray = _MAD_TO_SIGMA * (values - med) / mad  # numpy's stubs say Any
+    return z
 
 
 def find_stragglers(
@@ -257,7 +258,7 @@ def find_stragglers(
     z = modified_z(work, mad_floor=cfg.mad_floor, axis=0)
     med_step = np.nanmedian(work, axis=0, keepdims=True)
     outlier = (z > cfg.z_threshold) & (work > med_step * (1 + cfg.min_excess))
-    phases = {p: anatomy.matrix(p) for p in PHASES}
+    phases: dict[str, np.ndarray] = {p: anatomy.matrix(p) for p in PHASES}
     with _nan_slices_expected():
         gpu = _gpu_evidence(anatomy, cfg) if anatomy.has_gpu else None
     scores = _rank_scores(anatomy, work, z, outlier, phases, gpu)
@@ -382,7 +383,7 @@ def _rank_scores(
         node, gpu_index = anatomy.placement.get(rank, (None, None))
         extra = (
             {}
-            if gpu is None
+            if gpu is None or med_gpu is None  # None together
             else {
                 "gpu_compute_s": float(med_gpu[i]),
                 "gpu_score": _ratio(float(np.nanmin(med_gpu)), float(med_gpu[i])),
@@ -442,7 +443,11 @@ def _straggler(
         and others_wait > my_wait
     )
     gpu_excess = float(np.nanmedian(gpu.compute[i] - np.nanmedian(gpu.compute, axis=0))) if gpu is not None else None
-    verdict_score = score.gpu_score if on_gpu and EVIDENCE_GPU_COMPUTE in evidence else score.score
+    # GPU-compute evidence is only found with GPU data, so gpu_score is set whenever it is the verdict's
+    if on_gpu and EVIDENCE_GPU_COMPUTE in evidence and score.gpu_score is not None:
+        verdict_score = score.gpu_score
+    else:
+        verdict_score = score.score
     excess_s = float(np.nanmedian(work[i] - np.nanmedian(work, axis=0)))
     extra = {
         EVIDENCE_HOST: excess_s,
@@ -455,7 +460,7 @@ def _straggler(
         rank=score.rank,
         node=score.node,
         gpu=score.gpu,
-        phase=max(excess, key=excess.get),
+        phase=max(excess, key=excess.__getitem__),
         score=verdict_score,
         individual_score=score.individual_score,
         z=score.z,

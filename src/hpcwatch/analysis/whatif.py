@@ -48,6 +48,7 @@ from typing import TYPE_CHECKING
 
 import msgspec
 import numpy as np
+import numpy.typing as npt
 
 from hpcwatch.analysis.steps import Anatomy, step_times_s
 from hpcwatch.errors import InputError
@@ -185,7 +186,7 @@ class _Ops(msgspec.Struct, frozen=True, kw_only=True):
     rank: np.ndarray  # [dp, stage], the worker's first global rank
 
 
-def _columns(table: pa.Table | Mapping[str, Sequence]) -> dict[str, np.ndarray]:
+def _columns(table: pa.Table | Mapping[str, npt.ArrayLike]) -> dict[str, np.ndarray]:
     names = list(table.column_names) if hasattr(table, "column_names") else list(table)  # a pyarrow Table
     missing = [c for c in OP_COLUMNS if c not in names]
     if missing:
@@ -198,7 +199,7 @@ def _columns(table: pa.Table | Mapping[str, Sequence]) -> dict[str, np.ndarray]:
     return out
 
 
-def _lanes(table: pa.Table | Mapping[str, Sequence]) -> _Ops:
+def _lanes(table: pa.Table | Mapping[str, npt.ArrayLike]) -> _Ops:
     c = _columns(table)
     if len(c["step"]) == 0:
         raise InputError("no operations to analyse")
@@ -478,7 +479,7 @@ def _typical(ops: _Ops, eff: np.ndarray) -> np.ndarray:
 # Public entry points
 
 
-def whatif_ops(table: pa.Table | Mapping[str, Sequence]) -> WhatIf:
+def whatif_ops(table: pa.Table | Mapping[str, npt.ArrayLike]) -> WhatIf:
     """What-if slowdown of a 3D-parallel job from a per-operation batch (``OP_COLUMNS``)."""
     ops = _lanes(table)
     return _analyse(ops, _megatron_graph(ops))
@@ -593,12 +594,16 @@ def _analyse(ops: _Ops, graph: _Graph | None, *, measured_s: Mapping[int, float]
     return _result(ops, names, ratio, step_t, actual, plan, measured, ideal)
 
 
-def _scenarios(ops: _Ops) -> tuple[list[tuple], np.ndarray]:
+#: A replay's name: ("replay",), ("ideal",), ("optype", label), ("dp_rank", d), ("stage", s), ("worker", d, s).
+_Scenario = tuple[str | int, ...]
+
+
+def _scenarios(ops: _Ops) -> tuple[list[_Scenario], np.ndarray]:
     """Which (op, dp) keep their measured duration in each replay: [scenario, op, 1, dp]."""
     n_ops, n_dp = len(ops.optype), len(ops.dps)
     stages = sorted(set(ops.stage.tolist()))
     label = np.array([_optype_label(t) for t in ops.optype])
-    names: list[tuple] = [("replay",), ("ideal",)]
+    names: list[_Scenario] = [("replay",), ("ideal",)]
     masks = [np.ones((n_ops, n_dp), bool), np.zeros((n_ops, n_dp), bool)]
     for t in sorted(set(label.tolist())):
         names.append(("optype", t))
@@ -625,8 +630,8 @@ def _optype_label(optype: str) -> str:
 
 def _result(
     ops: _Ops,
-    names: list[tuple],
-    ratio: Mapping[tuple, float],
+    names: list[_Scenario],
+    ratio: Mapping[_Scenario, float],
     step_t: np.ndarray,
     actual: np.ndarray,
     plan: _Plan,
@@ -635,7 +640,9 @@ def _result(
 ) -> WhatIf:
     workers = sorted(
         (
-            WorkerSlowdown(dp_rank=k[1], stage=k[2], rank=int(ops.rank[list(ops.dps).index(k[1]), k[2]]), slowdown=v)
+            WorkerSlowdown(
+                dp_rank=int(k[1]), stage=int(k[2]), rank=int(ops.rank[list(ops.dps).index(k[1]), int(k[2])]), slowdown=v
+            )
             for k, v in ratio.items()
             if k[0] == "worker"
         ),
@@ -647,7 +654,7 @@ def _result(
         last_stage = _share(ops, plan, measured, ideal, [(int(d), pp - 1) for d in ops.dps], step_t)
     n_top = max(1, math.ceil(len(workers) * TOP_WORKER_PERCENT / 100))
     top = _share(ops, plan, measured, ideal, [(w.dp_rank, w.stage) for w in workers[:n_top]], step_t)
-    by = lambda kind: {k[1]: v for k, v in sorted(ratio.items(), key=lambda kv: -kv[1]) if k[0] == kind}  # noqa: E731
+    ranked = sorted(ratio.items(), key=lambda kv: -kv[1])
     s, measured_s, replay_s = ratio[("replay",)], float(actual.mean()), float(step_t[0].mean())
     fits = _fits(replay_s, measured_s)
     return WhatIf(
@@ -661,9 +668,9 @@ def _result(
         step_time_ideal_s=tuple(step_t[1].tolist()),
         step_slowdown=tuple((step_t[0] / step_t[1]).tolist()),
         replay_ratio=measured_s / replay_s if replay_s > 0 else float("inf"),
-        by_optype=by("optype"),
-        by_dp_rank=by("dp_rank"),
-        by_stage=by("stage"),
+        by_optype={str(k[1]): v for k, v in ranked if k[0] == "optype"},
+        by_dp_rank={int(k[1]): v for k, v in ranked if k[0] == "dp_rank"},
+        by_stage={int(k[1]): v for k, v in ranked if k[0] == "stage"},
         by_worker=tuple(workers),
         last_stage=last_stage,
         top_workers=top,

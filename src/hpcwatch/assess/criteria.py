@@ -101,12 +101,17 @@ def dcgm_steady(ev: Evidence) -> Verdict:
     missing = _slurm_gpu_nodes(ev) - {c.host for c in ev.cadence}
     # one scrape has no interval: whether its gaps are long is not known, so it is neither gappy nor steady
     once = [c for c in ev.cadence if c.samples < 2 or c.median_gap_s is None or c.longest_gap_s is None]
-    timed = [c for c in ev.cadence if c not in once]
-    gappy = [c for c in timed if c.longest_gap_s > STEADY_GAP_FACTOR * (c.median_gap_s or math.inf)]
+    # (GPU, median gap, longest gap) of the others, both gaps known
+    timed = [
+        (c, c.median_gap_s, c.longest_gap_s)
+        for c in ev.cadence
+        if c.samples >= 2 and c.median_gap_s is not None and c.longest_gap_s is not None
+    ]
+    gappy = [c for c, median, longest in timed if longest > STEADY_GAP_FACTOR * (median or math.inf)]
     figures = dict(
         gpus=len(ev.cadence),
-        median_interval_s=statistics.median(c.median_gap_s for c in timed) if timed else None,
-        longest_gap_s=max((c.longest_gap_s for c in timed), default=None),
+        median_interval_s=statistics.median(median for _, median, _ in timed) if timed else None,
+        longest_gap_s=max((longest for _, _, longest in timed), default=None),
         nodes_without_dcgm=sorted(missing),
         gpus_with_gaps=[f"{c.host}/{c.gpu}" for c in gappy][:20],
         gpus_interval_unknown=[f"{c.host}/{c.gpu}" for c in once][:20],
@@ -139,7 +144,7 @@ def gpu_attribution(ev: Evidence) -> Verdict:
     interval = statistics.median([c.median_gap_s for c in ev.cadence if c.median_gap_s] or [0.0])
     allocated = covered = 0.0
     for j in ev.jobs:
-        if j.start is None or not j.gpus_by_node or ev.t0 is None:
+        if j.start is None or not j.gpus_by_node or ev.t0 is None or ev.t1 is None:  # t0, t1 None together
             continue
         start, end = max(j.start, ev.t0), min(j.end if j.end is not None else ev.t1, ev.t1)
         if end <= start:
@@ -336,7 +341,7 @@ def goodput_vs_twin(ev: Evidence) -> Verdict:
 
 
 def _gpu_key(ev: Evidence) -> str | None:
-    specs = {gpu_spec(m) for m in ev.gpu_models} - {None}
+    specs = {spec for m in ev.gpu_models if (spec := gpu_spec(m)) is not None}
     if len(specs) == 1:
         return next(iter(specs)).key
     nodes = ev.cluster.nodes

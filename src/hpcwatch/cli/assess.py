@@ -51,7 +51,11 @@ def assess(
     model = (
         ModelShape(params=params, layers=layers, d_model=d_model, seq=seq, tokens_per_step=tokens_per_step)
         if params is not None
-        else None
+        and layers is not None
+        and d_model is not None
+        and seq is not None
+        and tokens_per_step is not None
+        else None  # all of them or none (checked above)
     )
     config = AssessConfig(
         cluster=load_cluster(cluster_file) if cluster_file else reference_cluster(),

@@ -51,6 +51,11 @@ _SLOW_STEPS_SHOWN = 5
 _TOP_KERNELS_LISTED = 5
 
 
+def _format_name(item: Input) -> str | None:
+    """The name of an input's format (``trace_files`` keeps only inputs that have one)."""
+    return item.format.name if item.format is not None else None
+
+
 def trace_files(paths: list[Path]) -> list[Input]:
     """Kineto traces and hook files under ``paths``, recognised by the format registry (not by their names).
 
@@ -69,8 +74,8 @@ def trace_files(paths: list[Path]) -> list[Input]:
             raise InputError(f"{item.path}: steps reads Kineto traces or the hook's JSON lines, not {what}")
     if not found:
         raise InputError(f"{', '.join(map(str, paths))}: no Kineto trace or hook JSON lines found")
-    if any(i.format.name == "kineto" for i in found):
-        found = [i for i in found if i.format.name == "kineto" or i.path in named]
+    if any(_format_name(i) == "kineto" for i in found):
+        found = [i for i in found if _format_name(i) == "kineto" or i.path in named]
     return found
 
 
@@ -172,7 +177,8 @@ def steps(
     from hpcwatch.reports.steps import reduced_report, step_report, step_report_of
 
     reductions: list[RankReduction] = []
-    clock, per_rank = None, ()
+    clock: GpuClock | None = None
+    per_rank: tuple[RankGpu, ...] = ()
     if job:
         with open_store(db) as store:
             report = step_report(store, job)
@@ -185,14 +191,14 @@ def steps(
         report, clock, per_rank = reduced_report(reductions)
     else:
         files = trace_files(list(paths))
-        hook = [i for i in files if i.format.name == "hook-jsonl"]
+        hook = [i for i in files if _format_name(i) == "hook-jsonl"]
         if hook and len(hook) != len(files):
             raise ConfigError("steps: give Kineto traces or the hook's .jsonl files, not both")
         if hook and cluster is not None:
             raise ConfigError("steps: --dask reduces Kineto traces; the hook's .jsonl files are read here")
         if hook:
             anatomy = anatomy_from_spans(
-                r for i in hook for r in i.format.read(i.path, i.context) if isinstance(r, Span)
+                r for i in hook if i.format is not None for r in i.format.read(i.path, i.context) if isinstance(r, Span)
             )
         else:
             reductions = _reduce_traces(files) if cluster is None else _reduce_on_dask(files, cluster)

@@ -64,7 +64,8 @@ def _read_op_trace(path: Path):
     """The op table of ``path``, which the format registry must recognise as one."""
     from hpcwatch.sources.registry import Input, plan_inputs
 
-    (item,) = [i for i in plan_inputs([path]) if isinstance(i, Input)] or [None]
+    inputs: list[Input | None] = [i for i in plan_inputs([path]) if isinstance(i, Input)]
+    (item,) = inputs or [None]
     if item is None or item.format is None or item.format.yields != "op-table":
         what = item.format.name if item is not None and item.format else "empty or a folder"
         raise InputError(f"{path}: whatif reads a per-operation Parquet trace, not {what}")

@@ -85,7 +85,7 @@ def parse_cards(text: str, *, path: str = "<cards>") -> Cards:
 
 def _title_vectors(by_lang: dict[str, dict[str, dict[str, dict[str, str]]]], path: str) -> None:
     """Every drawn vector of records.VECTOR_TABLE has a card, and its title is its number and name."""
-    numbers = {v.id: v.number for v in VECTOR_TABLE if v.number is not None}
+    numbers: dict[str, int] = {v.id: v.number for v in VECTOR_TABLE if v.number is not None}
     cards = by_lang[LANGUAGES[0]]["vectors"]
     if set(cards) != set(numbers):
         raise ConfigError(f"{path}: vectors: the cards must be those of records.VECTOR_TABLE: {sorted(numbers)}")

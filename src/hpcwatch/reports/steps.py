@@ -67,12 +67,8 @@ PLAYER_JOBS_LISTED = 8
 Placement = Mapping[int, tuple[str | None, int | None]]
 
 
-def _queries():
-    """``hpcwatch.store.queries``, imported on first use: it loads pyarrow and duckdb (0.17 s), which the
-    reports on traces given as files never need."""
-    from hpcwatch.store import queries
-
-    return queries
+# ``hpcwatch.store.queries`` is imported by the functions that use it: it loads pyarrow and duckdb (0.17 s),
+# which the reports on traces given as files never need.
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -203,7 +199,9 @@ def step_report(
     Ranks the spans do not place are placed from the job record (launcher order).
     ``InputError`` when the job has no spans of a training phase.
     """
-    spans = store.spans(job_id) if recent_steps is None else _queries().recent_spans(store, job_id, steps=recent_steps)
+    from hpcwatch.store import queries
+
+    spans = store.spans(job_id) if recent_steps is None else queries.recent_spans(store, job_id, steps=recent_steps)
     if not spans:
         raise InputError(f"job {job_id}: no step spans in the store")
     anatomy = anatomy_from_spans(spans)
@@ -267,12 +265,14 @@ class PlayerStep:
 
 
 def _shown_step(store: Store, job: str, step: int | None) -> tuple[int, int, int]:
-    first, last = _queries().step_range(store, job)
-    if first is None:
+    from hpcwatch.store import queries
+
+    first, last = queries.step_range(store, job)
+    if first is None or last is None:  # None together: the job has no spans
         raise InputError(f"no spans for job {job!r}")
     if step is None:
         # The newest step may still be arriving rank by rank; take the newest step every rank has finished.
-        done = _queries().last_step_every_rank_finished(store, job)
+        done = queries.last_step_every_rank_finished(store, job)
         step = done if done is not None else last
     return first, last, step
 
@@ -351,12 +351,16 @@ def player_step(
 
 def jobs_with_spans(store: Store) -> list[str]:
     """Every job that has spans, sorted (the exporter reports each one's recent steps)."""
-    return _queries().span_jobs(store)
+    from hpcwatch.store import queries
+
+    return queries.span_jobs(store)
 
 
 def player_jobs(store: Store, *, limit: int = PLAYER_JOBS_LISTED) -> list[str]:
     """Jobs with spans the player can play, the most recent first."""
-    return _queries().span_jobs_by_recency(store, limit=limit)
+    from hpcwatch.store import queries
+
+    return queries.span_jobs_by_recency(store, limit=limit)
 
 
 # -- the live card -------------------------------------------------------------------------------
@@ -372,13 +376,15 @@ class LiveTraining:
 
 def live_training(store: Store, *, exclude_jobs: Sequence[str] = ()) -> LiveTraining | None:
     """The job training most recently (spans ending last) and its newest complete step's time."""
-    newest = _queries().newest_span_job(store, exclude=exclude_jobs)
+    from hpcwatch.store import queries
+
+    newest = queries.newest_span_job(store, exclude=exclude_jobs)
     if newest is None:
         return None
     job, last = newest
     try:
         # The last two step numbers: the newest may still be arriving rank by rank.
-        anatomy = anatomy_from_spans(_queries().recent_spans(store, job, steps=2))
+        anatomy = anatomy_from_spans(queries.recent_spans(store, job, steps=2))
     except InputError:
         return LiveTraining(job=job, step=last, step_time_s=None)
     if not anatomy.steps:

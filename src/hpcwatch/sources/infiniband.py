@@ -125,7 +125,9 @@ _PORT_RE = re.compile(r"Port\s+(\d+):\s*\Z")
 _KEY_RE = re.compile(r"([A-Za-z][A-Za-z ]*?):\s*(.*?)\s*\Z")
 
 
-def _port_samples(port: dict[str, str], labels: dict[str, str], t: float, *, path, line: int) -> Iterator[Sample]:
+def _port_samples(
+    port: dict[str, str], labels: dict[str, str], t: float, *, path: str | os.PathLike[str], line: int
+) -> Iterator[Sample]:
     state, phys = port.get("State", ""), port.get("Physical state", "")
     tags = {**labels, "state": state, "physical_state": phys, "link_layer": port.get("Link layer", "")}
     yield Sample(
@@ -177,7 +179,7 @@ def parse_ibstat(
                 port = None
             if ca:
                 device = ca.group(1)
-            else:
+            elif pm:
                 if device is None:
                     raise ParseError("port before any CA 'name' line", path=path, line=number, text=raw)
                 port, port_line = {}, number

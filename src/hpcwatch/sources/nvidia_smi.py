@@ -56,6 +56,8 @@ from hpcwatch.records import Event, Sample
 from hpcwatch.sources.lines import file_time, read_text
 from hpcwatch.vocab import EventKind
 
+_Path = str | os.PathLike[str]
+
 __all__ = [
     "parse_nvidia_smi_xml",
     "read_nvidia_smi_xml",
@@ -112,7 +114,7 @@ _READING_RE = re.compile(r"\s*([-+]?[0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)\s*(?:%|
 _MISSING = ("N/A", "[N/A]", "[Not Supported]", "Not Supported", "[Unknown Error]", "")
 
 
-def _reading(text: str | None, what: str, *, path, line: int | None) -> float | None:
+def _reading(text: str | None, what: str, *, path: _Path, line: int | None) -> float | None:
     """``"77.88 W"`` -> 77.88; ``"N/A"`` -> None."""
     value = (text or "").strip()
     if value in _MISSING or value.startswith("[") or value.startswith("Requested functionality"):
@@ -123,7 +125,7 @@ def _reading(text: str | None, what: str, *, path, line: int | None) -> float | 
     return float(m.group(1))
 
 
-def _smi_time(text: str, fmt: str, utc_offset_s: float, *, path, line: int | None) -> float:
+def _smi_time(text: str, fmt: str, utc_offset_s: float, *, path: _Path, line: int | None) -> float:
     try:
         return datetime.strptime(text.strip(), fmt).replace(tzinfo=UTC).timestamp() - utc_offset_s
     except ValueError as err:
@@ -133,7 +135,7 @@ def _smi_time(text: str, fmt: str, utc_offset_s: float, *, path, line: int | Non
 # -- XML -------------------------------------------------------------------------------------
 
 
-def _xml_tree(text: str, *, path) -> tuple[ET.Element, dict[ET.Element, int]]:
+def _xml_tree(text: str, *, path: _Path) -> tuple[ET.Element, dict[ET.Element, int]]:
     """The document, and the line each element starts on (for error messages)."""
     parser = expat.ParserCreate()
     builder = ET.TreeBuilder()
@@ -159,7 +161,7 @@ def _line(lines: dict[ET.Element, int], element: ET.Element | None) -> int | Non
 
 
 def _gpu_xml(
-    gpu: ET.Element, index: int, common: dict[str, str], t: float, lines: dict[ET.Element, int], *, path
+    gpu: ET.Element, index: int, common: dict[str, str], t: float, lines: dict[ET.Element, int], *, path: _Path
 ) -> Iterator[Sample | Event]:
     labels = {"gpu": str(index), **common}
     for key, tag in (("UUID", "uuid"), ("modelName", "product_name")):
@@ -171,10 +173,10 @@ def _gpu_xml(
     for where, field in _XML_FIELDS:
         if field in seen or (node := gpu.find(where)) is None:
             continue
-        value = _reading(node.text, where, path=path, line=_line(lines, node))
-        if value is not None:
+        reading = _reading(node.text, where, path=path, line=_line(lines, node))
+        if reading is not None:
             seen.add(field)
-            yield Sample(metric=field, labels=labels, t=t, value=value)
+            yield Sample(metric=field, labels=labels, t=t, value=reading)
     for mig in gpu.iterfind("mig_devices/mig_device"):
         yield from _mig_samples(mig, labels, t, lines, path=path)
     for proc in gpu.iterfind("processes/process_info"):
@@ -192,7 +194,7 @@ _MIG_LABELS = (("gpu_instance_id", "GPU_I_ID"), ("compute_instance_id", "GPU_CI_
 
 
 def _mig_samples(
-    mig: ET.Element, parent: dict[str, str], t: float, lines: dict[ET.Element, int], *, path
+    mig: ET.Element, parent: dict[str, str], t: float, lines: dict[ET.Element, int], *, path: _Path
 ) -> Iterator[Sample]:
     """One MIG instance's memory samples, tied to its parent GPU by the parent's labels."""
     labels = dict(parent)
@@ -204,12 +206,14 @@ def _mig_samples(
         raise ParseError("a <mig_device> without gpu_instance_id", path=path, line=_line(lines, mig))
     for where, field in _MIG_FIELDS:
         node = mig.find(where)
-        value = None if node is None else _reading(node.text, where, path=path, line=_line(lines, node))
-        if value is not None:
-            yield Sample(metric=field, labels=labels, t=t, value=value)
+        reading = None if node is None else _reading(node.text, where, path=path, line=_line(lines, node))
+        if reading is not None:
+            yield Sample(metric=field, labels=labels, t=t, value=reading)
 
 
-def _process_event(proc: ET.Element, labels: dict[str, str], t: float, lines: dict[ET.Element, int], *, path) -> Event:
+def _process_event(
+    proc: ET.Element, labels: dict[str, str], t: float, lines: dict[ET.Element, int], *, path: _Path
+) -> Event:
     def reading(tag: str) -> float | None:
         return _reading(proc.findtext(tag), tag, path=path, line=_line(lines, proc.find(tag)))
 
@@ -268,7 +272,7 @@ def _field_name(header: str) -> str:
 
 
 def _csv_row(
-    row: dict[str, str], common: dict[str, str], t: float | None, utc_offset_s: float, *, path, line: int
+    row: dict[str, str], common: dict[str, str], t: float | None, utc_offset_s: float, *, path: _Path, line: int
 ) -> Iterator[Sample]:
     labels = dict(common)
     for field, label in _QUERY_LABELS.items():
@@ -308,7 +312,7 @@ def parse_nvidia_smi_csv(
     )
 
 
-def _csv_fields(raw: str, *, path, line: int) -> list[str]:
+def _csv_fields(raw: str, *, path: _Path, line: int) -> list[str]:
     try:
         return next(csv.reader([raw], skipinitialspace=True), [])
     except csv.Error as err:
@@ -318,7 +322,7 @@ def _csv_fields(raw: str, *, path, line: int) -> list[str]:
 def _parse_csv(
     text: str,
     *,
-    path,
+    path: _Path,
     columns: Sequence[str] | None,
     hostname: str | None,
     t: float | None,

@@ -206,6 +206,12 @@ def parse_rest_nodes(
             yield Sample(metric=metric, labels=labels, t=t, value=value)
 
 
+def _nested(raw: Mapping[str, Any], key: str) -> Mapping[str, Any]:
+    """``raw[key]`` when it is an object (the newer API nests it there), else ``raw`` itself."""
+    inner = raw.get(key)
+    return inner if isinstance(inner, Mapping) else raw
+
+
 def parse_rest_partitions(
     text: str, *, t: float | None = None, path: str | os.PathLike[str] = "<slurmrestd>"
 ) -> Iterator[Sample]:
@@ -214,12 +220,11 @@ def parse_rest_partitions(
     for i, raw in enumerate(load_answer(text, path=path, key="partitions")):
         if not isinstance(raw, Mapping) or not raw.get("name"):
             raise ParseError(f"partitions[{i}]: a partition without a name", path=path)
-        inner = raw.get("partition") if isinstance(raw.get("partition"), Mapping) else raw  # 23.11+ nesting
+        inner = _nested(raw, "partition")  # 23.11+ nesting
         state = inner.get("state")
         state = state[0] if isinstance(state, list) and state else state
         labels = {"partition": str(raw["name"]), "state": str(state or "unknown").lower()}
-        nodes = raw.get("nodes") if isinstance(raw.get("nodes"), Mapping) else raw
-        cpus = raw.get("cpus") if isinstance(raw.get("cpus"), Mapping) else raw
+        nodes, cpus = _nested(raw, "nodes"), _nested(raw, "cpus")
         where = f"partitions[{i}] ({raw['name']})"
         try:
             n_nodes = _number(nodes, "total" if nodes is not raw else "total_nodes", where)

@@ -68,7 +68,7 @@ class StepSource(BaseModel):
     key: str = Field(description="'baseline', 'straggler' or the job id")
     job: str = Field(description="Job id whose spans are played")
     label: str = Field(description="Text shown on the button, in the request's language")
-    kind: str = Field("live", description="'example' (the recorded guided pair) or 'live' (a job of the store)")
+    kind: str = Field(default="live", description="'example' (the recorded guided pair) or 'live' (a job of the store)")
 
 
 class PhaseTiming(BaseModel):
