@@ -33,6 +33,7 @@ WATCHDOG = "Watchdog caught collective operation timeout: WorkNCCL("
 #: repeated to the line's length). Each ends in `` NCCL INFO x``, so the sniff looks at it too.
 SHAPES = {
     "host-run": ("", "a"),
+    "marked-host-run": ("NCCL INFO ", "a"),  # the sniff's 64 KiB head has the mark
     "prefix-repeated": ("", "h:1:1 [0] "),
     "socket-ifs": ("h:1:1 [0] NCCL INFO NET/Socket : Using ", "[0]a:"),
     "watchdog-repeated": ("", WATCHDOG),
