@@ -15,6 +15,8 @@ What is read, per process and device (the ``[cudaDev]`` of the line):
   found``, ``NET/Socket : Using [0]eth0:10.0.0.1<0>``, the topology's ``+ NET[<GB/s>] - NET/<i>`` (speed);
 - transports: ``Channel 00/0 : 0[0] -> 1[1] via P2P/IPC/read`` and ``Ring 00 : 3 -> 4 [send] via NET/Socket/0``
   counted per kind (``P2P``, ``SHM``, ``NET/IB``, ``NET/Socket``, ``COLLNET``...), GPU Direct (``/GDRDMA``) noted;
+  a process with no ``Init`` line takes its rank from them (the sender prints a connection, the receiver
+  its ``[receive]`` half: ``transport/p2p.cc``, ``net.cc``);
 - ``Ring NN : ...`` and ``Channel NN/MM :    0 1 ...`` (rings), ``Trees [..]`` / ``Tree N : ...`` (trees),
   ``N coll channels, M collnet channels, K nvls channels, P p2p channels``, the search's ``Pattern P, crossNic C,
   nChannels N`` (what the topology allowed before any limit);
@@ -307,6 +309,8 @@ class _Reader:
             return False
         kind = _transport_kind(m["via"])
         r.transports[kind] = r.transports.get(kind, 0) + 1
+        if r.rank is None:  # no Init line (an excerpt, NCCL < 2.9): the connection names this process's rank
+            r.rank = _whole(m["dst"] if m["dir"] == "receive" else m["src"])
         r.gdr = r.gdr or "GDRDMA" in m["via"]
         if msg.startswith("Ring"):
             r.rings.add(_whole(m["ch"]))
