@@ -76,3 +76,31 @@ def test_logs_the_store_places_in_one_slurm_job_are_judged_together():
     store.add([*events, Job(id="7", nodes=hosts, gpus=4, start=50.0, end=200.0)])
     fired = _nccl_checks(store)["slurm-train-compute-0-0"]
     assert {("nccl_version_mismatch", "warn"), ("nccl_socket_fallback", "warn")} <= fired
+
+
+# -- nccl_intranode_net: two GPUs of one host over NET instead of P2P/SHM ---------------------------------
+# No public log of an intra-node NET connection was found (NCCL prints one with NCCL_P2P_DISABLE=1 and
+# NCCL_SHM_DISABLE=1 on a multi-node job, NVIDIA/nccl#1560): the firing case is NVIDIA/nccl#1027's real
+# one-node log with its one SHM line written as NCCL writes a NET send.
+P2P_SHM_1NODE = "nccl_1027_1node_8gpu_p2p_shm.log"
+SHM_LINE = "3[3] -> 4[4] via SHM/direct/direct"
+
+
+def _intranode(lines: list[str]) -> list:
+    ranks = [dict(e.attrs) for e in parse_nccl_log(lines) if e.kind == EventKind.NCCL_RANK]
+    return [r for r in nccl_rules(summarize_nccl(ranks)) if r.rule == "nccl_intranode_net"]
+
+
+def test_intranode_net_fires_where_two_gpus_of_one_host_connect_over_the_network():
+    lines = (DATA / P2P_SHM_1NODE).read_text().splitlines()
+    assert any(SHM_LINE in ln for ln in lines) and _intranode(lines) == []
+    (rule,) = _intranode([ln.replace(SHM_LINE, "3[3] -> 4[4] [send] via NET/IB/0/GDRDMA") for ln in lines])
+    assert rule.verdict == "warn" and rule.hosts == ("UIBE-DC-GPUSVR-01",) and rule.evidence["pairs"] == [[3, 4]]
+
+
+def test_intranode_net_stays_quiet_on_inter_node_connections_and_on_a_name_shared_by_nodes():
+    lines = (DATA / SOCKET_4NODE).read_text().splitlines()
+    assert _intranode(lines) == []
+    # the same connections with every host anonymised to one name (as NVIDIA/nccl#952 pastes them)
+    anonymised = [ln.replace(ln.split(":", 1)[0], "<cluster_name>", 1) for ln in lines]
+    assert _intranode(anonymised) == []

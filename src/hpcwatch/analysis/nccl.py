@@ -18,6 +18,10 @@ rule                      fires when                                            
 ``nccl_forced_tuning``    NCCL_ALGO, NCCL_PROTO, NCCL_MIN/MAX_NCHANNELS... set (``FORCING_VARIABLES``) warn
 ``nccl_version_mismatch`` NCCL version, CUDA runtime or net plugin differ across the job's ranks        warn
 ``nccl_ib_missing``       some hosts list NET/IB devices and others list fewer or none               drain
+``nccl_intranode_net``    two GPUs of one host connect over NET (IB, Socket) instead of P2P or SHM    warn
+                          (NCCL_P2P_DISABLE / NCCL_SHM_DISABLE set, or P2P unavailable: the pair
+                          runs at NIC speed, not NVLink's); a host name shared by several nodes
+                          (an anonymised log: one cudaDev in two processes) is not judged
 ========================  =========================================================================  ======
 
 Why these: ClusterMAX (SemiAnalysis, https://www.clustermax.ai/) counts NCCL tuning variables a user
@@ -47,7 +51,16 @@ __all__ = [
 ]
 
 Verdict = Literal["ok", "warn", "drain"]
-RULES = ("nccl_socket_fallback", "nccl_few_channels", "nccl_forced_tuning", "nccl_version_mismatch", "nccl_ib_missing")
+RULES = (
+    "nccl_socket_fallback",
+    "nccl_few_channels",
+    "nccl_forced_tuning",
+    "nccl_version_mismatch",
+    "nccl_ib_missing",
+    "nccl_intranode_net",
+)
+#: Variables that turn the intra-node transports off (the evidence of ``nccl_intranode_net``).
+_INTRANODE_VARIABLES = ("NCCL_P2P_DISABLE", "NCCL_P2P_LEVEL", "NCCL_SHM_DISABLE", "NCCL_NET_DISABLE_INTRA")
 #: Variables that force NCCL's own tuning (https://docs.nvidia.com/deeplearning/nccl/user-guide/docs/env.html):
 #: NCCL's authors call NCCL_ALGO / NCCL_PROTO debug and workaround knobs "not supposed to be used in production"
 #: (https://github.com/NVIDIA/nccl/issues/790, sjeaugey, 2023-02-24); NCCL_TREE_THRESHOLD is
@@ -373,6 +386,57 @@ def _ib_missing(top: NcclTopology) -> list[NcclRule]:
     ]
 
 
+def _hosts_of_ranks(rows: Sequence[Mapping[str, Any]]) -> dict[int, str]:
+    """rank -> host, for hosts that are one node: a host name two processes print with one cudaDev is
+    several nodes behind one name (an anonymised paste: ``<cluster_name>``), so its ranks are left out."""
+    devices: dict[str, set[tuple[int, int]]] = defaultdict(set)
+    for r in rows:
+        devices[str(r.get("host"))].add((int(r.get("pid") or 0), int(r.get("cuda_dev") or 0)))
+    shared = {h for h, procs in devices.items() if len({dev for _, dev in procs}) < len(procs)}
+    return {
+        int(r["rank"]): str(r.get("host"))
+        for r in rows
+        if r.get("rank") is not None and str(r.get("host")) not in shared
+    }
+
+
+def _intranode_net(top: NcclTopology) -> list[NcclRule]:
+    host_of = _hosts_of_ranks(top.rank_rows)
+    pairs, rows = [], []
+    for r in top.rank_rows:
+        if r.get("rank") is None or int(r["rank"]) not in host_of:
+            continue
+        same_host = [p for p in r.get("net_peers") or () if host_of.get(int(p)) == host_of[int(r["rank"])]]
+        if same_host:
+            rows.append(r)
+            pairs += [(int(r["rank"]), int(p)) for p in same_host]
+    if not pairs:
+        return []
+    hosts, ranks = _who(rows)
+    unique = sorted({tuple(sorted(p)) for p in pairs})
+    return [
+        NcclRule(
+            rule="nccl_intranode_net",
+            verdict="warn",
+            hosts=hosts,
+            ranks=ranks,
+            title=f"{len(unique)} GPU pair(s) on one host connect over NET instead of P2P/SHM "
+            f"(ranks {', '.join(f'{a}-{b}' for a, b in unique[:4])}{'...' if len(unique) > 4 else ''})",
+            evidence={
+                "pairs": [list(p) for p in unique[:32]],
+                "env": {k: v for k, v in top.env.items() if k in _INTRANODE_VARIABLES},
+            },
+        )
+    ]
+
+
 def nccl_rules(top: NcclTopology, *, config: NcclConfig = NcclConfig()) -> list[NcclRule]:
     """Every rule that fired on the job (an empty list for a clean log)."""
-    return _socket_fallback(top, config) + _few_channels(top) + _forced(top) + _mismatch(top) + _ib_missing(top)
+    return (
+        _socket_fallback(top, config)
+        + _few_channels(top)
+        + _forced(top)
+        + _mismatch(top)
+        + _ib_missing(top)
+        + _intranode_net(top)
+    )

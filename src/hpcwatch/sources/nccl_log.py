@@ -16,7 +16,8 @@ What is read, per process and device (the ``[cudaDev]`` of the line):
 - transports: ``Channel 00/0 : 0[0] -> 1[1] via P2P/IPC/read`` and ``Ring 00 : 3 -> 4 [send] via NET/Socket/0``
   counted per kind (``P2P``, ``SHM``, ``NET/IB``, ``NET/Socket``, ``COLLNET``...), GPU Direct (``/GDRDMA``) noted;
   a process with no ``Init`` line takes its rank from them (the sender prints a connection, the receiver
-  its ``[receive]`` half: ``transport/p2p.cc``, ``net.cc``);
+  its ``[receive]`` half: ``transport/p2p.cc``, ``net.cc``) or from its ``Trees [0] c/-1/-1->R->p`` line;
+  the peers it reaches over NET are kept (``net_peers``: on its own host, a P2P/SHM miss);
 - ``Ring NN : ...`` and ``Channel NN/MM :    0 1 ...`` (rings), ``Trees [..]`` / ``Tree N : ...`` (trees),
   ``N coll channels, M collnet channels, K nvls channels, P p2p channels``, the search's ``Pattern P, crossNic C,
   nChannels N`` (what the topology allowed before any limit);
@@ -75,6 +76,8 @@ _VIA = re.compile(
 )
 _RING = re.compile(r"(?:Ring (?P<r>\d+) : [\d\s>-]+$)|(?:Channel (?P<c>\d+)/(?P<of>\d+) :(?P<ranks>(?:\s+\d+)+)\s*$)")
 _TREE = re.compile(r"Trees? ?(?:\[(?P<t>\d+)\]|(?P<n>\d+) :)")
+#: ``Trees [0] 5/-1/-1->4->3``: the rank between the arrows is the process's own (``graph/connect.cc``).
+_TREE_SELF = re.compile(r"->(\d++)->")
 _CHANNELS = re.compile(
     r"(?P<coll>\d+) coll channels,(?: (?P<collnet>\d+) collnet channels,)?"
     r"(?: (?P<nvls>\d+) nvls channels,)? (?P<p2p>\d+) p2p channels"
@@ -89,6 +92,8 @@ _WATCHDOG = re.compile(
 #: ``[PG 0 Rank 3] `` right before the mark (PyTorch's prefix), looked for in the 200 characters before it.
 _WATCHDOG_RANK = re.compile(r"\[(?:PG (?P<pg>\S++) )?Rank (?P<rank>\d++)\] $")
 
+#: Peers over NET kept per process (a ring and a tree give a handful; the cap bounds a hostile log).
+_MAX_PEERS_KEPT = 256
 #: Transport kinds as NCCL names them after "via" (transport/*.cc: p2p, shm, net, coll_net, nvls).
 TRANSPORT_KINDS = ("P2P", "SHM", "NET/IB", "NET/Socket", "NET", "COLLNET", "NVLS", "CUMEM")
 
@@ -115,6 +120,8 @@ class _Rank:
     net_speed_gbs: dict[int, float] = field(default_factory=dict)
     transports: dict[str, int] = field(default_factory=dict)
     gdr: bool = False
+    net_peers: set[int] = field(default_factory=set)
+    """Ranks this process connects to over NET (IB, Socket, a plugin): on its own host, a P2P/SHM miss."""
     rings: set[int] = field(default_factory=set)
     trees: set[int] = field(default_factory=set)
     channels: dict[str, int] = field(default_factory=dict)
@@ -145,6 +152,7 @@ class _Rank:
             "net_speed_gbs": {str(k): v for k, v in self.net_speed_gbs.items()},
             "transports": dict(self.transports),
             "gdr": self.gdr,
+            "net_peers": sorted(self.net_peers)[:_MAX_PEERS_KEPT],
             "rings": len(self.rings),
             "trees": len(self.trees),
             "coll_channels": self.channels.get("coll"),
@@ -309,8 +317,11 @@ class _Reader:
             return False
         kind = _transport_kind(m["via"])
         r.transports[kind] = r.transports.get(kind, 0) + 1
+        src, dst = _whole(m["src"]), _whole(m["dst"])
         if r.rank is None:  # no Init line (an excerpt, NCCL < 2.9): the connection names this process's rank
-            r.rank = _whole(m["dst"] if m["dir"] == "receive" else m["src"])
+            r.rank = dst if m["dir"] == "receive" else src
+        if kind.startswith("NET") and len(r.net_peers) < _MAX_PEERS_KEPT:
+            r.net_peers.add(src if m["dir"] == "receive" else dst)
         r.gdr = r.gdr or "GDRDMA" in m["via"]
         if msg.startswith("Ring"):
             r.rings.add(_whole(m["ch"]))
@@ -328,6 +339,8 @@ class _Reader:
                 r.trees.add(_whole(m["n"]))
             else:
                 r.trees |= {_whole(t) for t in re.findall(r"\[(\d+)\]", msg)}
+                if r.rank is None and (me := _TREE_SELF.search(msg)) is not None:  # children->me->parent
+                    r.rank = _whole(me[1])
         else:
             return False
         return True
@@ -426,7 +439,10 @@ def read_nccl_log(path: str | os.PathLike[str], *, on_bad_line: OnBadLine = None
 def _rank_state(r: _Rank) -> dict[str, Any]:
     state = {f.name: getattr(r, f.name) for f in fields(r)}
     state.update(
-        rings=sorted(r.rings), trees=sorted(r.trees), net_speed_gbs={str(k): v for k, v in r.net_speed_gbs.items()}
+        rings=sorted(r.rings),
+        trees=sorted(r.trees),
+        net_peers=sorted(r.net_peers),
+        net_speed_gbs={str(k): v for k, v in r.net_speed_gbs.items()},
     )
     return state
 
@@ -437,6 +453,7 @@ def _rank_of_state(state: dict[str, Any]) -> _Rank:
             **state,
             "rings": set(state["rings"]),
             "trees": set(state["trees"]),
+            "net_peers": set(state.get("net_peers", ())),  # a state saved before peers were kept has none
             "net_speed_gbs": {int(k): v for k, v in state["net_speed_gbs"].items()},
         }
     )
