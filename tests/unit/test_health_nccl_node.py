@@ -1,8 +1,9 @@
 """``hpcwatch health --node X`` keeps the NCCL rules that compare hosts (judged before the node filter).
 
 Inputs: two real NCCL logs of two clusters (nccl-tests on 2 DGX H100 over RoCE with NCCL 2.19.3; a GCP
-pair on sockets with NCCL 2.7.8, tests/data/SOURCES.md) stored as one job: the socket hosts have no HCA
-while the others list theirs, and the versions differ — rules only a look across hosts can fire.
+pair on sockets with NCCL 2.7.8, tests/data/SOURCES.md) stored as one job (a Slurm job of the store runs
+on all four hosts, so the logs are judged together): the socket hosts have no HCA while the others list
+theirs, and the versions differ — rules only a look across hosts can fire.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from hpcwatch.records import Job
 from hpcwatch.reports.health import node_health
 from hpcwatch.sources.nccl_log import parse_nccl_log
 from hpcwatch.store import Store
@@ -23,8 +25,9 @@ def store() -> Store:
     events = []
     for name in ("nccl_tests_185_roce_2node_v2.19.3.log", "nccl_447_gcp_socket_2node_v2.7.8.log"):
         events += parse_nccl_log((DATA / name).read_text().splitlines(), path=name, t=100.0)
+    hosts = ("dgxh100-3", "dgxh100-4", "slurm-train-compute-0-0", "slurm-train-compute-0-1")
     s = Store(":memory:")
-    s.add(events)
+    s.add([*events, Job(id="4242", nodes=hosts, gpus=10, start=50.0, end=200.0)])
     return s
 
 

@@ -42,7 +42,8 @@ def _rules(lines: list[str], **config) -> dict[str, list]:
 
 @pytest.mark.parametrize("name", CLEAN)
 def test_no_rule_fires_on_a_clean_real_log(name):
-    assert _rules(_lines(name)) == {}
+    fired = {rule: rs for rule, rs in _rules(_lines(name)).items() if any(r.verdict != "ok" for r in rs)}
+    assert fired == {}
 
 
 def test_socket_fallback_fires_on_a_real_log_with_an_ib_plugin_and_socket_transports():
@@ -51,7 +52,8 @@ def test_socket_fallback_fires_on_a_real_log_with_an_ib_plugin_and_socket_transp
 
 
 def test_socket_fallback_fires_on_a_socket_log_only_when_the_nodes_have_ib():
-    assert "nccl_socket_fallback" not in _rules(_lines("nccl_447_gcp_socket_2node_v2.7.8.log"))
+    (noted,) = _rules(_lines("nccl_447_gcp_socket_2node_v2.7.8.log"))["nccl_socket_fallback"]
+    assert noted.verdict == "ok"  # TCP between the two nodes is noted, not warned, without IB in sight
     fired = _rules(_lines("nccl_447_gcp_socket_2node_v2.7.8.log"), expect_ib=True)
     assert fired["nccl_socket_fallback"][0].hosts == ("slurm-train-compute-0-0", "slurm-train-compute-0-1")
 

@@ -49,7 +49,7 @@ Thresholds that are ours (not a vendor's) are named ``HealthConfig`` fields.
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -755,14 +755,23 @@ def _check_ib_write_bw(e: Event, config: HealthConfig, link_key: str) -> list[Ch
     ]
 
 
-def nccl_log_checks(events: Sequence[Event]) -> list[Check]:
-    """The NCCL log rules (``analysis.nccl``) as per-host checks; watchdog timeouts warn on their host."""
-    from hpcwatch.analysis.nccl import nccl_rules, summarize_nccl
+def nccl_log_checks(
+    events: Sequence[Event],
+    *,
+    ib_hosts: frozenset[str] = frozenset(),
+    job_of: Callable[[Sequence[Event]], str | None] | None = None,
+) -> list[Check]:
+    """The NCCL log rules (``analysis.nccl``) as per-host checks, judged job by job (``nccl_jobs``: logs of
+    unrelated jobs are never compared); watchdog timeouts warn on their host. ``ib_hosts``: the hosts
+    the store knows have HCAs (a Socket transport of theirs is a fallback)."""
+    from hpcwatch.analysis.nccl import NcclConfig, nccl_jobs, nccl_rules, summarize_nccl
 
-    ranks = [dict(e.attrs) for e in events if e.kind == EventKind.NCCL_RANK]
+    config = NcclConfig(ib_hosts=ib_hosts)
+    jobs = nccl_jobs([e for e in events if e.kind == EventKind.NCCL_RANK], job_of)
     checks = [
         Check(node=host, rule=r.rule, verdict=r.verdict, title=r.title, evidence=dict(r.evidence))
-        for r in (nccl_rules(summarize_nccl(ranks)) if ranks else [])
+        for job in jobs
+        for r in nccl_rules(summarize_nccl([dict(e.attrs) for e in job]), config=config)
         for host in r.hosts
     ]
     for e in events:

@@ -9,13 +9,19 @@ Rules (each names the ranks or hosts it fired on and the lines' evidence):
 rule                      fires when                                                                 verdict
 ========================  =========================================================================  ======
 ``nccl_socket_fallback``  a rank sends over NET/Socket (or ``Using network Socket``) while IB exists: warn
-                          some rank lists NET/IB devices, an IB net plugin is loaded, or the cluster
-                          model says its nodes have InfiniBand (``expect_ib``)
+                          some rank lists NET/IB devices, an IB net plugin is loaded, the store holds
+                          IB ports of its host (``ib_hosts``) or the cluster model says its nodes
+                          have InfiniBand (``expect_ib``); without any of these, a connection over
+                          NET/Socket is still noted (TCP between nodes is worth knowing)           ok
 ``nccl_few_channels``     a rank's coll channels (or rings) are fewer than its topology search found  warn
                           (``Pattern .. nChannels N``), or fewer than another rank of the job built
 ``nccl_forced_tuning``    NCCL_ALGO, NCCL_PROTO, NCCL_MIN/MAX_NCHANNELS... set (``FORCING_VARIABLES``) warn
 ``nccl_version_mismatch`` NCCL version, CUDA runtime or net plugin differ across the job's ranks        warn
 ``nccl_ib_missing``       some hosts list NET/IB devices and others list fewer or none               drain
+``nccl_intranode_net``    two GPUs of one host connect over NET (IB, Socket) instead of P2P or SHM    warn
+                          (NCCL_P2P_DISABLE / NCCL_SHM_DISABLE set, or P2P unavailable: the pair
+                          runs at NIC speed, not NVLink's); a host name shared by several nodes
+                          (an anonymised log: one cudaDev in two processes) is not judged
 ========================  =========================================================================  ======
 
 Why these: ClusterMAX (SemiAnalysis, https://www.clustermax.ai/) counts NCCL tuning variables a user
@@ -28,14 +34,33 @@ host without its HCAs is a hardware or driver fault on that host (drain it, as `
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
-__all__ = ["NcclTopology", "NcclRule", "NcclConfig", "summarize_nccl", "nccl_rules", "RULES", "FORCING_VARIABLES"]
+__all__ = [
+    "NcclTopology",
+    "NcclRule",
+    "NcclConfig",
+    "summarize_nccl",
+    "network_of",
+    "nccl_jobs",
+    "nccl_rules",
+    "RULES",
+    "FORCING_VARIABLES",
+]
 
 Verdict = Literal["ok", "warn", "drain"]
-RULES = ("nccl_socket_fallback", "nccl_few_channels", "nccl_forced_tuning", "nccl_version_mismatch", "nccl_ib_missing")
+RULES = (
+    "nccl_socket_fallback",
+    "nccl_few_channels",
+    "nccl_forced_tuning",
+    "nccl_version_mismatch",
+    "nccl_ib_missing",
+    "nccl_intranode_net",
+)
+#: Variables that turn the intra-node transports off (the evidence of ``nccl_intranode_net``).
+_INTRANODE_VARIABLES = ("NCCL_P2P_DISABLE", "NCCL_P2P_LEVEL", "NCCL_SHM_DISABLE", "NCCL_NET_DISABLE_INTRA")
 #: Variables that force NCCL's own tuning (https://docs.nvidia.com/deeplearning/nccl/user-guide/docs/env.html):
 #: NCCL's authors call NCCL_ALGO / NCCL_PROTO debug and workaround knobs "not supposed to be used in production"
 #: (https://github.com/NVIDIA/nccl/issues/790, sjeaugey, 2023-02-24); NCCL_TREE_THRESHOLD is
@@ -59,6 +84,8 @@ class NcclConfig:
 
     expect_ib: bool = False
     """The cluster model gives the job's nodes InfiniBand (a Socket transport is then a fallback even if no log lists an HCA)."""
+    ib_hosts: frozenset[str] = frozenset()
+    """Hosts the store knows have HCAs (ibstat / perfquery ports): a Socket transport of theirs is a fallback."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -87,7 +114,7 @@ class NcclTopology:
     cuda_runtimes: tuple[str, ...]
     cuda_drivers: tuple[int, ...]
     networks: Mapping[str, int]
-    """``Using network X`` -> how many processes."""
+    """``Using network X`` (else what its transports say: ``Socket``, ``IB``) -> how many processes."""
     plugins: Mapping[str, int]
     ib_devices: Mapping[str, tuple[str, ...]]
     """host -> the NET/IB devices it listed (name:port/link)."""
@@ -111,6 +138,15 @@ def _dev_name(d: Mapping[str, Any]) -> str:
     return f"{d.get('name')}:{d.get('port')}/{d.get('link')}" + ("/SHARP" if d.get("sharp") else "")
 
 
+def network_of(r: Mapping[str, Any]) -> str | None:
+    """The network a process used: its ``Using network X`` line, else its transports' (an excerpt, or a
+    version that prints no such line: ``via NET/Socket/0`` is the Socket network)."""
+    if r.get("network"):
+        return str(r["network"])
+    transports = r.get("transports") or {}
+    return next((name for kind, name in (("NET/IB", "IB"), ("NET/Socket", "Socket")) if transports.get(kind)), None)
+
+
 def summarize_nccl(ranks: Sequence[Mapping[str, Any]]) -> NcclTopology:
     """Merge the ``nccl_rank`` attrs of one job into its topology."""
     versions: dict[str, set[str]] = defaultdict(set)
@@ -124,9 +160,10 @@ def summarize_nccl(ranks: Sequence[Mapping[str, Any]]) -> NcclTopology:
         host = str(r.get("host"))
         if r.get("version"):
             versions[str(r["version"])].add(host)
-        for key, table in (("network", networks), ("net_plugin", plugins)):
-            if r.get(key):
-                table[str(r[key])] += 1
+        if network := network_of(r):
+            networks[network] += 1
+        if r.get("net_plugin"):
+            plugins[str(r["net_plugin"])] += 1
         for kind, n in (r.get("transports") or {}).items():
             transports[kind] += int(n)
         ib[host] |= {_dev_name(d) for d in r.get("ib_devices") or []}
@@ -156,6 +193,38 @@ def summarize_nccl(ranks: Sequence[Mapping[str, Any]]) -> NcclTopology:
     )
 
 
+def nccl_jobs(events: Sequence[Any], job_of: Callable[[Sequence[Any]], str | None] | None = None) -> list[list[Any]]:
+    """``nccl_rank`` events grouped by job, so that the rules compare only processes that met.
+
+    A communicator (``commId``) joins its processes; a process that logged none is of its file's job
+    (``source``: one mpirun log is one job); groups ``job_of`` places in one Slurm job are one (per-process
+    ``NCCL_DEBUG_FILE`` logs of a version that prints no commId). Logs of unrelated clusters ingested
+    into one store thus stay apart: their versions and networks are not compared.
+    """
+    parent: dict[Any, Any] = {}
+
+    def root(x: Any) -> Any:
+        while parent.setdefault(x, x) != x:
+            parent[x] = parent[parent[x]]
+            x = parent[x]
+        return x
+
+    for i, e in enumerate(events):
+        keys = [("comm", c) for c in (e.attrs.get("comm_ids") or {})] or [("file", e.source)]
+        for key in keys:
+            parent[root(key)] = root(("proc", i))
+    groups: dict[Any, list[Any]] = {}
+    for i, e in enumerate(events):
+        groups.setdefault(root(("proc", i)), []).append(e)
+    if job_of is None:
+        return list(groups.values())
+    jobs: dict[Any, list[Any]] = {}
+    for n, group in enumerate(groups.values()):
+        job = job_of(group)
+        jobs.setdefault(("job", job) if job is not None else ("group", n), []).extend(group)
+    return list(jobs.values())
+
+
 def _who(rows: Sequence[Mapping[str, Any]]) -> tuple[tuple[str, ...], tuple[int, ...]]:
     return (
         tuple(sorted({str(r.get("host")) for r in rows})),
@@ -164,19 +233,38 @@ def _who(rows: Sequence[Mapping[str, Any]]) -> tuple[tuple[str, ...], tuple[int,
 
 
 def _socket_fallback(top: NcclTopology, config: NcclConfig) -> list[NcclRule]:
-    ib_plugin = any("IB" in p.upper() or "RDMA" in p.upper() for p in top.plugins)
-    ib_exists = bool(top.ib_devices) or ib_plugin or config.expect_ib
-    on_socket = [
-        r for r in top.rank_rows if r.get("network") == "Socket" or (r.get("transports") or {}).get("NET/Socket")
-    ]
-    if not (ib_exists and on_socket):
+    on_socket = [r for r in top.rank_rows if network_of(r) == "Socket"]
+    if not on_socket:
         return []
     hosts, ranks = _who(on_socket)
+    ib_plugin = any("IB" in p.upper() or "RDMA" in p.upper() for p in top.plugins)
+    hcas = sorted(set(hosts) & config.ib_hosts)
     why = (
         ("NET/IB devices on " + ", ".join(top.ib_devices))
         if top.ib_devices
-        else ("an IB net plugin is loaded" if ib_plugin else "the cluster model gives these nodes InfiniBand")
+        else "an IB net plugin is loaded"
+        if ib_plugin
+        else ("the store holds IB ports of " + ", ".join(hcas))
+        if hcas
+        else "the cluster model gives these nodes InfiniBand"
+        if config.expect_ib
+        else None
     )
+    if why is None:
+        # no sign of InfiniBand: a note, and only where data crosses a socket (one GPU alone says "Socket" too)
+        if len(hosts) < 2 and not any((r.get("transports") or {}).get("NET/Socket") for r in on_socket):
+            return []
+        return [
+            NcclRule(
+                rule="nccl_socket_fallback",
+                verdict="ok",
+                hosts=hosts,
+                ranks=ranks,
+                title=f"{len(on_socket)} process(es) send over NET/Socket (TCP); no InfiniBand seen "
+                "(an HCA in the store or --expect-ib would make this a warning)",
+                evidence={"socket_ifs": dict(top.socket_ifs)},
+            )
+        ]
     return [
         NcclRule(
             rule="nccl_socket_fallback",
@@ -298,6 +386,57 @@ def _ib_missing(top: NcclTopology) -> list[NcclRule]:
     ]
 
 
+def _hosts_of_ranks(rows: Sequence[Mapping[str, Any]]) -> dict[int, str]:
+    """rank -> host, for hosts that are one node: a host name two processes print with one cudaDev is
+    several nodes behind one name (an anonymised paste: ``<cluster_name>``), so its ranks are left out."""
+    devices: dict[str, set[tuple[int, int]]] = defaultdict(set)
+    for r in rows:
+        devices[str(r.get("host"))].add((int(r.get("pid") or 0), int(r.get("cuda_dev") or 0)))
+    shared = {h for h, procs in devices.items() if len({dev for _, dev in procs}) < len(procs)}
+    return {
+        int(r["rank"]): str(r.get("host"))
+        for r in rows
+        if r.get("rank") is not None and str(r.get("host")) not in shared
+    }
+
+
+def _intranode_net(top: NcclTopology) -> list[NcclRule]:
+    host_of = _hosts_of_ranks(top.rank_rows)
+    pairs, rows = [], []
+    for r in top.rank_rows:
+        if r.get("rank") is None or int(r["rank"]) not in host_of:
+            continue
+        same_host = [p for p in r.get("net_peers") or () if host_of.get(int(p)) == host_of[int(r["rank"])]]
+        if same_host:
+            rows.append(r)
+            pairs += [(int(r["rank"]), int(p)) for p in same_host]
+    if not pairs:
+        return []
+    hosts, ranks = _who(rows)
+    unique = sorted({tuple(sorted(p)) for p in pairs})
+    return [
+        NcclRule(
+            rule="nccl_intranode_net",
+            verdict="warn",
+            hosts=hosts,
+            ranks=ranks,
+            title=f"{len(unique)} GPU pair(s) on one host connect over NET instead of P2P/SHM "
+            f"(ranks {', '.join(f'{a}-{b}' for a, b in unique[:4])}{'...' if len(unique) > 4 else ''})",
+            evidence={
+                "pairs": [list(p) for p in unique[:32]],
+                "env": {k: v for k, v in top.env.items() if k in _INTRANODE_VARIABLES},
+            },
+        )
+    ]
+
+
 def nccl_rules(top: NcclTopology, *, config: NcclConfig = NcclConfig()) -> list[NcclRule]:
     """Every rule that fired on the job (an empty list for a clean log)."""
-    return _socket_fallback(top, config) + _few_channels(top) + _forced(top) + _mismatch(top) + _ib_missing(top)
+    return (
+        _socket_fallback(top, config)
+        + _few_channels(top)
+        + _forced(top)
+        + _mismatch(top)
+        + _ib_missing(top)
+        + _intranode_net(top)
+    )

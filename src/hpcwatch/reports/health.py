@@ -10,7 +10,15 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from hpcwatch.analysis.health import PASSIVE_METRICS, HealthConfig, HealthReport, health_report, nccl_log_checks
+from hpcwatch import vocab
+from hpcwatch.analysis.health import (
+    PASSIVE_METRICS,
+    Check,
+    HealthConfig,
+    HealthReport,
+    health_report,
+    nccl_log_checks,
+)
 from hpcwatch.records import Event
 from hpcwatch.store import Store
 from hpcwatch.vocab import EventKind
@@ -48,6 +56,18 @@ def _for_node(events: list[Event], node: str) -> list[Event]:
     ]
 
 
+def _nccl_checks(store: Store, events: Sequence[Event]) -> list[Check]:
+    """``nccl_log_checks`` with what the store knows: the Slurm jobs (to group the logs) and the hosts
+    whose IB ports it holds (a Socket transport there is a fallback)."""
+    from hpcwatch.reports.nccl import job_of_processes
+
+    if not any(e.kind == EventKind.NCCL_RANK for e in events):
+        return nccl_log_checks(events)
+    ports = store.samples([vocab.IB_PORT_UP, vocab.IB_PORT_RATE_GBPS])
+    ib_hosts = frozenset(str(host) for host in ports.column("host").to_pylist() if host)
+    return nccl_log_checks(events, ib_hosts=ib_hosts, job_of=job_of_processes(store.jobs()))
+
+
 def node_health(
     store: Store,
     *,
@@ -60,10 +80,10 @@ def node_health(
     """Every node's verdict (or ``node``'s only) over the last ``window_s`` seconds of samples."""
     samples, events = _stored_inputs(store, node, window_s)
     events = events + list(active)
-    nccl_checks = None
+    # the NCCL rules compare the job's hosts: judged over all of them (then kept for this node), job by job
+    nccl_checks = _nccl_checks(store, events)
     if node is not None:
-        # the NCCL rules compare the job's hosts: judged over all of them, then kept for this node
-        nccl_checks = [c for c in nccl_log_checks(events) if c.node == node]
+        nccl_checks = [c for c in nccl_checks if c.node == node]
         events = _for_node(events, node)
     report = health_report(
         samples, events, config=config, link=link, nodes=[node] if node else [], nccl_checks=nccl_checks

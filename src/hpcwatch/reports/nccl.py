@@ -10,7 +10,7 @@ wavefront, mismatches and last completed collective. Both also take the events a
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -167,6 +167,20 @@ def _job_of(hosts: set[str], t: float, nranks: int, jobs: Sequence[Job]) -> str 
         found, key=lambda j: (len(j.nodes) - len(hosts), abs((j.gpus or 0) - nranks), -(j.start or 0.0)), default=None
     )
     return best.id if best is not None else None
+
+
+def job_of_processes(jobs: Sequence[Job]) -> Callable[[Sequence[Event]], str | None] | None:
+    """For ``analysis.nccl.nccl_jobs``: the Slurm job that ran a group of ``nccl_rank`` events (``_job_of``),
+    or None when the store holds no job."""
+    if not jobs:
+        return None
+
+    def job_of(group: Sequence[Event]) -> str | None:
+        hosts = {str(e.attrs.get("host")) for e in group}
+        nranks = max([int(e.attrs.get("nranks") or 0) for e in group] + [len(group)])
+        return _job_of(hosts, min(e.t for e in group), nranks, jobs)
+
+    return job_of
 
 
 def _by_job(events: Sequence[Event], jobs: Sequence[Job]) -> dict[str | None, list[Event]]:

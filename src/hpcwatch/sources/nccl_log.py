@@ -15,6 +15,9 @@ What is read, per process and device (the ``[cudaDev]`` of the line):
   found``, ``NET/Socket : Using [0]eth0:10.0.0.1<0>``, the topology's ``+ NET[<GB/s>] - NET/<i>`` (speed);
 - transports: ``Channel 00/0 : 0[0] -> 1[1] via P2P/IPC/read`` and ``Ring 00 : 3 -> 4 [send] via NET/Socket/0``
   counted per kind (``P2P``, ``SHM``, ``NET/IB``, ``NET/Socket``, ``COLLNET``...), GPU Direct (``/GDRDMA``) noted;
+  a process with no ``Init`` line takes its rank from them (the sender prints a connection, the receiver
+  its ``[receive]`` half: ``transport/p2p.cc``, ``net.cc``) or from its ``Trees [0] c/-1/-1->R->p`` line;
+  the peers it reaches over NET are kept (``net_peers``: on its own host, a P2P/SHM miss);
 - ``Ring NN : ...`` and ``Channel NN/MM :    0 1 ...`` (rings), ``Trees [..]`` / ``Tree N : ...`` (trees),
   ``N coll channels, M collnet channels, K nvls channels, P p2p channels``, the search's ``Pattern P, crossNic C,
   nChannels N`` (what the topology allowed before any limit);
@@ -41,7 +44,7 @@ from typing import Any
 
 from hpcwatch.errors import ParseError
 from hpcwatch.records import Event
-from hpcwatch.sources.lines import OnBadLine, file_time, iter_lines, line_text, report_bad_line
+from hpcwatch.sources.lines import OnBadLine, file_time, iter_lines, line_text, report_bad_line, shown
 from hpcwatch.sources.nccl_sniff import LINE_PREFIX, WATCHDOG_TIMEOUT, is_nccl_log
 from hpcwatch.vocab import EventKind
 
@@ -59,7 +62,8 @@ _NETWORK = re.compile(r"Using network (\S+)")
 _IB_USING = re.compile(r"NET/IB ?: Using (?P<devs>.*?)(?:; OOB (?P<oob>\S+))?$")
 _IB_DEV = re.compile(r"\[(?P<i>\d+)\](?P<name>[\w.-]+):(?P<port>\d+)/(?P<link>[A-Za-z]+)(?P<sharp>/SHARP)?")
 _SOCKET_USING = re.compile(r"NET/Socket ?: Using (.*)$")
-_SOCKET_IF = re.compile(r"\[\d+\](?P<name>[\w.-]+):(?P<addr>[^<\s]+)<")
+#: An address ends at the next ``[`` so that a line of ``[0]a:[0]a:...`` without ``<`` is read in linear time.
+_SOCKET_IF = re.compile(r"\[\d+\](?P<name>[\w.-]++):(?P<addr>[^<\s\[]++)<")
 _NET_SPEED = re.compile(r"\+ NET\[(?P<gbs>[\d.]+)\] - NET/(?P<i>\d+)")
 _NET_SPEED_SYSFS = re.compile(r"Could not get speed from (\S+)\. Defaulting to (\d+) Gbps")
 _PLUGIN = re.compile(
@@ -72,17 +76,24 @@ _VIA = re.compile(
 )
 _RING = re.compile(r"(?:Ring (?P<r>\d+) : [\d\s>-]+$)|(?:Channel (?P<c>\d+)/(?P<of>\d+) :(?P<ranks>(?:\s+\d+)+)\s*$)")
 _TREE = re.compile(r"Trees? ?(?:\[(?P<t>\d+)\]|(?P<n>\d+) :)")
+#: ``Trees [0] 5/-1/-1->4->3``: the rank between the arrows is the process's own (``graph/connect.cc``).
+_TREE_SELF = re.compile(r"->(\d++)->")
 _CHANNELS = re.compile(
     r"(?P<coll>\d+) coll channels,(?: (?P<collnet>\d+) collnet channels,)?"
     r"(?: (?P<nvls>\d+) nvls channels,)? (?P<p2p>\d+) p2p channels"
 )
 _PATTERN = re.compile(r"Pattern (?P<p>\d+), crossNic \d+, nChannels (?P<n>\d+)")
 _ENV = re.compile(r"(?P<name>NCCL_[A-Z0-9_]+) set by environment to (?P<value>.*?)\.?$")
+#: The watchdog's line is matched where its first mark is (``str.find``), never searched: a search
+#: tries the lazy ``WorkNCCL(...)`` from every mark on a line of many, O(n^2).
 _WATCHDOG = re.compile(
-    r"(?:\[(?:PG (?P<pg>\S+) )?Rank (?P<rank>\d+)\] )?Watchdog caught collective operation timeout: "
-    r"WorkNCCL\((?P<work>.*?)\) ran for (?P<ran>\d+) milliseconds"
+    r"Watchdog caught collective operation timeout: WorkNCCL\((?P<work>.*?)\) ran for (?P<ran>\d++) milliseconds"
 )
+#: ``[PG 0 Rank 3] `` right before the mark (PyTorch's prefix), looked for in the 200 characters before it.
+_WATCHDOG_RANK = re.compile(r"\[(?:PG (?P<pg>\S++) )?Rank (?P<rank>\d++)\] $")
 
+#: Peers over NET kept per process (a ring and a tree give a handful; the cap bounds a hostile log).
+_MAX_PEERS_KEPT = 256
 #: Transport kinds as NCCL names them after "via" (transport/*.cc: p2p, shm, net, coll_net, nvls).
 TRANSPORT_KINDS = ("P2P", "SHM", "NET/IB", "NET/Socket", "NET", "COLLNET", "NVLS", "CUMEM")
 
@@ -109,6 +120,8 @@ class _Rank:
     net_speed_gbs: dict[int, float] = field(default_factory=dict)
     transports: dict[str, int] = field(default_factory=dict)
     gdr: bool = False
+    net_peers: set[int] = field(default_factory=set)
+    """Ranks this process connects to over NET (IB, Socket, a plugin): on its own host, a P2P/SHM miss."""
     rings: set[int] = field(default_factory=set)
     trees: set[int] = field(default_factory=set)
     channels: dict[str, int] = field(default_factory=dict)
@@ -139,6 +152,7 @@ class _Rank:
             "net_speed_gbs": {str(k): v for k, v in self.net_speed_gbs.items()},
             "transports": dict(self.transports),
             "gdr": self.gdr,
+            "net_peers": sorted(self.net_peers)[:_MAX_PEERS_KEPT],
             "rings": len(self.rings),
             "trees": len(self.trees),
             "coll_channels": self.channels.get("coll"),
@@ -170,12 +184,19 @@ class _Reader:
         """Processes whose ``Init COMPLETE`` line was read (NcclLogStream emits them there)."""
 
     def rank_of(self, host: str, pid: str, dev: str) -> _Rank:
-        key = (host, int(pid), int(dev))
+        key = (host, _whole(pid), _whole(dev))
         if key not in self.ranks:
             self.ranks[key] = _Rank(host=host, pid=key[1], cuda_dev=key[2])
         return self.ranks[key]
 
     def line(self, raw: str, lineno: int) -> Iterator[Event]:
+        try:
+            yield from self.known_line(raw, lineno)
+        except _BadNumber as err:  # a line of a known shape whose number cannot be stored
+            bad = ParseError(str(err), path=self.path, line=lineno, text=line_text(raw))
+            report_bad_line(bad, self.on_bad_line)
+
+    def known_line(self, raw: str, lineno: int) -> Iterator[Event]:
         if WATCHDOG_TIMEOUT in raw:
             yield from self.watchdog(raw, lineno)
             return
@@ -220,7 +241,7 @@ class _Reader:
             self.version(r, m)
             return True
         if (m := _DRIVER.match(msg)) is not None:
-            r.cuda_driver = int(m[1])
+            r.cuda_driver = _whole(m[1])
             return True
         return False
 
@@ -228,7 +249,7 @@ class _Reader:
         m = _COMM.search(msg)
         if m is None:
             if (n := _COMM_NODES.match(msg)) is not None:
-                r.nnodes, r.local_ranks = int(n["nodes"]), int(n["local"])
+                r.nnodes, r.local_ranks = _whole(n["nodes"]), _whole(n["local"])
                 return True
             return False
         if not (m["rank"].isdigit() and m["nranks"].isdigit()):
@@ -237,7 +258,7 @@ class _Reader:
                 self.on_bad_line,
             )
             return True
-        rank, nranks = int(m["rank"]), int(m["nranks"])
+        rank, nranks = _whole(m["rank"]), _whole(m["nranks"])
         if r.nranks is None or nranks >= r.nranks:  # the widest communicator names the rank in the job
             r.rank, r.nranks = rank, nranks
         r.bus_id = m["bus"] or r.bus_id
@@ -255,9 +276,9 @@ class _Reader:
         elif (m := _IB_USING.match(msg)) is not None:
             devices = [
                 {
-                    "index": int(d["i"]),
+                    "index": _whole(d["i"]),
                     "name": d["name"],
-                    "port": int(d["port"]),
+                    "port": _whole(d["port"]),
                     "link": d["link"],
                     "sharp": bool(d["sharp"]),
                 }
@@ -267,7 +288,7 @@ class _Reader:
         elif (m := _SOCKET_USING.match(msg)) is not None:
             r.socket_ifs = [s["name"] for s in _SOCKET_IF.finditer(m[1])]
         elif (m := _NET_SPEED.search(msg)) is not None:
-            r.net_speed_gbs[int(m["i"])] = float(m["gbs"])
+            r.net_speed_gbs[_whole(m["i"])] = _speed(m["gbs"])
         elif (m := _PLUGIN.search(msg)) is not None:
             self.on_plugin(r, m)
         elif "Failed to initialize NET plugin IB" in msg:
@@ -296,23 +317,30 @@ class _Reader:
             return False
         kind = _transport_kind(m["via"])
         r.transports[kind] = r.transports.get(kind, 0) + 1
+        src, dst = _whole(m["src"]), _whole(m["dst"])
+        if r.rank is None:  # no Init line (an excerpt, NCCL < 2.9): the connection names this process's rank
+            r.rank = dst if m["dir"] == "receive" else src
+        if kind.startswith("NET") and len(r.net_peers) < _MAX_PEERS_KEPT:
+            r.net_peers.add(src if m["dir"] == "receive" else dst)
         r.gdr = r.gdr or "GDRDMA" in m["via"]
         if msg.startswith("Ring"):
-            r.rings.add(int(m["ch"]))
+            r.rings.add(_whole(m["ch"]))
         return True
 
     def on_graph(self, r: _Rank, msg: str, raw: str, lineno: int) -> bool:
         if (m := _CHANNELS.match(msg)) is not None:
-            r.channels = {k: int(v) for k, v in m.groupdict().items() if v is not None}
+            r.channels = {k: _whole(v) for k, v in m.groupdict().items() if v is not None}
         elif (m := _PATTERN.match(msg)) is not None:
-            r.pattern_channels = max(r.pattern_channels or 0, int(m["n"]))
+            r.pattern_channels = max(r.pattern_channels or 0, _whole(m["n"]))
         elif (m := _RING.match(msg)) is not None:
-            r.rings.add(int(m["r"] if m["r"] is not None else m["c"]))
+            r.rings.add(_whole(m["r"] if m["r"] is not None else m["c"]))
         elif (m := _TREE.match(msg)) is not None:
             if m["n"] is not None:
-                r.trees.add(int(m["n"]))
+                r.trees.add(_whole(m["n"]))
             else:
-                r.trees |= {int(t) for t in re.findall(r"\[(\d+)\]", msg)}
+                r.trees |= {_whole(t) for t in re.findall(r"\[(\d+)\]", msg)}
+                if r.rank is None and (me := _TREE_SELF.search(msg)) is not None:  # children->me->parent
+                    r.rank = _whole(me[1])
         else:
             return False
         return True
@@ -325,7 +353,9 @@ class _Reader:
         return True
 
     def watchdog(self, raw: str, lineno: int) -> Iterator[Event]:
-        m = _WATCHDOG.search(raw)
+        at = raw.find(WATCHDOG_TIMEOUT)
+        m = _WATCHDOG.match(raw, at)
+        who = _WATCHDOG_RANK.search(raw, max(0, at - 200), at)
         if m is None:
             report_bad_line(
                 ParseError(
@@ -339,14 +369,14 @@ class _Reader:
             return
         work = dict(kv.split("=", 1) for kv in m["work"].split(", ") if "=" in kv)
         attrs: dict[str, Any] = {
-            "rank": int(m["rank"]) if m["rank"] else None,
-            "pg": m["pg"],
+            "rank": _whole(who["rank"]) if who else None,
+            "pg": who["pg"] if who else None,
             "seq": _int(work.get("SeqNum")),
             "op": work.get("OpType"),
             "numel_in": _int(work.get("NumelIn")),
             "numel_out": _int(work.get("NumelOut")),
             "timeout_ms": _int(work.get("Timeout(ms)")),
-            "ran_ms": int(m["ran"]),
+            "ran_ms": _whole(m["ran"]),
             "line": lineno,
         }
         yield Event(kind=EventKind.NCCL_TIMEOUT, t=self.t, source=str(self.path), attrs=attrs)
@@ -356,8 +386,34 @@ class _Reader:
             yield Event(kind=EventKind.NCCL_RANK, t=self.t, source=str(self.path), attrs=r.attrs())
 
 
+class _BadNumber(ValueError):
+    """A number of the log that is none or that the store cannot hold (it holds 64-bit integers)."""
+
+
+#: The largest signed 64-bit number.
+_INT64_MAX = (1 << 63) - 1
+
+
+def _whole(digits: str) -> int:
+    """``int(digits)`` of digits a pattern matched, or _BadNumber beyond 64 bits (orjson's limit too).
+
+    The length is looked at first: ``int()`` of a run of over 4300 digits is a ValueError of its own.
+    """
+    if len(digits.lstrip("-")) > 19 or abs(value := int(digits)) > _INT64_MAX:
+        raise _BadNumber(f"the number {shown(digits)} is beyond 64 bits")
+    return value
+
+
+def _speed(text: str) -> float:
+    """A ``[\\d.]+`` the topology printed as GB/s (``24.0``), or _BadNumber (``1.2.3``)."""
+    try:
+        return float(text)
+    except ValueError:
+        raise _BadNumber(f"the speed {shown(text)} is not a number") from None
+
+
 def _int(text: str | None) -> int | None:
-    return int(text) if text is not None and text.lstrip("-").isdigit() else None
+    return _whole(text) if text is not None and text.lstrip("-").isdecimal() else None
 
 
 def parse_nccl_log(
@@ -383,7 +439,10 @@ def read_nccl_log(path: str | os.PathLike[str], *, on_bad_line: OnBadLine = None
 def _rank_state(r: _Rank) -> dict[str, Any]:
     state = {f.name: getattr(r, f.name) for f in fields(r)}
     state.update(
-        rings=sorted(r.rings), trees=sorted(r.trees), net_speed_gbs={str(k): v for k, v in r.net_speed_gbs.items()}
+        rings=sorted(r.rings),
+        trees=sorted(r.trees),
+        net_peers=sorted(r.net_peers),
+        net_speed_gbs={str(k): v for k, v in r.net_speed_gbs.items()},
     )
     return state
 
@@ -394,6 +453,7 @@ def _rank_of_state(state: dict[str, Any]) -> _Rank:
             **state,
             "rings": set(state["rings"]),
             "trees": set(state["trees"]),
+            "net_peers": set(state.get("net_peers", ())),  # a state saved before peers were kept has none
             "net_speed_gbs": {int(k): v for k, v in state["net_speed_gbs"].items()},
         }
     )

@@ -12,8 +12,11 @@ import re
 __all__ = ["LINE_PREFIX", "WATCHDOG_TIMEOUT", "is_nccl_log"]
 
 #: ``host:pid:tid [cudaDev] [file:line ]NCCL LEVEL message``, the prefix NCCL writes on every line.
+#: It is searched (a launcher may write before it), so it must cost time linear in the line: the host
+#: starts only where a run of host characters starts (the lookbehind), else a search from every
+#: character of a long run rescans the run to its end, O(n^2) (a 30 KB line took 27 s).
 LINE_PREFIX = re.compile(
-    r"(?P<host>[^\s:]*):(?P<pid>\d+):(?P<tid>\d+) \[(?P<dev>\d+)\] "
+    r"(?<![^\s:])(?P<host>[^\s:]*+):(?P<pid>\d++):(?P<tid>\d++) \[(?P<dev>\d++)\] "
     r"(?:(?P<src>[\w./-]+:\d+) )?NCCL (?P<level>INFO|WARN|TRACE|ABORT) ?(?P<msg>.*)"
 )
 #: What PyTorch's NCCL watchdog writes when a collective times out (a log without NCCL_DEBUG has only it).

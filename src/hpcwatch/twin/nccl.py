@@ -160,6 +160,7 @@ def _rank_attrs(f: _RankFacts) -> dict[str, Any]:
         "net_speed_gbs": {},
         "transports": {transport: LISTED_CONNECTIONS},
         "gdr": f.next_off_node and not f.socket,
+        "net_peers": [f.next_rank] if f.next_off_node else [],
         "rings": COLL_CHANNELS,
         "trees": 0,
         "coll_channels": COLL_CHANNELS,
