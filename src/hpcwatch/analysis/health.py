@@ -646,6 +646,8 @@ def _rules_with_data(samples: pa.Table, events: Sequence[Event]) -> dict[str, se
 # -- active rules ----------------------------------------------------------------------------------
 
 _ACTIVE_KINDS = {"dcgm_diag": "dcgm_diag", "nccl_test": "nccl_tests", "ib_write_bw": "ib_write_bw"}
+#: A dcgmi diag test's status -> our verdict (a pass is no check).
+_DIAG_VERDICTS: dict[str, Verdict] = {"fail": "drain", "warn": "warn"}
 
 
 def _check_dcgm_diag(e: Event) -> list[Check]:
@@ -653,7 +655,7 @@ def _check_dcgm_diag(e: Event) -> list[Check]:
     checks = []
     for r in e.attrs.get("results", []):
         status = str(r.get("status", "")).lower()
-        verdict: Verdict | None = {"fail": "drain", "warn": "warn"}.get(status)
+        verdict = _DIAG_VERDICTS.get(status)
         if verdict is not None:
             checks.append(
                 Check(
