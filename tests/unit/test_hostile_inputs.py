@@ -9,12 +9,13 @@ import os
 import socket
 import time
 import zipfile
+import zlib
 from pathlib import Path
 
 import pytest
 
 from hpcwatch.errors import ParseError
-from hpcwatch.sources import falco, healthtools, hook, kineto, opensm, osv, prometheus_text, tetragon
+from hpcwatch.sources import falco, healthtools, hook, kineto, lines, opensm, osv, prometheus_text, tetragon
 from hpcwatch.sources.lines import iter_lines, read_bytes, read_head
 from tests.conftest import DATA
 
@@ -78,8 +79,8 @@ CASES = [
         1,
         "not a number",
     ),
-    # A 2 MiB gzip that would inflate past the document limit (scaled: 64 MiB limit in the test).
-    ("gzip-bomb", "bomb.json.gz", None, lambda p: read_bytes(p, max_bytes=64 << 20), None, "inflates past"),
+    # A gzip that would inflate past the document limit (scaled: 8 MiB, under the ratio-free 16 MiB).
+    ("gzip-bomb", "bomb.json.gz", None, lambda p: read_bytes(p, max_bytes=8 << 20), None, "inflates past the limit"),
     # A gzip cut in half.
     (
         "gzip-truncated",
@@ -405,3 +406,73 @@ def test_osv_folder_with_a_subfolder_named_like_a_record(tmp_path):
     (tmp_path / "x.json").mkdir()
     (tmp_path / "MAL-2024-4720.json").write_bytes((DATA / "security" / "osv" / "MAL-2024-4720.json").read_bytes())
     assert len(osv.read_osv(tmp_path)) == 1
+
+
+# -- gzip bombs: refused by their ratio, in seconds -------------------------------------------------
+
+
+def _zeros_bomb(path: Path, inflated_bytes: int, line: bytes = b"\0") -> None:
+    """A gzip of ``inflated_bytes`` of ``line`` repeated, compressed a block at a time (never held whole)."""
+    pack = zlib.compressobj(9, zlib.DEFLATED, 16 + zlib.MAX_WBITS)
+    block = line * ((1 << 20) // len(line))
+    with path.open("wb") as out:
+        for _ in range(inflated_bytes // len(block)):
+            out.write(pack.compress(block))
+        out.write(pack.flush())
+
+
+BOMB_READERS = [
+    ("document", "bomb.json.gz", b"\0", read_bytes),
+    ("streamed-lines", "bomb.jsonl.gz", b"x" * 99 + b"\n", lambda p: list(iter_lines(p))),
+    ("prometheus", "bomb.prom.gz", b'up{a="1"} 1\n', prometheus_text.read_prometheus_columns),
+    ("kineto", "rank-0.json.gz", b"\0", kineto.read_kineto),
+]
+
+
+@pytest.mark.timeout(30)
+@pytest.mark.parametrize("case, name, line, reader", BOMB_READERS, ids=[c[0] for c in BOMB_READERS])
+def test_gzip_bomb_is_refused_by_its_ratio_in_seconds(tmp_path, monkeypatch, case, name, line, reader):
+    # The ratio-free allowance scaled down (16 MiB -> 1 MiB) so the bomb can be small: 24 MiB in ~25 KB.
+    monkeypatch.setattr(lines, "GZIP_RATIO_FREE_BYTES", 1 << 20)
+    path = tmp_path / name
+    _zeros_bomb(path, 24 << 20, line)
+    assert path.stat().st_size * lines.GZIP_MAX_RATIO < 24 << 20
+    started = time.perf_counter()
+    with pytest.raises(ParseError) as err:
+        result = reader(path)
+        list(result) if not isinstance(result, bytes) else None
+    message = str(err.value)
+    assert message.startswith(f"{path}: gzip inflates more than 200x"), message
+    assert "\n" not in message
+    assert time.perf_counter() - started < 5
+
+
+def test_the_default_ratio_bound():
+    free, ratio = lines.GZIP_RATIO_FREE_BYTES, lines.GZIP_MAX_RATIO
+    assert (free, ratio) == (16 << 20, 200)
+    assert not lines.gzip_ratio_exceeded(free, 1)  # anything may inflate to 16 MiB
+    assert lines.gzip_ratio_exceeded(free + 1, (free + 1) // ratio - 1)
+    assert not lines.gzip_ratio_exceeded(free + 1, (free + 1) // ratio + 1)
+    assert lines.gzip_ratio_exceeded(4 << 30, 8 << 20)  # the issue's 8 MB -> 4 GB bomb (512x)
+    assert not lines.gzip_ratio_exceeded(60 << 30, 2 << 30)  # a 2 GB gzip of a 60 GB log (30x)
+
+
+@pytest.mark.timeout(30)
+def test_a_real_kineto_gzip_past_the_free_allowance_is_read_whole():
+    # HTA's 1.4 MB trace inflates to 25.8 MB (18.6x): past the 16 MiB allowance, far under 200x.
+    path = DATA / "kineto" / "hta_gpu_lags_host_rank0.json.gz"
+    with lines.open_binary(path) as stream:
+        inflated = sum(len(block) for block in iter(lambda: stream.read(1 << 20), b""))
+    assert inflated > lines.GZIP_RATIO_FREE_BYTES
+    assert inflated < 20 * path.stat().st_size
+
+
+@pytest.mark.timeout(60)
+def test_a_large_zero_bomb_is_refused_after_16_mib(tmp_path):
+    # 64 MiB of zeros in ~65 KB, at the default bounds: refused once 16 MiB are out, not read to the limit.
+    path = tmp_path / "bomb.json.gz"
+    _zeros_bomb(path, 64 << 20)
+    started = time.perf_counter()
+    with pytest.raises(ParseError, match="200x"):
+        read_bytes(path)
+    assert time.perf_counter() - started < 2
