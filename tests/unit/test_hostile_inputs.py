@@ -476,3 +476,69 @@ def test_a_large_zero_bomb_is_refused_after_16_mib(tmp_path):
     with pytest.raises(ParseError, match="200x"):
         read_bytes(path)
     assert time.perf_counter() - started < 2
+
+
+# -- numbers past 64 bits in real files: one line naming the file ------------------------------------
+
+HUGE_NUMBERS = ["18446744073709551617", "1e400", "-18446744073709551616"]  # 2^64+1, infinite, -2^64
+
+
+def _with_number(text: str, field: str, number: str) -> str:
+    """``text`` with the first numeric value of ``field`` replaced by ``number``."""
+    import re
+
+    found = re.search(rf'"{field}": ?(-?[0-9][0-9.e+]*)', text)
+    assert found, field
+    return text[: found.start(1)] + number + text[found.end(1) :]
+
+
+NUMBER_FILES = [
+    # (case, real file, field mutated, reader, the message's words)
+    ("squeue-job_id", "slurm/squeue.json", "job_id", "squeue-json", "jobs[0]: number out of range"),
+    ("squeue-end_time", "slurm/squeue.json", "end_time", "squeue-json", "jobs[0]: number out of range"),
+    (
+        "sacct-v0044-start",
+        "slurm/slurmweb_25.11_v0044_slurmdb_job_completed.json",
+        "start",
+        "sacct-json",
+        "number out of range",
+    ),
+    ("sacct-job_id", "slurm/sacct.json", "job_id", "sacct-json", "jobs[0]: number out of range"),
+    ("kineto-ts", "kineto/hta_alexnet_stream_sync.json.gz", "ts", "kineto", "ts_us"),
+    ("kineto-dur", "kineto/hta_alexnet_stream_sync.json.gz", "dur", "kineto", "dur_us"),
+]
+
+
+@pytest.mark.parametrize("number", HUGE_NUMBERS)
+@pytest.mark.parametrize("case, source, field, fmt, what", NUMBER_FILES, ids=[c[0] for c in NUMBER_FILES])
+def test_a_number_past_64_bits_in_a_real_file_is_one_line(tmp_path, case, source, field, fmt, what, number):
+    from hpcwatch.sources.registry import read_input
+
+    raw = (DATA / source).read_bytes()
+    text = gzip.decompress(raw).decode() if source.endswith(".gz") else raw.decode()
+    path = tmp_path / ("rank-0.json" if fmt == "kineto" else "jobs.json")
+    path.write_text(_with_number(text, field, number))
+    with pytest.raises(ParseError) as err:
+        result = read_input(path, format=fmt)
+        list(result) if fmt != "kineto" else None
+    message = str(err.value)
+    assert message.startswith(f"{path}:"), message
+    # 1e400 is refused by the JSON decoder itself in Kineto (orjson: "not JSON"); the rest by the field's check.
+    assert what in message or (number == "1e400" and "not JSON" in message), message
+    assert "\n" not in message
+
+
+def test_a_hook_step_past_the_store_s_int32_is_a_bad_line_not_a_traceback(tmp_path):
+    from hpcwatch.store import Store
+
+    lines_in = (DATA / "kineto" / "gloo_straggler" / "hook" / "rank-0.jsonl").read_text().splitlines()
+    lines_in[1] = lines_in[1].replace('"step":0', '"step":1099511627776')
+    path = tmp_path / "rank-0.jsonl"
+    path.write_text("\n".join(lines_in) + "\n")
+    with pytest.raises(ParseError) as err:
+        list(hook.read_hook_jsonl(path))
+    assert str(err.value).startswith(f"{path}:2: bad hook record") and "32 bits" in str(err.value)
+    reported: list[ParseError] = []
+    spans = [r for r in hook.read_hook_jsonl(path, on_bad_line=reported.append) if hasattr(r, "step")]
+    Store(":memory:").add(spans)  # pyarrow raised ArrowInvalid on the int32 step column before
+    assert [e.line for e in reported] == [2]
