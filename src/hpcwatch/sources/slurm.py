@@ -240,7 +240,7 @@ def _number(value: Any) -> float | None:
 
 
 #: Slurm's numbers are 64-bit at most (uint64 for NO_VAL64 2^64-2 and memory, int64 for times):
-#: anything past is not a Slurm value, and would overflow the store's columns downstream.
+#: anything past is not a Slurm value (a job id or end time of 2^64+1 used to be kept as garbage).
 _SLURM_NUMBERS = (-(1 << 63), 1 << 64)
 
 
