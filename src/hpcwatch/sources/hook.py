@@ -27,6 +27,7 @@ from hpcwatch.sources.lines import OnBadLine, iter_lines, line_text, report_bad_
 __all__ = ["is_hook_jsonl", "parse_hook_jsonl", "read_hook_jsonl"]
 
 _INT64 = (-(1 << 63), (1 << 63) - 1)
+_INT32 = (-(1 << 31), (1 << 31) - 1)
 
 
 def is_hook_jsonl(head: str) -> bool:
@@ -89,10 +90,13 @@ def _record(line: str | bytes, path: str | os.PathLike[str], number: int) -> Spa
 
 
 def _int(value: Any) -> int:
-    """A whole number within 64 bits (the store's integer columns)."""
+    """A whole number within 32 bits: the store's rank and step columns are int32 (pyarrow refused
+    a larger one with a traceback at ingest)."""
     number = int(value)
     if not _INT64[0] <= number <= _INT64[1]:
         raise ValueError(f"integer beyond 64 bits: {shown(value, 40)}")
+    if not _INT32[0] <= number <= _INT32[1]:
+        raise ValueError(f"integer beyond 32 bits (the store's rank and step): {shown(value, 40)}")
     return number
 
 

@@ -400,9 +400,24 @@ def _as_column(name: str, values: Sequence, dtype: type, path: str) -> np.ndarra
         return np.asarray([_int_or(v, -1, bits) for v in values], dtype=dtype)
 
 
+#: Kineto writes ts and dur as int64 microseconds: past 2^63 (292,000 years) a value is not a time,
+#: and the analyses' int64 arithmetic on it would overflow.
+_MAX_TIME_US = float(1 << 63)
+
+
+def _check_times(table: Mapping[str, np.ndarray], path: str) -> None:
+    for name in ("ts_us", "dur_us"):
+        column = table[name]
+        out = np.abs(column) >= _MAX_TIME_US  # infinities too; NaN (an event without dur) is no number
+        if out.any():
+            found = column[out.argmax()]
+            raise ParseError(f"an event's {name} is beyond 64 bits of microseconds ({found:.4g})", path=path)
+
+
 def _row_table(cols: Sequence[Sequence], colls: list[tuple], path: str) -> dict[str, np.ndarray]:
     """The event columns of one piece from its ``_ROW_COLUMNS`` values and its collectives."""
     table = {name: _as_column(name, col, dtype, path) for name, col, dtype in zip(_ROW_COLUMNS, cols, _DTYPES)}
+    _check_times(table, path)
     n = len(table["ts_us"])
     table["coll_id"] = np.full(n, -1, dtype=np.int32)
     table["msg_bytes"] = np.full(n, np.nan)

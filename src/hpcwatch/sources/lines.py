@@ -9,12 +9,15 @@ Every reader opens its file through ``open_binary`` (or ``read_bytes``, ``read_t
   checked with ``fstat`` before anything is read);
 - a file larger than the reader's limit is refused before it is read;
 - a gzip stream (recognised by its magic bytes, whatever the name) is inflated as it
-  is read, and refused once its inflated size passes the limit, so a small gzip
-  bomb costs no more memory than a plain file at the limit.
+  is read, and refused once its inflated size passes the limit, or once it has inflated
+  past ``GZIP_RATIO_FREE_BYTES`` to more than ``GZIP_MAX_RATIO`` times the compressed bytes
+  read so far: a gzip bomb (deflate reaches ~1030x) is refused after inflating 1 MiB, in
+  about a second, instead of being read for minutes up to the reader's limit.
 
 Limits are named defaults: ``MAX_FILE_BYTES`` for documents read whole,
 ``MAX_STREAM_BYTES`` for readers that stream (line by line, or Prometheus chunks),
-``MAX_LINE_BYTES`` for one line of a streamed file.
+``MAX_LINE_BYTES`` for one line of a streamed file. The gzip ratio bound also caps what
+a streamed gzip may inflate to: at most 200x the file (64 GiB needs a 328 MB gzip).
 
 Readers must raise ``ParseError`` (never ``OSError``, ``UnicodeDecodeError`` or
 ``ValueError``), so the file-level failures are turned into one here. Messages quote
@@ -42,6 +45,9 @@ __all__ = [
     "MAX_STREAM_BYTES",
     "MAX_LINE_BYTES",
     "SNIFF_BYTES",
+    "GZIP_MAX_RATIO",
+    "GZIP_RATIO_FREE_BYTES",
+    "gzip_ratio_exceeded",
     "OnBadLine",
     "open_regular",
     "open_binary",
@@ -66,6 +72,15 @@ MAX_STREAM_BYTES = 64 << 30
 MAX_LINE_BYTES = 64 << 20
 #: How much of a file a format sniffer sees (inflated).
 SNIFF_BYTES = 64 << 10
+#: Inflated bytes per compressed byte past which a gzip is a bomb. Real inputs stay far below:
+#: Kineto traces and Slurm JSON compress ~10-30x, Prometheus scrapes ~20-60x; deflate cannot
+#: exceed ~1030x, which only long runs of repeated bytes (a bomb) reach.
+GZIP_MAX_RATIO = 200
+#: A gzip may inflate this much whatever its ratio (a small file of repeated lines is legitimate);
+#: past it the ratio bound applies, so a bomb costs a reader what a plain 1 MB file costs: up to
+#: ~1M blank lines, a few seconds for the slowest line reader. A gzip of 5 KB or more inflating
+#: at a real file's 10-60x never meets the bound.
+GZIP_RATIO_FREE_BYTES = 1 << 20
 #: Longest offending text quoted in a message.
 SHOWN_CHARS = 80
 
@@ -147,14 +162,24 @@ def _refuse_special(path: str | os.PathLike[str], kind: str | None) -> None:
         raise ParseError(f"not a regular file ({kind})", path=path)
 
 
+def gzip_ratio_exceeded(
+    inflated: int, compressed: int, *, ratio: int = GZIP_MAX_RATIO, free_bytes: int = GZIP_RATIO_FREE_BYTES
+) -> bool:
+    """Whether ``inflated`` bytes out of ``compressed`` bytes read so far make a gzip bomb."""
+    return inflated > free_bytes and inflated > ratio * compressed
+
+
 class _Inflating(io.RawIOBase):
-    """A gzip stream (one or more members) inflated as it is read, refused past ``max_bytes``."""
+    """A gzip stream (one or more members) inflated as it is read, refused past ``max_bytes`` or
+    past the ratio bound (``gzip_ratio_exceeded``; the bounds are read when the file is opened)."""
 
     def __init__(self, raw: BinaryIO, path: str | os.PathLike[str], max_bytes: int, *, whole: bool) -> None:
         self.raw, self.path, self.max_bytes, self.whole = raw, path, max_bytes, whole
+        self.ratio, self.free_bytes = GZIP_MAX_RATIO, GZIP_RATIO_FREE_BYTES
         self.inflate = zlib.decompressobj(16 + zlib.MAX_WBITS)
         self.pending = b""
         self.total = 0
+        self.compressed = 0
         self.started = False
 
     def readable(self) -> bool:
@@ -181,12 +206,21 @@ class _Inflating(io.RawIOBase):
             self.total += len(out)
             if self.total > self.max_bytes:
                 raise ParseError(f"gzip inflates past the limit of {self.max_bytes} bytes", path=self.path)
+            consumed = self.compressed - len(self.inflate.unconsumed_tail) - len(self.inflate.unused_data)
+            if gzip_ratio_exceeded(self.total, consumed, ratio=self.ratio, free_bytes=self.free_bytes):
+                raise ParseError(
+                    f"gzip inflates more than {self.ratio}x its compressed size (a gzip bomb?): "
+                    f"{self.total} bytes from {consumed}, refused",
+                    path=self.path,
+                )
             if out:
                 return out
 
     def _feed(self) -> bytes | None:
         """The next compressed block; ``None`` at the end of the file (an error mid-stream)."""
         block = self.pending or self.raw.read(_BLOCK_BYTES)
+        if not self.pending:
+            self.compressed += len(block)  # a member's start handed back by _next_member is counted once
         self.pending = b""
         if block:
             self.started = True
@@ -196,7 +230,10 @@ class _Inflating(io.RawIOBase):
         return None
 
     def _next_member(self) -> None:
-        rest = self.inflate.unused_data or self.raw.read(_BLOCK_BYTES)
+        rest = self.inflate.unused_data
+        if not rest:
+            rest = self.raw.read(_BLOCK_BYTES)
+            self.compressed += len(rest)
         if rest.strip(b"\x00"):  # another member follows (gzip may pad with zeros)
             self.inflate = zlib.decompressobj(16 + zlib.MAX_WBITS)
             self.pending = rest

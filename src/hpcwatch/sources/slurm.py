@@ -246,12 +246,26 @@ def _number(value: Any) -> float | None:
     if isinstance(value, bool):
         raise _Shape(f"expected a number, got {value!r}")
     if isinstance(value, (int, float)):
-        return value
+        return _within_64_bits(value)
     if isinstance(value, Mapping):
         if not value.get("set", True) or value.get("infinite", False):
             return None
         return _number(value.get("number"))
     raise _Shape(f"expected a number, got {value!r}")
+
+
+#: Slurm's numbers are 64-bit at most (uint64 for NO_VAL64 2^64-2 and memory, int64 for times):
+#: anything past is not a Slurm value (a job id or end time of 2^64+1 used to be kept as garbage).
+_SLURM_NUMBERS = (-(1 << 63), 1 << 64)
+
+
+def _within_64_bits(value: float) -> float:
+    if isinstance(value, float) and not math.isfinite(value):
+        raise _Shape(f"number out of range ({value})")
+    if not _SLURM_NUMBERS[0] <= value < _SLURM_NUMBERS[1]:
+        digits = len(str(abs(int(value))))
+        raise _Shape(f"number out of range (beyond 64 bits: a {digits}-digit number)")
+    return value
 
 
 def _state(value: Any) -> str | None:
