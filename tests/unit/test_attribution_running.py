@@ -131,3 +131,36 @@ def test_a_bad_last_update_is_one_parse_error(last_update) -> None:
     bad = text[: text.index('"last_update"')] + f'"last_update": {last_update},' + text[text.index('"meta"') - 2 :]
     with pytest.raises(ParseError, match="last_update"):
         list(parse_squeue_records(bad, path="q.json"))
+
+
+class _ScrapedOnly:
+    """A PromQL backend that holds scrapes only (dcgm-exporter, node-exporter), as a real one does when no
+    Slurm exporter is scraped: here one GPU sample of job 7's node, two hours after it started."""
+
+    def samples(self, metrics: list[str], *, t0: float | None) -> object:
+        from hpcwatch.schemas import SAMPLE_SCHEMA
+
+        assert vocab.SLURM_JOB_ELAPSED_SECONDS in metrics
+        row = {"metric": vocab.DCGM_FI_DEV_GPU_UTIL, "host": "node1", "gpu": "0", "job": "7", "t": 1795991704.0 + 7200}
+        columns = {f.name: [row.get(f.name)] for f in SAMPLE_SCHEMA}
+        columns["value"], columns["labels"] = [50.0], ["{}"]
+        import pyarrow as pa
+
+        return pa.table(columns, schema=SAMPLE_SCHEMA)
+
+
+def test_through_prometheus_a_running_job_still_ends_at_slurms_snapshot(tmp_path) -> None:
+    """`jobs --prometheus` read every sample from Prometheus, which holds no Slurm figures: job 7's elapsed
+    ran to the newest scrape (2 h, then capped at its 1 h limit) instead of Slurm's half an hour."""
+    from hpcwatch.reports.jobs import prometheus_samples
+
+    copy = tmp_path / "squeue.json"
+    shutil.copy(SQUEUE_22_05, copy)
+    start = 1795991704.0
+    os.utime(copy, (start + 1800.0, start + 1800.0))
+    with Store(tmp_path / "s") as store:
+        ingest_paths(store, [copy])
+        samples = prometheus_samples(_ScrapedOnly(), t0=start, store=store)  # type: ignore[arg-type]
+        reports = {r.id: r for r in jobs_report(store, samples=samples)}
+        from_store = {r.id: r for r in jobs_report(store)}
+    assert reports["7"].elapsed_s == pytest.approx(1800.0) == from_store["7"].elapsed_s

@@ -28,7 +28,7 @@ def _prometheus_samples(store: Store, prometheus: str | None):
 
     starts = [j.start for j in store.jobs() if j.start is not None]
     with PrometheusBackend(prometheus) as prom:
-        return prometheus_samples(prom, t0=min(starts) if starts else None)
+        return prometheus_samples(prom, t0=min(starts) if starts else None, store=store)
 
 
 prometheus_option = click.option(

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 import pyarrow as pa
 
-from hpcwatch.analysis.attribution import DCGM_METRICS, REPORT_METRICS, JobReport, job_reports
+from hpcwatch.analysis.attribution import DCGM_METRICS, REPORT_METRICS, SLURM_METRICS, JobReport, job_reports
 from hpcwatch.errors import InputError
 from hpcwatch.records import MAX_JOB_ID_CHARS
 from hpcwatch.store import Store, queries
@@ -88,8 +88,19 @@ def check_job_id(job_id: str) -> None:
         )
 
 
-def prometheus_samples(prom: PrometheusBackend, *, t0: float | None) -> pa.Table:
+def prometheus_samples(prom: PrometheusBackend, *, t0: float | None, store: Store | None = None) -> pa.Table:
     """The report's samples (``REPORT_METRICS``) read from Prometheus since ``t0`` (a job's start; None: the
     backend's default look-back), in ``store.samples`` columns: what ``jobs --prometheus`` and the web's
-    job page under ``serve --prometheus`` pass as ``samples``."""
-    return prom.samples(list(REPORT_METRICS), t0=t0)
+    job page under ``serve --prometheus`` pass as ``samples``.
+
+    Slurm's own figures (``SLURM_METRICS``: CPUs, memory, a running job's elapsed time and limit) are written
+    by the Slurm readers into ``store``, where the jobs are; Prometheus holds them only if a Slurm exporter is
+    scraped. So they are read from both: without the store's, a running job's elapsed time would run to the
+    newest scrape instead of Slurm's snapshot, and the two backends would disagree."""
+    scraped = prom.samples(list(REPORT_METRICS), t0=t0)
+    if store is None:
+        return scraped
+    slurm = store.samples(list(SLURM_METRICS), t0=t0)
+    if not slurm.num_rows:
+        return scraped
+    return pa.concat_tables([scraped, slurm.select(scraped.schema.names).cast(scraped.schema)])

@@ -96,7 +96,7 @@ def _samples_for(state: Any, overview_job: str) -> Any:
     from hpcwatch.reports.jobs import prometheus_samples
 
     record = state.store.job(overview_job)
-    return prometheus_samples(state.prometheus, t0=record.start if record is not None else None)
+    return prometheus_samples(state.prometheus, t0=record.start if record is not None else None, store=state.store)
 
 
 def overview_of(state: Any, job_id: str) -> JobOverview:
