@@ -24,13 +24,14 @@ one module per part, each saying why it is a mixin (it reads the Twin's shared a
 or an object the Twin holds (it owns its state):
 
 - twin/devices.py      the fields, counters and GPU identities the exporters name (constants)
+- twin/gpus.py         ``GpuPhysics``: power, memory, temperature and clocks from a GPU's load
 - twin/training.py     ``TrainingSteps``: step timing of distributed jobs, the training job's spans
 - twin/restarts.py     ``Restarts``: checkpoints, ``fail_job`` / ``requeue_job``, the restart
 - twin/lustre.py       ``LustreState``: the OSS's job_stats counters (held as ``Twin._lustre``)
 - twin/truth.py        ``GroundTruth``: the per-job accounting behind ``Twin.truth()``
 - twin/records_out.py  ``TwinOutputs``: the real formats (via exposition / slurm_out) and records
 
-Every name this module exported before the split is still importable from here.
+Every name this module held before the split is still importable from here (hence the ``noqa: F401`` imports).
 """
 
 from __future__ import annotations
@@ -42,9 +43,8 @@ import numpy as np
 from hpcwatch import vocab
 from hpcwatch.errors import ConfigError
 from hpcwatch.model import Cluster
-from hpcwatch.model.catalog import GPU_SLOWDOWN_TEMP_C
 from hpcwatch.records import Event, Job
-from hpcwatch.twin.devices import (
+from hpcwatch.twin.devices import (  # noqa: F401
     COUNTER,
     DCGM_FIELDS,
     DRIVER_VERSION,
@@ -57,21 +57,12 @@ from hpcwatch.twin.devices import (
     bus_id,
     gpu_uuid,
 )
-from hpcwatch.twin.lustre import (  # noqa: F401  (names importable from here as before the split)
-    LOAD_PHASE_S,
-    LUSTRE_CLEANUP_S,
-    LUSTRE_RPC_BYTES,
-    LustreState,
-)
+from hpcwatch.twin.gpus import POWER_THROTTLE_FRACTION, THERMAL_SLOWDOWN_CLOCK_FACTOR, GpuPhysics  # noqa: F401
+from hpcwatch.twin.lustre import LOAD_PHASE_S, LUSTRE_CLEANUP_S, LUSTRE_RPC_BYTES, LustreState  # noqa: F401
 from hpcwatch.twin.records_out import TwinOutputs
-from hpcwatch.twin.restarts import (  # noqa: F401  (as above)
-    CHECKPOINT_STAGING_BYTES_S,
-    RESTART_STARTUP_S,
-    RESTORE_BYTES_S_PER_GPU,
-    Restarts,
-)
+from hpcwatch.twin.restarts import CHECKPOINT_STAGING_BYTES_S, RESTART_STARTUP_S, RESTORE_BYTES_S_PER_GPU, Restarts  # noqa: F401
 from hpcwatch.twin.scenarios import Scenario, get_scenario
-from hpcwatch.twin.training import (  # noqa: F401  (as above)
+from hpcwatch.twin.training import (  # noqa: F401
     _SPAN_COLUMNS,
     PHASE_JITTER,
     RING_ALPHA_S,
@@ -97,19 +88,11 @@ __all__ = [
 
 #: Short names of the columns of ``fields`` and ``ib`` (the simulation indexes them on most lines).
 _F, _C = FIELD, COUNTER
-# Names this module held before its parts moved out, still importable from here.
+# Private names this module held before its parts moved out, still importable from here.
 _HGX_BUS_IDS, _gpu_uuid, _bus_id = HGX_BUS_IDS, gpu_uuid, bus_id
 
 #: Simulated time starts here unless told otherwise (2026-11-29 ~ the Slurm samples' epoch), so runs are reproducible.
 DEFAULT_START_S = 1_796_000_000.0
-
-#: Fraction of TDP above which the GPU starts to pull its clock down (power capping).
-POWER_THROTTLE_FRACTION = 0.93
-#: Temperature model: T -> inlet + c_per_w x P, first order with the cooling's time constant; the cluster model's
-#: ``cooling`` (model/catalog.py COOLING: liquid = the fit of the H200 capture, 56 C at 680 W; air hotter, slower).
-#: At the GPU's slowdown temperature (catalog GPU_SLOWDOWN_TEMP_C) the clocks drop by half: nvidia-smi(1) says HW
-#: thermal slowdown "reduc[es] the core clocks by a factor of 2 or more" (clocks_event_reasons.hw_thermal_slowdown).
-THERMAL_SLOWDOWN_CLOCK_FACTOR = 0.5
 
 
 def _overrides(scenario: Scenario, hook: str) -> bool:
@@ -165,13 +148,7 @@ class Twin(TrainingSteps, Restarts, GroundTruth, TwinOutputs):
         self._gpu_node = np.array([node_pos[g.node] for g in gpus], dtype=np.int64)
         self._gpu_index = np.array([g.index for g in gpus], dtype=np.int64)
         self._gpu_flat = {(g.node, g.index): i for i, g in enumerate(gpus)}
-        self._tdp = np.array([g.spec.tdp_w for g in gpus])
-        self._idle_w = np.array([g.spec.idle_power_w for g in gpus])
-        self._hbm_mib = np.array([g.spec.hbm_bytes / 1024**2 for g in gpus])
-        self._sm_max = np.array([SM_CLOCK_MAX_MHZ.get(g.spec.key, np.nan) for g in gpus])
-        self._slowdown_c = np.array([GPU_SLOWDOWN_TEMP_C.get(g.spec.key, np.nan) for g in gpus])
-        cooling = c.cooling
-        self._inlet_c, self._c_per_w, self._tau_s = cooling.inlet_c, cooling.spec.c_per_w, cooling.spec.tau_s
+        self._physics = GpuPhysics(gpus, c.cooling)
         self.gpu_labels: list[dict[str, str]] = [
             {
                 "gpu": str(g.index),
@@ -208,10 +185,11 @@ class Twin(TrainingSteps, Restarts, GroundTruth, TwinOutputs):
         self.fields = np.zeros((n, len(DCGM_FIELDS)))
         #: Per row of ``fields``: dcgm-exporter no longer exports this GPU (see ``absent_gpus`` above).
         self.absent = np.zeros(n, dtype=bool)
-        self._temp = np.full(n, self._inlet_c + self._c_per_w * self._idle_w)
         # Energy since boot: the nodes booted a few days before t0.
         boot_s = self.rng.uniform(2, 9, size=n) * 86400
-        self.fields[:, _F[vocab.DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION]] = np.round(boot_s * self._idle_w * 1.6 * 1000)
+        self.fields[:, _F[vocab.DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION]] = np.round(
+            boot_s * self._physics.idle_w * 1.6 * 1000
+        )
         self.ib = np.zeros((len(self.ports), len(IB_COUNTERS)))
         # The ports carried traffic before t0 too; start the counters somewhere realistic (words).
         self.ib[:, _C["PortXmitData"]] = np.round(self.rng.uniform(1e12, 5e12, size=len(self.ports)))
@@ -364,29 +342,7 @@ class Twin(TrainingSteps, Restarts, GroundTruth, TwinOutputs):
         compute_share, gpu_bytes = self._train_steps(dt)
         tensor = np.where(busy, tensor * compute_share * (util > 0), 0.0)
         f = self.fields
-        f[:, _F[vocab.DCGM_FI_DEV_GPU_UTIL]] = util
-        f[:, _F[vocab.DCGM_FI_PROF_PIPE_TENSOR_ACTIVE]] = np.round(tensor, 6)
-        activity = (util / 100.0) * (0.55 + 0.45 * np.minimum(tensor / 0.62, 1.0))
-        power = self._idle_w + (self._tdp - self._idle_w) * (0.05 * busy + 0.92 * activity) + 2.0 * z[1]
-        power = np.round(np.clip(power, 0.9 * self._idle_w, self._tdp), 3)
-        f[:, _F[vocab.DCGM_FI_DEV_POWER_USAGE]] = power
-        fb = np.round(np.clip(fb_frac * self._hbm_mib * (1 + 0.002 * z[2]), 0, self._hbm_mib))
-        f[:, _F[vocab.DCGM_FI_DEV_FB_USED]] = fb
-        f[:, _F[vocab.DCGM_FI_DEV_FB_FREE]] = np.round(self._hbm_mib - fb)
-        target = self._inlet_c + self._c_per_w * power
-        # At t0 the GPUs have been at their load for a while: start at the steady temperature.
-        lag = np.exp(-dt / self._tau_s) if dt > 0 else 0.0
-        self._temp = target + (self._temp - target) * lag + 0.3 * z[4]
-        f[:, _F[vocab.DCGM_FI_DEV_GPU_TEMP]] = np.round(self._temp)
-        throttled = busy & (power >= POWER_THROTTLE_FRACTION * self._tdp)
-        clock = np.where(
-            busy,
-            self._sm_max - throttled * np.round(np.abs(z[3]) * 8) * 15.0,
-            np.minimum(SM_CLOCK_IDLE_MHZ, self._sm_max),
-        )
-        too_hot = self._temp >= self._slowdown_c  # NaN (unknown GPU) is never too hot
-        f[:, _F[vocab.DCGM_FI_DEV_SM_CLOCK]] = np.where(too_hot, np.round(clock * THERMAL_SLOWDOWN_CLOCK_FACTOR), clock)
-        f[:, _F[vocab.DCGM_FI_DEV_XID_ERRORS]] = 0.0
+        self._physics.write(f, dt, busy=busy, util=util, tensor=tensor, fb_frac=fb_frac, z=z)
         self._apply_gpu_hooks()
         self._apply_absent()
         energy_inc = np.round(f[:, _F[vocab.DCGM_FI_DEV_POWER_USAGE]] * dt * 1000.0)
