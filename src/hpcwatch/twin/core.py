@@ -116,7 +116,7 @@ class Twin(TrainingSteps, Restarts, GroundTruth, TwinOutputs):
         self._layout()
         self.scheduler = Scheduler(cluster, self.rng, self.t0)
         self._job_index: dict[str, int] = {}
-        self._acc = np.zeros((0, 6))
+        self._acc = np.zeros((0, 6))  # per job index: the sums behind truth() (twin/truth.py)
         # Per job index: util mean, util sd, tensor activity, HBM share (what its kind does to a GPU).
         self._params = np.zeros((0, 4))
         self._events = []
