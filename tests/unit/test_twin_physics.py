@@ -477,3 +477,15 @@ def test_a_restarted_job_raises_no_finding_of_its_own():
     # The Tetragon reads of the checkpoint at the restart are the owner's, on its nodes.
     reads = [e for e in store.events(EventKind.TETRAGON) if e.attrs.get("mask") == 4]
     assert {e.attrs["host"] for e in reads} == {"node1", "node2"}
+
+
+def test_the_per_job_arrays_grow_when_a_job_joins_between_starts_and_ends():
+    """16 nodes with an XID requeue: a 69th job reached the scheduler while the per-job arrays held 68 rows,
+    and tick 6 stopped with an IndexError (found while splitting the Twin)."""
+    from hpcwatch.twin import Twin
+    from hpcwatch.twin.run import sized_reference
+
+    twin = Twin(sized_reference(16), seed=5, scenarios=("xid79", "ib_flap", "gpu_straggler"))
+    for _ in range(30):
+        twin.advance(20.0)
+    assert len(twin.scheduler.jobs) > 68 and twin.sample_table().num_rows > 0

@@ -324,6 +324,8 @@ class Twin(TrainingSteps, Restarts, GroundTruth, TwinOutputs):
     def _kind_arrays(self) -> np.ndarray:
         """Per GPU: util mean, util sd, tensor activity, HBM share of the job on it."""
         assign = self._label_job
+        # A requeued job can join the scheduler between two starts or ends (where the arrays grow otherwise).
+        self._grow(len(self.scheduler.jobs))
         if getattr(self, "_filled", 0) < len(self.scheduler.jobs):
             old = getattr(self, "_filled", 0)
             for j, job in enumerate(self.scheduler.jobs[old:], start=old):
