@@ -83,7 +83,7 @@ def is_comm_name(name: str) -> bool:
     return name.startswith(_COMM_PREFIXES) or _NCCL_KERNEL_RE.match(name) is not None
 
 
-class _Names(dict):
+class _Names(dict[str, int]):
     """Interns names: the first time a name is seen it gets the next id (``names[name]``, or
     ``map(names.__getitem__, many)``: a C call per name, a Python one only for a new name)."""
 
@@ -98,7 +98,7 @@ class _Names(dict):
         return self
 
 
-class _Codes(dict):
+class _Codes(dict[str, int]):
     """``CAT`` plus the unknown categories met so far (code 0, ``OTHER``)."""
 
     def __missing__(self, cat: str) -> int:
@@ -147,11 +147,19 @@ _READ_BYTES = 1 << 16
 _X_FIELDS = itemgetter("ts", "dur", "cat", "name", "pid", "tid", "args")
 
 
+#: A complete event's row: ts, dur, category code, name id, stream, pid, tid, correlation (as the JSON has them).
+_Row = tuple[Any, Any, int, int, Any, Any, Any, Any]
+#: A collective's (row in its piece, name id of its collective, msg_bytes, group_size).
+_Coll = tuple[int, int, float, int]
+#: What ``_columns`` returns: the event columns, the names by id, the host's name.
+_Columns = tuple[dict[str, np.ndarray], list[str], str | None]
+
+
 class _Unusual(Exception):
     """A piece has an event the fast scan does not take; the lenient scan reads that piece."""
 
 
-def _scan(events: list, names: _Names, codes: _Codes, rows: list, colls: list) -> str | None:
+def _scan(events: list[Any], names: _Names, codes: _Codes, rows: list[_Row], colls: list[_Coll]) -> str | None:
     """Append the row of each ``X`` event, the (row, coll_id, msg_bytes, group_size) of each collective
     (a few in thousands, so they are not in every row).
 
@@ -263,27 +271,31 @@ _SKIPPED_PHASES = (
 _SKIPPED = tuple(
     msgspec.defstruct(f"_Skipped{i}", [], tag_field="ph", tag=ph, gc=False) for i, ph in enumerate(_SKIPPED_PHASES)
 )
-_TYPED_EVENTS = msgspec.json.Decoder(list[Union[(_Complete, _Metadata, *_SKIPPED)]])
+#: The union of every event type; built at run time, as the skipped phases' structs are (mypy has no spelling
+#: for a union of those: statically a piece is a list of structs, ``type(e) is _Complete`` picks the ones read).
+_EVENT_UNION: Any = Union.__getitem__((_Complete, _Metadata, *_SKIPPED))
+_TYPED_EVENTS: msgspec.json.Decoder[list[msgspec.Struct]] = msgspec.json.Decoder(list[_EVENT_UNION])
 
 
 class _TypedPiece(NamedTuple):
     """A piece decoded into typed events, with its text for the dict scan should it hold something unusual."""
 
-    events: list
+    events: list[msgspec.Struct]
     text: bytes
 
 
-def _decode_piece(text: bytes) -> _TypedPiece | list | None:
+def _decode_piece(text: bytes) -> _TypedPiece | list[Any] | None:
     """The events of ``[...]`` text: typed, else as dicts (valid JSON of other types), else ``None`` (not JSON)."""
     try:
         return _TypedPiece(_TYPED_EVENTS.decode(text), text)
     except msgspec.ValidationError:
-        return _decode_or_none(text)
+        events = _decode_or_none(text)
+        return events if isinstance(events, list) else None  # always a list: the text is "[...]"
     except msgspec.DecodeError:
         return None
 
 
-def _typed_rows(events: list, names: _Names, codes: _Codes, path: str) -> dict[str, np.ndarray]:
+def _typed_rows(events: list[msgspec.Struct], names: _Names, codes: _Codes, path: str) -> dict[str, np.ndarray]:
     """The row table (``_row_table``) of a typed piece's complete events, a list comprehension per column."""
     xs = [e for e in events if type(e) is _Complete]
     args = [e.args for e in xs]
@@ -304,21 +316,22 @@ def _typed_rows(events: list, names: _Names, codes: _Codes, path: str) -> dict[s
     return table
 
 
-def _typed_names(xs: list[_Complete], args: list[_Args], names: _Names) -> tuple[list[tuple], list[int]]:
+def _typed_names(xs: list[_Complete], args: list[_Args], names: _Names) -> tuple[list[_Coll], list[int]]:
     """(collectives, name id of each event), interned in the order of the dict scan (each collective's
     name after its event's) so both scans number names alike."""
-    at = [i for i, a in enumerate(args) if a.collective is not None]
-    intern, name_ids, colls, done = names.__getitem__, [], [], 0
-    for i in at:
+    at = [(i, a, a.collective) for i, a in enumerate(args) if a.collective is not None]
+    intern, done = names.__getitem__, 0
+    name_ids: list[int] = []
+    colls: list[_Coll] = []
+    for i, a, collective in at:
         name_ids += map(intern, [e.name for e in xs[done : i + 1]])
-        a = args[i]
-        colls.append((i, intern(a.collective), _msg_bytes_of(a.nelems, a.dtype), _int_or(a.group_size, -1, 32)))
+        colls.append((i, intern(collective), _msg_bytes_of(a.nelems, a.dtype), _int_or(a.group_size, -1, 32)))
         done = i + 1
     name_ids += map(intern, [e.name for e in xs[done:]])
     return colls, name_ids
 
 
-def _typed_hostname(events: list) -> str | None:
+def _typed_hostname(events: list[msgspec.Struct]) -> str | None:
     return next(
         (
             e.args.hostname
@@ -329,7 +342,7 @@ def _typed_hostname(events: list) -> str | None:
     )
 
 
-def _x_fields(ev: Mapping[str, Any]) -> tuple:
+def _x_fields(ev: Mapping[str, Any]) -> tuple[Any, Any, Any, Any, Any, Any, Any]:
     """The fields of a complete event, with the defaults of missing ones (``ts`` is required)."""
     return (
         ev["ts"],
@@ -348,7 +361,9 @@ def _hostname(ev: Mapping[str, Any]) -> str | None:
     return (ev.get("args") or _NO_ARGS).get("hostname")
 
 
-def _scan_lenient(events: list, path: str, names: _Names, offset: int, rows: list, colls: list) -> str | None:
+def _scan_lenient(
+    events: list[Any], path: str, names: _Names, offset: int, rows: list[_Row], colls: list[_Coll]
+) -> str | None:
     """``_scan`` for pieces with unusual events: each event on its own, a ParseError naming it."""
     host = None
     for index, ev in enumerate(events):
@@ -390,7 +405,7 @@ _TABLE_COLUMNS = _ROW_COLUMNS + ("coll_id", "msg_bytes", "group_size")
 _LENIENT_COLUMNS = frozenset({"stream", "pid", "tid", "correlation"})
 
 
-def _as_column(name: str, values: Sequence, dtype: type, path: str) -> np.ndarray:
+def _as_column(name: str, values: Sequence[Any], dtype: type, path: str) -> np.ndarray:
     try:
         return np.asarray(values, dtype=dtype)
     except (TypeError, ValueError, OverflowError) as err:
@@ -414,7 +429,7 @@ def _check_times(table: Mapping[str, np.ndarray], path: str) -> None:
             raise ParseError(f"an event's {name} is beyond 64 bits of microseconds ({found:.4g})", path=path)
 
 
-def _row_table(cols: Sequence[Sequence], colls: list[tuple], path: str) -> dict[str, np.ndarray]:
+def _row_table(cols: Sequence[Sequence[Any]], colls: list[_Coll], path: str) -> dict[str, np.ndarray]:
     """The event columns of one piece from its ``_ROW_COLUMNS`` values and its collectives."""
     table = {name: _as_column(name, col, dtype, path) for name, col, dtype in zip(_ROW_COLUMNS, cols, _DTYPES)}
     _check_times(table, path)
@@ -440,26 +455,28 @@ class _Tables:
         self.parts: list[dict[str, np.ndarray]] = []
         self.hostname: str | None = None
 
-    def add(self, piece: _TypedPiece | list, offset: int) -> int:
+    def add(self, piece: _TypedPiece | list[Any], offset: int) -> int:
         """Add a piece's columns; the number of events it had."""
         if isinstance(piece, _TypedPiece):
             try:
                 self._add_typed(piece.events)
                 return len(piece.events)
             except (_Unusual, KeyError, TypeError, ValueError, OverflowError):
-                piece = orjson.loads(piece.text)  # something unusual: the dict scan reads the piece again
-        self._add_dicts(piece, offset)
-        return len(piece)
+                events: list[Any] = orjson.loads(piece.text)  # something unusual: the dict scan reads it again
+        else:
+            events = piece
+        self._add_dicts(events, offset)
+        return len(events)
 
-    def _add_typed(self, events: list) -> None:
+    def _add_typed(self, events: list[msgspec.Struct]) -> None:
         # Should this fail half-way, the names it interned are those the dict scan interns first, in the same order.
         rows = _typed_rows(events, self.names, self.codes, self.path)
         self.hostname = self.hostname or _typed_hostname(events)
         self.parts.append(rows)
 
-    def _add_dicts(self, events: list, offset: int) -> None:
-        rows: list[tuple] = []
-        colls: list[tuple] = []
+    def _add_dicts(self, events: list[Any], offset: int) -> None:
+        rows: list[_Row] = []
+        colls: list[_Coll] = []
         try:
             host = _scan(events, self.names, self.codes, rows, colls)
         except (_Unusual, KeyError, TypeError, AttributeError):
@@ -468,7 +485,7 @@ class _Tables:
         self.hostname = self.hostname or host
         self._flush(rows, colls)
 
-    def _flush(self, rows: list[tuple], colls: list[tuple]) -> None:
+    def _flush(self, rows: list[_Row], colls: list[_Coll]) -> None:
         cols = list(zip(*rows)) if rows else [()] * len(_ROW_COLUMNS)
         self.parts.append(_row_table(cols, colls, self.path))
 
@@ -492,7 +509,7 @@ def _gc_paused() -> Iterator[None]:
             gc.enable()
 
 
-def _columns(pieces: Iterable[list], path: str) -> tuple[dict[str, np.ndarray], list[str], str | None]:
+def _columns(pieces: Iterable[_TypedPiece | list[Any]], path: str) -> _Columns:
     """Columns of the events, built piece by piece (each piece a list of decoded events)."""
     tables, offset = _Tables(path), 0
     with _gc_paused():
@@ -583,7 +600,7 @@ class _Pieces:
         self.pos = open_at + 1
         return head
 
-    def __iter__(self) -> Iterator[list]:
+    def __iter__(self) -> Iterator[_TypedPiece | list[Any]]:
         head = self._head()
         search, failed = _PIECE_BYTES, 0
         while True:
@@ -621,7 +638,7 @@ def _decode_or_none(text: bytes) -> Any:
         return None
 
 
-def _decode(blocks: Callable[[], Iterator[bytes]], path: str) -> tuple[Mapping[str, Any], tuple]:
+def _decode(blocks: Callable[[], Iterator[bytes]], path: str) -> tuple[Mapping[str, Any], _Columns]:
     """(document without its events, columns of the events) of the text ``blocks()`` yields."""
     pieces = _Pieces(blocks())
     try:
@@ -643,14 +660,14 @@ def parse_kineto(data: bytes | str | Mapping[str, Any], *, path: str | Path = "<
     return _trace(path, *_decode(lambda: iter((raw,)), path))
 
 
-def _trace(path: str | Path, doc: Mapping[str, Any], columns: tuple) -> KinetoTrace:
+def _trace(path: str | Path, doc: Mapping[str, Any], columns: _Columns) -> KinetoTrace:
     path = str(path)
     events, names, hostname = columns
     if not len(events["ts_us"]):
         # Every analysis of a trace reads its complete events; without them it is not a profile.
         raise ParseError('a trace without complete events (ph "X"): nothing was profiled', path=path)
     rank, world, rank_from = _rank(doc, path)
-    info = doc.get("distributedInfo") if isinstance(doc.get("distributedInfo"), Mapping) else {}
+    info = info_doc if isinstance(info_doc := doc.get("distributedInfo"), Mapping) else {}
     devices = tuple(str(d.get("name", "")) for d in doc.get("deviceProperties") or () if isinstance(d, Mapping))
     base = doc.get("baseTimeNanoseconds")
     meta = {k: v for k, v in doc.items() if k not in ("traceEvents", "deviceProperties")}

@@ -36,7 +36,10 @@ import os
 import stat
 import zlib
 from collections.abc import Callable, Iterator
-from typing import BinaryIO
+from typing import TYPE_CHECKING, BinaryIO
+
+if TYPE_CHECKING:
+    from _typeshed import WriteableBuffer
 
 from hpcwatch.errors import ParseError
 
@@ -124,7 +127,7 @@ def _cannot(path: str | os.PathLike[str], err: OSError) -> ParseError:
     return ParseError(f"cannot read the file: {err.strerror or err}", path=path)
 
 
-def open_regular(path: str | os.PathLike[str], max_bytes: int) -> BinaryIO:
+def open_regular(path: str | os.PathLike[str], max_bytes: int) -> io.BufferedReader:
     """The file at ``path`` (symlinks followed), raw and seekable (for zip archives), refused unless it
     is a regular file within ``max_bytes``. Reads of it may raise OSError: most readers want ``open_binary``."""
     try:
@@ -185,9 +188,10 @@ class _Inflating(io.RawIOBase):
     def readable(self) -> bool:
         return True
 
-    def readinto(self, buffer) -> int:
-        out = self._inflate_some(len(buffer))
-        buffer[: len(out)] = out
+    def readinto(self, buffer: WriteableBuffer) -> int:
+        view = memoryview(buffer)  # any writable buffer; BufferedReader hands a bytes-shaped one
+        out = self._inflate_some(len(view))
+        view[: len(out)] = out
         return len(out)
 
     def _inflate_some(self, want: int) -> bytes:
@@ -246,13 +250,13 @@ class _Inflating(io.RawIOBase):
 class _Guarded(io.RawIOBase):
     """Reads of a file object with OSError turned into ParseError."""
 
-    def __init__(self, raw: BinaryIO, path: str | os.PathLike[str]) -> None:
+    def __init__(self, raw: io.BufferedReader, path: str | os.PathLike[str]) -> None:
         self.raw, self.path = raw, path
 
     def readable(self) -> bool:
         return True
 
-    def readinto(self, buffer) -> int:
+    def readinto(self, buffer: WriteableBuffer) -> int:
         try:
             return self.raw.readinto(buffer)
         except OSError as err:

@@ -64,9 +64,9 @@ import math
 import os
 import re
 import time
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Literal, TypeVar, overload
 
 from hpcwatch import vocab
 from hpcwatch.errors import ParseError
@@ -153,7 +153,7 @@ def _split_top(text: str, sep: str = ",") -> list[str]:
 
 
 def _expand_ranges(inner: str) -> list[str]:
-    out = []
+    out: list[str] = []
     for part in inner.split(","):
         m = _RANGE_RE.match(part.strip())
         if m is None:
@@ -366,7 +366,36 @@ def _squeue_job(raw: Mapping[str, Any]) -> Job:
     )
 
 
-def _each(jobs: Iterable[tuple[int, Any]], build, path: str | os.PathLike[str], *, many: bool = False) -> Iterator[Any]:
+_Built = TypeVar("_Built")
+
+
+@overload
+def _each(
+    jobs: Iterable[tuple[int, Any]],
+    build: Callable[[Mapping[str, Any]], _Built],
+    path: str | os.PathLike[str],
+    *,
+    many: Literal[False] = False,
+) -> Iterator[_Built]: ...
+
+
+@overload
+def _each(
+    jobs: Iterable[tuple[int, Any]],
+    build: Callable[[Mapping[str, Any]], Iterable[_Built]],
+    path: str | os.PathLike[str],
+    *,
+    many: Literal[True],
+) -> Iterator[_Built]: ...
+
+
+def _each(
+    jobs: Iterable[tuple[int, Any]],
+    build: Callable[[Mapping[str, Any]], Any],
+    path: str | os.PathLike[str],
+    *,
+    many: bool = False,
+) -> Iterator[Any]:
     """``build(raw)`` of each job (``many``: an iterable of records each), shape errors named by job and its line."""
     for i, (line, raw) in enumerate(jobs):
         if many:
@@ -375,7 +404,9 @@ def _each(jobs: Iterable[tuple[int, Any]], build, path: str | os.PathLike[str], 
             yield _built(i, line, raw, build, path)
 
 
-def _built(i: int, line: int, raw: Any, build, path: str | os.PathLike[str]) -> Any:
+def _built(
+    i: int, line: int, raw: Any, build: Callable[[Mapping[str, Any]], _Built], path: str | os.PathLike[str]
+) -> _Built:
     """``build(raw)`` of job ``i``, its shape errors a ParseError naming it and its line."""
     try:
         if not isinstance(raw, Mapping):
@@ -494,8 +525,8 @@ def _tres_list_gpus(allocated: Any) -> int:
 def _sacct_job(raw: Mapping[str, Any]) -> Job:
     state_doc = raw.get("state")
     state = _state(state_doc.get("current") if isinstance(state_doc, Mapping) else state_doc)
-    times = raw.get("time") if isinstance(raw.get("time"), Mapping) else {}
-    array = raw.get("array") if isinstance(raw.get("array"), Mapping) else {}
+    times = time_doc if isinstance(time_doc := raw.get("time"), Mapping) else {}
+    array = array_doc if isinstance(array_doc := raw.get("array"), Mapping) else {}
     start, end = _times(state, _epoch(times.get("start")), _epoch(times.get("end")))
     return Job(
         id=_job_id(raw.get("job_id"), array.get("job_id"), array.get("task_id")),
