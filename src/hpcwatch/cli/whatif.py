@@ -1,4 +1,4 @@
-"""`hpcwatch whatif`, `hpcwatch mfu`, `hpcwatch simulate stragglers`: views over the analyses of the same names."""
+"""`hpcwatch whatif`, `hpcwatch mfu`, `hpcwatch simulate stragglers`: views over reports.whatif."""
 
 from __future__ import annotations
 
