@@ -48,7 +48,7 @@ def whatif(trace: Path | None, job: str | None, db: str | None, as_json: bool) -
         raise ConfigError("whatif: give a TRACE file or --job ID (one of them)")
     if trace is not None:
         result = whatif_of_ops(_read_op_trace(trace))
-    else:
+    elif job is not None:
         with open_store(db) as store:
             result = whatif_of_job(store, job)
     if as_json:

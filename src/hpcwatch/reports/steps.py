@@ -32,7 +32,7 @@ from hpcwatch.records import PHASES, Job, Span
 from hpcwatch.traces import KinetoTrace
 
 if TYPE_CHECKING:
-    from hpcwatch.analysis.steps import TemporalBreakdown
+    from hpcwatch.analysis.steps import RankStep, TemporalBreakdown
     from hpcwatch.analysis.whatif import WhatIf  # imported when a trace set's report is built
     from hpcwatch.sources.registry import Input
     from hpcwatch.store import Store  # only the store-reading reports need it; ``steps TRACE`` never opens a store
@@ -199,9 +199,9 @@ def _take(from_front: bool) -> int | None:
             return None
         if from_front:
             _UNTAKEN[0] = front + 1
-            return front
+            return int(front)
         _UNTAKEN[1] = back - 1
-        return back
+        return int(back)
 
 
 def _reduce_share(from_front: bool = True) -> list[tuple[int, tuple[RankReduction, tuple[str, ...]]]]:
@@ -346,7 +346,7 @@ def mfu_document(
     seq: int,
     tokens_per_step: float,
     gpu: str | None = None,
-) -> dict:
+) -> dict[str, Any]:
     """The ``mfu`` of ``steps --json``: the model's FLOPs over the report's median step, on its world size."""
     from hpcwatch.analysis.mfu import DEFAULT_GPU, compute_mfu
 
@@ -377,10 +377,10 @@ def steps_document(
     step: StepReport,
     *,
     breakdowns: Sequence[TemporalBreakdown] = (),
-    mfu: dict | None = None,
+    mfu: dict[str, Any] | None = None,
     clock: GpuClock | None = None,
     per_rank: tuple[RankGpu, ...] = (),
-) -> dict:
+) -> dict[str, Any]:
     """The ``hpcwatch steps --json`` document (seconds; bandwidths in bytes/s), which its text view prints."""
     from hpcwatch.reports.whatif import whatif_document
 
@@ -479,7 +479,7 @@ def steps_document(
     }
 
 
-def _rank_gpu(g: RankGpu) -> dict:
+def _rank_gpu(g: RankGpu) -> dict[str, Any]:
     return {
         "rank": g.rank,
         "kinds_s": {k: v / 1e6 for k, v in g.kernels.kind_us.items()},
@@ -521,7 +521,7 @@ def _rank_gpu(g: RankGpu) -> dict:
 
 def _gpu_by_rank(anatomy: Anatomy) -> dict[int, dict[str, float]]:
     out: dict[int, dict[str, float]] = {}
-    by_rank: dict[int, list] = {}
+    by_rank: dict[int, list[RankStep]] = {}
     for rs in anatomy.rank_steps:
         if rs.gpu_busy_s is not None:
             by_rank.setdefault(rs.rank, []).append(rs)
@@ -536,7 +536,7 @@ def _gpu_by_rank(anatomy: Anatomy) -> dict[int, dict[str, float]]:
     return out
 
 
-def _breakdown(b: TemporalBreakdown) -> dict:
+def _breakdown(b: TemporalBreakdown) -> dict[str, Any]:
     return {
         "rank": b.rank,
         "idle_s": b.idle_us / 1e6,

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from hpcwatch.errors import InputError
 
@@ -52,11 +52,11 @@ def whatif_of_job(store: Store, job_id: str) -> WhatIf:
     return whatif_spans(spans)
 
 
-def whatif_document(result: WhatIf) -> dict:
+def whatif_document(result: WhatIf) -> dict[str, Any]:
     """The ``--json`` document of a what-if (``hpcwatch whatif`` and the ``whatif`` of ``steps --json``)."""
     import msgspec
 
-    doc = msgspec.to_builtins(result)
+    doc: dict[str, Any] = msgspec.to_builtins(result)
     doc["by_dp_rank"] = {str(k): v for k, v in result.by_dp_rank.items()}
     doc["by_stage"] = {str(k): v for k, v in result.by_stage.items()}
     return doc
@@ -112,7 +112,7 @@ def model_mfu(
     )
 
 
-def model_mfu_document(result: MfuResult) -> dict:
+def model_mfu_document(result: MfuResult) -> dict[str, float]:
     """The ``hpcwatch mfu --json`` document: MFU, achieved TFLOP/s per GPU, FLOPs per token (and HFU)."""
     doc = {
         "mfu": result.mfu,
