@@ -174,7 +174,7 @@ def stragglers(
     """Synchronous efficiency vs job size: one GPU's mean step over the slowest-of-N's, exact and Monte-Carlo."""
     from rich.table import Table
 
-    from hpcwatch.reports.whatif import job_busy_times, straggler_efficiency
+    from hpcwatch.reports.whatif import job_busy_times, step_over_one_gpu, straggler_efficiency
 
     sizes = _parse_gpus(gpus)
     if sum(x is not None for x in (cv, sample, job)) != 1:
@@ -197,12 +197,12 @@ def stragglers(
     )
     for col in ("GPUs", "efficiency", "Monte-Carlo", "step / one GPU's", "P(a slow GPU)"):
         table.add_column(col, justify="right")
-    for p in curve.points:
+    for p, relative in zip(curve.points, step_over_one_gpu(curve), strict=True):
         table.add_row(
             f"{p.gpus:,}",
             f"{p.efficiency:.2%}",
             f"{p.efficiency_mc:.2%}",
-            f"{p.expected_step / curve.mean_step:.3f}",
+            f"{relative:.3f}",
             f"{p.p_any_slow:.1%}",
         )
     console.print(table)

@@ -32,6 +32,7 @@ __all__ = [
     "model_mfu_document",
     "job_busy_times",
     "straggler_efficiency",
+    "step_over_one_gpu",
 ]
 
 
@@ -148,3 +149,8 @@ def straggler_efficiency(
     from hpcwatch.analysis.stragglersim import efficiency_curve
 
     return efficiency_curve(sizes, cv=cv, sample=sample, p_slow=p_slow, slow_factor=slow_factor, steps=steps, seed=seed)
+
+
+def step_over_one_gpu(curve: StragglerCurve) -> tuple[float, ...]:
+    """Per point of ``curve``: its expected synchronous step over one GPU's mean step."""
+    return tuple(p.expected_step / curve.mean_step for p in curve.points)
