@@ -90,8 +90,7 @@ def timed(argv: list[str]) -> tuple[float, int, str]:
 
 def reduce_and_cross_s(folder: Path) -> tuple[float, float]:
     """(mean seconds of ``reduce_trace_file`` over every rank, seconds of the cross-rank step), in this process."""
-    from hpcwatch.cli.steps import steps_document
-    from hpcwatch.reports.steps import reduce_trace_file, reduced_report
+    from hpcwatch.reports.steps import reduce_trace_file, reduced_report, steps_document
 
     paths = sorted(folder.glob("rank-*.json"))
     t0 = time.perf_counter()

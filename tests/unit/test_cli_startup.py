@@ -228,23 +228,21 @@ def _gz_of(path: Path, json_bytes: int) -> Path:
 
 
 def test_a_small_set_is_read_in_this_process(tmp_path):
-    from hpcwatch.cli.steps import reader_processes
-    from hpcwatch.sources.registry import Input
+    from hpcwatch.reports.steps import reader_processes
 
-    files = [Input(path=_gz_of(tmp_path / f"rank-{r}.json.gz", 2**20), format=None) for r in range(8)]  # 8 MB of JSON
+    files = [_gz_of(tmp_path / f"rank-{r}.json.gz", 2**20) for r in range(8)]  # 8 MB of JSON
     assert reader_processes(files, cpus=16) == 1  # below PARALLEL_READ_MIN_JSON_BYTES: a fork would not pay
 
 
 def test_a_large_set_is_shared_out_by_its_json_bytes(tmp_path, monkeypatch):
-    import hpcwatch.cli.steps as steps_cli
-    from hpcwatch.sources.registry import Input
+    import hpcwatch.reports.steps as step_reports
 
-    monkeypatch.setattr(steps_cli, "PARALLEL_READ_MIN_JSON_BYTES", 2 * 2**20)  # sizes scaled down 8 times
-    monkeypatch.setattr(steps_cli, "JSON_BYTES_PER_READER", 2**20)
-    files = [Input(path=_gz_of(tmp_path / f"rank-{r}.json.gz", 2**20), format=None) for r in range(8)]
-    assert steps_cli.reader_processes(files, cpus=16) == 8  # the gzip trailer's size, not the 1 KB file
-    assert steps_cli.reader_processes(files, cpus=2) == 2  # no more processes than cores
-    assert steps_cli.reader_processes(files[:1], cpus=16) == 1  # one file: nothing to share
+    monkeypatch.setattr(step_reports, "PARALLEL_READ_MIN_JSON_BYTES", 2 * 2**20)  # sizes scaled down 8 times
+    monkeypatch.setattr(step_reports, "JSON_BYTES_PER_READER", 2**20)
+    files = [_gz_of(tmp_path / f"rank-{r}.json.gz", 2**20) for r in range(8)]
+    assert step_reports.reader_processes(files, cpus=16) == 8  # the gzip trailer's size, not the 1 KB file
+    assert step_reports.reader_processes(files, cpus=2) == 2  # no more processes than cores
+    assert step_reports.reader_processes(files[:1], cpus=16) == 1  # one file: nothing to share
 
 
 @pytest.mark.parametrize(

@@ -22,9 +22,8 @@ from hpcwatch.analysis.reduce import (
     to_table,
     write_parquet,
 )
-from hpcwatch.cli.steps import steps_document
 from hpcwatch.errors import ParseError
-from hpcwatch.reports.steps import reduced_report
+from hpcwatch.reports.steps import reduced_report, steps_document
 from hpcwatch.sources.kineto import parse_kineto, read_kineto
 from hpcwatch.twin.exposition import GpuTraceConfig, gpu_kineto_traces, with_kernels_per_step, write_gpu_kineto_traces
 

@@ -1,4 +1,4 @@
-"""``hpcwatch steps`` on a set large enough to be read by several processes (``reader_processes``): this
+"""``hpcwatch steps`` on a set large enough to be read by several processes (``reports.steps.reader_processes``): this
 process reads ranks from the back of the list while a forked reader takes them from the front.
 
 The thresholds are lowered so that small real sets fork: HTA's 2 ranks of a 128-rank NCCL job and our
@@ -14,15 +14,14 @@ import shutil
 
 import pytest
 
-import hpcwatch.cli.steps as steps_cli
 import hpcwatch.reports.steps as step_reports
 
 
 @pytest.fixture
 def forking(monkeypatch):
     """Every set of two files or more is read by two processes, and each reduction says which process made it."""
-    monkeypatch.setattr(steps_cli, "PARALLEL_READ_MIN_JSON_BYTES", 0)
-    monkeypatch.setattr(steps_cli, "JSON_BYTES_PER_READER", 1)
+    monkeypatch.setattr(step_reports, "PARALLEL_READ_MIN_JSON_BYTES", 0)
+    monkeypatch.setattr(step_reports, "JSON_BYTES_PER_READER", 1)
     monkeypatch.setattr(os, "cpu_count", lambda: 2)
     read = step_reports.reduce_trace_file
 
@@ -42,7 +41,7 @@ def _pids(stderr: str) -> set[str]:
 def test_two_processes_write_the_document_of_one(which, data_dir, run_cli, forking):
     folder = str(data_dir / "kineto" / which)
     with pytest.MonkeyPatch.context() as alone:
-        alone.setattr(steps_cli, "PARALLEL_READ_MIN_JSON_BYTES", 2**62)
+        alone.setattr(step_reports, "PARALLEL_READ_MIN_JSON_BYTES", 2**62)
         one = run_cli(["steps", folder, "--json"])
     two = run_cli(["steps", folder, "--json"])
     assert one[0] == two[0] == 0, two[2]
@@ -61,7 +60,7 @@ def test_a_broken_rank_is_the_one_line_error_of_one_process(broken, tmp_path, da
     last = err.strip().splitlines()[-1]
     assert last.startswith(f"hpcwatch: {tmp_path / f'rank-{broken}.json'}") and "Traceback" not in err
     with pytest.MonkeyPatch.context() as alone:
-        alone.setattr(steps_cli, "PARALLEL_READ_MIN_JSON_BYTES", 2**62)
+        alone.setattr(step_reports, "PARALLEL_READ_MIN_JSON_BYTES", 2**62)
         assert run_cli(["steps", str(tmp_path), "--json"])[2].strip().splitlines()[-1] == last
 
 
@@ -70,7 +69,7 @@ def test_a_reader_killed_loses_no_rank(data_dir, run_cli, forking):
     the ranks it had taken, says so on stderr, and writes the document of one process."""
     folder = str(data_dir / "kineto" / "gloo_straggler")
     with pytest.MonkeyPatch.context() as alone:
-        alone.setattr(steps_cli, "PARALLEL_READ_MIN_JSON_BYTES", 2**62)
+        alone.setattr(step_reports, "PARALLEL_READ_MIN_JSON_BYTES", 2**62)
         one = run_cli(["steps", folder, "--json"])
     parent, read = os.getpid(), step_reports.reduce_trace_file
 

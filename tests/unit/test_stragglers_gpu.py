@@ -17,9 +17,8 @@ from hpcwatch.analysis.stragglers import (
     StragglerConfig,
     find_stragglers,
 )
-from hpcwatch.cli.steps import steps_document
 from hpcwatch.errors import ConfigError
-from hpcwatch.reports.steps import reduced_report
+from hpcwatch.reports.steps import reduced_report, steps_document
 from hpcwatch.sources.kineto import parse_kineto, read_kineto
 from hpcwatch.twin.exposition import GpuTraceConfig, gpu_kineto_traces
 from hpcwatch.twin.straggler import GPU_STRAGGLER_BACKWARD_FACTOR

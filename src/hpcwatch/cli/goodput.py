@@ -1,5 +1,5 @@
-"""`hpcwatch goodput`, `hpcwatch health`, `hpcwatch simulate goodput`: views over analysis.goodput,
-analysis.health and the failure twin."""
+"""`hpcwatch goodput`, `hpcwatch health`, `hpcwatch simulate goodput`: views over reports.goodput (a job's
+goodput, the simulated run) and reports.health."""
 
 from __future__ import annotations
 
@@ -34,14 +34,11 @@ from hpcwatch.cli.defaults import (
 from hpcwatch.errors import ConfigError
 
 if TYPE_CHECKING:  # imported when a command runs, not for --help
-    from hpcwatch.analysis.goodputsim import Interval
+    from hpcwatch.analysis.goodputsim import GoodputRun, Interval
     from hpcwatch.analysis.health import HealthReport
     from hpcwatch.records import Event
 
 __all__ = ["goodput", "health", "simulate_goodput_cmd"]
-
-#: Steps we write into a store from `simulate goodput --db` (5 spans each); past this, ask for a shorter run.
-MAX_STORED_STEPS = 100_000
 
 
 # -- goodput ---------------------------------------------------------------------------------------
@@ -55,8 +52,7 @@ def goodput(job: str, db: str | None, as_json: bool) -> None:
     """Goodput of one job: productive time, and where the rest of its wall time went."""
     from rich.table import Table
 
-    from hpcwatch.analysis.goodput import BADPUT_KINDS
-    from hpcwatch.reports.goodput import goodput_report
+    from hpcwatch.reports.goodput import BADPUT_KINDS, goodput_report
 
     with open_store(db) as store:
         report = goodput_report(store, job)
@@ -67,14 +63,11 @@ def goodput(job: str, db: str | None, as_json: bool) -> None:
         f"[bold]Job {safe_text(job)}: goodput {report.goodput:.1%}[/bold] of {report.total_s / 3600:.2f} h "
         f"({report.steps} steps, {report.lost_steps} lost, {report.interruptions} interruptions)"
     )
+    shares = report.to_dict()["badput"]  # each kind's share of the wall time, as --json writes it
     table = Table("category", "hours", "share")
     table.add_row("productive", f"{report.productive_s / 3600:.3f}", f"{report.goodput:.2%}")
     for kind in BADPUT_KINDS:
-        table.add_row(
-            kind,
-            f"{report.badput_s[kind] / 3600:.3f}",
-            f"{report.badput_s[kind] / report.total_s:.2%}" if report.total_s else "-",
-        )
+        table.add_row(kind, f"{report.badput_s[kind] / 3600:.3f}", f"{shares[kind]:.2%}" if report.total_s else "-")
     console.print(table)
     if report.ideal_step_s is not None:
         console.print(f"ideal step time (mean under median + 3·MAD): {report.ideal_step_s:.3f} s")
@@ -218,28 +211,20 @@ def simulate_goodput_cmd(
     """Goodput of a synchronous job under Llama 3's failure rates (16,384 H100, 54 days, 419 interruptions)."""
     from rich.table import Table
 
-    from hpcwatch.analysis.goodputsim import (
-        DEFAULT_INIT_S,
-        DEFAULT_LOAD_FRACTION,
-        GoodputSimConfig,
-        goodput_sweep,
-        simulate_goodput,
-    )
+    from hpcwatch.reports.goodput import simulated_goodput, simulated_goodput_sweep, simulation_config
 
-    config = GoodputSimConfig(
+    config = simulation_config(
         gpus=gpus,
         days=days,
         checkpoint_cost_s=checkpoint_cost,
         restart_cost_s=restart_cost,
         restore_cost_s=restore_cost,
-        init_s=DEFAULT_INIT_S,
         interval=_interval(interval),
         step_s=step,
-        load_fraction=DEFAULT_LOAD_FRACTION,
         seed=seed,
     )
     if sweep:
-        runs = goodput_sweep(base=config)
+        runs = simulated_goodput_sweep(config)
         if as_json:
             emit_json({"sweep": [r.to_dict() for r in runs]})
             return
@@ -254,7 +239,7 @@ def simulate_goodput_cmd(
             )
         console.print(table)
         return
-    run = simulate_goodput(config)
+    run = simulated_goodput(config)
     if db is not None:
         _store_run(run, db, job_id)
     if as_json:
@@ -263,17 +248,15 @@ def simulate_goodput_cmd(
     _print_run(run)
 
 
-def _store_run(run, db: str, job_id: str) -> None:
-    steps = int(run.inc_steps.sum())
-    if steps > MAX_STORED_STEPS:
-        raise ConfigError(
-            f"--db: the run has {steps} steps (> {MAX_STORED_STEPS}); use fewer --days or a longer --step"
-        )
+def _store_run(run: GoodputRun, db: str, job_id: str) -> None:
+    from hpcwatch.reports.goodput import simulated_records
+
+    records = simulated_records(run, job_id)
     with open_store(db) as store:
-        store.add(run.records(job_id))
+        store.add(records)
 
 
-def _print_run(run) -> None:
+def _print_run(run: GoodputRun) -> None:
     from rich.table import Table
 
     d = run.to_dict()

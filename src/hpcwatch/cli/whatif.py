@@ -1,4 +1,4 @@
-"""`hpcwatch whatif`, `hpcwatch mfu`, `hpcwatch simulate stragglers`: views over the analyses of the same names."""
+"""`hpcwatch whatif`, `hpcwatch mfu`, `hpcwatch simulate stragglers`: views over reports.whatif."""
 
 from __future__ import annotations
 
@@ -24,12 +24,12 @@ from hpcwatch.cli.common import (
 from hpcwatch.cli.defaults import MFU_GPU, STRAGGLER_SIM_STEPS
 from hpcwatch.errors import ConfigError, InputError, ParseError
 
-if TYPE_CHECKING:  # numpy and the analyses are imported when a command runs, not for --help
+if TYPE_CHECKING:  # numpy and the reports are imported when a command runs, not for --help
     import numpy as np
 
     from hpcwatch.analysis.whatif import WhatIf
 
-__all__ = ["whatif", "mfu", "stragglers", "whatif_document"]
+__all__ = ["whatif", "mfu", "stragglers"]
 
 # How many workers the human report lists.
 _WORKERS_SHOWN = 8
@@ -42,18 +42,15 @@ _WORKERS_SHOWN = 8
 @json_option()
 def whatif(trace: Path | None, job: str | None, db: str | None, as_json: bool) -> None:
     """What-if slowdown S: how much faster the steps would be if no worker straggled."""
-    from hpcwatch.analysis.whatif import whatif_ops, whatif_spans
+    from hpcwatch.reports.whatif import whatif_document, whatif_of_job, whatif_of_ops
 
     if (trace is None) == (job is None):
         raise ConfigError("whatif: give a TRACE file or --job ID (one of them)")
     if trace is not None:
-        result = whatif_ops(_read_op_trace(trace))
-    else:
+        result = whatif_of_ops(_read_op_trace(trace))
+    elif job is not None:
         with open_store(db) as store:
-            spans = store.spans(job)
-        if not spans:
-            raise InputError(f"job {job}: no step spans in the store")
-        result = whatif_spans(spans)
+            result = whatif_of_job(store, job)
     if as_json:
         emit_json(whatif_document(result))
     else:
@@ -72,29 +69,21 @@ def _read_op_trace(path: Path):
     return item.format.read(item.path, item.context)
 
 
-def whatif_document(result: WhatIf) -> dict:
-    """The ``--json`` document of a what-if (``hpcwatch whatif`` and the ``whatif`` of ``steps --json``)."""
-    import msgspec
-
-    doc = msgspec.to_builtins(result)
-    doc["by_dp_rank"] = {str(k): v for k, v in result.by_dp_rank.items()}
-    doc["by_stage"] = {str(k): v for k, v in result.by_stage.items()}
-    return doc
-
-
 def _print_whatif(r: WhatIf) -> None:
     from rich.table import Table
 
-    mean = lambda xs: sum(xs) / len(xs)  # noqa: E731
+    from hpcwatch.reports.whatif import step_time_means
+
     console.print(
         f"[bold]{safe_text(r.verdict)}[/bold]  ({r.dp_size} data-parallel × {r.pp_size} pipeline workers, "
         f"{len(r.steps)} steps)"
     )
     if r.slowdown is None:
         return  # the model misses the steps: its shares of S would explain a step that did not happen
+    means = step_time_means(r)
     console.print(
-        f"step time: measured {mean(r.step_time_actual_s):.4f} s, replayed {mean(r.step_time_replay_s):.4f} s, "
-        f"without stragglers {mean(r.step_time_ideal_s):.4f} s (trace/replay {r.replay_ratio:.3f})"
+        f"step time: measured {means.actual_s:.4f} s, replayed {means.replay_s:.4f} s, "
+        f"without stragglers {means.ideal_s:.4f} s (trace/replay {r.replay_ratio:.3f})"
     )
     table = Table(title="S if only this kept its measured durations")
     table.add_column("group")
@@ -136,9 +125,9 @@ def mfu(
     as_json: bool,
 ) -> None:
     """Model FLOPs utilisation (PaLM: 6N + 12·L·d·T per token) against the GPU's dense BF16 peak."""
-    from hpcwatch.analysis.mfu import compute_mfu
+    from hpcwatch.reports.whatif import model_mfu, model_mfu_document
 
-    r = compute_mfu(
+    r = model_mfu(
         params=params,
         layers=layers,
         d_model=d_model,
@@ -149,11 +138,8 @@ def mfu(
         gpu=gpu,
         recompute=recompute,
     )
-    doc = {"mfu": r.mfu, "achieved_tflops": r.achieved_flops / 1e12, "flops_per_token": r.flops_per_token}
-    if r.hfu is not None:
-        doc["hfu"] = r.hfu
     if as_json:
-        emit_json(doc)
+        emit_json(model_mfu_document(r))
         return
     console.print(
         f"MFU [bold]{r.mfu:.1%}[/bold] on {gpus} × {safe_text(r.gpu)}: {r.achieved_flops / 1e12:.1f} of "
@@ -188,7 +174,7 @@ def stragglers(
     """Synchronous efficiency vs job size: one GPU's mean step over the slowest-of-N's, exact and Monte-Carlo."""
     from rich.table import Table
 
-    from hpcwatch.analysis.stragglersim import busy_times_from_spans, efficiency_curve
+    from hpcwatch.reports.whatif import job_busy_times, step_over_one_gpu, straggler_efficiency
 
     sizes = _parse_gpus(gpus)
     if sum(x is not None for x in (cv, sample, job)) != 1:
@@ -198,10 +184,8 @@ def stragglers(
         values = _read_sample(sample)
     elif job is not None:
         with open_store(db) as store:
-            values = busy_times_from_spans(store.spans(job))
-        if values.size == 0:
-            raise InputError(f"job {job}: no step spans in the store")
-    curve = efficiency_curve(
+            values = job_busy_times(store, job)
+    curve = straggler_efficiency(
         sizes, cv=cv, sample=values, p_slow=p_slow, slow_factor=slow_factor, steps=steps, seed=seed
     )
     if as_json:
@@ -213,12 +197,12 @@ def stragglers(
     )
     for col in ("GPUs", "efficiency", "Monte-Carlo", "step / one GPU's", "P(a slow GPU)"):
         table.add_column(col, justify="right")
-    for p in curve.points:
+    for p, relative in zip(curve.points, step_over_one_gpu(curve), strict=True):
         table.add_row(
             f"{p.gpus:,}",
             f"{p.efficiency:.2%}",
             f"{p.efficiency_mc:.2%}",
-            f"{p.expected_step / curve.mean_step:.3f}",
+            f"{relative:.3f}",
             f"{p.p_any_slow:.1%}",
         )
     console.print(table)

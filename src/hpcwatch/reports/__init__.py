@@ -11,8 +11,13 @@ question               function (module)
 jobs list, one job     ``jobs_report``, ``job_report`` (jobs) -> ``JobReport``
 a job's whole page     ``job_overview`` (jobpage) -> ``JobOverview`` (job, steps, goodput, findings)
 steps of a job         ``step_report`` / ``step_report_of`` (steps) -> ``StepReport``
+steps of a trace set   ``reduce_trace_files``, ``reduced_report`` (steps); ``steps_document`` (its JSON)
 the player's step      ``player_step`` (steps) -> ``PlayerStep`` (verdict included)
+what-if slowdown       ``whatif_of_ops``, ``whatif_of_job`` (whatif) -> ``WhatIf``; ``whatif_document``
+MFU of a model         ``model_mfu`` (whatif) -> ``MfuResult``; ``mfu_document`` (steps) of a step report
+straggler simulation   ``straggler_efficiency`` (whatif) -> ``StragglerCurve``
 goodput of a job       ``goodput_report`` (goodput) -> ``GoodputReport``
+simulated goodput      ``simulated_goodput``, ``simulated_goodput_sweep`` (goodput) -> ``GoodputRun``
 node health            ``node_health`` (health) -> ``HealthReport``
 findings summary       ``findings_summary``, ``finding_counts`` (findings)
 live snapshot          ``live_snapshot``, ``gpu_table`` (live)
@@ -33,6 +38,10 @@ _HOMES = {
     "step_report": "steps",
     "step_report_of": "steps",
     "StepReport": "steps",
+    "reduce_trace_files": "steps",
+    "reduced_report": "steps",
+    "steps_document": "steps",
+    "mfu_document": "steps",
     "player_step": "steps",
     "PlayerStep": "steps",
     "PlayerVerdict": "steps",
@@ -40,6 +49,13 @@ _HOMES = {
     "live_training": "steps",
     "LiveTraining": "steps",
     "goodput_report": "goodput",
+    "simulated_goodput": "goodput",
+    "simulated_goodput_sweep": "goodput",
+    "whatif_of_ops": "whatif",
+    "whatif_of_job": "whatif",
+    "whatif_document": "whatif",
+    "model_mfu": "whatif",
+    "straggler_efficiency": "whatif",
     "node_health": "health",
     "findings_summary": "findings",
     "finding_counts": "findings",

@@ -1,21 +1,37 @@
-"""Goodput of one job from the store: the one path the CLI (``hpcwatch goodput``) and the exporter share.
+"""Goodput of one job from the store: the one path the CLI (``hpcwatch goodput``) and the exporter share;
+and the simulated run of ``hpcwatch simulate goodput``.
 
 The job's goodput events (failures, checkpoint saves and restores) inside its
 wall-clock window, its spans (else its ``train_step_time_s`` samples), re-runs
-split at its failures: ``analysis.goodput.account_job``.
+split at its failures: ``analysis.goodput.account_job``. The simulation is
+``analysis.goodputsim`` (imported when a run is simulated).
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import replace
+from typing import TYPE_CHECKING
 
 from hpcwatch import vocab
-from hpcwatch.analysis.goodput import GOODPUT_EVENT_KINDS, GoodputReport, account_job
-from hpcwatch.errors import InputError
-from hpcwatch.records import Job
-from hpcwatch.store import Store, queries
+from hpcwatch.analysis.goodput import BADPUT_KINDS, GOODPUT_EVENT_KINDS, GoodputReport, account_job
+from hpcwatch.errors import ConfigError, InputError
+from hpcwatch.records import Event, Job, Span
 
-__all__ = ["goodput_report", "STEP_TIME_METRIC"]
+if TYPE_CHECKING:  # ``simulate goodput`` never opens a store: pyarrow and duckdb stay unloaded
+    from hpcwatch.analysis.goodputsim import GoodputRun, GoodputSimConfig, Interval
+    from hpcwatch.store import Store
+
+__all__ = [
+    "goodput_report",
+    "STEP_TIME_METRIC",
+    "BADPUT_KINDS",
+    "simulation_config",
+    "simulated_goodput",
+    "simulated_goodput_sweep",
+    "simulated_records",
+    "MAX_STORED_STEPS",
+]
 
 #: Step times some trainers export as a gauge (one sample per step).
 STEP_TIME_METRIC = vocab.TRAIN_STEP_TIME_S
@@ -38,6 +54,8 @@ def _with_first_start(store: Store, record: Job | None) -> Job | None:
     """A requeued job's record as of its first attempt: Slurm resets its start (and submit time) at each
     requeue, but the wall clock its goodput is judged over begins with the first attempt, which the
     ``job_end`` events of its requeued attempts (``state`` REQUEUED, ``start``; a row of ``sacct -D``) keep."""
+    from hpcwatch.store import queries
+
     if record is None:
         return None
     starts = queries.requeued_attempt_starts(store, record.id)
@@ -45,3 +63,61 @@ def _with_first_start(store: Store, record: Job | None) -> Job | None:
         return record
     first = min(starts + ([record.start] if record.start is not None else []))
     return replace(record, start=first)
+
+
+# -- simulate goodput ------------------------------------------------------------------------------
+
+#: Steps a simulated run may write into a store (5 spans each); past this, a shorter run is asked for.
+MAX_STORED_STEPS = 100_000
+
+
+def simulation_config(
+    *,
+    gpus: int,
+    days: float,
+    checkpoint_cost_s: float,
+    restart_cost_s: float,
+    restore_cost_s: float,
+    interval: Interval,
+    step_s: float,
+    seed: int,
+) -> GoodputSimConfig:
+    """A simulated job: its size, length, costs and checkpoint interval; Llama 3's start-up and data loading."""
+    from hpcwatch.analysis.goodputsim import DEFAULT_INIT_S, DEFAULT_LOAD_FRACTION, GoodputSimConfig
+
+    return GoodputSimConfig(
+        gpus=gpus,
+        days=days,
+        checkpoint_cost_s=checkpoint_cost_s,
+        restart_cost_s=restart_cost_s,
+        restore_cost_s=restore_cost_s,
+        init_s=DEFAULT_INIT_S,
+        interval=interval,
+        step_s=step_s,
+        load_fraction=DEFAULT_LOAD_FRACTION,
+        seed=seed,
+    )
+
+
+def simulated_goodput(config: GoodputSimConfig) -> GoodputRun:
+    """One synchronous job under Llama 3's failure rates (``analysis.goodputsim.simulate_goodput``)."""
+    from hpcwatch.analysis.goodputsim import simulate_goodput
+
+    return simulate_goodput(config)
+
+
+def simulated_goodput_sweep(config: GoodputSimConfig) -> list[GoodputRun]:
+    """``config``'s job at each size of ``analysis.goodputsim.DEFAULT_SWEEP_GPUS`` (its ``gpus`` replaced)."""
+    from hpcwatch.analysis.goodputsim import goodput_sweep
+
+    return goodput_sweep(base=config)
+
+
+def simulated_records(run: GoodputRun, job_id: str) -> Iterator[Job | Span | Event]:
+    """The run's records (job, spans, events) to store. ``ConfigError`` past ``MAX_STORED_STEPS`` steps."""
+    steps = int(run.inc_steps.sum())
+    if steps > MAX_STORED_STEPS:
+        raise ConfigError(
+            f"--db: the run has {steps} steps (> {MAX_STORED_STEPS}); use fewer --days or a longer --step"
+        )
+    return run.records(job_id)

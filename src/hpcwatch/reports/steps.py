@@ -14,7 +14,7 @@ import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -32,7 +32,9 @@ from hpcwatch.records import PHASES, Job, Span
 from hpcwatch.traces import KinetoTrace
 
 if TYPE_CHECKING:
+    from hpcwatch.analysis.steps import RankStep, TemporalBreakdown
     from hpcwatch.analysis.whatif import WhatIf  # imported when a trace set's report is built
+    from hpcwatch.sources.registry import Input
     from hpcwatch.store import Store  # only the store-reading reports need it; ``steps TRACE`` never opens a store
 
 __all__ = [
@@ -45,10 +47,21 @@ __all__ = [
     "step_report",
     "step_report_of",
     "RankGpu",
+    "RankReduction",
     "GpuClock",
     "trace_report",
     "reduced_report",
     "reduce_trace_file",
+    "reduce_trace_files",
+    "reader_processes",
+    "PARALLEL_READ_MIN_JSON_BYTES",
+    "JSON_BYTES_PER_READER",
+    "hook_report",
+    "is_reduced_set",
+    "read_reduced",
+    "write_reduced",
+    "mfu_document",
+    "steps_document",
     "GPU_BOUND_LAG_FRACTION",
     "player_step",
     "player_jobs",
@@ -168,6 +181,370 @@ def reduce_trace_file(path: str | os.PathLike[str]) -> tuple[RankReduction, tupl
         warnings.simplefilter("always")
         trace = format_named("kineto").read(Path(path), ReadContext())
     return reduce_trace(trace), tuple(str(w.message) for w in caught)
+
+
+# -- a trace set read from files (``hpcwatch steps TRACE...``) ---------------------------------------
+
+#: The traces the forked reader processes read (by index), and the (front, back) of the indices no process
+#: has taken yet, in shared memory (see ``_reduce_in_processes``).
+_TO_READ: list[Path] = []
+_UNTAKEN: Any = None
+
+
+def _take(from_front: bool) -> int | None:
+    """The next index of ``_TO_READ`` nobody has taken, from the front (readers) or the back (this process)."""
+    with _UNTAKEN.get_lock():
+        front, back = _UNTAKEN[0], _UNTAKEN[1]
+        if front > back:
+            return None
+        if from_front:
+            _UNTAKEN[0] = front + 1
+            return int(front)
+        _UNTAKEN[1] = back - 1
+        return int(back)
+
+
+def _reduce_share(from_front: bool = True) -> list[tuple[int, tuple[RankReduction, tuple[str, ...]]]]:
+    """(index, reduced trace) of each file this process takes, until none is left."""
+    done = []
+    while (index := _take(from_front)) is not None:
+        done.append((index, reduce_trace_file(_TO_READ[index])))
+    return done
+
+
+#: Traces are read in several processes only past this much JSON in all (decoded bytes). Measured with
+#: this process reading too and one forked reader (each sends back its ranks' reductions, ~10 kB a rank),
+#: whole process as typed, bytecode cached, best of 5, 2-core VM, twin sets (gpu_straggler traces):
+#:
+#:   set, JSON           one process     two processes   peak PSS (RSS summed), two    HTA, same run
+#:   8 x 20,   13 MiB    0.28 s          0.26-0.28 s     --                            --
+#:   8 x 60,   39.5 MiB  0.51-0.54 s     0.39 s          57 MiB (80)                   190 MiB
+#:   8 x 120,  79 MiB    0.84-0.90 s     0.57-0.59 s     64 MiB (88)                   --
+#:   8 x 360,  240 MiB   2.38-2.50 s     1.45 s          101 MiB (126)                 423 MiB (427), 9.5 s
+#:
+#: A fork and the reader's start cost ~25 ms (the 2 real HTA ranks, 3.3 MiB, take 0.18 s alone and 0.21 s
+#: in two), so from ~10 MiB it is even and from 16 MiB it pays. Each process holds one rank's trace at a
+#: time, so memory grows with the processes, not with the set.
+PARALLEL_READ_MIN_JSON_BYTES = 16 * 2**20
+#: ... and each process gets at least this much JSON to decode (fewer, larger shares copy less).
+JSON_BYTES_PER_READER = 8 * 2**20
+
+
+def _json_bytes(path: Path) -> int:
+    """The decoded size of a trace: a gzip file's ISIZE trailer (RFC 1952 §2.3.1, the size mod 2^32,
+    exact below 4 GiB), else the file's size."""
+    size = path.stat().st_size
+    if path.suffix != ".gz" or size < 18:
+        return size
+    with path.open("rb") as f:
+        f.seek(-4, os.SEEK_END)
+        return max(int.from_bytes(f.read(4), "little"), size)
+
+
+def reader_processes(paths: Sequence[Path], cpus: int | None = None) -> int:
+    """How many processes read ``paths``: 1 (this one) unless there is enough JSON to share out."""
+    total = sum(_json_bytes(Path(p)) for p in paths)
+    if len(paths) < 2 or total < PARALLEL_READ_MIN_JSON_BYTES:
+        return 1
+    return max(1, min(len(paths), cpus or os.cpu_count() or 1, total // JSON_BYTES_PER_READER))
+
+
+def reduce_trace_files(paths: Sequence[Path]) -> tuple[list[RankReduction], list[str]]:
+    """Every rank's reduced trace, in ``paths`` order, and the warnings of the reading, read and reduced one
+    rank at a time (a rank's trace is dropped once reduced), in parallel processes when the set is large
+    enough (``reader_processes``): decoding JSON holds the GIL, so threads would not help."""
+    processes = reader_processes(paths)
+    stopped: list[str] = []
+    if processes > 1:
+        done = _reduce_in_processes(list(paths), processes, stopped)
+    else:
+        done = [reduce_trace_file(p) for p in paths]
+    return [reduction for reduction, _ in done], stopped + [m for _, messages in done for m in messages]
+
+
+def _reduce_in_processes(
+    paths: list[Path], processes: int, stopped: list[str]
+) -> list[tuple[RankReduction, tuple[str, ...]]]:
+    """``reduce_trace_file`` of every file, by this process and ``processes - 1`` forked readers; a reader
+    that stopped is told in ``stopped``.
+
+    The readers take files from the front of the list and this process from the back, one at a time,
+    so the shares balance whatever the ranks' sizes. Reading here too saves a process: one fork fewer,
+    whose copy of the interpreter and numpy would count again in the command's memory.
+    """
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+    from concurrent.futures.process import BrokenProcessPool
+
+    global _UNTAKEN
+    fork = multiprocessing.get_context("fork")
+    _TO_READ[:], _UNTAKEN = paths, fork.Array("q", [0, len(paths) - 1])
+    try:
+        with ProcessPoolExecutor(processes - 1, mp_context=fork) as pool:
+            readers = [pool.submit(_reduce_share) for _ in range(processes - 1)]
+            try:
+                done = dict(_reduce_share(from_front=False))
+                for reader in readers:
+                    try:
+                        done.update(reader.result())
+                    except BrokenProcessPool as err:  # a reader was killed (out of memory?): its ranks are read here
+                        stopped.append(f"a reader process stopped ({err}); its ranks are read in this process")
+            except BaseException:  # a broken rank, here or in a reader: the others stop after the rank they read
+                with _UNTAKEN.get_lock():
+                    _UNTAKEN[0] = len(paths)
+                raise
+        return [done[i] if i in done else reduce_trace_file(paths[i]) for i in range(len(paths))]
+    finally:
+        _TO_READ.clear()
+        _UNTAKEN = None
+
+
+def hook_report(files: Sequence[Input]) -> StepReport:
+    """The report of the hook's JSON-lines files (``rank-N.jsonl``): their step spans, one anatomy."""
+    return step_report_of(
+        anatomy_from_spans(
+            r for i in files if i.format is not None for r in i.format.read(i.path, i.context) if isinstance(r, Span)
+        )
+    )
+
+
+def is_reduced_set(paths: Sequence[Path]) -> bool:
+    """Whether every path is a reduced table (``hpcwatch steps --reduced FILE`` of an earlier run)."""
+    if not all(Path(p).is_file() and Path(p).suffix == ".parquet" for p in paths):
+        return False
+    from hpcwatch.analysis.reduce import is_reduced_parquet
+
+    return all(is_reduced_parquet(p) for p in paths)
+
+
+def read_reduced(paths: Sequence[Path]) -> list[RankReduction]:
+    """The reductions of the tables ``write_reduced`` wrote, in order."""
+    from hpcwatch.analysis.reduce import read_parquet
+
+    return [r for path in paths for r in read_parquet(path)]
+
+
+def write_reduced(reductions: Sequence[RankReduction], path: Path) -> None:
+    """The reduced set as one Parquet file (one row per rank), which ``read_reduced`` reads back."""
+    from hpcwatch.analysis.reduce import to_table, write_parquet
+
+    write_parquet(to_table(reductions), path)
+
+
+# -- the ``hpcwatch steps --json`` document -------------------------------------------------------
+
+#: Kernels listed per rank in the JSON document.
+_TOP_KERNELS_LISTED = 5
+
+
+def mfu_document(
+    report: StepReport,
+    *,
+    params: float,
+    layers: int,
+    d_model: int,
+    seq: int,
+    tokens_per_step: float,
+    gpu: str | None = None,
+) -> dict[str, Any]:
+    """The ``mfu`` of ``steps --json``: the model's FLOPs over the report's median step, on its world size."""
+    from hpcwatch.analysis.mfu import DEFAULT_GPU, compute_mfu
+
+    step_s = report.step_time_s
+    if step_s is None:
+        raise InputError("steps: MFU needs at least one complete step")
+    result = compute_mfu(
+        params=params,
+        layers=layers,
+        d_model=d_model,
+        seq=seq,
+        tokens_per_step=tokens_per_step,
+        step_time_s=step_s,
+        gpus=report.anatomy.world_size,
+        gpu=gpu or DEFAULT_GPU,
+    )
+    return {
+        "mfu": result.mfu,
+        "tokens_per_s": result.tokens_per_s,
+        "achieved_flops": result.achieved_flops,
+        "peak_flops": result.peak_flops,
+        "gpu": result.gpu,
+        "step_time_s": step_s,
+    }
+
+
+def steps_document(
+    step: StepReport,
+    *,
+    breakdowns: Sequence[TemporalBreakdown] = (),
+    mfu: dict[str, Any] | None = None,
+    clock: GpuClock | None = None,
+    per_rank: tuple[RankGpu, ...] = (),
+) -> dict[str, Any]:
+    """The ``hpcwatch steps --json`` document (seconds; bandwidths in bytes/s), which its text view prints."""
+    from hpcwatch.reports.whatif import whatif_document
+
+    anatomy, report, times = step.anatomy, step.stragglers, step.step_times_s
+    step_m = anatomy.matrix("step")
+    gpu = _gpu_by_rank(anatomy)
+    ranks = [
+        {
+            "rank": r.rank,
+            "node": r.node,
+            "gpu": r.gpu,
+            "phases": dict(r.phases),
+            "work_s": r.work_s,
+            "step_s": r.step_s,
+            "score": r.score,
+            "individual_score": r.individual_score,
+            "phase_scores": dict(r.phase_scores),
+            "z": r.z,
+            "outlier_steps": r.outlier_steps,
+            "clock_offset_s": anatomy.clock_offset_s.get(r.rank),
+            **gpu.get(r.rank, {}),
+            **(
+                {
+                    "gpu_compute_s": r.gpu_compute_s,
+                    "gpu_score": r.gpu_score,
+                    "gpu_individual_score": r.gpu_individual_score,
+                    "gpu_z": r.gpu_z,
+                    "late_s": r.late_s,
+                    "last_fraction": r.last_fraction,
+                }
+                if r.gpu_compute_s is not None
+                else {}
+            ),
+        }
+        for r in report.ranks
+    ]
+    host_m = anatomy.matrix("host_dur_s")
+    return {
+        "world_size": anatomy.world_size,
+        "source": anatomy.source,
+        "job": anatomy.job,
+        "step_time_s": step.step_time_s,
+        "clock": "gpu" if anatomy.has_gpu else "host",
+        "gpu_clock": None
+        if clock is None
+        else {
+            "gpu_step_s": clock.gpu_step_s,
+            "host_step_s": clock.host_step_s,
+            "gpu_lag_s": clock.gpu_lag_s,
+            "queue_depth_steps": clock.queue_depth_steps,
+            "bound": clock.bound,
+        },
+        "steps": [
+            {
+                "step": s,
+                "time_s": times[j],
+                "slowest_rank": int(anatomy.ranks[int(np.nanargmax(step_m[:, j]))]),
+                "host_time_s": float(np.nanmax(host_m[:, j])) if np.isfinite(host_m[:, j]).any() else None,
+            }
+            for j, s in enumerate(anatomy.steps)
+        ],
+        "ranks": ranks,
+        "stragglers": [
+            {
+                "rank": s.rank,
+                "node": s.node,
+                "gpu": s.gpu,
+                "phase": s.phase,
+                "score": s.score,
+                "individual_score": s.individual_score,
+                "z": s.z,
+                "excess_s": s.excess_s,
+                "steps_flagged": s.steps_flagged,
+                "signature": s.signature,
+                "others_wait_s": s.others_wait_s,
+                "evidence": list(s.evidence),
+                "host_only": s.host_only,
+                "others_lost_s": s.others_lost_s,
+                "gpu_excess_s": s.gpu_excess_s,
+                "late_s": s.late_s,
+                "last_fraction": s.last_fraction,
+                "impact": s.impact,
+            }
+            for s in report.stragglers
+        ],
+        "no_verdict": report.no_verdict,
+        "slow_steps": [
+            {"rank": s.rank, "step": s.step, "work_s": s.work_s, "median_work_s": s.median_work_s, "z": s.z}
+            for s in report.slow_steps
+        ],
+        "ranks_missing": sorted(set(range(anatomy.world_size)) - set(anatomy.ranks)),
+        "temporal_breakdown": [_breakdown(b) for b in breakdowns],
+        "gpu": [_rank_gpu(g) for g in per_rank],
+        "mfu": mfu,
+        "whatif": None if step.whatif is None else whatif_document(step.whatif),
+    }
+
+
+def _rank_gpu(g: RankGpu) -> dict[str, Any]:
+    return {
+        "rank": g.rank,
+        "kinds_s": {k: v / 1e6 for k, v in g.kernels.kind_us.items()},
+        "top_kernels": [
+            {"name": k.name, "kind": k.kind, "count": k.count, "total_s": k.total_us / 1e6, "mean_s": k.mean_us / 1e6}
+            for k in g.kernels.top[:_TOP_KERNELS_LISTED]
+        ],
+        "idle_by_stream": [
+            {
+                "stream": i.stream,
+                "host_wait_s": i.host_wait_us / 1e6,
+                "kernel_wait_s": i.kernel_wait_us / 1e6,
+                "other_s": i.other_us / 1e6,
+            }
+            for i in g.idle
+        ],
+        "comm_compute_overlap": g.overlap,
+        "launches": {
+            "count": g.launches.launches,
+            "short_kernels": g.launches.short_kernels,
+            "runtime_outliers": g.launches.runtime_outliers,
+            "launch_delay_outliers": g.launches.launch_delay_outliers,
+            "launch_delay_s": {k: v / 1e6 for k, v in g.launches.launch_delay_us.items()},
+        },
+        "collectives": [
+            {
+                "collective": c.collective,
+                "count": c.count,
+                "msg_bytes": c.msg_bytes,
+                "group_size": c.group_size,
+                "algbw_bytes_s_max": c.algbw_bytes_s_max,
+                "busbw_bytes_s_max": c.busbw_bytes_s_max,
+                "busbw_bytes_s_median": c.busbw_bytes_s_median,
+            }
+            for c in g.collectives
+        ],
+    }
+
+
+def _gpu_by_rank(anatomy: Anatomy) -> dict[int, dict[str, float]]:
+    out: dict[int, dict[str, float]] = {}
+    by_rank: dict[int, list[RankStep]] = {}
+    for rs in anatomy.rank_steps:
+        if rs.gpu_busy_s is not None:
+            by_rank.setdefault(rs.rank, []).append(rs)
+    for rank in anatomy.ranks:
+        rows = by_rank.get(rank)
+        if rows:
+            out[rank] = {
+                "gpu_busy_s": float(np.median([rs.gpu_busy_s for rs in rows])),
+                "gpu_idle_s": float(np.median([rs.gpu_idle_s for rs in rows])),
+                "overlap_s": float(np.median([rs.overlap_s for rs in rows])),
+            }
+    return out
+
+
+def _breakdown(b: TemporalBreakdown) -> dict[str, Any]:
+    return {
+        "rank": b.rank,
+        "idle_s": b.idle_us / 1e6,
+        "compute_s": b.compute_us / 1e6,
+        "non_compute_s": b.non_compute_us / 1e6,
+        "kernel_s": b.kernel_us / 1e6,
+        "pct": b.pct(),
+    }
 
 
 def placement_from_job(job: Job, ranks: Sequence[int]) -> dict[int, tuple[str | None, int | None]] | None:
