@@ -80,8 +80,8 @@ PLAYER_JOBS_LISTED = 8
 Placement = Mapping[int, tuple[str | None, int | None]]
 
 
-# ``hpcwatch.store.queries`` is imported by the functions that use it: it loads pyarrow and duckdb (0.17 s),
-# which the reports on traces given as files never need.
+# ``hpcwatch.store.queries`` is imported by the functions that use it: it loads pyarrow and duckdb (a
+# noticeable start-up cost: benchmarks/RESULTS.md, "CLI start-up"), which the reports on traces given as files never need.
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -212,19 +212,10 @@ def _reduce_share(from_front: bool = True) -> list[tuple[int, tuple[RankReductio
     return done
 
 
-#: Traces are read in several processes only past this much JSON in all (decoded bytes). Measured with
-#: this process reading too and one forked reader (each sends back its ranks' reductions, ~10 kB a rank),
-#: whole process as typed, bytecode cached, best of 5, 2-core VM, twin sets (gpu_straggler traces):
-#:
-#:   set, JSON           one process     two processes   peak PSS (RSS summed), two    HTA, same run
-#:   8 x 20,   13 MiB    0.28 s          0.26-0.28 s     --                            --
-#:   8 x 60,   39.5 MiB  0.51-0.54 s     0.39 s          57 MiB (80)                   190 MiB
-#:   8 x 120,  79 MiB    0.84-0.90 s     0.57-0.59 s     64 MiB (88)                   --
-#:   8 x 360,  240 MiB   2.38-2.50 s     1.45 s          101 MiB (126)                 423 MiB (427), 9.5 s
-#:
-#: A fork and the reader's start cost ~25 ms (the 2 real HTA ranks, 3.3 MiB, take 0.18 s alone and 0.21 s
-#: in two), so from ~10 MiB it is even and from 16 MiB it pays. Each process holds one rank's trace at a
-#: time, so memory grows with the processes, not with the set.
+#: Traces are read in several processes only past this much JSON in all (decoded bytes): a fork and the
+#: reader's start cost about what ~10 MiB of JSON takes to read, so from there it is even and from 16 MiB it
+#: pays (benchmarks/RESULTS.md, "Steps: traces read in several processes"). Each process holds one rank's
+#: trace at a time, so memory grows with the processes, not with the set.
 PARALLEL_READ_MIN_JSON_BYTES = 16 * 2**20
 #: ... and each process gets at least this much JSON to decode (fewer, larger shares copy less).
 JSON_BYTES_PER_READER = 8 * 2**20

@@ -198,8 +198,8 @@ def _scan(events: list[Any], names: _Names, codes: _Codes, rows: list[_Row], col
 # tracking (gc=False: they hold only scalars, strings and ``_Args``). Their types are what Kineto
 # writes; a piece with anything else (a name that is not a string, a pid as a float, args that are
 # not an object…) fails to validate and is read by the dict scan above instead, so both scans give
-# the same columns and the same errors. Measured on the H200 trace (11.7 MB of JSON, 35k events,
-# 2-core VM): decoding its pieces takes 24 ms this way and 59 ms with orjson.
+# the same columns and the same errors. On a real trace it decodes in well under half orjson's time
+# (benchmarks/RESULTS.md, "Kineto reader").
 
 
 class _Args(msgspec.Struct, frozen=True, gc=False):
@@ -238,8 +238,8 @@ class _Metadata(msgspec.Struct, tag_field="ph", tag="M", gc=False):
 
 #: Every other phase of the Trace Event Format (its spec, "Event Descriptions"), decoded into a struct
 #: without fields: msgspec reads past the event and makes no string of it. Flows, instants and counters
-#: are most of a kernel-level trace's events besides the complete ones: decoding a twin rank (207k events,
-#: half of them flows) takes 68 ms this way, 95 ms into one struct type for every event. A phase not in the
+#: are most of a kernel-level trace's events besides the complete ones, and decoding them into no fields costs
+#: about two thirds of one struct type for every event (benchmarks/RESULTS.md, "Kineto reader"). A phase not in the
 #: list (or an event without ``ph``) fails to validate: its piece goes to the dict scan, which skips it.
 _SKIPPED_PHASES = (
     "B",
