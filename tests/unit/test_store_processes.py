@@ -98,12 +98,15 @@ _READER = textwrap.dedent("""
     print(json.dumps({"queries": queries, "bad": bad[:5], "seen": len(ts)}))
 """)
 
-# Commits of 10 samples (and the same job again); argv: store, commits, metric. Compacts and drops parts hard.
+# Commits of 10 samples (and the same job again); argv: store, commits, metric. Compacts hard, and deletes a
+# retired part half a second after it retires (the default waits a minute), so parts vanish during the run and a
+# reader paused longer meets one and retries. Not 0 s: with no grace at all a reader starved by a loaded machine
+# lost the race more times in a row than it retries, a failure the grace exists to prevent.
 _WRITER = textwrap.dedent("""
     import sys, time
     from hpcwatch.records import Job, Sample
     from hpcwatch.store import Store
-    store = Store(sys.argv[1], compact_fanin=3, retire_grace_s=0)
+    store = Store(sys.argv[1], compact_fanin=3, retire_grace_s=0.5)
     for c in range(int(sys.argv[2])):
         store.add([Sample(metric=sys.argv[3], labels={}, t=float(c * 10 + i), value=1.0) for i in range(10)]
                   + [Job(id="1", state=f"S{c}")])
