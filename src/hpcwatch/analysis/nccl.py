@@ -45,6 +45,7 @@ __all__ = [
     "summarize_nccl",
     "network_of",
     "nccl_jobs",
+    "communicator_groups",
     "nccl_rules",
     "RULES",
     "FORCING_VARIABLES",
@@ -193,14 +194,9 @@ def summarize_nccl(ranks: Sequence[Mapping[str, Any]]) -> NcclTopology:
     )
 
 
-def nccl_jobs(events: Sequence[Any], job_of: Callable[[Sequence[Any]], str | None] | None = None) -> list[list[Any]]:
-    """``nccl_rank`` events grouped by job, so that the rules compare only processes that met.
-
-    A communicator (``commId``) joins its processes; a process that logged none is of its file's job
-    (``source``: one mpirun log is one job); groups ``job_of`` places in one Slurm job are one (per-process
-    ``NCCL_DEBUG_FILE`` logs of a version that prints no commId). Logs of unrelated clusters ingested
-    into one store thus stay apart: their versions and networks are not compared.
-    """
+def communicator_groups(events: Sequence[Any], lone: Callable[[Any], Any]) -> list[list[Any]]:
+    """``nccl_rank`` events grouped by the communicators they share (``comm_ids``, union-find), in the order
+    of each group's first event; an event that logged no commId joins the events of its ``lone(event)`` key."""
     parent: dict[Any, Any] = {}
 
     def root(x: Any) -> Any:
@@ -210,16 +206,27 @@ def nccl_jobs(events: Sequence[Any], job_of: Callable[[Sequence[Any]], str | Non
         return x
 
     for i, e in enumerate(events):
-        keys = [("comm", c) for c in (e.attrs.get("comm_ids") or {})] or [("file", e.source)]
-        for key in keys:
+        for key in [("comm", c) for c in (e.attrs.get("comm_ids") or {})] or [lone(e)]:
             parent[root(key)] = root(("proc", i))
     groups: dict[Any, list[Any]] = {}
     for i, e in enumerate(events):
         groups.setdefault(root(("proc", i)), []).append(e)
+    return list(groups.values())
+
+
+def nccl_jobs(events: Sequence[Any], job_of: Callable[[Sequence[Any]], str | None] | None = None) -> list[list[Any]]:
+    """``nccl_rank`` events grouped by job, so that the rules compare only processes that met.
+
+    A communicator (``commId``) joins its processes; a process that logged none is of its file's job
+    (``source``: one mpirun log is one job); groups ``job_of`` places in one Slurm job are one (per-process
+    ``NCCL_DEBUG_FILE`` logs of a version that prints no commId). Logs of unrelated clusters ingested
+    into one store thus stay apart: their versions and networks are not compared.
+    """
+    groups = communicator_groups(events, lambda e: ("file", e.source))
     if job_of is None:
-        return list(groups.values())
+        return groups
     jobs: dict[Any, list[Any]] = {}
-    for n, group in enumerate(groups.values()):
+    for n, group in enumerate(groups):
         job = job_of(group)
         jobs.setdefault(("job", job) if job is not None else ("group", n), []).extend(group)
     return list(jobs.values())

@@ -15,7 +15,15 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from hpcwatch.analysis.hang import HangReport, analyse_hang
-from hpcwatch.analysis.nccl import FORCING_VARIABLES, NcclConfig, NcclRule, NcclTopology, nccl_rules, summarize_nccl
+from hpcwatch.analysis.nccl import (
+    FORCING_VARIABLES,
+    NcclConfig,
+    NcclRule,
+    NcclTopology,
+    communicator_groups,
+    nccl_rules,
+    summarize_nccl,
+)
 from hpcwatch.errors import InputError, ParseError
 from hpcwatch.records import Event, Job
 from hpcwatch.sources.registry import Input, plan_inputs
@@ -137,22 +145,7 @@ __all__ += ["stored_nccl_report", "stored_hang_report"]
 def _communicators(ranks: Sequence[Event]) -> list[list[Event]]:
     """The processes grouped by the communicators they share (``comm_ids``; one job's ranks all share its
     world communicator); a process that logged no commId is a group of its own host."""
-    parent: dict[Any, Any] = {}
-
-    def root(x: Any) -> Any:
-        while parent.setdefault(x, x) != x:
-            parent[x] = parent[parent[x]]
-            x = parent[x]
-        return x
-
-    for i, e in enumerate(ranks):
-        keys = [("comm", c) for c in (e.attrs.get("comm_ids") or {})] or [("host", e.attrs.get("host"))]
-        for k in keys:
-            parent[root(k)] = root(("proc", i))
-    groups: dict[Any, list[Event]] = {}
-    for i, e in enumerate(ranks):
-        groups.setdefault(root(("proc", i)), []).append(e)
-    return list(groups.values())
+    return communicator_groups(ranks, lambda e: ("host", e.attrs.get("host")))
 
 
 def _job_of(hosts: set[str], t: float, nranks: int, jobs: Sequence[Job]) -> str | None:
