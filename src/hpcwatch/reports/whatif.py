@@ -11,6 +11,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+# MFU of a model's measured step is the analysis itself (light: dataclasses and the GPU catalogue); the views
+# ask it here, as they ask every report.
+from hpcwatch.analysis.mfu import compute_mfu as model_mfu
 from hpcwatch.errors import InputError
 
 if TYPE_CHECKING:
@@ -82,34 +85,6 @@ def step_time_means(result: WhatIf) -> StepTimeMeans:
         actual_s=mean(result.step_time_actual_s),
         replay_s=mean(result.step_time_replay_s),
         ideal_s=mean(result.step_time_ideal_s),
-    )
-
-
-def model_mfu(
-    *,
-    params: float,
-    layers: int,
-    d_model: int,
-    seq: int,
-    tokens_per_step: float,
-    step_time_s: float,
-    gpus: int,
-    gpu: str,
-    recompute: bool,
-) -> MfuResult:
-    """Model FLOPs utilisation of a model's measured step (``analysis.mfu.compute_mfu``)."""
-    from hpcwatch.analysis.mfu import compute_mfu
-
-    return compute_mfu(
-        params=params,
-        layers=layers,
-        d_model=d_model,
-        seq=seq,
-        tokens_per_step=tokens_per_step,
-        step_time_s=step_time_s,
-        gpus=gpus,
-        gpu=gpu,
-        recompute=recompute,
     )
 
 
