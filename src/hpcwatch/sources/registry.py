@@ -26,6 +26,7 @@ following symlinks (FIFO, socket, device) is refused, folders are walked once ea
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 import stat
@@ -279,28 +280,24 @@ def pseudo_filesystem(p: Path) -> str | None:
     return _pseudo_devices().get(device)
 
 
-_PSEUDO_DEVICES: dict[int, str] | None = None
-
-
+@functools.cache
 def _pseudo_devices() -> dict[int, str]:
     """The devices /proc, /sys and /dev are mounted on, those that are mounts of their own (in a chroot
-    without them, /dev may be a plain folder of the root file system: that device is not refused)."""
-    global _PSEUDO_DEVICES
-    if _PSEUDO_DEVICES is None:
-        devices: dict[int, str] = {}
+    without them, /dev may be a plain folder of the root file system: that device is not refused).
+    Asked once a process: mounts do not move under a walk."""
+    devices: dict[int, str] = {}
+    try:
+        root = os.stat("/").st_dev
+    except OSError:
+        root = -1
+    for path in PSEUDO_FILESYSTEMS:
         try:
-            root = os.stat("/").st_dev
+            device = os.stat(path).st_dev
         except OSError:
-            root = -1
-        for path in PSEUDO_FILESYSTEMS:
-            try:
-                device = os.stat(path).st_dev
-            except OSError:
-                continue
-            if device != root:
-                devices.setdefault(device, path)
-        _PSEUDO_DEVICES = devices
-    return _PSEUDO_DEVICES
+            continue
+        if device != root:
+            devices.setdefault(device, path)
+    return devices
 
 
 def _refused_pseudo(root: str) -> str:
