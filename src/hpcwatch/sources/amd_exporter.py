@@ -23,9 +23,8 @@ import os
 import re
 from collections.abc import Iterable, Iterator
 
-from hpcwatch import vocab
 from hpcwatch.records import Sample
-from hpcwatch.sources.amd_gpu import EXPORTER_CLOCKS, EXPORTER_TO_DCGM, gpu_labels
+from hpcwatch.sources.amd_gpu import EXPORTER_CLOCK, EXPORTER_CLOCKS, EXPORTER_TO_DCGM, gpu_labels
 from hpcwatch.sources.prometheus_text import is_prometheus_text, parse_prometheus_text, read_prometheus_text
 
 __all__ = ["parse_amd_exporter_text", "read_amd_exporter_text", "is_amd_exporter_text", "translate"]
@@ -51,7 +50,7 @@ def translate(samples: Iterable[Sample], *, host: str | None = None) -> Iterator
             if len(cache) > 100_000:
                 cache.clear()
         metric, value = s.metric, s.value
-        if metric == vocab.GPU_CLOCK:
+        if metric == EXPORTER_CLOCK:
             metric = EXPORTER_CLOCKS.get(labels.get("clock_type", ""), metric)
         elif metric in EXPORTER_TO_DCGM:
             metric, factor = EXPORTER_TO_DCGM[metric]

@@ -59,6 +59,7 @@ from hpcwatch.errors import ParseError
 
 __all__ = [
     "EXPORTER_TO_DCGM",
+    "EXPORTER_CLOCK",
     "EXPORTER_CLOCKS",
     "MIB",
     "VENDOR",
@@ -86,6 +87,9 @@ EXPORTER_TO_DCGM: Final[Mapping[str, tuple[str, float]]] = {
     vocab.GPU_ECC_CORRECT_TOTAL: (vocab.DCGM_FI_DEV_ECC_SBE_VOL_TOTAL, 1.0),
     vocab.PCIE_REPLAY_COUNT: (vocab.DCGM_FI_DEV_PCIE_REPLAY_COUNTER, 1.0),
 }
+#: The exporter's clock family, one series per ``clock_type``. Not in ``vocab.METRICS``: ``gpu_clock`` is also a key
+#: of ``hpcwatch steps --json`` (the GPU's timeline), and no analysis reads the family under this name.
+EXPORTER_CLOCK: Final = "gpu_clock"
 #: ``gpu_clock``'s ``clock_type`` (gpuagent's GPU_CLOCK_TYPE_* lower-cased) -> DCGM clock field (MHz).
 EXPORTER_CLOCKS: Final[Mapping[str, str]] = {
     "system": vocab.DCGM_FI_DEV_SM_CLOCK,

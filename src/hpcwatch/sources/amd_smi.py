@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import math
 import os
+import time
 from collections.abc import Iterator, Mapping
 from typing import Any, Final
 
@@ -100,9 +101,10 @@ def _index(gpu: Mapping[str, Any], *, path: str | os.PathLike[str]) -> str:
 
 
 def parse_amd_smi_json(
-    text: str, *, path: str | os.PathLike[str] = "<input>", hostname: str | None = None, t: float
+    text: str, *, path: str | os.PathLike[str] = "<input>", hostname: str | None = None, t: float | None = None
 ) -> Iterator[Sample]:
-    """DCGM-named samples of one ``amd-smi metric --json`` or ``amd-smi static --json`` document at ``t``."""
+    """DCGM-named samples of one ``amd-smi metric --json`` or ``amd-smi static --json`` document at ``t`` (default: the time of the parse)."""
+    t = time.time() if t is None else t
     try:
         doc = orjson.loads(text)
     except orjson.JSONDecodeError as err:

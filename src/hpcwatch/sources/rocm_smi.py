@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import math
 import os
+import time
 import re
 from collections.abc import Iterator
 from typing import Any, Final
@@ -84,17 +85,18 @@ def _text(card: dict[str, Any], *keys: str) -> str | None:
 
 
 def parse_rocm_smi_json(
-    text: str, *, path: str | os.PathLike[str] = "<input>", hostname: str | None = None, t: float
+    text: str, *, path: str | os.PathLike[str] = "<input>", hostname: str | None = None, t: float | None = None
 ) -> Iterator[Sample]:
-    """DCGM-named samples of one ``rocm-smi ... --json`` document at ``t``."""
+    """DCGM-named samples of one ``rocm-smi ... --json`` document at ``t`` (default: the time of the parse)."""
+    t = time.time() if t is None else t
     try:
         doc = orjson.loads(text)
     except orjson.JSONDecodeError as err:
         raise ParseError(f"not JSON: {err}", path=path, line=getattr(err, "lineno", 1) or 1) from err
     if not isinstance(doc, dict) or not any(_CARD_RE.match(k) for k in doc):
         raise ParseError('not rocm-smi JSON (want {"card0": {...}, ...})', path=path, line=1)
-    system = doc.get("system") if isinstance(doc.get("system"), dict) else {}
-    driver = _text(system, "Driver version")
+    system = doc.get("system")
+    driver = _text(system, "Driver version") if isinstance(system, dict) else None
     for key, card in doc.items():
         m = _CARD_RE.match(key)
         if m is None:

@@ -173,7 +173,9 @@ class Twin(TrainingSteps, Restarts, GroundTruth, TwinOutputs):
         self._node_gpus = {n.name: [self._gpu_flat[(n.name, g.index)] for g in n.gpus] for n in c.nodes}
         self._node_ports = {name: [p for p, (n, _) in enumerate(ports) if n == name] for name in self.node_names}
         self._label_text = [
-            _exporter_label_text(c.name, g) if g.spec.vendor == "amd" else ",".join(f'{k}="{v}"' for k, v in lab.items())
+            _exporter_label_text(c.name, g)
+            if g.spec.vendor == "amd"
+            else ",".join(f'{k}="{v}"' for k, v in lab.items())
             for g, lab in zip(gpus, self.gpu_labels)
         ]
 

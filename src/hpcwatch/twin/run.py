@@ -63,7 +63,18 @@ from hpcwatch.twin.exposition import (
 from hpcwatch.twin.nccl import write_nccl_logs
 from hpcwatch.twin.workload import PlannedJob
 
-__all__ = ["write_run", "RunSummary", "sized_reference", "sized_model", "gpu_folder", "PACKAGED_MODELS", "AMD_FOLDER", "LUSTRE_EVERY_S", "DEFAULT_STEP_S", "SNAPSHOT_MAX_NODES"]
+__all__ = [
+    "write_run",
+    "RunSummary",
+    "sized_reference",
+    "sized_model",
+    "gpu_folder",
+    "PACKAGED_MODELS",
+    "AMD_FOLDER",
+    "LUSTRE_EVERY_S",
+    "DEFAULT_STEP_S",
+    "SNAPSHOT_MAX_NODES",
+]
 
 #: How often the Lustre job_stats snapshot is taken (lustre_exporter scrapes every 15-60 s).
 LUSTRE_EVERY_S = 60.0
@@ -220,7 +231,17 @@ def _write_traces(twin: Twin, folder: Path, profiled: list[tuple]) -> int:
     return len(docs)
 
 
-_OUR_FOLDERS = ("dcgm", AMD_FOLDER, "node-exporter", "lustre", "perfquery", "slurm", "nccl", "flight_recorder", "tetragon")
+_OUR_FOLDERS = (
+    "dcgm",
+    AMD_FOLDER,
+    "node-exporter",
+    "lustre",
+    "perfquery",
+    "slurm",
+    "nccl",
+    "flight_recorder",
+    "tetragon",
+)
 
 
 class _NodeFiles:
