@@ -215,3 +215,67 @@ def test_twin_of_the_mi300x_model_is_attributed_to_its_jobs(tmp_path, run_cli):
     assert busy and all("hpc_job" in j["attributed_by"] for j in busy)  # the exporter's job_id label
     assert all(j["gpu_hours_observed"] > 0 and j["mean_gpu_util"] is not None for j in busy)
     assert any(j["energy_kwh"] > 0 for j in busy) and any(j["max_fb_used_bytes"] for j in busy)
+
+
+# -- the existing health rules judge AMD readings of the same meaning ------------------------------------------
+
+
+def _exporter_line(metric: str, value: float, t: float, *, gpu: int = 0) -> str:
+    """One device-metrics-exporter line with the label set of the MI300X VF scrape of issue #171."""
+    text = (AMD / "dme_issue171_mi300x_vf_edge_temperature.prom").read_text().splitlines()[-1]
+    labels = text[text.index("{") : text.rindex("}") + 1].replace('gpu_id="0"', f'gpu_id="{gpu}"')
+    return f"{metric}{labels} {value:g} {int(t * 1000)}"
+
+
+def _health(lines: list[str]):
+    from hpcwatch.analysis.health import HealthConfig, judge, passive_checks
+    from hpcwatch.store import Store
+
+    with Store(":memory:") as store:
+        store.add(parse_amd_exporter_text("\n".join(lines) + "\n", path="scrape.prom"))
+        table = store.samples()
+    checks = passive_checks(table, [], config=HealthConfig())
+    return judge(checks, samples=table, events=[])
+
+
+def test_an_uncorrectable_ecc_error_on_an_mi300x_drains_its_node_and_replays_warn():
+    t0 = 1_700_000_000.0
+    lines = [_exporter_line(vocab.GPU_GFX_ACTIVITY, 90, t0 + 15 * k, gpu=g) for k in range(4) for g in (0, 1)]
+    lines += [_exporter_line(vocab.GPU_ECC_UNCORRECT_TOTAL, 0 if k < 2 else 1, t0 + 15 * k) for k in range(4)]
+    lines += [_exporter_line(vocab.PCIE_REPLAY_COUNT, 10 * k, t0 + 15 * k, gpu=1) for k in range(4)]
+    report = _health(lines)
+    rules = {(c.rule, c.verdict) for c in report.node("master-1").checks}
+    assert ("ecc_dbe", "drain") in rules and ("pcie_replay", "warn") in rules
+    assert report.node("master-1").verdict == "drain"
+
+
+def test_a_healthy_mi300x_scrape_is_ok():
+    t0 = 1_700_000_000.0
+    lines = [_exporter_line(vocab.GPU_GFX_ACTIVITY, 90, t0 + 15 * k) for k in range(4)]
+    lines += [_exporter_line(vocab.GPU_ECC_UNCORRECT_TOTAL, 0, t0 + 15 * k) for k in range(4)]
+    assert _health(lines).node("master-1").verdict == "ok"
+
+
+def test_the_twin_s_amd_scrape_reads_back_to_its_own_numbers():
+    from hpcwatch.twin import Twin
+    from hpcwatch.twin.devices import FIELD
+    from hpcwatch.twin.run import sized_model
+
+    twin = Twin(sized_model("mi300x"), seed=3)
+    twin.advance(30.0)
+    got = {
+        (s.metric, s.labels["gpu"]): s
+        for s in parse_amd_exporter_text(twin.dcgm_text("node2", jobs_by_gpu={0: "77"}, timestamp=True))
+    }
+    row = twin.gpu_row("node2", 0)
+    for field in (
+        vocab.DCGM_FI_DEV_GPU_UTIL,
+        vocab.DCGM_FI_DEV_POWER_USAGE,
+        vocab.DCGM_FI_DEV_FB_USED,
+        vocab.DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION,
+    ):
+        assert got[field, "0"].value == pytest.approx(round(twin.fields[row, FIELD[field]], 3)), field
+    first = got[vocab.DCGM_FI_DEV_GPU_UTIL, "0"]
+    assert sample_keys(first.labels, first.metric) == ("node2", "0", "77") and first.t == twin.now
+    assert gpu_spec(first.labels["modelName"]).key == "mi300x"
+    assert sample_keys(got[vocab.DCGM_FI_DEV_GPU_UTIL, "1"].labels)[2] is None  # not in the mapping: free

@@ -21,8 +21,8 @@ from __future__ import annotations
 
 import math
 import os
-import time
 import re
+import time
 from collections.abc import Iterator
 from typing import Any, Final
 

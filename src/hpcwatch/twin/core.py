@@ -247,10 +247,12 @@ class Twin(TrainingSteps, Restarts, GroundTruth, TwinOutputs):
         """The label text of flat GPU g as its exporter writes it, with the job that holds it: dcgm-exporter's
         ``hpc_job``, or the ``job_id`` AMD's device-metrics-exporter takes from its Slurm prolog."""
         j = int(self._label_job[g])
+        return self.exporter_label_text(g, self.scheduler.jobs[j].id if j >= 0 else None)
+
+    def exporter_label_text(self, g: int, job: str | None) -> str:
+        """The label text of flat GPU g as its exporter writes it, held by ``job`` (None: free)."""
         base = self._label_text[g]
-        if j < 0:
-            return base
-        return f'{base},{"job_id" if self.gpu_is_amd[g] else "hpc_job"}="{self.scheduler.jobs[j].id}"'
+        return f'{base},{"job_id" if self.gpu_is_amd[g] else "hpc_job"}="{job}"' if job else base
 
     def node_is_amd(self, node: str) -> bool:
         """Whether the node's GPUs are AMD ones (its exporter is device-metrics-exporter)."""

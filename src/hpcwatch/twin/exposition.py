@@ -251,11 +251,17 @@ def dcgm_text(
     flat = twin.gpus_of_node(node)
     lost = twin.absent[flat]
     absent = lost if lost.any() else None
-    if jobs_by_gpu is not None:
+    if jobs_by_gpu is not None and twin.node_is_amd(node):  # device-metrics-exporter's labels, its job_id
+        jobs = [jobs_by_gpu.get(k) or jobs_by_gpu.get(str(k)) for k in range(len(flat))]
+        label_sets = tuple(twin.exporter_label_text(g, job) for g, job in zip(flat, jobs))
+        if absent is not None:
+            label_sets = tuple(lab for lab, gone in zip(label_sets, absent.tolist()) if not gone)
+        template = _dcgm_template(label_sets, _float_fields(twin), amd=True)
+    elif jobs_by_gpu is not None:
         label_sets = tuple(_label_text(labels) for labels in twin.labels_by_gpu(node, jobs_by_gpu=jobs_by_gpu))
         if absent is not None:
             label_sets = tuple(lab for lab, gone in zip(label_sets, absent.tolist()) if not gone)
-        template = _dcgm_template(label_sets, _float_fields(twin), amd=twin.node_is_amd(node))
+        template = _dcgm_template(label_sets, _float_fields(twin))
     else:
         template = _dcgm_node_template(twin, node, flat, absent=absent)
     rows = flat if absent is None else [g for g, gone in zip(flat, absent.tolist()) if not gone]
