@@ -53,6 +53,22 @@ def test_exporter_energy_in_microjoules_becomes_millijoules_and_job_id_is_the_jo
     assert spec is not None and spec.key == "mi300x"
 
 
+def test_exporter_gfx_activity_of_an_mi210_host_and_an_mi325x_guest():
+    host, guest = read_amd_exporter_text(AMD / "dme_pr219_gfx_activity_mi210_host_mi325x_guest.prom", t=1.0)
+    assert host.metric == guest.metric == vocab.DCGM_FI_DEV_GPU_UTIL and host.value == guest.value == 0.0
+    assert sample_keys(host.labels, host.metric) == ("ubuntu22", "0", None)
+    assert sample_keys(guest.labels, guest.metric) == ("mi325x8-110.atl1.do.cpe.ice.amd.com", "7", None)
+    assert host.labels["modelName"] == "AMD Instinct MI210" and "modelName" not in guest.labels  # card_series ""
+    assert guest.labels["virtualization_mode"] == "guest"
+
+
+def test_exporter_metrics_field_prefix_is_dropped_from_the_families_it_renames():
+    line = (AMD / "dme_pr219_gfx_activity_mi210_host_mi325x_guest.prom").read_text().splitlines()[0]
+    text = "amd_" + line + "\namd_gpu_xgmi_link_rx" + line[len(vocab.GPU_GFX_ACTIVITY) :] + "\n"
+    util, xgmi = parse_amd_exporter_text(text, t=1.0)
+    assert util.metric == vocab.DCGM_FI_DEV_GPU_UTIL and xgmi.metric == "amd_gpu_xgmi_link_rx"
+
+
 def test_exporter_clocks_by_type_and_xgmi_links_by_index():
     clocks = list(read_amd_exporter_text(AMD / "dme_docs_gpu_clock_labels.prom", t=1.0))
     assert [(s.metric, s.labels["clock_type"], s.value) for s in clocks] == [

@@ -52,6 +52,7 @@ from tests.conftest import DATA
         ("amd/dme_issue259_gpu_id0_vram_energy.prom", "amd-device-metrics"),
         ("amd/dme_issue171_mi300x_vf_edge_temperature.prom", "amd-device-metrics"),
         ("amd/dme_docs_xgmi_link_rx_tx.prom", "amd-device-metrics"),
+        ("amd/dme_pr219_gfx_activity_mi210_host_mi325x_guest.prom", "amd-device-metrics"),
         ("kineto/hta_a100_nccl_rank0.json.gz", "kineto"),
         ("bytedance/trace-ST.parquet", "optrace"),
     ],

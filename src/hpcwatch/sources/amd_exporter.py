@@ -6,7 +6,9 @@ has a DCGM twin (``gpu_gfx_activity`` -> ``DCGM_FI_DEV_GPU_UTIL``, ``gpu_energy_
 ``DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION`` mJ ...) and keeps its own name otherwise (``gpu_xgmi_link_rx``,
 ``gpu_ecc_uncorrect_umc``, ``gpu_violation_*``, ``gpu_edge_temperature``). Every label is kept; ``gpu``
 (from ``gpu_id``), ``modelName`` (from ``card_series``, else ``card_model``) and ``vendor`` are added, so
-``schemas.sample_keys`` finds host (``hostname``), GPU and job (the exporter's Slurm ``job_id`` label).
+``schemas.sample_keys`` finds host (``hostname``), GPU and job (the exporter's Slurm ``job_id`` label). A
+``MetricsFieldPrefix`` the exporter was configured with (``amd_gpu_gfx_activity``, ROCm/device-metrics-exporter
+issue #135) is dropped from the families renamed; other families keep their name as exposed.
 
 Why a format of its own rather than the plain ``prometheus`` one: a scrape saved from the exporter would
 otherwise enter the store under AMD names no analysis reads; the sniff (a ``gpu_*``/``pcie_*`` family with
@@ -29,12 +31,28 @@ from hpcwatch.sources.prometheus_text import is_prometheus_text, parse_prometheu
 
 __all__ = ["parse_amd_exporter_text", "read_amd_exporter_text", "is_amd_exporter_text", "translate"]
 
-_FAMILY_RE = re.compile(r"^(?:# (?:HELP|TYPE) )?(?:gpu|pcie)_[a-z0-9_]+[{ ]", re.MULTILINE)
+_FAMILY_RE = re.compile(
+    r"^(?:# (?:HELP|TYPE) )?(?:[a-zA-Z_:][a-zA-Z0-9_:]*_)?(?:gpu|pcie)_[a-z0-9_]+[{ ]", re.MULTILINE
+)
+#: The families the reader renames; a ``MetricsFieldPrefix`` before them (``amd_gpu_gfx_activity``) is dropped.
+_KNOWN = frozenset({*EXPORTER_TO_DCGM, EXPORTER_CLOCK})
+_FAMILY_START_RE = re.compile(r"_(?=gpu_|pcie_)")
+
+
+def _unprefixed(name: str) -> str:
+    """``name`` without the exporter's configurable prefix (its ``MetricsFieldPrefix``) when what follows it is a
+    family the reader renames; else ``name`` as exposed."""
+    if name in _KNOWN:
+        return name
+    for m in _FAMILY_START_RE.finditer(name):
+        if name[m.end() :] in _KNOWN:
+            return name[m.end() :]
+    return name
 
 
 def _labels(labels: dict[str, str], host: str | None) -> dict[str, str]:
     hostname = None if labels.get("hostname") or labels.get("Hostname") else host
-    model = labels.get("card_series") or labels.get("card_model") or None
+    model = next((labels[k] for k in ("card_series", "card_model") if labels.get(k) not in (None, "", "N/A")), None)
     extra = gpu_labels(labels.get("gpu_id", ""), model=model, hostname=hostname, UUID=labels.get("gpu_uuid"))
     return {**labels, **extra}
 
@@ -43,13 +61,14 @@ def translate(samples: Iterable[Sample], *, host: str | None = None) -> Iterator
     """The exporter's samples with the DCGM names and the labels of the module docstring. ``host`` names
     the node of a scrape without a ``hostname`` label."""
     cache: dict[int, dict[str, str]] = {}  # the parser hands one labels dict to every sample of a series
+    names: dict[str, str] = {}
     for s in samples:
         labels = cache.get(id(s.labels))
         if labels is None:
             labels = cache[id(s.labels)] = _labels(dict(s.labels), host)
             if len(cache) > 100_000:
                 cache.clear()
-        metric, value = s.metric, s.value
+        metric, value = names.get(s.metric) or names.setdefault(s.metric, _unprefixed(s.metric)), s.value
         if metric == EXPORTER_CLOCK:
             metric = EXPORTER_CLOCKS.get(labels.get("clock_type", ""), metric)
         elif metric in EXPORTER_TO_DCGM:
