@@ -295,3 +295,12 @@ def test_the_twin_s_amd_scrape_reads_back_to_its_own_numbers():
     assert sample_keys(first.labels, first.metric) == ("node2", "0", "77") and first.t == twin.now
     assert gpu_spec(first.labels["modelName"]).key == "mi300x"
     assert sample_keys(got[vocab.DCGM_FI_DEV_GPU_UTIL, "1"].labels)[2] is None  # not in the mapping: free
+
+
+def test_rocm_smi_rocm5_spelling_and_two_cards():
+    samples = list(read_rocm_smi_json(AMD / "rocm_smi_a_mi250_rocm5_two_cards_wandb.json", t=1.0))
+    util = {s.labels["gpu"]: s.value for s in samples if s.metric == vocab.DCGM_FI_DEV_GPU_UTIL}
+    assert util == {"0": 10.0, "1": 20.0}
+    mem = [s for s in samples if s.metric == vocab.DCGM_FI_DEV_MEM_COPY_UTIL]
+    assert [s.value for s in mem] == [0.0, 0.0]  # "GPU memory use (%)", ROCm 5's name
+    assert {s.labels["modelName"] for s in samples} == {"AMD INSTINCT MI250 (MCM) OAM AC MBA"}  # "Card series"

@@ -49,6 +49,7 @@ from tests.conftest import DATA
         ("amd/amd_smi_metric_mi300x_26.0.2_lilbee.json", "amd-smi-json"),
         ("amd/rocm_smi_a_mi250_rocm6_wandb.json", "rocm-smi-json"),
         ("amd/rocm_smi_mi300x_lilbee.json", "rocm-smi-json"),
+        ("amd/rocm_smi_a_mi250_rocm5_two_cards_wandb.json", "rocm-smi-json"),
         ("amd/dme_issue259_gpu_id0_vram_energy.prom", "amd-device-metrics"),
         ("amd/dme_issue171_mi300x_vf_edge_temperature.prom", "amd-device-metrics"),
         ("amd/dme_docs_xgmi_link_rx_tx.prom", "amd-device-metrics"),
