@@ -160,8 +160,9 @@ TABLES: dict[str, pa.Schema] = {
 }
 #: Tables where a row seen again replaces the previous one (the latest commit wins), and their key column.
 _KEYED = {"jobs": "id", "notices": "key"}
-#: A delivery's states: owed (written before the first try, so a crash or an outage loses nothing), or done.
-NOTICE_STATES = ("pending", "sent")
+#: A delivery's states: owed (written before the first try, so a crash or an outage loses nothing), done, or
+#: a notice composed that no channel carries or nobody receives (kept so it is not composed again).
+NOTICE_STATES = ("pending", "sent", "unrouted")
 _SQL_TYPES = {pa.string(): "VARCHAR", pa.float64(): "DOUBLE", pa.int32(): "INTEGER"}
 
 

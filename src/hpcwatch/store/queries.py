@@ -63,6 +63,8 @@ __all__ = [
     "sent_notices",
     "sent_counts_by_recipient",
     "ended_job_ids",
+    "verdict_episode_start",
+    "ended_job_owners",
 ]
 
 
@@ -520,3 +522,26 @@ def _notice(row: tuple[Any, ...]) -> NoticeRow:
         attempts=attempts,
         payload=payload,
     )
+
+
+def verdict_episode_start(store: Store, *, kind: str, node: str, verdict: str, at: float) -> float:
+    """When the run of ``kind`` events (``health_verdict``) of ``node`` with ``verdict`` that holds the
+    event at ``at`` began: the first such event after the node's last event with another verdict (UTC s).
+    A verdict held for longer than any look-back window keeps one start, so it is one episode."""
+    rows = store.query(
+        "SELECT min(t) FROM events WHERE kind = ? AND json_extract_string(attrs, '$.node') = ? "
+        "AND json_extract_string(attrs, '$.verdict') = ? AND t <= ? AND t > coalesce(("
+        "SELECT max(t) FROM events WHERE kind = ? AND json_extract_string(attrs, '$.node') = ? "
+        "AND json_extract_string(attrs, '$.verdict') <> ? AND t < ?), -1e300)",
+        [kind, node, verdict, at, kind, node, verdict, at],
+    )
+    start = rows[0][0]
+    return float(start) if start is not None else at
+
+
+def ended_job_owners(store: Store, *, t0: float, t1: float) -> list[tuple[str | None, str | None]]:
+    """Distinct (user, account) of the jobs that ended in [t0, t1) (UTC s)."""
+    rows = store.query(
+        'SELECT DISTINCT "user", account FROM jobs WHERE "end" >= ? AND "end" < ? ORDER BY ALL', [t0, t1]
+    )
+    return [(u, a) for u, a in rows]
