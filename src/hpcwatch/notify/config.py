@@ -197,6 +197,7 @@ def _channels(raw: Any, path: str, lines: _Lines) -> tuple[ChannelSection, ...]:
             raise ConfigError(f"{where}: [[notify.channel]] must be a table")
         kind = entry.get("type")
         if kind not in CHANNELS:
+            where = f"{path}:{lines.of('notify.channel', 'type', index)}"
             raise ConfigError(f"{where}: unknown channel type {kind!r} (known: {', '.join(CHANNELS)})")
         spec = CHANNELS[kind]
         name = entry.get("name") or (kind if not any(c.type == kind for c in out) else f"{kind}-{index + 1}")

@@ -12,6 +12,7 @@ import smtplib
 import ssl
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from email.errors import HeaderParseError
 from email.headerregistry import Address
 from email.message import EmailMessage
 from email.policy import SMTP
@@ -21,6 +22,7 @@ from typing import Literal
 
 from hpcwatch.errors import BackendError, ConfigError, one_line
 from hpcwatch.notify.message import Payload
+from hpcwatch.reports.text import visible
 
 __all__ = ["SmtpConfig", "SmtpChannel", "build_email"]
 
@@ -73,10 +75,10 @@ def build_email(payload: Payload, *, sender: str) -> EmailMessage:
     msg["Date"] = format_datetime(datetime.now(UTC))
     msg["Message-ID"] = make_msgid(domain=sender.rpartition("@")[2] or None)
     msg["Auto-Submitted"] = "auto-generated"  # RFC 3834: no vacation replies, no loops
-    msg["Content-Language"] = payload.lang
     msg.set_content(payload.text)
     if payload.html:
         msg.add_alternative(payload.html, subtype="html")
+    msg["Content-Language"] = payload.lang  # after the content: set_content drops Content-* headers
     return msg
 
 
@@ -128,8 +130,11 @@ class SmtpChannel:
             raise ConfigError(f"smtp channel {self.name}: {c.host}:{c.port}: {self._what(err)}") from err
 
     def send(self, payload: Payload, *, delivery: str) -> None:
-        msg = build_email(payload, sender=self.config.sender)
-        msg["X-Hpcwatch-Notice"] = payload.notice
+        try:
+            msg = build_email(payload, sender=self.config.sender)
+            msg["X-Hpcwatch-Notice"] = visible(payload.notice)  # a node or user name is part of the key
+        except (ValueError, IndexError, HeaderParseError) as err:  # the policy refused a header: never sent raw
+            raise BackendError(f"smtp channel {self.name}: message refused: {self._what(err)}") from err
         try:
             if self._smtp is None:
                 self._smtp = self._connect()
