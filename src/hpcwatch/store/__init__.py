@@ -7,9 +7,9 @@ named read questions the reports ask, so that no SQL lives outside this package.
 
 from hpcwatch.store.core import (
     DEFAULT_BATCH_SIZE,
+    NOTICE_STATES,
     SAMPLE_SCHEMA,
     TABLES,
-    NOTICE_STATES,
     IngestCounts,
     NoticeRow,
     SourceMark,
