@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.unit.notify_servers import _Handler, _PortZeroController
+from tests.unit.notify_servers import MailHandler, PortZeroController
 
 from .conftest import wait_until
 
@@ -30,8 +30,8 @@ HPCWATCH = Path(sys.executable).with_name("hpcwatch")
 
 @pytest.fixture
 def mailbox():
-    handler = _Handler()
-    controller = _PortZeroController(handler, hostname="127.0.0.1", port=0)
+    handler = MailHandler()
+    controller = PortZeroController(handler, hostname="127.0.0.1", port=0)
     controller.start()
     yield controller.port, handler
     controller.stop()

@@ -46,7 +46,7 @@ class Received:
     authenticated: bool
 
 
-class _Handler:
+class MailHandler:
     def __init__(self) -> None:
         self.received: list[Received] = []
         self.arrived = threading.Condition()
@@ -76,7 +76,7 @@ def _authenticate(server: Any, session: Any, envelope: Any, mechanism: str, auth
     return AuthResult(success=ok, handled=False)  # handled=True (the default) would leave a failure unanswered
 
 
-class _PortZeroController(Controller):
+class PortZeroController(Controller):
     """aiosmtpd's Controller connects to ``self.port`` to see the server up: learn the bound port first."""
 
     def _trigger_server(self) -> None:
@@ -91,15 +91,15 @@ class SmtpServer:
         import ssl
 
         self.cert, self.key = cert, key
-        self.handler = _Handler()
+        self.handler = MailHandler()
         context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
         context.load_cert_chain(cert, key)
         self._context = context
         self.port = port
-        self.controller: _PortZeroController | None = None
+        self.controller: PortZeroController | None = None
 
     def start(self) -> SmtpServer:
-        self.controller = _PortZeroController(
+        self.controller = PortZeroController(
             self.handler,
             hostname="127.0.0.1",
             port=self.port,
