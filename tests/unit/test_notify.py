@@ -427,3 +427,53 @@ def test_collect_runs_notify_as_one_more_collector(tmp_path, store, receiver, ce
     statuses = Daemon(cfg, node="t").run_once()
     assert statuses["notify"].last_error is None and statuses["notify"].records == 6
     assert len(receiver.deliveries) == 6
+
+
+def test_the_sample_configs_notify_table_parses_once_uncommented():
+    from hpcwatch.collect.config import parse_config
+
+    text = (Path(__file__).resolve().parents[2] / "deploy" / "hpcwatch.toml").read_text()
+    head, _, notify = text.partition("# [notify]")
+    uncommented = head + "\n".join(
+        line[2:] if line.startswith("# ") else line for line in ("# [notify]" + notify).splitlines()
+    )
+    cfg = parse_config(uncommented, path="hpcwatch.toml")
+    assert cfg.notify is not None and [c.type for c in cfg.notify.channels] == ["smtp", "webhook", "slack"]
+    assert cfg.notify.users == {"alice": "alice@lab.example.org"} and cfg.notify.coordinators["proj-llm"] == (
+        "pi-llm@example.org",
+    )
+
+
+def test_a_new_channel_kind_is_one_registry_line(tmp_path, store):
+    from dataclasses import dataclass
+
+    from hpcwatch.notify import channels
+
+    sent = []
+
+    @dataclass(frozen=True, slots=True, kw_only=True)
+    class ToyConfig:
+        room: str = "ops"
+
+    class Toy:
+        def __init__(self, name, config):
+            self.name, self.config = name, config
+
+        def check(self):
+            pass
+
+        def send(self, payload, *, delivery):
+            sent.append((self.config.room, payload.notice))
+
+        def close(self):
+            pass
+
+    channels.register(
+        channels.ChannelKind(name="toy", config=ToyConfig, make=Toy, per_address=False, audiences=("user",))
+    )
+    try:
+        text = '[notify]\nlookback_s = 1e9\nkinds = ["job_end"]\n[[notify.channel]]\ntype = "toy"\nroom = "hpc"\n'
+        summary = _notifier(store, text, [NOW]).run_once()
+    finally:
+        del channels.CHANNELS["toy"]
+    assert summary.sent == 6 and {room for room, _ in sent} == {"hpc"}
