@@ -477,3 +477,29 @@ def test_a_new_channel_kind_is_one_registry_line(tmp_path, store):
     finally:
         del channels.CHANNELS["toy"]
     assert summary.sent == 6 and {room for room, _ in sent} == {"hpc"}
+
+
+def test_the_job_end_report_carries_the_steps_and_straggler_where_the_store_has_them(tmp_path, receiver, cert):
+    """The real 4-rank gloo job of tests/data/kineto/gloo_straggler/hook (rank 2 sleeps 40 ms in backward)."""
+    from hpcwatch.ingest import ingest_paths
+
+    with Store(tmp_path / "s") as st:
+        ingest_paths(st, [DATA / "kineto" / "gloo_straggler" / "hook"])
+        text = _config(tmp_path, cert, None, webhook=receiver.port)
+        summary = _notifier(st, text, [NOW]).run_once(job="gloo-test")
+    assert summary.sent == 1
+    (doc,) = [d.document for d in receiver.deliveries]
+    assert doc["notice"] == "job-end/gloo-test" and doc["step_time_s"] > 0
+    assert "Training steps:" in doc["text"] and "Straggler:" in doc["text"]
+    straggler = next(line for line in doc["text"].splitlines() if "Straggler:" in line)
+    assert "rank 2" in straggler and "backward" in straggler
+    assert "job:" in doc["text"]  # what the store could not say is said (no Slurm record of this job)
+
+
+def test_a_job_cancelled_before_it_started_is_composed_once_and_holds_nothing_back(tmp_path, store, smtp, cert):
+    store.add([Job(id="77", user="alice", account="proj-llm", start=None, end=NOW - 10, state="CANCELLED")])
+    notifier = _notifier(store, _config(tmp_path, cert, smtp.port, extra='kinds = ["job_end"]'), [NOW])
+    first = notifier.run_once()
+    assert first.sent == 6 and first.unrouted == 1  # the six reports of sacct.json, and job 77's nothing
+    assert notifier.run_once().composed == 0
+    assert "job-end/77" not in {r.message["X-Hpcwatch-Notice"] for r in smtp.received}

@@ -92,6 +92,8 @@ class Notifier:
         self._sections = {c.name: c for c in config.channels}
         self._health = {name: _Health() for name in self.channels}
         self.renderer = Renderer(config.templates)
+        self._unbuildable: set[str] = set()
+        """Keys whose build raised, logged once each."""
 
     def check(self) -> None:
         """At start: the template folder, then every channel's server (``ConfigError``: exit 2)."""
@@ -144,7 +146,16 @@ class Notifier:
             if candidate.key in seen:
                 continue
             seen.add(candidate.key)
-            routed = self._rows(candidate, candidate.build(), now)
+            try:
+                messages = candidate.build()
+            except Exception as err:  # one notice that cannot be built must not hold back the others
+                if candidate.key not in self._unbuildable:
+                    self._unbuildable.add(candidate.key)
+                    log.warning(
+                        "notify: cannot compose %s: %s: %s", candidate.key, type(err).__name__, one_line(str(err))
+                    )
+                continue  # not stored: tried again next run
+            routed = self._rows(candidate, messages, now)
             composed += 1
             if not routed:
                 unrouted += 1
