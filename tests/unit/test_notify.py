@@ -387,6 +387,10 @@ BAD_CONFIGS = [
     ),
     # an unknown language
     ('[notify]\nlanguage = "de"\n', "language must be one of en, fr"),
+    # two addresses in one string would be a second recipient
+    ('[notify]\noperators = ["ops@example.org, evil@example.net"]\n', "notify.toml:2: [notify] operators: 'ops@"),
+    # a CR/LF in a mapped address
+    ('[notify.users]\nalice = "alice@example.org\\r\\nBcc: x@example.net"\n', "users.alice: "),
 ]
 
 

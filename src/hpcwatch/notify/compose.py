@@ -21,7 +21,6 @@ from functools import partial
 from typing import Any
 
 from hpcwatch.analysis.attribution import ADVICE, JobReport, report_dict
-from hpcwatch.errors import InputError
 from hpcwatch.notify.config import NotifyConfig
 from hpcwatch.notify.message import Payload
 from hpcwatch.notify.recipients import audience_addresses, user_address, user_language
@@ -332,10 +331,9 @@ def _job_end_messages(b: _Builder, key: str, job_id: str, mail_user: str) -> lis
     record = b.store.job(job_id)
     if record is not None and record.start is None:
         return []  # cancelled before it started: it used nothing (Slurm's own mail says it ended)
-    try:
-        overview = job_overview(b.store, job_id)
-    except InputError:
-        return []  # the store cannot report on it: nothing to tell
+    # InputError when the store knows nothing of the job yet (an epilog before any poll): the loop leaves
+    # it uncomposed, so the run that stores the job composes its report.
+    overview = job_overview(b.store, job_id)
     r = overview.job
     user = r.user if r is not None else (record.user if record else None)
     account = r.account if r is not None else (record.account if record else None)

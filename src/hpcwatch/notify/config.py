@@ -38,6 +38,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, get_args, get_origin, get_type_hints
 
 from hpcwatch.errors import ConfigError
+from hpcwatch.notify.address import check_address
 from hpcwatch.notify.channels import CHANNELS
 
 __all__ = [
@@ -130,6 +131,18 @@ class NotifyConfig:
         if bad:
             raise ValueError(f"languages: {next(iter(bad))!r} = {next(iter(bad.values()))!r}: not one of en, fr")
         check_user_template(self.user_template)
+        _addresses("operators", self.operators)
+        _addresses("security", self.security)
+        for user, address in self.users.items():
+            _addresses(f"users.{user}", (address,))
+        for account, addresses in self.coordinators.items():
+            _addresses(f"coordinators.{account}", addresses)
+
+
+def _addresses(name: str, addresses: tuple[str, ...]) -> None:
+    bad = next((a for a in addresses if check_address(a) is None), None)
+    if bad is not None:
+        raise ValueError(f"{name}: {bad!r} is not one plain mail address (local@domain)")
 
 
 def _subset(name: str, values: tuple[str, ...], known: tuple[str, ...]) -> None:

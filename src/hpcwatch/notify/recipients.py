@@ -9,26 +9,10 @@ store does not keep it); the ``user_template`` (``{user}@example.org``). Every a
 
 from __future__ import annotations
 
-from email.errors import HeaderParseError
-from email.headerregistry import Address
-
+from hpcwatch.notify.address import check_address
 from hpcwatch.notify.config import NotifyConfig
-from hpcwatch.reports.text import CONTROL_CHARACTERS
 
 __all__ = ["check_address", "user_address", "user_language", "audience_addresses"]
-
-
-def check_address(address: str) -> str | None:
-    """``address`` when it is one plain ``local@domain`` (no display name, no control character), else None."""
-    if not address or CONTROL_CHARACTERS.search(address) or any(c in address for c in ' ,;<>"()'):
-        return None
-    try:
-        parsed = Address(addr_spec=address)
-    except (ValueError, IndexError, HeaderParseError):
-        return None
-    if not parsed.username or not parsed.domain or parsed.addr_spec != address:
-        return None
-    return address
 
 
 def user_address(config: NotifyConfig, user: str | None, account: str | None, *, mail_user: str = "") -> str | None:
