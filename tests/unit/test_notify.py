@@ -507,3 +507,12 @@ def test_a_job_cancelled_before_it_started_is_composed_once_and_holds_nothing_ba
     assert first.sent == 6 and first.unrouted == 1  # the six reports of sacct.json, and job 77's nothing
     assert notifier.run_once().composed == 0
     assert "job-end/77" not in {r.message["X-Hpcwatch-Notice"] for r in smtp.received}
+
+
+def test_notify_job_of_a_job_the_store_does_not_know_exits_1_and_stores_nothing(tmp_path, store, run_cli, caplog):
+    (tmp_path / "n.toml").write_text('[notify]\nuser_template = "{user}@example.org"\n')
+    argv = ["notify", "--db", str(store.path), "--config", str(tmp_path / "n.toml"), "--job", "424242", "--json"]
+    code, out, _err = run_cli(argv)
+    assert code == 1 and orjson.loads(out)["unbuilt"] == 1
+    assert "cannot compose job-end/424242: InputError: no job 424242 in the store" in caplog.text
+    assert queries.notice_keys(store, ["job-end/424242"]) == set()  # the run that stores the job composes it

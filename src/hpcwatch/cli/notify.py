@@ -56,7 +56,10 @@ def notify(
             if cfg.check_at_start and not no_check:
                 notifier.check()
             if once or job is not None:
-                _show(notifier.run_once(job=job, mail_user=mail_user), as_json)
+                summary = notifier.run_once(job=job, mail_user=mail_user)
+                _show(summary, as_json)
+                if job is not None and summary.unbuilt:
+                    raise click.exceptions.Exit(1)  # the report could not be built (logged): the epilog says so
                 return
             stop = threading.Event()
             for sig in (signal.SIGTERM, signal.SIGINT):

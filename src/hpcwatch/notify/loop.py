@@ -52,6 +52,8 @@ class RunSummary:
     """New notices no channel carries or nobody receives (no address): kept so they are not built again."""
     down: tuple[str, ...] = ()
     """Channels in an outage after the run."""
+    unbuilt: int = 0
+    """New notices that could not be built this run (logged; tried again next run)."""
 
     def as_dict(self) -> dict[str, object]:
         return {
@@ -62,6 +64,7 @@ class RunSummary:
             "pending": self.pending,
             "unrouted": self.unrouted,
             "down": list(self.down),
+            "unbuilt": self.unbuilt,
         }
 
 
@@ -92,6 +95,7 @@ class Notifier:
         self._sections = {c.name: c for c in config.channels}
         self._health = {name: _Health() for name in self.channels}
         self.renderer = Renderer(config.templates)
+        self._unbuilt = 0
         self._unbuildable: set[str] = set()
         """Keys whose build raised, logged once each."""
 
@@ -109,6 +113,7 @@ class Notifier:
 
     def run_once(self, *, job: str | None = None, mail_user: str = "") -> RunSummary:
         now = self.clock()
+        self._unbuilt = 0
         composed, unrouted = self._compose(
             candidates(self.store, self.config, self.renderer, now=now, job=job, mail_user=mail_user), now
         )
@@ -123,6 +128,7 @@ class Notifier:
             pending=len(queries.pending_notices(self.store)),
             unrouted=unrouted,
             down=tuple(n for n, h in self._health.items() if h.down_since is not None),
+            unbuilt=self._unbuilt,
         )
 
     def _compose(self, found: object, now: float) -> tuple[int, int]:
@@ -149,6 +155,7 @@ class Notifier:
             try:
                 messages = candidate.build()
             except Exception as err:  # one notice that cannot be built must not hold back the others
+                self._unbuilt += 1
                 if candidate.key not in self._unbuildable:
                     self._unbuildable.add(candidate.key)
                     log.warning(
