@@ -1,12 +1,12 @@
 """The loop: compose what is new, keep it as pending deliveries, deliver what the channels and limits allow.
 
     run_once:  candidates ─ keys no delivery row names ─ build ─ one commit of pending rows
-               pending rows ─ rate limit per recipient ─ channel up? ─ send ─ one commit per outcome
+               pending rows ─ rate limit per recipient ─ channel up? ─ send ─ sent rows committed by 50 / 1 s
 
 A delivery is written ``pending`` before its first try, so neither a crash nor an outage loses it;
-it becomes ``sent`` in the commit right after the channel took it. A crash between the two sends
-that one delivery again on the next run (at least once: a webhook receiver can drop a repeated
-``X-Hpcwatch-Delivery``). A channel that fails is left alone for ``retry_base_s``, doubled at
+it becomes ``sent`` in a commit after the channel took it (by 50, or after a second). A crash between
+the two sends those deliveries again on the next run (at least once: a webhook receiver can drop a
+repeated ``X-Hpcwatch-Delivery``). A channel that fails is left alone for ``retry_base_s``, doubled at
 each failure up to ``retry_max_s``; the first failure logs one WARNING line (the outage), the
 first success after it one INFO line (the recovery, with how long it lasted); the tries between
 log nothing. A recipient past ``rate_per_hour`` deliveries in the last hour waits for a later run.
