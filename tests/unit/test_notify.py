@@ -516,3 +516,23 @@ def test_notify_job_of_a_job_the_store_does_not_know_exits_1_and_stores_nothing(
     assert code == 1 and orjson.loads(out)["unbuilt"] == 1
     assert "cannot compose job-end/424242: InputError: no job 424242 in the store" in caplog.text
     assert queries.notice_keys(store, ["job-end/424242"]) == set()  # the run that stores the job composes it
+
+
+def test_slack_posts_text_with_its_markup_escaped(tmp_path, store, receiver):
+    _hostile_store(store)
+    url = f"http://127.0.0.1:{receiver.port}/hooks/secret-token"
+    text = f'[notify]\nlookback_s = 1e9\nkinds = ["health"]\n[[notify.channel]]\ntype = "slack"\nurl = "{url}"\n'
+    assert _notifier(store, text, [NOW]).run_once().sent == 1
+    (post,) = receiver.deliveries
+    assert set(post.document) == {"text"} and "X-Hpcwatch-Signature" not in post.headers
+    assert "&lt;b&gt;xid 79&lt;/b&gt;" in post.document["text"] and "<b>" not in post.document["text"]
+    assert "\r" not in post.document["text"].split("\n", 1)[0]  # the subject line: node9\x0d\x0a..., one line
+
+
+def test_collect_check_shows_no_webhook_token(tmp_path, run_cli):
+    (tmp_path / "c.toml").write_text(
+        f'[store]\npath = "{tmp_path / "s"}"\n[notify]\ncheck_at_start = false\n'
+        '[[notify.channel]]\ntype = "slack"\nurl = "https://hooks.example.org/services/T0/B0/s3cr3t"\n'
+    )
+    code, out, _err = run_cli(["collect", "--config", str(tmp_path / "c.toml"), "--check", "--json"])
+    assert code == 0 and "s3cr3t" not in out and "https://hooks.example.org/…" in out

@@ -63,7 +63,7 @@ def _show_plan(cfg, as_json: bool) -> None:
 
     from hpcwatch.collect.daemon import KINDS
 
-    rows = [{"kind": KINDS[type(s)], **asdict(s)} for s in cfg.collectors]
+    rows = [{"kind": KINDS[type(s)], **(s.describe() if hasattr(s, "describe") else asdict(s))} for s in cfg.collectors]
     if as_json:
         emit_json({"config": cfg.path, "store": cfg.store.path, "collectors": rows})
         return

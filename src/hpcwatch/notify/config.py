@@ -34,8 +34,9 @@ from __future__ import annotations
 import re
 import string
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any, Literal, get_args, get_origin, get_type_hints
+from urllib.parse import urlsplit
 
 from hpcwatch.errors import ConfigError
 from hpcwatch.notify.address import check_address
@@ -137,6 +138,18 @@ class NotifyConfig:
             _addresses(f"users.{user}", (address,))
         for account, addresses in self.coordinators.items():
             _addresses(f"coordinators.{account}", addresses)
+
+    def describe(self) -> dict[str, Any]:
+        """Every key, as ``collect --check`` shows it: an incoming webhook's URL is its secret (Slack and
+        Mattermost put the token in the path), so URLs show their scheme, host and port only."""
+        doc = asdict(self)
+        for channel in doc["channels"]:
+            url = channel["options"].get("url")
+            if url:
+                parts = urlsplit(url)
+                port = f":{parts.port}" if parts.port else ""
+                channel["options"]["url"] = f"{parts.scheme}://{parts.hostname}{port}/…"
+        return doc
 
 
 def _addresses(name: str, addresses: tuple[str, ...]) -> None:
