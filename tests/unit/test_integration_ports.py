@@ -28,18 +28,21 @@ def _declared_ports(tree: ast.Module) -> dict[str, int]:
             else [(target, value)]
         )
         for name, constant in pairs:
-            if isinstance(name, ast.Name) and "PORT" in name.id and isinstance(constant, ast.Constant):
-                if isinstance(constant.value, int) and constant.value >= 1024:
-                    found[name.id] = constant.value
+            is_port = isinstance(name, ast.Name) and "PORT" in name.id
+            value = constant.value if isinstance(constant, ast.Constant) else None
+            if is_port and isinstance(value, int) and value >= 1024:
+                found[name.id] = value
     return found
 
 
 def _nodes(tree: ast.Module) -> int:
     """A module's NODES constant (a twin that size), else the 2-node twin every other test serves."""
     for node in tree.body:
-        if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "NODES" for t in node.targets):
-            if isinstance(node.value, ast.Constant) and isinstance(node.value.value, int):
-                return node.value.value * 2  # test_scale: one twin per backend, side by side
+        named_nodes = isinstance(node, ast.Assign) and any(
+            isinstance(t, ast.Name) and t.id == "NODES" for t in node.targets
+        )
+        if named_nodes and isinstance(node.value, ast.Constant) and isinstance(node.value.value, int):
+            return node.value.value * 2  # test_scale: one twin per backend, side by side
     return 2
 
 
