@@ -3,7 +3,7 @@
 // The server decides what is a problem (reports/live.py); this module only draws it, with textContent.
 
 import { jobLink } from "./job.js";
-import { cards, clear, fmt, h, t } from "./util.js";
+import { cards, clear, fmt, h, has, t } from "./util.js";
 
 const body = document.body;
 const marks = new Map([...document.querySelectorAll("[data-mark]")].map((n) => [n.dataset.mark, n]));
@@ -11,13 +11,29 @@ const gpuEls = new Map([...document.querySelectorAll("[data-gpu]")].map((n) => [
 const nodeEls = new Map([...document.querySelectorAll("g[data-node]")].map((n) => [n.dataset.node, n]));
 const toggle = document.getElementById("alerts-toggle");
 const list = document.getElementById("alerts-list");
+const worst = document.getElementById("alerts-worst");
 const monitor = { job: null, snapshot: null, receivedAt: 0, openCard: null, onChange: null };
 
 // -- the alert strip ---------------------------------------------------------------------
+// The server groups and ranks the problems (reports/triage.py: `alerts`, worst first); a group of one says what
+// is wrong where, a group of many says how many and lists them in natural order (node2 before node10).
+
+const MEMBERS_SHOWN = 24;
 
 function where(p) {
   if (p.el.startsWith("gpu:")) return `${p.node}/GPU${p.gpu}`;
   return p.node ?? p.el;
+}
+
+function verdictWord(severity) {
+  if (has(`verdict.${severity}`)) return t(`verdict.${severity}`);
+  return has(`severity.${severity}`) ? t(`severity.${severity}`) : severity ?? "";
+}
+
+/** A health rule's readable title: the catalogue's words, else the check's own English title. */
+function ruleTitle(p, form, n) {
+  const key = `health_rule.${p.rule}.${form}`;
+  return has(key) ? t(key, { n: fmt(n) }) : null;
 }
 
 function problemText(p) {
@@ -29,31 +45,76 @@ function problemText(p) {
     const vector = cards.vectors?.[p.evidence.vector]?.title ?? p.evidence.vector;
     return t("alerts.finding", { vector, n: fmt(p.evidence.findings), target: p.node ?? t("live.none") });
   }
-  const verdict = t(`verdict.${p.severity}`);
+  const verdict = verdictWord(p.severity);
   if (p.rule === "xid") return t("alerts.xid", { code: p.evidence.xid, where: where(p), verdict });
-  return t("alerts.health", { where: where(p), rule: p.rule, verdict });
+  return t("alerts.health", { where: where(p), title: ruleTitle(p, "one", 1) ?? p.title, verdict });
 }
 
-function drawAlerts(problems) {
-  const n = problems.length;
+function groupText(g) {
+  if (g.count === 1) return problemText(g.first);
+  const n = g.gpus || g.nodes || g.count;
+  const verdict = verdictWord(g.severity);
+  if (g.rule === "xid") return t("alerts.xid_group", { code: g.first.evidence.xid, n: fmt(n), verdict });
+  const title = ruleTitle(g.first, "many", n);
+  if (title) return t("alerts.group", { title, verdict });
+  return t("alerts.other_group", { title: problemText(g.first), n: fmt(g.count - 1), verdict });
+}
+
+function openProblem(el) {
+  setListOpen(false);                      // the list would push away the card it just opened
+  monitor.openCard?.(el);
+}
+
+function jobButtons(jobs) {
+  return jobs.slice(0, 3).map((job) => [h("button", { type: "button", class: "ghost alert-job", "data-highlight-job": job,
+    title: t("alerts.job_title", { job }) }, t("alerts.job", { job })), jobLink(job)]);
+}
+
+function groupItem(g) {
+  const attrs = { type: "button", class: "alert-open", "data-kind": g.kind, "data-severity": g.severity ?? "",
+    "data-mark": g.mark, "data-count": String(g.count) };
+  if (g.count === 1) {
+    const open = h("button", { ...attrs, "data-open-el": g.first.el }, h("span", { class: "alert-glyph", "aria-hidden": "true" },
+      t(`glyph.${g.mark}`)), " ", groupText(g));
+    open.addEventListener("click", () => openProblem(g.first.el));
+    return h("li", { "data-severity": g.severity ?? "", "data-mark": g.mark, "data-group": g.key }, open, jobButtons(g.jobs));
+  }
+  const members = h("div", { class: "alert-members", hidden: true, id: `members-${g.key.replace(/[^\w-]/g, "_")}` },
+    g.members.slice(0, MEMBERS_SHOWN).map((m) => {
+      const b = h("button", { type: "button", class: "ghost alert-member", "data-open-el": m.el }, where(m));
+      b.addEventListener("click", () => openProblem(m.el));
+      return b;
+    }),
+    g.count > MEMBERS_SHOWN ? h("span", { class: "muted" }, t("alerts.more", { n: fmt(g.count - MEMBERS_SHOWN) })) : null);
+  const label = h("span", { class: "alert-title" }, groupText(g));
+  const show = h("button", { type: "button", class: "ghost alert-show", "aria-expanded": "false", "aria-controls": members.id },
+    t("alerts.show", { n: fmt(g.count) }));
+  show.addEventListener("click", () => {
+    members.hidden = !members.hidden;
+    show.setAttribute("aria-expanded", String(!members.hidden));
+    show.textContent = members.hidden ? t("alerts.show", { n: fmt(g.count) }) : t("alerts.hide");
+  });
+  const { type, ...headAttrs } = attrs;
+  const head = h("div", { ...headAttrs, class: "alert-group-head" }, h("span", { class: "alert-glyph", "aria-hidden": "true" },
+    t(`glyph.${g.mark}`)), " ", label, show);
+  return h("li", { "data-severity": g.severity ?? "", "data-mark": g.mark, "data-group": g.key }, head, members);
+}
+
+function drawAlerts(groups) {
+  const n = groups.length;
   toggle.textContent = n === 0 ? t("alerts.none") : n === 1 ? t("alerts.count_one") : t("alerts.count", { n: fmt(n) });
   toggle.dataset.count = String(n);
-  toggle.dataset.severity = problems[0]?.severity ?? "ok";
-  const signature = JSON.stringify(problems.map((p) => [p.el, p.rule, p.severity, p.job, p.evidence]));
+  toggle.dataset.severity = groups[0]?.severity ?? "ok";
+  // The worst problem, first on the page: one click from its card.
+  worst.hidden = n === 0;
+  worst.textContent = n ? t("alerts.worst", { what: groupText(groups[0]) }) : "";
+  worst.dataset.openEl = n ? groups[0].first.el : "";
+  worst.dataset.severity = groups[0]?.severity ?? "ok";
+  const signature = JSON.stringify(groups.map((g) => [g.key, g.count, g.members.map((m) => m.el), g.jobs, g.first.evidence]));
   if (list.dataset.signature === signature) return;   // keep focus inside an open list between ticks
   list.dataset.signature = signature;
   clear(list);
-  for (const p of problems) {
-    const open = h("button", { type: "button", class: "alert-open", "data-open-el": p.el, "data-kind": p.kind,
-      "data-severity": p.severity ?? "" }, problemText(p));
-    open.addEventListener("click", () => {
-      setListOpen(false);                      // the list would cover the card it just opened
-      monitor.openCard?.(p.el);
-    });
-    const job = p.job ? h("button", { type: "button", class: "ghost alert-job", "data-highlight-job": p.job,
-      title: t("alerts.job_title", { job: p.job }) }, t("alerts.job", { job: p.job })) : null;
-    list.append(h("li", { "data-severity": p.severity ?? "" }, open, job, p.job ? jobLink(p.job) : null));
-  }
+  for (const g of groups) list.append(groupItem(g));
   if (n === 0) setListOpen(false);
 }
 
@@ -153,7 +214,7 @@ export function applyMonitor(snap) {
   monitor.snapshot = snap;
   monitor.receivedAt = performance.now();
   const problems = snap.problems ?? [];
-  drawAlerts(problems);
+  drawAlerts(snap.alerts ?? []);
   drawMarks(problems);
   drawJob(snap);
   checkStale();
@@ -163,6 +224,14 @@ export function initMonitor({ openCard, onChange }) {
   monitor.openCard = openCard;
   monitor.onChange = onChange;
   toggle.addEventListener("click", () => setListOpen(list.hidden && toggle.dataset.count !== "0"));
+  worst.addEventListener("click", () => { if (worst.dataset.openEl) openProblem(worst.dataset.openEl); });
+  // Escape closes an open list first (registered before the card's Escape, which then does not run).
+  document.addEventListener("keydown", (event) => {
+    if (event.key !== "Escape" || list.hidden) return;
+    event.stopImmediatePropagation();
+    setListOpen(false);
+    toggle.focus();
+  });
   document.getElementById("job-clear").addEventListener("click", () => highlightJob(null));
   // A job button anywhere (alert strip, GPU card, queue) lights that job's GPUs.
   document.addEventListener("click", (event) => {
