@@ -4,7 +4,7 @@
 import { renderCard, updateCardLive } from "./card.js";
 import { initFit } from "./fit.js";
 import { showHistory } from "./history.js";
-import { applyMonitor, highlightJob, initMonitor, readUrl, writeUrl } from "./monitor.js";
+import { applyMonitor, highlightJob, initMonitor, readUrl, setConnection, writeUrl } from "./monitor.js";
 import { jobLink } from "./job.js";
 import { applyTiles, initTiles } from "./tiles.js";
 import { initPlayer } from "./player.js";
@@ -122,25 +122,18 @@ function updateQueue(snap) {
 }
 
 function connect() {
-  const conn = document.getElementById("conn");
-  const text = document.getElementById("conn-text");
   const source = new EventSource(boot.stream);
   source.addEventListener("live", (event) => {
-    conn.className = "conn conn-live";
-    text.textContent = t("status.live");
     const started = performance.now();
     applySnapshot(JSON.parse(event.data));
+    setConnection("live");           // one status: "Live" only if the data it brought is fresh too (monitor.js)
     // What one tick costs the page (parse + every write), kept for benchmarks/bench_web.py and the tests.
     state.applyMs = [...state.applyMs.slice(-59), performance.now() - started];
   });
   source.addEventListener("problem", (event) => {
-    conn.className = "conn conn-lost";
-    text.textContent = t("error.generic", { error: JSON.parse(event.data).error });
+    setConnection("lost", t("error.generic", { error: JSON.parse(event.data).error }));
   });
-  source.onerror = () => {
-    conn.className = "conn conn-lost";
-    text.textContent = t("status.lost");
-  };
+  source.onerror = () => setConnection("lost");
 }
 
 // -- cards ---------------------------------------------------------------------------------

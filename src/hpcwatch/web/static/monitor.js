@@ -174,17 +174,38 @@ function fmtAge(seconds) {
   return t("stale.h", { n: fmt(seconds / 3600, 0) });
 }
 
+// One status for the connection and the data's age, so "Live" never sits beside "data 65 h old":
+//   live   connected, data fresh                 ● Live
+//   stale  connected, newest data too old        ◐ Not live · data 65 h old — dimmed
+//   lost   stream down (with the data's age)     ○ Connection lost, retrying · data 2 min old — dimmed
+const status = { conn: "wait", text: null };
+const CONN_GLYPHS = { wait: "◌", live: "●", stale: "◐", lost: "○" };
+
+/** The stream's state (app.js): `live` on every event, `lost` on an error, with an optional message. */
+export function setConnection(conn, text = null) {
+  status.conn = conn;
+  status.text = text;
+  checkStale();
+}
+
 function checkStale() {
   const snap = monitor.snapshot;
-  if (!snap || snap.t === null || snap.t === undefined) return;
+  const hasData = snap && snap.t !== null && snap.t !== undefined;
   const sinceReceived = (performance.now() - monitor.receivedAt) / 1000;
-  const age = (snap.age_s ?? 0) + sinceReceived;
-  const limit = snap.stale_after_s ?? 45;
-  const stale = age > limit || sinceReceived > limit;
+  const age = hasData ? (snap.age_s ?? 0) + sinceReceived : 0;
+  const limit = snap?.stale_after_s ?? 45;
+  const stale = hasData && (age > limit || sinceReceived > limit);
   body.classList.toggle("stale", stale);
   const label = document.getElementById("stale-age");
   label.hidden = !stale;
   label.textContent = stale ? t("stale.age", { age: fmtAge(age) }) : "";
+  const shown = status.conn === "live" && stale ? "stale" : status.conn;
+  const dot = document.getElementById("conn");
+  dot.className = `conn conn-${shown}`;
+  dot.dataset.state = shown;
+  dot.textContent = CONN_GLYPHS[shown];
+  const words = { wait: t("status.connecting"), live: t("status.live"), stale: t("status.stale"), lost: t("status.lost") };
+  document.getElementById("conn-text").textContent = status.text ?? words[shown];
 }
 
 // -- the URL -----------------------------------------------------------------------------
