@@ -170,3 +170,18 @@ def test_two_nodes_use_the_same_readable_titles(problem_page):
     assert pg.locator("#alerts-list > li").first.get_attribute("data-mark") == "xid"  # drain before the straggler
     pg.keyboard.press("Escape")
     assert not pg.locator("#alerts-list").is_visible()
+
+
+def test_128_node_tiles_carry_the_glyph_of_their_worst_gpu(triage_page):
+    """Point 5 at scale: a tile's cells are too small for words, so the tile's corner shows the glyph."""
+    pg = triage_page
+    assert pg.locator("[data-tile-mark='node2']").text_content().startswith("✕")  # the XID wins over idle GPUs
+    idle_tiles = pg.locator(".tile-mark[data-mark-kind='idle']")
+    assert idle_tiles.count() >= 10 and idle_tiles.first.text_content().startswith("◌")
+    styles = pg.evaluate(
+        """() => ["xid", "idle"].map((kind) => { const box = document.querySelector(
+             `.gpu-cell[data-problem='${kind}'] .gpu-box`); const s = getComputedStyle(box);
+             return [s.fill, s.stroke, s.strokeDasharray]; })"""
+    )
+    assert styles[0] != styles[1] and styles[0][2] != styles[1][2], styles  # apart in grey too: the dashes
+    pg.locator("#schematic-wrap").screenshot(path=str(SHOTS / "triage-128-tiles.png"))

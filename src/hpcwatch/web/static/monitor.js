@@ -3,6 +3,7 @@
 // The server decides what is a problem (reports/live.py); this module only draws it, with textContent.
 
 import { jobLink } from "./job.js";
+import { MARK_ORDER } from "./tiles.js";
 import { cards, clear, fmt, h, has, t } from "./util.js";
 
 const body = document.body;
@@ -125,24 +126,32 @@ function setListOpen(open) {
 
 // -- marks on the drawing ----------------------------------------------------------------
 
+// One mark per kind of problem (reports/triage.py `mark`): straggler, idle allocated, XID, drained, lost, other
+// warnings; each its own glyph, frame and colour (tiles.js MARK_ORDER decides which of two wins). The GPU's
+// number stays visible above its mark.
 function drawMarks(problems) {
-  const signature = JSON.stringify(problems.map((p) => [p.el, p.kind, p.rule, p.severity, p.evidence.xid, p.node]));
+  const signature = JSON.stringify(problems.map((p) => [p.el, p.mark, p.severity, p.evidence.xid, p.node]));
   if (drawMarks.last === signature) return;
   drawMarks.last = signature;
   for (const el of gpuEls.values()) delete el.dataset.problem;
   for (const el of nodeEls.values()) delete el.dataset.problem;
   for (const m of marks.values()) m.textContent = "";
+  const rank = (mark) => { const i = MARK_ORDER.indexOf(mark); return i < 0 ? MARK_ORDER.length : i; };
+  const worst = new Map();
+  for (const p of problems) {
+    if (!p.el.startsWith("gpu:")) continue;
+    const id = p.el.slice(4);
+    if (!worst.has(id) || rank(p.mark) < rank(worst.get(id).mark)) worst.set(id, p);
+  }
+  for (const [id, p] of worst) {
+    const el = gpuEls.get(id);
+    if (el) el.dataset.problem = p.mark;
+    const mark = marks.get(id);
+    if (mark) mark.textContent = p.mark === "xid" ? t("mark.xid", { code: p.evidence.xid }) : t(`mark.${p.mark}`);
+  }
   for (const p of [...problems].reverse()) {          // worst last, so it wins
-    if (p.el.startsWith("gpu:")) {
-      const id = p.el.slice(4);
-      const kind = p.kind === "straggler" ? "straggler" : p.rule === "xid" ? "xid" : p.severity;
-      const el = gpuEls.get(id);
-      if (el) el.dataset.problem = kind;
-      const mark = marks.get(id);
-      if (mark) mark.textContent = kind === "xid" ? t("mark.xid", { code: p.evidence.xid }) : t(`mark.${kind}`);
-    }
     const node = nodeEls.get(p.el.startsWith("node:") ? p.el.slice(5) : p.node ?? "");
-    if (node && (p.kind === "finding" || p.el.startsWith("node:"))) node.dataset.problem = p.kind === "finding" ? "finding" : p.severity;
+    if (node && (p.kind === "finding" || p.el.startsWith("node:"))) node.dataset.problem = p.kind === "finding" ? "finding" : p.mark;
   }
 }
 
@@ -175,9 +184,9 @@ function fmtAge(seconds) {
 }
 
 // One status for the connection and the data's age, so "Live" never sits beside "data 65 h old":
-//   live   connected, data fresh                 ● Live
-//   stale  connected, newest data too old        ◐ Not live · data 65 h old — dimmed
-//   lost   stream down (with the data's age)     ○ Connection lost, retrying · data 2 min old — dimmed
+//   live   connected, data fresh                 ● status.live
+//   stale  connected, newest data too old        ◐ status.stale · stale.age
+//   lost   stream down (with the data's age)     ○ status.lost · stale.age
 const status = { conn: "wait", text: null };
 const CONN_GLYPHS = { wait: "◌", live: "●", stale: "◐", lost: "○" };
 
