@@ -33,7 +33,7 @@ export function initPlayer(root) {
   let frame = null;
 
   // Loads are ordered: each one takes a ticket, and only the latest ticket may draw. A slow response to an
-  // earlier click (the first example, still loading when "With straggler" was clicked) is dropped, so the
+  // earlier click (the first example, still loading when the straggler example was clicked) is dropped, so the
   // chart always shows the job its label names: the last click wins, not the last response.
   let ticket = 0;
 
