@@ -96,7 +96,8 @@ function updateVectors(snap) {
     el.dataset.live = String(live);
     const flag = refs.flags.get(el.dataset.vector);
     if (flag) {
-      flag.textContent = live ? `⚠ ${t("vector.live")}` : t("vector.none");
+      // Only a live finding is written on the drawing: six "no finding" labels covered the GPU tiles.
+      flag.textContent = live ? `⚠ ${t("vector.live")}` : "";
       flag.dataset.live = String(live);
     }
     document.querySelector(`[data-path='${el.dataset.vector}']`)?.setAttribute("data-live", String(live));
@@ -238,6 +239,20 @@ function setView(view) {
   saveUrl();
 }
 
+// The prose legend waits behind "?" (three lines of the first screen were legend); Escape hides it again.
+function bindLegend() {
+  const button = document.getElementById("legend-toggle");
+  const help = document.getElementById("legend-help");
+  const show = (open) => {
+    help.hidden = !open;
+    button.setAttribute("aria-expanded", String(open));
+    button.setAttribute("aria-label", t(open ? "legend.help_close" : "legend.help"));
+  };
+  button.addEventListener("click", () => show(help.hidden));
+  help.addEventListener("keydown", (event) => { if (event.key === "Escape") { show(false); button.focus(); } });
+  button.addEventListener("keydown", (event) => { if (event.key === "Escape" && !help.hidden) { event.stopPropagation(); show(false); } });
+}
+
 function bindModes() {
   document.querySelectorAll("[data-reading]").forEach((b) => b.addEventListener("click", () => setReading(b.dataset.reading)));
   document.querySelectorAll("[data-view]").forEach((b) => b.addEventListener("click", () => setView(b.dataset.view)));
@@ -324,6 +339,7 @@ initTiles();
 const fit = initFit();
 bindElements();
 bindModes();
+bindLegend();
 bindPan();
 const player = initPlayer(document.getElementById("player"));
 initSimulator(document.getElementById("sim"));
