@@ -96,7 +96,7 @@ function updateVectors(snap) {
     el.dataset.live = String(live);
     const flag = refs.flags.get(el.dataset.vector);
     if (flag) {
-      // Only a live finding is written on the drawing: six "no finding" labels covered the GPU tiles.
+      // Only a live finding is written on the drawing: six labels of vectors without one covered the GPU tiles.
       flag.textContent = live ? `⚠ ${t("vector.live")}` : "";
       flag.dataset.live = String(live);
     }
