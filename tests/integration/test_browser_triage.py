@@ -28,6 +28,7 @@ from tests.integration.test_browser import (  # noqa: F401 - fixtures are used b
     problem_page,
     problem_server,
 )
+from tests.integration.test_browser_fit import _axe
 
 pytestmark = pytest.mark.integration
 
@@ -136,6 +137,7 @@ def test_128_nodes_list_one_group_per_rule_worst_first_in_natural_order(triage_p
     nodes = [name.split("/")[0] for name in shown]
     assert nodes == sorted(nodes, key=_natural), nodes
     pg.screenshot(path=str(SHOTS / "triage-128-open.png"))
+    assert _axe(pg) == []  # the open list with its GPUs' buttons
     # A member opens its GPU's card (through its node: an aggregate tile's GPU has its own card).
     first = idle_item.locator(".alert-member").first
     el = first.get_attribute("data-open-el")

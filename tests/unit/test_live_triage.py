@@ -77,3 +77,19 @@ def test_each_problem_kind_has_its_own_mark():
 
 def test_no_problem_no_group():
     assert alert_groups([]) == []
+
+
+def test_the_live_snapshot_carries_the_groups_of_its_problems(tmp_path):
+    from hpcwatch.model import reference_cluster
+    from hpcwatch.reports.live import latest_t, live_snapshot
+    from hpcwatch.store import Store
+    from hpcwatch.twin.live import LiveTwin
+
+    with Store(tmp_path / "store") as store:
+        live = LiveTwin(store, reference_cluster(), seed=0, scenarios=("straggler", "xid79"), start=1.7e9)
+        for _ in range(60):
+            live.step()
+        snap = live_snapshot(store, weights_path="/weights", now=latest_t(store))
+    assert snap["alerts"] == alert_groups(snap["problems"])
+    assert snap["alerts"][0]["mark"] == "xid" and snap["alerts"][0]["first"]["el"] == "gpu:node2/3"
+    assert {p["mark"] for p in snap["problems"]} >= {"xid", "straggler"}
