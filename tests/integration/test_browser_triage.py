@@ -187,3 +187,21 @@ def test_128_node_tiles_carry_the_glyph_of_their_worst_gpu(triage_page):
     )
     assert styles[0] != styles[1] and styles[0][2] != styles[1][2], styles  # apart in grey too: the dashes
     pg.locator("#schematic-wrap").screenshot(path=str(SHOTS / "triage-128-tiles.png"))
+
+
+def test_on_a_phone_the_worst_problem_and_the_list_fit_the_screen(browser, triage_server):
+    context = browser.new_context(viewport={"width": 390, "height": 844}, locale="en-US")
+    context.set_default_timeout(ACTION_TIMEOUT_MS)
+    pg = context.new_page()
+    try:
+        pg.goto(triage_server)
+        pg.wait_for_function("Number(document.getElementById('alerts-toggle').dataset.count) > 0", timeout=60_000)
+        right = pg.evaluate("document.getElementById('alerts-worst').getBoundingClientRect().right")
+        assert right <= 390, right
+        pg.click("#alerts-toggle")
+        box = pg.evaluate("(() => { const r = document.getElementById('alerts-list').getBoundingClientRect();"
+                          " return [r.left, r.right, r.top]; })()")  # fmt: skip
+        assert box[0] >= 0 and box[1] <= 390 and box[2] < 844, box  # on the first screen
+        pg.screenshot(path=str(SHOTS / "triage-128-phone.png"))
+    finally:
+        context.close()
