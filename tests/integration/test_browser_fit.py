@@ -233,7 +233,8 @@ def test_kiosk_mode_fills_a_wall_screen_with_the_drawing(browser, big_server):
 
 def test_gpu_tile_shows_power_temperature_job_colour_and_speaks_its_values(page):
     pt = page.text_content("[data-live='pt:node1/2']")
-    assert re.fullmatch(r"\d[\d,]* W · \d+°", pt), pt
+    assert re.fullmatch(r"\d[\d,]* W", pt), pt  # temperature on its own line (issue 27 point 10)
+    assert re.fullmatch(r"\d+ °C", page.text_content("[data-live='temp:node1/2']"))
     tile = page.locator("g.el[data-gpu='node1/2']")
     assert tile.get_attribute("data-jobc") in {str(i) for i in range(8)}
     label = tile.get_attribute("aria-label")

@@ -21,6 +21,7 @@ simulated goodput      ``simulated_goodput``, ``simulated_goodput_sweep`` (goodp
 node health            ``node_health`` (health) -> ``HealthReport``
 findings summary       ``findings_summary``, ``finding_counts`` (findings)
 live snapshot          ``live_snapshot``, ``gpu_table`` (live)
+live problems, ranked  ``alert_groups``, ``natural_key`` (triage)
 a GPU's last minutes   ``element_history`` (history) -> ``History`` (a samples source: Store or PromQL)
 =====================  ===========================================================
 """
@@ -65,6 +66,8 @@ _HOMES = {
     "live_snapshot": "live",
     "latest_t": "live",
     "gpu_table": "live",
+    "alert_groups": "triage",
+    "natural_key": "triage",
     "visible": "text",
     "job_overview": "jobpage",
     "JobOverview": "jobpage",

@@ -34,6 +34,7 @@ from hpcwatch.reports.health import node_health
 from hpcwatch.reports.livesamples import LiveSamples, StoreSamples
 from hpcwatch.reports.nccl import nccl_card
 from hpcwatch.reports.steps import live_training, step_report
+from hpcwatch.reports.triage import SEVERITY_RANK, alert_groups, mark_of, natural_key
 from hpcwatch.store import Store, queries
 from hpcwatch.vocab import EventKind
 
@@ -152,7 +153,8 @@ def live_snapshot(
     time), ``gpus``, ``nodes``, ``storage``, ``queue``, ``training``, ``collectors``, ``collect`` (the
     daemon's collectors, or None), ``vectors``, ``weights``, ``nccl`` (per job: NCCL version, transports,
     channels, NCCL_* variables, rule verdicts; ``reports.nccl.nccl_card``), ``problems`` (``problems()``; left
-    empty with ``with_problems=False``, for a caller that refreshes them less often), ``job_gpus``, ``age_s``
+    empty with ``with_problems=False``, for a caller that refreshes them less often), ``alerts`` (those problems
+    grouped and ranked, ``reports.triage.alert_groups``), ``job_gpus``, ``age_s``
     (wall clock minus ``now``) and ``stale_after_s``.
 
     ``samples`` answers the sample questions (``reports.livesamples``: the store by default, or a
@@ -161,6 +163,11 @@ def live_snapshot(
     samples = samples if samples is not None else StoreSamples(store)
     jobs = {job.id: job for job in store.jobs()}
     training = live_training(store, exclude_jobs=exclude_jobs)
+    found = (
+        problems(store, training_job=training.job if training is not None else None)
+        if now is not None and with_problems
+        else []
+    )
     checkpoints, last_checkpoint = queries.checkpoint_activity(store)
     gpus = _gpus(samples, now, jobs) if now is not None else {}
     return {
@@ -185,9 +192,8 @@ def live_snapshot(
         "vectors": {v: asdict(s) for v, s in findings_summary(store).items()},
         "weights": {"checkpoint_events": checkpoints, "last_checkpoint_t": last_checkpoint},
         "nccl": nccl_card(store),
-        "problems": problems(store, training_job=training.job if training is not None else None)
-        if now is not None and with_problems
-        else [],
+        "problems": found,
+        "alerts": alert_groups(found),
         "job_gpus": _job_gpus(gpus, jobs),
         "age_s": max(0.0, time.time() - now) if now is not None else None,
         "stale_after_s": STALE_AFTER_S,
@@ -209,16 +215,20 @@ def _job_gpus(gpus: dict[str, dict[str, Any]], jobs: dict[str, Job]) -> dict[str
 
 
 def problems(store: Store, *, training_job: str | None) -> list[dict[str, Any]]:
-    """What is wrong now, worst first: node health checks that warn or drain (an XID names its GPU),
-    the live job's straggler (``reports.steps``), and every threat vector with findings.
+    """What is wrong now, worst first, then in the natural order of the elements (``node2`` before
+    ``node10``): node health checks that warn or drain (an XID names its GPU), the live job's straggler
+    (``reports.steps``), and every threat vector with findings.
 
     Each entry: ``kind`` (``health``, ``straggler``, ``finding``), ``severity`` (``drain``/``warn`` for
     health; ``warn`` for a straggler; the finding's own), ``el`` (the page element that opens its card:
     ``gpu:node1/2``, ``node:node1``, ``vector:rdma_blind_spot``), ``node``, ``gpu``, ``job``, ``rule``,
-    ``title`` (English, from the rule) and ``evidence`` (the numbers the page words itself)."""
+    ``mark`` (the drawing's mark, ``reports.triage.mark_of``), ``title`` (English, from the rule) and
+    ``evidence`` (the numbers the page words itself). ``alert_groups`` folds them for the alert list."""
     found = [*_health_problems(store), *_straggler_problems(store, training_job), *_finding_problems(store)]
-    order = {"drain": 0, "critical": 0, "high": 1, "warn": 2, "medium": 2}
-    return sorted(found, key=lambda p: (order.get(p["severity"] or "", 3), p["el"]))
+    for p in found:
+        p["mark"] = mark_of(p)
+    rank = SEVERITY_RANK
+    return sorted(found, key=lambda p: (rank.get(p["severity"] or "", len(rank)), natural_key(p["el"])))
 
 
 def _health_problems(store: Store) -> list[dict[str, Any]]:
@@ -236,7 +246,7 @@ def _health_problems(store: Store) -> list[dict[str, Any]]:
                     "el": el,
                     "node": node.node,
                     "gpu": str(gpu) if gpu is not None else None,
-                    "job": None,
+                    "job": str(check.evidence["job"]) if check.evidence.get("job") else None,
                     "rule": check.rule,
                     "title": check.title,
                     "evidence": _plain(check.evidence),

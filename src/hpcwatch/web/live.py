@@ -32,6 +32,7 @@ from hpcwatch.reports.live import (
     problems,
 )
 from hpcwatch.reports.livesamples import LiveSamples, StoreSamples
+from hpcwatch.reports.triage import alert_groups
 from hpcwatch.store import Store
 from hpcwatch.web.i18n import LANGUAGES, finding_text
 
@@ -81,6 +82,7 @@ class LiveView:
         self._cached_at = 0.0
         self._latest_t: float | None = None
         self._problems: list[dict[str, Any]] = []
+        self._alerts: list[dict[str, Any]] = []
         self._problems_at: float | None = None
         self._seen: DataSeen | None = None
         self._seen_at: float | None = None
@@ -123,13 +125,17 @@ class LiveView:
             self._ready.notify_all()
             return doc, frame
 
-    def _current_problems(self, now: float | None, training: dict[str, Any] | None) -> list[dict[str, Any]]:
+    def _current_problems(
+        self, now: float | None, training: dict[str, Any] | None
+    ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+        """The problems and their groups (``reports.triage.alert_groups``), judged every ``PROBLEMS_INTERVAL_S``."""
         if now is None:
-            return []
+            return [], []
         if _due(self._problems_at):
             self._problems = problems(self.store, training_job=training["job"] if training else None)
+            self._alerts = alert_groups(self._problems)
             self._problems_at = time.monotonic()
-        return self._problems
+        return self._problems, self._alerts
 
     def _current_seen(self) -> DataSeen:
         """What the sources ever held, refreshed with the problems (a scan of the key columns)."""
@@ -156,7 +162,7 @@ class LiveView:
             samples=self.samples,
             seen=seen,
         )
-        doc["problems"] = self._current_problems(now, doc["training"])
+        doc["problems"], doc["alerts"] = self._current_problems(now, doc["training"])
         doc["vectors"] = {v: _titled(entry) for v, entry in doc["vectors"].items()}
         doc["query_ms"] = round((time.perf_counter() - started) * 1000, 2)
         return doc

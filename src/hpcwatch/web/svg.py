@@ -55,7 +55,9 @@ NODE_W_MIN = 224
 NODE_W_MAX = 560
 NODE_GAP = 20
 GPU_GAP = 6
-GPU_H = 66
+GPU_H = 84
+"""A GPU tile, top to bottom: its number, its problem mark (own line: the number stays visible), utilisation,
+power, temperature (one per line: "672 W · 55°" overran a 60 px tile), the bar and the job stripe."""
 GPU_W_MIN = 44
 BAND_H = 46
 MIN_WIDTH = 1160
@@ -64,7 +66,7 @@ TAG_H = 22
 CHAR_W = 6.9
 """Average advance of the 11.5 px tag font, to size a tag to its text."""
 #: Up to this many nodes each GPU gets a full tile; beyond, nodes become aggregate tiles. Ours: 4 nodes of
-#: 8 GPUs at 55 px a tile is the narrowest that keeps "650 W · 45 °C" on one line in a 1,160 px drawing.
+#: 8 GPUs at 55 px a tile is the narrowest that keeps "✕ XID 79" and "650 W" on one line in a 1,160 px drawing.
 DETAIL_MAX_NODES = 4
 TILE_W = 100
 TILE_H = 64
@@ -355,6 +357,9 @@ def _tile(node: Node, x: int, y: int, lay: SchematicLayout, t: Translate) -> str
         f'<rect class="shape node-box" x="{x}" y="{y}" width="{lay.node_w}" height="{lay.node_h}" rx="7"/>',
         f'<text class="node-title tile-title" x="{x + 7}" y="{y + 16}">{name}</text></g>',
         f'<text class="live tile-sum" data-live="sum:{name}" x="{x + 7}" y="{y + 32}" aria-hidden="true"></text>',
+        # the worst problem of its GPUs, as a glyph: a cell is too small for text, the tile's corner is not
+        f'<text class="tile-mark" data-tile-mark="{name}" x="{x + lay.node_w - 7}" y="{y + 16}" text-anchor="end" '
+        f'aria-hidden="true"></text>',
     ]
     cw = round(lay.gpu_w, 2)
     for gpu in node.gpus:
@@ -384,14 +389,15 @@ def _gpu(gid: str, index: int, node: str, model: str, x: float, y: int, w: float
     return (
         f"{_open_el(f'gpu:{gid}', label, f' data-gpu={chr(34)}{g}{chr(34)}')}"
         f'<rect class="shape gpu-box" x="{x}" y="{y}" width="{w}" height="{GPU_H}" rx="6"/>'
-        f'<text class="gpu-name" x="{cx}" y="{y + 15}" text-anchor="middle">GPU {index}</text></g>'
+        f'<text class="gpu-name" x="{cx}" y="{y + 14}" text-anchor="middle">GPU {index}</text></g>'
         f'<g class="gpu-vals" aria-hidden="true">'
-        f'<text class="gpu-mark" data-mark="{g}" x="{cx}" y="{y + 15}" text-anchor="middle"></text>'
-        f'<text class="live gpu-util" data-live="util:{g}" x="{cx}" y="{y + 32}" text-anchor="middle">–</text>'
-        f'<text class="live gpu-pt" data-live="pt:{g}" x="{cx}" y="{y + 46}" text-anchor="middle"></text>'
-        f'<rect class="gpu-bar-bg" x="{x + 6}" y="{y + GPU_H - 14}" width="{round(w - 12, 1)}" height="6" rx="3"/>'
-        f'<rect class="gpu-bar" data-bar="{g}" x="{x + 6}" y="{y + GPU_H - 14}" width="0" height="6" rx="3"/>'
-        f'<rect class="gpu-job" data-jobbar="{g}" x="{x + 6}" y="{y + GPU_H - 6}" width="{round(w - 12, 1)}" '
+        f'<text class="gpu-mark" data-mark="{g}" x="{cx}" y="{y + 28}" text-anchor="middle"></text>'
+        f'<text class="live gpu-util" data-live="util:{g}" x="{cx}" y="{y + 45}" text-anchor="middle">–</text>'
+        f'<text class="live gpu-pt" data-live="pt:{g}" x="{cx}" y="{y + 58}" text-anchor="middle"></text>'
+        f'<text class="live gpu-pt" data-live="temp:{g}" x="{cx}" y="{y + 70}" text-anchor="middle"></text>'
+        f'<rect class="gpu-bar-bg" x="{x + 6}" y="{y + GPU_H - 11}" width="{round(w - 12, 1)}" height="5" rx="2.5"/>'
+        f'<rect class="gpu-bar" data-bar="{g}" x="{x + 6}" y="{y + GPU_H - 11}" width="0" height="5" rx="2.5"/>'
+        f'<rect class="gpu-job" data-jobbar="{g}" x="{x + 6}" y="{y + GPU_H - 5}" width="{round(w - 12, 1)}" '
         f'height="3" rx="1.5"/></g>'
     )
 

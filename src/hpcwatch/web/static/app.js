@@ -4,7 +4,7 @@
 import { renderCard, updateCardLive } from "./card.js";
 import { initFit } from "./fit.js";
 import { showHistory } from "./history.js";
-import { applyMonitor, highlightJob, initMonitor, readUrl, writeUrl } from "./monitor.js";
+import { applyMonitor, highlightJob, initMonitor, readUrl, setConnection, writeUrl } from "./monitor.js";
 import { jobLink } from "./job.js";
 import { applyTiles, initTiles } from "./tiles.js";
 import { initPlayer } from "./player.js";
@@ -96,7 +96,8 @@ function updateVectors(snap) {
     el.dataset.live = String(live);
     const flag = refs.flags.get(el.dataset.vector);
     if (flag) {
-      flag.textContent = live ? `⚠ ${t("vector.live")}` : t("vector.none");
+      // Only a live finding is written on the drawing: six labels of vectors without one covered the GPU tiles.
+      flag.textContent = live ? `⚠ ${t("vector.live")}` : "";
       flag.dataset.live = String(live);
     }
     document.querySelector(`[data-path='${el.dataset.vector}']`)?.setAttribute("data-live", String(live));
@@ -122,25 +123,18 @@ function updateQueue(snap) {
 }
 
 function connect() {
-  const conn = document.getElementById("conn");
-  const text = document.getElementById("conn-text");
   const source = new EventSource(boot.stream);
   source.addEventListener("live", (event) => {
-    conn.className = "conn conn-live";
-    text.textContent = t("status.live");
     const started = performance.now();
     applySnapshot(JSON.parse(event.data));
+    setConnection("live");           // one status: "Live" only if the data it brought is fresh too (monitor.js)
     // What one tick costs the page (parse + every write), kept for benchmarks/bench_web.py and the tests.
     state.applyMs = [...state.applyMs.slice(-59), performance.now() - started];
   });
   source.addEventListener("problem", (event) => {
-    conn.className = "conn conn-lost";
-    text.textContent = t("error.generic", { error: JSON.parse(event.data).error });
+    setConnection("lost", t("error.generic", { error: JSON.parse(event.data).error }));
   });
-  source.onerror = () => {
-    conn.className = "conn conn-lost";
-    text.textContent = t("status.lost");
-  };
+  source.onerror = () => setConnection("lost");
 }
 
 // -- cards ---------------------------------------------------------------------------------
@@ -245,6 +239,20 @@ function setView(view) {
   saveUrl();
 }
 
+// The prose legend waits behind "?" (three lines of the first screen were legend); Escape hides it again.
+function bindLegend() {
+  const button = document.getElementById("legend-toggle");
+  const help = document.getElementById("legend-help");
+  const show = (open) => {
+    help.hidden = !open;
+    button.setAttribute("aria-expanded", String(open));
+    button.setAttribute("aria-label", t(open ? "legend.help_close" : "legend.help"));
+  };
+  button.addEventListener("click", () => show(help.hidden));
+  help.addEventListener("keydown", (event) => { if (event.key === "Escape") { show(false); button.focus(); } });
+  button.addEventListener("keydown", (event) => { if (event.key === "Escape" && !help.hidden) { event.stopPropagation(); show(false); } });
+}
+
 function bindModes() {
   document.querySelectorAll("[data-reading]").forEach((b) => b.addEventListener("click", () => setReading(b.dataset.reading)));
   document.querySelectorAll("[data-view]").forEach((b) => b.addEventListener("click", () => setView(b.dataset.view)));
@@ -331,6 +339,7 @@ initTiles();
 const fit = initFit();
 bindElements();
 bindModes();
+bindLegend();
 bindPan();
 const player = initPlayer(document.getElementById("player"));
 initSimulator(document.getElementById("sim"));

@@ -3,7 +3,8 @@
 // The server decides what is a problem (reports/live.py); this module only draws it, with textContent.
 
 import { jobLink } from "./job.js";
-import { cards, clear, fmt, h, t } from "./util.js";
+import { MARK_ORDER } from "./tiles.js";
+import { cards, clear, fmt, h, has, t } from "./util.js";
 
 const body = document.body;
 const marks = new Map([...document.querySelectorAll("[data-mark]")].map((n) => [n.dataset.mark, n]));
@@ -11,13 +12,29 @@ const gpuEls = new Map([...document.querySelectorAll("[data-gpu]")].map((n) => [
 const nodeEls = new Map([...document.querySelectorAll("g[data-node]")].map((n) => [n.dataset.node, n]));
 const toggle = document.getElementById("alerts-toggle");
 const list = document.getElementById("alerts-list");
+const worst = document.getElementById("alerts-worst");
 const monitor = { job: null, snapshot: null, receivedAt: 0, openCard: null, onChange: null };
 
 // -- the alert strip ---------------------------------------------------------------------
+// The server groups and ranks the problems (reports/triage.py: `alerts`, worst first); a group of one says what
+// is wrong where, a group of many says how many and lists them in natural order (node2 before node10).
+
+const MEMBERS_SHOWN = 24;
 
 function where(p) {
   if (p.el.startsWith("gpu:")) return `${p.node}/GPU${p.gpu}`;
   return p.node ?? p.el;
+}
+
+function verdictWord(severity) {
+  if (has(`verdict.${severity}`)) return t(`verdict.${severity}`);
+  return has(`severity.${severity}`) ? t(`severity.${severity}`) : severity ?? "";
+}
+
+/** A health rule's readable title: the catalogue's words, else the check's own English title. */
+function ruleTitle(p, form, n) {
+  const key = `health_rule.${p.rule}.${form}`;
+  return has(key) ? t(key, { n: fmt(n) }) : null;
 }
 
 function problemText(p) {
@@ -29,31 +46,76 @@ function problemText(p) {
     const vector = cards.vectors?.[p.evidence.vector]?.title ?? p.evidence.vector;
     return t("alerts.finding", { vector, n: fmt(p.evidence.findings), target: p.node ?? t("live.none") });
   }
-  const verdict = t(`verdict.${p.severity}`);
+  const verdict = verdictWord(p.severity);
   if (p.rule === "xid") return t("alerts.xid", { code: p.evidence.xid, where: where(p), verdict });
-  return t("alerts.health", { where: where(p), rule: p.rule, verdict });
+  return t("alerts.health", { where: where(p), title: ruleTitle(p, "one", 1) ?? p.title, verdict });
 }
 
-function drawAlerts(problems) {
-  const n = problems.length;
+function groupText(g) {
+  if (g.count === 1) return problemText(g.first);
+  const n = g.gpus || g.nodes || g.count;
+  const verdict = verdictWord(g.severity);
+  if (g.rule === "xid") return t("alerts.xid_group", { code: g.first.evidence.xid, n: fmt(n), verdict });
+  const title = ruleTitle(g.first, "many", n);
+  if (title) return t("alerts.group", { title, verdict });
+  return t("alerts.other_group", { title: problemText(g.first), n: fmt(g.count - 1), verdict });
+}
+
+function openProblem(el) {
+  setListOpen(false);                      // the list would push away the card it just opened
+  monitor.openCard?.(el);
+}
+
+function jobButtons(jobs) {
+  return jobs.slice(0, 3).map((job) => [h("button", { type: "button", class: "ghost alert-job", "data-highlight-job": job,
+    title: t("alerts.job_title", { job }) }, t("alerts.job", { job })), jobLink(job)]);
+}
+
+function groupItem(g) {
+  const attrs = { type: "button", class: "alert-open", "data-kind": g.kind, "data-severity": g.severity ?? "",
+    "data-mark": g.mark, "data-count": String(g.count) };
+  if (g.count === 1) {
+    const open = h("button", { ...attrs, "data-open-el": g.first.el }, h("span", { class: "alert-glyph", "aria-hidden": "true" },
+      t(`glyph.${g.mark}`)), " ", groupText(g));
+    open.addEventListener("click", () => openProblem(g.first.el));
+    return h("li", { "data-severity": g.severity ?? "", "data-mark": g.mark, "data-group": g.key }, open, jobButtons(g.jobs));
+  }
+  const members = h("div", { class: "alert-members", hidden: true, id: `members-${g.key.replace(/[^\w-]/g, "_")}` },
+    g.members.slice(0, MEMBERS_SHOWN).map((m) => {
+      const b = h("button", { type: "button", class: "ghost alert-member", "data-open-el": m.el }, where(m));
+      b.addEventListener("click", () => openProblem(m.el));
+      return b;
+    }),
+    g.count > MEMBERS_SHOWN ? h("span", { class: "muted" }, t("alerts.more", { n: fmt(g.count - MEMBERS_SHOWN) })) : null);
+  const label = h("span", { class: "alert-title" }, groupText(g));
+  const show = h("button", { type: "button", class: "ghost alert-show", "aria-expanded": "false", "aria-controls": members.id },
+    t("alerts.show", { n: fmt(g.count) }));
+  show.addEventListener("click", () => {
+    members.hidden = !members.hidden;
+    show.setAttribute("aria-expanded", String(!members.hidden));
+    show.textContent = members.hidden ? t("alerts.show", { n: fmt(g.count) }) : t("alerts.hide");
+  });
+  const { type, ...headAttrs } = attrs;
+  const head = h("div", { ...headAttrs, class: "alert-group-head" }, h("span", { class: "alert-glyph", "aria-hidden": "true" },
+    t(`glyph.${g.mark}`)), " ", label, show);
+  return h("li", { "data-severity": g.severity ?? "", "data-mark": g.mark, "data-group": g.key }, head, members);
+}
+
+function drawAlerts(groups) {
+  const n = groups.length;
   toggle.textContent = n === 0 ? t("alerts.none") : n === 1 ? t("alerts.count_one") : t("alerts.count", { n: fmt(n) });
   toggle.dataset.count = String(n);
-  toggle.dataset.severity = problems[0]?.severity ?? "ok";
-  const signature = JSON.stringify(problems.map((p) => [p.el, p.rule, p.severity, p.job, p.evidence]));
+  toggle.dataset.severity = groups[0]?.severity ?? "ok";
+  // The worst problem, first on the page: one click from its card.
+  worst.hidden = n === 0;
+  worst.textContent = n ? t("alerts.worst", { what: groupText(groups[0]) }) : "";
+  worst.dataset.openEl = n ? groups[0].first.el : "";
+  worst.dataset.severity = groups[0]?.severity ?? "ok";
+  const signature = JSON.stringify(groups.map((g) => [g.key, g.count, g.members.map((m) => m.el), g.jobs, g.first.evidence]));
   if (list.dataset.signature === signature) return;   // keep focus inside an open list between ticks
   list.dataset.signature = signature;
   clear(list);
-  for (const p of problems) {
-    const open = h("button", { type: "button", class: "alert-open", "data-open-el": p.el, "data-kind": p.kind,
-      "data-severity": p.severity ?? "" }, problemText(p));
-    open.addEventListener("click", () => {
-      setListOpen(false);                      // the list would cover the card it just opened
-      monitor.openCard?.(p.el);
-    });
-    const job = p.job ? h("button", { type: "button", class: "ghost alert-job", "data-highlight-job": p.job,
-      title: t("alerts.job_title", { job: p.job }) }, t("alerts.job", { job: p.job })) : null;
-    list.append(h("li", { "data-severity": p.severity ?? "" }, open, job, p.job ? jobLink(p.job) : null));
-  }
+  for (const g of groups) list.append(groupItem(g));
   if (n === 0) setListOpen(false);
 }
 
@@ -64,24 +126,32 @@ function setListOpen(open) {
 
 // -- marks on the drawing ----------------------------------------------------------------
 
+// One mark per kind of problem (reports/triage.py `mark`): straggler, idle allocated, XID, drained, lost, other
+// warnings; each its own glyph, frame and colour (tiles.js MARK_ORDER decides which of two wins). The GPU's
+// number stays visible above its mark.
 function drawMarks(problems) {
-  const signature = JSON.stringify(problems.map((p) => [p.el, p.kind, p.rule, p.severity, p.evidence.xid, p.node]));
+  const signature = JSON.stringify(problems.map((p) => [p.el, p.mark, p.severity, p.evidence.xid, p.node]));
   if (drawMarks.last === signature) return;
   drawMarks.last = signature;
   for (const el of gpuEls.values()) delete el.dataset.problem;
   for (const el of nodeEls.values()) delete el.dataset.problem;
   for (const m of marks.values()) m.textContent = "";
+  const rank = (mark) => { const i = MARK_ORDER.indexOf(mark); return i < 0 ? MARK_ORDER.length : i; };
+  const worst = new Map();
+  for (const p of problems) {
+    if (!p.el.startsWith("gpu:")) continue;
+    const id = p.el.slice(4);
+    if (!worst.has(id) || rank(p.mark) < rank(worst.get(id).mark)) worst.set(id, p);
+  }
+  for (const [id, p] of worst) {
+    const el = gpuEls.get(id);
+    if (el) el.dataset.problem = p.mark;
+    const mark = marks.get(id);
+    if (mark) mark.textContent = p.mark === "xid" ? t("mark.xid", { code: p.evidence.xid }) : t(`mark.${p.mark}`);
+  }
   for (const p of [...problems].reverse()) {          // worst last, so it wins
-    if (p.el.startsWith("gpu:")) {
-      const id = p.el.slice(4);
-      const kind = p.kind === "straggler" ? "straggler" : p.rule === "xid" ? "xid" : p.severity;
-      const el = gpuEls.get(id);
-      if (el) el.dataset.problem = kind;
-      const mark = marks.get(id);
-      if (mark) mark.textContent = kind === "xid" ? t("mark.xid", { code: p.evidence.xid }) : t(`mark.${kind}`);
-    }
     const node = nodeEls.get(p.el.startsWith("node:") ? p.el.slice(5) : p.node ?? "");
-    if (node && (p.kind === "finding" || p.el.startsWith("node:"))) node.dataset.problem = p.kind === "finding" ? "finding" : p.severity;
+    if (node && (p.kind === "finding" || p.el.startsWith("node:"))) node.dataset.problem = p.kind === "finding" ? "finding" : p.mark;
   }
 }
 
@@ -113,17 +183,38 @@ function fmtAge(seconds) {
   return t("stale.h", { n: fmt(seconds / 3600, 0) });
 }
 
+// One status for the connection and the data's age, so "Live" never sits beside "data 65 h old":
+//   live   connected, data fresh                 ● status.live
+//   stale  connected, newest data too old        ◐ status.stale · stale.age
+//   lost   stream down (with the data's age)     ○ status.lost · stale.age
+const status = { conn: "wait", text: null };
+const CONN_GLYPHS = { wait: "◌", live: "●", stale: "◐", lost: "○" };
+
+/** The stream's state (app.js): `live` on every event, `lost` on an error, with an optional message. */
+export function setConnection(conn, text = null) {
+  status.conn = conn;
+  status.text = text;
+  checkStale();
+}
+
 function checkStale() {
   const snap = monitor.snapshot;
-  if (!snap || snap.t === null || snap.t === undefined) return;
+  const hasData = snap && snap.t !== null && snap.t !== undefined;
   const sinceReceived = (performance.now() - monitor.receivedAt) / 1000;
-  const age = (snap.age_s ?? 0) + sinceReceived;
-  const limit = snap.stale_after_s ?? 45;
-  const stale = age > limit || sinceReceived > limit;
+  const age = hasData ? (snap.age_s ?? 0) + sinceReceived : 0;
+  const limit = snap?.stale_after_s ?? 45;
+  const stale = hasData && (age > limit || sinceReceived > limit);
   body.classList.toggle("stale", stale);
   const label = document.getElementById("stale-age");
   label.hidden = !stale;
   label.textContent = stale ? t("stale.age", { age: fmtAge(age) }) : "";
+  const shown = status.conn === "live" && stale ? "stale" : status.conn;
+  const dot = document.getElementById("conn");
+  dot.className = `conn conn-${shown}`;
+  dot.dataset.state = shown;
+  dot.textContent = CONN_GLYPHS[shown];
+  const words = { wait: t("status.connecting"), live: t("status.live"), stale: t("status.stale"), lost: t("status.lost") };
+  document.getElementById("conn-text").textContent = status.text ?? words[shown];
 }
 
 // -- the URL -----------------------------------------------------------------------------
@@ -153,7 +244,7 @@ export function applyMonitor(snap) {
   monitor.snapshot = snap;
   monitor.receivedAt = performance.now();
   const problems = snap.problems ?? [];
-  drawAlerts(problems);
+  drawAlerts(snap.alerts ?? []);
   drawMarks(problems);
   drawJob(snap);
   checkStale();
@@ -163,6 +254,14 @@ export function initMonitor({ openCard, onChange }) {
   monitor.openCard = openCard;
   monitor.onChange = onChange;
   toggle.addEventListener("click", () => setListOpen(list.hidden && toggle.dataset.count !== "0"));
+  worst.addEventListener("click", () => { if (worst.dataset.openEl) openProblem(worst.dataset.openEl); });
+  // Escape closes an open list first (registered before the card's Escape, which then does not run).
+  document.addEventListener("keydown", (event) => {
+    if (event.key !== "Escape" || list.hidden) return;
+    event.stopImmediatePropagation();
+    setListOpen(false);
+    toggle.focus();
+  });
   document.getElementById("job-clear").addEventListener("click", () => highlightJob(null));
   // A job button anywhere (alert strip, GPU card, queue) lights that job's GPUs.
   document.addEventListener("click", (event) => {

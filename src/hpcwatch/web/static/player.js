@@ -32,28 +32,40 @@ export function initPlayer(root) {
   let view = null;
   let frame = null;
 
+  // Loads are ordered: each one takes a ticket, and only the latest ticket may draw. A slow response to an
+  // earlier click (the first example, still loading when the straggler example was clicked) is dropped, so the
+  // chart always shows the job its label names: the last click wins, not the last response.
+  let ticket = 0;
+
   async function load() {
     if (!job) return null;
+    const mine = ++ticket;
+    const wanted = job;
+    const name = jobName;
     summary.textContent = t("player.loading");
     try {
-      const response = await fetch(`/api/steps?job=${encodeURIComponent(job)}`);
+      const response = await fetch(`/api/steps?job=${encodeURIComponent(wanted)}`);
       const body = await response.json();
+      if (mine !== ticket) return null;          // superseded while in flight
       if (!response.ok) throw new Error(body.detail || body.error || response.statusText);
-      view = build(body);
+      view = build(body, name);
+      root.dataset.shown = wanted;
       return view;
     } catch (err) {
-      summary.textContent = t("player.error", { error: err.message });
+      if (mine === ticket) summary.textContent = t("player.error", { error: err.message });
       return null;
+    } finally {
+      root.dataset.settled = String(Number(root.dataset.settled ?? 0) + 1);   // loads answered, drawn or dropped
     }
   }
 
-  function build(doc) {
+  function build(doc, name) {
     const ranks = doc.ranks.map((r) => ({ ...r, byPhase: Object.fromEntries(r.phases.map((p) => [p.phase, p])) }));
     const stats = describe(doc, ranks);
     const chart = drawGantt(gantt, doc, ranks, stats);
     const ring = drawRing(ringBox, ranks, stats);
     fillTable(tbody, ranks, stats);
-    summary.textContent = summaryText(doc, ranks, stats, jobName);
+    summary.textContent = summaryText(doc, ranks, stats, name);
     return { doc, ranks, stats, chart, ring };
   }
 

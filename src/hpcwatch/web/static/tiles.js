@@ -16,6 +16,7 @@ export function initTiles() {
     new Map([...document.querySelectorAll(selector)].map((n) => [n.getAttribute(attr).slice(cut), n]));
   const util = byId("[data-live^='util:']", "data-live", 5);
   const pt = byId("[data-live^='pt:']", "data-live", 3);
+  const temp = byId("[data-live^='temp:']", "data-live", 5);
   const bars = byId("[data-bar]", "data-bar");
   const jobbars = byId("[data-jobbar]", "data-jobbar");
   const tips = byId("title[data-tip^='gpu:']", "data-tip", 4);
@@ -23,7 +24,7 @@ export function initTiles() {
     const id = el.dataset.gpu;
     const [node, index] = id.split("/");
     const bar = bars.get(id);
-    return { id, node, index, el, full: el.classList.contains("el"), util: util.get(id), pt: pt.get(id), bar, job: jobbars.get(id), tip: tips.get(id),
+    return { id, node, index, el, full: el.classList.contains("el"), util: util.get(id), pt: pt.get(id), temp: temp.get(id), bar, job: jobbars.get(id), tip: tips.get(id),
       barMax: Number(bar?.previousElementSibling?.getAttribute("width") ?? 34), last: {} };
   });
   const byGpu = new Map(refs.tiles.map((tile) => [tile.id, tile]));
@@ -32,8 +33,9 @@ export function initTiles() {
     if (tile && latest) setText(tile.tip, t("tip.gpu", gpuWords(tile, latest.gpus?.[tile.id])), tile.last, "tip");
   });
   const sums = byId("[data-live^='sum:']", "data-live", 4);
+  const tileMarks = byId("[data-tile-mark]", "data-tile-mark");
   refs.nodes = [...document.querySelectorAll(".tile g[data-node]")].map((el) => ({
-    name: el.dataset.node, el, sum: sums.get(el.dataset.node), last: {},
+    name: el.dataset.node, el, sum: sums.get(el.dataset.node), mark: tileMarks.get(el.dataset.node), last: {},
     gpus: refs.tiles.filter((g) => g.node === el.dataset.node) }));
 }
 
@@ -81,7 +83,8 @@ function applyGpu(tile, g) {
   set(tile.el, "data-level", level(util), tile.last);
   set(tile.el, "data-jobc", job === null ? null : String(jobColour(job)), tile.last);
   setText(tile.util, util === undefined || util === null ? "–" : `${fmt(util, 0)}${t("unit.pct")}`, tile.last, "u");
-  setText(tile.pt, g ? `${fmt(g.power_w, 0)} ${t("unit.w")} · ${fmt(g.temp_c, 0)}°` : "", tile.last, "pt");
+  setText(tile.pt, g ? `${fmt(g.power_w, 0)} ${t("unit.w")}` : "", tile.last, "pt");
+  setText(tile.temp, g ? `${fmt(g.temp_c, 0)} ${t("unit.c")}` : "", tile.last, "temp");
   if (tile.bar) set(tile.bar, "width", String(util ? (tile.barMax * Math.min(100, util)) / 100 : 0), tile.last);
   // A full tile's tooltip and spoken name follow every tick; a cell of an aggregate tile writes its tooltip
   // only when a pointer reaches it (1,024 text writes a tick were a third of the tick's cost).
@@ -104,12 +107,20 @@ function applyNode(node, snap) {
   const jobs = [...new Set(gpus.map(firstJob).filter(Boolean))];
   const kw = power === null ? t("live.none") : `${fmt(power / 1000, 1)} kW`;
   setText(node.sum, mean === null ? "" : `${fmt(mean, 0)} ${t("unit.pct")} · ${kw}`, node.last, "sum");
-  const problem = node.gpus.map((g) => g.el.dataset.problem).find(Boolean);
+  const found = node.gpus.map((g) => g.el.dataset.problem).filter(Boolean);
+  const problem = MARK_ORDER.find((m) => found.includes(m));   // the worst of its GPUs' marks
   set(node.el, "data-gpu-problem", problem ?? null, node.last);
+  if (node.mark) {
+    setText(node.mark, problem ? `${t(`glyph.${problem}`)}${found.length > 1 ? ` ${fmt(found.length)}` : ""}` : "", node.last, "mark");
+    set(node.mark, "data-mark-kind", problem ?? null, node.last);
+  }
   set(node.el, "aria-label", t("aria.tile_live", { node: node.name, gpus: node.gpus.length, util: val(mean, 0, "unit.pct"),
     power: kw, temp: val(Number.isFinite(hottest) ? hottest : null, 0, "unit.c"), job: jobs.join(", ") || t("live.none"),
     problem: problem ? t("aria.problem", { what: t(`mark.${problem}`, { code: "" }).trim() }) : "" }), node.last);
 }
+
+/** The drawing's marks, worst first (reports/triage.py MARKS): a GPU or tile with two shows the first. */
+export const MARK_ORDER = ["xid", "lost", "drain", "straggler", "idle", "warn", "finding"];
 
 let latest = null;
 

@@ -17,6 +17,11 @@ export function t(key, vars) {
   return text.replace(/\{(\w+)\}/g, (whole, name) => (name in vars ? String(vars[name]) : whole));
 }
 
+/** Whether the catalogue has `key` (a rule the page may have no words for). */
+export function has(key) {
+  return catalogue.words[key] !== undefined;
+}
+
 /** An HTML element; string children become text nodes, never markup. */
 export function h(tag, attrs = {}, ...children) {
   const node = document.createElement(tag);
