@@ -44,6 +44,8 @@ EventKindName = Literal[
     "slurm_config",
     "health_verdict",
     "assessment",
+    "act_action",
+    "act_undo",
 ]
 
 
@@ -87,6 +89,12 @@ class EventKind:
     HEALTH_VERDICT: Final = "health_verdict"
     ASSESSMENT: Final = "assessment"
     """The scheduled assessment's verdict (reports/assess.assessment_event): tier, per-category tiers."""
+    # policies that act (hpcwatch act, act/audit.py): the audit trail
+    ACT_ACTION: Final = "act_action"
+    """One action of a policy (a warning, a hold, a cancel, a reservation, a resume, a drain, a check job):
+    id, policy, step, who, why, evidence, argv, rc, undo (argv) or undo_note (why none)."""
+    ACT_UNDO: Final = "act_undo"
+    """An action undone by ``hpcwatch act undo ID``: of (the action's id), who, argv, rc."""
 
 
 EVENT_KINDS: Final[frozenset[str]] = frozenset(v for k, v in vars(EventKind).items() if k.isupper())

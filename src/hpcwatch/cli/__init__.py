@@ -40,6 +40,7 @@ _COMMAND_MODULES = (
     "assess",
     "collect",
     "notify",
+    "act",
 )
 
 for _name in _COMMAND_MODULES:

@@ -14,7 +14,8 @@ mode = "rest"                         # "rest" (slurmrestd) or "cli" (squeue/sac
 ```
 
 ``[notify]`` (one table, see ``hpcwatch.notify.config``) runs ``hpcwatch notify`` in the daemon, every
-``interval_s``, as one more collector named ``notify``.
+``interval_s``, as one more collector named ``notify``; ``[act]`` (``hpcwatch.act.config``) runs the policies
+that act (``hpcwatch act``) the same way, as a collector named ``act``, its warnings through ``[notify]``.
 
 Collector tables are arrays (``[[slurm]]``, ``[[prometheus]]``, ``[[scrape]]``, ``[[follow]]``,
 ``[[spool]]``, ``[[schedule]]``), each entry one collector with its own ``interval_s``; ``name``
@@ -30,6 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, get_args, get_origin, get_type_hints
 
+from hpcwatch.act.config import ActConfig, parse_act
 from hpcwatch.errors import ConfigError
 from hpcwatch.notify.config import NotifyConfig, parse_notify
 
@@ -229,7 +231,9 @@ class CollectConfig:
     collectors: tuple[Any, ...] = ()
     """Every collector section, in file order within each kind (``[notify]``'s last, when there is one)."""
     notify: NotifyConfig | None = None
-    """The ``[notify]`` table (also the last of ``collectors``), None when the file has none."""
+    """The ``[notify]`` table (also one of ``collectors``), None when the file has none."""
+    act: ActConfig | None = None
+    """The ``[act]`` table (also the last of ``collectors``), None when the file has none."""
 
 
 def load_config(path: str | Path) -> CollectConfig:
@@ -251,10 +255,10 @@ def parse_config(text: str, *, path: str = "<config>") -> CollectConfig:
         raise ConfigError(f"{path}: {err}") from err  # tomllib says "(at line N, column M)"
     lines = _KeyLines(text)
     for key in doc:
-        if key not in ("store", "collect", "notify", *SECTIONS):
+        if key not in ("store", "collect", "notify", "act", *SECTIONS):
             raise ConfigError(
                 f"{path}:{lines.find(None, 0, key)}: unknown table [{key}] "
-                f"(known: store, collect, notify, {', '.join(SECTIONS)})"
+                f"(known: store, collect, notify, act, {', '.join(SECTIONS)})"
             )
     store = _section(StoreSection, doc.get("store", {}), "store", None, path, lines)
     daemon = _section(DaemonSection, doc.get("collect", {}), "collect", None, path, lines)
@@ -271,11 +275,14 @@ def parse_config(text: str, *, path: str = "<config>") -> CollectConfig:
     notify = parse_notify(doc["notify"], path=path, text=text) if "notify" in doc else None
     if notify is not None:
         collectors.append(notify)
+    act = parse_act(doc["act"], path=path, text=text, has_notify=notify is not None) if "act" in doc else None
+    if act is not None:
+        collectors.append(act)
     names = [c.name for c in collectors]
     for name in names:
         if names.count(name) > 1:
             raise ConfigError(f"{path}: two collectors are named {name!r}; names must differ")
-    return CollectConfig(path=path, store=store, collect=daemon, collectors=tuple(collectors), notify=notify)
+    return CollectConfig(path=path, store=store, collect=daemon, collectors=tuple(collectors), notify=notify, act=act)
 
 
 def _section(cls: type, raw: Any, table: str, index: int | None, path: str, lines: _KeyLines) -> Any:

@@ -24,6 +24,7 @@ from typing import Any
 
 import orjson
 
+from hpcwatch.act.config import ActConfig
 from hpcwatch.collect.base import Collector
 from hpcwatch.collect.config import (
     CollectConfig,
@@ -52,11 +53,13 @@ KINDS = {
     SpoolSection: "spool",
     ScheduleSection: "schedule",
     NotifyConfig: "notify",
+    ActConfig: "act",
 }
 
 
-def build_collector(store: Store, section: Any, *, node: str = "") -> Collector:
-    """The collector of one config section (imports stay lazy: a site without Slurm never loads it)."""
+def build_collector(store: Store, section: Any, *, node: str = "", notify: NotifyConfig | None = None) -> Collector:
+    """The collector of one config section (imports stay lazy: a site without Slurm never loads it);
+    ``notify``: the file's ``[notify]`` table, which ``[act]``'s warnings go through."""
     if isinstance(section, SlurmSection):
         from hpcwatch.collect.slurm import SlurmCollector
 
@@ -85,6 +88,10 @@ def build_collector(store: Store, section: Any, *, node: str = "") -> Collector:
         from hpcwatch.collect.notify import NotifyCollector
 
         return NotifyCollector(store, section)
+    if isinstance(section, ActConfig):
+        from hpcwatch.collect.act import ActCollector
+
+        return ActCollector(store, section, notify=notify)
     raise TypeError(f"no collector for {type(section).__name__}")
 
 
@@ -153,7 +160,8 @@ class Daemon:
 
     def _make(self, section: Any, store: Store) -> Collector | None:
         try:
-            return self._build(store, section, node=self.node)
+            extra = {"notify": self.config.notify} if isinstance(section, ActConfig) else {}
+            return self._build(store, section, node=self.node, **extra)
         except Exception as err:  # a collector that cannot even start is that collector's error only
             self._record(section.name, error=err)
             return None

@@ -6,6 +6,7 @@ composed before (``store.queries.notice_keys``), whatever process composed it:
     health/<node>/<verdict>/<t>      t: the first verdict event of that run of verdicts (the episode's start)
     finding/<rule>/<target>/<t>      t: the finding's own time (its evidence)
     job-end/<id>
+    act/<policy>/<episode>/<step>    a policy's warning or action (``hpcwatch act``, ``action_notice``)
     digest/<period>/user/<user>/<day> · digest/<period>/account/<account>/<day>   day: the period's first UTC day
 
 Only candidates of the last ``lookback_s`` are looked at, keys first (cheap), and only the notices no
@@ -33,7 +34,7 @@ from hpcwatch.store import Store, queries
 from hpcwatch.vocab import EventKind
 from hpcwatch.web.i18n import finding_text, load_catalogue
 
-__all__ = ["Candidate", "Addressed", "candidates"]
+__all__ = ["Candidate", "Addressed", "candidates", "action_notice"]
 
 _ONE_LINE_MAX = 200
 
@@ -486,3 +487,60 @@ def _digest_messages(b: _Builder, key: str, d: Digest, day: str) -> list[Address
             out.append(Addressed(audience="user", address=address, payload=_to(make("user", lang), address)))
         return out
     return b.for_roles(("coordinators",), make, account=d.account)
+
+
+# -- policies that act (hpcwatch act) ---------------------------------------------------------------------
+
+
+def action_notice(
+    store: Store,
+    config: NotifyConfig,
+    renderer: Renderer,
+    *,
+    key: str,
+    t: float,
+    topic: str,
+    values: dict[str, Any],
+    rows: list[tuple[str, Any]],
+    document: dict[str, Any],
+    audiences: tuple[str, ...] = ("operators",),
+    user: str | None = None,
+    account: str | None = None,
+) -> Candidate:
+    """A notice of ``hpcwatch act`` (``topic``: ``act_warn``, ``act_done``, ``act_failed``: the words
+    ``subject.<topic>`` / ``intro.<topic>``), to ``user`` (by mail, in the user's language) and ``audiences``.
+    ``values`` fill the words; a value ``("act_verb", "hold")`` is a word of the reader's language. Data is
+    made visible here, as every notice's."""
+    b = _Builder(store, config, renderer)
+
+    def make(audience: str, lang: str) -> Payload:
+        w = words(lang)
+        filled = {k: w(f"{v[0]}.{v[1]}") if isinstance(v, tuple) else _v(v, 120) for k, v in values.items()}
+        return b.message(
+            key=key,
+            kind="action",
+            template="alert",
+            audience=audience,
+            lang=lang,
+            subject=w(f"subject.{topic}", **filled),
+            document=document,
+            intro=w(f"intro.{topic}", **filled),
+            link="",
+            rows=[(w(label) if label.startswith("label.") else _v(label), _v(value, 2000)) for label, value in rows],
+        )
+
+    def build() -> list[Addressed]:
+        out = b.for_roles(audiences, make)
+        if user:
+            address = user_address(config, user, account)
+            if address:
+                out.append(
+                    Addressed(
+                        audience="user",
+                        address=address,
+                        payload=_to(make("user", user_language(config, user)), address),
+                    )
+                )
+        return out
+
+    return Candidate(key=key, kind="action", t=t, build=build)

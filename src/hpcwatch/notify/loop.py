@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from hpcwatch.errors import BackendError, one_line
@@ -117,10 +117,15 @@ class Notifier:
 
     def run_once(self, *, job: str | None = None, mail_user: str = "") -> RunSummary:
         now = self.clock()
+        found = candidates(self.store, self.config, self.renderer, now=now, job=job, mail_user=mail_user)
+        return self.post(found, now=now)
+
+    def post(self, found: Iterable[Candidate], *, now: float | None = None) -> RunSummary:
+        """Compose these candidates (each key once, as ``run_once`` does: a key a delivery row names is
+        skipped) and deliver what is pending: how ``hpcwatch act`` sends its warnings and notices."""
+        now = self.clock() if now is None else now
         self._unbuilt = 0
-        composed, unrouted = self._compose(
-            candidates(self.store, self.config, self.renderer, now=now, job=job, mail_user=mail_user), now
-        )
+        composed, unrouted = self._compose(iter(found), now)
         sent, failed, deferred = self._deliver()
         for channel in self.channels.values():
             channel.close()  # one SMTP session per run, not one held open between runs

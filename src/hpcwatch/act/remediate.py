@@ -1,0 +1,165 @@
+"""Policy 2, ``[act.remediate]``: a drained node is tested through a reservation and given back when it passes.
+
+    health_verdict drain (collect's [[schedule]] task="health") for node N, a new episode
+      reserve   scontrol create reservation reservationname=hpcwatch-N-ID nodes=N flags=maint,ignore_jobs
+                starttime=now duration=M users=U              undo: scontrol delete reservationname=R
+      resume    scontrol update nodename=N state=resume       undo: scontrol update nodename=N state=drain reason=...
+                (Slurm allocates no drained node, not even through a reservation: the node is resumed
+                *into* the reservation, where only the check job may run)
+      check     sbatch --reservation=R --nodelist=N ... WORK/ID/check.sh     undo: scancel JOB
+    a later run: the job left the queue (or wrote WORK/ID/done)
+      results   dcgmi diag -j, all_reduce_perf, ib_write_bw outputs read by sources.healthtools, stored as
+                events, judged by the health rules' active checks (analysis.health.active_checks)
+      pass  ->  release   scontrol delete reservationname=R: the node takes jobs again   undo: drain it again
+      fail  ->  drain     scontrol update nodename=N state=drain reason="hpcwatch: checks failed: ..."
+                          (undo: resume), then release, and a notice to the operators
+
+An episode is the run of ``drain`` verdicts of the node (``store.queries.verdict_episode_start``): it is
+remediated once; a node drained again later (after another verdict) is a new episode. A command that fails
+ends the episode there (audited, operators told); a check job still running after ``check_timeout_minutes``
+is cancelled and counts as a failure. The check programs are the node's own; the twin's stand-ins
+(``tests/standins/checks``) write the real formats.
+"""
+
+from __future__ import annotations
+
+import shlex
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from hpcwatch.act.config import RemediatePolicy
+from hpcwatch.analysis.health import active_checks, judge
+from hpcwatch.errors import HpcwatchError, one_line
+from hpcwatch.records import Event
+from hpcwatch.sources.healthtools import read_dcgmi_diag, read_ib_write_bw, read_nccl_tests
+from hpcwatch.store import Store, queries
+from hpcwatch.vocab import EventKind
+
+__all__ = [
+    "POLICY",
+    "DrainEpisode",
+    "Outcome",
+    "drain_episodes",
+    "out_of_scope",
+    "reservation_name",
+    "check_script",
+    "read_results",
+    "judge_results",
+    "RESULT_FILES",
+]
+
+POLICY = "remediate"
+#: What the check job writes in its folder: file -> (reader, what it is).
+RESULT_FILES = ("dcgmi_diag.json", "all_reduce_perf.out", "ib_write_bw.out")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DrainEpisode:
+    node: str
+    start: float
+    """UTC s of the first drain verdict of the run (the episode's key)."""
+    reason: str
+    """The verdict's reason (the rules that fired): the drain reason an undo of a resume puts back."""
+
+    @property
+    def episode(self) -> str:
+        return f"remediate/{self.node}/{self.start:.3f}"
+
+
+def drain_episodes(store: Store) -> list[DrainEpisode]:
+    """Nodes whose latest health verdict is ``drain``, with their episode."""
+    latest: dict[str, Event] = {}
+    for e in store.events(EventKind.HEALTH_VERDICT):
+        node = str(e.attrs.get("node") or "")
+        if node:
+            latest[node] = e
+    out = []
+    for node, e in sorted(latest.items()):
+        if e.attrs.get("verdict") != "drain":
+            continue
+        start = queries.verdict_episode_start(store, kind=EventKind.HEALTH_VERDICT, node=node, verdict="drain", at=e.t)
+        out.append(DrainEpisode(node=node, start=start, reason=str(e.attrs.get("reason") or "")))
+    return out
+
+
+def out_of_scope(policy: RemediatePolicy, node: str) -> str:
+    """Why the policy leaves this node alone ("" when it may act)."""
+    if node in policy.exempt_nodes:
+        return "it is on exempt_nodes"
+    if policy.nodes and node not in policy.nodes:
+        return "it is not on nodes"
+    return ""
+
+
+def reservation_name(node: str, action_id: str) -> str:
+    return f"hpcwatch-{node}-{action_id.removeprefix('act-')[:6]}"
+
+
+def check_script(policy: RemediatePolicy, out_dir: Path, *, reservation: str) -> str:
+    """The batch script: the three checks on the node, each output in ``out_dir``, then a ``done`` file."""
+    q = shlex.quote
+    ib = f"{q(policy.ib_write_bw)} -d {q(policy.ib_device)} --report_gbits"
+    return "\n".join(
+        [
+            "#!/bin/sh",
+            f"# hpcwatch act: the checks of a drained node, run through reservation {reservation}",
+            f"cd {q(str(out_dir))} || exit 1",
+            "hostname > node",
+            f"{q(policy.dcgmi)} diag -r {policy.diag_level} -j > dcgmi_diag.json 2> dcgmi_diag.err",
+            "echo $? > dcgmi_diag.rc",
+            f"{q(policy.all_reduce_perf)} -b 8 -e 1G -f 2 -g {policy.gpus} > all_reduce_perf.out 2> all_reduce_perf.err",
+            "echo $? > all_reduce_perf.rc",
+            "# ib_write_bw loops back through the HCA: a server, then a client to it",
+            f"{ib} > ib_write_bw.server.out 2>&1 &",
+            "server=$!",
+            "sleep 1",
+            f"{ib} localhost > ib_write_bw.out 2> ib_write_bw.err",
+            "echo $? > ib_write_bw.rc",
+            'wait "$server"',
+            "touch done",
+            "",
+        ]
+    )
+
+
+def read_results(out_dir: Path, node: str, *, level: int) -> tuple[list[Event], list[str]]:
+    """The check job's outputs as events (``node`` set), and what is missing or unreadable (one line each)."""
+    readers: dict[str, Any] = {
+        "dcgmi_diag.json": lambda p: read_dcgmi_diag(p, node=node, level=level),
+        "all_reduce_perf.out": lambda p: read_nccl_tests(p, node=node),
+        "ib_write_bw.out": lambda p: read_ib_write_bw(p, node=node),
+    }
+    events: list[Event] = []
+    problems: list[str] = []
+    for name in RESULT_FILES:
+        path = out_dir / name
+        if not path.is_file() or path.stat().st_size == 0:
+            problems.append(f"{name}: no output")
+            continue
+        try:
+            events += list(readers[name](path))
+        except HpcwatchError as err:
+            problems.append(one_line(str(err)))
+    return events, problems
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Outcome:
+    passed: bool
+    verdict: str
+    reason: str
+    checks: tuple[dict[str, Any], ...]
+
+
+def judge_results(events: list[Event], problems: list[str], node: str, *, link: str) -> Outcome:
+    """The health rules' active checks on the results: a drain verdict, or a check that gave nothing, fails."""
+    report = judge(active_checks(events, link=link), events=events, nodes=[node])
+    health = report.node(node)
+    verdict = health.verdict if health is not None else "ok"
+    checks = tuple(c.to_dict() for c in health.checks) if health is not None else ()
+    reasons = ([health.reason()] if health is not None and verdict != "ok" else []) + problems
+    passed = verdict != "drain" and not problems
+    return Outcome(
+        passed=passed, verdict=verdict if not problems else "drain", reason="; ".join(reasons), checks=checks
+    )
