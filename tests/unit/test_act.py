@@ -1,0 +1,396 @@
+"""hpcwatch act: the two policies with stand-in Slurm commands (tests/standins/slurm, which record their argv)
+and stand-in check programs (tests/standins/checks, which print the real outputs of tests/data/health).
+
+Times: samples and verdicts are UTC seconds on the data clock; the actor's clock (``now``) is the wall clock,
+set by each test.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import orjson
+import pytest
+from click.testing import CliRunner
+
+from hpcwatch import vocab
+from hpcwatch.act.audit import recorded
+from hpcwatch.act.config import parse_act_text
+from hpcwatch.act.loop import Actor
+from hpcwatch.cli import app
+from hpcwatch.errors import ConfigError
+from hpcwatch.notify.loop import Notifier
+from hpcwatch.notify.message import Payload
+from hpcwatch.records import Event, Job, Sample
+from hpcwatch.store import Store
+from hpcwatch.vocab import EventKind
+
+STANDINS = Path(__file__).resolve().parents[1] / "standins"
+T0 = 1_796_000_000.0
+MIN = 60.0
+
+
+class Recorder:
+    """A channel that keeps what it was handed (the [[notify.channel]] it stands for is never connected)."""
+
+    def __init__(self, name: str) -> None:
+        self.name, self.sent = name, []
+
+    def check(self) -> None: ...
+    def close(self) -> None: ...
+
+    def send(self, payload: Payload, *, delivery: str) -> None:
+        self.sent.append(payload)
+
+
+def _config(tmp_path: Path, act: str) -> str:
+    slurm = STANDINS / "slurm"
+    return f"""
+[notify]
+user_template = "{{user}}@example.org"
+operators = ["ops@example.org"]
+
+[[notify.channel]]
+type = "smtp"
+name = "mail"
+
+[act]
+scontrol = "{slurm / "scontrol"}"
+sbatch = "{slurm / "sbatch"}"
+scancel = "{slurm / "scancel"}"
+squeue = "{slurm / "squeue"}"
+who = "ops-test"
+{act}
+"""
+
+
+class Bench:
+    """A store, an actor over it, the stand-ins' argv log, the mails handed to the channel."""
+
+    def __init__(self, tmp_path: Path, act: str, **env: str) -> None:
+        self.tmp = tmp_path
+        self.log = tmp_path / "argv.jsonl"
+        self.text = _config(tmp_path, act)
+        self.config, notify = parse_act_text(self.text, path="act.toml")
+        self.store = Store(tmp_path / "store")
+        self.mail = Recorder("mail")
+        self.now = [T0]
+        notifier = Notifier(self.store, notify, channels={"mail": self.mail}, clock=lambda: self.now[0])
+        self.env = {**os.environ, "HPCWATCH_STANDIN_LOG": str(self.log), **env}
+        self.actor = Actor(self.store, self.config, notifier=notifier, clock=lambda: self.now[0], env=self.env)
+
+    def argv(self) -> list[list[str]]:
+        if not self.log.exists():
+            return []
+        return [orjson.loads(line) for line in self.log.read_text().splitlines()]
+
+    def steps(self) -> list[str]:
+        return [r.action.step for r in recorded(self.store)]
+
+    def close(self) -> None:
+        self.store.close()
+
+
+# -- policy 1: idle allocated GPUs ------------------------------------------------------------------------
+
+IDLE = """
+[act.idle]
+enabled = true
+idle_minutes = 30
+grace_minutes = 10
+"""
+
+
+def _idle_samples(store: Store, t0: float, t1: float, *, job: str = "17", gpus: tuple[int, ...] = (0, 1)) -> None:
+    """GPU utilisation 0 % every 30 s on node1 for ``job`` (dcgm-exporter's labels)."""
+    rows = []
+    t = t0
+    while t <= t1:
+        for gpu in gpus:
+            labels = {"Hostname": "node1", "gpu": str(gpu), "hpc_job": job, "modelName": "NVIDIA H100 80GB HBM3"}
+            rows.append(Sample(metric=vocab.DCGM_FI_DEV_GPU_UTIL, labels=labels, t=t, value=0.0))
+        t += 30.0
+    store.add(rows)
+
+
+def _job(store: Store, **kw) -> None:
+    fields = dict(id="17", user="alice", account="proj-llm", partition="gpu", nodes=("node1",), gpus=2)
+    store.add([Job(**{**fields, "start": T0 - MIN, "state": "RUNNING", **kw})])
+
+
+@pytest.fixture
+def idle(tmp_path):
+    bench = Bench(tmp_path, IDLE)
+    _job(bench.store)
+    _idle_samples(bench.store, T0, T0 + 35 * MIN)
+    bench.now[0] = T0 + 35 * MIN
+    yield bench
+    bench.close()
+
+
+def test_idle_job_is_warned_first_and_held_only_after_the_grace_period(idle):
+    first = idle.actor.run_once()
+    assert [s.step for s in first.said] == ["warn"] and idle.argv() == []  # no Slurm command before the warning
+    assert first.notices == 1
+    to_user = [p for p in idle.mail.sent if p.to == "alice@example.org"]
+    assert len(to_user) == 1 and "17" in to_user[0].subject and "hold" in to_user[0].text
+    assert idle.actor.run_once().said[0].step == "wait"  # the grace period has not passed
+    assert len(idle.mail.sent) == 1 + 1  # user + operators, once: the notice key is not composed again
+
+    _idle_samples(idle.store, T0 + 35 * MIN + 30, T0 + 44 * MIN)  # 9 min more: under the 10 min grace
+    idle.now[0] = T0 + 46 * MIN
+    assert idle.actor.run_once().said[0].step == "wait" and idle.argv() == []
+
+    _idle_samples(idle.store, T0 + 44 * MIN + 30, T0 + 46 * MIN)
+    held = idle.actor.run_once()
+    assert [s.step for s in held.said] == ["hold"]
+    assert idle.argv() == [["scontrol", "requeuehold", "17"]]
+    warn, hold = (r.action for r in recorded(idle.store))
+    assert hold.t - warn.t >= 10 * MIN
+    assert hold.who == "ops-test" and hold.rc == 0 and "warned by " + warn.id in hold.why
+    assert hold.evidence["rule"] == "idle_allocated" and hold.evidence["gpus"] == ["node1/0", "node1/1"]
+    assert hold.undo[1:] == ("release", "17")
+    assert idle.actor.run_once().said[0].step == "skip"  # acted once: not again
+    assert idle.argv() == [["scontrol", "requeuehold", "17"]]
+
+
+def test_undo_of_a_hold_releases_the_job_and_is_audited(idle, tmp_path, monkeypatch, run_cli):
+    monkeypatch.setenv("HPCWATCH_STANDIN_LOG", str(idle.log))  # the CLI's undo runs the recorded argv
+    idle.actor.run_once()
+    _idle_samples(idle.store, T0 + 35 * MIN + 30, T0 + 50 * MIN)
+    idle.now[0] = T0 + 50 * MIN
+    hold = idle.actor.run_once().said[0].action
+    done = CliRunner().invoke(
+        app, ["act", "undo", hold, "--db", str(tmp_path / "store"), "--config", str(tmp_path / "none.toml")]
+    )
+    assert done.exit_code == 0, done.output
+    assert idle.argv()[-1] == ["scontrol", "release", "17"]
+    listed = orjson.loads(CliRunner().invoke(app, ["act", "list", "--db", str(tmp_path / "store"), "--json"]).output)
+    assert [(a["step"], a["undone"] is not None) for a in listed] == [("warn", False), ("hold", True)]
+    assert listed[1]["undone"]["argv"][1:] == ["release", "17"]
+    code, _, err = run_cli(
+        ["act", "undo", hold, "--db", str(tmp_path / "store"), "--config", str(tmp_path / "none.toml")]
+    )
+    assert code == 2 and "was undone" in err and len(err.strip().splitlines()) == 1
+    warn = listed[0]["id"]
+    with pytest.raises(ConfigError, match="cannot be undone: a notice"):
+        idle.actor.undo(warn)
+
+
+def test_the_default_action_is_hold_the_one_with_an_undo(tmp_path):
+    assert Bench(tmp_path, IDLE).config.idle.action == "hold"  # cancel only when written
+
+
+def test_cancel_runs_scancel_and_undo_says_it_cannot(tmp_path):
+    bench = Bench(tmp_path, IDLE + 'action = "cancel"\n')
+    _job(bench.store)
+    _idle_samples(bench.store, T0, T0 + 35 * MIN)
+    bench.now[0] = T0 + 35 * MIN
+    bench.actor.run_once()
+    _idle_samples(bench.store, T0 + 35 * MIN + 30, T0 + 50 * MIN)
+    bench.now[0] = T0 + 50 * MIN
+    said = bench.actor.run_once().said
+    assert [s.step for s in said] == ["cancel"] and bench.argv() == [["scancel", "17"]]
+    with pytest.raises(ConfigError, match="cannot be undone: a cancelled job cannot be brought back"):
+        bench.actor.undo(said[0].action)
+    bench.close()
+
+
+@pytest.mark.parametrize(
+    ("allow", "job", "why"),
+    [
+        ('allow_jobs = ["17"]', {}, "allow_jobs"),  # the job itself
+        ('allow_users = ["alice"]', {}, "allow_users"),  # its user
+        ('exempt_partitions = ["gpu"]', {}, "partition gpu is exempt"),
+        ('exempt_accounts = ["proj-llm"]', {}, "account proj-llm is exempt"),
+        ("", {"gpus": 4}, "2 of its 4 GPUs are idle"),  # half its GPUs work
+        ("", {"end": T0 + 30 * MIN, "state": "COMPLETED"}, "it has ended"),
+    ],
+)
+def test_allow_list_and_exemptions_are_never_acted_on(tmp_path, allow, job, why):
+    bench = Bench(tmp_path, IDLE + allow + "\n")
+    _job(bench.store, **job)
+    _idle_samples(bench.store, T0, T0 + 60 * MIN)
+    for minutes in (35, 60, 90):
+        bench.now[0] = T0 + minutes * MIN
+        said = bench.actor.run_once().said
+        assert [s.step for s in said] == ["skip"] and why in said[0].text
+    assert bench.argv() == [] and bench.steps() == [] and bench.mail.sent == []
+    bench.close()
+
+
+def test_dry_run_acts_on_nothing_and_says_what_it_would_do(idle):
+    said = idle.actor.run_once(dry_run=True).said
+    assert [(s.step, s.dry_run) for s in said] == [("warn", True)] and said[0].text.startswith("would warn")
+    assert idle.steps() == [] and idle.mail.sent == [] and idle.argv() == []
+    idle.actor.run_once()  # a real warning
+    _idle_samples(idle.store, T0 + 35 * MIN + 30, T0 + 50 * MIN)
+    idle.now[0] = T0 + 50 * MIN
+    said = idle.actor.run_once(dry_run=True).said
+    assert said[0].step == "hold" and said[0].text.startswith("would hold") and not said[0].action
+    assert idle.argv() == [] and idle.steps() == ["warn"]
+
+
+def test_dry_run_of_the_cli_prints_what_it_would_do(idle, tmp_path):
+    cfg = tmp_path / "act.toml"
+    cfg.write_text(idle.text.replace('type = "smtp"', 'type = "smtp"\nhost = "127.0.0.1"'))
+    out = CliRunner().invoke(app, ["act", "--config", str(cfg), "--db", str(tmp_path / "store"), "--once", "--dry-run"])
+    assert out.exit_code == 0, out.output
+    assert "dry-run idle_gpus job 17: warn: would warn" in out.output and idle.steps() == []
+
+
+# -- policy 2: remediation of a drained node ------------------------------------------------------------------
+
+
+def _remediate(tmp_path: Path) -> str:
+    checks = STANDINS / "checks"
+    return f"""
+[act.remediate]
+enabled = true
+work_dir = "{tmp_path / "work"}"
+dcgmi = "{checks / "dcgmi"}"
+all_reduce_perf = "{checks / "all_reduce_perf"}"
+ib_write_bw = "{checks / "ib_write_bw"}"
+exempt_nodes = ["node9"]
+"""
+
+
+def _drain(store: Store, node: str, t: float) -> None:
+    reason = "xid: XID 79 on GPU 3 (fallen off the bus)"
+    store.add(
+        [
+            Event(
+                kind=EventKind.HEALTH_VERDICT,
+                t=t,
+                source="hpcwatch collect",
+                attrs={"node": node, "verdict": "drain", "reason": reason},
+            )
+        ]
+    )
+
+
+def _bench(tmp_path: Path, checks: str = "pass", **env: str) -> Bench:
+    bench = Bench(tmp_path, _remediate(tmp_path), HPCWATCH_STANDIN_RUN_JOBS="1", HPCWATCH_STANDIN_CHECKS=checks, **env)
+    _drain(bench.store, "node2", T0 - 120)
+    _drain(bench.store, "node2", T0 - 60)
+    _drain(bench.store, "node9", T0 - 60)
+    return bench
+
+
+def test_a_drained_node_that_passes_its_checks_is_resumed(tmp_path):
+    bench = _bench(tmp_path)
+    first = bench.actor.run_once()
+    assert [(s.target, s.step) for s in first.said] == [
+        ("node node2", "reserve"),
+        ("node node2", "resume"),
+        ("node node2", "check"),
+        ("node node9", "skip"),
+    ]
+    reserve, resume, sbatch = bench.argv()
+    name = next(a.split("=", 1)[1] for a in reserve if a.startswith("reservationname="))
+    assert (
+        reserve[:3] == ["scontrol", "create", "reservation"]
+        and "flags=maint,ignore_jobs" in reserve
+        and "nodes=node2" in reserve
+    )
+    assert resume == ["scontrol", "update", "nodename=node2", "state=resume"]
+    assert sbatch[0] == "sbatch" and f"--reservation={name}" in sbatch and "--nodelist=node2" in sbatch
+    bench.now[0] += 5 * MIN
+    second = bench.actor.run_once()
+    assert [s.step for s in second.said if s.target == "node node2"] == ["result", "release"]
+    # the job wrote its done file: squeue is not asked
+    assert bench.argv()[3:] == [["scontrol", "delete", f"reservationname={name}"]]
+    result = next(r.action for r in recorded(bench.store) if r.action.step == "result")
+    assert result.evidence["passed"] is True and result.evidence["problems"] == []
+    kinds = {e.kind for e in bench.store.events() if e.attrs.get("node") == "node2"}
+    assert {EventKind.DCGM_DIAG, EventKind.NCCL_TEST, EventKind.IB_WRITE_BW} <= kinds  # ingested
+    assert any("node2" in p.subject for p in bench.mail.sent if p.to == "ops@example.org")
+    assert [s.step for s in bench.actor.run_once().said] == ["done", "skip"] and len(bench.argv()) == 4  # once
+    release = next(r.action for r in recorded(bench.store) if r.action.step == "release")
+    bench.actor.undo(release.id)
+    assert bench.argv()[-1][:4] == ["scontrol", "update", "nodename=node2", "state=drain"]
+    bench.close()
+
+
+def test_a_drained_node_that_fails_its_checks_stays_drained_and_operators_are_told(tmp_path):
+    bench = _bench(tmp_path, checks="fail")
+    bench.actor.run_once()
+    bench.now[0] += 5 * MIN
+    said = bench.actor.run_once().said
+    assert [s.step for s in said if s.target == "node node2"] == ["result", "drain", "release"]
+    drain = bench.argv()[-2]
+    assert drain[:4] == ["scontrol", "update", "nodename=node2", "state=drain"]
+    assert drain[4].startswith("reason=hpcwatch: checks failed")
+    result = next(r.action for r in recorded(bench.store) if r.action.step == "result")
+    rules = {c["rule"] for c in result.evidence["checks"] if c["verdict"] != "ok"}
+    assert rules == {"dcgm_diag", "nccl_tests", "ib_write_bw"} and result.evidence["passed"] is False
+    told = [p for p in bench.mail.sent if p.to == "ops@example.org" and "failed its checks" in p.subject]
+    assert len(told) == 1 and "node2" in told[0].subject
+    undo_drain = next(r.action for r in recorded(bench.store) if r.action.step == "drain")
+    assert undo_drain.undo[-1] == "state=resume"
+    bench.close()
+
+
+def test_a_failed_sbatch_ends_the_episode_and_tells_the_operators(tmp_path):
+    bench = _bench(tmp_path, HPCWATCH_STANDIN_FAIL="sbatch")
+    said = bench.actor.run_once().said
+    assert [s.step for s in said if s.target == "node node2"] == ["reserve", "resume", "check"]
+    check = next(r.action for r in recorded(bench.store) if r.action.step == "check")
+    assert check.rc == 1 and "presently disabled" in check.output and check.undo == ()
+    assert any("failed its checks" in p.subject for p in bench.mail.sent)
+    n = len(bench.argv())
+    assert bench.actor.run_once().said[0].step == "done" and len(bench.argv()) == n
+    bench.close()
+
+
+def test_dry_run_of_remediation_runs_no_command(tmp_path):
+    bench = _bench(tmp_path)
+    said = bench.actor.run_once(dry_run=True).said
+    assert said[0].dry_run and said[0].text.startswith("would reserve node2")
+    assert bench.argv() == [] and bench.steps() == [] and not (tmp_path / "work").exists()
+    bench.close()
+
+
+# -- configuration --------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("act", "notify", "message"),
+    [
+        ('[act.idle]\naction = "kill"', True, "act.toml:3: action must be one of 'hold', 'cancel', got 'kill'"),
+        ("[act.idle]\nenabled = true", False, "act.toml:3: [act.idle] is enabled but the file has no [notify] table"),
+        ("[act.idle]\nidle_minutes = 0", True, "act.toml:3: [act.idle] idle_minutes must be > 0, got 0"),
+        ("[act.remediate]\ngpus = true", True, "act.toml:3: gpus must be int, got True"),
+        (
+            '[act.remediate]\nib_device = "mlx5_0; rm -rf /"',
+            True,
+            "act.toml:3: [act.remediate] ib_device must be a plain",
+        ),
+        ("[act]\nscontroll = 1", True, "act.toml:2: unknown key 'scontroll' in [act]"),
+    ],
+)
+def test_bad_config_is_one_line_and_exit_2(tmp_path, act, notify, message, run_cli):
+    header = "" if act.startswith("[act]") else "[act]\n"
+    text = header + act + "\n" + ('[notify]\noperators = ["ops@example.org"]\n' if notify else "")
+    path = tmp_path / "act.toml"
+    path.write_text(text)
+    with pytest.raises(ConfigError) as err:
+        parse_act_text(text, path="act.toml")
+    assert message in str(err.value)
+    code, out, err = run_cli(["act", "--config", str(path), "--db", str(tmp_path / "s"), "--once"])
+    assert code == 2 and out == "" and err.startswith("hpcwatch: ") and len(err.strip().splitlines()) == 1
+    assert message.split(": ", 1)[1] in err
+
+
+def test_collect_reads_the_act_table_as_one_more_collector(tmp_path):
+    from hpcwatch.collect.config import parse_config
+    from hpcwatch.collect.daemon import build_collector
+
+    text = _config(tmp_path, IDLE)
+    config = parse_config(text, path="collect.toml")
+    assert config.act is not None and config.act.idle.enabled and config.collectors[-1] is config.act
+    with Store(tmp_path / "store") as store:
+        collector = build_collector(store, config.act, notify=config.notify)
+        assert collector.run().records == 0
+        collector.close()
