@@ -394,3 +394,17 @@ def test_collect_reads_the_act_table_as_one_more_collector(tmp_path):
         collector = build_collector(store, config.act, notify=config.notify)
         assert collector.run().records == 0
         collector.close()
+
+
+def test_the_sample_configs_act_table_parses_once_uncommented():
+    from hpcwatch.collect.config import parse_config
+
+    text = (Path(__file__).resolve().parents[2] / "deploy" / "hpcwatch.toml").read_text()
+    head, _, rest = text.partition("# [notify]")
+    uncommented = head + "\n".join(
+        line[2:] if line.startswith("# ") else line for line in ("# [notify]" + rest).splitlines()
+    )
+    cfg = parse_config(uncommented, path="hpcwatch.toml")
+    assert cfg.act is not None and not cfg.act.idle.enabled and not cfg.act.remediate.enabled  # off by default
+    assert cfg.act.idle.action == "hold" and cfg.act.idle.exempt_partitions == ("debug", "interactive")
+    assert cfg.act.remediate.work_dir == "/shared/hpcwatch/act"
