@@ -119,9 +119,15 @@ class Actor:
     def _action(self, run: _Run, *, policy: str, step: str, episode: str, target: str, **kw: Any) -> Action:
         t = self.clock()
         return Action(
-            id=action_id(episode, step, t), policy=policy, step=step, episode=episode, target=target, t=t,
-            who=self.who, **kw,
-        )  # fmt: skip
+            id=action_id(episode, step, t),
+            policy=policy,
+            step=step,
+            episode=episode,
+            target=target,
+            t=t,
+            who=self.who,
+            **kw,
+        )
 
     def _ran(self, command: str, *args: str) -> Ran:
         return self.runner.run(self.runner.argv(command, args))
@@ -172,12 +178,18 @@ class Actor:
             if d.step == "warn":
                 action = self._record(
                     self._action(
-                        run, policy=idle_policy.POLICY, step="warn", episode=episode, target=target, why=d.why,
-                        evidence=idle.evidence() | {"user": job.user, "account": job.account, "partition": job.partition},
+                        run,
+                        policy=idle_policy.POLICY,
+                        step="warn",
+                        episode=episode,
+                        target=target,
+                        why=d.why,
+                        evidence=idle.evidence()
+                        | {"user": job.user, "account": job.account, "partition": job.partition},
                         undo_note="a notice cannot be taken back",
                         details={"job": idle.job, "action": p.action},
                     )
-                )  # fmt: skip
+                )
                 values = {
                     "job": idle.job,
                     "gpus": len(idle.gpus),
@@ -199,14 +211,26 @@ class Actor:
         hold = self.config.idle.action == "hold"
         ran = self._ran("scontrol", "requeuehold", idle.job) if hold else self._ran("scancel", idle.job)
         undo = self.runner.argv("scontrol", ("release", idle.job)) if hold and ran.ok else ()
-        note = "scontrol release: it is queued again and starts from its script" if hold else (
-            "a cancelled job cannot be brought back: its user resubmits it"
-        )  # fmt: skip
+        note = (
+            "scontrol release: it is queued again and starts from its script"
+            if hold
+            else ("a cancelled job cannot be brought back: its user resubmits it")
+        )
         return self._action(
-            run, policy=idle_policy.POLICY, step=self.config.idle.action, episode=episode, target=target, why=why,
-            evidence=idle.evidence(), argv=ran.argv, rc=ran.rc, output=ran.note(), undo=undo,
-            undo_note=note if ran.ok else "the command failed: nothing to undo", details={"job": idle.job},
-        )  # fmt: skip
+            run,
+            policy=idle_policy.POLICY,
+            step=self.config.idle.action,
+            episode=episode,
+            target=target,
+            why=why,
+            evidence=idle.evidence(),
+            argv=ran.argv,
+            rc=ran.rc,
+            output=ran.note(),
+            undo=undo,
+            undo_note=note if ran.ok else "the command failed: nothing to undo",
+            details={"job": idle.job},
+        )
 
     # -- policy 2: remediation of drained nodes ------------------------------------------------------
 
@@ -243,38 +267,64 @@ class Actor:
         if run.dry_run:
             run.said.append(
                 Said(
-                    policy=remediate.POLICY, target=target, step="reserve", dry_run=True,
+                    policy=remediate.POLICY,
+                    target=target,
+                    step="reserve",
+                    dry_run=True,
                     text=f"would reserve {ep.node} (flags=maint,ignore_jobs, {p.reservation_minutes:g} min), resume it "
                     f"into the reservation and sbatch dcgmi diag -r {p.diag_level}, all_reduce_perf, ib_write_bw ({why})",
                 )
-            )  # fmt: skip
+            )
             return
         first = action_id(ep.episode, "reserve", run.now)
         name = remediate.reservation_name(ep.node, first)
-        common: dict[str, Any] = dict(policy=remediate.POLICY, episode=ep.episode, target=target, evidence={"verdict": "drain", "reason": ep.reason, "since": ep.start})  # fmt: skip
+        common: dict[str, Any] = dict(
+            policy=remediate.POLICY,
+            episode=ep.episode,
+            target=target,
+            evidence={"verdict": "drain", "reason": ep.reason, "since": ep.start},
+        )
         ran = self._ran(
-            "scontrol", "create", "reservation", f"reservationname={name}", f"nodes={ep.node}", "starttime=now",
-            f"duration={max(1, round(p.reservation_minutes))}", f"users={p.reservation_user}", "flags=maint,ignore_jobs",
-        )  # fmt: skip
+            "scontrol",
+            "create",
+            "reservation",
+            f"reservationname={name}",
+            f"nodes={ep.node}",
+            "starttime=now",
+            f"duration={max(1, round(p.reservation_minutes))}",
+            f"users={p.reservation_user}",
+            "flags=maint,ignore_jobs",
+        )
         reserve = self._record(
             self._action(
-                run, step="reserve", why=f"{why}: a reservation so that only the checks run there", argv=ran.argv,
-                rc=ran.rc, output=ran.note(), undo=self.runner.argv("scontrol", ("delete", f"reservationname={name}")) if ran.ok else (),
-                details={"reservation": name}, **common,
+                run,
+                step="reserve",
+                why=f"{why}: a reservation so that only the checks run there",
+                argv=ran.argv,
+                rc=ran.rc,
+                output=ran.note(),
+                undo=self.runner.argv("scontrol", ("delete", f"reservationname={name}")) if ran.ok else (),
+                details={"reservation": name},
+                **common,
             )
-        )  # fmt: skip
+        )
         self._say(run, target, reserve)
         if not reserve.ok:
             return self._failed(run, reserve, ep)
         ran = self._ran("scontrol", "update", f"nodename={ep.node}", "state=resume")
         resume = self._record(
             self._action(
-                run, step="resume", why=f"into reservation {name}: Slurm starts no job on a drained node",
-                argv=ran.argv, rc=ran.rc, output=ran.note(),
+                run,
+                step="resume",
+                why=f"into reservation {name}: Slurm starts no job on a drained node",
+                argv=ran.argv,
+                rc=ran.rc,
+                output=ran.note(),
                 undo=self._drain_argv(ep.node, f"hpcwatch: {ep.reason}") if ran.ok else (),
-                details={"reservation": name}, **common,
+                details={"reservation": name},
+                **common,
             )
-        )  # fmt: skip
+        )
         self._say(run, target, resume)
         if not resume.ok:
             return self._failed(run, resume, ep)
@@ -300,12 +350,17 @@ class Actor:
         job = ran.stdout.strip().split(";")[0] if ran.ok else ""
         check = self._record(
             self._action(
-                run, step="check", why=f"dcgmi diag -r {p.diag_level}, all_reduce_perf, ib_write_bw on {ep.node}",
-                argv=ran.argv, rc=ran.rc if ran.ok and job else (ran.rc or 1), output=ran.note(),
+                run,
+                step="check",
+                why=f"dcgmi diag -r {p.diag_level}, all_reduce_perf, ib_write_bw on {ep.node}",
+                argv=ran.argv,
+                rc=ran.rc if ran.ok and job else (ran.rc or 1),
+                output=ran.note(),
                 undo=self.runner.argv("scancel", (job,)) if job else (),
-                details={"reservation": name, "job": job, "dir": str(out_dir)}, **common,
+                details={"reservation": name, "job": job, "dir": str(out_dir)},
+                **common,
             )
-        )  # fmt: skip
+        )
         self._say(run, target, check)
         if not check.ok:
             self._failed(run, check, ep)
@@ -340,14 +395,24 @@ class Actor:
         outcome = remediate.judge_results(events, problems + unread, ep.node, link=p.link)
         result = self._record(
             self._action(
-                run, policy=remediate.POLICY, step="result", episode=ep.episode, target=target,
+                run,
+                policy=remediate.POLICY,
+                step="result",
+                episode=ep.episode,
+                target=target,
                 why=f"checks {'passed' if outcome.passed else 'failed'}: verdict {outcome.verdict}"
                 + (f": {outcome.reason}" if outcome.reason else ""),
-                evidence={"verdict": outcome.verdict, "passed": outcome.passed, "checks": list(outcome.checks),
-                          "problems": problems + unread, "results": str(out_dir)},
-                undo_note="a judgement, not an action", details=dict(check.details),
+                evidence={
+                    "verdict": outcome.verdict,
+                    "passed": outcome.passed,
+                    "checks": list(outcome.checks),
+                    "problems": problems + unread,
+                    "results": str(out_dir),
+                },
+                undo_note="a judgement, not an action",
+                details=dict(check.details),
             )
-        )  # fmt: skip
+        )
         self._say(run, target, result)
         self._conclude(run, ep, target, result, check)
 
@@ -357,30 +422,45 @@ class Actor:
             run.said.append(Said(policy=remediate.POLICY, target=target, step="wait", text=text, dry_run=True))
             return
         name = str(check.details.get("reservation", ""))
-        common: dict[str, Any] = dict(policy=remediate.POLICY, episode=ep.episode, target=target, evidence={"result": result.id})
+        common: dict[str, Any] = dict(
+            policy=remediate.POLICY, episode=ep.episode, target=target, evidence={"result": result.id}
+        )
         passed = bool(result.evidence.get("passed"))
         if not passed:
             reason = f"hpcwatch: checks failed ({result.id}): {result.evidence.get('verdict')}"
             ran = self.runner.run(self._drain_argv(ep.node, reason))
             drain = self._record(
                 self._action(
-                    run, step="drain", why=f"{result.why}: kept drained", argv=ran.argv, rc=ran.rc, output=ran.note(),
-                    undo=self.runner.argv("scontrol", ("update", f"nodename={ep.node}", "state=resume")) if ran.ok else (),
+                    run,
+                    step="drain",
+                    why=f"{result.why}: kept drained",
+                    argv=ran.argv,
+                    rc=ran.rc,
+                    output=ran.note(),
+                    undo=self.runner.argv("scontrol", ("update", f"nodename={ep.node}", "state=resume"))
+                    if ran.ok
+                    else (),
                     **common,
                 )
-            )  # fmt: skip
+            )
             self._say(run, target, drain)
             self._notice(run, drain, "act_failed", {"node": ep.node}, audiences=("operators",))
         ran = self._ran("scontrol", "delete", f"reservationname={name}")
         undo = self._drain_argv(ep.node, f"hpcwatch: undo of the release of {ep.node}") if passed and ran.ok else ()
         release = self._record(
             self._action(
-                run, step="release",
-                why=f"reservation {name} deleted: " + ("the node takes jobs again" if passed else "the node stays drained"),
-                argv=ran.argv, rc=ran.rc, output=ran.note(), undo=undo,
-                undo_note="" if undo else "the reservation is not recreated", **common,
+                run,
+                step="release",
+                why=f"reservation {name} deleted: "
+                + ("the node takes jobs again" if passed else "the node stays drained"),
+                argv=ran.argv,
+                rc=ran.rc,
+                output=ran.note(),
+                undo=undo,
+                undo_note="" if undo else "the reservation is not recreated",
+                **common,
             )
-        )  # fmt: skip
+        )
         self._say(run, target, release)
         if passed:
             self._notice(run, release, "act_done", {"target": target, "step": "resume"}, audiences=("operators",))
