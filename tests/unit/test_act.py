@@ -344,6 +344,47 @@ def test_a_failed_sbatch_ends_the_episode_and_tells_the_operators(tmp_path):
     bench.close()
 
 
+def test_a_check_job_that_left_no_output_fails_and_the_node_stays_drained(tmp_path):
+    bench = Bench(tmp_path, _remediate(tmp_path))  # sbatch "runs" nothing: the job leaves the queue, no outputs
+    _drain(bench.store, "node2", T0 - 60)
+    bench.actor.run_once()
+    said = bench.actor.run_once().said
+    assert [s.step for s in said] == ["result", "drain", "release"]
+    result = next(r.action for r in recorded(bench.store) if r.action.step == "result")
+    assert result.evidence["problems"] == [
+        f"{f}: no output" for f in ("dcgmi_diag.json", "all_reduce_perf.out", "ib_write_bw.out")
+    ]
+    bench.close()
+
+
+def test_a_check_job_past_its_timeout_is_cancelled_and_counts_as_a_failure(tmp_path):
+    bench = Bench(tmp_path, _remediate(tmp_path) + "check_timeout_minutes = 30\n", HPCWATCH_STANDIN_SQUEUE="RUNNING")
+    _drain(bench.store, "node2", T0 - 60)
+    bench.actor.run_once()
+    bench.now[0] += 29 * MIN
+    assert [s.step for s in bench.actor.run_once().said] == ["wait"]
+    bench.now[0] += 2 * MIN
+    assert [s.step for s in bench.actor.run_once().said] == ["result", "drain", "release"]
+    assert ["scancel", "4242"] in bench.argv()
+    result = next(r.action for r in recorded(bench.store) if r.action.step == "result")
+    assert "still running after 30 min: cancelled" in result.evidence["problems"][0]
+    bench.close()
+
+
+def test_hostile_job_ids_and_node_names_never_reach_an_argv(tmp_path):
+    bench = Bench(tmp_path, IDLE + _remediate(tmp_path))
+    _job(bench.store, id="--help")
+    _idle_samples(bench.store, T0, T0 + 60 * MIN, job="--help")
+    _drain(bench.store, "node2,node3", T0)
+    _drain(bench.store, "node[1-2]", T0)
+    for minutes in (35, 60):
+        bench.now[0] = T0 + minutes * MIN
+        said = bench.actor.run_once().said
+        assert {s.step for s in said} == {"skip"} and len(said) == 3, said
+    assert bench.argv() == [] and bench.steps() == []
+    bench.close()
+
+
 def test_dry_run_of_remediation_runs_no_command(tmp_path):
     bench = _bench(tmp_path)
     said = bench.actor.run_once(dry_run=True).said

@@ -21,6 +21,7 @@ the store does not know (its owner and partition cannot be checked).
 
 from __future__ import annotations
 
+import re
 from collections import defaultdict
 from dataclasses import dataclass
 from typing import Any
@@ -35,6 +36,9 @@ from hpcwatch.store import Store
 __all__ = ["IdleJob", "idle_jobs", "exemption", "decide", "POLICY", "CURRENT_S"]
 
 POLICY = "idle_gpus"
+#: A Slurm job id as scontrol and scancel take it: JOBID, JOBID_TASK (array), JOBID+OFFSET (heterogeneous).
+#: Anything else (a pod name, an id starting with "-") never reaches their argv.
+SLURM_JOB_ID = re.compile(r"[0-9]{1,10}(_[0-9]{1,7})?(\+[0-9]{1,4})?")
 #: Ours: an idle run that ended more than this before the newest sample is over (the GPUs work again, or stopped
 #: reporting); a few scrape intervals of dcgm-exporter (15-30 s) and of ``collect``'s polls.
 CURRENT_S = 300.0
@@ -87,6 +91,8 @@ def idle_jobs(store: Store, policy: IdlePolicy) -> list[IdleJob]:
 
 def exemption(policy: IdlePolicy, job: Job | None, idle: IdleJob) -> str:
     """Why this job is left alone ("" when it is not)."""
+    if not SLURM_JOB_ID.fullmatch(idle.job):
+        return "not a Slurm job id"
     if job is None:
         return "the store has no such job (owner and partition unknown)"
     if job.end is not None:

@@ -23,14 +23,17 @@ from hpcwatch.act import remediate
 from hpcwatch.act.audit import Action, Recorded, Undo, action_id, find, recorded
 from hpcwatch.act.config import ActConfig
 from hpcwatch.act.runner import Ran, Runner
-from hpcwatch.errors import ConfigError
+from hpcwatch.errors import ConfigError, one_line
 from hpcwatch.notify.compose import Candidate, action_notice
 from hpcwatch.notify.config import NotifyConfig
 from hpcwatch.notify.loop import Notifier
 from hpcwatch.notify.render import fmt_duration
 from hpcwatch.store import Store
 
-__all__ = ["Actor", "Said", "ActSummary"]
+__all__ = ["Actor", "Said", "ActSummary", "DRAIN_REASON_MAX"]
+
+#: Ours: what a drain reason keeps of the verdict's (``sinfo -R`` shows it on one line).
+DRAIN_REASON_MAX = 200
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -366,7 +369,9 @@ class Actor:
             self._failed(run, check, ep)
 
     def _drain_argv(self, node: str, reason: str) -> tuple[str, ...]:
-        return self.runner.argv("scontrol", ("update", f"nodename={node}", "state=drain", f"reason={reason[:200]}"))
+        """``reason`` from the store's verdict: made one visible line, bounded (scontrol keeps it as typed)."""
+        shown = one_line(reason)[:DRAIN_REASON_MAX]
+        return self.runner.argv("scontrol", ("update", f"nodename={node}", "state=drain", f"reason={shown}"))
 
     def _queued(self, job: str) -> bool:
         ran = self._ran("squeue", "-h", "-j", job, "-o", "%T")

@@ -23,6 +23,7 @@ is cancelled and counts as a failure. The check programs are the node's own; the
 
 from __future__ import annotations
 
+import re
 import shlex
 from dataclasses import dataclass
 from pathlib import Path
@@ -52,6 +53,9 @@ __all__ = [
 POLICY = "remediate"
 #: What the check job writes in its folder: file -> (reader, what it is).
 RESULT_FILES = ("dcgmi_diag.json", "all_reduce_perf.out", "ib_write_bw.out")
+#: A node name as it may go into ``nodes=`` / ``nodename=``: one host name (a comma or a bracket would name
+#: other nodes, a space another argument).
+NODE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -85,6 +89,8 @@ def drain_episodes(store: Store) -> list[DrainEpisode]:
 
 def out_of_scope(policy: RemediatePolicy, node: str) -> str:
     """Why the policy leaves this node alone ("" when it may act)."""
+    if not NODE_NAME.fullmatch(node):
+        return "not one plain node name"
     if node in policy.exempt_nodes:
         return "it is on exempt_nodes"
     if policy.nodes and node not in policy.nodes:

@@ -18,4 +18,4 @@ if command == "sbatch":
         subprocess.run(["sh", args[-1]], check=False)
     print("4242")
 elif command == "squeue":
-    pass  # the job has left the queue
+    print(os.environ.get("HPCWATCH_STANDIN_SQUEUE", ""))  # empty: the job has left the queue
