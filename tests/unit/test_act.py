@@ -178,6 +178,24 @@ def test_undo_of_a_hold_releases_the_job_and_is_audited(idle, tmp_path, monkeypa
         idle.actor.undo(warn)
 
 
+def test_a_hold_that_fails_is_audited_not_announced_and_not_tried_again(tmp_path):
+    bench = Bench(tmp_path, IDLE, HPCWATCH_STANDIN_FAIL="scontrol")
+    _job(bench.store)
+    _idle_samples(bench.store, T0, T0 + 35 * MIN)
+    bench.now[0] = T0 + 35 * MIN
+    bench.actor.run_once()  # the warning: no command
+    _idle_samples(bench.store, T0 + 35 * MIN + 30, T0 + 50 * MIN)
+    bench.now[0] = T0 + 50 * MIN
+    mails = len(bench.mail.sent)
+    said = bench.actor.run_once().said
+    assert [s.step for s in said] == ["hold"] and len(bench.mail.sent) == mails
+    hold = next(r.action for r in recorded(bench.store) if r.action.step == "hold")
+    assert hold.rc == 1 and "presently disabled" in hold.output and hold.undo == ()
+    again = bench.actor.run_once().said
+    assert again[0].step == "skip" and "not tried again" in again[0].text and len(bench.argv()) == 1
+    bench.close()
+
+
 def test_the_default_action_is_hold_the_one_with_an_undo(tmp_path):
     assert Bench(tmp_path, IDLE).config.idle.action == "hold"  # cancel only when written
 

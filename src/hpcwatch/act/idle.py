@@ -120,9 +120,12 @@ class Decision:
 def decide(policy: IdlePolicy, idle: IdleJob, past: list[Recorded], *, now: float) -> Decision:
     """What to do with an idle job, given what was done before in its episode."""
     grace_s = policy.grace_minutes * 60.0
-    done = [r for r in past if r.action.step in ("hold", "cancel") and r.action.ok]
+    done = [r.action for r in past if r.action.step in ("hold", "cancel")]
     if done:
-        return Decision(step="skip", why=f"already {done[-1].action.step} by {done[-1].action.id}")
+        last = done[-1]
+        if not last.ok:
+            return Decision(step="skip", why=f"{last.step} failed ({last.id}, rc {last.rc}): not tried again")
+        return Decision(step="skip", why=f"already {last.step} by {last.id}")
     warned = [r.action for r in past if r.action.step == "warn"]
     if not warned:
         return Decision(

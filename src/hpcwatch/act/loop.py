@@ -204,8 +204,9 @@ class Actor:
                 self._notice(run, action, "act_warn", values, audiences=("operators",), **user)
             else:
                 action = self._record(self._idle_act(run, idle, episode, target, d.why))
-                values = {"target": target, "step": ("act_action", p.action)}
-                self._notice(run, action, "act_done", values, audiences=("operators",), **user)
+                if action.ok:  # a command that failed is in the audit (and in this run's lines), not in a notice
+                    values = {"target": target, "step": ("act_action", p.action)}
+                    self._notice(run, action, "act_done", values, audiences=("operators",), **user)
             run.said.append(
                 Said(policy=idle_policy.POLICY, target=target, step=action.step, text=d.why, action=action.id)
             )
