@@ -375,6 +375,14 @@ def test_a_check_job_that_left_no_output_fails_and_the_node_stays_drained(tmp_pa
     bench.close()
 
 
+def test_a_check_job_squeue_shows_as_completed_has_ended(tmp_path):
+    bench = Bench(tmp_path, _remediate(tmp_path), HPCWATCH_STANDIN_SQUEUE="COMPLETED")
+    _drain(bench.store, "node2", T0 - 60)
+    bench.actor.run_once()
+    assert [s.step for s in bench.actor.run_once().said] == ["result", "drain", "release"]  # no outputs: failed
+    bench.close()
+
+
 def test_a_check_job_past_its_timeout_is_cancelled_and_counts_as_a_failure(tmp_path):
     bench = Bench(tmp_path, _remediate(tmp_path) + "check_timeout_minutes = 30\n", HPCWATCH_STANDIN_SQUEUE="RUNNING")
     _drain(bench.store, "node2", T0 - 60)

@@ -30,8 +30,12 @@ from hpcwatch.notify.loop import Notifier
 from hpcwatch.notify.render import fmt_duration
 from hpcwatch.store import Store
 
-__all__ = ["Actor", "Said", "ActSummary", "DRAIN_REASON_MAX"]
+__all__ = ["Actor", "Said", "ActSummary", "DRAIN_REASON_MAX", "ENDED_STATES"]
 
+#: squeue's states of a job that has ended (squeue(1), "JOB STATE CODES").
+ENDED_STATES = frozenset(
+    ("BOOT_FAIL", "CANCELLED", "COMPLETED", "DEADLINE", "FAILED", "NODE_FAIL", "OUT_OF_MEMORY", "PREEMPTED", "TIMEOUT")
+)
 #: Ours: what a drain reason keeps of the verdict's (``sinfo -R`` shows it on one line).
 DRAIN_REASON_MAX = 200
 
@@ -375,8 +379,11 @@ class Actor:
         return self.runner.argv("scontrol", ("update", f"nodename={node}", "state=drain", f"reason={shown}"))
 
     def _queued(self, job: str) -> bool:
+        """squeue names the job in a state that is not an end (it shows an ended job until MinJobAge passes;
+        then it says "Invalid job id": rc 1)."""
         ran = self._ran("squeue", "-h", "-j", job, "-o", "%T")
-        return ran.ok and bool(ran.stdout.strip())
+        state = ran.stdout.strip().split("\n", 1)[0].strip()
+        return ran.ok and bool(state) and state not in ENDED_STATES
 
     def _poll(self, run: _Run, ep: remediate.DrainEpisode, target: str, check: Action) -> None:
         p = self.config.remediate
