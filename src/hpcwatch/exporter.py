@@ -19,9 +19,13 @@ Every family is a gauge: each value is recomputed from the store, none counts ev
     hpcwatch_job_idle_gpus{hpc_job,user,account}             allocated GPUs that stayed idle
     hpcwatch_job_step_seconds{hpc_job}                       median training step (slowest rank)
     hpcwatch_job_stragglers{hpc_job}                         ranks named stragglers
+    hpcwatch_rank_straggler{hpc_job,rank,node,gpu} 1         one per rank named a straggler (the alert's node)
     hpcwatch_rank_relative_score{hpc_job,rank,node,gpu}      fastest rank's work / this rank's (1 = best)
     hpcwatch_job_goodput_ratio{hpc_job}                      productive time / wall time
     hpcwatch_findings{vector,severity}                       findings in the store (every pair, 0 included)
+    hpcwatch_health_verdict{node,rule}                       each health rule's worst verdict on each node over
+                                                             the last 15 minutes of samples (reports/health.py):
+                                                             0 ok, 1 warn, 2 drain (reports.health.VERDICT_NUMBERS)
     hpcwatch_assessment_tier{category}                       the newest stored assessment (``hpcwatch collect``'s
                                                              ``task = "assess"``): 4 Platinum, 3 Gold, 2 Silver,
                                                              1 Bronze, 0 Underperform; ``category="overall"`` is the
@@ -51,6 +55,7 @@ from hpcwatch.reports.assess import latest_assessment
 from hpcwatch.reports.collectors import collector_statuses
 from hpcwatch.reports.findings import finding_counts
 from hpcwatch.reports.goodput import goodput_report
+from hpcwatch.reports.health import DEFAULT_HEALTH_WINDOW_S, VERDICT_NUMBERS, node_health, rule_verdicts
 from hpcwatch.reports.jobs import DCGM_METRICS, jobs_report
 from hpcwatch.reports.steps import DEFAULT_RECENT_STEPS, jobs_with_spans, step_report
 from hpcwatch.reports.text import visible
@@ -84,9 +89,11 @@ METRIC_NAMES = (
     "hpcwatch_job_idle_gpus",
     "hpcwatch_job_step_seconds",
     "hpcwatch_job_stragglers",
+    "hpcwatch_rank_straggler",
     "hpcwatch_rank_relative_score",
     "hpcwatch_job_goodput_ratio",
     "hpcwatch_findings",
+    "hpcwatch_health_verdict",
     "hpcwatch_assessment_tier",
     "hpcwatch_exporter_collect_seconds",
     "hpcwatch_exporter_collect_errors",
@@ -128,7 +135,14 @@ class StoreCollector(Collector):
     def collect(self) -> Iterator[Metric]:
         t0 = time.perf_counter()
         families: list[Metric] = []
-        for part in (self._jobs, self._training, self._findings, self._assessment, self._collectors):
+        for part in (
+            self._jobs,
+            self._training,
+            self._findings,
+            self._health,
+            self._assessment,
+            self._collectors,
+        ):
             try:
                 families.extend(part())
             except HpcwatchError as err:  # one failing part must not blank the others
@@ -204,7 +218,7 @@ class StoreCollector(Collector):
         ]
 
     def _training(self) -> list[Metric]:
-        step_s, stragglers, scores, goodput = [], [], [], []
+        step_s, stragglers, named, scores, goodput = [], [], [], [], []
         for job_id in jobs_with_spans(self.store):
             try:
                 report = step_report(self.store, job_id, recent_steps=self.recent_steps)
@@ -214,6 +228,10 @@ class StoreCollector(Collector):
                 continue
             step_s.append(([job_id], report.step_time_s))
             stragglers.append(([job_id], float(len(report.stragglers.stragglers))))
+            named += [
+                ([job_id, str(r.rank), r.node or "", "" if r.gpu is None else str(r.gpu)], 1.0)
+                for r in report.stragglers.stragglers
+            ]
             scores += [
                 ([job_id, str(r.rank), r.node or "", "" if r.gpu is None else str(r.gpu)], r.score)
                 for r in report.stragglers.ranks
@@ -227,6 +245,12 @@ class StoreCollector(Collector):
                 step_s,
             ),
             _gauge("hpcwatch_job_stragglers", "Ranks named stragglers over the recent steps.", ["hpc_job"], stragglers),
+            _gauge(
+                "hpcwatch_rank_straggler",
+                "1 for each rank named a straggler over the recent steps (absent: not one).",
+                ["hpc_job", "rank", "node", "gpu"],
+                named,
+            ),
             _gauge(
                 "hpcwatch_rank_relative_score",
                 "Fastest rank's work time / this rank's (1 = fastest).",
@@ -244,6 +268,18 @@ class StoreCollector(Collector):
                 "Security findings in the store, by threat vector and severity.",
                 ["vector", "severity"],
                 [([v, s], float(n)) for (v, s), n in counts.items()],
+            )
+        ]
+
+    def _health(self) -> list[Metric]:
+        verdicts = rule_verdicts(node_health(self.store))
+        return [
+            _gauge(
+                "hpcwatch_health_verdict",
+                f"Worst verdict of each health rule on each node over the last {DEFAULT_HEALTH_WINDOW_S:g} s of samples: "
+                "0 ok, 1 warn, 2 drain.",
+                ["node", "rule"],
+                [([node, rule], float(VERDICT_NUMBERS[v])) for (node, rule), v in sorted(verdicts.items())],
             )
         ]
 

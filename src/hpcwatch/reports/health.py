@@ -13,12 +13,14 @@ from typing import TYPE_CHECKING
 from hpcwatch import vocab
 from hpcwatch.analysis.health import (
     PASSIVE_METRICS,
+    VERDICTS,
     Check,
     HealthConfig,
     HealthReport,
     health_report,
     nccl_log_checks,
 )
+from hpcwatch.analysis.xid import Verdict
 from hpcwatch.records import Event
 from hpcwatch.store import Store
 from hpcwatch.vocab import EventKind
@@ -26,10 +28,12 @@ from hpcwatch.vocab import EventKind
 if TYPE_CHECKING:
     import pyarrow as pa
 
-__all__ = ["node_health", "DEFAULT_HEALTH_WINDOW_S", "ACTIVE_EVENT_KINDS"]
+__all__ = ["node_health", "rule_verdicts", "VERDICT_NUMBERS", "DEFAULT_HEALTH_WINDOW_S", "ACTIVE_EVENT_KINDS"]
 
 #: Default look-back: the last 15 minutes before the newest sample.
 DEFAULT_HEALTH_WINDOW_S = 900.0
+#: A verdict as a number, for ``/metrics`` and its alerting rules: its rank in ``analysis.health.VERDICTS``.
+VERDICT_NUMBERS: dict[Verdict, int] = {v: i for i, v in enumerate(VERDICTS)}
 ACTIVE_EVENT_KINDS = (
     EventKind.DCGM_DIAG,
     EventKind.NCCL_TEST,
@@ -91,3 +95,17 @@ def node_health(
     if node is not None:
         report = HealthReport(nodes=tuple(n for n in report.nodes if n.node == node))
     return report
+
+
+def rule_verdicts(report: HealthReport) -> dict[tuple[str, str], Verdict]:
+    """``{(node, rule): verdict}``: each rule's worst verdict on each node (a rule fires once per GPU or port;
+    an alert is per node and rule), ``ok`` for the rules that looked and found nothing. What ``/metrics``
+    publishes as ``hpcwatch_health_verdict`` and the alerting rules (deploy/prometheus/hpcwatch-alerts.yml)
+    route: one alert per node, rule and action."""
+    out: dict[tuple[str, str], Verdict] = {}
+    for n in report.nodes:
+        for c in n.checks:
+            key = (n.node, c.rule)
+            if key not in out or VERDICTS.index(c.verdict) > VERDICTS.index(out[key]):
+                out[key] = c.verdict
+    return out
