@@ -33,6 +33,8 @@ Every family is a gauge: each value is recomputed from the store, none counts ev
     hpcwatch_exporter_collect_seconds, hpcwatch_exporter_collect_errors   the exporter itself
     hpcwatch_collector_up{collector,kind,daemon}             1 when a collector of ``hpcwatch collect`` answers
     hpcwatch_collector_last_success_timestamp_seconds{...}   its last run that succeeded (UTC s)
+    hpcwatch_collector_interval_seconds{...}                 its polling interval (freshness: the last success is
+                                                             due within 3 intervals, reports/collectors.py)
     hpcwatch_collector_lag_seconds{...}, hpcwatch_collector_errors_total{...}, hpcwatch_collector_records_total{...}
 
 The Slurm job is labelled ``hpc_job``, as dcgm-exporter labels it, not ``job``: Prometheus owns
@@ -99,6 +101,7 @@ METRIC_NAMES = (
     "hpcwatch_exporter_collect_errors",
     "hpcwatch_collector_up",
     "hpcwatch_collector_last_success_timestamp_seconds",
+    "hpcwatch_collector_interval_seconds",
     "hpcwatch_collector_lag_seconds",
     "hpcwatch_collector_errors_total",
     "hpcwatch_collector_records_total",
@@ -312,6 +315,12 @@ class StoreCollector(Collector):
                 "End of the collector's last good run.",
                 labels,
                 [(k, c.last_success_s) for k, c in rows if c.last_success_s is not None],
+            ),
+            _gauge(
+                "hpcwatch_collector_interval_seconds",
+                "Seconds between the collector's runs, as configured.",
+                labels,
+                [(k, c.interval_s) for k, c in rows],
             ),
             _gauge(
                 "hpcwatch_collector_lag_seconds",
