@@ -24,7 +24,8 @@ Every family is a gauge: each value is recomputed from the store, none counts ev
     hpcwatch_job_goodput_ratio{hpc_job}                      productive time / wall time
     hpcwatch_findings{vector,severity}                       findings in the store (every pair, 0 included)
     hpcwatch_health_verdict{node,rule}                       each health rule's worst verdict on each node over
-                                                             the last 15 minutes of samples (reports/health.py):
+                                                             the last 15 minutes of samples (reports/health.py;
+                                                             ``hpcwatch exporter --health-window``):
                                                              0 ok, 1 warn, 2 drain (reports.health.VERDICT_NUMBERS)
     hpcwatch_assessment_tier{category}                       the newest stored assessment (``hpcwatch collect``'s
                                                              ``task = "assess"``): 4 Platinum, 3 Gold, 2 Silver,
@@ -126,10 +127,18 @@ UsageFn = Callable[[Store], list[JobUsage]]
 class StoreCollector(Collector):
     """Reads ``store`` on each scrape and yields hpcwatch's metric families."""
 
-    def __init__(self, store: Store, *, usage: UsageFn | None = None, recent_steps: int = DEFAULT_RECENT_STEPS) -> None:
+    def __init__(
+        self,
+        store: Store,
+        *,
+        usage: UsageFn | None = None,
+        recent_steps: int = DEFAULT_RECENT_STEPS,
+        health_window_s: float = DEFAULT_HEALTH_WINDOW_S,
+    ) -> None:
         self.store = store
         self._usage = usage or job_usage
         self.recent_steps = recent_steps
+        self.health_window_s = health_window_s
         self.errors = 0
 
     def describe(self) -> Iterable[Metric]:
@@ -275,11 +284,11 @@ class StoreCollector(Collector):
         ]
 
     def _health(self) -> list[Metric]:
-        verdicts = rule_verdicts(node_health(self.store))
+        verdicts = rule_verdicts(node_health(self.store, window_s=self.health_window_s))
         return [
             _gauge(
                 "hpcwatch_health_verdict",
-                f"Worst verdict of each health rule on each node over the last {DEFAULT_HEALTH_WINDOW_S:g} s of samples: "
+                f"Worst verdict of each health rule on each node over the last {self.health_window_s:g} s of samples: "
                 "0 ok, 1 warn, 2 drain.",
                 ["node", "rule"],
                 [([node, rule], float(VERDICT_NUMBERS[v])) for (node, rule), v in sorted(verdicts.items())],
