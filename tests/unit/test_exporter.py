@@ -178,3 +178,9 @@ def test_health_verdict_returns_to_ok_when_the_fault_clears():
     store.add(_gpu_samples("DCGM_FI_DEV_ECC_DBE_VOL_TOTAL", [2, 2, 0], host="node2", gpu=5))
     (sample,) = scrape(store, usage=no_usage)["hpcwatch_health_verdict"]
     assert sample.labels == {"node": "node2", "rule": "ecc_dbe"} and sample.value == 0.0
+
+
+@pytest.mark.parametrize("window", ["0", "-5"])
+def test_exporter_refuses_a_health_window_that_is_not_positive(run_cli, window):
+    code, out, err = run_cli(["exporter", "--db", ":memory:", "--health-window", window, "--duration", "0.01"])
+    assert code == 2 and err.strip().splitlines() == [f"hpcwatch: --health-window must be > 0 seconds, got {window}"]
