@@ -23,10 +23,12 @@ Every family is a gauge: each value is recomputed from the store, none counts ev
     hpcwatch_rank_relative_score{hpc_job,rank,node,gpu}      fastest rank's work / this rank's (1 = best)
     hpcwatch_job_goodput_ratio{hpc_job}                      productive time / wall time
     hpcwatch_findings{vector,severity}                       findings in the store (every pair, 0 included)
-    hpcwatch_health_verdict{node,rule}                       each health rule's worst verdict on each node over
-                                                             the last 15 minutes of samples (reports/health.py;
-                                                             ``hpcwatch exporter --health-window``):
-                                                             0 ok, 1 warn, 2 drain (reports.health.VERDICT_NUMBERS)
+    hpcwatch_health_verdict{node,rule}                       each health rule's worst verdict on each node in the
+                                                             newest stored health run (``hpcwatch collect``'s
+                                                             ``task = "health"``): 0 ok, 1 warn, 2 drain
+                                                             (reports/health.VERDICT_NUMBERS); not judged again
+                                                             per scrape (0.85 s at 32 nodes x 15 min of samples)
+    hpcwatch_health_verdict_timestamp_seconds                when that run judged (UTC s)
     hpcwatch_assessment_tier{category}                       the newest stored assessment (``hpcwatch collect``'s
                                                              ``task = "assess"``): 4 Platinum, 3 Gold, 2 Silver,
                                                              1 Bronze, 0 Underperform; ``category="overall"`` is the
@@ -58,7 +60,7 @@ from hpcwatch.reports.assess import latest_assessment
 from hpcwatch.reports.collectors import collector_statuses
 from hpcwatch.reports.findings import finding_counts
 from hpcwatch.reports.goodput import goodput_report
-from hpcwatch.reports.health import DEFAULT_HEALTH_WINDOW_S, VERDICT_NUMBERS, node_health, rule_verdicts
+from hpcwatch.reports.health import VERDICT_NUMBERS, latest_health
 from hpcwatch.reports.jobs import DCGM_METRICS, jobs_report
 from hpcwatch.reports.steps import DEFAULT_RECENT_STEPS, jobs_with_spans, step_report
 from hpcwatch.reports.text import visible
@@ -97,6 +99,7 @@ METRIC_NAMES = (
     "hpcwatch_job_goodput_ratio",
     "hpcwatch_findings",
     "hpcwatch_health_verdict",
+    "hpcwatch_health_verdict_timestamp_seconds",
     "hpcwatch_assessment_tier",
     "hpcwatch_exporter_collect_seconds",
     "hpcwatch_exporter_collect_errors",
@@ -127,18 +130,10 @@ UsageFn = Callable[[Store], list[JobUsage]]
 class StoreCollector(Collector):
     """Reads ``store`` on each scrape and yields hpcwatch's metric families."""
 
-    def __init__(
-        self,
-        store: Store,
-        *,
-        usage: UsageFn | None = None,
-        recent_steps: int = DEFAULT_RECENT_STEPS,
-        health_window_s: float = DEFAULT_HEALTH_WINDOW_S,
-    ) -> None:
+    def __init__(self, store: Store, *, usage: UsageFn | None = None, recent_steps: int = DEFAULT_RECENT_STEPS) -> None:
         self.store = store
         self._usage = usage or job_usage
         self.recent_steps = recent_steps
-        self.health_window_s = health_window_s
         self.errors = 0
 
     def describe(self) -> Iterable[Metric]:
@@ -284,15 +279,22 @@ class StoreCollector(Collector):
         ]
 
     def _health(self) -> list[Metric]:
-        verdicts = rule_verdicts(node_health(self.store, window_s=self.health_window_s))
+        latest = latest_health(self.store)
+        verdicts = sorted(latest.verdicts.items()) if latest is not None else []
         return [
             _gauge(
                 "hpcwatch_health_verdict",
-                f"Worst verdict of each health rule on each node over the last {self.health_window_s:g} s of samples: "
-                "0 ok, 1 warn, 2 drain.",
+                "Worst verdict of each health rule on each node in the newest stored health run "
+                "(hpcwatch collect's task = health): 0 ok, 1 warn, 2 drain.",
                 ["node", "rule"],
-                [([node, rule], float(VERDICT_NUMBERS[v])) for (node, rule), v in sorted(verdicts.items())],
-            )
+                [([node, rule], float(VERDICT_NUMBERS[v])) for (node, rule), v in verdicts],
+            ),
+            _gauge(
+                "hpcwatch_health_verdict_timestamp_seconds",
+                "When the newest stored health run judged (UTC s).",
+                [],
+                [([], latest.t)] if latest is not None else [],
+            ),
         ]
 
     def _assessment(self) -> list[Metric]:

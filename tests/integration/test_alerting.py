@@ -1,15 +1,17 @@
 """deploy/prometheus/hpcwatch-alerts.yml and alertmanager.yml, end to end on Debian's Prometheus 2.42 and
 Alertmanager 0.25: the twin writes a store, hpcwatch's exporter publishes the store's health verdicts, Prometheus
 evaluates the shipped alerting rules and sends them to Alertmanager, which routes them through the shipped
-routing tree to a webhook receiver in this test. A drain verdict on two nodes reaches the pager route as one
+routing tree to a webhook receiver in this test. The health verdicts are those ``hpcwatch collect``'s health task
+stores (its daemon runs here, in-process, with the task alone). A drain verdict on two nodes reaches the pager route as one
 notification, once, and its resolution follows when the twin's fault clears; an exporter that stops answering
 pages, and resolves when it is back.
 
-    LiveTwin (XID 48 on two GPUs, on and off) -> Store -> exporter /metrics -> Prometheus (rules) -> Alertmanager
-                                                                                   -> this test's receiver
+    LiveTwin (XID 48 on two GPUs, on and off) -> Store <- collect daemon (health task: verdict events)
+                                                   -> exporter /metrics -> Prometheus (rules) -> Alertmanager
+                                                                                              -> this test's receiver
 
 The rule file and the routing tree are the shipped ones with the clock shortened: every group evaluated each
-second, every ``for:`` a minute per second of the original (1m -> 1s), Alertmanager's group_wait and
+second, every ``for:`` and ``keep_firing_for:`` a second per minute of the original (1m -> 1s), Alertmanager's group_wait and
 group_interval 1 s; receivers pointed at the test's. Nothing waits a fixed time: each step waits on the event
 it needs (a series in Prometheus, a notification at the receiver).
 """
@@ -31,6 +33,8 @@ import pytest
 import yaml
 
 from hpcwatch import vocab
+from hpcwatch.collect.config import parse_config
+from hpcwatch.collect.daemon import Daemon
 from hpcwatch.exporter import serve_metrics
 from hpcwatch.model.cluster import reference_cluster
 from hpcwatch.store import Store
@@ -51,8 +55,10 @@ EXPORTER_PORT = 29978
 TICK_S = 0.5
 """The live twin's tick, real and simulated seconds (speed 1: the store's clock runs with the wall clock)."""
 HEALTH_WINDOW_S = 5.0
-"""What the exporter's health verdicts judge: the last 5 s of samples, so a cleared XID leaves it in seconds
-(the shipped default is 900 s)."""
+"""What the health task judges: the last 5 s of samples, so a cleared XID leaves it in seconds (deploy/hpcwatch.toml:
+900 s)."""
+HEALTH_INTERVAL_S = 1.0
+"""The health task runs each second (deploy/hpcwatch.toml: every 600 s)."""
 XID = 48
 """Double-bit ECC error: the catalogue's action is a GPU reset, the health verdict drain (analysis.xid)."""
 FAULTY_GPUS = (("node1", 0), ("node2", 5))
@@ -129,8 +135,9 @@ def fast_rules(path: Path) -> Path:
     for group in doc["groups"]:
         group["interval"] = "1s"
         for rule in group["rules"]:
-            if "for" in rule:
-                rule["for"] = _seconds_per_minute(rule["for"])
+            for key in ("for", "keep_firing_for"):
+                if key in rule:
+                    rule[key] = _seconds_per_minute(rule[key])
     path.write_text(yaml.safe_dump(doc))
     return path
 
@@ -145,6 +152,16 @@ def fast_alertmanager_config(receiver_url: str) -> str:
         r.pop("email_configs", None)
         r["webhook_configs"] = [{"url": f"{receiver_url}/{r['name']}", "send_resolved": True}]
     return yaml.safe_dump(doc)
+
+
+def collect_daemon(store: Path) -> Daemon:
+    """``hpcwatch collect`` with the health task alone, as deploy/hpcwatch.toml declares it, faster."""
+    text = (
+        f'[store]\npath = "{store}"\n[collect]\nstatus_every_s = 0.5\n'
+        f'[[schedule]]\nname = "health"\ntask = "health"\ninterval_s = {HEALTH_INTERVAL_S}\n'
+        f"window_s = {HEALTH_WINDOW_S}\n"
+    )
+    return Daemon(parse_config(text, path="alerting-test.toml"), node="head1")
 
 
 def prometheus_config(rules: Path) -> str:
@@ -174,7 +191,7 @@ class Chain:
     exporter: Any = None
 
     def start_exporter(self) -> None:
-        self.exporter, _ = serve_metrics(self.store, port=EXPORTER_PORT, health_window_s=HEALTH_WINDOW_S)
+        self.exporter, _ = serve_metrics(self.store, port=EXPORTER_PORT)
 
     def stop_exporter(self) -> None:
         self.exporter.shutdown()
@@ -193,6 +210,7 @@ def chain(start_prometheus, tmp_path_factory) -> Iterator[Chain]:
     fault = XidFault()
     store = Store(workdir / "store")
     twin = LiveTwin(store, reference_cluster(), seed=2, scenarios=(fault,), tick_s=TICK_S)
+    daemon = collect_daemon(workdir / "store")
     chain = None
     try:
         (workdir / "alertmanager").mkdir()
@@ -204,6 +222,7 @@ def chain(start_prometheus, tmp_path_factory) -> Iterator[Chain]:
             on_start=procs.append,
         )
         twin.start()
+        daemon.start()
         prometheus = start_prometheus(prometheus_config(fast_rules(workdir / "alerts.yml")), port=PROMETHEUS_PORT)
         procs.append(prometheus.proc)
         chain = Chain(fault=fault, store=store, receiver=receiver, prometheus=prometheus)
@@ -217,6 +236,7 @@ def chain(start_prometheus, tmp_path_factory) -> Iterator[Chain]:
             stop_process(proc)
         if chain is not None and chain.exporter is not None:
             chain.stop_exporter()
+        daemon.stop()
         twin.stop()
         store.close()
         receiver.close()
@@ -228,6 +248,26 @@ def chain(start_prometheus, tmp_path_factory) -> Iterator[Chain]:
 def _alerts(body: dict[str, Any]) -> dict[str, dict[str, Any]]:
     """node -> alert of one notification."""
     return {a["labels"]["node"]: a for a in body["alerts"]}
+
+
+def _summary(notices: list[tuple[str, dict[str, Any]]]) -> list[tuple[str, str, list[tuple[str, str, str]]]]:
+    """What a failed assertion shows: per notification its receiver, status and (node, status, startsAt) alerts."""
+    return [
+        (r, b["status"], [(a["labels"].get("node", ""), a["status"], a["startsAt"]) for a in b["alerts"]])
+        for r, b in notices
+    ]
+
+
+def _scrapes(prom: Any) -> dict[str, list]:
+    """How the exporter's scrapes went, for a failed assertion: a failed or late scrape ends every alert."""
+    queries = {
+        "up min": 'min_over_time(up{job="hpcwatch"}[5m])',
+        "scrape s max": 'max_over_time(scrape_duration_seconds{job="hpcwatch"}[5m])',
+        "collect errors": "max_over_time(hpcwatch_exporter_collect_errors[5m])",
+        "verdict changes": 'changes(hpcwatch_health_verdict{rule="xid"}[5m])',
+        "verdict samples": 'count_over_time(hpcwatch_health_verdict{rule="xid"}[5m])',
+    }
+    return {name: [r["value"][1] for r in prom.query(q)] for name, q in queries.items()}
 
 
 def _firing_evaluations(prom: Any, alertname: str) -> list[float]:
@@ -255,7 +295,9 @@ def test_a_drain_verdict_pages_once_grouped_and_resolves_when_the_fault_clears(c
         timeout_s=TIMEOUT_S,
         what="five evaluations with both drains firing",
     )
-    ((receiver_name, fired),) = receiver.notifications("HpcwatchNodeDrain")
+    notices = receiver.notifications("HpcwatchNodeDrain")
+    assert len(notices) == 1, (_summary(notices), _scrapes(prom))
+    ((receiver_name, fired),) = notices
 
     chain.fault.on.clear()
     receiver.wait_for(
@@ -280,7 +322,7 @@ def test_a_drain_verdict_pages_once_grouped_and_resolves_when_the_fault_clears(c
 
     # Each alert once: the firing notification, then the resolution of the same alerts, nothing else.
     notices = receiver.notifications("HpcwatchNodeDrain")
-    assert [b["status"] for _, b in notices] == ["firing", "resolved"]
+    assert [b["status"] for _, b in notices] == ["firing", "resolved"], _summary(notices)
     receiver_name, resolved = notices[1]
     assert receiver_name == "operators-page"
     ended = _alerts(resolved)

@@ -155,32 +155,48 @@ def _gpu_samples(metric: str, values: list[float], *, host: str, gpu: int, t0: f
     return [Sample(metric=metric, labels=labels, t=t0 + 15.0 * i, value=v) for i, v in enumerate(values)]
 
 
+def _health_run(store: Store) -> None:
+    """One run of ``hpcwatch collect``'s health task (deploy/hpcwatch.toml: every 600 s over 900 s)."""
+    from hpcwatch.collect.config import ScheduleSection
+    from hpcwatch.collect.schedule import ScheduledTask
+
+    ScheduledTask(store, ScheduleSection(name="health", task="health", interval_s=600.0, window_s=900.0)).run()
+
+
 def test_health_verdicts_are_published_per_node_and_rule():
     """An uncorrectable ECC error on node2 GPU 5 drains node2 (2); node1's same rule looked and found
     nothing (0); the XID rule on node2 warns (1) for XID 13. One series per (node, rule), whatever the GPUs."""
     store = Store(":memory:")
+    assert not scrape(store, usage=no_usage)["hpcwatch_health_verdict"]  # no health run stored yet
     store.add(
         _gpu_samples("DCGM_FI_DEV_ECC_DBE_VOL_TOTAL", [0, 2], host="node2", gpu=5)
         + _gpu_samples("DCGM_FI_DEV_ECC_DBE_VOL_TOTAL", [0, 0], host="node2", gpu=6)
         + _gpu_samples("DCGM_FI_DEV_ECC_DBE_VOL_TOTAL", [0, 0], host="node1", gpu=0)
         + _gpu_samples("DCGM_FI_DEV_XID_ERRORS", [0, 13], host="node2", gpu=1)
     )
-    samples = scrape(store, usage=no_usage)["hpcwatch_health_verdict"]
+    assert not scrape(store, usage=no_usage)["hpcwatch_health_verdict"]  # samples alone are not judged here
+    _health_run(store)
+    families = scrape(store, usage=no_usage)
+    samples = families["hpcwatch_health_verdict"]
     verdicts = {(s.labels["node"], s.labels["rule"]): s.value for s in samples}
     assert verdicts[("node2", "ecc_dbe")] == 2.0 and verdicts[("node1", "ecc_dbe")] == 0.0
     assert verdicts[("node2", "xid")] == 1.0
     assert len(samples) == len(verdicts)  # no (node, rule) twice
+    (when,) = families["hpcwatch_health_verdict_timestamp_seconds"]
+    (event,) = {e.t for e in store.events("health_verdict")}
+    assert when.value == event
 
 
-def test_health_verdict_returns_to_ok_when_the_fault_clears():
-    """The volatile ECC counter reads 0 again after the GPU was reset: the rule's verdict is the newest value."""
+def test_health_verdicts_are_the_newest_run_s_only():
+    """The volatile ECC counter reads 0 again after the GPU was reset: the next run says ok, and the exporter
+    shows that run, not the history (an older run's drain would page forever)."""
     store = Store(":memory:")
-    store.add(_gpu_samples("DCGM_FI_DEV_ECC_DBE_VOL_TOTAL", [2, 2, 0], host="node2", gpu=5))
+    store.add(_gpu_samples("DCGM_FI_DEV_ECC_DBE_VOL_TOTAL", [2, 2], host="node2", gpu=5))
+    _health_run(store)
     (sample,) = scrape(store, usage=no_usage)["hpcwatch_health_verdict"]
-    assert sample.labels == {"node": "node2", "rule": "ecc_dbe"} and sample.value == 0.0
-
-
-@pytest.mark.parametrize("window", ["0", "-5"])
-def test_exporter_refuses_a_health_window_that_is_not_positive(run_cli, window):
-    code, out, err = run_cli(["exporter", "--db", ":memory:", "--health-window", window, "--duration", "0.01"])
-    assert code == 2 and err.strip().splitlines() == [f"hpcwatch: --health-window must be > 0 seconds, got {window}"]
+    assert sample.labels == {"node": "node2", "rule": "ecc_dbe"} and sample.value == 2.0
+    store.add(_gpu_samples("DCGM_FI_DEV_ECC_DBE_VOL_TOTAL", [0], host="node2", gpu=5, t0=1_796_000_060.0))
+    _health_run(store)
+    assert len({e.t for e in store.events("health_verdict")}) == 2
+    (sample,) = scrape(store, usage=no_usage)["hpcwatch_health_verdict"]
+    assert sample.value == 0.0

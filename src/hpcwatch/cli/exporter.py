@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 
 from hpcwatch.cli.common import app, console, db_option, open_store, wait_for
-from hpcwatch.cli.defaults import EXPORTER_PORT, EXPORTER_RECENT_STEPS, HEALTH_WINDOW_S
+from hpcwatch.cli.defaults import EXPORTER_PORT, EXPORTER_RECENT_STEPS
 from hpcwatch.errors import ConfigError
 
 __all__ = ["exporter"]
@@ -19,18 +19,9 @@ __all__ = ["exporter"]
     "--recent-steps", type=int, default=EXPORTER_RECENT_STEPS, help="Training metrics use each job's last N steps."
 )
 @click.option(
-    "--health-window",
-    "health_window_s",
-    type=float,
-    default=HEALTH_WINDOW_S,
-    help="Seconds of samples, back from the newest, that hpcwatch_health_verdict judges (as `hpcwatch health --window`).",
-)
-@click.option(
     "--duration", "duration_s", type=float, default=0.0, help="Stop after this many seconds (0: until Ctrl-C)."
 )
-def exporter(
-    port: int, host: str, db: str | None, recent_steps: int, health_window_s: float, duration_s: float
-) -> None:
+def exporter(port: int, host: str, db: str | None, recent_steps: int, duration_s: float) -> None:
     """Per-job GPU-hours, energy, utilisation, idle GPUs, step time, stragglers, goodput and findings.
 
     The store is read on every scrape. Metric names: see ``hpcwatch.exporter``; dashboard:
@@ -38,13 +29,9 @@ def exporter(
     """
     from hpcwatch.exporter import serve_metrics
 
-    if health_window_s <= 0:
-        raise ConfigError(f"--health-window must be > 0 seconds, got {health_window_s:g}")
     store = open_store(db)
     try:
-        server, _thread = serve_metrics(
-            store, port=port, host=host, recent_steps=recent_steps, health_window_s=health_window_s
-        )
+        server, _thread = serve_metrics(store, port=port, host=host, recent_steps=recent_steps)
     except OSError as err:
         raise ConfigError(f"--port {port}: {err.strerror or err}") from err
     console.print(f"hpcwatch exporter: http://{host}:{port}/metrics (store {store.config.path}; Ctrl-C stops)")
