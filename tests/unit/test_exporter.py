@@ -182,6 +182,10 @@ def test_health_verdicts_are_published_per_node_and_rule():
     assert verdicts[("node2", "ecc_dbe")] == 2.0 and verdicts[("node1", "ecc_dbe")] == 0.0
     assert verdicts[("node2", "xid")] == 1.0
     assert len(samples) == len(verdicts)  # no (node, rule) twice
+    # what the health task stored: the node's verdict and reason as before, and each rule's verdict there
+    node2 = next(e.attrs for e in store.events("health_verdict") if e.attrs["node"] == "node2")
+    assert node2["verdict"] == "drain" and node2["rules"] == {"ecc_dbe": "drain", "xid": "warn"}
+    assert node2["reason"].startswith("ecc_dbe: ")
     (when,) = families["hpcwatch_health_verdict_timestamp_seconds"]
     (event,) = {e.t for e in store.events("health_verdict")}
     assert when.value == event
