@@ -148,7 +148,9 @@ def latest_health(store: Store) -> StoredHealth | None:
     """The verdicts of the newest stored health run (``health_verdict`` events sharing the newest ``t``), None
     when no run was stored. What ``/metrics`` publishes as ``hpcwatch_health_verdict`` and the alerting rules
     (deploy/prometheus/hpcwatch-alerts.yml) route: the exporter shows the collector's verdicts, as it shows
-    the stored assessment, instead of judging the window again on every scrape."""
+    the stored assessment, instead of judging the window again on every scrape. One health task per store is
+    assumed (the central daemon's, as deploy/hpcwatch.toml has it): two daemons' runs have two times, and only
+    the newer run is shown."""
     events = queries.newest_events(store, EventKind.HEALTH_VERDICT)
     if not events:
         return None
