@@ -27,7 +27,8 @@ Every family is a gauge: each value is recomputed from the store, none counts ev
                                                              newest stored health run (``hpcwatch collect``'s
                                                              ``task = "health"``): 0 ok, 1 warn, 2 drain
                                                              (reports/health.VERDICT_NUMBERS); not judged again
-                                                             per scrape (0.85 s at 32 nodes x 15 min of samples)
+                                                             per scrape (benchmarks/RESULTS.md: 1.6 s at 128
+                                                             nodes live, 5 ms stored)
     hpcwatch_health_verdict_timestamp_seconds                when that run judged (UTC s)
     hpcwatch_assessment_tier{category}                       the newest stored assessment (``hpcwatch collect``'s
                                                              ``task = "assess"``): 4 Platinum, 3 Gold, 2 Silver,
