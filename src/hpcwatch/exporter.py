@@ -23,6 +23,7 @@ Every family is a gauge: each value is recomputed from the store, none counts ev
     hpcwatch_rank_relative_score{hpc_job,rank,node,gpu}      fastest rank's work / this rank's (1 = best)
     hpcwatch_job_goodput_ratio{hpc_job}                      productive time / wall time
     hpcwatch_findings{vector,severity}                       findings in the store (every pair, 0 included)
+    hpcwatch_finding_rules{vector,rule,severity}             the same by detector rule (the triples with findings)
     hpcwatch_health_verdict{node,rule}                       each health rule's worst verdict on each node in the
                                                              newest stored health run (``hpcwatch collect``'s
                                                              ``task = "health"``): 0 ok, 1 warn, 2 drain
@@ -59,7 +60,7 @@ from hpcwatch.errors import HpcwatchError, InputError
 from hpcwatch.records import Job
 from hpcwatch.reports.assess import latest_assessment
 from hpcwatch.reports.collectors import collector_statuses
-from hpcwatch.reports.findings import finding_counts
+from hpcwatch.reports.findings import finding_counts, finding_rule_counts
 from hpcwatch.reports.goodput import goodput_report
 from hpcwatch.reports.health import VERDICT_NUMBERS, latest_health
 from hpcwatch.reports.jobs import DCGM_METRICS, jobs_report
@@ -99,6 +100,7 @@ METRIC_NAMES = (
     "hpcwatch_rank_relative_score",
     "hpcwatch_job_goodput_ratio",
     "hpcwatch_findings",
+    "hpcwatch_finding_rules",
     "hpcwatch_health_verdict",
     "hpcwatch_health_verdict_timestamp_seconds",
     "hpcwatch_assessment_tier",
@@ -276,7 +278,13 @@ class StoreCollector(Collector):
                 "Security findings in the store, by threat vector and severity.",
                 ["vector", "severity"],
                 [([v, s], float(n)) for (v, s), n in counts.items()],
-            )
+            ),
+            _gauge(
+                "hpcwatch_finding_rules",
+                "Security findings in the store, by threat vector, detector rule and severity.",
+                ["vector", "rule", "severity"],
+                [([v, r, s], float(n)) for (v, r, s), n in sorted(finding_rule_counts(self.store).items())],
+            ),
         ]
 
     def _health(self) -> list[Metric]:

@@ -166,7 +166,9 @@ def test_every_alert_has_a_severity_a_summary_a_description_and_a_runbook_sectio
 def test_every_alert_reads_only_what_the_exporter_publishes():
     known = set(METRIC_NAMES) | PROMETHEUS_SERIES
     for rule in _alerts():
-        names = set(re.findall(r"\b(hpcwatch_[a-z_]+|up)\b", rule["expr"]))
+        # the expression, and the queries an annotation runs (the findings alerts list their detector rules)
+        text = " ".join([rule["expr"], *rule.get("annotations", {}).values()])
+        names = set(re.findall(r"\b(hpcwatch_[a-z_]+)\b", text)) | set(re.findall(r"\bup(?=\{)", rule["expr"]))
         assert names, rule["alert"]
         assert names <= known, f"{rule['alert']}: {sorted(names - known)} not in exporter.METRIC_NAMES"
 

@@ -89,6 +89,11 @@ def test_findings_are_counted_for_every_vector_and_severity():
     counts = {(s.labels["vector"], s.labels["severity"]): s.value for s in samples}
     assert counts[("supply_chain", "high")] == 2 and counts[("weights_access", "critical")] == 1
     assert sum(counts.values()) == 3
+    by_rule = {
+        (s.labels["vector"], s.labels["rule"], s.labels["severity"]): s.value
+        for s in scrape(store, usage=no_usage)["hpcwatch_finding_rules"]
+    }
+    assert by_rule == {("supply_chain", "osv", "high"): 2.0, ("weights_access", "tetragon", "critical"): 1.0}
 
 
 def test_job_metrics_carry_hpc_job_user_account():

@@ -37,6 +37,7 @@ __all__ = [
     "requeued_attempt_starts",
     "latest_finding_by_vector",
     "finding_counts",
+    "finding_rule_counts",
     "newest_events",
     "table_counts",
     "newest_span_job",
@@ -235,6 +236,16 @@ def finding_counts(store: Store) -> dict[tuple[str, str], int]:
     return {
         (v, s): n
         for v, s, n in store.query("SELECT vector, severity, count(*) FROM findings GROUP BY vector, severity")
+    }
+
+
+def finding_rule_counts(store: Store) -> dict[tuple[str, str, str], int]:
+    """``{(vector, rule, severity): count}`` for the triples that have findings."""
+    return {
+        (v, r, s): n
+        for v, r, s, n in store.query(
+            "SELECT vector, rule, severity, count(*) FROM findings GROUP BY vector, rule, severity"
+        )
     }
 
 
