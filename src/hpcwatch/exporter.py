@@ -19,9 +19,18 @@ Every family is a gauge: each value is recomputed from the store, none counts ev
     hpcwatch_job_idle_gpus{hpc_job,user,account}             allocated GPUs that stayed idle
     hpcwatch_job_step_seconds{hpc_job}                       median training step (slowest rank)
     hpcwatch_job_stragglers{hpc_job}                         ranks named stragglers
+    hpcwatch_rank_straggler{hpc_job,rank,node,gpu} 1         one per rank named a straggler (the alert's node)
     hpcwatch_rank_relative_score{hpc_job,rank,node,gpu}      fastest rank's work / this rank's (1 = best)
     hpcwatch_job_goodput_ratio{hpc_job}                      productive time / wall time
     hpcwatch_findings{vector,severity}                       findings in the store (every pair, 0 included)
+    hpcwatch_finding_rules{vector,rule,severity}             the same by detector rule (the triples with findings)
+    hpcwatch_health_verdict{node,rule}                       each health rule's worst verdict on each node in the
+                                                             newest stored health run (``hpcwatch collect``'s
+                                                             ``task = "health"``): 0 ok, 1 warn, 2 drain
+                                                             (reports/health.VERDICT_NUMBERS); not judged again
+                                                             per scrape (benchmarks/RESULTS.md: 1.6 s at 128
+                                                             nodes live, 5 ms stored)
+    hpcwatch_health_verdict_timestamp_seconds                when that run judged (UTC s)
     hpcwatch_assessment_tier{category}                       the newest stored assessment (``hpcwatch collect``'s
                                                              ``task = "assess"``): 4 Platinum, 3 Gold, 2 Silver,
                                                              1 Bronze, 0 Underperform; ``category="overall"`` is the
@@ -29,6 +38,8 @@ Every family is a gauge: each value is recomputed from the store, none counts ev
     hpcwatch_exporter_collect_seconds, hpcwatch_exporter_collect_errors   the exporter itself
     hpcwatch_collector_up{collector,kind,daemon}             1 when a collector of ``hpcwatch collect`` answers
     hpcwatch_collector_last_success_timestamp_seconds{...}   its last run that succeeded (UTC s)
+    hpcwatch_collector_interval_seconds{...}                 its polling interval (freshness: the last success is
+                                                             due within 3 intervals, reports/collectors.py)
     hpcwatch_collector_lag_seconds{...}, hpcwatch_collector_errors_total{...}, hpcwatch_collector_records_total{...}
 
 The Slurm job is labelled ``hpc_job``, as dcgm-exporter labels it, not ``job``: Prometheus owns
@@ -49,8 +60,9 @@ from hpcwatch.errors import HpcwatchError, InputError
 from hpcwatch.records import Job
 from hpcwatch.reports.assess import latest_assessment
 from hpcwatch.reports.collectors import collector_statuses
-from hpcwatch.reports.findings import finding_counts
+from hpcwatch.reports.findings import finding_counts, finding_rule_counts
 from hpcwatch.reports.goodput import goodput_report
+from hpcwatch.reports.health import VERDICT_NUMBERS, latest_health
 from hpcwatch.reports.jobs import DCGM_METRICS, jobs_report
 from hpcwatch.reports.steps import DEFAULT_RECENT_STEPS, jobs_with_spans, step_report
 from hpcwatch.reports.text import visible
@@ -84,14 +96,19 @@ METRIC_NAMES = (
     "hpcwatch_job_idle_gpus",
     "hpcwatch_job_step_seconds",
     "hpcwatch_job_stragglers",
+    "hpcwatch_rank_straggler",
     "hpcwatch_rank_relative_score",
     "hpcwatch_job_goodput_ratio",
     "hpcwatch_findings",
+    "hpcwatch_finding_rules",
+    "hpcwatch_health_verdict",
+    "hpcwatch_health_verdict_timestamp_seconds",
     "hpcwatch_assessment_tier",
     "hpcwatch_exporter_collect_seconds",
     "hpcwatch_exporter_collect_errors",
     "hpcwatch_collector_up",
     "hpcwatch_collector_last_success_timestamp_seconds",
+    "hpcwatch_collector_interval_seconds",
     "hpcwatch_collector_lag_seconds",
     "hpcwatch_collector_errors_total",
     "hpcwatch_collector_records_total",
@@ -128,7 +145,14 @@ class StoreCollector(Collector):
     def collect(self) -> Iterator[Metric]:
         t0 = time.perf_counter()
         families: list[Metric] = []
-        for part in (self._jobs, self._training, self._findings, self._assessment, self._collectors):
+        for part in (
+            self._jobs,
+            self._training,
+            self._findings,
+            self._health,
+            self._assessment,
+            self._collectors,
+        ):
             try:
                 families.extend(part())
             except HpcwatchError as err:  # one failing part must not blank the others
@@ -204,7 +228,7 @@ class StoreCollector(Collector):
         ]
 
     def _training(self) -> list[Metric]:
-        step_s, stragglers, scores, goodput = [], [], [], []
+        step_s, stragglers, named, scores, goodput = [], [], [], [], []
         for job_id in jobs_with_spans(self.store):
             try:
                 report = step_report(self.store, job_id, recent_steps=self.recent_steps)
@@ -214,6 +238,10 @@ class StoreCollector(Collector):
                 continue
             step_s.append(([job_id], report.step_time_s))
             stragglers.append(([job_id], float(len(report.stragglers.stragglers))))
+            named += [
+                ([job_id, str(r.rank), r.node or "", "" if r.gpu is None else str(r.gpu)], 1.0)
+                for r in report.stragglers.stragglers
+            ]
             scores += [
                 ([job_id, str(r.rank), r.node or "", "" if r.gpu is None else str(r.gpu)], r.score)
                 for r in report.stragglers.ranks
@@ -227,6 +255,12 @@ class StoreCollector(Collector):
                 step_s,
             ),
             _gauge("hpcwatch_job_stragglers", "Ranks named stragglers over the recent steps.", ["hpc_job"], stragglers),
+            _gauge(
+                "hpcwatch_rank_straggler",
+                "1 for each rank named a straggler over the recent steps (absent: not one).",
+                ["hpc_job", "rank", "node", "gpu"],
+                named,
+            ),
             _gauge(
                 "hpcwatch_rank_relative_score",
                 "Fastest rank's work time / this rank's (1 = fastest).",
@@ -244,7 +278,32 @@ class StoreCollector(Collector):
                 "Security findings in the store, by threat vector and severity.",
                 ["vector", "severity"],
                 [([v, s], float(n)) for (v, s), n in counts.items()],
-            )
+            ),
+            _gauge(
+                "hpcwatch_finding_rules",
+                "Security findings in the store, by threat vector, detector rule and severity.",
+                ["vector", "rule", "severity"],
+                [([v, r, s], float(n)) for (v, r, s), n in sorted(finding_rule_counts(self.store).items())],
+            ),
+        ]
+
+    def _health(self) -> list[Metric]:
+        latest = latest_health(self.store)
+        verdicts = sorted(latest.verdicts.items()) if latest is not None else []
+        return [
+            _gauge(
+                "hpcwatch_health_verdict",
+                "Worst verdict of each health rule on each node in the newest stored health run "
+                "(hpcwatch collect's task = health): 0 ok, 1 warn, 2 drain.",
+                ["node", "rule"],
+                [([node, rule], float(VERDICT_NUMBERS[v])) for (node, rule), v in verdicts],
+            ),
+            _gauge(
+                "hpcwatch_health_verdict_timestamp_seconds",
+                "When the newest stored health run judged (UTC s).",
+                [],
+                [([], latest.t)] if latest is not None else [],
+            ),
         ]
 
     def _assessment(self) -> list[Metric]:
@@ -276,6 +335,12 @@ class StoreCollector(Collector):
                 "End of the collector's last good run.",
                 labels,
                 [(k, c.last_success_s) for k, c in rows if c.last_success_s is not None],
+            ),
+            _gauge(
+                "hpcwatch_collector_interval_seconds",
+                "Seconds between the collector's runs, as configured.",
+                labels,
+                [(k, c.interval_s) for k, c in rows],
             ),
             _gauge(
                 "hpcwatch_collector_lag_seconds",

@@ -86,6 +86,8 @@ def test_status_goes_stale_when_the_daemon_is_gone_and_exporter_says_down(tmp_pa
         body = generate_latest(text).decode()
     assert 'hpcwatch_collector_up{collector="slurm",daemon="n",kind="slurm-rest"} 1.0' in body
     assert 'hpcwatch_collector_records_total{collector="spool",daemon="n",kind="spool"} 2.0' in body
+    # the freshness alert's yardstick (deploy/prometheus/hpcwatch-alerts.yml): 3 intervals since the last success
+    assert 'hpcwatch_collector_interval_seconds{collector="slurm",daemon="n",kind="slurm-rest"} 0.05' in body
 
 
 def test_live_snapshot_names_the_collectors_that_answer(tmp_path):

@@ -8,28 +8,42 @@ kinds are judged too, whatever their time (a benchmark is run once, not scraped)
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, cast
 
 from hpcwatch import vocab
 from hpcwatch.analysis.health import (
     PASSIVE_METRICS,
+    VERDICTS,
     Check,
     HealthConfig,
     HealthReport,
     health_report,
     nccl_log_checks,
 )
+from hpcwatch.analysis.xid import Verdict
 from hpcwatch.records import Event
-from hpcwatch.store import Store
+from hpcwatch.store import Store, queries
 from hpcwatch.vocab import EventKind
 
 if TYPE_CHECKING:
     import pyarrow as pa
 
-__all__ = ["node_health", "DEFAULT_HEALTH_WINDOW_S", "ACTIVE_EVENT_KINDS"]
+__all__ = [
+    "node_health",
+    "rule_verdicts",
+    "verdict_event_attrs",
+    "StoredHealth",
+    "latest_health",
+    "VERDICT_NUMBERS",
+    "DEFAULT_HEALTH_WINDOW_S",
+    "ACTIVE_EVENT_KINDS",
+]
 
 #: Default look-back: the last 15 minutes before the newest sample.
 DEFAULT_HEALTH_WINDOW_S = 900.0
+#: A verdict as a number, for ``/metrics`` and its alerting rules: its rank in ``analysis.health.VERDICTS``.
+VERDICT_NUMBERS: dict[Verdict, int] = {v: i for i, v in enumerate(VERDICTS)}
 ACTIVE_EVENT_KINDS = (
     EventKind.DCGM_DIAG,
     EventKind.NCCL_TEST,
@@ -91,3 +105,60 @@ def node_health(
     if node is not None:
         report = HealthReport(nodes=tuple(n for n in report.nodes if n.node == node))
     return report
+
+
+def rule_verdicts(report: HealthReport) -> dict[tuple[str, str], Verdict]:
+    """``{(node, rule): verdict}``: each rule's worst verdict on each node (a rule fires once per GPU or port;
+    an alert is per node and rule), ``ok`` for the rules that looked and found nothing."""
+    out: dict[tuple[str, str], Verdict] = {}
+    for n in report.nodes:
+        for c in n.checks:
+            key = (n.node, c.rule)
+            if key not in out or VERDICT_NUMBERS[c.verdict] > VERDICT_NUMBERS[out[key]]:
+                out[key] = c.verdict
+    return out
+
+
+def verdict_event_attrs(report: HealthReport) -> list[dict[str, Any]]:
+    """The attrs of the ``health_verdict`` events ``hpcwatch collect``'s health task stores, one per node:
+    ``node``, ``verdict``, ``reason`` and ``rules`` (rule -> its worst verdict there, ``rule_verdicts``)."""
+    by_rule = rule_verdicts(report)
+    return [
+        {
+            "node": n.node,
+            "verdict": n.verdict,
+            "reason": n.reason(),
+            "rules": {rule: v for (node, rule), v in sorted(by_rule.items()) if node == n.node},
+        }
+        for n in report.nodes
+    ]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StoredHealth:
+    """The newest run of ``hpcwatch collect``'s health task, as stored."""
+
+    t: float
+    """When that run judged (UTC seconds, the collector's clock)."""
+    verdicts: dict[tuple[str, str], Verdict]
+    """``{(node, rule): verdict}`` of that run."""
+
+
+def latest_health(store: Store) -> StoredHealth | None:
+    """The verdicts of the newest stored health run (``health_verdict`` events sharing the newest ``t``), None
+    when no run was stored. What ``/metrics`` publishes as ``hpcwatch_health_verdict`` and the alerting rules
+    (deploy/prometheus/hpcwatch-alerts.yml) route: the exporter shows the collector's verdicts, as it shows
+    the stored assessment, instead of judging the window again on every scrape. One health task per store is
+    assumed (the central daemon's, as deploy/hpcwatch.toml has it): two daemons' runs have two times, and only
+    the newer run is shown."""
+    events = queries.newest_events(store, EventKind.HEALTH_VERDICT)
+    if not events:
+        return None
+    verdicts: dict[tuple[str, str], Verdict] = {}
+    for e in events:
+        rules = e.attrs.get("rules")
+        if isinstance(rules, dict):
+            verdicts.update(
+                {(str(e.attrs.get("node")), str(r)): cast(Verdict, v) for r, v in rules.items() if v in VERDICT_NUMBERS}
+            )
+    return StoredHealth(t=events[0].t, verdicts=verdicts)

@@ -37,6 +37,8 @@ __all__ = [
     "requeued_attempt_starts",
     "latest_finding_by_vector",
     "finding_counts",
+    "finding_rule_counts",
+    "newest_events",
     "table_counts",
     "newest_span_job",
     "span_jobs",
@@ -242,6 +244,26 @@ def finding_counts(store: Store) -> dict[tuple[str, str], int]:
         (v, s): n
         for v, s, n in store.query("SELECT vector, severity, count(*) FROM findings GROUP BY vector, severity")
     }
+
+
+def finding_rule_counts(store: Store) -> dict[tuple[str, str, str], int]:
+    """``{(vector, rule, severity): count}`` for the triples that have findings."""
+    return {
+        (v, r, s): n
+        for v, r, s, n in store.query(
+            "SELECT vector, rule, severity, count(*) FROM findings GROUP BY vector, rule, severity"
+        )
+    }
+
+
+def newest_events(store: Store, kind: str) -> list[Event]:
+    """The events of ``kind`` that share its newest time: what one run of a task stored (``hpcwatch collect``'s
+    health task writes every node's verdict with one ``t``), without reading the kind's whole history."""
+    rows = store.query(
+        "SELECT kind, t, source, attrs FROM events WHERE kind = ? AND t = (SELECT max(t) FROM events WHERE kind = ?)",
+        [kind, kind],
+    )
+    return [Event(kind=k, t=t, source=src, attrs=orjson.loads(a)) for k, t, src, a in rows]
 
 
 # -- spans ---------------------------------------------------------------------------------------
