@@ -24,9 +24,9 @@ pytestmark = pytest.mark.integration
 
 NODES = 128
 TWIN_PORT = 30200
-"""Two ranges of NODES ports, one per backend, clear of every other test's: the session keeps their servers
-running, and one scraping a port in these ranges (test_prometheus's exporter, 29977) would be answered by
-a twin node, whose scrape logs then hold points this test's server never scraped."""
+"""Two ranges of NODES ports, one per backend, clear of every other test's: modules run side by side, and a
+server scraping a port in these ranges (test_prometheus's exporter, 29977) would be answered by a twin node,
+whose scrape logs then hold points this test's server never scraped."""
 PROMETHEUS_PORT = 29098
 SCRAPE_INTERVAL_S = 2.0
 TICK_S = 0.5
@@ -116,7 +116,7 @@ def scraped(start_promql, promql_backend, tmp_path_factory):
     scrapes = tmp_path_factory.mktemp("scrapes")
     twin = Twin(sized_cluster(NODES), seed=16, start=float(int(time.time())))
     source = RecordingTwin(twin, scrapes)
-    # Ports of their own per backend: the session keeps the other backend running, still scraping its targets.
+    # Ports of their own per backend: the module keeps the other backend running, still scraping its targets.
     port = TWIN_PORT + NODES * PROMQL_BACKENDS.index(promql_backend)
     config = ServeConfig(nodes=tuple(twin.node_names), port=port, tick_s=TICK_S, timestamps=True)
     with TwinEndpoints(source, config) as endpoints:
