@@ -7,42 +7,12 @@ verdict: ``ok``, ``warn`` (watch it, the job may suffer) or ``drain`` (take it o
 of the scheduler before it kills the next job). Every check names the rule that
 fired and the evidence, so an operator can argue with it.
 
-Passive rules (samples in the store's ``SAMPLE_SCHEMA`` columns, events):
-
-========================  ===================================================  =================
-rule                      signal                                               verdict
-========================  ===================================================  =================
-``xid``                   ``DCGM_FI_DEV_XID_ERRORS`` != 0, ``xid`` events       per ``analysis.xid``
-``ecc_dbe``               ``DCGM_FI_DEV_ECC_DBE_VOL_TOTAL`` > 0                 drain
-``row_remap``             ``DCGM_FI_DEV_ROW_REMAP_FAILURE`` > 0                 drain
-                          ``DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS`` grew,     warn
-                          ``DCGM_FI_DEV_ROW_REMAP_PENDING`` > 0
-``pcie_replay``           ``DCGM_FI_DEV_PCIE_REPLAY_COUNTER`` grew               warn
-``throttle``              thermal / power-brake bits of the clock-event mask    warn
-``ib_link``               ``LinkDownedCounter`` grew (perfquery, node-exporter)  warn / drain
-``ib_errors``             symbol, receive, recovery, integrity error counters    warn
-``ib_port``               ibstat: an InfiniBand port not Active/LinkUp           drain (Disabled: warn)
-                          an Active port under the catalog's link rate           warn (under half: drain)
-                          ibstat panicked on an HCA (``ib_device_up`` 0): gone   drain
-``stalled_nccl``          util >= 90 % at near-idle power for a minute           warn
-``idle_allocated``        a GPU held by a job at <= 5 % util for 10 minutes      warn
-``gpu_missing``           a GPU stopped reporting while its node still reports   drain
-========================  ===================================================  =================
-
-Active rules (events from ``sources.healthtools``): ``dcgm_diag`` (a failed test
-drains, a warning warns), ``nccl_tests`` (wrong results drain; bus bandwidth far
-under the catalog's NVLink or NDR figure warns), ``ib_write_bw`` (far under the
-link rate warns, under half drains), ``nccl_*`` (the NCCL log rules of ``analysis.nccl`` on
-``nccl_rank`` events, each check on the hosts it names; ``nccl_timeout`` from PyTorch's watchdog warns).
-
-Sources: DCGM field meanings, https://docs.nvidia.com/datacenter/dcgm/latest/dcgm-api/dcgm-api-field-ids.html;
-row remapping, https://docs.nvidia.com/deploy/a100-gpu-mem-error-mgmt/index.html;
-clock event reasons (bit values), https://docs.nvidia.com/deploy/nvml-api/group__nvmlClocksEventReasons.html;
-IB counters, InfiniBand Architecture Specification vol. 1, PortCounters (perfquery names);
-IB port states, ibstat(8) and the IBA's PortInfo PortState/PortPhysicalState (Active / LinkUp is the only state
-that carries data); LBNL NHC's ``check_hw_ib`` likewise offlines a node whose port is not Active at its rate
-(https://github.com/mej/nhc, README "check_hw_ib");
-busbw, https://github.com/NVIDIA/nccl-tests/blob/master/doc/PERFORMANCE.md.
+Passive rules read samples (the store's ``SAMPLE_SCHEMA`` columns) and ``xid`` events;
+active rules read the events of benchmark outputs (``sources.healthtools``) and of NCCL
+logs (``analysis.nccl`` judges a job's logs, each of its rules becomes a check on the
+hosts it names). Every rule, its signal, threshold, verdicts and source is one row of
+``analysis.health_rules.HEALTH_RULES`` (``hpcwatch health --list-rules``); a ``Check``
+under an id not in that table is refused.
 Thresholds that are ours (not a vendor's) are named ``HealthConfig`` fields.
 """
 
@@ -59,6 +29,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from hpcwatch import vocab
+from hpcwatch.analysis.health_rules import HealthRuleId, health_rule
 from hpcwatch.analysis.xid import XID_CATALOG_URL, Verdict, xid_info
 from hpcwatch.errors import ConfigError
 from hpcwatch.model.catalog import gpu_spec, link_spec
@@ -196,10 +167,17 @@ class Check:
     """One rule on one node: the verdict, and why."""
 
     node: str
-    rule: str
+    rule: HealthRuleId
+    """A row of ``HEALTH_RULES``: any other id is refused."""
     verdict: Verdict
     title: str
     evidence: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        # A rule outside the table would drain a node for a reason --list-rules cannot explain.
+        row = health_rule(self.rule)
+        if self.verdict != "ok" and self.verdict not in row.actions:
+            raise ValueError(f"check {self.rule!r}: verdict {self.verdict!r} is not one of its actions {row.actions}")
 
     def to_dict(self) -> dict[str, Any]:
         return {"rule": self.rule, "verdict": self.verdict, "title": self.title, "evidence": self.evidence}
@@ -347,7 +325,14 @@ def _check_xid(table: pa.Table, events: Sequence[Event]) -> list[Check]:
 
 
 def _check_threshold(
-    table: pa.Table, metric: str, rule: str, verdict: Verdict, what: str, *, grew: bool = False, min_value: float = 0.0
+    table: pa.Table,
+    metric: str,
+    *,
+    rule: HealthRuleId,
+    verdict: Verdict,
+    what: str,
+    grew: bool = False,
+    min_value: float = 0.0,
 ) -> list[Check]:
     """A GPU counter or gauge that must stay at zero (or must not grow) in the window."""
     checks = []
@@ -587,18 +572,27 @@ def passive_checks(
     catalog's fabric (``model.catalog.LINKS``) whose rate ibstat ports should run at."""
     return [
         *_check_xid(samples, events),
-        *_check_threshold(samples, ECC_DBE, "ecc_dbe", "drain", "uncorrectable ECC errors since driver load"),
-        *_check_threshold(samples, REMAP_FAILURE, "row_remap", "drain", "row remapping failed"),
         *_check_threshold(
-            samples, REMAP_UNCORRECTABLE, "row_remap", "warn", "rows remapped after uncorrectable errors", grew=True
+            samples, ECC_DBE, rule="ecc_dbe", verdict="drain", what="uncorrectable ECC errors since driver load"
         ),
-        *_check_threshold(samples, REMAP_PENDING, "row_remap", "warn", "row remap pending (reset the GPU)"),
+        *_check_threshold(samples, REMAP_FAILURE, rule="row_remap", verdict="drain", what="row remapping failed"),
+        *_check_threshold(
+            samples,
+            REMAP_UNCORRECTABLE,
+            rule="row_remap",
+            verdict="warn",
+            what="rows remapped after uncorrectable errors",
+            grew=True,
+        ),
+        *_check_threshold(
+            samples, REMAP_PENDING, rule="row_remap", verdict="warn", what="row remap pending (reset the GPU)"
+        ),
         *_check_threshold(
             samples,
             PCIE_REPLAY,
-            "pcie_replay",
-            "warn",
-            "PCIe replays",
+            rule="pcie_replay",
+            verdict="warn",
+            what="PCIe replays",
             grew=True,
             min_value=config.pcie_replay_warn - 1,
         ),
@@ -611,9 +605,9 @@ def passive_checks(
     ]
 
 
-def _rules_with_data(samples: pa.Table, events: Sequence[Event]) -> dict[str, set[str]]:
+def _rules_with_data(samples: pa.Table, events: Sequence[Event]) -> dict[str, set[HealthRuleId]]:
     """node -> the passive rules that had something to judge there (so 'ok' means 'looked, fine')."""
-    metric_rules = {
+    metric_rules: dict[str, HealthRuleId] = {
         XID: "xid",
         ECC_DBE: "ecc_dbe",
         REMAP_FAILURE: "row_remap",
@@ -627,7 +621,7 @@ def _rules_with_data(samples: pa.Table, events: Sequence[Event]) -> dict[str, se
     for name, pair in IB_COUNTERS.items():
         for m in pair:
             metric_rules[m] = "ib_link" if name == "link_downed" else "ib_errors"
-    out: dict[str, set[str]] = defaultdict(set)
+    out: dict[str, set[HealthRuleId]] = defaultdict(set)
     if samples.num_rows:
         pairs = samples.select(["metric", "host"]).group_by(["metric", "host"]).aggregate([])
         for metric, host in zip(pairs["metric"].to_pylist(), pairs["host"].to_pylist()):
@@ -645,7 +639,11 @@ def _rules_with_data(samples: pa.Table, events: Sequence[Event]) -> dict[str, se
 
 # -- active rules ----------------------------------------------------------------------------------
 
-_ACTIVE_KINDS = {"dcgm_diag": "dcgm_diag", "nccl_test": "nccl_tests", "ib_write_bw": "ib_write_bw"}
+_ACTIVE_KINDS: dict[str, HealthRuleId] = {
+    "dcgm_diag": "dcgm_diag",
+    "nccl_test": "nccl_tests",
+    "ib_write_bw": "ib_write_bw",
+}
 #: A dcgmi diag test's status -> our verdict (a pass is no check).
 _DIAG_VERDICTS: dict[str, Verdict] = {"fail": "drain", "warn": "warn"}
 

@@ -8,7 +8,8 @@ kinds are judged too, whatever their time (a benchmark is run once, not scraped)
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from dataclasses import asdict
+from typing import TYPE_CHECKING, Any
 
 from hpcwatch import vocab
 from hpcwatch.analysis.health import (
@@ -19,6 +20,7 @@ from hpcwatch.analysis.health import (
     health_report,
     nccl_log_checks,
 )
+from hpcwatch.analysis.health_rules import HEALTH_RULES
 from hpcwatch.records import Event
 from hpcwatch.store import Store
 from hpcwatch.vocab import EventKind
@@ -26,7 +28,7 @@ from hpcwatch.vocab import EventKind
 if TYPE_CHECKING:
     import pyarrow as pa
 
-__all__ = ["node_health", "DEFAULT_HEALTH_WINDOW_S", "ACTIVE_EVENT_KINDS"]
+__all__ = ["node_health", "health_rules", "DEFAULT_HEALTH_WINDOW_S", "ACTIVE_EVENT_KINDS"]
 
 #: Default look-back: the last 15 minutes before the newest sample.
 DEFAULT_HEALTH_WINDOW_S = 900.0
@@ -91,3 +93,9 @@ def node_health(
     if node is not None:
         report = HealthReport(nodes=tuple(n for n in report.nodes if n.node == node))
     return report
+
+
+def health_rules(config: HealthConfig = HealthConfig()) -> list[dict[str, Any]]:
+    """Every rule of ``HEALTH_RULES`` as ``--list-rules`` shows it, thresholds filled with ``config``'s values."""
+    values = asdict(config)
+    return [rule.to_dict(values) for rule in HEALTH_RULES]
