@@ -160,6 +160,14 @@ SLURM_NODE_GPUS: Final = "slurm_node_gpus"
 SLURM_NODE_ALLOC_GPUS: Final = "slurm_node_alloc_gpus"
 SLURM_PARTITION_NODES: Final = "slurm_partition_nodes"
 SLURM_PARTITION_CPUS: Final = "slurm_partition_cpus"
+# smartctl --json (sources/smartctl.py), named as prometheus-community/smartctl_exporter names them (metrics.go)
+SMARTCTL_DEVICE_SMART_STATUS: Final = "smartctl_device_smart_status"
+SMARTCTL_DEVICE_CRITICAL_WARNING: Final = "smartctl_device_critical_warning"
+SMARTCTL_DEVICE_MEDIA_ERRORS: Final = "smartctl_device_media_errors"
+SMARTCTL_DEVICE_AVAILABLE_SPARE: Final = "smartctl_device_available_spare"
+SMARTCTL_DEVICE_AVAILABLE_SPARE_THRESHOLD: Final = "smartctl_device_available_spare_threshold"
+SMARTCTL_DEVICE_PERCENTAGE_USED: Final = "smartctl_device_percentage_used"
+SMARTCTL_DEVICE_TEMPERATURE: Final = "smartctl_device_temperature"
 
 #: Every metric name above.
 METRICS: Final[frozenset[str]] = frozenset(

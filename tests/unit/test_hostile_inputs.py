@@ -50,6 +50,7 @@ from hpcwatch.sources import (
     osv,
     prometheus_text,
     slurm,
+    smartctl,
     tetragon,
 )
 from hpcwatch.sources.lines import iter_lines, read_bytes, read_head
@@ -183,6 +184,26 @@ CASES = [
         hook.read_hook_jsonl,
         1,
         "bad hook record",
+    ),
+    # smartctl --json with a count that is not a number: the document is refused at that key's line.
+    (
+        "smartctl-string-count",
+        "nvme0.json",
+        b'{"json_format_version": [1, 0], "smartctl": {"exit_status": 0},\n "device": {"name": "/dev/nvme0"},\n'
+        b' "nvme_smart_health_information_log": {\n  "media_errors": "12"}}',
+        smartctl.read_smartctl_json,
+        4,
+        "media_errors is not a number",
+    ),
+    # smartctl --json whose media error count passes 64 bits (orjson reads it as a float).
+    (
+        "smartctl-huge-count",
+        "nvme1.json",
+        b'{"json_format_version": [1, 0], "smartctl": {},\n "device": {"name": "/dev/nvme1"},\n'
+        b' "nvme_smart_health_information_log": {"media_errors": ' + b"9" * 30 + b"}}",
+        smartctl.read_smartctl_json,
+        3,
+        "64 bits",
     ),
     # A Kineto trace with no complete events (analysis used to take min() of nothing).
     (
@@ -898,6 +919,7 @@ PARSERS = {
     "nvidia-smi-xml": lambda text: list(nvidia_smi.parse_nvidia_smi_xml(text, t=0)),
     "nvidia-smi-csv": lambda text: list(nvidia_smi.parse_nvidia_smi_csv(text, t=0)),
     "mapping-file": lambda text: mapping.parse_job_mapping_file(text),
+    "smartctl-json": lambda text: list(smartctl.parse_smartctl_json(text, t=0)),
 }
 
 # Text that looks a little like each format, so the fuzzing reaches past the first line.
@@ -1021,6 +1043,7 @@ BYTE_READERS = {
     "lustre": lustre.read_job_stats,
     "nvidia-smi-xml": nvidia_smi.read_nvidia_smi_xml,
     "nvidia-smi-csv": nvidia_smi.read_nvidia_smi_csv,
+    "smartctl-json": smartctl.read_smartctl_json,
 }
 
 

@@ -48,6 +48,9 @@ from tests.conftest import DATA
         ("nvidia_smi/nvidia_smi_query.csv", "nvidia-smi-csv"),
         ("kineto/hta_a100_nccl_rank0.json.gz", "kineto"),
         ("bytedance/trace-ST.parquet", "optrace"),
+        ("smartctl/nvme_samsung_mzwll3t2hajq_critical_warning_0x10.json", "smartctl-json"),
+        ("smartctl/sat_wdc_wd20efrx_passed.json", "smartctl-json"),
+        ("smartctl/nvme_gcm_learn_bad_nvme9_spare_below_threshold.json", "smartctl-json"),
     ],
 )
 def test_each_captured_file_is_recognised(relpath, name):

@@ -97,6 +97,36 @@ IB_PORT_METRICS = (vocab.IB_PORT_UP, vocab.IB_PORT_RATE_GBPS)
 #: ibstat's panic on an HCA it could not stat (labels node, device, error).
 IB_DEVICE_METRICS = (vocab.IB_DEVICE_UP,)
 
+#: smartctl's drive samples (sources/smartctl.py, or smartctl_exporter's scrape; labels node, device...).
+SMART_STATUS = vocab.SMARTCTL_DEVICE_SMART_STATUS
+NVME_WARNING = vocab.SMARTCTL_DEVICE_CRITICAL_WARNING
+NVME_SPARE = vocab.SMARTCTL_DEVICE_AVAILABLE_SPARE
+NVME_SPARE_THRESHOLD = vocab.SMARTCTL_DEVICE_AVAILABLE_SPARE_THRESHOLD
+NVME_USED = vocab.SMARTCTL_DEVICE_PERCENTAGE_USED
+NVME_MEDIA_ERRORS = vocab.SMARTCTL_DEVICE_MEDIA_ERRORS
+DRIVE_TEMPERATURE = vocab.SMARTCTL_DEVICE_TEMPERATURE
+STORAGE_METRICS = (
+    SMART_STATUS,
+    NVME_WARNING,
+    NVME_SPARE,
+    NVME_SPARE_THRESHOLD,
+    NVME_USED,
+    NVME_MEDIA_ERRORS,
+    DRIVE_TEMPERATURE,
+)
+#: NVMe SMART / Health log Critical Warning bits (NVM Express Base Specification 2.0, figure "SMART / Health
+#: Information Log Page", byte 0); the names smartctl's JSON gives them under ``smart_status.nvme``.
+NVME_WARNING_BITS: dict[int, str] = {
+    0x01: "spare_below_threshold",
+    0x02: "temperature_above_or_below_threshold",
+    0x04: "reliability_degraded",
+    0x08: "media_read_only",
+    0x10: "volatile_memory_backup_failed",
+    0x20: "persistent_memory_region_unreliable",
+}
+#: The bits that mean the drive cannot be trusted with data (nvme_critical_warning drains on them).
+NVME_FATAL_MASK = 0x04 | 0x08 | 0x10 | 0x20
+
 #: Every metric the passive rules read (fetch these from the store).
 PASSIVE_METRICS: tuple[str, ...] = (
     XID,
@@ -111,6 +141,7 @@ PASSIVE_METRICS: tuple[str, ...] = (
     *(m for pair in IB_COUNTERS.values() for m in pair),
     *IB_PORT_METRICS,
     *IB_DEVICE_METRICS,
+    *STORAGE_METRICS,
 )
 
 
@@ -149,7 +180,17 @@ class HealthConfig:
     warns): NHC drains on any mismatch; we only warn for one speed step down (NDR port at HDR's 200), which runs,
     slower, and drain further down (100 or less on NDR: a cable or width fault)."""
 
+    nvme_used_warn_pct: float = 80.0
+    """NVMe Percentage Used (of rated endurance) that warns: GCM's check_blockdev warns at 80."""
+    nvme_used_drain_pct: float = 100.0
+    """... and that drains: GCM's critical level, the end of the endurance the vendor rates."""
+
     def __post_init__(self) -> None:
+        if not 0.0 < self.nvme_used_warn_pct <= self.nvme_used_drain_pct:
+            raise ConfigError(
+                f"nvme_used_warn_pct must be in (0, nvme_used_drain_pct], got {self.nvme_used_warn_pct}"
+                f" and {self.nvme_used_drain_pct}"
+            )
         for name in (
             "throttle_warn_fraction",
             "busbw_warn_fraction",
@@ -565,6 +606,125 @@ def _check_missing(table: pa.Table, config: HealthConfig) -> list[Check]:
     ]
 
 
+def _drive(s: _Series) -> dict[str, Any]:
+    return {k: s.labels[k] for k in ("device", "model_name", "serial_number") if s.labels.get(k)} | {
+        "t_last": float(s.t[-1])
+    }
+
+
+def _latest_by_drive(table: pa.Table, metric: str) -> dict[tuple[str, str], _Series]:
+    """(host, device) -> the drive's newest series of ``metric``."""
+    out: dict[tuple[str, str], _Series] = {}
+    for s in _series(table, metric):
+        key = (s.host, str(s.labels.get("device", s.key)))
+        if key not in out or s.t[-1] >= out[key].t[-1]:
+            out[key] = s
+    return out
+
+
+def _check_storage(table: pa.Table, config: HealthConfig) -> list[Check]:
+    """smartctl's drive health: SMART status (SATA/SAS), NVMe critical warning bits, spare, wear, media errors."""
+    checks: list[Check] = []
+    warnings = _latest_by_drive(table, NVME_WARNING)
+    for (host, device), s in sorted(_latest_by_drive(table, SMART_STATUS).items()):
+        if s.v[-1] < 1 and (host, device) not in warnings:
+            checks.append(
+                Check(
+                    node=host,
+                    rule="smart_status",
+                    verdict="drain",
+                    title=f"drive {device} SMART status FAILED",
+                    evidence=_drive(s),
+                )
+            )
+    temperatures = _latest_by_drive(table, DRIVE_TEMPERATURE)
+    spare_thresholds = _latest_by_drive(table, NVME_SPARE_THRESHOLD)
+    spare_low_bit: set[tuple[str, str]] = set()
+    for (host, device), s in sorted(warnings.items()):
+        bits = int(s.v[-1])
+        names = [name for bit, name in NVME_WARNING_BITS.items() if bits & bit]
+        evidence = {**_drive(s), "critical_warning": bits, "bits": names}
+        if bits & NVME_FATAL_MASK:
+            fatal = [name for bit, name in NVME_WARNING_BITS.items() if bits & bit & NVME_FATAL_MASK]
+            checks.append(
+                Check(
+                    node=host,
+                    rule="nvme_critical_warning",
+                    verdict="drain",
+                    title=f"NVMe {device} critical warning 0x{bits:02x}: {', '.join(fatal)}",
+                    evidence=evidence,
+                )
+            )
+        if bits & 0x02:
+            temp = temperatures.get((host, device))
+            celsius = float(temp.v[-1]) if temp is not None else None
+            checks.append(
+                Check(
+                    node=host,
+                    rule="nvme_temperature",
+                    verdict="warn",
+                    title=f"NVMe {device} past its temperature threshold"
+                    + (f" ({celsius:.0f} °C)" if celsius is not None else ""),
+                    evidence={**evidence, "temperature_c": celsius},
+                )
+            )
+        if bits & 0x01:
+            spare_low_bit.add((host, device))
+    for (host, device), s in sorted(_latest_by_drive(table, NVME_SPARE).items()):
+        limit = spare_thresholds.get((host, device))
+        spare, threshold = float(s.v[-1]), (float(limit.v[-1]) if limit is not None else None)
+        if (threshold is not None and spare < threshold) or (host, device) in spare_low_bit:
+            spare_low_bit.discard((host, device))
+            checks.append(
+                Check(
+                    node=host,
+                    rule="nvme_spare",
+                    verdict="drain",
+                    title=f"NVMe {device} spare {spare:.0f} % under its threshold"
+                    + (f" {threshold:.0f} %" if threshold is not None else ""),
+                    evidence={**_drive(s), "available_spare_pct": spare, "threshold_pct": threshold},
+                )
+            )
+    for host, device in sorted(spare_low_bit):  # the bit without a spare sample
+        s = warnings[(host, device)]
+        checks.append(
+            Check(
+                node=host,
+                rule="nvme_spare",
+                verdict="drain",
+                title=f"NVMe {device} spare under its threshold (critical warning bit 0x01)",
+                evidence=_drive(s),
+            )
+        )
+    for (host, device), s in sorted(_latest_by_drive(table, NVME_USED).items()):
+        used = float(s.v[-1])
+        if used >= config.nvme_used_warn_pct:
+            verdict: Verdict = "drain" if used >= config.nvme_used_drain_pct else "warn"
+            checks.append(
+                Check(
+                    node=host,
+                    rule="nvme_wear",
+                    verdict=verdict,
+                    title=f"NVMe {device} has used {used:.0f} % of its rated endurance",
+                    evidence={**_drive(s), "percentage_used": used},
+                )
+            )
+    for (host, device), s in sorted(_latest_by_drive(table, NVME_MEDIA_ERRORS).items()):
+        total, grew = float(s.v[-1]), _increase(s.v)
+        if total > 0:
+            checks.append(
+                Check(
+                    node=host,
+                    rule="nvme_media_errors",
+                    verdict="drain" if grew > 0 else "warn",
+                    title=f"NVMe {device}: {total:.0f} media errors"
+                    + (f", +{grew:.0f} in the window" if grew > 0 else " (none new in the window)"),
+                    evidence={**_drive(s), "media_errors": total, "increase": grew},
+                )
+            )
+    return checks
+
+
 def passive_checks(
     samples: pa.Table, events: Sequence[Event] = (), *, config: HealthConfig = HealthConfig(), link: str = "ndr"
 ) -> list[Check]:
@@ -602,6 +762,7 @@ def passive_checks(
         *_check_ib_devices(samples),
         *_check_gpu_activity(samples, config),
         *_check_missing(samples, config),
+        *_check_storage(samples, config),
     ]
 
 
@@ -617,6 +778,11 @@ def _rules_with_data(samples: pa.Table, events: Sequence[Event]) -> dict[str, se
         UTIL: "gpu_missing",
         **dict.fromkeys(THROTTLE, "throttle"),
         **dict.fromkeys(IB_PORT_METRICS + IB_DEVICE_METRICS, "ib_port"),
+        SMART_STATUS: "smart_status",
+        NVME_WARNING: "nvme_critical_warning",
+        NVME_SPARE: "nvme_spare",
+        NVME_USED: "nvme_wear",
+        NVME_MEDIA_ERRORS: "nvme_media_errors",
     }
     for name, pair in IB_COUNTERS.items():
         for m in pair:
@@ -629,6 +795,8 @@ def _rules_with_data(samples: pa.Table, events: Sequence[Event]) -> dict[str, se
                 out[host].add(metric_rules[metric])
                 if metric == UTIL:
                     out[host].update({"stalled_nccl", "idle_allocated"})
+                if metric == NVME_WARNING:
+                    out[host].add("nvme_temperature")
     for e in events:
         if e.kind == EventKind.XID and e.attrs.get("node"):
             out[str(e.attrs["node"])].add("xid")

@@ -23,6 +23,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal, get_args
 
+from hpcwatch import vocab
 from hpcwatch.analysis.xid import XID_CATALOG_URL, Verdict
 from hpcwatch.records import SEVERITIES, Severity
 
@@ -62,8 +63,15 @@ HealthRuleId = Literal[
     "nccl_ib_missing",
     "nccl_intranode_net",
     "nccl_timeout",
+    # the host: drives (smartctl)
+    "smart_status",
+    "nvme_critical_warning",
+    "nvme_spare",
+    "nvme_wear",
+    "nvme_media_errors",
+    "nvme_temperature",
 ]
-HealthFamily = Literal["gpu", "fabric", "benchmark", "nccl"]
+HealthFamily = Literal["gpu", "fabric", "benchmark", "nccl", "storage"]
 FAMILIES: tuple[HealthFamily, ...] = get_args(HealthFamily)
 
 _DCGM_FIELDS = "https://docs.nvidia.com/datacenter/dcgm/latest/dcgm-api/dcgm-api-field-ids.html"
@@ -78,6 +86,15 @@ _NCCL_ENV = "https://docs.nvidia.com/deeplearning/nccl/user-guide/docs/env.html"
 _NCCL_790 = "https://github.com/NVIDIA/nccl/issues/790 (NCCL_ALGO/NCCL_PROTO are not for production)"
 _TORCH_WATCHDOG = "https://pytorch.org/docs/stable/torch_nccl_environment_variables.html (TORCH_NCCL_*TIMEOUT*)"
 _OURS = "our choice (HealthConfig)"
+_NVME_LOG = (
+    "NVM Express Base Specification 2.0, SMART / Health Information log page (Critical Warning bits, Available "
+    "Spare and its Threshold, Percentage Used, Media and Data Integrity Errors)"
+)
+_GCM_BLOCKDEV = (
+    "https://github.com/facebookresearch/gcm gcm/health_checks/checks/check_blockdev.py (percentage used warns at 80, "
+    "critical at 100; spare critical under its threshold)"
+)
+_SMARTCTL = "https://www.smartmontools.org/browser/trunk/smartmontools/smartctl.8.in (--json, -H, exit status bit 3)"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -149,7 +166,7 @@ HEALTH_RULES: tuple[HealthRule, ...] = (
         id="ecc_dbe",
         family="gpu",
         sources=("prometheus",),
-        signal="DCGM_FI_DEV_ECC_DBE_VOL_TOTAL",
+        signal=vocab.DCGM_FI_DEV_ECC_DBE_VOL_TOTAL,
         severity="critical",
         actions=("drain",),
         threshold="> 0 uncorrectable (double-bit) ECC errors since the driver loaded",
@@ -169,7 +186,7 @@ HEALTH_RULES: tuple[HealthRule, ...] = (
         id="pcie_replay",
         family="gpu",
         sources=("prometheus",),
-        signal="DCGM_FI_DEV_PCIE_REPLAY_COUNTER",
+        signal=vocab.DCGM_FI_DEV_PCIE_REPLAY_COUNTER,
         severity="medium",
         actions=("warn",),
         threshold="grew by >= {pcie_replay_warn} in the window",
@@ -352,6 +369,68 @@ HEALTH_RULES: tuple[HealthRule, ...] = (
         actions=("warn",),
         threshold="any timed-out collective on the host",
         citation=_TORCH_WATCHDOG,
+    ),
+    _r(
+        id="smart_status",
+        family="storage",
+        sources=("smartctl-json", "prometheus"),
+        signal="smartctl_device_smart_status (smart_status.passed) of a SATA / SAS drive",
+        severity="high",
+        actions=("drain",),
+        threshold="0: the drive says it is failing (smartctl -H 'FAILED'); NVMe drives are judged by their "
+        "critical-warning bits instead",
+        citation=_SMARTCTL,
+    ),
+    _r(
+        id="nvme_critical_warning",
+        family="storage",
+        sources=("smartctl-json", "prometheus"),
+        signal="smartctl_device_critical_warning bits 0x04 reliability degraded, 0x08 read-only, 0x10 volatile "
+        "memory backup failed, 0x20 persistent memory region unreliable",
+        severity="critical",
+        actions=("drain",),
+        threshold="any of those bits set (0x01 and 0x02 are nvme_spare and nvme_temperature)",
+        citation=_NVME_LOG,
+    ),
+    _r(
+        id="nvme_spare",
+        family="storage",
+        sources=("smartctl-json", "prometheus"),
+        signal="smartctl_device_available_spare vs smartctl_device_available_spare_threshold; critical warning 0x01",
+        severity="high",
+        actions=("drain",),
+        threshold="available spare under the threshold the drive reports (or bit 0x01 set)",
+        citation=f"{_NVME_LOG}; {_GCM_BLOCKDEV}",
+    ),
+    _r(
+        id="nvme_wear",
+        family="storage",
+        sources=("smartctl-json", "prometheus"),
+        signal=vocab.SMARTCTL_DEVICE_PERCENTAGE_USED,
+        severity="medium",
+        actions=("warn", "drain"),
+        threshold=">= {nvme_used_warn_pct} % of rated endurance warns, >= {nvme_used_drain_pct} % drains",
+        citation=f"{_NVME_LOG}; {_GCM_BLOCKDEV}",
+    ),
+    _r(
+        id="nvme_media_errors",
+        family="storage",
+        sources=("smartctl-json", "prometheus"),
+        signal="smartctl_device_media_errors (unrecovered data-integrity errors since manufacture)",
+        severity="high",
+        actions=("warn", "drain"),
+        threshold="> 0 warns; grew within the window drains (the drive is losing data now)",
+        citation=_NVME_LOG,
+    ),
+    _r(
+        id="nvme_temperature",
+        family="storage",
+        sources=("smartctl-json", "prometheus"),
+        signal="smartctl_device_critical_warning bit 0x02, with smartctl_device_temperature as evidence",
+        severity="medium",
+        actions=("warn",),
+        threshold="bit 0x02 set: the composite temperature passed the drive's own over- or under-temperature threshold",
+        citation=_NVME_LOG,
     ),
 )
 HEALTH_RULE_IDS: tuple[HealthRuleId, ...] = tuple(r.id for r in HEALTH_RULES)

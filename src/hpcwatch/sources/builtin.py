@@ -542,6 +542,31 @@ register(
         summary="scontrol show config (HealthCheckProgram, TopologyPlugin...)",
     )
 )
+
+
+def _smartctl(p: Path, c: ReadContext) -> Iterator[Sample]:
+    from hpcwatch.sources import smartctl
+
+    return smartctl.read_smartctl_json(p, node=c.host)
+
+
+def _sniff_smartctl(h: Head) -> bool:
+    from hpcwatch.sources import smartctl
+
+    return smartctl.is_smartctl_json(h.text)
+
+
+register(
+    Format(
+        name="smartctl-json",
+        sniff=_sniff_smartctl,
+        read=_smartctl,
+        kinds=S,
+        uses_host=True,
+        dated_by_file=True,
+        summary="smartctl --json (NVMe SMART / Health log, SMART status, temperature)",
+    )
+)
 register(
     Format(
         name="perfquery",
