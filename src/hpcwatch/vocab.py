@@ -168,6 +168,11 @@ SMARTCTL_DEVICE_AVAILABLE_SPARE: Final = "smartctl_device_available_spare"
 SMARTCTL_DEVICE_AVAILABLE_SPARE_THRESHOLD: Final = "smartctl_device_available_spare_threshold"
 SMARTCTL_DEVICE_PERCENTAGE_USED: Final = "smartctl_device_percentage_used"
 SMARTCTL_DEVICE_TEMPERATURE: Final = "smartctl_device_temperature"
+# lspci -vv (sources/lspci.py): a PCIe link as trained (LnkSta) and as capable (LnkCap); labels bdf, vendor, device_class
+PCIE_LINK_SPEED_GTS: Final = "pcie_link_speed_gts"
+PCIE_LINK_SPEED_MAX_GTS: Final = "pcie_link_speed_max_gts"
+PCIE_LINK_WIDTH: Final = "pcie_link_width"
+PCIE_LINK_WIDTH_MAX: Final = "pcie_link_width_max"
 
 #: Every metric name above.
 METRICS: Final[frozenset[str]] = frozenset(

@@ -43,6 +43,7 @@ from hpcwatch.sources import (
     infiniband,
     kineto,
     lines,
+    lspci,
     lustre,
     mapping,
     nvidia_smi,
@@ -202,6 +203,16 @@ CASES = [
         b'{"json_format_version": [1, 0], "smartctl": {},\n "device": {"name": "/dev/nvme1"},\n'
         b' "nvme_smart_health_information_log": {"media_errors": ' + b"9" * 30 + b"}}",
         smartctl.read_smartctl_json,
+        3,
+        "64 bits",
+    ),
+    # lspci -vv whose link width passes 64 bits.
+    (
+        "lspci-huge-width",
+        "lspci.txt",
+        b"01:00.0 3D controller: NVIDIA Corporation GH100\n\tSubsystem: NVIDIA Corporation Device\n"
+        b"\t\tLnkSta:\tSpeed 32GT/s, Width x" + b"9" * 30 + b"\n",
+        lspci.read_lspci_vv,
         3,
         "64 bits",
     ),
@@ -920,6 +931,7 @@ PARSERS = {
     "nvidia-smi-csv": lambda text: list(nvidia_smi.parse_nvidia_smi_csv(text, t=0)),
     "mapping-file": lambda text: mapping.parse_job_mapping_file(text),
     "smartctl-json": lambda text: list(smartctl.parse_smartctl_json(text, t=0)),
+    "lspci-vv": lambda text: list(lspci.parse_lspci_vv(text)),
 }
 
 # Text that looks a little like each format, so the fuzzing reaches past the first line.
@@ -1044,6 +1056,7 @@ BYTE_READERS = {
     "nvidia-smi-xml": nvidia_smi.read_nvidia_smi_xml,
     "nvidia-smi-csv": nvidia_smi.read_nvidia_smi_csv,
     "smartctl-json": smartctl.read_smartctl_json,
+    "lspci-vv": lspci.read_lspci_vv,
 }
 
 

@@ -51,6 +51,8 @@ from tests.conftest import DATA
         ("smartctl/nvme_samsung_mzwll3t2hajq_critical_warning_0x10.json", "smartctl-json"),
         ("smartctl/sat_wdc_wd20efrx_passed.json", "smartctl-json"),
         ("smartctl/nvme_gcm_learn_bad_nvme9_spare_below_threshold.json", "smartctl-json"),
+        ("lspci/lspci_vvv_rtx6000ada_connectx7_stelline.txt", "lspci-vv"),
+        ("lspci/lspci_vvd_10de_4x_rtx_a6000_neuropoly.txt", "lspci-vv"),
     ],
 )
 def test_each_captured_file_is_recognised(relpath, name):

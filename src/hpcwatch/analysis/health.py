@@ -127,6 +127,17 @@ NVME_WARNING_BITS: dict[int, str] = {
 #: The bits that mean the drive cannot be trusted with data (nvme_critical_warning drains on them).
 NVME_FATAL_MASK = 0x04 | 0x08 | 0x10 | 0x20
 
+#: lspci's PCIe links (sources/lspci.py; labels node, bdf, vendor, device_class, name).
+PCIE_METRICS = (
+    vocab.PCIE_LINK_SPEED_GTS,
+    vocab.PCIE_LINK_SPEED_MAX_GTS,
+    vocab.PCIE_LINK_WIDTH,
+    vocab.PCIE_LINK_WIDTH_MAX,
+)
+#: PCI vendor ids and the lspci device classes of the parts the PCIe rules judge (https://pci-ids.ucw.cz/).
+PCIE_GPU = ("10de", ("VGA compatible controller", "3D controller"))
+PCIE_HCA = ("15b3", ("Infiniband controller", "Ethernet controller", "Network controller"))
+
 #: Every metric the passive rules read (fetch these from the store).
 PASSIVE_METRICS: tuple[str, ...] = (
     XID,
@@ -142,6 +153,7 @@ PASSIVE_METRICS: tuple[str, ...] = (
     *IB_PORT_METRICS,
     *IB_DEVICE_METRICS,
     *STORAGE_METRICS,
+    *PCIE_METRICS,
 )
 
 
@@ -612,14 +624,19 @@ def _drive(s: _Series) -> dict[str, Any]:
     }
 
 
-def _latest_by_drive(table: pa.Table, metric: str) -> dict[tuple[str, str], _Series]:
-    """(host, device) -> the drive's newest series of ``metric``."""
+def _latest_by(table: pa.Table, metric: str, label: str) -> dict[tuple[str, str], _Series]:
+    """(host, the ``label`` naming the part) -> the part's newest series of ``metric``."""
     out: dict[tuple[str, str], _Series] = {}
     for s in _series(table, metric):
-        key = (s.host, str(s.labels.get("device", s.key)))
+        key = (s.host, str(s.labels.get(label, s.key)))
         if key not in out or s.t[-1] >= out[key].t[-1]:
             out[key] = s
     return out
+
+
+def _latest_by_drive(table: pa.Table, metric: str) -> dict[tuple[str, str], _Series]:
+    """(host, device) -> the drive's newest series of ``metric``."""
+    return _latest_by(table, metric, "device")
 
 
 def _check_storage(table: pa.Table, config: HealthConfig) -> list[Check]:
@@ -725,6 +742,54 @@ def _check_storage(table: pa.Table, config: HealthConfig) -> list[Check]:
     return checks
 
 
+def _pcie_part(labels: dict[str, str]) -> str | None:
+    """``gpu``, ``hca`` or None (a part the PCIe rules do not judge: bridges, audio functions, virtual functions)."""
+    vendor, cls, name = labels.get("vendor", ""), labels.get("device_class", ""), labels.get("name", "")
+    if vendor == PCIE_GPU[0] and cls in PCIE_GPU[1]:
+        return "gpu"
+    if vendor == PCIE_HCA[0] and cls in PCIE_HCA[1] and "Virtual Function" not in name:
+        return "hca"
+    return None
+
+
+def _check_pcie(table: pa.Table) -> list[Check]:
+    """lspci's links: a GPU or HCA with fewer lanes than it can train, an HCA slower than it can train."""
+    latest = {m: _latest_by(table, m, "bdf") for m in PCIE_METRICS}
+    checks = []
+    for (host, bdf), width in sorted(latest[vocab.PCIE_LINK_WIDTH].items()):
+        part = _pcie_part(width.labels)
+        if part is None:
+            continue
+        where = {"bdf": bdf, "part": part, "name": width.labels.get("name"), "t_last": float(width.t[-1])}
+        width_max = latest[vocab.PCIE_LINK_WIDTH_MAX].get((host, bdf))
+        lanes = int(width.v[-1])
+        if width_max is not None and lanes < int(width_max.v[-1]):
+            capable = int(width_max.v[-1])
+            checks.append(
+                Check(
+                    node=host,
+                    rule="pcie_width",
+                    verdict="drain",
+                    title=f"{part.upper()} {bdf} PCIe link x{lanes} of x{capable}" + (" (down)" if lanes == 0 else ""),
+                    evidence={**where, "width": lanes, "width_max": capable},
+                )
+            )
+        speed = latest[vocab.PCIE_LINK_SPEED_GTS].get((host, bdf))
+        speed_max = latest[vocab.PCIE_LINK_SPEED_MAX_GTS].get((host, bdf))
+        if part == "hca" and speed is not None and speed_max is not None and speed.v[-1] < speed_max.v[-1]:
+            gts, capable_gts = float(speed.v[-1]), float(speed_max.v[-1])
+            checks.append(
+                Check(
+                    node=host,
+                    rule="pcie_speed",
+                    verdict="warn",
+                    title=f"HCA {bdf} PCIe link at {gts:g} GT/s of {capable_gts:g}",
+                    evidence={**where, "speed_gts": gts, "speed_max_gts": capable_gts},
+                )
+            )
+    return checks
+
+
 def passive_checks(
     samples: pa.Table, events: Sequence[Event] = (), *, config: HealthConfig = HealthConfig(), link: str = "ndr"
 ) -> list[Check]:
@@ -763,6 +828,7 @@ def passive_checks(
         *_check_gpu_activity(samples, config),
         *_check_missing(samples, config),
         *_check_storage(samples, config),
+        *_check_pcie(samples),
     ]
 
 
@@ -783,6 +849,8 @@ def _rules_with_data(samples: pa.Table, events: Sequence[Event]) -> dict[str, se
         NVME_SPARE: "nvme_spare",
         NVME_USED: "nvme_wear",
         NVME_MEDIA_ERRORS: "nvme_media_errors",
+        vocab.PCIE_LINK_WIDTH: "pcie_width",
+        vocab.PCIE_LINK_SPEED_GTS: "pcie_speed",
     }
     for name, pair in IB_COUNTERS.items():
         for m in pair:

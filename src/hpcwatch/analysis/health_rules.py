@@ -70,8 +70,11 @@ HealthRuleId = Literal[
     "nvme_wear",
     "nvme_media_errors",
     "nvme_temperature",
+    # the host: PCIe links of GPUs and HCAs (lspci -vv)
+    "pcie_width",
+    "pcie_speed",
 ]
-HealthFamily = Literal["gpu", "fabric", "benchmark", "nccl", "storage"]
+HealthFamily = Literal["gpu", "fabric", "benchmark", "nccl", "storage", "pcie"]
 FAMILIES: tuple[HealthFamily, ...] = get_args(HealthFamily)
 
 _DCGM_FIELDS = "https://docs.nvidia.com/datacenter/dcgm/latest/dcgm-api/dcgm-api-field-ids.html"
@@ -93,6 +96,15 @@ _NVME_LOG = (
 _GCM_BLOCKDEV = (
     "https://github.com/facebookresearch/gcm gcm/health_checks/checks/check_blockdev.py (percentage used warns at 80, "
     "critical at 100; spare critical under its threshold)"
+)
+_GCM_PCI = (
+    "https://github.com/facebookresearch/gcm gcm/health_checks/checks/check_pci.py (a GPU or NIC whose link width "
+    "or speed is under the expected one is critical)"
+)
+_PCIE_LINK = "PCI Express Base Specification, Link Capabilities / Link Status registers (lspci's LnkCap / LnkSta)"
+_NVSMI_PCIE = (
+    "nvidia-smi(1), 'PCI' > 'GPU Link Info': the current link generation and width may be reduced when the GPU "
+    "is not in use"
 )
 _SMARTCTL = "https://www.smartmontools.org/browser/trunk/smartmontools/smartctl.8.in (--json, -H, exit status bit 3)"
 
@@ -431,6 +443,28 @@ HEALTH_RULES: tuple[HealthRule, ...] = (
         actions=("warn",),
         threshold="bit 0x02 set: the composite temperature passed the drive's own over- or under-temperature threshold",
         citation=_NVME_LOG,
+    ),
+    _r(
+        id="pcie_width",
+        family="pcie",
+        sources=("lspci-vv",),
+        signal="pcie_link_width vs pcie_link_width_max (LnkSta vs LnkCap Width) of GPUs (vendor 10de, VGA / 3D "
+        "controller) and HCAs (vendor 15b3)",
+        severity="high",
+        actions=("drain",),
+        threshold="fewer lanes trained than the device is capable of (x8 of x16 halves its bandwidth; x0: link down)",
+        citation=f"{_PCIE_LINK}; {_GCM_PCI}",
+    ),
+    _r(
+        id="pcie_speed",
+        family="pcie",
+        sources=("lspci-vv",),
+        signal="pcie_link_speed_gts vs pcie_link_speed_max_gts (LnkSta vs LnkCap Speed) of HCAs (vendor 15b3)",
+        severity="medium",
+        actions=("warn",),
+        threshold="an HCA trained under its capable speed (a slot or riser of an older generation gives the same "
+        "reading); GPUs are not judged on speed: an idle GPU drops to 2.5 GT/s by design",
+        citation=f"{_PCIE_LINK}; {_GCM_PCI}; {_NVSMI_PCIE}",
     ),
 )
 HEALTH_RULE_IDS: tuple[HealthRuleId, ...] = tuple(r.id for r in HEALTH_RULES)

@@ -567,6 +567,32 @@ register(
         summary="smartctl --json (NVMe SMART / Health log, SMART status, temperature)",
     )
 )
+
+
+def _lspci(p: Path, c: ReadContext) -> Iterator[Sample]:
+    from hpcwatch.sources import lspci
+
+    return lspci.read_lspci_vv(p, node=c.host, on_bad_line=c.on_bad_line)
+
+
+def _sniff_lspci(h: Head) -> bool:
+    from hpcwatch.sources import lspci
+
+    return lspci.is_lspci_vv(h.text)
+
+
+register(
+    Format(
+        name="lspci-vv",
+        sniff=_sniff_lspci,
+        read=_lspci,
+        kinds=S,
+        uses_host=True,
+        dated_by_file=True,
+        line_oriented=True,
+        summary="lspci -vv (PCIe LnkCap / LnkSta of each device)",
+    )
+)
 register(
     Format(
         name="perfquery",
