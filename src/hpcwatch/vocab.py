@@ -173,6 +173,11 @@ PCIE_LINK_SPEED_GTS: Final = "pcie_link_speed_gts"
 PCIE_LINK_SPEED_MAX_GTS: Final = "pcie_link_speed_max_gts"
 PCIE_LINK_WIDTH: Final = "pcie_link_width"
 PCIE_LINK_WIDTH_MAX: Final = "pcie_link_width_max"
+# chronyc tracking (sources/chrony.py): the clock's offset from NTP time (s, fast positive), leap status 0-3
+CHRONY_TRACKING_SYSTEM_TIME_SECONDS: Final = "chrony_tracking_system_time_seconds"
+CHRONY_TRACKING_LAST_OFFSET_SECONDS: Final = "chrony_tracking_last_offset_seconds"
+CHRONY_TRACKING_STRATUM: Final = "chrony_tracking_stratum"
+CHRONY_TRACKING_LEAP_STATUS: Final = "chrony_tracking_leap_status"
 
 #: Every metric name above.
 METRICS: Final[frozenset[str]] = frozenset(

@@ -37,6 +37,7 @@ import hpcwatch.sources
 from hpcwatch.errors import ParseError
 from hpcwatch.records import Job, Sample
 from hpcwatch.sources import (
+    chrony,
     falco,
     healthtools,
     hook,
@@ -215,6 +216,15 @@ CASES = [
         lspci.read_lspci_vv,
         3,
         "64 bits",
+    ),
+    # chronyc tracking whose offset is not a number.
+    (
+        "chrony-offset-word",
+        "tracking.txt",
+        b"Reference ID    : 00000000 ()\nStratum         : 0\nSystem time     : 1e999x seconds fast of NTP time\n",
+        chrony.read_chronyc_tracking,
+        3,
+        "System time",
     ),
     # A Kineto trace with no complete events (analysis used to take min() of nothing).
     (
@@ -932,6 +942,7 @@ PARSERS = {
     "mapping-file": lambda text: mapping.parse_job_mapping_file(text),
     "smartctl-json": lambda text: list(smartctl.parse_smartctl_json(text, t=0)),
     "lspci-vv": lambda text: list(lspci.parse_lspci_vv(text)),
+    "chronyc-tracking": lambda text: list(chrony.parse_chronyc_tracking(text)),
 }
 
 # Text that looks a little like each format, so the fuzzing reaches past the first line.
@@ -1057,6 +1068,7 @@ BYTE_READERS = {
     "nvidia-smi-csv": nvidia_smi.read_nvidia_smi_csv,
     "smartctl-json": smartctl.read_smartctl_json,
     "lspci-vv": lspci.read_lspci_vv,
+    "chronyc-tracking": chrony.read_chronyc_tracking,
 }
 
 

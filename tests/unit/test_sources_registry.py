@@ -53,6 +53,8 @@ from tests.conftest import DATA
         ("smartctl/nvme_gcm_learn_bad_nvme9_spare_below_threshold.json", "smartctl-json"),
         ("lspci/lspci_vvv_rtx6000ada_connectx7_stelline.txt", "lspci-vv"),
         ("lspci/lspci_vvd_10de_4x_rtx_a6000_neuropoly.txt", "lspci-vv"),
+        ("chrony/chronyc_tracking_normal_chrony_doc.txt", "chronyc-tracking"),
+        ("chrony/chronyc_tracking_not_synchronised_liaosirui.txt", "chronyc-tracking"),
     ],
 )
 def test_each_captured_file_is_recognised(relpath, name):

@@ -138,6 +138,11 @@ PCIE_METRICS = (
 PCIE_GPU = ("10de", ("VGA compatible controller", "3D controller"))
 PCIE_HCA = ("15b3", ("Infiniband controller", "Ethernet controller", "Network controller"))
 
+#: chronyc tracking's clock samples (sources/chrony.py; labels node, reference, leap).
+CLOCK_METRICS = (vocab.CHRONY_TRACKING_SYSTEM_TIME_SECONDS, vocab.CHRONY_TRACKING_LEAP_STATUS)
+#: chrony's Leap status value for "Not synchronised" (sources/chrony.LEAP_STATUS).
+LEAP_UNSYNCHRONISED = 3
+
 #: Every metric the passive rules read (fetch these from the store).
 PASSIVE_METRICS: tuple[str, ...] = (
     XID,
@@ -154,6 +159,7 @@ PASSIVE_METRICS: tuple[str, ...] = (
     *IB_DEVICE_METRICS,
     *STORAGE_METRICS,
     *PCIE_METRICS,
+    *CLOCK_METRICS,
 )
 
 
@@ -196,8 +202,17 @@ class HealthConfig:
     """NVMe Percentage Used (of rated endurance) that warns: GCM's check_blockdev warns at 80."""
     nvme_used_drain_pct: float = 100.0
     """... and that drains: GCM's critical level, the end of the endurance the vendor rates."""
+    clock_offset_warn_s: float = 1.0
+    """|System time| offset that warns: chrony's example configurations step the clock past 1 s (makestep 1.0 3)."""
+    clock_offset_drain_s: float = 300.0
+    """... and that drains: MUNGE's default credential time-to-live, past which Slurm's authentication fails."""
 
     def __post_init__(self) -> None:
+        if not 0.0 < self.clock_offset_warn_s <= self.clock_offset_drain_s:
+            raise ConfigError(
+                f"clock_offset_warn_s must be in (0, clock_offset_drain_s], got {self.clock_offset_warn_s}"
+                f" and {self.clock_offset_drain_s}"
+            )
         if not 0.0 < self.nvme_used_warn_pct <= self.nvme_used_drain_pct:
             raise ConfigError(
                 f"nvme_used_warn_pct must be in (0, nvme_used_drain_pct], got {self.nvme_used_warn_pct}"
@@ -790,6 +805,49 @@ def _check_pcie(table: pa.Table) -> list[Check]:
     return checks
 
 
+def _newest_by_host(table: pa.Table, metric: str) -> dict[str, _Series]:
+    out: dict[str, _Series] = {}
+    for s in _series(table, metric):
+        if s.host not in out or s.t[-1] >= out[s.host].t[-1]:
+            out[s.host] = s
+    return out
+
+
+def _check_clock(table: pa.Table, config: HealthConfig) -> list[Check]:
+    """chronyc tracking: the clock's offset from NTP time, and whether chrony is synchronised at all."""
+    checks = []
+    for host, s in sorted(_newest_by_host(table, vocab.CHRONY_TRACKING_SYSTEM_TIME_SECONDS).items()):
+        offset = float(s.v[-1])
+        if abs(offset) >= config.clock_offset_warn_s:
+            verdict: Verdict = "drain" if abs(offset) >= config.clock_offset_drain_s else "warn"
+            side = "ahead of" if offset > 0 else "behind"
+            checks.append(
+                Check(
+                    node=host,
+                    rule="clock_offset",
+                    verdict=verdict,
+                    title=f"clock {abs(offset):.3g} s {side} NTP time",
+                    evidence={"offset_s": offset, "reference": s.labels.get("reference"), "t_last": float(s.t[-1])},
+                )
+            )
+    for host, s in sorted(_newest_by_host(table, vocab.CHRONY_TRACKING_LEAP_STATUS).items()):
+        if int(s.v[-1]) == LEAP_UNSYNCHRONISED:
+            checks.append(
+                Check(
+                    node=host,
+                    rule="clock_unsynchronised",
+                    verdict="warn",
+                    title=f"chrony is not synchronised (reference {s.labels.get('reference') or 'none'})",
+                    evidence={
+                        "leap": s.labels.get("leap"),
+                        "reference": s.labels.get("reference"),
+                        "t_last": float(s.t[-1]),
+                    },
+                )
+            )
+    return checks
+
+
 def passive_checks(
     samples: pa.Table, events: Sequence[Event] = (), *, config: HealthConfig = HealthConfig(), link: str = "ndr"
 ) -> list[Check]:
@@ -829,6 +887,7 @@ def passive_checks(
         *_check_missing(samples, config),
         *_check_storage(samples, config),
         *_check_pcie(samples),
+        *_check_clock(samples, config),
     ]
 
 
@@ -851,6 +910,8 @@ def _rules_with_data(samples: pa.Table, events: Sequence[Event]) -> dict[str, se
         NVME_MEDIA_ERRORS: "nvme_media_errors",
         vocab.PCIE_LINK_WIDTH: "pcie_width",
         vocab.PCIE_LINK_SPEED_GTS: "pcie_speed",
+        vocab.CHRONY_TRACKING_SYSTEM_TIME_SECONDS: "clock_offset",
+        vocab.CHRONY_TRACKING_LEAP_STATUS: "clock_unsynchronised",
     }
     for name, pair in IB_COUNTERS.items():
         for m in pair:

@@ -73,8 +73,11 @@ HealthRuleId = Literal[
     # the host: PCIe links of GPUs and HCAs (lspci -vv)
     "pcie_width",
     "pcie_speed",
+    # the host: its clock (chronyc tracking)
+    "clock_offset",
+    "clock_unsynchronised",
 ]
-HealthFamily = Literal["gpu", "fabric", "benchmark", "nccl", "storage", "pcie"]
+HealthFamily = Literal["gpu", "fabric", "benchmark", "nccl", "storage", "pcie", "clock"]
 FAMILIES: tuple[HealthFamily, ...] = get_args(HealthFamily)
 
 _DCGM_FIELDS = "https://docs.nvidia.com/datacenter/dcgm/latest/dcgm-api/dcgm-api-field-ids.html"
@@ -106,6 +109,12 @@ _NVSMI_PCIE = (
     "nvidia-smi(1), 'PCI' > 'GPU Link Info': the current link generation and width may be reduced when the GPU "
     "is not in use"
 )
+_CHRONYC = "https://chrony-project.org/doc/4.6/chronyc.html (tracking: System time, Leap status)"
+_CHRONY_MAKESTEP = (
+    "chrony's example configurations (examples/chrony.conf.example1): 'makestep 1.0 3', an offset over 1 s is "
+    "stepped, not slewed"
+)
+_MUNGE_TTL = "munge(7) / munged(8): a credential's default time-to-live is 300 s, a clock further off fails Slurm auth"
 _SMARTCTL = "https://www.smartmontools.org/browser/trunk/smartmontools/smartctl.8.in (--json, -H, exit status bit 3)"
 
 
@@ -465,6 +474,26 @@ HEALTH_RULES: tuple[HealthRule, ...] = (
         threshold="an HCA trained under its capable speed (a slot or riser of an older generation gives the same "
         "reading); GPUs are not judged on speed: an idle GPU drops to 2.5 GT/s by design",
         citation=f"{_PCIE_LINK}; {_GCM_PCI}; {_NVSMI_PCIE}",
+    ),
+    _r(
+        id="clock_offset",
+        family="clock",
+        sources=("chronyc-tracking",),
+        signal="chrony_tracking_system_time_seconds (System time: the clock's offset from NTP time)",
+        severity="medium",
+        actions=("warn", "drain"),
+        threshold="|offset| >= {clock_offset_warn_s} s warns, >= {clock_offset_drain_s} s drains",
+        citation=f"{_CHRONYC}; {_CHRONY_MAKESTEP}; {_MUNGE_TTL}",
+    ),
+    _r(
+        id="clock_unsynchronised",
+        family="clock",
+        sources=("chronyc-tracking",),
+        signal="chrony_tracking_leap_status (Leap status)",
+        severity="medium",
+        actions=("warn",),
+        threshold="'Not synchronised': chrony has no source to steer the clock by, it drifts on its own",
+        citation=_CHRONYC,
     ),
 )
 HEALTH_RULE_IDS: tuple[HealthRuleId, ...] = tuple(r.id for r in HEALTH_RULES)

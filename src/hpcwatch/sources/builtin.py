@@ -593,6 +593,32 @@ register(
         summary="lspci -vv (PCIe LnkCap / LnkSta of each device)",
     )
 )
+
+
+def _chrony(p: Path, c: ReadContext) -> Iterator[Sample]:
+    from hpcwatch.sources import chrony
+
+    return chrony.read_chronyc_tracking(p, node=c.host, on_bad_line=c.on_bad_line)
+
+
+def _sniff_chrony(h: Head) -> bool:
+    from hpcwatch.sources import chrony
+
+    return chrony.is_chronyc_tracking(h.text)
+
+
+register(
+    Format(
+        name="chronyc-tracking",
+        sniff=_sniff_chrony,
+        read=_chrony,
+        kinds=S,
+        uses_host=True,
+        dated_by_file=True,
+        line_oriented=True,
+        summary="chronyc tracking (clock offset from NTP time, leap status)",
+    )
+)
 register(
     Format(
         name="perfquery",
