@@ -39,6 +39,9 @@ EventKindName = Literal[
     "nccl_rank",
     "nccl_warn",
     "nccl_timeout",
+    "kernel_hung_task",
+    "kernel_oom_kill",
+    "kernel_hw_error",
     "flight_recorder_dump",
     "nccl_inspector",
     "slurm_config",
@@ -54,6 +57,10 @@ class EventKind:
     XID: Final = "xid"
     GPU_XID: Final = "gpu_xid"
     GPU_PROCESS: Final = "gpu_process"
+    # the kernel log (sources/kernel_log.py): hung tasks, OOM kills, machine-check / EDAC / CPER errors
+    KERNEL_HUNG_TASK: Final = "kernel_hung_task"
+    KERNEL_OOM_KILL: Final = "kernel_oom_kill"
+    KERNEL_HW_ERROR: Final = "kernel_hw_error"
     # training jobs (the twin, the hook, Slurm)
     FAILURE: Final = "failure"
     CHECKPOINT: Final = "checkpoint"

@@ -42,6 +42,7 @@ from hpcwatch.sources import (
     healthtools,
     hook,
     infiniband,
+    kernel_log,
     kineto,
     lines,
     lspci,
@@ -225,6 +226,15 @@ CASES = [
         chrony.read_chronyc_tracking,
         3,
         "System time",
+    ),
+    # A kernel log whose Xid code passes 64 bits.
+    (
+        "kernel-huge-xid",
+        "dmesg.txt",
+        b"[    1.5] NVRM: Xid (PCI:0000:18:00): " + b"9" * 30 + b", pid=1, GPU has fallen off the bus.\n",
+        kernel_log.read_kernel_log,
+        1,
+        "64 bits",
     ),
     # A Kineto trace with no complete events (analysis used to take min() of nothing).
     (
@@ -943,6 +953,7 @@ PARSERS = {
     "smartctl-json": lambda text: list(smartctl.parse_smartctl_json(text, t=0)),
     "lspci-vv": lambda text: list(lspci.parse_lspci_vv(text)),
     "chronyc-tracking": lambda text: list(chrony.parse_chronyc_tracking(text)),
+    "kernel-log": lambda text: list(kernel_log.parse_kernel_log(text)),
 }
 
 # Text that looks a little like each format, so the fuzzing reaches past the first line.
@@ -1069,6 +1080,7 @@ BYTE_READERS = {
     "smartctl-json": smartctl.read_smartctl_json,
     "lspci-vv": lspci.read_lspci_vv,
     "chronyc-tracking": chrony.read_chronyc_tracking,
+    "kernel-log": kernel_log.read_kernel_log,
 }
 
 

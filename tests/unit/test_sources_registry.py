@@ -55,6 +55,9 @@ from tests.conftest import DATA
         ("lspci/lspci_vvd_10de_4x_rtx_a6000_neuropoly.txt", "lspci-vv"),
         ("chrony/chronyc_tracking_normal_chrony_doc.txt", "chronyc-tracking"),
         ("chrony/chronyc_tracking_not_synchronised_liaosirui.txt", "chronyc-tracking"),
+        ("kernel_log/dmesg_T_nvrm_xid_31_48_gcm.txt", "kernel-log"),
+        ("kernel_log/dmesg_t_hung_task_docker_npd.txt", "kernel-log"),
+        ("kernel_log/dmesg_t_oom_kill_memcg_npd.txt", "kernel-log"),
     ],
 )
 def test_each_captured_file_is_recognised(relpath, name):

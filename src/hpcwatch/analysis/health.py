@@ -43,6 +43,7 @@ __all__ = [
     "HealthConfig",
     "VERDICTS",
     "PASSIVE_METRICS",
+    "KERNEL_EVENT_KINDS",
     "THROTTLE_BITS",
     "passive_checks",
     "active_checks",
@@ -142,6 +143,21 @@ PCIE_HCA = ("15b3", ("Infiniband controller", "Ethernet controller", "Network co
 CLOCK_METRICS = (vocab.CHRONY_TRACKING_SYSTEM_TIME_SECONDS, vocab.CHRONY_TRACKING_LEAP_STATUS)
 #: chrony's Leap status value for "Not synchronised" (sources/chrony.LEAP_STATUS).
 LEAP_UNSYNCHRONISED = 3
+
+#: The kernel log's events the passive rules judge (sources/kernel_log.py; ``xid`` events are judged by ``xid``).
+KERNEL_EVENT_KINDS = (EventKind.KERNEL_HUNG_TASK, EventKind.KERNEL_OOM_KILL, EventKind.KERNEL_HW_ERROR)
+_KERNEL_RULES: dict[str, HealthRuleId] = {
+    EventKind.KERNEL_HUNG_TASK: "hung_task",
+    EventKind.KERNEL_OOM_KILL: "oom_kill",
+    EventKind.KERNEL_HW_ERROR: "hw_error",
+}
+#: A hardware error's severity -> our verdict (corrected and recoverable errors were handled; fatal ones were not).
+_HW_VERDICTS: dict[str, Verdict] = {
+    "corrected": "warn",
+    "recoverable": "warn",
+    "fatal": "drain",
+    "uncorrected": "drain",
+}
 
 #: Every metric the passive rules read (fetch these from the store).
 PASSIVE_METRICS: tuple[str, ...] = (
@@ -848,6 +864,46 @@ def _check_clock(table: pa.Table, config: HealthConfig) -> list[Check]:
     return checks
 
 
+def _check_kernel(events: Sequence[Event]) -> list[Check]:
+    """The kernel log: hung tasks and OOM kills warn (one check per node and rule, counting them), hardware
+    errors warn when corrected and drain when not."""
+    grouped: dict[tuple[str, HealthRuleId, Verdict], list[Event]] = defaultdict(list)
+    for e in events:
+        rule = _KERNEL_RULES.get(e.kind)
+        node = e.attrs.get("node")
+        if rule is None or not node:
+            continue
+        verdict = _HW_VERDICTS.get(str(e.attrs.get("severity")), "warn") if rule == "hw_error" else "warn"
+        grouped[(str(node), rule, verdict)].append(e)
+    checks = []
+    for (node, rule, verdict), found in sorted(grouped.items()):
+        first = min(found, key=lambda e: e.t)
+        if rule == "hung_task":
+            tasks = sorted({f"{e.attrs.get('task')}:{e.attrs.get('pid')}" for e in found})
+            title = f"{len(tasks)} task(s) blocked in D state ({', '.join(tasks[:3])})"
+        elif rule == "oom_kill":
+            procs = sorted({f"{e.attrs.get('process')}:{e.attrs.get('pid')}" for e in found})
+            title = f"OOM killer killed {len(procs)} process(es) ({', '.join(procs[:3])})"
+        else:
+            severities = sorted({str(e.attrs.get("severity")) for e in found})
+            title = f"{len(found)} {'/'.join(severities)} hardware error(s) in the kernel log"
+        checks.append(
+            Check(
+                node=node,
+                rule=rule,
+                verdict=verdict,
+                title=title,
+                evidence={
+                    "count": len(found),
+                    "first_seen": first.t,
+                    "first_line": first.attrs.get("message"),
+                    "line": first.attrs.get("line"),
+                },
+            )
+        )
+    return checks
+
+
 def passive_checks(
     samples: pa.Table, events: Sequence[Event] = (), *, config: HealthConfig = HealthConfig(), link: str = "ndr"
 ) -> list[Check]:
@@ -888,6 +944,7 @@ def passive_checks(
         *_check_storage(samples, config),
         *_check_pcie(samples),
         *_check_clock(samples, config),
+        *_check_kernel(events),
     ]
 
 
@@ -929,6 +986,8 @@ def _rules_with_data(samples: pa.Table, events: Sequence[Event]) -> dict[str, se
     for e in events:
         if e.kind == EventKind.XID and e.attrs.get("node"):
             out[str(e.attrs["node"])].add("xid")
+        if e.kind in _KERNEL_RULES and e.attrs.get("node"):
+            out[str(e.attrs["node"])].add(_KERNEL_RULES[e.kind])
         if e.kind in _ACTIVE_KINDS and e.attrs.get("node"):
             out[str(e.attrs["node"])].add(_ACTIVE_KINDS[e.kind])
     return out

@@ -76,8 +76,12 @@ HealthRuleId = Literal[
     # the host: its clock (chronyc tracking)
     "clock_offset",
     "clock_unsynchronised",
+    # the host: its kernel log (dmesg, journalctl -k)
+    "hung_task",
+    "oom_kill",
+    "hw_error",
 ]
-HealthFamily = Literal["gpu", "fabric", "benchmark", "nccl", "storage", "pcie", "clock"]
+HealthFamily = Literal["gpu", "fabric", "benchmark", "nccl", "storage", "pcie", "clock", "kernel"]
 FAMILIES: tuple[HealthFamily, ...] = get_args(HealthFamily)
 
 _DCGM_FIELDS = "https://docs.nvidia.com/datacenter/dcgm/latest/dcgm-api/dcgm-api-field-ids.html"
@@ -115,6 +119,11 @@ _CHRONY_MAKESTEP = (
     "stepped, not slewed"
 )
 _MUNGE_TTL = "munge(7) / munged(8): a credential's default time-to-live is 300 s, a clock further off fails Slurm auth"
+_NPD_KERNEL = (
+    "https://github.com/kubernetes/node-problem-detector config/kernel-monitor.json (OOMKilling, TaskHung, "
+    "CperHardwareErrorCorrected / Recoverable temporary; CperHardwareErrorFatal a permanent node condition)"
+)
+_KERNEL_RAS = "https://docs.kernel.org/admin-guide/ras.html (corrected vs uncorrected memory errors, EDAC)"
 _SMARTCTL = "https://www.smartmontools.org/browser/trunk/smartmontools/smartctl.8.in (--json, -H, exit status bit 3)"
 
 
@@ -494,6 +503,38 @@ HEALTH_RULES: tuple[HealthRule, ...] = (
         actions=("warn",),
         threshold="'Not synchronised': chrony has no source to steer the clock by, it drifts on its own",
         citation=_CHRONYC,
+    ),
+    _r(
+        id="hung_task",
+        family="kernel",
+        sources=("kernel-log",),
+        signal="kernel_hung_task events: 'INFO: task <comm>:<pid> blocked for more than N seconds.'",
+        severity="medium",
+        actions=("warn",),
+        threshold="any in the window (a task in D state past kernel.hung_task_timeout_secs, 120 s by default)",
+        citation=f"kernel/hung_task.c; {_NPD_KERNEL}; GCM check_dstate (processes stuck in D state)",
+    ),
+    _r(
+        id="oom_kill",
+        family="kernel",
+        sources=("kernel-log",),
+        signal="kernel_oom_kill events: 'Killed process <pid> (<comm>)', 'Memory cgroup out of memory'",
+        severity="low",
+        actions=("warn",),
+        threshold="any in the window (a job's cgroup limit or the whole node ran out of memory; the job died, "
+        "the node may be fine)",
+        citation=f"mm/oom_kill.c; {_NPD_KERNEL}",
+    ),
+    _r(
+        id="hw_error",
+        family="kernel",
+        sources=("kernel-log",),
+        signal="kernel_hw_error events: '[Hardware Error]: event severity: ...' (APEI GHES / UEFI CPER), "
+        "'EDAC MCn: k CE|UE ...'",
+        severity="high",
+        actions=("warn", "drain"),
+        threshold="corrected or recoverable warns; fatal or uncorrected drains",
+        citation=f"{_KERNEL_RAS}; {_NPD_KERNEL}",
     ),
 )
 HEALTH_RULE_IDS: tuple[HealthRuleId, ...] = tuple(r.id for r in HEALTH_RULES)

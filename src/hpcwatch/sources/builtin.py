@@ -751,6 +751,30 @@ def _sniff_pip(h: Head) -> bool:
     return pip.is_pip_list(h.text, h.name)
 
 
+def _kernel_log(p: Path, c: ReadContext) -> Iterator[Event]:
+    from hpcwatch.sources import kernel_log
+
+    return kernel_log.read_kernel_log(p, node=c.host, on_bad_line=c.on_bad_line)
+
+
+def _sniff_kernel_log(h: Head) -> bool:
+    from hpcwatch.sources import kernel_log
+
+    return kernel_log.is_kernel_log(h.text)
+
+
+register(
+    Format(
+        name="kernel-log",
+        sniff=_sniff_kernel_log,
+        read=_kernel_log,
+        kinds=E,
+        uses_host=True,
+        dated_by_file=True,
+        line_oriented=True,
+        summary="dmesg / journalctl -k (NVRM Xid, hung tasks, OOM kills, hardware errors)",
+    )
+)
 register(
     Format(
         name="prometheus",
