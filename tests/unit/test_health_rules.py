@@ -65,9 +65,12 @@ def _mapped_rule_ids() -> set[str]:
     found = set()
     for path in sorted(SRC.rglob("*.py")):
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-            if isinstance(node, ast.AnnAssign) and "HealthRuleId" in ast.unparse(node.annotation):
-                if isinstance(node.value, ast.Dict):
-                    found |= {v.value for v in node.value.values if isinstance(v, ast.Constant)}
+            if (
+                isinstance(node, ast.AnnAssign)
+                and "HealthRuleId" in ast.unparse(node.annotation)
+                and isinstance(node.value, ast.Dict)
+            ):
+                found |= {v.value for v in node.value.values if isinstance(v, ast.Constant)}
     return found
 
 
