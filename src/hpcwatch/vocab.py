@@ -185,6 +185,9 @@ CHRONY_TRACKING_SYSTEM_TIME_SECONDS: Final = "chrony_tracking_system_time_second
 CHRONY_TRACKING_LAST_OFFSET_SECONDS: Final = "chrony_tracking_last_offset_seconds"
 CHRONY_TRACKING_STRATUM: Final = "chrony_tracking_stratum"
 CHRONY_TRACKING_LEAP_STATUS: Final = "chrony_tracking_leap_status"
+# systemctl --failed --output=json (sources/systemd_units.py): failed units, per unit (label unit) and counted
+SYSTEMD_UNIT_FAILED: Final = "systemd_unit_failed"
+SYSTEMD_UNITS_FAILED: Final = "systemd_units_failed"
 
 #: Every metric name above.
 METRICS: Final[frozenset[str]] = frozenset(

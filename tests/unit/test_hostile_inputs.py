@@ -54,6 +54,7 @@ from hpcwatch.sources import (
     prometheus_text,
     slurm,
     smartctl,
+    systemd_units,
     tetragon,
 )
 from hpcwatch.sources.lines import iter_lines, read_bytes, read_head
@@ -235,6 +236,15 @@ CASES = [
         kernel_log.read_kernel_log,
         1,
         "64 bits",
+    ),
+    # systemctl --output=json whose array holds something that is not a unit.
+    (
+        "systemctl-not-a-unit",
+        "failed.json",
+        b'[{"unit":"a.service","load":"loaded","active":"failed","sub":"failed"}, 7]',
+        systemd_units.read_systemctl_json,
+        1,
+        "want an array of units",
     ),
     # A Kineto trace with no complete events (analysis used to take min() of nothing).
     (
@@ -954,6 +964,7 @@ PARSERS = {
     "lspci-vv": lambda text: list(lspci.parse_lspci_vv(text)),
     "chronyc-tracking": lambda text: list(chrony.parse_chronyc_tracking(text)),
     "kernel-log": lambda text: list(kernel_log.parse_kernel_log(text)),
+    "systemctl-json": lambda text: list(systemd_units.parse_systemctl_json(text)),
 }
 
 # Text that looks a little like each format, so the fuzzing reaches past the first line.
@@ -1081,6 +1092,7 @@ BYTE_READERS = {
     "lspci-vv": lspci.read_lspci_vv,
     "chronyc-tracking": chrony.read_chronyc_tracking,
     "kernel-log": kernel_log.read_kernel_log,
+    "systemctl-json": systemd_units.read_systemctl_json,
 }
 
 

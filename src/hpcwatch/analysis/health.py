@@ -159,6 +159,9 @@ _HW_VERDICTS: dict[str, Verdict] = {
     "uncorrected": "drain",
 }
 
+#: systemctl's unit samples (sources/systemd_units.py; labels node, unit, load, active, sub).
+SERVICE_METRICS = (vocab.SYSTEMD_UNIT_FAILED, vocab.SYSTEMD_UNITS_FAILED)
+
 #: Every metric the passive rules read (fetch these from the store).
 PASSIVE_METRICS: tuple[str, ...] = (
     XID,
@@ -176,6 +179,7 @@ PASSIVE_METRICS: tuple[str, ...] = (
     *STORAGE_METRICS,
     *PCIE_METRICS,
     *CLOCK_METRICS,
+    *SERVICE_METRICS,
 )
 
 
@@ -218,6 +222,16 @@ class HealthConfig:
     """NVMe Percentage Used (of rated endurance) that warns: GCM's check_blockdev warns at 80."""
     nvme_used_drain_pct: float = 100.0
     """... and that drains: GCM's critical level, the end of the endurance the vendor rates."""
+    critical_units: tuple[str, ...] = (
+        "slurmd.service",
+        "munge.service",
+        "nvidia-fabricmanager.service",
+        "nvidia-persistenced.service",
+        "openibd.service",
+    )
+    """systemd units the node cannot run jobs without: one of them failed drains (any other failed unit warns).
+    Fabric Manager must run on NVSwitch systems for CUDA to start; slurmd and munge are the scheduler's agent and
+    its authentication; openibd loads the InfiniBand stack."""
     clock_offset_warn_s: float = 1.0
     """|System time| offset that warns: chrony's example configurations step the clock past 1 s (makestep 1.0 3)."""
     clock_offset_drain_s: float = 300.0
@@ -904,6 +918,29 @@ def _check_kernel(events: Sequence[Event]) -> list[Check]:
     return checks
 
 
+def _check_units(table: pa.Table, config: HealthConfig) -> list[Check]:
+    """systemctl's failed units, from each node's newest listing: one check per node naming them."""
+    newest = _newest_by_host(table, vocab.SYSTEMD_UNITS_FAILED)
+    failed: dict[str, list[str]] = defaultdict(list)
+    for s in _series(table, vocab.SYSTEMD_UNIT_FAILED):
+        listing = newest.get(s.host)
+        if s.v[-1] >= 1 and (listing is None or s.t[-1] >= listing.t[-1]):
+            failed[s.host].append(str(s.labels.get("unit")))
+    checks = []
+    for host, units in sorted(failed.items()):
+        critical = sorted(u for u in units if u in config.critical_units)
+        checks.append(
+            Check(
+                node=host,
+                rule="failed_units",
+                verdict="drain" if critical else "warn",
+                title=f"{len(units)} failed systemd unit(s): {', '.join(sorted(units)[:5])}",
+                evidence={"units": sorted(units), "critical": critical},
+            )
+        )
+    return checks
+
+
 def passive_checks(
     samples: pa.Table, events: Sequence[Event] = (), *, config: HealthConfig = HealthConfig(), link: str = "ndr"
 ) -> list[Check]:
@@ -945,6 +982,7 @@ def passive_checks(
         *_check_pcie(samples),
         *_check_clock(samples, config),
         *_check_kernel(events),
+        *_check_units(samples, config),
     ]
 
 
@@ -969,6 +1007,7 @@ def _rules_with_data(samples: pa.Table, events: Sequence[Event]) -> dict[str, se
         vocab.PCIE_LINK_SPEED_GTS: "pcie_speed",
         vocab.CHRONY_TRACKING_SYSTEM_TIME_SECONDS: "clock_offset",
         vocab.CHRONY_TRACKING_LEAP_STATUS: "clock_unsynchronised",
+        vocab.SYSTEMD_UNITS_FAILED: "failed_units",
     }
     for name, pair in IB_COUNTERS.items():
         for m in pair:

@@ -80,8 +80,10 @@ HealthRuleId = Literal[
     "hung_task",
     "oom_kill",
     "hw_error",
+    # the host: its services (systemctl)
+    "failed_units",
 ]
-HealthFamily = Literal["gpu", "fabric", "benchmark", "nccl", "storage", "pcie", "clock", "kernel"]
+HealthFamily = Literal["gpu", "fabric", "benchmark", "nccl", "storage", "pcie", "clock", "kernel", "services"]
 FAMILIES: tuple[HealthFamily, ...] = get_args(HealthFamily)
 
 _DCGM_FIELDS = "https://docs.nvidia.com/datacenter/dcgm/latest/dcgm-api/dcgm-api-field-ids.html"
@@ -124,6 +126,10 @@ _NPD_KERNEL = (
     "CperHardwareErrorCorrected / Recoverable temporary; CperHardwareErrorFatal a permanent node condition)"
 )
 _KERNEL_RAS = "https://docs.kernel.org/admin-guide/ras.html (corrected vs uncorrected memory errors, EDAC)"
+_SERVICES = (
+    "https://www.freedesktop.org/software/systemd/man/latest/systemctl.html (--failed, --output=json); GCM "
+    "check_service and LBNL NHC check_ps_service (a service the node needs that is not running fails the node)"
+)
 _SMARTCTL = "https://www.smartmontools.org/browser/trunk/smartmontools/smartctl.8.in (--json, -H, exit status bit 3)"
 
 
@@ -158,8 +164,13 @@ class HealthRule:
         return tuple(name for _, name, _, _ in string.Formatter().parse(self.threshold) if name)
 
     def threshold_text(self, values: Mapping[str, Any]) -> str:
-        """The threshold with each ``{field}`` replaced by its value in ``values`` (a config as a dict)."""
-        return self.threshold.format_map({name: values[name] for name in self.config_fields})
+        """The threshold with each ``{field}`` replaced by its value in ``values`` (a config as a dict; a list of
+        names is written comma-separated)."""
+        shown = {
+            name: ", ".join(map(str, v)) if isinstance(v := values[name], (tuple, list)) else v
+            for name in self.config_fields
+        }
+        return self.threshold.format_map(shown)
 
     def to_dict(self, values: Mapping[str, Any]) -> dict[str, Any]:
         return {
@@ -535,6 +546,16 @@ HEALTH_RULES: tuple[HealthRule, ...] = (
         actions=("warn", "drain"),
         threshold="corrected or recoverable warns; fatal or uncorrected drains",
         citation=f"{_KERNEL_RAS}; {_NPD_KERNEL}",
+    ),
+    _r(
+        id="failed_units",
+        family="services",
+        sources=("systemctl-json",),
+        signal="systemd_unit_failed (units whose active state is 'failed')",
+        severity="medium",
+        actions=("warn", "drain"),
+        threshold="any failed unit warns; a failed unit of {critical_units} drains",
+        citation=f"{_SERVICES}; the list of units the node needs is {_OURS}",
     ),
 )
 HEALTH_RULE_IDS: tuple[HealthRuleId, ...] = tuple(r.id for r in HEALTH_RULES)

@@ -619,6 +619,31 @@ register(
         summary="chronyc tracking (clock offset from NTP time, leap status)",
     )
 )
+
+
+def _systemctl(p: Path, c: ReadContext) -> Iterator[Sample]:
+    from hpcwatch.sources import systemd_units
+
+    return systemd_units.read_systemctl_json(p, node=c.host)
+
+
+def _sniff_systemctl(h: Head) -> bool:
+    from hpcwatch.sources import systemd_units
+
+    return systemd_units.is_systemctl_json(h.text)
+
+
+register(
+    Format(
+        name="systemctl-json",
+        sniff=_sniff_systemctl,
+        read=_systemctl,
+        kinds=S,
+        uses_host=True,
+        dated_by_file=True,
+        summary="systemctl --failed --output=json (failed units)",
+    )
+)
 register(
     Format(
         name="perfquery",
