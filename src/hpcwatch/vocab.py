@@ -42,6 +42,7 @@ EventKindName = Literal[
     "kernel_hung_task",
     "kernel_oom_kill",
     "kernel_hw_error",
+    "ipmi_sel",
     "flight_recorder_dump",
     "nccl_inspector",
     "slurm_config",
@@ -61,6 +62,8 @@ class EventKind:
     KERNEL_HUNG_TASK: Final = "kernel_hung_task"
     KERNEL_OOM_KILL: Final = "kernel_oom_kill"
     KERNEL_HW_ERROR: Final = "kernel_hw_error"
+    # the BMC's System Event Log (sources/ipmitool.py)
+    IPMI_SEL: Final = "ipmi_sel"
     # training jobs (the twin, the hook, Slurm)
     FAILURE: Final = "failure"
     CHECKPOINT: Final = "checkpoint"

@@ -42,6 +42,7 @@ from hpcwatch.sources import (
     healthtools,
     hook,
     infiniband,
+    ipmitool,
     kernel_log,
     kineto,
     lines,
@@ -245,6 +246,15 @@ CASES = [
         systemd_units.read_systemctl_json,
         1,
         "want an array of units",
+    ),
+    # An ipmitool SEL record id past 64 bits.
+    (
+        "ipmi-huge-record",
+        "sel.txt",
+        b"   " + b"f" * 30 + b" | 01/18/2023 | 14:49:30 | Critical Interrupt #0x90 | Bus Fatal Error | Asserted\n",
+        ipmitool.read_ipmitool_sel,
+        1,
+        "64 bits",
     ),
     # A Kineto trace with no complete events (analysis used to take min() of nothing).
     (
@@ -965,6 +975,7 @@ PARSERS = {
     "chronyc-tracking": lambda text: list(chrony.parse_chronyc_tracking(text)),
     "kernel-log": lambda text: list(kernel_log.parse_kernel_log(text)),
     "systemctl-json": lambda text: list(systemd_units.parse_systemctl_json(text)),
+    "ipmitool-sel": lambda text: list(ipmitool.parse_ipmitool_sel(text)),
 }
 
 # Text that looks a little like each format, so the fuzzing reaches past the first line.
@@ -1093,6 +1104,7 @@ BYTE_READERS = {
     "chronyc-tracking": chrony.read_chronyc_tracking,
     "kernel-log": kernel_log.read_kernel_log,
     "systemctl-json": systemd_units.read_systemctl_json,
+    "ipmitool-sel": ipmitool.read_ipmitool_sel,
 }
 
 

@@ -59,6 +59,7 @@ from tests.conftest import DATA
         ("kernel_log/dmesg_t_hung_task_docker_npd.txt", "kernel-log"),
         ("kernel_log/dmesg_t_oom_kill_memcg_npd.txt", "kernel-log"),
         ("systemd/systemctl_list_units_json_nginx_failed_ubuntu_tool.json", "systemctl-json"),
+        ("ipmitool/ipmitool_sel_elist_bus_fatal_asserted_gcm.txt", "ipmitool-sel"),
     ],
 )
 def test_each_captured_file_is_recognised(relpath, name):

@@ -18,6 +18,7 @@ Thresholds that are ours (not a vendor's) are named ``HealthConfig`` fields.
 
 from __future__ import annotations
 
+import re
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -44,6 +45,7 @@ __all__ = [
     "VERDICTS",
     "PASSIVE_METRICS",
     "KERNEL_EVENT_KINDS",
+    "HOST_EVENT_KINDS",
     "THROTTLE_BITS",
     "passive_checks",
     "active_checks",
@@ -151,6 +153,22 @@ _KERNEL_RULES: dict[str, HealthRuleId] = {
     EventKind.KERNEL_OOM_KILL: "oom_kill",
     EventKind.KERNEL_HW_ERROR: "hw_error",
 }
+#: Events of the host's logs, judged within the window (the kernel log, the BMC's event log).
+HOST_EVENT_KINDS = (*KERNEL_EVENT_KINDS, EventKind.IPMI_SEL)
+#: BMC event log entries that drain (GCM check_ipmitool's critical patterns; IPMI v2.0 sensor type offsets) and
+#: those that warn: (pattern over "sensor | event", verdict), first match wins.
+SEL_VERDICTS: tuple[tuple[re.Pattern[str], Verdict], ...] = (
+    (re.compile(r"Power Supply.*AC lost"), "drain"),
+    (re.compile(r"NVIDIA_MCA_Error"), "drain"),
+    (re.compile(r"Uncorrectable (error|ECC)"), "drain"),
+    (re.compile(r"Critical Interrupt.*(Bus Fatal Error|PCI SERR)"), "drain"),
+    (re.compile(r"Processor.*Throttled"), "drain"),
+    (re.compile(r"System Firmwares?.*BIOS corruption detected"), "drain"),
+    (re.compile(r"Power Supply.*Failure detected"), "drain"),
+    (re.compile(r"Correctable ECC"), "warn"),
+    (re.compile(r"(Upper|Lower) Critical going (high|low)"), "warn"),
+)
+
 #: A hardware error's severity -> our verdict (corrected and recoverable errors were handled; fatal ones were not).
 _HW_VERDICTS: dict[str, Verdict] = {
     "corrected": "warn",
@@ -941,6 +959,28 @@ def _check_units(table: pa.Table, config: HealthConfig) -> list[Check]:
     return checks
 
 
+def _check_sel(events: Sequence[Event]) -> list[Check]:
+    """The BMC's event log: asserted entries matching ``SEL_VERDICTS``, one check per node and verdict."""
+    grouped: dict[tuple[str, Verdict], list[str]] = defaultdict(list)
+    for e in events:
+        if e.kind != EventKind.IPMI_SEL or not e.attrs.get("node") or e.attrs.get("direction") == "Deasserted":
+            continue
+        entry = f"{e.attrs.get('sensor')} | {e.attrs.get('event')}"
+        verdict = next((v for pattern, v in SEL_VERDICTS if pattern.search(entry)), None)
+        if verdict is not None:
+            grouped[(str(e.attrs["node"]), verdict)].append(entry)
+    return [
+        Check(
+            node=node,
+            rule="ipmi_sel",
+            verdict=verdict,
+            title=f"BMC event log: {'; '.join(sorted(set(entries))[:3])}",
+            evidence={"entries": sorted(set(entries)), "count": len(entries)},
+        )
+        for (node, verdict), entries in sorted(grouped.items())
+    ]
+
+
 def passive_checks(
     samples: pa.Table, events: Sequence[Event] = (), *, config: HealthConfig = HealthConfig(), link: str = "ndr"
 ) -> list[Check]:
@@ -983,6 +1023,7 @@ def passive_checks(
         *_check_clock(samples, config),
         *_check_kernel(events),
         *_check_units(samples, config),
+        *_check_sel(events),
     ]
 
 
@@ -1025,6 +1066,8 @@ def _rules_with_data(samples: pa.Table, events: Sequence[Event]) -> dict[str, se
     for e in events:
         if e.kind == EventKind.XID and e.attrs.get("node"):
             out[str(e.attrs["node"])].add("xid")
+        if e.kind == EventKind.IPMI_SEL and e.attrs.get("node"):
+            out[str(e.attrs["node"])].add("ipmi_sel")
         if e.kind in _KERNEL_RULES and e.attrs.get("node"):
             out[str(e.attrs["node"])].add(_KERNEL_RULES[e.kind])
         if e.kind in _ACTIVE_KINDS and e.attrs.get("node"):

@@ -82,8 +82,10 @@ HealthRuleId = Literal[
     "hw_error",
     # the host: its services (systemctl)
     "failed_units",
+    # the host: its BMC (ipmitool)
+    "ipmi_sel",
 ]
-HealthFamily = Literal["gpu", "fabric", "benchmark", "nccl", "storage", "pcie", "clock", "kernel", "services"]
+HealthFamily = Literal["gpu", "fabric", "benchmark", "nccl", "storage", "pcie", "clock", "kernel", "services", "bmc"]
 FAMILIES: tuple[HealthFamily, ...] = get_args(HealthFamily)
 
 _DCGM_FIELDS = "https://docs.nvidia.com/datacenter/dcgm/latest/dcgm-api/dcgm-api-field-ids.html"
@@ -129,6 +131,15 @@ _KERNEL_RAS = "https://docs.kernel.org/admin-guide/ras.html (corrected vs uncorr
 _SERVICES = (
     "https://www.freedesktop.org/software/systemd/man/latest/systemctl.html (--failed, --output=json); GCM "
     "check_service and LBNL NHC check_ps_service (a service the node needs that is not running fails the node)"
+)
+_GCM_SEL = (
+    "https://github.com/facebookresearch/gcm gcm/health_checks/checks/check_ipmitool.py (an asserted Power Supply "
+    "AC lost, NVIDIA_MCA_Error, Uncorrectable error, Critical Interrupt Bus Fatal Error / PCI SERR, Processor "
+    "Throttled or BIOS corruption is critical)"
+)
+_IPMI_SPEC = (
+    "IPMI v2.0 specification, table 42-3 'Sensor Type Codes' (Memory: Correctable / Uncorrectable ECC; Power "
+    "Supply: Failure detected) and threshold events (Upper / Lower Critical)"
 )
 _SMARTCTL = "https://www.smartmontools.org/browser/trunk/smartmontools/smartctl.8.in (--json, -H, exit status bit 3)"
 
@@ -556,6 +567,17 @@ HEALTH_RULES: tuple[HealthRule, ...] = (
         actions=("warn", "drain"),
         threshold="any failed unit warns; a failed unit of {critical_units} drains",
         citation=f"{_SERVICES}; the list of units the node needs is {_OURS}",
+    ),
+    _r(
+        id="ipmi_sel",
+        family="bmc",
+        sources=("ipmitool-sel",),
+        signal="ipmi_sel events (ipmitool sel elist): sensor, event, Asserted / Deasserted",
+        severity="high",
+        actions=("warn", "drain"),
+        threshold="an asserted entry in the window: GCM's critical events, Uncorrectable ECC or a Power Supply "
+        "failure drain; Correctable ECC or a sensor past its Upper / Lower Critical threshold warns",
+        citation=f"{_GCM_SEL}; {_IPMI_SPEC}",
     ),
 )
 HEALTH_RULE_IDS: tuple[HealthRuleId, ...] = tuple(r.id for r in HEALTH_RULES)

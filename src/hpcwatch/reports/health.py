@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from hpcwatch import vocab
 from hpcwatch.analysis.health import (
-    KERNEL_EVENT_KINDS,
+    HOST_EVENT_KINDS,
     PASSIVE_METRICS,
     Check,
     HealthConfig,
@@ -46,7 +46,7 @@ def _stored_inputs(store: Store, node: str | None, window_s: float) -> tuple[pa.
     _, newest = store.time_range()
     t0 = newest - window_s if newest is not None else None
     samples = store.samples(list(PASSIVE_METRICS), host=node, t0=t0)
-    events = [e for kind in (EventKind.XID, *KERNEL_EVENT_KINDS) for e in store.events(kind, t0=t0)]
+    events = [e for kind in (EventKind.XID, *HOST_EVENT_KINDS) for e in store.events(kind, t0=t0)]
     events += [e for kind in ACTIVE_EVENT_KINDS for e in store.events(kind)]
     return samples, events
 

@@ -644,6 +644,32 @@ register(
         summary="systemctl --failed --output=json (failed units)",
     )
 )
+
+
+def _ipmi_sel(p: Path, c: ReadContext) -> Iterator[Event]:
+    from hpcwatch.sources import ipmitool
+
+    return ipmitool.read_ipmitool_sel(p, node=c.host, on_bad_line=c.on_bad_line)
+
+
+def _sniff_ipmi_sel(h: Head) -> bool:
+    from hpcwatch.sources import ipmitool
+
+    return ipmitool.is_ipmitool_sel(h.text)
+
+
+register(
+    Format(
+        name="ipmitool-sel",
+        sniff=_sniff_ipmi_sel,
+        read=_ipmi_sel,
+        kinds=E,
+        uses_host=True,
+        dated_by_file=True,
+        line_oriented=True,
+        summary="ipmitool sel elist / sel list (the BMC's System Event Log)",
+    )
+)
 register(
     Format(
         name="perfquery",
