@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import re
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -50,6 +50,7 @@ __all__ = [
     "passive_checks",
     "active_checks",
     "nccl_log_checks",
+    "version_checks",
     "judge",
     "health_report",
     "worst",
@@ -981,6 +982,55 @@ def _check_sel(events: Sequence[Event]) -> list[Check]:
     ]
 
 
+def _driver_versions(table: pa.Table) -> dict[str, set[str]]:
+    """host -> the NVIDIA driver versions its GPU samples name (label ``DCGM_FI_DRIVER_VERSION``, on every
+    dcgm-exporter and nvidia-smi sample)."""
+    out: dict[str, set[str]] = defaultdict(set)
+    if table.num_rows == 0 or "labels" not in table.column_names:
+        return out
+    sub = table.filter(pc.match_substring(table["labels"], vocab.DCGM_FI_DRIVER_VERSION))
+    pairs = sub.select(["host", "labels"]).group_by(["host", "labels"]).aggregate([])
+    for host, labels in zip(pairs["host"].to_pylist(), pairs["labels"].to_pylist()):
+        version = orjson.loads(labels or "{}").get(vocab.DCGM_FI_DRIVER_VERSION) if host else None
+        if version:
+            out[host].add(str(version))
+    return out
+
+
+def version_checks(samples: pa.Table, partitions: Mapping[str, str] | None = None) -> list[Check]:
+    """Nodes of one partition (``partitions``: node -> partition; absent nodes form one group) whose NVIDIA
+    driver differs from the one most of the partition's nodes run. Judged over every node at once: pass the
+    samples of all hosts (``DCGM_FI_DEV_GPU_UTIL`` is enough), not one node's."""
+    versions = _driver_versions(samples)
+    groups: dict[str, list[str]] = defaultdict(list)
+    for host in versions:
+        groups[(partitions or {}).get(host, "(all nodes)")].append(host)
+    checks = []
+    for partition, hosts in sorted(groups.items()):
+        if len(hosts) < 2:
+            continue
+        counts: dict[str, int] = defaultdict(int)
+        for host in hosts:
+            counts[",".join(sorted(versions[host]))] += 1
+        top = max(counts.values())
+        majority = sorted(v for v, n in counts.items() if n == top)
+        common = majority[0] if len(majority) == 1 else None
+        for host in sorted(hosts):
+            mine = ",".join(sorted(versions[host]))
+            if mine != common and len(counts) > 1:
+                checks.append(
+                    Check(
+                        node=host,
+                        rule="driver_mismatch",
+                        verdict="warn",
+                        title=f"NVIDIA driver {mine} differs from partition {partition}'s "
+                        + (f"{common}" if common else "nodes (" + ", ".join(sorted(counts)) + ")"),
+                        evidence={"partition": partition, "driver": mine, "partition_drivers": dict(counts)},
+                    )
+                )
+    return checks
+
+
 def passive_checks(
     samples: pa.Table, events: Sequence[Event] = (), *, config: HealthConfig = HealthConfig(), link: str = "ndr"
 ) -> list[Check]:
@@ -1282,15 +1332,19 @@ def health_report(
     link: str = "ndr",
     nodes: Iterable[str] = (),
     nccl_checks: Sequence[Check] | None = None,
+    fleet_checks: Sequence[Check] | None = None,
+    partitions: Mapping[str, str] | None = None,
 ) -> HealthReport:
     """Passive and active rules, then one verdict per node: what views call.
 
     ``samples``: the store's ``SAMPLE_SCHEMA`` table (fetch ``PASSIVE_METRICS``); ``events``: ``xid``
     events and the ``sources.healthtools`` results. ``nccl_checks``: ``nccl_log_checks`` of every host's
     NCCL events, for a caller that passes one node's ``events`` (the NCCL rules compare hosts: a host
-    alone cannot be told it is the one without HCAs or on another NCCL version).
+    alone cannot be told it is the one without HCAs or on another NCCL version). ``fleet_checks``: likewise
+    ``version_checks`` of every host (else computed from ``samples``, grouped by ``partitions``).
     """
     checks = passive_checks(samples, events, config=config, link=link) + active_checks(
         events, config=config, link=link, nccl_checks=nccl_checks
     )
+    checks += list(fleet_checks) if fleet_checks is not None else version_checks(samples, partitions)
     return judge(checks, samples=samples, events=events, nodes=nodes)

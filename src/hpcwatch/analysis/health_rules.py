@@ -84,8 +84,12 @@ HealthRuleId = Literal[
     "failed_units",
     # the host: its BMC (ipmitool)
     "ipmi_sel",
+    # the fleet: nodes of one partition that should match
+    "driver_mismatch",
 ]
-HealthFamily = Literal["gpu", "fabric", "benchmark", "nccl", "storage", "pcie", "clock", "kernel", "services", "bmc"]
+HealthFamily = Literal[
+    "gpu", "fabric", "benchmark", "nccl", "storage", "pcie", "clock", "kernel", "services", "bmc", "fleet"
+]
 FAMILIES: tuple[HealthFamily, ...] = get_args(HealthFamily)
 
 _DCGM_FIELDS = "https://docs.nvidia.com/datacenter/dcgm/latest/dcgm-api/dcgm-api-field-ids.html"
@@ -578,6 +582,19 @@ HEALTH_RULES: tuple[HealthRule, ...] = (
         threshold="an asserted entry in the window: GCM's critical events, Uncorrectable ECC or a Power Supply "
         "failure drain; Correctable ECC or a sensor past its Upper / Lower Critical threshold warns",
         citation=f"{_GCM_SEL}; {_IPMI_SPEC}",
+    ),
+    _r(
+        id="driver_mismatch",
+        family="fleet",
+        sources=("prometheus", "nvidia-smi-xml"),
+        signal="the DCGM_FI_DRIVER_VERSION label (dcgm-exporter, nvidia-smi) of each node, grouped by the Slurm "
+        "partition its jobs ran in (all nodes one group when the store holds no jobs)",
+        severity="medium",
+        actions=("warn",),
+        threshold="a node whose NVIDIA driver differs from the one most nodes of its partition run (a tie warns "
+        "every node)",
+        citation=f"{_OURS}: a job spans a partition's nodes; NCCL's own version check across ranks is "
+        "nccl_version_mismatch",
     ),
 )
 HEALTH_RULE_IDS: tuple[HealthRuleId, ...] = tuple(r.id for r in HEALTH_RULES)

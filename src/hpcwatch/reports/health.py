@@ -20,6 +20,7 @@ from hpcwatch.analysis.health import (
     HealthReport,
     health_report,
     nccl_log_checks,
+    version_checks,
 )
 from hpcwatch.analysis.health_rules import HEALTH_RULES
 from hpcwatch.records import Event
@@ -49,6 +50,12 @@ def _stored_inputs(store: Store, node: str | None, window_s: float) -> tuple[pa.
     events = [e for kind in (EventKind.XID, *HOST_EVENT_KINDS) for e in store.events(kind, t0=t0)]
     events += [e for kind in ACTIVE_EVENT_KINDS for e in store.events(kind)]
     return samples, events
+
+
+def _all_hosts_gpu_samples(store: Store, window_s: float) -> pa.Table:
+    """Every host's passive samples of the window (the GPU ones carry the driver version label)."""
+    _, newest = store.time_range()
+    return store.samples(list(PASSIVE_METRICS), t0=newest - window_s if newest is not None else None)
 
 
 def _for_node(events: list[Event], node: str) -> list[Event]:
@@ -86,11 +93,21 @@ def node_health(
     events = events + list(active)
     # the NCCL rules compare the job's hosts: judged over all of them (then kept for this node), job by job
     nccl_checks = _nccl_checks(store, events)
+    # the fleet rules compare the nodes of a partition: judged over every host's GPU samples too
+    partitions = {n: job.partition for job in store.jobs() if job.partition for n in job.nodes}
+    fleet = version_checks(samples if node is None else _all_hosts_gpu_samples(store, window_s), partitions)
     if node is not None:
         nccl_checks = [c for c in nccl_checks if c.node == node]
+        fleet = [c for c in fleet if c.node == node]
         events = _for_node(events, node)
     report = health_report(
-        samples, events, config=config, link=link, nodes=[node] if node else [], nccl_checks=nccl_checks
+        samples,
+        events,
+        config=config,
+        link=link,
+        nodes=[node] if node else [],
+        nccl_checks=nccl_checks,
+        fleet_checks=fleet,
     )
     if node is not None:
         report = HealthReport(nodes=tuple(n for n in report.nodes if n.node == node))
