@@ -8,11 +8,12 @@ kinds are judged too, whatever their time (a benchmark is run once, not scraped)
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any, cast
 
 from hpcwatch import vocab
 from hpcwatch.analysis.health import (
+    HOST_EVENT_KINDS,
     PASSIVE_METRICS,
     VERDICTS,
     Check,
@@ -20,7 +21,9 @@ from hpcwatch.analysis.health import (
     HealthReport,
     health_report,
     nccl_log_checks,
+    version_checks,
 )
+from hpcwatch.analysis.health_rules import HEALTH_RULES
 from hpcwatch.analysis.xid import Verdict
 from hpcwatch.records import Event
 from hpcwatch.store import Store, queries
@@ -31,6 +34,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "node_health",
+    "health_rules",
     "rule_verdicts",
     "verdict_event_attrs",
     "StoredHealth",
@@ -57,8 +61,15 @@ def _stored_inputs(store: Store, node: str | None, window_s: float) -> tuple[pa.
     _, newest = store.time_range()
     t0 = newest - window_s if newest is not None else None
     samples = store.samples(list(PASSIVE_METRICS), host=node, t0=t0)
-    events = store.events(EventKind.XID, t0=t0) + [e for kind in ACTIVE_EVENT_KINDS for e in store.events(kind)]
+    events = [e for kind in (EventKind.XID, *HOST_EVENT_KINDS) for e in store.events(kind, t0=t0)]
+    events += [e for kind in ACTIVE_EVENT_KINDS for e in store.events(kind)]
     return samples, events
+
+
+def _all_hosts_gpu_samples(store: Store, window_s: float) -> pa.Table:
+    """Every host's passive samples of the window (the GPU ones carry the driver version label)."""
+    _, newest = store.time_range()
+    return store.samples(list(PASSIVE_METRICS), t0=newest - window_s if newest is not None else None)
 
 
 def _for_node(events: list[Event], node: str) -> list[Event]:
@@ -96,11 +107,21 @@ def node_health(
     events = events + list(active)
     # the NCCL rules compare the job's hosts: judged over all of them (then kept for this node), job by job
     nccl_checks = _nccl_checks(store, events)
+    # the fleet rules compare the nodes of a partition: judged over every host's GPU samples too
+    partitions = {n: job.partition for job in store.jobs() if job.partition for n in job.nodes}
+    fleet = version_checks(samples if node is None else _all_hosts_gpu_samples(store, window_s), partitions)
     if node is not None:
         nccl_checks = [c for c in nccl_checks if c.node == node]
+        fleet = [c for c in fleet if c.node == node]
         events = _for_node(events, node)
     report = health_report(
-        samples, events, config=config, link=link, nodes=[node] if node else [], nccl_checks=nccl_checks
+        samples,
+        events,
+        config=config,
+        link=link,
+        nodes=[node] if node else [],
+        nccl_checks=nccl_checks,
+        fleet_checks=fleet,
     )
     if node is not None:
         report = HealthReport(nodes=tuple(n for n in report.nodes if n.node == node))
@@ -162,3 +183,9 @@ def latest_health(store: Store) -> StoredHealth | None:
                 {(str(e.attrs.get("node")), str(r)): cast(Verdict, v) for r, v in rules.items() if v in VERDICT_NUMBERS}
             )
     return StoredHealth(t=events[0].t, verdicts=verdicts)
+
+
+def health_rules(config: HealthConfig = HealthConfig()) -> list[dict[str, Any]]:
+    """Every rule of ``HEALTH_RULES`` as ``--list-rules`` shows it, thresholds filled with ``config``'s values."""
+    values = asdict(config)
+    return [rule.to_dict(values) for rule in HEALTH_RULES]
