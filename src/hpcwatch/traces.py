@@ -28,6 +28,10 @@ column           dtype    meaning
 ``coll_id``      int32    ``Collective name`` arg (index into ``names``); -1 when none
 ``msg_bytes``    float64  ``In msg nelems`` × element size (NaN when unknown)
 ``group_size``   int32    ``Group size`` arg: ranks in the collective; -1 when none
+``wait_stream``  int32    ``wait_on_stream`` arg of a ``cuda_sync`` event (Event Sync, Stream Wait
+                          Event): the stream the awaited CUDA event was recorded on; -1 when none
+``wait_corr``    int64    ``wait_on_cuda_event_record_corr_id``: correlation of that
+                          ``cudaEventRecord``; -1 when none
 ===============  =======  ============================================================
 
 Flow events (``ph`` ``s``/``f``: ``ac2g`` launch→kernel, ``fwdbwd`` forward→backward) are
@@ -62,6 +66,7 @@ CATEGORIES: tuple[str, ...] = (
     "python_function",
     "overhead",
     "Trace",
+    "cuda_sync",
 )
 CAT: Mapping[str, int] = {name: code for code, name in enumerate(CATEGORIES)}
 #: Codes of activities that run on the GPU (they have a stream).
@@ -83,6 +88,8 @@ EVENT_COLUMNS: tuple[str, ...] = (
     "coll_id",
     "msg_bytes",
     "group_size",
+    "wait_stream",
+    "wait_corr",
 )
 
 
