@@ -102,6 +102,24 @@ def trace_files(paths: list[Path]) -> list[Input]:
 @click.option("--slurm-account", help="--dask slurm: account.")
 @click.option("--slurm-python", help="--dask slurm: the interpreter a worker job runs (default: this one).")
 @click.option("--slurm-interface", help="--dask slurm: network interface of the scheduler and workers (lo, ib0...).")
+@click.option(
+    "--critical-path",
+    "critical",
+    is_flag=True,
+    help="The critical path of one rank's step (HTA's critical_path_analysis): give one TRACE.",
+)
+@click.option(
+    "--annotation",
+    default="ProfilerStep",
+    show_default=True,
+    help="--critical-path: the window is the events named like this (substring; '' = the whole trace).",
+)
+@click.option(
+    "--instance",
+    default="0",
+    show_default=True,
+    help="--critical-path: which of them (0 = the first, in file order), or FIRST-LAST.",
+)
 @click.option("--slurm-memory", default=DASK_SLURM_MEMORY, help="--dask slurm: memory per worker job.")
 @click.option("--slurm-walltime", default=DASK_SLURM_WALLTIME, help="--dask slurm: time limit of a worker job.")
 @click.option("--slurm-local-dir", help="--dask slurm: worker scratch folder on the node.")
@@ -131,8 +149,15 @@ def steps(
     slurm_local_dir: str | None,
     slurm_log_dir: str | None,
     slurm_job_extra: list[str],
+    critical: bool,
+    annotation: str,
+    instance: str,
 ) -> None:
-    """Step anatomy per rank (load, forward, backward, allreduce, optimizer, barrier wait), stragglers, MFU."""
+    """Step anatomy per rank (load, forward, backward, allreduce, optimizer, barrier wait), stragglers, MFU;
+    with --critical-path, the critical path of one rank's step."""
+    if critical:
+        _critical_path(paths, as_json=as_json, annotation=annotation, instance=instance, job=job)
+        return
     if bool(paths) == bool(job):
         raise ConfigError("steps: give TRACE files or --job ID with --db (one of them)")
     if dask is None and workers is not None:
@@ -213,6 +238,60 @@ def steps(
         emit_json(doc)
     else:
         _print(doc)
+
+
+def _instances(text: str) -> tuple[int, int]:
+    first, _, last = text.partition("-")
+    try:
+        lo = int(first)
+        hi = int(last) if last else lo
+    except ValueError:
+        raise ConfigError(f"steps: --instance takes N or FIRST-LAST, not {safe_text(text)!r}") from None
+    if lo < 0 or hi < lo:
+        raise ConfigError(f"steps: --instance {safe_text(text)}: need 0 <= FIRST <= LAST")
+    return lo, hi
+
+
+def _critical_path(paths: list[Path], *, as_json: bool, annotation: str, instance: str, job: str | None) -> None:
+    if job or len(paths) != 1:
+        raise ConfigError("steps --critical-path: give one TRACE (one rank's Kineto trace)")
+    instances = _instances(instance)
+    from hpcwatch.reports.deepdive import critical_path_document, read_trace
+
+    trace, warned = read_trace(paths[0])
+    _warn(list(warned))
+    doc = critical_path_document(trace, annotation=annotation, instances=instances)
+    if as_json:
+        emit_json(doc)
+        return
+    _print_critical_path(doc)
+
+
+def _print_critical_path(doc: dict) -> None:
+    from rich.table import Table
+
+    console.print(
+        f"Critical path of rank {doc['rank']}, {safe_text(doc['annotation']) or 'whole trace'} "
+        f"#{doc['instances'][0]}"
+        + (f"-{doc['instances'][1]}" if doc["instances"][1] != doc["instances"][0] else "")
+        + f": {doc['length_us'] / 1e3:.3f} ms ({doc['events_on_path']} ops and kernels on it; trace clock, µs)"
+    )
+    for s in doc["shorten"]:
+        console.print(f"  {s['share']:6.1%}  {s['bound_by']:<27} {safe_text(s['what'])}")
+    table = Table(title="Most time on the path")
+    for col in ("op / kernel", "where", "on path µs", "share", "dur µs"):
+        table.add_column(col, justify="left" if col in ("op / kernel", "where") else "right")
+    for e in doc["events"]:
+        table.add_row(
+            safe_text(e["name"])[:80],
+            f"stream {e['stream']}" if e["on_gpu"] else "CPU",
+            str(e["on_path_us"]),
+            f"{e['share']:.1%}",
+            str(e["dur_us"]),
+        )
+    console.print(table)
+    for w in doc["warnings"]:
+        print(warning_line(w), file=sys.stderr)
 
 
 def _warn(messages: list[str]) -> None:

@@ -1,0 +1,104 @@
+"""One slow run looked into: the critical path of a rank's step (``hpcwatch steps TRACE --critical-path``).
+
+Reads one Kineto trace, runs ``analysis.critical_path`` on the chosen window and returns the document the
+command prints or emits as JSON: the path's length, its µs by what bounds it (HTA's ``bound_by``), the ops
+and kernels with time on it (share of the path) and what would shorten the step. Times are µs on the
+trace's clock, rounded as HTA rounds them.
+"""
+
+from __future__ import annotations
+
+import os
+import warnings
+from pathlib import Path
+from typing import Any
+
+from hpcwatch.analysis.critical_path import BOUND_KINDS, CriticalPath, CriticalPathError, critical_path
+from hpcwatch.errors import InputError
+from hpcwatch.traces import KinetoTrace
+
+__all__ = ["critical_path_document", "read_trace", "DEFAULT_ANNOTATION", "EVENTS_LISTED"]
+
+#: The window of a step (HTA's usual choice: ``annotation="ProfilerStep"``).
+DEFAULT_ANNOTATION = "ProfilerStep"
+#: Ops and kernels the document lists (most time on the path first).
+EVENTS_LISTED = 20
+#: What to do about each kind of time on the path.
+_ADVICE = {
+    "cpu_bound": "host ops are on the path: the GPU waits on the CPU (fewer or fused ops, CUDA graphs, no host syncs)",
+    "gpu_compute_bound": "GPU kernels are on the path: faster kernels shorten the step (fusion, lower precision)",
+    "gpu_communication_bound": "collectives are on the path: overlap them with compute or shrink them",
+    "gpu_kernel_kernel_overhead": "gaps between kernels of a stream are on the path: fewer, larger kernels",
+    "gpu_kernel_launch_overhead": "launch delays are on the path: launch earlier or batch launches (CUDA graphs)",
+}
+
+
+def read_trace(path: str | os.PathLike[str]) -> tuple[KinetoTrace, tuple[str, ...]]:
+    """One Kineto trace through the registry, with the warnings its reader gave."""
+    from hpcwatch.sources.registry import ReadContext, format_named
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        trace = format_named("kineto").read(Path(path), ReadContext())
+    return trace, tuple(str(w.message) for w in caught)
+
+
+def critical_path_document(
+    trace: KinetoTrace, *, annotation: str = DEFAULT_ANNOTATION, instances: tuple[int, int] = (0, 0)
+) -> dict[str, Any]:
+    """The critical path of ``trace``'s window as a JSON-ready document (InputError, one line, when there is none)."""
+    try:
+        cp = critical_path(trace, annotation=annotation, instances=instances)
+    except CriticalPathError as err:
+        raise InputError(f"{trace.path}: {err}") from err
+    return _document(trace, cp)
+
+
+def _document(trace: KinetoTrace, cp: CriticalPath) -> dict[str, Any]:
+    length = cp.length_us
+    shares = {k: (v / length if length > 0 else None) for k, v in cp.bound_by_us.items()}
+    ranked = sorted((k for k in BOUND_KINDS if cp.bound_by_us[k] > 0), key=lambda k: -cp.bound_by_us[k])
+    top = cp.events[:EVENTS_LISTED]
+    shorten = [{"bound_by": k, "us": cp.bound_by_us[k], "share": shares[k], "what": _ADVICE[k]} for k in ranked]
+    return {
+        "path": trace.path,
+        "rank": trace.rank,
+        "clock": "trace µs (Kineto host clock; GPU activities are on it too), rounded as HTA rounds",
+        "annotation": cp.annotation,
+        "instances": list(cp.instances),
+        "window_us": list(cp.window_us),
+        "length_us": length,
+        "bound_by_us": cp.bound_by_us,
+        "bound_by_share": shares,
+        "events": [
+            {
+                "row": e.event,
+                "name": e.name,
+                "on_gpu": e.on_gpu,
+                "stream": e.stream,
+                "bound_by": e.bound_by,
+                "on_path_us": e.on_path_us,
+                "share": e.share,
+                "dur_us": e.dur_us,
+            }
+            for e in top
+        ],
+        "events_on_path": len(cp.events),
+        "shorten": shorten,
+        "edges": [
+            {
+                "kind": e.kind,
+                "duration_us": e.duration_us,
+                "row": e.event,
+                "bound_by": e.bound_by,
+                "start_us": e.start_us,
+                "end_us": e.end_us,
+            }
+            for e in cp.edges
+        ],
+        "graph": {"nodes": cp.nodes, "edges": cp.graph_edges},
+        "has_syncs": cp.has_syncs,
+        "warnings": []
+        if cp.has_syncs
+        else ["the trace has no CUDA sync events (cuda_sync): the path may miss GPU→CPU waits (as HTA warns)"],
+    }
