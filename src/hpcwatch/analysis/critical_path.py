@@ -218,15 +218,27 @@ def _columns(trace: KinetoTrace) -> _Columns:
 def _index_correlation(corr: np.ndarray, gpu_side: np.ndarray) -> np.ndarray:
     """HTA's ``transform_correlation_to_index``: each CPU event with a correlation points at the GPU event with
     the same one and back; -1 without a correlation, 0 with one nobody else has (the last pairing wins)."""
-    ic = np.minimum(corr, 0)
+    ic = np.minimum(corr, 0).astype(np.int64)
     has = corr != -1
     cpu_rows = np.flatnonzero(has & ~gpu_side)
     gpu_rows = np.flatnonzero(has & gpu_side)
+    # an inner join on correlation; pandas' assignment keeps the last pair written for a row
+    g_order = gpu_rows[np.argsort(corr[gpu_rows], kind="stable")]
+    g_corr = corr[g_order]
+    lo = np.searchsorted(g_corr, corr[cpu_rows], side="left")
+    hi = np.searchsorted(g_corr, corr[cpu_rows], side="right")
+    single = (hi - lo) <= 1
+    if single.all():
+        cpus, gpus = cpu_rows, g_order[np.minimum(lo, len(g_order) - 1)] if len(g_order) else lo
+        matched = hi > lo
+        ic[cpus[matched]] = gpus[matched]
+        ic[gpus[matched]] = cpus[matched]
+        return ic
     by_corr: dict[int, list[int]] = defaultdict(list)
-    for g, c in zip(gpu_rows.tolist(), corr[gpu_rows].tolist()):
-        by_corr[c].append(g)
-    for c_row, c in zip(cpu_rows.tolist(), corr[cpu_rows].tolist()):
-        for g in by_corr.get(c, ()):
+    for g, cr in zip(gpu_rows.tolist(), corr[gpu_rows].tolist()):
+        by_corr[cr].append(g)
+    for c_row, cr in zip(cpu_rows.tolist(), corr[cpu_rows].tolist()):
+        for g in by_corr.get(cr, ()):
             ic[c_row] = g
             ic[g] = c_row
     return np.asarray(ic, dtype=np.int64)
@@ -240,18 +252,19 @@ def _without_last_step(trace: KinetoTrace, c: _Columns) -> _Columns:
     steps = trace.name_mask(lambda n: "ProfilerStep" in n)
     if int(steps.sum()) < 2:
         return c
-    n = len(c.ts)
-    sync_names = {i for i, nm in enumerate(trace.names) if nm in ("Event Sync", "Context Sync")}
-    gpu_side = [(c.stream[r] >= 0 and c.corr[r] >= 0) or c.name[r] in sync_names for r in range(n)]
-    step_rows = [r for r in range(n) if not gpu_side[r] and steps[c.name[r]]]
-    if not step_rows:
+    ev = trace.events
+    sync_names = np.array([nm in ("Event Sync", "Context Sync") for nm in trace.names] + [False], dtype=bool)
+    stream, corr, name = ev["stream"], ev["correlation"], ev["name_id"]
+    ts = np.array(c.ts, dtype=np.int64)
+    gpu_side = ((stream >= 0) & (corr >= 0)) | sync_names[name]
+    step_rows = ~gpu_side & steps[name]
+    if not step_rows.any():
         return c
-    last_start = max(c.ts[r] for r in step_rows)
-    kept_cpu = [not gpu_side[r] and c.ts[r] < last_start for r in range(n)]
-    corrs = {c.corr[r] for r in range(n) if kept_cpu[r]}
-    keep = [kept_cpu[r] or (gpu_side[r] and c.corr[r] in corrs) for r in range(n)]
-    if all(keep):
+    kept_cpu = ~gpu_side & (ts < ts[step_rows].max())
+    keep_arr = kept_cpu | (gpu_side & np.isin(corr, corr[kept_cpu]))
+    if keep_arr.all():
         return c
+    keep = keep_arr.tolist()
     return msgspec.structs.replace(c, alive=keep)
 
 
