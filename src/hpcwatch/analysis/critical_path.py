@@ -51,6 +51,8 @@ __all__ = [
     "PathEvent",
     "CriticalPath",
     "critical_path",
+    "HtaColumns",
+    "hta_columns",
     "EDGE_OPERATOR",
     "EDGE_DEPENDENCY",
     "EDGE_LAUNCH_DELAY",
@@ -165,7 +167,9 @@ class CriticalPath(msgspec.Struct, frozen=True, kw_only=True):
 # --- HTA's rounding and correlation ------------------------------------------------------------------------
 
 
-class _Columns(msgspec.Struct, frozen=True):
+class HtaColumns(msgspec.Struct, frozen=True):
+    """The columns as HTA's dataframe has them: times rounded to whole µs, ``ic`` its ``index_correlation``."""
+
     ts: list[int]
     end: list[int]
     dur: list[int]
@@ -182,7 +186,7 @@ class _Columns(msgspec.Struct, frozen=True):
     """False for the rows HTA drops at load (``_without_last_step``)."""
 
 
-def _columns(trace: KinetoTrace) -> _Columns:
+def hta_columns(trace: KinetoTrace) -> HtaColumns:
     ev = trace.events
     ts_f, dur_f = ev["ts_us"], ev["dur_us"]
     # HTA (round_down_time_stamps): start up to the µs, end down, duration between them.
@@ -198,7 +202,7 @@ def _columns(trace: KinetoTrace) -> _Columns:
     sync_names = np.array([nm in ("Event Sync", "Context Sync") for nm in names] + [False], dtype=bool)
     gpu_side = ((stream >= 0) & (corr >= 0)) | sync_names[name]
     ic = _index_correlation(corr, gpu_side)
-    return _Columns(
+    return HtaColumns(
         ts=ts.tolist(),
         end=end.tolist(),
         dur=(end - ts).tolist(),
@@ -244,7 +248,7 @@ def _index_correlation(corr: np.ndarray, gpu_side: np.ndarray) -> np.ndarray:
     return np.asarray(ic, dtype=np.int64)
 
 
-def _without_last_step(trace: KinetoTrace, c: _Columns) -> _Columns:
+def _without_last_step(trace: KinetoTrace, c: HtaColumns) -> HtaColumns:
     """HTA's ``_filter_irrelevant_gpu_kernels``, which every HTA analysis runs at load: with two or more
     ``ProfilerStep`` names, host events from the last step's start on are dropped (the last step is taken as
     incomplete) and so are GPU events without a host event of their correlation. Dropped rows keep their
@@ -271,7 +275,7 @@ def _without_last_step(trace: KinetoTrace, c: _Columns) -> _Columns:
 # --- the window -------------------------------------------------------------------------------------------
 
 
-def _window(trace: KinetoTrace, c: _Columns, annotation: str, first: int, last: int) -> tuple[int, int]:
+def _window(trace: KinetoTrace, c: HtaColumns, annotation: str, first: int, last: int) -> tuple[int, int]:
     matching = trace.name_mask(lambda n: annotation in n)
     found = np.flatnonzero(matching[trace.events["name_id"]]) if len(matching) else np.zeros(0, dtype=np.int64)
     rows = np.array([r for r in found.tolist() if c.alive[r]], dtype=np.int64)
@@ -283,7 +287,7 @@ def _window(trace: KinetoTrace, c: _Columns, annotation: str, first: int, last: 
     return min(c.ts[r] for r in chosen), max(c.end[r] for r in chosen)
 
 
-def _clipped(c: _Columns, names: Sequence[str], lo: int, hi: int) -> list[int]:
+def _clipped(c: HtaColumns, names: Sequence[str], lo: int, hi: int) -> list[int]:
     """HTA's clipped frame: host events starting in the window (dur > 0) and the GPU events they launched."""
     n = len(c.ts)
     keep = [False] * n
@@ -348,7 +352,7 @@ def _cmp_events(x: tuple[int, int, int, int], y: tuple[int, int, int, int]) -> i
 _EVENT_KEY = functools.cmp_to_key(_cmp_events)
 
 
-def _call_stack(rows: list[int], c: _Columns) -> tuple[dict[int, list[int]], dict[int, int]]:
+def _call_stack(rows: list[int], c: HtaColumns) -> tuple[dict[int, list[int]], dict[int, int]]:
     """Children (in order) and parent of each row of one thread, as HTA's ``CallStackGraph`` builds them."""
     events: list[tuple[int, int, int, int]] = []
     for r in rows:
@@ -374,7 +378,7 @@ def _call_stack(rows: list[int], c: _Columns) -> tuple[dict[int, list[int]], dic
 
 
 class _Builder:
-    def __init__(self, trace: KinetoTrace, c: _Columns, rows: list[int]) -> None:
+    def __init__(self, trace: KinetoTrace, c: HtaColumns, rows: list[int]) -> None:
         self.trace, self.c, self.rows = trace, c, rows
         names = trace.names
         self.sym = {nm: i for i, nm in enumerate(names)}
@@ -656,7 +660,7 @@ def _longest_path(g: _Graph) -> list[int]:
     return path
 
 
-def _bound_by(kind: int, event: int | None, c: _Columns, names: Sequence[str]) -> str:
+def _bound_by(kind: int, event: int | None, c: HtaColumns, names: Sequence[str]) -> str:
     if kind == _KK:
         return "gpu_kernel_kernel_overhead"
     if kind == _LAUNCH:
@@ -676,7 +680,7 @@ def critical_path(
     """The critical path of the window from instance ``instances[0]`` to ``instances[1]`` (inclusive, in file
     order) of the events whose name contains ``annotation`` (HTA's ``critical_path_analysis``; an empty
     annotation is the whole trace)."""
-    c = _columns(trace)
+    c = hta_columns(trace)
     names = trace.names
     if not len(c.ts):
         raise CriticalPathError("the trace has no complete events")
@@ -749,7 +753,7 @@ def critical_path(
     )
 
 
-def _check_syncs(g: _Graph, b: _Builder, c: _Columns) -> None:
+def _check_syncs(g: _Graph, b: _Builder, c: HtaColumns) -> None:
     """HTA's ``_validate_graph``: a sync edge between two kernels of one stream makes the graph invalid."""
     for v, preds in enumerate(g.pred):
         for u, (_, kind) in preds.items():
