@@ -222,7 +222,7 @@ def hta_columns(trace: KinetoTrace) -> HtaColumns:
 def _index_correlation(corr: np.ndarray, gpu_side: np.ndarray) -> np.ndarray:
     """HTA's ``transform_correlation_to_index``: each CPU event with a correlation points at the GPU event with
     the same one and back; -1 without a correlation, 0 with one nobody else has (the last pairing wins)."""
-    ic = np.minimum(corr, 0).astype(np.int64)
+    ic: np.ndarray = np.minimum(corr, 0).astype(np.int64)
     has = corr != -1
     cpu_rows = np.flatnonzero(has & ~gpu_side)
     gpu_rows = np.flatnonzero(has & gpu_side)

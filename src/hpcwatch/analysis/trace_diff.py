@@ -133,7 +133,7 @@ def _side(
         in_steps &= stream != -1
     summary: dict[str, tuple[int, int, bool]] = {}
     rows = np.flatnonzero(in_steps)
-    for r, nid, d, s in zip(rows.tolist(), name_id[rows].tolist(), dur[rows].tolist(), stream[rows].tolist()):
+    for nid, d, s in zip(name_id[rows].tolist(), dur[rows].tolist(), stream[rows].tolist()):
         name = names[nid]
         count, total, on_gpu = summary.get(name, (0, 0, False))
         summary[name] = (count + 1, total + d, on_gpu or s != -1)
