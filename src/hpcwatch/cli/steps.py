@@ -120,6 +120,21 @@ def trace_files(paths: list[Path]) -> list[Input]:
     show_default=True,
     help="--critical-path: which of them (0 = the first, in file order), or FIRST-LAST.",
 )
+@click.option(
+    "--compare",
+    type=PATH,
+    help="Trace diff (HTA's TraceDiff): which ops and kernels got slower or faster from TRACE to this trace "
+    "(give TRACE itself to compare two step ranges of one run).",
+)
+@click.option("--step", "control_steps", help="--compare: TRACE's iterations, N or FIRST-LAST (default: its first).")
+@click.option("--compare-step", "test_steps", help="--compare: the other trace's iterations (default: its first).")
+@click.option(
+    "--device",
+    type=click.Choice(["all", "cpu", "gpu"]),
+    default="all",
+    show_default=True,
+    help="--compare: host ops, GPU kernels or both.",
+)
 @click.option("--slurm-memory", default=DASK_SLURM_MEMORY, help="--dask slurm: memory per worker job.")
 @click.option("--slurm-walltime", default=DASK_SLURM_WALLTIME, help="--dask slurm: time limit of a worker job.")
 @click.option("--slurm-local-dir", help="--dask slurm: worker scratch folder on the node.")
@@ -152,9 +167,20 @@ def steps(
     critical: bool,
     annotation: str,
     instance: str,
+    compare: Path | None,
+    control_steps: str | None,
+    test_steps: str | None,
+    device: str,
 ) -> None:
     """Step anatomy per rank (load, forward, backward, allreduce, optimizer, barrier wait), stragglers, MFU;
     with --critical-path, the critical path of one rank's step."""
+    if compare is not None:
+        if critical:
+            raise ConfigError("steps: --compare and --critical-path are two commands; give one")
+        _compare(paths, compare, as_json=as_json, control=control_steps, test=test_steps, device=device, job=job)
+        return
+    if control_steps or test_steps:
+        raise ConfigError("steps: --step and --compare-step go with --compare")
     if critical:
         _critical_path(paths, as_json=as_json, annotation=annotation, instance=instance, job=job)
         return
@@ -292,6 +318,94 @@ def _print_critical_path(doc: dict) -> None:
     console.print(table)
     for w in doc["warnings"]:
         print(warning_line(w), file=sys.stderr)
+
+
+def _iterations(text: str | None, option: str) -> list[int] | None:
+    if text is None:
+        return None
+    first, _, last = text.partition("-")
+    try:
+        lo, hi = int(first), int(last or first)
+    except ValueError:
+        raise ConfigError(f"steps: {option} takes N or FIRST-LAST, not {safe_text(text)!r}") from None
+    if hi < lo or hi - lo > 100_000:
+        raise ConfigError(f"steps: {option} {safe_text(text)}: need FIRST <= LAST")
+    return list(range(lo, hi + 1))
+
+
+def _compare(
+    paths: list[Path],
+    other: Path,
+    *,
+    as_json: bool,
+    control: str | None,
+    test: str | None,
+    device: str,
+    job: str | None,
+) -> None:
+    if job or len(paths) != 1:
+        raise ConfigError("steps A --compare B: give one TRACE A (one rank's Kineto trace)")
+    control_its, test_its = _iterations(control, "--step"), _iterations(test, "--compare-step")
+    from hpcwatch.reports.deepdive import diff_document, read_trace
+
+    a, warned = read_trace(paths[0])
+    _warn(list(warned))
+    if Path(other).resolve() == Path(paths[0]).resolve():
+        b = a
+    else:
+        b, warned = read_trace(other)
+        _warn(list(warned))
+    doc = diff_document(a, b, control_iterations=control_its, test_iterations=test_its, device=device)
+    if as_json:
+        emit_json(doc)
+        return
+    _print_diff(doc)
+
+
+#: Rows of each list the human diff shows.
+_DIFF_ROWS = 15
+
+
+def _print_diff(doc: dict) -> None:
+    from rich.table import Table
+
+    c, t = doc["control"], doc["test"]
+
+    def side(s: dict) -> str:
+        its = s["iterations"]
+        gpu = "" if s["gpu_step_us"] is None else f", GPU {s['gpu_step_us'] / 1e3:.3f} ms"
+        return (
+            f"{safe_text(s['path'])} step {its[0]}"
+            + (f"-{its[-1]}" if len(its) > 1 else "")
+            + (f" (host {s['host_step_us'] / 1e3:.3f} ms{gpu})")
+        )
+
+    console.print(f"Trace diff ({doc['device']}): {side(c)} → {side(t)}")
+    for title, rows in (("Slower", doc["slower"]), ("Faster", doc["faster"])):
+        if not rows:
+            continue
+        table = Table(title=f"{title} (test − control, µs; share of the control's step)")
+        for col in ("op / kernel", "where", "calls", "control µs", "test µs", "Δ µs", "of step"):
+            table.add_column(col, justify="left" if col in ("op / kernel", "where") else "right")
+        for r in rows[:_DIFF_ROWS]:
+            share = "" if r["share_of_step"] is None else f"{r['share_of_step']:+.1%}"
+            table.add_row(
+                safe_text(r["name"])[:70],
+                "GPU" if r["on_gpu"] else "CPU",
+                f"{r['control_counts']}→{r['test_counts']}",
+                str(r["control_total_us"]),
+                str(r["test_total_us"]),
+                f"{r['diff_us']:+d}",
+                share,
+            )
+        console.print(table)
+        if len(rows) > _DIFF_ROWS:
+            console.print(f"… and {len(rows) - _DIFF_ROWS} more (--json lists them)")
+    for label, names in (("new", doc["new"]), ("gone", doc["gone"])):
+        if names:
+            shown = ", ".join(safe_text(n)[:60] for n in names[:8])
+            more = f" … and {len(names) - 8} more" if len(names) > 8 else ""
+            console.print(f"{label} ({len(names)}): {shown}{more}")
 
 
 def _warn(messages: list[str]) -> None:

@@ -1,4 +1,5 @@
-"""One slow run looked into: the critical path of a rank's step (``hpcwatch steps TRACE --critical-path``).
+"""One slow run looked into: the critical path of a rank's step (``hpcwatch steps TRACE --critical-path``) and
+what changed between two runs or two step ranges (``hpcwatch steps A --compare B``).
 
 Reads one Kineto trace, runs ``analysis.critical_path`` on the chosen window and returns the document the
 command prints or emits as JSON: the path's length, its µs by what bounds it (HTA's ``bound_by``), the ops
@@ -14,10 +15,11 @@ from pathlib import Path
 from typing import Any
 
 from hpcwatch.analysis.critical_path import BOUND_KINDS, CriticalPath, CriticalPathError, critical_path
+from hpcwatch.analysis.trace_diff import OpChange, SideSteps, TraceDiffError, trace_diff
 from hpcwatch.errors import InputError
 from hpcwatch.traces import KinetoTrace
 
-__all__ = ["critical_path_document", "read_trace", "DEFAULT_ANNOTATION", "EVENTS_LISTED"]
+__all__ = ["critical_path_document", "diff_document", "read_trace", "DEFAULT_ANNOTATION", "EVENTS_LISTED"]
 
 #: The window of a step (HTA's usual choice: ``annotation="ProfilerStep"``).
 DEFAULT_ANNOTATION = "ProfilerStep"
@@ -101,4 +103,54 @@ def _document(trace: KinetoTrace, cp: CriticalPath) -> dict[str, Any]:
         "warnings": []
         if cp.has_syncs
         else ["the trace has no CUDA sync events (cuda_sync): the path may miss GPU→CPU waits (as HTA warns)"],
+    }
+
+
+def diff_document(
+    control: KinetoTrace,
+    test: KinetoTrace,
+    *,
+    control_iterations: list[int] | None = None,
+    test_iterations: list[int] | None = None,
+    device: str = "all",
+) -> dict[str, Any]:
+    """What got slower or faster from ``control`` to ``test`` (HTA's TraceDiff), as a JSON-ready document."""
+    try:
+        d = trace_diff(
+            control, test, control_iterations=control_iterations, test_iterations=test_iterations, device=device
+        )
+    except TraceDiffError as err:
+        raise InputError(str(err)) from err
+    slower = [c for c in d.changes if c.diff_us > 0]
+    faster = sorted((c for c in d.changes if c.diff_us < 0), key=lambda c: (c.diff_us, c.name))
+    return {
+        "control": {"path": control.path, "rank": control.rank, **_steps(d.control)},
+        "test": {"path": test.path, "rank": test.rank, **_steps(d.test)},
+        "device": d.device,
+        "clock": "µs rounded as HTA rounds; host events on the host clock, GPU events' durations on the GPU clock",
+        "slower": [_change(c) for c in slower],
+        "faster": [_change(c) for c in faster],
+        "new": list(d.new),
+        "gone": list(d.gone),
+        "unchanged": sum(1 for c in d.changes if c.diff_us == 0 and c.diff_counts == 0),
+        "changes": [_change(c) for c in d.changes],
+    }
+
+
+def _steps(s: SideSteps) -> dict[str, Any]:
+    return {"iterations": list(s.iterations), "host_step_us": s.host_step_us, "gpu_step_us": s.gpu_step_us}
+
+
+def _change(c: OpChange) -> dict[str, Any]:
+    return {
+        "name": c.name,
+        "on_gpu": c.on_gpu,
+        "control_counts": c.control_counts,
+        "test_counts": c.test_counts,
+        "control_total_us": c.control_total_us,
+        "test_total_us": c.test_total_us,
+        "diff_counts": c.diff_counts,
+        "diff_us": c.diff_us,
+        "change": c.change,
+        "share_of_step": c.share_of_step,
     }
