@@ -67,6 +67,7 @@ CATEGORIES: tuple[str, ...] = (
     "overhead",
     "Trace",
     "cuda_sync",
+    "cuda_profiler_range",
 )
 CAT: Mapping[str, int] = {name: code for code, name in enumerate(CATEGORIES)}
 #: Codes of activities that run on the GPU (they have a stream).
@@ -113,6 +114,9 @@ class KinetoTrace:
     hostname: str | None = None
     metadata: Mapping[str, Any] = field(default_factory=dict)
     """The other top-level keys (without ``traceEvents``)."""
+    counters: Mapping[int, Mapping[str, float]] = field(default_factory=dict)
+    """CUPTI counters by row: the numeric args of each ``cuda_profiler_range`` event (Kineto's range-profiler
+    mode writes one such event per kernel instead of the kernel's own event)."""
 
     def __len__(self) -> int:
         return len(self.events["ts_us"])

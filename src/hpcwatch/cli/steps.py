@@ -121,6 +121,12 @@ def trace_files(paths: list[Path]) -> list[Input]:
     help="--critical-path: which of them (0 = the first, in file order), or FIRST-LAST.",
 )
 @click.option(
+    "--counters",
+    is_flag=True,
+    help="CUPTI counters of each kernel with the ops that launched it (HTA's counter analysis): give one TRACE "
+    "taken in Kineto's CUPTI range-profiler mode.",
+)
+@click.option(
     "--compare",
     type=PATH,
     help="Trace diff (HTA's TraceDiff): which ops and kernels got slower or faster from TRACE to this trace "
@@ -167,6 +173,7 @@ def steps(
     critical: bool,
     annotation: str,
     instance: str,
+    counters: bool,
     compare: Path | None,
     control_steps: str | None,
     test_steps: str | None,
@@ -174,6 +181,11 @@ def steps(
 ) -> None:
     """Step anatomy per rank (load, forward, backward, allreduce, optimizer, barrier wait), stragglers, MFU;
     with --critical-path, the critical path of one rank's step."""
+    if counters:
+        if critical or compare is not None:
+            raise ConfigError("steps: --counters, --critical-path and --compare are separate commands; give one")
+        _counters(paths, as_json=as_json, job=job)
+        return
     if compare is not None:
         if critical:
             raise ConfigError("steps: --compare and --critical-path are two commands; give one")
@@ -360,6 +372,46 @@ def _compare(
         emit_json(doc)
         return
     _print_diff(doc)
+
+
+def _counters(paths: list[Path], *, as_json: bool, job: str | None) -> None:
+    if job or len(paths) != 1:
+        raise ConfigError("steps --counters: give one TRACE (one rank's Kineto trace)")
+    from hpcwatch.reports.deepdive import counters_document, read_trace
+
+    trace, warned = read_trace(paths[0])
+    _warn(list(warned))
+    doc = counters_document(trace)
+    if as_json:
+        emit_json(doc)
+        return
+    from rich.table import Table
+
+    console.print(
+        f"CUPTI counters of {len(doc['kernels'])} kernels of rank {doc['rank']} "
+        f"({len(doc['counter_names'])} counters; FLOPs from the SASS instruction counters)"
+    )
+    table = Table(title="By top-level op")
+    for col in ("op", "kernels", "GFLOP"):
+        table.add_column(col, justify="left" if col == "op" else "right")
+    for o in doc["by_top_level_op"][:_DIFF_ROWS]:
+        table.add_row(
+            safe_text(o["op"])[:60], str(o["kernels"]), "" if o["flops"] is None else f"{o['flops'] / 1e9:.3f}"
+        )
+    console.print(table)
+    table = Table(title="Kernels with the most FLOPs")
+    for col in ("kernel", "bottom op", "GFLOP"):
+        table.add_column(col, justify="left" if col != "GFLOP" else "right")
+    ranked = sorted(doc["kernels"], key=lambda k: -(k["flops"] or 0.0))
+    for k in ranked[:_DIFF_ROWS]:
+        table.add_row(
+            safe_text(k["name"])[:60],
+            safe_text(k["bottom_level_op"])[:30],
+            "" if k["flops"] is None else f"{k['flops'] / 1e9:.3f}",
+        )
+    console.print(table)
+    for w in doc["warnings"]:
+        print(warning_line(w), file=sys.stderr)
 
 
 #: Rows of each list the human diff shows.

@@ -1,5 +1,6 @@
 """One slow run looked into: the critical path of a rank's step (``hpcwatch steps TRACE --critical-path``) and
-what changed between two runs or two step ranges (``hpcwatch steps A --compare B``).
+what changed between two runs or two step ranges (``hpcwatch steps A --compare B``), and the CUPTI
+counters of each kernel where the trace has them (``hpcwatch steps TRACE --counters``).
 
 Reads one Kineto trace, runs ``analysis.critical_path`` on the chosen window and returns the document the
 command prints or emits as JSON: the path's length, its µs by what bounds it (HTA's ``bound_by``), the ops
@@ -14,12 +15,20 @@ import warnings
 from pathlib import Path
 from typing import Any
 
+from hpcwatch.analysis.counters import kernel_counters
 from hpcwatch.analysis.critical_path import BOUND_KINDS, CriticalPath, CriticalPathError, critical_path
 from hpcwatch.analysis.trace_diff import OpChange, SideSteps, TraceDiffError, trace_diff
 from hpcwatch.errors import InputError
 from hpcwatch.traces import KinetoTrace
 
-__all__ = ["critical_path_document", "diff_document", "read_trace", "DEFAULT_ANNOTATION", "EVENTS_LISTED"]
+__all__ = [
+    "critical_path_document",
+    "counters_document",
+    "diff_document",
+    "read_trace",
+    "DEFAULT_ANNOTATION",
+    "EVENTS_LISTED",
+]
 
 #: The window of a step (HTA's usual choice: ``annotation="ProfilerStep"``).
 DEFAULT_ANNOTATION = "ProfilerStep"
@@ -153,4 +162,45 @@ def _change(c: OpChange) -> dict[str, Any]:
         "diff_us": c.diff_us,
         "change": c.change,
         "share_of_step": c.share_of_step,
+    }
+
+
+def counters_document(trace: KinetoTrace) -> dict[str, Any]:
+    """The CUPTI counters of each profiled kernel with the ops that launched it (HTA's counter analysis)."""
+    report = kernel_counters(trace)
+    if report is None:
+        raise InputError(
+            f"{trace.path}: no CUPTI counters (cuda_profiler_range events): profile with Kineto's CUPTI range "
+            "profiler (experimental_config profiler_metrics) to get them"
+        )
+    return {
+        "path": trace.path,
+        "rank": trace.rank,
+        "clock": "trace µs; a range's duration is a profiled replay, not the kernel's normal time",
+        "paired": report.paired,
+        "launches": report.launches,
+        "counter_names": list(report.counter_names),
+        "kernels": [
+            {
+                "row": k.row,
+                "name": k.name,
+                "ts_us": k.ts_us,
+                "dur_us": k.dur_us,
+                "flops": k.flops,
+                "top_level_op": k.top_level_op,
+                "bottom_level_op": k.bottom_level_op,
+                "op_stack": list(k.op_stack),
+                "counters": k.counters,
+            }
+            for k in report.kernels
+        ],
+        "by_top_level_op": [
+            {"op": o.op, "kernels": o.kernels, "flops": o.flops, "counters": o.counters} for o in report.by_top_level_op
+        ],
+        "warnings": []
+        if report.paired
+        else [
+            f"{len(report.kernels)} profiled kernels but {report.launches} cudaLaunchKernel calls: "
+            "kernels are not tied to ops (HTA refuses such a trace)"
+        ],
     }

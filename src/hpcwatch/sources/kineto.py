@@ -154,8 +154,12 @@ _Coll = tuple[int, int, float, int]
 #: A CUDA event wait's (row in its piece, ``wait_on_stream``, ``wait_on_cuda_event_record_corr_id``): a few
 #: ``cuda_sync`` events in thousands carry them, so, like collectives, they are not in every row.
 _Wait = tuple[int, Any, Any]
+#: A CUPTI profiler range's (row in its piece, its numeric args: the counters the range measured).
+_Counters = tuple[int, dict[str, float]]
+#: The category of CUPTI range-profiler events (one per kernel, ``args`` its counters).
+_PROFILER_RANGE = CAT["cuda_profiler_range"]
 #: What ``_columns`` returns: the event columns, the names by id, the host's name.
-_Columns = tuple[dict[str, np.ndarray], list[str], str | None]
+_Columns = tuple[dict[str, np.ndarray], list[str], str | None, dict[int, dict[str, float]]]
 
 
 class _Unusual(Exception):
@@ -163,7 +167,13 @@ class _Unusual(Exception):
 
 
 def _scan(
-    events: list[Any], names: _Names, codes: _Codes, rows: list[_Row], colls: list[_Coll], waits: list[_Wait]
+    events: list[Any],
+    names: _Names,
+    codes: _Codes,
+    rows: list[_Row],
+    colls: list[_Coll],
+    waits: list[_Wait],
+    counters: list[_Counters],
 ) -> str | None:
     """Append the row of each ``X`` event, the (row, coll_id, msg_bytes, group_size) of each collective
     (a few in thousands, so they are not in every row).
@@ -192,6 +202,8 @@ def _scan(
                 colls.append((len(rows), intern(str(args["Collective name"])), _msg_bytes(args), _group_size(args)))
             if "wait_on_stream" in args:
                 waits.append(_wait_of(len(rows), args))
+            if code == _PROFILER_RANGE:
+                counters.append((len(rows), _counters_of(args)))
             append((ts, dur, code, nid, args.get("stream", -1), pid, tid, correlation))
         elif ph == "M" and host is None:
             host = _hostname(ev)
@@ -372,7 +384,14 @@ def _hostname(ev: Mapping[str, Any]) -> str | None:
 
 
 def _scan_lenient(
-    events: list[Any], path: str, names: _Names, offset: int, rows: list[_Row], colls: list[_Coll], waits: list[_Wait]
+    events: list[Any],
+    path: str,
+    names: _Names,
+    offset: int,
+    rows: list[_Row],
+    colls: list[_Coll],
+    waits: list[_Wait],
+    counters: list[_Counters],
 ) -> str | None:
     """``_scan`` for pieces with unusual events: each event on its own, a ParseError naming it."""
     host = None
@@ -395,6 +414,8 @@ def _scan_lenient(
                     colls.append((len(rows), names(str(coll)), _msg_bytes(args), _group_size(args)))
                 if "wait_on_stream" in args:
                     waits.append(_wait_of(len(rows), args))
+                if row[2] == _PROFILER_RANGE:
+                    counters.append((len(rows), _counters_of(args)))
                 rows.append(row)
             elif ph == "M" and host is None:
                 host = _hostname(ev)
@@ -441,6 +462,19 @@ def _check_times(table: Mapping[str, np.ndarray], path: str) -> None:
             raise ParseError(f"an event's {name} is beyond 64 bits of microseconds ({found:.4g})", path=path)
 
 
+#: Most counters kept of one profiler range (CUPTI measures a few dozen per kernel at most).
+_MAX_COUNTERS = 256
+
+
+def _counters_of(args: Mapping[str, Any]) -> dict[str, float]:
+    """The numeric args of a profiler range (its counters; booleans and text are not counters)."""
+    found: dict[str, float] = {}
+    for key, value in args.items():
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and len(found) < _MAX_COUNTERS:
+            found[str(key)[:200]] = float(value)
+    return found
+
+
 def _wait_of(row: int, args: Mapping[str, Any]) -> _Wait:
     return (row, args.get("wait_on_stream"), args.get("wait_on_cuda_event_record_corr_id"))
 
@@ -477,6 +511,8 @@ class _Tables:
         self.codes = _Codes(CAT)
         self.parts: list[dict[str, np.ndarray]] = []
         self.hostname: str | None = None
+        self.counters: dict[int, dict[str, float]] = {}
+        self.n_rows = 0
 
     def add(self, piece: _TypedPiece | list[Any], offset: int) -> int:
         """Add a piece's columns; the number of events it had."""
@@ -493,25 +529,32 @@ class _Tables:
 
     def _add_typed(self, events: list[msgspec.Struct]) -> None:
         # Should this fail half-way, the names it interned are those the dict scan interns first, in the same order.
+        if any(type(e) is _Complete and e.cat == "cuda_profiler_range" for e in events):
+            raise _Unusual  # CUPTI counters are args the typed events skip: the dict scan keeps them
         rows = _typed_rows(events, self.names, self.codes, self.path)
         self.hostname = self.hostname or _typed_hostname(events)
         self.parts.append(rows)
+        self.n_rows += len(rows["ts_us"])
 
     def _add_dicts(self, events: list[Any], offset: int) -> None:
         rows: list[_Row] = []
         colls: list[_Coll] = []
         waits: list[_Wait] = []
+        counters: list[_Counters] = []
         try:
-            host = _scan(events, self.names, self.codes, rows, colls, waits)
+            host = _scan(events, self.names, self.codes, rows, colls, waits, counters)
         except (_Unusual, KeyError, TypeError, AttributeError):
-            rows, colls, waits = [], [], []  # the lenient scan reads the piece again
-            host = _scan_lenient(events, self.path, self.names, offset, rows, colls, waits)
+            rows, colls, waits, counters = [], [], [], []  # the lenient scan reads the piece again
+            host = _scan_lenient(events, self.path, self.names, offset, rows, colls, waits, counters)
         self.hostname = self.hostname or host
+        for row, values in counters:
+            self.counters[self.n_rows + row] = values
         self._flush(rows, colls, waits)
 
     def _flush(self, rows: list[_Row], colls: list[_Coll], waits: list[_Wait] | None = None) -> None:
         cols = list(zip(*rows)) if rows else [()] * len(_ROW_COLUMNS)
         self.parts.append(_row_table(cols, colls, self.path, waits or ()))
+        self.n_rows += len(rows)
 
     def columns(self) -> dict[str, np.ndarray]:
         if not self.parts:
@@ -544,7 +587,7 @@ def _columns(pieces: Iterable[_TypedPiece | list[Any]], path: str) -> _Columns:
     name_list = list(tables.names.ids)
     comm_names = np.array([is_comm_name(str(n)) for n in name_list] + [False], dtype=bool)
     table["comm"] = comm_names[table["name_id"]]
-    return table, name_list, tables.hostname
+    return table, name_list, tables.hostname, tables.counters
 
 
 def _rank(doc: Mapping[str, Any], path: str) -> tuple[int, int | None, str]:
@@ -686,7 +729,7 @@ def parse_kineto(data: bytes | str | Mapping[str, Any], *, path: str | Path = "<
 
 def _trace(path: str | Path, doc: Mapping[str, Any], columns: _Columns) -> KinetoTrace:
     path = str(path)
-    events, names, hostname = columns
+    events, names, hostname, counters = columns
     if not len(events["ts_us"]):
         # Every analysis of a trace reads its complete events; without them it is not a profile.
         raise ParseError('a trace without complete events (ph "X"): nothing was profiled', path=path)
@@ -707,6 +750,7 @@ def _trace(path: str | Path, doc: Mapping[str, Any], columns: _Columns) -> Kinet
         devices=devices,
         hostname=hostname or meta.get("hostname"),
         metadata=meta,
+        counters=counters,
     )
 
 
