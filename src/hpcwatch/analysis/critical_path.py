@@ -586,9 +586,14 @@ class _Builder:
         launches = self._launches()
         records = [r for r in self.live if c.name[r] == record and c.corr[r] in stream_of]
         found: dict[int, int] = {}
-        for gpu_stream in {stream_of[c.corr[r]] for r in records}:
-            ls = [r for r in launches if (c.pid[c.ic[r]], c.stream[c.ic[r]]) == gpu_stream]
-            rs = [r for r in records if stream_of[c.corr[r]] == gpu_stream]
+        launches_by: dict[tuple[int, int], list[int]] = defaultdict(list)
+        for r in launches:
+            launches_by[(c.pid[c.ic[r]], c.stream[c.ic[r]])].append(r)
+        records_by: dict[tuple[int, int], list[int]] = defaultdict(list)
+        for r in records:
+            records_by[stream_of[c.corr[r]]].append(r)
+        for gpu_stream, rs in records_by.items():
+            ls = launches_by.get(gpu_stream, [])
             merged = ls + rs
             order = np.argsort(np.array([c.ts[r] for r in merged], dtype=np.int64), kind="quicksort").tolist()
             previous = -1
@@ -608,10 +613,14 @@ class _Builder:
         launches = self._launches()
         waits = [r for r in self.live if c.name[r] == wait_call and c.ic[r] > 0 and c.stream[c.ic[r]] != -1]
         found: dict[int, int] = {}
-        keys = {(c.pid[r], c.tid[r], c.stream[c.ic[r]]) for r in waits}
-        for key in keys:
-            ls = [r for r in launches if (c.pid[r], c.tid[r], c.stream[c.ic[r]]) == key]
-            ws = [r for r in waits if (c.pid[r], c.tid[r], c.stream[c.ic[r]]) == key]
+        launches_by: dict[tuple[int, int, int], list[int]] = defaultdict(list)
+        for r in launches:
+            launches_by[(c.pid[r], c.tid[r], c.stream[c.ic[r]])].append(r)
+        waits_by: dict[tuple[int, int, int], list[int]] = defaultdict(list)
+        for r in waits:
+            waits_by[(c.pid[r], c.tid[r], c.stream[c.ic[r]])].append(r)
+        for key, ws in waits_by.items():
+            ls = launches_by.get(key, [])
             merged = ls + ws
             order = np.argsort(np.array([c.ts[r] for r in merged], dtype=np.int64), kind="quicksort").tolist()
             upcoming = -1

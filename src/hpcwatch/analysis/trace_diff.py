@@ -38,6 +38,8 @@ __all__ = [
 #: Which events are compared: HTA's ``DeviceType`` (cpu: stream -1; gpu: any other stream; all: both).
 DEVICES: tuple[str, ...] = ("all", "cpu", "gpu")
 _STEP = re.compile(r"ProfilerStep\s*#\s*(\d+)")
+#: Most ``ProfilerStep#N`` events a trace may have (each is a pass over the trace's host events).
+MAX_STEP_EVENTS = 100_000
 
 
 class TraceDiffError(ValueError):
@@ -115,9 +117,16 @@ def _side(
     host = stream < 0
     host_steps = 0
     seen_host_step: set[int] = set()
-    for r in np.flatnonzero(np.isin(name_id, list(step_of_name))).tolist():  # file order: the last one wins
+    step_rows = np.flatnonzero(np.isin(name_id, list(step_of_name))).tolist()
+    if len(step_rows) > MAX_STEP_EVENTS:
+        raise TraceDiffError(f"{trace.path}: {len(step_rows)} ProfilerStep events, over {MAX_STEP_EVENTS}")
+    host_rows = np.flatnonzero(host)
+    host_rows = host_rows[np.argsort(ts[host_rows], kind="stable")]
+    host_ts = ts[host_rows]
+    for r in step_rows:  # file order: the last one wins
         it = step_of_name[int(name_id[r])]
-        iteration[host & (ts >= ts[r]) & (ts < ts[r] + dur[r])] = it
+        lo, hi = np.searchsorted(host_ts, [ts[r], ts[r] + dur[r]], side="left")
+        iteration[host_rows[lo:hi]] = it
         if it in picked and host[r] and it not in seen_host_step:
             seen_host_step.add(it)
             host_steps += int(dur[r])
