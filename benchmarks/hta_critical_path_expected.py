@@ -28,6 +28,8 @@ CASES = (
     ("hta_cp_event_sync.json.gz", "ProfilerStep", 0),
     ("hta_cp_event_sync_multi_stream.json.gz", "", 0),
     ("hta_mi250_rocm.json.gz", "ProfilerStep", 1),
+    ("hta_a100_nccl_rank0.json.gz", "ProfilerStep", 0),
+    ("hta_gpu_lags_host_rank0.json.gz", "ProfilerStep", 1),
 )
 
 
