@@ -71,7 +71,7 @@ def main() -> None:
             "ok": bool(ok),
             "length_us": int(sum(w for _, w, _ in edges)),
             "bound_by_us": {k: int(v) for k, v in summary.items() if k},
-            "nodes": len(graph.node_list),
+            "nodes": graph.number_of_nodes(),
             "graph_edges": graph.number_of_edges(),
             "edges": edges,
         }

@@ -36,7 +36,7 @@ def test_equals_hta(name: str) -> None:
     assert [[e.kind, e.duration_us, e.event] for e in cp.edges] == want["edges"]
     assert cp.length_us == want["length_us"]
     assert {k: v for k, v in cp.bound_by_us.items() if v} == want["bound_by_us"]
-    assert cp.graph_edges == want["graph_edges"]
+    assert (cp.nodes, cp.graph_edges) == (want["nodes"], want["graph_edges"])
     shares = sum(e.share for e in cp.events)
     assert 0 < shares <= 1.0 + 1e-9  # the path's op/kernel time; the rest is launch delays and gaps
 

@@ -159,6 +159,7 @@ class CriticalPath(msgspec.Struct, frozen=True, kw_only=True):
     events: tuple[PathEvent, ...]
     """Ops and kernels on the path, most time first."""
     nodes: int
+    """Nodes with an edge (networkx's count: an op's start or end that nothing links is not in the graph)."""
     graph_edges: int
     has_syncs: bool
     """The trace has CUDA sync events (``cuda_sync``); without them HTA warns the path may be wrong."""
@@ -756,7 +757,7 @@ def critical_path(
         bound_by_us=bound,
         edges=tuple(edges),
         events=tuple(events),
-        nodes=len(g.ts),
+        nodes=sum(1 for v in range(len(g.ts)) if g.pred[v] or g.succ[v]),
         graph_edges=sum(len(p) for p in g.pred),
         has_syncs=bool(np.any(trace.events["cat"] == CAT["cuda_sync"])),
     )
