@@ -105,8 +105,8 @@ _LAUNCH_CALLS = frozenset(
     }
 )
 _NCCL_KERNEL = re.compile(r"^nccl.*Kernel")
-#: Most events a window may hold: the graph costs ~1 KB an event in Python objects.
-MAX_WINDOW_EVENTS = 2_000_000
+#: Most events a window may hold: its graph costs ~0.5 KB an event in Python objects.
+MAX_WINDOW_EVENTS = 1_000_000
 
 
 class CriticalPathError(ValueError):
