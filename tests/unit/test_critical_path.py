@@ -159,3 +159,18 @@ def test_cli_json_and_errors(tmp_path: Path) -> None:
     none = CliRunner().invoke(app, ["steps", str(empty), "--critical-path"])
     assert isinstance(none.exception, InputError) and "no event named like" in str(none.exception)
     assert "\n" not in str(none.exception)
+
+
+def test_a_shared_correlation_pairs_as_pandas_does_without_n_squared_pairs() -> None:
+    """HTA's merge writes every (launch, kernel) pair of a correlation; the last written stays. 20k events
+    on each side of one correlation would be 4e8 pairs: we take the last ones directly."""
+    import numpy as np
+
+    from hpcwatch.analysis.critical_path import _index_correlation
+
+    corr = np.array([5, 5, 5, 5, -1, 7, 9], dtype=np.int64)
+    gpu = np.array([False, True, False, True, False, True, False])
+    assert _index_correlation(corr, gpu).tolist() == [3, 2, 3, 2, -1, 0, 0]
+    n = 20_000
+    many = _index_correlation(np.full(2 * n, 11, dtype=np.int64), np.arange(2 * n) % 2 == 1)
+    assert many[0] == 2 * n - 1 and many[1] == 2 * n - 2

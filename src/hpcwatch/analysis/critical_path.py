@@ -227,25 +227,25 @@ def _index_correlation(corr: np.ndarray, gpu_side: np.ndarray) -> np.ndarray:
     has = corr != -1
     cpu_rows = np.flatnonzero(has & ~gpu_side)
     gpu_rows = np.flatnonzero(has & gpu_side)
-    # an inner join on correlation; pandas' assignment keeps the last pair written for a row
+    # an inner join on correlation
     g_order = gpu_rows[np.argsort(corr[gpu_rows], kind="stable")]
     g_corr = corr[g_order]
     lo = np.searchsorted(g_corr, corr[cpu_rows], side="left")
     hi = np.searchsorted(g_corr, corr[cpu_rows], side="right")
-    single = (hi - lo) <= 1
-    if single.all():
-        cpus, gpus = cpu_rows, g_order[np.minimum(lo, len(g_order) - 1)] if len(g_order) else lo
-        matched = hi > lo
-        ic[cpus[matched]] = gpus[matched]
-        ic[gpus[matched]] = cpus[matched]
-        return ic
-    by_corr: dict[int, list[int]] = defaultdict(list)
-    for g, cr in zip(gpu_rows.tolist(), corr[gpu_rows].tolist()):
-        by_corr[cr].append(g)
-    for c_row, cr in zip(cpu_rows.tolist(), corr[cpu_rows].tolist()):
-        for g in by_corr.get(cr, ()):
-            ic[c_row] = g
-            ic[g] = c_row
+    # pandas writes every (cpu, gpu) pair of the merge in order (the cpu rows in file order, each one's gpu rows
+    # in file order), so what stays is a cpu row's last gpu row and a gpu row's last cpu row: taken directly,
+    # never the pairs themselves (a correlation shared by n events on each side would make n² of them).
+    matched = hi > lo
+    cpu_m = cpu_rows[matched]
+    ic[cpu_m] = g_order[hi[matched] - 1]
+    order = np.argsort(corr[cpu_m], kind="stable")
+    c_sorted = corr[cpu_m][order]
+    last = np.r_[c_sorted[1:] != c_sorted[:-1], True] if len(c_sorted) else np.zeros(0, dtype=bool)
+    last_cpu, last_corr = cpu_m[order][last], c_sorted[last]
+    pos = np.searchsorted(last_corr, g_corr)
+    found = pos < len(last_corr)
+    found[found] = last_corr[pos[found]] == g_corr[found]
+    ic[g_order[found]] = last_cpu[pos[found]]
     return np.asarray(ic, dtype=np.int64)
 
 
