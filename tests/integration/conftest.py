@@ -68,6 +68,35 @@ def wait_until(check: Callable[[], object], *, timeout_s: float, every_s: float 
         time.sleep(every_s)
 
 
+# -- which tests share a pytest-xdist worker ------------------------------------------------------------------
+
+#: Fixtures that stand for one real thing per machine or one costly server: every test using one runs on the
+#: same worker (``--dist loadgroup``), so there is one Slurm (one /tmp base, fixed ports) and one 128-node demo
+#: (half a core while it runs) however many workers there are.
+SHARED_FIXTURE_GROUPS = {"slurm": "slurm", "twin_serve": "slurm", "big_server": "demo-128"}
+
+
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the marks to name the groups
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Give each integration test its xdist group: the shared fixture it uses, else its module (a module's
+    fixtures, its demo server and Chromium, start once, on one worker)."""
+    here = Path(__file__).parent
+    for item in items:
+        if not item.path.is_relative_to(here) or item.get_closest_marker("xdist_group") is not None:
+            continue
+        names = getattr(item, "fixturenames", ())
+        shared = next((group for fixture, group in SHARED_FIXTURE_GROUPS.items() if fixture in names), None)
+        item.add_marker(pytest.mark.xdist_group(shared or item.module.__name__.rsplit(".", 1)[-1]))
+
+
+@pytest.hookimpl(tryfirst=True)  # in each worker, before it sends its collection to the controller
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """pytest-xdist names a test's group in its node id (``...@slurm``); some pytest releases drop that silently
+    (pytest 9.2 with xdist 3.8, pytest-xdist#1386) and two workers then start two Slurms on the same ports."""
+    if getattr(session.config.option, "loadgroup", False) and not any("@" in item.nodeid for item in session.items):
+        raise pytest.UsageError("pytest-xdist did not keep the xdist_group marks (pytest-xdist#1386): pytest < 9.2")
+
+
 # -- Slurm --------------------------------------------------------------------------------------
 
 

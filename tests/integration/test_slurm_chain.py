@@ -22,7 +22,7 @@ from .conftest import wait_until
 
 pytestmark = pytest.mark.integration
 
-PROMETHEUS_PORT = 29093
+PROMETHEUS_PORT = 29087  # its VictoriaMetrics +100, vmalert +200; collect_slurm has 29093
 SCRAPES_WITH_LABELS = 4
 
 

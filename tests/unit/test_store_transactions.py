@@ -91,7 +91,7 @@ def test_a_transaction_commits_every_kind_in_one_version(tmp_path):
         assert tx.version == store.version == 1
         assert tx.counts == IngestCounts(samples=5, events=1, jobs=2)
         assert [(j.id, j.state) for j in store.jobs()] == [("1", "RUNNING")]  # the last sighting in it wins
-        assert store.part_counts() == {"samples": 1, "events": 1, "spans": 0, "jobs": 1, "findings": 0}
+        assert store.part_counts() == {"samples": 1, "events": 1, "spans": 0, "jobs": 1, "findings": 0, "notices": 0}
 
 
 def test_a_job_seen_again_in_a_later_commit_replaces_its_row_and_select_star_hides_the_version(tmp_path):

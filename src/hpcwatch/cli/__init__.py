@@ -39,6 +39,7 @@ _COMMAND_MODULES = (
     "nccl",
     "assess",
     "collect",
+    "notify",
 )
 
 for _name in _COMMAND_MODULES:

@@ -29,6 +29,10 @@ def collect(config: Path, once: bool, check: bool, status: bool, duration: float
     from hpcwatch.collect.daemon import Daemon
 
     cfg = load_config(config)
+    if cfg.notify is not None and cfg.notify.check_at_start and not check and not status:
+        from hpcwatch.notify.loop import check_channels
+
+        check_channels(cfg.notify)  # an SMTP server or a webhook that does not answer stops the start: exit 2
     if check:
         _show_plan(cfg, json)
         return
@@ -59,7 +63,7 @@ def _show_plan(cfg, as_json: bool) -> None:
 
     from hpcwatch.collect.daemon import KINDS
 
-    rows = [{"kind": KINDS[type(s)], **asdict(s)} for s in cfg.collectors]
+    rows = [{"kind": KINDS[type(s)], **(s.describe() if hasattr(s, "describe") else asdict(s))} for s in cfg.collectors]
     if as_json:
         emit_json({"config": cfg.path, "store": cfg.store.path, "collectors": rows})
         return

@@ -26,7 +26,14 @@ MAX_AUTO_WORKERS = 4
 @twin_app.command("run")
 @click.option("--out", type=PATH, required=True, help="Folder to write (created; files inside are replaced).")
 @click.option("--duration", type=float, default=DEFAULT_DURATION_S, help="Simulated seconds.")
-@click.option("--nodes", type=int, help="Nodes of 8 H100 SXM (default: the reference cluster's 2).")
+@click.option(
+    "--model",
+    default="reference",
+    show_default=True,
+    help="Cluster model: reference (2 x 8 H100 SXM), mi300x (2 x 8 AMD MI300X: AMD device-metrics-exporter "
+    "text instead of dcgm-exporter's), or a cluster YAML file.",
+)
+@click.option("--nodes", type=int, help="Nodes of the model's first node group (default: the model's count).")
 @click.option("--seed", type=int, default=0, help="Random seed: the same seed writes the same files.")
 @repeatable("--scenario", help="Scenario to play (repeatable).")
 @click.option("--step", type=float, default=TWIN_STEP_S, help="Resolution: seconds between scrapes.")
@@ -46,6 +53,7 @@ MAX_AUTO_WORKERS = 4
 def twin_run(
     out: Path,
     duration: float,
+    model: str,
     nodes: int | None,
     seed: int,
     scenario: list[str],
@@ -60,13 +68,13 @@ def twin_run(
     from rich.progress import Progress
 
     from hpcwatch.twin import Twin, scenario_names
-    from hpcwatch.twin.run import SNAPSHOT_MAX_NODES, sized_reference, write_run
+    from hpcwatch.twin.run import SNAPSHOT_MAX_NODES, sized_model, write_run
 
     if duration <= 0 or step <= 0:
         raise ConfigError(f"--duration and --step must be > 0, got {duration} and {step}")
     if step > duration:
         raise ConfigError(f"--step ({step}) is longer than --duration ({duration})")
-    twin = Twin(sized_reference(nodes), seed=seed, scenarios=scenario)
+    twin = Twin(sized_model(model, nodes), seed=seed, scenarios=scenario)
     if workers < 0:
         raise ConfigError(f"--workers must be >= 0, got {workers}")
     if workers == 0:

@@ -13,6 +13,9 @@ mode = "rest"                         # "rest" (slurmrestd) or "cli" (squeue/sac
 ...
 ```
 
+``[notify]`` (one table, see ``hpcwatch.notify.config``) runs ``hpcwatch notify`` in the daemon, every
+``interval_s``, as one more collector named ``notify``.
+
 Collector tables are arrays (``[[slurm]]``, ``[[prometheus]]``, ``[[scrape]]``, ``[[follow]]``,
 ``[[spool]]``, ``[[schedule]]``), each entry one collector with its own ``interval_s``; ``name``
 (default: the kind and its position, ``follow-2``) names it in the status and on /metrics. A key
@@ -28,6 +31,7 @@ from pathlib import Path
 from typing import Any, Literal, get_args, get_origin, get_type_hints
 
 from hpcwatch.errors import ConfigError
+from hpcwatch.notify.config import NotifyConfig, parse_notify
 
 __all__ = [
     "CollectConfig",
@@ -223,7 +227,9 @@ class CollectConfig:
     store: StoreSection = field(default_factory=StoreSection)
     collect: DaemonSection = field(default_factory=DaemonSection)
     collectors: tuple[Any, ...] = ()
-    """Every collector section, in file order within each kind."""
+    """Every collector section, in file order within each kind (``[notify]``'s last, when there is one)."""
+    notify: NotifyConfig | None = None
+    """The ``[notify]`` table (also the last of ``collectors``), None when the file has none."""
 
 
 def load_config(path: str | Path) -> CollectConfig:
@@ -245,10 +251,10 @@ def parse_config(text: str, *, path: str = "<config>") -> CollectConfig:
         raise ConfigError(f"{path}: {err}") from err  # tomllib says "(at line N, column M)"
     lines = _KeyLines(text)
     for key in doc:
-        if key not in ("store", "collect", *SECTIONS):
+        if key not in ("store", "collect", "notify", *SECTIONS):
             raise ConfigError(
                 f"{path}:{lines.find(None, 0, key)}: unknown table [{key}] "
-                f"(known: store, collect, {', '.join(SECTIONS)})"
+                f"(known: store, collect, notify, {', '.join(SECTIONS)})"
             )
     store = _section(StoreSection, doc.get("store", {}), "store", None, path, lines)
     daemon = _section(DaemonSection, doc.get("collect", {}), "collect", None, path, lines)
@@ -262,11 +268,14 @@ def parse_config(text: str, *, path: str = "<config>") -> CollectConfig:
         for i, entry in enumerate(entries):
             section = _section(cls, entry, kind, i, path, lines)
             collectors.append(section)
+    notify = parse_notify(doc["notify"], path=path, text=text) if "notify" in doc else None
+    if notify is not None:
+        collectors.append(notify)
     names = [c.name for c in collectors]
     for name in names:
         if names.count(name) > 1:
             raise ConfigError(f"{path}: two collectors are named {name!r}; names must differ")
-    return CollectConfig(path=path, store=store, collect=daemon, collectors=tuple(collectors))
+    return CollectConfig(path=path, store=store, collect=daemon, collectors=tuple(collectors), notify=notify)
 
 
 def _section(cls: type, raw: Any, table: str, index: int | None, path: str, lines: _KeyLines) -> Any:

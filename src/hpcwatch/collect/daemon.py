@@ -35,6 +35,7 @@ from hpcwatch.collect.config import (
     SpoolSection,
 )
 from hpcwatch.errors import one_line
+from hpcwatch.notify.config import NotifyConfig
 from hpcwatch.reports.collectors import CollectorStatus, status_path
 from hpcwatch.store import Store
 
@@ -50,6 +51,7 @@ KINDS = {
     FollowSection: "follow",
     SpoolSection: "spool",
     ScheduleSection: "schedule",
+    NotifyConfig: "notify",
 }
 
 
@@ -79,6 +81,10 @@ def build_collector(store: Store, section: Any, *, node: str = "") -> Collector:
         from hpcwatch.collect.schedule import ScheduledTask
 
         return ScheduledTask(store, section)
+    if isinstance(section, NotifyConfig):
+        from hpcwatch.collect.notify import NotifyCollector
+
+        return NotifyCollector(store, section)
     raise TypeError(f"no collector for {type(section).__name__}")
 
 

@@ -6,6 +6,7 @@ Every number carries its source. An unknown device gets ``None`` from
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 __all__ = [
@@ -54,6 +55,18 @@ class GpuSpec:
 #       180 GB HBM3e, 7.7 TB/s; NVLink 5 1.8 TB/s; 1,000 W)
 # MI300X: https://www.amd.com/en/products/accelerators/instinct/mi300/mi300x.html (BF16 1,307.4 TFLOPS dense,
 #       192 GB HBM3, 5.3 TB/s, Infinity Fabric 896 GB/s peak aggregate, 750 W)
+# MI325X: https://www.amd.com/en/products/accelerators/instinct/mi300/mi325x.html (BF16 1,307.4 TFLOPS dense, the
+#       MI300X's CDNA 3 dies; 256 GB HBM3E, 6 TB/s; 7 Infinity Fabric links x 128 GB/s = 896 GB/s; 1,000 W)
+# MI355X: https://www.amd.com/en/products/accelerators/instinct/mi350/mi355x.html (BF16 2.5 PFLOPS dense: 2,516.6
+#       TFLOPS, 5.0 with sparsity; 288 GB HBM3E, 8 TB/s; 7 Infinity Fabric links x 153.6 GB/s = 1,075.2 GB/s; 1,400 W)
+# MI250X: https://www.amd.com/en/products/accelerators/instinct/mi200/mi250x.html (per OAM package: BF16 383.0
+#       TFLOPS, 128 GB HBM2e, 3.2768 TB/s, 8 Infinity Fabric links x 100 GB/s, 560 W peak). The package holds two
+#       graphics compute dies (GCDs) and the driver, amd-smi, rocm-smi, Slurm's GRES and HIP each count a GCD as
+#       one GPU (Frontier's 4 packages are 8 GPUs a node), so the entry is one GCD: half of each package figure.
+# AMD idle powers: MI300X 140 W (rocm-smi of 4 idle MI300X at 131-137 W, thamada/nvidia-smi nvsim/MI300X_x4_smi.py;
+#       amd-smi 158 W at 0 % activity, tests/data/amd/amd_smi_metric_mi300x_26.0.2_lilbee.json); MI250X 45 W a GCD
+#       (rocm-smi of an idle MI250 package, 91 W at 0 % use, tests/data/amd/rocm_smi_a_mi250_rocm6_wandb.json, of
+#       which half); MI325X and MI355X: no capture of ours, ours = the MI300X's idle share of its TDP (19 %).
 GPUS: dict[str, GpuSpec] = {
     spec.key: spec
     for spec in (
@@ -117,6 +130,42 @@ GPUS: dict[str, GpuSpec] = {
             idle_power_w=140.0,
             source="https://www.amd.com/en/products/accelerators/instinct/mi300/mi300x.html",
         ),
+        GpuSpec(
+            key="mi325x",
+            name="AMD Instinct MI325X",
+            vendor="amd",
+            peak_bf16_dense_flops=1307.4 * TERA,
+            hbm_bytes=256 * 10**9,
+            hbm_bandwidth_bytes_s=6.0e12,
+            nvlink_bandwidth_bytes_s=7 * 128 * GB,
+            tdp_w=1000.0,
+            idle_power_w=float(round(1000.0 * 140.0 / 750.0)),
+            source="https://www.amd.com/en/products/accelerators/instinct/mi300/mi325x.html",
+        ),
+        GpuSpec(
+            key="mi355x",
+            name="AMD Instinct MI355X",
+            vendor="amd",
+            peak_bf16_dense_flops=2516.6 * TERA,
+            hbm_bytes=288 * 10**9,
+            hbm_bandwidth_bytes_s=8.0e12,
+            nvlink_bandwidth_bytes_s=7 * 153.6 * GB,
+            tdp_w=1400.0,
+            idle_power_w=float(round(1400.0 * 140.0 / 750.0)),
+            source="https://www.amd.com/en/products/accelerators/instinct/mi350/mi355x.html",
+        ),
+        GpuSpec(
+            key="mi250x",
+            name="AMD Instinct MI250X",
+            vendor="amd",
+            peak_bf16_dense_flops=383.0 * TERA / 2,
+            hbm_bytes=128 * GIB // 2,
+            hbm_bandwidth_bytes_s=3.2768e12 / 2,
+            nvlink_bandwidth_bytes_s=8 * 100 * GB / 2,
+            tdp_w=560.0 / 2,
+            idle_power_w=91.0 / 2,
+            source="https://www.amd.com/en/products/accelerators/instinct/mi200/mi250x.html",
+        ),
     )
 }
 
@@ -156,10 +205,16 @@ LINKS: dict[str, LinkSpec] = {
 }
 
 _ALIASES = {"h100": "h100-sxm", "h100-sxm5": "h100-sxm", "a100": "a100-sxm", "h200-sxm": "h200"}
+#: An AMD Instinct product in the names the tools give: amd-smi ``AMD Instinct MI300X``, the exporter's
+#: ``card_series`` ``AMD Instinct MI300X OAM`` or ``Aqua Vanjaram [Instinct MI300X VF]`` (lspci's, under SR-IOV),
+#: rocm-smi ``AMD INSTINCT MI250X (MCM) OAM ...``, ``MI300X-O``. The number and the X must match exactly: an MI250
+#: (no X, 362.1 TFLOPS) or an MI308X is another product, and gets None.
+_AMD_PRODUCT_RE = re.compile(r"(?<![a-z0-9])(mi250x|mi300x|mi325x|mi355x)(?![a-z0-9])")
 
 
 def gpu_spec(key_or_name: str) -> GpuSpec | None:
-    """The spec for a catalog key (``h100-sxm``) or a driver name (``NVIDIA H100 80GB HBM3``); else ``None``."""
+    """The spec for a catalog key (``h100-sxm``) or a driver name (``NVIDIA H100 80GB HBM3``, ``AMD Instinct
+    MI300X OAM``); else ``None``."""
     key = key_or_name.strip().lower()
     key = _ALIASES.get(key, key)
     if key in GPUS:
@@ -167,7 +222,8 @@ def gpu_spec(key_or_name: str) -> GpuSpec | None:
     for spec in GPUS.values():
         if spec.name.lower() == key:
             return spec
-    return None
+    amd = _AMD_PRODUCT_RE.search(key) if ("instinct" in key or key.startswith("mi")) else None
+    return GPUS.get(amd.group(1)) if amd else None
 
 
 def link_spec(key: str) -> LinkSpec | None:

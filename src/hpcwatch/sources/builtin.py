@@ -586,6 +586,80 @@ register(
     )
 )
 
+
+# -- AMD GPUs: readings renamed to the DCGM fields (sources/amd_gpu.py); the exporter's text before `prometheus`
+
+
+def _amd_smi(p: Path, c: ReadContext) -> Iterator[Sample]:
+    from hpcwatch.sources import amd_smi
+
+    return amd_smi.read_amd_smi_json(p, hostname=c.host)
+
+
+def _sniff_amd_smi(h: Head) -> bool:
+    from hpcwatch.sources import amd_smi
+
+    return amd_smi.is_amd_smi_json(h.text)
+
+
+def _rocm_smi(p: Path, c: ReadContext) -> Iterator[Sample]:
+    from hpcwatch.sources import rocm_smi
+
+    return rocm_smi.read_rocm_smi_json(p, hostname=c.host)
+
+
+def _sniff_rocm_smi(h: Head) -> bool:
+    from hpcwatch.sources import rocm_smi
+
+    return rocm_smi.is_rocm_smi_json(h.text)
+
+
+def _amd_exporter(p: Path, c: ReadContext) -> Iterator[Sample]:
+    from hpcwatch.sources import amd_exporter
+
+    return amd_exporter.read_amd_exporter_text(p, host=c.host)
+
+
+def _sniff_amd_exporter(h: Head) -> bool:
+    from hpcwatch.sources import amd_exporter
+
+    return amd_exporter.is_amd_exporter_text(h.text)
+
+
+register(
+    Format(
+        name="amd-smi-json",
+        sniff=_sniff_amd_smi,
+        read=_amd_smi,
+        kinds=S,
+        uses_host=True,
+        dated_by_file=True,
+        summary="amd-smi metric --json / amd-smi static --json (AMD GPUs, as DCGM fields)",
+    )
+)
+register(
+    Format(
+        name="rocm-smi-json",
+        sniff=_sniff_rocm_smi,
+        read=_rocm_smi,
+        kinds=S,
+        uses_host=True,
+        dated_by_file=True,
+        summary="rocm-smi --json (AMD GPUs, as DCGM fields)",
+    )
+)
+register(
+    Format(
+        name="amd-device-metrics",
+        sniff=_sniff_amd_exporter,
+        read=_amd_exporter,
+        kinds=S,
+        uses_host=True,
+        dated_by_file=True,
+        summary="AMD device-metrics-exporter scrape (Prometheus text; GPU readings as DCGM fields)",
+    )
+)
+
 # -- lenient formats last ----------------------------------------------------------------------------------
 
 

@@ -7,9 +7,11 @@ named read questions the reports ask, so that no SQL lives outside this package.
 
 from hpcwatch.store.core import (
     DEFAULT_BATCH_SIZE,
+    NOTICE_STATES,
     SAMPLE_SCHEMA,
     TABLES,
     IngestCounts,
+    NoticeRow,
     SourceMark,
     Store,
     StoreConfig,
@@ -23,6 +25,8 @@ __all__ = [
     "IngestCounts",
     "SourceMark",
     "Transaction",
+    "NoticeRow",
+    "NOTICE_STATES",
     "TABLES",
     "DEFAULT_BATCH_SIZE",
     "sample_keys",

@@ -3,7 +3,7 @@
 Layout of a store folder (the ``--db PATH``)::
 
     manifest.json            the committed parts of every table, the committed sources, a version
-    samples/part-*.parquet   one folder per table: samples, events, spans, jobs, findings
+    samples/part-*.parquet   one folder per table: samples, events, spans, jobs, findings, notices
     staging/<writer-id>/     a writer's parts before their commit (the writer holds an flock on it)
     .lock                    flock'ed by a writer for the few milliseconds of a commit
 
@@ -20,7 +20,7 @@ re-reads the manifest and tries once more.
 Every row carries the version of the commit that added it (``_v``, hidden from
 the tables: the manifest knows it per part, merged parts store it as a column).
 It makes two things exact: a job seen again replaces its row (the latest commit
-wins), and ``query_since`` reads only what was committed after a version.
+wins; so does a notice's delivery row, ``notices``, keyed by ``key``), and ``query_since`` reads only what was committed after a version.
 
 Samples are kept with their host, gpu and job pulled out of the labels
 (``schemas.sample_keys``). Queries return records (few rows) or a
@@ -60,6 +60,8 @@ __all__ = [
     "IngestCounts",
     "SourceMark",
     "Transaction",
+    "NoticeRow",
+    "NOTICE_STATES",
     "DEFAULT_BATCH_SIZE",
     "DEFAULT_COMPACT_FANIN",
     "DEFAULT_COMPACT_MAX_ROWS",
@@ -132,14 +134,35 @@ _FINDING_SCHEMA = pa.schema(
     ]
 )
 
-#: The five tables and their columns (labels, attrs, evidence, nodes, gpus_by_node: JSON text).
+_NOTICE_SCHEMA = pa.schema(
+    [
+        ("key", pa.string()),
+        ("notice", pa.string()),
+        ("kind", pa.string()),
+        ("channel", pa.string()),
+        ("recipient", pa.string()),
+        ("state", pa.string()),
+        ("t", pa.float64()),
+        ("attempts", pa.int32()),
+        ("payload", pa.string()),
+    ]
+)
+
+#: The tables and their columns (labels, attrs, evidence, nodes, gpus_by_node, payload: JSON text): the five
+#: kinds of records, and ``notices``, what ``hpcwatch notify`` delivered or still owes (``NoticeRow``).
 TABLES: dict[str, pa.Schema] = {
     "samples": SAMPLE_SCHEMA,
     "events": _EVENT_SCHEMA,
     "spans": _SPAN_SCHEMA,
     "jobs": _JOB_SCHEMA,
     "findings": _FINDING_SCHEMA,
+    "notices": _NOTICE_SCHEMA,
 }
+#: Tables where a row seen again replaces the previous one (the latest commit wins), and their key column.
+_KEYED = {"jobs": "id", "notices": "key"}
+#: A delivery's states: owed (written before the first try, so a crash or an outage loses nothing), done, or
+#: a notice composed that no channel carries or nobody receives (kept so it is not composed again).
+NOTICE_STATES = ("pending", "sent", "unrouted")
 _SQL_TYPES = {pa.string(): "VARCHAR", pa.float64(): "DOUBLE", pa.int32(): "INTEGER"}
 
 
@@ -169,6 +192,34 @@ class StoreConfig:
             raise ValueError(f"compact_fanin must be >= 2, got {self.compact_fanin}")
         if self.retire_grace_s < 0:
             raise ValueError(f"retire_grace_s must be >= 0, got {self.retire_grace_s}")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class NoticeRow:
+    """One delivery of one notice (``hpcwatch notify``): a row per state change, the latest by ``key`` wins."""
+
+    key: str
+    """``<notice>|<channel>|<recipient>``: what is delivered once."""
+    notice: str
+    """The notice's own key (``job-end/<id>``, ``health/<node>/<verdict>/<t>``, ``digest/daily/user/<u>/<day>``)."""
+    kind: str
+    channel: str
+    """The channel's name in the config."""
+    recipient: str
+    """A mail address, or the audience a webhook posts for (``operators``)."""
+    state: str
+    """One of ``NOTICE_STATES``."""
+    t: float
+    """UTC seconds this row was written (for ``sent``: when the channel took the message)."""
+    attempts: int = 0
+    """Failed tries so far."""
+    payload: str = "{}"
+    """The rendered message as JSON text (subject, text, html, the webhook document), so what a restart
+    sends is what was composed, whatever the store holds by then."""
+
+    def __post_init__(self) -> None:
+        if self.state not in NOTICE_STATES:
+            raise ValueError(f"notice {self.key!r}: unknown state {self.state!r} (known: {', '.join(NOTICE_STATES)})")
 
 
 def _where(*conditions: tuple[str, Any]) -> tuple[str, list[Any]]:
@@ -338,8 +389,8 @@ class Transaction:
         self._jobs: dict[str, Job] = {}
         self._clear_findings = False
 
-    def add(self, records: Iterable[Sample | Event | Span | Job | Finding]) -> IngestCounts:
-        """Stage records of any kind; returns the counts of this call."""
+    def add(self, records: Iterable[Sample | Event | Span | Job | Finding | NoticeRow]) -> IngestCounts:
+        """Stage records of any kind (and notice rows); returns the counts of this call."""
         counts = IngestCounts()
         batch: list[Any] = []
         for record in records:
@@ -383,7 +434,8 @@ class Transaction:
                 self._writer(writer.name).write(writer.table(rows))
             else:
                 raise TypeError(f"not a record the store keeps: {kind.__name__}")
-            setattr(counts, _KIND_TABLES[kind], getattr(counts, _KIND_TABLES[kind]) + len(rows))
+            if kind in _KIND_TABLES:  # notices are not ingested records: no count
+                setattr(counts, _KIND_TABLES[kind], getattr(counts, _KIND_TABLES[kind]) + len(rows))
         _crash_hook("staged")
 
     def _close_parts(self) -> dict[str, _PartWriter]:
@@ -492,8 +544,11 @@ class Store:
 
     @staticmethod
     def _public_sql(table: str, source: str) -> str:
-        if table == "jobs":  # a job seen again replaces its row: the latest commit wins
-            return f"SELECT {_columns(table)} FROM {source} QUALIFY row_number() OVER (PARTITION BY id ORDER BY _v DESC) = 1"
+        if table in _KEYED:  # a job (a notice's delivery) seen again replaces its row: the latest commit wins
+            return (
+                f"SELECT {_columns(table)} FROM {source} "
+                f'QUALIFY row_number() OVER (PARTITION BY "{_KEYED[table]}" ORDER BY _v DESC) = 1'
+            )
         return f"SELECT {_columns(table)} FROM {source}"
 
     # -- lifecycle -----------------------------------------------------------------------------
@@ -542,8 +597,8 @@ class Store:
             tx._discard()
             raise
 
-    def add(self, records: Iterable[Sample | Event | Span | Job | Finding]) -> IngestCounts:
-        """Store records of any kind, one commit per ``batch_size`` records."""
+    def add(self, records: Iterable[Sample | Event | Span | Job | Finding | NoticeRow]) -> IngestCounts:
+        """Store records of any kind (and notice rows), one commit per ``batch_size`` records."""
         counts = IngestCounts()
         batch: list[Any] = []
         for record in records:
@@ -657,8 +712,7 @@ class Store:
 
     def _read_manifest(self) -> dict[str, Any]:
         with open(self.path / _MANIFEST, "rb") as f:
-            manifest: dict[str, Any] = orjson.loads(f.read())
-        return manifest
+            return _with_every_table(orjson.loads(f.read()))
 
     def _retire(self, manifest: dict[str, Any], table: str, parts: list[dict[str, Any]], now: float) -> None:
         dropped = {p["file"] for p in parts}
@@ -771,8 +825,11 @@ class Store:
         name = f"part-{max(versions):010d}-{uuid.uuid4().hex[:8]}-merged.parquet"
         target = self._staging_dir() / f"{table}-{name}"
         rows_sql = " UNION ALL ".join(self._part_sql(table, p) for p in group)
-        if table == "jobs":
-            rows_sql = f"SELECT * FROM ({rows_sql}) QUALIFY row_number() OVER (PARTITION BY id ORDER BY _v DESC) = 1"
+        if table in _KEYED:
+            rows_sql = (
+                f"SELECT * FROM ({rows_sql}) "
+                f'QUALIFY row_number() OVER (PARTITION BY "{_KEYED[table]}" ORDER BY _v DESC) = 1'
+            )
         elif table == "samples":  # sorted parts let a metric filter skip row groups
             rows_sql = f"SELECT * FROM ({rows_sql}) ORDER BY metric, host, gpu, t"
         # Only the thread holding _compact_lock gets here, so the connection is never shared.
@@ -815,7 +872,7 @@ class Store:
             key = (st.st_ino, st.st_mtime_ns, st.st_size)
             if key == self._bound_key and not force:
                 return
-            manifest = orjson.loads(f.read())
+            manifest = _with_every_table(orjson.loads(f.read()))
         for table in TABLES:
             self._con.execute(
                 f"CREATE OR REPLACE VIEW _all_{table} AS "
@@ -941,6 +998,13 @@ class Store:
         ]
 
 
+def _with_every_table(manifest: dict[str, Any]) -> dict[str, Any]:
+    """A manifest written before a table existed (``notices``) lists it empty."""
+    for table in TABLES:
+        manifest["tables"].setdefault(table, [])
+    return manifest
+
+
 def _tier(rows: int, fanin: int) -> int:
     tier = 0
     while rows >= fanin:
@@ -1042,5 +1106,10 @@ _ROW_WRITERS = {
         "findings",
         _FINDING_SCHEMA,
         lambda f: (f.vector, f.severity, f.target, f.title, _json(dict(f.evidence)), f.t, f.rule),
+    ),
+    NoticeRow: _RowWriter(
+        "notices",
+        _NOTICE_SCHEMA,
+        lambda n: (n.key, n.notice, n.kind, n.channel, n.recipient, n.state, n.t, n.attempts, n.payload),
     ),
 }

@@ -17,7 +17,7 @@ import orjson
 
 from hpcwatch.errors import ConfigError
 from hpcwatch.records import Event, Sample, Span
-from hpcwatch.store.core import Store
+from hpcwatch.store.core import NoticeRow, Store
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -58,6 +58,13 @@ __all__ = [
     "sample_job_ids",
     "data_seen",
     "job_window_samples",
+    "notice_keys",
+    "pending_notices",
+    "sent_notices",
+    "sent_counts_by_recipient",
+    "ended_job_ids",
+    "verdict_episode_start",
+    "ended_job_owners",
 ]
 
 
@@ -451,3 +458,90 @@ def step_walls(store: Store, job: str) -> list[tuple[int, float, float]]:
     return store.query(
         "SELECT step, min(start), max(start + dur) FROM spans WHERE job = ? GROUP BY step ORDER BY step", [job]
     )
+
+
+# -- notices (hpcwatch notify) -------------------------------------------------------------------
+
+
+def notice_keys(store: Store, notices: Sequence[str]) -> set[str]:
+    """Which of these notice keys already have a delivery row (pending or sent): composed before."""
+    if not notices:
+        return set()
+    found: set[str] = set()
+    for i in range(0, len(notices), 1000):  # bounded parameter lists
+        chunk = list(notices[i : i + 1000])
+        found |= {
+            n for (n,) in store.query(f"SELECT DISTINCT notice FROM notices WHERE notice IN ({_marks(chunk)})", chunk)
+        }
+    return found
+
+
+def pending_notices(store: Store) -> list[NoticeRow]:
+    """Deliveries still owed, oldest first (their latest row is ``pending``)."""
+    rows = store.query(
+        "SELECT key, notice, kind, channel, recipient, state, t, attempts, payload FROM notices "
+        "WHERE state = 'pending' ORDER BY t, key"
+    )
+    return [_notice(row) for row in rows]
+
+
+def sent_notices(store: Store, *, since: float | None = None) -> list[NoticeRow]:
+    """Deliveries done (at or after ``since``, UTC s), in the order they were sent."""
+    where, params = ("AND t >= ?", [since]) if since is not None else ("", [])
+    rows = store.query(
+        "SELECT key, notice, kind, channel, recipient, state, t, attempts, payload FROM notices "
+        f"WHERE state = 'sent' {where} ORDER BY t, key",
+        params,
+    )
+    return [_notice(row) for row in rows]
+
+
+def sent_counts_by_recipient(store: Store, *, since: float) -> dict[str, int]:
+    """recipient -> deliveries sent to it at or after ``since`` (UTC s): what a rate limit counts."""
+    rows = store.query(
+        "SELECT recipient, count(*) FROM notices WHERE state = 'sent' AND t >= ? GROUP BY recipient", [since]
+    )
+    return {r: int(n) for r, n in rows}
+
+
+def ended_job_ids(store: Store, *, since: float) -> list[str]:
+    """Ids of the jobs that ended at or after ``since`` (UTC s), by end time."""
+    return [j for (j,) in store.query('SELECT id FROM jobs WHERE "end" >= ? ORDER BY "end", id', [since])]
+
+
+def _notice(row: tuple[Any, ...]) -> NoticeRow:
+    key, notice, kind, channel, recipient, state, t, attempts, payload = row
+    return NoticeRow(
+        key=key,
+        notice=notice,
+        kind=kind,
+        channel=channel,
+        recipient=recipient,
+        state=state,
+        t=t,
+        attempts=attempts,
+        payload=payload,
+    )
+
+
+def verdict_episode_start(store: Store, *, kind: str, node: str, verdict: str, at: float) -> float:
+    """When the run of ``kind`` events (``health_verdict``) of ``node`` with ``verdict`` that holds the
+    event at ``at`` began: the first such event after the node's last event with another verdict (UTC s).
+    A verdict held for longer than any look-back window keeps one start, so it is one episode."""
+    rows = store.query(
+        "SELECT min(t) FROM events WHERE kind = ? AND json_extract_string(attrs, '$.node') = ? "
+        "AND json_extract_string(attrs, '$.verdict') = ? AND t <= ? AND t > coalesce(("
+        "SELECT max(t) FROM events WHERE kind = ? AND json_extract_string(attrs, '$.node') = ? "
+        "AND json_extract_string(attrs, '$.verdict') <> ? AND t < ?), -1e300)",
+        [kind, node, verdict, at, kind, node, verdict, at],
+    )
+    start = rows[0][0]
+    return float(start) if start is not None else at
+
+
+def ended_job_owners(store: Store, *, t0: float, t1: float) -> list[tuple[str | None, str | None]]:
+    """Distinct (user, account) of the jobs that ended in [t0, t1) (UTC s)."""
+    rows = store.query(
+        'SELECT DISTINCT "user", account FROM jobs WHERE "end" >= ? AND "end" < ? ORDER BY ALL', [t0, t1]
+    )
+    return [(u, a) for u, a in rows]

@@ -42,7 +42,7 @@ import numpy as np
 
 from hpcwatch import vocab
 from hpcwatch.errors import ConfigError
-from hpcwatch.model import Cluster
+from hpcwatch.model import Cluster, Gpu
 from hpcwatch.records import Event, Job
 from hpcwatch.twin.devices import (  # noqa: F401
     COUNTER,
@@ -54,6 +54,7 @@ from hpcwatch.twin.devices import (  # noqa: F401
     IB_MTU_BYTES,
     SM_CLOCK_IDLE_MHZ,
     SM_CLOCK_MAX_MHZ,
+    amd_uuid,
     bus_id,
     gpu_uuid,
 )
@@ -150,17 +151,10 @@ class Twin(TrainingSteps, Restarts, GroundTruth, TwinOutputs):
         self._gpu_flat = {(g.node, g.index): i for i, g in enumerate(gpus)}
         self._physics = GpuPhysics(gpus, c.cooling)
         self.gpu_labels: list[dict[str, str]] = [
-            {
-                "gpu": str(g.index),
-                "UUID": gpu_uuid(c.name, g.node, g.index),
-                "pci_bus_id": bus_id(g.index),
-                "device": f"nvidia{g.index}",
-                "modelName": g.spec.name,
-                "Hostname": g.node,
-                "DCGM_FI_DRIVER_VERSION": DRIVER_VERSION,
-            }
-            for g in gpus
+            _amd_labels(c.name, g) if g.spec.vendor == "amd" else _dcgm_labels(c.name, g) for g in gpus
         ]
+        #: Per GPU: its node's exporter writes AMD device-metrics-exporter text (else dcgm-exporter's).
+        self.gpu_is_amd = np.array([g.spec.vendor == "amd" for g in gpus], dtype=bool)
         # One HCA per rail: HCA h of a node serves the GPUs g with g * H // G == h (rail-optimised).
         ports: list[tuple[str, int]] = []
         port_of_gpu = np.zeros(self.n_gpus, dtype=np.int64)
@@ -178,7 +172,12 @@ class Twin(TrainingSteps, Restarts, GroundTruth, TwinOutputs):
         self._gpus_per_port = np.bincount(self._port_of_gpu, minlength=len(self.ports))
         self._node_gpus = {n.name: [self._gpu_flat[(n.name, g.index)] for g in n.gpus] for n in c.nodes}
         self._node_ports = {name: [p for p, (n, _) in enumerate(ports) if n == name] for name in self.node_names}
-        self._label_text = [",".join(f'{k}="{v}"' for k, v in labels.items()) for labels in self.gpu_labels]
+        self._label_text = [
+            _exporter_label_text(c.name, g)
+            if g.spec.vendor == "amd"
+            else ",".join(f'{k}="{v}"' for k, v in lab.items())
+            for g, lab in zip(gpus, self.gpu_labels)
+        ]
 
     def _init_state(self) -> None:
         n = self.n_gpus
@@ -245,10 +244,20 @@ class Twin(TrainingSteps, Restarts, GroundTruth, TwinOutputs):
         return self._node_ports[node]
 
     def dcgm_label_text(self, g: int) -> str:
-        """The label text of flat GPU g as dcgm-exporter writes it, hpc_job included when held."""
+        """The label text of flat GPU g as its exporter writes it, with the job that holds it: dcgm-exporter's
+        ``hpc_job``, or the ``job_id`` AMD's device-metrics-exporter takes from its Slurm prolog."""
         j = int(self._label_job[g])
+        return self.exporter_label_text(g, self.scheduler.jobs[j].id if j >= 0 else None)
+
+    def exporter_label_text(self, g: int, job: str | None) -> str:
+        """The label text of flat GPU g as its exporter writes it, held by ``job`` (None: free)."""
         base = self._label_text[g]
-        return f'{base},hpc_job="{self.scheduler.jobs[j].id}"' if j >= 0 else base
+        return f'{base},{"job_id" if self.gpu_is_amd[g] else "hpc_job"}="{job}"' if job else base
+
+    def node_is_amd(self, node: str) -> bool:
+        """Whether the node's GPUs are AMD ones (its exporter is device-metrics-exporter)."""
+        flat = self._node_gpus[node]
+        return bool(flat) and bool(self.gpu_is_amd[flat].all())
 
     def job_of(self, node: str, gpu: int) -> str | None:
         """The job id on that GPU during the last tick (what dcgm-exporter's hpc_job label says)."""
@@ -417,3 +426,37 @@ class Twin(TrainingSteps, Restarts, GroundTruth, TwinOutputs):
         """Cumulative obdfilter job_stats per job still listed: rows = OSTs, columns =
         read_sum, read_rpcs, write_sum, write_rpcs, syncs (bytes and counts)."""
         return self._lustre.listed(self.scheduler.jobs, self.now)
+
+
+def _dcgm_labels(cluster: str, g: Gpu) -> dict[str, str]:
+    """dcgm-exporter's labels of an NVIDIA GPU."""
+    return {
+        "gpu": str(g.index),
+        "UUID": gpu_uuid(cluster, g.node, g.index),
+        "pci_bus_id": bus_id(g.index),
+        "device": f"nvidia{g.index}",
+        "modelName": g.spec.name,
+        "Hostname": g.node,
+        "DCGM_FI_DRIVER_VERSION": DRIVER_VERSION,
+    }
+
+
+def _amd_labels(cluster: str, g: Gpu) -> dict[str, str]:
+    """An AMD GPU's labels as the AMD readers give them (sources/amd_gpu.py): the same keys the analyses read."""
+    return {
+        "gpu": str(g.index),
+        "UUID": amd_uuid(cluster, g.node, g.index),
+        "modelName": g.spec.name,
+        "Hostname": g.node,
+        "vendor": "amd",
+    }
+
+
+def _exporter_label_text(cluster: str, g: Gpu) -> str:
+    """The label text device-metrics-exporter writes for a GPU (labels of ROCm/device-metrics-exporter
+    issue #171's MI300X scrape, sorted as the exporter sorts them); the job label is added per scrape."""
+    return (
+        f'card_model="",card_series="{g.spec.name}",gpu_compute_partition_type="spx",gpu_id="{g.index}",'
+        f'gpu_memory_partition_type="nps1",gpu_partition_id="0",gpu_uuid="{amd_uuid(cluster, g.node, g.index)}",'
+        f'hostname="{g.node}"'
+    )

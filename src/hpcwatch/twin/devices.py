@@ -21,6 +21,7 @@ __all__ = [
     "COUNTER",
     "HGX_BUS_IDS",
     "gpu_uuid",
+    "amd_uuid",
     "bus_id",
 ]
 
@@ -86,6 +87,13 @@ def gpu_uuid(cluster: str, node: str, index: int) -> str:
     """A stable UUID in NVML's form, from the GPU's place in the cluster."""
     h = hashlib.sha1(f"{cluster}/{node}/{index}".encode()).hexdigest()
     return f"GPU-{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:32]}"
+
+
+def amd_uuid(cluster: str, node: str, index: int) -> str:
+    """A stable UUID in the form amd-smi and device-metrics-exporter give (``17ff74b5-0000-1000-805c-...``, issue
+    #171 of ROCm/device-metrics-exporter), from the GPU's place in the cluster."""
+    h = hashlib.sha1(f"{cluster}/{node}/{index}".encode()).hexdigest()
+    return f"{h[:4]}ff74-0000-1000-80{h[4:6]}-{h[6:18]}"
 
 
 def bus_id(index: int) -> str:

@@ -37,6 +37,8 @@ if TYPE_CHECKING:
 
 __all__ = [
     "DCGM_HELP",
+    "AMD_EXPORTER_FIELDS",
+    "exporter_values",
     "NODE_EXPORTER_IB",
     "dcgm_text",
     "node_exporter_text",
@@ -72,6 +74,25 @@ DCGM_HELP: dict[str, tuple[str, str]] = {
     "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE": ("gauge", "Ratio of cycles the tensor (HMMA) pipe is active."),
 }
 _FLOAT_FIELDS = frozenset({vocab.DCGM_FI_DEV_POWER_USAGE, vocab.DCGM_FI_PROF_PIPE_TENSOR_ACTIVE})
+#: What AMD's device-metrics-exporter writes for the twin's fields on an AMD node: (its metric, the twin's DCGM
+#: field, its help text verbatim from pkg/amdgpu/gpuagent/gpuagent_gpu_metrics.go, what follows the value), in the
+#: exporter's order (client_golang sorts families by name). Every family is a gauge there. The units are the
+#: DCGM ones but for energy: uJ, written as the integer mJ followed by "000". The SM clock (no catalog clock
+#: for AMD parts), XID (no such counter) and tensor activity (no exporter field) are not written.
+AMD_EXPORTER_FIELDS: tuple[tuple[str, str, str, str], ...] = (
+    (
+        vocab.GPU_ENERGY_CONSUMED,
+        vocab.DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION,
+        "Accumulated energy consumed by the GPU in uJ",
+        "000",
+    ),
+    (vocab.GPU_FREE_VRAM, vocab.DCGM_FI_DEV_FB_FREE, "Free VRAM memory of the GPU (in MB)", ""),
+    (vocab.GPU_GFX_ACTIVITY, vocab.DCGM_FI_DEV_GPU_UTIL, "Graphics engine usage in Percentage (0-100)", ""),
+    (vocab.GPU_JUNCTION_TEMPERATURE, vocab.DCGM_FI_DEV_GPU_TEMP, "Current junction/hotspot temperature in Celsius", ""),
+    (vocab.GPU_POWER_USAGE, vocab.DCGM_FI_DEV_POWER_USAGE, "GPU Power usage in Watts", ""),
+    (vocab.GPU_USED_VRAM, vocab.DCGM_FI_DEV_FB_USED, "Used VRAM memory of the GPU (in MB)", ""),
+)
+_AMD_COLUMNS = tuple(DCGM_FIELDS.index(field) for _, field, _, _ in AMD_EXPORTER_FIELDS)
 
 #: node-exporter infiniband metrics: name -> (type, help, perfquery counter, multiplier). Sorted by name, as
 #: node-exporter writes them. Data counters are 4-byte words in perfquery, octets in node-exporter.
@@ -177,7 +198,11 @@ def _float_fields(twin: Twin) -> frozenset[str]:
     return _FLOAT_FIELDS
 
 
-def _dcgm_template(label_sets: tuple[str, ...], float_fields: frozenset[str] = _FLOAT_FIELDS) -> str:
+def _dcgm_template(
+    label_sets: tuple[str, ...], float_fields: frozenset[str] = _FLOAT_FIELDS, *, amd: bool = False
+) -> str:
+    if amd:
+        return _amd_template(label_sets, float_fields)
     out = []
     for name in DCGM_FIELDS:
         kind, help_text = DCGM_HELP[name]
@@ -185,6 +210,26 @@ def _dcgm_template(label_sets: tuple[str, ...], float_fields: frozenset[str] = _
         out.append(_esc(f"# HELP {name} {help_text}\n# TYPE {name} {kind}\n"))
         out.extend(_esc(f"{name}{{{labels}}} ") + spec + _TS + "\n" for labels in label_sets)
     return "".join(out)
+
+
+def _amd_template(label_sets: tuple[str, ...], float_fields: frozenset[str]) -> str:
+    """device-metrics-exporter's text for the GPUs of ``label_sets``; its values come from ``_amd_values``."""
+    out = []
+    for name, field, help_text, suffix in AMD_EXPORTER_FIELDS:
+        spec = "%r" if field in float_fields else "%d"
+        out.append(_esc(f"# HELP {name} {help_text}\n# TYPE {name} gauge\n"))
+        out.extend(_esc(f"{name}{{{labels}}} ") + spec + suffix + _TS + "\n" for labels in label_sets)
+    return "".join(out)
+
+
+def _amd_values(values: list, gpus: int) -> list:
+    """A node's field-major values (``_gpu_values``) cut to the fields of ``AMD_EXPORTER_FIELDS``, in its order."""
+    return [v for k in _AMD_COLUMNS for v in values[k * gpus : (k + 1) * gpus]]
+
+
+def exporter_values(twin: Twin, node: str, values: list, gpus: int) -> list:
+    """``values`` as the node's exporter template takes them (all fields for dcgm-exporter)."""
+    return _amd_values(values, gpus) if twin.node_is_amd(node) else values
 
 
 def _stamp_of(twin: Twin, timestamp: bool) -> str:
@@ -206,7 +251,13 @@ def dcgm_text(
     flat = twin.gpus_of_node(node)
     lost = twin.absent[flat]
     absent = lost if lost.any() else None
-    if jobs_by_gpu is not None:
+    if jobs_by_gpu is not None and twin.node_is_amd(node):  # device-metrics-exporter's labels, its job_id
+        jobs = [jobs_by_gpu.get(k) or jobs_by_gpu.get(str(k)) for k in range(len(flat))]
+        label_sets = tuple(twin.exporter_label_text(g, job) for g, job in zip(flat, jobs))
+        if absent is not None:
+            label_sets = tuple(lab for lab, gone in zip(label_sets, absent.tolist()) if not gone)
+        template = _dcgm_template(label_sets, _float_fields(twin), amd=True)
+    elif jobs_by_gpu is not None:
         label_sets = tuple(_label_text(labels) for labels in twin.labels_by_gpu(node, jobs_by_gpu=jobs_by_gpu))
         if absent is not None:
             label_sets = tuple(lab for lab, gone in zip(label_sets, absent.tolist()) if not gone)
@@ -214,7 +265,7 @@ def dcgm_text(
     else:
         template = _dcgm_node_template(twin, node, flat, absent=absent)
     rows = flat if absent is None else [g for g, gone in zip(flat, absent.tolist()) if not gone]
-    values = _gpu_values(twin.fields[rows][None], _float_fields(twin))[0]
+    values = exporter_values(twin, node, _gpu_values(twin.fields[rows][None], _float_fields(twin))[0], len(rows))
     text = template % _with_stamp(values, _stamp_of(twin, timestamp))
     return _one_series_per_job(text) if jobs_by_gpu and any("," in j for j in jobs_by_gpu.values()) else text
 
@@ -253,7 +304,9 @@ def _dcgm_node_template(
     template = cache.get(key)
     if template is None:
         cache.pop(cache.get(("dcgm-key", node)), None)  # the node's previous placement is not coming back
-        template = cache[key] = _dcgm_template(tuple(twin.dcgm_label_text(g) for g in flat), _float_fields(twin))
+        template = cache[key] = _dcgm_template(
+            tuple(twin.dcgm_label_text(g) for g in flat), _float_fields(twin), amd=twin.node_is_amd(node)
+        )
         cache[("dcgm-key", node)] = key
     return template
 
@@ -299,10 +352,10 @@ def scrape_all(
             gone = absent[k]
             template = _dcgm_node_template(twin, node, twin.gpus_of_node(node), placements[k].tobytes(), gone)
             values = _gpu_values(fields.reshape(n, g, -1)[k][~gone][None], _float_fields(twin))[0]
-            dcgm = template % _with_stamp(values, stamp)
+            dcgm = template % _with_stamp(exporter_values(twin, node, values, int((~gone).sum())), stamp)
         else:
             template = _dcgm_node_template(twin, node, twin.gpus_of_node(node), placements[k].tobytes())
-            dcgm = template % _with_stamp(gpu_values[k], stamp)
+            dcgm = template % _with_stamp(exporter_values(twin, node, gpu_values[k], g), stamp)
         ib_template = _ib_node_template(twin, node, target_labels, static[k])
         ib_text = ib_template.text % ib_template.args(ib_values[k], stamp)
         yield node, dcgm, ib_text

@@ -5,6 +5,8 @@ Layout of ``out`` (every file is a real format; ``hpcwatch ingest out`` reads it
     dcgm/<node>.prom                  every dcgm-exporter scrape of the node, one after the other (as
                                       ``while sleep 10; do curl -s node:9400/metrics; done >> file`` would
                                       leave them), each sample line with its ms timestamp
+    amd-device-metrics/<node>.prom    the same for a node of AMD GPUs: AMD device-metrics-exporter's text
+                                      (port 5000), its Slurm ``job_id`` label on the GPUs a job holds
     node-exporter/<node>.prom         the same for node-exporter's infiniband metrics, with the target labels
                                       a Prometheus adds (instance="<node>:9100", node="<node>")
     lustre/<t_ms>.txt                 ``lctl get_param obdfilter.*.job_stats`` every LUSTRE_EVERY_S and at the end
@@ -33,6 +35,7 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import re
 import shutil
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -60,7 +63,18 @@ from hpcwatch.twin.exposition import (
 from hpcwatch.twin.nccl import write_nccl_logs
 from hpcwatch.twin.workload import PlannedJob
 
-__all__ = ["write_run", "RunSummary", "sized_reference", "LUSTRE_EVERY_S", "DEFAULT_STEP_S", "SNAPSHOT_MAX_NODES"]
+__all__ = [
+    "write_run",
+    "RunSummary",
+    "sized_reference",
+    "sized_model",
+    "gpu_folder",
+    "PACKAGED_MODELS",
+    "AMD_FOLDER",
+    "LUSTRE_EVERY_S",
+    "DEFAULT_STEP_S",
+    "SNAPSHOT_MAX_NODES",
+]
 
 #: How often the Lustre job_stats snapshot is taken (lustre_exporter scrapes every 15-60 s).
 LUSTRE_EVERY_S = 60.0
@@ -73,16 +87,44 @@ SNAPSHOT_MAX_NODES = 32
 DEFAULT_STEP_S = 10.0
 
 
+#: Cluster models shipped in the package (``model/<name>.yaml``), for ``hpcwatch twin run --model NAME``.
+PACKAGED_MODELS = ("reference", "mi300x")
+#: The folder of a node's GPU exporter scrapes: dcgm-exporter's, or AMD device-metrics-exporter's.
+AMD_FOLDER = "amd-device-metrics"
+
+
+def gpu_folder(twin: Twin, node: str) -> str:
+    """``dcgm`` or ``amd-device-metrics``: where the node's GPU exporter scrapes go."""
+    return AMD_FOLDER if twin.node_is_amd(node) else "dcgm"
+
+
 def sized_reference(nodes: int | None = None) -> Cluster:
     """The reference cluster, or its node type ``nodes`` times (node1 ... nodeN)."""
-    if nodes is None:
-        return reference_cluster()
-    if nodes < 1:
+    return sized_model("reference", nodes)
+
+
+def sized_model(model: str | Path = "reference", nodes: int | None = None) -> Cluster:
+    """A packaged model (``PACKAGED_MODELS``) or a cluster YAML file, its first node group ``nodes`` times
+    (node1 ... nodeN) when given."""
+    if nodes is not None and nodes < 1:
         raise ConfigError(f"--nodes must be >= 1, got {nodes}")
-    text = resources.files("hpcwatch.model").joinpath("reference.yaml").read_text()
-    if "count: 2\n" not in text:
-        raise ConfigError("reference.yaml: nodes[0].count: cannot resize (expected 'count: 2')")
-    return parse_cluster(text.replace("count: 2\n", f"count: {nodes}\n", 1), path=f"reference.yaml (nodes={nodes})")
+    if str(model) in PACKAGED_MODELS:
+        name = f"{model}.yaml"
+        text = resources.files("hpcwatch.model").joinpath(name).read_text()
+    else:
+        name = str(model)
+        try:
+            text = Path(model).read_text()
+        except OSError as err:
+            known = ", ".join(PACKAGED_MODELS)
+            raise ConfigError(f"{model}: no such cluster model ({known}, or a YAML file): {err.strerror}") from err
+    if nodes is None:
+        return reference_cluster() if str(model) == "reference" else parse_cluster(text, path=name)
+    found = re.search(r"^(\s*)count: \d+\n", text, re.MULTILINE)
+    if found is None:
+        raise ConfigError(f"{name}: nodes[0].count: cannot resize (no 'count: N' line)")
+    resized = text[: found.start()] + f"{found.group(1)}count: {nodes}\n" + text[found.end() :]
+    return parse_cluster(resized, path=f"{name} (nodes={nodes})")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -189,7 +231,17 @@ def _write_traces(twin: Twin, folder: Path, profiled: list[tuple]) -> int:
     return len(docs)
 
 
-_OUR_FOLDERS = ("dcgm", "node-exporter", "lustre", "perfquery", "slurm", "nccl", "flight_recorder", "tetragon")
+_OUR_FOLDERS = (
+    "dcgm",
+    AMD_FOLDER,
+    "node-exporter",
+    "lustre",
+    "perfquery",
+    "slurm",
+    "nccl",
+    "flight_recorder",
+    "tetragon",
+)
 
 
 class _NodeFiles:
@@ -199,12 +251,14 @@ class _NodeFiles:
         self.twin, self.nodes = twin, nodes
         names = twin.node_names[nodes.start : nodes.stop]
         self.handles = {
-            (sub, node): (out / sub / f"{node}.prom").open("w") for sub in ("dcgm", "node-exporter") for node in names
+            (sub, node): (out / sub / f"{node}.prom").open("w")
+            for node in names
+            for sub in (gpu_folder(twin, node), "node-exporter")
         }
 
     def scrape(self) -> None:
         for node, dcgm, ib in scrape_all(self.twin, timestamp=True, target_labels=True, nodes=self.nodes):
-            self.handles["dcgm", node].write(dcgm)
+            self.handles[gpu_folder(self.twin, node), node].write(dcgm)
             self.handles["node-exporter", node].write(ib)
 
     def close(self) -> None:
@@ -293,7 +347,7 @@ class _Writer:
         for sub in _OUR_FOLDERS:
             if (out / sub).is_dir():
                 shutil.rmtree(out / sub)
-        for sub in ("dcgm", "node-exporter", "lustre", "slurm"):
+        for sub in ("node-exporter", "lustre", "slurm", *sorted({gpu_folder(twin, n) for n in twin.node_names})):
             (out / sub).mkdir(parents=True, exist_ok=True)
         parallel = workers > 1 and uniform_shape(twin) is not None and len(twin.node_names) >= 2 * workers
         nodes = range(len(twin.node_names))
