@@ -174,3 +174,40 @@ def test_a_shared_correlation_pairs_as_pandas_does_without_n_squared_pairs() -> 
     n = 20_000
     many = _index_correlation(np.full(2 * n, 11, dtype=np.int64), np.arange(2 * n) % 2 == 1)
     assert many[0] == 2 * n - 1 and many[1] == 2 * n - 2
+
+
+def test_whole_process_errors_are_one_line(tmp_path: Path) -> None:
+    import os
+    import subprocess
+    import sys
+
+    import hpcwatch
+
+    trace = tmp_path / "rank-0.json"
+    trace.write_text(json.dumps(_doc([_x("aten::mm", "cpu_op", 1, 20)])))
+    done = subprocess.run(
+        [sys.executable, "-m", "hpcwatch", "steps", str(trace), "--critical-path"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "PYTHONPATH": str(Path(hpcwatch.__file__).parents[1])},
+    )
+    assert done.returncode == 2
+    assert (
+        done.stderr.count("\n") == 1 and done.stderr.startswith("hpcwatch: ") and "no event named like" in done.stderr
+    )
+
+
+def test_shorten_names_the_ops_and_what_they_save_at_most() -> None:
+    from hpcwatch.reports.deepdive import critical_path_document
+
+    want = EXPECTED["hta_cp_simple_add.json.gz"]
+    doc = critical_path_document(
+        read_kineto(DATA / "hta_cp_simple_add.json.gz"), annotation=want["annotation"], instances=(1, 1)
+    )
+    first = doc["shorten"][0]
+    assert first["bound_by"] == "cpu_bound" and first["us"] == want["bound_by_us"]["cpu_bound"]
+    assert first["first"][0] == {"name": "cudaMalloc", "on_path_us": 179324, "saves_at_most_us": 179324}
+    assert sum(s["us"] for s in doc["shorten"]) == doc["length_us"]
+    top = doc["by_name"][0]
+    assert (top["name"], top["events"], top["on_path_us"]) == ("cudaMalloc", 5, 179324 + 16743 + 14614 + 14561 + 10176)

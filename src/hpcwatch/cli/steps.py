@@ -316,16 +316,21 @@ def _print_critical_path(doc: dict) -> None:
     )
     for s in doc["shorten"]:
         console.print(f"  {s['share']:6.1%}  {s['bound_by']:<27} {safe_text(s['what'])}")
-    table = Table(title="Most time on the path")
-    for col in ("op / kernel", "where", "on path µs", "share", "dur µs"):
+        for e in s["first"]:
+            console.print(
+                f"            {safe_text(e['name'])[:60]}: {e['on_path_us']} µs on the path "
+                "(faster, it saves at most that)"
+            )
+    table = Table(title="Most time on the path, by name (--json: each event and every edge)")
+    for col in ("op / kernel", "where", "events", "on path µs", "share"):
         table.add_column(col, justify="left" if col in ("op / kernel", "where") else "right")
-    for e in doc["events"]:
+    for e in doc["by_name"]:
         table.add_row(
             safe_text(e["name"])[:80],
-            f"stream {e['stream']}" if e["on_gpu"] else "CPU",
+            "GPU" if e["on_gpu"] else "CPU",
+            str(e["events"]),
             str(e["on_path_us"]),
-            f"{e['share']:.1%}",
-            str(e["dur_us"]),
+            "" if e["share"] is None else f"{e['share']:.1%}",
         )
     console.print(table)
     for w in doc["warnings"]:

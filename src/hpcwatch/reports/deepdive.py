@@ -34,6 +34,8 @@ __all__ = [
 DEFAULT_ANNOTATION = "ProfilerStep"
 #: Ops and kernels the document lists (most time on the path first).
 EVENTS_LISTED = 20
+#: Ops and kernels named under each kind of time in ``shorten``.
+SHORTEN_LISTED = 3
 #: What to do about each kind of time on the path.
 _ADVICE = {
     "cpu_bound": "host ops are on the path: the GPU waits on the CPU (fewer or fused ops, CUDA graphs, no host syncs)",
@@ -42,6 +44,26 @@ _ADVICE = {
     "gpu_kernel_kernel_overhead": "gaps between kernels of a stream are on the path: fewer, larger kernels",
     "gpu_kernel_launch_overhead": "launch delays are on the path: launch earlier or batch launches (CUDA graphs)",
 }
+
+
+def _by_name(cp: CriticalPath) -> list[dict[str, Any]]:
+    """The path's op / kernel time summed by name (an op called 50 times on the path is one row), most first."""
+    rows: dict[tuple[str, bool], list[int]] = {}
+    for e in cp.events:
+        row = rows.setdefault((e.name, e.on_gpu), [0, 0])
+        row[0] += e.on_path_us
+        row[1] += 1
+    ranked = sorted(rows.items(), key=lambda kv: (-kv[1][0], kv[0][0]))[:EVENTS_LISTED]
+    return [
+        {
+            "name": name,
+            "on_gpu": on_gpu,
+            "on_path_us": us,
+            "share": us / cp.length_us if cp.length_us > 0 else None,
+            "events": n,
+        }
+        for (name, on_gpu), (us, n) in ranked
+    ]
 
 
 def read_trace(path: str | os.PathLike[str]) -> tuple[KinetoTrace, tuple[str, ...]]:
@@ -70,7 +92,22 @@ def _document(trace: KinetoTrace, cp: CriticalPath) -> dict[str, Any]:
     shares = {k: (v / length if length > 0 else None) for k, v in cp.bound_by_us.items()}
     ranked = sorted((k for k in BOUND_KINDS if cp.bound_by_us[k] > 0), key=lambda k: -cp.bound_by_us[k])
     top = cp.events[:EVENTS_LISTED]
-    shorten = [{"bound_by": k, "us": cp.bound_by_us[k], "share": shares[k], "what": _ADVICE[k]} for k in ranked]
+    shorten = [
+        {
+            "bound_by": k,
+            "us": cp.bound_by_us[k],
+            "share": shares[k],
+            "what": _ADVICE[k],
+            # the ops / kernels of that kind with most time on the path: making one faster shortens the step by
+            # at most its time on the path (another chain may become the longest)
+            "first": [
+                {"name": e.name, "on_path_us": e.on_path_us, "saves_at_most_us": e.on_path_us}
+                for e in cp.events
+                if e.bound_by == k
+            ][:SHORTEN_LISTED],
+        }
+        for k in ranked
+    ]
     return {
         "path": trace.path,
         "rank": trace.rank,
@@ -95,6 +132,7 @@ def _document(trace: KinetoTrace, cp: CriticalPath) -> dict[str, Any]:
             for e in top
         ],
         "events_on_path": len(cp.events),
+        "by_name": _by_name(cp),
         "shorten": shorten,
         "edges": [
             {
