@@ -30,6 +30,7 @@ CASES = (
     ("hta_mi250_rocm.json.gz", "ProfilerStep", 1),
     ("hta_a100_nccl_rank0.json.gz", "ProfilerStep", 0),
     ("hta_gpu_lags_host_rank0.json.gz", "ProfilerStep", 1),
+    ("hta_gpu_lags_host_rank0.json.gz", "", 0),  # the whole trace, less HTA's dropped last step
 )
 
 
@@ -65,7 +66,9 @@ def main() -> None:
             u = v
         df = graph.get_critical_path_breakdown()
         summary = df.groupby("bound_by").duration.sum()
-        out[name] = {
+        key = f"{name} {annotation or '(whole trace)'} #{instance}"
+        out[key] = {
+            "file": name,
             "annotation": annotation,
             "instance": instance,
             "ok": bool(ok),

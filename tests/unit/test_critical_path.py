@@ -26,13 +26,16 @@ from hpcwatch.sources.kineto import parse_kineto, read_kineto
 
 DATA = Path(__file__).resolve().parent.parent / "data" / "kineto"
 EXPECTED = json.loads((DATA / "hta_cp_expected.json").read_text())["cases"]
+_SIMPLE_ADD = "hta_cp_simple_add.json.gz [param|pytorch.model.alex_net|0|0|0|measure|forward] #1"
 
 
 @pytest.mark.filterwarnings("ignore::UserWarning")
 @pytest.mark.parametrize("name", sorted(EXPECTED))
 def test_equals_hta(name: str) -> None:
     want = EXPECTED[name]
-    cp = critical_path(read_kineto(DATA / name), annotation=want["annotation"], instances=(want["instance"],) * 2)
+    cp = critical_path(
+        read_kineto(DATA / want["file"]), annotation=want["annotation"], instances=(want["instance"],) * 2
+    )
     assert [[e.kind, e.duration_us, e.event] for e in cp.edges] == want["edges"]
     assert cp.length_us == want["length_us"]
     assert {k: v for k, v in cp.bound_by_us.items() if v} == want["bound_by_us"]
@@ -43,7 +46,7 @@ def test_equals_hta(name: str) -> None:
 
 def test_the_step_is_cpu_bound_by_cuda_malloc() -> None:
     """simple_add's measured forward: 99.8 % of the path is host time, 3/4 of it one cudaMalloc (HTA says so too)."""
-    want = EXPECTED["hta_cp_simple_add.json.gz"]
+    want = EXPECTED[_SIMPLE_ADD]
     cp = critical_path(read_kineto(DATA / "hta_cp_simple_add.json.gz"), annotation=want["annotation"], instances=(1, 1))
     top = cp.events[0]
     assert top.name == "cudaMalloc" and top.on_path_us == 179324
@@ -140,7 +143,7 @@ def test_sync_on_its_own_stream_is_refused() -> None:
 
 
 def test_cli_json_and_errors(tmp_path: Path) -> None:
-    want = EXPECTED["hta_cp_event_sync.json.gz"]
+    want = EXPECTED["hta_cp_event_sync.json.gz ProfilerStep #0"]
     trace = DATA / "hta_cp_event_sync.json.gz"
     result = CliRunner().invoke(app, ["steps", str(trace), "--critical-path", "--json"])
     assert result.exit_code == 0, result.output
@@ -201,7 +204,7 @@ def test_whole_process_errors_are_one_line(tmp_path: Path) -> None:
 def test_shorten_names_the_ops_and_what_they_save_at_most() -> None:
     from hpcwatch.reports.deepdive import critical_path_document
 
-    want = EXPECTED["hta_cp_simple_add.json.gz"]
+    want = EXPECTED[_SIMPLE_ADD]
     doc = critical_path_document(
         read_kineto(DATA / "hta_cp_simple_add.json.gz"), annotation=want["annotation"], instances=(1, 1)
     )

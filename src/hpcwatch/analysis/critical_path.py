@@ -699,7 +699,8 @@ def critical_path(
     if annotation:
         lo, hi = _window(trace, c, annotation, first, last)
     else:
-        lo, hi = min(c.ts), max(c.end)
+        alive = [r for r in range(len(c.ts)) if c.alive[r]]  # HTA: the whole (loaded) frame
+        lo, hi = min(c.ts[r] for r in alive), max(c.end[r] for r in alive)
     rows = _clipped(c, names, lo, hi)
     if len(rows) > MAX_WINDOW_EVENTS:
         raise CriticalPathError(f"{len(rows)} events in the window, over {MAX_WINDOW_EVENTS}: choose a shorter one")
