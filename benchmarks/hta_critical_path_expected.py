@@ -78,19 +78,16 @@ def main() -> None:
             "graph_edges": graph.number_of_edges(),
             "edges": edges,
         }
-    json.dump(
-        {
-            "hta": "0.5.0",
-            "env": {
-                "CRITICAL_PATH_ADD_ZERO_WEIGHT_LAUNCH_EDGE": os.environ.get(
-                    "CRITICAL_PATH_ADD_ZERO_WEIGHT_LAUNCH_EDGE", "unset"
-                )
-            },
-            "cases": out,
+    doc = {
+        "hta": "0.5.0",
+        "env": {
+            "CRITICAL_PATH_ADD_ZERO_WEIGHT_LAUNCH_EDGE": os.environ.get(
+                "CRITICAL_PATH_ADD_ZERO_WEIGHT_LAUNCH_EDGE", "unset"
+            )
         },
-        sys.stdout,
-        indent=1,
-    )
+        "cases": out,
+    }
+    json.dump(doc, sys.stdout, separators=(",", ":"))  # compact: the paths have thousands of edges
     sys.stdout.write("\n")
 
 
