@@ -14,6 +14,7 @@ from click.testing import CliRunner
 from hpcwatch.analysis.health import Check, HealthConfig
 from hpcwatch.analysis.health_rules import FAMILIES, HEALTH_RULE_IDS, HEALTH_RULES, HealthRuleId, health_rule
 from hpcwatch.cli import app
+from hpcwatch.cli.common import console
 from hpcwatch.reports.health import health_rules
 from hpcwatch.sources.registry import formats
 
@@ -110,7 +111,9 @@ def test_the_listing_fills_thresholds_from_the_config_it_is_given():
     assert health_rule("ib_write_bw").active and not health_rule("ib_port").active
 
 
-def test_cli_lists_every_rule_as_json_and_as_a_table():
+def test_cli_lists_every_rule_as_json_and_as_a_table(monkeypatch):
+    # The console is made once per process, by whichever test prints first: COLUMNS would come too late.
+    monkeypatch.setattr(console, "width", 250)
     runner = CliRunner()
     result = runner.invoke(app, ["health", "--list-rules", "--json"])
     assert result.exit_code == 0, result.output
@@ -118,7 +121,7 @@ def test_cli_lists_every_rule_as_json_and_as_a_table():
     assert [r["id"] for r in doc["rules"]] == list(HEALTH_RULE_IDS)
     first = doc["rules"][0]
     assert {"id", "family", "sources", "severity", "actions", "threshold", "citation"} <= set(first)
-    result = runner.invoke(app, ["health", "--list-rules"], env={"COLUMNS": "250"})
+    result = runner.invoke(app, ["health", "--list-rules"])
     assert result.exit_code == 0, result.output
     for rule_id in HEALTH_RULE_IDS:
         assert f" {rule_id} " in result.output, rule_id
