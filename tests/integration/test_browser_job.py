@@ -232,21 +232,30 @@ def _history(url: str, el: str) -> dict[str, list]:
 def _check_history_through_promql(url: str) -> None:
     """The card's sparklines read Prometheus too: a GPU's buckets hold what it scraped, and a node's power
     is the sum of its eight GPUs' in each bucket that all of them fill."""
+
     # Nine requests straddle scrapes on a loaded machine: the newest bucket may fill between them. So the node is
-    # read before and after its GPUs, and only the buckets that did not move meanwhile are compared.
-    before = _history(url, "node:node1")
-    gpus = [_history(url, f"gpu:node1/{g}") for g in range(8)]
-    node = _history(url, "node:node1")
+    # read before and after its GPUs, and only the buckets that did not move meanwhile are compared; until the
+    # scrapes have filled one bucket of all eight GPUs (a loaded machine scrapes late), it reads again.
+    def read() -> tuple[dict, list[dict], list[int]]:
+        before = _history(url, "node:node1")
+        gpus = [_history(url, f"gpu:node1/{g}") for g in range(8)]
+        node = _history(url, "node:node1")
+        full = [
+            i
+            for i, total in enumerate(node["power_w"])
+            if total is not None
+            and i < len(before["power_w"])
+            and before["power_w"][i] == total
+            and all(g["power_w"][i] is not None for g in gpus)
+        ]
+        return node, gpus, full
+
+    def filled() -> tuple[dict, list[dict], list[int]] | None:
+        got = read()
+        return got if got[2] else None
+
+    node, gpus, full = wait_until(filled, timeout_s=60, what="a bucket all eight GPUs fill")
     util = [v for v in gpus[0]["util_pct"] if v is not None]
     assert util and all(0.0 <= v <= 100.0 for v in util)
-    full = [
-        i
-        for i, total in enumerate(node["power_w"])
-        if total is not None
-        and i < len(before["power_w"])
-        and before["power_w"][i] == total
-        and all(g["power_w"][i] is not None for g in gpus)
-    ]
-    assert full, node["power_w"]
     for i in full:
         assert node["power_w"][i] == pytest.approx(sum(g["power_w"][i] for g in gpus), rel=1e-3)

@@ -123,13 +123,19 @@ def scraped(start_promql, promql_backend, tmp_path_factory):
         server = start_promql(
             prometheus_config(endpoints.targets, scrape_interval_s=SCRAPE_INTERVAL_S), port=PROMETHEUS_PORT
         )
-        wait_until(lambda: _count(server, "up == 1") == 2 * NODES, timeout_s=60, what=f"{2 * NODES} targets up")
+        # A loaded 2-core machine, with other 128-node tests beside this one, was seen to need more than 60 s.
+        wait_until(lambda: _count(server, "up == 1") == 2 * NODES, timeout_s=180, what=f"{2 * NODES} targets up")
         time.sleep(SCRAPED_S)
         # Closing the endpoints mid-scrape would log a scrape the server never stored: scrapes fail first,
-        # while the answered ones reach storage (VictoriaMetrics: ~1 s).
+        # while the answered ones reach storage (VictoriaMetrics: ~1 s, more when loaded: wait until readable).
         last_s = time.time()
         source.cut = True
         time.sleep(2 * SCRAPE_INTERVAL_S)
+        wait_until(
+            lambda: _count(server, "last_over_time(DCGM_FI_DEV_GPU_UTIL[10s])", t=last_s) == 8 * NODES,
+            timeout_s=60,
+            what="the last scrapes before the cut readable",
+        )
     for log in ("every", "first"):
         (scrapes / log / "squeue.json").write_text(twin.squeue_json())
     return server, scrapes, twin, last_s
