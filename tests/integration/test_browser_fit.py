@@ -352,12 +352,17 @@ def test_axe_finds_no_serious_violation_on_the_reference_cluster(browser, server
 
 @pytest.mark.parametrize("width", [1920, 390])
 def test_axe_finds_no_serious_violation_at_128_nodes(browser, big_server, width):
+    """Every view at 1920; on the phone the default view only (one axe pass over 1,024 tiles costs ~10 s of a
+    core, and what a view changes, colours and labels, is checked at 1920 and on the phone's reference cluster)."""
     context, pg = _open(browser, big_server, width)
     try:
         pg.keyboard.press("Escape")
         pg.locator("g.el[data-node='node5']").focus()
         pg.keyboard.press("Enter")  # a node card with its GPU buttons
-        assert _axe_every_view(pg, f"128-nodes-{width}") == {}
+        if width == 1920:
+            assert _axe_every_view(pg, f"128-nodes-{width}") == {}
+        else:
+            assert _axe(pg) == []
     finally:
         context.close()
 
