@@ -66,6 +66,7 @@ def collect(config: Path, once: bool, check: bool, agent: bool, status: bool, du
 
 def _run_agent(cfg, *, once: bool, check: bool, duration: float, as_json: bool) -> None:
     import logging
+    import os
     import signal
     import socket
 
@@ -75,7 +76,7 @@ def _run_agent(cfg, *, once: bool, check: bool, duration: float, as_json: bool) 
     section = cfg.agent
     if section is None:
         raise ConfigError(f"{cfg.path}: --agent needs an [agent] table with [[agent.check]] tables")
-    node = section.node or socket.gethostname()
+    node = section.node or os.environ.get("HPCWATCH_NODE", "") or socket.gethostname()
     where = section.spool or section.push_url
     if check:
         rows = [

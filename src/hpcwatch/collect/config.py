@@ -277,7 +277,7 @@ class AgentSection:
     """``hpcwatch collect --agent``: the host checks of this node, and where their results go."""
 
     node: str = ""
-    """This node's name in its shipments (empty: the host name)."""
+    """This node's name in its shipments (empty: ``$HPCWATCH_NODE``, else the host name)."""
     spool: str = ""
     """Ship by writing into this (shared) folder, which the central ``[[spool]]`` reads."""
     push_url: str = ""
