@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from hpcwatch.collect.agent import Agent, PushSink, ShipmentQueue, run_check
+from hpcwatch.collect.agent import Agent, ShipmentQueue, run_check
 from hpcwatch.collect.config import AgentCheck, AgentSection, ReceiveSection, SpoolSection, parse_config
 from hpcwatch.collect.receive import Receiver
 from hpcwatch.collect.shipment import PUSH_PATH, Shipment, read_from_spool, write_to_spool
@@ -321,3 +321,20 @@ def test_the_centre_down_then_up_drains_the_queue_and_loses_nothing(tmp_path, ca
     assert landed == {s.id for s in made} and agent.queue.dropped == 0
     assert len([m for m in caplog.messages if "cannot ship" in m]) == 1
     assert len([m for m in caplog.messages if "answers again" in m and "12 queued shipments sent" in m]) == 1
+
+
+def test_the_sample_agent_config_and_the_sample_central_receive_block_parse():
+    from hpcwatch.collect.config import load_config
+
+    root = Path(__file__).resolve().parents[2]
+    cfg = load_config(root / "deploy" / "hpcwatch-agent.toml")
+    assert cfg.agent is not None and [c.format for c in cfg.agent.checks] == [
+        "nvidia-smi-xml",
+        "perfquery",
+        "ibstat",
+        "dcgmi-diag",
+    ]
+    sample = (root / "deploy" / "hpcwatch.toml").read_text()
+    block = sample[sample.index("# [[receive]]") :]
+    central = parse_config("\n".join(line.removeprefix("# ") for line in block.splitlines()), path="receive")
+    assert [type(c).__name__ for c in central.collectors] == ["SpoolSection", "ReceiveSection"]
