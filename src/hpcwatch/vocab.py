@@ -44,6 +44,7 @@ EventKindName = Literal[
     "slurm_config",
     "health_verdict",
     "assessment",
+    "agent_check",
 ]
 
 

@@ -172,6 +172,8 @@ class SpoolCollector:
 
     def _reject(self, entry: Path, reason: str) -> None:
         self.rejected[str(entry)] = reason
+        while len(self.rejected) > REJECTED_KEPT:  # a shipment's folder is gone: keep the newest reasons only
+            self.rejected.pop(next(iter(self.rejected)))
         kept = Path(self.section.path) / ".rejected"
         try:
             kept.mkdir(exist_ok=True)
