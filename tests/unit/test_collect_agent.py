@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import http.client
 import logging
+import shutil
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -338,3 +340,45 @@ def test_the_sample_agent_config_and_the_sample_central_receive_block_parse():
     block = sample[sample.index("# [[receive]]") :]
     central = parse_config("\n".join(line.removeprefix("# ") for line in block.splitlines()), path="receive")
     assert [type(c).__name__ for c in central.collectors] == ["SpoolSection", "ReceiveSection"]
+
+
+@pytest.mark.skipif(shutil.which("openssl") is None, reason="openssl missing: apt-get install openssl")
+def test_a_push_over_tls_checks_the_centre_s_certificate(tmp_path):
+    cert, key = tmp_path / "c.pem", tmp_path / "k.pem"
+    subprocess.run(
+        [
+            "openssl",
+            "req",
+            "-x509",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-days",
+            "1",
+            "-subj",
+            "/CN=central",
+            "-addext",
+            "subjectAltName=IP:127.0.0.1",
+            "-keyout",
+            str(key),
+            "-out",
+            str(cert),
+        ],
+        check=True,
+        capture_output=True,
+        timeout=60,
+    )
+    r = receiver(tmp_path, cert_file=str(cert), key_file=str(key))
+    try:
+        (tmp_path / "token").write_text(TOKEN)
+        base = dict(push_url=f"https://127.0.0.1:{r.port}", token_file=str(tmp_path / "token"), timeout_s=5)
+        trusting = Agent(section(tmp_path, ca_file=str(cert), **base), node="node7")
+        trusting.run_one(checks()[1])
+        assert trusting.ship_next() is True and r.accepted == 1
+        other = tmp_path / "other"
+        other.mkdir()
+        stranger = Agent(section(other, **base), node="node7")  # the system's CAs: ours is not one of them
+        stranger.run_one(checks()[1])
+        assert stranger.ship_next() is False and r.accepted == 1 and len(stranger.queue) == 1
+    finally:
+        r.stop()

@@ -60,6 +60,24 @@ def read_tokens(path: str) -> dict[str, str]:
     return tokens
 
 
+class _Server(ThreadingHTTPServer):
+    """TLS, when set, is negotiated in each request's thread: a client that stalls its handshake holds
+    its own thread only, not the accept loop."""
+
+    daemon_threads = True
+    tls: ssl.SSLContext | None = None
+
+    def finish_request(self, request: Any, client_address: Any) -> None:
+        request.settimeout(10.0)
+        if self.tls is not None:
+            try:
+                request = self.tls.wrap_socket(request, server_side=True)
+            except (OSError, ssl.SSLError):  # a client that does not trust us, or speaks plain HTTP
+                request.close()
+                return
+        super().finish_request(request, client_address)
+
+
 class _Bucket:
     __slots__ = ("at", "level")
 
@@ -81,8 +99,7 @@ class Receiver:
         self._buckets: dict[str, _Bucket] = {}
         self._logged: set[tuple[str, str]] = set()
         host, _, port = section.listen.rpartition(":")
-        self._server = ThreadingHTTPServer((host.strip("[]"), int(port)), self._handler())
-        self._server.daemon_threads = True
+        self._server = _Server((host.strip("[]"), int(port)), self._handler())
         if section.cert_file:
             ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
             try:
@@ -90,7 +107,7 @@ class Receiver:
             except (OSError, ssl.SSLError) as err:
                 self._server.server_close()
                 raise ConfigError(f"{section.cert_file}: cannot load the certificate: {err}") from err
-            self._server.socket = ctx.wrap_socket(self._server.socket, server_side=True)
+            self._server.tls = ctx
         self.port: int = self._server.server_address[1]
         self._thread: threading.Thread | None = None
 
