@@ -29,12 +29,13 @@ def collect(config: Path, once: bool, check: bool, agent: bool, status: bool, du
     import socket  # signal and socket: 7 ms that every --help would pay
 
     from hpcwatch.collect.config import load_config
-    from hpcwatch.collect.daemon import Daemon
 
     cfg = load_config(config)
-    if agent:
+    if agent:  # before the daemon's imports: the agent never loads the store (pyarrow, DuckDB)
         _run_agent(cfg, once=once, check=check, duration=duration, as_json=json)
         return
+    from hpcwatch.collect.daemon import Daemon
+
     if cfg.notify is not None and cfg.notify.check_at_start and not check and not status:
         from hpcwatch.notify.loop import check_channels
 
