@@ -382,3 +382,26 @@ def test_a_push_over_tls_checks_the_centre_s_certificate(tmp_path):
         assert stranger.ship_next() is False and r.accepted == 1 and len(stranger.queue) == 1
     finally:
         r.stop()
+
+
+@pytest.mark.parametrize("fmt", ["no-such-format", "site-packages", "kineto"])
+def test_a_shipment_naming_a_format_no_command_writes_is_set_aside_not_retried(tmp_path, store, fmt):
+    spool = tmp_path / "spool"
+    spool.mkdir()
+    s = Shipment(
+        host="node7",
+        check="odd",
+        command=("x",),
+        format=fmt,
+        started_s=1e9,
+        duration_s=0.1,
+        exit_status=0,
+        output=XML.read_bytes(),
+    )
+    write_to_spool(spool, s)
+    collector = SpoolCollector(store, SpoolSection(name="spool", path=str(spool)))
+    collector.run()
+    collector.run()
+    assert [p.name for p in spool.iterdir()] == [".rejected"]
+    (run,) = store.events(EventKind.AGENT_CHECK)
+    assert run.attrs["ingest"] == "bad" and run.attrs["ingest_error"]

@@ -54,6 +54,19 @@ def _newest_mtime(path: Path) -> tuple[float, int]:
     return newest, size
 
 
+def _not_a_check_format(name: str) -> str | None:
+    """Why a shipment's format cannot be read from one command's output (None: it can)."""
+    from hpcwatch.sources.registry import format_named
+
+    try:
+        fmt = format_named(name)
+    except ParseError as err:
+        return err.what
+    if fmt.yields != "records" or fmt.folder:
+        return f"format {name!r} is not a file of records"
+    return None
+
+
 class SpoolCollector:
     def __init__(self, store: Store, section: SpoolSection) -> None:
         self.store, self.section = store, section
@@ -121,13 +134,15 @@ class SpoolCollector:
         status, reason, stored = "not read", "", 0
         if shipment.timed_out or shipment.truncated or not shipment.output.strip():
             reason = "timed out" if shipment.timed_out else "output cut" if shipment.truncated else "no output"
+        elif (why := _not_a_check_format(shipment.format)) is not None:
+            status, reason = "bad", why
         else:
             try:
                 report = ingest_paths(
                     self.store, [entry / OUTPUT], format=shipment.format, host=shipment.host, keep_going=True
                 )
-            except ParseError as err:  # a format this centre does not know
-                report, reason = None, str(err)
+            except (ParseError, OSError, ValueError) as err:  # one shipment never holds back the others
+                report, status, reason = None, "bad", one_line(str(err))
             if report is not None:
                 result = report.files[0] if report.files else None
                 status = result.status if result else "empty"
