@@ -337,7 +337,7 @@ def test_the_sample_agent_config_and_the_sample_central_receive_block_parse():
         "dcgmi-diag",
     ]
     sample = (root / "deploy" / "hpcwatch.toml").read_text()
-    block = sample[sample.index("# [[receive]]") :]
+    block = sample[sample.index("# [[receive]]") : sample.index("# [notify]")].split("\n\n")[0]
     central = parse_config("\n".join(line.removeprefix("# ") for line in block.splitlines()), path="receive")
     assert [type(c).__name__ for c in central.collectors] == ["SpoolSection", "ReceiveSection"]
 
