@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import http.client
 import logging
+import os
 import shutil
 import subprocess
 import sys
@@ -405,3 +406,30 @@ def test_a_shipment_naming_a_format_no_command_writes_is_set_aside_not_retried(t
     assert [p.name for p in spool.iterdir()] == [".rejected"]
     (run,) = store.events(EventKind.AGENT_CHECK)
     assert run.attrs["ingest"] == "bad" and run.attrs["ingest_error"]
+
+
+def test_the_agent_runs_each_check_on_its_cadence_until_stopped(tmp_path):
+    spool = tmp_path / "spool"
+    spool.mkdir()
+    fast = tuple(
+        AgentCheck(name=n, command=("cat", str(p)), format=f, interval_s=0.2)
+        for n, p, f in (("perfquery", PERFQUERY, "perfquery"), ("ibstat", IBSTAT, "ibstat"))
+    )
+    agent = Agent(section(tmp_path, spool=str(spool), checks=fast), node="node7")
+    agent.run(duration_s=3.0)
+    names = [p.name for p in spool.iterdir()]
+    assert sum("-perfquery-" in n for n in names) >= 2 and sum("-ibstat-" in n for n in names) >= 2
+    assert agent.stats.runs == len(names) + len(agent.queue)  # each run shipped, or still queued on disk
+
+
+def test_a_token_rotated_in_the_tokens_file_takes_effect_without_a_restart(tmp_path):
+    r = receiver(tmp_path)
+    try:
+        body = run_check(checks()[1], "node7").to_wire()
+        assert post(r.port, body) == 202
+        tokens = tmp_path / "tokens"
+        tokens.write_text("node7 a-brand-new-token-0123456789\n")
+        os.utime(tokens, (1, 1))  # a different write time, even within the file system's time resolution
+        assert post(r.port, body) == 401
+    finally:
+        r.stop()
