@@ -149,7 +149,7 @@ class SpoolCollector:
                 reason = result.reason if result else ""
                 stored = sum(report.totals().values())
         if reason and status != "stored" and status != "already":
-            log.warning("agent shipment %s: %s", entry.name, one_line(reason))
+            log.warning("agent shipment %s: %s", one_line(entry.name), one_line(reason))
         stored += self._record_run(shipment, status, reason)
         if status == "bad":
             self._reject(entry, reason)
@@ -197,5 +197,5 @@ class SpoolCollector:
             for stale in old[: max(0, len(old) - REJECTED_KEPT)]:
                 shutil.rmtree(stale, ignore_errors=True)
         except OSError as err:
-            log.warning("agent shipment %s: cannot move it to %s: %s", entry.name, kept, err)
+            log.warning("agent shipment %s: cannot move it to %s: %s", one_line(entry.name), kept, err)
             shutil.rmtree(entry, ignore_errors=True)
