@@ -48,6 +48,7 @@ EventKindName = Literal[
     "slurm_config",
     "health_verdict",
     "assessment",
+    "agent_check",
 ]
 
 
@@ -95,6 +96,9 @@ class EventKind:
     SLURM_CONFIG: Final = "slurm_config"
     # scheduled work of hpcwatch collect (collect/schedule.py)
     HEALTH_VERDICT: Final = "health_verdict"
+    AGENT_CHECK: Final = "agent_check"
+    """One host check a node's agent ran (collect/agent.py): node, check, command, format, exit status,
+    duration, whether its output was cut or timed out, and what the centre's reader made of it."""
     ASSESSMENT: Final = "assessment"
     """The scheduled assessment's verdict (reports/assess.assessment_event): tier, per-category tiers."""
 

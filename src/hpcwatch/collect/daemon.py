@@ -29,6 +29,7 @@ from hpcwatch.collect.config import (
     CollectConfig,
     FollowSection,
     PrometheusSection,
+    ReceiveSection,
     ScheduleSection,
     ScrapeSection,
     SlurmSection,
@@ -51,6 +52,7 @@ KINDS = {
     FollowSection: "follow",
     SpoolSection: "spool",
     ScheduleSection: "schedule",
+    ReceiveSection: "receive",
     NotifyConfig: "notify",
 }
 
@@ -81,6 +83,10 @@ def build_collector(store: Store, section: Any, *, node: str = "") -> Collector:
         from hpcwatch.collect.schedule import ScheduledTask
 
         return ScheduledTask(store, section)
+    if isinstance(section, ReceiveSection):
+        from hpcwatch.collect.receive import ReceiveCollector
+
+        return ReceiveCollector(store, section)
     if isinstance(section, NotifyConfig):
         from hpcwatch.collect.notify import NotifyCollector
 
