@@ -43,7 +43,7 @@ class GuardSettings:
 
 
 class Guard:
-    """ASGI middleware: 400 on a Host not allowed, 413 on a body over ``max_body_bytes``, 503 with
+    """ASGI middleware: 431 on a head over ``max_header_bytes``, 400 on a Host not allowed, 413 on a body over ``max_body_bytes``, 503 with
     ``Retry-After`` past the stream caps; the security headers on every response, refusals included."""
 
     def __init__(self, app: ASGIApp, settings: GuardSettings) -> None:
@@ -54,7 +54,12 @@ class Guard:
             await self.app(scope, receive, send)
             return
         s, send = self.settings, _with_headers(send)
-        headers = dict(scope.get("headers") or ())
+        raw = scope.get("headers") or ()
+        # h11 bounds a head still incomplete in its buffer; one that arrived whole in a read is counted here.
+        if sum(len(k) + len(v) + 4 for k, v in raw) > s.limits.max_header_bytes:
+            await _refuse(send, 431, f"request head over {s.limits.max_header_bytes} bytes")
+            return
+        headers = dict(raw)
         if s.hosts is not None and not host_allowed(_text(headers.get(b"host")), s.hosts):
             await _refuse(send, 400, "this server does not answer that Host name (see --allow-host)")
             return
