@@ -475,6 +475,7 @@ class _MetricsServer(ThreadingMixIn, WSGIServer):
     """A thread per connection, at most ``limits.max_connections`` of them."""
 
     daemon_threads = True
+    request_queue_size = 1024  # socketserver's 5 leaves a burst of clients in SYN retries, unanswered
     limits: Limits = DEFAULT_LIMITS
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
