@@ -22,7 +22,7 @@ _STATUS_COLOUR = {"pass": "#2e7d32", "warn": "#f9a825", "fail": "#c62828", "unkn
 _TEMPLATE = jinja2.Environment(autoescape=True).from_string("""<!doctype html>
 <html lang="en"><head><meta charset="utf-8">
 {% if not served %}<meta http-equiv="Content-Security-Policy" content="default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; img-src data:">{% endif %}
-<title>hpcwatch assessment: {{ doc.tier }}</title>
+<link rel="icon" href="data:,"><title>hpcwatch assessment: {{ doc.tier }}</title>
 <style>
 body{font-family:system-ui,sans-serif;margin:0;color:#222}header{background:#1d2733;color:#fff;padding:16px 24px}
 .tier{font-size:2em;font-weight:700}nav a{color:#9cf;margin-right:14px}main{padding:16px 24px}
