@@ -4,7 +4,7 @@
   ``frame-ancestors 'none'`` and ``X-Frame-Options: DENY``, ``X-Content-Type-Options: nosniff``,
   ``Referrer-Policy: no-referrer``;
 * the ``Host`` allow-list (DNS rebinding: a page of evil.example whose name was re-pointed at 127.0.0.1
-  sends ``Host: evil.example``; it gets 400);
+  sends ``Host: evil.example``; it gets 400; see ``allowed_hosts`` for a wildcard bind);
 * the limits (``Limits``) and their defaults, each with the answer its refusal gets;
 * the rule that a server bound off loopback without authentication needs ``--insecure-no-auth``, and
   the check of TLS certificate and key files (one line, exit 2, before the server starts).
@@ -15,6 +15,7 @@ Pure functions and one settings dataclass; the servers apply them (web/guard.py,
 from __future__ import annotations
 
 import ipaddress
+import socket
 import ssl
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -28,6 +29,7 @@ __all__ = [
     "Limits",
     "DEFAULT_LIMITS",
     "allowed_hosts",
+    "ANY_ADDRESS",
     "host_allowed",
     "is_loopback",
     "check_exposure",
@@ -92,19 +94,40 @@ DEFAULT_LIMITS = Limits()
 _LOOPBACK_NAMES = ("localhost", "127.0.0.1", "::1")
 
 
+#: In an allow-list: any IP-literal ``Host`` is accepted (a wildcard bind: clients use any of its addresses).
+ANY_ADDRESS = "<any address>"
+
+
 def allowed_hosts(bound: str, extra: Iterable[str] = ()) -> frozenset[str]:
     """The ``Host`` names a server answers: the address it is bound to, ``localhost``, ``127.0.0.1``,
     ``::1``, and ``extra`` (the names clients use: ``--allow-host``). Lower case, without port.
-    A wildcard bind (``0.0.0.0``, ``::``) is not a name any client sends: it adds nothing."""
+
+    A wildcard bind (``0.0.0.0``, ``::``) is no name a client sends; it adds the machine's host name and
+    FQDN, and any IP literal (``ANY_ADDRESS``): a Prometheus scraping ``10.0.0.5:9977`` or a pod's address.
+    That keeps the defence: DNS rebinding needs a *name* (the attacker's, re-pointed), and a browser sends
+    an IP literal only to a page whose origin is that address itself."""
     names = {_bare(h) for h in (*_LOOPBACK_NAMES, *extra)}
-    if bound not in ("0.0.0.0", "::", ""):
+    if bound in ("0.0.0.0", "::", ""):
+        names |= {_bare(socket.gethostname()), _bare(socket.getfqdn()), ANY_ADDRESS}
+    else:
         names.add(_bare(bound))
     return frozenset(names)
 
 
 def host_allowed(header: str | None, allowed: frozenset[str]) -> bool:
     """Whether a request's ``Host`` header (``name``, ``name:port``, ``[v6]:port``) names an allowed host."""
-    return header is not None and _bare(header) in allowed
+    if header is None:
+        return False
+    host = _bare(header)
+    return host in allowed or (ANY_ADDRESS in allowed and _is_address(host))
+
+
+def _is_address(host: str) -> bool:
+    try:
+        ipaddress.ip_address(host)
+    except ValueError:
+        return False
+    return True
 
 
 def _bare(host: str) -> str:

@@ -191,9 +191,14 @@ def test_host_allow_list(header, ok):
     assert host_allowed(header, allowed_hosts("127.0.0.1", ["hpc.example.org"])) is ok
 
 
-def test_a_wildcard_bind_is_no_host_name():
-    assert "0.0.0.0" not in allowed_hosts("0.0.0.0")
-    assert "10.0.0.5" in allowed_hosts("10.0.0.5")
+def test_a_wildcard_bind_takes_any_address_and_the_machine_s_names_but_no_other_name():
+    wildcard = allowed_hosts("0.0.0.0")
+    assert "0.0.0.0" not in wildcard
+    assert host_allowed("10.0.0.5:9977", wildcard) and host_allowed("[fd00::5]:9977", wildcard)
+    assert host_allowed(socket.gethostname(), wildcard)
+    assert not host_allowed("evil.example", wildcard) and not host_allowed("10.0.0.5.evil.example", wildcard)
+    bound = allowed_hosts("10.0.0.5")
+    assert host_allowed("10.0.0.5:8000", bound) and not host_allowed("10.0.0.6", bound)
 
 
 def test_the_server_refuses_another_host_with_400(store):
