@@ -42,12 +42,12 @@ def test_player_plays_a_live_job_chosen_in_the_list(page):
     live = page.locator("#player-live")
     # The live twin's job writes spans from its first steps; the list refreshes every 15 s.
     page.wait_for_function(
-        "document.querySelectorAll('#player-live option:not([value=\"\"])').length > 0", timeout=40_000
+        "() => document.querySelectorAll('#player-live option:not([value=\"\"])').length > 0", timeout=40_000
     )
     job = live.locator("option:not([value=''])").first.get_attribute("value")
     live.select_option(job)
     page.wait_for_function(
-        f"document.getElementById('player').dataset.job === {job!r} && "
+        f"() => document.getElementById('player').dataset.job === {job!r} && "
         "document.getElementById('player').dataset.state === 'ready'",
         timeout=20_000,
     )
@@ -61,7 +61,7 @@ def test_player_plays_a_live_job_chosen_in_the_list(page):
     # Back to the guided example: named by what it shows, never by its internal job id.
     page.click("[data-source='straggler']")
     page.wait_for_function(
-        "document.getElementById('player').dataset.state === 'ready' && "
+        "() => document.getElementById('player').dataset.state === 'ready' && "
         "document.getElementById('player').dataset.job.startsWith('step-player/')"
     )
     example = page.locator("#player-summary").inner_text()
