@@ -113,6 +113,14 @@ def test_every_response_carries_the_security_headers(store, path):
     assert response.headers["referrer-policy"] == "no-referrer"
 
 
+def test_an_unexpected_error_s_500_carries_them_too(store, monkeypatch):
+    app = _app(store)
+    monkeypatch.setattr(app.state.hpcwatch.live, "latest_t", lambda: 1 / 0)
+    response = TestClient(app, raise_server_exceptions=False).get("/healthz")
+    assert response.status_code == 500 and response.json()["type"] == "ZeroDivisionError"
+    assert response.headers["content-security-policy"] == CSP and response.headers["x-frame-options"] == "DENY"
+
+
 def test_the_policy_allows_no_inline_script_and_no_framing():
     directives = dict(d.strip().split(" ", 1) for d in CSP.split(";"))
     assert directives["script-src"] == "'self'"

@@ -28,7 +28,7 @@ from markupsafe import Markup
 from starlette.concurrency import run_in_threadpool
 
 from hpcwatch.errors import BackendError, ConfigError, HpcwatchError, InputError, StoreError
-from hpcwatch.httpguard import DEFAULT_LIMITS, Limits
+from hpcwatch.httpguard import DEFAULT_LIMITS, SECURITY_HEADERS, Limits
 from hpcwatch.model.cluster import Cluster
 from hpcwatch.promql import safe_url
 from hpcwatch.records import PHASES
@@ -215,4 +215,7 @@ def _add_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(Exception)
     async def unexpected(request: Request, err: Exception) -> JSONResponse:
         log.exception("unexpected error on %s", request.url.path)
-        return JSONResponse({"error": "internal error", "type": type(err).__name__}, status_code=500)
+        # Answered outside the guard's middleware (Starlette's outermost layer): its headers added here.
+        return JSONResponse(
+            {"error": "internal error", "type": type(err).__name__}, status_code=500, headers=dict(SECURITY_HEADERS)
+        )
