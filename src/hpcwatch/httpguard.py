@@ -28,6 +28,8 @@ __all__ = [
     "SECURITY_HEADERS",
     "Limits",
     "DEFAULT_LIMITS",
+    "DEFAULT_MAX_STREAMS",
+    "DEFAULT_MAX_STREAMS_PER_CLIENT",
     "allowed_hosts",
     "ANY_ADDRESS",
     "host_allowed",
@@ -51,16 +53,22 @@ SECURITY_HEADERS: tuple[tuple[str, str], ...] = (
 )
 
 
+#: ``Limits.max_streams`` and ``max_streams_per_client`` (the defaults ``hpcwatch serve --help`` shows).
+DEFAULT_MAX_STREAMS = 64
+DEFAULT_MAX_STREAMS_PER_CLIENT = 8
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Limits:
     """How much one server holds open for its clients. The defaults are ``DEFAULT_LIMITS``."""
 
     max_connections: int = 256
     """Open TCP connections at once; the next one is answered 503 with ``Retry-After`` and closed."""
-    max_streams: int = 64
+    max_streams: int = DEFAULT_MAX_STREAMS
     """Open ``/api/stream`` (SSE) responses at once, all clients together; the next: 503, ``Retry-After``."""
-    max_streams_per_client: int = 4
-    """Open SSE responses per client address (behind a proxy every viewer is the proxy's address)."""
+    max_streams_per_client: int = DEFAULT_MAX_STREAMS_PER_CLIENT
+    """Open SSE responses per client address: a few tabs and a wall screen (behind a proxy every viewer is
+    the proxy's address: raise it to ``max_streams``)."""
     header_timeout_s: float = 10.0
     """Seconds from connect (or from the end of the previous response) to a complete request head and
     body; past it the connection is closed (slowloris sending a header byte every few seconds)."""

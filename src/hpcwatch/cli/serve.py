@@ -12,6 +12,7 @@ from pathlib import Path
 import click
 
 from hpcwatch.cli.common import PATH, app, console, db_option, listen_options, open_store, repeatable, safe_text
+from hpcwatch.cli.defaults import SERVE_MAX_STREAMS, SERVE_MAX_STREAMS_PER_CLIENT
 
 __all__ = ["demo", "serve", "DEFAULT_PORT"]
 
@@ -101,6 +102,18 @@ def demo(
     "come from --db.",
 )
 @click.option("--duration", type=click.FloatRange(min=0.0), help="Stop after S seconds.")
+@click.option(
+    "--max-streams",
+    type=click.IntRange(min=1),
+    default=SERVE_MAX_STREAMS,
+    help="Live streams (SSE) open at once, all viewers; the next is refused 503.",
+)
+@click.option(
+    "--max-streams-per-client",
+    type=click.IntRange(min=1),
+    default=SERVE_MAX_STREAMS_PER_CLIENT,
+    help="Live streams per client address (behind a proxy all viewers share its address: raise it).",
+)
 def serve(
     db: str | None,
     port: int,
@@ -112,9 +125,11 @@ def serve(
     model: Path | None,
     prometheus: str | None,
     duration: float | None,
+    max_streams: int,
+    max_streams_per_client: int,
 ) -> None:
     """The web schematic on an existing store (what `hpcwatch ingest`, `collect` or a twin run filled)."""
-    from hpcwatch.httpguard import check_exposure, check_tls
+    from hpcwatch.httpguard import Limits, check_exposure, check_tls
     from hpcwatch.model.cluster import load_cluster, reference_cluster
     from hpcwatch.web.app import create_app
     from hpcwatch.web.demo import Listen, check_port, serve_app
@@ -126,7 +141,8 @@ def serve(
     cluster = load_cluster(model) if model else reference_cluster()
     prom = _prometheus(prometheus)
     store = open_store(db)
-    web = create_app(store, cluster, prometheus=prom)
+    limits = Limits(max_streams=max_streams, max_streams_per_client=max_streams_per_client)
+    web = create_app(store, cluster, prometheus=prom, limits=limits)
     where = f"samples from {prom!r}, the rest from the store" if prom is not None else "the store"
     try:
         serve_app(
