@@ -401,6 +401,16 @@ def test_a_non_loopback_host_without_auth_is_refused_in_one_line(command, tmp_pa
     assert len(lines) == 1 and "--insecure-no-auth" in lines[0] and "no authentication" in lines[0], result.stderr
 
 
+def test_insecure_no_auth_lets_it_bind_off_loopback(tmp_path):
+    result = _hpcwatch(
+        "exporter", "--db", str(tmp_path / "db"), "--host", "0.0.0.0", "--insecure-no-auth", "--port", "0",
+        "--duration", "0.2",
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    bound = re.search(r"http://0\.0\.0\.0:(\d+)/metrics", result.stdout)
+    assert bound and int(bound[1]) > 0, result.stdout
+
+
 @pytest.fixture(scope="module")
 def cert(tmp_path_factory) -> tuple[Path, Path]:
     """A self-signed certificate for localhost, made by the openssl command (cryptography is not installed)."""

@@ -58,8 +58,8 @@ def exporter(
     except OSError as err:
         store.close()
         raise ConfigError(f"--port {port}: {err.strerror or err}") from err
-    scheme = "https" if tls_cert else "http"
-    console.print(f"hpcwatch exporter: {scheme}://{host}:{port}/metrics (store {store.config.path}; Ctrl-C stops)")
+    scheme, bound = "https" if tls_cert else "http", server.server_address[1]  # --port 0: the one chosen
+    console.print(f"hpcwatch exporter: {scheme}://{host}:{bound}/metrics (store {store.config.path}; Ctrl-C stops)")
     try:
         wait_for(duration_s)
     finally:

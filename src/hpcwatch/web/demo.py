@@ -1,5 +1,5 @@
 """What ``hpcwatch demo`` and ``hpcwatch serve`` put around the app: the live twin, the step-player pair,
-the uvicorn server on loopback.
+the uvicorn server (loopback unless ``serve --host``; the connection cap and header deadline of web/guard.py).
 
 The step player offers "with / without straggler". We chose to run two short
 twins of the same cluster and seed, one plain and one with the ``straggler``

@@ -43,8 +43,9 @@ class GuardSettings:
 
 
 class Guard:
-    """ASGI middleware: 431 on a head over ``max_header_bytes``, 400 on a Host not allowed, 413 on a body over ``max_body_bytes``, 503 with
-    ``Retry-After`` past the stream caps; the security headers on every response, refusals included."""
+    """ASGI middleware: 431 on a head over ``max_header_bytes``, 400 on a Host not allowed, 413 on a body
+    over ``max_body_bytes``, 503 with ``Retry-After`` past the stream caps; the security headers on every
+    response, refusals included."""
 
     def __init__(self, app: ASGIApp, settings: GuardSettings) -> None:
         self.app, self.settings = app, settings
@@ -144,6 +145,7 @@ class GuardedH11(H11Protocol):
     and closed. uvicorn itself arms no timer before the first request: an idle socket was held forever."""
 
     limits: Limits = DEFAULT_LIMITS
+    _deadline_task: asyncio.TimerHandle | None = None
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
@@ -155,8 +157,6 @@ class GuardedH11(H11Protocol):
     def on_response_complete(self) -> None:
         super().on_response_complete()
         self._arm_deadline()
-
-    _deadline_task: asyncio.TimerHandle | None = None
 
     def _arm_deadline(self) -> None:
         if self._deadline_task is not None:  # the previous request's timer: that request came in time
