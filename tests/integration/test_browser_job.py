@@ -250,3 +250,25 @@ def _check_history_through_promql(url: str) -> None:
     assert full, node["power_w"]
     for i in full:
         assert node["power_w"][i] == pytest.approx(sum(g["power_w"][i] for g in gpus), rel=1e-3)
+
+
+# -- issue 25: the pages under the Content-Security-Policy --------------------------------------------------
+
+
+def test_the_assess_and_job_pages_run_under_the_csp_without_a_violation(browser, server):
+    """``script-src 'self'``: the served assessment draws its plotly figures from /vendor/plotly.min.js and
+    static/assess.js, the job page needs no script; a blocked script or style would be a console error."""
+    context = browser.new_context(viewport=VIEWPORT, locale="en-US")
+    errors: list[str] = []
+    for path, ready in (("assess", "body[data-ready='1']"), ("job/step-player/baseline", "#job-title")):
+        pg = context.new_page()
+        pg.on("console", lambda msg: errors.append(msg.text) if msg.type == "error" else None)
+        pg.on("pageerror", lambda err: errors.append(str(err)))
+        response = pg.goto(server + path)
+        assert response is not None and "script-src 'self'" in response.headers["content-security-policy"]
+        assert response.headers["x-frame-options"] == "DENY"
+        pg.wait_for_selector(ready, state="attached", timeout=30_000)
+        if path == "assess":
+            assert pg.locator("#status-plot .main-svg").count() >= 1  # plotly ran, from this origin
+    context.close()
+    assert not errors, errors
