@@ -73,7 +73,9 @@ def test_idle_sockets_are_capped_and_cut_at_the_deadline(store):
     with exporter(store, limits=Limits(max_connections=50, header_timeout_s=1.0)) as port:
         started = time.monotonic()
         socks = [_connect(port) for _ in range(500)]
-        statuses = [_closed_with(s) for s in socks]
+        socks[-1].settimeout(20)
+        refused = socks[-1].recv(4096)  # past the cap: answered at once, before any request
+        statuses = [_closed_with(s) for s in socks[:-1]] + [int(refused.split()[1])]
         elapsed = time.monotonic() - started
         # every slot came back: the server still answers
         deadline = time.monotonic() + 20
@@ -81,6 +83,7 @@ def test_idle_sockets_are_capped_and_cut_at_the_deadline(store):
             assert time.monotonic() < deadline, status
             time.sleep(0.05)
     assert statuses.count(503) == 450 and statuses.count(None) == 50, sorted(set(map(str, statuses)))
+    assert b"Retry-After: 5\r\n" in refused
     assert elapsed < 15
 
 

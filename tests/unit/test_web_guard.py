@@ -270,9 +270,11 @@ def test_500_idle_sockets_are_not_all_held(store):
     with running(_app(store, **limits)) as port:
         started = time.monotonic()
         socks = [_connect(port) for _ in range(500)]
-        statuses = [_closed_with(s) for s in socks]
+        last_status, last_headers = _head(socks[-1])  # past the cap: refused at once, before any request
+        statuses = [_closed_with(s) for s in socks[:-1]] + [last_status]
         elapsed = time.monotonic() - started
         assert _head(_request(port))[0] == 200  # and the server still answers
+    assert last_headers["retry-after"] == "5" and last_headers["connection"] == "close"
     assert statuses.count(503) == 400 and statuses.count(408) == 100, sorted(set(map(str, statuses)))
     assert elapsed < 15  # all 500 are gone within the deadline (and the machine's load), not held
 
