@@ -48,15 +48,24 @@ The Slurm job is labelled ``hpc_job``, as dcgm-exporter labels it, not ``job``: 
 
 from __future__ import annotations
 
+import logging
+import socket
+import ssl
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
+from pathlib import Path
+from socketserver import ThreadingMixIn
+from typing import Any
+from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector, CollectorRegistry
 
 from hpcwatch.errors import HpcwatchError, InputError
+from hpcwatch.httpguard import DEFAULT_LIMITS, SECURITY_HEADERS, Limits, allowed_hosts, host_allowed
 from hpcwatch.records import Job
 from hpcwatch.reports.assess import latest_assessment
 from hpcwatch.reports.collectors import collector_statuses
@@ -67,6 +76,8 @@ from hpcwatch.reports.jobs import DCGM_METRICS, jobs_report
 from hpcwatch.reports.steps import DEFAULT_RECENT_STEPS, jobs_with_spans, step_report
 from hpcwatch.reports.text import visible
 from hpcwatch.store import Store
+
+log = logging.getLogger(__name__)
 
 __all__ = [
     "StoreCollector",
@@ -407,8 +418,131 @@ def registry_for(store: Store, **options) -> CollectorRegistry:
     return registry
 
 
-def serve_metrics(store: Store, *, port: int = DEFAULT_PORT, host: str = "127.0.0.1", **options):
-    """Start the /metrics server in a background thread; returns (server, thread)."""
-    from prometheus_client import start_http_server
+def serve_metrics(
+    store: Store,
+    *,
+    port: int = DEFAULT_PORT,
+    host: str = "127.0.0.1",
+    allow_hosts: Iterable[str] = (),
+    tls_cert: Path | None = None,
+    tls_key: Path | None = None,
+    limits: Limits = DEFAULT_LIMITS,
+    **options,
+) -> tuple[WSGIServer, threading.Thread]:
+    """Start the /metrics server in a background thread; returns (server, thread).
 
-    return start_http_server(port, addr=host, registry=registry_for(store, **options))
+    client_python's ``make_wsgi_app`` on our own ``wsgiref`` server rather than its ``start_http_server``:
+    that one answers any ``Host``, holds every connection a thread for as long as the client likes, and
+    with TLS does the handshake in its accept loop, so one silent client stops every scrape. Here
+    (hpcwatch.httpguard): the security headers, the Host allow-list (400), at most
+    ``limits.max_connections`` connections (the next: 503 and closed), and each connection closed if its
+    handshake and request head are not in within ``limits.header_timeout_s``."""
+    from prometheus_client import make_wsgi_app
+
+    app = _guarded_wsgi(make_wsgi_app(registry_for(store, **options)), allowed_hosts(host, allow_hosts))
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    server_class = type("MetricsServer", (_MetricsServer,), {"limits": limits, "address_family": family})
+    handler = type("MetricsHandler", (_MetricsHandler,), {"timeout": limits.header_timeout_s})
+    server: WSGIServer = make_server(host, port, app, server_class=server_class, handler_class=handler)
+    if tls_cert is not None and tls_key is not None:
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        context.load_cert_chain(certfile=tls_cert, keyfile=tls_key)
+        # The handshake in the connection's thread, under its deadline (_MetricsHandler.setup), not in accept.
+        server.socket = context.wrap_socket(server.socket, server_side=True, do_handshake_on_connect=False)
+    thread = threading.Thread(target=server.serve_forever, name="hpcwatch-exporter", daemon=True)
+    thread.start()
+    return server, thread
+
+
+def _guarded_wsgi(app: Callable, hosts: frozenset[str]) -> Callable:
+    headers = [(name.title(), value) for name, value in SECURITY_HEADERS]
+
+    def guarded(environ: dict, start_response: Callable) -> Iterable[bytes]:
+        if not host_allowed(environ.get("HTTP_HOST"), hosts):
+            body = b"this server does not answer that Host name (see --allow-host)\n"
+            start_response("400 Bad Request", [("Content-Type", "text/plain"), *headers])
+            return [body]
+
+        def start(status: str, response_headers: list, exc_info: Any = None) -> Callable:
+            return start_response(status, [*response_headers, *headers], exc_info)
+
+        return app(environ, start)
+
+    return guarded
+
+
+class _MetricsServer(ThreadingMixIn, WSGIServer):
+    """A thread per connection, at most ``limits.max_connections`` of them."""
+
+    daemon_threads = True
+    request_queue_size = 1024  # socketserver's 5 leaves a burst of clients in SYN retries, unanswered
+    limits: Limits = DEFAULT_LIMITS
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        self._active, self._lock = 0, threading.Lock()
+        super().__init__(*args, **kwargs)
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        with self._lock:
+            full = self._active >= self.limits.max_connections
+            if not full:
+                self._active += 1
+        if full:
+            _refuse_connection(request, self.limits.retry_after_s)
+            self.shutdown_request(request)
+            return
+        super().process_request(request, client_address)
+
+    def process_request_thread(self, request: Any, client_address: Any) -> None:
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            with self._lock:
+                self._active -= 1
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """A client that hung up, timed out or failed its TLS handshake: not worth a traceback."""
+        log.debug("exporter: connection from %s ended: %s", client_address, sys.exc_info()[1])
+
+
+def _refuse_connection(request: Any, retry_after_s: int) -> None:
+    if isinstance(request, ssl.SSLSocket):
+        return  # no handshake done: writing would block the accept loop; closing is the refusal
+    try:
+        request.settimeout(0)
+        request.send(
+            b"HTTP/1.1 503 Service Unavailable\r\nRetry-After: %d\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+            % retry_after_s
+        )
+    except OSError:
+        pass
+
+
+class _MetricsHandler(WSGIRequestHandler):
+    """``timeout`` (set per server) bounds each read; a timer bounds handshake and request head together."""
+
+    def setup(self) -> None:
+        self._deadline = threading.Timer(self.timeout or 10.0, self._expire)
+        self._deadline.daemon = True
+        self._deadline.start()
+        super().setup()
+        if isinstance(self.connection, ssl.SSLSocket):
+            self.connection.do_handshake()
+
+    def _expire(self) -> None:
+        try:
+            self.connection.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+
+    def parse_request(self) -> bool:
+        ok = super().parse_request()
+        self._deadline.cancel()
+        return ok
+
+    def finish(self) -> None:
+        self._deadline.cancel()
+        super().finish()
+
+    def log_message(self, format: str, *args: Any) -> None:
+        """Log nothing (each scrape would be a line)."""

@@ -42,12 +42,12 @@ def test_player_plays_a_live_job_chosen_in_the_list(page):
     live = page.locator("#player-live")
     # The live twin's job writes spans from its first steps; the list refreshes every 15 s.
     page.wait_for_function(
-        "document.querySelectorAll('#player-live option:not([value=\"\"])').length > 0", timeout=40_000
+        "() => document.querySelectorAll('#player-live option:not([value=\"\"])').length > 0", timeout=40_000
     )
     job = live.locator("option:not([value=''])").first.get_attribute("value")
     live.select_option(job)
     page.wait_for_function(
-        f"document.getElementById('player').dataset.job === {job!r} && "
+        f"() => document.getElementById('player').dataset.job === {job!r} && "
         "document.getElementById('player').dataset.state === 'ready'",
         timeout=20_000,
     )
@@ -61,7 +61,7 @@ def test_player_plays_a_live_job_chosen_in_the_list(page):
     # Back to the guided example: named by what it shows, never by its internal job id.
     page.click("[data-source='straggler']")
     page.wait_for_function(
-        "document.getElementById('player').dataset.state === 'ready' && "
+        "() => document.getElementById('player').dataset.state === 'ready' && "
         "document.getElementById('player').dataset.job.startsWith('step-player/')"
     )
     example = page.locator("#player-summary").inner_text()
@@ -259,3 +259,25 @@ def _check_history_through_promql(url: str) -> None:
     assert util and all(0.0 <= v <= 100.0 for v in util)
     for i in full:
         assert node["power_w"][i] == pytest.approx(sum(g["power_w"][i] for g in gpus), rel=1e-3)
+
+
+# -- issue 25: the pages under the Content-Security-Policy --------------------------------------------------
+
+
+def test_the_assess_and_job_pages_run_under_the_csp_without_a_violation(browser, server):
+    """``script-src 'self'``: the served assessment draws its plotly figures from /vendor/plotly.min.js and
+    static/assess.js, the job page needs no script; a blocked script or style would be a console error."""
+    context = browser.new_context(viewport=VIEWPORT, locale="en-US")
+    errors: list[str] = []
+    for path, ready in (("assess", "body[data-ready='1']"), ("job/step-player/baseline", "#job-title")):
+        pg = context.new_page()
+        pg.on("console", lambda msg: errors.append(msg.text) if msg.type == "error" else None)
+        pg.on("pageerror", lambda err: errors.append(str(err)))
+        response = pg.goto(server + path)
+        assert response is not None and "script-src 'self'" in response.headers["content-security-policy"]
+        assert response.headers["x-frame-options"] == "DENY"
+        pg.wait_for_selector(ready, state="attached", timeout=30_000)
+        if path == "assess":
+            assert pg.locator("#status-plot .main-svg").count() >= 1  # plotly ran, from this origin
+    context.close()
+    assert not errors, errors

@@ -73,13 +73,13 @@ def test_a_late_response_to_an_earlier_click_does_not_replace_the_last_choice(br
         assert held, "the page did not start loading the first example"
         pg.click("[data-source='straggler']")
         player = "document.getElementById('player')"
-        pg.wait_for_function(f"{player}.dataset.state === 'ready' && {player}.dataset.job === {straggler!r}")
+        pg.wait_for_function(f"() => {player}.dataset.state === 'ready' && {player}.dataset.job === {straggler!r}")
         assert pg.evaluate(BACKWARD_JS) > 1.5  # the straggler's step: one rank's backward is twice the others'
         settled = int(pg.evaluate(f"Number({player}.dataset.settled || 0)"))
         with pg.expect_response(lambda r: "api/steps?" in r.url and urllib.parse.quote(baseline, safe="") in r.url):
             for route in held:
                 route.continue_()
-        pg.wait_for_function(f"Number({player}.dataset.settled || 0) > {settled}")  # the late answer was read
+        pg.wait_for_function(f"() => Number({player}.dataset.settled || 0) > {settled}")  # the late answer was read
         assert pg.get_attribute("#player", "data-shown") == straggler
         assert pg.evaluate(BACKWARD_JS) > 1.5
         summary = pg.locator("#player-summary").inner_text()

@@ -99,7 +99,7 @@ def triage_page(browser, triage_server):
     pg.on("console", lambda msg: errors.append(msg.text) if msg.type == "error" else None)
     pg.goto(triage_server)
     _wait_ticks(pg, 1)
-    pg.wait_for_function("Number(document.getElementById('alerts-toggle').dataset.count) > 0", timeout=60_000)
+    pg.wait_for_function("() => Number(document.getElementById('alerts-toggle').dataset.count) > 0", timeout=60_000)
     yield pg
     context.close()
     assert not errors, errors
@@ -182,7 +182,7 @@ def test_on_a_phone_the_worst_problem_and_the_list_fit_the_screen(browser, triag
     pg = context.new_page()
     try:
         pg.goto(triage_server)
-        pg.wait_for_function("Number(document.getElementById('alerts-toggle').dataset.count) > 0", timeout=60_000)
+        pg.wait_for_function("() => Number(document.getElementById('alerts-toggle').dataset.count) > 0", timeout=60_000)
         right = pg.evaluate("document.getElementById('alerts-worst').getBoundingClientRect().right")
         assert right <= 390, right
         pg.click("#alerts-toggle")
