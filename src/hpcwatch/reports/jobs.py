@@ -15,7 +15,7 @@ import pyarrow as pa
 
 from hpcwatch.analysis.attribution import DCGM_METRICS, REPORT_METRICS, SLURM_METRICS, JobReport, job_reports
 from hpcwatch.errors import InputError
-from hpcwatch.records import MAX_JOB_ID_CHARS
+from hpcwatch.records import MAX_JOB_ID_CHARS, Job
 from hpcwatch.store import Store, queries
 
 if TYPE_CHECKING:  # the PromQL backend (httpx) is only loaded by callers that read Prometheus
@@ -27,6 +27,7 @@ __all__ = [
     "job_samples",
     "prometheus_samples",
     "check_job_id",
+    "first_start",
     "MAX_JOB_ID_CHARS",
     "REPORT_METRICS",
     "DCGM_METRICS",
@@ -57,11 +58,22 @@ def job_samples(store: Store, job_id: str, *, metrics: tuple[str, ...] = REPORT_
     workload known only from labels): then every sample is read. At 128 nodes this is the job's share of
     the table, not all of it: one scan."""
     record = store.job(job_id)
-    if record is None or not record.nodes or record.start is None:
+    t0 = first_start(store, record)
+    if record is None or not record.nodes or t0 is None:
         return None
-    return queries.job_window_samples(
-        store, list(metrics), hosts=list(record.nodes), job=job_id, t0=record.start, t1=record.end
-    )
+    return queries.job_window_samples(store, list(metrics), hosts=list(record.nodes), job=job_id, t0=t0, t1=record.end)
+
+
+def first_start(store: Store, record: Job | None) -> float | None:
+    """When ``record``'s job first started: Slurm resets a job's start at each requeue, but its life (the
+    window its samples, XID errors and goodput are judged over) begins with the first attempt, which the
+    ``job_end`` events of its requeued attempts (``state`` REQUEUED, ``start``; a row of ``sacct -D``) keep.
+    The one rule ``job_samples`` (so ``job_report`` and the job page) and ``reports.goodput`` share: with the
+    latest attempt's start, an XID that killed the first attempt fell outside the job's own report."""
+    if record is None:
+        return None
+    starts = queries.requeued_attempt_starts(store, record.id)
+    return min(starts + ([record.start] if record.start is not None else []), default=None)
 
 
 def job_report(store: Store, job_id: str, *, samples: pa.Table | None = None) -> JobReport:
