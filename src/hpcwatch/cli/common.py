@@ -36,6 +36,7 @@ __all__ = [
     "default_db_path",
     "db_option",
     "json_option",
+    "price_options",
     "argument",
     "repeatable",
     "PATH",
@@ -162,6 +163,22 @@ _DB_HELP = "Store folder (Parquet parts, readable while written) or :memory:; de
 def db_option(help: str = _DB_HELP) -> Callable:
     """``--db``: the store to read or write, passed as the parameter ``db`` (None: the default store)."""
     return click.option("--db", "db", default=None, help=help)
+
+
+def price_options(function: Callable) -> Callable:
+    """``--gpu-hour-price`` and ``--currency`` (also ``HPCWATCH_GPU_HOUR_PRICE``, ``HPCWATCH_CURRENCY``): what a
+    job's cost is computed at (``reports.jobs.job_cost``); no price, no cost."""
+    function = click.option(
+        "--currency", "currency", default="", envvar="HPCWATCH_CURRENCY", help="Currency of --gpu-hour-price (a label)."
+    )(function)
+    return click.option(
+        "--gpu-hour-price",
+        "gpu_hour_price",
+        type=click.FloatRange(min=0.0),
+        default=None,
+        envvar="HPCWATCH_GPU_HOUR_PRICE",
+        help="Price of one GPU-hour: a job's cost is its allocated GPU-hours times this.",
+    )(function)
 
 
 def json_option(name: str = "as_json") -> Callable:

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import click
 
-from hpcwatch.cli.common import PATH, app, console, db_option, open_store, repeatable, safe_text
+from hpcwatch.cli.common import PATH, app, console, db_option, open_store, price_options, repeatable, safe_text
 
 __all__ = ["demo", "serve", "DEFAULT_PORT"]
 
@@ -99,7 +99,16 @@ def demo(
     "come from --db.",
 )
 @click.option("--duration", type=click.FloatRange(min=0.0), help="Stop after S seconds.")
-def serve(db: str | None, port: int, model: Path | None, prometheus: str | None, duration: float | None) -> None:
+@price_options
+def serve(
+    db: str | None,
+    port: int,
+    model: Path | None,
+    prometheus: str | None,
+    duration: float | None,
+    gpu_hour_price: float | None,
+    currency: str,
+) -> None:
     """The web schematic on an existing store (what `hpcwatch ingest`, `collect` or a twin run filled)."""
     from hpcwatch.model.cluster import load_cluster, reference_cluster
     from hpcwatch.web.app import create_app
@@ -109,7 +118,7 @@ def serve(db: str | None, port: int, model: Path | None, prometheus: str | None,
     cluster = load_cluster(model) if model else reference_cluster()
     prom = _prometheus(prometheus)
     store = open_store(db)
-    web = create_app(store, cluster, prometheus=prom)
+    web = create_app(store, cluster, prometheus=prom, gpu_hour_price=gpu_hour_price, currency=currency)
     where = f"samples from {prom!r}, the rest from the store" if prom is not None else "the store"
     try:
         serve_app(

@@ -9,7 +9,8 @@ and the jobs still come from the store.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
@@ -28,6 +29,9 @@ __all__ = [
     "prometheus_samples",
     "check_job_id",
     "first_start",
+    "JobCost",
+    "job_cost",
+    "cost_dict",
     "MAX_JOB_ID_CHARS",
     "REPORT_METRICS",
     "DCGM_METRICS",
@@ -116,3 +120,42 @@ def prometheus_samples(prom: PrometheusBackend, *, t0: float | None, store: Stor
     if not slurm.num_rows:
         return scraped
     return pa.concat_tables([scraped, slurm.select(scraped.schema.names).cast(scraped.schema)])
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class JobCost:
+    """What a job cost: its GPU-hours at a configured price, and its energy."""
+
+    gpu_hours: float
+    """Allocated GPU-hours (GPUs × the job's wall time, Slurm's clock), else the observed ones (samples' clock)."""
+    price_per_gpu_hour: float | None
+    """The configured price (``--gpu-hour-price``, in ``currency``); None when none is configured."""
+    currency: str
+    cost: float | None
+    """``gpu_hours × price_per_gpu_hour``; None without a price (never a made-up one)."""
+    energy_kwh: float
+    """From dcgm-exporter's energy counter (``DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION``, mJ), summed over the job's
+    GPUs (``analysis.attribution``): the GPUs' own draw, not the node's or the cooling's."""
+
+
+def job_cost(report: JobReport, *, price_per_gpu_hour: float | None, currency: str = "") -> JobCost:
+    """``report``'s cost: GPU-hours × ``price_per_gpu_hour`` and its GPUs' energy."""
+    hours = report.gpu_hours_allocated if report.gpu_hours_allocated is not None else report.gpu_hours_observed
+    return JobCost(
+        gpu_hours=hours,
+        price_per_gpu_hour=price_per_gpu_hour,
+        currency=currency,
+        cost=None if price_per_gpu_hour is None else hours * price_per_gpu_hour,
+        energy_kwh=report.energy_kwh,
+    )
+
+
+def cost_dict(cost: JobCost) -> dict[str, Any]:
+    """The ``cost`` of ``hpcwatch job --json`` and ``GET /api/job/ID``."""
+    return {
+        "gpu_hours": cost.gpu_hours,
+        "price_per_gpu_hour": cost.price_per_gpu_hour,
+        "currency": cost.currency,
+        "cost": cost.cost,
+        "energy_kwh": cost.energy_kwh,
+    }

@@ -65,6 +65,9 @@ class AppState:
     """``hpcwatch serve --prometheus``: the ``PrometheusBackend`` samples are read from (None: the store)."""
     prometheus_label: str | None = None
     """That Prometheus as the page names it (its URL without credentials)."""
+    gpu_hour_price: float | None = None
+    """The price of a GPU-hour the job page's cost is computed at (None: no cost shown)."""
+    currency: str = ""
 
 
 def create_app(
@@ -74,6 +77,8 @@ def create_app(
     step_jobs: Mapping[str, str] | None = None,
     stream_interval_s: float = api.STREAM_INTERVAL_S,
     prometheus: Any | None = None,
+    gpu_hour_price: float | None = None,
+    currency: str = "",
 ) -> FastAPI:
     """The app over ``store``; with ``prometheus`` (a ``PrometheusBackend``) the live samples and the job
     page's samples are read from it, and Slurm, steps, events and findings still from the store."""
@@ -95,6 +100,8 @@ def create_app(
         stream_interval_s=stream_interval_s,
         prometheus=prometheus,
         prometheus_label=None if prometheus is None else f"Prometheus {safe_url(prometheus.config.url)}",
+        gpu_hour_price=gpu_hour_price,
+        currency=currency,
     )
     app.include_router(api.router)
     app.include_router(jobpage.router)

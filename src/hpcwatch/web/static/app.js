@@ -33,6 +33,7 @@ function applySnapshot(snap) {
   body.dataset.ticks = String(state.ticks);
   applyMonitor(snap);                // first: the tiles' spoken names say the problems it marks
   applyTiles(snap);
+  updateEvents(snap);
   for (const [name, node] of refs.ib) {
     const v = snap.nodes?.[name];
     node.textContent = v ? `IB ↑${fmtRate(v.ib_tx_bytes_s)} ↓${fmtRate(v.ib_rx_bytes_s)}` : "";
@@ -104,6 +105,27 @@ function updateVectors(snap) {
   }
 }
 
+/** The recent-events strip (reports/timeline.py, newest first, bounded): rebuilt only when it changed. */
+function updateEvents(snap) {
+  const list = document.getElementById("events-list");
+  if (!list || !snap.events) return;
+  const signature = JSON.stringify(snap.events);
+  if (list.dataset.signature === signature) return;
+  list.dataset.signature = signature;
+  clear(list);
+  if (!snap.events.length) list.append(h("li", { class: "muted" }, t("events.none")));
+  for (const e of snap.events) list.append(eventItem(e));
+}
+
+/** One timeline entry as a list item: its time (UTC), what happened, where. Also the node card's timeline. */
+export function eventItem(e) {
+  const where = [e.node, e.gpu !== null && e.gpu !== undefined ? `GPU ${e.gpu}` : null, e.job ? t("events.job", { job: e.job }) : null]
+    .filter(Boolean).join(" · ");
+  const words = t(`event.${e.what}`, { ...e.detail, xid: e.detail?.xid ?? "", title: e.detail?.title ?? "", state: e.detail?.state ?? "", rule: e.detail?.rule ?? "", step: e.detail?.step ?? "" });
+  return h("li", { "data-what": e.what, "data-node": e.node ?? "", "data-job": e.job ?? "" },
+    [h("time", { datetime: new Date(e.t * 1000).toISOString() }, fmtTime(e.t)), " ", h("span", { class: "event-what" }, words), where ? ` — ${where}` : ""]);
+}
+
 function updateQueue(snap) {
   const q = snap.queue;
   if (!q) return;
@@ -116,8 +138,8 @@ function updateQueue(snap) {
   for (const j of q.jobs) {
     const job = h("button", { type: "button", class: "ghost job-link", "data-highlight-job": j.id,
       title: t("alerts.job_title", { job: j.id }) }, j.id);
-    const state = (j.state ?? "") + (j.restarts ? ` · ${t("queue.restarts", { n: fmt(j.restarts) })}` : "");
-    tbody.append(h("tr", { "data-job": j.id }, [[job, " ", jobLink(j.id)], j.name ?? "", j.user ?? "", j.account ?? "", state, (j.nodes || []).join(", "), fmt(j.gpus)]
+    const state = (j.requeued ? t("queue.requeued") : j.state ?? "") + (j.restarts ? ` · ${t("queue.restarts", { n: fmt(j.restarts) })}` : "");
+    tbody.append(h("tr", { "data-job": j.id, "data-requeued": String(Boolean(j.requeued)) }, [[job, " ", jobLink(j.id)], j.name ?? "", j.user ?? "", j.account ?? "", state, (j.nodes || []).join(", "), fmt(j.gpus)]
       .map((c) => h("td", {}, c))));
   }
 }
