@@ -77,3 +77,20 @@ def test_a_lost_gpu_has_no_numbers_and_its_node_is_drained(tmp_path):
     assert {"xid", "failure", "requeue", "drain"} <= set(whats)
     assert [e["t"] for e in snap["events"]] == sorted((e["t"] for e in snap["events"]), reverse=True)
     assert all(e["node"] == "node2" for e in snap["node_events"]["node2"])
+
+
+def test_an_xid_known_only_from_dcgm_samples_is_in_its_job_story_once(tmp_path):
+    from hpcwatch import vocab
+    from hpcwatch.records import Job, Sample
+
+    labels = {"Hostname": "node2", "gpu": "3", "hpc_job": "77"}
+    # dcgm-exporter's "last XID" gauge: 0, then 79 on three scrapes (one error), then the GPU is gone.
+    values = [(100.0, 0.0), (110.0, 79.0), (120.0, 79.0), (130.0, 79.0)]
+    with Store(tmp_path / "store") as store:
+        store.add([Job(id="77", nodes=("node2",), gpus=8, start=90.0, state="RUNNING")])
+        store.add([Sample(metric=vocab.DCGM_FI_DEV_XID_ERRORS, labels=labels, t=t, value=v) for t, v in values])
+        story = job_timeline(store, "77")
+        assert job_timeline(store, "78") == []
+    assert [(e["what"], e["t"], e["node"], e["gpu"], e["detail"]) for e in story] == [
+        ("xid", 110.0, "node2", "3", {"xid": 79})
+    ]

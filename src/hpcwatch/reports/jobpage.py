@@ -8,6 +8,8 @@ The parts are the reports the CLI already has, called here once so the page comp
 - ``goodput``  ``reports.goodput.goodput_report`` (what ``hpcwatch goodput`` prints)
 - ``findings`` the stored findings that concern the job (``concerns_job``)
 - ``cost``     ``reports.jobs.job_cost``: GPU-hours × the configured price, energy (``hpcwatch job --json``'s)
+- ``timeline`` ``reports.timeline.job_timeline``: the job's story, oldest first (XID → stop → requeue →
+  restore), with the steps its failures lost (goodput's ``lost_steps``)
 
 A part the store cannot answer (no spans, no goodput events) is ``None`` with the reason in
 ``missing``: "no steps recorded" and "could not compute" are said, not shown as zeros.
@@ -28,6 +30,7 @@ from hpcwatch.records import PHASES, Finding
 from hpcwatch.reports.goodput import goodput_report
 from hpcwatch.reports.jobs import JobCost, check_job_id, cost_dict, job_cost, job_report
 from hpcwatch.reports.steps import DEFAULT_RECENT_STEPS, StepReport, step_report
+from hpcwatch.reports.timeline import job_timeline
 
 if TYPE_CHECKING:
     from hpcwatch.store import Store
@@ -85,6 +88,8 @@ class JobOverview:
     findings: tuple[Finding, ...]
     cost: JobCost | None = None
     """None for a workload without a job report."""
+    timeline: tuple[dict[str, Any], ...] = ()
+    """``reports.timeline.job_timeline``: entries ``t``, ``what``, ``node``, ``gpu``, ``job``, ``detail``."""
     missing: dict[str, str] = field(default_factory=dict)
     """Part (``job``, ``steps``, ``goodput``) -> why it is None (the report's own message)."""
 
@@ -167,7 +172,16 @@ def job_overview(
     t1 = None if job is None else job.end
     findings = tuple(f for f in store.findings() if concerns_job(f, job_id, nodes, t0, t1))
     cost = None if job is None else job_cost(job, price_per_gpu_hour=price_per_gpu_hour, currency=currency)
-    return JobOverview(id=job_id, job=job, steps=steps, goodput=goodput, findings=findings, cost=cost, missing=missing)
+    return JobOverview(
+        id=job_id,
+        job=job,
+        steps=steps,
+        goodput=goodput,
+        findings=findings,
+        cost=cost,
+        timeline=tuple(job_timeline(store, job_id)),
+        missing=missing,
+    )
 
 
 def _part(missing: dict[str, str], name: str, compute: Any) -> Any:
@@ -199,6 +213,7 @@ def overview_dict(overview: JobOverview) -> dict[str, Any]:
         },
         "goodput": None if overview.goodput is None else overview.goodput.to_dict(),
         "cost": None if overview.cost is None else cost_dict(overview.cost),
+        "timeline": [dict(e) for e in overview.timeline],
         "findings": [
             {
                 "vector": f.vector,

@@ -6,7 +6,8 @@ One entry per thing an on-call person acts on, from the store's events and findi
 ===========  =========================================================================
 ``what``     from
 ===========  =========================================================================
-``xid``      an ``xid`` event (kernel log, nvidia-smi): node, GPU, code
+``xid``      an ``xid`` event (kernel log, nvidia-smi): node, GPU, code; or the first sample of a new
+             non-zero value of dcgm-exporter's ``DCGM_FI_DEV_XID_ERRORS`` (the last XID of a GPU)
 ``failure``  a ``failure`` event: the job stopped (cause, step)
 ``requeue``  a ``job_end`` event of state REQUEUED (``sacct -D``): Slurm requeued the job
 ``job_end``  any other ``job_end`` event (COMPLETED, FAILED, CANCELLED...)
@@ -26,6 +27,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Literal
 
+from hpcwatch import vocab
 from hpcwatch.records import Event, Finding
 from hpcwatch.store import Store, queries
 from hpcwatch.vocab import EventKind
@@ -67,6 +69,8 @@ TIMELINE_EVENT_KINDS: tuple[str, ...] = (
 MAX_EVENTS = 30
 #: Entries of one node's timeline in the snapshot (ours: a card's height).
 MAX_NODE_EVENTS = 10
+#: The live strip looks this far back for XIDs in dcgm-exporter's samples (ours: the health window's 15 min).
+XID_SAMPLES_WINDOW_S = 900.0
 
 
 def event_entry(e: Event) -> dict[str, Any] | None:
@@ -115,6 +119,16 @@ def finding_entry(f: Finding) -> dict[str, Any]:
     }
 
 
+def _sample_xids(
+    store: Store, *, limit: int, since: float | None = None, hosts: Sequence[str] | None = None
+) -> list[dict[str, Any]]:
+    rows = queries.gauge_onsets(store, vocab.DCGM_FI_DEV_XID_ERRORS, since=since, hosts=hosts, limit=limit)
+    return [
+        {"t": t, "what": "xid", "node": host, "gpu": gpu, "job": job, "detail": {"xid": int(value)}}
+        for host, gpu, value, t, job in rows
+    ]
+
+
 def _problem_entries(problems: Iterable[Mapping[str, Any]], now: float) -> list[dict[str, Any]]:
     """A drain the health checks decide now, timed by what the check saw first (else ``now``)."""
     out = []
@@ -146,7 +160,18 @@ def _down_entries(node_states: Mapping[str, Mapping[str, Any]]) -> list[dict[str
 
 def _newest(entries: Iterable[dict[str, Any]], limit: int) -> list[dict[str, Any]]:
     seen, out = set(), []
+    # One XID seen by the kernel log and by dcgm-exporter's next scrape is one entry (the earlier one).
+    xids: dict[tuple[Any, Any, Any], float] = {}
+    for e in sorted(entries, key=lambda e: e["t"]):
+        if e["what"] == "xid":
+            key3 = (e["node"], e["gpu"], e["detail"].get("xid"))
+            if key3 in xids and e["t"] - xids[key3] <= XID_SAMPLES_WINDOW_S:
+                e["_dup"] = True
+            else:
+                xids[key3] = e["t"]
     for e in sorted(entries, key=lambda e: -e["t"]):
+        if e.pop("_dup", False):
+            continue
         key = (e["what"], e["node"], e["gpu"], e["job"], round(e["t"], 3))
         if key not in seen:
             seen.add(key)
@@ -170,6 +195,7 @@ def timeline(
     """The page's recent-events strip: stored events, findings, drains the health checks decide now and
     Slurm's down nodes, newest first, at most ``limit``."""
     entries = _stored(store, limit=limit)
+    entries += _sample_xids(store, limit=limit, since=now - XID_SAMPLES_WINDOW_S)
     entries += [finding_entry(f) for f in store.findings()[-limit:]]
     entries += _problem_entries(problems, now)
     entries += _down_entries(node_states or {})
@@ -187,8 +213,11 @@ def node_timelines(entries: Sequence[Mapping[str, Any]], limit: int = MAX_NODE_E
 
 
 def job_timeline(store: Store, job_id: str, *, limit: int = MAX_EVENTS) -> list[dict[str, Any]]:
-    """One job's story, oldest first: XID on its GPUs' node, its failures, requeues, restores, its end.
-    An XID names a node, not a job: it is the job's when the job's ``failure`` names that XID's node."""
+    """One job's story, oldest first: XIDs, its failures, requeues, restores, its end. An XID event names a
+    node, not a job: it is the job's when the job's ``failure`` names that node; an XID in dcgm-exporter's
+    samples is the job's when the sample carries its ``hpc_job`` label."""
+    from hpcwatch.reports.jobs import first_start
+
     mine = _stored(store, limit=limit, job=job_id)
     failed_nodes = {e["node"] for e in mine if e["what"] == "failure" and e["node"]}
     xids = [
@@ -197,4 +226,10 @@ def job_timeline(store: Store, job_id: str, *, limit: int = MAX_EVENTS) -> list[
         for e in queries.recent_events(store, (EventKind.XID, EventKind.GPU_XID), limit=limit, node=node)
         if (entry := event_entry(e)) is not None
     ]
+    record = store.job(job_id)
+    if record is not None:
+        # A requeued job waiting to run again has no nodes: then every host's XIDs, kept by their label.
+        hosts = list(record.nodes) or None
+        found = _sample_xids(store, limit=limit, since=first_start(store, record), hosts=hosts)
+        xids += [e for e in found if e["job"] == job_id]
     return sorted(_newest([*mine, *xids], limit), key=lambda e: e["t"])

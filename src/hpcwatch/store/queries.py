@@ -27,6 +27,7 @@ __all__ = [
     "latest_gpu_values",
     "latest_node_states",
     "recent_events",
+    "gauge_onsets",
     "counter_rates",
     "last_gpu_scrape",
     "metric_activity",
@@ -113,6 +114,26 @@ def latest_node_states(
         f"SELECT host, arg_max(value, t), arg_max(json_extract_string(labels, '$.state'), t), max(t) FROM samples "
         f"WHERE {where} GROUP BY host",
         [metric, *([since] if since is not None else [])],
+    )
+
+
+def gauge_onsets(
+    store: Store, metric: str, *, since: float | None = None, hosts: Sequence[str] | None = None, limit: int
+) -> list[tuple[str, str | None, float, float, str | None]]:
+    """When each non-zero value of a gauge (dcgm-exporter's "last XID" ``DCGM_FI_DEV_XID_ERRORS``) was first
+    seen, per host and GPU: rows ``(host, gpu, value, first t, job label then)``, newest first, at most ``limit``."""
+    where = ["metric = ?", "value != 0", "host IS NOT NULL"]
+    params: list[object] = [metric]
+    if since is not None:
+        where.append("t >= ?")
+        params.append(since)
+    if hosts is not None:
+        where.append(f"host IN ({_marks(hosts) if hosts else 'NULL'})")
+        params += list(hosts)
+    return store.query(
+        f"SELECT host, gpu, value, min(t), arg_min(job, t) FROM samples WHERE {' AND '.join(where)} "
+        "GROUP BY host, gpu, value ORDER BY min(t) DESC LIMIT ?",
+        [*params, int(limit)],
     )
 
 
