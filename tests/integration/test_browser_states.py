@@ -47,3 +47,20 @@ def test_the_events_strip_tells_xid_failure_and_requeue_newest_first(problem_pag
     row = pg.locator("#queue-table tr[data-requeued='true']")
     assert row.count() >= 1 and "REQUEUED" in row.first.text_content()
     pg.locator("#events").screenshot(path=str(ARTIFACTS / "states_events.png"))
+
+
+def test_the_node_card_has_its_timeline_and_the_job_page_its_failure_story(problem_page, problem_server):
+    pg = problem_page
+    pg.wait_for_selector("#events-list li[data-what='requeue']", timeout=LOST_TIMEOUT_MS, state="attached")
+    pg.locator("[data-el='node:node2']").first.focus()
+    pg.keyboard.press("Enter")
+    pg.wait_for_selector("[data-timeline='node2'] li[data-what='xid']", state="attached")
+    assert "drained" in pg.locator("#card-live [data-value='state']").first.text_content()
+    nodes = pg.eval_on_selector_all("[data-timeline='node2'] li[data-node]", "els => els.map((e) => e.dataset.node)")
+    assert nodes and set(nodes) == {"node2"}
+    job = pg.eval_on_selector("#queue-table tr[data-requeued='true']", "el => el.dataset.job")
+    pg.goto(f"{problem_server}job/{job}")
+    whats = pg.eval_on_selector_all("#job-story li", "els => els.map((e) => e.dataset.what)")
+    assert whats.index("failure") < whats.index("requeue") and "xid" in whats
+    assert "%" in pg.locator("[data-value='compute-goodput']").text_content()
+    pg.screenshot(path=str(ARTIFACTS / "states_job_story.png"), full_page=True)

@@ -9,7 +9,7 @@ import { jobLink } from "./job.js";
 import { applyTiles, initTiles } from "./tiles.js";
 import { initPlayer } from "./player.js";
 import { initSimulator } from "./sim.js";
-import { boot, clear, fmt, fmtRate, fmtTime, h, t } from "./util.js";
+import { boot, clear, eventItem, fmt, fmtRate, fmtTime, h, t } from "./util.js";
 
 const state = { reading: "engineer", view: "schematic", snapshot: boot.live, opener: null, ticks: 0, applyMs: [] };
 const body = document.body;
@@ -115,15 +115,6 @@ function updateEvents(snap) {
   clear(list);
   if (!snap.events.length) list.append(h("li", { class: "muted" }, t("events.none")));
   for (const e of snap.events) list.append(eventItem(e));
-}
-
-/** One timeline entry as a list item: its time (UTC), what happened, where. Also the node card's timeline. */
-export function eventItem(e) {
-  const where = [e.node, e.gpu !== null && e.gpu !== undefined ? `GPU ${e.gpu}` : null, e.job ? t("events.job", { job: e.job }) : null]
-    .filter(Boolean).join(" · ");
-  const words = t(`event.${e.what}`, { ...e.detail, xid: e.detail?.xid ?? "", title: e.detail?.title ?? "", state: e.detail?.state ?? "", rule: e.detail?.rule ?? "", step: e.detail?.step ?? "" });
-  return h("li", { "data-what": e.what, "data-node": e.node ?? "", "data-job": e.job ?? "" },
-    [h("time", { datetime: new Date(e.t * 1000).toISOString() }, fmtTime(e.t)), " ", h("span", { class: "event-what" }, words), where ? ` — ${where}` : ""]);
 }
 
 function updateQueue(snap) {

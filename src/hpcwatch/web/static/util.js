@@ -83,3 +83,12 @@ export function fmtTime(seconds) {
 export function clear(node) {
   while (node.firstChild) node.removeChild(node.firstChild);
 }
+
+/** One timeline entry as a list item: its time (UTC), what happened, where. Also the node card's timeline. */
+export function eventItem(e) {
+  const where = [e.node, e.gpu !== null && e.gpu !== undefined ? `GPU ${e.gpu}` : null, e.job ? t("events.job", { job: e.job }) : null]
+    .filter(Boolean).join(" · ");
+  const words = t(`event.${e.what}`, { ...e.detail, xid: e.detail?.xid ?? "", title: e.detail?.title ?? "", state: e.detail?.state ?? "", rule: e.detail?.rule ?? "", step: e.detail?.step ?? "" });
+  return h("li", { "data-what": e.what, "data-node": e.node ?? "", "data-job": e.job ?? "" },
+    [h("time", { datetime: new Date(e.t * 1000).toISOString() }, fmtTime(e.t)), " ", h("span", { class: "event-what" }, words), where ? ` — ${where}` : ""]);
+}
