@@ -29,6 +29,8 @@ def test_the_xid_node_is_drained_and_its_lost_gpu_shows_no_number(problem_page):
     assert text == "lost" and "%" not in text
     assert "W" not in (pg.locator("[data-live='pt:node2/3']").text_content() or "")
     assert pg.locator("[data-gpu='node1/0'][data-state]").count() == 0  # node1 is in service
+    assert pg.locator("g[data-node='node2'] .node-title").text_content() == "node2 · drained"
+    assert pg.locator("g[data-node='node1'] .node-title").text_content() == "node1"
     ARTIFACTS.mkdir(exist_ok=True)
     pg.screenshot(path=str(ARTIFACTS / "states_lost_gpu.png"))
 

@@ -94,3 +94,19 @@ def test_an_xid_known_only_from_dcgm_samples_is_in_its_job_story_once(tmp_path):
     assert [(e["what"], e["t"], e["node"], e["gpu"], e["detail"]) for e in story] == [
         ("xid", 110.0, "node2", "3", {"xid": 79})
     ]
+
+
+def test_hpcwatch_job_json_carries_the_cost_at_the_given_price(xid_store):
+    import orjson
+    from click.testing import CliRunner
+
+    from hpcwatch.cli import app
+
+    store, job = xid_store
+    args = ["job", job, "--db", str(store.config.path), "--json"]
+    priced = CliRunner().invoke(app, [*args, "--gpu-hour-price", "3", "--currency", "EUR"])
+    assert priced.exit_code == 0, priced.output
+    cost = orjson.loads(priced.stdout)["cost"]
+    assert cost["currency"] == "EUR" and cost["cost"] == pytest.approx(3 * cost["gpu_hours"]) and cost["gpu_hours"] > 0
+    unpriced = CliRunner().invoke(app, args)
+    assert orjson.loads(unpriced.stdout)["cost"]["cost"] is None

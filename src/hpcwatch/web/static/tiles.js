@@ -8,7 +8,7 @@ import { clear, fmt, fmtTime, h, t } from "./util.js";
  *  (https://jfly.uni-koeln.de/color/); a job keeps its colour for as long as its id hashes the same. */
 export const JOB_COLOURS = 8;
 
-const refs = { tiles: [], nodes: [] };
+const refs = { tiles: [], nodes: [], full: [] };
 
 /** Look every live element up once: a 128-node page has ~5,000 of them. */
 export function initTiles() {
@@ -37,6 +37,16 @@ export function initTiles() {
   refs.nodes = [...document.querySelectorAll(".tile g[data-node]")].map((el) => ({
     name: el.dataset.node, el, sum: sums.get(el.dataset.node), mark: tileMarks.get(el.dataset.node), last: {},
     gpus: refs.tiles.filter((g) => g.node === el.dataset.node) }));
+  refs.full = [...document.querySelectorAll(".node-group:not(.tile) > g[data-node]")].map((el) => ({
+    name: el.dataset.node, el, title: el.querySelector(".node-title"), last: {} }));
+}
+
+/** A drawn node (up to 4 nodes) says its state after its name: "node2 · drained". */
+function applyFullNode(node, snap) {
+  const state = snap.node_states?.[node.name]?.state;
+  const shown = state && state !== "ok" ? state : null;
+  set(node.el, "data-state", shown, node.last);
+  setText(node.title, shown ? `${node.name} · ${t(`state.${shown}`)}` : node.name, node.last, "title");
 }
 
 /** A job id's colour index (FNV-1a: the same job gets the same colour in every tab and every session). */
@@ -139,6 +149,7 @@ export function applyTiles(snap) {
   latest = snap;
   for (const tile of refs.tiles) applyGpu(tile, snap.gpus?.[tile.id]);
   for (const node of refs.nodes) applyNode(node, snap);
+  for (const node of refs.full) applyFullNode(node, snap);
   drawJobLegend(snap);
 }
 
