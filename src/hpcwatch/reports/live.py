@@ -258,7 +258,7 @@ def state_inputs(store: Store, found: Sequence[dict[str, Any]], *, now: float | 
 def apply_states(doc: dict[str, Any], found: Sequence[dict[str, Any]], inputs: dict[str, Any]) -> None:
     """Give ``doc`` (a ``live_snapshot``) its true states from ``found`` (its problems) and ``inputs``
     (``state_inputs``): each GPU's ``state`` (``GpuState``; a lost GPU keeps no number: its last ones are
-    not what it does now, and ``last_seen`` says when it last reported), ``node_states``, each queued
+    not what it does now, and ``last_seen`` says when it last reported, or when its XID came), ``node_states``, each queued
     job's ``requeued`` (waiting to run again after Slurm requeued it), the recent ``events``
     (``reports.timeline.timeline``, newest first) and ``node_events`` (each node's, for its card)."""
     nodes = inputs["node_states"]
@@ -275,7 +275,9 @@ def apply_states(doc: dict[str, Any], found: Sequence[dict[str, Any]], inputs: d
     for gid, p in lost.items():
         entry = gpus.setdefault(gid, {"job": None, "user": None, "account": None, "t": None})
         entry.update({field: None for field, _ in GPU_FIELDS.values()})
-        entry["last_seen"] = (p.get("evidence") or {}).get("last_seen")
+        evidence = p.get("evidence") or {}
+        # gpu_missing says when the GPU last reported; an XID, when it was first seen (the GPU died then).
+        entry["last_seen"] = evidence.get("last_seen", evidence.get("first_seen"))
     for gid, entry in gpus.items():
         entry["state"] = "lost" if gid in lost else nodes.get(gid.split("/", 1)[0], {}).get("state", "ok")
     for job in doc["queue"]["jobs"]:

@@ -86,7 +86,8 @@ class LiveView:
         self._problems: list[dict[str, Any]] = []
         self._alerts: list[dict[str, Any]] = []
         self._problems_at: float | None = None
-        self._states: dict[str, Any] = state_inputs(store, [], now=None)
+        self._states: dict[str, Any] = {"node_states": {}, "events": [], "node_events": {}}
+        """``reports.live.state_inputs``, refreshed with the problems."""
         self._seen: DataSeen | None = None
         self._seen_at: float | None = None
 
