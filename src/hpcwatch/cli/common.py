@@ -37,6 +37,7 @@ __all__ = [
     "db_option",
     "listen_options",
     "json_option",
+    "price_options",
     "argument",
     "repeatable",
     "PATH",
@@ -195,6 +196,22 @@ def listen_options(what: str) -> Callable:
         return f
 
     return decorate
+
+
+def price_options(function: Callable) -> Callable:
+    """``--gpu-hour-price`` and ``--currency`` (also ``HPCWATCH_GPU_HOUR_PRICE``, ``HPCWATCH_CURRENCY``): what a
+    job's cost is computed at (``reports.jobs.job_cost``); no price, no cost."""
+    function = click.option(
+        "--currency", "currency", default="", envvar="HPCWATCH_CURRENCY", help="Currency of --gpu-hour-price (a label)."
+    )(function)
+    return click.option(
+        "--gpu-hour-price",
+        "gpu_hour_price",
+        type=click.FloatRange(min=0.0),
+        default=None,
+        envvar="HPCWATCH_GPU_HOUR_PRICE",
+        help="Price of one GPU-hour: a job's cost is its allocated GPU-hours times this.",
+    )(function)
 
 
 def json_option(name: str = "as_json") -> Callable:

@@ -69,6 +69,11 @@ def goodput(job: str, db: str | None, as_json: bool) -> None:
     for kind in BADPUT_KINDS:
         table.add_row(kind, f"{report.badput_s[kind] / 3600:.3f}", f"{shares[kind]:.2%}" if report.total_s else "-")
     console.print(table)
+    if report.barrier_wait_s > 0:
+        console.print(
+            f"compute goodput {report.compute_goodput:.1%}: productive time less "
+            f"{report.barrier_wait_s / 3600:.3f} h the ranks waited, on average, at the barrier for the slowest"
+        )
     if report.ideal_step_s is not None:
         console.print(f"ideal step time (mean under median + 3·MAD): {report.ideal_step_s:.3f} s")
     for note in report.notes:

@@ -11,7 +11,17 @@ from pathlib import Path
 
 import click
 
-from hpcwatch.cli.common import PATH, app, console, db_option, listen_options, open_store, repeatable, safe_text
+from hpcwatch.cli.common import (
+    PATH,
+    app,
+    console,
+    db_option,
+    listen_options,
+    open_store,
+    price_options,
+    repeatable,
+    safe_text,
+)
 from hpcwatch.cli.defaults import SERVE_MAX_STREAMS, SERVE_MAX_STREAMS_PER_CLIENT
 
 __all__ = ["demo", "serve", "DEFAULT_PORT"]
@@ -114,6 +124,7 @@ def demo(
     default=SERVE_MAX_STREAMS_PER_CLIENT,
     help="Live streams per client address (behind a proxy all viewers share its address: raise it).",
 )
+@price_options
 def serve(
     db: str | None,
     port: int,
@@ -127,6 +138,8 @@ def serve(
     duration: float | None,
     max_streams: int,
     max_streams_per_client: int,
+    gpu_hour_price: float | None,
+    currency: str,
 ) -> None:
     """The web schematic on an existing store (what `hpcwatch ingest`, `collect` or a twin run filled)."""
     from hpcwatch.httpguard import Limits, check_exposure, check_tls
@@ -142,7 +155,7 @@ def serve(
     prom = _prometheus(prometheus)
     store = open_store(db)
     limits = Limits(max_streams=max_streams, max_streams_per_client=max_streams_per_client)
-    web = create_app(store, cluster, prometheus=prom, limits=limits)
+    web = create_app(store, cluster, prometheus=prom, limits=limits, gpu_hour_price=gpu_hour_price, currency=currency)
     where = f"samples from {prom!r}, the rest from the store" if prom is not None else "the store"
     try:
         serve_app(

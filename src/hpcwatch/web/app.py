@@ -69,6 +69,9 @@ class AppState:
     """That Prometheus as the page names it (its URL without credentials)."""
     guard: GuardSettings = field(default_factory=GuardSettings)
     """Headers, Host allow-list, body and stream caps (web/guard.py); ``serve_app`` sets the hosts."""
+    gpu_hour_price: float | None = None
+    """The price of a GPU-hour the job page's cost is computed at (None: no cost shown)."""
+    currency: str = ""
 
 
 def create_app(
@@ -79,6 +82,8 @@ def create_app(
     stream_interval_s: float = api.STREAM_INTERVAL_S,
     prometheus: Any | None = None,
     limits: Limits = DEFAULT_LIMITS,
+    gpu_hour_price: float | None = None,
+    currency: str = "",
 ) -> FastAPI:
     """The app over ``store``; with ``prometheus`` (a ``PrometheusBackend``) the live samples and the job
     page's samples are read from it, and Slurm, steps, events and findings still from the store.
@@ -102,6 +107,8 @@ def create_app(
         prometheus=prometheus,
         prometheus_label=None if prometheus is None else f"Prometheus {safe_url(prometheus.config.url)}",
         guard=GuardSettings(limits=limits, stream_paths=frozenset({"/api/stream"})),
+        gpu_hour_price=gpu_hour_price,
+        currency=currency,
     )
     app.add_middleware(Guard, settings=app.state.hpcwatch.guard)
     app.include_router(api.router)
