@@ -19,9 +19,18 @@ Every family is a gauge: each value is recomputed from the store, none counts ev
     hpcwatch_job_idle_gpus{hpc_job,user,account}             allocated GPUs that stayed idle
     hpcwatch_job_step_seconds{hpc_job}                       median training step (slowest rank)
     hpcwatch_job_stragglers{hpc_job}                         ranks named stragglers
+    hpcwatch_rank_straggler{hpc_job,rank,node,gpu} 1         one per rank named a straggler (the alert's node)
     hpcwatch_rank_relative_score{hpc_job,rank,node,gpu}      fastest rank's work / this rank's (1 = best)
     hpcwatch_job_goodput_ratio{hpc_job}                      productive time / wall time
     hpcwatch_findings{vector,severity}                       findings in the store (every pair, 0 included)
+    hpcwatch_finding_rules{vector,rule,severity}             the same by detector rule (the triples with findings)
+    hpcwatch_health_verdict{node,rule}                       each health rule's worst verdict on each node in the
+                                                             newest stored health run (``hpcwatch collect``'s
+                                                             ``task = "health"``): 0 ok, 1 warn, 2 drain
+                                                             (reports/health.VERDICT_NUMBERS); not judged again
+                                                             per scrape (benchmarks/RESULTS.md: 1.6 s at 128
+                                                             nodes live, 5 ms stored)
+    hpcwatch_health_verdict_timestamp_seconds                when that run judged (UTC s)
     hpcwatch_assessment_tier{category}                       the newest stored assessment (``hpcwatch collect``'s
                                                              ``task = "assess"``): 4 Platinum, 3 Gold, 2 Silver,
                                                              1 Bronze, 0 Underperform; ``category="overall"`` is the
@@ -29,6 +38,8 @@ Every family is a gauge: each value is recomputed from the store, none counts ev
     hpcwatch_exporter_collect_seconds, hpcwatch_exporter_collect_errors   the exporter itself
     hpcwatch_collector_up{collector,kind,daemon}             1 when a collector of ``hpcwatch collect`` answers
     hpcwatch_collector_last_success_timestamp_seconds{...}   its last run that succeeded (UTC s)
+    hpcwatch_collector_interval_seconds{...}                 its polling interval (freshness: the last success is
+                                                             due within 3 intervals, reports/collectors.py)
     hpcwatch_collector_lag_seconds{...}, hpcwatch_collector_errors_total{...}, hpcwatch_collector_records_total{...}
 
 The Slurm job is labelled ``hpc_job``, as dcgm-exporter labels it, not ``job``: Prometheus owns
@@ -37,24 +48,36 @@ The Slurm job is labelled ``hpc_job``, as dcgm-exporter labels it, not ``job``: 
 
 from __future__ import annotations
 
+import logging
+import socket
+import ssl
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
+from pathlib import Path
+from socketserver import ThreadingMixIn
+from typing import Any
+from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector, CollectorRegistry
 
 from hpcwatch.errors import HpcwatchError, InputError
+from hpcwatch.httpguard import DEFAULT_LIMITS, SECURITY_HEADERS, Limits, allowed_hosts, host_allowed
 from hpcwatch.records import Job
 from hpcwatch.reports.assess import latest_assessment
 from hpcwatch.reports.collectors import collector_statuses
-from hpcwatch.reports.findings import finding_counts
+from hpcwatch.reports.findings import finding_counts, finding_rule_counts
 from hpcwatch.reports.goodput import goodput_report
+from hpcwatch.reports.health import VERDICT_NUMBERS, latest_health
 from hpcwatch.reports.jobs import DCGM_METRICS, jobs_report
 from hpcwatch.reports.steps import DEFAULT_RECENT_STEPS, jobs_with_spans, step_report
 from hpcwatch.reports.text import visible
 from hpcwatch.store import Store
+
+log = logging.getLogger(__name__)
 
 __all__ = [
     "StoreCollector",
@@ -84,14 +107,19 @@ METRIC_NAMES = (
     "hpcwatch_job_idle_gpus",
     "hpcwatch_job_step_seconds",
     "hpcwatch_job_stragglers",
+    "hpcwatch_rank_straggler",
     "hpcwatch_rank_relative_score",
     "hpcwatch_job_goodput_ratio",
     "hpcwatch_findings",
+    "hpcwatch_finding_rules",
+    "hpcwatch_health_verdict",
+    "hpcwatch_health_verdict_timestamp_seconds",
     "hpcwatch_assessment_tier",
     "hpcwatch_exporter_collect_seconds",
     "hpcwatch_exporter_collect_errors",
     "hpcwatch_collector_up",
     "hpcwatch_collector_last_success_timestamp_seconds",
+    "hpcwatch_collector_interval_seconds",
     "hpcwatch_collector_lag_seconds",
     "hpcwatch_collector_errors_total",
     "hpcwatch_collector_records_total",
@@ -128,7 +156,14 @@ class StoreCollector(Collector):
     def collect(self) -> Iterator[Metric]:
         t0 = time.perf_counter()
         families: list[Metric] = []
-        for part in (self._jobs, self._training, self._findings, self._assessment, self._collectors):
+        for part in (
+            self._jobs,
+            self._training,
+            self._findings,
+            self._health,
+            self._assessment,
+            self._collectors,
+        ):
             try:
                 families.extend(part())
             except HpcwatchError as err:  # one failing part must not blank the others
@@ -204,7 +239,7 @@ class StoreCollector(Collector):
         ]
 
     def _training(self) -> list[Metric]:
-        step_s, stragglers, scores, goodput = [], [], [], []
+        step_s, stragglers, named, scores, goodput = [], [], [], [], []
         for job_id in jobs_with_spans(self.store):
             try:
                 report = step_report(self.store, job_id, recent_steps=self.recent_steps)
@@ -214,6 +249,10 @@ class StoreCollector(Collector):
                 continue
             step_s.append(([job_id], report.step_time_s))
             stragglers.append(([job_id], float(len(report.stragglers.stragglers))))
+            named += [
+                ([job_id, str(r.rank), r.node or "", "" if r.gpu is None else str(r.gpu)], 1.0)
+                for r in report.stragglers.stragglers
+            ]
             scores += [
                 ([job_id, str(r.rank), r.node or "", "" if r.gpu is None else str(r.gpu)], r.score)
                 for r in report.stragglers.ranks
@@ -227,6 +266,12 @@ class StoreCollector(Collector):
                 step_s,
             ),
             _gauge("hpcwatch_job_stragglers", "Ranks named stragglers over the recent steps.", ["hpc_job"], stragglers),
+            _gauge(
+                "hpcwatch_rank_straggler",
+                "1 for each rank named a straggler over the recent steps (absent: not one).",
+                ["hpc_job", "rank", "node", "gpu"],
+                named,
+            ),
             _gauge(
                 "hpcwatch_rank_relative_score",
                 "Fastest rank's work time / this rank's (1 = fastest).",
@@ -244,7 +289,32 @@ class StoreCollector(Collector):
                 "Security findings in the store, by threat vector and severity.",
                 ["vector", "severity"],
                 [([v, s], float(n)) for (v, s), n in counts.items()],
-            )
+            ),
+            _gauge(
+                "hpcwatch_finding_rules",
+                "Security findings in the store, by threat vector, detector rule and severity.",
+                ["vector", "rule", "severity"],
+                [([v, r, s], float(n)) for (v, r, s), n in sorted(finding_rule_counts(self.store).items())],
+            ),
+        ]
+
+    def _health(self) -> list[Metric]:
+        latest = latest_health(self.store)
+        verdicts = sorted(latest.verdicts.items()) if latest is not None else []
+        return [
+            _gauge(
+                "hpcwatch_health_verdict",
+                "Worst verdict of each health rule on each node in the newest stored health run "
+                "(hpcwatch collect's task = health): 0 ok, 1 warn, 2 drain.",
+                ["node", "rule"],
+                [([node, rule], float(VERDICT_NUMBERS[v])) for (node, rule), v in verdicts],
+            ),
+            _gauge(
+                "hpcwatch_health_verdict_timestamp_seconds",
+                "When the newest stored health run judged (UTC s).",
+                [],
+                [([], latest.t)] if latest is not None else [],
+            ),
         ]
 
     def _assessment(self) -> list[Metric]:
@@ -276,6 +346,12 @@ class StoreCollector(Collector):
                 "End of the collector's last good run.",
                 labels,
                 [(k, c.last_success_s) for k, c in rows if c.last_success_s is not None],
+            ),
+            _gauge(
+                "hpcwatch_collector_interval_seconds",
+                "Seconds between the collector's runs, as configured.",
+                labels,
+                [(k, c.interval_s) for k, c in rows],
             ),
             _gauge(
                 "hpcwatch_collector_lag_seconds",
@@ -342,8 +418,131 @@ def registry_for(store: Store, **options) -> CollectorRegistry:
     return registry
 
 
-def serve_metrics(store: Store, *, port: int = DEFAULT_PORT, host: str = "127.0.0.1", **options):
-    """Start the /metrics server in a background thread; returns (server, thread)."""
-    from prometheus_client import start_http_server
+def serve_metrics(
+    store: Store,
+    *,
+    port: int = DEFAULT_PORT,
+    host: str = "127.0.0.1",
+    allow_hosts: Iterable[str] = (),
+    tls_cert: Path | None = None,
+    tls_key: Path | None = None,
+    limits: Limits = DEFAULT_LIMITS,
+    **options,
+) -> tuple[WSGIServer, threading.Thread]:
+    """Start the /metrics server in a background thread; returns (server, thread).
 
-    return start_http_server(port, addr=host, registry=registry_for(store, **options))
+    client_python's ``make_wsgi_app`` on our own ``wsgiref`` server rather than its ``start_http_server``:
+    that one answers any ``Host``, holds every connection a thread for as long as the client likes, and
+    with TLS does the handshake in its accept loop, so one silent client stops every scrape. Here
+    (hpcwatch.httpguard): the security headers, the Host allow-list (400), at most
+    ``limits.max_connections`` connections (the next: 503 and closed), and each connection closed if its
+    handshake and request head are not in within ``limits.header_timeout_s``."""
+    from prometheus_client import make_wsgi_app
+
+    app = _guarded_wsgi(make_wsgi_app(registry_for(store, **options)), allowed_hosts(host, allow_hosts))
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    server_class = type("MetricsServer", (_MetricsServer,), {"limits": limits, "address_family": family})
+    handler = type("MetricsHandler", (_MetricsHandler,), {"timeout": limits.header_timeout_s})
+    server: WSGIServer = make_server(host, port, app, server_class=server_class, handler_class=handler)
+    if tls_cert is not None and tls_key is not None:
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        context.load_cert_chain(certfile=tls_cert, keyfile=tls_key)
+        # The handshake in the connection's thread, under its deadline (_MetricsHandler.setup), not in accept.
+        server.socket = context.wrap_socket(server.socket, server_side=True, do_handshake_on_connect=False)
+    thread = threading.Thread(target=server.serve_forever, name="hpcwatch-exporter", daemon=True)
+    thread.start()
+    return server, thread
+
+
+def _guarded_wsgi(app: Callable, hosts: frozenset[str]) -> Callable:
+    headers = [(name.title(), value) for name, value in SECURITY_HEADERS]
+
+    def guarded(environ: dict, start_response: Callable) -> Iterable[bytes]:
+        if not host_allowed(environ.get("HTTP_HOST"), hosts):
+            body = b"this server does not answer that Host name (see --allow-host)\n"
+            start_response("400 Bad Request", [("Content-Type", "text/plain"), *headers])
+            return [body]
+
+        def start(status: str, response_headers: list, exc_info: Any = None) -> Callable:
+            return start_response(status, [*response_headers, *headers], exc_info)
+
+        return app(environ, start)
+
+    return guarded
+
+
+class _MetricsServer(ThreadingMixIn, WSGIServer):
+    """A thread per connection, at most ``limits.max_connections`` of them."""
+
+    daemon_threads = True
+    request_queue_size = 1024  # socketserver's 5 leaves a burst of clients in SYN retries, unanswered
+    limits: Limits = DEFAULT_LIMITS
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        self._active, self._lock = 0, threading.Lock()
+        super().__init__(*args, **kwargs)
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        with self._lock:
+            full = self._active >= self.limits.max_connections
+            if not full:
+                self._active += 1
+        if full:
+            _refuse_connection(request, self.limits.retry_after_s)
+            self.shutdown_request(request)
+            return
+        super().process_request(request, client_address)
+
+    def process_request_thread(self, request: Any, client_address: Any) -> None:
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            with self._lock:
+                self._active -= 1
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """A client that hung up, timed out or failed its TLS handshake: not worth a traceback."""
+        log.debug("exporter: connection from %s ended: %s", client_address, sys.exc_info()[1])
+
+
+def _refuse_connection(request: Any, retry_after_s: int) -> None:
+    if isinstance(request, ssl.SSLSocket):
+        return  # no handshake done: writing would block the accept loop; closing is the refusal
+    try:
+        request.settimeout(0)
+        request.send(
+            b"HTTP/1.1 503 Service Unavailable\r\nRetry-After: %d\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+            % retry_after_s
+        )
+    except OSError:
+        pass
+
+
+class _MetricsHandler(WSGIRequestHandler):
+    """``timeout`` (set per server) bounds each read; a timer bounds handshake and request head together."""
+
+    def setup(self) -> None:
+        self._deadline = threading.Timer(self.timeout or 10.0, self._expire)
+        self._deadline.daemon = True
+        self._deadline.start()
+        super().setup()
+        if isinstance(self.connection, ssl.SSLSocket):
+            self.connection.do_handshake()
+
+    def _expire(self) -> None:
+        try:
+            self.connection.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+
+    def parse_request(self) -> bool:
+        ok = super().parse_request()
+        self._deadline.cancel()
+        return ok
+
+    def finish(self) -> None:
+        self._deadline.cancel()
+        super().finish()
+
+    def log_message(self, format: str, *args: Any) -> None:
+        """Log nothing (each scrape would be a line)."""

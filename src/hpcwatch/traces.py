@@ -28,6 +28,10 @@ column           dtype    meaning
 ``coll_id``      int32    ``Collective name`` arg (index into ``names``); -1 when none
 ``msg_bytes``    float64  ``In msg nelems`` × element size (NaN when unknown)
 ``group_size``   int32    ``Group size`` arg: ranks in the collective; -1 when none
+``wait_stream``  int32    ``wait_on_stream`` arg of a ``cuda_sync`` event (Event Sync, Stream Wait
+                          Event): the stream the awaited CUDA event was recorded on; -1 when none
+``wait_corr``    int64    ``wait_on_cuda_event_record_corr_id``: correlation of that
+                          ``cudaEventRecord``; -1 when none
 ===============  =======  ============================================================
 
 Flow events (``ph`` ``s``/``f``: ``ac2g`` launch→kernel, ``fwdbwd`` forward→backward) are
@@ -62,6 +66,8 @@ CATEGORIES: tuple[str, ...] = (
     "python_function",
     "overhead",
     "Trace",
+    "cuda_sync",
+    "cuda_profiler_range",
 )
 CAT: Mapping[str, int] = {name: code for code, name in enumerate(CATEGORIES)}
 #: Codes of activities that run on the GPU (they have a stream).
@@ -83,6 +89,8 @@ EVENT_COLUMNS: tuple[str, ...] = (
     "coll_id",
     "msg_bytes",
     "group_size",
+    "wait_stream",
+    "wait_corr",
 )
 
 
@@ -106,6 +114,9 @@ class KinetoTrace:
     hostname: str | None = None
     metadata: Mapping[str, Any] = field(default_factory=dict)
     """The other top-level keys (without ``traceEvents``)."""
+    counters: Mapping[int, Mapping[str, float]] = field(default_factory=dict)
+    """CUPTI counters by row: the numeric args of each ``cuda_profiler_range`` event (Kineto's range-profiler
+    mode writes one such event per kernel instead of the kernel's own event)."""
 
     def __len__(self) -> int:
         return len(self.events["ts_us"])

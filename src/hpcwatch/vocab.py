@@ -39,11 +39,16 @@ EventKindName = Literal[
     "nccl_rank",
     "nccl_warn",
     "nccl_timeout",
+    "kernel_hung_task",
+    "kernel_oom_kill",
+    "kernel_hw_error",
+    "ipmi_sel",
     "flight_recorder_dump",
     "nccl_inspector",
     "slurm_config",
     "health_verdict",
     "assessment",
+    "agent_check",
     "act_action",
     "act_undo",
 ]
@@ -56,6 +61,12 @@ class EventKind:
     XID: Final = "xid"
     GPU_XID: Final = "gpu_xid"
     GPU_PROCESS: Final = "gpu_process"
+    # the kernel log (sources/kernel_log.py): hung tasks, OOM kills, machine-check / EDAC / CPER errors
+    KERNEL_HUNG_TASK: Final = "kernel_hung_task"
+    KERNEL_OOM_KILL: Final = "kernel_oom_kill"
+    KERNEL_HW_ERROR: Final = "kernel_hw_error"
+    # the BMC's System Event Log (sources/ipmitool.py)
+    IPMI_SEL: Final = "ipmi_sel"
     # training jobs (the twin, the hook, Slurm)
     FAILURE: Final = "failure"
     CHECKPOINT: Final = "checkpoint"
@@ -87,6 +98,9 @@ class EventKind:
     SLURM_CONFIG: Final = "slurm_config"
     # scheduled work of hpcwatch collect (collect/schedule.py)
     HEALTH_VERDICT: Final = "health_verdict"
+    AGENT_CHECK: Final = "agent_check"
+    """One host check a node's agent ran (collect/agent.py): node, check, command, format, exit status,
+    duration, whether its output was cut or timed out, and what the centre's reader made of it."""
     ASSESSMENT: Final = "assessment"
     """The scheduled assessment's verdict (reports/assess.assessment_event): tier, per-category tiers."""
     # policies that act (hpcwatch act, act/audit.py): the audit trail
@@ -189,6 +203,27 @@ SLURM_NODE_GPUS: Final = "slurm_node_gpus"
 SLURM_NODE_ALLOC_GPUS: Final = "slurm_node_alloc_gpus"
 SLURM_PARTITION_NODES: Final = "slurm_partition_nodes"
 SLURM_PARTITION_CPUS: Final = "slurm_partition_cpus"
+# smartctl --json (sources/smartctl.py), named as prometheus-community/smartctl_exporter names them (metrics.go)
+SMARTCTL_DEVICE_SMART_STATUS: Final = "smartctl_device_smart_status"
+SMARTCTL_DEVICE_CRITICAL_WARNING: Final = "smartctl_device_critical_warning"
+SMARTCTL_DEVICE_MEDIA_ERRORS: Final = "smartctl_device_media_errors"
+SMARTCTL_DEVICE_AVAILABLE_SPARE: Final = "smartctl_device_available_spare"
+SMARTCTL_DEVICE_AVAILABLE_SPARE_THRESHOLD: Final = "smartctl_device_available_spare_threshold"
+SMARTCTL_DEVICE_PERCENTAGE_USED: Final = "smartctl_device_percentage_used"
+SMARTCTL_DEVICE_TEMPERATURE: Final = "smartctl_device_temperature"
+# lspci -vv (sources/lspci.py): a PCIe link as trained (LnkSta) and as capable (LnkCap); labels bdf, vendor, device_class
+PCIE_LINK_SPEED_GTS: Final = "pcie_link_speed_gts"
+PCIE_LINK_SPEED_MAX_GTS: Final = "pcie_link_speed_max_gts"
+PCIE_LINK_WIDTH: Final = "pcie_link_width"
+PCIE_LINK_WIDTH_MAX: Final = "pcie_link_width_max"
+# chronyc tracking (sources/chrony.py): the clock's offset from NTP time (s, fast positive), leap status 0-3
+CHRONY_TRACKING_SYSTEM_TIME_SECONDS: Final = "chrony_tracking_system_time_seconds"
+CHRONY_TRACKING_LAST_OFFSET_SECONDS: Final = "chrony_tracking_last_offset_seconds"
+CHRONY_TRACKING_STRATUM: Final = "chrony_tracking_stratum"
+CHRONY_TRACKING_LEAP_STATUS: Final = "chrony_tracking_leap_status"
+# systemctl --failed --output=json (sources/systemd_units.py): failed units, per unit (label unit) and counted
+SYSTEMD_UNIT_FAILED: Final = "systemd_unit_failed"
+SYSTEMD_UNITS_FAILED: Final = "systemd_units_failed"
 
 #: Every metric name above.
 METRICS: Final[frozenset[str]] = frozenset(

@@ -201,9 +201,10 @@ def prometheus_binary() -> str:
     return binary
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def start_prometheus(prometheus_binary, tmp_path_factory) -> Iterator[Callable[..., Prometheus]]:
-    """Factory: start a Prometheus with a given config text on its own port; all stopped at the end."""
+    """Factory: start a Prometheus with a given config text on its own port; all stopped when the module ends
+    (one left running would go on scraping targets that are gone, at 1 s, beside every later module)."""
     started: list[Prometheus] = []
 
     def start(config_text: str, *, port: int = PROMETHEUS_PORT) -> Prometheus:
@@ -228,7 +229,7 @@ PROMQL_BACKENDS = ("prometheus", "victoriametrics")
 VM_BINARIES = ("victoria-metrics", "vmalert")
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def start_victoriametrics(tmp_path_factory) -> Iterator[Callable[..., Prometheus]]:
     """Factory like ``start_prometheus``: a single-node VictoriaMetrics scraping what the prometheus.yml text
     scrapes, on its own port and data dir, plus a vmalert for its rule_files; all stopped by PID at the end."""

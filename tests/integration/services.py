@@ -1,4 +1,4 @@
-"""Start and stop Prometheus and VictoriaMetrics by PID: what the test fixtures (conftest.py) and the scale
+"""Start and stop Prometheus, Alertmanager and VictoriaMetrics by PID: what the test fixtures (conftest.py) and the scale
 study (benchmarks/scale_study.py) share. No pytest here: a failure is a ``ServiceError`` with the log's tail.
 
 Every service binds 127.0.0.1 on the port it is given, keeps its data in the folder it is given, and is
@@ -25,6 +25,7 @@ __all__ = [
     "stop_process",
     "spawn",
     "start_prometheus",
+    "start_alertmanager",
     "start_victoriametrics",
     "victoriametrics_scrape_config",
     "VM_SCRAPE_KEYS",
@@ -117,6 +118,30 @@ def start_prometheus(
     ]
     return spawn(
         argv, workdir / "prometheus.log", f"http://127.0.0.1:{port}", "/-/ready", "prometheus", on_start=on_start
+    )
+
+
+def start_alertmanager(
+    binary: str,
+    workdir: Path,
+    config_text: str,
+    *,
+    port: int,
+    on_start: Callable[[subprocess.Popen], None] | None = None,
+) -> Service:
+    """Alertmanager (Debian's prometheus-alertmanager 0.25) on 127.0.0.1:port, its data under ``workdir``,
+    alone: ``--cluster.listen-address=`` (empty) turns off the gossip mesh, which would bind 0.0.0.0:9094."""
+    (workdir / "alertmanager.yml").write_text(config_text)
+    argv = [
+        binary,
+        f"--config.file={workdir / 'alertmanager.yml'}",
+        f"--storage.path={workdir / 'data'}",
+        f"--web.listen-address=127.0.0.1:{port}",
+        "--cluster.listen-address=",
+        "--log.level=warn",
+    ]
+    return spawn(
+        argv, workdir / "alertmanager.log", f"http://127.0.0.1:{port}", "/-/ready", "alertmanager", on_start=on_start
     )
 
 

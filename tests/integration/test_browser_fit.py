@@ -158,7 +158,7 @@ def test_phone_header_and_gantt_labels_are_readable(browser, server):
     try:
         assert pg.evaluate(OVERLAPS_JS, ".topbar > *") == []
         assert pg.evaluate(OVERLAPS_JS, ".brand > *") == []
-        pg.wait_for_function("document.querySelectorAll('#gantt .row-label').length > 0", timeout=20_000)
+        pg.wait_for_function("() => document.querySelectorAll('#gantt .row-label').length > 0", timeout=20_000)
         smallest, where = pg.evaluate(SMALLEST_TEXT_JS, "#gantt .row-label")
         assert smallest >= 10.5, (smallest, where)  # was 3 px: the 760 px chart pans instead of shrinking
         scroll_w = pg.evaluate("document.documentElement.scrollWidth")
@@ -261,7 +261,7 @@ def test_gpu_card_shows_sparklines_over_a_chosen_time_range(page):
     with page.expect_response(lambda r: "/api/history" in r.url and "range_s=900" in r.url):
         page.select_option("#hist-range", "900")
     page.wait_for_function(
-        "document.querySelector(\"#card .spark-row[data-spark='util_pct'] svg\")"
+        "() => document.querySelector(\"#card .spark-row[data-spark='util_pct'] svg\")"
         "?.getAttribute('aria-label').includes('15 min')"
     )
     _shot_card(page, "fit-gpu-card-sparklines")
@@ -274,27 +274,27 @@ def _shot_card(pg, name: str) -> None:
 def test_straggler_tile_says_so_in_its_spoken_name(problem_page):
     pg = problem_page
     pg.wait_for_function(
-        "document.querySelector(\"g.el[data-gpu='node1/2']\").dataset.problem === 'straggler'", timeout=40_000
+        "() => document.querySelector(\"g.el[data-gpu='node1/2']\").dataset.problem === 'straggler'", timeout=40_000
     )
     _wait_ticks(pg, 1)
     assert "slow" in pg.get_attribute("g.el[data-gpu='node1/2']", "aria-label")
 
 
 def test_play_button_pauses_and_resumes(page):
-    page.wait_for_function("document.getElementById('player').dataset.state === 'ready'", timeout=20_000)
+    page.wait_for_function("() => document.getElementById('player').dataset.state === 'ready'", timeout=20_000)
     page.click("#play")
-    page.wait_for_function("document.getElementById('player').dataset.state === 'playing'")
+    page.wait_for_function("() => document.getElementById('player').dataset.state === 'playing'")
     page.click("#play")
     assert page.get_attribute("#player", "data-state") == "paused"
     head = page.get_attribute("#gantt line.playhead", "x1")
     page.wait_for_timeout(400)
     assert page.get_attribute("#gantt line.playhead", "x1") == head  # paused: the playhead stays
     page.click("#play")
-    page.wait_for_function("document.getElementById('player').dataset.state === 'done'", timeout=20_000)
+    page.wait_for_function("() => document.getElementById('player').dataset.state === 'done'", timeout=20_000)
 
 
 def test_ring_caption_stays_clear_of_the_ranks(page):
-    page.wait_for_function("document.querySelectorAll('#ring .ring-node').length > 0", timeout=20_000)
+    page.wait_for_function("() => document.querySelectorAll('#ring .ring-node').length > 0", timeout=20_000)
     page.evaluate("document.querySelector('#ring .ring-centre').textContent = '‖ 7 waiting at the barrier, long text'")
     hits = page.evaluate(OVERLAPS_JS, "#ring .ring-node, #ring .ring-centre")
     assert not [h for h in hits if "waiting" in "".join(h)], hits
@@ -302,7 +302,7 @@ def test_ring_caption_stays_clear_of_the_ranks(page):
 
 def test_timings_table_shows_its_barrier_column_at_1440(page):
     page.locator("#player details.detail >> nth=1").evaluate("d => d.open = true")
-    page.wait_for_function("document.querySelectorAll('#step-table tbody tr').length > 0", timeout=20_000)
+    page.wait_for_function("() => document.querySelectorAll('#step-table tbody tr').length > 0", timeout=20_000)
     wrap = page.locator("#step-table").evaluate("t => [t.parentElement.scrollWidth, t.parentElement.clientWidth]")
     assert wrap[0] <= wrap[1] + 1, wrap
 
@@ -314,7 +314,9 @@ def _axe(pg) -> list[dict]:
     if not AXE_JS.exists():
         pytest.skip(f"axe-core is not installed at {AXE_JS}: run scripts/test (npm install axe-core)")
     if not pg.evaluate("Boolean(window.axe)"):
-        pg.add_script_tag(path=str(AXE_JS))
+        # Not add_script_tag: it inserts an inline <script>, which the app's CSP (script-src 'self') refuses.
+        # Evaluated through the DevTools protocol, axe runs on the page as served, its CSP still on.
+        pg.evaluate(AXE_JS.read_text(encoding="utf-8") + "\n;undefined")
     result = pg.evaluate("axe.run(document, { resultTypes: ['violations'] })")
     return [
         {
@@ -352,12 +354,17 @@ def test_axe_finds_no_serious_violation_on_the_reference_cluster(browser, server
 
 @pytest.mark.parametrize("width", [1920, 390])
 def test_axe_finds_no_serious_violation_at_128_nodes(browser, big_server, width):
+    """Every view at 1920; on the phone the default view only (one axe pass over 1,024 tiles costs ~10 s of a
+    core, and what a view changes, colours and labels, is checked at 1920 and on the phone's reference cluster)."""
     context, pg = _open(browser, big_server, width)
     try:
         pg.keyboard.press("Escape")
         pg.locator("g.el[data-node='node5']").focus()
         pg.keyboard.press("Enter")  # a node card with its GPU buttons
-        assert _axe_every_view(pg, f"128-nodes-{width}") == {}
+        if width == 1920:
+            assert _axe_every_view(pg, f"128-nodes-{width}") == {}
+        else:
+            assert _axe(pg) == []
     finally:
         context.close()
 
@@ -372,6 +379,6 @@ def test_axe_finds_no_serious_violation_in_kiosk_mode(browser, big_server):
 
 def test_axe_finds_no_serious_violation_with_problems_listed(problem_page):
     pg = problem_page
-    pg.wait_for_function("Number(document.getElementById('alerts-toggle').dataset.count) > 0", timeout=60_000)
+    pg.wait_for_function("() => Number(document.getElementById('alerts-toggle').dataset.count) > 0", timeout=60_000)
     pg.click("#alerts-toggle")
     assert _axe(pg) == []

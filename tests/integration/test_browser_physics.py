@@ -57,7 +57,7 @@ def test_the_xid_job_is_requeued_then_seen_restarting(xid_page):
     pg, job = xid_page, "4101"
     # Running, then back in the queue while node2 reboots (same id, requeued once)...
     pg.wait_for_function(
-        f"(document.querySelector('#queue-table tr[data-job=\"{job}\"] td:nth-child(5)')"
+        f"() => (document.querySelector('#queue-table tr[data-job=\"{job}\"] td:nth-child(5)')"
         f"?.textContent ?? '').startsWith('PENDING')",
         timeout=30_000,
     )
@@ -65,14 +65,14 @@ def test_the_xid_job_is_requeued_then_seen_restarting(xid_page):
     _shot(pg, "physics-xid-requeued", full_page=True)
     # ...then running again on the same nodes, from its checkpoint.
     pg.wait_for_function(
-        f"(document.querySelector('#queue-table tr[data-job=\"{job}\"] td:nth-child(5)')"
+        f"() => (document.querySelector('#queue-table tr[data-job=\"{job}\"] td:nth-child(5)')"
         f"?.textContent ?? '').startsWith('RUNNING')",
         timeout=40_000,
     )
     assert _row_state(pg, job) == "RUNNING · requeued 1×"
     # Its GPUs on node2 work again once it has started up and read its checkpoint back.
     pg.wait_for_function(
-        "parseInt(document.querySelector(\"[data-gpu='node2/0']\")?.textContent.match(/(\\d+)\\s*%/)?.[1] ?? '0') > 50",
+        "() => parseInt(document.querySelector(\"[data-gpu='node2/0']\")?.textContent.match(/(\\d+)\\s*%/)?.[1] ?? '0') > 50",
         timeout=30_000,
     )
     _shot(pg, "physics-xid-restarted", full_page=True)

@@ -185,6 +185,8 @@ def test_help_lists_every_command_with_the_start_of_its_help():
         ("ACTIVE_CHECK_DAYS", "hpcwatch.assess.evidence", "DEFAULT_ACTIVE_CHECK_DAYS"),
         ("EXPORTER_PORT", "hpcwatch.exporter", "DEFAULT_PORT"),
         ("EXPORTER_RECENT_STEPS", "hpcwatch.exporter", "DEFAULT_RECENT_STEPS"),
+        ("SERVE_MAX_STREAMS", "hpcwatch.httpguard", "DEFAULT_MAX_STREAMS"),
+        ("SERVE_MAX_STREAMS_PER_CLIENT", "hpcwatch.httpguard", "DEFAULT_MAX_STREAMS_PER_CLIENT"),
         ("HEALTH_WINDOW_S", "hpcwatch.reports.health", "DEFAULT_HEALTH_WINDOW_S"),
         ("GOODPUT_GPUS", "hpcwatch.analysis.goodputsim", "LLAMA3_GPUS"),
         ("GOODPUT_DAYS", "hpcwatch.analysis.goodputsim", "LLAMA3_DAYS"),

@@ -81,3 +81,25 @@ def test_prometheus_scrape_config_targets_the_exporter_port():
     targets = doc["scrape_configs"][0]["static_configs"][0]["targets"]
     assert all(t.endswith(f":{DEFAULT_PORT}") for t in targets)
     assert tomllib  # the sample config is parsed by test_collect_config
+
+
+def test_the_agent_daemonset_is_unprivileged_and_its_config_parses():
+    docs = list(yaml.safe_load_all((ROOT / "deploy" / "kubernetes" / "hpcwatch-agent.yaml").read_text()))
+    ds = next(d for d in docs if d["kind"] == "DaemonSet")
+    pod = ds["spec"]["template"]["spec"]
+    assert pod["hostPID"] is False and pod["hostNetwork"] is False and pod["securityContext"]["runAsNonRoot"]
+    (container,) = pod["containers"]
+    sc = container["securityContext"]
+    assert sc["readOnlyRootFilesystem"] and not sc["allowPrivilegeEscalation"] and sc["capabilities"]["drop"] == ["ALL"]
+    host_paths = {v["hostPath"]["path"] for v in pod["volumes"] if "hostPath" in v}
+    assert host_paths == {
+        "/var/lib/hpcwatch-agent",
+        "/etc/hpcwatch/agent.token",
+        "/sys/class/infiniband",
+        "/dev/infiniband",
+    }
+    from hpcwatch.collect.config import parse_config
+
+    config_map = next(d for d in docs if d["kind"] == "ConfigMap")
+    cfg = parse_config(config_map["data"]["agent.toml"], path="agent.toml")
+    assert cfg.agent is not None and cfg.agent.push_url and cfg.agent.checks

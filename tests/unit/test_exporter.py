@@ -7,7 +7,7 @@ from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from hpcwatch.exporter import METRIC_NAMES, JobUsage, StoreCollector, registry_for
-from hpcwatch.records import SEVERITIES, VECTORS, Finding, Job
+from hpcwatch.records import SEVERITIES, VECTORS, Finding, Job, Sample
 from hpcwatch.store import Store
 
 
@@ -47,6 +47,8 @@ def test_training_metrics_name_the_straggler(straggler_store):
     assert scores[worst] < 0.9 and max(scores.values()) == pytest.approx(1.0)
     (goodput,) = families["hpcwatch_job_goodput_ratio"]
     assert 0.0 <= goodput.value <= 1.0
+    named = {(s.labels["node"], s.labels["gpu"]) for s in families["hpcwatch_rank_straggler"]}
+    assert ("node1", "2") in named and len(named) == count.value  # the rank the alert names, with its node
 
 
 def test_findings_are_counted_for_every_vector_and_severity():
@@ -87,6 +89,11 @@ def test_findings_are_counted_for_every_vector_and_severity():
     counts = {(s.labels["vector"], s.labels["severity"]): s.value for s in samples}
     assert counts[("supply_chain", "high")] == 2 and counts[("weights_access", "critical")] == 1
     assert sum(counts.values()) == 3
+    by_rule = {
+        (s.labels["vector"], s.labels["rule"], s.labels["severity"]): s.value
+        for s in scrape(store, usage=no_usage)["hpcwatch_finding_rules"]
+    }
+    assert by_rule == {("supply_chain", "osv", "high"): 2.0, ("weights_access", "tetragon", "critical"): 1.0}
 
 
 def test_job_metrics_carry_hpc_job_user_account():
@@ -146,3 +153,59 @@ def test_job_usage_from_a_twin_store_matches_the_twin_allocation():
     assert energy and all(v > 0 for v in energy.values())
     util = [s.value for s in families["hpcwatch_job_gpu_utilization_percent"]]
     assert util and all(0.0 <= u <= 100.0 for u in util)
+
+
+def _gpu_samples(metric: str, values: list[float], *, host: str, gpu: int, t0: float = 1_796_000_000.0) -> list[Sample]:
+    labels = {"Hostname": host, "gpu": str(gpu), "UUID": f"GPU-{host}-{gpu}"}
+    return [Sample(metric=metric, labels=labels, t=t0 + 15.0 * i, value=v) for i, v in enumerate(values)]
+
+
+def _health_run(store: Store) -> None:
+    """One run of ``hpcwatch collect``'s health task (deploy/hpcwatch.toml: every 600 s over 900 s)."""
+    from hpcwatch.collect.config import ScheduleSection
+    from hpcwatch.collect.schedule import ScheduledTask
+
+    ScheduledTask(store, ScheduleSection(name="health", task="health", interval_s=600.0, window_s=900.0)).run()
+
+
+def test_health_verdicts_are_published_per_node_and_rule():
+    """An uncorrectable ECC error on node2 GPU 5 drains node2 (2); node1's same rule looked and found
+    nothing (0); the XID rule on node2 warns (1) for XID 13. One series per (node, rule), whatever the GPUs."""
+    store = Store(":memory:")
+    assert not scrape(store, usage=no_usage)["hpcwatch_health_verdict"]  # no health run stored yet
+    store.add(
+        _gpu_samples("DCGM_FI_DEV_ECC_DBE_VOL_TOTAL", [0, 2], host="node2", gpu=5)
+        + _gpu_samples("DCGM_FI_DEV_ECC_DBE_VOL_TOTAL", [0, 0], host="node2", gpu=6)
+        + _gpu_samples("DCGM_FI_DEV_ECC_DBE_VOL_TOTAL", [0, 0], host="node1", gpu=0)
+        + _gpu_samples("DCGM_FI_DEV_XID_ERRORS", [0, 13], host="node2", gpu=1)
+    )
+    assert not scrape(store, usage=no_usage)["hpcwatch_health_verdict"]  # samples alone are not judged here
+    _health_run(store)
+    families = scrape(store, usage=no_usage)
+    samples = families["hpcwatch_health_verdict"]
+    verdicts = {(s.labels["node"], s.labels["rule"]): s.value for s in samples}
+    assert verdicts[("node2", "ecc_dbe")] == 2.0 and verdicts[("node1", "ecc_dbe")] == 0.0
+    assert verdicts[("node2", "xid")] == 1.0
+    assert len(samples) == len(verdicts)  # no (node, rule) twice
+    # what the health task stored: the node's verdict and reason as before, and each rule's verdict there
+    node2 = next(e.attrs for e in store.events("health_verdict") if e.attrs["node"] == "node2")
+    assert node2["verdict"] == "drain" and node2["rules"] == {"ecc_dbe": "drain", "xid": "warn"}
+    assert node2["reason"].startswith("ecc_dbe: ")
+    (when,) = families["hpcwatch_health_verdict_timestamp_seconds"]
+    (event,) = {e.t for e in store.events("health_verdict")}
+    assert when.value == event
+
+
+def test_health_verdicts_are_the_newest_run_s_only():
+    """The volatile ECC counter reads 0 again after the GPU was reset: the next run says ok, and the exporter
+    shows that run, not the history (an older run's drain would page forever)."""
+    store = Store(":memory:")
+    store.add(_gpu_samples("DCGM_FI_DEV_ECC_DBE_VOL_TOTAL", [2, 2], host="node2", gpu=5))
+    _health_run(store)
+    (sample,) = scrape(store, usage=no_usage)["hpcwatch_health_verdict"]
+    assert sample.labels == {"node": "node2", "rule": "ecc_dbe"} and sample.value == 2.0
+    store.add(_gpu_samples("DCGM_FI_DEV_ECC_DBE_VOL_TOTAL", [0], host="node2", gpu=5, t0=1_796_000_060.0))
+    _health_run(store)
+    assert len({e.t for e in store.events("health_verdict")}) == 2
+    (sample,) = scrape(store, usage=no_usage)["hpcwatch_health_verdict"]
+    assert sample.value == 0.0

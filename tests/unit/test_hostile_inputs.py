@@ -37,12 +37,16 @@ import hpcwatch.sources
 from hpcwatch.errors import ParseError
 from hpcwatch.records import Job, Sample
 from hpcwatch.sources import (
+    chrony,
     falco,
     healthtools,
     hook,
     infiniband,
+    ipmitool,
+    kernel_log,
     kineto,
     lines,
+    lspci,
     lustre,
     mapping,
     nvidia_smi,
@@ -50,6 +54,8 @@ from hpcwatch.sources import (
     osv,
     prometheus_text,
     slurm,
+    smartctl,
+    systemd_units,
     tetragon,
 )
 from hpcwatch.sources.lines import iter_lines, read_bytes, read_head
@@ -183,6 +189,72 @@ CASES = [
         hook.read_hook_jsonl,
         1,
         "bad hook record",
+    ),
+    # smartctl --json with a count that is not a number: the document is refused at that key's line.
+    (
+        "smartctl-string-count",
+        "nvme0.json",
+        b'{"json_format_version": [1, 0], "smartctl": {"exit_status": 0},\n "device": {"name": "/dev/nvme0"},\n'
+        b' "nvme_smart_health_information_log": {\n  "media_errors": "12"}}',
+        smartctl.read_smartctl_json,
+        4,
+        "media_errors is not a number",
+    ),
+    # smartctl --json whose media error count passes 64 bits (orjson reads it as a float).
+    (
+        "smartctl-huge-count",
+        "nvme1.json",
+        b'{"json_format_version": [1, 0], "smartctl": {},\n "device": {"name": "/dev/nvme1"},\n'
+        b' "nvme_smart_health_information_log": {"media_errors": ' + b"9" * 30 + b"}}",
+        smartctl.read_smartctl_json,
+        3,
+        "64 bits",
+    ),
+    # lspci -vv whose link width passes 64 bits.
+    (
+        "lspci-huge-width",
+        "lspci.txt",
+        b"01:00.0 3D controller: NVIDIA Corporation GH100\n\tSubsystem: NVIDIA Corporation Device\n"
+        b"\t\tLnkSta:\tSpeed 32GT/s, Width x" + b"9" * 30 + b"\n",
+        lspci.read_lspci_vv,
+        3,
+        "64 bits",
+    ),
+    # chronyc tracking whose offset is not a number.
+    (
+        "chrony-offset-word",
+        "tracking.txt",
+        b"Reference ID    : 00000000 ()\nStratum         : 0\nSystem time     : 1e999x seconds fast of NTP time\n",
+        chrony.read_chronyc_tracking,
+        3,
+        "System time",
+    ),
+    # A kernel log whose Xid code passes 64 bits.
+    (
+        "kernel-huge-xid",
+        "dmesg.txt",
+        b"[    1.5] NVRM: Xid (PCI:0000:18:00): " + b"9" * 30 + b", pid=1, GPU has fallen off the bus.\n",
+        kernel_log.read_kernel_log,
+        1,
+        "64 bits",
+    ),
+    # systemctl --output=json whose array holds something that is not a unit.
+    (
+        "systemctl-not-a-unit",
+        "failed.json",
+        b'[{"unit":"a.service","load":"loaded","active":"failed","sub":"failed"}, 7]',
+        systemd_units.read_systemctl_json,
+        1,
+        "want an array of units",
+    ),
+    # An ipmitool SEL record id past 64 bits.
+    (
+        "ipmi-huge-record",
+        "sel.txt",
+        b"   " + b"f" * 30 + b" | 01/18/2023 | 14:49:30 | Critical Interrupt #0x90 | Bus Fatal Error | Asserted\n",
+        ipmitool.read_ipmitool_sel,
+        1,
+        "64 bits",
     ),
     # A Kineto trace with no complete events (analysis used to take min() of nothing).
     (
@@ -898,6 +970,12 @@ PARSERS = {
     "nvidia-smi-xml": lambda text: list(nvidia_smi.parse_nvidia_smi_xml(text, t=0)),
     "nvidia-smi-csv": lambda text: list(nvidia_smi.parse_nvidia_smi_csv(text, t=0)),
     "mapping-file": lambda text: mapping.parse_job_mapping_file(text),
+    "smartctl-json": lambda text: list(smartctl.parse_smartctl_json(text, t=0)),
+    "lspci-vv": lambda text: list(lspci.parse_lspci_vv(text)),
+    "chronyc-tracking": lambda text: list(chrony.parse_chronyc_tracking(text)),
+    "kernel-log": lambda text: list(kernel_log.parse_kernel_log(text)),
+    "systemctl-json": lambda text: list(systemd_units.parse_systemctl_json(text)),
+    "ipmitool-sel": lambda text: list(ipmitool.parse_ipmitool_sel(text)),
 }
 
 # Text that looks a little like each format, so the fuzzing reaches past the first line.
@@ -1021,6 +1099,12 @@ BYTE_READERS = {
     "lustre": lustre.read_job_stats,
     "nvidia-smi-xml": nvidia_smi.read_nvidia_smi_xml,
     "nvidia-smi-csv": nvidia_smi.read_nvidia_smi_csv,
+    "smartctl-json": smartctl.read_smartctl_json,
+    "lspci-vv": lspci.read_lspci_vv,
+    "chronyc-tracking": chrony.read_chronyc_tracking,
+    "kernel-log": kernel_log.read_kernel_log,
+    "systemctl-json": systemd_units.read_systemctl_json,
+    "ipmitool-sel": ipmitool.read_ipmitool_sel,
 }
 
 

@@ -1,9 +1,9 @@
 """The integration tests run four at a time (scripts/test: pytest-xdist, ``--dist loadgroup``): a port two modules
 both bind would fail one of them now and then, depending on which ran beside which. Every fixed port a module
 declares must therefore be its own, counting what each port brings with it: a VictoriaMetrics at +100 and its
-vmalert at +200 where the module runs both PromQL backends, one port per node for a twin's endpoints. (Ports matter even one at a time: the session keeps each module's
-Prometheus scraping after the module ends, and when test_prometheus's exporter port lay inside test_scale's twin
-range, those servers scraped one of its nodes and CI failed now and then.)"""
+vmalert at +200 where the module runs both PromQL backends, one port per node for a twin's endpoints. (When
+test_prometheus's exporter port lay inside test_scale's twin range, its servers scraped one of those nodes and
+CI failed now and then.)"""
 
 from __future__ import annotations
 

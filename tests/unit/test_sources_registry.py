@@ -56,6 +56,18 @@ from tests.conftest import DATA
         ("amd/dme_pr219_gfx_activity_mi210_host_mi325x_guest.prom", "amd-device-metrics"),
         ("kineto/hta_a100_nccl_rank0.json.gz", "kineto"),
         ("bytedance/trace-ST.parquet", "optrace"),
+        ("smartctl/nvme_samsung_mzwll3t2hajq_critical_warning_0x10.json", "smartctl-json"),
+        ("smartctl/sat_wdc_wd20efrx_passed.json", "smartctl-json"),
+        ("smartctl/nvme_gcm_learn_bad_nvme9_spare_below_threshold.json", "smartctl-json"),
+        ("lspci/lspci_vvv_rtx6000ada_connectx7_stelline.txt", "lspci-vv"),
+        ("lspci/lspci_vvd_10de_4x_rtx_a6000_neuropoly.txt", "lspci-vv"),
+        ("chrony/chronyc_tracking_normal_chrony_doc.txt", "chronyc-tracking"),
+        ("chrony/chronyc_tracking_not_synchronised_liaosirui.txt", "chronyc-tracking"),
+        ("kernel_log/dmesg_T_nvrm_xid_31_48_gcm.txt", "kernel-log"),
+        ("kernel_log/dmesg_t_hung_task_docker_npd.txt", "kernel-log"),
+        ("kernel_log/dmesg_t_oom_kill_memcg_npd.txt", "kernel-log"),
+        ("systemd/systemctl_list_units_json_nginx_failed_ubuntu_tool.json", "systemctl-json"),
+        ("ipmitool/ipmitool_sel_elist_bus_fatal_asserted_gcm.txt", "ipmitool-sel"),
     ],
 )
 def test_each_captured_file_is_recognised(relpath, name):

@@ -103,18 +103,28 @@ class StepTable:
     Columns (numpy, same length): ``step`` (int64, the training step number),
     ``start_s`` (UTC s, first rank's start), ``dur_s`` (s, until the last rank
     finished), ``load_s`` (s, data loading that blocked every rank: the minimum
-    over ranks of the ``load`` phase; 0 when unknown).
+    over ranks of the ``load`` phase; 0 when unknown), ``wait_s`` (s, the ranks' mean ``barrier_wait``:
+    how long the average GPU of the step sat waiting for the slowest rank; 0 when unknown).
     """
 
     step: np.ndarray
     start_s: np.ndarray
     dur_s: np.ndarray
     load_s: np.ndarray
+    wait_s: np.ndarray | None = None
+    """None (no barrier wait recorded, as for step-time samples) reads as zeros."""
 
     def __post_init__(self) -> None:
         n = len(self.step)
         if not (len(self.start_s) == len(self.dur_s) == len(self.load_s) == n):
             raise ValueError("StepTable columns must have the same length")
+        if self.wait_s is not None and len(self.wait_s) != n:
+            raise ValueError("StepTable columns must have the same length")
+
+    @property
+    def wait(self) -> np.ndarray:
+        """``wait_s``, zeros when it was not recorded."""
+        return self.wait_s if self.wait_s is not None else np.zeros(len(self.step))
 
     def __len__(self) -> int:
         return len(self.step)
@@ -127,7 +137,11 @@ class StepTable:
     def sorted(self) -> StepTable:
         order = np.argsort(self.start_s, kind="stable")
         return StepTable(
-            step=self.step[order], start_s=self.start_s[order], dur_s=self.dur_s[order], load_s=self.load_s[order]
+            step=self.step[order],
+            start_s=self.start_s[order],
+            dur_s=self.dur_s[order],
+            load_s=self.load_s[order],
+            wait_s=None if self.wait_s is None else self.wait_s[order],
         )
 
     @staticmethod
@@ -155,16 +169,29 @@ class GoodputReport:
     overlap_s: float = 0.0
     """Time counted twice by overlapping records (e.g. a save during a step); 0 for clean timelines."""
     notes: tuple[str, ...] = field(default_factory=tuple)
+    barrier_wait_s: float = 0.0
+    """Of ``productive_s``, the part the average rank spent in ``barrier_wait`` (waiting for the slowest
+    rank: a straggler's cost). Wall-clock goodput counts it as productive (the steps ran), as
+    ml-goodput-measurement does; ``compute_goodput`` does not."""
 
     @property
     def goodput(self) -> float:
+        """Productive wall time / wall time: the steps that moved the model forward, however slow."""
         return self.productive_s / self.total_s if self.total_s > 0 else 0.0
+
+    @property
+    def compute_goodput(self) -> float:
+        """(Productive wall time less the ranks' mean barrier wait) / wall time: the share of the GPUs'
+        time that computed, which a straggler lowers where ``goodput`` does not see it."""
+        return (self.productive_s - self.barrier_wait_s) / self.total_s if self.total_s > 0 else 0.0
 
     def to_dict(self) -> dict[str, Any]:
         total = self.total_s or 1.0
         return {
             "job": self.job,
             "goodput": self.goodput,
+            "compute_goodput": self.compute_goodput,
+            "barrier_wait_s": float(self.barrier_wait_s),
             "badput": {k: float(v) / total for k, v in self.badput_s.items()},
             "badput_s": {k: float(v) for k, v in self.badput_s.items()},
             "productive_s": float(self.productive_s),
@@ -190,14 +217,21 @@ def steps_from_spans(spans: Iterable[Span], *, breaks: Sequence[float] = ()) -> 
     ``breaks`` are failure times: a step number seen again after a failure is a
     re-run, so spans are grouped by (incarnation, step).
     """
-    rows = [(s.step, s.start, s.dur, s.phase == "load") for s in spans]
+    rows = [(s.step, s.start, s.dur, s.phase == "load", s.phase == "barrier_wait", s.rank) for s in spans]
     if not rows:
         return StepTable.empty()
     step = np.fromiter((r[0] for r in rows), dtype=np.int64, count=len(rows))
     start = np.fromiter((r[1] for r in rows), dtype=np.float64, count=len(rows))
     dur = np.fromiter((r[2] for r in rows), dtype=np.float64, count=len(rows))
     is_load = np.fromiter((r[3] for r in rows), dtype=bool, count=len(rows))
-    return _group_steps(step, start, start + dur, np.where(is_load, dur, np.inf), breaks)
+    is_wait = np.fromiter((r[4] for r in rows), dtype=bool, count=len(rows))
+    ranks = len({r[5] for r in rows})
+    table = _group_steps(step, start, start + dur, np.where(is_load, dur, np.inf), breaks, np.where(is_wait, dur, 0.0))
+    if table.wait_s is None:
+        return table
+    return StepTable(
+        step=table.step, start_s=table.start_s, dur_s=table.dur_s, load_s=table.load_s, wait_s=table.wait_s / ranks
+    )
 
 
 def steps_from_step_samples(samples: Iterable[Sample], *, breaks: Sequence[float] = ()) -> StepTable:
@@ -213,9 +247,15 @@ def steps_from_step_samples(samples: Iterable[Sample], *, breaks: Sequence[float
 
 
 def _group_steps(
-    step: np.ndarray, start: np.ndarray, end: np.ndarray, load: np.ndarray, breaks: Sequence[float]
+    step: np.ndarray,
+    start: np.ndarray,
+    end: np.ndarray,
+    load: np.ndarray,
+    breaks: Sequence[float],
+    wait: np.ndarray | None = None,
 ) -> StepTable:
-    """One row per (incarnation, step): first start, last end, smallest blocking load (inf = none)."""
+    """One row per (incarnation, step): first start, last end, smallest blocking load (inf = none), and the
+    sum of ``wait`` (barrier wait seconds of each row; the caller divides by the ranks)."""
     incarnation = np.searchsorted(np.sort(np.asarray(breaks, dtype=np.float64)), start, side="right")
     keys, inverse = np.unique(np.stack([incarnation, step], axis=1), axis=0, return_inverse=True)
     inverse = inverse.reshape(-1)
@@ -227,7 +267,13 @@ def _group_steps(
     blocking = np.full(n, np.inf)
     np.minimum.at(blocking, inverse, load)
     blocking[~np.isfinite(blocking)] = 0.0
-    return StepTable(step=keys[:, 1].astype(np.int64), start_s=first, dur_s=last - first, load_s=blocking).sorted()
+    waited = None
+    if wait is not None:
+        waited = np.zeros(n)
+        np.add.at(waited, inverse, wait)
+    return StepTable(
+        step=keys[:, 1].astype(np.int64), start_s=first, dur_s=last - first, load_s=blocking, wait_s=waited
+    ).sorted()
 
 
 def ideal_step_time(durations: np.ndarray) -> float | None:
@@ -521,6 +567,13 @@ def _finish(
     kept_load = np.minimum(steps.load_s[~lost], steps.dur_s[~lost])
     badput["data_loading"] += float(kept_load.sum())
     productive = tally.productive + float(steps.dur_s[~lost].sum() - kept_load.sum())
+    # The ranks' mean barrier wait of the kept steps, within what is left of each step after its load; steps
+    # credited without records (``tally.productive``) waited the recorded steps' share of their time.
+    waited = float(np.minimum(steps.wait[~lost], steps.dur_s[~lost] - kept_load).clip(min=0.0).sum())
+    total_dur = float(steps.dur_s.sum()) if len(steps) else 0.0
+    if total_dur > 0 and tally.productive > 0:
+        busy_share = 1.0 - float(steps.load_s.sum()) / total_dur
+        waited += tally.productive * float(steps.wait.sum()) / total_dur / busy_share if busy_share > 0 else 0.0
     total = t1 - t0
     notes = list(tally.notes)
     if tally.estimated_steps:
@@ -548,6 +601,7 @@ def _finish(
         interruptions_by_cause=dict(causes),
         overlap_s=float(overlap),
         notes=tuple(notes),
+        barrier_wait_s=min(waited, max(productive, 0.0)),
     )
 
 

@@ -7,49 +7,21 @@ verdict: ``ok``, ``warn`` (watch it, the job may suffer) or ``drain`` (take it o
 of the scheduler before it kills the next job). Every check names the rule that
 fired and the evidence, so an operator can argue with it.
 
-Passive rules (samples in the store's ``SAMPLE_SCHEMA`` columns, events):
-
-========================  ===================================================  =================
-rule                      signal                                               verdict
-========================  ===================================================  =================
-``xid``                   ``DCGM_FI_DEV_XID_ERRORS`` != 0, ``xid`` events       per ``analysis.xid``
-``ecc_dbe``               ``DCGM_FI_DEV_ECC_DBE_VOL_TOTAL`` > 0                 drain
-``row_remap``             ``DCGM_FI_DEV_ROW_REMAP_FAILURE`` > 0                 drain
-                          ``DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS`` grew,     warn
-                          ``DCGM_FI_DEV_ROW_REMAP_PENDING`` > 0
-``pcie_replay``           ``DCGM_FI_DEV_PCIE_REPLAY_COUNTER`` grew               warn
-``throttle``              thermal / power-brake bits of the clock-event mask    warn
-``ib_link``               ``LinkDownedCounter`` grew (perfquery, node-exporter)  warn / drain
-``ib_errors``             symbol, receive, recovery, integrity error counters    warn
-``ib_port``               ibstat: an InfiniBand port not Active/LinkUp           drain (Disabled: warn)
-                          an Active port under the catalog's link rate           warn (under half: drain)
-                          ibstat panicked on an HCA (``ib_device_up`` 0): gone   drain
-``stalled_nccl``          util >= 90 % at near-idle power for a minute           warn
-``idle_allocated``        a GPU held by a job at <= 5 % util for 10 minutes      warn
-``gpu_missing``           a GPU stopped reporting while its node still reports   drain
-========================  ===================================================  =================
-
-Active rules (events from ``sources.healthtools``): ``dcgm_diag`` (a failed test
-drains, a warning warns), ``nccl_tests`` (wrong results drain; bus bandwidth far
-under the catalog's NVLink or NDR figure warns), ``ib_write_bw`` (far under the
-link rate warns, under half drains), ``nccl_*`` (the NCCL log rules of ``analysis.nccl`` on
-``nccl_rank`` events, each check on the hosts it names; ``nccl_timeout`` from PyTorch's watchdog warns).
-
-Sources: DCGM field meanings, https://docs.nvidia.com/datacenter/dcgm/latest/dcgm-api/dcgm-api-field-ids.html;
-row remapping, https://docs.nvidia.com/deploy/a100-gpu-mem-error-mgmt/index.html;
-clock event reasons (bit values), https://docs.nvidia.com/deploy/nvml-api/group__nvmlClocksEventReasons.html;
-IB counters, InfiniBand Architecture Specification vol. 1, PortCounters (perfquery names);
-IB port states, ibstat(8) and the IBA's PortInfo PortState/PortPhysicalState (Active / LinkUp is the only state
-that carries data); LBNL NHC's ``check_hw_ib`` likewise offlines a node whose port is not Active at its rate
-(https://github.com/mej/nhc, README "check_hw_ib");
-busbw, https://github.com/NVIDIA/nccl-tests/blob/master/doc/PERFORMANCE.md.
+Passive rules read samples (the store's ``SAMPLE_SCHEMA`` columns: exporters, and the host checks'
+captures -- smartctl, lspci, chronyc, systemctl) and events (``xid``, the kernel log's, the BMC's);
+active rules read the events of benchmark outputs (``sources.healthtools``) and of NCCL
+logs (``analysis.nccl`` judges a job's logs, each of its rules becomes a check on the
+hosts it names). Every rule, its signal, threshold, verdicts and source is one row of
+``analysis.health_rules.HEALTH_RULES`` (``hpcwatch health --list-rules``); a ``Check``
+under an id not in that table is refused.
 Thresholds that are ours (not a vendor's) are named ``HealthConfig`` fields.
 """
 
 from __future__ import annotations
 
+import re
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -59,6 +31,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from hpcwatch import vocab
+from hpcwatch.analysis.health_rules import HealthRuleId, health_rule
 from hpcwatch.analysis.xid import XID_CATALOG_URL, Verdict, xid_info
 from hpcwatch.errors import ConfigError
 from hpcwatch.model.catalog import gpu_spec, link_spec
@@ -72,10 +45,13 @@ __all__ = [
     "HealthConfig",
     "VERDICTS",
     "PASSIVE_METRICS",
+    "KERNEL_EVENT_KINDS",
+    "HOST_EVENT_KINDS",
     "THROTTLE_BITS",
     "passive_checks",
     "active_checks",
     "nccl_log_checks",
+    "version_checks",
     "judge",
     "health_report",
     "worst",
@@ -126,6 +102,86 @@ IB_PORT_METRICS = (vocab.IB_PORT_UP, vocab.IB_PORT_RATE_GBPS)
 #: ibstat's panic on an HCA it could not stat (labels node, device, error).
 IB_DEVICE_METRICS = (vocab.IB_DEVICE_UP,)
 
+#: smartctl's drive samples (sources/smartctl.py, or smartctl_exporter's scrape; labels node, device...).
+SMART_STATUS = vocab.SMARTCTL_DEVICE_SMART_STATUS
+NVME_WARNING = vocab.SMARTCTL_DEVICE_CRITICAL_WARNING
+NVME_SPARE = vocab.SMARTCTL_DEVICE_AVAILABLE_SPARE
+NVME_SPARE_THRESHOLD = vocab.SMARTCTL_DEVICE_AVAILABLE_SPARE_THRESHOLD
+NVME_USED = vocab.SMARTCTL_DEVICE_PERCENTAGE_USED
+NVME_MEDIA_ERRORS = vocab.SMARTCTL_DEVICE_MEDIA_ERRORS
+DRIVE_TEMPERATURE = vocab.SMARTCTL_DEVICE_TEMPERATURE
+STORAGE_METRICS = (
+    SMART_STATUS,
+    NVME_WARNING,
+    NVME_SPARE,
+    NVME_SPARE_THRESHOLD,
+    NVME_USED,
+    NVME_MEDIA_ERRORS,
+    DRIVE_TEMPERATURE,
+)
+#: NVMe SMART / Health log Critical Warning bits (NVM Express Base Specification 2.0, figure "SMART / Health
+#: Information Log Page", byte 0); the names smartctl's JSON gives them under ``smart_status.nvme``.
+NVME_WARNING_BITS: dict[int, str] = {
+    0x01: "spare_below_threshold",
+    0x02: "temperature_above_or_below_threshold",
+    0x04: "reliability_degraded",
+    0x08: "media_read_only",
+    0x10: "volatile_memory_backup_failed",
+    0x20: "persistent_memory_region_unreliable",
+}
+#: The bits that mean the drive cannot be trusted with data (nvme_critical_warning drains on them).
+NVME_FATAL_MASK = 0x04 | 0x08 | 0x10 | 0x20
+
+#: lspci's PCIe links (sources/lspci.py; labels node, bdf, vendor, device_class, name).
+PCIE_METRICS = (
+    vocab.PCIE_LINK_SPEED_GTS,
+    vocab.PCIE_LINK_SPEED_MAX_GTS,
+    vocab.PCIE_LINK_WIDTH,
+    vocab.PCIE_LINK_WIDTH_MAX,
+)
+#: PCI vendor ids and the lspci device classes of the parts the PCIe rules judge (https://pci-ids.ucw.cz/).
+PCIE_GPU = ("10de", ("VGA compatible controller", "3D controller"))
+PCIE_HCA = ("15b3", ("Infiniband controller", "Ethernet controller", "Network controller"))
+
+#: chronyc tracking's clock samples (sources/chrony.py; labels node, reference, leap).
+CLOCK_METRICS = (vocab.CHRONY_TRACKING_SYSTEM_TIME_SECONDS, vocab.CHRONY_TRACKING_LEAP_STATUS)
+#: chrony's Leap status value for "Not synchronised" (sources/chrony.LEAP_STATUS).
+LEAP_UNSYNCHRONISED = 3
+
+#: The kernel log's events the passive rules judge (sources/kernel_log.py; ``xid`` events are judged by ``xid``).
+KERNEL_EVENT_KINDS = (EventKind.KERNEL_HUNG_TASK, EventKind.KERNEL_OOM_KILL, EventKind.KERNEL_HW_ERROR)
+_KERNEL_RULES: dict[str, HealthRuleId] = {
+    EventKind.KERNEL_HUNG_TASK: "hung_task",
+    EventKind.KERNEL_OOM_KILL: "oom_kill",
+    EventKind.KERNEL_HW_ERROR: "hw_error",
+}
+#: Events of the host's logs, judged within the window (the kernel log, the BMC's event log).
+HOST_EVENT_KINDS = (*KERNEL_EVENT_KINDS, EventKind.IPMI_SEL)
+#: BMC event log entries that drain (GCM check_ipmitool's critical patterns; IPMI v2.0 sensor type offsets) and
+#: those that warn: (pattern over "sensor | event", verdict), first match wins.
+SEL_VERDICTS: tuple[tuple[re.Pattern[str], Verdict], ...] = (
+    (re.compile(r"Power Supply.*AC lost"), "drain"),
+    (re.compile(r"NVIDIA_MCA_Error"), "drain"),
+    (re.compile(r"Uncorrectable (error|ECC)"), "drain"),
+    (re.compile(r"Critical Interrupt.*(Bus Fatal Error|PCI SERR)"), "drain"),
+    (re.compile(r"Processor.*Throttled"), "drain"),
+    (re.compile(r"System Firmwares?.*BIOS corruption detected"), "drain"),
+    (re.compile(r"Power Supply.*Failure detected"), "drain"),
+    (re.compile(r"Correctable ECC"), "warn"),
+    (re.compile(r"(Upper|Lower) Critical going (high|low)"), "warn"),
+)
+
+#: A hardware error's severity -> our verdict (corrected and recoverable errors were handled; fatal ones were not).
+_HW_VERDICTS: dict[str, Verdict] = {
+    "corrected": "warn",
+    "recoverable": "warn",
+    "fatal": "drain",
+    "uncorrected": "drain",
+}
+
+#: systemctl's unit samples (sources/systemd_units.py; labels node, unit, load, active, sub).
+SERVICE_METRICS = (vocab.SYSTEMD_UNIT_FAILED, vocab.SYSTEMD_UNITS_FAILED)
+
 #: Every metric the passive rules read (fetch these from the store).
 PASSIVE_METRICS: tuple[str, ...] = (
     XID,
@@ -140,6 +196,10 @@ PASSIVE_METRICS: tuple[str, ...] = (
     *(m for pair in IB_COUNTERS.values() for m in pair),
     *IB_PORT_METRICS,
     *IB_DEVICE_METRICS,
+    *STORAGE_METRICS,
+    *PCIE_METRICS,
+    *CLOCK_METRICS,
+    *SERVICE_METRICS,
 )
 
 
@@ -178,7 +238,36 @@ class HealthConfig:
     warns): NHC drains on any mismatch; we only warn for one speed step down (NDR port at HDR's 200), which runs,
     slower, and drain further down (100 or less on NDR: a cable or width fault)."""
 
+    nvme_used_warn_pct: float = 80.0
+    """NVMe Percentage Used (of rated endurance) that warns: GCM's check_blockdev warns at 80."""
+    nvme_used_drain_pct: float = 100.0
+    """... and that drains: GCM's critical level, the end of the endurance the vendor rates."""
+    critical_units: tuple[str, ...] = (
+        "slurmd.service",
+        "munge.service",
+        "nvidia-fabricmanager.service",
+        "nvidia-persistenced.service",
+        "openibd.service",
+    )
+    """systemd units the node cannot run jobs without: one of them failed drains (any other failed unit warns).
+    Fabric Manager must run on NVSwitch systems for CUDA to start; slurmd and munge are the scheduler's agent and
+    its authentication; openibd loads the InfiniBand stack."""
+    clock_offset_warn_s: float = 1.0
+    """|System time| offset that warns: chrony's example configurations step the clock past 1 s (makestep 1.0 3)."""
+    clock_offset_drain_s: float = 300.0
+    """... and that drains: MUNGE's default credential time-to-live, past which Slurm's authentication fails."""
+
     def __post_init__(self) -> None:
+        if not 0.0 < self.clock_offset_warn_s <= self.clock_offset_drain_s:
+            raise ConfigError(
+                f"clock_offset_warn_s must be in (0, clock_offset_drain_s], got {self.clock_offset_warn_s}"
+                f" and {self.clock_offset_drain_s}"
+            )
+        if not 0.0 < self.nvme_used_warn_pct <= self.nvme_used_drain_pct:
+            raise ConfigError(
+                f"nvme_used_warn_pct must be in (0, nvme_used_drain_pct], got {self.nvme_used_warn_pct}"
+                f" and {self.nvme_used_drain_pct}"
+            )
         for name in (
             "throttle_warn_fraction",
             "busbw_warn_fraction",
@@ -196,10 +285,17 @@ class Check:
     """One rule on one node: the verdict, and why."""
 
     node: str
-    rule: str
+    rule: HealthRuleId
+    """A row of ``HEALTH_RULES``: any other id is refused."""
     verdict: Verdict
     title: str
     evidence: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        # A rule outside the table would drain a node for a reason --list-rules cannot explain.
+        row = health_rule(self.rule)
+        if self.verdict != "ok" and self.verdict not in row.actions:
+            raise ValueError(f"check {self.rule!r}: verdict {self.verdict!r} is not one of its actions {row.actions}")
 
     def to_dict(self) -> dict[str, Any]:
         return {"rule": self.rule, "verdict": self.verdict, "title": self.title, "evidence": self.evidence}
@@ -347,7 +443,14 @@ def _check_xid(table: pa.Table, events: Sequence[Event]) -> list[Check]:
 
 
 def _check_threshold(
-    table: pa.Table, metric: str, rule: str, verdict: Verdict, what: str, *, grew: bool = False, min_value: float = 0.0
+    table: pa.Table,
+    metric: str,
+    *,
+    rule: HealthRuleId,
+    verdict: Verdict,
+    what: str,
+    grew: bool = False,
+    min_value: float = 0.0,
 ) -> list[Check]:
     """A GPU counter or gauge that must stay at zero (or must not grow) in the window."""
     checks = []
@@ -580,6 +683,355 @@ def _check_missing(table: pa.Table, config: HealthConfig) -> list[Check]:
     ]
 
 
+def _drive(s: _Series) -> dict[str, Any]:
+    return {k: s.labels[k] for k in ("device", "model_name", "serial_number") if s.labels.get(k)} | {
+        "t_last": float(s.t[-1])
+    }
+
+
+def _latest_by(table: pa.Table, metric: str, label: str) -> dict[tuple[str, str], _Series]:
+    """(host, the ``label`` naming the part) -> the part's newest series of ``metric``."""
+    out: dict[tuple[str, str], _Series] = {}
+    for s in _series(table, metric):
+        key = (s.host, str(s.labels.get(label, s.key)))
+        if key not in out or s.t[-1] >= out[key].t[-1]:
+            out[key] = s
+    return out
+
+
+def _latest_by_drive(table: pa.Table, metric: str) -> dict[tuple[str, str], _Series]:
+    """(host, device) -> the drive's newest series of ``metric``."""
+    return _latest_by(table, metric, "device")
+
+
+def _check_storage(table: pa.Table, config: HealthConfig) -> list[Check]:
+    """smartctl's drive health: SMART status (SATA/SAS), NVMe critical warning bits, spare, wear, media errors."""
+    checks: list[Check] = []
+    warnings = _latest_by_drive(table, NVME_WARNING)
+    for (host, device), s in sorted(_latest_by_drive(table, SMART_STATUS).items()):
+        if s.v[-1] < 1 and (host, device) not in warnings:
+            checks.append(
+                Check(
+                    node=host,
+                    rule="smart_status",
+                    verdict="drain",
+                    title=f"drive {device} SMART status FAILED",
+                    evidence=_drive(s),
+                )
+            )
+    temperatures = _latest_by_drive(table, DRIVE_TEMPERATURE)
+    spare_thresholds = _latest_by_drive(table, NVME_SPARE_THRESHOLD)
+    spare_low_bit: set[tuple[str, str]] = set()
+    for (host, device), s in sorted(warnings.items()):
+        bits = int(s.v[-1])
+        names = [name for bit, name in NVME_WARNING_BITS.items() if bits & bit]
+        evidence = {**_drive(s), "critical_warning": bits, "bits": names}
+        if bits & NVME_FATAL_MASK:
+            fatal = [name for bit, name in NVME_WARNING_BITS.items() if bits & bit & NVME_FATAL_MASK]
+            checks.append(
+                Check(
+                    node=host,
+                    rule="nvme_critical_warning",
+                    verdict="drain",
+                    title=f"NVMe {device} critical warning 0x{bits:02x}: {', '.join(fatal)}",
+                    evidence=evidence,
+                )
+            )
+        if bits & 0x02:
+            temp = temperatures.get((host, device))
+            celsius = float(temp.v[-1]) if temp is not None else None
+            checks.append(
+                Check(
+                    node=host,
+                    rule="nvme_temperature",
+                    verdict="warn",
+                    title=f"NVMe {device} past its temperature threshold"
+                    + (f" ({celsius:.0f} °C)" if celsius is not None else ""),
+                    evidence={**evidence, "temperature_c": celsius},
+                )
+            )
+        if bits & 0x01:
+            spare_low_bit.add((host, device))
+    for (host, device), s in sorted(_latest_by_drive(table, NVME_SPARE).items()):
+        limit = spare_thresholds.get((host, device))
+        spare, threshold = float(s.v[-1]), (float(limit.v[-1]) if limit is not None else None)
+        if (threshold is not None and spare < threshold) or (host, device) in spare_low_bit:
+            spare_low_bit.discard((host, device))
+            checks.append(
+                Check(
+                    node=host,
+                    rule="nvme_spare",
+                    verdict="drain",
+                    title=f"NVMe {device} spare {spare:.0f} % under its threshold"
+                    + (f" {threshold:.0f} %" if threshold is not None else ""),
+                    evidence={**_drive(s), "available_spare_pct": spare, "threshold_pct": threshold},
+                )
+            )
+    for host, device in sorted(spare_low_bit):  # the bit without a spare sample
+        s = warnings[(host, device)]
+        checks.append(
+            Check(
+                node=host,
+                rule="nvme_spare",
+                verdict="drain",
+                title=f"NVMe {device} spare under its threshold (critical warning bit 0x01)",
+                evidence=_drive(s),
+            )
+        )
+    for (host, device), s in sorted(_latest_by_drive(table, NVME_USED).items()):
+        used = float(s.v[-1])
+        if used >= config.nvme_used_warn_pct:
+            verdict: Verdict = "drain" if used >= config.nvme_used_drain_pct else "warn"
+            checks.append(
+                Check(
+                    node=host,
+                    rule="nvme_wear",
+                    verdict=verdict,
+                    title=f"NVMe {device} has used {used:.0f} % of its rated endurance",
+                    evidence={**_drive(s), "percentage_used": used},
+                )
+            )
+    for (host, device), s in sorted(_latest_by_drive(table, NVME_MEDIA_ERRORS).items()):
+        total, grew = float(s.v[-1]), _increase(s.v)
+        if total > 0:
+            checks.append(
+                Check(
+                    node=host,
+                    rule="nvme_media_errors",
+                    verdict="drain" if grew > 0 else "warn",
+                    title=f"NVMe {device}: {total:.0f} media errors"
+                    + (f", +{grew:.0f} in the window" if grew > 0 else " (none new in the window)"),
+                    evidence={**_drive(s), "media_errors": total, "increase": grew},
+                )
+            )
+    return checks
+
+
+def _pcie_part(labels: dict[str, str]) -> str | None:
+    """``gpu``, ``hca`` or None (a part the PCIe rules do not judge: bridges, audio functions, virtual functions)."""
+    vendor, cls, name = labels.get("vendor", ""), labels.get("device_class", ""), labels.get("name", "")
+    if vendor == PCIE_GPU[0] and cls in PCIE_GPU[1]:
+        return "gpu"
+    if vendor == PCIE_HCA[0] and cls in PCIE_HCA[1] and "Virtual Function" not in name:
+        return "hca"
+    return None
+
+
+def _check_pcie(table: pa.Table) -> list[Check]:
+    """lspci's links: a GPU or HCA with fewer lanes than it can train, an HCA slower than it can train."""
+    latest = {m: _latest_by(table, m, "bdf") for m in PCIE_METRICS}
+    checks = []
+    for (host, bdf), width in sorted(latest[vocab.PCIE_LINK_WIDTH].items()):
+        part = _pcie_part(width.labels)
+        if part is None:
+            continue
+        where = {"bdf": bdf, "part": part, "name": width.labels.get("name"), "t_last": float(width.t[-1])}
+        width_max = latest[vocab.PCIE_LINK_WIDTH_MAX].get((host, bdf))
+        lanes = int(width.v[-1])
+        if width_max is not None and lanes < int(width_max.v[-1]):
+            capable = int(width_max.v[-1])
+            checks.append(
+                Check(
+                    node=host,
+                    rule="pcie_width",
+                    verdict="drain",
+                    title=f"{part.upper()} {bdf} PCIe link x{lanes} of x{capable}" + (" (down)" if lanes == 0 else ""),
+                    evidence={**where, "width": lanes, "width_max": capable},
+                )
+            )
+        speed = latest[vocab.PCIE_LINK_SPEED_GTS].get((host, bdf))
+        speed_max = latest[vocab.PCIE_LINK_SPEED_MAX_GTS].get((host, bdf))
+        if part == "hca" and speed is not None and speed_max is not None and speed.v[-1] < speed_max.v[-1]:
+            gts, capable_gts = float(speed.v[-1]), float(speed_max.v[-1])
+            checks.append(
+                Check(
+                    node=host,
+                    rule="pcie_speed",
+                    verdict="warn",
+                    title=f"HCA {bdf} PCIe link at {gts:g} GT/s of {capable_gts:g}",
+                    evidence={**where, "speed_gts": gts, "speed_max_gts": capable_gts},
+                )
+            )
+    return checks
+
+
+def _newest_by_host(table: pa.Table, metric: str) -> dict[str, _Series]:
+    out: dict[str, _Series] = {}
+    for s in _series(table, metric):
+        if s.host not in out or s.t[-1] >= out[s.host].t[-1]:
+            out[s.host] = s
+    return out
+
+
+def _check_clock(table: pa.Table, config: HealthConfig) -> list[Check]:
+    """chronyc tracking: the clock's offset from NTP time, and whether chrony is synchronised at all."""
+    checks = []
+    for host, s in sorted(_newest_by_host(table, vocab.CHRONY_TRACKING_SYSTEM_TIME_SECONDS).items()):
+        offset = float(s.v[-1])
+        if abs(offset) >= config.clock_offset_warn_s:
+            verdict: Verdict = "drain" if abs(offset) >= config.clock_offset_drain_s else "warn"
+            side = "ahead of" if offset > 0 else "behind"
+            checks.append(
+                Check(
+                    node=host,
+                    rule="clock_offset",
+                    verdict=verdict,
+                    title=f"clock {abs(offset):.3g} s {side} NTP time",
+                    evidence={"offset_s": offset, "reference": s.labels.get("reference"), "t_last": float(s.t[-1])},
+                )
+            )
+    for host, s in sorted(_newest_by_host(table, vocab.CHRONY_TRACKING_LEAP_STATUS).items()):
+        if int(s.v[-1]) == LEAP_UNSYNCHRONISED:
+            checks.append(
+                Check(
+                    node=host,
+                    rule="clock_unsynchronised",
+                    verdict="warn",
+                    title=f"chrony is not synchronised (reference {s.labels.get('reference') or 'none'})",
+                    evidence={
+                        "leap": s.labels.get("leap"),
+                        "reference": s.labels.get("reference"),
+                        "t_last": float(s.t[-1]),
+                    },
+                )
+            )
+    return checks
+
+
+def _check_kernel(events: Sequence[Event]) -> list[Check]:
+    """The kernel log: hung tasks and OOM kills warn (one check per node and rule, counting them), hardware
+    errors warn when corrected and drain when not."""
+    grouped: dict[tuple[str, HealthRuleId, Verdict], list[Event]] = defaultdict(list)
+    for e in events:
+        rule = _KERNEL_RULES.get(e.kind)
+        node = e.attrs.get("node")
+        if rule is None or not node:
+            continue
+        verdict = _HW_VERDICTS.get(str(e.attrs.get("severity")), "warn") if rule == "hw_error" else "warn"
+        grouped[(str(node), rule, verdict)].append(e)
+    checks = []
+    for (node, rule, verdict), found in sorted(grouped.items()):
+        first = min(found, key=lambda e: e.t)
+        if rule == "hung_task":
+            tasks = sorted({f"{e.attrs.get('task')}:{e.attrs.get('pid')}" for e in found})
+            title = f"{len(tasks)} task(s) blocked in D state ({', '.join(tasks[:3])})"
+        elif rule == "oom_kill":
+            procs = sorted({f"{e.attrs.get('process')}:{e.attrs.get('pid')}" for e in found})
+            title = f"OOM killer killed {len(procs)} process(es) ({', '.join(procs[:3])})"
+        else:
+            severities = sorted({str(e.attrs.get("severity")) for e in found})
+            title = f"{len(found)} {'/'.join(severities)} hardware error(s) in the kernel log"
+        checks.append(
+            Check(
+                node=node,
+                rule=rule,
+                verdict=verdict,
+                title=title,
+                evidence={
+                    "count": len(found),
+                    "first_seen": first.t,
+                    "first_line": first.attrs.get("message"),
+                    "line": first.attrs.get("line"),
+                },
+            )
+        )
+    return checks
+
+
+def _check_units(table: pa.Table, config: HealthConfig) -> list[Check]:
+    """systemctl's failed units, from each node's newest listing: one check per node naming them."""
+    newest = _newest_by_host(table, vocab.SYSTEMD_UNITS_FAILED)
+    failed: dict[str, list[str]] = defaultdict(list)
+    for s in _series(table, vocab.SYSTEMD_UNIT_FAILED):
+        listing = newest.get(s.host)
+        if s.v[-1] >= 1 and (listing is None or s.t[-1] >= listing.t[-1]):
+            failed[s.host].append(str(s.labels.get("unit")))
+    checks = []
+    for host, units in sorted(failed.items()):
+        critical = sorted(u for u in units if u in config.critical_units)
+        checks.append(
+            Check(
+                node=host,
+                rule="failed_units",
+                verdict="drain" if critical else "warn",
+                title=f"{len(units)} failed systemd unit(s): {', '.join(sorted(units)[:5])}",
+                evidence={"units": sorted(units), "critical": critical},
+            )
+        )
+    return checks
+
+
+def _check_sel(events: Sequence[Event]) -> list[Check]:
+    """The BMC's event log: asserted entries matching ``SEL_VERDICTS``, one check per node and verdict."""
+    grouped: dict[tuple[str, Verdict], list[str]] = defaultdict(list)
+    for e in events:
+        if e.kind != EventKind.IPMI_SEL or not e.attrs.get("node") or e.attrs.get("direction") == "Deasserted":
+            continue
+        entry = f"{e.attrs.get('sensor')} | {e.attrs.get('event')}"
+        verdict = next((v for pattern, v in SEL_VERDICTS if pattern.search(entry)), None)
+        if verdict is not None:
+            grouped[(str(e.attrs["node"]), verdict)].append(entry)
+    return [
+        Check(
+            node=node,
+            rule="ipmi_sel",
+            verdict=verdict,
+            title=f"BMC event log: {'; '.join(sorted(set(entries))[:3])}",
+            evidence={"entries": sorted(set(entries)), "count": len(entries)},
+        )
+        for (node, verdict), entries in sorted(grouped.items())
+    ]
+
+
+def _driver_versions(table: pa.Table) -> dict[str, set[str]]:
+    """host -> the NVIDIA driver versions its GPU samples name (label ``DCGM_FI_DRIVER_VERSION``, on every
+    dcgm-exporter and nvidia-smi sample)."""
+    out: dict[str, set[str]] = defaultdict(set)
+    if table.num_rows == 0 or "labels" not in table.column_names:
+        return out
+    sub = table.filter(pc.match_substring(table["labels"], vocab.DCGM_FI_DRIVER_VERSION))
+    pairs = sub.select(["host", "labels"]).group_by(["host", "labels"]).aggregate([])
+    for host, labels in zip(pairs["host"].to_pylist(), pairs["labels"].to_pylist()):
+        version = orjson.loads(labels or "{}").get(vocab.DCGM_FI_DRIVER_VERSION) if host else None
+        if version:
+            out[host].add(str(version))
+    return out
+
+
+def version_checks(samples: pa.Table, partitions: Mapping[str, str] | None = None) -> list[Check]:
+    """Nodes of one partition (``partitions``: node -> partition; absent nodes form one group) whose NVIDIA
+    driver differs from the one most of the partition's nodes run. Judged over every node at once: pass the
+    samples of all hosts (``DCGM_FI_DEV_GPU_UTIL`` is enough), not one node's."""
+    versions = _driver_versions(samples)
+    groups: dict[str, list[str]] = defaultdict(list)
+    for host in versions:
+        groups[(partitions or {}).get(host, "(all nodes)")].append(host)
+    checks = []
+    for partition, hosts in sorted(groups.items()):
+        if len(hosts) < 2:
+            continue
+        counts: dict[str, int] = defaultdict(int)
+        for host in hosts:
+            counts[",".join(sorted(versions[host]))] += 1
+        top = max(counts.values())
+        majority = sorted(v for v, n in counts.items() if n == top)
+        common = majority[0] if len(majority) == 1 else None
+        for host in sorted(hosts):
+            mine = ",".join(sorted(versions[host]))
+            if mine != common and len(counts) > 1:
+                checks.append(
+                    Check(
+                        node=host,
+                        rule="driver_mismatch",
+                        verdict="warn",
+                        title=f"NVIDIA driver {mine} differs from partition {partition}'s "
+                        + (f"{common}" if common else "nodes (" + ", ".join(sorted(counts)) + ")"),
+                        evidence={"partition": partition, "driver": mine, "partition_drivers": dict(counts)},
+                    )
+                )
+    return checks
+
+
 def passive_checks(
     samples: pa.Table, events: Sequence[Event] = (), *, config: HealthConfig = HealthConfig(), link: str = "ndr"
 ) -> list[Check]:
@@ -587,18 +1039,27 @@ def passive_checks(
     catalog's fabric (``model.catalog.LINKS``) whose rate ibstat ports should run at."""
     return [
         *_check_xid(samples, events),
-        *_check_threshold(samples, ECC_DBE, "ecc_dbe", "drain", "uncorrectable ECC errors since driver load"),
-        *_check_threshold(samples, REMAP_FAILURE, "row_remap", "drain", "row remapping failed"),
         *_check_threshold(
-            samples, REMAP_UNCORRECTABLE, "row_remap", "warn", "rows remapped after uncorrectable errors", grew=True
+            samples, ECC_DBE, rule="ecc_dbe", verdict="drain", what="uncorrectable ECC errors since driver load"
         ),
-        *_check_threshold(samples, REMAP_PENDING, "row_remap", "warn", "row remap pending (reset the GPU)"),
+        *_check_threshold(samples, REMAP_FAILURE, rule="row_remap", verdict="drain", what="row remapping failed"),
+        *_check_threshold(
+            samples,
+            REMAP_UNCORRECTABLE,
+            rule="row_remap",
+            verdict="warn",
+            what="rows remapped after uncorrectable errors",
+            grew=True,
+        ),
+        *_check_threshold(
+            samples, REMAP_PENDING, rule="row_remap", verdict="warn", what="row remap pending (reset the GPU)"
+        ),
         *_check_threshold(
             samples,
             PCIE_REPLAY,
-            "pcie_replay",
-            "warn",
-            "PCIe replays",
+            rule="pcie_replay",
+            verdict="warn",
+            what="PCIe replays",
             grew=True,
             min_value=config.pcie_replay_warn - 1,
         ),
@@ -608,12 +1069,18 @@ def passive_checks(
         *_check_ib_devices(samples),
         *_check_gpu_activity(samples, config),
         *_check_missing(samples, config),
+        *_check_storage(samples, config),
+        *_check_pcie(samples),
+        *_check_clock(samples, config),
+        *_check_kernel(events),
+        *_check_units(samples, config),
+        *_check_sel(events),
     ]
 
 
-def _rules_with_data(samples: pa.Table, events: Sequence[Event]) -> dict[str, set[str]]:
+def _rules_with_data(samples: pa.Table, events: Sequence[Event]) -> dict[str, set[HealthRuleId]]:
     """node -> the passive rules that had something to judge there (so 'ok' means 'looked, fine')."""
-    metric_rules = {
+    metric_rules: dict[str, HealthRuleId] = {
         XID: "xid",
         ECC_DBE: "ecc_dbe",
         REMAP_FAILURE: "row_remap",
@@ -623,11 +1090,21 @@ def _rules_with_data(samples: pa.Table, events: Sequence[Event]) -> dict[str, se
         UTIL: "gpu_missing",
         **dict.fromkeys(THROTTLE, "throttle"),
         **dict.fromkeys(IB_PORT_METRICS + IB_DEVICE_METRICS, "ib_port"),
+        SMART_STATUS: "smart_status",
+        NVME_WARNING: "nvme_critical_warning",
+        NVME_SPARE: "nvme_spare",
+        NVME_USED: "nvme_wear",
+        NVME_MEDIA_ERRORS: "nvme_media_errors",
+        vocab.PCIE_LINK_WIDTH: "pcie_width",
+        vocab.PCIE_LINK_SPEED_GTS: "pcie_speed",
+        vocab.CHRONY_TRACKING_SYSTEM_TIME_SECONDS: "clock_offset",
+        vocab.CHRONY_TRACKING_LEAP_STATUS: "clock_unsynchronised",
+        vocab.SYSTEMD_UNITS_FAILED: "failed_units",
     }
     for name, pair in IB_COUNTERS.items():
         for m in pair:
             metric_rules[m] = "ib_link" if name == "link_downed" else "ib_errors"
-    out: dict[str, set[str]] = defaultdict(set)
+    out: dict[str, set[HealthRuleId]] = defaultdict(set)
     if samples.num_rows:
         pairs = samples.select(["metric", "host"]).group_by(["metric", "host"]).aggregate([])
         for metric, host in zip(pairs["metric"].to_pylist(), pairs["host"].to_pylist()):
@@ -635,9 +1112,15 @@ def _rules_with_data(samples: pa.Table, events: Sequence[Event]) -> dict[str, se
                 out[host].add(metric_rules[metric])
                 if metric == UTIL:
                     out[host].update({"stalled_nccl", "idle_allocated"})
+                if metric == NVME_WARNING:
+                    out[host].add("nvme_temperature")
     for e in events:
         if e.kind == EventKind.XID and e.attrs.get("node"):
             out[str(e.attrs["node"])].add("xid")
+        if e.kind == EventKind.IPMI_SEL and e.attrs.get("node"):
+            out[str(e.attrs["node"])].add("ipmi_sel")
+        if e.kind in _KERNEL_RULES and e.attrs.get("node"):
+            out[str(e.attrs["node"])].add(_KERNEL_RULES[e.kind])
         if e.kind in _ACTIVE_KINDS and e.attrs.get("node"):
             out[str(e.attrs["node"])].add(_ACTIVE_KINDS[e.kind])
     return out
@@ -645,7 +1128,11 @@ def _rules_with_data(samples: pa.Table, events: Sequence[Event]) -> dict[str, se
 
 # -- active rules ----------------------------------------------------------------------------------
 
-_ACTIVE_KINDS = {"dcgm_diag": "dcgm_diag", "nccl_test": "nccl_tests", "ib_write_bw": "ib_write_bw"}
+_ACTIVE_KINDS: dict[str, HealthRuleId] = {
+    "dcgm_diag": "dcgm_diag",
+    "nccl_test": "nccl_tests",
+    "ib_write_bw": "ib_write_bw",
+}
 #: A dcgmi diag test's status -> our verdict (a pass is no check).
 _DIAG_VERDICTS: dict[str, Verdict] = {"fail": "drain", "warn": "warn"}
 
@@ -846,15 +1333,19 @@ def health_report(
     link: str = "ndr",
     nodes: Iterable[str] = (),
     nccl_checks: Sequence[Check] | None = None,
+    fleet_checks: Sequence[Check] | None = None,
+    partitions: Mapping[str, str] | None = None,
 ) -> HealthReport:
     """Passive and active rules, then one verdict per node: what views call.
 
     ``samples``: the store's ``SAMPLE_SCHEMA`` table (fetch ``PASSIVE_METRICS``); ``events``: ``xid``
     events and the ``sources.healthtools`` results. ``nccl_checks``: ``nccl_log_checks`` of every host's
     NCCL events, for a caller that passes one node's ``events`` (the NCCL rules compare hosts: a host
-    alone cannot be told it is the one without HCAs or on another NCCL version).
+    alone cannot be told it is the one without HCAs or on another NCCL version). ``fleet_checks``: likewise
+    ``version_checks`` of every host (else computed from ``samples``, grouped by ``partitions``).
     """
     checks = passive_checks(samples, events, config=config, link=link) + active_checks(
         events, config=config, link=link, nccl_checks=nccl_checks
     )
+    checks += list(fleet_checks) if fleet_checks is not None else version_checks(samples, partitions)
     return judge(checks, samples=samples, events=events, nodes=nodes)

@@ -38,6 +38,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
+from hpcwatch.analysis.health_rules import HealthRuleId
+
 __all__ = [
     "NcclTopology",
     "NcclRule",
@@ -52,7 +54,8 @@ __all__ = [
 ]
 
 Verdict = Literal["ok", "warn", "drain"]
-RULES = (
+#: Its rules (rows of ``analysis.health_rules.HEALTH_RULES``, where their thresholds and sources are listed).
+RULES: tuple[HealthRuleId, ...] = (
     "nccl_socket_fallback",
     "nccl_few_channels",
     "nccl_forced_tuning",
@@ -91,7 +94,7 @@ class NcclConfig:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class NcclRule:
-    rule: str
+    rule: HealthRuleId
     verdict: Verdict
     title: str
     hosts: tuple[str, ...] = ()

@@ -17,18 +17,25 @@ __all__ = ["collect"]
 @click.option("--config", type=PATH, default=COLLECT_CONFIG_PATH, help="The TOML config file.")
 @click.option("--once", is_flag=True, default=False, help="Run every collector once, then exit.")
 @click.option("--check", is_flag=True, default=False, help="Read the config, say what it runs, exit.")
+@click.option(
+    "--agent", is_flag=True, default=False, help="Run this node's host checks ([agent]) and ship them to the centre."
+)
 @click.option("--status", is_flag=True, default=False, help="Show what the running daemon last reported.")
 @click.option("--duration", type=click.FloatRange(min=0.0), default=0.0, help="Stop after S seconds (0: on SIGTERM).")
 @json_option("json")
-def collect(config: Path, once: bool, check: bool, status: bool, duration: float, json: bool) -> None:
+def collect(config: Path, once: bool, check: bool, agent: bool, status: bool, duration: float, json: bool) -> None:
     """Poll Slurm and Prometheus, follow logs, ingest spool folders and run the detectors, unattended."""
     import signal
     import socket  # signal and socket: 7 ms that every --help would pay
 
     from hpcwatch.collect.config import load_config
-    from hpcwatch.collect.daemon import Daemon
 
     cfg = load_config(config)
+    if agent:  # before the daemon's imports: the agent never loads the store (pyarrow, DuckDB)
+        _run_agent(cfg, once=once, check=check, duration=duration, as_json=json)
+        return
+    from hpcwatch.collect.daemon import Daemon
+
     if cfg.notify is not None and cfg.notify.check_at_start and not check and not status:
         from hpcwatch.notify.loop import check_channels
 
@@ -56,6 +63,70 @@ def collect(config: Path, once: bool, check: bool, status: bool, duration: float
     )
     stop.wait(duration or None)
     daemon.stop()
+
+
+def _run_agent(cfg, *, once: bool, check: bool, duration: float, as_json: bool) -> None:
+    import logging
+    import os
+    import signal
+    import socket
+
+    from hpcwatch.collect.agent import Agent
+    from hpcwatch.errors import ConfigError
+
+    section = cfg.agent
+    if section is None:
+        raise ConfigError(f"{cfg.path}: --agent needs an [agent] table with [[agent.check]] tables")
+    node = section.node or os.environ.get("HPCWATCH_NODE", "") or socket.gethostname()
+    where = section.spool or section.push_url
+    if check:
+        rows = [
+            {
+                "name": c.name,
+                "command": list(c.command),
+                "format": c.format,
+                "interval_s": c.interval_s,
+                "timeout_s": c.timeout_s,
+                "max_output_bytes": c.max_output_bytes,
+            }
+            for c in section.checks
+        ]
+        if as_json:
+            emit_json({"config": cfg.path, "node": node, "ships_to": where, "checks": rows})
+            return
+        console.print(f"{safe_text(cfg.path)}: agent {safe_text(node)} ships to {safe_text(where)}")
+        for row in rows:
+            console.print(f"  {safe_text(row['name'])} ({safe_text(row['format'])}) every {row['interval_s']:g} s")
+        return
+    logging.basicConfig(level=logging.WARNING, format="hpcwatch agent: %(message)s")
+    runner = Agent(section, node=node)
+    if once:
+        all_went = runner.run_once(drain_timeout_s=max(section.timeout_s * 3, 10.0))
+        summary = {
+            "node": node,
+            "ships_to": where,
+            "runs": runner.stats.runs,
+            "shipped": runner.stats.shipped,
+            "queued": len(runner.queue),
+            "dropped": runner.queue.dropped,
+        }
+        if as_json:
+            emit_json(summary)
+        else:
+            console.print(
+                f"agent {safe_text(node)}: {summary['runs']} checks run, {summary['shipped']} shipped to "
+                f"{safe_text(where)}, {summary['queued']} still queued, {summary['dropped']} dropped"
+            )
+        if not all_went:
+            raise click.exceptions.Exit(1)
+        return
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: runner.stop())
+    console.print(
+        f"hpcwatch collect --agent: {len(section.checks)} checks of {safe_text(node)} to {safe_text(where)} "
+        "(SIGTERM stops)"
+    )
+    runner.run(duration_s=duration)
 
 
 def _show_plan(cfg, as_json: bool) -> None:

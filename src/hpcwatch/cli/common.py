@@ -35,7 +35,9 @@ __all__ = [
     "open_store",
     "default_db_path",
     "db_option",
+    "listen_options",
     "json_option",
+    "price_options",
     "argument",
     "repeatable",
     "PATH",
@@ -162,6 +164,54 @@ _DB_HELP = "Store folder (Parquet parts, readable while written) or :memory:; de
 def db_option(help: str = _DB_HELP) -> Callable:
     """``--db``: the store to read or write, passed as the parameter ``db`` (None: the default store)."""
     return click.option("--db", "db", default=None, help=help)
+
+
+def listen_options(what: str) -> Callable:
+    """``--host``, ``--allow-host``, ``--tls-cert``, ``--tls-key``, ``--insecure-no-auth`` of a server
+    (``what``: its name in the help); checked by hpcwatch.httpguard before anything is bound."""
+    options = (
+        click.option(
+            "--host",
+            default="127.0.0.1",
+            help=f"Address {what} binds. Off loopback it needs --insecure-no-auth (there is no authentication).",
+        ),
+        repeatable(
+            "--allow-host",
+            help="A Host name clients use (repeatable); besides the bound address, localhost, 127.0.0.1 and ::1 "
+            "any other Host gets 400 (DNS rebinding).",
+        ),
+        click.option("--tls-cert", type=PATH, help="PEM certificate (chain) to serve HTTPS; with --tls-key."),
+        click.option("--tls-key", type=PATH, help="PEM private key of --tls-cert."),
+        click.option(
+            "--insecure-no-auth",
+            is_flag=True,
+            default=False,
+            help="Bind a non-loopback --host although anyone reaching the port reads everything.",
+        ),
+    )
+
+    def decorate(f: Callable) -> Callable:
+        for option in reversed(options):
+            f = option(f)
+        return f
+
+    return decorate
+
+
+def price_options(function: Callable) -> Callable:
+    """``--gpu-hour-price`` and ``--currency`` (also ``HPCWATCH_GPU_HOUR_PRICE``, ``HPCWATCH_CURRENCY``): what a
+    job's cost is computed at (``reports.jobs.job_cost``); no price, no cost."""
+    function = click.option(
+        "--currency", "currency", default="", envvar="HPCWATCH_CURRENCY", help="Currency of --gpu-hour-price (a label)."
+    )(function)
+    return click.option(
+        "--gpu-hour-price",
+        "gpu_hour_price",
+        type=click.FloatRange(min=0.0),
+        default=None,
+        envvar="HPCWATCH_GPU_HOUR_PRICE",
+        help="Price of one GPU-hour: a job's cost is its allocated GPU-hours times this.",
+    )(function)
 
 
 def json_option(name: str = "as_json") -> Callable:

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import click
 
-from hpcwatch.cli.common import app, console, db_option, open_store, wait_for
+from hpcwatch.cli.common import app, console, db_option, listen_options, open_store, wait_for
 from hpcwatch.cli.defaults import EXPORTER_PORT, EXPORTER_RECENT_STEPS
 from hpcwatch.errors import ConfigError
 
@@ -13,7 +15,7 @@ __all__ = ["exporter"]
 
 @app.command()
 @click.option("--port", type=int, default=EXPORTER_PORT, help="Port for /metrics.")
-@click.option("--host", default="127.0.0.1", help="Address to bind (0.0.0.0 to let a remote Prometheus in).")
+@listen_options("/metrics")
 @db_option()
 @click.option(
     "--recent-steps", type=int, default=EXPORTER_RECENT_STEPS, help="Training metrics use each job's last N steps."
@@ -21,20 +23,43 @@ __all__ = ["exporter"]
 @click.option(
     "--duration", "duration_s", type=float, default=0.0, help="Stop after this many seconds (0: until Ctrl-C)."
 )
-def exporter(port: int, host: str, db: str | None, recent_steps: int, duration_s: float) -> None:
+def exporter(
+    port: int,
+    host: str,
+    allow_host: list[str],
+    tls_cert: Path | None,
+    tls_key: Path | None,
+    insecure_no_auth: bool,
+    db: str | None,
+    recent_steps: int,
+    duration_s: float,
+) -> None:
     """Per-job GPU-hours, energy, utilisation, idle GPUs, step time, stragglers, goodput and findings.
 
     The store is read on every scrape. Metric names: see ``hpcwatch.exporter``; dashboard:
     deploy/grafana/hpcwatch.json.
     """
     from hpcwatch.exporter import serve_metrics
+    from hpcwatch.httpguard import check_exposure, check_tls
 
+    check_exposure(host, insecure_no_auth=insecure_no_auth)
+    check_tls(tls_cert, tls_key)
     store = open_store(db)
     try:
-        server, _thread = serve_metrics(store, port=port, host=host, recent_steps=recent_steps)
+        server, _thread = serve_metrics(
+            store,
+            port=port,
+            host=host,
+            recent_steps=recent_steps,
+            allow_hosts=tuple(allow_host),
+            tls_cert=tls_cert,
+            tls_key=tls_key,
+        )
     except OSError as err:
+        store.close()
         raise ConfigError(f"--port {port}: {err.strerror or err}") from err
-    console.print(f"hpcwatch exporter: http://{host}:{port}/metrics (store {store.config.path}; Ctrl-C stops)")
+    scheme, bound = "https" if tls_cert else "http", server.server_address[1]  # --port 0: the one chosen
+    console.print(f"hpcwatch exporter: {scheme}://{host}:{bound}/metrics (store {store.config.path}; Ctrl-C stops)")
     try:
         wait_for(duration_s)
     finally:

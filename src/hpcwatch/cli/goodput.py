@@ -4,7 +4,7 @@ goodput, the simulated run) and reports.health."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -69,6 +69,11 @@ def goodput(job: str, db: str | None, as_json: bool) -> None:
     for kind in BADPUT_KINDS:
         table.add_row(kind, f"{report.badput_s[kind] / 3600:.3f}", f"{shares[kind]:.2%}" if report.total_s else "-")
     console.print(table)
+    if report.barrier_wait_s > 0:
+        console.print(
+            f"compute goodput {report.compute_goodput:.1%}: productive time less "
+            f"{report.barrier_wait_s / 3600:.3f} h the ranks waited, on average, at the barrier for the slowest"
+        )
     if report.ideal_step_s is not None:
         console.print(f"ideal step time (mean under median + 3·MAD): {report.ideal_step_s:.3f} s")
     for note in report.notes:
@@ -120,6 +125,12 @@ def _print_health(report: HealthReport) -> None:
 )
 @click.option("--summary", is_flag=True, default=False, help="Print one line: the verdict and the reasons.")
 @click.option("--fail-on", default="never", help="Exit 1 when the verdict is at least this: warn, drain or never.")
+@click.option(
+    "--list-rules",
+    is_flag=True,
+    default=False,
+    help="List every health rule (id, family, source format, severity, action, threshold, citation) and exit.",
+)
 @json_option()
 def health(
     db: str | None,
@@ -131,13 +142,21 @@ def health(
     link: str,
     summary: bool,
     fail_on: str,
+    list_rules: bool,
     as_json: bool,
 ) -> None:
     """Node health from the store's samples and events (passive) and from benchmark outputs (active)."""
     from hpcwatch.analysis.health import VERDICTS
-    from hpcwatch.reports.health import node_health
+    from hpcwatch.reports.health import health_rules, node_health
     from hpcwatch.reports.text import visible
 
+    if list_rules:
+        rules = health_rules()
+        if as_json:
+            emit_json({"rules": rules})
+        else:
+            _print_rules(rules)
+        return
     if fail_on not in ("warn", "drain", "never"):
         raise ConfigError(f"--fail-on must be warn, drain or never, got {fail_on!r}")
     active = _read_active(dcgmi, nccl, ibbw, node)
@@ -151,6 +170,28 @@ def health(
         _print_health(report)
     if fail_on != "never" and VERDICTS.index(report.verdict) >= VERDICTS.index(fail_on):
         raise click.exceptions.Exit(1)
+
+
+def _print_rules(rules: list[dict[str, Any]]) -> None:
+    from rich.table import Table
+
+    table = Table(show_lines=True)
+    for name in ("rule", "family", "source format", "severity", "action"):
+        table.add_column(name, no_wrap=True)
+    table.add_column("threshold", ratio=3)
+    table.add_column("citation", ratio=2, overflow="fold")
+    for r in rules:
+        cells = (
+            r["id"],
+            r["family"] + (" (active)" if r["active"] else ""),
+            ", ".join(r["sources"]),
+            r["severity"],
+            "/".join(r["actions"]),
+            r["threshold"],
+            r["citation"],
+        )
+        table.add_row(*(safe_text(c) for c in cells))
+    console.print(table)
 
 
 def _summary_line(report: HealthReport) -> str:

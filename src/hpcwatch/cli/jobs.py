@@ -11,7 +11,17 @@ from typing import TYPE_CHECKING
 
 import click
 
-from hpcwatch.cli.common import app, argument, console, db_option, emit_json, json_option, open_store, safe_text
+from hpcwatch.cli.common import (
+    app,
+    argument,
+    console,
+    db_option,
+    emit_json,
+    json_option,
+    open_store,
+    price_options,
+    safe_text,
+)
 
 if TYPE_CHECKING:  # the store and the reports are imported when a command runs, not for --help
     from hpcwatch.store import Store
@@ -149,8 +159,11 @@ def jobs(db: str | None, user: str | None, account: str | None, prometheus: str 
 @argument("job_id", required=True, help="Slurm job id, hpc_job label value, or namespace/pod.")
 @db_option()
 @prometheus_option
+@price_options
 @json_option("json_out")
-def job(job_id: str, db: str | None, prometheus: str | None, json_out: bool) -> None:
+def job(
+    job_id: str, db: str | None, prometheus: str | None, gpu_hour_price: float | None, currency: str, json_out: bool
+) -> None:
     """One job's report, GPU by GPU."""
     from hpcwatch.records import MAX_JOB_ID_CHARS
 
@@ -163,12 +176,13 @@ def job(job_id: str, db: str | None, prometheus: str | None, json_out: bool) -> 
     from rich.table import Table
 
     from hpcwatch.analysis.attribution import report_dict
-    from hpcwatch.reports.jobs import job_report
+    from hpcwatch.reports.jobs import cost_dict, job_cost, job_report
 
     with open_store(db) as store:
         found = job_report(store, job_id, samples=_prometheus_samples(store, prometheus))
+    cost = job_cost(found, price_per_gpu_hour=gpu_hour_price, currency=currency)
     if json_out:
-        emit_json(report_dict(found, per_gpu=True))
+        emit_json(report_dict(found, per_gpu=True) | {"cost": cost_dict(cost)})
         return
     console.print(
         f"[bold]job {safe_text(found.id)}[/] {safe_text(found.name, empty='')} — {safe_text(found.user)}/"
@@ -177,6 +191,11 @@ def job(job_id: str, db: str | None, prometheus: str | None, json_out: bool) -> 
         f"{found.energy_kwh:.3f} kWh, IB {_bytes(found.ib_bytes)}, Lustre read "
         f"{_bytes(found.lustre_read_bytes)} / write {_bytes(found.lustre_write_bytes)}, "
         f"{found.xid_errors} XID errors"
+        + (
+            ""
+            if cost.cost is None
+            else f"; cost {cost.cost:,.2f} {safe_text(currency, empty='')} at {gpu_hour_price:g} a GPU-hour"
+        )
     )
     for line in _job_lines(found):
         console.print(line)

@@ -1,6 +1,7 @@
 """``hpcwatch demo`` (twin + in-memory store + web, live) and ``hpcwatch serve`` (web on an existing store).
 
-Both bind 127.0.0.1 only. See hpcwatch.web.demo for how the step player's
+``demo`` binds 127.0.0.1 only; ``serve`` binds ``--host`` (off loopback only with ``--insecure-no-auth``:
+hpcwatch.httpguard.check_exposure), with TLS from ``--tls-cert``/``--tls-key``. See hpcwatch.web.demo for how the step player's
 "with / without straggler" pair is produced.
 """
 
@@ -10,7 +11,18 @@ from pathlib import Path
 
 import click
 
-from hpcwatch.cli.common import PATH, app, console, db_option, open_store, repeatable, safe_text
+from hpcwatch.cli.common import (
+    PATH,
+    app,
+    console,
+    db_option,
+    listen_options,
+    open_store,
+    price_options,
+    repeatable,
+    safe_text,
+)
+from hpcwatch.cli.defaults import SERVE_MAX_STREAMS, SERVE_MAX_STREAMS_PER_CLIENT
 
 __all__ = ["demo", "serve", "DEFAULT_PORT"]
 
@@ -90,7 +102,8 @@ def demo(
 
 @app.command()
 @db_option()
-@click.option("--port", type=int, default=DEFAULT_PORT, help="Port on 127.0.0.1.")
+@click.option("--port", type=int, default=DEFAULT_PORT, help="Port on --host.")
+@listen_options("the web server")
 @click.option("--model", type=PATH, help="Cluster model YAML (default: the reference cluster).")
 @click.option(
     "--prometheus",
@@ -99,22 +112,56 @@ def demo(
     "come from --db.",
 )
 @click.option("--duration", type=click.FloatRange(min=0.0), help="Stop after S seconds.")
-def serve(db: str | None, port: int, model: Path | None, prometheus: str | None, duration: float | None) -> None:
+@click.option(
+    "--max-streams",
+    type=click.IntRange(min=1),
+    default=SERVE_MAX_STREAMS,
+    help="Live streams (SSE) open at once, all viewers; the next is refused 503.",
+)
+@click.option(
+    "--max-streams-per-client",
+    type=click.IntRange(min=1),
+    default=SERVE_MAX_STREAMS_PER_CLIENT,
+    help="Live streams per client address (behind a proxy all viewers share its address: raise it).",
+)
+@price_options
+def serve(
+    db: str | None,
+    port: int,
+    host: str,
+    allow_host: list[str],
+    tls_cert: Path | None,
+    tls_key: Path | None,
+    insecure_no_auth: bool,
+    model: Path | None,
+    prometheus: str | None,
+    duration: float | None,
+    max_streams: int,
+    max_streams_per_client: int,
+    gpu_hour_price: float | None,
+    currency: str,
+) -> None:
     """The web schematic on an existing store (what `hpcwatch ingest`, `collect` or a twin run filled)."""
+    from hpcwatch.httpguard import Limits, check_exposure, check_tls
     from hpcwatch.model.cluster import load_cluster, reference_cluster
     from hpcwatch.web.app import create_app
-    from hpcwatch.web.demo import check_port, serve_app
+    from hpcwatch.web.demo import Listen, check_port, serve_app
 
-    check_port(port)
+    check_exposure(host, insecure_no_auth=insecure_no_auth)
+    check_tls(tls_cert, tls_key)
+    check_port(port, host)
+    listen = Listen(host=host, port=port, allow_hosts=tuple(allow_host), tls_cert=tls_cert, tls_key=tls_key)
     cluster = load_cluster(model) if model else reference_cluster()
     prom = _prometheus(prometheus)
     store = open_store(db)
-    web = create_app(store, cluster, prometheus=prom)
+    limits = Limits(max_streams=max_streams, max_streams_per_client=max_streams_per_client)
+    web = create_app(store, cluster, prometheus=prom, limits=limits, gpu_hour_price=gpu_hour_price, currency=currency)
     where = f"samples from {prom!r}, the rest from the store" if prom is not None else "the store"
     try:
         serve_app(
             web,
             port=port,
+            listen=listen,
             duration_s=duration,
             on_started=lambda url: console.print(
                 f"hpcwatch serve ({safe_text(where)}): [bold]{url}[/bold] (Ctrl-C to stop)"

@@ -102,6 +102,45 @@ def trace_files(paths: list[Path]) -> list[Input]:
 @click.option("--slurm-account", help="--dask slurm: account.")
 @click.option("--slurm-python", help="--dask slurm: the interpreter a worker job runs (default: this one).")
 @click.option("--slurm-interface", help="--dask slurm: network interface of the scheduler and workers (lo, ib0...).")
+@click.option(
+    "--critical-path",
+    "critical",
+    is_flag=True,
+    help="The critical path of one rank's step (HTA's critical_path_analysis): give one TRACE.",
+)
+@click.option(
+    "--annotation",
+    default="ProfilerStep",
+    show_default=True,
+    help="--critical-path: the window is the events named like this (substring; '' = the whole trace).",
+)
+@click.option(
+    "--instance",
+    default="0",
+    show_default=True,
+    help="--critical-path: which of them (0 = the first, in file order), or FIRST-LAST.",
+)
+@click.option(
+    "--counters",
+    is_flag=True,
+    help="CUPTI counters of each kernel with the ops that launched it (HTA's counter analysis): give one TRACE "
+    "taken in Kineto's CUPTI range-profiler mode.",
+)
+@click.option(
+    "--compare",
+    type=PATH,
+    help="Trace diff (HTA's TraceDiff): which ops and kernels got slower or faster from TRACE to this trace "
+    "(give TRACE itself to compare two step ranges of one run).",
+)
+@click.option("--step", "control_steps", help="--compare: TRACE's iterations, N or FIRST-LAST (default: its first).")
+@click.option("--compare-step", "test_steps", help="--compare: the other trace's iterations (default: its first).")
+@click.option(
+    "--device",
+    type=click.Choice(["all", "cpu", "gpu"]),
+    default="all",
+    show_default=True,
+    help="--compare: host ops, GPU kernels or both.",
+)
 @click.option("--slurm-memory", default=DASK_SLURM_MEMORY, help="--dask slurm: memory per worker job.")
 @click.option("--slurm-walltime", default=DASK_SLURM_WALLTIME, help="--dask slurm: time limit of a worker job.")
 @click.option("--slurm-local-dir", help="--dask slurm: worker scratch folder on the node.")
@@ -131,8 +170,32 @@ def steps(
     slurm_local_dir: str | None,
     slurm_log_dir: str | None,
     slurm_job_extra: list[str],
+    critical: bool,
+    annotation: str,
+    instance: str,
+    counters: bool,
+    compare: Path | None,
+    control_steps: str | None,
+    test_steps: str | None,
+    device: str,
 ) -> None:
-    """Step anatomy per rank (load, forward, backward, allreduce, optimizer, barrier wait), stragglers, MFU."""
+    """Step anatomy per rank (load, forward, backward, allreduce, optimizer, barrier wait), stragglers, MFU;
+    with --critical-path, the critical path of one rank's step."""
+    if counters:
+        if critical or compare is not None:
+            raise ConfigError("steps: --counters, --critical-path and --compare are separate commands; give one")
+        _counters(paths, as_json=as_json, job=job)
+        return
+    if compare is not None:
+        if critical:
+            raise ConfigError("steps: --compare and --critical-path are two commands; give one")
+        _compare(paths, compare, as_json=as_json, control=control_steps, test=test_steps, device=device, job=job)
+        return
+    if control_steps or test_steps:
+        raise ConfigError("steps: --step and --compare-step go with --compare")
+    if critical:
+        _critical_path(paths, as_json=as_json, annotation=annotation, instance=instance, job=job)
+        return
     if bool(paths) == bool(job):
         raise ConfigError("steps: give TRACE files or --job ID with --db (one of them)")
     if dask is None and workers is not None:
@@ -213,6 +276,193 @@ def steps(
         emit_json(doc)
     else:
         _print(doc)
+
+
+def _instances(text: str) -> tuple[int, int]:
+    first, _, last = text.partition("-")
+    try:
+        lo = int(first)
+        hi = int(last) if last else lo
+    except ValueError:
+        raise ConfigError(f"steps: --instance takes N or FIRST-LAST, not {safe_text(text)!r}") from None
+    if lo < 0 or hi < lo:
+        raise ConfigError(f"steps: --instance {safe_text(text)}: need 0 <= FIRST <= LAST")
+    return lo, hi
+
+
+def _critical_path(paths: list[Path], *, as_json: bool, annotation: str, instance: str, job: str | None) -> None:
+    if job or len(paths) != 1:
+        raise ConfigError("steps --critical-path: give one TRACE (one rank's Kineto trace)")
+    instances = _instances(instance)
+    from hpcwatch.reports.deepdive import critical_path_document, read_trace
+
+    trace, warned = read_trace(paths[0])
+    _warn(list(warned))
+    doc = critical_path_document(trace, annotation=annotation, instances=instances)
+    if as_json:
+        emit_json(doc)
+        return
+    _print_critical_path(doc)
+
+
+def _print_critical_path(doc: dict) -> None:
+    from rich.table import Table
+
+    console.print(
+        f"Critical path of rank {doc['rank']}, {safe_text(doc['annotation']) or 'whole trace'} "
+        f"#{doc['instances'][0]}"
+        + (f"-{doc['instances'][1]}" if doc["instances"][1] != doc["instances"][0] else "")
+        + f": {doc['length_us'] / 1e3:.3f} ms ({doc['events_on_path']} ops and kernels on it; trace clock, µs)"
+    )
+    for s in doc["shorten"]:
+        console.print(f"  {s['share']:6.1%}  {s['bound_by']:<27} {safe_text(s['what'])}")
+        for e in s["first"]:
+            console.print(
+                f"            {safe_text(e['name'])[:60]}: {e['on_path_us']} µs on the path "
+                "(faster, it saves at most that)"
+            )
+    table = Table(title="Most time on the path, by name (--json: each event and every edge)")
+    for col in ("op / kernel", "where", "events", "on path µs", "share"):
+        table.add_column(col, justify="left" if col in ("op / kernel", "where") else "right")
+    for e in doc["by_name"]:
+        table.add_row(
+            safe_text(e["name"])[:80],
+            "GPU" if e["on_gpu"] else "CPU",
+            str(e["events"]),
+            str(e["on_path_us"]),
+            "" if e["share"] is None else f"{e['share']:.1%}",
+        )
+    console.print(table)
+    for w in doc["warnings"]:
+        print(warning_line(w), file=sys.stderr)
+
+
+def _iterations(text: str | None, option: str) -> list[int] | None:
+    if text is None:
+        return None
+    first, _, last = text.partition("-")
+    try:
+        lo, hi = int(first), int(last or first)
+    except ValueError:
+        raise ConfigError(f"steps: {option} takes N or FIRST-LAST, not {safe_text(text)!r}") from None
+    if hi < lo or hi - lo > 100_000:
+        raise ConfigError(f"steps: {option} {safe_text(text)}: need FIRST <= LAST")
+    return list(range(lo, hi + 1))
+
+
+def _compare(
+    paths: list[Path],
+    other: Path,
+    *,
+    as_json: bool,
+    control: str | None,
+    test: str | None,
+    device: str,
+    job: str | None,
+) -> None:
+    if job or len(paths) != 1:
+        raise ConfigError("steps A --compare B: give one TRACE A (one rank's Kineto trace)")
+    control_its, test_its = _iterations(control, "--step"), _iterations(test, "--compare-step")
+    from hpcwatch.reports.deepdive import diff_document, read_trace
+
+    a, warned = read_trace(paths[0])
+    _warn(list(warned))
+    if Path(other).resolve() == Path(paths[0]).resolve():
+        b = a
+    else:
+        b, warned = read_trace(other)
+        _warn(list(warned))
+    doc = diff_document(a, b, control_iterations=control_its, test_iterations=test_its, device=device)
+    if as_json:
+        emit_json(doc)
+        return
+    _print_diff(doc)
+
+
+def _counters(paths: list[Path], *, as_json: bool, job: str | None) -> None:
+    if job or len(paths) != 1:
+        raise ConfigError("steps --counters: give one TRACE (one rank's Kineto trace)")
+    from hpcwatch.reports.deepdive import counters_document, read_trace
+
+    trace, warned = read_trace(paths[0])
+    _warn(list(warned))
+    doc = counters_document(trace)
+    if as_json:
+        emit_json(doc)
+        return
+    from rich.table import Table
+
+    console.print(
+        f"CUPTI counters of {len(doc['kernels'])} kernels of rank {doc['rank']} "
+        f"({len(doc['counter_names'])} counters; FLOPs from the SASS instruction counters)"
+    )
+    table = Table(title="By top-level op")
+    for col in ("op", "kernels", "GFLOP"):
+        table.add_column(col, justify="left" if col == "op" else "right")
+    for o in doc["by_top_level_op"][:_DIFF_ROWS]:
+        table.add_row(
+            safe_text(o["op"])[:60], str(o["kernels"]), "" if o["flops"] is None else f"{o['flops'] / 1e9:.3f}"
+        )
+    console.print(table)
+    table = Table(title="Kernels with the most FLOPs")
+    for col in ("kernel", "bottom op", "GFLOP"):
+        table.add_column(col, justify="left" if col != "GFLOP" else "right")
+    ranked = sorted(doc["kernels"], key=lambda k: -(k["flops"] or 0.0))
+    for k in ranked[:_DIFF_ROWS]:
+        table.add_row(
+            safe_text(k["name"])[:60],
+            safe_text(k["bottom_level_op"])[:30],
+            "" if k["flops"] is None else f"{k['flops'] / 1e9:.3f}",
+        )
+    console.print(table)
+    for w in doc["warnings"]:
+        print(warning_line(w), file=sys.stderr)
+
+
+#: Rows of each list the human diff shows.
+_DIFF_ROWS = 15
+
+
+def _print_diff(doc: dict) -> None:
+    from rich.table import Table
+
+    c, t = doc["control"], doc["test"]
+
+    def side(s: dict) -> str:
+        its = s["iterations"]
+        gpu = "" if s["gpu_step_us"] is None else f", GPU {s['gpu_step_us'] / 1e3:.3f} ms"
+        return (
+            f"{safe_text(s['path'])} step {its[0]}"
+            + (f"-{its[-1]}" if len(its) > 1 else "")
+            + (f" (host {s['host_step_us'] / 1e3:.3f} ms{gpu})")
+        )
+
+    console.print(f"Trace diff ({doc['device']}): {side(c)} → {side(t)}")
+    for title, rows in (("Slower", doc["slower"]), ("Faster", doc["faster"])):
+        if not rows:
+            continue
+        table = Table(title=f"{title} (test − control, µs; share of the control's step)")
+        for col in ("op / kernel", "where", "calls", "control µs", "test µs", "Δ µs", "of step"):
+            table.add_column(col, justify="left" if col in ("op / kernel", "where") else "right")
+        for r in rows[:_DIFF_ROWS]:
+            share = "" if r["share_of_step"] is None else f"{r['share_of_step']:+.1%}"
+            table.add_row(
+                safe_text(r["name"])[:70],
+                "GPU" if r["on_gpu"] else "CPU",
+                f"{r['control_counts']}→{r['test_counts']}",
+                str(r["control_total_us"]),
+                str(r["test_total_us"]),
+                f"{r['diff_us']:+d}",
+                share,
+            )
+        console.print(table)
+        if len(rows) > _DIFF_ROWS:
+            console.print(f"… and {len(rows) - _DIFF_ROWS} more (--json lists them)")
+    for label, names in (("new", doc["new"]), ("gone", doc["gone"])):
+        if names:
+            shown = ", ".join(safe_text(n)[:60] for n in names[:8])
+            more = f" … and {len(names) - 8} more" if len(names) > 8 else ""
+            console.print(f"{label} ({len(names)}): {shown}{more}")
 
 
 def _warn(messages: list[str]) -> None:

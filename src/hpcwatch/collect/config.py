@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import re
 import tomllib
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal, get_args, get_origin, get_type_hints
 
@@ -45,6 +45,9 @@ __all__ = [
     "FollowSection",
     "SpoolSection",
     "ScheduleSection",
+    "ReceiveSection",
+    "AgentSection",
+    "AgentCheck",
     "load_config",
     "parse_config",
     "DEFAULT_CONFIG_PATH",
@@ -211,6 +214,100 @@ class ScheduleSection:
             raise ValueError(f"window_s must be >= 0, got {self.window_s}")
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ReceiveSection:
+    """The central end of the agents' HTTP push (collect/receive.py): shipments into a spool folder."""
+
+    name: str = ""
+    listen: str = "0.0.0.0:8471"
+    """HOST:PORT to listen on (port 0: any free port, said in the status note)."""
+    spool: str = ""
+    """The folder shipments are written to; a ``[[spool]]`` of this file must read it."""
+    tokens_file: str = ""
+    """One ``NODE TOKEN`` a line (``#`` comments): the bearer token each node's agent sends. Re-read when it
+    changes. Keep it 0600, owned by the collector's user."""
+    cert_file: str = ""
+    key_file: str = ""
+    """TLS: the server certificate chain and its key (PEM); both empty: plain HTTP."""
+    max_body_bytes: int = 8 << 20
+    """A request body larger than this is refused (413) before it is read."""
+    rate_per_s: float = 5.0
+    burst: int = 120
+    """Per node: a token bucket of ``burst`` requests refilled at ``rate_per_s``; past it, 429 + Retry-After."""
+    interval_s: float = 30.0
+    """How often the status note (accepted, refused) is refreshed."""
+
+    def __post_init__(self) -> None:
+        _positive(self, "max_body_bytes", "rate_per_s", "burst", "interval_s")
+        if not self.spool:
+            raise ValueError("spool is required")
+        if not self.tokens_file:
+            raise ValueError("tokens_file is required (the agents authenticate)")
+        if bool(self.cert_file) != bool(self.key_file):
+            raise ValueError("cert_file and key_file go together (TLS), or neither (plain HTTP)")
+        if not re.fullmatch(r"\[?[0-9A-Za-z.:-]*\]?:\d{1,5}", self.listen):
+            raise ValueError(f"listen must be HOST:PORT, got {self.listen!r}")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AgentCheck:
+    """One command the agent runs on its node (``[[agent.check]]``)."""
+
+    name: str = ""
+    command: tuple[str, ...] = ()
+    """The argument vector (no shell), e.g. ["nvidia-smi", "-q", "-x"]."""
+    format: str = ""
+    """The registry format its output is read with at the centre (``hpcwatch ingest --list-formats``)."""
+    interval_s: float = 60.0
+    timeout_s: float = 30.0
+    """Killed (its process group) after this long; the shipment then says timed_out."""
+    max_output_bytes: int = 4 << 20
+    """Output past this is cut (the shipment says truncated, and the centre does not read it)."""
+
+    def __post_init__(self) -> None:
+        _positive(self, "interval_s", "timeout_s", "max_output_bytes")
+        if not self.command:
+            raise ValueError("command is required")
+        if not self.format:
+            raise ValueError("format is required")
+        if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}", self.name):
+            raise ValueError(f"name must be [A-Za-z0-9._-] (it names files), got {self.name!r}")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AgentSection:
+    """``hpcwatch collect --agent``: the host checks of this node, and where their results go."""
+
+    node: str = ""
+    """This node's name in its shipments (empty: ``$HPCWATCH_NODE``, else the host name)."""
+    spool: str = ""
+    """Ship by writing into this (shared) folder, which the central ``[[spool]]`` reads."""
+    push_url: str = ""
+    """Or ship by HTTP POST to the central ``[[receive]]``: http(s)://central:8471 (exactly one of the two)."""
+    token_file: str = ""
+    """push: a file holding this node's bearer token (its line of the centre's tokens_file)."""
+    ca_file: str = ""
+    """push over https: the CA bundle that signed the centre's certificate (empty: the system's)."""
+    queue_dir: str = "/var/lib/hpcwatch-agent/queue"
+    """Shipments wait here while the centre (or the shared folder) is unreachable."""
+    max_queue: int = 1000
+    """At most this many wait; past it the oldest are dropped (and counted)."""
+    timeout_s: float = 10.0
+    """Seconds per push request."""
+    backoff_max_s: float = 60.0
+    """Retries after a failure wait 1 s, 2 s, 4 s... up to this (plus up to 10 % jitter)."""
+    checks: tuple[AgentCheck, ...] = ()
+
+    def __post_init__(self) -> None:
+        _positive(self, "max_queue", "timeout_s", "backoff_max_s")
+        if bool(self.spool) == bool(self.push_url):
+            raise ValueError("give exactly one of spool (a shared folder) and push_url (HTTP push)")
+        if self.push_url and not re.match(r"https?://[^/]+", self.push_url):
+            raise ValueError(f"push_url must be http(s)://host:port, got {self.push_url!r}")
+        if self.push_url and not self.token_file:
+            raise ValueError("push_url needs token_file (the centre refuses unauthenticated pushes)")
+
+
 #: Collector kinds: the TOML array name and its section type.
 SECTIONS: dict[str, type] = {
     "slurm": SlurmSection,
@@ -219,6 +316,7 @@ SECTIONS: dict[str, type] = {
     "follow": FollowSection,
     "spool": SpoolSection,
     "schedule": ScheduleSection,
+    "receive": ReceiveSection,
 }
 
 
@@ -232,6 +330,8 @@ class CollectConfig:
     """Every collector section, in file order within each kind (``[notify]``'s last, when there is one)."""
     notify: NotifyConfig | None = None
     """The ``[notify]`` table (also one of ``collectors``), None when the file has none."""
+    agent: AgentSection | None = None
+    """The ``[agent]`` table (``hpcwatch collect --agent``), None when the file has none."""
     act: ActConfig | None = None
     """The ``[act]`` table (also the last of ``collectors``), None when the file has none."""
 
@@ -255,10 +355,10 @@ def parse_config(text: str, *, path: str = "<config>") -> CollectConfig:
         raise ConfigError(f"{path}: {err}") from err  # tomllib says "(at line N, column M)"
     lines = _KeyLines(text)
     for key in doc:
-        if key not in ("store", "collect", "notify", "act", *SECTIONS):
+        if key not in ("store", "collect", "notify", "act", "agent", *SECTIONS):
             raise ConfigError(
                 f"{path}:{lines.find(None, 0, key)}: unknown table [{key}] "
-                f"(known: store, collect, notify, act, {', '.join(SECTIONS)})"
+                f"(known: store, collect, notify, act, agent, {', '.join(SECTIONS)})"
             )
     store = _section(StoreSection, doc.get("store", {}), "store", None, path, lines)
     daemon = _section(DaemonSection, doc.get("collect", {}), "collect", None, path, lines)
@@ -282,7 +382,49 @@ def parse_config(text: str, *, path: str = "<config>") -> CollectConfig:
     for name in names:
         if names.count(name) > 1:
             raise ConfigError(f"{path}: two collectors are named {name!r}; names must differ")
-    return CollectConfig(path=path, store=store, collect=daemon, collectors=tuple(collectors), notify=notify, act=act)
+    agent = _agent(doc["agent"], path, lines) if "agent" in doc else None
+    spools = {str(Path(c.path)) for c in collectors if isinstance(c, SpoolSection)}
+    for c in collectors:
+        if isinstance(c, ReceiveSection) and str(Path(c.spool)) not in spools:
+            raise ConfigError(
+                f"{path}:{lines.find('receive', 0, 'spool')}: [receive] spool {c.spool!r} is read by no [[spool]] "
+                "of this file: add one with that path, or the shipments are never stored"
+            )
+    return CollectConfig(
+        path=path, store=store, collect=daemon, collectors=tuple(collectors), notify=notify, agent=agent, act=act
+    )
+
+
+def _agent(raw: Any, path: str, lines: _KeyLines) -> AgentSection:
+    """``[agent]`` and its ``[[agent.check]]`` array; each check's format must be a registered one."""
+    from hpcwatch.errors import ParseError
+    from hpcwatch.sources.registry import format_named
+
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{path}:{lines.find('agent', None, None)}: [agent] must be a table")
+    raw = dict(raw)
+    entries = raw.pop("check", [])
+    if not isinstance(entries, list) or not entries:
+        raise ConfigError(f"{path}:{lines.find('agent', None, None)}: [agent] needs [[agent.check]] tables")
+    checks: list[AgentCheck] = []
+    for i, entry in enumerate(entries):
+        if isinstance(entry, dict) and "name" not in entry and isinstance(entry.get("format"), str):
+            entry = {**entry, "name": entry["format"] if not i else f"{entry['format']}-{i + 1}"}
+        check = _section(AgentCheck, entry, "agent.check", i, path, lines)
+        if check.name in {c.name for c in checks}:
+            raise ConfigError(f"{path}:{lines.find('agent.check', i, 'name')}: two checks are named {check.name!r}")
+        try:
+            fmt = format_named(check.format)
+        except ParseError as err:
+            raise ConfigError(f"{path}:{lines.find('agent.check', i, 'format')}: [agent.check] {err.what}") from err
+        if fmt.yields != "records" or fmt.folder:
+            raise ConfigError(
+                f"{path}:{lines.find('agent.check', i, 'format')}: [agent.check] format {fmt.name!r} is not a "
+                "file of records (a command's output must be one)"
+            )
+        checks.append(check)
+    section: AgentSection = _section(AgentSection, raw, "agent", None, path, lines)
+    return replace(section, checks=tuple(checks))
 
 
 def _section(cls: type, raw: Any, table: str, index: int | None, path: str, lines: _KeyLines) -> Any:

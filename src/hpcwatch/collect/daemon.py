@@ -30,6 +30,7 @@ from hpcwatch.collect.config import (
     CollectConfig,
     FollowSection,
     PrometheusSection,
+    ReceiveSection,
     ScheduleSection,
     ScrapeSection,
     SlurmSection,
@@ -52,6 +53,7 @@ KINDS = {
     FollowSection: "follow",
     SpoolSection: "spool",
     ScheduleSection: "schedule",
+    ReceiveSection: "receive",
     NotifyConfig: "notify",
     ActConfig: "act",
 }
@@ -84,6 +86,10 @@ def build_collector(store: Store, section: Any, *, node: str = "", notify: Notif
         from hpcwatch.collect.schedule import ScheduledTask
 
         return ScheduledTask(store, section)
+    if isinstance(section, ReceiveSection):
+        from hpcwatch.collect.receive import ReceiveCollector
+
+        return ReceiveCollector(store, section)
     if isinstance(section, NotifyConfig):
         from hpcwatch.collect.notify import NotifyCollector
 

@@ -4,7 +4,8 @@
 (``security.scan.LiveScan``: only rows committed since the previous run are read), and replaces
 the stored findings in one commit; ``window_s = 0`` rescans the whole store. ``health`` runs the
 health rules (``reports.health.node_health``) over the last ``window_s`` and stores one
-``health_verdict`` event per node (attrs: node, verdict, reason) — the verdict history. ``assess``
+``health_verdict`` event per node (attrs: node, verdict, reason, and each rule's verdict there) — the verdict
+history, and what ``/metrics`` publishes (``hpcwatch_health_verdict{node,rule}``) for the alerting rules. ``assess``
 runs the assessment (``reports.assess.assessment_report``: evidence and the six detectors, read-only
 over the store) and stores its verdict as one ``assessment`` event (tier, per-category tiers), which
 ``serve`` (``/api/assess/latest``, the Decider mode) and ``/metrics`` (``hpcwatch_assessment_tier``) show
@@ -22,7 +23,7 @@ from hpcwatch.collect.config import ScheduleSection
 from hpcwatch.model import load_cluster, reference_cluster
 from hpcwatch.records import Event
 from hpcwatch.reports.assess import assessment_event, assessment_report
-from hpcwatch.reports.health import node_health
+from hpcwatch.reports.health import node_health, verdict_event_attrs
 from hpcwatch.security.scan import LiveScan, rescan
 from hpcwatch.store import Store
 from hpcwatch.vocab import EventKind
@@ -49,13 +50,8 @@ class ScheduledTask:
         report = node_health(self.store, window_s=self.section.window_s or float("inf"))
         t = time.time()
         events = [
-            Event(
-                kind=EventKind.HEALTH_VERDICT,
-                t=t,
-                source="hpcwatch collect",
-                attrs={"node": n.node, "verdict": n.verdict, "reason": n.reason()},
-            )
-            for n in report.nodes
+            Event(kind=EventKind.HEALTH_VERDICT, t=t, source="hpcwatch collect", attrs=attrs)
+            for attrs in verdict_event_attrs(report)
         ]
         with self.store.transaction() as tx:
             tx.add(events)

@@ -17,6 +17,7 @@ __all__ = [
     "VectorSummary",
     "findings_summary",
     "finding_counts",
+    "finding_rule_counts",
     "recent_findings",
     "scan_inputs",
     "RECENT_FINDINGS",
@@ -71,6 +72,12 @@ def finding_counts(store: Store) -> dict[tuple[str, str], int]:
     counts: dict[tuple[str, str], int] = {(v, s): 0 for v in VECTORS for s in SEVERITIES}
     counts.update(queries.finding_counts(store))
     return counts
+
+
+def finding_rule_counts(store: Store) -> dict[tuple[str, str, str], int]:
+    """``{(vector, rule, severity): count}`` of the stored findings (only the triples that have some): which
+    detector rules the counts of ``finding_counts`` come from, for an alert to name them."""
+    return queries.finding_rule_counts(store)
 
 
 def recent_findings(store: Store, vector: str | None = None, *, limit: int = RECENT_FINDINGS) -> list[Finding]:

@@ -51,18 +51,13 @@ def goodput_report(store: Store, job_id: str) -> GoodputReport:
 
 
 def _with_first_start(store: Store, record: Job | None) -> Job | None:
-    """A requeued job's record as of its first attempt: Slurm resets its start (and submit time) at each
-    requeue, but the wall clock its goodput is judged over begins with the first attempt, which the
-    ``job_end`` events of its requeued attempts (``state`` REQUEUED, ``start``; a row of ``sacct -D``) keep."""
-    from hpcwatch.store import queries
+    """A requeued job's record as of its first attempt (``reports.jobs.first_start``): the wall clock its
+    goodput is judged over begins with the first attempt."""
+    from hpcwatch.reports.jobs import first_start
 
     if record is None:
         return None
-    starts = queries.requeued_attempt_starts(store, record.id)
-    if not starts:
-        return record
-    first = min(starts + ([record.start] if record.start is not None else []))
-    return replace(record, start=first)
+    return replace(record, start=first_start(store, record))
 
 
 # -- simulate goodput ------------------------------------------------------------------------------

@@ -8,28 +8,46 @@ kinds are judged too, whatever their time (a benchmark is run once, not scraped)
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING, Any, cast
 
 from hpcwatch import vocab
 from hpcwatch.analysis.health import (
+    HOST_EVENT_KINDS,
     PASSIVE_METRICS,
+    VERDICTS,
     Check,
     HealthConfig,
     HealthReport,
     health_report,
     nccl_log_checks,
+    version_checks,
 )
+from hpcwatch.analysis.health_rules import HEALTH_RULES
+from hpcwatch.analysis.xid import Verdict
 from hpcwatch.records import Event
-from hpcwatch.store import Store
+from hpcwatch.store import Store, queries
 from hpcwatch.vocab import EventKind
 
 if TYPE_CHECKING:
     import pyarrow as pa
 
-__all__ = ["node_health", "DEFAULT_HEALTH_WINDOW_S", "ACTIVE_EVENT_KINDS"]
+__all__ = [
+    "node_health",
+    "health_rules",
+    "rule_verdicts",
+    "verdict_event_attrs",
+    "StoredHealth",
+    "latest_health",
+    "VERDICT_NUMBERS",
+    "DEFAULT_HEALTH_WINDOW_S",
+    "ACTIVE_EVENT_KINDS",
+]
 
 #: Default look-back: the last 15 minutes before the newest sample.
 DEFAULT_HEALTH_WINDOW_S = 900.0
+#: A verdict as a number, for ``/metrics`` and its alerting rules: its rank in ``analysis.health.VERDICTS``.
+VERDICT_NUMBERS: dict[Verdict, int] = {v: i for i, v in enumerate(VERDICTS)}
 ACTIVE_EVENT_KINDS = (
     EventKind.DCGM_DIAG,
     EventKind.NCCL_TEST,
@@ -43,8 +61,15 @@ def _stored_inputs(store: Store, node: str | None, window_s: float) -> tuple[pa.
     _, newest = store.time_range()
     t0 = newest - window_s if newest is not None else None
     samples = store.samples(list(PASSIVE_METRICS), host=node, t0=t0)
-    events = store.events(EventKind.XID, t0=t0) + [e for kind in ACTIVE_EVENT_KINDS for e in store.events(kind)]
+    events = [e for kind in (EventKind.XID, *HOST_EVENT_KINDS) for e in store.events(kind, t0=t0)]
+    events += [e for kind in ACTIVE_EVENT_KINDS for e in store.events(kind)]
     return samples, events
+
+
+def _all_hosts_gpu_samples(store: Store, window_s: float) -> pa.Table:
+    """Every host's passive samples of the window (the GPU ones carry the driver version label)."""
+    _, newest = store.time_range()
+    return store.samples(list(PASSIVE_METRICS), t0=newest - window_s if newest is not None else None)
 
 
 def _for_node(events: list[Event], node: str) -> list[Event]:
@@ -82,12 +107,85 @@ def node_health(
     events = events + list(active)
     # the NCCL rules compare the job's hosts: judged over all of them (then kept for this node), job by job
     nccl_checks = _nccl_checks(store, events)
+    # the fleet rules compare the nodes of a partition: judged over every host's GPU samples too
+    partitions = {n: job.partition for job in store.jobs() if job.partition for n in job.nodes}
+    fleet = version_checks(samples if node is None else _all_hosts_gpu_samples(store, window_s), partitions)
     if node is not None:
         nccl_checks = [c for c in nccl_checks if c.node == node]
+        fleet = [c for c in fleet if c.node == node]
         events = _for_node(events, node)
     report = health_report(
-        samples, events, config=config, link=link, nodes=[node] if node else [], nccl_checks=nccl_checks
+        samples,
+        events,
+        config=config,
+        link=link,
+        nodes=[node] if node else [],
+        nccl_checks=nccl_checks,
+        fleet_checks=fleet,
     )
     if node is not None:
         report = HealthReport(nodes=tuple(n for n in report.nodes if n.node == node))
     return report
+
+
+def rule_verdicts(report: HealthReport) -> dict[tuple[str, str], Verdict]:
+    """``{(node, rule): verdict}``: each rule's worst verdict on each node (a rule fires once per GPU or port;
+    an alert is per node and rule), ``ok`` for the rules that looked and found nothing."""
+    out: dict[tuple[str, str], Verdict] = {}
+    for n in report.nodes:
+        for c in n.checks:
+            key = (n.node, c.rule)
+            if key not in out or VERDICT_NUMBERS[c.verdict] > VERDICT_NUMBERS[out[key]]:
+                out[key] = c.verdict
+    return out
+
+
+def verdict_event_attrs(report: HealthReport) -> list[dict[str, Any]]:
+    """The attrs of the ``health_verdict`` events ``hpcwatch collect``'s health task stores, one per node:
+    ``node``, ``verdict``, ``reason`` and ``rules`` (rule -> its worst verdict there, ``rule_verdicts``)."""
+    by_rule = rule_verdicts(report)
+    return [
+        {
+            "node": n.node,
+            "verdict": n.verdict,
+            "reason": n.reason(),
+            "rules": {rule: v for (node, rule), v in sorted(by_rule.items()) if node == n.node},
+        }
+        for n in report.nodes
+    ]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StoredHealth:
+    """The newest run of ``hpcwatch collect``'s health task, as stored."""
+
+    t: float
+    """When that run judged (UTC seconds, the collector's clock)."""
+    verdicts: dict[tuple[str, str], Verdict]
+    """``{(node, rule): verdict}`` of that run."""
+
+
+def latest_health(store: Store) -> StoredHealth | None:
+    """The verdicts of the newest stored health run (``health_verdict`` events sharing the newest ``t``), None
+    when no run was stored. What ``/metrics`` publishes as ``hpcwatch_health_verdict`` and the alerting rules
+    (deploy/prometheus/hpcwatch-alerts.yml) route: the exporter shows the collector's verdicts, as it shows
+    the stored assessment, instead of judging the window again on every scrape. One health task per store is
+    assumed (the central daemon's, as deploy/hpcwatch.toml has it): two daemons' runs have two times, and only
+    the newer run is shown."""
+    events = queries.newest_events(store, EventKind.HEALTH_VERDICT)
+    if not events:
+        return None
+    verdicts: dict[tuple[str, str], Verdict] = {}
+    for e in events:
+        rules = e.attrs.get("rules")
+        if isinstance(rules, dict):
+            verdicts.update(
+                {(str(e.attrs.get("node")), str(r)): cast(Verdict, v) for r, v in rules.items() if v in VERDICT_NUMBERS}
+            )
+    return StoredHealth(t=events[0].t, verdicts=verdicts)
+
+
+def health_rules(config: HealthConfig = HealthConfig()) -> list[dict[str, Any]]:
+    """Every rule of ``HEALTH_RULES`` as ``--list-rules`` shows it, thresholds filled with ``config``'s values."""
+    values = asdict(config)
+    return [rule.to_dict(values) for rule in HEALTH_RULES]

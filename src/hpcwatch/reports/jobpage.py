@@ -7,6 +7,9 @@ The parts are the reports the CLI already has, called here once so the page comp
   (what ``hpcwatch steps`` and the player's verdict use): step time, phase medians per rank, straggler
 - ``goodput``  ``reports.goodput.goodput_report`` (what ``hpcwatch goodput`` prints)
 - ``findings`` the stored findings that concern the job (``concerns_job``)
+- ``cost``     ``reports.jobs.job_cost``: GPU-hours × the configured price, energy (``hpcwatch job --json``'s)
+- ``timeline`` ``reports.timeline.job_timeline``: the job's story, oldest first (XID → stop → requeue →
+  restore), with the steps its failures lost (goodput's ``lost_steps``)
 
 A part the store cannot answer (no spans, no goodput events) is ``None`` with the reason in
 ``missing``: "no steps recorded" and "could not compute" are said, not shown as zeros.
@@ -25,8 +28,9 @@ from hpcwatch.analysis.goodput import GoodputReport
 from hpcwatch.errors import InputError
 from hpcwatch.records import PHASES, Finding
 from hpcwatch.reports.goodput import goodput_report
-from hpcwatch.reports.jobs import check_job_id, job_report
+from hpcwatch.reports.jobs import JobCost, check_job_id, cost_dict, job_cost, job_report
 from hpcwatch.reports.steps import DEFAULT_RECENT_STEPS, StepReport, step_report
+from hpcwatch.reports.timeline import job_timeline
 
 if TYPE_CHECKING:
     from hpcwatch.store import Store
@@ -82,6 +86,10 @@ class JobOverview:
     steps: JobSteps | None
     goodput: GoodputReport | None
     findings: tuple[Finding, ...]
+    cost: JobCost | None = None
+    """None for a workload without a job report."""
+    timeline: tuple[dict[str, Any], ...] = ()
+    """``reports.timeline.job_timeline``: entries ``t``, ``what``, ``node``, ``gpu``, ``job``, ``detail``."""
     missing: dict[str, str] = field(default_factory=dict)
     """Part (``job``, ``steps``, ``goodput``) -> why it is None (the report's own message)."""
 
@@ -137,7 +145,13 @@ def _steps(report: StepReport) -> JobSteps:
 
 
 def job_overview(
-    store: Store, job_id: str, *, samples: pa.Table | None = None, recent_steps: int = DEFAULT_RECENT_STEPS
+    store: Store,
+    job_id: str,
+    *,
+    samples: pa.Table | None = None,
+    recent_steps: int = DEFAULT_RECENT_STEPS,
+    price_per_gpu_hour: float | None = None,
+    currency: str = "",
 ) -> JobOverview:
     """Every part of ``job_id``'s page; a part the store cannot answer only sets ``missing``.
     ``InputError`` (``job_report``'s) when no part answers: the store knows nothing of the job, or
@@ -157,7 +171,17 @@ def job_overview(
     t0 = None if job is None else job.start if job.start is not None else job.observed_start
     t1 = None if job is None else job.end
     findings = tuple(f for f in store.findings() if concerns_job(f, job_id, nodes, t0, t1))
-    return JobOverview(id=job_id, job=job, steps=steps, goodput=goodput, findings=findings, missing=missing)
+    cost = None if job is None else job_cost(job, price_per_gpu_hour=price_per_gpu_hour, currency=currency)
+    return JobOverview(
+        id=job_id,
+        job=job,
+        steps=steps,
+        goodput=goodput,
+        findings=findings,
+        cost=cost,
+        timeline=tuple(job_timeline(store, job_id)),
+        missing=missing,
+    )
 
 
 def _part(missing: dict[str, str], name: str, compute: Any) -> Any:
@@ -188,6 +212,8 @@ def overview_dict(overview: JobOverview) -> dict[str, Any]:
             "ranks": [{"rank": r.rank, "node": r.node, "gpu": r.gpu, "phase_s": list(r.phase_s)} for r in steps.ranks],
         },
         "goodput": None if overview.goodput is None else overview.goodput.to_dict(),
+        "cost": None if overview.cost is None else cost_dict(overview.cost),
+        "timeline": [dict(e) for e in overview.timeline],
         "findings": [
             {
                 "vector": f.vector,

@@ -9,13 +9,14 @@ and the jobs still come from the store.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
 from hpcwatch.analysis.attribution import DCGM_METRICS, REPORT_METRICS, SLURM_METRICS, JobReport, job_reports
 from hpcwatch.errors import InputError
-from hpcwatch.records import MAX_JOB_ID_CHARS
+from hpcwatch.records import MAX_JOB_ID_CHARS, Job
 from hpcwatch.store import Store, queries
 
 if TYPE_CHECKING:  # the PromQL backend (httpx) is only loaded by callers that read Prometheus
@@ -27,6 +28,10 @@ __all__ = [
     "job_samples",
     "prometheus_samples",
     "check_job_id",
+    "first_start",
+    "JobCost",
+    "job_cost",
+    "cost_dict",
     "MAX_JOB_ID_CHARS",
     "REPORT_METRICS",
     "DCGM_METRICS",
@@ -57,11 +62,22 @@ def job_samples(store: Store, job_id: str, *, metrics: tuple[str, ...] = REPORT_
     workload known only from labels): then every sample is read. At 128 nodes this is the job's share of
     the table, not all of it: one scan."""
     record = store.job(job_id)
-    if record is None or not record.nodes or record.start is None:
+    t0 = first_start(store, record)
+    if record is None or not record.nodes or t0 is None:
         return None
-    return queries.job_window_samples(
-        store, list(metrics), hosts=list(record.nodes), job=job_id, t0=record.start, t1=record.end
-    )
+    return queries.job_window_samples(store, list(metrics), hosts=list(record.nodes), job=job_id, t0=t0, t1=record.end)
+
+
+def first_start(store: Store, record: Job | None) -> float | None:
+    """When ``record``'s job first started: Slurm resets a job's start at each requeue, but its life (the
+    window its samples, XID errors and goodput are judged over) begins with the first attempt, which the
+    ``job_end`` events of its requeued attempts (``state`` REQUEUED, ``start``; a row of ``sacct -D``) keep.
+    The one rule ``job_samples`` (so ``job_report`` and the job page) and ``reports.goodput`` share: with the
+    latest attempt's start, an XID that killed the first attempt fell outside the job's own report."""
+    if record is None:
+        return None
+    starts = queries.requeued_attempt_starts(store, record.id)
+    return min(starts + ([record.start] if record.start is not None else []), default=None)
 
 
 def job_report(store: Store, job_id: str, *, samples: pa.Table | None = None) -> JobReport:
@@ -104,3 +120,42 @@ def prometheus_samples(prom: PrometheusBackend, *, t0: float | None, store: Stor
     if not slurm.num_rows:
         return scraped
     return pa.concat_tables([scraped, slurm.select(scraped.schema.names).cast(scraped.schema)])
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class JobCost:
+    """What a job cost: its GPU-hours at a configured price, and its energy."""
+
+    gpu_hours: float
+    """Allocated GPU-hours (GPUs × the job's wall time, Slurm's clock), else the observed ones (samples' clock)."""
+    price_per_gpu_hour: float | None
+    """The configured price (``--gpu-hour-price``, in ``currency``); None when none is configured."""
+    currency: str
+    cost: float | None
+    """``gpu_hours × price_per_gpu_hour``; None without a price (never a made-up one)."""
+    energy_kwh: float
+    """From dcgm-exporter's energy counter (``DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION``, mJ), summed over the job's
+    GPUs (``analysis.attribution``): the GPUs' own draw, not the node's or the cooling's."""
+
+
+def job_cost(report: JobReport, *, price_per_gpu_hour: float | None, currency: str = "") -> JobCost:
+    """``report``'s cost: GPU-hours × ``price_per_gpu_hour`` and its GPUs' energy."""
+    hours = report.gpu_hours_allocated if report.gpu_hours_allocated is not None else report.gpu_hours_observed
+    return JobCost(
+        gpu_hours=hours,
+        price_per_gpu_hour=price_per_gpu_hour,
+        currency=currency,
+        cost=None if price_per_gpu_hour is None else hours * price_per_gpu_hour,
+        energy_kwh=report.energy_kwh,
+    )
+
+
+def cost_dict(cost: JobCost) -> dict[str, Any]:
+    """The ``cost`` of ``hpcwatch job --json`` and ``GET /api/job/ID``."""
+    return {
+        "gpu_hours": cost.gpu_hours,
+        "price_per_gpu_hour": cost.price_per_gpu_hour,
+        "currency": cost.currency,
+        "cost": cost.cost,
+        "energy_kwh": cost.energy_kwh,
+    }

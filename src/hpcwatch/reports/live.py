@@ -23,7 +23,7 @@ from __future__ import annotations
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import Any, Literal
 
 from hpcwatch import vocab
 from hpcwatch.errors import InputError
@@ -34,6 +34,7 @@ from hpcwatch.reports.health import node_health
 from hpcwatch.reports.livesamples import LiveSamples, StoreSamples
 from hpcwatch.reports.nccl import nccl_card
 from hpcwatch.reports.steps import live_training, step_report
+from hpcwatch.reports.timeline import node_timelines, timeline
 from hpcwatch.reports.triage import SEVERITY_RANK, alert_groups, mark_of, natural_key
 from hpcwatch.store import Store, queries
 from hpcwatch.vocab import EventKind
@@ -57,6 +58,12 @@ __all__ = [
     "problems",
     "latest_t",
     "gpu_table",
+    "GpuState",
+    "NodeState",
+    "node_states",
+    "apply_states",
+    "state_inputs",
+    "SLURM_STATE_FRESH_S",
 ]
 
 #: Data older than this (relative to the newest sample) does not count as "arriving".
@@ -157,6 +164,9 @@ def live_snapshot(
     grouped and ranked, ``reports.triage.alert_groups``), ``job_gpus``, ``age_s``
     (wall clock minus ``now``) and ``stale_after_s``.
 
+    ``gpus`` and ``nodes`` carry each element's true ``state`` and ``events`` the recent events
+    (``apply_states``; done by the caller that refreshes problems less often, with ``with_problems=False``).
+
     ``samples`` answers the sample questions (``reports.livesamples``: the store by default, or a
     Prometheus); ``source`` says which. ``seen`` (``data_seen()``; computed when None) tells each collector's
     ``state``: ``answering``, ``silent`` (seen before, nothing recent) or ``not_configured`` (never seen)."""
@@ -170,7 +180,7 @@ def live_snapshot(
     )
     checkpoints, last_checkpoint = queries.checkpoint_activity(store)
     gpus = _gpus(samples, now, jobs) if now is not None else {}
-    return {
+    doc = {
         "t": now,
         "gpus": gpus,
         "nodes": _nodes(samples, now) if now is not None else {},
@@ -198,6 +208,81 @@ def live_snapshot(
         "age_s": max(0.0, time.time() - now) if now is not None else None,
         "stale_after_s": STALE_AFTER_S,
     }
+    if with_problems:
+        apply_states(doc, found, state_inputs(store, found, now=now))
+    return doc
+
+
+# -- true states: lost, drained, down; the recent events ----------------------------------------------
+
+GpuState = Literal["ok", "lost", "drained", "down"]
+NodeState = Literal["ok", "drained", "down"]
+#: A Slurm answer older than this (samples' clock) no longer says what a node is now. Ours: twice the
+#: ``collect`` Slurm poll's usual minute.
+SLURM_STATE_FRESH_S = 120.0
+
+
+def node_states(store: Store, problems: Sequence[dict[str, Any]], *, now: float | None) -> dict[str, dict[str, Any]]:
+    """Each node's ``state`` (``NodeState``), ``slurm`` (the base state Slurm last gave it, or None), ``t``
+    (when that was said) and ``reasons`` (the rules that drain it). Down: Slurm says DOWN; drained: Slurm
+    takes it out of service (``slurm_node_up`` 0: DRAIN, FAIL, MAINT, a reboot...) or a health check drains
+    it (``problems`` of severity ``drain``)."""
+    out: dict[str, dict[str, Any]] = {}
+    since = None if now is None else now - SLURM_STATE_FRESH_S
+    for host, up, label, t in _slurm_states(store, since):
+        state: NodeState = "ok" if up >= 1 else ("down" if label == "down" else "drained")
+        out[host] = {"state": state, "slurm": label, "t": t, "reasons": []}
+    for p in problems:
+        if p.get("kind") != "health" or p.get("severity") != "drain" or not p.get("node"):
+            continue
+        entry = out.setdefault(p["node"], {"state": "ok", "slurm": None, "t": None, "reasons": []})
+        entry["reasons"].append(p["rule"])
+        if entry["state"] == "ok":
+            entry["state"] = "drained"
+    return out
+
+
+def _slurm_states(store: Store, since: float | None) -> list[tuple[str, float, str | None, float | None]]:
+    rows = queries.latest_node_states(store, metric=vocab.SLURM_NODE_UP, since=since)
+    return [(host, float(up), label, t) for host, up, label, t in rows]
+
+
+def state_inputs(store: Store, found: Sequence[dict[str, Any]], *, now: float | None) -> dict[str, Any]:
+    """What ``apply_states`` reads from the store (``node_states``, ``events``, ``node_events``): asked as
+    often as the problems are, not every snapshot."""
+    nodes = node_states(store, found, now=now)
+    events = [] if now is None else timeline(store, now=now, problems=found, node_states=nodes)
+    return {"node_states": nodes, "events": events, "node_events": node_timelines(events)}
+
+
+def apply_states(doc: dict[str, Any], found: Sequence[dict[str, Any]], inputs: dict[str, Any]) -> None:
+    """Give ``doc`` (a ``live_snapshot``) its true states from ``found`` (its problems) and ``inputs``
+    (``state_inputs``): each GPU's ``state`` (``GpuState``; a lost GPU keeps no number: its last ones are
+    not what it does now, and ``last_seen`` says when it last reported, or when its XID came), ``node_states``, each queued
+    job's ``requeued`` (waiting to run again after Slurm requeued it), the recent ``events``
+    (``reports.timeline.timeline``, newest first) and ``node_events`` (each node's, for its card)."""
+    nodes = inputs["node_states"]
+    gpus = doc["gpus"]
+    reporting = {gid.split("/", 1)[0] for gid in gpus}
+    # The rule's GPUs, and before it fires (it waits a minute) a GPU a problem names that has no recent
+    # value while its node's other GPUs still report (an XID 79 GPU the exporter dropped).
+    lost = {
+        p["el"][4:]: p
+        for p in found
+        if str(p.get("el", "")).startswith("gpu:")
+        and (p.get("rule") == "gpu_missing" or (p["el"][4:] not in gpus and p.get("node") in reporting))
+    }
+    for gid, p in lost.items():
+        entry = gpus.setdefault(gid, {"job": None, "user": None, "account": None, "t": None})
+        entry.update({field: None for field, _ in GPU_FIELDS.values()})
+        evidence = p.get("evidence") or {}
+        # gpu_missing says when the GPU last reported; an XID, when it was first seen (the GPU died then).
+        entry["last_seen"] = evidence.get("last_seen", evidence.get("first_seen"))
+    for gid, entry in gpus.items():
+        entry["state"] = "lost" if gid in lost else nodes.get(gid.split("/", 1)[0], {}).get("state", "ok")
+    for job in doc["queue"]["jobs"]:
+        job["requeued"] = bool(job["restarts"]) and job["state"] == "PENDING"
+    doc["node_states"], doc["events"], doc["node_events"] = nodes, inputs["events"], inputs["node_events"]
 
 
 def _job_gpus(gpus: dict[str, dict[str, Any]], jobs: dict[str, Job]) -> dict[str, list[str]]:

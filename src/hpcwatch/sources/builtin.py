@@ -542,6 +542,134 @@ register(
         summary="scontrol show config (HealthCheckProgram, TopologyPlugin...)",
     )
 )
+
+
+def _smartctl(p: Path, c: ReadContext) -> Iterator[Sample]:
+    from hpcwatch.sources import smartctl
+
+    return smartctl.read_smartctl_json(p, node=c.host)
+
+
+def _sniff_smartctl(h: Head) -> bool:
+    from hpcwatch.sources import smartctl
+
+    return smartctl.is_smartctl_json(h.text)
+
+
+register(
+    Format(
+        name="smartctl-json",
+        sniff=_sniff_smartctl,
+        read=_smartctl,
+        kinds=S,
+        uses_host=True,
+        dated_by_file=True,
+        summary="smartctl --json (NVMe SMART / Health log, SMART status, temperature)",
+    )
+)
+
+
+def _lspci(p: Path, c: ReadContext) -> Iterator[Sample]:
+    from hpcwatch.sources import lspci
+
+    return lspci.read_lspci_vv(p, node=c.host, on_bad_line=c.on_bad_line)
+
+
+def _sniff_lspci(h: Head) -> bool:
+    from hpcwatch.sources import lspci
+
+    return lspci.is_lspci_vv(h.text)
+
+
+register(
+    Format(
+        name="lspci-vv",
+        sniff=_sniff_lspci,
+        read=_lspci,
+        kinds=S,
+        uses_host=True,
+        dated_by_file=True,
+        line_oriented=True,
+        summary="lspci -vv (PCIe LnkCap / LnkSta of each device)",
+    )
+)
+
+
+def _chrony(p: Path, c: ReadContext) -> Iterator[Sample]:
+    from hpcwatch.sources import chrony
+
+    return chrony.read_chronyc_tracking(p, node=c.host, on_bad_line=c.on_bad_line)
+
+
+def _sniff_chrony(h: Head) -> bool:
+    from hpcwatch.sources import chrony
+
+    return chrony.is_chronyc_tracking(h.text)
+
+
+register(
+    Format(
+        name="chronyc-tracking",
+        sniff=_sniff_chrony,
+        read=_chrony,
+        kinds=S,
+        uses_host=True,
+        dated_by_file=True,
+        line_oriented=True,
+        summary="chronyc tracking (clock offset from NTP time, leap status)",
+    )
+)
+
+
+def _systemctl(p: Path, c: ReadContext) -> Iterator[Sample]:
+    from hpcwatch.sources import systemd_units
+
+    return systemd_units.read_systemctl_json(p, node=c.host)
+
+
+def _sniff_systemctl(h: Head) -> bool:
+    from hpcwatch.sources import systemd_units
+
+    return systemd_units.is_systemctl_json(h.text)
+
+
+register(
+    Format(
+        name="systemctl-json",
+        sniff=_sniff_systemctl,
+        read=_systemctl,
+        kinds=S,
+        uses_host=True,
+        dated_by_file=True,
+        summary="systemctl --failed --output=json (failed units)",
+    )
+)
+
+
+def _ipmi_sel(p: Path, c: ReadContext) -> Iterator[Event]:
+    from hpcwatch.sources import ipmitool
+
+    return ipmitool.read_ipmitool_sel(p, node=c.host, on_bad_line=c.on_bad_line)
+
+
+def _sniff_ipmi_sel(h: Head) -> bool:
+    from hpcwatch.sources import ipmitool
+
+    return ipmitool.is_ipmitool_sel(h.text)
+
+
+register(
+    Format(
+        name="ipmitool-sel",
+        sniff=_sniff_ipmi_sel,
+        read=_ipmi_sel,
+        kinds=E,
+        uses_host=True,
+        dated_by_file=True,
+        line_oriented=True,
+        summary="ipmitool sel elist / sel list (the BMC's System Event Log)",
+    )
+)
 register(
     Format(
         name="perfquery",
@@ -748,6 +876,30 @@ def _sniff_pip(h: Head) -> bool:
     return pip.is_pip_list(h.text, h.name)
 
 
+def _kernel_log(p: Path, c: ReadContext) -> Iterator[Event]:
+    from hpcwatch.sources import kernel_log
+
+    return kernel_log.read_kernel_log(p, node=c.host, on_bad_line=c.on_bad_line)
+
+
+def _sniff_kernel_log(h: Head) -> bool:
+    from hpcwatch.sources import kernel_log
+
+    return kernel_log.is_kernel_log(h.text)
+
+
+register(
+    Format(
+        name="kernel-log",
+        sniff=_sniff_kernel_log,
+        read=_kernel_log,
+        kinds=E,
+        uses_host=True,
+        dated_by_file=True,
+        line_oriented=True,
+        summary="dmesg / journalctl -k (NVRM Xid, hung tasks, OOM kills, hardware errors)",
+    )
+)
 register(
     Format(
         name="prometheus",

@@ -151,15 +151,30 @@ _X_FIELDS = itemgetter("ts", "dur", "cat", "name", "pid", "tid", "args")
 _Row = tuple[Any, Any, int, int, Any, Any, Any, Any]
 #: A collective's (row in its piece, name id of its collective, msg_bytes, group_size).
 _Coll = tuple[int, int, float, int]
+#: A CUDA event wait's (row in its piece, ``wait_on_stream``, ``wait_on_cuda_event_record_corr_id``): a few
+#: ``cuda_sync`` events in thousands carry them, so, like collectives, they are not in every row.
+_Wait = tuple[int, Any, Any]
+#: A CUPTI profiler range's (row in its piece, its numeric args: the counters the range measured).
+_Counters = tuple[int, dict[str, float]]
+#: The category of CUPTI range-profiler events (one per kernel, ``args`` its counters).
+_PROFILER_RANGE = CAT["cuda_profiler_range"]
 #: What ``_columns`` returns: the event columns, the names by id, the host's name.
-_Columns = tuple[dict[str, np.ndarray], list[str], str | None]
+_Columns = tuple[dict[str, np.ndarray], list[str], str | None, dict[int, dict[str, float]]]
 
 
 class _Unusual(Exception):
     """A piece has an event the fast scan does not take; the lenient scan reads that piece."""
 
 
-def _scan(events: list[Any], names: _Names, codes: _Codes, rows: list[_Row], colls: list[_Coll]) -> str | None:
+def _scan(
+    events: list[Any],
+    names: _Names,
+    codes: _Codes,
+    rows: list[_Row],
+    colls: list[_Coll],
+    waits: list[_Wait],
+    counters: list[_Counters],
+) -> str | None:
     """Append the row of each ``X`` event, the (row, coll_id, msg_bytes, group_size) of each collective
     (a few in thousands, so they are not in every row).
 
@@ -185,6 +200,10 @@ def _scan(events: list[Any], names: _Names, codes: _Codes, rows: list[_Row], col
             correlation = args.get("correlation", -1)  # also fails, as it should, when args is not a dict
             if "Collective name" in args and args["Collective name"] is not None:
                 colls.append((len(rows), intern(str(args["Collective name"])), _msg_bytes(args), _group_size(args)))
+            if "wait_on_stream" in args:
+                waits.append(_wait_of(len(rows), args))
+            if code == _PROFILER_RANGE:
+                counters.append((len(rows), _counters_of(args)))
             append((ts, dur, code, nid, args.get("stream", -1), pid, tid, correlation))
         elif ph == "M" and host is None:
             host = _hostname(ev)
@@ -212,6 +231,8 @@ class _Args(msgspec.Struct, frozen=True, gc=False):
     dtype: Any = ""
     group_size: Any = msgspec.field(default=None, name="Group size")
     hostname: str | None = None
+    wait_stream: Any = msgspec.field(default=None, name="wait_on_stream")
+    wait_corr: Any = msgspec.field(default=None, name="wait_on_cuda_event_record_corr_id")
 
 
 _NO_TYPED_ARGS = _Args()
@@ -310,7 +331,8 @@ def _typed_rows(events: list[msgspec.Struct], names: _Names, codes: _Codes, path
         [e.tid for e in xs],
         [a.correlation for a in args],
     )
-    table = _row_table(cols, colls, path)
+    waits = [(i, a.wait_stream, a.wait_corr) for i, a in enumerate(args) if a.wait_stream is not None]
+    table = _row_table(cols, colls, path, waits)
     if np.isnan(table["ts_us"]).any():  # a complete event without a time: the dict scan says which
         raise _Unusual
     return table
@@ -362,7 +384,14 @@ def _hostname(ev: Mapping[str, Any]) -> str | None:
 
 
 def _scan_lenient(
-    events: list[Any], path: str, names: _Names, offset: int, rows: list[_Row], colls: list[_Coll]
+    events: list[Any],
+    path: str,
+    names: _Names,
+    offset: int,
+    rows: list[_Row],
+    colls: list[_Coll],
+    waits: list[_Wait],
+    counters: list[_Counters],
 ) -> str | None:
     """``_scan`` for pieces with unusual events: each event on its own, a ParseError naming it."""
     host = None
@@ -383,6 +412,10 @@ def _scan_lenient(
                 )
                 if (coll := args.get("Collective name")) is not None:
                     colls.append((len(rows), names(str(coll)), _msg_bytes(args), _group_size(args)))
+                if "wait_on_stream" in args:
+                    waits.append(_wait_of(len(rows), args))
+                if row[2] == _PROFILER_RANGE:
+                    counters.append((len(rows), _counters_of(args)))
                 rows.append(row)
             elif ph == "M" and host is None:
                 host = _hostname(ev)
@@ -397,7 +430,7 @@ def _scan_lenient(
 
 _DTYPES = (np.float64, np.float64, np.int8, np.int32, np.int32, np.int64, np.int64, np.int64)
 _ROW_COLUMNS = ("ts_us", "dur_us", "cat", "name_id", "stream", "pid", "tid", "correlation")
-_TABLE_COLUMNS = _ROW_COLUMNS + ("coll_id", "msg_bytes", "group_size")
+_TABLE_COLUMNS = _ROW_COLUMNS + ("coll_id", "msg_bytes", "group_size", "wait_stream", "wait_corr")
 
 
 # Columns whose values may be strings in some traces (Kineto writes pid "Spans", stream "N/A"):
@@ -429,8 +462,27 @@ def _check_times(table: Mapping[str, np.ndarray], path: str) -> None:
             raise ParseError(f"an event's {name} is beyond 64 bits of microseconds ({found:.4g})", path=path)
 
 
-def _row_table(cols: Sequence[Sequence[Any]], colls: list[_Coll], path: str) -> dict[str, np.ndarray]:
-    """The event columns of one piece from its ``_ROW_COLUMNS`` values and its collectives."""
+#: Most counters kept of one profiler range (CUPTI measures a few dozen per kernel at most).
+_MAX_COUNTERS = 256
+
+
+def _counters_of(args: Mapping[str, Any]) -> dict[str, float]:
+    """The numeric args of a profiler range (its counters; booleans and text are not counters)."""
+    found: dict[str, float] = {}
+    for key, value in args.items():
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and len(found) < _MAX_COUNTERS:
+            found[str(key)[:200]] = float(value)
+    return found
+
+
+def _wait_of(row: int, args: Mapping[str, Any]) -> _Wait:
+    return (row, args.get("wait_on_stream"), args.get("wait_on_cuda_event_record_corr_id"))
+
+
+def _row_table(
+    cols: Sequence[Sequence[Any]], colls: list[_Coll], path: str, waits: Sequence[_Wait] = ()
+) -> dict[str, np.ndarray]:
+    """The event columns of one piece from its ``_ROW_COLUMNS`` values, its collectives and its CUDA event waits."""
     table = {name: _as_column(name, col, dtype, path) for name, col, dtype in zip(_ROW_COLUMNS, cols, _DTYPES)}
     _check_times(table, path)
     n = len(table["ts_us"])
@@ -442,6 +494,11 @@ def _row_table(cols: Sequence[Sequence[Any]], colls: list[_Coll], path: str) -> 
         table["coll_id"][list(at)] = coll_ids
         table["msg_bytes"][list(at)] = msg_bytes
         table["group_size"][list(at)] = groups
+    table["wait_stream"] = np.full(n, -1, dtype=np.int32)
+    table["wait_corr"] = np.full(n, -1, dtype=np.int64)
+    for row, stream, corr in waits:
+        table["wait_stream"][row] = _int_or(stream, -1, 32)
+        table["wait_corr"][row] = _int_or(corr, -1)
     return table
 
 
@@ -454,6 +511,8 @@ class _Tables:
         self.codes = _Codes(CAT)
         self.parts: list[dict[str, np.ndarray]] = []
         self.hostname: str | None = None
+        self.counters: dict[int, dict[str, float]] = {}
+        self.n_rows = 0
 
     def add(self, piece: _TypedPiece | list[Any], offset: int) -> int:
         """Add a piece's columns; the number of events it had."""
@@ -470,24 +529,32 @@ class _Tables:
 
     def _add_typed(self, events: list[msgspec.Struct]) -> None:
         # Should this fail half-way, the names it interned are those the dict scan interns first, in the same order.
+        if any(type(e) is _Complete and e.cat == "cuda_profiler_range" for e in events):
+            raise _Unusual  # CUPTI counters are args the typed events skip: the dict scan keeps them
         rows = _typed_rows(events, self.names, self.codes, self.path)
         self.hostname = self.hostname or _typed_hostname(events)
         self.parts.append(rows)
+        self.n_rows += len(rows["ts_us"])
 
     def _add_dicts(self, events: list[Any], offset: int) -> None:
         rows: list[_Row] = []
         colls: list[_Coll] = []
+        waits: list[_Wait] = []
+        counters: list[_Counters] = []
         try:
-            host = _scan(events, self.names, self.codes, rows, colls)
+            host = _scan(events, self.names, self.codes, rows, colls, waits, counters)
         except (_Unusual, KeyError, TypeError, AttributeError):
-            rows, colls = [], []  # the lenient scan reads the piece again
-            host = _scan_lenient(events, self.path, self.names, offset, rows, colls)
+            rows, colls, waits, counters = [], [], [], []  # the lenient scan reads the piece again
+            host = _scan_lenient(events, self.path, self.names, offset, rows, colls, waits, counters)
         self.hostname = self.hostname or host
-        self._flush(rows, colls)
+        for row, values in counters:
+            self.counters[self.n_rows + row] = values
+        self._flush(rows, colls, waits)
 
-    def _flush(self, rows: list[_Row], colls: list[_Coll]) -> None:
+    def _flush(self, rows: list[_Row], colls: list[_Coll], waits: list[_Wait] | None = None) -> None:
         cols = list(zip(*rows)) if rows else [()] * len(_ROW_COLUMNS)
-        self.parts.append(_row_table(cols, colls, self.path))
+        self.parts.append(_row_table(cols, colls, self.path, waits or ()))
+        self.n_rows += len(rows)
 
     def columns(self) -> dict[str, np.ndarray]:
         if not self.parts:
@@ -520,7 +587,7 @@ def _columns(pieces: Iterable[_TypedPiece | list[Any]], path: str) -> _Columns:
     name_list = list(tables.names.ids)
     comm_names = np.array([is_comm_name(str(n)) for n in name_list] + [False], dtype=bool)
     table["comm"] = comm_names[table["name_id"]]
-    return table, name_list, tables.hostname
+    return table, name_list, tables.hostname, tables.counters
 
 
 def _rank(doc: Mapping[str, Any], path: str) -> tuple[int, int | None, str]:
@@ -662,7 +729,7 @@ def parse_kineto(data: bytes | str | Mapping[str, Any], *, path: str | Path = "<
 
 def _trace(path: str | Path, doc: Mapping[str, Any], columns: _Columns) -> KinetoTrace:
     path = str(path)
-    events, names, hostname = columns
+    events, names, hostname, counters = columns
     if not len(events["ts_us"]):
         # Every analysis of a trace reads its complete events; without them it is not a profile.
         raise ParseError('a trace without complete events (ph "X"): nothing was profiled', path=path)
@@ -683,6 +750,7 @@ def _trace(path: str | Path, doc: Mapping[str, Any], columns: _Columns) -> Kinet
         devices=devices,
         hostname=hostname or meta.get("hostname"),
         metadata=meta,
+        counters=counters,
     )
 
 

@@ -25,6 +25,9 @@ if TYPE_CHECKING:
 __all__ = [
     "latest_sample_t",
     "latest_gpu_values",
+    "latest_node_states",
+    "recent_events",
+    "gauge_onsets",
     "counter_rates",
     "last_gpu_scrape",
     "metric_activity",
@@ -37,6 +40,8 @@ __all__ = [
     "requeued_attempt_starts",
     "latest_finding_by_vector",
     "finding_counts",
+    "finding_rule_counts",
+    "newest_events",
     "table_counts",
     "newest_span_job",
     "span_jobs",
@@ -98,6 +103,70 @@ def latest_gpu_values(store: Store, metrics: Sequence[str], *, since: float) -> 
         f"AND gpu IS NOT NULL GROUP BY metric, host, gpu",
         [*metrics, since],
     )
+
+
+def latest_node_states(
+    store: Store, *, metric: str, since: float | None = None
+) -> list[tuple[str, float, str | None, float]]:
+    """Per host, its newest ``metric`` sample (``slurm_node_up``): rows ``(host, value, state label, t)``."""
+    where = "metric = ? AND host IS NOT NULL" + (" AND t >= ?" if since is not None else "")
+    return store.query(
+        f"SELECT host, arg_max(value, t), arg_max(json_extract_string(labels, '$.state'), t), max(t) FROM samples "
+        f"WHERE {where} GROUP BY host",
+        [metric, *([since] if since is not None else [])],
+    )
+
+
+def gauge_onsets(
+    store: Store, metric: str, *, since: float | None = None, hosts: Sequence[str] | None = None, limit: int
+) -> list[tuple[str, str | None, float, float, str | None]]:
+    """When each non-zero value of a gauge (dcgm-exporter's "last XID" ``DCGM_FI_DEV_XID_ERRORS``) was first
+    seen, per host and GPU: rows ``(host, gpu, value, first t, job label then)``, newest first, at most ``limit``."""
+    where = ["metric = ?", "value != 0", "host IS NOT NULL"]
+    params: list[object] = [metric]
+    if since is not None:
+        where.append("t >= ?")
+        params.append(since)
+    if hosts is not None:
+        where.append(f"host IN ({_marks(hosts) if hosts else 'NULL'})")
+        params += list(hosts)
+    return store.query(
+        f"SELECT host, gpu, value, min(t), arg_min(job, t) FROM samples WHERE {' AND '.join(where)} "
+        "GROUP BY host, gpu, value ORDER BY min(t) DESC LIMIT ?",
+        [*params, int(limit)],
+    )
+
+
+def recent_events(
+    store: Store,
+    kinds: Sequence[str],
+    *,
+    since: float | None = None,
+    limit: int,
+    node: str | None = None,
+    job: str | None = None,
+) -> list[Event]:
+    """The newest ``limit`` events of ``kinds`` since ``since``, newest first; with ``node`` those naming it
+    (attrs ``node``, or in ``nodes``), with ``job`` those naming it (attrs ``job``)."""
+    where = [f"kind IN ({_marks(kinds)})"]
+    params: list[object] = [*kinds]
+    if since is not None:
+        where.append("t >= ?")
+        params.append(since)
+    if node is not None:
+        where.append(
+            "(json_extract_string(attrs, '$.node') = ? OR list_contains("
+            "CAST(json_extract(attrs, '$.nodes') AS VARCHAR[]), ?))"
+        )
+        params += [node, node]
+    if job is not None:
+        where.append("json_extract_string(attrs, '$.job') = ?")
+        params.append(job)
+    rows = store.query(
+        f"SELECT kind, t, source, attrs FROM events WHERE {' AND '.join(where)} ORDER BY t DESC LIMIT ?",
+        [*params, int(limit)],
+    )
+    return [Event(kind=k, t=t, source=src, attrs=orjson.loads(a)) for k, t, src, a in rows]
 
 
 def counter_rates(store: Store, metrics: Sequence[str], *, since: float, group: str) -> list[tuple[str, str, float]]:
@@ -242,6 +311,26 @@ def finding_counts(store: Store) -> dict[tuple[str, str], int]:
         (v, s): n
         for v, s, n in store.query("SELECT vector, severity, count(*) FROM findings GROUP BY vector, severity")
     }
+
+
+def finding_rule_counts(store: Store) -> dict[tuple[str, str, str], int]:
+    """``{(vector, rule, severity): count}`` for the triples that have findings."""
+    return {
+        (v, r, s): n
+        for v, r, s, n in store.query(
+            "SELECT vector, rule, severity, count(*) FROM findings GROUP BY vector, rule, severity"
+        )
+    }
+
+
+def newest_events(store: Store, kind: str) -> list[Event]:
+    """The events of ``kind`` that share its newest time: what one run of a task stored (``hpcwatch collect``'s
+    health task writes every node's verdict with one ``t``), without reading the kind's whole history."""
+    rows = store.query(
+        "SELECT kind, t, source, attrs FROM events WHERE kind = ? AND t = (SELECT max(t) FROM events WHERE kind = ?)",
+        [kind, kind],
+    )
+    return [Event(kind=k, t=t, source=src, attrs=orjson.loads(a)) for k, t, src, a in rows]
 
 
 # -- spans ---------------------------------------------------------------------------------------

@@ -5,7 +5,7 @@ Importing the package registers every scenario: ``straggler``, ``failures``
 (twin/nccl.py), ``well_kept`` / ``neglected`` (assessment), ``kubernetes`` (pods, MIG, no Slurm: twin/kubernetes.py).
 """
 
-from hpcwatch.twin import assess_scenarios, failures, kubernetes, nccl, straggler, threats  # noqa: F401  (each registers its scenarios)
+from hpcwatch.twin import assess_scenarios, failures, host_faults, kubernetes, nccl, straggler, threats  # noqa: F401  (each registers its scenarios)
 from hpcwatch.twin.core import DEFAULT_START_S, JobTruth, Twin
 from hpcwatch.twin.scenarios import Scenario, get_scenario, register, scenario_names
 

@@ -3,7 +3,9 @@
 Routes (all documented in ``/openapi.json``):
 
 - ``GET /api/live``            the current snapshot (GPUs, nodes, queue, storage, collectors, vectors, problems,
-                                 alerts (problems grouped, worst first), job_gpus, age_s, stale_after_s; reports/live.py)
+                                 alerts (problems grouped, worst first), job_gpus, age_s, stale_after_s; each GPU's
+                                 ``state``, node_states, events and node_events, the queue's ``requeued``:
+                                 reports/live.py apply_states, reports/timeline.py)
 - ``GET /api/stream``          the same snapshot pushed as Server-Sent Events (``event: live``), 1 Hz
 - ``GET /api/model``           the cluster model: nodes and GPU ids
 - ``GET /api/steps/sources``   which jobs the step player can play ("with / without straggler")

@@ -28,6 +28,7 @@ from markupsafe import Markup
 from starlette.concurrency import run_in_threadpool
 
 from hpcwatch.errors import BackendError, ConfigError, HpcwatchError, InputError, StoreError
+from hpcwatch.httpguard import DEFAULT_LIMITS, SECURITY_HEADERS, Limits
 from hpcwatch.model.cluster import Cluster
 from hpcwatch.promql import safe_url
 from hpcwatch.records import PHASES
@@ -35,6 +36,7 @@ from hpcwatch.reports.live import STALE_AFTER_S
 from hpcwatch.reports.livesamples import PromSamples
 from hpcwatch.store import Store
 from hpcwatch.web import api, history, jobpage
+from hpcwatch.web.guard import Guard, GuardSettings
 from hpcwatch.web.i18n import LANG_COOKIE, LANGUAGES, load_catalogue, negotiate
 from hpcwatch.web.live import LiveView
 from hpcwatch.web.svg import render_schematic
@@ -65,6 +67,11 @@ class AppState:
     """``hpcwatch serve --prometheus``: the ``PrometheusBackend`` samples are read from (None: the store)."""
     prometheus_label: str | None = None
     """That Prometheus as the page names it (its URL without credentials)."""
+    guard: GuardSettings = field(default_factory=GuardSettings)
+    """Headers, Host allow-list, body and stream caps (web/guard.py); ``serve_app`` sets the hosts."""
+    gpu_hour_price: float | None = None
+    """The price of a GPU-hour the job page's cost is computed at (None: no cost shown)."""
+    currency: str = ""
 
 
 def create_app(
@@ -74,9 +81,13 @@ def create_app(
     step_jobs: Mapping[str, str] | None = None,
     stream_interval_s: float = api.STREAM_INTERVAL_S,
     prometheus: Any | None = None,
+    limits: Limits = DEFAULT_LIMITS,
+    gpu_hour_price: float | None = None,
+    currency: str = "",
 ) -> FastAPI:
     """The app over ``store``; with ``prometheus`` (a ``PrometheusBackend``) the live samples and the job
-    page's samples are read from it, and Slurm, steps, events and findings still from the store."""
+    page's samples are read from it, and Slurm, steps, events and findings still from the store.
+    Every response carries hpcwatch.httpguard's security headers; ``limits`` caps bodies and SSE streams."""
     app = FastAPI(
         title="hpcwatch",
         version="0.1.0",
@@ -95,7 +106,11 @@ def create_app(
         stream_interval_s=stream_interval_s,
         prometheus=prometheus,
         prometheus_label=None if prometheus is None else f"Prometheus {safe_url(prometheus.config.url)}",
+        guard=GuardSettings(limits=limits, stream_paths=frozenset({"/api/stream"})),
+        gpu_hour_price=gpu_hour_price,
+        currency=currency,
     )
+    app.add_middleware(Guard, settings=app.state.hpcwatch.guard)
     app.include_router(api.router)
     app.include_router(jobpage.router)
     app.include_router(history.router)
@@ -137,7 +152,7 @@ def _add_pages(app: FastAPI) -> None:
         from hpcwatch.web.assess_html import render_assessment_html
 
         doc = await run_in_threadpool(api.assessment_doc, request.app.state.hpcwatch)
-        return HTMLResponse(render_assessment_html(doc))
+        return HTMLResponse(render_assessment_html(doc, served=True))
 
     @app.get("/vendor/plotly.min.js", include_in_schema=False)
     async def plotly_js() -> Response:
@@ -207,4 +222,7 @@ def _add_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(Exception)
     async def unexpected(request: Request, err: Exception) -> JSONResponse:
         log.exception("unexpected error on %s", request.url.path)
-        return JSONResponse({"error": "internal error", "type": type(err).__name__}, status_code=500)
+        # Answered outside the guard's middleware (Starlette's outermost layer): its headers added here.
+        return JSONResponse(
+            {"error": "internal error", "type": type(err).__name__}, status_code=500, headers=dict(SECURITY_HEADERS)
+        )

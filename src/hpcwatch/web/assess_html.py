@@ -21,8 +21,8 @@ _STATUS_COLOUR = {"pass": "#2e7d32", "warn": "#f9a825", "fail": "#c62828", "unkn
 
 _TEMPLATE = jinja2.Environment(autoescape=True).from_string("""<!doctype html>
 <html lang="en"><head><meta charset="utf-8">
-<meta http-equiv="Content-Security-Policy" content="default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; img-src data:">
-<title>hpcwatch assessment: {{ doc.tier }}</title>
+{% if not served %}<meta http-equiv="Content-Security-Policy" content="default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; img-src data:">{% endif %}
+<link rel="icon" href="data:,"><title>hpcwatch assessment: {{ doc.tier }}</title>
 <style>
 body{font-family:system-ui,sans-serif;margin:0;color:#222}header{background:#1d2733;color:#fff;padding:16px 24px}
 .tier{font-size:2em;font-weight:700}nav a{color:#9cf;margin-right:14px}main{padding:16px 24px}
@@ -34,7 +34,7 @@ table{border-collapse:collapse;width:100%}td,th{border-bottom:1px solid #ddd;pad
 .cards{display:flex;gap:16px;margin:12px 0}.card{border:1px solid #ccc;border-radius:6px;padding:12px;min-width:220px}
 code{background:#f3f3f3;padding:1px 4px}
 </style>
-<script>{{ plotly_js|safe }}</script></head><body>
+{% if served %}<script src="/vendor/plotly.min.js"></script>{% else %}<script>{{ plotly_js|safe }}</script>{% endif %}</head><body>
 <header><div>hpcwatch assessment (ClusterMAX-style, from the cluster's own records)</div>
 <div class="tier" id="tier">{{ doc.tier }}</div>
 <nav><a href="#overview">overview</a>{% for c in doc.categories %}<a href="#cat-{{ loop.index }}">{{ c.name }}: {{ c.tier }}</a>{% endfor %}</nav></header>
@@ -57,12 +57,13 @@ two or more: Underperform. Overall: the lowest category. Unknown never counts as
 <div id="status-plot" style="height:320px"></div>
 <h3>Not assessable from cluster data</h3><ul>{% for n in doc.not_assessable %}<li><b>{{ n.category }}</b>: {{ n.title }} ({{ n.why }})</li>{% endfor %}</ul>
 </section></main>
-<script>
+{% if served %}<script type="application/json" id="figures">{{ figures|safe }}</script>
+<script src="/static/assess.js"></script>{% else %}<script>
 const FIG = {{ figures|safe }};
 Plotly.newPlot("status-plot", FIG.status.data, FIG.status.layout, {staticPlot: true, displayModeBar: false});
 Plotly.newPlot("goodput-plot", FIG.goodput.data, FIG.goodput.layout, {staticPlot: true, displayModeBar: false});
 document.body.dataset.ready = "1";
-</script></body></html>
+</script>{% endif %}</body></html>
 """)
 
 
@@ -124,12 +125,16 @@ def _script_json(value: Any) -> str:
     return orjson.dumps(value, default=str).decode().replace("<", "\\u003c")
 
 
-def render_assessment_html(doc: dict[str, Any]) -> str:
-    """The page for one ``assessment_document``."""
+def render_assessment_html(doc: dict[str, Any], *, served: bool = False) -> str:
+    """The page for one ``assessment_document``. ``served``: the page ``/assess`` of the web app, under its
+    Content-Security-Policy (``script-src 'self'``): plotly.js from ``/vendor/plotly.min.js``, the figures
+    drawn by ``static/assess.js``. Otherwise (``hpcwatch assess --html``) one standalone offline file: its
+    scripts inline, allowed by its own ``<meta>`` policy, since a file opened from disk has no origin to load from."""
     return _TEMPLATE.render(
         doc=doc,
+        served=served,
         colours=_STATUS_COLOUR,
-        plotly_js=plotly_js_text().replace("</script", "<\\/script"),
+        plotly_js="" if served else plotly_js_text().replace("</script", "<\\/script"),
         figures=_script_json(_figures(doc)),
         headline=_headline(doc),
     )

@@ -1,5 +1,5 @@
 """What ``hpcwatch demo`` and ``hpcwatch serve`` put around the app: the live twin, the step-player pair,
-the uvicorn server on loopback.
+the uvicorn server (loopback unless ``serve --host``; the connection cap and header deadline of web/guard.py).
 
 The step player offers "with / without straggler". We chose to run two short
 twins of the same cluster and seed, one plain and one with the ``straggler``
@@ -19,6 +19,8 @@ import socket
 import threading
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Protocol
 
 import uvicorn
@@ -26,8 +28,10 @@ import yaml
 from fastapi import FastAPI
 
 from hpcwatch.errors import ConfigError
+from hpcwatch.httpguard import allowed_hosts, check_tls
 from hpcwatch.model.cluster import REFERENCE_PATH, Cluster, parse_cluster
 from hpcwatch.store import Store
+from hpcwatch.web.guard import guarded_protocol
 
 __all__ = [
     "STEP_PLAYER_JOBS",
@@ -35,6 +39,8 @@ __all__ = [
     "start_live_twin",
     "cluster_with_nodes",
     "serve_app",
+    "Listen",
+    "uvicorn_config",
     "LiveRunner",
     "Scanner",
     "port_free",
@@ -123,7 +129,8 @@ class Scanner:
 
 
 def port_free(port: int, host: str = "127.0.0.1") -> bool:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as sock:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             sock.bind((host, port))
@@ -132,12 +139,12 @@ def port_free(port: int, host: str = "127.0.0.1") -> bool:
     return True
 
 
-def check_port(port: int) -> None:
-    """Fail early, with one line, on a port we cannot bind on 127.0.0.1."""
+def check_port(port: int, host: str = "127.0.0.1") -> None:
+    """Fail early, with one line, on a port we cannot bind on ``host``."""
     if not 0 < port < 65536:
         raise ConfigError(f"--port must be 1..65535, got {port}")
-    if not port_free(port):
-        raise ConfigError(f"port {port} on 127.0.0.1 is already in use (choose another with --port)")
+    if not port_free(port, host):
+        raise ConfigError(f"port {port} on {host} is already in use or not ours (choose another with --port)")
 
 
 class _Server(uvicorn.Server):
@@ -156,6 +163,42 @@ class _Server(uvicorn.Server):
         self.should_exit = True
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Listen:
+    """Where and how ``serve_app`` listens. ``host`` off loopback is for the command to allow
+    (hpcwatch.httpguard.check_exposure); here it is only bound."""
+
+    host: str = "127.0.0.1"
+    port: int
+    allow_hosts: tuple[str, ...] = ()
+    """``Host`` names accepted besides the bound address, localhost, 127.0.0.1 and ::1 (``--allow-host``)."""
+    tls_cert: Path | None = None
+    tls_key: Path | None = None
+
+
+def uvicorn_config(app: FastAPI, listen: Listen, *, log_level: str = "warning") -> uvicorn.Config:
+    """uvicorn's settings for ``app``: the guarded h11 protocol (connection cap, header deadline), the
+    keep-alive and head-size limits of the app's ``Limits``, TLS when a certificate is given; and the
+    app's Host allow-list set from ``listen``."""
+    state = app.state.hpcwatch
+    limits = state.guard.limits
+    state.guard.hosts = allowed_hosts(listen.host, listen.allow_hosts)
+    return uvicorn.Config(
+        app,
+        host=listen.host,
+        port=listen.port,
+        log_level=log_level,
+        timeout_graceful_shutdown=2,
+        access_log=False,
+        http=guarded_protocol(limits),
+        timeout_keep_alive=limits.keep_alive_s,
+        h11_max_incomplete_event_size=limits.max_header_bytes,
+        ssl_certfile=listen.tls_cert,
+        ssl_keyfile=listen.tls_key,
+        server_header=False,
+    )
+
+
 def serve_app(
     app: FastAPI,
     *,
@@ -163,14 +206,16 @@ def serve_app(
     duration_s: float | None = None,
     on_started: Callable[[str], None] | None = None,
     log_level: str = "warning",
+    listen: Listen | None = None,
 ) -> None:
-    """Run the app on 127.0.0.1:port until Ctrl-C or ``duration_s``; blocks."""
-    check_port(port)
-    config = uvicorn.Config(
-        app, host="127.0.0.1", port=port, log_level=log_level, timeout_graceful_shutdown=2, access_log=False
-    )
-    server = _Server(config, app.state.hpcwatch.stopping)
-    url = f"http://127.0.0.1:{port}/"
+    """Run the app on ``listen`` (default 127.0.0.1:port) until Ctrl-C or ``duration_s``; blocks."""
+    listen = listen or Listen(port=port)
+    check_port(listen.port, listen.host)
+    check_tls(listen.tls_cert, listen.tls_key)
+    server = _Server(uvicorn_config(app, listen, log_level=log_level), app.state.hpcwatch.stopping)
+    scheme = "https" if listen.tls_cert else "http"
+    shown = f"[{listen.host}]" if ":" in listen.host else listen.host
+    url = f"{scheme}://{shown}:{listen.port}/"
 
     def watch() -> None:
         while not server.started and not server.should_exit:

@@ -101,7 +101,13 @@ def _samples_for(state: Any, overview_job: str) -> Any:
 
 def overview_of(state: Any, job_id: str) -> JobOverview:
     """The report the page and the API format, with samples from where the app reads them."""
-    return job_overview(state.store, job_id, samples=_samples_for(state, job_id))
+    return job_overview(
+        state.store,
+        job_id,
+        samples=_samples_for(state, job_id),
+        price_per_gpu_hour=state.gpu_hour_price,
+        currency=state.currency,
+    )
 
 
 def render_job_page(overview: JobOverview, t: Catalogue, *, source: str | None) -> str:

@@ -27,9 +27,11 @@ from hpcwatch.reports.live import (
     RECENT_S,
     Collector,
     DataSeen,
+    apply_states,
     data_seen,
     live_snapshot,
     problems,
+    state_inputs,
 )
 from hpcwatch.reports.livesamples import LiveSamples, StoreSamples
 from hpcwatch.reports.triage import alert_groups
@@ -84,6 +86,8 @@ class LiveView:
         self._problems: list[dict[str, Any]] = []
         self._alerts: list[dict[str, Any]] = []
         self._problems_at: float | None = None
+        self._states: dict[str, Any] = {"node_states": {}, "events": [], "node_events": {}}
+        """``reports.live.state_inputs``, refreshed with the problems."""
         self._seen: DataSeen | None = None
         self._seen_at: float | None = None
 
@@ -134,6 +138,7 @@ class LiveView:
         if _due(self._problems_at):
             self._problems = problems(self.store, training_job=training["job"] if training else None)
             self._alerts = alert_groups(self._problems)
+            self._states = state_inputs(self.store, self._problems, now=now)
             self._problems_at = time.monotonic()
         return self._problems, self._alerts
 
@@ -163,6 +168,7 @@ class LiveView:
             seen=seen,
         )
         doc["problems"], doc["alerts"] = self._current_problems(now, doc["training"])
+        apply_states(doc, doc["problems"], self._states)
         doc["vectors"] = {v: _titled(entry) for v, entry in doc["vectors"].items()}
         doc["query_ms"] = round((time.perf_counter() - started) * 1000, 2)
         return doc

@@ -9,7 +9,7 @@ import { jobLink } from "./job.js";
 import { applyTiles, initTiles } from "./tiles.js";
 import { initPlayer } from "./player.js";
 import { initSimulator } from "./sim.js";
-import { boot, clear, fmt, fmtRate, fmtTime, h, t } from "./util.js";
+import { boot, clear, eventItem, fmt, fmtRate, fmtTime, h, t } from "./util.js";
 
 const state = { reading: "engineer", view: "schematic", snapshot: boot.live, opener: null, ticks: 0, applyMs: [] };
 const body = document.body;
@@ -33,6 +33,7 @@ function applySnapshot(snap) {
   body.dataset.ticks = String(state.ticks);
   applyMonitor(snap);                // first: the tiles' spoken names say the problems it marks
   applyTiles(snap);
+  updateEvents(snap);
   for (const [name, node] of refs.ib) {
     const v = snap.nodes?.[name];
     node.textContent = v ? `IB ↑${fmtRate(v.ib_tx_bytes_s)} ↓${fmtRate(v.ib_rx_bytes_s)}` : "";
@@ -104,6 +105,18 @@ function updateVectors(snap) {
   }
 }
 
+/** The recent-events strip (reports/timeline.py, newest first, bounded): rebuilt only when it changed. */
+function updateEvents(snap) {
+  const list = document.getElementById("events-list");
+  if (!list || !snap.events) return;
+  const signature = JSON.stringify(snap.events);
+  if (list.dataset.signature === signature) return;
+  list.dataset.signature = signature;
+  clear(list);
+  if (!snap.events.length) list.append(h("li", { class: "muted" }, t("events.none")));
+  for (const e of snap.events) list.append(eventItem(e));
+}
+
 function updateQueue(snap) {
   const q = snap.queue;
   if (!q) return;
@@ -116,8 +129,8 @@ function updateQueue(snap) {
   for (const j of q.jobs) {
     const job = h("button", { type: "button", class: "ghost job-link", "data-highlight-job": j.id,
       title: t("alerts.job_title", { job: j.id }) }, j.id);
-    const state = (j.state ?? "") + (j.restarts ? ` · ${t("queue.restarts", { n: fmt(j.restarts) })}` : "");
-    tbody.append(h("tr", { "data-job": j.id }, [[job, " ", jobLink(j.id)], j.name ?? "", j.user ?? "", j.account ?? "", state, (j.nodes || []).join(", "), fmt(j.gpus)]
+    const state = (j.requeued ? t("queue.requeued") : j.state ?? "") + (j.restarts ? ` · ${t("queue.restarts", { n: fmt(j.restarts) })}` : "");
+    tbody.append(h("tr", { "data-job": j.id, "data-requeued": String(Boolean(j.requeued)) }, [[job, " ", jobLink(j.id)], j.name ?? "", j.user ?? "", j.account ?? "", state, (j.nodes || []).join(", "), fmt(j.gpus)]
       .map((c) => h("td", {}, c))));
   }
 }

@@ -2,7 +2,7 @@
 // the latest snapshot. Everything is inserted as text (h() never parses markup).
 
 import { jobLink } from "./job.js";
-import { cards, clear, fmt, fmtRate, fmtTime, h, lang, t } from "./util.js";
+import { cards, clear, eventItem, fmt, fmtRate, fmtTime, h, lang, t } from "./util.js";
 
 const ELEMENT_FIELDS = {
   engineer: ["what", "observe", "tools", "threats"],
@@ -102,6 +102,7 @@ const LIVE = {
     if (!g) return h("p", { class: "muted" }, t("card.no_data"));
     const job = g.job ? (g.job_name ? `${g.job} (${g.job_name})` : g.job) : t("live.none");
     return dl([
+      [t("live.state"), t(`state.${g.state ?? "ok"}`), { "data-value": "state" }],
       [t("live.util"), gpuValue(g, "util_pct"), { "data-value": "util_pct" }],
       [t("live.power"), gpuValue(g, "power_w"), { "data-value": "power_w" }],
       [t("live.mem"), gpuValue(g, "mem_used_bytes"), { "data-value": "mem_used_bytes" }],
@@ -115,9 +116,15 @@ const LIVE = {
     const ib = snap.nodes?.[info.id] || {};
     const gpus = Object.entries(snap.gpus || {}).filter(([id]) => id.startsWith(`${info.id}/`))
       .sort(([a], [b]) => Number(a.split("/")[1]) - Number(b.split("/")[1]));
+    const events = snap.node_events?.[info.id] ?? [];
+    const ns = snap.node_states?.[info.id];
     return h("div", {},
-      dl([[t("live.ib_tx"), fmtRate(ib.ib_tx_bytes_s), { "data-value": "ib_tx" }],
+      dl([[t("live.state"), t(`state.${ns?.state ?? "ok"}`) + (ns?.reasons?.length ? ` (${ns.reasons.join(", ")})` : ""), { "data-value": "state" }],
+          [t("live.ib_tx"), fmtRate(ib.ib_tx_bytes_s), { "data-value": "ib_tx" }],
           [t("live.ib_rx"), fmtRate(ib.ib_rx_bytes_s), { "data-value": "ib_rx" }]]),
+      h("h4", {}, t("events.node")),
+      h("ol", { class: "events-list", "data-timeline": info.id },
+        events.length ? events.map(eventItem) : h("li", { class: "muted" }, t("events.none"))),
       h("h4", {}, t("live.gpus")),
       table([t("player.gpu"), t("live.util"), t("live.power"), t("live.mem"), t("live.temp"), t("live.job")],
         gpus.map(([id, g]) => [h("button", { type: "button", class: "ghost job-link", "data-open-gpu": id }, id),

@@ -2,13 +2,13 @@
 // the spoken names that carry the values ("GPU 2 of node1, 97 % busy, 650 W, 45 °C, job 4101").
 // Every write is skipped when the value did not change: 1,024 GPUs at 1 Hz must cost < 16 ms a tick.
 
-import { clear, fmt, h, t } from "./util.js";
+import { clear, fmt, fmtTime, h, t } from "./util.js";
 
 /** Job colours: Okabe & Ito's eight, distinguishable with the common colour-vision deficiencies
  *  (https://jfly.uni-koeln.de/color/); a job keeps its colour for as long as its id hashes the same. */
 export const JOB_COLOURS = 8;
 
-const refs = { tiles: [], nodes: [] };
+const refs = { tiles: [], nodes: [], full: [] };
 
 /** Look every live element up once: a 128-node page has ~5,000 of them. */
 export function initTiles() {
@@ -37,6 +37,16 @@ export function initTiles() {
   refs.nodes = [...document.querySelectorAll(".tile g[data-node]")].map((el) => ({
     name: el.dataset.node, el, sum: sums.get(el.dataset.node), mark: tileMarks.get(el.dataset.node), last: {},
     gpus: refs.tiles.filter((g) => g.node === el.dataset.node) }));
+  refs.full = [...document.querySelectorAll(".node-group:not(.tile) > g[data-node]")].map((el) => ({
+    name: el.dataset.node, el, title: el.querySelector(".node-title"), last: {} }));
+}
+
+/** A drawn node (up to 4 nodes) says its state after its name: "node2 · drained". */
+function applyFullNode(node, snap) {
+  const state = snap.node_states?.[node.name]?.state;
+  const shown = state && state !== "ok" ? state : null;
+  set(node.el, "data-state", shown, node.last);
+  setText(node.title, shown ? `${node.name} · ${t(`state.${shown}`)}` : node.name, node.last, "title");
 }
 
 /** A job id's colour index (FNV-1a: the same job gets the same colour in every tab and every session). */
@@ -80,11 +90,15 @@ function problemWords(el) {
 function applyGpu(tile, g) {
   const util = g?.util_pct;
   const job = firstJob(g);
+  // The true state (reports/live.py apply_states): a lost GPU shows no number, a drained or down node's GPUs say so.
+  const state = g?.state && g.state !== "ok" ? g.state : null;
+  const lost = state === "lost";
+  set(tile.el, "data-state", state, tile.last);
   set(tile.el, "data-level", level(util), tile.last);
   set(tile.el, "data-jobc", job === null ? null : String(jobColour(job)), tile.last);
-  setText(tile.util, util === undefined || util === null ? "–" : `${fmt(util, 0)}${t("unit.pct")}`, tile.last, "u");
-  setText(tile.pt, g ? `${fmt(g.power_w, 0)} ${t("unit.w")}` : "", tile.last, "pt");
-  setText(tile.temp, g ? `${fmt(g.temp_c, 0)} ${t("unit.c")}` : "", tile.last, "temp");
+  setText(tile.util, lost ? t("state.lost") : util === undefined || util === null ? "–" : `${fmt(util, 0)}${t("unit.pct")}`, tile.last, "u");
+  setText(tile.pt, lost ? t("state.lost_since", { t: fmtTime(g.last_seen) }) : state ? t(`state.${state}`) : g ? `${fmt(g.power_w, 0)} ${t("unit.w")}` : "", tile.last, "pt");
+  setText(tile.temp, g && !lost ? `${fmt(g.temp_c, 0)} ${t("unit.c")}` : "", tile.last, "temp");
   if (tile.bar) set(tile.bar, "width", String(util ? (tile.barMax * Math.min(100, util)) / 100 : 0), tile.last);
   // A full tile's tooltip and spoken name follow every tick; a cell of an aggregate tile writes its tooltip
   // only when a pointer reaches it (1,024 text writes a tick were a third of the tick's cost).
@@ -95,7 +109,9 @@ function applyGpu(tile, g) {
 }
 
 function gpuWords(tile, g) {
-  return { index: tile.index, node: tile.node, gpu: tile.node, util: val(g?.util_pct, 0, "unit.pct"),
+  const state = g?.state && g.state !== "ok" ? g.state : null;
+  return { index: tile.index, node: tile.node, gpu: tile.node,
+    util: state === "lost" ? t("state.lost") : (state ? `${t(`state.${state}`)}, ` : "") + val(g?.util_pct, 0, "unit.pct"),
     power: val(g?.power_w, 0, "unit.w"), temp: val(g?.temp_c, 0, "unit.c"), job: g?.job ?? t("live.none") };
 }
 
@@ -106,7 +122,11 @@ function applyNode(node, snap) {
   const hottest = gpus.length ? Math.max(...gpus.map((g) => g.temp_c ?? -Infinity)) : null;
   const jobs = [...new Set(gpus.map(firstJob).filter(Boolean))];
   const kw = power === null ? t("live.none") : `${fmt(power / 1000, 1)} kW`;
-  setText(node.sum, mean === null ? "" : `${fmt(mean, 0)} ${t("unit.pct")} · ${kw}`, node.last, "sum");
+  const nodeState = snap.node_states?.[node.name]?.state;
+  const shown = nodeState && nodeState !== "ok" ? nodeState : null;
+  set(node.el, "data-state", shown, node.last);
+  const sum = mean === null ? "" : `${fmt(mean, 0)} ${t("unit.pct")} · ${kw}`;
+  setText(node.sum, shown ? `${t(`state.${shown}`)}${sum ? ` · ${sum}` : ""}` : sum, node.last, "sum");
   const found = node.gpus.map((g) => g.el.dataset.problem).filter(Boolean);
   const problem = MARK_ORDER.find((m) => found.includes(m));   // the worst of its GPUs' marks
   set(node.el, "data-gpu-problem", problem ?? null, node.last);
@@ -129,6 +149,7 @@ export function applyTiles(snap) {
   latest = snap;
   for (const tile of refs.tiles) applyGpu(tile, snap.gpus?.[tile.id]);
   for (const node of refs.nodes) applyNode(node, snap);
+  for (const node of refs.full) applyFullNode(node, snap);
   drawJobLegend(snap);
 }
 

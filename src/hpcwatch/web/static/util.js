@@ -83,3 +83,17 @@ export function fmtTime(seconds) {
 export function clear(node) {
   while (node.firstChild) node.removeChild(node.firstChild);
 }
+
+/** One timeline entry as a list item: its time (UTC), what happened, where. Also the node card's timeline. */
+export function eventItem(e) {
+  const where = [e.node, e.gpu !== null && e.gpu !== undefined ? `GPU ${e.gpu}` : null, e.job ? t("events.job", { job: e.job }) : null]
+    .filter(Boolean).join(" · ");
+  // A finding is named by its vector's card title and its severity in the page's language (its title is the
+  // detector's English).
+  const d = e.detail ?? {};
+  const vector = d.vector ? cards.vectors?.[d.vector]?.title ?? d.vector : "";
+  const severity = d.severity ? t(`severity.${d.severity}`) : "";
+  const words = t(`event.${e.what}`, { xid: d.xid ?? "", state: d.state ?? "", rule: d.rule ?? "", step: d.step ?? "", vector, severity });
+  return h("li", { "data-what": e.what, "data-node": e.node ?? "", "data-job": e.job ?? "" },
+    [h("time", { datetime: new Date(e.t * 1000).toISOString() }, fmtTime(e.t)), " ", h("span", { class: "event-what" }, words), where ? ` — ${where}` : ""]);
+}

@@ -1,0 +1,102 @@
+"""Whole-process time of ``hpcwatch steps TRACE --critical-path --json`` vs a script calling HTA 0.5 on it.
+
+Both as a user types them, start-up included (median of ``--repeat`` runs, wall clock; each command runs once
+untimed first and both keep their bytecode caches, as installed packages do, under a temporary
+``PYTHONPYCACHEPREFIX`` so the worktree stays clean):
+
+    .venv/bin/python benchmarks/bench_critical_path.py --hta-python /work/hta-venv/bin/python
+
+HTA runs in its own venv (``HolisticTraceAnalysis==0.5.0 pandas==2.2.3``); it is never a dependency of hpcwatch.
+The HTA script is the few lines of HTA's documentation: TraceAnalysis(trace_dir=...), critical_path_analysis,
+get_critical_path_breakdown (HTA reads every trace of a folder, so each trace is copied alone into one).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+DATA = ROOT / "tests" / "data" / "kineto"
+CASES = (
+    ("hta_cp_simple_add.json.gz", "[param|pytorch.model.alex_net|0|0|0|measure|forward]", 1),
+    ("hta_alexnet_stream_sync.json.gz", "[param|pytorch.model.alex_net|0|0|0|measure|forward]", 1),
+    ("hta_gpu_lags_host_rank0.json.gz", "ProfilerStep", 1),
+    ("hta_a100_nccl_rank0.json.gz", "ProfilerStep", 0),
+    ("h200_annotated_steps.json.gz", "ProfilerStep", 0),
+)
+HTA_SCRIPT = """
+import logging, sys
+logging.disable(logging.WARNING)
+from hta.trace_analysis import TraceAnalysis
+t = TraceAnalysis(trace_dir=sys.argv[1])
+g, ok = t.critical_path_analysis(rank=0, annotation=sys.argv[2], instance_id=int(sys.argv[3]))
+df = g.get_critical_path_breakdown()
+print(int(df.duration.sum()))
+"""
+
+
+def _time(cmd: list[str], repeat: int, pycache: str) -> tuple[float, str]:
+    """Median wall time of ``repeat`` runs after one untimed run (which writes the bytecode caches)."""
+    times, out = [], ""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    env |= {"PYTHONPATH": str(ROOT / "src"), "PYTHONPYCACHEPREFIX": pycache}
+    subprocess.run(cmd, capture_output=True, check=False, env=env)
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        done = subprocess.run(cmd, capture_output=True, text=True, check=False, env=env)
+        times.append(time.perf_counter() - t0)
+        if done.returncode != 0:
+            raise SystemExit(f"{cmd[0]} failed: {done.stderr.strip().splitlines()[-1:]}")
+        out = done.stdout
+    return statistics.median(times), out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--hta-python", required=True)
+    ap.add_argument("--repeat", type=int, default=5)
+    args = ap.parse_args()
+    # ``python -m hpcwatch`` with this checkout's src first: what the ``hpcwatch`` entry point runs, from this tree
+    hpcwatch = [sys.executable, "-m", "hpcwatch"]
+    pycache = tempfile.mkdtemp(prefix="bench-cp-pyc-")
+    print(f"{'trace':36} {'MB':>5} {'hpcwatch s':>10} {'HTA s':>7} {'×':>5}  path µs (ours / HTA)")
+    for name, annotation, instance in CASES:
+        trace = DATA / name
+        ours, ours_out = _time(
+            [
+                *hpcwatch,
+                "steps",
+                str(trace),
+                "--critical-path",
+                "--annotation",
+                annotation,
+                "--instance",
+                str(instance),
+                "--json",
+            ],
+            args.repeat,
+            pycache,
+        )
+        length = json.loads(ours_out)["length_us"]
+        with tempfile.TemporaryDirectory() as tmp:
+            shutil.copy(trace, Path(tmp) / name)
+            script = Path(tmp) / "hta_cp.py"
+            script.write_text(HTA_SCRIPT)
+            theirs, hta_out = _time(
+                [args.hta_python, str(script), tmp, annotation, str(instance)], args.repeat, pycache
+            )
+        mb = trace.stat().st_size / 1e6
+        print(f"{name:36} {mb:5.2f} {ours:10.3f} {theirs:7.3f} {theirs / ours:5.1f}  {length} / {hta_out.strip()}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,613 @@
+"""The health rules, declared once: what each one reads, how bad it is, what it does, and on whose word.
+
+``HEALTH_RULES`` is the one table. ``analysis.health.Check`` refuses a rule id
+outside it (a check under a forgotten id would drain a node for a reason
+nobody can look up), ``hpcwatch health --list-rules`` prints it, and the
+module docstrings of the rules point here instead of copying it. Each row:
+
+- ``id``: what ``Check.rule`` holds (and the ``--summary`` reason names);
+- ``family``: the part of the node it judges (``gpu``, ``fabric``, ``nccl``, ``benchmark``);
+- ``sources``: the registered formats (``sources.builtin``, ``--format`` names) whose records it reads;
+- ``severity``: how much a fired rule hurts the jobs of the node (``records.Severity``);
+- ``actions``: the verdicts it can give (``ok`` only where it notes a fact without blaming the node);
+- ``threshold``: when it fires; ``{name}`` is a ``HealthConfig`` field, filled with its value when listed
+  (``threshold_text``), so the number shown is the one the code judges by;
+- ``citation``: where the meaning or the number comes from (a vendor document, a spec, NHC); a
+  threshold that is our own choice says so and names its ``HealthConfig`` field.
+"""
+
+from __future__ import annotations
+
+import string
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Literal, get_args
+
+from hpcwatch import vocab
+from hpcwatch.analysis.xid import XID_CATALOG_URL, Verdict
+from hpcwatch.records import SEVERITIES, Severity
+
+__all__ = [
+    "HealthRuleId",
+    "HealthFamily",
+    "HealthRule",
+    "HEALTH_RULES",
+    "HEALTH_RULE_IDS",
+    "FAMILIES",
+    "health_rule",
+]
+
+HealthRuleId = Literal[
+    # GPUs: dcgm-exporter fields, the kernel's XIDs
+    "xid",
+    "ecc_dbe",
+    "row_remap",
+    "pcie_replay",
+    "throttle",
+    "stalled_nccl",
+    "idle_allocated",
+    "gpu_missing",
+    # InfiniBand fabric
+    "ib_link",
+    "ib_errors",
+    "ib_port",
+    # active benchmarks between jobs
+    "dcgm_diag",
+    "nccl_tests",
+    "ib_write_bw",
+    # NCCL_DEBUG=INFO logs and PyTorch's watchdog (analysis.nccl)
+    "nccl_socket_fallback",
+    "nccl_few_channels",
+    "nccl_forced_tuning",
+    "nccl_version_mismatch",
+    "nccl_ib_missing",
+    "nccl_intranode_net",
+    "nccl_timeout",
+    # the host: drives (smartctl)
+    "smart_status",
+    "nvme_critical_warning",
+    "nvme_spare",
+    "nvme_wear",
+    "nvme_media_errors",
+    "nvme_temperature",
+    # the host: PCIe links of GPUs and HCAs (lspci -vv)
+    "pcie_width",
+    "pcie_speed",
+    # the host: its clock (chronyc tracking)
+    "clock_offset",
+    "clock_unsynchronised",
+    # the host: its kernel log (dmesg, journalctl -k)
+    "hung_task",
+    "oom_kill",
+    "hw_error",
+    # the host: its services (systemctl)
+    "failed_units",
+    # the host: its BMC (ipmitool)
+    "ipmi_sel",
+    # the fleet: nodes of one partition that should match
+    "driver_mismatch",
+]
+HealthFamily = Literal[
+    "gpu", "fabric", "benchmark", "nccl", "storage", "pcie", "clock", "kernel", "services", "bmc", "fleet"
+]
+FAMILIES: tuple[HealthFamily, ...] = get_args(HealthFamily)
+
+_DCGM_FIELDS = "https://docs.nvidia.com/datacenter/dcgm/latest/dcgm-api/dcgm-api-field-ids.html"
+_ROW_REMAP = "https://docs.nvidia.com/deploy/a100-gpu-mem-error-mgmt/index.html"
+_CLOCK_EVENTS = "https://docs.nvidia.com/deploy/nvml-api/group__nvmlClocksEventReasons.html"
+_IBA_COUNTERS = "InfiniBand Architecture Specification vol. 1, PortCounters attribute (perfquery's names)"
+_NHC_IB = "https://github.com/mej/nhc (README, check_hw_ib: a port not Active at its rate offlines the node)"
+_DCGM_DIAG = "https://docs.nvidia.com/datacenter/dcgm/latest/user-guide/dcgm-diagnostics.html"
+_NCCL_TESTS = "https://github.com/NVIDIA/nccl-tests/blob/master/doc/PERFORMANCE.md"
+_PERFTEST = "https://github.com/linux-rdma/perftest (ib_write_bw BW average, Gb/s)"
+_NCCL_ENV = "https://docs.nvidia.com/deeplearning/nccl/user-guide/docs/env.html"
+_NCCL_790 = "https://github.com/NVIDIA/nccl/issues/790 (NCCL_ALGO/NCCL_PROTO are not for production)"
+_TORCH_WATCHDOG = "https://pytorch.org/docs/stable/torch_nccl_environment_variables.html (TORCH_NCCL_*TIMEOUT*)"
+_OURS = "our choice (HealthConfig)"
+_NVME_LOG = (
+    "NVM Express Base Specification 2.0, SMART / Health Information log page (Critical Warning bits, Available "
+    "Spare and its Threshold, Percentage Used, Media and Data Integrity Errors)"
+)
+_GCM_BLOCKDEV = (
+    "https://github.com/facebookresearch/gcm gcm/health_checks/checks/check_blockdev.py (percentage used warns at 80, "
+    "critical at 100; spare critical under its threshold)"
+)
+_GCM_PCI = (
+    "https://github.com/facebookresearch/gcm gcm/health_checks/checks/check_pci.py (a GPU or NIC whose link width "
+    "or speed is under the expected one is critical)"
+)
+_PCIE_LINK = "PCI Express Base Specification, Link Capabilities / Link Status registers (lspci's LnkCap / LnkSta)"
+_NVSMI_PCIE = (
+    "nvidia-smi(1), 'PCI' > 'GPU Link Info': the current link generation and width may be reduced when the GPU "
+    "is not in use"
+)
+_CHRONYC = "https://chrony-project.org/doc/4.6/chronyc.html (tracking: System time, Leap status)"
+_CHRONY_MAKESTEP = (
+    "chrony's example configurations (examples/chrony.conf.example1): 'makestep 1.0 3', an offset over 1 s is "
+    "stepped, not slewed"
+)
+_MUNGE_TTL = "munge(7) / munged(8): a credential's default time-to-live is 300 s, a clock further off fails Slurm auth"
+_NPD_KERNEL = (
+    "https://github.com/kubernetes/node-problem-detector config/kernel-monitor.json (OOMKilling, TaskHung, "
+    "CperHardwareErrorCorrected / Recoverable temporary; CperHardwareErrorFatal a permanent node condition)"
+)
+_KERNEL_RAS = "https://docs.kernel.org/admin-guide/ras.html (corrected vs uncorrected memory errors, EDAC)"
+_SERVICES = (
+    "https://www.freedesktop.org/software/systemd/man/latest/systemctl.html (--failed, --output=json); GCM "
+    "check_service and LBNL NHC check_ps_service (a service the node needs that is not running fails the node)"
+)
+_GCM_SEL = (
+    "https://github.com/facebookresearch/gcm gcm/health_checks/checks/check_ipmitool.py (an asserted Power Supply "
+    "AC lost, NVIDIA_MCA_Error, Uncorrectable error, Critical Interrupt Bus Fatal Error / PCI SERR, Processor "
+    "Throttled or BIOS corruption is critical)"
+)
+_IPMI_SPEC = (
+    "IPMI v2.0 specification, table 42-3 'Sensor Type Codes' (Memory: Correctable / Uncorrectable ECC; Power "
+    "Supply: Failure detected) and threshold events (Upper / Lower Critical)"
+)
+_SMARTCTL = "https://www.smartmontools.org/browser/trunk/smartmontools/smartctl.8.in (--json, -H, exit status bit 3)"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class HealthRule:
+    """One health rule; everything else that names a rule derives from its row."""
+
+    id: HealthRuleId
+    family: HealthFamily
+    sources: tuple[str, ...]
+    """Registered format names (``hpcwatch ingest --format``) whose records it judges."""
+    signal: str
+    """What it reads, in the source's own names (a metric, a counter, an event's field)."""
+    severity: Severity
+    actions: tuple[Verdict, ...]
+    """The verdicts it can give, mildest first."""
+    threshold: str
+    """When it fires; ``{field}`` names a ``HealthConfig`` field (``threshold_text`` fills it)."""
+    citation: str
+    active: bool = False
+    """A benchmark's result (run between jobs) rather than what the exporters collect."""
+
+    def __post_init__(self) -> None:
+        if self.severity not in SEVERITIES:
+            raise ValueError(f"health rule {self.id!r}: unknown severity {self.severity!r}")
+        if not self.actions or any(a not in get_args(Verdict) for a in self.actions):
+            raise ValueError(f"health rule {self.id!r}: actions must be ok/warn/drain, got {self.actions!r}")
+
+    @property
+    def config_fields(self) -> tuple[str, ...]:
+        """The ``HealthConfig`` fields its threshold names."""
+        return tuple(name for _, name, _, _ in string.Formatter().parse(self.threshold) if name)
+
+    def threshold_text(self, values: Mapping[str, Any]) -> str:
+        """The threshold with each ``{field}`` replaced by its value in ``values`` (a config as a dict; a list of
+        names is written comma-separated)."""
+        shown = {
+            name: ", ".join(map(str, v)) if isinstance(v := values[name], (tuple, list)) else v
+            for name in self.config_fields
+        }
+        return self.threshold.format_map(shown)
+
+    def to_dict(self, values: Mapping[str, Any]) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "family": self.family,
+            "active": self.active,
+            "sources": list(self.sources),
+            "signal": self.signal,
+            "severity": self.severity,
+            "actions": list(self.actions),
+            "threshold": self.threshold_text(values),
+            "config_fields": list(self.config_fields),
+            "citation": self.citation,
+        }
+
+
+def _r(**kw: Any) -> HealthRule:
+    return HealthRule(**kw)
+
+
+#: Every health rule, by family; the order of ``--list-rules``.
+HEALTH_RULES: tuple[HealthRule, ...] = (
+    _r(
+        id="xid",
+        family="gpu",
+        sources=("prometheus",),
+        signal="DCGM_FI_DEV_XID_ERRORS != 0; xid events (NVRM: Xid lines of the kernel log)",
+        severity="high",
+        actions=("warn", "drain"),
+        threshold="any XID; the verdict is the catalogue's immediate action for its code (analysis.xid)",
+        citation=XID_CATALOG_URL,
+    ),
+    _r(
+        id="ecc_dbe",
+        family="gpu",
+        sources=("prometheus",),
+        signal=vocab.DCGM_FI_DEV_ECC_DBE_VOL_TOTAL,
+        severity="critical",
+        actions=("drain",),
+        threshold="> 0 uncorrectable (double-bit) ECC errors since the driver loaded",
+        citation=_DCGM_FIELDS,
+    ),
+    _r(
+        id="row_remap",
+        family="gpu",
+        sources=("prometheus",),
+        signal="DCGM_FI_DEV_ROW_REMAP_FAILURE, DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS, DCGM_FI_DEV_ROW_REMAP_PENDING",
+        severity="high",
+        actions=("warn", "drain"),
+        threshold="remap failure > 0 drains; uncorrectable remapped rows grew in the window, or a remap pending, warns",
+        citation=_ROW_REMAP,
+    ),
+    _r(
+        id="pcie_replay",
+        family="gpu",
+        sources=("prometheus",),
+        signal=vocab.DCGM_FI_DEV_PCIE_REPLAY_COUNTER,
+        severity="medium",
+        actions=("warn",),
+        threshold="grew by >= {pcie_replay_warn} in the window",
+        citation=f"{_DCGM_FIELDS}; the count is {_OURS}",
+    ),
+    _r(
+        id="throttle",
+        family="gpu",
+        sources=("prometheus",),
+        signal="DCGM_FI_DEV_CLOCK_THROTTLE_REASONS / DCGM_FI_DEV_CLOCKS_EVENT_REASONS bits hw_slowdown, "
+        "sw_thermal, hw_thermal, hw_power_brake",
+        severity="medium",
+        actions=("warn",),
+        threshold="one of those bits set in >= {throttle_warn_fraction:.0%} of the GPU's samples",
+        citation=f"{_CLOCK_EVENTS}; the share is {_OURS}",
+    ),
+    _r(
+        id="stalled_nccl",
+        family="gpu",
+        sources=("prometheus",),
+        signal="DCGM_FI_DEV_GPU_UTIL with DCGM_FI_DEV_POWER_USAGE",
+        severity="high",
+        actions=("warn",),
+        threshold="util >= {stall_util_pct} % at <= {stall_power_factor} × the catalog's idle power for "
+        ">= {stall_min_s} s",
+        citation=f"idle power: model.catalog; the pattern (a spinning NCCL kernel draws little) and numbers: {_OURS}",
+    ),
+    _r(
+        id="idle_allocated",
+        family="gpu",
+        sources=("prometheus",),
+        signal="DCGM_FI_DEV_GPU_UTIL of a GPU whose hpc_job label names a job",
+        severity="low",
+        actions=("warn",),
+        threshold="util <= {idle_util_pct} % for >= {idle_min_s} s",
+        citation=_OURS,
+    ),
+    _r(
+        id="gpu_missing",
+        family="gpu",
+        sources=("prometheus",),
+        signal="DCGM_FI_DEV_GPU_UTIL series that stopped while its node still reports",
+        severity="critical",
+        actions=("drain",),
+        threshold="last sample > {missing_after_s} s older than the node's newest",
+        citation=f"{XID_CATALOG_URL} (XID 79, fallen off the bus, is what it usually is); the delay is {_OURS}",
+    ),
+    _r(
+        id="ib_link",
+        family="fabric",
+        sources=("perfquery", "prometheus"),
+        signal="LinkDownedCounter (perfquery), node_infiniband_link_downed_total (node-exporter)",
+        severity="high",
+        actions=("warn", "drain"),
+        threshold="grew by 1 warns, by >= {link_down_drain} drains, in the window",
+        citation=f"{_IBA_COUNTERS}; the count is {_OURS}",
+    ),
+    _r(
+        id="ib_errors",
+        family="fabric",
+        sources=("perfquery", "prometheus"),
+        signal="SymbolErrorCounter, PortRcvErrors, LinkErrorRecoveryCounter, LocalLinkIntegrityErrors, "
+        "ExcessiveBufferOverrunErrors",
+        severity="medium",
+        actions=("warn",),
+        threshold="symbol errors grew by >= {symbol_error_warn}, any other by >= 1, in the window",
+        citation=f"{_IBA_COUNTERS}; the counts are {_OURS}",
+    ),
+    _r(
+        id="ib_port",
+        family="fabric",
+        sources=("ibstat",),
+        signal="ibstat State / Physical state / Rate of each InfiniBand port; ibstat's panic on an HCA",
+        severity="high",
+        actions=("warn", "drain"),
+        threshold="not Active/LinkUp drains (Disabled by an admin: warns); rate under the catalog's link warns, "
+        "under {ib_rate_drain_fraction:.0%} of it drains; an HCA ibstat cannot stat drains",
+        citation=f"ibstat(8), IBA PortInfo PortState/PortPhysicalState; {_NHC_IB}",
+    ),
+    _r(
+        id="dcgm_diag",
+        family="benchmark",
+        sources=("dcgmi-diag",),
+        signal="dcgmi diag -j test results",
+        severity="high",
+        actions=("warn", "drain"),
+        threshold="a test that fails drains, one that warns warns",
+        citation=_DCGM_DIAG,
+        active=True,
+    ),
+    _r(
+        id="nccl_tests",
+        family="benchmark",
+        sources=("nccl-tests",),
+        signal="nccl-tests #wrong, algbw, busbw of the largest size",
+        severity="high",
+        actions=("warn", "drain"),
+        threshold="any wrong result drains; busbw under {busbw_warn_fraction:.0%} of the catalog's NVLink (one node) "
+        "or link (across nodes) figure, or busbw != algbw × 2(n-1)/n, warns",
+        citation=_NCCL_TESTS,
+        active=True,
+    ),
+    _r(
+        id="ib_write_bw",
+        family="benchmark",
+        sources=("ib-write-bw",),
+        signal="ib_write_bw BW average of the largest message",
+        severity="high",
+        actions=("warn", "drain"),
+        threshold="under {ib_bw_warn_fraction:.0%} of the link rate warns, under {ib_bw_drain_fraction:.0%} drains",
+        citation=f"{_PERFTEST}; the shares are {_OURS}",
+        active=True,
+    ),
+    _r(
+        id="nccl_socket_fallback",
+        family="nccl",
+        sources=("nccl-log",),
+        signal="NET/Socket transports, 'Using network Socket'",
+        severity="medium",
+        actions=("ok", "warn"),
+        threshold="a rank on NET/Socket while its job or host has InfiniBand warns; TCP with no IB anywhere is noted",
+        citation=f"{_NCCL_ENV}; a ring runs at its slowest link (docs/reference.md)",
+    ),
+    _r(
+        id="nccl_few_channels",
+        family="nccl",
+        sources=("nccl-log",),
+        signal="coll channels / rings built vs 'Pattern .. nChannels N' of the topology search",
+        severity="medium",
+        actions=("warn",),
+        threshold="fewer channels than the search found, or than another rank of the job built",
+        citation=_NCCL_ENV,
+    ),
+    _r(
+        id="nccl_forced_tuning",
+        family="nccl",
+        sources=("nccl-log",),
+        signal="NCCL_ALGO, NCCL_PROTO, NCCL_MIN/MAX_NCHANNELS ... printed as set",
+        severity="low",
+        actions=("warn",),
+        threshold="any of analysis.nccl.FORCING_VARIABLES set",
+        citation=_NCCL_790,
+    ),
+    _r(
+        id="nccl_version_mismatch",
+        family="nccl",
+        sources=("nccl-log",),
+        signal="NCCL version, CUDA runtime, net plugin of each rank",
+        severity="medium",
+        actions=("warn",),
+        threshold="they differ across the job's ranks",
+        citation=_NCCL_ENV,
+    ),
+    _r(
+        id="nccl_ib_missing",
+        family="nccl",
+        sources=("nccl-log",),
+        signal="NET/IB devices each host lists",
+        severity="high",
+        actions=("drain",),
+        threshold="some hosts list fewer (or no) NET/IB devices than the others",
+        citation=f"{_NCCL_ENV}; a host without its HCAs is a hardware or driver fault ({_NHC_IB})",
+    ),
+    _r(
+        id="nccl_intranode_net",
+        family="nccl",
+        sources=("nccl-log",),
+        signal="two GPUs of one host connected over NET instead of P2P/SHM",
+        severity="medium",
+        actions=("warn",),
+        threshold="any such pair (NCCL_P2P_DISABLE / NCCL_SHM_DISABLE set, or P2P unavailable)",
+        citation=_NCCL_ENV,
+    ),
+    _r(
+        id="nccl_timeout",
+        family="nccl",
+        sources=("nccl-log",),
+        signal="PyTorch ProcessGroupNCCL watchdog: 'Watchdog caught collective operation timeout'",
+        severity="high",
+        actions=("warn",),
+        threshold="any timed-out collective on the host",
+        citation=_TORCH_WATCHDOG,
+    ),
+    _r(
+        id="smart_status",
+        family="storage",
+        sources=("smartctl-json", "prometheus"),
+        signal="smartctl_device_smart_status (smart_status.passed) of a SATA / SAS drive",
+        severity="high",
+        actions=("drain",),
+        threshold="0: the drive says it is failing (smartctl -H 'FAILED'); NVMe drives are judged by their "
+        "critical-warning bits instead",
+        citation=_SMARTCTL,
+    ),
+    _r(
+        id="nvme_critical_warning",
+        family="storage",
+        sources=("smartctl-json", "prometheus"),
+        signal="smartctl_device_critical_warning bits 0x04 reliability degraded, 0x08 read-only, 0x10 volatile "
+        "memory backup failed, 0x20 persistent memory region unreliable",
+        severity="critical",
+        actions=("drain",),
+        threshold="any of those bits set (0x01 and 0x02 are nvme_spare and nvme_temperature)",
+        citation=_NVME_LOG,
+    ),
+    _r(
+        id="nvme_spare",
+        family="storage",
+        sources=("smartctl-json", "prometheus"),
+        signal="smartctl_device_available_spare vs smartctl_device_available_spare_threshold; critical warning 0x01",
+        severity="high",
+        actions=("drain",),
+        threshold="available spare under the threshold the drive reports (or bit 0x01 set)",
+        citation=f"{_NVME_LOG}; {_GCM_BLOCKDEV}",
+    ),
+    _r(
+        id="nvme_wear",
+        family="storage",
+        sources=("smartctl-json", "prometheus"),
+        signal=vocab.SMARTCTL_DEVICE_PERCENTAGE_USED,
+        severity="medium",
+        actions=("warn", "drain"),
+        threshold=">= {nvme_used_warn_pct} % of rated endurance warns, >= {nvme_used_drain_pct} % drains",
+        citation=f"{_NVME_LOG}; {_GCM_BLOCKDEV}",
+    ),
+    _r(
+        id="nvme_media_errors",
+        family="storage",
+        sources=("smartctl-json", "prometheus"),
+        signal="smartctl_device_media_errors (unrecovered data-integrity errors since manufacture)",
+        severity="high",
+        actions=("warn", "drain"),
+        threshold="> 0 warns; grew within the window drains (the drive is losing data now)",
+        citation=_NVME_LOG,
+    ),
+    _r(
+        id="nvme_temperature",
+        family="storage",
+        sources=("smartctl-json", "prometheus"),
+        signal="smartctl_device_critical_warning bit 0x02, with smartctl_device_temperature as evidence",
+        severity="medium",
+        actions=("warn",),
+        threshold="bit 0x02 set: the composite temperature passed the drive's own over- or under-temperature threshold",
+        citation=_NVME_LOG,
+    ),
+    _r(
+        id="pcie_width",
+        family="pcie",
+        sources=("lspci-vv",),
+        signal="pcie_link_width vs pcie_link_width_max (LnkSta vs LnkCap Width) of GPUs (vendor 10de, VGA / 3D "
+        "controller) and HCAs (vendor 15b3)",
+        severity="high",
+        actions=("drain",),
+        threshold="fewer lanes trained than the device is capable of (x8 of x16 halves its bandwidth; x0: link down)",
+        citation=f"{_PCIE_LINK}; {_GCM_PCI}",
+    ),
+    _r(
+        id="pcie_speed",
+        family="pcie",
+        sources=("lspci-vv",),
+        signal="pcie_link_speed_gts vs pcie_link_speed_max_gts (LnkSta vs LnkCap Speed) of HCAs (vendor 15b3)",
+        severity="medium",
+        actions=("warn",),
+        threshold="an HCA trained under its capable speed (a slot or riser of an older generation gives the same "
+        "reading); GPUs are not judged on speed: an idle GPU drops to 2.5 GT/s by design",
+        citation=f"{_PCIE_LINK}; {_GCM_PCI}; {_NVSMI_PCIE}",
+    ),
+    _r(
+        id="clock_offset",
+        family="clock",
+        sources=("chronyc-tracking",),
+        signal="chrony_tracking_system_time_seconds (System time: the clock's offset from NTP time)",
+        severity="medium",
+        actions=("warn", "drain"),
+        threshold="|offset| >= {clock_offset_warn_s} s warns, >= {clock_offset_drain_s} s drains",
+        citation=f"{_CHRONYC}; {_CHRONY_MAKESTEP}; {_MUNGE_TTL}",
+    ),
+    _r(
+        id="clock_unsynchronised",
+        family="clock",
+        sources=("chronyc-tracking",),
+        signal="chrony_tracking_leap_status (Leap status)",
+        severity="medium",
+        actions=("warn",),
+        threshold="'Not synchronised': chrony has no source to steer the clock by, it drifts on its own",
+        citation=_CHRONYC,
+    ),
+    _r(
+        id="hung_task",
+        family="kernel",
+        sources=("kernel-log",),
+        signal="kernel_hung_task events: 'INFO: task <comm>:<pid> blocked for more than N seconds.'",
+        severity="medium",
+        actions=("warn",),
+        threshold="any in the window (a task in D state past kernel.hung_task_timeout_secs, 120 s by default)",
+        citation=f"kernel/hung_task.c; {_NPD_KERNEL}; GCM check_dstate (processes stuck in D state)",
+    ),
+    _r(
+        id="oom_kill",
+        family="kernel",
+        sources=("kernel-log",),
+        signal="kernel_oom_kill events: 'Killed process <pid> (<comm>)', 'Memory cgroup out of memory'",
+        severity="low",
+        actions=("warn",),
+        threshold="any in the window (a job's cgroup limit or the whole node ran out of memory; the job died, "
+        "the node may be fine)",
+        citation=f"mm/oom_kill.c; {_NPD_KERNEL}",
+    ),
+    _r(
+        id="hw_error",
+        family="kernel",
+        sources=("kernel-log",),
+        signal="kernel_hw_error events: '[Hardware Error]: event severity: ...' (APEI GHES / UEFI CPER), "
+        "'EDAC MCn: k CE|UE ...'",
+        severity="high",
+        actions=("warn", "drain"),
+        threshold="corrected or recoverable warns; fatal or uncorrected drains",
+        citation=f"{_KERNEL_RAS}; {_NPD_KERNEL}",
+    ),
+    _r(
+        id="failed_units",
+        family="services",
+        sources=("systemctl-json",),
+        signal="systemd_unit_failed (units whose active state is 'failed')",
+        severity="medium",
+        actions=("warn", "drain"),
+        threshold="any failed unit warns; a failed unit of {critical_units} drains",
+        citation=f"{_SERVICES}; the list of units the node needs is {_OURS}",
+    ),
+    _r(
+        id="ipmi_sel",
+        family="bmc",
+        sources=("ipmitool-sel",),
+        signal="ipmi_sel events (ipmitool sel elist): sensor, event, Asserted / Deasserted",
+        severity="high",
+        actions=("warn", "drain"),
+        threshold="an asserted entry in the window: GCM's critical events, Uncorrectable ECC or a Power Supply "
+        "failure drain; Correctable ECC or a sensor past its Upper / Lower Critical threshold warns",
+        citation=f"{_GCM_SEL}; {_IPMI_SPEC}",
+    ),
+    _r(
+        id="driver_mismatch",
+        family="fleet",
+        sources=("prometheus", "nvidia-smi-xml"),
+        signal="the DCGM_FI_DRIVER_VERSION label (dcgm-exporter, nvidia-smi) of each node, grouped by the Slurm "
+        "partition its jobs ran in (all nodes one group when the store holds no jobs)",
+        severity="medium",
+        actions=("warn",),
+        threshold="a node whose NVIDIA driver differs from the one most nodes of its partition run (a tie warns "
+        "every node)",
+        citation=f"{_OURS}: a job spans a partition's nodes; NCCL's own version check across ranks is "
+        "nccl_version_mismatch",
+    ),
+)
+HEALTH_RULE_IDS: tuple[HealthRuleId, ...] = tuple(r.id for r in HEALTH_RULES)
+if set(HEALTH_RULE_IDS) != set(get_args(HealthRuleId)) or len(set(HEALTH_RULE_IDS)) != len(HEALTH_RULE_IDS):
+    raise RuntimeError(
+        f"HealthRuleId and HEALTH_RULES differ: {sorted(set(HEALTH_RULE_IDS) ^ set(get_args(HealthRuleId)))}"
+    )
+_BY_ID: dict[str, HealthRule] = {r.id: r for r in HEALTH_RULES}
+
+
+def health_rule(rule_id: str) -> HealthRule:
+    """The row of ``rule_id``; ``ValueError`` naming the known ids if it has none."""
+    try:
+        return _BY_ID[rule_id]
+    except KeyError:
+        raise ValueError(f"unknown health rule {rule_id!r} (known: {', '.join(HEALTH_RULE_IDS)})") from None

@@ -1,0 +1,270 @@
+"""``[[receive]]``: the central end of the agents' HTTP push, writing each shipment into a spool folder.
+
+    POST /v1/agent/shipments
+    Authorization: Bearer TOKEN          the node's token (tokens_file: one "NODE TOKEN" a line)
+    X-Hpcwatch-Node: NODE
+    Content-Length: N                    at most max_body_bytes, else 413 before a byte is read
+    {shipment JSON}                      collect/shipment.py; its host must be NODE
+
+    202  written into the spool (the ``[[spool]]`` of the same daemon ingests it)
+    400  not a shipment; 401 unknown node or wrong token; 403 a shipment of another node
+    411  no Content-Length; 413 too large; 429 the node's rate (Retry-After: seconds)
+
+The token compare is constant-time (``hmac.compare_digest``, against a dummy for an unknown node, so
+the answer's timing does not say which nodes exist). A refused token is logged once per node and
+address until a good one comes from there. TLS when ``cert_file``/``key_file`` are set. Each request
+has 10 s per read (a client that stalls is dropped). The server runs in the daemon as a collector:
+its first run starts it, later runs refresh the status note, ``close()`` stops it.
+"""
+
+from __future__ import annotations
+
+import hmac
+import logging
+import os
+import ssl
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+from hpcwatch.collect.base import RunResult
+from hpcwatch.collect.config import ReceiveSection
+from hpcwatch.collect.shipment import NAME_RE, PUSH_PATH, Shipment, write_to_spool
+from hpcwatch.errors import ConfigError, ParseError, one_line
+from hpcwatch.store import Store
+
+__all__ = ["Receiver", "ReceiveCollector", "read_tokens", "PUSH_PATH"]
+
+log = logging.getLogger(__name__)
+
+_DUMMY = "x" * 43
+
+
+def read_tokens(path: str) -> dict[str, str]:
+    """``NODE TOKEN`` lines; a malformed line is a ConfigError naming it."""
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as err:
+        raise ConfigError(f"{path}: cannot read the tokens: {getattr(err, 'strerror', None) or err}") from err
+    tokens: dict[str, str] = {}
+    for number, line in enumerate(text.splitlines(), 1):
+        line = line.split("#", 1)[0].strip()
+        if not line:
+            continue
+        parts = line.split()
+        if len(parts) != 2 or not NAME_RE.fullmatch(parts[0]) or len(parts[1]) < 16:
+            raise ConfigError(f"{path}:{number}: expected NODE TOKEN (a token of at least 16 characters)")
+        tokens[parts[0]] = parts[1]
+    return tokens
+
+
+class _Server(ThreadingHTTPServer):
+    """TLS, when set, is negotiated in each request's thread: a client that stalls its handshake holds
+    its own thread only, not the accept loop."""
+
+    daemon_threads = True
+    tls: ssl.SSLContext | None = None
+
+    def finish_request(self, request: Any, client_address: Any) -> None:
+        request.settimeout(10.0)
+        if self.tls is not None:
+            try:
+                request = self.tls.wrap_socket(request, server_side=True)
+            except (OSError, ssl.SSLError):  # a client that does not trust us, or speaks plain HTTP
+                request.close()
+                return
+        super().finish_request(request, client_address)
+
+
+class _Bucket:
+    __slots__ = ("at", "level")
+
+    def __init__(self, level: float, at: float) -> None:
+        self.level, self.at = level, at
+
+
+class Receiver:
+    """The HTTP server; ``start()`` binds (``port`` then says the real one), ``stop()`` closes."""
+
+    def __init__(self, section: ReceiveSection) -> None:
+        self.section = section
+        self.accepted = 0
+        self.refused: dict[int, int] = {}
+        """Refusals by HTTP status since start."""
+        self._lock = threading.Lock()
+        self._tokens: dict[str, str] = read_tokens(section.tokens_file)
+        self._tokens_seen = self._stamp()
+        self._buckets: dict[str, _Bucket] = {}
+        self._logged: set[tuple[str, str]] = set()
+        host, _, port = section.listen.rpartition(":")
+        self._server = _Server((host.strip("[]"), int(port)), self._handler())
+        if section.cert_file:
+            ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+            try:
+                ctx.load_cert_chain(section.cert_file, section.key_file)
+            except (OSError, ssl.SSLError) as err:
+                self._server.server_close()
+                raise ConfigError(f"{section.cert_file}: cannot load the certificate: {err}") from err
+            self._server.tls = ctx
+        self.port: int = self._server.server_address[1]
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._server.serve_forever, name="receive", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        if self._thread is not None:
+            self._server.shutdown()
+            self._thread.join(5)
+        self._server.server_close()
+
+    # -- deciding --------------------------------------------------------------------------------------------
+
+    def _stamp(self) -> tuple[float, int]:
+        try:
+            st = os.stat(self.section.tokens_file)
+        except OSError:
+            return (0.0, 0)
+        return (st.st_mtime, st.st_size)
+
+    def _token_of(self, node: str) -> str | None:
+        stamp = self._stamp()
+        if stamp != self._tokens_seen:
+            try:
+                self._tokens = read_tokens(self.section.tokens_file)
+            except ConfigError as err:  # a half-edited file: keep the tokens we had
+                log.warning("receive: %s (keeping the previous tokens)", err)
+            self._tokens_seen = stamp
+        return self._tokens.get(node)
+
+    def authenticate(self, node: str, header: str) -> bool:
+        scheme, _, given = header.partition(" ")
+        with self._lock:
+            expected = self._token_of(node)
+        good = hmac.compare_digest(given.strip().encode(), (expected or _DUMMY).encode())
+        return good and expected is not None and scheme.lower() == "bearer"
+
+    def allow(self, node: str) -> float:
+        """0 when ``node`` may send now, else the seconds until it may."""
+        now = time.monotonic()
+        with self._lock:
+            b = self._buckets.setdefault(node, _Bucket(float(self.section.burst), now))
+            b.level = min(float(self.section.burst), b.level + (now - b.at) * self.section.rate_per_s)
+            b.at = now
+            if b.level >= 1.0:
+                b.level -= 1.0
+                return 0.0
+            return (1.0 - b.level) / self.section.rate_per_s
+
+    def note_refusal(self, status: int, node: str, address: str, why: str) -> None:
+        with self._lock:
+            self.refused[status] = self.refused.get(status, 0) + 1
+            first = (node, address) not in self._logged
+            self._logged.add((node, address))
+        if first:
+            log.warning("receive: refused a push from %s (node %r): %s", address, node[:64], why)
+
+    def note_accepted(self, node: str, address: str) -> None:
+        with self._lock:
+            self.accepted += 1
+            self._logged.discard((node, address))
+
+    def _handler(self) -> type[BaseHTTPRequestHandler]:
+        receiver = self
+
+        class Handler(BaseHTTPRequestHandler):
+            timeout = 10.0
+            server_version = "hpcwatch-receive"
+            sys_version = ""
+
+            def log_message(self, format: str, *args: Any) -> None:
+                pass  # one line per refusal (note_refusal), not one per request
+
+            def _answer(self, status: int, text: str, headers: dict[str, str] | None = None) -> None:
+                body = (text + "\n").encode()
+                self.send_response(status)
+                for k, v in (headers or {}).items():
+                    self.send_header(k, v)
+                self.send_header("Content-Type", "text/plain; charset=utf-8")
+                self.send_header("Content-Length", str(len(body)))
+                if status >= 400:
+                    self.send_header("Connection", "close")
+                    self.close_connection = True
+                self.end_headers()
+                self.wfile.write(body)
+
+            def do_GET(self) -> None:
+                self._answer(200 if self.path == "/healthz" else 404, "ok" if self.path == "/healthz" else "no")
+
+            def do_POST(self) -> None:
+                address = self.client_address[0]
+                node = self.headers.get("X-Hpcwatch-Node", "")
+                if self.path != PUSH_PATH:
+                    self._answer(404, f"POST {PUSH_PATH}")
+                    return
+                if not receiver.authenticate(node, self.headers.get("Authorization", "")):
+                    receiver.note_refusal(401, node, address, "unknown node or wrong token")
+                    self._answer(401, "unknown node or wrong token", {"WWW-Authenticate": "Bearer"})
+                    return
+                wait = receiver.allow(node)
+                if wait:
+                    receiver.note_refusal(429, node, address, f"over {receiver.section.rate_per_s:g} requests/s")
+                    self._answer(429, "too many requests", {"Retry-After": str(max(1, round(wait + 0.5)))})
+                    return
+                length = self.headers.get("Content-Length", "")
+                if not length.isdigit():
+                    receiver.note_refusal(411, node, address, "no Content-Length")
+                    self._answer(411, "Content-Length required")
+                    return
+                if int(length) > receiver.section.max_body_bytes:
+                    receiver.note_refusal(413, node, address, f"a body of {length} bytes")
+                    self._answer(413, f"body over {receiver.section.max_body_bytes} bytes")
+                    return
+                body = self.rfile.read(int(length))
+                try:
+                    shipment = Shipment.from_wire(body, where=f"push from {node}")
+                    if shipment.host != node:
+                        receiver.note_refusal(403, node, address, f"a shipment of host {shipment.host!r}")
+                        self._answer(403, "a node ships its own results only")
+                        return
+                    write_to_spool(receiver.section.spool, shipment)
+                except ParseError as err:
+                    receiver.note_refusal(400, node, address, str(err))
+                    self._answer(400, one_line(str(err))[:300])
+                    return
+                except OSError as err:
+                    log.warning("receive: cannot write to %s: %s", receiver.section.spool, err)
+                    self._answer(503, "the spool cannot be written", {"Retry-After": "30"})
+                    return
+                receiver.note_accepted(node, address)
+                self._answer(202, "queued")
+
+        return Handler
+
+
+class ReceiveCollector:
+    """The receiver as one of the daemon's collectors (its status: accepted and refused pushes)."""
+
+    def __init__(self, store: Store, section: ReceiveSection) -> None:
+        self.section = section
+        self.receiver: Receiver | None = None
+
+    def run(self) -> RunResult:
+        if self.receiver is None:
+            Path(self.section.spool).mkdir(parents=True, exist_ok=True)
+            self.receiver = Receiver(self.section)
+            self.receiver.start()
+        r = self.receiver
+        refused = ", ".join(f"{n} x {s}" for s, n in sorted(r.refused.items()))
+        return RunResult(
+            records=0,
+            note=f"port {r.port}: {r.accepted} shipments accepted" + (f", refused {refused}" if refused else ""),
+        )
+
+    def close(self) -> None:
+        if self.receiver is not None:
+            self.receiver.stop()
+            self.receiver = None

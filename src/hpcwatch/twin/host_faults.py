@@ -1,0 +1,169 @@
+"""Host faults the node-level checks find: one scenario per family of host rule, each writing the real output
+of the tool that shows it (``out/host/<node>/...``) beside the twin's scrapes.
+
+=======================  ======================================================  =========================
+scenario                 what it writes (node2 unless said)                      rule that fires
+=======================  ======================================================  =========================
+``nvme_failing``         ``smartctl --json`` of an NVMe drive: critical warning  ``nvme_critical_warning``
+                         0x04 (reliability degraded), media errors
+``pcie_degraded``        ``lspci -vv``: node1's GPU 3 (an H100) trained at x8    ``pcie_width``
+``clock_drift``          ``chronyc tracking``: 2.5 s fast of NTP time            ``clock_offset``
+``service_failed``       ``systemctl --failed --output=json``: fabric manager    ``failed_units``
+``kernel_hung_task``     ``dmesg -T``: a task blocked for more than 120 s        ``hung_task``
+``bmc_psu_failure``      ``ipmitool sel elist``: PSU2 Failure detected           ``ipmi_sel``
+=======================  ======================================================  =========================
+
+Each file is dated by the run's end (its write time is set to it; smartctl's ``local_time``, dmesg's and the
+SEL's clocks read the twin's), so it is judged in the window. None of these tools prints the host it ran on:
+ingest a node's folder naming it, ``hpcwatch ingest --host node2 out/host/node2``, as an agent would.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from hpcwatch.twin.scenarios import Scenario, register
+
+__all__ = ["HOST_FAULT_RULES"]
+
+#: scenario -> the health rule its file makes fire (tests/unit/test_twin_host_faults.py checks each).
+HOST_FAULT_RULES: dict[str, str] = {}
+
+
+def _write(out: Path, node: str, name: str, text: str, t1: float) -> Path:
+    folder = out / "host" / node
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / name
+    path.write_text(text, encoding="utf-8")
+    os.utime(path, (t1, t1))
+    return path
+
+
+def _ctime(t: float) -> str:
+    """``dmesg -T``'s clock: ``Mon Mar  4 10:00:00 2024`` (the day padded with a space)."""
+    g = time.gmtime(t)
+    return f"{time.strftime('%a %b', g)} {g.tm_mday:>2} {time.strftime('%H:%M:%S %Y', g)}"
+
+
+def _host_fault(name: str, rule: str, description: str) -> Any:
+    def wrap(cls: type[Scenario]) -> type[Scenario]:
+        cls.name, cls.description = name, description
+        HOST_FAULT_RULES[name] = rule
+        return register(cls)
+
+    return wrap
+
+
+@_host_fault("nvme_failing", "nvme_critical_warning", "node2's NVMe drive reports reliability degraded (smartctl)")
+class NvmeFailing(Scenario):
+    node = "node2"
+
+    def extra_files(self, *, twin: Any, out: Path, t0: float, t1: float) -> None:
+        doc = {
+            "json_format_version": [1, 0],
+            "smartctl": {"version": [7, 3], "argv": ["smartctl", "--json", "-a", "/dev/nvme0"], "exit_status": 8},
+            "device": {"name": "/dev/nvme0", "info_name": "/dev/nvme0", "type": "nvme", "protocol": "NVMe"},
+            "model_name": "SAMSUNG MZQL23T8HCLS-00A07",
+            "serial_number": "S64HNE0T000000",
+            "local_time": {"time_t": int(t1)},
+            "smart_status": {"passed": False, "nvme": {"value": 4, "reliability_degraded": True}},
+            "nvme_smart_health_information_log": {
+                "critical_warning": 4,
+                "temperature": 41,
+                "available_spare": 100,
+                "available_spare_threshold": 10,
+                "percentage_used": 3,
+                "media_errors": 12,
+                "num_err_log_entries": 40,
+            },
+            "temperature": {"current": 41},
+        }
+        _write(out, self.node, "smartctl_nvme0.json", orjson.dumps(doc, option=orjson.OPT_INDENT_2).decode(), t1)
+
+
+@_host_fault("pcie_degraded", "pcie_width", "node1's GPU 3 trained its PCIe link at x8 of x16 (lspci -vv)")
+class PcieDegraded(Scenario):
+    node = "node1"
+
+    def extra_files(self, *, twin: Any, out: Path, t0: float, t1: float) -> None:
+        blocks = []
+        for gpu, bdf in enumerate(("18:00.0", "2a:00.0", "3a:00.0", "5d:00.0")):
+            width = "x8 (downgraded)" if gpu == 3 else "x16 (ok)"
+            blocks.append(
+                f"{bdf} 3D controller [0302]: NVIDIA Corporation GH100 [H100 SXM5 80GB] [10de:2330] (rev a1)\n"
+                "\tSubsystem: NVIDIA Corporation Device [10de:16c1]\n"
+                "\tControl: I/O- Mem+ BusMaster+ SpecCycle- MemWINV- VGASnoop- ParErr- Stepping- SERR+ FastB2B- DisINTx+\n"
+                "\tCapabilities: [60] Express (v2) Endpoint, MSI 00\n"
+                "\t\tLnkCap:\tPort #0, Speed 32GT/s, Width x16, ASPM not supported\n"
+                f"\t\tLnkSta:\tSpeed 32GT/s (ok), Width {width}\n"
+                "\tKernel driver in use: nvidia\n"
+            )
+        _write(out, self.node, "lspci_vv.txt", "\n".join(blocks), t1)
+
+
+@_host_fault("clock_drift", "clock_offset", "node2's clock runs 2.5 s fast of NTP time (chronyc tracking)")
+class ClockDrift(Scenario):
+    node = "node2"
+
+    def extra_files(self, *, twin: Any, out: Path, t0: float, t1: float) -> None:
+        text = (
+            "Reference ID    : C0A80001 (ntp1.cluster.local)\n"
+            "Stratum         : 3\n"
+            f"Ref time (UTC)  : {time.strftime('%a %b %d %H:%M:%S %Y', time.gmtime(t1 - 64))}\n"
+            "System time     : 2.500000000 seconds fast of NTP time\n"
+            "Last offset     : +0.000812000 seconds\n"
+            "RMS offset      : 0.000950000 seconds\n"
+            "Frequency       : 12.416 ppm slow\n"
+            "Leap status     : Normal\n"
+        )
+        _write(out, self.node, "chronyc_tracking.txt", text, t1)
+
+
+@_host_fault("service_failed", "failed_units", "node2's nvidia-fabricmanager unit failed (systemctl --failed)")
+class ServiceFailed(Scenario):
+    node = "node2"
+
+    def extra_files(self, *, twin: Any, out: Path, t0: float, t1: float) -> None:
+        units = [
+            {
+                "unit": "nvidia-fabricmanager.service",
+                "load": "loaded",
+                "active": "failed",
+                "sub": "failed",
+                "description": "NVIDIA fabric manager service",
+            }
+        ]
+        _write(out, self.node, "systemctl_failed.json", orjson.dumps(units).decode() + "\n", t1)
+
+
+@_host_fault("kernel_hung_task", "hung_task", "a process on node2 is stuck in D state for 120 s (dmesg -T)")
+class KernelHungTask(Scenario):
+    node = "node2"
+
+    def extra_files(self, *, twin: Any, out: Path, t0: float, t1: float) -> None:
+        t = _ctime(t1 - 30)
+        text = (
+            f"[{t}] INFO: task python:48211 blocked for more than 120 seconds.\n"
+            f"[{t}]       Not tainted 6.8.0-45-generic #45-Ubuntu\n"
+            f'[{t}] "echo 0 > /proc/sys/kernel/hung_task_timeout_secs" disables this message.\n'
+            f"[{t}] task:python          state:D stack:0     pid:48211 tgid:48211 ppid:48190 flags:0x00004002\n"
+        )
+        _write(out, self.node, "dmesg.txt", text, t1)
+
+
+@_host_fault("bmc_psu_failure", "ipmi_sel", "node1's BMC logs a power supply failure (ipmitool sel elist)")
+class BmcPsuFailure(Scenario):
+    node = "node1"
+
+    def extra_files(self, *, twin: Any, out: Path, t0: float, t1: float) -> None:
+        day, clock = time.strftime("%m/%d/%Y", time.gmtime(t1 - 60)), time.strftime("%H:%M:%S", time.gmtime(t1 - 60))
+        text = (
+            f"   1 | {day} | {clock} | Power Supply PSU2_Status | Failure detected | Asserted\n"
+            f"   2 | {day} | {clock} | Power Supply PSU_Redundancy | Redundancy Lost | Asserted\n"
+        )
+        _write(out, self.node, "ipmitool_sel_elist.txt", text, t1)

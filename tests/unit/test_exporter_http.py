@@ -1,0 +1,129 @@
+"""The exporter's HTTP server hardened (issue #25, items 4 and 5): headers, Host allow-list, connection cap,
+handshake and head deadline, TLS; each refusal against a real server on port 0."""
+
+from __future__ import annotations
+
+import shutil
+import socket
+import ssl
+import subprocess
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import httpx
+import pytest
+
+from hpcwatch.exporter import serve_metrics
+from hpcwatch.httpguard import CSP, Limits
+from hpcwatch.store import Store
+
+
+@pytest.fixture
+def store() -> Iterator[Store]:
+    s = Store(":memory:")
+    yield s
+    s.close()
+
+
+@contextmanager
+def exporter(store: Store, **kw) -> Iterator[int]:
+    server, thread = serve_metrics(store, port=0, **kw)
+    try:
+        yield server.server_address[1]
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(timeout=10)
+
+
+def _closed_with(sock: socket.socket) -> int | None:
+    try:
+        data = b""
+        while chunk := sock.recv(4096):
+            data += chunk
+    except (ConnectionResetError, TimeoutError):
+        data = b""
+    finally:
+        sock.close()
+    return int(data.split()[1]) if data.startswith(b"HTTP/") else None
+
+
+def _connect(port: int) -> socket.socket:
+    return socket.create_connection(("127.0.0.1", port), timeout=20)
+
+
+def test_metrics_carry_the_security_headers_and_refuse_another_host(store):
+    with exporter(store, allow_hosts=("prom.example.org",)) as port:
+        ok = httpx.get(f"http://localhost:{port}/metrics")
+        named = httpx.get(f"http://127.0.0.1:{port}/metrics", headers={"Host": "prom.example.org"})
+        evil = httpx.get(f"http://127.0.0.1:{port}/metrics", headers={"Host": "evil.example"})
+    assert (ok.status_code, named.status_code, evil.status_code) == (200, 200, 400)
+    assert "hpcwatch_findings" in ok.text
+    for response in (ok, evil):
+        assert response.headers["content-security-policy"] == CSP
+        assert response.headers["x-content-type-options"] == "nosniff"
+        assert response.headers["x-frame-options"] == "DENY"
+        assert response.headers["referrer-policy"] == "no-referrer"
+
+
+def test_idle_sockets_are_capped_and_cut_at_the_deadline(store):
+    """500 idle sockets: past ``max_connections`` a 503 at once; the held ones closed at the deadline."""
+    with exporter(store, limits=Limits(max_connections=50, header_timeout_s=1.0)) as port:
+        started = time.monotonic()
+        socks = [_connect(port) for _ in range(500)]
+        socks[-1].settimeout(20)
+        refused = socks[-1].recv(4096)  # past the cap: answered at once, before any request
+        statuses = [_closed_with(s) for s in socks[:-1]] + [int(refused.split()[1])]
+        elapsed = time.monotonic() - started
+        # every slot came back: the server still answers
+        deadline = time.monotonic() + 20
+        while (status := httpx.get(f"http://localhost:{port}/metrics").status_code) != 200:
+            assert time.monotonic() < deadline, status
+            time.sleep(0.05)
+    assert statuses.count(503) == 450 and statuses.count(None) == 50, sorted(set(map(str, statuses)))
+    assert b"Retry-After: 5\r\n" in refused
+    assert elapsed < 15
+
+
+def test_a_trickled_request_head_is_cut(store):
+    with exporter(store, limits=Limits(header_timeout_s=0.5)) as port:
+        sock = _connect(port)
+        started, sent = time.monotonic(), 0
+        try:
+            for byte in b"GET /metrics HTTP/1.1\r\nHost: localhost\r\nX-Slow: " + b"a" * 200:
+                sock.send(bytes([byte]))
+                sent += 1
+                time.sleep(0.05)
+        except (BrokenPipeError, ConnectionResetError):
+            pass
+        _closed_with(sock)
+    assert sent < 150 and time.monotonic() - started < 10
+
+
+@pytest.fixture(scope="module")
+def cert(tmp_path_factory) -> tuple[Path, Path]:
+    if shutil.which("openssl") is None:
+        pytest.skip("the openssl command is not installed")
+    folder = tmp_path_factory.mktemp("tls")
+    crt, key = folder / "cert.pem", folder / "key.pem"
+    subprocess.run(
+        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=localhost",
+         "-addext", "subjectAltName=DNS:localhost,IP:127.0.0.1", "-keyout", str(key), "-out", str(crt)],
+        check=True, capture_output=True, timeout=60,
+    )  # fmt: skip
+    return crt, key
+
+
+def test_tls_and_a_silent_client_does_not_stop_the_scrapes(store, cert):
+    """client_python's own server handshakes in its accept loop: one client that connects and says nothing
+    stops every scrape. Ours handshakes in the connection's thread, under the deadline."""
+    crt, key = cert
+    verify = ssl.create_default_context(cafile=crt)
+    with exporter(store, tls_cert=crt, tls_key=key, limits=Limits(header_timeout_s=2.0)) as port:
+        silent = _connect(port)  # no ClientHello
+        response = httpx.get(f"https://localhost:{port}/metrics", verify=verify, timeout=10)
+        assert _closed_with(silent) is None  # cut at the deadline, without an answer
+    assert response.status_code == 200 and "hpcwatch_findings" in response.text
+    assert response.headers["x-content-type-options"] == "nosniff"

@@ -1,0 +1,92 @@
+"""The kernel log read and judged: NVRM Xid (by the existing ``xid`` rule), hung tasks, OOM kills, hardware errors.
+
+Real captures (tests/data/SOURCES.md): ``dmesg -T`` Xid 31 and 48 lines from GCM's tests; ``dmesg -t`` hung
+task and memory-cgroup OOM kill from node-problem-detector's kernel log generator. The journal and syslog
+forms wrap those real messages in memory; the hardware-error lines follow node-problem-detector's CPER
+patterns (no real capture of them is in tests/data)."""
+
+from __future__ import annotations
+
+import pytest
+
+from hpcwatch.analysis.health import health_report
+from hpcwatch.errors import ParseError
+from hpcwatch.sources.kernel_log import parse_kernel_log, read_kernel_log
+from hpcwatch.store import Store
+from hpcwatch.vocab import EventKind
+from tests.conftest import DATA
+
+K = DATA / "kernel_log"
+XID = K / "dmesg_T_nvrm_xid_31_48_gcm.txt"
+HUNG = K / "dmesg_t_hung_task_docker_npd.txt"
+OOM = K / "dmesg_t_oom_kill_memcg_npd.txt"
+
+
+def _node(events, node="gpu07"):
+    with Store(":memory:") as store:
+        table = store.samples()
+    return health_report(table, list(events)).node(node)
+
+
+def _fired(node_health) -> dict[str, str]:
+    return {c.rule: c.verdict for c in node_health.checks if c.verdict != "ok"}
+
+
+def test_real_xid_lines_become_xid_events_the_xid_rule_judges():
+    events = list(read_kernel_log(XID, node="gpu07"))
+    assert [(e.kind, e.attrs["xid"], e.attrs["gpu"], e.attrs["pid"]) for e in events] == [
+        (EventKind.XID, 31, "000d:00:00", 3234),
+        (EventKind.XID, 48, "000d:00:00", 3234),
+    ]
+    assert events[0].t == 1665759409.0  # [Fri Oct 14 14:56:49 2022], read as UTC
+    node = _node(events)
+    xids = {c.evidence["xid"]: c.verdict for c in node.checks if c.rule == "xid"}
+    assert xids == {31: "warn", 48: "drain"}  # NVIDIA's catalogue: 31 restart the app, 48 (DBE) reset the GPU
+
+
+def test_real_hung_task_and_oom_kill_warn_once_each():
+    hung = list(read_kernel_log(HUNG, node="gpu07"))
+    assert [(e.kind, e.attrs["task"], e.attrs["pid"], e.attrs["blocked_s"]) for e in hung] == [
+        (EventKind.KERNEL_HUNG_TASK, "docker", 20744, 120)
+    ]
+    oom = list(read_kernel_log(OOM, node="gpu07"))  # "Kill process 1012" then "Killed process 1012": one kill
+    assert [(e.kind, e.attrs["pid"], e.attrs["process"], e.attrs["cgroup"]) for e in oom] == [
+        (EventKind.KERNEL_OOM_KILL, 1012, "heapster", True)
+    ]
+    node = _node(hung + oom)
+    assert _fired(node) == {"hung_task": "warn", "oom_kill": "warn"}
+    assert "docker:20744" in node.reason() and "heapster:1012" in node.reason()
+
+
+def test_journal_and_syslog_lines_name_their_host_and_time():
+    message = HUNG.read_text().split("\n")[0]
+    syslog = f"Mar  5 08:31:52 gpu09 kernel: [10359910.034733] {message}\n"
+    (e,) = parse_kernel_log(syslog, node="ignored", t=1_709_600_000.0)  # 2024-03-05: the year of the file
+    assert e.attrs["node"] == "gpu09" and e.t == 1709627512.0 and e.attrs["uptime_s"] == 10359910.034733
+    iso = f"2024-03-05T08:31:52+0000 gpu10 kernel: {message}\n"
+    (e,) = parse_kernel_log(iso)
+    assert e.attrs["node"] == "gpu10" and e.t == 1709627512.0
+    (e,) = parse_kernel_log(f"[ 4711.25] {message}\n", node="gpu07", t=5.0)
+    assert e.t == 5.0 and e.attrs["uptime_s"] == 4711.25  # raw dmesg: seconds since boot, dated by the file
+
+
+def test_hardware_errors_warn_when_corrected_and_drain_when_fatal():
+    corrected = "[Mon Mar  4 10:00:00 2024] {1}[Hardware Error]: event severity: corrected\n"
+    fatal = "[Mon Mar  4 10:05:00 2024] {2}[Hardware Error]: event severity: fatal\n"
+    edac = "[Mon Mar  4 10:06:00 2024] EDAC MC0: 1 UE memory read error on CPU_SrcID#0_Ha#0_Chan#1_DIMM#0\n"
+    assert _fired(_node(parse_kernel_log(corrected, node="gpu07"))) == {"hw_error": "warn"}
+    node = _node(parse_kernel_log(corrected + fatal + edac, node="gpu07"))
+    assert node.verdict == "drain" and {c.verdict for c in node.checks if c.rule == "hw_error"} == {"warn", "drain"}
+
+
+def test_boot_chatter_is_skipped_and_a_huge_pid_is_one_line(tmp_path):
+    assert list(parse_kernel_log("[    0.000000] Linux version 6.8.0-45-generic\nrandom text\n", node="n")) == []
+    path = tmp_path / "dmesg.txt"
+    path.write_text(
+        "[    1.0] Linux version 6.8.0\n[    2.0] INFO: task x:" + "9" * 30 + " blocked for more than 120 seconds.\n"
+    )
+    with pytest.raises(ParseError) as err:
+        list(read_kernel_log(path))
+    assert str(err.value).startswith(f"{path}:2: pid is not a whole number within 64 bits")
+    bad: list[ParseError] = []
+    assert list(read_kernel_log(path, on_bad_line=bad.append)) == [] and len(bad) == 1
