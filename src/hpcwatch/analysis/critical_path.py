@@ -266,11 +266,35 @@ def _without_last_step(trace: KinetoTrace, c: HtaColumns) -> HtaColumns:
     if not step_rows.any():
         return c
     kept_cpu = ~gpu_side & (ts < ts[step_rows].max())
-    keep_arr = kept_cpu | (gpu_side & np.isin(corr, corr[kept_cpu]))
+    keep_arr = kept_cpu | (gpu_side & _isin(corr, corr[kept_cpu]))
     if keep_arr.all():
         return c
     keep = keep_arr.tolist()
     return msgspec.structs.replace(c, alive=keep)
+
+
+def _isin(values: np.ndarray, among: np.ndarray) -> np.ndarray:
+    """``np.isin`` by a sort and a search: ``np.isin`` goes through ``np.unique``, whose first call imports
+    ``numpy.ma`` (tens of ms of the command's start, benchmarks/RESULTS.md)."""
+    pool = np.sort(among)
+    if not len(pool):
+        return np.zeros(len(values), dtype=bool)
+    pos = np.minimum(np.searchsorted(pool, values), len(pool) - 1)
+    return np.asarray(pool[pos] == values, dtype=bool)
+
+
+class _Arrays:
+    """The columns of ``HtaColumns`` as numpy arrays, for the whole-column steps (the window, the nodes)."""
+
+    def __init__(self, c: HtaColumns) -> None:
+        self.ts = np.array(c.ts, dtype=np.int64)
+        self.end = np.array(c.end, dtype=np.int64)
+        self.dur = self.end - self.ts
+        self.cat = np.array(c.cat, dtype=np.int64)
+        self.name = np.array(c.name, dtype=np.int64)
+        self.stream = np.array(c.stream, dtype=np.int64)
+        self.ic = np.array(c.ic, dtype=np.int64)
+        self.alive = np.array(c.alive, dtype=bool)
 
 
 # --- the window -------------------------------------------------------------------------------------------
@@ -288,21 +312,15 @@ def _window(trace: KinetoTrace, c: HtaColumns, annotation: str, first: int, last
     return min(c.ts[r] for r in chosen), max(c.end[r] for r in chosen)
 
 
-def _clipped(c: HtaColumns, names: Sequence[str], lo: int, hi: int) -> list[int]:
+def _clipped(a: _Arrays, names: Sequence[str], lo: int, hi: int) -> list[int]:
     """HTA's clipped frame: host events starting in the window (dur > 0) and the GPU events they launched."""
-    n = len(c.ts)
-    keep = [False] * n
-    alive = c.alive
-    cpu_in = [alive[r] and c.stream[r] == -1 and lo <= c.ts[r] <= hi and c.dur[r] > 0 for r in range(n)]
+    cpu_in = a.alive & (a.stream == -1) & (lo <= a.ts) & (a.ts <= hi) & (a.dur > 0)
     wait_event = next((i for i, nm in enumerate(names) if nm == "Stream Wait Event"), -200)
-    for r in range(n):
-        if cpu_in[r] or (alive[r] and c.stream[r] != -1 and c.name[r] == wait_event):
-            keep[r] = True
-    for r in range(n):  # a host event points at the GPU event it launched
-        g = c.ic[r]
-        if cpu_in[r] and g > 0 and alive[g] and c.stream[g] != -1:
-            keep[g] = True
-    return [r for r in range(n) if keep[r]]
+    keep = cpu_in | (a.alive & (a.stream != -1) & (a.name == wait_event))
+    g = a.ic[cpu_in]  # a host event points at the GPU event it launched
+    g = g[g > 0]
+    keep[g[a.alive[g] & (a.stream[g] != -1)]] = True
+    return np.flatnonzero(keep).tolist()
 
 
 # --- the graph --------------------------------------------------------------------------------------------
@@ -355,16 +373,10 @@ _EVENT_KEY = functools.cmp_to_key(_cmp_events)
 
 def _call_stack(rows: list[int], c: HtaColumns) -> tuple[dict[int, list[int]], dict[int, int]]:
     """Children (in order) and parent of each row of one thread, as HTA's ``CallStackGraph`` builds them."""
-    events: list[tuple[int, int, int, int]] = []
-    for r in rows:
-        d = max(c.dur[r], 0)
-        events.append((r, c.ts[r], d, 1))
-        events.append((r, c.ts[r] + d, d, -1))
-    events.sort(key=_EVENT_KEY)
     children: dict[int, list[int]] = {-1: []}
     parent: dict[int, int] = {}
     stack: list[int] = []
-    for r, _, _, kind in events:
+    for r, kind in _stack_events(rows, c):
         if kind == 1:
             if r in parent:
                 continue  # HTA logs "node has already existed" and skips it
@@ -378,32 +390,59 @@ def _call_stack(rows: list[int], c: HtaColumns) -> tuple[dict[int, list[int]], d
     return children, parent
 
 
+def _stack_events(rows: list[int], c: HtaColumns) -> list[tuple[int, int]]:
+    """(row, 1 at its start / -1 at its end) of one thread in HTA's ``compare_events`` order.
+
+    With every duration > 0 (a window's host events always have one, ``_clipped``) that order is a total one:
+    by time; at one time the ends first (shorter first, then the later row), then the starts (longer first,
+    then the earlier row); a numpy sort on those keys gives it in one call. With a zero duration among them
+    HTA's comparison is not transitive and the order is whatever Python's sort makes of it: we sort as HTA does.
+    """
+    r = np.array(rows, dtype=np.int64)
+    ts = np.array([c.ts[x] for x in rows], dtype=np.int64)
+    dur = np.array([c.dur[x] for x in rows], dtype=np.int64)
+    if len(r) and int(dur.min()) <= 0:
+        events: list[tuple[int, int, int, int]] = []
+        for x in rows:
+            d = max(c.dur[x], 0)
+            events.append((x, c.ts[x], d, 1))
+            events.append((x, c.ts[x] + d, d, -1))
+        events.sort(key=_EVENT_KEY)
+        return [(e[0], e[3]) for e in events]
+    row2 = np.concatenate([r, r])
+    is_start = np.concatenate([np.ones(len(r), dtype=np.int64), np.zeros(len(r), dtype=np.int64)])
+    time = np.concatenate([ts, ts + dur])
+    by_dur = np.concatenate([-dur, dur])
+    by_row = np.concatenate([r, -r])
+    order = np.lexsort((by_row, by_dur, is_start, time))  # the last key first
+    return list(zip(row2[order].tolist(), (2 * is_start[order] - 1).tolist(), strict=True))
+
+
 class _Builder:
-    def __init__(self, trace: KinetoTrace, c: HtaColumns, rows: list[int]) -> None:
+    def __init__(self, trace: KinetoTrace, c: HtaColumns, a: _Arrays, rows: list[int]) -> None:
         self.trace, self.c, self.rows = trace, c, rows
         names = trace.names
         self.sym = {nm: i for i, nm in enumerate(names)}
-        host_cats = (CAT["cpu_op"], CAT["cuda_runtime"], CAT["cuda_driver"])
-        node_rows = [r for r in rows if c.cat[r] in host_cats or (c.stream[r] != -1 and c.ic[r] >= 0)]
-        blocking = {self.sym[b] for b in _BLOCKING_CALLS if b in self.sym}
-        ts = np.array([c.ts[r] for r in node_rows] + [c.end[r] for r in node_rows], dtype=np.int64)
-        order = np.argsort(ts, kind="quicksort").tolist()  # pandas' sort_values: the same ties
+        host_cats = np.array([CAT["cpu_op"], CAT["cuda_runtime"], CAT["cuda_driver"]], dtype=np.int64)
+        r = np.array(rows, dtype=np.int64)
+        cat = a.cat[r]
+        host = (cat == host_cats[0]) | (cat == host_cats[1]) | (cat == host_cats[2])
+        node_rows = r[host | ((a.stream[r] != -1) & (a.ic[r] >= 0))]
+        blocking = np.array(sorted(self.sym[b] for b in _BLOCKING_CALLS if b in self.sym), dtype=np.int64)
+        ts = np.concatenate([a.ts[node_rows], a.end[node_rows]])
+        order = np.argsort(ts, kind="quicksort")  # pandas' sort_values: the same ties
         m = len(node_rows)
-        self.start: dict[int, int] = {}
-        self.end: dict[int, int] = {}
-        self.node_row: list[int] = []
-        self.node_is_start: list[bool] = []
-        node_ts: list[int] = []
-        ts_list = ts.tolist()
-        for idx, k in enumerate(order):
-            r = node_rows[k % m] if m else 0
-            self.node_row.append(r)
-            self.node_is_start.append(k < m)
-            node_ts.append(ts_list[k])
-            (self.start if k < m else self.end)[r] = idx
-        self.blocking = {r for r in node_rows if c.name[r] in blocking}
-        self.live = [r for r in range(len(c.ts)) if c.alive[r]]
-        self.g = _Graph(node_ts)
+        both = np.concatenate([node_rows, node_rows])
+        place = np.empty(2 * m, dtype=np.int64)
+        place[order] = np.arange(2 * m, dtype=np.int64)
+        rows_list = node_rows.tolist()
+        self.start: dict[int, int] = dict(zip(rows_list, place[:m].tolist(), strict=True))
+        self.end: dict[int, int] = dict(zip(rows_list, place[m:].tolist(), strict=True))
+        self.node_row: list[int] = both[order].tolist()
+        self.node_is_start: list[bool] = (order < m).tolist()
+        self.blocking = set(node_rows[_isin(a.name[node_rows], blocking)].tolist())
+        self.live = np.flatnonzero(a.alive).tolist()
+        self.g = _Graph(ts[order].tolist())
 
     # CPU threads
     def cpu_threads(self) -> None:
@@ -695,16 +734,17 @@ def critical_path(
     if not len(c.ts):
         raise CriticalPathError("the trace has no complete events")
     c = _without_last_step(trace, c)
+    arrays = _Arrays(c)
     first, last = instances
     if annotation:
         lo, hi = _window(trace, c, annotation, first, last)
     else:
-        alive = [r for r in range(len(c.ts)) if c.alive[r]]  # HTA: the whole (loaded) frame
-        lo, hi = min(c.ts[r] for r in alive), max(c.end[r] for r in alive)
-    rows = _clipped(c, names, lo, hi)
+        # HTA: the whole (loaded) frame
+        lo, hi = int(arrays.ts[arrays.alive].min()), int(arrays.end[arrays.alive].max())
+    rows = _clipped(arrays, names, lo, hi)
     if len(rows) > MAX_WINDOW_EVENTS:
         raise CriticalPathError(f"{len(rows)} events in the window, over {MAX_WINDOW_EVENTS}: choose a shorter one")
-    b = _Builder(trace, c, rows)
+    b = _Builder(trace, c, arrays, rows)
     b.cpu_threads()
     b.gpu()
     g = b.g
