@@ -371,51 +371,81 @@ def _cmp_events(x: tuple[int, int, int, int], y: tuple[int, int, int, int]) -> i
 _EVENT_KEY = functools.cmp_to_key(_cmp_events)
 
 
-def _call_stack(rows: list[int], c: HtaColumns) -> tuple[dict[int, list[int]], dict[int, int]]:
-    """Children (in order) and parent of each row of one thread, as HTA's ``CallStackGraph`` builds them."""
+def _walk(rows: list[int], c: HtaColumns, *, fast: bool = True) -> list[tuple[int, bool, int]]:
+    """(row, entering?, its parent or -1) of one thread in the order HTA's DFS of its ``CallStackGraph`` visits them.
+
+    HTA builds the tree with a stack over the start and end events in ``compare_events`` order (a start
+    pushes the row under the top; an end pops the top, whichever row it is), then walks it depth first. When
+    every duration is > 0 (a window's host events, ``_clipped``) each row is pushed once before it is popped and
+    the stack is empty at the end, so the walk is that sweep itself: a push enters, a pop leaves; else we build
+    the tree and walk it as HTA does (``fast=False``: always, as the tests compare).
+    """
+    events, total = _stack_events(rows, c, fast=fast)
+    walk: list[tuple[int, bool, int]] = []
+    if total and fast:
+        stack: list[tuple[int, int]] = []
+        for r, kind in events:
+            if kind == 1:
+                p = stack[-1][0] if stack else -1
+                stack.append((r, p))
+                walk.append((r, True, p))
+            else:
+                top, p = stack.pop()
+                walk.append((top, False, p))
+        return walk
     children: dict[int, list[int]] = {-1: []}
     parent: dict[int, int] = {}
-    stack: list[int] = []
-    for r, kind in _stack_events(rows, c):
+    on_stack: list[int] = []
+    for r, kind in events:
         if kind == 1:
             if r in parent:
                 continue  # HTA logs "node has already existed" and skips it
-            p = stack[-1] if stack else -1
+            p = on_stack[-1] if on_stack else -1
             children.setdefault(p, []).append(r)
             children[r] = []
             parent[r] = p
-            stack.append(r)
-        elif stack:
-            stack.pop()
-    return children, parent
+            on_stack.append(r)
+        elif on_stack:
+            on_stack.pop()
+    todo: list[tuple[int, bool]] = [(-1, True)]  # iterative DFS: (row, entering?)
+    while todo:
+        r, entering = todo.pop()
+        if entering:
+            todo.append((r, False))
+            todo.extend((ch, True) for ch in reversed(children.get(r, ())))
+        if r != -1:
+            walk.append((r, entering, parent.get(r, -1)))
+    return walk
 
 
-def _stack_events(rows: list[int], c: HtaColumns) -> list[tuple[int, int]]:
+def _stack_events(rows: list[int], c: HtaColumns, *, fast: bool = True) -> tuple[list[tuple[int, int]], bool]:
     """(row, 1 at its start / -1 at its end) of one thread in HTA's ``compare_events`` order.
 
     With every duration > 0 (a window's host events always have one, ``_clipped``) that order is a total one:
     by time; at one time the ends first (shorter first, then the later row), then the starts (longer first,
     then the earlier row); a numpy sort on those keys gives it in one call. With a zero duration among them
-    HTA's comparison is not transitive and the order is whatever Python's sort makes of it: we sort as HTA does.
+    HTA's comparison is not transitive and the order is whatever Python's sort makes of it: we sort as HTA does
+    (``fast=False``: always). The flag says whether the order was the total one.
     """
     r = np.array(rows, dtype=np.int64)
     ts = np.array([c.ts[x] for x in rows], dtype=np.int64)
     dur = np.array([c.dur[x] for x in rows], dtype=np.int64)
-    if len(r) and int(dur.min()) <= 0:
+    total = not len(r) or int(dur.min()) > 0
+    if not total or not fast:
         events: list[tuple[int, int, int, int]] = []
         for x in rows:
             d = max(c.dur[x], 0)
             events.append((x, c.ts[x], d, 1))
             events.append((x, c.ts[x] + d, d, -1))
         events.sort(key=_EVENT_KEY)
-        return [(e[0], e[3]) for e in events]
+        return [(e[0], e[3]) for e in events], total
     row2 = np.concatenate([r, r])
     is_start = np.concatenate([np.ones(len(r), dtype=np.int64), np.zeros(len(r), dtype=np.int64)])
     time = np.concatenate([ts, ts + dur])
     by_dur = np.concatenate([-dur, dur])
     by_row = np.concatenate([r, -r])
     order = np.lexsort((by_row, by_dur, is_start, time))  # the last key first
-    return list(zip(row2[order].tolist(), (2 * is_start[order] - 1).tolist(), strict=True))
+    return list(zip(row2[order].tolist(), (2 * is_start[order] - 1).tolist(), strict=True)), True
 
 
 class _Builder:
@@ -458,42 +488,36 @@ class _Builder:
             self._thread(rows)
 
     def _thread(self, rows: list[int]) -> None:
-        children, parent = _call_stack(rows, self.c)
-        g, start, end = self.g, self.start, self.end
+        g, start, end, blocking = self.g, self.start, self.end, self.blocking
         last_node: int | None = None
         last_top: int | None = None
         depth = 0
         last_parent = -1
-        # iterative DFS: (row, entering?)
-        todo: list[tuple[int, bool]] = [(-1, True)]
-        while todo:
-            r, entering = todo.pop()
+        for r, entering, r_parent in _walk(rows, self.c):
             if entering:
-                todo.append((r, False))
-                todo.extend((ch, True) for ch in reversed(children.get(r, ())))
-                if r not in start:
+                s = start.get(r)
+                if s is None:
                     continue
-                s = start[r]
                 if depth == 0 and last_top is not None:
                     g.add(last_top, s, _DEP)
                 depth += 1
                 if last_node is not None:
                     self._attribute(g.add(last_node, s, _OP), last_parent)
                 last_node = s
-                last_parent = parent.get(r, -1)
+                last_parent = r_parent
             else:
-                if r not in start:
+                e = end.get(r)
+                if e is None:
                     continue
-                e = end[r]
                 depth -= 1
                 if last_node is not None:
-                    self._attribute(g.add(last_node, e, _OP, zero=r in self.blocking), last_parent)
+                    self._attribute(g.add(last_node, e, _OP, zero=r in blocking), last_parent)
                 if depth == 0:
                     last_node = None
                     last_top = e
                 else:
                     last_node = e
-                    last_parent = parent.get(r, -1)
+                    last_parent = r_parent
 
     def _attribute(self, uv: tuple[int, int], src_parent: int) -> None:
         u, v = uv
