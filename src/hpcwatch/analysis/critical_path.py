@@ -334,6 +334,8 @@ class _Graph:
         self.succ: list[dict[int, None]] = [{} for _ in ts]
         self.pred: list[dict[int, tuple[int, int]]] = [{} for _ in ts]  # v -> {u: (weight, type)}
         self.attributed: dict[tuple[int, int], int] = {}
+        self.syncs: list[tuple[int, int]] = []
+        """(u, v) of every sync edge added (one may have been overwritten since by another kind)."""
 
     def add(self, u: int, v: int, kind: int, zero: bool = False) -> tuple[int, int]:
         if u == v:
@@ -341,6 +343,8 @@ class _Graph:
         weight = 0 if kind in (_DEP, _SYNC) or zero else self.ts[v] - self.ts[u]
         self.succ[u][v] = None
         self.pred[v][u] = (weight, kind)
+        if kind == _SYNC:
+            self.syncs.append((u, v))
         return u, v
 
 
@@ -697,38 +701,42 @@ class _Builder:
 
 
 def _longest_path(g: _Graph) -> list[int]:
-    """networkx ``dag_longest_path``: distances in topological-generation order, first maximum wins."""
+    """networkx ``dag_longest_path``: distances in topological-generation order, first maximum wins.
+
+    Kahn's sort with a first-in first-out queue visits the nodes generation by generation in networkx's order
+    (``topological_generations``: the sources by number, then each one's newly free successors in the order
+    their edges were added), so one pass over a growing list gives it.
+    """
     n = len(g.ts)
-    indegree = [len(p) for p in g.pred]
-    order: list[int] = []
-    generation = [v for v in range(n) if indegree[v] == 0]
-    while generation:
-        order.extend(generation)
-        following: list[int] = []
-        for u in generation:
-            for v in g.succ[u]:
-                indegree[v] -= 1
-                if indegree[v] == 0:
-                    following.append(v)
-        generation = following
+    pred, succ = g.pred, g.succ
+    indegree = [len(p) for p in pred]
+    order = [v for v in range(n) if not indegree[v]]
+    for u in order:  # the list grows as it is walked: a FIFO queue
+        for v in succ[u]:
+            indegree[v] -= 1
+            if not indegree[v]:
+                order.append(v)
     if len(order) != n:
         raise CriticalPathError("the dependency graph has a cycle (the trace's times or correlations are inconsistent)")
-    dist: list[tuple[int, int]] = [(0, v) for v in range(n)]
-    for v in order:
-        best: tuple[int, int] | None = None
-        for u, (w, _) in g.pred[v].items():
-            cand = (dist[u][0] + max(w, 0), u)  # HTA sets weights of -1 to 0 before the search
-            if best is None or cand[0] > best[0]:
-                best = cand
-        dist[v] = best if best is not None and best[0] >= 0 else (0, v)
     if not n:
         return []
-    v = max(order, key=lambda x: dist[x][0])  # networkx walks its dist dict, filled in topological order
+    dist = [0] * n
+    back = list(range(n))
+    for v in order:
+        best, best_u = -1, v
+        for u, (w, _) in pred[v].items():
+            d = dist[u] + w if w > 0 else dist[u]  # HTA sets weights of -1 to 0 before the search
+            if d > best:
+                best, best_u = d, u
+        if best >= 0:
+            dist[v], back[v] = best, best_u
+    top = max(dist)
+    v = next(x for x in order if dist[x] == top)  # networkx walks its dist dict, filled in topological order
     path: list[int] = []
     prev: int | None = None
     while prev != v:
         path.append(v)
-        prev, v = v, dist[v][1]
+        prev, v = v, back[v]
     path.reverse()
     return path
 
@@ -822,15 +830,22 @@ def critical_path(
         bound_by_us=bound,
         edges=tuple(edges),
         events=tuple(events),
-        nodes=sum(1 for v in range(len(g.ts)) if g.pred[v] or g.succ[v]),
-        graph_edges=sum(len(p) for p in g.pred),
+        nodes=sum(1 for p, s in zip(g.pred, g.succ, strict=True) if p or s),
+        graph_edges=sum(map(len, g.pred)),
         has_syncs=bool(np.any(trace.events["cat"] == CAT["cuda_sync"])),
     )
 
 
 def _check_syncs(g: _Graph, b: _Builder, c: HtaColumns) -> None:
     """HTA's ``_validate_graph``: a sync edge between two kernels of one stream makes the graph invalid."""
-    for v, preds in enumerate(g.pred):
+
+    def bad(u: int, v: int) -> bool:
+        su = c.stream[b.node_row[u]]
+        return g.pred[v][u][1] == _SYNC and su != -1 and su == c.stream[b.node_row[v]]
+
+    if not any(bad(u, v) for u, v in g.syncs):
+        return
+    for v, preds in enumerate(g.pred):  # the first one in networkx's order, for its stream in the message
         for u, (_, kind) in preds.items():
             if kind != _SYNC:
                 continue
