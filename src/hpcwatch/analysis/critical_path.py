@@ -375,6 +375,29 @@ def _cmp_events(x: tuple[int, int, int, int], y: tuple[int, int, int, int]) -> i
 _EVENT_KEY = functools.cmp_to_key(_cmp_events)
 
 
+def _call_stack(rows: list[int], c: HtaColumns) -> tuple[dict[int, list[int]], dict[int, int]]:
+    """Children (in order) and parent of each row of one thread, as HTA's ``CallStackGraph`` builds them."""
+    return _tree(_stack_events(rows, c)[0])
+
+
+def _tree(events: list[tuple[int, int]]) -> tuple[dict[int, list[int]], dict[int, int]]:
+    children: dict[int, list[int]] = {-1: []}
+    parent: dict[int, int] = {}
+    on_stack: list[int] = []
+    for r, kind in events:
+        if kind == 1:
+            if r in parent:
+                continue  # HTA logs "node has already existed" and skips it
+            p = on_stack[-1] if on_stack else -1
+            children.setdefault(p, []).append(r)
+            children[r] = []
+            parent[r] = p
+            on_stack.append(r)
+        elif on_stack:
+            on_stack.pop()
+    return children, parent
+
+
 def _walk(rows: list[int], c: HtaColumns, *, fast: bool = True) -> list[tuple[int, bool, int]]:
     """(row, entering?, its parent or -1) of one thread in the order HTA's DFS of its ``CallStackGraph`` visits them.
 
@@ -397,20 +420,7 @@ def _walk(rows: list[int], c: HtaColumns, *, fast: bool = True) -> list[tuple[in
                 top, p = stack.pop()
                 walk.append((top, False, p))
         return walk
-    children: dict[int, list[int]] = {-1: []}
-    parent: dict[int, int] = {}
-    on_stack: list[int] = []
-    for r, kind in events:
-        if kind == 1:
-            if r in parent:
-                continue  # HTA logs "node has already existed" and skips it
-            p = on_stack[-1] if on_stack else -1
-            children.setdefault(p, []).append(r)
-            children[r] = []
-            parent[r] = p
-            on_stack.append(r)
-        elif on_stack:
-            on_stack.pop()
+    children, parent = _tree(events)
     todo: list[tuple[int, bool]] = [(-1, True)]  # iterative DFS: (row, entering?)
     while todo:
         r, entering = todo.pop()
