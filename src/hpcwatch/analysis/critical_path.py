@@ -503,35 +503,42 @@ class _Builder:
 
     def _thread(self, rows: list[int]) -> None:
         g, start, end, blocking = self.g, self.start, self.end, self.blocking
+        node_row, node_is_start, attributed = self.node_row, self.node_is_start, g.attributed
         last_node: int | None = None
         last_top: int | None = None
         depth = 0
         last_parent = -1
         for r, entering, r_parent in _walk(rows, self.c):
             if entering:
-                s = start.get(r)
-                if s is None:
+                v = start.get(r)
+                if v is None:
                     continue
                 if depth == 0 and last_top is not None:
-                    g.add(last_top, s, _DEP)
+                    g.add(last_top, v, _DEP)
                 depth += 1
-                if last_node is not None:
-                    self._attribute(g.add(last_node, s, _OP), last_parent)
-                last_node = s
-                last_parent = r_parent
+                zero = False
             else:
-                e = end.get(r)
-                if e is None:
+                v = end.get(r)
+                if v is None:
                     continue
                 depth -= 1
-                if last_node is not None:
-                    self._attribute(g.add(last_node, e, _OP, zero=r in blocking), last_parent)
-                if depth == 0:
-                    last_node = None
-                    last_top = e
+                zero = r in blocking
+            if last_node is not None:
+                u = last_node
+                g.add(u, v, _OP, zero=zero)
+                # _attribute inlined (the hot loop): an operator edge goes to the row it starts in, else ends in
+                if node_is_start[u]:
+                    attributed[(u, v)] = node_row[u]
+                elif not node_is_start[v]:
+                    attributed[(u, v)] = node_row[v]
                 else:
-                    last_node = e
-                    last_parent = r_parent
+                    attributed[(u, v)] = last_parent
+            if not entering and depth == 0:
+                last_node = None
+                last_top = v
+            else:
+                last_node = v
+                last_parent = r_parent
 
     def _attribute(self, uv: tuple[int, int], src_parent: int) -> None:
         u, v = uv
