@@ -248,4 +248,6 @@ def test_a_zero_duration_call_stack_is_sorted_as_hta_sorts() -> None:
     c = hta_columns(trace)
     events, total = _stack_events([0, 1, 2, 3], c)
     assert not total and events == _stack_events([0, 1, 2, 3], c, fast=False)[0]
-    assert [r for r, entering, _ in _walk([0, 1, 2, 3], c) if entering][0] == 0
+    walk = _walk([0, 1, 2, 3], c)
+    entered, left = [r for r, e, _ in walk if e], [r for r, e, _ in walk if not e]
+    assert entered[0] == 0 and sorted(entered) == sorted(left) == [0, 1, 2, 3]
