@@ -188,6 +188,11 @@ class HtaColumns(msgspec.Struct, frozen=True):
 
 
 def hta_columns(trace: KinetoTrace) -> HtaColumns:
+    return _columns(trace)[0]
+
+
+def _columns(trace: KinetoTrace) -> tuple[HtaColumns, _Arrays]:
+    """``hta_columns`` as lists (for the per-event loops) and as the arrays they were made from."""
     ev = trace.events
     ts_f, dur_f = ev["ts_us"], ev["dur_us"]
     # HTA (round_down_time_stamps): start up to the µs, end down, duration between them.
@@ -203,10 +208,11 @@ def hta_columns(trace: KinetoTrace) -> HtaColumns:
     sync_names = np.array([nm in ("Event Sync", "Context Sync") for nm in names] + [False], dtype=bool)
     gpu_side = ((stream >= 0) & (corr >= 0)) | sync_names[name]
     ic = _index_correlation(corr, gpu_side)
-    return HtaColumns(
+    a = _Arrays(ts=ts, end=end, cat=ev["cat"], name=name, stream=stream, ic=ic, alive=np.ones(n, dtype=bool))
+    c = HtaColumns(
         ts=ts.tolist(),
         end=end.tolist(),
-        dur=(end - ts).tolist(),
+        dur=a.dur.tolist(),
         cat=ev["cat"].tolist(),
         name=name.tolist(),
         stream=stream.tolist(),
@@ -218,6 +224,7 @@ def hta_columns(trace: KinetoTrace) -> HtaColumns:
         wait_corr=np.asarray(wait_corr).tolist(),
         alive=[True] * n,
     )
+    return c, a
 
 
 def _index_correlation(corr: np.ndarray, gpu_side: np.ndarray) -> np.ndarray:
@@ -249,7 +256,7 @@ def _index_correlation(corr: np.ndarray, gpu_side: np.ndarray) -> np.ndarray:
     return np.asarray(ic, dtype=np.int64)
 
 
-def _without_last_step(trace: KinetoTrace, c: HtaColumns) -> HtaColumns:
+def _without_last_step(trace: KinetoTrace, c: HtaColumns, a: _Arrays) -> HtaColumns:
     """HTA's ``_filter_irrelevant_gpu_kernels``, which every HTA analysis runs at load: with two or more
     ``ProfilerStep`` names, host events from the last step's start on are dropped (the last step is taken as
     incomplete) and so are GPU events without a host event of their correlation. Dropped rows keep their
@@ -260,7 +267,7 @@ def _without_last_step(trace: KinetoTrace, c: HtaColumns) -> HtaColumns:
     ev = trace.events
     sync_names = np.array([nm in ("Event Sync", "Context Sync") for nm in trace.names] + [False], dtype=bool)
     stream, corr, name = ev["stream"], ev["correlation"], ev["name_id"]
-    ts = np.array(c.ts, dtype=np.int64)
+    ts = a.ts
     gpu_side = ((stream >= 0) & (corr >= 0)) | sync_names[name]
     step_rows = ~gpu_side & steps[name]
     if not step_rows.any():
@@ -269,8 +276,8 @@ def _without_last_step(trace: KinetoTrace, c: HtaColumns) -> HtaColumns:
     keep_arr = kept_cpu | (gpu_side & _isin(corr, corr[kept_cpu]))
     if keep_arr.all():
         return c
-    keep = keep_arr.tolist()
-    return msgspec.structs.replace(c, alive=keep)
+    a.alive = keep_arr
+    return msgspec.structs.replace(c, alive=keep_arr.tolist())
 
 
 def _isin(values: np.ndarray, among: np.ndarray) -> np.ndarray:
@@ -284,17 +291,21 @@ def _isin(values: np.ndarray, among: np.ndarray) -> np.ndarray:
 
 
 class _Arrays:
-    """The columns of ``HtaColumns`` as numpy arrays, for the whole-column steps (the window, the nodes)."""
+    """Columns of ``HtaColumns`` as numpy arrays, for the whole-column steps (the window, the nodes)."""
 
-    def __init__(self, c: HtaColumns) -> None:
-        self.ts = np.array(c.ts, dtype=np.int64)
-        self.end = np.array(c.end, dtype=np.int64)
-        self.dur = self.end - self.ts
-        self.cat = np.array(c.cat, dtype=np.int64)
-        self.name = np.array(c.name, dtype=np.int64)
-        self.stream = np.array(c.stream, dtype=np.int64)
-        self.ic = np.array(c.ic, dtype=np.int64)
-        self.alive = np.array(c.alive, dtype=bool)
+    def __init__(
+        self,
+        *,
+        ts: np.ndarray,
+        end: np.ndarray,
+        cat: np.ndarray,
+        name: np.ndarray,
+        stream: np.ndarray,
+        ic: np.ndarray,
+        alive: np.ndarray,
+    ) -> None:
+        self.ts, self.end, self.dur = ts, end, end - ts
+        self.cat, self.name, self.stream, self.ic, self.alive = cat, name, stream, ic, alive
 
 
 # --- the window -------------------------------------------------------------------------------------------
@@ -778,12 +789,11 @@ def critical_path(
     """The critical path of the window from instance ``instances[0]`` to ``instances[1]`` (inclusive, in file
     order) of the events whose name contains ``annotation`` (HTA's ``critical_path_analysis``; an empty
     annotation is the whole trace)."""
-    c = hta_columns(trace)
+    c, arrays = _columns(trace)
     names = trace.names
     if not len(c.ts):
         raise CriticalPathError("the trace has no complete events")
-    c = _without_last_step(trace, c)
-    arrays = _Arrays(c)
+    c = _without_last_step(trace, c, arrays)
     first, last = instances
     if annotation:
         lo, hi = _window(trace, c, annotation, first, last)
