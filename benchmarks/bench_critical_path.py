@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import shutil
 import statistics
 import subprocess
@@ -36,6 +37,9 @@ CASES = (
     ("hta_a100_nccl_rank0.json.gz", "ProfilerStep", 0),
     ("h200_annotated_steps.json.gz", "ProfilerStep", 0),
 )
+#: The median CPU seconds of each ``_time`` call, in call order: on a shared machine the wall clock also counts
+#: the time the process waited for a core, the CPU time does not.
+CPU_TIMES: list[float] = []
 HTA_SCRIPT = """
 import logging, sys
 logging.disable(logging.WARNING)
@@ -48,18 +52,23 @@ print(int(df.duration.sum()))
 
 
 def _time(cmd: list[str], repeat: int, pycache: str, src: Path = ROOT / "src") -> tuple[float, str]:
-    """Median wall time of ``repeat`` runs after one untimed run (which writes the bytecode caches)."""
-    times, out = [], ""
+    """Median wall time of ``repeat`` runs after one untimed run (which writes the bytecode caches); the median
+    CPU time (user + system, of the process and its children) of the same runs goes to ``CPU_TIMES``."""
+    times, cpu, out = [], [], ""
     env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
     env |= {"PYTHONPATH": str(src), "PYTHONPYCACHEPREFIX": pycache}
     subprocess.run(cmd, capture_output=True, check=False, env=env)
     for _ in range(repeat):
+        r0 = resource.getrusage(resource.RUSAGE_CHILDREN)
         t0 = time.perf_counter()
         done = subprocess.run(cmd, capture_output=True, text=True, check=False, env=env)
         times.append(time.perf_counter() - t0)
+        r1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+        cpu.append(r1.ru_utime - r0.ru_utime + r1.ru_stime - r0.ru_stime)
         if done.returncode != 0:
             raise SystemExit(f"{cmd[0]} failed: {done.stderr.strip().splitlines()[-1:]}")
         out = done.stdout
+    CPU_TIMES.append(statistics.median(cpu))
     return statistics.median(times), out
 
 
@@ -101,6 +110,9 @@ def main() -> None:
         mb = trace.stat().st_size / 1e6
         was = f" {before:8.3f} {theirs / before:5.1f}" if before is not None else ""
         print(f"{name:36} {mb:5.2f} {ours:10.3f} {theirs:7.3f} {theirs / ours:5.1f}{was}  {length} / {hta_out.strip()}")
+        cpu = CPU_TIMES[-3:] if before is not None else [CPU_TIMES[-2], CPU_TIMES[-1]]
+        cpu_was = f" {cpu[1]:8.3f} {cpu[-1] / cpu[1]:5.1f}" if before is not None else ""
+        print(f"{'  CPU s (user + system)':42} {cpu[0]:10.3f} {cpu[-1]:7.3f} {cpu[-1] / cpu[0]:5.1f}{cpu_was}")
     print(f"load average {os.getloadavg()[0]:.1f} at the end")
 
 

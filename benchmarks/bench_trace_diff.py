@@ -19,7 +19,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from bench_critical_path import DATA, _time
+from bench_critical_path import CPU_TIMES, DATA, _time
 
 #: (control, test, control iterations, test iterations, device)
 CASES = (
@@ -75,6 +75,9 @@ def main() -> None:
         case = f"{control} → {test}" + (f" {ci}" if ci else "") + f" {device}"
         was = f" {before:8.3f} {theirs / before:5.1f}" if before is not None else ""
         print(f"{case:62} {ours:10.3f} {theirs:7.3f} {theirs / ours:5.1f}{was}  {names} / {hta_out.strip()}")
+        cpu = CPU_TIMES[-3:] if before is not None else [CPU_TIMES[-2], CPU_TIMES[-1]]
+        cpu_was = f" {cpu[1]:8.3f} {cpu[-1] / cpu[1]:5.1f}" if before is not None else ""
+        print(f"{'  CPU s (user + system)':62} {cpu[0]:10.3f} {cpu[-1]:7.3f} {cpu[-1] / cpu[0]:5.1f}{cpu_was}")
     print(f"load average {os.getloadavg()[0]:.1f} at the end")
 
 
