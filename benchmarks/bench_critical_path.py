@@ -6,6 +6,9 @@ untimed first and both keep their bytecode caches, as installed packages do, und
 
     .venv/bin/python benchmarks/bench_critical_path.py --hta-python /work/hta-venv/bin/python
 
+``--before SRC`` also times another checkout's ``src`` (an older hpcwatch) in the same run, so a change is
+measured against what it replaces at the same load; the load average is printed at the start and the end.
+
 HTA runs in its own venv (``HolisticTraceAnalysis==0.5.0 pandas==2.2.3``); it is never a dependency of hpcwatch.
 The HTA script is the few lines of HTA's documentation: TraceAnalysis(trace_dir=...), critical_path_analysis,
 get_critical_path_breakdown (HTA reads every trace of a folder, so each trace is copied alone into one).
@@ -16,6 +19,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import shutil
 import statistics
 import subprocess
@@ -33,6 +37,9 @@ CASES = (
     ("hta_a100_nccl_rank0.json.gz", "ProfilerStep", 0),
     ("h200_annotated_steps.json.gz", "ProfilerStep", 0),
 )
+#: The median CPU seconds of each ``_time`` call, in call order: on a shared machine the wall clock also counts
+#: the time the process waited for a core, the CPU time does not.
+CPU_TIMES: list[float] = []
 HTA_SCRIPT = """
 import logging, sys
 logging.disable(logging.WARNING)
@@ -44,19 +51,24 @@ print(int(df.duration.sum()))
 """
 
 
-def _time(cmd: list[str], repeat: int, pycache: str) -> tuple[float, str]:
-    """Median wall time of ``repeat`` runs after one untimed run (which writes the bytecode caches)."""
-    times, out = [], ""
+def _time(cmd: list[str], repeat: int, pycache: str, src: Path = ROOT / "src") -> tuple[float, str]:
+    """Median wall time of ``repeat`` runs after one untimed run (which writes the bytecode caches); the median
+    CPU time (user + system, of the process and its children) of the same runs goes to ``CPU_TIMES``."""
+    times, cpu, out = [], [], ""
     env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
-    env |= {"PYTHONPATH": str(ROOT / "src"), "PYTHONPYCACHEPREFIX": pycache}
+    env |= {"PYTHONPATH": str(src), "PYTHONPYCACHEPREFIX": pycache}
     subprocess.run(cmd, capture_output=True, check=False, env=env)
     for _ in range(repeat):
+        r0 = resource.getrusage(resource.RUSAGE_CHILDREN)
         t0 = time.perf_counter()
         done = subprocess.run(cmd, capture_output=True, text=True, check=False, env=env)
         times.append(time.perf_counter() - t0)
+        r1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+        cpu.append(r1.ru_utime - r0.ru_utime + r1.ru_stime - r0.ru_stime)
         if done.returncode != 0:
             raise SystemExit(f"{cmd[0]} failed: {done.stderr.strip().splitlines()[-1:]}")
         out = done.stdout
+    CPU_TIMES.append(statistics.median(cpu))
     return statistics.median(times), out
 
 
@@ -64,28 +76,29 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--hta-python", required=True)
     ap.add_argument("--repeat", type=int, default=5)
+    ap.add_argument("--before", type=Path, help="another checkout's src/ to time too (e.g. main's)")
     args = ap.parse_args()
+    print(f"load average {os.getloadavg()[0]:.1f} at the start")
     # ``python -m hpcwatch`` with this checkout's src first: what the ``hpcwatch`` entry point runs, from this tree
     hpcwatch = [sys.executable, "-m", "hpcwatch"]
     pycache = tempfile.mkdtemp(prefix="bench-cp-pyc-")
-    print(f"{'trace':36} {'MB':>5} {'hpcwatch s':>10} {'HTA s':>7} {'×':>5}  path µs (ours / HTA)")
+    before_col = f" {'before s':>8} {'×':>5}" if args.before else ""
+    print(f"{'trace':36} {'MB':>5} {'hpcwatch s':>10} {'HTA s':>7} {'×':>5}{before_col}  path µs (ours / HTA)")
     for name, annotation, instance in CASES:
         trace = DATA / name
-        ours, ours_out = _time(
-            [
-                *hpcwatch,
-                "steps",
-                str(trace),
-                "--critical-path",
-                "--annotation",
-                annotation,
-                "--instance",
-                str(instance),
-                "--json",
-            ],
-            args.repeat,
-            pycache,
-        )
+        cmd = [
+            *hpcwatch,
+            "steps",
+            str(trace),
+            "--critical-path",
+            "--annotation",
+            annotation,
+            "--instance",
+            str(instance),
+            "--json",
+        ]
+        ours, ours_out = _time(cmd, args.repeat, pycache)
+        before = _time(cmd, args.repeat, pycache, args.before)[0] if args.before else None
         length = json.loads(ours_out)["length_us"]
         with tempfile.TemporaryDirectory() as tmp:
             shutil.copy(trace, Path(tmp) / name)
@@ -95,7 +108,12 @@ def main() -> None:
                 [args.hta_python, str(script), tmp, annotation, str(instance)], args.repeat, pycache
             )
         mb = trace.stat().st_size / 1e6
-        print(f"{name:36} {mb:5.2f} {ours:10.3f} {theirs:7.3f} {theirs / ours:5.1f}  {length} / {hta_out.strip()}")
+        was = f" {before:8.3f} {theirs / before:5.1f}" if before is not None else ""
+        print(f"{name:36} {mb:5.2f} {ours:10.3f} {theirs:7.3f} {theirs / ours:5.1f}{was}  {length} / {hta_out.strip()}")
+        cpu = CPU_TIMES[-3:] if before is not None else [CPU_TIMES[-2], CPU_TIMES[-1]]
+        cpu_was = f" {cpu[1]:8.3f} {cpu[-1] / cpu[1]:5.1f}" if before is not None else ""
+        print(f"{'  CPU s (user + system)':42} {cpu[0]:10.3f} {cpu[-1]:7.3f} {cpu[-1] / cpu[0]:5.1f}{cpu_was}")
+    print(f"load average {os.getloadavg()[0]:.1f} at the end")
 
 
 if __name__ == "__main__":

@@ -118,6 +118,43 @@ def test_steps_on_a_trace_loads_no_reader_but_kineto_s(data_dir):
     assert "hpcwatch.sources.nccl_log" not in loaded, sorted(loaded)
 
 
+_DEEPDIVE_PROBE = """
+import io, sys
+sys.argv = ["hpcwatch", "steps", *sys.argv[1:], "--json"]
+from hpcwatch.cli import main
+out, sys.stdout = sys.stdout, io.StringIO()
+try:
+    main()
+except SystemExit:
+    pass
+sys.stdout = out
+print("LOADED:", ",".join(sorted(sys.modules)))
+"""
+
+
+@pytest.mark.parametrize(
+    ("argv", "unneeded"),
+    [
+        (
+            ("hta_cp_event_sync.json.gz", "--critical-path"),
+            ("hpcwatch.analysis.trace_diff", "hpcwatch.analysis.counters"),
+        ),
+        (("hta_diff_base.json.gz", "--compare", "hta_diff_test.json.gz"), ("hpcwatch.analysis.counters",)),
+    ],
+)
+def test_deepdive_loads_only_its_analysis(data_dir, argv, unneeded):
+    """``--critical-path`` and ``--compare`` are timed against HTA whole process (benchmarks/RESULTS.md): they load
+    no heavy package, not numpy.ma (np.isin's np.unique imports it), nor the other deep-dive analyses."""
+    env = dict(os.environ, PYTHONPATH=str(Path(hpcwatch.__file__).parents[1]))
+    args = [str(data_dir / "kineto" / a) if a.endswith(".gz") else a for a in argv]
+    done = subprocess.run(
+        [sys.executable, "-c", _DEEPDIVE_PROBE, *args], capture_output=True, text=True, env=env, timeout=120, check=True
+    )
+    loaded = set(done.stdout.rpartition("LOADED:")[2].strip().split(","))
+    assert "numpy" in loaded and "hpcwatch.reports.deepdive" in loaded  # it ran
+    assert not loaded & {*HEAVY, *unneeded, "numpy.ma"} - {"numpy"}, sorted(loaded & {*HEAVY, *unneeded, "numpy.ma"})
+
+
 _THREADS_PROBE = """
 import importlib.abc, io, os, sys
 seen = []

@@ -214,3 +214,40 @@ def test_shorten_names_the_ops_and_what_they_save_at_most() -> None:
     assert sum(s["us"] for s in doc["shorten"]) == doc["length_us"]
     top = doc["by_name"][0]
     assert (top["name"], top["events"], top["on_path_us"]) == ("cudaMalloc", 5, 179324 + 16743 + 14614 + 14561 + 10176)
+
+
+@pytest.mark.filterwarnings("ignore::UserWarning")
+@pytest.mark.parametrize("name", ["hta_gpu_lags_host_rank0.json.gz", "hta_a100_nccl_rank0.json.gz"])
+def test_the_fast_call_stack_walk_is_htas(name: str) -> None:
+    """The numpy sort on compare_events' keys and the one-sweep walk give HTA's cmp sort and tree DFS, thread
+    for thread, on real traces (every host event of a window lasts > 0 µs, where the fast way is taken)."""
+    from collections import defaultdict
+
+    from hpcwatch.analysis.critical_path import _stack_events, _walk, hta_columns
+
+    trace = read_kineto(DATA / name)
+    c = hta_columns(trace)
+    threads: dict[tuple[int, int], list[int]] = defaultdict(list)
+    for r in range(len(c.ts)):
+        if c.stream[r] == -1 and c.dur[r] > 0:
+            threads[(c.pid[r], c.tid[r])].append(r)
+    assert sum(len(rows) for rows in threads.values()) > 1000
+    for rows in threads.values():
+        fast, total = _stack_events(rows, c)
+        assert total and fast == _stack_events(rows, c, fast=False)[0]
+        assert _walk(rows, c) == _walk(rows, c, fast=False)
+
+
+def test_a_zero_duration_call_stack_is_sorted_as_hta_sorts() -> None:
+    """A zero duration makes compare_events intransitive: the fast way is not taken."""
+    from hpcwatch.analysis.critical_path import _stack_events, _walk, hta_columns
+
+    trace = parse_kineto(
+        _doc([_x("a", "cpu_op", 1, 10), _x("b", "cpu_op", 5, 0.4), _x("c", "cpu_op", 5, 3), _x("d", "cpu_op", 8, 0)])
+    )
+    c = hta_columns(trace)
+    events, total = _stack_events([0, 1, 2, 3], c)
+    assert not total and events == _stack_events([0, 1, 2, 3], c, fast=False)[0]
+    walk = _walk([0, 1, 2, 3], c)
+    entered, left = [r for r, e, _ in walk if e], [r for r, e, _ in walk if not e]
+    assert entered[0] == 0 and sorted(entered) == sorted(left) == [0, 1, 2, 3]

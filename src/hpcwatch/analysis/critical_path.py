@@ -188,6 +188,11 @@ class HtaColumns(msgspec.Struct, frozen=True):
 
 
 def hta_columns(trace: KinetoTrace) -> HtaColumns:
+    return _columns(trace)[0]
+
+
+def _columns(trace: KinetoTrace) -> tuple[HtaColumns, _Arrays]:
+    """``hta_columns`` as lists (for the per-event loops) and as the arrays they were made from."""
     ev = trace.events
     ts_f, dur_f = ev["ts_us"], ev["dur_us"]
     # HTA (round_down_time_stamps): start up to the µs, end down, duration between them.
@@ -203,10 +208,11 @@ def hta_columns(trace: KinetoTrace) -> HtaColumns:
     sync_names = np.array([nm in ("Event Sync", "Context Sync") for nm in names] + [False], dtype=bool)
     gpu_side = ((stream >= 0) & (corr >= 0)) | sync_names[name]
     ic = _index_correlation(corr, gpu_side)
-    return HtaColumns(
+    a = _Arrays(ts=ts, end=end, cat=ev["cat"], name=name, stream=stream, ic=ic, alive=np.ones(n, dtype=bool))
+    c = HtaColumns(
         ts=ts.tolist(),
         end=end.tolist(),
-        dur=(end - ts).tolist(),
+        dur=a.dur.tolist(),
         cat=ev["cat"].tolist(),
         name=name.tolist(),
         stream=stream.tolist(),
@@ -218,6 +224,7 @@ def hta_columns(trace: KinetoTrace) -> HtaColumns:
         wait_corr=np.asarray(wait_corr).tolist(),
         alive=[True] * n,
     )
+    return c, a
 
 
 def _index_correlation(corr: np.ndarray, gpu_side: np.ndarray) -> np.ndarray:
@@ -249,7 +256,7 @@ def _index_correlation(corr: np.ndarray, gpu_side: np.ndarray) -> np.ndarray:
     return np.asarray(ic, dtype=np.int64)
 
 
-def _without_last_step(trace: KinetoTrace, c: HtaColumns) -> HtaColumns:
+def _without_last_step(trace: KinetoTrace, c: HtaColumns, a: _Arrays) -> HtaColumns:
     """HTA's ``_filter_irrelevant_gpu_kernels``, which every HTA analysis runs at load: with two or more
     ``ProfilerStep`` names, host events from the last step's start on are dropped (the last step is taken as
     incomplete) and so are GPU events without a host event of their correlation. Dropped rows keep their
@@ -260,17 +267,45 @@ def _without_last_step(trace: KinetoTrace, c: HtaColumns) -> HtaColumns:
     ev = trace.events
     sync_names = np.array([nm in ("Event Sync", "Context Sync") for nm in trace.names] + [False], dtype=bool)
     stream, corr, name = ev["stream"], ev["correlation"], ev["name_id"]
-    ts = np.array(c.ts, dtype=np.int64)
+    ts = a.ts
     gpu_side = ((stream >= 0) & (corr >= 0)) | sync_names[name]
     step_rows = ~gpu_side & steps[name]
     if not step_rows.any():
         return c
     kept_cpu = ~gpu_side & (ts < ts[step_rows].max())
-    keep_arr = kept_cpu | (gpu_side & np.isin(corr, corr[kept_cpu]))
+    keep_arr = kept_cpu | (gpu_side & _isin(corr, corr[kept_cpu]))
     if keep_arr.all():
         return c
-    keep = keep_arr.tolist()
-    return msgspec.structs.replace(c, alive=keep)
+    a.alive = keep_arr
+    return msgspec.structs.replace(c, alive=keep_arr.tolist())
+
+
+def _isin(values: np.ndarray, among: np.ndarray) -> np.ndarray:
+    """``np.isin`` by a sort and a search: ``np.isin`` goes through ``np.unique``, whose first call imports
+    ``numpy.ma`` (tens of ms of the command's start, benchmarks/RESULTS.md)."""
+    pool = np.sort(among)
+    if not len(pool):
+        return np.zeros(len(values), dtype=bool)
+    pos = np.minimum(np.searchsorted(pool, values), len(pool) - 1)
+    return np.asarray(pool[pos] == values, dtype=bool)
+
+
+class _Arrays:
+    """Columns of ``HtaColumns`` as numpy arrays, for the whole-column steps (the window, the nodes)."""
+
+    def __init__(
+        self,
+        *,
+        ts: np.ndarray,
+        end: np.ndarray,
+        cat: np.ndarray,
+        name: np.ndarray,
+        stream: np.ndarray,
+        ic: np.ndarray,
+        alive: np.ndarray,
+    ) -> None:
+        self.ts, self.end, self.dur = ts, end, end - ts
+        self.cat, self.name, self.stream, self.ic, self.alive = cat, name, stream, ic, alive
 
 
 # --- the window -------------------------------------------------------------------------------------------
@@ -288,21 +323,15 @@ def _window(trace: KinetoTrace, c: HtaColumns, annotation: str, first: int, last
     return min(c.ts[r] for r in chosen), max(c.end[r] for r in chosen)
 
 
-def _clipped(c: HtaColumns, names: Sequence[str], lo: int, hi: int) -> list[int]:
+def _clipped(a: _Arrays, names: Sequence[str], lo: int, hi: int) -> list[int]:
     """HTA's clipped frame: host events starting in the window (dur > 0) and the GPU events they launched."""
-    n = len(c.ts)
-    keep = [False] * n
-    alive = c.alive
-    cpu_in = [alive[r] and c.stream[r] == -1 and lo <= c.ts[r] <= hi and c.dur[r] > 0 for r in range(n)]
+    cpu_in = a.alive & (a.stream == -1) & (lo <= a.ts) & (a.ts <= hi) & (a.dur > 0)
     wait_event = next((i for i, nm in enumerate(names) if nm == "Stream Wait Event"), -200)
-    for r in range(n):
-        if cpu_in[r] or (alive[r] and c.stream[r] != -1 and c.name[r] == wait_event):
-            keep[r] = True
-    for r in range(n):  # a host event points at the GPU event it launched
-        g = c.ic[r]
-        if cpu_in[r] and g > 0 and alive[g] and c.stream[g] != -1:
-            keep[g] = True
-    return [r for r in range(n) if keep[r]]
+    keep = cpu_in | (a.alive & (a.stream != -1) & (a.name == wait_event))
+    g = a.ic[cpu_in]  # a host event points at the GPU event it launched
+    g = g[g > 0]
+    keep[g[a.alive[g] & (a.stream[g] != -1)]] = True
+    return np.flatnonzero(keep).tolist()
 
 
 # --- the graph --------------------------------------------------------------------------------------------
@@ -316,6 +345,8 @@ class _Graph:
         self.succ: list[dict[int, None]] = [{} for _ in ts]
         self.pred: list[dict[int, tuple[int, int]]] = [{} for _ in ts]  # v -> {u: (weight, type)}
         self.attributed: dict[tuple[int, int], int] = {}
+        self.syncs: list[tuple[int, int]] = []
+        """(u, v) of every sync edge added (one may have been overwritten since by another kind)."""
 
     def add(self, u: int, v: int, kind: int, zero: bool = False) -> tuple[int, int]:
         if u == v:
@@ -323,6 +354,8 @@ class _Graph:
         weight = 0 if kind in (_DEP, _SYNC) or zero else self.ts[v] - self.ts[u]
         self.succ[u][v] = None
         self.pred[v][u] = (weight, kind)
+        if kind == _SYNC:
+            self.syncs.append((u, v))
         return u, v
 
 
@@ -355,55 +388,116 @@ _EVENT_KEY = functools.cmp_to_key(_cmp_events)
 
 def _call_stack(rows: list[int], c: HtaColumns) -> tuple[dict[int, list[int]], dict[int, int]]:
     """Children (in order) and parent of each row of one thread, as HTA's ``CallStackGraph`` builds them."""
-    events: list[tuple[int, int, int, int]] = []
-    for r in rows:
-        d = max(c.dur[r], 0)
-        events.append((r, c.ts[r], d, 1))
-        events.append((r, c.ts[r] + d, d, -1))
-    events.sort(key=_EVENT_KEY)
+    return _tree(_stack_events(rows, c)[0])
+
+
+def _tree(events: list[tuple[int, int]]) -> tuple[dict[int, list[int]], dict[int, int]]:
     children: dict[int, list[int]] = {-1: []}
     parent: dict[int, int] = {}
-    stack: list[int] = []
-    for r, _, _, kind in events:
+    on_stack: list[int] = []
+    for r, kind in events:
         if kind == 1:
             if r in parent:
                 continue  # HTA logs "node has already existed" and skips it
-            p = stack[-1] if stack else -1
+            p = on_stack[-1] if on_stack else -1
             children.setdefault(p, []).append(r)
             children[r] = []
             parent[r] = p
-            stack.append(r)
-        elif stack:
-            stack.pop()
+            on_stack.append(r)
+        elif on_stack:
+            on_stack.pop()
     return children, parent
 
 
+def _walk(rows: list[int], c: HtaColumns, *, fast: bool = True) -> list[tuple[int, bool, int]]:
+    """(row, entering?, its parent or -1) of one thread in the order HTA's DFS of its ``CallStackGraph`` visits them.
+
+    HTA builds the tree with a stack over the start and end events in ``compare_events`` order (a start
+    pushes the row under the top; an end pops the top, whichever row it is), then walks it depth first. When
+    every duration is > 0 (a window's host events, ``_clipped``) each row is pushed once before it is popped and
+    the stack is empty at the end, so the walk is that sweep itself: a push enters, a pop leaves; else we build
+    the tree and walk it as HTA does (``fast=False``: always, as the tests compare).
+    """
+    events, total = _stack_events(rows, c, fast=fast)
+    walk: list[tuple[int, bool, int]] = []
+    if total and fast:
+        stack: list[tuple[int, int]] = []
+        for r, kind in events:
+            if kind == 1:
+                p = stack[-1][0] if stack else -1
+                stack.append((r, p))
+                walk.append((r, True, p))
+            else:
+                top, p = stack.pop()
+                walk.append((top, False, p))
+        return walk
+    children, parent = _tree(events)
+    todo: list[tuple[int, bool]] = [(-1, True)]  # iterative DFS: (row, entering?)
+    while todo:
+        r, entering = todo.pop()
+        if entering:
+            todo.append((r, False))
+            todo.extend((ch, True) for ch in reversed(children.get(r, ())))
+        if r != -1:
+            walk.append((r, entering, parent.get(r, -1)))
+    return walk
+
+
+def _stack_events(rows: list[int], c: HtaColumns, *, fast: bool = True) -> tuple[list[tuple[int, int]], bool]:
+    """(row, 1 at its start / -1 at its end) of one thread in HTA's ``compare_events`` order.
+
+    With every duration > 0 (a window's host events always have one, ``_clipped``) that order is a total one:
+    by time; at one time the ends first (shorter first, then the later row), then the starts (longer first,
+    then the earlier row); a numpy sort on those keys gives it in one call. With a zero duration among them
+    HTA's comparison is not transitive and the order is whatever Python's sort makes of it: we sort as HTA does
+    (``fast=False``: always). The flag says whether the order was the total one.
+    """
+    r = np.array(rows, dtype=np.int64)
+    ts = np.array([c.ts[x] for x in rows], dtype=np.int64)
+    dur = np.array([c.dur[x] for x in rows], dtype=np.int64)
+    total = not len(r) or int(dur.min()) > 0
+    if not total or not fast:
+        events: list[tuple[int, int, int, int]] = []
+        for x in rows:
+            d = max(c.dur[x], 0)
+            events.append((x, c.ts[x], d, 1))
+            events.append((x, c.ts[x] + d, d, -1))
+        events.sort(key=_EVENT_KEY)
+        return [(e[0], e[3]) for e in events], total
+    row2 = np.concatenate([r, r])
+    is_start = np.concatenate([np.ones(len(r), dtype=np.int64), np.zeros(len(r), dtype=np.int64)])
+    time = np.concatenate([ts, ts + dur])
+    by_dur = np.concatenate([-dur, dur])
+    by_row = np.concatenate([r, -r])
+    order = np.lexsort((by_row, by_dur, is_start, time))  # the last key first
+    return list(zip(row2[order].tolist(), (2 * is_start[order] - 1).tolist(), strict=True)), True
+
+
 class _Builder:
-    def __init__(self, trace: KinetoTrace, c: HtaColumns, rows: list[int]) -> None:
+    def __init__(self, trace: KinetoTrace, c: HtaColumns, a: _Arrays, rows: list[int]) -> None:
         self.trace, self.c, self.rows = trace, c, rows
         names = trace.names
         self.sym = {nm: i for i, nm in enumerate(names)}
-        host_cats = (CAT["cpu_op"], CAT["cuda_runtime"], CAT["cuda_driver"])
-        node_rows = [r for r in rows if c.cat[r] in host_cats or (c.stream[r] != -1 and c.ic[r] >= 0)]
-        blocking = {self.sym[b] for b in _BLOCKING_CALLS if b in self.sym}
-        ts = np.array([c.ts[r] for r in node_rows] + [c.end[r] for r in node_rows], dtype=np.int64)
-        order = np.argsort(ts, kind="quicksort").tolist()  # pandas' sort_values: the same ties
+        host_cats = np.array([CAT["cpu_op"], CAT["cuda_runtime"], CAT["cuda_driver"]], dtype=np.int64)
+        r = np.array(rows, dtype=np.int64)
+        cat = a.cat[r]
+        host = (cat == host_cats[0]) | (cat == host_cats[1]) | (cat == host_cats[2])
+        node_rows = r[host | ((a.stream[r] != -1) & (a.ic[r] >= 0))]
+        blocking = np.array(sorted(self.sym[b] for b in _BLOCKING_CALLS if b in self.sym), dtype=np.int64)
+        ts = np.concatenate([a.ts[node_rows], a.end[node_rows]])
+        order = np.argsort(ts, kind="quicksort")  # pandas' sort_values: the same ties
         m = len(node_rows)
-        self.start: dict[int, int] = {}
-        self.end: dict[int, int] = {}
-        self.node_row: list[int] = []
-        self.node_is_start: list[bool] = []
-        node_ts: list[int] = []
-        ts_list = ts.tolist()
-        for idx, k in enumerate(order):
-            r = node_rows[k % m] if m else 0
-            self.node_row.append(r)
-            self.node_is_start.append(k < m)
-            node_ts.append(ts_list[k])
-            (self.start if k < m else self.end)[r] = idx
-        self.blocking = {r for r in node_rows if c.name[r] in blocking}
-        self.live = [r for r in range(len(c.ts)) if c.alive[r]]
-        self.g = _Graph(node_ts)
+        both = np.concatenate([node_rows, node_rows])
+        place = np.empty(2 * m, dtype=np.int64)
+        place[order] = np.arange(2 * m, dtype=np.int64)
+        rows_list = node_rows.tolist()
+        self.start: dict[int, int] = dict(zip(rows_list, place[:m].tolist(), strict=True))
+        self.end: dict[int, int] = dict(zip(rows_list, place[m:].tolist(), strict=True))
+        self.node_row: list[int] = both[order].tolist()
+        self.node_is_start: list[bool] = (order < m).tolist()
+        self.blocking = set(node_rows[_isin(a.name[node_rows], blocking)].tolist())
+        self.live = np.flatnonzero(a.alive).tolist()
+        self.g = _Graph(ts[order].tolist())
 
     # CPU threads
     def cpu_threads(self) -> None:
@@ -419,42 +513,43 @@ class _Builder:
             self._thread(rows)
 
     def _thread(self, rows: list[int]) -> None:
-        children, parent = _call_stack(rows, self.c)
-        g, start, end = self.g, self.start, self.end
+        g, start, end, blocking = self.g, self.start, self.end, self.blocking
+        node_row, node_is_start, attributed = self.node_row, self.node_is_start, g.attributed
         last_node: int | None = None
         last_top: int | None = None
         depth = 0
         last_parent = -1
-        # iterative DFS: (row, entering?)
-        todo: list[tuple[int, bool]] = [(-1, True)]
-        while todo:
-            r, entering = todo.pop()
+        for r, entering, r_parent in _walk(rows, self.c):
             if entering:
-                todo.append((r, False))
-                todo.extend((ch, True) for ch in reversed(children.get(r, ())))
-                if r not in start:
+                v = start.get(r)
+                if v is None:
                     continue
-                s = start[r]
                 if depth == 0 and last_top is not None:
-                    g.add(last_top, s, _DEP)
+                    g.add(last_top, v, _DEP)
                 depth += 1
-                if last_node is not None:
-                    self._attribute(g.add(last_node, s, _OP), last_parent)
-                last_node = s
-                last_parent = parent.get(r, -1)
+                zero = False
             else:
-                if r not in start:
+                v = end.get(r)
+                if v is None:
                     continue
-                e = end[r]
                 depth -= 1
-                if last_node is not None:
-                    self._attribute(g.add(last_node, e, _OP, zero=r in self.blocking), last_parent)
-                if depth == 0:
-                    last_node = None
-                    last_top = e
+                zero = r in blocking
+            if last_node is not None:
+                u = last_node
+                g.add(u, v, _OP, zero=zero)
+                # _attribute inlined (the hot loop): an operator edge goes to the row it starts in, else ends in
+                if node_is_start[u]:
+                    attributed[(u, v)] = node_row[u]
+                elif not node_is_start[v]:
+                    attributed[(u, v)] = node_row[v]
                 else:
-                    last_node = e
-                    last_parent = parent.get(r, -1)
+                    attributed[(u, v)] = last_parent
+            if not entering and depth == 0:
+                last_node = None
+                last_top = v
+            else:
+                last_node = v
+                last_parent = r_parent
 
     def _attribute(self, uv: tuple[int, int], src_parent: int) -> None:
         u, v = uv
@@ -634,38 +729,42 @@ class _Builder:
 
 
 def _longest_path(g: _Graph) -> list[int]:
-    """networkx ``dag_longest_path``: distances in topological-generation order, first maximum wins."""
+    """networkx ``dag_longest_path``: distances in topological-generation order, first maximum wins.
+
+    Kahn's sort with a first-in first-out queue visits the nodes generation by generation in networkx's order
+    (``topological_generations``: the sources by number, then each one's newly free successors in the order
+    their edges were added), so one pass over a growing list gives it.
+    """
     n = len(g.ts)
-    indegree = [len(p) for p in g.pred]
-    order: list[int] = []
-    generation = [v for v in range(n) if indegree[v] == 0]
-    while generation:
-        order.extend(generation)
-        following: list[int] = []
-        for u in generation:
-            for v in g.succ[u]:
-                indegree[v] -= 1
-                if indegree[v] == 0:
-                    following.append(v)
-        generation = following
+    pred, succ = g.pred, g.succ
+    indegree = [len(p) for p in pred]
+    order = [v for v in range(n) if not indegree[v]]
+    for u in order:  # the list grows as it is walked: a FIFO queue
+        for v in succ[u]:
+            indegree[v] -= 1
+            if not indegree[v]:
+                order.append(v)
     if len(order) != n:
         raise CriticalPathError("the dependency graph has a cycle (the trace's times or correlations are inconsistent)")
-    dist: list[tuple[int, int]] = [(0, v) for v in range(n)]
-    for v in order:
-        best: tuple[int, int] | None = None
-        for u, (w, _) in g.pred[v].items():
-            cand = (dist[u][0] + max(w, 0), u)  # HTA sets weights of -1 to 0 before the search
-            if best is None or cand[0] > best[0]:
-                best = cand
-        dist[v] = best if best is not None and best[0] >= 0 else (0, v)
     if not n:
         return []
-    v = max(order, key=lambda x: dist[x][0])  # networkx walks its dist dict, filled in topological order
+    dist = [0] * n
+    back = list(range(n))
+    for v in order:
+        best, best_u = -1, v
+        for u, (w, _) in pred[v].items():
+            d = dist[u] + w if w > 0 else dist[u]  # HTA sets weights of -1 to 0 before the search
+            if d > best:
+                best, best_u = d, u
+        if best >= 0:
+            dist[v], back[v] = best, best_u
+    top = max(dist)
+    v = next(x for x in order if dist[x] == top)  # networkx walks its dist dict, filled in topological order
     path: list[int] = []
     prev: int | None = None
     while prev != v:
         path.append(v)
-        prev, v = v, dist[v][1]
+        prev, v = v, back[v]
     path.reverse()
     return path
 
@@ -690,21 +789,21 @@ def critical_path(
     """The critical path of the window from instance ``instances[0]`` to ``instances[1]`` (inclusive, in file
     order) of the events whose name contains ``annotation`` (HTA's ``critical_path_analysis``; an empty
     annotation is the whole trace)."""
-    c = hta_columns(trace)
+    c, arrays = _columns(trace)
     names = trace.names
     if not len(c.ts):
         raise CriticalPathError("the trace has no complete events")
-    c = _without_last_step(trace, c)
+    c = _without_last_step(trace, c, arrays)
     first, last = instances
     if annotation:
         lo, hi = _window(trace, c, annotation, first, last)
     else:
-        alive = [r for r in range(len(c.ts)) if c.alive[r]]  # HTA: the whole (loaded) frame
-        lo, hi = min(c.ts[r] for r in alive), max(c.end[r] for r in alive)
-    rows = _clipped(c, names, lo, hi)
+        # HTA: the whole (loaded) frame
+        lo, hi = int(arrays.ts[arrays.alive].min()), int(arrays.end[arrays.alive].max())
+    rows = _clipped(arrays, names, lo, hi)
     if len(rows) > MAX_WINDOW_EVENTS:
         raise CriticalPathError(f"{len(rows)} events in the window, over {MAX_WINDOW_EVENTS}: choose a shorter one")
-    b = _Builder(trace, c, rows)
+    b = _Builder(trace, c, arrays, rows)
     b.cpu_threads()
     b.gpu()
     g = b.g
@@ -758,15 +857,22 @@ def critical_path(
         bound_by_us=bound,
         edges=tuple(edges),
         events=tuple(events),
-        nodes=sum(1 for v in range(len(g.ts)) if g.pred[v] or g.succ[v]),
-        graph_edges=sum(len(p) for p in g.pred),
+        nodes=sum(1 for p, s in zip(g.pred, g.succ, strict=True) if p or s),
+        graph_edges=sum(map(len, g.pred)),
         has_syncs=bool(np.any(trace.events["cat"] == CAT["cuda_sync"])),
     )
 
 
 def _check_syncs(g: _Graph, b: _Builder, c: HtaColumns) -> None:
     """HTA's ``_validate_graph``: a sync edge between two kernels of one stream makes the graph invalid."""
-    for v, preds in enumerate(g.pred):
+
+    def bad(u: int, v: int) -> bool:
+        su = c.stream[b.node_row[u]]
+        return g.pred[v][u][1] == _SYNC and su != -1 and su == c.stream[b.node_row[v]]
+
+    if not any(bad(u, v) for u, v in g.syncs):
+        return
+    for v, preds in enumerate(g.pred):  # the first one in networkx's order, for its stream in the message
         for u, (_, kind) in preds.items():
             if kind != _SYNC:
                 continue

@@ -117,7 +117,10 @@ def _side(
     host = stream < 0
     host_steps = 0
     seen_host_step: set[int] = set()
-    step_rows = np.flatnonzero(np.isin(name_id, list(step_of_name))).tolist()
+    # lookups, not np.isin: its np.unique imports numpy.ma, tens of ms of the command (benchmarks/RESULTS.md)
+    is_step = np.zeros(len(names) + 1, dtype=bool)
+    is_step[list(step_of_name)] = True
+    step_rows = np.flatnonzero(is_step[name_id]).tolist()
     if len(step_rows) > MAX_STEP_EVENTS:
         raise TraceDiffError(f"{trace.path}: {len(step_rows)} ProfilerStep events, over {MAX_STEP_EVENTS}")
     host_rows = np.flatnonzero(host)
@@ -135,17 +138,24 @@ def _side(
     linked = gpu & (ic > 0)
     iteration[gpu] = -1
     iteration[linked] = iteration[ic[linked]]
-    in_steps = np.isin(iteration, list(picked))
+    in_steps = np.zeros(len(ts), dtype=bool)
+    for it in set(picked):
+        in_steps |= iteration == it
     if device == "cpu":
         in_steps &= stream == -1
     elif device == "gpu":
         in_steps &= stream != -1
     summary: dict[str, tuple[int, int, bool]] = {}
     rows = np.flatnonzero(in_steps)
-    for nid, d, s in zip(name_id[rows].tolist(), dur[rows].tolist(), stream[rows].tolist()):
+    ids = name_id[rows].astype(np.int64)
+    counts = np.bincount(ids, minlength=len(names))
+    totals = np.zeros(len(counts), dtype=np.int64)
+    np.add.at(totals, ids, dur[rows])  # exact int64 sums (bincount's weights are float64)
+    gpu_ids = np.bincount(ids[stream[rows] != -1], minlength=len(counts))
+    for nid in np.flatnonzero(counts).tolist():  # by name: two ids of one name would be one row
         name = names[nid]
         count, total, on_gpu = summary.get(name, (0, 0, False))
-        summary[name] = (count + 1, total + d, on_gpu or s != -1)
+        summary[name] = (count + int(counts[nid]), total + int(totals[nid]), on_gpu or bool(gpu_ids[nid]))
     gpu_span = 0
     any_gpu = False
     for it in picked:

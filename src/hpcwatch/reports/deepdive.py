@@ -13,13 +13,14 @@ from __future__ import annotations
 import os
 import warnings
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from hpcwatch.analysis.counters import kernel_counters
 from hpcwatch.analysis.critical_path import BOUND_KINDS, CriticalPath, CriticalPathError, critical_path
-from hpcwatch.analysis.trace_diff import OpChange, SideSteps, TraceDiffError, trace_diff
 from hpcwatch.errors import InputError
 from hpcwatch.traces import KinetoTrace
+
+if TYPE_CHECKING:  # each document imports its analysis when it runs: --critical-path loads no diff or counters
+    from hpcwatch.analysis.trace_diff import OpChange, SideSteps
 
 __all__ = [
     "critical_path_document",
@@ -162,6 +163,8 @@ def diff_document(
     device: str = "all",
 ) -> dict[str, Any]:
     """What got slower or faster from ``control`` to ``test`` (HTA's TraceDiff), as a JSON-ready document."""
+    from hpcwatch.analysis.trace_diff import TraceDiffError, trace_diff
+
     try:
         d = trace_diff(
             control, test, control_iterations=control_iterations, test_iterations=test_iterations, device=device
@@ -205,6 +208,8 @@ def _change(c: OpChange) -> dict[str, Any]:
 
 def counters_document(trace: KinetoTrace) -> dict[str, Any]:
     """The CUPTI counters of each profiled kernel with the ops that launched it (HTA's counter analysis)."""
+    from hpcwatch.analysis.counters import kernel_counters
+
     report = kernel_counters(trace)
     if report is None:
         raise InputError(

@@ -319,12 +319,15 @@ def _decode_piece(text: bytes) -> _TypedPiece | list[Any] | None:
 def _typed_rows(events: list[msgspec.Struct], names: _Names, codes: _Codes, path: str) -> dict[str, np.ndarray]:
     """The row table (``_row_table``) of a typed piece's complete events, a list comprehension per column."""
     xs = [e for e in events if type(e) is _Complete]
+    cats = list(map(codes.__getitem__, [e.cat for e in xs]))
+    if _PROFILER_RANGE in cats:
+        raise _Unusual  # CUPTI counters are args the typed events skip: the dict scan keeps them
     args = [e.args for e in xs]
     colls, name_ids = _typed_names(xs, args, names)
     cols = (
         [e.ts for e in xs],
         [e.dur for e in xs],
-        list(map(codes.__getitem__, [e.cat for e in xs])),
+        cats,
         name_ids,
         [a.stream for a in args],
         [e.pid for e in xs],
@@ -529,8 +532,7 @@ class _Tables:
 
     def _add_typed(self, events: list[msgspec.Struct]) -> None:
         # Should this fail half-way, the names it interned are those the dict scan interns first, in the same order.
-        if any(type(e) is _Complete and e.cat == "cuda_profiler_range" for e in events):
-            raise _Unusual  # CUPTI counters are args the typed events skip: the dict scan keeps them
+        # A piece with CUPTI counters (cuda_profiler_range events) is refused before any name is interned.
         rows = _typed_rows(events, self.names, self.codes, self.path)
         self.hostname = self.hostname or _typed_hostname(events)
         self.parts.append(rows)
