@@ -500,6 +500,11 @@ class _MetricsServer(ThreadingMixIn, WSGIServer):
             with self._lock:
                 self._active -= 1
 
+    def shutdown(self) -> None:
+        """Stop serving and free the port: a caller that stops an exporter means to bind that port again."""
+        super().shutdown()
+        self.server_close()
+
     def handle_error(self, request: Any, client_address: Any) -> None:
         """A client that hung up, timed out or failed its TLS handshake: not worth a traceback."""
         log.debug("exporter: connection from %s ended: %s", client_address, sys.exc_info()[1])

@@ -127,3 +127,14 @@ def test_tls_and_a_silent_client_does_not_stop_the_scrapes(store, cert):
         assert _closed_with(silent) is None  # cut at the deadline, without an answer
     assert response.status_code == 200 and "hpcwatch_findings" in response.text
     assert response.headers["x-content-type-options"] == "nosniff"
+
+
+def test_a_stopped_exporter_frees_its_port_at_once():
+    """shutdown() closes the socket: a test (or a restart) binding the same port next must not wait for the GC."""
+    store = Store(":memory:")
+    first, _ = serve_metrics(store, port=0)
+    port = first.server_address[1]
+    first.shutdown()
+    second, _ = serve_metrics(store, port=port)  # `first` is still referenced: only shutdown() freed the port
+    second.shutdown()
+    assert first.socket.fileno() == -1
