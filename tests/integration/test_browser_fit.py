@@ -324,6 +324,7 @@ def _axe(pg) -> list[dict]:
             "impact": v["impact"],
             "nodes": len(v["nodes"]),
             "first": v["nodes"][0]["target"] if v["nodes"] else None,
+            "html": v["nodes"][0]["html"][:300] if v["nodes"] else None,  # what a failure shows, to fix it
         }
         for v in result["violations"]
         if v["impact"] in ("serious", "critical")

@@ -55,13 +55,12 @@ def _row_state(pg, job: str) -> str:
 
 def test_the_xid_job_is_requeued_then_seen_restarting(xid_page):
     pg, job = xid_page, "4101"
-    # Running, then back in the queue while node2 reboots (same id, requeued once)...
+    # Running, then back in the queue while node2 reboots (same id, requeued once, said so: not a plain PENDING)...
     pg.wait_for_function(
-        f"() => (document.querySelector('#queue-table tr[data-job=\"{job}\"] td:nth-child(5)')"
-        f"?.textContent ?? '').startsWith('PENDING')",
+        f"() => document.querySelector('#queue-table tr[data-job=\"{job}\"]')?.dataset.requeued === 'true'",
         timeout=30_000,
     )
-    assert "requeued 1×" in _row_state(pg, job)
+    assert _row_state(pg, job).startswith("REQUEUED") and "requeued 1×" in _row_state(pg, job)
     _shot(pg, "physics-xid-requeued", full_page=True)
     # ...then running again on the same nodes, from its checkpoint.
     pg.wait_for_function(

@@ -38,15 +38,20 @@ export function initTiles() {
     name: el.dataset.node, el, sum: sums.get(el.dataset.node), mark: tileMarks.get(el.dataset.node), last: {},
     gpus: refs.tiles.filter((g) => g.node === el.dataset.node) }));
   refs.full = [...document.querySelectorAll(".node-group:not(.tile) > g[data-node]")].map((el) => ({
-    name: el.dataset.node, el, title: el.querySelector(".node-title"), last: {} }));
+    name: el.dataset.node, el, title: el.querySelector(".node-title"), label: el.getAttribute("aria-label") ?? "",
+    last: {} }));
 }
 
-/** A drawn node (up to 4 nodes) says its state after its name: "node2 · drained". */
+/** A drawn node (up to 4 nodes) says its state after its name: "node2 · drained"; its spoken name says it too,
+ *  as it starts with the visible title (WCAG 2.5.3, axe's label-content-name-mismatch). */
 function applyFullNode(node, snap) {
   const state = snap.node_states?.[node.name]?.state;
   const shown = state && state !== "ok" ? state : null;
+  const title = shown ? `${node.name} · ${t(`state.${shown}`)}` : node.name;
   set(node.el, "data-state", shown, node.last);
-  setText(node.title, shown ? `${node.name} · ${t(`state.${shown}`)}` : node.name, node.last, "title");
+  setText(node.title, title, node.last, "title");
+  const rest = node.label.startsWith(node.name) ? node.label.slice(node.name.length) : `, ${node.label}`;
+  set(node.el, "aria-label", `${title}${rest}`, node.last);
 }
 
 /** A job id's colour index (FNV-1a: the same job gets the same colour in every tab and every session). */
@@ -134,7 +139,8 @@ function applyNode(node, snap) {
     setText(node.mark, problem ? `${t(`glyph.${problem}`)}${found.length > 1 ? ` ${fmt(found.length)}` : ""}` : "", node.last, "mark");
     set(node.mark, "data-mark-kind", problem ?? null, node.last);
   }
-  set(node.el, "aria-label", t("aria.tile_live", { node: node.name, gpus: node.gpus.length, util: val(mean, 0, "unit.pct"),
+  set(node.el, "aria-label", t("aria.tile_live", { node: shown ? `${node.name} · ${t(`state.${shown}`)}` : node.name,
+    gpus: node.gpus.length, util: val(mean, 0, "unit.pct"),
     power: kw, temp: val(Number.isFinite(hottest) ? hottest : null, 0, "unit.c"), job: jobs.join(", ") || t("live.none"),
     problem: problem ? t("aria.problem", { what: t(`mark.${problem}`, { code: "" }).trim() }) : "" }), node.last);
 }
