@@ -71,9 +71,16 @@ def wait_until(check: Callable[[], object], *, timeout_s: float, every_s: float 
 # -- which tests share a pytest-xdist worker ------------------------------------------------------------------
 
 #: Fixtures that stand for one real thing per machine or one costly server: every test using one runs on the
-#: same worker (``--dist loadgroup``), so there is one Slurm (one /tmp base, fixed ports) and one 128-node demo
-#: (half a core while it runs) however many workers there are.
-SHARED_FIXTURE_GROUPS = {"slurm": "slurm", "twin_serve": "slurm", "big_server": "demo-128"}
+#: same worker (``--dist loadgroup``), so there is one Slurm (one /tmp base, fixed ports) and one 128-node server
+#: at a time (each takes half a core or more while it runs) however many workers there are.
+SHARED_FIXTURE_GROUPS = {
+    "slurm": "slurm",
+    "twin_serve": "slurm",
+    # the 128-node servers, one after the other: side by side on two cores they starved each other's pages
+    "big_server": "demo-128",
+    "triage_server": "demo-128",
+    "scraped": "demo-128",
+}
 
 
 @pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the marks to name the groups

@@ -191,6 +191,7 @@ def test_zoom_buttons_and_fit(browser, big_server):
 def test_jump_to_node_focuses_it_and_opens_its_card_with_its_gpus(browser, big_server):
     context, pg = _open(browser, big_server, 1440)
     try:
+        _settled_scale(pg)  # a jump before the drawing is fitted lands where the fit then moves it away from
         pg.fill("#jump-form input[name=node]", "node97")
         pg.press("#jump-form input[name=node]", "Enter")
         assert pg.evaluate("document.activeElement.dataset.node") == "node97"
@@ -364,13 +365,18 @@ def test_axe_finds_no_serious_violation_at_128_nodes(browser, big_server, width)
     core, and what a view changes, colours and labels, is checked at 1920 and on the phone's reference cluster)."""
     context, pg = _open(browser, big_server, width)
     try:
+        # axe on a page still laying out judged tiles off the screen as if their names had lost their text
+        # (label-content-name-mismatch on 112 of 128, seen on a loaded machine): it looks once the page settled.
+        _wait_ticks(pg, 2)
+        _settled_scale(pg)
         pg.keyboard.press("Escape")
         pg.locator("g.el[data-node='node5']").focus()
         pg.keyboard.press("Enter")  # a node card with its GPU buttons
         if width == 1920:
             assert _axe_every_view(pg, f"128-nodes-{width}") == {}
         else:
-            assert _axe(pg) == []
+            found = _axe(pg)
+            assert found == [], json.dumps(found)  # the whole of it, html included: pytest's diff cuts it
     finally:
         context.close()
 

@@ -35,7 +35,8 @@ export function initTiles() {
   const sums = byId("[data-live^='sum:']", "data-live", 4);
   const tileMarks = byId("[data-tile-mark]", "data-tile-mark");
   refs.nodes = [...document.querySelectorAll(".tile g[data-node]")].map((el) => ({
-    name: el.dataset.node, el, sum: sums.get(el.dataset.node), mark: tileMarks.get(el.dataset.node), last: {},
+    name: el.dataset.node, el, sum: sums.get(el.dataset.node), mark: tileMarks.get(el.dataset.node),
+    tip: el.querySelector(":scope > title"), last: {},
     gpus: refs.tiles.filter((g) => g.node === el.dataset.node) }));
   refs.full = [...document.querySelectorAll(".node-group:not(.tile) > g[data-node]")].map((el) => ({
     name: el.dataset.node, el, title: el.querySelector(".node-title"), label: el.getAttribute("aria-label") ?? "",
@@ -143,6 +144,9 @@ function applyNode(node, snap) {
     gpus: node.gpus.length, util: val(mean, 0, "unit.pct"),
     power: kw, temp: val(Number.isFinite(hottest) ? hottest : null, 0, "unit.c"), job: jobs.join(", ") || t("live.none"),
     problem: problem ? t("aria.problem", { what: t(`mark.${problem}`, { code: "" }).trim() }) : "" }), node.last);
+  // Its tooltip says what its spoken name says: a title that kept the static words (model name) was text of the
+  // tile that its live name no longer held (axe's label-content-name-mismatch, seen at 128 nodes on a loaded page).
+  setText(node.tip, node.el.getAttribute("aria-label"), node.last, "tip");
 }
 
 /** The drawing's marks, worst first (reports/triage.py MARKS): a GPU or tile with two shows the first. */
