@@ -367,11 +367,11 @@ def test_axe_finds_no_serious_violation_at_128_nodes(browser, big_server, width)
     try:
         # axe on a page still laying out judged tiles off the screen as if their names had lost their text
         # (label-content-name-mismatch on 112 of 128, seen on a loaded machine): it looks once the page settled.
-        _wait_ticks(pg, 2)
-        _settled_scale(pg)
         pg.keyboard.press("Escape")
         pg.locator("g.el[data-node='node5']").focus()
         pg.keyboard.press("Enter")  # a node card with its GPU buttons
+        _wait_ticks(pg, 2)
+        _settled_scale(pg)
         if width == 1920:
             assert _axe_every_view(pg, f"128-nodes-{width}") == {}
         else:
