@@ -48,9 +48,10 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Any, Literal, get_args, get_origin, get_type_hints
+from typing import Any, Literal, get_type_hints
 
 from hpcwatch.errors import ConfigError
+from hpcwatch.tomlkeys import KeyLines, typed
 
 __all__ = [
     "ActConfig",
@@ -163,89 +164,44 @@ def parse_act_text(text: str, *, path: str = "<config>") -> tuple[ActConfig, Any
 
 def parse_act(raw: Any, *, path: str, text: str, has_notify: bool) -> ActConfig:
     """The ``[act]`` table already read by tomllib; ``text`` is the file, for line numbers."""
-    lines = _Lines(text)
+    lines = KeyLines(text)
     if not isinstance(raw, dict):
-        raise ConfigError(f"{path}:{lines.of('act', None)}: [act] must be a table")
+        raise ConfigError(f"{path}:{lines.find('act', None, None)}: [act] must be a table")
     values = _fields(ActConfig, raw, "act", path, lines, skip=("name", "idle", "remediate"))
     for key, cls in (("idle", IdlePolicy), ("remediate", RemediatePolicy)):
         if key in raw:
             sub = raw[key]
             if not isinstance(sub, dict):
-                raise ConfigError(f"{path}:{lines.of('act', key)}: {key} must be a table: write [act.{key}]")
+                raise ConfigError(f"{path}:{lines.find('act', None, key)}: {key} must be a table: write [act.{key}]")
             values[key] = _build(cls, _fields(cls, sub, f"act.{key}", path, lines), sub, f"act.{key}", path, lines)
     config = _build(ActConfig, values, raw, "act", path, lines)
     for key in ("idle", "remediate"):
         if getattr(config, key).enabled and not has_notify:
             raise ConfigError(
-                f"{path}:{lines.of(f'act.{key}', 'enabled')}: [act.{key}] is enabled but the file has no [notify] "
+                f"{path}:{lines.find(f'act.{key}', None, 'enabled')}: [act.{key}] is enabled but the file has no [notify] "
                 "table: its warnings and notices would reach no one"
             )
     return config
 
 
-def _fields(cls: type, raw: dict[str, Any], table: str, path: str, lines: _Lines, skip: tuple[str, ...] = ()) -> dict:
+def _fields(cls: type, raw: dict[str, Any], table: str, path: str, lines: KeyLines, skip: tuple[str, ...] = ()) -> dict:
     hints = get_type_hints(cls)
     values: dict[str, Any] = {}
     for key, value in raw.items():
         if table == "act" and key in ("idle", "remediate"):
             continue
-        where = f"{path}:{lines.of(table, key)}"
+        where = f"{path}:{lines.find(table, None, key)}"
         if key not in hints or key in skip:
             known = ", ".join(k for k in hints if k not in skip)
             extra = ", idle, remediate" if table == "act" else ""
             raise ConfigError(f"{where}: unknown key {key!r} in [{table}] (known: {known}{extra})")
-        values[key] = _typed(value, key, hints[key], where)
+        values[key] = typed(value, key, hints[key], where)
     return values
 
 
-def _build(cls: type, values: dict[str, Any], raw: dict[str, Any], table: str, path: str, lines: _Lines) -> Any:
+def _build(cls: type, values: dict[str, Any], raw: dict[str, Any], table: str, path: str, lines: KeyLines) -> Any:
     try:
         return cls(**values)
     except ValueError as err:
         bad = next((k for k in raw if str(err).startswith(k)), None)
-        raise ConfigError(f"{path}:{lines.of(table, bad)}: [{table}] {err}") from err
-
-
-def _typed(value: Any, name: str, kind: Any, where: str) -> Any:
-    origin = get_origin(kind)
-    if origin is Literal:
-        if value not in get_args(kind):
-            raise ConfigError(f"{where}: {name} must be one of {', '.join(map(repr, get_args(kind)))}, got {value!r}")
-        return value
-    if origin is tuple:
-        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-            raise ConfigError(f"{where}: {name} must be a list of strings, got {value!r}")
-        return tuple(value)
-    if kind is float and isinstance(value, int) and not isinstance(value, bool):
-        return float(value)
-    if not isinstance(value, kind) or (kind is not bool and isinstance(value, bool)):
-        raise ConfigError(f"{where}: {name} must be {kind.__name__}, got {value!r}")
-    return value
-
-
-_HEADER = re.compile(r"\s*(\[\[?)\s*([A-Za-z0-9_.\-]+)\s*\]\]?\s*(?:#.*)?$")
-_KEY = re.compile(r"\s*([A-Za-z0-9_\-]+)\s*=")
-
-
-class _Lines:
-    """Where a key of ``[act]`` or ``[act.idle]`` / ``[act.remediate]`` is written (tomllib does not say)."""
-
-    def __init__(self, text: str) -> None:
-        self.keys: list[tuple[str, str | None, int]] = []
-        table = ""
-        for number, line in enumerate(text.splitlines(), 1):
-            header = _HEADER.match(line)
-            if header:
-                table = header.group(2)
-                self.keys.append((table, None, number))
-            elif key := _KEY.match(line):
-                self.keys.append((table, key.group(1), number))
-
-    def of(self, table: str, key: str | None) -> int:
-        for t, k, number in self.keys:
-            if t == table and k == key:
-                return number
-        for t, k, number in self.keys:
-            if t == table and k is None:
-                return number
-        return 1
+        raise ConfigError(f"{path}:{lines.find(table, None, bad)}: [{table}] {err}") from err

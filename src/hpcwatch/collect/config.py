@@ -29,11 +29,12 @@ import re
 import tomllib
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Literal, get_args, get_origin, get_type_hints
+from typing import Any, Literal, get_type_hints
 
 from hpcwatch.act.config import ActConfig, parse_act
 from hpcwatch.errors import ConfigError
 from hpcwatch.notify.config import NotifyConfig, parse_notify
+from hpcwatch.tomlkeys import KeyLines, typed
 
 __all__ = [
     "CollectConfig",
@@ -353,7 +354,7 @@ def parse_config(text: str, *, path: str = "<config>") -> CollectConfig:
         doc = tomllib.loads(text)
     except tomllib.TOMLDecodeError as err:
         raise ConfigError(f"{path}: {err}") from err  # tomllib says "(at line N, column M)"
-    lines = _KeyLines(text)
+    lines = KeyLines(text)
     for key in doc:
         if key not in ("store", "collect", "notify", "act", "agent", *SECTIONS):
             raise ConfigError(
@@ -395,7 +396,7 @@ def parse_config(text: str, *, path: str = "<config>") -> CollectConfig:
     )
 
 
-def _agent(raw: Any, path: str, lines: _KeyLines) -> AgentSection:
+def _agent(raw: Any, path: str, lines: KeyLines) -> AgentSection:
     """``[agent]`` and its ``[[agent.check]]`` array; each check's format must be a registered one."""
     from hpcwatch.errors import ParseError
     from hpcwatch.sources.registry import format_named
@@ -427,7 +428,7 @@ def _agent(raw: Any, path: str, lines: _KeyLines) -> AgentSection:
     return replace(section, checks=tuple(checks))
 
 
-def _section(cls: type, raw: Any, table: str, index: int | None, path: str, lines: _KeyLines) -> Any:
+def _section(cls: type, raw: Any, table: str, index: int | None, path: str, lines: KeyLines) -> Any:
     if not isinstance(raw, dict):
         raise ConfigError(f"{path}:{lines.find(table, index, None)}: [{table}] must be a table")
     known = get_type_hints(cls)
@@ -437,7 +438,7 @@ def _section(cls: type, raw: Any, table: str, index: int | None, path: str, line
         where = f"{path}:{lines.find(table, index, key)}"
         if key not in known:
             raise ConfigError(f"{where}: unknown key {key!r} in [{table}] (known: {', '.join(known)})")
-        values[key] = _typed(value, key, known[key], where, table)
+        values[key] = typed(value, key, known[key], where, table=table)
     if "name" in known and not values.get("name"):
         values["name"] = table if not index else f"{table}-{index + 1}"  # the first of an array: the plain name
     try:
@@ -445,62 +446,3 @@ def _section(cls: type, raw: Any, table: str, index: int | None, path: str, line
     except (ValueError, TypeError) as err:
         bad = next((k for k in raw if str(err).startswith(k)), None)
         raise ConfigError(f"{path}:{lines.find(table, index, bad)}: [{table}] {err}") from err
-
-
-def _typed(value: Any, name: str, kind: Any, where: str, table: str) -> Any:
-    origin = get_origin(kind)
-    if origin is Literal:
-        if value not in get_args(kind):
-            raise ConfigError(f"{where}: {name} must be one of {', '.join(map(repr, get_args(kind)))}, got {value!r}")
-        return value
-    if origin is tuple:
-        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-            raise ConfigError(f"{where}: {name} must be a list of strings, got {value!r}")
-        return tuple(value)
-    if kind is float and isinstance(value, int) and not isinstance(value, bool):
-        return float(value)
-    if not isinstance(value, kind) or (kind is not bool and isinstance(value, bool)):
-        raise ConfigError(f"{where}: {name} must be {kind.__name__}, got {value!r} in [{table}]")
-    return value
-
-
-_HEADER_RE = re.compile(r"\s*(\[\[?)\s*([A-Za-z0-9_.\-\"' ]+?)\s*\]\]?\s*(?:#.*)?$")
-_KEY_RE = re.compile(r"\s*([A-Za-z0-9_\-]+|\"[^\"]*\")\s*=")
-
-
-class _KeyLines:
-    """Where a key of a table (the ``index``-th of an array) is written: tomllib does not say."""
-
-    def __init__(self, text: str) -> None:
-        self.keys: list[tuple[str | None, int, str | None, int]] = []  # table, index, key, line
-        table: str | None = None
-        counts: dict[str, int] = {}
-        index = 0
-        for number, line in enumerate(text.splitlines(), 1):
-            header = _HEADER_RE.match(line)
-            if header:
-                table = header.group(2).strip().strip("\"'")
-                if header.group(1) == "[[":
-                    counts[table] = counts.get(table, -1) + 1
-                    index = counts[table]
-                else:
-                    index = 0
-                self.keys.append((table, index, None, number))
-                continue
-            key = _KEY_RE.match(line)
-            if key:
-                self.keys.append((table, index, key.group(1).strip('"'), number))
-
-    def find(self, table: str | None, index: int | None, key: str | None) -> int:
-        """The line of ``key`` in that table (of the table's header when ``key`` is None); 1 if unseen."""
-        for t, i, k, number in self.keys:
-            if t == table and i == (index or 0) and k == key:
-                return number
-        if key is not None and table is None:
-            for t, _i, k, number in self.keys:
-                if t == key and k is None:
-                    return number
-        for t, i, k, number in self.keys:
-            if t == table and i == (index or 0) and k is None:
-                return number
-        return 1

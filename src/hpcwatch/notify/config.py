@@ -31,16 +31,16 @@ unknown field: a ``ConfigError`` naming the file and the line.
 
 from __future__ import annotations
 
-import re
 import string
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
-from typing import Any, Literal, get_args, get_origin, get_type_hints
+from typing import Any, get_type_hints
 from urllib.parse import urlsplit
 
 from hpcwatch.errors import ConfigError
 from hpcwatch.notify.address import check_address
 from hpcwatch.notify.channels import CHANNELS
+from hpcwatch.tomlkeys import KeyLines, typed
 
 __all__ = [
     "NotifyConfig",
@@ -192,45 +192,47 @@ def parse_notify_text(text: str, *, path: str = "<config>") -> NotifyConfig:
 
 def parse_notify(raw: Any, *, path: str, text: str) -> NotifyConfig:
     """The ``[notify]`` table already read by tomllib; ``text`` is the file, for line numbers."""
-    lines = _Lines(text)
+    lines = KeyLines(text)
     if not isinstance(raw, dict):
-        raise ConfigError(f"{path}:{lines.of('notify', None)}: [notify] must be a table")
+        raise ConfigError(f"{path}:{lines.find('notify', None, None)}: [notify] must be a table")
     hints = get_type_hints(NotifyConfig)
     values: dict[str, Any] = {}
     for key, value in raw.items():
-        where = f"{path}:{lines.of('notify', key)}"
+        where = f"{path}:{lines.find('notify', None, key)}"
         if key == "channel":
             values["channels"] = _channels(value, path, lines)
             continue
         if key not in hints or key in ("name", "channels"):
             known = ", ".join(k for k in hints if k not in ("name", "channels"))
             raise ConfigError(f"{where}: unknown key {key!r} in [notify] (known: {known}, channel)")
-        values[key] = _typed(value, key, hints[key], where)
+        values[key] = typed(value, key, hints[key], where)
     try:
         return NotifyConfig(**values)
     except ValueError as err:
         bad = next((k for k in raw if str(err).startswith(k)), None)
-        raise ConfigError(f"{path}:{lines.of('notify', bad)}: [notify] {err}") from err
+        raise ConfigError(f"{path}:{lines.find('notify', None, bad)}: [notify] {err}") from err
 
 
-def _channels(raw: Any, path: str, lines: _Lines) -> tuple[ChannelSection, ...]:
+def _channels(raw: Any, path: str, lines: KeyLines) -> tuple[ChannelSection, ...]:
     if not isinstance(raw, list):
-        raise ConfigError(f"{path}:{lines.of('notify', 'channel')}: channel must be an array: write [[notify.channel]]")
+        raise ConfigError(
+            f"{path}:{lines.find('notify', None, 'channel')}: channel must be an array: write [[notify.channel]]"
+        )
     out: list[ChannelSection] = []
     for index, entry in enumerate(raw):
-        where = f"{path}:{lines.of('notify.channel', None, index)}"
+        where = f"{path}:{lines.find('notify.channel', index, None)}"
         if not isinstance(entry, dict):
             raise ConfigError(f"{where}: [[notify.channel]] must be a table")
         kind = entry.get("type")
         if kind not in CHANNELS:
-            where = f"{path}:{lines.of('notify.channel', 'type', index)}"
+            where = f"{path}:{lines.find('notify.channel', index, 'type')}"
             raise ConfigError(f"{where}: unknown channel type {kind!r} (known: {', '.join(CHANNELS)})")
         spec = CHANNELS[kind]
         name = entry.get("name") or (kind if not any(c.type == kind for c in out) else f"{kind}-{index + 1}")
         audiences = entry.get("audiences", list(spec.audiences))
         if not isinstance(audiences, list) or any(a not in AUDIENCES for a in audiences):
             raise ConfigError(
-                f"{path}:{lines.of('notify.channel', 'audiences', index)}: audiences must be a list of "
+                f"{path}:{lines.find('notify.channel', index, 'audiences')}: audiences must be a list of "
                 f"{', '.join(AUDIENCES)}, got {audiences!r}"
             )
         hints = get_type_hints(spec.config)
@@ -238,81 +240,18 @@ def _channels(raw: Any, path: str, lines: _Lines) -> tuple[ChannelSection, ...]:
         for key, value in entry.items():
             if key in ("type", "name", "audiences"):
                 continue
-            at = f"{path}:{lines.of('notify.channel', key, index)}"
+            at = f"{path}:{lines.find('notify.channel', index, key)}"
             if key not in hints:
                 raise ConfigError(
                     f"{at}: unknown key {key!r} for a {kind} channel (known: type, name, audiences, {', '.join(hints)})"
                 )
-            options[key] = _typed(value, key, hints[key], at)
+            options[key] = typed(value, key, hints[key], at)
         try:
             config = spec.config(**options)
         except ValueError as err:
             bad = next((k for k in entry if str(err).startswith(k)), None)
-            raise ConfigError(f"{path}:{lines.of('notify.channel', bad, index)}: [{kind} channel] {err}") from err
+            raise ConfigError(f"{path}:{lines.find('notify.channel', index, bad)}: [{kind} channel] {err}") from err
         if any(c.name == name for c in out):
             raise ConfigError(f"{where}: two channels are named {name!r}; names must differ")
         out.append(ChannelSection(name=str(name), type=kind, audiences=tuple(audiences), options=config))
     return tuple(out)
-
-
-def _typed(value: Any, name: str, kind: Any, where: str) -> Any:
-    origin = get_origin(kind)
-    if origin is Literal:
-        if value not in get_args(kind):
-            raise ConfigError(f"{where}: {name} must be one of {', '.join(map(repr, get_args(kind)))}, got {value!r}")
-        return value
-    if origin is tuple:
-        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-            raise ConfigError(f"{where}: {name} must be a list of strings, got {value!r}")
-        return tuple(value)
-    if origin is Mapping:
-        _, inner = get_args(kind)
-        if not isinstance(value, dict):
-            raise ConfigError(f"{where}: {name} must be a table, got {value!r}")
-        out: dict[str, Any] = {}
-        for k, v in value.items():
-            if inner is str and isinstance(v, str):
-                out[k] = v
-            elif inner is not str and isinstance(v, list) and all(isinstance(x, str) for x in v):
-                out[k] = tuple(v)
-            else:
-                shape = "a string" if inner is str else "a list of strings"
-                raise ConfigError(f"{where}: {name}.{k} must be {shape}, got {v!r}")
-        return out
-    if kind is float and isinstance(value, int) and not isinstance(value, bool):
-        return float(value)
-    if not isinstance(value, kind) or (kind is not bool and isinstance(value, bool)):
-        raise ConfigError(f"{where}: {name} must be {kind.__name__}, got {value!r}")
-    return value
-
-
-_HEADER = re.compile(r"\s*(\[\[?)\s*([A-Za-z0-9_.\-]+)\s*\]\]?\s*(?:#.*)?$")
-_KEY = re.compile(r"\s*([A-Za-z0-9_\-]+)\s*=")
-
-
-class _Lines:
-    """Where a key of ``[notify]`` or of the ``index``-th ``[[notify.channel]]`` is written (tomllib does not say)."""
-
-    def __init__(self, text: str) -> None:
-        self.keys: list[tuple[str, int, str | None, int]] = []
-        table, index, counts = "", 0, dict[str, int]()
-        for number, line in enumerate(text.splitlines(), 1):
-            header = _HEADER.match(line)
-            if header:
-                table = header.group(2)
-                index = counts[table] = counts.get(table, -1) + 1 if header.group(1) == "[[" else 0
-                self.keys.append((table, index, None, number))
-            elif key := _KEY.match(line):
-                self.keys.append((table, index, key.group(1), number))
-
-    def of(self, table: str, key: str | None, index: int = 0) -> int:
-        for t, i, k, number in self.keys:
-            if t == table and i == index and k == key:
-                return number
-        for t, _i, _k, number in self.keys:  # a sub-table written [notify.users]: its header
-            if key is not None and t == f"{table}.{key}":
-                return number
-        for t, i, k, number in self.keys:
-            if t == table and i == index and k is None:
-                return number
-        return 1
