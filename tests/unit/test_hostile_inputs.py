@@ -386,40 +386,41 @@ def test_special_files_are_refused_without_blocking(tmp_path, reader):
 def test_read_head_inflates_only_the_head(tmp_path):
     path = tmp_path / "big.prom.gz"
     _gzip_bomb(path, 32 << 20)
-    started = time.perf_counter()
+    started = time.process_time()
     assert read_head(path) == b"\0" * (64 << 10)
-    assert time.perf_counter() - started < 1.0
+    assert time.process_time() - started < 1.0
 
 
 # -- linear time on long tokens (quadratic would take minutes at these sizes) --------------------
+# Bounds are in this process's CPU seconds (time.process_time): a loaded machine slows the wall clock, not them.
 
 
 @pytest.mark.timeout(30)
 def test_long_kineto_event_name_reads_in_linear_time(tmp_path):
     path = tmp_path / "rank-0.json"
     path.write_text('{"traceEvents": [' + _kineto_event("a" * (20 << 20)) + "," + _kineto_event("b") + "]}")
-    started = time.perf_counter()
+    started = time.process_time()
     trace = kineto.read_kineto(path)
     assert len(trace) == 2 and len(trace.names[0]) == 20 << 20
-    assert time.perf_counter() - started < 5
+    assert time.process_time() - started < 5
 
 
 @pytest.mark.timeout(30)
 def test_kineto_name_full_of_cut_points_reads_in_linear_time(tmp_path):
     path = tmp_path / "rank-0.json"
     path.write_text('{"traceEvents": [' + _kineto_event("x") + "," + _kineto_event("},{" * (4 << 20)) + "]}")
-    started = time.perf_counter()
+    started = time.process_time()
     assert len(kineto.read_kineto(path)) == 2
-    assert time.perf_counter() - started < 5
+    assert time.process_time() - started < 5
 
 
 @pytest.mark.timeout(30)
 def test_escaped_label_value_of_20_mb_parses_in_linear_time():
     value = '\\"\\\\\\n' * (20 << 20 // 6)
-    started = time.perf_counter()
+    started = time.process_time()
     (sample,) = prometheus_text.parse_prometheus_text(f'up{{a="{value}"}} 1\n', t=0)
     assert sample.labels["a"] == '"\\\n' * (20 << 20 // 6)
-    assert time.perf_counter() - started < 10
+    assert time.process_time() - started < 10
 
 
 def test_kineto_context_sync_stream_and_huge_ids_become_minus_one(tmp_path):
@@ -546,14 +547,14 @@ def test_gzip_bomb_is_refused_by_its_ratio_in_seconds(tmp_path, monkeypatch, cas
     path = tmp_path / name
     _zeros_bomb(path, 24 << 20, line)
     assert path.stat().st_size * lines.GZIP_MAX_RATIO < 24 << 20
-    started = time.perf_counter()
+    started = time.process_time()
     with pytest.raises(ParseError) as err:
         result = reader(path)
         list(result) if not isinstance(result, bytes) else None
     message = str(err.value)
     assert message.startswith(f"{path}: gzip inflates more than 200x"), message
     assert "\n" not in message
-    assert time.perf_counter() - started < 5
+    assert time.process_time() - started < 5
 
 
 def test_the_default_ratio_bound():
@@ -581,10 +582,10 @@ def test_a_large_zero_bomb_is_refused_after_1_mib(tmp_path):
     # 64 MiB of zeros in ~65 KB, at the default bounds: refused once 1 MiB is out, not read to the limit.
     path = tmp_path / "bomb.json.gz"
     _zeros_bomb(path, 64 << 20)
-    started = time.perf_counter()
+    started = time.process_time()
     with pytest.raises(ParseError, match="200x"):
         read_bytes(path)
-    assert time.perf_counter() - started < 2
+    assert time.process_time() - started < 2
 
 
 # -- numbers past 64 bits in real files: one line naming the file ------------------------------------
@@ -797,7 +798,7 @@ def test_every_format_on_every_mutation_reads_or_raises_one_line(tmp_path, monke
     path = _write_mutated(samples[fmt.name], tmp_path, mutation)
     readers = [fmt.read] + ([fmt.columns] if fmt.columns else [])
     for read in readers:
-        started = time.perf_counter()
+        started = time.process_time()
         try:
             _consume(read(path, ReadContext(on_bad_line=lambda err: None)))
             refused = False
@@ -806,7 +807,7 @@ def test_every_format_on_every_mutation_reads_or_raises_one_line(tmp_path, monke
             assert str(path) in message, message
             assert "\n" not in message and "\x1b" not in message and len(message) <= 500, message
             refused = True
-        assert time.perf_counter() - started < _SECONDS_PER_READ, (fmt.name, mutation)
+        assert time.process_time() - started < _SECONDS_PER_READ, (fmt.name, mutation)
         # A bomb is refused whole (by its ratio, or as not the format), never read to its end.
         assert refused or mutation != "gzip-bomb", f"{fmt.name} read a gzip bomb to its end"
 

@@ -97,9 +97,9 @@ def test_badges_cover_every_collector_and_vector():
 def test_drawing_128_gpus_is_fast():
     cluster = _cluster(16)
     t = load_catalogue("en")
-    start = time.perf_counter()
+    start = time.process_time()
     svg = render_schematic(cluster, t)
-    elapsed = time.perf_counter() - start
+    elapsed = time.process_time() - start
     assert elapsed < 0.5, elapsed  # measured ~5 ms; generous for a busy CI machine
     assert svg.count('data-gpu="') == 128
 
