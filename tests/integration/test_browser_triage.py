@@ -11,8 +11,6 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import time
-import urllib.request
 
 import pytest
 import yaml
@@ -25,6 +23,7 @@ from tests.integration.test_browser import (  # noqa: F401 - fixtures are used b
     _stop,
     _wait_ticks,
     browser,
+    wait_answering,
 )
 from tests.integration.test_browser_fit import _axe
 
@@ -72,18 +71,7 @@ def triage_server(tmp_path_factory):
         stderr=subprocess.PIPE,
     )
     url = f"http://127.0.0.1:{port}/"
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"hpcwatch serve exited: {proc.stderr.read().decode()[-2000:]}")
-        try:
-            urllib.request.urlopen(url + "healthz", timeout=1)
-            break
-        except OSError:
-            time.sleep(0.2)
-    else:
-        proc.kill()
-        raise RuntimeError("hpcwatch serve did not answer within 60 s")
+    wait_answering(proc, url, "hpcwatch serve")
     yield url
     _stop(proc)
 
