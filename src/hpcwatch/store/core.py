@@ -499,7 +499,8 @@ class Store:
             self._define_views()
         except (duckdb.Error, OSError) as err:
             raise StoreError(f"{self.config.path}: cannot open the store: {err}") from err
-        self._bound_key: tuple[int, int, int] | None = None
+        self._bound_key: tuple[int, int, int] | None = None  # the manifest read (inode, mtime, size)
+        self._views_key: tuple[int, int, int] | None = None  # the manifest the views were bound to
         self._manifest = _empty_manifest()
         self._identities: tuple[dict[str, Any], set[str]] | None = None  # (manifest it was built from, identities)
         self._execute(lambda: None)  # bind the views, as a query does (a part may vanish meanwhile)
@@ -866,19 +867,27 @@ class Store:
             return {table: len(parts) for table, parts in self._manifest["tables"].items()}
 
     def _refresh(self, *, force: bool = False) -> None:
-        """Rebind the views when the manifest changed (one fstat when it did not)."""
+        """Read the manifest when it changed (one fstat when it did not)."""
         with open(self.path / _MANIFEST, "rb") as f:
             st = os.fstat(f.fileno())
             key = (st.st_ino, st.st_mtime_ns, st.st_size)
             if key == self._bound_key and not force:
                 return
             manifest = _with_every_table(orjson.loads(f.read()))
+        self._manifest, self._bound_key = manifest, key
+
+    def _bind_views(self, *, force: bool = False) -> None:
+        """Point the views at the newest manifest's parts, only when a query is about to read them: an ingest
+        asks the manifest once per file (``has_identity``) and rebinding there cost more than the parsing."""
+        self._refresh(force=force)
+        if self._views_key == self._bound_key and not force:
+            return
         for table in TABLES:
             self._con.execute(
                 f"CREATE OR REPLACE VIEW _all_{table} AS "
-                f"{self._union_sql(table, manifest['tables'][table], since=None)}"
+                f"{self._union_sql(table, self._manifest['tables'][table], since=None)}"
             )
-        self._manifest, self._bound_key = manifest, key
+        self._views_key = self._bound_key
 
     def _union_sql(self, table: str, parts: list[dict[str, Any]], *, since: int | None) -> str:
         selects = [f"SELECT * FROM main._empty_{table}"]  # the column types when no part is listed
@@ -891,7 +900,7 @@ class Store:
     def _execute(self, run: Callable[[], _T], *, retries: int = _VANISHED_PART_RETRIES) -> _T:
         with self._lock:
             try:
-                self._refresh(force=retries < _VANISHED_PART_RETRIES)
+                self._bind_views(force=retries < _VANISHED_PART_RETRIES)
                 return run()
             except duckdb.IOException as err:
                 if not retries:
