@@ -265,6 +265,20 @@ def step_doc(store: Any, job: str, step: int | None) -> StepDoc:
     return StepDoc.model_validate(doc)
 
 
+def alerts_doc(state: Any) -> dict[str, Any]:
+    """``reports.alerting.alert_history`` over the app's store and its Alertmanager watch, if any."""
+    from hpcwatch.reports.alerting import alert_history
+
+    watch = state.alert_watch.snapshot() if state.alert_watch is not None else None
+    return alert_history(state.store, watch=watch)
+
+
+@router.get("/alerts", summary="Alerts firing and resolved (Alertmanager, the store's health verdicts)")
+async def alerts(request: Request) -> ORJSONResponse:
+    doc = await run_in_threadpool(alerts_doc, _state(request))
+    return ORJSONResponse(doc)
+
+
 @router.get("/findings", summary="Findings of one threat vector, or all", response_class=ORJSONResponse)
 async def findings(
     request: Request, vector: str | None = Query(None), lang: str | None = Query(None, pattern="^(en|fr)$")
