@@ -306,7 +306,9 @@ def _store_with_acting(path: Path) -> None:
                        kind="action", channel="mail", recipient="ann@example.org", state="sent", t=now - 110,
                        payload=payload)  # fmt: skip
     with Store(str(path)) as store:
-        store.add([job, Sample(metric="DCGM_FI_DEV_GPU_UTIL", labels={"Hostname": "node2", "gpu": "0"}, t=now, value=0.0)])
+        store.add(
+            [job, Sample(metric="DCGM_FI_DEV_GPU_UTIL", labels={"Hostname": "node2", "gpu": "0"}, t=now, value=0.0)]
+        )
         store.add([action("warn", now - 120, "idle_gpus", "job 502").to_event(), notice])
         store.add([action("reserve", now - 60).to_event(), action("resume", now - 59).to_event()])
         store.add([action("check", now - 58).to_event()])

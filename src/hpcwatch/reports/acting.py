@@ -193,11 +193,11 @@ def _undos(events: Iterable[Event]) -> dict[str, Event]:
 def _action_entry(e: Event, undo: Event | None) -> ActionEntry:
     a = e.attrs
     job, node = _target(a.get("target"))
-    details = a.get("details") if isinstance(a.get("details"), dict) else {}
+    details: dict[str, Any] = a["details"] if isinstance(a.get("details"), dict) else {}
     if job is None and a.get("policy") == "idle_gpus" and details.get("job"):
         job = str(details["job"])
     rc = a.get("rc")
-    evidence = a.get("evidence") if isinstance(a.get("evidence"), dict) else {}
+    evidence: dict[str, Any] = a["evidence"] if isinstance(a.get("evidence"), dict) else {}
     return ActionEntry(
         id=str(a.get("id", "")),
         t=e.t,

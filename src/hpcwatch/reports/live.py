@@ -28,13 +28,13 @@ from typing import Any, Literal
 from hpcwatch import vocab
 from hpcwatch.errors import InputError
 from hpcwatch.records import Job
+from hpcwatch.reports.acting import remediation_states
 from hpcwatch.reports.collectors import collector_statuses
 from hpcwatch.reports.findings import findings_summary
 from hpcwatch.reports.health import node_health
 from hpcwatch.reports.livesamples import LiveSamples, StoreSamples
 from hpcwatch.reports.nccl import nccl_card
 from hpcwatch.reports.steps import live_training, step_report
-from hpcwatch.reports.acting import remediation_states
 from hpcwatch.reports.timeline import node_timelines, timeline
 from hpcwatch.reports.triage import SEVERITY_RANK, alert_groups, mark_of, natural_key
 from hpcwatch.store import Store, queries

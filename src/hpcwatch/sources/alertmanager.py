@@ -78,7 +78,7 @@ def _time(value: Any, what: str) -> float | None:
     head, dot, rest = text.partition(".")
     if dot:
         digits = len(rest) - len(rest.lstrip("0123456789"))
-        text = f"{head}.{rest[:min(digits, 6)]}{rest[digits:]}"
+        text = f"{head}.{rest[: min(digits, 6)]}{rest[digits:]}"
     try:
         when = datetime.fromisoformat(text)
     except ValueError as err:
@@ -103,7 +103,7 @@ def _alert(raw: Any) -> AmAlert:
         raise ValueError("an alert is not an object")
     labels = _strings(raw.get("labels"), "labels")
     annotations = _strings(raw.get("annotations"), "annotations")
-    status = raw.get("status") if isinstance(raw.get("status"), dict) else {}
+    status = raw["status"] if isinstance(raw.get("status"), dict) else {}
     state = status.get("state", "active")
     if state not in _STATES:
         raise ValueError(f"unknown status.state {state!r:.40} (known: {', '.join(_STATES)})")

@@ -638,7 +638,9 @@ def ended_job_owners(store: Store, *, t0: float, t1: float) -> list[tuple[str | 
     return [(u, a) for u, a in rows]
 
 
-def notices_between(store: Store, *, since: float | None = None, until: float | None = None, limit: int) -> list[NoticeRow]:
+def notices_between(
+    store: Store, *, since: float | None = None, until: float | None = None, limit: int
+) -> list[NoticeRow]:
     """Each delivery's latest row (any state) written in [``since``, ``until``] (UTC s), newest first, at
     most ``limit``: what the page lists as notices sent, owed or failing."""
     where, params = _where_window("t", since, until)
