@@ -295,3 +295,30 @@ def test_recipients_take_the_users_map_then_slurms_mail_user_address_then_the_te
     assert user_address(config, "bob", None, mail_user="bob@home.org") == "bob@home.org"
     assert user_address(config, "bob", None, mail_user="bob") == "bob@example.org"  # Slurm's default: no address
     assert user_address(config, "bob", None, mail_user="x@y.org\nBcc: z@w.org") == "bob@example.org"
+
+
+def test_api_alerts_answers_from_the_store_without_alertmanager(store):
+    from fastapi.testclient import TestClient
+
+    from hpcwatch.model.cluster import reference_cluster
+    from hpcwatch.web.app import create_app
+
+    store.add([_verdict("node1", "drain", T0)])
+    with TestClient(create_app(store, reference_cluster())) as client:
+        doc = client.get("/api/alerts").json()
+    assert doc["source"] is None and doc["down_since"] is None
+    assert [a["node"] for a in doc["firing"]] == ["node1"]
+
+
+def test_serve_refuses_an_alertmanager_that_is_no_url_in_one_line(tmp_path):
+    import subprocess
+    import sys
+
+    done = subprocess.run(
+        [sys.executable, "-m", "hpcwatch", "serve", "--db", str(tmp_path / "s"), "--alertmanager", "am:9093"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 2 and done.stderr.count("\n") == 1 and "not an http" in done.stderr, done.stderr
+    assert "Traceback" not in done.stderr

@@ -159,9 +159,9 @@ def serve(
     listen = Listen(host=host, port=port, allow_hosts=tuple(allow_host), tls_cert=tls_cert, tls_key=tls_key)
     cluster = load_cluster(model) if model else reference_cluster()
     prom = _prometheus(prometheus)
+    watch = _alert_watch(alertmanager)  # a URL that cannot be one is refused before the store is opened
     store = open_store(db)
     limits = Limits(max_streams=max_streams, max_streams_per_client=max_streams_per_client)
-    watch = _alert_watch(alertmanager)
     web = create_app(
         store,
         cluster,
@@ -174,6 +174,7 @@ def serve(
     where = f"samples from {prom!r}, the rest from the store" if prom is not None else "the store"
     if watch is not None:
         where += f"; alerts from {watch.client.label}"
+        watch.start()
     try:
         serve_app(
             web,
@@ -194,15 +195,14 @@ def serve(
 
 
 def _alert_watch(url: str | None):
-    """The watch of ``--alertmanager``, asking on its own thread: one that does not answer yet is said on the
-    page ("unreachable since"), never a refusal to start (Alertmanager may come up after the page)."""
+    """The watch of ``--alertmanager`` (started with the server, asking on its own thread): one that does not
+    answer yet is said on the page ("unreachable since"), never a refusal to start (Alertmanager may come up
+    after the page); a URL that is no http(s) URL is one error line (exit 2)."""
     if url is None:
         return None
     from hpcwatch.alertmanager import AlertmanagerClient, AlertWatch
 
-    watch = AlertWatch(AlertmanagerClient(url))
-    watch.start()
-    return watch
+    return AlertWatch(AlertmanagerClient(url))
 
 
 def _prometheus(url: str | None):
