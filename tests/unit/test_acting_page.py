@@ -180,6 +180,9 @@ def test_store_verdicts_give_alerts_firing_and_resolved(store):
     # a job on node1 from T0+100 to T0+150 saw its drain; one that ended before it did not
     assert [a["node"] for a in job_alerts(doc, ["node1"], t0=T0 + 100, t1=T0 + 150)] == ["node1"]
     assert job_alerts(doc, ["node1"], t0=T0, t1=T0 + 30) == []
+    # read from T0 + 100 on: node1's first verdict then (drain) starts the window, its ok resolves it
+    late = alert_history(store, since=T0 + 100)
+    assert [(a["node"], a["starts_at"], a["resolved_at"]) for a in late["resolved"]] == [("node1", T0 + 120, T0 + 180)]
 
 
 def test_with_alertmanager_its_firing_alerts_are_shown_and_its_outage_said(store):
@@ -298,16 +301,18 @@ def test_recipients_take_the_users_map_then_slurms_mail_user_address_then_the_te
 
 
 def test_api_alerts_answers_from_the_store_without_alertmanager(store):
+    import time
+
     from fastapi.testclient import TestClient
 
     from hpcwatch.model.cluster import reference_cluster
     from hpcwatch.web.app import create_app
 
-    store.add([_verdict("node1", "drain", T0)])
+    store.add([_verdict("node1", "drain", time.time() - 60), _verdict("node2", "drain", time.time() - 2 * 86400)])
     with TestClient(create_app(store, reference_cluster())) as client:
         doc = client.get("/api/alerts").json()
     assert doc["source"] is None and doc["down_since"] is None
-    assert [a["node"] for a in doc["firing"]] == ["node1"]
+    assert [a["node"] for a in doc["firing"]] == ["node1"]  # node2's, two days old, is past the panel's day
 
 
 def test_serve_refuses_an_alertmanager_that_is_no_url_in_one_line(tmp_path):

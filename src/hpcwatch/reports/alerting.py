@@ -22,12 +22,21 @@ from typing import Any
 from hpcwatch.store import Store, queries
 from hpcwatch.vocab import EventKind
 
-__all__ = ["alert_history", "job_alerts", "node_of_labels", "MAX_ALERTS_SHOWN", "VERDICT_CHANGES_READ"]
+__all__ = [
+    "alert_history",
+    "job_alerts",
+    "node_of_labels",
+    "MAX_ALERTS_SHOWN",
+    "VERDICT_CHANGES_READ",
+    "LOOKBACK_S",
+]
 
 #: Entries of each list (ours: a page's panel).
 MAX_ALERTS_SHOWN = 50
 #: Verdict changes read from the store (ours: a day of a flapping 128-node cluster stays under it).
 VERDICT_CHANGES_READ = 2000
+#: How far back the page's panel reads the store's verdicts (ours: a day; the job page reads its job's run).
+LOOKBACK_S = 86400.0
 _NODE_LABELS = ("node", "hostname", "Hostname", "host", "nodename")
 
 

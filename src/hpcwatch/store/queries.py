@@ -655,18 +655,18 @@ def notices_between(
 def verdict_changes(
     store: Store, *, kind: str, since: float | None = None, limit: int
 ) -> list[tuple[str, float, str, str | None]]:
-    """The ``kind`` events (``health_verdict``) where a node's verdict changed from its previous one (its
-    first counts as a change), at or after ``since`` (UTC s): rows ``(node, t, verdict, reason)``, newest
-    first, at most ``limit``. What the page lists as alerts firing (warn, drain) and resolved (back to ok)."""
-    where, params = ("WHERE t >= ?", [since]) if since is not None else ("", [])
+    """The ``kind`` events (``health_verdict``) where a node's verdict changed from its previous one, at or
+    after ``since`` (UTC s; a node's first event from then on counts as a change: only that window is read):
+    rows ``(node, t, verdict, reason)``, newest first, at most ``limit``. What the page lists as alerts
+    firing (warn, drain) and resolved (back to ok)."""
+    window, params = ("AND t >= ?", [since]) if since is not None else ("", [])
     return store.query(
         "SELECT node, t, verdict, reason FROM ("
         "SELECT json_extract_string(attrs, '$.node') AS node, t, json_extract_string(attrs, '$.verdict') AS verdict, "
         "json_extract_string(attrs, '$.reason') AS reason, "
         "lag(json_extract_string(attrs, '$.verdict')) OVER (PARTITION BY json_extract_string(attrs, '$.node') "
-        "ORDER BY t) AS before FROM events WHERE kind = ?) "
-        f"{where} {'AND' if where else 'WHERE'} node IS NOT NULL AND verdict IS DISTINCT FROM before "
-        "ORDER BY t DESC, node LIMIT ?",
+        f"ORDER BY t) AS before FROM events WHERE kind = ? {window}) "
+        "WHERE node IS NOT NULL AND verdict IS DISTINCT FROM before ORDER BY t DESC, node LIMIT ?",
         [kind, *params, int(limit)],
     )
 

@@ -121,7 +121,10 @@ def alerts_of(state: Any, overview: JobOverview) -> list[dict[str, Any]]:
     if j is None:
         return []
     t0 = j.start if j.start is not None else j.observed_start
-    return job_alerts(alerts_doc(state), j.nodes, t0=t0, t1=j.end)
+    if t0 is None:
+        return []
+    # From an hour before it started: a verdict that already fired when the job landed on the node.
+    return job_alerts(alerts_doc(state, since=t0 - 3600.0), j.nodes, t0=t0, t1=j.end)
 
 
 def render_job_page(
