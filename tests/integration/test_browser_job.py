@@ -334,6 +334,9 @@ def test_the_page_shows_a_node_under_test_the_actions_and_the_notices(browser, t
         strip = pg.locator("#events-list").inner_text()
         assert "action taken: check (remediate) by hpcwatch-act@ops1" in strip
         assert "notice sent (action, mail) to ann@example.org" in strip
+        pg.evaluate("window.hpcwatch.openCard('node:node2')")  # its card says it too, with its own timeline
+        assert "⚙ checks running" in pg.locator("#card-live [data-value='state']").first.text_content()
+        assert pg.locator("#card [data-timeline='node2'] li[data-what='action']").count() == 3
         pg.wait_for_selector("#am-down:not([hidden])", timeout=30_000)
         assert pg.locator("#am-down").inner_text().startswith("Alertmanager unreachable since ")
         assert _axe(pg) == []

@@ -327,3 +327,24 @@ def test_serve_refuses_an_alertmanager_that_is_no_url_in_one_line(tmp_path):
     )
     assert done.returncode == 2 and done.stderr.count("\n") == 1 and "not an http" in done.stderr, done.stderr
     assert "Traceback" not in done.stderr
+
+
+def test_the_live_strip_and_node_states_carry_what_act_did(store):
+    import time
+
+    from hpcwatch.reports.live import node_states
+    from hpcwatch.reports.timeline import timeline
+
+    now = time.time()
+    store.add([_action("reserve", now - 30).to_event(), _action("check", now - 20).to_event()])
+    store.add([_notice("health/node2/drain/1.000", "sent", now - 10)])
+    whats = [(e["what"], e["node"]) for e in timeline(store, now=now)]
+    assert whats == [("notice", "node2"), ("action", "node2"), ("action", "node2")]
+    assert node_states(store, [], now=now)["node2"]["remediation"]["stage"] == "checking"
+
+
+def test_a_notice_whose_payload_is_not_json_is_still_listed(store):
+    row = _notice("job-end/7", "sent", T0)
+    store.add([NoticeRow(**{**{f: getattr(row, f) for f in row.__slots__}, "payload": "{cut"})])
+    (entry,) = notices_sent(store)
+    assert entry.job == "7" and entry.subject == ""
