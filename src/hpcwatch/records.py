@@ -144,6 +144,9 @@ class Job:
     end: float | None = None
     state: str | None = None
     name: str | None = None
+    mail_user: str | None = None
+    """Slurm's ``--mail-user`` (``squeue``/``sacct --json``'s ``mail_user``, ``scontrol``'s ``MailUser``):
+    as Slurm gives it, an address or (Slurm's default) the user's name; ``notify`` checks it."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -34,10 +34,12 @@ import pytest
 import yaml
 
 from hpcwatch import vocab
+from hpcwatch.alertmanager import AlertmanagerClient, AlertWatch
 from hpcwatch.collect.config import parse_config
 from hpcwatch.collect.daemon import Daemon
 from hpcwatch.exporter import serve_metrics
 from hpcwatch.model.cluster import reference_cluster
+from hpcwatch.reports.alerting import node_of_labels
 from hpcwatch.store import Store
 from hpcwatch.twin.live import LiveTwin
 from hpcwatch.twin.scenarios import Scenario
@@ -297,6 +299,15 @@ def test_a_drain_verdict_pages_once_grouped_and_resolves_when_the_fault_clears(c
 
     chain.fault.on.set()
     receiver.wait_for(lambda: receiver.notifications("HpcwatchNodeDrain"), what="the drain notification")
+    # What `hpcwatch serve --alertmanager` reads of this real Alertmanager's v2 API: both drains firing.
+    watch = AlertWatch(AlertmanagerClient(f"http://127.0.0.1:{ALERTMANAGER_PORT}"))
+    watch.poll()
+    seen = watch.snapshot()
+    assert seen["error"] is None, seen
+    assert {node_of_labels(a["labels"]) for a in seen["firing"] if a["name"] == "HpcwatchNodeDrain"} == {
+        "node1",
+        "node2",
+    }, seen
     # Alertmanager flushes the group each second while both alerts fire (and Prometheus re-sends them):
     # after five evaluations firing, still nothing was sent again.
     wait_until(
@@ -313,6 +324,16 @@ def test_a_drain_verdict_pages_once_grouped_and_resolves_when_the_fault_clears(c
         lambda: any(b["status"] == "resolved" for _, b in receiver.notifications("HpcwatchNodeDrain")),
         what="the resolution",
     )
+
+    # Resolved, they leave the v2 API's list: the watch says so.
+    def resolved_nodes() -> set[str | None]:
+        watch.poll()
+        return {node_of_labels(a["labels"]) for a in watch.snapshot()["resolved"] if a["name"] == "HpcwatchNodeDrain"}
+
+    wait_until(
+        lambda: resolved_nodes() == {"node1", "node2"}, timeout_s=TIMEOUT_S, what="the watch to see both resolved"
+    )
+    watch.client.close()
 
     # One notification for both nodes (grouped by alertname and cluster), to the pager route (severity critical).
     assert receiver_name == "operators-page"

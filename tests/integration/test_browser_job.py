@@ -132,7 +132,7 @@ def _store_with_jobs(path: Path) -> None:
         )
 
 
-def _serve(db: Path, prometheus: str) -> tuple[subprocess.Popen, str]:
+def _serve(db: Path, prometheus: str | None, *extra: str) -> tuple[subprocess.Popen, str]:
     port = _free_port()
     proc = subprocess.Popen(
         [
@@ -142,12 +142,12 @@ def _serve(db: Path, prometheus: str) -> tuple[subprocess.Popen, str]:
             "serve",
             "--db",
             str(db),
-            "--prometheus",
-            prometheus,
+            *(["--prometheus", prometheus] if prometheus else []),
             "--port",
             str(port),
             "--duration",
             "300",
+            *extra,
         ],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
@@ -281,3 +281,76 @@ def test_the_assess_and_job_pages_run_under_the_csp_without_a_violation(browser,
             assert pg.locator("#status-plot .main-svg").count() >= 1  # plotly ran, from this origin
     context.close()
     assert not errors, errors
+
+
+# -- issue 24 item 5: what hpcwatch did, on the page ------------------------------------------------------
+
+
+def _store_with_acting(path: Path) -> None:
+    """Job 502 on node2, idle: ``hpcwatch act`` warned its user (a notice sent to ann@example.org) and is testing
+    node2 (reserved, resumed into the reservation, checks submitted); one sample, so the page has a ``now``."""
+    from hpcwatch.act.audit import Action
+    from hpcwatch.records import Job, Sample
+    from hpcwatch.store import NoticeRow, Store
+
+    now = time.time()
+    job = Job(id="502", user="ann", nodes=("node2",), gpus=8, start=now - 600, state="RUNNING", name="idle-job")
+
+    def action(step: str, t: float, policy: str = "remediate", target: str = "node node2") -> Action:
+        episode = "idle/502" if policy == "idle_gpus" else f"remediate/node2/{now - 300:.3f}"
+        return Action(id=f"act-{step}", policy=policy, step=step, episode=episode, target=target, t=t,
+                      who="hpcwatch-act@ops1", why=f"{step}: because", rc=0)  # fmt: skip
+
+    payload = json.dumps({"subject": "GPUs idle", "document": {"target": "job 502", "action": "act-warn"}})
+    notice = NoticeRow(key="act/idle_gpus/act-warn|mail|ann@example.org", notice="act/idle_gpus/act-warn",
+                       kind="action", channel="mail", recipient="ann@example.org", state="sent", t=now - 110,
+                       payload=payload)  # fmt: skip
+    with Store(str(path)) as store:
+        store.add(
+            [job, Sample(metric="DCGM_FI_DEV_GPU_UTIL", labels={"Hostname": "node2", "gpu": "0"}, t=now, value=0.0)]
+        )
+        store.add([action("warn", now - 120, "idle_gpus", "job 502").to_event(), notice])
+        store.add([action("reserve", now - 60).to_event(), action("resume", now - 59).to_event()])
+        store.add([action("check", now - 58).to_event()])
+
+
+def test_the_page_shows_a_node_under_test_the_actions_and_the_notices(browser, tmp_path):
+    from .test_browser_fit import _axe
+
+    db = tmp_path / "store"
+    _store_with_acting(db)
+    nowhere = f"http://127.0.0.1:{_free_port()}"  # an Alertmanager that is down
+    proc, url = _serve(db, None, "--alertmanager", nowhere)
+    context = browser.new_context(viewport=VIEWPORT, locale="en-US")
+    try:
+        pg = context.new_page()
+        errors: list[str] = []
+        pg.on("pageerror", lambda err: errors.append(str(err)))
+        pg.goto(url)
+        pg.wait_for_selector("g[data-node='node2'][data-remediation='checking']", state="attached", timeout=60_000)
+        title = pg.locator("g[data-node='node2'] .node-title").first.text_content()
+        assert title == "node2 · ⚙ checks running"  # the mark says it in words, not by its frame alone
+        pg.wait_for_selector("#events-list li[data-what='action'][data-node='node2']", state="attached")
+        strip = pg.locator("#events-list").inner_text()
+        assert "action taken: check (remediate) by hpcwatch-act@ops1" in strip
+        assert "notice sent (action, mail) to ann@example.org" in strip
+        pg.evaluate("window.hpcwatch.openCard('node:node2')")  # its card says it too, with its own timeline
+        assert "⚙ checks running" in pg.locator("#card-live [data-value='state']").first.text_content()
+        assert pg.locator("#card [data-timeline='node2'] li[data-what='action']").count() == 3
+        pg.wait_for_selector("#am-down:not([hidden])", timeout=30_000)
+        assert pg.locator("#am-down").inner_text().startswith("Alertmanager unreachable since ")
+        assert _axe(pg) == []
+        _shot(pg, "24-acting-schematic", full_page=True)
+        pg.goto(url + "job/502")
+        row = pg.locator("#job-notices tbody tr").first
+        assert row.locator("[data-field='recipient']").inner_text() == "ann@example.org"
+        assert "sent" in row.inner_text()
+        assert pg.locator("#job-actions tr[data-action='act-warn']").count() == 1
+        assert _axe(pg) == []
+        pg.goto(url + "job/502?lang=fr")
+        assert pg.locator("#acting-title").inner_text() == "Avis et actions"
+        _shot(pg, "24-acting-job-page-fr", full_page=True)
+        assert not errors, errors
+    finally:
+        context.close()
+        _stop(proc)

@@ -180,7 +180,7 @@ class Actor:
                 )
                 continue
             assert job is not None  # exemption() refused an unknown job
-            user = dict(user=job.user, account=job.account)
+            user = dict(user=job.user, account=job.account, mail_user=job.mail_user or "")
             grace = fmt_duration(p.grace_minutes * 60.0)
             if d.step == "warn":
                 action = self._record(

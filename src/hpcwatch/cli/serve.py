@@ -111,6 +111,11 @@ def demo(
     "VictoriaMetrics (http://host:9090); Slurm jobs, steps, events and findings still "
     "come from --db.",
 )
+@click.option(
+    "--alertmanager",
+    help="Show what this Alertmanager fires and resolves (http://host:9093, its v2 API), beside the "
+    "store's health verdicts; the page says so when it stops answering.",
+)
 @click.option("--duration", type=click.FloatRange(min=0.0), help="Stop after S seconds.")
 @click.option(
     "--max-streams",
@@ -135,6 +140,7 @@ def serve(
     insecure_no_auth: bool,
     model: Path | None,
     prometheus: str | None,
+    alertmanager: str | None,
     duration: float | None,
     max_streams: int,
     max_streams_per_client: int,
@@ -153,10 +159,22 @@ def serve(
     listen = Listen(host=host, port=port, allow_hosts=tuple(allow_host), tls_cert=tls_cert, tls_key=tls_key)
     cluster = load_cluster(model) if model else reference_cluster()
     prom = _prometheus(prometheus)
+    watch = _alert_watch(alertmanager)  # a URL that cannot be one is refused before the store is opened
     store = open_store(db)
     limits = Limits(max_streams=max_streams, max_streams_per_client=max_streams_per_client)
-    web = create_app(store, cluster, prometheus=prom, limits=limits, gpu_hour_price=gpu_hour_price, currency=currency)
+    web = create_app(
+        store,
+        cluster,
+        prometheus=prom,
+        limits=limits,
+        gpu_hour_price=gpu_hour_price,
+        currency=currency,
+        alert_watch=watch,
+    )
     where = f"samples from {prom!r}, the rest from the store" if prom is not None else "the store"
+    if watch is not None:
+        where += f"; alerts from {watch.client.label}"
+        watch.start()
     try:
         serve_app(
             web,
@@ -168,9 +186,23 @@ def serve(
             ),
         )
     finally:
+        if watch is not None:
+            watch.stop()
+            watch.client.close()
         store.close()
         if prom is not None:
             prom.close()
+
+
+def _alert_watch(url: str | None):
+    """The watch of ``--alertmanager`` (started with the server, asking on its own thread): one that does not
+    answer yet is said on the page ("unreachable since"), never a refusal to start (Alertmanager may come up
+    after the page); a URL that is no http(s) URL is one error line (exit 2)."""
+    if url is None:
+        return None
+    from hpcwatch.alertmanager import AlertmanagerClient, AlertWatch
+
+    return AlertWatch(AlertmanagerClient(url))
 
 
 def _prometheus(url: str | None):

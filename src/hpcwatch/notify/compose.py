@@ -338,7 +338,8 @@ def _job_end_messages(b: _Builder, key: str, job_id: str, mail_user: str) -> lis
     r = overview.job
     user = r.user if r is not None else (record.user if record else None)
     account = r.account if r is not None else (record.account if record else None)
-    address = user_address(b.config, user, account, mail_user=mail_user)
+    stored = (record.mail_user if record is not None else None) or ""
+    address = user_address(b.config, user, account, mail_user=mail_user or stored)
     lang = user_language(b.config, user)
 
     def make(audience: str, lang: str) -> Payload:
@@ -506,6 +507,7 @@ def action_notice(
     audiences: tuple[str, ...] = ("operators",),
     user: str | None = None,
     account: str | None = None,
+    mail_user: str = "",
 ) -> Candidate:
     """A notice of ``hpcwatch act`` (``topic``: ``act_warn``, ``act_done``, ``act_failed``: the words
     ``subject.<topic>`` / ``intro.<topic>``), to ``user`` (by mail, in the user's language) and ``audiences``.
@@ -532,7 +534,7 @@ def action_notice(
     def build() -> list[Addressed]:
         out = b.for_roles(audiences, make)
         if user:
-            address = user_address(config, user, account)
+            address = user_address(config, user, account, mail_user=mail_user)
             if address:
                 out.append(
                     Addressed(

@@ -1,8 +1,10 @@
 """Who a notice concerns, as mail addresses: the job's user, its account's coordinators, operators, security.
 
-A user's address, first match wins: the ``[notify.users]`` map; Slurm's mail-user (``--mail-user``
-of ``hpcwatch notify --job``, which the EpilogSlurmctld script reads from ``scontrol show job``: the
-store does not keep it); the ``user_template`` (``{user}@example.org``). Every address is checked
+A user's address, first match wins: the ``[notify.users]`` map; Slurm's mail-user when it is an address
+(``--mail-user`` of ``hpcwatch notify --job``, which the EpilogSlurmctld script reads from ``scontrol show
+job``, else the job's ``mail_user`` as the store keeps it from ``squeue --json`` / slurmrestd; Slurm
+sets it to the user's name when the job gave none, which is no address and falls through); the
+``user_template`` (``{user}@example.org``). Every address is checked
 (``check_address``): one holding CR, LF, another control or a bidi character, or that is not one
 ``local@domain``, is refused — a user name from Slurm cannot add a ``Bcc:`` to a mail.
 """
@@ -21,8 +23,8 @@ def user_address(config: NotifyConfig, user: str | None, account: str | None, *,
         return None
     if user in config.users:
         return check_address(config.users[user])
-    if mail_user:
-        return check_address(mail_user)
+    if mail_user and (address := check_address(mail_user)):
+        return address
     if config.user_template:
         return check_address(config.user_template.format(user=user, account=account or ""))
     return None

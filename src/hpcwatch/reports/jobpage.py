@@ -10,6 +10,8 @@ The parts are the reports the CLI already has, called here once so the page comp
 - ``cost``     ``reports.jobs.job_cost``: GPU-hours × the configured price, energy (``hpcwatch job --json``'s)
 - ``timeline`` ``reports.timeline.job_timeline``: the job's story, oldest first (XID → stop → requeue →
   restore), with the steps its failures lost (goodput's ``lost_steps``)
+- ``acting``   ``reports.acting.job_acting``: the notices sent and the actions taken (and undone) about the
+  job, or on its nodes while it ran
 
 A part the store cannot answer (no spans, no goodput events) is ``None`` with the reason in
 ``missing``: "no steps recorded" and "could not compute" are said, not shown as zeros.
@@ -27,6 +29,7 @@ from hpcwatch.analysis.attribution import JobReport, report_dict
 from hpcwatch.analysis.goodput import GoodputReport
 from hpcwatch.errors import InputError
 from hpcwatch.records import PHASES, Finding
+from hpcwatch.reports.acting import job_acting
 from hpcwatch.reports.goodput import goodput_report
 from hpcwatch.reports.jobs import JobCost, check_job_id, cost_dict, job_cost, job_report
 from hpcwatch.reports.steps import DEFAULT_RECENT_STEPS, StepReport, step_report
@@ -92,6 +95,8 @@ class JobOverview:
     """``reports.timeline.job_timeline``: entries ``t``, ``what``, ``node``, ``gpu``, ``job``, ``detail``."""
     missing: dict[str, str] = field(default_factory=dict)
     """Part (``job``, ``steps``, ``goodput``) -> why it is None (the report's own message)."""
+    acting: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    """``reports.acting.job_acting``: ``notices`` and ``actions``, newest first."""
 
 
 def concerns_job(finding: Finding, job_id: str, nodes: tuple[str, ...], t0: float | None, t1: float | None) -> bool:
@@ -181,6 +186,7 @@ def job_overview(
         cost=cost,
         timeline=tuple(job_timeline(store, job_id)),
         missing=missing,
+        acting=job_acting(store, job_id, nodes=nodes, t0=t0, t1=t1),
     )
 
 
@@ -227,4 +233,5 @@ def overview_dict(overview: JobOverview) -> dict[str, Any]:
             for f in overview.findings
         ],
         "missing": dict(overview.missing),
+        "acting": {k: list(v) for k, v in overview.acting.items()},
     }

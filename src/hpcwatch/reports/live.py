@@ -28,6 +28,7 @@ from typing import Any, Literal
 from hpcwatch import vocab
 from hpcwatch.errors import InputError
 from hpcwatch.records import Job
+from hpcwatch.reports.acting import remediation_states
 from hpcwatch.reports.collectors import collector_statuses
 from hpcwatch.reports.findings import findings_summary
 from hpcwatch.reports.health import node_health
@@ -224,7 +225,8 @@ SLURM_STATE_FRESH_S = 120.0
 
 def node_states(store: Store, problems: Sequence[dict[str, Any]], *, now: float | None) -> dict[str, dict[str, Any]]:
     """Each node's ``state`` (``NodeState``), ``slurm`` (the base state Slurm last gave it, or None), ``t``
-    (when that was said) and ``reasons`` (the rules that drain it). Down: Slurm says DOWN; drained: Slurm
+    (when that was said), ``reasons`` (the rules that drain it) and ``remediation`` (where ``hpcwatch act``'s
+    remediation of it stands, ``reports.acting.remediation_states``; None when none is under way). Down: Slurm says DOWN; drained: Slurm
     takes it out of service (``slurm_node_up`` 0: DRAIN, FAIL, MAINT, a reboot...) or a health check drains
     it (``problems`` of severity ``drain``)."""
     out: dict[str, dict[str, Any]] = {}
@@ -239,6 +241,10 @@ def node_states(store: Store, problems: Sequence[dict[str, Any]], *, now: float 
         entry["reasons"].append(p["rule"])
         if entry["state"] == "ok":
             entry["state"] = "drained"
+    for node, stage in remediation_states(store, now=time.time()).items():
+        out.setdefault(node, {"state": "ok", "slurm": None, "t": None, "reasons": []})["remediation"] = stage
+    for entry in out.values():
+        entry.setdefault("remediation", None)
     return out
 
 

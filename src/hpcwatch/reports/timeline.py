@@ -16,7 +16,12 @@ One entry per thing an on-call person acts on, from the store's events and findi
              that drains now (``reports.live.problems``, timed by its evidence's first sight)
 ``down``     a Slurm node state DOWN/DRAIN (``slurm_node_up`` = 0) in the newest Slurm answer
 ``finding``  a stored security finding
+``action``   an ``act_action`` event: a step ``hpcwatch act`` took (policy, step, target, who)
+``undone``   the ``act_undo`` that reversed one (who, when)
+``notice``   a delivery of ``hpcwatch notify`` sent, owed or failing (kind, channel, recipient, state)
 ===========  =========================================================================
+
+The last three are ``reports.acting.acting_timeline``'s (wall-clock times, as they were written).
 
 Times are the events' own (UTC s, the collector's clock). Lists are bounded (``MAX_EVENTS``): the strip goes to
 every viewer every second.
@@ -29,6 +34,7 @@ from typing import Any, Literal
 
 from hpcwatch import vocab
 from hpcwatch.records import Event, Finding
+from hpcwatch.reports.acting import acting_timeline
 from hpcwatch.store import Store, queries
 from hpcwatch.vocab import EventKind
 
@@ -45,7 +51,9 @@ __all__ = [
     "job_timeline",
 ]
 
-TimelineKind = Literal["xid", "failure", "requeue", "job_end", "restore", "drain", "down", "finding"]
+TimelineKind = Literal[
+    "xid", "failure", "requeue", "job_end", "restore", "drain", "down", "finding", "action", "undone", "notice"
+]
 TIMELINE_KINDS: tuple[TimelineKind, ...] = (
     "xid",
     "failure",
@@ -55,6 +63,9 @@ TIMELINE_KINDS: tuple[TimelineKind, ...] = (
     "drain",
     "down",
     "finding",
+    "action",
+    "undone",
+    "notice",
 )
 #: The store's event kinds a timeline reads.
 TIMELINE_EVENT_KINDS: tuple[str, ...] = (
@@ -192,13 +203,14 @@ def timeline(
     node_states: Mapping[str, Mapping[str, Any]] | None = None,
     limit: int = MAX_EVENTS,
 ) -> list[dict[str, Any]]:
-    """The page's recent-events strip: stored events, findings, drains the health checks decide now and
-    Slurm's down nodes, newest first, at most ``limit``."""
+    """The page's recent-events strip: stored events, findings, drains the health checks decide now,
+    Slurm's down nodes, and what ``hpcwatch act`` and ``notify`` did, newest first, at most ``limit``."""
     entries = _stored(store, limit=limit)
     entries += _sample_xids(store, limit=limit, since=now - XID_SAMPLES_WINDOW_S)
     entries += [finding_entry(f) for f in store.findings()[-limit:]]
     entries += _problem_entries(problems, now)
     entries += _down_entries(node_states or {})
+    entries += acting_timeline(store, limit=limit)
     return _newest(entries, limit)
 
 

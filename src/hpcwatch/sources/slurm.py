@@ -363,6 +363,7 @@ def _squeue_job(raw: Mapping[str, Any]) -> Job:
         end=end,
         state=state,
         name=_text(raw.get("name")),
+        mail_user=_text(raw.get("mail_user")),
     )
 
 
@@ -737,6 +738,7 @@ def _scontrol_job(fields: list[tuple[str, str]], utc_offset_s: float) -> Job:
         end=end,
         state=state,
         name=_none(first.get("JobName")),
+        mail_user=_none(first.get("MailUser")),
     )
 
 

@@ -120,6 +120,7 @@ _JOB_SCHEMA = pa.schema(
         ("end", pa.float64()),
         ("state", pa.string()),
         ("name", pa.string()),
+        ("mail_user", pa.string()),
     ]
 )
 _FINDING_SCHEMA = pa.schema(
@@ -164,6 +165,10 @@ _KEYED = {"jobs": "id", "notices": "key"}
 #: a notice composed that no channel carries or nobody receives (kept so it is not composed again).
 NOTICE_STATES = ("pending", "sent", "unrouted")
 _SQL_TYPES = {pa.string(): "VARCHAR", pa.float64(): "DOUBLE", pa.int32(): "INTEGER"}
+#: A table's column count before columns were appended to it: a part listed without ``columns`` (written by
+#: an older hpcwatch) has only these, and reads NULL for the later ones (``jobs.mail_user``). Columns are
+#: only ever appended, so a part's count says which it has.
+_FIRST_COLUMNS = {"jobs": 11}
 
 
 def _columns(table: str) -> str:
@@ -687,7 +692,9 @@ class Store:
             for table, writer in parts.items():
                 name = f"part-{version:010d}-{uuid.uuid4().hex[:8]}.parquet"
                 os.rename(writer.path, self.path / table / name)
-                manifest["tables"][table].append({"file": name, "rows": writer.rows, "v": version})
+                manifest["tables"][table].append(
+                    {"file": name, "rows": writer.rows, "v": version, "columns": len(TABLES[table])}
+                )
             if self.config.durable:
                 for table in parts:
                     _fsync_path(self.path / table)
@@ -843,13 +850,14 @@ class Store:
             "v": max(versions),
             "v_min": min(versions),
             "merged": True,
+            "columns": len(TABLES[table]),
             "staged": target,
         }
 
     def _part_sql(self, table: str, part: dict[str, Any]) -> str:
         path = _sql_path(part.get("staged") or self.path / table / part["file"])
         version = "_v" if part.get("merged") else f"{int(part['v'])}::BIGINT AS _v"
-        return f"SELECT {_columns(table)}, {version} FROM read_parquet({path})"
+        return f"SELECT {_part_columns(table, part)}, {version} FROM read_parquet({path})"
 
     # -- reading -------------------------------------------------------------------------------
 
@@ -1007,6 +1015,15 @@ class Store:
         ]
 
 
+def _part_columns(table: str, part: dict[str, Any]) -> str:
+    """The table's columns as one part holds them: NULL for those appended after it was written."""
+    schema = TABLES[table]
+    held = int(part.get("columns", _FIRST_COLUMNS.get(table, len(schema))))
+    return ", ".join(
+        f'"{f.name}"' if i < held else f'NULL::{_SQL_TYPES[f.type]} AS "{f.name}"' for i, f in enumerate(schema)
+    )
+
+
 def _with_every_table(manifest: dict[str, Any]) -> dict[str, Any]:
     """A manifest written before a table existed (``notices``) lists it empty."""
     for table in TABLES:
@@ -1053,11 +1070,11 @@ def _sample_table(samples: list[Sample]) -> pa.Table:
     )
 
 
-_JOB_COLUMNS = 'id, "user", account, partition, nodes, gpus, gpus_by_node, start, "end", state, name'
+_JOB_COLUMNS = 'id, "user", account, partition, nodes, gpus, gpus_by_node, start, "end", state, name, mail_user'
 
 
 def _job_from_row(row: tuple[Any, ...]) -> Job:
-    jid, user, account, partition, nodes, gpus, by_node, start, end, state, name = row
+    jid, user, account, partition, nodes, gpus, by_node, start, end, state, name, mail_user = row
     return Job(
         id=jid,
         user=user,
@@ -1070,6 +1087,7 @@ def _job_from_row(row: tuple[Any, ...]) -> Job:
         end=end,
         state=state,
         name=name,
+        mail_user=mail_user,
     )
 
 
@@ -1109,6 +1127,7 @@ _ROW_WRITERS = {
             j.end,
             j.state,
             j.name,
+            j.mail_user,
         ),
     ),
     Finding: _RowWriter(

@@ -70,6 +70,8 @@ __all__ = [
     "ended_job_ids",
     "verdict_episode_start",
     "ended_job_owners",
+    "notices_between",
+    "verdict_changes",
 ]
 
 
@@ -634,3 +636,47 @@ def ended_job_owners(store: Store, *, t0: float, t1: float) -> list[tuple[str | 
         'SELECT DISTINCT "user", account FROM jobs WHERE "end" >= ? AND "end" < ? ORDER BY ALL', [t0, t1]
     )
     return [(u, a) for u, a in rows]
+
+
+def notices_between(
+    store: Store, *, since: float | None = None, until: float | None = None, limit: int
+) -> list[NoticeRow]:
+    """Each delivery's latest row (any state) written in [``since``, ``until``] (UTC s), newest first, at
+    most ``limit``: what the page lists as notices sent, owed or failing."""
+    where, params = _where_window("t", since, until)
+    rows = store.query(
+        "SELECT key, notice, kind, channel, recipient, state, t, attempts, payload FROM notices "
+        f"{where} ORDER BY t DESC, key LIMIT ?",
+        [*params, int(limit)],
+    )
+    return [_notice(row) for row in rows]
+
+
+def verdict_changes(
+    store: Store, *, kind: str, since: float | None = None, limit: int
+) -> list[tuple[str, float, str, str | None]]:
+    """The ``kind`` events (``health_verdict``) where a node's verdict changed from its previous one, at or
+    after ``since`` (UTC s; a node's first event from then on counts as a change: only that window is read):
+    rows ``(node, t, verdict, reason)``, newest first, at most ``limit``. What the page lists as alerts
+    firing (warn, drain) and resolved (back to ok)."""
+    window, params = ("AND t >= ?", [since]) if since is not None else ("", [])
+    return store.query(
+        "SELECT node, t, verdict, reason FROM ("
+        "SELECT json_extract_string(attrs, '$.node') AS node, t, json_extract_string(attrs, '$.verdict') AS verdict, "
+        "json_extract_string(attrs, '$.reason') AS reason, "
+        "lag(json_extract_string(attrs, '$.verdict')) OVER (PARTITION BY json_extract_string(attrs, '$.node') "
+        f"ORDER BY t) AS before FROM events WHERE kind = ? {window}) "
+        "WHERE node IS NOT NULL AND verdict IS DISTINCT FROM before ORDER BY t DESC, node LIMIT ?",
+        [kind, *params, int(limit)],
+    )
+
+
+def _where_window(column: str, since: float | None, until: float | None) -> tuple[str, list[Any]]:
+    conditions, params = [], []
+    if since is not None:
+        conditions.append(f"{column} >= ?")
+        params.append(since)
+    if until is not None:
+        conditions.append(f"{column} <= ?")
+        params.append(until)
+    return ("WHERE " + " AND ".join(conditions) if conditions else ""), params

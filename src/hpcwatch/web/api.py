@@ -23,6 +23,7 @@ import asyncio
 import dataclasses
 import importlib
 import logging
+import time
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -263,6 +264,21 @@ def step_doc(store: Any, job: str, step: int | None) -> StepDoc:
     doc = dataclasses.asdict(found)
     doc["steps"] = list(found.steps)
     return StepDoc.model_validate(doc)
+
+
+def alerts_doc(state: Any, *, since: float | None = None) -> dict[str, Any]:
+    """``reports.alerting.alert_history`` over the app's store (its verdicts since ``since``, default the last
+    ``LOOKBACK_S``) and its Alertmanager watch, if any."""
+    from hpcwatch.reports.alerting import LOOKBACK_S, alert_history
+
+    watch = state.alert_watch.snapshot() if state.alert_watch is not None else None
+    return alert_history(state.store, watch=watch, since=since if since is not None else time.time() - LOOKBACK_S)
+
+
+@router.get("/alerts", summary="Alerts firing and resolved (Alertmanager, the store's health verdicts)")
+async def alerts(request: Request) -> ORJSONResponse:
+    doc = await run_in_threadpool(alerts_doc, _state(request))
+    return ORJSONResponse(doc)
 
 
 @router.get("/findings", summary="Findings of one threat vector, or all", response_class=ORJSONResponse)

@@ -72,6 +72,9 @@ class AppState:
     gpu_hour_price: float | None = None
     """The price of a GPU-hour the job page's cost is computed at (None: no cost shown)."""
     currency: str = ""
+    alert_watch: Any | None = None
+    """``hpcwatch serve --alertmanager``: the ``alertmanager.AlertWatch`` the alerts panel reads (None: the
+    store's health verdicts only)."""
 
 
 def create_app(
@@ -84,6 +87,7 @@ def create_app(
     limits: Limits = DEFAULT_LIMITS,
     gpu_hour_price: float | None = None,
     currency: str = "",
+    alert_watch: Any | None = None,
 ) -> FastAPI:
     """The app over ``store``; with ``prometheus`` (a ``PrometheusBackend``) the live samples and the job
     page's samples are read from it, and Slurm, steps, events and findings still from the store.
@@ -109,6 +113,7 @@ def create_app(
         guard=GuardSettings(limits=limits, stream_paths=frozenset({"/api/stream"})),
         gpu_hour_price=gpu_hour_price,
         currency=currency,
+        alert_watch=alert_watch,
     )
     app.add_middleware(Guard, settings=app.state.hpcwatch.guard)
     app.include_router(api.router)

@@ -1,4 +1,5 @@
-"""The job page: ``GET /job/{id}`` (HTML, FR/EN) and ``GET /api/job/{id}`` (JSON), one job's whole report.
+"""The job page: ``GET /job/{id}`` (HTML, FR/EN) and ``GET /api/job/{id}`` (JSON), one job's whole report,
+with the notices and actions about it and the alerts on its nodes while it ran.
 
 Both format ``reports.jobpage.job_overview`` and nothing else: the per-GPU table, IB and Lustre bytes,
 the recent steps and their straggler, goodput and the job's findings are computed there. The page is
@@ -110,10 +111,29 @@ def overview_of(state: Any, job_id: str) -> JobOverview:
     )
 
 
-def render_job_page(overview: JobOverview, t: Catalogue, *, source: str | None) -> str:
+def alerts_of(state: Any, overview: JobOverview) -> list[dict[str, Any]]:
+    """``reports.alerting.job_alerts``: the alerts on the job's nodes while it ran (the app's Alertmanager
+    watch and the store's verdicts)."""
+    from hpcwatch.reports.alerting import job_alerts
+    from hpcwatch.web.api import alerts_doc
+
+    j = overview.job
+    if j is None:
+        return []
+    t0 = j.start if j.start is not None else j.observed_start
+    if t0 is None:
+        return []
+    # From an hour before it started: a verdict that already fired when the job landed on the node.
+    return job_alerts(alerts_doc(state, since=t0 - 3600.0), j.nodes, t0=t0, t1=j.end)
+
+
+def render_job_page(
+    overview: JobOverview, t: Catalogue, *, source: str | None, alerts: list[dict[str, Any]] | None = None
+) -> str:
     lang = t.lang
     return _ENV.get_template("job.html").render(
         o=overview,
+        alerts=alerts or [],
         j=overview.job,
         t=t,
         lang=lang,
@@ -152,7 +172,8 @@ async def job_page(request: Request, job_id: str, lang: str | None = Query(None)
         overview = await run_in_threadpool(overview_of, state, job_id)
     except InputError as err:
         return HTMLResponse(_not_found(t, _shown_id(job_id), str(err)), status_code=404, headers=headers)
-    html = render_job_page(overview, t, source=state.prometheus_label)
+    alerts = await run_in_threadpool(alerts_of, state, overview)
+    html = render_job_page(overview, t, source=state.prometheus_label, alerts=alerts)
     return HTMLResponse(html, headers=headers)
 
 
@@ -165,4 +186,4 @@ async def job_api(request: Request, job_id: str) -> dict[str, Any]:
     check_job_id(job_id)
     state = request.app.state.hpcwatch
     overview = await run_in_threadpool(overview_of, state, job_id)
-    return overview_dict(overview)
+    return {**overview_dict(overview), "alerts": await run_in_threadpool(alerts_of, state, overview)}

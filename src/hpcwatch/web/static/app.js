@@ -1,6 +1,7 @@
 // The page's entry point: modes, cards, live values from the SSE stream, drag-to-pan,
 // the walk-through guide. Live text is written with textContent only.
 
+import { initAlerts } from "./alerts.js";
 import { renderCard, updateCardLive } from "./card.js";
 import { initFit } from "./fit.js";
 import { showHistory } from "./history.js";
@@ -348,6 +349,7 @@ function bindGuide(player) {
 // -- start ---------------------------------------------------------------------------------
 
 const monitor = initMonitor({ openCard: (key) => openCard(key), onChange: () => saveUrl() });
+initAlerts();
 initTiles();
 const fit = initFit();
 bindElements();

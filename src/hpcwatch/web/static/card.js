@@ -119,7 +119,8 @@ const LIVE = {
     const events = snap.node_events?.[info.id] ?? [];
     const ns = snap.node_states?.[info.id];
     return h("div", {},
-      dl([[t("live.state"), t(`state.${ns?.state ?? "ok"}`) + (ns?.reasons?.length ? ` (${ns.reasons.join(", ")})` : ""), { "data-value": "state" }],
+      dl([[t("live.state"), t(`state.${ns?.state ?? "ok"}`) + (ns?.reasons?.length ? ` (${ns.reasons.join(", ")})` : "")
+            + (ns?.remediation ? ` · ${t(`remediation.${ns.remediation.stage}`)}` : ""), { "data-value": "state" }],
           [t("live.ib_tx"), fmtRate(ib.ib_tx_bytes_s), { "data-value": "ib_tx" }],
           [t("live.ib_rx"), fmtRate(ib.ib_rx_bytes_s), { "data-value": "ib_rx" }]]),
       h("h4", {}, t("events.node")),

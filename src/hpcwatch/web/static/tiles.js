@@ -48,11 +48,18 @@ export function initTiles() {
 function applyFullNode(node, snap) {
   const state = snap.node_states?.[node.name]?.state;
   const shown = state && state !== "ok" ? state : null;
-  const title = shown ? `${node.name} · ${t(`state.${shown}`)}` : node.name;
+  const testing = remediation(snap, node.name);
+  const title = [node.name, shown ? t(`state.${shown}`) : null, testing ? t(`remediation.${testing}`) : null].filter(Boolean).join(" · ");
   set(node.el, "data-state", shown, node.last);
+  set(node.el, "data-remediation", testing, node.last);
   setText(node.title, title, node.last, "title");
   const rest = node.label.startsWith(node.name) ? node.label.slice(node.name.length) : `, ${node.label}`;
   set(node.el, "aria-label", `${title}${rest}`, node.last);
+}
+
+/** Where hpcwatch act's testing of a node stands (reports/acting.py remediation_states), or null. */
+function remediation(snap, name) {
+  return snap.node_states?.[name]?.remediation?.stage ?? null;
 }
 
 /** A job id's colour index (FNV-1a: the same job gets the same colour in every tab and every session). */
@@ -131,8 +138,11 @@ function applyNode(node, snap) {
   const nodeState = snap.node_states?.[node.name]?.state;
   const shown = nodeState && nodeState !== "ok" ? nodeState : null;
   set(node.el, "data-state", shown, node.last);
+  const testing = remediation(snap, node.name);
+  set(node.el, "data-remediation", testing, node.last);
   const sum = mean === null ? "" : `${fmt(mean, 0)} ${t("unit.pct")} · ${kw}`;
-  setText(node.sum, shown ? `${t(`state.${shown}`)}${sum ? ` · ${sum}` : ""}` : sum, node.last, "sum");
+  const words = [testing ? t(`remediation.${testing}`) : null, shown ? t(`state.${shown}`) : null, sum || null];
+  setText(node.sum, words.filter(Boolean).join(" · "), node.last, "sum");
   const found = node.gpus.map((g) => g.el.dataset.problem).filter(Boolean);
   const problem = MARK_ORDER.find((m) => found.includes(m));   // the worst of its GPUs' marks
   set(node.el, "data-gpu-problem", problem ?? null, node.last);
@@ -140,7 +150,8 @@ function applyNode(node, snap) {
     setText(node.mark, problem ? `${t(`glyph.${problem}`)}${found.length > 1 ? ` ${fmt(found.length)}` : ""}` : "", node.last, "mark");
     set(node.mark, "data-mark-kind", problem ?? null, node.last);
   }
-  set(node.el, "aria-label", t("aria.tile_live", { node: shown ? `${node.name} · ${t(`state.${shown}`)}` : node.name,
+  const named = [node.name, shown ? t(`state.${shown}`) : null, testing ? t(`remediation.${testing}`) : null].filter(Boolean).join(" · ");
+  set(node.el, "aria-label", t("aria.tile_live", { node: named,
     gpus: node.gpus.length, util: val(mean, 0, "unit.pct"),
     power: kw, temp: val(Number.isFinite(hottest) ? hottest : null, 0, "unit.c"), job: jobs.join(", ") || t("live.none"),
     problem: problem ? t("aria.problem", { what: t(`mark.${problem}`, { code: "" }).trim() }) : "" }), node.last);

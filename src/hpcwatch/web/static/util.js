@@ -93,7 +93,11 @@ export function eventItem(e) {
   const d = e.detail ?? {};
   const vector = d.vector ? cards.vectors?.[d.vector]?.title ?? d.vector : "";
   const severity = d.severity ? t(`severity.${d.severity}`) : "";
-  const words = t(`event.${e.what}`, { xid: d.xid ?? "", state: d.state ?? "", rule: d.rule ?? "", step: d.step ?? "", vector, severity });
+  // What hpcwatch did (reports/acting.py): an action (or one that failed), its undo, a notice by its delivery state.
+  const key = e.what === "notice" && has(`event.notice_${d.state}`) ? `event.notice_${d.state}`
+    : e.what === "action" && d.ok === false ? "event.action_failed" : `event.${e.what}`;
+  const words = t(key, { xid: d.xid ?? "", state: d.state ?? "", rule: d.rule ?? "", step: d.step ?? "", vector, severity,
+    policy: d.policy ?? "", who: d.who ?? "", kind: d.kind ?? "", channel: d.channel ?? "", recipient: d.recipient ?? "" });
   return h("li", { "data-what": e.what, "data-node": e.node ?? "", "data-job": e.job ?? "" },
     [h("time", { datetime: new Date(e.t * 1000).toISOString() }, fmtTime(e.t)), " ", h("span", { class: "event-what" }, words), where ? ` — ${where}` : ""]);
 }
