@@ -84,10 +84,14 @@ def create_app(
     limits: Limits = DEFAULT_LIMITS,
     gpu_hour_price: float | None = None,
     currency: str = "",
+    identity: Any | None = None,
+    secure_cookies: bool = False,
 ) -> FastAPI:
     """The app over ``store``; with ``prometheus`` (a ``PrometheusBackend``) the live samples and the job
     page's samples are read from it, and Slurm, steps, events and findings still from the store.
-    Every response carries hpcwatch.httpguard's security headers; ``limits`` caps bodies and SSE streams."""
+    Every response carries hpcwatch.httpguard's security headers; ``limits`` caps bodies and SSE streams.
+    With ``identity`` (an ``access.identity.Identity``, from ``--auth``) every request needs a login, a token
+    or a trusted proxy's header (web/auth.py); ``secure_cookies`` when the server speaks TLS."""
     app = FastAPI(
         title="hpcwatch",
         version="0.1.0",
@@ -110,7 +114,11 @@ def create_app(
         gpu_hour_price=gpu_hour_price,
         currency=currency,
     )
-    app.add_middleware(Guard, settings=app.state.hpcwatch.guard)
+    if identity is not None:
+        from hpcwatch.web.auth import install_auth
+
+        install_auth(app, identity, secure=secure_cookies)
+    app.add_middleware(Guard, settings=app.state.hpcwatch.guard)  # added last: outermost, before who is asking
     app.include_router(api.router)
     app.include_router(jobpage.router)
     app.include_router(history.router)
