@@ -9,6 +9,7 @@ searched as the user just bound (what it may read), their ``cn`` and DN given ba
 from __future__ import annotations
 
 import logging
+import math
 import re
 import ssl
 from dataclasses import dataclass
@@ -38,6 +39,11 @@ def valid_login_name(name: str) -> bool:
     return bool(_NAME_RE.fullmatch(name))
 
 
+def _seconds(timeout_s: float) -> int:
+    """ldap3 packs its socket timeouts as whole seconds (``struct.pack`` of an int: a float fails)."""
+    return max(1, math.ceil(timeout_s))
+
+
 class LdapAuthenticator:
     def __init__(self, config: LdapConfig) -> None:
         self.config = config
@@ -62,7 +68,7 @@ class LdapAuthenticator:
                 return LdapUser(name=name, dn=dn, groups=self._groups(connection, name, dn))
             finally:
                 connection.unbind()
-        except LDAPException as err:
+        except (LDAPException, OSError) as err:
             raise BackendError(f"LDAP {self.config.url}: {type(err).__name__}: {err}") from err
 
     def _server(self):  # type: ignore[no-untyped-def]
@@ -72,14 +78,14 @@ class LdapAuthenticator:
         tls = None
         if c.url.startswith("ldaps://") or c.start_tls:
             tls = Tls(validate=ssl.CERT_REQUIRED, ca_certs_file=c.ca_file or None)
-        return Server(c.url, use_ssl=c.url.startswith("ldaps://"), tls=tls, connect_timeout=c.timeout_s)
+        return Server(c.url, use_ssl=c.url.startswith("ldaps://"), tls=tls, connect_timeout=_seconds(c.timeout_s))
 
     def _connection(self, dn: str | None, password: str | None):  # type: ignore[no-untyped-def]
         from ldap3 import Connection
 
         c = self.config
         connection = Connection(
-            self._server(), user=dn, password=password, receive_timeout=c.timeout_s, raise_exceptions=False
+            self._server(), user=dn, password=password, receive_timeout=_seconds(c.timeout_s), raise_exceptions=False
         )
         if c.start_tls:
             connection.open()

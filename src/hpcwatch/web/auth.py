@@ -13,8 +13,9 @@ logged-in user sees the login page; Lax sends it only on top-level GET navigatio
 here, and every state-changing request is refused without its CSRF token anyway.
 
 **CSRF** (synchronizer token): every method other than GET, HEAD and OPTIONS from a session or through the
-proxy must carry the session's token (form field ``csrf`` or header ``X-CSRF-Token``), and an ``Origin`` or
-``Sec-Fetch-Site`` that says cross-site is refused (the proxy's header is set on a forged request too). The
+proxy must carry the session's token (form field ``csrf`` or header ``X-CSRF-Token``), and a ``Sec-Fetch-Site``
+or ``Origin`` that says cross-site is refused (through the proxy, one that says same-origin is required: the
+proxy's header is set on a forged request too). The
 login form itself carries a token bound to a short-lived cookie (double submit), against login CSRF.
 Bearer tokens need no CSRF: no browser sends them by itself.
 """
@@ -80,7 +81,7 @@ class Authenticate:
             await _unauthenticated(scope, headers, send)
             return
         if method not in SAFE_METHODS and principal is not None and principal.via in ("session", "proxy"):
-            why = _cross_site(headers) or self._missing_csrf(path, session, principal, headers)
+            why = _cross_site(headers, strict=principal.via == "proxy") or self._missing_csrf(path, session, principal, headers)
             if why:
                 await _send(send, 403, b"text/plain; charset=utf-8", why.encode())
                 return
@@ -106,14 +107,17 @@ class Authenticate:
         return "" if csrf_ok(session, headers.get("x-csrf-token")) else "missing or wrong CSRF token (X-CSRF-Token)"
 
 
-def _cross_site(headers: dict[str, str]) -> str:
+def _cross_site(headers: dict[str, str], *, strict: bool) -> str:
+    """Why a state-changing request looks cross-site ("" if it does not). ``Sec-Fetch-Site`` decides where the
+    browser sends it; else ``Origin`` (``null`` under our ``Referrer-Policy: no-referrer`` on a form post, so it
+    proves nothing); ``strict`` (the proxy's header, no CSRF token behind it) refuses a request that proves nothing."""
     fetch_site = headers.get("sec-fetch-site")
-    if fetch_site is not None and fetch_site not in ("same-origin", "none"):
-        return f"cross-site request refused (Sec-Fetch-Site: {fetch_site})"
+    if fetch_site is not None:
+        return "" if fetch_site in ("same-origin", "none") else f"cross-site request refused (Sec-Fetch-Site: {fetch_site})"
     origin = headers.get("origin")
-    if origin is not None and (origin == "null" or urlsplit(origin).netloc != headers.get("host", "")):
-        return "cross-origin request refused (Origin is not this server)"
-    return ""
+    if origin is None or origin == "null":
+        return "cross-site request refused (no Sec-Fetch-Site, no Origin)" if strict else ""
+    return "" if urlsplit(origin).netloc == headers.get("host", "") else "cross-origin request refused (Origin)"
 
 
 async def _unauthenticated(scope: Scope, headers: dict[str, str], send: Any) -> None:
