@@ -36,7 +36,7 @@ LDAP = '[ldap]\nurl = "ldap://127.0.0.1:1"\nuser_dn = "uid={user},ou=people,dc=x
         ('[tokens]\nfile = "t.json"\n[roles]\nadmin = ["alice"]\n', ":4: unknown role 'admin'"),
         ('[tokens]\nfile = "t.json"\n[login]\nlockout_failures = 0\n', ":4: lockout_failures must be > 0"),
         ('[tokens]\nfile = "t.json"\n\n[sesion]\nidle_minutes = 3\n', ":4: unknown table [sesion]"),
-        ('[session]\nidle_minutes = 3\n', ":1: no way in"),
+        ("[session]\nidle_minutes = 3\n", ":1: no way in"),
         ("[ldap\n", "auth.toml: "),
     ],
 )

@@ -20,9 +20,9 @@ from hpcwatch.access.principal import principal_of
 from hpcwatch.httpguard import CSP
 from hpcwatch.model.cluster import reference_cluster
 from hpcwatch.store import Store
+from hpcwatch.vocab import EventKind
 from hpcwatch.web.app import create_app
 from hpcwatch.web.auth import SAFE_METHODS, safe_next
-from hpcwatch.vocab import EventKind
 
 BASE = "http://127.0.0.1:8000"
 CONFIG = (
@@ -83,7 +83,7 @@ def test_without_credentials_a_page_goes_to_login_and_the_api_answers_401(tmp_pa
 
 
 def test_login_sets_an_httponly_lax_session_cookie_and_lands_where_asked(tmp_path):
-    c, identity, events = _app(tmp_path)
+    c, _identity, events = _app(tmp_path)
     r = _login(c, next_="/job/7?lang=fr")
     assert r.status_code == 303 and r.headers["location"] == "/job/7?lang=fr"
     cookie = next(h for h in r.headers.get_list("set-cookie") if h.startswith("hpcwatch_session="))
@@ -141,7 +141,10 @@ def test_every_state_changing_route_of_the_app_refuses_a_session_request_without
     # the right token from another site is still refused
     cross = {"x-csrf-token": session.csrf, "sec-fetch-site": "cross-site"}
     assert c.post("/test/change", headers=cross).status_code == 403
-    assert c.post("/test/change", headers={"x-csrf-token": session.csrf, "origin": "https://evil.example"}).status_code == 403
+    assert (
+        c.post("/test/change", headers={"x-csrf-token": session.csrf, "origin": "https://evil.example"}).status_code
+        == 403
+    )
 
 
 def test_login_csrf_the_form_must_come_from_our_page(tmp_path):
@@ -204,7 +207,9 @@ def test_an_api_token_is_a_principal_and_a_metrics_token_is_not_one_for_the_web(
     metrics, _ = identity.tokens.create("prom", "metrics", 3600)
     me = c.get("/test/whoami", headers={"authorization": f"Bearer {api}"}).json()
     assert me == {"name": "scripts", "via": "token", "roles": ["user"]}
-    assert c.post("/test/change", headers={"authorization": f"Bearer {api}"}).status_code == 200  # no CSRF: not a cookie
+    assert (
+        c.post("/test/change", headers={"authorization": f"Bearer {api}"}).status_code == 200
+    )  # no CSRF: not a cookie
     assert c.get("/api/live", headers={"authorization": f"Bearer {metrics}"}).status_code == 401
 
 

@@ -127,7 +127,9 @@ class Identity:
     def _event(self, kind: str, user: str, address: str, **attrs: object) -> None:
         # A login name that is not a user name is kept out of the record (it may be anything a client sent).
         shown = user if valid_login_name(user) else "(invalid name)"
-        self.audit(Event(kind=kind, t=time.time(), source=AUDIT_SOURCE, attrs={"user": shown, "address": address, **attrs}))
+        self.audit(
+            Event(kind=kind, t=time.time(), source=AUDIT_SOURCE, attrs={"user": shown, "address": address, **attrs})
+        )
 
     def _warn_once(self, key: str, message: str) -> None:
         if key in self._warned or len(self._warned) >= _MAX_WARNED:

@@ -14,6 +14,7 @@ import re
 import ssl
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from hpcwatch.access.authconfig import LdapConfig
 from hpcwatch.errors import BackendError
@@ -71,7 +72,7 @@ class LdapAuthenticator:
         except (LDAPException, OSError) as err:
             raise BackendError(f"LDAP {self.config.url}: {type(err).__name__}: {err}") from err
 
-    def _server(self):  # type: ignore[no-untyped-def]
+    def _server(self) -> Any:
         from ldap3 import Server, Tls
 
         c = self.config
@@ -80,7 +81,7 @@ class LdapAuthenticator:
             tls = Tls(validate=ssl.CERT_REQUIRED, ca_certs_file=c.ca_file or None)
         return Server(c.url, use_ssl=c.url.startswith("ldaps://"), tls=tls, connect_timeout=_seconds(c.timeout_s))
 
-    def _connection(self, dn: str | None, password: str | None):  # type: ignore[no-untyped-def]
+    def _connection(self, dn: str | None, password: str | None) -> Any:
         from ldap3 import Connection
 
         c = self.config
@@ -111,7 +112,7 @@ class LdapAuthenticator:
             finder.unbind()
         return found[0] if len(found) == 1 else None  # two entries for one name: refuse, do not guess
 
-    def _groups(self, connection, name: str, dn: str) -> frozenset[str]:  # type: ignore[no-untyped-def]
+    def _groups(self, connection: Any, name: str, dn: str) -> frozenset[str]:
         from ldap3.utils.conv import escape_filter_chars
 
         c = self.config

@@ -80,7 +80,9 @@ class TokenStore:
             self._reload()
             return sorted(self._entries.values(), key=lambda e: e.created)
 
-    def create(self, user: str, scope: Scope, expires_in_s: float, *, now: float | None = None) -> tuple[str, TokenEntry]:
+    def create(
+        self, user: str, scope: Scope, expires_in_s: float, *, now: float | None = None
+    ) -> tuple[str, TokenEntry]:
         """A new token for ``user``: the token text (shown once, never stored) and its entry."""
         if not _USER_RE.fullmatch(user):
             raise InputError(f"--user {user!r}: letters, digits and . _ @ - only, at most 64")

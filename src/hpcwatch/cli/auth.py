@@ -39,13 +39,15 @@ def token() -> None:
 @token.command()
 @_auth_required
 @click.option("--user", required=True, help="Whose token it is (a Slurm user name; its roles come from [roles]).")
-@click.option("--scope", type=click.Choice(["metrics", "api"]), required=True, help="metrics: the exporter; api: the web API.")
+@click.option(
+    "--scope", type=click.Choice(["metrics", "api"]), required=True, help="metrics: the exporter; api: the web API."
+)
 @click.option("--expires", default="90d", show_default=True, help="Lifetime: a number and s, m, h, d or w.")
 def create(auth: Path, user: str, scope: str, expires: str) -> None:
     """Make a token: printed once (keep it: only its hash is stored)."""
     from hpcwatch.access.tokens import parse_duration
 
-    text, entry = _store_of(auth).create(user, scope, parse_duration(expires))  # type: ignore[arg-type]
+    text, entry = _store_of(auth).create(user, scope, parse_duration(expires))
     click.echo(text)
     click.echo(f"id {entry.id}, {entry.scope}, for {entry.user}, expires {_utc(entry.expires)}", err=True)
 
@@ -64,7 +66,9 @@ def list_tokens(auth: Path, as_json: bool) -> None:
     now = time.time()
     for e in entries:
         state = "revoked" if e.revoked else ("expired" if e.expires <= now else "valid")
-        click.echo(f"{e.id}  {safe_text(e.user)}  {e.scope}  created {_utc(e.created)}  expires {_utc(e.expires)}  {state}")
+        click.echo(
+            f"{e.id}  {safe_text(e.user)}  {e.scope}  created {_utc(e.created)}  expires {_utc(e.expires)}  {state}"
+        )
 
 
 @token.command()

@@ -145,12 +145,11 @@ def serve(
     auth: Path | None,
 ) -> None:
     """The web schematic on an existing store (what `hpcwatch ingest`, `collect` or a twin run filled)."""
+    from hpcwatch.cli.auth import check_auth_exposure, identity_for
     from hpcwatch.httpguard import Limits, check_exposure, check_tls
     from hpcwatch.model.cluster import load_cluster, reference_cluster
     from hpcwatch.web.app import create_app
     from hpcwatch.web.demo import Listen, check_port, serve_app
-
-    from hpcwatch.cli.auth import check_auth_exposure, identity_for
 
     check_exposure(host, insecure_no_auth=insecure_no_auth or auth is not None)
     check_tls(tls_cert, tls_key)
@@ -166,7 +165,8 @@ def serve(
         identity.audit = lambda event: store.add([event])  # logins, failures, lock-outs, logouts: store events
     limits = Limits(max_streams=max_streams, max_streams_per_client=max_streams_per_client)
     secure = identity is not None and (
-        identity.config.session.secure == "always" or (identity.config.session.secure == "auto" and tls_cert is not None)
+        identity.config.session.secure == "always"
+        or (identity.config.session.secure == "auto" and tls_cert is not None)
     )
     web = create_app(
         store,

@@ -81,7 +81,9 @@ class Authenticate:
             await _unauthenticated(scope, headers, send)
             return
         if method not in SAFE_METHODS and principal is not None and principal.via in ("session", "proxy"):
-            why = _cross_site(headers, strict=principal.via == "proxy") or self._missing_csrf(path, session, principal, headers)
+            why = _cross_site(headers, strict=principal.via == "proxy") or self._missing_csrf(
+                path, session, principal, headers
+            )
             if why:
                 await _send(send, 403, b"text/plain; charset=utf-8", why.encode())
                 return
@@ -113,7 +115,11 @@ def _cross_site(headers: dict[str, str], *, strict: bool) -> str:
     proves nothing); ``strict`` (the proxy's header, no CSRF token behind it) refuses a request that proves nothing."""
     fetch_site = headers.get("sec-fetch-site")
     if fetch_site is not None:
-        return "" if fetch_site in ("same-origin", "none") else f"cross-site request refused (Sec-Fetch-Site: {fetch_site})"
+        return (
+            ""
+            if fetch_site in ("same-origin", "none")
+            else f"cross-site request refused (Sec-Fetch-Site: {fetch_site})"
+        )
     origin = headers.get("origin")
     if origin is None or origin == "null":
         return "cross-site request refused (no Sec-Fetch-Site, no Origin)" if strict else ""
@@ -203,15 +209,20 @@ def _add_routes(app: FastAPI) -> None:
             status = {"rate": 429, "locked": 429, "unavailable": 503, "no_ldap": 404}.get(result.why, 401)
             minutes = max(1, round(result.retry_after_s / 60))
             response = _with_login_csrf(
-                page, request, next=target, user=user, status=status, message=(f"login.{result.why}", {"minutes": minutes})
+                page,
+                request,
+                next=target,
+                user=user,
+                status=status,
+                message=(f"login.{result.why}", {"minutes": minutes}),
             )
             if result.retry_after_s:
                 response.headers["Retry-After"] = str(result.retry_after_s)
             return response
-        response = RedirectResponse(target, status_code=303)
-        _set_session_cookie(request, response, result.session)
-        response.delete_cookie(LOGIN_CSRF_COOKIE, path="/login")
-        return response
+        landing = RedirectResponse(target, status_code=303)
+        _set_session_cookie(request, landing, result.session)
+        landing.delete_cookie(LOGIN_CSRF_COOKIE, path="/login")
+        return landing
 
     @app.post("/logout", include_in_schema=False)
     async def logout(request: Request) -> Response:
