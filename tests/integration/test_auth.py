@@ -136,9 +136,10 @@ def test_login_in_chromium_against_slapd_then_logout(server):
             page.click("#login-submit")
             page.wait_for_url(f"{url}/?lang=en")
             assert page.locator("svg").count() > 0  # the schematic, rendered for a logged-in viewer
+            assert page.locator("#account-link").inner_text() == "Logged in as alice"
             cookie = next(c for c in context.cookies() if c["name"] == "hpcwatch_session")
             assert cookie["httpOnly"] and cookie["sameSite"] == "Lax" and not cookie["secure"]  # plain HTTP here
-            page.goto(f"{url}/login")
+            page.click("#account-link")
             assert page.locator("#account-title").inner_text() == "Logged in as alice"
             assert "operator" in page.locator("#account-roles").inner_text()
             page.click("#logout")

@@ -90,6 +90,7 @@ def test_login_sets_an_httponly_lax_session_cookie_and_lands_where_asked(tmp_pat
     assert "HttpOnly" in cookie and "SameSite=lax" in cookie and "Path=/" in cookie and "Secure" not in cookie
     me = c.get("/test/whoami").json()
     assert me == {"name": "alice", "via": "session", "roles": ["operator", "user"]}
+    assert 'id="account-link" href="/login">Logged in as alice</a>' in c.get("/?lang=en").text
     assert [e.kind for e in events] == [EventKind.AUTH_LOGIN]
     assert events[0].attrs["user"] == "alice" and events[0].attrs["address"] == "127.0.0.1"
 

@@ -27,6 +27,7 @@ from jinja2 import Environment, PackageLoader, select_autoescape
 from markupsafe import Markup
 from starlette.concurrency import run_in_threadpool
 
+from hpcwatch.access.principal import principal_of
 from hpcwatch.errors import BackendError, ConfigError, HpcwatchError, InputError, StoreError
 from hpcwatch.httpguard import DEFAULT_LIMITS, SECURITY_HEADERS, Limits
 from hpcwatch.model.cluster import Cluster
@@ -138,7 +139,9 @@ def _add_pages(app: FastAPI) -> None:
         chosen = negotiate(
             forced=lang, cookie=request.cookies.get(LANG_COOKIE), accept_language=request.headers.get("accept-language")
         )
-        html = await run_in_threadpool(lambda: _render(template, state, chosen))
+        who = principal_of(request)
+        account = who.name if who.via != "local" else ""  # --auth: who is logged in, a link to logout
+        html = await run_in_threadpool(lambda: _render(template, state, chosen, account))
         response = HTMLResponse(html, headers={"Content-Language": chosen, "Vary": "Accept-Language, Cookie"})
         if lang in LANGUAGES:
             response.set_cookie(LANG_COOKIE, lang, max_age=365 * 86400, samesite="lax", httponly=True)
@@ -170,7 +173,7 @@ def _add_pages(app: FastAPI) -> None:
         return FileResponse(str(path), media_type="text/javascript", headers={"Cache-Control": "public, max-age=86400"})
 
 
-def _render(template: Any, state: AppState, lang: str) -> str:
+def _render(template: Any, state: AppState, lang: str, account: str = "") -> str:
     t = load_catalogue(lang)
     if lang not in state.svg_cache:
         state.svg_cache[lang] = render_schematic(state.cluster, t)
@@ -200,6 +203,7 @@ def _render(template: Any, state: AppState, lang: str) -> str:
         data_source=_source_text(state, t),
         catalogue_json=script_json(t.page_document()),
         boot_json=script_json(boot),
+        account=account,
     )
 
 
