@@ -219,10 +219,20 @@ SLAPD = "/usr/sbin/slapd"
 SLAPD_SCHEMAS = ("core", "cosine", "nis", "inetorgperson")
 
 
-def start_slapd(workdir: Path, *, port: int, suffix: str, root_password: str, ldif: str) -> Service:
+def start_slapd(
+    workdir: Path,
+    *,
+    port: int,
+    suffix: str,
+    root_password: str,
+    ldif: str,
+    tls: tuple[Path, Path] | None = None,
+    tls_port: int | None = None,
+) -> Service:
     """OpenLDAP's slapd (Debian 2.5) on 127.0.0.1:port, an mdb database under ``workdir`` (a slapd.conf of its
     own, not the system's cn=config), in the foreground (``-d``, so it is stopped by its PID), loaded with
-    ``ldif`` by ldapadd as ``cn=admin,<suffix>``. Passwords are readable by their own entry's bind only."""
+    ``ldif`` by ldapadd as ``cn=admin,<suffix>``. Passwords are readable by their own entry's bind only.
+    With ``tls`` (certificate, key): StartTLS on ``port`` and ldaps on ``tls_port``."""
     (workdir / "db").mkdir(parents=True, exist_ok=True)
     conf = workdir / "slapd.conf"
     conf.write_text(
@@ -231,11 +241,13 @@ def start_slapd(workdir: Path, *, port: int, suffix: str, root_password: str, ld
         + f'database mdb\nmaxsize 10485760\nsuffix "{suffix}"\nrootdn "cn=admin,{suffix}"\n'
         + f"rootpw {root_password}\ndirectory {workdir}/db\n"
         + "access to attrs=userPassword by self read by anonymous auth by * none\naccess to * by * read\n"
+        + (f"TLSCertificateFile {tls[0]}\nTLSCertificateKeyFile {tls[1]}\n" if tls else "")
     )
     url = f"ldap://127.0.0.1:{port}"
+    listen = f"{url}/" + (f" ldaps://127.0.0.1:{tls_port}/" if tls and tls_port else "")
     log = workdir / "slapd.log"
     t0 = time.monotonic()
-    argv = [SLAPD, "-f", str(conf), "-h", f"{url}/", "-d", "256"]
+    argv = [SLAPD, "-f", str(conf), "-h", listen, "-d", "256"]
     proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=open(log, "wb"), stderr=subprocess.STDOUT)  # noqa: SIM115
     deadline = t0 + READY_TIMEOUT_S
     while subprocess.run(["ldapwhoami", "-x", "-H", url], capture_output=True).returncode != 0:

@@ -8,6 +8,7 @@ slapd, Prometheus and the server are started by fixtures on ports of their own a
 from __future__ import annotations
 
 import json
+import os
 import socket
 import subprocess
 import sys
@@ -26,6 +27,7 @@ from .services import SLAPD, ServiceError, start_slapd
 pytestmark = pytest.mark.integration
 
 SLAPD_PORT = 29389
+SLAPD_TLS_PORT = 29390
 WEB_PORT = 29980
 EXPORTER_AUTH_PORT = 29979
 PROM_AUTH_PORT = 29085  # apart from every other test's Prometheus (29087-29099, VictoriaMetrics +100/+200)
@@ -55,11 +57,34 @@ LDIF = (
 
 
 @pytest.fixture(scope="module")
-def slapd(tmp_path_factory) -> Iterator[str]:
+def slapd_cert(tmp_path_factory) -> tuple[Path, Path]:
+    """A self-signed certificate for 127.0.0.1 (its own CA), made with the openssl CLI."""
+    folder = tmp_path_factory.mktemp("slapd-tls")
+    cert, key = folder / "cert.pem", folder / "key.pem"
+    subprocess.run(
+        [
+            "openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", str(key), "-out", str(cert),
+            "-days", "2", "-subj", "/CN=localhost", "-addext", "subjectAltName=IP:127.0.0.1,DNS:localhost",
+        ],
+        check=True,
+        capture_output=True,
+    )  # fmt: skip
+    return cert, key
+
+
+@pytest.fixture(scope="module")
+def slapd(tmp_path_factory, slapd_cert) -> Iterator[str]:
     need(Path(SLAPD).exists(), "slapd (Debian's OpenLDAP) is not installed: run scripts/install-system")
+    need(os.geteuid() == 0, "the test's slapd reads its key as root; run as root or in CI")
     try:
         service = start_slapd(
-            tmp_path_factory.mktemp("slapd"), port=SLAPD_PORT, suffix=SUFFIX, root_password="admin-pw", ldif=LDIF
+            tmp_path_factory.mktemp("slapd"),
+            port=SLAPD_PORT,
+            suffix=SUFFIX,
+            root_password="admin-pw",
+            ldif=LDIF,
+            tls=slapd_cert,
+            tls_port=SLAPD_TLS_PORT,
         )
     except ServiceError as err:
         pytest.fail(str(err))
@@ -239,3 +264,31 @@ def _listening(port: int, proc: subprocess.Popen) -> bool:
         pytest.fail(f"hpcwatch exporter exited: {proc.stderr.read().decode()[-2000:]}")
     with socket.socket() as sock:
         return sock.connect_ex(("127.0.0.1", port)) == 0
+
+
+def test_ldaps_and_starttls_verify_the_directory_s_certificate(slapd, slapd_cert):
+    """Against the same slapd: ldaps and StartTLS log in with the site CA given, and refuse (directory
+    unavailable, not a wrong password) without it; a DN found by search, and a name with filter characters
+    finds nobody."""
+    from hpcwatch.access.authconfig import LdapConfig
+    from hpcwatch.access.ldap import LdapAuthenticator
+    from hpcwatch.errors import BackendError
+
+    ca = str(slapd_cert[0])
+    people, groups = f"ou=people,{SUFFIX}", f"ou=groups,{SUFFIX}"
+    ldaps = f"ldaps://127.0.0.1:{SLAPD_TLS_PORT}"
+    for url, start_tls in ((ldaps, False), (slapd, True)):
+        config = LdapConfig(
+            url=url, start_tls=start_tls, user_dn=f"uid={{user}},{people}", group_base=groups, ca_file=ca
+        )
+        user = LdapAuthenticator(config).authenticate("alice", "alice-pw")
+        assert user is not None and "hpc-admins" in user.groups, url
+        assert LdapAuthenticator(config).authenticate("alice", "wrong") is None
+        untrusted = LdapConfig(url=url, start_tls=start_tls, user_dn=f"uid={{user}},{people}", ca_file="")
+        with pytest.raises(BackendError):
+            LdapAuthenticator(untrusted).authenticate("alice", "alice-pw")
+    search = LdapConfig(url=slapd, search_base=people, group_base=groups)
+    found = LdapAuthenticator(search).authenticate("bob", "bob-pw")
+    assert found is not None and found.dn == f"uid=bob,{people}" and found.groups == frozenset()
+    assert LdapAuthenticator(search)._user_dn("*") is None  # escaped: the literal name "*", nobody
+    assert LdapAuthenticator(search)._user_dn("bob)(uid=*") is None
