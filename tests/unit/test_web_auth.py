@@ -249,3 +249,20 @@ def test_the_exporter_with_auth_answers_401_without_a_metrics_token(tmp_path):
         server.shutdown()
         thread.join(timeout=10)
     assert isinstance(thread, threading.Thread)
+
+
+def test_a_session_id_set_before_login_is_never_adopted(tmp_path):
+    """Session fixation: a cookie planted before login is not the session the login opens."""
+    c, identity, _ = _app(tmp_path)
+    csrf = _csrf(c.get("/login").text)
+    login_cookie = c.cookies.get("hpcwatch_login_csrf")
+    r = c.post(
+        "/login",
+        data={"user": "alice", "password": "alice-pw", "csrf": csrf},
+        headers={"cookie": f"hpcwatch_session=planted; hpcwatch_login_csrf={login_cookie}"},
+        follow_redirects=False,
+    )
+    assert r.status_code == 303
+    opened = r.headers["set-cookie"].split("hpcwatch_session=", 1)[1].split(";", 1)[0]
+    assert opened != "planted" and identity.sessions.get("planted") is None
+    assert identity.sessions.get(opened) is not None

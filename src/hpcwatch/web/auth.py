@@ -192,7 +192,9 @@ def _add_routes(app: FastAPI) -> None:
         if principal_of(request).via == "session":  # logged in already: the account page
             session: Session = request.state.session
             return page(request, account=_account(principal_of(request)), csrf=session.csrf)
-        return _with_login_csrf(page, request, next=safe_next(request.query_params.get("next")))
+        identity: Identity = request.app.state.hpcwatch_identity
+        message = ("login.no_ldap", {}) if identity.ldap is None else ""
+        return _with_login_csrf(page, request, next=safe_next(request.query_params.get("next")), message=message)
 
     @app.post("/login", include_in_schema=False)
     async def login(request: Request) -> Response:
@@ -219,6 +221,9 @@ def _add_routes(app: FastAPI) -> None:
             if result.retry_after_s:
                 response.headers["Retry-After"] = str(result.retry_after_s)
             return response
+        previous = getattr(request.state, "session", None)
+        if previous is not None:  # logged in again: the new session replaces the old one (a new id each login)
+            identity.sessions.end(previous.id)
         landing = RedirectResponse(target, status_code=303)
         _set_session_cookie(request, landing, result.session)
         landing.delete_cookie(LOGIN_CSRF_COOKIE, path="/login")
