@@ -193,7 +193,7 @@ def _add_routes(app: FastAPI) -> None:
             session: Session = request.state.session
             return page(request, account=_account(principal_of(request)), csrf=session.csrf)
         identity: Identity = request.app.state.hpcwatch_identity
-        message = ("login.no_ldap", {}) if identity.ldap is None else ""
+        message: tuple[str, dict] | str = ("login.no_ldap", {}) if identity.ldap is None else ""
         return _with_login_csrf(page, request, next=safe_next(request.query_params.get("next")), message=message)
 
     @app.post("/login", include_in_schema=False)
