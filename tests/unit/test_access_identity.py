@@ -201,3 +201,19 @@ def test_the_directory_down_is_not_a_failure_counted_against_the_user():
         assert identity.login("alice", "pw", "10.0.0.1").why == "unavailable"  # nothing listens on port 1
     assert identity.limiter.check("10.0.0.1", "alice").allowed
     assert {e.attrs["why"] for e in events} == {"unavailable"}
+
+
+def test_ldap_logins_off_loopback_need_tls_or_a_tls_proxy_in_front():
+    from hpcwatch.cli.auth import check_auth_exposure
+
+    identity = Identity(parse_auth_text(LDAP))
+    check_auth_exposure(identity, "127.0.0.1", tls=False)
+    check_auth_exposure(identity, "0.0.0.0", tls=True)
+    with pytest.raises(ConfigError, match="would send passwords in clear"):
+        check_auth_exposure(identity, "0.0.0.0", tls=False)
+    behind_proxy = Identity(parse_auth_text(LDAP + '[session]\nsecure = "always"\n'))
+    check_auth_exposure(behind_proxy, "10.0.0.5", tls=False)
+    tokens_only = Identity(parse_auth_text('[tokens]\nfile = "t.json"\n'))
+    check_auth_exposure(
+        tokens_only, "0.0.0.0", tls=False
+    )  # allowed (a scrape network may be trusted); deploy.md §14 step 7 says where TLS goes
