@@ -427,6 +427,7 @@ def serve_metrics(
     tls_cert: Path | None = None,
     tls_key: Path | None = None,
     limits: Limits = DEFAULT_LIMITS,
+    authenticate: Callable[[str | None], Any] | None = None,
     **options,
 ) -> tuple[WSGIServer, threading.Thread]:
     """Start the /metrics server in a background thread; returns (server, thread).
@@ -436,10 +437,16 @@ def serve_metrics(
     with TLS does the handshake in its accept loop, so one silent client stops every scrape. Here
     (hpcwatch.httpguard): the security headers, the Host allow-list (400), at most
     ``limits.max_connections`` connections (the next: 503 and closed), and each connection closed if its
-    handshake and request head are not in within ``limits.header_timeout_s``."""
+    handshake and request head are not in within ``limits.header_timeout_s``.
+
+    ``authenticate`` (``--auth``: the ``Authorization`` header → a ``Principal`` or None) makes every scrape
+    show a bearer token of scope ``metrics`` (``hpcwatch token create --scope metrics``): 401 without one;
+    the principal is in the WSGI environ as ``hpcwatch.principal``."""
     from prometheus_client import make_wsgi_app
 
-    app = _guarded_wsgi(make_wsgi_app(registry_for(store, **options)), allowed_hosts(host, allow_hosts))
+    app = _guarded_wsgi(
+        make_wsgi_app(registry_for(store, **options)), allowed_hosts(host, allow_hosts), authenticate=authenticate
+    )
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     server_class = type("MetricsServer", (_MetricsServer,), {"limits": limits, "address_family": family})
     handler = type("MetricsHandler", (_MetricsHandler,), {"timeout": limits.header_timeout_s})
@@ -454,7 +461,7 @@ def serve_metrics(
     return server, thread
 
 
-def _guarded_wsgi(app: Callable, hosts: frozenset[str]) -> Callable:
+def _guarded_wsgi(app: Callable, hosts: frozenset[str], *, authenticate: Callable | None = None) -> Callable:
     headers = [(name.title(), value) for name, value in SECURITY_HEADERS]
 
     def guarded(environ: dict, start_response: Callable) -> Iterable[bytes]:
@@ -462,6 +469,13 @@ def _guarded_wsgi(app: Callable, hosts: frozenset[str]) -> Callable:
             body = b"this server does not answer that Host name (see --allow-host)\n"
             start_response("400 Bad Request", [("Content-Type", "text/plain"), *headers])
             return [body]
+        if authenticate is not None:
+            principal = authenticate(environ.get("HTTP_AUTHORIZATION"))
+            if principal is None:
+                challenge = ("WWW-Authenticate", 'Bearer realm="hpcwatch metrics"')
+                start_response("401 Unauthorized", [("Content-Type", "text/plain"), challenge, *headers])
+                return [b"a bearer token of scope metrics is required (hpcwatch token create --scope metrics)\n"]
+            environ["hpcwatch.principal"] = principal
 
         def start(status: str, response_headers: list, exc_info: Any = None) -> Callable:
             return start_response(status, [*response_headers, *headers], exc_info)

@@ -51,6 +51,10 @@ EventKindName = Literal[
     "agent_check",
     "act_action",
     "act_undo",
+    "auth_login",
+    "auth_login_failed",
+    "auth_lockout",
+    "auth_logout",
 ]
 
 
@@ -109,6 +113,12 @@ class EventKind:
     id, policy, step, who, why, evidence, argv, rc, undo (argv) or undo_note (why none)."""
     ACT_UNDO: Final = "act_undo"
     """An action undone by ``hpcwatch act undo ID``: of (the action's id), who, argv, rc."""
+    # who logged in (access/identity.py): user, address, and via/roles, why (bad, locked, rate, unavailable)
+    AUTH_LOGIN: Final = "auth_login"
+    AUTH_LOGIN_FAILED: Final = "auth_login_failed"
+    AUTH_LOCKOUT: Final = "auth_lockout"
+    """A user locked out after ``[login] lockout_failures`` failures in a row, for ``minutes``."""
+    AUTH_LOGOUT: Final = "auth_logout"
 
 
 EVENT_KINDS: Final[frozenset[str]] = frozenset(v for k, v in vars(EventKind).items() if k.isupper())

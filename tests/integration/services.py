@@ -213,3 +213,55 @@ def start_victoriametrics(
             on_start=on_start,
         )
     return vm
+
+
+SLAPD = "/usr/sbin/slapd"
+SLAPD_SCHEMAS = ("core", "cosine", "nis", "inetorgperson")
+
+
+def start_slapd(
+    workdir: Path,
+    *,
+    port: int,
+    suffix: str,
+    root_password: str,
+    ldif: str,
+    tls: tuple[Path, Path] | None = None,
+    tls_port: int | None = None,
+) -> Service:
+    """OpenLDAP's slapd (Debian 2.5) on 127.0.0.1:port, an mdb database under ``workdir`` (a slapd.conf of its
+    own, not the system's cn=config), in the foreground (``-d``, so it is stopped by its PID), loaded with
+    ``ldif`` by ldapadd as ``cn=admin,<suffix>``. Passwords are readable by their own entry's bind only.
+    With ``tls`` (certificate, key): StartTLS on ``port`` and ldaps on ``tls_port``."""
+    (workdir / "db").mkdir(parents=True, exist_ok=True)
+    conf = workdir / "slapd.conf"
+    conf.write_text(
+        "".join(f"include /etc/ldap/schema/{s}.schema\n" for s in SLAPD_SCHEMAS)
+        + f"pidfile {workdir}/slapd.pid\nmodulepath /usr/lib/ldap\nmoduleload back_mdb\n"
+        + f'database mdb\nmaxsize 10485760\nsuffix "{suffix}"\nrootdn "cn=admin,{suffix}"\n'
+        + f"rootpw {root_password}\ndirectory {workdir}/db\n"
+        + "access to attrs=userPassword by self read by anonymous auth by * none\naccess to * by * read\n"
+        + (f"TLSCertificateFile {tls[0]}\nTLSCertificateKeyFile {tls[1]}\n" if tls else "")
+    )
+    url = f"ldap://127.0.0.1:{port}"
+    listen = f"{url}/" + (f" ldaps://127.0.0.1:{tls_port}/" if tls and tls_port else "")
+    log = workdir / "slapd.log"
+    t0 = time.monotonic()
+    argv = [SLAPD, "-f", str(conf), "-h", listen, "-d", "256"]
+    proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=open(log, "wb"), stderr=subprocess.STDOUT)  # noqa: SIM115
+    deadline = t0 + READY_TIMEOUT_S
+    while subprocess.run(["ldapwhoami", "-x", "-H", url], capture_output=True).returncode != 0:
+        if proc.poll() is not None or time.monotonic() > deadline:
+            stop_process(proc)
+            raise ServiceError(f"slapd not ready: {log.read_text()[-2000:]}")
+        time.sleep(0.1)
+    (workdir / "data.ldif").write_text(ldif)
+    added = subprocess.run(
+        ["ldapadd", "-x", "-H", url, "-D", f"cn=admin,{suffix}", "-w", root_password, "-f", str(workdir / "data.ldif")],
+        capture_output=True,
+        text=True,
+    )
+    if added.returncode != 0:
+        stop_process(proc)
+        raise ServiceError(f"ldapadd: {added.stderr.strip()}")
+    return Service(url=url, proc=proc, ready_s=time.monotonic() - t0, log=log)

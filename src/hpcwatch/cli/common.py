@@ -36,6 +36,7 @@ __all__ = [
     "default_db_path",
     "db_option",
     "listen_options",
+    "auth_option",
     "json_option",
     "price_options",
     "argument",
@@ -166,6 +167,17 @@ def db_option(help: str = _DB_HELP) -> Callable:
     return click.option("--db", "db", default=None, help=help)
 
 
+def auth_option(what: str) -> Callable:
+    """``--auth FILE``: the auth config (hpcwatch.access.authconfig) of ``what``, passed as ``auth``."""
+    return click.option(
+        "--auth",
+        "auth",
+        type=PATH,
+        default=None,
+        help=f"Auth config (TOML: [ldap], [proxy], [tokens], [roles]) {what} requires; see docs/deploy.md.",
+    )
+
+
 def listen_options(what: str) -> Callable:
     """``--host``, ``--allow-host``, ``--tls-cert``, ``--tls-key``, ``--insecure-no-auth`` of a server
     (``what``: its name in the help); checked by hpcwatch.httpguard before anything is bound."""
@@ -173,7 +185,7 @@ def listen_options(what: str) -> Callable:
         click.option(
             "--host",
             default="127.0.0.1",
-            help=f"Address {what} binds. Off loopback it needs --insecure-no-auth (there is no authentication).",
+            help=f"Address {what} binds. Off loopback it needs --auth FILE (or --insecure-no-auth).",
         ),
         repeatable(
             "--allow-host",

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from hpcwatch.cli.common import app, console, db_option, listen_options, open_store, wait_for
+from hpcwatch.cli.common import app, auth_option, console, db_option, listen_options, open_store, wait_for
 from hpcwatch.cli.defaults import EXPORTER_PORT, EXPORTER_RECENT_STEPS
 from hpcwatch.errors import ConfigError
 
@@ -23,7 +23,9 @@ __all__ = ["exporter"]
 @click.option(
     "--duration", "duration_s", type=float, default=0.0, help="Stop after this many seconds (0: until Ctrl-C)."
 )
+@auth_option("of every scrape (a bearer token of scope metrics)")
 def exporter(
+    auth: Path | None,
     port: int,
     host: str,
     allow_host: list[str],
@@ -42,8 +44,16 @@ def exporter(
     from hpcwatch.exporter import serve_metrics
     from hpcwatch.httpguard import check_exposure, check_tls
 
-    check_exposure(host, insecure_no_auth=insecure_no_auth)
+    check_exposure(host, insecure_no_auth=insecure_no_auth or auth is not None)
     check_tls(tls_cert, tls_key)
+    authenticate = None
+    if auth is not None:
+        from hpcwatch.cli.auth import identity_for
+
+        identity = identity_for(auth, None)
+        if identity.tokens is None:
+            raise ConfigError(f"{auth}:1: the exporter checks tokens: give a [tokens] table (file = ...)")
+        authenticate = lambda header: identity.from_bearer(header, "metrics")  # noqa: E731
     store = open_store(db)
     try:
         server, _thread = serve_metrics(
@@ -54,6 +64,7 @@ def exporter(
             allow_hosts=tuple(allow_host),
             tls_cert=tls_cert,
             tls_key=tls_key,
+            authenticate=authenticate,
         )
     except OSError as err:
         store.close()

@@ -14,6 +14,7 @@ import click
 from hpcwatch.cli.common import (
     PATH,
     app,
+    auth_option,
     console,
     db_option,
     listen_options,
@@ -130,6 +131,7 @@ def demo(
     help="Live streams per client address (behind a proxy all viewers share its address: raise it).",
 )
 @price_options
+@auth_option("every viewer")
 def serve(
     db: str | None,
     port: int,
@@ -146,22 +148,33 @@ def serve(
     max_streams_per_client: int,
     gpu_hour_price: float | None,
     currency: str,
+    auth: Path | None,
 ) -> None:
     """The web schematic on an existing store (what `hpcwatch ingest`, `collect` or a twin run filled)."""
+    from hpcwatch.cli.auth import check_auth_exposure, identity_for
     from hpcwatch.httpguard import Limits, check_exposure, check_tls
     from hpcwatch.model.cluster import load_cluster, reference_cluster
     from hpcwatch.web.app import create_app
     from hpcwatch.web.demo import Listen, check_port, serve_app
 
-    check_exposure(host, insecure_no_auth=insecure_no_auth)
+    check_exposure(host, insecure_no_auth=insecure_no_auth or auth is not None)
     check_tls(tls_cert, tls_key)
+    identity = identity_for(auth, None) if auth is not None else None  # a bad config: one line, before the port
+    if identity is not None:
+        check_auth_exposure(identity, host, tls=tls_cert is not None)
     check_port(port, host)
     listen = Listen(host=host, port=port, allow_hosts=tuple(allow_host), tls_cert=tls_cert, tls_key=tls_key)
     cluster = load_cluster(model) if model else reference_cluster()
     prom = _prometheus(prometheus)
     watch = _alert_watch(alertmanager)  # a URL that cannot be one is refused before the store is opened
     store = open_store(db)
+    if identity is not None:
+        identity.audit = lambda event: store.add([event])  # logins, failures, lock-outs, logouts: store events
     limits = Limits(max_streams=max_streams, max_streams_per_client=max_streams_per_client)
+    secure = identity is not None and (
+        identity.config.session.secure == "always"
+        or (identity.config.session.secure == "auto" and tls_cert is not None)
+    )
     web = create_app(
         store,
         cluster,
@@ -170,6 +183,8 @@ def serve(
         gpu_hour_price=gpu_hour_price,
         currency=currency,
         alert_watch=watch,
+        identity=identity,
+        secure_cookies=secure,
     )
     where = f"samples from {prom!r}, the rest from the store" if prom is not None else "the store"
     if watch is not None:

@@ -27,6 +27,7 @@ from jinja2 import Environment, PackageLoader, select_autoescape
 from markupsafe import Markup
 from starlette.concurrency import run_in_threadpool
 
+from hpcwatch.access.principal import principal_of
 from hpcwatch.errors import BackendError, ConfigError, HpcwatchError, InputError, StoreError
 from hpcwatch.httpguard import DEFAULT_LIMITS, SECURITY_HEADERS, Limits
 from hpcwatch.model.cluster import Cluster
@@ -88,10 +89,14 @@ def create_app(
     gpu_hour_price: float | None = None,
     currency: str = "",
     alert_watch: Any | None = None,
+    identity: Any | None = None,
+    secure_cookies: bool = False,
 ) -> FastAPI:
     """The app over ``store``; with ``prometheus`` (a ``PrometheusBackend``) the live samples and the job
     page's samples are read from it, and Slurm, steps, events and findings still from the store.
-    Every response carries hpcwatch.httpguard's security headers; ``limits`` caps bodies and SSE streams."""
+    Every response carries hpcwatch.httpguard's security headers; ``limits`` caps bodies and SSE streams.
+    With ``identity`` (an ``access.identity.Identity``, from ``--auth``) every request needs a login, a token
+    or a trusted proxy's header (web/auth.py); ``secure_cookies`` when the server speaks TLS."""
     app = FastAPI(
         title="hpcwatch",
         version="0.1.0",
@@ -115,7 +120,11 @@ def create_app(
         currency=currency,
         alert_watch=alert_watch,
     )
-    app.add_middleware(Guard, settings=app.state.hpcwatch.guard)
+    if identity is not None:
+        from hpcwatch.web.auth import install_auth
+
+        install_auth(app, identity, secure=secure_cookies)
+    app.add_middleware(Guard, settings=app.state.hpcwatch.guard)  # added last: outermost, before who is asking
     app.include_router(api.router)
     app.include_router(jobpage.router)
     app.include_router(history.router)
@@ -135,7 +144,9 @@ def _add_pages(app: FastAPI) -> None:
         chosen = negotiate(
             forced=lang, cookie=request.cookies.get(LANG_COOKIE), accept_language=request.headers.get("accept-language")
         )
-        html = await run_in_threadpool(lambda: _render(template, state, chosen))
+        who = principal_of(request)
+        account = who.name if who.via != "local" else ""  # --auth: who is logged in, a link to logout
+        html = await run_in_threadpool(lambda: _render(template, state, chosen, account))
         response = HTMLResponse(html, headers={"Content-Language": chosen, "Vary": "Accept-Language, Cookie"})
         if lang in LANGUAGES:
             response.set_cookie(LANG_COOKIE, lang, max_age=365 * 86400, samesite="lax", httponly=True)
@@ -167,7 +178,7 @@ def _add_pages(app: FastAPI) -> None:
         return FileResponse(str(path), media_type="text/javascript", headers={"Cache-Control": "public, max-age=86400"})
 
 
-def _render(template: Any, state: AppState, lang: str) -> str:
+def _render(template: Any, state: AppState, lang: str, account: str = "") -> str:
     t = load_catalogue(lang)
     if lang not in state.svg_cache:
         state.svg_cache[lang] = render_schematic(state.cluster, t)
@@ -197,6 +208,7 @@ def _render(template: Any, state: AppState, lang: str) -> str:
         data_source=_source_text(state, t),
         catalogue_json=script_json(t.page_document()),
         boot_json=script_json(boot),
+        account=account,
     )
 
 
