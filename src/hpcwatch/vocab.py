@@ -109,6 +109,20 @@ class EventKind:
     id, policy, step, who, why, evidence, argv, rc, undo (argv) or undo_note (why none)."""
     ACT_UNDO: Final = "act_undo"
     """An action undone by ``hpcwatch act undo ID``: of (the action's id), who, argv, rc."""
+    # the training hook's live stream (sources/livehook.py) and its collector (collect/live.py)
+    HOOK_ENTER: Final = "hook_enter"
+    """A rank began a phase (job, rank, step, phase, collective): where a rank that stops advancing stopped."""
+    LIVE_STRAGGLER: Final = "live_straggler"
+    """A running job's straggler, named from its last steps (job, rank, node, gpu, phase, score, steps)."""
+    LIVE_HANG: Final = "live_hang"
+    """A running job no rank of which advanced for ``hang_after_s`` (job, step, stalled_s, where each rank
+    stopped: phase and collective), and the Flight Recorder dump asked for."""
+    LIVE_DUMP: Final = "live_dump"
+    """The Flight Recorder dumps of a hang, read (job, request, ranks dumped, verdict, wavefront)."""
+    LIVE_TRACE: Final = "live_trace"
+    """An on-demand Kineto trace landed and was read (job, request, rank, path, steps)."""
+    LIVE_REFUSED: Final = "live_refused"
+    """Stream lines refused in one run (job, rank, why: garbage, over the size cap, over the rate cap; count)."""
 
 
 EVENT_KINDS: Final[frozenset[str]] = frozenset(v for k, v in vars(EventKind).items() if k.isupper())
