@@ -41,6 +41,7 @@ _COMMAND_MODULES = (
     "collect",
     "notify",
     "act",
+    "trace",
 )
 
 for _name in _COMMAND_MODULES:

@@ -28,6 +28,7 @@ from hpcwatch.analysis.goodput import GoodputReport
 from hpcwatch.errors import InputError
 from hpcwatch.records import PHASES, Finding
 from hpcwatch.reports.goodput import goodput_report
+from hpcwatch.reports.livejob import live_verdicts
 from hpcwatch.reports.jobs import JobCost, check_job_id, cost_dict, job_cost, job_report
 from hpcwatch.reports.steps import DEFAULT_RECENT_STEPS, StepReport, step_report
 from hpcwatch.reports.timeline import job_timeline
@@ -92,6 +93,9 @@ class JobOverview:
     """``reports.timeline.job_timeline``: entries ``t``, ``what``, ``node``, ``gpu``, ``job``, ``detail``."""
     missing: dict[str, str] = field(default_factory=dict)
     """Part (``job``, ``steps``, ``goodput``) -> why it is None (the report's own message)."""
+    live: tuple[dict[str, Any], ...] = ()
+    """``reports.livejob.live_verdicts``: the newest live straggler, hang, dump and trace (``kind``, ``t``,
+    ``attrs``), newest first; empty when the job never streamed."""
 
 
 def concerns_job(finding: Finding, job_id: str, nodes: tuple[str, ...], t0: float | None, t1: float | None) -> bool:
@@ -181,7 +185,14 @@ def job_overview(
         cost=cost,
         timeline=tuple(job_timeline(store, job_id)),
         missing=missing,
+        live=_live(store, job_id),
     )
+
+
+def _live(store: Store, job_id: str) -> tuple[dict[str, Any], ...]:
+    found = live_verdicts(store, job_id)
+    events = [e for e in (found.straggler, found.hang, found.dump, found.trace) if e is not None]
+    return tuple({"kind": e.kind, "t": e.t, "attrs": dict(e.attrs)} for e in sorted(events, key=lambda e: -e.t))
 
 
 def _part(missing: dict[str, str], name: str, compute: Any) -> Any:
@@ -227,4 +238,5 @@ def overview_dict(overview: JobOverview) -> dict[str, Any]:
             for f in overview.findings
         ],
         "missing": dict(overview.missing),
+        "live": [dict(e) for e in overview.live],
     }
