@@ -108,7 +108,7 @@ def test_hostile_streams_refused_with_one_line_each_and_the_collector_goes_on(li
     spool, store, collector = live
     t0 = time.time() - 5
     _job(spool, steps=4, t0=t0, straggler=1)
-    _write(spool, 0, raw=b"\x00\xffnot json at all\n{\"kind\": \"span\"}\n")  # garbage, then a record missing fields
+    _write(spool, 0, raw=b'\x00\xffnot json at all\n{"kind": "span"}\n')  # garbage, then a record missing fields
     _write(spool, 2, raw=b'{"kind": "sample", "pad": "' + b"x" * (2 * MAX_LINE_BYTES) + b'"}\n')  # one huge record
     _write(spool, 3, [_step_lines(0, 9, t0)[0]])  # rank 0's record in rank 3's stream
     with caplog.at_level(logging.WARNING, logger="hpcwatch.collect.live"):
@@ -148,7 +148,7 @@ def test_a_flooding_rank_is_capped_and_its_backlog_skipped_unread(tmp_path, capl
 
 
 def test_a_rotated_stream_is_read_from_its_start(live):
-    spool, store, collector = live
+    spool, _store, collector = live
     t0 = time.time()
     _write(spool, 0, _step_lines(0, 0, t0))
     collector.run()

@@ -102,7 +102,6 @@ def _wait(collector, store, kind, ok, *, deadline_s: float, job_proc) -> object:
     from hpcwatch.store import queries
 
     deadline = time.monotonic() + deadline_s
-    t0 = time.monotonic()
     while time.monotonic() < deadline:
         assert job_proc.poll() is None, job_proc.stderr.read().decode(errors="replace")[-4000:]
         collector.run()

@@ -87,7 +87,8 @@ def judge_live(
     config: StragglerConfig | None = None,
 ) -> LiveVerdict:
     """The job's live verdicts from its window of spans and its ranks' last stops."""
-    report, steps = None, ()
+    report: StragglerReport | None = None
+    steps: tuple[int, ...] = ()
     try:
         anatomy = anatomy_from_spans(spans)
     except InputError:  # no complete step yet

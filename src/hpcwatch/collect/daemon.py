@@ -29,13 +29,13 @@ from hpcwatch.collect.base import Collector
 from hpcwatch.collect.config import (
     CollectConfig,
     FollowSection,
+    LiveSection,
     PrometheusSection,
     ReceiveSection,
     ScheduleSection,
     ScrapeSection,
     SlurmSection,
     SpoolSection,
-    LiveSection,
 )
 from hpcwatch.errors import one_line
 from hpcwatch.notify.config import NotifyConfig

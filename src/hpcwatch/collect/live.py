@@ -146,11 +146,11 @@ class LiveCollector:
             refusals: dict[str, _Refusals] = defaultdict(_Refusals)
             for record in self._tail(path, folder.name, rank, state, now, refusals):
                 out += self._keep(record, state)
-            for why, r in refusals.items():
-                self.refused += r.count
-                log.warning("live %s: refused %d line(s) (%s), first: %s", path, r.count, why, r.first)
-                notes.append(f"{one_line(str(path))}: {r.count} line(s) refused ({why})")
-                attrs = {"job": folder.name, "rank": rank, "why": why, "count": r.count, "first": r.first}
+            for why, refused in refusals.items():
+                self.refused += refused.count
+                log.warning("live %s: refused %d line(s) (%s), first: %s", path, refused.count, why, refused.first)
+                notes.append(f"{one_line(str(path))}: {refused.count} line(s) refused ({why})")
+                attrs = {"job": folder.name, "rank": rank, "why": why, "count": refused.count, "first": refused.first}
                 out.append(Event(kind=EventKind.LIVE_REFUSED, t=now, source="hpcwatch-live", attrs=attrs))
         return out
 

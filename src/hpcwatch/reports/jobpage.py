@@ -28,8 +28,8 @@ from hpcwatch.analysis.goodput import GoodputReport
 from hpcwatch.errors import InputError
 from hpcwatch.records import PHASES, Finding
 from hpcwatch.reports.goodput import goodput_report
-from hpcwatch.reports.livejob import live_verdicts
 from hpcwatch.reports.jobs import JobCost, check_job_id, cost_dict, job_cost, job_report
+from hpcwatch.reports.livejob import live_verdicts
 from hpcwatch.reports.steps import DEFAULT_RECENT_STEPS, StepReport, step_report
 from hpcwatch.reports.timeline import job_timeline
 
