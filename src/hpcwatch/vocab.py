@@ -51,6 +51,12 @@ EventKindName = Literal[
     "agent_check",
     "act_action",
     "act_undo",
+    "hook_enter",
+    "live_straggler",
+    "live_hang",
+    "live_dump",
+    "live_trace",
+    "live_refused",
 ]
 
 
