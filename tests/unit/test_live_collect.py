@@ -211,3 +211,66 @@ def test_trace_command_writes_the_request_and_refuses_a_bad_job(tmp_path, run_cl
     assert read_control(tmp_path / JOB) == Control(trace_id=request, trace_steps=2)
     code, _, err = run_cli(["trace", "a/../b", "--live-dir", str(tmp_path)])
     assert code == 2 and err.count("\n") == 1 and "job id" in err
+
+
+# --- the hook's side: the stream thread (needs torch for the Flight Recorder check, not a process group) ----
+
+
+def _lines(path: Path) -> list[dict]:
+    return [orjson.loads(line) for line in path.read_bytes().splitlines()] if path.exists() else []
+
+
+def _until(condition, what: str, deadline_s: float = 20.0) -> None:
+    deadline = time.monotonic() + deadline_s
+    while not condition():
+        assert time.monotonic() < deadline, what
+        time.sleep(0.02)
+
+
+@pytest.fixture
+def stream(tmp_path, monkeypatch):
+    pytest.importorskip("torch")
+    from hpcwatch.instrument.live import LiveStream
+
+    monkeypatch.setenv("TORCH_FR_BUFFER_SIZE", "10")  # set: the stream leaves it alone
+    s = LiveStream(tmp_path, job=JOB, rank=3, flush_s=0.02, max_bytes=4096, queue_max=50)
+    yield s
+    s.close()
+
+
+def test_the_stream_pauses_and_resumes_through_the_control_file(stream):
+    from hpcwatch.sources.livehook import write_control
+
+    stream.enter(0, "forward")
+    _until(lambda: len(_lines(stream.path)) == 1, "the first line written")
+    write_control(stream.folder, Control(live=False))
+    _until(lambda: not stream.enabled, "paused")
+    stream.enter(1, "forward")
+    write_control(stream.folder, Control(live=True))
+    _until(lambda: stream.enabled, "resumed")
+    stream.enter(2, "forward")
+    _until(lambda: len(_lines(stream.path)) == 2, "the line after the resume")
+    assert [d["step"] for d in _lines(stream.path)] == [0, 2]
+
+
+def test_a_full_queue_drops_and_counts_and_the_file_stays_bounded(stream):
+    stream._stop.set()  # the writer stops: the queue fills
+    stream._thread.join()
+    for step in range(80):
+        stream.enter(step, "backward")
+    assert stream.dropped == 30 and len(stream._queue) == 50
+    for _ in range(4):
+        stream._flush()
+        for step in range(50):
+            stream.enter(step, "backward")
+    stream._flush()
+    total = stream.path.stat().st_size + stream.path.with_name(stream.path.name + ".1").stat().st_size
+    assert total <= 2 * 4096 + 50 * 120  # the live file and one rotated one
+
+
+def test_a_trace_request_is_handed_to_the_step_once(stream):
+    from hpcwatch.sources.livehook import write_control
+
+    write_control(stream.folder, Control(trace_id="t1", trace_steps=2))
+    _until(lambda: stream._trace is not None, "the request seen")
+    assert stream.take_trace() == ("t1", 2) and stream.take_trace() is None
