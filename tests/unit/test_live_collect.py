@@ -274,3 +274,47 @@ def test_a_trace_request_is_handed_to_the_step_once(stream):
     write_control(stream.folder, Control(trace_id="t1", trace_steps=2))
     _until(lambda: stream._trace is not None, "the request seen")
     assert stream.take_trace() == ("t1", 2) and stream.take_trace() is None
+
+
+def test_a_pushed_stream_lands_in_the_live_spool_and_a_wrong_token_is_dropped_and_counted(tmp_path, monkeypatch):
+    pytest.importorskip("torch")
+    import http.client
+
+    from hpcwatch.collect.config import ReceiveSection
+    from hpcwatch.collect.receive import Receiver
+    from hpcwatch.instrument.live import LiveStream
+
+    monkeypatch.setenv("TORCH_FR_BUFFER_SIZE", "10")
+    token = "a-node-token-0123456789"
+    (tmp_path / "tokens").write_text(f"n1 {token}\n")
+    (tmp_path / "in").mkdir()
+    live_spool = tmp_path / "live"
+    section = ReceiveSection(
+        listen="127.0.0.1:0",
+        spool=str(tmp_path / "in"),
+        tokens_file=str(tmp_path / "tokens"),
+        live_spool=str(live_spool),
+    )
+    receiver = Receiver(section)
+    receiver.start()
+    url = f"http://127.0.0.1:{receiver.port}"
+    try:
+        good = LiveStream(tmp_path / "node", job=JOB, rank=1, flush_s=0.02, push_url=url, token=token, node="n1")
+        bad = LiveStream(tmp_path / "node", job=JOB, rank=2, flush_s=0.02, push_url=url, token="wrong", node="n1")
+        for step in range(3):
+            good.enter(step, "forward")
+            bad.enter(step, "forward")
+        _until(lambda: good.written == 3 and bad.dropped == 3, "the batches sent")
+        good.close()
+        bad.close()
+        assert [d["step"] for d in _lines(live_spool / JOB / "rank-1.jsonl")][:3] == [0, 1, 2]
+        assert not (live_spool / JOB / "rank-2.jsonl").exists() and receiver.refused[401] >= 1
+        conn = http.client.HTTPConnection("127.0.0.1", receiver.port, timeout=5)
+        conn.request("POST", "/v1/live/../etc/1", body=b"{}\n", headers={"Authorization": f"Bearer {token}"})
+        assert conn.getresponse().status == 404
+        with Store(":memory:") as store:
+            collector = LiveCollector(store, LiveSection(path=str(live_spool)))
+            collector.run()
+            assert collector.jobs[JOB].ranks[1].closed  # the closed mark came through too
+    finally:
+        receiver.stop()

@@ -174,6 +174,7 @@ def test_live_stream_names_straggler_trace_and_hang_while_the_job_runs(tmp_path:
             assert job.wait(timeout=60) == 0, job.stderr.read().decode(errors="replace")[-4000:]
             collector.run()
             # every rank closed its stream: a finished job is not a hang
+            assert all(r.closed for r in collector.jobs[JOB].ranks.values())
             later = collector._judge(spool / JOB, collector.jobs[JOB], time.time() + 3600)
             assert EventKind.LIVE_HANG not in [e.kind for e in later]
     finally:

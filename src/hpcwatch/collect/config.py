@@ -262,6 +262,9 @@ class ReceiveSection:
     """Per node: a token bucket of ``burst`` requests refilled at ``rate_per_s``; past it, 429 + Retry-After."""
     interval_s: float = 30.0
     """How often the status note (accepted, refused) is refreshed."""
+    live_spool: str = ""
+    """Where hooks' pushed live streams are appended (``POST /v1/live/JOB/RANK``), for a ``[[live]]`` of that
+    folder; empty: live pushes are refused (404)."""
 
     def __post_init__(self) -> None:
         _positive(self, "max_body_bytes", "rate_per_s", "burst", "interval_s")

@@ -14,6 +14,13 @@ records, whatever the other ranks do.
 Switching it at run time: ``HPCWATCH_LIVE_DIR`` (read once, when the recorder is made) turns it on;
 ``{"live": false}`` in the control file pauses it and ``true`` resumes it, within ``flush_s``.
 
+Pushed instead of spooled (``push_url``; the recorder reads ``HPCWATCH_LIVE_URL``, ``HPCWATCH_LIVE_TOKEN_FILE``
+and the node name once): the thread POSTs each batch to the collector's ``[[receive]]``
+(``POST /v1/live/JOB/RANK``, the node's bearer token; 2 s timeout), which appends it to its ``live_spool``
+for ``[[live]]``. A batch the collector refuses or does not answer is dropped and counted. The spool folder
+is still the rank's for the control file and the answers (dumps, traces): a node-local folder then, which
+a ``[[spool]]`` ships, or a shared one.
+
 Requests (the control file, written by ``hpcwatch collect`` or ``hpcwatch trace``):
 
 - ``dump``: the thread writes this rank's Flight Recorder (``torch._C._distributed_c10d``'s
@@ -38,14 +45,16 @@ from typing import Any
 
 import orjson
 
-from hpcwatch.errors import ParseError
+from hpcwatch.errors import ConfigError, ParseError
 from hpcwatch.sources.livehook import CLOSED, Control, dump_name, read_control, stream_name
 
-__all__ = ["LiveStream", "LIVE_DIR_ENV", "DEFAULT_MAX_BYTES", "DEFAULT_QUEUE"]
+__all__ = ["LiveStream", "LIVE_DIR_ENV", "LIVE_URL_ENV", "LIVE_TOKEN_FILE_ENV", "DEFAULT_MAX_BYTES", "DEFAULT_QUEUE"]
 
 log = logging.getLogger(__name__)
 
 LIVE_DIR_ENV = "HPCWATCH_LIVE_DIR"
+LIVE_URL_ENV = "HPCWATCH_LIVE_URL"
+LIVE_TOKEN_FILE_ENV = "HPCWATCH_LIVE_TOKEN_FILE"
 #: A step of five phases is ~1.5 KB of lines: 8 MiB is thousands of steps, twice that on disk at most.
 DEFAULT_MAX_BYTES = 8 << 20
 #: Records waiting for the writer thread; past it they are dropped (a stalled disk never stalls a step).
@@ -65,12 +74,16 @@ class LiveStream:
         flush_s: float = 0.2,
         max_bytes: int = DEFAULT_MAX_BYTES,
         queue_max: int = DEFAULT_QUEUE,
+        push_url: str | None = None,
+        token: str = "",
+        node: str = "",
     ) -> None:
         self.job, self.rank = job, rank
         self.folder = Path(spool) / job
         self.folder.mkdir(parents=True, exist_ok=True)
         self.path = self.folder / stream_name(rank)
         self.flush_s, self.max_bytes, self.queue_max = flush_s, max_bytes, queue_max
+        self.push = _Push(push_url, job=job, rank=rank, token=token, node=node) if push_url else None
         self.enabled = True
         self.dropped = 0
         self.written = 0
@@ -125,6 +138,12 @@ class LiveStream:
         while self._queue:
             lines.append(orjson.dumps(self._queue.popleft()))
         data = b"\n".join(lines) + b"\n"
+        if self.push is not None:
+            if self.push.send(data):
+                self.written += len(lines)
+            else:
+                self.dropped += len(lines)
+            return
         try:
             size = self.path.stat().st_size
         except FileNotFoundError:
@@ -194,3 +213,49 @@ def _flight_recorder_json() -> bytes | None:
         return None
     out = dump(True, False)
     return out if isinstance(out, bytes) else str(out).encode()
+
+
+class _Push:
+    """POSTs batches to ``[[receive]]``; one connection kept open, a refusal logged once until a success."""
+
+    def __init__(self, url: str, *, job: str, rank: int, token: str, node: str) -> None:
+        import urllib.parse
+
+        parts = urllib.parse.urlsplit(url)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ConfigError(f"HPCWATCH_LIVE_URL must be http(s)://host:port, got {url!r}")
+        self.parts, self.path = parts, f"/v1/live/{job}/{rank}"
+        self.headers = {"Authorization": f"Bearer {token}", "X-Hpcwatch-Node": node}
+        self._conn: Any = None
+        self._failing = False
+
+    def send(self, body: bytes) -> bool:
+        import http.client
+
+        try:
+            if self._conn is None:
+                kind = http.client.HTTPSConnection if self.parts.scheme == "https" else http.client.HTTPConnection
+                self._conn = kind(self.parts.hostname, self.parts.port, timeout=2.0)
+            self._conn.request("POST", self.path, body=body, headers=self.headers)
+            answer = self._conn.getresponse()
+            answer.read()
+            ok = answer.status == 202
+            why = f"{answer.status} {answer.reason}"
+            if answer.getheader("Connection", "").lower() == "close":
+                self._drop_connection()
+        except (OSError, http.client.HTTPException) as err:
+            self._drop_connection()
+            ok, why = False, str(err)
+        if not ok and not self._failing:
+            log.warning(
+                "hpcwatch live: push to %s refused or failed (%s); batches dropped until it works",
+                self.parts.netloc,
+                why,
+            )
+        self._failing = not ok
+        return ok
+
+    def _drop_connection(self) -> None:
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None

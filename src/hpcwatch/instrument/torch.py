@@ -65,7 +65,7 @@ import orjson
 
 from hpcwatch import vocab
 from hpcwatch.errors import ConfigError
-from hpcwatch.instrument.live import LIVE_DIR_ENV, LiveStream
+from hpcwatch.instrument.live import LIVE_DIR_ENV, LIVE_TOKEN_FILE_ENV, LIVE_URL_ENV, LiveStream
 from hpcwatch.records import Sample, Span
 from hpcwatch.sources.livehook import trace_name
 
@@ -392,7 +392,18 @@ class StepRecorder:
         spool = self.config.live_dir if self.config.live_dir is not None else os.environ.get(LIVE_DIR_ENV, "")
         if not spool:
             return None
-        return LiveStream(spool, job=self.config.job, rank=self.config.rank)
+        url = os.environ.get(LIVE_URL_ENV, "")
+        if not url:
+            return LiveStream(spool, job=self.config.job, rank=self.config.rank)
+        token_file = os.environ.get(LIVE_TOKEN_FILE_ENV, "")
+        try:
+            token = Path(token_file).read_text().strip() if token_file else ""
+        except OSError as err:
+            raise ConfigError(f"{token_file}: cannot read the live push token: {err.strerror or err}") from err
+        node = self.config.node or os.uname().nodename
+        return LiveStream(
+            spool, job=self.config.job, rank=self.config.rank, flush_s=2.0, push_url=url, token=token, node=node
+        )
 
     def _start_trace(self, request: tuple[str, int] | None) -> None:
         if request is None:

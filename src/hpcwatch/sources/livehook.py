@@ -158,7 +158,7 @@ def parse_live_line(line: bytes, *, path: str | os.PathLike[str], number: int) -
         attrs: dict[str, Any] = {
             "job": str(doc["job"]),
             "rank": int(doc["rank"]),
-            "step": int(doc["step"]),
+            "step": None if doc["step"] is None else int(doc["step"]),  # None: the recorder's close
             "phase": str(doc["phase"])[:64],
         }
         if doc.get("collective") is not None:
