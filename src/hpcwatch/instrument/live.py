@@ -224,7 +224,7 @@ class _Push:
         parts = urllib.parse.urlsplit(url)
         if parts.scheme not in ("http", "https") or not parts.hostname:
             raise ConfigError(f"HPCWATCH_LIVE_URL must be http(s)://host:port, got {url!r}")
-        self.parts, self.path = parts, f"/v1/live/{job}/{rank}"
+        self.parts, self.host, self.path = parts, parts.hostname, f"/v1/live/{job}/{rank}"
         self.headers = {"Authorization": f"Bearer {token}", "X-Hpcwatch-Node": node}
         self._conn: Any = None
         self._failing = False
@@ -235,7 +235,7 @@ class _Push:
         try:
             if self._conn is None:
                 kind = http.client.HTTPSConnection if self.parts.scheme == "https" else http.client.HTTPConnection
-                self._conn = kind(self.parts.hostname, self.parts.port, timeout=2.0)
+                self._conn = kind(self.host, self.parts.port, timeout=2.0)
             self._conn.request("POST", self.path, body=body, headers=self.headers)
             answer = self._conn.getresponse()
             answer.read()
