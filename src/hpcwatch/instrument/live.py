@@ -18,8 +18,8 @@ Pushed instead of spooled (``push_url``; the recorder reads ``HPCWATCH_LIVE_URL`
 and the node name once): the thread POSTs each batch to the collector's ``[[receive]]``
 (``POST /v1/live/JOB/RANK``, the node's bearer token; 2 s timeout), which appends it to its ``live_spool``
 for ``[[live]]``. A batch the collector refuses or does not answer is dropped and counted. The spool folder
-is still the rank's for the control file and the answers (dumps, traces): a node-local folder then, which
-a ``[[spool]]`` ships, or a shared one.
+is still where the control file is polled and the answers (dumps, traces) are written: requests and
+answers travel only when it is the collector's ``[[live]]`` folder (shared); over HTTP alone they do not.
 
 Requests (the control file, written by ``hpcwatch collect`` or ``hpcwatch trace``):
 
