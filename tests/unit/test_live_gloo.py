@@ -10,7 +10,8 @@ One job, three acts, each driven by what the collector has seen (files the test 
    others wait in ``all_reduce``; the collector names the hang and the collective, asks for the Flight
    Recorder dumps (written by each rank's watcher thread), and reads them: rank 1 never issued it.
 
-Then the test releases rank 1 and the ranks stop together (an all-reduced flag: the job's own collective).
+Ranks 0 and 1 also all-reduce in a sub-group of their own each step: the hook, which calls no collective,
+streams the same from ranks in and out of it. Then the test releases rank 1 and the ranks stop together (an all-reduced flag: the job's own collective).
 """
 
 from __future__ import annotations
@@ -48,6 +49,7 @@ WORKER = textwrap.dedent("""
         torch.manual_seed(0)
         model = torch.nn.Sequential(torch.nn.Linear(64, 128), torch.nn.ReLU(), torch.nn.Linear(128, 10))
         opt = torch.optim.SGD(model.parameters(), lr=0.01)
+        pair = dist.new_group([0, 1])  # a sub-group: only ranks 0 and 1 call its collective
         stop = torch.zeros(1)
         hung_once = False
         for step in range(100000):
@@ -71,6 +73,9 @@ WORKER = textwrap.dedent("""
                         p.grad /= world
                     stop[0] = float(rank == 0 and os.path.exists(os.path.join(ctl, "stop")))
                     dist.all_reduce(stop)
+                if rank in (0, 1):
+                    with rec.phase("pair_sync", collective="all_reduce[0,1]"):
+                        dist.all_reduce(torch.ones(1), group=pair)
                 with rec.phase("optimizer"):
                     opt.step()
                     opt.zero_grad()
