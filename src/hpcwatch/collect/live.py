@@ -117,7 +117,9 @@ class LiveCollector:
         now = time.time()
         out: list[Span | Sample | Event] = []
         notes: list[str] = []
-        for folder in self._job_folders():
+        folders = self._job_folders()
+        self.jobs = {f.name: self.jobs[f.name] for f in folders if f.name in self.jobs}  # a removed job is forgotten
+        for folder in folders:
             job = self.jobs.setdefault(folder.name, _Job())
             out += self._read_job(folder, job, now, notes)
             out += self._judge(folder, job, now)
