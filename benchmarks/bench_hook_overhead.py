@@ -8,6 +8,11 @@ only, with the gradient norm/NaN count, and with the sketch as well. Times are t
 (``time.thread_time``; torch runs on this one thread), which a busy shared machine
 disturbs far less than wall time.
 
+The live stream (``instrument/live.py``, ``live_dir``) is measured the same way, plus its writer
+thread: the process's CPU time over the live steps less the training thread's is what the thread
+spent writing the stream and polling the control file. The step here has no all-reduce (one
+process): a gloo or NCCL step only adds to the step, so the percentages are upper bounds.
+
     .venv/bin/python benchmarks/bench_hook_overhead.py [--steps 40]
 """
 
@@ -56,8 +61,8 @@ def _hook_cost_s(rec: StepRecorder, model, step: int, *, grads: bool) -> float:
     """Time inside the hook's own calls for one step whose work is already done (grads present)."""
     t0 = time.thread_time()
     with rec.step(step):
-        for phase in ("forward", "backward", "optimizer"):
-            with rec.phase(phase):
+        for phase in ("forward", "backward", "allreduce", "optimizer"):
+            with rec.phase(phase, "all_reduce" if phase == "allreduce" else None):
                 pass
         if grads:
             rec.gradients(model.parameters())
@@ -78,7 +83,9 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         rec = StepRecorder(job="bench", rank=0, out_dir=tmp, keep=False)
         rec_sketch = StepRecorder(job="bench", rank=1, out_dir=tmp, keep=False, sketch_dims=32)
-        plain, hooked, sketched = [], [], []
+        rec_live = StepRecorder(job="bench", rank=2, live_dir=f"{tmp}/live", keep=False)
+        plain, hooked, sketched, live = [], [], [], []
+        live_thread = live_process = 0.0
         for step in range(args.steps):
             t0 = time.thread_time()
             _plain_step(model, opt, x, y)
@@ -87,20 +94,29 @@ def main() -> None:
             t2 = time.thread_time()
             _hooked_step(rec_sketch, step, model, opt, x, y, grads=True)
             t3 = time.thread_time()
+            p3 = time.process_time()
+            _hooked_step(rec_live, step, model, opt, x, y, grads=True)
+            t4, p4 = time.thread_time(), time.process_time()
             if step >= 3:  # warm-up
                 plain.append(t1 - t0)
                 hooked.append(t2 - t1)
                 sketched.append(t3 - t2)
+                live.append(t4 - t3)
+                live_thread += t4 - t3
+                live_process += p4 - p3
         loss = F.cross_entropy(model(x), y)
         loss.backward()  # gradients present for the direct cost
         cost_grads = statistics.median(_hook_cost_s(rec, model, 10_000 + i, grads=True) for i in range(30))
         cost_phases = statistics.median(_hook_cost_s(rec, model, 20_000 + i, grads=False) for i in range(30))
         cost_sketch = statistics.median(_hook_cost_s(rec_sketch, model, 30_000 + i, grads=True) for i in range(30))
+        cost_live = statistics.median(_hook_cost_s(rec_live, model, 40_000 + i, grads=False) for i in range(30))
+        written = rec_live._live.written if rec_live._live is not None else 0
         rec.close()
         rec_sketch.close()
+        rec_live.close()
     step_s = statistics.median(plain)
     print(f"model {params / 1e6:.1f}M parameters, batch 256, CPU, 1 thread, {len(plain)} steps each")
-    for name, times in (("with hook", hooked), ("with hook + sketch", sketched)):
+    for name, times in (("with hook", hooked), ("with hook + sketch", sketched), ("with hook + live stream", live)):
         print(
             f"median step: plain {step_s * 1e3:.2f} ms, {name} {statistics.median(times) * 1e3:.2f} ms "
             f"({100 * (statistics.median(times) / step_s - 1):+.2f} %, CPU time, includes noise)"
@@ -110,6 +126,13 @@ def main() -> None:
         f"({100 * cost_phases / step_s:.2f} % of the step); with gradient norm/NaN count {cost_grads * 1e6:.0f} µs "
         f"({100 * cost_grads / step_s:.2f} %); with the 32-bucket gradient sketch too {cost_sketch * 1e6:.0f} µs "
         f"({100 * cost_sketch / step_s:.2f} %)"
+    )
+    writer = max(live_process - live_thread, 0.0) / max(len(live), 1)
+    print(
+        f"live stream: the training thread's cost {cost_live * 1e6:.0f} µs a step "
+        f"({100 * cost_live / step_s:.2f} % of the step: phases, enter marks, loss), the writer thread's "
+        f"{writer * 1e6:.0f} µs a step ({100 * writer / step_s:.2f} %); {written} stream lines written; "
+        f"total {100 * (cost_live + writer) / step_s:.2f} % of the step"
     )
 
 

@@ -55,6 +55,12 @@ EventKindName = Literal[
     "auth_login_failed",
     "auth_lockout",
     "auth_logout",
+    "hook_enter",
+    "live_straggler",
+    "live_hang",
+    "live_dump",
+    "live_trace",
+    "live_refused",
 ]
 
 
@@ -119,6 +125,20 @@ class EventKind:
     AUTH_LOCKOUT: Final = "auth_lockout"
     """A user locked out after ``[login] lockout_failures`` failures in a row, for ``minutes``."""
     AUTH_LOGOUT: Final = "auth_logout"
+    # the training hook's live stream (sources/livehook.py) and its collector (collect/live.py)
+    HOOK_ENTER: Final = "hook_enter"
+    """A rank began a phase (job, rank, step, phase, collective): where a rank that stops advancing stopped."""
+    LIVE_STRAGGLER: Final = "live_straggler"
+    """A running job's straggler, named from its last steps (job, rank, node, gpu, phase, score, steps)."""
+    LIVE_HANG: Final = "live_hang"
+    """A running job no rank of which advanced for ``hang_after_s`` (job, step, stalled_s, where each rank
+    stopped: phase and collective), and the Flight Recorder dump asked for."""
+    LIVE_DUMP: Final = "live_dump"
+    """The Flight Recorder dumps of a hang, read (job, request, ranks dumped, verdict, wavefront)."""
+    LIVE_TRACE: Final = "live_trace"
+    """An on-demand Kineto trace landed and was read (job, request, rank, path, steps)."""
+    LIVE_REFUSED: Final = "live_refused"
+    """Stream lines refused in one run (job, rank, why: garbage, over the size cap, over the rate cap; count)."""
 
 
 EVENT_KINDS: Final[frozenset[str]] = frozenset(v for k, v in vars(EventKind).items() if k.isupper())

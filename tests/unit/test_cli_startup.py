@@ -118,6 +118,22 @@ def test_steps_on_a_trace_loads_no_reader_but_kineto_s(data_dir):
     assert "hpcwatch.sources.nccl_log" not in loaded, sorted(loaded)
 
 
+def test_steps_on_a_trace_loads_no_cluster_model(data_dir):
+    """MFU needs the catalog's GPU peaks, not the cluster model (whose module imports PyYAML)."""
+    env = dict(os.environ, PYTHONPATH=str(Path(hpcwatch.__file__).parents[1]))
+    done = subprocess.run(
+        [sys.executable, "-c", _DEEPDIVE_PROBE, str(data_dir / "kineto" / "h200_annotated_steps.json.gz")],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+        check=True,
+    )
+    loaded = set(done.stdout.rpartition("LOADED:")[2].strip().split(","))
+    assert "hpcwatch.analysis.mfu" in loaded
+    assert not {"yaml", "hpcwatch.model.cluster"} & loaded
+
+
 _DEEPDIVE_PROBE = """
 import io, sys
 sys.argv = ["hpcwatch", "steps", *sys.argv[1:], "--json"]

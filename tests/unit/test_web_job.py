@@ -127,7 +127,19 @@ def test_which_findings_concern_a_job(finding_kw, expected):
 
 def test_api_job_document_carries_every_part(client):
     doc = client.get("/api/job/3").json()
-    assert set(doc) == {"id", "job", "steps", "goodput", "findings", "missing", "cost", "timeline", "acting", "alerts"}
+    assert set(doc) == {
+        "id",
+        "job",
+        "steps",
+        "goodput",
+        "findings",
+        "missing",
+        "cost",
+        "timeline",
+        "acting",
+        "alerts",
+        "live",
+    }
     assert doc["cost"]["cost"] is None and doc["cost"]["gpu_hours"] == doc["job"]["gpu_hours_allocated"]
     assert doc["job"]["id"] == "3" and doc["job"]["per_gpu"] == [] and doc["steps"] is None
     assert doc["goodput"]["total_s"] == pytest.approx(doc["job"]["elapsed_s"])

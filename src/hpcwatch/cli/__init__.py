@@ -42,6 +42,7 @@ _COMMAND_MODULES = (
     "notify",
     "act",
     "auth",
+    "trace",
 )
 
 for _name in _COMMAND_MODULES:

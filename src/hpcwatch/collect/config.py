@@ -45,6 +45,7 @@ __all__ = [
     "ScrapeSection",
     "FollowSection",
     "SpoolSection",
+    "LiveSection",
     "ScheduleSection",
     "ReceiveSection",
     "AgentSection",
@@ -196,6 +197,31 @@ class SpoolSection:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class LiveSection:
+    """The training hook's live stream (collect/live.py): a per-node spool folder of ``<job>/rank-N.jsonl``."""
+
+    name: str = ""
+    path: str = ""
+    """The folder the hooks write to (their ``HPCWATCH_LIVE_DIR``)."""
+    interval_s: float = 1.0
+    window_steps: int = 20
+    """Steps kept per rank: the straggler verdict is on these."""
+    hang_after_s: float = 60.0
+    """No rank advancing this long is a hang (above the job's longest pause: checkpoints, evaluation)."""
+    dump_on_hang: bool = True
+    """Ask the ranks for a Flight Recorder dump when a hang is named (they write it; nothing is killed)."""
+    max_records_per_s: float = 2000.0
+    """Per rank: lines past this rate are refused and counted (a step is ~10 lines)."""
+
+    def __post_init__(self) -> None:
+        _positive(self, "interval_s", "hang_after_s", "max_records_per_s")
+        if self.window_steps < 3:
+            raise ValueError(f"window_steps must be >= 3 (a straggler verdict needs 3 steps), got {self.window_steps}")
+        if not self.path:
+            raise ValueError("path is required")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class ScheduleSection:
     name: str = ""
     task: Literal["scan", "health", "assess"] = "scan"
@@ -237,6 +263,9 @@ class ReceiveSection:
     """Per node: a token bucket of ``burst`` requests refilled at ``rate_per_s``; past it, 429 + Retry-After."""
     interval_s: float = 30.0
     """How often the status note (accepted, refused) is refreshed."""
+    live_spool: str = ""
+    """Where hooks' pushed live streams are appended (``POST /v1/live/JOB/RANK``), for a ``[[live]]`` of that
+    folder; empty: live pushes are refused (404)."""
 
     def __post_init__(self) -> None:
         _positive(self, "max_body_bytes", "rate_per_s", "burst", "interval_s")
@@ -316,6 +345,7 @@ SECTIONS: dict[str, type] = {
     "scrape": ScrapeSection,
     "follow": FollowSection,
     "spool": SpoolSection,
+    "live": LiveSection,
     "schedule": ScheduleSection,
     "receive": ReceiveSection,
 }

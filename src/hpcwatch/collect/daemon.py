@@ -29,6 +29,7 @@ from hpcwatch.collect.base import Collector
 from hpcwatch.collect.config import (
     CollectConfig,
     FollowSection,
+    LiveSection,
     PrometheusSection,
     ReceiveSection,
     ScheduleSection,
@@ -52,6 +53,7 @@ KINDS = {
     ScrapeSection: "scrape",
     FollowSection: "follow",
     SpoolSection: "spool",
+    LiveSection: "live",
     ScheduleSection: "schedule",
     ReceiveSection: "receive",
     NotifyConfig: "notify",
@@ -82,6 +84,10 @@ def build_collector(store: Store, section: Any, *, node: str = "", notify: Notif
         from hpcwatch.collect.spool import SpoolCollector
 
         return SpoolCollector(store, section)
+    if isinstance(section, LiveSection):
+        from hpcwatch.collect.live import LiveCollector
+
+        return LiveCollector(store, section)
     if isinstance(section, ScheduleSection):
         from hpcwatch.collect.schedule import ScheduledTask
 

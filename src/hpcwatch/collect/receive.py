@@ -10,6 +10,10 @@
     400  not a shipment; 401 unknown node or wrong token; 403 a shipment of another node
     411  no Content-Length; 413 too large; 429 the node's rate (Retry-After: seconds)
 
+    POST /v1/live/JOB/RANK               a training hook's live stream (instrument/live.py), same headers
+    {JSON lines}                         appended to LIVE_SPOOL/JOB/rank-RANK.jsonl, read by [[live]]
+                                         (its own rate bucket per node; 404 without live_spool)
+
 The token compare is constant-time (``hmac.compare_digest``, against a dummy for an unknown node, so
 the answer's timing does not say which nodes exist). A refused token is logged once per node and
 address until a good one comes from there. TLS when ``cert_file``/``key_file`` are set. Each request
@@ -22,6 +26,7 @@ from __future__ import annotations
 import hmac
 import logging
 import os
+import re
 import ssl
 import threading
 import time
@@ -33,9 +38,10 @@ from hpcwatch.collect.base import RunResult
 from hpcwatch.collect.config import ReceiveSection
 from hpcwatch.collect.shipment import NAME_RE, PUSH_PATH, Shipment, write_to_spool
 from hpcwatch.errors import ConfigError, ParseError, one_line
+from hpcwatch.sources.livehook import stream_name
 from hpcwatch.store import Store
 
-__all__ = ["Receiver", "ReceiveCollector", "read_tokens", "PUSH_PATH"]
+__all__ = ["Receiver", "ReceiveCollector", "read_tokens", "PUSH_PATH", "LIVE_PUSH_PATH", "live_target", "append_live"]
 
 log = logging.getLogger(__name__)
 
@@ -202,6 +208,9 @@ class Receiver:
             def do_POST(self) -> None:
                 address = self.client_address[0]
                 node = self.headers.get("X-Hpcwatch-Node", "")
+                if self.path.startswith(LIVE_PUSH_PATH) and receiver.section.live_spool:
+                    self._live(node, address)
+                    return
                 if self.path != PUSH_PATH:
                     self._answer(404, f"POST {PUSH_PATH}")
                     return
@@ -242,7 +251,65 @@ class Receiver:
                 receiver.note_accepted(node, address)
                 self._answer(202, "queued")
 
+            def _live(self, node: str, address: str) -> None:
+                """A batch of a rank's live stream, appended to its file in ``live_spool`` (collect/live.py reads
+                and judges every line; here only the sender, the size and the rate are checked)."""
+                target = live_target(receiver.section.live_spool, self.path)
+                if target is None:
+                    self._answer(404, f"POST {LIVE_PUSH_PATH}JOB/RANK")
+                    return
+                if not receiver.authenticate(node, self.headers.get("Authorization", "")):
+                    receiver.note_refusal(401, node, address, "unknown node or wrong token")
+                    self._answer(401, "unknown node or wrong token", {"WWW-Authenticate": "Bearer"})
+                    return
+                wait = receiver.allow(node + "\0live")  # its own bucket: a job's stream never starves the agent
+                if wait:
+                    receiver.note_refusal(429, node, address, f"live: over {receiver.section.rate_per_s:g} requests/s")
+                    self._answer(429, "too many requests", {"Retry-After": str(max(1, round(wait + 0.5)))})
+                    return
+                length = self.headers.get("Content-Length", "")
+                if not length.isdigit() or int(length) > receiver.section.max_body_bytes:
+                    receiver.note_refusal(413, node, address, f"live: a body of {length or 'unknown'} bytes")
+                    self._answer(413, f"Content-Length up to {receiver.section.max_body_bytes} bytes")
+                    return
+                body = self.rfile.read(int(length))
+                try:
+                    append_live(target, body)
+                except OSError as err:
+                    log.warning("receive: cannot write to %s: %s", target, err)
+                    self._answer(503, "the live spool cannot be written", {"Retry-After": "30"})
+                    return
+                receiver.note_accepted(node, address)
+                self._answer(202, "appended")
+
         return Handler
+
+
+#: Where a hook pushes its live stream: ``LIVE_PUSH_PATH + "JOB/RANK"``.
+LIVE_PUSH_PATH = "/v1/live/"
+#: A pushed stream file is rotated to ``.1`` past this (as the hook rotates its own): bounded on disk.
+LIVE_FILE_BYTES = 64 << 20
+_LIVE_PATH = re.compile(r"/v1/live/([A-Za-z0-9_-][A-Za-z0-9_.-]{0,63})/(\d{1,9})")
+
+
+def live_target(spool: str, path: str) -> Path | None:
+    """The stream file a push path names, or None for a path that names none (no ``..``, no other folder)."""
+    found = _LIVE_PATH.fullmatch(path)
+    if found is None:
+        return None
+    return Path(spool) / found.group(1) / stream_name(int(found.group(2)))
+
+
+def append_live(target: Path, body: bytes) -> None:
+    """Append whole lines to a stream file (a body not ending in a newline gets one: lines never merge)."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        if target.stat().st_size + len(body) > LIVE_FILE_BYTES:
+            os.replace(target, target.with_name(target.name + ".1"))
+    except FileNotFoundError:
+        pass
+    with open(target, "ab") as f:
+        f.write(body if body.endswith(b"\n") else body + b"\n")
 
 
 class ReceiveCollector:

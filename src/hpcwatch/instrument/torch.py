@@ -65,7 +65,9 @@ import orjson
 
 from hpcwatch import vocab
 from hpcwatch.errors import ConfigError
+from hpcwatch.instrument.live import LIVE_DIR_ENV, LIVE_TOKEN_FILE_ENV, LIVE_URL_ENV, LiveStream
 from hpcwatch.records import Sample, Span
+from hpcwatch.sources.livehook import trace_name
 
 if TYPE_CHECKING:  # for the annotations only: torch is imported when a recorder is made
     from torch import Tensor
@@ -127,6 +129,9 @@ class HookConfig:
     uses 32 (``SKETCH_DIMS``); the cost does not grow with it."""
     sketch_seed: int = 0
     """Seed of the sketch's signs: the same on every rank of a job, or the sketches do not compare."""
+    live_dir: Path | str | None = None
+    """The per-node spool folder of the live stream (``instrument.live``); ``None``: the environment's
+    ``HPCWATCH_LIVE_DIR``, read once when the recorder is made (unset or empty: no stream)."""
 
     def __post_init__(self) -> None:
         if self.rank < 0:
@@ -176,12 +181,17 @@ class StepRecorder:
         self._timers: list[_Timer] = []
         self._stats: list[Any] = []  # [(name, tensor)] read at step end
         self._signs: dict[tuple[Any, Any], Any] = {}  # (device, dtype) -> (sign table twice over, scratch)
+        self._live = self._open_live()
+        self._profiler: Any = None  # an on-demand trace in progress: (profiler, request id, steps left)
+        self._trace: tuple[str, int] | None = None
 
     # --- the API a training loop calls ---------------------------------------------------------
     @contextlib.contextmanager
     def step(self, step: int) -> Iterator[None]:
         """Wrap one training step; its records are written when the step is resolved."""
         self._step, self._timers, self._stats = step, [], []
+        if self._live is not None and self._profiler is None:
+            self._start_trace(self._live.take_trace())
         start_utc, t0 = time.time(), time.perf_counter()
         try:
             yield
@@ -190,10 +200,22 @@ class StepRecorder:
             self._pending.append((step, start_utc, self._timers, _Staged(self._torch, self._stats)))
             self._step = None
             self._resolve(final=self.config.device == "cpu")
+            if self._profiler is not None:
+                self._trace_step()
 
     @contextlib.contextmanager
-    def phase(self, name: str) -> Iterator[None]:
-        """Time one phase of the current step (``records.PHASES`` or a finer name)."""
+    def phase(self, name: str, collective: str | None = None) -> Iterator[None]:
+        """Time one phase of the current step (``records.PHASES`` or a finer name); ``collective`` names the
+        collective the phase waits in (``all_reduce``), which the live stream reports if the rank stops there."""
+        if self._live is not None:
+            self._live.enter(self._step, name, collective)
+        if self._profiler is not None:  # an on-demand trace: the phases as annotations, as the steps analysis reads
+            with self._torch.profiler.record_function(name):
+                yield from self._timed(name)
+        else:
+            yield from self._timed(name)
+
+    def _timed(self, name: str) -> Iterator[None]:
         timer = _Timer(name, time.time())
         if self.config.device == "cuda":
             cuda = self._torch.cuda
@@ -300,6 +322,11 @@ class StepRecorder:
     def close(self) -> None:
         """Resolve what is pending and close the file."""
         self._resolve(final=True)
+        if self._profiler is not None:
+            self._end_trace()
+        if self._live is not None:
+            self._live.close()
+            self._live = None
         if self._file is not None:
             self._file.close()
             self._file = None
@@ -320,9 +347,10 @@ class StepRecorder:
 
     def _emit(self, step: int, start_utc: float, timers: list[_Timer], stats: _Staged) -> None:
         cfg = self.config
-        attrs = {k: v for k, v in (("node", cfg.node), ("gpu", cfg.gpu)) if v is not None}
+        attrs: dict[str, Any] = {k: v for k, v in (("node", cfg.node), ("gpu", cfg.gpu)) if v is not None}
         labels = {"job": cfg.job, "rank": str(cfg.rank), "step": str(step)}
         labels.update({k: str(v) for k, v in attrs.items()})
+        attrs["clock"] = "cuda_event" if cfg.device == "cuda" else "cpu"
         out: list[Span | Sample] = [
             Span(job=cfg.job, rank=cfg.rank, step=step, phase=t.phase, start=t.start_utc, dur=t.seconds(), attrs=attrs)
             for t in timers
@@ -352,6 +380,60 @@ class StepRecorder:
             self._file.flush()
         if self._gauges is not None:
             self._set_gauges(self._gauges, out)
+        if self._live is not None:
+            for r in out:  # the sketch's samples stay out of the stream: they are for the store, not for the minute
+                if isinstance(r, Span) or r.metric != SKETCH_METRIC:
+                    self._live.put(_line(r))
+
+    # --- the live stream and its on-demand traces --------------------------------------------------
+    def _open_live(self) -> LiveStream | None:
+        import os
+
+        spool = self.config.live_dir if self.config.live_dir is not None else os.environ.get(LIVE_DIR_ENV, "")
+        if not spool:
+            return None
+        url = os.environ.get(LIVE_URL_ENV, "")
+        if not url:
+            return LiveStream(spool, job=self.config.job, rank=self.config.rank)
+        token_file = os.environ.get(LIVE_TOKEN_FILE_ENV, "")
+        try:
+            token = Path(token_file).read_text().strip() if token_file else ""
+        except OSError as err:
+            raise ConfigError(f"{token_file}: cannot read the live push token: {err.strerror or err}") from err
+        node = self.config.node or os.uname().nodename
+        return LiveStream(
+            spool, job=self.config.job, rank=self.config.rank, flush_s=2.0, push_url=url, token=token, node=node
+        )
+
+    def _start_trace(self, request: tuple[str, int] | None) -> None:
+        if request is None:
+            return
+        prof = self._torch.profiler
+        activities = [prof.ProfilerActivity.CPU]
+        if self.config.device == "cuda":
+            activities.append(prof.ProfilerActivity.CUDA)
+        self._profiler = prof.profile(activities=activities)
+        self._profiler.__enter__()
+        self._trace = request
+
+    def _trace_step(self) -> None:
+        assert self._trace is not None and self._profiler is not None
+        request, left = self._trace
+        self._profiler.step()  # ProfilerStep#N: the step windows the steps analysis reads
+        self._trace = (request, left - 1)
+        if left <= 1:
+            self._end_trace()
+
+    def _end_trace(self) -> None:
+        import os
+
+        assert self._trace is not None and self._profiler is not None and self._live is not None
+        profiler, (request, _), self._profiler, self._trace = self._profiler, self._trace, None, None
+        profiler.__exit__(None, None, None)
+        target = self._live.folder / trace_name(request, self.config.rank)
+        tmp = target.with_name("." + target.name)
+        profiler.export_chrome_trace(str(tmp))
+        os.replace(tmp, target)
 
     def _open_file(self):
         if self.config.out_dir is None:

@@ -32,6 +32,7 @@ from hpcwatch.records import PHASES, Finding
 from hpcwatch.reports.acting import job_acting
 from hpcwatch.reports.goodput import goodput_report
 from hpcwatch.reports.jobs import JobCost, check_job_id, cost_dict, job_cost, job_report
+from hpcwatch.reports.livejob import live_verdicts
 from hpcwatch.reports.steps import DEFAULT_RECENT_STEPS, StepReport, step_report
 from hpcwatch.reports.timeline import job_timeline
 
@@ -97,6 +98,9 @@ class JobOverview:
     """Part (``job``, ``steps``, ``goodput``) -> why it is None (the report's own message)."""
     acting: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
     """``reports.acting.job_acting``: ``notices`` and ``actions``, newest first."""
+    live: tuple[dict[str, Any], ...] = ()
+    """``reports.livejob.live_verdicts``: the newest live straggler, hang, dump and trace (``kind``, ``t``,
+    ``attrs``), newest first; empty when the job never streamed."""
 
 
 def concerns_job(finding: Finding, job_id: str, nodes: tuple[str, ...], t0: float | None, t1: float | None) -> bool:
@@ -187,7 +191,14 @@ def job_overview(
         timeline=tuple(job_timeline(store, job_id)),
         missing=missing,
         acting=job_acting(store, job_id, nodes=nodes, t0=t0, t1=t1),
+        live=_live(store, job_id),
     )
+
+
+def _live(store: Store, job_id: str) -> tuple[dict[str, Any], ...]:
+    found = live_verdicts(store, job_id)
+    events = [e for e in (found.straggler, found.hang, found.dump, found.trace) if e is not None]
+    return tuple({"kind": e.kind, "t": e.t, "attrs": dict(e.attrs)} for e in sorted(events, key=lambda e: -e.t))
 
 
 def _part(missing: dict[str, str], name: str, compute: Any) -> Any:
@@ -234,4 +245,5 @@ def overview_dict(overview: JobOverview) -> dict[str, Any]:
         ],
         "missing": dict(overview.missing),
         "acting": {k: list(v) for k, v in overview.acting.items()},
+        "live": [dict(e) for e in overview.live],
     }

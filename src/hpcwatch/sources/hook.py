@@ -24,7 +24,7 @@ from hpcwatch.errors import ParseError
 from hpcwatch.records import Sample, Span
 from hpcwatch.sources.lines import OnBadLine, iter_lines, line_text, report_bad_line, shown
 
-__all__ = ["is_hook_jsonl", "parse_hook_jsonl", "read_hook_jsonl"]
+__all__ = ["is_hook_jsonl", "parse_hook_jsonl", "read_hook_jsonl", "parse_hook_record"]
 
 _INT64 = (-(1 << 63), (1 << 63) - 1)
 _INT32 = (-(1 << 31), (1 << 31) - 1)
@@ -54,7 +54,7 @@ def parse_hook_jsonl(
         if not line.strip():
             continue
         try:
-            yield _record(line, path, number)
+            yield parse_hook_record(line, path, number)
         except ParseError as err:
             report_bad_line(err, on_bad_line)
 
@@ -64,7 +64,8 @@ def read_hook_jsonl(path: str | os.PathLike[str], *, on_bad_line: OnBadLine = No
     yield from parse_hook_jsonl(iter_lines(path), path=path, on_bad_line=on_bad_line)
 
 
-def _record(line: str | bytes, path: str | os.PathLike[str], number: int) -> Span | Sample:
+def parse_hook_record(line: str | bytes, path: str | os.PathLike[str], number: int) -> Span | Sample:
+    """One line as a span or a sample; ParseError naming the file and line otherwise."""
     try:
         doc = orjson.loads(line)
         kind = doc["kind"]

@@ -1,0 +1,188 @@
+"""The live stream of a real 4-process torch.distributed job (gloo, CPU), judged while it runs.
+
+One job, three acts, each driven by what the collector has seen (files the test writes, never a sleep):
+
+1. rank 2 sleeps in its backward for the first steps: ``collect.live`` names it a straggler while the
+   job runs;
+2. the test asks for an on-demand trace of 2 steps (``request_trace``): every rank's trace lands and is
+   read;
+3. the test plants a hang: rank 1 sleeps inside its all-reduce phase before calling the collective, the
+   others wait in ``all_reduce``; the collector names the hang and the collective, asks for the Flight
+   Recorder dumps (written by each rank's watcher thread), and reads them: rank 1 never issued it.
+
+Ranks 0 and 1 also all-reduce in a sub-group of their own each step: the hook, which calls no collective,
+streams the same from ranks in and out of it. Then the test releases rank 1 and the ranks stop together (an all-reduced flag: the job's own collective).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.unit.test_hook_gloo import _free_port, needs_torch
+
+WORLD = 4
+STRAGGLER = 2
+HUNG = 1
+SLOW_STEPS = 8
+DELAY_S = 0.25
+JOB = "live-test"
+
+WORKER = textwrap.dedent("""
+    import os, sys, time, traceback
+    import torch, torch.distributed as dist, torch.nn.functional as F
+    from hpcwatch.instrument.torch import StepRecorder
+
+    world, ctl = int(sys.argv[1]), sys.argv[2]
+    straggler, hung, slow_steps, delay_s = int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5]), float(sys.argv[6])
+
+    def run(rank):
+        torch.set_num_threads(1)
+        rec = StepRecorder(job="live-test", rank=rank, node=f"node{1 + rank // 2}", gpu=rank % 2, keep=False)
+        dist.init_process_group("gloo", rank=rank, world_size=world)
+        torch.manual_seed(0)
+        model = torch.nn.Sequential(torch.nn.Linear(64, 128), torch.nn.ReLU(), torch.nn.Linear(128, 10))
+        opt = torch.optim.SGD(model.parameters(), lr=0.01)
+        pair = dist.new_group([0, 1])  # a sub-group: only ranks 0 and 1 call its collective
+        stop = torch.zeros(1)
+        hung_once = False
+        for step in range(100000):
+            with rec.step(step):
+                with rec.phase("load"):
+                    x, y = torch.randn(32, 64), torch.randint(0, 10, (32,))
+                    time.sleep(0.02)
+                with rec.phase("forward"):
+                    loss = F.cross_entropy(model(x), y)
+                with rec.phase("backward"):
+                    loss.backward()
+                    if rank == straggler and step < slow_steps:
+                        time.sleep(delay_s)
+                with rec.phase("allreduce", collective="all_reduce"):
+                    if rank == hung and not hung_once and os.path.exists(os.path.join(ctl, "hang")):
+                        hung_once = True
+                        while not os.path.exists(os.path.join(ctl, "release")):
+                            time.sleep(0.05)
+                    for p in model.parameters():
+                        dist.all_reduce(p.grad)
+                        p.grad /= world
+                    stop[0] = float(rank == 0 and os.path.exists(os.path.join(ctl, "stop")))
+                    dist.all_reduce(stop)
+                if rank in (0, 1):
+                    with rec.phase("pair_sync", collective="all_reduce[0,1]"):
+                        dist.all_reduce(torch.ones(1), group=pair)
+                with rec.phase("optimizer"):
+                    opt.step()
+                    opt.zero_grad()
+            if stop.item() > 0:
+                break
+        rec.close()
+        dist.destroy_process_group()
+
+    pids = []
+    for rank in range(world):
+        pid = os.fork()
+        if pid == 0:
+            try:
+                run(rank)
+                code = 0
+            except BaseException:
+                traceback.print_exc()
+                code = 1
+            sys.stdout.flush(); sys.stderr.flush()
+            os._exit(code)
+        pids.append(pid)
+    failed = [pid for pid in pids if os.waitpid(pid, 0)[1] != 0]
+    sys.exit(1 if failed else 0)
+""")
+
+
+def _wait(collector, store, kind, ok, *, deadline_s: float, job_proc) -> object:
+    """Run the collector until an event of ``kind`` satisfies ``ok``; the event."""
+    from hpcwatch.store import queries
+
+    deadline = time.monotonic() + deadline_s
+    while time.monotonic() < deadline:
+        assert job_proc.poll() is None, job_proc.stderr.read().decode(errors="replace")[-4000:]
+        collector.run()
+        _, events = queries.events_of_kinds(store, [kind])
+        found = [e for e in events if ok(e)]
+        if found:
+            return found[-1]
+        time.sleep(0.1)  # the collector's cadence, not a pass condition
+    state = {job: {r: (list(x.steps), x.stop) for r, x in j.ranks.items()} for job, j in collector.jobs.items()}
+    raise AssertionError(f"no {kind} event in {deadline_s} s; the collector saw {state}")
+
+
+@pytest.mark.slow
+@needs_torch
+def test_live_stream_names_straggler_trace_and_hang_while_the_job_runs(tmp_path: Path) -> None:
+    from hpcwatch.collect.config import LiveSection
+    from hpcwatch.collect.live import LiveCollector, request_trace
+    from hpcwatch.reports.livejob import live_verdicts
+    from hpcwatch.store import Store
+    from hpcwatch.vocab import EventKind
+
+    spool, ctl = tmp_path / "spool", tmp_path / "ctl"
+    ctl.mkdir()
+    script = tmp_path / "_worker.py"
+    script.write_text(WORKER)
+    env = dict(
+        os.environ,
+        MASTER_ADDR="127.0.0.1",
+        MASTER_PORT=str(_free_port()),
+        OMP_NUM_THREADS="1",
+        GLOO_SOCKET_IFNAME="lo",
+        HPCWATCH_LIVE_DIR=str(spool),
+    )
+    argv = [sys.executable, str(script), str(WORLD), str(ctl), str(STRAGGLER), str(HUNG), str(SLOW_STEPS), str(DELAY_S)]
+    job = subprocess.Popen(argv, env=env, stderr=subprocess.PIPE)
+    try:
+        with Store(tmp_path / "db") as store:
+            collector = LiveCollector(store, LiveSection(path=str(spool), hang_after_s=3.0, interval_s=0.2))
+            wait = {"store": store, "job_proc": job}
+
+            straggler = _wait(collector, kind=EventKind.LIVE_STRAGGLER, ok=lambda e: True, deadline_s=60, **wait)
+            assert (straggler.attrs["rank"], straggler.attrs["phase"]) == (STRAGGLER, "backward")
+            assert straggler.attrs["node"] == "node2"
+            assert min(straggler.attrs["steps"]) < SLOW_STEPS  # named from the slow steps, while running
+
+            request = request_trace(spool, JOB, 2)
+            seen: set[int] = set()
+
+            def every_rank_traced(e) -> bool:
+                if e.attrs["request"] == request and len(e.attrs["steps"]) >= 1:
+                    seen.add(e.attrs["rank"])
+                return seen == set(range(WORLD))
+
+            _wait(collector, kind=EventKind.LIVE_TRACE, ok=every_rank_traced, deadline_s=30, **wait)
+
+            (ctl / "hang").touch()
+            hang = _wait(collector, kind=EventKind.LIVE_HANG, ok=lambda e: True, deadline_s=30, **wait)
+            assert hang.attrs["collectives"] == ["all_reduce"]
+            assert {s["rank"] for s in hang.attrs["stops"]} == set(range(WORLD))
+            dump = _wait(collector, kind=EventKind.LIVE_DUMP, ok=lambda e: True, deadline_s=30, **wait)
+            assert dump.attrs["request"] == hang.attrs["dump_request"]
+            assert dump.attrs["ranks_dumped"] == list(range(WORLD))
+            assert dump.attrs["verdict"] == "hang" and dump.attrs["missing"] == [HUNG]
+            assert dump.attrs["wavefront_op"] == "gloo:all_reduce"
+
+            page = live_verdicts(store, JOB)
+            assert page.straggler is not None and page.hang is not None and page.dump is not None
+            (ctl / "release").touch()
+            (ctl / "stop").touch()
+            assert job.wait(timeout=60) == 0, job.stderr.read().decode(errors="replace")[-4000:]
+            collector.run()
+            # every rank closed its stream: a finished job is not a hang
+            assert all(r.closed for r in collector.jobs[JOB].ranks.values())
+            later = collector._judge(spool / JOB, collector.jobs[JOB], time.time() + 3600)
+            assert EventKind.LIVE_HANG not in [e.kind for e in later]
+    finally:
+        if job.poll() is None:
+            job.kill()
+            job.wait()
