@@ -125,6 +125,8 @@ def read_control(job_dir: str | os.PathLike[str]) -> Control | None:
             raw = f.read(MAX_LINE_BYTES + 1)
     except FileNotFoundError:
         return None
+    except OSError as err:  # not a folder, unreadable: one line, like a bad file
+        raise ParseError(f"cannot read the control file: {err.strerror or err}", path=path, line=1) from err
     if len(raw) > MAX_LINE_BYTES:
         raise ParseError(f"control file over {MAX_LINE_BYTES} bytes", path=path, line=1)
     return parse_control(raw, path=path)
@@ -145,7 +147,7 @@ def write_control(job_dir: str | os.PathLike[str], control: Control) -> Path:
     return folder / CONTROL
 
 
-def parse_live_line(line: bytes, *, path: str | os.PathLike[str], number: int) -> Span | Sample | Event:
+def parse_live_line(line: bytes, *, path: str | os.PathLike[str] = "<input>", number: int = 1) -> Span | Sample | Event:
     """One stream line as a record; ParseError (naming the file and line) for anything else."""
     if len(line) > MAX_LINE_BYTES:
         raise ParseError(f"record of {len(line)} bytes, over the {MAX_LINE_BYTES}-byte cap", path=path, line=number)
