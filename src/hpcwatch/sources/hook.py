@@ -64,7 +64,7 @@ def read_hook_jsonl(path: str | os.PathLike[str], *, on_bad_line: OnBadLine = No
     yield from parse_hook_jsonl(iter_lines(path), path=path, on_bad_line=on_bad_line)
 
 
-def parse_hook_record(line: str | bytes, path: str | os.PathLike[str], number: int) -> Span | Sample:
+def parse_hook_record(line: str | bytes, path: str | os.PathLike[str] = "<input>", number: int = 1) -> Span | Sample:
     """One line as a span or a sample; ParseError naming the file and line otherwise."""
     try:
         doc = orjson.loads(line)
