@@ -17,6 +17,7 @@ const wrap = document.getElementById("schematic-wrap");
 const svg = wrap.querySelector("svg.schematic");
 const [, , baseW, baseH] = (svg.getAttribute("viewBox") || "0 0 1160 600").split(/\s+/).map(Number);
 const fit = { mode: "fit", scale: 1 };
+let jumped = null;
 
 function fittedScale() {
   const width = wrap.clientWidth - 2;
@@ -37,6 +38,9 @@ function apply() {
   const readout = document.getElementById("zoom-readout");
   if (readout) readout.textContent = t("fit.scale", { pct: Math.round(scale * 100) });
   document.getElementById("zoom-fit")?.setAttribute("aria-pressed", String(fit.mode === "fit"));
+  // A rescale moves every tile: the node jumped to stays in view while it keeps the focus (a scrollbar that
+  // appears as its card opens narrows the panel, and the fit would otherwise carry the node off screen).
+  if (jumped && document.activeElement === jumped) jumped.scrollIntoView({ block: "nearest", inline: "nearest" });
 }
 
 export function zoom(factor) {
@@ -61,6 +65,7 @@ export function jumpTo(name) {
   if (!el) return false;
   el.scrollIntoView({ block: "center", inline: "center" });
   el.focus({ preventScroll: true });
+  jumped = el;
   el.dispatchEvent(new MouseEvent("click", { bubbles: true }));
   return true;
 }
