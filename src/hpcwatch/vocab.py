@@ -51,6 +51,8 @@ EventKindName = Literal[
     "agent_check",
     "act_action",
     "act_undo",
+    "access_job",
+    "access_finding",
 ]
 
 
@@ -109,6 +111,11 @@ class EventKind:
     id, policy, step, who, why, evidence, argv, rc, undo (argv) or undo_note (why none)."""
     ACT_UNDO: Final = "act_undo"
     """An action undone by ``hpcwatch act undo ID``: of (the action's id), who, argv, rc."""
+    # who opened what on the web (web/access.py, access/audit.py): the audit trail shown to security
+    ACCESS_JOB: Final = "access_job"
+    """A job's page, API or steps opened: who, via, job, route."""
+    ACCESS_FINDING: Final = "access_finding"
+    """Findings read (one vector or all): who, via, vector, route."""
 
 
 EVENT_KINDS: Final[frozenset[str]] = frozenset(v for k, v in vars(EventKind).items() if k.isupper())

@@ -20,13 +20,16 @@ from pathlib import Path
 from typing import Any
 
 import orjson
-from fastapi import FastAPI, Query, Request
+from fastapi import Depends, FastAPI, Query, Request
 from fastapi.responses import FileResponse, HTMLResponse, JSONResponse, Response
 from fastapi.staticfiles import StaticFiles
 from jinja2 import Environment, PackageLoader, select_autoescape
 from markupsafe import Markup
 from starlette.concurrency import run_in_threadpool
 
+from hpcwatch.access.deployment import Access
+from hpcwatch.access.policy import Policy
+from hpcwatch.access.scope import Scope
 from hpcwatch.errors import BackendError, ConfigError, HpcwatchError, InputError, StoreError
 from hpcwatch.httpguard import DEFAULT_LIMITS, SECURITY_HEADERS, Limits
 from hpcwatch.model.cluster import Cluster
@@ -34,8 +37,10 @@ from hpcwatch.promql import safe_url
 from hpcwatch.records import PHASES
 from hpcwatch.reports.live import STALE_AFTER_S
 from hpcwatch.reports.livesamples import PromSamples
+from hpcwatch.reports.scoped import scoped_live
 from hpcwatch.store import Store
-from hpcwatch.web import api, history, jobpage
+from hpcwatch.web import api, audit, history, jobpage
+from hpcwatch.web.access import Audit, OwnersCache, check_routes, guard, scope_of
 from hpcwatch.web.guard import Guard, GuardSettings
 from hpcwatch.web.i18n import LANG_COOKIE, LANGUAGES, load_catalogue, negotiate
 from hpcwatch.web.live import LiveView
@@ -72,6 +77,10 @@ class AppState:
     gpu_hour_price: float | None = None
     """The price of a GPU-hour the job page's cost is computed at (None: no cost shown)."""
     currency: str = ""
+    access: Access = field(default_factory=Access)
+    """The roles policy, its pseudonym key and coordinators (``access.deployment``): each request's scope."""
+    owners: OwnersCache | None = None
+    audit: Audit | None = None
 
 
 def create_app(
@@ -84,11 +93,16 @@ def create_app(
     limits: Limits = DEFAULT_LIMITS,
     gpu_hour_price: float | None = None,
     currency: str = "",
+    policy: Policy | None = None,
 ) -> FastAPI:
     """The app over ``store``; with ``prometheus`` (a ``PrometheusBackend``) the live samples and the job
     page's samples are read from it, and Slurm, steps, events and findings still from the store.
-    Every response carries hpcwatch.httpguard's security headers; ``limits`` caps bodies and SSE streams."""
+    Every response carries hpcwatch.httpguard's security headers; ``limits`` caps bodies and SSE streams.
+    Every route is guarded (``web/access.py``): ``policy`` (default: the built-in roles) filters what each
+    principal sees; with no authentication configured every request is ``LOCAL`` and sees everything.
+    Identity sets ``request.state.principal``; a test overrides ``web.access.current_principal``."""
     app = FastAPI(
+        dependencies=[Depends(guard)],
         title="hpcwatch",
         version="0.1.0",
         docs_url=None,
@@ -109,14 +123,19 @@ def create_app(
         guard=GuardSettings(limits=limits, stream_paths=frozenset({"/api/stream"})),
         gpu_hour_price=gpu_hour_price,
         currency=currency,
+        access=Access.of(policy, store_path=store.config.path),
+        owners=OwnersCache(store),
+        audit=Audit(store),
     )
     app.add_middleware(Guard, settings=app.state.hpcwatch.guard)
     app.include_router(api.router)
     app.include_router(jobpage.router)
     app.include_router(history.router)
+    app.include_router(audit.router)
     app.mount("/static", StaticFiles(directory=STATIC_DIR), name="static")
     _add_pages(app)
     _add_error_handlers(app)
+    check_routes(app)
     return app
 
 
@@ -130,7 +149,8 @@ def _add_pages(app: FastAPI) -> None:
         chosen = negotiate(
             forced=lang, cookie=request.cookies.get(LANG_COOKIE), accept_language=request.headers.get("accept-language")
         )
-        html = await run_in_threadpool(lambda: _render(template, state, chosen))
+        scope = scope_of(request)
+        html = await run_in_threadpool(lambda: _render(template, state, chosen, scope))
         response = HTMLResponse(html, headers={"Content-Language": chosen, "Vary": "Accept-Language, Cookie"})
         if lang in LANGUAGES:
             response.set_cookie(LANG_COOKIE, lang, max_age=365 * 86400, samesite="lax", httponly=True)
@@ -162,12 +182,14 @@ def _add_pages(app: FastAPI) -> None:
         return FileResponse(str(path), media_type="text/javascript", headers={"Cache-Control": "public, max-age=86400"})
 
 
-def _render(template: Any, state: AppState, lang: str) -> str:
+def _render(template: Any, state: AppState, lang: str, scope: Scope) -> str:
     t = load_catalogue(lang)
     if lang not in state.svg_cache:
         state.svg_cache[lang] = render_schematic(state.cluster, t)
     snapshot = state.live.snapshot()
-    sources = api.step_sources_for(state, lang)
+    if not scope.everything and state.owners is not None:
+        snapshot = scoped_live(snapshot, scope, state.owners.get())
+    sources = api.step_sources_for(state, lang, scope)
     boot = {
         "stream": "/api/stream",
         "live": snapshot,

@@ -1,0 +1,134 @@
+"""The reports as one principal may read them: each function takes a report's result and an
+``access.scope.Scope`` and returns what that scope sees of it (a copy; the shared result is untouched).
+
+One rule throughout: a job is shown with its id, name, user and account when ``scope.sees_job`` says so;
+an aggregates-only scope (decider) sees the cluster's numbers with user and account pseudonymised and no
+job ids; any other job is left out (lists) or left anonymous (a GPU keeps its numbers, not its job).
+Health (problems, verdicts, the recent events), findings and the weights' readers each need their
+permission. ``FULL`` (no authentication configured) passes everything through unchanged.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from hpcwatch.access.scope import Scope
+from hpcwatch.records import Finding, Job
+from hpcwatch.reports.triage import alert_groups
+from hpcwatch.store import Store
+
+__all__ = ["Owners", "job_owners", "scoped_live", "scoped_findings", "job_visible", "scoped_job_ids", "scoped_overview"]
+
+Owners = Mapping[str, tuple[str | None, str | None]]
+"""Job id → (user, account)."""
+
+_JOB_FIELDS = ("job", "user", "account", "job_name")
+_BLANK_VECTOR = {"findings": 0, "last_t": None, "title": None, "severity": None, "target": None, "rule": None}
+
+
+def job_owners(jobs: Iterable[Job]) -> dict[str, tuple[str | None, str | None]]:
+    return {j.id: (j.user, j.account) for j in jobs}
+
+
+def _sees(scope: Scope, job: str | None, owners: Owners) -> bool:
+    if not job:
+        return False
+    return all(scope.sees_job(*owners.get(part, (None, None))) for part in str(job).split(","))
+
+
+def job_visible(store: Store, job_id: str, scope: Scope) -> bool:
+    """Whether ``scope`` may open ``job_id``'s page, steps or history. A workload known only from its
+    spans (no Slurm record: no owner) is visible to ``jobs:all`` only."""
+    if scope.everything or scope.all_jobs:
+        return True
+    record = store.job(job_id)
+    return record is not None and scope.sees_job(record.user, record.account)
+
+
+def scoped_job_ids(store: Store, job_ids: Iterable[str], scope: Scope) -> list[str]:
+    return [j for j in job_ids if job_visible(store, j, scope)]
+
+
+def scoped_findings(found: Iterable[Finding], scope: Scope) -> list[Finding]:
+    return list(found) if scope.can("findings") else []
+
+
+def scoped_overview(overview: Any, scope: Scope) -> Any:
+    """A job page's report (``reports.jobpage.JobOverview``) without its findings unless ``findings``."""
+    if scope.can("findings") or not overview.findings:
+        return overview
+    return dataclasses.replace(overview, findings=())
+
+
+def scoped_live(doc: dict[str, Any], scope: Scope, owners: Owners) -> dict[str, Any]:
+    """The live snapshot (``reports.live.live_snapshot`` + ``apply_states``) as ``scope`` sees it."""
+    if scope.everything:
+        return doc
+    out = copy.deepcopy(doc)
+    sees = lambda job: _sees(scope, job, owners)  # noqa: E731 - one rule, read below many times
+    for entry in out.get("gpus", {}).values():
+        _mask_job(entry, scope, sees(entry.get("job")))
+    queue = out.get("queue") or {}
+    queue["jobs"] = _rows(queue.get("jobs", []), scope, sees, id_key="id")
+    storage = out.get("storage") or {}
+    storage["jobs"] = _rows(storage.get("jobs", []), scope, sees, id_key="job")
+    training = out.get("training")
+    if training is not None and not sees(training.get("job")):
+        out["training"] = None
+    out["nccl"] = [card for card in out.get("nccl", []) if sees(card.get("job"))]
+    out["job_gpus"] = {job: gpus for job, gpus in out.get("job_gpus", {}).items() if sees(job)}
+    out["problems"] = [p for p in out.get("problems", []) if _problem_shown(p, scope, sees)]
+    out["alerts"] = alert_groups(out["problems"])
+    if not scope.can("health"):
+        out["events"], out["node_events"], out["collect"] = [], {}, None
+    else:
+        out["events"] = [e for e in out.get("events", []) if not e.get("job") or sees(e.get("job"))]
+        out["node_events"] = {
+            node: [e for e in events if not e.get("job") or sees(e.get("job"))]
+            for node, events in out.get("node_events", {}).items()
+        }
+    if not scope.can("findings"):
+        out["vectors"] = {v: _blank_vector(entry) for v, entry in out.get("vectors", {}).items()}
+    if not scope.can("weights"):
+        out["weights"] = {"checkpoint_events": None, "last_checkpoint_t": None}
+    return out
+
+
+def _mask_job(entry: dict[str, Any], scope: Scope, seen: bool) -> None:
+    if seen and not scope.pseudonymous:
+        return
+    for key in _JOB_FIELDS:
+        if key not in entry:
+            continue
+        entry[key] = scope.shown(entry[key]) if scope.pseudonymous and key in ("user", "account") else None
+
+
+def _rows(rows: list[dict[str, Any]], scope: Scope, sees: Any, *, id_key: str) -> list[dict[str, Any]]:
+    """Rows of jobs: the visible ones whole; for a decider, every row with pseudonymous names and no id."""
+    if scope.pseudonymous:
+        for row in rows:
+            row[id_key] = None
+            for key in ("name", "job_name"):
+                if key in row:
+                    row[key] = None
+            for key in ("user", "account"):
+                if key in row:
+                    row[key] = scope.shown(row[key])
+        return rows
+    return [row for row in rows if sees(row.get(id_key))]
+
+
+def _problem_shown(problem: Mapping[str, Any], scope: Scope, sees: Any) -> bool:
+    kind = problem.get("kind")
+    if kind == "finding":
+        return scope.can("findings")
+    if problem.get("job"):
+        return sees(problem["job"]) and not scope.pseudonymous
+    return scope.can("health")
+
+
+def _blank_vector(entry: Mapping[str, Any]) -> dict[str, Any]:
+    return {**entry, **_BLANK_VECTOR, "text": None}
