@@ -125,6 +125,14 @@ def demo(
     help="Live streams per client address (behind a proxy all viewers share its address: raise it).",
 )
 @price_options
+@click.option(
+    "--policy",
+    "policy_path",
+    type=PATH,
+    default=None,
+    envvar="HPCWATCH_POLICY",
+    help="Roles policy (TOML: roles -> permissions); default: the built-in user/operator/security/decider.",
+)
 def serve(
     db: str | None,
     port: int,
@@ -140,6 +148,7 @@ def serve(
     max_streams_per_client: int,
     gpu_hour_price: float | None,
     currency: str,
+    policy_path: Path | None,
 ) -> None:
     """The web schematic on an existing store (what `hpcwatch ingest`, `collect` or a twin run filled)."""
     from hpcwatch.httpguard import Limits, check_exposure, check_tls
@@ -147,6 +156,9 @@ def serve(
     from hpcwatch.web.app import create_app
     from hpcwatch.web.demo import Listen, check_port, serve_app
 
+    from hpcwatch.access.policy import load_policy
+
+    policy = load_policy(policy_path) if policy_path is not None else None  # a bad file: one line, exit 2
     check_exposure(host, insecure_no_auth=insecure_no_auth)
     check_tls(tls_cert, tls_key)
     check_port(port, host)
@@ -155,7 +167,15 @@ def serve(
     prom = _prometheus(prometheus)
     store = open_store(db)
     limits = Limits(max_streams=max_streams, max_streams_per_client=max_streams_per_client)
-    web = create_app(store, cluster, prometheus=prom, limits=limits, gpu_hour_price=gpu_hour_price, currency=currency)
+    web = create_app(
+        store,
+        cluster,
+        prometheus=prom,
+        limits=limits,
+        gpu_hour_price=gpu_hour_price,
+        currency=currency,
+        policy=policy,
+    )
     where = f"samples from {prom!r}, the rest from the store" if prom is not None else "the store"
     try:
         serve_app(

@@ -1,0 +1,102 @@
+"""The roles policy file (access/policy.py), the coordinators reader on real sacctmgr 22.05 output
+(sources/sacctmgr.py), the scope's visibility and pseudonyms (access/scope.py)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from hpcwatch.access.policy import DEFAULT_POLICY, PERMISSIONS, load_policy, parse_policy
+from hpcwatch.access.principal import LOCAL, Principal
+from hpcwatch.access.scope import pseudonym_key, scope_for
+from hpcwatch.errors import ConfigError, ParseError
+from hpcwatch.sources.sacctmgr import parse_coordinators, read_coordinators
+
+DATA = Path(__file__).resolve().parents[1] / "data" / "sacctmgr"
+
+
+def test_default_policy_gives_the_four_roles_of_the_issue():
+    assert DEFAULT_POLICY.permissions(LOCAL) == frozenset(PERMISSIONS)
+    user = Principal(name="bob", roles=frozenset({"user"}), via="proxy")
+    assert DEFAULT_POLICY.permissions(user) == {"jobs:own", "jobs:account"}
+
+
+def test_a_policy_file_replaces_the_roles_it_lists():
+    policy = parse_policy('[roles]\nuser = ["jobs:own"]\ndecider = []\n', path="p.toml")
+    assert policy.roles == {"user": frozenset({"jobs:own"}), "decider": frozenset()}
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ('[roles]\nuser = ["jobs:own"]\nwizard = ["health"]\n', "p.toml:3: unknown role 'wizard'"),
+        ('[roles]\n\nuser = ["jobs:own", "jobs:everyone"]\n', "p.toml:3: unknown permission 'jobs:everyone'"),
+        ("[roles]\nuser = \"jobs:own\"\n", "p.toml:2: roles.user must be a list"),
+        ("[roles]\nuser = [1]\n", "p.toml:2: roles.user must be a list"),
+        ("roles = 3\n", "p.toml:1: roles must be a table"),
+        ('[roles]\n[pseudonyms]\nkey_file = 5\n', "p.toml:3: pseudonyms.key_file must be a path"),
+        ('[roles]\n[coordinators]\nfiles = "x"\n', "p.toml:3: unknown key 'files' in [coordinators]"),
+        ("[rolez]\n", "p.toml:1: unknown table 'rolez'"),
+        ("[roles\n", "p.toml: "),
+    ],
+)
+def test_bad_policy_is_one_line_naming_file_and_key(text, message):
+    with pytest.raises(ConfigError) as err:
+        parse_policy(text, path="p.toml")
+    assert str(err.value).startswith(message) and "\n" not in str(err.value)
+
+
+def test_serve_with_a_bad_policy_exits_2_with_one_line(tmp_path):
+    bad = tmp_path / "policy.toml"
+    bad.write_text('[roles]\noperator = ["health", "root"]\n')
+    done = subprocess.run(
+        [sys.executable, "-m", "hpcwatch", "serve", "--policy", str(bad), "--db", str(tmp_path / "store")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2] / "src")},
+    )
+    lines = (done.stdout + done.stderr).strip().splitlines()
+    assert done.returncode == 2 and len(lines) == 1, lines
+    assert lines[0].startswith(f"hpcwatch: {bad}:2: unknown permission 'root' in roles.operator")
+
+
+def test_missing_policy_file_is_one_line(tmp_path):
+    with pytest.raises(ConfigError, match="cannot read the policy file"):
+        load_policy(tmp_path / "none.toml")
+
+
+def test_coordinators_from_real_sacctmgr_22_05_both_listings_agree():
+    by_user = read_coordinators(DATA / "user-withcoordinator-22.05.txt")
+    by_account = read_coordinators(DATA / "account-withcoordinator-22.05.txt")
+    assert by_user == by_account == {"alice": {"proj-vision"}, "carol": {"proj-llm", "proj-vision"}}
+
+
+def test_coordinators_parsable_with_trailing_bar_and_bad_rows():
+    text = (DATA / "user-withcoordinator-22.05.txt").read_text()
+    trailing = "\n".join(line + "|" for line in text.splitlines())
+    assert parse_coordinators(trailing)["carol"] == {"proj-llm", "proj-vision"}
+    with pytest.raises(ParseError, match=r"x.txt:1: want a header"):
+        parse_coordinators("Cluster|Account\n", path="x.txt")
+    with pytest.raises(ParseError, match=r"x.txt:3: want 4"):
+        parse_coordinators(text.splitlines()[0] + "\nalice|a|None|b\nbob|c\n", path="x.txt")
+
+
+def test_scope_sees_own_and_coordinated_jobs_only():
+    table = read_coordinators(DATA / "user-withcoordinator-22.05.txt")
+    alice = scope_for(Principal(name="alice", roles=frozenset({"user"}), via="ldap"), DEFAULT_POLICY, coordinators=table)
+    assert alice.sees_job("alice", "proj-llm") and alice.sees_job("bob", "proj-vision")
+    assert not alice.sees_job("carol", "proj-llm") and not alice.sees_job(None, None)
+
+
+def test_pseudonyms_are_keyed_stable_and_kept_beside_the_store(tmp_path):
+    key = pseudonym_key(DEFAULT_POLICY, tmp_path)
+    assert pseudonym_key(DEFAULT_POLICY, tmp_path) == key and (tmp_path / "access.key").stat().st_mode & 0o077 == 0
+    decider = Principal(name="dora", roles=frozenset({"decider"}), via="token")
+    one = scope_for(decider, DEFAULT_POLICY, key=key)
+    other = scope_for(decider, DEFAULT_POLICY, key=b"k" * 32)
+    assert one.shown("bob") == one.shown("bob") != other.shown("bob") and "bob" not in one.shown("bob")
