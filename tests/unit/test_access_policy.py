@@ -35,10 +35,10 @@ def test_a_policy_file_replaces_the_roles_it_lists():
     [
         ('[roles]\nuser = ["jobs:own"]\nwizard = ["health"]\n', "p.toml:3: unknown role 'wizard'"),
         ('[roles]\n\nuser = ["jobs:own", "jobs:everyone"]\n', "p.toml:3: unknown permission 'jobs:everyone'"),
-        ("[roles]\nuser = \"jobs:own\"\n", "p.toml:2: roles.user must be a list"),
+        ('[roles]\nuser = "jobs:own"\n', "p.toml:2: roles.user must be a list"),
         ("[roles]\nuser = [1]\n", "p.toml:2: roles.user must be a list"),
         ("roles = 3\n", "p.toml:1: roles must be a table"),
-        ('[roles]\n[pseudonyms]\nkey_file = 5\n', "p.toml:3: pseudonyms.key_file must be a path"),
+        ("[roles]\n[pseudonyms]\nkey_file = 5\n", "p.toml:3: pseudonyms.key_file must be a path"),
         ('[roles]\n[coordinators]\nfiles = "x"\n', "p.toml:3: unknown key 'files' in [coordinators]"),
         ("[rolez]\n", "p.toml:1: unknown table 'rolez'"),
         ("[roles\n", "p.toml: "),
@@ -88,7 +88,9 @@ def test_coordinators_parsable_with_trailing_bar_and_bad_rows():
 
 def test_scope_sees_own_and_coordinated_jobs_only():
     table = read_coordinators(DATA / "user-withcoordinator-22.05.txt")
-    alice = scope_for(Principal(name="alice", roles=frozenset({"user"}), via="ldap"), DEFAULT_POLICY, coordinators=table)
+    alice = scope_for(
+        Principal(name="alice", roles=frozenset({"user"}), via="ldap"), DEFAULT_POLICY, coordinators=table
+    )
     assert alice.sees_job("alice", "proj-llm") and alice.sees_job("bob", "proj-vision")
     assert not alice.sees_job("carol", "proj-llm") and not alice.sees_job(None, None)
 

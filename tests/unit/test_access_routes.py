@@ -196,4 +196,3 @@ def test_stranger_is_asked_to_sign_in(store):
     app = _app(store, Principal(name="", roles=frozenset(), via="proxy", authenticated=False))
     with TestClient(app) as client:
         assert client.get("/api/live").status_code == 401 and client.get("/healthz").status_code == 200
-

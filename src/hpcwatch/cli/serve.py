@@ -151,12 +151,11 @@ def serve(
     policy_path: Path | None,
 ) -> None:
     """The web schematic on an existing store (what `hpcwatch ingest`, `collect` or a twin run filled)."""
+    from hpcwatch.access.policy import load_policy
     from hpcwatch.httpguard import Limits, check_exposure, check_tls
     from hpcwatch.model.cluster import load_cluster, reference_cluster
     from hpcwatch.web.app import create_app
     from hpcwatch.web.demo import Listen, check_port, serve_app
-
-    from hpcwatch.access.policy import load_policy
 
     policy = load_policy(policy_path) if policy_path is not None else None  # a bad file: one line, exit 2
     check_exposure(host, insecure_no_auth=insecure_no_auth)

@@ -17,11 +17,11 @@ MAX_AUDIT_ROWS: Final = 2000
 
 def audit_trail(store: Store, *, t0: float, t1: float, limit: int = MAX_AUDIT_ROWS) -> list[dict[str, Any]]:
     """Entries ``t``, ``kind``, ``who``, ``what`` (the job, the vector, the action's id) and ``attrs``."""
-    rows = []
+    rows: list[dict[str, Any]] = []
     for kind in AUDIT_KINDS:
         for event in store.events(kind, t0=t0, t1=t1):
             attrs = dict(event.attrs)
             what = attrs.get("job") or attrs.get("vector") or attrs.get("id") or attrs.get("of")
             rows.append({"t": event.t, "kind": kind, "who": attrs.get("who"), "what": what, "attrs": attrs})
-    rows.sort(key=lambda r: -r["t"])
+    rows.sort(key=lambda r: -float(r["t"]))
     return rows[:limit]

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from hpcwatch.access.scope import Scope
@@ -68,7 +68,10 @@ def scoped_live(doc: dict[str, Any], scope: Scope, owners: Owners) -> dict[str, 
     if scope.everything:
         return doc
     out = copy.deepcopy(doc)
-    sees = lambda job: _sees(scope, job, owners)  # noqa: E731 - one rule, read below many times
+
+    def sees(job: Any) -> bool:
+        return _sees(scope, job, owners)
+
     for entry in out.get("gpus", {}).values():
         _mask_job(entry, scope, sees(entry.get("job")))
     queue = out.get("queue") or {}
@@ -106,7 +109,9 @@ def _mask_job(entry: dict[str, Any], scope: Scope, seen: bool) -> None:
         entry[key] = scope.shown(entry[key]) if scope.pseudonymous and key in ("user", "account") else None
 
 
-def _rows(rows: list[dict[str, Any]], scope: Scope, sees: Any, *, id_key: str) -> list[dict[str, Any]]:
+def _rows(
+    rows: list[dict[str, Any]], scope: Scope, sees: Callable[[Any], bool], *, id_key: str
+) -> list[dict[str, Any]]:
     """Rows of jobs: the visible ones whole; for a decider, every row with pseudonymous names and no id."""
     if scope.pseudonymous:
         for row in rows:
@@ -121,7 +126,7 @@ def _rows(rows: list[dict[str, Any]], scope: Scope, sees: Any, *, id_key: str) -
     return [row for row in rows if sees(row.get(id_key))]
 
 
-def _problem_shown(problem: Mapping[str, Any], scope: Scope, sees: Any) -> bool:
+def _problem_shown(problem: Mapping[str, Any], scope: Scope, sees: Callable[[Any], bool]) -> bool:
     kind = problem.get("kind")
     if kind == "finding":
         return scope.can("findings")

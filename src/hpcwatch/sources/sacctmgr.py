@@ -14,6 +14,7 @@ they may see with ``jobs:account``. Not a record stream: not in the ingest regis
 from __future__ import annotations
 
 import os
+
 from hpcwatch.errors import ParseError
 from hpcwatch.sources.lines import read_text
 
@@ -34,7 +35,9 @@ def parse_coordinators(text: str, *, path: str | os.PathLike[str] = "<sacctmgr>"
     """User → accounts they coordinate, from either listing; a ParseError naming the line otherwise."""
     lines = text.splitlines()
     if not lines or not lines[0].strip():
-        raise ParseError("empty: want the header of sacctmgr show user|account withcoordinator --parsable2", path=path, line=1)
+        raise ParseError(
+            "empty: want the header of sacctmgr show user|account withcoordinator --parsable2", path=path, line=1
+        )
     trailing = lines[0].rstrip("\r").endswith("|")  # --parsable: every line ends with one more "|"
     header = _cells(lines[0], trailing)
     kind = header[0]
@@ -53,7 +56,9 @@ def parse_coordinators(text: str, *, path: str | os.PathLike[str] = "<sacctmgr>"
             continue
         cells = _cells(line, trailing)
         if len(cells) != len(header):
-            raise ParseError(f"want {len(header)} |-separated cells, got {len(cells)}", path=path, line=number, text=line[:200])
+            raise ParseError(
+                f"want {len(header)} |-separated cells, got {len(cells)}", path=path, line=number, text=line[:200]
+            )
         names = [n for n in cells[coord].split(",") if n]
         if kind == "User":
             out.setdefault(cells[0], set()).update(names)

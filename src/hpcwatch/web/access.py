@@ -180,4 +180,3 @@ class Audit:
         field = "job" if kind == EventKind.ACCESS_JOB else "vector"
         attrs: dict[str, Any] = {"who": principal.name, "via": principal.via, field: what, "route": request.url.path}
         self.store.add([Event(kind=kind, t=time.time(), source="web", attrs=attrs)])
-
