@@ -48,6 +48,7 @@ The Slurm job is labelled ``hpc_job``, as dcgm-exporter labels it, not ``job``: 
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import socket
 import ssl
@@ -64,6 +65,7 @@ from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector, CollectorRegistry
 
+from hpcwatch.access.scope import FULL, Scope
 from hpcwatch.errors import HpcwatchError, InputError
 from hpcwatch.httpguard import DEFAULT_LIMITS, SECURITY_HEADERS, Limits, allowed_hosts, host_allowed
 from hpcwatch.records import Job
@@ -73,6 +75,7 @@ from hpcwatch.reports.findings import finding_counts, finding_rule_counts
 from hpcwatch.reports.goodput import goodput_report
 from hpcwatch.reports.health import VERDICT_NUMBERS, latest_health
 from hpcwatch.reports.jobs import DCGM_METRICS, jobs_report
+from hpcwatch.reports.scoped import scoped_jobs
 from hpcwatch.reports.steps import DEFAULT_RECENT_STEPS, jobs_with_spans, step_report
 from hpcwatch.reports.text import visible
 from hpcwatch.store import Store
@@ -144,8 +147,18 @@ UsageFn = Callable[[Store], list[JobUsage]]
 class StoreCollector(Collector):
     """Reads ``store`` on each scrape and yields hpcwatch's metric families."""
 
-    def __init__(self, store: Store, *, usage: UsageFn | None = None, recent_steps: int = DEFAULT_RECENT_STEPS) -> None:
+    def __init__(
+        self,
+        store: Store,
+        *,
+        usage: UsageFn | None = None,
+        recent_steps: int = DEFAULT_RECENT_STEPS,
+        scope: Scope = FULL,
+    ) -> None:
         self.store = store
+        self.scope = scope
+        """Whose labels a scrape carries (``reports.scoped.scoped_jobs``): ``FULL`` for a local exporter, a
+        decider token's scope pseudonymises user and account, a user's keeps their jobs only."""
         self._usage = usage or job_usage
         self.recent_steps = recent_steps
         self.errors = 0
@@ -156,14 +169,7 @@ class StoreCollector(Collector):
     def collect(self) -> Iterator[Metric]:
         t0 = time.perf_counter()
         families: list[Metric] = []
-        for part in (
-            self._jobs,
-            self._training,
-            self._findings,
-            self._health,
-            self._assessment,
-            self._collectors,
-        ):
+        for part in self._parts():
             try:
                 families.extend(part())
             except HpcwatchError as err:  # one failing part must not blank the others
@@ -183,10 +189,20 @@ class StoreCollector(Collector):
             [([], float(self.errors))],
         )
 
+    def _parts(self) -> list[Callable[[], list[Metric]]]:
+        """The families the scope may read: findings need ``findings``, health and collectors ``health``."""
+        can = self.scope.can
+        parts: list[Callable[[], list[Metric]]] = [self._jobs]
+        parts += [self._training] if self.scope.all_jobs else []
+        parts += [self._findings] if can("findings") else []
+        parts += [self._health, self._collectors] if can("health") else []
+        parts += [self._assessment] if can("aggregates") or can("health") else []
+        return parts
+
     # -- parts ---------------------------------------------------------------------------------------
 
     def _jobs(self) -> list[Metric]:
-        usage = self._usage(self.store)
+        usage = self._scoped(self._usage(self.store))
         info = [
             ([u.job.id, u.job.user or "", u.job.account or "", u.job.partition or "", u.job.state or ""], 1.0)
             for u in usage
@@ -372,6 +388,12 @@ class StoreCollector(Collector):
                 [(k, float(c.records)) for k, c in rows],
             ),
         ]
+
+    def _scoped(self, usage: list[JobUsage]) -> list[JobUsage]:
+        if self.scope.everything:
+            return usage
+        shown = {j.id: j for j in scoped_jobs((u.job for u in usage), self.scope)}
+        return [dataclasses.replace(u, job=shown[u.job.id]) for u in usage if u.job.id in shown]
 
 
 def allocation_rows(jobs: Iterable[Job]) -> list[list[str]]:

@@ -102,3 +102,29 @@ def test_pseudonyms_are_keyed_stable_and_kept_beside_the_store(tmp_path):
     one = scope_for(decider, DEFAULT_POLICY, key=key)
     other = scope_for(decider, DEFAULT_POLICY, key=b"k" * 32)
     assert one.shown("bob") == one.shown("bob") != other.shown("bob") and "bob" not in one.shown("bob")
+
+
+def test_exporter_labels_by_scope_decider_pseudonymised_user_own_only_operator_all():
+    from prometheus_client import generate_latest
+
+    from hpcwatch.exporter import registry_for
+    from hpcwatch.records import Job
+    from hpcwatch.store import Store
+
+    jobs = [
+        Job(id="71", user="alice", account="proj-llm", gpus=8, start=1.0, state="RUNNING"),
+        Job(id="72", user="bob", account="proj-vision", gpus=1, start=1.0, state="RUNNING"),
+    ]
+    with Store(":memory:") as store:
+        store.add(jobs)
+
+        def text(role: str, name: str = "x") -> str:
+            scope = scope_for(Principal(name=name, roles=frozenset({role}), via="token"), DEFAULT_POLICY, key=b"k" * 32)
+            return generate_latest(registry_for(store, scope=scope)).decode()
+
+        decider, bob, operator = text("decider"), text("user", "bob"), text("operator")
+    info = [line for line in decider.splitlines() if line.startswith("hpcwatch_job_info{")]
+    assert len(info) == 2 and all('user="u-' in line and 'account="u-' in line for line in info)
+    assert "alice" not in decider and "bob" not in decider and "proj-" not in decider
+    assert 'user="bob"' in bob and "alice" not in bob and 'hpc_job="71"' not in bob
+    assert 'user="alice"' in operator and 'user="bob"' in operator

@@ -20,7 +20,16 @@ from hpcwatch.records import Finding, Job
 from hpcwatch.reports.triage import alert_groups
 from hpcwatch.store import Store
 
-__all__ = ["Owners", "job_owners", "scoped_live", "scoped_findings", "job_visible", "scoped_job_ids", "scoped_overview"]
+__all__ = [
+    "Owners",
+    "job_owners",
+    "scoped_live",
+    "scoped_findings",
+    "job_visible",
+    "scoped_job_ids",
+    "scoped_overview",
+    "scoped_jobs",
+]
 
 Owners = Mapping[str, tuple[str | None, str | None]]
 """Job id → (user, account)."""
@@ -50,6 +59,16 @@ def job_visible(store: Store, job_id: str, scope: Scope) -> bool:
 
 def scoped_job_ids(store: Store, job_ids: Iterable[str], scope: Scope) -> list[str]:
     return [j for j in job_ids if job_visible(store, j, scope)]
+
+
+def scoped_jobs(jobs: Iterable[Job], scope: Scope) -> list[Job]:
+    """Jobs as ``scope`` may list them (the exporter's labels): its own whole; for an aggregates-only
+    scope every job with its user and account pseudonymised; no other."""
+    if scope.everything or scope.all_jobs:
+        return list(jobs)
+    if scope.pseudonymous:
+        return [dataclasses.replace(j, user=scope.shown(j.user), account=scope.shown(j.account)) for j in jobs]
+    return [j for j in jobs if scope.sees_job(j.user, j.account)]
 
 
 def scoped_findings(found: Iterable[Finding], scope: Scope) -> list[Finding]:
