@@ -10,6 +10,7 @@ follow "u-3f9a…" across days) and cannot be reversed by hashing a list of user
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import hmac
 import os
@@ -65,13 +66,19 @@ class Scope:
 
     def pseudonym(self, name: str) -> str:
         """``u-`` and 12 hex digits of HMAC-SHA256(key, name): stable within a deployment, not reversible."""
-        return "u-" + hmac.new(self.key, name.encode(), hashlib.sha256).hexdigest()[:12]
+        return _pseudonym(self.key, name)
 
     def shown(self, name: str | None) -> str | None:
         """``name`` as this scope may read it: itself, or its pseudonym for an aggregates-only scope."""
         if name is None or not self.pseudonymous:
             return name
         return self.pseudonym(name)
+
+
+@functools.lru_cache(maxsize=65_536)
+def _pseudonym(key: bytes, name: str) -> str:
+    # Cached: a decider's live frame names the same few hundred users on every GPU, every second.
+    return "u-" + hmac.new(key, name.encode(), hashlib.sha256).hexdigest()[:12]
 
 
 FULL: Final = Scope(name="local", permissions=frozenset(PERMISSIONS))

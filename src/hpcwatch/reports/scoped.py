@@ -10,7 +10,6 @@ permission. ``FULL`` (no authentication configured) passes everything through un
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
@@ -86,7 +85,7 @@ def scoped_live(doc: dict[str, Any], scope: Scope, owners: Owners) -> dict[str, 
     """The live snapshot (``reports.live.live_snapshot`` + ``apply_states``) as ``scope`` sees it."""
     if scope.everything:
         return doc
-    out = copy.deepcopy(doc)
+    out = _copied(doc)
 
     def sees(job: Any) -> bool:
         return _sees(scope, job, owners)
@@ -116,6 +115,17 @@ def scoped_live(doc: dict[str, Any], scope: Scope, owners: Owners) -> dict[str, 
         out["vectors"] = {v: _blank_vector(entry) for v, entry in out.get("vectors", {}).items()}
     if not scope.can("weights"):
         out["weights"] = {"checkpoint_events": None, "last_checkpoint_t": None}
+    return out
+
+
+def _copied(doc: dict[str, Any]) -> dict[str, Any]:
+    """A copy deep enough for the changes below (the GPUs' and the job rows' dicts), the rest shared: a
+    whole deep copy costs most of the filtering at 1,024 GPUs."""
+    out = dict(doc)
+    out["gpus"] = {gid: dict(entry) for gid, entry in doc.get("gpus", {}).items()}
+    for section in ("queue", "storage"):
+        if isinstance(doc.get(section), dict):
+            out[section] = {**doc[section], "jobs": [dict(row) for row in doc[section].get("jobs", [])]}
     return out
 
 
