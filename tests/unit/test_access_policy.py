@@ -128,3 +128,27 @@ def test_exporter_labels_by_scope_decider_pseudonymised_user_own_only_operator_a
     assert "alice" not in decider and "bob" not in decider and "proj-" not in decider
     assert 'user="bob"' in bob and "alice" not in bob and 'hpc_job="71"' not in bob
     assert 'user="alice"' in operator and 'user="bob"' in operator
+
+
+def test_a_site_policy_reaches_the_routes_and_a_bad_coordinators_file_stops_the_app(tmp_path):
+    from fastapi.testclient import TestClient
+
+    from hpcwatch.model import reference_cluster
+    from hpcwatch.store import Store
+    from hpcwatch.web.access import current_principal
+    from hpcwatch.web.app import create_app
+
+    policy = parse_policy('[roles]\noperator = ["jobs:all", "health", "findings"]\n', path="site.toml")
+    with Store(":memory:") as store:
+        app = create_app(store, reference_cluster(), policy=policy)
+        app.dependency_overrides[current_principal] = lambda: Principal(
+            name="olga", roles=frozenset({"operator"}), via="ldap"
+        )
+        with TestClient(app) as client:
+            assert client.get("/api/findings").status_code == 200  # this site's operators read findings
+            assert client.get("/api/audit").status_code == 403
+        bad = tmp_path / "coordinators.txt"
+        bad.write_text("Cluster|Account\n")
+        broken = parse_policy(f'[roles]\n[coordinators]\nfile = "{bad}"\n', path="site.toml")
+        with pytest.raises(ConfigError, match=rf"coordinators file: {bad}:1: want a header"):
+            create_app(store, reference_cluster(), policy=broken)
