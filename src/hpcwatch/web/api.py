@@ -13,6 +13,9 @@ Routes (all documented in ``/openapi.json``):
 - ``GET /api/findings``        findings of one vector (or all), titled in the request's language too
 - ``GET /api/stragglersim``    efficiency against GPU count (hpcwatch.analysis.stragglersim)
 
+What each route returns is filtered by the request's scope (``web/access.py`` guards the route;
+``reports/scoped.py`` filters the result): a user reads their jobs, a decider pseudonyms.
+
 Errors never take the server down: an ``HpcwatchError`` becomes a JSON error
 response (app.py), a stream that fails sends ``event: problem`` and carries on.
 """

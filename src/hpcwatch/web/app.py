@@ -7,6 +7,8 @@ any script runs; small ES modules in ``static/`` then subscribe to
 ``/api/stream`` and change text in place. Nothing is fetched from outside the
 machine: plotly.js is served from the installed ``plotly`` package, and the
 Swagger UI (which loads from a CDN) is switched off; ``/openapi.json`` stays.
+Every route is guarded by ``web/access.py`` (its permissions in ``ROUTE_NEEDS``); the one seam identity
+plugs into is ``web.access.current_principal``.
 """
 
 from __future__ import annotations
