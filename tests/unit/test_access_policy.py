@@ -152,3 +152,15 @@ def test_a_site_policy_reaches_the_routes_and_a_bad_coordinators_file_stops_the_
         broken = parse_policy(f'[roles]\n[coordinators]\nfile = "{bad}"\n', path="site.toml")
         with pytest.raises(ConfigError, match=rf"coordinators file: {bad}:1: want a header"):
             create_app(store, reference_cluster(), policy=broken)
+
+
+def test_free_text_names_are_hidden_from_a_user_and_pseudonymised_for_a_decider():
+    from hpcwatch.reports.scoped import scoped_text
+
+    owners = {"4101": ("alice", "proj-llm"), "4102": ("bob", "proj-vision")}
+    doc = {"evidence": "jobs 4101, 4102 of alice have no record; 4101.5 GPU-hours", "figures": {"n": 2}}
+    bob = scope_for(Principal(name="bob", roles=frozenset({"user"}), via="ldap"), DEFAULT_POLICY)
+    decider = scope_for(Principal(name="d", roles=frozenset({"decider"}), via="ldap"), DEFAULT_POLICY, key=b"k" * 32)
+    assert scoped_text(doc, bob, owners)["evidence"] == "jobs …, … of … have no record; 4101.5 GPU-hours"
+    shown = scoped_text(doc, decider, owners)["evidence"]
+    assert "alice" not in shown and "4102" not in shown and shown.count("u-") == 3 and "4101.5" in shown

@@ -15,7 +15,7 @@ from fastapi.testclient import TestClient
 from hpcwatch.access.principal import Principal
 from hpcwatch.errors import ConfigError
 from hpcwatch.model import reference_cluster
-from hpcwatch.records import Event, Finding
+from hpcwatch.records import Event, Finding, Span
 from hpcwatch.sources.prometheus_text import parse_prometheus_columns
 from hpcwatch.store import Store
 from hpcwatch.twin.core import Twin
@@ -46,6 +46,12 @@ def store():
                 rule="ib_bytes_without_job",
                 evidence={"job": victim.id},
                 t=twin.now,
+            ),
+            *(
+                Span(job=victim.id, rank=r, step=k, phase=phase, start=twin.now - 10 + k + i * 0.1, dur=0.05 + r * 0.01)
+                for r in range(2)
+                for k in range(3)
+                for i, phase in enumerate(("forward", "backward", "optimizer"))
             ),
             Event(
                 kind=EventKind.HEALTH_VERDICT,
@@ -138,6 +144,16 @@ def test_every_route_for_every_role_leaks_nothing_of_others(store, role):
             leaked_jobs = {j for j in hidden_jobs if re.search(rf'["/=]{re.escape(j)}["&<,\s]', text)}
             leaked_users = {u for u in hidden_users if u and re.search(rf"\b{re.escape(u)}\b", text)}
             assert not leaked_jobs and not leaked_users, (role, path, leaked_jobs, leaked_users)
+
+
+def test_the_training_job_of_another_user_is_neither_played_nor_named(store):
+    victim = store.spans()[0].job
+    with TestClient(_app(store, _principal("bob", "user"))) as client:
+        assert client.get("/api/steps", params={"job": victim}).status_code == 404
+        assert victim not in {s["job"] for s in client.get("/api/steps/sources").json()}
+        assert client.get("/api/live").json()["training"] is None
+    with TestClient(_app(store, _principal("olga", "operator"))) as client:
+        assert client.get("/api/steps", params={"job": victim}).status_code == 200
 
 
 def test_user_sees_own_job_and_its_gpus(store):

@@ -11,6 +11,7 @@ permission. ``FULL`` (no authentication configured) passes everything through un
 from __future__ import annotations
 
 import dataclasses
+import re
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
@@ -68,6 +69,40 @@ def scoped_jobs(jobs: Iterable[Job], scope: Scope) -> list[Job]:
     if scope.pseudonymous:
         return [dataclasses.replace(j, user=scope.shown(j.user), account=scope.shown(j.account)) for j in jobs]
     return [j for j in jobs if scope.sees_job(j.user, j.account)]
+
+
+#: Job ids shorter than this are not searched for in free text (a "3" in "3 of 5 jobs" is a count): Slurm's
+#: ids on a real cluster have 5 to 8 digits.
+MIN_SCRUBBED_ID_CHARS = 3
+
+
+def scoped_text(doc: Any, scope: Scope, owners: Owners) -> Any:
+    """A report written for people (the assessment's evidence, figures) with every job id, user and account
+    it names in free text replaced: by a pseudonym for an aggregates-only scope, else by ``…``; unchanged for
+    a scope that sees every job. The names are those of ``owners`` (the store's jobs)."""
+    if scope.everything or scope.all_jobs:
+        return doc
+    names = {j for j in owners if len(j) >= MIN_SCRUBBED_ID_CHARS}
+    names |= {n for pair in owners.values() for n in pair if n}
+    if not names:
+        return doc
+    pattern = re.compile(
+        r"(?<![\w.-])(" + "|".join(sorted(map(re.escape, names), key=len, reverse=True)) + r")(?![\w-]|\.\d)"
+    )
+
+    def replace(match: re.Match[str]) -> str:
+        return scope.pseudonym(match.group(1)) if scope.pseudonymous else "…"
+
+    def walk(value: Any) -> Any:
+        if isinstance(value, str):
+            return pattern.sub(replace, value)
+        if isinstance(value, dict):
+            return {walk(k) if isinstance(k, str) else k: walk(v) for k, v in value.items()}
+        if isinstance(value, (list, tuple)):
+            return [walk(v) for v in value]
+        return value
+
+    return walk(doc)
 
 
 def scoped_findings(found: Iterable[Finding], scope: Scope) -> list[Finding]:

@@ -40,7 +40,7 @@ from hpcwatch.errors import HpcwatchError, InputError
 from hpcwatch.records import VECTORS
 from hpcwatch.reports.assess import assessment_document, assessment_report, latest_assessment
 from hpcwatch.reports.findings import recent_findings
-from hpcwatch.reports.scoped import job_visible, scoped_findings, scoped_live
+from hpcwatch.reports.scoped import job_visible, scoped_findings, scoped_live, scoped_text
 from hpcwatch.reports.steps import PLAYER_JOBS_LISTED, player_jobs, player_step
 from hpcwatch.vocab import EventKind
 from hpcwatch.web.access import scope_of
@@ -168,7 +168,14 @@ def assessment_doc(state: Any) -> dict[str, Any]:
 
 @router.get("/assess", summary="ClusterMAX-style assessment: tier, categories, criteria", response_class=ORJSONResponse)
 async def assess(request: Request) -> ORJSONResponse:
-    return ORJSONResponse(await run_in_threadpool(assessment_doc, _state(request)))
+    return ORJSONResponse(await run_in_threadpool(scoped_assessment_doc, _state(request), scope_of(request)))
+
+
+def scoped_assessment_doc(state: Any, scope: Scope) -> Any:
+    """``assessment_doc`` with the jobs and people its evidence names hidden from ``scope``
+    (``reports.scoped.scoped_text``: a decider reads pseudonyms)."""
+    doc = assessment_doc(state)
+    return doc if scope.everything else scoped_text(doc, scope, state.owners.get())
 
 
 @router.get(
@@ -178,8 +185,10 @@ async def assess(request: Request) -> ORJSONResponse:
     response_class=ORJSONResponse,
 )
 async def assess_latest(request: Request) -> ORJSONResponse:
-    latest = await run_in_threadpool(latest_assessment, _state(request).store)
-    return ORJSONResponse(latest.to_dict() if latest is not None else None)
+    state, scope = _state(request), scope_of(request)
+    latest = await run_in_threadpool(latest_assessment, state.store)
+    doc = latest.to_dict() if latest is not None else None
+    return ORJSONResponse(doc if scope.everything else scoped_text(doc, scope, state.owners.get()))
 
 
 @router.get("/live", summary="Current live snapshot", response_class=ORJSONResponse)

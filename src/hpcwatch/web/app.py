@@ -173,7 +173,7 @@ def _add_pages(app: FastAPI) -> None:
     async def assess_page(request: Request) -> HTMLResponse:
         from hpcwatch.web.assess_html import render_assessment_html
 
-        doc = await run_in_threadpool(api.assessment_doc, request.app.state.hpcwatch)
+        doc = await run_in_threadpool(api.scoped_assessment_doc, request.app.state.hpcwatch, scope_of(request))
         return HTMLResponse(render_assessment_html(doc, served=True))
 
     @app.get("/vendor/plotly.min.js", include_in_schema=False)
