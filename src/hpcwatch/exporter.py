@@ -48,6 +48,7 @@ The Slurm job is labelled ``hpc_job``, as dcgm-exporter labels it, not ``job``: 
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import socket
 import ssl
@@ -58,12 +59,13 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from socketserver import ThreadingMixIn
-from typing import Any
+from typing import Any, Final
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector, CollectorRegistry
 
+from hpcwatch.access.scope import FULL, Scope
 from hpcwatch.errors import HpcwatchError, InputError
 from hpcwatch.httpguard import DEFAULT_LIMITS, SECURITY_HEADERS, Limits, allowed_hosts, host_allowed
 from hpcwatch.records import Job
@@ -73,6 +75,7 @@ from hpcwatch.reports.findings import finding_counts, finding_rule_counts
 from hpcwatch.reports.goodput import goodput_report
 from hpcwatch.reports.health import VERDICT_NUMBERS, latest_health
 from hpcwatch.reports.jobs import DCGM_METRICS, jobs_report
+from hpcwatch.reports.scoped import scoped_jobs
 from hpcwatch.reports.steps import DEFAULT_RECENT_STEPS, jobs_with_spans, step_report
 from hpcwatch.reports.text import visible
 from hpcwatch.store import Store
@@ -144,8 +147,18 @@ UsageFn = Callable[[Store], list[JobUsage]]
 class StoreCollector(Collector):
     """Reads ``store`` on each scrape and yields hpcwatch's metric families."""
 
-    def __init__(self, store: Store, *, usage: UsageFn | None = None, recent_steps: int = DEFAULT_RECENT_STEPS) -> None:
+    def __init__(
+        self,
+        store: Store,
+        *,
+        usage: UsageFn | None = None,
+        recent_steps: int = DEFAULT_RECENT_STEPS,
+        scope: Scope = FULL,
+    ) -> None:
         self.store = store
+        self.scope = scope
+        """Whose labels a scrape carries (``reports.scoped.scoped_jobs``): ``FULL`` for a local exporter, a
+        decider token's scope pseudonymises user and account, a user's keeps their jobs only."""
         self._usage = usage or job_usage
         self.recent_steps = recent_steps
         self.errors = 0
@@ -156,14 +169,7 @@ class StoreCollector(Collector):
     def collect(self) -> Iterator[Metric]:
         t0 = time.perf_counter()
         families: list[Metric] = []
-        for part in (
-            self._jobs,
-            self._training,
-            self._findings,
-            self._health,
-            self._assessment,
-            self._collectors,
-        ):
+        for part in self._parts():
             try:
                 families.extend(part())
             except HpcwatchError as err:  # one failing part must not blank the others
@@ -183,10 +189,20 @@ class StoreCollector(Collector):
             [([], float(self.errors))],
         )
 
+    def _parts(self) -> list[Callable[[], list[Metric]]]:
+        """The families the scope may read: findings need ``findings``, health and collectors ``health``."""
+        can = self.scope.can
+        parts: list[Callable[[], list[Metric]]] = [self._jobs]
+        parts += [self._training] if self.scope.all_jobs else []
+        parts += [self._findings] if can("findings") else []
+        parts += [self._health, self._collectors] if can("health") else []
+        parts += [self._assessment] if can("aggregates") or can("health") else []
+        return parts
+
     # -- parts ---------------------------------------------------------------------------------------
 
     def _jobs(self) -> list[Metric]:
-        usage = self._usage(self.store)
+        usage = self._scoped(self._usage(self.store))
         info = [
             ([u.job.id, u.job.user or "", u.job.account or "", u.job.partition or "", u.job.state or ""], 1.0)
             for u in usage
@@ -373,6 +389,12 @@ class StoreCollector(Collector):
             ),
         ]
 
+    def _scoped(self, usage: list[JobUsage]) -> list[JobUsage]:
+        if self.scope.everything:
+            return usage
+        shown = {j.id: j for j in scoped_jobs((u.job for u in usage), self.scope)}
+        return [dataclasses.replace(u, job=shown[u.job.id]) for u in usage if u.job.id in shown]
+
 
 def allocation_rows(jobs: Iterable[Job]) -> list[list[str]]:
     """(hpc_job, user, account, host, gpu) for each GPU of each running job (``end`` None) whose indices
@@ -428,6 +450,7 @@ def serve_metrics(
     tls_key: Path | None = None,
     limits: Limits = DEFAULT_LIMITS,
     authenticate: Callable[[str | None], Any] | None = None,
+    scope_of: Callable[[Any], Scope] | None = None,
     **options,
 ) -> tuple[WSGIServer, threading.Thread]:
     """Start the /metrics server in a background thread; returns (server, thread).
@@ -441,12 +464,11 @@ def serve_metrics(
 
     ``authenticate`` (``--auth``: the ``Authorization`` header → a ``Principal`` or None) makes every scrape
     show a bearer token of scope ``metrics`` (``hpcwatch token create --scope metrics``): 401 without one;
-    the principal is in the WSGI environ as ``hpcwatch.principal``."""
-    from prometheus_client import make_wsgi_app
-
-    app = _guarded_wsgi(
-        make_wsgi_app(registry_for(store, **options)), allowed_hosts(host, allow_hosts), authenticate=authenticate
-    )
+    the principal is in the WSGI environ as ``hpcwatch.principal``, and ``scope_of`` (``access.deployment
+    .Access.scope``) turns it into the ``Scope`` its scrape's labels are filtered by (a decider's token:
+    pseudonyms; a user's: their own jobs). Without ``authenticate`` every scrape is ``FULL``."""
+    apps = _ScopedApps(store, options)
+    app = _guarded_wsgi(apps, allowed_hosts(host, allow_hosts), authenticate=authenticate, scope_of=scope_of)
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     server_class = type("MetricsServer", (_MetricsServer,), {"limits": limits, "address_family": family})
     handler = type("MetricsHandler", (_MetricsHandler,), {"timeout": limits.header_timeout_s})
@@ -461,7 +483,38 @@ def serve_metrics(
     return server, thread
 
 
-def _guarded_wsgi(app: Callable, hosts: frozenset[str], *, authenticate: Callable | None = None) -> Callable:
+class _ScopedApps:
+    """One client_python WSGI app per scope a scrape came with, made on its first scrape: a registry holds
+    one collector, and a collector one scope. Few scopes scrape (Prometheus' tokens), so the last
+    ``MAX_SCOPES`` are kept."""
+
+    MAX_SCOPES: Final = 64
+
+    def __init__(self, store: Store, options: dict[str, Any]) -> None:
+        self.store, self.options = store, options
+        self._apps: dict[Scope, Callable] = {}
+        self._lock = threading.Lock()
+
+    def __call__(self, scope: Scope) -> Callable:
+        from prometheus_client import make_wsgi_app
+
+        with self._lock:
+            app = self._apps.pop(scope, None)
+            if app is None:
+                app = make_wsgi_app(registry_for(self.store, scope=scope, **self.options))
+            self._apps[scope] = app  # re-inserted: the dict's order is the order of last use
+            while len(self._apps) > self.MAX_SCOPES:
+                del self._apps[next(iter(self._apps))]
+            return app
+
+
+def _guarded_wsgi(
+    apps: Callable[[Scope], Callable],
+    hosts: frozenset[str],
+    *,
+    authenticate: Callable | None = None,
+    scope_of: Callable[[Any], Scope] | None = None,
+) -> Callable:
     headers = [(name.title(), value) for name, value in SECURITY_HEADERS]
 
     def guarded(environ: dict, start_response: Callable) -> Iterable[bytes]:
@@ -476,11 +529,14 @@ def _guarded_wsgi(app: Callable, hosts: frozenset[str], *, authenticate: Callabl
                 start_response("401 Unauthorized", [("Content-Type", "text/plain"), challenge, *headers])
                 return [b"a bearer token of scope metrics is required (hpcwatch token create --scope metrics)\n"]
             environ["hpcwatch.principal"] = principal
+            scope = scope_of(principal) if scope_of is not None else FULL
+        else:
+            scope = FULL
 
         def start(status: str, response_headers: list, exc_info: Any = None) -> Callable:
             return start_response(status, [*response_headers, *headers], exc_info)
 
-        return app(environ, start)
+        return apps(scope)(environ, start)
 
     return guarded
 

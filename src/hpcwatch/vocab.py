@@ -61,6 +61,8 @@ EventKindName = Literal[
     "live_dump",
     "live_trace",
     "live_refused",
+    "access_job",
+    "access_finding",
 ]
 
 
@@ -139,6 +141,11 @@ class EventKind:
     """An on-demand Kineto trace landed and was read (job, request, rank, path, steps)."""
     LIVE_REFUSED: Final = "live_refused"
     """Stream lines refused in one run (job, rank, why: garbage, over the size cap, over the rate cap; count)."""
+    # who opened what on the web (web/access.py, access/audit.py): the audit trail shown to security
+    ACCESS_JOB: Final = "access_job"
+    """A job's page, API or steps opened: who, via, job, route."""
+    ACCESS_FINDING: Final = "access_finding"
+    """Findings read (one vector or all): who, via, vector, route."""
 
 
 EVENT_KINDS: Final[frozenset[str]] = frozenset(v for k, v in vars(EventKind).items() if k.isupper())

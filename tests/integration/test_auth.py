@@ -101,7 +101,7 @@ def auth_file(slapd, tmp_path_factory) -> Path:
         f'group_base = "ou=groups,{SUFFIX}"\ntimeout_s = 5\n\n'
         f'[tokens]\nfile = "{folder / "tokens.json"}"\n\n'
         '[proxy]\nheader = "X-Remote-User"\ntrusted = ["10.99.0.1"]\n\n'
-        '[roles]\noperator = ["@hpc-admins"]\n\n'
+        '[roles]\noperator = ["@hpc-admins", "prometheus"]\ndecider = ["carol"]\n\n'
         f"[login]\nper_address_per_minute = 60\nlockout_failures = {LOCKOUT_FAILURES}\nlockout_minutes = 10\n"
     )
     return path
@@ -219,15 +219,19 @@ def test_prometheus_scrapes_the_exporter_with_a_token_and_not_without(auth_file,
         twin.advance(5.0)
         store.add(twin.records())
     store.close()
-    created = subprocess.run(
-        [sys.executable, "-m", "hpcwatch", "token", "create", "--auth", str(auth_file)]
-        + ["--user", "prometheus", "--scope", "metrics", "--expires", "1d"],
-        capture_output=True,
-        text=True,
-        check=True,
-    )
+
+    def token_for(user: str) -> str:
+        created = subprocess.run(
+            [sys.executable, "-m", "hpcwatch", "token", "create", "--auth", str(auth_file)]
+            + ["--user", user, "--scope", "metrics", "--expires", "1d"],
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        return created.stdout.strip()
+
     token_file = tmp_path / "token"
-    token_file.write_text(created.stdout.strip())
+    token_file.write_text(token_for("prometheus"))  # an operator in [roles]: every job, with its user
     exporter = subprocess.Popen(
         [sys.executable, "-m", "hpcwatch", "exporter", "--db", str(db), "--port", str(EXPORTER_AUTH_PORT)]
         + ["--auth", str(auth_file), "--duration", "300"],
@@ -255,6 +259,23 @@ def test_prometheus_scrapes_the_exporter_with_a_token_and_not_without(auth_file,
         hours = prom.query("hpcwatch_job_gpu_hours")
         assert hours and {r["metric"]["job"] for r in hours} == {"with-token"}
         assert httpx.get(f"http://127.0.0.1:{EXPORTER_AUTH_PORT}/metrics").status_code == 401
+        users = {r["metric"]["user"] for r in hours}
+        assert users and not any(u.startswith("u-") for u in users)
+
+        # Each token's labels are its user's scope: a decider reads pseudonyms, a plain user their own jobs only.
+        def scrape(user: str) -> str:
+            headers = {"Authorization": f"Bearer {token_for(user)}"}
+            r = httpx.get(f"http://127.0.0.1:{EXPORTER_AUTH_PORT}/metrics", headers=headers)
+            assert r.status_code == 200
+            return r.text
+
+        decider = [line for line in scrape("carol").splitlines() if line.startswith("hpcwatch_job_gpu_hours{")]
+        assert decider and all('user="u-' in line for line in decider), decider[:3]
+        assert not any(u in "\n".join(decider) for u in users)
+        dave = [line for line in scrape("dave").splitlines() if line.startswith("hpcwatch_job_gpu_hours{")]
+        assert dave and all('user="dave"' in line for line in dave)  # a twin user: their own jobs only
+        nobody = scrape("nobody")
+        assert not [line for line in nobody.splitlines() if line.startswith("hpcwatch_job_gpu_hours{")]
     finally:
         stop_process(exporter)
 

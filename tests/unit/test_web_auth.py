@@ -21,6 +21,7 @@ from hpcwatch.httpguard import CSP
 from hpcwatch.model.cluster import reference_cluster
 from hpcwatch.store import Store
 from hpcwatch.vocab import EventKind
+from hpcwatch.web.access import ANY, ROUTE_NEEDS
 from hpcwatch.web.app import create_app
 from hpcwatch.web.auth import SAFE_METHODS, safe_next
 
@@ -31,6 +32,13 @@ CONFIG = (
     "[login]\nper_address_per_minute = 100\nlockout_failures = 3\n"
     '[roles]\noperator = ["@admins"]\n'
 )
+
+
+@pytest.fixture(autouse=True)
+def _test_routes_declared(monkeypatch):
+    """The routes this file adds after ``create_app``, declared as a new route must be (fail closed)."""
+    for path in ("/test/whoami", "/test/change"):
+        monkeypatch.setitem(ROUTE_NEEDS, path, ANY)  # type: ignore[arg-type]
 
 
 class FakeDirectory:

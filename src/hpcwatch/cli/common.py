@@ -178,6 +178,20 @@ def auth_option(what: str) -> Callable:
     )
 
 
+def policy_option(what: str) -> Callable:
+    """``--policy FILE`` (or ``HPCWATCH_POLICY``): the roles policy (hpcwatch.access.policy) that filters
+    what each principal of ``what`` sees, passed as ``policy_path``."""
+    return click.option(
+        "--policy",
+        "policy_path",
+        type=PATH,
+        default=None,
+        envvar="HPCWATCH_POLICY",
+        help=f"Roles policy (TOML: roles -> permissions) for {what}; default: the built-in "
+        "user/operator/security/decider.",
+    )
+
+
 def listen_options(what: str) -> Callable:
     """``--host``, ``--allow-host``, ``--tls-cert``, ``--tls-key``, ``--insecure-no-auth`` of a server
     (``what``: its name in the help); checked by hpcwatch.httpguard before anything is bound."""

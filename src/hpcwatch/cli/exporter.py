@@ -6,7 +6,16 @@ from pathlib import Path
 
 import click
 
-from hpcwatch.cli.common import app, auth_option, console, db_option, listen_options, open_store, wait_for
+from hpcwatch.cli.common import (
+    app,
+    auth_option,
+    console,
+    db_option,
+    listen_options,
+    open_store,
+    policy_option,
+    wait_for,
+)
 from hpcwatch.cli.defaults import EXPORTER_PORT, EXPORTER_RECENT_STEPS
 from hpcwatch.errors import ConfigError
 
@@ -24,8 +33,10 @@ __all__ = ["exporter"]
     "--duration", "duration_s", type=float, default=0.0, help="Stop after this many seconds (0: until Ctrl-C)."
 )
 @auth_option("of every scrape (a bearer token of scope metrics)")
+@policy_option("the labels of each token's scrape")
 def exporter(
     auth: Path | None,
+    policy_path: Path | None,
     port: int,
     host: str,
     allow_host: list[str],
@@ -46,6 +57,9 @@ def exporter(
 
     check_exposure(host, insecure_no_auth=insecure_no_auth or auth is not None)
     check_tls(tls_cert, tls_key)
+    from hpcwatch.access.policy import load_policy
+
+    policy = load_policy(policy_path) if policy_path is not None else None  # a bad file: one line, exit 2
     authenticate = None
     if auth is not None:
         from hpcwatch.cli.auth import identity_for
@@ -55,6 +69,11 @@ def exporter(
             raise ConfigError(f"{auth}:1: the exporter checks tokens: give a [tokens] table (file = ...)")
         authenticate = lambda header: identity.from_bearer(header, "metrics")  # noqa: E731
     store = open_store(db)
+    # Each token's user, with their roles from the auth file's [roles], sees what the policy gives them:
+    # Prometheus' token wants `operator` (every job) or `decider` (pseudonyms), else only its own jobs.
+    from hpcwatch.access.deployment import Access
+
+    access = Access.of(policy, store_path=store.config.path)
     try:
         server, _thread = serve_metrics(
             store,
@@ -65,6 +84,7 @@ def exporter(
             tls_cert=tls_cert,
             tls_key=tls_key,
             authenticate=authenticate,
+            scope_of=access.scope if authenticate is not None else None,
         )
     except OSError as err:
         store.close()

@@ -19,6 +19,7 @@ from hpcwatch.cli.common import (
     db_option,
     listen_options,
     open_store,
+    policy_option,
     price_options,
     repeatable,
     safe_text,
@@ -132,6 +133,7 @@ def demo(
 )
 @price_options
 @auth_option("every viewer")
+@policy_option("every page and API route")
 def serve(
     db: str | None,
     port: int,
@@ -149,14 +151,17 @@ def serve(
     gpu_hour_price: float | None,
     currency: str,
     auth: Path | None,
+    policy_path: Path | None,
 ) -> None:
     """The web schematic on an existing store (what `hpcwatch ingest`, `collect` or a twin run filled)."""
+    from hpcwatch.access.policy import load_policy
     from hpcwatch.cli.auth import check_auth_exposure, identity_for
     from hpcwatch.httpguard import Limits, check_exposure, check_tls
     from hpcwatch.model.cluster import load_cluster, reference_cluster
     from hpcwatch.web.app import create_app
     from hpcwatch.web.demo import Listen, check_port, serve_app
 
+    policy = load_policy(policy_path) if policy_path is not None else None  # a bad file: one line, exit 2
     check_exposure(host, insecure_no_auth=insecure_no_auth or auth is not None)
     check_tls(tls_cert, tls_key)
     identity = identity_for(auth, None) if auth is not None else None  # a bad config: one line, before the port
@@ -185,6 +190,7 @@ def serve(
         alert_watch=watch,
         identity=identity,
         secure_cookies=secure,
+        policy=policy,
     )
     where = f"samples from {prom!r}, the rest from the store" if prom is not None else "the store"
     if watch is not None:

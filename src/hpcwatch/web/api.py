@@ -13,6 +13,9 @@ Routes (all documented in ``/openapi.json``):
 - ``GET /api/findings``        findings of one vector (or all), titled in the request's language too
 - ``GET /api/stragglersim``    efficiency against GPU count (hpcwatch.analysis.stragglersim)
 
+What each route returns is filtered by the request's scope (``web/access.py`` guards the route;
+``reports/scoped.py`` filters the result): a user reads their jobs, a decider pseudonyms.
+
 Errors never take the server down: an ``HpcwatchError`` becomes a JSON error
 response (app.py), a stream that fails sends ``event: problem`` and carries on.
 """
@@ -33,11 +36,15 @@ from fastapi.responses import Response, StreamingResponse
 from pydantic import BaseModel, Field
 from starlette.concurrency import run_in_threadpool
 
+from hpcwatch.access.scope import FULL, Scope
 from hpcwatch.errors import HpcwatchError, InputError
 from hpcwatch.records import VECTORS
 from hpcwatch.reports.assess import assessment_document, assessment_report, latest_assessment
 from hpcwatch.reports.findings import recent_findings
+from hpcwatch.reports.scoped import job_visible, scoped_findings, scoped_live, scoped_text
 from hpcwatch.reports.steps import PLAYER_JOBS_LISTED, player_jobs, player_step
+from hpcwatch.vocab import EventKind
+from hpcwatch.web.access import scope_of
 
 __all__ = [
     "router",
@@ -129,6 +136,30 @@ def _state(request: Request) -> Any:
     return request.app.state.hpcwatch
 
 
+def live_doc(state: Any, scope: Scope) -> dict[str, Any]:
+    """The live snapshot as ``scope`` may read it (``reports.scoped.scoped_live``)."""
+    doc: dict[str, Any] = state.live.snapshot()
+    return doc if scope.everything else scoped_live(doc, scope, state.owners.get())
+
+
+_SCOPED_FRAMES: dict[Scope, tuple[dict[str, Any], bytes]] = {}
+_MAX_SCOPED_FRAMES = 512
+
+
+def scoped_frame(state: Any, scope: Scope) -> bytes:
+    """The SSE frame of ``scope``'s view of the current snapshot, filtered and encoded once per snapshot
+    and scope (ten tabs of one user cost one filtering a second, not ten)."""
+    doc = state.live.snapshot()
+    cached = _SCOPED_FRAMES.get(scope)
+    if cached is not None and cached[0] is doc:  # the snapshot is kept alive by the entry: its id is not reused
+        return cached[1]
+    frame = b"event: live\ndata: " + orjson.dumps(scoped_live(doc, scope, state.owners.get()), default=str) + b"\n\n"
+    if len(_SCOPED_FRAMES) >= _MAX_SCOPED_FRAMES:
+        _SCOPED_FRAMES.clear()
+    _SCOPED_FRAMES[scope] = (doc, frame)
+    return frame
+
+
 def assessment_doc(state: Any) -> dict[str, Any]:
     """``hpcwatch assess --json`` of the app's store and cluster (the Decider mode's tier, the report page)."""
     from hpcwatch.assess import AssessConfig
@@ -138,7 +169,14 @@ def assessment_doc(state: Any) -> dict[str, Any]:
 
 @router.get("/assess", summary="ClusterMAX-style assessment: tier, categories, criteria", response_class=ORJSONResponse)
 async def assess(request: Request) -> ORJSONResponse:
-    return ORJSONResponse(await run_in_threadpool(assessment_doc, _state(request)))
+    return ORJSONResponse(await run_in_threadpool(scoped_assessment_doc, _state(request), scope_of(request)))
+
+
+def scoped_assessment_doc(state: Any, scope: Scope) -> Any:
+    """``assessment_doc`` with the jobs and people its evidence names hidden from ``scope``
+    (``reports.scoped.scoped_text``: a decider reads pseudonyms)."""
+    doc = assessment_doc(state)
+    return doc if scope.everything else scoped_text(doc, scope, state.owners.get())
 
 
 @router.get(
@@ -148,8 +186,10 @@ async def assess(request: Request) -> ORJSONResponse:
     response_class=ORJSONResponse,
 )
 async def assess_latest(request: Request) -> ORJSONResponse:
-    latest = await run_in_threadpool(latest_assessment, _state(request).store)
-    return ORJSONResponse(latest.to_dict() if latest is not None else None)
+    state, scope = _state(request), scope_of(request)
+    latest = await run_in_threadpool(latest_assessment, state.store)
+    doc = latest.to_dict() if latest is not None else None
+    return ORJSONResponse(doc if scope.everything else scoped_text(doc, scope, state.owners.get()))
 
 
 @router.get("/live", summary="Current live snapshot", response_class=ORJSONResponse)
@@ -158,7 +198,8 @@ async def live(request: Request) -> ORJSONResponse:
     ``account``), InfiniBand bytes/s per node, the Slurm queue (each job's ``restarts``: times Slurm requeued it),
     Lustre bytes/s per job, whether each
     collector's data is arriving, and findings per threat vector. Times are UTC seconds of the data."""
-    doc = await run_in_threadpool(_state(request).live.snapshot)
+    scope = scope_of(request)
+    doc = await run_in_threadpool(live_doc, _state(request), scope)
     return ORJSONResponse(doc)
 
 
@@ -179,13 +220,18 @@ async def stream(request: Request) -> StreamingResponse:
 
 async def _events(request: Request) -> AsyncIterator[bytes]:
     state = _state(request)
+    scope = scope_of(request)
     yield b"retry: 2000\n\n"
     while not state.stopping.is_set():
         if await request.is_disconnected():
             break
         try:
             # One encoded frame for every viewer; the thread pool only when it must be recomputed (web/live.py).
-            yield state.live.fresh_frame() or await run_in_threadpool(state.live.frame)
+            # A filtered scope gets its own frame, encoded from the shared snapshot.
+            if scope.everything:
+                yield state.live.fresh_frame() or await run_in_threadpool(state.live.frame)
+            else:
+                yield await run_in_threadpool(scoped_frame, state, scope)
         except HpcwatchError as err:
             yield b"event: problem\ndata: " + orjson.dumps({"error": str(err)}) + b"\n\n"
         except Exception as err:
@@ -218,12 +264,14 @@ async def model(request: Request) -> dict[str, Any]:
 
 @router.get("/steps/sources", summary="Jobs the step player can play", response_model=list[StepSource])
 async def step_sources(request: Request, lang: str = Query("en", pattern="^(en|fr)$")) -> list[StepSource]:
-    return await run_in_threadpool(lambda: step_sources_for(_state(request), lang))
+    scope = scope_of(request)
+    return await run_in_threadpool(lambda: step_sources_for(_state(request), lang, scope))
 
 
-def step_sources_for(state: Any, lang: str) -> list[StepSource]:
+def step_sources_for(state: Any, lang: str, scope: Scope = FULL) -> list[StepSource]:
     """The configured pair first (demo: the recorded steps without and with straggler, named for people),
-    then the jobs of the store with spans, most recent first, each labelled with its id and Slurm name."""
+    then the jobs of the store with spans, most recent first, each labelled with its id and Slurm name;
+    only the jobs ``scope`` may open."""
     from hpcwatch.web.i18n import load_catalogue
 
     t = load_catalogue(lang)
@@ -236,7 +284,8 @@ def step_sources_for(state: Any, lang: str) -> list[StepSource]:
         for job in player_jobs(state.store, limit=PLAYER_JOBS_LISTED + len(paired))
         if job not in paired
     ]
-    return examples + live[:PLAYER_JOBS_LISTED]
+    shown = examples + live[:PLAYER_JOBS_LISTED]
+    return shown if scope.everything else [s for s in shown if job_visible(state.store, s.job, scope)]
 
 
 def _job_label(store: Any, job_id: str) -> str:
@@ -252,8 +301,13 @@ async def steps(
     request: Request, job: str = Query(..., max_length=200), step: int | None = Query(None, ge=0)
 ) -> StepDoc:
     """Phases of ``records.PHASES`` only; ``step`` defaults to the last complete step of the job. ``straggler``
-    is the server's verdict (``hpcwatch.reports.steps.player_step``): the page only draws it."""
-    return await run_in_threadpool(lambda: step_doc(_state(request).store, job, step))
+    is the server's verdict (``hpcwatch.reports.steps.player_step``): the page only draws it. A job the
+    principal may not open answers 404, as an unknown one does."""
+    state, scope = _state(request), scope_of(request)
+    if not await run_in_threadpool(job_visible, state.store, job, scope):
+        raise HTTPException(status_code=404, detail="no such job")
+    await run_in_threadpool(state.audit.opened, request, EventKind.ACCESS_JOB, job)
+    return await run_in_threadpool(lambda: step_doc(state.store, job, step))
 
 
 def step_doc(store: Any, job: str, step: int | None) -> StepDoc:
@@ -294,7 +348,9 @@ async def findings(
     lang = negotiate(
         forced=lang, cookie=request.cookies.get(LANG_COOKIE), accept_language=request.headers.get("accept-language")
     )
-    found = await run_in_threadpool(lambda: recent_findings(_state(request).store, vector))
+    state, scope = _state(request), scope_of(request)
+    await run_in_threadpool(state.audit.opened, request, EventKind.ACCESS_FINDING, vector or "*")
+    found = await run_in_threadpool(lambda: scoped_findings(recent_findings(state.store, vector), scope))
     return ORJSONResponse(
         [
             dataclasses.asdict(f)

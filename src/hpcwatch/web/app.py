@@ -7,6 +7,8 @@ any script runs; small ES modules in ``static/`` then subscribe to
 ``/api/stream`` and change text in place. Nothing is fetched from outside the
 machine: plotly.js is served from the installed ``plotly`` package, and the
 Swagger UI (which loads from a CDN) is switched off; ``/openapi.json`` stays.
+Every route is guarded by ``web/access.py`` (its permissions in ``ROUTE_NEEDS``); the one seam identity
+plugs into is ``web.access.current_principal``.
 """
 
 from __future__ import annotations
@@ -20,14 +22,17 @@ from pathlib import Path
 from typing import Any
 
 import orjson
-from fastapi import FastAPI, Query, Request
+from fastapi import Depends, FastAPI, Query, Request
 from fastapi.responses import FileResponse, HTMLResponse, JSONResponse, Response
 from fastapi.staticfiles import StaticFiles
 from jinja2 import Environment, PackageLoader, select_autoescape
 from markupsafe import Markup
 from starlette.concurrency import run_in_threadpool
 
+from hpcwatch.access.deployment import Access
+from hpcwatch.access.policy import Policy
 from hpcwatch.access.principal import principal_of
+from hpcwatch.access.scope import Scope
 from hpcwatch.errors import BackendError, ConfigError, HpcwatchError, InputError, StoreError
 from hpcwatch.httpguard import DEFAULT_LIMITS, SECURITY_HEADERS, Limits
 from hpcwatch.model.cluster import Cluster
@@ -35,8 +40,10 @@ from hpcwatch.promql import safe_url
 from hpcwatch.records import PHASES
 from hpcwatch.reports.live import STALE_AFTER_S
 from hpcwatch.reports.livesamples import PromSamples
+from hpcwatch.reports.scoped import scoped_live
 from hpcwatch.store import Store
-from hpcwatch.web import api, history, jobpage
+from hpcwatch.web import api, audit, history, jobpage
+from hpcwatch.web.access import Audit, OwnersCache, check_routes, guard, scope_of
 from hpcwatch.web.guard import Guard, GuardSettings
 from hpcwatch.web.i18n import LANG_COOKIE, LANGUAGES, load_catalogue, negotiate
 from hpcwatch.web.live import LiveView
@@ -76,6 +83,10 @@ class AppState:
     alert_watch: Any | None = None
     """``hpcwatch serve --alertmanager``: the ``alertmanager.AlertWatch`` the alerts panel reads (None: the
     store's health verdicts only)."""
+    access: Access = field(default_factory=Access)
+    """The roles policy, its pseudonym key and coordinators (``access.deployment``): each request's scope."""
+    owners: OwnersCache | None = None
+    audit: Audit | None = None
 
 
 def create_app(
@@ -91,13 +102,18 @@ def create_app(
     alert_watch: Any | None = None,
     identity: Any | None = None,
     secure_cookies: bool = False,
+    policy: Policy | None = None,
 ) -> FastAPI:
     """The app over ``store``; with ``prometheus`` (a ``PrometheusBackend``) the live samples and the job
     page's samples are read from it, and Slurm, steps, events and findings still from the store.
     Every response carries hpcwatch.httpguard's security headers; ``limits`` caps bodies and SSE streams.
     With ``identity`` (an ``access.identity.Identity``, from ``--auth``) every request needs a login, a token
-    or a trusted proxy's header (web/auth.py); ``secure_cookies`` when the server speaks TLS."""
+    or a trusted proxy's header (web/auth.py); ``secure_cookies`` when the server speaks TLS.
+    Every route is guarded (``web/access.py``): ``policy`` (default: the built-in roles) filters what each
+    principal sees; with no authentication configured every request is ``LOCAL`` and sees everything.
+    Identity sets ``request.state.principal``; a test overrides ``web.access.current_principal``."""
     app = FastAPI(
+        dependencies=[Depends(guard)],
         title="hpcwatch",
         version="0.1.0",
         docs_url=None,
@@ -119,6 +135,9 @@ def create_app(
         gpu_hour_price=gpu_hour_price,
         currency=currency,
         alert_watch=alert_watch,
+        access=Access.of(policy, store_path=store.config.path),
+        owners=OwnersCache(store),
+        audit=Audit(store),
     )
     if identity is not None:
         from hpcwatch.web.auth import install_auth
@@ -128,9 +147,11 @@ def create_app(
     app.include_router(api.router)
     app.include_router(jobpage.router)
     app.include_router(history.router)
+    app.include_router(audit.router)
     app.mount("/static", StaticFiles(directory=STATIC_DIR), name="static")
     _add_pages(app)
     _add_error_handlers(app)
+    check_routes(app)
     return app
 
 
@@ -146,7 +167,8 @@ def _add_pages(app: FastAPI) -> None:
         )
         who = principal_of(request)
         account = who.name if who.via != "local" else ""  # --auth: who is logged in, a link to logout
-        html = await run_in_threadpool(lambda: _render(template, state, chosen, account))
+        scope = scope_of(request)
+        html = await run_in_threadpool(lambda: _render(template, state, chosen, scope, account))
         response = HTMLResponse(html, headers={"Content-Language": chosen, "Vary": "Accept-Language, Cookie"})
         if lang in LANGUAGES:
             response.set_cookie(LANG_COOKIE, lang, max_age=365 * 86400, samesite="lax", httponly=True)
@@ -167,7 +189,7 @@ def _add_pages(app: FastAPI) -> None:
     async def assess_page(request: Request) -> HTMLResponse:
         from hpcwatch.web.assess_html import render_assessment_html
 
-        doc = await run_in_threadpool(api.assessment_doc, request.app.state.hpcwatch)
+        doc = await run_in_threadpool(api.scoped_assessment_doc, request.app.state.hpcwatch, scope_of(request))
         return HTMLResponse(render_assessment_html(doc, served=True))
 
     @app.get("/vendor/plotly.min.js", include_in_schema=False)
@@ -178,12 +200,14 @@ def _add_pages(app: FastAPI) -> None:
         return FileResponse(str(path), media_type="text/javascript", headers={"Cache-Control": "public, max-age=86400"})
 
 
-def _render(template: Any, state: AppState, lang: str, account: str = "") -> str:
+def _render(template: Any, state: AppState, lang: str, scope: Scope, account: str = "") -> str:
     t = load_catalogue(lang)
     if lang not in state.svg_cache:
         state.svg_cache[lang] = render_schematic(state.cluster, t)
     snapshot = state.live.snapshot()
-    sources = api.step_sources_for(state, lang)
+    if not scope.everything and state.owners is not None:
+        snapshot = scoped_live(snapshot, scope, state.owners.get())
+    sources = api.step_sources_for(state, lang, scope)
     boot = {
         "stream": "/api/stream",
         "live": snapshot,

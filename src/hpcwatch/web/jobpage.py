@@ -23,6 +23,9 @@ from hpcwatch.errors import InputError
 from hpcwatch.records import PHASES
 from hpcwatch.reports.jobpage import JobOverview, job_overview, overview_dict
 from hpcwatch.reports.jobs import MAX_JOB_ID_CHARS, check_job_id
+from hpcwatch.reports.scoped import job_visible, scoped_overview
+from hpcwatch.vocab import EventKind
+from hpcwatch.web.access import scope_of
 from hpcwatch.web.i18n import LANG_COOKIE, LANGUAGES, Catalogue, load_catalogue, negotiate
 
 __all__ = ["router", "job_url", "fmt_number", "fmt_bytes", "fmt_duration", "advice_values"]
@@ -127,6 +130,16 @@ def alerts_of(state: Any, overview: JobOverview) -> list[dict[str, Any]]:
     return job_alerts(alerts_doc(state, since=t0 - 3600.0), j.nodes, t0=t0, t1=j.end)
 
 
+def visible_overview(request: Request, job_id: str) -> JobOverview:
+    """``overview_of`` for a job the request's principal may open (``reports.scoped``), its opening
+    audited; an InputError, as for an unknown job, for one it may not (no probing of ids)."""
+    state, scope = request.app.state.hpcwatch, scope_of(request)
+    if not job_visible(state.store, job_id, scope):
+        raise InputError(f"{job_id}: no such job")
+    state.audit.opened(request, EventKind.ACCESS_JOB, job_id)
+    return scoped_overview(overview_of(state, job_id), scope)
+
+
 def render_job_page(
     overview: JobOverview, t: Catalogue, *, source: str | None, alerts: list[dict[str, Any]] | None = None
 ) -> str:
@@ -169,7 +182,7 @@ async def job_page(request: Request, job_id: str, lang: str | None = Query(None)
     headers = {"Content-Language": chosen, "Vary": "Accept-Language, Cookie"}
     try:
         check_job_id(job_id)  # before the thread pool: a 60 KB id is refused without asking the store
-        overview = await run_in_threadpool(overview_of, state, job_id)
+        overview = await run_in_threadpool(visible_overview, request, job_id)
     except InputError as err:
         return HTMLResponse(_not_found(t, _shown_id(job_id), str(err)), status_code=404, headers=headers)
     alerts = await run_in_threadpool(alerts_of, state, overview)
@@ -185,5 +198,5 @@ async def job_api(request: Request, job_id: str) -> dict[str, Any]:
     longer than any (``reports.jobs.MAX_JOB_ID_CHARS``; the error names its length, not its text)."""
     check_job_id(job_id)
     state = request.app.state.hpcwatch
-    overview = await run_in_threadpool(overview_of, state, job_id)
+    overview = await run_in_threadpool(visible_overview, request, job_id)
     return {**overview_dict(overview), "alerts": await run_in_threadpool(alerts_of, state, overview)}

@@ -1,0 +1,27 @@
+"""The audit trail (``GET /api/audit``, the security role's panel): who opened which job and which
+finding (``access_job``, ``access_finding``, written by the web app), who acted and who undid
+(``act_action``, ``act_undo``, written by ``hpcwatch act``), newest first, within a time window."""
+
+from __future__ import annotations
+
+from typing import Any, Final
+
+from hpcwatch.store import Store
+from hpcwatch.vocab import EventKind
+
+__all__ = ["AUDIT_KINDS", "audit_trail", "MAX_AUDIT_ROWS"]
+
+AUDIT_KINDS: Final = (EventKind.ACCESS_JOB, EventKind.ACCESS_FINDING, EventKind.ACT_ACTION, EventKind.ACT_UNDO)
+MAX_AUDIT_ROWS: Final = 2000
+
+
+def audit_trail(store: Store, *, t0: float, t1: float, limit: int = MAX_AUDIT_ROWS) -> list[dict[str, Any]]:
+    """Entries ``t``, ``kind``, ``who``, ``what`` (the job, the vector, the action's id) and ``attrs``."""
+    rows: list[dict[str, Any]] = []
+    for kind in AUDIT_KINDS:
+        for event in store.events(kind, t0=t0, t1=t1):
+            attrs = dict(event.attrs)
+            what = attrs.get("job") or attrs.get("vector") or attrs.get("id") or attrs.get("of")
+            rows.append({"t": event.t, "kind": kind, "who": attrs.get("who"), "what": what, "attrs": attrs})
+    rows.sort(key=lambda r: -float(r["t"]))
+    return rows[:limit]
