@@ -208,13 +208,16 @@ def _median_s(fetch, runs: int = 3) -> float:
     return round(statistics.median(times), 3)
 
 
-def start_demo(nodes: int, timeout_s: float = 300) -> tuple[subprocess.Popen, str]:
+def start_demo(nodes: int, viewers: int, timeout_s: float = 300) -> tuple[subprocess.Popen, str]:
     """``hpcwatch demo --nodes N`` on a free port; a 1,024-node twin takes ~20 s to answer (more when loaded)."""
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
     proc = subprocess.Popen(
-        [sys.executable, "-m", "hpcwatch", "demo", "--no-browser", "--port", str(port), "--nodes", str(nodes)],
+        [
+            *(sys.executable, "-m", "hpcwatch", "demo", "--no-browser", "--port", str(port), "--nodes", str(nodes)),
+            *("--max-streams", str(viewers + 8), "--max-streams-per-client", str(viewers + 8)),
+        ],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
     )
@@ -246,7 +249,7 @@ def whole_process(nodes: int, args: argparse.Namespace) -> dict[str, object]:
 
     out: dict[str, object] = {"nodes": nodes, "gpus": nodes * 8, "load_avg_1m_before": os.getloadavg()[0]}
     out["twin_cores"] = twin_cores(nodes)
-    proc, url = start_demo(nodes)
+    proc, url = start_demo(nodes, args.viewers)
     try:
         time.sleep(args.warmup)  # let the twin write some history first
         out["cpu_cores"] = process_cores(proc.pid, url, args.cpu_s)

@@ -160,8 +160,25 @@ function mergeDelta(snap, delta) {
   return merged;
 }
 
+let source = null;
+
+/** A delta applies only on top of the version it was computed from; after a gap, reconnect: the server answers
+ *  a new connection with a full snapshot. */
+function applyDelta(delta) {
+  if (state.version === undefined || delta.base !== state.version) {
+    state.reconnects = (state.reconnects || 0) + 1;
+    source?.close();
+    connect();
+    return;
+  }
+  state.version = delta.v;
+  const whole = DRAWING_KEYS.some((key) => key in (delta.set || {}));
+  applySnapshot(mergeDelta(state.snapshot, delta), whole ? null : new Set(Object.keys(delta.gpus || {})));
+  state.deltas = (state.deltas || 0) + 1;
+}
+
 function connect() {
-  const source = new EventSource(boot.stream);
+  source = new EventSource(boot.stream);
   // What one tick costs the page (parse + every write), kept for benchmarks/bench_web.py and the tests.
   const timed = (apply) => (event) => {
     const started = performance.now();
@@ -170,19 +187,7 @@ function connect() {
     state.applyMs = [...state.applyMs.slice(-59), performance.now() - started];
   };
   source.addEventListener("live", timed((snap) => { state.version = snap.v; applySnapshot(snap); }));
-  source.addEventListener("delta", timed((delta) => {
-    // A delta applies only on top of the version it was computed from; after a gap, reconnect: the server
-    // answers a new connection with a full snapshot.
-    if (state.version === undefined || delta.base !== state.version) {
-      source.close();
-      connect();
-      return;
-    }
-    state.version = delta.v;
-    const whole = DRAWING_KEYS.some((key) => key in (delta.set || {}));
-    applySnapshot(mergeDelta(state.snapshot, delta), whole ? null : new Set(Object.keys(delta.gpus || {})));
-    state.deltas = (state.deltas || 0) + 1;
-  }));
+  source.addEventListener("delta", timed(applyDelta));
   source.addEventListener("problem", (event) => {
     setConnection("lost", t("error.generic", { error: JSON.parse(event.data).error }));
   });
@@ -399,4 +404,4 @@ bindGuide(player);
 if (state.snapshot) applySnapshot(state.snapshot);
 restoreUrl();
 connect();
-window.hpcwatch = { openCard, closeCard, setView, setReading, applySnapshot, highlightJob, player, state, monitor, fit };
+window.hpcwatch = { openCard, closeCard, setView, setReading, applySnapshot, applyDelta, highlightJob, player, state, monitor, fit };
