@@ -111,9 +111,9 @@ def browser(url: str, *, loads: int = 2, width: int = 1920) -> dict[str, float]:
         for _ in range(loads):
             page = chromium.new_page(viewport={"width": width, "height": 1080})
             page.goto(url, wait_until="domcontentloaded", timeout=180_000)
-            page.wait_for_function("Number(document.body.dataset.ticks || 0) >= 1", timeout=180_000)
+            page.wait_for_function("() => Number(document.body.dataset.ticks || 0) >= 1", timeout=180_000)
             ready.append(page.evaluate("performance.now()"))  # ms since this navigation started
-            page.wait_for_function("window.hpcwatch.state.applyMs.length >= 10", timeout=180_000)
+            page.wait_for_function("() => window.hpcwatch.state.applyMs.length >= 10", timeout=180_000)
             ticks += page.evaluate("window.hpcwatch.state.applyMs")
             styled.append(page.evaluate(STYLED_TICK_JS))
             page.close()

@@ -93,3 +93,15 @@ def test_versions_follow_one_another_and_the_delta_rebuilds_the_full_frame():
     assert {k: v for k, v in merged.items() if k not in ("base", "query_ms")} == {
         k: v for k, v in whole.items() if v is not None and k != "query_ms"
     }
+
+
+def test_only_one_stream_caller_is_sent_to_compute_the_next_frames():
+    store = Store(":memory:")
+    store.add(list(parse_prometheus_text(SCRAPE, path="dcgm_exporter_node1.prom", t=1_700_000_000.0)))
+    live = LiveView(store, reference_cluster(), min_interval_s=0.0)
+    assert live.fresh_stream_frames(0.0) is None  # nothing yet: compute it
+    first = live.stream_frames(0.0)
+    assert live.fresh_stream_frames(0.0) is None  # stale: this caller computes...
+    assert live.fresh_stream_frames(0.0) is first  # ...the others keep the last frames meanwhile
+    assert live.stream_frames(0.0).version == first.version + 1
+    assert live.fresh_stream_frames(0.0) is None  # the next tick: one caller again

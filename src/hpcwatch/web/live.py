@@ -105,6 +105,8 @@ class LiveView:
         self._computing = False
         self._frame: bytes | None = None
         self._stream: StreamFrames | None = None
+        self._requested = False
+        """A stream caller was told to compute the next frames (``fresh_stream_frames``) and has not yet."""
         self._stream_doc: dict[str, Any] | None = None
         self._cached: dict[str, Any] | None = None
         self._cached_at = 0.0
@@ -134,17 +136,27 @@ class LiveView:
     def stream_frames(self, max_age_s: float | None = None) -> StreamFrames:
         """The newest snapshot as the stream sends it, recomputed when older than ``max_age_s`` (default
         ``min_interval_s``): the stream asks with its tick, so versions come once a tick whatever the viewers."""
-        self._current(max_age_s)
+        try:
+            self._current(max_age_s)
+        finally:
+            with self._lock:
+                self._requested = False
         with self._lock:
             assert self._stream is not None
             return self._stream
 
     def fresh_stream_frames(self, max_age_s: float | None = None) -> StreamFrames | None:
-        """``stream_frames()`` if still fresh, else None (no store access: safe on the event loop)."""
+        """``stream_frames()`` without waiting (no store access: safe on the event loop): the frames if fresh, or
+        if another caller is already computing the next ones; None to one caller only, which must then call
+        ``stream_frames()`` (in a thread). 200 viewers each hopping to the thread pool four times a second
+        while a snapshot was computed took the GIL from the thread computing it."""
         max_age_s = self.min_interval_s if max_age_s is None else max_age_s
         with self._lock:
-            if self._stream is not None and time.monotonic() - self._cached_at < max_age_s:
+            if self._stream is None:
+                return None  # the very first: every caller waits for it in stream_frames()
+            if time.monotonic() - self._cached_at < max_age_s or self._computing or self._requested:
                 return self._stream
+            self._requested = True
         return None
 
     def _current(self, max_age_s: float | None = None) -> tuple[dict[str, Any], bytes]:
