@@ -33,7 +33,7 @@ def _shown_gpu(g: dict[str, Any]) -> dict[str, Any]:
         out["power_w"] = round(out["power_w"], 1)
     mem = out.get("mem_used_bytes")
     if isinstance(mem, (int, float)):
-        out["mem_used_bytes"] = round(mem / _GIB_TENTH) * _GIB_TENTH
+        out["mem_used_bytes"] = int(round(mem / _GIB_TENTH) * _GIB_TENTH)
     return out
 
 
