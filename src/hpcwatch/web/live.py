@@ -195,7 +195,9 @@ class LiveView:
         if previous is None or last is None:
             return streamed, StreamFrames(version=version, base=None, full=full, delta=None)
         change = delta(previous, streamed) | {"v": version, "base": last.version}
-        return streamed, StreamFrames(version=version, base=last.version, full=full, delta=_event("delta", change, version))
+        return streamed, StreamFrames(
+            version=version, base=last.version, full=full, delta=_event("delta", change, version)
+        )
 
     def _current_problems(
         self, now: float | None, training: dict[str, Any] | None
