@@ -284,7 +284,7 @@ def _ratios(results: list[dict[str, object]]) -> dict[str, float]:
     out = {k: round(float(large[k]) / float(small[k]), 2) for k in keys if small.get(k) and large.get(k)}
     for part, key in (("browser", "page_ready_ms_median"), ("browser", "tick_apply_ms_median")):
         a, b = small.get(part), large.get(part)
-        if isinstance(a, dict) and isinstance(b, dict) and a.get(key):
+        if isinstance(a, dict) and isinstance(b, dict) and a.get(key) and b.get(key):
             out[key] = round(b[key] / a[key], 2)
     return out
 
