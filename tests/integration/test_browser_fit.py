@@ -394,3 +394,88 @@ def test_axe_finds_no_serious_violation_with_problems_listed(problem_page):
     pg.wait_for_function("() => Number(document.getElementById('alerts-toggle').dataset.count) > 0", timeout=60_000)
     pg.click("#alerts-toggle")
     assert _axe(pg) == []
+
+
+# -- issue 27: live at scale (deltas), the phone ------------------------------------------------------------
+
+# Every GPU tile's number against the page's merged snapshot: what the deltas built is what the tiles say.
+TILES_MATCH_SNAPSHOT_JS = """() => {
+  const gpus = window.hpcwatch.state.snapshot.gpus || {};
+  const wrong = [];
+  for (const el of document.querySelectorAll("[data-live^='util:']")) {
+    const id = el.dataset.live.slice(5);
+    if (document.querySelector(`[data-gpu='${id}']`)?.dataset.state) continue;  // lost/drained: words, no number
+    const util = gpus[id]?.util_pct;
+    const shown = el.textContent.replace(/[^0-9]/g, "");
+    if (shown !== (util === undefined || util === null ? "" : String(Math.round(util)))) wrong.push([id, shown, util]);
+  }
+  return wrong;
+}"""
+
+
+#: On a loaded 2-core machine a 128-node demo's ticks came every 15 s (4 versions in 60 s at load 14): each
+#: wait below is for one tick.
+TICK_WAIT_MS = 180_000
+
+
+def test_the_stream_sends_deltas_and_the_tiles_follow_them_at_128_nodes(browser, big_server):
+    context, pg = _open(browser, big_server, 1440)
+    try:
+        pg.wait_for_function("() => (window.hpcwatch.state.deltas || 0) >= 1", timeout=TICK_WAIT_MS)
+        assert pg.evaluate(TILES_MATCH_SNAPSHOT_JS) == []
+        # A delta on top of a version the page does not hold is not applied: the page reconnects and the
+        # server answers with a full snapshot, after which deltas flow again.
+        version = pg.evaluate("window.hpcwatch.state.version")
+        pg.evaluate("window.hpcwatch.applyDelta({v: -1, base: -2, set: {}})")
+        assert pg.evaluate("window.hpcwatch.state.version") == version  # the stray delta changed nothing
+        pg.wait_for_function(
+            f"() => window.hpcwatch.state.reconnects === 1 && window.hpcwatch.state.version > {version}",
+            timeout=TICK_WAIT_MS,
+        )
+        deltas = pg.evaluate("window.hpcwatch.state.deltas")
+        pg.wait_for_function(f"() => window.hpcwatch.state.deltas > {deltas}", timeout=TICK_WAIT_MS)
+        assert pg.evaluate(TILES_MATCH_SNAPSHOT_JS) == []
+        assert not pg.errors, pg.errors
+    finally:
+        context.close()
+
+
+def test_a_phone_sees_the_problem_and_the_first_tiles_on_its_first_screen(browser, big_server):
+    context, pg = _open(browser, big_server, 390)
+    try:
+        _settled_scale(pg)
+        where = pg.evaluate(
+            """() => {
+              const box = (s) => document.querySelector(s).getBoundingClientRect();
+              return { problem: box('#alerts-toggle').bottom, tile: box('.tile g.el[data-node]').bottom,
+                       width: document.documentElement.scrollWidth };
+            }"""
+        )
+        assert where["problem"] <= 100, where  # the problems' button in the header's first rows
+        assert where["tile"] <= 844, where  # a whole first node tile on the first screen (was at y ≈ 830)
+        assert where["width"] <= 390, where
+        assert pg.evaluate(OVERLAPS_JS, ".topbar > *") == []
+        pg.screenshot(path=str(ARTIFACTS / "fit-phone-128-first-screen.png"))
+        pg.click("#legend-toggle")  # the job colours wait behind "?" with the rest of the legend
+        assert pg.locator("#legend-jobs").is_visible()
+        assert not pg.errors, pg.errors
+    finally:
+        context.close()
+
+
+def test_the_job_page_lays_out_within_a_phone_at_128_nodes(browser, big_server):
+    import urllib.request
+
+    with urllib.request.urlopen(big_server + "api/live", timeout=120) as response:
+        jobs = json.loads(response.read())["queue"]["jobs"]
+    job = max((j for j in jobs if j.get("state") == "RUNNING"), key=lambda j: j.get("gpus") or 0)
+    context = browser.new_context(viewport={"width": 390, "height": 844}, locale="en-US")
+    context.set_default_timeout(ACTION_TIMEOUT_MS)
+    try:
+        pg = context.new_page()
+        pg.goto(big_server + "job/" + job["id"], timeout=120_000)
+        assert pg.locator("#job-summary").is_visible()
+        assert pg.evaluate("document.documentElement.scrollWidth") <= 390  # was 676
+        pg.screenshot(path=str(ARTIFACTS / "fit-phone-128-job-page.png"))
+    finally:
+        context.close()

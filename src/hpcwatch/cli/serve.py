@@ -56,6 +56,18 @@ DEFAULT_PORT = 8000
     default=300.0,
     help="Each scan looks at the last S seconds of data, read incrementally (0: the whole store every time).",
 )
+@click.option(
+    "--max-streams",
+    type=click.IntRange(min=1),
+    default=SERVE_MAX_STREAMS,
+    help="Live streams (SSE) open at once, all viewers; the next is refused 503.",
+)
+@click.option(
+    "--max-streams-per-client",
+    type=click.IntRange(min=1),
+    default=SERVE_MAX_STREAMS_PER_CLIENT,
+    help="Live streams per client address (benchmarks/bench_web.py opens 200 from one).",
+)
 def demo(
     port: int,
     no_browser: bool,
@@ -66,8 +78,11 @@ def demo(
     speed: float,
     scan_every: float,
     scan_window: float,
+    max_streams: int,
+    max_streams_per_client: int,
 ) -> None:
     """The main job: a live twin of the reference cluster in memory, and the web schematic on it."""
+    from hpcwatch.httpguard import Limits
     from hpcwatch.model.cluster import reference_cluster
     from hpcwatch.store import Store
     from hpcwatch.web.app import create_app
@@ -81,7 +96,8 @@ def demo(
     scanner = Scanner(store, every_s=scan_every, window_s=scan_window or None) if scan_every > 0 else None
     if scanner is not None:
         scanner.start()
-    web = create_app(store, cluster, step_jobs=step_jobs)
+    limits = Limits(max_streams=max_streams, max_streams_per_client=max_streams_per_client)
+    web = create_app(store, cluster, step_jobs=step_jobs, limits=limits)
 
     def started(url: str) -> None:
         console.print(

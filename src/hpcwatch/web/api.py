@@ -6,7 +6,9 @@ Routes (all documented in ``/openapi.json``):
                                  alerts (problems grouped, worst first), job_gpus, age_s, stale_after_s; each GPU's
                                  ``state``, node_states, events and node_events, the queue's ``requeued``:
                                  reports/live.py apply_states, reports/timeline.py)
-- ``GET /api/stream``          the same snapshot pushed as Server-Sent Events (``event: live``), 1 Hz
+- ``GET /api/stream``          the same snapshot pushed as Server-Sent Events, 1 Hz: ``event: live`` (whole, with
+                                 its version ``v``) on connect and after a missed version, else ``event: delta``
+                                 (what changed since ``base``: web/livedelta.py)
 - ``GET /api/model``           the cluster model: nodes and GPU ids
 - ``GET /api/steps/sources``   which jobs the step player can play ("with / without straggler")
 - ``GET /api/steps``           one training step of one job, per rank and phase, from ``store.spans(job)``
@@ -58,6 +60,8 @@ __all__ = [
 
 #: Live values are pushed once a second (the brief's 1 Hz).
 STREAM_INTERVAL_S = 1.0
+#: How often a viewer's stream looks for a new version, per tick (web/live.py: a missed version costs a full frame).
+STREAM_LOOKS_PER_TICK = 4
 #: GPU counts the simulator evaluates: 8 to 100k, roughly ×2 apart.
 SIM_GPU_COUNTS: tuple[int, ...] = (8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384, 32768, 65536, 100_000)
 
@@ -210,7 +214,9 @@ async def live(request: Request) -> ORJSONResponse:
     responses={200: {"content": {"text/event-stream": {}}}},
 )
 async def stream(request: Request) -> StreamingResponse:
-    """``event: live`` with the ``/api/live`` document every second; ``event: problem`` if the store fails."""
+    """``event: live`` with the ``/api/live`` document (and its version ``v``) on connect, then every second
+    ``event: delta`` (``v``, ``base``, the GPU and node fields that changed, ``set``: the other keys that changed;
+    ``null``: gone), or ``event: live`` again when a version was missed; ``event: problem`` if the store fails."""
     return StreamingResponse(
         _events(request),
         media_type="text/event-stream",
@@ -222,22 +228,35 @@ async def _events(request: Request) -> AsyncIterator[bytes]:
     state = _state(request)
     scope = scope_of(request)
     yield b"retry: 2000\n\n"
+    last: int | None = None  # the version this viewer holds
+    last_scoped: bytes | None = None  # or, for a filtered scope, the frame it got last
+    tick = state.stream_interval_s
     while not state.stopping.is_set():
         if await request.is_disconnected():
             break
         try:
-            # One encoded frame for every viewer; the thread pool only when it must be recomputed (web/live.py).
-            # A filtered scope gets its own frame, encoded from the shared snapshot.
+            # Every viewer of the whole cluster: a new version once a tick, encoded once (web/live.py); each looks
+            # 4 times a tick, so it sends every version (a delta) rather than missing one (then a full frame).
+            # A filtered scope gets a full frame of its own, encoded once per snapshot and scope, when it changes.
             if scope.everything:
-                yield state.live.fresh_frame() or await run_in_threadpool(state.live.frame)
+                frames = state.live.fresh_stream_frames(tick) or await run_in_threadpool(state.live.stream_frames, tick)
+                frame = frames.for_viewer(last)
+                last = frames.version
             else:
-                yield await run_in_threadpool(scoped_frame, state, scope)
+                scoped = await run_in_threadpool(scoped_frame, state, scope)
+                frame, last_scoped = (scoped if scoped is not last_scoped else None), scoped
+            if frame is not None:
+                yield frame
         except HpcwatchError as err:
             yield b"event: problem\ndata: " + orjson.dumps({"error": str(err)}) + b"\n\n"
+            last = last_scoped = None  # a full frame after the store answers again
+            await asyncio.sleep(tick)
         except Exception as err:
             log.exception("live snapshot failed")
             yield b"event: problem\ndata: " + orjson.dumps({"error": type(err).__name__}) + b"\n\n"
-        await asyncio.sleep(state.stream_interval_s)
+            last = last_scoped = None
+            await asyncio.sleep(tick)
+        await asyncio.sleep(tick / STREAM_LOOKS_PER_TICK)
 
 
 @router.get("/model", summary="The cluster model")

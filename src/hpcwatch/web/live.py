@@ -16,6 +16,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Iterable
+from dataclasses import dataclass
 from typing import Any
 
 import orjson
@@ -37,9 +38,11 @@ from hpcwatch.reports.livesamples import LiveSamples, StoreSamples
 from hpcwatch.reports.triage import alert_groups
 from hpcwatch.store import Store
 from hpcwatch.web.i18n import LANGUAGES, finding_text
+from hpcwatch.web.livedelta import delta, stream_doc
 
 __all__ = [
     "LiveView",
+    "StreamFrames",
     "Collector",
     "COLLECTORS",
     "GPU_FIELDS",
@@ -55,6 +58,27 @@ DEFAULT_MIN_INTERVAL_S = 0.5
 PROBLEMS_INTERVAL_S = 5.0
 #: The fields of a vector's entry in the snapshot (``GET /api/live``).
 _VECTOR_FIELDS = ("findings", "last_t", "title", "severity", "target", "rule")
+
+
+@dataclass(frozen=True, slots=True)
+class StreamFrames:
+    """One snapshot as the stream sends it, encoded once for every viewer."""
+
+    version: int
+    base: int | None
+    """The version ``delta`` applies to (None: the first snapshot, no delta)."""
+    full: bytes
+    """``event: live`` with the whole stream document and ``v``."""
+    delta: bytes | None
+    """``event: delta`` from ``base`` to ``version``."""
+
+    def for_viewer(self, last: int | None) -> bytes | None:
+        """What a viewer that last got version ``last`` needs: nothing, the delta, or the full frame."""
+        if last == self.version:
+            return None
+        if last is not None and last == self.base and self.delta is not None:
+            return self.delta
+        return self.full
 
 
 class LiveView:
@@ -80,6 +104,10 @@ class LiveView:
         self._ready = threading.Condition(self._lock)
         self._computing = False
         self._frame: bytes | None = None
+        self._stream: StreamFrames | None = None
+        self._requested = False
+        """A stream caller was told to compute the next frames (``fresh_stream_frames``) and has not yet."""
+        self._stream_doc: dict[str, Any] | None = None
         self._cached: dict[str, Any] | None = None
         self._cached_at = 0.0
         self._latest_t: float | None = None
@@ -105,10 +133,37 @@ class LiveView:
                 return self._frame
         return None
 
-    def _current(self) -> tuple[dict[str, Any], bytes]:
+    def stream_frames(self, max_age_s: float | None = None) -> StreamFrames:
+        """The newest snapshot as the stream sends it, recomputed when older than ``max_age_s`` (default
+        ``min_interval_s``): the stream asks with its tick, so versions come once a tick whatever the viewers."""
+        try:
+            self._current(max_age_s)
+        finally:
+            with self._lock:
+                self._requested = False
+        with self._lock:
+            assert self._stream is not None
+            return self._stream
+
+    def fresh_stream_frames(self, max_age_s: float | None = None) -> StreamFrames | None:
+        """``stream_frames()`` without waiting (no store access: safe on the event loop): the frames if fresh, or
+        if another caller is already computing the next ones; None to one caller only, which must then call
+        ``stream_frames()`` (in a thread). 200 viewers each hopping to the thread pool four times a second
+        while a snapshot was computed took the GIL from the thread computing it."""
+        max_age_s = self.min_interval_s if max_age_s is None else max_age_s
+        with self._lock:
+            if self._stream is None:
+                return None  # the very first: every caller waits for it in stream_frames()
+            if time.monotonic() - self._cached_at < max_age_s or self._computing or self._requested:
+                return self._stream
+            self._requested = True
+        return None
+
+    def _current(self, max_age_s: float | None = None) -> tuple[dict[str, Any], bytes]:
+        max_age_s = self.min_interval_s if max_age_s is None else max_age_s
         with self._ready:
             while True:
-                fresh = self._cached is not None and time.monotonic() - self._cached_at < self.min_interval_s
+                fresh = self._cached is not None and time.monotonic() - self._cached_at < max_age_s
                 if fresh or (self._computing and self._cached is not None):
                     return self._cached, self._frame  # type: ignore[return-value]
                 if not self._computing:
@@ -118,6 +173,7 @@ class LiveView:
         try:
             doc = self._compute()
             frame = b"event: live\ndata: " + orjson.dumps(doc, default=str) + b"\n\n"
+            streamed, frames = self._next_stream(doc)
         except BaseException:
             with self._ready:
                 self._computing = False
@@ -125,9 +181,23 @@ class LiveView:
             raise
         with self._ready:
             self._cached, self._frame, self._cached_at = doc, frame, time.monotonic()
+            self._stream_doc, self._stream = streamed, frames
             self._computing = False
             self._ready.notify_all()
             return doc, frame
+
+    def _next_stream(self, doc: dict[str, Any]) -> tuple[dict[str, Any], StreamFrames]:
+        """The next version's stream document and its frames (called by the one computing thread)."""
+        previous, last = self._stream_doc, self._stream
+        version = 1 if last is None else last.version + 1
+        streamed = stream_doc(doc) | {"v": version}
+        full = _event("live", streamed, version)
+        if previous is None or last is None:
+            return streamed, StreamFrames(version=version, base=None, full=full, delta=None)
+        change = delta(previous, streamed) | {"v": version, "base": last.version}
+        return streamed, StreamFrames(
+            version=version, base=last.version, full=full, delta=_event("delta", change, version)
+        )
 
     def _current_problems(
         self, now: float | None, training: dict[str, Any] | None
@@ -172,6 +242,10 @@ class LiveView:
         doc["vectors"] = {v: _titled(entry) for v, entry in doc["vectors"].items()}
         doc["query_ms"] = round((time.perf_counter() - started) * 1000, 2)
         return doc
+
+
+def _event(kind: str, doc: dict[str, Any], version: int) -> bytes:
+    return b"event: %s\nid: %d\ndata: %s\n\n" % (kind.encode(), version, orjson.dumps(doc, default=str))
 
 
 def _due(last: float | None) -> bool:

@@ -28,12 +28,13 @@ const refs = {
 
 // -- live values ---------------------------------------------------------------------------
 
-function applySnapshot(snap) {
+// `changed`: the GPU ids a delta touched (only their tiles and nodes are rewritten), or null: everything.
+function applySnapshot(snap, changed = null) {
   state.snapshot = snap;
   state.ticks += 1;
   body.dataset.ticks = String(state.ticks);
   applyMonitor(snap);                // first: the tiles' spoken names say the problems it marks
-  applyTiles(snap);
+  applyTiles(snap, changed);
   updateEvents(snap);
   for (const [name, node] of refs.ib) {
     const v = snap.nodes?.[name];
@@ -136,15 +137,58 @@ function updateQueue(snap) {
   }
 }
 
+// Keys of a delta whose change can move a tile's marks or state: the whole drawing is rewritten then.
+const DRAWING_KEYS = ["problems", "alerts", "node_states", "job_gpus"];
+
+/** A delta (web/livedelta.py) merged into the snapshot it was computed from: entries' fields, null = gone. */
+function mergeDelta(snap, delta) {
+  const merged = { ...snap, ...delta.set, v: delta.v };
+  for (const key of ["gpus", "nodes"]) {
+    if (!delta[key]) continue;
+    const entries = { ...(snap[key] || {}) };
+    for (const [name, fields] of Object.entries(delta[key])) {
+      if (fields === null) { delete entries[name]; continue; }
+      const entry = { ...(entries[name] || {}) };
+      for (const [field, value] of Object.entries(fields)) {
+        if (value === null) delete entry[field];
+        else entry[field] = value;
+      }
+      entries[name] = entry;
+    }
+    merged[key] = entries;
+  }
+  for (const [key, value] of Object.entries(delta.set || {})) if (value === null) delete merged[key];
+  return merged;
+}
+
+let source = null;
+
+/** A delta applies only on top of the version it was computed from; after a gap, reconnect: the server answers
+ *  a new connection with a full snapshot. */
+function applyDelta(delta) {
+  if (state.version === undefined || delta.base !== state.version) {
+    state.reconnects = (state.reconnects || 0) + 1;
+    source?.close();
+    connect();
+    return;
+  }
+  state.version = delta.v;
+  const whole = DRAWING_KEYS.some((key) => key in (delta.set || {}));
+  applySnapshot(mergeDelta(state.snapshot, delta), whole ? null : new Set(Object.keys(delta.gpus || {})));
+  state.deltas = (state.deltas || 0) + 1;
+}
+
 function connect() {
-  const source = new EventSource(boot.stream);
-  source.addEventListener("live", (event) => {
+  source = new EventSource(boot.stream);
+  // What one tick costs the page (parse + every write), kept for benchmarks/bench_web.py and the tests.
+  const timed = (apply) => (event) => {
     const started = performance.now();
-    applySnapshot(JSON.parse(event.data));
+    apply(JSON.parse(event.data));
     setConnection("live");           // one status: "Live" only if the data it brought is fresh too (monitor.js)
-    // What one tick costs the page (parse + every write), kept for benchmarks/bench_web.py and the tests.
     state.applyMs = [...state.applyMs.slice(-59), performance.now() - started];
-  });
+  };
+  source.addEventListener("live", timed((snap) => { state.version = snap.v; applySnapshot(snap); }));
+  source.addEventListener("delta", timed(applyDelta));
   source.addEventListener("problem", (event) => {
     setConnection("lost", t("error.generic", { error: JSON.parse(event.data).error }));
   });
@@ -362,4 +406,4 @@ bindGuide(player);
 if (state.snapshot) applySnapshot(state.snapshot);
 restoreUrl();
 connect();
-window.hpcwatch = { openCard, closeCard, setView, setReading, applySnapshot, highlightJob, player, state, monitor, fit };
+window.hpcwatch = { openCard, closeCard, setView, setReading, applySnapshot, applyDelta, highlightJob, player, state, monitor, fit };

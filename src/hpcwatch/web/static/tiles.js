@@ -165,12 +165,16 @@ export const MARK_ORDER = ["xid", "lost", "drain", "straggler", "idle", "warn", 
 
 let latest = null;
 
-/** Called with every snapshot, after the monitor marked problems (so names can say them). */
-export function applyTiles(snap) {
+/** Called with every snapshot, after the monitor marked problems (so names can say them). `changed`: the ids of
+ *  the GPUs a delta touched (only they and their nodes are rewritten: at 1,024 nodes most tiles did not move),
+ *  or null: every tile. */
+export function applyTiles(snap, changed = null) {
   latest = snap;
-  for (const tile of refs.tiles) applyGpu(tile, snap.gpus?.[tile.id]);
-  for (const node of refs.nodes) applyNode(node, snap);
-  for (const node of refs.full) applyFullNode(node, snap);
+  const tiles = changed ? refs.tiles.filter((tile) => changed.has(tile.id)) : refs.tiles;
+  for (const tile of tiles) applyGpu(tile, snap.gpus?.[tile.id]);
+  const touched = changed ? new Set(tiles.map((tile) => tile.node)) : null;
+  for (const node of refs.nodes) if (!touched || touched.has(node.name)) applyNode(node, snap);
+  for (const node of refs.full) if (!touched || touched.has(node.name)) applyFullNode(node, snap);
   drawJobLegend(snap);
 }
 
