@@ -18,8 +18,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from hpcwatch.act import idle as idle_policy
 from hpcwatch.act import checkjob, remediate
+from hpcwatch.act import idle as idle_policy
 from hpcwatch.act.audit import Action, Recorded, Undo, action_id, find, recorded
 from hpcwatch.act.config import ActConfig
 from hpcwatch.act.runner import Ran, Runner
