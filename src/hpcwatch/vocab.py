@@ -51,6 +51,8 @@ EventKindName = Literal[
     "agent_check",
     "act_action",
     "act_undo",
+    "active_run",
+    "active_result",
 ]
 
 
@@ -109,6 +111,14 @@ class EventKind:
     id, policy, step, who, why, evidence, argv, rc, undo (argv) or undo_note (why none)."""
     ACT_UNDO: Final = "act_undo"
     """An action undone by ``hpcwatch act undo ID``: of (the action's id), who, argv, rc."""
+    # scheduled active tests of hpcwatch collect (collect/active.py)
+    ACTIVE_RUN: Final = "active_run"
+    """A check job the ``[active]`` collector started on an idle node, or could not: run (its id), node, checks,
+    step (``submit``, ``refused``: the controller found the node busy, ``failed``), reservation, job, dir, argv,
+    rc, output, undo (argv)."""
+    ACTIVE_RESULT: Final = "active_result"
+    """What a check job of ``[active]`` gave: run, node, job, passed, verdict and reason (the health rules' active
+    checks on its outputs), checks, problems (an output missing or unreadable, a job cancelled)."""
 
 
 EVENT_KINDS: Final[frozenset[str]] = frozenset(v for k, v in vars(EventKind).items() if k.isupper())
