@@ -258,3 +258,14 @@ def test_hostile_node_names_and_a_failing_scontrol(tmp_path):
             bench.active.run()
     finally:
         bench.store.close()
+
+
+def test_the_daemon_builds_it_and_names_its_kind(tmp_path):
+    from hpcwatch.collect.daemon import _kind, build_collector
+
+    section = parse_config(_toml(tmp_path)).active
+    store = Store(tmp_path / "store")
+    try:
+        assert isinstance(build_collector(store, section), ActiveChecks) and _kind(section) == "active"
+    finally:
+        store.close()
