@@ -42,6 +42,7 @@ EventKindName = Literal[
     "kernel_hung_task",
     "kernel_oom_kill",
     "kernel_hw_error",
+    "kernel_nic_error",
     "ipmi_sel",
     "flight_recorder_dump",
     "nccl_inspector",
@@ -67,6 +68,9 @@ class EventKind:
     KERNEL_HUNG_TASK: Final = "kernel_hung_task"
     KERNEL_OOM_KILL: Final = "kernel_oom_kill"
     KERNEL_HW_ERROR: Final = "kernel_hw_error"
+    KERNEL_NIC_ERROR: Final = "kernel_nic_error"
+    """An ``mlx5_core`` driver line that says the HCA's firmware or driver failed (a command timeout, a lost
+    health heartbeat, a probe that failed) or is degraded (a TX/RX timeout, low slot power, a hot module)."""
     # the BMC's System Event Log (sources/ipmitool.py)
     IPMI_SEL: Final = "ipmi_sel"
     # training jobs (the twin, the hook, Slurm)
