@@ -269,3 +269,21 @@ def test_the_daemon_builds_it_and_names_its_kind(tmp_path):
         assert isinstance(build_collector(store, section), ActiveChecks) and _kind(section) == "active"
     finally:
         store.close()
+
+
+def test_rccl_tests_output_is_read_by_the_nccl_tests_check(tmp_path):
+    """AMD nodes run rccl-tests' all_reduce_perf as the nccl_tests check: a real 8 x MI300X run reads the same."""
+    from hpcwatch.act.checkjob import CheckSpec, read_results
+
+    real = (
+        Path(__file__).resolve().parents[1]
+        / "data"
+        / "health"
+        / "rccl_tests_all_reduce_perf_8xmi300x_hpc_ai_envs_30.out"
+    )
+    (tmp_path / "all_reduce_perf.out").write_bytes(real.read_bytes())  # where the check job writes it
+    (event,), problems = read_results(tmp_path, "g100n126", [CheckSpec(kind="nccl_tests", program="x")])
+    assert problems == [] and event.kind == EventKind.NCCL_TEST
+    a = event.attrs
+    assert (a["nranks"], a["gpu_model"], a["hosts"]) == (8, "AMD Instinct MI300X", ["g100n126"])
+    assert [(r["size_bytes"], r["oop_busbw_gbs"], r["busbw_mismatch"]) for r in a["rows"]] == [(8388608, 161.14, False)]
