@@ -42,6 +42,7 @@ EventKindName = Literal[
     "kernel_hung_task",
     "kernel_oom_kill",
     "kernel_hw_error",
+    "kernel_nic_error",
     "ipmi_sel",
     "flight_recorder_dump",
     "nccl_inspector",
@@ -63,6 +64,8 @@ EventKindName = Literal[
     "live_refused",
     "access_job",
     "access_finding",
+    "active_run",
+    "active_result",
 ]
 
 
@@ -77,6 +80,9 @@ class EventKind:
     KERNEL_HUNG_TASK: Final = "kernel_hung_task"
     KERNEL_OOM_KILL: Final = "kernel_oom_kill"
     KERNEL_HW_ERROR: Final = "kernel_hw_error"
+    KERNEL_NIC_ERROR: Final = "kernel_nic_error"
+    """An ``mlx5_core`` driver line that says the HCA's firmware or driver failed (a command timeout, a lost
+    health heartbeat, a probe that failed) or is degraded (a TX/RX timeout, low slot power, a hot module)."""
     # the BMC's System Event Log (sources/ipmitool.py)
     IPMI_SEL: Final = "ipmi_sel"
     # training jobs (the twin, the hook, Slurm)
@@ -146,6 +152,14 @@ class EventKind:
     """A job's page, API or steps opened: who, via, job, route."""
     ACCESS_FINDING: Final = "access_finding"
     """Findings read (one vector or all): who, via, vector, route."""
+    # scheduled active tests of hpcwatch collect (collect/active.py)
+    ACTIVE_RUN: Final = "active_run"
+    """A check job the ``[active]`` collector started on an idle node, or could not: run (its id), node, checks,
+    step (``submit``, ``refused``: the controller found the node busy, ``failed``), reservation, job, dir, argv,
+    rc, output, undo (argv)."""
+    ACTIVE_RESULT: Final = "active_result"
+    """What a check job of ``[active]`` gave: run, node, job, passed, verdict and reason (the health rules' active
+    checks on its outputs), checks, problems (an output missing or unreadable, a job cancelled)."""
 
 
 EVENT_KINDS: Final[frozenset[str]] = frozenset(v for k, v in vars(EventKind).items() if k.isupper())

@@ -90,3 +90,50 @@ def test_boot_chatter_is_skipped_and_a_huge_pid_is_one_line(tmp_path):
     assert str(err.value).startswith(f"{path}:2: pid is not a whole number within 64 bits")
     bad: list[ParseError] = []
     assert list(read_kernel_log(path, on_bad_line=bad.append)) == [] and len(bad) == 1
+
+
+MLX5_TIMEOUT = K / "dmesg_pdsh_mlx5_cmd_timeout_ucx_7738.txt"
+MLX5_PROBE = K / "dmesg_mlx5_probe_failed_rp_ext_129.txt"
+
+
+def test_real_mlx5_command_timeouts_drain_the_node():
+    events = [e for e in read_kernel_log(MLX5_TIMEOUT, node="b1360") if e.kind == EventKind.KERNEL_NIC_ERROR]
+    # the three "timeout. Will cause a leak of a command resource" lines; "No done completion" alone is not judged
+    assert [(e.attrs["device"], e.attrs["pattern"], e.attrs["severity"], e.attrs["line"]) for e in events] == [
+        ("0000:61:00.0", "cmd_timeout", "fatal", 3),
+        ("0000:61:00.0", "cmd_timeout", "fatal", 5),
+        ("0000:61:00.0", "cmd_timeout", "fatal", 8),
+    ]
+    node = _node(events, "b1360")
+    assert _fired(node) == {"nic_driver": "drain"}
+    assert "3 mlx5_core driver error(s) (0000:61:00.0 cmd_timeout)" in node.reason()
+
+
+def test_real_mlx5_probe_failure_drains_and_boot_chatter_is_skipped():
+    events = list(read_kernel_log(MLX5_PROBE, node="nas1"))
+    assert [(e.attrs["pattern"], e.attrs["line"]) for e in events] == [("load_failed", 3), ("load_failed", 4)]
+    assert _fired(_node(events, "nas1")) == {"nic_driver": "drain"}
+
+
+@pytest.mark.parametrize(
+    "line, pattern, verdict",
+    [
+        ("mlx5_core 0000:b5:00.0: mlx5e_tx_timeout_work:133:(pid 0): TX timeout detected", "tx_timeout", "warn"),
+        (
+            "mlx5_core 0000:17:00.0: poll_health:801: device's health compromised - reached miss count",
+            "health_compromised",
+            "drain",
+        ),
+        ("mlx5_core 0000:17:00.0: Detected insufficient power on the PCIe slot (27W).", "insufficient_power", "warn"),
+    ],
+)
+def test_mlx5_patterns_in_a_journal_line(line, pattern, verdict):
+    text = f"2024-03-05T08:31:52+0000 gpu07 kernel: {line}\n"
+    (event,) = parse_kernel_log(text)
+    assert event.attrs["pattern"] == pattern and event.attrs["node"] == "gpu07"
+    assert _fired(_node([event])) == {"nic_driver": verdict}
+
+
+def test_hostile_mlx5_lines_are_bounded_and_not_judged_without_a_pattern():
+    text = "mlx5_core \x1b[31m0000:zz:00.0: " + "A" * 100_000 + "\nmlx5_core: link up\nnot mlx5_core timeout\n"
+    assert list(parse_kernel_log(text, node="n")) == []

@@ -18,8 +18,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from hpcwatch.act import checkjob, remediate
 from hpcwatch.act import idle as idle_policy
-from hpcwatch.act import remediate
 from hpcwatch.act.audit import Action, Recorded, Undo, action_id, find, recorded
 from hpcwatch.act.config import ActConfig
 from hpcwatch.act.runner import Ran, Runner
@@ -30,12 +30,8 @@ from hpcwatch.notify.loop import Notifier
 from hpcwatch.notify.render import fmt_duration
 from hpcwatch.store import Store
 
-__all__ = ["Actor", "Said", "ActSummary", "DRAIN_REASON_MAX", "ENDED_STATES"]
+__all__ = ["Actor", "Said", "ActSummary", "DRAIN_REASON_MAX"]
 
-#: squeue's states of a job that has ended (squeue(1), "JOB STATE CODES").
-ENDED_STATES = frozenset(
-    ("BOOT_FAIL", "CANCELLED", "COMPLETED", "DEADLINE", "FAILED", "NODE_FAIL", "OUT_OF_MEMORY", "PREEMPTED", "TIMEOUT")
-)
 #: Ours: what a drain reason keeps of the verdict's (``sinfo -R`` shows it on one line).
 DRAIN_REASON_MAX = 200
 
@@ -294,14 +290,9 @@ class Actor:
         )
         ran = self._ran(
             "scontrol",
-            "create",
-            "reservation",
-            f"reservationname={name}",
-            f"nodes={ep.node}",
-            "starttime=now",
-            f"duration={max(1, round(p.reservation_minutes))}",
-            f"users={p.reservation_user}",
-            "flags=maint,ignore_jobs",
+            *checkjob.reservation_args(
+                name, ep.node, minutes=p.reservation_minutes, user=p.reservation_user, flags="maint,ignore_jobs"
+            ),
         )
         reserve = self._record(
             self._action(
@@ -346,16 +337,9 @@ class Actor:
             (out_dir / "check.sh").write_text(remediate.check_script(p, out_dir, reservation=name))
         except OSError as err:
             raise ConfigError(f"{p.work_dir}: cannot write the check job's folder: {err.strerror or err}") from err
-        args = [
-            "--parsable",
-            f"--reservation={name}",
-            f"--nodelist={ep.node}",
-            "--nodes=1",
-            "--job-name=hpcwatch-check",
-        ]
-        args += [f"--output={out_dir}/slurm-%j.out", *([f"--partition={p.partition}"] if p.partition else [])]
-        ran = self._ran("sbatch", *args, str(out_dir / "check.sh"))
-        job = ran.stdout.strip().split(";")[0] if ran.ok else ""
+        args = checkjob.sbatch_args(out_dir / "check.sh", reservation=name, node=ep.node, partition=p.partition)
+        ran = self._ran("sbatch", *args)
+        job = checkjob.job_id(ran)
         check = self._record(
             self._action(
                 run,
@@ -378,13 +362,6 @@ class Actor:
         shown = one_line(reason)[:DRAIN_REASON_MAX]
         return self.runner.argv("scontrol", ("update", f"nodename={node}", "state=drain", f"reason={shown}"))
 
-    def _queued(self, job: str) -> bool:
-        """squeue names the job in a state that is not an end (it shows an ended job until MinJobAge passes;
-        then it says "Invalid job id": rc 1)."""
-        ran = self._ran("squeue", "-h", "-j", job, "-o", "%T")
-        state = ran.stdout.strip().split("\n", 1)[0].strip()
-        return ran.ok and bool(state) and state not in ENDED_STATES
-
     def _poll(self, run: _Run, ep: remediate.DrainEpisode, target: str, check: Action) -> None:
         p = self.config.remediate
         job, out_dir = str(check.details.get("job", "")), Path(str(check.details.get("dir", "")))
@@ -393,7 +370,7 @@ class Actor:
             run.said.append(Said(policy=remediate.POLICY, target=target, step="wait", text=text, dry_run=True))
             return
         problems: list[str] = []
-        if not (out_dir / "done").exists() and self._queued(job):
+        if not (out_dir / "done").exists() and checkjob.queued(self.runner, job):
             if run.now - check.t < p.check_timeout_minutes * 60.0:
                 text = f"check job {job} still queued or running ({check.id})"
                 run.said.append(Said(policy=remediate.POLICY, target=target, step="wait", text=text))
@@ -402,7 +379,7 @@ class Actor:
             problems.append(
                 f"check job {job} still running after {p.check_timeout_minutes:g} min: cancelled (rc {ran.rc})"
             )
-        events, unread = remediate.read_results(out_dir, ep.node, level=p.diag_level)
+        events, unread = remediate.read_results(out_dir, ep.node, p)
         if events:
             self.store.add(events)  # the results join the store: the health rules see them from now on
         outcome = remediate.judge_results(events, problems + unread, ep.node, link=p.link)

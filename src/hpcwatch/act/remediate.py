@@ -24,16 +24,13 @@ is cancelled and counts as a failure. The check programs are the node's own; the
 from __future__ import annotations
 
 import re
-import shlex
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
+from hpcwatch.act import checkjob
+from hpcwatch.act.checkjob import CheckSpec, Outcome, judge_results
 from hpcwatch.act.config import RemediatePolicy
-from hpcwatch.analysis.health import active_checks, judge
-from hpcwatch.errors import HpcwatchError, one_line
 from hpcwatch.records import Event
-from hpcwatch.sources.healthtools import read_dcgmi_diag, read_ib_write_bw, read_nccl_tests
 from hpcwatch.store import Store, queries
 from hpcwatch.vocab import EventKind
 
@@ -44,15 +41,13 @@ __all__ = [
     "drain_episodes",
     "out_of_scope",
     "reservation_name",
+    "check_specs",
     "check_script",
     "read_results",
     "judge_results",
-    "RESULT_FILES",
 ]
 
 POLICY = "remediate"
-#: What the check job writes in its folder: file -> (reader, what it is).
-RESULT_FILES = ("dcgmi_diag.json", "all_reduce_perf.out", "ib_write_bw.out")
 #: A node name as it may go into ``nodes=`` / ``nodename=``: one host name (a comma or a bracket would name
 #: other nodes, a space another argument).
 NODE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
@@ -102,70 +97,25 @@ def reservation_name(node: str, action_id: str) -> str:
     return f"hpcwatch-{node}-{action_id.removeprefix('act-')[:6]}"
 
 
+def check_specs(policy: RemediatePolicy) -> tuple[CheckSpec, ...]:
+    """The three checks of a drained node, as the policy configures them."""
+    return (
+        CheckSpec(kind="dcgmi_diag", program=policy.dcgmi, level=policy.diag_level),
+        CheckSpec(
+            kind="nccl_tests",
+            program=policy.all_reduce_perf,
+            args=("-b", "8", "-e", "1G", "-f", "2", "-g", str(policy.gpus)),
+        ),
+        CheckSpec(kind="ib_write_bw", program=policy.ib_write_bw, device=policy.ib_device),
+    )
+
+
 def check_script(policy: RemediatePolicy, out_dir: Path, *, reservation: str) -> str:
     """The batch script: the three checks on the node, each output in ``out_dir``, then a ``done`` file."""
-    q = shlex.quote
-    ib = f"{q(policy.ib_write_bw)} -d {q(policy.ib_device)} --report_gbits"
-    return "\n".join(
-        [
-            "#!/bin/sh",
-            f"# hpcwatch act: the checks of a drained node, run through reservation {reservation}",
-            f"cd {q(str(out_dir))} || exit 1",
-            "hostname > node",
-            f"{q(policy.dcgmi)} diag -r {policy.diag_level} -j > dcgmi_diag.json 2> dcgmi_diag.err",
-            "echo $? > dcgmi_diag.rc",
-            f"{q(policy.all_reduce_perf)} -b 8 -e 1G -f 2 -g {policy.gpus} > all_reduce_perf.out 2> all_reduce_perf.err",
-            "echo $? > all_reduce_perf.rc",
-            "# ib_write_bw loops back through the HCA: a server, then a client to it",
-            f"{ib} > ib_write_bw.server.out 2>&1 &",
-            "server=$!",
-            "sleep 1",
-            f"{ib} localhost > ib_write_bw.out 2> ib_write_bw.err",
-            "echo $? > ib_write_bw.rc",
-            'wait "$server"',
-            "touch done",
-            "",
-        ]
-    )
+    why = f"act: the checks of a drained node, run through reservation {reservation}"
+    return checkjob.script(check_specs(policy), out_dir, why=why)
 
 
-def read_results(out_dir: Path, node: str, *, level: int) -> tuple[list[Event], list[str]]:
+def read_results(out_dir: Path, node: str, policy: RemediatePolicy) -> tuple[list[Event], list[str]]:
     """The check job's outputs as events (``node`` set), and what is missing or unreadable (one line each)."""
-    readers: dict[str, Any] = {
-        "dcgmi_diag.json": lambda p: read_dcgmi_diag(p, node=node, level=level),
-        "all_reduce_perf.out": lambda p: read_nccl_tests(p, node=node),
-        "ib_write_bw.out": lambda p: read_ib_write_bw(p, node=node),
-    }
-    events: list[Event] = []
-    problems: list[str] = []
-    for name in RESULT_FILES:
-        path = out_dir / name
-        if not path.is_file() or path.stat().st_size == 0:
-            problems.append(f"{name}: no output")
-            continue
-        try:
-            events += list(readers[name](path))
-        except HpcwatchError as err:
-            problems.append(one_line(str(err)))
-    return events, problems
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Outcome:
-    passed: bool
-    verdict: str
-    reason: str
-    checks: tuple[dict[str, Any], ...]
-
-
-def judge_results(events: list[Event], problems: list[str], node: str, *, link: str) -> Outcome:
-    """The health rules' active checks on the results: a drain verdict, or a check that gave nothing, fails."""
-    report = judge(active_checks(events, link=link), events=events, nodes=[node])
-    health = report.node(node)
-    verdict = health.verdict if health is not None else "ok"
-    checks = tuple(c.to_dict() for c in health.checks) if health is not None else ()
-    reasons = ([health.reason()] if health is not None and verdict != "ok" else []) + problems
-    passed = verdict != "drain" and not problems
-    return Outcome(
-        passed=passed, verdict=verdict if not problems else "drain", reason="; ".join(reasons), checks=checks
-    )
+    return checkjob.read_results(out_dir, node, check_specs(policy))

@@ -149,11 +149,17 @@ CLOCK_METRICS = (vocab.CHRONY_TRACKING_SYSTEM_TIME_SECONDS, vocab.CHRONY_TRACKIN
 LEAP_UNSYNCHRONISED = 3
 
 #: The kernel log's events the passive rules judge (sources/kernel_log.py; ``xid`` events are judged by ``xid``).
-KERNEL_EVENT_KINDS = (EventKind.KERNEL_HUNG_TASK, EventKind.KERNEL_OOM_KILL, EventKind.KERNEL_HW_ERROR)
+KERNEL_EVENT_KINDS = (
+    EventKind.KERNEL_HUNG_TASK,
+    EventKind.KERNEL_OOM_KILL,
+    EventKind.KERNEL_HW_ERROR,
+    EventKind.KERNEL_NIC_ERROR,
+)
 _KERNEL_RULES: dict[str, HealthRuleId] = {
     EventKind.KERNEL_HUNG_TASK: "hung_task",
     EventKind.KERNEL_OOM_KILL: "oom_kill",
     EventKind.KERNEL_HW_ERROR: "hw_error",
+    EventKind.KERNEL_NIC_ERROR: "nic_driver",
 }
 #: Events of the host's logs, judged within the window (the kernel log, the BMC's event log).
 HOST_EVENT_KINDS = (*KERNEL_EVENT_KINDS, EventKind.IPMI_SEL)
@@ -178,6 +184,9 @@ _HW_VERDICTS: dict[str, Verdict] = {
     "fatal": "drain",
     "uncorrected": "drain",
 }
+
+#: An mlx5_core line's severity -> our verdict (NVSentinel: fatal patterns replace the node, the others warn).
+_NIC_VERDICTS: dict[str, Verdict] = {"fatal": "drain", "degraded": "warn"}
 
 #: systemctl's unit samples (sources/systemd_units.py; labels node, unit, load, active, sub).
 SERVICE_METRICS = (vocab.SYSTEMD_UNIT_FAILED, vocab.SYSTEMD_UNITS_FAILED)
@@ -907,7 +916,9 @@ def _check_kernel(events: Sequence[Event]) -> list[Check]:
         node = e.attrs.get("node")
         if rule is None or not node:
             continue
-        verdict = _HW_VERDICTS.get(str(e.attrs.get("severity")), "warn") if rule == "hw_error" else "warn"
+        severity = str(e.attrs.get("severity"))
+        verdicts = _HW_VERDICTS if rule == "hw_error" else _NIC_VERDICTS if rule == "nic_driver" else {}
+        verdict = verdicts.get(severity, "warn")
         grouped[(str(node), rule, verdict)].append(e)
     checks = []
     for (node, rule, verdict), found in sorted(grouped.items()):
@@ -918,6 +929,9 @@ def _check_kernel(events: Sequence[Event]) -> list[Check]:
         elif rule == "oom_kill":
             procs = sorted({f"{e.attrs.get('process')}:{e.attrs.get('pid')}" for e in found})
             title = f"OOM killer killed {len(procs)} process(es) ({', '.join(procs[:3])})"
+        elif rule == "nic_driver":
+            patterns = sorted({f"{e.attrs.get('device') or 'mlx5'} {e.attrs.get('pattern')}" for e in found})
+            title = f"{len(found)} mlx5_core driver error(s) ({', '.join(patterns[:3])})"
         else:
             severities = sorted({str(e.attrs.get("severity")) for e in found})
             title = f"{len(found)} {'/'.join(severities)} hardware error(s) in the kernel log"

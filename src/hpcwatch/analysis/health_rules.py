@@ -80,6 +80,7 @@ HealthRuleId = Literal[
     "hung_task",
     "oom_kill",
     "hw_error",
+    "nic_driver",
     # the host: its services (systemctl)
     "failed_units",
     # the host: its BMC (ipmitool)
@@ -98,6 +99,7 @@ _CLOCK_EVENTS = "https://docs.nvidia.com/deploy/nvml-api/group__nvmlClocksEventR
 _IBA_COUNTERS = "InfiniBand Architecture Specification vol. 1, PortCounters attribute (perfquery's names)"
 _NHC_IB = "https://github.com/mej/nhc (README, check_hw_ib: a port not Active at its rate offlines the node)"
 _DCGM_DIAG = "https://docs.nvidia.com/datacenter/dcgm/latest/user-guide/dcgm-diagnostics.html"
+_NVSENTINEL_NIC = "https://github.com/NVIDIA/NVSentinel/blob/main/docs/nic-health-monitor.md (Syslog Detection)"
 _NCCL_TESTS = "https://github.com/NVIDIA/nccl-tests/blob/master/doc/PERFORMANCE.md"
 _PERFTEST = "https://github.com/linux-rdma/perftest (ib_write_bw BW average, Gb/s)"
 _NCCL_ENV = "https://docs.nvidia.com/deeplearning/nccl/user-guide/docs/env.html"
@@ -561,6 +563,21 @@ HEALTH_RULES: tuple[HealthRule, ...] = (
         actions=("warn", "drain"),
         threshold="corrected or recoverable warns; fatal or uncorrected drains",
         citation=f"{_KERNEL_RAS}; {_NPD_KERNEL}",
+    ),
+    _r(
+        id="nic_driver",
+        family="kernel",
+        sources=("kernel-log",),
+        signal="kernel_nic_error events: mlx5_core lines of a ConnectX HCA ('... timeout. Will cause a leak of a "
+        "command resource', 'device's health compromised - reached miss count', 'mlx5_load_one failed', "
+        "'TX timeout detected', 'Detected insufficient power on the PCIe slot', ...)",
+        severity="high",
+        actions=("warn", "drain"),
+        threshold="a fatal pattern (firmware command timeout, lost health heartbeat, unrecoverable hardware "
+        "error, a failed probe) drains; a degraded one (TX/RX timeout, slot power, module temperature, cable, "
+        "ACCESS_REG) warns",
+        citation=f"{_NVSENTINEL_NIC} (fatal and non-fatal mlx5_core patterns); a failed probe is ours: the node's "
+        "jobs lose that HCA",
     ),
     _r(
         id="failed_units",

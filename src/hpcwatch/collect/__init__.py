@@ -7,6 +7,7 @@
 - ``schedule.py`` detectors and health rules on a timer        ``daemon.py``      the threads and the status file
 - ``agent.py``    a node's host checks (``collect --agent``)   ``receive.py``     the agents' HTTP push, centrally
 - ``shipment.py`` one check's result: wire and spool layouts
+- ``active.py``   ``[active]``: dcgmi diag, nccl-tests, ib_write_bw on idle nodes at a cadence, as reserved Slurm jobs
 
 ``Daemon`` loads on first use: the node agent imports this package but never the store (pyarrow,
 DuckDB, numpy: most of a process's resident memory, benchmarks/RESULTS.md).

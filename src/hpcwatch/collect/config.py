@@ -16,6 +16,8 @@ mode = "rest"                         # "rest" (slurmrestd) or "cli" (squeue/sac
 ``[notify]`` (one table, see ``hpcwatch.notify.config``) runs ``hpcwatch notify`` in the daemon, every
 ``interval_s``, as one more collector named ``notify``; ``[act]`` (``hpcwatch.act.config``) runs the policies
 that act (``hpcwatch act``) the same way, as a collector named ``act``, its warnings through ``[notify]``.
+``[active]`` (with its ``[[active.check]]`` tables; off by default) runs the active tests on idle nodes at a
+cadence, as a collector named ``active`` (``collect/active.py``).
 
 Collector tables are arrays (``[[slurm]]``, ``[[prometheus]]``, ``[[scrape]]``, ``[[follow]]``,
 ``[[spool]]``, ``[[schedule]]``), each entry one collector with its own ``interval_s``; ``name``
@@ -50,6 +52,8 @@ __all__ = [
     "ReceiveSection",
     "AgentSection",
     "AgentCheck",
+    "ActiveSection",
+    "ActiveCheck",
     "load_config",
     "parse_config",
     "DEFAULT_CONFIG_PATH",
@@ -338,6 +342,91 @@ class AgentSection:
             raise ValueError("push_url needs token_file (the centre refuses unauthenticated pushes)")
 
 
+#: A program or user name as it may go into a batch script or an argv (no spaces, quotes or shell signs).
+_PLAIN = re.compile(r"[A-Za-z0-9_./@:+-]*")
+#: What each active check runs when ``program`` is empty.
+ACTIVE_PROGRAMS = {"dcgmi_diag": "dcgmi", "nccl_tests": "all_reduce_perf", "ib_write_bw": "ib_write_bw"}
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ActiveCheck:
+    """One active test of ``[active]`` (``[[active.check]]``), run on each node in scope at its cadence."""
+
+    kind: Literal["dcgmi_diag", "nccl_tests", "ib_write_bw"] = "dcgmi_diag"
+    """``dcgmi_diag`` (``dcgmi diag -r LEVEL -j``), ``nccl_tests`` (``all_reduce_perf ARGS``; rccl-tests' own
+    ``all_reduce_perf`` on AMD nodes prints the same table), ``ib_write_bw`` (loopback through ``device``)."""
+    every_minutes: float = 1440.0
+    """Cadence: a node is due when its last run of this check started this long ago (or never ran)."""
+    program: str = ""
+    """The program on the node (empty: ``dcgmi``, ``all_reduce_perf``, ``ib_write_bw`` on its PATH)."""
+    level: int = 1
+    """dcgmi_diag: ``-r LEVEL`` (1: seconds, 2: about 2 min, 3: about 30 min, 4: hours; DCGM's user guide)."""
+    args: tuple[str, ...] = ("-b", "8", "-e", "1G", "-f", "2", "-g", "8")
+    """nccl_tests: all_reduce_perf's arguments (one node's GPUs: ``-g`` GPUs per process)."""
+    device: str = "mlx5_0"
+    """ib_write_bw: the HCA (``-d``)."""
+
+    def __post_init__(self) -> None:
+        _positive(self, "every_minutes")
+        if self.level not in (1, 2, 3, 4):
+            raise ValueError(f"level must be 1, 2, 3 or 4 (dcgmi diag -r), got {self.level}")
+        for name in ("program", "device"):
+            if not _PLAIN.fullmatch(getattr(self, name)):
+                raise ValueError(f"{name} must be a plain name or path (no spaces, quotes or shell signs)")
+
+    @property
+    def command(self) -> str:
+        return self.program or ACTIVE_PROGRAMS[self.kind]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ActiveSection:
+    """``[active]``: the active tests as Slurm jobs on idle nodes only, each check at its cadence."""
+
+    name: str = "active"
+    enabled: bool = False
+    """Off by default: it reserves nodes and submits jobs."""
+    interval_s: float = 60.0
+    """How often it looks for finished check jobs and for idle nodes that are due."""
+    partitions: tuple[str, ...] = ()
+    """Only nodes of these partitions (empty: any partition)."""
+    nodes: tuple[str, ...] = ()
+    """Only these nodes (empty: every node of ``partitions``)."""
+    exempt_nodes: tuple[str, ...] = ()
+    max_nodes: int = 1
+    """At most this many nodes under test at once (across all checks)."""
+    time_limit_minutes: float = 15.0
+    """The check job's ``sbatch --time``; its reservation lasts this plus 5 minutes."""
+    work_dir: str = "/var/lib/hpcwatch/active"
+    """The check jobs' scripts and outputs: a folder the nodes can write and the collector read."""
+    reservation_user: str = "root"
+    """The reservation's user: the collector's own user, who submits the check jobs."""
+    partition: str = ""
+    """sbatch --partition (empty: the default; the reservation names the node anyway)."""
+    link: str = "ndr"
+    """The catalog's link the IB results are judged against."""
+    command_timeout_s: float = 30.0
+    """Each scontrol / sbatch / scancel / squeue."""
+    scontrol: str = "scontrol"
+    sbatch: str = "sbatch"
+    scancel: str = "scancel"
+    squeue: str = "squeue"
+    checks: tuple[ActiveCheck, ...] = ()
+
+    def __post_init__(self) -> None:
+        _positive(self, "interval_s", "max_nodes", "time_limit_minutes", "command_timeout_s")
+        for name in ("reservation_user", "partition", "work_dir"):
+            if not _PLAIN.fullmatch(getattr(self, name)):
+                raise ValueError(f"{name} must be a plain name or path (no spaces, quotes or shell signs)")
+        for name in ("partitions", "nodes", "exempt_nodes"):
+            if not all(re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}", v) for v in getattr(self, name)):
+                raise ValueError(f"{name} must be plain names (no commas, brackets or spaces)")
+
+    @property
+    def commands(self) -> dict[str, str]:
+        return {c: getattr(self, c) for c in ("scontrol", "sbatch", "scancel", "squeue")}
+
+
 #: Collector kinds: the TOML array name and its section type.
 SECTIONS: dict[str, type] = {
     "slurm": SlurmSection,
@@ -365,6 +454,8 @@ class CollectConfig:
     """The ``[agent]`` table (``hpcwatch collect --agent``), None when the file has none."""
     act: ActConfig | None = None
     """The ``[act]`` table (also the last of ``collectors``), None when the file has none."""
+    active: ActiveSection | None = None
+    """The ``[active]`` table (also one of ``collectors`` when enabled), None when the file has none."""
 
 
 def load_config(path: str | Path) -> CollectConfig:
@@ -386,10 +477,10 @@ def parse_config(text: str, *, path: str = "<config>") -> CollectConfig:
         raise ConfigError(f"{path}: {err}") from err  # tomllib says "(at line N, column M)"
     lines = KeyLines(text)
     for key in doc:
-        if key not in ("store", "collect", "notify", "act", "agent", *SECTIONS):
+        if key not in ("store", "collect", "notify", "act", "agent", "active", *SECTIONS):
             raise ConfigError(
                 f"{path}:{lines.find(None, 0, key)}: unknown table [{key}] "
-                f"(known: store, collect, notify, act, agent, {', '.join(SECTIONS)})"
+                f"(known: store, collect, notify, act, agent, active, {', '.join(SECTIONS)})"
             )
     store = _section(StoreSection, doc.get("store", {}), "store", None, path, lines)
     daemon = _section(DaemonSection, doc.get("collect", {}), "collect", None, path, lines)
@@ -409,6 +500,9 @@ def parse_config(text: str, *, path: str = "<config>") -> CollectConfig:
     act = parse_act(doc["act"], path=path, text=text, has_notify=notify is not None) if "act" in doc else None
     if act is not None:
         collectors.append(act)
+    active = _active(doc["active"], path, lines) if "active" in doc else None
+    if active is not None and active.enabled:
+        collectors.append(active)
     names = [c.name for c in collectors]
     for name in names:
         if names.count(name) > 1:
@@ -422,7 +516,14 @@ def parse_config(text: str, *, path: str = "<config>") -> CollectConfig:
                 "of this file: add one with that path, or the shipments are never stored"
             )
     return CollectConfig(
-        path=path, store=store, collect=daemon, collectors=tuple(collectors), notify=notify, agent=agent, act=act
+        path=path,
+        store=store,
+        collect=daemon,
+        collectors=tuple(collectors),
+        notify=notify,
+        agent=agent,
+        act=act,
+        active=active,
     )
 
 
@@ -455,6 +556,26 @@ def _agent(raw: Any, path: str, lines: KeyLines) -> AgentSection:
             )
         checks.append(check)
     section: AgentSection = _section(AgentSection, raw, "agent", None, path, lines)
+    return replace(section, checks=tuple(checks))
+
+
+def _active(raw: Any, path: str, lines: KeyLines) -> ActiveSection:
+    """``[active]`` and its ``[[active.check]]`` array; an enabled one needs a check, each kind once."""
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{path}:{lines.find('active', None, None)}: [active] must be a table")
+    raw = dict(raw)
+    entries = raw.pop("check", [])
+    if not isinstance(entries, list):
+        raise ConfigError(f"{path}:{lines.find('active', None, 'check')}: write the checks as [[active.check]]")
+    checks = [_section(ActiveCheck, entry, "active.check", i, path, lines) for i, entry in enumerate(entries)]
+    for i, check in enumerate(checks):
+        if check.kind in {c.kind for c in checks[:i]}:
+            raise ConfigError(f"{path}:{lines.find('active.check', i, 'kind')}: two checks of kind {check.kind!r}")
+    section: ActiveSection = _section(ActiveSection, raw, "active", None, path, lines)
+    if section.enabled and not checks:
+        raise ConfigError(
+            f"{path}:{lines.find('active', None, 'enabled')}: [active] is enabled but has no [[active.check]]"
+        )
     return replace(section, checks=tuple(checks))
 
 

@@ -27,6 +27,7 @@ import orjson
 from hpcwatch.act.config import ActConfig
 from hpcwatch.collect.base import Collector
 from hpcwatch.collect.config import (
+    ActiveSection,
     CollectConfig,
     FollowSection,
     LiveSection,
@@ -58,6 +59,7 @@ KINDS = {
     ReceiveSection: "receive",
     NotifyConfig: "notify",
     ActConfig: "act",
+    ActiveSection: "active",
 }
 
 
@@ -104,6 +106,10 @@ def build_collector(store: Store, section: Any, *, node: str = "", notify: Notif
         from hpcwatch.collect.act import ActCollector
 
         return ActCollector(store, section, notify=notify)
+    if isinstance(section, ActiveSection):
+        from hpcwatch.collect.active import ActiveChecks
+
+        return ActiveChecks(store, section)
     raise TypeError(f"no collector for {type(section).__name__}")
 
 

@@ -11,6 +11,13 @@ The lines the health rules judge become events; every other line (boot chatter, 
 - ``[Hardware Error]: event severity: corrected|recoverable|fatal`` (APEI GHES, UEFI CPER) and EDAC's
   ``EDAC MC<n>: <k> CE|UE ...`` / ``CE memory read error`` -> ``kernel_hw_error`` (attrs ``severity``:
   ``corrected``, ``recoverable``, ``fatal``/``uncorrected``; ``source``: ``ghes`` or ``edac``).
+- ``mlx5_core <pci>: ...`` lines of ConnectX HCAs that NVIDIA's NVSentinel NIC monitor names (docs/
+  nic-health-monitor.md, "Syslog Detection") -> ``kernel_nic_error`` (attrs ``device``: the PCI address,
+  ``pattern``, ``severity``: ``fatal`` — a command that timed out "Will cause a leak of a command resource",
+  "device's health compromised - reached miss count", "unrecoverable hardware error", and (ours) a probe or
+  ``mlx5_load_one`` that failed: the HCA is not there for jobs — or ``degraded`` — TX/RX timeouts, "Detected
+  insufficient power on the PCIe slot", a port module at high temperature, a cable unplugged, ACCESS_REG
+  failed). Other mlx5_core lines (firmware version, link up) are boot chatter.
 
 Which lines and what they mean: kubernetes/node-problem-detector's ``config/kernel-monitor.json`` (the same
 OOM, hung-task and CPER patterns) and the kernel's format strings (files named above).
@@ -62,8 +69,22 @@ _OOM_KILLED_RE = re.compile(
 _GHES_RE = re.compile(r"\[Hardware Error\]: event severity: (?P<severity>corrected|recoverable|fatal)\s*\Z")
 _EDAC_RE = re.compile(r"EDAC (?P<mc>MC\d+|\S+): (?:(?P<count>\d+) )?(?P<kind>CE|UE)\b")
 _CE_READ_RE = re.compile(r"CE memory read error")
+_MLX5_RE = re.compile(r"\bmlx5_core(?: (?P<pci>[0-9a-fA-F]{4}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]))?:? ")
+#: (pattern name, what it matches in an mlx5_core line, severity): NVSentinel's fatal and non-fatal patterns.
+_MLX5_PATTERNS: tuple[tuple[str, re.Pattern[str], str], ...] = (
+    ("cmd_timeout", re.compile(r"timeout\. Will cause a leak of a command resource"), "fatal"),
+    ("health_compromised", re.compile(r"device's health compromised - reached miss count"), "fatal"),
+    ("unrecoverable", re.compile(r"unrecoverable hardware error", re.I), "fatal"),
+    ("load_failed", re.compile(r"mlx5_load_one failed with error|probe of \S+ failed with error"), "fatal"),
+    ("tx_timeout", re.compile(r"TX timeout detected|NETDEV WATCHDOG"), "degraded"),
+    ("rx_timeout", re.compile(r"RX timeout on channel"), "degraded"),
+    ("insufficient_power", re.compile(r"Detected insufficient power on the PCIe slot"), "degraded"),
+    ("module_high_temperature", re.compile(r"Port module event.*High Temperature", re.I), "degraded"),
+    ("cable_unplugged", re.compile(r"Cable unplugged"), "degraded"),
+    ("access_reg_failed", re.compile(r"ACCESS_REG failed"), "degraded"),
+)
 _SNIFF_RE = re.compile(
-    r"NVRM: Xid \(|blocked for more than \d+ seconds|Killed process \d+ \(|out of memory: Kill|"
+    r"NVRM: Xid \(|blocked for more than \d+ seconds|Killed process \d+ \(|out of memory: Kill|mlx5_core[ :]|"
     r"\[Hardware Error\]: event severity|EDAC MC\d+: |\] Linux version \d|kernel: Linux version \d"
 )
 
@@ -153,6 +174,16 @@ def _event(message: str, *, path: str | os.PathLike[str], number: int) -> tuple[
         }
     if _CE_READ_RE.search(message):
         return EventKind.KERNEL_HW_ERROR, {"severity": "corrected", "source": "edac", "message": message}
+    if m := _MLX5_RE.search(message):
+        for name, pattern, severity in _MLX5_PATTERNS:
+            if pattern.search(message, m.start()):
+                device = m.group("pci")
+                return EventKind.KERNEL_NIC_ERROR, {
+                    "device": device,
+                    "pattern": name,
+                    "severity": severity,
+                    "message": message[m.start() :],
+                }
     return None
 
 

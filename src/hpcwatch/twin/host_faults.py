@@ -10,6 +10,8 @@ scenario                 what it writes (node2 unless said)                     
 ``clock_drift``          ``chronyc tracking``: 2.5 s fast of NTP time            ``clock_offset``
 ``service_failed``       ``systemctl --failed --output=json``: fabric manager    ``failed_units``
 ``kernel_hung_task``     ``dmesg -T``: a task blocked for more than 120 s        ``hung_task``
+``hca_firmware_hung``    ``dmesg -T``: node1's mlx5_0 firmware stops answering   ``nic_driver``
+                         commands (mlx5_core command timeouts)
 ``bmc_psu_failure``      ``ipmitool sel elist``: PSU2 Failure detected           ``ipmi_sel``
 =======================  ======================================================  =========================
 
@@ -152,6 +154,23 @@ class KernelHungTask(Scenario):
             f"[{t}]       Not tainted 6.8.0-45-generic #45-Ubuntu\n"
             f'[{t}] "echo 0 > /proc/sys/kernel/hung_task_timeout_secs" disables this message.\n'
             f"[{t}] task:python          state:D stack:0     pid:48211 tgid:48211 ppid:48190 flags:0x00004002\n"
+        )
+        _write(out, self.node, "dmesg.txt", text, t1)
+
+
+@_host_fault("hca_firmware_hung", "nic_driver", "node1's ConnectX HCA stops answering driver commands (dmesg -T)")
+class HcaFirmwareHung(Scenario):
+    node = "node1"
+
+    def extra_files(self, *, twin: Any, out: Path, t0: float, t1: float) -> None:
+        t = _ctime(t1 - 45)
+        pci = "0000:18:00.0"
+        text = (
+            f"[{t}] mlx5_core {pci}: wait_func_handle_exec_timeout:1108:(pid 51734): cmd[3]: "
+            "CREATE_QP(0x500) No done completion\n"
+            f"[{t}] mlx5_core {pci}: wait_func:1136:(pid 51734): CREATE_QP(0x500) timeout. "
+            "Will cause a leak of a command resource\n"
+            f"[{t}] infiniband mlx5_0: create_qp:3206:(pid 51734): Create QP type 2 failed\n"
         )
         _write(out, self.node, "dmesg.txt", text, t1)
 
