@@ -546,6 +546,29 @@ def test_stale_data_is_greyed_with_its_age(browser, server):
     context.close()
 
 
+def test_a_refused_stream_says_so_and_is_asked_again_until_it_is_live(browser, server):
+    """The server's stream cap answers 503 (``--max-streams``): EventSource gives up on it, the page must not."""
+    context = browser.new_context(viewport=VIEWPORT, locale="en-US")
+    context.set_default_timeout(ACTION_TIMEOUT_MS)
+    pg = context.new_page()
+    refused: list[str] = []
+
+    def cap_full_once(route):
+        if not refused:
+            refused.append(route.request.url)
+            route.fulfill(status=503, body="too many live streams", headers={"Retry-After": "5"})
+        else:
+            route.continue_()
+
+    pg.route("**/api/stream*", cap_full_once)
+    pg.goto(server)
+    pg.wait_for_function("() => document.getElementById('conn-text').textContent.includes('refused')")
+    assert "asking again in" in pg.inner_text("#conn-text")
+    pg.wait_for_function("() => document.getElementById('conn').dataset.state === 'live'", timeout=60_000)
+    assert len(refused) == 1
+    context.close()
+
+
 def test_every_element_has_a_tooltip_and_gpu_tooltips_carry_power_and_temperature(page):
     missing = page.eval_on_selector_all(
         ".el", "els => els.filter(e => !e.querySelector(':scope > title')?.textContent.trim()).map(e => e.dataset.el)"

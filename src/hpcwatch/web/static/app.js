@@ -12,7 +12,8 @@ import { initPlayer } from "./player.js";
 import { initSimulator } from "./sim.js";
 import { boot, clear, eventItem, fmt, fmtRate, fmtTime, h, t } from "./util.js";
 
-const state = { reading: "engineer", view: "schematic", snapshot: boot.live, opener: null, ticks: 0, applyMs: [] };
+const state = { reading: "engineer", view: "schematic", snapshot: boot.live, opener: null, ticks: 0, applyMs: [],
+  refusals: 0, retryTimer: null };
 const body = document.body;
 const card = document.getElementById("card");
 const wrap = document.getElementById("schematic-wrap");
@@ -162,6 +163,9 @@ function mergeDelta(snap, delta) {
 }
 
 let source = null;
+/** A refused stream is asked again after 5 s, then 10, 20, 40, and every 60 s. Ours. */
+const RETRY_FIRST_MS = 5000;
+const RETRY_MAX_MS = 60000;
 
 /** A delta applies only on top of the version it was computed from; after a gap, reconnect: the server answers
  *  a new connection with a full snapshot. */
@@ -192,7 +196,18 @@ function connect() {
   source.addEventListener("problem", (event) => {
     setConnection("lost", t("error.generic", { error: JSON.parse(event.data).error }));
   });
-  source.onerror = () => setConnection("lost");
+  source.onerror = () => {
+    // EventSource retries a dropped stream by itself, but gives up on a non-200 answer (503: the server's stream
+    // cap is full); then the page asks again later, waiting longer each time, with a jitter so that a room of
+    // refused viewers does not come back in one burst.
+    if (source.readyState !== EventSource.CLOSED) { setConnection("lost"); return; }
+    const wait = Math.min(RETRY_MAX_MS, RETRY_FIRST_MS * 2 ** Math.min(state.refusals, 4)) + Math.random() * 1000;
+    state.refusals += 1;
+    setConnection("lost", t("status.refused", { s: Math.round(wait / 1000) }));
+    clearTimeout(state.retryTimer);
+    state.retryTimer = setTimeout(connect, wait);
+  };
+  source.addEventListener("open", () => { state.refusals = 0; });
 }
 
 // -- cards ---------------------------------------------------------------------------------
