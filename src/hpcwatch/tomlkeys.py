@@ -1,22 +1,41 @@
 """What every TOML config of hpcwatch needs and tomllib does not give: the line a key is written on, and a
 value checked against the annotation of the field it fills.
 
-``collect``, ``notify`` and ``act`` read their tables with these two, so a wrong key reads alike in all three:
+``collect``, ``notify``, ``act``, the auth config and the roles policy read their files with ``read_config``
+and ``load_toml`` and their tables with ``KeyLines`` and ``typed``, so a wrong key reads alike in all of them:
 ``FILE:LINE: what is wrong``.
 """
 
 from __future__ import annotations
 
 import re
+import tomllib
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any, Literal, get_args, get_origin
 
 from hpcwatch.errors import ConfigError
 
-__all__ = ["KeyLines", "typed"]
+__all__ = ["KeyLines", "load_toml", "read_config", "typed"]
 
 _HEADER_RE = re.compile(r"\s*(\[\[?)\s*([A-Za-z0-9_.\-\"' ]+?)\s*\]\]?\s*(?:#.*)?$")
 _KEY_RE = re.compile(r"\s*([A-Za-z0-9_\-]+|\"[^\"]*\")\s*=")
+
+
+def read_config(path: str | Path, what: str) -> str:
+    """The text of the config file at ``path``; a ConfigError naming it and ``what`` it was to be."""
+    try:
+        return Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as err:
+        raise ConfigError(f"{path}: cannot read the {what}: {getattr(err, 'strerror', None) or err}") from err
+
+
+def load_toml(text: str, path: str) -> dict[str, Any]:
+    """``text`` as TOML; a ConfigError ``PATH: what`` (tomllib's words say the line and column)."""
+    try:
+        return tomllib.loads(text)
+    except tomllib.TOMLDecodeError as err:
+        raise ConfigError(f"{path}: {err}") from err
 
 
 class KeyLines:

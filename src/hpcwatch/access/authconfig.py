@@ -34,7 +34,7 @@ from typing import Any, Literal, get_type_hints
 
 from hpcwatch.access.principal import ROLES, Role
 from hpcwatch.errors import ConfigError
-from hpcwatch.tomlkeys import KeyLines, typed
+from hpcwatch.tomlkeys import KeyLines, load_toml, read_config, typed
 
 __all__ = [
     "AuthConfig",
@@ -122,20 +122,11 @@ _TABLES: dict[str, type] = {
 
 def load_auth_config(path: Path | str) -> AuthConfig:
     """The auth config in ``path``; a missing file or a wrong key is one ``ConfigError`` line."""
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as err:
-        raise ConfigError(f"{path}: cannot read the auth config ({getattr(err, 'strerror', None) or err})") from err
-    return parse_auth_text(text, path=str(path))
+    return parse_auth_text(read_config(path, "auth config"), path=str(path))
 
 
 def parse_auth_text(text: str, *, path: str = "<auth>") -> AuthConfig:
-    import tomllib
-
-    try:
-        doc = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as err:
-        raise ConfigError(f"{path}: {err}") from err
+    doc = load_toml(text, path)
     lines = KeyLines(text)
     values: dict[str, Any] = {"path": path}
     for name, raw in doc.items():

@@ -31,7 +31,7 @@ from typing import Any, Final
 
 from hpcwatch.access.principal import ROLES, Principal
 from hpcwatch.errors import ConfigError
-from hpcwatch.tomlkeys import KeyLines
+from hpcwatch.tomlkeys import KeyLines, load_toml, read_config
 
 __all__ = ["PERMISSIONS", "DEFAULT_POLICY", "Policy", "load_policy", "parse_policy"]
 
@@ -82,20 +82,11 @@ DEFAULT_POLICY: Final = Policy()
 
 def load_policy(path: str | Path) -> Policy:
     """The policy file at ``path``; a ConfigError ``FILE:LINE: what`` when it cannot be one."""
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as err:
-        raise ConfigError(f"{path}: cannot read the policy file: {getattr(err, 'strerror', None) or err}") from err
-    return parse_policy(text, path=str(path))
+    return parse_policy(read_config(path, "policy file"), path=str(path))
 
 
 def parse_policy(text: str, *, path: str = "<policy>") -> Policy:
-    import tomllib
-
-    try:
-        doc = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as err:
-        raise ConfigError(f"{path}: {err}") from err
+    doc = load_toml(text, path)
     lines = KeyLines(text)
     unknown = sorted(set(doc) - {"roles", "pseudonyms", "coordinators"})
     if unknown:

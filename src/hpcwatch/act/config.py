@@ -51,7 +51,7 @@ from dataclasses import dataclass
 from typing import Any, Literal, get_type_hints
 
 from hpcwatch.errors import ConfigError
-from hpcwatch.tomlkeys import KeyLines, typed
+from hpcwatch.tomlkeys import KeyLines, load_toml, typed
 
 __all__ = [
     "ActConfig",
@@ -148,14 +148,9 @@ class ActConfig:
 
 def parse_act_text(text: str, *, path: str = "<config>") -> tuple[ActConfig, Any]:
     """The ``[act]`` table of a whole TOML file and its ``[notify]`` table (``NotifyConfig`` or None)."""
-    import tomllib
-
     from hpcwatch.notify.config import parse_notify
 
-    try:
-        doc = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as err:
-        raise ConfigError(f"{path}: {err}") from err
+    doc = load_toml(text, path)
     if "act" not in doc:
         raise ConfigError(f"{path}: no [act] table")
     notify = parse_notify(doc["notify"], path=path, text=text) if "notify" in doc else None

@@ -28,7 +28,6 @@ that is not listed, or a value of the wrong type, is a ``ConfigError`` naming th
 from __future__ import annotations
 
 import re
-import tomllib
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal, get_type_hints
@@ -36,7 +35,7 @@ from typing import Any, Literal, get_type_hints
 from hpcwatch.act.config import ActConfig, parse_act
 from hpcwatch.errors import ConfigError
 from hpcwatch.notify.config import NotifyConfig, parse_notify
-from hpcwatch.tomlkeys import KeyLines, typed
+from hpcwatch.tomlkeys import KeyLines, load_toml, typed
 
 __all__ = [
     "CollectConfig",
@@ -471,10 +470,7 @@ def load_config(path: str | Path) -> CollectConfig:
 
 
 def parse_config(text: str, *, path: str = "<config>") -> CollectConfig:
-    try:
-        doc = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as err:
-        raise ConfigError(f"{path}: {err}") from err  # tomllib says "(at line N, column M)"
+    doc = load_toml(text, path)
     lines = KeyLines(text)
     for key in doc:
         if key not in ("store", "collect", "notify", "act", "agent", "active", *SECTIONS):

@@ -40,7 +40,7 @@ from urllib.parse import urlsplit
 from hpcwatch.errors import ConfigError
 from hpcwatch.notify.address import check_address
 from hpcwatch.notify.channels import CHANNELS
-from hpcwatch.tomlkeys import KeyLines, typed
+from hpcwatch.tomlkeys import KeyLines, load_toml, typed
 
 __all__ = [
     "NotifyConfig",
@@ -179,12 +179,7 @@ def check_user_template(template: str) -> None:
 
 def parse_notify_text(text: str, *, path: str = "<config>") -> NotifyConfig:
     """The ``[notify]`` table of a whole TOML file (other tables, ``collect``'s, are left to their reader)."""
-    import tomllib
-
-    try:
-        doc = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as err:
-        raise ConfigError(f"{path}: {err}") from err
+    doc = load_toml(text, path)
     if "notify" not in doc:
         raise ConfigError(f"{path}: no [notify] table")
     return parse_notify(doc["notify"], path=path, text=text)
