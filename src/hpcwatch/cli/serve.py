@@ -7,6 +7,7 @@ hpcwatch.httpguard.check_exposure), with TLS from ``--tls-cert``/``--tls-key``. 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import click
@@ -27,6 +28,24 @@ from hpcwatch.cli.common import (
 from hpcwatch.cli.defaults import SERVE_MAX_STREAMS, SERVE_MAX_STREAMS_PER_CLIENT
 
 __all__ = ["demo", "serve", "DEFAULT_PORT"]
+
+
+def stream_options(command: Callable) -> Callable:
+    """``--max-streams`` and ``--max-streams-per-client`` of ``demo`` and ``serve`` (hpcwatch.httpguard.Limits)."""
+    command = click.option(
+        "--max-streams-per-client",
+        type=click.IntRange(min=1),
+        default=SERVE_MAX_STREAMS_PER_CLIENT,
+        help="Live streams per client address (behind a proxy all viewers share its address: raise it; "
+        "benchmarks/bench_web.py opens 200 from one).",
+    )(command)
+    return click.option(
+        "--max-streams",
+        type=click.IntRange(min=1),
+        default=SERVE_MAX_STREAMS,
+        help="Live streams (SSE) open at once, all viewers; the next is refused 503.",
+    )(command)
+
 
 DEFAULT_PORT = 8000
 
@@ -56,18 +75,7 @@ DEFAULT_PORT = 8000
     default=300.0,
     help="Each scan looks at the last S seconds of data, read incrementally (0: the whole store every time).",
 )
-@click.option(
-    "--max-streams",
-    type=click.IntRange(min=1),
-    default=SERVE_MAX_STREAMS,
-    help="Live streams (SSE) open at once, all viewers; the next is refused 503.",
-)
-@click.option(
-    "--max-streams-per-client",
-    type=click.IntRange(min=1),
-    default=SERVE_MAX_STREAMS_PER_CLIENT,
-    help="Live streams per client address (benchmarks/bench_web.py opens 200 from one).",
-)
+@stream_options
 def demo(
     port: int,
     no_browser: bool,
@@ -135,18 +143,7 @@ def demo(
     "store's health verdicts; the page says so when it stops answering.",
 )
 @click.option("--duration", type=click.FloatRange(min=0.0), help="Stop after S seconds.")
-@click.option(
-    "--max-streams",
-    type=click.IntRange(min=1),
-    default=SERVE_MAX_STREAMS,
-    help="Live streams (SSE) open at once, all viewers; the next is refused 503.",
-)
-@click.option(
-    "--max-streams-per-client",
-    type=click.IntRange(min=1),
-    default=SERVE_MAX_STREAMS_PER_CLIENT,
-    help="Live streams per client address (behind a proxy all viewers share its address: raise it).",
-)
+@stream_options
 @price_options
 @auth_option("every viewer")
 @policy_option("every page and API route")
