@@ -138,3 +138,39 @@ def test_a_stopped_exporter_frees_its_port_at_once():
     second, _ = serve_metrics(store, port=port)  # `first` is still referenced: only shutdown() freed the port
     second.shutdown()
     assert first.socket.fileno() == -1
+
+
+def test_each_token_scrapes_its_own_scope():
+    """``--auth``: the bearer's principal picks the scope its labels are filtered by, one registry per scope."""
+    from hpcwatch.access.policy import DEFAULT_POLICY
+    from hpcwatch.access.principal import Principal
+    from hpcwatch.access.scope import scope_for
+    from hpcwatch.records import Job
+
+    people = {
+        "op": Principal(name="olga", roles=frozenset({"operator"}), via="token"),
+        "bob": Principal(name="bob", roles=frozenset({"user"}), via="token"),
+        "dec": Principal(name="carol", roles=frozenset({"decider"}), via="token"),
+    }
+    with Store(":memory:") as store:
+        store.add(
+            [
+                Job(id="71", user="alice", account="proj-llm", gpus=8, start=1.0, state="RUNNING"),
+                Job(id="72", user="bob", account="proj-vision", gpus=1, start=1.0, state="RUNNING"),
+            ]
+        )
+        authenticate = lambda header: people.get((header or "").removeprefix("Bearer "))  # noqa: E731
+        scope_of = lambda p: scope_for(p, DEFAULT_POLICY, key=b"k" * 32)  # noqa: E731
+        with exporter(store, authenticate=authenticate, scope_of=scope_of) as port:
+
+            def info(token: str) -> list[str]:
+                r = httpx.get(f"http://127.0.0.1:{port}/metrics", headers={"Authorization": f"Bearer {token}"})
+                assert r.status_code == 200
+                return [line for line in r.text.splitlines() if line.startswith("hpcwatch_job_info{")]
+
+            operator, bob, decider = info("op"), info("bob"), info("dec")
+            assert len(operator) == 2 and any('user="alice"' in line for line in operator)
+            assert len(bob) == 1 and 'user="bob"' in bob[0]
+            assert len(decider) == 2 and not any("alice" in line or "bob" in line for line in decider)
+            assert info("op") == operator  # the operator's registry again, not the decider's
+            assert httpx.get(f"http://127.0.0.1:{port}/metrics").status_code == 401
