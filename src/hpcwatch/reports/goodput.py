@@ -37,13 +37,14 @@ __all__ = [
 STEP_TIME_METRIC = vocab.TRAIN_STEP_TIME_S
 
 
-def goodput_report(store: Store, job_id: str) -> GoodputReport:
-    """Where ``job_id``'s wall time went. ``InputError`` when neither the job nor its steps are stored."""
+def goodput_report(store: Store, job_id: str, *, spans: list[Span] | None = None) -> GoodputReport:
+    """Where ``job_id``'s wall time went (``spans``: the job's, when already read). ``InputError`` when
+    neither the job nor its steps are stored."""
     record = _with_first_start(store, store.job(job_id))
     t0 = record.start if record is not None else None
     t1 = record.end if record is not None else None
     events = [e for kind in GOODPUT_EVENT_KINDS for e in store.events(kind, t0=t0, t1=t1)]
-    spans = store.spans(job_id)
+    spans = store.spans(job_id) if spans is None else spans
     step_samples = [] if spans else list(store.iter_samples(STEP_TIME_METRIC, job=job_id))
     if record is None and not spans and not step_samples:
         raise InputError(f"job {job_id}: neither the job nor its steps are in the store")

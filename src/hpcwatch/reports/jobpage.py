@@ -168,8 +168,9 @@ def job_overview(
     check_job_id(job_id)
     missing: dict[str, str] = {}
     job = _part(missing, "job", lambda: job_report(store, job_id, samples=samples))
-    steps = _part(missing, "steps", lambda: _steps(step_report(store, job_id, recent_steps=recent_steps)))
-    goodput = _part(missing, "goodput", lambda: goodput_report(store, job_id))
+    spans = store.spans(job_id)  # once for both: at 128 nodes reading them is a sixth of the page
+    steps = _part(missing, "steps", lambda: _steps(step_report(store, job_id, recent_steps=recent_steps, spans=spans)))
+    goodput = _part(missing, "goodput", lambda: goodput_report(store, job_id, spans=spans))
     if goodput is not None and goodput.total_s <= 0:
         # A running job without steps has no wall time to split yet: "0 % of 0 s" would read as a verdict.
         missing["goodput"] = f"job {job_id}: no wall time to account yet (no steps, no end)"

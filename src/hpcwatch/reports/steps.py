@@ -560,22 +560,40 @@ def step_report_of(
 
 
 def step_report(
-    store: Store, job_id: str, *, recent_steps: int | None = None, config: StragglerConfig | None = None
+    store: Store,
+    job_id: str,
+    *,
+    recent_steps: int | None = None,
+    config: StragglerConfig | None = None,
+    spans: Sequence[Span] | None = None,
 ) -> StepReport:
-    """``job_id``'s steps from its stored spans (its last ``recent_steps`` only, when given).
+    """``job_id``'s steps from its stored spans (its last ``recent_steps`` only, when given); ``spans``: all
+    of the job's, already read (the job page reads them once for its steps and its goodput).
 
     Ranks the spans do not place are placed from the job record (launcher order).
     ``InputError`` when the job has no spans of a training phase.
     """
     from hpcwatch.store import queries
 
-    spans = store.spans(job_id) if recent_steps is None else queries.recent_spans(store, job_id, steps=recent_steps)
+    if spans is not None:
+        spans = spans if recent_steps is None else last_steps(spans, recent_steps)
+    elif recent_steps is None:
+        spans = store.spans(job_id)
+    else:
+        spans = queries.recent_spans(store, job_id, steps=recent_steps)
     if not spans:
         raise InputError(f"job {job_id}: no step spans in the store")
     anatomy = anatomy_from_spans(spans)
     job = store.job(job_id)
     placement = None if anatomy.placement or job is None else placement_from_job(job, anatomy.ranks)
     return step_report_of(anatomy, placement=placement, config=config)
+
+
+def last_steps(spans: Sequence[Span], steps: int) -> list[Span]:
+    """The spans of the last ``steps`` recorded step numbers, in their order (``queries.recent_spans``'s
+    answer, from spans already read)."""
+    kept = set(sorted({s.step for s in spans})[-steps:]) if steps > 0 else set()
+    return [s for s in spans if s.step in kept]
 
 
 # -- the web's step player -----------------------------------------------------------------------
