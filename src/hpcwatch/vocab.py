@@ -275,6 +275,11 @@ CHRONY_TRACKING_LEAP_STATUS: Final = "chrony_tracking_leap_status"
 # systemctl --failed --output=json (sources/systemd_units.py): failed units, per unit (label unit) and counted
 SYSTEMD_UNIT_FAILED: Final = "systemd_unit_failed"
 SYSTEMD_UNITS_FAILED: Final = "systemd_units_failed"
+# ipmitool sdr list / sdr elist / sensor (sources/ipmitool_sdr.py): the BMC's status of each sensor against its own
+# thresholds (0 ok, 1 non-critical, 2 critical, 3 non-recoverable, -1 no reading), the reading, a discrete state
+IPMI_SENSOR_STATUS: Final = "ipmi_sensor_status"
+IPMI_SENSOR_READING: Final = "ipmi_sensor_reading"
+IPMI_SENSOR_STATE: Final = "ipmi_sensor_state"
 
 #: Every metric name above.
 METRICS: Final[frozenset[str]] = frozenset(

@@ -177,6 +177,28 @@ SEL_VERDICTS: tuple[tuple[re.Pattern[str], Verdict], ...] = (
     (re.compile(r"(Upper|Lower) Critical going (high|low)"), "warn"),
 )
 
+#: ipmitool sdr / sensor samples (sources/ipmitool_sdr.py; labels node, sensor, status, states, entity, unit).
+BMC_STATUS = vocab.IPMI_SENSOR_STATUS
+#: The BMC's status code (sources/ipmitool_sdr.IPMI_STATUS) -> our verdict: non-critical warns, critical and
+#: non-recoverable drain (IPMI v2.0 section 36.3); ok and no reading are no check.
+BMC_STATUS_VERDICTS: dict[int, Verdict] = {1: "warn", 2: "drain", 3: "drain"}
+_BMC_STATUS_NAMES = {1: "non-critical", 2: "critical", 3: "non-recoverable"}
+#: A power supply or fan sensor, by name (``PS1 Status``, ``Power Supplies``, ``PSU2``, ``Fan3B``, ``Fans``) or by
+#: IPMI entity id (10 power supply, 19 power unit, 29 fan device, 30 cooling unit).
+PSU_FAN_NAME = re.compile(r"(?i)(?:ps\s*\d|psu|p/s|power\s*suppl|pwr\s*supply|fans?\d*[a-z]?|fan\s*\d)")
+PSU_FAN_ENTITIES = ("10", "19", "29", "30")
+#: Asserted discrete states of a PSU or fan sensor (ipmitool's words for IPMI v2.0 tables 42-2 / 42-3) and their
+#: verdict, first match wins.
+PSU_FAN_STATES: tuple[tuple[re.Pattern[str], Verdict], ...] = (
+    (re.compile(r"Failure detected"), "drain"),
+    (re.compile(r"AC lost|input lost"), "drain"),
+    (re.compile(r"Device Absent"), "drain"),
+    (re.compile(r"Insufficient Resources"), "drain"),
+    (re.compile(r"Predictive failure"), "warn"),
+    (re.compile(r"out-of-range|Config Error"), "warn"),
+    (re.compile(r"Redundancy Lost|Redundancy Degraded|Non-Redundant"), "warn"),
+)
+
 #: A hardware error's severity -> our verdict (corrected and recoverable errors were handled; fatal ones were not).
 _HW_VERDICTS: dict[str, Verdict] = {
     "corrected": "warn",
@@ -209,6 +231,7 @@ PASSIVE_METRICS: tuple[str, ...] = (
     *PCIE_METRICS,
     *CLOCK_METRICS,
     *SERVICE_METRICS,
+    BMC_STATUS,
 )
 
 
@@ -997,6 +1020,67 @@ def _check_sel(events: Sequence[Event]) -> list[Check]:
     ]
 
 
+def _check_bmc_sensors(table: pa.Table) -> list[Check]:
+    """ipmitool sdr / sensor: each sensor's newest status, judged by the BMC's own thresholds; one check per node
+    and verdict, naming the sensors."""
+    grouped: dict[tuple[str, Verdict], list[dict[str, Any]]] = defaultdict(list)
+    for (host, sensor), s in sorted(_latest_by(table, BMC_STATUS, "sensor").items()):
+        code = int(s.v[-1])
+        verdict = BMC_STATUS_VERDICTS.get(code)
+        if verdict is not None:
+            shown = {k: s.labels[k] for k in ("unit", "entity", *_BMC_THRESHOLDS) if k in s.labels}
+            grouped[(host, verdict)].append(
+                {
+                    "sensor": sensor,
+                    "status": s.labels.get("status"),
+                    "level": _BMC_STATUS_NAMES[code],
+                    **shown,
+                    "t_last": float(s.t[-1]),
+                }
+            )
+    return [
+        Check(
+            node=host,
+            rule="bmc_sensor",
+            verdict=verdict,
+            title=f"{len(found)} BMC sensor(s) {'/'.join(sorted({f['level'] for f in found}))}: "
+            + ", ".join(f["sensor"] for f in found[:5]),
+            evidence={"sensors": found},
+        )
+        for (host, verdict), found in sorted(grouped.items())
+    ]
+
+
+_BMC_THRESHOLDS = ("lnr", "lcr", "lnc", "unc", "ucr", "unr")
+
+
+def _is_psu_or_fan(s: _Series) -> bool:
+    entity = str(s.labels.get("entity", "")).partition(".")[0]
+    return entity in PSU_FAN_ENTITIES or PSU_FAN_NAME.search(str(s.labels.get("sensor", ""))) is not None
+
+
+def _check_psu_fan(table: pa.Table) -> list[Check]:
+    """ipmitool sdr elist: the asserted states of each power supply and fan sensor (newest listing)."""
+    grouped: dict[tuple[str, Verdict], list[str]] = defaultdict(list)
+    for (host, sensor), s in sorted(_latest_by(table, BMC_STATUS, "sensor").items()):
+        states = str(s.labels.get("states", ""))
+        if not states or not _is_psu_or_fan(s):
+            continue
+        verdict = next((v for pattern, v in PSU_FAN_STATES if pattern.search(states)), None)
+        if verdict is not None:
+            grouped[(host, verdict)].append(f"{sensor}: {states}")
+    return [
+        Check(
+            node=host,
+            rule="bmc_psu_fan",
+            verdict=verdict,
+            title=f"power supply / fan: {'; '.join(found[:3])}",
+            evidence={"sensors": found},
+        )
+        for (host, verdict), found in sorted(grouped.items())
+    ]
+
+
 def _driver_versions(table: pa.Table) -> dict[str, set[str]]:
     """host -> the NVIDIA driver versions its GPU samples name (label ``DCGM_FI_DRIVER_VERSION``, on every
     dcgm-exporter and nvidia-smi sample)."""
@@ -1089,6 +1173,8 @@ def passive_checks(
         *_check_kernel(events),
         *_check_units(samples, config),
         *_check_sel(events),
+        *_check_bmc_sensors(samples),
+        *_check_psu_fan(samples),
     ]
 
 
@@ -1114,6 +1200,7 @@ def _rules_with_data(samples: pa.Table, events: Sequence[Event]) -> dict[str, se
         vocab.CHRONY_TRACKING_SYSTEM_TIME_SECONDS: "clock_offset",
         vocab.CHRONY_TRACKING_LEAP_STATUS: "clock_unsynchronised",
         vocab.SYSTEMD_UNITS_FAILED: "failed_units",
+        BMC_STATUS: "bmc_sensor",
     }
     for name, pair in IB_COUNTERS.items():
         for m in pair:
@@ -1128,6 +1215,8 @@ def _rules_with_data(samples: pa.Table, events: Sequence[Event]) -> dict[str, se
                     out[host].update({"stalled_nccl", "idle_allocated"})
                 if metric == NVME_WARNING:
                     out[host].add("nvme_temperature")
+                if metric == BMC_STATUS:
+                    out[host].add("bmc_psu_fan")
     for e in events:
         if e.kind == EventKind.XID and e.attrs.get("node"):
             out[str(e.attrs["node"])].add("xid")

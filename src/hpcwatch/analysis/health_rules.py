@@ -85,6 +85,8 @@ HealthRuleId = Literal[
     "failed_units",
     # the host: its BMC (ipmitool)
     "ipmi_sel",
+    "bmc_sensor",
+    "bmc_psu_fan",
     # the fleet: nodes of one partition that should match
     "driver_mismatch",
 ]
@@ -146,6 +148,17 @@ _GCM_SEL = (
 _IPMI_SPEC = (
     "IPMI v2.0 specification, table 42-3 'Sensor Type Codes' (Memory: Correctable / Uncorrectable ECC; Power "
     "Supply: Failure detected) and threshold events (Upper / Lower Critical)"
+)
+_IPMI_THRESHOLDS = (
+    "IPMI v2.0 specification, section 36.3 'Sensor Reading and Event Status' (lower / upper non-critical, "
+    "critical, non-recoverable thresholds, set in the BMC's SDR); ipmitool(1) 'sdr' and 'sensor' (status ok / nc / "
+    "cr / nr / ns and the lnr lcr lnc unc ucr unr columns)"
+)
+_IPMI_STATES = (
+    "IPMI v2.0 specification, table 42-3 'Sensor Type Codes' (Power Supply 08h: Failure detected, Predictive "
+    "failure, Power Supply input lost (AC/DC), Configuration error) and table 42-2 'Generic Event/Reading Type "
+    "Codes' (Availability 08h: Device Absent; Redundancy 0Bh: Redundancy Lost / Degraded, Non-redundant: "
+    "Insufficient Resources), as ipmitool sdr elist prints them"
 )
 _SMARTCTL = "https://www.smartmontools.org/browser/trunk/smartmontools/smartctl.8.in (--json, -H, exit status bit 3)"
 
@@ -599,6 +612,31 @@ HEALTH_RULES: tuple[HealthRule, ...] = (
         threshold="an asserted entry in the window: GCM's critical events, Uncorrectable ECC or a Power Supply "
         "failure drain; Correctable ECC or a sensor past its Upper / Lower Critical threshold warns",
         citation=f"{_GCM_SEL}; {_IPMI_SPEC}",
+    ),
+    _r(
+        id="bmc_sensor",
+        family="bmc",
+        sources=("ipmitool-sdr",),
+        signal="ipmi_sensor_status (ipmitool sdr list / elist / sensor: the BMC's status of each sensor -- "
+        "temperatures, fans, voltages, PSU readings -- against the thresholds in its own SDR)",
+        severity="high",
+        actions=("warn", "drain"),
+        threshold="the sensor's newest status: non-critical (nc, lnc / unc) warns; critical (cr, lcr / ucr) or "
+        "non-recoverable (nr, lnr / unr) drains; the thresholds are the BMC's, not ours",
+        citation=_IPMI_THRESHOLDS,
+    ),
+    _r(
+        id="bmc_psu_fan",
+        family="bmc",
+        sources=("ipmitool-sdr",),
+        signal="ipmi_sensor_status label 'states' of a power supply or fan sensor (ipmitool sdr elist: the "
+        "asserted discrete states, such as 'Presence detected, Failure detected')",
+        severity="high",
+        actions=("warn", "drain"),
+        threshold="Failure detected, AC lost / input lost, Device Absent or Non-Redundant: Insufficient Resources "
+        "drains; Predictive failure, AC out-of-range, Config Error, Redundancy Lost / Degraded or any other "
+        "Non-Redundant state warns",
+        citation=_IPMI_STATES,
     ),
     _r(
         id="driver_mismatch",
