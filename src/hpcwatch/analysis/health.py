@@ -82,6 +82,15 @@ REMAP_PENDING = vocab.DCGM_FI_DEV_ROW_REMAP_PENDING
 PCIE_REPLAY = vocab.DCGM_FI_DEV_PCIE_REPLAY_COUNTER
 THROTTLE = (vocab.DCGM_FI_DEV_CLOCK_THROTTLE_REASONS, vocab.DCGM_FI_DEV_CLOCKS_EVENT_REASONS)
 UTIL = vocab.DCGM_FI_DEV_GPU_UTIL
+ECC_SBE = vocab.DCGM_FI_DEV_ECC_SBE_VOL_TOTAL
+#: AMD's XGMI link errors (device-metrics-exporter's WAFL ECC counters) and thermal violation residencies (%).
+XGMI_ERRORS = (vocab.GPU_ECC_UNCORRECT_XGMI_WAFL, vocab.GPU_ECC_CORRECT_XGMI_WAFL)
+AMD_THERMAL_RESIDENCY: dict[str, str] = {
+    vocab.GPU_VIOLATION_SOCKET_THERMAL_RESIDENCY_PERCENTAGE: "socket_thermal",
+    vocab.GPU_VIOLATION_VR_THERMAL_RESIDENCY_PERCENTAGE: "vr_thermal",
+    vocab.GPU_VIOLATION_HBM_THERMAL_RESIDENCY_PERCENTAGE: "hbm_thermal",
+    vocab.GPU_VIOLATION_PROCESSOR_HOT_RESIDENCY_PERCENTAGE: "processor_hot",
+}
 POWER = vocab.DCGM_FI_DEV_POWER_USAGE
 
 #: IB error counters: our rule name -> (perfquery metric, node-exporter metric).
@@ -224,6 +233,9 @@ PASSIVE_METRICS: tuple[str, ...] = (
     *THROTTLE,
     UTIL,
     POWER,
+    ECC_SBE,
+    *XGMI_ERRORS,
+    *AMD_THERMAL_RESIDENCY,
     *(m for pair in IB_COUNTERS.values() for m in pair),
     *IB_PORT_METRICS,
     *IB_DEVICE_METRICS,
@@ -241,6 +253,9 @@ class HealthConfig:
 
     pcie_replay_warn: int = 10
     """PCIe replays in the window that make a warning (a healthy link replays rarely, if ever)."""
+    ecc_correctable_warn: int = 100
+    """Correctable ECC errors of one GPU in the window that make a warning: each was fixed, but HBM that corrects
+    this many is wearing (no vendor publishes a rate; a handful a day is common on a large fleet)."""
     throttle_warn_fraction: float = 0.2
     """Share of samples with a thermal or power-brake throttle bit that makes a warning."""
     link_down_drain: int = 2
@@ -651,6 +666,27 @@ def _port(s: _Series) -> str:
 def _aligned(util: _Series, power: _Series) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     t, iu, ip = np.intersect1d(util.t, power.t, return_indices=True)
     return t, util.v[iu], power.v[ip]
+
+
+def _check_amd_throttle(table: pa.Table, config: HealthConfig) -> list[Check]:
+    """AMD MI3xx thermal violation residencies: one warning per GPU whose mean share of the window held down by a
+    thermal limit reaches ``throttle_warn_fraction``."""
+    held: dict[tuple[str, str], dict[str, float]] = defaultdict(dict)
+    for metric, reason in AMD_THERMAL_RESIDENCY.items():
+        for s in _series(table, metric):
+            share = float(np.mean(s.v)) / 100.0
+            if share >= config.throttle_warn_fraction:
+                held[(s.host, s.key)][reason] = share
+    return [
+        Check(
+            node=host,
+            rule="amd_throttle",
+            verdict="warn",
+            title=f"GPU {gpu} held down by {', '.join(sorted(reasons))} ({max(reasons.values()):.0%} of the window)",
+            evidence={"gpu": gpu, "reasons": dict(sorted(reasons.items()))},
+        )
+        for (host, gpu), reasons in sorted(held.items())
+    ]
 
 
 def _check_gpu_activity(table: pa.Table, config: HealthConfig) -> list[Check]:
@@ -1162,6 +1198,31 @@ def passive_checks(
             min_value=config.pcie_replay_warn - 1,
         ),
         *_check_throttle(samples, config),
+        *_check_threshold(
+            samples,
+            ECC_SBE,
+            rule="ecc_correctable",
+            verdict="warn",
+            what="correctable ECC errors",
+            grew=True,
+            min_value=config.ecc_correctable_warn - 1,
+        ),
+        *_check_threshold(
+            samples,
+            vocab.GPU_ECC_UNCORRECT_XGMI_WAFL,
+            rule="xgmi_errors",
+            verdict="drain",
+            what="uncorrectable XGMI link (WAFL) errors",
+        ),
+        *_check_threshold(
+            samples,
+            vocab.GPU_ECC_CORRECT_XGMI_WAFL,
+            rule="xgmi_errors",
+            verdict="warn",
+            what="correctable XGMI link (WAFL) errors",
+            grew=True,
+        ),
+        *_check_amd_throttle(samples, config),
         *_check_ib(samples, config),
         *_check_ib_ports(samples, config, link),
         *_check_ib_devices(samples),
@@ -1187,6 +1248,9 @@ def _rules_with_data(samples: pa.Table, events: Sequence[Event]) -> dict[str, se
         REMAP_UNCORRECTABLE: "row_remap",
         REMAP_PENDING: "row_remap",
         PCIE_REPLAY: "pcie_replay",
+        ECC_SBE: "ecc_correctable",
+        **dict.fromkeys(XGMI_ERRORS, "xgmi_errors"),
+        **dict.fromkeys(AMD_THERMAL_RESIDENCY, "amd_throttle"),
         UTIL: "gpu_missing",
         **dict.fromkeys(THROTTLE, "throttle"),
         **dict.fromkeys(IB_PORT_METRICS + IB_DEVICE_METRICS, "ib_port"),

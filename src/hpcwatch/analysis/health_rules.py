@@ -47,6 +47,9 @@ HealthRuleId = Literal[
     "stalled_nccl",
     "idle_allocated",
     "gpu_missing",
+    "ecc_correctable",
+    "xgmi_errors",
+    "amd_throttle",
     # InfiniBand fabric
     "ib_link",
     "ib_errors",
@@ -160,6 +163,11 @@ _IPMI_STATES = (
     "Codes' (Availability 08h: Device Absent; Redundancy 0Bh: Redundancy Lost / Degraded, Non-redundant: "
     "Insufficient Resources), as ipmitool sdr elist prints them"
 )
+_AMD_METRICS = (
+    "https://github.com/ROCm/device-metrics-exporter docs/configuration/metricslist.md (ECC Error Metrics: "
+    "GPU_ECC_CORRECT_* / GPU_ECC_UNCORRECT_* per block; Throttling & Violation Metrics: *_RESIDENCY_PERCENTAGE)"
+)
+_AMD_SMI = "https://github.com/ROCm/amdsmi amd-smi metric (ecc: total_correctable_count, total_uncorrectable_count)"
 _SMARTCTL = "https://www.smartmontools.org/browser/trunk/smartmontools/smartctl.8.in (--json, -H, exit status bit 3)"
 
 
@@ -236,12 +244,13 @@ HEALTH_RULES: tuple[HealthRule, ...] = (
     _r(
         id="ecc_dbe",
         family="gpu",
-        sources=("prometheus",),
-        signal=vocab.DCGM_FI_DEV_ECC_DBE_VOL_TOTAL,
+        sources=("prometheus", "amd-device-metrics", "amd-smi-json"),
+        signal=f"{vocab.DCGM_FI_DEV_ECC_DBE_VOL_TOTAL} (AMD: gpu_ecc_uncorrect_total, amd-smi "
+        "ecc.total_uncorrectable_count, renamed to it)",
         severity="critical",
         actions=("drain",),
         threshold="> 0 uncorrectable (double-bit) ECC errors since the driver loaded",
-        citation=_DCGM_FIELDS,
+        citation=f"{_DCGM_FIELDS}; {_AMD_METRICS}; {_AMD_SMI}",
     ),
     _r(
         id="row_remap",
@@ -304,6 +313,41 @@ HEALTH_RULES: tuple[HealthRule, ...] = (
         actions=("drain",),
         threshold="last sample > {missing_after_s} s older than the node's newest",
         citation=f"{XID_CATALOG_URL} (XID 79, fallen off the bus, is what it usually is); the delay is {_OURS}",
+    ),
+    _r(
+        id="ecc_correctable",
+        family="gpu",
+        sources=("prometheus", "amd-device-metrics", "amd-smi-json"),
+        signal=f"{vocab.DCGM_FI_DEV_ECC_SBE_VOL_TOTAL} (AMD: gpu_ecc_correct_total, amd-smi "
+        "ecc.total_correctable_count, renamed to it)",
+        severity="low",
+        actions=("warn",),
+        threshold=">= {ecc_correctable_warn} correctable ECC errors in the window (corrected, the job went on; a "
+        "storm of them foretells uncorrectable ones and retired pages)",
+        citation=f"{_DCGM_FIELDS}; {_AMD_METRICS}; the number is {_OURS}",
+    ),
+    _r(
+        id="xgmi_errors",
+        family="gpu",
+        sources=("amd-device-metrics",),
+        signal=f"{vocab.GPU_ECC_UNCORRECT_XGMI_WAFL}, {vocab.GPU_ECC_CORRECT_XGMI_WAFL} (ECC errors of the XGMI "
+        "WAFL block: the physical layer of the GPU-to-GPU XGMI links)",
+        severity="high",
+        actions=("warn", "drain"),
+        threshold="an uncorrectable XGMI WAFL error drains; correctable ones that grew in the window warn",
+        citation=_AMD_METRICS,
+    ),
+    _r(
+        id="amd_throttle",
+        family="gpu",
+        sources=("amd-device-metrics",),
+        signal="gpu_violation_{socket_thermal,vr_thermal,hbm_thermal,processor_hot}_residency_percentage (MI3xx: "
+        "share of time the clocks were held down by a thermal limit)",
+        severity="medium",
+        actions=("warn",),
+        threshold="mean over the window >= {throttle_warn_fraction} x 100 % (package power tracking, PPT, is "
+        "normal under load and is not judged, like NVIDIA's sw_power_cap)",
+        citation=f"{_AMD_METRICS}; the share is {_OURS}, the same as throttle's",
     ),
     _r(
         id="ib_link",
