@@ -1117,53 +1117,77 @@ def _check_psu_fan(table: pa.Table) -> list[Check]:
     ]
 
 
-def _driver_versions(table: pa.Table) -> dict[str, set[str]]:
-    """host -> the NVIDIA driver versions its GPU samples name (label ``DCGM_FI_DRIVER_VERSION``, on every
-    dcgm-exporter and nvidia-smi sample)."""
+#: The sample labels naming a version the fleet rules compare across a partition -> the rule comparing it.
+FLEET_LABEL_RULES: dict[str, HealthRuleId] = {
+    vocab.DCGM_FI_DRIVER_VERSION: "driver_mismatch",  # dcgm-exporter, nvidia-smi: every GPU sample
+    "driver_version": "driver_mismatch",  # device-metrics-exporter, rocm-smi: the amdgpu driver
+    "vbios_version": "firmware_mismatch",  # device-metrics-exporter: the GPU's VBIOS
+}
+#: label -> (the vendor label its samples must carry, "" for any; the words a title names it by).
+FLEET_LABELS: dict[str, tuple[str, str]] = {
+    vocab.DCGM_FI_DRIVER_VERSION: ("", "NVIDIA driver"),
+    "driver_version": ("amd", "AMD GPU driver"),
+    "vbios_version": ("amd", "AMD GPU VBIOS"),
+}
+
+
+def _label_versions(table: pa.Table, sources: tuple[tuple[str, str, str], ...]) -> dict[str, set[str]]:
+    """host -> the versions its samples name under the labels of ``sources`` ("<words> <version>")."""
     out: dict[str, set[str]] = defaultdict(set)
     if table.num_rows == 0 or "labels" not in table.column_names:
         return out
-    sub = table.filter(pc.match_substring(table["labels"], vocab.DCGM_FI_DRIVER_VERSION))
-    pairs = sub.select(["host", "labels"]).group_by(["host", "labels"]).aggregate([])
-    for host, labels in zip(pairs["host"].to_pylist(), pairs["labels"].to_pylist()):
-        version = orjson.loads(labels or "{}").get(vocab.DCGM_FI_DRIVER_VERSION) if host else None
-        if version:
-            out[host].add(str(version))
+    for label, vendor, words in sources:
+        sub = table.filter(pc.match_substring(table["labels"], f'"{label}"'))
+        pairs = sub.select(["host", "labels"]).group_by(["host", "labels"]).aggregate([])
+        for host, raw in zip(pairs["host"].to_pylist(), pairs["labels"].to_pylist()):
+            labels = orjson.loads(raw or "{}")
+            version = labels.get(label) if host and (not vendor or labels.get("vendor") == vendor) else None
+            if version:
+                out[host].add(f"{words} {version}")
     return out
 
 
 def version_checks(samples: pa.Table, partitions: Mapping[str, str] | None = None) -> list[Check]:
-    """Nodes of one partition (``partitions``: node -> partition; absent nodes form one group) whose NVIDIA
-    driver differs from the one most of the partition's nodes run. Judged over every node at once: pass the
-    samples of all hosts (``DCGM_FI_DEV_GPU_UTIL`` is enough), not one node's."""
-    versions = _driver_versions(samples)
-    groups: dict[str, list[str]] = defaultdict(list)
-    for host in versions:
-        groups[(partitions or {}).get(host, "(all nodes)")].append(host)
+    """Nodes of one partition (``partitions``: node -> partition; absent nodes form one group) whose GPU driver
+    (NVIDIA's or AMD's) or GPU firmware differs from the one most of the partition's nodes run
+    (``FLEET_LABEL_RULES``). Judged over every node at once: pass the samples of all hosts
+    (``DCGM_FI_DEV_GPU_UTIL`` is enough), not one node's."""
     checks = []
-    for partition, hosts in sorted(groups.items()):
-        if len(hosts) < 2:
-            continue
-        counts: dict[str, int] = defaultdict(int)
-        for host in hosts:
-            counts[",".join(sorted(versions[host]))] += 1
-        top = max(counts.values())
-        majority = sorted(v for v, n in counts.items() if n == top)
-        common = majority[0] if len(majority) == 1 else None
-        for host in sorted(hosts):
-            mine = ",".join(sorted(versions[host]))
-            if mine != common and len(counts) > 1:
-                checks.append(
-                    Check(
-                        node=host,
-                        rule="driver_mismatch",
-                        verdict="warn",
-                        title=f"NVIDIA driver {mine} differs from partition {partition}'s "
-                        + (f"{common}" if common else "nodes (" + ", ".join(sorted(counts)) + ")"),
-                        evidence={"partition": partition, "driver": mine, "partition_drivers": dict(counts)},
-                    )
-                )
+    for rule in dict.fromkeys(FLEET_LABEL_RULES.values()):
+        sources = tuple((label, *FLEET_LABELS[label]) for label, r in FLEET_LABEL_RULES.items() if r == rule)
+        versions = _label_versions(samples, sources)
+        groups: dict[str, list[str]] = defaultdict(list)
+        for host in versions:
+            groups[(partitions or {}).get(host, "(all nodes)")].append(host)
+        for partition, hosts in sorted(groups.items()):
+            checks += _odd_ones(rule, partition, {h: ",".join(sorted(versions[h])) for h in hosts})
     return checks
+
+
+def _odd_ones(rule: HealthRuleId, partition: str, mine: dict[str, str]) -> list[Check]:
+    """The hosts of one partition whose version differs from the one most of them run (a tie: all of them)."""
+    if len(mine) < 2:
+        return []
+    counts: dict[str, int] = defaultdict(int)
+    for version in mine.values():
+        counts[version] += 1
+    if len(counts) < 2:
+        return []
+    top = max(counts.values())
+    majority = sorted(v for v, n in counts.items() if n == top)
+    common = majority[0] if len(majority) == 1 else None
+    return [
+        Check(
+            node=host,
+            rule=rule,
+            verdict="warn",
+            title=f"{version} differs from partition {partition}'s "
+            + (f"{common}" if common else "nodes (" + ", ".join(sorted(counts)) + ")"),
+            evidence={"partition": partition, "version": version, "partition_versions": dict(counts)},
+        )
+        for host, version in sorted(mine.items())
+        if version != common
+    ]
 
 
 def passive_checks(

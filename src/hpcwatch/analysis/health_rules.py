@@ -92,6 +92,7 @@ HealthRuleId = Literal[
     "bmc_psu_fan",
     # the fleet: nodes of one partition that should match
     "driver_mismatch",
+    "firmware_mismatch",
 ]
 HealthFamily = Literal[
     "gpu", "fabric", "benchmark", "nccl", "storage", "pcie", "clock", "kernel", "services", "bmc", "fleet"
@@ -685,15 +686,28 @@ HEALTH_RULES: tuple[HealthRule, ...] = (
     _r(
         id="driver_mismatch",
         family="fleet",
-        sources=("prometheus", "nvidia-smi-xml"),
-        signal="the DCGM_FI_DRIVER_VERSION label (dcgm-exporter, nvidia-smi) of each node, grouped by the Slurm "
-        "partition its jobs ran in (all nodes one group when the store holds no jobs)",
+        sources=("prometheus", "nvidia-smi-xml", "amd-device-metrics", "rocm-smi-json"),
+        signal="the DCGM_FI_DRIVER_VERSION label (dcgm-exporter, nvidia-smi) or AMD's driver_version label "
+        "(device-metrics-exporter, rocm-smi) of each node's GPU samples, grouped by the Slurm partition its jobs "
+        "ran in (all nodes one group when the store holds no jobs)",
         severity="medium",
         actions=("warn",),
-        threshold="a node whose NVIDIA driver differs from the one most nodes of its partition run (a tie warns "
+        threshold="a node whose GPU driver differs from the one most nodes of its partition run (a tie warns "
         "every node)",
         citation=f"{_OURS}: a job spans a partition's nodes; NCCL's own version check across ranks is "
         "nccl_version_mismatch",
+    ),
+    _r(
+        id="firmware_mismatch",
+        family="fleet",
+        sources=("amd-device-metrics",),
+        signal="the vbios_version label of device-metrics-exporter's GPU samples (AMD GPU firmware), grouped as "
+        "driver_mismatch groups",
+        severity="low",
+        actions=("warn",),
+        threshold="a node whose GPU VBIOS differs from the one most nodes of its partition run (a tie warns every "
+        "node)",
+        citation=f"{_AMD_METRICS} (the exporter's vbios_version label); comparing it is {_OURS}",
     ),
 )
 HEALTH_RULE_IDS: tuple[HealthRuleId, ...] = tuple(r.id for r in HEALTH_RULES)
