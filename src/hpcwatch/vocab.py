@@ -210,6 +210,14 @@ PCIE_REPLAY_COUNT: Final = "pcie_replay_count"
 #: Accumulated XGMI link data read / written, KB (per ``link_index``); kept under these names (no DCGM twin).
 GPU_XGMI_LINK_RX: Final = "gpu_xgmi_link_rx"
 GPU_XGMI_LINK_TX: Final = "gpu_xgmi_link_tx"
+#: ECC errors of the XGMI WAFL block (the GPU-to-GPU link's physical layer), correctable / uncorrectable counts.
+GPU_ECC_CORRECT_XGMI_WAFL: Final = "gpu_ecc_correct_xgmi_wafl"
+GPU_ECC_UNCORRECT_XGMI_WAFL: Final = "gpu_ecc_uncorrect_xgmi_wafl"
+#: Share of time (%) the GPU's clocks were held down by a thermal limit (MI3xx): socket, voltage rail, HBM, PROCHOT.
+GPU_VIOLATION_SOCKET_THERMAL_RESIDENCY_PERCENTAGE: Final = "gpu_violation_socket_thermal_residency_percentage"
+GPU_VIOLATION_VR_THERMAL_RESIDENCY_PERCENTAGE: Final = "gpu_violation_vr_thermal_residency_percentage"
+GPU_VIOLATION_HBM_THERMAL_RESIDENCY_PERCENTAGE: Final = "gpu_violation_hbm_thermal_residency_percentage"
+GPU_VIOLATION_PROCESSOR_HOT_RESIDENCY_PERCENTAGE: Final = "gpu_violation_processor_hot_residency_percentage"
 # node-exporter's infiniband collector (https://github.com/prometheus/node_exporter, collector/infiniband_linux.go)
 NODE_INFINIBAND_PORT_DATA_RECEIVED_BYTES_TOTAL: Final = "node_infiniband_port_data_received_bytes_total"
 NODE_INFINIBAND_PORT_DATA_TRANSMITTED_BYTES_TOTAL: Final = "node_infiniband_port_data_transmitted_bytes_total"
@@ -275,6 +283,11 @@ CHRONY_TRACKING_LEAP_STATUS: Final = "chrony_tracking_leap_status"
 # systemctl --failed --output=json (sources/systemd_units.py): failed units, per unit (label unit) and counted
 SYSTEMD_UNIT_FAILED: Final = "systemd_unit_failed"
 SYSTEMD_UNITS_FAILED: Final = "systemd_units_failed"
+# ipmitool sdr list / sdr elist / sensor (sources/ipmitool_sdr.py): the BMC's status of each sensor against its own
+# thresholds (0 ok, 1 non-critical, 2 critical, 3 non-recoverable, -1 no reading), the reading, a discrete state
+IPMI_SENSOR_STATUS: Final = "ipmi_sensor_status"
+IPMI_SENSOR_READING: Final = "ipmi_sensor_reading"
+IPMI_SENSOR_STATE: Final = "ipmi_sensor_state"
 
 #: Every metric name above.
 METRICS: Final[frozenset[str]] = frozenset(

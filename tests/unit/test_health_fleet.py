@@ -34,8 +34,8 @@ def _scrapes() -> pa.Table:
 def test_the_node_on_another_driver_than_its_partition_warns():
     checks = version_checks(_scrapes())
     assert [(c.node, c.rule, c.verdict) for c in checks] == [("NvidiaDGXA100", "driver_mismatch", "warn")]
-    assert checks[0].evidence["driver"] == "470.141.10"
-    assert checks[0].evidence["partition_drivers"] == {"580.82.07": 2, "470.141.10": 1}
+    assert checks[0].evidence["version"] == "NVIDIA driver 470.141.10"
+    assert checks[0].evidence["partition_versions"] == {"NVIDIA driver 580.82.07": 2, "NVIDIA driver 470.141.10": 1}
 
 
 def test_partitions_are_compared_apart_and_a_tie_warns_every_node():
@@ -62,3 +62,25 @@ def test_health_report_judges_it_and_the_cli_shows_it_for_one_node(tmp_path):
     assert result.exit_code == 0, result.output
     (one,) = orjson.loads(result.output)["nodes"]
     assert one["verdict"] == "warn" and any(c["rule"] == "driver_mismatch" for c in one["checks"])
+
+
+def test_amd_nodes_on_another_gpu_driver_or_vbios_warn():
+    """The real device-metrics-exporter sample of an MI300X VF (driver 6.12.12, VBIOS 022.040.003.042.000001) on
+    three hosts; one of them edited in memory to an older driver, another to another VBIOS."""
+    from hpcwatch.sources.amd_exporter import parse_amd_exporter_text
+
+    real = (DATA / "amd" / "dme_issue171_mi300x_vf_edge_temperature.prom").read_text()
+    line = real.splitlines()[-1].replace("gpu_edge_temperature", "gpu_gfx_activity")
+    texts = {
+        "mi-a": line.replace('hostname="master-1"', 'hostname="mi-a"'),
+        "mi-b": line.replace('hostname="master-1"', 'hostname="mi-b"').replace("6.12.12", "6.10.5"),
+        "mi-c": line.replace('hostname="master-1"', 'hostname="mi-c"').replace("022.040.003.042", "022.041.003.043"),
+    }
+    samples = [s for text in texts.values() for s in parse_amd_exporter_text(text + "\n", t=100.0)]
+    table = pa.Table.from_pylist(
+        [{"metric": s.metric, "host": s.labels["hostname"], "labels": orjson.dumps(s.labels).decode()} for s in samples]
+    )
+    checks = {(c.node, c.rule): c for c in version_checks(table)}
+    assert sorted(checks) == [("mi-b", "driver_mismatch"), ("mi-c", "firmware_mismatch")]
+    assert checks["mi-b", "driver_mismatch"].evidence["version"] == "AMD GPU driver 6.10.5"
+    assert "AMD GPU VBIOS 022.041.003.043.000001 differs" in checks["mi-c", "firmware_mismatch"].title

@@ -43,6 +43,7 @@ from hpcwatch.sources import (
     hook,
     infiniband,
     ipmitool,
+    ipmitool_sdr,
     kernel_log,
     kineto,
     lines,
@@ -255,6 +256,24 @@ CASES = [
         ipmitool.read_ipmitool_sel,
         1,
         "64 bits",
+    ),
+    # An ipmitool sensor threshold past a double.
+    (
+        "ipmi-sensor-huge-threshold",
+        "sensor.txt",
+        b"FAN1 | 700.000 | RPM | nc | na | 500.000 | 1" + b"0" * 400 + b" | na | na | na\n",
+        ipmitool_sdr.read_ipmitool_sdr,
+        1,
+        "finite",
+    ),
+    # An ipmitool sdr elist line whose entity is not N.N.
+    (
+        "ipmi-sdr-elist-entity",
+        "sdr.txt",
+        b"Fan1 | 30h | ok | seven | 3500 RPM\n",
+        ipmitool_sdr.read_ipmitool_sdr,
+        1,
+        "entity",
     ),
     # A Kineto trace with no complete events (analysis used to take min() of nothing).
     (
@@ -977,6 +996,7 @@ PARSERS = {
     "kernel-log": lambda text: list(kernel_log.parse_kernel_log(text)),
     "systemctl-json": lambda text: list(systemd_units.parse_systemctl_json(text)),
     "ipmitool-sel": lambda text: list(ipmitool.parse_ipmitool_sel(text)),
+    "ipmitool-sdr": lambda text: list(ipmitool_sdr.parse_ipmitool_sdr(text)),
 }
 
 # Text that looks a little like each format, so the fuzzing reaches past the first line.
@@ -1106,6 +1126,7 @@ BYTE_READERS = {
     "kernel-log": kernel_log.read_kernel_log,
     "systemctl-json": systemd_units.read_systemctl_json,
     "ipmitool-sel": ipmitool.read_ipmitool_sel,
+    "ipmitool-sdr": ipmitool_sdr.read_ipmitool_sdr,
 }
 
 

@@ -68,6 +68,10 @@ from tests.conftest import DATA
         ("kernel_log/dmesg_t_oom_kill_memcg_npd.txt", "kernel-log"),
         ("systemd/systemctl_list_units_json_nginx_failed_ubuntu_tool.json", "systemctl-json"),
         ("ipmitool/ipmitool_sel_elist_bus_fatal_asserted_gcm.txt", "ipmitool-sel"),
+        ("ipmitool/ipmitool_sdr_list_full_dell_r320_fans_cr_ha_issue52.txt", "ipmitool-sdr"),
+        ("ipmitool/ipmitool_sdr_elist_full_hp_dl360g7_psu_failure_collegeboreal.txt", "ipmitool-sdr"),
+        ("ipmitool/ipmitool_sensor_supermicro_ok_fancontrol_issue1.txt", "ipmitool-sdr"),
+        ("ipmitool/ipmitool_sensor_supermicro_bpn_fan2_nc_issue1.txt", "ipmitool-sdr"),
     ],
 )
 def test_each_captured_file_is_recognised(relpath, name):

@@ -82,6 +82,15 @@ REMAP_PENDING = vocab.DCGM_FI_DEV_ROW_REMAP_PENDING
 PCIE_REPLAY = vocab.DCGM_FI_DEV_PCIE_REPLAY_COUNTER
 THROTTLE = (vocab.DCGM_FI_DEV_CLOCK_THROTTLE_REASONS, vocab.DCGM_FI_DEV_CLOCKS_EVENT_REASONS)
 UTIL = vocab.DCGM_FI_DEV_GPU_UTIL
+ECC_SBE = vocab.DCGM_FI_DEV_ECC_SBE_VOL_TOTAL
+#: AMD's XGMI link errors (device-metrics-exporter's WAFL ECC counters) and thermal violation residencies (%).
+XGMI_ERRORS = (vocab.GPU_ECC_UNCORRECT_XGMI_WAFL, vocab.GPU_ECC_CORRECT_XGMI_WAFL)
+AMD_THERMAL_RESIDENCY: dict[str, str] = {
+    vocab.GPU_VIOLATION_SOCKET_THERMAL_RESIDENCY_PERCENTAGE: "socket_thermal",
+    vocab.GPU_VIOLATION_VR_THERMAL_RESIDENCY_PERCENTAGE: "vr_thermal",
+    vocab.GPU_VIOLATION_HBM_THERMAL_RESIDENCY_PERCENTAGE: "hbm_thermal",
+    vocab.GPU_VIOLATION_PROCESSOR_HOT_RESIDENCY_PERCENTAGE: "processor_hot",
+}
 POWER = vocab.DCGM_FI_DEV_POWER_USAGE
 
 #: IB error counters: our rule name -> (perfquery metric, node-exporter metric).
@@ -177,6 +186,28 @@ SEL_VERDICTS: tuple[tuple[re.Pattern[str], Verdict], ...] = (
     (re.compile(r"(Upper|Lower) Critical going (high|low)"), "warn"),
 )
 
+#: ipmitool sdr / sensor samples (sources/ipmitool_sdr.py; labels node, sensor, status, states, entity, unit).
+BMC_STATUS = vocab.IPMI_SENSOR_STATUS
+#: The BMC's status code (sources/ipmitool_sdr.IPMI_STATUS) -> our verdict: non-critical warns, critical and
+#: non-recoverable drain (IPMI v2.0 section 36.3); ok and no reading are no check.
+BMC_STATUS_VERDICTS: dict[int, Verdict] = {1: "warn", 2: "drain", 3: "drain"}
+_BMC_STATUS_NAMES = {1: "non-critical", 2: "critical", 3: "non-recoverable"}
+#: A power supply or fan sensor, by name (``PS1 Status``, ``Power Supplies``, ``PSU2``, ``Fan3B``, ``Fans``) or by
+#: IPMI entity id (10 power supply, 19 power unit, 29 fan device, 30 cooling unit).
+PSU_FAN_NAME = re.compile(r"(?i)(?:ps\s*\d|psu|p/s|power\s*suppl|pwr\s*supply|fans?\d*[a-z]?|fan\s*\d)")
+PSU_FAN_ENTITIES = ("10", "19", "29", "30")
+#: Asserted discrete states of a PSU or fan sensor (ipmitool's words for IPMI v2.0 tables 42-2 / 42-3) and their
+#: verdict, first match wins.
+PSU_FAN_STATES: tuple[tuple[re.Pattern[str], Verdict], ...] = (
+    (re.compile(r"Failure detected"), "drain"),
+    (re.compile(r"AC lost|input lost"), "drain"),
+    (re.compile(r"Device Absent"), "drain"),
+    (re.compile(r"Insufficient Resources"), "drain"),
+    (re.compile(r"Predictive failure"), "warn"),
+    (re.compile(r"out-of-range|Config Error"), "warn"),
+    (re.compile(r"Redundancy Lost|Redundancy Degraded|Non-Redundant"), "warn"),
+)
+
 #: A hardware error's severity -> our verdict (corrected and recoverable errors were handled; fatal ones were not).
 _HW_VERDICTS: dict[str, Verdict] = {
     "corrected": "warn",
@@ -202,6 +233,9 @@ PASSIVE_METRICS: tuple[str, ...] = (
     *THROTTLE,
     UTIL,
     POWER,
+    ECC_SBE,
+    *XGMI_ERRORS,
+    *AMD_THERMAL_RESIDENCY,
     *(m for pair in IB_COUNTERS.values() for m in pair),
     *IB_PORT_METRICS,
     *IB_DEVICE_METRICS,
@@ -209,6 +243,7 @@ PASSIVE_METRICS: tuple[str, ...] = (
     *PCIE_METRICS,
     *CLOCK_METRICS,
     *SERVICE_METRICS,
+    BMC_STATUS,
 )
 
 
@@ -218,6 +253,9 @@ class HealthConfig:
 
     pcie_replay_warn: int = 10
     """PCIe replays in the window that make a warning (a healthy link replays rarely, if ever)."""
+    ecc_correctable_warn: int = 100
+    """Correctable ECC errors of one GPU in the window that make a warning: each was fixed, but HBM that corrects
+    this many is wearing (no vendor publishes a rate; a handful a day is common on a large fleet)."""
     throttle_warn_fraction: float = 0.2
     """Share of samples with a thermal or power-brake throttle bit that makes a warning."""
     link_down_drain: int = 2
@@ -630,6 +668,27 @@ def _aligned(util: _Series, power: _Series) -> tuple[np.ndarray, np.ndarray, np.
     return t, util.v[iu], power.v[ip]
 
 
+def _check_amd_throttle(table: pa.Table, config: HealthConfig) -> list[Check]:
+    """AMD MI3xx thermal violation residencies: one warning per GPU whose mean share of the window held down by a
+    thermal limit reaches ``throttle_warn_fraction``."""
+    held: dict[tuple[str, str], dict[str, float]] = defaultdict(dict)
+    for metric, reason in AMD_THERMAL_RESIDENCY.items():
+        for s in _series(table, metric):
+            share = float(np.mean(s.v)) / 100.0
+            if share >= config.throttle_warn_fraction:
+                held[(s.host, s.key)][reason] = share
+    return [
+        Check(
+            node=host,
+            rule="amd_throttle",
+            verdict="warn",
+            title=f"GPU {gpu} held down by {', '.join(sorted(reasons))} ({max(reasons.values()):.0%} of the window)",
+            evidence={"gpu": gpu, "reasons": dict(sorted(reasons.items()))},
+        )
+        for (host, gpu), reasons in sorted(held.items())
+    ]
+
+
 def _check_gpu_activity(table: pa.Table, config: HealthConfig) -> list[Check]:
     power = {(s.host, s.key): s for s in _series(table, POWER)}
     checks = []
@@ -997,53 +1056,138 @@ def _check_sel(events: Sequence[Event]) -> list[Check]:
     ]
 
 
-def _driver_versions(table: pa.Table) -> dict[str, set[str]]:
-    """host -> the NVIDIA driver versions its GPU samples name (label ``DCGM_FI_DRIVER_VERSION``, on every
-    dcgm-exporter and nvidia-smi sample)."""
+def _check_bmc_sensors(table: pa.Table) -> list[Check]:
+    """ipmitool sdr / sensor: each sensor's newest status, judged by the BMC's own thresholds; one check per node
+    and verdict, naming the sensors."""
+    grouped: dict[tuple[str, Verdict], list[dict[str, Any]]] = defaultdict(list)
+    for (host, sensor), s in sorted(_latest_by(table, BMC_STATUS, "sensor").items()):
+        code = int(s.v[-1])
+        verdict = BMC_STATUS_VERDICTS.get(code)
+        if verdict is not None:
+            shown = {k: s.labels[k] for k in ("unit", "entity", *_BMC_THRESHOLDS) if k in s.labels}
+            grouped[(host, verdict)].append(
+                {
+                    "sensor": sensor,
+                    "status": s.labels.get("status"),
+                    "level": _BMC_STATUS_NAMES[code],
+                    **shown,
+                    "t_last": float(s.t[-1]),
+                }
+            )
+    return [
+        Check(
+            node=host,
+            rule="bmc_sensor",
+            verdict=verdict,
+            title=f"{len(found)} BMC sensor(s) {'/'.join(sorted({f['level'] for f in found}))}: "
+            + ", ".join(f["sensor"] for f in found[:5]),
+            evidence={"sensors": found},
+        )
+        for (host, verdict), found in sorted(grouped.items())
+    ]
+
+
+_BMC_THRESHOLDS = ("lnr", "lcr", "lnc", "unc", "ucr", "unr")
+
+
+def _is_psu_or_fan(s: _Series) -> bool:
+    entity = str(s.labels.get("entity", "")).partition(".")[0]
+    return entity in PSU_FAN_ENTITIES or PSU_FAN_NAME.search(str(s.labels.get("sensor", ""))) is not None
+
+
+def _check_psu_fan(table: pa.Table) -> list[Check]:
+    """ipmitool sdr elist: the asserted states of each power supply and fan sensor (newest listing)."""
+    grouped: dict[tuple[str, Verdict], list[str]] = defaultdict(list)
+    for (host, sensor), s in sorted(_latest_by(table, BMC_STATUS, "sensor").items()):
+        states = str(s.labels.get("states", ""))
+        if not states or not _is_psu_or_fan(s):
+            continue
+        verdict = next((v for pattern, v in PSU_FAN_STATES if pattern.search(states)), None)
+        if verdict is not None:
+            grouped[(host, verdict)].append(f"{sensor}: {states}")
+    return [
+        Check(
+            node=host,
+            rule="bmc_psu_fan",
+            verdict=verdict,
+            title=f"power supply / fan: {'; '.join(found[:3])}",
+            evidence={"sensors": found},
+        )
+        for (host, verdict), found in sorted(grouped.items())
+    ]
+
+
+#: The sample labels naming a version the fleet rules compare across a partition -> the rule comparing it.
+FLEET_LABEL_RULES: dict[str, HealthRuleId] = {
+    vocab.DCGM_FI_DRIVER_VERSION: "driver_mismatch",  # dcgm-exporter, nvidia-smi: every GPU sample
+    "driver_version": "driver_mismatch",  # device-metrics-exporter, rocm-smi: the amdgpu driver
+    "vbios_version": "firmware_mismatch",  # device-metrics-exporter: the GPU's VBIOS
+}
+#: label -> (the vendor label its samples must carry, "" for any; the words a title names it by).
+FLEET_LABELS: dict[str, tuple[str, str]] = {
+    vocab.DCGM_FI_DRIVER_VERSION: ("", "NVIDIA driver"),
+    "driver_version": ("amd", "AMD GPU driver"),
+    "vbios_version": ("amd", "AMD GPU VBIOS"),
+}
+
+
+def _label_versions(table: pa.Table, sources: tuple[tuple[str, str, str], ...]) -> dict[str, set[str]]:
+    """host -> the versions its samples name under the labels of ``sources`` ("<words> <version>")."""
     out: dict[str, set[str]] = defaultdict(set)
     if table.num_rows == 0 or "labels" not in table.column_names:
         return out
-    sub = table.filter(pc.match_substring(table["labels"], vocab.DCGM_FI_DRIVER_VERSION))
-    pairs = sub.select(["host", "labels"]).group_by(["host", "labels"]).aggregate([])
-    for host, labels in zip(pairs["host"].to_pylist(), pairs["labels"].to_pylist()):
-        version = orjson.loads(labels or "{}").get(vocab.DCGM_FI_DRIVER_VERSION) if host else None
-        if version:
-            out[host].add(str(version))
+    for label, vendor, words in sources:
+        sub = table.filter(pc.match_substring(table["labels"], f'"{label}"'))
+        pairs = sub.select(["host", "labels"]).group_by(["host", "labels"]).aggregate([])
+        for host, raw in zip(pairs["host"].to_pylist(), pairs["labels"].to_pylist()):
+            labels = orjson.loads(raw or "{}")
+            version = labels.get(label) if host and (not vendor or labels.get("vendor") == vendor) else None
+            if version:
+                out[host].add(f"{words} {version}")
     return out
 
 
 def version_checks(samples: pa.Table, partitions: Mapping[str, str] | None = None) -> list[Check]:
-    """Nodes of one partition (``partitions``: node -> partition; absent nodes form one group) whose NVIDIA
-    driver differs from the one most of the partition's nodes run. Judged over every node at once: pass the
-    samples of all hosts (``DCGM_FI_DEV_GPU_UTIL`` is enough), not one node's."""
-    versions = _driver_versions(samples)
-    groups: dict[str, list[str]] = defaultdict(list)
-    for host in versions:
-        groups[(partitions or {}).get(host, "(all nodes)")].append(host)
+    """Nodes of one partition (``partitions``: node -> partition; absent nodes form one group) whose GPU driver
+    (NVIDIA's or AMD's) or GPU firmware differs from the one most of the partition's nodes run
+    (``FLEET_LABEL_RULES``). Judged over every node at once: pass the samples of all hosts
+    (``DCGM_FI_DEV_GPU_UTIL`` is enough), not one node's."""
     checks = []
-    for partition, hosts in sorted(groups.items()):
-        if len(hosts) < 2:
-            continue
-        counts: dict[str, int] = defaultdict(int)
-        for host in hosts:
-            counts[",".join(sorted(versions[host]))] += 1
-        top = max(counts.values())
-        majority = sorted(v for v, n in counts.items() if n == top)
-        common = majority[0] if len(majority) == 1 else None
-        for host in sorted(hosts):
-            mine = ",".join(sorted(versions[host]))
-            if mine != common and len(counts) > 1:
-                checks.append(
-                    Check(
-                        node=host,
-                        rule="driver_mismatch",
-                        verdict="warn",
-                        title=f"NVIDIA driver {mine} differs from partition {partition}'s "
-                        + (f"{common}" if common else "nodes (" + ", ".join(sorted(counts)) + ")"),
-                        evidence={"partition": partition, "driver": mine, "partition_drivers": dict(counts)},
-                    )
-                )
+    for rule in dict.fromkeys(FLEET_LABEL_RULES.values()):
+        sources = tuple((label, *FLEET_LABELS[label]) for label, r in FLEET_LABEL_RULES.items() if r == rule)
+        versions = _label_versions(samples, sources)
+        groups: dict[str, list[str]] = defaultdict(list)
+        for host in versions:
+            groups[(partitions or {}).get(host, "(all nodes)")].append(host)
+        for partition, hosts in sorted(groups.items()):
+            checks += _odd_ones(rule, partition, {h: ",".join(sorted(versions[h])) for h in hosts})
     return checks
+
+
+def _odd_ones(rule: HealthRuleId, partition: str, mine: dict[str, str]) -> list[Check]:
+    """The hosts of one partition whose version differs from the one most of them run (a tie: all of them)."""
+    if len(mine) < 2:
+        return []
+    counts: dict[str, int] = defaultdict(int)
+    for version in mine.values():
+        counts[version] += 1
+    if len(counts) < 2:
+        return []
+    top = max(counts.values())
+    majority = sorted(v for v, n in counts.items() if n == top)
+    common = majority[0] if len(majority) == 1 else None
+    return [
+        Check(
+            node=host,
+            rule=rule,
+            verdict="warn",
+            title=f"{version} differs from partition {partition}'s "
+            + (f"{common}" if common else "nodes (" + ", ".join(sorted(counts)) + ")"),
+            evidence={"partition": partition, "version": version, "partition_versions": dict(counts)},
+        )
+        for host, version in sorted(mine.items())
+        if version != common
+    ]
 
 
 def passive_checks(
@@ -1078,6 +1222,31 @@ def passive_checks(
             min_value=config.pcie_replay_warn - 1,
         ),
         *_check_throttle(samples, config),
+        *_check_threshold(
+            samples,
+            ECC_SBE,
+            rule="ecc_correctable",
+            verdict="warn",
+            what="correctable ECC errors",
+            grew=True,
+            min_value=config.ecc_correctable_warn - 1,
+        ),
+        *_check_threshold(
+            samples,
+            vocab.GPU_ECC_UNCORRECT_XGMI_WAFL,
+            rule="xgmi_errors",
+            verdict="drain",
+            what="uncorrectable XGMI link (WAFL) errors",
+        ),
+        *_check_threshold(
+            samples,
+            vocab.GPU_ECC_CORRECT_XGMI_WAFL,
+            rule="xgmi_errors",
+            verdict="warn",
+            what="correctable XGMI link (WAFL) errors",
+            grew=True,
+        ),
+        *_check_amd_throttle(samples, config),
         *_check_ib(samples, config),
         *_check_ib_ports(samples, config, link),
         *_check_ib_devices(samples),
@@ -1089,6 +1258,8 @@ def passive_checks(
         *_check_kernel(events),
         *_check_units(samples, config),
         *_check_sel(events),
+        *_check_bmc_sensors(samples),
+        *_check_psu_fan(samples),
     ]
 
 
@@ -1101,6 +1272,9 @@ def _rules_with_data(samples: pa.Table, events: Sequence[Event]) -> dict[str, se
         REMAP_UNCORRECTABLE: "row_remap",
         REMAP_PENDING: "row_remap",
         PCIE_REPLAY: "pcie_replay",
+        ECC_SBE: "ecc_correctable",
+        **dict.fromkeys(XGMI_ERRORS, "xgmi_errors"),
+        **dict.fromkeys(AMD_THERMAL_RESIDENCY, "amd_throttle"),
         UTIL: "gpu_missing",
         **dict.fromkeys(THROTTLE, "throttle"),
         **dict.fromkeys(IB_PORT_METRICS + IB_DEVICE_METRICS, "ib_port"),
@@ -1114,6 +1288,7 @@ def _rules_with_data(samples: pa.Table, events: Sequence[Event]) -> dict[str, se
         vocab.CHRONY_TRACKING_SYSTEM_TIME_SECONDS: "clock_offset",
         vocab.CHRONY_TRACKING_LEAP_STATUS: "clock_unsynchronised",
         vocab.SYSTEMD_UNITS_FAILED: "failed_units",
+        BMC_STATUS: "bmc_sensor",
     }
     for name, pair in IB_COUNTERS.items():
         for m in pair:
@@ -1128,6 +1303,8 @@ def _rules_with_data(samples: pa.Table, events: Sequence[Event]) -> dict[str, se
                     out[host].update({"stalled_nccl", "idle_allocated"})
                 if metric == NVME_WARNING:
                     out[host].add("nvme_temperature")
+                if metric == BMC_STATUS:
+                    out[host].add("bmc_psu_fan")
     for e in events:
         if e.kind == EventKind.XID and e.attrs.get("node"):
             out[str(e.attrs["node"])].add("xid")

@@ -47,6 +47,9 @@ HealthRuleId = Literal[
     "stalled_nccl",
     "idle_allocated",
     "gpu_missing",
+    "ecc_correctable",
+    "xgmi_errors",
+    "amd_throttle",
     # InfiniBand fabric
     "ib_link",
     "ib_errors",
@@ -85,8 +88,11 @@ HealthRuleId = Literal[
     "failed_units",
     # the host: its BMC (ipmitool)
     "ipmi_sel",
+    "bmc_sensor",
+    "bmc_psu_fan",
     # the fleet: nodes of one partition that should match
     "driver_mismatch",
+    "firmware_mismatch",
 ]
 HealthFamily = Literal[
     "gpu", "fabric", "benchmark", "nccl", "storage", "pcie", "clock", "kernel", "services", "bmc", "fleet"
@@ -147,6 +153,22 @@ _IPMI_SPEC = (
     "IPMI v2.0 specification, table 42-3 'Sensor Type Codes' (Memory: Correctable / Uncorrectable ECC; Power "
     "Supply: Failure detected) and threshold events (Upper / Lower Critical)"
 )
+_IPMI_THRESHOLDS = (
+    "IPMI v2.0 specification, section 36.3 'Sensor Reading and Event Status' (lower / upper non-critical, "
+    "critical, non-recoverable thresholds, set in the BMC's SDR); ipmitool(1) 'sdr' and 'sensor' (status ok / nc / "
+    "cr / nr / ns and the lnr lcr lnc unc ucr unr columns)"
+)
+_IPMI_STATES = (
+    "IPMI v2.0 specification, table 42-3 'Sensor Type Codes' (Power Supply 08h: Failure detected, Predictive "
+    "failure, Power Supply input lost (AC/DC), Configuration error) and table 42-2 'Generic Event/Reading Type "
+    "Codes' (Availability 08h: Device Absent; Redundancy 0Bh: Redundancy Lost / Degraded, Non-redundant: "
+    "Insufficient Resources), as ipmitool sdr elist prints them"
+)
+_AMD_METRICS = (
+    "https://github.com/ROCm/device-metrics-exporter docs/configuration/metricslist.md (ECC Error Metrics: "
+    "GPU_ECC_CORRECT_* / GPU_ECC_UNCORRECT_* per block; Throttling & Violation Metrics: *_RESIDENCY_PERCENTAGE)"
+)
+_AMD_SMI = "https://github.com/ROCm/amdsmi amd-smi metric (ecc: total_correctable_count, total_uncorrectable_count)"
 _SMARTCTL = "https://www.smartmontools.org/browser/trunk/smartmontools/smartctl.8.in (--json, -H, exit status bit 3)"
 
 
@@ -223,12 +245,13 @@ HEALTH_RULES: tuple[HealthRule, ...] = (
     _r(
         id="ecc_dbe",
         family="gpu",
-        sources=("prometheus",),
-        signal=vocab.DCGM_FI_DEV_ECC_DBE_VOL_TOTAL,
+        sources=("prometheus", "amd-device-metrics", "amd-smi-json"),
+        signal=f"{vocab.DCGM_FI_DEV_ECC_DBE_VOL_TOTAL} (AMD: gpu_ecc_uncorrect_total, amd-smi "
+        "ecc.total_uncorrectable_count, renamed to it)",
         severity="critical",
         actions=("drain",),
         threshold="> 0 uncorrectable (double-bit) ECC errors since the driver loaded",
-        citation=_DCGM_FIELDS,
+        citation=f"{_DCGM_FIELDS}; {_AMD_METRICS}; {_AMD_SMI}",
     ),
     _r(
         id="row_remap",
@@ -291,6 +314,41 @@ HEALTH_RULES: tuple[HealthRule, ...] = (
         actions=("drain",),
         threshold="last sample > {missing_after_s} s older than the node's newest",
         citation=f"{XID_CATALOG_URL} (XID 79, fallen off the bus, is what it usually is); the delay is {_OURS}",
+    ),
+    _r(
+        id="ecc_correctable",
+        family="gpu",
+        sources=("prometheus", "amd-device-metrics", "amd-smi-json"),
+        signal=f"{vocab.DCGM_FI_DEV_ECC_SBE_VOL_TOTAL} (AMD: gpu_ecc_correct_total, amd-smi "
+        "ecc.total_correctable_count, renamed to it)",
+        severity="low",
+        actions=("warn",),
+        threshold=">= {ecc_correctable_warn} correctable ECC errors in the window (corrected, the job went on; a "
+        "storm of them foretells uncorrectable ones and retired pages)",
+        citation=f"{_DCGM_FIELDS}; {_AMD_METRICS}; the number is {_OURS}",
+    ),
+    _r(
+        id="xgmi_errors",
+        family="gpu",
+        sources=("amd-device-metrics",),
+        signal=f"{vocab.GPU_ECC_UNCORRECT_XGMI_WAFL}, {vocab.GPU_ECC_CORRECT_XGMI_WAFL} (ECC errors of the XGMI "
+        "WAFL block: the physical layer of the GPU-to-GPU XGMI links)",
+        severity="high",
+        actions=("warn", "drain"),
+        threshold="an uncorrectable XGMI WAFL error drains; correctable ones that grew in the window warn",
+        citation=_AMD_METRICS,
+    ),
+    _r(
+        id="amd_throttle",
+        family="gpu",
+        sources=("amd-device-metrics",),
+        signal="gpu_violation_{socket_thermal,vr_thermal,hbm_thermal,processor_hot}_residency_percentage (MI3xx: "
+        "share of time the clocks were held down by a thermal limit)",
+        severity="medium",
+        actions=("warn",),
+        threshold="mean over the window >= {throttle_warn_fraction} x 100 % (package power tracking, PPT, is "
+        "normal under load and is not judged, like NVIDIA's sw_power_cap)",
+        citation=f"{_AMD_METRICS}; the share is {_OURS}, the same as throttle's",
     ),
     _r(
         id="ib_link",
@@ -601,17 +659,55 @@ HEALTH_RULES: tuple[HealthRule, ...] = (
         citation=f"{_GCM_SEL}; {_IPMI_SPEC}",
     ),
     _r(
+        id="bmc_sensor",
+        family="bmc",
+        sources=("ipmitool-sdr",),
+        signal="ipmi_sensor_status (ipmitool sdr list / elist / sensor: the BMC's status of each sensor -- "
+        "temperatures, fans, voltages, PSU readings -- against the thresholds in its own SDR)",
+        severity="high",
+        actions=("warn", "drain"),
+        threshold="the sensor's newest status: non-critical (nc, lnc / unc) warns; critical (cr, lcr / ucr) or "
+        "non-recoverable (nr, lnr / unr) drains; the thresholds are the BMC's, not ours",
+        citation=_IPMI_THRESHOLDS,
+    ),
+    _r(
+        id="bmc_psu_fan",
+        family="bmc",
+        sources=("ipmitool-sdr",),
+        signal="ipmi_sensor_status label 'states' of a power supply or fan sensor (ipmitool sdr elist: the "
+        "asserted discrete states, such as 'Presence detected, Failure detected')",
+        severity="high",
+        actions=("warn", "drain"),
+        threshold="Failure detected, AC lost / input lost, Device Absent or Non-Redundant: Insufficient Resources "
+        "drains; Predictive failure, AC out-of-range, Config Error, Redundancy Lost / Degraded or any other "
+        "Non-Redundant state warns",
+        citation=_IPMI_STATES,
+    ),
+    _r(
         id="driver_mismatch",
         family="fleet",
-        sources=("prometheus", "nvidia-smi-xml"),
-        signal="the DCGM_FI_DRIVER_VERSION label (dcgm-exporter, nvidia-smi) of each node, grouped by the Slurm "
-        "partition its jobs ran in (all nodes one group when the store holds no jobs)",
+        sources=("prometheus", "nvidia-smi-xml", "amd-device-metrics", "rocm-smi-json"),
+        signal="the DCGM_FI_DRIVER_VERSION label (dcgm-exporter, nvidia-smi) or AMD's driver_version label "
+        "(device-metrics-exporter, rocm-smi) of each node's GPU samples, grouped by the Slurm partition its jobs "
+        "ran in (all nodes one group when the store holds no jobs)",
         severity="medium",
         actions=("warn",),
-        threshold="a node whose NVIDIA driver differs from the one most nodes of its partition run (a tie warns "
+        threshold="a node whose GPU driver differs from the one most nodes of its partition run (a tie warns "
         "every node)",
         citation=f"{_OURS}: a job spans a partition's nodes; NCCL's own version check across ranks is "
         "nccl_version_mismatch",
+    ),
+    _r(
+        id="firmware_mismatch",
+        family="fleet",
+        sources=("amd-device-metrics",),
+        signal="the vbios_version label of device-metrics-exporter's GPU samples (AMD GPU firmware), grouped as "
+        "driver_mismatch groups",
+        severity="low",
+        actions=("warn",),
+        threshold="a node whose GPU VBIOS differs from the one most nodes of its partition run (a tie warns every "
+        "node)",
+        citation=f"{_AMD_METRICS} (the exporter's vbios_version label); comparing it is {_OURS}",
     ),
 )
 HEALTH_RULE_IDS: tuple[HealthRuleId, ...] = tuple(r.id for r in HEALTH_RULES)

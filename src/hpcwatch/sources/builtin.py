@@ -670,6 +670,32 @@ register(
         summary="ipmitool sel elist / sel list (the BMC's System Event Log)",
     )
 )
+
+
+def _ipmi_sdr(p: Path, c: ReadContext) -> Iterator[Sample]:
+    from hpcwatch.sources import ipmitool_sdr
+
+    return ipmitool_sdr.read_ipmitool_sdr(p, node=c.host, on_bad_line=c.on_bad_line)
+
+
+def _sniff_ipmi_sdr(h: Head) -> bool:
+    from hpcwatch.sources import ipmitool_sdr
+
+    return ipmitool_sdr.is_ipmitool_sdr(h.text)
+
+
+register(
+    Format(
+        name="ipmitool-sdr",
+        sniff=_sniff_ipmi_sdr,
+        read=_ipmi_sdr,
+        kinds=S,
+        uses_host=True,
+        dated_by_file=True,
+        line_oriented=True,
+        summary="ipmitool sdr list / sdr elist / sensor (the BMC's sensors: PSUs, fans, temperatures, voltages)",
+    )
+)
 register(
     Format(
         name="perfquery",

@@ -13,6 +13,8 @@ scenario                 what it writes (node2 unless said)                     
 ``hca_firmware_hung``    ``dmesg -T``: node1's mlx5_0 firmware stops answering   ``nic_driver``
                          commands (mlx5_core command timeouts)
 ``bmc_psu_failure``      ``ipmitool sel elist``: PSU2 Failure detected           ``ipmi_sel``
+``bmc_fan_critical``     ``ipmitool sdr elist``: a fan at 0 RPM in critical, its ``bmc_sensor``
+                         neighbour PSU failed under an ``ok`` status
 =======================  ======================================================  =========================
 
 Each file is dated by the run's end (its write time is set to it; smartctl's ``local_time``, dmesg's and the
@@ -186,3 +188,21 @@ class BmcPsuFailure(Scenario):
             f"   2 | {day} | {clock} | Power Supply PSU_Redundancy | Redundancy Lost | Asserted\n"
         )
         _write(out, self.node, "ipmitool_sel_elist.txt", text, t1)
+
+
+@_host_fault("bmc_fan_critical", "bmc_sensor", "node2's BMC reads a fan stopped below its critical threshold")
+class BmcFanCritical(Scenario):
+    """``ipmitool sdr elist`` in a Dell / HP BMC's shape: Fan3B at 0 RPM (``cr``, the BMC's own lower critical),
+    and PSU 2 asserting Failure detected beside ``ok`` (``bmc_psu_fan``), as real BMCs print a failed supply."""
+
+    node = "node2"
+
+    def extra_files(self, *, twin: Any, out: Path, t0: float, t1: float) -> None:
+        text = (
+            "Fan3A            | 30h | ok  | 29.5 | 7320 RPM\n"
+            "Fan3B            | 31h | cr  | 29.6 | 0 RPM\n"
+            "Inlet Temp       | 04h | ok  |  7.1 | 24 degrees C\n"
+            "PS1 Status       | 62h | ok  | 10.1 | Presence detected\n"
+            "PS2 Status       | 63h | ok  | 10.2 | Presence detected, Failure detected\n"
+        )
+        _write(out, self.node, "ipmitool_sdr_elist.txt", text, t1)
