@@ -55,7 +55,9 @@ def _free_port() -> int:
 def _start_demo(*extra: str) -> tuple[subprocess.Popen, str]:
     port = _free_port()
     proc = subprocess.Popen(
-        [sys.executable, "-m", "hpcwatch", "demo", "--no-browser", "--port", str(port), "--duration", "600", *extra],
+        # A module's tests may hold one demo past 10 min on a loaded machine (the 128-node group: 15 min seen);
+        # the fixture stops it, the duration only ends one a crashed test run left behind.
+        [sys.executable, "-m", "hpcwatch", "demo", "--no-browser", "--port", str(port), "--duration", "3600", *extra],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
     )

@@ -105,10 +105,11 @@ OLD_STREAM_JS = f"""(() => {{
   const Native = window.EventSource;
   window.EventSource = class extends Native {{
     addEventListener(type, listener, options) {{
-      if (type !== "live") return super.addEventListener(type, listener, options);
+      if (type !== "live" && type !== "delta") return super.addEventListener(type, listener, options);
       return super.addEventListener(type, (event) => {{
         const doc = JSON.parse(event.data);
-        doc.age_s = {AGE_S};
+        if (type === "live") doc.age_s = {AGE_S};
+        else doc.set = {{ ...(doc.set || {{}}), age_s: {AGE_S} }};  // a delta carries the new age in its set
         listener({{ data: JSON.stringify(doc) }});
       }}, options);
     }}

@@ -63,10 +63,11 @@ export function jumpTo(name) {
   const status = document.getElementById("jump-status");
   status.textContent = el ? "" : t("fit.jump_none", { name });
   if (!el) return false;
+  // The card first: opening it scrolls the card into view; the node's own scroll comes last, so it wins.
+  el.dispatchEvent(new MouseEvent("click", { bubbles: true }));
   el.scrollIntoView({ block: "center", inline: "center" });
   el.focus({ preventScroll: true });
   jumped = el;
-  el.dispatchEvent(new MouseEvent("click", { bubbles: true }));
   return true;
 }
 
