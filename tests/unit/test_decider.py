@@ -144,6 +144,12 @@ def test_mfu_needs_the_model_and_then_is_the_median_steps(store):
     assert _account(report, "idle").total.mfu is None and "mfu" not in report.missing
 
 
+def test_a_job_whose_steps_outrun_the_samples_counts_in_the_last_bucket(store):
+    report = decider_report(store, window_s=DAY_S, until=T0 + HOUR_S / 2)  # A's steps run on past "until"
+    mix = _account(report, "mix")
+    assert mix.buckets[-1].goodput is not None and mix.total.goodput == mix.buckets[-1].goodput
+
+
 def test_tiers_are_every_stored_assessment_oldest_first(store):
     tiers = decider_report(store, window_s=DAY_S).tiers
     assert [(p.tier, p.t) for p in tiers] == [("Silver", T0 + 600), ("Gold", T0 + 1800)]

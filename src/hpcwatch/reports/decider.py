@@ -10,7 +10,8 @@ is a new analysis:
   clock): per GPU a job held, observed = its samples × their scrape interval, busy = observed × its mean
   utilisation (``DCGM_FI_DEV_GPU_UTIL``, or a MIG instance's engine activity);
 - goodput: ``reports.goodput.goodput_report`` of each job (ml-goodput-measurement's productive share of the
-  job's wall time), counted in the bucket where the job's accounted window ends;
+  job's wall time), counted in the bucket where the job's accounted window ends (the last one for a job
+  still running past the window's end);
 - MFU: ``analysis.mfu.compute_mfu`` over each job's median step in the bucket, when a model shape is given;
 - cost: allocated GPU-hours × the configured price (``reports.jobs.job_cost``'s rule);
 - energy: the GPUs' energy counter (``job_reports``' ``energy_kwh``);
@@ -237,15 +238,16 @@ def _allocated_hours(job: Job, b0: float, b1: float, until: float) -> float:
 
 
 def _goodputs(store: Store, jobs: Sequence[Job], t0: float, t1: float) -> dict[str, GoodputReport]:
-    """Each job's goodput whose accounted window ends in the window; a job without steps has none (its wall
-    time is not "0 % productive", it is unaccounted)."""
+    """Each job's goodput whose accounted window ends after ``t0``; a job without steps has none (its wall
+    time is not "0 % productive", it is unaccounted). A running job's window may end past ``t1`` (its spans
+    arrive before the samples that set the data's clock): it counts in the last bucket ."""
     out = {}
     for job in jobs:
         try:
             report = goodput_report(store, job.id)
         except InputError:
             continue
-        if report.steps and report.total_s > 0 and t0 < report.t1 <= t1:
+        if report.steps and report.total_s > 0 and report.t1 > t0:
             out[job.id] = report
     return out
 
@@ -298,7 +300,7 @@ def _bucket_tallies(
             if report.per_gpu:
                 _add_samples(tallies[account_of.get(report.id, report.account)], report)
     for job_id, g in goodputs.items():
-        if b0 < g.t1 <= b1:
+        if b0 < min(g.t1, until) <= b1:
             tally = tallies[account_of[job_id]]
             tally.productive_s += g.productive_s
             tally.wall_s += g.total_s

@@ -8,17 +8,22 @@ import { loadPlotly } from "./sim.js";
 // The window choices: the manager's week by day, a day by the hour, the last hour by 5 minutes (a demo's life).
 const WINDOWS = { week: [7 * 86400, null], day: [86400, null], hour: [3600, 300] };
 
-// Each column: the figure, how it is written, and its chart's unit.
+// An amount with the decimals its size needs: a demo's few minutes are 0.04 GPU-hours, not "0.0".
+const amount = (v) => fmt(v, Math.abs(v) >= 10 ? 1 : Math.abs(v) >= 0.1 ? 2 : 3);
+const percent = (digits) => (v) => `${fmt(v * 100, digits)} %`;
+// Each column: the figure and how it is written.
 const FIGURES = [
-  ["gpu_hours_allocated", (v) => fmt(v, 1)],
-  ["gpu_hours_busy", (v) => fmt(v, 1)],
-  ["utilisation", (v) => `${fmt(v * 100, 0)} %`],
-  ["goodput", (v) => `${fmt(v * 100, 0)} %`],
-  ["mfu", (v) => `${fmt(v * 100, 1)} %`],
-  ["cost", (v) => fmt(v, 2)],
-  ["energy_kwh", (v) => fmt(v, 1)],
+  ["gpu_hours_allocated", amount],
+  ["gpu_hours_busy", amount],
+  ["utilisation", percent(0)],
+  ["goodput", percent(0)],
+  ["mfu", percent(1)],
+  ["cost", amount],
+  ["energy_kwh", amount],
 ];
-const CHARTED = [["utilisation", 100], ["goodput", 100], ["mfu", 100], ["gpu_hours_allocated", 1], ["cost", 1]];
+// Each chart: the figure and whether it is a share (shown in %) or an amount (shown per hour of its bucket, so
+// the window's partial first and last buckets do not read as a drop).
+const CHARTED = [["utilisation", "share"], ["goodput", "share"], ["mfu", "share"], ["gpu_hours_allocated", "rate"], ["cost", "rate"]];
 
 export function initDecider(root) {
   const select = root.querySelector("#decider-window");
@@ -72,18 +77,19 @@ export function initDecider(root) {
       ? t("decider.tier_trend", { n: doc.tiers.length, tier }) : t("decider.why.tiers");
   }
 
-  function chartOf(doc, name, scale) {
+  function chartOf(doc, name, kind) {
     const x = doc.edges.slice(1).map((e) => new Date(e * 1000).toISOString());
+    const scale = (b) => (kind === "share" ? 100 : 3600 / (b.t1 - b.t0));
     return doc.accounts
       .filter((a) => a.buckets.some((b) => b[name] !== null))
-      .map((a) => ({ x, y: a.buckets.map((b) => (b[name] === null ? null : b[name] * scale)), mode: "lines+markers",
+      .map((a) => ({ x, y: a.buckets.map((b) => (b[name] === null ? null : b[name] * scale(b))), mode: "lines+markers",
         name: a.account ?? t("decider.no_account"), connectgaps: false, line: { width: 2 }, marker: { size: 5 },
         hovertemplate: `%{x|%d/%m %H:%M} · %{y:.1f}<extra>${a.account ?? ""}</extra>` }));
   }
 
   async function draw(doc) {
     clear(charts);
-    const series = CHARTED.map(([name, scale]) => [name, chartOf(doc, name, scale)]);
+    const series = CHARTED.map(([name, kind]) => [name, chartOf(doc, name, kind)]);
     if (doc.tiers?.length) series.push(["tier", [{ x: doc.tiers.map((p) => new Date(p.t * 1000).toISOString()),
       y: doc.tiers.map((p) => p.tier_number), text: doc.tiers.map((p) => p.tier), mode: "lines+markers",
       line: { shape: "hv", width: 2 }, hovertemplate: "%{x|%d/%m %H:%M} · %{text}<extra></extra>" }]]);
@@ -102,6 +108,10 @@ export function initDecider(root) {
         yaxis: { gridcolor: "#e5e7eb", rangemode: "tozero", fixedrange: true },
         separators: lang === "fr" ? ", " : ".,",
       };
+      if (name === "tier") {
+        const named = new Map(doc.tiers.map((p) => [p.tier_number, p.tier]));
+        Object.assign(layout.yaxis, { tickvals: [...named.keys()], ticktext: [...named.values()] });
+      }
       await Plotly.react(slot, traces, layout, { displayModeBar: false, responsive: true, staticPlot: false });
     }
   }
