@@ -39,7 +39,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from hpcwatch.analysis.attribution import DCGM_METRICS, JobReport, job_reports
+from hpcwatch import vocab
+from hpcwatch.analysis.attribution import JobReport, job_reports
 from hpcwatch.analysis.goodput import GoodputReport, steps_from_spans
 from hpcwatch.analysis.mfu import DEFAULT_GPU, compute_mfu
 from hpcwatch.assess.evidence import ModelShape
@@ -76,6 +77,12 @@ HOURLY_UP_TO_S = 2 * DAY_S
 MIN_BUCKET_S = 60.0
 MAX_BUCKETS = 400
 
+#: What the figures read of dcgm-exporter: utilisation (MIG instances: engine activity) and the energy counter.
+UTILISATION_METRICS = (
+    vocab.DCGM_FI_DEV_GPU_UTIL,
+    vocab.DCGM_FI_PROF_GR_ENGINE_ACTIVE,
+    vocab.DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION,
+)
 NO_PRICE = "no GPU-hour price configured (serve --gpu-hour-price)"
 NO_MODEL = "the store holds step times, not the model: MFU needs the model shape (params, layers, d_model, seq)"
 
@@ -193,11 +200,10 @@ def decider_report(
     t0 = t1 - window_s
     edges = bucket_edges(t0, t1, bucket_s)
     jobs = [j for j in store.jobs() if _overlaps(j, t0, t1)]
-    samples = store.samples(list(DCGM_METRICS), t0=t0, t1=t1)
     goodputs = _goodputs(store, jobs, t0, t1)
     spans_by_job = {} if model is None else {j.id: store.spans(j.id) for j in jobs}
     per_bucket = [
-        _bucket_tallies(b0, b1, samples, jobs, goodputs, spans_by_job, model=model, gpu=gpu, until=t1)
+        _bucket_tallies(b0, b1, store, jobs, goodputs, spans_by_job, model=model, gpu=gpu, until=t1)
         for b0, b1 in zip(edges[:-1], edges[1:])
     ]
     accounts = _series(per_bucket, edges, price_per_gpu_hour, model)
@@ -240,7 +246,7 @@ def _allocated_hours(job: Job, b0: float, b1: float, until: float) -> float:
 def _goodputs(store: Store, jobs: Sequence[Job], t0: float, t1: float) -> dict[str, GoodputReport]:
     """Each job's goodput whose accounted window ends after ``t0``; a job without steps has none (its wall
     time is not "0 % productive", it is unaccounted). A running job's window may end past ``t1`` (its spans
-    arrive before the samples that set the data's clock): it counts in the last bucket ."""
+    arrive before the samples that set the data's clock): it counts in the last bucket."""
     out = {}
     for job in jobs:
         try:
@@ -252,9 +258,11 @@ def _goodputs(store: Store, jobs: Sequence[Job], t0: float, t1: float) -> dict[s
     return out
 
 
-def _in_bucket(samples: pa.Table, b0: float, b1: float) -> pa.Table:
-    t = samples.column("t")
-    return samples.filter(pc.and_(pc.greater(t, b0), pc.less_equal(t, b1)))
+def _bucket_samples(store: Store, b0: float, b1: float) -> pa.Table:
+    """The samples of (b0, b1], read one bucket at a time so a week of a large cluster is never in memory at
+    once (the store's bounds are inclusive; a sample at b0 is the previous bucket's)."""
+    samples = store.samples(list(UTILISATION_METRICS), t0=b0, t1=b1)
+    return samples.filter(pc.greater(samples.column("t"), b0))
 
 
 @dataclass(slots=True)
@@ -277,7 +285,7 @@ class _Tally:
 def _bucket_tallies(
     b0: float,
     b1: float,
-    samples: pa.Table,
+    store: Store,
     jobs: Sequence[Job],
     goodputs: dict[str, GoodputReport],
     spans_by_job: dict[str, list[Span]],
@@ -294,7 +302,7 @@ def _bucket_tallies(
         if hours > 0:
             tallies[job.account].allocated_h += hours
             tallies[job.account].jobs.add(job.id)
-    sub = _in_bucket(samples, b0, b1)
+    sub = _bucket_samples(store, b0, b1)
     if sub.num_rows:
         for report in job_reports(sub, jobs, now=b1):
             if report.per_gpu:
