@@ -309,6 +309,39 @@ def test_decider_mode_rewrites_cards_and_shows_passerelles(page):
     assert "Risk" in text and "Ownership" in text and "How it works" not in text
 
 
+def _decider_done(pg) -> None:
+    pg.wait_for_function("() => document.getElementById('decider').dataset.state === 'done'", timeout=ACTION_TIMEOUT_MS)
+
+
+def test_decider_mode_shows_figures_per_account_and_charts_over_time(page):
+    page.click("[data-reading='decider']")
+    _decider_done(page)
+    rows = page.locator("#decider-table tbody tr")
+    assert rows.count() >= 1
+    utilisation = [
+        float(v)
+        for v in page.eval_on_selector_all(
+            "#decider-table td[data-figure='utilisation'][data-value]", "tds => tds.map(td => td.dataset.value)"
+        )
+    ]
+    assert utilisation and all(0.0 <= u <= 1.0 for u in utilisation)
+    # The demo configures no price: its cost is "—" with the reason, never a number.
+    cost = page.locator("#decider-table td[data-figure='cost']").first
+    assert cost.inner_text() == "—" and "price" in cost.get_attribute("title")
+    page.select_option("#decider-window", "hour")
+    _decider_done(page)
+    page.wait_for_selector("#decider-charts [data-chart='utilisation'] .main-svg", timeout=ACTION_TIMEOUT_MS)
+    _shot_panel(page, "#decider", "4b-decider-accounts")
+    page.goto(page.url.split("?")[0] + "?lang=fr&reading=decider")
+    _decider_done(page)
+    text = page.locator("#decider").inner_text()
+    en, fr = load_catalogue("en").words, load_catalogue("fr").words
+    english = [v for k, v in en.items() if k.startswith("decider.") and v != fr[k] and "{" not in v]
+    left = [v for v in english if re.search(rf"(?<!\w){re.escape(v)}(?!\w)", text)]
+    assert not left and "Heures-GPU réservées" in text, left
+    _shot_panel(page, "#decider", "4c-decider-accounts-fr")
+
+
 def test_step_with_straggler_others_wait_the_stragglers_extra_time(page):
     page.click("[data-source='straggler']")
     page.wait_for_function("() => document.getElementById('player').dataset.state === 'ready'")

@@ -13,12 +13,15 @@ from __future__ import annotations
 import dataclasses
 import re
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from hpcwatch.access.scope import Scope
 from hpcwatch.records import Finding, Job
 from hpcwatch.reports.triage import alert_groups
 from hpcwatch.store import Store
+
+if TYPE_CHECKING:  # the decider report pulls in goodput and the assessment: the live path needs neither
+    from hpcwatch.reports.decider import DeciderReport
 
 __all__ = [
     "Owners",
@@ -29,6 +32,7 @@ __all__ = [
     "scoped_job_ids",
     "scoped_overview",
     "scoped_jobs",
+    "scoped_decider",
 ]
 
 Owners = Mapping[str, tuple[str | None, str | None]]
@@ -114,6 +118,19 @@ def scoped_overview(overview: Any, scope: Scope) -> Any:
     if scope.can("findings") or not overview.findings:
         return overview
     return dataclasses.replace(overview, findings=())
+
+
+def scoped_decider(report: DeciderReport, scope: Scope) -> DeciderReport:
+    """The Decider view's per-account figures as ``scope`` reads them: every account pseudonymised for an
+    aggregates-only scope (its numbers are the cluster's, the names are not), whole for ``jobs:all``; any
+    other scope only the accounts it coordinates (a user's own jobs are not an account's total)."""
+    if scope.everything or scope.all_jobs:
+        return report
+    if scope.pseudonymous:
+        accounts = tuple(dataclasses.replace(s, account=scope.shown(s.account)) for s in report.accounts)
+    else:
+        accounts = tuple(s for s in report.accounts if scope.sees_job(None, s.account))
+    return dataclasses.replace(report, accounts=accounts)
 
 
 def scoped_live(doc: dict[str, Any], scope: Scope, owners: Owners) -> dict[str, Any]:

@@ -59,6 +59,7 @@ ROUTE_NEEDS: Final[Mapping[str, frozenset[str]]] = {
     "/assess": AGGREGATES,
     "/api/assess": AGGREGATES,
     "/api/assess/latest": AGGREGATES,
+    "/api/decider": frozenset({"aggregates"}),  # per-account totals: the cluster's numbers, names pseudonymised
     "/api/live": ANY,
     "/api/stream": ANY,
     "/api/model": ANY,

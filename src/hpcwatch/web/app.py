@@ -42,7 +42,7 @@ from hpcwatch.reports.live import STALE_AFTER_S
 from hpcwatch.reports.livesamples import PromSamples
 from hpcwatch.reports.scoped import scoped_live
 from hpcwatch.store import Store
-from hpcwatch.web import api, audit, history, jobpage
+from hpcwatch.web import api, audit, decider, history, jobpage
 from hpcwatch.web.access import Audit, OwnersCache, check_routes, guard, scope_of
 from hpcwatch.web.guard import Guard, GuardSettings
 from hpcwatch.web.i18n import LANG_COOKIE, LANGUAGES, load_catalogue, negotiate
@@ -147,6 +147,7 @@ def create_app(
     app.include_router(api.router)
     app.include_router(jobpage.router)
     app.include_router(history.router)
+    app.include_router(decider.router)
     app.include_router(audit.router)
     app.mount("/static", StaticFiles(directory=STATIC_DIR), name="static")
     _add_pages(app)

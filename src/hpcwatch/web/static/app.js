@@ -3,6 +3,7 @@
 
 import { initAlerts } from "./alerts.js";
 import { renderCard, updateCardLive } from "./card.js";
+import { initDecider } from "./decider.js";
 import { initFit } from "./fit.js";
 import { showHistory } from "./history.js";
 import { applyMonitor, highlightJob, initMonitor, readUrl, setConnection, writeUrl } from "./monitor.js";
@@ -289,7 +290,10 @@ function setReading(reading) {
   if (card.dataset.open && renderCard(card, card.dataset.open, reading, state.snapshot, closeCard)) {
     showHistory(card, card.dataset.open);
   }
-  if (reading === "decider") showTier();
+  if (reading === "decider") {
+    showTier();
+    decider.show();
+  }
   saveUrl();
 }
 
@@ -417,6 +421,7 @@ bindLegend();
 bindPan();
 const player = initPlayer(document.getElementById("player"));
 initSimulator(document.getElementById("sim"));
+const decider = initDecider(document.getElementById("decider"));
 bindGuide(player);
 if (state.snapshot) applySnapshot(state.snapshot);
 restoreUrl();

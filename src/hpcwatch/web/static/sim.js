@@ -6,7 +6,7 @@ import { clear, fmt, h, t } from "./util.js";
 
 let plotlyLoading = null;
 
-function loadPlotly() {
+export function loadPlotly() {
   if (window.Plotly) return Promise.resolve(window.Plotly);
   if (!plotlyLoading) {
     plotlyLoading = new Promise((resolve, reject) => {
