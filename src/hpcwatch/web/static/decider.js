@@ -5,7 +5,7 @@
 import { clear, fmt, h, lang, t } from "./util.js";
 import { loadPlotly } from "./sim.js";
 
-// The window choices: the manager's week by day, a day by the hour, the last hour by 5 minutes (a demo's life).
+// The window choices: the manager's week by day, a day by the hour, the last hour in five-minute buckets (a demo's life).
 const WINDOWS = { week: [7 * 86400, null], day: [86400, null], hour: [3600, 300] };
 
 // An amount with the decimals its size needs: a demo's few minutes are 0.04 GPU-hours, not "0.0".
