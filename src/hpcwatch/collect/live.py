@@ -435,6 +435,8 @@ def land_answer(spool: str | os.PathLike[str], job: str, rank: int, kind: str, r
     if len(body) > MAX_ANSWER_BYTES:
         raise InputError(f"a {kind} of {len(body)} bytes, over the {MAX_ANSWER_BYTES}-byte cap")
     if kind == "dump":
+        if not body.lstrip().startswith(b"{"):  # the hook posts the JSON form: no pickle reaches the reader
+            raise InputError(f"{target.name}: a dump is posted as JSON (the hook's _dump_fr_trace_json)")
         parse_flight_recorder(body, path=target.name, rank=rank)
     else:
         trace = parse_kineto(body, path=target.name)

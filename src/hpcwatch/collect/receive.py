@@ -319,25 +319,25 @@ class Receiver:
                 if not receiver.answering.acquire(blocking=False):
                     self._answer(503, "another answer is being read", {"Retry-After": "2"})
                     return
-                try:
+                refusal: tuple[int, str] | None = None
+                try:  # released before answering: the rank's next answer never finds it taken
                     body = self.rfile.read(length)
                     where = land_answer(receiver.section.live_spool, job, rank, kind, request, body)
                 except UnknownRequest as err:
-                    status = 409 if isinstance(err, AlreadyAnswered) else 404
-                    receiver.note_refusal(status, node, address, f"live: {one_line(str(err))}")
-                    self._answer(status, one_line(str(err))[:300])
-                    return
+                    refusal = (409 if isinstance(err, AlreadyAnswered) else 404, one_line(str(err)))
                 except (InputError, ValueError, TypeError, KeyError, OverflowError, RecursionError) as err:
-                    # hostile bytes: whatever the reader raises is this request's 400, never a traceback
-                    receiver.note_refusal(400, node, address, f"live: {one_line(str(err))}")
-                    self._answer(400, one_line(str(err))[:300])
-                    return
+                    refusal = (400, one_line(str(err)))  # hostile bytes: whatever the reader raises is a 400
                 except OSError as err:
                     log.warning("receive: cannot write the %s of %s rank %d: %s", kind, job, rank, err)
-                    self._answer(503, "the live spool cannot be written", {"Retry-After": "30"})
-                    return
+                    refusal = (503, "the live spool cannot be written")
                 finally:
                     receiver.answering.release()
+                if refusal is not None:
+                    status, why = refusal
+                    if status != 503:
+                        receiver.note_refusal(status, node, address, f"live: {why}")
+                    self._answer(status, why[:300], {"Retry-After": "30"} if status == 503 else None)
+                    return
                 receiver.note_accepted(node, address)
                 self._answer(201, f"{kind} {request} of rank {rank} written as {where.name}")
 
