@@ -16,13 +16,16 @@ streams the same from ranks in and out of it. Then the test releases rank 1 and 
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
 import subprocess
 import sys
 import textwrap
 import time
 from pathlib import Path
 
+import orjson
 import pytest
 
 from tests.unit.test_hook_gloo import _free_port, needs_torch
@@ -102,13 +105,34 @@ WORKER = textwrap.dedent("""
 """)
 
 
+def _start(argv: list[str], env: dict[str, str], tmp_path: Path) -> subprocess.Popen:
+    """The job, its stderr in a file: a pipe left full would stop the ranks, and read on a failure would wait
+    on ranks still holding it."""
+    with open(tmp_path / "job.err", "wb") as err:
+        job = subprocess.Popen(argv, env=env, stderr=err, start_new_session=True)  # its ranks: one group
+    job.err_path = tmp_path / "job.err"  # type: ignore[attr-defined]
+    return job
+
+
+def _errors(job: subprocess.Popen) -> str:
+    return job.err_path.read_bytes().decode(errors="replace")[-4000:]  # type: ignore[attr-defined]
+
+
+def _end(job: subprocess.Popen) -> None:
+    """The job's ranks, ended by their group (the job's own id) when the driver is gone or still there."""
+    if job.poll() is None or job.returncode != 0:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(job.pid, signal.SIGKILL)
+        job.wait()
+
+
 def _wait(collector, store, kind, ok, *, deadline_s: float, job_proc) -> object:
     """Run the collector until an event of ``kind`` satisfies ``ok``; the event."""
     from hpcwatch.store import queries
 
     deadline = time.monotonic() + deadline_s
     while time.monotonic() < deadline:
-        assert job_proc.poll() is None, job_proc.stderr.read().decode(errors="replace")[-4000:]
+        assert job_proc.poll() is None, _errors(job_proc)
         collector.run()
         _, events = queries.events_of_kinds(store, [kind])
         found = [e for e in events if ok(e)]
@@ -141,7 +165,7 @@ def test_live_stream_names_straggler_trace_and_hang_while_the_job_runs(tmp_path:
         HPCWATCH_LIVE_DIR=str(spool),
     )
     argv = [sys.executable, str(script), str(WORLD), str(ctl), str(STRAGGLER), str(HUNG), str(SLOW_STEPS), str(DELAY_S)]
-    job = subprocess.Popen(argv, env=env, stderr=subprocess.PIPE)
+    job = _start(argv, env, tmp_path)
     try:
         with Store(tmp_path / "db") as store:
             collector = LiveCollector(store, LiveSection(path=str(spool), hang_after_s=3.0, interval_s=0.2))
@@ -176,13 +200,99 @@ def test_live_stream_names_straggler_trace_and_hang_while_the_job_runs(tmp_path:
             assert page.straggler is not None and page.hang is not None and page.dump is not None
             (ctl / "release").touch()
             (ctl / "stop").touch()
-            assert job.wait(timeout=60) == 0, job.stderr.read().decode(errors="replace")[-4000:]
+            assert job.wait(timeout=60) == 0, _errors(job)
             collector.run()
             # every rank closed its stream: a finished job is not a hang
             assert all(r.closed for r in collector.jobs[JOB].ranks.values())
             later = collector._judge(spool / JOB, collector.jobs[JOB], time.time() + 3600)
             assert EventKind.LIVE_HANG not in [e.kind for e in later]
     finally:
-        if job.poll() is None:
-            job.kill()
-            job.wait()
+        _end(job)
+
+
+@pytest.mark.slow
+@needs_torch
+def test_over_http_a_trace_asked_with_the_cli_and_a_hangs_dump_come_back_through_the_receiver(
+    tmp_path: Path, run_cli
+) -> None:
+    """The same job, 2 ranks, streaming over HTTP only (the node's spool is not the collector's): the
+    requests reach the ranks in the receiver's answers, the trace and the dump come back as POSTs."""
+    from hpcwatch.collect.config import LiveSection, ReceiveSection
+    from hpcwatch.collect.live import LiveCollector
+    from hpcwatch.collect.receive import Receiver
+    from hpcwatch.sources.kineto import read_kineto
+    from hpcwatch.store import Store
+    from hpcwatch.vocab import EventKind
+
+    world, token = 2, "node1-token-0123456789"
+    node_spool, live_spool, ctl = tmp_path / "node", tmp_path / "live", tmp_path / "ctl"
+    ctl.mkdir()
+    (tmp_path / "tokens").write_text(f"node1 {token}\n")
+    (tmp_path / "token").write_text(token)
+    (tmp_path / "in").mkdir()
+    script = tmp_path / "_worker.py"
+    script.write_text(WORKER)
+    receiver = Receiver(
+        ReceiveSection(
+            listen="127.0.0.1:0",
+            spool=str(tmp_path / "in"),
+            tokens_file=str(tmp_path / "tokens"),
+            live_spool=str(live_spool),
+        )
+    )
+    receiver.start()
+    env = dict(
+        os.environ,
+        MASTER_ADDR="127.0.0.1",
+        MASTER_PORT=str(_free_port()),
+        OMP_NUM_THREADS="1",
+        GLOO_SOCKET_IFNAME="lo",
+        HPCWATCH_LIVE_DIR=str(node_spool),
+        HPCWATCH_LIVE_URL=f"http://127.0.0.1:{receiver.port}",
+        HPCWATCH_LIVE_TOKEN_FILE=str(tmp_path / "token"),
+    )
+    argv = [sys.executable, str(script), str(world), str(ctl), "-1", str(HUNG), "0", "0"]
+    job = _start(argv, env, tmp_path)
+    try:
+        with Store(tmp_path / "db") as store:
+            collector = LiveCollector(store, LiveSection(path=str(live_spool), hang_after_s=2.0, interval_s=0.2))
+            wait = {"store": store, "job_proc": job}
+            deadline = time.monotonic() + 60
+            while not (collector.jobs.get(JOB) and len(collector.jobs[JOB].ranks) == world):
+                assert time.monotonic() < deadline, "both ranks' streams pushed"
+                assert job.poll() is None, _errors(job)
+                collector.run()
+                time.sleep(0.1)
+
+            code, out, _ = run_cli(["trace", JOB, "--steps", "2", "--live-dir", str(live_spool), "--json"])
+            assert code == 0, out
+            request = orjson.loads(out)["request"]
+            seen: dict[int, str] = {}
+
+            def every_rank_traced(e) -> bool:
+                if e.attrs["request"] == request:
+                    seen[e.attrs["rank"]] = e.attrs["path"]
+                return set(seen) == set(range(world))
+
+            _wait(collector, kind=EventKind.LIVE_TRACE, ok=every_rank_traced, deadline_s=30, **wait)
+            for rank, path in seen.items():  # the collector's copy, read by the Kineto reader
+                assert Path(path).parent == live_spool / JOB
+                assert read_kineto(path).rank == rank
+            assert not list(node_spool.glob(f"{JOB}/trace-*")), "a trace the collector took leaves the node"
+
+            (ctl / "hang").touch()
+            hang = _wait(collector, kind=EventKind.LIVE_HANG, ok=lambda e: True, deadline_s=30, **wait)
+            assert hang.attrs["collectives"] == ["all_reduce"]
+            dump = _wait(collector, kind=EventKind.LIVE_DUMP, ok=lambda e: True, deadline_s=30, **wait)
+            assert dump.attrs["request"] == hang.attrs["dump_request"]
+            assert dump.attrs["ranks_dumped"] == list(range(world))
+            assert dump.attrs["verdict"] == "hang" and dump.attrs["missing"] == [HUNG]
+            assert receiver.refused == {}
+            (ctl / "release").touch()
+            (ctl / "stop").touch()
+            assert job.wait(timeout=60) == 0, _errors(job)
+    finally:
+        receiver.stop()
+        (ctl / "release").touch()
+        (ctl / "stop").touch()
+        _end(job)

@@ -2,7 +2,9 @@
 
 The request goes into the job's control file in the live spool folder (``sources.livehook``); each rank's
 hook sees it within its flush interval, profiles its next N steps and writes
-``trace-<id>-rank-<N>.json`` beside its stream, which ``hpcwatch collect``'s ``[[live]]`` reads.
+``trace-<id>-rank-<N>.json`` beside its stream, which ``hpcwatch collect``'s ``[[live]]`` reads. For a job
+that streams over HTTP, ``--live-dir`` is the ``[[receive]]``'s ``live_spool`` on the collector's host: the
+receiver hands the request to each rank in its answers and takes the traces the ranks POST back.
 ``--dump`` asks for the ranks' Flight Recorder dumps instead (what a hang asks for by itself).
 """
 
@@ -25,7 +27,7 @@ __all__ = ["trace"]
     type=PATH,
     envvar="HPCWATCH_LIVE_DIR",
     required=True,
-    help="The hooks' live spool folder (their HPCWATCH_LIVE_DIR).",
+    help="The hooks' live spool folder (their HPCWATCH_LIVE_DIR; over HTTP: [[receive]]'s live_spool).",
 )
 @click.option("--dump", is_flag=True, default=False, help="Ask for a Flight Recorder dump, not a trace.")
 @json_option()

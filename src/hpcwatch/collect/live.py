@@ -18,6 +18,11 @@ records, over ``MAX_LINE_BYTES``, of another job or rank than their file, or pas
 with the first reason, and stored as one ``live_refused`` event. Per rank at most ``_SPANS_PER_STEP``
 spans a step are kept; at most ``MAX_JOBS`` job folders and ``MAX_RANKS`` streams a job are read.
 
+Over HTTP (``[[receive]]``'s ``live_spool`` as ``path``) nothing changes here: the receiver hands each
+rank the job's control file with every answer to its stream (``control_for``) and writes the dumps and
+traces the ranks POST back into the same layout (``land_answer``), once it has read them and found them
+to answer a request of the control file.
+
 A rotated stream (the hook renames it to ``.1`` past its size cap) is read from its start again; the
 lines written between the last run and the rename are lost to the live view (the store has the steps).
 """
@@ -27,6 +32,7 @@ from __future__ import annotations
 import logging
 import os
 import re
+import threading
 import time
 from collections import OrderedDict, defaultdict
 from dataclasses import dataclass, field
@@ -38,12 +44,17 @@ from hpcwatch.collect.config import LiveSection
 from hpcwatch.errors import InputError, ParseError, one_line
 from hpcwatch.records import Event, Sample, Span
 from hpcwatch.reports.livejob import Stop, judge, read_dumps, read_trace
+from hpcwatch.sources.flight_recorder import parse_flight_recorder
+from hpcwatch.sources.kineto import parse_kineto
 from hpcwatch.sources.lines import shown
 from hpcwatch.sources.livehook import (
     CLOSED,
+    MAX_ANSWER_BYTES,
     MAX_LINE_BYTES,
     MAX_TRACE_STEPS,
     Control,
+    answer_name,
+    control_doc,
     dump_name,
     parse_live_line,
     rank_of_stream,
@@ -53,7 +64,18 @@ from hpcwatch.sources.livehook import (
 from hpcwatch.store import Store
 from hpcwatch.vocab import EventKind
 
-__all__ = ["LiveCollector", "MAX_JOBS", "MAX_RANKS", "DUMP_WAIT_S", "request_trace", "request_dump"]
+__all__ = [
+    "LiveCollector",
+    "MAX_JOBS",
+    "MAX_RANKS",
+    "DUMP_WAIT_S",
+    "request_trace",
+    "request_dump",
+    "control_for",
+    "land_answer",
+    "UnknownRequest",
+    "AlreadyAnswered",
+]
 
 log = logging.getLogger(__name__)
 
@@ -370,3 +392,57 @@ def request_dump(spool: str | os.PathLike[str], job: str) -> str:
     request = f"d{int(time.time() * 1000)}"
     _ask(_job_folder(spool, job), dump_id=request)
     return request
+
+
+# -- the HTTP side of requests and answers (collect/receive.py calls these) ------------------------------
+
+
+class UnknownRequest(InputError):
+    """An answer to no request of the job's control file."""
+
+
+class AlreadyAnswered(UnknownRequest):
+    """A second answer of one rank to one request (the first one stays)."""
+
+
+def control_for(spool: str | os.PathLike[str], job: str) -> bytes | None:
+    """The job's control file as the answer to a push carries it; None when there is none or it is bad."""
+    try:
+        control = read_control(_job_folder(spool, job))
+    except InputError as err:  # a bad control file stays where it is, said once a push
+        log.warning("live %s: %s", job, one_line(str(err)))
+        return None
+    return None if control is None else control_doc(control)
+
+
+def land_answer(spool: str | os.PathLike[str], job: str, rank: int, kind: str, request: str, body: bytes) -> Path:
+    """Check a dump or trace a rank POSTed and write it where ``[[live]]`` reads it; its path.
+
+    UnknownRequest when the job's control file asks for no such thing or the rank already answered;
+    InputError when the body is over ``MAX_ANSWER_BYTES`` or not what it says it is (read by the reader
+    ``[[live]]`` reads it with, so what lands is readable)."""
+    folder = _job_folder(spool, job)
+    try:
+        control = read_control(folder)
+    except ParseError:
+        control = None
+    asked = None if control is None else control.dump_id if kind == "dump" else control.trace_id
+    if asked != request:
+        raise UnknownRequest(f"job {job} asked for no {kind} {shown(request, 64)}")
+    target = folder / answer_name(kind, request, rank)
+    if target.exists():
+        raise AlreadyAnswered(f"rank {rank} already answered {kind} {request}")
+    if len(body) > MAX_ANSWER_BYTES:
+        raise InputError(f"a {kind} of {len(body)} bytes, over the {MAX_ANSWER_BYTES}-byte cap")
+    if kind == "dump":
+        if not body.lstrip().startswith(b"{"):  # the hook posts the JSON form: no pickle reaches the reader
+            raise InputError(f"{target.name}: a dump is posted as JSON (the hook's _dump_fr_trace_json)")
+        parse_flight_recorder(body, path=target.name, rank=rank)
+    else:
+        trace = parse_kineto(body, path=target.name)
+        if trace.rank_from == "distributedInfo" and trace.rank != rank:
+            raise InputError(f"{target.name}: a trace of rank {trace.rank} posted as rank {rank}")
+    tmp = folder / f".{target.name}.{os.getpid()}.{threading.get_ident()}"
+    tmp.write_bytes(body)
+    os.replace(tmp, target)
+    return target

@@ -13,6 +13,15 @@
     POST /v1/live/JOB/RANK               a training hook's live stream (instrument/live.py), same headers
     {JSON lines}                         appended to LIVE_SPOOL/JOB/rank-RANK.jsonl, read by [[live]]
                                          (its own rate bucket per node; 404 without live_spool)
+    202  appended; the body is the job's control file (application/json) when it has one: how requests
+         for dumps and traces reach a rank that pushes (an empty batch is a poll)
+
+    POST /v1/live/JOB/RANK/dump/ID       a rank's answer to a request of the control file, same headers:
+    POST /v1/live/JOB/RANK/trace/ID      its Flight Recorder dump or Kineto trace (collect/live.py
+                                         ``land_answer``: read with the reader [[live]] uses, then written
+                                         beside the stream); one is read at a time (else 503)
+    201  written; 400 not a dump / trace of that rank; 404 no such request; 409 already answered;
+    413  over MAX_ANSWER_BYTES (sources/livehook.py), before a byte is read
 
 The token compare is constant-time (``hmac.compare_digest``, against a dummy for an unknown node, so
 the answer's timing does not say which nodes exist). A refused token is logged once per node and
@@ -36,9 +45,10 @@ from typing import Any
 
 from hpcwatch.collect.base import RunResult
 from hpcwatch.collect.config import ReceiveSection
+from hpcwatch.collect.live import AlreadyAnswered, UnknownRequest, control_for, land_answer
 from hpcwatch.collect.shipment import NAME_RE, PUSH_PATH, Shipment, write_to_spool
-from hpcwatch.errors import ConfigError, ParseError, one_line
-from hpcwatch.sources.livehook import stream_name
+from hpcwatch.errors import ConfigError, InputError, ParseError, one_line
+from hpcwatch.sources.livehook import MAX_ANSWER_BYTES, parse_answer_path, stream_name
 from hpcwatch.store import Store
 
 __all__ = ["Receiver", "ReceiveCollector", "read_tokens", "PUSH_PATH", "LIVE_PUSH_PATH", "live_target", "append_live"]
@@ -104,6 +114,8 @@ class Receiver:
         self._tokens_seen = self._stamp()
         self._buckets: dict[str, _Bucket] = {}
         self._logged: set[tuple[str, str]] = set()
+        self.answering = threading.BoundedSemaphore(1)
+        """One dump or trace in memory at a time (each is up to MAX_ANSWER_BYTES)."""
         host, _, port = section.listen.rpartition(":")
         self._server = _Server((host.strip("[]"), int(port)), self._handler())
         if section.cert_file:
@@ -189,12 +201,15 @@ class Receiver:
             def log_message(self, format: str, *args: Any) -> None:
                 pass  # one line per refusal (note_refusal), not one per request
 
-            def _answer(self, status: int, text: str, headers: dict[str, str] | None = None) -> None:
-                body = (text + "\n").encode()
+            def _answer(
+                self, status: int, text: str, headers: dict[str, str] | None = None, *, json: bytes | None = None
+            ) -> None:
+                body = json if json is not None else (text + "\n").encode()
                 self.send_response(status)
                 for k, v in (headers or {}).items():
                     self.send_header(k, v)
-                self.send_header("Content-Type", "text/plain; charset=utf-8")
+                kind = "application/json" if json is not None else "text/plain; charset=utf-8"
+                self.send_header("Content-Type", kind)
                 self.send_header("Content-Length", str(len(body)))
                 if status >= 400:
                     self.send_header("Connection", "close")
@@ -209,7 +224,11 @@ class Receiver:
                 address = self.client_address[0]
                 node = self.headers.get("X-Hpcwatch-Node", "")
                 if self.path.startswith(LIVE_PUSH_PATH) and receiver.section.live_spool:
-                    self._live(node, address)
+                    answer = parse_answer_path(self.path)
+                    if answer is not None:
+                        self._live_answer(node, address, *answer)
+                    else:
+                        self._live(node, address)
                     return
                 if self.path != PUSH_PATH:
                     self._answer(404, f"POST {PUSH_PATH}")
@@ -251,36 +270,76 @@ class Receiver:
                 receiver.note_accepted(node, address)
                 self._answer(202, "queued")
 
-            def _live(self, node: str, address: str) -> None:
-                """A batch of a rank's live stream, appended to its file in ``live_spool`` (collect/live.py reads
-                and judges every line; here only the sender, the size and the rate are checked)."""
-                target = live_target(receiver.section.live_spool, self.path)
-                if target is None:
-                    self._answer(404, f"POST {LIVE_PUSH_PATH}JOB/RANK")
-                    return
+            def _live_allowed(self, node: str, address: str, cap: int) -> int | None:
+                """The body's length once the sender, its rate and the size are checked; None: answered."""
                 if not receiver.authenticate(node, self.headers.get("Authorization", "")):
                     receiver.note_refusal(401, node, address, "unknown node or wrong token")
                     self._answer(401, "unknown node or wrong token", {"WWW-Authenticate": "Bearer"})
-                    return
+                    return None
                 wait = receiver.allow(node + "\0live")  # its own bucket: a job's stream never starves the agent
                 if wait:
                     receiver.note_refusal(429, node, address, f"live: over {receiver.section.rate_per_s:g} requests/s")
                     self._answer(429, "too many requests", {"Retry-After": str(max(1, round(wait + 0.5)))})
-                    return
+                    return None
                 length = self.headers.get("Content-Length", "")
-                if not length.isdigit() or int(length) > receiver.section.max_body_bytes:
+                if not length.isdigit() or int(length) > cap:
                     receiver.note_refusal(413, node, address, f"live: a body of {length or 'unknown'} bytes")
-                    self._answer(413, f"Content-Length up to {receiver.section.max_body_bytes} bytes")
+                    self._answer(413, f"Content-Length up to {cap} bytes")
+                    return None
+                return int(length)
+
+            def _live(self, node: str, address: str) -> None:
+                """A batch of a rank's live stream, appended to its file in ``live_spool`` (collect/live.py reads
+                and judges every line; here only the sender, the size and the rate are checked). The answer
+                carries the job's control file: the rank's requests."""
+                target = live_target(receiver.section.live_spool, self.path)
+                if target is None:
+                    self._answer(404, f"POST {LIVE_PUSH_PATH}JOB/RANK")
                     return
-                body = self.rfile.read(int(length))
+                length = self._live_allowed(node, address, receiver.section.max_body_bytes)
+                if length is None:
+                    return
+                body = self.rfile.read(length)
                 try:
-                    append_live(target, body)
+                    if body.strip():  # an empty batch only asks for the control file
+                        append_live(target, body)
                 except OSError as err:
                     log.warning("receive: cannot write to %s: %s", target, err)
                     self._answer(503, "the live spool cannot be written", {"Retry-After": "30"})
                     return
                 receiver.note_accepted(node, address)
-                self._answer(202, "appended")
+                control = control_for(receiver.section.live_spool, target.parent.name)
+                self._answer(202, "appended", json=control)
+
+            def _live_answer(self, node: str, address: str, job: str, rank: int, kind: str, request: str) -> None:
+                """A rank's dump or trace, answering a request of its job's control file."""
+                length = self._live_allowed(node, address, MAX_ANSWER_BYTES)
+                if length is None:
+                    return
+                if not receiver.answering.acquire(blocking=False):
+                    self._answer(503, "another answer is being read", {"Retry-After": "2"})
+                    return
+                refusal: tuple[int, str] | None = None
+                try:  # released before answering: the rank's next answer never finds it taken
+                    body = self.rfile.read(length)
+                    where = land_answer(receiver.section.live_spool, job, rank, kind, request, body)
+                except UnknownRequest as err:
+                    refusal = (409 if isinstance(err, AlreadyAnswered) else 404, one_line(str(err)))
+                except (InputError, ValueError, TypeError, KeyError, OverflowError, RecursionError) as err:
+                    refusal = (400, one_line(str(err)))  # hostile bytes: whatever the reader raises is a 400
+                except OSError as err:
+                    log.warning("receive: cannot write the %s of %s rank %d: %s", kind, job, rank, err)
+                    refusal = (503, "the live spool cannot be written")
+                finally:
+                    receiver.answering.release()
+                if refusal is not None:
+                    status, why = refusal
+                    if status != 503:
+                        receiver.note_refusal(status, node, address, f"live: {why}")
+                    self._answer(status, why[:300], {"Retry-After": "30"} if status == 503 else None)
+                    return
+                receiver.note_accepted(node, address)
+                self._answer(201, f"{kind} {request} of rank {rank} written as {where.name}")
 
         return Handler
 

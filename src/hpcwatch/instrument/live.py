@@ -17,9 +17,15 @@ Switching it at run time: ``HPCWATCH_LIVE_DIR`` (read once, when the recorder is
 Pushed instead of spooled (``push_url``; the recorder reads ``HPCWATCH_LIVE_URL``, ``HPCWATCH_LIVE_TOKEN_FILE``
 and the node name once): the thread POSTs each batch to the collector's ``[[receive]]``
 (``POST /v1/live/JOB/RANK``, the node's bearer token; 2 s timeout), which appends it to its ``live_spool``
-for ``[[live]]``. A batch the collector refuses or does not answer is dropped and counted. The spool folder
-is still where the control file is polled and the answers (dumps, traces) are written: requests and
-answers travel only when it is the collector's ``[[live]]`` folder (shared); over HTTP alone they do not.
+for ``[[live]]``. A batch the collector refuses or does not answer is dropped and counted. The requests
+come back the same way, so no port opens on the training node: the collector's answer to each POST
+carries the job's control file (which ``[[live]]`` and ``hpcwatch trace`` write on the collector's side),
+and a thread with nothing to send still POSTs an empty batch every ``poll_s`` to ask for it (a rank stuck
+in a collective is still asked for its dump). The local control file is then not read. The answers are
+written in the local spool folder as below, then POSTed to ``/v1/live/JOB/RANK/dump|trace/ID``
+(``sources.livehook.answer_path``) by the thread, and removed once the collector took them; one it
+refuses (404, 409, 413, 400) stays where it was written, named in one log line; one it could not take
+now (no answer, 429, 503) is tried again, ``_TRIES`` times in all.
 
 Requests (the control file, written by ``hpcwatch collect`` or ``hpcwatch trace``):
 
@@ -46,7 +52,17 @@ from typing import Any
 import orjson
 
 from hpcwatch.errors import ConfigError, ParseError
-from hpcwatch.sources.livehook import CLOSED, Control, dump_name, read_control, stream_name
+from hpcwatch.sources.livehook import (
+    CLOSED,
+    MAX_ANSWER_BYTES,
+    MAX_LINE_BYTES,
+    Control,
+    answer_path,
+    dump_name,
+    parse_control,
+    read_control,
+    stream_name,
+)
 
 __all__ = ["LiveStream", "LIVE_DIR_ENV", "LIVE_URL_ENV", "LIVE_TOKEN_FILE_ENV", "DEFAULT_MAX_BYTES", "DEFAULT_QUEUE"]
 
@@ -60,6 +76,10 @@ DEFAULT_MAX_BYTES = 8 << 20
 #: Records waiting for the writer thread; past it they are dropped (a stalled disk never stalls a step).
 DEFAULT_QUEUE = 20_000
 _FR_DEFAULT_ENTRIES = "2000"
+#: Seconds between two polls of the collector by a pushing thread that has nothing to send.
+DEFAULT_POLL_S = 2.0
+#: Times an answer the collector could not take now is sent before it is left on the node's disk.
+_TRIES = 5
 
 
 class LiveStream:
@@ -77,12 +97,13 @@ class LiveStream:
         push_url: str | None = None,
         token: str = "",
         node: str = "",
+        poll_s: float = DEFAULT_POLL_S,
     ) -> None:
         self.job, self.rank = job, rank
         self.folder = Path(spool) / job
         self.folder.mkdir(parents=True, exist_ok=True)
         self.path = self.folder / stream_name(rank)
-        self.flush_s, self.max_bytes, self.queue_max = flush_s, max_bytes, queue_max
+        self.flush_s, self.max_bytes, self.queue_max, self.poll_s = flush_s, max_bytes, queue_max, poll_s
         self.push = _Push(push_url, job=job, rank=rank, token=token, node=node) if push_url else None
         self.enabled = True
         self.dropped = 0
@@ -90,6 +111,8 @@ class LiveStream:
         self._queue: deque[dict[str, Any]] = deque()
         self._trace: tuple[str, int] | None = None
         self._done: set[str] = set()  # request ids acted on
+        self._outbox: deque[tuple[str, str, Path, int]] = deque()  # answers to POST: (kind, id, file, tries left)
+        self._sent_at = 0.0
         self._control_stat: tuple[float, int] | None = None
         self._stop = threading.Event()
         _ask_for_flight_recorder()
@@ -116,6 +139,11 @@ class LiveStream:
         request, self._trace = self._trace, None
         return request
 
+    def answered(self, kind: str, request: str, path: Path) -> None:
+        """An answer (``dump`` or ``trace``) now written at ``path``; pushed, the thread sends it."""
+        if self.push is not None:
+            self._outbox.append((kind, request, path, _TRIES))
+
     def close(self) -> None:
         self.enter(None, CLOSED)
         self._stop.set()
@@ -127,11 +155,16 @@ class LiveStream:
             try:
                 self._flush()
                 self._poll()
+                self._deliver()
             except Exception:  # the stream is best effort: a full disk must not end the job
                 log.warning("hpcwatch live stream of rank %d: %s", self.rank, "write failed", exc_info=True)
         self._flush()
 
     def _flush(self) -> None:
+        if self.push is not None and not self._queue and time.monotonic() - self._sent_at >= self.poll_s:
+            self._sent_at = time.monotonic()
+            self.push.send(b"")  # nothing to say: only asks for the control file
+            return
         if not self._queue:
             return
         lines = []
@@ -139,6 +172,7 @@ class LiveStream:
             lines.append(orjson.dumps(self._queue.popleft()))
         data = b"\n".join(lines) + b"\n"
         if self.push is not None:
+            self._sent_at = time.monotonic()
             if self.push.send(data):
                 self.written += len(lines)
             else:
@@ -155,6 +189,11 @@ class LiveStream:
         self.written += len(lines)
 
     def _poll(self) -> None:
+        if self.push is not None:  # pushed: the control file comes with the collector's answers
+            control, self.push.control = self.push.control, None
+            if control is not None:
+                self._apply(control)
+            return
         try:
             st = (self.folder / "control.json").stat()
         except FileNotFoundError:
@@ -188,6 +227,30 @@ class LiveStream:
         tmp = target.with_name("." + target.name)
         tmp.write_bytes(data)
         os.replace(tmp, target)
+        self.answered("dump", request, target)
+
+    def _deliver(self) -> None:
+        """POST the answers waiting, each at most ``_TRIES`` times; what the collector took leaves the disk."""
+        push = self.push
+        if push is None:
+            return
+        for _ in range(len(self._outbox)):
+            kind, request, path, tries = self._outbox.popleft()
+            size = path.stat().st_size
+            if size > MAX_ANSWER_BYTES:
+                log.warning(
+                    "hpcwatch live: %s %s is %d bytes, over %d: kept at %s", kind, request, size, MAX_ANSWER_BYTES, path
+                )
+                continue
+            status, why = push.post(answer_path(self.job, self.rank, kind, request), path.read_bytes())
+            if 200 <= status < 300:
+                path.unlink(missing_ok=True)
+            elif status in (0, 429, 503) and tries > 1:  # not now: again on the next round
+                self._outbox.append((kind, request, path, tries - 1))
+            else:
+                log.warning(
+                    "hpcwatch live: the collector did not take %s %s (%s): kept at %s", kind, request, why, path
+                )
 
 
 def _ask_for_flight_recorder() -> None:
@@ -216,7 +279,8 @@ def _flight_recorder_json() -> bytes | None:
 
 
 class _Push:
-    """POSTs batches to ``[[receive]]``; one connection kept open, a refusal logged once until a success."""
+    """POSTs to ``[[receive]]``; one connection kept open, a refused batch logged once until a success.
+    ``control``: the control file the last answer carried, until the stream takes it."""
 
     def __init__(self, url: str, *, job: str, rank: int, token: str, node: str) -> None:
         import urllib.parse
@@ -226,26 +290,14 @@ class _Push:
             raise ConfigError(f"HPCWATCH_LIVE_URL must be http(s)://host:port, got {url!r}")
         self.parts, self.host, self.path = parts, parts.hostname, f"/v1/live/{job}/{rank}"
         self.headers = {"Authorization": f"Bearer {token}", "X-Hpcwatch-Node": node}
+        self.control: Control | None = None
         self._conn: Any = None
         self._failing = False
 
     def send(self, body: bytes) -> bool:
-        import http.client
-
-        try:
-            if self._conn is None:
-                kind = http.client.HTTPSConnection if self.parts.scheme == "https" else http.client.HTTPConnection
-                self._conn = kind(self.host, self.parts.port, timeout=2.0)
-            self._conn.request("POST", self.path, body=body, headers=self.headers)
-            answer = self._conn.getresponse()
-            answer.read()
-            ok = answer.status == 202
-            why = f"{answer.status} {answer.reason}"
-            if answer.getheader("Connection", "").lower() == "close":
-                self._drop_connection()
-        except (OSError, http.client.HTTPException) as err:
-            self._drop_connection()
-            ok, why = False, str(err)
+        """One batch of lines (empty: a poll); True when the collector appended it."""
+        status, why = self.post(self.path, body)
+        ok = status == 202
         if not ok and not self._failing:
             log.warning(
                 "hpcwatch live: push to %s refused or failed (%s); batches dropped until it works",
@@ -254,6 +306,33 @@ class _Push:
             )
         self._failing = not ok
         return ok
+
+    def post(self, path: str, body: bytes) -> tuple[int, str]:
+        """(status, why) of one POST, status 0 when there was no answer; keeps the control file it carried."""
+        import http.client
+
+        try:
+            if self._conn is None:
+                kind = http.client.HTTPSConnection if self.parts.scheme == "https" else http.client.HTTPConnection
+                self._conn = kind(self.host, self.parts.port, timeout=2.0)
+            self._conn.request("POST", path, body=body, headers=self.headers)
+            answer = self._conn.getresponse()
+            text = answer.read(MAX_LINE_BYTES + 1)  # a control file's cap
+            status, why = (
+                answer.status,
+                f"{answer.status} {answer.reason}: {text[:200].decode(errors='replace').strip()}",
+            )
+            if answer.getheader("Connection", "").lower() == "close" or not answer.isclosed():
+                self._drop_connection()
+        except (OSError, http.client.HTTPException) as err:
+            self._drop_connection()
+            return 0, str(err)
+        if status == 202 and answer.getheader("Content-Type", "").startswith("application/json"):
+            try:
+                self.control = parse_control(text, path=self.parts.netloc + path)
+            except ParseError as err:
+                log.warning("hpcwatch live: %s", err)
+        return status, why
 
     def _drop_connection(self) -> None:
         if self._conn is not None:

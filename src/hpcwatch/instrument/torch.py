@@ -434,6 +434,7 @@ class StepRecorder:
         tmp = target.with_name("." + target.name)
         profiler.export_chrome_trace(str(tmp))
         os.replace(tmp, target)
+        self._live.answered("trace", request, target)  # pushed: the stream's thread POSTs it
 
     def _open_file(self):
         if self.config.out_dir is None:

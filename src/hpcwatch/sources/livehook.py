@@ -8,6 +8,11 @@ per-node spool folder::
     SPOOL/<job>/fr-<id>_<N>.json    a Flight Recorder dump rank N wrote when asked (id: the request)
     SPOOL/<job>/trace-<id>-rank-<N>.json   a Kineto trace of N steps rank N captured when asked
 
+Over HTTP (the hook pushes to ``[[receive]]``, no folder shared) the same layout is kept on the collector's
+side, in its ``live_spool``: the answer to each ``POST /v1/live/<job>/<N>`` carries the job's control file
+(``control_doc``), and a rank POSTs a dump or trace to ``answer_path(job, N, kind, id)``, which the receiver
+checks and writes under ``answer_name``. Such a body is at most ``MAX_ANSWER_BYTES``.
+
 Stream lines are the hook's JSON lines (``sources.hook``: ``span`` and ``sample`` records; each span's
 ``attrs.clock`` says which clock timed it, ``cuda_event`` or ``cpu``) plus one kind of its own, written
 when a phase begins (so a rank stuck in a collective says where it is)::
@@ -49,6 +54,12 @@ __all__ = [
     "stream_name",
     "dump_name",
     "trace_name",
+    "answer_name",
+    "answer_path",
+    "parse_answer_path",
+    "control_doc",
+    "ANSWER_KINDS",
+    "MAX_ANSWER_BYTES",
     "rank_of_stream",
     "CLOSED",
 ]
@@ -58,10 +69,15 @@ CONTROL = "control.json"
 MAX_LINE_BYTES = 64 * 1024
 #: The most steps one on-demand trace may ask for (a profiler's trace of a step is MBs on a GPU).
 MAX_TRACE_STEPS = 100
+#: The most bytes a dump or trace POSTed back may have (a few steps of a GPU trace are tens of MB).
+MAX_ANSWER_BYTES = 64 << 20
+#: What a rank may POST back: the answers to the control file's requests.
+ANSWER_KINDS = ("dump", "trace")
 #: The phase of the ``enter`` a closed recorder writes.
 CLOSED = "closed"
 _ID = re.compile(r"[A-Za-z0-9_.-]{1,64}")
 _STREAM = re.compile(r"rank-(\d{1,9})\.jsonl")
+_ANSWER_PATH = re.compile(r"/v1/live/([A-Za-z0-9_-][A-Za-z0-9_.-]{0,63})/(\d{1,9})/(dump|trace)/([A-Za-z0-9_.-]{1,64})")
 
 
 def stream_name(rank: int) -> str:
@@ -81,6 +97,24 @@ def dump_name(request: str, rank: int) -> str:
 
 def trace_name(request: str, rank: int) -> str:
     return f"trace-{request}-rank-{rank}.json"
+
+
+def answer_name(kind: str, request: str, rank: int) -> str:
+    """The file an answer is kept in: a dump's or a trace's name, as the folder layout has it."""
+    return dump_name(request, rank) if kind == "dump" else trace_name(request, rank)
+
+
+def answer_path(job: str, rank: int, kind: str, request: str) -> str:
+    """Where a rank POSTs its answer to a request: ``/v1/live/<job>/<rank>/<kind>/<id>``."""
+    return f"/v1/live/{job}/{rank}/{kind}/{request}"
+
+
+def parse_answer_path(path: str) -> tuple[str, int, str, str] | None:
+    """(job, rank, kind, id) of an answer's path, None for any other path (no ``..``, no other folder)."""
+    found = _ANSWER_PATH.fullmatch(path)
+    if found is None:
+        return None
+    return found.group(1), int(found.group(2)), found.group(3), found.group(4)
 
 
 @dataclass(frozen=True, slots=True)
@@ -132,17 +166,22 @@ def read_control(job_dir: str | os.PathLike[str]) -> Control | None:
     return parse_control(raw, path=path)
 
 
-def write_control(job_dir: str | os.PathLike[str], control: Control) -> Path:
-    """Replace the job's control file whole (a temporary file renamed: a hook never reads half of one)."""
-    folder = Path(job_dir)
-    folder.mkdir(parents=True, exist_ok=True)
+def control_doc(control: Control) -> bytes:
+    """The control file's bytes (what ``parse_control`` reads back)."""
     doc: dict[str, Any] = {"live": control.live}
     if control.trace_id is not None:
         doc["trace"] = {"id": _request_id(control.trace_id, "trace"), "steps": control.trace_steps}
     if control.dump_id is not None:
         doc["dump"] = {"id": _request_id(control.dump_id, "dump")}
+    return orjson.dumps(doc)
+
+
+def write_control(job_dir: str | os.PathLike[str], control: Control) -> Path:
+    """Replace the job's control file whole (a temporary file renamed: a hook never reads half of one)."""
+    folder = Path(job_dir)
+    folder.mkdir(parents=True, exist_ok=True)
     tmp = folder / f".{CONTROL}.{os.getpid()}"
-    tmp.write_bytes(orjson.dumps(doc))
+    tmp.write_bytes(control_doc(control))
     os.replace(tmp, folder / CONTROL)
     return folder / CONTROL
 
