@@ -105,6 +105,18 @@ WORKER = textwrap.dedent("""
 """)
 
 
+def _gloo_env(**extra: str) -> dict[str, str]:
+    """The ranks' environment: one free rendezvous port on loopback, one thread each, and ``extra``."""
+    return dict(
+        os.environ,
+        MASTER_ADDR="127.0.0.1",
+        MASTER_PORT=str(_free_port()),
+        OMP_NUM_THREADS="1",
+        GLOO_SOCKET_IFNAME="lo",
+        **extra,
+    )
+
+
 def _start(argv: list[str], env: dict[str, str], tmp_path: Path) -> subprocess.Popen:
     """The job, its stderr in a file: a pipe left full would stop the ranks, and read on a failure would wait
     on ranks still holding it."""
@@ -156,14 +168,7 @@ def test_live_stream_names_straggler_trace_and_hang_while_the_job_runs(tmp_path:
     ctl.mkdir()
     script = tmp_path / "_worker.py"
     script.write_text(WORKER)
-    env = dict(
-        os.environ,
-        MASTER_ADDR="127.0.0.1",
-        MASTER_PORT=str(_free_port()),
-        OMP_NUM_THREADS="1",
-        GLOO_SOCKET_IFNAME="lo",
-        HPCWATCH_LIVE_DIR=str(spool),
-    )
+    env = _gloo_env(HPCWATCH_LIVE_DIR=str(spool))
     argv = [sys.executable, str(script), str(WORLD), str(ctl), str(STRAGGLER), str(HUNG), str(SLOW_STEPS), str(DELAY_S)]
     job = _start(argv, env, tmp_path)
     try:
@@ -241,12 +246,7 @@ def test_over_http_a_trace_asked_with_the_cli_and_a_hangs_dump_come_back_through
         )
     )
     receiver.start()
-    env = dict(
-        os.environ,
-        MASTER_ADDR="127.0.0.1",
-        MASTER_PORT=str(_free_port()),
-        OMP_NUM_THREADS="1",
-        GLOO_SOCKET_IFNAME="lo",
+    env = _gloo_env(
         HPCWATCH_LIVE_DIR=str(node_spool),
         HPCWATCH_LIVE_URL=f"http://127.0.0.1:{receiver.port}",
         HPCWATCH_LIVE_TOKEN_FILE=str(tmp_path / "token"),
