@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from hpcwatch.collect.active import ActiveChecks
+from hpcwatch.collect.active import ActiveChecks, idle_nodes
 from hpcwatch.collect.config import ScheduleSection, parse_config
 from hpcwatch.collect.schedule import ScheduledTask
 from hpcwatch.store import Store
@@ -61,7 +61,14 @@ def _state(slurm, node: str) -> str:
     return next((f.split("=", 1)[1] for f in line.split() if f.startswith("State=")), "")
 
 
+def _idle(slurm) -> list[str]:
+    return sorted(idle_nodes(slurm.run("scontrol", "-o", "show", "node").stdout))
+
+
 def test_idle_nodes_get_the_active_checks_and_a_busy_node_none(slurm, tmp_path):
+    # the Slurm of this worker served other tests before: their jobs' ends and a resumed node take a moment
+    # to read IDLE in scontrol (node2 was not yet, once, under load: nothing was started)
+    wait_until(lambda: _idle(slurm) == ["node1", "node2"], timeout_s=60, what="both nodes idle before the test")
     store = Store(tmp_path / "store")
     busy = slurm.sbatch("alice", "--nodelist=node1", wrap="sleep 120")
     try:

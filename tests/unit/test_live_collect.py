@@ -318,3 +318,14 @@ def test_a_pushed_stream_lands_in_the_live_spool_and_a_wrong_token_is_dropped_an
             assert collector.jobs[JOB].ranks[1].closed  # the closed mark came through too
     finally:
         receiver.stop()
+
+
+def test_a_span_pushed_twice_is_kept_and_stored_once(live):
+    """A push whose answer was lost is sent again: the collector keeps each span once."""
+    spool, store, collector = live
+    lines = _step_lines(0, 0, time.time() - 1)
+    _write(spool, 0, lines)
+    _write(spool, 0, lines)
+    collector.run()
+    assert store.query("SELECT count(*) FROM spans")[0][0] == 4
+    assert len(collector.jobs[JOB].ranks[0].steps[0]) == 4

@@ -12,6 +12,7 @@ import http.client
 import time
 from pathlib import Path
 
+import orjson
 import pytest
 
 from hpcwatch.collect.config import LiveSection, ReceiveSection
@@ -147,3 +148,48 @@ def test_land_answer_refuses_what_it_cannot_read_and_a_body_over_the_cap(tmp_pat
     with pytest.raises(InputError, match="fr-"):
         land_answer(tmp_path, JOB, 0, "dump", dump, b"[1, 2")
     assert not list((tmp_path / JOB).glob("fr-*"))
+
+
+def test_a_batch_the_collector_could_not_take_now_is_sent_again_after_its_retry_after(tmp_path, monkeypatch):
+    """A receiver that allows one push a second (burst 1): the second batch is answered 429 with
+    Retry-After, kept by the rank and appended once the pause is over; nothing is dropped, nothing
+    doubled, the lines in the order they were made. (The old hook dropped the refused batch, and with
+    it where the rank last stood.)"""
+    from hpcwatch.instrument.live import LiveStream
+
+    monkeypatch.setenv("TORCH_FR_BUFFER_SIZE", "10")
+    (tmp_path / "tokens").write_text(f"n1 {TOKEN}\n")
+    (tmp_path / "in").mkdir()
+    section = ReceiveSection(
+        listen="127.0.0.1:0",
+        spool=str(tmp_path / "in"),
+        tokens_file=str(tmp_path / "tokens"),
+        live_spool=str(tmp_path / "live"),
+        rate_per_s=1.0,
+        burst=1,
+    )
+    receiver = Receiver(section)
+    receiver.start()
+    url = f"http://127.0.0.1:{receiver.port}"
+    stream = LiveStream(tmp_path / "node", job=JOB, rank=1, flush_s=0.02, push_url=url, token=TOKEN, node="n1")
+    landed = tmp_path / "live" / JOB / "rank-1.jsonl"
+    try:
+        stream.enter(0, "forward")
+        _until(lambda: landed.exists(), "the first batch pushed")
+        for phase in ("backward", "allreduce", "optimizer"):
+            stream.enter(0, phase)
+        _until(lambda: stream.written == 4, "the refused batch sent again", deadline_s=30)
+        assert receiver.refused.get(429, 0) >= 1 and stream.dropped == 0
+        phases = [orjson.loads(line)["phase"] for line in landed.read_bytes().splitlines()]
+        assert phases == ["forward", "backward", "allreduce", "optimizer"]
+    finally:
+        stream.close()
+        receiver.stop()
+
+
+def test_retry_after_is_read_as_seconds_within_bounds():
+    from hpcwatch.instrument.live import _retry_seconds
+
+    assert _retry_seconds("7") == 7.0
+    assert _retry_seconds(None) == _retry_seconds("Wed, 21 Oct 2026 07:28:00 GMT") == 1.0  # no number: the default
+    assert _retry_seconds("0") == 1.0 and _retry_seconds("nan") == 1.0 and _retry_seconds("1e9") == 60.0

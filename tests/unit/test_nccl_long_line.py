@@ -65,6 +65,11 @@ while n < 20 or time.process_time() - start < 0.3:
     read(real)
     n += 1
 print(json.dumps({"per_byte": (time.process_time() - start) / n / real.stat().st_size}), flush=True)
+# a short line of the same shape first: the sniffers the real log never reached import their modules on
+# first use (0.18 s, a constant), which is not the cost of the line's length
+warm = hostile.with_name("warm-" + hostile.name)
+warm.write_bytes(hostile.read_bytes()[:4096] + b" NCCL INFO x\n")
+read(warm)
 start = time.process_time()
 read(hostile)
 print(json.dumps({"seconds": time.process_time() - start}), flush=True)

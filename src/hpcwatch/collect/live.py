@@ -250,6 +250,8 @@ class LiveCollector:
             return []
         if isinstance(record, Span):
             spans = state.steps.setdefault(record.step, [])
+            if record in spans:  # a batch the hook sent again after its answer was lost: once is enough
+                return []
             if len(spans) < _SPANS_PER_STEP:
                 spans.append(record)
             while len(state.steps) > window:

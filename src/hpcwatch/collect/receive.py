@@ -12,7 +12,8 @@
 
     POST /v1/live/JOB/RANK               a training hook's live stream (instrument/live.py), same headers
     {JSON lines}                         appended to LIVE_SPOOL/JOB/rank-RANK.jsonl, read by [[live]]
-                                         (its own rate bucket per node; 404 without live_spool)
+                                         (a rate bucket per stream, apart from the node's; 404 without
+                                         live_spool)
     202  appended; the body is the job's control file (application/json) when it has one: how requests
          for dumps and traces reach a rank that pushes (an empty batch is a poll)
 
@@ -56,6 +57,8 @@ __all__ = ["Receiver", "ReceiveCollector", "read_tokens", "PUSH_PATH", "LIVE_PUS
 log = logging.getLogger(__name__)
 
 _DUMMY = "x" * 43
+#: Rate buckets kept before those refilled to the brim (senders quiet for a while) are forgotten.
+_MAX_BUCKETS = 4096
 
 
 def read_tokens(path: str) -> dict[str, str]:
@@ -166,9 +169,14 @@ class Receiver:
         return good and expected is not None and scheme.lower() == "bearer"
 
     def allow(self, node: str) -> float:
-        """0 when ``node`` may send now, else the seconds until it may."""
+        """0 when ``node`` (or one of its ranks' streams) may send now, else the seconds until it may."""
         now = time.monotonic()
         with self._lock:
+            if len(self._buckets) >= _MAX_BUCKETS:  # the streams of jobs long ended: their buckets are full again
+                refill_s = self.section.burst / self.section.rate_per_s
+                self._buckets = {k: b for k, b in self._buckets.items() if now - b.at < refill_s}
+                if len(self._buckets) >= _MAX_BUCKETS:  # all busy (a node inventing streams): memory first
+                    self._buckets.clear()
             b = self._buckets.setdefault(node, _Bucket(float(self.section.burst), now))
             b.level = min(float(self.section.burst), b.level + (now - b.at) * self.section.rate_per_s)
             b.at = now
@@ -276,7 +284,10 @@ class Receiver:
                     receiver.note_refusal(401, node, address, "unknown node or wrong token")
                     self._answer(401, "unknown node or wrong token", {"WWW-Authenticate": "Bearer"})
                     return None
-                wait = receiver.allow(node + "\0live")  # its own bucket: a job's stream never starves the agent
+                # a bucket per rank's stream: a node's eight ranks each flush 5 times a second, and neither they nor
+                # a job's stream starve each other or the node's agent
+                stream = _LIVE_PATH.match(self.path)
+                wait = receiver.allow(f"{node}\0{stream.group(0) if stream else 'live'}")
                 if wait:
                     receiver.note_refusal(429, node, address, f"live: over {receiver.section.rate_per_s:g} requests/s")
                     self._answer(429, "too many requests", {"Retry-After": str(max(1, round(wait + 0.5)))})

@@ -17,7 +17,10 @@ Switching it at run time: ``HPCWATCH_LIVE_DIR`` (read once, when the recorder is
 Pushed instead of spooled (``push_url``; the recorder reads ``HPCWATCH_LIVE_URL``, ``HPCWATCH_LIVE_TOKEN_FILE``
 and the node name once): the thread POSTs each batch to the collector's ``[[receive]]``
 (``POST /v1/live/JOB/RANK``, the node's bearer token; 2 s timeout), which appends it to its ``live_spool``
-for ``[[live]]``. A batch the collector refuses or does not answer is dropped and counted. The requests
+for ``[[live]]``. A batch the collector could not take now (no answer, 429, 503) is kept and sent again,
+after the ``Retry-After`` it named (a lost ``enter`` would leave the collector with a wrong idea of where a
+rank stopped); one it refuses (401, 413, ...) is dropped and counted. Kept lines count against the queue's
+bound, so a collector down for long costs the newest records, never memory. The requests
 come back the same way, so no port opens on the training node: the collector's answer to each POST
 carries the job's control file (which ``[[live]]`` and ``hpcwatch trace`` write on the collector's side),
 and a thread with nothing to send still POSTs an empty batch every ``poll_s`` to ask for it (a rank stuck
@@ -42,6 +45,7 @@ Requests (the control file, written by ``hpcwatch collect`` or ``hpcwatch trace`
 from __future__ import annotations
 
 import logging
+import math
 import os
 import threading
 import time
@@ -80,6 +84,12 @@ _FR_DEFAULT_ENTRIES = "2000"
 DEFAULT_POLL_S = 2.0
 #: Times an answer the collector could not take now is sent before it is left on the node's disk.
 _TRIES = 5
+#: Statuses that mean "not now": the batch or answer is sent again (0: no answer at all).
+_NOT_NOW = (0, 429, 503)
+#: The most one POST of the stream carries (the receiver's default body cap is 8 MiB).
+_MAX_BATCH_BYTES = 1 << 20
+#: Seconds to wait after a "not now" whose answer named no Retry-After, and the most one may ask for.
+_RETRY_S, _MAX_RETRY_S = 1.0, 60.0
 
 
 class LiveStream:
@@ -109,6 +119,7 @@ class LiveStream:
         self.dropped = 0
         self.written = 0
         self._queue: deque[dict[str, Any]] = deque()
+        self._held: deque[bytes] = deque()  # pushed: lines the collector could not take yet, oldest first
         self._trace: tuple[str, int] | None = None
         self._done: set[str] = set()  # request ids acted on
         self._outbox: deque[tuple[str, str, Path, int]] = deque()  # answers to POST: (kind, id, file, tries left)
@@ -123,7 +134,7 @@ class LiveStream:
     def put(self, doc: dict[str, Any]) -> None:
         if not self.enabled:
             return
-        if len(self._queue) >= self.queue_max:
+        if len(self._queue) + len(self._held) >= self.queue_max:
             self.dropped += 1
             return
         self._queue.append(doc)
@@ -161,9 +172,8 @@ class LiveStream:
         self._flush()
 
     def _flush(self) -> None:
-        if self.push is not None and not self._queue and time.monotonic() - self._sent_at >= self.poll_s:
-            self._sent_at = time.monotonic()
-            self.push.send(b"")  # nothing to say: only asks for the control file
+        if self.push is not None:
+            self._push_held()
             return
         if not self._queue:
             return
@@ -171,13 +181,6 @@ class LiveStream:
         while self._queue:
             lines.append(orjson.dumps(self._queue.popleft()))
         data = b"\n".join(lines) + b"\n"
-        if self.push is not None:
-            self._sent_at = time.monotonic()
-            if self.push.send(data):
-                self.written += len(lines)
-            else:
-                self.dropped += len(lines)
-            return
         try:
             size = self.path.stat().st_size
         except FileNotFoundError:
@@ -187,6 +190,36 @@ class LiveStream:
         with open(self.path, "ab") as f:
             f.write(data)
         self.written += len(lines)
+
+    def _push_held(self) -> None:
+        """POST the oldest waiting lines (at most ``_MAX_BATCH_BYTES``), or an empty poll every ``poll_s``,
+        unless the collector asked to wait; what it could not take now stays first in line."""
+        push = self.push
+        assert push is not None
+        now = time.monotonic()
+        if now < push.wait_until:
+            return
+        while self._queue:
+            self._held.append(orjson.dumps(self._queue.popleft()))
+        if not self._held and now - self._sent_at < self.poll_s:
+            return
+        batch: list[bytes] = []
+        size = 0
+        for line in self._held:
+            if batch and size + len(line) + 1 > _MAX_BATCH_BYTES:
+                break
+            batch.append(line)
+            size += len(line) + 1
+        self._sent_at = now
+        status = push.send(b"".join(line + b"\n" for line in batch))  # empty: only asks for the control file
+        if status in _NOT_NOW:
+            return
+        for _ in batch:
+            self._held.popleft()
+        if status == 202:
+            self.written += len(batch)
+        else:
+            self.dropped += len(batch)
 
     def _poll(self) -> None:
         if self.push is not None:  # pushed: the control file comes with the collector's answers
@@ -232,7 +265,7 @@ class LiveStream:
     def _deliver(self) -> None:
         """POST the answers waiting, each at most ``_TRIES`` times; what the collector took leaves the disk."""
         push = self.push
-        if push is None:
+        if push is None or time.monotonic() < push.wait_until:
             return
         for _ in range(len(self._outbox)):
             kind, request, path, tries = self._outbox.popleft()
@@ -245,8 +278,9 @@ class LiveStream:
             status, why = push.post(answer_path(self.job, self.rank, kind, request), path.read_bytes())
             if 200 <= status < 300:
                 path.unlink(missing_ok=True)
-            elif status in (0, 429, 503) and tries > 1:  # not now: again on the next round
+            elif status in _NOT_NOW and tries > 1:  # not now: again once the collector's pause is over
                 self._outbox.append((kind, request, path, tries - 1))
+                return
             else:
                 log.warning(
                     "hpcwatch live: the collector did not take %s %s (%s): kept at %s", kind, request, why, path
@@ -291,24 +325,33 @@ class _Push:
         self.parts, self.host, self.path = parts, parts.hostname, f"/v1/live/{job}/{rank}"
         self.headers = {"Authorization": f"Bearer {token}", "X-Hpcwatch-Node": node}
         self.control: Control | None = None
+        self.wait_until = 0.0
+        """``time.monotonic()`` before which nothing is sent: the collector said "not now"."""
         self._conn: Any = None
         self._failing = False
 
-    def send(self, body: bytes) -> bool:
-        """One batch of lines (empty: a poll); True when the collector appended it."""
+    def send(self, body: bytes) -> int:
+        """One batch of lines (empty: a poll); the answer's status (202: appended, 0: no answer)."""
         status, why = self.post(self.path, body)
-        ok = status == 202
-        if not ok and not self._failing:
+        if status != 202 and not self._failing:
             log.warning(
-                "hpcwatch live: push to %s refused or failed (%s); batches dropped until it works",
+                "hpcwatch live: push to %s refused or failed (%s); %s until it works",
                 self.parts.netloc,
                 why,
+                "batches kept and sent again" if status in _NOT_NOW else "batches dropped",
             )
-        self._failing = not ok
-        return ok
+        self._failing = status != 202
+        return status
 
     def post(self, path: str, body: bytes) -> tuple[int, str]:
-        """(status, why) of one POST, status 0 when there was no answer; keeps the control file it carried."""
+        """(status, why) of one POST, status 0 when there was no answer; keeps the control file it carried,
+        and after a "not now" the time to wait."""
+        status, why, retry_after = self._exchange(path, body)
+        if status in _NOT_NOW:
+            self.wait_until = time.monotonic() + _retry_seconds(retry_after)
+        return status, why
+
+    def _exchange(self, path: str, body: bytes) -> tuple[int, str, str | None]:
         import http.client
 
         try:
@@ -317,6 +360,7 @@ class _Push:
                 self._conn = kind(self.host, self.parts.port, timeout=2.0)
             self._conn.request("POST", path, body=body, headers=self.headers)
             answer = self._conn.getresponse()
+            retry_after = answer.getheader("Retry-After")
             text = answer.read(MAX_LINE_BYTES + 1)  # a control file's cap
             status, why = (
                 answer.status,
@@ -326,15 +370,26 @@ class _Push:
                 self._drop_connection()
         except (OSError, http.client.HTTPException) as err:
             self._drop_connection()
-            return 0, str(err)
+            return 0, str(err), None
         if status == 202 and answer.getheader("Content-Type", "").startswith("application/json"):
             try:
                 self.control = parse_control(text, path=self.parts.netloc + path)
             except ParseError as err:
                 log.warning("hpcwatch live: %s", err)
-        return status, why
+        return status, why, retry_after
 
     def _drop_connection(self) -> None:
         if self._conn is not None:
             self._conn.close()
             self._conn = None
+
+
+def _retry_seconds(header: str | None) -> float:
+    """The seconds a ``Retry-After`` of delay-seconds asks for, within [``_RETRY_S``, ``_MAX_RETRY_S``]."""
+    try:
+        seconds = float(header) if header is not None else _RETRY_S
+    except ValueError:  # an HTTP date, or garbage: the default pause
+        seconds = _RETRY_S
+    if not math.isfinite(seconds):
+        seconds = _RETRY_S
+    return min(max(seconds, _RETRY_S), _MAX_RETRY_S)
