@@ -267,12 +267,20 @@ _OUT_OF_FILES = """
 import resource, sys, time, os
 sys.path.insert(0, {tests!r})
 from test_twin_serve import StubTwin
+from test_twin_serve import free_port
+from hpcwatch.errors import ConfigError
 from hpcwatch.twin.serve import ServeConfig, TwinEndpoints
-ep = TwinEndpoints(StubTwin(), ServeConfig(nodes=("node1",), port={port}, tick_s=0, max_connections_per_node=100))
-ep.start()
+for attempt in range(20):  # a free port can be taken by another test's client before we bind it
+    port = free_port(1)
+    try:
+        ep = TwinEndpoints(StubTwin(), ServeConfig(nodes=("node1",), port=port, tick_s=0, max_connections_per_node=100))
+        ep.start()
+        break
+    except ConfigError:
+        continue
 opened = len(os.listdir("/proc/self/fd"))
 resource.setrlimit(resource.RLIMIT_NOFILE, (opened + 3, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
-print("ready", flush=True)
+print("ready", port, flush=True)
 deadline = time.monotonic() + 20
 while ep.serving and time.monotonic() < deadline:
     time.sleep(0.05)
@@ -284,10 +292,13 @@ def test_running_out_of_file_descriptors_stops_the_server_with_one_line():
     import subprocess
     import sys
 
-    port = free_port(1)
-    code = _OUT_OF_FILES.format(tests=str(Path(__file__).parent), port=port)
+    code = _OUT_OF_FILES.format(tests=str(Path(__file__).parent))
     proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    assert proc.stdout.readline() == "ready\n"
+    ready = proc.stdout.readline().split()
+    if ready[:1] != ["ready"]:
+        proc.kill()
+        pytest.fail(f"the server did not start: {proc.communicate()[1]}")
+    port = int(ready[1])
     clients = [socket.create_connection(("127.0.0.1", port), timeout=5) for _ in range(8)]  # 3 fit
     out, err = proc.communicate(timeout=30)
     for client in clients:
