@@ -274,3 +274,22 @@ def test_a_session_id_set_before_login_is_never_adopted(tmp_path):
     opened = r.headers["set-cookie"].split("hpcwatch_session=", 1)[1].split(";", 1)[0]
     assert opened != "planted" and identity.sessions.get("planted") is None
     assert identity.sessions.get(opened) is not None
+
+
+def test_logins_failures_and_lockouts_reach_the_security_roles_audit_trail(tmp_path):
+    store = Store(":memory:")
+    text = CONFIG + 'security = ["alice"]\n' + f'[tokens]\nfile = "{tmp_path}/t.json"\n'  # CONFIG ends in [roles]
+    identity = Identity(parse_auth_text(text), audit=lambda event: store.add([event]))  # as serve --auth wires it
+    identity.ldap = FakeDirectory()  # type: ignore[assignment]
+    app = create_app(store, reference_cluster(), identity=identity)
+    c = TestClient(app, base_url=BASE, client=("10.1.2.3", 40000))
+    for _ in range(3):
+        assert _login(c, "bob", "guess").status_code == 401
+    assert _login(c).status_code == 303
+    entries = c.get("/api/audit").json()["entries"]
+    seen = {(e["kind"], e["who"], e["what"]) for e in entries}
+    assert (EventKind.AUTH_LOGIN, "alice", "10.1.2.3") in seen
+    assert (EventKind.AUTH_LOGIN_FAILED, "bob", "10.1.2.3") in seen
+    assert (EventKind.AUTH_LOCKOUT, "bob", "10.1.2.3") in seen
+    panel = c.get("/audit?lang=fr").text
+    assert "s&#39;est connecté" in panel and "a été bloqué" in panel

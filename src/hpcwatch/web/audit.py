@@ -1,5 +1,5 @@
 """The audit trail, for the security role only (``web/access.py``): ``GET /api/audit`` (JSON) and
-``GET /audit`` (the panel, FR/EN): who opened which job and which finding, who acted, who undid;
+``GET /audit`` (the panel, FR/EN): who opened which job and which finding, who acted, who undid, who logged in;
 a thin adapter over ``reports.audit.audit_trail``."""
 
 from __future__ import annotations
