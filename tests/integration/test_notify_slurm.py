@@ -5,8 +5,6 @@ EpilogSlurmctld (SLURM_JOB_ID and SLURM_JOB_USER set, the real squeue and scontr
 stores the job's last state from ``squeue --json`` and calls ``hpcwatch notify --job``, which mails
 the report to alice through a real SMTP server (aiosmtpd on 127.0.0.1, port 0, plain: a relay on the
 same host). Run twice, it sends one mail: the delivery is kept in the store.
-
-Not run by the helper that wrote it (the one Slurm is the lead's): run it with the other Slurm tests.
 """
 
 from __future__ import annotations
