@@ -242,7 +242,7 @@ def test_gpu_tile_shows_power_temperature_job_colour_and_speaks_its_values(page)
     assert re.fullmatch(r"\d[\d,]* W", pt), pt  # temperature on its own line (issue 27 point 10)
     assert re.fullmatch(r"\d+ °C", page.text_content("[data-live='temp:node1/2']"))
     tile = page.locator("g.el[data-gpu='node1/2']")
-    assert tile.get_attribute("data-jobc") in {str(i) for i in range(8)}
+    assert tile.get_attribute("data-jobc") in {str(i) for i in range(12)}
     label = tile.get_attribute("aria-label")
     assert re.match(r"GPU 2 of node1, \d+ % busy, \d[\d,]* W, \d+ °C, job \d+", label), label
     colour = page.evaluate("getComputedStyle(document.querySelector(\"[data-jobbar='node1/2']\")).fill")
@@ -255,6 +255,27 @@ def test_gpu_tile_shows_power_temperature_job_colour_and_speaks_its_values(page)
             break
     else:
         pytest.fail("the GPU's spoken name never changed with its values")
+
+
+#: Each drawn GPU's job (its first) and colour index, and the legend's chips in order.
+JOB_COLOURS_JS = """() => ({
+  tiles: [...document.querySelectorAll('[data-gpu][data-jobc]')].map((el) =>
+    [(window.hpcwatch.state.snapshot.gpus[el.dataset.gpu]?.job ?? '').split(',')[0], el.dataset.jobc]),
+  legend: [...document.querySelectorAll('#legend-jobs .chip')].map((el) => [el.textContent.trim(), el.dataset.jobc]),
+})"""
+
+
+def test_the_first_twelve_jobs_each_have_their_own_colour_at_128_nodes(browser, big_server):
+    context, pg = _open(browser, big_server, 1440)
+    try:
+        drawn = pg.evaluate(JOB_COLOURS_JS)
+        legend = dict(drawn["legend"])
+        assert len(legend) >= 5, drawn["legend"]  # enough jobs that 8 hashed colours would have collided
+        assert len(set(legend.values())) == len(legend), drawn["legend"]  # the legend's jobs: no colour twice
+        for job, colour in drawn["tiles"]:  # each tile in its job's colour, as the legend shows it
+            assert legend.get(job, colour) == colour, (job, colour, legend.get(job))
+    finally:
+        context.close()
 
 
 def test_gpu_card_shows_sparklines_over_a_chosen_time_range(page):

@@ -253,6 +253,20 @@ def test_the_stream_pauses_and_resumes_through_the_control_file(stream):
     assert [d["step"] for d in _lines(stream.path)] == [0, 2]
 
 
+def test_hpcwatch_trace_pauses_and_resumes_a_running_rank_and_keeps_a_pending_request(stream, tmp_path, run_cli):
+    code, out, _ = run_cli(["trace", JOB, "--steps", "2", "--live-dir", str(tmp_path), "--json"])
+    request = orjson.loads(out)["request"]
+    code, out, _ = run_cli(["trace", JOB, "--pause", "--live-dir", str(tmp_path)])
+    assert code == 0 and "paused" in out
+    _until(lambda: not stream.enabled, "paused by the command")
+    assert read_control(tmp_path / JOB) == Control(live=False, trace_id=request, trace_steps=2)
+    code, out, _ = run_cli(["trace", JOB, "--resume", "--live-dir", str(tmp_path), "--json"])
+    assert code == 0 and orjson.loads(out) == {"job": JOB, "kind": "live", "live": True}
+    _until(lambda: stream.enabled, "resumed by the command")
+    code, _, err = run_cli(["trace", JOB, "--pause", "--dump", "--live-dir", str(tmp_path)])
+    assert code == 2 and err.count("\n") == 1 and "separate requests" in err
+
+
 def test_a_full_queue_drops_and_counts_and_the_file_stays_bounded(stream):
     stream._stop.set()  # the writer stops: the queue fills
     stream._thread.join()

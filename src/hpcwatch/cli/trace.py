@@ -5,7 +5,9 @@ hook sees it within its flush interval, profiles its next N steps and writes
 ``trace-<id>-rank-<N>.json`` beside its stream, which ``hpcwatch collect``'s ``[[live]]`` reads. For a job
 that streams over HTTP, ``--live-dir`` is the ``[[receive]]``'s ``live_spool`` on the collector's host: the
 receiver hands the request to each rank in its answers and takes the traces the ranks POST back.
-``--dump`` asks for the ranks' Flight Recorder dumps instead (what a hang asks for by itself).
+``--dump`` asks for the ranks' Flight Recorder dumps instead (what a hang asks for by itself);
+``--pause`` stops every rank's stream and ``--resume`` starts it again (the hooks keep running, the job
+never waits: a paused stream only stops writing and pushing).
 """
 
 from __future__ import annotations
@@ -30,11 +32,27 @@ __all__ = ["trace"]
     help="The hooks' live spool folder (their HPCWATCH_LIVE_DIR; over HTTP: [[receive]]'s live_spool).",
 )
 @click.option("--dump", is_flag=True, default=False, help="Ask for a Flight Recorder dump, not a trace.")
+@click.option(
+    "--pause/--resume",
+    "pause",
+    default=None,
+    help="Stop every rank's live stream, or start it again (nothing is traced).",
+)
 @json_option()
-def trace(job: str, steps: int, live_dir: Path, dump: bool, as_json: bool) -> None:
-    """Ask a running job for N steps of profiler trace (or a Flight Recorder dump)."""
-    from hpcwatch.collect.live import request_dump, request_trace
+def trace(job: str, steps: int, live_dir: Path, dump: bool, pause: bool | None, as_json: bool) -> None:
+    """Ask a running job for N steps of profiler trace (or a Flight Recorder dump); pause or resume its stream."""
+    from hpcwatch.collect.live import request_dump, request_live, request_trace
 
+    if pause is not None:
+        if dump:
+            raise click.UsageError("--dump and --pause/--resume are separate requests: give one")
+        request_live(live_dir, job, on=not pause)
+        state = "paused" if pause else "resumed"
+        if as_json:
+            emit_json({"job": job, "kind": "live", "live": not pause})
+        else:
+            console.print(f"job {safe_text(job)}'s stream {state} (its ranks see it within 2 s)")
+        return
     request = request_dump(live_dir, job) if dump else request_trace(live_dir, job, steps)
     what = "dump" if dump else "trace"
     if as_json:

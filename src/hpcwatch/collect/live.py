@@ -357,7 +357,9 @@ def _owner(record: Span | Sample | Event) -> tuple[str, int] | Any:
         return None
 
 
-def _ask(folder: Path, *, dump_id: str | None = None, trace: tuple[str, int] | None = None) -> None:
+def _ask(
+    folder: Path, *, dump_id: str | None = None, trace: tuple[str, int] | None = None, live: bool | None = None
+) -> None:
     """Add a request to the job's control file, keeping what it already asks."""
     try:
         current = read_control(folder) or Control()
@@ -366,7 +368,7 @@ def _ask(folder: Path, *, dump_id: str | None = None, trace: tuple[str, int] | N
     write_control(
         folder,
         Control(
-            live=current.live,
+            live=current.live if live is None else live,
             trace_id=trace[0] if trace else current.trace_id,
             trace_steps=trace[1] if trace else current.trace_steps,
             dump_id=dump_id or current.dump_id,
@@ -387,6 +389,11 @@ def request_trace(spool: str | os.PathLike[str], job: str, steps: int) -> str:
     request = f"t{int(time.time() * 1000)}"
     _ask(_job_folder(spool, job), trace=(request, steps))
     return request
+
+
+def request_live(spool: str | os.PathLike[str], job: str, *, on: bool) -> None:
+    """Pause (``on=False``) or resume every rank's stream of ``job``; a pending trace or dump request stays."""
+    _ask(_job_folder(spool, job), live=on)
 
 
 def request_dump(spool: str | os.PathLike[str], job: str) -> str:

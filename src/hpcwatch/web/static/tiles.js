@@ -5,8 +5,9 @@
 import { clear, fmt, fmtTime, h, t } from "./util.js";
 
 /** Job colours: Okabe & Ito's eight, distinguishable with the common colour-vision deficiencies
- *  (https://jfly.uni-koeln.de/color/); a job keeps its colour for as long as its id hashes the same. */
-export const JOB_COLOURS = 8;
+ *  (https://jfly.uni-koeln.de/color/), then four of Paul Tol's "muted" scheme that differ from them
+ *  (https://personal.sron.nl/~pault/): the legend lists up to twelve jobs, each with its own colour. */
+export const JOB_COLOURS = 12;
 
 const refs = { tiles: [], nodes: [], full: [] };
 
@@ -62,12 +63,42 @@ function remediation(snap, name) {
   return snap.node_states?.[name]?.remediation?.stage ?? null;
 }
 
-/** A job id's colour index (FNV-1a: the same job gets the same colour in every tab and every session). */
+/** A job id's preferred colour index (FNV-1a: the same in every tab and every session). */
 export function jobColour(job) {
   let hash = 0x811c9dc5;
   for (let i = 0; i < job.length; i += 1) hash = Math.imul(hash ^ job.charCodeAt(i), 16777619) >>> 0;
   return hash % JOB_COLOURS;
 }
+
+const byJobId = (a, b) => a.localeCompare(b, "en", { numeric: true });
+
+/** The jobs on the drawing → their colour indexes: in id order, each takes its preferred colour, or the next
+ *  one no job before it took. Hashing alone gave two of five jobs one colour more often than not; this way up
+ *  to JOB_COLOURS jobs never share one, and the same jobs get the same colours in every tab. */
+export function jobColours(jobs) {
+  const colours = new Map();
+  const taken = new Set();
+  for (const job of [...jobs].sort(byJobId)) {
+    let colour = jobColour(job);
+    for (let probe = 0; probe < JOB_COLOURS && taken.has(colour); probe += 1) colour = (colour + 1) % JOB_COLOURS;
+    taken.add(colour);
+    colours.set(job, colour);
+  }
+  return colours;
+}
+
+// The colours of the jobs of the last snapshot; a delta that changes the job set rewrites every tile
+// (app.js DRAWING_KEYS), so a job whose colour moved is repainted everywhere.
+let palette = { signature: null, colours: new Map() };
+
+function paletteFor(snap) {
+  const jobs = Object.keys(snap.job_gpus ?? {}).sort();
+  const signature = jobs.join(" ");
+  if (palette.signature !== signature) palette = { signature, colours: jobColours(jobs) };
+  return palette.colours;
+}
+
+const colourOf = (job) => palette.colours.get(job) ?? jobColour(job);
 
 const set = (node, name, value, last) => {
   if (last[name] === value) return;
@@ -108,7 +139,7 @@ function applyGpu(tile, g) {
   const lost = state === "lost";
   set(tile.el, "data-state", state, tile.last);
   set(tile.el, "data-level", level(util), tile.last);
-  set(tile.el, "data-jobc", job === null ? null : String(jobColour(job)), tile.last);
+  set(tile.el, "data-jobc", job === null ? null : String(colourOf(job)), tile.last);
   setText(tile.util, lost ? t("state.lost") : util === undefined || util === null ? "–" : `${fmt(util, 0)}${t("unit.pct")}`, tile.last, "u");
   setText(tile.pt, lost ? t("state.lost_since", { t: fmtTime(g.last_seen) }) : state ? t(`state.${state}`) : g ? `${fmt(g.power_w, 0)} ${t("unit.w")}` : "", tile.last, "pt");
   setText(tile.temp, g && !lost ? `${fmt(g.temp_c, 0)} ${t("unit.c")}` : "", tile.last, "temp");
@@ -170,6 +201,7 @@ let latest = null;
  *  or null: every tile. */
 export function applyTiles(snap, changed = null) {
   latest = snap;
+  paletteFor(snap);
   const tiles = changed ? refs.tiles.filter((tile) => changed.has(tile.id)) : refs.tiles;
   for (const tile of tiles) applyGpu(tile, snap.gpus?.[tile.id]);
   const touched = changed ? new Set(tiles.map((tile) => tile.node)) : null;
@@ -182,7 +214,7 @@ export function applyTiles(snap, changed = null) {
 function drawJobLegend(snap) {
   const legend = document.getElementById("legend-jobs");
   if (!legend) return;
-  const jobs = Object.keys(snap.job_gpus ?? {}).sort();
+  const jobs = Object.keys(snap.job_gpus ?? {}).sort(byJobId);
   const signature = jobs.join(" ");
   if (legend.dataset.signature === signature) return;
   legend.dataset.signature = signature;
@@ -190,7 +222,7 @@ function drawJobLegend(snap) {
   legend.append(t("legend_jobs.label"), " ");
   if (!jobs.length) legend.append(t("legend_jobs.none"));
   for (const job of jobs.slice(0, 12)) {
-    legend.append(h("span", { class: "chip", "data-jobc": String(jobColour(job)) },
+    legend.append(h("span", { class: "chip", "data-jobc": String(colourOf(job)) },
       h("span", { class: "swatch job-swatch", "aria-hidden": "true" }), job), " ");
   }
 }
