@@ -11,14 +11,35 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import time
+from pathlib import Path
 
 import pytest
 
 import hpcwatch.reports.steps as step_reports
 
+TOOK_ONE = "reader-took-one"
+
+
+def after_the_reader_took_one(read, marker: Path):
+    """``read``, which this process starts only once the forked reader has taken a rank: on a loaded machine
+    this process could read every rank, from the back, before the fork ran, leaving the reader none."""
+    parent = os.getpid()
+
+    def wrapped(path):
+        if os.getpid() != parent:
+            marker.touch()
+        elif step_reports._UNTAKEN is not None:  # a reader was forked
+            deadline = time.monotonic() + 120
+            while not marker.exists() and time.monotonic() < deadline:
+                time.sleep(0.01)
+        return read(path)
+
+    return wrapped
+
 
 @pytest.fixture
-def forking(monkeypatch):
+def forking(monkeypatch, tmp_path):
     """Every set of two files or more is read by two processes, and each reduction says which process made it."""
     monkeypatch.setattr(step_reports, "PARALLEL_READ_MIN_JSON_BYTES", 0)
     monkeypatch.setattr(step_reports, "JSON_BYTES_PER_READER", 1)
@@ -29,7 +50,8 @@ def forking(monkeypatch):
         reduction, messages = read(path)
         return reduction, (*messages, f"read by pid {os.getpid()}")
 
-    monkeypatch.setattr(step_reports, "reduce_trace_file", tagged)  # the forked reader inherits it
+    took = after_the_reader_took_one(tagged, tmp_path / TOOK_ONE)
+    monkeypatch.setattr(step_reports, "reduce_trace_file", took)  # the forked reader inherits it
     return monkeypatch
 
 
@@ -64,7 +86,7 @@ def test_a_broken_rank_is_the_one_line_error_of_one_process(broken, tmp_path, da
         assert run_cli(["steps", str(tmp_path), "--json"])[2].strip().splitlines()[-1] == last
 
 
-def test_a_reader_killed_loses_no_rank(data_dir, run_cli, forking):
+def test_a_reader_killed_loses_no_rank(data_dir, run_cli, forking, tmp_path):
     """A forked reader that dies (the kernel's OOM killer, say) takes no rank with it: this process reads
     the ranks it had taken, says so on stderr, and writes the document of one process."""
     folder = str(data_dir / "kineto" / "gloo_straggler")
@@ -78,7 +100,9 @@ def test_a_reader_killed_loses_no_rank(data_dir, run_cli, forking):
             os._exit(9)
         return read(path)
 
-    forking.setattr(step_reports, "reduce_trace_file", dies_in_a_reader)
+    # The marker of `forking`'s own wrapper, which the reader dies before reaching.
+    dies = after_the_reader_took_one(dies_in_a_reader, tmp_path / TOOK_ONE)
+    forking.setattr(step_reports, "reduce_trace_file", dies)
     code, out, err = run_cli(["steps", folder, "--json"])
     assert code == 0 and out == one[1]
     assert "a reader process stopped" in err and "its ranks are read in this process" in err
