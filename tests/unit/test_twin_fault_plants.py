@@ -72,6 +72,22 @@ def test_the_amd_scrape_carries_the_planted_families_on_every_gpu_of_every_node(
     assert len(wafl) == 16 and {k for k, v in wafl.items() if v} == {("node2", "5")}
 
 
+def test_the_twin_s_amd_labels_are_those_of_a_real_exporter_scrape():
+    """The labels the fleet and AMD scenarios lean on (driver_version, vbios_version) are among those a real
+    device-metrics-exporter writes (the MI300X scrape of ROCm/device-metrics-exporter issue #171)."""
+    from hpcwatch.sources.prometheus_text import parse_prometheus_text
+    from hpcwatch.twin import Twin
+    from hpcwatch.twin.run import sized_model
+    from tests.conftest import DATA
+
+    real = (DATA / "amd" / "dme_issue171_mi300x_vf_edge_temperature.prom").read_text()
+    (sample,) = parse_prometheus_text(real, t=0.0)
+    twin = Twin(sized_model("mi300x"), seed=1)
+    twin.advance(10.0)
+    ours = {key for s in parse_prometheus_text(twin.dcgm_text("node1"), t=0.0) for key in s.labels}
+    assert {"driver_version", "vbios_version", "job_id"} <= ours <= set(sample.labels)
+
+
 def _run_and_ingest(tmp: Path, plant: Plant) -> Path:
     """The twin's run, ingested as a cluster ships it: the collectors' folders, then each node's own captures
     with ``--host`` (none of those tools names its host)."""
