@@ -49,9 +49,17 @@ def test_every_host_fault_is_a_plant_with_the_same_rule():
     assert set(HOST_FAULT_RULES.items()) <= {(p.scenario, p.rule) for p in FAULT_PLANTS}
 
 
-def test_a_fleet_scenario_on_two_nodes_says_it_needs_three(tmp_path, run_cli):
-    code, _, err = run_cli(["twin", "run", "--out", str(tmp_path), "--scenario", "driver_drift"])
-    assert code != 0 and "(--nodes 3)" in err and "Traceback" not in err
+@pytest.mark.parametrize(
+    ("args", "said"),
+    [
+        (["--scenario", "driver_drift"], "(--nodes 3)"),  # two nodes: the odd one out would be a tie
+        (["--scenario", "amd_xgmi_errors"], "--model mi300x"),  # NVIDIA GPUs: it would plant nothing
+        (["--scenario", "amd_vbios_drift", "--nodes", "3"], "--model mi300x"),
+    ],
+)
+def test_a_scenario_that_would_plant_nothing_here_says_what_it_needs(tmp_path, run_cli, args, said):
+    code, _, err = run_cli(["twin", "run", "--out", str(tmp_path), *args])
+    assert code != 0 and said in err and "Traceback" not in err
 
 
 def test_the_amd_scrape_carries_the_planted_families_on_every_gpu_of_every_node():

@@ -26,9 +26,10 @@ from collections.abc import Mapping
 from typing import Any, ClassVar
 
 from hpcwatch import vocab
+from hpcwatch.errors import ConfigError
 from hpcwatch.twin.scenarios import Scenario, register
 
-__all__ = ["AmdXgmiErrors", "AmdThermalThrottle", "ECC_HELP", "VIOLATION_HELP"]
+__all__ = ["AmdXgmiErrors", "AmdThermalThrottle", "ECC_HELP", "VIOLATION_HELP", "require_amd"]
 
 #: The ECC families the XGMI scenario writes, with the exporter's help text.
 ECC_HELP: dict[str, str] = {
@@ -46,6 +47,13 @@ VIOLATION_HELP: dict[str, str] = {
 }
 
 
+def require_amd(twin: Any, scenario: str, node: str) -> None:
+    """``ConfigError`` unless ``node`` is a node of AMD GPUs in the twin: an AMD scenario on an NVIDIA cluster
+    would plant nothing, silently."""
+    if node not in twin.node_names or not twin.node_is_amd(node):
+        raise ConfigError(f"scenario {scenario}: plants a fault on {node}'s AMD GPUs; run it with --model mi300x")
+
+
 class _AmdReadings(Scenario):
     """Writes ``HELP`` families for every GPU of an AMD node; ``readings`` says the sick GPU's values."""
 
@@ -56,6 +64,9 @@ class _AmdReadings(Scenario):
     def readings(self, elapsed_s: float) -> dict[str, float]:
         """The sick GPU's values ``elapsed_s`` after the run started (the others read 0)."""
         raise NotImplementedError
+
+    def bind(self, twin: Any) -> None:
+        require_amd(twin, self.name, self.node)
 
     def gpu_exporter_lines(self, *, twin: Any, node: str, stamp: str) -> str:
         if not twin.node_is_amd(node):

@@ -23,6 +23,7 @@ from typing import Any
 
 from hpcwatch import vocab
 from hpcwatch.errors import ConfigError
+from hpcwatch.twin.amd_faults import require_amd
 from hpcwatch.twin.scenarios import Scenario, register
 
 __all__ = ["DriverDrift", "AmdVbiosDrift", "FLEET_MIN_NODES"]
@@ -58,3 +59,7 @@ class AmdVbiosDrift(_Drift):
     name = "amd_vbios_drift"
     description = "the last AMD node (of 3 or more) runs another MI300X VBIOS than the rest (--model mi300x)"
     label, version = "vbios_version", "022.040.003.043.000001"
+
+    def bind(self, twin: Any) -> None:
+        require_amd(twin, self.name, twin.node_names[-1])
+        super().bind(twin)
