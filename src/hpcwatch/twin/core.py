@@ -255,7 +255,11 @@ class Twin(TrainingSteps, Restarts, GroundTruth, TwinOutputs):
     def exporter_label_text(self, g: int, job: str | None) -> str:
         """The label text of flat GPU g as its exporter writes it, held by ``job`` (None: free)."""
         base = self._label_text[g]
-        return f'{base},{"job_id" if self.gpu_is_amd[g] else "hpc_job"}="{job}"' if job else base
+        if not job:
+            return base
+        if self.gpu_is_amd[g]:  # device-metrics-exporter sorts its labels: job_id comes before vbios_version
+            return base.replace(',vbios_version="', f',job_id="{job}",vbios_version="', 1)
+        return f'{base},hpc_job="{job}"'
 
     def node_is_amd(self, node: str) -> bool:
         """Whether the node's GPUs are AMD ones (its exporter is device-metrics-exporter)."""
