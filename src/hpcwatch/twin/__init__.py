@@ -1,11 +1,23 @@
 """The twin: a simulated cluster that writes the real formats (see twin/core.py).
 
 Importing the package registers every scenario: ``straggler``, ``failures``
-(one sick node: health), ``threats`` (security), ``nccl_hang`` and ``nccl_socket_fallback``
-(twin/nccl.py), ``well_kept`` / ``neglected`` (assessment), ``kubernetes`` (pods, MIG, no Slurm: twin/kubernetes.py).
+(one sick node: health), ``host_faults`` (a node's drives, links, clock, kernel, services, BMC, diagnostics),
+``amd_faults`` (AMD GPUs), ``fleet_faults`` (driver / firmware drift), ``threats`` (security), ``nccl_hang`` and
+``nccl_socket_fallback`` (twin/nccl.py), ``well_kept`` / ``neglected`` (assessment), ``kubernetes`` (pods, MIG, no
+Slurm: twin/kubernetes.py). ``twin/plants.py`` says which health rule each fault scenario makes fire, and where.
 """
 
-from hpcwatch.twin import assess_scenarios, failures, host_faults, kubernetes, nccl, straggler, threats  # noqa: F401  (each registers its scenarios)
+from hpcwatch.twin import (  # noqa: F401  (each registers its scenarios)
+    amd_faults,
+    assess_scenarios,
+    failures,
+    fleet_faults,
+    host_faults,
+    kubernetes,
+    nccl,
+    straggler,
+    threats,
+)
 from hpcwatch.twin.core import DEFAULT_START_S, JobTruth, Twin
 from hpcwatch.twin.scenarios import Scenario, get_scenario, register, scenario_names
 

@@ -36,6 +36,7 @@ Every name this module held before the split is still importable from here (henc
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 
 import numpy as np
@@ -45,6 +46,8 @@ from hpcwatch.errors import ConfigError
 from hpcwatch.model import Cluster, Gpu
 from hpcwatch.records import Event, Job
 from hpcwatch.twin.devices import (  # noqa: F401
+    AMD_DRIVER_VERSION,
+    AMD_VBIOS_VERSION,
     COUNTER,
     DCGM_FIELDS,
     DRIVER_VERSION,
@@ -252,12 +255,32 @@ class Twin(TrainingSteps, Restarts, GroundTruth, TwinOutputs):
     def exporter_label_text(self, g: int, job: str | None) -> str:
         """The label text of flat GPU g as its exporter writes it, held by ``job`` (None: free)."""
         base = self._label_text[g]
-        return f'{base},{"job_id" if self.gpu_is_amd[g] else "hpc_job"}="{job}"' if job else base
+        if not job:
+            return base
+        if self.gpu_is_amd[g]:  # device-metrics-exporter sorts its labels: job_id comes before vbios_version
+            return base.replace(',vbios_version="', f',job_id="{job}",vbios_version="', 1)
+        return f'{base},hpc_job="{job}"'
 
     def node_is_amd(self, node: str) -> bool:
         """Whether the node's GPUs are AMD ones (its exporter is device-metrics-exporter)."""
         flat = self._node_gpus[node]
         return bool(flat) and bool(self.gpu_is_amd[flat].all())
+
+    def set_gpu_label(self, node: str, name: str, value: str) -> None:
+        """Give every GPU of ``node`` the label ``name`` = ``value`` wherever its exporter and records carry it
+        (a scenario's other driver or firmware on one node: ``DCGM_FI_DRIVER_VERSION``, AMD's ``driver_version``,
+        ``vbios_version``). ``ConfigError`` if the node's exporter writes no such label."""
+        pattern = re.compile(rf'(^|,){re.escape(name)}="[^"]*"')
+        for g in self._node_gpus[node]:
+            text, found = pattern.subn(lambda m: f'{m.group(1)}{name}="{value}"', self._label_text[g])
+            if not found:
+                raise ConfigError(f"{node}: its GPU exporter writes no label {name!r}")
+            self._label_text[g] = text
+            if name in self.gpu_labels[g]:
+                self.gpu_labels[g][name] = value
+        from hpcwatch.twin.exposition import forget_templates  # exposition draws on this module
+
+        forget_templates(self)
 
     def job_of(self, node: str, gpu: int) -> str | None:
         """The job id on that GPU during the last tick (what dcgm-exporter's hpc_job label says)."""
@@ -449,6 +472,8 @@ def _amd_labels(cluster: str, g: Gpu) -> dict[str, str]:
         "modelName": g.spec.name,
         "Hostname": g.node,
         "vendor": "amd",
+        "driver_version": AMD_DRIVER_VERSION,
+        "vbios_version": AMD_VBIOS_VERSION,
     }
 
 
@@ -456,7 +481,7 @@ def _exporter_label_text(cluster: str, g: Gpu) -> str:
     """The label text device-metrics-exporter writes for a GPU (labels of ROCm/device-metrics-exporter
     issue #171's MI300X scrape, sorted as the exporter sorts them); the job label is added per scrape."""
     return (
-        f'card_model="",card_series="{g.spec.name}",gpu_compute_partition_type="spx",gpu_id="{g.index}",'
-        f'gpu_memory_partition_type="nps1",gpu_partition_id="0",gpu_uuid="{amd_uuid(cluster, g.node, g.index)}",'
-        f'hostname="{g.node}"'
+        f'card_model="",card_series="{g.spec.name}",driver_version="{AMD_DRIVER_VERSION}",'
+        f'gpu_compute_partition_type="spx",gpu_id="{g.index}",gpu_memory_partition_type="nps1",gpu_partition_id="0",'
+        f'gpu_uuid="{amd_uuid(cluster, g.node, g.index)}",hostname="{g.node}",vbios_version="{AMD_VBIOS_VERSION}"'
     )

@@ -12,6 +12,8 @@ from hpcwatch import vocab
 
 __all__ = [
     "DRIVER_VERSION",
+    "AMD_DRIVER_VERSION",
+    "AMD_VBIOS_VERSION",
     "SM_CLOCK_MAX_MHZ",
     "SM_CLOCK_IDLE_MHZ",
     "IB_MTU_BYTES",
@@ -28,6 +30,10 @@ __all__ = [
 #: A data-centre driver as dcgm-exporter puts it in DCGM_FI_DRIVER_VERSION: R580 at its first release with the
 #: May 2026 security fixes (NVIDIA bulletin a_id 5821; the floor ClusterMAX pins, see assess/versions.py).
 DRIVER_VERSION = "580.159.03"
+#: The amdgpu driver and MI300X VBIOS device-metrics-exporter names in its ``driver_version`` / ``vbios_version``
+#: labels, as in the MI300X scrape of ROCm/device-metrics-exporter issue #171 (tests/data/amd).
+AMD_DRIVER_VERSION = "6.12.12"
+AMD_VBIOS_VERSION = "022.040.003.042.000001"
 #: Max SM clock (MHz) as ``nvidia-smi -q`` reports it; H200 seen in data/real/h200/nvml_timeseries.csv (1980).
 #: H100 SXM: https://www.nvidia.com/en-us/data-center/h100/ (same GH100 boost), A100: 1410 (A100 datasheet).
 SM_CLOCK_MAX_MHZ = {"h100-sxm": 1980.0, "h200": 1980.0, "a100-sxm": 1410.0}

@@ -59,6 +59,8 @@ __all__ = [
     "lustre_target",
     "hca_device",
     "NODE_EXPORTER_PORT",
+    "scenario_gpu_lines",
+    "forget_templates",
 ]
 
 #: (type, help) of each DCGM field, verbatim from dcgm-exporter's counter CSVs.
@@ -186,6 +188,11 @@ def _cache(twin: Twin) -> dict:
     return cache
 
 
+def forget_templates(twin: Twin) -> None:
+    """Drop the twin's rendered templates (its label sets changed: ``Twin.set_gpu_label``)."""
+    _TEMPLATES.pop(twin, None)
+
+
 def _esc(text: str) -> str:
     return text.replace("%", "%%")
 
@@ -266,8 +273,15 @@ def dcgm_text(
         template = _dcgm_node_template(twin, node, flat, absent=absent)
     rows = flat if absent is None else [g for g, gone in zip(flat, absent.tolist()) if not gone]
     values = exporter_values(twin, node, _gpu_values(twin.fields[rows][None], _float_fields(twin))[0], len(rows))
-    text = template % _with_stamp(values, _stamp_of(twin, timestamp))
+    stamp = _stamp_of(twin, timestamp)
+    text = template % _with_stamp(values, stamp) + scenario_gpu_lines(twin, node, stamp)
     return _one_series_per_job(text) if jobs_by_gpu and any("," in j for j in jobs_by_gpu.values()) else text
+
+
+def scenario_gpu_lines(twin: Twin, node: str, stamp: str) -> str:
+    """What the active scenarios add to the node's GPU exporter scrape (``Scenario.gpu_exporter_lines``)."""
+    hooked = twin._hooked("gpu_exporter_lines")
+    return "".join(s.gpu_exporter_lines(twin=twin, node=node, stamp=stamp) for s in hooked) if hooked else ""
 
 
 _SHARED_GPU = re.compile(r'hpc_job="([^"]*,[^"]*)"')
@@ -347,6 +361,7 @@ def scrape_all(
     placements = twin._label_job[lo * g : (lo + n) * g].reshape(n, g)
     absent = twin.absent[lo * g : (lo + n) * g].reshape(n, g)
     lost = set(np.flatnonzero(absent.any(axis=1)).tolist())
+    extra = bool(twin._hooked("gpu_exporter_lines"))
     for k, node in enumerate(names):
         if k in lost:  # the exporter lost a GPU of this node: its lines go
             gone = absent[k]
@@ -356,6 +371,8 @@ def scrape_all(
         else:
             template = _dcgm_node_template(twin, node, twin.gpus_of_node(node), placements[k].tobytes())
             dcgm = template % _with_stamp(exporter_values(twin, node, gpu_values[k], g), stamp)
+        if extra:
+            dcgm += scenario_gpu_lines(twin, node, stamp)
         ib_template = _ib_node_template(twin, node, target_labels, static[k])
         ib_text = ib_template.text % ib_template.args(ib_values[k], stamp)
         yield node, dcgm, ib_text

@@ -15,9 +15,12 @@ scenario                 what it writes (node2 unless said)                     
 ``bmc_psu_failure``      ``ipmitool sel elist``: PSU2 Failure detected           ``ipmi_sel``
 ``bmc_fan_critical``     ``ipmitool sdr elist``: a fan at 0 RPM in critical, its ``bmc_sensor``
                          neighbour PSU failed under an ``ok`` status
+``diag_failed``          ``dcgmi diag -r 3 -j`` (DCGM 4) run between jobs: GPU 4  ``dcgm_diag``
+                         fails the memory test (double-bit ECC errors)
 =======================  ======================================================  =========================
 
-Each file is dated by the run's end (its write time is set to it; smartctl's ``local_time``, dmesg's and the
+``diag_failed`` is an active check's output (a benchmark the node ran between jobs, as ``hpcwatch act`` runs
+it), not a passive reading; the other files are what an agent collects. Each file is dated by the run's end (its write time is set to it; smartctl's ``local_time``, dmesg's and the
 SEL's clocks read the twin's), so it is judged in the window. None of these tools prints the host it ran on:
 ingest a node's folder naming it, ``hpcwatch ingest --host node2 out/host/node2``, as an agent would.
 """
@@ -31,6 +34,7 @@ from typing import Any
 
 import orjson
 
+from hpcwatch.twin.devices import DRIVER_VERSION
 from hpcwatch.twin.scenarios import Scenario, register
 
 __all__ = ["HOST_FAULT_RULES"]
@@ -206,3 +210,62 @@ class BmcFanCritical(Scenario):
             "PS2 Status       | 63h | ok  | 10.2 | Presence detected, Failure detected\n"
         )
         _write(out, self.node, "ipmitool_sdr_elist.txt", text, t1)
+
+
+@_host_fault("diag_failed", "dcgm_diag", "node2's dcgmi diag between jobs: GPU 4 fails the memory test")
+class DiagFailed(Scenario):
+    """``dcgmi diag -r 3 -j`` in DCGM 4's shape (``entity_group`` / ``entity_id`` results, ``warnings`` objects,
+    ``metadata``), as tests/data/health/dcgmi_diag_r3_dcgm4_fail.json: software and PCIe pass on every GPU, GPU 4
+    fails ``memory`` with the double-bit ECC message DCGM gives (NVIDIA/DCGM issue #215)."""
+
+    node = "node2"
+    bad_gpu = 4
+
+    def _results(self, gpus: int, failing: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+        out = []
+        for g in range(gpus):
+            result: dict[str, Any] = {"entity_group": "GPU", "entity_group_id": 1, "entity_id": g, "status": "Pass"}
+            if failing is not None and g == self.bad_gpu:
+                result.update(failing)
+            out.append(result)
+        return out
+
+    def extra_files(self, *, twin: Any, out: Path, t0: float, t1: float) -> None:
+        gpus = len(twin.gpus_of_node(self.node))
+        fail = {
+            "status": "Fail",
+            "warnings": [
+                {
+                    "error_category": 10,
+                    "error_id": 12,
+                    "error_severity": 6,
+                    "warning": f"Detected 2 double-bit ECC error(s) on GPU {self.bad_gpu}.",
+                }
+            ],
+        }
+        tests = [
+            ("Deployment", "software", self._results(gpus)),
+            ("Integration", "pcie", self._results(gpus)),
+            ("Hardware", "memory", self._results(gpus, fail)),
+        ]
+        doc = {
+            "DCGM Diagnostic": {
+                "test_categories": [
+                    {
+                        "category": category,
+                        "tests": [
+                            {
+                                "name": name,
+                                "results": results,
+                                "test_summary": {
+                                    "status": "Fail" if any(r["status"] == "Fail" for r in results) else "Pass"
+                                },
+                            }
+                        ],
+                    }
+                    for category, name, results in tests
+                ]
+            },
+            "metadata": {"Driver Version Detected": DRIVER_VERSION, "version": "4.1.1"},
+        }
+        _write(out, self.node, "dcgmi_diag.json", orjson.dumps(doc, option=orjson.OPT_INDENT_2).decode() + "\n", t1)

@@ -18,6 +18,9 @@ Hooks (all optional; each mutates the dict it is given in place):
 - ``events``       extra events between t0 and t1 (Falco alerts, checkpoints, failures).
 - ``extra_files``  extra real-format files written into ``out`` (a pip list, Tetragon
                    JSON lines...) when the twin writes a run to disk.
+- ``gpu_exporter_lines``  families the node's GPU exporter would add to each scrape that the twin
+                   does not model itself (AMD's ECC-per-block and violation-residency gauges), in
+                   the exporter's text; appended to every scrape of the node (files and served).
 
 A scenario that kills a job does it from ``events`` through the twin: ``twin.fail_job`` (the job
 stops stepping; returns its ``failure`` event) and later ``twin.requeue_job`` (Slurm requeues it,
@@ -58,6 +61,11 @@ class Scenario:
 
     def extra_files(self, *, twin: Any, out: Path, t0: float, t1: float) -> None:
         """Write extra real-format files for a run on disk."""
+
+    def gpu_exporter_lines(self, *, twin: Any, node: str, stamp: str) -> str:
+        """Exposition lines (HELP, TYPE, samples; each sample followed by ``stamp``, " <ms>" or "") to append to
+        the node's GPU exporter scrape at ``twin.now``; "" for none."""
+        return ""
 
 
 _REGISTRY: dict[str, type[Scenario]] = {}
