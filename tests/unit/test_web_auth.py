@@ -293,3 +293,39 @@ def test_logins_failures_and_lockouts_reach_the_security_roles_audit_trail(tmp_p
     assert (EventKind.AUTH_LOCKOUT, "bob", "10.1.2.3") in seen
     panel = c.get("/audit?lang=fr").text
     assert "s&#39;est connecté" in panel and "a été bloqué" in panel
+
+
+def test_behind_a_trusted_proxy_a_login_is_from_the_address_it_forwarded(tmp_path):
+    c, _, events = _app(tmp_path, client=("10.9.0.1", 40000))  # the proxy of CONFIG's [proxy] trusted
+    # The client wrote 6.6.6.6 itself; the proxy appended the address it saw, 192.0.2.7.
+    csrf = _csrf(c.get("/login").text)
+    form = {"user": "alice", "password": "alice-pw", "csrf": csrf, "next": "/"}
+    c.post("/login", data=form, headers={"x-forwarded-for": "6.6.6.6, 192.0.2.7"}, follow_redirects=False)
+    assert [(e.kind, e.attrs["address"]) for e in events] == [(EventKind.AUTH_LOGIN, "192.0.2.7")]
+
+
+@pytest.mark.parametrize(
+    ("peer", "forwarded", "address"),
+    [
+        ("10.9.0.1", "192.0.2.7", "192.0.2.7"),
+        ("10.9.0.1", "6.6.6.6, 192.0.2.7", "192.0.2.7"),  # the left end is the client's word
+        ("10.9.0.1", "192.0.2.7, 10.9.0.1", "192.0.2.7"),  # through two trusted proxies
+        ("10.1.2.3", "192.0.2.7", "10.1.2.3"),  # not a trusted proxy: its header is not believed
+        ("10.9.0.1", "192.0.2.7, <script>", "10.9.0.1"),  # not what a proxy writes
+        ("10.9.0.1", None, "10.9.0.1"),
+        (None, "192.0.2.7", "?"),
+    ],
+)
+def test_the_client_address_is_read_from_the_right_end_of_a_trusted_proxys_header(tmp_path, peer, forwarded, address):
+    identity = Identity(parse_auth_text(CONFIG + f'[tokens]\nfile = "{tmp_path}/t.json"\n'))
+    assert identity.client_address(peer, forwarded) == address
+
+
+def test_a_proxy_that_only_terminates_tls_names_no_user_but_forwards_the_address(tmp_path):
+    text = CONFIG.replace("[proxy]\n", '[proxy]\nheader = ""\n') + f'[tokens]\nfile = "{tmp_path}/t.json"\n'
+    identity = Identity(parse_auth_text(text))
+    identity.ldap = FakeDirectory()  # type: ignore[assignment]
+    c = TestClient(create_app(Store(":memory:"), reference_cluster(), identity=identity), client=("10.9.0.1", 1))
+    r = c.get("/api/live", headers={"x-remote-user": "alice"})  # a client's own header, through the proxy
+    assert r.status_code == 401
+    assert identity.client_address("10.9.0.1", "192.0.2.7") == "192.0.2.7"

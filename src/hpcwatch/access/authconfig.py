@@ -73,6 +73,8 @@ class LdapConfig:
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ProxyConfig:
     header: str = "X-Remote-User"
+    """The header naming the user the proxy authenticated; empty: a proxy that only terminates TLS, whose
+    ``X-Forwarded-For`` is believed but which names no user."""
     trusted: tuple[str, ...] = ()
     """Addresses or CIDRs of the proxies; the header from any other peer is ignored (and logged)."""
 
@@ -183,7 +185,7 @@ def _check(table: str, key: str, value: Any, where: str) -> None:
                 ipaddress.ip_network(address, strict=False)
             except ValueError:
                 raise ConfigError(f"{where}: trusted: {address!r} is not an address or CIDR") from None
-    if (table, key) == ("proxy", "header") and not value.replace("-", "").isalnum():
+    if (table, key) == ("proxy", "header") and value and not value.replace("-", "").isalnum():
         raise ConfigError(f"{where}: header must be a header name (letters, digits, -), got {value!r}")
 
 

@@ -40,6 +40,18 @@ class LoginResult:
     retry_after_s: int = 0
 
 
+#: Hops of ``X-Forwarded-For`` looked at, from its right end (a chain of proxies is a few long).
+_MAX_FORWARDED_HOPS = 8
+
+
+def _is_address(text: str) -> bool:
+    try:
+        ipaddress.ip_address(text)
+    except ValueError:
+        return False
+    return True
+
+
 class Identity:
     """Everything the auth config sets up, for one server process."""
 
@@ -86,6 +98,21 @@ class Identity:
         except ValueError:
             return False
         return any(address in network for network in self._trusted)
+
+    def client_address(self, peer: str | None, forwarded_for: str | None) -> str:
+        """Who a login comes from: the peer, or, when the peer is a trusted proxy, the nearest address of its
+        ``X-Forwarded-For`` that is not a trusted proxy too (each proxy appends the address it saw, so only
+        the right end of the list is theirs; what a client wrote at its left is not believed). Without it,
+        behind a proxy every login would share the proxy's address: one rate limit and one audit address."""
+        if not forwarded_for or not self.trusted_peer(peer):
+            return peer or "?"
+        for hop in reversed(forwarded_for.split(",")[-_MAX_FORWARDED_HOPS:]):
+            hop = hop.strip()
+            if not _is_address(hop):
+                return peer or "?"  # not what a proxy writes: the header is ignored
+            if not self.trusted_peer(hop):
+                return hop
+        return peer or "?"
 
     def from_session(self, session_id: str | None) -> tuple[Principal, Session] | None:
         session = self.sessions.get(session_id)

@@ -205,7 +205,7 @@ def _add_routes(app: FastAPI) -> None:
         expected = request.cookies.get(LOGIN_CSRF_COOKIE, "")
         if not expected or not secrets.compare_digest(expected, form.get("csrf", "")):
             return _with_login_csrf(page, request, next=target, user=user, status=403, message=("login.stale", {}))
-        peer = request.client.host if request.client else "?"
+        peer = _client_address(identity, request)
         result = await run_in_threadpool(identity.login, user, form.get("password", ""), peer)
         if result.session is None:
             status = {"rate": 429, "locked": 429, "unavailable": 503, "no_ldap": 404}.get(result.why, 401)
@@ -236,7 +236,7 @@ def _add_routes(app: FastAPI) -> None:
         session = getattr(request.state, "session", None)
         if session is None or not csrf_ok(session, form.get("csrf")):
             return Response("missing or wrong CSRF token\n", status_code=403, media_type="text/plain")
-        await run_in_threadpool(identity.logout, session.id, request.client.host if request.client else "?")
+        await run_in_threadpool(identity.logout, session.id, _client_address(identity, request))
         response = RedirectResponse("/login", status_code=303)
         secure = request.app.state.hpcwatch_secure_cookies
         response.delete_cookie(cookie_name(secure), path="/", secure=secure, httponly=True, samesite="lax")
@@ -283,3 +283,9 @@ async def _form(request: Request) -> dict[str, str]:
     except (UnicodeDecodeError, ValueError):
         return {}
     return {k: v[0] for k, v in fields.items() if v}
+
+
+def _client_address(identity: Identity, request: Request) -> str:
+    return identity.client_address(
+        request.client.host if request.client else None, request.headers.get("x-forwarded-for")
+    )
