@@ -413,6 +413,34 @@ def _acts(bench: Bench) -> list[list[str]]:
     return [a for a in bench.argv() if not _show_node2(a)]
 
 
+def test_node_state_reads_hpcwatchs_drain_from_real_scontrol_lines():
+    from hpcwatch.act.remediate import node_state
+
+    text = SHOW_NODE.read_text()
+    node2 = node_state(text, "node2")  # IDLE+DRAIN, Reason=hpcwatch: a test reason State=IDLE [root@...]
+    assert node2.state == "IDLE+DRAIN" and node2.reason.startswith("hpcwatch: a test reason") and node2.not_ours() == ""
+    assert "no longer drained (State=MIXED)" in node_state(text, "node1").not_ours()  # running a job
+    assert node_state(text, "node3").not_ours() == "scontrol does not know it"
+    idle = (SHOW_NODE.parent / "scontrol_o_show_node_idle.txt").read_text()
+    assert "no longer drained (State=IDLE)" in node_state(idle, "node1").not_ours()
+
+
+@pytest.mark.parametrize(
+    ("answer", "why"),
+    [
+        ("Requested operation is presently disabled for job 17", "may not be requeued"),
+        ("Only batch jobs are accepted or processed for job 17", "not a batch job"),
+        ("Job is pending execution for job 17", ""),  # ESLURM_JOB_PENDING: no refusal to requeue it
+        ("Unable to contact slurm controller (connect failure)", ""),
+        ("timed out after 30 s", ""),
+    ],
+)
+def test_only_slurms_words_for_a_job_it_cannot_requeue_are_a_refusal(answer, why):
+    from hpcwatch.act.idle import refusal
+
+    assert (why in refusal(answer)) if why else refusal(answer) == ""
+
+
 def test_a_drained_node_is_announced_to_the_operators_before_anything_is_done(tmp_path):
     bench = _bench(tmp_path)
     assert _warned(bench) == [["scontrol", "-o", "show", "node", "node2"]]  # read, not touched
