@@ -1,8 +1,10 @@
 """The actor: each enabled policy once over the store (``run_once``), every step audited; ``undo`` of one action.
 
-    run_once:  idle jobs ─ exempt? ─ decide (warn / wait / hold|cancel) ─┐
-               drain episodes ─ in scope? ─ start (reserve, resume, check) │─ audit event per step ─ notices
-                                 or poll the check job ─ judge ─ release | drain ┘   (one Notifier.post)
+    run_once:  idle jobs ─ exempt? ─ decide (warn / wait / hold|cancel [refused: fallback]) ─┐
+               drain episodes ─ in scope? ─ drained by hpcwatch? ─ warn ... start (reserve,   │─ audit event
+                                 resume, check) or stand_down                                  │  per step
+                                 or poll the check job ─ judge ─ release | drain ──────────────┘─ notices
+                                                                                  (one Notifier.post)
 
 Dry-run (``[act] dry_run`` or ``--dry-run``) decides the same way and says what it would do: it runs no Slurm
 command (not even squeue), stores nothing and queues no notice. Every real step is written to the store as an
