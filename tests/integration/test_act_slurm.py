@@ -1,8 +1,9 @@
 """hpcwatch act's remediation against a real slurmctld: a drained node is tested through a reservation and resumed.
 
-node2 is drained in slurmctld and the store holds a ``drain`` health verdict for it (as ``collect``'s
-``[[schedule]] task = "health"`` writes one). The actor runs the real ``scontrol`` / ``sbatch`` / ``squeue``:
-it creates a maintenance reservation on node2, resumes node2 into it, submits the checks as a batch job
+node2 is drained in slurmctld (with a reason starting "hpcwatch", as deploy/slurm/healthcheck drains) and the
+store holds a ``drain`` health verdict for it (as ``collect``'s ``[[schedule]] task = "health"`` writes one). The
+actor runs the real ``scontrol`` / ``sbatch`` / ``squeue``: it reads node2's state (``scontrol -o show node``),
+warns the operators, and ``warn_minutes`` later (4 s here) reads it again and creates a maintenance reservation on node2, resumes node2 into it, submits the checks as a batch job
 there (the stand-ins of tests/standins/checks, which print real dcgmi diag, all_reduce_perf and ib_write_bw
 outputs), reads and judges the results once the job has left the queue, and deletes the reservation (pass)
 or drains node2 again (fail). node2 is resumed at the end whatever happens.
@@ -69,6 +70,7 @@ squeue = "{shutil.which("squeue")}"
 enabled = true
 work_dir = "{tmp_path / "work"}"
 reservation_minutes = 10
+warn_minutes = 0.0667
 check_timeout_minutes = 2
 dcgmi = "{CHECKS / "dcgmi"}"
 all_reduce_perf = "{CHECKS / "all_reduce_perf"}"
@@ -84,6 +86,18 @@ ib_write_bw = "{CHECKS / "ib_write_bw"}"
 def _verdict(store: Store, node: str, verdict: str, t: float) -> None:
     attrs = {"node": node, "verdict": verdict, "reason": "xid: XID 79 on GPU 3" if verdict == "drain" else "ok"}
     store.add([Event(kind=EventKind.HEALTH_VERDICT, t=t, source="hpcwatch collect", attrs=attrs)])
+
+
+def _until_started(actor: Actor) -> list[str]:
+    """Runs until the warning's delay is over and the checks were submitted (or a step failed)."""
+    steps: list[str] = []
+
+    def started() -> bool:
+        steps.extend(s.step for s in actor.run_once().said if s.target == "node node2")
+        return bool({"check", "stand_down", "done"} & set(steps))
+
+    wait_until(started, timeout_s=30, every_s=1.0, what="the warning's delay to pass and the checks to start")
+    return steps
 
 
 def _until_concluded(actor: Actor) -> list[str]:
@@ -107,8 +121,12 @@ def test_a_drained_node_is_tested_through_a_reservation_and_resumed_or_kept_drai
         _verdict(store, "node2", "drain", time.time() - 30)
 
         actor, mail = _actor(slurm, tmp_path, store, "pass")
-        first = [s.step for s in actor.run_once().said if s.target == "node node2"]
-        assert first == ["reserve", "resume", "check"], [r.action.output for r in recorded(store)]
+        warned = [s.step for s in actor.run_once().said if s.target == "node node2"]
+        assert warned == ["warn"], [s.text for s in actor.run_once(dry_run=True).said]
+        assert any("its checks start in" in p.subject for p in mail.sent)
+        assert "reserve" not in {r.action.step for r in recorded(store)}  # nothing done before the delay
+        first = _until_started(actor)
+        assert first[-3:] == ["reserve", "resume", "check"], [r.action.output for r in recorded(store)]
         reserve = next(r.action for r in recorded(store) if r.action.step == "reserve")
         name = reserve.details["reservation"]
         assert name in reservations(slurm) and "MAINT" in reservations(slurm)
@@ -132,8 +150,8 @@ def test_a_drained_node_is_tested_through_a_reservation_and_resumed_or_kept_drai
         slurm.run("scontrol", "update", "nodename=node2", "state=drain", "reason=hpcwatch: drain: node2: xid")
         _verdict(store, "node2", "drain", time.time())
         actor, mail = _actor(slurm, tmp_path, store, "fail")
-        steps = _until_concluded(actor)
-        assert steps[-3:] == ["result", "drain", "release"], steps
+        steps = _until_concluded(actor)  # warned, then reserved after the delay, then judged
+        assert steps[0] == "warn" and steps[-3:] == ["result", "drain", "release"], steps
         state, reason = node_state(slurm, "node2")
         assert "DRAIN" in state and reason.startswith("hpcwatch: checks failed"), (state, reason)
         assert any("failed its checks" in p.subject for p in mail.sent)

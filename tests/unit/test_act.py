@@ -173,27 +173,102 @@ def test_undo_of_a_hold_releases_the_job_and_is_audited(idle, tmp_path, monkeypa
         ["act", "undo", hold, "--db", str(tmp_path / "store"), "--config", str(tmp_path / "none.toml")]
     )
     assert code == 2 and "was undone" in err and len(err.strip().splitlines()) == 1
-    warn = listed[0]["id"]
-    with pytest.raises(ConfigError, match="cannot be undone: a notice"):
-        idle.actor.undo(warn)
 
 
-def test_a_hold_that_fails_is_audited_not_announced_and_not_tried_again(tmp_path):
-    bench = Bench(tmp_path, IDLE, HPCWATCH_STANDIN_FAIL="scontrol")
+def test_a_withdrawn_warning_leaves_the_job_alone_and_runs_no_command(idle, tmp_path, run_cli):
+    warn = idle.actor.run_once().said[0].action
+    code, out, _ = run_cli(["act", "undo", warn, "--db", str(tmp_path / "store"), "--config", str(tmp_path / "x")])
+    assert code == 0 and "no command: rc 0" in out and idle.argv() == []
+    _idle_samples(idle.store, T0 + 35 * MIN + 30, T0 + 60 * MIN)
+    idle.now[0] = T0 + 60 * MIN  # past the grace period: it would be held
+    said = idle.actor.run_once().said
+    assert [s.step for s in said] == ["skip"] and f"warning {warn} withdrawn" in said[0].text
+    assert idle.argv() == [] and idle.steps() == ["warn"]
+
+
+def _past_grace(bench: Bench, *, warned: bool = False) -> list:
+    """The warning, then the job idle past the grace period: the run that acts, what it said."""
+    if not warned:
+        bench.actor.run_once()  # the warning: no command
+    _idle_samples(bench.store, T0 + 35 * MIN + 30, T0 + 50 * MIN)
+    bench.now[0] = T0 + 50 * MIN
+    return list(bench.actor.run_once().said)
+
+
+def _refusing(tmp_path: Path, how: str, act: str = IDLE) -> Bench:
+    bench = Bench(tmp_path, act, HPCWATCH_STANDIN_REFUSE_REQUEUE=how)
     _job(bench.store)
     _idle_samples(bench.store, T0, T0 + 35 * MIN)
     bench.now[0] = T0 + 35 * MIN
-    bench.actor.run_once()  # the warning: no command
-    _idle_samples(bench.store, T0 + 35 * MIN + 30, T0 + 50 * MIN)
-    bench.now[0] = T0 + 50 * MIN
+    return bench
+
+
+@pytest.mark.parametrize(
+    ("how", "answer", "why"),
+    [
+        ("disabled", "Requested operation is presently disabled for job 17", "may not be requeued"),
+        ("batch", "Only batch jobs are accepted or processed for job 17", "not a batch job"),
+    ],
+)
+def test_a_hold_slurm_refuses_is_audited_told_and_by_default_not_escalated(tmp_path, how, answer, why):
+    bench = _refusing(tmp_path, how)
+    bench.actor.run_once()  # the warning
     mails = len(bench.mail.sent)
-    said = bench.actor.run_once().said
-    assert [s.step for s in said] == ["hold"] and len(bench.mail.sent) == mails
+    said = _past_grace(bench, warned=True)
+    assert [s.step for s in said] == ["hold"] and bench.argv() == [["scontrol", "requeuehold", "17"]]
     hold = next(r.action for r in recorded(bench.store) if r.action.step == "hold")
-    assert hold.rc == 1 and "presently disabled" in hold.output and hold.undo == ()
+    assert hold.rc == 1 and hold.output == answer and hold.undo == () and why in hold.details["refused"]
+    told = bench.mail.sent[mails:]
+    assert sorted(p.to for p in told) == ["alice@example.org", "ops@example.org"]
+    assert all("will not requeue it" in p.subject and answer in p.text for p in told)
+    assert all("left running; the operators decide" in p.text for p in told)  # fallback = "none", the default
     again = bench.actor.run_once().said
     assert again[0].step == "skip" and "not tried again" in again[0].text and len(bench.argv()) == 1
     bench.close()
+
+
+def test_fallback_cancel_cancels_a_job_slurm_will_not_requeue_as_a_step_of_its_own(tmp_path):
+    bench = _refusing(tmp_path, "disabled", IDLE + 'fallback = "cancel"\n')
+    assert bench.actor.run_once().said[0].step == "warn"
+    assert "it will be cancelled instead" in bench.mail.sent[0].text  # the warning names the fallback
+    mails = len(bench.mail.sent)
+    said = _past_grace(bench, warned=True)
+    assert [s.step for s in said] == ["hold", "cancel"]
+    assert bench.argv() == [["scontrol", "requeuehold", "17"], ["scancel", "17"]]
+    steps = {r.action.step: r.action for r in recorded(bench.store)}
+    hold, cancel = steps["hold"], steps["cancel"]
+    assert not hold.ok and cancel.ok and cancel.details["fallback_of"] == hold.id
+    assert cancel.why.startswith(f"fallback = cancel: Slurm refused the hold ({hold.id})")
+    subjects = sorted(p.subject for p in bench.mail.sent[mails:] if p.to == "alice@example.org")
+    assert subjects == [
+        "[hpcwatch] job 17: Slurm will not requeue it, so it was not held",
+        "[hpcwatch] job 17: cancelled by hpcwatch act",
+    ]
+    assert [s.step for s in bench.actor.run_once().said] == ["skip"] and len(bench.argv()) == 2  # once
+    bench.close()
+
+
+def test_a_hold_that_fails_otherwise_is_told_to_the_operators_and_never_falls_back(tmp_path):
+    bench = Bench(tmp_path, IDLE + 'fallback = "cancel"\n', HPCWATCH_STANDIN_FAIL="scontrol")
+    _job(bench.store)
+    _idle_samples(bench.store, T0, T0 + 35 * MIN)
+    bench.now[0] = T0 + 35 * MIN
+    bench.actor.run_once()  # the warning
+    mails = len(bench.mail.sent)
+    said = _past_grace(bench, warned=True)
+    assert [s.step for s in said] == ["hold"] and bench.argv() == [["scontrol", "requeuehold", "17"]]  # no scancel
+    hold = next(r.action for r in recorded(bench.store) if r.action.step == "hold")
+    assert hold.rc == 1 and "Unable to contact slurm controller" in hold.output and "refused" not in hold.details
+    told = bench.mail.sent[mails:]
+    assert [p.to for p in told] == ["ops@example.org"] and "could not hold (rc 1)" in told[0].subject
+    again = bench.actor.run_once().said
+    assert again[0].step == "skip" and "not tried again" in again[0].text and len(bench.argv()) == 1
+    bench.close()
+
+
+def test_fallback_is_the_fallback_of_a_hold_only(tmp_path):
+    with pytest.raises(ConfigError, match=r"act.toml:22: \[act.idle\] fallback = 'cancel' is the fallback of action"):
+        parse_act_text(_config(tmp_path, IDLE + 'action = "cancel"\nfallback = "cancel"\n'), path="act.toml")
 
 
 def test_the_default_action_is_hold_the_one_with_an_undo(tmp_path):
@@ -266,12 +341,34 @@ def _remediate(tmp_path: Path) -> str:
     return f"""
 [act.remediate]
 enabled = true
+warn_minutes = 10
 work_dir = "{tmp_path / "work"}"
 dcgmi = "{checks / "dcgmi"}"
 all_reduce_perf = "{checks / "all_reduce_perf"}"
 ib_write_bw = "{checks / "ib_write_bw"}"
 exempt_nodes = ["node9"]
 """
+
+
+#: Real ``scontrol -o show node`` lines (Slurm 22.05.8, tests/data/SOURCES.md): node2 ``State=IDLE+DRAIN`` with
+#: ``Reason=hpcwatch: a test reason ...``, as deploy/slurm/healthcheck leaves a node it drained.
+SHOW_NODE = Path(__file__).resolve().parents[1] / "data" / "slurm" / "scontrol_o_show_node_mixed_and_drained.txt"
+
+
+def _node2(tmp_path: Path, *, state: str = "IDLE+DRAIN", reason: str = "") -> str:
+    """The captured lines, node2's state and reason replaced (made here from the real line, for the cases an
+    operator makes: a reason of their own, a node resumed); the file's path for HPCWATCH_STANDIN_NODES."""
+    lines = SHOW_NODE.read_text().splitlines()
+    out = []
+    for line in lines:
+        if line.startswith("NodeName=node2 "):
+            head, _, captured = line.partition(" Reason=")
+            head = head.replace("State=IDLE+DRAIN", f"State={state}")
+            line = head if state == "IDLE" else f"{head} Reason={reason or captured}"
+        out.append(line)
+    path = tmp_path / f"show-node-{len(list(tmp_path.glob('show-node-*')))}.txt"
+    path.write_text("\n".join(out) + "\n")
+    return str(path)
 
 
 def _drain(store: Store, node: str, t: float) -> None:
@@ -288,16 +385,78 @@ def _drain(store: Store, node: str, t: float) -> None:
     )
 
 
-def _bench(tmp_path: Path, checks: str = "pass", **env: str) -> Bench:
-    bench = Bench(tmp_path, _remediate(tmp_path), HPCWATCH_STANDIN_RUN_JOBS="1", HPCWATCH_STANDIN_CHECKS=checks, **env)
+def _bench(tmp_path: Path, checks: str = "pass", act: str = "", **env: str) -> Bench:
+    env = {"HPCWATCH_STANDIN_NODES": str(SHOW_NODE), **env}
+    bench = Bench(
+        tmp_path, _remediate(tmp_path) + act, HPCWATCH_STANDIN_RUN_JOBS="1", HPCWATCH_STANDIN_CHECKS=checks, **env
+    )
     _drain(bench.store, "node2", T0 - 120)
     _drain(bench.store, "node2", T0 - 60)
     _drain(bench.store, "node9", T0 - 60)
     return bench
 
 
+def _show_node2(argv: list[str]) -> bool:
+    return argv == ["scontrol", "-o", "show", "node", "node2"]
+
+
+def _warned(bench: Bench) -> list[list[str]]:
+    """The warning run, then the clock past ``warn_minutes``: the commands the warning ran (reads only)."""
+    said = bench.actor.run_once().said
+    assert [(s.target, s.step) for s in said] == [("node node2", "warn"), ("node node9", "skip")]
+    bench.now[0] += 10 * MIN
+    return bench.argv()
+
+
+def _acts(bench: Bench) -> list[list[str]]:
+    """The commands run, less the reads of node2's state."""
+    return [a for a in bench.argv() if not _show_node2(a)]
+
+
+def test_node_state_reads_hpcwatchs_drain_from_real_scontrol_lines():
+    from hpcwatch.act.remediate import node_state
+
+    text = SHOW_NODE.read_text()
+    node2 = node_state(text, "node2")  # IDLE+DRAIN, Reason=hpcwatch: a test reason State=IDLE [root@...]
+    assert node2.state == "IDLE+DRAIN" and node2.reason.startswith("hpcwatch: a test reason") and node2.not_ours() == ""
+    assert "no longer drained (State=MIXED)" in node_state(text, "node1").not_ours()  # running a job
+    assert node_state(text, "node3").not_ours() == "scontrol does not know it"
+    idle = (SHOW_NODE.parent / "scontrol_o_show_node_idle.txt").read_text()
+    assert "no longer drained (State=IDLE)" in node_state(idle, "node1").not_ours()
+
+
+@pytest.mark.parametrize(
+    ("answer", "why"),
+    [
+        ("Requested operation is presently disabled for job 17", "may not be requeued"),
+        ("Only batch jobs are accepted or processed for job 17", "not a batch job"),
+        ("Job is pending execution for job 17", ""),  # ESLURM_JOB_PENDING: no refusal to requeue it
+        ("Unable to contact slurm controller (connect failure)", ""),
+        ("timed out after 30 s", ""),
+    ],
+)
+def test_only_slurms_words_for_a_job_it_cannot_requeue_are_a_refusal(answer, why):
+    from hpcwatch.act.idle import refusal
+
+    assert (why in refusal(answer)) if why else refusal(answer) == ""
+
+
+def test_a_drained_node_is_announced_to_the_operators_before_anything_is_done(tmp_path):
+    bench = _bench(tmp_path)
+    assert _warned(bench) == [["scontrol", "-o", "show", "node", "node2"]]  # read, not touched
+    warn = next(r.action for r in recorded(bench.store) if r.action.step == "warn")
+    told = [p for p in bench.mail.sent if p.to == "ops@example.org"]
+    assert len(told) == 1 and "node node2: its checks start in 00:10:00" in told[0].subject
+    assert f"hpcwatch act undo {warn.id}" in told[0].text and "exempt_nodes" in told[0].text
+    bench.now[0] -= 1 * MIN  # 9 minutes after the warning: not yet
+    said = bench.actor.run_once().said
+    assert said[0].step == "wait" and "1 min before the reservation" in said[0].text and _acts(bench) == []
+    bench.close()
+
+
 def test_a_drained_node_that_passes_its_checks_is_resumed(tmp_path):
     bench = _bench(tmp_path)
+    _warned(bench)
     first = bench.actor.run_once()
     assert [(s.target, s.step) for s in first.said] == [
         ("node node2", "reserve"),
@@ -305,7 +464,8 @@ def test_a_drained_node_that_passes_its_checks_is_resumed(tmp_path):
         ("node node2", "check"),
         ("node node9", "skip"),
     ]
-    reserve, resume, sbatch = bench.argv()
+    assert _show_node2(bench.argv()[1])  # its state read again just before the reservation
+    reserve, resume, sbatch = _acts(bench)
     name = next(a.split("=", 1)[1] for a in reserve if a.startswith("reservationname="))
     assert (
         reserve[:3] == ["scontrol", "create", "reservation"]
@@ -318,26 +478,83 @@ def test_a_drained_node_that_passes_its_checks_is_resumed(tmp_path):
     second = bench.actor.run_once()
     assert [s.step for s in second.said if s.target == "node node2"] == ["result", "release"]
     # the job wrote its done file: squeue is not asked
-    assert bench.argv()[3:] == [["scontrol", "delete", f"reservationname={name}"]]
+    assert _acts(bench)[3:] == [["scontrol", "delete", f"reservationname={name}"]]
     result = next(r.action for r in recorded(bench.store) if r.action.step == "result")
     assert result.evidence["passed"] is True and result.evidence["problems"] == []
     kinds = {e.kind for e in bench.store.events() if e.attrs.get("node") == "node2"}
     assert {EventKind.DCGM_DIAG, EventKind.NCCL_TEST, EventKind.IB_WRITE_BW} <= kinds  # ingested
     assert any("node2" in p.subject for p in bench.mail.sent if p.to == "ops@example.org")
-    assert [s.step for s in bench.actor.run_once().said] == ["done", "skip"] and len(bench.argv()) == 4  # once
+    n = len(bench.argv())
+    assert [s.step for s in bench.actor.run_once().said] == ["done", "skip"] and len(bench.argv()) == n  # once
     release = next(r.action for r in recorded(bench.store) if r.action.step == "release")
     bench.actor.undo(release.id)
     assert bench.argv()[-1][:4] == ["scontrol", "update", "nodename=node2", "state=drain"]
     bench.close()
 
 
+@pytest.mark.parametrize(
+    ("state", "reason", "why"),
+    [
+        ("IDLE+DRAIN", "RMA: GPU 3 to replace [ops@2026-12-03T15:00:00]", "drain reason is not hpcwatch's"),
+        ("IDLE", "", "no longer drained (State=IDLE): an operator resumed it"),
+    ],
+)
+def test_an_operator_who_takes_the_node_during_the_warning_stops_the_policy(tmp_path, state, reason, why):
+    bench = _bench(tmp_path)
+    _warned(bench)
+    bench.actor.runner.env["HPCWATCH_STANDIN_NODES"] = _node2(tmp_path, state=state, reason=reason)
+    said = bench.actor.run_once().said
+    assert [s.step for s in said if s.target == "node node2"] == ["stand_down"] and why in said[0].text
+    assert _acts(bench) == []  # nothing was done to the node
+    bench.now[0] += 60 * MIN
+    said = bench.actor.run_once().said
+    assert said[0].step == "done" and "stand_down by" in said[0].text and _acts(bench) == []
+    bench.close()
+
+
+def test_an_operators_drain_is_not_announced_nor_touched(tmp_path):
+    nodes = _node2(tmp_path, reason="maintenance: firmware upgrade [root@2026-12-03T15:00:00]")
+    bench = _bench(tmp_path, HPCWATCH_STANDIN_NODES=nodes)
+    said = bench.actor.run_once().said
+    assert said[0].step == "skip" and "an operator holds it" in said[0].text
+    assert bench.steps() == [] and bench.mail.sent == [] and _acts(bench) == []
+    bench.close()
+
+
+def test_undo_of_the_warning_withdraws_it_and_the_node_is_left_alone(tmp_path):
+    bench = _bench(tmp_path)
+    _warned(bench)
+    warn = next(r.action for r in recorded(bench.store) if r.action.step == "warn")
+    _, undo = bench.actor.undo(warn.id)
+    assert undo.argv == () and undo.rc == 0
+    said = bench.actor.run_once().said
+    assert said[0].step == "done" and f"warning {warn.id} withdrawn by ops-test" in said[0].text
+    assert _acts(bench) == [] and bench.steps() == ["warn"]
+    bench.close()
+
+
+def test_a_verdict_that_cleared_during_the_warning_ends_it(tmp_path):
+    bench = _bench(tmp_path)
+    _warned(bench)
+    bench.store.add(
+        [
+            Event(
+                kind=EventKind.HEALTH_VERDICT, t=T0, source="hpcwatch collect", attrs={"node": "node2", "verdict": "ok"}
+            )
+        ]
+    )
+    assert [s.target for s in bench.actor.run_once().said] == ["node node9"] and _acts(bench) == []
+    bench.close()
+
+
 def test_a_drained_node_that_fails_its_checks_stays_drained_and_operators_are_told(tmp_path):
     bench = _bench(tmp_path, checks="fail")
+    _warned(bench)
     bench.actor.run_once()
     bench.now[0] += 5 * MIN
     said = bench.actor.run_once().said
     assert [s.step for s in said if s.target == "node node2"] == ["result", "drain", "release"]
-    drain = bench.argv()[-2]
+    drain = _acts(bench)[-2]
     assert drain[:4] == ["scontrol", "update", "nodename=node2", "state=drain"]
     assert drain[4].startswith("reason=hpcwatch: checks failed")
     result = next(r.action for r in recorded(bench.store) if r.action.step == "result")
@@ -352,19 +569,29 @@ def test_a_drained_node_that_fails_its_checks_stays_drained_and_operators_are_to
 
 def test_a_failed_sbatch_ends_the_episode_and_tells_the_operators(tmp_path):
     bench = _bench(tmp_path, HPCWATCH_STANDIN_FAIL="sbatch")
+    _warned(bench)
     said = bench.actor.run_once().said
     assert [s.step for s in said if s.target == "node node2"] == ["reserve", "resume", "check"]
     check = next(r.action for r in recorded(bench.store) if r.action.step == "check")
-    assert check.rc == 1 and "presently disabled" in check.output and check.undo == ()
-    assert any("failed its checks" in p.subject for p in bench.mail.sent)
+    assert check.rc == 1 and "Unable to contact slurm controller" in check.output and check.undo == ()
+    failed = [p for p in bench.mail.sent if "failed its checks" in p.subject]
+    assert failed and "Unable to contact slurm controller" in failed[0].text  # Slurm's answer, in the notice
     n = len(bench.argv())
     assert bench.actor.run_once().said[0].step == "done" and len(bench.argv()) == n
     bench.close()
 
 
-def test_a_check_job_that_left_no_output_fails_and_the_node_stays_drained(tmp_path):
-    bench = Bench(tmp_path, _remediate(tmp_path))  # sbatch "runs" nothing: the job leaves the queue, no outputs
+def _quiet(tmp_path: Path, act: str = "", **env: str) -> Bench:
+    """node2 drained, the warning given and past; sbatch "runs" nothing unless told."""
+    bench = Bench(tmp_path, _remediate(tmp_path) + act, HPCWATCH_STANDIN_NODES=str(SHOW_NODE), **env)
     _drain(bench.store, "node2", T0 - 60)
+    assert bench.actor.run_once().said[0].step == "warn"
+    bench.now[0] += 10 * MIN
+    return bench
+
+
+def test_a_check_job_that_left_no_output_fails_and_the_node_stays_drained(tmp_path):
+    bench = _quiet(tmp_path)  # sbatch "runs" nothing: the job leaves the queue, no outputs
     bench.actor.run_once()
     said = bench.actor.run_once().said
     assert [s.step for s in said] == ["result", "drain", "release"]
@@ -376,16 +603,14 @@ def test_a_check_job_that_left_no_output_fails_and_the_node_stays_drained(tmp_pa
 
 
 def test_a_check_job_squeue_shows_as_completed_has_ended(tmp_path):
-    bench = Bench(tmp_path, _remediate(tmp_path), HPCWATCH_STANDIN_SQUEUE="COMPLETED")
-    _drain(bench.store, "node2", T0 - 60)
+    bench = _quiet(tmp_path, HPCWATCH_STANDIN_SQUEUE="COMPLETED")
     bench.actor.run_once()
     assert [s.step for s in bench.actor.run_once().said] == ["result", "drain", "release"]  # no outputs: failed
     bench.close()
 
 
 def test_a_check_job_past_its_timeout_is_cancelled_and_counts_as_a_failure(tmp_path):
-    bench = Bench(tmp_path, _remediate(tmp_path) + "check_timeout_minutes = 30\n", HPCWATCH_STANDIN_SQUEUE="RUNNING")
-    _drain(bench.store, "node2", T0 - 60)
+    bench = _quiet(tmp_path, "check_timeout_minutes = 30\n", HPCWATCH_STANDIN_SQUEUE="RUNNING")
     bench.actor.run_once()
     bench.now[0] += 29 * MIN
     assert [s.step for s in bench.actor.run_once().said] == ["wait"]
@@ -414,8 +639,12 @@ def test_hostile_job_ids_and_node_names_never_reach_an_argv(tmp_path):
 def test_dry_run_of_remediation_runs_no_command(tmp_path):
     bench = _bench(tmp_path)
     said = bench.actor.run_once(dry_run=True).said
-    assert said[0].dry_run and said[0].text.startswith("would reserve node2")
+    assert said[0].dry_run and said[0].text.startswith("would warn the operators, then in 10 min: reserve node2")
     assert bench.argv() == [] and bench.steps() == [] and not (tmp_path / "work").exists()
+    _warned(bench)
+    n = len(bench.argv())
+    said = bench.actor.run_once(dry_run=True).said
+    assert said[0].dry_run and said[0].text.startswith("would reserve node2") and len(bench.argv()) == n
     bench.close()
 
 

@@ -244,6 +244,15 @@ def test_a_node_under_remediation_has_its_stage(store, steps, stage):
     assert remediation_states(store, now=T0 + 60)["node2"]["stage"] == stage
 
 
+def test_a_node_only_warned_about_or_stood_down_has_no_stage_nothing_was_done_to_it(store):
+    store.add([_action("warn", T0).to_event()])
+    assert "node2" not in remediation_states(store, now=T0 + 60)
+    store.add([_action("stand_down", T0 + 1).to_event()])
+    assert "node2" not in remediation_states(store, now=T0 + 60)
+    store.add([_action("reserve", T0 + 2, episode=f"remediate/node2/{T0 + 2}").to_event()])
+    assert remediation_states(store, now=T0 + 60)["node2"]["stage"] == "reserved"  # a later episode, reserved
+
+
 def test_a_checks_result_shows_passed_then_leaves_the_tile_an_hour_after_release(store):
     result = _action("result", T0 + 2, evidence={"passed": True, "verdict": "ok"})
     store.add([_action("reserve", T0).to_event(), _action("check", T0 + 1).to_event(), result.to_event()])

@@ -16,6 +16,8 @@ enabled = false
 idle_minutes = 30.0                # every GPU of the job idle (health rule idle_allocated) this long ...
 grace_minutes = 15.0               # ... a notice to its user, then this long still idle: the action
 action = "hold"                    # "hold" (undo: scontrol release) or "cancel" (no undo; must be written)
+fallback = "none"                  # Slurm refuses to requeue the job (--no-requeue, JobRequeue=0, not a batch job):
+                                   # "none" (told, left running) or "cancel" (scancel; must be written)
 allow_jobs = []                    # never acted on
 allow_users = []
 exempt_partitions = []
@@ -29,6 +31,7 @@ work_dir = "/var/lib/hpcwatch/act" # the check job's script and outputs: a folde
 reservation_user = "root"          # the reservation's user, who the check job runs as
 reservation_minutes = 60.0
 check_timeout_minutes = 60.0       # a check job that has not finished by then: a failure (kept drained)
+warn_minutes = 15.0                # a notice to the operators, then this long before the node is reserved
 partition = ""                     # sbatch --partition (empty: the default)
 diag_level = 1                     # dcgmi diag -r N
 gpus = 8                           # all_reduce_perf -g N
@@ -39,7 +42,8 @@ all_reduce_perf = "all_reduce_perf"
 ib_write_bw = "ib_write_bw"
 ```
 
-The policies warn through ``[notify]`` (its channels and its once-only notice keys): a policy enabled in a file
+Both policies warn before they act, and stand down when the warning is withdrawn (``hpcwatch act undo`` of the
+``warn`` step). The policies warn through ``[notify]`` (its channels and its once-only notice keys): a policy enabled in a file
 without a ``[notify]`` table is refused, since its warning would reach no one. A key that is not listed, a value of
 the wrong type, ``action`` other than hold/cancel: a ``ConfigError`` naming the file and the line.
 """
@@ -85,7 +89,10 @@ class IdlePolicy:
     grace_minutes: float = 15.0
     """After the warning, the job must stay idle this long more (data clock, and as long on the wall clock)."""
     action: Literal["hold", "cancel"] = "hold"
-    """``hold``: ``scontrol hold`` (undo: ``scontrol release``); ``cancel``: ``scancel`` (cannot be undone)."""
+    """``hold``: ``scontrol requeuehold`` (undo: ``scontrol release``); ``cancel``: ``scancel`` (cannot be undone)."""
+    fallback: Literal["none", "cancel"] = "none"
+    """When Slurm refuses to requeue the job (``idle.NOT_REQUEUEABLE``): ``none`` tells its user and the operators
+    and leaves it running; ``cancel`` cancels it. Never an escalation that was not written."""
     allow_jobs: tuple[str, ...] = ()
     allow_users: tuple[str, ...] = ()
     exempt_partitions: tuple[str, ...] = ()
@@ -93,6 +100,10 @@ class IdlePolicy:
 
     def __post_init__(self) -> None:
         _positive(self, "idle_minutes", "grace_minutes")
+        if self.action == "cancel" and self.fallback != "none":
+            raise ValueError(
+                f"fallback = {self.fallback!r} is the fallback of action = 'hold': with 'cancel' write none"
+            )
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -105,6 +116,8 @@ class RemediatePolicy:
     reservation_user: str = "root"
     reservation_minutes: float = 60.0
     check_timeout_minutes: float = 60.0
+    warn_minutes: float = 15.0
+    """A notice to the operators (what will be done, how to stop it), then this long before the first command."""
     partition: str = ""
     diag_level: int = 1
     gpus: int = 8
@@ -115,7 +128,7 @@ class RemediatePolicy:
     ib_write_bw: str = "ib_write_bw"
 
     def __post_init__(self) -> None:
-        _positive(self, "reservation_minutes", "check_timeout_minutes", "gpus")
+        _positive(self, "reservation_minutes", "check_timeout_minutes", "warn_minutes", "gpus")
         if self.diag_level not in (1, 2, 3, 4):
             raise ValueError(f"diag_level must be 1, 2, 3 or 4 (dcgmi diag -r), got {self.diag_level}")
         for name in ("reservation_user", "ib_device", "partition", "dcgmi", "all_reduce_perf", "ib_write_bw"):

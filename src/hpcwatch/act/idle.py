@@ -11,9 +11,18 @@ count), and its idle runs are current (ended within ``CURRENT_S`` of the newest 
 after the warning, once the job has stayed idle ``grace_minutes`` more on the data clock (the GPUs' samples)
 and as long on the wall clock since the warning was queued.
 
-``hold`` is ``scontrol requeuehold JOB``: ``scontrol hold`` only holds a pending job, so a running one is
-requeued and held (its GPUs are freed; it keeps its id and its place); undo: ``scontrol release JOB``, and it
-starts again from its script. ``cancel`` is ``scancel JOB``: it cannot be undone, so it is never the default.
+``hold`` is ``scontrol requeuehold JOB``: ``scontrol hold`` only holds a pending job (on a running one it sets
+its priority to 0 and nothing else: scontrol(1)), so a running one is requeued and held (its GPUs are freed; it
+keeps its id and its place); undo: ``scontrol release JOB``, and it starts again from its script. Slurm refuses
+to requeue a job that may not be requeued (``sbatch --no-requeue``, or ``JobRequeue=0`` in slurm.conf) or that
+is not a batch job (``salloc``, ``srun``): ``NOT_REQUEUEABLE`` has its words. Then the refused hold is audited
+(rc, Slurm's answer), the job's user and the operators are told, and ``fallback`` says what follows: ``none``
+(the default) leaves the job running for an operator to decide; ``cancel`` runs ``scancel JOB``, audited as a
+step of its own. A hold that fails otherwise (a timeout, the controller down) is told to the operators and
+never falls back: only Slurm's word that the job cannot be requeued does. ``cancel`` is ``scancel JOB``: it
+cannot be undone, so it is never the default.
+
+The warning can be withdrawn: ``hpcwatch act undo`` of the ``warn`` step leaves the job alone for good.
 A job acted on once (even if released by an undo) is not acted on again; a job on ``allow_jobs``, of a user on
 ``allow_users``, in an ``exempt_partitions`` partition or an ``exempt_accounts`` account never is, nor a job
 the store does not know (its owner and partition cannot be checked).
@@ -33,7 +42,7 @@ from hpcwatch.records import Job
 from hpcwatch.reports.health import node_health
 from hpcwatch.store import Store
 
-__all__ = ["IdleJob", "idle_jobs", "exemption", "decide", "POLICY", "CURRENT_S"]
+__all__ = ["IdleJob", "idle_jobs", "exemption", "decide", "refusal", "POLICY", "CURRENT_S", "NOT_REQUEUEABLE"]
 
 POLICY = "idle_gpus"
 #: A Slurm job id as scontrol and scancel take it: JOBID, JOBID_TASK (array), JOBID+OFFSET (heterogeneous).
@@ -42,6 +51,15 @@ SLURM_JOB_ID = re.compile(r"[0-9]{1,10}(_[0-9]{1,7})?(\+[0-9]{1,4})?")
 #: Ours: an idle run that ended more than this before the newest sample is over (the GPUs work again, or stopped
 #: reporting); a few scrape intervals of dcgm-exporter (15-30 s) and of ``collect``'s polls.
 CURRENT_S = 300.0
+#: What ``scontrol requeuehold JOB`` prints when Slurm will not requeue the job ("%s for job %s", scontrol's
+#: src/scontrol/update_job.c), by the reason it gives: slurmctld's ``_job_requeue_op`` (src/slurmctld/job_mgr.c)
+#: answers ESLURM_DISABLED for a job whose ``requeue`` is off and ESLURM_BATCH_ONLY for a job that is not a batch
+#: job; the words are those of src/common/slurm_errno.c (the same in Slurm 22.05 and 25.x), and Slurm's own
+#: testsuite/expect/test3.8 expects the first after ``scontrol requeue`` of a ``--no-requeue`` job.
+NOT_REQUEUEABLE = {
+    "Requested operation is presently disabled": "the job may not be requeued (--no-requeue, or JobRequeue=0)",
+    "Only batch jobs are accepted or processed": "it is not a batch job (salloc or srun): Slurm requeues only those",
+}
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -110,6 +128,11 @@ def exemption(policy: IdlePolicy, job: Job | None, idle: IdleJob) -> str:
     return ""
 
 
+def refusal(output: str) -> str:
+    """Why Slurm will not requeue the job, from what scontrol answered ("" when it is not such a refusal)."""
+    return next((why for words, why in NOT_REQUEUEABLE.items() if words in output), "")
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Decision:
     step: str
@@ -126,6 +149,11 @@ def decide(policy: IdlePolicy, idle: IdleJob, past: list[Recorded], *, now: floa
         if not last.ok:
             return Decision(step="skip", why=f"{last.step} failed ({last.id}, rc {last.rc}): not tried again")
         return Decision(step="skip", why=f"already {last.step} by {last.id}")
+    withdrawn = next((r for r in past if r.action.step == "warn" and r.undone is not None), None)
+    if withdrawn is not None and withdrawn.undone is not None:
+        return Decision(
+            step="skip", why=f"warning {withdrawn.action.id} withdrawn by {withdrawn.undone.who}: left alone"
+        )
     warned = [r.action for r in past if r.action.step == "warn"]
     if not warned:
         return Decision(

@@ -1,8 +1,10 @@
 """The actor: each enabled policy once over the store (``run_once``), every step audited; ``undo`` of one action.
 
-    run_once:  idle jobs ─ exempt? ─ decide (warn / wait / hold|cancel) ─┐
-               drain episodes ─ in scope? ─ start (reserve, resume, check) │─ audit event per step ─ notices
-                                 or poll the check job ─ judge ─ release | drain ┘   (one Notifier.post)
+    run_once:  idle jobs ─ exempt? ─ decide (warn / wait / hold|cancel [refused: fallback]) ─┐
+               drain episodes ─ in scope? ─ drained by hpcwatch? ─ warn ... start (reserve,   │─ audit event
+                                 resume, check) or stand_down                                  │  per step
+                                 or poll the check job ─ judge ─ release | drain ──────────────┘─ notices
+                                                                                  (one Notifier.post)
 
 Dry-run (``[act] dry_run`` or ``--dry-run``) decides the same way and says what it would do: it runs no Slurm
 command (not even squeue), stores nothing and queues no notice. Every real step is written to the store as an
@@ -28,10 +30,13 @@ from hpcwatch.notify.compose import Candidate, action_notice
 from hpcwatch.notify.config import NotifyConfig
 from hpcwatch.notify.loop import Notifier
 from hpcwatch.notify.render import fmt_duration
+from hpcwatch.records import Job
 from hpcwatch.store import Store
 
 __all__ = ["Actor", "Said", "ActSummary", "DRAIN_REASON_MAX"]
 
+#: What the undo of a warning does: no command; the policy leaves that job (that node's episode) alone.
+STAND_DOWN = "hpcwatch act undo ID withdraws the warning: the policy leaves this alone (no command is run)"
 #: Ours: what a drain reason keeps of the verdict's (``sinfo -R`` shows it on one line).
 DRAIN_REASON_MAX = 200
 
@@ -139,6 +144,8 @@ class Actor:
         if self.notifier is None:
             return
         rows = [("label.target", action.target), ("label.when", _utc(action.t)), ("label.reason", action.why)]
+        if not action.ok:  # what the command answered: Slurm's own words, for whoever reads the notice
+            rows.append(("label.answer", f"rc {action.rc}: {action.output}"))
         run.notices.append(
             action_notice(
                 self.store,
@@ -177,42 +184,63 @@ class Actor:
                 continue
             assert job is not None  # exemption() refused an unknown job
             user = dict(user=job.user, account=job.account, mail_user=job.mail_user or "")
-            grace = fmt_duration(p.grace_minutes * 60.0)
             if d.step == "warn":
-                action = self._record(
-                    self._action(
-                        run,
-                        policy=idle_policy.POLICY,
-                        step="warn",
-                        episode=episode,
-                        target=target,
-                        why=d.why,
-                        evidence=idle.evidence()
-                        | {"user": job.user, "account": job.account, "partition": job.partition},
-                        undo_note="a notice cannot be taken back",
-                        details={"job": idle.job, "action": p.action},
-                    )
-                )
-                values = {
-                    "job": idle.job,
-                    "gpus": len(idle.gpus),
-                    "idle": fmt_duration(idle.idle_s),
-                    "grace": grace,
-                    "action": ("act_action", p.action),
-                    "verb": ("act_verb", p.action),
-                }
-                self._notice(run, action, "act_warn", values, audiences=("operators",), **user)
+                done = [self._idle_warn(run, idle, job, episode, target, d.why, user)]
             else:
-                action = self._record(self._idle_act(run, idle, episode, target, d.why))
-                if action.ok:  # a command that failed is in the audit (and in this run's lines), not in a notice
-                    values = {"target": target, "step": ("act_action", p.action)}
-                    self._notice(run, action, "act_done", values, audiences=("operators",), **user)
-            run.said.append(
-                Said(policy=idle_policy.POLICY, target=target, step=action.step, text=d.why, action=action.id)
-            )
+                done = self._idle_act(run, idle, episode, target, d.why, user)
+            for action in done:
+                run.said.append(
+                    Said(policy=idle_policy.POLICY, target=target, step=action.step, text=action.why, action=action.id)
+                )
 
-    def _idle_act(self, run: _Run, idle: idle_policy.IdleJob, episode: str, target: str, why: str) -> Action:
-        hold = self.config.idle.action == "hold"
+    def _idle_warn(
+        self, run: _Run, idle: idle_policy.IdleJob, job: Job, episode: str, target: str, why: str, user: dict[str, Any]
+    ) -> Action:
+        p = self.config.idle
+        action = self._record(
+            self._action(
+                run,
+                policy=idle_policy.POLICY,
+                step="warn",
+                episode=episode,
+                target=target,
+                why=why,
+                evidence=idle.evidence() | {"user": job.user, "account": job.account, "partition": job.partition},
+                undo_note=STAND_DOWN,
+                details={"job": idle.job, "action": p.action, "fallback": p.fallback, "stand_down": True},
+            )
+        )
+        values = {
+            "job": idle.job,
+            "gpus": len(idle.gpus),
+            "idle": fmt_duration(idle.idle_s),
+            "grace": fmt_duration(p.grace_minutes * 60.0),
+            "action": ("act_action", p.action),
+            "verb": ("act_verb", p.action),
+            "fallback": ("act_if_refused", p.fallback if p.action == "hold" else "not_hold"),
+        }
+        self._notice(run, action, "act_warn", values, audiences=("operators",), **user)
+        return action
+
+    def _idle_act(
+        self, run: _Run, idle: idle_policy.IdleJob, episode: str, target: str, why: str, user: dict[str, Any]
+    ) -> list[Action]:
+        """The action (hold or cancel), audited and told; after a hold Slurm refused as not requeueable, the
+        fallback (``fallback = "cancel"``) as a step of its own."""
+        p = self.config.idle
+        action = self._record(self._idle_command(run, idle, episode, target, why, p.action))
+        self._idle_told(run, action, user)
+        if action.ok or not action.details.get("refused") or p.fallback == "none":
+            return [action]
+        why = f"fallback = cancel: Slurm refused the hold ({action.id}): {action.details['refused']}"
+        cancel = self._record(self._idle_command(run, idle, episode, target, why, "cancel", fallback_of=action.id))
+        self._idle_told(run, cancel, user)
+        return [action, cancel]
+
+    def _idle_command(
+        self, run: _Run, idle: idle_policy.IdleJob, episode: str, target: str, why: str, step: str, **details: str
+    ) -> Action:
+        hold = step == "hold"
         ran = self._ran("scontrol", "requeuehold", idle.job) if hold else self._ran("scancel", idle.job)
         undo = self.runner.argv("scontrol", ("release", idle.job)) if hold and ran.ok else ()
         note = (
@@ -220,10 +248,11 @@ class Actor:
             if hold
             else ("a cancelled job cannot be brought back: its user resubmits it")
         )
+        refused = idle_policy.refusal(ran.note()) if hold and not ran.ok else ""
         return self._action(
             run,
             policy=idle_policy.POLICY,
-            step=self.config.idle.action,
+            step=step,
             episode=episode,
             target=target,
             why=why,
@@ -233,8 +262,23 @@ class Actor:
             output=ran.note(),
             undo=undo,
             undo_note=note if ran.ok else "the command failed: nothing to undo",
-            details={"job": idle.job},
+            details={"job": idle.job, **details} | ({"refused": refused} if refused else {}),
         )
+
+    def _idle_told(self, run: _Run, action: Action, user: dict[str, Any]) -> None:
+        """Done: its user and the operators. Refused by Slurm as not requeueable: both, with what follows. Failed
+        otherwise (a timeout, the controller down): the operators, whose business that is."""
+        job = str(action.details.get("job", ""))
+        values: dict[str, Any]
+        if action.ok:
+            values = {"target": action.target, "step": ("act_action", action.step)}
+            self._notice(run, action, "act_done", values, audiences=("operators",), **user)
+        elif action.details.get("refused"):
+            values = {"job": job, "next": ("act_fallback", self.config.idle.fallback)}
+            self._notice(run, action, "act_refused", values, audiences=("operators",), **user)
+        else:
+            values = {"target": action.target, "step": action.step, "rc": action.rc}
+            self._notice(run, action, "act_error", values, audiences=("operators",))
 
     # -- policy 2: remediation of drained nodes ------------------------------------------------------
 
@@ -250,16 +294,93 @@ class Actor:
                 continue
             past = recorded(self.store, episode=ep.episode)
             failed = next((r.action for r in past if not r.action.ok), None)
+            withdrawn = next((r for r in past if r.action.step == "warn" and r.undone is not None), None)
             steps = {r.action.step: r.action for r in past}
-            if failed is not None or "release" in steps:
-                end = f"{failed.step} failed ({failed.id})" if failed else f"released by {steps['release'].id}"
-                run.said.append(Said(policy=remediate.POLICY, target=target, step="done", text=f"episode over: {end}"))
+            if failed is not None or "release" in steps or "stand_down" in steps or withdrawn is not None:
+                run.said.append(
+                    Said(policy=remediate.POLICY, target=target, step="done", text=f"episode over: {_over(past)}")
+                )
             elif not past:
-                self._start(run, ep, target)
+                self._warn_node(run, ep, target)
+            elif "reserve" not in steps:
+                self._after_warning(run, ep, target, steps["warn"])
             elif "check" in steps and "result" not in steps:
                 self._poll(run, ep, target, steps["check"])
             elif "result" in steps:
                 self._conclude(run, ep, target, steps["result"], steps["check"])
+
+    def _node_not_ours(self, node: str) -> str:
+        """Why the node is not (or no longer) hpcwatch's to test, from Slurm now ("" when it is)."""
+        ran = self._ran("scontrol", "-o", "show", "node", node)
+        if not ran.ok:
+            return f"scontrol -o show node {node} failed (rc {ran.rc}): {ran.note()}"
+        return remediate.node_state(ran.stdout, node).not_ours()
+
+    def _warn_node(self, run: _Run, ep: remediate.DrainEpisode, target: str) -> None:
+        """The notice before anything is done: what, when, how to stop it. Not on a node an operator holds."""
+        p = self.config.remediate
+        plan = (
+            f"in {p.warn_minutes:g} min: reserve {ep.node} (flags=maint,ignore_jobs, {p.reservation_minutes:g} min), resume it into "
+            f"the reservation, sbatch dcgmi diag -r {p.diag_level}, all_reduce_perf, ib_write_bw; resumed if they pass"
+        )
+        why = f"drain verdict since {_utc(ep.start)}: {ep.reason}"
+        if run.dry_run:
+            text = f"would warn the operators, then {plan} ({why})"
+            run.said.append(Said(policy=remediate.POLICY, target=target, step="warn", text=text, dry_run=True))
+            return
+        not_ours = self._node_not_ours(ep.node)
+        if not_ours:
+            run.said.append(Said(policy=remediate.POLICY, target=target, step="skip", text=f"left alone: {not_ours}"))
+            return
+        warn = self._record(
+            self._action(
+                run,
+                policy=remediate.POLICY,
+                step="warn",
+                episode=ep.episode,
+                target=target,
+                why=f"{why}: {plan}",
+                evidence={"verdict": "drain", "reason": ep.reason, "since": ep.start},
+                undo_note=STAND_DOWN,
+                details={"stand_down": True, "warn_minutes": p.warn_minutes},
+            )
+        )
+        self._say(run, target, warn)
+        values = {
+            "node": ep.node,
+            "delay": fmt_duration(p.warn_minutes * 60.0),
+            "action": warn.id,
+            "prefix": remediate.DRAINED_BY,
+        }
+        self._notice(run, warn, "act_remediate_warn", values, audiences=("operators",))
+
+    def _after_warning(self, run: _Run, ep: remediate.DrainEpisode, target: str, warn: Action) -> None:
+        """Past the delay, and Slurm still shows hpcwatch's drain: the checks start; else the policy stands down."""
+        left_s = warn.t + self.config.remediate.warn_minutes * 60.0 - run.now
+        if left_s > 0:
+            text = f"warned by {warn.id}: {left_s / 60:.0f} min before the reservation"
+            run.said.append(Said(policy=remediate.POLICY, target=target, step="wait", text=text, dry_run=run.dry_run))
+            return
+        if run.dry_run:
+            self._start(run, ep, target)
+            return
+        not_ours = self._node_not_ours(ep.node)
+        if not_ours:
+            stand_down = self._record(
+                self._action(
+                    run,
+                    policy=remediate.POLICY,
+                    step="stand_down",
+                    episode=ep.episode,
+                    target=target,
+                    why=f"warned by {warn.id}; {not_ours}: nothing done, the episode is over",
+                    evidence={"warn": warn.id},
+                    undo_note="nothing was done",
+                )
+            )
+            self._say(run, target, stand_down)
+            return
+        self._start(run, ep, target)
 
     def _say(self, run: _Run, target: str, action: Action) -> None:
         text = action.why if action.ok else f"{action.why}: failed (rc {action.rc}): {action.output}"
@@ -466,12 +587,28 @@ class Actor:
         a = r.action
         if r.undone is not None:
             raise ConfigError(f"{a.id} ({a.step} {a.target}) was undone at {_utc(r.undone.t)} by {r.undone.who}")
+        if a.details.get("stand_down"):  # a warning: withdrawn, no command; the policy reads the undo and stands down
+            undo = Undo(of=a.id, t=self.clock(), who=self.who, argv=(), rc=0, output="warning withdrawn: left alone")
+            self.store.add([undo.to_event()])
+            return r, undo
         if not a.undo:
             raise ConfigError(f"{a.id} ({a.step} {a.target}) cannot be undone: {a.undo_note or 'no undo recorded'}")
         ran = self.runner.run(a.undo)
         undo = Undo(of=a.id, t=self.clock(), who=self.who, argv=ran.argv, rc=ran.rc, output=ran.note())
         self.store.add([undo.to_event()])
         return r, undo
+
+
+def _over(past: list[Recorded]) -> str:
+    """Why a remediation episode is over, from its audit."""
+    for r in past:
+        if r.action.step == "warn" and r.undone is not None:
+            return f"warning {r.action.id} withdrawn by {r.undone.who}"
+        if not r.action.ok:
+            return f"{r.action.step} failed ({r.action.id})"
+        if r.action.step in ("release", "stand_down"):
+            return f"{r.action.step} by {r.action.id}"
+    return "ended"
 
 
 def _utc(t: float) -> str:

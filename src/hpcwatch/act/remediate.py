@@ -1,6 +1,9 @@
 """Policy 2, ``[act.remediate]``: a drained node is tested through a reservation and given back when it passes.
 
     health_verdict drain (collect's [[schedule]] task="health") for node N, a new episode
+      (Slurm has N drained by hpcwatch: ``scontrol -o show node N`` says DRAIN, its reason starts "hpcwatch")
+      warn      a notice to the operators: what will be done, when, how to stop it   undo: stand down
+    warn_minutes later, N still drained by hpcwatch (else: stand_down, the episode is over)
       reserve   scontrol create reservation reservationname=hpcwatch-N-ID nodes=N flags=maint,ignore_jobs
                 starttime=now duration=M users=U              undo: scontrol delete reservationname=R
       resume    scontrol update nodename=N state=resume       undo: scontrol update nodename=N state=drain reason=...
@@ -13,6 +16,12 @@
       pass  ->  release   scontrol delete reservationname=R: the node takes jobs again   undo: drain it again
       fail  ->  drain     scontrol update nodename=N state=drain reason="hpcwatch: checks failed: ..."
                           (undo: resume), then release, and a notice to the operators
+
+The warning gives the operators ``warn_minutes`` to keep the node: ``hpcwatch act undo`` of the ``warn`` step,
+a drain reason of their own (``scontrol update nodename=N reason="..."``: one not starting with "hpcwatch", the
+words ``deploy/slurm/healthcheck`` drains with), resuming the node themselves, or ``exempt_nodes``. A verdict
+that is no longer ``drain`` ends the episode too (the node is no longer listed). Before the warning and again
+before ``reserve`` the node's Slurm state is read, so nothing is announced or done on a node an operator holds.
 
 An episode is the run of ``drain`` verdicts of the node (``store.queries.verdict_episode_start``): it is
 remediated once; a node drained again later (after another verdict) is a new episode. A command that fails
@@ -41,6 +50,9 @@ __all__ = [
     "drain_episodes",
     "out_of_scope",
     "reservation_name",
+    "NodeState",
+    "node_state",
+    "DRAINED_BY",
     "check_specs",
     "check_script",
     "read_results",
@@ -91,6 +103,41 @@ def out_of_scope(policy: RemediatePolicy, node: str) -> str:
     if policy.nodes and node not in policy.nodes:
         return "it is not on nodes"
     return ""
+
+
+#: How a drain reason written by hpcwatch begins (deploy/slurm/healthcheck: "hpcwatch: drain: ...", the
+#: alert's advice: "hpcwatch <rule>", this policy's own: "hpcwatch: checks failed ..."). Any other reason is an
+#: operator's: the node is theirs.
+DRAINED_BY = "hpcwatch"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class NodeState:
+    node: str
+    state: str
+    """``State=`` of ``scontrol -o show node``: ``IDLE+DRAIN``, ``DOWN+DRAIN``, ``MIXED+DRAIN`` (draining)..."""
+    reason: str
+    """``Reason=``: the rest of the line (free text, the last field scontrol prints that we read)."""
+
+    def not_ours(self) -> str:
+        """Why the policy must leave the node alone now ("" when hpcwatch's drain still holds it)."""
+        if not self.state:
+            return "scontrol does not know it"
+        if "DRAIN" not in self.state.split("+"):
+            return f"it is no longer drained (State={self.state}): an operator resumed it"
+        if not self.reason.startswith(DRAINED_BY):
+            return f"its drain reason is not hpcwatch's (Reason={self.reason[:80]}): an operator holds it"
+        return ""
+
+
+def node_state(show_node: str, node: str) -> NodeState:
+    """The state and drain reason of ``node`` in ``scontrol -o show node [N]`` (one line a node)."""
+    for line in show_node.splitlines():
+        head, _, reason = line.partition(" Reason=")
+        fields = dict(f.split("=", 1) for f in head.split() if "=" in f)
+        if fields.get("NodeName") == node:
+            return NodeState(node=node, state=fields.get("State", ""), reason=reason.strip())
+    return NodeState(node=node, state="", reason="")
 
 
 def reservation_name(node: str, action_id: str) -> str:

@@ -109,7 +109,11 @@ def list_actions(db: str | None, policy: str | None, as_json: bool) -> None:
     table = Table("id", "when (UTC)", "policy", "step", "target", "who", "rc", "why", "undo")
     for r in found:
         a = r.action
-        undo = f"undone {_utc(r.undone.t)}" if r.undone else ("act undo " + a.id if a.undo else a.undo_note or "-")
+        undo = (
+            f"undone {_utc(r.undone.t)}"
+            if r.undone
+            else ("act undo " + a.id if a.undo or a.details.get("stand_down") else a.undo_note or "-")
+        )
         table.add_row(
             a.id,
             _utc(a.t),
@@ -143,7 +147,9 @@ def undo(action_id: str, config: Path, db: str | None, as_json: bool) -> None:
         emit_json({**r.to_dict(), "undo_run": done.to_event().attrs})
     else:
         what = f"{r.action.step} {safe_text(r.action.target)}"
-        console.print(f"undo of {r.action.id} ({what}): {' '.join(safe_text(a) for a in done.argv)}: rc {done.rc}")
+        console.print(
+            f"undo of {r.action.id} ({what}): {' '.join(safe_text(a) for a in done.argv) or 'no command'}: rc {done.rc}"
+        )
         if done.output:
             console.print(safe_text(done.output))
     if done.rc != 0:

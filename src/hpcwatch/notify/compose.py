@@ -526,7 +526,7 @@ def action_notice(
             lang=lang,
             subject=w(f"subject.{topic}", **filled),
             document=document,
-            intro=w(f"intro.{topic}", **filled),
+            intro=w(f"intro.{topic}", **filled).replace("  ", " "),  # a sentence left empty (act_if_refused)
             link="",
             rows=[(w(label) if label.startswith("label.") else _v(label), _v(value, 2000)) for label, value in rows],
         )

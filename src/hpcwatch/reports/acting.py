@@ -9,6 +9,7 @@ in other processes:
   ``act_undo`` event naming it that succeeded)
 - remediation: per node, where its newest remediation episode stands (``act/remediate.py``'s steps):
 
+      warn (alone)     -> not shown       (a notice; the node is not touched before ``reserve``)
       reserve, resume  -> ``reserved``   check submitted -> ``checking``
       result passed    -> ``passed``     result failed, or a step that failed -> ``failed``
       an episode released (or undone) more than ``REMEDIATION_SHOWN_S`` ago is no longer shown
@@ -210,7 +211,7 @@ def _action_entry(e: Event, undo: Event | None) -> ActionEntry:
         rc=rc if isinstance(rc, int) else None,
         evidence=_summary(a.get("evidence")),
         passed=evidence.get("passed") if isinstance(evidence.get("passed"), bool) else None,
-        can_undo=bool(a.get("undo")),
+        can_undo=bool(a.get("undo")) or bool(details.get("stand_down")),
         undo_note=str(a.get("undo_note", "")),
         undone_by=None if undo is None else str(undo.attrs.get("who", "")),
         undone_t=None if undo is None else undo.t,
@@ -255,6 +256,8 @@ def actions_taken(
 def _stage(steps: Sequence[ActionEntry]) -> RemediationStage | None:
     """Where one episode (its actions, oldest first) stands; None when it ended long enough ago."""
     by_step = {a.step: a for a in steps}
+    if "reserve" not in by_step:  # warned only (or stood down): nothing is done to the node yet
+        return None
     if any(not a.ok for a in steps):
         return "failed"
     result = by_step.get("result")
