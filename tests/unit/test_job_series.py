@@ -187,7 +187,7 @@ def test_the_page_draws_one_svg_chart_per_series_with_its_labels_in_english(clie
         "GPU utilisation, mean over the job&#x27;s GPUs: 91 of 120 points from 01-15 08:00 to 01-15 09:00 UTC; "
         "min 70 %, max 80 %, last 80 %"
     )
-    assert "time (UTC)" in panel and ">%</text>" in panel and ">B/s</text>" in panel
+    assert "Time (UTC)" in panel and ">%</text>" in panel and ">B/s</text>" in panel
     assert "min 1.0 GB/s · max 1.0 GB/s" in panel and "min 2,000.0 ms" not in panel and "2.00 s" in panel
     assert "One point per 30.0 s bucket (120 at most)" in panel
 
@@ -195,7 +195,7 @@ def test_the_page_draws_one_svg_chart_per_series_with_its_labels_in_english(clie
 def test_the_page_draws_the_charts_in_french(client):
     html = client.get("/job/701", params={"lang": "fr"}).text
     panel = html[html.index('id="job-series"') : html.index('id="job-gpus"')]
-    assert "Sur la vie du job" in panel and "heure (UTC)" in panel
+    assert "Sur la vie du job" in panel and "Heure (UTC)" in panel
     assert 'aria-label="Puissance des GPU, somme sur les GPU du job : 91 points sur 120' in panel
     assert "min 500,0 MB/s · max 500,0 MB/s" in panel  # InfiniBand received, French decimal comma
     assert "Un point par tranche de 30,0 s" in panel

@@ -10,7 +10,7 @@ One chart::
     max ┤      ╭──╮  ╭─────╮                      y: 0 to the series' maximum, unit on the axis
         │ ╭────╯  ╰──╯     ╰─╮   ·                a gap: buckets where nothing reported
       0 ┼─┴──────────────────┴──────────
-        10-04 08:00    time (UTC)    10-04 20:00
+        10-04 08:00    Time (UTC)    10-04 20:00
 """
 
 from __future__ import annotations
