@@ -167,6 +167,19 @@ def test_a_job_known_from_its_spans_draws_its_step_times(store):
     assert o.series.series[0].points >= 1 and 0.0 < o.series.series[0].high < 1.0
 
 
+def test_a_workload_known_from_its_label_only_draws_its_own_gpu():
+    """No Slurm record: a pod's GPU labelled ``hpc_job`` by dcgm-exporter; the unlabelled GPU beside it at
+    99 % is not the pod's, and the window is the samples' own."""
+    st = Store(":memory:")
+    st.add([s for k in range(20) for s in _gpu("0", T0 + k * SCRAPE_S, 40.0, 250.0, job="pod-9")])
+    st.add([s for k in range(20) for s in _gpu("1", T0 + k * SCRAPE_S, 99.0, 650.0)])
+    found = job_overview(st, "pod-9").series
+    st.close()
+    assert found is not None and found.t1 == T0 + 19 * SCRAPE_S and found.bucket_s == pytest.approx(SCRAPE_S)
+    util, power = found.series
+    assert (util.low, util.high, power.high) == (40.0, 40.0, 250.0)
+
+
 # -- the page and the API ---------------------------------------------------------------------------------
 
 

@@ -194,14 +194,16 @@ def _families(
     A series is a GPU (host/gpu) for DCGM, a port (host + labels) for InfiniBand, a target (labels) for Lustre."""
     t = samples.column("t")
     in_window = pc.and_(pc.greater_equal(t, t0), pc.less_equal(t, t1))
-    samples = samples.filter(pc.and_(in_window, pc.is_in(samples.column("metric"), pa.array(SERIES_METRICS))))
     out = {}
     for metric in SERIES_METRICS:
         family = _FAMILY.get(metric, metric)
-        rows = _jobs_rows(samples.filter(pc.equal(samples.column("metric"), metric)), family, report, job_id)
+        mask = pc.and_(in_window, pc.equal(samples.column("metric"), metric))
+        if not pc.any(mask).as_py():
+            continue
+        # Only the columns the family reads: filtering copies them, and labels are most of the bytes.
+        rows, key = _jobs_rows(samples.select(_COLUMNS[family]).filter(mask), family, report, job_id)
         if not rows.num_rows:
             continue
-        key = _gpu_key(rows) if family == UTIL else _port_key(rows) if family == IB_TX else rows.column("labels")
         codes = pc.fill_null(pc.dictionary_encode(key).combine_chunks().indices, -1).to_numpy(zero_copy_only=False)
         out[metric] = (
             np.asarray(rows.column("t").to_numpy(), dtype=float),
@@ -213,29 +215,35 @@ def _families(
 
 #: The metric whose rows and series a metric selects alike.
 _FAMILY: Final = {POWER: UTIL, IB_RX: IB_TX, LUSTRE_WRITE: LUSTRE_READ}
+_COLUMNS: Final = {
+    UTIL: ["t", "value", "host", "gpu", "job"],
+    IB_TX: ["t", "value", "host", "labels"],
+    LUSTRE_READ: ["t", "value", "job", "labels"],
+}
 
 
-def _jobs_rows(rows: pa.Table, family: str, report: JobReport | None, job_id: str) -> pa.Table:
-    """The job's rows of one metric: on its GPUs (the report's, whole GPUs) and not labelled with another job
-    (dcgm-exporter's ``hpc_job``: the GPU was someone else's then); on its nodes (InfiniBand); labelled with
-    it (Lustre's ``jobid``)."""
+def _jobs_rows(rows: pa.Table, family: str, report: JobReport | None, job_id: str) -> tuple[pa.Table, pa.ChunkedArray]:
+    """The job's rows of one metric and their series key: on its GPUs (the report's, whole GPUs; key
+    host/gpu) and not labelled with another job (dcgm-exporter's ``hpc_job``: the GPU was someone else's
+    then); on its nodes (InfiniBand; key host + labels, a port); labelled with it (Lustre's ``jobid``;
+    key labels, a target)."""
     if family == UTIL:
+        key = _gpu_key(rows)
         whole = {f"{g.host}/{g.gpu}" for g in report.per_gpu if g.instance is None} if report else set()
         other_job = pc.fill_null(pc.not_equal(rows.column("job"), job_id), False)
-        mine = pc.and_not(pc.is_in(_gpu_key(rows), pa.array(sorted(whole), type=pa.string())), other_job)
+        mine = pc.and_not(pc.is_in(key, pa.array(sorted(whole), type=pa.string())), other_job)
     elif family == IB_TX:
+        key = pc.binary_join_element_wise(rows.column("host"), pc.fill_null(rows.column("labels"), ""), "\x00")
         mine = pc.is_in(rows.column("host"), pa.array(list(report.nodes) if report else [], type=pa.string()))
     else:
+        key = rows.column("labels")
         mine = pc.equal(rows.column("job"), job_id)
-    return rows.filter(pc.fill_null(mine, False))
+    keep = pc.fill_null(mine, False)
+    return rows.filter(keep), key.filter(keep)
 
 
 def _gpu_key(rows: pa.Table) -> pa.ChunkedArray:
     return pc.binary_join_element_wise(rows.column("host"), rows.column("gpu"), "/")
-
-
-def _port_key(rows: pa.Table) -> pa.ChunkedArray:
-    return pc.binary_join_element_wise(rows.column("host"), pc.fill_null(rows.column("labels"), ""), "\x00")
 
 
 def _interval(t: np.ndarray, codes: np.ndarray) -> float:

@@ -2,8 +2,9 @@
 with the notices and actions about it and the alerts on its nodes while it ran.
 
 Both format ``reports.jobpage.job_overview`` and nothing else: the per-GPU table, IB and Lustre bytes,
-the recent steps and their straggler, goodput and the job's findings are computed there. The page is
-rendered on the server (Jinja2, autoescaped), so it reads without a script and prints as it is.
+the recent steps and their straggler, goodput, the job's findings and its series over its life are computed
+there. The page is rendered on the server (Jinja2, autoescaped; the charts are SVG from ``web.charts``), so
+it reads without a script and prints as it is.
 Under ``hpcwatch serve --prometheus`` the samples of the report come from Prometheus, the rest from
 the store, and the page says so.
 """
@@ -212,11 +213,14 @@ async def job_page(request: Request, job_id: str, lang: str | None = Query(None)
     return HTMLResponse(html, headers=headers)
 
 
-@router.get("/api/job/{job_id:path}", summary="One job's page: report per GPU, IB, Lustre, steps, goodput, findings")
+@router.get(
+    "/api/job/{job_id:path}", summary="One job's page: report per GPU, IB, Lustre, steps, goodput, findings, series"
+)
 async def job_api(request: Request, job_id: str) -> dict[str, Any]:
     """``job`` is ``hpcwatch job ID --json``, ``goodput`` ``hpcwatch goodput``'s report, ``steps`` the last
-    steps (median per phase and rank, straggler), ``findings`` the findings that concern the job, ``missing``
-    the parts the store cannot answer and why. 400 when the store knows nothing of the job, or when the id is
+    steps (median per phase and rank, straggler), ``findings`` the findings that concern the job, ``series``
+    the charts over its life (``reports.jobseries.series_dict``: at most 120 buckets, null for a gap),
+    ``missing`` the parts the store cannot answer and why. 400 when the store knows nothing of the job, or when the id is
     longer than any (``reports.jobs.MAX_JOB_ID_CHARS``; the error names its length, not its text)."""
     check_job_id(job_id)
     state = request.app.state.hpcwatch
