@@ -203,6 +203,22 @@ def test_the_page_draws_one_svg_chart_per_series_with_its_labels_in_english(clie
     assert "Time (UTC)" in panel and ">%</text>" in panel and ">B/s</text>" in panel
     assert "min 1.0 GB/s · max 1.0 GB/s" in panel and "min 2,000.0 ms" not in panel and "2.00 s" in panel
     assert "One point per 30.0 s bucket (120 at most)" in panel
+    assert 'text-anchor="end">100 %</text>' in panel  # utilisation reads against full, not its own maximum
+
+
+def test_each_chart_is_well_formed_svg_whose_line_stops_where_the_gpus_did(client):
+    import xml.etree.ElementTree as ET
+
+    html = client.get("/job/701", params={"lang": "en"}).text
+    svgs = {
+        el.get("data-series"): el
+        for el in (ET.fromstring(m) for m in re.findall(r"<svg .*?</svg>", html, flags=re.S))
+        if el.get("class") == "chart"
+    }
+    assert set(svgs) == {"gpu_util", "power", "step_time", "ib_tx", "ib_rx", "lustre_read"}
+    (line,) = svgs["gpu_util"].findall("polyline")  # one run: 08:00 to 08:45, then nothing drawn
+    assert len(line.get("points").split()) == 91
+    assert svgs["gpu_util"].find("title").text.startswith("GPU utilisation")
 
 
 def test_the_page_draws_the_charts_in_french(client):

@@ -7,7 +7,7 @@ Colours and strokes come from ``static/job.css`` by class. Only numbers and cata
 
 One chart::
 
-    max ┤      ╭──╮  ╭─────╮                      y: 0 to the series' maximum, unit on the axis
+    max ┤      ╭──╮  ╭─────╮                      y: 0 to the series' maximum (100 for %), unit on the axis
         │ ╭────╯  ╰──╯     ╰─╮   ·                a gap: buckets where nothing reported
       0 ┼─┴──────────────────┴──────────
         10-04 08:00    Time (UTC)    10-04 20:00
@@ -51,7 +51,7 @@ def render_chart(found: JobSeries, s: Series, t: Catalogue, *, value: ValueText)
         high=value(s.high, s.unit),
         last=value(next((v for v in reversed(s.values) if v is not None), None), s.unit),
     )
-    top = s.high if s.high is not None and s.high > 0 else 1.0
+    top = _top(s)
     plot_w, plot_h = CHART_W - LEFT - RIGHT, CHART_H - TOP - BOTTOM
     base = TOP + plot_h
     svg = [
@@ -76,6 +76,15 @@ def render_chart(found: JobSeries, s: Series, t: Catalogue, *, value: ValueText)
         f'<figure class="chart-fig" data-series="{escape(s.key)}"><figcaption><strong>{escape(title)}</strong> '
         f'<span class="muted">{escape(caption)}</span></figcaption>{"".join(svg)}</figure>'
     )
+
+
+def _top(s: Series) -> float:
+    """The y axis' top: 100 for a percentage (utilisation reads against full), else the series' maximum
+    (1 when it is 0: a flat line at the bottom, not a division by zero)."""
+    high = s.high if s.high is not None and s.high > 0 else 0.0
+    if s.unit == "%" and high <= 100:
+        return 100.0
+    return high or 1.0
 
 
 def _marks(values: tuple[float | None, ...], top: float, plot_w: float, plot_h: float) -> list[str]:
