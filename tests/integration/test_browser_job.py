@@ -92,6 +92,34 @@ def test_job_page_opens_from_a_gpu_card_in_both_languages(page):
     assert page.evaluate("window.hpcwatch.monitor.job") == job  # back on the cluster, its GPUs lit
 
 
+def test_job_page_draws_the_jobs_life_as_svg_charts_in_both_languages(page):
+    """Issue 27: the job of GPU node1/2 on the twin's demo, its life drawn on the server as inline SVG (no
+    script), each chart labelled with its figures, in English then in French."""
+    page.evaluate("window.hpcwatch.openCard('gpu:node1/2')")
+    link = page.locator("#card a.job-page-link").first
+    job = link.get_attribute("data-job-page")
+    assert job
+    link.click()
+    page.wait_for_url(f"**/job/{job}")
+    charts = page.locator("#job-series svg.chart[role='img']")
+    assert charts.count() >= 3  # utilisation and power from the twin's DCGM samples, step time from its spans
+    util = page.locator("#job-series svg.chart[data-series='gpu_util']")
+    label = util.get_attribute("aria-label") or ""
+    assert label.startswith("GPU utilisation, mean over the job's GPUs:") and " max " in label
+    assert util.locator("polyline, circle").count() >= 1  # drawn, not an empty frame
+    assert "Time (UTC)" in (util.text_content() or "") and "%" in (util.text_content() or "")
+    box = util.bounding_box()
+    assert box is not None and box["width"] > 200 and box["height"] > 80
+    page.locator("#job-series").scroll_into_view_if_needed()
+    _shot(page, "27-job-charts-en")
+    page.click("a[hreflang='fr']")
+    page.wait_for_url("**?lang=fr")
+    assert page.locator("#job-series h2").inner_text() == "Sur la vie du job"
+    fr = page.locator("#job-series svg.chart[data-series='gpu_util']").get_attribute("aria-label") or ""
+    assert fr.startswith("Utilisation des GPU, moyenne sur les GPU du job :")
+    _shot(page, "27-job-charts-fr")
+
+
 def test_queue_and_alert_strip_link_to_the_job_page(page):
     _wait_ticks(page, 1)
     hrefs = page.eval_on_selector_all("#queue-table a.job-page-link", "els => els.map(e => e.getAttribute('href'))")

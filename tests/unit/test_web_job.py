@@ -139,6 +139,7 @@ def test_api_job_document_carries_every_part(client):
         "acting",
         "alerts",
         "live",
+        "series",
     }
     assert doc["cost"]["cost"] is None and doc["cost"]["gpu_hours"] == doc["job"]["gpu_hours_allocated"]
     assert doc["job"]["id"] == "3" and doc["job"]["per_gpu"] == [] and doc["steps"] is None

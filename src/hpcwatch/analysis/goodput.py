@@ -57,6 +57,8 @@ __all__ = [
     "ideal_step_time",
     "account_goodput",
     "account_job",
+    "account_job_steps",
+    "job_step_table",
     "GOODPUT_EVENT_KINDS",
     "REQUEUE_AFTER_FAILURE_S",
     "GOODPUT_SOURCE",
@@ -610,18 +612,37 @@ def account_job(
 ) -> GoodputReport:
     """The whole path for one job's records: steps from its spans (else its ``train_step_time_s``
     samples), re-runs split at its failures, then ``account_goodput``. Views call this."""
-    mine = _requeues_as_failures(
+    return account_job_steps(job, job_step_table(job, spans, events, step_samples), events)
+
+
+def account_job_steps(job: Job | None, steps: StepTable, events: Sequence[Event]) -> GoodputReport:
+    """``account_job`` of steps already grouped (``job_step_table``'s), for a caller that also draws them."""
+    return account_goodput(job, steps, sorted(_job_events(job, events), key=lambda e: e.t))
+
+
+def job_step_table(
+    job: Job | None, spans: Iterable[Span], events: Sequence[Event], step_samples: Iterable[Sample] = ()
+) -> StepTable:
+    """The executed steps ``account_job`` accounts (re-runs apart): the job page draws their times."""
+    return _executed_steps(_job_events(job, events), spans, step_samples)
+
+
+def _job_events(job: Job | None, events: Sequence[Event]) -> list[Event]:
+    return _requeues_as_failures(
         [
             e
             for e in events
             if e.kind in GOODPUT_EVENT_KINDS and (job is None or str(e.attrs.get("job", job.id)) == job.id)
         ]
     )
+
+
+def _executed_steps(mine: Sequence[Event], spans: Iterable[Span], step_samples: Iterable[Sample]) -> StepTable:
     breaks = [e.t for e in mine if e.kind == EventKind.FAILURE]
     steps = steps_from_spans(spans, breaks=breaks)
     if not len(steps):
         steps = steps_from_step_samples(step_samples, breaks=breaks)
-    return account_goodput(job, steps, sorted(mine, key=lambda e: e.t))
+    return steps
 
 
 def _requeues_as_failures(events: list[Event]) -> list[Event]:

@@ -12,6 +12,8 @@ The parts are the reports the CLI already has, called here once so the page comp
   restore), with the steps its failures lost (goodput's ``lost_steps``)
 - ``acting``   ``reports.acting.job_acting``: the notices sent and the actions taken (and undone) about the
   job, or on its nodes while it ran
+- ``series``   ``reports.jobseries.job_series``: utilisation, power, step time, IB and Lustre over the job's
+  life, at most ``MAX_BUCKETS`` points each, from the same samples as ``job``
 
 A part the store cannot answer (no spans, no goodput events) is ``None`` with the reason in
 ``missing``: "no steps recorded" and "could not compute" are said, not shown as zeros.
@@ -26,12 +28,13 @@ import numpy as np
 import pyarrow as pa
 
 from hpcwatch.analysis.attribution import JobReport, report_dict
-from hpcwatch.analysis.goodput import GoodputReport
+from hpcwatch.analysis.goodput import GoodputReport, StepTable
 from hpcwatch.errors import InputError
 from hpcwatch.records import PHASES, Finding
 from hpcwatch.reports.acting import job_acting
-from hpcwatch.reports.goodput import goodput_report
-from hpcwatch.reports.jobs import JobCost, check_job_id, cost_dict, job_cost, job_report
+from hpcwatch.reports.goodput import goodput_with_steps
+from hpcwatch.reports.jobs import JobCost, check_job_id, cost_dict, first_start, job_cost, job_report, job_samples
+from hpcwatch.reports.jobseries import JobSeries, job_series, series_dict
 from hpcwatch.reports.livejob import live_verdicts
 from hpcwatch.reports.steps import DEFAULT_RECENT_STEPS, StepReport, step_report
 from hpcwatch.reports.timeline import job_timeline
@@ -101,6 +104,8 @@ class JobOverview:
     live: tuple[dict[str, Any], ...] = ()
     """``reports.livejob.live_verdicts``: the newest live straggler, hang, dump and trace (``kind``, ``t``,
     ``attrs``), newest first; empty when the job never streamed."""
+    series: JobSeries | None = None
+    """``reports.jobseries.job_series``: the charts over the job's life; None without a window."""
 
 
 def concerns_job(finding: Finding, job_id: str, nodes: tuple[str, ...], t0: float | None, t1: float | None) -> bool:
@@ -167,10 +172,13 @@ def job_overview(
     ``job_id`` is longer than any id (``check_job_id``: refused before any part asks the store)."""
     check_job_id(job_id)
     missing: dict[str, str] = {}
-    job = _part(missing, "job", lambda: job_report(store, job_id, samples=samples))
+    # Read once for the report and the charts: at 1,024 GPUs over days the scan is most of the page's time.
+    table = samples if samples is not None else job_samples(store, job_id)
+    job = _part(missing, "job", lambda: job_report(store, job_id, samples=table))
     spans = store.spans(job_id)  # once for both: at 128 nodes reading them is a sixth of the page
     steps = _part(missing, "steps", lambda: _steps(step_report(store, job_id, recent_steps=recent_steps, spans=spans)))
-    goodput = _part(missing, "goodput", lambda: goodput_report(store, job_id, spans=spans))
+    accounted = _part(missing, "goodput", lambda: goodput_with_steps(store, job_id, spans=spans))
+    goodput, executed = accounted if accounted is not None else (None, StepTable.empty())
     if goodput is not None and goodput.total_s <= 0:
         # A running job without steps has no wall time to split yet: "0 % of 0 s" would read as a verdict.
         missing["goodput"] = f"job {job_id}: no wall time to account yet (no steps, no end)"
@@ -193,6 +201,14 @@ def job_overview(
         missing=missing,
         acting=job_acting(store, job_id, nodes=nodes, t0=t0, t1=t1),
         live=_live(store, job_id),
+        series=job_series(
+            store,
+            job_id,
+            report=job,
+            samples=table,
+            steps=executed,
+            first_start=first_start(store, store.job(job_id)),
+        ),
     )
 
 
@@ -247,4 +263,5 @@ def overview_dict(overview: JobOverview) -> dict[str, Any]:
         "missing": dict(overview.missing),
         "acting": {k: list(v) for k, v in overview.acting.items()},
         "live": [dict(e) for e in overview.live],
+        "series": series_dict(overview.series),
     }

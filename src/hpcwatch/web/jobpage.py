@@ -2,8 +2,9 @@
 with the notices and actions about it and the alerts on its nodes while it ran.
 
 Both format ``reports.jobpage.job_overview`` and nothing else: the per-GPU table, IB and Lustre bytes,
-the recent steps and their straggler, goodput and the job's findings are computed there. The page is
-rendered on the server (Jinja2, autoescaped), so it reads without a script and prints as it is.
+the recent steps and their straggler, goodput, the job's findings and its series over its life are computed
+there. The page is rendered on the server (Jinja2, autoescaped; the charts are SVG from ``web.charts``), so
+it reads without a script and prints as it is.
 Under ``hpcwatch serve --prometheus`` the samples of the report come from Prometheus, the rest from
 the store, and the page says so.
 """
@@ -17,6 +18,7 @@ from typing import Any
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import HTMLResponse
 from jinja2 import Environment, PackageLoader, select_autoescape
+from markupsafe import Markup
 from starlette.concurrency import run_in_threadpool
 
 from hpcwatch.errors import InputError
@@ -26,9 +28,10 @@ from hpcwatch.reports.jobs import MAX_JOB_ID_CHARS, check_job_id
 from hpcwatch.reports.scoped import job_visible, scoped_overview
 from hpcwatch.vocab import EventKind
 from hpcwatch.web.access import scope_of
+from hpcwatch.web.charts import render_charts
 from hpcwatch.web.i18n import LANG_COOKIE, LANGUAGES, Catalogue, load_catalogue, negotiate
 
-__all__ = ["router", "job_url", "fmt_number", "fmt_bytes", "fmt_duration", "advice_values"]
+__all__ = ["router", "job_url", "fmt_number", "fmt_bytes", "fmt_duration", "fmt_value", "advice_values"]
 
 router = APIRouter()
 
@@ -67,6 +70,20 @@ def fmt_duration(seconds: float | None, *, lang: str) -> str:
     if seconds < 7200:
         return f"{fmt_number(seconds / 60, 1, lang=lang)} min"
     return f"{fmt_number(seconds / 3600, 2, lang=lang)} h"
+
+
+def fmt_value(value: float | None, unit: str, *, lang: str) -> str:
+    """A chart's value with its unit (``reports.jobseries.Series.unit``): bytes in decimal units, a step
+    time under a second in ms, power past 10 kW in kW."""
+    if value is None:
+        return "—"
+    if unit == "B/s":
+        return f"{fmt_bytes(value, lang=lang)}/s"
+    if unit == "s":
+        return f"{fmt_number(value * 1000, 1, lang=lang)} ms" if value < 1 else f"{fmt_number(value, 2, lang=lang)} s"
+    if unit == "W" and value >= 10_000:
+        return f"{fmt_number(value / 1000, 1, lang=lang)} kW"
+    return f"{fmt_number(value, 0, lang=lang)} {unit}"
 
 
 def advice_values(values: dict[str, str], *, lang: str) -> dict[str, str]:
@@ -144,8 +161,14 @@ def render_job_page(
     overview: JobOverview, t: Catalogue, *, source: str | None, alerts: list[dict[str, Any]] | None = None
 ) -> str:
     lang = t.lang
+    charts = (
+        ""
+        if overview.series is None
+        else render_charts(overview.series, t, value=lambda v, unit: fmt_value(v, unit, lang=lang))
+    )
     return _ENV.get_template("job.html").render(
         o=overview,
+        charts=Markup(charts),  # built by web.charts, every value in it escaped there
         alerts=alerts or [],
         j=overview.job,
         t=t,
@@ -190,11 +213,14 @@ async def job_page(request: Request, job_id: str, lang: str | None = Query(None)
     return HTMLResponse(html, headers=headers)
 
 
-@router.get("/api/job/{job_id:path}", summary="One job's page: report per GPU, IB, Lustre, steps, goodput, findings")
+@router.get(
+    "/api/job/{job_id:path}", summary="One job's page: report per GPU, IB, Lustre, steps, goodput, findings, series"
+)
 async def job_api(request: Request, job_id: str) -> dict[str, Any]:
     """``job`` is ``hpcwatch job ID --json``, ``goodput`` ``hpcwatch goodput``'s report, ``steps`` the last
-    steps (median per phase and rank, straggler), ``findings`` the findings that concern the job, ``missing``
-    the parts the store cannot answer and why. 400 when the store knows nothing of the job, or when the id is
+    steps (median per phase and rank, straggler), ``findings`` the findings that concern the job, ``series``
+    the charts over its life (``reports.jobseries.series_dict``: at most 120 buckets, null for a gap),
+    ``missing`` the parts the store cannot answer and why. 400 when the store knows nothing of the job, or when the id is
     longer than any (``reports.jobs.MAX_JOB_ID_CHARS``; the error names its length, not its text)."""
     check_job_id(job_id)
     state = request.app.state.hpcwatch

@@ -73,7 +73,7 @@ export function jobColour(job) {
 const byJobId = (a, b) => a.localeCompare(b, "en", { numeric: true });
 
 /** The jobs on the drawing → their colour indexes: in id order, each takes its preferred colour, or the next
- *  one no job before it took. Hashing alone gave two of five jobs one colour more often than not; this way up
+ *  one that no earlier job took. Hashing alone gave two of five jobs one colour more often than not; this way up
  *  to JOB_COLOURS jobs never share one, and the same jobs get the same colours in every tab. */
 export function jobColours(jobs) {
   const colours = new Map();

@@ -1,0 +1,307 @@
+"""One job's life as time series: what the job page's charts draw (``GET /job/ID``, ``GET /api/job/ID``).
+
+From the samples of the job's report (``reports.jobs.job_samples``: its nodes during its run, its label
+anywhere; or the app's Prometheus) and its executed steps, every series is bucketed on one grid over the
+job's window, at most ``MAX_BUCKETS`` buckets whatever the job's length::
+
+    t0 (first start)                                              t1 (end; running: newest sample)
+    |  b0  |  b1  |  b2  |   …   | b119 |     bucket_s = max(window / MAX_BUCKETS, slowest scrape interval)
+
+==============  ====  ===============================================================================
+key             unit  value of a bucket
+==============  ====  ===============================================================================
+``gpu_util``    %     DCGM_FI_DEV_GPU_UTIL: each of the job's GPUs' mean in the bucket, then the mean
+                      over the GPUs that reported in it
+``power``       W     DCGM_FI_DEV_POWER_USAGE: each GPU's mean in the bucket, summed over the GPUs that
+                      reported in it
+``step_time``   s     the job's executed steps (``reports.goodput.goodput_steps``, re-runs apart): the
+                      mean time of the steps that ended in the bucket
+``ib_tx``       B/s   node-exporter's InfiniBand data counters of the job's nodes: per port, the rate
+``ib_rx``             between consecutive samples (a counter reset skipped), its mean in the bucket,
+                      summed over ports. A node's ports, not the job's share: a node shared with
+                      another job counts both
+``lustre_read`` B/s   Lustre job_stats labelled with the job: the same rate, summed over targets
+``lustre_write``
+==============  ====  ===============================================================================
+
+The clock is the samples' own time (UTC s, the exporter's scrape), and a step's end for step times.
+A bucket in which nothing reported is None, never filled: when an XID stops a GPU, its series ends
+there. A series the store holds nothing of is left out (never zeros). MIG instances and GPUs that
+report only engine activity are not drawn (the report's table has them).
+
+Memory: a 1,024-GPU job over days is a few tens of millions of rows; they stay pyarrow / numpy
+columns, grouped with ``bincount`` into (series × bucket) cells, never Python objects per row.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Final
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from hpcwatch import vocab
+from hpcwatch.analysis.attribution import JobReport
+from hpcwatch.analysis.goodput import StepTable
+from hpcwatch.store import queries
+
+if TYPE_CHECKING:
+    from hpcwatch.store import Store
+
+__all__ = ["MAX_BUCKETS", "SERIES_METRICS", "Series", "JobSeries", "job_series", "series_dict"]
+
+#: Buckets of a chart at most: 120 points are 3 px apart in a 360 px chart, finer than a reader can tell
+#: apart, and the page stays the same size for a 10-minute job and a 10-day one. Ours.
+MAX_BUCKETS: Final = 120
+CLOCK: Final = "sample time, UTC s"
+
+UTIL, POWER = vocab.DCGM_FI_DEV_GPU_UTIL, vocab.DCGM_FI_DEV_POWER_USAGE
+IB_TX = vocab.NODE_INFINIBAND_PORT_DATA_TRANSMITTED_BYTES_TOTAL
+IB_RX = vocab.NODE_INFINIBAND_PORT_DATA_RECEIVED_BYTES_TOTAL
+LUSTRE_READ, LUSTRE_WRITE = vocab.LUSTRE_JOB_READ_BYTES_TOTAL, vocab.LUSTRE_JOB_WRITE_BYTES_TOTAL
+#: The samples the series read (all within ``attribution.REPORT_METRICS``: the report's table has them).
+SERIES_METRICS: Final = (UTIL, POWER, IB_TX, IB_RX, LUSTRE_READ, LUSTRE_WRITE)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Series:
+    """One chart: a value per bucket of its ``JobSeries``."""
+
+    key: str
+    """``gpu_util``, ``power``, ``step_time``, ``ib_tx``, ``ib_rx``, ``lustre_read``, ``lustre_write``."""
+    unit: str
+    """``%``, ``W``, ``s`` or ``B/s``."""
+    aggregation: str
+    """How a bucket's value is made (module table): ``mean_over_gpus``, ``sum_over_gpus``,
+    ``mean_over_steps``, ``sum_over_ports``, ``sum_over_targets``."""
+    source: str
+    """The metric read (``steps`` for step times)."""
+    values: tuple[float | None, ...]
+    """One per bucket; None where nothing reported."""
+
+    @property
+    def points(self) -> int:
+        return sum(v is not None for v in self.values)
+
+    @property
+    def low(self) -> float | None:
+        return min((v for v in self.values if v is not None), default=None)
+
+    @property
+    def high(self) -> float | None:
+        return max((v for v in self.values if v is not None), default=None)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class JobSeries:
+    """The job's window, its bucket grid and the series drawn on it."""
+
+    t0: float
+    """Window start (UTC s): the job's first start, else its first sample or step."""
+    t1: float
+    """Window end (UTC s): the job's end, else its newest sample or step."""
+    bucket_s: float
+    buckets: int
+    series: tuple[Series, ...]
+    clock: str = CLOCK
+
+    def bucket_start(self, i: int) -> float:
+        return self.t0 + i * self.bucket_s
+
+
+def job_series(
+    store: Store,
+    job_id: str,
+    *,
+    report: JobReport | None,
+    samples: pa.Table | None,
+    steps: StepTable,
+    first_start: float | None,
+    max_buckets: int = MAX_BUCKETS,
+) -> JobSeries | None:
+    """``job_id``'s series over its life. ``samples``: the report's (None: the store's over the job's nodes and
+    observed window, as for a workload known from labels only); ``steps``: its executed steps; ``first_start``:
+    ``reports.jobs.first_start``. None when there is no window (no start, no sample, no step)."""
+    window = _window(report, steps, first_start)
+    if window is None:
+        return None
+    t0, t1 = window
+    if samples is None and report is not None and report.nodes:
+        samples = queries.job_window_samples(store, SERIES_METRICS, hosts=list(report.nodes), job=job_id, t0=t0, t1=t1)
+    rows = _families(samples, report, job_id, t0, t1) if samples is not None else {}
+    step_end = steps.start_s + steps.dur_s
+    inside = (step_end >= t0) & (step_end <= t1)
+    step_t, step_v = step_end[inside], steps.dur_s[inside]
+    intervals = [_interval(t, codes) for t, codes, _ in rows.values()] + [_median_gap(np.sort(step_t))]
+    bucket_s = max((t1 - t0) / max_buckets, *intervals, 1e-3)
+    n = max(1, min(max_buckets, math.ceil((t1 - t0) / bucket_s - 1e-9)))
+    out = []
+    for key, unit, how, metric in _PLAN:
+        if key == "step_time":
+            if len(step_t):
+                values = _across(np.zeros(len(step_t), dtype=np.int64), _bucket(step_t, t0, bucket_s, n), step_v, n)
+                out.append(Series(key=key, unit=unit, aggregation=how, source="steps", values=values))
+            continue
+        found = rows.get(metric)
+        if found is None:
+            continue
+        t, codes, v = found
+        if unit == "B/s":
+            t, codes, v = _rates(t, codes, v)
+            if not len(t):
+                continue
+        mean = how.startswith("mean")
+        values = _across(codes, _bucket(t, t0, bucket_s, n), v, n, mean=mean)
+        out.append(Series(key=key, unit=unit, aggregation=how, source=metric, values=values))
+    return JobSeries(t0=t0, t1=t1, bucket_s=bucket_s, buckets=n, series=tuple(out))
+
+
+#: (key, unit, aggregation, metric), in the page's order.
+_PLAN: Final = (
+    ("gpu_util", "%", "mean_over_gpus", UTIL),
+    ("power", "W", "sum_over_gpus", POWER),
+    ("step_time", "s", "mean_over_steps", ""),
+    ("ib_tx", "B/s", "sum_over_ports", IB_TX),
+    ("ib_rx", "B/s", "sum_over_ports", IB_RX),
+    ("lustre_read", "B/s", "sum_over_targets", LUSTRE_READ),
+    ("lustre_write", "B/s", "sum_over_targets", LUSTRE_WRITE),
+)
+
+
+def _window(report: JobReport | None, steps: StepTable, first_start: float | None) -> tuple[float, float] | None:
+    """From the job's first start (else its first sample or step) to its end (else its newest sample or step)."""
+    starts = [] if report is None else [report.start, report.observed_start]
+    ends = [] if report is None else [report.observed_end]
+    if len(steps):
+        starts.append(float(steps.start_s.min()))
+        ends.append(float((steps.start_s + steps.dur_s).max()))
+    t0 = first_start if first_start is not None else min((t for t in starts if t is not None), default=None)
+    t1 = report.end if report is not None and report.end is not None else None
+    if t1 is None:
+        t1 = max((t for t in ends if t is not None), default=None)
+    if t0 is None or t1 is None or t1 <= t0:
+        return None
+    return t0, t1
+
+
+def _families(
+    samples: pa.Table, report: JobReport | None, job_id: str, t0: float, t1: float
+) -> dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]]:
+    """Per metric of ``SERIES_METRICS`` with rows: (t, series code, value) of the job's rows in the window.
+    A series is a GPU (host/gpu) for DCGM, a port (host + labels) for InfiniBand, a target (labels) for Lustre."""
+    t = samples.column("t")
+    in_window = pc.and_(pc.greater_equal(t, t0), pc.less_equal(t, t1))
+    out = {}
+    for metric in SERIES_METRICS:
+        family = _FAMILY.get(metric, metric)
+        mask = pc.and_(in_window, pc.equal(samples.column("metric"), metric))
+        if not pc.any(mask).as_py():
+            continue
+        # Only the columns the family reads: filtering copies them, and labels are most of the bytes.
+        rows, key = _jobs_rows(samples.select(_COLUMNS[family]).filter(mask), family, report, job_id)
+        if not rows.num_rows:
+            continue
+        codes = pc.fill_null(pc.dictionary_encode(key).combine_chunks().indices, -1).to_numpy(zero_copy_only=False)
+        out[metric] = (
+            np.asarray(rows.column("t").to_numpy(), dtype=float),
+            np.asarray(codes, dtype=np.int64),
+            np.asarray(rows.column("value").to_numpy(), dtype=float),
+        )
+    return out
+
+
+#: The metric whose rows and series a metric selects alike.
+_FAMILY: Final = {POWER: UTIL, IB_RX: IB_TX, LUSTRE_WRITE: LUSTRE_READ}
+_COLUMNS: Final = {
+    UTIL: ["t", "value", "host", "gpu", "job"],
+    IB_TX: ["t", "value", "host", "labels"],
+    LUSTRE_READ: ["t", "value", "job", "labels"],
+}
+
+
+def _jobs_rows(rows: pa.Table, family: str, report: JobReport | None, job_id: str) -> tuple[pa.Table, pa.ChunkedArray]:
+    """The job's rows of one metric and their series key: on its GPUs (the report's, whole GPUs; key
+    host/gpu) and not labelled with another job (dcgm-exporter's ``hpc_job``: the GPU was someone else's
+    then); on its nodes (InfiniBand; key host + labels, a port); labelled with it (Lustre's ``jobid``;
+    key labels, a target)."""
+    if family == UTIL:
+        key = _gpu_key(rows)
+        whole = {f"{g.host}/{g.gpu}" for g in report.per_gpu if g.instance is None} if report else set()
+        other_job = pc.fill_null(pc.not_equal(rows.column("job"), job_id), False)
+        mine = pc.and_not(pc.is_in(key, pa.array(sorted(whole), type=pa.string())), other_job)
+    elif family == IB_TX:
+        key = pc.binary_join_element_wise(rows.column("host"), pc.fill_null(rows.column("labels"), ""), "\x00")
+        mine = pc.is_in(rows.column("host"), pa.array(list(report.nodes) if report else [], type=pa.string()))
+    else:
+        key = rows.column("labels")
+        mine = pc.equal(rows.column("job"), job_id)
+    keep = pc.fill_null(mine, False)
+    return rows.filter(keep), key.filter(keep)
+
+
+def _gpu_key(rows: pa.Table) -> pa.ChunkedArray:
+    return pc.binary_join_element_wise(rows.column("host"), rows.column("gpu"), "/")
+
+
+def _interval(t: np.ndarray, codes: np.ndarray) -> float:
+    """The scrape interval: the median gap between one series' samples (the first series'; all of a
+    family are scraped alike). 0 with a single sample."""
+    return _median_gap(np.sort(t[codes == codes[0]])) if len(t) else 0.0
+
+
+def _median_gap(t: np.ndarray) -> float:
+    gaps = np.diff(t)
+    gaps = gaps[gaps > 0]
+    return float(np.median(gaps)) if len(gaps) else 0.0
+
+
+def _bucket(t: np.ndarray, t0: float, bucket_s: float, n: int) -> np.ndarray:
+    return np.clip(((t - t0) // bucket_s).astype(np.int64), 0, n - 1)
+
+
+def _rates(t: np.ndarray, codes: np.ndarray, v: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Counters to rates: per series, (t of the later sample, series, delta / dt) of consecutive samples; a
+    delta below zero (a reset: the counter restarted) is skipped, not read as traffic."""
+    order = np.lexsort((t, codes))
+    t, codes, v = t[order], codes[order], v[order]
+    dt, dv = np.diff(t), np.diff(v)
+    ok = (codes[1:] == codes[:-1]) & (dt > 0) & (dv >= 0)
+    return t[1:][ok], codes[1:][ok], dv[ok] / dt[ok]
+
+
+def _across(
+    codes: np.ndarray, buckets: np.ndarray, values: np.ndarray, n: int, *, mean: bool = True
+) -> tuple[float | None, ...]:
+    """Each series' mean per bucket, then the mean (or the sum) over the series that reported in it; None
+    for a bucket none reported in. (series × bucket) cells: 1,024 GPUs × 120 buckets, whatever the rows."""
+    _, series = np.unique(codes, return_inverse=True)
+    m = int(series.max()) + 1 if len(series) else 1
+    cell = series.reshape(-1) * n + buckets
+    count = np.bincount(cell, minlength=m * n).reshape(m, n)
+    total = np.bincount(cell, weights=values, minlength=m * n).reshape(m, n)
+    reported = count > 0
+    per_series = np.where(reported, total / np.maximum(count, 1), 0.0)
+    summed, reporting = per_series.sum(axis=0), reported.sum(axis=0)
+    value = summed / np.maximum(reporting, 1) if mean else summed
+    return tuple(float(x) if k else None for x, k in zip(value.tolist(), reporting.tolist()))
+
+
+def series_dict(found: JobSeries | None) -> dict[str, object] | None:
+    """The ``series`` of ``GET /api/job/ID``: the window, the grid (``t``: each bucket's start, UTC s) and
+    per series its ``key``, ``unit``, ``aggregation``, ``source`` and ``values`` (null: nothing reported)."""
+    if found is None:
+        return None
+    return {
+        "t0": found.t0,
+        "t1": found.t1,
+        "bucket_s": found.bucket_s,
+        "clock": found.clock,
+        "t": [found.bucket_start(i) for i in range(found.buckets)],
+        "series": [
+            {"key": s.key, "unit": s.unit, "aggregation": s.aggregation, "source": s.source, "values": list(s.values)}
+            for s in found.series
+        ],
+    }
