@@ -162,3 +162,21 @@ def test_bad_config_names_the_field():
         HealthConfig(disk_free_warn_pct=2.0)
     with pytest.raises(ConfigError, match="inodes_free_drain_pct"):
         HealthConfig(inodes_free_drain_pct=-1.0)
+
+
+def test_the_agent_s_output_form_gives_space_and_inodes_from_one_table():
+    # GNU df 9's header for --output=source,fstype,itotal,iused,iavail,ipcent,size,used,avail,pcent,target (as
+    # printed by coreutils 9.1); the row's numbers are Zenoss' root file system with inode counts added
+    text = (
+        "Filesystem     Type   Inodes  IUsed   IFree IUse% 1K-blocks    Used    Avail Use% Mounted on\n"
+        "/dev/sda7      ext4  1220608 301298  919310   25%  19554584 7314944 11223272  40% /\n"
+    )
+    samples = {s.metric: s for s in parse_df(text, node="gpu07")}
+    assert samples[vocab.NODE_FILESYSTEM_SIZE_BYTES].value == 19554584 * 1024
+    assert samples[vocab.NODE_FILESYSTEM_FILES_FREE].value == 919310
+    assert samples[vocab.NODE_FILESYSTEM_FILES].labels == {
+        "node": "gpu07",
+        "device": "/dev/sda7",
+        "mountpoint": "/",
+        "fstype": "ext4",
+    }

@@ -8,7 +8,7 @@ of the scheduler before it kills the next job). Every check names the rule that
 fired and the evidence, so an operator can argue with it.
 
 Passive rules read samples (the store's ``SAMPLE_SCHEMA`` columns: exporters, and the host checks'
-captures -- smartctl, lspci, chronyc, systemctl) and events (``xid``, the kernel log's, the BMC's);
+captures -- smartctl, lspci, chronyc, systemctl, df, EDAC counters) and events (``xid``, the kernel log's, the BMC's);
 active rules read the events of benchmark outputs (``sources.healthtools``) and of NCCL
 logs (``analysis.nccl`` judges a job's logs, each of its rules becomes a check on the
 hosts it names). Every rule, its signal, threshold, verdicts and source is one row of
