@@ -180,3 +180,12 @@ def test_the_agent_s_output_form_gives_space_and_inodes_from_one_table():
         "mountpoint": "/",
         "fstype": "ext4",
     }
+
+
+def test_a_huge_line_is_refused_not_kept_as_a_source(tmp_path):
+    path = tmp_path / "df.txt"
+    path.write_text(BLOCKS.read_text().replace("/dev/md0 ", "x" * 20_000 + "\n/dev/md0 "))
+    bad: list[ParseError] = []
+    samples = list(read_df(path, on_bad_line=bad.append))
+    assert len(bad) == 1 and "longer than a df row" in str(bad[0]) and len(str(bad[0])) < 600
+    assert max(len(s.labels["device"]) for s in samples) < 100 and len(samples) == 20

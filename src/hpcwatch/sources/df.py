@@ -24,8 +24,9 @@ printed it):
 
 df's own Use% (used / (used + available), rounded up) is not kept: the rules compute the free share from the
 counts. The ``total`` row of ``--total`` is skipped. Dated by the file's write time. Lenient: shell prompts
-are skipped; a header naming a column df does not print, a row with too few fields, or a count that is not
-a number is a ``ParseError`` (or goes to ``on_bad_line``).
+are skipped; a row before any header, with too few fields or longer than ``MAX_ROW_CHARS``, or a count that is
+not a number is a ``ParseError`` (or goes to ``on_bad_line``); a line that looks like a header but names a
+column df does not print is read as a row, and so refused.
 """
 
 from __future__ import annotations
@@ -40,7 +41,7 @@ from hpcwatch.errors import ParseError
 from hpcwatch.records import Sample
 from hpcwatch.sources.lines import OnBadLine, file_time, line_text, read_text, report_bad_line, to_float, to_int
 
-__all__ = ["parse_df", "read_df", "is_df", "DF_COLUMNS"]
+__all__ = ["parse_df", "read_df", "is_df", "DF_COLUMNS", "MAX_ROW_CHARS"]
 
 #: df's column headers (LANG=C) -> the field each holds; ``<N>-blocks`` and ``Size`` are the size column.
 DF_COLUMNS: dict[str, str] = {
@@ -64,6 +65,8 @@ _HUMAN_RE = re.compile(r"(?P<n>\d+(?:\.\d+)?)(?P<unit>[KMGTPEZYkmgtpezy]?)\Z")
 _POWERS = "KMGTPEZY"
 _PROMPT_RE = re.compile(r"(?:\[[^\]]*\]|[\w.@:~/-]*)\s*[$#]\s*(?:sudo\s+)?df\b.*\Z")
 _TOTAL_ROW = "total"
+#: A row holds two paths of at most PATH_MAX (4096, linux/limits.h) and a few numbers: longer is not df's.
+MAX_ROW_CHARS = 3 * 4096
 
 
 @dataclass(frozen=True, slots=True)
@@ -184,6 +187,11 @@ def parse_df(
             continue
         if (found := _header(line)) is not None:
             header, wrapped = found, ""
+            continue
+        if len(line) > MAX_ROW_CHARS:
+            what = f"line of {len(line)} characters, longer than a df row ({MAX_ROW_CHARS})"
+            report_bad_line(ParseError(what, path=path, line=number, text=line_text(raw)), on_bad_line)
+            wrapped = ""
             continue
         if header is None:
             report_bad_line(

@@ -36,7 +36,8 @@ DIMM are missed (edac-utils issue 15), and ``--report=full`` prints no per-row U
 ``full_report``): prefer the sysfs counters (``grep -H . /sys/devices/system/edac/mc/mc*/*e_count``).
 
 Dated by the file's write time. Lenient: blank lines and shell prompts are skipped; a line that is none of
-the forms above, or a count that is not a number, is a ``ParseError`` (or goes to ``on_bad_line``).
+the forms above or longer than ``MAX_LINE_CHARS``, or a count that is not a number, is a ``ParseError`` (or goes
+to ``on_bad_line``).
 """
 
 from __future__ import annotations
@@ -52,7 +53,7 @@ from hpcwatch.errors import ParseError
 from hpcwatch.records import Sample
 from hpcwatch.sources.lines import OnBadLine, file_time, line_text, read_text, report_bad_line, to_int
 
-__all__ = ["parse_edac", "read_edac", "is_edac"]
+__all__ = ["parse_edac", "read_edac", "is_edac", "MAX_LINE_CHARS"]
 
 _SYSFS_RE = re.compile(r"(?P<path>\S*/edac/[^\s:]*):(?P<value>.*)\Z")
 _COUNTER_PATH_RE = re.compile(r"/mc/mc(?P<mc>\d+)(?:/(?P<sub>(?:csrow|dimm|rank)\d+))?/(?P<file>\w+)\Z")
@@ -72,6 +73,9 @@ _SNIFF_RE = re.compile(
 )
 
 _CE, _UE = "ce", "ue"
+#: A sysfs path is at most PATH_MAX (4096, linux/limits.h) and a DIMM label 31 characters (EDAC_MC_LABEL_LEN):
+#: a longer line is not one of these outputs.
+MAX_LINE_CHARS = 4096 + 256
 
 
 @dataclass(slots=True)
@@ -143,6 +147,9 @@ def _edac_util(line: str, mcs: dict[str, _Controller], number_of: _Number) -> bo
 
 
 def _read_line(line: str, number: int, path: str | os.PathLike[str], mcs: dict[str, _Controller]) -> None:
+    if len(line) > MAX_LINE_CHARS:
+        what = f"line of {len(line)} characters, longer than an EDAC counter line ({MAX_LINE_CHARS})"
+        raise ParseError(what, path=path, line=number, text=line_text(line))
     number_of = _Number(path, number, line)
     if m := _SYSFS_RE.match(line):
         _sysfs(m.group("path"), m.group("value"), mcs, number_of)
