@@ -288,6 +288,18 @@ SYSTEMD_UNITS_FAILED: Final = "systemd_units_failed"
 IPMI_SENSOR_STATUS: Final = "ipmi_sensor_status"
 IPMI_SENSOR_READING: Final = "ipmi_sensor_reading"
 IPMI_SENSOR_STATE: Final = "ipmi_sensor_state"
+# EDAC memory error counters (sources/edac.py), per memory controller as node_exporter's edac collector names them
+# (label controller), and per location (rank, DIMM, csrow, channel; label location)
+NODE_EDAC_CORRECTABLE_ERRORS_TOTAL: Final = "node_edac_correctable_errors_total"
+NODE_EDAC_UNCORRECTABLE_ERRORS_TOTAL: Final = "node_edac_uncorrectable_errors_total"
+EDAC_LOCATION_CORRECTABLE_ERRORS_TOTAL: Final = "edac_location_correctable_errors_total"
+EDAC_LOCATION_UNCORRECTABLE_ERRORS_TOTAL: Final = "edac_location_uncorrectable_errors_total"
+# df (sources/df.py): blocks and inodes of each mounted file system, named as node_exporter's filesystem collector
+# names them (labels device, fstype, mountpoint)
+NODE_FILESYSTEM_SIZE_BYTES: Final = "node_filesystem_size_bytes"
+NODE_FILESYSTEM_AVAIL_BYTES: Final = "node_filesystem_avail_bytes"
+NODE_FILESYSTEM_FILES: Final = "node_filesystem_files"
+NODE_FILESYSTEM_FILES_FREE: Final = "node_filesystem_files_free"
 
 #: Every metric name above.
 METRICS: Final[frozenset[str]] = frozenset(

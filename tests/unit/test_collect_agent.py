@@ -157,6 +157,31 @@ def test_agent_into_a_spool_then_the_central_spool_collector_stores_every_output
     assert not list(spool.iterdir())  # read and removed
 
 
+def test_host_checks_df_and_edac_through_the_agent_are_judged_at_the_centre(tmp_path, store):
+    from hpcwatch.analysis.health import health_report
+
+    spool = tmp_path / "spool"
+    spool.mkdir()
+    host_checks = (
+        AgentCheck(name="df", command=stand_in(DATA / "df" / "df_i_root_inodes_100pct_psf_chef_43.txt"), format="df"),
+        AgentCheck(
+            name="edac", command=stand_in(DATA / "edac" / "edac_util_v_mc2_7836_ce_liaosirui.txt"), format="edac"
+        ),
+        AgentCheck(name="no-edac", command=(sys.executable, "-c", "import sys; sys.exit(2)"), format="edac"),
+    )
+    agent = Agent(section(tmp_path, spool=str(spool), checks=host_checks), node="node7")
+    assert agent.run_once(drain_timeout_s=20)
+    SpoolCollector(store, SpoolSection(name="spool", path=str(spool), settle_s=30)).run()
+    runs = {e.attrs["check"]: e.attrs for e in store.events(EventKind.AGENT_CHECK)}
+    assert runs["df"]["ingest"] == runs["edac"]["ingest"] == "stored"
+    assert runs["no-edac"]["exit_status"] == 2 and runs["no-edac"]["ingest"] != "stored"  # a node without EDAC
+    node = health_report(store.samples()).node("node7")
+    assert {c.rule: c.verdict for c in node.checks if c.verdict != "ok"} == {
+        "disk_inodes": "drain",
+        "memory_corrected": "warn",
+    }
+
+
 def test_a_shipment_the_centre_cannot_read_is_kept_aside_and_named(tmp_path, store):
     spool = tmp_path / "spool"
     spool.mkdir()
@@ -336,6 +361,8 @@ def test_the_sample_agent_config_and_the_sample_central_receive_block_parse():
         "perfquery",
         "ibstat",
         "dcgmi-diag",
+        "df",
+        "edac",
     ]
     sample = (root / "deploy" / "hpcwatch.toml").read_text()
     block = sample[sample.index("# [[receive]]") : sample.index("# [notify]")].split("\n\n")[0]

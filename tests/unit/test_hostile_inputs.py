@@ -38,6 +38,8 @@ from hpcwatch.errors import ParseError
 from hpcwatch.records import Job, Sample
 from hpcwatch.sources import (
     chrony,
+    df,
+    edac,
     falco,
     healthtools,
     hook,
@@ -229,6 +231,33 @@ CASES = [
         chrony.read_chronyc_tracking,
         3,
         "System time",
+    ),
+    # df whose Available column is a word.
+    (
+        "df-avail-word",
+        "df.txt",
+        b"Filesystem 1024-blocks Used Available Capacity Mounted on\n/dev/sda1 100 50 lots 50% /\n",
+        df.read_df,
+        2,
+        "df avail is not a number",
+    ),
+    # df whose inode count passes 64 bits.
+    (
+        "df-huge-inodes",
+        "df.txt",
+        b"Filesystem Inodes IUsed IFree IUse% Mounted on\n/dev/sda1 " + b"9" * 30 + b" 1 1 1% /\n",
+        df.read_df,
+        2,
+        "64 bits",
+    ),
+    # An EDAC counter that is not a number.
+    (
+        "edac-count-word",
+        "edac.txt",
+        b"/sys/devices/system/edac/mc/mc0/ce_count:0\n/sys/devices/system/edac/mc/mc0/ue_count:many\n",
+        edac.read_edac,
+        2,
+        "EDAC error count is not",
     ),
     # A kernel log whose Xid code passes 64 bits.
     (
@@ -993,6 +1022,8 @@ PARSERS = {
     "smartctl-json": lambda text: list(smartctl.parse_smartctl_json(text, t=0)),
     "lspci-vv": lambda text: list(lspci.parse_lspci_vv(text)),
     "chronyc-tracking": lambda text: list(chrony.parse_chronyc_tracking(text)),
+    "df": lambda text: list(df.parse_df(text)),
+    "edac": lambda text: list(edac.parse_edac(text)),
     "kernel-log": lambda text: list(kernel_log.parse_kernel_log(text)),
     "systemctl-json": lambda text: list(systemd_units.parse_systemctl_json(text)),
     "ipmitool-sel": lambda text: list(ipmitool.parse_ipmitool_sel(text)),
@@ -1123,6 +1154,8 @@ BYTE_READERS = {
     "smartctl-json": smartctl.read_smartctl_json,
     "lspci-vv": lspci.read_lspci_vv,
     "chronyc-tracking": chrony.read_chronyc_tracking,
+    "df": df.read_df,
+    "edac": edac.read_edac,
     "kernel-log": kernel_log.read_kernel_log,
     "systemctl-json": systemd_units.read_systemctl_json,
     "ipmitool-sel": ipmitool.read_ipmitool_sel,

@@ -1,9 +1,11 @@
 """The kernel log read and judged: NVRM Xid (by the existing ``xid`` rule), hung tasks, OOM kills, hardware errors.
 
 Real captures (tests/data/SOURCES.md): ``dmesg -T`` Xid 31 and 48 lines from GCM's tests; ``dmesg -t`` hung
-task and memory-cgroup OOM kill from node-problem-detector's kernel log generator. The journal and syslog
-forms wrap those real messages in memory; the hardware-error lines follow node-problem-detector's CPER
-patterns (no real capture of them is in tests/data)."""
+task and memory-cgroup OOM kill from node-problem-detector's kernel log generator; x86 machine checks, EDAC and
+APEI GHES lines pasted in issue threads and notes (corrected bank 6 checks of a NUC, an uncorrected bank 4 check
+logged at boot, an sbridge memory CE, a CE with its GHES record). The journal and syslog forms of the other
+messages wrap those real messages in memory; the GHES fatal line and the machine-check status words of
+``test_machine_check_status_bits_decide_the_verdict`` are written from the formats."""
 
 from __future__ import annotations
 
@@ -137,3 +139,59 @@ def test_mlx5_patterns_in_a_journal_line(line, pattern, verdict):
 def test_hostile_mlx5_lines_are_bounded_and_not_judged_without_a_pattern():
     text = "mlx5_core \x1b[31m0000:zz:00.0: " + "A" * 100_000 + "\nmlx5_core: link up\nnot mlx5_core timeout\n"
     assert list(parse_kernel_log(text, node="n")) == []
+
+
+MCE_CORRECTED = K / "syslog_mce_bank6_corrected_nuc6_ha_os_2989.txt"
+MCE_AT_BOOT = K / "syslog_mce_bank4_uncorrected_at_boot_mcelog_70.txt"
+MCE_SBRIDGE = K / "dmesg_T_mce_sbridge_edac_ce_edac_utils_10.txt"
+EDAC_GHES = K / "syslog_edac_mc2_ce_ghes_corrected_liaosirui.txt"
+
+
+def test_real_corrected_machine_checks_warn_with_cpu_bank_and_status():
+    events = list(read_kernel_log(MCE_CORRECTED, t=1_700_000_000.0))  # the log's year, 2023, from the file
+    assert [(e.attrs["cpu"], e.attrs["bank"], e.attrs["severity"], e.attrs["line"]) for e in events] == [
+        (2, 6, "corrected", 1),
+        (3, 6, "corrected", 4),
+        (1, 6, "corrected", 7),
+    ]  # the TSC / PROCESSOR lines after each are the same check, not counted again
+    assert events[0].t == 1702475168.0  # Dec 13 13:46:08: the TIME the kernel printed on the PROCESSOR line
+    node = _node(events, "homeassistant")
+    assert _fired(node) == {"hw_error": "warn"} and "3 corrected hardware error(s)" in node.reason()
+
+
+def test_real_uncorrected_machine_check_drains_from_a_log_without_its_host_name():
+    events = list(read_kernel_log(MCE_AT_BOOT, node="gpu07", t=1_537_000_000.0))
+    # "Sep 16 19:51:15 kernel: ..." (host name cut when pasted): dated by the line, the node from --host
+    assert [(e.attrs["source"], e.attrs["severity"], e.attrs.get("status")) for e in events] == [
+        ("mce", "logged", None),
+        ("mce", "fatal", "a600000000020408"),  # UC (bit 61) and PCC (bit 57) set
+    ]
+    assert events[0].t == 1537127475.0 and events[1].attrs["uptime_s"] == 0.064265
+    node = _node(events)
+    assert node.verdict == "drain" and {c.verdict for c in node.checks if c.rule == "hw_error"} == {"warn", "drain"}
+
+
+def test_real_edac_echo_of_a_machine_check_is_counted_once():
+    events = list(read_kernel_log(MCE_SBRIDGE, node="gpu07"))
+    # "events logged", then the EDAC driver's own CE line; its "Machine Check Event" echo is not a second error
+    assert [(e.attrs["source"], e.attrs["severity"], e.attrs["line"]) for e in events] == [
+        ("mce", "logged", 1),
+        ("edac", "corrected", 8),
+    ]
+    assert _fired(_node(events)) == {"hw_error": "warn"}
+    ghes = list(read_kernel_log(EDAC_GHES))
+    assert [(e.attrs["node"], e.attrs["source"], e.attrs["severity"]) for e in ghes] == [
+        ("bak-data-server-112", "edac", "corrected"),
+        ("bak-data-server-112", "ghes", "corrected"),
+    ]
+
+
+def test_machine_check_status_bits_decide_the_verdict():
+    line = "[ 9.0] mce: [Hardware Error]: CPU 12: Machine Check Exception: 5 Bank {bank}: {status}\n"
+    corrected = parse_kernel_log(line.format(bank=17, status="9c20400000000000"), node="gpu07")  # UC=0
+    uncorrected = parse_kernel_log(line.format(bank=17, status="bc20000000000000"), node="gpu07")  # UC=1, PCC=0
+    assert [e.attrs["severity"] for e in corrected] == ["corrected"]
+    assert [e.attrs["severity"] for e in uncorrected] == ["uncorrected"]
+    assert _fired(_node(parse_kernel_log(line.format(bank=4, status="b200000000070f0f"), node="gpu07"))) == {
+        "hw_error": "drain"
+    }

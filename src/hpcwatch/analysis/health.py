@@ -8,7 +8,7 @@ of the scheduler before it kills the next job). Every check names the rule that
 fired and the evidence, so an operator can argue with it.
 
 Passive rules read samples (the store's ``SAMPLE_SCHEMA`` columns: exporters, and the host checks'
-captures -- smartctl, lspci, chronyc, systemctl) and events (``xid``, the kernel log's, the BMC's);
+captures -- smartctl, lspci, chronyc, systemctl, df, EDAC counters) and events (``xid``, the kernel log's, the BMC's);
 active rules read the events of benchmark outputs (``sources.healthtools``) and of NCCL
 logs (``analysis.nccl`` judges a job's logs, each of its rules becomes a check on the
 hosts it names). Every rule, its signal, threshold, verdicts and source is one row of
@@ -208,10 +208,12 @@ PSU_FAN_STATES: tuple[tuple[re.Pattern[str], Verdict], ...] = (
     (re.compile(r"Redundancy Lost|Redundancy Degraded|Non-Redundant"), "warn"),
 )
 
-#: A hardware error's severity -> our verdict (corrected and recoverable errors were handled; fatal ones were not).
+#: A hardware error's severity -> our verdict (corrected and recoverable errors were handled; fatal ones were not;
+#: "Machine check events logged" says errors reached the MCE log without saying which: watch the node).
 _HW_VERDICTS: dict[str, Verdict] = {
     "corrected": "warn",
     "recoverable": "warn",
+    "logged": "warn",
     "fatal": "drain",
     "uncorrected": "drain",
 }
@@ -221,6 +223,26 @@ _NIC_VERDICTS: dict[str, Verdict] = {"fatal": "drain", "degraded": "warn"}
 
 #: systemctl's unit samples (sources/systemd_units.py; labels node, unit, load, active, sub).
 SERVICE_METRICS = (vocab.SYSTEMD_UNIT_FAILED, vocab.SYSTEMD_UNITS_FAILED)
+
+#: df's (or node_exporter's) file system samples (sources/df.py; labels node, device, mountpoint, fstype).
+FILESYSTEM_METRICS = (
+    vocab.NODE_FILESYSTEM_SIZE_BYTES,
+    vocab.NODE_FILESYSTEM_AVAIL_BYTES,
+    vocab.NODE_FILESYSTEM_FILES,
+    vocab.NODE_FILESYSTEM_FILES_FREE,
+)
+#: File system types of local disks, the ones the disk rules judge: pseudo file systems (tmpfs, devtmpfs, overlay,
+#: squashfs images always 100 % full, proc...), network and parallel ones (nfs, lustre, gpfs, beegfs: full for the
+#: whole cluster, not one node's fault) and the EFI partition (vfat) are left out.
+LOCAL_FSTYPES = frozenset({"ext2", "ext3", "ext4", "xfs", "btrfs", "zfs", "f2fs", "jfs", "reiserfs", "bcachefs"})
+
+#: EDAC memory error counters (sources/edac.py, or node_exporter's edac collector; labels node, controller).
+EDAC_METRICS = (
+    vocab.NODE_EDAC_CORRECTABLE_ERRORS_TOTAL,
+    vocab.NODE_EDAC_UNCORRECTABLE_ERRORS_TOTAL,
+    vocab.EDAC_LOCATION_CORRECTABLE_ERRORS_TOTAL,
+    vocab.EDAC_LOCATION_UNCORRECTABLE_ERRORS_TOTAL,
+)
 
 #: Every metric the passive rules read (fetch these from the store).
 PASSIVE_METRICS: tuple[str, ...] = (
@@ -244,6 +266,8 @@ PASSIVE_METRICS: tuple[str, ...] = (
     *CLOCK_METRICS,
     *SERVICE_METRICS,
     BMC_STATUS,
+    *FILESYSTEM_METRICS,
+    *EDAC_METRICS,
 )
 
 
@@ -303,6 +327,22 @@ class HealthConfig:
     """|System time| offset that warns: chrony's example configurations step the clock past 1 s (makestep 1.0 3)."""
     clock_offset_drain_s: float = 300.0
     """... and that drains: MUNGE's default credential time-to-live, past which Slurm's authentication fails."""
+    disk_free_warn_pct: float = 5.0
+    """Share of a local file system's space still available under which it warns: node_exporter's mixin alert
+    NodeFilesystemAlmostOutOfSpace, warning level (fsSpaceAvailableWarningThreshold)."""
+    disk_free_drain_pct: float = 3.0
+    """... and under which it drains: the same alert's critical level (fsSpaceAvailableCriticalThreshold)."""
+    inodes_free_warn_pct: float = 5.0
+    """Share of a local file system's inodes still free under which it warns: the mixin's
+    NodeFilesystemAlmostOutOfFiles, warning level."""
+    inodes_free_drain_pct: float = 3.0
+    """... and under which it drains: the same alert's critical level."""
+    filesystem_skip_mounts: tuple[str, ...] = ("/boot", "/boot/efi")
+    """Mount points the disk rules leave alone: jobs never write there (a full /boot stops a kernel update, not a
+    job)."""
+    edac_ce_warn: int = 10
+    """Corrected memory errors of one memory controller since its counters were reset that warn: mcelog's
+    per-DIMM trigger, ce-error-threshold = 10 / 24h (mcelog.conf)."""
 
     def __post_init__(self) -> None:
         if not 0.0 < self.clock_offset_warn_s <= self.clock_offset_drain_s:
@@ -310,6 +350,17 @@ class HealthConfig:
                 f"clock_offset_warn_s must be in (0, clock_offset_drain_s], got {self.clock_offset_warn_s}"
                 f" and {self.clock_offset_drain_s}"
             )
+        for warn, drain in (
+            ("disk_free_warn_pct", "disk_free_drain_pct"),
+            ("inodes_free_warn_pct", "inodes_free_drain_pct"),
+        ):
+            if not 0.0 <= getattr(self, drain) <= getattr(self, warn) < 100.0:
+                raise ConfigError(
+                    f"{drain} must be in [0, {warn}] and {warn} under 100, got {getattr(self, drain)}"
+                    f" and {getattr(self, warn)}"
+                )
+        if self.edac_ce_warn < 1:
+            raise ConfigError(f"edac_ce_warn must be at least 1, got {self.edac_ce_warn}")
         if not 0.0 < self.nvme_used_warn_pct <= self.nvme_used_drain_pct:
             raise ConfigError(
                 f"nvme_used_warn_pct must be in (0, nvme_used_drain_pct], got {self.nvme_used_warn_pct}"
@@ -1011,6 +1062,132 @@ def _check_kernel(events: Sequence[Event]) -> list[Check]:
     return checks
 
 
+def _newest_by_filesystem(table: pa.Table, metric: str) -> dict[tuple[str, str], _Series]:
+    """(host, mount point or, without one, the device) -> the file system's newest series of ``metric``."""
+    out: dict[tuple[str, str], _Series] = {}
+    for s in _series(table, metric):
+        key = (s.host, str(s.labels.get("mountpoint") or s.labels.get("device") or s.key))
+        if key not in out or s.t[-1] >= out[key].t[-1]:
+            out[key] = s
+    return out
+
+
+def _judged_filesystem(labels: dict[str, str], config: HealthConfig) -> bool:
+    """A local disk's file system: by its type where df -T or the exporter said it, else by its source being a
+    block device (loop devices hold squashfs images, full by design)."""
+    if labels.get("mountpoint") in config.filesystem_skip_mounts:
+        return False
+    if labels.get("fstype"):
+        return labels["fstype"] in LOCAL_FSTYPES
+    device = labels.get("device", "")
+    return device.startswith("/dev/") and not device.startswith("/dev/loop")
+
+
+def _check_filesystems(table: pa.Table, config: HealthConfig) -> list[Check]:
+    """df: a local file system almost out of space or of inodes (node_exporter mixin's levels)."""
+    checks = []
+    kinds: tuple[tuple[HealthRuleId, str, str, float, float, str], ...] = (
+        (
+            "disk_space",
+            vocab.NODE_FILESYSTEM_AVAIL_BYTES,
+            vocab.NODE_FILESYSTEM_SIZE_BYTES,
+            config.disk_free_warn_pct,
+            config.disk_free_drain_pct,
+            "space",
+        ),
+        (
+            "disk_inodes",
+            vocab.NODE_FILESYSTEM_FILES_FREE,
+            vocab.NODE_FILESYSTEM_FILES,
+            config.inodes_free_warn_pct,
+            config.inodes_free_drain_pct,
+            "inodes",
+        ),
+    )
+    for rule, free_metric, total_metric, warn_pct, drain_pct, what in kinds:
+        totals = _newest_by_filesystem(table, total_metric)
+        for (host, where), free in sorted(_newest_by_filesystem(table, free_metric).items()):
+            total = totals.get((host, where))
+            if total is None or total.v[-1] <= 0 or not _judged_filesystem(free.labels, config):
+                continue
+            free_pct = 100.0 * float(free.v[-1]) / float(total.v[-1])
+            if free_pct >= warn_pct:
+                continue
+            device = free.labels.get("device", where)
+            name = where if device == where else f"{where} ({device})"
+            checks.append(
+                Check(
+                    node=host,
+                    rule=rule,
+                    verdict="drain" if free_pct < drain_pct else "warn",
+                    title=f"file system {name}: {free_pct:.1f} % of its {what} free",
+                    evidence={
+                        **{k: free.labels[k] for k in ("mountpoint", "device", "fstype") if free.labels.get(k)},
+                        "free": float(free.v[-1]),
+                        "total": float(total.v[-1]),
+                        "free_pct": round(free_pct, 3),
+                        "t_last": float(free.t[-1]),
+                    },
+                )
+            )
+    return checks
+
+
+def _worst_locations(table: pa.Table, metric: str, host: str, controller: str) -> list[str]:
+    """The controller's locations with errors at their newest reading, most first (which DIMM to replace)."""
+    found = [
+        (float(s.v[-1]), str(s.labels.get("location")))
+        for (h, _), s in _latest_by(table, metric, "location").items()
+        if h == host and s.labels.get("controller") == controller and s.v[-1] > 0
+    ]
+    return [f"{loc}: {n:.0f}" for n, loc in sorted(found, reverse=True)[:3]]
+
+
+def _check_edac(table: pa.Table, config: HealthConfig) -> list[Check]:
+    """EDAC: any uncorrected memory error drains, corrected ones past mcelog's per-DIMM trigger warn."""
+    checks = []
+    kinds: tuple[tuple[HealthRuleId, str, str, float, str], ...] = (
+        (
+            "memory_uncorrected",
+            vocab.NODE_EDAC_UNCORRECTABLE_ERRORS_TOTAL,
+            vocab.EDAC_LOCATION_UNCORRECTABLE_ERRORS_TOTAL,
+            1,
+            "uncorrected",
+        ),
+        (
+            "memory_corrected",
+            vocab.NODE_EDAC_CORRECTABLE_ERRORS_TOTAL,
+            vocab.EDAC_LOCATION_CORRECTABLE_ERRORS_TOTAL,
+            config.edac_ce_warn,
+            "corrected",
+        ),
+    )
+    for rule, metric, location_metric, at_least, what in kinds:
+        for (host, controller), s in sorted(_latest_by(table, metric, "controller").items()):
+            count, grew = float(s.v[-1]), _increase(s.v)
+            if count < at_least:
+                continue
+            worst = _worst_locations(table, location_metric, host, controller)
+            checks.append(
+                Check(
+                    node=host,
+                    rule=rule,
+                    verdict="drain" if rule == "memory_uncorrected" else "warn",
+                    title=f"memory controller mc{controller}: {count:.0f} {what} errors since its counters' reset"
+                    + (f", +{grew:.0f} in the window" if grew > 0 else "")
+                    + (f" (most on {worst[0].rsplit(': ', 1)[0]})" if worst else ""),
+                    evidence={
+                        "controller": controller,
+                        "count": count,
+                        "increase": grew,
+                        "locations": worst,
+                        "t_last": float(s.t[-1]),
+                    },
+                )
+            )
+    return checks
+
+
 def _check_units(table: pa.Table, config: HealthConfig) -> list[Check]:
     """systemctl's failed units, from each node's newest listing: one check per node naming them."""
     newest = _newest_by_host(table, vocab.SYSTEMD_UNITS_FAILED)
@@ -1257,6 +1434,8 @@ def passive_checks(
         *_check_clock(samples, config),
         *_check_kernel(events),
         *_check_units(samples, config),
+        *_check_filesystems(samples, config),
+        *_check_edac(samples, config),
         *_check_sel(events),
         *_check_bmc_sensors(samples),
         *_check_psu_fan(samples),
@@ -1289,6 +1468,10 @@ def _rules_with_data(samples: pa.Table, events: Sequence[Event]) -> dict[str, se
         vocab.CHRONY_TRACKING_LEAP_STATUS: "clock_unsynchronised",
         vocab.SYSTEMD_UNITS_FAILED: "failed_units",
         BMC_STATUS: "bmc_sensor",
+        vocab.NODE_FILESYSTEM_AVAIL_BYTES: "disk_space",
+        vocab.NODE_FILESYSTEM_FILES_FREE: "disk_inodes",
+        vocab.NODE_EDAC_UNCORRECTABLE_ERRORS_TOTAL: "memory_uncorrected",
+        vocab.NODE_EDAC_CORRECTABLE_ERRORS_TOTAL: "memory_corrected",
     }
     for name, pair in IB_COUNTERS.items():
         for m in pair:

@@ -73,6 +73,12 @@ HealthRuleId = Literal[
     "nvme_wear",
     "nvme_media_errors",
     "nvme_temperature",
+    # the host: its local file systems (df)
+    "disk_space",
+    "disk_inodes",
+    # the host: its memory (EDAC counters)
+    "memory_uncorrected",
+    "memory_corrected",
     # the host: PCIe links of GPUs and HCAs (lspci -vv)
     "pcie_width",
     "pcie_speed",
@@ -95,7 +101,7 @@ HealthRuleId = Literal[
     "firmware_mismatch",
 ]
 HealthFamily = Literal[
-    "gpu", "fabric", "benchmark", "nccl", "storage", "pcie", "clock", "kernel", "services", "bmc", "fleet"
+    "gpu", "fabric", "benchmark", "nccl", "storage", "memory", "pcie", "clock", "kernel", "services", "bmc", "fleet"
 ]
 FAMILIES: tuple[HealthFamily, ...] = get_args(HealthFamily)
 
@@ -140,6 +146,10 @@ _NPD_KERNEL = (
     "CperHardwareErrorCorrected / Recoverable temporary; CperHardwareErrorFatal a permanent node condition)"
 )
 _KERNEL_RAS = "https://docs.kernel.org/admin-guide/ras.html (corrected vs uncorrected memory errors, EDAC)"
+_MCI_STATUS = (
+    "Intel 64 and IA-32 Architectures SDM vol. 3B, section 16.3.2.2 'IA32_MCi_STATUS MSRs' (bit 61 UC, bit 57 PCC); "
+    "Linux arch/x86/kernel/cpu/mce/core.c (print_mce, mce_notify_irq)"
+)
 _SERVICES = (
     "https://www.freedesktop.org/software/systemd/man/latest/systemctl.html (--failed, --output=json); GCM "
     "check_service and LBNL NHC check_ps_service (a service the node needs that is not running fails the node)"
@@ -169,6 +179,20 @@ _AMD_METRICS = (
     "GPU_ECC_CORRECT_* / GPU_ECC_UNCORRECT_* per block; Throttling & Violation Metrics: *_RESIDENCY_PERCENTAGE)"
 )
 _AMD_SMI = "https://github.com/ROCm/amdsmi amd-smi metric (ecc: total_correctable_count, total_uncorrectable_count)"
+_NODE_MIXIN_FS = (
+    "https://github.com/prometheus/node_exporter docs/node-mixin (alerts NodeFilesystemAlmostOutOfSpace: "
+    "avail / size under fsSpaceAvailableWarningThreshold 5 % warns, fsSpaceAvailableCriticalThreshold 3 % is "
+    "critical; NodeFilesystemAlmostOutOfFiles: files_free / files under 5 % warns, 3 % critical)"
+)
+_DF = "GNU coreutils df(1) (-P, -i, -T, --output: Avail is what unprivileged users can still write)"
+_EDAC_SYSFS = (
+    "https://docs.kernel.org/admin-guide/ras.html (EDAC sysfs: mcN/ce_count, ue_count, dimmN/dimm_ce_count; "
+    "counts since the counters were reset); edac-util(1)"
+)
+_MCELOG_DIMM = (
+    "https://github.com/andikleen/mcelog mcelog.conf [dimm]: uc-error-threshold = 1 / 24h, "
+    "ce-error-threshold = 10 / 24h (10/24h 'reasonable for server quality' DIMMs)"
+)
 _SMARTCTL = "https://www.smartmontools.org/browser/trunk/smartmontools/smartctl.8.in (--json, -H, exit status bit 3)"
 
 
@@ -549,6 +573,54 @@ HEALTH_RULES: tuple[HealthRule, ...] = (
         citation=_NVME_LOG,
     ),
     _r(
+        id="disk_space",
+        family="storage",
+        sources=("df", "prometheus"),
+        signal="node_filesystem_avail_bytes / node_filesystem_size_bytes (df's Available / size) of a local disk's "
+        "file system (ext4, xfs, btrfs, zfs... or a /dev/ source; not tmpfs, overlay, squashfs, nfs, lustre, vfat)",
+        severity="high",
+        actions=("warn", "drain"),
+        threshold="under {disk_free_warn_pct} % available warns, under {disk_free_drain_pct} % drains (mounts "
+        "{filesystem_skip_mounts} left alone)",
+        citation=f"{_NODE_MIXIN_FS}; {_DF}",
+    ),
+    _r(
+        id="disk_inodes",
+        family="storage",
+        sources=("df", "prometheus"),
+        signal="node_filesystem_files_free / node_filesystem_files (df -i IFree / Inodes) of a local disk's file "
+        "system",
+        severity="high",
+        actions=("warn", "drain"),
+        threshold="under {inodes_free_warn_pct} % of inodes free warns, under {inodes_free_drain_pct} % drains "
+        "(no file can be created, whatever space is left)",
+        citation=f"{_NODE_MIXIN_FS}; {_DF}",
+    ),
+    _r(
+        id="memory_uncorrected",
+        family="memory",
+        sources=("edac", "prometheus"),
+        signal="node_edac_uncorrectable_errors_total of a memory controller (EDAC ue_count, edac-util "
+        "'Uncorrected Errors')",
+        severity="critical",
+        actions=("drain",),
+        threshold="> 0 uncorrected memory errors since the counters were reset (boot): data was lost, the DIMM "
+        "is failing",
+        citation=f"{_EDAC_SYSFS}; {_MCELOG_DIMM}",
+    ),
+    _r(
+        id="memory_corrected",
+        family="memory",
+        sources=("edac", "prometheus"),
+        signal="node_edac_correctable_errors_total of a memory controller (EDAC ce_count, edac-util "
+        "'Corrected Errors'), the worst DIMM or rank as evidence",
+        severity="medium",
+        actions=("warn",),
+        threshold=">= {edac_ce_warn} corrected memory errors on one controller since the counters were reset "
+        "(ECC fixed them; a DIMM that keeps needing it is wearing out)",
+        citation=f"{_EDAC_SYSFS}; {_MCELOG_DIMM}",
+    ),
+    _r(
         id="pcie_width",
         family="pcie",
         sources=("lspci-vv",),
@@ -616,11 +688,13 @@ HEALTH_RULES: tuple[HealthRule, ...] = (
         family="kernel",
         sources=("kernel-log",),
         signal="kernel_hw_error events: '[Hardware Error]: event severity: ...' (APEI GHES / UEFI CPER), "
-        "'EDAC MCn: k CE|UE ...'",
+        "'EDAC MCn: k CE|UE ...', x86 machine checks 'mce: [Hardware Error]: CPU n: Machine Check: ... Bank b: "
+        "<MCi_STATUS>' and 'Machine check events logged'",
         severity="high",
         actions=("warn", "drain"),
-        threshold="corrected or recoverable warns; fatal or uncorrected drains",
-        citation=f"{_KERNEL_RAS}; {_NPD_KERNEL}",
+        threshold="corrected or recoverable warns (a machine check whose status has UC = 0, or 'events logged'); "
+        "fatal or uncorrected drains (MCi_STATUS UC, bit 61, or PCC, bit 57, set)",
+        citation=f"{_KERNEL_RAS}; {_NPD_KERNEL}; {_MCI_STATUS}",
     ),
     _r(
         id="nic_driver",

@@ -646,6 +646,58 @@ register(
 )
 
 
+def _df(p: Path, c: ReadContext) -> Iterator[Sample]:
+    from hpcwatch.sources import df
+
+    return df.read_df(p, node=c.host, on_bad_line=c.on_bad_line)
+
+
+def _sniff_df(h: Head) -> bool:
+    from hpcwatch.sources import df
+
+    return df.is_df(h.text)
+
+
+register(
+    Format(
+        name="df",
+        sniff=_sniff_df,
+        read=_df,
+        kinds=S,
+        uses_host=True,
+        dated_by_file=True,
+        line_oriented=True,
+        summary="df --output / df -P[T] / df -Pi / df -h (space and inodes of each file system)",
+    )
+)
+
+
+def _edac(p: Path, c: ReadContext) -> Iterator[Sample]:
+    from hpcwatch.sources import edac
+
+    return edac.read_edac(p, node=c.host, on_bad_line=c.on_bad_line)
+
+
+def _sniff_edac(h: Head) -> bool:
+    from hpcwatch.sources import edac
+
+    return edac.is_edac(h.text)
+
+
+register(
+    Format(
+        name="edac",
+        sniff=_sniff_edac,
+        read=_edac,
+        kinds=S,
+        uses_host=True,
+        dated_by_file=True,
+        line_oriented=True,
+        summary="EDAC memory error counters: grep -H . /sys/devices/system/edac/mc/mc*/*e_count, edac-util -v",
+    )
+)
+
+
 def _ipmi_sel(p: Path, c: ReadContext) -> Iterator[Event]:
     from hpcwatch.sources import ipmitool
 

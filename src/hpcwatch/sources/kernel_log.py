@@ -11,6 +11,15 @@ The lines the health rules judge become events; every other line (boot chatter, 
 - ``[Hardware Error]: event severity: corrected|recoverable|fatal`` (APEI GHES, UEFI CPER) and EDAC's
   ``EDAC MC<n>: <k> CE|UE ...`` / ``CE memory read error`` -> ``kernel_hw_error`` (attrs ``severity``:
   ``corrected``, ``recoverable``, ``fatal``/``uncorrected``; ``source``: ``ghes`` or ``edac``).
+- x86 machine checks (arch/x86/kernel/cpu/mce/core.c, ``print_mce`` and ``mce_notify_irq``):
+  ``mce: [Hardware Error]: CPU <n>: Machine Check[ Exception]: <mcgstatus> Bank <b>: <MCi_STATUS>`` ->
+  ``kernel_hw_error`` with ``source`` ``mce``, ``cpu``, ``bank``, ``status`` and a ``severity`` read from the
+  status word's bits (Intel SDM vol. 3B, "IA32_MCi_STATUS MSRs"; AMD's MCA_STATUS has the same bits): PCC
+  (bit 57, processor context corrupt) ``fatal``, else UC (bit 61) ``uncorrected``, else ``corrected``;
+  ``mce: [Hardware Error]: Machine check events logged`` (errors went to the MCE log, their kind not said)
+  -> severity ``logged``. The ``TSC``/``ADDR``/``PROCESSOR`` lines that follow, the EDAC drivers' echo of the
+  same check (``EDAC sbridge MC0: CPU 0: Machine Check Event: ...``) and AMD's decoder lines are not counted
+  again.
 - ``mlx5_core <pci>: ...`` lines of ConnectX HCAs that NVIDIA's NVSentinel NIC monitor names (docs/
   nic-health-monitor.md, "Syslog Detection") -> ``kernel_nic_error`` (attrs ``device``: the PCI address,
   ``pattern``, ``severity``: ``fatal`` — a command that timed out "Will cause a leak of a command resource",
@@ -23,7 +32,8 @@ Which lines and what they mean: kubernetes/node-problem-detector's ``config/kern
 OOM, hung-task and CPER patterns) and the kernel's format strings (files named above).
 
 Times: a journal or syslog line carries its wall-clock time (``Mar  5 08:31:52``, the year taken from the
-file's write time; ``2024-03-05T08:31:52+0000`` as written); ``dmesg -T`` its ``[Tue Mar  5 08:31:52 2024]``
+file's write time; a line whose host name was cut out when it was pasted, ``Mar  5 08:31:52 kernel: ...``,
+is read too; ``2024-03-05T08:31:52+0000`` as written); ``dmesg -T`` its ``[Tue Mar  5 08:31:52 2024]``
 (dmesg prints local time: read as UTC, say ``TZ=UTC dmesg -T``). Raw ``dmesg`` counts seconds since boot
 (kept as ``uptime_s``) and ``dmesg -t`` nothing: both are dated by the file's write time. The node is the
 line's host name when the journal gives one, else ``--host``.
@@ -38,7 +48,7 @@ import calendar
 import os
 import re
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import datetime
 from typing import Any
 
@@ -47,13 +57,13 @@ from hpcwatch.records import Event
 from hpcwatch.sources.lines import OnBadLine, file_time, line_text, read_text, report_bad_line, to_int
 from hpcwatch.vocab import EventKind
 
-__all__ = ["parse_kernel_log", "read_kernel_log", "is_kernel_log"]
+__all__ = ["parse_kernel_log", "read_kernel_log", "is_kernel_log", "MCI_STATUS_UC", "MCI_STATUS_PCC"]
 
 SOURCE = "kernel"
 
 _MONTHS = {m: i for i, m in enumerate(calendar.month_abbr) if m}
 _SYSLOG_RE = re.compile(
-    r"(?P<mon>[A-Z][a-z]{2}) +(?P<day>\d{1,2}) (?P<hms>\d\d:\d\d:\d\d) (?P<host>\S+) kernel: ?(?P<rest>.*)\Z"
+    r"(?P<mon>[A-Z][a-z]{2}) +(?P<day>\d{1,2}) (?P<hms>\d\d:\d\d:\d\d) (?:(?P<host>\S+) )?kernel: ?(?P<rest>.*)\Z"
 )
 _ISO_RE = re.compile(
     r"(?P<iso>\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?) (?P<host>\S+) kernel: ?(?P<rest>.*)\Z"
@@ -69,6 +79,14 @@ _OOM_KILLED_RE = re.compile(
 _GHES_RE = re.compile(r"\[Hardware Error\]: event severity: (?P<severity>corrected|recoverable|fatal)\s*\Z")
 _EDAC_RE = re.compile(r"EDAC (?P<mc>MC\d+|\S+): (?:(?P<count>\d+) )?(?P<kind>CE|UE)\b")
 _CE_READ_RE = re.compile(r"CE memory read error")
+_MCE_RE = re.compile(
+    r"\[Hardware Error\]: CPU (?P<cpu>\d+): Machine Check(?: Exception)?: [0-9a-fA-F]+ Bank (?P<bank>\d+): "
+    r"(?P<status>[0-9a-fA-F]{1,16})\b"
+)
+_MCE_LOGGED_RE = re.compile(r"\[Hardware Error\]: Machine check events logged")
+#: IA32_MCi_STATUS bits (Intel SDM vol. 3B, section 16.3.2.2): uncorrected error, processor context corrupt.
+MCI_STATUS_UC = 1 << 61
+MCI_STATUS_PCC = 1 << 57
 _MLX5_RE = re.compile(r"\bmlx5_core(?: (?P<pci>[0-9a-fA-F]{4}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]))?:? ")
 #: (pattern name, what it matches in an mlx5_core line, severity): NVSentinel's fatal and non-fatal patterns.
 _MLX5_PATTERNS: tuple[tuple[str, re.Pattern[str], str], ...] = (
@@ -85,7 +103,8 @@ _MLX5_PATTERNS: tuple[tuple[str, re.Pattern[str], str], ...] = (
 )
 _SNIFF_RE = re.compile(
     r"NVRM: Xid \(|blocked for more than \d+ seconds|Killed process \d+ \(|out of memory: Kill|mlx5_core[ :]|"
-    r"\[Hardware Error\]: event severity|EDAC MC\d+: |\] Linux version \d|kernel: Linux version \d"
+    r"\[Hardware Error\]: event severity|\[Hardware Error\]: (?:CPU \d+: )?Machine [Cc]heck|EDAC MC\d+: |"
+    r"\] Linux version \d|kernel: Linux version \d"
 )
 
 
@@ -135,6 +154,36 @@ def _when(line: str, year: int) -> tuple[float | None, float | None, str | None,
     return None, uptime, None, rest.strip()
 
 
+def _hw_error(message: str, num: Callable[[str, str], int]) -> dict[str, Any] | None:
+    """The attrs of a hardware-error line (a machine check, APEI GHES, EDAC), or None."""
+    if m := _MCE_RE.search(message):
+        status = int(m.group("status"), 16)
+        severity = "fatal" if status & MCI_STATUS_PCC else "uncorrected" if status & MCI_STATUS_UC else "corrected"
+        return {
+            "severity": severity,
+            "source": "mce",
+            "cpu": num(m.group("cpu"), "CPU"),
+            "bank": num(m.group("bank"), "bank"),
+            "status": m.group("status").lower(),
+            "message": message[m.start() :],
+        }
+    if m := _MCE_LOGGED_RE.search(message):
+        return {"severity": "logged", "source": "mce", "message": message[m.start() :]}
+    if m := _GHES_RE.search(message):
+        return {"severity": m.group("severity"), "source": "ghes", "message": message}
+    if m := _EDAC_RE.search(message):
+        count = m.group("count")
+        return {
+            "severity": "corrected" if m.group("kind") == "CE" else "uncorrected",
+            "source": "edac",
+            "count": num(count, "EDAC error count") if count else 1,
+            "message": message[m.start() :],
+        }
+    if _CE_READ_RE.search(message):
+        return {"severity": "corrected", "source": "edac", "message": message}
+    return None
+
+
 def _event(message: str, *, path: str | os.PathLike[str], number: int) -> tuple[str, dict[str, Any]] | None:
     def num(token: str, what: str) -> int:
         return to_int(token, what, path=path, line=number, text=line_text(message))
@@ -162,18 +211,8 @@ def _event(message: str, *, path: str | os.PathLike[str], number: int) -> tuple[
             "cgroup": m.group("memcg") is not None,
             "message": message[m.start() :],
         }
-    if m := _GHES_RE.search(message):
-        return EventKind.KERNEL_HW_ERROR, {"severity": m.group("severity"), "source": "ghes", "message": message}
-    if m := _EDAC_RE.search(message):
-        count = m.group("count")
-        return EventKind.KERNEL_HW_ERROR, {
-            "severity": "corrected" if m.group("kind") == "CE" else "uncorrected",
-            "source": "edac",
-            "count": num(count, "EDAC error count") if count else 1,
-            "message": message[m.start() :],
-        }
-    if _CE_READ_RE.search(message):
-        return EventKind.KERNEL_HW_ERROR, {"severity": "corrected", "source": "edac", "message": message}
+    if found := _hw_error(message, num):
+        return EventKind.KERNEL_HW_ERROR, found
     if m := _MLX5_RE.search(message):
         for name, pattern, severity in _MLX5_PATTERNS:
             if pattern.search(message, m.start()):
