@@ -6,6 +6,9 @@ scenario                 what it writes (node2 unless said)                     
 =======================  ======================================================  =========================
 ``nvme_failing``         ``smartctl --json`` of an NVMe drive: critical warning  ``nvme_critical_warning``
                          0x04 (reliability degraded), media errors
+``disk_full``            the agent's ``df --output``: / at 98 % used             ``disk_space``
+``dimm_failing``         EDAC counters (``grep -H`` of sysfs): an uncorrected    ``memory_uncorrected``
+                         error and 25 corrected ones on controller 0's DIMM 1
 ``pcie_degraded``        ``lspci -vv``: node1's GPU 3 (an H100) trained at x8    ``pcie_width``
 ``clock_drift``          ``chronyc tracking``: 2.5 s fast of NTP time            ``clock_offset``
 ``service_failed``       ``systemctl --failed --output=json``: fabric manager    ``failed_units``
@@ -92,6 +95,41 @@ class NvmeFailing(Scenario):
             "temperature": {"current": 41},
         }
         _write(out, self.node, "smartctl_nvme0.json", orjson.dumps(doc, option=orjson.OPT_INDENT_2).decode(), t1)
+
+
+@_host_fault("disk_full", "disk_space", "node2's root file system is 98 % full (df, as the agent runs it)")
+class DiskFull(Scenario):
+    """The agent's ``df --local --output=...`` (deploy/hpcwatch-agent.toml): / at 2 % available (under the 3 %
+    that drains), a local NVMe scratch half full, and a tmpfs at 100 % that the rules leave alone."""
+
+    node = "node2"
+
+    def extra_files(self, *, twin: Any, out: Path, t0: float, t1: float) -> None:
+        text = (
+            "Filesystem     Type   Inodes  IUsed   IFree IUse%  1K-blocks      Used     Avail Use% Mounted on\n"
+            "/dev/nvme0n1p2 ext4  6553600 412377 6141223    7%  102626232  98464216   2064152  98% /\n"
+            "tmpfs          tmpfs 2050305      1 2050304    1%     819200    819200         0 100% /run/user/0\n"
+            "/dev/md0       xfs 750000000  20118 749979882  1% 7500000000 3600000000 3900000000  49% /scratch\n"
+        )
+        _write(out, self.node, "df.txt", text, t1)
+
+
+@_host_fault("dimm_failing", "memory_uncorrected", "node2's memory controller 0 logged an uncorrected error (EDAC)")
+class DimmFailing(Scenario):
+    """The agent's ``grep -H . .../edac/mc/mc*/*e_count ...`` (deploy/hpcwatch-agent.toml): controller 0 has an
+    uncorrected error and 25 corrected ones, all on one DIMM; controller 1 is clean."""
+
+    node = "node2"
+
+    def extra_files(self, *, twin: Any, out: Path, t0: float, t1: float) -> None:
+        base = "/sys/devices/system/edac/mc"
+        text = (
+            f"{base}/mc0/ce_count:25\n{base}/mc0/ue_count:1\n{base}/mc1/ce_count:0\n{base}/mc1/ue_count:0\n"
+            f"{base}/mc0/dimm0/dimm_ce_count:0\n{base}/mc0/dimm0/dimm_ue_count:0\n"
+            f"{base}/mc0/dimm1/dimm_ce_count:25\n{base}/mc0/dimm1/dimm_ue_count:1\n"
+            f"{base}/mc1/dimm0/dimm_ce_count:0\n{base}/mc1/dimm0/dimm_ue_count:0\n"
+        )
+        _write(out, self.node, "edac_counts.txt", text, t1)
 
 
 @_host_fault("pcie_degraded", "pcie_width", "node1's GPU 3 trained its PCIe link at x8 of x16 (lspci -vv)")

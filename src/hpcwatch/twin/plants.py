@@ -53,9 +53,13 @@ FAULT_PLANTS: tuple[Plant, ...] = (
     # nccl
     Plant(scenario="nccl_socket_fallback", rule="nccl_socket_fallback", verdict="warn", node="node2"),
     Plant(scenario="nccl_socket_fallback", rule="nccl_ib_missing", verdict="drain", node="node2"),
-    # storage, pcie, clock, services, kernel, bmc: twin/host_faults.py
+    # storage, memory, pcie, clock, services, kernel, bmc: twin/host_faults.py
     Plant(scenario="nvme_failing", rule="nvme_critical_warning", verdict="drain", node="node2"),
     Plant(scenario="nvme_failing", rule="nvme_media_errors", verdict="warn", node="node2"),
+    Plant(scenario="disk_full", rule="disk_space", verdict="drain", node="node2"),
+    # memory
+    Plant(scenario="dimm_failing", rule="memory_uncorrected", verdict="drain", node="node2"),
+    Plant(scenario="dimm_failing", rule="memory_corrected", verdict="warn", node="node2"),
     Plant(scenario="pcie_degraded", rule="pcie_width", verdict="drain", node="node1"),
     Plant(scenario="clock_drift", rule="clock_offset", verdict="warn", node="node2"),
     Plant(scenario="service_failed", rule="failed_units", verdict="drain", node="node2"),
