@@ -22,7 +22,7 @@ from __future__ import annotations
 import re
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -151,6 +151,16 @@ PCIE_METRICS = (
 #: PCI vendor ids and the lspci device classes of the parts the PCIe rules judge (https://pci-ids.ucw.cz/).
 PCIE_GPU = ("10de", ("VGA compatible controller", "3D controller"))
 PCIE_HCA = ("15b3", ("Infiniband controller", "Ethernet controller", "Network controller"))
+#: The GPU's own view of its PCIe link (nvidia-smi -q's "GPU Link Info", dcgm-exporter; labels gpu, pci_bus_id).
+GPU_PCIE_METRICS = (
+    vocab.DCGM_FI_DEV_PCIE_LINK_GEN,
+    vocab.DCGM_FI_DEV_PCIE_MAX_LINK_GEN,
+    vocab.DCGM_FI_DEV_PCIE_LINK_WIDTH,
+    vocab.DCGM_FI_DEV_PCIE_MAX_LINK_WIDTH,
+)
+#: Replays per minute past which DCGM's PCIe health watch warns: DCGM_LIMIT_MAX_PCIREPLAY_RATE, "8 replays per
+#: minute is the maximum recommended by RM" (NVIDIA/DCGM, dcgm_gpu_hardware_limits.h; DCGM_FR_PCI_REPLAY_RATE).
+DCGM_MAX_PCIE_REPLAYS_PER_MIN = 8.0
 
 #: chronyc tracking's clock samples (sources/chrony.py; labels node, reference, leap).
 CLOCK_METRICS = (vocab.CHRONY_TRACKING_SYSTEM_TIME_SECONDS, vocab.CHRONY_TRACKING_LEAP_STATUS)
@@ -241,6 +251,7 @@ PASSIVE_METRICS: tuple[str, ...] = (
     *IB_DEVICE_METRICS,
     *STORAGE_METRICS,
     *PCIE_METRICS,
+    *GPU_PCIE_METRICS,
     *CLOCK_METRICS,
     *SERVICE_METRICS,
     BMC_STATUS,
@@ -299,6 +310,10 @@ class HealthConfig:
     """systemd units the node cannot run jobs without: one of them failed drains (any other failed unit warns).
     Fabric Manager must run on NVSwitch systems for CUDA to start; slurmd and munge are the scheduler's agent and
     its authentication; openibd loads the InfiniBand stack."""
+    pcie_busy_util_pct: float = 50.0
+    """GPU utilisation at or above which nvidia-smi's / DCGM's current PCIe generation and width are judged: an
+    idle GPU drops its link to save power (nvidia-smi(1): they "may be reduced when the GPU is not in use"), a busy
+    one trains back up to its max. Ours: half busy is in use by any reading of NVIDIA's words."""
     clock_offset_warn_s: float = 1.0
     """|System time| offset that warns: chrony's example configurations step the clock past 1 s (makestep 1.0 3)."""
     clock_offset_drain_s: float = 300.0
@@ -514,6 +529,35 @@ def _check_threshold(
                         **_where(s),
                         "metric": metric,
                         "increase" if grew else "value": value,
+                        "t_last": float(s.t[-1]),
+                    },
+                )
+            )
+    return checks
+
+
+def _check_pcie_replay(table: pa.Table, config: HealthConfig) -> list[Check]:
+    """A GPU whose PCIe replay counter grew by ``pcie_replay_warn`` in the window (a link retransmitting: signal
+    integrity, a riser, a slot). Over any window past 75 s that count is stricter than DCGM's 8 a minute; the
+    evidence gives the rate and whether it passed DCGM's limit too (a short window cannot tell a rate)."""
+    checks = []
+    for s in _series(table, PCIE_REPLAY):
+        grew = _increase(s.v)
+        span_min = float(s.t[-1] - s.t[0]) / 60.0
+        per_min = grew / span_min if span_min > 0 else None
+        if grew >= config.pcie_replay_warn:
+            checks.append(
+                Check(
+                    node=s.host,
+                    rule="pcie_replay",
+                    verdict="warn",
+                    title=f"PCIe replays on GPU {s.key}: +{grew:.0f} in the window",
+                    evidence={
+                        **_where(s),
+                        "metric": PCIE_REPLAY,
+                        "increase": grew,
+                        "per_min": per_min,
+                        "over_dcgm_limit": per_min is not None and per_min > DCGM_MAX_PCIE_REPLAYS_PER_MIN,
                         "t_last": float(s.t[-1]),
                     },
                 )
@@ -885,7 +929,90 @@ def _pcie_part(labels: dict[str, str]) -> str | None:
     return None
 
 
-def _check_pcie(table: pa.Table) -> list[Check]:
+def _check_pcie(table: pa.Table, config: HealthConfig) -> list[Check]:
+    """Degraded PCIe links, as lspci sees them and as the GPU itself reports them (nvidia-smi, dcgm-exporter).
+
+    A GPU both sources find narrower than it can train is one ``pcie_width`` check (lspci's, with
+    ``reported_by_gpu``): one link, one finding, whichever tools the node runs."""
+    lspci = _check_lspci_links(table)
+    narrow = {(c.node, _bus_id(str(c.evidence["bdf"]))): i for i, c in enumerate(lspci) if c.rule == "pcie_width"}
+    checks = list(lspci)
+    for c in _check_gpu_links(table, config):
+        key = (c.node, _bus_id(str(c.evidence.get("pci_bus_id") or "")))
+        if c.rule == "pcie_width" and key in narrow:
+            twin = checks[narrow[key]]
+            checks[narrow[key]] = replace(twin, evidence={**twin.evidence, "reported_by_gpu": c.evidence})
+        else:
+            checks.append(c)
+    return checks
+
+
+_BUS_ID_RE = re.compile(r"(?:([0-9a-f]{1,8}):)?([0-9a-f]{2}):([0-9a-f]{2})\.([0-7])")
+
+
+def _bus_id(text: str) -> str:
+    """One spelling of a PCI address: nvidia-smi's ``00000000:3B:00.0``, lspci's ``3b:00.0`` or ``0000:3b:00.0``
+    -> ``3b:00.0`` (domain 0 left out, as lspci without -D prints it); another domain is kept."""
+    m = _BUS_ID_RE.fullmatch(text.strip().lower())
+    if m is None:
+        return text.strip().lower()
+    domain, bus, dev, fn = m.groups()
+    where = f"{bus}:{dev}.{fn}"
+    return where if not domain or int(domain, 16) == 0 else f"{int(domain, 16):04x}:{where}"
+
+
+def _value_at(s: _Series | None, t: float, within_s: float) -> float | None:
+    """The series' value at ``t`` (its last point at or before it, no older than ``within_s``), else None."""
+    if s is None:
+        return None
+    i = int(np.searchsorted(s.t, t, side="right")) - 1
+    return float(s.v[i]) if i >= 0 and t - s.t[i] <= within_s else None
+
+
+def _check_gpu_links(table: pa.Table, config: HealthConfig) -> list[Check]:
+    """The GPU's own link report under load: fewer lanes than it and its slot allow (``pcie_width``), or a lower
+    generation (``pcie_gen``). Readings beside an idle or unknown utilisation are not judged (nvidia-smi(1))."""
+    latest = {m: _latest_by(table, m, "gpu") for m in (*GPU_PCIE_METRICS, UTIL)}
+    checks = []
+    for rule, metric, capable_metric in (
+        ("pcie_width", vocab.DCGM_FI_DEV_PCIE_LINK_WIDTH, vocab.DCGM_FI_DEV_PCIE_MAX_LINK_WIDTH),
+        ("pcie_gen", vocab.DCGM_FI_DEV_PCIE_LINK_GEN, vocab.DCGM_FI_DEV_PCIE_MAX_LINK_GEN),
+    ):
+        for (host, gpu), now in sorted(latest[metric].items()):
+            t = float(now.t[-1])
+            capable = _value_at(latest[capable_metric].get((host, gpu)), t, config.missing_after_s)
+            util = _value_at(latest[UTIL].get((host, gpu)), t, config.missing_after_s)
+            current = float(now.v[-1])
+            if capable is None or current >= capable or util is None or util < config.pcie_busy_util_pct:
+                continue
+            checks.append(_gpu_link_check(rule, host, gpu, now, current, capable, util))
+    return checks
+
+
+def _gpu_link_check(
+    rule: HealthRuleId, host: str, gpu: str, s: _Series, current: float, capable: float, util: float
+) -> Check:
+    width = rule == "pcie_width"
+    shown = f"x{current:.0f} of x{capable:.0f}" if width else f"Gen {current:.0f} of {capable:.0f}"
+    return Check(
+        node=host,
+        rule=rule,
+        verdict="drain" if width else "warn",
+        title=f"GPU {gpu} PCIe link {shown} at {util:.0f} % utilisation",
+        evidence={
+            "gpu": gpu,
+            "part": "gpu",
+            "pci_bus_id": s.labels.get("pci_bus_id"),
+            "name": s.labels.get("modelName"),
+            "width" if width else "gen": current,
+            "width_max" if width else "gen_max": capable,
+            "gpu_util_pct": util,
+            "t_last": float(s.t[-1]),
+        },
+    )
+
+
+def _check_lspci_links(table: pa.Table) -> list[Check]:
     """lspci's links: a GPU or HCA with fewer lanes than it can train, an HCA slower than it can train."""
     latest = {m: _latest_by(table, m, "bdf") for m in PCIE_METRICS}
     checks = []
@@ -1212,15 +1339,7 @@ def passive_checks(
         *_check_threshold(
             samples, REMAP_PENDING, rule="row_remap", verdict="warn", what="row remap pending (reset the GPU)"
         ),
-        *_check_threshold(
-            samples,
-            PCIE_REPLAY,
-            rule="pcie_replay",
-            verdict="warn",
-            what="PCIe replays",
-            grew=True,
-            min_value=config.pcie_replay_warn - 1,
-        ),
+        *_check_pcie_replay(samples, config),
         *_check_throttle(samples, config),
         *_check_threshold(
             samples,
@@ -1253,7 +1372,7 @@ def passive_checks(
         *_check_gpu_activity(samples, config),
         *_check_missing(samples, config),
         *_check_storage(samples, config),
-        *_check_pcie(samples),
+        *_check_pcie(samples, config),
         *_check_clock(samples, config),
         *_check_kernel(events),
         *_check_units(samples, config),
@@ -1285,6 +1404,8 @@ def _rules_with_data(samples: pa.Table, events: Sequence[Event]) -> dict[str, se
         NVME_MEDIA_ERRORS: "nvme_media_errors",
         vocab.PCIE_LINK_WIDTH: "pcie_width",
         vocab.PCIE_LINK_SPEED_GTS: "pcie_speed",
+        vocab.DCGM_FI_DEV_PCIE_LINK_WIDTH: "pcie_width",
+        vocab.DCGM_FI_DEV_PCIE_LINK_GEN: "pcie_gen",
         vocab.CHRONY_TRACKING_SYSTEM_TIME_SECONDS: "clock_offset",
         vocab.CHRONY_TRACKING_LEAP_STATUS: "clock_unsynchronised",
         vocab.SYSTEMD_UNITS_FAILED: "failed_units",

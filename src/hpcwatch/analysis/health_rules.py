@@ -73,9 +73,10 @@ HealthRuleId = Literal[
     "nvme_wear",
     "nvme_media_errors",
     "nvme_temperature",
-    # the host: PCIe links of GPUs and HCAs (lspci -vv)
+    # the host: PCIe links of GPUs and HCAs (lspci -vv; the GPU's own report: nvidia-smi -q, dcgm-exporter)
     "pcie_width",
     "pcie_speed",
+    "pcie_gen",
     # the host: its clock (chronyc tracking)
     "clock_offset",
     "clock_unsynchronised",
@@ -128,6 +129,14 @@ _PCIE_LINK = "PCI Express Base Specification, Link Capabilities / Link Status re
 _NVSMI_PCIE = (
     "nvidia-smi(1), 'PCI' > 'GPU Link Info': the current link generation and width may be reduced when the GPU "
     "is not in use"
+)
+_DCGM_PCIE = (
+    "https://docs.nvidia.com/datacenter/dcgm/latest/reference/diagnostics/plugins/pcie.html (DCGM's PCIe plugin "
+    "flags link downtraining while it drives the link itself)"
+)
+_DCGM_REPLAY = (
+    "NVIDIA/DCGM DCGM_LIMIT_MAX_PCIREPLAY_RATE: '8 replays per minute is the maximum recommended by RM' (the PCIe "
+    "health watch's DCGM_FR_PCI_REPLAY_RATE)"
 )
 _CHRONYC = "https://chrony-project.org/doc/4.6/chronyc.html (tracking: System time, Leap status)"
 _CHRONY_MAKESTEP = (
@@ -266,12 +275,14 @@ HEALTH_RULES: tuple[HealthRule, ...] = (
     _r(
         id="pcie_replay",
         family="gpu",
-        sources=("prometheus",),
-        signal=vocab.DCGM_FI_DEV_PCIE_REPLAY_COUNTER,
+        sources=("prometheus", "nvidia-smi-xml"),
+        signal=f"{vocab.DCGM_FI_DEV_PCIE_REPLAY_COUNTER} (dcgm-exporter; nvidia-smi -q's PCI > Replays Since Reset, "
+        "<replay_counter>)",
         severity="medium",
         actions=("warn",),
-        threshold="grew by >= {pcie_replay_warn} in the window",
-        citation=f"{_DCGM_FIELDS}; the count is {_OURS}",
+        threshold="grew by >= {pcie_replay_warn} in the window (stricter than DCGM's 8 a minute over any window past "
+        "75 s; the evidence says whether DCGM's rate was passed too)",
+        citation=f"{_DCGM_FIELDS}; {_DCGM_REPLAY}; the count is {_OURS}",
     ),
     _r(
         id="throttle",
@@ -551,13 +562,16 @@ HEALTH_RULES: tuple[HealthRule, ...] = (
     _r(
         id="pcie_width",
         family="pcie",
-        sources=("lspci-vv",),
+        sources=("lspci-vv", "nvidia-smi-xml", "nvidia-smi-csv", "prometheus"),
         signal="pcie_link_width vs pcie_link_width_max (LnkSta vs LnkCap Width) of GPUs (vendor 10de, VGA / 3D "
-        "controller) and HCAs (vendor 15b3)",
+        "controller) and HCAs (vendor 15b3); a GPU's own DCGM_FI_DEV_PCIE_LINK_WIDTH vs _MAX_LINK_WIDTH (nvidia-smi "
+        "-q's GPU Link Info > Link Width, dcgm-exporter) beside its DCGM_FI_DEV_GPU_UTIL",
         severity="high",
         actions=("drain",),
-        threshold="fewer lanes trained than the device is capable of (x8 of x16 halves its bandwidth; x0: link down)",
-        citation=f"{_PCIE_LINK}; {_GCM_PCI}",
+        threshold="fewer lanes trained than the device is capable of (x8 of x16 halves its bandwidth; x0: link down); "
+        "the GPU's own report is judged at >= {pcie_busy_util_pct} % utilisation only; a GPU both sources find narrow "
+        "is one check",
+        citation=f"{_PCIE_LINK}; {_GCM_PCI}; {_NVSMI_PCIE}",
     ),
     _r(
         id="pcie_speed",
@@ -569,6 +583,18 @@ HEALTH_RULES: tuple[HealthRule, ...] = (
         threshold="an HCA trained under its capable speed (a slot or riser of an older generation gives the same "
         "reading); GPUs are not judged on speed: an idle GPU drops to 2.5 GT/s by design",
         citation=f"{_PCIE_LINK}; {_GCM_PCI}; {_NVSMI_PCIE}",
+    ),
+    _r(
+        id="pcie_gen",
+        family="pcie",
+        sources=("nvidia-smi-xml", "nvidia-smi-csv", "prometheus"),
+        signal="DCGM_FI_DEV_PCIE_LINK_GEN vs DCGM_FI_DEV_PCIE_MAX_LINK_GEN (nvidia-smi -q's GPU Link Info > PCIe "
+        "Generation Current / Max; Max is what the GPU and its slot both allow) beside DCGM_FI_DEV_GPU_UTIL",
+        severity="medium",
+        actions=("warn",),
+        threshold="a lower generation than Max while the GPU is >= {pcie_busy_util_pct} % busy (an idle GPU drops to "
+        "Gen 1 to save power: not judged)",
+        citation=f"{_NVSMI_PCIE}; {_DCGM_PCIE}; the utilisation is {_OURS}",
     ),
     _r(
         id="clock_offset",

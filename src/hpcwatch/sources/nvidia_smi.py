@@ -14,6 +14,18 @@ hpcwatch sees one vocabulary (https://docs.nvidia.com/datacenter/dcgm/latest/dcg
     clocks.sm / <sm_clock>                 -> DCGM_FI_DEV_SM_CLOCK     (MHz)
     clocks.mem / <mem_clock>               -> DCGM_FI_DEV_MEM_CLOCK    (MHz)
 
+and, from the XML's ``<pci>`` ("PCI" > "GPU Link Info" in ``nvidia-smi -q``):
+
+    <current_link_gen> / <max_link_gen>     -> DCGM_FI_DEV_PCIE_LINK_GEN / _MAX_LINK_GEN     (1-6)
+    <current_link_width> / <max_link_width> -> DCGM_FI_DEV_PCIE_LINK_WIDTH / _MAX_LINK_WIDTH (lanes, "16x")
+      (CSV: pcie.link.gen.current / .max, pcie.link.width.current / .max)
+    <replay_counter>                        -> DCGM_FI_DEV_PCIE_REPLAY_COUNTER (since the driver loaded)
+
+``max_*`` is what this GPU *and its slot* allow (nvidia-smi(1): a Gen4 GPU in a Gen3 slot says 3), so a
+current value under it is a link trained below what both ends can do. The current generation and width "may
+be reduced when the GPU is not in use": the reader keeps them as printed, ``analysis.health`` judges them only
+beside a busy utilisation of the same snapshot. ``<tx_util>`` / ``<rx_util>`` (KB/s over 20 ms) are skipped.
+
 Labels as dcgm-exporter's: ``gpu`` (index), ``UUID``, ``modelName``,
 ``pci_bus_id``, ``DCGM_FI_DRIVER_VERSION`` and ``Hostname`` when given. The XML's
 compute processes become ``Event(kind="gpu_process")`` with pid, name, type and
@@ -33,7 +45,7 @@ per-instance utilisation. A compute process's event carries its ``gpu_instance_i
 ``compute_instance_id`` when the GPU is in MIG mode (else nvidia-smi writes N/A, left out).
 
 Not checked: fields not listed above (skipped), that the units are the ones
-nvidia-smi always prints (MiB, W, C, MHz, %). A CSV with
+nvidia-smi always prints (MiB, W, C, MHz, %, x for lanes). A CSV with
 both ``power.draw`` and ``power.draw.instant`` gives one power sample (the instant one); a CSV
 without ``index`` is a ParseError (a row's position is not its GPU in a log of repeated queries).
 The XML is parsed with the standard library's expat, which fetches no external
@@ -84,6 +96,10 @@ QUERY_FIELDS = {
     "clocks.current.sm": vocab.DCGM_FI_DEV_SM_CLOCK,
     "clocks.mem": vocab.DCGM_FI_DEV_MEM_CLOCK,
     "clocks.current.memory": vocab.DCGM_FI_DEV_MEM_CLOCK,
+    "pcie.link.gen.current": vocab.DCGM_FI_DEV_PCIE_LINK_GEN,
+    "pcie.link.gen.max": vocab.DCGM_FI_DEV_PCIE_MAX_LINK_GEN,
+    "pcie.link.width.current": vocab.DCGM_FI_DEV_PCIE_LINK_WIDTH,
+    "pcie.link.width.max": vocab.DCGM_FI_DEV_PCIE_MAX_LINK_WIDTH,
 }
 #: --query-gpu field -> dcgm-exporter label.
 #: Of two fields for one metric, the lower sorts first and wins: the XML reader also prefers the instant power
@@ -109,8 +125,13 @@ _XML_FIELDS = (
     ("temperature/memory_temp", vocab.DCGM_FI_DEV_MEMORY_TEMP),
     ("clocks/sm_clock", vocab.DCGM_FI_DEV_SM_CLOCK),
     ("clocks/mem_clock", vocab.DCGM_FI_DEV_MEM_CLOCK),
+    ("pci/pci_gpu_link_info/pcie_gen/current_link_gen", vocab.DCGM_FI_DEV_PCIE_LINK_GEN),
+    ("pci/pci_gpu_link_info/pcie_gen/max_link_gen", vocab.DCGM_FI_DEV_PCIE_MAX_LINK_GEN),
+    ("pci/pci_gpu_link_info/link_widths/current_link_width", vocab.DCGM_FI_DEV_PCIE_LINK_WIDTH),
+    ("pci/pci_gpu_link_info/link_widths/max_link_width", vocab.DCGM_FI_DEV_PCIE_MAX_LINK_WIDTH),
+    ("pci/replay_counter", vocab.DCGM_FI_DEV_PCIE_REPLAY_COUNTER),
 )
-_READING_RE = re.compile(r"\s*([-+]?[0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)\s*(?:%|MiB|W|C|MHz|KiB|GiB)?\s*\Z")
+_READING_RE = re.compile(r"\s*([-+]?[0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)\s*(?:%|MiB|W|C|MHz|KiB|GiB|x)?\s*\Z")
 _MISSING = ("N/A", "[N/A]", "[Not Supported]", "Not Supported", "[Unknown Error]", "")
 
 
