@@ -51,6 +51,7 @@ from hpcwatch.sources import (
     lustre,
     mapping,
     nvidia_smi,
+    ofed_info,
     opensm,
     osv,
     prometheus_text,
@@ -229,6 +230,15 @@ CASES = [
         chrony.read_chronyc_tracking,
         3,
         "System time",
+    ),
+    # ofed_info without -s: its package list after the version line.
+    (
+        "ofed-info-full-listing",
+        "ofed.txt",
+        b"MLNX_OFED_LINUX-23.07-0.5.1.2 (OFED-23.07-0.5.1):\n\nclusterkit:\n",
+        ofed_info.read_ofed_info,
+        1,
+        "not an ofed_info -s line",
     ),
     # A kernel log whose Xid code passes 64 bits.
     (
@@ -993,6 +1003,7 @@ PARSERS = {
     "smartctl-json": lambda text: list(smartctl.parse_smartctl_json(text, t=0)),
     "lspci-vv": lambda text: list(lspci.parse_lspci_vv(text)),
     "chronyc-tracking": lambda text: list(chrony.parse_chronyc_tracking(text)),
+    "ofed-info": lambda text: list(ofed_info.parse_ofed_info(text)),
     "kernel-log": lambda text: list(kernel_log.parse_kernel_log(text)),
     "systemctl-json": lambda text: list(systemd_units.parse_systemctl_json(text)),
     "ipmitool-sel": lambda text: list(ipmitool.parse_ipmitool_sel(text)),
@@ -1009,6 +1020,7 @@ _SEEDS = [
     "<nvidia_smi_log><gpu><fb_memory_usage><used>4 MiB</used></fb_memory_usage></gpu></nvidia_smi_log>",
     "index, utilization.gpu [%]\n0, 5 %\n",
     'up{a="1"} 1 1000\n# TYPE up gauge\n',
+    "MLNX_OFED_LINUX-23.07-0.5.1.2:\n",
 ]
 _ALPHABET = st.sampled_from(list("{}[]()\",:=-_.0123456789 \n\tabcJobIdPortCA<>/#%'+eNaInf\\") + ["\x00", "é"])
 
@@ -1123,6 +1135,7 @@ BYTE_READERS = {
     "smartctl-json": smartctl.read_smartctl_json,
     "lspci-vv": lspci.read_lspci_vv,
     "chronyc-tracking": chrony.read_chronyc_tracking,
+    "ofed-info": ofed_info.read_ofed_info,
     "kernel-log": kernel_log.read_kernel_log,
     "systemctl-json": systemd_units.read_systemctl_json,
     "ipmitool-sel": ipmitool.read_ipmitool_sel,

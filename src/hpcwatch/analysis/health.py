@@ -52,6 +52,10 @@ __all__ = [
     "active_checks",
     "nccl_log_checks",
     "version_checks",
+    "FleetSource",
+    "FLEET_SOURCES",
+    "FLEET_RULES",
+    "FLEET_METRICS",
     "judge",
     "health_report",
     "worst",
@@ -255,6 +259,10 @@ PASSIVE_METRICS: tuple[str, ...] = (
     *CLOCK_METRICS,
     *SERVICE_METRICS,
     BMC_STATUS,
+    # the fleet rules' versions (FLEET_SOURCES): node-exporter's uname and HCA info, ibstat's, ofed_info -s
+    vocab.NODE_UNAME_INFO,
+    vocab.NODE_INFINIBAND_INFO,
+    vocab.OFED_INFO,
 )
 
 
@@ -969,15 +977,19 @@ def _value_at(s: _Series | None, t: float, within_s: float) -> float | None:
     return float(s.v[i]) if i >= 0 and t - s.t[i] <= within_s else None
 
 
+#: The GPU's link rules: (rule, the current reading, the most the GPU and its slot allow).
+_GPU_LINK_RULES: tuple[tuple[HealthRuleId, str, str], ...] = (
+    ("pcie_width", vocab.DCGM_FI_DEV_PCIE_LINK_WIDTH, vocab.DCGM_FI_DEV_PCIE_MAX_LINK_WIDTH),
+    ("pcie_gen", vocab.DCGM_FI_DEV_PCIE_LINK_GEN, vocab.DCGM_FI_DEV_PCIE_MAX_LINK_GEN),
+)
+
+
 def _check_gpu_links(table: pa.Table, config: HealthConfig) -> list[Check]:
     """The GPU's own link report under load: fewer lanes than it and its slot allow (``pcie_width``), or a lower
     generation (``pcie_gen``). Readings beside an idle or unknown utilisation are not judged (nvidia-smi(1))."""
     latest = {m: _latest_by(table, m, "gpu") for m in (*GPU_PCIE_METRICS, UTIL)}
     checks = []
-    for rule, metric, capable_metric in (
-        ("pcie_width", vocab.DCGM_FI_DEV_PCIE_LINK_WIDTH, vocab.DCGM_FI_DEV_PCIE_MAX_LINK_WIDTH),
-        ("pcie_gen", vocab.DCGM_FI_DEV_PCIE_LINK_GEN, vocab.DCGM_FI_DEV_PCIE_MAX_LINK_GEN),
-    ):
+    for rule, metric, capable_metric in _GPU_LINK_RULES:
         for (host, gpu), now in sorted(latest[metric].items()):
             t = float(now.t[-1])
             capable = _value_at(latest[capable_metric].get((host, gpu)), t, config.missing_after_s)
@@ -1244,48 +1256,110 @@ def _check_psu_fan(table: pa.Table) -> list[Check]:
     ]
 
 
-#: The sample labels naming a version the fleet rules compare across a partition -> the rule comparing it.
-FLEET_LABEL_RULES: dict[str, HealthRuleId] = {
-    vocab.DCGM_FI_DRIVER_VERSION: "driver_mismatch",  # dcgm-exporter, nvidia-smi: every GPU sample
-    "driver_version": "driver_mismatch",  # device-metrics-exporter, rocm-smi: the amdgpu driver
-    "vbios_version": "firmware_mismatch",  # device-metrics-exporter: the GPU's VBIOS
-}
-#: label -> (the vendor label its samples must carry, "" for any; the words a title names it by).
-FLEET_LABELS: dict[str, tuple[str, str]] = {
-    vocab.DCGM_FI_DRIVER_VERSION: ("", "NVIDIA driver"),
-    "driver_version": ("amd", "AMD GPU driver"),
-    "vbios_version": ("amd", "AMD GPU VBIOS"),
-}
+@dataclass(frozen=True, slots=True)
+class FleetSource:
+    """Where a fleet rule finds one component's version: a label of the samples (of ``metric`` only, or of any
+    sample carrying it), on nodes whose ``vendor`` label is ``vendor`` when one is given."""
+
+    rule: HealthRuleId
+    words: str
+    """How a title names the component ("NVIDIA driver")."""
+    label: str
+    metric: str | None = None
+    vendor: str = ""
+    prefix_label: str = ""
+    """A label whose value prefixes the version (an HCA's type: firmware is compared model by model)."""
 
 
-def _label_versions(table: pa.Table, sources: tuple[tuple[str, str, str], ...]) -> dict[str, set[str]]:
-    """host -> the versions its samples name under the labels of ``sources`` ("<words> <version>")."""
+#: Every version the fleet rules compare across the nodes of a partition, by rule (``FLEET_RULES``).
+FLEET_SOURCES: tuple[FleetSource, ...] = (
+    FleetSource(rule="driver_mismatch", words="NVIDIA driver", label=vocab.DCGM_FI_DRIVER_VERSION),  # dcgm-exp., smi
+    FleetSource(rule="driver_mismatch", words="AMD GPU driver", label="driver_version", vendor="amd"),
+    FleetSource(rule="firmware_mismatch", words="AMD GPU VBIOS", label="vbios_version", vendor="amd"),
+    FleetSource(rule="firmware_mismatch", words="NVIDIA GPU VBIOS", label=vocab.DCGM_FI_DEV_VBIOS_VERSION),
+    FleetSource(rule="kernel_mismatch", words="kernel", label="release", metric=vocab.NODE_UNAME_INFO),
+    FleetSource(rule="cuda_mismatch", words="CUDA (driver)", label="cuda_version"),  # nvidia-smi -q -x
+    FleetSource(rule="ofed_mismatch", words="OFED", label="version", metric=vocab.OFED_INFO),  # ofed_info -s
+    FleetSource(
+        rule="hca_firmware_mismatch",
+        words="HCA firmware",
+        label="firmware_version",
+        metric=vocab.NODE_INFINIBAND_INFO,  # ibstat, node-exporter
+        prefix_label="hca_type",
+    ),
+)
+#: The attrs of NCCL's rank events (sources.nccl_log) the fleet rules compare -> the rule comparing them.
+NCCL_FLEET_ATTRS: dict[str, HealthRuleId] = {"version": "nccl_fleet_mismatch", "cuda_driver": "cuda_mismatch"}
+#: The fleet rules, in the order they are judged.
+FLEET_RULES: tuple[HealthRuleId, ...] = tuple(
+    dict.fromkeys([*(src.rule for src in FLEET_SOURCES), *NCCL_FLEET_ATTRS.values()])
+)
+#: Metrics the fleet rules read besides the GPU samples' labels (fetch these too).
+FLEET_METRICS: tuple[str, ...] = tuple(dict.fromkeys(src.metric for src in FLEET_SOURCES if src.metric))
+_ALL_NODES = "(all nodes)"
+
+
+def _source_versions(table: pa.Table, src: FleetSource) -> dict[str, set[str]]:
+    """host -> the versions its samples name under ``src`` ("<words> <version>")."""
     out: dict[str, set[str]] = defaultdict(set)
     if table.num_rows == 0 or "labels" not in table.column_names:
         return out
-    for label, vendor, words in sources:
-        sub = table.filter(pc.match_substring(table["labels"], f'"{label}"'))
-        pairs = sub.select(["host", "labels"]).group_by(["host", "labels"]).aggregate([])
-        for host, raw in zip(pairs["host"].to_pylist(), pairs["labels"].to_pylist()):
-            labels = orjson.loads(raw or "{}")
-            version = labels.get(label) if host and (not vendor or labels.get("vendor") == vendor) else None
-            if version:
-                out[host].add(f"{words} {version}")
+    sub = table.filter(pc.match_substring(table["labels"], f'"{src.label}"'))
+    if src.metric is not None:
+        sub = sub.filter(pc.equal(sub["metric"], src.metric))
+    pairs = sub.select(["host", "labels"]).group_by(["host", "labels"]).aggregate([])
+    for host, raw in zip(pairs["host"].to_pylist(), pairs["labels"].to_pylist()):
+        labels = orjson.loads(raw or "{}")
+        version = labels.get(src.label) if host and (not src.vendor or labels.get("vendor") == src.vendor) else None
+        if version:
+            prefix = f"{labels.get(src.prefix_label)} " if src.prefix_label and labels.get(src.prefix_label) else ""
+            out[host].add(f"{src.words} {prefix}{version}")
     return out
 
 
-def version_checks(samples: pa.Table, partitions: Mapping[str, str] | None = None) -> list[Check]:
-    """Nodes of one partition (``partitions``: node -> partition; absent nodes form one group) whose GPU driver
-    (NVIDIA's or AMD's) or GPU firmware differs from the one most of the partition's nodes run
-    (``FLEET_LABEL_RULES``). Judged over every node at once: pass the samples of all hosts
-    (``DCGM_FI_DEV_GPU_UTIL`` is enough), not one node's."""
+def _cuda_from_driver(number: Any) -> str | None:
+    """NCCL's ``cudaDriverVersion 12020`` -> ``12.2`` (cudaDriverGetVersion: 1000 × major + 10 × minor)."""
+    if isinstance(number, bool) or not isinstance(number, int) or number <= 0:
+        return None
+    return f"{number // 1000}.{number % 1000 // 10}"
+
+
+def _nccl_versions(events: Sequence[Event]) -> dict[str, dict[str, set[str]]]:
+    """``NCCL_FLEET_ATTRS`` attr -> host -> what its NCCL ranks say: the newest NCCL version (a node runs the jobs
+    it is given: its last one speaks for it now), and every CUDA driver version printed."""
+    newest: dict[str, tuple[float, str]] = {}
+    cuda: dict[str, set[str]] = defaultdict(set)
+    for e in events:
+        host = e.attrs.get("host")
+        if e.kind != EventKind.NCCL_RANK or not host:
+            continue
+        if e.attrs.get("version") and (str(host) not in newest or e.t >= newest[str(host)][0]):
+            newest[str(host)] = (e.t, f"NCCL {e.attrs['version']}")
+        if (driver := _cuda_from_driver(e.attrs.get("cuda_driver"))) is not None:
+            cuda[str(host)].add(f"CUDA (driver) {driver}")
+    return {"version": {host: {version} for host, (_, version) in newest.items()}, "cuda_driver": cuda}
+
+
+def version_checks(
+    samples: pa.Table, partitions: Mapping[str, str] | None = None, events: Sequence[Event] = ()
+) -> list[Check]:
+    """Nodes of one partition (``partitions``: node -> partition; absent nodes form one group) whose GPU driver,
+    GPU VBIOS, kernel, CUDA, NCCL, OFED or HCA firmware differs from the one most of the partition's nodes run
+    (``FLEET_SOURCES``; NCCL and CUDA also from ``events``' NCCL ranks). Judged over every node at once: pass
+    the samples and events of all hosts, not one node's. One check per odd node (a node's verdict is its own),
+    each naming the partition's majority and all its odd nodes."""
+    by_rule: dict[HealthRuleId, dict[str, set[str]]] = {rule: defaultdict(set) for rule in FLEET_RULES}
+    for src in FLEET_SOURCES:
+        for host, found in _source_versions(samples, src).items():
+            by_rule[src.rule][host] |= found
+    for attr, found_by_host in _nccl_versions(events).items():
+        for host, found in found_by_host.items():
+            by_rule[NCCL_FLEET_ATTRS[attr]][host] |= found
     checks = []
-    for rule in dict.fromkeys(FLEET_LABEL_RULES.values()):
-        sources = tuple((label, *FLEET_LABELS[label]) for label, r in FLEET_LABEL_RULES.items() if r == rule)
-        versions = _label_versions(samples, sources)
+    for rule, versions in by_rule.items():
         groups: dict[str, list[str]] = defaultdict(list)
         for host in versions:
-            groups[(partitions or {}).get(host, "(all nodes)")].append(host)
+            groups[(partitions or {}).get(host, _ALL_NODES)].append(host)
         for partition, hosts in sorted(groups.items()):
             checks += _odd_ones(rule, partition, {h: ",".join(sorted(versions[h])) for h in hosts})
     return checks
@@ -1303,17 +1377,26 @@ def _odd_ones(rule: HealthRuleId, partition: str, mine: dict[str, str]) -> list[
     top = max(counts.values())
     majority = sorted(v for v, n in counts.items() if n == top)
     common = majority[0] if len(majority) == 1 else None
+    odd = sorted(host for host, version in mine.items() if version != common)
+    shown = ", ".join(odd[:5]) + (f" and {len(odd) - 5} more" if len(odd) > 5 else "")
+    where = "the whole fleet" if partition == _ALL_NODES else f"partition {partition}"
     return [
         Check(
             node=host,
             rule=rule,
             verdict="warn",
-            title=f"{version} differs from partition {partition}'s "
-            + (f"{common}" if common else "nodes (" + ", ".join(sorted(counts)) + ")"),
-            evidence={"partition": partition, "version": version, "partition_versions": dict(counts)},
+            title=f"{mine[host]} differs from {where}'s "
+            + (f"{common} ({top} of {len(mine)} nodes)" if common else "nodes (" + ", ".join(sorted(counts)) + ")")
+            + f"; odd: {shown}",
+            evidence={
+                "partition": partition,
+                "version": mine[host],
+                "majority": common,
+                "odd_nodes": odd,
+                "partition_versions": dict(counts),
+            },
         )
-        for host, version in sorted(mine.items())
-        if version != common
+        for host in odd
     ]
 
 
@@ -1659,5 +1742,5 @@ def health_report(
     checks = passive_checks(samples, events, config=config, link=link) + active_checks(
         events, config=config, link=link, nccl_checks=nccl_checks
     )
-    checks += list(fleet_checks) if fleet_checks is not None else version_checks(samples, partitions)
+    checks += list(fleet_checks) if fleet_checks is not None else version_checks(samples, partitions, events)
     return judge(checks, samples=samples, events=events, nodes=nodes)

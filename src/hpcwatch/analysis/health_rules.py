@@ -94,6 +94,11 @@ HealthRuleId = Literal[
     # the fleet: nodes of one partition that should match
     "driver_mismatch",
     "firmware_mismatch",
+    "kernel_mismatch",
+    "cuda_mismatch",
+    "nccl_fleet_mismatch",
+    "ofed_mismatch",
+    "hca_firmware_mismatch",
 ]
 HealthFamily = Literal[
     "gpu", "fabric", "benchmark", "nccl", "storage", "pcie", "clock", "kernel", "services", "bmc", "fleet"
@@ -137,6 +142,16 @@ _DCGM_PCIE = (
 _DCGM_REPLAY = (
     "NVIDIA/DCGM DCGM_LIMIT_MAX_PCIREPLAY_RATE: '8 replays per minute is the maximum recommended by RM' (the PCIe "
     "health watch's DCGM_FR_PCI_REPLAY_RATE)"
+)
+_NVSMI_Q = "nvidia-smi(1), -q: Driver Version, CUDA Version, VBIOS Version"
+_NODE_UNAME = "https://github.com/prometheus/node_exporter collector/uname.go (node_uname_info: release = uname -r)"
+_NODE_IB = (
+    "https://github.com/prometheus/node_exporter collector/infiniband_linux.go (node_infiniband_info: "
+    "firmware_version, hca_type)"
+)
+_NHC_OFED = (
+    "https://github.com/mej/nhc (check_hw_ib: 'Version mismatch between kernel OFED drivers and userspace OFED "
+    "libraries'); ofed_info -s"
 )
 _CHRONYC = "https://chrony-project.org/doc/4.6/chronyc.html (tracking: System time, Leap status)"
 _CHRONY_MAKESTEP = (
@@ -726,14 +741,72 @@ HEALTH_RULES: tuple[HealthRule, ...] = (
     _r(
         id="firmware_mismatch",
         family="fleet",
-        sources=("amd-device-metrics",),
-        signal="the vbios_version label of device-metrics-exporter's GPU samples (AMD GPU firmware), grouped as "
-        "driver_mismatch groups",
+        sources=("amd-device-metrics", "nvidia-smi-xml"),
+        signal="the vbios_version label of device-metrics-exporter's GPU samples (AMD GPU firmware), the "
+        "DCGM_FI_DEV_VBIOS_VERSION label of nvidia-smi -q -x's (<vbios_version>), grouped as driver_mismatch groups",
         severity="low",
         actions=("warn",),
         threshold="a node whose GPU VBIOS differs from the one most nodes of its partition run (a tie warns every "
         "node)",
-        citation=f"{_AMD_METRICS} (the exporter's vbios_version label); comparing it is {_OURS}",
+        citation=f"{_AMD_METRICS} (the exporter's vbios_version label); {_NVSMI_Q} (VBIOS Version); comparing it "
+        f"is {_OURS}",
+    ),
+    _r(
+        id="kernel_mismatch",
+        family="fleet",
+        sources=("prometheus",),
+        signal="the release label of node-exporter's node_uname_info (uname -r), grouped as driver_mismatch groups",
+        severity="medium",
+        actions=("warn",),
+        threshold="a node whose kernel release differs from the one most nodes of its partition run (a tie warns "
+        "every node)",
+        citation=f"{_NODE_UNAME}; a kernel differs in its drivers (the GPU driver's and OFED's modules are built for "
+        f"it); comparing it is {_OURS}",
+    ),
+    _r(
+        id="cuda_mismatch",
+        family="fleet",
+        sources=("nvidia-smi-xml", "nccl-log"),
+        signal="the CUDA version the GPU driver supports: nvidia-smi -q's CUDA Version (<cuda_version>, the "
+        "cuda_version label), NCCL's 'cudaDriverVersion 12020' (= 12.2)",
+        severity="medium",
+        actions=("warn",),
+        threshold="a node whose driver's CUDA version differs from its partition's majority (a tie warns every node)",
+        citation=f"{_NVSMI_Q} (CUDA Version); {_NCCL_ENV}; comparing it is {_OURS}",
+    ),
+    _r(
+        id="nccl_fleet_mismatch",
+        family="fleet",
+        sources=("nccl-log",),
+        signal="the NCCL version of the newest NCCL_DEBUG=INFO rank log of each host ('NCCL version 2.19.3+cuda12.3')",
+        severity="low",
+        actions=("warn",),
+        threshold="a node whose newest NCCL differs from its partition's majority (a job that brings its own NCCL in "
+        "a container shows here too; within one job nccl_version_mismatch judges)",
+        citation=f"{_NCCL_ENV}; comparing it across a partition is {_OURS}",
+    ),
+    _r(
+        id="ofed_mismatch",
+        family="fleet",
+        sources=("ofed-info",),
+        signal="ofed_info -s (MLNX_OFED_LINUX-23.07-0.5.1.2, DOCA-Host's OFED-internal-...), the ofed_info sample's "
+        "version label",
+        severity="medium",
+        actions=("warn",),
+        threshold="a node whose OFED differs from its partition's majority (a tie warns every node)",
+        citation=f"{_NHC_OFED}; comparing it is {_OURS}",
+    ),
+    _r(
+        id="hca_firmware_mismatch",
+        family="fleet",
+        sources=("ibstat", "prometheus"),
+        signal="each HCA's firmware with its type: ibstat's 'CA type' and 'Firmware version', node-exporter's "
+        "node_infiniband_info{hca_type, firmware_version}",
+        severity="low",
+        actions=("warn",),
+        threshold="a node whose HCAs' firmware (per HCA type) differs from its partition's majority (a tie warns "
+        "every node)",
+        citation=f"ibstat(8); {_NODE_IB}; comparing it is {_OURS}",
     ),
 )
 HEALTH_RULE_IDS: tuple[HealthRuleId, ...] = tuple(r.id for r in HEALTH_RULES)

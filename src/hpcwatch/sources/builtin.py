@@ -595,6 +595,31 @@ register(
 )
 
 
+def _ofed_info(p: Path, c: ReadContext) -> Iterator[Sample]:
+    from hpcwatch.sources import ofed_info
+
+    return ofed_info.read_ofed_info(p, node=c.host)
+
+
+def _sniff_ofed_info(h: Head) -> bool:
+    from hpcwatch.sources import ofed_info
+
+    return ofed_info.is_ofed_info(h.text)
+
+
+register(
+    Format(
+        name="ofed-info",
+        sniff=_sniff_ofed_info,
+        read=_ofed_info,
+        kinds=S,
+        uses_host=True,
+        dated_by_file=True,
+        summary="ofed_info -s (the MLNX_OFED / DOCA-Host OFED version of a node)",
+    )
+)
+
+
 def _chrony(p: Path, c: ReadContext) -> Iterator[Sample]:
     from hpcwatch.sources import chrony
 

@@ -27,7 +27,9 @@ be reduced when the GPU is not in use": the reader keeps them as printed, ``anal
 beside a busy utilisation of the same snapshot. ``<tx_util>`` / ``<rx_util>`` (KB/s over 20 ms) are skipped.
 
 Labels as dcgm-exporter's: ``gpu`` (index), ``UUID``, ``modelName``,
-``pci_bus_id``, ``DCGM_FI_DRIVER_VERSION`` and ``Hostname`` when given. The XML's
+``pci_bus_id``, ``DCGM_FI_DRIVER_VERSION`` and ``Hostname`` when given; the XML adds ``DCGM_FI_DEV_VBIOS_VERSION``
+(``<vbios_version>``, the label dcgm-exporter gives that field) and ``cuda_version`` (``<cuda_version>``: the
+CUDA version the driver supports, nvidia-smi's header "CUDA Version"), which the fleet rules compare across nodes. The XML's
 compute processes become ``Event(kind="gpu_process")`` with pid, name, type and
 ``used_memory_bytes``: who holds which GPU memory, for the security checks.
 
@@ -112,6 +114,8 @@ _QUERY_LABELS = {
     "pci.bus_id": "pci_bus_id",
     "driver_version": vocab.DCGM_FI_DRIVER_VERSION,
 }
+#: dcgm-exporter label -> the XML element under <gpu> that gives it.
+_GPU_LABELS = (("UUID", "uuid"), ("modelName", "product_name"), (vocab.DCGM_FI_DEV_VBIOS_VERSION, "vbios_version"))
 #: XML element path under <gpu> -> DCGM field name; the first path present wins.
 _XML_FIELDS = (
     ("utilization/gpu_util", vocab.DCGM_FI_DEV_GPU_UTIL),
@@ -185,8 +189,8 @@ def _gpu_xml(
     gpu: ET.Element, index: int, common: dict[str, str], t: float, lines: dict[ET.Element, int], *, path: _Path
 ) -> Iterator[Sample | Event]:
     labels = {"gpu": str(index), **common}
-    for key, tag in (("UUID", "uuid"), ("modelName", "product_name")):
-        if value := (gpu.findtext(tag) or "").strip():
+    for key, tag in _GPU_LABELS:
+        if (value := (gpu.findtext(tag) or "").strip()) and value not in _MISSING:
             labels[key] = value
     if gpu.get("id"):
         labels["pci_bus_id"] = gpu.get("id", "")
@@ -274,6 +278,8 @@ def parse_nvidia_smi_xml(
     common = {"Hostname": hostname} if hostname else {}
     if driver := (root.findtext("driver_version") or "").strip():
         common[vocab.DCGM_FI_DRIVER_VERSION] = driver
+    if (cuda := (root.findtext("cuda_version") or "").strip()) and cuda not in _MISSING:
+        common["cuda_version"] = cuda
     for index, gpu in enumerate(root.iterfind("gpu")):
         yield from _gpu_xml(gpu, index, common, t, lines, path=path)
 
