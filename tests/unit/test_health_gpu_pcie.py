@@ -3,7 +3,8 @@
 Real captures (tests/data/SOURCES.md): a Tesla V100-PCIE at 91 % utilisation on Gen 3 x16 of Gen 3 x16, and a
 GTX 1660 Ti idle in P8 at Gen 1 of 3 (the power-saving drop nvidia-smi(1) warns of), both from GuanceCloud/datakit's
 test data. The degraded links are the busy V100's XML with ``current_link_width`` / ``current_link_gen`` edited in
-memory; the lspci capture is Neuropoly's 4 x RTX A6000 (tests/unit/test_lspci.py)."""
+memory; the lspci capture is Neuropoly's 4 x RTX A6000 (tests/unit/test_lspci.py). As text (``nvidia-smi -q``):
+an idle L4 at Gen 1 of 4 and x8 of x16, and 8 x H100 SXM with PCIe replays on three GPUs (thamada/nvidia-smi)."""
 
 from __future__ import annotations
 
@@ -13,7 +14,12 @@ from hpcwatch import vocab
 from hpcwatch.analysis.health import HealthConfig, health_report
 from hpcwatch.errors import ParseError
 from hpcwatch.sources.lspci import parse_lspci_vv
-from hpcwatch.sources.nvidia_smi import parse_nvidia_smi_xml, read_nvidia_smi_xml
+from hpcwatch.sources.nvidia_smi import (
+    parse_nvidia_smi_q,
+    parse_nvidia_smi_xml,
+    read_nvidia_smi_q,
+    read_nvidia_smi_xml,
+)
 from hpcwatch.store import Store
 from tests.conftest import DATA
 
@@ -119,3 +125,50 @@ def test_a_link_width_that_is_not_a_number_is_one_line_naming_file_and_line():
     assert "\n" not in message and str(V100_BUSY) in message
     wide = next(i for i, line in enumerate(text.splitlines(), 1) if "<current_link_width>wide" in line)
     assert err.value.line == wide
+
+
+# -- nvidia-smi -q as text ------------------------------------------------------------------------------------
+
+L4_IDLE = DATA / "nvidia_smi" / "nvidia_smi_q_l4_idle_gen1_x8_thamada.txt"
+H100_X8 = DATA / "nvidia_smi" / "nvidia_smi_q_h100sxm_x8_replays_thamada.txt"
+L4_UTIL = "        Gpu                               : 0 %"
+
+
+def test_the_text_report_gives_the_same_link_samples_and_versions_as_the_xml():
+    samples = list(read_nvidia_smi_q(L4_IDLE, hostname="l4"))
+    got = {s.metric: s.value for s in samples}
+    assert got[vocab.DCGM_FI_DEV_PCIE_LINK_GEN] == 1 and got[vocab.DCGM_FI_DEV_PCIE_MAX_LINK_GEN] == 4
+    assert got[vocab.DCGM_FI_DEV_PCIE_LINK_WIDTH] == 8 and got[vocab.DCGM_FI_DEV_PCIE_MAX_LINK_WIDTH] == 16
+    assert got[vocab.DCGM_FI_DEV_GPU_UTIL] == 0 and got[vocab.DCGM_FI_DEV_POWER_USAGE] == 16.47
+    assert samples[0].labels == {
+        "gpu": "0",
+        "Hostname": "l4",
+        "DCGM_FI_DRIVER_VERSION": "550.90.07",
+        "cuda_version": "12.4",
+        "pci_bus_id": "00000000:01:00.0",
+        "UUID": "GPU-453f8851-d1a3-e72d-4d85-3ef04418205b",
+        "modelName": "NVIDIA L4",
+        "DCGM_FI_DEV_VBIOS_VERSION": "95.04.29.00.06",
+    }
+
+
+def test_the_real_idle_l4_at_x8_and_gen1_is_not_judged_but_busy_it_would_drain():
+    """The L4 idles at Gen 1 of 4 and x8 of x16: NVIDIA's power saving, width included. Made busy in memory,
+    the same readings are a degraded link."""
+    assert _fired(_node(read_nvidia_smi_q(L4_IDLE, hostname="gpu07"))) == []
+    text = L4_IDLE.read_text()
+    assert text.count(L4_UTIL) == 1
+    busy = text.replace(L4_UTIL, "        Gpu                               : 97 %")
+    assert _fired(_node(parse_nvidia_smi_q(busy, hostname="gpu07"))) == [("pcie_gen", "warn"), ("pcie_width", "drain")]
+
+
+def test_the_h100_replay_counters_are_read_per_gpu():
+    samples = list(read_nvidia_smi_q(H100_X8, hostname="h100"))
+    replays = {s.labels["gpu"]: s.value for s in samples if s.metric == vocab.DCGM_FI_DEV_PCIE_REPLAY_COUNTER}
+    assert replays == {"0": 7, "1": 0, "2": 0, "3": 0, "4": 0, "5": 4, "6": 15, "7": 0}
+
+
+def test_text_that_is_not_nvidia_smi_q_is_one_line_naming_file_and_line():
+    with pytest.raises(ParseError) as err:
+        list(parse_nvidia_smi_q("Driver Version : 550\n", path="smi.txt"))
+    assert str(err.value).startswith("smi.txt:1: not nvidia-smi -q output") and "\n" not in str(err.value)

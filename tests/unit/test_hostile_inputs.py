@@ -231,6 +231,16 @@ CASES = [
         3,
         "System time",
     ),
+    # nvidia-smi -q whose link width is a word.
+    (
+        "nvidia-smi-q-width-word",
+        "smi.txt",
+        b"==============NVSMI LOG==============\n\nTimestamp : Mon Nov 18 12:16:13 2024\nGPU 00000000:00:04.0\n"
+        b"    PCI\n        GPU Link Info\n            Link Width\n                Max : wide\n",
+        nvidia_smi.read_nvidia_smi_q,
+        8,
+        "Link Width/Max",
+    ),
     # ofed_info without -s: its package list after the version line.
     (
         "ofed-info-full-listing",
@@ -998,6 +1008,7 @@ PARSERS = {
     "ibstat": lambda text: list(infiniband.parse_ibstat(text)),
     "lustre": lambda text: list(lustre.parse_job_stats(text, t=0)),
     "nvidia-smi-xml": lambda text: list(nvidia_smi.parse_nvidia_smi_xml(text, t=0)),
+    "nvidia-smi-q": lambda text: list(nvidia_smi.parse_nvidia_smi_q(text, t=0)),
     "nvidia-smi-csv": lambda text: list(nvidia_smi.parse_nvidia_smi_csv(text, t=0)),
     "mapping-file": lambda text: mapping.parse_job_mapping_file(text),
     "smartctl-json": lambda text: list(smartctl.parse_smartctl_json(text, t=0)),
@@ -1021,6 +1032,8 @@ _SEEDS = [
     "index, utilization.gpu [%]\n0, 5 %\n",
     'up{a="1"} 1 1000\n# TYPE up gauge\n',
     "MLNX_OFED_LINUX-23.07-0.5.1.2:\n",
+    "==============NVSMI LOG==============\nTimestamp : Mon Nov 18 12:16:13 2024\nGPU 00000000:00:04.0\n    PCI\n"
+    "        GPU Link Info\n            Link Width\n                Max : 16x\n",
 ]
 _ALPHABET = st.sampled_from(list("{}[]()\",:=-_.0123456789 \n\tabcJobIdPortCA<>/#%'+eNaInf\\") + ["\x00", "é"])
 
@@ -1131,6 +1144,7 @@ BYTE_READERS = {
     "ibstat": infiniband.read_ibstat,
     "lustre": lustre.read_job_stats,
     "nvidia-smi-xml": nvidia_smi.read_nvidia_smi_xml,
+    "nvidia-smi-q": nvidia_smi.read_nvidia_smi_q,
     "nvidia-smi-csv": nvidia_smi.read_nvidia_smi_csv,
     "smartctl-json": smartctl.read_smartctl_json,
     "lspci-vv": lspci.read_lspci_vv,

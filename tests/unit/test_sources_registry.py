@@ -66,6 +66,8 @@ from tests.conftest import DATA
         ("prometheus/node_uname_info_6_nodes_otel_atlhyper.prom", "prometheus"),
         ("nvidia_smi/nvidia_smi_q_v100_busy_gen3_x16_datakit.xml", "nvidia-smi-xml"),
         ("nvidia_smi/nvidia_smi_q_gtx1660ti_idle_gen1_datakit.xml", "nvidia-smi-xml"),
+        ("nvidia_smi/nvidia_smi_q_l4_idle_gen1_x8_thamada.txt", "nvidia-smi-q"),
+        ("nvidia_smi/nvidia_smi_q_h100sxm_x8_replays_thamada.txt", "nvidia-smi-q"),
         ("chrony/chronyc_tracking_not_synchronised_liaosirui.txt", "chronyc-tracking"),
         ("kernel_log/dmesg_T_nvrm_xid_31_48_gcm.txt", "kernel-log"),
         ("kernel_log/dmesg_t_hung_task_docker_npd.txt", "kernel-log"),

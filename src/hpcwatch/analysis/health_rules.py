@@ -290,7 +290,7 @@ HEALTH_RULES: tuple[HealthRule, ...] = (
     _r(
         id="pcie_replay",
         family="gpu",
-        sources=("prometheus", "nvidia-smi-xml"),
+        sources=("prometheus", "nvidia-smi-xml", "nvidia-smi-q"),
         signal=f"{vocab.DCGM_FI_DEV_PCIE_REPLAY_COUNTER} (dcgm-exporter; nvidia-smi -q's PCI > Replays Since Reset, "
         "<replay_counter>)",
         severity="medium",
@@ -577,7 +577,7 @@ HEALTH_RULES: tuple[HealthRule, ...] = (
     _r(
         id="pcie_width",
         family="pcie",
-        sources=("lspci-vv", "nvidia-smi-xml", "nvidia-smi-csv", "prometheus"),
+        sources=("lspci-vv", "nvidia-smi-xml", "nvidia-smi-q", "nvidia-smi-csv", "prometheus"),
         signal="pcie_link_width vs pcie_link_width_max (LnkSta vs LnkCap Width) of GPUs (vendor 10de, VGA / 3D "
         "controller) and HCAs (vendor 15b3); a GPU's own DCGM_FI_DEV_PCIE_LINK_WIDTH vs _MAX_LINK_WIDTH (nvidia-smi "
         "-q's GPU Link Info > Link Width, dcgm-exporter) beside its DCGM_FI_DEV_GPU_UTIL",
@@ -602,7 +602,7 @@ HEALTH_RULES: tuple[HealthRule, ...] = (
     _r(
         id="pcie_gen",
         family="pcie",
-        sources=("nvidia-smi-xml", "nvidia-smi-csv", "prometheus"),
+        sources=("nvidia-smi-xml", "nvidia-smi-q", "nvidia-smi-csv", "prometheus"),
         signal="DCGM_FI_DEV_PCIE_LINK_GEN vs DCGM_FI_DEV_PCIE_MAX_LINK_GEN (nvidia-smi -q's GPU Link Info > PCIe "
         "Generation Current / Max; Max is what the GPU and its slot both allow) beside DCGM_FI_DEV_GPU_UTIL",
         severity="medium",
@@ -727,7 +727,7 @@ HEALTH_RULES: tuple[HealthRule, ...] = (
     _r(
         id="driver_mismatch",
         family="fleet",
-        sources=("prometheus", "nvidia-smi-xml", "amd-device-metrics", "rocm-smi-json"),
+        sources=("prometheus", "nvidia-smi-xml", "nvidia-smi-q", "amd-device-metrics", "rocm-smi-json"),
         signal="the DCGM_FI_DRIVER_VERSION label (dcgm-exporter, nvidia-smi) or AMD's driver_version label "
         "(device-metrics-exporter, rocm-smi) of each node's GPU samples, grouped by the Slurm partition its jobs "
         "ran in (all nodes one group when the store holds no jobs)",
@@ -741,7 +741,7 @@ HEALTH_RULES: tuple[HealthRule, ...] = (
     _r(
         id="firmware_mismatch",
         family="fleet",
-        sources=("amd-device-metrics", "nvidia-smi-xml"),
+        sources=("amd-device-metrics", "nvidia-smi-xml", "nvidia-smi-q"),
         signal="the vbios_version label of device-metrics-exporter's GPU samples (AMD GPU firmware), the "
         "DCGM_FI_DEV_VBIOS_VERSION label of nvidia-smi -q -x's (<vbios_version>), grouped as driver_mismatch groups",
         severity="low",
@@ -766,7 +766,7 @@ HEALTH_RULES: tuple[HealthRule, ...] = (
     _r(
         id="cuda_mismatch",
         family="fleet",
-        sources=("nvidia-smi-xml", "nccl-log"),
+        sources=("nvidia-smi-xml", "nvidia-smi-q", "nccl-log"),
         signal="the CUDA version the GPU driver supports: nvidia-smi -q's CUDA Version (<cuda_version>, the "
         "cuda_version label), NCCL's 'cudaDriverVersion 12020' (= 12.2)",
         severity="medium",

@@ -482,6 +482,16 @@ register(
 )
 register(
     Format(
+        name="nvidia-smi-q",
+        sniff=_sniff_nvsmi("is_nvidia_smi_q"),
+        read=_nvsmi("read_nvidia_smi_q"),
+        kinds=S,
+        uses_host=True,
+        summary="nvidia-smi -q (text: utilisation, memory, power, clocks, PCIe link, versions)",
+    )
+)
+register(
+    Format(
         name="squeue-json",
         read=_slurm("read_squeue_records"),
         kinds=J | S,
