@@ -12,7 +12,7 @@ import pytest
 
 from hpcwatch import vocab
 from hpcwatch.analysis.health import HealthConfig, health_report
-from hpcwatch.errors import ParseError
+from hpcwatch.errors import ConfigError, ParseError
 from hpcwatch.sources.lspci import parse_lspci_vv
 from hpcwatch.sources.nvidia_smi import (
     parse_nvidia_smi_q,
@@ -84,6 +84,11 @@ def test_a_degraded_link_below_the_busy_threshold_is_not_judged():
     """At 91 % the V100 counts as busy; with the threshold raised past it, its readings are not judged."""
     text = V100_BUSY.read_text().replace(X16, "<current_link_width>8x</current_link_width>")
     assert _fired(_node(_v100(text), config=HealthConfig(pcie_busy_util_pct=95.0))) == []
+
+
+def test_a_busy_threshold_outside_0_to_100_names_the_field():
+    with pytest.raises(ConfigError, match="pcie_busy_util_pct must be in"):
+        HealthConfig(pcie_busy_util_pct=150.0)
 
 
 def test_a_gpu_narrow_in_both_lspci_and_nvidia_smi_is_one_check():

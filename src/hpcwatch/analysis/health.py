@@ -162,8 +162,9 @@ GPU_PCIE_METRICS = (
     vocab.DCGM_FI_DEV_PCIE_LINK_WIDTH,
     vocab.DCGM_FI_DEV_PCIE_MAX_LINK_WIDTH,
 )
-#: Replays per minute past which DCGM's PCIe health watch warns: DCGM_LIMIT_MAX_PCIREPLAY_RATE, "8 replays per
-#: minute is the maximum recommended by RM" (NVIDIA/DCGM, dcgm_gpu_hardware_limits.h; DCGM_FR_PCI_REPLAY_RATE).
+#: Replays per minute past which DCGM's PCIe health watch warns (DCGM_FR_PCI_REPLAY_RATE):
+#: DCGM_LIMIT_MAX_PCIREPLAY_RATE, "8 replays per minute is the maximum recommended by RM" (NVIDIA/DCGM's hardware
+#: limits header, DCGM_GPU_HARDWARE_LIMITS_H).
 DCGM_MAX_PCIE_REPLAYS_PER_MIN = 8.0
 
 #: chronyc tracking's clock samples (sources/chrony.py; labels node, reference, leap).
@@ -338,6 +339,8 @@ class HealthConfig:
                 f"nvme_used_warn_pct must be in (0, nvme_used_drain_pct], got {self.nvme_used_warn_pct}"
                 f" and {self.nvme_used_drain_pct}"
             )
+        if not 0.0 <= self.pcie_busy_util_pct <= 100.0:
+            raise ConfigError(f"pcie_busy_util_pct must be in [0, 100], got {self.pcie_busy_util_pct}")
         for name in (
             "throttle_warn_fraction",
             "busbw_warn_fraction",
@@ -1256,7 +1259,7 @@ def _check_psu_fan(table: pa.Table) -> list[Check]:
     ]
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class FleetSource:
     """Where a fleet rule finds one component's version: a label of the samples (of ``metric`` only, or of any
     sample carrying it), on nodes whose ``vendor`` label is ``vendor`` when one is given."""
