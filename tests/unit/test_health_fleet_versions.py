@@ -113,9 +113,13 @@ def test_nccl_logs_give_each_hosts_nccl_and_cuda_driver():
         *_nccl("nccl_tests_185_roce_2node_v2.19.3.log", ("dgxh100-4", "dgxh100-5")),
         *_nccl("nccl_983_ib_4hca_v2.13.4.log"),
     ]
-    checks = version_checks(_table([]), events=events)
+    partitions = dict.fromkeys(("dgxh100-3", "dgxh100-4", "dgxh100-5", "4c217144f0b1", "e0a95b6643f4"), "gpu")
+    checks = version_checks(_table([]), partitions, events)
     assert sorted(_fired(checks, "nccl_fleet_mismatch")) == ["4c217144f0b1"]
     assert sorted(_fired(checks, "cuda_mismatch")) == ["4c217144f0b1", "e0a95b6643f4"]
+    # Without partitions NCCL is not compared (a store may hold unrelated clusters' logs); the driver's CUDA is.
+    unknown = version_checks(_table([]), events=events)
+    assert _fired(unknown, "nccl_fleet_mismatch") == {} and len(_fired(unknown, "cuda_mismatch")) == 2
     (nccl,) = [c for c in checks if c.rule == "nccl_fleet_mismatch"]
     assert nccl.evidence["majority"] == "NCCL 2.19.3" and nccl.evidence["version"] == "NCCL 2.13.4"
 

@@ -56,6 +56,7 @@ __all__ = [
     "FLEET_SOURCES",
     "FLEET_RULES",
     "FLEET_METRICS",
+    "PARTITION_ONLY_RULES",
     "judge",
     "health_report",
     "worst",
@@ -1297,6 +1298,9 @@ NCCL_FLEET_ATTRS: dict[str, HealthRuleId] = {"version": "nccl_fleet_mismatch", "
 FLEET_RULES: tuple[HealthRuleId, ...] = tuple(
     dict.fromkeys([*(src.rule for src in FLEET_SOURCES), *NCCL_FLEET_ATTRS.values()])
 )
+#: Rules judged only among nodes whose partition is known: NCCL comes with the job (a container brings its own),
+#: so across a store holding unrelated clusters' logs (or jobs) a difference says nothing about a node.
+PARTITION_ONLY_RULES: frozenset[HealthRuleId] = frozenset({"nccl_fleet_mismatch"})
 #: Metrics the fleet rules read besides the GPU samples' labels (fetch these too).
 FLEET_METRICS: tuple[str, ...] = tuple(dict.fromkeys(src.metric for src in FLEET_SOURCES if src.metric))
 _ALL_NODES = "(all nodes)"
@@ -1364,6 +1368,8 @@ def version_checks(
         for host in versions:
             groups[(partitions or {}).get(host, _ALL_NODES)].append(host)
         for partition, hosts in sorted(groups.items()):
+            if partition == _ALL_NODES and rule in PARTITION_ONLY_RULES:
+                continue
             checks += _odd_ones(rule, partition, {h: ",".join(sorted(versions[h])) for h in hosts})
     return checks
 

@@ -781,8 +781,9 @@ HEALTH_RULES: tuple[HealthRule, ...] = (
         signal="the NCCL version of the newest NCCL_DEBUG=INFO rank log of each host ('NCCL version 2.19.3+cuda12.3')",
         severity="low",
         actions=("warn",),
-        threshold="a node whose newest NCCL differs from its partition's majority (a job that brings its own NCCL in "
-        "a container shows here too; within one job nccl_version_mismatch judges)",
+        threshold="a node whose newest NCCL differs from its partition's majority; judged only where Slurm gives "
+        "the partition (a job that brings its own NCCL in a container shows here too; within one job "
+        "nccl_version_mismatch judges)",
         citation=f"{_NCCL_ENV}; comparing it across a partition is {_OURS}",
     ),
     _r(
