@@ -184,9 +184,16 @@ DCGM_FI_DEV_ROW_REMAP_FAILURE: Final = "DCGM_FI_DEV_ROW_REMAP_FAILURE"
 DCGM_FI_DEV_ROW_REMAP_PENDING: Final = "DCGM_FI_DEV_ROW_REMAP_PENDING"
 DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS: Final = "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS"
 DCGM_FI_DEV_PCIE_REPLAY_COUNTER: Final = "DCGM_FI_DEV_PCIE_REPLAY_COUNTER"
+#: The GPU's PCIe link now (generation 1-6, lanes) and the most this GPU and slot allow (fields 235-238); nvidia-smi's
+#: "GPU Link Info". dcgm-exporter lists them in its metric catalogue (not in its default counters file).
+DCGM_FI_DEV_PCIE_LINK_GEN: Final = "DCGM_FI_DEV_PCIE_LINK_GEN"
+DCGM_FI_DEV_PCIE_LINK_WIDTH: Final = "DCGM_FI_DEV_PCIE_LINK_WIDTH"
+DCGM_FI_DEV_PCIE_MAX_LINK_GEN: Final = "DCGM_FI_DEV_PCIE_MAX_LINK_GEN"
+DCGM_FI_DEV_PCIE_MAX_LINK_WIDTH: Final = "DCGM_FI_DEV_PCIE_MAX_LINK_WIDTH"
 DCGM_FI_DEV_CLOCK_THROTTLE_REASONS: Final = "DCGM_FI_DEV_CLOCK_THROTTLE_REASONS"
 DCGM_FI_DEV_CLOCKS_EVENT_REASONS: Final = "DCGM_FI_DEV_CLOCKS_EVENT_REASONS"
 DCGM_FI_DRIVER_VERSION: Final = "DCGM_FI_DRIVER_VERSION"
+DCGM_FI_DEV_VBIOS_VERSION: Final = "DCGM_FI_DEV_VBIOS_VERSION"
 DCGM_FI_PROF_PIPE_TENSOR_ACTIVE: Final = "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE"
 DCGM_FI_PROF_GR_ENGINE_ACTIVE: Final = "DCGM_FI_PROF_GR_ENGINE_ACTIVE"
 DCGM_FI_PROF_DRAM_ACTIVE: Final = "DCGM_FI_PROF_DRAM_ACTIVE"
@@ -219,6 +226,12 @@ GPU_VIOLATION_VR_THERMAL_RESIDENCY_PERCENTAGE: Final = "gpu_violation_vr_thermal
 GPU_VIOLATION_HBM_THERMAL_RESIDENCY_PERCENTAGE: Final = "gpu_violation_hbm_thermal_residency_percentage"
 GPU_VIOLATION_PROCESSOR_HOT_RESIDENCY_PERCENTAGE: Final = "gpu_violation_processor_hot_residency_percentage"
 # node-exporter's infiniband collector (https://github.com/prometheus/node_exporter, collector/infiniband_linux.go)
+#: 1, with labels device, firmware_version, hca_type (board_id): node-exporter's, and ibstat's per HCA.
+NODE_INFINIBAND_INFO: Final = "node_infiniband_info"
+#: 1, with labels release, version, machine, nodename: node-exporter's uname collector (collector/uname.go).
+NODE_UNAME_INFO: Final = "node_uname_info"
+#: 1, with label version (``MLNX_OFED_LINUX-5.8-3.0.7.0``): ``ofed_info -s`` (sources/ofed_info.py).
+OFED_INFO: Final = "ofed_info"
 NODE_INFINIBAND_PORT_DATA_RECEIVED_BYTES_TOTAL: Final = "node_infiniband_port_data_received_bytes_total"
 NODE_INFINIBAND_PORT_DATA_TRANSMITTED_BYTES_TOTAL: Final = "node_infiniband_port_data_transmitted_bytes_total"
 NODE_INFINIBAND_PORT_CONSTRAINT_ERRORS_RECEIVED_TOTAL: Final = "node_infiniband_port_constraint_errors_received_total"

@@ -21,7 +21,7 @@ from hpcwatch.sources.registry import formats
 SRC = Path(__file__).resolve().parents[2] / "src" / "hpcwatch"
 #: Calls that make a health check (or a rule that becomes one), and the ``rule=`` expressions that pass an id on
 #: rather than naming one: (file, call, expression). A new non-literal one must be added here by hand, on purpose.
-_MAKERS = {"Check", "NcclRule", "_check_threshold"}
+_MAKERS = {"Check", "NcclRule", "_check_threshold", "FleetSource"}
 _PASSED_ON = {
     ("analysis/health.py", "Check", "rule"),  # _check_threshold's own parameter
     ("analysis/health.py", "Check", "r.rule"),  # an NcclRule becoming a check

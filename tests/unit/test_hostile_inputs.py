@@ -53,6 +53,7 @@ from hpcwatch.sources import (
     lustre,
     mapping,
     nvidia_smi,
+    ofed_info,
     opensm,
     osv,
     prometheus_text,
@@ -258,6 +259,25 @@ CASES = [
         edac.read_edac,
         2,
         "EDAC error count is not",
+    ),
+    # nvidia-smi -q whose link width is a word.
+    (
+        "nvidia-smi-q-width-word",
+        "smi.txt",
+        b"==============NVSMI LOG==============\n\nTimestamp : Mon Nov 18 12:16:13 2024\nGPU 00000000:00:04.0\n"
+        b"    PCI\n        GPU Link Info\n            Link Width\n                Max : wide\n",
+        nvidia_smi.read_nvidia_smi_q,
+        8,
+        "Link Width/Max",
+    ),
+    # ofed_info without -s: its package list after the version line.
+    (
+        "ofed-info-full-listing",
+        "ofed.txt",
+        b"MLNX_OFED_LINUX-23.07-0.5.1.2 (OFED-23.07-0.5.1):\n\nclusterkit:\n",
+        ofed_info.read_ofed_info,
+        1,
+        "not an ofed_info -s line",
     ),
     # A kernel log whose Xid code passes 64 bits.
     (
@@ -1017,6 +1037,7 @@ PARSERS = {
     "ibstat": lambda text: list(infiniband.parse_ibstat(text)),
     "lustre": lambda text: list(lustre.parse_job_stats(text, t=0)),
     "nvidia-smi-xml": lambda text: list(nvidia_smi.parse_nvidia_smi_xml(text, t=0)),
+    "nvidia-smi-q": lambda text: list(nvidia_smi.parse_nvidia_smi_q(text, t=0)),
     "nvidia-smi-csv": lambda text: list(nvidia_smi.parse_nvidia_smi_csv(text, t=0)),
     "mapping-file": lambda text: mapping.parse_job_mapping_file(text),
     "smartctl-json": lambda text: list(smartctl.parse_smartctl_json(text, t=0)),
@@ -1024,6 +1045,7 @@ PARSERS = {
     "chronyc-tracking": lambda text: list(chrony.parse_chronyc_tracking(text)),
     "df": lambda text: list(df.parse_df(text)),
     "edac": lambda text: list(edac.parse_edac(text)),
+    "ofed-info": lambda text: list(ofed_info.parse_ofed_info(text)),
     "kernel-log": lambda text: list(kernel_log.parse_kernel_log(text)),
     "systemctl-json": lambda text: list(systemd_units.parse_systemctl_json(text)),
     "ipmitool-sel": lambda text: list(ipmitool.parse_ipmitool_sel(text)),
@@ -1040,6 +1062,9 @@ _SEEDS = [
     "<nvidia_smi_log><gpu><fb_memory_usage><used>4 MiB</used></fb_memory_usage></gpu></nvidia_smi_log>",
     "index, utilization.gpu [%]\n0, 5 %\n",
     'up{a="1"} 1 1000\n# TYPE up gauge\n',
+    "MLNX_OFED_LINUX-23.07-0.5.1.2:\n",
+    "==============NVSMI LOG==============\nTimestamp : Mon Nov 18 12:16:13 2024\nGPU 00000000:00:04.0\n    PCI\n"
+    "        GPU Link Info\n            Link Width\n                Max : 16x\n",
 ]
 _ALPHABET = st.sampled_from(list("{}[]()\",:=-_.0123456789 \n\tabcJobIdPortCA<>/#%'+eNaInf\\") + ["\x00", "é"])
 
@@ -1150,12 +1175,14 @@ BYTE_READERS = {
     "ibstat": infiniband.read_ibstat,
     "lustre": lustre.read_job_stats,
     "nvidia-smi-xml": nvidia_smi.read_nvidia_smi_xml,
+    "nvidia-smi-q": nvidia_smi.read_nvidia_smi_q,
     "nvidia-smi-csv": nvidia_smi.read_nvidia_smi_csv,
     "smartctl-json": smartctl.read_smartctl_json,
     "lspci-vv": lspci.read_lspci_vv,
     "chronyc-tracking": chrony.read_chronyc_tracking,
     "df": df.read_df,
     "edac": edac.read_edac,
+    "ofed-info": ofed_info.read_ofed_info,
     "kernel-log": kernel_log.read_kernel_log,
     "systemctl-json": systemd_units.read_systemctl_json,
     "ipmitool-sel": ipmitool.read_ipmitool_sel,

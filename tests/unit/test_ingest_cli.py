@@ -27,9 +27,10 @@ def test_ingest_json_counts_each_kind(tmp_path):
     result = CliRunner().invoke(app, ["ingest", *map(str, GOOD), "--db", str(db), "--json"])
     assert result.exit_code == 0, result.output
     doc = orjson.loads(result.stdout)
-    # 9 dcgm samples + 9 nvidia-smi readings + 504 OST + 240 MDT job stats + elapsed and limit of 3 running jobs
+    # 9 dcgm samples + 9 nvidia-smi readings and 5 of its PCIe link + 504 OST + 240 MDT job stats + elapsed and
+    # limit of 3 running jobs
     assert doc["files"] == 6 and doc["jobs"] == 10 and doc["events"] == 2 and doc["empty_files"] == 1
-    assert doc["samples"] == 9 + 9 + 504 + 240 + 2 * 3
+    assert doc["samples"] == 9 + 9 + 5 + 504 + 240 + 2 * 3
     assert doc["formats"] == {"lustre-job-stats": 2, "nvidia-smi-xml": 1, "prometheus": 1, "squeue-json": 1}
     with Store(db) as store:
         assert store.job("9").gpus_by_node == {"node1": (6, 7), "node2": (0, 1)}

@@ -51,7 +51,7 @@ def test_ibstat_ports_up_down_rate():
     up = {s.labels["device"]: s.value for s in samples if s.metric == "ib_port_up"}
     rate = {s.labels["device"]: s.value for s in samples if s.metric == "ib_port_rate_gbps"}
     assert up == {"mlx5_0": 1.0, "mlx5_1": 0.0} and rate == {"mlx5_0": 400.0, "mlx5_1": 10.0}
-    down = next(s for s in samples if s.labels["device"] == "mlx5_1")
+    down = next(s for s in samples if s.labels["device"] == "mlx5_1" and s.metric == "ib_port_up")
     assert down.labels["state"] == "Down" and down.labels["physical_state"] == "Polling"
     assert down.labels["node"] == "gpu07" and down.labels["port"] == "1"
 

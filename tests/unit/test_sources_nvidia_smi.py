@@ -39,6 +39,8 @@ def test_xml_readings_of_the_real_h200():
         "Hostname": "h200-1",
         "pci_bus_id": "00000000:00:06.0",
         "DCGM_FI_DRIVER_VERSION": "580.159.04",
+        "DCGM_FI_DEV_VBIOS_VERSION": "96.00.A5.00.1A",
+        "cuda_version": "13.0",
     }
     assert got["DCGM_FI_DEV_GPU_UTIL"].t == datetime(2026, 11, 29, 22, 14, 45, tzinfo=UTC).timestamp()
 

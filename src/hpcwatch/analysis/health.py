@@ -22,7 +22,7 @@ from __future__ import annotations
 import re
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -52,6 +52,11 @@ __all__ = [
     "active_checks",
     "nccl_log_checks",
     "version_checks",
+    "FleetSource",
+    "FLEET_SOURCES",
+    "FLEET_RULES",
+    "FLEET_METRICS",
+    "PARTITION_ONLY_RULES",
     "judge",
     "health_report",
     "worst",
@@ -151,6 +156,17 @@ PCIE_METRICS = (
 #: PCI vendor ids and the lspci device classes of the parts the PCIe rules judge (https://pci-ids.ucw.cz/).
 PCIE_GPU = ("10de", ("VGA compatible controller", "3D controller"))
 PCIE_HCA = ("15b3", ("Infiniband controller", "Ethernet controller", "Network controller"))
+#: The GPU's own view of its PCIe link (nvidia-smi -q's "GPU Link Info", dcgm-exporter; labels gpu, pci_bus_id).
+GPU_PCIE_METRICS = (
+    vocab.DCGM_FI_DEV_PCIE_LINK_GEN,
+    vocab.DCGM_FI_DEV_PCIE_MAX_LINK_GEN,
+    vocab.DCGM_FI_DEV_PCIE_LINK_WIDTH,
+    vocab.DCGM_FI_DEV_PCIE_MAX_LINK_WIDTH,
+)
+#: Replays per minute past which DCGM's PCIe health watch warns (DCGM_FR_PCI_REPLAY_RATE):
+#: DCGM_LIMIT_MAX_PCIREPLAY_RATE, "8 replays per minute is the maximum recommended by RM" (NVIDIA/DCGM's hardware
+#: limits header, DCGM_GPU_HARDWARE_LIMITS_H).
+DCGM_MAX_PCIE_REPLAYS_PER_MIN = 8.0
 
 #: chronyc tracking's clock samples (sources/chrony.py; labels node, reference, leap).
 CLOCK_METRICS = (vocab.CHRONY_TRACKING_SYSTEM_TIME_SECONDS, vocab.CHRONY_TRACKING_LEAP_STATUS)
@@ -263,11 +279,16 @@ PASSIVE_METRICS: tuple[str, ...] = (
     *IB_DEVICE_METRICS,
     *STORAGE_METRICS,
     *PCIE_METRICS,
+    *GPU_PCIE_METRICS,
     *CLOCK_METRICS,
     *SERVICE_METRICS,
     BMC_STATUS,
     *FILESYSTEM_METRICS,
     *EDAC_METRICS,
+    # the fleet rules' versions (FLEET_SOURCES): node-exporter's uname and HCA info, ibstat's, ofed_info -s
+    vocab.NODE_UNAME_INFO,
+    vocab.NODE_INFINIBAND_INFO,
+    vocab.OFED_INFO,
 )
 
 
@@ -323,6 +344,10 @@ class HealthConfig:
     """systemd units the node cannot run jobs without: one of them failed drains (any other failed unit warns).
     Fabric Manager must run on NVSwitch systems for CUDA to start; slurmd and munge are the scheduler's agent and
     its authentication; openibd loads the InfiniBand stack."""
+    pcie_busy_util_pct: float = 50.0
+    """GPU utilisation at or above which nvidia-smi's / DCGM's current PCIe generation and width are judged: an
+    idle GPU drops its link to save power (nvidia-smi(1): they "may be reduced when the GPU is not in use"), a busy
+    one trains back up to its max. Ours: half busy is in use by any reading of NVIDIA's words."""
     clock_offset_warn_s: float = 1.0
     """|System time| offset that warns: chrony's example configurations step the clock past 1 s (makestep 1.0 3)."""
     clock_offset_drain_s: float = 300.0
@@ -366,6 +391,8 @@ class HealthConfig:
                 f"nvme_used_warn_pct must be in (0, nvme_used_drain_pct], got {self.nvme_used_warn_pct}"
                 f" and {self.nvme_used_drain_pct}"
             )
+        if not 0.0 <= self.pcie_busy_util_pct <= 100.0:
+            raise ConfigError(f"pcie_busy_util_pct must be in [0, 100], got {self.pcie_busy_util_pct}")
         for name in (
             "throttle_warn_fraction",
             "busbw_warn_fraction",
@@ -565,6 +592,35 @@ def _check_threshold(
                         **_where(s),
                         "metric": metric,
                         "increase" if grew else "value": value,
+                        "t_last": float(s.t[-1]),
+                    },
+                )
+            )
+    return checks
+
+
+def _check_pcie_replay(table: pa.Table, config: HealthConfig) -> list[Check]:
+    """A GPU whose PCIe replay counter grew by ``pcie_replay_warn`` in the window (a link retransmitting: signal
+    integrity, a riser, a slot). Over any window past 75 s that count is stricter than DCGM's 8 a minute; the
+    evidence gives the rate and whether it passed DCGM's limit too (a short window cannot tell a rate)."""
+    checks = []
+    for s in _series(table, PCIE_REPLAY):
+        grew = _increase(s.v)
+        span_min = float(s.t[-1] - s.t[0]) / 60.0
+        per_min = grew / span_min if span_min > 0 else None
+        if grew >= config.pcie_replay_warn:
+            checks.append(
+                Check(
+                    node=s.host,
+                    rule="pcie_replay",
+                    verdict="warn",
+                    title=f"PCIe replays on GPU {s.key}: +{grew:.0f} in the window",
+                    evidence={
+                        **_where(s),
+                        "metric": PCIE_REPLAY,
+                        "increase": grew,
+                        "per_min": per_min,
+                        "over_dcgm_limit": per_min is not None and per_min > DCGM_MAX_PCIE_REPLAYS_PER_MIN,
                         "t_last": float(s.t[-1]),
                     },
                 )
@@ -936,7 +992,94 @@ def _pcie_part(labels: dict[str, str]) -> str | None:
     return None
 
 
-def _check_pcie(table: pa.Table) -> list[Check]:
+def _check_pcie(table: pa.Table, config: HealthConfig) -> list[Check]:
+    """Degraded PCIe links, as lspci sees them and as the GPU itself reports them (nvidia-smi, dcgm-exporter).
+
+    A GPU both sources find narrower than it can train is one ``pcie_width`` check (lspci's, with
+    ``reported_by_gpu``): one link, one finding, whichever tools the node runs."""
+    lspci = _check_lspci_links(table)
+    narrow = {(c.node, _bus_id(str(c.evidence["bdf"]))): i for i, c in enumerate(lspci) if c.rule == "pcie_width"}
+    checks = list(lspci)
+    for c in _check_gpu_links(table, config):
+        key = (c.node, _bus_id(str(c.evidence.get("pci_bus_id") or "")))
+        if c.rule == "pcie_width" and key in narrow:
+            twin = checks[narrow[key]]
+            checks[narrow[key]] = replace(twin, evidence={**twin.evidence, "reported_by_gpu": c.evidence})
+        else:
+            checks.append(c)
+    return checks
+
+
+_BUS_ID_RE = re.compile(r"(?:([0-9a-f]{1,8}):)?([0-9a-f]{2}):([0-9a-f]{2})\.([0-7])")
+
+
+def _bus_id(text: str) -> str:
+    """One spelling of a PCI address: nvidia-smi's ``00000000:3B:00.0``, lspci's ``3b:00.0`` or ``0000:3b:00.0``
+    -> ``3b:00.0`` (domain 0 left out, as lspci without -D prints it); another domain is kept."""
+    m = _BUS_ID_RE.fullmatch(text.strip().lower())
+    if m is None:
+        return text.strip().lower()
+    domain, bus, dev, fn = m.groups()
+    where = f"{bus}:{dev}.{fn}"
+    return where if not domain or int(domain, 16) == 0 else f"{int(domain, 16):04x}:{where}"
+
+
+def _value_at(s: _Series | None, t: float, within_s: float) -> float | None:
+    """The series' value at ``t`` (its last point at or before it, no older than ``within_s``), else None."""
+    if s is None:
+        return None
+    i = int(np.searchsorted(s.t, t, side="right")) - 1
+    return float(s.v[i]) if i >= 0 and t - s.t[i] <= within_s else None
+
+
+#: The GPU's link rules: (rule, the current reading, the most the GPU and its slot allow).
+_GPU_LINK_RULES: tuple[tuple[HealthRuleId, str, str], ...] = (
+    ("pcie_width", vocab.DCGM_FI_DEV_PCIE_LINK_WIDTH, vocab.DCGM_FI_DEV_PCIE_MAX_LINK_WIDTH),
+    ("pcie_gen", vocab.DCGM_FI_DEV_PCIE_LINK_GEN, vocab.DCGM_FI_DEV_PCIE_MAX_LINK_GEN),
+)
+
+
+def _check_gpu_links(table: pa.Table, config: HealthConfig) -> list[Check]:
+    """The GPU's own link report under load: fewer lanes than it and its slot allow (``pcie_width``), or a lower
+    generation (``pcie_gen``). Readings beside an idle or unknown utilisation are not judged (nvidia-smi(1))."""
+    latest = {m: _latest_by(table, m, "gpu") for m in (*GPU_PCIE_METRICS, UTIL)}
+    checks = []
+    for rule, metric, capable_metric in _GPU_LINK_RULES:
+        for (host, gpu), now in sorted(latest[metric].items()):
+            t = float(now.t[-1])
+            capable = _value_at(latest[capable_metric].get((host, gpu)), t, config.missing_after_s)
+            util = _value_at(latest[UTIL].get((host, gpu)), t, config.missing_after_s)
+            current = float(now.v[-1])
+            if capable is None or current >= capable or util is None or util < config.pcie_busy_util_pct:
+                continue
+            checks.append(_gpu_link_check(rule, host, gpu, now, current, capable, util))
+    return checks
+
+
+def _gpu_link_check(
+    rule: HealthRuleId, host: str, gpu: str, s: _Series, current: float, capable: float, util: float
+) -> Check:
+    width = rule == "pcie_width"
+    shown = f"x{current:.0f} of x{capable:.0f}" if width else f"Gen {current:.0f} of {capable:.0f}"
+    return Check(
+        node=host,
+        rule=rule,
+        verdict="drain" if width else "warn",
+        title=f"GPU {gpu} PCIe link {shown} at {util:.0f} % utilisation",
+        evidence={
+            "gpu": gpu,
+            "part": "gpu",
+            "pci_bus_id": s.labels.get("pci_bus_id"),
+            "name": s.labels.get("modelName"),
+            "width" if width else "gen": current,
+            "width_max" if width else "gen_max": capable,
+            "gpu_util_pct": util,
+            "t_last": float(s.t[-1]),
+        },
+    )
+
+
+def _check_lspci_links(table: pa.Table) -> list[Check]:
     """lspci's links: a GPU or HCA with fewer lanes than it can train, an HCA slower than it can train."""
     latest = {m: _latest_by(table, m, "bdf") for m in PCIE_METRICS}
     checks = []
@@ -1294,49 +1437,116 @@ def _check_psu_fan(table: pa.Table) -> list[Check]:
     ]
 
 
-#: The sample labels naming a version the fleet rules compare across a partition -> the rule comparing it.
-FLEET_LABEL_RULES: dict[str, HealthRuleId] = {
-    vocab.DCGM_FI_DRIVER_VERSION: "driver_mismatch",  # dcgm-exporter, nvidia-smi: every GPU sample
-    "driver_version": "driver_mismatch",  # device-metrics-exporter, rocm-smi: the amdgpu driver
-    "vbios_version": "firmware_mismatch",  # device-metrics-exporter: the GPU's VBIOS
-}
-#: label -> (the vendor label its samples must carry, "" for any; the words a title names it by).
-FLEET_LABELS: dict[str, tuple[str, str]] = {
-    vocab.DCGM_FI_DRIVER_VERSION: ("", "NVIDIA driver"),
-    "driver_version": ("amd", "AMD GPU driver"),
-    "vbios_version": ("amd", "AMD GPU VBIOS"),
-}
+@dataclass(frozen=True, slots=True, kw_only=True)
+class FleetSource:
+    """Where a fleet rule finds one component's version: a label of the samples (of ``metric`` only, or of any
+    sample carrying it), on nodes whose ``vendor`` label is ``vendor`` when one is given."""
+
+    rule: HealthRuleId
+    words: str
+    """How a title names the component ("NVIDIA driver")."""
+    label: str
+    metric: str | None = None
+    vendor: str = ""
+    prefix_label: str = ""
+    """A label whose value prefixes the version (an HCA's type: firmware is compared model by model)."""
 
 
-def _label_versions(table: pa.Table, sources: tuple[tuple[str, str, str], ...]) -> dict[str, set[str]]:
-    """host -> the versions its samples name under the labels of ``sources`` ("<words> <version>")."""
+#: Every version the fleet rules compare across the nodes of a partition, by rule (``FLEET_RULES``).
+FLEET_SOURCES: tuple[FleetSource, ...] = (
+    FleetSource(rule="driver_mismatch", words="NVIDIA driver", label=vocab.DCGM_FI_DRIVER_VERSION),  # dcgm-exp., smi
+    FleetSource(rule="driver_mismatch", words="AMD GPU driver", label="driver_version", vendor="amd"),
+    FleetSource(rule="firmware_mismatch", words="AMD GPU VBIOS", label="vbios_version", vendor="amd"),
+    FleetSource(rule="firmware_mismatch", words="NVIDIA GPU VBIOS", label=vocab.DCGM_FI_DEV_VBIOS_VERSION),
+    FleetSource(rule="kernel_mismatch", words="kernel", label="release", metric=vocab.NODE_UNAME_INFO),
+    FleetSource(rule="cuda_mismatch", words="CUDA (driver)", label="cuda_version"),  # nvidia-smi -q -x
+    FleetSource(rule="ofed_mismatch", words="OFED", label="version", metric=vocab.OFED_INFO),  # ofed_info -s
+    FleetSource(
+        rule="hca_firmware_mismatch",
+        words="HCA firmware",
+        label="firmware_version",
+        metric=vocab.NODE_INFINIBAND_INFO,  # ibstat, node-exporter
+        prefix_label="hca_type",
+    ),
+)
+#: The attrs of NCCL's rank events (sources.nccl_log) the fleet rules compare -> the rule comparing them.
+NCCL_FLEET_ATTRS: dict[str, HealthRuleId] = {"version": "nccl_fleet_mismatch", "cuda_driver": "cuda_mismatch"}
+#: The fleet rules, in the order they are judged.
+FLEET_RULES: tuple[HealthRuleId, ...] = tuple(
+    dict.fromkeys([*(src.rule for src in FLEET_SOURCES), *NCCL_FLEET_ATTRS.values()])
+)
+#: Rules judged only among nodes whose partition is known: NCCL comes with the job (a container brings its own),
+#: so across a store holding unrelated clusters' logs (or jobs) a difference says nothing about a node.
+PARTITION_ONLY_RULES: frozenset[HealthRuleId] = frozenset({"nccl_fleet_mismatch"})
+#: Metrics the fleet rules read besides the GPU samples' labels (fetch these too).
+FLEET_METRICS: tuple[str, ...] = tuple(dict.fromkeys(src.metric for src in FLEET_SOURCES if src.metric))
+_ALL_NODES = "(all nodes)"
+
+
+def _source_versions(table: pa.Table, src: FleetSource) -> dict[str, set[str]]:
+    """host -> the versions its samples name under ``src`` ("<words> <version>")."""
     out: dict[str, set[str]] = defaultdict(set)
     if table.num_rows == 0 or "labels" not in table.column_names:
         return out
-    for label, vendor, words in sources:
-        sub = table.filter(pc.match_substring(table["labels"], f'"{label}"'))
-        pairs = sub.select(["host", "labels"]).group_by(["host", "labels"]).aggregate([])
-        for host, raw in zip(pairs["host"].to_pylist(), pairs["labels"].to_pylist()):
-            labels = orjson.loads(raw or "{}")
-            version = labels.get(label) if host and (not vendor or labels.get("vendor") == vendor) else None
-            if version:
-                out[host].add(f"{words} {version}")
+    sub = table.filter(pc.match_substring(table["labels"], f'"{src.label}"'))
+    if src.metric is not None:
+        sub = sub.filter(pc.equal(sub["metric"], src.metric))
+    pairs = sub.select(["host", "labels"]).group_by(["host", "labels"]).aggregate([])
+    for host, raw in zip(pairs["host"].to_pylist(), pairs["labels"].to_pylist()):
+        labels = orjson.loads(raw or "{}")
+        version = labels.get(src.label) if host and (not src.vendor or labels.get("vendor") == src.vendor) else None
+        if version:
+            prefix = f"{labels.get(src.prefix_label)} " if src.prefix_label and labels.get(src.prefix_label) else ""
+            out[host].add(f"{src.words} {prefix}{version}")
     return out
 
 
-def version_checks(samples: pa.Table, partitions: Mapping[str, str] | None = None) -> list[Check]:
-    """Nodes of one partition (``partitions``: node -> partition; absent nodes form one group) whose GPU driver
-    (NVIDIA's or AMD's) or GPU firmware differs from the one most of the partition's nodes run
-    (``FLEET_LABEL_RULES``). Judged over every node at once: pass the samples of all hosts
-    (``DCGM_FI_DEV_GPU_UTIL`` is enough), not one node's."""
+def _cuda_from_driver(number: Any) -> str | None:
+    """NCCL's ``cudaDriverVersion 12020`` -> ``12.2`` (cudaDriverGetVersion: 1000 × major + 10 × minor)."""
+    if isinstance(number, bool) or not isinstance(number, int) or number <= 0:
+        return None
+    return f"{number // 1000}.{number % 1000 // 10}"
+
+
+def _nccl_versions(events: Sequence[Event]) -> dict[str, dict[str, set[str]]]:
+    """``NCCL_FLEET_ATTRS`` attr -> host -> what its NCCL ranks say: the newest NCCL version (a node runs the jobs
+    it is given: its last one speaks for it now), and every CUDA driver version printed."""
+    newest: dict[str, tuple[float, str]] = {}
+    cuda: dict[str, set[str]] = defaultdict(set)
+    for e in events:
+        host = e.attrs.get("host")
+        if e.kind != EventKind.NCCL_RANK or not host:
+            continue
+        if e.attrs.get("version") and (str(host) not in newest or e.t >= newest[str(host)][0]):
+            newest[str(host)] = (e.t, f"NCCL {e.attrs['version']}")
+        if (driver := _cuda_from_driver(e.attrs.get("cuda_driver"))) is not None:
+            cuda[str(host)].add(f"CUDA (driver) {driver}")
+    return {"version": {host: {version} for host, (_, version) in newest.items()}, "cuda_driver": cuda}
+
+
+def version_checks(
+    samples: pa.Table, partitions: Mapping[str, str] | None = None, events: Sequence[Event] = ()
+) -> list[Check]:
+    """Nodes of one partition (``partitions``: node -> partition; absent nodes form one group) whose GPU driver,
+    GPU VBIOS, kernel, CUDA, NCCL, OFED or HCA firmware differs from the one most of the partition's nodes run
+    (``FLEET_SOURCES``; NCCL and CUDA also from ``events``' NCCL ranks). Judged over every node at once: pass
+    the samples and events of all hosts, not one node's. One check per odd node (a node's verdict is its own),
+    each naming the partition's majority and all its odd nodes."""
+    by_rule: dict[HealthRuleId, dict[str, set[str]]] = {rule: defaultdict(set) for rule in FLEET_RULES}
+    for src in FLEET_SOURCES:
+        for host, found in _source_versions(samples, src).items():
+            by_rule[src.rule][host] |= found
+    for attr, found_by_host in _nccl_versions(events).items():
+        for host, found in found_by_host.items():
+            by_rule[NCCL_FLEET_ATTRS[attr]][host] |= found
     checks = []
-    for rule in dict.fromkeys(FLEET_LABEL_RULES.values()):
-        sources = tuple((label, *FLEET_LABELS[label]) for label, r in FLEET_LABEL_RULES.items() if r == rule)
-        versions = _label_versions(samples, sources)
+    for rule, versions in by_rule.items():
         groups: dict[str, list[str]] = defaultdict(list)
         for host in versions:
-            groups[(partitions or {}).get(host, "(all nodes)")].append(host)
+            groups[(partitions or {}).get(host, _ALL_NODES)].append(host)
         for partition, hosts in sorted(groups.items()):
+            if partition == _ALL_NODES and rule in PARTITION_ONLY_RULES:
+                continue
             checks += _odd_ones(rule, partition, {h: ",".join(sorted(versions[h])) for h in hosts})
     return checks
 
@@ -1353,17 +1563,26 @@ def _odd_ones(rule: HealthRuleId, partition: str, mine: dict[str, str]) -> list[
     top = max(counts.values())
     majority = sorted(v for v, n in counts.items() if n == top)
     common = majority[0] if len(majority) == 1 else None
+    odd = sorted(host for host, version in mine.items() if version != common)
+    shown = ", ".join(odd[:5]) + (f" and {len(odd) - 5} more" if len(odd) > 5 else "")
+    where = "the whole fleet" if partition == _ALL_NODES else f"partition {partition}"
     return [
         Check(
             node=host,
             rule=rule,
             verdict="warn",
-            title=f"{version} differs from partition {partition}'s "
-            + (f"{common}" if common else "nodes (" + ", ".join(sorted(counts)) + ")"),
-            evidence={"partition": partition, "version": version, "partition_versions": dict(counts)},
+            title=f"{mine[host]} differs from {where}'s "
+            + (f"{common} ({top} of {len(mine)} nodes)" if common else "nodes (" + ", ".join(sorted(counts)) + ")")
+            + f"; odd: {shown}",
+            evidence={
+                "partition": partition,
+                "version": mine[host],
+                "majority": common,
+                "odd_nodes": odd,
+                "partition_versions": dict(counts),
+            },
         )
-        for host, version in sorted(mine.items())
-        if version != common
+        for host in odd
     ]
 
 
@@ -1389,15 +1608,7 @@ def passive_checks(
         *_check_threshold(
             samples, REMAP_PENDING, rule="row_remap", verdict="warn", what="row remap pending (reset the GPU)"
         ),
-        *_check_threshold(
-            samples,
-            PCIE_REPLAY,
-            rule="pcie_replay",
-            verdict="warn",
-            what="PCIe replays",
-            grew=True,
-            min_value=config.pcie_replay_warn - 1,
-        ),
+        *_check_pcie_replay(samples, config),
         *_check_throttle(samples, config),
         *_check_threshold(
             samples,
@@ -1430,7 +1641,7 @@ def passive_checks(
         *_check_gpu_activity(samples, config),
         *_check_missing(samples, config),
         *_check_storage(samples, config),
-        *_check_pcie(samples),
+        *_check_pcie(samples, config),
         *_check_clock(samples, config),
         *_check_kernel(events),
         *_check_units(samples, config),
@@ -1464,6 +1675,8 @@ def _rules_with_data(samples: pa.Table, events: Sequence[Event]) -> dict[str, se
         NVME_MEDIA_ERRORS: "nvme_media_errors",
         vocab.PCIE_LINK_WIDTH: "pcie_width",
         vocab.PCIE_LINK_SPEED_GTS: "pcie_speed",
+        vocab.DCGM_FI_DEV_PCIE_LINK_WIDTH: "pcie_width",
+        vocab.DCGM_FI_DEV_PCIE_LINK_GEN: "pcie_gen",
         vocab.CHRONY_TRACKING_SYSTEM_TIME_SECONDS: "clock_offset",
         vocab.CHRONY_TRACKING_LEAP_STATUS: "clock_unsynchronised",
         vocab.SYSTEMD_UNITS_FAILED: "failed_units",
@@ -1721,5 +1934,5 @@ def health_report(
     checks = passive_checks(samples, events, config=config, link=link) + active_checks(
         events, config=config, link=link, nccl_checks=nccl_checks
     )
-    checks += list(fleet_checks) if fleet_checks is not None else version_checks(samples, partitions)
+    checks += list(fleet_checks) if fleet_checks is not None else version_checks(samples, partitions, events)
     return judge(checks, samples=samples, events=events, nodes=nodes)

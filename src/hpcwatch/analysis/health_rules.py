@@ -79,9 +79,10 @@ HealthRuleId = Literal[
     # the host: its memory (EDAC counters)
     "memory_uncorrected",
     "memory_corrected",
-    # the host: PCIe links of GPUs and HCAs (lspci -vv)
+    # the host: PCIe links of GPUs and HCAs (lspci -vv; the GPU's own report: nvidia-smi -q, dcgm-exporter)
     "pcie_width",
     "pcie_speed",
+    "pcie_gen",
     # the host: its clock (chronyc tracking)
     "clock_offset",
     "clock_unsynchronised",
@@ -99,6 +100,11 @@ HealthRuleId = Literal[
     # the fleet: nodes of one partition that should match
     "driver_mismatch",
     "firmware_mismatch",
+    "kernel_mismatch",
+    "cuda_mismatch",
+    "nccl_fleet_mismatch",
+    "ofed_mismatch",
+    "hca_firmware_mismatch",
 ]
 HealthFamily = Literal[
     "gpu", "fabric", "benchmark", "nccl", "storage", "memory", "pcie", "clock", "kernel", "services", "bmc", "fleet"
@@ -134,6 +140,24 @@ _PCIE_LINK = "PCI Express Base Specification, Link Capabilities / Link Status re
 _NVSMI_PCIE = (
     "nvidia-smi(1), 'PCI' > 'GPU Link Info': the current link generation and width may be reduced when the GPU "
     "is not in use"
+)
+_DCGM_PCIE = (
+    "https://docs.nvidia.com/datacenter/dcgm/latest/reference/diagnostics/plugins/pcie.html (DCGM's PCIe plugin "
+    "flags link downtraining while it drives the link itself)"
+)
+_DCGM_REPLAY = (
+    "NVIDIA/DCGM DCGM_LIMIT_MAX_PCIREPLAY_RATE: '8 replays per minute is the maximum recommended by RM' (the PCIe "
+    "health watch's DCGM_FR_PCI_REPLAY_RATE)"
+)
+_NVSMI_Q = "nvidia-smi(1), -q: Driver Version, CUDA Version, VBIOS Version"
+_NODE_UNAME = "https://github.com/prometheus/node_exporter collector/uname.go (node_uname_info: release = uname -r)"
+_NODE_IB = (
+    "https://github.com/prometheus/node_exporter collector/infiniband_linux.go (node_infiniband_info: "
+    "firmware_version, hca_type)"
+)
+_NHC_OFED = (
+    "https://github.com/mej/nhc (check_hw_ib: 'Version mismatch between kernel OFED drivers and userspace OFED "
+    "libraries'); ofed_info -s"
 )
 _CHRONYC = "https://chrony-project.org/doc/4.6/chronyc.html (tracking: System time, Leap status)"
 _CHRONY_MAKESTEP = (
@@ -290,12 +314,14 @@ HEALTH_RULES: tuple[HealthRule, ...] = (
     _r(
         id="pcie_replay",
         family="gpu",
-        sources=("prometheus",),
-        signal=vocab.DCGM_FI_DEV_PCIE_REPLAY_COUNTER,
+        sources=("prometheus", "nvidia-smi-xml", "nvidia-smi-q"),
+        signal=f"{vocab.DCGM_FI_DEV_PCIE_REPLAY_COUNTER} (dcgm-exporter; nvidia-smi -q's PCI > Replays Since Reset, "
+        "<replay_counter>)",
         severity="medium",
         actions=("warn",),
-        threshold="grew by >= {pcie_replay_warn} in the window",
-        citation=f"{_DCGM_FIELDS}; the count is {_OURS}",
+        threshold="grew by >= {pcie_replay_warn} in the window (stricter than DCGM's 8 a minute over any window past "
+        "75 s; the evidence says whether DCGM's rate was passed too)",
+        citation=f"{_DCGM_FIELDS}; {_DCGM_REPLAY}; the count is {_OURS}",
     ),
     _r(
         id="throttle",
@@ -623,13 +649,16 @@ HEALTH_RULES: tuple[HealthRule, ...] = (
     _r(
         id="pcie_width",
         family="pcie",
-        sources=("lspci-vv",),
+        sources=("lspci-vv", "nvidia-smi-xml", "nvidia-smi-q", "nvidia-smi-csv", "prometheus"),
         signal="pcie_link_width vs pcie_link_width_max (LnkSta vs LnkCap Width) of GPUs (vendor 10de, VGA / 3D "
-        "controller) and HCAs (vendor 15b3)",
+        "controller) and HCAs (vendor 15b3); a GPU's own DCGM_FI_DEV_PCIE_LINK_WIDTH vs _MAX_LINK_WIDTH (nvidia-smi "
+        "-q's GPU Link Info > Link Width, dcgm-exporter) beside its DCGM_FI_DEV_GPU_UTIL",
         severity="high",
         actions=("drain",),
-        threshold="fewer lanes trained than the device is capable of (x8 of x16 halves its bandwidth; x0: link down)",
-        citation=f"{_PCIE_LINK}; {_GCM_PCI}",
+        threshold="fewer lanes trained than the device is capable of (x8 of x16 halves its bandwidth; x0: link down); "
+        "the GPU's own report is judged at >= {pcie_busy_util_pct} % utilisation only; a GPU both sources find narrow "
+        "is one check",
+        citation=f"{_PCIE_LINK}; {_GCM_PCI}; {_NVSMI_PCIE}",
     ),
     _r(
         id="pcie_speed",
@@ -641,6 +670,18 @@ HEALTH_RULES: tuple[HealthRule, ...] = (
         threshold="an HCA trained under its capable speed (a slot or riser of an older generation gives the same "
         "reading); GPUs are not judged on speed: an idle GPU drops to 2.5 GT/s by design",
         citation=f"{_PCIE_LINK}; {_GCM_PCI}; {_NVSMI_PCIE}",
+    ),
+    _r(
+        id="pcie_gen",
+        family="pcie",
+        sources=("nvidia-smi-xml", "nvidia-smi-q", "nvidia-smi-csv", "prometheus"),
+        signal="DCGM_FI_DEV_PCIE_LINK_GEN vs DCGM_FI_DEV_PCIE_MAX_LINK_GEN (nvidia-smi -q's GPU Link Info > PCIe "
+        "Generation Current / Max; Max is what the GPU and its slot both allow) beside DCGM_FI_DEV_GPU_UTIL",
+        severity="medium",
+        actions=("warn",),
+        threshold="a lower generation than Max while the GPU is >= {pcie_busy_util_pct} % busy (an idle GPU drops to "
+        "Gen 1 to save power: not judged)",
+        citation=f"{_NVSMI_PCIE}; {_DCGM_PCIE}; the utilisation is {_OURS}",
     ),
     _r(
         id="clock_offset",
@@ -760,7 +801,7 @@ HEALTH_RULES: tuple[HealthRule, ...] = (
     _r(
         id="driver_mismatch",
         family="fleet",
-        sources=("prometheus", "nvidia-smi-xml", "amd-device-metrics", "rocm-smi-json"),
+        sources=("prometheus", "nvidia-smi-xml", "nvidia-smi-q", "amd-device-metrics", "rocm-smi-json"),
         signal="the DCGM_FI_DRIVER_VERSION label (dcgm-exporter, nvidia-smi) or AMD's driver_version label "
         "(device-metrics-exporter, rocm-smi) of each node's GPU samples, grouped by the Slurm partition its jobs "
         "ran in (all nodes one group when the store holds no jobs)",
@@ -774,14 +815,73 @@ HEALTH_RULES: tuple[HealthRule, ...] = (
     _r(
         id="firmware_mismatch",
         family="fleet",
-        sources=("amd-device-metrics",),
-        signal="the vbios_version label of device-metrics-exporter's GPU samples (AMD GPU firmware), grouped as "
-        "driver_mismatch groups",
+        sources=("amd-device-metrics", "nvidia-smi-xml", "nvidia-smi-q"),
+        signal="the vbios_version label of device-metrics-exporter's GPU samples (AMD GPU firmware), the "
+        "DCGM_FI_DEV_VBIOS_VERSION label of nvidia-smi -q -x's (<vbios_version>), grouped as driver_mismatch groups",
         severity="low",
         actions=("warn",),
         threshold="a node whose GPU VBIOS differs from the one most nodes of its partition run (a tie warns every "
         "node)",
-        citation=f"{_AMD_METRICS} (the exporter's vbios_version label); comparing it is {_OURS}",
+        citation=f"{_AMD_METRICS} (the exporter's vbios_version label); {_NVSMI_Q} (VBIOS Version); comparing it "
+        f"is {_OURS}",
+    ),
+    _r(
+        id="kernel_mismatch",
+        family="fleet",
+        sources=("prometheus",),
+        signal="the release label of node-exporter's node_uname_info (uname -r), grouped as driver_mismatch groups",
+        severity="medium",
+        actions=("warn",),
+        threshold="a node whose kernel release differs from the one most nodes of its partition run (a tie warns "
+        "every node)",
+        citation=f"{_NODE_UNAME}; a kernel differs in its drivers (the GPU driver's and OFED's modules are built for "
+        f"it); comparing it is {_OURS}",
+    ),
+    _r(
+        id="cuda_mismatch",
+        family="fleet",
+        sources=("nvidia-smi-xml", "nvidia-smi-q", "nccl-log"),
+        signal="the CUDA version the GPU driver supports: nvidia-smi -q's CUDA Version (<cuda_version>, the "
+        "cuda_version label), NCCL's 'cudaDriverVersion 12020' (= 12.2)",
+        severity="medium",
+        actions=("warn",),
+        threshold="a node whose driver's CUDA version differs from its partition's majority (a tie warns every node)",
+        citation=f"{_NVSMI_Q} (CUDA Version); {_NCCL_ENV}; comparing it is {_OURS}",
+    ),
+    _r(
+        id="nccl_fleet_mismatch",
+        family="fleet",
+        sources=("nccl-log",),
+        signal="the NCCL version of the newest NCCL_DEBUG=INFO rank log of each host ('NCCL version 2.19.3+cuda12.3')",
+        severity="low",
+        actions=("warn",),
+        threshold="a node whose newest NCCL differs from its partition's majority; judged only where Slurm gives "
+        "the partition (a job that brings its own NCCL in a container shows here too; within one job "
+        "nccl_version_mismatch judges)",
+        citation=f"{_NCCL_ENV}; comparing it across a partition is {_OURS}",
+    ),
+    _r(
+        id="ofed_mismatch",
+        family="fleet",
+        sources=("ofed-info",),
+        signal="ofed_info -s (MLNX_OFED_LINUX-23.07-0.5.1.2, DOCA-Host's OFED-internal-...), the ofed_info sample's "
+        "version label",
+        severity="medium",
+        actions=("warn",),
+        threshold="a node whose OFED differs from its partition's majority (a tie warns every node)",
+        citation=f"{_NHC_OFED}; comparing it is {_OURS}",
+    ),
+    _r(
+        id="hca_firmware_mismatch",
+        family="fleet",
+        sources=("ibstat", "prometheus"),
+        signal="each HCA's firmware with its type: ibstat's 'CA type' and 'Firmware version', node-exporter's "
+        "node_infiniband_info{hca_type, firmware_version}",
+        severity="low",
+        actions=("warn",),
+        threshold="a node whose HCAs' firmware (per HCA type) differs from its partition's majority (a tie warns "
+        "every node)",
+        citation=f"ibstat(8); {_NODE_IB}; comparing it is {_OURS}",
     ),
 )
 HEALTH_RULE_IDS: tuple[HealthRuleId, ...] = tuple(r.id for r in HEALTH_RULES)

@@ -11,6 +11,8 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any, cast
 
+import orjson
+
 from hpcwatch import vocab
 from hpcwatch.analysis.health import (
     HOST_EVENT_KINDS,
@@ -67,9 +69,25 @@ def _stored_inputs(store: Store, node: str | None, window_s: float) -> tuple[pa.
 
 
 def _all_hosts_gpu_samples(store: Store, window_s: float) -> pa.Table:
-    """Every host's passive samples of the window (the GPU ones carry the driver version label)."""
+    """Every host's passive samples of the window (the GPU ones carry the driver version label; PASSIVE_METRICS
+    holds the fleet rules' own, analysis.health.FLEET_METRICS)."""
     _, newest = store.time_range()
     return store.samples(list(PASSIVE_METRICS), t0=newest - window_s if newest is not None else None)
+
+
+def _node_partitions(store: Store) -> dict[str, str]:
+    """node -> the partition the fleet rules group it in: the partitions Slurm's node list gives it (sinfo --json,
+    slurmrestd: ``slurm_node_up``'s ``partitions`` label, comma-joined when several), else the partition its
+    stored jobs ran in."""
+    out = {n: job.partition for job in store.jobs() if job.partition for n in job.nodes}
+    nodes = store.samples([vocab.SLURM_NODE_UP])
+    if nodes.num_rows:
+        newest = nodes.sort_by("t")
+        for host, raw in zip(newest["host"].to_pylist(), newest["labels"].to_pylist()):
+            listed = orjson.loads(raw or "{}").get("partitions")
+            if host and listed:
+                out[str(host)] = str(listed)
+    return out
 
 
 def _for_node(events: list[Event], node: str) -> list[Event]:
@@ -108,8 +126,8 @@ def node_health(
     # the NCCL rules compare the job's hosts: judged over all of them (then kept for this node), job by job
     nccl_checks = _nccl_checks(store, events)
     # the fleet rules compare the nodes of a partition: judged over every host's GPU samples too
-    partitions = {n: job.partition for job in store.jobs() if job.partition for n in job.nodes}
-    fleet = version_checks(samples if node is None else _all_hosts_gpu_samples(store, window_s), partitions)
+    partitions = _node_partitions(store)
+    fleet = version_checks(samples if node is None else _all_hosts_gpu_samples(store, window_s), partitions, events)
     if node is not None:
         nccl_checks = [c for c in nccl_checks if c.node == node]
         fleet = [c for c in fleet if c.node == node]

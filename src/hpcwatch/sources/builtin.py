@@ -482,6 +482,16 @@ register(
 )
 register(
     Format(
+        name="nvidia-smi-q",
+        sniff=_sniff_nvsmi("is_nvidia_smi_q"),
+        read=_nvsmi("read_nvidia_smi_q"),
+        kinds=S,
+        uses_host=True,
+        summary="nvidia-smi -q (text: utilisation, memory, power, clocks, PCIe link, versions)",
+    )
+)
+register(
+    Format(
         name="squeue-json",
         read=_slurm("read_squeue_records"),
         kinds=J | S,
@@ -591,6 +601,31 @@ register(
         dated_by_file=True,
         line_oriented=True,
         summary="lspci -vv (PCIe LnkCap / LnkSta of each device)",
+    )
+)
+
+
+def _ofed_info(p: Path, c: ReadContext) -> Iterator[Sample]:
+    from hpcwatch.sources import ofed_info
+
+    return ofed_info.read_ofed_info(p, node=c.host)
+
+
+def _sniff_ofed_info(h: Head) -> bool:
+    from hpcwatch.sources import ofed_info
+
+    return ofed_info.is_ofed_info(h.text)
+
+
+register(
+    Format(
+        name="ofed-info",
+        sniff=_sniff_ofed_info,
+        read=_ofed_info,
+        kinds=S,
+        uses_host=True,
+        dated_by_file=True,
+        summary="ofed_info -s (the MLNX_OFED / DOCA-Host OFED version of a node)",
     )
 )
 

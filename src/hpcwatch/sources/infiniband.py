@@ -10,7 +10,10 @@ perfquery prints one block per port, a header then ``Name:.....value`` lines
 ibstat prints per HCA (``CA 'mlx5_0'``) and per port its state, rate and lid
 (https://linux.die.net/man/8/ibstat); each port gives ``ib_port_up`` (1 when
 ``State: Active`` and ``Physical state: LinkUp``), ``ib_port_rate_gbps`` and
-``ib_port_lid``, with the state words kept as labels.
+``ib_port_lid``, with the state words kept as labels. Each HCA's ``Firmware version`` gives one
+``node_infiniband_info`` 1 (labels ``device``, ``firmware_version``, ``hca_type`` from ``CA type``), the name and
+labels node-exporter's infiniband collector gives the same facts, so the fleet rule comparing HCA firmware
+across a partition reads either.
 
 ibstat stops at the first HCA it cannot read: ``ibpanic: [PID] main: stat of IB device 'mlx5_8' failed: No
 such file or directory`` and exit 255 (rdma-core's ibstat before PR #1501; the real capture
@@ -143,6 +146,11 @@ def _port_samples(
         )
 
 
+def _hca_info(device: str, firmware: str, hca_type: str, base: dict[str, str], t: float) -> Sample:
+    labels = {**base, "device": device, "firmware_version": firmware, "hca_type": hca_type}
+    return Sample(metric=vocab.NODE_INFINIBAND_INFO, labels=labels, t=t, value=1.0)
+
+
 def _vanished(device: str, reason: str, base: dict[str, str], t: float) -> Sample:
     """``ib_device_up`` 0 for the HCA ibstat panicked on."""
     labels = {**base, "device": device, "error": reason or "stat failed"}
@@ -158,6 +166,7 @@ def parse_ibstat(
     port: dict[str, str] | None = None
     labels: dict[str, str] = {}
     port_line = 0
+    hca_type = ""
     for number, raw in enumerate(text.split("\n"), start=1):
         line = raw.strip()
         if not line:
@@ -178,7 +187,7 @@ def parse_ibstat(
                 yield from _port_samples(port, labels, t, path=path, line=port_line)
                 port = None
             if ca:
-                device = ca.group(1)
+                device, hca_type = ca.group(1), ""
             elif pm:
                 if device is None:
                     raise ParseError("port before any CA 'name' line", path=path, line=number, text=raw)
@@ -192,6 +201,10 @@ def parse_ibstat(
             )
         if port is not None:
             port[kv.group(1)] = kv.group(2)
+        elif kv.group(1) == "CA type":
+            hca_type = kv.group(2).strip()
+        elif kv.group(1) == "Firmware version":
+            yield _hca_info(device, kv.group(2).strip(), hca_type, base, t)
     if port is not None:
         yield from _port_samples(port, labels, t, path=path, line=port_line)
 

@@ -1,4 +1,4 @@
-"""GPU state from ``nvidia-smi -q -x`` (XML) and ``nvidia-smi --query-gpu=... --format=csv``.
+"""GPU state from ``nvidia-smi -q -x`` (XML), ``nvidia-smi -q`` (text) and ``nvidia-smi --query-gpu=... --format=csv``.
 
 Where there is no dcgm-exporter, nvidia-smi is what a node has. Readings are
 renamed to the DCGM fields dcgm-exporter would have exported, so the rest of
@@ -14,8 +14,22 @@ hpcwatch sees one vocabulary (https://docs.nvidia.com/datacenter/dcgm/latest/dcg
     clocks.sm / <sm_clock>                 -> DCGM_FI_DEV_SM_CLOCK     (MHz)
     clocks.mem / <mem_clock>               -> DCGM_FI_DEV_MEM_CLOCK    (MHz)
 
+and, from the XML's ``<pci>`` ("PCI" > "GPU Link Info" in ``nvidia-smi -q``):
+
+    <current_link_gen> / <max_link_gen>     -> DCGM_FI_DEV_PCIE_LINK_GEN / _MAX_LINK_GEN     (1-6)
+    <current_link_width> / <max_link_width> -> DCGM_FI_DEV_PCIE_LINK_WIDTH / _MAX_LINK_WIDTH (lanes, "16x")
+      (CSV: pcie.link.gen.current / .max, pcie.link.width.current / .max)
+    <replay_counter>                        -> DCGM_FI_DEV_PCIE_REPLAY_COUNTER (since the driver loaded)
+
+``max_*`` is what this GPU *and its slot* allow (nvidia-smi(1): a Gen4 GPU in a Gen3 slot says 3), so a
+current value under it is a link trained below what both ends can do. The current generation and width "may
+be reduced when the GPU is not in use": the reader keeps them as printed, ``analysis.health`` judges them only
+beside a busy utilisation of the same snapshot. ``<tx_util>`` / ``<rx_util>`` (KB/s over 20 ms) are skipped.
+
 Labels as dcgm-exporter's: ``gpu`` (index), ``UUID``, ``modelName``,
-``pci_bus_id``, ``DCGM_FI_DRIVER_VERSION`` and ``Hostname`` when given. The XML's
+``pci_bus_id``, ``DCGM_FI_DRIVER_VERSION`` and ``Hostname`` when given; the XML adds ``DCGM_FI_DEV_VBIOS_VERSION``
+(``<vbios_version>``, the label dcgm-exporter gives that field) and ``cuda_version`` (``<cuda_version>``: the
+CUDA version the driver supports, nvidia-smi's header "CUDA Version"), which the fleet rules compare across nodes. The XML's
 compute processes become ``Event(kind="gpu_process")`` with pid, name, type and
 ``used_memory_bytes``: who holds which GPU memory, for the security checks.
 
@@ -32,8 +46,16 @@ dcgm-exporter's instance lines. The XML names no MIG profile (``GPU_I_PROFILE`` 
 per-instance utilisation. A compute process's event carries its ``gpu_instance_id`` and
 ``compute_instance_id`` when the GPU is in MIG mode (else nvidia-smi writes N/A, left out).
 
+``nvidia-smi -q`` (text) is the same report as the XML, indented by four spaces a level under
+``==============NVSMI LOG==============``, one ``GPU 00000000:3B:00.0`` block per GPU: it gives the same samples
+and labels as the XML (``Utilization > Gpu``, ``FB Memory Usage > Used``, ``GPU Power Readings > Power Draw``,
+``Temperature > GPU Current Temp``, ``Clocks > SM``, ``PCI > GPU Link Info > PCIe Generation / Link Width > Max /
+Current``, ``PCI > Replays Since Reset``...; ``Driver Version``, ``CUDA Version``, ``VBIOS Version``). Not read from
+the text: MIG devices and processes (use ``-q -x``). A line that is neither ``Key : value``, a section name, a GPU
+line nor the banner is a ``ParseError``; so is text before the banner or ``Timestamp``.
+
 Not checked: fields not listed above (skipped), that the units are the ones
-nvidia-smi always prints (MiB, W, C, MHz, %). A CSV with
+nvidia-smi always prints (MiB, W, C, MHz, %, x for lanes). A CSV with
 both ``power.draw`` and ``power.draw.instant`` gives one power sample (the instant one); a CSV
 without ``index`` is a ParseError (a row's position is not its GPU in a log of repeated queries).
 The XML is parsed with the standard library's expat, which fetches no external
@@ -53,7 +75,7 @@ from xml.parsers import expat
 from hpcwatch import vocab
 from hpcwatch.errors import ParseError
 from hpcwatch.records import Event, Sample
-from hpcwatch.sources.lines import file_time, read_text
+from hpcwatch.sources.lines import file_time, line_text, read_text
 from hpcwatch.vocab import EventKind
 
 _Path = str | os.PathLike[str]
@@ -61,6 +83,9 @@ _Path = str | os.PathLike[str]
 __all__ = [
     "parse_nvidia_smi_xml",
     "read_nvidia_smi_xml",
+    "parse_nvidia_smi_q",
+    "read_nvidia_smi_q",
+    "is_nvidia_smi_q",
     "parse_nvidia_smi_csv",
     "read_nvidia_smi_csv",
     "QUERY_FIELDS",
@@ -84,6 +109,10 @@ QUERY_FIELDS = {
     "clocks.current.sm": vocab.DCGM_FI_DEV_SM_CLOCK,
     "clocks.mem": vocab.DCGM_FI_DEV_MEM_CLOCK,
     "clocks.current.memory": vocab.DCGM_FI_DEV_MEM_CLOCK,
+    "pcie.link.gen.current": vocab.DCGM_FI_DEV_PCIE_LINK_GEN,
+    "pcie.link.gen.max": vocab.DCGM_FI_DEV_PCIE_MAX_LINK_GEN,
+    "pcie.link.width.current": vocab.DCGM_FI_DEV_PCIE_LINK_WIDTH,
+    "pcie.link.width.max": vocab.DCGM_FI_DEV_PCIE_MAX_LINK_WIDTH,
 }
 #: --query-gpu field -> dcgm-exporter label.
 #: Of two fields for one metric, the lower sorts first and wins: the XML reader also prefers the instant power
@@ -96,6 +125,8 @@ _QUERY_LABELS = {
     "pci.bus_id": "pci_bus_id",
     "driver_version": vocab.DCGM_FI_DRIVER_VERSION,
 }
+#: dcgm-exporter label -> the XML element under <gpu> that gives it.
+_GPU_LABELS = (("UUID", "uuid"), ("modelName", "product_name"), (vocab.DCGM_FI_DEV_VBIOS_VERSION, "vbios_version"))
 #: XML element path under <gpu> -> DCGM field name; the first path present wins.
 _XML_FIELDS = (
     ("utilization/gpu_util", vocab.DCGM_FI_DEV_GPU_UTIL),
@@ -109,9 +140,14 @@ _XML_FIELDS = (
     ("temperature/memory_temp", vocab.DCGM_FI_DEV_MEMORY_TEMP),
     ("clocks/sm_clock", vocab.DCGM_FI_DEV_SM_CLOCK),
     ("clocks/mem_clock", vocab.DCGM_FI_DEV_MEM_CLOCK),
+    ("pci/pci_gpu_link_info/pcie_gen/current_link_gen", vocab.DCGM_FI_DEV_PCIE_LINK_GEN),
+    ("pci/pci_gpu_link_info/pcie_gen/max_link_gen", vocab.DCGM_FI_DEV_PCIE_MAX_LINK_GEN),
+    ("pci/pci_gpu_link_info/link_widths/current_link_width", vocab.DCGM_FI_DEV_PCIE_LINK_WIDTH),
+    ("pci/pci_gpu_link_info/link_widths/max_link_width", vocab.DCGM_FI_DEV_PCIE_MAX_LINK_WIDTH),
+    ("pci/replay_counter", vocab.DCGM_FI_DEV_PCIE_REPLAY_COUNTER),
 )
-_READING_RE = re.compile(r"\s*([-+]?[0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)\s*(?:%|MiB|W|C|MHz|KiB|GiB)?\s*\Z")
-_MISSING = ("N/A", "[N/A]", "[Not Supported]", "Not Supported", "[Unknown Error]", "")
+_READING_RE = re.compile(r"\s*([-+]?[0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)\s*(?:%|MiB|W|C|MHz|KiB|GiB|x)?\s*\Z")
+_MISSING = ("N/A", "[N/A]", "[Not Supported]", "Not Supported", "[Unknown Error]", "Unknown Error", "")
 
 
 def _reading(text: str | None, what: str, *, path: _Path, line: int | None) -> float | None:
@@ -164,8 +200,8 @@ def _gpu_xml(
     gpu: ET.Element, index: int, common: dict[str, str], t: float, lines: dict[ET.Element, int], *, path: _Path
 ) -> Iterator[Sample | Event]:
     labels = {"gpu": str(index), **common}
-    for key, tag in (("UUID", "uuid"), ("modelName", "product_name")):
-        if value := (gpu.findtext(tag) or "").strip():
+    for key, tag in _GPU_LABELS:
+        if (value := (gpu.findtext(tag) or "").strip()) and value not in _MISSING:
             labels[key] = value
     if gpu.get("id"):
         labels["pci_bus_id"] = gpu.get("id", "")
@@ -253,6 +289,8 @@ def parse_nvidia_smi_xml(
     common = {"Hostname": hostname} if hostname else {}
     if driver := (root.findtext("driver_version") or "").strip():
         common[vocab.DCGM_FI_DRIVER_VERSION] = driver
+    if (cuda := (root.findtext("cuda_version") or "").strip()) and cuda not in _MISSING:
+        common["cuda_version"] = cuda
     for index, gpu in enumerate(root.iterfind("gpu")):
         yield from _gpu_xml(gpu, index, common, t, lines, path=path)
 
@@ -261,6 +299,128 @@ def read_nvidia_smi_xml(
     path: str | os.PathLike[str], *, hostname: str | None = None, t: float | None = None
 ) -> Iterator[Sample | Event]:
     yield from parse_nvidia_smi_xml(read_text(path), path=path, hostname=hostname, t=t)
+
+
+# -- -q text --------------------------------------------------------------------------------
+
+#: ``nvidia-smi -q`` section path (``/``-joined, as indented) -> DCGM field name; the first path present wins.
+_TEXT_FIELDS = (
+    ("Utilization/Gpu", vocab.DCGM_FI_DEV_GPU_UTIL),
+    ("Utilization/Memory", vocab.DCGM_FI_DEV_MEM_COPY_UTIL),
+    ("FB Memory Usage/Used", vocab.DCGM_FI_DEV_FB_USED),
+    ("FB Memory Usage/Free", vocab.DCGM_FI_DEV_FB_FREE),
+    ("GPU Power Readings/Instantaneous Power Draw", vocab.DCGM_FI_DEV_POWER_USAGE),
+    ("GPU Power Readings/Power Draw", vocab.DCGM_FI_DEV_POWER_USAGE),
+    ("Power Readings/Power Draw", vocab.DCGM_FI_DEV_POWER_USAGE),
+    ("Temperature/GPU Current Temp", vocab.DCGM_FI_DEV_GPU_TEMP),
+    ("Temperature/Memory Current Temp", vocab.DCGM_FI_DEV_MEMORY_TEMP),
+    ("Clocks/SM", vocab.DCGM_FI_DEV_SM_CLOCK),
+    ("Clocks/Memory", vocab.DCGM_FI_DEV_MEM_CLOCK),
+    ("PCI/GPU Link Info/PCIe Generation/Current", vocab.DCGM_FI_DEV_PCIE_LINK_GEN),
+    ("PCI/GPU Link Info/PCIe Generation/Max", vocab.DCGM_FI_DEV_PCIE_MAX_LINK_GEN),
+    ("PCI/GPU Link Info/Link Width/Current", vocab.DCGM_FI_DEV_PCIE_LINK_WIDTH),
+    ("PCI/GPU Link Info/Link Width/Max", vocab.DCGM_FI_DEV_PCIE_MAX_LINK_WIDTH),
+    ("PCI/Replays Since Reset", vocab.DCGM_FI_DEV_PCIE_REPLAY_COUNTER),
+    ("PCI/Replays since reset", vocab.DCGM_FI_DEV_PCIE_REPLAY_COUNTER),  # older drivers
+)
+#: dcgm-exporter label -> the ``nvidia-smi -q`` key under a GPU that gives it.
+_TEXT_LABELS = (("UUID", "GPU UUID"), ("modelName", "Product Name"), (vocab.DCGM_FI_DEV_VBIOS_VERSION, "VBIOS Version"))
+_BANNER = "==============NVSMI LOG=============="
+_GPU_LINE_RE = re.compile(r"GPU (?P<bus>[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-7])\s*\Z")
+_KEY_VALUE_RE = re.compile(r"(?P<key>[^:]*?\S)\s*:(?:\s(?P<value>.*))?\Z")
+_SECTION_RE = re.compile(r"[A-Za-z0-9][\w .()/+-]*\Z")
+
+
+def _text_gpu(
+    bus: str, fields: dict[str, tuple[str, int]], index: int, common: dict[str, str], t: float, *, path: _Path
+) -> Iterator[Sample]:
+    labels = {"gpu": str(index), **common, "pci_bus_id": bus}
+    for key, name in _TEXT_LABELS:
+        if (value := fields.get(name, ("", 0))[0].strip()) and value not in _MISSING:
+            labels[key] = value
+    seen = set()
+    for where, field in _TEXT_FIELDS:
+        if field in seen or where not in fields:
+            continue
+        text, line = fields[where]
+        reading = _reading(text, where, path=path, line=line)
+        if reading is not None:
+            seen.add(field)
+            yield Sample(metric=field, labels=labels, t=t, value=reading)
+
+
+def _text_blocks(
+    text: str, *, path: _Path
+) -> tuple[dict[str, tuple[str, int]], list[tuple[str, dict[str, tuple[str, int]]]]]:
+    """The header's ``Key : value`` pairs, and each GPU's bus id with its pairs keyed by section path."""
+    header: dict[str, tuple[str, int]] = {}
+    gpus: list[tuple[str, dict[str, tuple[str, int]]]] = []
+    stack: list[tuple[int, str]] = []  # (indent, section name) of the sections the line is under
+    started = False
+    for number, raw in enumerate(text.split("\n"), start=1):
+        line = raw.rstrip()
+        body = line.strip()
+        if not body:
+            continue
+        if body == _BANNER:
+            started = True
+            continue
+        indent = len(line) - len(line.lstrip(" "))
+        gpu = _GPU_LINE_RE.match(body) if indent == 0 else None
+        pair = _KEY_VALUE_RE.match(body)
+        if gpu is not None:
+            gpus.append((gpu.group("bus"), {}))
+            stack = []
+            continue
+        if not started and not (pair and pair.group("key") == "Timestamp"):
+            raise ParseError(
+                f"not nvidia-smi -q output (want {_BANNER} first)", path=path, line=number, text=line_text(raw)
+            )
+        started = True
+        while stack and stack[-1][0] >= indent:
+            stack.pop()
+        if pair is None:
+            if _SECTION_RE.match(body) is None:
+                raise ParseError("not an nvidia-smi -q line", path=path, line=number, text=line_text(raw))
+            stack.append((indent, body))
+            continue
+        where = "/".join([*(name for _, name in stack), pair.group("key")])
+        target = gpus[-1][1] if gpus else header
+        target.setdefault(where, (pair.group("value") or "", number))
+    return header, gpus
+
+
+def parse_nvidia_smi_q(
+    text: str,
+    *,
+    path: str | os.PathLike[str] = "<nvidia-smi -q>",
+    hostname: str | None = None,
+    t: float | None = None,
+    utc_offset_s: float = 0.0,
+) -> Iterator[Sample]:
+    """DCGM-named samples of ``nvidia-smi -q`` text (see the module docstring); ``t`` overrides its Timestamp."""
+    header, gpus = _text_blocks(text, path=path)
+    if t is None:
+        if "Timestamp" not in header:
+            raise ParseError("no Timestamp and no time given", path=path, line=1)
+        stamp, line = header["Timestamp"]
+        t = _smi_time(stamp, "%a %b %d %H:%M:%S %Y", utc_offset_s, path=path, line=line)
+    common = {"Hostname": hostname} if hostname else {}
+    for key, label in (("Driver Version", vocab.DCGM_FI_DRIVER_VERSION), ("CUDA Version", "cuda_version")):
+        if (value := header.get(key, ("", 0))[0].strip()) and value not in _MISSING:
+            common[label] = value
+    for index, (bus, fields) in enumerate(gpus):
+        yield from _text_gpu(bus, fields, index, common, t, path=path)
+
+
+def read_nvidia_smi_q(
+    path: str | os.PathLike[str], *, hostname: str | None = None, t: float | None = None
+) -> Iterator[Sample]:
+    yield from parse_nvidia_smi_q(read_text(path), path=path, hostname=hostname, t=t)
+
+
+def is_nvidia_smi_q(head: str) -> bool:
+    return head.lstrip().startswith(_BANNER)
 
 
 # -- CSV -------------------------------------------------------------------------------------

@@ -7,7 +7,8 @@ one per node or partition per answer, at the answer's time ``t`` (labelled ``nod
 host column is the Slurm node name):
 
     slurm_node_up{node,state}          1 when the node takes work (idle, mixed, allocated, completing
-                                       and no DRAIN/FAIL/MAINT flag), else 0
+                                       and no DRAIN/FAIL/MAINT flag), else 0; label ``partitions`` (its
+                                       partitions, comma-joined, sorted) when the answer lists them
     slurm_node_cpus / _alloc_cpus      CPUs configured / allocated
     slurm_node_gpus / _alloc_gpus      ``gres/gpu`` of ``tres`` / ``tres_used``
     slurm_partition_nodes / _cpus      nodes and CPUs of a partition {partition,state}
@@ -191,6 +192,8 @@ def parse_rest_nodes(
             raise ParseError(f"nodes[{i}]: a node without a name", path=path)
         base, flags = _base_state(raw)
         labels = {"node": str(raw["name"]), "state": base.lower()}
+        if isinstance(listed := raw.get("partitions"), list) and listed:
+            labels["partitions"] = ",".join(sorted(str(p) for p in listed))
         where = f"nodes[{i}] ({raw['name']})"
         try:
             values = (
