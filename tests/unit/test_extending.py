@@ -66,6 +66,8 @@ def _section(title: str) -> str:
                 "src/hpcwatch/reports/health.py",
                 "tests/unit/test_health_rules.py",
                 "docs/usage.md",
+                "health_rule.<id>.one",
+                "tests/unit/test_web_svg.py",
             ],
         ),
         ("A new report", ["src/hpcwatch/reports/", "src/hpcwatch/store/queries.py", "frozen dataclass"]),

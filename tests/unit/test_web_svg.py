@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import re
+import string
 import time
 import xml.etree.ElementTree as ET
+from collections.abc import Mapping
 from pathlib import Path
 
 import pytest
 import yaml
 
 import hpcwatch.web
+from hpcwatch.analysis.health_rules import HEALTH_RULE_IDS
 from hpcwatch.errors import ConfigError
 from hpcwatch.model import parse_cluster, reference_cluster
 from hpcwatch.model.cards import SECTIONS, load_cards, parse_cards
@@ -145,6 +148,49 @@ def test_scripts_hold_no_catalogue_text():
         source = js.read_text()
         leaked = [v for v in sentences if v in source]
         assert not leaked, f"{js.name}: {leaked[:3]}"
+
+
+# The alert list words a problem by health_rule.<id>.one and a group by .many (static/monitor.js ruleTitle); a rule
+# without them falls back to the check's English title, so a French page would show English (issue #27).
+_GROUP_UNITS = {"en": ("GPUs", "nodes"), "fr": ("GPU", "nœuds")}
+
+
+def _rule_title_faults(words: Mapping[str, str], lang: str) -> list[str]:
+    """What keeps a health rule from a readable title in ``words``: a missing form, a ``many`` that does not count
+    ``{n}`` GPUs or nodes, a placeholder the page does not fill (it passes only ``n``)."""
+    faults = []
+    for rule in HEALTH_RULE_IDS:
+        one, many = words.get(f"health_rule.{rule}.one"), words.get(f"health_rule.{rule}.many")
+        if not one or not many:
+            faults.append(f"{rule}: one or many missing")
+            continue
+        if _placeholders(one) or _placeholders(many) != {"n"}:
+            faults.append(f"{rule}: one takes no placeholder and many only {{n}}")
+        if not any(unit in many.split() for unit in _GROUP_UNITS[lang]):
+            faults.append(f"{rule}: many names no unit ({' or '.join(_GROUP_UNITS[lang])})")
+    return faults
+
+
+def _placeholders(text: str) -> set[str]:
+    return {name for _, name, _, _ in string.Formatter().parse(text) if name is not None}
+
+
+@pytest.mark.parametrize("lang", ["en", "fr"])
+def test_every_health_rule_has_a_title_for_one_problem_and_for_a_group(lang):
+    assert _rule_title_faults(load_catalogue(lang).words, lang) == []
+
+
+@pytest.mark.parametrize(
+    ("drop", "change", "fault"),
+    [
+        ("health_rule.disk_space.many", {}, "disk_space: one or many missing"),
+        ("", {"health_rule.oom_kill.many": "nodes where a process was killed"}, "oom_kill: one takes no placeholder"),
+        ("", {"health_rule.xgmi_errors.many": "{n} with XGMI link errors"}, "xgmi_errors: many names no unit"),
+    ],
+)
+def test_a_rule_without_its_title_is_named(drop, change, fault):
+    words = {k: v for k, v in load_catalogue("en").words.items() if k != drop} | change
+    assert [f for f in _rule_title_faults(words, "en") if f.startswith(fault)]
 
 
 def test_negotiate_prefers_forced_then_cookie_then_header():
