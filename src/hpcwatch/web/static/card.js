@@ -124,7 +124,7 @@ const LIVE = {
           [t("live.ib_tx"), fmtRate(ib.ib_tx_bytes_s), { "data-value": "ib_tx" }],
           [t("live.ib_rx"), fmtRate(ib.ib_rx_bytes_s), { "data-value": "ib_rx" }]]),
       h("h4", {}, t("events.node")),
-      h("ol", { class: "events-list", "data-timeline": info.id },
+      h("ol", { class: "events-list", "data-timeline": info.id, tabindex: "0" },
         events.length ? events.map(eventItem) : h("li", { class: "muted" }, t("events.none"))),
       h("h4", {}, t("live.gpus")),
       table([t("player.gpu"), t("live.util"), t("live.power"), t("live.mem"), t("live.temp"), t("live.job")],
