@@ -102,7 +102,7 @@ def _natural(name: str) -> tuple:
 def test_128_nodes_list_one_group_per_rule_worst_first_in_natural_order(triage_page):
     pg = triage_page
     pg.click("#alerts-toggle")
-    items = pg.locator("#alerts-list > li")
+    items = pg.locator("#alerts-list > li[data-group]")
     assert items.count() == int(pg.locator("#alerts-toggle").get_attribute("data-count"))
     groups = pg.evaluate("window.hpcwatch.state.snapshot.alerts")
     idle = next(g for g in groups if g["rule"] == "idle_allocated")
@@ -130,6 +130,24 @@ def test_128_nodes_list_one_group_per_rule_worst_first_in_natural_order(triage_p
     first.click()
     assert el.split(":", 1)[1] in pg.locator("#card-title").inner_text()
     assert not pg.locator("#alerts-list").is_visible()
+
+
+def test_a_filter_shows_one_kind_of_problem_and_all_again(triage_page):
+    pg = triage_page
+    pg.click("#alerts-toggle")
+    groups = pg.evaluate("window.hpcwatch.state.snapshot.alerts")
+    xids = sum(g["count"] for g in groups if g["mark"] == "xid")
+    xid_filter = pg.locator(".alert-filter[data-filter='xid']")
+    assert f"XID ({xids})" in xid_filter.inner_text()
+    xid_filter.click()
+    assert xid_filter.get_attribute("aria-pressed") == "true"
+    visible = pg.locator("#alerts-list > li[data-group]:visible")
+    assert visible.count() == sum(1 for g in groups if g["mark"] == "xid") >= 1
+    assert all(m == "xid" for m in visible.evaluate_all("els => els.map(e => e.dataset.mark)"))
+    assert not pg.locator("#alerts-list > li[data-mark='idle']").is_visible()  # 100+ idle GPUs out of the way
+    assert _axe(pg) == []
+    pg.locator(".alert-filter[data-filter='']").click()
+    assert pg.locator("#alerts-list > li[data-group]:visible").count() == len(groups)
 
 
 def test_escape_closes_the_list_and_it_never_covers_go_to_node(triage_page):

@@ -115,8 +115,41 @@ function drawAlerts(groups) {
   if (list.dataset.signature === signature) return;   // keep focus inside an open list between ticks
   list.dataset.signature = signature;
   clear(list);
+  const kinds = MARK_ORDER.filter((kind) => groups.some((g) => g.mark === kind));
+  if (!kinds.includes(alertFilter.kind)) alertFilter.kind = null;   // the kind it showed has gone
+  if (kinds.length > 1) list.append(filterBar(groups, kinds));
   for (const g of groups) list.append(groupItem(g));
+  applyFilter();
   if (n === 0) setListOpen(false);
+}
+
+// -- filters: one kind of problem at a time (at 128 nodes, 133 idle GPUs must not hide the one XID) ------------
+
+const alertFilter = { kind: null };
+
+/** The bar atop the list: "All (n)" and each kind present with its number of problems, one pressed. */
+function filterBar(groups, kinds) {
+  const problems = (kind) => groups.filter((g) => kind === null || g.mark === kind).reduce((a, g) => a + g.count, 0);
+  const button = (kind) => {
+    const label = kind === null ? t("alerts.filter_all", { n: fmt(problems(null)) })
+      : t("alerts.filter_kind", { kind: t(`alerts.kind.${kind}`), n: fmt(problems(kind)) });
+    const b = h("button", { type: "button", class: "ghost alert-filter", "data-filter": kind ?? "",
+      "aria-pressed": String(alertFilter.kind === kind) }, kind === null ? label : [h("span", { "aria-hidden": "true" },
+      t(`glyph.${kind}`)), " ", label]);
+    b.addEventListener("click", () => { alertFilter.kind = kind; applyFilter(); });
+    return b;
+  };
+  return h("li", { class: "alert-filters" },
+    h("div", { class: "alert-filter-bar", role: "group", "aria-label": t("alerts.filter_label") }, button(null), kinds.map(button)));
+}
+
+function applyFilter() {
+  for (const li of list.querySelectorAll(":scope > li[data-group]")) {
+    li.hidden = alertFilter.kind !== null && li.dataset.mark !== alertFilter.kind;
+  }
+  for (const b of list.querySelectorAll(".alert-filter")) {
+    b.setAttribute("aria-pressed", String((b.dataset.filter || null) === alertFilter.kind));
+  }
 }
 
 function setListOpen(open) {
