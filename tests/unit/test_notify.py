@@ -536,3 +536,86 @@ def test_collect_check_shows_no_webhook_token(tmp_path, run_cli):
     )
     code, out, _err = run_cli(["collect", "--config", str(tmp_path / "c.toml"), "--check", "--json"])
     assert code == 0 and "s3cr3t" not in out and "https://hooks.example.org/…" in out
+
+
+# -- an account's coordinators as Slurm knows them (coordinators_file: real sacctmgr 22.05 listings) ----------
+
+SACCTMGR = DATA / "sacctmgr"
+
+
+def _slurm_coordinators(tmp_path: Path, cert, port: int | None, listing: str = "user-withcoordinator-22.05.txt") -> str:
+    """alice and carol coordinate proj-vision, carol proj-llm (the real capture); carol has a mapped
+    address and reads French; the hand table adds the PI of proj-llm."""
+    saved = tmp_path / "coordinators.txt"
+    saved.write_text((SACCTMGR / listing).read_text())
+    text = _config(tmp_path, cert, port, extra=f'kinds = ["digest"]\ncoordinators_file = "{saved}"')
+    return (
+        text.replace('bob = "fr"', 'bob = "fr"\ncarol = "fr"') + '\n[notify.users]\ncarol = "carol@lab.example.org"\n'
+    )
+
+
+def test_an_accounts_digest_reaches_the_coordinators_slurm_names_and_the_hand_written_ones(tmp_path, store, smtp, cert):
+    notifier = _notifier(store, _slurm_coordinators(tmp_path, cert, smtp.port), [NOW])
+    assert notifier.run_once().pending == 0
+    to = {}
+    for r in smtp.received:
+        notice = r.message["X-Hpcwatch-Notice"]
+        if notice.startswith("digest/daily/account/"):
+            to.setdefault(notice.split("/")[3], {}).update({a: r.message["Content-Language"] for a in r.rcpt_tos})
+    assert to["proj-vision"] == {"alice@example.org": "en", "carol@lab.example.org": "fr"}  # template; users map
+    assert to["proj-llm"] == {"carol@lab.example.org": "fr", "pi-llm@example.org": "en"}  # Slurm's, plus the hand's
+
+
+def test_both_sacctmgr_listings_give_the_same_recipients_each_once(tmp_path, cert):
+    from hpcwatch.notify.recipients import audience_addresses
+
+    found = []
+    for listing in ("user-withcoordinator-22.05.txt", "account-withcoordinator-22.05.txt"):
+        folder = tmp_path / listing
+        folder.mkdir()
+        text = _slurm_coordinators(folder, cert, None, listing)
+        text = text.replace('proj-llm = ["pi-llm@example.org"]', 'proj-llm = ["carol@lab.example.org"]')
+        config = parse_notify_text(text, path="notify.toml")
+        found.append({a: audience_addresses(config, "coordinators", account=a) for a in ("proj-llm", "proj-vision")})
+    assert found[0] == found[1]
+    assert found[0] == {
+        "proj-llm": ("carol@lab.example.org",),  # in Slurm's file and in the hand table: one mail
+        "proj-vision": ("alice@example.org", "carol@lab.example.org"),
+    }
+
+
+def test_a_bad_coordinators_file_exits_2_naming_the_config_line_and_the_files_line(tmp_path, store, cert, run_cli):
+    text = _slurm_coordinators(tmp_path, cert, None)
+    (tmp_path / "coordinators.txt").write_text("User|Def Acct|Admin|Coord Accounts\nalice|proj-llm|None\n")
+    (tmp_path / "n.toml").write_text(text)
+    code, _out, err = run_cli(["notify", "--db", str(store.path), "--config", str(tmp_path / "n.toml"), "--once"])
+    line = text.splitlines().index(next(x for x in text.splitlines() if x.startswith("coordinators_file"))) + 1
+    assert code == 2 and err.count("\n") == 1
+    assert f"n.toml:{line}: [notify] coordinators_file: {tmp_path / 'coordinators.txt'}:2: want 4" in err
+    (tmp_path / "coordinators.txt").unlink()
+    with pytest.raises(ConfigError, match=r"notify.toml:\d+: \[notify\] coordinators_file: .*cannot read"):
+        parse_notify_text(text, path="notify.toml")
+
+
+def test_a_changed_coordinators_file_is_read_again_and_a_broken_one_keeps_the_last(tmp_path, cert, monkeypatch, caplog):
+    import os
+
+    from hpcwatch.notify.recipients import audience_addresses
+    from hpcwatch.sources import sacctmgr
+
+    config = parse_notify_text(_slurm_coordinators(tmp_path, cert, None), path="notify.toml")
+    saved = tmp_path / "coordinators.txt"
+    assert audience_addresses(config, "coordinators", account="proj-llm")[0] == "carol@lab.example.org"
+    monkeypatch.setattr(sacctmgr, "RECHECK_S", 0.0)
+    saved.write_text(saved.read_text().replace("bob|proj-vision|None|", "bob|proj-vision|None|proj-llm"))
+    os.utime(saved, (1.0, 1.0))  # another mtime even within the filesystem's clock tick
+    assert "bob@example.org" in audience_addresses(config, "coordinators", account="proj-llm")
+    saved.write_text("half a line")
+    os.utime(saved, (2.0, 2.0))
+    with caplog.at_level(logging.WARNING, logger="hpcwatch.notify"):
+        for _ in range(3):
+            assert "bob@example.org" in audience_addresses(config, "coordinators", account="proj-llm")
+    assert [r.getMessage() for r in caplog.records].count(
+        f"coordinators file kept as last read: {saved}:1: want a header starting User| or Account| with a "
+        "'Coord Accounts' column (sacctmgr show user withcoordinator --parsable2) (found: 'half a line')"
+    ) == 1

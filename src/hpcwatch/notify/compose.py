@@ -24,7 +24,7 @@ from typing import Any
 from hpcwatch.analysis.attribution import ADVICE, JobReport, report_dict
 from hpcwatch.notify.config import NotifyConfig
 from hpcwatch.notify.message import Payload
-from hpcwatch.notify.recipients import audience_addresses, user_address, user_language
+from hpcwatch.notify.recipients import audience_recipients, user_address, user_language
 from hpcwatch.notify.render import Renderer, fmt_bytes, fmt_duration, fmt_num, fmt_time, words
 from hpcwatch.records import SEVERITIES, Finding
 from hpcwatch.reports.digest import PERIODS, Digest, digests, last_period
@@ -106,14 +106,16 @@ class _Builder:
     def for_roles(
         self, audiences: tuple[str, ...], make: Callable[[str, str], Payload], *, account: str | None = None
     ) -> list[Addressed]:
-        """Per audience: one message for its webhooks, one per address (in the config's language)."""
-        lang = self.config.language
+        """Per audience: one message for its webhooks (in the config's language), one per address (in the
+        config's language, a coordinator Slurm names in their own)."""
         out = []
         for audience in audiences:
-            payload = make(audience, lang)
-            out.append(Addressed(audience=audience, address="", payload=payload))
-            for address in audience_addresses(self.config, audience, account=account):
-                out.append(Addressed(audience=audience, address=address, payload=_to(payload, address)))
+            payloads = {self.config.language: make(audience, self.config.language)}
+            out.append(Addressed(audience=audience, address="", payload=payloads[self.config.language]))
+            for address, lang in audience_recipients(self.config, audience, account=account):
+                if lang not in payloads:
+                    payloads[lang] = make(audience, lang)
+                out.append(Addressed(audience=audience, address=address, payload=_to(payloads[lang], address)))
         return out
 
 

@@ -16,7 +16,9 @@ alice = "alice@lab.example.org"
 [notify.languages]                  # user -> language
 alice = "fr"
 
-[notify.coordinators]               # account -> addresses (the account's digest)
+coordinators_file = "/var/lib/hpcwatch/coordinators.txt"  # sacctmgr show user withcoordinator --parsable2
+
+[notify.coordinators]               # account -> addresses, added to the file's coordinators (the account's digest)
 proj-llm = ["pi-llm@example.org"]
 
 [[notify.channel]]                  # one table per channel: type is a name of channels.CHANNELS
@@ -25,8 +27,9 @@ host = "smtp.example.org"
 ```
 
 A key that is not listed, a value of the wrong type, an unknown channel type, a ``user_template``
-naming a field other than ``{user}`` / ``{account}``, or a template folder whose templates name an
-unknown field: a ``ConfigError`` naming the file and the line.
+naming a field other than ``{user}`` / ``{account}``, a template folder whose templates name an
+unknown field, or a ``coordinators_file`` missing or not sacctmgr's listing: a ``ConfigError`` naming
+the file and the line (and, for the coordinators file, its own line).
 """
 
 from __future__ import annotations
@@ -40,6 +43,7 @@ from urllib.parse import urlsplit
 from hpcwatch.errors import ConfigError
 from hpcwatch.notify.address import check_address
 from hpcwatch.notify.channels import CHANNELS
+from hpcwatch.notify.coordinators import watch_coordinators
 from hpcwatch.tomlkeys import KeyLines, load_toml, typed
 
 __all__ = [
@@ -101,6 +105,11 @@ class NotifyConfig:
     user_template: str = ""
     """``{user}@domain``: a user's address when neither ``users`` nor Slurm's mail-user give one (empty: none)."""
     coordinators: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    """Account → addresses written by hand: added to the coordinators ``coordinators_file`` names."""
+    coordinators_file: str = ""
+    """Slurm's coordinators, saved by cron: ``sacctmgr show user withcoordinator --parsable2`` (the file the
+    access policy's ``[coordinators] file`` reads); each coordinator's address is found as a job's user's
+    is (``users``, then ``user_template``), in their ``languages`` entry. Read at start, again when it changes."""
     operators: tuple[str, ...] = ()
     security: tuple[str, ...] = ()
     rate_per_hour: int = DEFAULT_RATE_PER_HOUR
@@ -138,6 +147,8 @@ class NotifyConfig:
             _addresses(f"users.{user}", (address,))
         for account, addresses in self.coordinators.items():
             _addresses(f"coordinators.{account}", addresses)
+        if self.coordinators_file:
+            watch_coordinators(self.coordinators_file)
 
     def describe(self) -> dict[str, Any]:
         """Every key, as ``collect --check`` shows it: an incoming webhook's URL is its secret (Slack and
@@ -204,7 +215,9 @@ def parse_notify(raw: Any, *, path: str, text: str) -> NotifyConfig:
     try:
         return NotifyConfig(**values)
     except ValueError as err:
-        bad = next((k for k in raw if str(err).startswith(k)), None)
+        bad = max(
+            (k for k in raw if str(err).startswith(k)), key=len, default=None
+        )  # coordinators_file, not coordinators
         raise ConfigError(f"{path}:{lines.find('notify', None, bad)}: [notify] {err}") from err
 
 
