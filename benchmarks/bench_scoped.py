@@ -1,6 +1,6 @@
 """What filtering by role costs the live view (issue 25): one viewer's frame of the live snapshot, per role.
 
-    PYTHONPATH=src .venv/bin/python benchmarks/bench_scoped.py [--nodes 128 1024] [--ticks 3]
+    PYTHONPATH=src:. .venv/bin/python benchmarks/bench_scoped.py [--nodes 128 1024] [--ticks 3]
 
 In process. Per size, the twin's cluster fills an in-memory store for ``--ticks`` simulated seconds, as
 ``hpcwatch demo`` does, and the live snapshot is computed once (``LiveView``). Then, for a ``user`` (the owner
@@ -15,10 +15,9 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
-import time
 
 import orjson
+from benchmarks.bench_web import _median_ms
 
 from hpcwatch.access.policy import DEFAULT_POLICY
 from hpcwatch.access.principal import Principal
@@ -28,15 +27,6 @@ from hpcwatch.store import Store
 from hpcwatch.twin import Twin
 from hpcwatch.web.demo import cluster_with_nodes
 from hpcwatch.web.live import LiveView
-
-
-def _median_ms(fn, repeat: int) -> float:
-    times = []
-    for _ in range(repeat):
-        start = time.perf_counter()
-        fn()
-        times.append((time.perf_counter() - start) * 1000)
-    return statistics.median(times)
 
 
 def measure(nodes: int, ticks: int, repeat: int) -> dict[str, object]:

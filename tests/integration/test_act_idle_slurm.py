@@ -18,7 +18,6 @@ moved forward by the test, so ``grace_minutes`` pass without waiting for them; t
 from __future__ import annotations
 
 import re
-import shutil
 import time
 
 import pytest
@@ -34,6 +33,7 @@ from hpcwatch.sources.slurm import parse_squeue_json
 from hpcwatch.store import Store
 
 from .conftest import wait_until
+from .test_act_slurm import act_head
 
 pytestmark = pytest.mark.integration
 
@@ -66,27 +66,16 @@ class Clock:
 
 
 def _actor(slurm, store: Store, clock: Clock, extra: str = "") -> tuple[Actor, Recorder]:
-    text = f"""
-[notify]
-user_template = "{{user}}@example.org"
-operators = ["ops@example.org"]
-[[notify.channel]]
-type = "smtp"
-name = "mail"
-
-[act]
-scontrol = "{shutil.which("scontrol")}"
-sbatch = "{shutil.which("sbatch")}"
-scancel = "{shutil.which("scancel")}"
-squeue = "{shutil.which("squeue")}"
-who = "ops-integration"
-
+    text = (
+        act_head(notify='user_template = "{user}@example.org"', act='who = "ops-integration"')
+        + f"""
 [act.idle]
 enabled = true
 idle_minutes = 30
 grace_minutes = 10
 {extra}
 """
+    )
     config, notify = parse_act_text(text, path="act.toml")
     mail = Recorder()
     notifier = Notifier(store, notify, channels={"mail": mail}, clock=clock)

@@ -52,10 +52,13 @@ def reservations(slurm) -> str:
     return slurm.run("scontrol", "show", "reservation", check=False).stdout
 
 
-def _actor(slurm, tmp_path: Path, store: Store, checks: str) -> tuple[Actor, Recorder]:
-    text = f"""
+def act_head(notify: str = "", act: str = "") -> str:
+    """The TOML every act test on the real Slurm starts with: mail to the operators through a recorded channel,
+    and Slurm's own commands (``notify``, ``act``: more keys of those tables)."""
+    return f"""
 [notify]
 operators = ["ops@example.org"]
+{notify}
 [[notify.channel]]
 type = "smtp"
 name = "mail"
@@ -65,7 +68,14 @@ scontrol = "{shutil.which("scontrol")}"
 sbatch = "{shutil.which("sbatch")}"
 scancel = "{shutil.which("scancel")}"
 squeue = "{shutil.which("squeue")}"
+{act}
+"""
 
+
+def _actor(slurm, tmp_path: Path, store: Store, checks: str) -> tuple[Actor, Recorder]:
+    text = (
+        act_head()
+        + f"""
 [act.remediate]
 enabled = true
 work_dir = "{tmp_path / "work"}"
@@ -76,6 +86,7 @@ dcgmi = "{CHECKS / "dcgmi"}"
 all_reduce_perf = "{CHECKS / "all_reduce_perf"}"
 ib_write_bw = "{CHECKS / "ib_write_bw"}"
 """
+    )
     config, notify = parse_act_text(text, path="act.toml")
     mail = Recorder()
     notifier = Notifier(store, notify, channels={"mail": mail})
