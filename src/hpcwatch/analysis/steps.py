@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import functools
 import re
+import threading
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING
@@ -169,11 +170,39 @@ class Anatomy(msgspec.Struct, frozen=True, kw_only=True):
         """Seconds of ``phase`` (or ``"work"``, ``"step"``, a GPU field of ``RankStep`` such as
         ``"gpu_compute_s"``, or ``"gpu:backward"``) as a ranks × steps array (NaN where missing)."""
         out = np.full((len(self.ranks), len(self.steps)), np.nan)
-        r_index = {r: i for i, r in enumerate(self.ranks)}
-        s_index = {s: j for j, s in enumerate(self.steps)}
-        for rs in self.rank_steps:
-            out[r_index[rs.rank], s_index[rs.step]] = _cell(rs, phase)
+        rows, cols = _grid(self)
+        if phase in PHASES:  # the common case, without a call per cell
+            values = [rs.phases.get(phase, 0.0) for rs in self.rank_steps]
+        else:
+            values = [_cell(rs, phase) for rs in self.rank_steps]
+        out[rows, cols] = np.asarray(values, dtype=float)
         return out
+
+
+#: Recent anatomies' (row, column) of each rank step in ``Anatomy.matrix``, keyed by their ``rank_steps``
+#: tuple (held, so its id is not reused): a straggler report asks for twenty matrices of the same anatomy,
+#: and at 1,536 ranks finding each cell's place by dictionary was most of its time.
+_GRIDS: dict[int, tuple[tuple[RankStep, ...], tuple[int, ...], tuple[int, ...], np.ndarray, np.ndarray]] = {}
+_GRIDS_KEPT = 2  # a report works on one anatomy at a time; each holds its rank steps alive
+_GRIDS_LOCK = threading.Lock()
+
+
+def _grid(anatomy: Anatomy) -> tuple[np.ndarray, np.ndarray]:
+    key = id(anatomy.rank_steps)
+    with _GRIDS_LOCK:
+        found = _GRIDS.get(key)
+    if found is not None and found[0] is anatomy.rank_steps and found[1:3] == (anatomy.ranks, anatomy.steps):
+        return found[3], found[4]
+    r_index = {r: i for i, r in enumerate(anatomy.ranks)}
+    s_index = {s: j for j, s in enumerate(anatomy.steps)}
+    n = len(anatomy.rank_steps)
+    rows = np.fromiter((r_index[rs.rank] for rs in anatomy.rank_steps), dtype=np.int64, count=n)
+    cols = np.fromiter((s_index[rs.step] for rs in anatomy.rank_steps), dtype=np.int64, count=n)
+    with _GRIDS_LOCK:
+        while len(_GRIDS) >= _GRIDS_KEPT:
+            del _GRIDS[next(iter(_GRIDS))]
+        _GRIDS[key] = (anatomy.rank_steps, anatomy.ranks, anatomy.steps, rows, cols)
+    return rows, cols
 
 
 def _cell(rs: RankStep, what: str) -> float:

@@ -121,16 +121,21 @@ def concerns_job(finding: Finding, job_id: str, nodes: tuple[str, ...], t0: floa
 
 def _phase_medians(report: StepReport) -> tuple[RankPhases, ...]:
     anatomy = report.anatomy
-    matrices = [anatomy.matrix(p) for p in PHASES]
+    per_phase = [_row_medians(anatomy.matrix(p)) for p in PHASES]
     out = []
     for i, rank in enumerate(anatomy.ranks):
         node, gpu = anatomy.placement.get(rank, (None, None))
-        values = []
-        for m in matrices:
-            row = m[i][~np.isnan(m[i])]
-            values.append(float(np.median(row)) if row.size else None)
-        out.append(RankPhases(rank=rank, node=node, gpu=gpu, phase_s=tuple(values)))
+        out.append(RankPhases(rank=rank, node=node, gpu=gpu, phase_s=tuple(m[i] for m in per_phase)))
     return tuple(out)
+
+
+def _row_medians(m: np.ndarray) -> list[float | None]:
+    """Each row's median over its cells that are not NaN (None: no such cell). One numpy call when no cell
+    is NaN (every rank ran every step, the usual case: 1,536 ranks were 9,000 calls), the same values: a
+    median is the middle cell or the mean of the middle two either way."""
+    if m.shape[1] and not np.isnan(m).any():
+        return [float(x) for x in np.median(m, axis=1)]
+    return [float(np.median(row[~np.isnan(row)])) if (~np.isnan(row)).any() else None for row in m]
 
 
 def _steps(report: StepReport) -> JobSteps:
