@@ -250,8 +250,32 @@ def _column(table: pa.Table, name: str) -> np.ndarray:
 
 
 def _rows_of(samples: pa.Table, metrics: Sequence[str]) -> pa.Table:
-    """The rows of ``metrics``, filtered in Arrow (no Python object per row: 120k rows a report at 128 nodes)."""
-    return samples.filter(pc.is_in(samples.column("metric"), value_set=pa.array(list(metrics), pa.string())))
+    """The rows of ``metrics`` in their order, filtered in Arrow (no Python object per row: 120k rows a
+    report at 128 nodes). When each metric's rows are contiguous (the store's samples come ordered by
+    metric) they are slices of the table, not a copy: at 1,024 nodes a job's samples are 300 MB, mostly
+    label text, and four copies of them were a fifth of its report."""
+    column = samples.column("metric")
+    runs = _metric_runs(column)
+    if runs is None:
+        return samples.filter(pc.is_in(column, value_set=pa.array(list(metrics), pa.string())))
+    wanted = set(metrics)
+    parts = [samples.slice(start, end - start) for name, start, end in runs if name in wanted]
+    return pa.concat_tables(parts) if parts else samples.slice(0, 0)
+
+
+def _metric_runs(column: pa.ChunkedArray) -> list[tuple[str, int, int]] | None:
+    """(metric, first row, end row) of each run of equal metrics, in row order; None when some metric
+    comes in more than one run (its rows are not contiguous)."""
+    if not len(column):
+        return []
+    encoded = pc.dictionary_encode(column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column)
+    codes = pc.fill_null(encoded.indices, -1).to_numpy(zero_copy_only=False)
+    starts = np.flatnonzero(np.concatenate([[True], codes[1:] != codes[:-1]]))
+    if len(starts) != len(np.unique(codes[starts])):
+        return None
+    names = encoded.dictionary.to_pylist()
+    ends = [*starts[1:].tolist(), len(codes)]
+    return [(names[codes[a]] if codes[a] >= 0 else None, a, b) for a, b in zip(starts.tolist(), ends)]
 
 
 def _per_distinct(column: pa.ChunkedArray, fn: Callable[[str | None], _T]) -> list[_T]:
