@@ -32,7 +32,7 @@ from hpcwatch.model import reference_cluster
 from hpcwatch.records import Span
 from hpcwatch.reports.goodput import goodput_report, goodput_with_steps
 from hpcwatch.reports.jobpage import job_overview
-from hpcwatch.reports.jobs import first_start
+from hpcwatch.reports.jobs import first_start, job_report, job_samples
 from hpcwatch.reports.steps import last_step_rows, step_report
 from hpcwatch.store import Store, queries
 from hpcwatch.twin.live import LiveTwin
@@ -180,3 +180,46 @@ def test_job_page_document_is_unchanged_by_the_columns(twin_store):
             }
         )
         assert overview.goodput == goodput_report(twin_store, job)
+
+
+# -- the job's report (attribution): the rows of a metric, the InfiniBand bytes ----------------------------
+
+
+def _ib_bytes_one_by_one(samples, report) -> dict[tuple[str, str], tuple[float, float]]:  # per GPU: (tx, rx)
+    """The job's IB bytes per GPU as the report added them before (one share at a time, in time order): on
+    the twin every node has as many HCAs as GPUs, so port mlx5_h is GPU h's rail, and a delta is the job's
+    when the GPU reported the job at the later sample."""
+    holder = {
+        (r["host"], r["gpu"], r["t"]): r["job"] for r in samples.to_pylist() if r["metric"] == "DCGM_FI_DEV_GPU_UTIL"
+    }
+    points: dict[tuple[str, str, str], list[tuple[float, float]]] = {}
+    for r in samples.to_pylist():
+        if r["metric"].startswith("node_infiniband_port_data_"):
+            device = orjson.loads(r["labels"])["device"]
+            points.setdefault((r["metric"], r["host"], device.removeprefix("mlx5_")), []).append((r["t"], r["value"]))
+    out = {(g.host, g.gpu): [0.0, 0.0] for g in report.per_gpu}
+    for (metric, host, gpu), series in points.items():
+        series.sort()
+        for (_, before), (t, after) in zip(series, series[1:]):
+            if after - before >= 0 and holder.get((host, gpu, t)) == report.id and (host, gpu) in out:
+                out[(host, gpu)]["received" in metric] += after - before
+    return {k: (tx, rx) for k, (tx, rx) in out.items()}
+
+
+def test_job_report_ib_bytes_are_the_shares_added_one_by_one(twin_store):
+    job = "4101"
+    samples = job_samples(twin_store, job)
+    report = job_report(twin_store, job, samples=samples)
+    expected = _ib_bytes_one_by_one(samples, report)
+    tx, rx = sum(v[0] for v in expected.values()), sum(v[1] for v in expected.values())
+    assert tx > 0 and rx > 0
+    assert (report.ib_tx_bytes, report.ib_rx_bytes) == (int(tx), int(rx))
+
+
+def test_job_report_of_samples_in_any_order_is_the_same(twin_store):
+    """The store's samples come ordered by metric (each metric's rows are slices); shuffled, they are
+    filtered row by row: the same report."""
+    job = "4101"
+    samples = job_samples(twin_store, job)
+    shuffled = samples.take(np.random.default_rng(0).permutation(samples.num_rows))
+    assert job_report(twin_store, job, samples=shuffled) == job_report(twin_store, job, samples=samples)

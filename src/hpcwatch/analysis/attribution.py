@@ -315,12 +315,12 @@ def _first(labels: dict[str, Any], names: tuple[str, ...]) -> str | None:
 
 def _label_columns(labels: pa.ChunkedArray) -> dict[str, np.ndarray]:
     """instance, profile, pod, namespace per row, each distinct label set parsed once."""
-    encoded = pa.chunked_array(labels).combine_chunks().dictionary_encode() if len(labels) else None
     names = ("instance", "profile", "pod", "namespace")
-    if encoded is None:
+    if not len(labels):
         return {n: np.array([], dtype=object) for n in names}
+    dictionary, index = _encoded(labels)
     parsed = []
-    for text in encoded.dictionary.to_pylist():
+    for text in dictionary:
         lab = orjson.loads(text) if text else {}
         parsed.append(
             (
@@ -331,8 +331,15 @@ def _label_columns(labels: pa.ChunkedArray) -> dict[str, np.ndarray]:
             )
         )
     table = np.array(parsed, dtype=object).reshape(-1, 4)
-    index = encoded.indices.fill_null(0).to_numpy(zero_copy_only=False)
     return {n: table[index, k] for k, n in enumerate(names)}
+
+
+def _encoded(column: pa.ChunkedArray) -> tuple[list[Any], np.ndarray]:
+    """(distinct values, each row's index among them; a null row: 0) of a column, chunk by chunk: the
+    chunks of one encoding share its dictionary, and joining them first would copy every label text."""
+    chunks = pa.chunked_array(column).dictionary_encode().chunks
+    index = [c.indices.fill_null(0).to_numpy(zero_copy_only=False) for c in chunks]
+    return chunks[-1].dictionary.to_pylist(), np.concatenate(index).astype(np.int64, copy=False)
 
 
 def attribute(host: np.ndarray, gpu: np.ndarray, t: np.ndarray, job: np.ndarray, jobs: Sequence[Job]) -> np.ndarray:
@@ -439,8 +446,23 @@ def _dcgm_frame(samples: pa.Table, jobs: Sequence[Job]) -> dict[str, np.ndarray]
         f["host"], f["gpu"], f["t"], f["job"], jobs, pod=f["pod"], namespace=f["namespace"]
     )
     _engine_activity_as_util(f)
-    order = np.lexsort((f["t"], f["device"].astype(str), f["host"].astype(str), f["metric"].astype(str)))
+    order = np.lexsort((f["t"], _str_rank(f["device"]), _str_rank(f["host"]), _str_rank(f["metric"])))
     return {k: v[order] for k, v in f.items()}
+
+
+def _str_rank(values: np.ndarray) -> np.ndarray:
+    """Integer keys that sort as ``values.astype(str)`` does, ties included (None is "None"): numpy's own
+    order of the distinct values, spread over the rows. Converting 870,000 objects to fixed-width text
+    for ``lexsort`` was a tenth of a 1,536-GPU job's report."""
+    try:
+        encoded = pa.array(values.tolist(), type=pa.string()).dictionary_encode()
+    except (pa.ArrowInvalid, pa.ArrowTypeError):  # not all text: let numpy convert them
+        return values.astype(str)
+    names = [*encoded.dictionary.to_pylist(), "None"]
+    _, rank = np.unique(np.array(names, dtype=str), return_inverse=True)
+    codes = encoded.indices.fill_null(len(names) - 1).to_numpy(zero_copy_only=False)
+    ranked: np.ndarray = rank.reshape(-1)[codes]
+    return ranked
 
 
 def _engine_activity_as_util(f: dict[str, np.ndarray]) -> None:
