@@ -263,19 +263,19 @@ def _rows_of(samples: pa.Table, metrics: Sequence[str]) -> pa.Table:
     return pa.concat_tables(parts) if parts else samples.slice(0, 0)
 
 
-def _metric_runs(column: pa.ChunkedArray) -> list[tuple[str, int, int]] | None:
+def _metric_runs(column: pa.ChunkedArray) -> list[tuple[str | None, int, int]] | None:
     """(metric, first row, end row) of each run of equal metrics, in row order; None when some metric
-    comes in more than one run (its rows are not contiguous)."""
-    if not len(column):
+    comes in more than one run (its rows are not contiguous). One comparison of neighbours, no hashing."""
+    n = len(column)
+    if n == 0:
         return []
-    encoded = pc.dictionary_encode(column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column)
-    codes = pc.fill_null(encoded.indices, -1).to_numpy(zero_copy_only=False)
-    starts = np.flatnonzero(np.concatenate([[True], codes[1:] != codes[:-1]]))
-    if len(starts) != len(np.unique(codes[starts])):
+    changed = pc.fill_null(pc.not_equal(column.slice(1), column.slice(0, n - 1)), True)
+    starts = np.flatnonzero(np.concatenate([[True], changed.to_numpy(zero_copy_only=False)]))
+    names = column.take(pa.array(starts)).to_pylist()
+    if len(set(names)) != len(names):
         return None
-    names = encoded.dictionary.to_pylist()
-    ends = [*starts[1:].tolist(), len(codes)]
-    return [(names[codes[a]] if codes[a] >= 0 else None, a, b) for a, b in zip(starts.tolist(), ends)]
+    ends = [*starts[1:].tolist(), n]
+    return list(zip(names, starts.tolist(), ends))
 
 
 def _per_distinct(column: pa.ChunkedArray, fn: Callable[[str | None], _T]) -> list[_T]:
