@@ -817,10 +817,13 @@ def _slurm_usage(samples: pa.Table) -> dict[str, _SlurmUsage]:
     return out
 
 
-def job_reports(samples: pa.Table, jobs: Sequence[Job], *, now: float | None = None) -> list[JobReport]:
+def job_reports(
+    samples: pa.Table, jobs: Sequence[Job], *, now: float | None = None, only: str | None = None
+) -> list[JobReport]:
     """One report per workload: each job that ran (``start`` set), in job order, then each workload known
     only from its samples (an ``hpc_job`` label, a pod), by id. ``now`` ends still-running jobs (default:
-    the latest sample time)."""
+    the latest sample time). ``only``: the report of that workload alone (the rows are still attributed
+    among every job; the job page's store holds 4,000 other jobs at 1,024 nodes)."""
     if now is None:
         ts = samples.column("t").to_pylist() if samples.num_rows else []
         now = max(ts) if ts else max((j.end or j.start or 0.0 for j in jobs), default=0.0)
@@ -845,6 +848,7 @@ def job_reports(samples: pa.Table, jobs: Sequence[Job], *, now: float | None = N
     return [
         _report(j, by_job.get(j.id, []), lustre.get(j.id, (0, 0)), usage.get(j.id), now)
         for j in [*(j for j in jobs if j.start is not None), *seen_only]
+        if only is None or j.id == only
     ]
 
 

@@ -294,7 +294,12 @@ def _group_steps(
     """One row per (incarnation, step): first start, last end, smallest blocking load (inf = none), and the
     sum of ``wait`` (barrier wait seconds of each row; the caller divides by the ranks)."""
     incarnation = np.searchsorted(np.sort(np.asarray(breaks, dtype=np.float64)), start, side="right")
-    keys, inverse = np.unique(np.stack([incarnation, step], axis=1), axis=0, return_inverse=True)
+    # (incarnation, step) as one integer in the same order: numpy's unique over rows sorts structured
+    # views, a third of the job page's goodput at 1,536 ranks.
+    step = step.astype(np.int64)
+    low = int(step.min()) if len(step) else 0
+    width = int(step.max()) - low + 1 if len(step) else 1
+    keys, inverse = np.unique(incarnation.astype(np.int64) * width + (step - low), return_inverse=True)
     inverse = inverse.reshape(-1)
     n = len(keys)
     first = np.full(n, np.inf)
@@ -309,7 +314,7 @@ def _group_steps(
         waited = np.zeros(n)
         np.add.at(waited, inverse, wait)
     return StepTable(
-        step=keys[:, 1].astype(np.int64), start_s=first, dur_s=last - first, load_s=blocking, wait_s=waited
+        step=keys % width + low, start_s=first, dur_s=last - first, load_s=blocking, wait_s=waited
     ).sorted()
 
 
