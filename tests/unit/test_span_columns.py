@@ -29,9 +29,9 @@ from hpcwatch.analysis.stragglers import find_stragglers
 from hpcwatch.errors import InputError
 from hpcwatch.ingest import ingest_paths
 from hpcwatch.model import reference_cluster
-from hpcwatch.records import Span
+from hpcwatch.records import Finding, Span
 from hpcwatch.reports.goodput import goodput_report, goodput_with_steps
-from hpcwatch.reports.jobpage import job_overview
+from hpcwatch.reports.jobpage import OverviewCache, job_overview
 from hpcwatch.reports.jobs import first_start, job_report, job_samples
 from hpcwatch.reports.steps import last_step_rows, step_report
 from hpcwatch.store import Store, queries
@@ -223,3 +223,30 @@ def test_job_report_of_samples_in_any_order_is_the_same(twin_store):
     samples = job_samples(twin_store, job)
     shuffled = samples.take(np.random.default_rng(0).permutation(samples.num_rows))
     assert job_report(twin_store, job, samples=shuffled) == job_report(twin_store, job, samples=samples)
+
+
+def test_overview_cache_answers_until_the_store_changes():
+    with Store(":memory:") as store:
+        ingest_paths(store, [HOOK])
+        (job,) = _jobs(store)
+        cache = OverviewCache(size=2)
+        first = cache.overview(store, job)
+        assert cache.overview(store, job) is first  # nothing committed since: the same page
+        assert cache.overview(store, job, price_per_gpu_hour=2.0) is not first  # another price, another page
+        store.add(
+            [
+                Finding(
+                    vector="weights_access",
+                    severity="medium",
+                    target=job,
+                    title="read",
+                    evidence={},
+                    t=1.0,
+                    rule="weights.foreign_reader",
+                )
+            ]
+        )
+        again = cache.overview(store, job)
+        assert again is not first
+        assert len(again.findings) == len(first.findings) + 1
+        assert again == job_overview(store, job)

@@ -21,6 +21,8 @@ A part the store cannot answer (no spans, no goodput events) is ``None`` with th
 
 from __future__ import annotations
 
+import threading
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -45,6 +47,8 @@ if TYPE_CHECKING:
 
 __all__ = [
     "JobOverview",
+    "OverviewCache",
+    "DEFAULT_CACHED_OVERVIEWS",
     "JobSteps",
     "RankPhases",
     "job_overview",
@@ -217,6 +221,39 @@ def job_overview(
             first_start=first_start(store, store.job(job_id)),
         ),
     )
+
+
+#: Overviews an ``OverviewCache`` keeps: a few jobs' pages (each 1,536 GPUs and ranks at most), not a history.
+DEFAULT_CACHED_OVERVIEWS = 8
+
+
+class OverviewCache:
+    """The last ``size`` overviews, each keyed by (job, the store's version, price, currency): a store not
+    written since answers the same page at once (a post-mortem's store, a cluster at rest; at 1,024 nodes a
+    page is seconds of work), and the next commit makes every entry a miss. Exact: an overview reads the
+    store and nothing else (no clock). Safe to share between threads; two misses at once both compute."""
+
+    def __init__(self, size: int = DEFAULT_CACHED_OVERVIEWS) -> None:
+        self.size = size
+        self._entries: OrderedDict[tuple[Any, ...], JobOverview] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def overview(
+        self, store: Store, job_id: str, *, price_per_gpu_hour: float | None = None, currency: str = ""
+    ) -> JobOverview:
+        """``job_overview(store, job_id, ...)``, from the cache when the store has not changed since."""
+        key = (job_id, store.config.path, store.version, price_per_gpu_hour, currency)
+        with self._lock:
+            found = self._entries.get(key)
+            if found is not None:
+                self._entries.move_to_end(key)
+                return found
+        found = job_overview(store, job_id, price_per_gpu_hour=price_per_gpu_hour, currency=currency)
+        with self._lock:
+            self._entries[key] = found
+            while len(self._entries) > self.size:
+                self._entries.popitem(last=False)
+        return found
 
 
 def _live(store: Store, job_id: str) -> tuple[dict[str, Any], ...]:
