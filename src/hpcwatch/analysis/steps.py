@@ -1070,12 +1070,12 @@ def anatomy_from_span_table(table: pa.Table) -> Anatomy:
     ``np.bincount``, which adds a cell's rows in their order, as ``sum`` did."""
     import pyarrow.compute as pc  # the report on traces given as files never loads pyarrow
 
-    table = table.filter(pc.is_in(table.column("phase"), value_set=_PHASE_ARRAY()))
+    table = table.filter(pc.is_in(table.column("phase"), value_set=_phase_array()))
     if not table.num_rows:
         raise InputError("no spans with a training phase")
     rank = table.column("rank").to_numpy().astype(np.int64)
     step = table.column("step").to_numpy().astype(np.int64)
-    phase = pc.index_in(table.column("phase"), value_set=_PHASE_ARRAY()).to_numpy().astype(np.int64)
+    phase = pc.index_in(table.column("phase"), value_set=_phase_array()).to_numpy().astype(np.int64)
     start, dur = table.column("start").to_numpy(), table.column("dur").to_numpy()
     ranks, r = np.unique(rank, return_inverse=True)
     all_steps, s = np.unique(step, return_inverse=True)
@@ -1108,7 +1108,8 @@ def anatomy_from_span_table(table: pa.Table) -> Anatomy:
 
 
 @functools.cache
-def _PHASE_ARRAY() -> pa.Array:
+def _phase_array() -> pa.Array:
+    """``records.PHASES`` as an Arrow array, built on first use (the reports on trace files never load pyarrow)."""
     import pyarrow
 
     return pyarrow.array(PHASES, type=pyarrow.string())
