@@ -14,7 +14,9 @@ and after are measured on the same rows. The job is the largest running one, as 
   request's whole path, routing, access, rendering, but no socket); **page_s** / **api_s**: the next
   ``GET /job/ID`` and ``GET /api/job/ID`` (median of ``--runs``): from the app's overview cache when the
   code has one (the store is not written meanwhile);
-- ``--profile N``: cProfile of one ``job_overview``, the N costliest functions by cumulative time.
+- ``--profile N``: cProfile of one ``job_overview``, the N costliest functions by cumulative time;
+- ``--demo S``: instead, ``hpcwatch demo --nodes N`` as ``bench_web.py`` starts it, and after S seconds three
+  ``GET /job/ID`` of its largest running job, one after the other (the twin keeps writing meanwhile).
 
 The load average is printed with every figure: the machine is shared.
 """
@@ -72,6 +74,29 @@ def profile(fn, top: int) -> str:
     return out.getvalue()
 
 
+def in_demo(nodes: int, wait_s: float) -> dict[str, object]:
+    """Three ``GET /job/ID`` (seconds, load average before each) in a real demo process, ``wait_s`` after it
+    answered."""
+    import httpx
+
+    from bench_web import start_demo, stop_demo
+
+    proc, url = start_demo(nodes, 1)
+    try:
+        time.sleep(wait_s)
+        queue = httpx.get(url + "api/live", timeout=300).json().get("queue") or {}
+        job = max((j for j in queue.get("jobs", []) if j.get("state") == "RUNNING"), key=lambda j: j.get("gpus") or 0)
+        pages = []
+        for _ in range(3):
+            load = os.getloadavg()[0]
+            started = time.perf_counter()
+            httpx.get(url + "job/" + job["id"], timeout=300).raise_for_status()
+            pages.append((round(time.perf_counter() - started, 2), round(load, 2)))
+        return {"nodes": nodes, "job": job["id"], "gpus": job.get("gpus"), "page_s_and_load": pages}
+    finally:
+        stop_demo(proc)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--nodes", type=int, default=128)
@@ -80,8 +105,12 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--profile", type=int, default=0)
     parser.add_argument("--no-http", action="store_true", help="only the in-process figure")
+    parser.add_argument("--demo", type=float, metavar="S", help="measure in a demo process, S s after start")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
+    if args.demo is not None:
+        print(json.dumps(in_demo(args.nodes, args.demo)), flush=True)
+        return
     fresh = args.store is None or not (args.store / "manifest.json").exists()
     store = Store(args.store or ":memory:")
     out: dict[str, object] = {"nodes": args.nodes}
