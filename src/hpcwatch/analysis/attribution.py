@@ -250,8 +250,32 @@ def _column(table: pa.Table, name: str) -> np.ndarray:
 
 
 def _rows_of(samples: pa.Table, metrics: Sequence[str]) -> pa.Table:
-    """The rows of ``metrics``, filtered in Arrow (no Python object per row: 120k rows a report at 128 nodes)."""
-    return samples.filter(pc.is_in(samples.column("metric"), value_set=pa.array(list(metrics), pa.string())))
+    """The rows of ``metrics`` in their order, filtered in Arrow (no Python object per row: 120k rows a
+    report at 128 nodes). When each metric's rows are contiguous (the store's samples come ordered by
+    metric) they are slices of the table, not a copy: at 1,024 nodes a job's samples are 300 MB, mostly
+    label text, and four copies of them were a fifth of its report."""
+    column = samples.column("metric")
+    runs = _metric_runs(column)
+    if runs is None:
+        return samples.filter(pc.is_in(column, value_set=pa.array(list(metrics), pa.string())))
+    wanted = set(metrics)
+    parts = [samples.slice(start, end - start) for name, start, end in runs if name in wanted]
+    return pa.concat_tables(parts) if parts else samples.slice(0, 0)
+
+
+def _metric_runs(column: pa.ChunkedArray) -> list[tuple[str | None, int, int]] | None:
+    """(metric, first row, end row) of each run of equal metrics, in row order; None when some metric
+    comes in more than one run (its rows are not contiguous). One comparison of neighbours, no hashing."""
+    n = len(column)
+    if n == 0:
+        return []
+    changed = pc.fill_null(pc.not_equal(column.slice(1), column.slice(0, n - 1)), True)
+    starts = np.flatnonzero(np.concatenate([[True], changed.to_numpy(zero_copy_only=False)]))
+    names = column.take(pa.array(starts)).to_pylist()
+    if len(set(names)) != len(names):
+        return None
+    ends = [*starts[1:].tolist(), n]
+    return list(zip(names, starts.tolist(), ends))
 
 
 def _per_distinct(column: pa.ChunkedArray, fn: Callable[[str | None], _T]) -> list[_T]:
@@ -291,12 +315,12 @@ def _first(labels: dict[str, Any], names: tuple[str, ...]) -> str | None:
 
 def _label_columns(labels: pa.ChunkedArray) -> dict[str, np.ndarray]:
     """instance, profile, pod, namespace per row, each distinct label set parsed once."""
-    encoded = pa.chunked_array(labels).combine_chunks().dictionary_encode() if len(labels) else None
     names = ("instance", "profile", "pod", "namespace")
-    if encoded is None:
+    if not len(labels):
         return {n: np.array([], dtype=object) for n in names}
+    dictionary, index = _encoded(labels)
     parsed = []
-    for text in encoded.dictionary.to_pylist():
+    for text in dictionary:
         lab = orjson.loads(text) if text else {}
         parsed.append(
             (
@@ -307,8 +331,15 @@ def _label_columns(labels: pa.ChunkedArray) -> dict[str, np.ndarray]:
             )
         )
     table = np.array(parsed, dtype=object).reshape(-1, 4)
-    index = encoded.indices.fill_null(0).to_numpy(zero_copy_only=False)
     return {n: table[index, k] for k, n in enumerate(names)}
+
+
+def _encoded(column: pa.ChunkedArray) -> tuple[list[Any], np.ndarray]:
+    """(distinct values, each row's index among them; a null row: 0) of a column, chunk by chunk: the
+    chunks of one encoding share its dictionary, and joining them first would copy every label text."""
+    chunks = pa.chunked_array(column).dictionary_encode().chunks
+    index = [c.indices.fill_null(0).to_numpy(zero_copy_only=False) for c in chunks]
+    return chunks[-1].dictionary.to_pylist(), np.concatenate(index).astype(np.int64, copy=False)
 
 
 def attribute(host: np.ndarray, gpu: np.ndarray, t: np.ndarray, job: np.ndarray, jobs: Sequence[Job]) -> np.ndarray:
@@ -415,8 +446,23 @@ def _dcgm_frame(samples: pa.Table, jobs: Sequence[Job]) -> dict[str, np.ndarray]
         f["host"], f["gpu"], f["t"], f["job"], jobs, pod=f["pod"], namespace=f["namespace"]
     )
     _engine_activity_as_util(f)
-    order = np.lexsort((f["t"], f["device"].astype(str), f["host"].astype(str), f["metric"].astype(str)))
+    order = np.lexsort((f["t"], _str_rank(f["device"]), _str_rank(f["host"]), _str_rank(f["metric"])))
     return {k: v[order] for k, v in f.items()}
+
+
+def _str_rank(values: np.ndarray) -> np.ndarray:
+    """Integer keys that sort as ``values.astype(str)`` does, ties included (None is "None"): numpy's own
+    order of the distinct values, spread over the rows. Converting 870,000 objects to fixed-width text
+    for ``lexsort`` was a tenth of a 1,536-GPU job's report."""
+    try:
+        encoded = pa.array(values.tolist(), type=pa.string()).dictionary_encode()
+    except (pa.ArrowInvalid, pa.ArrowTypeError):  # not all text: let numpy convert them
+        return values.astype(str)
+    names = [*encoded.dictionary.to_pylist(), "None"]
+    _, rank = np.unique(np.array(names, dtype=str), return_inverse=True)
+    codes = encoded.indices.fill_null(len(names) - 1).to_numpy(zero_copy_only=False)
+    ranked: np.ndarray = rank.reshape(-1)[codes]
+    return ranked
 
 
 def _engine_activity_as_util(f: dict[str, np.ndarray]) -> None:
@@ -564,16 +610,47 @@ def _cell_sets(cell: np.ndarray, values: np.ndarray, n: int) -> list[set[Any]]:
 def _accumulate_ib(
     samples: pa.Table, holder: dict[tuple[str, str, float], str | None], acc: dict[tuple[str, str, str], _Acc]
 ) -> None:
-    """IB deltas of port mlx5_h go to the jobs on the GPUs of rail h (g * H // G == h), split equally."""
+    """IB deltas of port mlx5_h go to the jobs on the GPUs of rail h (g * H // G == h), split equally.
+
+    Every share (``delta // rails``) is a whole number, so their sum is exact in any order below 2**53: the
+    shares are summed per (job, host, GPU) by numpy (at 1,024 nodes a job's nodes hold 250,000 IB rows a
+    minute), the same bytes as adding them one by one. Past that, or with a NaN counter, they are added one
+    by one in time order, as they always were (a float sum then depends on its order)."""
     sub = _rows_of(samples, IB_METRICS)
     if not sub.num_rows:
         return
+    rows = _ib_rows(sub, holder)
+    if rows is None:
+        return
+    t, series, value, rails = rows
+    order = np.lexsort((value, t, series))  # per series, by time (then value, as sorting (t, v) pairs did)
+    t, series, value = t[order], series[order], value[order]
+    delta = np.diff(value)
+    pair = np.flatnonzero((series[1:] == series[:-1]) & ~(delta < 0))  # a reset (delta < 0) is skipped
+    railed = np.array([len(gpus) for *_, gpus in rails], dtype=np.int64)[series[1:][pair]]
+    pair, railed = pair[railed > 0], railed[railed > 0]
+    share = delta[pair] // railed
+    if not (np.isfinite(share).all() and np.abs(share).sum() < 2**53):
+        _add_ib_in_order(t, series, pair, share, rails, holder, acc)
+        return
+    _add_ib_summed(t[1:][pair], series[1:][pair], share, rails, holder, acc)
+
+
+def _ib_rows(
+    sub: pa.Table, holder: dict[tuple[str, str, float], str | None]
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[tuple[str, str, str, list[str]]]] | None:
+    """The IB rows with a host as (t, series code, value) and per series (metric, host, device, its rail's
+    GPUs)."""
     label_host = _per_distinct(sub.column("labels"), lambda lab: _host_of(None, lab))
     hosts = [str(h) if h else lh for h, lh in zip(sub.column("host").to_pylist(), label_host)]
     devices = _per_distinct(sub.column("labels"), lambda lab: orjson.loads(lab).get("device", "") if lab else "")
-    ts = sub.column("t").to_pylist()
-    values = sub.column("value").to_pylist()
     names = sub.column("metric").to_pylist()
+    keep = np.array([bool(h) for h in hosts], dtype=bool)
+    if not keep.any():
+        return None
+    keys = pa.array([f"{n}\x1f{h}\x1f{d}" for n, h, d, k in zip(names, hosts, devices, keep.tolist()) if k])
+    encoded = keys.dictionary_encode()
+    series = encoded.indices.to_numpy(zero_copy_only=False).astype(np.int64)
     gpus_of_host: dict[str, set[str]] = {}
     for gpu_host, gpu, _t in holder:
         gpus_of_host.setdefault(gpu_host, set()).add(gpu)
@@ -581,34 +658,69 @@ def _accumulate_ib(
     for host, dev in zip(hosts, devices):
         if host:
             hcas_of_host.setdefault(host, set()).add(dev)
-    series: dict[tuple[str, str, str], list[tuple[float, float]]] = {}
-    for name, host, dev, t, v in zip(names, hosts, devices, ts, values):
-        if host:
-            series.setdefault((name, host, dev), []).append((t, v))
     gpus_sorted = {host: tuple(sorted(gpus, key=_num)) for host, gpus in gpus_of_host.items()}
     rails_of: dict[tuple[str, int, tuple[str, ...]], list[str]] = {}  # hosts of one node type share their rail maps
-    for (name, host, dev), points in series.items():
-        key = (dev, len(hcas_of_host.get(host, ())), gpus_sorted.get(host, ()))
-        rails = rails_of.get(key)
-        if rails is None:
-            rails = rails_of[key] = _rail_gpus(*key[:2], list(key[2]))
-        if not rails:
-            continue
-        points.sort()
-        for (_t_prev, v_prev), (t, v) in zip(points, points[1:]):
-            delta = v - v_prev
-            if delta < 0:
-                continue
-            share = delta // len(rails)
-            for gpu in rails:
-                job = holder.get((host, gpu, t))
+    rails = []
+    for key in encoded.dictionary.to_pylist():
+        name, host, dev = key.split("\x1f")
+        shape = (dev, len(hcas_of_host.get(host, ())), gpus_sorted.get(host, ()))
+        if shape not in rails_of:
+            rails_of[shape] = _rail_gpus(*shape[:2], list(shape[2]))
+        rails.append((name, host, dev, rails_of[shape]))
+    t = sub.column("t").to_numpy()[keep].astype(float)
+    value = sub.column("value").to_numpy()[keep].astype(float)
+    return t, series, value, rails
+
+
+def _add_ib_summed(
+    t: np.ndarray,
+    series: np.ndarray,
+    share: np.ndarray,
+    rails: list[tuple[str, str, str, list[str]]],
+    holder: dict[tuple[str, str, float], str | None],
+    acc: dict[tuple[str, str, str], _Acc],
+) -> None:
+    """Each pair's share (pairs grouped by series) to each GPU of its rail held by a job at the pair's time,
+    summed per (job, host, GPU): one sum per job a GPU saw, not one addition per sample."""
+    times = t.tolist()
+    cuts = [0, *(np.flatnonzero(np.diff(series)) + 1).tolist(), len(series)]
+    for lo, hi in zip(cuts[:-1], cuts[1:]):
+        name, host, _dev, gpus = rails[series[lo]]
+        for gpu in gpus:
+            jobs = [holder.get((host, gpu, x)) for x in times[lo:hi]]
+            for job in dict.fromkeys(jobs):
                 if job is None:
                     continue
+                whole = jobs.count(job) == len(jobs)  # the GPU was the job's at every sample: the usual case
+                mine = share[lo:hi] if whole else share[lo:hi][np.array([j == job for j in jobs], dtype=bool)]
                 a = acc.setdefault((job, host, gpu), _Acc())
                 if name == IB_TX:
-                    a.ib_tx += share
+                    a.ib_tx += float(mine.sum())
                 else:
-                    a.ib_rx += share
+                    a.ib_rx += float(mine.sum())
+
+
+def _add_ib_in_order(
+    t: np.ndarray,
+    series: np.ndarray,
+    pair: np.ndarray,
+    share: np.ndarray,
+    rails: list[tuple[str, str, str, list[str]]],
+    holder: dict[tuple[str, str, float], str | None],
+    acc: dict[tuple[str, str, str], _Acc],
+) -> None:
+    """The shares added one at a time, series by series in time order (a float sum depends on its order)."""
+    for p, amount in zip(pair.tolist(), share.tolist()):
+        name, host, _dev, gpus = rails[series[p + 1]]
+        for gpu in gpus:
+            job = holder.get((host, gpu, t[p + 1]))
+            if job is None:
+                continue
+            a = acc.setdefault((job, host, gpu), _Acc())
+            if name == IB_TX:
+                a.ib_tx += amount
+            else:
+                a.ib_rx += amount
 
 
 def _num(text: str) -> tuple[int, str]:
@@ -705,10 +817,13 @@ def _slurm_usage(samples: pa.Table) -> dict[str, _SlurmUsage]:
     return out
 
 
-def job_reports(samples: pa.Table, jobs: Sequence[Job], *, now: float | None = None) -> list[JobReport]:
+def job_reports(
+    samples: pa.Table, jobs: Sequence[Job], *, now: float | None = None, only: str | None = None
+) -> list[JobReport]:
     """One report per workload: each job that ran (``start`` set), in job order, then each workload known
     only from its samples (an ``hpc_job`` label, a pod), by id. ``now`` ends still-running jobs (default:
-    the latest sample time)."""
+    the latest sample time). ``only``: the report of that workload alone (the rows are still attributed
+    among every job; the job page's store holds 4,000 other jobs at 1,024 nodes)."""
     if now is None:
         ts = samples.column("t").to_pylist() if samples.num_rows else []
         now = max(ts) if ts else max((j.end or j.start or 0.0 for j in jobs), default=0.0)
@@ -733,6 +848,7 @@ def job_reports(samples: pa.Table, jobs: Sequence[Job], *, now: float | None = N
     return [
         _report(j, by_job.get(j.id, []), lustre.get(j.id, (0, 0)), usage.get(j.id), now)
         for j in [*(j for j in jobs if j.start is not None), *seen_only]
+        if only is None or j.id == only
     ]
 
 

@@ -35,15 +35,21 @@ from __future__ import annotations
 
 import functools
 import re
+import threading
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING
 
 import msgspec
 import numpy as np
+import orjson
 
 from hpcwatch.errors import InputError
 from hpcwatch.records import PHASES, Span
 from hpcwatch.traces import CAT, IS_GPU_CATEGORY, KinetoTrace
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 __all__ = [
     "merge_intervals",
@@ -57,6 +63,7 @@ __all__ = [
     "StepCell",
     "GpuStep",
     "anatomy_from_spans",
+    "anatomy_from_span_table",
     "temporal_breakdown",
     "phase_of_annotation",
     "WORK_PHASES",
@@ -163,11 +170,39 @@ class Anatomy(msgspec.Struct, frozen=True, kw_only=True):
         """Seconds of ``phase`` (or ``"work"``, ``"step"``, a GPU field of ``RankStep`` such as
         ``"gpu_compute_s"``, or ``"gpu:backward"``) as a ranks × steps array (NaN where missing)."""
         out = np.full((len(self.ranks), len(self.steps)), np.nan)
-        r_index = {r: i for i, r in enumerate(self.ranks)}
-        s_index = {s: j for j, s in enumerate(self.steps)}
-        for rs in self.rank_steps:
-            out[r_index[rs.rank], s_index[rs.step]] = _cell(rs, phase)
+        rows, cols = _grid(self)
+        if phase in PHASES:  # the common case, without a call per cell
+            values = [rs.phases.get(phase, 0.0) for rs in self.rank_steps]
+        else:
+            values = [_cell(rs, phase) for rs in self.rank_steps]
+        out[rows, cols] = np.asarray(values, dtype=float)
         return out
+
+
+#: Recent anatomies' (row, column) of each rank step in ``Anatomy.matrix``, keyed by their ``rank_steps``
+#: tuple (held, so its id is not reused): a straggler report asks for twenty matrices of the same anatomy,
+#: and at 1,536 ranks finding each cell's place by dictionary was most of its time.
+_GRIDS: dict[int, tuple[tuple[RankStep, ...], tuple[int, ...], tuple[int, ...], np.ndarray, np.ndarray]] = {}
+_GRIDS_KEPT = 2  # a report works on one anatomy at a time; each holds its rank steps alive
+_GRIDS_LOCK = threading.Lock()
+
+
+def _grid(anatomy: Anatomy) -> tuple[np.ndarray, np.ndarray]:
+    key = id(anatomy.rank_steps)
+    with _GRIDS_LOCK:
+        found = _GRIDS.get(key)
+    if found is not None and found[0] is anatomy.rank_steps and found[1:3] == (anatomy.ranks, anatomy.steps):
+        return found[3], found[4]
+    r_index = {r: i for i, r in enumerate(anatomy.ranks)}
+    s_index = {s: j for j, s in enumerate(anatomy.steps)}
+    n = len(anatomy.rank_steps)
+    rows = np.fromiter((r_index[rs.rank] for rs in anatomy.rank_steps), dtype=np.int64, count=n)
+    cols = np.fromiter((s_index[rs.step] for rs in anatomy.rank_steps), dtype=np.int64, count=n)
+    with _GRIDS_LOCK:
+        while len(_GRIDS) >= _GRIDS_KEPT:
+            del _GRIDS[next(iter(_GRIDS))]
+        _GRIDS[key] = (anatomy.rank_steps, anatomy.ranks, anatomy.steps, rows, cols)
+    return rows, cols
 
 
 def _cell(rs: RankStep, what: str) -> float:
@@ -1025,6 +1060,114 @@ def anatomy_from_spans(spans: Iterable[Span]) -> Anatomy:
         source="spans",
         job=next(iter(jobs)) if len(jobs) == 1 else None,
     )
+
+
+def anatomy_from_span_table(table: pa.Table) -> Anatomy:
+    """``anatomy_from_spans`` of spans given as the store's span columns (``job``, ``rank``, ``step``,
+    ``phase``, ``start``, ``dur``, ``attrs`` JSON text; ``store.queries.job_span_table``), in the store's
+    order (step, rank, start): the same ``Anatomy``, to the last bit, without a ``Span`` object per row (a
+    1,536-rank job's 50 recent steps are 460,000 spans). Per (rank, step) cell the phases are summed by
+    ``np.bincount``, which adds a cell's rows in their order, as ``sum`` did."""
+    import pyarrow.compute as pc  # the report on traces given as files never loads pyarrow
+
+    table = table.filter(pc.is_in(table.column("phase"), value_set=_phase_array()))
+    if not table.num_rows:
+        raise InputError("no spans with a training phase")
+    rank = table.column("rank").to_numpy().astype(np.int64)
+    step = table.column("step").to_numpy().astype(np.int64)
+    phase = pc.index_in(table.column("phase"), value_set=_phase_array()).to_numpy().astype(np.int64)
+    start, dur = table.column("start").to_numpy(), table.column("dur").to_numpy()
+    ranks, r = np.unique(rank, return_inverse=True)
+    all_steps, s = np.unique(step, return_inverse=True)
+    nr, np_ = len(ranks), len(PHASES)
+    cell = s * nr + r
+    present = np.zeros(len(all_steps) * nr, dtype=bool)
+    present[cell] = True
+    complete = present.reshape(-1, nr).all(axis=1)
+    sums = np.bincount(cell * np_ + phase, weights=dur, minlength=len(present) * np_).reshape(-1, nr, np_)
+    first, last = np.full(len(present), np.inf), np.full(len(present), -np.inf)
+    np.minimum.at(first, cell, start)
+    np.maximum.at(last, cell, start + dur)
+    has_wait = bool((phase == PHASES.index("barrier_wait")).any())
+    rank_steps = []
+    for k in np.flatnonzero(complete).tolist():
+        waits = {} if has_wait else _table_waits(r, s, phase, start, dur, k, ranks)
+        rank_steps += _table_rank_steps(
+            int(all_steps[k]), ranks, sums[k], first[k * nr : (k + 1) * nr], last[k * nr : (k + 1) * nr], waits
+        )
+    jobs = pc.unique(table.column("job")).to_pylist()
+    return Anatomy(
+        world_size=nr,
+        ranks=tuple(ranks.tolist()),
+        steps=tuple(all_steps[complete].tolist()),
+        rank_steps=tuple(rank_steps),
+        placement=_table_placement(rank, table.column("attrs")),
+        source="spans",
+        job=jobs[0] if len(jobs) == 1 else None,
+    )
+
+
+@functools.cache
+def _phase_array() -> pa.Array:
+    """``records.PHASES`` as an Arrow array, built on first use (the reports on trace files never load pyarrow)."""
+    import pyarrow
+
+    return pyarrow.array(PHASES, type=pyarrow.string())
+
+
+def _table_rank_steps(
+    step: int,
+    ranks: np.ndarray,
+    sums: np.ndarray,
+    first: np.ndarray,
+    last: np.ndarray,
+    waits: Mapping[int, tuple[float, float]],
+) -> list[RankStep]:
+    """One step's ``RankStep`` per rank, as ``_span_rank_step`` makes them (``sums``: ranks × phases)."""
+    out = []
+    for rank, row, lo, hi in zip(ranks.tolist(), sums.tolist(), first.tolist(), last.tolist()):
+        phases = dict(zip(PHASES, row))
+        wait = waits.get(rank)
+        if wait is not None:
+            phases["barrier_wait"], phases["allreduce"] = wait
+        out.append(RankStep(rank=rank, step=step, start_s=lo, dur_s=hi - lo, phases=phases))
+    return out
+
+
+def _table_waits(
+    r: np.ndarray, s: np.ndarray, phase: np.ndarray, start: np.ndarray, dur: np.ndarray, k: int, ranks: np.ndarray
+) -> dict[int, tuple[float, float]]:
+    """``_span_waits`` of step ``k``'s ``allreduce`` rows, every rank (none: empty), rows in their order."""
+    rows = np.flatnonzero((s == k) & (phase == PHASES.index("allreduce")))
+    rows = rows[np.argsort(r[rows], kind="stable")]
+    bounds = np.searchsorted(r[rows], np.arange(len(ranks) + 1))
+    colls = {}
+    for i, rank in enumerate(ranks.tolist()):
+        mine = rows[bounds[i] : bounds[i + 1]]
+        st = start[mine]
+        order = np.argsort(st * 1e6, kind="stable")
+        colls[rank] = _Coll((st * 1e6)[order], ((st + dur[mine]) * 1e6)[order])
+    return _waits(colls)
+
+
+def _table_placement(rank: np.ndarray, attrs: pa.ChunkedArray) -> dict[int, tuple[str | None, int | None]]:
+    """Each rank's (node, gpu) from its first row whose attrs name one, ranks in the order they are first
+    placed (``anatomy_from_spans``'s). Only the distinct attrs texts are parsed (one per rank, as the twin
+    and the hook write them)."""
+    import pyarrow.compute as pc
+
+    encoded = pc.dictionary_encode(attrs).combine_chunks()
+    parsed = [orjson.loads(a) if a else {} for a in encoded.dictionary.to_pylist()]
+    placing = np.array([("node" in a or "gpu" in a) for a in parsed] + [False], dtype=bool)
+    codes = pc.fill_null(encoded.indices, len(parsed)).to_numpy().astype(np.int64)
+    rows = np.flatnonzero(placing[codes])
+    placed, first_row = np.unique(rank[rows], return_index=True)
+    out: dict[int, tuple[str | None, int | None]] = {}
+    for i in np.argsort(first_row, kind="stable").tolist():
+        a = parsed[codes[rows[first_row[i]]]]
+        gpu = a.get("gpu")
+        out[int(placed[i])] = (a.get("node"), int(gpu) if gpu is not None else None)
+    return out
 
 
 def _span_waits(allreduce: Mapping[int, list[tuple[float, float]]]) -> dict[int, tuple[float, float]]:

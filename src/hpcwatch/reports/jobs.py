@@ -86,7 +86,8 @@ def job_report(store: Store, job_id: str, *, samples: pa.Table | None = None) ->
     check_job_id(job_id)
     if samples is None:
         samples = job_samples(store, job_id)
-    found = next((r for r in jobs_report(store, samples=samples) if r.id == job_id), None)
+    table = samples if samples is not None else store.samples(list(REPORT_METRICS))
+    found = next(iter(job_reports(table, store.jobs(), only=job_id)), None)
     if found is not None:
         return found
     if store.job(job_id) is None:

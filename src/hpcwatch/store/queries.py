@@ -49,6 +49,8 @@ __all__ = [
     "step_range",
     "last_step_every_rank_finished",
     "recent_spans",
+    "job_span_table",
+    "recent_span_table",
     "samples_matching",
     "events_of_kinds",
     "gpu_sample_cadence",
@@ -388,6 +390,25 @@ def last_step_every_rank_finished(store: Store, job: str) -> int | None:
         [job, job],
     )
     return rows[0][0] if rows else None
+
+
+def job_span_table(store: Store, job: str) -> pa.Table:
+    """Every span of ``job`` as the spans table's columns (``job``, ``rank``, ``step``, ``phase``, ``start``
+    and ``dur`` in UTC s, ``attrs`` JSON text), in ``Store.spans``'s order (step, rank, start): what
+    ``analysis.steps.anatomy_from_span_table`` and ``analysis.goodput.steps_from_span_table`` read, without
+    a ``Span`` object per row (the job page of a 1,536-rank job reads millions)."""
+    return store.query_arrow(
+        "SELECT job, rank, step, phase, start, dur, attrs FROM spans WHERE job = ? ORDER BY step, rank, start", [job]
+    )
+
+
+def recent_span_table(store: Store, job: str, *, steps: int) -> pa.Table:
+    """``recent_spans`` as ``job_span_table``'s columns."""
+    return store.query_arrow(
+        "SELECT job, rank, step, phase, start, dur, attrs FROM spans WHERE job = ? AND step IN "
+        "(SELECT DISTINCT step FROM spans WHERE job = ? ORDER BY step DESC LIMIT ?) ORDER BY step, rank, start",
+        [job, job, steps],
+    )
 
 
 def recent_spans(store: Store, job: str, *, steps: int) -> list[Span]:

@@ -38,6 +38,7 @@ from hpcwatch.httpguard import DEFAULT_LIMITS, SECURITY_HEADERS, Limits
 from hpcwatch.model.cluster import Cluster
 from hpcwatch.promql import safe_url
 from hpcwatch.records import PHASES
+from hpcwatch.reports.jobpage import OverviewCache
 from hpcwatch.reports.live import STALE_AFTER_S
 from hpcwatch.reports.livesamples import PromSamples
 from hpcwatch.reports.scoped import scoped_live
@@ -87,6 +88,8 @@ class AppState:
     """The roles policy, its pseudonym key and coordinators (``access.deployment``): each request's scope."""
     owners: OwnersCache | None = None
     audit: Audit | None = None
+    overviews: OverviewCache = field(default_factory=OverviewCache)
+    """The job pages' overviews while the store does not change (``reports.jobpage.OverviewCache``)."""
 
 
 def create_app(

@@ -1,0 +1,148 @@
+"""The job page at scale (issue 27: ``GET /job/ID`` < 300 ms at 1,024 nodes), in process and whole request.
+
+Run by hand from the repository root:
+``PYTHONPATH=src:. .venv/bin/python benchmarks/bench_jobpage.py --nodes 128 [--ticks 30] [--store DIR]
+[--runs 3] [--profile 25] [--json FILE]``.
+
+The store is what ``hpcwatch demo --nodes N`` holds after ``--ticks`` seconds: the live twin's ticks written
+as ``twin.live.LiveTwin.write_tick`` writes them (samples, perfquery, jobs, spans, events). With ``--store DIR``
+it is written there once and reused by the next runs (a 1,024-node twin takes minutes to build), so before
+and after are measured on the same rows. The job is the largest running one, as ``bench_web.py`` picks it.
+
+- **overview_s**: ``reports.jobpage.job_overview`` alone, in this process (median of ``--runs``);
+- **page_first_s**: the first ``GET /job/ID`` through the app (Starlette's test client, in this process: the
+  request's whole path, routing, access, rendering, but no socket); **page_s** / **api_s**: the next
+  ``GET /job/ID`` and ``GET /api/job/ID`` (median of ``--runs``): from the app's overview cache when the
+  code has one (the store is not written meanwhile);
+- ``--profile N``: cProfile of one ``job_overview``, the N costliest functions by cumulative time;
+- ``--demo S``: instead, ``hpcwatch demo --nodes N`` as ``bench_web.py`` starts it, and after S seconds three
+  ``GET /job/ID`` of its largest running job, one after the other (the twin keeps writing meanwhile).
+
+The load average is printed with every figure: the machine is shared.
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import io
+import json
+import os
+import pstats
+import statistics
+import time
+from pathlib import Path
+
+from fastapi.testclient import TestClient
+
+from hpcwatch.reports.jobpage import job_overview
+from hpcwatch.store import Store
+from hpcwatch.twin.live import LiveTwin
+from hpcwatch.web.app import create_app
+from hpcwatch.web.demo import cluster_with_nodes
+
+
+def build_store(store: Store, nodes: int, ticks: int) -> None:
+    """``ticks`` seconds of the live twin at ``nodes`` nodes, written as the demo writes them."""
+    live = LiveTwin(store, cluster_with_nodes(nodes), seed=0)
+    live.write_tick()
+    for _ in range(ticks):
+        live.step()
+
+
+def largest_running_job(store: Store) -> str:
+    running = [j for j in store.jobs() if j.state == "RUNNING"]
+    return max(running, key=lambda j: (j.gpus or 0, j.id)).id
+
+
+def median_s(fn, runs: int) -> float:
+    times = []
+    for _ in range(runs):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return round(statistics.median(times), 3)
+
+
+def profile(fn, top: int) -> str:
+    prof = cProfile.Profile()
+    prof.enable()
+    fn()
+    prof.disable()
+    out = io.StringIO()
+    pstats.Stats(prof, stream=out).sort_stats("cumulative").print_stats(top)
+    return out.getvalue()
+
+
+def in_demo(nodes: int, wait_s: float) -> dict[str, object]:
+    """Three ``GET /job/ID`` (seconds, load average before each) in a real demo process, ``wait_s`` after it
+    answered."""
+    import httpx
+
+    from bench_web import start_demo, stop_demo
+
+    proc, url = start_demo(nodes, 1)
+    try:
+        time.sleep(wait_s)
+        queue = httpx.get(url + "api/live", timeout=300).json().get("queue") or {}
+        job = max((j for j in queue.get("jobs", []) if j.get("state") == "RUNNING"), key=lambda j: j.get("gpus") or 0)
+        pages = []
+        for _ in range(3):
+            load = os.getloadavg()[0]
+            started = time.perf_counter()
+            httpx.get(url + "job/" + job["id"], timeout=300).raise_for_status()
+            pages.append((round(time.perf_counter() - started, 2), round(load, 2)))
+        return {"nodes": nodes, "job": job["id"], "gpus": job.get("gpus"), "page_s_and_load": pages}
+    finally:
+        stop_demo(proc)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--nodes", type=int, default=128)
+    parser.add_argument("--ticks", type=int, default=30)
+    parser.add_argument("--store", type=Path, help="build the store here once, reuse it after")
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--profile", type=int, default=0)
+    parser.add_argument("--no-http", action="store_true", help="only the in-process figure")
+    parser.add_argument("--demo", type=float, metavar="S", help="measure in a demo process, S s after start")
+    parser.add_argument("--json", type=Path)
+    args = parser.parse_args()
+    if args.demo is not None:
+        print(json.dumps(in_demo(args.nodes, args.demo)), flush=True)
+        return
+    fresh = args.store is None or not (args.store / "manifest.json").exists()
+    store = Store(args.store or ":memory:")
+    out: dict[str, object] = {"nodes": args.nodes}
+    if fresh:
+        started = time.perf_counter()
+        build_store(store, args.nodes, args.ticks)
+        out["build_s"] = round(time.perf_counter() - started, 1)
+    job = largest_running_job(store)
+    record = store.job(job)
+    out |= {
+        "job": job,
+        "job_gpus": record.gpus if record else None,
+        "spans": store.query("SELECT count(*) FROM spans")[0][0],
+    }
+    out["samples"] = store.query("SELECT count(*) FROM samples")[0][0]
+    out["load_avg_1m_before"] = os.getloadavg()[0]
+    if args.profile:
+        print(profile(lambda: job_overview(store, job), args.profile))
+    out["overview_s"] = median_s(lambda: job_overview(store, job), args.runs)
+    if not args.no_http:
+        with TestClient(create_app(store, cluster_with_nodes(args.nodes))) as client:
+            # The first request computes the overview; the next ones find it in the app's cache while
+            # the store does not change (code without the cache computes it each time).
+            out["page_first_s"] = median_s(lambda: client.get(f"/job/{job}").raise_for_status(), 1)
+            out["page_s"] = median_s(lambda: client.get(f"/job/{job}").raise_for_status(), args.runs)
+            out["api_s"] = median_s(lambda: client.get(f"/api/job/{job}").raise_for_status(), args.runs)
+    out["load_avg_1m_after"] = os.getloadavg()[0]
+    print(json.dumps(out), flush=True)
+    if args.json:
+        args.json.write_text(json.dumps(out, indent=2))
+    store.close()
+
+
+if __name__ == "__main__":
+    main()
