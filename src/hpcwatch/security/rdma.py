@@ -136,6 +136,9 @@ def _series(samples: Iterable[Sample]) -> tuple[Series, Series]:
     data_names = {m: fam for fam, ms in DATA_METRICS.items() for m in ms}
     data: Series = defaultdict(list)
     errors: Series = defaultdict(list)
+    # (host, sorted labels) per labels dict: the store's samples share one dict per series (a port's counters
+    # tick after tick), so each is read once. The entry holds the dict, so no other dict takes its id.
+    of_labels: dict[int, tuple[Mapping[str, str], str | None, tuple]] = {}
     for s in samples:
         is_data = s.metric in data_names
         if not is_data and not (
@@ -144,10 +147,13 @@ def _series(samples: Iterable[Sample]) -> tuple[Series, Series]:
             or s.metric.endswith("remote_access_errors_total")
         ):
             continue  # checked before host_of: most samples of a store are other metrics
-        host = host_of(s.labels)
+        known = of_labels.get(id(s.labels))
+        if known is None:
+            known = of_labels[id(s.labels)] = (s.labels, host_of(s.labels), tuple(sorted(s.labels.items())))
+        _, host, labels = known
         if host is None:
             continue
-        key = (host, s.metric, tuple(sorted(s.labels.items())))
+        key = (host, s.metric, labels)
         if is_data:
             data[(data_names[s.metric],) + key].append((s.t, s.value))
         else:

@@ -105,10 +105,11 @@ def _free(host: str, gpu: str, t: float, label: str, index: JobIndex) -> bool:
 def _fb_after_job(fb: dict, index: JobIndex, config: RemanenceConfig) -> list[Finding]:
     base = _baselines(fb, index)
     findings = []
+    ended = index.ended()  # the same for every GPU
     for (host, gpu), points in sorted(fb.items()):
         floor = min(v for _, v, _ in points)
         baseline = min(base.get(host, floor), floor + config.margin_mib)
-        for job in index.ended():
+        for job in ended:
             end = index.end_of(job)
             held = job.gpus_by_node.get(host)
             if host not in job.nodes or (held and int(gpu) not in held):
