@@ -10,13 +10,14 @@ too: ``with_requeued_attempts`` adds each as a job of the same id.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 from hpcwatch.records import Event, Job
 from hpcwatch.vocab import EventKind
 
-__all__ = ["JobIndex", "host_of", "with_requeued_attempts"]
+__all__ = ["JobIndex", "host_of", "once_per_labels", "with_requeued_attempts"]
 
 _HOST_KEYS = ("host", "Hostname", "hostname", "node", "node_name", "instance")
 _ENDED_STATES = (
@@ -39,6 +40,24 @@ def host_of(attrs: Mapping[str, object]) -> str | None:
         if isinstance(value, str) and value:
             return value.rsplit(":", 1)[0] if key == "instance" else value
     return None
+
+
+_T = TypeVar("_T")
+
+
+def once_per_labels(read: Callable[[Mapping[str, str]], _T]) -> Callable[[Mapping[str, str]], _T]:
+    """``read``, computed once per labels mapping: the store's samples share one labels dict per series
+    (``store.queries.samples_of_table``), so a detector reads a series' labels once, not once a sample. The
+    memo holds each mapping, so no other object takes its id while the memo lives (make one a scan)."""
+    memo: dict[int, tuple[Mapping[str, str], _T]] = {}
+
+    def cached(labels: Mapping[str, str]) -> _T:
+        hit = memo.get(id(labels))
+        if hit is None:
+            hit = memo[id(labels)] = (labels, read(labels))
+        return hit[1]
+
+    return cached
 
 
 def with_requeued_attempts(jobs: list[Job], events: Iterable[Event]) -> list[Job]:
