@@ -98,3 +98,23 @@ def test_jobs_on_a_host_by_the_index_are_those_a_scan_of_every_job_finds(grace_s
             assert found == scanned.on(host, t, grace_s=grace_s)
     assert [j.id for j in indexed.on("c", 3.0)] == ["3"] and [j.id for j in indexed.on("a", 8.5)] == ["1", "5"]
     assert [j.id for j in indexed.on(None, 9.5)] == ["1", "2"]
+
+
+def test_detectors_given_only_the_metrics_they_read_find_what_they_find_in_every_sample(monkeypatch) -> None:
+    from dataclasses import replace
+
+    from hpcwatch.security import scan
+
+    store = Store(":memory:")
+    threats = ("threat_rdma", "threat_remanence", "threat_gradient")
+    live = LiveTwin(store, sized_reference(3), seed=0, start=START, scenarios=threats)
+    for _ in range(25):
+        live.step()
+    _, samples = samples_matching(store, sample_metrics(), prefixes=SAMPLE_PREFIXES, substrings=SAMPLE_SUBSTRINGS)
+    _, events = scan.queries.events_of_kinds(store, scan.EVENT_KINDS)
+    jobs = store.jobs()
+    filtered = scan.scan_records(samples, events, jobs)
+    assert {f.vector for f in filtered} >= {"rdma_blind_spot", "gpu_memory_remanence"}
+    assert sum(d.reads is not None for d in scan.DETECTORS) == 3
+    monkeypatch.setattr(scan, "DETECTORS", tuple(replace(d, reads=None) for d in scan.DETECTORS))
+    assert scan.scan_records(samples, events, jobs) == filtered
