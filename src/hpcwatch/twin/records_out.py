@@ -146,7 +146,7 @@ class TwinOutputs:
         """``samples()`` as one table with the store's columns (``hpcwatch.store.SAMPLE_SCHEMA``): the fast
         way to put a tick of a large cluster into a Store (``Store.add_sample_table``). Built by column, a
         block of rows sharing labels at a time (a GPU's fields, a port's counters), with the same rows in the
-        same order as ``samples()``: at 1,024 nodes a tick is 160,000 samples, too many for one object each."""
+        same order as ``samples()``: at 1,024 nodes a tick is about 170,000 samples, too many for one object each."""
         from hpcwatch.schemas import SAMPLE_SCHEMA
         from hpcwatch.twin.exposition import ib_block, lustre_block
 
