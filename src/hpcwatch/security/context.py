@@ -10,13 +10,14 @@ too: ``with_requeued_attempts`` adds each as a job of the same id.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import TypeVar
 
 from hpcwatch.records import Event, Job
 from hpcwatch.vocab import EventKind
 
-__all__ = ["JobIndex", "host_of", "with_requeued_attempts"]
+__all__ = ["JobIndex", "host_of", "once_per_labels", "with_requeued_attempts"]
 
 _HOST_KEYS = ("host", "Hostname", "hostname", "node", "node_name", "instance")
 _ENDED_STATES = (
@@ -39,6 +40,24 @@ def host_of(attrs: Mapping[str, object]) -> str | None:
         if isinstance(value, str) and value:
             return value.rsplit(":", 1)[0] if key == "instance" else value
     return None
+
+
+_T = TypeVar("_T")
+
+
+def once_per_labels(read: Callable[[Mapping[str, str]], _T]) -> Callable[[Mapping[str, str]], _T]:
+    """``read``, computed once per labels mapping: the store's samples share one labels dict per series
+    (``store.queries.samples_of_table``), so a detector reads a series' labels once, not once a sample. The
+    memo holds each mapping, so no other object takes its id while the memo lives (make one a scan)."""
+    memo: dict[int, tuple[Mapping[str, str], _T]] = {}
+
+    def cached(labels: Mapping[str, str]) -> _T:
+        hit = memo.get(id(labels))
+        if hit is None:
+            hit = memo[id(labels)] = (labels, read(labels))
+        return hit[1]
+
+    return cached
 
 
 def with_requeued_attempts(jobs: list[Job], events: Iterable[Event]) -> list[Job]:
@@ -74,10 +93,17 @@ def with_requeued_attempts(jobs: list[Job], events: Iterable[Event]) -> list[Job
 @dataclass(frozen=True, slots=True)
 class JobIndex:
     jobs: tuple[Job, ...]
+    by_host: Mapping[str, tuple[Job, ...]] = field(default_factory=dict, compare=False, repr=False)
+    """The jobs that list each node, in ``jobs``' order: ``on`` asks it thousands of times a scan."""
 
     @classmethod
     def of(cls, jobs: Iterable[Job]) -> JobIndex:
-        return cls(tuple(j for j in jobs if j.start is not None))
+        started = tuple(j for j in jobs if j.start is not None)
+        by_host: dict[str, list[Job]] = {}
+        for job in started:
+            for node in dict.fromkeys(job.nodes):  # a node listed twice holds the job once
+                by_host.setdefault(node, []).append(job)
+        return cls(started, {node: tuple(held) for node, held in by_host.items()})
 
     @staticmethod
     def end_of(job: Job) -> float:
@@ -94,11 +120,16 @@ class JobIndex:
 
     def on(self, host: str | None, t: float, *, grace_s: float = 0.0) -> list[Job]:
         """Jobs holding ``host`` at ``t`` (``grace_s`` widens each job's window at both ends)."""
+        if host is None:
+            candidates = self.jobs
+        elif self.by_host or not self.jobs:
+            candidates = self.by_host.get(host, ())
+        else:  # made without ``of``: no index
+            candidates = tuple(j for j in self.jobs if host in j.nodes)
         return [
             j
-            for j in self.jobs
-            if (host is None or host in j.nodes)
-            and j.start is not None  # always: ``of`` keeps started jobs only
+            for j in candidates
+            if j.start is not None  # always: ``of`` keeps started jobs only
             and j.start - grace_s <= t <= self.end_of(j) + grace_s
         ]
 

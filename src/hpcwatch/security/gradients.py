@@ -37,7 +37,15 @@ from hpcwatch.records import Event, Finding, Sample
 from hpcwatch.security.context import host_of
 from hpcwatch.vocab import EventKind
 
-__all__ = ["GradientConfig", "detect_gradient_anomalies", "grad_sketch", "gradient_samples", "SKETCH_DIMS", "RULES"]
+__all__ = [
+    "GradientConfig",
+    "detect_gradient_anomalies",
+    "reads_metric",
+    "grad_sketch",
+    "gradient_samples",
+    "SKETCH_DIMS",
+    "RULES",
+]
 
 #: Rule ids this detector emits (the web catalogues have a title per rule: web/en.yaml ``finding``).
 RULES: tuple[str, ...] = ("gradient.norm_outlier", "gradient.sketch_direction", "gradient.nonfinite")
@@ -112,6 +120,11 @@ class _Steps:
     nonfinite: dict = field(default_factory=lambda: defaultdict(dict))  # step -> rank -> count
     sketch: dict = field(default_factory=lambda: defaultdict(lambda: defaultdict(dict)))  # step -> rank -> dim -> v
     where: dict = field(default_factory=dict)  # rank -> (host, gpu, first t)
+
+
+def reads_metric(metric: str) -> bool:
+    """Whether ``detect_gradient_anomalies`` reads samples of ``metric`` (the scan gives it only those, in order)."""
+    return metric in _HW_METRICS or metric.startswith("train_grad_")
 
 
 def detect_gradient_anomalies(

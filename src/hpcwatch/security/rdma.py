@@ -38,12 +38,13 @@ from dataclasses import dataclass, field
 
 from hpcwatch import vocab
 from hpcwatch.records import Event, Finding, Job, Sample
-from hpcwatch.security.context import JobIndex, host_of
+from hpcwatch.security.context import JobIndex, host_of, once_per_labels
 from hpcwatch.vocab import EventKind
 
 __all__ = [
     "RdmaConfig",
     "detect_rdma",
+    "reads_metric",
     "ring_allreduce_bytes",
     "DATA_METRICS",
     "CONSTRAINT_METRICS",
@@ -132,10 +133,15 @@ def detect_rdma(
 Series = dict[tuple, list[tuple[float, float]]]
 
 
+#: Each data metric's collector family.
+_DATA_NAMES = {m: fam for fam, ms in DATA_METRICS.items() for m in ms}
+
+
 def _series(samples: Iterable[Sample]) -> tuple[Series, Series]:
-    data_names = {m: fam for fam, ms in DATA_METRICS.items() for m in ms}
+    data_names = _DATA_NAMES
     data: Series = defaultdict(list)
     errors: Series = defaultdict(list)
+    keys = once_per_labels(lambda labels: (host_of(labels), tuple(sorted(labels.items()))))
     for s in samples:
         is_data = s.metric in data_names
         if not is_data and not (
@@ -144,10 +150,10 @@ def _series(samples: Iterable[Sample]) -> tuple[Series, Series]:
             or s.metric.endswith("remote_access_errors_total")
         ):
             continue  # checked before host_of: most samples of a store are other metrics
-        host = host_of(s.labels)
+        host, labels = keys(s.labels)
         if host is None:
             continue
-        key = (host, s.metric, tuple(sorted(s.labels.items())))
+        key = (host, s.metric, labels)
         if is_data:
             data[(data_names[s.metric],) + key].append((s.t, s.value))
         else:
@@ -256,6 +262,16 @@ def _disproportion(rates: dict, index: JobIndex, config: RdmaConfig) -> list[Fin
 
 #: Lustre job_stats byte counters (sources/lustre.py), labelled by ``jobid``.
 LUSTRE_METRICS = (vocab.LUSTRE_JOB_READ_BYTES_TOTAL, vocab.LUSTRE_JOB_WRITE_BYTES_TOTAL)
+
+
+def reads_metric(metric: str) -> bool:
+    """Whether ``detect_rdma`` reads samples of ``metric`` (the scan gives it only those, in their order)."""
+    return (
+        metric in _DATA_NAMES
+        or metric in CONSTRAINT_METRICS
+        or metric.endswith(("remote_access_errors", "remote_access_errors_total"))
+        or metric in LUSTRE_METRICS
+    )
 
 
 def _lustre_rates(samples: list[Sample]) -> dict[str, float]:

@@ -30,10 +30,10 @@ import numpy as np
 
 from hpcwatch import vocab
 from hpcwatch.records import Event, Finding, Job, Sample
-from hpcwatch.security.context import JobIndex, host_of
+from hpcwatch.security.context import JobIndex, host_of, once_per_labels
 from hpcwatch.vocab import EventKind
 
-__all__ = ["RemanenceConfig", "detect_remanence", "FB_USED", "GPU_UTIL", "RULES"]
+__all__ = ["RemanenceConfig", "detect_remanence", "reads_metric", "FB_USED", "GPU_UTIL", "RULES"]
 
 #: Rule ids this detector emits (the web catalogues have a title per rule: web/en.yaml ``finding``).
 RULES: tuple[str, ...] = (
@@ -64,6 +64,11 @@ class RemanenceConfig:
             raise ValueError("after_s must be >= 0 and window_s > 0")
 
 
+def reads_metric(metric: str) -> bool:
+    """Whether ``detect_remanence`` reads samples of ``metric`` (the scan gives it only those, in their order)."""
+    return metric in (FB_USED, GPU_UTIL)
+
+
 def detect_remanence(
     samples: Iterable[Sample],
     jobs: Iterable[Job] = (),
@@ -72,16 +77,17 @@ def detect_remanence(
 ) -> list[Finding]:
     index = JobIndex.of(jobs)
     fb, util = defaultdict(list), defaultdict(list)
+    keys = once_per_labels(lambda labels: (host_of(labels), labels.get("gpu"), labels.get("hpc_job") or ""))
     for s in samples:
         if s.metric != FB_USED and s.metric != GPU_UTIL:
             continue
-        host, gpu = host_of(s.labels), s.labels.get("gpu")
+        host, gpu, job = keys(s.labels)
         if host is None or gpu is None:
             continue
         if s.metric == FB_USED:
-            fb[(host, gpu)].append((s.t, s.value, s.labels.get("hpc_job") or ""))
+            fb[(host, gpu)].append((s.t, s.value, job))
         elif s.metric == GPU_UTIL:
-            util[(host, gpu)].append((s.t, s.value, s.labels.get("hpc_job") or ""))
+            util[(host, gpu)].append((s.t, s.value, job))
     events = list(events)
     findings = _fb_after_job(fb, index, config)
     findings += _processes_after_job(events, index, config)
@@ -105,10 +111,11 @@ def _free(host: str, gpu: str, t: float, label: str, index: JobIndex) -> bool:
 def _fb_after_job(fb: dict, index: JobIndex, config: RemanenceConfig) -> list[Finding]:
     base = _baselines(fb, index)
     findings = []
+    ended = index.ended()  # the same for every GPU
     for (host, gpu), points in sorted(fb.items()):
         floor = min(v for _, v, _ in points)
         baseline = min(base.get(host, floor), floor + config.margin_mib)
-        for job in index.ended():
+        for job in ended:
             end = index.end_of(job)
             held = job.gpus_by_node.get(host)
             if host not in job.nodes or (held and int(gpu) not in held):

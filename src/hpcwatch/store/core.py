@@ -940,14 +940,27 @@ class Store:
     ) -> tuple[int, list[tuple[Any, ...]]]:
         """Rows of ``sql`` where the tables hold only the rows committed after version ``since``, with
         the version they were read at: pass it as ``since`` next time to read each row once."""
+        return self._since(since, lambda: self._since_con.execute(sql, params).fetchall())
 
-        def run() -> tuple[int, list[tuple[Any, ...]]]:
+    def query_arrow_since(self, since: int, sql: str, params: list[Any] | tuple[Any, ...] = ()) -> tuple[int, pa.Table]:
+        """``query_since`` as an arrow table: no Python object a row (what a reader of many rows wants)."""
+
+        def fetch() -> pa.Table:
+            relation = self._since_con.sql(sql, params=list(params) or None)
+            return (getattr(relation, "to_arrow_table", None) or relation.arrow)()  # DuckDB 2 / 1.x
+
+        return self._since(since, fetch)
+
+    def _since(self, since: int, fetch: Callable[[], _T]) -> tuple[int, _T]:
+        """(the version read at, what ``fetch`` reads) with the ``_since`` views bound to the rows after ``since``."""
+
+        def run() -> tuple[int, _T]:
             for table in TABLES:
                 union = self._union_sql(table, self._manifest["tables"][table], since=since)
                 self._since_con.execute(
                     f"CREATE OR REPLACE VIEW _since.{table} AS {self._public_sql(table, f'({union})')}"
                 )
-            return int(self._manifest["version"]), self._since_con.execute(sql, params).fetchall()
+            return int(self._manifest["version"]), fetch()
 
         return self._execute(run)
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import re
 import weakref
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -45,6 +45,8 @@ __all__ = [
     "perfquery_text",
     "lustre_job_stats_text",
     "ib_samples",
+    "ib_block",
+    "SampleBlock",
     "perfquery_samples",
     "perfquery_table",
     "scrape_all",
@@ -56,6 +58,7 @@ __all__ = [
     "with_kernels_per_step",
     "uniform_shape",
     "lustre_samples",
+    "lustre_block",
     "lustre_target",
     "hca_device",
     "NODE_EXPORTER_PORT",
@@ -664,6 +667,54 @@ def _x(name: str, ts_us: float, dur_us: float, pid: int) -> dict:
         "dur": round(float(dur_us), 3),
         "args": {},
     }
+
+
+@dataclass(frozen=True, slots=True)
+class SampleBlock:
+    """Samples that come as a grid, built by column rather than one ``Sample`` each (``Twin.sample_table``):
+    row ``r``, column ``k`` is the sample of ``metrics[k]`` with ``labels[r]`` and value ``values[r, k]``, in
+    row-major order. ``keys`` holds each row's (host, gpu, job): the same for every column of the row."""
+
+    metrics: tuple[str, ...]
+    values: np.ndarray
+    labels: Sequence[Mapping[str, str]]
+    keys: Sequence[tuple[str | None, str | None, str | None]]
+
+
+def _keys_of_rows(
+    labels: list[dict[str, str]], metrics: tuple[str, ...]
+) -> list[tuple[str | None, str | None, str | None]]:
+    """``sample_keys`` once a row: it reads the metric only to tell a NUMA ``node`` label from a host, and
+    the blocks' metrics all agree on that (tests/unit/test_twin.py holds the table to the samples)."""
+    return [sample_keys(lab, metrics[0]) for lab in labels]
+
+
+#: The ``ib`` columns and multipliers of NODE_EXPORTER_IB, in its order.
+_IB_COLUMNS = np.array([_COL[counter] for _, _, counter, _ in NODE_EXPORTER_IB.values()], dtype=np.int64)
+_IB_MULTS = np.array([mult for _, _, _, mult in NODE_EXPORTER_IB.values()], dtype=np.int64)
+
+
+def ib_block(twin: Twin) -> SampleBlock:
+    """``ib_samples`` by column: a row per port, a column per node-exporter metric."""
+    labels = [
+        {"device": hca_device(hca), "port": "1", "instance": f"{node}:{NODE_EXPORTER_PORT}", "node": node}
+        for node, hca in twin.ports
+    ]
+    metrics = tuple(NODE_EXPORTER_IB)
+    values = twin.ib[:, _IB_COLUMNS] * _IB_MULTS
+    return SampleBlock(metrics, values, labels, _keys_of_rows(labels, metrics))
+
+
+def lustre_block(twin: Twin) -> SampleBlock:
+    """``lustre_samples`` by column: a row per (job, OST), the read and write bytes as columns."""
+    name = twin.cluster.storage.name
+    labels, values = [], []
+    for job_id, c in twin.lustre_counters().items():
+        labels += [{"jobid": job_id, "target": lustre_target(name, ost)} for ost in range(c.shape[0])]
+        values.append(c[:, [0, 2]])
+    metrics = (vocab.LUSTRE_JOB_READ_BYTES_TOTAL, vocab.LUSTRE_JOB_WRITE_BYTES_TOTAL)
+    grid = np.concatenate(values).astype(np.float64) if values else np.empty((0, 2))
+    return SampleBlock(metrics, grid, labels, _keys_of_rows(labels, metrics))
 
 
 def ib_samples(twin: Twin) -> Iterator[Sample]:
