@@ -9,7 +9,7 @@ import pytest
 from hpcwatch.collect.base import RunResult
 from hpcwatch.collect.config import parse_config
 from hpcwatch.collect.daemon import Daemon
-from hpcwatch.errors import BackendError
+from hpcwatch.errors import BackendError, StoreError
 from hpcwatch.exporter import registry_for
 from hpcwatch.reports.collectors import read_status
 from hpcwatch.store import Store
@@ -68,6 +68,31 @@ def test_one_failing_collector_never_stops_the_others_and_recovers(tmp_path):
     found = read_status(tmp_path / "store")
     assert {c.name: c.answering for c in found.collectors} == {"slurm": True, "spool": True}
     assert found.daemons["head1"]["stale"] is False
+
+
+def test_a_store_that_cannot_be_opened_yet_is_the_collectors_error_and_is_retried(tmp_path):
+    opens = []
+
+    def open_store():
+        opens.append(1)
+        if len(opens) <= 2:
+            raise StoreError(f"{tmp_path}: cannot open the store: No space left on device")
+        return Store(tmp_path / "store")
+
+    slurm, spool = Flaky(), Flaky()
+    daemon = Daemon(
+        config(tmp_path),
+        node="head1",
+        open_store=open_store,
+        build=lambda store, section, node: slurm if section.name == "slurm" else spool,
+    )
+    daemon.start()
+    try:
+        _until(lambda: slurm.runs > 0 and spool.runs > 0)
+    finally:
+        daemon.stop()
+    errors = {name: s.errors for name, s in daemon.statuses().items()}
+    assert sum(errors.values()) == 2 and all(s.last_error is None for s in daemon.statuses().values())
 
 
 def test_a_collector_that_raises_a_bug_is_recorded_with_its_type(tmp_path):

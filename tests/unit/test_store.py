@@ -142,6 +142,25 @@ def test_a_path_that_is_not_a_store_is_a_one_line_store_error(tmp_path, make, at
     assert sorted(p.name for p in tmp_path.rglob("*")) == before  # nothing written there
 
 
+def test_a_store_created_by_another_opener_between_the_check_and_the_listing_opens(tmp_path, monkeypatch):
+    """Two collectors of one daemon open a new store at once: the first one's manifest may appear after
+    the second looked for it and before it listed the folder (seen in CI: 'no manifest.json; holds
+    manifest.json')."""
+    Store(tmp_path / "s").close()
+    real_exists = type(tmp_path).exists
+    seen = []
+
+    def exists_late(path, *args, **kwargs):
+        if path.name == "manifest.json" and not seen:
+            seen.append(path)
+            return False  # not there yet when the opener looked
+        return real_exists(path, *args, **kwargs)
+
+    monkeypatch.setattr(type(tmp_path), "exists", exists_late)
+    Store(tmp_path / "s").close()
+    assert seen
+
+
 def test_the_in_memory_store_leaves_no_folder_behind():
     store = Store(":memory:")
     store.add([_gpu_sample(1.0, 1.0)])

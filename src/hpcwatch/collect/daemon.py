@@ -185,19 +185,31 @@ class Daemon:
             return None
 
     def _loop(self, section: Any) -> None:
-        store = self._open_store()
+        store = self._store_or_none(section)
         collector = None
         try:
             while not self._stop.is_set():
                 started = time.monotonic()
-                collector = collector or self._make(section, store)
+                store = store or self._store_or_none(section)
+                collector = collector or (self._make(section, store) if store is not None else None)
                 if collector is not None:
                     self._run_one(section, collector)
                 self._stop.wait(max(0.0, section.interval_s - (time.monotonic() - started)))
         finally:
             if collector is not None:
                 collector.close()
-            store.close()
+            if store is not None:
+                store.close()
+
+    def _store_or_none(self, section: Any) -> Store | None:
+        """A store that cannot be opened now (a full disk, a folder being made) is this collector's error
+        until the next try: the thread lives on and retries on its interval."""
+        try:
+            return self._open_store()
+        except Exception as err:
+            self._record(section.name, error=err)
+            log.warning("collector %s: %s", section.name, one_line(str(err)))
+            return None
 
     def _run_one(self, section: Any, collector: Collector | None) -> None:
         if collector is None:

@@ -337,7 +337,7 @@ def _check_root(root: Path) -> None:
             )
         raise StoreError(f"{root}: cannot open the store: a file, not a store folder")
     if root.is_dir() and not (root / _MANIFEST).exists():
-        ours = {".lock", "staging", *TABLES}
+        ours = {".lock", "staging", _MANIFEST, *TABLES}  # the manifest: another opener created it meanwhile
         strangers = [
             p.name for p in root.iterdir() if p.name not in ours and not p.name.startswith(_MANIFEST_TMP_PREFIX)
         ]
