@@ -250,3 +250,28 @@ def test_overview_cache_answers_until_the_store_changes():
         assert again is not first
         assert len(again.findings) == len(first.findings) + 1
         assert again == job_overview(store, job)
+
+
+def test_job_report_among_its_nodes_jobs_is_the_report_among_every_job(twin_store):
+    """``job_report`` attributes a job's samples among the jobs of its nodes only (a store keeps months of
+    others): the same report as among every job, for each job of the twin (node2 is shared)."""
+    from hpcwatch.analysis.attribution import job_reports
+
+    jobs = twin_store.jobs()
+    assert any(len(j.nodes) < len(reference_cluster().nodes) for j in jobs)  # some jobs do not span the cluster
+    for job in jobs:
+        if job.start is None:
+            continue
+        samples = job_samples(twin_store, job.id)
+        (among_all,) = job_reports(samples, jobs, only=job.id)
+        assert job_report(twin_store, job.id, samples=samples) == among_all
+
+
+def test_goodput_of_one_events_query_is_the_goodput_of_one_query_a_kind(twin_store):
+    from hpcwatch.analysis.goodput import GOODPUT_EVENT_KINDS
+
+    one = twin_store.events(kinds=GOODPUT_EVENT_KINDS)
+    per_kind = [e for kind in GOODPUT_EVENT_KINDS for e in twin_store.events(kind)]
+    assert one and sorted(one, key=lambda e: (e.kind, e.t)) == sorted(per_kind, key=lambda e: (e.kind, e.t))
+    assert [e.t for e in one] == sorted(e.t for e in one)
+    assert twin_store.events(kinds=()) == []

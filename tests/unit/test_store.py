@@ -161,6 +161,21 @@ def test_a_store_created_by_another_opener_between_the_check_and_the_listing_ope
     assert seen
 
 
+def test_jobs_on_nodes_are_those_allocated_one_of_them_by_exact_name():
+    with Store(":memory:") as store:
+        store.add(
+            [
+                Job(id="1", nodes=("node1",), start=1.0),
+                Job(id="2", nodes=("node10", "node11"), start=2.0),
+                Job(id="3", nodes=("node2", "node1"), start=3.0),
+                Job(id="4", nodes=(), start=4.0),
+            ]
+        )
+        assert [j.id for j in store.jobs(on_nodes=["node1"])] == ["1", "3"]  # node10 is not node1
+        assert [j.id for j in store.jobs(on_nodes=["node11", "node2"])] == ["2", "3"]
+        assert store.jobs(on_nodes=[]) == [] and len(store.jobs()) == 4
+
+
 def test_the_in_memory_store_leaves_no_folder_behind():
     store = Store(":memory:")
     store.add([_gpu_sample(1.0, 1.0)])

@@ -336,7 +336,7 @@ def _job_end_messages(b: _Builder, key: str, job_id: str, mail_user: str) -> lis
         return []  # cancelled before it started: it used nothing (Slurm's own mail says it ended)
     # InputError when the store knows nothing of the job yet (an epilog before any poll): the loop leaves
     # it uncomposed, so the run that stores the job composes its report.
-    overview = job_overview(b.store, job_id)
+    overview = job_overview(b.store, job_id, summary=True)
     r = overview.job
     user = r.user if r is not None else (record.user if record else None)
     account = r.account if r is not None else (record.account if record else None)

@@ -176,10 +176,13 @@ def job_overview(
     recent_steps: int = DEFAULT_RECENT_STEPS,
     price_per_gpu_hour: float | None = None,
     currency: str = "",
+    summary: bool = False,
 ) -> JobOverview:
     """Every part of ``job_id``'s page; a part the store cannot answer only sets ``missing``.
     ``InputError`` (``job_report``'s) when no part answers: the store knows nothing of the job, or
-    ``job_id`` is longer than any id (``check_job_id``: refused before any part asks the store)."""
+    ``job_id`` is longer than any id (``check_job_id``: refused before any part asks the store).
+    ``summary``: only what a job-end report shows (the job, its steps, goodput and findings), without the
+    page's cost, timeline, actions, live verdicts and charts: half the queries, for one mail per job end."""
     check_job_id(job_id)
     missing: dict[str, str] = {}
     # Read once for the report and the charts: at 1,024 GPUs over days the scan is most of the page's time.
@@ -200,6 +203,8 @@ def job_overview(
     t0 = None if job is None else job.start if job.start is not None else job.observed_start
     t1 = None if job is None else job.end
     findings = tuple(f for f in store.findings() if concerns_job(f, job_id, nodes, t0, t1))
+    if summary:
+        return JobOverview(id=job_id, job=job, steps=steps, goodput=goodput, findings=findings, missing=missing)
     cost = None if job is None else job_cost(job, price_per_gpu_hour=price_per_gpu_hour, currency=currency)
     return JobOverview(
         id=job_id,

@@ -87,12 +87,25 @@ def job_report(store: Store, job_id: str, *, samples: pa.Table | None = None) ->
     if samples is None:
         samples = job_samples(store, job_id)
     table = samples if samples is not None else store.samples(list(REPORT_METRICS))
-    found = next(iter(job_reports(table, store.jobs(), only=job_id)), None)
+    jobs, now = _neighbours(store, job_id, table)
+    found = next(iter(job_reports(table, jobs, now=now, only=job_id)), None)
     if found is not None:
         return found
     if store.job(job_id) is None:
         raise InputError(f"no job {job_id} in the store (hpcwatch jobs lists them)")
     raise InputError(f"job {job_id} never started: nothing to report")
+
+
+def _neighbours(store: Store, job_id: str, samples: pa.Table) -> tuple[list[Job], float | None]:
+    """The jobs ``job_id``'s samples are attributed among, and the ``now`` of ``job_reports``: a Slurm job's
+    samples are those of its nodes, so only the jobs that ran on them can claim one (a store keeps months of
+    other jobs); a workload known from labels only is attributed among all. ``now`` ends a running job: without
+    samples, the newest job time of the whole store, as ``job_reports`` would take it from every job."""
+    record = store.job(job_id)
+    if record is None or not record.nodes:
+        return store.jobs(), None
+    running_unseen = record.end is None and not samples.num_rows
+    return store.jobs(on_nodes=record.nodes), queries.latest_job_time(store) if running_unseen else None
 
 
 def check_job_id(job_id: str) -> None:

@@ -37,7 +37,7 @@ import threading
 import time
 import uuid
 import warnings
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, fields
 from pathlib import Path
@@ -993,8 +993,20 @@ class Store:
         ((lo, hi),) = self.query("SELECT min(t), max(t) FROM samples")
         return lo, hi
 
-    def events(self, kind: str | None = None, *, t0: float | None = None, t1: float | None = None) -> list[Event]:
+    def events(
+        self,
+        kind: str | None = None,
+        *,
+        t0: float | None = None,
+        t1: float | None = None,
+        kinds: Sequence[str] | None = None,
+    ) -> list[Event]:
+        """Events in time order: of ``kind``, or of any of ``kinds`` (one query for several), between ``t0``
+        and ``t1``."""
         where, params = _where(("kind = ?", kind), ("t >= ?", t0), ("t <= ?", t1))
+        if kinds is not None:
+            where = f"{where} AND kind IN ({', '.join('?' for _ in kinds)})" if kinds else "FALSE"
+            params = [*params, *kinds]
         rows = self.query(f"SELECT kind, t, source, attrs FROM events WHERE {where} ORDER BY t", params)
         return [Event(kind=k, t=t, source=s, attrs=orjson.loads(a)) for k, t, s, a in rows]
 
@@ -1009,8 +1021,17 @@ class Store:
             for j, r, s, p, st, d, a in rows
         ]
 
-    def jobs(self) -> list[Job]:
-        rows = self.query(f"SELECT {_JOB_COLUMNS} FROM jobs ORDER BY start NULLS LAST, id")
+    def jobs(self, *, on_nodes: Sequence[str] | None = None) -> list[Job]:
+        """Every job, or (``on_nodes``) those allocated one of these nodes: a job's neighbours, whatever the
+        size of the store's history."""
+        if on_nodes is None:
+            rows = self.query(f"SELECT {_JOB_COLUMNS} FROM jobs ORDER BY start NULLS LAST, id")
+        else:
+            rows = self.query(
+                f"SELECT {_JOB_COLUMNS} FROM jobs WHERE list_has_any(from_json(nodes, '[\"VARCHAR\"]'), ?) "
+                "ORDER BY start NULLS LAST, id",
+                [list(on_nodes)],
+            )
         return [_job_from_row(row) for row in rows]
 
     def job(self, job_id: str) -> Job | None:

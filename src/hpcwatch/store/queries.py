@@ -38,6 +38,7 @@ __all__ = [
     "open_job_count",
     "checkpoint_activity",
     "requeue_counts",
+    "latest_job_time",
     "requeued_attempt_starts",
     "latest_finding_by_vector",
     "finding_counts",
@@ -239,6 +240,12 @@ def requeue_counts(store: Store) -> dict[str, int]:
         "AND json_extract_string(attrs, '$.state') = 'REQUEUED' GROUP BY 1"
     )
     return {str(job): int(n) for job, n in rows}
+
+
+def latest_job_time(store: Store) -> float:
+    """The newest start or end of any job (0.0 when none): where a report without samples ends a running job."""
+    ((t,),) = store.query('SELECT max(coalesce("end", start)) FROM jobs')
+    return float(t) if t is not None else 0.0
 
 
 def requeued_attempt_starts(store: Store, job: str) -> list[float]:
