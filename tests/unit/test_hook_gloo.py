@@ -19,6 +19,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.unit.forkranks import beside
+
 # Only the job's processes need torch; finding it is enough here (importing it costs seconds).
 needs_torch = pytest.mark.skipif(importlib.util.find_spec("torch") is None, reason="needs torch (hpcwatch[torch])")
 
@@ -83,21 +85,8 @@ WORKER = textwrap.dedent("""
         dist.barrier()
         dist.destroy_process_group()
 
-    pids = []
-    for rank in range(world):
-        pid = os.fork()
-        if pid == 0:
-            try:
-                run(rank)
-                code = 0
-            except BaseException:
-                traceback.print_exc()
-                code = 1
-            sys.stdout.flush(); sys.stderr.flush()
-            os._exit(code)
-        pids.append(pid)
-    failed = [pid for pid in pids if os.waitpid(pid, 0)[1] != 0]
-    sys.exit(1 if failed else 0)
+    from forkranks import fork_ranks
+    sys.exit(1 if fork_ranks(world, run) else 0)
 """)
 
 
@@ -120,6 +109,7 @@ def run_job(
     out.mkdir(parents=True, exist_ok=True)
     script = out / "_worker.py"
     script.write_text(WORKER)
+    beside(script)
     env = dict(
         os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(_free_port()), OMP_NUM_THREADS="1", GLOO_SOCKET_IFNAME="lo"
     )

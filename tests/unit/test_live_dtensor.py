@@ -29,6 +29,7 @@ from pathlib import Path
 import orjson
 import pytest
 
+from tests.unit.forkranks import beside
 from tests.unit.test_hook_gloo import needs_torch
 from tests.unit.test_live_gloo import _end, _errors, _gloo_env, _start, _wait
 
@@ -85,23 +86,13 @@ WORKER = textwrap.dedent("""
             json.dump({"thread": str(threading.get_ident()), "entries": dump.get("entries", [])}, out)
         dist.destroy_process_group()
 
-    pids = []
-    for rank in range(world):
-        pid = os.fork()
-        if pid == 0:
-            err = os.open(os.path.join(ctl, f"rank-{rank}.err"), os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
-            os.dup2(err, 2)  # each rank's stderr its own: a failure shows which rank said what
-            faulthandler.dump_traceback_later(limit_s, exit=True)
-            try:
-                run(rank)
-                code = 0
-            except BaseException:
-                traceback.print_exc()
-                code = 1
-            sys.stdout.flush(); sys.stderr.flush()
-            os._exit(code)
-        pids.append(pid)
-    failed = [pid for pid in pids if os.waitpid(pid, 0)[1] != 0]
+    def own_stderr_and_time_limit(rank):
+        err = os.open(os.path.join(ctl, f"rank-{rank}.err"), os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+        os.dup2(err, 2)  # each rank's stderr its own: a failure shows which rank said what
+        faulthandler.dump_traceback_later(limit_s, exit=True)
+
+    from forkranks import fork_ranks
+    failed = fork_ranks(world, run, setup=own_stderr_and_time_limit)
     for rank in range(world) if failed else ():
         with open(os.path.join(ctl, f"rank-{rank}.err")) as err:
             sys.stderr.write(f"--- rank {rank}:\\n{err.read()[-900:]}\\n")
@@ -156,6 +147,7 @@ def test_a_dtensor_job_on_a_2x2_mesh_streams_its_straggler_and_ends_with_only_it
     ctl.mkdir()
     script = tmp_path / "_worker.py"
     script.write_text(WORKER)
+    beside(script)
     argv = [sys.executable, str(script), str(WORLD), str(ctl), str(STEPS)]
     argv += [str(STRAGGLER), str(SLOW_STEPS), str(DELAY_S), str(RANK_LIMIT_S)]
     job = _start(argv, _gloo_env(HPCWATCH_LIVE_DIR=str(spool)), tmp_path)

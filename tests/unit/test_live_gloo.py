@@ -28,6 +28,7 @@ from pathlib import Path
 import orjson
 import pytest
 
+from tests.unit.forkranks import beside
 from tests.unit.test_hook_gloo import _free_port, needs_torch
 
 WORLD = 4
@@ -87,21 +88,8 @@ WORKER = textwrap.dedent("""
         rec.close()
         dist.destroy_process_group()
 
-    pids = []
-    for rank in range(world):
-        pid = os.fork()
-        if pid == 0:
-            try:
-                run(rank)
-                code = 0
-            except BaseException:
-                traceback.print_exc()
-                code = 1
-            sys.stdout.flush(); sys.stderr.flush()
-            os._exit(code)
-        pids.append(pid)
-    failed = [pid for pid in pids if os.waitpid(pid, 0)[1] != 0]
-    sys.exit(1 if failed else 0)
+    from forkranks import fork_ranks
+    sys.exit(1 if fork_ranks(world, run) else 0)
 """)
 
 
@@ -168,6 +156,7 @@ def test_live_stream_names_straggler_trace_and_hang_while_the_job_runs(tmp_path:
     ctl.mkdir()
     script = tmp_path / "_worker.py"
     script.write_text(WORKER)
+    beside(script)
     env = _gloo_env(HPCWATCH_LIVE_DIR=str(spool))
     argv = [sys.executable, str(script), str(WORLD), str(ctl), str(STRAGGLER), str(HUNG), str(SLOW_STEPS), str(DELAY_S)]
     job = _start(argv, env, tmp_path)
@@ -237,6 +226,7 @@ def test_over_http_a_trace_asked_with_the_cli_and_a_hangs_dump_come_back_through
     (tmp_path / "in").mkdir()
     script = tmp_path / "_worker.py"
     script.write_text(WORKER)
+    beside(script)
     receiver = Receiver(
         ReceiveSection(
             listen="127.0.0.1:0",
