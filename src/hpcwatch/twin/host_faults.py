@@ -134,6 +134,10 @@ class DimmFailing(Scenario):
 
 @_host_fault("pcie_degraded", "pcie_width", "node1's GPU 3 trained its PCIe link at x8 of x16 (lspci -vv)")
 class PcieDegraded(Scenario):
+    """node1's GPU 3 (bus 5d:00.0, ``devices.bus_id(3)``) at x8 of x16 while the training job keeps it busy:
+    dcgm-exporter's utilisation of that bus id, scraped as lspci runs, corroborates the narrow link, so it drains
+    (an idle GPU narrow in lspci only warns: its link may be power-managed)."""
+
     node = "node1"
 
     def extra_files(self, *, twin: Any, out: Path, t0: float, t1: float) -> None:
