@@ -18,7 +18,7 @@ from hpcwatch import vocab
 from hpcwatch.analysis.health import health_report
 from hpcwatch.errors import ParseError
 from hpcwatch.sources.lspci import parse_lspci_vv, read_lspci_vv
-from hpcwatch.sources.nvidia_smi import read_nvidia_smi_q
+from hpcwatch.sources.nvidia_smi import parse_nvidia_smi_q, read_nvidia_smi_q
 from hpcwatch.sources.prometheus_text import parse_prometheus_text
 from hpcwatch.store import Store
 from tests.conftest import DATA
@@ -31,6 +31,7 @@ A6000_X8 = "LnkSta: Speed 2.5GT/s (downgraded), Width x8 (downgraded)"
 L4_IDLE = DATA / "nvidia_smi" / "nvidia_smi_q_l4_idle_gen1_x8_thamada.txt"
 L4_AT = 1731404911.0  # the L4 report's Timestamp, Tue Nov 12 09:48:31 2024 (UTC)
 A4000_UTIL = DATA / "prometheus" / "dcgm_exporter_rtx_a4000_580_gpu_util_issue568.prom"
+L4_UTIL = "        Gpu                               : 0 %"
 
 
 def _node(samples, node="gpu07"):
@@ -40,8 +41,9 @@ def _node(samples, node="gpu07"):
     return health_report(table).node(node)
 
 
-def _fired(node_health) -> list[tuple[str, str, str]]:
-    return sorted((c.rule, c.verdict, c.evidence["bdf"]) for c in node_health.checks if c.verdict != "ok")
+def _fired(node_health) -> list[tuple[str, str, str | None]]:
+    """(rule, verdict, lspci's bdf or None for the GPU's own report) of each check that fired."""
+    return sorted((c.rule, c.verdict, c.evidence.get("bdf")) for c in node_health.checks if c.verdict != "ok")
 
 
 def _links(samples) -> dict[str, dict[str, float]]:
@@ -109,6 +111,12 @@ def test_an_idle_gpu_narrow_in_lspci_warns_saying_it_may_be_power_managed():
     (check,) = [c for c in node.checks if c.rule == "pcie_width"]
     assert check.evidence["gpu_util_pct"] == 0 and "power-managed" in check.title
     assert check.evidence["width"] == 8 and "50 %" in check.evidence["why"]
+    # the same GPU busy (its report edited to 97 %): it reads x8 of x16 under load too, so the link is narrow
+    busy = L4_IDLE.read_text().replace(L4_UTIL, "        Gpu                               : 97 %")
+    node = _node([*_neuropoly_narrow(0, t=L4_AT + 5), *parse_nvidia_smi_q(busy, hostname="gpu07")])
+    assert _fired(node) == [("pcie_gen", "warn", None), ("pcie_width", "drain", "01:00.0")]
+    (check,) = [c for c in node.checks if c.rule == "pcie_width"]
+    assert check.evidence["reported_by_gpu"]["gpu_util_pct"] == 97 and "at 97 % utilisation" in check.title
 
 
 def test_a_narrow_gpu_with_no_utilisation_beside_the_reading_warns():
@@ -125,7 +133,7 @@ def test_a_narrow_gpu_busy_as_lspci_read_it_drains():
     """41:00.0 at x8: the real dcgm-exporter line of that bus reads 38 % (not busy: warn); at 97 % it drains."""
     at_38 = _node([*_neuropoly_narrow(1, t=1000.0), *_a4000_at("38", t=990.0)])
     assert _fired(at_38) == [("pcie_width", "warn", "41:00.0")]
-    assert "idle at 38 %" in at_38.reason()
+    assert "at 38 % utilisation, not busy" in at_38.reason()
     busy = _node([*_neuropoly_narrow(1, t=1000.0), *_a4000_at("97", t=990.0)])
     assert _fired(busy) == [("pcie_width", "drain", "41:00.0")]
     (check,) = [c for c in busy.checks if c.rule == "pcie_width"]

@@ -129,6 +129,25 @@ def test_the_twin_s_amd_labels_are_those_of_a_real_exporter_scrape():
     assert {"driver_version", "vbios_version", "job_id"} <= ours <= set(sample.labels)
 
 
+def test_the_kernel_drift_is_in_every_node_exporter_scrape_one_node_at_a_time_too():
+    """``twin serve`` writes a node's node-exporter text alone (not scrape_all's batch the plant runs use): it
+    carries the scenario's node_uname_info too, the odd release on the last node only."""
+    from hpcwatch.sources.prometheus_text import parse_prometheus_text
+    from hpcwatch.twin import Twin
+    from hpcwatch.twin.fleet_faults import KERNEL_RELEASE
+    from hpcwatch.twin.run import sized_model
+
+    twin = Twin(sized_model("reference", 3), seed=1, scenarios=["kernel_drift"])
+    twin.advance(10.0)
+    releases = {
+        s.labels["node"]: s.labels["release"]
+        for node in twin.node_names
+        for s in parse_prometheus_text(twin.node_exporter_text(node, target_labels=True), t=0.0)
+        if s.metric == "node_uname_info"
+    }
+    assert releases == {"node1": KERNEL_RELEASE, "node2": KERNEL_RELEASE, "node3": "6.8.0-40-generic"}
+
+
 def _run_and_ingest(tmp: Path, plant: Plant) -> Path:
     """The twin's run, ingested as a cluster ships it: the collectors' folders, then each node's own captures
     with ``--host`` (none of those tools names its host)."""

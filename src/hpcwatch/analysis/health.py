@@ -1150,7 +1150,9 @@ def _narrow_gpu_link(link: _NarrowLink, util: _Series | None, own_report: Check 
     pct = _value_at(util, float(link.where["t_last"]), config.missing_after_s)
     if pct is not None and pct >= config.pcie_busy_util_pct:
         return _narrow_link(link, "drain", f" at {pct:.0f} % utilisation", {"gpu_util_pct": pct})
-    why = f"idle at {pct:.0f} % utilisation" if pct is not None else "no utilisation of this GPU beside the reading"
+    why = (
+        f"at {pct:.0f} % utilisation, not busy" if pct is not None else "no utilisation of this GPU beside the reading"
+    )
     return _narrow_link(
         link,
         "warn",

@@ -13,6 +13,7 @@ from hpcwatch import vocab
 __all__ = [
     "DRIVER_VERSION",
     "DRIVER_CUDA",
+    "R570_DRIVER_VERSION",
     "AMD_DRIVER_VERSION",
     "AMD_VBIOS_VERSION",
     "SM_CLOCK_MAX_MHZ",
@@ -35,7 +36,9 @@ DRIVER_VERSION = "580.159.03"
 #: major + 10 × minor; nvidia-smi's "CUDA Version"): R580 is CUDA 13.0 (the real H200 of tests/data, driver
 #: 580.159.04: nvidia-smi's <cuda_version> 13.0, NCCL's cudaDriverVersion 13000), R570 CUDA 12.8 (CUDA Toolkit
 #: release notes, table "CUDA Toolkit and Corresponding Driver Versions": CUDA 12.8 GA needs >= 570.26).
-DRIVER_CUDA: dict[str, int] = {DRIVER_VERSION: 13000, "570.211.01": 12080}
+R570_DRIVER_VERSION = "570.211.01"
+"""R570's first release with the May 2026 fixes (assess/versions.py): the driver a drifted node still runs."""
+DRIVER_CUDA: dict[str, int] = {DRIVER_VERSION: 13000, R570_DRIVER_VERSION: 12080}
 #: The amdgpu driver and MI300X VBIOS device-metrics-exporter names in its ``driver_version`` / ``vbios_version``
 #: labels, as in the MI300X scrape of ROCm/device-metrics-exporter issue #171 (tests/data/amd).
 AMD_DRIVER_VERSION = "6.12.12"

@@ -44,7 +44,8 @@ from typing import Any, ClassVar
 from hpcwatch import vocab
 from hpcwatch.errors import ConfigError
 from hpcwatch.twin.amd_faults import require_amd
-from hpcwatch.twin.host_tools import ibstat_text, write_host_file
+from hpcwatch.twin.devices import R570_DRIVER_VERSION
+from hpcwatch.twin.host_tools import HCA_FIRMWARE, ibstat_text, write_host_file
 from hpcwatch.twin.nccl import NCCL_VERSION, write_acceptance_logs
 from hpcwatch.twin.scenarios import Scenario, register
 
@@ -96,7 +97,7 @@ class DriverDrift(_Drift):
 
     name = "driver_drift"
     description = "the last node (of 3 or more) still runs NVIDIA driver 570.211.01, the others 580.159.03"
-    label, version = vocab.DCGM_FI_DRIVER_VERSION, "570.211.01"
+    label, version = vocab.DCGM_FI_DRIVER_VERSION, R570_DRIVER_VERSION
 
 
 @register
@@ -167,7 +168,7 @@ class HcaFirmwareDrift(_NodeVersions):
 
     name = "hca_firmware_drift"
     description = "the last node's (of 3 or more) ConnectX-7 HCAs run firmware 28.39.1002, the others 28.41.1000"
-    usual, odd = "28.41.1000", "28.39.1002"
+    usual, odd = HCA_FIRMWARE, "28.39.1002"
 
     def extra_files(self, *, twin: Any, out: Path, t0: float, t1: float) -> None:
         for node in twin.node_names:

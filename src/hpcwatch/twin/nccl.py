@@ -106,8 +106,18 @@ def cuda_driver_of(twin: Any, node: str) -> int:
 
 
 def _facts(
-    twin: Any, rank: int, node: str, gpu: int, nranks: int, nodes: list[str], *, socket: bool, **kw: Any
+    twin: Any,
+    rank: int,
+    node: str,
+    gpu: int,
+    nranks: int,
+    nodes: list[str],
+    *,
+    socket: bool,
+    comm_id: str = COMM_ID,
+    **kw: Any,
 ) -> _RankFacts:
+    """One rank's facts; ``kw``: the other ``_RankFacts`` fields (``version``, ``pid_base``, ``env``)."""
     nxt, per_node = (rank + 1) % nranks, nranks // len(nodes)
     return _RankFacts(
         rank=rank,
@@ -121,7 +131,8 @@ def _facts(
         next_gpu=nxt % per_node,
         next_off_node=nxt // per_node != rank // per_node,
         cuda_driver=cuda_driver_of(twin, node),
-        **{"comm_id": COMM_ID, **kw},
+        comm_id=comm_id,
+        **kw,
     )
 
 
