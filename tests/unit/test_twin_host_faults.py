@@ -14,7 +14,7 @@ def test_every_host_family_has_a_plant():
     from hpcwatch.analysis.health_rules import health_rule
 
     families = {health_rule(rule).family for rule in HOST_FAULT_RULES.values()}
-    assert families == {"storage", "memory", "pcie", "clock", "services", "kernel", "bmc", "benchmark"}
+    assert families == {"storage", "memory", "pcie", "clock", "services", "kernel", "bmc", "benchmark", "fabric"}
 
 
 def test_the_planted_hca_fault_is_marked_on_its_node_in_the_schematic(tmp_path):

@@ -9,7 +9,7 @@ import pytest
 from hpcwatch.model.cluster import reference_cluster
 from hpcwatch.sources.nccl_log import parse_nccl_log
 from hpcwatch.twin import Twin
-from hpcwatch.twin.nccl import write_nccl_logs
+from hpcwatch.twin.nccl import nccl_conf_of, socket_nodes_of, write_nccl_logs
 from hpcwatch.vocab import EventKind
 
 
@@ -17,15 +17,19 @@ def _key(attrs: dict) -> str:
     return json.dumps(attrs, sort_keys=True)
 
 
-@pytest.mark.parametrize("scenarios", [(), ("nccl_socket_fallback",)], ids=["ib", "socket_fallback"])
+@pytest.mark.parametrize(
+    "scenarios",
+    [(), ("nccl_socket_fallback",), ("nccl_conf_stale",)],
+    ids=["ib", "socket_fallback", "node2_nccl_conf_p2p_off"],
+)
 def test_twin_nccl_events_are_what_the_reader_makes_of_its_logs(tmp_path, scenarios):
     twin = Twin(reference_cluster(), seed=0, scenarios=scenarios)
     told = []
     for _ in range(3):
         twin.advance(1.0)
         told += [e for e in twin.events() if e.kind == EventKind.NCCL_RANK]
-    socket = frozenset({"node2"}) if scenarios else frozenset()
-    write_nccl_logs(twin, tmp_path, socket_nodes=socket)
+    socket, conf = socket_nodes_of(twin.scenarios), nccl_conf_of(twin.scenarios)
+    write_nccl_logs(twin, tmp_path, socket_nodes=socket, conf=conf)
     read = [
         e
         for p in sorted((tmp_path / "nccl").iterdir())

@@ -22,7 +22,7 @@ from __future__ import annotations
 import re
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -997,17 +997,16 @@ def _check_pcie(table: pa.Table, config: HealthConfig) -> list[Check]:
 
     A GPU both sources find narrower than it can train is one ``pcie_width`` check (lspci's, with
     ``reported_by_gpu``): one link, one finding, whichever tools the node runs."""
-    lspci = _check_lspci_links(table)
-    narrow = {(c.node, _bus_id(str(c.evidence["bdf"]))): i for i, c in enumerate(lspci) if c.rule == "pcie_width"}
-    checks = list(lspci)
-    for c in _check_gpu_links(table, config):
-        key = (c.node, _bus_id(str(c.evidence.get("pci_bus_id") or "")))
-        if c.rule == "pcie_width" and key in narrow:
-            twin = checks[narrow[key]]
-            checks[narrow[key]] = replace(twin, evidence={**twin.evidence, "reported_by_gpu": c.evidence})
-        else:
-            checks.append(c)
-    return checks
+    own = _check_gpu_links(table, config)
+    narrow_under_load = {_gpu_link_key(c): c for c in own if c.rule == "pcie_width"}
+    lspci = _check_lspci_links(table, config, narrow_under_load)
+    merged = {(c.node, _bus_id(str(c.evidence["bdf"]))) for c in lspci if c.rule == "pcie_width"}
+    return lspci + [c for c in own if c.rule != "pcie_width" or _gpu_link_key(c) not in merged]
+
+
+def _gpu_link_key(c: Check) -> tuple[str, str]:
+    """(node, bus id) of a check on the GPU's own link report."""
+    return c.node, _bus_id(str(c.evidence.get("pci_bus_id") or ""))
 
 
 _BUS_ID_RE = re.compile(r"(?:([0-9a-f]{1,8}):)?([0-9a-f]{2}):([0-9a-f]{2})\.([0-7])")
@@ -1079,9 +1078,13 @@ def _gpu_link_check(
     )
 
 
-def _check_lspci_links(table: pa.Table) -> list[Check]:
-    """lspci's links: a GPU or HCA with fewer lanes than it can train, an HCA slower than it can train."""
+def _check_lspci_links(
+    table: pa.Table, config: HealthConfig, narrow_under_load: Mapping[tuple[str, str], Check]
+) -> list[Check]:
+    """lspci's links: a GPU or HCA with fewer lanes than it can train, an HCA slower than it can train.
+    ``narrow_under_load``: (node, bus id) -> the GPU's own report of a narrow link while busy."""
     latest = {m: _latest_by(table, m, "bdf") for m in PCIE_METRICS}
+    util = {(host, _bus_id(bus)): s for (host, bus), s in _latest_by(table, UTIL, "pci_bus_id").items()}
     checks = []
     for (host, bdf), width in sorted(latest[vocab.PCIE_LINK_WIDTH].items()):
         part = _pcie_part(width.labels)
@@ -1091,16 +1094,12 @@ def _check_lspci_links(table: pa.Table) -> list[Check]:
         width_max = latest[vocab.PCIE_LINK_WIDTH_MAX].get((host, bdf))
         lanes = int(width.v[-1])
         if width_max is not None and lanes < int(width_max.v[-1]):
-            capable = int(width_max.v[-1])
-            checks.append(
-                Check(
-                    node=host,
-                    rule="pcie_width",
-                    verdict="drain",
-                    title=f"{part.upper()} {bdf} PCIe link x{lanes} of x{capable}" + (" (down)" if lanes == 0 else ""),
-                    evidence={**where, "width": lanes, "width_max": capable},
-                )
-            )
+            key = (host, _bus_id(bdf))
+            link = _NarrowLink(host=host, where=where, lanes=lanes, capable=int(width_max.v[-1]))
+            if part == "gpu" and lanes > 0:
+                checks.append(_narrow_gpu_link(link, util.get(key), narrow_under_load.get(key), config))
+            else:
+                checks.append(_narrow_link(link, "drain", "", {}))
         speed = latest[vocab.PCIE_LINK_SPEED_GTS].get((host, bdf))
         speed_max = latest[vocab.PCIE_LINK_SPEED_MAX_GTS].get((host, bdf))
         if part == "hca" and speed is not None and speed_max is not None and speed.v[-1] < speed_max.v[-1]:
@@ -1115,6 +1114,55 @@ def _check_lspci_links(table: pa.Table) -> list[Check]:
                 )
             )
     return checks
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class _NarrowLink:
+    """A device lspci shows trained on fewer lanes than its LnkCap."""
+
+    host: str
+    where: dict[str, Any]
+    lanes: int
+    capable: int
+
+
+def _narrow_link(link: _NarrowLink, verdict: Verdict, said: str, evidence: dict[str, Any]) -> Check:
+    part, bdf = str(link.where["part"]), link.where["bdf"]
+    return Check(
+        node=link.host,
+        rule="pcie_width",
+        verdict=verdict,
+        title=f"{part.upper()} {bdf} PCIe link x{link.lanes} of x{link.capable}"
+        + (" (down)" if link.lanes == 0 else said),
+        evidence={**link.where, "width": link.lanes, "width_max": link.capable, **evidence},
+    )
+
+
+def _narrow_gpu_link(link: _NarrowLink, util: _Series | None, own_report: Check | None, config: HealthConfig) -> Check:
+    """An NVIDIA GPU lspci finds narrow: an idle GPU may train its link down to save power (nvidia-smi(1): the
+    width "may be reduced when the GPU is not in use"; the real idle L4 of tests/data/nvidia_smi reads x8 of x16),
+    so it drains only when the GPU was busy as lspci read it (its utilisation then, at or before the reading and
+    no older than ``missing_after_s``, at ``pcie_busy_util_pct`` or more), or when its own report says the link
+    is narrow under load; otherwise it warns, saying why."""
+    if own_report is not None:
+        busy = own_report.evidence.get("gpu_util_pct")
+        return _narrow_link(link, "drain", f" at {busy:.0f} % utilisation", {"reported_by_gpu": own_report.evidence})
+    pct = _value_at(util, float(link.where["t_last"]), config.missing_after_s)
+    if pct is not None and pct >= config.pcie_busy_util_pct:
+        return _narrow_link(link, "drain", f" at {pct:.0f} % utilisation", {"gpu_util_pct": pct})
+    why = (
+        f"at {pct:.0f} % utilisation, not busy" if pct is not None else "no utilisation of this GPU beside the reading"
+    )
+    return _narrow_link(
+        link,
+        "warn",
+        f" ({why}: may be power-managed)",
+        {
+            "gpu_util_pct": pct,
+            "why": f"{why}; an idle GPU may reduce its link width (nvidia-smi(1)): drains when a sample at "
+            f">= {config.pcie_busy_util_pct:g} % utilisation corroborates it",
+        },
+    )
 
 
 def _newest_by_host(table: pa.Table, metric: str) -> dict[str, _Series]:

@@ -2,7 +2,8 @@
 
 Importing the package registers every scenario: ``straggler``, ``failures``
 (one sick node: health), ``host_faults`` (a node's drives, links, clock, kernel, services, BMC, diagnostics),
-``amd_faults`` (AMD GPUs), ``fleet_faults`` (driver / firmware drift), ``threats`` (security), ``nccl_hang`` and
+``gpu_faults`` (NVIDIA GPU fields the twin does not simulate), ``amd_faults`` (AMD GPUs), ``fleet_faults`` (driver,
+firmware, kernel, OFED, NCCL drift), ``threats`` (security), ``nccl_hang`` and
 ``nccl_socket_fallback`` (twin/nccl.py), ``well_kept`` / ``neglected`` (assessment), ``kubernetes`` (pods, MIG, no
 Slurm: twin/kubernetes.py). ``twin/plants.py`` says which health rule each fault scenario makes fire, and where.
 """
@@ -12,6 +13,7 @@ from hpcwatch.twin import (  # noqa: F401  (each registers its scenarios)
     assess_scenarios,
     failures,
     fleet_faults,
+    gpu_faults,
     host_faults,
     kubernetes,
     nccl,

@@ -330,13 +330,15 @@ class Twin(TrainingSteps, Restarts, GroundTruth, TwinOutputs):
 
     def _nccl_events(self) -> list[Event]:
         """The training job's ``nccl_rank`` events, on the first tick it runs (its ranks' NCCL init)."""
-        from hpcwatch.twin.nccl import nccl_rank_events, socket_nodes_of  # twin.nccl draws on exposition
+        from hpcwatch.twin.nccl import nccl_conf_of, nccl_rank_events, socket_nodes_of  # draws on exposition
 
         job = self.training_job if self.scheduler.jobs else None
         if job is None or job.state != "RUNNING" or job.id in self._nccl_told:
             return []
         self._nccl_told.add(job.id)
-        return nccl_rank_events(self, t=self.now, socket_nodes=socket_nodes_of(self.scenarios))
+        return nccl_rank_events(
+            self, t=self.now, socket_nodes=socket_nodes_of(self.scenarios), conf=nccl_conf_of(self.scenarios)
+        )
 
     def _grow(self, n: int) -> None:
         """Make room for jobs up to index n - 1 in the per-job arrays and fill the new rows."""

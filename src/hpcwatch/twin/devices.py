@@ -12,6 +12,8 @@ from hpcwatch import vocab
 
 __all__ = [
     "DRIVER_VERSION",
+    "DRIVER_CUDA",
+    "R570_DRIVER_VERSION",
     "AMD_DRIVER_VERSION",
     "AMD_VBIOS_VERSION",
     "SM_CLOCK_MAX_MHZ",
@@ -30,6 +32,13 @@ __all__ = [
 #: A data-centre driver as dcgm-exporter puts it in DCGM_FI_DRIVER_VERSION: R580 at its first release with the
 #: May 2026 security fixes (NVIDIA bulletin a_id 5821; the floor ClusterMAX pins, see assess/versions.py).
 DRIVER_VERSION = "580.159.03"
+#: The CUDA version each NVIDIA driver the twin runs supports, as NCCL prints it (``cudaDriverVersion``, 1000 ×
+#: major + 10 × minor; nvidia-smi's "CUDA Version"): R580 is CUDA 13.0 (the real H200 of tests/data, driver
+#: 580.159.04: nvidia-smi's <cuda_version> 13.0, NCCL's cudaDriverVersion 13000), R570 CUDA 12.8 (CUDA Toolkit
+#: release notes, table "CUDA Toolkit and Corresponding Driver Versions": CUDA 12.8 GA needs >= 570.26).
+R570_DRIVER_VERSION = "570.211.01"
+"""R570's first release with the May 2026 fixes (assess/versions.py): the driver a drifted node still runs."""
+DRIVER_CUDA: dict[str, int] = {DRIVER_VERSION: 13000, R570_DRIVER_VERSION: 12080}
 #: The amdgpu driver and MI300X VBIOS device-metrics-exporter names in its ``driver_version`` / ``vbios_version``
 #: labels, as in the MI300X scrape of ROCm/device-metrics-exporter issue #171 (tests/data/amd).
 AMD_DRIVER_VERSION = "6.12.12"

@@ -365,6 +365,7 @@ def scrape_all(
     absent = twin.absent[lo * g : (lo + n) * g].reshape(n, g)
     lost = set(np.flatnonzero(absent.any(axis=1)).tolist())
     extra = bool(twin._hooked("gpu_exporter_lines"))
+    extra_node = bool(twin._hooked("node_exporter_lines"))
     for k, node in enumerate(names):
         if k in lost:  # the exporter lost a GPU of this node: its lines go
             gone = absent[k]
@@ -378,7 +379,7 @@ def scrape_all(
             dcgm += scenario_gpu_lines(twin, node, stamp)
         ib_template = _ib_node_template(twin, node, target_labels, static[k])
         ib_text = ib_template.text % ib_template.args(ib_values[k], stamp)
-        yield node, dcgm, ib_text
+        yield node, dcgm, ib_text + (scenario_node_lines(twin, node, stamp, target_labels) if extra_node else "")
 
 
 def _gpu_values(fields: np.ndarray, float_fields: frozenset[str]) -> list[list]:
@@ -505,7 +506,17 @@ def node_exporter_text(twin: Twin, node: str, *, timestamp: bool = False, target
     template = _ib_node_template(twin, node, target_labels)
     ports = _node_ports(twin, node)
     values = _ib_matrix(twin.ib[ports], template.columns).T.ravel().tolist()
-    return template.text % template.args(values, _stamp_of(twin, timestamp))
+    stamp = _stamp_of(twin, timestamp)
+    return template.text % template.args(values, stamp) + scenario_node_lines(twin, node, stamp, target_labels)
+
+
+def scenario_node_lines(twin: Twin, node: str, stamp: str, target_labels: bool) -> str:
+    """What the active scenarios add to the node's node-exporter scrape (``Scenario.node_exporter_lines``)."""
+    hooked = twin._hooked("node_exporter_lines")
+    if not hooked:
+        return ""
+    target = f',instance="{node}:{NODE_EXPORTER_PORT}",node="{node}"' if target_labels else ""
+    return "".join(s.node_exporter_lines(twin=twin, node=node, stamp=stamp, target=target) for s in hooked)
 
 
 def perfquery_text(twin: Twin, node: str, port: int) -> str:

@@ -21,6 +21,8 @@ Hooks (all optional; each mutates the dict it is given in place):
 - ``gpu_exporter_lines``  families the node's GPU exporter would add to each scrape that the twin
                    does not model itself (AMD's ECC-per-block and violation-residency gauges), in
                    the exporter's text; appended to every scrape of the node (files and served).
+- ``node_exporter_lines``  the same for the node's node-exporter scrape (its uname collector's
+                   ``node_uname_info``).
 
 A scenario that kills a job does it from ``events`` through the twin: ``twin.fail_job`` (the job
 stops stepping; returns its ``failure`` event) and later ``twin.requeue_job`` (Slurm requeues it,
@@ -65,6 +67,12 @@ class Scenario:
     def gpu_exporter_lines(self, *, twin: Any, node: str, stamp: str) -> str:
         """Exposition lines (HELP, TYPE, samples; each sample followed by ``stamp``, " <ms>" or "") to append to
         the node's GPU exporter scrape at ``twin.now``; "" for none."""
+        return ""
+
+    def node_exporter_lines(self, *, twin: Any, node: str, stamp: str, target: str) -> str:
+        """Exposition lines to append to the node's node-exporter scrape at ``twin.now``, as
+        ``gpu_exporter_lines``; ``target`` is the label text a Prometheus adds to each sample (``,instance="...",
+        node="..."``, or "" for a plain scrape), to end each label set with."""
         return ""
 
 
