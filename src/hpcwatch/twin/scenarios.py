@@ -21,6 +21,8 @@ Hooks (all optional; each mutates the dict it is given in place):
 - ``gpu_exporter_lines``  families the node's GPU exporter would add to each scrape that the twin
                    does not model itself (AMD's ECC-per-block and violation-residency gauges), in
                    the exporter's text; appended to every scrape of the node (files and served).
+- ``diag_failures``  what ``dcgmi diag`` run on a node at time t would fail, per GPU: the test and its
+                   warning (the twin's Slurm runs the remediation's check job with it, twin/slurmctl.py).
 
 A scenario that kills a job does it from ``events`` through the twin: ``twin.fail_job`` (the job
 stops stepping; returns its ``failure`` event) and later ``twin.requeue_job`` (Slurm requeues it,
@@ -66,6 +68,12 @@ class Scenario:
         """Exposition lines (HELP, TYPE, samples; each sample followed by ``stamp``, " <ms>" or "") to append to
         the node's GPU exporter scrape at ``twin.now``; "" for none."""
         return ""
+
+    def diag_failures(self, *, node: str, t: float) -> dict[int, tuple[str, dict[str, Any]]]:
+        """GPU index -> (the ``dcgmi diag`` test it fails, the warning as DCGM 4 writes it: ``{"warning": ...}``)
+        for a diagnostic run on ``node`` at t; empty while the fault leaves that node's GPUs sound, or once it
+        has cleared."""
+        return {}
 
 
 _REGISTRY: dict[str, type[Scenario]] = {}
