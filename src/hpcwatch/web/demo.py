@@ -103,10 +103,18 @@ def start_live_twin(
 
 class Periodic:
     """Runs ``work()`` every ``every_s`` seconds in a daemon thread until ``stop()``. A run that raises is logged
-    and kept in ``error`` (None again after a run that did not), and the next run comes at its time."""
+    and kept in ``error`` (None again after a run that did not), and the next run comes at its time.
 
-    def __init__(self, what: str, work: Callable[[], object], *, every_s: float) -> None:
-        self.what, self.work, self.every_s = what, work, every_s
+    ``busy_share``: running at most this share of the time: after a run that lasted ``d`` s, the next waits at
+    least ``d`` x (1 / share - 1), however short ``every_s`` is (the run's wall time: the store's query threads
+    count, and so does a machine too loaded to give the run its CPU)."""
+
+    def __init__(
+        self, what: str, work: Callable[[], object], *, every_s: float, busy_share: float | None = None
+    ) -> None:
+        if busy_share is not None and not 0 < busy_share <= 1:
+            raise ConfigError(f"busy_share must be in (0, 1], got {busy_share}")
+        self.what, self.work, self.every_s, self.busy_share = what, work, every_s, busy_share
         self.error: str | None = None
         self.runs = 0
         """Runs done, raised or not."""
@@ -114,7 +122,9 @@ class Periodic:
         self._thread = threading.Thread(target=self._run, name=f"hpcwatch-{what.replace(' ', '-')}", daemon=True)
 
     def _run(self) -> None:
-        while not self._stop.wait(self.every_s):
+        wait_s = self.every_s
+        while not self._stop.wait(wait_s):
+            started = time.monotonic()
             try:
                 self.work()
                 self.error = None
@@ -122,6 +132,8 @@ class Periodic:
                 self.error = f"{type(err).__name__}: {err}"
                 log.warning("%s failed: %s", self.what, self.error)
             self.runs += 1
+            took_s = time.monotonic() - started
+            wait_s = max(self.every_s, took_s * (1 / self.busy_share - 1)) if self.busy_share else self.every_s
 
     def start(self) -> Periodic:
         self._thread.start()
