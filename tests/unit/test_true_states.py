@@ -110,3 +110,24 @@ def test_hpcwatch_job_json_carries_the_cost_at_the_given_price(xid_store):
     assert cost["currency"] == "EUR" and cost["cost"] == pytest.approx(3 * cost["gpu_hours"]) and cost["gpu_hours"] > 0
     unpriced = CliRunner().invoke(app, args)
     assert orjson.loads(unpriced.stdout)["cost"]["cost"] is None
+
+
+def test_a_run_of_drain_verdicts_is_one_entry_at_its_start_and_never_crowds_the_strip_out(tmp_path):
+    """A health run stores a verdict a node (collect every 600 s, the demo every simulated minute): node2 drained
+    over 200 runs is two entries, where each of its runs of drain verdicts began; node1's ok ones are none."""
+    from hpcwatch.records import Event
+    from hpcwatch.reports.timeline import MAX_EVENTS, timeline
+    from hpcwatch.vocab import EventKind
+
+    def verdict(t: float, node: str, v: str) -> Event:
+        return Event(kind=EventKind.HEALTH_VERDICT, t=t, source="hpcwatch demo", attrs={"node": node, "verdict": v})
+
+    node2 = ["drain"] * 100 + ["ok"] * 5 + ["drain"] * 95
+    with Store(tmp_path / "store") as store:
+        store.add([Event(kind=EventKind.XID, t=5.0, source="kernel", attrs={"node": "node2", "gpu": 3, "xid": 79})])
+        store.add([verdict(10.0 + 60 * i, "node2", v) for i, v in enumerate(node2)])
+        store.add([verdict(10.0 + 60 * i, "node1", "ok") for i in range(200)])
+        strip = timeline(store, now=20_000.0)
+    drains = [e["t"] for e in strip if e["what"] == "drain"]
+    assert drains == [10.0 + 60 * 105, 10.0] and len(strip) <= MAX_EVENTS
+    assert [e["what"] for e in strip if e["what"] == "xid"] == ["xid"]  # 400 verdicts later, still there

@@ -1,6 +1,6 @@
 """Policy 2, ``[act.remediate]``: a drained node is tested through a reservation and given back when it passes.
 
-    health_verdict drain (collect's [[schedule]] task="health") for node N, a new episode
+    health_verdict drain (collect's [[schedule]] task="health", or hpcwatch demo's) for node N, a new episode
       (Slurm has N drained by hpcwatch: ``scontrol -o show node N`` says DRAIN, its reason starts "hpcwatch")
       warn      a notice to the operators: what will be done, when, how to stop it   undo: stand down
     warn_minutes later, N still drained by hpcwatch (else: stand_down, the episode is over)
@@ -26,8 +26,9 @@ before ``reserve`` the node's Slurm state is read, so nothing is announced or do
 An episode is the run of ``drain`` verdicts of the node (``store.queries.verdict_episode_start``): it is
 remediated once; a node drained again later (after another verdict) is a new episode. A command that fails
 ends the episode there (audited, operators told); a check job still running after ``check_timeout_minutes``
-is cancelled and counts as a failure. The check programs are the node's own; the twin's stand-ins
-(``tests/standins/checks``) write the real formats.
+is cancelled and counts as a failure. The check programs are the node's own; the tests' stand-ins
+(``tests/standins/checks``) print the real formats, and so do the twin's, which its Slurm (``twin/slurmctl.py``)
+runs the check job with when ``hpcwatch demo`` plays this policy.
 """
 
 from __future__ import annotations

@@ -3,18 +3,20 @@
 ``Runner(commands, timeout_s=)`` maps a command's key (``scontrol``, ``sbatch``, ``scancel``, ``squeue``) to the
 program the config names, so tests give stand-ins that record their argv. A program that is missing or times
 out is an answer (``rc`` 127 / 124 and a note), not an exception: the policy records it in the audit and goes on.
+``in_process`` answers the argv in this process instead of running it: ``hpcwatch demo`` gives the twin's Slurm
+(``twin/slurmctl.py``), which sits below ``act`` and so speaks in plain (exit status, stdout, stderr) triples.
 """
 
 from __future__ import annotations
 
 import subprocess
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from hpcwatch.reports.text import visible
 
-__all__ = ["Ran", "Runner", "OUTPUT_MAX_CHARS"]
+__all__ = ["Ran", "Runner", "InProcess", "OUTPUT_MAX_CHARS"]
 
 #: What the audit keeps of a command's output (a Slurm error is one line; a runaway program is not kept whole).
 OUTPUT_MAX_CHARS = 2000
@@ -40,9 +42,21 @@ class Ran:
         return text if len(text) <= OUTPUT_MAX_CHARS else text[: OUTPUT_MAX_CHARS - 1] + "…"
 
 
+#: Programs played in this process: argv in, (exit status, stdout, stderr) out.
+InProcess = Callable[[Sequence[str]], tuple[int, str, str]]
+
+
 class Runner:
-    def __init__(self, commands: Mapping[str, str], *, timeout_s: float, env: Mapping[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        commands: Mapping[str, str],
+        *,
+        timeout_s: float,
+        env: Mapping[str, str] | None = None,
+        in_process: InProcess | None = None,
+    ) -> None:
         self.commands, self.timeout_s, self.env = dict(commands), timeout_s, dict(env) if env is not None else None
+        self.in_process = in_process
 
     def argv(self, command: str, args: Sequence[str]) -> tuple[str, ...]:
         """The full argv of ``command`` (a key of ``commands``) with ``args``: what the audit records."""
@@ -50,6 +64,9 @@ class Runner:
 
     def run(self, argv: Sequence[str]) -> Ran:
         t0 = time.monotonic()
+        if self.in_process is not None:
+            rc, stdout, stderr = self.in_process(argv)
+            return Ran(argv=tuple(argv), rc=rc, stdout=stdout, stderr=stderr, duration_s=time.monotonic() - t0)
         try:
             done = subprocess.run(
                 list(argv),

@@ -75,6 +75,15 @@ DEFAULT_PORT = 8000
     default=300.0,
     help="Each scan looks at the last S seconds of data, read incrementally (0: the whole store every time).",
 )
+@click.option(
+    "--no-act",
+    is_flag=True,
+    default=False,
+    help="Do not play the remediation loop. By default the health rules judge the twin every simulated minute "
+    "and `hpcwatch act` tests a node they drain on the twin's own Slurm (reserve, resume, check job), then "
+    "resumes it or keeps it drained: all in this process, nothing real is touched (e.g. --scenario xid79 "
+    "--speed 20).",
+)
 @stream_options
 def demo(
     port: int,
@@ -86,6 +95,7 @@ def demo(
     speed: float,
     scan_every: float,
     scan_window: float,
+    no_act: bool,
     max_streams: int,
     max_streams_per_client: int,
 ) -> None:
@@ -104,13 +114,19 @@ def demo(
     scanner = Scanner(store, every_s=scan_every, window_s=scan_window or None) if scan_every > 0 else None
     if scanner is not None:
         scanner.start()
+    remediation = None
+    if not no_act:
+        from hpcwatch.cli.demoact import DemoRemediation
+
+        remediation = DemoRemediation(store, runner).start()
     limits = Limits(max_streams=max_streams, max_streams_per_client=max_streams_per_client)
     web = create_app(store, cluster, step_jobs=step_jobs, limits=limits)
 
     def started(url: str) -> None:
         console.print(
             f"hpcwatch demo: {len(cluster.nodes)} nodes, {len(cluster.gpus)} GPUs, "
-            f"scenarios: {', '.join(scenario) or 'none'} — [bold]{url}[/bold] (Ctrl-C to stop)"
+            f"scenarios: {', '.join(scenario) or 'none'}, remediation {'off' if no_act else 'on (--no-act: off)'} — "
+            f"[bold]{url}[/bold] (Ctrl-C to stop)"
         )
         if not no_browser:
             import webbrowser  # 6 ms of imports (shutil...) that every --help would pay
@@ -120,6 +136,8 @@ def demo(
     try:
         serve_app(web, port=port, duration_s=duration, on_started=started)
     finally:
+        if remediation is not None:
+            remediation.stop()
         if scanner is not None:
             scanner.stop()
         runner.stop()

@@ -21,12 +21,10 @@ from hpcwatch.assess import AssessConfig
 from hpcwatch.collect.base import RunResult
 from hpcwatch.collect.config import ScheduleSection
 from hpcwatch.model import load_cluster, reference_cluster
-from hpcwatch.records import Event
 from hpcwatch.reports.assess import assessment_event, assessment_report
-from hpcwatch.reports.health import node_health, verdict_event_attrs
+from hpcwatch.reports.health import verdict_events
 from hpcwatch.security.scan import LiveScan, rescan
 from hpcwatch.store import Store
-from hpcwatch.vocab import EventKind
 
 __all__ = ["ScheduledTask"]
 
@@ -47,12 +45,8 @@ class ScheduledTask:
             return RunResult(records=len(self._scan(self.store)), lag_s=0.0)
         if self._assess_config is not None:
             return self._assess(self._assess_config)
-        report = node_health(self.store, window_s=self.section.window_s or float("inf"))
-        t = time.time()
-        events = [
-            Event(kind=EventKind.HEALTH_VERDICT, t=t, source="hpcwatch collect", attrs=attrs)
-            for attrs in verdict_event_attrs(report)
-        ]
+        window_s = self.section.window_s or float("inf")
+        events = verdict_events(self.store, t=time.time(), source="hpcwatch collect", window_s=window_s)
         with self.store.transaction() as tx:
             tx.add(events)
         return RunResult(records=len(events), lag_s=0.0)

@@ -175,6 +175,7 @@ class Notifier:
             composed += 1
             if not routed:
                 unrouted += 1
+                # what would have been said (its first message), so a view can show the notice nobody received
                 routed = [
                     NoticeRow(
                         key=f"{candidate.key}|-|-",
@@ -184,6 +185,7 @@ class Notifier:
                         recipient="-",
                         state="unrouted",
                         t=now,
+                        payload=messages[0].payload.to_json() if messages else "{}",
                     )
                 ]
             rows += routed

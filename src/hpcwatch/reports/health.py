@@ -39,6 +39,7 @@ __all__ = [
     "health_rules",
     "rule_verdicts",
     "verdict_event_attrs",
+    "verdict_events",
     "StoredHealth",
     "latest_health",
     "VERDICT_NUMBERS",
@@ -170,6 +171,15 @@ def verdict_event_attrs(report: HealthReport) -> list[dict[str, Any]]:
             "rules": {rule: v for (node, rule), v in sorted(by_rule.items()) if node == n.node},
         }
         for n in report.nodes
+    ]
+
+
+def verdict_events(store: Store, *, t: float, source: str, window_s: float) -> list[Event]:
+    """One run of the health rules over the last ``window_s`` as ``health_verdict`` events dated ``t``, one per
+    node (``verdict_event_attrs``): what ``collect``'s health task stores, and ``hpcwatch demo`` on its twin."""
+    report = node_health(store, window_s=window_s)
+    return [
+        Event(kind=EventKind.HEALTH_VERDICT, t=t, source=source, attrs=attrs) for attrs in verdict_event_attrs(report)
     ]
 
 

@@ -12,8 +12,9 @@ One entry per thing an on-call person acts on, from the store's events and findi
 ``requeue``  a ``job_end`` event of state REQUEUED (``sacct -D``): Slurm requeued the job
 ``job_end``  any other ``job_end`` event (COMPLETED, FAILED, CANCELLED...)
 ``restore``  a ``checkpoint_restore`` event: the job read its checkpoint (step)
-``drain``    a ``health_verdict`` event of verdict ``drain`` (``hpcwatch collect``), or a health check
-             that drains now (``reports.live.problems``, timed by its evidence's first sight)
+``drain``    the first ``health_verdict`` event of a node's run of verdict ``drain`` (``hpcwatch collect``,
+             ``hpcwatch demo``), or a health check that drains now (``reports.live.problems``, timed by its
+             evidence's first sight)
 ``down``     a Slurm node state DOWN/DRAIN (``slurm_node_up`` = 0) in the newest Slurm answer
 ``finding``  a stored security finding
 ``action``   an ``act_action`` event: a step ``hpcwatch act`` took (policy, step, target, who)
@@ -191,7 +192,13 @@ def _newest(entries: Iterable[dict[str, Any]], limit: int) -> list[dict[str, Any
 
 
 def _stored(store: Store, *, limit: int, node: str | None = None, job: str | None = None) -> list[dict[str, Any]]:
-    events = queries.recent_events(store, TIMELINE_EVENT_KINDS, limit=limit * 2, node=node, job=job)
+    # Health verdicts apart: one a node at every health run would push every other event out of the newest ones;
+    # a node's run of drain verdicts is one entry, its first. A verdict names no job.
+    kinds = [k for k in TIMELINE_EVENT_KINDS if k != EventKind.HEALTH_VERDICT]
+    events = queries.recent_events(store, kinds, limit=limit * 2, node=node, job=job)
+    if job is None:
+        kind = EventKind.HEALTH_VERDICT
+        events += queries.verdict_run_starts(store, kind=kind, verdict="drain", limit=limit, node=node)
     return [entry for e in events if (entry := event_entry(e)) is not None]
 
 

@@ -679,6 +679,24 @@ def verdict_episode_start(store: Store, *, kind: str, node: str, verdict: str, a
     return float(start) if start is not None else at
 
 
+def verdict_run_starts(store: Store, *, kind: str, verdict: str, limit: int, node: str | None = None) -> list[Event]:
+    """The first event of each run of ``kind`` events (``health_verdict``) of one node with ``verdict``, newest
+    first, at most ``limit``; with ``node`` its only. A verdict a node keeps over many health runs is one run,
+    whatever the number of events stored for it (one a node each run)."""
+    where, params = "kind = ?", [kind]
+    if node is not None:
+        where += " AND json_extract_string(attrs, '$.node') = ?"
+        params.append(node)
+    rows = store.query(
+        "SELECT kind, t, source, attrs FROM (SELECT kind, t, source, attrs, json_extract_string(attrs, '$.verdict') "
+        "AS v, lag(json_extract_string(attrs, '$.verdict')) OVER (PARTITION BY json_extract_string(attrs, '$.node') "
+        f"ORDER BY t) AS before FROM events WHERE {where}) WHERE v = ? AND before IS DISTINCT FROM v "
+        "ORDER BY t DESC LIMIT ?",
+        [*params, verdict, int(limit)],
+    )
+    return [Event(kind=k, t=t, source=src, attrs=orjson.loads(a)) for k, t, src, a in rows]
+
+
 def ended_job_owners(store: Store, *, t0: float, t1: float) -> list[tuple[str | None, str | None]]:
     """Distinct (user, account) of the jobs that ended in [t0, t1) (UTC s)."""
     rows = store.query(

@@ -28,7 +28,15 @@ import orjson
 from hpcwatch import vocab
 from hpcwatch.twin.scenarios import Scenario, register
 
-__all__ = ["WellKept", "Neglected", "NEGLECTED_BREAKS", "GAP_START_S", "GAP_S"]
+__all__ = [
+    "WellKept",
+    "Neglected",
+    "NEGLECTED_BREAKS",
+    "GAP_START_S",
+    "GAP_S",
+    "nccl_tests_text",
+    "ib_write_bw_text",
+]
 
 #: The neglected node's dcgm-exporter stops this long after the run's first tick, for GAP_S.
 GAP_START_S = 120.0
@@ -107,7 +115,8 @@ def _diag_json(gpus: int) -> str:
     return "Successfully ran diagnostic for group.\n" + orjson.dumps(doc, option=orjson.OPT_INDENT_2).decode()
 
 
-def _nccl_tests_text(nodes: list[str], gpus: int, model: str) -> str:
+def nccl_tests_text(nodes: list[str], gpus: int, model: str) -> str:
+    """``all_reduce_perf`` (nccl-tests) over ``gpus`` GPUs of each of ``nodes``, at the busbw of ``_NCCL_GB_S``."""
     lines = [
         "# nThread 1 nGpus 1 minBytes 1048576 maxBytes 8589934592 step: 2(factor) warmup iters: 5 iters: 20 "
         "agg iters: 1 validation: 1 graph: 0",
@@ -145,7 +154,8 @@ def _nccl_tests_text(nodes: list[str], gpus: int, model: str) -> str:
     return "\n".join(lines)
 
 
-def _ib_write_bw_text(device: str) -> str:
+def ib_write_bw_text(device: str) -> str:
+    """``ib_write_bw -d DEVICE --report_gbits`` (perftest), the client's table, at NDR line rate."""
     return "\n".join(
         [
             "---------------------------------------------------------------------------------------",
@@ -233,8 +243,8 @@ class _Kept(Scenario):
             self._put(folder / "dcgm-health.prom", _health_scrape(twin, node, int(t1 * 1000)), t1)
             if not bad:
                 self._put(folder / "dcgmi_diag.json", _diag_json(gpus), t1)
-                self._put(folder / "ib_write_bw.txt", _ib_write_bw_text("mlx5_0"), t1)
-        self._put(root / nodes[0] / "all_reduce_perf.txt", _nccl_tests_text(nodes, 8, model), t1)
+                self._put(folder / "ib_write_bw.txt", ib_write_bw_text("mlx5_0"), t1)
+        self._put(root / nodes[0] / "all_reduce_perf.txt", nccl_tests_text(nodes, 8, model), t1)
         self._put(root / nodes[0] / "nccl_debug.log", _nccl_log(nodes[0], forced_algo=bad), t1)
 
 

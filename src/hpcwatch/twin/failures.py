@@ -13,7 +13,7 @@ from hpcwatch.records import Event
 from hpcwatch.twin.scenarios import Scenario, register
 from hpcwatch.vocab import EventKind
 
-__all__ = ["Xid79", "IbFlap", "StalledNccl", "SCENARIO_ONSET_S"]
+__all__ = ["Xid79", "IbFlap", "StalledNccl", "SCENARIO_ONSET_S", "Onset"]
 
 # -- twin scenarios: one sick node, as the exporters would show it --------------------------------
 
@@ -21,7 +21,7 @@ SCENARIO_ONSET_S = 30.0
 """Scenarios start this long after the twin first asks them, so the demo shows a healthy cluster first."""
 
 
-class _Onset:
+class Onset:
     """Remembers the first time a hook ran, so a scenario's story is a function of elapsed time."""
 
     def __init__(self) -> None:
@@ -82,7 +82,7 @@ class Xid79(Scenario):
     )
 
     def __init__(self) -> None:
-        self._onset = _Onset()
+        self._onset = Onset()
         self._failed_job: str | None = None
         self._requeued = False
 
@@ -98,6 +98,13 @@ class Xid79(Scenario):
         for key in self.DEAD_FIELDS:
             if key in fields:
                 fields[key] = 0.0
+
+    def diag_failures(self, *, node: str, t: float) -> dict[int, tuple[str, dict[str, Any]]]:
+        """From the XID until the node is back from its reboot, a diagnostic cannot reach the GPU over PCIe."""
+        if node != self.target_node or self._onset.started_at is None or not self._down(t):
+            return {}
+        warning = f"GPU {self.target_gpu} is not reachable over PCIe: it has fallen off the bus (XID 79)"
+        return {self.target_gpu: ("pcie", {"warning": warning})}
 
     def absent_gpus(self, *, t: float) -> list[tuple[str, int]]:
         """The twin's hook for GPUs dcgm-exporter no longer exports (see twin/core.py)."""
@@ -154,7 +161,7 @@ class IbFlap(Scenario):
     SYMBOL_ERRORS_PER_S = 25.0
 
     def __init__(self) -> None:
-        self._onset = _Onset()
+        self._onset = Onset()
         self._added: dict[str, int] = {}
 
     def adjust_ib(self, *, node: str, port: int, t: float, counters: dict[str, float]) -> None:
@@ -184,7 +191,7 @@ class StalledNccl(Scenario):
     STALL_POWER_W = 77.0
 
     def __init__(self) -> None:
-        self._onset = _Onset()
+        self._onset = Onset()
 
     def adjust_gpu(self, *, node: str, gpu: int, t: float, fields: dict[str, float]) -> None:
         if self._onset.elapsed_s(t) < 0:

@@ -46,25 +46,29 @@ scenario                 what it writes (node2 unless said)                     
 
 ``diag_failed``, ``nccl_tests_wrong`` and ``ib_write_bw_low`` are active checks' outputs (benchmarks the node ran
 between jobs, as ``hpcwatch act`` runs them), not passive readings; the other files are what an agent collects.
-Each file is dated by the run's end (its write time is set to it; smartctl's ``local_time``, dmesg's and the SEL's
-clocks read the twin's), so it is judged in the window. None of these tools prints the host it ran on: ingest a
-node's folder naming it, ``hpcwatch ingest --host node2 out/host/node2``, as an agent would.
+Live, ``diag_failed`` is also the one fault here the exporters show (GPU 4's XID 48) and that a check job fails on
+(``diag_failures``): the demo's remediation keeps its node drained. Each file is dated by the run's end (its write
+time is set to it; smartctl's ``local_time``, dmesg's and the SEL's clocks read the twin's), so it is judged in the
+window. None of these tools prints the host it ran on: ingest a node's folder naming it, ``hpcwatch ingest --host
+node2 out/host/node2``, as an agent would.
 """
 
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import orjson
 
 from hpcwatch import vocab
 from hpcwatch.twin.devices import DRIVER_VERSION, FIELD, bus_id
+from hpcwatch.twin.failures import Onset
 from hpcwatch.twin.host_tools import ibstat_text, write_host_file
 from hpcwatch.twin.scenarios import Scenario, register
 
-__all__ = ["HOST_FAULT_RULES"]
+__all__ = ["HOST_FAULT_RULES", "DIAG_TESTS", "dcgmi_diag_json"]
 
 #: scenario -> the health rule its file makes fire (tests/unit/test_twin_host_faults.py checks each).
 HOST_FAULT_RULES: dict[str, str] = {}
@@ -512,65 +516,76 @@ class BmcFanCritical(Scenario):
         write_host_file(out, self.node, "ipmitool_sdr_elist.txt", text, t1)
 
 
-@_host_fault("diag_failed", "dcgm_diag", "node2's dcgmi diag between jobs: GPU 4 fails the memory test")
-class DiagFailed(Scenario):
+#: The tests of a ``dcgmi diag -r 3 -j`` of DCGM 4 the twin writes, by category (as dcgmi_diag_r3_dcgm4_fail.json).
+DIAG_TESTS = (("Deployment", "software"), ("Integration", "pcie"), ("Hardware", "memory"))
+
+
+def dcgmi_diag_json(gpus: int, failing: Mapping[int, tuple[str, dict[str, Any]]]) -> str:
     """``dcgmi diag -r 3 -j`` in DCGM 4's shape (``entity_group`` / ``entity_id`` results, ``warnings`` objects,
-    ``metadata``), as tests/data/health/dcgmi_diag_r3_dcgm4_fail.json: software and PCIe pass on every GPU, GPU 4
-    fails ``memory`` with the double-bit ECC message DCGM gives (NVIDIA/DCGM issue #215)."""
+    ``metadata``): every test of ``DIAG_TESTS`` passes on every GPU but those of ``failing``, GPU index ->
+    (the test it fails, DCGM's warning object)."""
 
-    node = "node2"
-    bad_gpu = 4
-
-    def _results(self, gpus: int, failing: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+    def results(test: str) -> list[dict[str, Any]]:
         out = []
         for g in range(gpus):
             result: dict[str, Any] = {"entity_group": "GPU", "entity_group_id": 1, "entity_id": g, "status": "Pass"}
-            if failing is not None and g == self.bad_gpu:
-                result.update(failing)
+            if g in failing and failing[g][0] == test:
+                result.update({"status": "Fail", "warnings": [failing[g][1]]})
             out.append(result)
         return out
 
+    categories = []
+    for category, name in DIAG_TESTS:
+        rows = results(name)
+        summary = "Fail" if any(r["status"] == "Fail" for r in rows) else "Pass"
+        categories.append(
+            {"category": category, "tests": [{"name": name, "results": rows, "test_summary": {"status": summary}}]}
+        )
+    doc = {
+        "DCGM Diagnostic": {"test_categories": categories},
+        "metadata": {"Driver Version Detected": DRIVER_VERSION, "version": "4.1.1"},
+    }
+    return orjson.dumps(doc, option=orjson.OPT_INDENT_2).decode() + "\n"
+
+
+@_host_fault("diag_failed", "dcgm_diag", "node2's dcgmi diag between jobs: GPU 4 fails the memory test")
+class DiagFailed(Scenario):
+    """``dcgmi diag -r 3 -j`` in DCGM 4's shape (``dcgmi_diag_json``), as tests/data/health/dcgmi_diag_r3_dcgm4_fail.json:
+    software and PCIe pass on every GPU, GPU 4 fails ``memory`` with the double-bit ECC message DCGM gives
+    (NVIDIA/DCGM issue #215).
+
+    Live (``hpcwatch demo``), the same fault from ``SCENARIO_ONSET_S`` on: dcgm-exporter's last XID of GPU 4 reads
+    48, the driver's "DBE (Double Bit Error) ECC Error" (https://docs.nvidia.com/deploy/xid-errors/), and stays
+    there (the gauge holds the last XID until the driver reloads), so the ``xid`` rule drains node2; a check job
+    the twin's Slurm runs there fails ``memory`` on GPU 4 (``diag_failures``): the fault persists."""
+
+    node = "node2"
+    bad_gpu = 4
+    XID = 48
+    WARNING: ClassVar[Mapping[str, Any]] = {
+        "error_category": 10,
+        "error_id": 12,
+        "error_severity": 6,
+        "warning": f"Detected 2 double-bit ECC error(s) on GPU {bad_gpu}.",
+    }
+
+    def __init__(self) -> None:
+        self._onset = Onset()
+
+    def _sick(self, t: float) -> bool:
+        return self._onset.elapsed_s(t) >= 0
+
+    def adjust_gpu(self, *, node: str, gpu: int, t: float, fields: dict[str, float]) -> None:
+        if node == self.node and gpu == self.bad_gpu and self._sick(t):
+            fields[vocab.DCGM_FI_DEV_XID_ERRORS] = float(self.XID)
+
+    def diag_failures(self, *, node: str, t: float) -> dict[int, tuple[str, dict[str, Any]]]:
+        return {self.bad_gpu: ("memory", dict(self.WARNING))} if node == self.node and self._sick(t) else {}
+
     def extra_files(self, *, twin: Any, out: Path, t0: float, t1: float) -> None:
         gpus = len(twin.gpus_of_node(self.node))
-        fail = {
-            "status": "Fail",
-            "warnings": [
-                {
-                    "error_category": 10,
-                    "error_id": 12,
-                    "error_severity": 6,
-                    "warning": f"Detected 2 double-bit ECC error(s) on GPU {self.bad_gpu}.",
-                }
-            ],
-        }
-        tests = [
-            ("Deployment", "software", self._results(gpus)),
-            ("Integration", "pcie", self._results(gpus)),
-            ("Hardware", "memory", self._results(gpus, fail)),
-        ]
-        doc = {
-            "DCGM Diagnostic": {
-                "test_categories": [
-                    {
-                        "category": category,
-                        "tests": [
-                            {
-                                "name": name,
-                                "results": results,
-                                "test_summary": {
-                                    "status": "Fail" if any(r["status"] == "Fail" for r in results) else "Pass"
-                                },
-                            }
-                        ],
-                    }
-                    for category, name, results in tests
-                ]
-            },
-            "metadata": {"Driver Version Detected": DRIVER_VERSION, "version": "4.1.1"},
-        }
-        write_host_file(
-            out, self.node, "dcgmi_diag.json", orjson.dumps(doc, option=orjson.OPT_INDENT_2).decode() + "\n", t1
-        )
+        text = dcgmi_diag_json(gpus, {self.bad_gpu: ("memory", dict(self.WARNING))})
+        write_host_file(out, self.node, "dcgmi_diag.json", text, t1)
 
 
 #: Message sizes of the twin's all_reduce_perf run: -b 1M -e 8G -f 2, as tests/data/health's 8 x H100 output.

@@ -63,6 +63,7 @@ FAULT_PLANTS: tuple[Plant, ...] = (
     Plant(scenario="diag_failed", rule="dcgm_diag", verdict="drain", node="node2"),
     Plant(scenario="nccl_tests_wrong", rule="nccl_tests", verdict="drain", node="node1"),
     Plant(scenario="ib_write_bw_low", rule="ib_write_bw", verdict="drain", node="node2"),
+    Plant(scenario="diag_failed", rule="xid", verdict="drain", node="node2"),  # its XID 48, what a live demo sees
     # nccl
     Plant(scenario="nccl_socket_fallback", rule="nccl_socket_fallback", verdict="warn", node="node2"),
     Plant(scenario="nccl_socket_fallback", rule="nccl_ib_missing", verdict="drain", node="node2"),

@@ -23,6 +23,8 @@ Hooks (all optional; each mutates the dict it is given in place):
                    the exporter's text; appended to every scrape of the node (files and served).
 - ``node_exporter_lines``  the same for the node's node-exporter scrape (its uname collector's
                    ``node_uname_info``).
+- ``diag_failures``  what ``dcgmi diag`` run on a node at time t would fail, per GPU: the test and its
+                   warning (the twin's Slurm runs the remediation's check job with it, twin/slurmctl.py).
 
 A scenario that kills a job does it from ``events`` through the twin: ``twin.fail_job`` (the job
 stops stepping; returns its ``failure`` event) and later ``twin.requeue_job`` (Slurm requeues it,
@@ -74,6 +76,12 @@ class Scenario:
         ``gpu_exporter_lines``; ``target`` is the label text a Prometheus adds to each sample (``,instance="...",
         node="..."``, or "" for a plain scrape), to end each label set with."""
         return ""
+
+    def diag_failures(self, *, node: str, t: float) -> dict[int, tuple[str, dict[str, Any]]]:
+        """GPU index -> (the ``dcgmi diag`` test it fails, the warning as DCGM 4 writes it: ``{"warning": ...}``)
+        for a diagnostic run on ``node`` at t; empty while the fault leaves that node's GPUs sound, or once it
+        has cleared."""
+        return {}
 
 
 _REGISTRY: dict[str, type[Scenario]] = {}

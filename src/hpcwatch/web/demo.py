@@ -21,7 +21,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import uvicorn
 import yaml
@@ -33,6 +33,9 @@ from hpcwatch.model.cluster import REFERENCE_PATH, Cluster, parse_cluster
 from hpcwatch.store import Store
 from hpcwatch.web.guard import guarded_protocol
 
+if TYPE_CHECKING:  # loaded when the demo starts its twin
+    from hpcwatch.twin.live import LiveTwin
+
 __all__ = [
     "STEP_PLAYER_JOBS",
     "seed_step_player",
@@ -43,6 +46,7 @@ __all__ = [
     "uvicorn_config",
     "LiveRunner",
     "Scanner",
+    "Periodic",
     "port_free",
     "check_port",
     "COMPARISON_WARMUP_S",
@@ -88,7 +92,7 @@ def seed_step_player(store: Store, cluster: Cluster, *, seed: int = 0) -> dict[s
 
 def start_live_twin(
     store: Store, cluster: Cluster, *, seed: int, scenarios: Sequence[str], speed: float = 1.0
-) -> LiveRunner:
+) -> LiveTwin:
     """The twin writing into ``store`` once per tick, in a background thread (hpcwatch.twin.live)."""
     from hpcwatch.twin.live import LiveTwin
 
@@ -97,7 +101,51 @@ def start_live_twin(
     return runner
 
 
-class Scanner:
+class Periodic:
+    """Runs ``work()`` every ``every_s`` seconds in a daemon thread until ``stop()``. A run that raises is logged
+    and kept in ``error`` (None again after a run that did not), and the next run comes at its time.
+
+    ``busy_share``: running at most this share of the time: after a run that lasted ``d`` s, the next waits at
+    least ``d`` x (1 / share - 1), however short ``every_s`` is (the run's wall time: the store's query threads
+    count, and so does a machine too loaded to give the run its CPU)."""
+
+    def __init__(
+        self, what: str, work: Callable[[], object], *, every_s: float, busy_share: float | None = None
+    ) -> None:
+        if busy_share is not None and not 0 < busy_share <= 1:
+            raise ConfigError(f"busy_share must be in (0, 1], got {busy_share}")
+        self.what, self.work, self.every_s, self.busy_share = what, work, every_s, busy_share
+        self.error: str | None = None
+        self.runs = 0
+        """Runs done, raised or not."""
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name=f"hpcwatch-{what.replace(' ', '-')}", daemon=True)
+
+    def _run(self) -> None:
+        wait_s = self.every_s
+        while not self._stop.wait(wait_s):
+            started = time.monotonic()
+            try:
+                self.work()
+                self.error = None
+            except Exception as err:
+                self.error = f"{type(err).__name__}: {err}"
+                log.warning("%s failed: %s", self.what, self.error)
+            self.runs += 1
+            took_s = time.monotonic() - started
+            wait_s = max(self.every_s, took_s * (1 / self.busy_share - 1)) if self.busy_share else self.every_s
+
+    def start(self) -> Periodic:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout=10)
+
+
+class Scanner(Periodic):
     """Runs the six detectors over the store every ``every_s`` seconds (hpcwatch.security.scan.rescan),
     so a threat scenario of the twin lights its vector from real findings, never from the scenario's name."""
 
@@ -106,26 +154,8 @@ class Scanner:
 
         # A window: read only what arrived and scan the last window_s (security.scan.LiveScan); None: everything.
         scan = LiveScan(window_s=window_s) if window_s else rescan
-        self._rescan, self.store, self.every_s = scan, store, every_s
-        self.error: str | None = None
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="hpcwatch-scan", daemon=True)
-
-    def _run(self) -> None:
-        while not self._stop.wait(self.every_s):
-            try:
-                self._rescan(self.store)
-                self.error = None
-            except Exception as err:
-                self.error = f"{type(err).__name__}: {err}"
-                log.warning("security scan failed: %s", self.error)
-
-    def start(self) -> None:
-        self._thread.start()
-
-    def stop(self) -> None:
-        self._stop.set()
-        self._thread.join(timeout=10)
+        super().__init__("security scan", lambda: scan(store), every_s=every_s)
+        self.store = store
 
 
 def port_free(port: int, host: str = "127.0.0.1") -> bool:
