@@ -45,6 +45,7 @@ __all__ = [
     "FileResult",
     "IngestReport",
     "ingest_paths",
+    "ingest_folder",
     "ingest_input",
     "source_key",
     "file_identity",
@@ -127,6 +128,12 @@ def ingest_paths(
         on_file=on_file,
         keep_going=keep_going,
     )
+
+
+def ingest_folder(store: Store, folder: Path, host: str | None) -> list[FileResult]:
+    """Every file under ``folder``, ``host`` naming the node whose tools wrote them, a bad file a result and not
+    an error: the live twin's host captures (``twin.livefiles.FolderIngest``), as an agent's are ingested."""
+    return ingest_paths(store, [folder], host=host, keep_going=True).files
 
 
 def remote_write_paths(

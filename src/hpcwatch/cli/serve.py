@@ -7,6 +7,7 @@ hpcwatch.httpguard.check_exposure), with TLS from ``--tls-cert``/``--tls-key``. 
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from pathlib import Path
 
@@ -101,6 +102,7 @@ def demo(
 ) -> None:
     """The main job: a live twin of the reference cluster in memory, and the web schematic on it."""
     from hpcwatch.httpguard import Limits
+    from hpcwatch.ingest import ingest_folder
     from hpcwatch.model.cluster import reference_cluster
     from hpcwatch.store import Store
     from hpcwatch.web.app import create_app
@@ -110,7 +112,9 @@ def demo(
     cluster = cluster_with_nodes(nodes) if nodes else reference_cluster()
     store = Store(":memory:")
     step_jobs = seed_step_player(store, cluster, seed=seed)
-    runner = start_live_twin(store, cluster, seed=seed, scenarios=scenario, speed=speed)
+    # The scenarios' host captures (smartctl, df, dmesg...) reach the store through the readers, as an agent's do.
+    host_files = functools.partial(ingest_folder, store)
+    runner = start_live_twin(store, cluster, seed=seed, scenarios=scenario, speed=speed, host_files=host_files)
     scanner = Scanner(store, every_s=scan_every, window_s=scan_window or None) if scan_every > 0 else None
     if scanner is not None:
         scanner.start()

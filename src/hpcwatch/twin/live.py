@@ -19,6 +19,7 @@ from hpcwatch.records import Job
 from hpcwatch.twin.core import Twin
 from hpcwatch.twin.ebpf import checkpoint_docs_of_tick, events_of
 from hpcwatch.twin.exposition import perfquery_table
+from hpcwatch.twin.livefiles import FolderIngest, HostFiles
 from hpcwatch.twin.scenarios import Scenario
 from hpcwatch.vocab import EventKind
 
@@ -42,7 +43,8 @@ PERFQUERY_INTERVAL_S = 10.0
 
 class LiveTwin:
     """``start()`` runs the twin in a daemon thread, writing ``twin.records()`` into ``store`` every tick;
-    ``stop()`` ends it. ``lock`` guards the twin while a tick runs (hold it to read the twin directly)."""
+    ``stop()`` ends it. ``lock`` guards the twin while a tick runs (hold it to read the twin directly).
+    ``host_files``: how the scenarios' host captures reach the store (twin/livefiles.py); None: they don't."""
 
     def __init__(
         self,
@@ -55,6 +57,7 @@ class LiveTwin:
         tick_s: float = DEFAULT_TICK_S,
         start: float | None = None,
         on_tick: Callable[[Twin], None] | None = None,
+        host_files: FolderIngest | None = None,
     ) -> None:
         if speed <= 0 or tick_s <= 0:
             raise ConfigError(f"speed and tick_s must be > 0, got {speed} and {tick_s}")
@@ -72,6 +75,8 @@ class LiveTwin:
         self._thread: threading.Thread | None = None
         self._written_jobs: dict[str, tuple] = {}
         self._perfquery_t: float | None = None
+        # The scenarios' host captures (smartctl, df, dmesg...), fed through the readers as an agent ships them.
+        self._host_files = None if host_files is None else HostFiles(self.twin.scenarios, host_files)
 
     def write_tick(self) -> None:
         """Put the twin's current tick into the store (samples in one table, changed jobs, spans, events, and
@@ -82,6 +87,7 @@ class LiveTwin:
             jobs = [j for j in twin.jobs if self._changed(j)]
             events = twin.events()
             perfquery = self._perfquery(twin)
+            captured = self._host_files.capture(twin) if self._host_files is not None else None
             others = [
                 *jobs,
                 *twin.finished_spans(),
@@ -93,6 +99,8 @@ class LiveTwin:
             self.store.add_sample_table(perfquery)
         if others:
             self.store.add(others)
+        if captured is not None and self._host_files is not None:
+            self._host_files.feed(captured)  # outside the lock: the ingest reads files, the twin is not needed
 
     def _perfquery(self, twin: Twin) -> Any:
         """Every HCA's ``perfquery -x`` counters as a sample table, when the collector's interval has passed."""

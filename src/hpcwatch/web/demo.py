@@ -91,12 +91,13 @@ def seed_step_player(store: Store, cluster: Cluster, *, seed: int = 0) -> dict[s
 
 
 def start_live_twin(
-    store: Store, cluster: Cluster, *, seed: int, scenarios: Sequence[str], speed: float = 1.0
+    store: Store, cluster: Cluster, *, seed: int, scenarios: Sequence[str], speed: float = 1.0, host_files: Any = None
 ) -> LiveTwin:
-    """The twin writing into ``store`` once per tick, in a background thread (hpcwatch.twin.live)."""
+    """The twin writing into ``store`` once per tick, in a background thread (hpcwatch.twin.live); ``host_files``
+    feeds its scenarios' host captures (twin.livefiles.FolderIngest: ``ingest.ingest_folder`` over ``store``)."""
     from hpcwatch.twin.live import LiveTwin
 
-    runner = LiveTwin(store, cluster, seed=seed, scenarios=tuple(scenarios), speed=speed)
+    runner = LiveTwin(store, cluster, seed=seed, scenarios=tuple(scenarios), speed=speed, host_files=host_files)
     runner.start()
     return runner
 
