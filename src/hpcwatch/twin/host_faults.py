@@ -111,71 +111,61 @@ def _smartctl_nvme(device: str, serial: str, t1: float, status: dict[str, Any], 
     return orjson.dumps(doc, option=orjson.OPT_INDENT_2).decode()
 
 
-@_host_fault("nvme_failing", "nvme_critical_warning", "node2's NVMe drive reports reliability degraded (smartctl)")
-class NvmeFailing(Scenario):
+class _NvmeFault(Scenario):
+    """One NVMe drive's ``smartctl --json -a``: its ``smart_status`` and SMART / Health log are the scenario's."""
+
     node = "node2"
+    device, serial = "nvme0", "S64HNE0T000000"
+    status: ClassVar[Mapping[str, Any]] = {}
+    log: ClassVar[Mapping[str, int]] = {}
 
     def extra_files(self, *, twin: Any, out: Path, t0: float, t1: float) -> None:
-        status = {"passed": False, "nvme": {"value": 4, "reliability_degraded": True}}
-        log = {
-            "critical_warning": 4,
-            "temperature": 41,
-            "available_spare": 100,
-            "available_spare_threshold": 10,
-            "percentage_used": 3,
-            "media_errors": 12,
-            "num_err_log_entries": 40,
-        }
-        write_host_file(
-            out, self.node, "smartctl_nvme0.json", _smartctl_nvme("nvme0", "S64HNE0T000000", t1, status, log), t1
-        )
+        text = _smartctl_nvme(self.device, self.serial, t1, dict(self.status), dict(self.log))
+        write_host_file(out, self.node, f"smartctl_{self.device}.json", text, t1)
+
+
+def _health_log(**log: int) -> dict[str, int]:
+    """A SMART / Health log: a sound drive's (cool, all spare left, 10 % threshold), with ``log``'s fields."""
+    sound = {
+        "critical_warning": 0,
+        "temperature": 41,
+        "available_spare": 100,
+        "available_spare_threshold": 10,
+        "percentage_used": 3,
+        "media_errors": 0,
+        "num_err_log_entries": 0,
+    }
+    return {**sound, **log}
+
+
+@_host_fault("nvme_failing", "nvme_critical_warning", "node2's NVMe drive reports reliability degraded (smartctl)")
+class NvmeFailing(_NvmeFault):
+    status: ClassVar[Mapping[str, Any]] = {"passed": False, "nvme": {"value": 4, "reliability_degraded": True}}
+    log: ClassVar[Mapping[str, int]] = _health_log(critical_warning=4, media_errors=12, num_err_log_entries=40)
 
 
 @_host_fault("nvme_worn_out", "nvme_spare", "node1's scratch NVMe drive is past its rated endurance, spare used up")
-class NvmeWornOut(Scenario):
+class NvmeWornOut(_NvmeFault):
     """A scratch drive written to death by checkpoints: 104 % of its rated endurance used (the log may pass 100),
     available spare at 4 % under the drive's own 10 % threshold, so the controller raises Critical Warning bit
     0x01. Both drain (``nvme_spare``, ``nvme_wear``); no data lost yet (no media errors)."""
 
     node = "node1"
-
-    def extra_files(self, *, twin: Any, out: Path, t0: float, t1: float) -> None:
-        status = {"passed": False, "nvme": {"value": 1, "spare_below_threshold": True}}
-        log = {
-            "critical_warning": 1,
-            "temperature": 44,
-            "available_spare": 4,
-            "available_spare_threshold": 10,
-            "percentage_used": 104,
-            "media_errors": 0,
-            "num_err_log_entries": 0,
-        }
-        write_host_file(
-            out, self.node, "smartctl_nvme1.json", _smartctl_nvme("nvme1", "S64HNE0T000017", t1, status, log), t1
-        )
+    device, serial = "nvme1", "S64HNE0T000017"
+    status: ClassVar[Mapping[str, Any]] = {"passed": False, "nvme": {"value": 1, "spare_below_threshold": True}}
+    log: ClassVar[Mapping[str, int]] = _health_log(
+        critical_warning=1, temperature=44, available_spare=4, percentage_used=104
+    )
 
 
 @_host_fault("nvme_overheating", "nvme_temperature", "node2's NVMe drive passed its temperature threshold (smartctl)")
-class NvmeOverheating(Scenario):
+class NvmeOverheating(_NvmeFault):
     """A drive behind a failed fan: its composite temperature passed the over-temperature threshold the drive
     holds, so it raises Critical Warning bit 0x02 (``nvme_temperature`` warns; the drive throttles itself)."""
 
-    node = "node2"
-
-    def extra_files(self, *, twin: Any, out: Path, t0: float, t1: float) -> None:
-        status = {"passed": False, "nvme": {"value": 2, "temperature": True}}
-        log = {
-            "critical_warning": 2,
-            "temperature": 84,
-            "available_spare": 100,
-            "available_spare_threshold": 10,
-            "percentage_used": 6,
-            "media_errors": 0,
-            "num_err_log_entries": 0,
-        }
-        write_host_file(
-            out, self.node, "smartctl_nvme0.json", _smartctl_nvme("nvme0", "S64HNE0T000002", t1, status, log), t1
-        )
+    serial = "S64HNE0T000002"
+    status: ClassVar[Mapping[str, Any]] = {"passed": False, "nvme": {"value": 2, "temperature": True}}
+    log: ClassVar[Mapping[str, int]] = _health_log(critical_warning=2, temperature=84, percentage_used=6)
 
 
 @_host_fault("sata_drive_failing", "smart_status", "node1's SATA boot drive fails its SMART self-assessment")
