@@ -111,6 +111,17 @@ def _smartctl_nvme(device: str, serial: str, t1: float, status: dict[str, Any], 
     return orjson.dumps(doc, option=orjson.OPT_INDENT_2).decode()
 
 
+class _HostCapture(Scenario):
+    """A tool's output that does not change with time: ``text`` as the node's ``file``, dated by the run's end."""
+
+    node = "node2"
+    file = ""
+    text = ""
+
+    def extra_files(self, *, twin: Any, out: Path, t0: float, t1: float) -> None:
+        write_host_file(out, self.node, self.file, self.text, t1)
+
+
 class _NvmeFault(Scenario):
     """One NVMe drive's ``smartctl --json -a``: its ``smart_status`` and SMART / Health log are the scenario's."""
 
@@ -191,56 +202,58 @@ class SataDriveFailing(Scenario):
 
 
 @_host_fault("disk_full", "disk_space", "node2's root file system is 98 % full (df, as the agent runs it)")
-class DiskFull(Scenario):
+class DiskFull(_HostCapture):
     """The agent's ``df --local --output=...`` (deploy/hpcwatch-agent.toml): / at 2 % available (under the 3 %
     that drains), a local NVMe scratch half full, and a tmpfs at 100 % that the rules leave alone."""
 
     node = "node2"
-
-    def extra_files(self, *, twin: Any, out: Path, t0: float, t1: float) -> None:
-        text = (
-            "Filesystem     Type   Inodes  IUsed   IFree IUse%  1K-blocks      Used     Avail Use% Mounted on\n"
-            "/dev/nvme0n1p2 ext4  6553600 412377 6141223    7%  102626232  98464216   2064152  98% /\n"
-            "tmpfs          tmpfs 2050305      1 2050304    1%     819200    819200         0 100% /run/user/0\n"
-            "/dev/md0       xfs 750000000  20118 749979882  1% 7500000000 3600000000 3900000000  49% /scratch\n"
-        )
-        write_host_file(out, self.node, "df.txt", text, t1)
+    file = "df.txt"
+    text = (
+        "Filesystem     Type   Inodes  IUsed   IFree IUse%  1K-blocks      Used     Avail Use% Mounted on\n"
+        "/dev/nvme0n1p2 ext4  6553600 412377 6141223    7%  102626232  98464216   2064152  98% /\n"
+        "tmpfs          tmpfs 2050305      1 2050304    1%     819200    819200         0 100% /run/user/0\n"
+        "/dev/md0       xfs 750000000  20118 749979882  1% 7500000000 3600000000 3900000000  49% /scratch\n"
+    )
 
 
 @_host_fault("inodes_exhausted", "disk_inodes", "node1's root file system has no inode left (df, as the agent runs it)")
-class InodesExhausted(Scenario):
+class InodesExhausted(_HostCapture):
     """The agent's ``df --local --output=...`` (as ``disk_full``): a job untarred millions of small files into /tmp
     on the root file system, 2,288 inodes of 6,553,600 left (under the 3 % that drains) while 57 % of its space is
     free: no file can be created there."""
 
     node = "node1"
-
-    def extra_files(self, *, twin: Any, out: Path, t0: float, t1: float) -> None:
-        text = (
-            "Filesystem     Type   Inodes   IUsed   IFree IUse%  1K-blocks      Used     Avail Use% Mounted on\n"
-            "/dev/nvme0n1p2 ext4  6553600 6551312    2288  100%  102626232  41230712  56264208  43% /\n"
-            "tmpfs          tmpfs 2050305       1 2050304    1%     819200         0    819200   0% /run/user/0\n"
-            "/dev/md0       xfs 750000000  20118 749979882  1% 7500000000 3600000000 3900000000  49% /scratch\n"
-        )
-        write_host_file(out, self.node, "df.txt", text, t1)
+    file = "df.txt"
+    text = (
+        "Filesystem     Type   Inodes   IUsed   IFree IUse%  1K-blocks      Used     Avail Use% Mounted on\n"
+        "/dev/nvme0n1p2 ext4  6553600 6551312    2288  100%  102626232  41230712  56264208  43% /\n"
+        "tmpfs          tmpfs 2050305       1 2050304    1%     819200         0    819200   0% /run/user/0\n"
+        "/dev/md0       xfs 750000000  20118 749979882  1% 7500000000 3600000000 3900000000  49% /scratch\n"
+    )
 
 
 @_host_fault("dimm_failing", "memory_uncorrected", "node2's memory controller 0 logged an uncorrected error (EDAC)")
-class DimmFailing(Scenario):
+class DimmFailing(_HostCapture):
     """The agent's ``grep -H . .../edac/mc/mc*/*e_count ...`` (deploy/hpcwatch-agent.toml): controller 0 has an
     uncorrected error and 25 corrected ones, all on one DIMM; controller 1 is clean."""
 
     node = "node2"
-
-    def extra_files(self, *, twin: Any, out: Path, t0: float, t1: float) -> None:
-        base = "/sys/devices/system/edac/mc"
-        text = (
-            f"{base}/mc0/ce_count:25\n{base}/mc0/ue_count:1\n{base}/mc1/ce_count:0\n{base}/mc1/ue_count:0\n"
-            f"{base}/mc0/dimm0/dimm_ce_count:0\n{base}/mc0/dimm0/dimm_ue_count:0\n"
-            f"{base}/mc0/dimm1/dimm_ce_count:25\n{base}/mc0/dimm1/dimm_ue_count:1\n"
-            f"{base}/mc1/dimm0/dimm_ce_count:0\n{base}/mc1/dimm0/dimm_ue_count:0\n"
+    file = "edac_counts.txt"
+    text = "".join(
+        f"/sys/devices/system/edac/mc/{counter}\n"
+        for counter in (
+            "mc0/ce_count:25",
+            "mc0/ue_count:1",
+            "mc1/ce_count:0",
+            "mc1/ue_count:0",
+            "mc0/dimm0/dimm_ce_count:0",
+            "mc0/dimm0/dimm_ue_count:0",
+            "mc0/dimm1/dimm_ce_count:25",
+            "mc0/dimm1/dimm_ue_count:1",
+            "mc1/dimm0/dimm_ce_count:0",
+            "mc1/dimm0/dimm_ue_count:0",
         )
-        write_host_file(out, self.node, "edac_counts.txt", text, t1)
+    )
 
 
 @_host_fault("pcie_degraded", "pcie_width", "node1's GPU 3 trained its PCIe link at x8 of x16 (lspci -vv)")
@@ -344,30 +357,28 @@ class ClockDrift(Scenario):
 
 
 @_host_fault("clock_unsynchronised", "clock_unsynchronised", "node1's chrony has no time source (chronyc tracking)")
-class ClockUnsynchronised(Scenario):
+class ClockUnsynchronised(_HostCapture):
     """``chronyc tracking`` of a chronyd that never reached a server (the NTP servers unreachable from the node's
     network): reference 00000000, stratum 0, Leap status Not synchronised, as the real capture
     tests/data/chrony/chronyc_tracking_not_synchronised_liaosirui.txt prints it. The clock drifts on its own."""
 
     node = "node1"
-
-    def extra_files(self, *, twin: Any, out: Path, t0: float, t1: float) -> None:
-        text = (
-            "Reference ID    : 00000000 ()\n"
-            "Stratum         : 0\n"
-            "Ref time (UTC)  : Thu Jan 01 00:00:00 1970\n"
-            "System time     : 0.000000000 seconds fast of NTP time\n"
-            "Last offset     : +0.000000000 seconds\n"
-            "RMS offset      : 0.000000000 seconds\n"
-            "Frequency       : 0.000 ppm slow\n"
-            "Residual freq   : +0.000 ppm\n"
-            "Skew            : 0.000 ppm\n"
-            "Root delay      : 1.000000000 seconds\n"
-            "Root dispersion : 1.000000000 seconds\n"
-            "Update interval : 0.0 seconds\n"
-            "Leap status     : Not synchronised\n"
-        )
-        write_host_file(out, self.node, "chronyc_tracking.txt", text, t1)
+    file = "chronyc_tracking.txt"
+    text = (
+        "Reference ID    : 00000000 ()\n"
+        "Stratum         : 0\n"
+        "Ref time (UTC)  : Thu Jan 01 00:00:00 1970\n"
+        "System time     : 0.000000000 seconds fast of NTP time\n"
+        "Last offset     : +0.000000000 seconds\n"
+        "RMS offset      : 0.000000000 seconds\n"
+        "Frequency       : 0.000 ppm slow\n"
+        "Residual freq   : +0.000 ppm\n"
+        "Skew            : 0.000 ppm\n"
+        "Root delay      : 1.000000000 seconds\n"
+        "Root dispersion : 1.000000000 seconds\n"
+        "Update interval : 0.0 seconds\n"
+        "Leap status     : Not synchronised\n"
+    )
 
 
 @_host_fault("service_failed", "failed_units", "node2's nvidia-fabricmanager unit failed (systemctl --failed)")
