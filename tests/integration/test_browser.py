@@ -52,18 +52,44 @@ def _free_port() -> int:
         return sock.getsockname()[1]
 
 
+#: Each demo's stderr, by its address: a file, not a pipe nobody reads (a full pipe would stop the server at its
+#: next log line); a test that times out on a page quotes its end.
+DEMO_LOGS: dict[str, Path] = {}
+
+
 def _start_demo(*extra: str) -> tuple[subprocess.Popen, str]:
     port = _free_port()
-    proc = subprocess.Popen(
-        # A module's tests may hold one demo past 10 min on a loaded machine (the 128-node group: 15 min seen);
-        # the fixture stops it, the duration only ends one a crashed test run left behind.
-        [sys.executable, "-m", "hpcwatch", "demo", "--no-browser", "--port", str(port), "--duration", "3600", *extra],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-    )
     url = f"http://127.0.0.1:{port}/"
+    ARTIFACTS.mkdir(exist_ok=True)
+    DEMO_LOGS[url] = ARTIFACTS / f"demo-{port}.log"
+    with DEMO_LOGS[url].open("wb") as log:
+        proc = subprocess.Popen(
+            # A module's tests may hold one demo past 10 min on a loaded machine (the 128-node group: 15 min seen);
+            # the fixture stops it, the duration only ends one a crashed test run left behind.
+            [
+                sys.executable,
+                "-m",
+                "hpcwatch",
+                "demo",
+                "--no-browser",
+                "--port",
+                str(port),
+                "--duration",
+                "3600",
+                *extra,
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=log,
+        )
     wait_answering(proc, url, "hpcwatch demo")
     return proc, url
+
+
+def _last_words(proc: subprocess.Popen, url: str) -> str:
+    """The end of a server's stderr: its log file (``_start_demo``) or its pipe."""
+    if url in DEMO_LOGS:
+        return DEMO_LOGS[url].read_bytes()[-2000:].decode(errors="replace")
+    return proc.stderr.read().decode(errors="replace")[-2000:] if proc.stderr else ""
 
 
 #: A 128-node demo on a loaded 2-core machine (the twin's first ticks, the store) was seen past 60 s.
@@ -75,7 +101,7 @@ def wait_answering(proc: subprocess.Popen, url: str, what: str) -> None:
     deadline = time.monotonic() + START_TIMEOUT_S
     while time.monotonic() < deadline:
         if proc.poll() is not None:
-            raise RuntimeError(f"{what} exited: {proc.stderr.read().decode()[-2000:]}")
+            raise RuntimeError(f"{what} exited: {_last_words(proc, url)}")
         try:
             urllib.request.urlopen(url + "healthz", timeout=1)
             return
@@ -138,9 +164,34 @@ TICK_TIMEOUT_MS = 180_000
 
 
 def _wait_ticks(pg, n: int) -> None:
-    """Wait until n more SSE ticks have been applied (the boot snapshot counts as tick 1)."""
+    """Wait until n more SSE ticks have been applied (the boot snapshot counts as tick 1); past the timeout,
+    fail with what the page holds: a page whose scripts never ran differs from a stream that never ticked."""
     target = _ticks(pg) + n
-    pg.wait_for_function(f"() => Number(document.body.dataset.ticks || 0) >= {target}", timeout=TICK_TIMEOUT_MS)
+    try:
+        pg.wait_for_function(f"() => Number(document.body.dataset.ticks || 0) >= {target}", timeout=TICK_TIMEOUT_MS)
+    except playwright_api.TimeoutError:
+        origin = pg.evaluate("location.origin") + "/"
+        log = DEMO_LOGS[origin].read_bytes()[-2000:].decode(errors="replace") if origin in DEMO_LOGS else "?"
+        pytest.fail(
+            f"no tick {target} within {TICK_TIMEOUT_MS / 1000:.0f} s; the page: {_page_state(pg)}; the server's log ends: {log!r}"
+        )
+
+
+def _page_state(pg) -> str:
+    """The page's ticks, whether its entry script ran to the end, its stream's status, and each resource it
+    fetched with its HTTP status (0: a failed or refused fetch)."""
+    return json.dumps(
+        pg.evaluate(
+            """() => ({
+              ready: document.readyState,
+              ticks: document.body.dataset.ticks,
+              script_ran: Boolean(window.hpcwatch),
+              stream: document.getElementById("conn")?.parentElement?.textContent?.trim(),
+              resources: performance.getEntriesByType("resource").map(
+                (r) => `${new URL(r.name).pathname} ${r.responseStatus} ${Math.round(r.duration)} ms`),
+            })"""
+        )
+    )
 
 
 def _address(pg) -> str:
@@ -606,6 +657,29 @@ def test_a_refused_stream_says_so_and_is_asked_again_until_it_is_live(browser, s
     assert "asking again in" in pg.inner_text("#conn-text")
     pg.wait_for_function("() => document.getElementById('conn').dataset.state === 'live'", timeout=60_000)
     assert len(refused) == 1
+    context.close()
+
+
+def test_a_stream_that_stays_silent_is_opened_anew(browser, server):
+    """A connection that never answers (half-open after a network change, a stalled proxy): EventSource would wait
+    for ever; the page opens the stream anew after its silence limit (here lowered to 2 s) and goes live."""
+    context = browser.new_context(viewport=VIEWPORT, locale="en-US")
+    context.set_default_timeout(ACTION_TIMEOUT_MS)
+    context.add_init_script("window.HPCWATCH_SILENT_MS = 2000")
+    pg = context.new_page()
+    held: list[str] = []
+
+    def hold_the_first(route):
+        if not held:
+            held.append(route.request.url)  # neither answered nor refused: the request hangs
+        else:
+            route.continue_()
+
+    pg.route("**/api/stream*", hold_the_first)
+    pg.goto(server)
+    pg.wait_for_function("() => Number(document.body.dataset.ticks || 0) >= 2", timeout=60_000)
+    assert len(held) == 1
+    assert pg.evaluate("window.hpcwatch.state.silentReconnects") >= 1
     context.close()
 
 

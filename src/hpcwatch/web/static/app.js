@@ -167,6 +167,12 @@ let source = null;
 /** A refused stream is asked again after 5 s, then 10, 20, 40, and every 60 s. Ours. */
 const RETRY_FIRST_MS = 5000;
 const RETRY_MAX_MS = 60000;
+/** A stream that has said nothing for this long is taken for dead and opened anew: the server sends a version
+ *  every tick (a full frame to a new connection), but a connection left half-open by a network change or a
+ *  stalled proxy says nothing and EventSource never notices. 60 s: four times the slowest tick seen (a 128-node
+ *  demo on a loaded machine). Ours; a test shortens it through window.HPCWATCH_SILENT_MS. */
+const SILENT_MS = Number(window.HPCWATCH_SILENT_MS) || 60000;
+let heardAt = performance.now();
 
 /** A delta applies only on top of the version it was computed from; after a gap, reconnect: the server answers
  *  a new connection with a full snapshot. */
@@ -185,9 +191,10 @@ function applyDelta(delta) {
 
 function connect() {
   source = new EventSource(boot.stream);
+  heardAt = performance.now();
   // What one tick costs the page (parse + every write), kept for benchmarks/bench_web.py and the tests.
   const timed = (apply) => (event) => {
-    const started = performance.now();
+    const started = heardAt = performance.now();
     apply(JSON.parse(event.data));
     setConnection("live");           // one status: "Live" only if the data it brought is fresh too (monitor.js)
     state.applyMs = [...state.applyMs.slice(-59), performance.now() - started];
@@ -195,6 +202,7 @@ function connect() {
   source.addEventListener("live", timed((snap) => { state.version = snap.v; applySnapshot(snap); }));
   source.addEventListener("delta", timed(applyDelta));
   source.addEventListener("problem", (event) => {
+    heardAt = performance.now();
     setConnection("lost", t("error.generic", { error: JSON.parse(event.data).error }));
   });
   source.onerror = () => {
@@ -209,6 +217,17 @@ function connect() {
     state.retryTimer = setTimeout(connect, wait);
   };
   source.addEventListener("open", () => { state.refusals = 0; });
+}
+
+/** Every quarter of SILENT_MS: a stream open or opening that has been silent that long is closed and opened
+ *  anew (a refused one, CLOSED, waits for its own retry). */
+function watchSilence() {
+  setInterval(() => {
+    if (!source || source.readyState === EventSource.CLOSED || performance.now() - heardAt < SILENT_MS) return;
+    state.silentReconnects = (state.silentReconnects || 0) + 1;
+    source.close();
+    connect();
+  }, SILENT_MS / 4);
 }
 
 // -- cards ---------------------------------------------------------------------------------
@@ -426,4 +445,5 @@ bindGuide(player);
 if (state.snapshot) applySnapshot(state.snapshot);
 restoreUrl();
 connect();
+watchSilence();
 window.hpcwatch = { openCard, closeCard, setView, setReading, applySnapshot, applyDelta, highlightJob, player, state, monitor, fit };
