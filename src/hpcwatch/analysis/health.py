@@ -483,28 +483,38 @@ class _Series:
 
 
 def _series(table: pa.Table, metrics: str | Sequence[str]) -> list[_Series]:
+    """The series of ``metrics`` in ``table``: one per host and GPU (or, without a GPU, per label set), in the order
+    each first appears; points in time order, equal times in table order; the labels of its first row and the job
+    of its last. Rows without a host are skipped. Grouped by sorting codes (numpy), not row by row in Python: a
+    15-minute window of 128 nodes holds millions of rows."""
     names = [metrics] if isinstance(metrics, str) else list(metrics)
     sub = table.filter(pc.is_in(table["metric"], value_set=pa.array(names, type=pa.string())))
+    sub = sub.filter(pc.is_valid(sub["host"]))
     if sub.num_rows == 0:
         return []
-    host = sub["host"].to_pylist()
-    gpu = sub["gpu"].to_pylist()
-    labels = sub["labels"].to_pylist()
-    job = sub["job"].to_pylist()
-    t = sub["t"].to_numpy()
-    v = sub["value"].to_numpy()
-    groups: dict[tuple[str, str], list[int]] = defaultdict(list)
-    for i in range(sub.num_rows):
-        if host[i] is None:
-            continue
-        groups[(host[i], gpu[i] if gpu[i] is not None else labels[i])].append(i)
+    hosts = pc.dictionary_encode(sub["host"].combine_chunks())
+    keys = pc.dictionary_encode(pc.coalesce(sub["gpu"], sub["labels"]).combine_chunks(), null_encoding="encode")
+    codes = hosts.indices.to_numpy().astype(np.int64) * len(keys.dictionary) + keys.indices.to_numpy()
+    t, v = sub["t"].to_numpy(), sub["value"].to_numpy()
+    by_time = np.argsort(t, kind="stable")
+    order = by_time[np.argsort(codes[by_time], kind="stable")]  # grouped by code; each group in time order
+    starts = np.flatnonzero(np.diff(codes[order], prepend=-1))
+    ends = np.append(starts[1:], order.size)
+    first_rows = np.minimum.reduceat(order, starts)  # each group's first and last row in table order
+    last_rows = np.maximum.reduceat(order, starts)
+    labels, jobs = sub["labels"], sub["job"]
     out = []
-    for (h, key), rows in groups.items():
-        idx = np.array(rows)
-        order = idx[np.argsort(t[idx], kind="stable")]
+    for g in np.argsort(first_rows, kind="stable"):
+        rows = order[starts[g] : ends[g]]
+        first, last = int(first_rows[g]), int(last_rows[g])
         out.append(
             _Series(
-                host=h, key=key, labels=orjson.loads(labels[rows[0]] or "{}"), job=job[rows[-1]], t=t[order], v=v[order]
+                host=hosts[first].as_py(),
+                key=keys[first].as_py(),
+                labels=orjson.loads(labels[first].as_py() or "{}"),
+                job=jobs[last].as_py(),
+                t=t[rows],
+                v=v[rows],
             )
         )
     return out
@@ -1531,16 +1541,27 @@ FLEET_METRICS: tuple[str, ...] = tuple(dict.fromkeys(src.metric for src in FLEET
 _ALL_NODES = "(all nodes)"
 
 
-def _source_versions(table: pa.Table, src: FleetSource) -> dict[str, set[str]]:
-    """host -> the versions its samples name under ``src`` ("<words> <version>")."""
-    out: dict[str, set[str]] = defaultdict(set)
+def _label_sets(table: pa.Table) -> pa.Table:
+    """The distinct (host, metric, labels) of ``table``: a window's millions of samples carry a few label sets
+    per node, and the fleet rules read only those."""
     if table.num_rows == 0 or "labels" not in table.column_names:
-        return out
-    sub = table.filter(pc.match_substring(table["labels"], f'"{src.label}"'))
+        return pa.table(
+            {
+                "host": pa.array([], pa.string()),
+                "metric": pa.array([], pa.string()),
+                "labels": pa.array([], pa.string()),
+            }
+        )
+    return table.select(["host", "metric", "labels"]).group_by(["host", "metric", "labels"]).aggregate([])
+
+
+def _source_versions(sets: pa.Table, src: FleetSource) -> dict[str, set[str]]:
+    """host -> the versions its label sets (``_label_sets``) name under ``src`` ("<words> <version>")."""
+    out: dict[str, set[str]] = defaultdict(set)
+    sub = sets.filter(pc.match_substring(sets["labels"], f'"{src.label}"'))
     if src.metric is not None:
         sub = sub.filter(pc.equal(sub["metric"], src.metric))
-    pairs = sub.select(["host", "labels"]).group_by(["host", "labels"]).aggregate([])
-    for host, raw in zip(pairs["host"].to_pylist(), pairs["labels"].to_pylist()):
+    for host, raw in zip(sub["host"].to_pylist(), sub["labels"].to_pylist()):
         labels = orjson.loads(raw or "{}")
         version = labels.get(src.label) if host and (not src.vendor or labels.get("vendor") == src.vendor) else None
         if version:
@@ -1581,8 +1602,9 @@ def version_checks(
     the samples and events of all hosts, not one node's. One check per odd node (a node's verdict is its own),
     each naming the partition's majority and all its odd nodes."""
     by_rule: dict[HealthRuleId, dict[str, set[str]]] = {rule: defaultdict(set) for rule in FLEET_RULES}
+    sets = _label_sets(samples)
     for src in FLEET_SOURCES:
-        for host, found in _source_versions(samples, src).items():
+        for host, found in _source_versions(sets, src).items():
             by_rule[src.rule][host] |= found
     for attr, found_by_host in _nccl_versions(events).items():
         for host, found in found_by_host.items():
