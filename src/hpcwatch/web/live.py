@@ -13,6 +13,7 @@ once per viewer (200 viewers × 1 ms of orjson a second would be a core's fifth)
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections.abc import Iterable
@@ -49,13 +50,20 @@ __all__ = [
     "RECENT_S",
     "DEFAULT_MIN_INTERVAL_S",
     "PROBLEMS_INTERVAL_S",
+    "PROBLEMS_BUSY_SHARE",
 ]
 
 DEFAULT_MIN_INTERVAL_S = 0.5
 #: Problems (health over a 15-minute window, the live job's straggler over its last steps, findings) are
-#: judged this often, not every snapshot: they cost ~4x the rest of the snapshot at 128 GPUs and move at
+#: judged this often at most, not every snapshot: they cost ~4x the rest of the snapshot at 128 GPUs and move at
 #: the pace of scrapes (dcgm-exporter: 30 s by default), so 5 s late is still ahead of the data. Ours.
 PROBLEMS_INTERVAL_S = 5.0
+#: The share of the time judging the problems may take: one that lasted d s is followed by the next no sooner
+#: than d / share after it began. A 128-node demo 15 minutes in takes ~12 s of CPU to judge (the health rules
+#: over 6 million samples); every 5 s that was all of a core and more. Ours.
+PROBLEMS_BUSY_SHARE = 0.25
+
+log = logging.getLogger(__name__)
 #: The fields of a vector's entry in the snapshot (``GET /api/live``).
 _VECTOR_FIELDS = ("findings", "last_t", "title", "severity", "target", "rule")
 
@@ -79,6 +87,59 @@ class StreamFrames:
         if last is not None and last == self.base and self.delta is not None:
             return self.delta
         return self.full
+
+
+@dataclass(frozen=True, slots=True)
+class Judged:
+    """The problems of one judgement, their groups (``reports.triage.alert_groups``) and the state inputs
+    (``reports.live.state_inputs``) judged with them."""
+
+    problems: list[dict[str, Any]]
+    alerts: list[dict[str, Any]]
+    states: dict[str, Any]
+
+
+NOTHING_JUDGED = Judged([], [], {"node_states": {}, "events": [], "node_events": {}})
+
+
+class ProblemJudge:
+    """The problems of the store, judged at most every ``PROBLEMS_INTERVAL_S`` and at most
+    ``PROBLEMS_BUSY_SHARE`` of the time, in a thread of its own: a snapshot never waits for a judgement but
+    the very first, and takes the newest one done."""
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+        self._judged = NOTHING_JUDGED
+        self._next_at: float | None = None
+        """When the next judgement may begin (None: never judged)."""
+        self._running = threading.Lock()
+
+    def current(self, now: float, training_job: str | None) -> Judged:
+        """The newest judgement; the first is made here, a due one is started in the background."""
+        if self._next_at is None:
+            self._judge(now, training_job)
+        elif time.monotonic() >= self._next_at and self._running.acquire(blocking=False):
+            threading.Thread(
+                target=self._judge_in_background, args=(now, training_job), name="hpcwatch-problems", daemon=True
+            ).start()
+        return self._judged
+
+    def _judge(self, now: float, training_job: str | None) -> None:
+        started = time.monotonic()
+        try:
+            found = problems(self.store, training_job=training_job)
+            self._judged = Judged(found, alert_groups(found), state_inputs(self.store, found, now=now))
+        finally:
+            took = time.monotonic() - started
+            self._next_at = started + max(PROBLEMS_INTERVAL_S, took / PROBLEMS_BUSY_SHARE)
+
+    def _judge_in_background(self, now: float, training_job: str | None) -> None:
+        try:
+            self._judge(now, training_job)
+        except Exception as err:  # the page keeps the previous judgement; the next is tried at its time
+            log.warning("judging the live problems failed: %s: %s", type(err).__name__, err)
+        finally:
+            self._running.release()
 
 
 class LiveView:
@@ -111,11 +172,7 @@ class LiveView:
         self._cached: dict[str, Any] | None = None
         self._cached_at = 0.0
         self._latest_t: float | None = None
-        self._problems: list[dict[str, Any]] = []
-        self._alerts: list[dict[str, Any]] = []
-        self._problems_at: float | None = None
-        self._states: dict[str, Any] = {"node_states": {}, "events": [], "node_events": {}}
-        """``reports.live.state_inputs``, refreshed with the problems."""
+        self._judge = ProblemJudge(store)
         self._seen: DataSeen | None = None
         self._seen_at: float | None = None
 
@@ -199,18 +256,11 @@ class LiveView:
             version=version, base=last.version, full=full, delta=_event("delta", change, version)
         )
 
-    def _current_problems(
-        self, now: float | None, training: dict[str, Any] | None
-    ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-        """The problems and their groups (``reports.triage.alert_groups``), judged every ``PROBLEMS_INTERVAL_S``."""
+    def _current_problems(self, now: float | None, training: dict[str, Any] | None) -> Judged:
+        """The newest judgement of the problems (``ProblemJudge``); none while the store holds no sample."""
         if now is None:
-            return [], []
-        if _due(self._problems_at):
-            self._problems = problems(self.store, training_job=training["job"] if training else None)
-            self._alerts = alert_groups(self._problems)
-            self._states = state_inputs(self.store, self._problems, now=now)
-            self._problems_at = time.monotonic()
-        return self._problems, self._alerts
+            return NOTHING_JUDGED
+        return self._judge.current(now, training["job"] if training else None)
 
     def _current_seen(self) -> DataSeen:
         """What the sources ever held, refreshed with the problems (a scan of the key columns)."""
@@ -237,8 +287,9 @@ class LiveView:
             samples=self.samples,
             seen=seen,
         )
-        doc["problems"], doc["alerts"] = self._current_problems(now, doc["training"])
-        apply_states(doc, doc["problems"], self._states)
+        judged = self._current_problems(now, doc["training"])
+        doc["problems"], doc["alerts"] = judged.problems, judged.alerts
+        apply_states(doc, judged.problems, judged.states)
         doc["vectors"] = {v: _titled(entry) for v, entry in doc["vectors"].items()}
         doc["query_ms"] = round((time.perf_counter() - started) * 1000, 2)
         return doc
