@@ -19,7 +19,11 @@ What it does:
   named by ``gpu_compute`` (or ``late_arrival``), its GPU excess ≈ ``--slow-ms``; prints
   the GPU clock (GPU step vs host step, queue depth, bound) and the verdict.
 
-Exit status: 0 when the checks hold, 1 when not, 77 without a GPU.
+``--capture-only`` stops after the traces (a GPU machine without hpcwatch's dependencies: bring the traces
+back and check them with ``--check-only --out DIR`` where hpcwatch is installed).
+
+Exit status: 0 when the checks hold (or, with ``--capture-only``, when the traces were written), 1 when not,
+77 without a GPU.
 """
 
 from __future__ import annotations
@@ -119,7 +123,11 @@ def main() -> int:
     parser.add_argument("--layers", type=int, default=8)
     parser.add_argument("--batch", type=int, default=2048)
     parser.add_argument("--port", type=int, default=29533)
+    parser.add_argument("--capture-only", action="store_true", help="write the traces, do not check them")
+    parser.add_argument("--check-only", action="store_true", help="check traces written before in --out")
     args = parser.parse_args()
+    if args.check_only:
+        return _check(args)
     try:
         import torch
         import torch.multiprocessing as mp
@@ -131,7 +139,7 @@ def main() -> int:
         return 77
     Path(args.out).mkdir(parents=True, exist_ok=True)
     mp.spawn(_rank_main, args=(args,), nprocs=args.world, join=True)
-    return _check(args)
+    return 0 if args.capture_only else _check(args)
 
 
 if __name__ == "__main__":

@@ -71,6 +71,20 @@ def test_cpu_only_traces_name_their_straggler_from_the_host_only():
     assert s.rank == 2 and s.evidence == (EVIDENCE_HOST,) and not s.host_only
 
 
+@pytest.mark.parametrize(("run", "planted_ms"), [("slow20ms", 20.0), ("slow5ms", 5.0)])
+def test_a_gpu_only_spin_on_a_real_h200_is_named_from_gpu_evidence(run, planted_ms):
+    """Four gloo ranks sharing one NVIDIA H200 (benchmarks/gpu_steps_capture.py, torch 2.11, CUDA 13.0), rank 2
+    spinning ``planted_ms`` in its backward with one GPU kernel (``torch.cuda._sleep``): its host backward takes
+    as long as the others', its GPU's does not."""
+    traces = [read_kineto(p) for p in sorted((KINETO / "h200_gloo4_gpu_straggler" / run).glob("rank-*.json.gz"))]
+    anatomy = anatomy_from_traces(traces)
+    (s,) = find_stragglers(anatomy).stragglers
+    assert s.rank == 2 and EVIDENCE_GPU_COMPUTE in s.evidence and not s.host_only and s.phase == "backward"
+    assert s.gpu_excess_s == pytest.approx(planted_ms / 1000, rel=0.15)
+    backward = np.nanmedian(anatomy.matrix("backward"), axis=1)
+    assert backward[2] < 1.5 * np.median(backward)  # what the host saw: no straggler
+
+
 def test_real_two_rank_nccl_set_raises_no_gpu_verdict():
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
