@@ -1,0 +1,100 @@
+"""What the live page's problems cost as the health window fills (issue 27 "Live at scale").
+
+    PYTHONPATH=src:. .venv/bin/python benchmarks/bench_live_problems.py [--nodes 128] [--ticks 900] [--runs 3]
+    PYTHONPATH=src:. .venv/bin/python benchmarks/bench_live_problems.py --demo 300 [--nodes 128]
+
+In process (the default): the demo's live twin (``LiveTwin``, seed 0, an in-memory store) steps ``--ticks``
+ticks (900: the health rules' 15-minute window full), then one judgement of the problems
+(``web.live.ProblemJudge``: health rules, straggler, findings, state inputs) and one snapshot without them,
+each the process CPU time, median of ``--runs``.
+
+``--demo S``: whole process instead. ``hpcwatch demo --nodes N`` started as the browser tests start it, then
+``GET /api/live`` every 10 s for S seconds: each answer's time and the snapshot's own ``query_ms``, then the
+demo's CPU seconds over the S seconds. Run it beside ``stress-ng --cpu 2`` for the loaded figure.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import time
+import urllib.request
+
+from hpcwatch.store import Store
+from hpcwatch.twin.live import LiveTwin
+from hpcwatch.web.demo import cluster_with_nodes
+from hpcwatch.web.live import LiveView, ProblemJudge
+
+
+def _cpu_s(fn) -> float:
+    started = time.process_time()
+    fn()
+    return time.process_time() - started
+
+
+def in_process(nodes: int, ticks: int, runs: int) -> dict[str, object]:
+    store = Store(":memory:")
+    cluster = cluster_with_nodes(nodes)
+    live = LiveTwin(store, cluster, seed=0, start=1.8e9)
+    for _ in range(ticks):
+        live.step()
+    ((samples,),) = store.query("SELECT count(*) FROM samples")
+    view = LiveView(store, cluster, min_interval_s=0)
+    view.snapshot()  # the first judgement, made in the snapshot; the next ones are not due within the runs
+    now = view.latest_t()
+    assert now is not None
+    judgements = [_cpu_s(lambda: ProblemJudge(store).current(now, None)) for _ in range(runs)]
+    snapshots = [_cpu_s(view.snapshot) for _ in range(runs)]
+    return {
+        "nodes": nodes,
+        "ticks": ticks,
+        "samples": samples,
+        "judgement_cpu_s": round(statistics.median(judgements), 2),
+        "snapshot_cpu_s": round(statistics.median(snapshots), 3),
+    }
+
+
+def _process_cpu_s(pid: int) -> float:
+    with open(f"/proc/{pid}/stat") as stat:
+        fields = stat.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def whole_process(nodes: int, seconds: float) -> dict[str, object]:
+    from tests.integration.test_browser import _start_demo, _stop
+
+    proc, url = _start_demo("--nodes", str(nodes))
+    try:
+        cpu0, t0, answers = _process_cpu_s(proc.pid), time.monotonic(), []
+        while time.monotonic() - t0 < seconds:
+            asked = time.monotonic()
+            with urllib.request.urlopen(url + "api/live", timeout=300) as response:
+                doc = json.loads(response.read())
+            took = time.monotonic() - asked
+            answers.append({"at_s": round(asked - t0), "answer_s": round(took, 2), "query_ms": doc.get("query_ms")})
+            print(json.dumps(answers[-1]), flush=True)
+            time.sleep(max(0.0, 10 - took))
+        return {
+            "nodes": nodes,
+            "seconds": round(time.monotonic() - t0),
+            "cpu_s": round(_process_cpu_s(proc.pid) - cpu0, 1),
+        }
+    finally:
+        _stop(proc)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--nodes", type=int, default=128)
+    parser.add_argument("--ticks", type=int, default=900)
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--demo", type=float, metavar="S", help="whole process: the demo asked for S seconds")
+    args = parser.parse_args()
+    result = whole_process(args.nodes, args.demo) if args.demo else in_process(args.nodes, args.ticks, args.runs)
+    print(json.dumps(result))
+
+
+if __name__ == "__main__":
+    main()
