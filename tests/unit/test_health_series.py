@@ -16,18 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from hpcwatch.analysis.health import _series
-
-SCHEMA = pa.schema(
-    [
-        ("metric", pa.string()),
-        ("t", pa.float64()),
-        ("value", pa.float64()),
-        ("host", pa.string()),
-        ("gpu", pa.string()),
-        ("job", pa.string()),
-        ("labels", pa.string()),
-    ]
-)
+from hpcwatch.store import SAMPLE_SCHEMA
 
 rows = st.lists(
     st.fixed_dictionaries(
@@ -61,7 +50,7 @@ def _by_row(table: pa.Table, names: list[str]) -> list[tuple]:
 @settings(max_examples=300, deadline=None)
 @given(rows=rows, names=st.sampled_from([["a"], ["a", "b"], ["c", "b", "a"]]), split=st.integers(0, 40))
 def test_series_are_those_a_row_by_row_reading_gives(rows, names, split):
-    table = pa.Table.from_pylist(rows, schema=SCHEMA)
+    table = pa.Table.from_pylist(rows, schema=SAMPLE_SCHEMA)
     if 0 < split < table.num_rows:  # the store answers in several record batches
         table = pa.concat_tables([table.slice(0, split), table.slice(split)])
     got = [(s.host, s.key, s.labels, s.job, s.t.tolist(), s.v.tolist()) for s in _series(table, names)]
