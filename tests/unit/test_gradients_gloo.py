@@ -178,6 +178,21 @@ def test_hook_sketch_is_the_signed_bucket_sum_across_parameters() -> None:
     np.testing.assert_allclose(got, _reference_sketch(flat, 24, 5), rtol=1e-4, atol=1e-3)
 
 
+def test_hook_sketch_of_gradients_many_periods_long_is_the_same_signed_bucket_sum(monkeypatch) -> None:
+    # A gradient of several sign periods is sketched a block of whole periods at a time (here 3: blocks of 3,
+    # 3, then a period and a half one period at a time), after a parameter that leaves it off the period's start.
+    from hpcwatch.instrument import torch as hook
+
+    monkeypatch.setattr(hook, "_SKETCH_ROWS", 3)
+    gen = torch.Generator().manual_seed(6)
+    params = [torch.nn.Parameter(torch.zeros(n)) for n in (70_001, int(7.5 * hook._SIGN_PERIOD))]
+    for p in params:
+        p.grad = torch.randn(p.shape, generator=gen)
+    flat = np.concatenate([p.grad.numpy() for p in params])
+    got = _hook_sketch(params, dims=32, seed=7)
+    np.testing.assert_allclose(got, _reference_sketch(flat, 32, 7), rtol=1e-4, atol=1e-2)
+
+
 def test_hook_sketch_cosine_tracks_the_gradients_cosine() -> None:
     gen = torch.Generator().manual_seed(4)
     base = torch.randn(50_000, generator=gen)
