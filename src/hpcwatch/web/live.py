@@ -99,7 +99,9 @@ class Judged:
     states: dict[str, Any]
 
 
-NOTHING_JUDGED = Judged([], [], {"node_states": {}, "events": [], "node_events": {}})
+def nothing_judged() -> Judged:
+    """No problem, no state: before the first judgement, or while the store holds no sample."""
+    return Judged([], [], {"node_states": {}, "events": [], "node_events": {}})
 
 
 class ProblemJudge:
@@ -109,7 +111,7 @@ class ProblemJudge:
 
     def __init__(self, store: Store) -> None:
         self.store = store
-        self._judged = NOTHING_JUDGED
+        self._judged = nothing_judged()
         self._next_at: float | None = None
         """When the next judgement may begin (None: never judged)."""
         self._running = threading.Lock()
@@ -259,7 +261,7 @@ class LiveView:
     def _current_problems(self, now: float | None, training: dict[str, Any] | None) -> Judged:
         """The newest judgement of the problems (``ProblemJudge``); none while the store holds no sample."""
         if now is None:
-            return NOTHING_JUDGED
+            return nothing_judged()
         return self._judge.current(now, training["job"] if training else None)
 
     def _current_seen(self) -> DataSeen:
