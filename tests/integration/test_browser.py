@@ -167,13 +167,19 @@ def _wait_ticks(pg, n: int) -> None:
     """Wait until n more SSE ticks have been applied (the boot snapshot counts as tick 1); past the timeout,
     fail with what the page holds: a page whose scripts never ran differs from a stream that never ticked."""
     target = _ticks(pg) + n
+    _wait_page(pg, f"() => Number(document.body.dataset.ticks || 0) >= {target}", TICK_TIMEOUT_MS)
+
+
+def _wait_page(pg, condition: str, timeout_ms: float) -> None:
+    """``pg.wait_for_function(condition)``; past the timeout, fail with what the page holds and the demo's log."""
     try:
-        pg.wait_for_function(f"() => Number(document.body.dataset.ticks || 0) >= {target}", timeout=TICK_TIMEOUT_MS)
+        pg.wait_for_function(condition, timeout=timeout_ms)
     except playwright_api.TimeoutError:
         origin = pg.evaluate("location.origin") + "/"
         log = DEMO_LOGS[origin].read_bytes()[-2000:].decode(errors="replace") if origin in DEMO_LOGS else "?"
         pytest.fail(
-            f"no tick {target} within {TICK_TIMEOUT_MS / 1000:.0f} s; the page: {_page_state(pg)}; the server's log ends: {log!r}"
+            f"not true within {timeout_ms / 1000:.0f} s: {condition}; the page: {_page_state(pg)}; "
+            f"the server's log ends: {log!r}"
         )
 
 
@@ -186,6 +192,8 @@ def _page_state(pg) -> str:
               ready: document.readyState,
               ticks: document.body.dataset.ticks,
               script_ran: Boolean(window.hpcwatch),
+              stream_state: window.hpcwatch && Object.fromEntries(["version", "deltas", "reconnects",
+                "silentReconnects", "refusals"].map((k) => [k, window.hpcwatch.state[k]])),
               stream: document.getElementById("conn")?.parentElement?.textContent?.trim(),
               resources: performance.getEntriesByType("resource").map(
                 (r) => `${new URL(r.name).pathname} ${r.responseStatus} ${Math.round(r.duration)} ms`),

@@ -19,6 +19,7 @@ from tests.integration.test_browser import (  # noqa: F401 - fixtures are used b
     _address,
     _start_demo,
     _stop,
+    _wait_page,
     _wait_ticks,
     browser,
     page,
@@ -442,19 +443,20 @@ TICK_WAIT_MS = 180_000
 def test_the_stream_sends_deltas_and_the_tiles_follow_them_at_128_nodes(browser, big_server):
     context, pg = _open(browser, big_server, 1440)
     try:
-        pg.wait_for_function("() => (window.hpcwatch.state.deltas || 0) >= 1", timeout=TICK_WAIT_MS)
+        _wait_page(pg, "() => (window.hpcwatch.state.deltas || 0) >= 1", TICK_WAIT_MS)
         assert pg.evaluate(TILES_MATCH_SNAPSHOT_JS) == []
         # A delta on top of a version the page does not hold is not applied: the page reconnects and the
         # server answers with a full snapshot, after which deltas flow again.
         version = pg.evaluate("window.hpcwatch.state.version")
         pg.evaluate("window.hpcwatch.applyDelta({v: -1, base: -2, set: {}})")
         assert pg.evaluate("window.hpcwatch.state.version") == version  # the stray delta changed nothing
-        pg.wait_for_function(
+        _wait_page(
+            pg,
             f"() => window.hpcwatch.state.reconnects === 1 && window.hpcwatch.state.version > {version}",
-            timeout=TICK_WAIT_MS,
+            TICK_WAIT_MS,
         )
         deltas = pg.evaluate("window.hpcwatch.state.deltas")
-        pg.wait_for_function(f"() => window.hpcwatch.state.deltas > {deltas}", timeout=TICK_WAIT_MS)
+        _wait_page(pg, f"() => window.hpcwatch.state.deltas > {deltas}", TICK_WAIT_MS)
         assert pg.evaluate(TILES_MATCH_SNAPSHOT_JS) == []
         assert not pg.errors, pg.errors
     finally:
