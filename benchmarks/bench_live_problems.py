@@ -8,6 +8,10 @@ ticks (900: the health rules' 15-minute window full), then one judgement of the 
 (``web.live.ProblemJudge``: health rules, straggler, findings, state inputs) and one snapshot without them,
 each the process CPU time, median of ``--runs``.
 
+``--stream S [--warm W]``: whole process, the stream as a viewer gets it: the demo started, ``W`` seconds
+left to it (the window filling), then one SSE viewer for ``S`` seconds: the events it got (``live``: a whole
+snapshot, ``delta``: a change) and the longest and the median gap between two.
+
 ``--demo S``: whole process instead. ``hpcwatch demo --nodes N`` started as the browser tests start it, then
 ``GET /api/live`` every 10 s for S seconds: each answer's time and the snapshot's own ``query_ms``, then the
 demo's CPU seconds over the S seconds. Run it beside ``stress-ng --cpu 2`` for the loaded figure.
@@ -19,6 +23,7 @@ import argparse
 import json
 import os
 import statistics
+import threading
 import time
 import urllib.request
 
@@ -85,14 +90,54 @@ def whole_process(nodes: int, seconds: float) -> dict[str, object]:
         _stop(proc)
 
 
+def stream(nodes: int, seconds: float, warm_s: float) -> dict[str, object]:
+    from tests.integration.test_browser import _start_demo, _stop
+
+    proc, url = _start_demo("--nodes", str(nodes))
+    events: dict[str, int] = {}
+    gaps: list[float] = []
+
+    def read() -> None:
+        with urllib.request.urlopen(url + "api/stream", timeout=seconds + 60) as response:
+            last = time.monotonic()
+            for line in response:
+                if line.startswith(b"event: "):
+                    kind = line[7:].strip().decode()
+                    events[kind] = events.get(kind, 0) + 1
+                    gaps.append(time.monotonic() - last)
+                    last = time.monotonic()
+
+    try:
+        time.sleep(warm_s)
+        threading.Thread(target=read, daemon=True).start()
+        time.sleep(seconds)
+        return {
+            "nodes": nodes,
+            "warm_s": warm_s,
+            "seconds": seconds,
+            "events": events,
+            "max_gap_s": round(max(gaps), 1) if gaps else None,
+            "median_gap_s": round(statistics.median(gaps), 2) if gaps else None,
+        }
+    finally:
+        _stop(proc)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--nodes", type=int, default=128)
     parser.add_argument("--ticks", type=int, default=900)
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--demo", type=float, metavar="S", help="whole process: the demo asked for S seconds")
+    parser.add_argument("--stream", type=float, metavar="S", help="whole process: one SSE viewer for S seconds")
+    parser.add_argument("--warm", type=float, default=200.0, help="seconds the demo runs before --stream reads")
     args = parser.parse_args()
-    result = whole_process(args.nodes, args.demo) if args.demo else in_process(args.nodes, args.ticks, args.runs)
+    if args.stream:
+        result = stream(args.nodes, args.stream, args.warm)
+    elif args.demo:
+        result = whole_process(args.nodes, args.demo)
+    else:
+        result = in_process(args.nodes, args.ticks, args.runs)
     print(json.dumps(result))
 
 
