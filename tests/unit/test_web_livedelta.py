@@ -105,3 +105,30 @@ def test_only_one_stream_caller_is_sent_to_compute_the_next_frames():
     assert live.fresh_stream_frames(0.0) is first  # ...the others keep the last frames meanwhile
     assert live.stream_frames(0.0).version == first.version + 1
     assert live.fresh_stream_frames(0.0) is None  # the next tick: one caller again
+
+
+def test_a_viewer_that_leaves_before_its_thread_ran_hands_the_computation_to_the_next():
+    """A viewer sent to compute the next frames that is cancelled (its page closed) while it waits for a thread:
+    the next viewer is sent instead. Kept, the turn froze every stream on the last version (a loaded CI run:
+    the 128-node page got no delta for 180 s while the server answered everything else)."""
+    import anyio
+
+    from hpcwatch.web.api import next_frames
+
+    store = Store(":memory:")
+    store.add(list(parse_prometheus_text(SCRAPE, path="dcgm_exporter_node1.prom", t=1_700_000_000.0)))
+    live = LiveView(store, reference_cluster(), min_interval_s=0.0)
+    first = live.stream_frames(0.0)
+
+    async def leave_while_waiting_for_a_thread():
+        limiter = anyio.to_thread.current_default_thread_limiter()
+        limiter.total_tokens = 1
+        # the only thread token held: the viewer's computation waits for one
+        async with limiter, anyio.create_task_group() as viewers:
+            viewers.start_soon(next_frames, live, 0.0)
+            await anyio.wait_all_tasks_blocked()
+            viewers.cancel_scope.cancel()  # the viewer leaves
+
+    anyio.run(leave_while_waiting_for_a_thread)
+    assert live.fresh_stream_frames(0.0) is None  # the next viewer computes (not: the last frames for ever)
+    assert live.stream_frames(0.0).version == first.version + 1

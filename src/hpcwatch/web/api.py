@@ -47,6 +47,7 @@ from hpcwatch.reports.scoped import job_visible, scoped_findings, scoped_live, s
 from hpcwatch.reports.steps import PLAYER_JOBS_LISTED, player_jobs, player_step
 from hpcwatch.vocab import EventKind
 from hpcwatch.web.access import scope_of
+from hpcwatch.web.live import LiveView, StreamFrames
 
 __all__ = [
     "router",
@@ -239,7 +240,7 @@ async def _events(request: Request) -> AsyncIterator[bytes]:
             # 4 times a tick, so it sends every version (a delta) rather than missing one (then a full frame).
             # A filtered scope gets a full frame of its own, encoded once per snapshot and scope, when it changes.
             if scope.everything:
-                frames = state.live.fresh_stream_frames(tick) or await run_in_threadpool(state.live.stream_frames, tick)
+                frames = await next_frames(state.live, tick)
                 frame = frames.for_viewer(last)
                 last = frames.version
             else:
@@ -257,6 +258,20 @@ async def _events(request: Request) -> AsyncIterator[bytes]:
             last = last_scoped = None
             await asyncio.sleep(tick)
         await asyncio.sleep(tick / STREAM_LOOKS_PER_TICK)
+
+
+async def next_frames(live: LiveView, tick: float) -> StreamFrames:
+    """The stream's newest frames (``LiveView.fresh_stream_frames``), computed in a thread by the one viewer
+    sent to. A viewer that leaves before its thread ran (cancelled while waiting for one) hands the turn back:
+    kept, it froze every viewer's stream on the last version (seen on a loaded machine, a closed page)."""
+    frames = live.fresh_stream_frames(tick)
+    if frames is not None:
+        return frames
+    try:
+        return await run_in_threadpool(live.stream_frames, tick)
+    except BaseException:
+        live.drop_request()
+        raise
 
 
 @router.get("/model", summary="The cluster model")

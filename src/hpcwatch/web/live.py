@@ -218,6 +218,11 @@ class LiveView:
             self._requested = True
         return None
 
+    def drop_request(self) -> None:
+        """The caller ``fresh_stream_frames`` sent to compute will not (it left first): the next caller is sent."""
+        with self._lock:
+            self._requested = False
+
     def _current(self, max_age_s: float | None = None) -> tuple[dict[str, Any], bytes]:
         max_age_s = self.min_interval_s if max_age_s is None else max_age_s
         with self._ready:
