@@ -121,9 +121,14 @@ class ProblemJudge:
         if self._next_at is None:
             self._judge(now, training_job)
         elif time.monotonic() >= self._next_at and self._running.acquire(blocking=False):
-            threading.Thread(
+            judging = threading.Thread(
                 target=self._judge_in_background, args=(now, training_job), name="hpcwatch-problems", daemon=True
-            ).start()
+            )
+            try:
+                judging.start()
+            except BaseException:  # no thread (the process's limit): the next snapshot tries again
+                self._running.release()
+                raise
         return self._judged
 
     def _judge(self, now: float, training_job: str | None) -> None:
