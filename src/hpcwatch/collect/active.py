@@ -230,7 +230,10 @@ class ActiveChecks:
             a = run.attrs
             job, out_dir = str(a.get("job", "")), Path(str(a.get("dir", "")))
             problems: list[str] = []
-            if not (out_dir / "done").exists() and checkjob.queued(self.runner, job):
+            # A job still in the queue is running, or ending: its script wrote "done" but slurmctld has not let it
+            # go yet, and until then its reservation cannot be deleted (left behind for its 7 minutes, seen under
+            # load). Its results are read at the next poll after it has left.
+            if checkjob.queued(self.runner, job):
                 deadline_s = (self.section.time_limit_minutes + RESERVATION_SLACK_MINUTES) * 60.0
                 if self.clock() - run.t < deadline_s:
                     continue
