@@ -287,3 +287,19 @@ def test_rccl_tests_output_is_read_by_the_nccl_tests_check(tmp_path):
     a = event.attrs
     assert (a["nranks"], a["gpu_model"], a["hosts"]) == (8, "AMD Instinct MI300X", ["g100n126"])
     assert [(r["size_bytes"], r["oop_busbw_gbs"], r["busbw_mismatch"]) for r in a["rows"]] == [(8388608, 161.14, False)]
+
+
+def test_a_check_job_still_completing_is_judged_once_it_has_left_the_queue(tmp_path):
+    """Its script wrote "done", but slurmctld still holds the job (COMPLETING), and with it the reservation, which
+    cannot be deleted yet: judged then, the delete failed and the reservation outlived the check (a loaded CI run)."""
+    bench = Bench(tmp_path, HPCWATCH_STANDIN_SQUEUE="COMPLETING")
+    try:
+        bench.active.run()  # submitted; the stand-in runs each job at once: its done file is written
+        bench.active.run()
+        assert bench.results() == [] and not any(a[:2] == ["scontrol", "delete"] for a in bench.argv())
+        del bench.active.runner.env["HPCWATCH_STANDIN_SQUEUE"]  # the jobs have left the queue
+        bench.active.run()
+        assert len(bench.results()) == 2
+        assert sum(a[:2] == ["scontrol", "delete"] for a in bench.argv()) == 2
+    finally:
+        bench.store.close()
