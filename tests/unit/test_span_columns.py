@@ -275,3 +275,15 @@ def test_goodput_of_one_events_query_is_the_goodput_of_one_query_a_kind(twin_sto
     assert one and sorted(one, key=lambda e: (e.kind, e.t)) == sorted(per_kind, key=lambda e: (e.kind, e.t))
     assert [e.t for e in one] == sorted(e.t for e in one)
     assert twin_store.events(kinds=()) == []
+
+
+@pytest.mark.parametrize("which", ["hook_store", "twin_store"])
+def test_live_training_read_as_columns_is_the_step_time_of_the_spans(which, request):
+    from hpcwatch.analysis.steps import step_times_s
+    from hpcwatch.reports.steps import live_training
+
+    store = request.getfixturevalue(which)
+    live = live_training(store)
+    assert live is not None and live.step_time_s is not None
+    anatomy = anatomy_from_spans(queries.recent_spans(store, live.job, steps=2))
+    assert (live.step, live.step_time_s) == (anatomy.steps[-1], float(step_times_s(anatomy)[-1]))

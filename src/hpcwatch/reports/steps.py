@@ -779,7 +779,7 @@ def live_training(store: Store, *, exclude_jobs: Sequence[str] = ()) -> LiveTrai
     job, last = newest
     try:
         # The last two step numbers: the newest may still be arriving rank by rank.
-        anatomy = anatomy_from_spans(queries.recent_spans(store, job, steps=2))
+        anatomy = anatomy_from_span_table(queries.recent_span_table(store, job, steps=2))
     except InputError:
         return LiveTraining(job=job, step=last, step_time_s=None)
     if not anatomy.steps:

@@ -42,6 +42,38 @@ export function initTiles() {
   refs.full = [...document.querySelectorAll(".node-group:not(.tile) > g[data-node]")].map((el) => ({
     name: el.dataset.node, el, title: el.querySelector(".node-title"), label: el.getAttribute("aria-label") ?? "",
     last: {} }));
+  watchOnScreen();
+}
+
+// -- tiles off screen ----------------------------------------------------------------------
+// At 1,024 nodes every tick moves all 8,192 GPU cells, and writing them all cost ~150 ms a tick in the page.
+// An aggregate tile off screen is skipped and written when it scrolls in (from the newest snapshot), so a
+// tick costs what the screen shows. A page with fewer tiles than this writes them all (and its tests read
+// every tile). Drawn nodes (up to 4, refs.full) are always written. Ours.
+const WATCH_FROM_TILES = 64;
+const offScreen = new Set();   // node names of aggregate tiles out of the viewport
+const owed = new Set();        // ... that a snapshot was not written to
+
+function watchOnScreen() {
+  if (refs.nodes.length < WATCH_FROM_TILES || !("IntersectionObserver" in window)) return;
+  const byEl = new Map(refs.nodes.map((node) => [node.el, node]));
+  const observer = new IntersectionObserver((entries) => {
+    for (const entry of entries) {
+      const node = byEl.get(entry.target);
+      if (entry.isIntersecting) {
+        offScreen.delete(node.name);
+        if (owed.delete(node.name) && latest) writeNode(node, latest);
+      } else {
+        offScreen.add(node.name);
+      }
+    }
+  }, { rootMargin: "200px" });   // written just before they show
+  for (const node of refs.nodes) observer.observe(node.el);
+}
+
+function writeNode(node, snap) {
+  for (const tile of node.gpus) applyGpu(tile, snap.gpus?.[tile.id]);
+  applyNode(node, snap);
 }
 
 /** A drawn node (up to 4 nodes) says its state after its name: "node2 · drained"; its spoken name says it too,
@@ -70,7 +102,8 @@ export function jobColour(job) {
   return hash % JOB_COLOURS;
 }
 
-const byJobId = (a, b) => a.localeCompare(b, "en", { numeric: true });
+const jobOrder = new Intl.Collator("en", { numeric: true });
+const byJobId = (a, b) => jobOrder.compare(a, b);   // "9" before "10"; one collator, not one a comparison
 
 /** The jobs on the drawing → their colour indexes: in id order, each takes its preferred colour, or the next
  *  one that no earlier job took. Hashing alone gave two of five jobs one colour more often than not; this way up
@@ -92,9 +125,11 @@ export function jobColours(jobs) {
 let palette = { signature: null, colours: new Map() };
 
 function paletteFor(snap) {
+  if (snap.job_gpus && palette.source === snap.job_gpus) return palette.colours;   // a delta keeps the object
   const jobs = Object.keys(snap.job_gpus ?? {}).sort();
   const signature = jobs.join(" ");
   if (palette.signature !== signature) palette = { signature, colours: jobColours(jobs) };
+  palette.source = snap.job_gpus;
   return palette.colours;
 }
 
@@ -202,11 +237,19 @@ let latest = null;
 export function applyTiles(snap, changed = null) {
   latest = snap;
   paletteFor(snap);
-  const tiles = changed ? refs.tiles.filter((tile) => changed.has(tile.id)) : refs.tiles;
-  for (const tile of tiles) applyGpu(tile, snap.gpus?.[tile.id]);
-  const touched = changed ? new Set(tiles.map((tile) => tile.node)) : null;
-  for (const node of refs.nodes) if (!touched || touched.has(node.name)) applyNode(node, snap);
-  for (const node of refs.full) if (!touched || touched.has(node.name)) applyFullNode(node, snap);
+  const moved = (tile) => !changed || changed.has(tile.id);
+  const touched = new Set();
+  for (const tile of refs.tiles) {
+    if (!moved(tile)) continue;
+    touched.add(tile.node);
+    if (!offScreen.has(tile.node)) applyGpu(tile, snap.gpus?.[tile.id]);
+  }
+  for (const node of refs.nodes) {
+    if (changed && !touched.has(node.name)) continue;
+    if (offScreen.has(node.name)) owed.add(node.name);
+    else applyNode(node, snap);
+  }
+  for (const node of refs.full) if (!changed || touched.has(node.name)) applyFullNode(node, snap);
   drawJobLegend(snap);
 }
 
@@ -214,10 +257,10 @@ export function applyTiles(snap, changed = null) {
 function drawJobLegend(snap) {
   const legend = document.getElementById("legend-jobs");
   if (!legend) return;
-  const jobs = Object.keys(snap.job_gpus ?? {}).sort(byJobId);
-  const signature = jobs.join(" ");
+  const signature = palette.signature;   // paletteFor's: the same jobs, sorted as plain strings
   if (legend.dataset.signature === signature) return;
   legend.dataset.signature = signature;
+  const jobs = Object.keys(snap.job_gpus ?? {}).sort(byJobId);
   clear(legend);
   legend.append(t("legend_jobs.label"), " ");
   if (!jobs.length) legend.append(t("legend_jobs.none"));
