@@ -63,3 +63,26 @@ def test_events_no_job_explains_are_shown_together():
     (entry,) = nccl_card(store)
     assert entry["job"] is None and entry["networks"] == {"Socket": 2}
     assert entry["versions"] == {"2.7.8": ["slurm-train-compute-0-0"]}
+
+
+def test_the_live_page_reads_the_card_again_when_nccl_events_arrive_and_keeps_it_otherwise(tmp_path, monkeypatch):
+    """The live view keeps the card while events and jobs hold the same rows (it reads every NCCL event)."""
+    from hpcwatch.web import live as web_live
+    from hpcwatch.web.live import LiveView
+
+    calls = []
+    monkeypatch.setattr(web_live, "nccl_card", lambda store: calls.append(1) or nccl_card(store))
+    events = list(
+        parse_nccl_log(
+            (DATA / "nccl_367_docker_socket_tree_threshold.log").read_text().splitlines(), path="nccl_367", t=1000.0
+        )
+    )
+    hosts = tuple(sorted({e.attrs["host"] for e in events}))
+    with Store(tmp_path / "store") as store:
+        store.add([Job(id="77", user="u", nodes=hosts, gpus=1, start=900.0, end=None, state="RUNNING")])
+        view = LiveView(store, reference_cluster(), min_interval_s=0.0)
+        assert view.snapshot()["nccl"] == [] and view.snapshot()["nccl"] == []
+        assert len(calls) == 1  # nothing new: kept
+        store.add(events)
+        assert [entry["job"] for entry in view.snapshot()["nccl"]] == ["77"]
+        assert len(calls) == 2

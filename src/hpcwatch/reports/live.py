@@ -156,6 +156,7 @@ def live_snapshot(
     with_problems: bool = True,
     samples: LiveSamples | None = None,
     seen: DataSeen | None = None,
+    nccl: list[dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
     """The ``/api/live`` document (less the vectors' translated text): ``t`` (``now``, the newest sample's
     time), ``gpus``, ``nodes``, ``storage``, ``queue``, ``training``, ``collectors``, ``collect`` (the
@@ -170,7 +171,8 @@ def live_snapshot(
 
     ``samples`` answers the sample questions (``reports.livesamples``: the store by default, or a
     Prometheus); ``source`` says which. ``seen`` (``data_seen()``; computed when None) tells each collector's
-    ``state``: ``answering``, ``silent`` (seen before, nothing recent) or ``not_configured`` (never seen)."""
+    ``state``: ``answering``, ``silent`` (seen before, nothing recent) or ``not_configured`` (never seen).
+    ``nccl``: ``nccl_card()`` (computed when None), for a caller that keeps it while the events do not change."""
     samples = samples if samples is not None else StoreSamples(store)
     jobs = {job.id: job for job in store.jobs()}
     training = live_training(store, exclude_jobs=exclude_jobs)
@@ -202,7 +204,7 @@ def live_snapshot(
         "collect": _collect_daemon(store),
         "vectors": {v: asdict(s) for v, s in findings_summary(store).items()},
         "weights": {"checkpoint_events": checkpoints, "last_checkpoint_t": last_checkpoint},
-        "nccl": nccl_card(store),
+        "nccl": nccl if nccl is not None else nccl_card(store),
         "problems": found,
         "alerts": alert_groups(found),
         "job_gpus": _job_gpus(gpus, jobs),

@@ -508,6 +508,7 @@ class Store:
         self._views_key: tuple[int, int, int] | None = None  # the manifest the views were bound to
         self._manifest = _empty_manifest()
         self._identities: tuple[dict[str, Any], set[str]] | None = None  # (manifest it was built from, identities)
+        self._all_jobs: tuple[Any, list[Job]] | None = None  # (the jobs table's mark, every job), see jobs()
         self._execute(lambda: None)  # bind the views, as a query does (a part may vanish meanwhile)
         self._collect_garbage_if_idle()
 
@@ -868,6 +869,18 @@ class Store:
             self._refresh()
             return int(self._manifest["version"])
 
+    def table_mark(self, *tables: str) -> tuple[tuple[int, int], ...]:
+        """Per table, (its newest part's version, its rows as listed): it changes with every commit that adds or
+        drops rows of the table, not when compaction merges parts (a merged part keeps the newest version and
+        the rows of what it merged; of a keyed table it may drop replaced rows, which only changes the mark).
+        The key of a result computed from these tables alone (``jobs()``, the live page's NCCL card)."""
+        with self._lock:
+            self._refresh()
+            return tuple(
+                (max((int(p["v"]) for p in parts), default=0), sum(int(p["rows"]) for p in parts))
+                for parts in (self._manifest["tables"][table] for table in tables)
+            )
+
     def part_counts(self) -> dict[str, int]:
         """Committed parts per table (what compaction keeps bounded)."""
         with self._lock:
@@ -1025,7 +1038,12 @@ class Store:
         """Every job, or (``on_nodes``) those allocated one of these nodes: a job's neighbours, whatever the
         size of the store's history."""
         if on_nodes is None:
-            rows = self.query(f"SELECT {_JOB_COLUMNS} FROM jobs ORDER BY start NULLS LAST, id")
+            # Kept while the table holds the same rows: the live page asks every tick, a job changes far less often.
+            mark = self.table_mark("jobs")
+            if self._all_jobs is None or self._all_jobs[0] != mark:
+                rows = self.query(f"SELECT {_JOB_COLUMNS} FROM jobs ORDER BY start NULLS LAST, id")
+                self._all_jobs = (mark, [_job_from_row(row) for row in rows])
+            return list(self._all_jobs[1])
         else:
             rows = self.query(
                 f"SELECT {_JOB_COLUMNS} FROM jobs WHERE list_has_any(from_json(nodes, '[\"VARCHAR\"]'), ?) "

@@ -32,6 +32,7 @@ from hpcwatch.httpguard import allowed_hosts, check_tls
 from hpcwatch.model.cluster import REFERENCE_PATH, Cluster, parse_cluster
 from hpcwatch.store import Store
 from hpcwatch.web.guard import guarded_protocol
+from hpcwatch.web.live import rest_after
 
 if TYPE_CHECKING:  # loaded when the demo starts its twin
     from hpcwatch.twin.live import LiveTwin
@@ -108,8 +109,7 @@ class Periodic:
     and kept in ``error`` (None again after a run that did not), and the next run comes at its time.
 
     ``busy_share``: running at most this share of the time: after a run that lasted ``d`` s, the next waits at
-    least ``d`` x (1 / share - 1), however short ``every_s`` is (the run's wall time: the store's query threads
-    count, and so does a machine too loaded to give the run its CPU)."""
+    least ``d`` x (1 / share - 1), however short ``every_s`` is (``web.live.rest_after``)."""
 
     def __init__(
         self, what: str, work: Callable[[], object], *, every_s: float, busy_share: float | None = None
@@ -135,7 +135,7 @@ class Periodic:
                 log.warning("%s failed: %s", self.what, self.error)
             self.runs += 1
             took_s = time.monotonic() - started
-            wait_s = max(self.every_s, took_s * (1 / self.busy_share - 1)) if self.busy_share else self.every_s
+            wait_s = max(self.every_s, rest_after(took_s, self.busy_share)) if self.busy_share else self.every_s
 
     def start(self) -> Periodic:
         self._thread.start()

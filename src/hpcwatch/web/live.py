@@ -36,6 +36,7 @@ from hpcwatch.reports.live import (
     state_inputs,
 )
 from hpcwatch.reports.livesamples import LiveSamples, StoreSamples
+from hpcwatch.reports.nccl import nccl_card
 from hpcwatch.reports.triage import alert_groups
 from hpcwatch.store import Store
 from hpcwatch.web.i18n import LANGUAGES, finding_text
@@ -51,6 +52,7 @@ __all__ = [
     "DEFAULT_MIN_INTERVAL_S",
     "PROBLEMS_INTERVAL_S",
     "PROBLEMS_BUSY_SHARE",
+    "rest_after",
 ]
 
 DEFAULT_MIN_INTERVAL_S = 0.5
@@ -99,6 +101,12 @@ class Judged:
     states: dict[str, Any]
 
 
+def rest_after(took_s: float, busy_share: float) -> float:
+    """The rest after a run of ``took_s`` seconds so that runs take at most ``busy_share`` of the time (the run's
+    wall time: the store's query threads count, and so does a machine too loaded to give the run its CPU)."""
+    return took_s * (1 / busy_share - 1)
+
+
 def nothing_judged() -> Judged:
     """No problem, no state: before the first judgement, or while the store holds no sample."""
     return Judged([], [], {"node_states": {}, "events": [], "node_events": {}})
@@ -138,7 +146,7 @@ class ProblemJudge:
             self._judged = Judged(found, alert_groups(found), state_inputs(self.store, found, now=now))
         finally:
             took = time.monotonic() - started
-            self._next_at = started + max(PROBLEMS_INTERVAL_S, took / PROBLEMS_BUSY_SHARE)
+            self._next_at = started + max(PROBLEMS_INTERVAL_S, took + rest_after(took, PROBLEMS_BUSY_SHARE))
 
     def _judge_in_background(self, now: float, training_job: str | None) -> None:
         try:
@@ -182,6 +190,7 @@ class LiveView:
         self._judge = ProblemJudge(store)
         self._seen: DataSeen | None = None
         self._seen_at: float | None = None
+        self._nccl: tuple[Any, list[dict[str, Any]]] | None = None
 
     def snapshot(self) -> dict[str, Any]:
         return self._current()[0]
@@ -281,6 +290,13 @@ class LiveView:
             self._seen_at = time.monotonic()
         return self._seen
 
+    def _current_nccl(self) -> list[dict[str, Any]]:
+        """The NCCL card, read again only when the events or the jobs changed (it reads every NCCL event)."""
+        mark = self.store.table_mark("events", "jobs")
+        if self._nccl is None or self._nccl[0] != mark:
+            self._nccl = (mark, nccl_card(self.store))
+        return self._nccl[1]
+
     def latest_t(self) -> float | None:
         """The newest sample's time (``/healthz``)."""
         return self.samples.latest_t()
@@ -298,6 +314,7 @@ class LiveView:
             with_problems=False,
             samples=self.samples,
             seen=seen,
+            nccl=self._current_nccl(),
         )
         judged = self._current_problems(now, doc["training"])
         doc["problems"], doc["alerts"] = judged.problems, judged.alerts

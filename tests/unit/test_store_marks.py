@@ -1,0 +1,65 @@
+"""``Store.table_mark``: the key of a result computed from some tables, and the jobs kept by it. A mark moves
+with every commit that adds or drops rows of its table, from this process or another, and stays when
+compaction only merges parts; ``jobs()`` is read again exactly when the jobs' mark moved."""
+
+from __future__ import annotations
+
+from hpcwatch.records import Event, Finding, Job
+from hpcwatch.store import Store
+
+
+def _job(job_id: str, state: str = "RUNNING") -> Job:
+    return Job(id=job_id, user="ana", account="ml", partition="gpu", nodes=("node1",), gpus=8, start=1.0, state=state)
+
+
+def _event(t: float) -> Event:
+    return Event(kind="nccl_log", t=t, source="node1", attrs={"line": "NCCL INFO"})
+
+
+def test_a_mark_moves_with_each_commit_of_its_table_only(tmp_path):
+    with Store(tmp_path / "s") as store:
+        empty = store.table_mark("events", "jobs")
+        assert empty == ((0, 0), (0, 0))
+        store.add([_event(1.0)])
+        after_event = store.table_mark("events", "jobs")
+        assert after_event[0] != empty[0] and after_event[1] == empty[1]
+        store.add([_job("1")])
+        assert store.table_mark("events") == after_event[:1]
+        assert store.table_mark("jobs") != empty[1:]
+
+
+def test_compaction_keeps_the_mark_and_a_cleared_table_moves_it(tmp_path):
+    with Store(tmp_path / "s", compact_fanin=2) as store:
+        marks = []
+        for t in range(8):
+            store.add([_event(float(t))])
+            marks.append(store.table_mark("events"))
+        assert store.part_counts()["events"] < 8  # eight commits of one row each, merged into fewer parts
+        assert [rows for ((_, rows),) in marks] == list(range(1, 9))
+        assert sorted(set(marks)) == marks  # each commit moved it forward
+        mark = marks[-1]
+        for job in range(8):  # commits of another table, each one merging parts too
+            store.add([_job(str(job))])
+        assert store.table_mark("events") == mark
+        store.add(
+            [
+                Finding(
+                    vector="rdma_blind_spot", severity="high", target="node1", title="t", evidence={}, t=1.0, rule="r"
+                )
+            ]
+        )
+        with store.transaction() as tx:
+            tx.clear_findings()
+        assert store.table_mark("findings") == ((0, 0),)
+        assert store.table_mark("events") == mark
+
+
+def test_jobs_are_read_again_when_another_writer_changed_them(tmp_path):
+    with Store(tmp_path / "s") as reader, Store(tmp_path / "s") as writer:
+        writer.add([_job("1")])
+        assert [(j.id, j.state) for j in reader.jobs()] == [("1", "RUNNING")]
+        kept = reader.jobs()
+        kept.append(_job("intruder"))  # the caller's list: the store's copy is not touched
+        writer.add([_job("1", state="COMPLETED"), _job("2")])
+        assert [(j.id, j.state) for j in reader.jobs()] == [("1", "COMPLETED"), ("2", "RUNNING")]
+        assert [j.id for j in reader.jobs(on_nodes=["node1"])] == ["1", "2"]
