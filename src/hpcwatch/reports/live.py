@@ -53,6 +53,7 @@ __all__ = [
     "CHECKPOINT_RECENT_S",
     "STRAGGLER_RECENT_STEPS",
     "DataSeen",
+    "SeenSoFar",
     "data_seen",
     "COLLECTOR_PREFIXES",
     "live_snapshot",
@@ -483,24 +484,44 @@ class DataSeen:
 
 def data_seen(store: Store, samples: LiveSamples | None = None, *, weights_path: str | None = None) -> DataSeen:
     """What the store (and ``samples``' backend, when it is a Prometheus) ever held. A full scan of the
-    tables' key columns: the web refreshes it every ``PROBLEMS_INTERVAL_S``, not every snapshot."""
-    prefixes, kinds, spans, jobs = queries.data_seen(store)
-    if samples is not None and not isinstance(samples, StoreSamples):
-        prefixes |= samples.prefixes_seen(COLLECTOR_PREFIXES)
-    reads = (
-        0
-        if weights_path is None
-        else queries.file_hook_activity(
-            store, since=float("-inf"), hooks=WEIGHT_HOOKS, path_prefix=weights_path.rstrip("/") + "/"
-        )[0]
-    )
-    return DataSeen(
-        prefixes=frozenset(prefixes),
-        event_kinds=frozenset(kinds),
-        spans=spans > 0,
-        jobs=jobs > 0,
-        weights_reads=reads > 0,
-    )
+    tables' key columns; a caller that asks again and again keeps a ``SeenSoFar``."""
+    return SeenSoFar(weights_path=weights_path)(store, samples)
+
+
+class SeenSoFar:
+    """``data_seen``, kept: each call reads only the rows committed since the previous one (what a store ever
+    held only grows), where ``data_seen`` scans every row's metric each time: at 1,024 nodes the live page's
+    refresh of it grew with the store's age. A Prometheus backend's prefixes are asked whole each time."""
+
+    def __init__(self, *, weights_path: str | None = None) -> None:
+        self._hooks = (WEIGHT_HOOKS, weights_path.rstrip("/") + "/") if weights_path is not None else ((), "")
+        self._version = 0
+        self._prefixes: set[str] = set()
+        self._kinds: set[str] = set()
+        self._spans = self._jobs = self._reads = False
+
+    def __call__(self, store: Store, samples: LiveSamples | None = None) -> DataSeen:
+        hooks, path_prefix = self._hooks
+        self._version, (prefixes, kinds, spans, jobs, reads) = queries.data_seen_since(
+            store, self._version, hooks=hooks, path_prefix=path_prefix
+        )
+        self._prefixes |= prefixes
+        self._kinds |= kinds
+        self._spans, self._jobs, self._reads = (
+            self._spans or spans > 0,
+            self._jobs or jobs > 0,
+            self._reads or reads > 0,
+        )
+        seen_prefixes = set(self._prefixes)
+        if samples is not None and not isinstance(samples, StoreSamples):
+            seen_prefixes |= samples.prefixes_seen(COLLECTOR_PREFIXES)
+        return DataSeen(
+            prefixes=frozenset(seen_prefixes),
+            event_kinds=frozenset(self._kinds),
+            spans=self._spans,
+            jobs=self._jobs,
+            weights_reads=self._reads,
+        )
 
 
 def _state(c: Collector, arriving: bool, seen: DataSeen) -> str:

@@ -67,6 +67,8 @@ __all__ = [
     "step_walls",
     "sample_job_ids",
     "data_seen",
+    "data_seen_since",
+    "SeenRows",
     "job_window_samples",
     "notice_keys",
     "pending_notices",
@@ -282,10 +284,35 @@ def job_window_samples(
 def data_seen(store: Store) -> tuple[set[str], set[str], int, int]:
     """What the store ever held: ``(metric prefixes up to the first underscore, event kinds, span rows, job
     rows)``; tells a collector that fell silent from one that was never configured."""
-    prefixes = {p for (p,) in store.query("SELECT DISTINCT split_part(metric, '_', 1) FROM samples")}
-    kinds = {k for (k,) in store.query("SELECT DISTINCT kind FROM events")}
-    ((spans, jobs),) = store.query("SELECT (SELECT count(*) FROM spans), (SELECT count(*) FROM jobs)")
+    _, (prefixes, kinds, spans, jobs, _) = data_seen_since(store, 0)
     return prefixes, kinds, spans, jobs
+
+
+#: What ``data_seen_since`` found: (metric prefixes, event kinds, span rows, job rows, weight file hooks).
+SeenRows = tuple[set[str], set[str], int, int, int]
+
+
+def data_seen_since(
+    store: Store, since_version: int, *, hooks: Sequence[str] = (), path_prefix: str = ""
+) -> tuple[int, SeenRows]:
+    """``data_seen`` of the rows committed after ``since_version`` (0: all), with the Tetragon events of
+    ``hooks`` on a path under ``path_prefix`` counted too (none without hooks), and the version read at: a
+    reader that keeps what it saw reads each row once (``reports.live.SeenSoFar``)."""
+    weights = (
+        f"(SELECT count(*) FROM events WHERE kind = 'tetragon' "
+        f"AND json_extract_string(attrs, '$.function_name') IN ({_marks(hooks)}) "
+        f"AND starts_with(json_extract_string(attrs, '$.path'), ?))"
+        if hooks
+        else "0"
+    )
+    version, rows = store.query_since(
+        since_version,
+        "SELECT (SELECT list(DISTINCT split_part(metric, '_', 1)) FROM samples), "
+        f"(SELECT list(DISTINCT kind) FROM events), (SELECT count(*) FROM spans), (SELECT count(*) FROM jobs), {weights}",
+        [*hooks, path_prefix] if hooks else [],
+    )
+    ((prefixes, kinds, spans, jobs, reads),) = rows
+    return version, (set(prefixes or ()), set(kinds or ()), spans, jobs, reads)
 
 
 # -- jobs, tables --------------------------------------------------------------------------------

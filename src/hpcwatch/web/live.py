@@ -29,8 +29,8 @@ from hpcwatch.reports.live import (
     RECENT_S,
     Collector,
     DataSeen,
+    SeenSoFar,
     apply_states,
-    data_seen,
     live_snapshot,
     problems,
     state_inputs,
@@ -191,6 +191,7 @@ class LiveView:
         self._seen: DataSeen | None = None
         self._seen_at: float | None = None
         self._nccl: tuple[Any, list[dict[str, Any]]] | None = None
+        self._seen_so_far = SeenSoFar(weights_path=cluster.weights.path)
 
     def snapshot(self) -> dict[str, Any]:
         return self._current()[0]
@@ -284,9 +285,9 @@ class LiveView:
         return self._judge.current(now, training["job"] if training else None)
 
     def _current_seen(self) -> DataSeen:
-        """What the sources ever held, refreshed with the problems (a scan of the key columns)."""
+        """What the sources ever held, refreshed with the problems (from the rows committed since)."""
         if self._seen is None or _due(self._seen_at):
-            self._seen = data_seen(self.store, self.samples, weights_path=self.cluster.weights.path)
+            self._seen = self._seen_so_far(self.store, self.samples)
             self._seen_at = time.monotonic()
         return self._seen
 
