@@ -65,6 +65,13 @@ DEFAULT_PORT = 8000
     help="Simulated seconds per real second (e.g. 20: see a node reboot in 10 s).",
 )
 @click.option(
+    "--scrape-s",
+    type=click.FloatRange(min=0.0, min_open=True),
+    default=None,
+    help="Simulated seconds between two scrapes of a node's exporters, the nodes in turn (default: every "
+    "second up to 128 nodes, one second more per 128 nodes: 8 s at 1,024).",
+)
+@click.option(
     "--scan-every",
     type=click.FloatRange(min=0.0),
     default=10.0,
@@ -94,6 +101,7 @@ def demo(
     nodes: int | None,
     seed: int,
     speed: float,
+    scrape_s: float | None,
     scan_every: float,
     scan_window: float,
     no_act: bool,
@@ -114,7 +122,9 @@ def demo(
     step_jobs = seed_step_player(store, cluster, seed=seed)
     # The scenarios' host captures (smartctl, df, dmesg...) reach the store through the readers, as an agent's do.
     host_files = functools.partial(ingest_folder, store)
-    runner = start_live_twin(store, cluster, seed=seed, scenarios=scenario, speed=speed, host_files=host_files)
+    runner = start_live_twin(
+        store, cluster, seed=seed, scenarios=scenario, speed=speed, host_files=host_files, scrape_s=scrape_s
+    )
     scanner = Scanner(store, every_s=scan_every, window_s=scan_window or None) if scan_every > 0 else None
     if scanner is not None:
         scanner.start()

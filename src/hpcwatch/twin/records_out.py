@@ -142,20 +142,38 @@ class TwinOutputs:
             out.append({**labels, "hpc_job": jobs[j].id} if j >= 0 else labels)
         return out
 
-    def sample_table(self) -> pa.Table:
+    def sample_table(self, *, scrape: tuple[int, int] = (0, 1)) -> pa.Table:
         """``samples()`` as one table with the store's columns (``hpcwatch.store.SAMPLE_SCHEMA``): the fast
         way to put a tick of a large cluster into a Store (``Store.add_sample_table``). Built by column, a
         block of rows sharing labels at a time (a GPU's fields, a port's counters), with the same rows in the
-        same order as ``samples()``: at 1,024 nodes a tick is about 170,000 samples, too many for one object each."""
+        same order as ``samples()``: at 1,024 nodes a tick is about 170,000 samples, too many for one object each.
+
+        ``scrape`` ``(k, n)``: only the rows of the k-th of n scrape groups, as a Prometheus that scrapes its
+        targets in turn over its interval writes them: a node's GPUs and ports are in group ``node index % n``
+        (its dcgm-exporter and node-exporter), a Lustre target's job stats in ``OST index % n``."""
         from hpcwatch.schemas import SAMPLE_SCHEMA
         from hpcwatch.twin.exposition import ib_block, lustre_block
 
         blocks = [self._dcgm_block(), ib_block(self._as_twin), lustre_block(self._as_twin)]
+        k, n = scrape
+        if n > 1:
+            blocks = [_rows_where(block, self._scrape_groups(block) % n == k) for block in blocks]
         parts = [_block_columns(block, self.now) for block in blocks]
         return pa.table(
             {name: pa.concat_arrays([part[name] for part in parts]) for name in SAMPLE_SCHEMA.names},
             schema=SAMPLE_SCHEMA,
         )
+
+    def _scrape_groups(self, block: Any) -> np.ndarray:
+        """Each row's scrape target as a number: its node's index, or for a job-stats row its OST's."""
+        from hpcwatch.twin.exposition import lustre_target
+
+        nodes = {name: i for i, name in enumerate(self.node_names)}
+        if block.labels and "target" in block.labels[0]:
+            storage = self._as_twin.cluster.storage
+            osts = {lustre_target(storage.name, ost): ost for ost in range(storage.osts)}
+            return np.array([osts.get(lab["target"], 0) for lab in block.labels], dtype=np.int64)
+        return np.array([nodes[key[0]] for key in block.keys], dtype=np.int64)
 
     def _dcgm_block(self) -> Any:
         """The GPUs dcgm-exporter exports (a lost one writes no rows), a row each, a column per DCGM field."""
@@ -185,6 +203,16 @@ class TwinOutputs:
             "seed": self.seed,
             "scenarios": [s.name for s in self.scenarios],
         }
+
+
+def _rows_where(block: Any, keep: np.ndarray) -> Any:
+    """The block's rows where ``keep`` is true."""
+    from hpcwatch.twin.exposition import SampleBlock
+
+    rows = keep.nonzero()[0].tolist()
+    return SampleBlock(
+        block.metrics, block.values[keep], [block.labels[r] for r in rows], [block.keys[r] for r in rows]
+    )
 
 
 def _block_columns(block: Any, now: float) -> dict[str, pa.Array]:

@@ -93,13 +93,29 @@ def seed_step_player(store: Store, cluster: Cluster, *, seed: int = 0) -> dict[s
 
 
 def start_live_twin(
-    store: Store, cluster: Cluster, *, seed: int, scenarios: Sequence[str], speed: float = 1.0, host_files: Any = None
+    store: Store,
+    cluster: Cluster,
+    *,
+    seed: int,
+    scenarios: Sequence[str],
+    speed: float = 1.0,
+    host_files: Any = None,
+    scrape_s: float | None = None,
 ) -> LiveTwin:
     """The twin writing into ``store`` once per tick, in a background thread (hpcwatch.twin.live); ``host_files``
-    feeds its scenarios' host captures (twin.livefiles.FolderIngest: ``ingest.ingest_folder`` over ``store``)."""
+    feeds its scenarios' host captures (twin.livefiles.FolderIngest: ``ingest.ingest_folder`` over ``store``);
+    ``scrape_s``: each node's exporters are scraped this often (None: twin.live.scrape_interval_s)."""
     from hpcwatch.twin.live import LiveTwin
 
-    runner = LiveTwin(store, cluster, seed=seed, scenarios=tuple(scenarios), speed=speed, host_files=host_files)
+    runner = LiveTwin(
+        store,
+        cluster,
+        seed=seed,
+        scenarios=tuple(scenarios),
+        speed=speed,
+        host_files=host_files,
+        scrape_s=scrape_s,
+    )
     runner.start()
     return runner
 
