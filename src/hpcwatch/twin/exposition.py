@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import re
 import weakref
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Container, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -705,24 +705,27 @@ _IB_COLUMNS = np.array([_COL[counter] for _, _, counter, _ in NODE_EXPORTER_IB.v
 _IB_MULTS = np.array([mult for _, _, _, mult in NODE_EXPORTER_IB.values()], dtype=np.int64)
 
 
-def ib_block(twin: Twin) -> SampleBlock:
-    """``ib_samples`` by column: a row per port, a column per node-exporter metric."""
+def ib_block(twin: Twin, *, nodes: Container[str] | None = None) -> SampleBlock:
+    """``ib_samples`` by column: a row per port (of ``nodes``, or every node), a column per node-exporter metric."""
+    rows = [p for p, (node, _) in enumerate(twin.ports) if nodes is None or node in nodes]
     labels = [
         {"device": hca_device(hca), "port": "1", "instance": f"{node}:{NODE_EXPORTER_PORT}", "node": node}
-        for node, hca in twin.ports
+        for node, hca in (twin.ports[p] for p in rows)
     ]
     metrics = tuple(NODE_EXPORTER_IB)
-    values = twin.ib[:, _IB_COLUMNS] * _IB_MULTS
+    values = (twin.ib if nodes is None else twin.ib[rows])[:, _IB_COLUMNS] * _IB_MULTS
     return SampleBlock(metrics, values, labels, _keys_of_rows(labels, metrics))
 
 
-def lustre_block(twin: Twin) -> SampleBlock:
-    """``lustre_samples`` by column: a row per (job, OST), the read and write bytes as columns."""
+def lustre_block(twin: Twin, *, osts: Sequence[int] | None = None) -> SampleBlock:
+    """``lustre_samples`` by column: a row per (job, OST) (of ``osts``, or every OST), the read and write
+    bytes as columns."""
     name = twin.cluster.storage.name
     labels, values = [], []
     for job_id, c in twin.lustre_counters().items():
-        labels += [{"jobid": job_id, "target": lustre_target(name, ost)} for ost in range(c.shape[0])]
-        values.append(c[:, [0, 2]])
+        kept = range(c.shape[0]) if osts is None else [o for o in osts if o < c.shape[0]]
+        labels += [{"jobid": job_id, "target": lustre_target(name, ost)} for ost in kept]
+        values.append(c[list(kept)][:, [0, 2]])
     metrics = (vocab.LUSTRE_JOB_READ_BYTES_TOTAL, vocab.LUSTRE_JOB_WRITE_BYTES_TOTAL)
     grid = np.concatenate(values).astype(np.float64) if values else np.empty((0, 2))
     return SampleBlock(metrics, grid, labels, _keys_of_rows(labels, metrics))

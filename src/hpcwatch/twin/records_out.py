@@ -134,11 +134,14 @@ class TwinOutputs:
         yield from ib_samples(self._as_twin)
         yield from lustre_samples(self._as_twin)
 
-    def labels_of_all(self) -> list[dict[str, str]]:
+    def labels_of_all(self, gpus: np.ndarray | None = None) -> list[dict[str, str]]:
+        """dcgm-exporter's labels of every GPU (or of the GPUs at these indexes), with its job's ``hpc_job``."""
         out = []
         jobs = self.scheduler.jobs
-        for g, j in enumerate(self._label_job.tolist()):
-            labels = self.gpu_labels[g]
+        indexes = range(self.n_gpus) if gpus is None else gpus.tolist()
+        label_job = self._label_job.tolist()
+        for g in indexes:
+            labels, j = self.gpu_labels[g], label_job[g]
             out.append({**labels, "hpc_job": jobs[j].id} if j >= 0 else labels)
         return out
 
@@ -154,35 +157,29 @@ class TwinOutputs:
         from hpcwatch.schemas import SAMPLE_SCHEMA
         from hpcwatch.twin.exposition import ib_block, lustre_block
 
-        blocks = [self._dcgm_block(), ib_block(self._as_twin), lustre_block(self._as_twin)]
         k, n = scrape
-        if n > 1:
-            blocks = [_rows_where(block, self._scrape_groups(block) % n == k) for block in blocks]
+        nodes = None if n == 1 else set(self.node_names[k::n])
+        osts = None if n == 1 else range(k, self._as_twin.cluster.storage.osts, n)
+        blocks = [
+            self._dcgm_block(None if nodes is None else self._gpu_node % n == k),
+            ib_block(self._as_twin, nodes=nodes),
+            lustre_block(self._as_twin, osts=osts),
+        ]
         parts = [_block_columns(block, self.now) for block in blocks]
         return pa.table(
             {name: pa.concat_arrays([part[name] for part in parts]) for name in SAMPLE_SCHEMA.names},
             schema=SAMPLE_SCHEMA,
         )
 
-    def _scrape_groups(self, block: Any) -> np.ndarray:
-        """Each row's scrape target as a number: its node's index, or for a job-stats row its OST's."""
-        from hpcwatch.twin.exposition import lustre_target
-
-        nodes = {name: i for i, name in enumerate(self.node_names)}
-        if block.labels and "target" in block.labels[0]:
-            storage = self._as_twin.cluster.storage
-            osts = {lustre_target(storage.name, ost): ost for ost in range(storage.osts)}
-            return np.array([osts.get(lab["target"], 0) for lab in block.labels], dtype=np.int64)
-        return np.array([nodes[key[0]] for key in block.keys], dtype=np.int64)
-
-    def _dcgm_block(self) -> Any:
-        """The GPUs dcgm-exporter exports (a lost one writes no rows), a row each, a column per DCGM field."""
+    def _dcgm_block(self, scraped: np.ndarray | None = None) -> Any:
+        """The GPUs dcgm-exporter exports (a lost one writes no rows), a row each, a column per DCGM field;
+        ``scraped``: a mask of the GPUs whose exporter is scraped now (None: all)."""
         from hpcwatch.twin.exposition import SampleBlock
 
-        labels, fields = self.labels_of_all(), self.fields
-        if self.absent.any():
-            present = ~self.absent
-            labels = [lab for lab, keep in zip(labels, present.tolist()) if keep]
+        present = ~self.absent if scraped is None else scraped & ~self.absent
+        rows = present.nonzero()[0]
+        labels, fields = self.labels_of_all(rows), self.fields
+        if len(rows) < len(present):
             fields = fields[present]
         keys = [(lab["Hostname"], lab["gpu"], lab.get("hpc_job")) for lab in labels]
         return SampleBlock(tuple(DCGM_FIELDS), fields, labels, keys)
@@ -203,16 +200,6 @@ class TwinOutputs:
             "seed": self.seed,
             "scenarios": [s.name for s in self.scenarios],
         }
-
-
-def _rows_where(block: Any, keep: np.ndarray) -> Any:
-    """The block's rows where ``keep`` is true."""
-    from hpcwatch.twin.exposition import SampleBlock
-
-    rows = keep.nonzero()[0].tolist()
-    return SampleBlock(
-        block.metrics, block.values[keep], [block.labels[r] for r in rows], [block.keys[r] for r in rows]
-    )
 
 
 def _block_columns(block: Any, now: float) -> dict[str, pa.Array]:
