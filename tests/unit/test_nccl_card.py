@@ -7,7 +7,7 @@ from pathlib import Path
 from fastapi.testclient import TestClient
 
 from hpcwatch.model.cluster import reference_cluster
-from hpcwatch.records import Job
+from hpcwatch.records import Event, Job
 from hpcwatch.reports.nccl import nccl_card
 from hpcwatch.sources.nccl_log import parse_nccl_log
 from hpcwatch.store import Store
@@ -86,3 +86,9 @@ def test_the_live_page_reads_the_card_again_when_nccl_events_arrive_and_keeps_it
         store.add(events)
         assert [entry["job"] for entry in view.snapshot()["nccl"]] == ["77"]
         assert len(calls) == 2
+        store.add([Event(kind="tetragon", t=1001.0, source="node1", attrs={})])  # not an NCCL event: kept
+        view.snapshot()
+        assert len(calls) == 2
+        store.add([Job(id="78", user="u", nodes=hosts, gpus=1, start=950.0, end=None, state="RUNNING")])
+        view.snapshot()
+        assert len(calls) == 3

@@ -67,6 +67,7 @@ __all__ = [
     "step_walls",
     "sample_job_ids",
     "data_seen",
+    "events_mark",
     "data_seen_since",
     "SeenRows",
     "job_window_samples",
@@ -212,6 +213,13 @@ def metric_activity(store: Store, *, since: float) -> list[tuple[str, int, float
 
 
 # -- events --------------------------------------------------------------------------------------
+
+
+def events_mark(store: Store, kinds: Sequence[str]) -> tuple[int, float | None]:
+    """``(count, newest t)`` of the events of ``kinds``: it moves when one is added (events are never
+    replaced), so a result computed from them alone is kept while it stays (the live page's NCCL card)."""
+    ((n, t),) = store.query(f"SELECT count(*), max(t) FROM events WHERE kind IN ({_marks(kinds)})", list(kinds))
+    return n, t
 
 
 def event_activity(store: Store, *, since: float) -> list[tuple[str, int, float]]:

@@ -36,9 +36,9 @@ from hpcwatch.reports.live import (
     state_inputs,
 )
 from hpcwatch.reports.livesamples import LiveSamples, StoreSamples
-from hpcwatch.reports.nccl import nccl_card
+from hpcwatch.reports.nccl import NCCL_LOG_KINDS, nccl_card
 from hpcwatch.reports.triage import alert_groups
-from hpcwatch.store import Store
+from hpcwatch.store import Store, queries
 from hpcwatch.web.i18n import LANGUAGES, finding_text
 from hpcwatch.web.livedelta import delta, stream_doc
 
@@ -292,8 +292,9 @@ class LiveView:
         return self._seen
 
     def _current_nccl(self) -> list[dict[str, Any]]:
-        """The NCCL card, read again only when the events or the jobs changed (it reads every NCCL event)."""
-        mark = self.store.table_mark("events", "jobs")
+        """The NCCL card, read again only when NCCL events came or the jobs changed (it reads every NCCL event;
+        other events come every tick)."""
+        mark = (queries.events_mark(self.store, NCCL_LOG_KINDS), self.store.table_mark("jobs"))
         if self._nccl is None or self._nccl[0] != mark:
             self._nccl = (mark, nccl_card(self.store))
         return self._nccl[1]
