@@ -14,8 +14,11 @@ from hpcwatch.analysis.stragglers import (
     EVIDENCE_GPU_COMPUTE,
     EVIDENCE_HOST,
     EVIDENCE_LATE_ARRIVAL,
+    WORK_PHASES,
     StragglerConfig,
+    _ratio,
     find_stragglers,
+    modified_z,
 )
 from hpcwatch.errors import ConfigError
 from hpcwatch.reports.steps import reduced_report, steps_document
@@ -137,3 +140,41 @@ def test_a_step_with_no_gpu_work_on_record_warns_nobody():
     )
     assert done.returncode == 0, done.stderr
     assert "RuntimeWarning" not in done.stderr and "All-NaN" not in done.stderr
+
+
+def _per_rank_definition(anatomy):
+    """Each rank's score fields as the definition reads them: every reduction made for that rank alone."""
+    cfg = StragglerConfig()
+    work = anatomy.matrix("work")
+    med_work = np.nanmedian(work, axis=1)
+    out = []
+    for i, rank in enumerate(anatomy.ranks):
+        med_phase = {p: np.nanmedian(anatomy.matrix(p), axis=1) for p in WORK_PHASES}
+        fields = {
+            "rank": rank,
+            "work_s": float(med_work[i]),
+            "score": _ratio(float(np.nanmin(med_work)), float(med_work[i])),
+            "individual_score": _ratio(float(np.nanmin(work[i])), float(med_work[i])),
+            "phase_scores": {p: _ratio(float(np.nanmin(med_phase[p])), float(med_phase[p][i])) for p in WORK_PHASES},
+            "z": float(np.nanmedian(modified_z(work, mad_floor=cfg.mad_floor, axis=0)[i])),
+        }
+        if anatomy.has_gpu:
+            med_gpu = np.nanmedian(anatomy.matrix("gpu_compute_s"), axis=1)
+            fields["gpu_score"] = _ratio(float(np.nanmin(med_gpu)), float(med_gpu[i]))
+            fields["gpu_compute_s"] = float(med_gpu[i])
+        out.append(fields)
+    return out
+
+
+@pytest.mark.parametrize("run", ["slow20ms", "slow5ms"])
+def test_the_rank_scores_reduced_by_axis_are_the_per_rank_definition_on_the_real_h200_traces(run):
+    anatomy = anatomy_from_traces(
+        [read_kineto(p) for p in sorted((KINETO / "h200_gloo4_gpu_straggler" / run).iterdir())]
+    )
+    report = find_stragglers(anatomy)
+    got = [
+        {key: getattr(r, key) for key in ("rank", "work_s", "score", "individual_score", "phase_scores", "z")}
+        | {"gpu_score": r.gpu_score, "gpu_compute_s": r.gpu_compute_s}
+        for r in report.ranks
+    ]
+    assert got == _per_rank_definition(anatomy)

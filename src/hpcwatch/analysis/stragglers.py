@@ -373,43 +373,52 @@ def _rank_scores(
     phases: Mapping[str, np.ndarray],
     gpu: _Gpu | None,
 ) -> list[RankScore]:
+    # Every reduction over the ranks or over a rank's steps is made once, by axis, not once a rank: a
+    # 1,536-rank job's page spent most of its steps' report here.
     med_work = np.nanmedian(work, axis=1)
     best_rank = float(np.nanmin(med_work)) if len(med_work) else 0.0
-    step_s = np.nanmedian(anatomy.matrix("step"), axis=1)
+    best_own = np.nanmin(work, axis=1).tolist() if work.size else [float("nan")] * len(anatomy.ranks)
+    step_s = np.nanmedian(anatomy.matrix("step"), axis=1).tolist()
     med_phase = {p: np.nanmedian(m, axis=1) for p, m in phases.items()}
-    med_gpu = np.nanmedian(gpu.compute, axis=1) if gpu is not None else None
+    best_phase = {p: float(np.nanmin(med_phase[p])) for p in WORK_PHASES}
+    phase_rows = {p: med_phase[p].tolist() for p in PHASES}
+    z_rows, outliers = np.nanmedian(z, axis=1).tolist(), outlier.sum(axis=1).tolist()
+    gpu_rows = _gpu_rows(gpu) if gpu is not None else None
     out = []
     for i, rank in enumerate(anatomy.ranks):
         node, gpu_index = anatomy.placement.get(rank, (None, None))
-        extra = (
-            {}
-            if gpu is None or med_gpu is None  # None together
-            else {
-                "gpu_compute_s": float(med_gpu[i]),
-                "gpu_score": _ratio(float(np.nanmin(med_gpu)), float(med_gpu[i])),
-                "gpu_individual_score": _ratio(float(np.nanmin(gpu.compute[i])), float(med_gpu[i])),
-                "gpu_z": float(np.nanmedian(gpu.z[i])),
-                "late_s": float(np.nanmedian(gpu.late[i])),
-                "last_fraction": float(gpu.last_fraction[i]),
-            }
-        )
+        work_s = float(med_work[i])
         out.append(
             RankScore(
                 rank=rank,
                 node=node,
                 gpu=gpu_index,
-                phases={p: float(med_phase[p][i]) for p in PHASES},
-                work_s=float(med_work[i]),
-                step_s=float(step_s[i]),
-                score=_ratio(best_rank, float(med_work[i])),
-                individual_score=_ratio(float(np.nanmin(work[i])), float(med_work[i])),
-                phase_scores={p: _ratio(float(np.nanmin(med_phase[p])), float(med_phase[p][i])) for p in WORK_PHASES},
-                z=float(np.nanmedian(z[i])),
-                outlier_steps=int(outlier[i].sum()),
-                **extra,
+                phases={p: phase_rows[p][i] for p in PHASES},
+                work_s=work_s,
+                step_s=step_s[i],
+                score=_ratio(best_rank, work_s),
+                individual_score=_ratio(best_own[i], work_s),
+                phase_scores={p: _ratio(best_phase[p], phase_rows[p][i]) for p in WORK_PHASES},
+                z=z_rows[i],
+                outlier_steps=int(outliers[i]),
+                **({} if gpu_rows is None else {key: column[i] for key, column in gpu_rows.items()}),
             )
         )
     return out
+
+
+def _gpu_rows(gpu: _Gpu) -> dict[str, list[float]]:
+    """Each rank's GPU-clock figures of ``RankScore``, a list per field (rank order)."""
+    med = np.nanmedian(gpu.compute, axis=1)
+    best = float(np.nanmin(med))
+    return {
+        "gpu_compute_s": med.tolist(),
+        "gpu_score": [_ratio(best, m) for m in med.tolist()],
+        "gpu_individual_score": [_ratio(lo, m) for lo, m in zip(np.nanmin(gpu.compute, axis=1).tolist(), med.tolist())],
+        "gpu_z": np.nanmedian(gpu.z, axis=1).tolist(),
+        "late_s": np.nanmedian(gpu.late, axis=1).tolist(),
+        "last_fraction": [float(x) for x in np.asarray(gpu.last_fraction).tolist()],
+    }
 
 
 def _excess_by_phase(anatomy: Anatomy, i: int, others: list[int], name: str) -> dict[str, float]:
