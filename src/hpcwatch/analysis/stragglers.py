@@ -381,7 +381,7 @@ def _rank_scores(
     step_s = np.nanmedian(anatomy.matrix("step"), axis=1).tolist()
     med_phase = {p: np.nanmedian(m, axis=1) for p, m in phases.items()}
     best_phase = {p: float(np.nanmin(med_phase[p])) for p in WORK_PHASES}
-    phase_rows = {p: med_phase[p].tolist() for p in PHASES}
+    phase_rows: dict[str, list[float]] = {p: med_phase[p].tolist() for p in PHASES}
     z_rows, outliers = np.nanmedian(z, axis=1).tolist(), outlier.sum(axis=1).tolist()
     gpu_rows = _gpu_rows(gpu) if gpu is not None else None
     out = []

@@ -46,6 +46,7 @@ class TwinOutputs:
     fields: np.ndarray
     absent: np.ndarray
     _gpu_flat: dict[tuple[str, int], int]
+    _gpu_node: np.ndarray
     _label_job: np.ndarray
     _events: list[Event]
 
