@@ -80,6 +80,7 @@ SHARED_FIXTURE_GROUPS = {
     "big_server": "demo-128",
     "triage_server": "demo-128",
     "scraped": "demo-128",
+    "huge_server": "demo-128",  # the 1,024-node demo, after or before them, never beside
 }
 
 

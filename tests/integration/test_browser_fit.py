@@ -421,8 +421,9 @@ def test_axe_finds_no_serious_violation_with_problems_listed(problem_page):
 # -- issue 27: live at scale (deltas), the phone ------------------------------------------------------------
 
 # Every GPU tile's number against the page's merged snapshot: what the deltas built is what the tiles say.
-#: The GPU numbers on screen that differ from the page's snapshot. At 1,024 nodes a tile off screen is written
-#: only when it scrolls in (tiles.js): those are not read here (``ON_SCREEN_JS`` says which are on screen).
+#: The GPU tiles on screen that differ from the page's snapshot: a drawn GPU's number, an aggregate cell's level
+#: (its colour: high, mid, low, none). At 64 nodes and more a tile off screen is written only when it scrolls in
+#: (tiles.js), so only tiles on screen are read; a page with none on screen says so.
 TILES_MATCH_SNAPSHOT_JS = """() => {
   const gpus = window.hpcwatch.state.snapshot.gpus || {};
   const wrap = document.getElementById("schematic-wrap").getBoundingClientRect();
@@ -431,16 +432,41 @@ TILES_MATCH_SNAPSHOT_JS = """() => {
     return r.bottom > Math.max(0, wrap.top) && r.top < Math.min(innerHeight, wrap.bottom)
       && r.right > Math.max(0, wrap.left) && r.left < Math.min(innerWidth, wrap.right);
   };
+  const level = (u) => (u === undefined || u === null ? "none" : u >= 70 ? "high" : u >= 20 ? "mid" : "low");
   const wrong = [];
-  for (const el of document.querySelectorAll("[data-live^='util:']")) {
-    if (!onScreen(el)) continue;
-    const id = el.dataset.live.slice(5);
-    if (document.querySelector(`[data-gpu='${id}']`)?.dataset.state) continue;  // lost/drained: words, no number
+  let read = 0;
+  for (const cell of document.querySelectorAll("[data-gpu]")) {
+    if (!onScreen(cell) || cell.dataset.state) continue;  // lost/drained: words, no number
+    read += 1;
+    const id = cell.dataset.gpu;
     const util = gpus[id]?.util_pct;
-    const shown = el.textContent.replace(/[^0-9]/g, "");
+    if ((cell.dataset.level || "none") !== level(util)) wrong.push([id, cell.dataset.level, util]);
+    const text = document.querySelector(`[data-live='util:${CSS.escape(id)}']`);
+    if (!text) continue;
+    const shown = text.textContent.replace(/[^0-9]/g, "");
     if (shown !== (util === undefined || util === null ? "" : String(Math.round(util)))) wrong.push([id, shown, util]);
   }
-  return wrong;
+  // An aggregate tile's sum ("97 % · 5.6 kW") follows its GPUs' newest power, which moves at every scrape.
+  for (const sum of document.querySelectorAll("[data-live^='sum:']")) {
+    if (!onScreen(sum)) continue;
+    const node = sum.dataset.live.slice(4);
+    const mine = Object.entries(gpus).filter(([id]) => id.startsWith(`${node}/`)).map(([, g]) => g);
+    if (!mine.length) continue;
+    const mean = mine.reduce((a, g) => a + (g.util_pct ?? 0), 0) / mine.length;
+    const kw = mine.reduce((a, g) => a + (g.power_w ?? 0), 0) / 1000;
+    const want = `${Math.round(mean)} % · ${kw.toFixed(1)} kW`;
+    if (!sum.textContent.endsWith(want)) wrong.push([node, sum.textContent, want]);
+  }
+  return read ? wrong : [["no GPU tile on screen"]];
+}"""
+
+
+#: ``CHECK`` (a function) run three frames later: a tile scrolled in is written by the page's
+#: IntersectionObserver, whose callback comes after the next frame's layout; no tick is waited for.
+AFTER_FRAMES_JS = """async () => {
+  const frame = () => new Promise((done) => requestAnimationFrame(() => done()));
+  await frame(); await frame(); await frame();
+  return (CHECK)();
 }"""
 
 
@@ -470,7 +496,7 @@ def test_the_stream_sends_deltas_and_the_tiles_follow_them_at_128_nodes(browser,
         # The last node's tile, off screen while the deltas came, shows the newest numbers once scrolled in.
         last = pg.locator(".tile g[data-node]").last
         last.scroll_into_view_if_needed()
-        _wait_page(pg, f"() => ({TILES_MATCH_SNAPSHOT_JS})().length === 0", 30_000)
+        assert pg.evaluate(AFTER_FRAMES_JS.replace("CHECK", TILES_MATCH_SNAPSHOT_JS)) == []
         assert not pg.errors, pg.errors
     finally:
         context.close()
