@@ -450,11 +450,13 @@ TILES_MATCH_SNAPSHOT_JS = """() => {
   for (const sum of document.querySelectorAll("[data-live^='sum:']")) {
     if (!onScreen(sum)) continue;
     const node = sum.dataset.live.slice(4);
-    const mine = Object.entries(gpus).filter(([id]) => id.startsWith(`${node}/`)).map(([, g]) => g);
+    const cells = [...document.querySelectorAll(`[data-gpu^='${CSS.escape(node)}/']`)];   // the page's order
+    const mine = cells.map((cell) => gpus[cell.dataset.gpu]).filter(Boolean);
     if (!mine.length) continue;
     const mean = mine.reduce((a, g) => a + (g.util_pct ?? 0), 0) / mine.length;
     const kw = mine.reduce((a, g) => a + (g.power_w ?? 0), 0) / 1000;
-    const want = `${Math.round(mean)} % · ${kw.toFixed(1)} kW`;
+    const digits = (n) => new Intl.NumberFormat("en-US", { maximumFractionDigits: n, minimumFractionDigits: n });
+    const want = `${digits(0).format(mean)} % · ${digits(1).format(kw)} kW`;   // as util.js fmt rounds
     if (!sum.textContent.endsWith(want)) wrong.push([node, sum.textContent, want]);
   }
   return read ? wrong : [["no GPU tile on screen"]];

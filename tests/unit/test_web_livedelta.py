@@ -35,6 +35,15 @@ def _merge(snap: dict[str, Any], change: dict[str, Any]) -> dict[str, Any]:
                     entry[field] = value
             entries[name] = entry
         merged[key] = entries
+    for key in ("job_gpus",):
+        if key in change:
+            entries = dict(snap.get(key) or {})
+            for name, value in change[key].items():
+                if value is None:
+                    entries.pop(name, None)
+                else:
+                    entries[name] = value
+            merged[key] = entries
     return {k: v for k, v in merged.items() if v is not None}
 
 
@@ -45,6 +54,7 @@ docs = st.fixed_dictionaries(
         "gpus": st.dictionaries(st.sampled_from(["n1/0", "n1/1", "n2/0"]), entries),
         "nodes": st.dictionaries(st.sampled_from(["n1", "n2"]), entries),
         "queue": values,
+        "job_gpus": st.dictionaries(st.sampled_from(["4101", "4102"]), st.lists(st.sampled_from(["n1/0", "n2/0"]))),
     },
     optional={"training": values},
 )
@@ -132,3 +142,12 @@ def test_a_viewer_that_leaves_before_its_thread_ran_hands_the_computation_to_the
     anyio.run(leave_while_waiting_for_a_thread)
     assert live.fresh_stream_frames(0.0) is None  # the next viewer computes (not: the last frames for ever)
     assert live.stream_frames(0.0).version == first.version + 1
+
+
+def test_a_job_that_started_or_ended_is_sent_alone_not_every_jobs_gpus():
+    jobs = {str(j): [f"n{j}/0", f"n{j}/1"] for j in range(500)}
+    old = {"gpus": {}, "nodes": {}, "job_gpus": jobs}
+    new = {"gpus": {}, "nodes": {}, "job_gpus": {**{k: v for k, v in jobs.items() if k != "7"}, "900": ["n7/0"]}}
+    change = delta(old, new)
+    assert change["job_gpus"] == {"7": None, "900": ["n7/0"]} and "job_gpus" not in change["set"]
+    assert _merge(old, change) == new

@@ -159,6 +159,15 @@ function mergeDelta(snap, delta) {
     }
     merged[key] = entries;
   }
+  for (const key of ["job_gpus"]) {   // entries replaced whole (web/livedelta.py BY_ENTRY)
+    if (!delta[key]) continue;
+    const entries = { ...(snap[key] || {}) };
+    for (const [name, value] of Object.entries(delta[key])) {
+      if (value === null) delete entries[name];
+      else entries[name] = value;
+    }
+    merged[key] = entries;
+  }
   for (const [key, value] of Object.entries(delta.set || {})) if (value === null) delete merged[key];
   return merged;
 }
@@ -184,7 +193,7 @@ function applyDelta(delta) {
     return;
   }
   state.version = delta.v;
-  const whole = DRAWING_KEYS.some((key) => key in (delta.set || {}));
+  const whole = DRAWING_KEYS.some((key) => key in (delta.set || {}) || key in delta);
   applySnapshot(mergeDelta(state.snapshot, delta), whole ? null : new Set(Object.keys(delta.gpus || {})));
   state.deltas = (state.deltas || 0) + 1;
 }
