@@ -233,12 +233,19 @@ def file_hook_activity(
     """Tetragon events since ``since`` whose ``function_name`` is one of ``hooks`` on a ``path`` under
     ``path_prefix``: ``(count, newest t)``."""
     ((n, t),) = store.query(
-        f"SELECT count(*), max(t) FROM events WHERE t >= ? AND kind = 'tetragon' "
-        f"AND json_extract_string(attrs, '$.function_name') IN ({_marks(hooks)}) "
-        f"AND starts_with(json_extract_string(attrs, '$.path'), ?)",
+        f"SELECT count(*), max(t) FROM events WHERE t >= ? AND {_file_hooks_where(hooks)}",
         [since, *hooks, path_prefix],
     )
     return n, t
+
+
+def _file_hooks_where(hooks: Sequence[str]) -> str:
+    """The condition on ``events`` of a Tetragon event of one of ``hooks`` on a path under a prefix; its
+    parameters: the hooks, then the prefix."""
+    return (
+        f"kind = 'tetragon' AND json_extract_string(attrs, '$.function_name') IN ({_marks(hooks)}) "
+        f"AND starts_with(json_extract_string(attrs, '$.path'), ?)"
+    )
 
 
 def requeue_counts(store: Store) -> dict[str, int]:
@@ -306,13 +313,7 @@ def data_seen_since(
     """``data_seen`` of the rows committed after ``since_version`` (0: all), with the Tetragon events of
     ``hooks`` on a path under ``path_prefix`` counted too (none without hooks), and the version read at: a
     reader that keeps what it saw reads each row once (``reports.live.SeenSoFar``)."""
-    weights = (
-        f"(SELECT count(*) FROM events WHERE kind = 'tetragon' "
-        f"AND json_extract_string(attrs, '$.function_name') IN ({_marks(hooks)}) "
-        f"AND starts_with(json_extract_string(attrs, '$.path'), ?))"
-        if hooks
-        else "0"
-    )
+    weights = f"(SELECT count(*) FROM events WHERE {_file_hooks_where(hooks)})" if hooks else "0"
     version, rows = store.query_since(
         since_version,
         "SELECT (SELECT list(DISTINCT split_part(metric, '_', 1)) FROM samples), "
