@@ -303,7 +303,8 @@ def test_running_out_of_file_descriptors_stops_the_server_with_one_line():
     for _ in range(8):  # 3 fit; the fourth runs the server out of descriptors
         try:
             clients.append(socket.create_connection(("127.0.0.1", port), timeout=5))
-        except ConnectionRefusedError:  # it stopped and closed its port first (a loaded machine's ordering)
+        except (ConnectionRefusedError, ConnectionResetError):  # it stopped and closed its port first: refused,
+            # or reset while the connection waited in the closed port's backlog (seen on a quiet fresh clone too)
             assert len(clients) > 3, "refused before the server ran out of descriptors"
             break
     out, err = proc.communicate(timeout=30)
