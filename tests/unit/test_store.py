@@ -1,5 +1,6 @@
 """The store: records in, the same records out; a kill -9 mid-ingest leaves a readable store."""
 
+import gc
 import os
 import signal
 import subprocess
@@ -183,6 +184,21 @@ def test_the_in_memory_store_leaves_no_folder_behind():
     assert folder.is_dir() and store.samples().num_rows == 1
     store.close()
     assert not folder.exists()
+
+
+def test_an_in_memory_store_never_closed_leaves_no_folder_behind(tmp_path):
+    """Dropped without a close (a test's store, a command that raised): its folder goes when it is collected,
+    and when the interpreter exits while it is still held. Before, the unit tests alone left 138 folders."""
+    store = Store(":memory:")
+    store.add([_gpu_sample(1.0, 1.0)])
+    folder = store.path
+    del store
+    gc.collect()
+    assert not folder.exists()
+    script = "import sys; from hpcwatch.store import Store; held = Store(':memory:'); print(held.path)"
+    env = {**os.environ, "TMPDIR": str(tmp_path)}
+    out = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, check=True)
+    assert out.stdout.strip().startswith(str(tmp_path)) and not list(tmp_path.iterdir())
 
 
 def test_a_bad_query_is_a_store_error():

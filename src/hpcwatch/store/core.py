@@ -37,6 +37,7 @@ import threading
 import time
 import uuid
 import warnings
+import weakref
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, fields
@@ -495,7 +496,11 @@ class Store:
         self._closed = False
         try:
             self.path = Path(tempfile.mkdtemp(prefix="hpcwatch-store-")) if memory else Path(path)
-            self._temporary = memory
+            # A temporary store's folder goes with it: at close, or when it is collected or the interpreter
+            # exits without a close (a test's store, a command that raised); only a killed process leaves it.
+            self._remove_folder = (
+                weakref.finalize(self, shutil.rmtree, self.path, ignore_errors=True) if memory else None
+            )
             _check_root(self.path)
             self._create()
             self._con = duckdb.connect(":memory:")
@@ -571,8 +576,8 @@ class Store:
                 folder, fd = self._staging
                 shutil.rmtree(folder, ignore_errors=True)
                 os.close(fd)
-            if self._temporary:
-                shutil.rmtree(self.path, ignore_errors=True)
+            if self._remove_folder is not None:
+                self._remove_folder()
 
     def __enter__(self) -> Store:
         return self

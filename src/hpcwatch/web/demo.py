@@ -13,12 +13,14 @@ runs. ``hpcwatch serve`` on an existing store offers every job that has spans.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
+import signal
 import socket
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
@@ -285,4 +287,25 @@ def serve_app(
             server.stop()
 
     threading.Thread(target=watch, name="hpcwatch-serve-watch", daemon=True).start()
-    server.run()
+    with _terminate_by_exception():
+        server.run()
+
+
+@contextlib.contextmanager
+def _terminate_by_exception() -> Iterator[None]:
+    """SIGTERM (systemd, ``kill``, a test's teardown) raised as ``SystemExit(143)`` while the server runs.
+    uvicorn stops gracefully on it, then raises the signal again for its default action, which would end
+    the process at once: the callers' ``finally`` (the twin stopped, the store closed, a demo's temporary
+    store removed) would never run. SIGINT already arrives as ``KeyboardInterrupt``."""
+    if threading.current_thread() is not threading.main_thread():
+        yield  # only the main thread may set handlers, and uvicorn then installs none either
+        return
+
+    def terminate(signum: int, frame: Any) -> None:
+        raise SystemExit(128 + signum)
+
+    previous = signal.signal(signal.SIGTERM, terminate)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
