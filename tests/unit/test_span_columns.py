@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
+import msgspec
 import numpy as np
 import orjson
 import pyarrow.compute as pc
@@ -24,12 +25,12 @@ from hpcwatch.analysis.goodput import (
     steps_from_span_table,
     steps_from_spans,
 )
-from hpcwatch.analysis.steps import anatomy_from_span_table, anatomy_from_spans
+from hpcwatch.analysis.steps import _GPU_CELLS, RankStepGrid, anatomy_from_span_table, anatomy_from_spans
 from hpcwatch.analysis.stragglers import find_stragglers
 from hpcwatch.errors import InputError
 from hpcwatch.ingest import ingest_paths
 from hpcwatch.model import reference_cluster
-from hpcwatch.records import Finding, Span
+from hpcwatch.records import PHASES, Finding, Span
 from hpcwatch.reports.goodput import goodput_report, goodput_with_steps
 from hpcwatch.reports.jobpage import OverviewCache, job_overview
 from hpcwatch.reports.jobs import first_start, job_report, job_samples
@@ -80,6 +81,22 @@ def test_anatomy_of_the_span_columns_is_the_anatomy_of_the_spans(which, request)
         assert new == old  # every rank step, phase sum, wait, and the placement
         assert list(new.placement.items()) == list(old.placement.items())  # in the order ranks were placed
         assert find_stragglers(new) == find_stragglers(old)
+
+
+@pytest.mark.parametrize("which", ["hook_store", "twin_store"])
+def test_the_grid_of_rank_steps_gives_the_matrices_of_its_rank_steps(which, request):
+    """``anatomy_from_span_table`` keeps its rank steps as matrices (``RankStepGrid``); every matrix a report
+    asks of it is the one its ``RankStep`` objects give, to the last bit (NaN where they have None)."""
+    store = request.getfixturevalue(which)
+    for job in _jobs(store):
+        grid = anatomy_from_span_table(queries.job_span_table(store, job))
+        assert isinstance(grid.rank_steps, RankStepGrid)
+        made = msgspec.structs.replace(grid, rank_steps=tuple(grid.rank_steps))
+        asked = [*PHASES, "work", "step", *sorted(_GPU_CELLS), "gpu:backward", "no-such-phase"]
+        for what in asked:
+            np.testing.assert_array_equal(grid.matrix(what), made.matrix(what), err_msg=what, strict=True)
+        assert grid.has_gpu is made.has_gpu is False
+        assert len(grid.rank_steps) == len(made.rank_steps) and grid.rank_steps[-1] == made.rank_steps[-1]
 
 
 def test_the_hook_spans_carry_no_barrier_wait_so_the_columns_align_the_allreduces(hook_store):

@@ -246,7 +246,8 @@ class JobReport:
 
 
 def _column(table: pa.Table, name: str) -> np.ndarray:
-    return np.asarray(table.column(name).to_pylist(), dtype=object)
+    """A text column as Python objects (None where null), converted by Arrow without a list between."""
+    return np.asarray(table.column(name).to_numpy(zero_copy_only=False), dtype=object)
 
 
 def _rows_of(samples: pa.Table, metrics: Sequence[str]) -> pa.Table:
@@ -602,8 +603,17 @@ def _accumulate_dcgm(
 def _cell_sets(cell: np.ndarray, values: np.ndarray, n: int) -> list[set[Any]]:
     """The distinct ``values`` of each cell (few: a source name, a MIG profile)."""
     out: list[set[Any]] = [set() for _ in range(n)]
-    for c, v in set(zip(cell.tolist(), values.tolist())):
-        out[c].add(v)
+    try:
+        codes, names = _codes(values)
+    except (pa.ArrowInvalid, pa.ArrowTypeError):  # not all text: pair them one by one
+        for c, v in set(zip(cell.tolist(), values.tolist())):
+            out[c].add(v)
+        return out
+    # Each distinct (cell, value) once, as integers: a 1,536-GPU job has 100,000 rows and a few values.
+    named: list[str | None] = [*names, None]
+    width = len(named)
+    for pair in np.unique(cell * width + np.where(codes < 0, width - 1, codes)).tolist():
+        out[pair // width].add(named[pair % width])
     return out
 
 

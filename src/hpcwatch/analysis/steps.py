@@ -37,8 +37,8 @@ import functools
 import re
 import threading
 from collections import defaultdict
-from collections.abc import Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, overload
 
 import msgspec
 import numpy as np
@@ -150,7 +150,8 @@ class Anatomy(msgspec.Struct, frozen=True, kw_only=True):
     world_size: int
     ranks: tuple[int, ...]
     steps: tuple[int, ...]
-    rank_steps: tuple[RankStep, ...]
+    rank_steps: Sequence[RankStep]
+    """Step by step, rank by rank: a tuple, or a ``RankStepGrid`` (spans read as columns), equal to it."""
     placement: Mapping[int, tuple[str | None, int | None]] = msgspec.field(default_factory=dict)
     """rank → (node, GPU index), when the traces or spans said."""
     source: str = "kineto"
@@ -164,11 +165,15 @@ class Anatomy(msgspec.Struct, frozen=True, kw_only=True):
     @property
     def has_gpu(self) -> bool:
         """Whether the steps carry GPU time (kernel-level traces)."""
+        if isinstance(self.rank_steps, RankStepGrid):
+            return False  # spans carry phases on the host's clock only
         return any(rs.gpu_compute_s is not None for rs in self.rank_steps)
 
     def matrix(self, phase: str) -> np.ndarray:
         """Seconds of ``phase`` (or ``"work"``, ``"step"``, a GPU field of ``RankStep`` such as
         ``"gpu_compute_s"``, or ``"gpu:backward"``) as a ranks × steps array (NaN where missing)."""
+        if isinstance(self.rank_steps, RankStepGrid):
+            return self.rank_steps.matrix(phase)
         out = np.full((len(self.ranks), len(self.steps)), np.nan)
         rows, cols = _grid(self)
         if phase in PHASES:  # the common case, without a call per cell
@@ -182,7 +187,7 @@ class Anatomy(msgspec.Struct, frozen=True, kw_only=True):
 #: Recent anatomies' (row, column) of each rank step in ``Anatomy.matrix``, keyed by their ``rank_steps``
 #: tuple (held, so its id is not reused): a straggler report asks for twenty matrices of the same anatomy,
 #: and at 1,536 ranks finding each cell's place by dictionary was most of its time.
-_GRIDS: dict[int, tuple[tuple[RankStep, ...], tuple[int, ...], tuple[int, ...], np.ndarray, np.ndarray]] = {}
+_GRIDS: dict[int, tuple[Sequence[RankStep], tuple[int, ...], tuple[int, ...], np.ndarray, np.ndarray]] = {}
 _GRIDS_KEPT = 2  # a report works on one anatomy at a time; each holds its rank steps alive
 _GRIDS_LOCK = threading.Lock()
 
@@ -234,6 +239,77 @@ _GPU_CELLS = frozenset(
         "collectives",
     }
 )
+
+
+class RankStepGrid(Sequence[RankStep]):
+    """An anatomy's rank steps kept as matrices, each ``RankStep`` made only when one is read: what
+    ``anatomy_from_span_table`` returns. A 1,536-rank job's 50 recent steps are 76,800 of them, and the
+    reports on spans (stragglers, the job page) read only ``Anatomy.matrix``. The order is the tuple's
+    (step by step, rank by rank), the values its values to the last bit, and it equals that tuple.
+    Host phases only, as spans have: every GPU field is None, ``last_arrivals`` and ``collectives`` 0."""
+
+    def __init__(
+        self, ranks: np.ndarray, steps: np.ndarray, phase_s: np.ndarray, start_s: np.ndarray, end_s: np.ndarray
+    ) -> None:
+        """``phase_s``: steps × ranks × ``PHASES``; ``start_s``, ``end_s``: steps × ranks (first and last
+        activity of the rank's step)."""
+        self._ranks, self._steps = ranks.tolist(), steps.tolist()
+        self._phase_s, self._start_s, self._end_s = phase_s, start_s, end_s
+        self._made: tuple[RankStep, ...] | None = None
+
+    def __len__(self) -> int:
+        return len(self._ranks) * len(self._steps)
+
+    @overload
+    def __getitem__(self, index: int) -> RankStep: ...
+    @overload
+    def __getitem__(self, index: slice) -> tuple[RankStep, ...]: ...
+    def __getitem__(self, index: int | slice) -> RankStep | tuple[RankStep, ...]:
+        return self._all()[index]
+
+    def __iter__(self) -> Iterator[RankStep]:
+        return iter(self._all())
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Sequence):
+            return NotImplemented
+        return self._all() == tuple(other)
+
+    def __hash__(self) -> int:
+        return hash(self._all())
+
+    def __repr__(self) -> str:
+        return f"RankStepGrid({len(self._ranks)} ranks × {len(self._steps)} steps)"
+
+    def matrix(self, what: str) -> np.ndarray:
+        """``Anatomy.matrix`` (ranks × steps) from the matrices, without a ``RankStep``."""
+        if what in PHASES:
+            return self._phase_s[:, :, PHASES.index(what)].T.copy()
+        if what == "work":  # RankStep.work_s's sum, term by term in the same order: the same bits
+            total = np.zeros(self._start_s.shape)
+            for p in WORK_PHASES:
+                total = total + self._phase_s[:, :, PHASES.index(p)]
+            return total.T.copy()
+        if what == "step":
+            step: np.ndarray = (self._end_s - self._start_s).T.copy()  # numpy's stubs say Any
+            return step
+        if what in ("last_arrivals", "collectives"):
+            return np.zeros((len(self._ranks), len(self._steps)))
+        if what in _GPU_CELLS or what.startswith("gpu:"):
+            return np.full((len(self._ranks), len(self._steps)), np.nan)
+        return np.zeros((len(self._ranks), len(self._steps)))  # a phase no span has: 0, as ``_cell`` says
+
+    def _all(self) -> tuple[RankStep, ...]:
+        if self._made is None:
+            made = []
+            for k, step in enumerate(self._steps):
+                rows = zip(self._ranks, self._phase_s[k].tolist(), self._start_s[k].tolist(), self._end_s[k].tolist())
+                made += [
+                    RankStep(rank=rank, step=step, start_s=lo, dur_s=hi - lo, phases=dict(zip(PHASES, row)))
+                    for rank, row, lo, hi in rows
+                ]
+            self._made = tuple(made)
+        return self._made
 
 
 class TemporalBreakdown(msgspec.Struct, frozen=True, kw_only=True):
@@ -1088,19 +1164,17 @@ def anatomy_from_span_table(table: pa.Table) -> Anatomy:
     first, last = np.full(len(present), np.inf), np.full(len(present), -np.inf)
     np.minimum.at(first, cell, start)
     np.maximum.at(last, cell, start + dur)
-    has_wait = bool((phase == PHASES.index("barrier_wait")).any())
-    rank_steps = []
-    for k in np.flatnonzero(complete).tolist():
-        waits = {} if has_wait else _table_waits(r, s, phase, start, dur, k, ranks)
-        rank_steps += _table_rank_steps(
-            int(all_steps[k]), ranks, sums[k], first[k * nr : (k + 1) * nr], last[k * nr : (k + 1) * nr], waits
-        )
+    kept = np.flatnonzero(complete)
+    if not bool((phase == PHASES.index("barrier_wait")).any()):
+        for k in kept.tolist():  # no measured wait: the collectives' spans are split as ``_span_waits`` does
+            _put_waits(sums[k], _table_waits(r, s, phase, start, dur, k, ranks), ranks)
     jobs = pc.unique(table.column("job")).to_pylist()
+    grid = RankStepGrid(ranks, all_steps[kept], sums[kept], first.reshape(-1, nr)[kept], last.reshape(-1, nr)[kept])
     return Anatomy(
         world_size=nr,
         ranks=tuple(ranks.tolist()),
         steps=tuple(all_steps[complete].tolist()),
-        rank_steps=tuple(rank_steps),
+        rank_steps=grid,
         placement=_table_placement(rank, table.column("attrs")),
         source="spans",
         job=jobs[0] if len(jobs) == 1 else None,
@@ -1115,23 +1189,13 @@ def _phase_array() -> pa.Array:
     return pyarrow.array(PHASES, type=pyarrow.string())
 
 
-def _table_rank_steps(
-    step: int,
-    ranks: np.ndarray,
-    sums: np.ndarray,
-    first: np.ndarray,
-    last: np.ndarray,
-    waits: Mapping[int, tuple[float, float]],
-) -> list[RankStep]:
-    """One step's ``RankStep`` per rank, as ``_span_rank_step`` makes them (``sums``: ranks × phases)."""
-    out = []
-    for rank, row, lo, hi in zip(ranks.tolist(), sums.tolist(), first.tolist(), last.tolist()):
-        phases = dict(zip(PHASES, row))
+def _put_waits(sums: np.ndarray, waits: Mapping[int, tuple[float, float]], ranks: np.ndarray) -> None:
+    """Each rank's (barrier wait, allreduce) of one step into its row of ``sums`` (ranks × phases)."""
+    wait_col, reduce_col = PHASES.index("barrier_wait"), PHASES.index("allreduce")
+    for i, rank in enumerate(ranks.tolist()):
         wait = waits.get(rank)
         if wait is not None:
-            phases["barrier_wait"], phases["allreduce"] = wait
-        out.append(RankStep(rank=rank, step=step, start_s=lo, dur_s=hi - lo, phases=phases))
-    return out
+            sums[i, wait_col], sums[i, reduce_col] = wait
 
 
 def _table_waits(
