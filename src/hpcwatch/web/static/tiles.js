@@ -35,10 +35,16 @@ export function initTiles() {
   });
   const sums = byId("[data-live^='sum:']", "data-live", 4);
   const tileMarks = byId("[data-tile-mark]", "data-tile-mark");
+  // Each node's GPUs grouped in one pass: filtering all GPUs once a node was 900 ms of a 1,024-node page's load.
+  const gpusOf = new Map();
+  for (const tile of refs.tiles) {
+    if (gpusOf.has(tile.node)) gpusOf.get(tile.node).push(tile);
+    else gpusOf.set(tile.node, [tile]);
+  }
   refs.nodes = [...document.querySelectorAll(".tile g[data-node]")].map((el) => ({
     name: el.dataset.node, el, sum: sums.get(el.dataset.node), mark: tileMarks.get(el.dataset.node),
     tip: el.querySelector(":scope > title"), last: {},
-    gpus: refs.tiles.filter((g) => g.node === el.dataset.node) }));
+    gpus: gpusOf.get(el.dataset.node) ?? [] }));
   refs.full = [...document.querySelectorAll(".node-group:not(.tile) > g[data-node]")].map((el) => ({
     name: el.dataset.node, el, title: el.querySelector(".node-title"), label: el.getAttribute("aria-label") ?? "",
     last: {} }));
