@@ -11,7 +11,8 @@ from fastapi.testclient import TestClient
 from hpcwatch.model import reference_cluster
 from hpcwatch.records import PHASES, VECTORS, Event, Finding, Job, Sample, Span
 from hpcwatch.store import Store
-from hpcwatch.web.app import create_app, script_json
+from hpcwatch.web.app import create_app, script_json, warm
+from hpcwatch.web.i18n import LANGUAGES
 
 T0 = 1_796_000_000.0
 HOSTILE_JOB = "<img src=x onerror=alert(1)>"
@@ -311,6 +312,49 @@ def test_stream_sends_live_events(client):
                 client.app.state.hpcwatch.stopping.set()  # ends the generator
                 break
     assert events[0]["gpus"]["node1/2"]["util_pct"] == 91
+
+
+def test_a_warmed_server_has_drawn_the_schematic_and_taken_a_snapshot_before_the_first_page(store):
+    """``warm`` (run by ``serve_app`` once it listens) leaves the first page load nothing to draw or compute."""
+    app = create_app(store, reference_cluster())
+    state = app.state.hpcwatch
+    assert state.svg_cache == {} and state.live._cached is None  # the kept snapshot (not its age: a loaded machine)
+    warm(app)
+    assert set(state.svg_cache) == set(LANGUAGES) and state.live._cached is not None
+    drawn = dict(state.svg_cache)
+    with TestClient(app) as c:
+        assert drawn["en"] in c.get("/", params={"lang": "en"}).text
+    assert all(state.svg_cache[lang] is drawn[lang] for lang in LANGUAGES)  # drawn once, not again
+
+
+def _stream_events(client, url: str, count: int) -> list[tuple[str, dict]]:
+    """The first ``count`` (event name, data) of the stream at ``url``."""
+    events: list[tuple[str, dict]] = []
+    name = "message"
+    with client.stream("GET", url) as r:
+        for line in r.iter_lines():
+            if line.startswith("event: "):
+                name = line[7:]
+            elif line.startswith("data: "):
+                events.append((name, orjson.loads(line[6:])))
+                if len(events) == count:
+                    break
+    return events
+
+
+def test_a_page_streams_from_the_version_it_booted_with_not_the_whole_snapshot_again(client):
+    """The page's boot document is the stream's document of version v, with the view's epoch: its stream
+    starts with the delta from v (or the next one), never with the whole snapshot it already drew."""
+    html = client.get("/").text
+    boot = orjson.loads(re.search(r'<script type="application/json" id="boot">(.*?)</script>', html, re.S).group(1))
+    v, epoch = boot["live"]["v"], boot["resume"]
+    assert isinstance(v, int) and epoch == client.app.state.hpcwatch.live.epoch
+    ((name, first),) = _stream_events(client, f"/api/stream?since={epoch}.{v}", 1)
+    assert name == "delta" and first["base"] == v  # no other viewer makes versions meanwhile
+    # Another process's epoch, a version it never had, or garbage: the whole snapshot first, as without.
+    for since in (f"0000{epoch[4:]}.{v}" if epoch[:4] != "0000" else f"1111{epoch[4:]}.{v}", f"{epoch}.x", "9" * 80):
+        ((name, first),) = _stream_events(client, f"/api/stream?since={since}", 1)
+        assert name == "live" and first["gpus"]["node1/2"]["util_pct"] == 91, since
 
 
 def test_store_errors_become_json_errors_not_crashes():

@@ -217,7 +217,9 @@ async def live(request: Request) -> ORJSONResponse:
 async def stream(request: Request) -> StreamingResponse:
     """``event: live`` with the ``/api/live`` document (and its version ``v``) on connect, then every second
     ``event: delta`` (``v``, ``base``, the GPU and node fields that changed, ``set``: the other keys that changed;
-    ``null``: gone), or ``event: live`` again when a version was missed; ``event: problem`` if the store fails."""
+    ``null``: gone), or ``event: live`` again when a version was missed; ``event: problem`` if the store fails.
+    ``since``: the token of the version the viewer holds (the page's boot document carries it): the stream
+    then starts with the delta from it, or with nothing until the next version."""
     return StreamingResponse(
         _events(request),
         media_type="text/event-stream",
@@ -229,7 +231,8 @@ async def _events(request: Request) -> AsyncIterator[bytes]:
     state = _state(request)
     scope = scope_of(request)
     yield b"retry: 2000\n\n"
-    last: int | None = None  # the version this viewer holds
+    # The version this viewer holds: the one its page booted from (web/app.py), else none yet.
+    last = state.live.resumed_version(request.query_params.get("since")) if scope.everything else None
     last_scoped: bytes | None = None  # or, for a filtered scope, the frame it got last
     tick = state.stream_interval_s
     while not state.stopping.is_set():

@@ -278,6 +278,10 @@ def serve_app(
     def watch() -> None:
         while not server.started and not server.should_exit:
             time.sleep(0.05)
+        if server.started:
+            from hpcwatch.web.app import warm
+
+            threading.Thread(target=warm, args=(app,), name="hpcwatch-warm", daemon=True).start()
         if server.started and on_started is not None:
             on_started(url)
         if duration_s is not None:

@@ -14,7 +14,7 @@ import { initSimulator } from "./sim.js";
 import { boot, clear, eventItem, fmt, fmtRate, fmtTime, h, t } from "./util.js";
 
 const state = { reading: "engineer", view: "schematic", snapshot: boot.live, opener: null, ticks: 0, applyMs: [],
-  refusals: 0, retryTimer: null };
+  refusals: 0, retryTimer: null, version: boot.live?.v };
 const body = document.body;
 const card = document.getElementById("card");
 const wrap = document.getElementById("schematic-wrap");
@@ -186,6 +186,7 @@ let heardAt = performance.now();
 /** A delta applies only on top of the version it was computed from; after a gap, reconnect: the server answers
  *  a new connection with a full snapshot. */
 function applyDelta(delta) {
+  if (delta.v === state.version) return;  // already held: a stream reopened with an older "since"
   if (state.version === undefined || delta.base !== state.version) {
     state.reconnects = (state.reconnects || 0) + 1;
     source?.close();
@@ -199,7 +200,10 @@ function applyDelta(delta) {
 }
 
 function connect() {
-  source = new EventSource(boot.stream);
+  // From the version the page holds (its boot document, or the last one applied): the server starts with the
+  // delta from it rather than the whole snapshot, which the page would parse and draw again.
+  const since = boot.resume && state.version !== undefined ? `?since=${boot.resume}.${state.version}` : "";
+  source = new EventSource(boot.stream + since);
   heardAt = performance.now();
   // What one tick costs the page (parse + every write), kept for benchmarks/bench_web.py and the tests.
   const timed = (apply) => (event) => {
