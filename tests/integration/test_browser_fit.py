@@ -448,8 +448,9 @@ TILES_MATCH_SNAPSHOT_JS = """() => {
   }
   // An aggregate tile's sum ("97 % · 5.6 kW") follows its GPUs' newest power, which moves at every scrape.
   for (const sum of document.querySelectorAll("[data-live^='sum:']")) {
-    if (!onScreen(sum)) continue;
     const node = sum.dataset.live.slice(4);
+    // Where its tile is: a sum never written yet is empty text, whose box sits at the drawing's origin.
+    if (!onScreen(document.querySelector(`g[data-node='${CSS.escape(node)}']`))) continue;
     const cells = [...document.querySelectorAll(`[data-gpu^='${CSS.escape(node)}/']`)];   // the page's order
     const mine = cells.map((cell) => gpus[cell.dataset.gpu]).filter(Boolean);
     if (!mine.length) continue;

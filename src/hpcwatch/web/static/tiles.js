@@ -74,7 +74,12 @@ function watchOnScreen() {
       }
     }
   }, { rootMargin: "200px" });   // written just before they show
-  for (const node of refs.nodes) observer.observe(node.el);
+  // Off screen until the observer's first report (it reports every tile at the next frame): the snapshot the
+  // page boots with then writes only the tiles in view, not all 8,192 cells before the first paint.
+  for (const node of refs.nodes) {
+    offScreen.add(node.name);
+    observer.observe(node.el);
+  }
 }
 
 function writeNode(node, snap) {
