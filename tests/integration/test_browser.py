@@ -606,6 +606,25 @@ def test_gpu_card_job_button_lights_the_jobs_gpus(page):
     assert "node1/0" in lit and set(lit) == set(page.evaluate(f"window.hpcwatch.state.snapshot.job_gpus[{job!r}]"))
 
 
+def test_the_job_highlight_follows_a_delta_that_moves_the_jobs_gpus(page):
+    """The highlight is redrawn only when the job or its GPU list changes (monitor.js drawJob): a delta that
+    gives the job other GPUs must move it, one that does not touch the job must leave it."""
+    job = page.evaluate("Object.keys(window.hpcwatch.state.snapshot.job_gpus)[0]")
+    page.evaluate(f"window.hpcwatch.highlightJob({job!r})")
+    lit = page.evaluate(
+        """(job) => {
+        const lit = () => [...document.querySelectorAll("[data-gpu][data-job-lit='true']")].map((e) => e.dataset.gpu);
+        const s = window.hpcwatch.state;
+        window.hpcwatch.applyDelta({ v: s.version + 1, base: s.version, job_gpus: { [job]: ["node2/7"] } });
+        const moved = lit();
+        window.hpcwatch.applyDelta({ v: s.version + 1, base: s.version, gpus: { "node1/0": { util_pct: 1 } } });
+        return [moved, lit()];
+    }""",
+        job,
+    )
+    assert lit == [["node2/7"], ["node2/7"]]
+
+
 def test_url_restores_mode_selection_and_job(page, server):
     job = page.evaluate("Object.keys(window.hpcwatch.state.snapshot.job_gpus)[0]")
     page.goto(f"{server}?mode=threats&el=gpu:node1/2&job={job}")

@@ -190,8 +190,15 @@ function drawMarks(problems) {
 
 // -- the job highlight -------------------------------------------------------------------
 
+// The job and its GPU list last drawn: a tick that changes neither (a delta keeps an unchanged job's list,
+// web/livedelta.py BY_ENTRY) does not walk every GPU again (8,192 at 1,024 nodes).
+let drawnJob = null;
+
 function drawJob(snap) {
-  const lit = new Set(monitor.job ? snap?.job_gpus?.[monitor.job] ?? [] : []);
+  const gpus = monitor.job ? snap?.job_gpus?.[monitor.job] : undefined;
+  if (drawnJob && drawnJob.job === monitor.job && drawnJob.gpus === gpus) return;
+  drawnJob = { job: monitor.job, gpus };
+  const lit = new Set(gpus ?? []);
   body.classList.toggle("job-highlight", Boolean(monitor.job));
   for (const [id, el] of gpuEls) {
     const value = String(lit.has(id));
