@@ -1169,11 +1169,12 @@ def anatomy_from_span_table(table: pa.Table) -> Anatomy:
         for k in kept.tolist():  # no measured wait: the collectives' spans are split as ``_span_waits`` does
             _put_waits(sums[k], _table_waits(r, s, phase, start, dur, k, ranks), ranks)
     jobs = pc.unique(table.column("job")).to_pylist()
-    grid = RankStepGrid(ranks, all_steps[kept], sums[kept], first.reshape(-1, nr)[kept], last.reshape(-1, nr)[kept])
+    steps = all_steps[kept]
+    grid = RankStepGrid(ranks, steps, sums[kept], first.reshape(-1, nr)[kept], last.reshape(-1, nr)[kept])
     return Anatomy(
         world_size=nr,
         ranks=tuple(ranks.tolist()),
-        steps=tuple(all_steps[complete].tolist()),
+        steps=tuple(steps.tolist()),
         rank_steps=grid,
         placement=_table_placement(rank, table.column("attrs")),
         source="spans",

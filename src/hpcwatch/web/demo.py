@@ -282,8 +282,8 @@ def serve_app(
             from hpcwatch.web.app import warm
 
             threading.Thread(target=warm, args=(app,), name="hpcwatch-warm", daemon=True).start()
-        if server.started and on_started is not None:
-            on_started(url)
+            if on_started is not None:
+                on_started(url)
         if duration_s is not None:
             deadline = time.monotonic() + duration_s
             while time.monotonic() < deadline and not server.should_exit:
