@@ -533,7 +533,9 @@ def test_undo_of_the_warning_withdraws_it_and_the_node_is_left_alone(tmp_path):
     bench.close()
 
 
-def test_a_verdict_that_cleared_during_the_warning_ends_it(tmp_path):
+def test_a_verdict_that_cleared_during_the_warning_does_not_end_it_the_checks_decide(tmp_path):
+    # the XID left the look-back window while the operators were warned: Slurm still has node2 drained by
+    # hpcwatch, and nothing but the checks would give it back
     bench = _bench(tmp_path)
     _warned(bench)
     bench.store.add(
@@ -543,7 +545,20 @@ def test_a_verdict_that_cleared_during_the_warning_ends_it(tmp_path):
             )
         ]
     )
-    assert [s.target for s in bench.actor.run_once().said] == ["node node9"] and _acts(bench) == []
+    said = bench.actor.run_once().said
+    assert [(s.target, s.step) for s in said] == [
+        ("node node9", "skip"),
+        ("node node2", "reserve"),
+        ("node node2", "resume"),
+        ("node node2", "check"),
+    ]
+    reserve = next(r.action for r in recorded(bench.store) if r.action.step == "reserve")
+    warn = next(r.action for r in recorded(bench.store) if r.action.step == "warn")
+    assert reserve.episode == warn.episode and reserve.evidence["reason"].startswith("xid: XID 79")
+    bench.now[0] += 5 * MIN
+    said = bench.actor.run_once().said
+    assert [s.step for s in said if s.target == "node node2"] == ["result", "release"]
+    assert [s.target for s in bench.actor.run_once().said] == ["node node9"]  # over: no longer listed
     bench.close()
 
 
@@ -564,6 +579,21 @@ def test_a_drained_node_that_fails_its_checks_stays_drained_and_operators_are_to
     assert len(told) == 1 and "node2" in told[0].subject
     undo_drain = next(r.action for r in recorded(bench.store) if r.action.step == "drain")
     assert undo_drain.undo[-1] == "state=resume"
+    # a later drain verdict (a new episode) finds node2 drained for its failed checks: a person looks first,
+    # hpcwatch does not test it again and again
+    bench.actor.runner.env["HPCWATCH_STANDIN_NODES"] = _node2(tmp_path, reason=drain[4].removeprefix("reason="))
+    bench.store.add(
+        [
+            Event(
+                kind=EventKind.HEALTH_VERDICT, t=T0, source="hpcwatch collect", attrs={"node": "node2", "verdict": "ok"}
+            )
+        ]
+    )
+    _drain(bench.store, "node2", T0 + 60)
+    n = len(bench.mail.sent)
+    said = bench.actor.run_once().said
+    assert said[0].step == "skip" and "failed hpcwatch's checks" in said[0].text, said
+    assert len(bench.mail.sent) == n
     bench.close()
 
 

@@ -6,6 +6,7 @@ import os
 import stat
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import orjson
@@ -158,3 +159,116 @@ def test_healthcheck_that_cannot_read_its_store_does_not_drain(tmp_path):
     done, log = _run_healthcheck(tmp_path, "node1", bad)
     assert done.returncode == 0 and not log.exists()
     assert "could not run" in done.stderr
+
+
+# -- what hpcwatch act's checks answered ------------------------------------------------------------------
+
+
+def _xid_onset(db: Path, node: str = "node2") -> tuple[float, float]:
+    """When node2's XID 79 was first scraped, and the window's end (the newest sample)."""
+    with Store(db) as store:
+        ((onset,),) = store.query(
+            "SELECT min(t) FROM samples WHERE metric = 'DCGM_FI_DEV_XID_ERRORS' AND host = ? AND value = 79", [node]
+        )
+        _, newest = store.time_range()
+    return float(onset), float(newest)
+
+
+def _acted(db: Path, steps: dict[str, float], *, passed: bool = True, undone: str = "") -> dict[str, str]:
+    """The audit of a remediation episode of node2 as ``hpcwatch act`` writes it: each step at its time; the
+    ``result`` passed or not; ``undone``: that step's successful undo. Returns step -> action id."""
+    from hpcwatch.act.audit import Action, Undo, action_id
+
+    episode, ids, events = f"remediate/node2/{min(steps.values()) - 60:.3f}", {}, []
+    for step, t in steps.items():
+        ids[step] = action_id(episode, step, t)
+        argv = ("scontrol", "create", "reservation", "duration=60") if step == "reserve" else ()
+        action = Action(
+            id=ids[step],
+            policy="remediate",
+            step=step,
+            episode=episode,
+            target="node node2",
+            t=t,
+            who="test",
+            why=step,
+            argv=argv,
+            rc=0 if argv else None,
+            evidence={"passed": passed} if step == "result" else {},
+        )
+        events.append(action.to_event())
+    if undone:
+        events.append(Undo(of=ids[undone], t=max(steps.values()) + 1, who="ops", argv=(), rc=0).to_event())
+    with Store(db) as store:
+        store.add(events)
+    return ids
+
+
+def _health(db: Path, *args: str) -> tuple[int, str]:
+    result = CliRunner().invoke(app, ["health", "--db", str(db), *args])
+    return result.exit_code, result.stdout
+
+
+def test_a_node_under_hpcwatch_acts_checks_is_not_drained_by_the_health_check(tmp_path, xid79_db):
+    onset, newest = _xid_onset(xid79_db)
+    ids = _acted(xid79_db, {"warn": onset + 1, "reserve": newest - 30, "resume": newest - 29, "check": newest - 28})
+    code, out = _health(xid79_db, "--json")
+    node2 = next(n for n in orjson.loads(out)["nodes"] if n["node"] == "node2")
+    assert node2["verdict"] == "drain" and node2["under_test"] == ids["resume"]  # the verdict is kept
+    code, out = _health(xid79_db, "--node", "node2", "--summary", "--fail-on", "drain")
+    assert code == 0 and out.startswith(f"ok | node2 under test ({ids['resume']}), its checks decide: drain: xid:")
+    done, log = _run_healthcheck(tmp_path, "node2", xid79_db)
+    assert done.returncode == 0 and not log.exists(), done.stderr  # slurmd's health check leaves it to them
+
+
+def test_a_node_under_test_past_its_reservation_is_judged_again(xid79_db):
+    onset, newest = _xid_onset(xid79_db)
+    _acted(xid79_db, {"warn": onset - 4000, "reserve": newest - 3601, "resume": newest - 3600})  # 60 min ago
+    code, out = _health(xid79_db, "--node", "node2", "--summary", "--fail-on", "drain")
+    assert code == 1 and out.startswith("drain: node2: xid: XID 79 on GPU 3")
+
+
+@pytest.mark.parametrize("undone", ["resume", "release"])
+def test_checks_whose_resume_or_release_was_undone_answer_nothing(xid79_db, undone):
+    onset, newest = _xid_onset(xid79_db)
+    steps = {"warn": onset + 1, "reserve": newest - 30, "resume": newest - 29, "check": newest - 28}
+    _acted(xid79_db, steps | {"result": newest - 5, "release": newest - 4}, undone=undone)
+    code, out = _health(xid79_db, "--node", "node2", "--summary", "--fail-on", "drain")
+    assert code == 1 and out.startswith("drain: node2: xid: XID 79 on GPU 3")
+
+
+@pytest.mark.parametrize(("passed", "verdict"), [(True, "ok"), (False, "drain")])
+def test_checks_that_passed_answer_what_the_node_showed_before_them(tmp_path, xid79_db, passed, verdict):
+    onset, newest = _xid_onset(xid79_db)
+    steps = {"warn": onset + 1, "reserve": newest - 30, "resume": newest - 29, "check": newest - 28}
+    _acted(xid79_db, steps | {"result": newest - 5, "release": newest - 4}, passed=passed)
+    code, out = _health(xid79_db, "--json", "--node", "node2")
+    (node2,) = orjson.loads(out)["nodes"]
+    assert code == 0 and node2["verdict"] == verdict and node2["under_test"] is None
+    done, log = _run_healthcheck(tmp_path, "node2", xid79_db)
+    assert done.returncode == 0 and log.exists() == (not passed), done.stderr
+    with Store(xid79_db) as store:  # the other node's evidence is untouched
+        assert store.samples(["DCGM_FI_DEV_XID_ERRORS"], host="node1").num_rows > 0
+
+
+def test_checks_that_passed_do_not_answer_a_fault_that_came_after_them(xid79_db):
+    onset, _ = _xid_onset(xid79_db)
+    steps = {"warn": onset - 90, "reserve": onset - 80, "resume": onset - 79, "check": onset - 78}
+    _acted(xid79_db, steps | {"result": onset - 40, "release": onset - 39})
+    code, out = _health(xid79_db, "--node", "node2", "--summary", "--fail-on", "drain")
+    assert code == 1 and out.startswith("drain: node2: xid: XID 79 on GPU 3")
+
+
+@pytest.mark.parametrize(("first", "then", "code"), [("fail", "pass", 0), ("pass", "fail", 1)])
+def test_the_newest_run_of_a_test_on_a_node_supersedes_the_older(xid79_db, data_dir, first, then, code):
+    from hpcwatch.sources.healthtools import read_dcgmi_diag
+
+    files = {"fail": "dcgmi_diag_r3_dcgm4_fail.json", "pass": "dcgmi_diag_r1_dcgm3_pass.json"}
+    _, newest = _xid_onset(xid79_db)
+    with Store(xid79_db) as store:
+        for i, name in enumerate((first, then)):
+            (diag,) = read_dcgmi_diag(data_dir / "health" / files[name], node="node1")
+            store.add([replace(diag, t=newest - 600 + i * 300)])
+    got, out = _health(xid79_db, "--node", "node1", "--summary", "--fail-on", "drain")
+    assert got == code, out
+    assert ("dcgmi diag memory fail on GPU 5" in out) == (then == "fail")

@@ -284,7 +284,8 @@ class Actor:
 
     def _remediate(self, run: _Run) -> None:
         p = self.config.remediate
-        for ep in remediate.drain_episodes(self.store):
+        listed = remediate.drain_episodes(self.store)
+        for ep in listed + remediate.open_episodes(self.store, listed):
             target = f"node {ep.node}"
             why_not = remediate.out_of_scope(p, ep.node)
             if why_not:
@@ -293,13 +294,10 @@ class Actor:
                 )
                 continue
             past = recorded(self.store, episode=ep.episode)
-            failed = next((r.action for r in past if not r.action.ok), None)
-            withdrawn = next((r for r in past if r.action.step == "warn" and r.undone is not None), None)
             steps = {r.action.step: r.action for r in past}
-            if failed is not None or "release" in steps or "stand_down" in steps or withdrawn is not None:
-                run.said.append(
-                    Said(policy=remediate.POLICY, target=target, step="done", text=f"episode over: {_over(past)}")
-                )
+            over = remediate.episode_over(past)
+            if over:
+                run.said.append(Said(policy=remediate.POLICY, target=target, step="done", text=f"episode over: {over}"))
             elif not past:
                 self._warn_node(run, ep, target)
             elif "reserve" not in steps:
@@ -538,7 +536,7 @@ class Actor:
         )
         passed = bool(result.evidence.get("passed"))
         if not passed:
-            reason = f"hpcwatch: checks failed ({result.id}): {result.evidence.get('verdict')}"
+            reason = f"{remediate.FAILED_CHECKS} ({result.id}): {result.evidence.get('verdict')}"
             ran = self.runner.run(self._drain_argv(ep.node, reason))
             drain = self._record(
                 self._action(
@@ -597,18 +595,6 @@ class Actor:
         undo = Undo(of=a.id, t=self.clock(), who=self.who, argv=ran.argv, rc=ran.rc, output=ran.note())
         self.store.add([undo.to_event()])
         return r, undo
-
-
-def _over(past: list[Recorded]) -> str:
-    """Why a remediation episode is over, from its audit."""
-    for r in past:
-        if r.action.step == "warn" and r.undone is not None:
-            return f"warning {r.action.id} withdrawn by {r.undone.who}"
-        if not r.action.ok:
-            return f"{r.action.step} failed ({r.action.id})"
-        if r.action.step in ("release", "stand_down"):
-            return f"{r.action.step} by {r.action.id}"
-    return "ended"
 
 
 def _utc(t: float) -> str:

@@ -20,13 +20,19 @@
 The warning gives the operators ``warn_minutes`` to keep the node: ``hpcwatch act undo`` of the ``warn`` step,
 a drain reason of their own (``scontrol update nodename=N reason="..."``: one not starting with "hpcwatch", the
 words ``deploy/slurm/healthcheck`` drains with), resuming the node themselves, or ``exempt_nodes``. A verdict
-that is no longer ``drain`` ends the episode too (the node is no longer listed). Before the warning and again
-before ``reserve`` the node's Slurm state is read, so nothing is announced or done on a node an operator holds.
+that is no longer ``drain`` does not end an episode once warned (``open_episodes``): the node is still drained
+in Slurm, nothing else gives it back, and the checks are what may (with the default 15 min look-back and 15 min
+warning, a single XID leaves the window about when the reservation is due). Before the warning and again
+before ``reserve`` the node's Slurm state is read, so nothing is announced or done on a node an operator holds,
+nor on one this policy drained after failed checks (``checks failed`` in its reason: the operators were told,
+and a person looks before anything tests it again).
 
 An episode is the run of ``drain`` verdicts of the node (``store.queries.verdict_episode_start``): it is
 remediated once; a node drained again later (after another verdict) is a new episode. A command that fails
 ends the episode there (audited, operators told); a check job still running after ``check_timeout_minutes``
-is cancelled and counts as a failure. The check programs are the node's own; the tests' stand-ins
+is cancelled and counts as a failure. While the checks run, and once they passed, what the node showed before
+it was resumed into the reservation is answered by them: ``hpcwatch health`` neither drains a node under test
+nor counts those faults again (``reports.acting.node_checks``). The check programs are the node's own; the tests' stand-ins
 (``tests/standins/checks``) print the real formats, and so do the twin's, which its Slurm (``twin/slurmctl.py``)
 runs the check job with when ``hpcwatch demo`` plays this policy.
 """
@@ -34,10 +40,12 @@ runs the check job with when ``hpcwatch demo`` plays this policy.
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from hpcwatch.act import checkjob
+from hpcwatch.act.audit import Recorded, recorded
 from hpcwatch.act.checkjob import CheckSpec, Outcome, judge_results
 from hpcwatch.act.config import RemediatePolicy
 from hpcwatch.records import Event
@@ -54,6 +62,9 @@ __all__ = [
     "NodeState",
     "node_state",
     "DRAINED_BY",
+    "FAILED_CHECKS",
+    "episode_over",
+    "open_episodes",
     "check_specs",
     "check_script",
     "read_results",
@@ -95,6 +106,43 @@ def drain_episodes(store: Store) -> list[DrainEpisode]:
     return out
 
 
+def episode_over(past: Sequence[Recorded]) -> str:
+    """Why a remediation episode is over, from its audit ("" while it runs)."""
+    for r in past:
+        if r.action.step == "warn" and r.undone is not None:
+            return f"warning {r.action.id} withdrawn by {r.undone.who}"
+        if not r.action.ok:
+            return f"{r.action.step} failed ({r.action.id})"
+        if r.action.step in ("release", "stand_down"):
+            return f"{r.action.step} by {r.action.id}"
+    return ""
+
+
+def open_episodes(store: Store, listed: Sequence[DrainEpisode]) -> list[DrainEpisode]:
+    """Episodes warned and not over whose node is not in ``listed`` (its verdict is no longer ``drain``): they
+    run to their end, rebuilt from their warning's evidence."""
+    known = {ep.episode for ep in listed}
+    by_episode: dict[str, list[Recorded]] = {}
+    for r in recorded(store, policy=POLICY):
+        if r.action.episode not in known:
+            by_episode.setdefault(r.action.episode, []).append(r)
+    out = []
+    for episode, past in by_episode.items():
+        warn = past[0].action
+        _, node, start = episode.split("/", 2) if episode.count("/") == 2 else ("", "", "")
+        ep = DrainEpisode(node=node, start=_seconds(start), reason=str(warn.evidence.get("reason") or ""))
+        if warn.step == "warn" and ep.episode == episode and NODE_NAME.fullmatch(node) and not episode_over(past):
+            out.append(ep)
+    return sorted(out, key=lambda ep: ep.node)
+
+
+def _seconds(text: str) -> float:
+    try:
+        return float(text)
+    except ValueError:
+        return float("nan")  # its episode key then differs: not one of ours
+
+
 def out_of_scope(policy: RemediatePolicy, node: str) -> str:
     """Why the policy leaves this node alone ("" when it may act)."""
     if not NODE_NAME.fullmatch(node):
@@ -110,6 +158,8 @@ def out_of_scope(policy: RemediatePolicy, node: str) -> str:
 #: alert's advice: "hpcwatch <rule>", this policy's own: "hpcwatch: checks failed ..."). Any other reason is an
 #: operator's: the node is theirs.
 DRAINED_BY = "hpcwatch"
+#: How this policy's drain after failed checks begins: the operators were told; the node is theirs to look at.
+FAILED_CHECKS = "hpcwatch: checks failed"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -128,6 +178,8 @@ class NodeState:
             return f"it is no longer drained (State={self.state}): an operator resumed it"
         if not self.reason.startswith(DRAINED_BY):
             return f"its drain reason is not hpcwatch's (Reason={self.reason[:80]}): an operator holds it"
+        if self.reason.startswith(FAILED_CHECKS):
+            return f"it failed hpcwatch's checks (Reason={self.reason[:80]}): the operators have it"
         return ""
 
 

@@ -431,6 +431,9 @@ class NodeHealth:
     node: str
     verdict: Verdict
     checks: tuple[Check, ...]
+    under_test: str = ""
+    """The ``hpcwatch act`` step that put the node under test (``reports.acting.node_checks``): its checks
+    decide, so a health check does not drain it for this verdict meanwhile."""
 
     def reason(self) -> str:
         """One line for ``scontrol ... reason=``: the rules that fired, worst first."""
@@ -445,6 +448,7 @@ class NodeHealth:
             "verdict": self.verdict,
             "reason": self.reason(),
             "checks": [c.to_dict() for c in self.checks],
+            "under_test": self.under_test or None,
         }
 
 

@@ -36,6 +36,7 @@ from hpcwatch.errors import ConfigError
 if TYPE_CHECKING:  # imported when a command runs, not for --help
     from hpcwatch.analysis.goodputsim import GoodputRun, Interval
     from hpcwatch.analysis.health import HealthReport
+    from hpcwatch.analysis.xid import Verdict
     from hpcwatch.records import Event
 
 __all__ = ["goodput", "health", "simulate_goodput_cmd"]
@@ -105,8 +106,11 @@ def _print_health(report: HealthReport) -> None:
     table = Table("node", "verdict", "why")
     colour = {"ok": "green", "warn": "yellow", "drain": "red"}
     for n in report.nodes:
+        testing = f" (under test: {n.under_test})" if n.under_test else ""
         table.add_row(
-            safe_text(n.node), f"[{colour[n.verdict]}]{n.verdict}[/{colour[n.verdict]}]", safe_text(n.reason())
+            safe_text(n.node),
+            f"[{colour[n.verdict]}]{n.verdict}[/{colour[n.verdict]}]{safe_text(testing)}",
+            safe_text(n.reason()),
         )
     console.print(table)
 
@@ -168,8 +172,16 @@ def health(
         print(visible(_summary_line(report)))
     else:
         _print_health(report)
-    if fail_on != "never" and VERDICTS.index(report.verdict) >= VERDICTS.index(fail_on):
+    if fail_on != "never" and VERDICTS.index(_acted_on(report)) >= VERDICTS.index(fail_on):
         raise click.exceptions.Exit(1)
+
+
+def _acted_on(report: HealthReport) -> Verdict:
+    """The verdict ``--fail-on`` compares: the worst of the nodes not under ``hpcwatch act``'s checks (theirs
+    decide; a health check that drained a node under test would undo the test's own resume)."""
+    from hpcwatch.analysis.health import worst
+
+    return worst(n.verdict for n in report.nodes if not n.under_test)
 
 
 def _print_rules(rules: list[dict[str, Any]]) -> None:
@@ -195,10 +207,21 @@ def _print_rules(rules: list[dict[str, Any]]) -> None:
 
 
 def _summary_line(report: HealthReport) -> str:
-    """``drain: node2: xid: ...`` for `--summary` (the Slurm health check's drain reason)."""
-    if report.verdict != "ok":
-        return f"{report.verdict}: " + " | ".join(f"{n.node}: {n.reason()}" for n in report.nodes if n.verdict != "ok")
-    return "ok" if any(n.checks for n in report.nodes) else "ok (no data)"
+    """``drain: node2: xid: ...`` for `--summary` (the Slurm health check's drain reason), then the nodes under
+    test, whose checks decide."""
+    verdict = _acted_on(report)
+    judged = [n for n in report.nodes if not n.under_test and n.verdict != "ok"]
+    line = (
+        f"{verdict}: " + " | ".join(f"{n.node}: {n.reason()}" for n in judged)
+        if verdict != "ok"
+        else ("ok" if any(n.checks for n in report.nodes) else "ok (no data)")
+    )
+    testing = [
+        f"{n.node} under test ({n.under_test}), its checks decide: {n.verdict}: {n.reason()}"
+        for n in report.nodes
+        if n.under_test
+    ]
+    return " | ".join([line, *testing])
 
 
 # -- simulate goodput ------------------------------------------------------------------------------

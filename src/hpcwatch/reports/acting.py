@@ -14,6 +14,10 @@ in other processes:
       result passed    -> ``passed``     result failed, or a step that failed -> ``failed``
       an episode released (or undone) more than ``REMEDIATION_SHOWN_S`` ago is no longer shown
 
+- checks: per node, what its remediation's checks answered (``node_checks``, read by ``reports.health``):
+  the node is under test from its ``resume`` into the reservation until a ``result`` (at most the reservation's
+  length); checks that passed and released it answer everything it showed before that ``resume``
+
 A notice concerns a job or a node through its key (``job-end/<id>``, ``health/<node>/...``) or its
 document (an action's ``target``, a health notice's ``node``, a job-end report's ``job``). The recipient is
 its own field, never part of a sentence, so a view can hide it from whom it should not show it to.
@@ -42,6 +46,8 @@ __all__ = [
     "notices_sent",
     "actions_taken",
     "remediation_states",
+    "NodeChecks",
+    "node_checks",
     "acting_timeline",
     "job_acting",
 ]
@@ -295,6 +301,61 @@ def remediation_states(store: Store, *, now: float) -> dict[str, dict[str, Any]]
         stage = _stage(steps)
         if stage is not None:
             out[node] = {"stage": stage, "t": last.t, "episode": episode, "action": last.id}
+    return out
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class NodeChecks:
+    """What ``hpcwatch act``'s checks say of one node (its remediation episodes, newest last)."""
+
+    answered_to: float | None = None
+    """UTC s: the ``resume`` into the reservation of the newest checks that passed and released the node.
+    What the node showed until then was tested and found fine."""
+    under_test: str = ""
+    """The ``resume`` action of checks under way (no result yet), while its reservation lasts."""
+    test_ends: float | None = None
+    """UTC s: when that reservation ends (the node takes jobs again, tested or not)."""
+
+
+#: A reservation's length when its ``scontrol create reservation`` line is not readable (act's default).
+_RESERVATION_MINUTES = 60.0
+
+
+def _reservation_end(reserve: Event | None, resume: Event) -> float:
+    argv = reserve.attrs.get("argv") if reserve is not None else None
+    minutes = next(
+        (a.removeprefix("duration=") for a in argv or () if isinstance(a, str) and a.startswith("duration=")), ""
+    )
+    start = reserve.t if reserve is not None else resume.t
+    return start + 60.0 * (float(minutes) if minutes.isdigit() else _RESERVATION_MINUTES)
+
+
+def node_checks(store: Store) -> dict[str, NodeChecks]:
+    """Node -> what its remediation's checks answered (``NodeChecks``); nodes never tested are absent. A step
+    that failed or was undone answers nothing (the undo of a resume or a release drains the node again)."""
+    events = _act_events(store, since=None, limit=_ACT_EVENTS_READ)
+    undos = _undos(events)
+    episodes: dict[str, dict[str, Event]] = {}
+    for e in events:
+        if e.kind == EventKind.ACT_ACTION and e.attrs.get("policy") == "remediate":
+            episodes.setdefault(str(e.attrs.get("episode", "")), {}).setdefault(str(e.attrs.get("step", "")), e)
+    out: dict[str, NodeChecks] = {}
+    for steps in episodes.values():  # in the order they began
+        resume = steps.get("resume")
+        node = _target(resume.attrs.get("target"))[1] if resume is not None else None
+        if resume is None or node is None:
+            continue
+        before = out.get(node, NodeChecks())
+        held = all(e.attrs.get("rc") in (None, 0) and str(e.attrs.get("id")) not in undos for e in steps.values())
+        result, release = steps.get("result"), steps.get("release")
+        if not held:
+            out[node] = NodeChecks(answered_to=before.answered_to)
+        elif result is None:
+            end = _reservation_end(steps.get("reserve"), resume)
+            out[node] = NodeChecks(answered_to=before.answered_to, under_test=str(resume.attrs["id"]), test_ends=end)
+        else:
+            passed = isinstance(result.attrs.get("evidence"), dict) and result.attrs["evidence"].get("passed") is True
+            out[node] = NodeChecks(answered_to=resume.t if passed and release is not None else before.answered_to)
     return out
 
 

@@ -2,16 +2,26 @@
 
 ``active`` are the events of benchmark outputs the caller read (``dcgmi diag``,
 nccl-tests, ib_write_bw; ``sources.healthtools``); stored ones of the same
-kinds are judged too, whatever their time (a benchmark is run once, not scraped).
+kinds are judged too, whatever their time (a benchmark is run once, not scraped),
+the newest of each kind on each node only: a later run of the same test
+supersedes an earlier one (a node repaired and tested again is judged on the
+new result).
+
+What ``hpcwatch act``'s checks answered is not judged again
+(``reports.acting.node_checks``): once a node's checks passed and released
+it, what it showed before it was resumed into their reservation is left out;
+while they run, the node is marked ``under_test`` (its verdict is kept, for
+the record and for the episode, but a health check leaves it to the checks).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import TYPE_CHECKING, Any, cast
 
 import orjson
+import pyarrow.compute as pc
 
 from hpcwatch import vocab
 from hpcwatch.analysis.health import (
@@ -28,6 +38,7 @@ from hpcwatch.analysis.health import (
 from hpcwatch.analysis.health_rules import HEALTH_RULES
 from hpcwatch.analysis.xid import Verdict
 from hpcwatch.records import Event
+from hpcwatch.reports.acting import NodeChecks, node_checks
 from hpcwatch.store import Store, queries
 from hpcwatch.vocab import EventKind
 
@@ -60,13 +71,45 @@ ACTIVE_EVENT_KINDS = (
 )
 
 
-def _stored_inputs(store: Store, node: str | None, window_s: float) -> tuple[pa.Table, list[Event]]:
+def _stored_inputs(store: Store, node: str | None, window_s: float) -> tuple[pa.Table, list[Event], float | None]:
+    """The window's passive samples and events, the newest stored result of each active test, and the
+    window's end (the newest sample's time)."""
     _, newest = store.time_range()
     t0 = newest - window_s if newest is not None else None
     samples = store.samples(list(PASSIVE_METRICS), host=node, t0=t0)
     events = [e for kind in (EventKind.XID, *HOST_EVENT_KINDS) for e in store.events(kind, t0=t0)]
-    events += [e for kind in ACTIVE_EVENT_KINDS for e in store.events(kind)]
-    return samples, events
+    events += _newest_results([e for kind in ACTIVE_EVENT_KINDS for e in store.events(kind)])
+    return samples, events, newest
+
+
+#: Test results of which only a node's newest counts (NCCL logs are a job's record: each is judged).
+_SUPERSEDED_KINDS = frozenset({EventKind.DCGM_DIAG, EventKind.NCCL_TEST, EventKind.IB_WRITE_BW})
+
+
+def _newest_results(events: list[Event]) -> list[Event]:
+    """``events`` less the test results a newer run of the same test on the same node supersedes."""
+    newest: dict[tuple[str, object], Event] = {}
+    for e in events:
+        key = (e.kind, e.attrs.get("node"))
+        if e.kind in _SUPERSEDED_KINDS and (key not in newest or e.t >= newest[key].t):
+            newest[key] = e
+    kept = set(map(id, newest.values()))
+    return [e for e in events if e.kind not in _SUPERSEDED_KINDS or id(e) in kept]
+
+
+def _unanswered(samples: pa.Table, events: list[Event], checked: dict[str, NodeChecks]) -> tuple[pa.Table, list[Event]]:
+    """Samples and events less what each node showed up to its passed checks' start (``answered_to``)."""
+    answered = {node: c.answered_to for node, c in checked.items() if c.answered_to is not None}
+    if not answered:
+        return samples, events
+    if samples.num_rows:
+        seen_before = None
+        for node, t in answered.items():
+            rows = pc.and_(pc.equal(samples["host"], node), pc.less_equal(samples["t"], t))
+            seen_before = rows if seen_before is None else pc.or_(seen_before, rows)
+        samples = samples.filter(pc.invert(pc.fill_null(seen_before, False)))
+    kept = [e for e in events if not (e.attrs.get("node") in answered and e.t <= answered[str(e.attrs["node"])])]
+    return samples, kept
 
 
 def _all_hosts_gpu_samples(store: Store, window_s: float) -> pa.Table:
@@ -122,7 +165,9 @@ def node_health(
     config: HealthConfig = HealthConfig(),
 ) -> HealthReport:
     """Every node's verdict (or ``node``'s only) over the last ``window_s`` seconds of samples."""
-    samples, events = _stored_inputs(store, node, window_s)
+    samples, events, newest = _stored_inputs(store, node, window_s)
+    checked = node_checks(store)
+    samples, events = _unanswered(samples, events, checked)
     events = events + list(active)
     # the NCCL rules compare the job's hosts: judged over all of them (then kept for this node), job by job
     nccl_checks = _nccl_checks(store, events)
@@ -144,7 +189,19 @@ def node_health(
     )
     if node is not None:
         report = HealthReport(nodes=tuple(n for n in report.nodes if n.node == node))
-    return report
+    return _mark_under_test(report, checked, newest)
+
+
+def _mark_under_test(report: HealthReport, checked: dict[str, NodeChecks], now: float | None) -> HealthReport:
+    """Each node whose checks run (and whose reservation has not ended by ``now``) marked ``under_test``."""
+    testing = {
+        node: c.under_test
+        for node, c in checked.items()
+        if c.under_test and (now is None or c.test_ends is None or now < c.test_ends)
+    }
+    if not testing:
+        return report
+    return HealthReport(nodes=tuple(replace(n, under_test=testing.get(n.node, "")) for n in report.nodes))
 
 
 def rule_verdicts(report: HealthReport) -> dict[tuple[str, str], Verdict]:
