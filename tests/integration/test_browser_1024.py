@@ -45,8 +45,25 @@ def huge_server():
 def test_a_1024_node_page_ticks_and_shows_the_newest_numbers_where_it_looks(browser, huge_server):
     context, pg = _open(browser, huge_server, 1920)
     try:
-        assert pg.locator("[data-gpu]").count() == 8192
         _wait_page(pg, "() => (window.hpcwatch.state.deltas || 0) >= 2", TICK_WAIT_MS)
+        # the server drew the tiles without their cells (web/svg.py CELLS_IN_VIEW_FROM_NODES); those in view
+        # were built, the others wait for their tile to come into view
+        built, waiting = pg.evaluate(
+            "() => [document.querySelectorAll('[data-gpu]').length,"
+            " [...document.querySelectorAll('.tile[data-cells]')].reduce((n, g) => n + g.dataset.cells.split(' ').length, 0)]"
+        )
+        assert built + waiting == 8192 and 0 < built < 2048, (built, waiting)
+        # a job whose GPUs are all on unbuilt tiles is highlighted: its cells, built later, show it
+        far = pg.evaluate(
+            """() => {
+              const unbuilt = new Set([...document.querySelectorAll('.tile[data-cells]')].map((g) => g.dataset.nodeGroup));
+              const jobs = Object.entries(window.hpcwatch.state.snapshot.job_gpus || {});
+              const [job, gpus] = jobs.find(([, ids]) => ids.length && ids.every((id) => unbuilt.has(id.split('/')[0]))) || [];
+              return job ? [job, gpus] : null;
+            }"""
+        )
+        assert far is not None, "no job only on tiles out of view"
+        pg.evaluate(f"() => window.hpcwatch.highlightJob({far[0]!r})")
         assert pg.evaluate(JOB_GPUS_FOLLOW_JS) == [], "the merged job_gpus is not the merged GPUs' jobs"
         # node1/0's job ends and a new one starts there, as a delta sends them (by entry): merged as the server
         # would have. The next real delta's base is not this version: the page then reconnects for a whole frame.
@@ -68,9 +85,34 @@ def test_a_1024_node_page_ticks_and_shows_the_newest_numbers_where_it_looks(brow
         _wait_page(pg, f"() => ({TILES_MATCH_SNAPSHOT_JS})().length === 0", 30_000)
         pg.locator(".tile g[data-node='node1024']").scroll_into_view_if_needed()
         assert pg.evaluate(AFTER_FRAMES_JS.replace("CHECK", TILES_MATCH_SNAPSHOT_JS)) == []
-        assert pg.get_attribute("[data-gpu='node1024/7']", "data-level") is not None  # written once in view
+        assert pg.get_attribute("[data-gpu='node1024/7']", "data-level") is not None  # built and written in view
+        first_gpu = far[1][0]
+        pg.locator(f".tile g[data-node='{first_gpu.split('/')[0]}']").scroll_into_view_if_needed()
+        lit = pg.evaluate(
+            AFTER_FRAMES_JS.replace(
+                "CHECK", "() => [...document.querySelectorAll(\"[data-job-lit='true']\")].map((el) => el.dataset.gpu)"
+            )
+        )
+        assert first_gpu in lit and set(lit) <= set(far[1]), (first_gpu, lit)
+        pg.click(f"[data-gpu='{first_gpu}'] .gpu-box")  # a built cell opens its card (one listener for all)
+        opened = f"() => new URLSearchParams(location.search).get('el') === 'gpu:{first_gpu}'" + (
+            " && document.getElementById('card').classList.contains('open')"
+        )
+        _wait_page(pg, opened, 10_000)
         pg.screenshot(path=str(ARTIFACTS / "fit-1024-last-node.png"))
         assert pg.evaluate("window.hpcwatch.state.applyMs.length") >= 2
+        assert not pg.errors, pg.errors
+    finally:
+        context.close()
+
+
+def test_a_gpu_card_in_the_address_opens_though_its_tile_was_never_in_view(browser, huge_server):
+    context, pg = _open(browser, huge_server, 1920, query="?el=gpu:node1000/3")
+    try:
+        _wait_page(pg, "() => document.getElementById('card').classList.contains('open')", TICK_WAIT_MS)
+        assert pg.locator("[data-gpu='node1000/3']").count() == 1  # its tile's cells were built for it
+        assert pg.get_attribute("[data-gpu='node1000/3']", "aria-hidden") == "true"
+        assert pg.locator(".tile[data-node-group='node1000'][data-cells]").count() == 0
         assert not pg.errors, pg.errors
     finally:
         context.close()

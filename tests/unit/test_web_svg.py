@@ -20,6 +20,7 @@ from hpcwatch.model.cards import SECTIONS, load_cards, parse_cards
 from hpcwatch.records import VECTORS
 from hpcwatch.web.i18n import load_catalogue, negotiate
 from hpcwatch.web.svg import (
+    CELLS_IN_VIEW_FROM_NODES,
     COLLECTOR_TARGETS,
     DETAIL_MAX_NODES,
     MAX_TILE_COLS,
@@ -51,6 +52,46 @@ def test_small_clusters_get_a_tile_per_gpu_and_large_ones_aggregate_node_tiles()
     assert small.width == 1160 and small.gpu_cols == 8 and not small.aggregate  # two wide nodes, one GPU row
     assert not layout_for(_cluster(DETAIL_MAX_NODES)).aggregate
     assert layout_for(_cluster(DETAIL_MAX_NODES + 1)).aggregate
+
+
+def _cells_drawn(root: ET.Element) -> dict[str, tuple[str, str, str]]:
+    """GPU id -> the x, y and width of its cell's box, as the server drew it."""
+    out = {}
+    for g in root.iter("{http://www.w3.org/2000/svg}g"):
+        if g.get("class") == "gpu-cell":
+            box = next(r for r in g if r.get("class") == "gpu-box")
+            out[g.get("data-gpu", "")] = (box.get("x", ""), box.get("y", ""), box.get("width", ""))
+    return out
+
+
+def _cells_left_to_the_page(root: ET.Element) -> dict[str, tuple[str, str, str]]:
+    """GPU id -> the x, y and width static/tiles.js buildCells gives its cell from the tile's attributes."""
+    out = {}
+    for g in root.iter("{http://www.w3.org/2000/svg}g"):
+        if g.get("data-cells") is not None:
+            x0, step = float(g.get("data-cell-x", "")), float(g.get("data-cell-step", ""))
+            for index in g.get("data-cells", "").split(" "):
+                x = round((x0 + int(index) * step) * 100) / 100
+                out[f"{g.get('data-node-group')}/{index}"] = (
+                    f"{x:g}",
+                    g.get("data-cell-y", ""),
+                    g.get("data-cell-w", ""),
+                )
+    return out
+
+
+def test_past_a_few_hundred_nodes_the_page_builds_the_cells_where_the_server_would_draw_them():
+    few, many = _cluster(CELLS_IN_VIEW_FROM_NODES - 1), _cluster(CELLS_IN_VIEW_FROM_NODES)
+    drawn = ET.fromstring(render_schematic(few, load_catalogue("en")))
+    assert len(_cells_drawn(drawn)) == 8 * (CELLS_IN_VIEW_FROM_NODES - 1) and not _cells_left_to_the_page(drawn)
+    svg = render_schematic(many, load_catalogue("en"))
+    left = ET.fromstring(svg)
+    assert not _cells_drawn(left) and len(_cells_left_to_the_page(left)) == 8 * CELLS_IN_VIEW_FROM_NODES
+    # the same geometry: the first 255 nodes' cells where the smaller drawing has them (same grid columns)
+    same = {gid: cell for gid, cell in _cells_left_to_the_page(left).items() if gid in _cells_drawn(drawn)}
+    assert layout_for(few).node_cols == layout_for(many).node_cols
+    assert same == {gid: (f"{float(x):g}", y, w) for gid, (x, y, w) in _cells_drawn(drawn).items()}
+    assert len(svg) < len(render_schematic(few, load_catalogue("en"))) / 2
 
 
 @pytest.mark.parametrize("nodes", [5, 16, 37, 128])

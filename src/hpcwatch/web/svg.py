@@ -23,6 +23,9 @@ Text that changes (live values, marks) is drawn *beside* an element, in an
 of its spoken name (WCAG 2.5.3, axe ``label-content-name-mismatch``), and the page
 puts the values into the name itself. GPU cells of aggregate tiles are not in the
 tab order (1,024 stops would bury the page); their node's card lists them as buttons.
+From ``CELLS_IN_VIEW_FROM_NODES`` nodes a tile carries its cells' geometry
+(``data-cells``: the GPU indexes, ``data-cell-x/y/w/step``) and the page builds them
+when the tile first comes into view.
 Collector badges carry ``data-collector``, threat badges ``data-vector``; CSS
 shows them per mode. Only text from the model and the catalogue goes in, escaped.
 """
@@ -76,6 +79,11 @@ TILE_GAP = 10
 MAX_TILE_COLS = 16
 #: Rows are kept about this many times narrower than the grid is wide (a landscape screen). Ours.
 TILE_ASPECT = 2.5
+#: From this many nodes a tile's GPU cells are not drawn here: the page builds them when the tile first comes
+#: into view (static/tiles.js). At 1,024 nodes the 8,192 cells are 33,000 of the drawing's 42,000 elements, and
+#: Chromium's style, layout and paint of them held the first paint ~0.7 s. Ours: 128 nodes (1,024 cells, 8
+#: rows that one screen shows) still come whole.
+CELLS_IN_VIEW_FROM_NODES = 256
 
 #: Which element each collector badge sits on (the collectors of web/live.py's COLLECTORS).
 COLLECTOR_TARGETS: dict[str, str] = {
@@ -111,6 +119,8 @@ class SchematicLayout:
     aggregate: bool = False
     """Nodes drawn as aggregate tiles in a grid of ``node_cols`` a row (many nodes)."""
     node_cols: int = 0
+    cells_in_view: bool = False
+    """The tiles' GPU cells are left to the page, built when a tile comes into view (many nodes)."""
 
     def node_x(self, i: int) -> int:
         if self.aggregate:
@@ -193,6 +203,7 @@ def _grid_layout(cluster: Cluster) -> SchematicLayout:
         aggregate=True,
         node_cols=cols,
         node_count=n,
+        cells_in_view=n >= CELLS_IN_VIEW_FROM_NODES,
     )
 
 
@@ -362,6 +373,14 @@ def _tile(node: Node, x: int, y: int, lay: SchematicLayout, t: Translate) -> str
         f'aria-hidden="true"></text>',
     ]
     cw = round(lay.gpu_w, 2)
+    if lay.cells_in_view:  # what the page needs to build the cells below the same way (static/tiles.js)
+        indexes = " ".join(str(gpu.index) for gpu in node.gpus)
+        out[0] = (
+            f'<g class="node-group tile" data-node-group="{name}" data-cells="{indexes}" data-cell-x="{x + 6}" '
+            f'data-cell-y="{y + 38}" data-cell-w="{cw}" data-cell-step="{round(lay.gpu_w + 2, 2)}">'
+        )
+        out.append("</g>")
+        return "".join(out)
     for gpu in node.gpus:
         cx = round(x + 6 + gpu.index * (lay.gpu_w + 2), 2)
         gid = _a(gpu.id)

@@ -8,7 +8,7 @@ import { initFit } from "./fit.js";
 import { showHistory } from "./history.js";
 import { applyMonitor, highlightJob, initMonitor, readUrl, setConnection, writeUrl } from "./monitor.js";
 import { jobLink } from "./job.js";
-import { applyTiles, initTiles } from "./tiles.js";
+import { applyTiles, buildCellsOf, initTiles } from "./tiles.js";
 import { initPlayer } from "./player.js";
 import { initSimulator } from "./sim.js";
 import { boot, clear, eventItem, fmt, fmtRate, fmtTime, h, t } from "./util.js";
@@ -283,16 +283,17 @@ function restoreUrl() {
   if (["schematic", "observer", "threats"].includes(wanted.mode)) setView(wanted.mode);
   if (["engineer", "decider"].includes(wanted.reading)) setReading(wanted.reading);
   if (wanted.job) highlightJob(wanted.job);
+  if (wanted.el?.startsWith("gpu:")) buildCellsOf(wanted.el.slice(4).split("/")[0]);   // its tile may be unbuilt
   const opener = wanted.el ? document.querySelector(`[data-el='${CSS.escape(wanted.el)}']`) : null;
   if (opener) openCard(wanted.el, opener);
 }
 
 function bindElements() {
-  for (const cell of document.querySelectorAll(".gpu-cell")) {
-    cell.addEventListener("click", () => {
-      if (!dragging.moved) openCard(cell.dataset.el, cell.closest(".node-group")?.querySelector(".el"));
-    });
-  }
+  // One listener for every cell, those tiles.js builds later included.
+  document.getElementById("schematic-wrap")?.addEventListener("click", (event) => {
+    const cell = event.target.closest?.(".gpu-cell");
+    if (cell && !dragging.moved) openCard(cell.dataset.el, cell.closest(".node-group")?.querySelector(".el"));
+  });
   // A GPU button in a node's card opens that GPU's card (the way to a GPU of an aggregate tile by keyboard).
   card.addEventListener("click", (event) => {
     const button = event.target.closest?.("[data-open-gpu]");

@@ -3,7 +3,7 @@
 // The server decides what is a problem (reports/live.py); this module only draws it, with textContent.
 
 import { jobLink } from "./job.js";
-import { MARK_ORDER } from "./tiles.js";
+import { MARK_ORDER, gpuProblems, onCellsBuilt } from "./tiles.js";
 import { cards, clear, fmt, h, has, t } from "./util.js";
 
 const body = document.body;
@@ -167,6 +167,7 @@ function drawMarks(problems) {
   if (drawMarks.last === signature) return;
   drawMarks.last = signature;
   for (const el of gpuEls.values()) delete el.dataset.problem;
+  gpuProblems.clear();
   for (const el of nodeEls.values()) delete el.dataset.problem;
   for (const m of marks.values()) m.textContent = "";
   const rank = (mark) => { const i = MARK_ORDER.indexOf(mark); return i < 0 ? MARK_ORDER.length : i; };
@@ -177,6 +178,7 @@ function drawMarks(problems) {
     if (!worst.has(id) || rank(p.mark) < rank(worst.get(id).mark)) worst.set(id, p);
   }
   for (const [id, p] of worst) {
+    gpuProblems.set(id, p.mark);
     const el = gpuEls.get(id);
     if (el) el.dataset.problem = p.mark;
     const mark = marks.get(id);
@@ -197,8 +199,8 @@ let drawnJob = null;
 function drawJob(snap) {
   const gpus = monitor.job ? snap?.job_gpus?.[monitor.job] : undefined;
   if (drawnJob && drawnJob.job === monitor.job && drawnJob.gpus === gpus) return;
-  drawnJob = { job: monitor.job, gpus };
   const lit = new Set(gpus ?? []);
+  drawnJob = { job: monitor.job, gpus, lit };
   body.classList.toggle("job-highlight", Boolean(monitor.job));
   for (const [id, el] of gpuEls) {
     const value = String(lit.has(id));
@@ -208,6 +210,17 @@ function drawJob(snap) {
   chip.hidden = !monitor.job;
   document.getElementById("job-chip-text").textContent = monitor.job ? t("alerts.highlight", { job: monitor.job }) : "";
 }
+
+// A cell the page built once its tile came into view (tiles.js) takes the marks and the highlight drawn so far.
+onCellsBuilt((cells) => {
+  for (const el of cells) {
+    const id = el.dataset.gpu;
+    gpuEls.set(id, el);
+    const problem = gpuProblems.get(id);
+    if (problem) el.dataset.problem = problem;
+    if (drawnJob) el.dataset.jobLit = String(drawnJob.lit.has(id));
+  }
+});
 
 export function highlightJob(job) {
   monitor.job = job || null;

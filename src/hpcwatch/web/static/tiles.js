@@ -11,6 +11,10 @@ export const JOB_COLOURS = 12;
 
 const refs = { tiles: [], nodes: [], full: [] };
 
+/** GPU id -> the mark of its worst problem (monitor.js drawMarks): a tile's corner glyph reads it, and a cell
+ *  built later takes it. */
+export const gpuProblems = new Map();
+
 /** Look every live element up once: a 128-node page has ~5,000 of them. */
 export function initTiles() {
   const byId = (selector, attr, cut = 0) =>
@@ -28,7 +32,15 @@ export function initTiles() {
     return { id, node, index, el, full: el.classList.contains("el"), util: util.get(id), pt: pt.get(id), temp: temp.get(id), bar, job: jobbars.get(id), tip: tips.get(id),
       barMax: Number(bar?.previousElementSibling?.getAttribute("width") ?? 34), last: {} };
   });
+  // The GPUs of tiles whose cells the page builds once in view (web/svg.py CELLS_IN_VIEW_FROM_NODES): no element yet.
+  for (const group of document.querySelectorAll(".tile[data-cells]")) {
+    const node = group.dataset.nodeGroup;
+    for (const index of group.dataset.cells.split(" ")) {
+      refs.tiles.push({ id: `${node}/${index}`, node, index, el: null, full: false, last: {} });
+    }
+  }
   const byGpu = new Map(refs.tiles.map((tile) => [tile.id, tile]));
+  refs.byGpu = byGpu;
   document.getElementById("schematic-wrap")?.addEventListener("pointerover", (event) => {
     const tile = byGpu.get(event.target.closest?.(".gpu-cell")?.dataset.gpu);
     if (tile && latest) setText(tile.tip, t("tip.gpu", gpuWords(tile, latest.gpus?.[tile.id])), tile.last, "tip");
@@ -43,8 +55,9 @@ export function initTiles() {
   }
   refs.nodes = [...document.querySelectorAll(".tile g[data-node]")].map((el) => ({
     name: el.dataset.node, el, sum: sums.get(el.dataset.node), mark: tileMarks.get(el.dataset.node),
-    tip: el.querySelector(":scope > title"), last: {},
+    tip: el.querySelector(":scope > title"), last: {}, group: el.closest(".tile"),
     gpus: gpusOf.get(el.dataset.node) ?? [] }));
+  refs.byNode = new Map(refs.nodes.map((node) => [node.name, node]));
   refs.full = [...document.querySelectorAll(".node-group:not(.tile) > g[data-node]")].map((el) => ({
     name: el.dataset.node, el, title: el.querySelector(".node-title"), label: el.getAttribute("aria-label") ?? "",
     last: {} }));
@@ -61,14 +74,18 @@ const offScreen = new Set();   // node names of aggregate tiles out of the viewp
 const owed = new Set();        // ... that a snapshot was not written to
 
 function watchOnScreen() {
-  if (refs.nodes.length < WATCH_FROM_TILES || !("IntersectionObserver" in window)) return;
+  if (refs.nodes.length < WATCH_FROM_TILES || !("IntersectionObserver" in window)) {
+    for (const node of refs.nodes) buildCells(node);
+    return;
+  }
   const byEl = new Map(refs.nodes.map((node) => [node.el, node]));
   const observer = new IntersectionObserver((entries) => {
     for (const entry of entries) {
       const node = byEl.get(entry.target);
       if (entry.isIntersecting) {
         offScreen.delete(node.name);
-        if (owed.delete(node.name) && latest) writeNode(node, latest);
+        const built = buildCells(node);   // fresh cells hold no values yet
+        if ((owed.delete(node.name) || built) && latest) writeNode(node, latest);
       } else {
         offScreen.add(node.name);
       }
@@ -80,6 +97,52 @@ function watchOnScreen() {
     offScreen.add(node.name);
     observer.observe(node.el);
   }
+}
+
+// -- cells built in view --------------------------------------------------------------------
+// Past a few hundred nodes the server draws a tile without its GPU cells, with their geometry (web/svg.py
+// _tile); they are built here, as svg.py draws them, when the tile first comes into view. Not drawing 8,192
+// cells up front is what brings a 1,024-node page's first paint under a second.
+const SVG_NS = "http://www.w3.org/2000/svg";
+const cellHooks = [];
+
+/** `hook(cells)` runs on each batch of cells built (monitor.js: their problem mark and job highlight). */
+export function onCellsBuilt(hook) {
+  cellHooks.push(hook);
+}
+
+function svgEl(name, attrs) {
+  const el = document.createElementNS(SVG_NS, name);
+  for (const [key, value] of Object.entries(attrs)) el.setAttribute(key, value);
+  return el;
+}
+
+/** Builds the cells of `node`'s tile if the server left them to the page; true when it built them. */
+function buildCells(node) {
+  const group = node.group;
+  if (!group?.dataset.cells) return false;
+  const { cellX, cellY, cellW, cellStep } = group.dataset;
+  const cells = group.dataset.cells.split(" ").map((index) => {
+    const id = `${node.name}/${index}`;
+    const x = String(Math.round((Number(cellX) + Number(index) * Number(cellStep)) * 100) / 100);
+    const cell = svgEl("g", { class: "gpu-cell", "data-el": `gpu:${id}`, "data-gpu": id, "aria-hidden": "true" });
+    const tip = svgEl("title", { "data-tip": `gpu:${id}` });
+    tip.textContent = `GPU ${index} · ${node.name}`;
+    const job = svgEl("rect", { class: "gpu-job", "data-jobbar": id, x, y: String(Number(cellY) + 19), width: cellW, height: "3" });
+    cell.append(tip, svgEl("rect", { class: "gpu-box", x, y: cellY, width: cellW, height: "17", rx: "2" }), job);
+    Object.assign(refs.byGpu.get(id) ?? {}, { el: cell, job, tip });
+    return cell;
+  });
+  group.append(...cells);
+  delete group.dataset.cells;
+  for (const hook of cellHooks) hook(cells);
+  return true;
+}
+
+/** The cells of node `name`'s tile, built now if they were not (a GPU card opened from the URL). */
+export function buildCellsOf(name) {
+  const node = refs.byNode?.get(name);
+  if (node && buildCells(node) && latest) writeNode(node, latest);
 }
 
 function writeNode(node, snap) {
@@ -178,6 +241,7 @@ function problemWords(el) {
 }
 
 function applyGpu(tile, g) {
+  if (!tile.el) return;   // a cell not built yet: written when its tile comes into view
   const util = g?.util_pct;
   const job = firstJob(g);
   // The true state (reports/live.py apply_states): a lost GPU shows no number, a drained or down node's GPUs say so.
@@ -220,7 +284,7 @@ function applyNode(node, snap) {
   const sum = mean === null ? "" : `${fmt(mean, 0)} ${t("unit.pct")} · ${kw}`;
   const words = [testing ? t(`remediation.${testing}`) : null, shown ? t(`state.${shown}`) : null, sum || null];
   setText(node.sum, words.filter(Boolean).join(" · "), node.last, "sum");
-  const found = node.gpus.map((g) => g.el.dataset.problem).filter(Boolean);
+  const found = node.gpus.map((g) => gpuProblems.get(g.id)).filter(Boolean);
   const problem = MARK_ORDER.find((m) => found.includes(m));   // the worst of its GPUs' marks
   set(node.el, "data-gpu-problem", problem ?? null, node.last);
   if (node.mark) {
