@@ -357,6 +357,21 @@ def test_a_page_streams_from_the_version_it_booted_with_not_the_whole_snapshot_a
         assert name == "live" and first["gpus"]["node1/2"]["util_pct"] == 91, since
 
 
+def test_a_page_boots_from_a_recent_document_without_waiting_for_a_new_one(client, monkeypatch):
+    """A document up to BOOT_MAX_AGE_S old is the page's boot (its stream's first delta updates it); an older
+    one is computed again, so a page never boots from data minutes old."""
+    import hpcwatch.web.live as live_module
+
+    live = client.app.state.hpcwatch.live
+    now = [1000.0]
+    monkeypatch.setattr(live_module.time, "monotonic", lambda: now[0])
+    first = live.stream_boot()["v"]
+    now[0] += live_module.BOOT_MAX_AGE_S - 0.1  # past min_interval_s: a viewer would get a new version
+    assert live.stream_boot()["v"] == first
+    now[0] += 0.2
+    assert live.stream_boot()["v"] == first + 1
+
+
 def test_store_errors_become_json_errors_not_crashes():
     store = Store(":memory:")
     store.add(_spans("4101", straggler=False))

@@ -53,6 +53,7 @@ __all__ = [
     "DEFAULT_MIN_INTERVAL_S",
     "PROBLEMS_INTERVAL_S",
     "PROBLEMS_BUSY_SHARE",
+    "BOOT_MAX_AGE_S",
     "rest_after",
 ]
 
@@ -65,6 +66,10 @@ PROBLEMS_INTERVAL_S = 5.0
 #: than d / share after it began. A 128-node demo 15 minutes in takes ~12 s of CPU to judge (the health rules
 #: over 6 million samples); every 5 s that was all of a core and more. Ours.
 PROBLEMS_BUSY_SHARE = 0.25
+#: A page boots from the newest stream document up to this old rather than waiting for a new one: at 1,024
+#: nodes a new one took ~0.5 s of a busy process, and the page's first byte waited 1.5-2 s for it half the
+#: time. The stream's next delta (a tick later) brings the page up to date. Ours: a few ticks.
+BOOT_MAX_AGE_S = 5.0
 
 log = logging.getLogger(__name__)
 #: The fields of a vector's entry in the snapshot (``GET /api/live``).
@@ -203,8 +208,9 @@ class LiveView:
     def stream_boot(self) -> dict[str, Any]:
         """The newest stream document (``v`` in it): a page that holds it passes ``EPOCH.V`` back as
         ``/api/stream?since=``, and its stream starts with what came after that version, not the whole
-        document again (1.8 MB at 1,024 nodes, parsed and drawn a second time by every page load)."""
-        self._current()
+        document again (1.8 MB at 1,024 nodes, parsed and drawn a second time by every page load). One up to
+        ``BOOT_MAX_AGE_S`` old is taken as it is: the stream's first delta brings the page up to date."""
+        self._current(max(self.min_interval_s, BOOT_MAX_AGE_S))
         with self._lock:
             assert self._stream_doc is not None
             return self._stream_doc
