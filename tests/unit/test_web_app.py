@@ -372,6 +372,42 @@ def test_a_page_boots_from_a_recent_document_without_waiting_for_a_new_one(clien
     assert live.stream_boot()["v"] == first + 1
 
 
+def test_the_page_links_its_scripts_under_a_versioned_address_cached_for_good(client):
+    from hpcwatch.web.assets import STATIC_DIR, asset_version, module_graph
+
+    html = client.get("/").text
+    version = asset_version()
+    assert f'<script type="module" src="/static/{version}/app.js">' in html
+    preloaded = re.findall(rf'<link rel="modulepreload" href="/static/{version}/([\w.]+)">', html)
+    # every module app.js reaches, and only those: assess.js is the assessment page's plain script
+    assert preloaded == list(module_graph()) and set(preloaded) == {p.name for p in STATIC_DIR.glob("*.js")} - {
+        "app.js",
+        "assess.js",
+    }
+    kept = client.get(f"/static/{version}/tiles.js")
+    assert kept.status_code == 200 and "immutable" in kept.headers["cache-control"]
+    assert kept.content == (STATIC_DIR / "tiles.js").read_bytes()
+    asked = client.get("/static/tiles.js")  # the old address: asked again each load, as before
+    assert asked.status_code == 200 and "cache-control" not in asked.headers and asked.headers["etag"]
+    assert client.get("/static/0123456789ab/tiles.js").status_code == 404  # another release's address
+    assert client.get(f"/static/{version}/../app.py").status_code == 404
+
+
+def test_the_asset_version_is_the_files_own_hash(tmp_path):
+    from hpcwatch.web.assets import asset_version, module_graph
+
+    (tmp_path / "app.js").write_text('import { a } from "./a.js";\nimport { b } from "./b.js";\n')
+    (tmp_path / "a.js").write_text('import { b } from "./b.js";\nexport const a = 1;\n')
+    (tmp_path / "b.js").write_text(
+        '// import { nothing } from "./comment.js" is not a line start\nexport const b = 2;\n'
+    )
+    first = asset_version(tmp_path)
+    assert module_graph("app.js", tmp_path) == ("a.js", "b.js")
+    (tmp_path / "b.js").write_text("export const b = 3;\n")
+    asset_version.cache_clear()
+    assert asset_version(tmp_path) != first
+
+
 def test_store_errors_become_json_errors_not_crashes():
     store = Store(":memory:")
     store.add(_spans("4101", straggler=False))

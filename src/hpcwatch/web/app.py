@@ -18,13 +18,11 @@ import threading
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from importlib import resources
-from pathlib import Path
 from typing import Any
 
 import orjson
 from fastapi import Depends, FastAPI, Query, Request
 from fastapi.responses import FileResponse, HTMLResponse, JSONResponse, Response
-from fastapi.staticfiles import StaticFiles
 from jinja2 import Environment, PackageLoader, select_autoescape
 from markupsafe import Markup
 from starlette.concurrency import run_in_threadpool
@@ -45,6 +43,7 @@ from hpcwatch.reports.scoped import scoped_live
 from hpcwatch.store import Store
 from hpcwatch.web import api, audit, decider, history, jobpage
 from hpcwatch.web.access import Audit, OwnersCache, check_routes, guard, scope_of
+from hpcwatch.web.assets import AssetFiles, asset_version, module_graph
 from hpcwatch.web.guard import Guard, GuardSettings
 from hpcwatch.web.i18n import LANG_COOKIE, LANGUAGES, load_catalogue, negotiate
 from hpcwatch.web.live import LiveView
@@ -54,7 +53,6 @@ __all__ = ["create_app", "AppState", "script_json", "PLOTLY_JS"]
 
 log = logging.getLogger(__name__)
 
-STATIC_DIR = Path(__file__).parent / "static"
 #: Inside the plotly wheel: https://github.com/plotly/plotly.py (package_data/plotly.min.js).
 PLOTLY_JS = "package_data/plotly.min.js"
 
@@ -154,7 +152,7 @@ def create_app(
     app.include_router(history.router)
     app.include_router(decider.router)
     app.include_router(audit.router)
-    app.mount("/static", StaticFiles(directory=STATIC_DIR), name="static")
+    app.mount("/static", AssetFiles(), name="static")
     _add_pages(app)
     _add_error_handlers(app)
     check_routes(app)
@@ -260,7 +258,8 @@ def _render(template: Any, state: AppState, lang: str, scope: Scope, account: st
         snapshot=snapshot,
         step_sources=sources,
         phases=PHASES,
-        static="/static",
+        static=f"/static/{asset_version()}",
+        modules=module_graph(),
         root="",
         stale_after_s=STALE_AFTER_S,
         data_source=_source_text(state, t),
