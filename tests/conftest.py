@@ -1,11 +1,19 @@
-"""Shared test helpers: where the captured data lives, and the CLI run in-process."""
+"""Shared test helpers: where the captured data lives, the CLI run in-process, a free port."""
 
+import socket
 import sys
 from pathlib import Path
 
 import pytest
 
 DATA = Path(__file__).parent / "data"
+
+
+def free_port() -> int:
+    """A TCP port of 127.0.0.1 nobody listens on now (the OS's choice; a server started next takes it)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
 
 
 @pytest.fixture

@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import re
 import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -22,6 +21,7 @@ from pathlib import Path
 import pytest
 
 from hpcwatch.web.i18n import load_catalogue
+from tests.conftest import free_port
 
 pytestmark = pytest.mark.integration
 
@@ -46,19 +46,13 @@ if not Path(CHROMIUM).exists():
 playwright_api = pytest.importorskip("playwright.sync_api")
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 #: Each demo's stderr, by its address: a file, not a pipe nobody reads (a full pipe would stop the server at its
 #: next log line); a test that times out on a page quotes its end.
 DEMO_LOGS: dict[str, Path] = {}
 
 
 def _start_demo(*extra: str) -> tuple[subprocess.Popen, str]:
-    port = _free_port()
+    port = free_port()
     url = f"http://127.0.0.1:{port}/"
     ARTIFACTS.mkdir(exist_ok=True)
     DEMO_LOGS[url] = ARTIFACTS / f"demo-{port}.log"

@@ -16,10 +16,11 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import free_port
+
 from .conftest import wait_until
 from .test_browser import (  # noqa: F401 - fixtures are used by name
     VIEWPORT,
-    _free_port,
     _shot,
     _stop,
     _wait_ticks,
@@ -161,7 +162,7 @@ def _store_with_jobs(path: Path) -> None:
 
 
 def _serve(db: Path, prometheus: str | None, *extra: str) -> tuple[subprocess.Popen, str]:
-    port = _free_port()
+    port = free_port()
     proc = subprocess.Popen(
         [
             sys.executable,
@@ -347,7 +348,7 @@ def test_the_page_shows_a_node_under_test_the_actions_and_the_notices(browser, t
 
     db = tmp_path / "store"
     _store_with_acting(db)
-    nowhere = f"http://127.0.0.1:{_free_port()}"  # an Alertmanager that is down
+    nowhere = f"http://127.0.0.1:{free_port()}"  # an Alertmanager that is down
     proc, url = _serve(db, None, "--alertmanager", nowhere)
     context = browser.new_context(viewport=VIEWPORT, locale="en-US")
     try:

@@ -15,11 +15,11 @@ import sys
 import pytest
 import yaml
 
+from tests.conftest import free_port
 from tests.integration.test_browser import (  # noqa: F401 - fixtures are used by name
     ACTION_TIMEOUT_MS,
     ARTIFACTS,
     VIEWPORT,
-    _free_port,
     _stop,
     _wait_ticks,
     browser,
@@ -64,7 +64,7 @@ def triage_server(tmp_path_factory):
     doc = yaml.safe_load(resources.files("hpcwatch.model").joinpath("reference.yaml").read_text())
     doc["nodes"] = [dict(doc["nodes"][0], count=NODES)]
     model.write_text(yaml.safe_dump(doc))
-    port = _free_port()
+    port = free_port()
     proc = subprocess.Popen(
         [sys.executable, "-m", "hpcwatch", "serve", "--db", str(db), "--model", str(model), "--port", str(port)],
         stdout=subprocess.DEVNULL,

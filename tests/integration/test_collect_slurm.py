@@ -19,7 +19,6 @@ import re
 import shlex
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -31,6 +30,7 @@ import pytest
 
 from hpcwatch.reports.collectors import read_status
 from hpcwatch.store import Store
+from tests.conftest import free_port
 
 from .conftest import ROOT, need, stop_process, wait_until
 
@@ -51,12 +51,6 @@ def alert(i: int) -> str:
 def append(path: Path, rng: range) -> None:
     with open(path, "a") as f:
         f.writelines(alert(i) for i in rng)
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _exec_start(unit: str) -> list[str]:
@@ -226,7 +220,7 @@ def test_collect_runs_the_sample_config_against_real_slurm_prometheus_and_logs(s
         assert falco_seconds(store_path) == list(range(40)), "a line was stored twice after the restart"
 
         # -- serve reads the store while collect writes it, and names the collectors ---------------
-        port = _free_port()
+        port = free_port()
         serve = subprocess.Popen(
             [sys.executable, "-m", "hpcwatch", "serve", "--db", str(store_path), "--port", str(port)],
             env=env,

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -17,20 +16,16 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import free_port
+
 #: A 2-node demo starts in about 3 s; a loaded 2-core machine was seen to take ten times that.
 START_TIMEOUT_S = 120
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def _started_demo(tmp: Path) -> subprocess.Popen:
     """A 2-node demo whose temporary folder is ``tmp``, once it has said its address."""
     env = {**os.environ, "TMPDIR": str(tmp), "NO_COLOR": "1"}
-    cmd = [sys.executable, "-m", "hpcwatch", "demo", "--no-browser", "--nodes", "2", "--port", str(_free_port())]
+    cmd = [sys.executable, "-m", "hpcwatch", "demo", "--no-browser", "--nodes", "2", "--port", str(free_port())]
     proc = subprocess.Popen(
         cmd,
         env=env,

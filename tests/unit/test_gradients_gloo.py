@@ -11,7 +11,6 @@ its definition.
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
 import textwrap
@@ -22,6 +21,7 @@ import pytest
 from hpcwatch.records import Sample
 from hpcwatch.security.gradients import SKETCH_DIMS, detect_gradient_anomalies
 from hpcwatch.sources.hook import read_hook_jsonl
+from tests.conftest import free_port
 
 torch = pytest.importorskip("torch")
 slow = pytest.mark.slow  # three torch imports: ~10 s idle, a minute on a loaded 2-core box
@@ -78,12 +78,6 @@ WORKER = textwrap.dedent("""
 """)
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list]:
     """Samples of the three runs (scale: rank 2, flip: rank 1, none), from one real 3-process job."""
@@ -93,7 +87,7 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list]:
     env = {
         **os.environ,
         "MASTER_ADDR": "127.0.0.1",
-        "MASTER_PORT": str(_free_port()),
+        "MASTER_PORT": str(free_port()),
         "OMP_NUM_THREADS": "1",
         "GLOO_SOCKET_IFNAME": "lo",
     }

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import importlib.util
 import os
-import socket
 import subprocess
 import sys
 import textwrap
@@ -19,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import free_port
 from tests.unit.forkranks import beside
 
 # Only the job's processes need torch; finding it is enough here (importing it costs seconds).
@@ -90,12 +90,6 @@ WORKER = textwrap.dedent("""
 """)
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def run_job(
     out: Path,
     *,
@@ -111,7 +105,7 @@ def run_job(
     script.write_text(WORKER)
     beside(script)
     env = dict(
-        os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(_free_port()), OMP_NUM_THREADS="1", GLOO_SOCKET_IFNAME="lo"
+        os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()), OMP_NUM_THREADS="1", GLOO_SOCKET_IFNAME="lo"
     )
     proc = subprocess.run(
         [sys.executable, str(script), str(world), str(out), str(straggler), str(delay_s), str(steps)],
@@ -256,7 +250,7 @@ def test_recorder_counts_nonfinite_gradients_and_serves_prometheus(tmp_path):
     from hpcwatch.sources.hook import read_hook_jsonl
 
     model = torch.nn.Linear(4, 2)
-    port = _free_port()
+    port = free_port()
     with StepRecorder(job="7", rank=1, node="n1", gpu=3, out_dir=tmp_path, prometheus_port=port) as rec:
         for step in range(2):
             with rec.step(step):

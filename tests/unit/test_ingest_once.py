@@ -14,7 +14,7 @@ import orjson
 import pytest
 
 from hpcwatch.store import Store
-from tests.conftest import DATA
+from tests.conftest import DATA, free_port
 
 HPCWATCH = [sys.executable, "-m", "hpcwatch"]
 
@@ -254,7 +254,7 @@ def test_every_reader_works_while_a_live_twin_writes(tmp_path):
         for args in (["jobs", "--json"], ["health", "--json"], ["scan", "--json"]):
             done = _run(*args, "--db", str(db))
             assert done.returncode == 0, (args, done.stderr)
-        port = _free_port()
+        port = free_port()
         server = subprocess.Popen(
             [*HPCWATCH, "serve", "--db", str(db), "--port", str(port), "--duration", "25"],
             stdout=subprocess.DEVNULL,
@@ -279,14 +279,6 @@ def test_every_reader_works_while_a_live_twin_writes(tmp_path):
     finally:
         writer.terminate()
         writer.wait(timeout=20)
-
-
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _get_when_up(url: str, httpx, timeout_s: float = 30.0):

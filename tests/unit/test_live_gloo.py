@@ -28,8 +28,9 @@ from pathlib import Path
 import orjson
 import pytest
 
+from tests.conftest import free_port
 from tests.unit.forkranks import beside
-from tests.unit.test_hook_gloo import _free_port, needs_torch
+from tests.unit.test_hook_gloo import needs_torch
 
 WORLD = 4
 STRAGGLER = 2
@@ -98,7 +99,7 @@ def _gloo_env(**extra: str) -> dict[str, str]:
     return dict(
         os.environ,
         MASTER_ADDR="127.0.0.1",
-        MASTER_PORT=str(_free_port()),
+        MASTER_PORT=str(free_port()),
         OMP_NUM_THREADS="1",
         GLOO_SOCKET_IFNAME="lo",
         **extra,
