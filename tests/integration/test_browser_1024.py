@@ -53,6 +53,21 @@ def test_a_1024_node_page_ticks_and_shows_the_newest_numbers_where_it_looks(brow
             " [...document.querySelectorAll('.tile[data-cells]')].reduce((n, g) => n + g.dataset.cells.split(' ').length, 0)]"
         )
         assert built + waiting == 8192 and 0 < built < 2048, (built, waiting)
+        # the step player draws at most 32 ranks of a large job, and says how many it has
+        _wait_page(pg, "() => document.getElementById('player').dataset.state === 'ready'", TICK_WAIT_MS)
+        rows, summary = pg.evaluate(
+            "() => [document.querySelectorAll('#gantt .row-label').length,"
+            " document.getElementById('player-summary').textContent]"
+        )
+        total = pg.evaluate(
+            "async () => (await (await fetch('/api/steps?job=' + document.getElementById('player').dataset.job)).json()).ranks_total"
+        )
+        assert rows == min(total, 32) and (total <= 32 or f"32 of {total:,} ranks drawn" in summary), (
+            rows,
+            total,
+            summary,
+        )
+        assert pg.evaluate("document.querySelectorAll('*').length") < 30_000  # was ~60,000 with every rank drawn
         # a job whose GPUs are all on unbuilt tiles is highlighted: its cells, built later, show it
         far = pg.evaluate(
             """() => {

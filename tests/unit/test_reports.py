@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 from fastapi.testclient import TestClient
@@ -249,3 +250,26 @@ def test_no_sql_outside_the_store():
         if any(call in f.read_text() for call in (".query(", ".query_arrow(", "SELECT "))
     ]
     assert len(files) > 20 and offenders == []
+
+
+@pytest.mark.parametrize("limit", [1, 2, 3])
+def test_a_large_step_is_drawn_by_its_slowest_ranks_the_straggler_and_the_reference(limit):
+    """A real 4-process torch gloo job, one rank made slow (tests/data/kineto/gloo_straggler/hook): with fewer
+    ranks drawn than it has, the drawn ones are the straggler, the reference rank and those that worked longest;
+    the verdict and the waits stay the whole step's."""
+    from hpcwatch.ingest import ingest_paths
+
+    hook = Path(__file__).resolve().parents[1] / "data" / "kineto" / "gloo_straggler" / "hook"
+    with Store(":memory:") as store:
+        ingest_paths(store, [hook])
+        job = _training_job(store)
+        whole = player_step(store, job, ranks_shown=0)
+        drawn = player_step(store, job, ranks_shown=limit)
+    assert whole.ranks_total == drawn.ranks_total == len(whole.ranks) == 4
+    assert whole.straggler is not None and drawn.straggler == whole.straggler and drawn.max_wait_s == whole.max_wait_s
+    kept = {whole.straggler.rank, whole.reference_rank}
+    work = {r.rank: sum(p.dur_s for p in r.phases if p.phase != "barrier_wait") for r in whole.ranks}
+    others = sorted((r for r in work if r not in kept), key=lambda r: -work[r])
+    want = kept | set(others[: max(0, limit - len(kept))])
+    assert [r.rank for r in drawn.ranks] == sorted(want)
+    assert all(r in whole.ranks for r in drawn.ranks)  # the same rows, not rebuilt

@@ -78,6 +78,10 @@ __all__ = [
 DEFAULT_RECENT_STEPS = 50
 """Training reports of a running job look at its last N steps: recent enough to move, long enough for a median."""
 PLAYER_JOBS_LISTED = 8
+#: The player draws at most this many ranks of a step: the ones that worked longest (those the others wait for),
+#: the straggler and the reference rank among them. Ours: 32 rows are one screen of Gantt chart and a ring that
+#: still reads; a 1,536-rank step drawn whole was a 32,000 px chart and 45,000 elements in the page.
+PLAYER_RANKS = 32
 """Jobs the player offers when no pair is configured: the most recent ones."""
 
 Placement = Mapping[int, tuple[str | None, int | None]]
@@ -657,6 +661,8 @@ class PlayerStep:
     """The longest barrier wait of the shown step (over the ranks other than the straggler)."""
     reference_rank: int
     """A rank that is not the straggler, whose phase the player's readout follows."""
+    ranks_total: int = 0
+    """The ranks of the step; ``ranks`` may hold fewer (``player_step``'s ``ranks_shown``)."""
 
 
 def _shown_step(store: Store, job: str, step: int | None) -> tuple[int, int, int]:
@@ -710,11 +716,17 @@ def _verdict(job_report: StepReport | None, ranks: tuple[PlayerRank, ...]) -> Pl
 
 
 def player_step(
-    store: Store, job: str, step: int | None = None, *, recent_steps: int = DEFAULT_RECENT_STEPS
+    store: Store,
+    job: str,
+    step: int | None = None,
+    *,
+    recent_steps: int = DEFAULT_RECENT_STEPS,
+    ranks_shown: int = PLAYER_RANKS,
 ) -> PlayerStep:
     """One step of ``job`` per rank and phase (``records.PHASES`` only), with the straggler verdict of the
     job's last ``recent_steps`` steps (the exporter's). ``step`` defaults to the newest step every rank
-    finished. ``InputError`` when the job or the step has no spans."""
+    finished. At most ``ranks_shown`` ranks (0: all; ``_ranks_shown``); ``max_wait_s`` and the verdict are
+    over all of them. ``InputError`` when the job or the step has no spans."""
     first, last, step = _shown_step(store, job, step)
     spans = [s for s in store.spans(job, step=step) if s.phase in PHASES]
     if not spans:
@@ -732,16 +744,30 @@ def player_step(
         if shown.step_times_s
         else max(s.start + s.dur for s in spans) - min(s.start for s in spans)
     )
+    reference = (others or ranks)[0].rank
+    keep = {reference} | ({verdict.rank} if verdict is not None else set())
     return PlayerStep(
         job=job,
         step=step,
         steps=(first, last),
         step_time_s=step_time,
-        ranks=ranks,
+        ranks=_ranks_shown(ranks, ranks_shown, keep=keep),
         straggler=verdict,
         max_wait_s=max([_phase_s(r, "barrier_wait") for r in others], default=0.0),
-        reference_rank=(others or ranks)[0].rank,
+        reference_rank=reference,
+        ranks_total=len(ranks),
     )
+
+
+def _ranks_shown(ranks: tuple[PlayerRank, ...], limit: int, *, keep: set[int]) -> tuple[PlayerRank, ...]:
+    """``ranks`` when they are ``limit`` or fewer (or ``limit`` is 0); else ``keep`` and the ranks that worked
+    longest (the step less their barrier wait: those the others wait for), in rank order."""
+    if not limit or len(ranks) <= limit:
+        return ranks
+    work = {r.rank: sum(p.dur_s for p in r.phases if p.phase != "barrier_wait") for r in ranks}
+    longest = sorted((r for r in work if r not in keep), key=lambda r: (-work[r], r))
+    chosen = keep | set(longest[: max(0, limit - len(keep))])
+    return tuple(r for r in ranks if r.rank in chosen)
 
 
 def jobs_with_spans(store: Store) -> list[str]:

@@ -44,7 +44,7 @@ from hpcwatch.records import VECTORS
 from hpcwatch.reports.assess import assessment_document, assessment_report, latest_assessment
 from hpcwatch.reports.findings import recent_findings
 from hpcwatch.reports.scoped import job_visible, scoped_findings, scoped_live, scoped_text
-from hpcwatch.reports.steps import PLAYER_JOBS_LISTED, player_jobs, player_step
+from hpcwatch.reports.steps import PLAYER_JOBS_LISTED, PLAYER_RANKS, player_jobs, player_step
 from hpcwatch.vocab import EventKind
 from hpcwatch.web.access import scope_of
 from hpcwatch.web.live import LiveView, StreamFrames
@@ -123,6 +123,11 @@ class StepDoc(BaseModel):
     )
     max_wait_s: float = Field(0.0, description="Longest barrier wait of this step, the straggler's excluded")
     reference_rank: int = Field(0, description="A rank that is not the straggler (the readout follows it)")
+    ranks_total: int = Field(
+        0,
+        description="The step's ranks; `ranks` holds at most `?ranks=` of them: the straggler, the reference "
+        "rank and those that worked longest",
+    )
 
 
 class SimPoint(BaseModel):
@@ -335,7 +340,10 @@ def _job_label(store: Any, job_id: str) -> str:
 
 @router.get("/steps", summary="One training step per rank and phase", response_model=StepDoc)
 async def steps(
-    request: Request, job: str = Query(..., max_length=200), step: int | None = Query(None, ge=0)
+    request: Request,
+    job: str = Query(..., max_length=200),
+    step: int | None = Query(None, ge=0),
+    ranks: int = Query(PLAYER_RANKS, ge=0, le=1_000_000, description="Ranks drawn at most (0: all)"),
 ) -> StepDoc:
     """Phases of ``records.PHASES`` only; ``step`` defaults to the last complete step of the job. ``straggler``
     is the server's verdict (``hpcwatch.reports.steps.player_step``): the page only draws it. A job the
@@ -344,12 +352,12 @@ async def steps(
     if not await run_in_threadpool(job_visible, state.store, job, scope):
         raise HTTPException(status_code=404, detail="no such job")
     await run_in_threadpool(state.audit.opened, request, EventKind.ACCESS_JOB, job)
-    return await run_in_threadpool(lambda: step_doc(state.store, job, step))
+    return await run_in_threadpool(lambda: step_doc(state.store, job, step, ranks=ranks))
 
 
-def step_doc(store: Any, job: str, step: int | None) -> StepDoc:
+def step_doc(store: Any, job: str, step: int | None, *, ranks: int = PLAYER_RANKS) -> StepDoc:
     try:
-        found = player_step(store, job, step)
+        found = player_step(store, job, step, ranks_shown=ranks)
     except InputError as err:
         raise HTTPException(status_code=404, detail=str(err)) from err
     doc = dataclasses.asdict(found)

@@ -65,7 +65,9 @@ export function initPlayer(root) {
     const chart = drawGantt(gantt, doc, ranks, stats);
     const ring = drawRing(ringBox, ranks, stats);
     fillTable(tbody, ranks, stats);
-    summary.textContent = summaryText(doc, ranks, stats, name);
+    const drawn = doc.ranks_total > ranks.length   // a large job: the server chose the ranks worth drawing
+      ? ` ${t("player.ranks_shown", { shown: fmt(ranks.length), total: fmt(doc.ranks_total), reference: doc.reference_rank })}` : "";
+    summary.textContent = summaryText(doc, ranks, stats, name) + drawn;
     return { doc, ranks, stats, chart, ring };
   }
 
@@ -82,7 +84,7 @@ export function initPlayer(root) {
     });
     const lead = phases[stats.reference] ?? phases[0];
     readout.textContent = t("player.phase_now", { time: fmt(ms, 1), phase: lead ? t(`phase.${lead}`) : "—" });
-    updateRing(ring, ranks, phases, ms / 1000, stats);
+    updateRing(ring, ranks, phases, ms / 1000, stats, doc.ranks_total || ranks.length);
     if (ms >= doc.step_time_s * 1000) readout.textContent = "";   // the summary below says it all
   }
 
@@ -302,7 +304,8 @@ function drawRing(box, ranks, stats) {
   return { pos, chunks, dots, centre };
 }
 
-function updateRing(ring, ranks, phases, sec, stats) {
+/** `total`: the job's ranks (the ring may draw fewer): a ring AllReduce over them makes 2 (total - 1) transfers. */
+function updateRing(ring, ranks, phases, sec, stats, total) {
   const n = ranks.length;
   phases.forEach((p, i) => {
     ring.dots[i].setAttribute("class", `ring-node phase-${p ?? "none"}${stats.isStraggler && i === stats.slowest ? " slow" : ""}`);
@@ -315,7 +318,7 @@ function updateRing(ring, ranks, phases, sec, stats) {
     ring.centre.textContent = waiting ? `‖ ${waiting} ${t("player.waiting")}` : "";
     return;
   }
-  const transfers = 2 * (n - 1);
+  const transfers = 2 * (total - 1);
   const progress = ((sec - ref.start_s) / ref.dur_s) * transfers;
   const k = Math.min(transfers, Math.floor(progress) + 1);
   const f = progress - Math.floor(progress);
