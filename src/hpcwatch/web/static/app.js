@@ -149,7 +149,10 @@ function mergeDelta(snap, delta) {
   const merged = { ...snap, ...delta.set, v: delta.v };
   for (const key of ["gpus", "nodes"]) {
     if (!delta[key]) continue;
-    const entries = { ...(snap[key] || {}) };
+    // Merged in place: nothing reads the previous snapshot's maps again, and copying 8,192 GPUs a tick was
+    // 1-3.6 ms at 1,024 nodes. A changed entry is a new object; job_gpus below stays a new map (tiles.js
+    // paletteFor knows an unchanged job set by that map's identity).
+    const entries = snap[key] || {};
     for (const [name, fields] of Object.entries(delta[key])) {
       if (fields === null) { delete entries[name]; continue; }
       const entry = { ...(entries[name] || {}) };
