@@ -460,6 +460,12 @@ class HealthReport:
     def verdict(self) -> Verdict:
         return worst(n.verdict for n in self.nodes)
 
+    @property
+    def acted_verdict(self) -> Verdict:
+        """The worst verdict of the nodes not ``under_test``: what a health check acts on (a node under
+        ``hpcwatch act``'s checks is theirs to decide; draining it would undo the test's own resume)."""
+        return worst(n.verdict for n in self.nodes if not n.under_test)
+
     def node(self, name: str) -> NodeHealth | None:
         return next((n for n in self.nodes if n.node == name), None)
 

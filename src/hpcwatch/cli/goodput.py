@@ -36,7 +36,6 @@ from hpcwatch.errors import ConfigError
 if TYPE_CHECKING:  # imported when a command runs, not for --help
     from hpcwatch.analysis.goodputsim import GoodputRun, Interval
     from hpcwatch.analysis.health import HealthReport
-    from hpcwatch.analysis.xid import Verdict
     from hpcwatch.records import Event
 
 __all__ = ["goodput", "health", "simulate_goodput_cmd"]
@@ -172,16 +171,8 @@ def health(
         print(visible(_summary_line(report)))
     else:
         _print_health(report)
-    if fail_on != "never" and VERDICTS.index(_acted_on(report)) >= VERDICTS.index(fail_on):
+    if fail_on != "never" and VERDICTS.index(report.acted_verdict) >= VERDICTS.index(fail_on):
         raise click.exceptions.Exit(1)
-
-
-def _acted_on(report: HealthReport) -> Verdict:
-    """The verdict ``--fail-on`` compares: the worst of the nodes not under ``hpcwatch act``'s checks (theirs
-    decide; a health check that drained a node under test would undo the test's own resume)."""
-    from hpcwatch.analysis.health import worst
-
-    return worst(n.verdict for n in report.nodes if not n.under_test)
 
 
 def _print_rules(rules: list[dict[str, Any]]) -> None:
@@ -209,7 +200,7 @@ def _print_rules(rules: list[dict[str, Any]]) -> None:
 def _summary_line(report: HealthReport) -> str:
     """``drain: node2: xid: ...`` for `--summary` (the Slurm health check's drain reason), then the nodes under
     test, whose checks decide."""
-    verdict = _acted_on(report)
+    verdict = report.acted_verdict
     judged = [n for n in report.nodes if not n.under_test and n.verdict != "ok"]
     line = (
         f"{verdict}: " + " | ".join(f"{n.node}: {n.reason()}" for n in judged)

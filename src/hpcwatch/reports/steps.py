@@ -78,11 +78,11 @@ __all__ = [
 DEFAULT_RECENT_STEPS = 50
 """Training reports of a running job look at its last N steps: recent enough to move, long enough for a median."""
 PLAYER_JOBS_LISTED = 8
+"""Jobs the player offers when no pair is configured: the most recent ones."""
 #: The player draws at most this many ranks of a step: the ones that worked longest (those the others wait for),
 #: the straggler and the reference rank among them. Ours: 32 rows are one screen of Gantt chart and a ring that
 #: still reads; a 1,536-rank step drawn whole was a 32,000 px chart and 45,000 elements in the page.
 PLAYER_RANKS = 32
-"""Jobs the player offers when no pair is configured: the most recent ones."""
 
 Placement = Mapping[int, tuple[str | None, int | None]]
 

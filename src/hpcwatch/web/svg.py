@@ -362,8 +362,17 @@ def _tile(node: Node, x: int, y: int, lay: SchematicLayout, t: Translate) -> str
     model = node.gpus[0].spec.name if node.gpus else "—"
     label = t("aria.tile").format(node=node.name, gpus=len(node.gpus), model=model)
     name = _a(node.name)
+    cw, cell_y, step = round(lay.gpu_w, 2), y + 38, lay.gpu_w + 2
+    # Many nodes: the cells' geometry, for the page to build them the same way when the tile comes into view
+    # (static/tiles.js buildCells); otherwise the cells themselves, below.
+    cells = (
+        f' data-cells="{" ".join(str(gpu.index) for gpu in node.gpus)}" data-cell-x="{x + 6}" data-cell-y="{cell_y}"'
+        f' data-cell-w="{cw}" data-cell-step="{round(step, 2)}"'
+        if lay.cells_in_view
+        else ""
+    )
     out = [
-        f'<g class="node-group tile" data-node-group="{name}">',
+        f'<g class="node-group tile" data-node-group="{name}"{cells}>',
         _open_el(f"node:{node.name}", label, f' data-node="{name}"'),
         f'<rect class="shape node-box" x="{x}" y="{y}" width="{lay.node_w}" height="{lay.node_h}" rx="7"/>',
         f'<text class="node-title tile-title" x="{x + 7}" y="{y + 16}">{name}</text></g>',
@@ -372,23 +381,14 @@ def _tile(node: Node, x: int, y: int, lay: SchematicLayout, t: Translate) -> str
         f'<text class="tile-mark" data-tile-mark="{name}" x="{x + lay.node_w - 7}" y="{y + 16}" text-anchor="end" '
         f'aria-hidden="true"></text>',
     ]
-    cw = round(lay.gpu_w, 2)
-    if lay.cells_in_view:  # what the page needs to build the cells below the same way (static/tiles.js)
-        indexes = " ".join(str(gpu.index) for gpu in node.gpus)
-        out[0] = (
-            f'<g class="node-group tile" data-node-group="{name}" data-cells="{indexes}" data-cell-x="{x + 6}" '
-            f'data-cell-y="{y + 38}" data-cell-w="{cw}" data-cell-step="{round(lay.gpu_w + 2, 2)}">'
-        )
-        out.append("</g>")
-        return "".join(out)
-    for gpu in node.gpus:
-        cx = round(x + 6 + gpu.index * (lay.gpu_w + 2), 2)
+    for gpu in () if lay.cells_in_view else node.gpus:
+        cx = round(x + 6 + gpu.index * step, 2)
         gid = _a(gpu.id)
         out.append(
             f'<g class="gpu-cell" data-el="gpu:{gid}" data-gpu="{gid}" aria-hidden="true">'
             f'<title data-tip="gpu:{gid}">GPU {gpu.index} · {name}</title>'
-            f'<rect class="gpu-box" x="{cx}" y="{y + 38}" width="{cw}" height="17" rx="2"/>'
-            f'<rect class="gpu-job" data-jobbar="{gid}" x="{cx}" y="{y + 57}" width="{cw}" height="3"/></g>'
+            f'<rect class="gpu-box" x="{cx}" y="{cell_y}" width="{cw}" height="17" rx="2"/>'
+            f'<rect class="gpu-job" data-jobbar="{gid}" x="{cx}" y="{cell_y + 19}" width="{cw}" height="3"/></g>'
         )
     out.append("</g>")
     return "".join(out)
