@@ -174,12 +174,14 @@ def _xid_onset(db: Path, node: str = "node2") -> tuple[float, float]:
     return float(onset), float(newest)
 
 
-def _acted(db: Path, steps: dict[str, float], *, passed: bool = True, undone: str = "") -> dict[str, str]:
-    """The audit of a remediation episode of node2 as ``hpcwatch act`` writes it: each step at its time; the
+def _acted(
+    db: Path, steps: dict[str, float], *, passed: bool = True, undone: str = "", node: str = "node2"
+) -> dict[str, str]:
+    """The audit of a remediation episode of ``node`` as ``hpcwatch act`` writes it: each step at its time; the
     ``result`` passed or not; ``undone``: that step's successful undo. Returns step -> action id."""
     from hpcwatch.act.audit import Action, Undo, action_id
 
-    episode, ids, events = f"remediate/node2/{min(steps.values()) - 60:.3f}", {}, []
+    episode, ids, events = f"remediate/{node}/{min(steps.values()) - 60:.3f}", {}, []
     for step, t in steps.items():
         ids[step] = action_id(episode, step, t)
         argv = ("scontrol", "create", "reservation", "duration=60") if step == "reserve" else ()
@@ -188,7 +190,7 @@ def _acted(db: Path, steps: dict[str, float], *, passed: bool = True, undone: st
             policy="remediate",
             step=step,
             episode=episode,
-            target="node node2",
+            target=f"node {node}",
             t=t,
             who="test",
             why=step,
@@ -272,3 +274,25 @@ def test_the_newest_run_of_a_test_on_a_node_supersedes_the_older(xid79_db, data_
     got, out = _health(xid79_db, "--node", "node1", "--summary", "--fail-on", "drain")
     assert got == code, out
     assert ("dcgmi diag memory fail on GPU 5" in out) == (then == "fail")
+
+
+def test_a_real_kernel_xid_is_answered_by_checks_that_passed_after_it(tmp_path, data_dir):
+    """Xid 31 and 48 as dmesg -T printed them (facebookresearch/gcm's test data): 48, a double-bit ECC error,
+    drains; checks resumed after it and passed answer it; checks under way leave the node to them."""
+    from hpcwatch.sources.kernel_log import read_kernel_log
+
+    db = tmp_path / "xid.duckdb"
+    events = list(read_kernel_log(data_dir / "kernel_log" / "dmesg_T_nvrm_xid_31_48_gcm.txt", node="gpu07"))
+    with Store(db) as store:
+        store.add(events)
+    xid_t = max(e.t for e in events)
+    code, out = _health(db, "--node", "gpu07", "--summary", "--fail-on", "drain")
+    assert code == 1 and out.startswith("drain: gpu07: xid: XID 48"), out
+    steps = {"warn": xid_t + 60, "reserve": xid_t + 900, "resume": xid_t + 901, "check": xid_t + 902}
+    _acted(db, steps, node="gpu07")
+    code, out = _health(db, "--node", "gpu07", "--summary", "--fail-on", "drain")
+    assert code == 0 and "gpu07 under test (act-" in out and "XID 48" in out, out
+    _acted(db, steps | {"result": xid_t + 1500, "release": xid_t + 1501}, node="gpu07")
+    code, out = _health(db, "--node", "gpu07", "--json")
+    (gpu07,) = orjson.loads(out)["nodes"]
+    assert gpu07["verdict"] == "ok" and gpu07["under_test"] is None, gpu07
