@@ -15,7 +15,7 @@ import pyarrow as pa
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from hpcwatch.analysis.health import _series
+from hpcwatch.analysis.health import _series, _Window
 from hpcwatch.store import SAMPLE_SCHEMA
 
 rows = st.lists(
@@ -55,3 +55,18 @@ def test_series_are_those_a_row_by_row_reading_gives(rows, names, split):
         table = pa.concat_tables([table.slice(0, split), table.slice(split)])
     got = [(s.host, s.key, s.labels, s.job, s.t.tolist(), s.v.tolist()) for s in _series(table, names)]
     assert got == _by_row(table, names)
+
+
+@settings(max_examples=300, deadline=None)
+@given(rows=rows, names=st.sampled_from([["a"], ["a", "b"], ["c", "b", "a"], ["b", "d"]]), grouped=st.booleans())
+def test_a_window_cut_by_metric_gives_the_same_series(rows, names, grouped):
+    """``_Window`` slices a table grouped by metric (the store's order) instead of filtering it: same series."""
+    if grouped:
+        rows = sorted(rows, key=lambda r: r["metric"])  # stable: the rows of a metric keep their order
+    table = pa.Table.from_pylist(rows, schema=SAMPLE_SCHEMA)
+    window = _Window(table)
+    assert (window._blocks is not None) >= grouped  # a grouped table is cut, never filtered
+    expected = [(s.host, s.key, s.labels, s.job, s.t.tolist(), s.v.tolist()) for s in _series(table, names)]
+    for _ in range(2):  # the second answer is the kept one
+        got = [(s.host, s.key, s.labels, s.job, s.t.tolist(), s.v.tolist()) for s in window.series(names)]
+        assert got == expected

@@ -66,7 +66,8 @@ def test_events_no_job_explains_are_shown_together():
 
 
 def test_the_live_page_reads_the_card_again_when_nccl_events_arrive_and_keeps_it_otherwise(tmp_path, monkeypatch):
-    """The live view keeps the card while events and jobs hold the same rows (it reads every NCCL event)."""
+    """The live view keeps the card while the NCCL events hold the same rows (it reads every NCCL event), and
+    while the jobs changed for less than an interval."""
     from hpcwatch.web import live as web_live
     from hpcwatch.web.live import LiveView
 
@@ -89,6 +90,12 @@ def test_the_live_page_reads_the_card_again_when_nccl_events_arrive_and_keeps_it
         store.add([Event(kind="tetragon", t=1001.0, source="node1", attrs={})])  # not an NCCL event: kept
         view.snapshot()
         assert len(calls) == 2
+        # A job that starts or ends moves which job events are told under: read again, at most every interval
+        # (at 1,024 nodes the jobs change every few seconds).
         store.add([Job(id="78", user="u", nodes=hosts, gpus=1, start=950.0, end=None, state="RUNNING")])
+        monkeypatch.setattr(web_live, "PROBLEMS_INTERVAL_S", 3600.0)
+        view.snapshot()
+        assert len(calls) == 2
+        monkeypatch.setattr(web_live, "PROBLEMS_INTERVAL_S", 0.0)
         view.snapshot()
         assert len(calls) == 3

@@ -32,7 +32,7 @@ from hpcwatch.reports.acting import remediation_states
 from hpcwatch.reports.collectors import collector_statuses
 from hpcwatch.reports.findings import findings_summary
 from hpcwatch.reports.health import node_health
-from hpcwatch.reports.livesamples import LiveSamples, StoreSamples
+from hpcwatch.reports.livesamples import FollowedStoreSamples, LiveSamples, PromSamples, StoreSamples
 from hpcwatch.reports.nccl import nccl_card
 from hpcwatch.reports.steps import live_training, step_report
 from hpcwatch.reports.timeline import node_timelines, timeline
@@ -59,6 +59,7 @@ __all__ = [
     "live_snapshot",
     "problems",
     "latest_t",
+    "followed_samples",
     "gpu_table",
     "GpuState",
     "NodeState",
@@ -141,6 +142,17 @@ COLLECTORS: tuple[Collector, ...] = (
 )
 #: Every metric prefix a collector is recognised by: all a Prometheus is asked about (``reports.livesamples``).
 COLLECTOR_PREFIXES: tuple[str, ...] = tuple(dict.fromkeys(p for c in COLLECTORS for p in c.metric_prefixes))
+
+
+def followed_samples(store: Store) -> FollowedStoreSamples:
+    """The store's answers to the snapshot's sample questions, kept as rows are committed: for a caller that
+    takes a snapshot every second (``web.live.LiveView``). It keeps what the windows below reach, twice over."""
+    return FollowedStoreSamples(
+        store,
+        latest=tuple(GPU_FIELDS),
+        counters=(*_IB_TX, *_IB_RX, _LUSTRE_READ, _LUSTRE_WRITE),
+        keep_s=2 * max(LATEST_WINDOW_S, RATE_WINDOW_S),
+    )
 
 
 def latest_t(store: Store, *, hint: float | None = None) -> float | None:
@@ -513,7 +525,7 @@ class SeenSoFar:
             self._reads or reads > 0,
         )
         seen_prefixes = set(self._prefixes)
-        if samples is not None and not isinstance(samples, StoreSamples):
+        if isinstance(samples, PromSamples):
             seen_prefixes |= samples.prefixes_seen(COLLECTOR_PREFIXES)
         return DataSeen(
             prefixes=frozenset(seen_prefixes),

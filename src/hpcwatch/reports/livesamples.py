@@ -18,12 +18,15 @@ Slurm jobs, spans (steps), events and findings always come from the store: Prome
 
 from __future__ import annotations
 
+import math
+import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import orjson
+import pyarrow as pa
 
 from hpcwatch import promql
 from hpcwatch.promql import safe_url
@@ -36,6 +39,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "StoreSamples",
+    "FollowedStoreSamples",
     "PromSamples",
     "LiveSamples",
     "LATEST_HINT_S",
@@ -87,6 +91,137 @@ class StoreSamples:
 
     def prefixes_seen(self, prefixes: Sequence[str] = ()) -> set[str]:
         return queries.data_seen(self.store)[0]
+
+
+#: A counter series' two newest samples: ``[t1, v1, t2, v2]``, ``t1 >= t2`` (``t2`` is -inf while only one came).
+_TopTwo = list[float]
+
+
+class FollowedStoreSamples:
+    """The store answers as ``StoreSamples`` does, from what it keeps of the rows as they are committed: the
+    live view's, which asks every second. ``latest_t``, ``latest_gpu_values`` of the ``latest`` metrics and
+    ``counter_rates`` of the ``counters`` read only the rows committed since the previous question
+    (``queries.sample_rows_since``), where ``StoreSamples`` reads its whole window each time: at 1,024 nodes
+    a window holds 20-30 ticks of rows, and those queries were half of a snapshot's time (py-spy).
+
+    The rows are ``StoreSamples``' for a ``since`` no further back than ``keep_s`` before the newest sample
+    (the kept state forgets series silent for longer); a question further back, or about other metrics, is
+    asked of the store as ``StoreSamples`` asks it. A row committed late with an old time counts as it would
+    in the store: each key keeps its newest samples by time, not by arrival."""
+
+    def __init__(self, store: Store, *, latest: Sequence[str], counters: Sequence[str], keep_s: float) -> None:
+        self.store = store
+        self._asked = StoreSamples(store)
+        self._latest_metrics = frozenset(latest)
+        self._counter_metrics = frozenset(counters)
+        self._metrics = sorted(self._latest_metrics | self._counter_metrics)
+        self._keep_s = keep_s
+        self._lock = threading.Lock()
+        self._version: int | None = None
+        """The store version read up to (None: nothing read yet)."""
+        self._floor = math.inf
+        """Answers are kept for a ``since`` at or after this."""
+        self._newest_t: float | None = None
+        self._latest: dict[tuple[str, str, str], tuple[float, str | None, float]] = {}
+        """(metric, host, gpu) -> (value, job, t) of its newest sample."""
+        self._counters: dict[str, dict[tuple[str | None, str | None, str], _TopTwo]] = {}
+        """metric -> (host, job, labels) of a series -> its two newest samples."""
+
+    def describe(self) -> dict[str, Any]:
+        return self._asked.describe()
+
+    def latest_t(self, *, hint: float | None = None) -> float | None:
+        with self._lock:
+            self._follow()
+            return self._newest_t
+
+    def latest_gpu_values(self, metrics: Sequence[str], *, since: float) -> list[GpuValueRow]:
+        with self._lock:
+            self._follow()
+            if since < self._floor or not self._latest_metrics.issuperset(metrics):
+                return self._asked.latest_gpu_values(metrics, since=since)
+            wanted = set(metrics)
+            return [
+                (metric, host, gpu, value, job, t)
+                for (metric, host, gpu), (value, job, t) in self._latest.items()
+                if t >= since and metric in wanted
+            ]
+
+    def counter_rates(self, metrics: Sequence[str], *, since: float, group: str) -> list[tuple[str, str, float]]:
+        with self._lock:
+            self._follow()
+            if since < self._floor or not self._counter_metrics.issuperset(metrics) or group not in ("host", "job"):
+                return self._asked.counter_rates(metrics, since=since, group=group)
+            by_host = group == "host"
+            sums: dict[tuple[str, str], float] = {}
+            for metric in dict.fromkeys(metrics):
+                for (host, job, _), (t1, v1, t2, v2) in self._counters.get(metric, {}).items():
+                    key = host if by_host else job
+                    if key is not None and t2 >= since and t1 > t2:
+                        rate = max(v1 - v2, 0.0) / (t1 - t2)  # a counter that went down was reset: 0
+                        sums[(metric, key)] = sums.get((metric, key), 0.0) + rate
+            return [(m, g, v) for (m, g), v in sums.items()]
+
+    def metric_activity(self, *, since: float, prefixes: Sequence[str] = ()) -> list[tuple[str, int, float]]:
+        return self._asked.metric_activity(since=since, prefixes=prefixes)
+
+    def prefixes_seen(self, prefixes: Sequence[str] = ()) -> set[str]:
+        return self._asked.prefixes_seen(prefixes)
+
+    def _follow(self) -> None:
+        """Take in the rows committed since the last question (the first time: the last ``keep_s``)."""
+        version = self.store.version
+        if version == self._version:
+            return
+        if self._version is None:
+            newest = queries.latest_sample_t(self.store)
+            floor = -math.inf if newest is None else newest - self._keep_s
+            read_at, table, self._newest_t = queries.sample_rows_since(
+                self.store, 0, self._metrics, t0=None if newest is None else floor
+            )
+            self._floor = floor
+        else:
+            read_at, table, newest = queries.sample_rows_since(self.store, self._version, self._metrics)
+            self._newest_t = _later(self._newest_t, newest)
+        self._take(table)
+        self._version = read_at
+        self._forget_silent()
+
+    def _take(self, table: pa.Table) -> None:
+        latest, counters = self._latest, self._counters
+        latest_metrics, counter_metrics = self._latest_metrics, self._counter_metrics
+        columns = (table[c].to_pylist() for c in ("metric", "host", "gpu", "job", "labels", "value", "t"))
+        for metric, host, gpu, job, labels, value, t in zip(*columns):
+            if metric in latest_metrics and host is not None and gpu is not None:
+                key = (metric, host, gpu)
+                kept = latest.get(key)
+                if kept is None or t >= kept[2]:
+                    latest[key] = (value, job, t)
+            if metric in counter_metrics:
+                of_metric = counters.setdefault(metric, {})
+                series = (host, job, labels)
+                two = of_metric.get(series)
+                if two is None:
+                    of_metric[series] = [t, value, -math.inf, 0.0]
+                elif t >= two[0]:
+                    two[2:] = two[:2]
+                    two[:2] = [t, value]
+                elif t > two[2]:
+                    two[2:] = [t, value]
+
+    def _forget_silent(self) -> None:
+        """Drop the keys with no sample in the last ``keep_s`` (a GPU gone, a job's counters after it ended):
+        what is kept stays the size of what reports now. Answers further back are asked of the store."""
+        if self._newest_t is None:
+            return
+        horizon = self._newest_t - self._keep_s
+        if horizon - self._floor < self._keep_s / 4:  # not every second: each pass walks every key
+            return
+        self._latest = {k: v for k, v in self._latest.items() if v[2] >= horizon}
+        self._counters = {
+            metric: {k: v for k, v in series.items() if v[0] >= horizon} for metric, series in self._counters.items()
+        }
+        self._floor = horizon
 
 
 class PromSamples:
@@ -149,7 +284,7 @@ class PromSamples:
         return {n.split("_", 1)[0] for n in names}
 
 
-LiveSamples = StoreSamples | PromSamples
+LiveSamples = StoreSamples | FollowedStoreSamples | PromSamples
 
 
 def _group_value(labels_json: str, metric: str, group: str) -> str | None:
@@ -162,6 +297,10 @@ def _group_value(labels_json: str, metric: str, group: str) -> str | None:
     if host is None and labels.get("instance"):
         host = str(labels["instance"]).rsplit(":", 1)[0]
     return host
+
+
+def _later(a: float | None, b: float | None) -> float | None:
+    return b if a is None else a if b is None else max(a, b)
 
 
 def _store_path(store: Store) -> str:

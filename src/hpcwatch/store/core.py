@@ -871,7 +871,7 @@ class Store:
     def version(self) -> int:
         """The committed version: 0 for an empty store, one more per commit. See ``query_since``."""
         with self._lock:
-            self._refresh()
+            self._refresh_or_fail()
             return int(self._manifest["version"])
 
     def table_mark(self, *tables: str) -> tuple[tuple[int, int], ...]:
@@ -880,7 +880,7 @@ class Store:
         the rows of what it merged; of a keyed table it may drop replaced rows, which only changes the mark).
         The key of a result computed from these tables alone (``jobs()``, the live page's NCCL card)."""
         with self._lock:
-            self._refresh()
+            self._refresh_or_fail()
             return tuple(
                 (max((int(p["v"]) for p in parts), default=0), sum(int(p["rows"]) for p in parts))
                 for parts in (self._manifest["tables"][table] for table in tables)
@@ -891,6 +891,13 @@ class Store:
         with self._lock:
             self._refresh()
             return {table: len(parts) for table, parts in self._manifest["tables"].items()}
+
+    def _refresh_or_fail(self) -> None:
+        """``_refresh`` for a caller outside ``_execute``: a store that cannot be read is a ``StoreError``."""
+        try:
+            self._refresh()
+        except OSError as err:
+            raise StoreError(f"{self.config.path}: cannot read the store: {err}") from err
 
     def _refresh(self, *, force: bool = False) -> None:
         """Read the manifest when it changed (one fstat when it did not)."""

@@ -32,6 +32,7 @@ __all__ = [
     "counter_rates",
     "last_gpu_scrape",
     "metric_activity",
+    "sample_rows_since",
     "event_activity",
     "file_hook_activity",
     "span_activity",
@@ -106,9 +107,10 @@ GpuValueRow = tuple[str, str, str, float, str | None, float]
 
 def latest_gpu_values(store: Store, metrics: Sequence[str], *, since: float) -> list[GpuValueRow]:
     """Per (metric, host, gpu) seen since ``since``: rows ``(metric, host, gpu, value, job, t)`` with the
-    newest value, the job label of that newest sample and its time. Samples without host or GPU are skipped."""
+    newest value, the job label of that newest sample (None when it has none: ``arg_max`` would give an older
+    sample's, a job that ended up to a window ago) and its time. Samples without host or GPU are skipped."""
     return store.query(
-        f"SELECT metric, host, gpu, arg_max(value, t), arg_max(job, t), max(t) FROM samples "
+        f"SELECT metric, host, gpu, arg_max(value, t), arg_max_null(job, t), max(t) FROM samples "
         f"WHERE metric IN ({_marks(metrics)}) AND t >= ? AND host IS NOT NULL "
         f"AND gpu IS NOT NULL GROUP BY metric, host, gpu",
         [*metrics, since],
@@ -194,6 +196,28 @@ def counter_rates(store: Store, metrics: Sequence[str], *, since: float, group: 
         [*metrics, since],
     )
     return [(m, g, float(v)) for m, g, v in rows if g is not None]
+
+
+def sample_rows_since(
+    store: Store, since_version: int, metrics: Sequence[str], *, t0: float | None = None
+) -> tuple[int, pa.Table, float | None]:
+    """What was committed after version ``since_version``: (the version read at, the rows of ``metrics`` at or
+    after ``t0`` when given, the newest time of any sample committed, None when none was). The rows' columns:
+    metric, host, gpu, job, labels, value, t, in no particular order."""
+    where, params = f"metric IN ({_marks(metrics)})", list[object](metrics)
+    if t0 is not None:
+        where += " AND t >= ?"
+        params.append(t0)
+    # One read of the committed rows for both answers: the newest time rides on a last row without a metric.
+    version, table = store.query_arrow_since(
+        since_version,
+        f"SELECT metric, host, gpu, job, labels, value, t FROM samples WHERE {where} "
+        "UNION ALL SELECT NULL, NULL, NULL, NULL, NULL, NULL, max(t) FROM samples",
+        params,
+    )
+    has_metric = pc.is_valid(table["metric"])
+    newest = pc.max(table.filter(pc.invert(has_metric))["t"]).as_py()
+    return version, table.filter(has_metric), newest
 
 
 def last_gpu_scrape(store: Store, metrics: Sequence[str], *, clock_metric: str) -> list[tuple[Any, ...]]:

@@ -32,11 +32,12 @@ from hpcwatch.reports.live import (
     DataSeen,
     SeenSoFar,
     apply_states,
+    followed_samples,
     live_snapshot,
     problems,
     state_inputs,
 )
-from hpcwatch.reports.livesamples import LiveSamples, StoreSamples
+from hpcwatch.reports.livesamples import LiveSamples
 from hpcwatch.reports.nccl import NCCL_LOG_KINDS, nccl_card
 from hpcwatch.reports.triage import alert_groups
 from hpcwatch.store import Store, queries
@@ -176,7 +177,7 @@ class LiveView:
         samples: LiveSamples | None = None,
     ) -> None:
         self.store = store
-        self.samples = samples if samples is not None else StoreSamples(store)
+        self.samples = samples if samples is not None else followed_samples(store)
         """Who answers the sample questions: the store, or a Prometheus (``serve --prometheus``)."""
         self.cluster = cluster
         self.exclude_jobs = tuple(exclude_jobs)
@@ -196,7 +197,8 @@ class LiveView:
         self._judge = ProblemJudge(store)
         self._seen: DataSeen | None = None
         self._seen_at: float | None = None
-        self._nccl: tuple[Any, list[dict[str, Any]]] | None = None
+        self._nccl: tuple[Any, Any, float, list[dict[str, Any]]] | None = None
+        """(NCCL events' mark, jobs' mark, when, the card)."""
         self._seen_so_far = SeenSoFar(weights_path=cluster.weights.path)
         self.epoch = secrets.token_hex(4)
         """Names this view's versions: a page that booted from another server process (restarted since)
@@ -321,12 +323,14 @@ class LiveView:
         return self._seen
 
     def _current_nccl(self) -> list[dict[str, Any]]:
-        """The NCCL card, read again only when NCCL events came or the jobs changed (it reads every NCCL event;
-        other events come every tick)."""
-        mark = (queries.events_mark(self.store, NCCL_LOG_KINDS), self.store.table_mark("jobs"))
-        if self._nccl is None or self._nccl[0] != mark:
-            self._nccl = (mark, nccl_card(self.store))
-        return self._nccl[1]
+        """The NCCL card, read again only when NCCL events came, or when the jobs changed and
+        ``PROBLEMS_INTERVAL_S`` passed (it reads every NCCL event; other events come every tick, and at 1,024
+        nodes a job starts or ends every few seconds: the jobs only move which job an event is told under)."""
+        events, jobs = queries.events_mark(self.store, NCCL_LOG_KINDS), self.store.table_mark("jobs")
+        kept = self._nccl
+        if kept is None or kept[0] != events or (kept[1] != jobs and _due(kept[2])):
+            self._nccl = kept = (events, jobs, time.monotonic(), nccl_card(self.store))
+        return kept[3]
 
     def latest_t(self) -> float | None:
         """The newest sample's time (``/healthz``)."""
