@@ -174,3 +174,36 @@ def test_questions_beyond_what_is_kept_are_asked_of_the_store(store):
     assert followed.latest_gpu_values(["DCGM_FI_DEV_GPU_TEMP"], since=now - 10) == [
         ("DCGM_FI_DEV_GPU_TEMP", "n1", "0", 41.0, None, now)
     ]
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_kept_rate_sums_follow_any_order_of_samples_and_windows(store, seed):
+    """Counters on 3 hosts × 2 jobs, samples in any order (late ones, resets, series that stop), questions with
+    windows that move forward and back: the sums kept per group are the store's. A series never has two
+    samples at one time (an exporter's series has one value a scrape; of two, the store's SQL takes either)."""
+    import random
+
+    rng = random.Random(seed)
+    followed = FollowedStoreSamples(store, latest=(), counters=(_LUSTRE_READ,), keep_s=120)
+    value: dict[tuple, float] = {}
+    taken: set[tuple] = set()
+    for tick in range(40):
+        batch = []
+        for _ in range(rng.randint(1, 6)):
+            host, job, port = rng.choice("abc"), rng.choice(["1", "2"]), rng.choice("xy")
+            key = (host, job, port)
+            value[key] = value.get(key, 0.0) + rng.choice([0.0, 1e6, 3e6, -5e6])  # a drop is a reset
+            t = T0 + tick - rng.choice([0, 0, 0, 1, 3])  # some late
+            if (key, t) in taken:
+                continue
+            taken.add((key, t))
+            labels = {"instance": f"{host}:9100", "jobid": job, "port": port}
+            batch.append(Sample(metric=_LUSTRE_READ, labels=labels, t=t, value=max(value[key], 0.0)))
+        store.add(batch)
+        now = StoreSamples(store).latest_t()
+        for back in rng.sample([5.0, 10.0, 20.0, 3.0], 3):
+            for group in ("host", "job"):
+                kept = sorted(followed.counter_rates((_LUSTRE_READ,), since=now - back, group=group))
+                asked = sorted(StoreSamples(store).counter_rates((_LUSTRE_READ,), since=now - back, group=group))
+                assert [(m, g) for m, g, _ in kept] == [(m, g) for m, g, _ in asked]
+                assert [v for *_, v in kept] == pytest.approx([v for *_, v in asked])

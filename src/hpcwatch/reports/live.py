@@ -60,6 +60,7 @@ __all__ = [
     "problems",
     "latest_t",
     "followed_samples",
+    "collector_activity",
     "gpu_table",
     "GpuState",
     "NodeState",
@@ -170,6 +171,7 @@ def live_snapshot(
     samples: LiveSamples | None = None,
     seen: DataSeen | None = None,
     nccl: list[dict[str, Any]] | None = None,
+    collectors: dict[str, dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
     """The ``/api/live`` document (less the vectors' translated text): ``t`` (``now``, the newest sample's
     time), ``gpus``, ``nodes``, ``storage``, ``queue``, ``training``, ``collectors``, ``collect`` (the
@@ -185,7 +187,8 @@ def live_snapshot(
     ``samples`` answers the sample questions (``reports.livesamples``: the store by default, or a
     Prometheus); ``source`` says which. ``seen`` (``data_seen()``; computed when None) tells each collector's
     ``state``: ``answering``, ``silent`` (seen before, nothing recent) or ``not_configured`` (never seen).
-    ``nccl``: ``nccl_card()`` (computed when None), for a caller that keeps it while the events do not change."""
+    ``nccl``: ``nccl_card()`` (computed when None), for a caller that keeps it while the events do not change;
+    ``collectors``: ``collector_activity()`` (computed when None), for a caller that refreshes it less often."""
     samples = samples if samples is not None else StoreSamples(store)
     jobs = {job.id: job for job in store.jobs()}
     training = live_training(store, exclude_jobs=exclude_jobs)
@@ -205,13 +208,15 @@ def live_snapshot(
         else {"jobs": [], "read_bytes_s": 0.0, "write_bytes_s": 0.0},
         "queue": _queue(jobs, queries.requeue_counts(store)),
         "training": asdict(training) if training is not None else None,
-        "collectors": _collectors(
+        "collectors": collectors
+        if collectors is not None
+        else collector_activity(
             store,
             samples,
             now,
-            weights_path,
-            exclude_jobs,
-            seen if seen is not None else data_seen(store, samples, weights_path=weights_path),
+            weights_path=weights_path,
+            exclude_jobs=exclude_jobs,
+            seen=seen if seen is not None else data_seen(store, samples, weights_path=weights_path),
         ),
         "source": samples.describe(),
         "collect": _collect_daemon(store),
@@ -549,15 +554,18 @@ def _state(c: Collector, arriving: bool, seen: DataSeen) -> str:
     return "silent" if configured else "not_configured"
 
 
-def _collectors(
+def collector_activity(
     store: Store,
     samples: LiveSamples,
     now: float | None,
+    *,
     weights_path: str,
     exclude_jobs: Sequence[str],
     seen: DataSeen,
 ) -> dict[str, dict[str, Any]]:
-    """One grouped scan per table, then each collector sums the groups it owns."""
+    """Per collector (``COLLECTORS``): ``arriving`` (data in the last ``RECENT_S`` before ``now``), ``count``,
+    ``last_t`` and ``state`` (``answering``, ``silent``, ``not_configured``). One grouped scan per table, then
+    each collector sums the groups it owns."""
     since = (now if now is not None else time.time()) - RECENT_S
     by_prefix: dict[str, tuple[int, float | None]] = {}
     for metric, n, t in samples.metric_activity(since=since, prefixes=COLLECTOR_PREFIXES):

@@ -32,6 +32,7 @@ from hpcwatch.reports.live import (
     DataSeen,
     SeenSoFar,
     apply_states,
+    collector_activity,
     followed_samples,
     live_snapshot,
     problems,
@@ -200,6 +201,9 @@ class LiveView:
         self._nccl: tuple[Any, Any, float, list[dict[str, Any]]] | None = None
         """(NCCL events' mark, jobs' mark, when, the card)."""
         self._seen_so_far = SeenSoFar(weights_path=cluster.weights.path)
+        self._collectors: tuple[float, dict[str, dict[str, Any]]] | None = None
+        """(when, ``collector_activity``): refreshed with what was ever seen, every ``PROBLEMS_INTERVAL_S``: a
+        collector arrives or falls silent over ``RECENT_S``, and it was 15 % of a 1,024-node snapshot."""
         self.epoch = secrets.token_hex(4)
         """Names this view's versions: a page that booted from another server process (restarted since)
         holds a version number that means nothing here."""
@@ -341,6 +345,16 @@ class LiveView:
         now = self.samples.latest_t(hint=self._latest_t)
         self._latest_t = now if now is not None else self._latest_t
         seen = self._current_seen()
+        if self._collectors is None or _due(self._collectors[0]):
+            activity = collector_activity(
+                self.store,
+                self.samples,
+                now,
+                weights_path=self.cluster.weights.path,
+                exclude_jobs=self.exclude_jobs,
+                seen=seen,
+            )
+            self._collectors = (time.monotonic(), activity)
         doc = live_snapshot(
             self.store,
             weights_path=self.cluster.weights.path,
@@ -350,6 +364,7 @@ class LiveView:
             samples=self.samples,
             seen=seen,
             nccl=self._current_nccl(),
+            collectors=self._collectors[1],
         )
         judged = self._current_problems(now, doc["training"])
         doc["problems"], doc["alerts"] = judged.problems, judged.alerts
