@@ -46,3 +46,26 @@ def test_concurrent_viewers_all_get_a_frame():
     for th in threads:
         th.join(timeout=60)
     assert len(frames) == 16 and all(f.startswith(b"event: live\ndata: ") for f in frames)
+
+
+def test_a_snapshot_is_due_a_tick_after_it_began_not_after_it_was_ready(monkeypatch):
+    """A stream that ticks every second gets a version each second while a snapshot takes less than one (at
+    1,024 nodes one takes most of a second: counted from its end, the stream got one every ~2 s)."""
+    from hpcwatch.web import live as web_live
+
+    clock = [1000.0]
+    monkeypatch.setattr(web_live.time, "monotonic", lambda: clock[0])
+    live = _live(1.0)
+    compute = live._compute
+
+    def slow_compute():
+        clock[0] += 0.6  # the snapshot's own time
+        return compute()
+
+    monkeypatch.setattr(live, "_compute", slow_compute)
+    first = live.stream_frames()
+    clock[0] += 0.3  # 0.9 s after it began
+    assert live.fresh_stream_frames() is first
+    clock[0] += 0.1  # a tick after it began, 0.4 s after it was ready
+    assert live.fresh_stream_frames() is None  # this caller is sent to compute the next
+    assert live.stream_frames().version == first.version + 1

@@ -119,11 +119,10 @@ def detect_rdma(
     samples: Iterable[Sample], jobs: Iterable[Job] = (), events: Iterable[Event] = (), config: RdmaConfig = RdmaConfig()
 ) -> list[Finding]:
     index = JobIndex.of(jobs)
-    samples = list(samples)
-    data, errors = _series(samples)
+    data, errors, lustre = _series(samples)
     rates = _host_rates(data)
     findings = _no_job(rates, index, config) + _disproportion(rates, index, config) + _counter_rises(errors)
-    findings += _unexplained(rates, index, _lustre_rates(samples), config)
+    findings += _unexplained(rates, index, _lustre_rates(lustre), config)
     findings += [f for e in events if e.kind == EventKind.OPENSM_PARTITIONS for f in _open_partitions(e)]
     return findings
 
@@ -137,28 +136,44 @@ Series = dict[tuple, list[tuple[float, float]]]
 _DATA_NAMES = {m: fam for fam, ms in DATA_METRICS.items() for m in ms}
 
 
-def _series(samples: Iterable[Sample]) -> tuple[Series, Series]:
+def _series(samples: Iterable[Sample]) -> tuple[Series, Series, Series]:
+    """One pass over the samples (millions in a 1,024-node window): the IB data counters by (family, host,
+    metric, labels), the error and constraint counters by (host, metric, labels), the Lustre byte counters by
+    (jobid, metric, target); each a list of (t, value) in sample order."""
     data_names = _DATA_NAMES
     data: Series = defaultdict(list)
     errors: Series = defaultdict(list)
+    lustre: Series = defaultdict(list)
+    kinds: dict[str, str | None] = {}
     keys = once_per_labels(lambda labels: (host_of(labels), tuple(sorted(labels.items()))))
     for s in samples:
-        is_data = s.metric in data_names
-        if not is_data and not (
-            s.metric in CONSTRAINT_METRICS
-            or s.metric.endswith("remote_access_errors")
-            or s.metric.endswith("remote_access_errors_total")
-        ):
-            continue  # checked before host_of: most samples of a store are other metrics
+        kind = kinds.get(s.metric, "?")
+        if kind == "?":
+            kind = kinds[s.metric] = _kind_of(s.metric)
+        if kind is None:
+            continue  # before host_of: most samples of a store are other metrics
+        if kind == "lustre":
+            if s.labels.get("jobid"):
+                lustre[(s.labels["jobid"], s.metric, s.labels.get("target"))].append((s.t, s.value))
+            continue
         host, labels = keys(s.labels)
         if host is None:
             continue
         key = (host, s.metric, labels)
-        if is_data:
+        if kind == "data":
             data[(data_names[s.metric],) + key].append((s.t, s.value))
         else:
             errors[key].append((s.t, s.value))
-    return data, errors
+    return data, errors, lustre
+
+
+def _kind_of(metric: str) -> str | None:
+    """Which of ``_series``' groups a metric's samples go to (None: none)."""
+    if metric in _DATA_NAMES:
+        return "data"
+    if metric in CONSTRAINT_METRICS or metric.endswith(("remote_access_errors", "remote_access_errors_total")):
+        return "errors"
+    return "lustre" if metric in LUSTRE_METRICS else None
 
 
 def _host_rates(data: Series) -> dict[str, dict[float, tuple[float, float]]]:
@@ -274,12 +289,9 @@ def reads_metric(metric: str) -> bool:
     )
 
 
-def _lustre_rates(samples: list[Sample]) -> dict[str, float]:
-    """job id -> mean Lustre bytes/s (read + write, all targets) over the window the samples cover."""
-    series: dict[tuple, list[tuple[float, float]]] = defaultdict(list)
-    for s in samples:
-        if s.metric in LUSTRE_METRICS and s.labels.get("jobid"):
-            series[(s.labels["jobid"], s.metric, s.labels.get("target"))].append((s.t, s.value))
+def _lustre_rates(series: Series) -> dict[str, float]:
+    """job id -> mean Lustre bytes/s (read + write, all targets) over the window the samples cover; ``series``:
+    ``_series``' Lustre counters."""
     out: dict[str, float] = defaultdict(float)
     for (job, *_), points in series.items():
         points.sort()

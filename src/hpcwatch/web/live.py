@@ -284,6 +284,10 @@ class LiveView:
                     break
                 self._ready.wait()  # the very first snapshot: wait for it
             self._computing = True
+        # A snapshot's age counts from when it began to read the store, not from when it was ready: counted from
+        # the end, a stream ticking every second got one every 1 s + the snapshot's own time (0.5 Hz at 1,024
+        # nodes, where one takes about a second of a busy process).
+        started = time.monotonic()
         try:
             doc = self._compute()
             frame = b"event: live\ndata: " + orjson.dumps(doc, default=str) + b"\n\n"
@@ -294,7 +298,7 @@ class LiveView:
                 self._ready.notify_all()
             raise
         with self._ready:
-            self._cached, self._frame, self._cached_at = doc, frame, time.monotonic()
+            self._cached, self._frame, self._cached_at = doc, frame, started
             self._stream_doc, self._stream = streamed, frames
             self._computing = False
             self._ready.notify_all()
