@@ -1,4 +1,4 @@
-"""The demo's background loops (web/demo.py ``Periodic``, ``Scanner``): a run that lasts ``d`` seconds is
+"""The demo's background loops (web/demo.py ``Periodic``): a run that lasts ``d`` seconds is
 followed by a wait of at least ``d`` x (1 / share - 1), so a slow run (a security scan of a 1,024-node twin)
 takes at most its share of the time. A fake clock and a fake stop event: nothing here sleeps."""
 
@@ -7,9 +7,8 @@ from __future__ import annotations
 import pytest
 
 from hpcwatch.errors import ConfigError
-from hpcwatch.store import Store
 from hpcwatch.web import demo
-from hpcwatch.web.demo import SCAN_BUSY_SHARE, Periodic, Scanner
+from hpcwatch.web.demo import Periodic
 
 
 class _Clock:
@@ -65,12 +64,3 @@ def test_without_a_share_the_loop_keeps_its_period_whatever_a_run_took(monkeypat
 def test_a_share_outside_zero_to_one_is_refused(share):
     with pytest.raises(ConfigError, match="busy_share"):
         Periodic("test loop", lambda: None, every_s=1.0, busy_share=share)
-
-
-def test_the_demo_scanner_runs_at_most_its_share():
-    store = Store(":memory:")
-    try:
-        assert Scanner(store, every_s=10.0, window_s=300.0).busy_share == SCAN_BUSY_SHARE
-        assert Scanner(store, every_s=10.0, busy_share=1.0).busy_share == 1.0
-    finally:
-        store.close()

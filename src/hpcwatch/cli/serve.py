@@ -114,7 +114,8 @@ def demo(
     from hpcwatch.model.cluster import reference_cluster
     from hpcwatch.store import Store
     from hpcwatch.web.app import create_app
-    from hpcwatch.web.demo import Scanner, check_port, cluster_with_nodes, seed_step_player, serve_app, start_live_twin
+    from hpcwatch.web.demo import check_port, cluster_with_nodes, seed_step_player, serve_app, start_live_twin
+    from hpcwatch.web.scanprocess import ScanProcess
 
     check_port(port)
     cluster = cluster_with_nodes(nodes) if nodes else reference_cluster()
@@ -125,7 +126,8 @@ def demo(
     runner = start_live_twin(
         store, cluster, seed=seed, scenarios=scenario, speed=speed, host_files=host_files, scrape_s=scrape_s
     )
-    scanner = Scanner(store, every_s=scan_every, window_s=scan_window or None) if scan_every > 0 else None
+    # The detectors in a process of their own, as `hpcwatch collect` runs them beside `serve` on a real cluster.
+    scanner = ScanProcess(store.path, every_s=scan_every, window_s=scan_window or None) if scan_every > 0 else None
     if scanner is not None:
         scanner.start()
     remediation = None

@@ -48,12 +48,10 @@ __all__ = [
     "Listen",
     "uvicorn_config",
     "LiveRunner",
-    "Scanner",
     "Periodic",
     "port_free",
     "check_port",
     "COMPARISON_WARMUP_S",
-    "SCAN_BUSY_SHARE",
 ]
 
 log = logging.getLogger(__name__)
@@ -163,27 +161,6 @@ class Periodic:
         self._stop.set()
         if self._thread.is_alive():
             self._thread.join(timeout=10)
-
-
-#: The most of the time the demo's security scan runs: a scan of a 1,024-node twin's window took 4-5 s of a
-#: 10 s period (py-spy: a third of the process), beside the twin and the page in the same interpreter. Ours.
-SCAN_BUSY_SHARE = 0.25
-
-
-class Scanner(Periodic):
-    """Runs the six detectors over the store every ``every_s`` seconds (hpcwatch.security.scan.rescan), and
-    at most ``busy_share`` of the time (a scan that took 4 s waits 12 s before the next), so a threat scenario
-    of the twin lights its vector from real findings, never from the scenario's name."""
-
-    def __init__(
-        self, store: Store, *, every_s: float, window_s: float | None = None, busy_share: float = SCAN_BUSY_SHARE
-    ) -> None:
-        from hpcwatch.security.scan import LiveScan, rescan
-
-        # A window: read only what arrived and scan the last window_s (security.scan.LiveScan); None: everything.
-        scan = LiveScan(window_s=window_s) if window_s else rescan
-        super().__init__("security scan", lambda: scan(store), every_s=every_s, busy_share=busy_share)
-        self.store = store
 
 
 def port_free(port: int, host: str = "127.0.0.1") -> bool:
