@@ -15,7 +15,7 @@ import pyarrow as pa
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from hpcwatch.analysis.health import _series, _Window
+from hpcwatch.analysis.health import _increase, _series, _Window
 from hpcwatch.store import SAMPLE_SCHEMA
 
 rows = st.lists(
@@ -58,15 +58,41 @@ def test_series_are_those_a_row_by_row_reading_gives(rows, names, split):
 
 
 @settings(max_examples=300, deadline=None)
-@given(rows=rows, names=st.sampled_from([["a"], ["a", "b"], ["c", "b", "a"], ["b", "d"]]), grouped=st.booleans())
-def test_a_window_cut_by_metric_gives_the_same_series(rows, names, grouped):
-    """``_Window`` slices a table grouped by metric (the store's order) instead of filtering it: same series."""
+@given(
+    rows=rows,
+    names=st.sampled_from([["a"], ["a", "b"], ["c", "b", "a"], ["b", "d"]]),
+    grouped=st.booleans(),
+    splits=st.lists(st.integers(1, 39), max_size=3),
+)
+def test_a_window_cut_by_metric_gives_the_same_series(rows, names, grouped, splits):
+    """``_Window`` slices a table grouped by metric (the store's order) instead of filtering it: same series,
+    whatever record batches the table comes in (a metric's rows may span several)."""
     if grouped:
         rows = sorted(rows, key=lambda r: r["metric"])  # stable: the rows of a metric keep their order
     table = pa.Table.from_pylist(rows, schema=SAMPLE_SCHEMA)
+    cuts = sorted({c for c in splits if c < table.num_rows})
+    if cuts:
+        edges = [0, *cuts, table.num_rows]
+        table = pa.concat_tables([table.slice(a, b - a) for a, b in zip(edges, edges[1:])])
     window = _Window(table)
     assert (window._blocks is not None) >= grouped  # a grouped table is cut, never filtered
     expected = [(s.host, s.key, s.labels, s.job, s.t.tolist(), s.v.tolist()) for s in _series(table, names)]
     for _ in range(2):  # the second answer is the kept one
         got = [(s.host, s.key, s.labels, s.job, s.t.tolist(), s.v.tolist()) for s in window.series(names)]
         assert got == expected
+
+
+@settings(max_examples=300, deadline=None)
+@given(rows=rows, names=st.sampled_from([["a"], ["a", "b"], ["c", "b", "a"]]), grouped=st.booleans())
+def test_rising_series_are_the_series_whose_increase_is_above_zero(rows, names, grouped):
+    """``_Window.rising_series`` (every group's rise at once) picks the series ``_increase`` says rose, in order:
+    steps up, resets to a value above 0, flat series and series of one point, from any window."""
+    if grouped:
+        rows = sorted(rows, key=lambda r: r["metric"])
+    table = pa.Table.from_pylist(rows, schema=SAMPLE_SCHEMA)
+    expected = [(s.host, s.key, s.t.tolist(), s.v.tolist()) for s in _series(table, names) if _increase(s.v) > 0]
+    got = [(s.host, s.key, s.t.tolist(), s.v.tolist()) for s in _Window(table).rising_series(names)]
+    assert got == expected
+    window = _Window(table)
+    window.series(names)  # made already: picked from those
+    assert [(s.host, s.key, s.t.tolist(), s.v.tolist()) for s in window.rising_series(names)] == expected
