@@ -626,6 +626,7 @@ def _metric_blocks(table: pa.Table) -> dict[str, tuple[int, int]] | None:
         offset += len(chunk)
     return blocks
 
+
 def _increase(v: np.ndarray) -> float:
     """Counter increase over the window, counting a drop as a reset (Prometheus ``increase`` without extrapolation)."""
     if v.size < 2:
