@@ -12,10 +12,12 @@ from collections import defaultdict
 
 import orjson
 import pyarrow as pa
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from hpcwatch.analysis.health import _increase, _series, _Window
+from hpcwatch.analysis.health import HealthConfig, _increase, _series, _Window
+from hpcwatch.errors import ConfigError
 from hpcwatch.store import SAMPLE_SCHEMA
 
 rows = st.lists(
@@ -96,3 +98,11 @@ def test_rising_series_are_the_series_whose_increase_is_above_zero(rows, names, 
     window = _Window(table)
     window.series(names)  # made already: picked from those
     assert [(s.host, s.key, s.t.tolist(), s.v.tolist()) for s in window.rising_series(names)] == expected
+
+
+@pytest.mark.parametrize("count", ["symbol_error_warn", "link_down_drain", "edac_ce_warn"])
+def test_an_error_count_that_judges_must_be_at_least_one(count):
+    """0 would warn on every healthy port (the IB rules judge only the counters that rose)."""
+    with pytest.raises(ConfigError, match=count):
+        HealthConfig(**{count: 0})
+    assert getattr(HealthConfig(**{count: 1}), count) == 1
