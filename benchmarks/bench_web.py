@@ -8,8 +8,9 @@ is printed with each, as other processes share the machine.
 
 Per size, ``hpcwatch demo --nodes N`` is started as users start it, and after ``--warmup`` seconds:
 
-- **cpu_cores**: CPU seconds of the whole process (twin + store + scanner + server; ``/proc/PID/stat``
-  utime + stime) per wall second over ``--cpu-s``, with one SSE viewer at 1 Hz; **twin_cores**: the same
+- **cpu_cores**: CPU seconds of the whole process and its children (twin + store + server, and the security
+  scan's process; ``/proc/PID/stat`` utime + stime) per wall second over ``--cpu-s``, with one SSE viewer at
+  1 Hz; **twin_cores**: the same
   twin and store writes alone, in this process (``time.process_time`` over 20 ticks), the part the server
   cannot save;
 - **first_live_s** / **job_page_s**: ``GET /api/live`` and ``GET /job/ID`` of the largest running job
@@ -161,8 +162,19 @@ async def viewers(url: str, n: int, hold_s: float) -> dict[str, float]:
 
 
 def _cpu_ticks(pid: int) -> int:
+    """CPU ticks of ``pid`` and of its children (the demo's scan runs in a process of its own)."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return int(fields[11]) + int(fields[12])  # utime, stime (fields 14 and 15 of proc(5))
+    own = int(fields[11]) + int(fields[12])  # utime, stime (fields 14 and 15 of proc(5))
+    waited = int(fields[13]) + int(fields[14])  # cutime, cstime: children that ended and were waited for
+    return own + waited + sum(_cpu_ticks(child) for child in _children(pid))
+
+
+def _children(pid: int) -> list[int]:
+    try:
+        tasks = Path(f"/proc/{pid}/task").iterdir()
+        return [int(c) for task in tasks for c in (task / "children").read_text().split()]
+    except OSError:  # gone meanwhile
+        return []
 
 
 def process_cores(pid: int, url: str, seconds: float) -> float:
