@@ -80,6 +80,12 @@ def test_the_xid_job_is_requeued_then_seen_restarting(xid_page):
 def test_observer_view_shows_all_seven_collectors_arriving(page):
     page.click("[data-view='observer']")
     _wait_ticks(page, 2)
+    # A collector's activity is refreshed every web.live.PROBLEMS_INTERVAL_S (5 s): the training spans start a
+    # few ticks after the demo, so wait for the refresh that sees them.
+    page.wait_for_function(
+        "() => [...document.querySelectorAll('[data-collector]')].every(b => b.dataset.arriving === 'true')",
+        timeout=30_000,
+    )
     badges = page.locator("[data-collector]")
     assert badges.count() == 7
     states = {
