@@ -258,7 +258,8 @@ class FollowedStoreSamples:
             self._floor = floor
         else:
             read_at, table, newest = queries.sample_rows_since(self.store, self._version, self._metrics)
-            self._newest_t = _later(self._newest_t, newest)
+            if newest is not None:
+                self._newest_t = newest if self._newest_t is None else max(self._newest_t, newest)
         self._take(table)
         self._version = read_at
         self._forget_silent()
@@ -366,10 +367,6 @@ def _group_value(labels_json: str, metric: str, group: str) -> str | None:
     if host is None and labels.get("instance"):
         host = str(labels["instance"]).rsplit(":", 1)[0]
     return host
-
-
-def _later(a: float | None, b: float | None) -> float | None:
-    return b if a is None else a if b is None else max(a, b)
 
 
 def _store_path(store: Store) -> str:

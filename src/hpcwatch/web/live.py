@@ -340,15 +340,8 @@ class LiveView:
             self._nccl = kept = (events, jobs, time.monotonic(), nccl_card(self.store))
         return kept[3]
 
-    def latest_t(self) -> float | None:
-        """The newest sample's time (``/healthz``)."""
-        return self.samples.latest_t()
-
-    def _compute(self) -> dict[str, Any]:
-        started = time.perf_counter()
-        now = self.samples.latest_t(hint=self._latest_t)
-        self._latest_t = now if now is not None else self._latest_t
-        seen = self._current_seen()
+    def _current_collectors(self, now: float | None, seen: DataSeen) -> dict[str, dict[str, Any]]:
+        """Each collector's activity, refreshed every ``PROBLEMS_INTERVAL_S`` (see ``_collectors``)."""
         if self._collectors is None or _due(self._collectors[0]):
             activity = collector_activity(
                 self.store,
@@ -359,6 +352,17 @@ class LiveView:
                 seen=seen,
             )
             self._collectors = (time.monotonic(), activity)
+        return self._collectors[1]
+
+    def latest_t(self) -> float | None:
+        """The newest sample's time (``/healthz``)."""
+        return self.samples.latest_t()
+
+    def _compute(self) -> dict[str, Any]:
+        started = time.perf_counter()
+        now = self.samples.latest_t(hint=self._latest_t)
+        self._latest_t = now if now is not None else self._latest_t
+        seen = self._current_seen()
         doc = live_snapshot(
             self.store,
             weights_path=self.cluster.weights.path,
@@ -368,7 +372,7 @@ class LiveView:
             samples=self.samples,
             seen=seen,
             nccl=self._current_nccl(),
-            collectors=self._collectors[1],
+            collectors=self._current_collectors(now, seen),
         )
         judged = self._current_problems(now, doc["training"])
         doc["problems"], doc["alerts"] = judged.problems, judged.alerts
