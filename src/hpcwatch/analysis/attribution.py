@@ -442,13 +442,23 @@ def _dcgm_frame(samples: pa.Table, jobs: Sequence[Job]) -> dict[str, np.ndarray]
     f.update(_label_columns(sub.column("labels")))
     f["t"] = np.asarray(sub.column("t").to_numpy(zero_copy_only=False), dtype=float)
     f["value"] = np.asarray(sub.column("value").to_numpy(zero_copy_only=False), dtype=float)
-    f["device"] = np.array([device_key(g, i) for g, i in zip(f["gpu"].tolist(), f["instance"].tolist())], dtype=object)
+    f["device"] = _devices(f["gpu"], f["instance"])
     f["job"], f["source"] = attribute_with_sources(
         f["host"], f["gpu"], f["t"], f["job"], jobs, pod=f["pod"], namespace=f["namespace"]
     )
     _engine_activity_as_util(f)
     order = np.lexsort((f["t"], _str_rank(f["device"]), _str_rank(f["host"]), _str_rank(f["metric"])))
+    if (np.diff(order) == 1).all():  # the store's order already (by metric, host, gpu, t): no copy of each column
+        return f
     return {k: v[order] for k, v in f.items()}
+
+
+def _devices(gpu: np.ndarray, instance: np.ndarray) -> np.ndarray:
+    """``device_key`` of each row: without a MIG instance, the GPU column itself (a 1,536-GPU job's report
+    holds 1.6 million rows: one call each was a twentieth of it)."""
+    if any(instance.tolist()) or not all(gpu.tolist()):  # an instance, or a row without a GPU: row by row
+        return np.array([device_key(g, i) for g, i in zip(gpu.tolist(), instance.tolist())], dtype=object)
+    return gpu
 
 
 def _str_rank(values: np.ndarray) -> np.ndarray:
@@ -622,10 +632,11 @@ def _accumulate_ib(
 ) -> None:
     """IB deltas of port mlx5_h go to the jobs on the GPUs of rail h (g * H // G == h), split equally.
 
-    Every share (``delta // rails``) is a whole number, so their sum is exact in any order below 2**53: the
-    shares are summed per (job, host, GPU) by numpy (at 1,024 nodes a job's nodes hold 250,000 IB rows a
-    minute), the same bytes as adding them one by one. Past that, or with a NaN counter, they are added one
-    by one in time order, as they always were (a float sum then depends on its order)."""
+    Every share (``delta // rails``) is a whole number, so they are summed as integers per (job, host, GPU)
+    by numpy (at 1,024 nodes a job's nodes hold 250,000 IB rows a minute): exact in any order, whatever the
+    total (a 1,536-GPU job passes 2**53 bytes, a float's exact range, in minutes). Only a share that is not
+    a finite integer of int64's range (a NaN or absurd counter) makes them float additions one by one, in
+    time order (a float sum depends on its order)."""
     sub = _rows_of(samples, IB_METRICS)
     if not sub.num_rows:
         return
@@ -640,10 +651,10 @@ def _accumulate_ib(
     railed = np.array([len(gpus) for *_, gpus in rails], dtype=np.int64)[series[1:][pair]]
     pair, railed = pair[railed > 0], railed[railed > 0]
     share = delta[pair] // railed
-    if not (np.isfinite(share).all() and np.abs(share).sum() < 2**53):
+    if not (np.isfinite(share).all() and float(np.abs(share).sum()) < 2.0**62):
         _add_ib_in_order(t, series, pair, share, rails, holder, acc)
         return
-    _add_ib_summed(t[1:][pair], series[1:][pair], share, rails, holder, acc)
+    _add_ib_summed(t[1:][pair], series[1:][pair], share.astype(np.int64), rails, holder, acc)
 
 
 def _ib_rows(
@@ -705,9 +716,9 @@ def _add_ib_summed(
                 mine = share[lo:hi] if whole else share[lo:hi][np.array([j == job for j in jobs], dtype=bool)]
                 a = acc.setdefault((job, host, gpu), _Acc())
                 if name == IB_TX:
-                    a.ib_tx += float(mine.sum())
+                    a.ib_tx += float(int(mine.sum()))
                 else:
-                    a.ib_rx += float(mine.sum())
+                    a.ib_rx += float(int(mine.sum()))
 
 
 def _add_ib_in_order(

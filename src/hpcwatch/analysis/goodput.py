@@ -56,14 +56,14 @@ __all__ = [
     "StepTable",
     "GoodputReport",
     "steps_from_spans",
-    "steps_from_span_table",
+    "steps_from_step_rows",
     "steps_from_step_samples",
     "ideal_step_time",
     "account_goodput",
     "account_job",
     "account_job_steps",
     "job_step_table",
-    "job_step_table_of_columns",
+    "job_failure_breaks",
     "GOODPUT_EVENT_KINDS",
     "REQUEUE_AFTER_FAILURE_S",
     "GOODPUT_SOURCE",
@@ -235,23 +235,26 @@ def steps_from_spans(spans: Iterable[Span], *, breaks: Sequence[float] = ()) -> 
     return _span_steps(step, start, dur, is_load, is_wait, len({r[5] for r in rows}), breaks)
 
 
-def steps_from_span_table(table: pa.Table, *, breaks: Sequence[float] = ()) -> StepTable:
-    """``steps_from_spans`` of spans given as the store's span columns (``store.queries.job_span_table``,
-    in its order): the same table, without a ``Span`` object per row."""
-    import pyarrow.compute as pc  # ``simulate goodput`` never loads pyarrow
-
-    if not table.num_rows:
+def steps_from_step_rows(rows: pa.Table) -> StepTable:
+    """``steps_from_spans`` of a job's spans already grouped by (incarnation, step) where they are stored
+    (``store.queries.job_step_rows``'s columns): the same first starts, last ends and blocking loads; the
+    barrier waits summed exactly there rather than in order here (they differ in the last bits at most)."""
+    if not rows.num_rows:
         return StepTable.empty()
-    phase = table.column("phase")
-    return _span_steps(
-        table.column("step").to_numpy().astype(np.int64),
-        table.column("start").to_numpy().astype(np.float64),
-        table.column("dur").to_numpy().astype(np.float64),
-        pc.fill_null(pc.equal(phase, "load"), False).to_numpy(zero_copy_only=False),
-        pc.fill_null(pc.equal(phase, "barrier_wait"), False).to_numpy(zero_copy_only=False),
-        len(pc.unique(table.column("rank"))),
-        breaks,
+    ranks = int(rows.column("ranks")[0].as_py() or 1)
+    first, last = _floats(rows.column("first_start")), _floats(rows.column("last_end"))
+    return StepTable(
+        step=_floats(rows.column("step")).astype(np.int64),
+        start_s=first,
+        dur_s=last - first,
+        load_s=_floats(rows.column("load_s")),
+        wait_s=_floats(rows.column("wait_s")) / ranks,
     )
+
+
+def _floats(column: pa.ChunkedArray) -> np.ndarray:
+    """A numeric column as float64, 0 where null (no ``load`` or ``barrier_wait`` span in that step)."""
+    return np.asarray(column.fill_null(0).to_numpy(zero_copy_only=False), dtype=np.float64)
 
 
 def _span_steps(
@@ -667,13 +670,10 @@ def job_step_table(
     return _executed_steps(_job_events(job, events), spans, step_samples)
 
 
-def job_step_table_of_columns(
-    job: Job | None, spans: pa.Table, events: Sequence[Event], step_samples: Iterable[Sample] = ()
-) -> StepTable:
-    """``job_step_table`` of spans given as the store's span columns (``steps_from_span_table``)."""
-    breaks = [e.t for e in _job_events(job, events) if e.kind == EventKind.FAILURE]
-    steps = steps_from_span_table(spans, breaks=breaks)
-    return steps if len(steps) else steps_from_step_samples(step_samples, breaks=breaks)
+def job_failure_breaks(job: Job | None, events: Sequence[Event]) -> list[float]:
+    """The times that split ``job``'s steps into incarnations (``steps_from_spans``' ``breaks``): its failures,
+    each requeue of an attempt among them."""
+    return [e.t for e in _job_events(job, events) if e.kind == EventKind.FAILURE]
 
 
 def _job_events(job: Job | None, events: Sequence[Event]) -> list[Event]:

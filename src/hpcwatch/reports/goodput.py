@@ -20,14 +20,14 @@ from hpcwatch.analysis.goodput import (
     GoodputReport,
     StepTable,
     account_job_steps,
-    job_step_table_of_columns,
+    job_failure_breaks,
+    steps_from_step_rows,
+    steps_from_step_samples,
 )
 from hpcwatch.errors import ConfigError, InputError
-from hpcwatch.records import Event, Job, Sample, Span
+from hpcwatch.records import Event, Job, Span
 
 if TYPE_CHECKING:  # ``simulate goodput`` never opens a store: pyarrow and duckdb stay unloaded
-    import pyarrow as pa
-
     from hpcwatch.analysis.goodputsim import GoodputRun, GoodputSimConfig, Interval
     from hpcwatch.store import Store
 
@@ -47,38 +47,35 @@ __all__ = [
 STEP_TIME_METRIC = vocab.TRAIN_STEP_TIME_S
 
 
-def goodput_report(store: Store, job_id: str, *, spans: pa.Table | None = None) -> GoodputReport:
-    """Where ``job_id``'s wall time went (``spans``: the job's, when already read: ``queries.job_span_table``).
-    ``InputError`` when neither the job nor its steps are stored."""
-    return goodput_with_steps(store, job_id, spans=spans)[0]
+def goodput_report(store: Store, job_id: str) -> GoodputReport:
+    """Where ``job_id``'s wall time went. ``InputError`` when neither the job nor its steps are stored."""
+    return goodput_with_steps(store, job_id)[0]
 
 
-def goodput_with_steps(store: Store, job_id: str, *, spans: pa.Table | None = None) -> tuple[GoodputReport, StepTable]:
+def goodput_with_steps(store: Store, job_id: str) -> tuple[GoodputReport, StepTable]:
     """``goodput_report`` and the executed steps it accounts (one row per step, a step re-run after a failure
-    apart: ``analysis.goodput.StepTable``), which the job page also draws."""
-    record, spans, events, step_samples = _goodput_inputs(store, job_id, spans)
-    if record is None and not spans.num_rows and not step_samples:
-        raise InputError(f"job {job_id}: neither the job nor its steps are in the store")
-    steps = job_step_table_of_columns(record, spans, events, step_samples)
-    return account_job_steps(record, steps, events), steps
-
-
-def _goodput_inputs(
-    store: Store, job_id: str, spans: pa.Table | None
-) -> tuple[Job | None, pa.Table, list[Event], list[Sample]]:
-    """The job (as of its first attempt), its spans (as columns: a long job has millions), the goodput events
-    of its window and, without spans, its ``train_step_time_s`` samples."""
+    apart: ``analysis.goodput.StepTable``), which the job page also draws. The steps come grouped from the
+    store (``queries.job_step_rows``), else from the job's ``train_step_time_s`` samples."""
     from hpcwatch.store import queries
 
     record = _with_first_start(store, store.job(job_id))
+    events = _goodput_events(store, record)
+    breaks = job_failure_breaks(record, events)
+    steps = steps_from_step_rows(queries.job_step_rows(store, job_id, breaks=breaks))
+    if not len(steps):
+        steps = steps_from_step_samples(store.iter_samples(STEP_TIME_METRIC, job=job_id), breaks=breaks)
+    if record is None and not len(steps):
+        raise InputError(f"job {job_id}: neither the job nor its steps are in the store")
+    return account_job_steps(record, steps, events), steps
+
+
+def _goodput_events(store: Store, record: Job | None) -> list[Event]:
+    """The goodput events of the job's window (as of its first attempt), one query, in the order the
+    per-kind queries gave (a store query costs 1-2 ms before its rows)."""
     t0 = record.start if record is not None else None
     t1 = record.end if record is not None else None
-    # One query, not one a kind (a store query costs 1-2 ms before its rows), in the order the per-kind queries gave.
     order = {kind: i for i, kind in enumerate(GOODPUT_EVENT_KINDS)}
-    events = sorted(store.events(kinds=GOODPUT_EVENT_KINDS, t0=t0, t1=t1), key=lambda e: order[e.kind])
-    spans = queries.job_span_table(store, job_id) if spans is None else spans
-    step_samples = [] if spans.num_rows else list(store.iter_samples(STEP_TIME_METRIC, job=job_id))
-    return record, spans, events, step_samples
+    return sorted(store.events(kinds=GOODPUT_EVENT_KINDS, t0=t0, t1=t1), key=lambda e: order[e.kind])
 
 
 def _with_first_start(store: Store, record: Job | None) -> Job | None:
