@@ -306,7 +306,7 @@ def test_goodput_of_one_events_query_is_the_goodput_of_one_query_a_kind(twin_sto
 @pytest.mark.parametrize("which", ["hook_store", "twin_store"])
 def test_live_training_read_as_columns_is_the_step_time_of_the_spans(which, request):
     from hpcwatch.analysis.steps import step_times_s
-    from hpcwatch.reports.steps import live_training
+    from hpcwatch.reports.livetraining import live_training
 
     store = request.getfixturevalue(which)
     live = live_training(store)

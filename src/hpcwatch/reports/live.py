@@ -33,8 +33,9 @@ from hpcwatch.reports.collectors import collector_statuses
 from hpcwatch.reports.findings import findings_summary
 from hpcwatch.reports.health import node_health
 from hpcwatch.reports.livesamples import FollowedStoreSamples, LiveSamples, PromSamples, StoreSamples
+from hpcwatch.reports.livetraining import FollowedTraining, live_training
 from hpcwatch.reports.nccl import nccl_card
-from hpcwatch.reports.steps import live_training, step_report
+from hpcwatch.reports.steps import step_report
 from hpcwatch.reports.timeline import node_timelines, timeline
 from hpcwatch.reports.triage import SEVERITY_RANK, alert_groups, mark_of, natural_key
 from hpcwatch.store import Store, queries
@@ -172,6 +173,7 @@ def live_snapshot(
     seen: DataSeen | None = None,
     nccl: list[dict[str, Any]] | None = None,
     collectors: dict[str, dict[str, Any]] | None = None,
+    followed_training: FollowedTraining | None = None,
 ) -> dict[str, Any]:
     """The ``/api/live`` document (less the vectors' translated text): ``t`` (``now``, the newest sample's
     time), ``gpus``, ``nodes``, ``storage``, ``queue``, ``training``, ``collectors``, ``collect`` (the
@@ -188,10 +190,16 @@ def live_snapshot(
     Prometheus); ``source`` says which. ``seen`` (``data_seen()``; computed when None) tells each collector's
     ``state``: ``answering``, ``silent`` (seen before, nothing recent) or ``not_configured`` (never seen).
     ``nccl``: ``nccl_card()`` (computed when None), for a caller that keeps it while the events do not change;
-    ``collectors``: ``collector_activity()`` (computed when None), for a caller that refreshes it less often."""
+    ``collectors``: ``collector_activity()`` (computed when None), for a caller that refreshes it less often;
+    ``followed_training``: the training card kept between snapshots (``reports.livetraining``; asked anew
+    when None)."""
     samples = samples if samples is not None else StoreSamples(store)
     jobs = {job.id: job for job in store.jobs()}
-    training = live_training(store, exclude_jobs=exclude_jobs)
+    training = (
+        followed_training.current()
+        if followed_training is not None
+        else live_training(store, exclude_jobs=exclude_jobs)
+    )
     found = (
         problems(store, training_job=training.job if training is not None else None)
         if now is not None and with_problems

@@ -46,7 +46,6 @@ __all__ = [
     "PlayerRank",
     "PlayerVerdict",
     "PlayerStep",
-    "LiveTraining",
     "step_report",
     "step_report_of",
     "RankGpu",
@@ -69,7 +68,6 @@ __all__ = [
     "player_step",
     "player_jobs",
     "jobs_with_spans",
-    "live_training",
     "placement_from_job",
     "DEFAULT_RECENT_STEPS",
     "PLAYER_JOBS_LISTED",
@@ -782,35 +780,6 @@ def player_jobs(store: Store, *, limit: int = PLAYER_JOBS_LISTED) -> list[str]:
     from hpcwatch.store import queries
 
     return queries.span_jobs_by_recency(store, limit=limit)
-
-
-# -- the live card -------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class LiveTraining:
-    job: str
-    step: int
-    """The newest complete step."""
-    step_time_s: float | None
-
-
-def live_training(store: Store, *, exclude_jobs: Sequence[str] = ()) -> LiveTraining | None:
-    """The job training most recently (spans ending last) and its newest complete step's time."""
-    from hpcwatch.store import queries
-
-    newest = queries.newest_span_job(store, exclude=exclude_jobs)
-    if newest is None:
-        return None
-    job, last = newest
-    try:
-        # The last two step numbers: the newest may still be arriving rank by rank.
-        anatomy = anatomy_from_span_table(queries.recent_span_table(store, job, steps=2))
-    except InputError:
-        return LiveTraining(job=job, step=last, step_time_s=None)
-    if not anatomy.steps:
-        return LiveTraining(job=job, step=last, step_time_s=None)
-    return LiveTraining(job=job, step=anatomy.steps[-1], step_time_s=float(step_times_s(anatomy)[-1]))
 
 
 def _opt_str(value: object) -> str | None:

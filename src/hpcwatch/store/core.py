@@ -969,10 +969,21 @@ class Store:
 
     def query_arrow_since(self, since: int, sql: str, params: list[Any] | tuple[Any, ...] = ()) -> tuple[int, pa.Table]:
         """``query_since`` as an arrow table: no Python object a row (what a reader of many rows wants)."""
+        version, (table,) = self.query_arrow_since_each(since, [(sql, params)])
+        return version, table
 
-        def fetch() -> pa.Table:
-            relation = self._since_con.sql(sql, params=list(params) or None)
-            return (getattr(relation, "to_arrow_table", None) or relation.arrow)()  # DuckDB 2 / 1.x
+    def query_arrow_since_each(
+        self, since: int, statements: Sequence[tuple[str, list[Any] | tuple[Any, ...]]]
+    ) -> tuple[int, list[pa.Table]]:
+        """``query_arrow_since`` of several ``(sql, params)`` read at one version: their answers hold the same
+        rows (two calls could read either side of a commit)."""
+
+        def fetch() -> list[pa.Table]:
+            tables = []
+            for sql, params in statements:
+                relation = self._since_con.sql(sql, params=list(params) or None)
+                tables.append((getattr(relation, "to_arrow_table", None) or relation.arrow)())  # DuckDB 2 / 1.x
+            return tables
 
         return self._since(since, fetch)
 

@@ -46,7 +46,7 @@ __all__ = [
     "finding_rule_counts",
     "newest_events",
     "table_counts",
-    "newest_span_job",
+    "span_tops_since",
     "span_jobs",
     "span_jobs_by_recency",
     "step_range",
@@ -414,13 +414,25 @@ def _excluding(exclude: Sequence[str]) -> tuple[str, list[str]]:
     return (f"job NOT IN ({_marks(exclude)})", list(exclude)) if exclude else ("TRUE", [])
 
 
-def newest_span_job(store: Store, *, exclude: Sequence[str] = ()) -> tuple[str, int] | None:
-    """The job whose spans end last (``exclude``: jobs to leave out), as ``(job, its last step)``."""
+def span_tops_since(
+    store: Store, since: int, *, steps: int, exclude: Sequence[str] = ()
+) -> tuple[int, pa.Table, pa.Table]:
+    """Of the spans committed after version ``since`` (``exclude``: jobs to leave out), read at one version:
+    ``(that version, per job its largest step and latest end (columns job, step, end), each job's spans of its
+    ``steps`` largest step numbers among them (``job_span_table``'s columns))``."""
     where, params = _excluding(exclude)
-    rows = store.query(
-        f"SELECT job, max(step) FROM spans WHERE {where} GROUP BY job ORDER BY max(start + dur) DESC LIMIT 1", params
+    version, (ends, recent) = store.query_arrow_since_each(
+        since,
+        [
+            (f"SELECT job, max(step) AS step, max(start + dur) AS end FROM spans WHERE {where} GROUP BY job", params),
+            (
+                f"SELECT job, rank, step, phase, start, dur, attrs FROM spans WHERE {where} "
+                "QUALIFY dense_rank() OVER (PARTITION BY job ORDER BY step DESC) <= ?",
+                [*params, steps],
+            ),
+        ],
     )
-    return (rows[0][0], rows[0][1]) if rows else None
+    return version, ends, recent
 
 
 def span_activity(store: Store, *, since: float, exclude: Sequence[str] = ()) -> tuple[int, float | None]:

@@ -39,6 +39,7 @@ from hpcwatch.reports.live import (
     state_inputs,
 )
 from hpcwatch.reports.livesamples import LiveSamples
+from hpcwatch.reports.livetraining import FollowedTraining
 from hpcwatch.reports.nccl import NCCL_LOG_KINDS, nccl_card
 from hpcwatch.reports.triage import alert_groups
 from hpcwatch.store import Store, queries
@@ -196,6 +197,7 @@ class LiveView:
         self._cached_at = 0.0
         self._latest_t: float | None = None
         self._judge = ProblemJudge(store)
+        self._training = FollowedTraining(store, exclude_jobs=self.exclude_jobs)
         self._seen: DataSeen | None = None
         self._seen_at: float | None = None
         self._nccl: tuple[Any, Any, float, list[dict[str, Any]]] | None = None
@@ -373,6 +375,7 @@ class LiveView:
             seen=seen,
             nccl=self._current_nccl(),
             collectors=self._current_collectors(now, seen),
+            followed_training=self._training,
         )
         judged = self._current_problems(now, doc["training"])
         doc["problems"], doc["alerts"] = judged.problems, judged.alerts
