@@ -4,6 +4,8 @@ the first tick writes every node, and each node's rows come once per interval.""
 
 from __future__ import annotations
 
+import contextlib
+
 import pyarrow as pa
 import pytest
 
@@ -23,6 +25,13 @@ class _Tables:
     def add_sample_table(self, table: pa.Table) -> None:
         if "DCGM_FI_DEV_GPU_UTIL" in table.column("metric").to_pylist():
             self.tables.append(table)
+
+    def add_span_table(self, table: pa.Table) -> None:
+        pass
+
+    @contextlib.contextmanager
+    def transaction(self):
+        yield self
 
 
 def _rows(table: pa.Table) -> list[tuple]:

@@ -6,6 +6,7 @@ the real readers and health rules on what the check job wrote. The twin is stepp
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
 
 import pytest
@@ -30,6 +31,13 @@ class _Nowhere:
 
     def add_sample_table(self, table):
         pass
+
+    def add_span_table(self, table):
+        pass
+
+    @contextlib.contextmanager
+    def transaction(self):
+        yield self
 
 
 class Bench:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Iterable
+from contextlib import AbstractContextManager
 from typing import Any, Protocol
 
 from hpcwatch.errors import ConfigError
@@ -33,12 +34,21 @@ __all__ = [
 ]
 
 
-class RecordSink(Protocol):
-    """Where the live twin writes: ``hpcwatch.store.Store`` is one (the twin does not import the store)."""
+class TickWriter(Protocol):
+    """What one tick is written through: a store transaction."""
 
     def add(self, records: Iterable[Any]) -> Any: ...
 
     def add_sample_table(self, table: Any) -> Any: ...
+
+    def add_span_table(self, table: Any) -> Any: ...
+
+
+class RecordSink(Protocol):
+    """Where the live twin writes, a tick in one transaction: ``hpcwatch.store.Store`` is one (the twin does not
+    import the store)."""
+
+    def transaction(self) -> AbstractContextManager[TickWriter]: ...
 
 
 #: One tick per real second: what a person watching a dashboard expects.
@@ -120,17 +130,17 @@ class LiveTwin:
             events = twin.events()
             perfquery = self._perfquery(twin)
             captured = self._host_files.capture(twin) if self._host_files is not None else None
-            others = [
-                *jobs,
-                *twin.finished_spans(),
-                *events,
-                *events_of(checkpoint_docs_of_tick(twin, events), EventKind.TETRAGON),
-            ]
-        self.store.add_sample_table(table)
-        if perfquery is not None:
-            self.store.add_sample_table(perfquery)
-        if others:
-            self.store.add(others)
+            spans = twin.finished_span_columns()
+            others = [*jobs, *events, *events_of(checkpoint_docs_of_tick(twin, events), EventKind.TETRAGON)]
+        # One commit a tick: readers following the store see a tick whole, and it makes one part a table.
+        with self.store.transaction() as tx:
+            tx.add_sample_table(table)
+            if perfquery is not None:
+                tx.add_sample_table(perfquery)
+            if spans is not None:
+                tx.add_span_table(spans)
+            if others:
+                tx.add(others)
         if captured is not None and self._host_files is not None:
             self._host_files.feed(captured)  # outside the lock: the ingest reads files, the twin is not needed
 

@@ -18,6 +18,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 import numpy as np
+import orjson
+import pyarrow as pa
 
 from hpcwatch.records import Span
 from hpcwatch.twin.scenarios import Scenario
@@ -209,6 +211,31 @@ class TrainingSteps:
                     )
                 )
         return spans
+
+    def finished_span_columns(self) -> pa.Table | None:
+        """``finished_spans()`` as the store's span columns (``store.SPAN_SCHEMA``), built from the phase table
+        in numpy: a 1,536-rank job's step is 9,216 spans a tick, and making each a ``Span`` and then a row
+        was a fifth of the 1,024-node twin's tick. None when no step finished in the last tick."""
+        found = self.finished_span_table()
+        if found is None:
+            return None
+        job_id, step, ranks, table, start = found
+        phases = len(SPAN_ORDER)
+        starts = start + np.cumsum(table[:, _SPAN_COLUMNS], axis=1) - table[:, _SPAN_COLUMNS]
+        # The store writes a span's attrs as orjson's compact text of {"node": ..., "gpu": ...}: one per rank.
+        attrs = [orjson.dumps({"node": node, "gpu": g}).decode() for _, node, g in ranks]
+        rows = len(ranks) * phases
+        return pa.table(
+            {
+                "job": pa.array([job_id] * rows, pa.string()),
+                "rank": pa.array(np.repeat([r for r, _, _ in ranks], phases), pa.int32()),
+                "step": pa.array(np.full(rows, step), pa.int32()),
+                "phase": pa.array(list(SPAN_ORDER) * len(ranks), pa.string()),
+                "start": pa.array([round(x, 6) for x in starts.reshape(-1).tolist()], pa.float64()),  # as Span's
+                "dur": pa.array(table[:, _SPAN_COLUMNS].reshape(-1), pa.float64()),
+                "attrs": pa.array(np.repeat(attrs, phases).tolist(), pa.string()),
+            }
+        )
 
     def finished_spans(self) -> list[Span]:
         """Spans of the training job's step that finished in the last tick (one step per tick, like a
