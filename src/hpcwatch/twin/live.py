@@ -16,12 +16,12 @@ from typing import Any, Protocol
 
 from hpcwatch.errors import ConfigError
 from hpcwatch.model import Cluster
-from hpcwatch.records import Job
 from hpcwatch.twin.core import Twin
 from hpcwatch.twin.ebpf import checkpoint_docs_of_tick, events_of
 from hpcwatch.twin.exposition import perfquery_table
 from hpcwatch.twin.livefiles import FolderIngest, HostFiles
 from hpcwatch.twin.scenarios import Scenario
+from hpcwatch.twin.workload import PlannedJob
 from hpcwatch.vocab import EventKind
 
 __all__ = [
@@ -126,7 +126,8 @@ class LiveTwin:
             turn = (self._written_ticks % self.scrape_groups, self.scrape_groups) if self._written_ticks else (0, 1)
             self._written_ticks += 1
             table = twin.sample_table(scrape=turn)
-            jobs = [j for j in twin.jobs if self._changed(j)]
+            # Records only of the jobs that changed: a 1,024-node twin's Slurm knows thousands of jobs.
+            jobs = [j.record() for j in twin.scheduler.jobs if self._changed(j)]
             events = twin.events()
             perfquery = self._perfquery(twin)
             captured = self._host_files.capture(twin) if self._host_files is not None else None
@@ -151,8 +152,8 @@ class LiveTwin:
         self._perfquery_t = twin.now
         return perfquery_table(twin)
 
-    def _changed(self, job: Job) -> bool:
-        key = (job.state, job.start, job.end)
+    def _changed(self, job: PlannedJob) -> bool:
+        key = (job.state, job.record_start, job.end)
         if self._written_jobs.get(job.id) == key:
             return False
         self._written_jobs[job.id] = key

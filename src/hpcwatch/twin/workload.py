@@ -244,7 +244,6 @@ class PlannedJob:
         """The job as the twin stores it. A requeued job keeps the start of its first attempt: the store holds
         one record per job id, and its attempts are one job to account (goodput, attribution, the detectors'
         job windows); squeue/sacct JSON still show Slurm's own reset start (twin/slurm_out.py)."""
-        start = self.first_start if self.first_start is not None and self.start is not None else self.start
         return Job(
             id=self.id,
             user=self.user,
@@ -253,11 +252,16 @@ class PlannedJob:
             nodes=self.nodes,
             gpus=self.gpus,
             gpus_by_node=dict(self.gpus_by_node),
-            start=start,
+            start=self.record_start,
             end=self.end,
             state=self.state,
             name=self.name,
         )
+
+    @property
+    def record_start(self) -> float | None:
+        """The start its record holds: its first attempt's, once it runs (``record``)."""
+        return self.first_start if self.first_start is not None and self.start is not None else self.start
 
 
 class Scheduler:
