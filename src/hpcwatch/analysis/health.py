@@ -521,8 +521,12 @@ class _Grouped:
     @classmethod
     def of(cls, table: pa.Table, metrics: str | Sequence[str]) -> _Grouped | None:
         names = [metrics] if isinstance(metrics, str) else list(metrics)
-        sub = table.filter(pc.is_in(table["metric"], value_set=pa.array(names, type=pa.string())))
-        sub = sub.filter(pc.is_valid(sub["host"]))
+        return cls.of_rows(table.filter(pc.is_in(table["metric"], value_set=pa.array(names, type=pa.string()))))
+
+    @classmethod
+    def of_rows(cls, rows: pa.Table) -> _Grouped | None:
+        """The series of every row of ``rows`` (already those of the metrics asked: ``_Window``'s slices)."""
+        sub = rows.filter(pc.is_valid(rows["host"])) if rows["host"].null_count else rows
         if sub.num_rows == 0:
             return None
         hosts = pc.dictionary_encode(sub["host"].combine_chunks())
@@ -580,7 +584,8 @@ class _Window:
         """``_series`` of ``metrics`` in the window."""
         names = (metrics,) if isinstance(metrics, str) else tuple(metrics)
         if names not in self._made:
-            self._made[names] = _series(self._rows_of(names), names)
+            grouped = self._grouped(names)
+            self._made[names] = [] if grouped is None else [grouped.series(g) for g in grouped.in_order]
         return self._made[names]
 
     def rising_series(self, metrics: str | Sequence[str]) -> list[_Series]:
@@ -589,20 +594,21 @@ class _Window:
         names = (metrics,) if isinstance(metrics, str) else tuple(metrics)
         if names in self._made:
             return [s for s in self._made[names] if _increase(s.v) > 0]
-        grouped = _Grouped.of(self._rows_of(names), names)
+        grouped = self._grouped(names)
         if grouped is None:
             return []
         rising = grouped.rising()
         made = (grouped.series(g) for g in grouped.in_order if rising[g])
         return [s for s in made if _increase(s.v) > 0]  # a negative value (garbage) can offset a rise
 
-    def _rows_of(self, names: tuple[str, ...]) -> pa.Table:
+    def _grouped(self, names: tuple[str, ...]) -> _Grouped | None:
+        """``names``' rows grouped: from their slices (no filter of the window) when the metrics are in blocks."""
         if self._blocks is None:
-            return self.table
+            return _Grouped.of(self.table, names)
         blocks = sorted(self._blocks[n] for n in set(names) if n in self._blocks)  # in table order
         if not blocks:
-            return self.table.slice(0, 0)
-        return pa.concat_tables([self.table.slice(start, length) for start, length in blocks])
+            return None
+        return _Grouped.of_rows(pa.concat_tables([self.table.slice(start, length) for start, length in blocks]))
 
 
 def _metric_blocks(table: pa.Table) -> dict[str, tuple[int, int]] | None:
