@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import logging
 import signal
 import socket
 import threading
@@ -34,7 +33,7 @@ from hpcwatch.httpguard import allowed_hosts, check_tls
 from hpcwatch.model.cluster import REFERENCE_PATH, Cluster, parse_cluster
 from hpcwatch.store import Store
 from hpcwatch.web.guard import guarded_protocol
-from hpcwatch.web.live import rest_after
+from hpcwatch.web.live import run_paced
 
 if TYPE_CHECKING:  # loaded when the demo starts its twin
     from hpcwatch.twin.live import LiveTwin
@@ -54,7 +53,6 @@ __all__ = [
     "COMPARISON_WARMUP_S",
 ]
 
-log = logging.getLogger(__name__)
 
 #: Where the step player's pair is stored (see the module docstring).
 STEP_PLAYER_JOBS = {"baseline": "step-player/baseline", "straggler": "step-player/straggler"}
@@ -140,18 +138,18 @@ class Periodic:
         self._thread = threading.Thread(target=self._run, name=f"hpcwatch-{what.replace(' ', '-')}", daemon=True)
 
     def _run(self) -> None:
-        wait_s = self.every_s
-        while not self._stop.wait(wait_s):
-            started = time.monotonic()
-            try:
-                self.work()
-                self.error = None
-            except Exception as err:
-                self.error = f"{type(err).__name__}: {err}"
-                log.warning("%s failed: %s", self.what, self.error)
-            self.runs += 1
-            took_s = time.monotonic() - started
-            wait_s = max(self.every_s, rest_after(took_s, self.busy_share)) if self.busy_share else self.every_s
+        run_paced(
+            self.what,
+            self.work,
+            every_s=self.every_s,
+            busy_share=self.busy_share,
+            stopped=self._stop.wait,
+            ran=self._ran,
+        )
+
+    def _ran(self, error: str | None) -> None:
+        self.error = error
+        self.runs += 1
 
     def start(self) -> Periodic:
         self._thread.start()

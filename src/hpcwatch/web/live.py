@@ -17,7 +17,7 @@ import logging
 import secrets
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -58,6 +58,7 @@ __all__ = [
     "PROBLEMS_BUSY_SHARE",
     "BOOT_MAX_AGE_S",
     "rest_after",
+    "run_paced",
 ]
 
 DEFAULT_MIN_INTERVAL_S = 0.5
@@ -114,6 +115,35 @@ def rest_after(took_s: float, busy_share: float) -> float:
     """The rest after a run of ``took_s`` seconds so that runs take at most ``busy_share`` of the time (the run's
     wall time: the store's query threads count, and so does a machine too loaded to give the run its CPU)."""
     return took_s * (1 / busy_share - 1)
+
+
+def run_paced(
+    what: str,
+    work: Callable[[], object],
+    *,
+    every_s: float,
+    busy_share: float | None,
+    stopped: Callable[[float], bool],
+    ran: Callable[[str | None], None] = lambda error: None,
+) -> int:
+    """Run ``work()`` every ``every_s`` seconds, and at most ``busy_share`` of the time (``rest_after``), until
+    ``stopped(wait_s)`` (which waits) says stop. A run that raises is logged and the next comes at its time;
+    ``ran(error)`` is told after each run (None when it did not raise). Returns the runs done. The demo's
+    threads (``web.demo.Periodic``) and its scan's process (``web.scanprocess``) pace their work with it."""
+    runs, wait_s = 0, every_s
+    while not stopped(wait_s):
+        started = time.monotonic()
+        error = None
+        try:
+            work()
+        except Exception as err:
+            error = f"{type(err).__name__}: {err}"
+            log.warning("%s failed: %s", what, error)
+        runs += 1
+        ran(error)
+        took_s = time.monotonic() - started
+        wait_s = max(every_s, rest_after(took_s, busy_share)) if busy_share else every_s
+    return runs
 
 
 def nothing_judged() -> Judged:

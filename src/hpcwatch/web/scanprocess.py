@@ -21,7 +21,6 @@ import select
 import signal
 import subprocess
 import sys
-import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -37,8 +36,6 @@ SCAN_BUSY_SHARE = 0.25
 #: demo's own shutdown (which a test or a service manager may cut short with SIGKILL, leaving the store folder)
 #: does not wait on a scan. A killed child loses nothing: its staged parts are in no manifest.
 STOP_TIMEOUT_S = 2.0
-
-log = logging.getLogger(__name__)
 
 
 class ScanProcess:
@@ -94,21 +91,11 @@ def scan_until_stopped(
     """The child's loop; ``stopped(wait_s)`` waits and says whether to stop. Returns the scans run."""
     from hpcwatch.security.scan import LiveScan, rescan
     from hpcwatch.store import Store
-    from hpcwatch.web.live import rest_after
+    from hpcwatch.web.live import run_paced
 
-    runs = 0
     with Store(path) as store:
         scan = LiveScan(window_s=window_s) if window_s > 0 else rescan
-        wait_s = every_s
-        while not stopped(wait_s):
-            started = time.monotonic()
-            try:
-                scan(store)
-            except Exception as err:  # said, and the next scan comes at its time (as the demo's loops do)
-                log.warning("security scan failed: %s: %s", type(err).__name__, err)
-            runs += 1
-            wait_s = max(every_s, rest_after(time.monotonic() - started, busy_share))
-    return runs
+        return run_paced("security scan", lambda: scan(store), every_s=every_s, busy_share=busy_share, stopped=stopped)
 
 
 def main(argv: list[str] | None = None) -> int:
