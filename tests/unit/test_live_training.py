@@ -20,7 +20,7 @@ from hpcwatch.errors import InputError
 from hpcwatch.ingest import ingest_paths
 from hpcwatch.model import reference_cluster
 from hpcwatch.records import Span
-from hpcwatch.reports.livetraining import LIVE_STEPS, FollowedTraining, LiveTraining, live_training
+from hpcwatch.reports.livetraining import KEEP_SPANS_S, LIVE_STEPS, FollowedTraining, LiveTraining, live_training
 from hpcwatch.store import Store
 from hpcwatch.twin.live import LiveTwin
 
@@ -123,4 +123,19 @@ def test_steps_still_arriving_show_the_largest_step_number_seen(hook_spans):
     found = followed.current()
     assert found == _expected(newer + older)
     assert found == LiveTraining(job=newer[0].job, step=numbers[-1], step_time_s=None)
+    store.close()
+
+
+def test_the_spans_of_a_job_silent_for_an_hour_are_not_kept(hook_spans):
+    """Memory stays the size of the jobs training now: a job whose spans ended ``KEEP_SPANS_S`` before the
+    newest keeps its end and step only; the newest job's card is unchanged."""
+    store = Store(":memory:")
+    followed = FollowedTraining(store)
+    old = [dataclasses.replace(s, job="old") for s in hook_spans]
+    new = [dataclasses.replace(s, job="new", start=s.start + KEEP_SPANS_S + 60.0) for s in hook_spans]
+    store.add(old)
+    assert followed.current() == _expected(old)
+    store.add(new)
+    assert followed.current() == _expected(old + new)
+    assert set(followed._recent) == {"new"} and set(followed._ends) == {"old", "new"}
     store.close()

@@ -24,10 +24,14 @@ from hpcwatch.errors import InputError
 if TYPE_CHECKING:
     from hpcwatch.store import Store
 
-__all__ = ["LiveTraining", "live_training", "FollowedTraining", "LIVE_STEPS"]
+__all__ = ["LiveTraining", "live_training", "FollowedTraining", "LIVE_STEPS", "KEEP_SPANS_S"]
 
 #: The step numbers the card reads: the newest may still be arriving rank by rank, the one before is complete.
 LIVE_STEPS = 2
+#: Ours: the spans kept of a job whose spans ended this long before the newest are dropped (its latest end and
+#: step stay): what is kept stays the size of the jobs training now, not of every job a store has seen. Such a
+#: job training again shows its steps from the spans of its new commits.
+KEEP_SPANS_S = 3600.0
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -45,12 +49,13 @@ def live_training(store: Store, *, exclude_jobs: Sequence[str] = ()) -> LiveTrai
     return FollowedTraining(store, exclude_jobs=exclude_jobs).current()
 
 
-def _card(job: str, last_step: int, recent: pa.Table) -> LiveTraining:
+def _card(job: str, last_step: int, recent: pa.Table | None) -> LiveTraining:
+    """The card of ``job`` from the spans of its last steps (None: not kept, ``KEEP_SPANS_S``)."""
     try:
-        anatomy = anatomy_from_span_table(recent)
+        anatomy = anatomy_from_span_table(recent) if recent is not None else None
     except InputError:  # no span of a training phase in its last steps
-        return LiveTraining(job=job, step=last_step, step_time_s=None)
-    if not anatomy.steps:
+        anatomy = None
+    if anatomy is None or not anatomy.steps:
         return LiveTraining(job=job, step=last_step, step_time_s=None)
     return LiveTraining(job=job, step=anatomy.steps[-1], step_time_s=float(step_times_s(anatomy)[-1]))
 
@@ -79,7 +84,7 @@ class FollowedTraining:
             # The latest end wins; equal ends go to the larger job id, so that the answer does not hang on the order
             # in which they were seen.
             job = max(self._ends, key=lambda j: (self._ends[j][0], j))
-            return _card(job, self._ends[job][1], self._recent[job])
+            return _card(job, self._ends[job][1], self._recent.get(job))
 
     def _follow(self) -> None:
         version = self.store.version
@@ -99,6 +104,9 @@ class FollowedTraining:
             new = recent.filter(pc.equal(recent.column("job"), job))
             kept = self._recent.get(job)
             self._recent[job] = _last_steps(new if kept is None else pa.concat_tables([kept, new]), LIVE_STEPS)
+        if self._ends:
+            horizon = max(end for end, _ in self._ends.values()) - KEEP_SPANS_S
+            self._recent = {j: spans for j, spans in self._recent.items() if self._ends[j][0] >= horizon}
 
 
 def _last_steps(spans: pa.Table, steps: int) -> pa.Table:
