@@ -34,7 +34,7 @@ from hpcwatch.records import PHASES, Finding, Span
 from hpcwatch.reports.goodput import goodput_report, goodput_with_steps
 from hpcwatch.reports.jobpage import OverviewCache, job_overview
 from hpcwatch.reports.jobs import first_start, job_report, job_samples
-from hpcwatch.reports.steps import last_step_rows, step_report
+from hpcwatch.reports.steps import step_report
 from hpcwatch.store import Store, queries
 from hpcwatch.twin.live import LiveTwin
 
@@ -160,16 +160,6 @@ def test_goodput_and_step_report_read_from_columns_equal_the_span_path(twin_stor
         spans = twin_store.spans(job)
         kept = set(sorted({s.step for s in spans})[-5:])
         assert recent.anatomy == anatomy_from_spans([s for s in spans if s.step in kept])
-
-
-def test_last_step_rows_keep_the_last_recorded_step_numbers_in_order(twin_store):
-    job = _jobs(twin_store)[0]
-    table = queries.job_span_table(twin_store, job)
-    steps = sorted(set(table.column("step").to_pylist()))
-    kept = last_step_rows(table, 3)
-    assert sorted(set(kept.column("step").to_pylist())) == steps[-3:]
-    assert kept.to_pylist() == [r for r in table.to_pylist() if r["step"] in steps[-3:]]
-    assert last_step_rows(table, 0).num_rows == 0
 
 
 def test_recent_span_table_is_recent_spans_as_columns(twin_store):

@@ -33,8 +33,6 @@ from hpcwatch.records import PHASES, Job, Span
 from hpcwatch.traces import KinetoTrace
 
 if TYPE_CHECKING:
-    import pyarrow as pa
-
     from hpcwatch.analysis.steps import RankStep, TemporalBreakdown
     from hpcwatch.analysis.whatif import WhatIf  # imported when a trace set's report is built
     from hpcwatch.sources.registry import Input
@@ -570,21 +568,16 @@ def step_report(
     *,
     recent_steps: int | None = None,
     config: StragglerConfig | None = None,
-    spans: pa.Table | None = None,
 ) -> StepReport:
-    """``job_id``'s steps from its stored spans (its last ``recent_steps`` only, when given); ``spans``: all
-    of the job's, already read (``queries.job_span_table``: the job page reads them once for its steps and
-    its goodput). The spans stay columns (``analysis.steps.anatomy_from_span_table``): a 1,536-rank job's
-    50 steps are 460,000 of them.
+    """``job_id``'s steps from its stored spans (its last ``recent_steps`` only, when given). The spans stay
+    columns (``analysis.steps.anatomy_from_span_table``): a 1,536-rank job's 50 steps are 460,000 of them.
 
     Ranks the spans do not place are placed from the job record (launcher order).
     ``InputError`` when the job has no spans of a training phase.
     """
     from hpcwatch.store import queries
 
-    if spans is not None:
-        spans = spans if recent_steps is None else last_step_rows(spans, recent_steps)
-    elif recent_steps is None:
+    if recent_steps is None:
         spans = queries.job_span_table(store, job_id)
     else:
         spans = queries.recent_span_table(store, job_id, steps=recent_steps)
@@ -594,17 +587,6 @@ def step_report(
     job = store.job(job_id)
     placement = None if anatomy.placement or job is None else placement_from_job(job, anatomy.ranks)
     return step_report_of(anatomy, placement=placement, config=config)
-
-
-def last_step_rows(spans: pa.Table, steps: int) -> pa.Table:
-    """The spans of the last ``steps`` recorded step numbers, in their order (``queries.recent_span_table``'s
-    answer, from the job's spans already read)."""
-    import pyarrow as pa
-    import pyarrow.compute as pc
-
-    column = spans.column("step")
-    kept = np.unique(column.to_numpy())[-steps:] if steps > 0 else np.zeros(0, dtype=np.int64)
-    return spans.filter(pc.is_in(column, value_set=pa.array(kept, type=column.type)))
 
 
 # -- the web's step player -----------------------------------------------------------------------
