@@ -111,6 +111,9 @@ function drawAlerts(groups) {
   worst.textContent = n ? t("alerts.worst", { what: groupText(groups[0]) }) : "";
   worst.dataset.openEl = n ? groups[0].first.el : "";
   worst.dataset.severity = groups[0]?.severity ?? "ok";
+  // A delta that did not change the alerts keeps the snapshot's list (app.js mergeDelta): no signature to make.
+  if (groups === drawAlerts.last) return;
+  drawAlerts.last = groups;
   const signature = JSON.stringify(groups.map((g) => [g.key, g.count, g.members.map((m) => m.el), g.jobs, g.first.evidence]));
   if (list.dataset.signature === signature) return;   // keep focus inside an open list between ticks
   list.dataset.signature = signature;
@@ -163,6 +166,8 @@ function setListOpen(open) {
 // warnings; each its own glyph, frame and colour (tiles.js MARK_ORDER decides which of two wins). The GPU's
 // number stays visible above its mark.
 function drawMarks(problems) {
+  if (problems === drawMarks.source) return;   // a delta that did not change them keeps the list
+  drawMarks.source = problems;
   const signature = JSON.stringify(problems.map((p) => [p.el, p.mark, p.severity, p.evidence.xid, p.node]));
   if (drawMarks.last === signature) return;
   drawMarks.last = signature;

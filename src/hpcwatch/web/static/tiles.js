@@ -58,6 +58,7 @@ export function initTiles() {
     tip: el.querySelector(":scope > title"), last: {}, group: el.closest(".tile"),
     gpus: gpusOf.get(el.dataset.node) ?? [] }));
   refs.byNode = new Map(refs.nodes.map((node) => [node.name, node]));
+  refs.drawnGpus = refs.tiles.filter((tile) => !refs.byNode.has(tile.node));   // the GPUs of drawn nodes
   refs.full = [...document.querySelectorAll(".node-group:not(.tile) > g[data-node]")].map((el) => ({
     name: el.dataset.node, el, title: el.querySelector(".node-title"), label: el.getAttribute("aria-label") ?? "",
     last: {} }));
@@ -67,15 +68,18 @@ export function initTiles() {
 // -- tiles off screen ----------------------------------------------------------------------
 // At 1,024 nodes every tick moves all 8,192 GPU cells, and writing them all cost ~150 ms a tick in the page.
 // An aggregate tile off screen is skipped and written when it scrolls in (from the newest snapshot), so a
-// tick costs what the screen shows. A page with fewer tiles than this writes them all (and its tests read
-// every tile). Drawn nodes (up to 4, refs.full) are always written. Ours.
+// tick costs what the screen shows; a tick looks at the tiles on screen only, not at each GPU a delta moved
+// (4,000 of them at times). A page with fewer tiles than this writes them all (and its tests read every tile).
+// Drawn nodes (up to 4, refs.full) are always written. Ours.
 const WATCH_FROM_TILES = 64;
-const offScreen = new Set();   // node names of aggregate tiles out of the viewport
-const owed = new Set();        // ... that a snapshot was not written to
+const onScreen = new Set();   // the aggregate tiles (refs.nodes) in or near the viewport
 
 function watchOnScreen() {
   if (refs.nodes.length < WATCH_FROM_TILES || !("IntersectionObserver" in window)) {
-    for (const node of refs.nodes) buildCells(node);
+    for (const node of refs.nodes) {
+      buildCells(node);
+      onScreen.add(node);
+    }
     return;
   }
   const byEl = new Map(refs.nodes.map((node) => [node.el, node]));
@@ -83,20 +87,18 @@ function watchOnScreen() {
     for (const entry of entries) {
       const node = byEl.get(entry.target);
       if (entry.isIntersecting) {
-        offScreen.delete(node.name);
-        const built = buildCells(node);   // fresh cells hold no values yet
-        if ((owed.delete(node.name) || built) && latest) writeNode(node, latest);
+        onScreen.add(node);
+        buildCells(node);
+        // Written whether or not a tick moved it meanwhile: unchanged values are not written again (tile.last).
+        if (latest) writeNode(node, latest);
       } else {
-        offScreen.add(node.name);
+        onScreen.delete(node);
       }
     }
   }, { rootMargin: "200px" });   // written just before they show
   // Off screen until the observer's first report (it reports every tile at the next frame): the snapshot the
   // page boots with then writes only the tiles in view, not all 8,192 cells before the first paint.
-  for (const node of refs.nodes) {
-    offScreen.add(node.name);
-    observer.observe(node.el);
-  }
+  for (const node of refs.nodes) observer.observe(node.el);
 }
 
 // -- cells built in view --------------------------------------------------------------------
@@ -177,15 +179,25 @@ export function jobColour(job) {
 }
 
 const jobOrder = new Intl.Collator("en", { numeric: true });
-const byJobId = (a, b) => jobOrder.compare(a, b);   // "9" before "10"; one collator, not one a comparison
+const DECIMAL = /^(0|[1-9][0-9]*)$/;
 
-/** The jobs on the drawing → their colour indexes: in id order, each takes its preferred colour, or the next
- *  one that no earlier job took. Hashing alone gave two of five jobs one colour more often than not; this way up
- *  to JOB_COLOURS jobs never share one, and the same jobs get the same colours in every tab. */
-export function jobColours(jobs) {
+/** "9" before "10". Two plain numbers (Slurm's job ids) are compared by length, then digit by digit: what the
+ *  numeric collator decides for them, three times faster (a 1,024-node demo runs some 4,300 jobs). */
+function byJobId(a, b) {
+  if (DECIMAL.test(a) && DECIMAL.test(b)) return a.length - b.length || (a < b ? -1 : a > b ? 1 : 0);
+  return jobOrder.compare(a, b);
+}
+
+/** The jobs on the drawing, sorted by id → their colour indexes: each takes its preferred colour, or the next one
+ *  that no earlier job took. Hashing alone gave two of five jobs one colour more often than not; this way up to
+ *  JOB_COLOURS jobs never share one, and the same jobs get the same colours in every tab. Once every colour is
+ *  taken, a job keeps its preferred one (the probe comes back to it), so the map stops there and colourOf
+ *  hashes the rest. */
+export function jobColours(sorted) {
   const colours = new Map();
   const taken = new Set();
-  for (const job of [...jobs].sort(byJobId)) {
+  for (const job of sorted) {
+    if (taken.size === JOB_COLOURS) break;
     let colour = jobColour(job);
     for (let probe = 0; probe < JOB_COLOURS && taken.has(colour); probe += 1) colour = (colour + 1) % JOB_COLOURS;
     taken.add(colour);
@@ -194,17 +206,79 @@ export function jobColours(jobs) {
   return colours;
 }
 
-// The colours of the jobs of the last snapshot; a delta that changes the job set rewrites every tile
-// (app.js DRAWING_KEYS), so a job whose colour moved is repainted everywhere.
-let palette = { signature: null, colours: new Map() };
+// The jobs of the last snapshot, kept sorted between ticks: at 1,024 nodes a tick starts or ends a job or two of
+// some 4,000, and sorting them all again, then repainting every tile, was a third of the tick. Only a colour that
+// moved (a job among the first ones ended) repaints every tile.
+const palette = { jobs: new Set(), sorted: [], colours: new Map() };
 
-function paletteFor(snap) {
-  if (snap.job_gpus && palette.source === snap.job_gpus) return palette.colours;   // a delta keeps the object
-  const jobs = Object.keys(snap.job_gpus ?? {}).sort();
-  const signature = jobs.join(" ");
-  if (palette.signature !== signature) palette = { signature, colours: jobColours(jobs) };
-  palette.source = snap.job_gpus;
-  return palette.colours;
+/** Brings the palette to `snap`'s jobs; true when a job's colour moved. `jobs`: the job_gpus entries a delta
+ *  changed (null: gone), or null for a whole snapshot, whose jobs are compared with the palette's. */
+function paletteFor(snap, jobs) {
+  const [added, gone] = jobs ? jobsChanged(jobs) : jobsDiffer(snap.job_gpus ?? {});
+  if (!added.length && !gone.length) return false;   // the same jobs, some on other GPUs
+  for (const job of gone) palette.jobs.delete(job);
+  for (const job of added) palette.jobs.add(job);
+  palette.sorted = added.length > 64 ? [...palette.jobs].sort(byJobId)   // a whole snapshot's: sorted anew
+    : insertSorted(withoutAll(palette.sorted, gone), added);
+  const colours = jobColours(palette.sorted);
+  const moved = !sameColours(colours, palette.colours);
+  palette.colours = colours;
+  return moved;
+}
+
+/** [added, gone]: the jobs a delta started and ended. */
+function jobsChanged(jobs) {
+  const added = [];
+  const gone = [];
+  for (const job in jobs) {
+    if (jobs[job] === null) {
+      if (palette.jobs.has(job)) gone.push(job);
+    } else if (!palette.jobs.has(job)) {
+      added.push(job);
+    }
+  }
+  return [added, gone];
+}
+
+/** [added, gone]: the jobs of `current` (job id → GPUs) that the palette lacks, and those it has that `current`
+ *  lacks. */
+function jobsDiffer(current) {
+  const added = [];
+  let kept = 0;
+  for (const job in current) {
+    if (palette.jobs.has(job)) kept += 1;
+    else added.push(job);
+  }
+  const gone = kept < palette.jobs.size ? [...palette.jobs].filter((job) => !Object.hasOwn(current, job)) : [];
+  return [added, gone];
+}
+
+function withoutAll(sorted, gone) {
+  if (!gone.length) return sorted;
+  const dropped = new Set(gone);
+  return sorted.filter((job) => !dropped.has(job));
+}
+
+/** `sorted` with `added` put in their places (a binary search each: a tick adds a few jobs). */
+function insertSorted(sorted, added) {
+  const out = [...sorted];
+  for (const job of added) {
+    let low = 0;
+    let high = out.length;
+    while (low < high) {
+      const mid = (low + high) >>> 1;
+      if (byJobId(out[mid], job) <= 0) low = mid + 1;
+      else high = mid;
+    }
+    out.splice(low, 0, job);
+  }
+  return out;
+}
+
+function sameColours(a, b) {
+  if (a.size !== b.size) return false;
+  for (const [job, colour] of a) if (b.get(job) !== colour) return false;
+  return true;
 }
 
 const colourOf = (job) => palette.colours.get(job) ?? jobColour(job);
@@ -229,7 +303,9 @@ function level(util) {
 }
 
 function firstJob(g) {
-  return (g?.job ?? "").split(",").filter(Boolean)[0] ?? null;
+  const job = g?.job;
+  if (!job) return null;
+  return job.includes(",") ? job.split(",").find(Boolean) ?? null : job;   // one job: no array to split into
 }
 
 /** What the mark on a GPU says (straggler, XID), for its spoken name; empty without a problem. */
@@ -250,9 +326,10 @@ function applyGpu(tile, g) {
   set(tile.el, "data-state", state, tile.last);
   set(tile.el, "data-level", level(util), tile.last);
   set(tile.el, "data-jobc", job === null ? null : String(colourOf(job)), tile.last);
-  setText(tile.util, lost ? t("state.lost") : util === undefined || util === null ? "–" : `${fmt(util, 0)}${t("unit.pct")}`, tile.last, "u");
-  setText(tile.pt, lost ? t("state.lost_since", { t: fmtTime(g.last_seen) }) : state ? t(`state.${state}`) : g ? `${fmt(g.power_w, 0)} ${t("unit.w")}` : "", tile.last, "pt");
-  setText(tile.temp, g && !lost ? `${fmt(g.temp_c, 0)} ${t("unit.c")}` : "", tile.last, "temp");
+  // A cell of an aggregate tile has no numbers: its texts are not even made (a thousand a tick at 1,024 nodes).
+  if (tile.util) setText(tile.util, lost ? t("state.lost") : util === undefined || util === null ? "–" : `${fmt(util, 0)}${t("unit.pct")}`, tile.last, "u");
+  if (tile.pt) setText(tile.pt, lost ? t("state.lost_since", { t: fmtTime(g.last_seen) }) : state ? t(`state.${state}`) : g ? `${fmt(g.power_w, 0)} ${t("unit.w")}` : "", tile.last, "pt");
+  if (tile.temp) setText(tile.temp, g && !lost ? `${fmt(g.temp_c, 0)} ${t("unit.c")}` : "", tile.last, "temp");
   if (tile.bar) set(tile.bar, "width", String(util ? (tile.barMax * Math.min(100, util)) / 100 : 0), tile.last);
   // A full tile's tooltip and spoken name follow every tick; a cell of an aggregate tile writes its tooltip
   // only when a pointer reaches it (1,024 text writes a tick were a third of the tick's cost).
@@ -269,12 +346,29 @@ function gpuWords(tile, g) {
     power: val(g?.power_w, 0, "unit.w"), temp: val(g?.temp_c, 0, "unit.c"), job: g?.job ?? t("live.none") };
 }
 
+/** A tile's GPUs summed in one pass (a tile is rewritten each tick one of its GPUs moves). */
+function nodeSums(node, snap) {
+  let count = 0;
+  let util = 0;
+  let power = 0;
+  let hottest = -Infinity;
+  const jobs = new Set();
+  for (const tile of node.gpus) {
+    const g = snap.gpus?.[tile.id];
+    if (!g) continue;
+    count += 1;
+    util += g.util_pct ?? 0;
+    power += g.power_w ?? 0;
+    hottest = Math.max(hottest, g.temp_c ?? -Infinity);
+    const job = firstJob(g);
+    if (job) jobs.add(job);
+  }
+  if (!count) return { mean: null, power: null, hottest: null, jobs: [] };
+  return { mean: util / count, power, hottest, jobs: [...jobs] };
+}
+
 function applyNode(node, snap) {
-  const gpus = node.gpus.map((g) => snap.gpus?.[g.id]).filter(Boolean);
-  const mean = gpus.length ? gpus.reduce((a, g) => a + (g.util_pct ?? 0), 0) / gpus.length : null;
-  const power = gpus.length ? gpus.reduce((a, g) => a + (g.power_w ?? 0), 0) : null;
-  const hottest = gpus.length ? Math.max(...gpus.map((g) => g.temp_c ?? -Infinity)) : null;
-  const jobs = [...new Set(gpus.map(firstJob).filter(Boolean))];
+  const { mean, power, hottest, jobs } = nodeSums(node, snap);
   const kw = power === null ? t("live.none") : `${fmt(power / 1000, 1)} kW`;
   const nodeState = snap.node_states?.[node.name]?.state;
   const shown = nodeState && nodeState !== "ok" ? nodeState : null;
@@ -292,13 +386,14 @@ function applyNode(node, snap) {
     set(node.mark, "data-mark-kind", problem ?? null, node.last);
   }
   const named = [node.name, shown ? t(`state.${shown}`) : null, testing ? t(`remediation.${testing}`) : null].filter(Boolean).join(" · ");
-  set(node.el, "aria-label", t("aria.tile_live", { node: named,
+  const label = t("aria.tile_live", { node: named,
     gpus: node.gpus.length, util: val(mean, 0, "unit.pct"),
     power: kw, temp: val(Number.isFinite(hottest) ? hottest : null, 0, "unit.c"), job: jobs.join(", ") || t("live.none"),
-    problem: problem ? t("aria.problem", { what: t(`mark.${problem}`, { code: "" }).trim() }) : "" }), node.last);
+    problem: problem ? t("aria.problem", { what: t(`mark.${problem}`, { code: "" }).trim() }) : "" });
+  set(node.el, "aria-label", label, node.last);
   // Its tooltip says what its spoken name says: a title that kept the static words (model name) was text of the
   // tile that its live name no longer held (axe's label-content-name-mismatch, seen at 128 nodes on a loaded page).
-  setText(node.tip, node.el.getAttribute("aria-label"), node.last, "tip");
+  setText(node.tip, label, node.last, "tip");
 }
 
 /** The drawing's marks, worst first (reports/triage.py MARKS): a GPU or tile with two shows the first. */
@@ -306,40 +401,50 @@ export const MARK_ORDER = ["xid", "lost", "drain", "straggler", "idle", "warn", 
 
 let latest = null;
 
-/** Called with every snapshot, after the monitor marked problems (so names can say them). `changed`: the ids of
- *  the GPUs a delta touched (only they and their nodes are rewritten: at 1,024 nodes most tiles did not move),
- *  or null: every tile. */
-export function applyTiles(snap, changed = null) {
+/** Called with every snapshot, after the monitor marked problems (so names can say them). For a delta, what it
+ *  changed: `gpus`, its GPUs by id (only they and their nodes are rewritten: at 1,024 nodes most tiles did not
+ *  move; null: every tile), and `jobs`, its job_gpus entries (null: a whole snapshot, whose jobs are compared). */
+export function applyTiles(snap, { gpus = null, jobs = null } = {}) {
   latest = snap;
-  paletteFor(snap);
-  const moved = (tile) => !changed || changed.has(tile.id);
-  const touched = new Set();
-  for (const tile of refs.tiles) {
-    if (!moved(tile)) continue;
-    touched.add(tile.node);
-    if (!offScreen.has(tile.node)) applyGpu(tile, snap.gpus?.[tile.id]);
+  let changed = gpus;
+  if (paletteFor(snap, jobs)) changed = null;   // a job's colour moved: every tile of it is repainted
+  const drawnMoved = new Set();
+  for (const tile of refs.drawnGpus) {
+    if (changed && !(tile.id in changed)) continue;
+    drawnMoved.add(tile.node);
+    applyGpu(tile, snap.gpus?.[tile.id]);
   }
-  for (const node of refs.nodes) {
-    if (changed && !touched.has(node.name)) continue;
-    if (offScreen.has(node.name)) owed.add(node.name);
-    else applyNode(node, snap);
-  }
-  for (const node of refs.full) if (!changed || touched.has(node.name)) applyFullNode(node, snap);
-  drawJobLegend(snap);
+  for (const node of refs.full) if (!changed || drawnMoved.has(node.name)) applyFullNode(node, snap);
+  for (const node of onScreen) if (writeGpus(node, snap, changed)) applyNode(node, snap);
+  drawJobLegend();
 }
 
+/** Writes the GPUs of `node` that moved; true when one did (or when everything is rewritten). */
+function writeGpus(node, snap, changed) {
+  let moved = !changed;
+  for (const tile of node.gpus) {
+    if (changed && !(tile.id in changed)) continue;
+    moved = true;
+    applyGpu(tile, snap.gpus?.[tile.id]);
+  }
+  return moved;
+}
+
+/** The legend's jobs: the first twelve by id (their colours follow from them alone, jobColours). */
+const LEGEND_JOBS = 12;
+
 // The legend of job colours: the jobs on the drawing now, each with its swatch.
-function drawJobLegend(snap) {
+function drawJobLegend() {
   const legend = document.getElementById("legend-jobs");
   if (!legend) return;
-  const signature = palette.signature;   // paletteFor's: the same jobs, sorted as plain strings
+  const jobs = palette.sorted.slice(0, LEGEND_JOBS);
+  const signature = jobs.join(" ");
   if (legend.dataset.signature === signature) return;
   legend.dataset.signature = signature;
-  const jobs = Object.keys(snap.job_gpus ?? {}).sort(byJobId);
   clear(legend);
   legend.append(t("legend_jobs.label"), " ");
   if (!jobs.length) legend.append(t("legend_jobs.none"));
-  for (const job of jobs.slice(0, 12)) {
+  for (const job of jobs) {
     legend.append(h("span", { class: "chip", "data-jobc": String(colourOf(job)) },
       h("span", { class: "swatch job-swatch", "aria-hidden": "true" }), job), " ");
   }
