@@ -492,13 +492,15 @@ def job_step_rows(store: Store, job: str, *, breaks: Sequence[float] = ()) -> pa
     one) and ``ranks`` (the job's distinct ranks, the same on every row). Grouped where the spans are: a
     1,536-rank job of 15 minutes holds 8 million of them, seconds of numpy after their read. The waits are
     summed exactly (as decimals of 1e-18 s), so the answer does not depend on the order of a parallel sum."""
+    # How many breaks are at or before the start, one comparison each (no list lambda: DuckDB 1.x has another syntax).
+    incarnation = " + ".join(["(start >= ?)::INTEGER"] * len(breaks)) or "0"
     return store.query_arrow(
-        "SELECT len(list_filter(?::DOUBLE[], lambda b: b <= start)) AS incarnation, step, min(start) AS first_start, "
+        f"SELECT {incarnation} AS incarnation, step, min(start) AS first_start, "
         "max(start + dur) AS last_end, min(dur) FILTER (WHERE phase = 'load') AS load_s, "
         "sum(dur::DECIMAL(38, 18)) FILTER (WHERE phase = 'barrier_wait')::DOUBLE AS wait_s, "
         "(SELECT count(DISTINCT rank) FROM spans WHERE job = ?) AS ranks "
         "FROM spans WHERE job = ? GROUP BY ALL ORDER BY first_start, incarnation, step",
-        [[float(b) for b in breaks], job, job],
+        [*(float(b) for b in breaks), job, job],
     )
 
 
