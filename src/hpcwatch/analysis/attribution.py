@@ -716,9 +716,9 @@ def _add_ib_summed(
                 mine = share[lo:hi] if whole else share[lo:hi][np.array([j == job for j in jobs], dtype=bool)]
                 a = acc.setdefault((job, host, gpu), _Acc())
                 if name == IB_TX:
-                    a.ib_tx += float(int(mine.sum()))
+                    a.ib_tx += float(mine.sum())
                 else:
-                    a.ib_rx += float(int(mine.sum()))
+                    a.ib_rx += float(mine.sum())
 
 
 def _add_ib_in_order(

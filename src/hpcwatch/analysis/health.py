@@ -499,7 +499,7 @@ def _series(table: pa.Table, metrics: str | Sequence[str]) -> list[_Series]:
     of its last. Rows without a host are skipped. Grouped by sorting codes (numpy), not row by row in Python: a
     15-minute window of 128 nodes holds millions of rows."""
     grouped = _Grouped.of(table, metrics)
-    return [] if grouped is None else [grouped.series(g) for g in grouped.in_order]
+    return [] if grouped is None else grouped.every_series()
 
 
 @dataclass(frozen=True, slots=True)
@@ -546,6 +546,10 @@ class _Grouped:
         """The groups in the order each first appears in the table."""
         return np.argsort(self.first_rows, kind="stable")
 
+    def every_series(self) -> list[_Series]:
+        """Every group's series, in the order each first appears (``_series``)."""
+        return [self.series(g) for g in self.in_order]
+
     def series(self, g: int) -> _Series:
         rows = self.order[self.starts[g] : self.ends[g]]
         first, last = int(self.first_rows[g]), int(self.last_rows[g])
@@ -585,7 +589,7 @@ class _Window:
         names = (metrics,) if isinstance(metrics, str) else tuple(metrics)
         if names not in self._made:
             grouped = self._grouped(names)
-            self._made[names] = [] if grouped is None else [grouped.series(g) for g in grouped.in_order]
+            self._made[names] = [] if grouped is None else grouped.every_series()
         return self._made[names]
 
     def rising_series(self, metrics: str | Sequence[str]) -> list[_Series]:

@@ -195,7 +195,7 @@ class TrainingSteps:
 
     def _spans_of(self, job: PlannedJob, step: int, *, end: float | None = None) -> list[Span]:
         job_id, step, ranks, table, start = self._span_table(job, step, end)
-        starts = start + np.cumsum(table[:, _SPAN_COLUMNS], axis=1) - table[:, _SPAN_COLUMNS]
+        starts = _phase_starts(table, start)
         spans = []
         for r, node, g in ranks:
             for k, phase in enumerate(SPAN_ORDER):
@@ -221,7 +221,7 @@ class TrainingSteps:
             return None
         job_id, step, ranks, table, start = found
         phases = len(SPAN_ORDER)
-        starts = start + np.cumsum(table[:, _SPAN_COLUMNS], axis=1) - table[:, _SPAN_COLUMNS]
+        starts = _phase_starts(table, start)
         # The store writes a span's attrs as orjson's compact text of {"node": ..., "gpu": ...}: one per rank.
         attrs = [orjson.dumps({"node": node, "gpu": g}).decode() for _, node, g in ranks]
         rows = len(ranks) * phases
@@ -253,3 +253,11 @@ class TrainingSteps:
                 return self.finished_spans()
             step = max(0, int(self._steps_done.get(job.id, 1.0)) - 1)
         return self._spans_of(job, step)
+
+
+def _phase_starts(table: np.ndarray, start: float) -> np.ndarray:
+    """Each rank's phase start times (UTC s, columns in ``SPAN_ORDER``): the phases run back to back from the
+    step's ``start``."""
+    ordered = table[:, _SPAN_COLUMNS]
+    starts: np.ndarray = start + np.cumsum(ordered, axis=1) - ordered
+    return starts
