@@ -225,7 +225,7 @@ def test_live_scan_reads_each_row_once(tmp_path: Path) -> None:
     with Store(":memory:") as store:
         store.add(records)
         first = scan(store)
-        held = len(scan._samples)
-        assert scan(store) == first and len(scan._samples) == held  # nothing new: nothing read twice
+        held = scan.held
+        assert scan(store) == first and scan.held == held  # nothing new: nothing read twice
     with pytest.raises(ValueError):
         LiveScan(window_s=0)

@@ -32,6 +32,7 @@ Ring AllReduce moves 2(p-1)/p x n bytes out of each rank per call
 from __future__ import annotations
 
 import statistics
+from bisect import bisect_left
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -39,11 +40,14 @@ from dataclasses import dataclass, field
 from hpcwatch import vocab
 from hpcwatch.records import Event, Finding, Job, Sample
 from hpcwatch.security.context import JobIndex, host_of, once_per_labels
+from hpcwatch.security.series import SeriesGroups
 from hpcwatch.vocab import EventKind
 
 __all__ = [
     "RdmaConfig",
     "detect_rdma",
+    "detect_rdma_series",
+    "RdmaSeries",
     "reads_metric",
     "ring_allreduce_bytes",
     "DATA_METRICS",
@@ -118,8 +122,17 @@ def ring_allreduce_bytes(n_bytes: float, ranks: int) -> float:
 def detect_rdma(
     samples: Iterable[Sample], jobs: Iterable[Job] = (), events: Iterable[Event] = (), config: RdmaConfig = RdmaConfig()
 ) -> list[Finding]:
+    series = RdmaSeries()
+    series.add(samples)
+    return detect_rdma_series(series, jobs, events, config)
+
+
+def detect_rdma_series(
+    series: SeriesGroups, jobs: Iterable[Job] = (), events: Iterable[Event] = (), config: RdmaConfig = RdmaConfig()
+) -> list[Finding]:
+    """``detect_rdma`` over an ``RdmaSeries`` already filled (a live scan keeps one between scans)."""
     index = JobIndex.of(jobs)
-    data, errors, lustre = _series(samples)
+    data, errors, lustre = series.groups["data"], series.groups["errors"], series.groups["lustre"]
     rates = _host_rates(data)
     findings = _no_job(rates, index, config) + _disproportion(rates, index, config) + _counter_rises(errors)
     findings += _unexplained(rates, index, _lustre_rates(lustre), config)
@@ -136,39 +149,42 @@ Series = dict[tuple, list[tuple[float, float]]]
 _DATA_NAMES = {m: fam for fam, ms in DATA_METRICS.items() for m in ms}
 
 
-def _series(samples: Iterable[Sample]) -> tuple[Series, Series, Series]:
-    """One pass over the samples (millions in a 1,024-node window): the IB data counters by (family, host,
-    metric, labels), the error and constraint counters by (host, metric, labels), the Lustre byte counters by
-    (jobid, metric, target); each a list of (t, value) in sample order."""
-    data_names = _DATA_NAMES
-    data: Series = defaultdict(list)
-    errors: Series = defaultdict(list)
-    lustre: Series = defaultdict(list)
-    kinds: dict[str, str | None] = {}
-    keys = once_per_labels(lambda labels: (host_of(labels), tuple(sorted(labels.items()))))
-    for s in samples:
-        kind = kinds.get(s.metric, "?")
-        if kind == "?":
-            kind = kinds[s.metric] = _kind_of(s.metric)
-        if kind is None:
-            continue  # before host_of: most samples of a store are other metrics
-        if kind == "lustre":
-            if s.labels.get("jobid"):
-                lustre[(s.labels["jobid"], s.metric, s.labels.get("target"))].append((s.t, s.value))
-            continue
-        host, labels = keys(s.labels)
-        if host is None:
-            continue
-        key = (host, s.metric, labels)
-        if kind == "data":
-            data[(data_names[s.metric],) + key].append((s.t, s.value))
-        else:
-            errors[key].append((s.t, s.value))
-    return data, errors, lustre
+class RdmaSeries(SeriesGroups):
+    """The samples ``detect_rdma`` reads, by series: the IB data counters by (family, host, metric, labels)
+    (``data``), the error and constraint counters by (host, metric, labels) (``errors``), the Lustre byte
+    counters by (jobid, metric, target) (``lustre``); each point (t, value)."""
+
+    def __init__(self) -> None:
+        super().__init__("data", "errors", "lustre")
+        self._kinds: dict[str, str | None] = {}
+
+    def add(self, samples: Iterable[Sample]) -> None:
+        """One pass over the samples (millions in a 1,024-node window)."""
+        data, errors, lustre = self.groups["data"], self.groups["errors"], self.groups["lustre"]
+        kinds, append = self._kinds, self.append
+        keys = once_per_labels(lambda labels: (host_of(labels), tuple(sorted(labels.items()))))
+        for s in samples:
+            kind = kinds.get(s.metric, "?")
+            if kind == "?":
+                kind = kinds[s.metric] = _kind_of(s.metric)
+            if kind is None:
+                continue  # before host_of: most samples of a store are other metrics
+            if kind == "lustre":
+                if s.labels.get("jobid"):
+                    append(lustre[(s.labels["jobid"], s.metric, s.labels.get("target"))], (s.t, s.value))
+                continue
+            host, labels = keys(s.labels)
+            if host is None:
+                continue
+            key = (host, s.metric, labels)
+            if kind == "data":
+                append(data[(_DATA_NAMES[s.metric],) + key], (s.t, s.value))
+            else:
+                append(errors[key], (s.t, s.value))
 
 
 def _kind_of(metric: str) -> str | None:
-    """Which of ``_series``' groups a metric's samples go to (None: none)."""
+    """Which of ``RdmaSeries``' groups a metric's samples go to (None: none)."""
     if metric in _DATA_NAMES:
         return "data"
     if metric in CONSTRAINT_METRICS or metric.endswith(("remote_access_errors", "remote_access_errors_total")):
@@ -235,6 +251,7 @@ def _no_job(rates: dict, index: JobIndex, config: RdmaConfig) -> list[Finding]:
 
 def _disproportion(rates: dict, index: JobIndex, config: RdmaConfig) -> list[Finding]:
     hits: dict[tuple[str, str], list[tuple[float, float, float]]] = defaultdict(list)
+    job_rates: dict[tuple[int, float], list[float] | None] = {}  # (id of a job, t) -> its nodes' rates, sorted
     for host, by_t in rates.items():
         if config.is_storage(host):
             continue
@@ -242,10 +259,9 @@ def _disproportion(rates: dict, index: JobIndex, config: RdmaConfig) -> list[Fin
             for job in index.on(host, t):
                 reference = config.expected_bytes_per_s.get(job.id)
                 if reference is None:
-                    peers = [rates[p][t][0] for p in job.nodes if p != host and t in rates.get(p, {})]
-                    if not peers:
+                    reference = _peer_median(job, host, t, rates, job_rates)
+                    if reference is None:
                         continue
-                    reference = statistics.median(peers)
                 if rate > config.min_job_bytes_per_s and rate > config.ratio * max(reference, 1.0):
                     hits[(host, job.id)].append((t, rate, reference))
     findings = []
@@ -275,6 +291,37 @@ def _disproportion(rates: dict, index: JobIndex, config: RdmaConfig) -> list[Fin
     return findings
 
 
+def _peer_median(
+    job: Job, host: str, t: float, rates: dict, job_rates: dict[tuple[int, float], list[float] | None]
+) -> float | None:
+    """The median rate at ``t`` of ``job``'s nodes but ``host`` (None: none has one). The job's rates at ``t``
+    are sorted once, in ``job_rates``, for all its nodes: a 192-node job asked each of its nodes' peers
+    anew, 36,000 rates a scrape."""
+    key = (id(job), t)
+    if key not in job_rates:
+        values = [rates[p][t][0] for p in job.nodes if t in rates.get(p, {})]
+        plain = len(set(job.nodes)) == len(job.nodes) and all(v == v for v in values)  # no node twice, no NaN
+        job_rates[key] = sorted(values) if plain else None
+    ranked = job_rates[key]
+    if ranked is None:
+        peers = [rates[p][t][0] for p in job.nodes if p != host and t in rates.get(p, {})]
+        return statistics.median(peers) if peers else None
+    return _median_without(ranked, rates[host][t][0])
+
+
+def _median_without(ranked: list[float], value: float) -> float | None:
+    """``statistics.median`` of ``ranked`` (sorted) with one ``value`` taken out, without copying it."""
+    n = len(ranked) - 1
+    if n == 0:
+        return None
+    out = bisect_left(ranked, value)
+
+    def nth(k: int) -> float:
+        return ranked[k if k < out else k + 1]
+
+    return nth(n // 2) if n % 2 else (nth(n // 2 - 1) + nth(n // 2)) / 2
+
+
 #: Lustre job_stats byte counters (sources/lustre.py), labelled by ``jobid``.
 LUSTRE_METRICS = (vocab.LUSTRE_JOB_READ_BYTES_TOTAL, vocab.LUSTRE_JOB_WRITE_BYTES_TOTAL)
 
@@ -291,7 +338,7 @@ def reads_metric(metric: str) -> bool:
 
 def _lustre_rates(series: Series) -> dict[str, float]:
     """job id -> mean Lustre bytes/s (read + write, all targets) over the window the samples cover; ``series``:
-    ``_series``' Lustre counters."""
+    ``RdmaSeries``' Lustre counters."""
     out: dict[str, float] = defaultdict(float)
     for (job, *_), points in series.items():
         points.sort()

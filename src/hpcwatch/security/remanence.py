@@ -31,9 +31,19 @@ import numpy as np
 from hpcwatch import vocab
 from hpcwatch.records import Event, Finding, Job, Sample
 from hpcwatch.security.context import JobIndex, host_of, once_per_labels
+from hpcwatch.security.series import SeriesGroups
 from hpcwatch.vocab import EventKind
 
-__all__ = ["RemanenceConfig", "detect_remanence", "reads_metric", "FB_USED", "GPU_UTIL", "RULES"]
+__all__ = [
+    "RemanenceConfig",
+    "detect_remanence",
+    "detect_remanence_series",
+    "GpuSeries",
+    "reads_metric",
+    "FB_USED",
+    "GPU_UTIL",
+    "RULES",
+]
 
 #: Rule ids this detector emits (the web catalogues have a title per rule: web/en.yaml ``finding``).
 RULES: tuple[str, ...] = (
@@ -75,25 +85,44 @@ def detect_remanence(
     events: Iterable[Event] = (),
     config: RemanenceConfig = RemanenceConfig(),
 ) -> list[Finding]:
+    series = GpuSeries()
+    series.add(samples)
+    return detect_remanence_series(series, jobs, events, config)
+
+
+def detect_remanence_series(
+    series: SeriesGroups,
+    jobs: Iterable[Job] = (),
+    events: Iterable[Event] = (),
+    config: RemanenceConfig = RemanenceConfig(),
+) -> list[Finding]:
+    """``detect_remanence`` over a ``GpuSeries`` already filled (a live scan keeps one between scans)."""
     index = JobIndex.of(jobs)
-    fb, util = defaultdict(list), defaultdict(list)
-    keys = once_per_labels(lambda labels: (host_of(labels), labels.get("gpu"), labels.get("hpc_job") or ""))
-    for s in samples:
-        if s.metric != FB_USED and s.metric != GPU_UTIL:
-            continue
-        host, gpu, job = keys(s.labels)
-        if host is None or gpu is None:
-            continue
-        if s.metric == FB_USED:
-            fb[(host, gpu)].append((s.t, s.value, job))
-        elif s.metric == GPU_UTIL:
-            util[(host, gpu)].append((s.t, s.value, job))
     events = list(events)
-    findings = _fb_after_job(fb, index, config)
+    findings = _fb_after_job(series.groups["fb"], index, config)
     findings += _processes_after_job(events, index, config)
-    findings += _busy_no_job(util, index, config)
+    findings += _busy_no_job(series.groups["util"], index, config)
     findings += [f for e in events if e.kind == EventKind.NVIDIA_PARAMS for f in _scrub(e)]
     return findings
+
+
+class GpuSeries(SeriesGroups):
+    """The samples ``detect_remanence`` reads, by GPU (host, gpu): FB used (``fb``) and utilisation
+    (``util``), each point (t, value, the ``hpc_job`` label or "")."""
+
+    def __init__(self) -> None:
+        super().__init__("fb", "util")
+
+    def add(self, samples: Iterable[Sample]) -> None:
+        fb, util, append = self.groups["fb"], self.groups["util"], self.append
+        keys = once_per_labels(lambda labels: (host_of(labels), labels.get("gpu"), labels.get("hpc_job") or ""))
+        for s in samples:
+            if s.metric != FB_USED and s.metric != GPU_UTIL:
+                continue
+            host, gpu, job = keys(s.labels)
+            if host is None or gpu is None:
+                continue
+            append((fb if s.metric == FB_USED else util)[(host, gpu)], (s.t, s.value, job))
 
 
 def _baselines(fb: dict, index: JobIndex) -> dict[str, float]:

@@ -14,8 +14,8 @@ OSV advisories and shard manifests are stored as events (``sources.stored``) and
 from __future__ import annotations
 
 import importlib
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass, replace
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field, replace
 
 from hpcwatch import vocab
 from hpcwatch.model import Cluster
@@ -25,8 +25,9 @@ from hpcwatch.security.container_escape import ContainerEscapeConfig, detect_con
 from hpcwatch.security.context import with_requeued_attempts
 from hpcwatch.security.data_poisoning import DataPoisoningConfig, detect_data_poisoning, verify_manifest
 from hpcwatch.security.gradients import GradientConfig, detect_gradient_anomalies
-from hpcwatch.security.rdma import CONSTRAINT_METRICS, DATA_METRICS, LUSTRE_METRICS, RdmaConfig, detect_rdma
-from hpcwatch.security.remanence import FB_USED, GPU_UTIL, RemanenceConfig, detect_remanence
+from hpcwatch.security.rdma import CONSTRAINT_METRICS, DATA_METRICS, LUSTRE_METRICS, RdmaConfig
+from hpcwatch.security.remanence import FB_USED, GPU_UTIL, RemanenceConfig
+from hpcwatch.security.series import SeriesGroups
 from hpcwatch.security.supply_chain import SupplyChainConfig, detect_supply_chain
 from hpcwatch.security.weights_access import WeightsAccess, WeightsConfig, detect_weights_access, weights_report
 from hpcwatch.sources.manifest import ShardManifest
@@ -78,18 +79,30 @@ class ScanInputs:
     events: list[Event]
     jobs: list[Job]
     extras: ScanExtras
+    series: Mapping[Vector, SeriesGroups] = field(default_factory=dict)
+    """Per vector, the samples of a detector that reads them grouped (``Detector.series``)."""
 
 
 @dataclass(frozen=True, slots=True)
 class Detector:
     """One threat vector's detector: the vector, the module that holds its ``RULES``, and how to run it;
     ``reads``, where given, names the sample metrics it reads: it is then given only those samples, in their
-    order (a live scan at 1,024 nodes holds 700,000 samples a detector would otherwise step over)."""
+    order (a live scan at 1,024 nodes holds 700,000 samples a detector would otherwise step over).
+
+    ``series``, where given, makes the grouping the detector reads its samples through (``security.series``):
+    ``run`` then finds them in ``inputs.series[vector]``, not in ``inputs.samples``, and a live scan keeps the
+    grouping between scans, adding only the samples that arrived."""
 
     vector: Vector
     module: str
     run: Callable[[ScanInputs, ScanConfig], list[Finding]]
     reads: Callable[[str], bool] | None = None
+    series: Callable[[], SeriesGroups] | None = None
+
+
+def _no_samples(metric: str) -> bool:
+    """``Detector.reads`` of a detector that reads events only."""
+    return False
 
 
 #: One detector a vector, in the order of ``records.VECTOR_TABLE`` (tests/unit/test_security_rules.py checks
@@ -99,12 +112,20 @@ DETECTORS: tuple[Detector, ...] = (
         "supply_chain",
         "supply_chain",
         lambda i, c: detect_supply_chain(i.events, osv=i.extras.osv, config=c.supply_chain),
+        _no_samples,
     ),
     Detector(
-        "data_poisoning", "data_poisoning", lambda i, c: detect_data_poisoning(i.events, i.jobs, c.data_poisoning)
+        "data_poisoning",
+        "data_poisoning",
+        lambda i, c: detect_data_poisoning(i.events, i.jobs, c.data_poisoning),
+        _no_samples,
     ),
     Detector(
-        "rdma_blind_spot", "rdma", lambda i, c: detect_rdma(i.samples, i.jobs, i.events, c.rdma), rdma.reads_metric
+        "rdma_blind_spot",
+        "rdma",
+        lambda i, c: rdma.detect_rdma_series(i.series["rdma_blind_spot"], i.jobs, i.events, c.rdma),
+        rdma.reads_metric,
+        rdma.RdmaSeries,
     ),
     Detector(
         "gradient_injection",
@@ -115,15 +136,22 @@ DETECTORS: tuple[Detector, ...] = (
     Detector(
         "gpu_memory_remanence",
         "remanence",
-        lambda i, c: detect_remanence(i.samples, i.jobs, i.events, c.remanence),
+        lambda i, c: remanence.detect_remanence_series(i.series["gpu_memory_remanence"], i.jobs, i.events, c.remanence),
         remanence.reads_metric,
+        remanence.GpuSeries,
     ),
     Detector(
         "container_escape",
         "container_escape",
         lambda i, c: detect_container_escape(i.events, i.jobs, c.container_escape),
+        _no_samples,
     ),
-    Detector("weights_access", "weights_access", lambda i, c: detect_weights_access(i.events, i.jobs, c.weights)),
+    Detector(
+        "weights_access",
+        "weights_access",
+        lambda i, c: detect_weights_access(i.events, i.jobs, c.weights),
+        _no_samples,
+    ),
 )
 
 
@@ -188,11 +216,33 @@ def scan_records(
     config: ScanConfig = ScanConfig(),
     extras: ScanExtras = ScanExtras(),
 ) -> list[Finding]:
-    samples, events = list(samples), list(events)
+    samples = list(samples)
+    series = {d.vector: _grouped(d.series, samples) for d in DETECTORS if d.series is not None}
+    return _scan(samples, series, events, jobs, config=config, extras=extras)
+
+
+def _grouped(make: Callable[[], SeriesGroups], samples: list[Sample]) -> SeriesGroups:
+    series = make()
+    series.add(samples)
+    return series
+
+
+def _scan(
+    samples: list[Sample],
+    series: Mapping[Vector, SeriesGroups],
+    events: Iterable[Event],
+    jobs: Iterable[Job],
+    *,
+    config: ScanConfig,
+    extras: ScanExtras,
+) -> list[Finding]:
+    """Every detector over ``samples`` (what the detectors without ``series`` read) and ``series`` (what the
+    others read, grouped)."""
+    events = list(events)
     jobs = with_requeued_attempts(list(jobs), events)
     for manifest in extras.manifests:
         events += verify_manifest(manifest, key=extras.manifest_key)
-    inputs = ScanInputs(samples=samples, events=events, jobs=jobs, extras=extras)
+    inputs = ScanInputs(samples=samples, events=events, jobs=jobs, extras=extras, series=series)
     metrics = {s.metric for s in samples}
     return sort_findings(
         f for detector in DETECTORS for f in detector.run(_inputs_of(detector, inputs, metrics), config)
@@ -203,6 +253,8 @@ def _inputs_of(detector: Detector, inputs: ScanInputs, metrics: set[str]) -> Sca
     """``inputs`` with only the samples ``detector`` reads, when it says which (the others it skips anyway)."""
     if detector.reads is None:
         return inputs
+    if detector.series is not None:
+        return replace(inputs, samples=[])  # it reads ``inputs.series``
     read = {m for m in metrics if detector.reads(m)}
     if read == metrics:
         return inputs
@@ -257,10 +309,12 @@ class LiveScan:
 
     Each call reads only the sample and event rows committed since the previous call (``Store.query_since``
     from the store version the previous read was bound to), forgets samples older than ``window_s`` before
-    the newest, and runs the detectors over the window, every event and every job (both small). A finding
-    stays once found: one found again (same rule and target) is replaced by the fresher one, one whose
-    evidence left the window is kept as it was; the kept findings replace the stored ones in one commit.
-    ``hpcwatch scan`` (``scan_store``) is unchanged.
+    the newest, and runs the detectors over the window, every event and every job (both small). The
+    detectors that read their samples grouped by series (``Detector.series``) keep their grouping from one
+    call to the next: each sample is grouped once, when it arrives. A finding stays once found: one found
+    again (same rule and target) is replaced by the fresher one, one whose evidence left the window is kept
+    as it was; the kept findings replace the stored ones in one commit. ``hpcwatch scan`` (``scan_store``)
+    is unchanged.
     """
 
     def __init__(
@@ -269,7 +323,9 @@ class LiveScan:
         if window_s <= 0:
             raise ValueError(f"window_s must be > 0, got {window_s}")
         self.config, self.extras, self.window_s = config, extras, window_s
-        self._samples: list[Sample] = []
+        self._series = {d.vector: d.series() for d in DETECTORS if d.series is not None}
+        self._samples: list[Sample] = []  # what the detectors without ``series`` read
+        self._read_flat: dict[str, bool] = {}  # metric -> whether one of them reads it
         self._events: list[Event] = []
         self._marks = {"samples": 0, "events": 0}  # store versions read up to; 0: nothing yet
         self._found: dict[tuple[str, str], Finding] = {}
@@ -278,7 +334,7 @@ class LiveScan:
     def __call__(self, store) -> list[Finding]:
         """Scan what arrived, replace the store's findings with the kept ones, return them."""
         self._read_new(store)
-        fresh = scan_records(self._samples, self._events, store.jobs(), config=self.config, extras=self.extras)
+        fresh = _scan(self._samples, self._series, self._events, store.jobs(), config=self.config, extras=self.extras)
         self._found.update({(f.rule, f.target): f for f in fresh})
         findings = sort_findings(self._found.values())
         with store.transaction() as tx:  # readers never see the findings cleared but not yet replaced
@@ -286,16 +342,34 @@ class LiveScan:
             tx.add(findings)
         return findings
 
+    @property
+    def held(self) -> int:
+        """The samples the window holds, grouped or not."""
+        return len(self._samples) + sum(len(series) for series in self._series.values())
+
     def _read_new(self, store) -> None:
         """What was committed since the last call; the version read at is the next mark, so a row the twin
         commits meanwhile is read next time rather than skipped."""
         self._marks["samples"], rows = _read_samples(store, self._marks["samples"])
-        self._samples += rows
         if rows:
+            for series in self._series.values():
+                series.add(rows)
+            self._samples += [s for s in rows if self._reads_flat(s.metric)]
             self._newest = max(self._newest, max(s.t for s in rows))
-            self._samples = [s for s in self._samples if s.t >= self._newest - self.window_s]
+            oldest = self._newest - self.window_s
+            self._samples = [s for s in self._samples if s.t >= oldest]
+            for series in self._series.values():
+                series.forget_before(oldest)
         self._marks["events"], events = queries.events_of_kinds(store, EVENT_KINDS, since_version=self._marks["events"])
         self._events += events
+
+    def _reads_flat(self, metric: str) -> bool:
+        read = self._read_flat.get(metric)
+        if read is None:
+            read = self._read_flat[metric] = any(
+                d.series is None and (d.reads is None or d.reads(metric)) for d in DETECTORS
+            )
+        return read
 
 
 def weights_reads(store, *, config: ScanConfig = ScanConfig()) -> list[WeightsAccess]:

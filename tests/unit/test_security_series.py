@@ -1,0 +1,110 @@
+"""The detectors' series kept between live scans (``security.series``) against the flat window they replace.
+
+Before, ``LiveScan`` kept its window as one list of samples, dropped those before the window's start, and each
+detector grouped the whole list again every scan. Here that reading is the reference, written out in the test:
+after every call the kept groupings are exactly a fresh grouping of the flat window, and the detectors find
+over them what they find over the flat window.
+"""
+
+from __future__ import annotations
+
+import random
+import statistics
+
+import pytest
+
+from hpcwatch.records import Sample
+from hpcwatch.security import scan
+from hpcwatch.security.rdma import RdmaSeries, _median_without
+from hpcwatch.security.remanence import GpuSeries
+from hpcwatch.security.series import SeriesGroups
+from hpcwatch.store import Store
+from hpcwatch.twin.live import LiveTwin
+from hpcwatch.twin.run import sized_reference
+
+START = 1_800_000_000.0
+
+
+class _Points(SeriesGroups):
+    """One group, a series per label ``k``: the smallest grouping."""
+
+    def __init__(self) -> None:
+        super().__init__("points")
+
+    def add(self, samples) -> None:
+        for s in samples:
+            self.append(self.groups["points"][(s.labels["k"],)], (s.t, s.value))
+
+
+def _samples(times: list[float]) -> list[Sample]:
+    return [Sample(metric="m", t=t, value=float(i), labels={"k": str(i % 3)}) for i, t in enumerate(times)]
+
+
+@pytest.mark.parametrize("in_order", [True, False])
+def test_forgetting_drops_exactly_the_points_before_the_time(in_order: bool) -> None:
+    rng = random.Random(7)
+    times = [float(t) for t in range(60)] if in_order else [rng.uniform(0, 60) for _ in range(60)]
+    kept, flat = _Points(), []
+    for lo in range(0, 60, 7):
+        batch = _samples(times)[lo : lo + 7]
+        kept.add(batch)
+        flat = [s for s in flat + batch if s.t >= lo - 10.5]
+        kept.forget_before(lo - 10.5)
+        assert kept.in_time_order is in_order or lo == 0
+        reference = _Points()
+        reference.add(flat)
+        assert kept.groups == reference.groups and len(kept) == len(flat)
+    kept.forget_before(1e9)
+    assert kept.groups["points"] == {} and len(kept) == 0  # emptied series are dropped
+
+
+def test_the_median_without_one_value_is_statistics_median_of_the_rest() -> None:
+    rng = random.Random(3)
+    for n in range(1, 40):
+        values = sorted(rng.choice([1.0, 2.5, 7.0, rng.uniform(0, 1e9)]) for _ in range(n))
+        for value in set(values):
+            rest = list(values)
+            rest.remove(value)
+            assert _median_without(values, value) == (statistics.median(rest) if rest else None)
+
+
+def _grouped(make, samples: list[Sample]) -> SeriesGroups:
+    series = make()
+    series.add(samples)
+    return series
+
+
+def test_a_live_scan_keeps_the_grouping_of_its_flat_window_and_finds_what_it_finds() -> None:
+    """The twin's RDMA and remanence threats on 3 nodes, a 12 s window over 40 ticks: each call forgets."""
+    store = Store(":memory:")
+    live = LiveTwin(store, sized_reference(3), seed=0, start=START, scenarios=("threat_rdma", "threat_remanence"))
+    window_s, live_scan = 12.0, scan.LiveScan(window_s=12.0)
+    flat: list[Sample] = []
+    mark, newest, found = 0, float("-inf"), set()
+    for _ in range(40):
+        live.step()
+        live_scan._read_new(store)
+        mark, rows = scan._read_samples(store, mark)
+        flat += rows
+        newest = max([newest, *(s.t for s in rows)])
+        flat = [s for s in flat if s.t >= newest - window_s]
+        assert len(flat) == live_scan.held > 0
+        for vector, kept in live_scan._series.items():
+            make = next(d.series for d in scan.DETECTORS if d.vector == vector)
+            assert kept.groups == _grouped(make, flat).groups, vector
+        events, jobs = live_scan._events, store.jobs()
+        fresh = scan._scan(
+            live_scan._samples, live_scan._series, events, jobs, config=live_scan.config, extras=live_scan.extras
+        )
+        assert fresh == scan.scan_records(flat, events, jobs)
+        found |= {f.rule for f in fresh}
+    assert {"rdma.traffic_disproportion", "remanence.busy_no_job"} <= found  # the threats were seen
+
+
+def test_the_detectors_group_only_what_they_read() -> None:
+    samples = [
+        Sample(metric="DCGM_FI_DEV_FB_USED", t=1.0, value=5.0, labels={"Hostname": "n1", "gpu": "0"}),
+        Sample(metric="ib_PortXmitData_bytes", t=1.0, value=5.0, labels={"host": "n1", "port": "1"}),
+        Sample(metric="DCGM_FI_DEV_POWER_USAGE", t=1.0, value=5.0, labels={"Hostname": "n1", "gpu": "0"}),
+    ]
+    assert len(_grouped(RdmaSeries, samples)) == 1 and len(_grouped(GpuSeries, samples)) == 1
