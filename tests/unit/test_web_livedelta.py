@@ -65,6 +65,26 @@ def test_a_delta_applied_to_the_old_document_gives_the_new(old, new):
     assert _merge(old, delta(old, new)) == new
 
 
+gpu_entries = st.dictionaries(
+    st.sampled_from(["util_pct", "job", "power_w", "mem_used_bytes", "t"]),
+    st.one_of(st.integers(0, 3), st.sampled_from([650.01, 650.04, 2.0**33, float("nan")]), st.text("ab", max_size=2)),
+)
+reports = st.fixed_dictionaries({"gpus": st.dictionaries(st.sampled_from(["n1/0", "n1/1", "n2/0"]), gpu_entries)})
+
+
+@given(reports, reports)
+def test_the_gpus_kept_from_the_tick_before_are_the_gpus_made_anew(old, new):
+    streamed_old = stream_doc(old)
+    kept = stream_doc(new, (old, streamed_old))
+    anew = stream_doc(new)
+    assert orjson.dumps(kept) == orjson.dumps(anew)
+    page = orjson.dumps(_merge(streamed_old, delta(streamed_old, kept)))
+    assert page == orjson.dumps(_merge(streamed_old, delta(streamed_old, anew)))  # the page shows the same
+    for gid, entry in new["gpus"].items():
+        if old["gpus"].get(gid) == entry:
+            assert kept["gpus"][gid] is streamed_old["gpus"][gid]  # the very object: ``delta`` skips it
+
+
 def test_a_delta_carries_only_what_moved_on_the_page():
     old = stream_doc({"t": 1.0, "gpus": {"n1/0": {"t": 1.0, "util_pct": 97.0, "power_w": 650.01, "job": "1"}}})
     new = stream_doc({"t": 2.0, "gpus": {"n1/0": {"t": 2.0, "util_pct": 97.0, "power_w": 650.04, "job": "1"}}})
@@ -151,3 +171,14 @@ def test_a_job_that_started_or_ended_is_sent_alone_not_every_jobs_gpus():
     change = delta(old, new)
     assert change["job_gpus"] == {"7": None, "900": ["n7/0"]} and "job_gpus" not in change["set"]
     assert _merge(old, change) == new
+
+
+def test_a_gpu_memory_of_nan_or_inf_does_not_stop_the_stream():
+    """Prometheus text allows NaN and +Inf; rounding one to the page's 0.1 GiB raised, every tick."""
+    store = Store(":memory:")
+    for t, value in ((1_700_000_000.0, "NaN"), (1_700_000_005.0, "+Inf")):
+        scrape = SCRAPE.replace('hpc_job="7"} 61234', f'hpc_job="7"}} {value}')
+        assert scrape != SCRAPE
+        store.add(list(parse_prometheus_text(scrape, path="dcgm_exporter_node1.prom", t=t)))
+        frames = LiveView(store, reference_cluster(), min_interval_s=0.0).stream_frames()
+        assert _event(frames.full)[2]["gpus"]["node1/0"]["mem_used_bytes"] is None  # JSON has no NaN: null

@@ -340,7 +340,8 @@ class LiveView:
         """The next version's stream document and its frames (called by the one computing thread)."""
         previous, last = self._stream_doc, self._stream
         version = 1 if last is None else last.version + 1
-        streamed = stream_doc(doc) | {"v": version}
+        before = None if previous is None or self._cached is None else (self._cached, previous)
+        streamed = stream_doc(doc, before) | {"v": version}
         full = _event("live", streamed, version)
         if previous is None or last is None:
             return streamed, StreamFrames(version=version, base=None, full=full, delta=None)
