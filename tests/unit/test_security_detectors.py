@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -182,6 +183,28 @@ def test_rdma_one_node_of_a_job_moving_five_times_its_peer_fires() -> None:
     (finding,) = detect_rdma(samples, [TRAIN])
     assert finding.rule == "rdma.traffic_disproportion" and finding.target == "node2"
     assert ring_allreduce_bytes(1e9, 4) == pytest.approx(1.5e9)
+
+
+def test_rdma_peers_scraped_at_other_instants_are_still_peers() -> None:
+    """Prometheus spreads its targets over the scrape interval (and a collector scrapes nodes in turn): two nodes'
+    samples are never at the same instant. A node is compared with what its peers moved over the interval that
+    holds the end of its own."""
+    samples = [_ib("node1", T0 + i * 30, i * 30 * 1e9) for i in range(5)]
+    samples += [_ib("node2", T0 + 7 + i * 30, i * 30 * 5e9) for i in range(5)]
+    samples += [_ib("node3", T0 + 19 + i * 30, i * 30 * 1e9) for i in range(5)]
+    (finding,) = detect_rdma(samples, [replace(TRAIN, nodes=("node1", "node2", "node3"))])
+    assert finding.rule == "rdma.traffic_disproportion" and finding.target == "node2"
+    # node2's first interval (T0+7, T0+37] ends inside node1's (T0+30, T0+60] and node3's (T0+19, T0+49]
+    assert finding.evidence["first_t"] == T0 + 37 and finding.evidence["intervals"] == 4
+    assert finding.evidence["reference_bytes_per_s"] == pytest.approx(1e9)
+
+
+def test_rdma_a_peer_with_no_interval_over_that_moment_is_left_out() -> None:
+    """node1 stops reporting at T0+60: node2's intervals that end later have no peer to be compared with."""
+    samples = [_ib("node1", T0 + i * 30, i * 30 * 1e9) for i in range(3)]
+    samples += [_ib("node2", T0 + 7 + i * 30, i * 30 * 5e9) for i in range(5)]
+    (finding,) = detect_rdma(samples, [TRAIN])
+    assert finding.evidence["intervals"] == 1 and finding.evidence["first_t"] == T0 + 37  # inside (T0+30, T0+60]
 
 
 def test_rdma_counter_reset_is_not_traffic_and_pkey_errors_fire() -> None:

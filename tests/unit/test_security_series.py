@@ -8,14 +8,15 @@ over them what they find over the flat window.
 
 from __future__ import annotations
 
+import math
 import random
 import statistics
 
 import pytest
 
-from hpcwatch.records import Sample
+from hpcwatch.records import Job, Sample
 from hpcwatch.security import scan
-from hpcwatch.security.rdma import RdmaSeries, _median_without
+from hpcwatch.security.rdma import RdmaSeries, _peer_medians, _Timelines
 from hpcwatch.security.remanence import GpuSeries
 from hpcwatch.security.series import SeriesGroups
 from hpcwatch.store import Store
@@ -58,14 +59,30 @@ def test_forgetting_drops_exactly_the_points_before_the_time(in_order: bool) -> 
     assert kept.groups["points"] == {} and len(kept) == 0  # emptied series are dropped
 
 
-def test_the_median_without_one_value_is_statistics_median_of_the_rest() -> None:
-    rng = random.Random(3)
-    for n in range(1, 40):
-        values = sorted(rng.choice([1.0, 2.5, 7.0, rng.uniform(0, 1e9)]) for _ in range(n))
-        for value in set(values):
-            rest = list(values)
-            rest.remove(value)
-            assert _median_without(values, value) == (statistics.median(rest) if rest else None)
+def test_a_nodes_peers_are_their_rates_over_the_interval_that_holds_its_time() -> None:
+    """``rdma._peer_medians`` against the rule said in words, peer by peer: nodes scraped at their own instants,
+    with jitter, gaps, and a node listed twice."""
+    rng = random.Random(5)
+    rates: dict[str, dict[float, tuple[float, float]]] = {}
+    for n in range(7):
+        t, by_t = rng.uniform(0, 30), {}
+        for _ in range(rng.randint(1, 12)):
+            dt = rng.uniform(5, 40)
+            t += dt
+            by_t[t] = (rng.choice([1e9, 2e9, rng.uniform(0, 1e10)]), dt)
+        rates[f"n{n}"] = by_t
+    job = Job(id="1", nodes=("n0", "n1", "n2", "n3", "n4", "n1", "gone"), start=0.0)
+    cells = [(host, t, r) for host in ("n0", "n1", "n4", "n6") for t, (r, _) in rates[host].items()]
+    got = _peer_medians(job, cells, _Timelines(rates)).tolist()
+    for (host, t, _), median in zip(cells, got):
+        peers = [
+            r
+            for peer in ("n0", "n1", "n2", "n3", "n4")
+            if peer != host
+            for end, (r, dt) in rates[peer].items()
+            if end - dt < t <= end
+        ]
+        assert median == statistics.median(peers) if peers else math.isnan(median), (host, t)
 
 
 def _grouped(make, samples: list[Sample]) -> SeriesGroups:

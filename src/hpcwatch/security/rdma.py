@@ -31,11 +31,12 @@ Ring AllReduce moves 2(p-1)/p x n bytes out of each rank per call
 
 from __future__ import annotations
 
-import statistics
-from bisect import bisect_left
+import math
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+
+import numpy as np
 
 from hpcwatch import vocab
 from hpcwatch.records import Event, Finding, Job, Sample
@@ -251,75 +252,98 @@ def _no_job(rates: dict, index: JobIndex, config: RdmaConfig) -> list[Finding]:
 
 def _disproportion(rates: dict, index: JobIndex, config: RdmaConfig) -> list[Finding]:
     hits: dict[tuple[str, str], list[tuple[float, float, float]]] = defaultdict(list)
-    job_rates: dict[tuple[int, float], list[float] | None] = {}  # (id of a job, t) -> its nodes' rates, sorted
+    to_compare: dict[int, tuple[Job, list[tuple[str, float, float]]]] = {}
+    """id of a job -> the job, and its nodes' (host, t, rate) to compare with its other nodes."""
     for host, by_t in rates.items():
         if config.is_storage(host):
             continue
         for t, (rate, _) in by_t.items():
             for job in index.on(host, t):
-                reference = config.expected_bytes_per_s.get(job.id)
-                if reference is None:
-                    reference = _peer_median(job, host, t, rates, job_rates)
-                    if reference is None:
-                        continue
-                if rate > config.min_job_bytes_per_s and rate > config.ratio * max(reference, 1.0):
-                    hits[(host, job.id)].append((t, rate, reference))
-    findings = []
-    for (host, job_id), rows in sorted(hits.items()):
-        peak = max(rows, key=lambda r: r[1])
-        findings.append(
-            Finding(
-                vector="rdma_blind_spot",
-                severity="medium",
-                target=host,
-                title=f"{host} moved {peak[1] / max(peak[2], 1.0):.1f}x the InfiniBand traffic of job {job_id}'s "
-                f"other nodes",
-                evidence={
-                    "host": host,
-                    "job": job_id,
-                    "peak_bytes_per_s": peak[1],
-                    "reference_bytes_per_s": peak[2],
-                    "intervals": len(rows),
-                    "first_t": rows[0][0],
-                    "ratio_threshold": config.ratio,
-                    "reference": "expected" if job_id in config.expected_bytes_per_s else "peer median",
-                },
-                t=min(r[0] for r in rows),
-                rule="rdma.traffic_disproportion",
-            )
-        )
-    return findings
+                expected = config.expected_bytes_per_s.get(job.id)
+                if expected is None:
+                    to_compare.setdefault(id(job), (job, []))[1].append((host, t, rate))
+                elif _beyond(rate, expected, config):
+                    hits[(host, job.id)].append((t, rate, expected))
+    timelines = _Timelines(rates)
+    for job, cells in to_compare.values():
+        for (host, t, rate), reference in zip(cells, _peer_medians(job, cells, timelines).tolist()):
+            if not math.isnan(reference) and _beyond(rate, reference, config):
+                hits[(host, job.id)].append((t, rate, reference))
+    return [_disproportion_finding(host, job_id, sorted(rows), config) for (host, job_id), rows in sorted(hits.items())]
 
 
-def _peer_median(
-    job: Job, host: str, t: float, rates: dict, job_rates: dict[tuple[int, float], list[float] | None]
-) -> float | None:
-    """The median rate at ``t`` of ``job``'s nodes but ``host`` (None: none has one). The job's rates at ``t``
-    are sorted once, in ``job_rates``, for all its nodes: a 192-node job asked each of its nodes' peers
-    anew, 36,000 rates a scrape."""
-    key = (id(job), t)
-    if key not in job_rates:
-        values = [rates[p][t][0] for p in job.nodes if t in rates.get(p, {})]
-        plain = len(set(job.nodes)) == len(job.nodes) and all(v == v for v in values)  # no node twice, no NaN
-        job_rates[key] = sorted(values) if plain else None
-    ranked = job_rates[key]
-    if ranked is None:
-        peers = [rates[p][t][0] for p in job.nodes if p != host and t in rates.get(p, {})]
-        return statistics.median(peers) if peers else None
-    return _median_without(ranked, rates[host][t][0])
+def _beyond(rate: float, reference: float, config: RdmaConfig) -> bool:
+    return rate > config.min_job_bytes_per_s and rate > config.ratio * max(reference, 1.0)
 
 
-def _median_without(ranked: list[float], value: float) -> float | None:
-    """``statistics.median`` of ``ranked`` (sorted) with one ``value`` taken out, without copying it."""
-    n = len(ranked) - 1
-    if n == 0:
-        return None
-    out = bisect_left(ranked, value)
+def _disproportion_finding(
+    host: str, job_id: str, rows: list[tuple[float, float, float]], config: RdmaConfig
+) -> Finding:
+    """``rows``: (t, rate, reference) in time order."""
+    peak = max(rows, key=lambda r: r[1])
+    return Finding(
+        vector="rdma_blind_spot",
+        severity="medium",
+        target=host,
+        title=f"{host} moved {peak[1] / max(peak[2], 1.0):.1f}x the InfiniBand traffic of job {job_id}'s other nodes",
+        evidence={
+            "host": host,
+            "job": job_id,
+            "peak_bytes_per_s": peak[1],
+            "reference_bytes_per_s": peak[2],
+            "intervals": len(rows),
+            "first_t": rows[0][0],
+            "ratio_threshold": config.ratio,
+            "reference": "expected" if job_id in config.expected_bytes_per_s else "peer median",
+        },
+        t=rows[0][0],
+        rule="rdma.traffic_disproportion",
+    )
 
-    def nth(k: int) -> float:
-        return ranked[k if k < out else k + 1]
 
-    return nth(n // 2) if n % 2 else (nth(n // 2 - 1) + nth(n // 2)) / 2
+class _Timelines:
+    """Each host's rates as arrays in time order, made when first asked: interval ends, starts and rates."""
+
+    def __init__(self, rates: dict[str, dict[float, tuple[float, float]]]) -> None:
+        self._rates = rates
+        self._made: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
+
+    def __contains__(self, host: str) -> bool:
+        return host in self._rates
+
+    def covering(self, host: str, times: np.ndarray) -> np.ndarray:
+        """The rate of ``host``'s interval (t - dt, t] that holds each of ``times``; NaN where none does."""
+        if host not in self._made:
+            by_t = sorted(self._rates[host].items())
+            ends = np.array([t for t, _ in by_t])
+            self._made[host] = (ends, ends - np.array([dt for _, (_, dt) in by_t]), np.array([r for _, (r, _) in by_t]))
+        ends, starts, values = self._made[host]
+        at = np.minimum(np.searchsorted(ends, times, side="left"), len(ends) - 1)  # the first end at or after
+        return np.where((ends[at] >= times) & (starts[at] < times), values[at], np.nan)
+
+
+#: Cells compared at once (a job's nodes x this many floats: 1,024 nodes, 16 MB).
+_CELLS_AT_ONCE = 2048
+
+
+def _peer_medians(job: Job, cells: list[tuple[str, float, float]], timelines: _Timelines) -> np.ndarray:
+    """For each of ``job``'s cells (host, t, rate): the median rate of the job's other nodes over the interval that
+    holds ``t``, NaN where none has one. Not at ``t`` itself: nodes are scraped at their own instants (Prometheus
+    spreads its targets over the scrape interval, a collector goes from node to node), and a node compared only
+    with peers scraped at the same instant was compared with none."""
+    nodes = [n for n in dict.fromkeys(job.nodes) if n in timelines]  # a node listed twice is one peer
+    row_of = {n: i for i, n in enumerate(nodes)}
+    times = np.array([t for _, t, _ in cells], dtype=np.float64)
+    own = np.array([row_of.get(host, -1) for host, _, _ in cells])
+    out = np.full(len(cells), np.nan)
+    for lo in range(0, len(cells) if nodes else 0, _CELLS_AT_ONCE):
+        part = slice(lo, lo + _CELLS_AT_ONCE)
+        peers = np.vstack([timelines.covering(n, times[part]) for n in nodes])  # nodes x cells
+        mine = own[part] >= 0
+        peers[own[part][mine], np.flatnonzero(mine)] = np.nan  # a node is not its own peer
+        some = ~np.isnan(peers).all(axis=0)
+        out[lo + np.flatnonzero(some)] = np.nanmedian(peers[:, some], axis=0)
+    return out
 
 
 #: Lustre job_stats byte counters (sources/lustre.py), labelled by ``jobid``.
