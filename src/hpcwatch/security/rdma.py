@@ -7,8 +7,8 @@ and the subnet manager's partitioning. From those alone:
 
     rule                          fires on
     rdma.traffic_no_job           a compute node moving more than ``idle_max_bytes_per_s`` with no job on it
-    rdma.traffic_disproportion    a node of a job moving ``ratio`` x more than the job's other nodes
-                                  (or than the job's expected ring AllReduce rate, when given)
+    rdma.traffic_disproportion    a node of a job moving ``ratio`` x more than the job's other nodes over
+                                  the same moment (or than the job's expected ring AllReduce rate, when given)
     rdma.traffic_unexplained      a node whose jobs are all single-node (their collectives stay on NVLink)
                                   moving ``ratio`` x more than those jobs' Lustre I/O (job_stats) explains
     rdma.pkey_violation           PortRcvConstraintErrors / PortXmitConstraintErrors went up: packets dropped
@@ -23,6 +23,10 @@ Slurm job of their own: expected traffic, never a finding. Counters are
 cumulative; a counter that goes down (reset, wrap) starts a new series. A sample
 that names no node (a perfquery file read without ``node=``) cannot be tied to a
 job and is skipped.
+
+Nodes are scraped at their own instants: Prometheus gives each target an offset in the scrape interval from
+a hash of its labels and URL (``Target.offset`` in prometheus/scrape/target.go), and a collector goes from
+node to node. A node's rate over (t - dt, t] is compared with each peer's rate over its interval that holds t.
 
 Ring AllReduce moves 2(p-1)/p x n bytes out of each rank per call
 (https://github.com/NVIDIA/nccl-tests/blob/master/doc/PERFORMANCE.md), which is what
