@@ -336,11 +336,13 @@ def _peer_medians(job: Job, cells: list[tuple[str, float, float]], timelines: _T
     spreads its targets over the scrape interval, a collector goes from node to node), and a node compared only
     with peers scraped at the same instant was compared with none."""
     nodes = [n for n in dict.fromkeys(job.nodes) if n in timelines]  # a node listed twice is one peer
+    out = np.full(len(cells), np.nan)
+    if len(nodes) < 2:  # a single-node job (most of a cluster's): no peer
+        return out
     row_of = {n: i for i, n in enumerate(nodes)}
     times = np.array([t for _, t, _ in cells], dtype=np.float64)
     own = np.array([row_of.get(host, -1) for host, _, _ in cells])
-    out = np.full(len(cells), np.nan)
-    for lo in range(0, len(cells) if nodes else 0, _CELLS_AT_ONCE):
+    for lo in range(0, len(cells), _CELLS_AT_ONCE):
         part = slice(lo, lo + _CELLS_AT_ONCE)
         peers = np.vstack([timelines.covering(n, times[part]) for n in nodes])  # nodes x cells
         mine = own[part] >= 0
