@@ -452,6 +452,12 @@ class Twin(TrainingSteps, Restarts, GroundTruth, TwinOutputs):
         read_sum, read_rpcs, write_sum, write_rpcs, syncs (bytes and counts)."""
         return self._lustre.listed(self.scheduler.jobs, self.now)
 
+    def lustre_listing(self) -> tuple[list[str], np.ndarray]:
+        """``lustre_counters()`` in one array: (the job ids, their counters as jobs x OSTs x columns)."""
+        listed = self._lustre.listed_indexes(self.now)
+        jobs = self.scheduler.jobs
+        return [jobs[j].id for j in listed.tolist()], self._lustre.counters_of(listed)
+
 
 def _dcgm_labels(cluster: str, g: Gpu) -> dict[str, str]:
     """dcgm-exporter's labels of an NVIDIA GPU."""

@@ -101,9 +101,16 @@ class LustreState:
 
     def listed(self, jobs: Sequence[PlannedJob], now: float) -> dict[str, np.ndarray]:
         """Counters (OSTs x ``COLUMNS``) of the jobs the OSS still lists at ``now``, by job id."""
+        return {jobs[j].id: self._counters[j] for j in self.listed_indexes(now).tolist()}
+
+    def listed_indexes(self, now: float) -> np.ndarray:
+        """Indexes of the jobs the OSS still lists at ``now``, in index order."""
         seen = self._seen
-        listed = np.flatnonzero(~np.isnan(seen) & (now - np.nan_to_num(seen) <= LUSTRE_CLEANUP_S))
-        return {jobs[j].id: self._counters[j] for j in listed.tolist()}
+        return np.flatnonzero(~np.isnan(seen) & (now - np.nan_to_num(seen) <= LUSTRE_CLEANUP_S))
+
+    def counters_of(self, indexes: np.ndarray) -> np.ndarray:
+        """Counters of the jobs at ``indexes`` (jobs x OSTs x ``COLUMNS``), a copy."""
+        return self._counters[indexes]
 
     def bytes_of(self, j: int) -> tuple[int, int]:
         """(read, written) bytes of job index j, all OSTs, since before t0."""

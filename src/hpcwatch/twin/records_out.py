@@ -219,5 +219,5 @@ def _block_columns(block: Any, now: float) -> dict[str, pa.Array]:
         "host": repeated([k[0] for k in block.keys]),
         "gpu": repeated([k[1] for k in block.keys]),
         "job": repeated([k[2] for k in block.keys]),
-        "labels": repeated([orjson.dumps(lab).decode() for lab in block.labels]),
+        "labels": repeated(block.texts or [orjson.dumps(lab).decode() for lab in block.labels]),
     }
