@@ -256,8 +256,8 @@ def _no_job(rates: dict, index: JobIndex, config: RdmaConfig) -> list[Finding]:
 
 def _disproportion(rates: dict, index: JobIndex, config: RdmaConfig) -> list[Finding]:
     hits: dict[tuple[str, str], list[tuple[float, float, float]]] = defaultdict(list)
+    # id of a job -> the job, and its nodes' (host, t, rate) to compare with its other nodes
     to_compare: dict[int, tuple[Job, list[tuple[str, float, float]]]] = {}
-    """id of a job -> the job, and its nodes' (host, t, rate) to compare with its other nodes."""
     for host, by_t in rates.items():
         if config.is_storage(host):
             continue
