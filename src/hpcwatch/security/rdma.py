@@ -127,9 +127,7 @@ def ring_allreduce_bytes(n_bytes: float, ranks: int) -> float:
 def detect_rdma(
     samples: Iterable[Sample], jobs: Iterable[Job] = (), events: Iterable[Event] = (), config: RdmaConfig = RdmaConfig()
 ) -> list[Finding]:
-    series = RdmaSeries()
-    series.add(samples)
-    return detect_rdma_series(series, jobs, events, config)
+    return detect_rdma_series(RdmaSeries.of(samples), jobs, events, config)
 
 
 def detect_rdma_series(

@@ -85,9 +85,7 @@ def detect_remanence(
     events: Iterable[Event] = (),
     config: RemanenceConfig = RemanenceConfig(),
 ) -> list[Finding]:
-    series = GpuSeries()
-    series.add(samples)
-    return detect_remanence_series(series, jobs, events, config)
+    return detect_remanence_series(GpuSeries.of(samples), jobs, events, config)
 
 
 def detect_remanence_series(

@@ -97,7 +97,7 @@ class Detector:
     module: str
     run: Callable[[ScanInputs, ScanConfig], list[Finding]]
     reads: Callable[[str], bool] | None = None
-    series: Callable[[], SeriesGroups] | None = None
+    series: type[SeriesGroups] | None = None
 
 
 def _no_samples(metric: str) -> bool:
@@ -217,14 +217,8 @@ def scan_records(
     extras: ScanExtras = ScanExtras(),
 ) -> list[Finding]:
     samples = list(samples)
-    series = {d.vector: _grouped(d.series, samples) for d in DETECTORS if d.series is not None}
+    series = {d.vector: d.series.of(samples) for d in DETECTORS if d.series is not None}
     return _scan(samples, series, events, jobs, config=config, extras=extras)
-
-
-def _grouped(make: Callable[[], SeriesGroups], samples: list[Sample]) -> SeriesGroups:
-    series = make()
-    series.add(samples)
-    return series
 
 
 def _scan(

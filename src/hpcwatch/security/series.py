@@ -18,6 +18,7 @@ from bisect import bisect_left
 from collections import defaultdict
 from collections.abc import Iterable
 from operator import itemgetter
+from typing import Self
 
 from hpcwatch.records import Sample
 
@@ -34,6 +35,13 @@ class SeriesGroups:
         self.groups: dict[str, defaultdict[tuple, Points]] = {name: defaultdict(list) for name in names}
         self.in_time_order = True
         """False once a point came before its series' last one: ``forget_before`` then looks at every point."""
+
+    @classmethod
+    def of(cls, samples: Iterable[Sample]) -> Self:
+        """A grouping of ``samples``, made at once (what a one-off scan reads)."""
+        series = cls()
+        series.add(samples)
+        return series
 
     def add(self, samples: Iterable[Sample]) -> None:
         raise NotImplementedError

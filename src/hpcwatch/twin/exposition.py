@@ -749,14 +749,13 @@ class _RowCache:
         return [self._jobs[job_id] for job_id in job_ids]
 
 
-_ROWS: weakref.WeakKeyDictionary[Twin, _RowCache] = weakref.WeakKeyDictionary()
-
-
 def _rows(twin: Twin) -> _RowCache:
-    cache = _ROWS.get(twin)
-    if cache is None:
-        cache = _ROWS[twin] = _RowCache()
-    return cache
+    """The twin's ``_RowCache``, kept with its templates (``_cache``; made again after ``forget_templates``)."""
+    cache = _cache(twin)
+    rows = cache.get("rows")
+    if rows is None:
+        rows = cache["rows"] = _RowCache()
+    return rows
 
 
 def _lustre_job_rows(storage: str, job_id: str, osts: int) -> tuple[_Row, ...]:

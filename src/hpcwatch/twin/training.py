@@ -214,8 +214,9 @@ class TrainingSteps:
 
     def finished_span_columns(self) -> pa.Table | None:
         """``finished_spans()`` as the store's span columns (job, rank, step, phase, start, dur, attrs as JSON
-        text; ``Transaction.add_span_table``), built from the phase table in numpy: a 1,536-rank job's step is 9,216 spans a tick, and making each a ``Span`` and then a row
-        was a fifth of the 1,024-node twin's tick. None when no step finished in the last tick."""
+        text; ``Transaction.add_span_table``), built from the phase table in numpy: a 1,536-rank job's step is
+        9,216 spans a tick, and making each a ``Span`` and then a row was a fifth of the 1,024-node twin's tick.
+        None when no step finished in the last tick."""
         found = self.finished_span_table()
         if found is None:
             return None
