@@ -199,6 +199,34 @@ def test_rdma_peers_scraped_at_other_instants_are_still_peers() -> None:
     assert finding.evidence["reference_bytes_per_s"] == pytest.approx(1e9)
 
 
+def test_rdma_real_node_exporter_scrapes_at_their_own_offsets_fire_on_the_node_moving_five_times_more() -> None:
+    """node_exporter's own infiniband output (tests/data/SOURCES.md), its port-1 data counters raised as 1 or 5 GB/s
+    would raise them, each node scraped at its own offset and given the ``instance`` label Prometheus adds."""
+    from hpcwatch.sources.prometheus_text import read_prometheus_text
+
+    real = [
+        s
+        for s in read_prometheus_text(DATA.parent / "prometheus" / "node_exporter_e2e_numa_drbd_infiniband.prom", t=T0)
+        if s.metric.startswith("node_infiniband_port_data")
+    ]
+    assert {s.labels["device"] for s in real} == {"mlx4_0"} and len(real) == 4  # 2 ports x rx, tx
+    samples = [
+        replace(
+            s,
+            labels={**s.labels, "instance": f"{host}:9100"},
+            t=T0 + offset + 30 * i,
+            value=s.value + (30 * i * rate if s.labels["port"] == "1" else 0.0),
+        )
+        for host, offset, rate in (("node1", 0, 1e9), ("node2", 11, 5e9), ("node3", 23, 1e9))
+        for i in range(5)
+        for s in real
+    ]
+    (finding,) = detect_rdma(samples, [replace(TRAIN, nodes=("node1", "node2", "node3"))])
+    assert (finding.rule, finding.target, finding.evidence["intervals"]) == ("rdma.traffic_disproportion", "node2", 4)
+    assert finding.evidence["peak_bytes_per_s"] == pytest.approx(1e10)  # rx + tx of port 1
+    assert finding.evidence["reference_bytes_per_s"] == pytest.approx(2e9)
+
+
 def test_rdma_a_peer_with_no_interval_over_that_moment_is_left_out() -> None:
     """node1 stops reporting at T0+60: node2's intervals that end later have no peer to be compared with."""
     samples = [_ib("node1", T0 + i * 30, i * 30 * 1e9) for i in range(3)]
