@@ -106,3 +106,26 @@ def test_an_error_count_that_judges_must_be_at_least_one(count):
     with pytest.raises(ConfigError, match=count):
         HealthConfig(**{count: 0})
     assert getattr(HealthConfig(**{count: 1}), count) == 1
+
+
+times = st.lists(st.integers(0, 8).map(float), max_size=8).map(sorted)
+
+
+@settings(max_examples=300, deadline=None)
+@given(util_t=times, power_t=times, same=st.booleans())
+def test_aligned_series_are_those_at_the_times_both_hold(util_t, power_t, same):
+    """The stalled-collective rule pairs utilisation with power at the times both series hold; series that
+    hold the same times (dcgm-exporter's usual case) are taken as they are, and give what the intersection
+    of their times gives, repeated times included."""
+    import numpy as np
+
+    from hpcwatch.analysis.health import _aligned, _Series
+
+    power_t = list(util_t) if same else power_t
+    util = _Series("node1", "0", {}, None, np.array(util_t), np.arange(len(util_t), dtype=float))
+    power = _Series("node1", "0", {}, None, np.array(power_t), 100 + np.arange(len(power_t), dtype=float))
+    t, u, p = _aligned(util, power)
+    common, iu, ip = np.intersect1d(util.t, power.t, return_indices=True)
+    assert t.tolist() == common.tolist()
+    assert u.tolist() == util.v[iu].tolist()
+    assert p.tolist() == power.v[ip].tolist()

@@ -547,8 +547,21 @@ class _Grouped:
         return np.argsort(self.first_rows, kind="stable")
 
     def every_series(self) -> list[_Series]:
-        """Every group's series, in the order each first appears (``_series``)."""
-        return [self.series(g) for g in self.in_order]
+        """Every group's series, in the order each first appears (``_series``): the groups' host, key, labels
+        and job taken in one ``take`` per column, not one Arrow lookup per series and column (8,192 GPUs a
+        metric at 1,024 nodes: the lookups were a sixth of a judgement)."""
+        groups = self.in_order
+        first, last = self.first_rows[groups], self.last_rows[groups]
+        hosts = self.hosts.take(pa.array(first)).to_pylist()
+        keys = self.keys.take(pa.array(first)).to_pylist()
+        labels = self.sub["labels"].take(pa.array(first)).to_pylist()
+        jobs = self.sub["job"].take(pa.array(last)).to_pylist()
+        t, v, order, starts, ends = self.t, self.v, self.order, self.starts.tolist(), self.ends.tolist()
+        out = []
+        for g, host, key, text, job in zip(groups.tolist(), hosts, keys, labels, jobs):
+            rows = order[starts[g] : ends[g]]
+            out.append(_Series(host=host, key=key, labels=orjson.loads(text or "{}"), job=job, t=t[rows], v=v[rows]))
+        return out
 
     def series(self, g: int) -> _Series:
         rows = self.order[self.starts[g] : self.ends[g]]
@@ -898,8 +911,17 @@ def _port(s: _Series) -> str:
 
 
 def _aligned(util: _Series, power: _Series) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The two series at the times both hold. dcgm-exporter reads a GPU's fields in one pass, so both series
+    usually hold the same times: then they are taken as they are (no sort), as ``intersect1d`` would give them
+    when neither repeats a time."""
+    if util.t.size == power.t.size and np.array_equal(util.t, power.t) and _strictly_rising(util.t):
+        return util.t, util.v, power.v
     t, iu, ip = np.intersect1d(util.t, power.t, return_indices=True)
     return t, util.v[iu], power.v[ip]
+
+
+def _strictly_rising(t: np.ndarray) -> bool:
+    return bool(t.size < 2 or (t[1:] > t[:-1]).all())
 
 
 def _check_amd_throttle(table: _Window, config: HealthConfig) -> list[Check]:
@@ -1675,9 +1697,8 @@ def _label_sets(table: pa.Table) -> pa.Table:
 def _source_versions(sets: pa.Table, src: FleetSource) -> dict[str, set[str]]:
     """host -> the versions its label sets (``_label_sets``) name under ``src`` ("<words> <version>")."""
     out: dict[str, set[str]] = defaultdict(set)
-    sub = sets.filter(pc.match_substring(sets["labels"], f'"{src.label}"'))
-    if src.metric is not None:
-        sub = sub.filter(pc.equal(sub["metric"], src.metric))
+    sub = sets if src.metric is None else sets.filter(pc.equal(sets["metric"], src.metric))  # the cheaper test first
+    sub = sub.filter(pc.match_substring(sub["labels"], f'"{src.label}"'))
     for host, raw in zip(sub["host"].to_pylist(), sub["labels"].to_pylist()):
         labels = orjson.loads(raw or "{}")
         version = labels.get(src.label) if host and (not src.vendor or labels.get("vendor") == src.vendor) else None

@@ -215,13 +215,14 @@ def schematic_svg(state: AppState, lang: str) -> str:
 
 def warm(app: FastAPI) -> None:
     """What the first page load would otherwise wait for, done before it comes: the schematic in every
-    language and the first live snapshot (its first judgement of the problems included). A server calls it
-    in a thread of its own once it listens (``web.demo.serve_app``); a failure is logged, and the first
-    request meets it again."""
+    language, the job page's template and the first live snapshot (its first judgement of the problems
+    included). A server calls it in a thread of its own once it listens (``web.demo.serve_app``); a failure
+    is logged, and the first request meets it again."""
     state: AppState = app.state.hpcwatch
     try:
         for lang in LANGUAGES:
             schematic_svg(state, lang)
+        jobpage.warm()
         state.live.snapshot()
     except Exception:
         log.exception("warming the page up failed")
