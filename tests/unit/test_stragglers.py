@@ -178,3 +178,23 @@ def test_a_single_slow_step_is_an_outlier_over_time_not_a_straggler():
     report = find_stragglers(anatomy_from_spans(spans))
     assert report.stragglers == ()
     assert [(s.rank, s.step) for s in report.slow_steps] == [(4, 3)]
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_the_median_without_nans_is_numpys_nanmedian(seed):
+    """``_nanmedian`` takes ``np.median`` when no value is NaN: the same numbers as ``np.nanmedian`` by every
+    axis, with NaNs (whole rows of them too) or without, even and odd lengths."""
+    from hpcwatch.analysis.stragglers import _nanmedian
+
+    rng = np.random.default_rng(seed)
+    m = rng.normal(size=(int(rng.integers(1, 7)), int(rng.integers(1, 8))))
+    if seed % 3 == 1:
+        m[rng.random(m.shape) < 0.3] = np.nan
+    if seed % 3 == 2:
+        m[0] = np.nan
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # an all-NaN row, as numpy warns of it
+        for axis, keepdims in ((None, False), (0, True), (1, False), (1, True)):
+            np.testing.assert_array_equal(
+                _nanmedian(m, axis=axis, keepdims=keepdims), np.nanmedian(m, axis=axis, keepdims=keepdims)
+            )
