@@ -289,6 +289,19 @@ def _per_distinct(column: pa.ChunkedArray, fn: Callable[[str | None], _T]) -> li
     return [results[i] if i is not None else fallback for i in encoded.indices.to_pylist()]
 
 
+def _per_label_set(
+    column: pa.ChunkedArray, fn: Callable[[str | None], tuple[Any, Any]]
+) -> tuple[np.ndarray, np.ndarray]:
+    """The two values ``fn(labels)`` gives, as two columns of a value per row, ``fn`` computed once per
+    distinct label set (a null row: ``fn(None)``) and spread over the rows by index, not row by row."""
+    encoded = pa.chunked_array(column).combine_chunks().dictionary_encode()
+    distinct = [*(fn(text) for text in encoded.dictionary.to_pylist()), fn(None)]
+    index = encoded.indices.fill_null(len(distinct) - 1).to_numpy(zero_copy_only=False)
+    first, second = np.empty(len(distinct), dtype=object), np.empty(len(distinct), dtype=object)
+    first[:], second[:] = [a for a, _ in distinct], [b for _, b in distinct]
+    return first[index], second[index]
+
+
 def _host_of(host: object, labels: str | None) -> str | None:
     """host column, else node-exporter's target labels (node, or instance without the port)."""
     if host:
@@ -530,8 +543,7 @@ def _accumulate_dcgm(
     at each utilisation sample time (the IB attribution looks jobs up there)."""
     if not len(f["t"]):
         return {}
-    series_of = np.array([f"{h}\x1f{g}" for h, g in zip(f["host"].tolist(), f["device"].tolist())], dtype=object)
-    series, series_names = _codes(series_of)
+    series, series_names = _pair_codes(f["host"], f["device"])
     job, job_names = _codes(f["job"])
     metric = f["metric"]
     n_series = max(len(series_names), 1)
@@ -587,7 +599,7 @@ def _accumulate_dcgm(
 
     for k, code in enumerate(cells.tolist()):
         job_id = job_names[code // n_series]
-        host, device = series_names[code % n_series].split("\x1f")
+        host, device = series_names[code % n_series]
         acc[(job_id, host, device)] = _Acc(
             energy_mj=float(energy[k]),
             util_sum=float(util_sum[k]),
@@ -608,6 +620,35 @@ def _accumulate_dcgm(
     u = np.flatnonzero(metric == UTIL)
     # Free GPUs too (job None): the rail map needs every GPU of a host.
     return dict(zip(zip(f["host"][u].tolist(), f["device"][u].tolist(), f["t"][u].tolist()), f["job"][u].tolist()))
+
+
+def _pair_codes(first: np.ndarray, second: np.ndarray) -> tuple[np.ndarray, list[tuple[str, str]]]:
+    """Integer code per row of the pair (``first``, ``second``) of two text columns, in order of first
+    appearance, and each code's pair as text (a null as "None", as an f-string writes it). From each column's
+    codes, not from a joined text per row (a 1,536-GPU job's report holds 200,000 DCGM rows a minute)."""
+    a, a_names = _codes(first)
+    b, b_names = _codes(second)
+    width = len(b_names) + 1
+    encoded = pa.array((a + 1) * width + (b + 1)).dictionary_encode()  # a null's code -1 becomes 0
+    texts_a, texts_b = ["None", *a_names], ["None", *b_names]
+    pairs = [(texts_a[pair // width], texts_b[pair % width]) for pair in encoded.dictionary.to_pylist()]
+    return encoded.indices.to_numpy(zero_copy_only=False).astype(np.int64), pairs
+
+
+def _triple_codes(
+    first: np.ndarray, second: np.ndarray, third: np.ndarray
+) -> tuple[np.ndarray, list[tuple[str, str, str]]]:
+    """``_pair_codes`` of three text columns (none null)."""
+    a, a_names = _codes(first)
+    b, b_names = _codes(second)
+    c, c_names = _codes(third)
+    wide_b, wide_c = len(b_names), len(c_names)
+    encoded = pa.array((a * wide_b + b) * wide_c + c).dictionary_encode()
+    triples = [
+        (a_names[k // (wide_b * wide_c)], b_names[k // wide_c % wide_b], c_names[k % wide_c])
+        for k in encoded.dictionary.to_pylist()
+    ]
+    return encoded.indices.to_numpy(zero_copy_only=False).astype(np.int64), triples
 
 
 def _cell_sets(cell: np.ndarray, values: np.ndarray, n: int) -> list[set[Any]]:
@@ -662,28 +703,27 @@ def _ib_rows(
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[tuple[str, str, str, list[str]]]] | None:
     """The IB rows with a host as (t, series code, value) and per series (metric, host, device, its rail's
     GPUs)."""
-    label_host = _per_distinct(sub.column("labels"), lambda lab: _host_of(None, lab))
-    hosts = [str(h) if h else lh for h, lh in zip(sub.column("host").to_pylist(), label_host)]
-    devices = _per_distinct(sub.column("labels"), lambda lab: orjson.loads(lab).get("device", "") if lab else "")
-    names = sub.column("metric").to_pylist()
-    keep = np.array([bool(h) for h in hosts], dtype=bool)
+    label_host, device = _per_label_set(
+        sub.column("labels"), lambda lab: (_host_of(None, lab), str(orjson.loads(lab).get("device", "")) if lab else "")
+    )
+    column_host = _column(sub, "host")
+    own = np.array([bool(h) for h in column_host.tolist()], dtype=bool)  # the host column, else the labels'
+    hosts = np.where(own, column_host, label_host)
+    keep = own | np.array([bool(h) for h in label_host.tolist()], dtype=bool)
     if not keep.any():
         return None
-    keys = pa.array([f"{n}\x1f{h}\x1f{d}" for n, h, d, k in zip(names, hosts, devices, keep.tolist()) if k])
-    encoded = keys.dictionary_encode()
-    series = encoded.indices.to_numpy(zero_copy_only=False).astype(np.int64)
+    names = _column(sub, "metric")
+    series, keys = _triple_codes(names[keep], hosts[keep], device[keep])
     gpus_of_host: dict[str, set[str]] = {}
     for gpu_host, gpu, _t in holder:
         gpus_of_host.setdefault(gpu_host, set()).add(gpu)
     hcas_of_host: dict[str, set[str]] = {}
-    for host, dev in zip(hosts, devices):
-        if host:
-            hcas_of_host.setdefault(host, set()).add(dev)
+    for _, host, dev in keys:
+        hcas_of_host.setdefault(host, set()).add(dev)
     gpus_sorted = {host: tuple(sorted(gpus, key=_num)) for host, gpus in gpus_of_host.items()}
     rails_of: dict[tuple[str, int, tuple[str, ...]], list[str]] = {}  # hosts of one node type share their rail maps
     rails = []
-    for key in encoded.dictionary.to_pylist():
-        name, host, dev = key.split("\x1f")
+    for name, host, dev in keys:
         shape = (dev, len(hcas_of_host.get(host, ())), gpus_sorted.get(host, ()))
         if shape not in rails_of:
             rails_of[shape] = _rail_gpus(*shape[:2], list(shape[2]))
