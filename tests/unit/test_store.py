@@ -97,6 +97,18 @@ def test_a_job_seen_again_replaces_the_older_row():
         assert [(j.id, j.state) for j in store.jobs()] == [("9", "COMPLETED")]
 
 
+def test_jobs_read_again_keep_the_unchanged_ones_and_see_the_changed_ones():
+    """``jobs()`` reads the table again after a commit to it, and reuses the Job of a row read before."""
+    with Store() as store:
+        store.add([Job(id="1", user="ann", state="RUNNING", start=1.0, nodes=("node1",)), Job(id="2", user="bob")])
+        first = {j.id: j for j in store.jobs()}
+        store.add([Job(id="2", user="bob", state="RUNNING", start=2.0, nodes=("node2",)), Job(id="3", user="cy")])
+        again = {j.id: j for j in store.jobs()}
+        assert again["1"] is first["1"]  # the same row: not parsed again
+        assert (again["2"].state, again["2"].nodes) == ("RUNNING", ("node2",)) and set(again) == {"1", "2", "3"}
+        assert store.jobs(on_nodes=["node2"]) == [again["2"]]
+
+
 def test_a_file_store_keeps_its_records_across_opens(tmp_path):
     path = tmp_path / "s.duckdb"
     with Store(path) as store:

@@ -374,3 +374,68 @@ def _catalogue_keys(lang: str) -> set[str]:
             yield from walk(value, f"{prefix}{key}.") if isinstance(value, dict) else [f"{prefix}{key}"]
 
     return set(walk(yaml.safe_load(resources.files("hpcwatch.web").joinpath(f"{lang}.yaml").read_text("utf-8"))))
+
+
+# -- a large job's tables: the rows to look at first ------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def twin_store():
+    """Two nodes of the twin with a straggler: one job on all 16 GPUs, 16 ranks, steps recorded."""
+    from hpcwatch.twin.live import LiveTwin
+
+    st = Store(":memory:")
+    live = LiveTwin(st, reference_cluster(), seed=3, scenarios=["straggler"], tick_s=5.0, start=1_796_000_000.0)
+    live.write_tick()
+    for _ in range(12):
+        live.step()
+    yield st
+    st.close()
+
+
+def _largest_job(st: Store) -> str:
+    running = [j for j in st.jobs() if j.state == "RUNNING" and j.gpus]
+    return max(running, key=lambda j: (j.gpus, j.id)).id
+
+
+def test_a_table_past_the_limit_lists_the_gpus_and_ranks_to_look_at_first(twin_store):
+    import dataclasses
+
+    from hpcwatch.reports.jobpage import rows_to_show
+
+    o = job_overview(twin_store, _largest_job(twin_store))
+    assert o.job is not None and o.steps is not None and o.steps.straggler is not None
+    gpus = list(o.job.per_gpu)
+    assert len(gpus) >= 8 and len(o.steps.ranks) >= 8
+    # One GPU with XID errors, one idle, one nearly idle: those come first, in that order.
+    gpus[5] = dataclasses.replace(gpus[5], xid_errors=2)
+    gpus[6] = dataclasses.replace(gpus[6], idle=True, mean_util_pct=1.0)
+    gpus[7] = dataclasses.replace(gpus[7], mean_util_pct=0.5)
+    o = dataclasses.replace(o, job=dataclasses.replace(o.job, per_gpu=tuple(gpus)))
+
+    shown = rows_to_show(o, 3)
+    assert [g.device for g in shown.gpus] == [gpus[5].device, gpus[6].device, gpus[7].device]
+    assert (shown.all_gpus, shown.all_ranks, shown.cut) == (len(gpus), len(o.steps.ranks), True)
+    assert shown.ranks[0].rank == o.steps.straggler["rank"]
+    work = [
+        sum(r.phase_s[PHASES.index(p)] or 0.0 for p in ("load", "forward", "backward", "optimizer"))
+        for r in shown.ranks[1:]
+    ]
+    assert work == sorted(work, reverse=True)  # then the slowest work per step
+    everything = rows_to_show(o, None)
+    assert everything.gpus == o.job.per_gpu and everything.ranks == o.steps.ranks and not everything.cut
+    assert rows_to_show(o, len(gpus)).gpus == o.job.per_gpu  # at the limit: every row, in the report's order
+
+
+def test_the_page_of_a_large_job_says_how_many_rows_it_shows_and_links_to_all(twin_store, monkeypatch):
+    import hpcwatch.web.jobpage as web_jobpage
+
+    monkeypatch.setattr(web_jobpage, "SHOWN_ROWS", 4)
+    job = _largest_job(twin_store)
+    with TestClient(create_app(twin_store, reference_cluster())) as c:
+        page = c.get(f"/job/{job}", params={"lang": "en"}).text
+        every = c.get(f"/job/{job}", params={"lang": "fr", "rows": "all"}).text
+    gpus = len(job_overview(twin_store, job).job.per_gpu)
+    assert page.count("<tr data-gpu=") == 4 and every.count("<tr data-gpu=") == gpus
+    assert f"The 4 GPUs to look at first, of {gpus}" in page and 'href="?rows=all&amp;lang=en#job-gpus"' in page
+    assert "The 4 ranks to look at first" in page and 'id="gpus-shown"' not in every

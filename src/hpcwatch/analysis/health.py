@@ -530,7 +530,9 @@ class _Grouped:
         if sub.num_rows == 0:
             return None
         hosts = pc.dictionary_encode(sub["host"].combine_chunks())
-        keys = pc.dictionary_encode(pc.coalesce(sub["gpu"], sub["labels"]).combine_chunks(), null_encoding="encode")
+        gpu = sub["gpu"]
+        keyed = gpu if gpu.null_count == 0 else pc.coalesce(gpu, sub["labels"])  # GPU metrics: no label text to read
+        keys = pc.dictionary_encode(keyed.combine_chunks(), null_encoding="encode")
         codes = hosts.indices.to_numpy().astype(np.int64) * len(keys.dictionary) + keys.indices.to_numpy()
         t, v = sub["t"].to_numpy(), sub["value"].to_numpy()
         by_time = np.argsort(t, kind="stable")
@@ -1691,7 +1693,10 @@ def _label_sets(table: pa.Table) -> pa.Table:
                 "labels": pa.array([], pa.string()),
             }
         )
-    return table.select(["host", "metric", "labels"]).group_by(["host", "metric", "labels"]).aggregate([])
+    sets = table.select(["host", "metric", "labels"]).group_by(["host", "metric", "labels"]).aggregate([])
+    if pa.types.is_dictionary(sets.schema.field("labels").type):  # store.queries.window_samples: text for the rules
+        sets = sets.set_column(2, "labels", sets["labels"].cast(pa.string()))
+    return sets
 
 
 def _source_versions(sets: pa.Table, src: FleetSource) -> dict[str, set[str]]:

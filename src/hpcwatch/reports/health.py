@@ -76,7 +76,7 @@ def _stored_inputs(store: Store, node: str | None, window_s: float) -> tuple[pa.
     window's end (the newest sample's time)."""
     _, newest = store.time_range()
     t0 = newest - window_s if newest is not None else None
-    samples = store.samples(list(PASSIVE_METRICS), host=node, t0=t0)
+    samples = queries.window_samples(store, PASSIVE_METRICS, host=node, t0=t0)
     events = [e for kind in (EventKind.XID, *HOST_EVENT_KINDS) for e in store.events(kind, t0=t0)]
     events += _newest_results([e for kind in ACTIVE_EVENT_KINDS for e in store.events(kind)])
     return samples, events, newest
@@ -116,7 +116,7 @@ def _all_hosts_gpu_samples(store: Store, window_s: float) -> pa.Table:
     """Every host's passive samples of the window (the GPU ones carry the driver version label; PASSIVE_METRICS
     holds the fleet rules' own, analysis.health.FLEET_METRICS)."""
     _, newest = store.time_range()
-    return store.samples(list(PASSIVE_METRICS), t0=newest - window_s if newest is not None else None)
+    return queries.window_samples(store, PASSIVE_METRICS, t0=newest - window_s if newest is not None else None)
 
 
 def _node_partitions(store: Store) -> dict[str, str]:

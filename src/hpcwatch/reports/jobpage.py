@@ -30,8 +30,9 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pyarrow as pa
 
-from hpcwatch.analysis.attribution import JobReport, report_dict
+from hpcwatch.analysis.attribution import GpuReport, JobReport, report_dict
 from hpcwatch.analysis.goodput import GoodputReport, StepTable
+from hpcwatch.analysis.steps import WORK_PHASES
 from hpcwatch.errors import InputError
 from hpcwatch.records import PHASES, Finding
 from hpcwatch.reports.acting import job_acting
@@ -55,6 +56,9 @@ __all__ = [
     "overview_dict",
     "concerns_job",
     "JOB_EVIDENCE_KEYS",
+    "SHOWN_ROWS",
+    "ShownRows",
+    "rows_to_show",
 ]
 
 #: Evidence keys under which detectors name the job a finding is about (``security/``: ``job``; the
@@ -228,6 +232,60 @@ def job_overview(
             first_start=first_start(store, store.job(job_id)),
         ),
     )
+
+
+#: A job page lists at most this many GPUs, and as many ranks: those to look at first, with a link to every row.
+#: A 1,536-GPU job's two tables were 3,000 rows, 800 KB of HTML that nobody reads down, a quarter of the page's
+#: time at 1,024 nodes; the API (``GET /api/job/ID``) keeps every row. Ours.
+SHOWN_ROWS = 64
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ShownRows:
+    """The rows of a job page's per-GPU and per-rank tables (``rows_to_show``)."""
+
+    gpus: tuple[GpuReport, ...]
+    ranks: tuple[RankPhases, ...]
+    all_gpus: int
+    all_ranks: int
+
+    @property
+    def cut(self) -> bool:
+        """Whether a table shows fewer rows than it has."""
+        return len(self.gpus) < self.all_gpus or len(self.ranks) < self.all_ranks
+
+
+def rows_to_show(overview: JobOverview, limit: int | None = SHOWN_ROWS) -> ShownRows:
+    """Every GPU and rank of the job, in their order (host and GPU; rank), when each table holds at most
+    ``limit`` rows (None: no limit). A larger table lists its ``limit`` rows to look at first, worst first:
+    GPUs with XID errors (most first), then idle while allocated, then by mean utilisation, lowest first;
+    the straggler's rank, then by median work per step (load, forward, backward, optimizer), slowest first."""
+    gpus = () if overview.job is None else overview.job.per_gpu
+    ranks = () if overview.steps is None else overview.steps.ranks
+    if limit is not None and len(gpus) > limit:
+        gpus = tuple(sorted(gpus, key=_gpu_concern)[:limit])
+    if limit is not None and len(ranks) > limit:
+        slow = overview.steps.straggler if overview.steps is not None else None
+        straggler = slow["rank"] if slow else None
+        ranks = tuple(sorted(ranks, key=lambda r: (r.rank != straggler, -_work_s(r), r.rank))[:limit])
+    all_gpus = 0 if overview.job is None else len(overview.job.per_gpu)
+    all_ranks = 0 if overview.steps is None else len(overview.steps.ranks)
+    return ShownRows(gpus=tuple(gpus), ranks=tuple(ranks), all_gpus=all_gpus, all_ranks=all_ranks)
+
+
+def _gpu_concern(g: GpuReport) -> tuple[int, bool, float, str, int, str]:
+    """Sorts the GPUs to look at first first (``rows_to_show``); then by host and GPU, as the report lists them."""
+    util = g.mean_util_pct if g.mean_util_pct is not None else float("inf")  # no sample: nothing to judge by
+    return (-g.xid_errors, not g.idle, util, g.host, _index(g.gpu), g.device)
+
+
+def _index(gpu: str) -> int:
+    return int(gpu) if gpu.isdigit() else -1
+
+
+def _work_s(r: RankPhases) -> float:
+    """A rank's median seconds per step in the phases that are its own work (``analysis.steps.WORK_PHASES``)."""
+    return sum(v for p, v in zip(PHASES, r.phase_s) if p in WORK_PHASES and v is not None)
 
 
 def _span_parts(

@@ -522,7 +522,8 @@ class Store:
         self._views_key: tuple[int, int, int] | None = None  # the manifest the views were bound to
         self._manifest = _empty_manifest()
         self._identities: tuple[dict[str, Any], set[str]] | None = None  # (manifest it was built from, identities)
-        self._all_jobs: tuple[Any, list[Job]] | None = None  # (the jobs table's mark, every job), see jobs()
+        self._all_jobs: tuple[Any, list[Job], dict[tuple[Any, ...], Job]] | None = None
+        """(the jobs table's mark, every job, each job by its row), see ``jobs()``."""
         self._execute(lambda: None)  # bind the views, as a query does (a part may vanish meanwhile)
         self._collect_garbage_if_idle()
 
@@ -1075,7 +1076,11 @@ class Store:
         mark = self.table_mark("jobs")
         if self._all_jobs is None or self._all_jobs[0] != mark:
             rows = self.query(f"SELECT {_JOB_COLUMNS} FROM jobs ORDER BY start NULLS LAST, id")
-            self._all_jobs = (mark, [_job_from_row(row) for row in rows])
+            # A row read before (the same values, its JSON text included) is the same Job: at 1,024 nodes a
+            # few of 4,000 jobs change between two reads, and parsing every row again was most of a read.
+            made = {} if self._all_jobs is None else self._all_jobs[2]
+            jobs = [made.get(row) or _job_from_row(row) for row in rows]
+            self._all_jobs = (mark, jobs, dict(zip(rows, jobs)))
         if on_nodes is None:
             return list(self._all_jobs[1])
         wanted = set(on_nodes)

@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
+import numpy as np
 import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -24,6 +25,7 @@ from hpcwatch.store.core import NoticeRow, Store
 _T = TypeVar("_T")
 
 __all__ = [
+    "window_samples",
     "latest_sample_t",
     "latest_gpu_values",
     "latest_node_states",
@@ -90,6 +92,40 @@ def _marks(values: Sequence[object]) -> str:
 
 
 # -- samples -------------------------------------------------------------------------------------
+
+
+def window_samples(store: Store, metrics: Sequence[str], *, t0: float | None, host: str | None = None) -> pa.Table:
+    """``Store.samples(metrics, host=host, t0=t0)``: the same rows in the same order, with ``labels``
+    dictionary-encoded, its text read once per distinct label set rather than once per row. A health window
+    of 15 minutes at 1,024 nodes holds 10 million rows and a few hundred thousand label sets: their text was
+    1.1 of its 1.8 GB of Arrow, and a third of its read's CPU. The rows and the label sets are read at one
+    version of the store, and told apart by DuckDB's 64-bit ``hash``: should two label sets ever share one,
+    the text is read per row instead."""
+    where = [f"metric IN ({_marks(metrics)})", *(["host = ?"] if host is not None else [])]
+    where += ["t >= ?"] if t0 is not None else []
+    params = [*metrics, *([host] if host is not None else []), *([t0] if t0 is not None else [])]
+    cond = " AND ".join(where)
+    _, (rows, sets) = store.query_arrow_since_each(
+        0,
+        [
+            (
+                f"SELECT metric, t, value, host, gpu, job, hash(labels) AS labels_hash FROM samples WHERE {cond} "
+                "ORDER BY metric, host, gpu, t",
+                params,
+            ),
+            (f"SELECT DISTINCT hash(labels) AS labels_hash, labels FROM samples WHERE {cond}", params),
+        ],
+    )
+    hashes = sets["labels_hash"].to_numpy()
+    if np.unique(hashes).size < hashes.size:
+        return store.samples(list(metrics), host=host, t0=t0)
+    order = np.argsort(hashes)
+    texts = sets["labels"].take(pa.array(order)).combine_chunks()
+    index = np.searchsorted(hashes[order], rows["labels_hash"].to_numpy()).astype(np.int32)
+    absent = np.flatnonzero(texts.is_null().to_numpy(zero_copy_only=False))  # a row without labels: a null
+    indices = pa.array(index, mask=np.isin(index, absent)) if absent.size else pa.array(index)
+    labels = pa.DictionaryArray.from_arrays(indices, texts.fill_null(""))
+    return rows.drop_columns(["labels_hash"]).append_column("labels", labels)
 
 
 def latest_sample_t(store: Store, *, since: float | None = None) -> float | None:

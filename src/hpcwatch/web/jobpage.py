@@ -23,7 +23,7 @@ from starlette.concurrency import run_in_threadpool
 
 from hpcwatch.errors import InputError
 from hpcwatch.records import PHASES
-from hpcwatch.reports.jobpage import JobOverview, job_overview, overview_dict
+from hpcwatch.reports.jobpage import SHOWN_ROWS, JobOverview, job_overview, overview_dict, rows_to_show
 from hpcwatch.reports.jobs import MAX_JOB_ID_CHARS, check_job_id
 from hpcwatch.reports.scoped import job_visible, scoped_overview
 from hpcwatch.vocab import EventKind
@@ -171,8 +171,14 @@ def visible_overview(request: Request, job_id: str) -> JobOverview:
 
 
 def render_job_page(
-    overview: JobOverview, t: Catalogue, *, source: str | None, alerts: list[dict[str, Any]] | None = None
+    overview: JobOverview,
+    t: Catalogue,
+    *,
+    source: str | None,
+    alerts: list[dict[str, Any]] | None = None,
+    every_row: bool = False,
 ) -> str:
+    """The page; ``every_row``: every GPU and rank in the tables, not those to look at first (``?rows=all``)."""
     lang = t.lang
     charts = (
         ""
@@ -184,6 +190,7 @@ def render_job_page(
         charts=Markup(charts),  # built by web.charts, every value in it escaped there
         alerts=alerts or [],
         j=overview.job,
+        shown=rows_to_show(overview, None if every_row else SHOWN_ROWS),
         t=t,
         lang=lang,
         languages=LANGUAGES,
@@ -209,7 +216,9 @@ def _not_found(t: Catalogue, job_id: str, why: str) -> str:
 
 
 @router.get("/job/{job_id:path}", response_class=HTMLResponse, include_in_schema=False)
-async def job_page(request: Request, job_id: str, lang: str | None = Query(None)) -> HTMLResponse:
+async def job_page(
+    request: Request, job_id: str, lang: str | None = Query(None), rows: str | None = Query(None)
+) -> HTMLResponse:
     state = request.app.state.hpcwatch
     chosen = negotiate(
         forced=lang, cookie=request.cookies.get(LANG_COOKIE), accept_language=request.headers.get("accept-language")
@@ -223,7 +232,9 @@ async def job_page(request: Request, job_id: str, lang: str | None = Query(None)
         return HTMLResponse(_not_found(t, _shown_id(job_id), str(err)), status_code=404, headers=headers)
     alerts = await run_in_threadpool(alerts_of, state, overview)
     # In the pool too: 1,536 GPU rows take ~50 ms to render, which the event loop would take from every stream.
-    html = await run_in_threadpool(render_job_page, overview, t, source=state.prometheus_label, alerts=alerts)
+    html = await run_in_threadpool(
+        render_job_page, overview, t, source=state.prometheus_label, alerts=alerts, every_row=rows == "all"
+    )
     return HTMLResponse(html, headers=headers)
 
 

@@ -1,0 +1,108 @@
+"""``store.queries.window_samples``: the health rules' window read with its label text once per label set.
+
+It must give what ``Store.samples`` gives, row for row and in the same order, whatever the rows: label sets
+shared or not, rows without labels, without a host or a GPU, one host or all, any start time, rows
+committed in several parts.
+"""
+
+from __future__ import annotations
+
+import pyarrow as pa
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from hpcwatch.schemas import SAMPLE_SCHEMA
+from hpcwatch.store import Store, queries
+
+rows = st.lists(
+    st.fixed_dictionaries(
+        {
+            "metric": st.sampled_from(["a", "b", "c"]),
+            "t": st.integers(0, 9).map(float),
+            "value": st.floats(-10, 10),
+            "host": st.sampled_from(["node1", "node2", None]),
+            "gpu": st.sampled_from(["0", "1", None]),
+            "job": st.sampled_from(["41", None]),
+            "labels": st.sampled_from(
+                ['{"gpu":"0"}', '{"device":"mlx5_0","port":"1"}', '{"gpu":"1","é":"ü"}', "{}", None]
+            ),
+        }
+    ),
+    max_size=30,
+)
+
+
+def _as_text(table: pa.Table) -> pa.Table:
+    labels = table["labels"]
+    if pa.types.is_dictionary(labels.type):
+        table = table.set_column(table.schema.get_field_index("labels"), "labels", labels.cast(pa.string()))
+    return table
+
+
+@settings(max_examples=120, deadline=None)
+@given(
+    parts=st.lists(rows, min_size=1, max_size=3),
+    metrics=st.sampled_from([["a"], ["a", "b"], ["c", "b", "a"]]),
+    host=st.sampled_from([None, "node1"]),
+    t0=st.sampled_from([None, 0.0, 4.5]),
+)
+def test_the_window_read_gives_the_rows_of_store_samples(parts, metrics, host, t0):
+    with Store() as store:
+        for part in parts:  # each its own commit: the read spans parts
+            if part:
+                store.add_sample_table(pa.Table.from_pylist(part, schema=SAMPLE_SCHEMA))
+        window = queries.window_samples(store, metrics, host=host, t0=t0)
+        plain = store.samples(metrics, host=host, t0=t0)
+        assert window.column_names == SAMPLE_SCHEMA.names
+        if window.num_rows:
+            assert pa.types.is_dictionary(window["labels"].type)
+        # Rows that tie on (metric, host, gpu, t) come in either order from either query: compared as sorted.
+        got, want = _as_text(window).to_pylist(), plain.to_pylist()
+        key = lambda r: tuple(str(r[k]) for k in SAMPLE_SCHEMA.names)  # noqa: E731
+        assert [(r["metric"], r["host"], r["gpu"], r["t"]) for r in got] == [
+            (r["metric"], r["host"], r["gpu"], r["t"]) for r in want
+        ]
+        assert sorted(got, key=key) == sorted(want, key=key)
+
+
+def test_two_label_sets_with_one_hash_are_read_as_text(monkeypatch):
+    """Should DuckDB's hash ever give two label sets one value, the window is read with its text per row."""
+    with Store() as store:
+        store.add_sample_table(
+            pa.Table.from_pylist(
+                [
+                    {
+                        "metric": "a",
+                        "t": 1.0,
+                        "value": 1.0,
+                        "host": "n1",
+                        "gpu": "0",
+                        "job": None,
+                        "labels": '{"x":"1"}',
+                    },
+                    {
+                        "metric": "a",
+                        "t": 2.0,
+                        "value": 2.0,
+                        "host": "n1",
+                        "gpu": "1",
+                        "job": None,
+                        "labels": '{"x":"2"}',
+                    },
+                ],
+                schema=SAMPLE_SCHEMA,
+            )
+        )
+        real_unique = queries.np.unique
+        monkeypatch.setattr(queries.np, "unique", lambda values: real_unique(values)[:1])  # as if they collided
+        window = queries.window_samples(store, ["a"], t0=None)
+        assert window["labels"].type == pa.string()
+        assert window.to_pylist() == store.samples(["a"]).to_pylist()
+
+
+@pytest.mark.parametrize("t0", [None, 100.0])
+def test_an_empty_window_has_the_samples_columns(t0):
+    with Store() as store:
+        window = queries.window_samples(store, ["a"], t0=t0)
+        assert window.num_rows == 0 and window.column_names == SAMPLE_SCHEMA.names
