@@ -169,6 +169,24 @@ def test_the_health_report_judges_the_kernel_and_slurms_node_list_gives_the_part
     )
 
 
+def test_a_node_takes_the_partitions_its_newest_node_list_names():
+    """Slurm's node list, scraped again and again: each node's partitions are those of its newest listing
+    that names some (a listing without partitions changes nothing), read once per label set, not per scrape."""
+    from hpcwatch.reports.health import _node_partitions
+
+    def listing(t: float, parts: dict[str, list[str]]) -> list[Sample]:
+        doc = {"errors": [], "nodes": [{"name": n, "state": "idle", "partitions": p} for n, p in parts.items()]}
+        return list(parse_rest_nodes(orjson.dumps(doc).decode(), t=t))
+
+    with Store(":memory:") as store:
+        for t in range(10, 100, 10):  # the same listing nine times
+            store.add(listing(float(t), {"n1": ["gpu"], "n2": ["gpu"]}))
+        store.add(listing(100.0, {"n1": ["debug"], "n2": []}))  # n1 moved; n2 lists none: still gpu
+        assert _node_partitions(store) == {"n1": "debug", "n2": "gpu"}
+        store.add(listing(110.0, {"n1": ["gpu"]}))  # back to a label set seen before, now the newest
+        assert _node_partitions(store)["n1"] == "gpu"
+
+
 def test_health_report_reads_the_fleet_versions_from_the_samples_it_is_given():
     report = health_report(_uname(), partitions={**DESKS, **PIS})
     assert {n.node for n in report.nodes if n.verdict == "warn"} == {"192.168.0.33", "192.168.0.46"}

@@ -109,6 +109,39 @@ def test_jobs_read_again_keep_the_unchanged_ones_and_see_the_changed_ones():
         assert store.jobs(on_nodes=["node2"]) == [again["2"]]
 
 
+def test_reads_run_at_once_and_a_close_waits_for_the_running_one():
+    """A read runs outside the store's lock (``Store._read``): another thread's query is answered while it
+    runs, and ``close`` waits for it before closing the connection under it."""
+    import threading
+    import time
+    from concurrent.futures import ThreadPoolExecutor
+
+    from hpcwatch.errors import StoreError
+
+    store = Store()
+    store.add(_gpu_sample(float(t), 1.0) for t in range(5))
+    started, release = threading.Event(), threading.Event()
+
+    def slow(cursor):
+        started.set()
+        assert release.wait(60)
+        return cursor.execute("SELECT count(*) FROM samples").fetchall()
+
+    with ThreadPoolExecutor(2) as pool:
+        reading = pool.submit(store._read, slow)
+        assert started.wait(60)
+        assert store.query("SELECT count(*) FROM samples") == [(5,)]  # not queued behind the slow read
+        closing = pool.submit(store.close)
+        deadline = time.monotonic() + 60
+        while not store._closed and time.monotonic() < deadline:  # close has begun: it now waits for the read
+            time.sleep(0.01)
+        assert store._closed and not closing.done()
+        release.set()
+        assert reading.result(timeout=60) == [(5,)] and closing.result(timeout=60) is None
+    with pytest.raises(StoreError, match="closed"):
+        store.query("SELECT 1")
+
+
 def test_a_file_store_keeps_its_records_across_opens(tmp_path):
     path = tmp_path / "s.duckdb"
     with Store(path) as store:

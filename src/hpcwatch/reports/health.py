@@ -124,13 +124,10 @@ def _node_partitions(store: Store) -> dict[str, str]:
     slurmrestd: ``slurm_node_up``'s ``partitions`` label, comma-joined when several), else the partition its
     stored jobs ran in."""
     out = {n: job.partition for job in store.jobs() if job.partition for n in job.nodes}
-    nodes = store.samples([vocab.SLURM_NODE_UP])
-    if nodes.num_rows:
-        newest = nodes.sort_by("t")
-        for host, raw in zip(newest["host"].to_pylist(), newest["labels"].to_pylist()):
-            listed = orjson.loads(raw or "{}").get("partitions")
-            if host and listed:
-                out[str(host)] = str(listed)
+    for host, raw, _ in queries.newest_label_sets(store, vocab.SLURM_NODE_UP):  # oldest first: the newest wins
+        listed = orjson.loads(raw or "{}").get("partitions")
+        if host and listed:
+            out[str(host)] = str(listed)
     return out
 
 
@@ -150,8 +147,7 @@ def _nccl_checks(store: Store, events: Sequence[Event]) -> list[Check]:
 
     if not any(e.kind == EventKind.NCCL_RANK for e in events):
         return nccl_log_checks(events)
-    ports = store.samples([vocab.IB_PORT_UP, vocab.IB_PORT_RATE_GBPS])
-    ib_hosts = frozenset(str(host) for host in ports.column("host").to_pylist() if host)
+    ib_hosts = queries.hosts_with(store, [vocab.IB_PORT_UP, vocab.IB_PORT_RATE_GBPS])
     return nccl_log_checks(events, ib_hosts=ib_hosts, job_of=job_of_processes(store.jobs()))
 
 
