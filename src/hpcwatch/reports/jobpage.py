@@ -189,8 +189,8 @@ def job_overview(
     page's cost, timeline, actions, live verdicts and charts: half the queries, for one mail per job end."""
     check_job_id(job_id)
     missing: dict[str, str] = {}
-    # The spans' parts in a thread beside the samples' (their numpy work and the other's queries overlap;
-    # the store runs one query at a time): at 1,536 GPUs and ranks each side is half a second.
+    # The spans' parts in a thread beside the samples' (their queries and numpy work overlap: the store runs
+    # each thread's reads on a cursor of its own): at 1,536 GPUs and ranks each side is half a second.
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="jobpage-spans") as pool:
         from_spans = pool.submit(_span_parts, store, job_id, recent_steps)
         # Read once for the report and the charts: at 1,024 GPUs over days the scan is most of the page's time.
