@@ -952,45 +952,42 @@ class Store:
             try:
                 self._bind_views(force=retries < _VANISHED_PART_RETRIES)
                 return run()
-            except duckdb.IOException as err:
-                if not retries:
-                    raise StoreError(f"{self.config.path}: query failed: {err}") from err
-            except duckdb.Error as err:
-                raise StoreError(f"{self.config.path}: query failed: {err}") from err
-            except OSError as err:
-                raise StoreError(f"{self.config.path}: cannot read the store: {err}") from err
-            # A part vanished under a manifest bound long ago (past the grace): read the new one. Each
-            # retry means a newer manifest was committed meanwhile; a few cover a writer far faster
-            # than this reader (a grace of 0, or a reader paused for longer than the grace).
+            except (duckdb.Error, OSError) as err:
+                self._raise_unless_vanished(err, retries)
             return self._execute(run, retries=retries - 1)
 
     def _read(self, run: Callable[[duckdb.DuckDBPyConnection], _T], *, retries: int = _VANISHED_PART_RETRIES) -> _T:
         """``run(cursor)`` on a cursor of its own, the views bound first under the lock and the query run
         outside it: several threads' reads (a job page, the live page, the problems' judgement) run at once
         instead of each waiting for the one before; at 1,024 nodes a job page waited behind a 10-million-row
-        window read. Vanished parts are retried as ``_execute`` retries them."""
+        window read."""
         with self._lock:
             if self._closed:
                 raise StoreError(f"{self.config.path}: the store is closed")
             try:
                 self._bind_views(force=retries < _VANISHED_PART_RETRIES)
                 cursor = self._borrow_cursor()
-            except duckdb.Error as err:
-                raise StoreError(f"{self.config.path}: query failed: {err}") from err
-            except OSError as err:
-                raise StoreError(f"{self.config.path}: cannot read the store: {err}") from err
+            except (duckdb.Error, OSError) as err:
+                self._raise_unless_vanished(err, retries)
+                return self._read(run, retries=retries - 1)
         try:
             return run(cursor)
-        except duckdb.IOException as err:
-            if not retries:
-                raise StoreError(f"{self.config.path}: query failed: {err}") from err
-        except duckdb.Error as err:
-            raise StoreError(f"{self.config.path}: query failed: {err}") from err
-        except OSError as err:
-            raise StoreError(f"{self.config.path}: cannot read the store: {err}") from err
+        except (duckdb.Error, OSError) as err:
+            self._raise_unless_vanished(err, retries)
         finally:
             self._return_cursor(cursor)
-        return self._read(run, retries=retries - 1)  # a part vanished: see _execute
+        return self._read(run, retries=retries - 1)
+
+    def _raise_unless_vanished(self, err: duckdb.Error | OSError, retries: int) -> None:
+        """``err`` as a StoreError, unless a part vanished and a retry is left. A part vanishes under a manifest
+        bound long ago (past the grace): the retry reads the new one. Each retry means a newer manifest was
+        committed meanwhile; a few cover a writer far faster than this reader (a grace of 0, or a reader
+        paused for longer than the grace)."""
+        if isinstance(err, duckdb.IOException) and retries:
+            return
+        if isinstance(err, duckdb.Error):
+            raise StoreError(f"{self.config.path}: query failed: {err}") from err
+        raise StoreError(f"{self.config.path}: cannot read the store: {err}") from err
 
     def _borrow_cursor(self) -> duckdb.DuckDBPyConnection:
         """An idle cursor, or a new one (called under the lock). A cursor is a connection to the same
