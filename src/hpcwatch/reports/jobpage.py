@@ -274,7 +274,7 @@ def rows_to_show(overview: JobOverview, limit: int | None = SHOWN_ROWS) -> Shown
 
 
 def _gpu_concern(g: GpuReport) -> tuple[int, bool, float, str, int, str]:
-    """Sorts the GPUs to look at first first (``rows_to_show``); then by host and GPU, as the report lists them."""
+    """The key that puts the GPUs to look at first in front (``rows_to_show``); ties by host and GPU."""
     util = g.mean_util_pct if g.mean_util_pct is not None else float("inf")  # no sample: nothing to judge by
     return (-g.xid_errors, not g.idle, util, g.host, _index(g.gpu), g.device)
 
