@@ -132,7 +132,7 @@ def window_samples(store: Store, metrics: Sequence[str], *, t0: float | None, ho
 def newest_label_sets(store: Store, metric: str) -> list[tuple[str, str | None, float]]:
     """``(host, labels, t)``: the newest time each host gave ``metric`` each label set, oldest first. What a
     reader of each host's latest labels needs (Slurm's node list: its partitions), bounded by the label sets
-    rather than by the history: a node list scraped every 15 s is 6 million rows a week at 1,024 nodes."""
+    rather than by the history: a node list scraped every 15 s is 6 million rows a day at 1,024 nodes."""
     return [
         (host, labels, t)
         for host, labels, t in store.query(
