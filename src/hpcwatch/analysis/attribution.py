@@ -58,7 +58,7 @@ import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from enum import Enum
-from typing import Any, TypeVar
+from typing import Any
 
 import numpy as np
 import orjson
@@ -67,8 +67,6 @@ import pyarrow.compute as pc
 
 from hpcwatch import vocab
 from hpcwatch.records import Job
-
-_T = TypeVar("_T")
 
 __all__ = [
     "ADVICE",
@@ -279,27 +277,18 @@ def _metric_runs(column: pa.ChunkedArray) -> list[tuple[str | None, int, int]] |
     return list(zip(names, starts.tolist(), ends))
 
 
-def _per_distinct(column: pa.ChunkedArray, fn: Callable[[str | None], _T]) -> list[_T]:
-    """``fn(value)`` for each row, computed once per distinct value (label sets repeat once per sample)."""
-    encoded = pa.chunked_array(column).combine_chunks().dictionary_encode() if len(column) else None
-    if encoded is None:
-        return []
-    results = [fn(value) for value in encoded.dictionary.to_pylist()]
-    fallback = fn(None)
-    return [results[i] if i is not None else fallback for i in encoded.indices.to_pylist()]
-
-
-def _per_label_set(
-    column: pa.ChunkedArray, fn: Callable[[str | None], tuple[Any, Any]]
-) -> tuple[np.ndarray, np.ndarray]:
-    """The two values ``fn(labels)`` gives, as two columns of a value per row, ``fn`` computed once per
-    distinct label set (a null row: ``fn(None)``) and spread over the rows by index, not row by row."""
+def _per_distinct(column: pa.ChunkedArray, *fns: Callable[[str | None], object]) -> list[np.ndarray]:
+    """Each of ``fns`` over every row's value, a column (an object array) each: computed once per distinct
+    value (label sets repeat once per sample; a null row: ``fn(None)``) and spread over the rows by index."""
     encoded = pa.chunked_array(column).combine_chunks().dictionary_encode()
-    distinct = [*(fn(text) for text in encoded.dictionary.to_pylist()), fn(None)]
-    index = encoded.indices.fill_null(len(distinct) - 1).to_numpy(zero_copy_only=False)
-    first, second = np.empty(len(distinct), dtype=object), np.empty(len(distinct), dtype=object)
-    first[:], second[:] = [a for a, _ in distinct], [b for _, b in distinct]
-    return first[index], second[index]
+    values = [*encoded.dictionary.to_pylist(), None]
+    index = encoded.indices.fill_null(len(values) - 1).to_numpy(zero_copy_only=False)
+    columns = []
+    for fn in fns:
+        results = np.empty(len(values), dtype=object)
+        results[:] = [fn(value) for value in values]
+        columns.append(results[index])
+    return columns
 
 
 def _host_of(host: object, labels: str | None) -> str | None:
@@ -543,7 +532,7 @@ def _accumulate_dcgm(
     at each utilisation sample time (the IB attribution looks jobs up there)."""
     if not len(f["t"]):
         return {}
-    series, series_names = _pair_codes(f["host"], f["device"])
+    series, series_names = _joint_codes(f["host"], f["device"])
     job, job_names = _codes(f["job"])
     metric = f["metric"]
     n_series = max(len(series_names), 1)
@@ -622,33 +611,25 @@ def _accumulate_dcgm(
     return dict(zip(zip(f["host"][u].tolist(), f["device"][u].tolist(), f["t"][u].tolist()), f["job"][u].tolist()))
 
 
-def _pair_codes(first: np.ndarray, second: np.ndarray) -> tuple[np.ndarray, list[tuple[str, str]]]:
-    """Integer code per row of the pair (``first``, ``second``) of two text columns, in order of first
-    appearance, and each code's pair as text (a null as "None", as an f-string writes it). From each column's
-    codes, not from a joined text per row (a 1,536-GPU job's report holds 200,000 DCGM rows a minute)."""
-    a, a_names = _codes(first)
-    b, b_names = _codes(second)
-    width = len(b_names) + 1
-    encoded = pa.array((a + 1) * width + (b + 1)).dictionary_encode()  # a null's code -1 becomes 0
-    texts_a, texts_b = ["None", *a_names], ["None", *b_names]
-    pairs = [(texts_a[pair // width], texts_b[pair % width]) for pair in encoded.dictionary.to_pylist()]
-    return encoded.indices.to_numpy(zero_copy_only=False).astype(np.int64), pairs
-
-
-def _triple_codes(
-    first: np.ndarray, second: np.ndarray, third: np.ndarray
-) -> tuple[np.ndarray, list[tuple[str, str, str]]]:
-    """``_pair_codes`` of three text columns (none null)."""
-    a, a_names = _codes(first)
-    b, b_names = _codes(second)
-    c, c_names = _codes(third)
-    wide_b, wide_c = len(b_names), len(c_names)
-    encoded = pa.array((a * wide_b + b) * wide_c + c).dictionary_encode()
-    triples = [
-        (a_names[k // (wide_b * wide_c)], b_names[k // wide_c % wide_b], c_names[k % wide_c])
-        for k in encoded.dictionary.to_pylist()
-    ]
-    return encoded.indices.to_numpy(zero_copy_only=False).astype(np.int64), triples
+def _joint_codes(*columns: np.ndarray) -> tuple[np.ndarray, list[tuple[str, ...]]]:
+    """Integer code per row of the tuple of its values in several text columns, in order of first appearance,
+    and each code's tuple as text (a null as "None", as an f-string writes it). From each column's codes, not
+    from a joined text per row (a 1,536-GPU job's report holds 200,000 DCGM rows a minute)."""
+    joint = np.zeros(len(columns[0]), dtype=np.int64)
+    texts = []
+    for column in columns:
+        codes, distinct = _codes(column)
+        texts.append(["None", *distinct])
+        joint = joint * len(texts[-1]) + (codes + 1)  # a null's code -1 becomes 0
+    encoded = pa.array(joint).dictionary_encode()
+    tuples = []
+    for code in encoded.dictionary.to_pylist():
+        parts = []
+        for names in reversed(texts):
+            code, at = divmod(code, len(names))
+            parts.append(names[at])
+        tuples.append(tuple(reversed(parts)))
+    return encoded.indices.to_numpy(zero_copy_only=False).astype(np.int64), tuples
 
 
 def _cell_sets(cell: np.ndarray, values: np.ndarray, n: int) -> list[set[Any]]:
@@ -703,9 +684,7 @@ def _ib_rows(
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[tuple[str, str, str, list[str]]]] | None:
     """The IB rows with a host as (t, series code, value) and per series (metric, host, device, its rail's
     GPUs)."""
-    label_host, device = _per_label_set(
-        sub.column("labels"), lambda lab: (_host_of(None, lab), str(orjson.loads(lab).get("device", "")) if lab else "")
-    )
+    label_host, device = _per_distinct(sub.column("labels"), lambda lab: _host_of(None, lab), _device_of)
     column_host = _column(sub, "host")
     own = np.array([bool(h) for h in column_host.tolist()], dtype=bool)  # the host column, else the labels'
     hosts = np.where(own, column_host, label_host)
@@ -713,7 +692,7 @@ def _ib_rows(
     if not keep.any():
         return None
     names = _column(sub, "metric")
-    series, keys = _triple_codes(names[keep], hosts[keep], device[keep])
+    series, keys = _joint_codes(names[keep], hosts[keep], device[keep])
     gpus_of_host: dict[str, set[str]] = {}
     for gpu_host, gpu, _t in holder:
         gpus_of_host.setdefault(gpu_host, set()).add(gpu)
@@ -731,6 +710,11 @@ def _ib_rows(
     t = sub.column("t").to_numpy()[keep].astype(float)
     value = sub.column("value").to_numpy()[keep].astype(float)
     return t, series, value, rails
+
+
+def _device_of(labels: str | None) -> str:
+    """An HCA's ``device`` label (node-exporter's infiniband collector), "" without one."""
+    return str(orjson.loads(labels).get("device", "")) if labels else ""
 
 
 def _add_ib_summed(
