@@ -249,11 +249,6 @@ class ShownRows:
     all_gpus: int
     all_ranks: int
 
-    @property
-    def cut(self) -> bool:
-        """Whether a table shows fewer rows than it has."""
-        return len(self.gpus) < self.all_gpus or len(self.ranks) < self.all_ranks
-
 
 def rows_to_show(overview: JobOverview, limit: int | None = SHOWN_ROWS) -> ShownRows:
     """Every GPU and rank of the job, in their order (host and GPU; rank), when each table holds at most
