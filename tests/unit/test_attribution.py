@@ -8,6 +8,8 @@ import numpy as np
 import orjson
 import pyarrow as pa
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from hpcwatch.analysis.attribution import REPORT_METRICS, attribute, job_reports
 from hpcwatch.model import reference_cluster
@@ -150,3 +152,37 @@ def test_unknown_job_exits_2_with_one_line(twin_store, run_cli) -> None:
     path, _ = twin_store
     code, out, err = run_cli(["job", "999999", "--db", str(path), "--json"])
     assert code == 2 and out == "" and err.count("\n") == 1 and err.startswith("hpcwatch: ")
+
+
+_ODD_ROWS = st.lists(
+    st.tuples(
+        st.sampled_from(["DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_DEV_POWER_USAGE", "DCGM_FI_DEV_XID_ERRORS"]),
+        st.sampled_from([8.0, 16.0, 24.0]),
+        st.sampled_from([0.0, 50.0, 79.0]),
+        st.sampled_from(["n1", "n2", "", None]),
+        st.sampled_from(["0", "1", "", None]),
+        st.sampled_from(["j1", "j2", "", None]),
+        st.sampled_from([None, "{}", '{"GPU_I_ID": "1"}', '{"pod": "p", "namespace": "ml"}']),
+    ),
+    max_size=30,
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(_ODD_ROWS)
+def test_odd_rows_are_reported_not_raised_each_utilisation_sample_counted_once(rows) -> None:
+    """Rows without a host, a GPU or labels, MIG instances and pods mixed in any order (a store's label sets
+    come dictionary-encoded, null where a row has none): a report per workload, and each of its utilisation
+    samples in exactly one of its GPUs' counts. Reports used to raise on some of these (a column of null
+    labels; a host missing on some rows only)."""
+    cols = list(zip(*rows)) if rows else [()] * 7
+    labels = pa.array(list(cols[6]), pa.string()).dictionary_encode()
+    table = pa.table(
+        {name: pa.array(list(col), SAMPLE_SCHEMA.field(name).type) for name, col in zip(SAMPLE_SCHEMA.names[:6], cols)}
+        | {"labels": labels}
+    )
+    reports = {r.id: r for r in job_reports(table, [], now=100.0)}
+    for job in {r[5] for r in rows if r[5]}:
+        util = [r for r in rows if r[5] == job and r[0] == "DCGM_FI_DEV_GPU_UTIL"]
+        counted = sum(g.samples for g in reports[job].per_gpu) if job in reports else 0
+        assert counted == len(util)

@@ -63,3 +63,16 @@ def test_jobs_are_read_again_when_another_writer_changed_them(tmp_path):
         writer.add([_job("1", state="COMPLETED"), _job("2")])
         assert [(j.id, j.state) for j in reader.jobs()] == [("1", "COMPLETED"), ("2", "RUNNING")]
         assert [j.id for j in reader.jobs(on_nodes=["node1"])] == ["1", "2"]
+
+
+def test_one_job_is_answered_from_the_jobs_kept_and_read_again_after_another_writer_changed_it(tmp_path):
+    """``job(id)`` answers from what ``jobs()`` keeps while the table is unchanged, and from the table once
+    another process committed to it."""
+    with Store(tmp_path / "s") as reader, Store(tmp_path / "s") as writer:
+        writer.add([_job("1"), _job("2")])
+        assert reader.job("1").state == "RUNNING"  # nothing kept yet: read from the table
+        kept = {j.id: j for j in reader.jobs()}
+        assert reader.job("2") is kept["2"] and reader.job("nope") is None
+        writer.add([_job("2", state="COMPLETED")])
+        assert reader.job("2").state == "COMPLETED"
+        assert reader.job("1") == kept["1"]

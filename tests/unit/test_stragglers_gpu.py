@@ -16,7 +16,6 @@ from hpcwatch.analysis.stragglers import (
     EVIDENCE_LATE_ARRIVAL,
     WORK_PHASES,
     StragglerConfig,
-    _ratio,
     find_stragglers,
     modified_z,
 )
@@ -140,6 +139,14 @@ def test_a_step_with_no_gpu_work_on_record_warns_nobody():
     )
     assert done.returncode == 0, done.stderr
     assert "RuntimeWarning" not in done.stderr and "All-NaN" not in done.stderr
+
+
+def _ratio(best: float, mine: float) -> float:
+    """A score as defined, one rank at a time: the best over this rank's, within [0, 1]; 1 when this rank's is
+    not a positive number."""
+    if not np.isfinite(mine) or mine <= 0:
+        return 1.0
+    return float(min(max(best / mine, 0.0), 1.0))
 
 
 def _per_rank_definition(anatomy):

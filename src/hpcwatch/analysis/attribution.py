@@ -55,7 +55,7 @@ jobstats: https://github.com/PrincetonUniversity/jobstats
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from enum import Enum
 from typing import Any
@@ -66,6 +66,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from hpcwatch import vocab
+from hpcwatch.analysis.coded import Coded, joint_codes
 from hpcwatch.records import Job
 
 __all__ = [
@@ -243,11 +244,6 @@ class JobReport:
 # -- columnar helpers -----------------------------------------------------------------------------
 
 
-def _column(table: pa.Table, name: str) -> np.ndarray:
-    """A text column as Python objects (None where null), converted by Arrow without a list between."""
-    return np.asarray(table.column(name).to_numpy(zero_copy_only=False), dtype=object)
-
-
 def _rows_of(samples: pa.Table, metrics: Sequence[str]) -> pa.Table:
     """The rows of ``metrics`` in their order, filtered in Arrow (no Python object per row: 120k rows a
     report at 128 nodes). When each metric's rows are contiguous (the store's samples come ordered by
@@ -277,20 +273,6 @@ def _metric_runs(column: pa.ChunkedArray) -> list[tuple[str | None, int, int]] |
     return list(zip(names, starts.tolist(), ends))
 
 
-def _per_distinct(column: pa.ChunkedArray, *fns: Callable[[str | None], object]) -> list[np.ndarray]:
-    """Each of ``fns`` over every row's value, a column (an object array) each: computed once per distinct
-    value (label sets repeat once per sample; a null row: ``fn(None)``) and spread over the rows by index."""
-    encoded = pa.chunked_array(column).combine_chunks().dictionary_encode()
-    values = [*encoded.dictionary.to_pylist(), None]
-    index = encoded.indices.fill_null(len(values) - 1).to_numpy(zero_copy_only=False)
-    columns = []
-    for fn in fns:
-        results = np.empty(len(values), dtype=object)
-        results[:] = [fn(value) for value in values]
-        columns.append(results[index])
-    return columns
-
-
 def _host_of(host: object, labels: str | None) -> str | None:
     """host column, else node-exporter's target labels (node, or instance without the port)."""
     if host:
@@ -316,33 +298,25 @@ def _first(labels: dict[str, Any], names: tuple[str, ...]) -> str | None:
     return next((str(labels[k]) for k in names if labels.get(k)), None)
 
 
-def _label_columns(labels: pa.ChunkedArray) -> dict[str, np.ndarray]:
-    """instance, profile, pod, namespace per row, each distinct label set parsed once."""
-    names = ("instance", "profile", "pod", "namespace")
-    if not len(labels):
-        return {n: np.array([], dtype=object) for n in names}
-    dictionary, index = _encoded(labels)
-    parsed = []
-    for text in dictionary:
+#: What the report reads of a DCGM row's labels, in ``_label_fields``' order.
+_LABEL_FIELDS = ("instance", "profile", "pod", "namespace")
+
+
+def _label_fields(labels: pa.ChunkedArray) -> dict[str, Coded]:
+    """instance, profile, pod, namespace per row (``_LABEL_FIELDS``), each distinct label set parsed once."""
+    sets = Coded.of(labels)
+
+    def fields(text: str | None) -> tuple[Any, ...]:
         lab = orjson.loads(text) if text else {}
-        parsed.append(
-            (
-                lab.get("GPU_I_ID") or None,
-                lab.get("GPU_I_PROFILE") or None,
-                _first(lab, POD_LABELS),
-                _first(lab, NAMESPACE_LABELS),
-            )
-        )
-    table = np.array(parsed, dtype=object).reshape(-1, 4)
-    return {n: table[index, k] for k, n in enumerate(names)}
+        pod, namespace = _first(lab, POD_LABELS), _first(lab, NAMESPACE_LABELS)
+        return lab.get("GPU_I_ID") or None, lab.get("GPU_I_PROFILE") or None, pod, namespace
 
-
-def _encoded(column: pa.ChunkedArray) -> tuple[list[Any], np.ndarray]:
-    """(distinct values, each row's index among them; a null row: 0) of a column, chunk by chunk: the
-    chunks of one encoding share its dictionary, and joining them first would copy every label text."""
-    chunks = pa.chunked_array(column).dictionary_encode().chunks
-    index = [c.indices.fill_null(0).to_numpy(zero_copy_only=False) for c in chunks]
-    return chunks[-1].dictionary.to_pylist(), np.concatenate(index).astype(np.int64, copy=False)
+    parsed = sets.per_name(fields)
+    out = {}
+    for k, name in enumerate(_LABEL_FIELDS):
+        per_set = Coded.of_values(p[k] for p in parsed)  # the last: a row without labels
+        out[name] = Coded(per_set.codes[sets.codes], per_set.names)
+    return out
 
 
 def attribute(host: np.ndarray, gpu: np.ndarray, t: np.ndarray, job: np.ndarray, jobs: Sequence[Job]) -> np.ndarray:
@@ -365,51 +339,119 @@ def attribute_with_sources(
 ) -> tuple[np.ndarray, np.ndarray]:
     """(workload id, ``Attribution`` value) per sample, by the rules of the module docstring, in order;
     both None where no rule applies. ``pod``/``namespace``: dcgm-exporter's Kubernetes labels, or None."""
-    out = np.array(job, dtype=object, copy=True)
-    missing = np.array([v is None or v == "" for v in out.tolist()], dtype=bool)
-    out[missing] = None
-    source = np.full(len(out), Attribution.HPC_JOB.value, dtype=object)
-    source[missing] = None
-    _by_allocation(out, source, missing, host, gpu, t, jobs, Attribution.SLURM)
+
+    def coded(values: np.ndarray | None) -> Coded | None:
+        return None if values is None else Coded.of_values(values.tolist())
+
+    found, source = _attributed(
+        Coded.of_values(host.tolist()),
+        Coded.of_values(gpu.tolist()),
+        np.asarray(t, dtype=float),
+        Coded.of_values(job.tolist()),
+        jobs,
+        pod=coded(pod),
+        namespace=coded(namespace),
+    )
+    return found.values(), source.values()
+
+
+#: ``Attribution`` values in code order (the codes ``_attributed`` gives its sources).
+_SOURCES = [a.value for a in Attribution]
+
+
+def _attributed(
+    host: Coded,
+    gpu: Coded,
+    t: np.ndarray,
+    job: Coded,
+    jobs: Sequence[Job],
+    *,
+    pod: Coded | None = None,
+    namespace: Coded | None = None,
+) -> tuple[Coded, Coded]:
+    """``attribute_with_sources`` on coded columns: the workload of each row (codes into names that the
+    labels' jobs start, the others are added to) and its source (codes into ``_SOURCES``)."""
+    names = list(job.names)
+    index = {name: k for k, name in enumerate(names)}
+    out = job.codes.copy()
+    if "" in index:  # an empty hpc_job label: a free GPU
+        out[out == index[""]] = -1
+    source = np.where(out >= 0, _SOURCES.index(Attribution.HPC_JOB.value), -1)
+    _by_allocation(out, source, out < 0, host, gpu, t, jobs, Attribution.SLURM, names, index)
     if pod is not None:
-        missing = np.array([v is None for v in out.tolist()], dtype=bool)
-        _by_allocation(out, source, missing, pod, gpu, t, jobs, Attribution.SLURM_ON_KUBERNETES)
-        for i in np.flatnonzero(np.array([v is None for v in out.tolist()], dtype=bool)).tolist():
-            if pod[i]:
-                out[i] = f"{namespace[i] or 'default'}/{pod[i]}" if namespace is not None else str(pod[i])
-                source[i] = Attribution.KUBERNETES.value
-    return out, source
+        _by_allocation(out, source, out < 0, pod, gpu, t, jobs, Attribution.SLURM_ON_KUBERNETES, names, index)
+        _by_pod(out, source, pod, namespace, names, index)
+    return Coded(out, names), Coded(source, list(_SOURCES))
+
+
+def _by_pod(
+    out: np.ndarray, source: np.ndarray, pod: Coded, namespace: Coded | None, names: list[str], index: dict[str, int]
+) -> None:
+    """The rows still nobody's that carry a pod label: the workload ``namespace/pod`` (``default`` without a
+    namespace; the pod alone when the rows have no namespace column)."""
+    rest = np.flatnonzero((out < 0) & (pod.codes >= 0))  # a pod label is never empty (``_first``)
+    if not rest.size:
+        return
+    spaces = namespace.take(rest) if namespace is not None else Coded(np.full(rest.size, -1), [])
+    pairs, per_pair = joint_codes(pod.take(rest), spaces)
+    workloads = [f"{space or 'default'}/{name}" if namespace is not None else str(name) for name, space in per_pair]
+    codes = np.array([_code_of(w, names, index) for w in workloads], dtype=np.int64)
+    out[rest] = codes[pairs]
+    source[rest] = _SOURCES.index(Attribution.KUBERNETES.value)
+
+
+def _code_of(name: str, names: list[str], index: dict[str, int]) -> int:
+    """``name``'s code, added to ``names`` when new."""
+    if name not in index:
+        index[name] = len(names)
+        names.append(name)
+    return index[name]
 
 
 def _by_allocation(
     out: np.ndarray,
     source: np.ndarray,
     missing: np.ndarray,
-    node: np.ndarray,
-    gpu: np.ndarray,
+    node: Coded,
+    gpu: Coded,
     t: np.ndarray,
     jobs: Sequence[Job],
     how: Attribution,
+    names: list[str],
+    index: dict[str, int],
 ) -> None:
-    """Fill ``out``/``source`` where ``missing`` from the Slurm jobs holding (node, gpu) at t."""
-    if not missing.any():
+    """Fill ``out``/``source`` where ``missing`` from the Slurm jobs holding (node, gpu) at t (a later job
+    in ``jobs`` over an earlier one)."""
+    rows = np.flatnonzero(missing & (node.codes >= 0) & (gpu.codes >= 0))
+    if not rows.size:
         return
-    index: dict[tuple[str, str], list[int]] = {}
-    for i in np.flatnonzero(missing).tolist():
-        index.setdefault((node[i], gpu[i]), []).append(i)
+    width = len(gpu.names)
+    pair = node.codes[rows] * width + gpu.codes[rows]
+    order = np.argsort(pair, kind="stable")
+    pair, rows = pair[order], rows[order]
+    keys, first, count = np.unique(pair, return_index=True, return_counts=True)
+    block = {k: (lo, lo + n) for k, lo, n in zip(keys.tolist(), first.tolist(), count.tolist())}
+    node_code = {name: k for k, name in enumerate(node.names)}
+    gpu_code = {name: k for k, name in enumerate(gpu.names)}
+    how_code = _SOURCES.index(how.value)
     for j in jobs:
         if j.start is None:
             continue
         end = np.inf if j.end is None else j.end
         for name, gpus in j.gpus_by_node.items():
+            n = node_code.get(name)
+            if n is None:
+                continue
             for g in gpus:
-                rows = index.get((name, str(g)))
-                if not rows:
+                c = gpu_code.get(str(g))
+                found = None if c is None else block.get(n * width + c)
+                if found is None:
                     continue
-                rows_a = np.array(rows)
-                hit = rows_a[(t[rows_a] > j.start) & (t[rows_a] <= end)]
-                out[hit] = j.id
-                source[hit] = how.value
+                held = rows[found[0] : found[1]]
+                hit = held[(t[held] > j.start) & (t[held] <= end)]
+                if hit.size:
+                    out[hit] = _code_of(j.id, names, index)
+                    source[hit] = how_code
 
 
 # -- the report ------------------------------------------------------------------------------------
@@ -436,74 +478,72 @@ class _Acc:
     profile: str | None = None
 
 
-def _dcgm_frame(samples: pa.Table, jobs: Sequence[Job]) -> dict[str, np.ndarray]:
-    """The DCGM rows as columns, each with its device (``gpu`` or ``gpu.instance``), workload and source;
-    a MIG instance's engine activity stands in for the utilisation it does not report (module doc)."""
+@dataclass(frozen=True, slots=True)
+class _DcgmRows:
+    """The DCGM rows in (metric, host, device, t) order, each with the workload it counts for (``job``, -1:
+    nobody's) and how that was found (``source``)."""
+
+    metric: Coded
+    host: Coded
+    device: Coded
+    job: Coded
+    source: Coded
+    profile: Coded
+    t: np.ndarray
+    value: np.ndarray
+
+    def take(self, rows: np.ndarray) -> _DcgmRows:
+        coded = {
+            name: getattr(self, name).take(rows) for name in ("metric", "host", "device", "job", "source", "profile")
+        }
+        return _DcgmRows(**coded, t=self.t[rows], value=self.value[rows])
+
+    def rows_of(self, metric: str) -> np.ndarray:
+        return np.flatnonzero(self.metric.codes == self.metric.code(metric))
+
+
+def _dcgm_frame(samples: pa.Table, jobs: Sequence[Job]) -> _DcgmRows:
+    """The DCGM rows, each with its device (``gpu`` or ``gpu.instance``), workload and source; a MIG
+    instance's engine activity stands in for the utilisation it does not report (module doc)."""
     sub = _rows_of(samples, DCGM_METRICS)
-    f = {name: _column(sub, name) for name in ("metric", "host", "gpu", "job")}
-    f.update(_label_columns(sub.column("labels")))
-    f["t"] = np.asarray(sub.column("t").to_numpy(zero_copy_only=False), dtype=float)
-    f["value"] = np.asarray(sub.column("value").to_numpy(zero_copy_only=False), dtype=float)
-    f["device"] = _devices(f["gpu"], f["instance"])
-    f["job"], f["source"] = attribute_with_sources(
-        f["host"], f["gpu"], f["t"], f["job"], jobs, pod=f["pod"], namespace=f["namespace"]
+    metric, host, gpu, hpc_job = (Coded.of(sub.column(name)) for name in ("metric", "host", "gpu", "job"))
+    labels = _label_fields(sub.column("labels"))
+    t = np.asarray(sub.column("t").to_numpy(zero_copy_only=False), dtype=float)
+    value = np.asarray(sub.column("value").to_numpy(zero_copy_only=False), dtype=float)
+    device = _devices(gpu, labels["instance"])
+    job, source = _attributed(host, gpu, t, hpc_job, jobs, pod=labels["pod"], namespace=labels["namespace"])
+    metric, value = _engine_activity_as_util(metric, host, device, value)
+    rows = _DcgmRows(
+        metric=metric, host=host, device=device, job=job, source=source, profile=labels["profile"], t=t, value=value
     )
-    _engine_activity_as_util(f)
-    order = np.lexsort((f["t"], _str_rank(f["device"]), _str_rank(f["host"]), _str_rank(f["metric"])))
+    order = np.lexsort((t, device.ranks(), host.ranks(), metric.ranks()))
     if (np.diff(order) == 1).all():  # the store's order already (by metric, host, gpu, t): no copy of each column
-        return f
-    return {k: v[order] for k, v in f.items()}
+        return rows
+    return rows.take(order)
 
 
-def _devices(gpu: np.ndarray, instance: np.ndarray) -> np.ndarray:
-    """``device_key`` of each row: without a MIG instance, the GPU column itself (a 1,536-GPU job's report
-    holds 1.6 million rows: one call each was a twentieth of it)."""
-    if any(instance.tolist()) or not all(gpu.tolist()):  # an instance, or a row without a GPU: row by row
-        return np.array([device_key(g, i) for g, i in zip(gpu.tolist(), instance.tolist())], dtype=object)
-    return gpu
+def _devices(gpu: Coded, instance: Coded) -> Coded:
+    """``device_key`` of each row: the GPU column itself unless a row has a MIG instance or no GPU."""
+    if not (instance.codes >= 0).any() and all(gpu.names) and (gpu.codes >= 0).all():
+        return gpu
+    pairs, per_pair = joint_codes(gpu, instance)
+    keys = Coded.of_values(device_key(g, i) for g, i in per_pair)
+    return Coded(keys.codes[pairs], keys.names)
 
 
-def _str_rank(values: np.ndarray) -> np.ndarray:
-    """Integer keys that sort as ``values.astype(str)`` does, ties included (None is "None"): numpy's own
-    order of the distinct values, spread over the rows. Converting 870,000 objects to fixed-width text
-    for ``lexsort`` was a tenth of a 1,536-GPU job's report."""
-    try:
-        encoded = pa.array(values.tolist(), type=pa.string()).dictionary_encode()
-    except (pa.ArrowInvalid, pa.ArrowTypeError):  # not all text: let numpy convert them
-        return values.astype(str)
-    names = [*encoded.dictionary.to_pylist(), "None"]
-    _, rank = np.unique(np.array(names, dtype=str), return_inverse=True)
-    codes = encoded.indices.fill_null(len(names) - 1).to_numpy(zero_copy_only=False)
-    ranked: np.ndarray = rank.reshape(-1)[codes]
-    return ranked
-
-
-def _engine_activity_as_util(f: dict[str, np.ndarray]) -> None:
+def _engine_activity_as_util(metric: Coded, host: Coded, device: Coded, value: np.ndarray) -> tuple[Coded, np.ndarray]:
     """Rows of DCGM_FI_PROF_GR_ENGINE_ACTIVE (ratio) become utilisation (%) on devices without GPU_UTIL."""
-    active = np.flatnonzero(f["metric"] == GR_ACTIVE)
-    if not len(active):
-        return
-    util = f["metric"] == UTIL
-    with_util = set(zip(f["host"][util].tolist(), f["device"][util].tolist()))
-    swap = np.zeros(len(f["metric"]), dtype=bool)
-    swap[
-        [
-            k
-            for k, h, d in zip(active.tolist(), f["host"][active].tolist(), f["device"][active].tolist())
-            if (h, d) not in with_util
-        ]
-    ] = True
-    if swap.any():
-        f["metric"] = f["metric"].copy()
-        f["metric"][swap] = UTIL
-        f["value"] = np.where(swap, f["value"] * 100.0, f["value"])
-
-
-def _codes(values: np.ndarray) -> tuple[np.ndarray, list[str]]:
-    """Integer code per row (-1 for None) and the distinct values, by pyarrow's dictionary encoding."""
-    encoded = pa.array(values.tolist(), type=pa.string()).dictionary_encode()
-    codes = encoded.indices.fill_null(-1).to_numpy(zero_copy_only=False).astype(np.int64)
-    return codes, encoded.dictionary.to_pylist()
+    active = metric.codes == metric.code(GR_ACTIVE)
+    if not active.any():
+        return metric, value
+    gpus, _ = joint_codes(host, device)
+    swap = active & ~np.isin(gpus, gpus[metric.codes == metric.code(UTIL)])
+    if not swap.any():
+        return metric, value
+    names = list(metric.names)
+    codes = metric.codes.copy()
+    codes[swap] = _code_of(UTIL, names, {name: k for k, name in enumerate(names)})
+    return Coded(codes, names), np.where(swap, value * 100.0, value)
 
 
 def _series_interval_s(series: np.ndarray, t: np.ndarray, rows: np.ndarray, n_series: int) -> np.ndarray:
@@ -525,16 +565,71 @@ def _series_interval_s(series: np.ndarray, t: np.ndarray, rows: np.ndarray, n_se
     return out
 
 
-def _accumulate_dcgm(
-    f: dict[str, np.ndarray], acc: dict[tuple[str, str, str], _Acc]
-) -> dict[tuple[str, str, float], str | None]:
-    """Fill per (job, host, device) accumulators, vectorised; return the job (or None) holding (host, device)
-    at each utilisation sample time (the IB attribution looks jobs up there)."""
-    if not len(f["t"]):
-        return {}
-    series, series_names = _joint_codes(f["host"], f["device"])
-    job, job_names = _codes(f["job"])
-    metric = f["metric"]
+@dataclass(frozen=True, slots=True)
+class _Holders:
+    """The workload holding each GPU at each of its utilisation samples (None: free): the jobs whose GPUs
+    share a rail's InfiniBand bytes at that time (``_accumulate_ib``)."""
+
+    series: dict[tuple[Any, Any], int]
+    """(host, device) of every GPU with utilisation samples -> its code in ``key``."""
+    times: np.ndarray
+    """The distinct utilisation sample times, sorted."""
+    key: np.ndarray
+    """series code x len(times) + time's index, per utilisation sample, sorted."""
+    job: Coded
+    """Per entry of ``key``, its workload."""
+
+    @classmethod
+    def empty(cls) -> _Holders:
+        return cls({}, np.zeros(0), np.zeros(0, dtype=np.int64), Coded(np.zeros(0, dtype=np.int64), []))
+
+    def gpus_by_host(self) -> dict[Any, list[Any]]:
+        out: dict[Any, list[Any]] = {}
+        for host, device in self.series:
+            if device is not None:  # a row without a GPU is on no rail
+                out.setdefault(host, []).append(device)
+        return out
+
+    def jobs_at(self, series: np.ndarray, t: np.ndarray) -> np.ndarray:
+        """The workload's code at each (series, t), -1 where that GPU had no utilisation sample at exactly t or
+        was free then; the last of two samples at one time, as a dictionary keyed by (GPU, t) keeps."""
+        out = np.full(len(series), -1, dtype=np.int64)
+        if not len(self.key) or not len(series):
+            return out
+        at = np.minimum(np.searchsorted(self.times, t), len(self.times) - 1)
+        wanted = series * len(self.times) + at
+        pos = np.searchsorted(self.key, wanted, side="right") - 1
+        found = (series >= 0) & (self.times[at] == t) & (pos >= 0)
+        found &= self.key[np.maximum(pos, 0)] == wanted
+        out[found] = self.job.codes[pos[found]]
+        return out
+
+
+def _holders(rows: _DcgmRows, series: np.ndarray, series_names: list[tuple[Any, Any]]) -> _Holders:
+    """``_Holders`` of the utilisation rows (free GPUs too: the rail map needs every GPU of a host)."""
+    util = rows.rows_of(UTIL)
+    if not util.size:
+        return _Holders.empty()
+    codes, kept = np.unique(series[util], return_inverse=True)
+    times, at = np.unique(rows.t[util], return_inverse=True)
+    key = kept.reshape(-1) * len(times) + at.reshape(-1)
+    order = np.argsort(key, kind="stable")  # equal keys keep their row order: the last one wins a lookup
+    return _Holders(
+        series={series_names[c]: k for k, c in enumerate(codes.tolist())},
+        times=times,
+        key=key[order],
+        job=rows.job.take(util[order]),
+    )
+
+
+def _accumulate_dcgm(rows: _DcgmRows, acc: dict[tuple[str, str, str], _Acc]) -> _Holders:
+    """Fill per (job, host, device) accumulators, vectorised; return who held each GPU at each of its
+    utilisation samples (the IB attribution looks jobs up there)."""
+    if not len(rows.t):
+        return _Holders.empty()
+    series, series_names = joint_codes(rows.host, rows.device)
+    job, job_names = rows.job.codes, rows.job.names
+    metric = rows.metric.codes
     n_series = max(len(series_names), 1)
     # Rows are sorted by (metric, host, device, t): a row starts a series when its metric or series changes.
     first = np.ones(len(series), dtype=bool)
@@ -543,15 +638,15 @@ def _accumulate_dcgm(
     cell_of = np.where(held, job * n_series + series, -1)
     cells, inverse = np.unique(cell_of[held], return_inverse=True)
     cell = np.full(len(series), -1, dtype=np.int64)
-    cell[held] = inverse
+    cell[held] = inverse.reshape(-1)
     n = len(cells)
-    value, t = f["value"], f["t"]
+    value, t = rows.value, rows.t
 
-    def rows(name: str) -> np.ndarray:
-        return np.flatnonzero((metric == name) & held)
+    def rows_held(name: str) -> np.ndarray:
+        return np.flatnonzero((metric == rows.metric.code(name)) & held)
 
     def total(name: str, weights: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
-        r = rows(name)
+        r = rows_held(name)
         return (
             np.bincount(cell[r], weights=value[r] if weights is None else weights[r], minlength=n),
             np.bincount(cell[r], minlength=n),
@@ -559,7 +654,7 @@ def _accumulate_dcgm(
 
     def extreme(name: str, ufunc: np.ufunc, column: np.ndarray, start: float) -> np.ndarray:
         out = np.full(n, start)
-        r = rows(name)
+        r = rows_held(name)
         ufunc.at(out, cell[r], column[r])
         return out
 
@@ -568,27 +663,27 @@ def _accumulate_dcgm(
     power_sum, power_n = total(POWER)
     util_max, fb_max = extreme(UTIL, np.fmax, value, np.nan), extreme(FB, np.fmax, value, np.nan)
     first_t, last_t = extreme(UTIL, np.fmin, t, np.nan), extreme(UTIL, np.fmax, t, np.nan)
-    interval = _series_interval_s(series, t, np.flatnonzero(metric == UTIL), n_series)
+    interval = _series_interval_s(series, t, rows.rows_of(UTIL), n_series)
     # Energy: deltas of the counter inside a series, each the later sample's job's; a negative one is a reset
     # (driver reload), one across a gap of more than MAX_COUNTER_GAP_INTERVALS scrape intervals spans time
     # nobody watched (a scrape outage, rows of other jobs left out): both skipped.
     delta = np.diff(value, prepend=np.nan)
-    step = _series_interval_s(series, t, np.flatnonzero(metric == ENERGY), n_series)[series]
+    step = _series_interval_s(series, t, rows.rows_of(ENERGY), n_series)[series]
     watched = np.diff(t, prepend=np.nan) <= MAX_COUNTER_GAP_INTERVALS * np.where(step > 0, step, np.inf)
     energy_ok = ~first & watched & (delta >= 0)
     energy, _ = total(ENERGY, np.where(energy_ok, delta, 0.0))
     # XID: a new non-zero value of the "last XID" gauge is one more error.
     previous = np.where(first, 0.0, np.concatenate([[0.0], value[:-1]]))
     xid, _ = total(XID, ((value != 0) & (value != previous)).astype(float))
-    sources = _cell_sets(cell[held], f["source"][held], n)
-    profiles = _cell_sets(cell[held], f["profile"][held], n)
+    sources = _cell_names(cell[held], rows.source.take(held), n)
+    profiles = _cell_names(cell[held], rows.profile.take(held), n)
 
     def maybe(x: float) -> float | None:
         return None if np.isnan(x) else float(x)
 
     for k, code in enumerate(cells.tolist()):
         job_id = job_names[code // n_series]
-        host, device = series_names[code % n_series]
+        host, device = (str(name) for name in series_names[code % n_series])  # a null as "None", as before
         acc[(job_id, host, device)] = _Acc(
             energy_mj=float(energy[k]),
             util_sum=float(util_sum[k]),
@@ -606,52 +701,21 @@ def _accumulate_dcgm(
             sources={v for v in sources[k] if v},
             profile=next((v for v in sorted(profiles[k], key=str) if v), None),
         )
-    u = np.flatnonzero(metric == UTIL)
-    # Free GPUs too (job None): the rail map needs every GPU of a host.
-    return dict(zip(zip(f["host"][u].tolist(), f["device"][u].tolist(), f["t"][u].tolist()), f["job"][u].tolist()))
+    return _holders(rows, series, series_names)
 
 
-def _joint_codes(*columns: np.ndarray) -> tuple[np.ndarray, list[tuple[str, ...]]]:
-    """Integer code per row of the tuple of its values in several text columns, in order of first appearance,
-    and each code's tuple as text (a null as "None", as an f-string writes it). From each column's codes, not
-    from a joined text per row (a 1,536-GPU job's report holds 200,000 DCGM rows a minute)."""
-    joint = np.zeros(len(columns[0]), dtype=np.int64)
-    texts = []
-    for column in columns:
-        codes, distinct = _codes(column)
-        texts.append(["None", *distinct])
-        joint = joint * len(texts[-1]) + (codes + 1)  # a null's code -1 becomes 0
-    encoded = pa.array(joint).dictionary_encode()
-    tuples = []
-    for code in encoded.dictionary.to_pylist():
-        parts = []
-        for names in reversed(texts):
-            code, at = divmod(code, len(names))
-            parts.append(names[at])
-        tuples.append(tuple(reversed(parts)))
-    return encoded.indices.to_numpy(zero_copy_only=False).astype(np.int64), tuples
-
-
-def _cell_sets(cell: np.ndarray, values: np.ndarray, n: int) -> list[set[Any]]:
-    """The distinct ``values`` of each cell (few: a source name, a MIG profile)."""
+def _cell_names(cell: np.ndarray, values: Coded, n: int) -> list[set[Any]]:
+    """The distinct ``values`` (None for a null) of each of ``n`` cells (few: a source name, a MIG profile)."""
     out: list[set[Any]] = [set() for _ in range(n)]
-    try:
-        codes, names = _codes(values)
-    except (pa.ArrowInvalid, pa.ArrowTypeError):  # not all text: pair them one by one
-        for c, v in set(zip(cell.tolist(), values.tolist())):
-            out[c].add(v)
-        return out
+    table = values.table()
+    width = len(table)
     # Each distinct (cell, value) once, as integers: a 1,536-GPU job has 100,000 rows and a few values.
-    named: list[str | None] = [*names, None]
-    width = len(named)
-    for pair in np.unique(cell * width + np.where(codes < 0, width - 1, codes)).tolist():
-        out[pair // width].add(named[pair % width])
+    for pair in np.unique(cell * width + np.where(values.codes < 0, width - 1, values.codes)).tolist():
+        out[pair // width].add(table[pair % width])
     return out
 
 
-def _accumulate_ib(
-    samples: pa.Table, holder: dict[tuple[str, str, float], str | None], acc: dict[tuple[str, str, str], _Acc]
-) -> None:
+def _accumulate_ib(samples: pa.Table, holders: _Holders, acc: dict[tuple[str, str, str], _Acc]) -> None:
     """IB deltas of port mlx5_h go to the jobs on the GPUs of rail h (g * H // G == h), split equally.
 
     Every share (``delta // rails``) is a whole number, so they are summed as integers per (job, host, GPU)
@@ -662,7 +726,7 @@ def _accumulate_ib(
     sub = _rows_of(samples, IB_METRICS)
     if not sub.num_rows:
         return
-    rows = _ib_rows(sub, holder)
+    rows = _ib_rows(sub, holders)
     if rows is None:
         return
     t, series, value, rails = rows
@@ -673,40 +737,43 @@ def _accumulate_ib(
     railed = np.array([len(gpus) for *_, gpus in rails], dtype=np.int64)[series[1:][pair]]
     pair, railed = pair[railed > 0], railed[railed > 0]
     share = delta[pair] // railed
+    shares = _RailShares.of(t[1:][pair], series[1:][pair], rails, holders)
     if not (np.isfinite(share).all() and float(np.abs(share).sum()) < 2.0**62):
-        _add_ib_in_order(t, series, pair, share, rails, holder, acc)
+        _add_ib_in_order(shares, share, holders, acc)
         return
-    _add_ib_summed(t[1:][pair], series[1:][pair], share.astype(np.int64), rails, holder, acc)
+    _add_ib_summed(shares, share.astype(np.int64), holders, acc)
 
 
 def _ib_rows(
-    sub: pa.Table, holder: dict[tuple[str, str, float], str | None]
-) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[tuple[str, str, str, list[str]]]] | None:
+    sub: pa.Table, holders: _Holders
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[tuple[str, str, str, list[Any]]]] | None:
     """The IB rows with a host as (t, series code, value) and per series (metric, host, device, its rail's
     GPUs)."""
-    label_host, device = _per_distinct(sub.column("labels"), lambda lab: _host_of(None, lab), _device_of)
-    column_host = _column(sub, "host")
-    own = np.array([bool(h) for h in column_host.tolist()], dtype=bool)  # the host column, else the labels'
-    hosts = np.where(own, column_host, label_host)
-    keep = own | np.array([bool(h) for h in label_host.tolist()], dtype=bool)
+    labels, host = Coded.of(sub.column("labels")), Coded.of(sub.column("host"))
+    # A row's host: its host column, else its labels' (node-exporter's target); one text table for both.
+    hosts = [*host.names, *labels.per_name(lambda lab: _host_of(None, lab))]
+    own = np.array([bool(h) for h in host.names] + [False], dtype=bool)[host.codes]
+    row_host = np.where(own, host.codes, len(host.names) + np.where(labels.codes >= 0, labels.codes, len(labels.names)))
+    keep = np.array([bool(h) for h in hosts], dtype=bool)[row_host]
     if not keep.any():
         return None
-    names = _column(sub, "metric")
-    series, keys = _joint_codes(names[keep], hosts[keep], device[keep])
-    gpus_of_host: dict[str, set[str]] = {}
-    for gpu_host, gpu, _t in holder:
-        gpus_of_host.setdefault(gpu_host, set()).add(gpu)
+    devices = labels.per_name(_device_of)
+    series, keys = joint_codes(
+        Coded.of(sub.column("metric")).take(keep),
+        Coded.of_values(hosts).take(row_host[keep]),
+        Coded.of_values(devices).take(np.where(labels.codes >= 0, labels.codes, len(labels.names))[keep]),
+    )
+    gpus_sorted = {h: sorted(gpus, key=_num) for h, gpus in holders.gpus_by_host().items()}
     hcas_of_host: dict[str, set[str]] = {}
-    for _, host, dev in keys:
-        hcas_of_host.setdefault(host, set()).add(dev)
-    gpus_sorted = {host: tuple(sorted(gpus, key=_num)) for host, gpus in gpus_of_host.items()}
+    for _, h, dev in keys:
+        hcas_of_host.setdefault(h, set()).add(dev)
     rails_of: dict[tuple[str, int, tuple[str, ...]], list[str]] = {}  # hosts of one node type share their rail maps
     rails = []
-    for name, host, dev in keys:
-        shape = (dev, len(hcas_of_host.get(host, ())), gpus_sorted.get(host, ()))
+    for name, h, dev in keys:
+        shape = (dev, len(hcas_of_host.get(h, ())), tuple(gpus_sorted.get(h, ())))
         if shape not in rails_of:
             rails_of[shape] = _rail_gpus(*shape[:2], list(shape[2]))
-        rails.append((name, host, dev, rails_of[shape]))
+        rails.append((name, h, dev, rails_of[shape]))
     t = sub.column("t").to_numpy()[keep].astype(float)
     value = sub.column("value").to_numpy()[keep].astype(float)
     return t, series, value, rails
@@ -717,55 +784,73 @@ def _device_of(labels: str | None) -> str:
     return str(orjson.loads(labels).get("device", "")) if labels else ""
 
 
+@dataclass(frozen=True, slots=True)
+class _RailShares:
+    """Each IB delta once per GPU of its port's rail, with the workload holding that GPU at the delta's time."""
+
+    pair: np.ndarray
+    """The delta's index (among ``_accumulate_ib``'s pairs), in order: pair by pair, each rail's GPUs in turn."""
+    gpu: np.ndarray
+    """The GPU's code in ``_Holders.series`` (-1: a GPU without utilisation samples)."""
+    job: np.ndarray
+    """The workload's code in ``_Holders.job`` (-1: nobody's)."""
+    transmitted: np.ndarray
+    """True for a transmit counter's delta, False for a receive counter's."""
+
+    @classmethod
+    def of(
+        cls, t: np.ndarray, series: np.ndarray, rails: list[tuple[str, str, str, list[Any]]], holders: _Holders
+    ) -> _RailShares:
+        gpus_of = [[holders.series.get((host, gpu), -1) for gpu in gpus] for _, host, _, gpus in rails]
+        count = np.array([len(g) for g in gpus_of], dtype=np.int64)
+        flat = np.array([g for gpus in gpus_of for g in gpus], dtype=np.int64)
+        start = np.cumsum(count) - count
+        per_pair = count[series]
+        pair = np.repeat(np.arange(len(series)), per_pair)
+        nth = np.arange(len(pair)) - np.repeat(np.cumsum(per_pair) - per_pair, per_pair)
+        gpu = flat[start[series][pair] + nth] if len(pair) else np.zeros(0, dtype=np.int64)
+        transmitted = np.array([name == IB_TX for name, *_ in rails], dtype=bool)[series[pair]]
+        return cls(pair=pair, gpu=gpu, job=holders.jobs_at(gpu, t[pair]), transmitted=transmitted)
+
+
 def _add_ib_summed(
-    t: np.ndarray,
-    series: np.ndarray,
-    share: np.ndarray,
-    rails: list[tuple[str, str, str, list[str]]],
-    holder: dict[tuple[str, str, float], str | None],
-    acc: dict[tuple[str, str, str], _Acc],
+    shares: _RailShares, share: np.ndarray, holders: _Holders, acc: dict[tuple[str, str, str], _Acc]
 ) -> None:
-    """Each pair's share (pairs grouped by series) to each GPU of its rail held by a job at the pair's time,
-    summed per (job, host, GPU): one sum per job a GPU saw, not one addition per sample."""
-    times = t.tolist()
-    cuts = [0, *(np.flatnonzero(np.diff(series)) + 1).tolist(), len(series)]
-    for lo, hi in zip(cuts[:-1], cuts[1:]):
-        name, host, _dev, gpus = rails[series[lo]]
-        for gpu in gpus:
-            jobs = [holder.get((host, gpu, x)) for x in times[lo:hi]]
-            for job in dict.fromkeys(jobs):
-                if job is None:
-                    continue
-                whole = jobs.count(job) == len(jobs)  # the GPU was the job's at every sample: the usual case
-                mine = share[lo:hi] if whole else share[lo:hi][np.array([j == job for j in jobs], dtype=bool)]
-                a = acc.setdefault((job, host, gpu), _Acc())
-                if name == IB_TX:
-                    a.ib_tx += float(mine.sum())
-                else:
-                    a.ib_rx += float(mine.sum())
+    """Each share to each GPU of its rail held by a job at the share's time, summed per (job, host, GPU) as
+    integers: one sum per job a GPU saw, not one addition per sample."""
+    held = np.flatnonzero(shares.job >= 0)
+    if not held.size:
+        return
+    cell = (shares.job[held] * len(holders.series) + shares.gpu[held]) * 2 + shares.transmitted[held]
+    order = np.argsort(cell, kind="stable")
+    cell, amounts = cell[order], share[shares.pair[held][order]]
+    keys, first = np.unique(cell, return_index=True)
+    sums = np.add.reduceat(amounts, first)  # int64: exact
+    _credit(keys, sums.tolist(), holders, acc)
 
 
 def _add_ib_in_order(
-    t: np.ndarray,
-    series: np.ndarray,
-    pair: np.ndarray,
-    share: np.ndarray,
-    rails: list[tuple[str, str, str, list[str]]],
-    holder: dict[tuple[str, str, float], str | None],
-    acc: dict[tuple[str, str, str], _Acc],
+    shares: _RailShares, share: np.ndarray, holders: _Holders, acc: dict[tuple[str, str, str], _Acc]
 ) -> None:
     """The shares added one at a time, series by series in time order (a float sum depends on its order)."""
-    for p, amount in zip(pair.tolist(), share.tolist()):
-        name, host, _dev, gpus = rails[series[p + 1]]
-        for gpu in gpus:
-            job = holder.get((host, gpu, t[p + 1]))
-            if job is None:
-                continue
-            a = acc.setdefault((job, host, gpu), _Acc())
-            if name == IB_TX:
-                a.ib_tx += amount
-            else:
-                a.ib_rx += amount
+    held = np.flatnonzero(shares.job >= 0)
+    cell = (shares.job[held] * len(holders.series) + shares.gpu[held]) * 2 + shares.transmitted[held]
+    for key, amount in zip(cell.tolist(), share[shares.pair[held]].tolist()):
+        _credit(np.array([key]), [amount], holders, acc)
+
+
+def _credit(cells: np.ndarray, amounts: list[Any], holders: _Holders, acc: dict[tuple[str, str, str], _Acc]) -> None:
+    """Add each amount to its cell's (job, host, GPU) accumulator, transmitted or received."""
+    gpus = list(holders.series)
+    for cell, amount in zip(cells.tolist(), amounts):
+        rest, transmitted = divmod(cell, 2)
+        job, gpu = divmod(rest, len(gpus))
+        host, device = gpus[gpu]
+        a = acc.setdefault((holders.job.names[job], host, device), _Acc())
+        if transmitted:
+            a.ib_tx += float(amount)
+        else:
+            a.ib_rx += float(amount)
 
 
 def _num(text: str) -> tuple[int, str]:
@@ -873,9 +958,9 @@ def job_reports(
         ts = samples.column("t").to_pylist() if samples.num_rows else []
         now = max(ts) if ts else max((j.end or j.start or 0.0 for j in jobs), default=0.0)
     acc: dict[tuple[str, str, str], _Acc] = {}
-    holder = _accumulate_dcgm(_dcgm_frame(samples, jobs), acc) if samples.num_rows else {}
+    holders = _accumulate_dcgm(_dcgm_frame(samples, jobs), acc) if samples.num_rows else _Holders.empty()
     if samples.num_rows:
-        _accumulate_ib(samples, holder, acc)
+        _accumulate_ib(samples, holders, acc)
     lustre = _lustre_bytes(samples) if samples.num_rows else {}
     usage = _slurm_usage(samples) if samples.num_rows else {}
     by_job: dict[str, list[tuple[str, str, _Acc]]] = {}

@@ -370,10 +370,13 @@ def _nanmedian(values: Any, axis: int | None = None, *, keepdims: bool = False) 
     return np.nanmedian(values, axis=axis, keepdims=keepdims)
 
 
-def _ratio(best: float, mine: float) -> float:
-    if not np.isfinite(mine) or mine <= 0:
-        return 1.0
-    return float(min(max(best / mine, 0.0), 1.0))
+def _ratios(best: Any, mine: Any) -> list[float]:
+    """``best / mine`` per rank, within [0, 1]; 1.0 where ``mine`` is not a positive number (nothing to compare)."""
+    mine = np.asarray(mine, dtype=float)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ratio = np.clip(np.asarray(best, dtype=float) / mine, 0.0, 1.0)
+    ratios: list[float] = np.where(np.isfinite(mine) & (mine > 0), ratio, 1.0).tolist()
+    return ratios
 
 
 def _rank_scores(
@@ -395,6 +398,8 @@ def _rank_scores(
     phase_rows: dict[str, list[float]] = {p: med_phase[p].tolist() for p in PHASES}
     z_rows, outliers = _nanmedian(z, axis=1).tolist(), outlier.sum(axis=1).tolist()
     gpu_rows = _gpu_rows(gpu) if gpu is not None else None
+    scores, individual = _ratios(best_rank, med_work), _ratios(best_own, med_work)
+    phase_scores = {p: _ratios(best_phase[p], med_phase[p]) for p in WORK_PHASES}
     out = []
     for i, rank in enumerate(anatomy.ranks):
         node, gpu_index = anatomy.placement.get(rank, (None, None))
@@ -407,9 +412,9 @@ def _rank_scores(
                 phases={p: phase_rows[p][i] for p in PHASES},
                 work_s=work_s,
                 step_s=step_s[i],
-                score=_ratio(best_rank, work_s),
-                individual_score=_ratio(best_own[i], work_s),
-                phase_scores={p: _ratio(best_phase[p], phase_rows[p][i]) for p in WORK_PHASES},
+                score=scores[i],
+                individual_score=individual[i],
+                phase_scores={p: phase_scores[p][i] for p in WORK_PHASES},
                 z=z_rows[i],
                 outlier_steps=int(outliers[i]),
                 **({} if gpu_rows is None else {key: column[i] for key, column in gpu_rows.items()}),
@@ -424,8 +429,8 @@ def _gpu_rows(gpu: _Gpu) -> dict[str, list[float]]:
     best = float(np.nanmin(med))
     return {
         "gpu_compute_s": med.tolist(),
-        "gpu_score": [_ratio(best, m) for m in med.tolist()],
-        "gpu_individual_score": [_ratio(lo, m) for lo, m in zip(np.nanmin(gpu.compute, axis=1).tolist(), med.tolist())],
+        "gpu_score": _ratios(best, med),
+        "gpu_individual_score": _ratios(np.nanmin(gpu.compute, axis=1), med),
         "gpu_z": _nanmedian(gpu.z, axis=1).tolist(),
         "late_s": _nanmedian(gpu.late, axis=1).tolist(),
         "last_fraction": [float(x) for x in np.asarray(gpu.last_fraction).tolist()],

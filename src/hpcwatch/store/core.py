@@ -1152,6 +1152,11 @@ class Store:
         return [job for job in self._all_jobs[1] if not wanted.isdisjoint(job.nodes)]
 
     def job(self, job_id: str) -> Job | None:
+        """The job ``job_id``, None when the store has none. From what ``jobs()`` keeps while the table has not
+        changed since (the live page reads every job each tick; a job page asks for its job five times)."""
+        kept = self._all_jobs
+        if kept is not None and kept[0] == self.table_mark("jobs"):
+            return next((job for job in kept[1] if job.id == job_id), None)
         rows = self.query(f"SELECT {_JOB_COLUMNS} FROM jobs WHERE id = ?", [job_id])
         return _job_from_row(rows[0]) if rows else None
 
