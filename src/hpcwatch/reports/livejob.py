@@ -81,11 +81,7 @@ class JobLive:
 
 def live_verdicts(store: Store, job: str) -> JobLive:
     """The newest live event of each kind about ``job``."""
-    _, events = queries.events_of_kinds(store, LIVE_KINDS)
-    newest: dict[str, Event] = {}
-    for event in events:  # time order: the last one of a kind wins
-        if str(event.attrs.get("job")) == job:
-            newest[event.kind] = event
+    newest = {event.kind: event for event in queries.newest_job_events(store, LIVE_KINDS, job)}
     return JobLive(
         job=job,
         straggler=newest.get(EventKind.LIVE_STRAGGLER),
