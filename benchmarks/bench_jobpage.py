@@ -10,6 +10,8 @@ it is written there once and reused by the next runs (a 1,024-node twin takes mi
 and after are measured on the same rows. The job is the largest running one, as ``bench_web.py`` picks it.
 
 - **overview_s**: ``reports.jobpage.job_overview`` alone, in this process (median of ``--runs``);
+- **overview_peak_growth_mb**: how much the process's peak RSS grew during those overviews (a page's memory;
+  0 when building the store in the same run held more);
 - **page_first_s**: the first ``GET /job/ID`` through the app (Starlette's test client, in this process: the
   request's whole path, routing, access, rendering, but no socket); **page_s** / **api_s**: the next
   ``GET /job/ID`` and ``GET /api/job/ID`` (median of ``--runs``): from the app's overview cache when the
@@ -29,6 +31,7 @@ import io
 import json
 import os
 import pstats
+import resource
 import statistics
 import time
 from pathlib import Path
@@ -129,7 +132,11 @@ def main() -> None:
     out["load_avg_1m_before"] = os.getloadavg()[0]
     if args.profile:
         print(profile(lambda: job_overview(store, job), args.profile))
+    before_kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     out["overview_s"] = median_s(lambda: job_overview(store, job), args.runs)
+    # The most this process ever held, less what it held before the overviews: what one page costs in memory
+    # when nothing before it held more (a store built in this run may have: then 0). It grows with the job's age.
+    out["overview_peak_growth_mb"] = round((resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before_kb) / 1024)
     if not args.no_http:
         with TestClient(create_app(store, cluster_with_nodes(args.nodes))) as client:
             # The first request computes the overview; the next ones find it in the app's cache while

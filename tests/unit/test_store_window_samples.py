@@ -67,7 +67,7 @@ def test_the_window_read_gives_the_rows_of_store_samples(parts, metrics, host, t
         assert sorted(got, key=key) == sorted(want, key=key)
 
 
-@settings(max_examples=120, deadline=None)
+@settings(max_examples=60, deadline=None)  # each example commits a store's parts: ~0.1 s
 @given(
     parts=st.lists(rows, min_size=1, max_size=3),
     hosts=st.sampled_from([["node1"], ["node1", "node2"], ["node9"]]),
