@@ -1,7 +1,8 @@
-"""``store.queries.window_samples``: the health rules' window read with its label text once per label set.
+"""``store.queries.window_samples`` (the health rules' window) and ``job_window_samples`` (a job's report):
+reads with the label text once per label set.
 
-It must give what ``Store.samples`` gives, row for row and in the same order, whatever the rows: label sets
-shared or not, rows without labels, without a host or a GPU, one host or all, any start time, rows
+They must give what a read with the text per row gives, row for row and in the same order, whatever the rows:
+label sets shared or not, rows without labels, without a host or a GPU, one host or all, any start time, rows
 committed in several parts.
 """
 
@@ -66,6 +67,34 @@ def test_the_window_read_gives_the_rows_of_store_samples(parts, metrics, host, t
         assert sorted(got, key=key) == sorted(want, key=key)
 
 
+@settings(max_examples=60, deadline=None)  # each example commits a store's parts: ~0.1 s
+@given(
+    parts=st.lists(rows, min_size=1, max_size=3),
+    hosts=st.sampled_from([["node1"], ["node1", "node2"], ["node9"]]),
+    window=st.sampled_from([(0.0, None), (4.5, None), (2.0, 6.0)]),
+)
+def test_the_job_window_read_gives_the_rows_read_with_their_text(parts, hosts, window):
+    t0, t1 = window
+    with Store() as store:
+        for part in parts:
+            if part:
+                store.add_sample_table(pa.Table.from_pylist(part, schema=SAMPLE_SCHEMA))
+        found = queries.job_window_samples(store, ["a", "b"], hosts=hosts, job="41", t0=t0, t1=t1)
+        where = "metric IN ('a', 'b') AND t >= ?" + (" AND t <= ?" if t1 is not None else "")
+        where += f" AND (host IN ({', '.join('?' for _ in hosts)}) OR job = '41')"
+        plain = store.query_arrow(
+            f"SELECT * FROM samples WHERE {where} ORDER BY metric, host, gpu, t",
+            [t0, *([t1] if t1 is not None else []), *hosts],
+        )
+        assert found.column_names == SAMPLE_SCHEMA.names
+        got, want = _as_text(found).to_pylist(), plain.to_pylist()
+        key = lambda r: tuple(str(r[k]) for k in SAMPLE_SCHEMA.names)  # noqa: E731
+        assert [(r["metric"], r["host"], r["gpu"], r["t"]) for r in got] == [
+            (r["metric"], r["host"], r["gpu"], r["t"]) for r in want
+        ]
+        assert sorted(got, key=key) == sorted(want, key=key)
+
+
 def test_two_label_sets_with_one_hash_are_read_as_text(monkeypatch):
     """Should DuckDB's hash ever give two label sets one value, the window is read with its text per row."""
     with Store() as store:
@@ -99,6 +128,8 @@ def test_two_label_sets_with_one_hash_are_read_as_text(monkeypatch):
         window = queries.window_samples(store, ["a"], t0=None)
         assert window["labels"].type == pa.string()
         assert window.to_pylist() == store.samples(["a"]).to_pylist()
+        of_job = queries.job_window_samples(store, ["a"], hosts=["n1"], job="41", t0=0.0, t1=None)
+        assert of_job["labels"].type == pa.string() and of_job.to_pylist() == window.to_pylist()
 
 
 @pytest.mark.parametrize("t0", [None, 100.0])
