@@ -812,20 +812,24 @@ class _RailShares:
         transmitted = np.array([name == IB_TX for name, *_ in rails], dtype=bool)[series[pair]]
         return cls(pair=pair, gpu=gpu, job=holders.jobs_at(gpu, t[pair]), transmitted=transmitted)
 
+    def cells(self, holders: _Holders) -> tuple[np.ndarray, np.ndarray]:
+        """The shares a job held (their indices), and each one's cell: its job, GPU and direction as one integer
+        (``_credit`` reads it back)."""
+        held = np.flatnonzero(self.job >= 0)
+        return held, (self.job[held] * len(holders.series) + self.gpu[held]) * 2 + self.transmitted[held]
+
 
 def _add_ib_summed(
     shares: _RailShares, share: np.ndarray, holders: _Holders, acc: dict[tuple[str, str, str], _Acc]
 ) -> None:
     """Each share to each GPU of its rail held by a job at the share's time, summed per (job, host, GPU) as
     integers: one sum per job a GPU saw, not one addition per sample."""
-    held = np.flatnonzero(shares.job >= 0)
+    held, cell = shares.cells(holders)
     if not held.size:
         return
-    cell = (shares.job[held] * len(holders.series) + shares.gpu[held]) * 2 + shares.transmitted[held]
     order = np.argsort(cell, kind="stable")
-    cell, amounts = cell[order], share[shares.pair[held][order]]
-    keys, first = np.unique(cell, return_index=True)
-    sums = np.add.reduceat(amounts, first)  # int64: exact
+    keys, first = np.unique(cell[order], return_index=True)
+    sums = np.add.reduceat(share[shares.pair[held][order]], first)  # int64: exact
     _credit(keys, sums.tolist(), holders, acc)
 
 
@@ -833,14 +837,12 @@ def _add_ib_in_order(
     shares: _RailShares, share: np.ndarray, holders: _Holders, acc: dict[tuple[str, str, str], _Acc]
 ) -> None:
     """The shares added one at a time, series by series in time order (a float sum depends on its order)."""
-    held = np.flatnonzero(shares.job >= 0)
-    cell = (shares.job[held] * len(holders.series) + shares.gpu[held]) * 2 + shares.transmitted[held]
-    for key, amount in zip(cell.tolist(), share[shares.pair[held]].tolist()):
-        _credit(np.array([key]), [amount], holders, acc)
+    held, cell = shares.cells(holders)
+    _credit(cell, share[shares.pair[held]].tolist(), holders, acc)
 
 
 def _credit(cells: np.ndarray, amounts: list[Any], holders: _Holders, acc: dict[tuple[str, str, str], _Acc]) -> None:
-    """Add each amount to its cell's (job, host, GPU) accumulator, transmitted or received."""
+    """Add each amount, in order, to its cell's (job, host, GPU) accumulator, transmitted or received."""
     gpus = list(holders.series)
     for cell, amount in zip(cells.tolist(), amounts):
         rest, transmitted = divmod(cell, 2)
