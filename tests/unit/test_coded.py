@@ -6,7 +6,7 @@ import pyarrow as pa
 from hypothesis import given
 from hypothesis import strategies as st
 
-from hpcwatch.analysis.coded import Coded, joint_codes
+from hpcwatch.analysis.coded import Coded, as_text, joint_codes
 
 texts = st.lists(st.one_of(st.none(), st.sampled_from(["", "a", "b", "node10", "node2", "None", "é"])), max_size=30)
 
@@ -47,3 +47,12 @@ def test_joint_codes_tell_apart_exactly_the_distinct_tuples(rows) -> None:
 def test_a_value_no_row_holds_has_a_code_no_row_has() -> None:
     coded = Coded.of(pa.array(["a", None], pa.string()))
     assert coded.code("a") == 0 and coded.code("zzz") not in coded.codes.tolist()
+
+
+@given(texts)
+def test_as_text_gives_the_text_of_an_encoded_column_and_leaves_text_alone(values) -> None:
+    column = pa.chunked_array([pa.array(values, pa.string())])
+    assert as_text(column.dictionary_encode()).type == pa.string()
+    assert as_text(column.dictionary_encode()).to_pylist() == values
+    assert as_text(column) is column
+

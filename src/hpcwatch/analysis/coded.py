@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-__all__ = ["Coded", "joint_codes"]
+__all__ = ["Coded", "joint_codes", "as_text"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,3 +99,9 @@ def joint_codes(*columns: Coded) -> tuple[np.ndarray, list[tuple[Any, ...]]]:
             parts.append(column.names[at - 1] if at else None)
         tuples.append(tuple(reversed(parts)))
     return codes.reshape(-1).astype(np.int64, copy=False), tuples
+
+
+def as_text(column: pa.ChunkedArray) -> pa.ChunkedArray:
+    """A text column as text, decoded when it came dictionary-encoded (the label sets of
+    ``store.queries.window_samples`` and ``job_window_samples``): for what compares or joins the text itself."""
+    return column.cast(pa.string()) if pa.types.is_dictionary(column.type) else column

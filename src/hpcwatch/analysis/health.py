@@ -31,6 +31,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from hpcwatch import vocab
+from hpcwatch.analysis.coded import as_text
 from hpcwatch.analysis.health_rules import HealthRuleId, health_rule
 from hpcwatch.analysis.xid import XID_CATALOG_URL, Verdict, xid_info
 from hpcwatch.errors import ConfigError
@@ -1694,9 +1695,7 @@ def _label_sets(table: pa.Table) -> pa.Table:
             }
         )
     sets = table.select(["host", "metric", "labels"]).group_by(["host", "metric", "labels"]).aggregate([])
-    if pa.types.is_dictionary(sets.schema.field("labels").type):  # store.queries.window_samples: text for the rules
-        sets = sets.set_column(2, "labels", sets["labels"].cast(pa.string()))
-    return sets
+    return sets.set_column(2, "labels", as_text(sets["labels"]))  # the rules read the text
 
 
 def _source_versions(sets: pa.Table, src: FleetSource) -> dict[str, set[str]]:

@@ -45,6 +45,7 @@ import pyarrow.compute as pc
 
 from hpcwatch import vocab
 from hpcwatch.analysis.attribution import JobReport
+from hpcwatch.analysis.coded import as_text
 from hpcwatch.analysis.goodput import StepTable
 from hpcwatch.store import queries
 
@@ -201,7 +202,7 @@ def _families(
         if not pc.any(mask).as_py():
             continue
         # Only the columns the family reads: filtering copies them, and labels are most of the bytes.
-        rows, key = _jobs_rows(_label_text(samples.select(_COLUMNS[family]).filter(mask)), family, report, job_id)
+        rows, key = _jobs_rows(samples.select(_COLUMNS[family]).filter(mask), family, report, job_id)
         if not rows.num_rows:
             continue
         codes = pc.fill_null(pc.dictionary_encode(key).combine_chunks().indices, -1).to_numpy(zero_copy_only=False)
@@ -233,21 +234,13 @@ def _jobs_rows(rows: pa.Table, family: str, report: JobReport | None, job_id: st
         other_job = pc.fill_null(pc.not_equal(rows.column("job"), job_id), False)
         mine = pc.and_not(pc.is_in(key, pa.array(sorted(whole), type=pa.string())), other_job)
     elif family == IB_TX:
-        key = pc.binary_join_element_wise(rows.column("host"), pc.fill_null(rows.column("labels"), ""), "\x00")
+        key = pc.binary_join_element_wise(rows.column("host"), pc.fill_null(as_text(rows.column("labels")), ""), "\x00")
         mine = pc.is_in(rows.column("host"), pa.array(list(report.nodes) if report else [], type=pa.string()))
     else:
-        key = rows.column("labels")
+        key = as_text(rows.column("labels"))
         mine = pc.equal(rows.column("job"), job_id)
     keep = pc.fill_null(mine, False)
     return rows.filter(keep), key.filter(keep)
-
-
-def _label_text(rows: pa.Table) -> pa.Table:
-    """``rows`` with their labels as text when they came dictionary-encoded (``queries.job_window_samples``):
-    the series keys join them to the host. Only one family's rows of the job, a few per port or target."""
-    if "labels" not in rows.column_names or not pa.types.is_dictionary(rows.schema.field("labels").type):
-        return rows
-    return rows.set_column(rows.column_names.index("labels"), "labels", rows.column("labels").cast(pa.string()))
 
 
 def _gpu_key(rows: pa.Table) -> pa.ChunkedArray:
