@@ -55,4 +55,3 @@ def test_as_text_gives_the_text_of_an_encoded_column_and_leaves_text_alone(value
     assert as_text(column.dictionary_encode()).type == pa.string()
     assert as_text(column.dictionary_encode()).to_pylist() == values
     assert as_text(column) is column
-
