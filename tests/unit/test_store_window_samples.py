@@ -41,6 +41,16 @@ def _as_text(table: pa.Table) -> pa.Table:
     return table
 
 
+def _assert_same_rows(read: pa.Table, plain: pa.Table) -> None:
+    """The same rows in the same (metric, host, gpu, t) order; rows that tie on those come in either order from
+    either query, so the whole rows are compared as sorted."""
+    got, want = _as_text(read).to_pylist(), plain.to_pylist()
+    order = ("metric", "host", "gpu", "t")
+    assert [tuple(r[k] for k in order) for r in got] == [tuple(r[k] for k in order) for r in want]
+    key = lambda r: tuple(str(r[k]) for k in SAMPLE_SCHEMA.names)  # noqa: E731
+    assert sorted(got, key=key) == sorted(want, key=key)
+
+
 @settings(max_examples=120, deadline=None)
 @given(
     parts=st.lists(rows, min_size=1, max_size=3),
@@ -58,13 +68,7 @@ def test_the_window_read_gives_the_rows_of_store_samples(parts, metrics, host, t
         assert window.column_names == SAMPLE_SCHEMA.names
         if window.num_rows:
             assert pa.types.is_dictionary(window["labels"].type)
-        # Rows that tie on (metric, host, gpu, t) come in either order from either query: compared as sorted.
-        got, want = _as_text(window).to_pylist(), plain.to_pylist()
-        key = lambda r: tuple(str(r[k]) for k in SAMPLE_SCHEMA.names)  # noqa: E731
-        assert [(r["metric"], r["host"], r["gpu"], r["t"]) for r in got] == [
-            (r["metric"], r["host"], r["gpu"], r["t"]) for r in want
-        ]
-        assert sorted(got, key=key) == sorted(want, key=key)
+        _assert_same_rows(window, plain)
 
 
 @settings(max_examples=60, deadline=None)  # each example commits a store's parts: ~0.1 s
@@ -87,12 +91,7 @@ def test_the_job_window_read_gives_the_rows_read_with_their_text(parts, hosts, w
             [t0, *([t1] if t1 is not None else []), *hosts],
         )
         assert found.column_names == SAMPLE_SCHEMA.names
-        got, want = _as_text(found).to_pylist(), plain.to_pylist()
-        key = lambda r: tuple(str(r[k]) for k in SAMPLE_SCHEMA.names)  # noqa: E731
-        assert [(r["metric"], r["host"], r["gpu"], r["t"]) for r in got] == [
-            (r["metric"], r["host"], r["gpu"], r["t"]) for r in want
-        ]
-        assert sorted(got, key=key) == sorted(want, key=key)
+        _assert_same_rows(found, plain)
 
 
 def test_two_label_sets_with_one_hash_are_read_as_text(monkeypatch):
