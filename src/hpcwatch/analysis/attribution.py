@@ -67,6 +67,20 @@ import pyarrow.compute as pc
 
 from hpcwatch import vocab
 from hpcwatch.analysis.coded import Coded, joint_codes
+from hpcwatch.analysis.jobpartial import (
+    GAP_METRICS,
+    ZERO,
+    Acc,
+    CellKey,
+    Ends,
+    Exact,
+    Partial,
+    PortEnds,
+    Shape,
+    exact_plus,
+    exact_sums,
+    median_gap_s,
+)
 from hpcwatch.records import Job
 
 __all__ = [
@@ -77,6 +91,11 @@ __all__ = [
     "attribute",
     "attribute_with_sources",
     "job_reports",
+    "partial_of",
+    "reports_of",
+    "shape_of",
+    "Partial",
+    "Shape",
     "report_dict",
     "device_key",
     "DCGM_METRICS",
@@ -457,27 +476,6 @@ def _by_allocation(
 # -- the report ------------------------------------------------------------------------------------
 
 
-@dataclass(slots=True)
-class _Acc:
-    energy_mj: float = 0.0
-    util_sum: float = 0.0
-    util_n: int = 0
-    tensor_sum: float = 0.0
-    tensor_n: int = 0
-    power_sum: float = 0.0
-    power_n: int = 0
-    fb_max: float | None = None
-    util_max: float | None = None
-    xid: int = 0
-    ib_tx: float = 0.0
-    ib_rx: float = 0.0
-    first_t: float | None = None
-    last_t: float | None = None
-    observed_s: float = 0.0
-    sources: set[str] = field(default_factory=set)
-    profile: str | None = None
-
-
 @dataclass(frozen=True, slots=True)
 class _DcgmRows:
     """The DCGM rows in (metric, host, device, t) order, each with the workload it counts for (``job``, -1:
@@ -502,9 +500,10 @@ class _DcgmRows:
         return np.flatnonzero(self.metric.codes == self.metric.code(metric))
 
 
-def _dcgm_frame(samples: pa.Table, jobs: Sequence[Job]) -> _DcgmRows:
+def _dcgm_frame(samples: pa.Table, jobs: Sequence[Job], shape: Shape) -> _DcgmRows:
     """The DCGM rows, each with its device (``gpu`` or ``gpu.instance``), workload and source; a MIG
-    instance's engine activity stands in for the utilisation it does not report (module doc)."""
+    instance's engine activity stands in for the utilisation it does not report (module doc), where the
+    window (``shape``) has none."""
     sub = _rows_of(samples, DCGM_METRICS)
     metric, host, gpu, hpc_job = (Coded.of(sub.column(name)) for name in ("metric", "host", "gpu", "job"))
     labels = _label_fields(sub.column("labels"))
@@ -512,7 +511,7 @@ def _dcgm_frame(samples: pa.Table, jobs: Sequence[Job]) -> _DcgmRows:
     value = np.asarray(sub.column("value").to_numpy(zero_copy_only=False), dtype=float)
     device = _devices(gpu, labels["instance"])
     job, source = _attributed(host, gpu, t, hpc_job, jobs, pod=labels["pod"], namespace=labels["namespace"])
-    metric, value = _engine_activity_as_util(metric, host, device, value)
+    metric, value = _engine_activity_as_util(metric, host, device, value, shape)
     rows = _DcgmRows(
         metric=metric, host=host, device=device, job=job, source=source, profile=labels["profile"], t=t, value=value
     )
@@ -520,6 +519,23 @@ def _dcgm_frame(samples: pa.Table, jobs: Sequence[Job]) -> _DcgmRows:
     if (np.diff(order) == 1).all():  # the store's order already (by metric, host, gpu, t): no copy of each column
         return rows
     return rows.take(order)
+
+
+def shape_of(samples: pa.Table) -> Shape:
+    """The devices of ``samples`` (any table with metric, host, gpu and labels columns: a window's distinct
+    rows will do) that reported utilisation, engine activity, and InfiniBand counters (``Shape``)."""
+    sub = _rows_of(samples, (UTIL, GR_ACTIVE))
+    metric, host, gpu = (Coded.of(sub.column(name)) for name in ("metric", "host", "gpu"))
+    device = _devices(gpu, _label_fields(sub.column("labels"))["instance"])
+    pairs, per_pair = joint_codes(host, device)
+
+    def devices(name: str) -> frozenset[tuple[Any, Any]]:
+        rows = metric.codes == metric.code(name)
+        return frozenset(per_pair[k] for k in np.unique(pairs[rows]).tolist())
+
+    ports = _ib_ports(_rows_of(samples, IB_METRICS))
+    hcas = frozenset() if ports is None else frozenset((host, dev) for _, host, dev in ports[1])
+    return Shape(util=devices(UTIL), engine=devices(GR_ACTIVE), hcas=hcas)
 
 
 def _devices(gpu: Coded, instance: Coded) -> Coded:
@@ -531,38 +547,23 @@ def _devices(gpu: Coded, instance: Coded) -> Coded:
     return Coded(keys.codes[pairs], keys.names)
 
 
-def _engine_activity_as_util(metric: Coded, host: Coded, device: Coded, value: np.ndarray) -> tuple[Coded, np.ndarray]:
-    """Rows of DCGM_FI_PROF_GR_ENGINE_ACTIVE (ratio) become utilisation (%) on devices without GPU_UTIL."""
+def _engine_activity_as_util(
+    metric: Coded, host: Coded, device: Coded, value: np.ndarray, shape: Shape
+) -> tuple[Coded, np.ndarray]:
+    """Rows of DCGM_FI_PROF_GR_ENGINE_ACTIVE (ratio) become utilisation (%) on devices without GPU_UTIL
+    (in the whole window: ``shape``)."""
     active = metric.codes == metric.code(GR_ACTIVE)
     if not active.any():
         return metric, value
-    gpus, _ = joint_codes(host, device)
-    swap = active & ~np.isin(gpus, gpus[metric.codes == metric.code(UTIL)])
+    gpus, per_gpu = joint_codes(host, device)
+    without_util = np.array([pair not in shape.util for pair in per_gpu], dtype=bool)
+    swap = active & without_util[gpus]
     if not swap.any():
         return metric, value
     names = list(metric.names)
     codes = metric.codes.copy()
     codes[swap] = _code_of(UTIL, names, {name: k for k, name in enumerate(names)})
     return Coded(codes, names), np.where(swap, value * 100.0, value)
-
-
-def _series_interval_s(series: np.ndarray, t: np.ndarray, rows: np.ndarray, n_series: int) -> np.ndarray:
-    """Median gap between consecutive samples of each series (0 where a series has one sample); ``rows``
-    are one metric's rows, sorted by series then t."""
-    out = np.zeros(max(n_series, 1))
-    if len(rows) < 2:
-        return out
-    s, tt = series[rows], t[rows]
-    same = s[1:] == s[:-1]
-    gaps, owner = np.diff(tt)[same], s[1:][same]
-    if not len(gaps):
-        return out
-    # Every series' median at once: gaps sorted within each series, then the middle one (or two).
-    order = np.lexsort((gaps, owner))
-    gaps, owner = gaps[order], owner[order]
-    codes, first, count = np.unique(owner, return_index=True, return_counts=True)
-    out[codes] = (gaps[first + (count - 1) // 2] + gaps[first + count // 2]) / 2
-    return out
 
 
 @dataclass(frozen=True, slots=True)
@@ -578,17 +579,12 @@ class _Holders:
     """series code x len(times) + time's index, per utilisation sample, sorted."""
     job: Coded
     """Per entry of ``key``, its workload."""
+    gpus: list[tuple[str, str]]
+    """Per code of ``series``, its (host, device) as the accumulators key them (text)."""
 
     @classmethod
     def empty(cls) -> _Holders:
-        return cls({}, np.zeros(0), np.zeros(0, dtype=np.int64), Coded(np.zeros(0, dtype=np.int64), []))
-
-    def gpus_by_host(self) -> dict[Any, list[Any]]:
-        out: dict[Any, list[Any]] = {}
-        for host, device in self.series:
-            if device is not None:  # a row without a GPU is on no rail
-                out.setdefault(host, []).append(device)
-        return out
+        return cls({}, np.zeros(0), np.zeros(0, dtype=np.int64), Coded(np.zeros(0, dtype=np.int64), []), [])
 
     def jobs_at(self, series: np.ndarray, t: np.ndarray) -> np.ndarray:
         """The workload's code at each (series, t), -1 where that GPU had no utilisation sample at exactly t or
@@ -604,6 +600,10 @@ class _Holders:
         out[found] = self.job.codes[pos[found]]
         return out
 
+    def cell_key(self, job: int, gpu: int) -> CellKey:
+        """The accumulator key of workload code ``job`` on GPU code ``gpu``."""
+        return (str(self.job.names[job]), *self.gpus[gpu])
+
 
 def _holders(rows: _DcgmRows, series: np.ndarray, series_names: list[tuple[Any, Any]]) -> _Holders:
     """``_Holders`` of the utilisation rows (free GPUs too: the rail map needs every GPU of a host)."""
@@ -614,20 +614,23 @@ def _holders(rows: _DcgmRows, series: np.ndarray, series_names: list[tuple[Any, 
     times, at = np.unique(rows.t[util], return_inverse=True)
     key = kept.reshape(-1) * len(times) + at.reshape(-1)
     order = np.argsort(key, kind="stable")  # equal keys keep their row order: the last one wins a lookup
+    gpus = [series_names[c] for c in codes.tolist()]
     return _Holders(
-        series={series_names[c]: k for k, c in enumerate(codes.tolist())},
+        series={gpu: k for k, gpu in enumerate(gpus)},
         times=times,
         key=key[order],
         job=rows.job.take(util[order]),
+        gpus=[(str(host), str(device)) for host, device in gpus],
     )
 
 
-def _accumulate_dcgm(rows: _DcgmRows, acc: dict[tuple[str, str, str], _Acc]) -> _Holders:
-    """Fill per (job, host, device) accumulators, vectorised; return who held each GPU at each of its
-    utilisation samples (the IB attribution looks jobs up there)."""
+def _accumulate_dcgm(rows: _DcgmRows, part: Partial) -> _Holders:
+    """Fill ``part``'s per (job, host, device) accumulators, series gaps and ends, vectorised; return who held
+    each GPU at each of its utilisation samples (the IB attribution looks jobs up there)."""
     if not len(rows.t):
         return _Holders.empty()
     series, series_names = joint_codes(rows.host, rows.device)
+    texts = [(str(h), str(d)) for h, d in series_names]  # a null as "None", as the accumulators always keyed it
     job, job_names = rows.job.codes, rows.job.names
     metric = rows.metric.codes
     n_series = max(len(series_names), 1)
@@ -641,16 +644,14 @@ def _accumulate_dcgm(rows: _DcgmRows, acc: dict[tuple[str, str, str], _Acc]) -> 
     cell[held] = inverse.reshape(-1)
     n = len(cells)
     value, t = rows.value, rows.t
+    keys = [(str(job_names[code // n_series]), *texts[code % n_series]) for code in cells.tolist()]
 
     def rows_held(name: str) -> np.ndarray:
         return np.flatnonzero((metric == rows.metric.code(name)) & held)
 
-    def total(name: str, weights: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    def total(name: str) -> tuple[list[Exact], np.ndarray]:
         r = rows_held(name)
-        return (
-            np.bincount(cell[r], weights=value[r] if weights is None else weights[r], minlength=n),
-            np.bincount(cell[r], minlength=n),
-        )
+        return exact_sums(cell[r], value[r], n), np.bincount(cell[r], minlength=n)
 
     def extreme(name: str, ufunc: np.ufunc, column: np.ndarray, start: float) -> np.ndarray:
         out = np.full(n, start)
@@ -663,45 +664,85 @@ def _accumulate_dcgm(rows: _DcgmRows, acc: dict[tuple[str, str, str], _Acc]) -> 
     power_sum, power_n = total(POWER)
     util_max, fb_max = extreme(UTIL, np.fmax, value, np.nan), extreme(FB, np.fmax, value, np.nan)
     first_t, last_t = extreme(UTIL, np.fmin, t, np.nan), extreme(UTIL, np.fmax, t, np.nan)
-    interval = _series_interval_s(series, t, rows.rows_of(UTIL), n_series)
-    # Energy: deltas of the counter inside a series, each the later sample's job's; a negative one is a reset
-    # (driver reload), one across a gap of more than MAX_COUNTER_GAP_INTERVALS scrape intervals spans time
-    # nobody watched (a scrape outage, rows of other jobs left out): both skipped.
+    gap = np.where(first, 0, np.rint(np.diff(t, prepend=t[0]) * 1000.0)).astype(np.int64)  # ms
+    for name in GAP_METRICS:
+        r = np.flatnonzero((metric == rows.metric.code(name)) & ~first)
+        pairs, per_pair = _pairs(series[r], gap[r])
+        for (s, g), count in zip(per_pair, np.bincount(pairs, minlength=len(per_pair)).tolist()):
+            histogram = part.gaps.setdefault((name, *texts[s]), {})
+            histogram[g] = histogram.get(g, 0) + count
+    # Energy: deltas of the counter inside a series, each the later sample's job's, summed by the gap they span
+    # (which count is known once the series' median gap is: ``_energy_mj``); a negative one is a reset (driver
+    # reload), skipped.
     delta = np.diff(value, prepend=np.nan)
-    step = _series_interval_s(series, t, rows.rows_of(ENERGY), n_series)[series]
-    watched = np.diff(t, prepend=np.nan) <= MAX_COUNTER_GAP_INTERVALS * np.where(step > 0, step, np.inf)
-    energy_ok = ~first & watched & (delta >= 0)
-    energy, _ = total(ENERGY, np.where(energy_ok, delta, 0.0))
+    energy = np.flatnonzero((metric == rows.metric.code(ENERGY)) & held & ~first & (delta >= 0))
+    energy_by_gap: list[dict[int, Exact]] = [{} for _ in range(n)]
+    pairs, per_pair = _pairs(cell[energy], gap[energy])
+    for (c, g), summed in zip(per_pair, exact_sums(pairs, delta[energy], len(per_pair))):
+        energy_by_gap[c][g] = summed
     # XID: a new non-zero value of the "last XID" gauge is one more error.
     previous = np.where(first, 0.0, np.concatenate([[0.0], value[:-1]]))
-    xid, _ = total(XID, ((value != 0) & (value != previous)).astype(float))
+    r = rows_held(XID)
+    xid = np.bincount(cell[r], weights=((value != 0) & (value != previous))[r], minlength=n)
     sources = _cell_names(cell[held], rows.source.take(held), n)
     profiles = _cell_names(cell[held], rows.profile.take(held), n)
+    _keep_ends(part, rows, series, texts, first, cell, keys)
 
     def maybe(x: float) -> float | None:
         return None if np.isnan(x) else float(x)
 
-    for k, code in enumerate(cells.tolist()):
-        job_id = job_names[code // n_series]
-        host, device = (str(name) for name in series_names[code % n_series])  # a null as "None", as before
-        acc[(job_id, host, device)] = _Acc(
-            energy_mj=float(energy[k]),
-            util_sum=float(util_sum[k]),
+    for k, key in enumerate(keys):
+        part.cells[key] = Acc(
+            util_sum=util_sum[k],
             util_n=int(util_n[k]),
-            tensor_sum=float(tensor_sum[k]),
+            tensor_sum=tensor_sum[k],
             tensor_n=int(tensor_n[k]),
-            power_sum=float(power_sum[k]),
+            power_sum=power_sum[k],
             power_n=int(power_n[k]),
             fb_max=maybe(fb_max[k]),
             util_max=maybe(util_max[k]),
             xid=int(xid[k]),
             first_t=maybe(first_t[k]),
             last_t=maybe(last_t[k]),
-            observed_s=float(util_n[k]) * float(interval[code % n_series]),
             sources={v for v in sources[k] if v},
             profile=next((v for v in sorted(profiles[k], key=str) if v), None),
+            energy_by_gap=energy_by_gap[k],
         )
     return _holders(rows, series, series_names)
+
+
+def _pairs(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, list[tuple[int, int]]]:
+    """A code per row for its (a, b) integer pair, and each code's pair."""
+    if not len(a):
+        return np.zeros(0, dtype=np.int64), []
+    distinct, codes = np.unique(np.stack([a, b], axis=1), axis=0, return_inverse=True)
+    return codes.reshape(-1), [(int(x), int(y)) for x, y in distinct.tolist()]
+
+
+def _keep_ends(
+    part: Partial,
+    rows: _DcgmRows,
+    series: np.ndarray,
+    texts: list[tuple[str, str]],
+    first: np.ndarray,
+    cell: np.ndarray,
+    keys: list[CellKey],
+) -> None:
+    """Each utilisation, energy and XID series' first and last sample (``Partial.add`` joins stretches there)."""
+    last = np.ones(len(first), dtype=bool)
+    last[:-1] = first[1:]
+    for name in (UTIL, ENERGY, XID):
+        mine = rows.metric.codes == rows.metric.code(name)
+        starts, ends = np.flatnonzero(mine & first), np.flatnonzero(mine & last)
+        for i, j in zip(starts.tolist(), ends.tolist()):
+            c = int(cell[i])
+            part.ends[(name, *texts[series[i]])] = Ends(
+                first_t=float(rows.t[i]),
+                first_v=float(rows.value[i]),
+                first_cell=keys[c] if c >= 0 else None,
+                last_t=float(rows.t[j]),
+                last_v=float(rows.value[j]),
+            )
 
 
 def _cell_names(cell: np.ndarray, values: Coded, n: int) -> list[set[Any]]:
@@ -715,23 +756,25 @@ def _cell_names(cell: np.ndarray, values: Coded, n: int) -> list[set[Any]]:
     return out
 
 
-def _accumulate_ib(samples: pa.Table, holders: _Holders, acc: dict[tuple[str, str, str], _Acc]) -> None:
+def _accumulate_ib(samples: pa.Table, holders: _Holders, shape: Shape, part: Partial) -> None:
     """IB deltas of port mlx5_h go to the jobs on the GPUs of rail h (g * H // G == h), split equally.
 
     Every share (``delta // rails``) is a whole number, so they are summed as integers per (job, host, GPU)
     by numpy (at 1,024 nodes a job's nodes hold 250,000 IB rows a minute): exact in any order, whatever the
     total (a 1,536-GPU job passes 2**53 bytes, a float's exact range, in minutes). Only a share that is not
     a finite integer of int64's range (a NaN or absurd counter) makes them float additions one by one, in
-    time order (a float sum depends on its order)."""
+    time order (a float sum depends on its order). Each port's first and last sample are kept
+    (``PortEnds``): the delta from a stretch before this one ends at the first."""
     sub = _rows_of(samples, IB_METRICS)
     if not sub.num_rows:
         return
-    rows = _ib_rows(sub, holders)
+    rows = _ib_rows(sub, shape)
     if rows is None:
         return
     t, series, value, rails = rows
     order = np.lexsort((value, t, series))  # per series, by time (then value, as sorting (t, v) pairs did)
     t, series, value = t[order], series[order], value[order]
+    _keep_port_ends(part, t, series, value, rails, holders)
     delta = np.diff(value)
     pair = np.flatnonzero((series[1:] == series[:-1]) & ~(delta < 0))  # a reset (delta < 0) is skipped
     railed = np.array([len(gpus) for *_, gpus in rails], dtype=np.int64)[series[1:][pair]]
@@ -739,16 +782,69 @@ def _accumulate_ib(samples: pa.Table, holders: _Holders, acc: dict[tuple[str, st
     share = delta[pair] // railed
     shares = _RailShares.of(t[1:][pair], series[1:][pair], rails, holders)
     if not (np.isfinite(share).all() and float(np.abs(share).sum()) < 2.0**62):
-        _add_ib_in_order(shares, share, holders, acc)
+        _add_ib_in_order(shares, share, holders, part)
         return
-    _add_ib_summed(shares, share.astype(np.int64), holders, acc)
+    _add_ib_summed(shares, share.astype(np.int64), holders, part)
+
+
+def _keep_port_ends(
+    part: Partial,
+    t: np.ndarray,
+    series: np.ndarray,
+    value: np.ndarray,
+    rails: list[tuple[str, str, str, list[Any]]],
+    holders: _Holders,
+) -> None:
+    """Each port's first and last sample, and the cells holding its rail's GPUs at the first."""
+    starts = np.flatnonzero(np.concatenate([[True], series[1:] != series[:-1]]))
+    ends = np.concatenate([starts[1:] - 1, [len(series) - 1]])
+    shares = _RailShares.of(t[starts], series[starts], rails, holders)
+    held, cell = shares.cells(holders)
+    cells_of: list[list[CellKey]] = [[] for _ in starts]
+    for at, code in zip(shares.pair[held].tolist(), cell.tolist()):
+        job, gpu = divmod(code // 2, len(holders.series))
+        cells_of[at].append(holders.cell_key(job, gpu))
+    for k, (i, j) in enumerate(zip(starts.tolist(), ends.tolist())):
+        name, host, device, gpus = rails[series[i]]
+        part.ports[(name, host, device)] = PortEnds(
+            first_t=float(t[i]),
+            first_v=float(value[i]),
+            last_t=float(t[j]),
+            last_v=float(value[j]),
+            transmitted=name == IB_TX,
+            rail_gpus=len(gpus),
+            first_cells=tuple(cells_of[k]),
+        )
 
 
 def _ib_rows(
-    sub: pa.Table, holders: _Holders
+    sub: pa.Table, shape: Shape
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[tuple[str, str, str, list[Any]]]] | None:
     """The IB rows with a host as (t, series code, value) and per series (metric, host, device, its rail's
-    GPUs)."""
+    GPUs: by the window's GPUs and HCAs of the host, ``shape``)."""
+    ports = _ib_ports(sub)
+    if ports is None:
+        return None
+    keep, keys, series = ports
+    gpus_sorted = {h: sorted(gpus, key=_num) for h, gpus in shape.gpus_by_host().items()}
+    hcas_of_host = shape.hca_count()
+    rails_of: dict[tuple[str, int, tuple[str, ...]], list[str]] = {}  # hosts of one node type share their rail maps
+    rails = []
+    for name, h, dev in keys:
+        rail = (dev, hcas_of_host.get(h, 0), tuple(gpus_sorted.get(h, ())))
+        if rail not in rails_of:
+            rails_of[rail] = _rail_gpus(*rail[:2], list(rail[2]))
+        rails.append((name, h, dev, rails_of[rail]))
+    t = sub.column("t").to_numpy()[keep].astype(float)
+    value = sub.column("value").to_numpy()[keep].astype(float)
+    return t, series, value, rails
+
+
+def _ib_ports(sub: pa.Table) -> tuple[np.ndarray, list[tuple[Any, Any, Any]], np.ndarray] | None:
+    """The IB rows that have a host (a mask), each port's (metric, host, HCA device) and each kept row's port
+    code; None when no row has a host."""
+    if not sub.num_rows:
+        return None
     labels, host = Coded.of(sub.column("labels")), Coded.of(sub.column("host"))
     # A row's host: its host column, else its labels' (node-exporter's target); one text table for both.
     hosts = [*host.names, *labels.per_name(lambda lab: _host_of(None, lab))]
@@ -763,20 +859,7 @@ def _ib_rows(
         Coded.of_values(hosts).take(row_host[keep]),
         Coded.of_values(devices).take(np.where(labels.codes >= 0, labels.codes, len(labels.names))[keep]),
     )
-    gpus_sorted = {h: sorted(gpus, key=_num) for h, gpus in holders.gpus_by_host().items()}
-    hcas_of_host: dict[str, set[str]] = {}
-    for _, h, dev in keys:
-        hcas_of_host.setdefault(h, set()).add(dev)
-    rails_of: dict[tuple[str, int, tuple[str, ...]], list[str]] = {}  # hosts of one node type share their rail maps
-    rails = []
-    for name, h, dev in keys:
-        shape = (dev, len(hcas_of_host.get(h, ())), tuple(gpus_sorted.get(h, ())))
-        if shape not in rails_of:
-            rails_of[shape] = _rail_gpus(*shape[:2], list(shape[2]))
-        rails.append((name, h, dev, rails_of[shape]))
-    t = sub.column("t").to_numpy()[keep].astype(float)
-    value = sub.column("value").to_numpy()[keep].astype(float)
-    return t, series, value, rails
+    return keep, keys, series
 
 
 def _device_of(labels: str | None) -> str:
@@ -819,9 +902,7 @@ class _RailShares:
         return held, (self.job[held] * len(holders.series) + self.gpu[held]) * 2 + self.transmitted[held]
 
 
-def _add_ib_summed(
-    shares: _RailShares, share: np.ndarray, holders: _Holders, acc: dict[tuple[str, str, str], _Acc]
-) -> None:
+def _add_ib_summed(shares: _RailShares, share: np.ndarray, holders: _Holders, part: Partial) -> None:
     """Each share to each GPU of its rail held by a job at the share's time, summed per (job, host, GPU) as
     integers: one sum per job a GPU saw, not one addition per sample."""
     held, cell = shares.cells(holders)
@@ -830,25 +911,20 @@ def _add_ib_summed(
     order = np.argsort(cell, kind="stable")
     keys, first = np.unique(cell[order], return_index=True)
     sums = np.add.reduceat(share[shares.pair[held][order]], first)  # int64: exact
-    _credit(keys, sums.tolist(), holders, acc)
+    _credit(keys, sums.tolist(), holders, part)
 
 
-def _add_ib_in_order(
-    shares: _RailShares, share: np.ndarray, holders: _Holders, acc: dict[tuple[str, str, str], _Acc]
-) -> None:
+def _add_ib_in_order(shares: _RailShares, share: np.ndarray, holders: _Holders, part: Partial) -> None:
     """The shares added one at a time, series by series in time order (a float sum depends on its order)."""
     held, cell = shares.cells(holders)
-    _credit(cell, share[shares.pair[held]].tolist(), holders, acc)
+    _credit(cell, share[shares.pair[held]].tolist(), holders, part)
 
 
-def _credit(cells: np.ndarray, amounts: list[Any], holders: _Holders, acc: dict[tuple[str, str, str], _Acc]) -> None:
+def _credit(cells: np.ndarray, amounts: list[Any], holders: _Holders, part: Partial) -> None:
     """Add each amount, in order, to its cell's (job, host, GPU) accumulator, transmitted or received."""
-    gpus = list(holders.series)
     for cell, amount in zip(cells.tolist(), amounts):
         rest, transmitted = divmod(cell, 2)
-        job, gpu = divmod(rest, len(gpus))
-        host, device = gpus[gpu]
-        a = acc.setdefault((holders.job.names[job], host, device), _Acc())
+        a = part.cells.setdefault(holders.cell_key(*divmod(rest, len(holders.series))), Acc())
         if transmitted:
             a.ib_tx += float(amount)
         else:
@@ -868,10 +944,10 @@ def _rail_gpus(device: str, hcas: int, gpus: list[str]) -> list[str]:
     return [g for g in gpus if _num(g)[0] * hcas // len(gpus) == h]
 
 
-def _lustre_bytes(samples: pa.Table) -> dict[str, tuple[int, int]]:
-    """Per Lustre jobid: sum over targets of the largest cumulative read / write sum seen."""
+def _keep_lustre(samples: pa.Table, part: Partial) -> None:
+    """Per (metric, Lustre jobid, target), the largest cumulative byte count seen (``_lustre_bytes`` sums them)."""
     sub = _rows_of(samples, LUSTRE_METRICS)
-    best: dict[tuple[str, str, str], float] = {}
+    best = part.lustre
     if sub.num_rows:
         for name, job, lab, v in zip(
             sub.column("metric").to_pylist(),
@@ -885,6 +961,10 @@ def _lustre_bytes(samples: pa.Table) -> dict[str, tuple[int, int]]:
                 continue
             key = (name, str(jid), str(labels.get("target", "")))
             best[key] = max(best.get(key, 0.0), v)
+
+
+def _lustre_bytes(best: Mapping[tuple[str, str, str], float]) -> dict[str, tuple[int, int]]:
+    """Per Lustre jobid: sum over targets of the largest cumulative read / write sum seen."""
     out: dict[str, list[int]] = {}
     for (name, jid, _), v in best.items():
         slot = out.setdefault(jid, [0, 0])
@@ -909,13 +989,12 @@ class _SlurmUsage:
     """A running job's elapsed time at the latest Slurm snapshot (squeue, slurmrestd, sacct)."""
 
 
-def _slurm_usage(samples: pa.Table) -> dict[str, _SlurmUsage]:
-    """Per job id, the last value of each SLURM_METRICS sample (MaxRSS: the largest per node)."""
+def _keep_slurm(samples: pa.Table, part: Partial) -> None:
+    """Per (job, metric) the last value of each SLURM_METRICS sample; MaxRSS: the largest per node."""
     sub = _rows_of(samples, SLURM_METRICS)
     if not sub.num_rows:
-        return {}
-    last: dict[tuple[str, str], tuple[float, float]] = {}
-    rss: dict[str, dict[str, int]] = {}
+        return
+    last, rss = part.slurm_last, part.max_rss
     for name, job, t, v, lab in zip(
         sub.column("metric").to_pylist(),
         sub.column("job").to_pylist(),
@@ -931,6 +1010,11 @@ def _slurm_usage(samples: pa.Table) -> dict[str, _SlurmUsage]:
             per[node] = max(per.get(node, 0), int(v))
         elif (job, name) not in last or t >= last[(job, name)][0]:
             last[(job, name)] = (t, v)
+
+
+def _slurm_usage(part: Partial) -> dict[str, _SlurmUsage]:
+    """Per job id, what Slurm said last (``_keep_slurm``)."""
+    last, rss = part.slurm_last, part.max_rss
     out = {}
     for job in {j for j, _ in last} | set(rss):
 
@@ -956,24 +1040,43 @@ def job_reports(
     only from its samples (an ``hpc_job`` label, a pod), by id. ``now`` ends still-running jobs (default:
     the latest sample time). ``only``: the report of that workload alone (the rows are still attributed
     among every job; the job page's store holds 4,000 other jobs at 1,024 nodes)."""
+    return reports_of(partial_of(samples, jobs), jobs, now=now, only=only)
+
+
+def partial_of(samples: pa.Table, jobs: Sequence[Job], *, shape: Shape | None = None) -> Partial:
+    """What ``samples`` say of each workload among ``jobs`` (``analysis.jobpartial``). ``shape``: the devices of
+    the whole window when ``samples`` are one stretch of it (default: those of ``samples``)."""
+    part = Partial()
+    if not samples.num_rows:
+        return part
+    if shape is None:
+        shape = shape_of(samples)
+    holders = _accumulate_dcgm(_dcgm_frame(samples, jobs, shape), part)
+    _accumulate_ib(samples, holders, shape, part)
+    _keep_lustre(samples, part)
+    _keep_slurm(samples, part)
+    newest = pc.max(samples.column("t")).as_py()
+    part.newest_t = None if newest is None else float(newest)
+    return part
+
+
+def reports_of(
+    part: Partial, jobs: Sequence[Job], *, now: float | None = None, only: str | None = None
+) -> list[JobReport]:
+    """``job_reports`` from what the samples said (``partial_of``, joined stretches)."""
     if now is None:
-        ts = samples.column("t").to_pylist() if samples.num_rows else []
-        now = max(ts) if ts else max((j.end or j.start or 0.0 for j in jobs), default=0.0)
-    acc: dict[tuple[str, str, str], _Acc] = {}
-    holders = _accumulate_dcgm(_dcgm_frame(samples, jobs), acc) if samples.num_rows else _Holders.empty()
-    if samples.num_rows:
-        _accumulate_ib(samples, holders, acc)
-    lustre = _lustre_bytes(samples) if samples.num_rows else {}
-    usage = _slurm_usage(samples) if samples.num_rows else {}
-    by_job: dict[str, list[tuple[str, str, _Acc]]] = {}
-    for (job, host, device), a in acc.items():
-        by_job.setdefault(job, []).append((host, device, a))
+        now = part.newest_t if part.newest_t is not None else max((j.end or j.start or 0.0 for j in jobs), default=0.0)
+    lustre = _lustre_bytes(part.lustre)
+    usage = _slurm_usage(part)
+    by_job: dict[str, list[_Cell]] = {}
+    for (job, host, device), a in part.cells.items():
+        by_job.setdefault(job, []).append(_finished(part, host, device, a))
     known = {j.id for j in jobs}
     seen_only = [
         Job(
             id=job_id,
             account=_namespace_of(job_id, by_job[job_id]),
-            nodes=tuple(sorted({h for h, _, _ in by_job[job_id]})),
+            nodes=tuple(sorted({c.host for c in by_job[job_id]})),
         )
         for job_id in sorted(set(by_job) - known)
     ]
@@ -984,30 +1087,56 @@ def job_reports(
     ]
 
 
-def _namespace_of(job_id: str, cells: list[tuple[str, str, _Acc]]) -> str | None:
+@dataclass(frozen=True, slots=True)
+class _Cell:
+    """One (workload, host, device)'s sums, with what needs the series' whole history: its observed time and
+    the energy deltas it counts."""
+
+    host: str
+    device: str
+    acc: Acc
+    energy_mj: Exact
+    observed_s: float
+
+
+def _finished(part: Partial, host: str, device: str, a: Acc) -> _Cell:
+    """Observed time: utilisation samples x the series' median gap; energy: the deltas across at most
+    ``MAX_COUNTER_GAP_INTERVALS`` median gaps of the energy series (more: nobody watched that stretch)."""
+    interval = median_gap_s(part.gaps.get((UTIL, host, device)))
+    step_ms = median_gap_s(part.gaps.get((ENERGY, host, device))) * 1000.0
+    limit = MAX_COUNTER_GAP_INTERVALS * step_ms if step_ms > 0 else np.inf
+    energy = ZERO
+    for gap, delta in sorted(a.energy_by_gap.items()):
+        if gap <= limit:
+            energy = exact_plus(energy, delta)
+    return _Cell(host=host, device=device, acc=a, energy_mj=energy, observed_s=a.util_n * interval)
+
+
+def _namespace_of(job_id: str, cells: list[_Cell]) -> str | None:
     """A pod seen only in dcgm-exporter's labels: its namespace stands where Slurm puts the account."""
-    if any(Attribution.KUBERNETES.value in a.sources for _, _, a in cells) and "/" in job_id:
+    if any(Attribution.KUBERNETES.value in c.acc.sources for c in cells) and "/" in job_id:
         return job_id.split("/", 1)[0]
     return None
 
 
-def _gpu_report(host: str, device: str, a: _Acc) -> GpuReport:
-    gpu, _, instance = device.partition(".")
+def _gpu_report(c: _Cell) -> GpuReport:
+    a = c.acc
+    gpu, _, instance = c.device.partition(".")
     return GpuReport(
-        host=host,
+        host=c.host,
         gpu=gpu,
         instance=instance or None,
         profile=a.profile,
         samples=a.util_n,
-        mean_util_pct=_mean(a.util_sum, a.util_n),
+        mean_util_pct=_mean(a.util_sum[0], a.util_n),
         max_util_pct=a.util_max,
-        mean_tensor_active=_mean(a.tensor_sum, a.tensor_n),
+        mean_tensor_active=_mean(a.tensor_sum[0], a.tensor_n),
         max_fb_used_bytes=int(a.fb_max * MIB) if a.fb_max is not None else None,
-        mean_power_w=_mean(a.power_sum, a.power_n),
-        energy_kwh=a.energy_mj / MJ_PER_KWH,
+        mean_power_w=_mean(a.power_sum[0], a.power_n),
+        energy_kwh=c.energy_mj[0] / MJ_PER_KWH,
         xid_errors=a.xid,
         idle=a.util_max is not None and a.util_max < IDLE_UTIL_PCT,
-        observed_s=a.observed_s,
+        observed_s=c.observed_s,
     )
 
 
@@ -1018,31 +1147,19 @@ def _allocation(job: Job) -> str | None:
     return "kubernetes" if "/" in job.id else "slurm"
 
 
-def _report(
-    job: Job, cells: list[tuple[str, str, _Acc]], lustre: tuple[int, int], usage: _SlurmUsage | None, now: float
-) -> JobReport:
-    cells = sorted(cells, key=lambda c: (c[0], _num(c[1]), c[1]))
-    per_gpu = tuple(_gpu_report(host, device, a) for host, device, a in cells)
-    total = _Acc()
-    for _, _, a in cells:
-        for name in (
-            "energy_mj",
-            "util_sum",
-            "util_n",
-            "tensor_sum",
-            "tensor_n",
-            "power_sum",
-            "power_n",
-            "xid",
-            "ib_tx",
-            "ib_rx",
-            "observed_s",
-        ):
-            setattr(total, name, getattr(total, name) + getattr(a, name))
-        total.sources |= a.sources
+def _report(job: Job, cells: list[_Cell], lustre: tuple[int, int], usage: _SlurmUsage | None, now: float) -> JobReport:
+    cells = sorted(cells, key=lambda c: (c.host, _num(c.device), c.device))
+    per_gpu = tuple(_gpu_report(c) for c in cells)
+    total = Acc()
+    for c in cells:
+        total.add(c.acc)
+    energy_mj = ZERO
+    for c in cells:
+        energy_mj = exact_plus(energy_mj, c.energy_mj)
+    observed_s = sum(c.observed_s for c in cells)
     first_seen, last_seen = _window(cells)
     allocation = _allocation(job)
-    observed_h = total.observed_s / 3600.0
+    observed_h = observed_s / 3600.0
     if allocation is not None and job.start is not None:
         elapsed = _elapsed(job, usage, now)
         allocated_h: float | None = job.gpus * elapsed / 3600.0
@@ -1050,7 +1167,7 @@ def _report(
         # both ends are None together: a cell's first_t and last_t come from the same utilisation samples
         elapsed = last_seen - first_seen if first_seen is not None and last_seen is not None else 0.0
         allocated_h = None
-    fbs = [a.fb_max for _, _, a in cells if a.fb_max is not None]
+    fbs = [c.acc.fb_max for c in cells if c.acc.fb_max is not None]
     gpus = job.gpus if allocation is not None and job.gpus else len(per_gpu)
     report = JobReport(
         id=job.id,
@@ -1065,11 +1182,11 @@ def _report(
         end=job.end,
         elapsed_s=elapsed,
         gpu_hours=allocated_h if allocated_h is not None else observed_h,
-        energy_kwh=total.energy_mj / MJ_PER_KWH,
-        mean_gpu_util=_mean(total.util_sum, total.util_n),
-        mean_tensor_active=_mean(total.tensor_sum, total.tensor_n),
+        energy_kwh=energy_mj[0] / MJ_PER_KWH,
+        mean_gpu_util=_mean(total.util_sum[0], total.util_n),
+        mean_tensor_active=_mean(total.tensor_sum[0], total.tensor_n),
         max_fb_used_bytes=int(max(fbs) * MIB) if fbs else None,
-        mean_power_w=_mean(total.power_sum, total.power_n),
+        mean_power_w=_mean(total.power_sum[0], total.power_n),
         ib_tx_bytes=int(total.ib_tx),
         ib_rx_bytes=int(total.ib_rx),
         lustre_read_bytes=lustre[0],
@@ -1103,10 +1220,14 @@ def _elapsed(job: Job, usage: _SlurmUsage | None, now: float) -> float:
     return min(elapsed, limit) if limit else elapsed
 
 
-def _window(cells: list[tuple[str, str, _Acc]]) -> tuple[float | None, float | None]:
+def _window(cells: list[_Cell]) -> tuple[float | None, float | None]:
     """First sample's interval start .. last sample, over the job's GPUs."""
-    starts = [a.first_t - (a.observed_s / a.util_n if a.util_n else 0.0) for _, _, a in cells if a.first_t is not None]
-    ends = [a.last_t for _, _, a in cells if a.last_t is not None]
+    starts = [
+        c.acc.first_t - (c.observed_s / c.acc.util_n if c.acc.util_n else 0.0)
+        for c in cells
+        if c.acc.first_t is not None
+    ]
+    ends = [c.acc.last_t for c in cells if c.acc.last_t is not None]
     return (min(starts) if starts else None, max(ends) if ends else None)
 
 

@@ -14,9 +14,17 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
-from hpcwatch.analysis.attribution import DCGM_METRICS, REPORT_METRICS, SLURM_METRICS, JobReport, job_reports
+from hpcwatch.analysis.attribution import (
+    DCGM_METRICS,
+    REPORT_METRICS,
+    SLURM_METRICS,
+    JobReport,
+    job_reports,
+    reports_of,
+)
 from hpcwatch.errors import InputError
 from hpcwatch.records import MAX_JOB_ID_CHARS, Job
+from hpcwatch.reports.jobstretches import KeptStretches, window_partial
 from hpcwatch.store import Store, queries
 
 if TYPE_CHECKING:  # the PromQL backend (httpx) is only loaded by callers that read Prometheus
@@ -80,18 +88,30 @@ def first_start(store: Store, record: Job | None) -> float | None:
     return min(starts + ([record.start] if record.start is not None else []), default=None)
 
 
-def job_report(store: Store, job_id: str, *, samples: pa.Table | None = None) -> JobReport:
-    """One workload's report, GPU by GPU (``per_gpu``), from ``job_samples`` unless ``samples`` are given.
+def job_report(
+    store: Store, job_id: str, *, samples: pa.Table | None = None, kept: KeptStretches | None = None
+) -> JobReport:
+    """One workload's report, GPU by GPU (``per_gpu``). A Slurm job's is read from its window stretch by
+    stretch (``reports.jobstretches``; ``kept``: what a server keeps of it between pages) unless ``samples``
+    are given; a workload known from labels only is attributed among all the store's samples.
     ``InputError`` when the store neither holds the job nor any sample of it, or when the job never started."""
     check_job_id(job_id)
-    if samples is None:
-        samples = job_samples(store, job_id)
-    table = samples if samples is not None else store.samples(list(REPORT_METRICS))
-    jobs, now = _neighbours(store, job_id, table)
-    found = next(iter(job_reports(table, jobs, now=now, only=job_id)), None)
+    record = store.job(job_id)
+    t0 = first_start(store, record)
+    if samples is None and record is not None and record.nodes and t0 is not None:
+        jobs = store.jobs(on_nodes=record.nodes)
+        part = window_partial(store, record, t0, jobs, kept=kept)
+        # A running job without samples ends at the newest job time of the whole store, as ``job_reports``
+        # would take it from every job.
+        now = queries.latest_job_time(store) if record.end is None and part.newest_t is None else None
+        found = next(iter(reports_of(part, jobs, now=now, only=job_id)), None)
+    else:
+        table = samples if samples is not None else store.samples(list(REPORT_METRICS))
+        jobs, now = _neighbours(store, job_id, table)
+        found = next(iter(job_reports(table, jobs, now=now, only=job_id)), None)
     if found is not None:
         return found
-    if store.job(job_id) is None:
+    if record is None:
         raise InputError(f"no job {job_id} in the store (hpcwatch jobs lists them)")
     raise InputError(f"job {job_id} never started: nothing to report")
 

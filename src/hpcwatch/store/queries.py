@@ -373,19 +373,100 @@ def checkpoint_activity(store: Store) -> tuple[int, float | None]:
 
 
 def job_window_samples(
-    store: Store, metrics: Sequence[str], *, hosts: Sequence[str], job: str, t0: float, t1: float | None
+    store: Store,
+    metrics: Sequence[str],
+    *,
+    hosts: Sequence[str],
+    job: str,
+    t0: float,
+    t1: float | None,
+    before: float | None = None,
 ) -> pa.Table:
-    """Samples of ``metrics`` between ``t0`` and ``t1`` (None: no end) on ``hosts`` or labelled ``job``, in
-    ``Store.samples`` columns and order, ``labels`` dictionary-encoded (``_with_label_sets``): the share of the
-    table a job's report can use, in one scan. A 1,536-GPU job's minute is 200,000 rows and 2,000 label sets:
-    their text was two thirds of the rows' bytes."""
-    where = f"metric IN ({_marks(metrics)}) AND t >= ?" + (" AND t <= ?" if t1 is not None else "")
-    where += f" AND (host IN ({_marks(hosts)}) OR job = ?)"
-    params: list[object] = [*metrics, t0, *([t1] if t1 is not None else []), *hosts, job]
+    """Samples of ``metrics`` between ``t0`` and ``t1`` (None: no end), and before ``before`` when given (one
+    stretch of a window: ``reports.jobstretches``), on ``hosts`` or labelled ``job``, in ``Store.samples``
+    columns and order, ``labels`` dictionary-encoded (``_with_label_sets``): the share of the table a job's
+    report can use, in one scan. A 1,536-GPU job's minute is 200,000 rows and 2,000 label sets: their text
+    was two thirds of the rows' bytes."""
+    where, params = _job_window(metrics, hosts=hosts, job=job, t0=t0, t1=t1, before=before)
     found = _with_label_sets(store, where, params)
     if found is not None:
         return found
     return store.query_arrow(f"SELECT * FROM samples WHERE {where} ORDER BY metric, host, gpu, t", params)
+
+
+def _job_window(
+    metrics: Sequence[str] | None,
+    *,
+    hosts: Sequence[str],
+    job: str,
+    t0: float,
+    t1: float | None,
+    before: float | None,
+) -> tuple[str, list[object]]:
+    """The WHERE clause of ``job_window_samples`` (``metrics`` None: any metric) and its parameters."""
+    conditions: list[tuple[str, list[object]]] = [
+        (f"metric IN ({_marks(metrics)})", list(metrics)) if metrics is not None else ("TRUE", []),
+        ("t >= ?", [t0]),
+    ]
+    if t1 is not None:
+        conditions.append(("t <= ?", [t1]))
+    if before is not None:
+        conditions.append(("t < ?", [before]))
+    conditions.append((f"(host IN ({_marks(hosts)}) OR job = ?)", [*hosts, job]))
+    return " AND ".join(c for c, _ in conditions), [p for _, ps in conditions for p in ps]
+
+
+def job_window_devices(
+    store: Store,
+    metrics: Sequence[str],
+    *,
+    device_metrics: Sequence[str],
+    hosts: Sequence[str],
+    job: str,
+    t0: float,
+    t1: float | None,
+) -> tuple[pa.Table, tuple[float, float] | None]:
+    """The distinct (metric, host, gpu, labels) of ``device_metrics`` in a job's window
+    (``job_window_samples``'), and the oldest and newest time of a sample of ``metrics`` there (None: none),
+    read at one version: what a report by stretches needs before its first stretch
+    (``analysis.attribution.shape_of``), bounded by the label sets, not by the rows."""
+    where, params = _job_window(device_metrics, hosts=hosts, job=job, t0=t0, t1=t1, before=None)
+    all_where, all_params = _job_window(metrics, hosts=hosts, job=job, t0=t0, t1=t1, before=None)
+    devices, span = store.query_arrow_each(
+        [
+            (f"SELECT DISTINCT metric, host, gpu, labels FROM samples WHERE {where}", params),
+            (f"SELECT min(t) AS first, max(t) AS last FROM samples WHERE {all_where}", all_params),
+        ]
+    )
+    first, last = span.column("first")[0].as_py(), span.column("last")[0].as_py()
+    return devices, None if first is None or last is None else (float(first), float(last))
+
+
+def job_window_next(
+    store: Store, metrics: Sequence[str], *, hosts: Sequence[str], job: str, t0: float, t1: float | None
+) -> float | None:
+    """The time of the first sample of ``metrics`` in a job's window from ``t0`` on (None: none): where a read
+    by stretches goes on after a silence of the job's nodes."""
+    where, params = _job_window(metrics, hosts=hosts, job=job, t0=t0, t1=t1, before=None)
+    ((first,),) = store.query(f"SELECT min(t) FROM samples WHERE {where}", params)
+    return None if first is None else float(first)
+
+
+def job_window_written(
+    store: Store,
+    since_version: int,
+    metrics: Sequence[str],
+    *,
+    hosts: Sequence[str],
+    job: str,
+    t0: float,
+    before: float,
+) -> bool:
+    """Whether a commit after ``since_version`` added samples of ``metrics`` to a job's window before
+    ``before``: a kept stretch of the job's report is stale then. Reads only the parts committed since."""
+    where, params = _job_window(metrics, hosts=hosts, job=job, t0=t0, t1=None, before=before)
+    _, rows = store.query_since(since_version, f"SELECT EXISTS (SELECT 1 FROM samples WHERE {where})", params)
+    return bool(rows[0][0])
 
 
 def data_seen(store: Store) -> tuple[set[str], set[str], int, int]:

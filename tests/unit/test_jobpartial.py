@@ -1,0 +1,197 @@
+"""A job's report joined from stretches of its samples equals the report of one pass over them
+(``analysis.jobpartial``), to the last digit."""
+
+from __future__ import annotations
+
+import math
+
+import orjson
+import pyarrow as pa
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from hpcwatch import vocab
+from hpcwatch.analysis.attribution import job_reports, partial_of, report_dict, reports_of, shape_of
+from hpcwatch.analysis.jobpartial import Partial, exact_plus, exact_sums, median_gap_s
+from hpcwatch.records import Job
+from hpcwatch.store import SAMPLE_SCHEMA
+
+DCGM = [
+    vocab.DCGM_FI_DEV_GPU_UTIL,
+    vocab.DCGM_FI_DEV_POWER_USAGE,
+    vocab.DCGM_FI_PROF_PIPE_TENSOR_ACTIVE,
+    vocab.DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION,
+    vocab.DCGM_FI_DEV_XID_ERRORS,
+    vocab.DCGM_FI_PROF_GR_ENGINE_ACTIVE,
+    vocab.DCGM_FI_DEV_FB_USED,
+]
+IB = [vocab.NODE_INFINIBAND_PORT_DATA_TRANSMITTED_BYTES_TOTAL, vocab.NODE_INFINIBAND_PORT_DATA_RECEIVED_BYTES_TOTAL]
+OTHER = [vocab.LUSTRE_JOB_READ_BYTES_TOTAL, vocab.SLURM_JOB_ELAPSED_SECONDS, vocab.SLURM_JOB_MAX_RSS_BYTES]
+
+JOBS = [
+    Job(id="a", user="u", gpus=2, gpus_by_node={"n1": (0, 1)}, start=0.0, end=30.0, nodes=("n1",)),
+    Job(id="b", user="v", gpus=2, gpus_by_node={"n1": (0, 1), "n2": (0,)}, start=30.0, end=None, nodes=("n1", "n2")),
+]
+
+#: Sample times: whole seconds and odd fractions (a scrape's jitter; gaps that round to the millisecond
+#: either way), several rows at one time.
+_TIMES = st.sampled_from([1.0, 2.0, 3.0005, 4.0, 9.25, 10.0, 17.0, 29.9995, 30.0, 31.0, 44.0015, 58.0, 60.0])
+_DCGM_SERIES = st.tuples(
+    st.sampled_from(DCGM),
+    st.sampled_from(["n1", "n2", None]),
+    st.sampled_from(["0", "1", None]),
+    st.sampled_from(["a", "b", None]),
+    st.sampled_from([None, "{}", '{"GPU_I_ID": "1", "GPU_I_PROFILE": "1g.10gb"}', '{"pod": "p", "namespace": "ml"}']),
+)
+_DCGM_VALUES = st.sampled_from([0.0, 1.0, 43.0, 79.0, 0.61, 563.127, 1e6 + 0.5, 2e6])
+_IB_SERIES = st.tuples(
+    st.sampled_from(IB),
+    st.sampled_from(["n1", "n2", None]),
+    st.just(None),
+    st.just(None),
+    st.sampled_from(['{"device": "mlx5_0"}', '{"device": "mlx5_1"}', '{"device": "mlx5_1", "instance": "n2:9100"}']),
+)
+_IB_VALUES = st.sampled_from([0.0, 1000.0, 3400.0, 2.5e9, 7e9])
+_OTHER_SERIES = st.tuples(
+    st.sampled_from(OTHER),
+    st.sampled_from(["n1", None]),
+    st.just(None),
+    st.sampled_from(["a", "b", None]),
+    st.sampled_from(['{"target": "fs-OST0000"}', '{"node": "n1"}', '{"jobid": "b", "target": "fs-OST0001"}']),
+)
+_OTHER_VALUES = st.sampled_from([5.0, 6.0, 1e9])
+
+
+def _series(key: st.SearchStrategy, values: st.SearchStrategy) -> st.SearchStrategy:
+    """One series' rows: its key, then (t, value) points."""
+    return st.tuples(key, st.lists(st.tuples(_TIMES, values), min_size=1, max_size=10))
+
+
+_ROWS = st.lists(
+    st.one_of(
+        _series(_DCGM_SERIES, _DCGM_VALUES),
+        _series(_DCGM_SERIES, _DCGM_VALUES),
+        _series(_IB_SERIES, _IB_VALUES),
+        _series(_OTHER_SERIES, _OTHER_VALUES),
+    ),
+    max_size=10,
+).map(lambda series: [(m, t, v, host, gpu, job, lab) for (m, host, gpu, job, lab), points in series for t, v in points])
+_CUTS = st.lists(st.sampled_from([2.5, 3.0005, 9.0, 10.0, 20.0, 30.0, 30.5, 45.0]), max_size=4, unique=True)
+
+
+def _table(rows: list[tuple]) -> pa.Table:
+    cols = list(zip(*rows)) if rows else [()] * 7
+    return pa.table(
+        {name: pa.array(list(col), SAMPLE_SCHEMA.field(name).type) for name, col in zip(SAMPLE_SCHEMA.names, cols)}
+    )
+
+
+def _store_order(rows: list[tuple]) -> list[tuple]:
+    """The rows as the store reads them (by metric, host, gpu, t; equal keys in their order)."""
+    return sorted(rows, key=lambda r: (r[0], r[3] is None, r[3] or "", r[4] is None, r[4] or "", r[1]))
+
+
+def _joined(rows: list[tuple], cuts: list[float]) -> Partial:
+    """The rows split at ``cuts`` (a stretch is [cut, next cut)), each reduced with the whole's shape, joined."""
+    shape = shape_of(_table(rows))
+    edges = [-math.inf, *sorted(cuts), math.inf]
+    total = Partial()
+    for lo, hi in zip(edges, edges[1:]):
+        total.add(partial_of(_table([r for r in rows if lo <= r[1] < hi]), JOBS, shape=shape))
+    return total
+
+
+@settings(max_examples=300, deadline=None)
+@given(_ROWS, _CUTS)
+def test_stretches_joined_report_what_one_pass_reports(rows, cuts) -> None:
+    """Counters across an edge (energy, IB), the XID gauge, the scrape interval's median, MIG and engine
+    activity, rails, Lustre, Slurm's last figures: all as one pass says them, to the last digit."""
+    rows = _store_order(rows)
+    whole = [report_dict(r, per_gpu=True) for r in job_reports(_table(rows), JOBS, now=100.0)]
+    joined = [report_dict(r, per_gpu=True) for r in reports_of(_joined(rows, cuts), JOBS, now=100.0)]
+    assert orjson.dumps(joined) == orjson.dumps(whole)
+
+
+_GRID = st.lists(_TIMES, min_size=2, max_size=8, unique=True).flatmap(
+    lambda times: st.tuples(
+        st.just(sorted(times)),
+        st.lists(st.sampled_from(["a", "b", None]), min_size=4 * len(times), max_size=4 * len(times)),
+        st.lists(_IB_VALUES, min_size=4 * len(times), max_size=4 * len(times)),
+        st.lists(st.sampled_from([True, True, True, False]), min_size=8 * len(times), max_size=8 * len(times)),
+    )
+)
+
+
+def _grid_rows(grid: tuple[list[float], list, list[float], list[bool]]) -> list[tuple]:
+    """Two hosts of two GPUs and two HCAs, scraped at each time (or not: ``present``): the GPUs' utilisation
+    with a job label or none (Slurm's allocation then), or only their engine activity (a MIG-like device), and
+    the HCAs' transmit counters. Which devices a stretch lacks is what the window's ``Shape`` is for."""
+    times, labels, counters, present = grid
+    rows = []
+    for k, t in enumerate(times):
+        for i, (host, unit) in enumerate((("n1", "0"), ("n1", "1"), ("n2", "0"), ("n2", "1"))):
+            job = labels[4 * k + i]
+            lab = orjson.dumps({"hpc_job": job}).decode()
+            if present[8 * k + i]:
+                rows.append((vocab.DCGM_FI_DEV_GPU_UTIL, t, 50.0, host, unit, job, lab))
+            else:
+                rows.append((vocab.DCGM_FI_PROF_GR_ENGINE_ACTIVE, t, 0.5, host, unit, job, lab))
+            if present[8 * k + 4 + i]:
+                device = orjson.dumps({"device": f"mlx5_{unit}"}).decode()
+                rows.append((IB[0], t, counters[4 * k + i], host, None, None, device))
+    return rows
+
+
+@settings(max_examples=200, deadline=None)
+@given(_GRID, _CUTS)
+def test_stretches_split_infiniband_bytes_as_one_pass(grid, cuts) -> None:
+    """Each delta across an edge shared over its rail's GPUs, to the jobs holding them at the later sample."""
+    rows = _store_order(_grid_rows(grid))
+    whole = [report_dict(r, per_gpu=True) for r in job_reports(_table(rows), JOBS, now=100.0)]
+    joined = [report_dict(r, per_gpu=True) for r in reports_of(_joined(rows, cuts), JOBS, now=100.0)]
+    assert orjson.dumps(joined) == orjson.dumps(whole)
+
+
+def test_an_energy_delta_and_an_xid_across_an_edge_are_counted_once() -> None:
+    util, energy, xid = (
+        vocab.DCGM_FI_DEV_GPU_UTIL,
+        vocab.DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION,
+        vocab.DCGM_FI_DEV_XID_ERRORS,
+    )
+    rows = []
+    for t in range(1, 9):
+        rows.append((util, float(t), 50.0, "n1", "0", "a", "{}"))
+        rows.append((energy, float(t), 1000.0 * t, "n1", "0", "a", "{}"))
+        rows.append((xid, float(t), 79.0 if t >= 4 else 0.0, "n1", "0", "a", "{}"))  # one XID, at t=4, held after
+    rows = _store_order(rows)
+    for cuts in ([], [4.0], [2.0, 4.0, 5.0], [5.0]):
+        (report,) = [r for r in reports_of(_joined(rows, cuts), JOBS, now=100.0) if r.id == "a"]
+        assert report.xid_errors == 1
+        assert report.energy_kwh * 3.6e9 == pytest.approx(7000.0)  # 8 samples, 7 deltas of 1,000 mJ
+        assert report.per_gpu[0].observed_s == 8.0
+
+
+def test_exact_sums_do_not_depend_on_the_split() -> None:
+    values = [0.1, 0.2, 0.3, 1e16, -1e16, 563.127, 1 / 3] * 5
+    whole = exact_sums(pa.array([0] * len(values)).to_numpy(), pa.array(values).to_numpy(), 1)[0]
+    joined = (0.0, 0.0)
+    for k in range(0, len(values), 4):
+        joined = exact_plus(
+            joined, (math.fsum(values[k : k + 4]), math.fsum([*values[k : k + 4], -math.fsum(values[k : k + 4])]))
+        )
+    assert joined[0] == whole[0] == math.fsum(values)
+
+
+@pytest.mark.parametrize(
+    "histogram, median",
+    [
+        ({}, 0.0),
+        ({1000: 1}, 1.0),
+        ({1000: 2, 1002: 1}, 1.0),
+        ({1000: 1, 1002: 1}, 1.001),
+        ({10: 1, 20: 1, 90: 2}, 0.055),
+    ],
+)
+def test_median_gap_of_a_histogram(histogram, median) -> None:
+    assert median_gap_s(histogram) == pytest.approx(median)

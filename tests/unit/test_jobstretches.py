@@ -1,0 +1,145 @@
+"""A job's report read stretch by stretch, and what a server keeps of it between pages (``reports.jobstretches``):
+always the report a fresh read gives, and the kept stretches read once."""
+
+from __future__ import annotations
+
+import pytest
+
+from hpcwatch import vocab
+from hpcwatch.analysis.attribution import report_dict
+from hpcwatch.model import reference_cluster
+from hpcwatch.records import Job, Sample
+from hpcwatch.reports import jobstretches
+from hpcwatch.reports.jobs import job_report
+from hpcwatch.reports.jobstretches import KeptStretches
+from hpcwatch.store import Store, queries
+from hpcwatch.twin.live import LiveTwin
+
+
+@pytest.fixture
+def live():
+    """Seven minutes of the reference twin (seven stretches), then more on demand."""
+    store = Store(":memory:")
+    twin = LiveTwin(store, reference_cluster(), seed=21, scenarios=["straggler"], tick_s=10.0, start=1_796_000_000.0)
+    twin.write_tick()
+    for _ in range(42):
+        twin.step()
+    yield store, twin
+    store.close()
+
+
+@pytest.fixture(autouse=True)
+def small_stretches(monkeypatch):
+    """Stretches of a minute (the shortest) whatever their rows: the twin's cluster is small."""
+    monkeypatch.setattr(jobstretches, "STRETCH_ROWS", 1)
+
+
+@pytest.fixture
+def reads(monkeypatch):
+    """The stretches read: (job, first t) of each ``job_window_samples`` call."""
+    seen: list[float] = []
+    read = queries.job_window_samples
+
+    def counting(store, metrics, **window):
+        seen.append(window["t0"])
+        return read(store, metrics, **window)
+
+    monkeypatch.setattr(jobstretches.queries, "job_window_samples", counting)
+    return seen
+
+
+def _running(store: Store) -> Job:
+    return next(j for j in store.jobs() if j.end is None and j.start is not None and j.gpus >= 8)
+
+
+def _same(store: Store, job_id: str, kept: KeptStretches, reads: list[float] | None = None) -> dict:
+    """The report with ``kept``, held to a fresh read's; ``reads``: left with the stretches the first read."""
+    found = report_dict(job_report(store, job_id, kept=kept), per_gpu=True)
+    kept_reads = list(reads) if reads is not None else []
+    assert found == report_dict(job_report(store, job_id), per_gpu=True)
+    if reads is not None:
+        reads[:] = kept_reads
+    return found
+
+
+def test_the_next_page_reads_only_the_stretches_after_the_kept_ones(live, reads) -> None:
+    store, twin = live
+    job, kept = _running(store), KeptStretches()
+    _same(store, job.id, kept)
+    first_read = len(reads)
+    assert first_read >= 5
+    for _ in range(3):
+        twin.step()
+    reads.clear()
+    _same(store, job.id, kept, reads)
+    assert len(reads) <= 3 < first_read  # the unsettled stretches and the new one, not the job's life
+    assert min(reads) > (job.start or 0.0)
+
+
+def test_late_rows_in_a_kept_stretch_are_read(live) -> None:
+    store, _ = live
+    job, kept = _running(store), KeptStretches()
+    before = _same(store, job.id, kept)
+    host = job.nodes[0]
+    gpu = str(job.gpus_by_node[host][0])
+    late = (job.start or 0.0) + 5.5  # in the first stretch, which is kept
+    store.add(
+        [
+            Sample(
+                metric=vocab.DCGM_FI_DEV_GPU_UTIL,
+                labels={"Hostname": host, "gpu": gpu, "hpc_job": job.id},
+                t=late,
+                value=100.0,
+            )
+        ]
+    )
+    after = _same(store, job.id, kept)
+    assert sum(g["samples"] for g in after["per_gpu"]) == sum(g["samples"] for g in before["per_gpu"]) + 1
+
+
+def test_a_neighbour_job_that_takes_gpus_in_a_kept_stretch_is_seen() -> None:
+    """Rows without an ``hpc_job`` label go to the job Slurm allocated the GPU to then: a job added later on
+    the GPU takes them from the kept stretches too."""
+    store = Store(":memory:")
+    mine = Job(id="1", user="u", gpus=1, nodes=("n1",), gpus_by_node={"n1": (0,)}, start=0.0, end=None)
+    store.add([mine])
+    store.add(
+        Sample(metric=vocab.DCGM_FI_DEV_GPU_UTIL, labels={"Hostname": "n1", "gpu": "0"}, t=float(t), value=50.0)
+        for t in range(5, 600, 5)
+    )
+    kept = KeptStretches()
+    assert _same(store, "1", kept)["per_gpu"][0]["samples"] == 119
+    thief = Job(id="2", user="x", gpus=1, nodes=("n1",), gpus_by_node={"n1": (0,)}, start=100.0, end=200.0)
+    store.add([thief])
+    assert _same(store, "1", kept)["per_gpu"][0]["samples"] == 119 - 20
+    store.close()
+
+
+def test_a_new_device_reads_every_stretch_again(live, reads) -> None:
+    store, _ = live
+    job, kept = _running(store), KeptStretches()
+    _same(store, job.id, kept, reads)
+    first_stretch = min(reads)
+    host = job.nodes[0]
+    newest = store.time_range()[1] or 0.0
+    hca = {"device": "mlx5_9", "port": "1", "instance": f"{host}:9100"}
+    store.add(
+        [
+            Sample(
+                metric=vocab.NODE_INFINIBAND_PORT_DATA_TRANSMITTED_BYTES_TOTAL, labels=hca, t=newest + k, value=1e6 * k
+            )
+            for k in (1, 2)
+        ]
+    )
+    reads.clear()
+    _same(store, job.id, kept, reads)
+    assert min(reads) == first_stretch
+
+
+def test_a_kept_report_is_one_per_store_and_job(live) -> None:
+    store, _ = live
+    job, kept = _running(store), KeptStretches(size=1)
+    _same(store, job.id, kept)
+    other = next(j for j in store.jobs() if j.start is not None and j.id != job.id and j.nodes)
+    _same(store, other.id, kept)
+    _same(store, job.id, kept)
