@@ -12,6 +12,8 @@ and after are measured on the same rows. The job is the largest running one, as 
 - **overview_s**: ``reports.jobpage.job_overview`` alone, in this process (median of ``--runs``);
 - **overview_peak_growth_mb**: how much the process's peak RSS grew during those overviews (a page's memory;
   0 when building the store in the same run held more);
+- **overview_kept_s**: the next page of the job on a server, which keeps the job's settled stretches
+  (``reports.jobstretches.KeptStretches``) from the page before: only the last minute or two is read again;
 - **page_first_s**: the first ``GET /job/ID`` through the app (Starlette's test client, in this process: the
   request's whole path, routing, access, rendering, but no socket); **page_s** / **api_s**: the next
   ``GET /job/ID`` and ``GET /api/job/ID`` (median of ``--runs``): from the app's overview cache when the
@@ -39,6 +41,7 @@ from pathlib import Path
 from fastapi.testclient import TestClient
 
 from hpcwatch.reports.jobpage import job_overview
+from hpcwatch.reports.jobstretches import KeptStretches
 from hpcwatch.store import Store
 from hpcwatch.twin.live import LiveTwin
 from hpcwatch.web.app import create_app
@@ -137,6 +140,10 @@ def main() -> None:
     # The most this process ever held, less what it held before the overviews: what one page costs in memory
     # when nothing before it held more (a store built in this run may have: then 0). It grows with the job's age.
     out["overview_peak_growth_mb"] = round((resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before_kb) / 1024)
+    # The next page of the job, from what a server keeps of it (the job's settled stretches, one page before).
+    kept = KeptStretches()
+    job_overview(store, job, kept=kept)
+    out["overview_kept_s"] = median_s(lambda: job_overview(store, job, kept=kept), args.runs)
     if not args.no_http:
         with TestClient(create_app(store, cluster_with_nodes(args.nodes))) as client:
             # The first request computes the overview; the next ones find it in the app's cache while

@@ -140,6 +140,33 @@ def test_prometheus_samples_of_every_host_give_the_same_series(store, series):
     assert found == series[1]
 
 
+@pytest.mark.parametrize("stretch_s", [7.0, 60.0])
+def test_stretches_of_the_window_draw_what_one_read_draws(store, series, monkeypatch, stretch_s):
+    """Read a stretch at a time (``reports.jobstretches.stretches``), here 7 s and 60 s of the hour, edges
+    between two scrapes: every bucket as one read of the window gives it, the IB and Lustre rates across the
+    edges and the counter reset included."""
+    from hpcwatch.reports import jobstretches
+
+    monkeypatch.setattr(jobstretches, "STRETCH_ROWS", 1)
+    monkeypatch.setattr(jobstretches, "STRETCH_S", stretch_s)
+    read: list[float] = []
+    window_samples = jobstretches.queries.job_window_samples
+
+    def counting(st, metrics, **window):
+        read.append(window["t0"])
+        return window_samples(st, metrics, **window)
+
+    monkeypatch.setattr(jobstretches.queries, "job_window_samples", counting)
+    found = job_overview(store, "701").series
+    assert found is not None and len(read) >= 3600 / stretch_s
+    whole = series[1]
+    assert (found.t0, found.t1, found.bucket_s, found.buckets) == (whole.t0, whole.t1, whole.bucket_s, whole.buckets)
+    assert [s.key for s in found.series] == [s.key for s in whole.series]
+    for mine, one_read in zip(found.series, whole.series):
+        assert [v is None for v in mine.values] == [v is None for v in one_read.values]
+        assert [v for v in mine.values if v is not None] == pytest.approx([v for v in one_read.values if v is not None])
+
+
 def test_a_job_of_ten_days_is_still_at_most_max_buckets():
     st = Store(":memory:")
     days = 10 * 86400.0

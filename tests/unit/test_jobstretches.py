@@ -97,6 +97,26 @@ def test_late_rows_in_a_kept_stretch_are_read(live) -> None:
     assert sum(g["samples"] for g in after["per_gpu"]) == sum(g["samples"] for g in before["per_gpu"]) + 1
 
 
+def test_rows_that_land_late_cost_a_read_of_what_follows_them(live, reads) -> None:
+    """A row 50 s late: the next page starts from the checkpoint at least 160 s old, not from the job's start."""
+    store, _ = live
+    job, kept = _running(store), KeptStretches()
+    _same(store, job.id, kept, reads)
+    first_stretch = min(reads)
+    newest = store.time_range()[1] or 0.0
+    host = job.nodes[0]
+    late = Sample(
+        metric=vocab.DCGM_FI_DEV_GPU_UTIL,
+        labels={"Hostname": host, "gpu": str(job.gpus_by_node[host][0]), "hpc_job": job.id},
+        t=newest - 50.5,
+        value=100.0,
+    )
+    store.add([late])
+    reads.clear()
+    _same(store, job.id, kept, reads)
+    assert first_stretch < min(reads) <= late.t
+
+
 def test_a_neighbour_job_that_takes_gpus_in_a_kept_stretch_is_seen() -> None:
     """Rows without an ``hpc_job`` label go to the job Slurm allocated the GPU to then: a job added later on
     the GPU takes them from the kept stretches too."""

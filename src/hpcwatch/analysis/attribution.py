@@ -54,6 +54,7 @@ jobstats: https://github.com/PrincetonUniversity/jobstats
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -144,6 +145,9 @@ SLURM_METRICS = (
 REPORT_METRICS = DCGM_METRICS + IB_METRICS + LUSTRE_METRICS + SLURM_METRICS
 #: A GPU whose utilisation never reached 1 % during the job was allocated but idle (jobstats flags 0 %).
 IDLE_UTIL_PCT = 1.0
+#: Label sets whose parse is remembered: a job's report reads the same ones stretch after stretch (a 1,536-GPU
+#: job has ~2,000), and parsing them was a third of a stretch's time. Ours; ~300 bytes each.
+_PARSED_LABEL_SETS = 65_536
 MIB = 1024**2
 MJ_PER_KWH = 3.6e9
 #: dcgm-exporter's Kubernetes labels, newest first (pod_* before dcgm-exporter 2.1, issue #272).
@@ -294,8 +298,11 @@ def _metric_runs(column: pa.ChunkedArray) -> list[tuple[str | None, int, int]] |
 
 def _host_of(host: object, labels: str | None) -> str | None:
     """host column, else node-exporter's target labels (node, or instance without the port)."""
-    if host:
-        return str(host)
+    return str(host) if host else _labels_host(labels)
+
+
+@functools.lru_cache(maxsize=_PARSED_LABEL_SETS)
+def _labels_host(labels: str | None) -> str | None:
     try:
         parsed = orjson.loads(labels) if labels else {}
     except orjson.JSONDecodeError:
@@ -321,16 +328,18 @@ def _first(labels: dict[str, Any], names: tuple[str, ...]) -> str | None:
 _LABEL_FIELDS = ("instance", "profile", "pod", "namespace")
 
 
+@functools.lru_cache(maxsize=_PARSED_LABEL_SETS)
+def _fields(text: str | None) -> tuple[Any, ...]:
+    """``_LABEL_FIELDS`` of one label set."""
+    lab = orjson.loads(text) if text else {}
+    pod, namespace = _first(lab, POD_LABELS), _first(lab, NAMESPACE_LABELS)
+    return lab.get("GPU_I_ID") or None, lab.get("GPU_I_PROFILE") or None, pod, namespace
+
+
 def _label_fields(labels: pa.ChunkedArray) -> dict[str, Coded]:
     """instance, profile, pod, namespace per row (``_LABEL_FIELDS``), each distinct label set parsed once."""
+    parsed = Coded.of(labels).per_name(_fields)
     sets = Coded.of(labels)
-
-    def fields(text: str | None) -> tuple[Any, ...]:
-        lab = orjson.loads(text) if text else {}
-        pod, namespace = _first(lab, POD_LABELS), _first(lab, NAMESPACE_LABELS)
-        return lab.get("GPU_I_ID") or None, lab.get("GPU_I_PROFILE") or None, pod, namespace
-
-    parsed = sets.per_name(fields)
     out = {}
     for k, name in enumerate(_LABEL_FIELDS):
         per_set = Coded.of_values(p[k] for p in parsed)  # the last: a row without labels
@@ -500,16 +509,17 @@ class _DcgmRows:
         return np.flatnonzero(self.metric.codes == self.metric.code(metric))
 
 
-def _dcgm_frame(samples: pa.Table, jobs: Sequence[Job], shape: Shape) -> _DcgmRows:
+def _dcgm_frame(samples: pa.Table, jobs: Sequence[Job], shape: Shape) -> tuple[_DcgmRows, Shape]:
     """The DCGM rows, each with its device (``gpu`` or ``gpu.instance``), workload and source; a MIG
     instance's engine activity stands in for the utilisation it does not report (module doc), where the
-    window (``shape``) has none."""
+    window has none: ``shape`` and these rows' own devices, which are returned."""
     sub = _rows_of(samples, DCGM_METRICS)
     metric, host, gpu, hpc_job = (Coded.of(sub.column(name)) for name in ("metric", "host", "gpu", "job"))
     labels = _label_fields(sub.column("labels"))
     t = np.asarray(sub.column("t").to_numpy(zero_copy_only=False), dtype=float)
     value = np.asarray(sub.column("value").to_numpy(zero_copy_only=False), dtype=float)
     device = _devices(gpu, labels["instance"])
+    shape = shape.union(_gpu_shape(metric, host, device))
     job, source = _attributed(host, gpu, t, hpc_job, jobs, pod=labels["pod"], namespace=labels["namespace"])
     metric, value = _engine_activity_as_util(metric, host, device, value, shape)
     rows = _DcgmRows(
@@ -517,25 +527,32 @@ def _dcgm_frame(samples: pa.Table, jobs: Sequence[Job], shape: Shape) -> _DcgmRo
     )
     order = np.lexsort((t, device.ranks(), host.ranks(), metric.ranks()))
     if (np.diff(order) == 1).all():  # the store's order already (by metric, host, gpu, t): no copy of each column
-        return rows
-    return rows.take(order)
+        return rows, shape
+    return rows.take(order), shape
 
 
 def shape_of(samples: pa.Table) -> Shape:
-    """The devices of ``samples`` (any table with metric, host, gpu and labels columns: a window's distinct
-    rows will do) that reported utilisation, engine activity, and InfiniBand counters (``Shape``)."""
+    """The devices of ``samples`` (any table with metric, host, gpu and labels columns) that reported
+    utilisation, engine activity, and InfiniBand counters (``Shape``)."""
     sub = _rows_of(samples, (UTIL, GR_ACTIVE))
     metric, host, gpu = (Coded.of(sub.column(name)) for name in ("metric", "host", "gpu"))
     device = _devices(gpu, _label_fields(sub.column("labels"))["instance"])
+    return _gpu_shape(metric, host, device).union(_hca_shape(_ib_ports(_rows_of(samples, IB_METRICS))))
+
+
+def _gpu_shape(metric: Coded, host: Coded, device: Coded) -> Shape:
     pairs, per_pair = joint_codes(host, device)
 
     def devices(name: str) -> frozenset[tuple[Any, Any]]:
         rows = metric.codes == metric.code(name)
         return frozenset(per_pair[k] for k in np.unique(pairs[rows]).tolist())
 
-    ports = _ib_ports(_rows_of(samples, IB_METRICS))
+    return Shape(util=devices(UTIL), engine=devices(GR_ACTIVE))
+
+
+def _hca_shape(ports: _Ports | None) -> Shape:
     hcas = frozenset() if ports is None else frozenset((host, dev) for _, host, dev in ports[1])
-    return Shape(util=devices(UTIL), engine=devices(GR_ACTIVE), hcas=hcas)
+    return Shape(util=frozenset(), engine=frozenset(), hcas=hcas)
 
 
 def _devices(gpu: Coded, instance: Coded) -> Coded:
@@ -756,7 +773,7 @@ def _cell_names(cell: np.ndarray, values: Coded, n: int) -> list[set[Any]]:
     return out
 
 
-def _accumulate_ib(samples: pa.Table, holders: _Holders, shape: Shape, part: Partial) -> None:
+def _accumulate_ib(sub: pa.Table, ports: _Ports | None, holders: _Holders, shape: Shape, part: Partial) -> None:
     """IB deltas of port mlx5_h go to the jobs on the GPUs of rail h (g * H // G == h), split equally.
 
     Every share (``delta // rails``) is a whole number, so they are summed as integers per (job, host, GPU)
@@ -765,12 +782,9 @@ def _accumulate_ib(samples: pa.Table, holders: _Holders, shape: Shape, part: Par
     a finite integer of int64's range (a NaN or absurd counter) makes them float additions one by one, in
     time order (a float sum depends on its order). Each port's first and last sample are kept
     (``PortEnds``): the delta from a stretch before this one ends at the first."""
-    sub = _rows_of(samples, IB_METRICS)
-    if not sub.num_rows:
+    if ports is None:
         return
-    rows = _ib_rows(sub, shape)
-    if rows is None:
-        return
+    rows = _ib_rows(sub, ports, shape)
     t, series, value, rails = rows
     order = np.lexsort((value, t, series))  # per series, by time (then value, as sorting (t, v) pairs did)
     t, series, value = t[order], series[order], value[order]
@@ -818,13 +832,10 @@ def _keep_port_ends(
 
 
 def _ib_rows(
-    sub: pa.Table, shape: Shape
-) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[tuple[str, str, str, list[Any]]]] | None:
+    sub: pa.Table, ports: _Ports, shape: Shape
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[tuple[str, str, str, list[Any]]]]:
     """The IB rows with a host as (t, series code, value) and per series (metric, host, device, its rail's
     GPUs: by the window's GPUs and HCAs of the host, ``shape``)."""
-    ports = _ib_ports(sub)
-    if ports is None:
-        return None
     keep, keys, series = ports
     gpus_sorted = {h: sorted(gpus, key=_num) for h, gpus in shape.gpus_by_host().items()}
     hcas_of_host = shape.hca_count()
@@ -840,7 +851,11 @@ def _ib_rows(
     return t, series, value, rails
 
 
-def _ib_ports(sub: pa.Table) -> tuple[np.ndarray, list[tuple[Any, Any, Any]], np.ndarray] | None:
+#: ``_ib_ports``: the IB rows that have a host (a mask), each port's (metric, host, HCA device), each kept row's port.
+_Ports = tuple[np.ndarray, list[tuple[Any, Any, Any]], np.ndarray]
+
+
+def _ib_ports(sub: pa.Table) -> _Ports | None:
     """The IB rows that have a host (a mask), each port's (metric, host, HCA device) and each kept row's port
     code; None when no row has a host."""
     if not sub.num_rows:
@@ -862,6 +877,7 @@ def _ib_ports(sub: pa.Table) -> tuple[np.ndarray, list[tuple[Any, Any, Any]], np
     return keep, keys, series
 
 
+@functools.lru_cache(maxsize=_PARSED_LABEL_SETS)
 def _device_of(labels: str | None) -> str:
     """An HCA's ``device`` label (node-exporter's infiniband collector), "" without one."""
     return str(orjson.loads(labels).get("device", "")) if labels else ""
@@ -1045,14 +1061,18 @@ def job_reports(
 
 def partial_of(samples: pa.Table, jobs: Sequence[Job], *, shape: Shape | None = None) -> Partial:
     """What ``samples`` say of each workload among ``jobs`` (``analysis.jobpartial``). ``shape``: the devices of
-    the whole window when ``samples`` are one stretch of it (default: those of ``samples``)."""
+    the whole window when ``samples`` are one stretch of it, as far as known; those of ``samples`` are added
+    to it (the ``Partial``'s ``shapes`` says which it was read with)."""
     part = Partial()
     if not samples.num_rows:
         return part
-    if shape is None:
-        shape = shape_of(samples)
-    holders = _accumulate_dcgm(_dcgm_frame(samples, jobs, shape), part)
-    _accumulate_ib(samples, holders, shape, part)
+    ib = _rows_of(samples, IB_METRICS)
+    ports = _ib_ports(ib)
+    known = _hca_shape(ports) if shape is None else shape.union(_hca_shape(ports))
+    rows, shape = _dcgm_frame(samples, jobs, known)
+    part.shapes = {shape}
+    holders = _accumulate_dcgm(rows, part)
+    _accumulate_ib(ib, ports, holders, shape, part)
     _keep_lustre(samples, part)
     _keep_slurm(samples, part)
     newest = pc.max(samples.column("t")).as_py()

@@ -256,6 +256,8 @@ class Partial:
     max_rss: dict[str, dict[str, int]] = field(default_factory=dict)
     """job -> node -> the largest MaxRSS."""
     newest_t: float | None = None
+    shapes: set[Shape] = field(default_factory=set)
+    """The ``Shape`` each stretch was read with: one, when the stretches agree with one pass."""
 
     def add(self, later: Partial) -> None:
         """Join ``later`` (its samples all after these) to this one; ``later`` is left unchanged (a kept
@@ -296,6 +298,7 @@ class Partial:
             mine_rss = self.max_rss.setdefault(job, {})
             for node, rss in per_node.items():
                 mine_rss[node] = max(mine_rss.get(node, 0), rss)
+        self.shapes |= later.shapes
         if later.newest_t is not None:
             self.newest_t = later.newest_t if self.newest_t is None else max(self.newest_t, later.newest_t)
 

@@ -37,8 +37,9 @@ from hpcwatch.errors import InputError
 from hpcwatch.records import PHASES, Finding
 from hpcwatch.reports.acting import job_acting
 from hpcwatch.reports.goodput import goodput_with_steps
-from hpcwatch.reports.jobs import JobCost, check_job_id, cost_dict, first_start, job_cost, job_report, job_samples
+from hpcwatch.reports.jobs import JobCost, check_job_id, cost_dict, first_start, job_cost, job_report
 from hpcwatch.reports.jobseries import JobSeries, job_series, series_dict
+from hpcwatch.reports.jobstretches import KeptStretches
 from hpcwatch.reports.livejob import live_verdicts
 from hpcwatch.reports.steps import DEFAULT_RECENT_STEPS, StepReport, step_report
 from hpcwatch.reports.timeline import job_timeline
@@ -181,21 +182,23 @@ def job_overview(
     price_per_gpu_hour: float | None = None,
     currency: str = "",
     summary: bool = False,
+    kept: KeptStretches | None = None,
 ) -> JobOverview:
     """Every part of ``job_id``'s page; a part the store cannot answer only sets ``missing``.
     ``InputError`` (``job_report``'s) when no part answers: the store knows nothing of the job, or
     ``job_id`` is longer than any id (``check_job_id``: refused before any part asks the store).
     ``summary``: only what a job-end report shows (the job, its steps, goodput and findings), without the
-    page's cost, timeline, actions, live verdicts and charts: half the queries, for one mail per job end."""
+    page's cost, timeline, actions, live verdicts and charts: half the queries, for one mail per job end.
+    ``kept``: the settled stretches of the job's report a server keeps between pages (``reports.jobstretches``)."""
     check_job_id(job_id)
     missing: dict[str, str] = {}
     # The spans' parts in a thread beside the samples' (their queries and numpy work overlap: the store runs
     # each thread's reads on a cursor of its own): at 1,536 GPUs and ranks each side is half a second.
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="jobpage-spans") as pool:
         from_spans = pool.submit(_span_parts, store, job_id, recent_steps)
-        # Read once for the report and the charts: at 1,024 GPUs over days the scan is most of the page's time.
-        table = samples if samples is not None else job_samples(store, job_id)
-        job = _part(missing, "job", lambda: job_report(store, job_id, samples=table))
+        # The report reads the job's window stretch by stretch (a day of a 1,536-GPU job is more than a server
+        # holds at once), from what ``kept`` holds of it on.
+        job = _part(missing, "job", lambda: job_report(store, job_id, samples=samples, kept=kept))
         steps, accounted, missed = from_spans.result()
     missing |= missed
     goodput, executed = accounted if accounted is not None else (None, StepTable.empty())
@@ -227,7 +230,7 @@ def job_overview(
             store,
             job_id,
             report=job,
-            samples=table,
+            samples=samples,
             steps=executed,
             first_start=first_start(store, store.job(job_id)),
         ),
@@ -309,6 +312,8 @@ class OverviewCache:
         self.size = size
         self._entries: OrderedDict[tuple[Any, ...], JobOverview] = OrderedDict()
         self._lock = threading.Lock()
+        self.kept = KeptStretches()
+        """What a miss reads no more: each job's settled stretches (``reports.jobstretches``)."""
 
     def overview(
         self, store: Store, job_id: str, *, price_per_gpu_hour: float | None = None, currency: str = ""
@@ -320,7 +325,7 @@ class OverviewCache:
             if found is not None:
                 self._entries.move_to_end(key)
                 return found
-        found = job_overview(store, job_id, price_per_gpu_hour=price_per_gpu_hour, currency=currency)
+        found = job_overview(store, job_id, price_per_gpu_hour=price_per_gpu_hour, currency=currency, kept=self.kept)
         with self._lock:
             self._entries[key] = found
             while len(self._entries) > self.size:

@@ -47,7 +47,8 @@ from hpcwatch import vocab
 from hpcwatch.analysis.attribution import JobReport
 from hpcwatch.analysis.coded import as_text
 from hpcwatch.analysis.goodput import StepTable
-from hpcwatch.store import queries
+from hpcwatch.records import Job
+from hpcwatch.reports.jobstretches import stretches
 
 if TYPE_CHECKING:
     from hpcwatch.store import Store
@@ -124,21 +125,24 @@ def job_series(
     max_buckets: int = MAX_BUCKETS,
 ) -> JobSeries | None:
     """``job_id``'s series over its life. ``samples``: the report's (None: the store's over the job's nodes and
-    observed window, as for a workload known from labels only); ``steps``: its executed steps; ``first_start``:
-    ``reports.jobs.first_start``. None when there is no window (no start, no sample, no step)."""
+    window, read stretch by stretch: ``reports.jobstretches.stretches``); ``steps``: its executed steps;
+    ``first_start``: ``reports.jobs.first_start``. None when there is no window (no start, no sample, no step)."""
     window = _window(report, steps, first_start)
     if window is None:
         return None
     t0, t1 = window
-    if samples is None and report is not None and report.nodes:
-        samples = queries.job_window_samples(store, SERIES_METRICS, hosts=list(report.nodes), job=job_id, t0=t0, t1=t1)
-    rows = _families(samples, report, job_id, t0, t1) if samples is not None else {}
     step_end = steps.start_s + steps.dur_s
     inside = (step_end >= t0) & (step_end <= t1)
     step_t, step_v = step_end[inside], steps.dur_s[inside]
-    intervals = [_interval(t, codes) for t, codes, _ in rows.values()] + [_median_gap(np.sort(step_t))]
-    bucket_s = max((t1 - t0) / max_buckets, *intervals, 1e-3)
-    n = max(1, min(max_buckets, math.ceil((t1 - t0) / bucket_s - 1e-9)))
+    charts = _Charts(report, job_id, t0, t1, _median_gap(np.sort(step_t)), max_buckets)
+    if samples is not None:
+        charts.add(samples)
+    elif report is not None and report.nodes:
+        record = Job(id=job_id, nodes=report.nodes, end=t1)
+        for _, table in stretches(store, SERIES_METRICS, record, t0, t1):
+            charts.add(table)
+            del table
+    bucket_s, n = charts.grid if charts.grid is not None else charts.grid_of([])
     out = []
     for key, unit, how, metric in _PLAN:
         if key == "step_time":
@@ -146,18 +150,93 @@ def job_series(
                 values = _across(np.zeros(len(step_t), dtype=np.int64), _bucket(step_t, t0, bucket_s, n), step_v, n)
                 out.append(Series(key=key, unit=unit, aggregation=how, source="steps", values=values))
             continue
-        found = rows.get(metric)
-        if found is None:
-            continue
-        t, codes, v = found
-        if unit == "B/s":
-            t, codes, v = _rates(t, codes, v)
-            if not len(t):
-                continue
-        mean = how.startswith("mean")
-        values = _across(codes, _bucket(t, t0, bucket_s, n), v, n, mean=mean)
-        out.append(Series(key=key, unit=unit, aggregation=how, source=metric, values=values))
+        drawn = charts.values(metric, mean=how.startswith("mean"))
+        if drawn is not None:
+            out.append(Series(key=key, unit=unit, aggregation=how, source=metric, values=drawn))
     return JobSeries(t0=t0, t1=t1, bucket_s=bucket_s, buckets=n, series=tuple(out))
+
+
+class _Charts:
+    """The (series x bucket) sums and counts of each metric, fed a stretch of samples at a time (or all of
+    them at once). The grid is set by the first stretch with rows: ``max(window / max_buckets, the slowest
+    family's scrape interval, the steps')``; a counter's rate across two stretches joins the last sample of
+    one to the first of the next."""
+
+    def __init__(
+        self, report: JobReport | None, job_id: str, t0: float, t1: float, step_interval: float, max_buckets: int
+    ) -> None:
+        self.report, self.job_id, self.t0, self.t1 = report, job_id, t0, t1
+        self.step_interval, self.max_buckets = step_interval, max_buckets
+        self.grid: tuple[float, int] | None = None
+        self.index: dict[str, dict[str, int]] = {m: {} for m in SERIES_METRICS}
+        """Per metric, each series' key -> its row in ``count`` and ``total``."""
+        self.count: dict[str, np.ndarray] = {}
+        self.total: dict[str, np.ndarray] = {}
+        self.last: dict[str, dict[int, tuple[float, float]]] = {m: {} for m in SERIES_METRICS}
+        """Per counter metric, each series' last (t, value) so far."""
+
+    def grid_of(self, intervals: list[float]) -> tuple[float, int]:
+        bucket_s = max((self.t1 - self.t0) / self.max_buckets, *intervals, self.step_interval, 1e-3)
+        return bucket_s, max(1, min(self.max_buckets, math.ceil((self.t1 - self.t0) / bucket_s - 1e-9)))
+
+    def add(self, samples: pa.Table) -> None:
+        rows = _families(samples, self.report, self.job_id, self.t0, self.t1)
+        if not rows:
+            return
+        if self.grid is None:
+            self.grid = self.grid_of([_interval(t, codes) for t, codes, _, _ in rows.values()])
+        bucket_s, n = self.grid
+        for metric, (t, codes, keys, v) in rows.items():
+            series = self._series(metric, codes, keys)
+            if metric in _COUNTERS:
+                t, series, v = self._rates(metric, t, series, v)
+            cell = series * n + _bucket(t, self.t0, bucket_s, n)
+            size = len(self.index[metric]) * n
+            self.count[metric] = _grown(self.count.get(metric), size) + np.bincount(cell, minlength=size)
+            self.total[metric] = _grown(self.total.get(metric), size) + np.bincount(cell, weights=v, minlength=size)
+
+    def _series(self, metric: str, codes: np.ndarray, keys: list[str]) -> np.ndarray:
+        """The rows' series as rows of this metric's cells (new series added)."""
+        index = self.index[metric]
+        rows = np.array([index.setdefault(k, len(index)) for k in keys], dtype=np.int64)
+        series: np.ndarray = rows[codes]
+        return series
+
+    def _rates(
+        self, metric: str, t: np.ndarray, series: np.ndarray, v: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``_rates`` of these rows, with each series' last sample of the stretches before them in front."""
+        last = self.last[metric]
+        known = np.unique(series)
+        before = [s for s in known.tolist() if s in last]
+        t_all = np.concatenate([[last[s][0] for s in before], t])
+        v_all = np.concatenate([[last[s][1] for s in before], v])
+        s_all = np.concatenate([np.array(before, dtype=np.int64), series])
+        order = np.lexsort((t_all, s_all))  # stable: a series' carried sample stays first among equal times
+        ends = np.flatnonzero(np.concatenate([s_all[order][1:] != s_all[order][:-1], [True]]))
+        for i in ends.tolist():
+            last[int(s_all[order][i])] = (float(t_all[order][i]), float(v_all[order][i]))
+        return _rates(t_all, s_all, v_all)
+
+    def values(self, metric: str, *, mean: bool) -> tuple[float | None, ...] | None:
+        """The metric's value per bucket (module table); None when no row of it counted."""
+        count = self.count.get(metric)
+        if count is None or not count.any() or self.grid is None:
+            return None
+        n = self.grid[1]
+        return _across_cells(count.reshape(-1, n), self.total[metric].reshape(-1, n), mean=mean)
+
+
+#: The counters drawn as rates (their delta between consecutive samples over the time between them).
+_COUNTERS: Final = frozenset({IB_TX, IB_RX, LUSTRE_READ, LUSTRE_WRITE})
+
+
+def _grown(cells: np.ndarray | None, size: int) -> np.ndarray:
+    """``cells`` (None: none yet) with zeros after them up to ``size``."""
+    if cells is None:
+        return np.zeros(size)
+    grown: np.ndarray = np.concatenate([cells, np.zeros(size - len(cells))]) if len(cells) < size else cells
+    return grown
 
 
 #: (key, unit, aggregation, metric), in the page's order.
@@ -190,9 +269,10 @@ def _window(report: JobReport | None, steps: StepTable, first_start: float | Non
 
 def _families(
     samples: pa.Table, report: JobReport | None, job_id: str, t0: float, t1: float
-) -> dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]]:
-    """Per metric of ``SERIES_METRICS`` with rows: (t, series code, value) of the job's rows in the window.
-    A series is a GPU (host/gpu) for DCGM, a port (host + labels) for InfiniBand, a target (labels) for Lustre."""
+) -> dict[str, tuple[np.ndarray, np.ndarray, list[str], np.ndarray]]:
+    """Per metric of ``SERIES_METRICS`` with rows: (t, series code, each code's key, value) of the job's rows in
+    the window. A series is a GPU (host/gpu) for DCGM, a port (host + labels) for InfiniBand, a target (labels)
+    for Lustre."""
     t = samples.column("t")
     in_window = pc.and_(pc.greater_equal(t, t0), pc.less_equal(t, t1))
     out = {}
@@ -205,10 +285,11 @@ def _families(
         rows, key = _jobs_rows(samples.select(_COLUMNS[family]).filter(mask), family, report, job_id)
         if not rows.num_rows:
             continue
-        codes = pc.fill_null(pc.dictionary_encode(key).combine_chunks().indices, -1).to_numpy(zero_copy_only=False)
+        encoded = pc.dictionary_encode(pc.fill_null(key, "")).combine_chunks()
         out[metric] = (
             np.asarray(rows.column("t").to_numpy(), dtype=float),
-            np.asarray(codes, dtype=np.int64),
+            np.asarray(encoded.indices.to_numpy(zero_copy_only=False), dtype=np.int64),
+            [str(k) for k in encoded.dictionary.to_pylist()],
             np.asarray(rows.column("value").to_numpy(), dtype=float),
         )
     return out
@@ -283,6 +364,11 @@ def _across(
     cell = series.reshape(-1) * n + buckets
     count = np.bincount(cell, minlength=m * n).reshape(m, n)
     total = np.bincount(cell, weights=values, minlength=m * n).reshape(m, n)
+    return _across_cells(count, total, mean=mean)
+
+
+def _across_cells(count: np.ndarray, total: np.ndarray, *, mean: bool) -> tuple[float | None, ...]:
+    """``_across`` of (series x bucket) counts and sums."""
     reported = count > 0
     per_series = np.where(reported, total / np.maximum(count, 1), 0.0)
     summed, reporting = per_series.sum(axis=0), reported.sum(axis=0)

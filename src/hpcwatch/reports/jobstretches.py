@@ -1,26 +1,29 @@
 """A job's report read stretch by stretch of its life, and what is settled kept from one page to the next.
 
 ``hpcwatch job ID`` and the job page read a Slurm job's window (its nodes from its first start, and its label
-anywhere: ``reports.jobs.job_samples``) ``STRETCH_S`` of sample time at a time, each stretch reduced to an
+anywhere: ``reports.jobs.job_samples``) a stretch at a time, each stretch reduced to an
 ``analysis.jobpartial.Partial`` and joined to those before it. Memory is one stretch's rows whatever the job's
-age: at 1,024 nodes a 1,536-GPU job's minute is ~130,000 rows, and a day of them read at once was more than a
-server holds (issue #27).
+age (a stretch is sized to hold about ``STRETCH_ROWS``): at 1,024 nodes a 1,536-GPU job adds 2,000 rows a
+second, and a day of them read at once was more than a server holds (issue #27).
 
-A server keeps (``KeptStretches``), per job, the stretches that ended ``SETTLE_S`` before the window's newest
-sample, joined into one ``Partial``; the job's next page reads only the stretches after them::
+A server keeps (``KeptStretches``), per job, checkpoints: the stretches from the job's start up to some time,
+joined. The job's next page starts from the newest checkpoint still true and reads only what follows it. A
+page leaves a checkpoint ``SETTLE_S`` before the newest sample, and keeps older ones, one per age band
+(``CHECKPOINT_LAGS``), so that rows that land late cost a read of what follows them, not of the job's life::
 
-    t0 (first start)                                   upto               newest sample
-    |  s0  |  s1  |  s2  |   …   |  s(k-1)  |          |  sk  |  s(k+1)  |
-    <----------- kept: one Partial ------------>       <- read by each page ->
+    t0 (first start)                                                      newest sample
+    |  stretch  |  stretch  |  …  |  stretch  | stretch | stretch | stretch |
+                          ^ 640 s      ^ 160 s       ^ 40 s        ^ 10 s       checkpoints, by age
+                                                                  <--------->  the next page reads this
 
-What is kept is dropped, and every stretch read again, when what it was computed from changed:
+A checkpoint is not used when what it was computed from changed:
 
-- a commit since it was read added samples before ``upto`` (a late scrape, a file ingested again):
-  ``store.queries.job_window_written`` reads only the parts committed since;
-- a job on the job's nodes changed in a way that moves rows before ``upto`` to another job (its start, an
-  end before ``upto``, its GPUs), or the job's own first start or nodes changed (a requeue);
+- a commit since the page added samples before its time (a late scrape, a file ingested again):
+  ``store.queries.job_window_written`` gives the oldest such sample, from the parts committed since;
+- a job on the job's nodes changed in a way that moves rows before it to another job (its start, an end
+  before it, its GPUs), or the job's own first start or nodes changed (a requeue);
 - the window gained a device (the engine-activity rule and the InfiniBand rails read the whole window's
-  devices: ``analysis.jobpartial.Shape``).
+  devices: ``analysis.jobpartial.Shape``): then every stretch is read again.
 """
 
 from __future__ import annotations
@@ -33,7 +36,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 import pyarrow as pa
 
-from hpcwatch.analysis.attribution import GR_ACTIVE, IB_METRICS, REPORT_METRICS, UTIL, partial_of, shape_of
+from hpcwatch.analysis.attribution import REPORT_METRICS, partial_of
 from hpcwatch.analysis.jobpartial import Partial, Shape
 from hpcwatch.records import Job
 from hpcwatch.store import queries
@@ -41,40 +44,57 @@ from hpcwatch.store import queries
 if TYPE_CHECKING:
     from hpcwatch.store import Store
 
-__all__ = ["STRETCH_ROWS", "STRETCH_S", "SETTLE_S", "DEFAULT_KEPT_JOBS", "KeptStretches", "window_partial"]
+__all__ = [
+    "STRETCH_ROWS",
+    "STRETCH_S",
+    "SETTLE_S",
+    "CHECKPOINT_LAGS",
+    "DEFAULT_KEPT_JOBS",
+    "KeptStretches",
+    "window_partial",
+    "stretches",
+]
 
 #: Rows one read holds, about: the stretches are sized to it by the rate the job's window had so far. Ours: ~40 MB
 #: read and ~0.1 s of reduction; at 1,024 nodes a 1,536-GPU job's minute (the twin's 1 s scrape), a 16-GPU
 #: job's 20 minutes.
 STRETCH_ROWS: Final = 150_000
-#: The shortest stretch, and the first one's length.
+#: The first stretch's length, and the shortest one that is not cut at a checkpoint.
 STRETCH_S: Final = 60.0
-#: A stretch is kept once it ended this long before the window's newest sample: a node scraped late still lands
-#: its rows there (which would make what is kept stale, and read again whole). Ours: one stretch.
-SETTLE_S: Final = 60.0
-#: The metrics whose devices make a window's ``Shape``.
-_DEVICE_METRICS: Final = (UTIL, GR_ACTIVE, *IB_METRICS)
-#: Jobs whose settled stretches a ``KeptStretches`` holds (each a few MB at 1,536 GPUs).
-DEFAULT_KEPT_JOBS: Final = 8
+#: A page leaves its newest checkpoint this long before the window's newest sample: a node scraped late still
+#: lands its rows after it. Ours: ten 1 s scrapes; a cluster that ingests later falls back one age band.
+SETTLE_S: Final = 10.0
+#: The age bands of the checkpoints a job keeps (the newest checkpoint at least as old as each). Ours: a factor
+#: of 4, so rows that land ``x`` late cost a read of at most ~4x of the window, with 7 checkpoints at most.
+CHECKPOINT_LAGS: Final = (SETTLE_S, 40.0, 160.0, 640.0, 2_560.0, 10_240.0, 40_960.0)
+#: Jobs whose checkpoints a ``KeptStretches`` holds (each checkpoint a few MB at 1,536 GPUs).
+DEFAULT_KEPT_JOBS: Final = 4
+
+
+@dataclass(frozen=True, slots=True)
+class _Checkpoint:
+    upto: float
+    """The stretches before this time, joined."""
+    allocations: tuple[Any, ...]
+    """``_allocations`` when they were read."""
+    partial: Partial
 
 
 @dataclass(frozen=True, slots=True)
 class _Kept:
-    """A job's stretches before ``upto``, joined, and what they were computed from."""
+    """A job's checkpoints, oldest first, and what they were computed from."""
 
     t0: float
     hosts: tuple[str, ...]
-    upto: float
     version: int
-    """The store's version before they were read: a commit after it may have added rows to them."""
-    allocations: tuple[Any, ...]
+    """The store's version before the page read: a commit after it may have added rows before a checkpoint."""
     shape: Shape
-    partial: Partial
+    checkpoints: tuple[_Checkpoint, ...]
 
 
 class KeptStretches:
-    """The settled stretches of the last ``size`` jobs whose report was read (module doc). Safe to share
-    between threads; two reads of one job at once both read, and the later one is kept."""
+    """The checkpoints of the last ``size`` jobs whose report was read (module doc). Safe to share between
+    threads; two reads of one job at once both read, and the later one is kept."""
 
     def __init__(self, size: int = DEFAULT_KEPT_JOBS) -> None:
         self.size = size
@@ -88,11 +108,8 @@ class KeptStretches:
                 self._entries.move_to_end(key)
             return found
 
-    def _put(self, key: tuple[str, str], kept: _Kept | None) -> None:
+    def _put(self, key: tuple[str, str], kept: _Kept) -> None:
         with self._lock:
-            if kept is None:
-                self._entries.pop(key, None)
-                return
             self._entries[key] = kept
             self._entries.move_to_end(key)
             while len(self._entries) > self.size:
@@ -103,104 +120,121 @@ def window_partial(
     store: Store, record: Job, t0: float, jobs: Sequence[Job], *, kept: KeptStretches | None = None
 ) -> Partial:
     """What ``record``'s window (its nodes from ``t0``, its label anywhere) says of every job among ``jobs``
-    (those that ran on its nodes), read stretch by stretch; with ``kept``, from its settled stretches on."""
-    hosts = tuple(record.nodes)
+    (those that ran on its nodes), read stretch by stretch; with ``kept``, from its newest checkpoint on."""
+    window = _Window(store, record, tuple(record.nodes), t0, jobs)
     key = (str(store.config.path), record.id)
     version = store.version  # before any read: a row committed during the reads is checked next time
     before = kept._get(key) if kept is not None else None
-    if before is not None and not _still_true(store, before, record, t0, hosts, jobs):
-        before = None
-    start = before.upto if before is not None else t0
-    window = _Window(store, record, hosts)
-    shape, span = window.devices(start)
-    if before is not None:
-        if shape.union(before.shape) != before.shape:  # a new device: the kept stretches read the rails without it
-            before, start = None, t0
-            shape, span = window.devices(start)
-        else:
-            shape = before.shape
-    prefix = Partial()  # the settled stretches: kept for the next page
-    if before is not None:
-        prefix.add(before.partial)
-    upto, total = start, None
-    for b, table in window.stretches(start, span):
-        part = partial_of(table, jobs, shape=shape)
-        del table
-        if total is None and span is not None and b is not None and b <= span[1] - SETTLE_S:
-            prefix.add(part)
-            upto = b
-        else:
-            if total is None:
-                total = prefix.copy()
-            total.add(part)
-    if kept is not None and upto > t0:
-        kept._put(key, _Kept(t0, hosts, upto, version, _allocations(jobs, t0, upto), shape, prefix))
-    return total if total is not None else prefix
+    start = window.checkpoint(before)
+    total, checkpoints = window.read(start, before.shape if before is not None and start is not None else None)
+    shapes = total.shapes
+    if len(shapes) > 1:  # a device that a stretch before it lacked: every stretch again, with all of them
+        total, checkpoints = window.read(None, _union(shapes))
+    if kept is not None:
+        shape = next(iter(total.shapes), Shape(frozenset(), frozenset()))
+        older = () if start is None or before is None else tuple(c for c in before.checkpoints if c.upto <= start.upto)
+        newest = total.newest_t
+        kept._put(key, _Kept(window.t0, window.hosts, version, shape, _by_age((*older, *checkpoints), newest)))
+    return total
 
 
 @dataclass(frozen=True, slots=True)
 class _Window:
-    """A job's window in the store: its devices, and its rows a stretch at a time."""
+    """A job's window in the store, and the jobs its rows are attributed among."""
 
     store: Store
     record: Job
     hosts: tuple[str, ...]
+    t0: float
+    jobs: Sequence[Job]
 
-    def devices(self, start: float) -> tuple[Shape, tuple[float, float] | None]:
-        """The window's ``Shape`` from ``start`` on, and its first and newest sample times (None: none)."""
-        devices, span = queries.job_window_devices(
-            self.store,
-            REPORT_METRICS,
-            device_metrics=_DEVICE_METRICS,
-            hosts=list(self.hosts),
-            job=self.record.id,
-            t0=start,
-            t1=self.record.end,
+    def checkpoint(self, kept: _Kept | None) -> _Checkpoint | None:
+        """The newest of ``kept``'s checkpoints still true (module doc); None: read from the start."""
+        if kept is None or kept.t0 != self.t0 or kept.hosts != self.hosts or not kept.checkpoints:
+            return None
+        late = queries.job_window_written(
+            self.store, kept.version, REPORT_METRICS, hosts=list(self.hosts), job=self.record.id, t0=self.t0
         )
-        return shape_of(devices), span
+        for c in reversed(kept.checkpoints):
+            if (late is None or c.upto <= late) and c.allocations == _allocations(self.jobs, self.t0, c.upto):
+                return c
+        return None
 
-    def stretches(self, start: float, span: tuple[float, float] | None) -> Iterator[tuple[float | None, pa.Table]]:
-        """(end, None for the last; rows) of each stretch from ``start`` to the newest sample. A stretch
-        is sized to hold about ``STRETCH_ROWS`` at the rate the one before held (``STRETCH_S`` at first, never
-        shorter, never more than 8 times longer than the one before); a silence of the nodes is skipped."""
+    def read(self, start: _Checkpoint | None, shape: Shape | None) -> tuple[Partial, list[_Checkpoint]]:
+        """The stretches from ``start`` (None: the first start) to the newest sample, joined to ``start``'s; and
+        a checkpoint at each age band's time that the read passed."""
+        total = start.partial.copy() if start is not None else Partial()
+        a = start.upto if start is not None else self.t0
+        span = queries.job_window_span(
+            self.store, REPORT_METRICS, hosts=list(self.hosts), job=self.record.id, t0=a, t1=self.record.end
+        )
+        checkpoints: list[_Checkpoint] = []
         if span is None:
+            return total, checkpoints
+        cuts = sorted({span[1] - lag for lag in CHECKPOINT_LAGS if span[1] - lag > max(a, span[0])})
+        for b, table in stretches(self.store, REPORT_METRICS, self.record, max(a, span[0]), span[1], cuts=cuts):
+            part = partial_of(table, self.jobs, shape=shape)
+            del table
+            shape = _union(part.shapes | ({shape} if shape is not None else set()))  # the devices seen so far
+            total.add(part)
+            if b in cuts:
+                checkpoints.append(_Checkpoint(b, _allocations(self.jobs, self.t0, b), total.copy()))
+        return total, checkpoints
+
+
+def stretches(
+    store: Store,
+    metrics: Sequence[str],
+    record: Job,
+    start: float,
+    newest: float,
+    *,
+    cuts: Sequence[float] = (),
+) -> Iterator[tuple[float | None, pa.Table]]:
+    """(end, None for the last; rows of ``metrics``) of each stretch of ``record``'s window from ``start`` to
+    ``newest`` (``store.queries.job_window_samples``). A stretch is sized to hold about ``STRETCH_ROWS`` at the
+    rate the one before held (``STRETCH_S`` at first, never more than 8 times longer than the one before) and
+    ends at the next of ``cuts``; a silence of the nodes is skipped."""
+    hosts = list(record.nodes)
+    at: float | None = start
+    length = STRETCH_S
+    while at is not None and at <= newest:
+        a = at
+        b = min([a + length, *(c for c in cuts if c > a)])
+        last = b > newest
+        table = queries.job_window_samples(
+            store, metrics, hosts=hosts, job=record.id, t0=a, t1=record.end, before=None if last else b
+        )
+        rows = table.num_rows
+        yield None if last else b, table
+        del table  # before the next stretch is read: one stretch's rows at a time
+        if last:
             return
-        at: float | None = max(start, span[0])
-        newest, length = span[1], STRETCH_S
-        while at is not None and at <= newest:
-            a = at
-            b = a + length
-            last = b > newest
-            table = queries.job_window_samples(
-                self.store,
-                REPORT_METRICS,
-                hosts=list(self.hosts),
-                job=self.record.id,
-                t0=a,
-                t1=self.record.end,
-                before=None if last else b,
-            )
-            rows = table.num_rows
-            yield None if last else b, table
-            del table  # before the next stretch is read: one stretch's rows at a time
-            if last:
-                return
-            if rows:
-                length = max(STRETCH_S, min(length * STRETCH_ROWS / rows, 8 * length))
-                at = b
-            else:
-                at = queries.job_window_next(
-                    self.store, REPORT_METRICS, hosts=list(self.hosts), job=self.record.id, t0=b, t1=self.record.end
-                )
+        if rows:
+            length = max(STRETCH_S, min(STRETCH_ROWS * (b - a) / rows, 8 * length))
+            at = b
+        else:
+            at = queries.job_window_next(store, metrics, hosts=hosts, job=record.id, t0=b, t1=record.end)
 
 
-def _still_true(store: Store, kept: _Kept, record: Job, t0: float, hosts: tuple[str, ...], jobs: Sequence[Job]) -> bool:
-    """Whether ``kept`` was computed from what the store says now (module doc)."""
-    if kept.t0 != t0 or kept.hosts != hosts or kept.allocations != _allocations(jobs, t0, kept.upto):
-        return False
-    return not queries.job_window_written(
-        store, kept.version, REPORT_METRICS, hosts=hosts, job=record.id, t0=t0, before=kept.upto
-    )
+def _union(shapes: set[Shape]) -> Shape:
+    found = Shape(frozenset(), frozenset())
+    for shape in shapes:
+        found = found.union(shape)
+    return found
+
+
+def _by_age(checkpoints: Sequence[_Checkpoint], newest: float | None) -> tuple[_Checkpoint, ...]:
+    """Per age band (``CHECKPOINT_LAGS``), the newest checkpoint at least that old; oldest first."""
+    if newest is None:
+        return ()
+    ordered = sorted(checkpoints, key=lambda c: c.upto)
+    keep: dict[float, _Checkpoint] = {}
+    for lag in CHECKPOINT_LAGS:
+        old_enough = [c for c in ordered if c.upto <= newest - lag + 1e-9]
+        if old_enough:
+            keep[old_enough[-1].upto] = old_enough[-1]
+    return tuple(keep[t] for t in sorted(keep))
 
 
 def _allocations(jobs: Sequence[Job], t0: float, upto: float) -> tuple[Any, ...]:

@@ -416,30 +416,14 @@ def _job_window(
     return " AND ".join(c for c, _ in conditions), [p for _, ps in conditions for p in ps]
 
 
-def job_window_devices(
-    store: Store,
-    metrics: Sequence[str],
-    *,
-    device_metrics: Sequence[str],
-    hosts: Sequence[str],
-    job: str,
-    t0: float,
-    t1: float | None,
-) -> tuple[pa.Table, tuple[float, float] | None]:
-    """The distinct (metric, host, gpu, labels) of ``device_metrics`` in a job's window
-    (``job_window_samples``'), and the oldest and newest time of a sample of ``metrics`` there (None: none),
-    read at one version: what a report by stretches needs before its first stretch
-    (``analysis.attribution.shape_of``), bounded by the label sets, not by the rows."""
-    where, params = _job_window(device_metrics, hosts=hosts, job=job, t0=t0, t1=t1, before=None)
-    all_where, all_params = _job_window(metrics, hosts=hosts, job=job, t0=t0, t1=t1, before=None)
-    devices, span = store.query_arrow_each(
-        [
-            (f"SELECT DISTINCT metric, host, gpu, labels FROM samples WHERE {where}", params),
-            (f"SELECT min(t) AS first, max(t) AS last FROM samples WHERE {all_where}", all_params),
-        ]
-    )
-    first, last = span.column("first")[0].as_py(), span.column("last")[0].as_py()
-    return devices, None if first is None or last is None else (float(first), float(last))
+def job_window_span(
+    store: Store, metrics: Sequence[str], *, hosts: Sequence[str], job: str, t0: float, t1: float | None
+) -> tuple[float, float] | None:
+    """The oldest and newest time of a sample of ``metrics`` in a job's window (``job_window_samples``') from
+    ``t0`` on; None when there is none."""
+    where, params = _job_window(metrics, hosts=hosts, job=job, t0=t0, t1=t1, before=None)
+    ((first, last),) = store.query(f"SELECT min(t), max(t) FROM samples WHERE {where}", params)
+    return None if first is None or last is None else (float(first), float(last))
 
 
 def job_window_next(
@@ -453,20 +437,14 @@ def job_window_next(
 
 
 def job_window_written(
-    store: Store,
-    since_version: int,
-    metrics: Sequence[str],
-    *,
-    hosts: Sequence[str],
-    job: str,
-    t0: float,
-    before: float,
-) -> bool:
-    """Whether a commit after ``since_version`` added samples of ``metrics`` to a job's window before
-    ``before``: a kept stretch of the job's report is stale then. Reads only the parts committed since."""
-    where, params = _job_window(metrics, hosts=hosts, job=job, t0=t0, t1=None, before=before)
-    _, rows = store.query_since(since_version, f"SELECT EXISTS (SELECT 1 FROM samples WHERE {where})", params)
-    return bool(rows[0][0])
+    store: Store, since_version: int, metrics: Sequence[str], *, hosts: Sequence[str], job: str, t0: float
+) -> float | None:
+    """The oldest time of a sample of ``metrics`` that a commit after ``since_version`` added to a job's window
+    (None: none): what a job's report kept before that time still holds. Reads only the parts committed since."""
+    where, params = _job_window(metrics, hosts=hosts, job=job, t0=t0, t1=None, before=None)
+    _, rows = store.query_since(since_version, f"SELECT min(t) FROM samples WHERE {where}", params)
+    oldest = rows[0][0]
+    return None if oldest is None else float(oldest)
 
 
 def data_seen(store: Store) -> tuple[set[str], set[str], int, int]:
