@@ -91,8 +91,9 @@ def _at(found, values, t):
 def test_the_window_is_the_jobs_life_in_at_most_max_buckets(series):
     by_key, found = series
     assert (found.t0, found.t1) == (T0, END)
-    assert found.buckets == MAX_BUCKETS and found.bucket_s == pytest.approx(3600 / MAX_BUCKETS)  # 30 s ≥ 15 s scrape
-    assert all(len(s.values) == MAX_BUCKETS for s in by_key.values())
+    # The shortest power of two of seconds that fits the hour in MAX_BUCKETS: 32 s (30.25 s would; ≥ the 15 s scrape)
+    assert found.bucket_s == 32.0 and found.buckets == 3600 // 32 + 1 <= MAX_BUCKETS
+    assert all(len(s.values) == found.buckets for s in by_key.values())
     assert found.clock == "sample time, UTC s"
 
 
@@ -128,8 +129,8 @@ def test_after_an_xid_the_gpus_series_ends_there_not_flat_filled(series):
     assert _at(found, power, GPU1_STOP + 300) == pytest.approx(300.0)  # GPU 1's 200 W gone, not carried on
     last = max(i for i, v in enumerate(util) if v is not None)
     assert found.bucket_start(last) <= GPU0_STOP < found.bucket_start(last + 1)
-    assert util[last + 1 :] == (None,) * (MAX_BUCKETS - last - 1)  # 08:45 to 09:00: nothing reported
-    assert power[last + 1 :] == (None,) * (MAX_BUCKETS - last - 1)
+    assert util[last + 1 :] == (None,) * (found.buckets - last - 1)  # 08:45 to 09:00: nothing reported
+    assert power[last + 1 :] == (None,) * (found.buckets - last - 1)
     assert by_key["ib_tx"].values[-1] is not None  # the node's port still counted: only the GPUs stopped
 
 
@@ -174,9 +175,9 @@ def test_a_job_of_ten_days_is_still_at_most_max_buckets():
     st.add([s for k in range(0, 241) for s in _gpu("0", T0 + k * 3600, 50.0 + k % 2, 400.0)])  # hourly
     found = job_overview(st, "801").series
     st.close()
-    assert found is not None and found.buckets == MAX_BUCKETS and found.bucket_s == pytest.approx(days / 120)
+    assert found is not None and found.bucket_s == 8192.0 and found.buckets == days // 8192 + 1 <= MAX_BUCKETS
     (util, power) = found.series
-    assert util.points == MAX_BUCKETS and 50.0 <= util.low <= util.high <= 51.0 and power.high == pytest.approx(400.0)
+    assert util.points == found.buckets and 50.0 <= util.low <= util.high <= 51.0 and power.high == pytest.approx(400.0)
 
 
 def test_a_job_without_samples_or_steps_has_no_series(store):
@@ -202,7 +203,7 @@ def test_a_workload_known_from_its_label_only_draws_its_own_gpu():
     st.add([s for k in range(20) for s in _gpu("1", T0 + k * SCRAPE_S, 99.0, 650.0)])
     found = job_overview(st, "pod-9").series
     st.close()
-    assert found is not None and found.t1 == T0 + 19 * SCRAPE_S and found.bucket_s == pytest.approx(SCRAPE_S)
+    assert found is not None and found.t1 == T0 + 19 * SCRAPE_S and found.bucket_s == 16.0  # ≥ the 15 s scrape
     util, power = found.series
     assert (util.low, util.high, power.high) == (40.0, 40.0, 250.0)
 
@@ -224,12 +225,12 @@ def test_the_page_draws_one_svg_chart_per_series_with_its_labels_in_english(clie
     assert len(charts) == 6 and panel.count("<title>") == 6
     util = next(c for c in charts if c.startswith("GPU utilisation"))
     assert util == (
-        "GPU utilisation, mean over the job&#x27;s GPUs: 91 of 120 points from 01-15 08:00 to 01-15 09:00 UTC; "
+        "GPU utilisation, mean over the job&#x27;s GPUs: 85 of 113 points from 01-15 08:00 to 01-15 09:00 UTC; "
         "min 70 %, max 80 %, last 80 %"
     )
     assert "Time (UTC)" in panel and ">%</text>" in panel and ">B/s</text>" in panel
     assert "min 1.0 GB/s · max 1.0 GB/s" in panel and "min 2,000.0 ms" not in panel and "2.00 s" in panel
-    assert "One point per 30.0 s bucket (120 at most)" in panel
+    assert "One point per 32.0 s bucket (113 at most)" in panel
     assert 'text-anchor="end">100 %</text>' in panel  # utilisation reads against full, not its own maximum
 
 
@@ -244,7 +245,7 @@ def test_each_chart_is_well_formed_svg_whose_line_stops_where_the_gpus_did(clien
     }
     assert set(svgs) == {"gpu_util", "power", "step_time", "ib_tx", "ib_rx", "lustre_read"}
     (line,) = svgs["gpu_util"].findall("polyline")  # one run: 08:00 to 08:45, then nothing drawn
-    assert len(line.get("points").split()) == 91
+    assert len(line.get("points").split()) == 85
     assert svgs["gpu_util"].find("title").text.startswith("GPU utilisation")
 
 
@@ -252,9 +253,9 @@ def test_the_page_draws_the_charts_in_french(client):
     html = client.get("/job/701", params={"lang": "fr"}).text
     panel = html[html.index('id="job-series"') : html.index('id="job-gpus"')]
     assert "Sur la vie du job" in panel and "Heure (UTC)" in panel
-    assert 'aria-label="Puissance des GPU, somme sur les GPU du job : 91 points sur 120' in panel
+    assert 'aria-label="Puissance des GPU, somme sur les GPU du job : 85 points sur 113' in panel
     assert "min 500,0 MB/s · max 500,0 MB/s" in panel  # InfiniBand received, French decimal comma
-    assert "Un point par tranche de 30,0 s" in panel
+    assert "Un point par tranche de 32,0 s" in panel
 
 
 def test_a_job_without_samples_says_so_instead_of_empty_charts(client):
@@ -266,7 +267,7 @@ def test_the_api_carries_the_same_numbers(client, series):
     by_key, found = series
     doc = client.get("/api/job/701").json()["series"]
     assert doc["t0"] == T0 and doc["t1"] == END and doc["clock"] == "sample time, UTC s"
-    assert len(doc["t"]) == MAX_BUCKETS and doc["t"][1] - doc["t"][0] == pytest.approx(found.bucket_s)
+    assert len(doc["t"]) == found.buckets and doc["t"][1] - doc["t"][0] == pytest.approx(found.bucket_s)
     util = next(s for s in doc["series"] if s["key"] == "gpu_util")
     assert util["unit"] == "%" and util["source"] == vocab.DCGM_FI_DEV_GPU_UTIL
     assert util["values"] == list(by_key["gpu_util"].values) and util["values"][-1] is None  # JSON null, a gap

@@ -10,6 +10,7 @@ from hpcwatch.analysis.attribution import report_dict
 from hpcwatch.model import reference_cluster
 from hpcwatch.records import Job, Sample
 from hpcwatch.reports import jobstretches
+from hpcwatch.reports.jobpage import job_overview
 from hpcwatch.reports.jobs import job_report
 from hpcwatch.reports.jobstretches import KeptStretches
 from hpcwatch.store import Store, queries
@@ -163,3 +164,63 @@ def test_a_kept_report_is_one_per_store_and_job(live) -> None:
     other = next(j for j in store.jobs() if j.start is not None and j.id != job.id and j.nodes)
     _same(store, other.id, kept)
     _same(store, job.id, kept)
+
+
+def test_the_charts_from_checkpoints_draw_what_a_fresh_read_draws(live, reads) -> None:
+    """The job page's charts (``reports.jobseries``) resumed from the checkpoints of the page before, the window
+    grown since and its grid coarser: every bucket as a fresh read of the whole window draws it."""
+    store, twin = live
+    job, kept = _running(store), KeptStretches()
+    job_overview(store, job.id, kept=kept)
+    for _ in range(25):  # the window grows past a grid step: the kept cells are added up two by two
+        twin.step()
+    reads.clear()
+    resumed = job_overview(store, job.id, kept=kept).series
+    resumed_reads = len(reads)
+    fresh = job_overview(store, job.id).series
+    assert resumed is not None and fresh is not None
+    assert resumed_reads < len(reads) - resumed_reads  # fewer stretches read than the fresh page's
+    assert (resumed.t0, resumed.t1, resumed.bucket_s, resumed.buckets) == (
+        fresh.t0,
+        fresh.t1,
+        fresh.bucket_s,
+        fresh.buckets,
+    )
+    for mine, whole in zip(resumed.series, fresh.series, strict=True):
+        assert mine.key == whole.key
+        assert [v is None for v in mine.values] == [v is None for v in whole.values]
+        assert [v for v in mine.values if v is not None] == pytest.approx([v for v in whole.values if v is not None])
+
+
+def _scrapes(t_from: int, t_to: int) -> list[Sample]:
+    """Node n1's two GPUs and one port, scraped every 2 s: utilisation varying, the port's counter rising."""
+    out = []
+    for t in range(t_from, t_to, 2):
+        for gpu in ("0", "1"):
+            labels = {"Hostname": "n1", "gpu": gpu}
+            out.append(Sample(metric=vocab.DCGM_FI_DEV_GPU_UTIL, labels=labels, t=float(t), value=float(t % 97)))
+        port = {"node": "n1", "device": "mlx5_0", "port": "1"}
+        out.append(
+            Sample(metric=vocab.NODE_INFINIBAND_PORT_DATA_TRANSMITTED_BYTES_TOTAL, labels=port, t=float(t), value=t * t)
+        )
+    return out
+
+
+def test_kept_charts_are_added_up_into_a_coarser_grid() -> None:
+    """400 s of a job drawn in 4 s buckets; 400 s later the grid is 8 s: the kept cells two by two, the rates
+    across the checkpoint's edge, as a fresh read draws them."""
+    store = Store(":memory:")
+    store.add([Job(id="1", user="u", gpus=2, nodes=("n1",), gpus_by_node={"n1": (0, 1)}, start=0.0)])
+    store.add(_scrapes(2, 402))
+    kept = KeptStretches()
+    first = job_overview(store, "1", kept=kept).series
+    store.add(_scrapes(402, 802))
+    resumed = job_overview(store, "1", kept=kept).series
+    fresh = job_overview(store, "1").series
+    store.close()
+    assert first is not None and resumed is not None and fresh is not None
+    assert (first.bucket_s, resumed.bucket_s) == (4.0, 8.0)
+    for mine, whole in zip(resumed.series, fresh.series, strict=True):
+        assert mine.key == whole.key
+        assert [v is None for v in mine.values] == [v is None for v in whole.values]
+        assert [v for v in mine.values if v is not None] == pytest.approx([v for v in whole.values if v is not None])

@@ -233,6 +233,7 @@ def job_overview(
             samples=samples,
             steps=executed,
             first_start=first_start(store, store.job(job_id)),
+            kept=kept,
         ),
     )
 

@@ -48,7 +48,7 @@ from hpcwatch.analysis.attribution import JobReport
 from hpcwatch.analysis.coded import as_text
 from hpcwatch.analysis.goodput import StepTable
 from hpcwatch.records import Job
-from hpcwatch.reports.jobstretches import stretches
+from hpcwatch.reports.jobstretches import Checkpoint, KeptStretches, checkpoint_cuts, stretches
 
 if TYPE_CHECKING:
     from hpcwatch.store import Store
@@ -123,10 +123,12 @@ def job_series(
     steps: StepTable,
     first_start: float | None,
     max_buckets: int = MAX_BUCKETS,
+    kept: KeptStretches | None = None,
 ) -> JobSeries | None:
     """``job_id``'s series over its life. ``samples``: the report's (None: the store's over the job's nodes and
-    window, read stretch by stretch: ``reports.jobstretches.stretches``); ``steps``: its executed steps;
-    ``first_start``: ``reports.jobs.first_start``. None when there is no window (no start, no sample, no step)."""
+    window, read stretch by stretch: ``reports.jobstretches.stretches``; ``kept``: from the checkpoints a server
+    keeps of them); ``steps``: its executed steps; ``first_start``: ``reports.jobs.first_start``. None when
+    there is no window (no start, no sample, no step)."""
     window = _window(report, steps, first_start)
     if window is None:
         return None
@@ -138,11 +140,8 @@ def job_series(
     if samples is not None:
         charts.add(samples)
     elif report is not None and report.nodes:
-        record = Job(id=job_id, nodes=report.nodes, end=t1)
-        for _, table in stretches(store, SERIES_METRICS, record, t0, t1):
-            charts.add(table)
-            del table
-    bucket_s, n = charts.grid if charts.grid is not None else charts.grid_of([])
+        charts = _from_store(store, charts, kept)
+    bucket_s, n = charts.grid()
     out = []
     for key, unit, how, metric in _PLAN:
         if key == "step_time":
@@ -156,44 +155,118 @@ def job_series(
     return JobSeries(t0=t0, t1=t1, bucket_s=bucket_s, buckets=n, series=tuple(out))
 
 
+def _from_store(store: Store, charts: _Charts, kept: KeptStretches | None) -> _Charts:
+    """``charts`` fed the job's window from the store a stretch at a time, from ``kept``'s newest checkpoint
+    that is still true on (the same GPUs and nodes; no row landed before it since)."""
+    report = charts.report
+    assert report is not None
+    record = Job(id=charts.job_id, nodes=report.nodes, end=charts.t1)
+    gpus = tuple(sorted(f"{g.host}/{g.gpu}" for g in report.per_gpu if g.instance is None))
+
+    def fingerprint(upto: float) -> tuple[str, ...]:
+        return gpus
+
+    version = store.version  # before any read: a row committed during the reads is checked next time
+    resumed = kept.resume(store, "charts", record, charts.t0, SERIES_METRICS, fingerprint) if kept else None
+    if resumed is not None and resumed.checkpoint.state.t1 > charts.t1:  # the window shrank (the job ended)
+        resumed = None
+    if resumed is not None:
+        charts = resumed.checkpoint.state.resumed(charts.t1, charts.step_interval)
+    start = resumed.checkpoint.upto if resumed is not None else charts.t0
+    cuts = checkpoint_cuts(start, charts.t1) if kept is not None else []
+    checkpoints = []
+    for b, table in stretches(store, SERIES_METRICS, record, start, charts.t1, cuts=cuts):
+        charts.add(table)
+        del table
+        if b in cuts:
+            checkpoints.append(Checkpoint(b, gpus, charts.copy()))
+    if kept is not None:
+        older = list(resumed.older) if resumed is not None else []
+        kept.keep(
+            store,
+            "charts",
+            record,
+            t0=charts.t0,
+            version=version,
+            extra=None,
+            checkpoints=[*older, *checkpoints],
+            newest=charts.t1,
+        )
+    return charts
+
+
+def _grid(t0: float, t1: float, intervals: list[float], max_buckets: int) -> tuple[float, int]:
+    """(bucket_s, buckets): the shortest power-of-two seconds that draws the window in ``max_buckets`` buckets
+    and is no finer than any of ``intervals``. A power of two, so that the grid of an older window divides
+    this one's: what a server kept of the job's charts is added up into it (``_Charts.resumed``)."""
+    need = max((t1 - t0) / max(max_buckets - 1, 1), *intervals, 1e-3)
+    bucket_s = 2.0 ** math.ceil(math.log2(need))
+    return bucket_s, min(max_buckets, int((t1 - t0) // bucket_s) + 1)
+
+
 class _Charts:
     """The (series x bucket) sums and counts of each metric, fed a stretch of samples at a time (or all of
-    them at once). The grid is set by the first stretch with rows: ``max(window / max_buckets, the slowest
-    family's scrape interval, the steps')``; a counter's rate across two stretches joins the last sample of
-    one to the first of the next."""
+    them at once), on the ``_grid`` of the window and the scrape intervals of the first stretch with rows; a
+    counter's rate across two stretches joins the last sample of one to the first of the next."""
 
     def __init__(
         self, report: JobReport | None, job_id: str, t0: float, t1: float, step_interval: float, max_buckets: int
     ) -> None:
         self.report, self.job_id, self.t0, self.t1 = report, job_id, t0, t1
         self.step_interval, self.max_buckets = step_interval, max_buckets
-        self.grid: tuple[float, int] | None = None
+        self.intervals: list[float] | None = None
+        """Each family's scrape interval (``_interval``), from the first stretch with its rows."""
         self.index: dict[str, dict[str, int]] = {m: {} for m in SERIES_METRICS}
         """Per metric, each series' key -> its row in ``count`` and ``total``."""
         self.count: dict[str, np.ndarray] = {}
+        """Per metric, (series x bucket) sample counts on ``grid()``."""
         self.total: dict[str, np.ndarray] = {}
         self.last: dict[str, dict[int, tuple[float, float]]] = {m: {} for m in SERIES_METRICS}
         """Per counter metric, each series' last (t, value) so far."""
 
-    def grid_of(self, intervals: list[float]) -> tuple[float, int]:
-        bucket_s = max((self.t1 - self.t0) / self.max_buckets, *intervals, self.step_interval, 1e-3)
-        return bucket_s, max(1, min(self.max_buckets, math.ceil((self.t1 - self.t0) / bucket_s - 1e-9)))
+    def grid(self) -> tuple[float, int]:
+        return _grid(self.t0, self.t1, [*(self.intervals or []), self.step_interval], self.max_buckets)
 
     def add(self, samples: pa.Table) -> None:
         rows = _families(samples, self.report, self.job_id, self.t0, self.t1)
         if not rows:
             return
-        if self.grid is None:
-            self.grid = self.grid_of([_interval(t, codes) for t, codes, _, _ in rows.values()])
-        bucket_s, n = self.grid
+        if self.intervals is None:
+            self.intervals = [_interval(t, codes) for t, codes, _, _ in rows.values()]
+        bucket_s, n = self.grid()
         for metric, (t, codes, keys, v) in rows.items():
             series = self._series(metric, codes, keys)
             if metric in _COUNTERS:
                 t, series, v = self._rates(metric, t, series, v)
             cell = series * n + _bucket(t, self.t0, bucket_s, n)
-            size = len(self.index[metric]) * n
-            self.count[metric] = _grown(self.count.get(metric), size) + np.bincount(cell, minlength=size)
-            self.total[metric] = _grown(self.total.get(metric), size) + np.bincount(cell, weights=v, minlength=size)
+            shape = (len(self.index[metric]), n)
+            size = shape[0] * n
+            self.count[metric] = _grown(self.count.get(metric), shape) + np.bincount(cell, minlength=size).reshape(
+                shape
+            )
+            totals = np.bincount(cell, weights=v, minlength=size).reshape(shape)
+            self.total[metric] = _grown(self.total.get(metric), shape) + totals
+
+    def copy(self) -> _Charts:
+        out = _Charts(self.report, self.job_id, self.t0, self.t1, self.step_interval, self.max_buckets)
+        out.intervals = None if self.intervals is None else list(self.intervals)
+        out.index = {m: dict(keys) for m, keys in self.index.items()}
+        out.count = {m: cells.copy() for m, cells in self.count.items()}
+        out.total = {m: cells.copy() for m, cells in self.total.items()}
+        out.last = {m: dict(ends) for m, ends in self.last.items()}
+        return out
+
+    def resumed(self, t1: float, step_interval: float) -> _Charts:
+        """A copy for the window grown to ``t1``: its cells added up into the new grid (a multiple of theirs)."""
+        out = self.copy()
+        before, _ = self.grid()
+        out.t1, out.step_interval = t1, step_interval
+        bucket_s, n = out.grid()
+        ratio = max(1, round(bucket_s / before))
+        for cells in (out.count, out.total):
+            for metric, old in cells.items():
+                cells[metric] = _coarsened(old, ratio, n)
+        return out
 
     def _series(self, metric: str, codes: np.ndarray, keys: list[str]) -> np.ndarray:
         """The rows' series as rows of this metric's cells (new series added)."""
@@ -213,30 +286,39 @@ class _Charts:
         v_all = np.concatenate([[last[s][1] for s in before], v])
         s_all = np.concatenate([np.array(before, dtype=np.int64), series])
         order = np.lexsort((t_all, s_all))  # stable: a series' carried sample stays first among equal times
-        ends = np.flatnonzero(np.concatenate([s_all[order][1:] != s_all[order][:-1], [True]]))
-        for i in ends.tolist():
-            last[int(s_all[order][i])] = (float(t_all[order][i]), float(v_all[order][i]))
+        s_sorted, t_sorted, v_sorted = s_all[order], t_all[order], v_all[order]
+        ends = np.flatnonzero(np.concatenate([s_sorted[1:] != s_sorted[:-1], [True]]))
+        for s, t_end, v_end in zip(s_sorted[ends].tolist(), t_sorted[ends].tolist(), v_sorted[ends].tolist()):
+            last[s] = (t_end, v_end)
         return _rates(t_all, s_all, v_all)
 
     def values(self, metric: str, *, mean: bool) -> tuple[float | None, ...] | None:
         """The metric's value per bucket (module table); None when no row of it counted."""
         count = self.count.get(metric)
-        if count is None or not count.any() or self.grid is None:
+        if count is None or not count.any():
             return None
-        n = self.grid[1]
-        return _across_cells(count.reshape(-1, n), self.total[metric].reshape(-1, n), mean=mean)
+        return _across_cells(count, self.total[metric], mean=mean)
 
 
 #: The counters drawn as rates (their delta between consecutive samples over the time between them).
 _COUNTERS: Final = frozenset({IB_TX, IB_RX, LUSTRE_READ, LUSTRE_WRITE})
 
 
-def _grown(cells: np.ndarray | None, size: int) -> np.ndarray:
-    """``cells`` (None: none yet) with zeros after them up to ``size``."""
-    if cells is None:
-        return np.zeros(size)
-    grown: np.ndarray = np.concatenate([cells, np.zeros(size - len(cells))]) if len(cells) < size else cells
+def _grown(cells: np.ndarray | None, shape: tuple[int, int]) -> np.ndarray:
+    """``cells`` (None: none yet) with zero rows below them up to ``shape`` (new series)."""
+    grown = np.zeros(shape)
+    if cells is not None:
+        grown[: cells.shape[0], : cells.shape[1]] = cells
     return grown
+
+
+def _coarsened(cells: np.ndarray, ratio: int, n: int) -> np.ndarray:
+    """(series x bucket) cells added up ``ratio`` buckets to one, ``n`` buckets wide."""
+    m, width = cells.shape
+    padded = np.zeros((m, max(n * ratio, width)))
+    padded[:, :width] = cells
+    out: np.ndarray = padded[:, : n * ratio].reshape(m, n, ratio).sum(axis=2)
+    return out
 
 
 #: (key, unit, aggregation, metric), in the page's order.

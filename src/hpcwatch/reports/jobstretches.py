@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final
 
@@ -53,6 +53,9 @@ __all__ = [
     "KeptStretches",
     "window_partial",
     "stretches",
+    "checkpoint_cuts",
+    "Checkpoint",
+    "Resumed",
 ]
 
 #: Rows one read holds, about: the stretches are sized to it by the rate the job's window had so far. Ours: ~40 MB
@@ -72,47 +75,89 @@ DEFAULT_KEPT_JOBS: Final = 4
 
 
 @dataclass(frozen=True, slots=True)
-class _Checkpoint:
+class Checkpoint:
+    """What a job's stretches before ``upto`` added up to (``state``: a ``Partial``, the charts' cells)."""
+
     upto: float
-    """The stretches before this time, joined."""
-    allocations: tuple[Any, ...]
-    """``_allocations`` when they were read."""
-    partial: Partial
+    fingerprint: Any
+    """What else the state was computed from (the report: ``_allocations``); compared, never read."""
+    state: Any
+
+
+@dataclass(frozen=True, slots=True)
+class Resumed:
+    """Where a read resumes (``KeptStretches.resume``)."""
+
+    checkpoint: Checkpoint
+    extra: Any
+    """What was kept beside the checkpoints."""
+    older: tuple[Checkpoint, ...]
+    """The checkpoints up to ``checkpoint``, which it keeps: a page keeps them with its own."""
 
 
 @dataclass(frozen=True, slots=True)
 class _Kept:
-    """A job's checkpoints, oldest first, and what they were computed from."""
+    """A job's checkpoints of one kind, oldest first, and what they were computed from."""
 
     t0: float
     hosts: tuple[str, ...]
     version: int
     """The store's version before the page read: a commit after it may have added rows before a checkpoint."""
-    shape: Shape
-    checkpoints: tuple[_Checkpoint, ...]
+    extra: Any
+    """What a kind keeps beside (the report: the window's ``Shape``)."""
+    checkpoints: tuple[Checkpoint, ...]
 
 
 class KeptStretches:
-    """The checkpoints of the last ``size`` jobs whose report was read (module doc). Safe to share between
-    threads; two reads of one job at once both read, and the later one is kept."""
+    """The checkpoints of the last ``size`` jobs whose report and charts were read (module doc). Safe to share
+    between threads; two reads of one job at once both read, and the later one is kept."""
 
     def __init__(self, size: int = DEFAULT_KEPT_JOBS) -> None:
         self.size = size
-        self._entries: OrderedDict[tuple[str, str], _Kept] = OrderedDict()
+        self._entries: OrderedDict[tuple[str, str, str], _Kept] = OrderedDict()
         self._lock = threading.Lock()
 
-    def _get(self, key: tuple[str, str]) -> _Kept | None:
+    def resume(
+        self,
+        store: Store,
+        kind: str,
+        record: Job,
+        t0: float,
+        metrics: Sequence[str],
+        fingerprint: Callable[[float], Any],
+    ) -> Resumed | None:
+        """The newest checkpoint of ``kind`` for ``record``'s window from ``t0`` that is still true (module doc);
+        None: read from the start."""
         with self._lock:
-            found = self._entries.get(key)
-            if found is not None:
-                self._entries.move_to_end(key)
-            return found
+            found = self._entries.get((str(store.config.path), kind, record.id))
+        if found is None or found.t0 != t0 or found.hosts != tuple(record.nodes) or not found.checkpoints:
+            return None
+        late = queries.job_window_written(store, found.version, metrics, hosts=list(record.nodes), job=record.id, t0=t0)
+        for k in reversed(range(len(found.checkpoints))):
+            c = found.checkpoints[k]
+            if (late is None or c.upto <= late) and c.fingerprint == fingerprint(c.upto):
+                return Resumed(c, found.extra, found.checkpoints[: k + 1])
+        return None
 
-    def _put(self, key: tuple[str, str], kept: _Kept) -> None:
+    def keep(
+        self,
+        store: Store,
+        kind: str,
+        record: Job,
+        *,
+        t0: float,
+        version: int,
+        extra: Any,
+        checkpoints: Sequence[Checkpoint],
+        newest: float | None,
+    ) -> None:
+        """Keep, per age band (``CHECKPOINT_LAGS``), the newest of ``checkpoints`` at least that old."""
+        kept = _Kept(t0, tuple(record.nodes), version, extra, _by_age(checkpoints, newest))
+        key = (str(store.config.path), kind, record.id)
         with self._lock:
             self._entries[key] = kept
             self._entries.move_to_end(key)
-            while len(self._entries) > self.size:
+            while len(self._entries) > 2 * self.size:  # two kinds a job
                 self._entries.popitem(last=False)
 
 
@@ -121,65 +166,65 @@ def window_partial(
 ) -> Partial:
     """What ``record``'s window (its nodes from ``t0``, its label anywhere) says of every job among ``jobs``
     (those that ran on its nodes), read stretch by stretch; with ``kept``, from its newest checkpoint on."""
-    window = _Window(store, record, tuple(record.nodes), t0, jobs)
-    key = (str(store.config.path), record.id)
     version = store.version  # before any read: a row committed during the reads is checked next time
-    before = kept._get(key) if kept is not None else None
-    start = window.checkpoint(before)
-    total, checkpoints = window.read(start, before.shape if before is not None and start is not None else None)
-    shapes = total.shapes
-    if len(shapes) > 1:  # a device that a stretch before it lacked: every stretch again, with all of them
-        total, checkpoints = window.read(None, _union(shapes))
+
+    def allocations(upto: float) -> tuple[Any, ...]:
+        return _allocations(jobs, t0, upto)
+
+    resumed = kept.resume(store, "report", record, t0, REPORT_METRICS, allocations) if kept is not None else None
+    start, shape = (resumed.checkpoint, resumed.extra) if resumed is not None else (None, None)
+    keeping = kept is not None
+    total, checkpoints = _read(store, record, t0, jobs, start, shape, keeping=keeping)
+    if len(total.shapes) > 1:  # a device that a stretch before it lacked: every stretch again, with all of them
+        resumed = None
+        total, checkpoints = _read(store, record, t0, jobs, None, _union(total.shapes), keeping=keeping)
     if kept is not None:
-        shape = next(iter(total.shapes), Shape(frozenset(), frozenset()))
-        older = () if start is None or before is None else tuple(c for c in before.checkpoints if c.upto <= start.upto)
-        newest = total.newest_t
-        kept._put(key, _Kept(window.t0, window.hosts, version, shape, _by_age((*older, *checkpoints), newest)))
+        older = list(resumed.older) if resumed is not None else []
+        kept.keep(
+            store,
+            "report",
+            record,
+            t0=t0,
+            version=version,
+            extra=_union(total.shapes),
+            checkpoints=[*older, *checkpoints],
+            newest=total.newest_t,
+        )
     return total
 
 
-@dataclass(frozen=True, slots=True)
-class _Window:
-    """A job's window in the store, and the jobs its rows are attributed among."""
-
-    store: Store
-    record: Job
-    hosts: tuple[str, ...]
-    t0: float
-    jobs: Sequence[Job]
-
-    def checkpoint(self, kept: _Kept | None) -> _Checkpoint | None:
-        """The newest of ``kept``'s checkpoints still true (module doc); None: read from the start."""
-        if kept is None or kept.t0 != self.t0 or kept.hosts != self.hosts or not kept.checkpoints:
-            return None
-        late = queries.job_window_written(
-            self.store, kept.version, REPORT_METRICS, hosts=list(self.hosts), job=self.record.id, t0=self.t0
-        )
-        for c in reversed(kept.checkpoints):
-            if (late is None or c.upto <= late) and c.allocations == _allocations(self.jobs, self.t0, c.upto):
-                return c
-        return None
-
-    def read(self, start: _Checkpoint | None, shape: Shape | None) -> tuple[Partial, list[_Checkpoint]]:
-        """The stretches from ``start`` (None: the first start) to the newest sample, joined to ``start``'s; and
-        a checkpoint at each age band's time that the read passed."""
-        total = start.partial.copy() if start is not None else Partial()
-        a = start.upto if start is not None else self.t0
-        span = queries.job_window_span(
-            self.store, REPORT_METRICS, hosts=list(self.hosts), job=self.record.id, t0=a, t1=self.record.end
-        )
-        checkpoints: list[_Checkpoint] = []
-        if span is None:
-            return total, checkpoints
-        cuts = sorted({span[1] - lag for lag in CHECKPOINT_LAGS if span[1] - lag > max(a, span[0])})
-        for b, table in stretches(self.store, REPORT_METRICS, self.record, max(a, span[0]), span[1], cuts=cuts):
-            part = partial_of(table, self.jobs, shape=shape)
-            del table
-            shape = _union(part.shapes | ({shape} if shape is not None else set()))  # the devices seen so far
-            total.add(part)
-            if b in cuts:
-                checkpoints.append(_Checkpoint(b, _allocations(self.jobs, self.t0, b), total.copy()))
+def _read(
+    store: Store,
+    record: Job,
+    t0: float,
+    jobs: Sequence[Job],
+    start: Checkpoint | None,
+    shape: Shape | None,
+    *,
+    keeping: bool,
+) -> tuple[Partial, list[Checkpoint]]:
+    """The stretches from ``start`` (None: the first start) to the newest sample, joined to ``start``'s; and
+    (``keeping``) a checkpoint at each age band's time that the read passed."""
+    total = start.state.copy() if start is not None else Partial()
+    a = start.upto if start is not None else t0
+    span = queries.job_window_span(store, REPORT_METRICS, hosts=list(record.nodes), job=record.id, t0=a, t1=record.end)
+    checkpoints: list[Checkpoint] = []
+    if span is None:
         return total, checkpoints
+    cuts = checkpoint_cuts(max(a, span[0]), span[1]) if keeping else []
+    for b, table in stretches(store, REPORT_METRICS, record, max(a, span[0]), span[1], cuts=cuts):
+        part = partial_of(table, jobs, shape=shape)
+        del table
+        shape = _union(part.shapes | ({shape} if shape is not None else set()))  # the devices seen so far
+        total.add(part)
+        if b in cuts:
+            checkpoints.append(Checkpoint(b, _allocations(jobs, t0, b), total.copy()))
+    return total, checkpoints
+
+
+def checkpoint_cuts(start: float, newest: float) -> list[float]:
+    """Where a read from ``start`` to ``newest`` ends a stretch to leave a checkpoint: one per age band."""
+    return sorted({newest - lag for lag in CHECKPOINT_LAGS if newest - lag > start})
 
 
 def stretches(
@@ -224,12 +269,12 @@ def _union(shapes: set[Shape]) -> Shape:
     return found
 
 
-def _by_age(checkpoints: Sequence[_Checkpoint], newest: float | None) -> tuple[_Checkpoint, ...]:
+def _by_age(checkpoints: Sequence[Checkpoint], newest: float | None) -> tuple[Checkpoint, ...]:
     """Per age band (``CHECKPOINT_LAGS``), the newest checkpoint at least that old; oldest first."""
     if newest is None:
         return ()
     ordered = sorted(checkpoints, key=lambda c: c.upto)
-    keep: dict[float, _Checkpoint] = {}
+    keep: dict[float, Checkpoint] = {}
     for lag in CHECKPOINT_LAGS:
         old_enough = [c for c in ordered if c.upto <= newest - lag + 1e-9]
         if old_enough:
