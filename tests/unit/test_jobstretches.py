@@ -99,17 +99,21 @@ def test_late_rows_in_a_kept_stretch_are_read(live) -> None:
 
 
 def test_rows_that_land_late_cost_a_read_of_what_follows_them(live, reads) -> None:
-    """A row 50 s late: the next page starts from the checkpoint at least 160 s old, not from the job's start."""
-    store, _ = live
+    """A page, another 50 s later (it leaves checkpoints 10 s and 40 s before the newest sample), then a row
+    25 s late: the next page starts from the 40 s checkpoint, not from the job's start."""
+    store, twin = live
     job, kept = _running(store), KeptStretches()
     _same(store, job.id, kept, reads)
     first_stretch = min(reads)
+    for _ in range(5):
+        twin.step()
+    _same(store, job.id, kept)
     newest = store.time_range()[1] or 0.0
     host = job.nodes[0]
     late = Sample(
         metric=vocab.DCGM_FI_DEV_GPU_UTIL,
         labels={"Hostname": host, "gpu": str(job.gpus_by_node[host][0]), "hpc_job": job.id},
-        t=newest - 50.5,
+        t=newest - 25.5,
         value=100.0,
     )
     store.add([late])

@@ -45,6 +45,10 @@ delta belongs to the job of the later sample. The first sample of a series has n
 energy delta across more than ``MAX_COUNTER_GAP_INTERVALS`` scrape intervals is dropped (nobody
 watched that stretch), so a job's energy is what was measured, not what it may have used unseen.
 
+A table of samples is first reduced to a ``Partial`` (``partial_of``: ``analysis.jobpartial``), the report made
+from it (``reports_of``): a long window is read a stretch at a time and the stretches' partials joined, with the
+same report as one pass. The scrape interval is the median of a series' gaps counted in whole milliseconds.
+
 Input: a pyarrow table with the store's sample columns (``hpcwatch.schemas.SAMPLE_SCHEMA``:
 metric, t [UTC s], value, host, gpu, job, labels [JSON]) and ``records.Job``s. Pure: no store,
 no printing.

@@ -80,7 +80,15 @@ def _fsum(terms: Iterable[float]) -> Exact:
 
 
 def exact_plus(a: Exact, b: Exact) -> Exact:
-    return _fsum((a[0], a[1], b[0], b[1]))
+    a0, a1 = a
+    b0, b1 = b
+    if a1 == 0.0 and b1 == 0.0:
+        # Two floats: their rounded sum and its exact error (Knuth's TwoSum) are what ``_fsum`` returns.
+        total = a0 + b0
+        if total - total == 0.0 and total != 0.0:  # finite, and no zero whose sign fsum would choose
+            rest = total - a0
+            return (total, (a0 - (total - rest)) + (b0 - rest))
+    return _fsum((a0, a1, b0, b1))
 
 
 def exact_sums(groups: np.ndarray, values: np.ndarray, n: int) -> list[Exact]:

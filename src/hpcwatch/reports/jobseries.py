@@ -1,11 +1,16 @@
 """One job's life as time series: what the job page's charts draw (``GET /job/ID``, ``GET /api/job/ID``).
 
 From the samples of the job's report (``reports.jobs.job_samples``: its nodes during its run, its label
-anywhere; or the app's Prometheus) and its executed steps, every series is bucketed on one grid over the
-job's window, at most ``MAX_BUCKETS`` buckets whatever the job's length::
+anywhere, read a stretch at a time; or the app's Prometheus) and its executed steps, every series is
+bucketed on one grid over the job's window, at most ``MAX_BUCKETS`` buckets whatever the job's length::
 
     t0 (first start)                                              t1 (end; running: newest sample)
-    |  b0  |  b1  |  b2  |   …   | b119 |     bucket_s = max(window / MAX_BUCKETS, slowest scrape interval)
+    |  b0  |  b1  |  b2  |   …   | bn-1 |     bucket_s: the shortest power of two of seconds >= both
+                                            window / (MAX_BUCKETS - 1) and the slowest scrape interval
+
+A power of two (32 s for an hour, 8,192 s for ten days), so that the grid of the window a page drew divides
+the grid of the window it has grown to: a server keeps the charts' cells of a running job from page to page
+(``reports.jobstretches.KeptStretches``) and adds them up into the coarser buckets, reading only what is new.
 
 ==============  ====  ===============================================================================
 key             unit  value of a bucket
@@ -29,8 +34,9 @@ A bucket in which nothing reported is None, never filled: when an XID stops a GP
 there. A series the store holds nothing of is left out (never zeros). MIG instances and GPUs that
 report only engine activity are not drawn (the report's table has them).
 
-Memory: a 1,024-GPU job over days is a few tens of millions of rows; they stay pyarrow / numpy
-columns, grouped with ``bincount`` into (series × bucket) cells, never Python objects per row.
+Memory: a 1,024-GPU job over days is a few tens of millions of rows; they are read a stretch at a time as
+pyarrow / numpy columns, grouped with ``bincount`` into (series × bucket) cells, never Python objects per
+row; a counter's rate between two stretches joins the last sample of one to the first of the next.
 """
 
 from __future__ import annotations
@@ -173,7 +179,7 @@ def _from_store(store: Store, charts: _Charts, kept: KeptStretches | None) -> _C
     if resumed is not None:
         charts = resumed.checkpoint.state.resumed(charts.t1, charts.step_interval)
     start = resumed.checkpoint.upto if resumed is not None else charts.t0
-    cuts = checkpoint_cuts(start, charts.t1) if kept is not None else []
+    cuts = checkpoint_cuts(start, charts.t1, resumed=resumed is not None) if kept is not None else []
     checkpoints = []
     for b, table in stretches(store, SERIES_METRICS, record, start, charts.t1, cuts=cuts):
         charts.add(table)

@@ -211,7 +211,7 @@ def _read(
     checkpoints: list[Checkpoint] = []
     if span is None:
         return total, checkpoints
-    cuts = checkpoint_cuts(max(a, span[0]), span[1]) if keeping else []
+    cuts = checkpoint_cuts(max(a, span[0]), span[1], resumed=start is not None) if keeping else []
     for b, table in stretches(store, REPORT_METRICS, record, max(a, span[0]), span[1], cuts=cuts):
         part = partial_of(table, jobs, shape=shape)
         del table
@@ -222,9 +222,12 @@ def _read(
     return total, checkpoints
 
 
-def checkpoint_cuts(start: float, newest: float) -> list[float]:
-    """Where a read from ``start`` to ``newest`` ends a stretch to leave a checkpoint: one per age band."""
-    return sorted({newest - lag for lag in CHECKPOINT_LAGS if newest - lag > start})
+def checkpoint_cuts(start: float, newest: float, *, resumed: bool) -> list[float]:
+    """Where a read from ``start`` to ``newest`` ends a stretch to leave a checkpoint: one per age band when it
+    ``resumed`` from a checkpoint (a few seconds), else only the newest band's (the older bands fill as the
+    checkpoints of the next pages age: a first read is not cut into more stretches than its rows need)."""
+    lags = CHECKPOINT_LAGS if resumed else CHECKPOINT_LAGS[:1]
+    return sorted({newest - lag for lag in lags if newest - lag > start})
 
 
 def stretches(
