@@ -30,19 +30,21 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pyarrow as pa
 
-from hpcwatch.analysis.attribution import GpuReport, JobReport, report_dict
+from hpcwatch.analysis.attribution import REPORT_METRICS, GpuReport, JobReport, report_dict
 from hpcwatch.analysis.goodput import GoodputReport, StepTable
 from hpcwatch.analysis.steps import WORK_PHASES
 from hpcwatch.errors import InputError
 from hpcwatch.records import PHASES, Finding
+from hpcwatch.reports import jobstretches
 from hpcwatch.reports.acting import job_acting
 from hpcwatch.reports.goodput import goodput_with_steps
-from hpcwatch.reports.jobs import JobCost, check_job_id, cost_dict, first_start, job_cost, job_report
+from hpcwatch.reports.jobs import JobCost, check_job_id, cost_dict, first_start, job_cost, job_report, job_samples
 from hpcwatch.reports.jobseries import JobSeries, job_series, series_dict
 from hpcwatch.reports.jobstretches import KeptStretches
 from hpcwatch.reports.livejob import live_verdicts
 from hpcwatch.reports.steps import DEFAULT_RECENT_STEPS, StepReport, step_report
 from hpcwatch.reports.timeline import job_timeline
+from hpcwatch.store import queries
 
 if TYPE_CHECKING:
     from hpcwatch.store import Store
@@ -196,8 +198,10 @@ def job_overview(
     # each thread's reads on a cursor of its own): at 1,536 GPUs and ranks each side is half a second.
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="jobpage-spans") as pool:
         from_spans = pool.submit(_span_parts, store, job_id, recent_steps)
-        # The report reads the job's window stretch by stretch (a day of a 1,536-GPU job is more than a server
-        # holds at once), from what ``kept`` holds of it on.
+        # A window of one stretch is read once for the report and the charts; a longer one stretch by stretch (a
+        # day of a 1,536-GPU job is more than a server holds at once), from what ``kept`` holds of it on.
+        if samples is None and not _long_window(store, job_id):
+            samples = job_samples(store, job_id)
         job = _part(missing, "job", lambda: job_report(store, job_id, samples=samples, kept=kept))
         steps, accounted, missed = from_spans.result()
     missing |= missed
@@ -332,6 +336,19 @@ class OverviewCache:
             while len(self._entries) > self.size:
                 self._entries.popitem(last=False)
         return found
+
+
+def _long_window(store: Store, job_id: str) -> bool:
+    """Whether ``job_id``'s window holds more than one stretch's rows (``reports.jobstretches.STRETCH_ROWS``):
+    below, one read of it all costs less than the stretches' and checkpoints' work per GPU. True for a workload
+    known from labels only (its report reads the store's samples whole)."""
+    record = store.job(job_id)
+    t0 = first_start(store, record)
+    if record is None or not record.nodes or t0 is None:
+        return True
+    return queries.job_window_rows_above(
+        store, REPORT_METRICS, jobstretches.STRETCH_ROWS, hosts=list(record.nodes), job=job_id, t0=t0, t1=record.end
+    )
 
 
 def _live(store: Store, job_id: str) -> tuple[dict[str, Any], ...]:

@@ -426,6 +426,16 @@ def job_window_span(
     return None if first is None or last is None else (float(first), float(last))
 
 
+def job_window_rows_above(
+    store: Store, metrics: Sequence[str], limit: int, *, hosts: Sequence[str], job: str, t0: float, t1: float | None
+) -> bool:
+    """Whether a job's window (``job_window_samples``') holds more than ``limit`` samples of ``metrics``: a
+    count that stops at ``limit + 1``, so its cost is bounded whatever the window's size."""
+    where, params = _job_window(metrics, hosts=hosts, job=job, t0=t0, t1=t1, before=None)
+    ((n,),) = store.query(f"SELECT count(*) FROM (SELECT 1 FROM samples WHERE {where} LIMIT ?)", [*params, limit + 1])
+    return bool(n > limit)
+
+
 def job_window_next(
     store: Store, metrics: Sequence[str], *, hosts: Sequence[str], job: str, t0: float, t1: float | None
 ) -> float | None:
