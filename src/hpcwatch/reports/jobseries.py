@@ -187,7 +187,6 @@ def _from_store(store: Store, charts: _Charts, kept: KeptStretches | None) -> _C
         if b in cuts:
             checkpoints.append(Checkpoint(b, gpus, charts.copy()))
     if kept is not None:
-        older = list(resumed.older) if resumed is not None else []
         kept.keep(
             store,
             "charts",
@@ -195,7 +194,8 @@ def _from_store(store: Store, charts: _Charts, kept: KeptStretches | None) -> _C
             t0=charts.t0,
             version=version,
             extra=None,
-            checkpoints=[*older, *checkpoints],
+            resumed=resumed,
+            checkpoints=checkpoints,
             newest=charts.t1,
         )
     return charts

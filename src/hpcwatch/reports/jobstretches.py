@@ -148,11 +148,14 @@ class KeptStretches:
         t0: float,
         version: int,
         extra: Any,
+        resumed: Resumed | None,
         checkpoints: Sequence[Checkpoint],
         newest: float | None,
     ) -> None:
-        """Keep, per age band (``CHECKPOINT_LAGS``), the newest of ``checkpoints`` at least that old."""
-        kept = _Kept(t0, tuple(record.nodes), version, extra, _by_age(checkpoints, newest))
+        """Keep, per age band (``CHECKPOINT_LAGS``), the newest of ``checkpoints`` and of those the read
+        ``resumed`` from at least that old."""
+        older = resumed.older if resumed is not None else ()
+        kept = _Kept(t0, tuple(record.nodes), version, extra, _by_age([*older, *checkpoints], newest))
         key = (str(store.config.path), kind, record.id)
         with self._lock:
             self._entries[key] = kept
@@ -179,7 +182,6 @@ def window_partial(
         resumed = None
         total, checkpoints = _read(store, record, t0, jobs, None, _union(total.shapes), keeping=keeping)
     if kept is not None:
-        older = list(resumed.older) if resumed is not None else []
         kept.keep(
             store,
             "report",
@@ -187,7 +189,8 @@ def window_partial(
             t0=t0,
             version=version,
             extra=_union(total.shapes),
-            checkpoints=[*older, *checkpoints],
+            resumed=resumed,
+            checkpoints=checkpoints,
             newest=total.newest_t,
         )
     return total
