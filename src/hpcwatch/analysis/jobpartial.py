@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -174,9 +174,8 @@ class Acc:
             self.energy_by_gap[gap] = exact_plus(self.energy_by_gap.get(gap, ZERO), delta)
 
     def copy(self) -> Acc:
-        out = Acc()
-        out.add(self)
-        return out
+        """These sums, to add to without changing them (a kept checkpoint is joined to many pages)."""
+        return replace(self, sources=set(self.sources), energy_by_gap=dict(self.energy_by_gap))
 
 
 def _larger(a: float | None, b: float | None) -> float | None:
@@ -311,9 +310,18 @@ class Partial:
             self.newest_t = later.newest_t if self.newest_t is None else max(self.newest_t, later.newest_t)
 
     def copy(self) -> Partial:
-        out = Partial()
-        out.add(self)
-        return out
+        """This partial, to join later stretches to without changing it (its ends are immutable: shared)."""
+        return Partial(
+            cells={key: acc.copy() for key, acc in self.cells.items()},
+            gaps={key: dict(histogram) for key, histogram in self.gaps.items()},
+            ends=dict(self.ends),
+            ports=dict(self.ports),
+            lustre=dict(self.lustre),
+            slurm_last=dict(self.slurm_last),
+            max_rss={job: dict(per_node) for job, per_node in self.max_rss.items()},
+            newest_t=self.newest_t,
+            shapes=set(self.shapes),
+        )
 
     def _count_gaps(self, key: SeriesKey, histogram: dict[int, int]) -> None:
         mine = self.gaps.setdefault(key, {})
