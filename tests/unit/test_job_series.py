@@ -230,7 +230,7 @@ def test_the_page_draws_one_svg_chart_per_series_with_its_labels_in_english(clie
     )
     assert "Time (UTC)" in panel and ">%</text>" in panel and ">B/s</text>" in panel
     assert "min 1.0 GB/s · max 1.0 GB/s" in panel and "min 2,000.0 ms" not in panel and "2.00 s" in panel
-    assert "One point per 32.0 s bucket (113 at most)" in panel
+    assert "One point per 32.0 s bucket, 113 buckets from" in panel
     assert 'text-anchor="end">100 %</text>' in panel  # utilisation reads against full, not its own maximum
 
 
