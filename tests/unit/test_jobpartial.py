@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from hpcwatch import vocab
-from hpcwatch.analysis.attribution import job_reports, partial_of, report_dict, reports_of, shape_of
+from hpcwatch.analysis.attribution import job_reports, partial_of, report_dict, reports_of
 from hpcwatch.analysis.jobpartial import Partial, exact_plus, exact_sums, median_gap_s
 from hpcwatch.records import Job
 from hpcwatch.store import SAMPLE_SCHEMA
@@ -94,7 +94,7 @@ def _store_order(rows: list[tuple]) -> list[tuple]:
 
 def _joined(rows: list[tuple], cuts: list[float]) -> Partial:
     """The rows split at ``cuts`` (a stretch is [cut, next cut)), each reduced with the whole's shape, joined."""
-    shape = shape_of(_table(rows))
+    (shape,) = partial_of(_table(rows), JOBS).shapes or {None}  # the whole window's devices
     edges = [-math.inf, *sorted(cuts), math.inf]
     total = Partial()
     for lo, hi in zip(edges, edges[1:]):

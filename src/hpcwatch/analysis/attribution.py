@@ -98,7 +98,6 @@ __all__ = [
     "job_reports",
     "partial_of",
     "reports_of",
-    "shape_of",
     "Partial",
     "Shape",
     "report_dict",
@@ -533,15 +532,6 @@ def _dcgm_frame(samples: pa.Table, jobs: Sequence[Job], shape: Shape) -> tuple[_
     if (np.diff(order) == 1).all():  # the store's order already (by metric, host, gpu, t): no copy of each column
         return rows, shape
     return rows.take(order), shape
-
-
-def shape_of(samples: pa.Table) -> Shape:
-    """The devices of ``samples`` (any table with metric, host, gpu and labels columns) that reported
-    utilisation, engine activity, and InfiniBand counters (``Shape``)."""
-    sub = _rows_of(samples, (UTIL, GR_ACTIVE))
-    metric, host, gpu = (Coded.of(sub.column(name)) for name in ("metric", "host", "gpu"))
-    device = _devices(gpu, _label_fields(sub.column("labels"))["instance"])
-    return _gpu_shape(metric, host, device).union(_hca_shape(_ib_ports(_rows_of(samples, IB_METRICS))))
 
 
 def _gpu_shape(metric: Coded, host: Coded, device: Coded) -> Shape:
