@@ -34,7 +34,7 @@ from hpcwatch.analysis.attribution import REPORT_METRICS, GpuReport, JobReport, 
 from hpcwatch.analysis.goodput import GoodputReport, StepTable
 from hpcwatch.analysis.steps import WORK_PHASES
 from hpcwatch.errors import InputError
-from hpcwatch.records import PHASES, Finding
+from hpcwatch.records import PHASES, Finding, Job
 from hpcwatch.reports import jobstretches
 from hpcwatch.reports.acting import job_acting
 from hpcwatch.reports.goodput import goodput_with_steps
@@ -200,7 +200,9 @@ def job_overview(
         from_spans = pool.submit(_span_parts, store, job_id, recent_steps)
         # A window of one stretch is read once for the report and the charts; a longer one stretch by stretch (a
         # day of a 1,536-GPU job is more than a server holds at once), from what ``kept`` holds of it on.
-        if samples is None and not _long_window(store, job_id):
+        record = store.job(job_id)
+        started = first_start(store, record)
+        if samples is None and not _long_window(store, record, started):
             samples = job_samples(store, job_id)
         job = _part(missing, "job", lambda: job_report(store, job_id, samples=samples, kept=kept))
         steps, accounted, missed = from_spans.result()
@@ -236,7 +238,7 @@ def job_overview(
             report=job,
             samples=samples,
             steps=executed,
-            first_start=first_start(store, store.job(job_id)),
+            first_start=started,
             kept=kept,
         ),
     )
@@ -338,16 +340,15 @@ class OverviewCache:
         return found
 
 
-def _long_window(store: Store, job_id: str) -> bool:
-    """Whether ``job_id``'s window holds more than one stretch's rows (``reports.jobstretches.STRETCH_ROWS``):
-    below, one read of it all costs less than the stretches' and checkpoints' work per GPU. True for a workload
-    known from labels only (its report reads the store's samples whole)."""
-    record = store.job(job_id)
-    t0 = first_start(store, record)
+def _long_window(store: Store, record: Job | None, t0: float | None) -> bool:
+    """Whether ``record``'s window from ``t0`` (its first start) holds more than one stretch's rows
+    (``reports.jobstretches.STRETCH_ROWS``): below, one read of it all costs less than the stretches' and
+    checkpoints' work per GPU. True for a workload known from labels only (its report reads the store's samples
+    whole)."""
     if record is None or not record.nodes or t0 is None:
         return True
     return queries.job_window_rows_above(
-        store, REPORT_METRICS, jobstretches.STRETCH_ROWS, hosts=list(record.nodes), job=job_id, t0=t0, t1=record.end
+        store, REPORT_METRICS, jobstretches.STRETCH_ROWS, hosts=list(record.nodes), job=record.id, t0=t0, t1=record.end
     )
 
 
