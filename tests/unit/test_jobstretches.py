@@ -77,6 +77,57 @@ def test_the_next_page_reads_only_the_stretches_after_the_kept_ones(live, reads)
     assert min(reads) > (job.start or 0.0)
 
 
+def test_a_page_seconds_after_the_last_reads_one_stretch_from_the_same_checkpoint(live, reads) -> None:
+    """A page 3 s after the last: one read from the checkpoint it left (not one more stretch cut at the newest
+    sample's settle time); ``SETTLE_S`` later, a newer checkpoint."""
+    store, _ = live
+    job, kept = _running(store), KeptStretches()
+    _same(store, job.id, kept)
+    host = job.nodes[0]
+    newest = store.time_range()[1] or 0.0
+
+    def scrape(t: float) -> None:
+        labels = {"Hostname": host, "gpu": str(job.gpus_by_node[host][0]), "hpc_job": job.id}
+        store.add([Sample(metric=vocab.DCGM_FI_DEV_GPU_UTIL, labels=labels, t=t, value=90.0)])
+
+    scrape(newest + 3.0)
+    reads.clear()
+    _same(store, job.id, kept, reads)
+    assert reads == [newest - jobstretches.SETTLE_S]
+    scrape(newest + 3.0 + jobstretches.SETTLE_S)
+    reads.clear()
+    _same(store, job.id, kept, reads)
+    assert reads == [newest - jobstretches.SETTLE_S, newest + 3.0]  # cut at the new settle time, kept there
+    reads.clear()
+    _same(store, job.id, kept, reads)
+    assert reads == [newest + 3.0]
+
+
+def test_checkpoint_cuts_leave_a_settled_stretch_before_each() -> None:
+    cuts = jobstretches.checkpoint_cuts
+    assert cuts(100.0, 115.0, resumed=True) == []  # a cut at 105 would leave 5 s before it
+    assert cuts(100.0, 120.0, resumed=True) == [110.0]
+    assert cuts(100.0, 300.0, resumed=True) == [140.0, 260.0, 290.0]
+    assert cuts(100.0, 300.0, resumed=False) == [290.0]
+
+
+def test_a_page_of_a_kept_job_does_not_count_its_window_again(live, monkeypatch) -> None:
+    """Whether a window fits one read is asked once: a window a page kept checkpoints of did not."""
+    store, _ = live
+    job, kept = _running(store), KeptStretches()
+    counts = []
+    count = queries.job_window_rows_above
+
+    def counting(*args, **kwargs):
+        counts.append(1)
+        return count(*args, **kwargs)
+
+    monkeypatch.setattr(queries, "job_window_rows_above", counting)
+    job_overview(store, job.id, kept=kept)
+    job_overview(store, job.id, kept=kept)
+    assert counts == [1]
+
+
 def test_late_rows_in_a_kept_stretch_are_read(live) -> None:
     store, _ = live
     job, kept = _running(store), KeptStretches()

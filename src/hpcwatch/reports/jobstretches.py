@@ -16,6 +16,9 @@ page leaves a checkpoint ``SETTLE_S`` before the newest sample, and keeps older 
                           ^ 640 s      ^ 160 s       ^ 40 s        ^ 10 s       checkpoints, by age
                                                                   <--------->  the next page reads this
 
+(a page a few seconds after the last reads on from the same checkpoint and leaves a newer one only once
+there are ``SETTLE_S`` of settled rows past it: one stretch a page, not one per second since the last).
+
 A checkpoint is not used when what it was computed from changed:
 
 - a commit since the page added samples before its time (a late scrape, a file ingested again):
@@ -139,6 +142,13 @@ class KeptStretches:
                 return Resumed(c, found.extra, found.checkpoints[: k + 1])
         return None
 
+    def holds(self, store: Store, kind: str, record: Job, t0: float) -> bool:
+        """Whether a checkpoint of ``kind`` is kept for ``record``'s window from ``t0`` (true or not: the
+        window was longer than a checkpoint, so a page need not ask whether it fits one read)."""
+        with self._lock:
+            found = self._entries.get((str(store.config.path), kind, record.id))
+        return found is not None and found.t0 == t0 and found.hosts == tuple(record.nodes) and bool(found.checkpoints)
+
     def keep(
         self,
         store: Store,
@@ -227,10 +237,13 @@ def _read(
 
 def checkpoint_cuts(start: float, newest: float, *, resumed: bool) -> list[float]:
     """Where a read from ``start`` to ``newest`` ends a stretch to leave a checkpoint: one per age band when it
-    ``resumed`` from a checkpoint (a few seconds), else only the newest band's (the older bands fill as the
-    checkpoints of the next pages age: a first read is not cut into more stretches than its rows need)."""
+    ``resumed`` from a checkpoint, else only the newest band's (the older bands fill as the checkpoints of the
+    next pages age: a first read is not cut into more stretches than its rows need). No cut leaves less than
+    ``SETTLE_S`` before it: a page that comes a few seconds after the last one reads on from the same
+    checkpoint in one stretch (at 1,024 nodes each stretch read is two queries and a reduction per GPU,
+    ~0.2 s), and leaves a newer one once it has ``SETTLE_S`` to spare."""
     lags = CHECKPOINT_LAGS if resumed else CHECKPOINT_LAGS[:1]
-    return sorted({newest - lag for lag in lags if newest - lag > start})
+    return sorted({newest - lag for lag in lags if newest - lag >= start + SETTLE_S})
 
 
 def stretches(
