@@ -23,8 +23,8 @@ from hpcwatch.analysis.goodput import (
     account_job_steps,
     job_step_table,
     steps_from_spans,
-    steps_from_step_rows,
 )
+from hpcwatch.analysis.stepgroups import StepGroups
 from hpcwatch.analysis.steps import _GPU_CELLS, RankStepGrid, anatomy_from_span_table, anatomy_from_spans
 from hpcwatch.analysis.stragglers import find_stragglers
 from hpcwatch.errors import InputError
@@ -135,7 +135,7 @@ def test_steps_grouped_in_the_store_are_the_step_table_of_the_spans(which, reque
         middle = spans[len(spans) // 2].start
         for breaks in ((), (middle,)):  # a failure in the middle: the steps after it are another incarnation
             old = steps_from_spans(spans, breaks=breaks)
-            new = steps_from_step_rows(queries.job_step_rows(store, job, breaks=breaks))
+            new = StepGroups.of_rows(*queries.job_step_groups(store, job, breaks=breaks)).step_table()
             assert len(old) > 1
             assert _same_steps(new, old)
 

@@ -40,7 +40,7 @@ import re
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
@@ -48,15 +48,11 @@ from hpcwatch import vocab
 from hpcwatch.records import Event, Job, Sample, Span
 from hpcwatch.vocab import EventKind
 
-if TYPE_CHECKING:
-    import pyarrow as pa
-
 __all__ = [
     "BADPUT_KINDS",
     "StepTable",
     "GoodputReport",
     "steps_from_spans",
-    "steps_from_step_rows",
     "steps_from_step_samples",
     "ideal_step_time",
     "account_goodput",
@@ -135,6 +131,15 @@ class StepTable:
 
     def __len__(self) -> int:
         return len(self.step)
+
+    def first_start_of_last(self, steps: int) -> float | None:
+        """The earliest start among the rows of the ``steps`` highest step numbers (every incarnation's): no span
+        of those steps started before it (``store.queries.recent_span_table`` reads from there on). None
+        without rows."""
+        if not len(self.step):
+            return None
+        newest = np.unique(self.step)[-steps:]
+        return float(np.min(self.start_s[np.isin(self.step, newest)]))
 
     @property
     def end_s(self) -> np.ndarray:
@@ -233,28 +238,6 @@ def steps_from_spans(spans: Iterable[Span], *, breaks: Sequence[float] = ()) -> 
     is_load = np.fromiter((r[3] for r in rows), dtype=bool, count=len(rows))
     is_wait = np.fromiter((r[4] for r in rows), dtype=bool, count=len(rows))
     return _span_steps(step, start, dur, is_load, is_wait, len({r[5] for r in rows}), breaks)
-
-
-def steps_from_step_rows(rows: pa.Table) -> StepTable:
-    """``steps_from_spans`` of a job's spans already grouped by (incarnation, step) where they are stored
-    (``store.queries.job_step_rows``'s columns): the same first starts, last ends and blocking loads; the
-    barrier waits summed exactly there rather than in order here (they differ in the last bits at most)."""
-    if not rows.num_rows:
-        return StepTable.empty()
-    ranks = int(rows.column("ranks")[0].as_py() or 1)
-    first, last = _floats(rows.column("first_start")), _floats(rows.column("last_end"))
-    return StepTable(
-        step=_floats(rows.column("step")).astype(np.int64),
-        start_s=first,
-        dur_s=last - first,
-        load_s=_floats(rows.column("load_s")),
-        wait_s=_floats(rows.column("wait_s")) / ranks,
-    )
-
-
-def _floats(column: pa.ChunkedArray) -> np.ndarray:
-    """A numeric column as float64, 0 where null (no ``load`` or ``barrier_wait`` span in that step)."""
-    return np.asarray(column.fill_null(0).to_numpy(zero_copy_only=False), dtype=np.float64)
 
 
 def _span_steps(

@@ -9,7 +9,8 @@ split at its failures: ``analysis.goodput.account_job``. The simulation is
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import math
+from collections.abc import Iterator, Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
@@ -21,19 +22,23 @@ from hpcwatch.analysis.goodput import (
     StepTable,
     account_job_steps,
     job_failure_breaks,
-    steps_from_step_rows,
     steps_from_step_samples,
 )
+from hpcwatch.analysis.stepgroups import StepGroups
 from hpcwatch.errors import ConfigError, InputError
 from hpcwatch.records import Event, Job, Span
 
 if TYPE_CHECKING:  # ``simulate goodput`` never opens a store: pyarrow and duckdb stay unloaded
+    import pyarrow as pa
+
     from hpcwatch.analysis.goodputsim import GoodputRun, GoodputSimConfig, Interval
+    from hpcwatch.reports.jobstretches import KeptStretches
     from hpcwatch.store import Store
 
 __all__ = [
     "goodput_report",
     "goodput_with_steps",
+    "step_groups",
     "STEP_TIME_METRIC",
     "BADPUT_KINDS",
     "simulation_config",
@@ -52,21 +57,74 @@ def goodput_report(store: Store, job_id: str) -> GoodputReport:
     return goodput_with_steps(store, job_id)[0]
 
 
-def goodput_with_steps(store: Store, job_id: str) -> tuple[GoodputReport, StepTable]:
+def goodput_with_steps(
+    store: Store, job_id: str, *, kept: KeptStretches | None = None
+) -> tuple[GoodputReport, StepTable]:
     """``goodput_report`` and the executed steps it accounts (one row per step, a step re-run after a failure
     apart: ``analysis.goodput.StepTable``), which the job page also draws. The steps come grouped from the
-    store (``queries.job_step_rows``), else from the job's ``train_step_time_s`` samples."""
-    from hpcwatch.store import queries
-
+    store (``step_groups``), else from the job's ``train_step_time_s`` samples. ``kept``: what a server keeps
+    of the job's grouped steps between pages."""
     record = _with_first_start(store, store.job(job_id))
     events = _goodput_events(store, record)
     breaks = job_failure_breaks(record, events)
-    steps = steps_from_step_rows(queries.job_step_rows(store, job_id, breaks=breaks))
+    steps = step_groups(store, job_id, record, breaks, kept=kept).step_table()
     if not len(steps):
         steps = steps_from_step_samples(store.iter_samples(STEP_TIME_METRIC, job=job_id), breaks=breaks)
     if record is None and not len(steps):
         raise InputError(f"job {job_id}: neither the job nor its steps are in the store")
     return account_job_steps(record, steps, events), steps
+
+
+def step_groups(
+    store: Store, job_id: str, record: Job | None, breaks: Sequence[float], *, kept: KeptStretches | None = None
+) -> StepGroups:
+    """``job_id``'s spans grouped into steps (``queries.job_step_groups``), incarnations split at ``breaks``.
+    With ``kept`` (a job with a start), from the groups of the spans up to the newest checkpoint still true
+    on (no span landed before it since, the same breaks): only the spans that started after it are grouped,
+    and a new checkpoint is left ``SETTLE_S`` before the newest span (``reports.jobstretches``)."""
+    from hpcwatch.reports.jobstretches import Checkpoint, checkpoint_cuts
+    from hpcwatch.store import queries
+
+    fingerprint = tuple(float(b) for b in breaks)
+    t0 = record.start if record is not None else None
+    if kept is None or record is None or t0 is None:
+        return StepGroups.of_rows(*queries.job_step_groups(store, job_id, breaks=breaks))
+    version = store.version  # before any read: a span committed during them is checked next time
+    resumed = kept.resume(
+        store,
+        "steps",
+        record,
+        t0,
+        written=lambda since_version: queries.job_spans_written(store, since_version, job_id),
+        fingerprint=lambda upto: fingerprint,
+    )
+    since = resumed.checkpoint.upto if resumed is not None else None
+    newest = queries.newest_span_start(store, job_id, since=since)
+    cuts = [] if newest is None else checkpoint_cuts(-math.inf if since is None else since, newest, resumed=False)
+    cut = cuts[-1] if cuts else None
+    groups, ranks = queries.job_step_groups(store, job_id, breaks=breaks, since=since, cut=cut)
+    earlier = resumed.checkpoint.state if resumed is not None else StepGroups.empty()
+    settled = earlier.join(StepGroups.of_rows(*_started(groups, ranks, later=False)))
+    total = settled.join(StepGroups.of_rows(*_started(groups, ranks, later=True)))
+    kept.keep(
+        store,
+        "steps",
+        record,
+        t0=t0,
+        version=version,
+        extra=None,
+        resumed=resumed,
+        checkpoints=[] if cut is None else [Checkpoint(cut, fingerprint, settled)],
+        newest=newest,
+    )
+    return total
+
+
+def _started(groups: pa.Table, ranks: pa.Table, *, later: bool) -> tuple[pa.Table, pa.Table]:
+    """The rows of ``queries.job_step_groups``' tables of the spans started before the cut (or after it)."""
+    import pyarrow.compute as pc
+
+    return groups.filter(pc.equal(groups["later"], later)), ranks.filter(pc.equal(ranks["later"], later))
 
 
 def _goodput_events(store: Store, record: Job | None) -> list[Event]:

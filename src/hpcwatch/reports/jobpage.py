@@ -197,7 +197,7 @@ def job_overview(
     # The spans' parts in a thread beside the samples' (their queries and numpy work overlap: the store runs
     # each thread's reads on a cursor of its own): at 1,536 GPUs and ranks each side is half a second.
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="jobpage-spans") as pool:
-        from_spans = pool.submit(_span_parts, store, job_id, recent_steps)
+        from_spans = pool.submit(_span_parts, store, job_id, recent_steps, kept)
         # A window of one stretch is read once for the report and the charts; a longer one stretch by stretch (a
         # day of a 1,536-GPU job is more than a server holds at once), from what ``kept`` holds of it on.
         record = store.job(job_id)
@@ -294,14 +294,16 @@ def _work_s(r: RankPhases) -> float:
 
 
 def _span_parts(
-    store: Store, job_id: str, recent_steps: int
+    store: Store, job_id: str, recent_steps: int, kept: KeptStretches | None
 ) -> tuple[JobSteps | None, tuple[GoodputReport, StepTable] | None, dict[str, str]]:
-    """The steps (from the spans of the last ``recent_steps``) and the goodput (from every step, grouped in
-    the store: a 1,536-rank job of 15 minutes holds 8 million spans) of the page; what a part could not
+    """The goodput (from every step, grouped in the store: a 1,536-rank job of 15 minutes holds 8 million spans;
+    with ``kept``, only those since its checkpoint) and the steps (from the spans of the last ``recent_steps``,
+    read from the first start among them that the goodput's steps give) of the page; what a part could not
     answer under its name."""
     missing: dict[str, str] = {}
-    steps = _part(missing, "steps", lambda: _steps(step_report(store, job_id, recent_steps=recent_steps)))
-    accounted = _part(missing, "goodput", lambda: goodput_with_steps(store, job_id))
+    accounted = _part(missing, "goodput", lambda: goodput_with_steps(store, job_id, kept=kept))
+    since = accounted[1].first_start_of_last(recent_steps) if accounted is not None else None
+    steps = _part(missing, "steps", lambda: _steps(step_report(store, job_id, recent_steps=recent_steps, since=since)))
     return steps, accounted, missing
 
 

@@ -54,7 +54,7 @@ from hpcwatch.analysis.attribution import JobReport
 from hpcwatch.analysis.coded import as_text
 from hpcwatch.analysis.goodput import StepTable
 from hpcwatch.records import Job
-from hpcwatch.reports.jobstretches import Checkpoint, KeptStretches, checkpoint_cuts, stretches
+from hpcwatch.reports.jobstretches import Checkpoint, KeptStretches, checkpoint_cuts, stretches, window_written
 
 if TYPE_CHECKING:
     from hpcwatch.store import Store
@@ -173,7 +173,10 @@ def _from_store(store: Store, charts: _Charts, kept: KeptStretches | None) -> _C
         return gpus
 
     version = store.version  # before any read: a row committed during the reads is checked next time
-    resumed = kept.resume(store, "charts", record, charts.t0, SERIES_METRICS, fingerprint) if kept else None
+    written = window_written(store, record, charts.t0, SERIES_METRICS)
+    resumed = (
+        kept.resume(store, "charts", record, charts.t0, written=written, fingerprint=fingerprint) if kept else None
+    )
     if resumed is not None and resumed.checkpoint.state.t1 > charts.t1:  # the window shrank (the job ended)
         resumed = None
     if resumed is not None:

@@ -7,7 +7,8 @@ age (a stretch is sized to hold about ``STRETCH_ROWS``): at 1,024 nodes a 1,536-
 second, and a day of them read at once was more than a server holds (issue #27).
 
 A server keeps (``KeptStretches``), per job, checkpoints: the stretches from the job's start up to some time,
-joined. The job's next page starts from the newest checkpoint still true and reads only what follows it. A
+joined (the report's ``Partial``, the charts' cells; ``reports.goodput.step_groups`` keeps the job's spans
+grouped into steps the same way). The job's next page starts from the newest checkpoint still true and reads only what follows it. A
 page leaves a checkpoint ``SETTLE_S`` before the newest sample, and keeps older ones, one per age band
 (``CHECKPOINT_LAGS``), so that rows that land late cost a read of what follows them, not of the job's life::
 
@@ -55,6 +56,7 @@ __all__ = [
     "DEFAULT_KEPT_JOBS",
     "KeptStretches",
     "window_partial",
+    "window_written",
     "stretches",
     "checkpoint_cuts",
     "Checkpoint",
@@ -126,16 +128,18 @@ class KeptStretches:
         kind: str,
         record: Job,
         t0: float,
-        metrics: Sequence[str],
+        *,
+        written: Callable[[int], float | None],
         fingerprint: Callable[[float], Any],
     ) -> Resumed | None:
         """The newest checkpoint of ``kind`` for ``record``'s window from ``t0`` that is still true (module doc);
-        None: read from the start."""
+        None: read from the start. ``written(version)``: the oldest time of a row of the window committed after
+        ``version`` (``window_written`` for samples)."""
         with self._lock:
             found = self._entries.get((str(store.config.path), kind, record.id))
         if found is None or found.t0 != t0 or found.hosts != tuple(record.nodes) or not found.checkpoints:
             return None
-        late = queries.job_window_written(store, found.version, metrics, hosts=list(record.nodes), job=record.id, t0=t0)
+        late = written(found.version)
         for k in reversed(range(len(found.checkpoints))):
             c = found.checkpoints[k]
             if (late is None or c.upto <= late) and c.fingerprint == fingerprint(c.upto):
@@ -170,7 +174,7 @@ class KeptStretches:
         with self._lock:
             self._entries[key] = kept
             self._entries.move_to_end(key)
-            while len(self._entries) > 2 * self.size:  # two kinds a job
+            while len(self._entries) > 3 * self.size:  # three kinds a job: report, charts, steps
                 self._entries.popitem(last=False)
 
 
@@ -184,7 +188,8 @@ def window_partial(
     def allocations(upto: float) -> tuple[Any, ...]:
         return _allocations(jobs, t0, upto)
 
-    resumed = kept.resume(store, "report", record, t0, REPORT_METRICS, allocations) if kept is not None else None
+    written = window_written(store, record, t0, REPORT_METRICS)
+    resumed = kept.resume(store, "report", record, t0, written=written, fingerprint=allocations) if kept else None
     start, shape = (resumed.checkpoint, resumed.extra) if resumed is not None else (None, None)
     keeping = kept is not None
     total, checkpoints = _read(store, record, t0, jobs, start, shape, keeping=keeping)
@@ -204,6 +209,15 @@ def window_partial(
             newest=total.newest_t,
         )
     return total
+
+
+def window_written(store: Store, record: Job, t0: float, metrics: Sequence[str]) -> Callable[[int], float | None]:
+    """``KeptStretches.resume``'s ``written`` for the samples of ``metrics`` in ``record``'s window from ``t0``."""
+
+    def oldest_since(version: int) -> float | None:
+        return queries.job_window_written(store, version, metrics, hosts=list(record.nodes), job=record.id, t0=t0)
+
+    return oldest_since
 
 
 def _read(

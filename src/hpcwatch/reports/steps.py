@@ -567,10 +567,12 @@ def step_report(
     job_id: str,
     *,
     recent_steps: int | None = None,
+    since: float | None = None,
     config: StragglerConfig | None = None,
 ) -> StepReport:
-    """``job_id``'s steps from its stored spans (its last ``recent_steps`` only, when given). The spans stay
-    columns (``analysis.steps.anatomy_from_span_table``): a 1,536-rank job's 50 steps are 460,000 of them.
+    """``job_id``'s steps from its stored spans (its last ``recent_steps`` only, when given; ``since``: no span
+    of those started before it, ``StepTable.first_start_of_last``). The spans stay columns
+    (``analysis.steps.anatomy_from_span_table``): a 1,536-rank job's 50 steps are 460,000 of them.
 
     Ranks the spans do not place are placed from the job record (launcher order).
     ``InputError`` when the job has no spans of a training phase.
@@ -580,7 +582,7 @@ def step_report(
     if recent_steps is None:
         spans = queries.job_span_table(store, job_id)
     else:
-        spans = queries.recent_span_table(store, job_id, steps=recent_steps)
+        spans = queries.recent_span_table(store, job_id, steps=recent_steps, since=since)
     if not spans.num_rows:
         raise InputError(f"job {job_id}: no step spans in the store")
     anatomy = anatomy_from_span_table(spans)

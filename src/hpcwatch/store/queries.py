@@ -57,8 +57,10 @@ __all__ = [
     "last_step_every_rank_finished",
     "recent_spans",
     "job_span_table",
-    "job_step_rows",
     "recent_span_table",
+    "job_step_groups",
+    "job_spans_written",
+    "newest_span_start",
     "samples_matching",
     "samples_of_table",
     "events_of_kinds",
@@ -620,32 +622,65 @@ def job_span_table(store: Store, job: str) -> pa.Table:
     )
 
 
-def job_step_rows(store: Store, job: str, *, breaks: Sequence[float] = ()) -> pa.Table:
-    """``job``'s spans grouped into executed steps, one row per (incarnation, step) in order of first start
-    (then incarnation, step): ``incarnation`` (how many of ``breaks``, failure times, are at or before the
-    span's start), ``step``, ``first_start`` (UTC s), ``last_end`` (the latest start + dur), ``load_s`` (the
-    shortest ``load`` span, null without one), ``wait_s`` (the sum of the ``barrier_wait`` spans, null without
-    one) and ``ranks`` (the job's distinct ranks, the same on every row). Grouped where the spans are: a
-    1,536-rank job of 15 minutes holds 8 million of them, seconds of numpy after their read. The waits are
-    summed exactly (as decimals of 1e-18 s), so the answer does not depend on the order of a parallel sum."""
-    # How many breaks are at or before the start, one comparison each (no list lambda: DuckDB 1.x has another syntax).
+def job_step_groups(
+    store: Store, job: str, *, breaks: Sequence[float] = (), since: float | None = None, cut: float | None = None
+) -> tuple[pa.Table, pa.Table]:
+    """``job``'s spans that started at or after ``since`` (None: all) grouped into executed steps, split at
+    ``cut`` (None: no split): one row per (``incarnation``: how many of ``breaks``, failure times, are at or
+    before the span's start; ``step``; ``later``: started at or after ``cut``) with ``first_start`` (UTC s),
+    ``last_end`` (the latest start + dur), ``load_s`` (the shortest ``load`` span) and ``wait`` (the
+    ``barrier_wait`` spans' sum as an exact ``DECIMAL(38, 18)``: no order of a parallel sum changes it), null
+    without such a span; and the spans' distinct ranks, per ``later``. Grouped where the spans are (a 1,536-rank
+    job adds 9,000 a step), in one transaction: both tables hold the same spans
+    (``analysis.stepgroups.StepGroups`` reads them)."""
     incarnation = " + ".join(["(start >= ?)::INTEGER"] * len(breaks)) or "0"
-    return store.query_arrow(
-        f"SELECT {incarnation} AS incarnation, step, min(start) AS first_start, "
-        "max(start + dur) AS last_end, min(dur) FILTER (WHERE phase = 'load') AS load_s, "
-        "sum(dur::DECIMAL(38, 18)) FILTER (WHERE phase = 'barrier_wait')::DOUBLE AS wait_s, "
-        "(SELECT count(DISTINCT rank) FROM spans WHERE job = ?) AS ranks "
-        "FROM spans WHERE job = ? GROUP BY ALL ORDER BY first_start, incarnation, step",
-        [*(float(b) for b in breaks), job, job],
+    later = "start >= ?" if cut is not None else "FALSE"
+    where = "job = ?" + (" AND start >= ?" if since is not None else "")
+    params = [job, *([since] if since is not None else [])]
+    cut_param = [cut] if cut is not None else []
+    groups, ranks = store.query_arrow_each(
+        [
+            (
+                f"SELECT {incarnation} AS incarnation, step, {later} AS later, min(start) AS first_start, "
+                "max(start + dur) AS last_end, min(dur) FILTER (WHERE phase = 'load') AS load_s, "
+                "sum(dur::DECIMAL(38, 18)) FILTER (WHERE phase = 'barrier_wait') AS wait "
+                f"FROM spans WHERE {where} GROUP BY ALL",
+                [*(float(b) for b in breaks), *cut_param, *params],
+            ),
+            (f"SELECT DISTINCT rank, {later} AS later FROM spans WHERE {where}", [*cut_param, *params]),
+        ]
     )
+    return groups, ranks
 
 
-def recent_span_table(store: Store, job: str, *, steps: int) -> pa.Table:
-    """``recent_spans`` as ``job_span_table``'s columns."""
+def job_spans_written(store: Store, since_version: int, job: str) -> float | None:
+    """The earliest start of a span of ``job`` that a commit after ``since_version`` added (None: none): what a
+    server kept of the job's steps before that time still holds. Reads only the parts committed since."""
+    _, rows = store.query_since(since_version, "SELECT min(start) FROM spans WHERE job = ?", [job])
+    oldest = rows[0][0]
+    return None if oldest is None else float(oldest)
+
+
+def newest_span_start(store: Store, job: str, *, since: float | None = None) -> float | None:
+    """The latest start of a span of ``job`` (at or after ``since``, which lets DuckDB skip older parts)."""
+    where = "job = ?" + (" AND start >= ?" if since is not None else "")
+    ((newest,),) = store.query(
+        f"SELECT max(start) FROM spans WHERE {where}", [job, *([since] if since is not None else [])]
+    )
+    return None if newest is None else float(newest)
+
+
+def recent_span_table(store: Store, job: str, *, steps: int, since: float | None = None) -> pa.Table:
+    """``recent_spans`` as ``job_span_table``'s columns. ``since``: no span of those steps started before it
+    (``analysis.stepgroups.StepGroups.recent_since``): the spans before are not read (at an hour, a
+    1,536-rank job holds 30 million)."""
+    after = " AND start >= ?" if since is not None else ""
+    bound = [since] if since is not None else []
     return store.query_arrow(
-        "SELECT job, rank, step, phase, start, dur, attrs FROM spans WHERE job = ? AND step IN "
-        "(SELECT DISTINCT step FROM spans WHERE job = ? ORDER BY step DESC LIMIT ?) ORDER BY step, rank, start",
-        [job, job, steps],
+        f"SELECT job, rank, step, phase, start, dur, attrs FROM spans WHERE job = ?{after} AND step IN "
+        f"(SELECT DISTINCT step FROM spans WHERE job = ?{after} ORDER BY step DESC LIMIT ?) "
+        "ORDER BY step, rank, start",
+        [job, *bound, job, *bound, steps],
     )
 
 
