@@ -91,14 +91,11 @@ def joint_codes(*columns: Coded) -> tuple[np.ndarray, list[tuple[Any, ...]]]:
     for column in columns:
         joint = joint * (len(column.names) + 1) + (column.codes + 1)  # a null's -1 becomes 0
     distinct, codes = np.unique(joint, return_inverse=True)
-    tuples = []
-    for value in distinct.tolist():
-        parts = []
-        for column in reversed(columns):
-            value, at = divmod(value, len(column.names) + 1)
-            parts.append(column.names[at - 1] if at else None)
-        tuples.append(tuple(reversed(parts)))
-    return codes.reshape(-1).astype(np.int64, copy=False), tuples
+    parts = []
+    for column in reversed(columns):  # each column's value of every distinct tuple, by array (a port a tuple)
+        distinct, at = np.divmod(distinct, len(column.names) + 1)
+        parts.append(np.concatenate([[None], column.table()[:-1]])[at].tolist())
+    return codes.reshape(-1).astype(np.int64, copy=False), list(zip(*reversed(parts)))
 
 
 def as_text(column: pa.ChunkedArray) -> pa.ChunkedArray:
