@@ -39,6 +39,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from hpcwatch.analysis.attribution import REPORT_METRICS, partial_of
 from hpcwatch.analysis.jobpartial import Partial, Shape
@@ -234,7 +235,15 @@ def _read(
     (``keeping``) a checkpoint at each age band's time that the read passed."""
     total = start.state.copy() if start is not None else Partial()
     a = start.upto if start is not None else t0
-    span = queries.job_window_span(store, REPORT_METRICS, hosts=list(record.nodes), job=record.id, t0=a, t1=record.end)
+    if (
+        start is not None
+    ):  # what follows a checkpoint: up to the store's newest sample (a cheaper ask than the window's)
+        newest = queries.latest_sample_t(store, since=a)
+        span = None if newest is None else (a, newest)
+    else:
+        span = queries.job_window_span(
+            store, REPORT_METRICS, hosts=list(record.nodes), job=record.id, t0=a, t1=record.end
+        )
     checkpoints: list[Checkpoint] = []
     if span is None:
         return total, checkpoints
@@ -272,8 +281,14 @@ def stretches(
     """(end, None for the last; rows of ``metrics``) of each stretch of ``record``'s window from ``start`` to
     ``newest`` (``store.queries.job_window_samples``). A stretch is sized to hold about ``STRETCH_ROWS`` at the
     rate the one before held (``STRETCH_S`` at first, never more than 8 times longer than the one before) and
-    ends at the next of ``cuts``; a silence of the nodes is skipped."""
+    ends at the next of ``cuts``; a silence of the nodes is skipped. A window no longer than ``STRETCH_S`` (what
+    follows a checkpoint, on a page seconds after the last) is one read, cut at ``cuts`` in memory."""
     hosts = list(record.nodes)
+    if newest - start <= STRETCH_S:  # no longer than a first stretch: one read, cut where the checkpoints go
+        yield from _cut(
+            queries.job_window_samples(store, metrics, hosts=hosts, job=record.id, t0=start, t1=record.end), cuts
+        )
+        return
     at: float | None = start
     length = STRETCH_S
     while at is not None and at <= newest:
@@ -293,6 +308,17 @@ def stretches(
             at = b
         else:
             at = queries.job_window_next(store, metrics, hosts=hosts, job=record.id, t0=b, t1=record.end)
+
+
+def _cut(table: pa.Table, cuts: Sequence[float]) -> Iterator[tuple[float | None, pa.Table]]:
+    """``stretches``' pieces of one read: the rows before each of ``cuts`` (in their order), then the rest."""
+    t = table.column("t")
+    lower: float | None = None
+    for c in sorted(cuts):
+        below = pc.less(t, c) if lower is None else pc.and_(pc.greater_equal(t, lower), pc.less(t, c))
+        yield c, table.filter(below)
+        lower = c
+    yield None, table if lower is None else table.filter(pc.greater_equal(t, lower))
 
 
 def _union(shapes: set[Shape]) -> Shape:
