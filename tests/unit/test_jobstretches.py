@@ -13,6 +13,7 @@ from hpcwatch.reports import jobstretches
 from hpcwatch.reports.jobpage import job_overview
 from hpcwatch.reports.jobs import job_report
 from hpcwatch.reports.jobstretches import KeptStretches
+from hpcwatch.reports.timeline import job_timeline
 from hpcwatch.store import Store, queries
 from hpcwatch.twin.live import LiveTwin
 
@@ -279,3 +280,40 @@ def test_kept_charts_are_added_up_into_a_coarser_grid() -> None:
         assert mine.key == whole.key
         assert [v is None for v in mine.values] == [v is None for v in whole.values]
         assert [v for v in mine.values if v is not None] == pytest.approx([v for v in whole.values if v is not None])
+
+
+def _xid(job: Job, t: float, value: float) -> Sample:
+    host = job.nodes[0]
+    labels = {"Hostname": host, "gpu": str(job.gpus_by_node[host][0]), "hpc_job": job.id}
+    return Sample(metric=vocab.DCGM_FI_DEV_XID_ERRORS, labels=labels, t=t, value=value)
+
+
+def test_the_xid_onsets_kept_between_pages_are_those_of_a_fresh_read(live, monkeypatch) -> None:
+    """The job's story from dcgm-exporter's XID gauge: a page groups only the samples since its checkpoint, and
+    an XID that lands late, before the checkpoint, is in the next story."""
+    store, twin = live
+    job, kept = _running(store), KeptStretches()
+    newest = store.time_range()[1] or 0.0
+    store.add([_xid(job, newest - 30.0, 79.0), _xid(job, newest - 20.0, 79.0), _xid(job, newest - 10.0, 48.0)])
+    grouped: list[float] = []
+    groups = queries.gauge_onset_groups
+
+    def recording(store, metric, **kwargs):
+        grouped.append(kwargs["since"])
+        return groups(store, metric, **kwargs)
+
+    monkeypatch.setattr(queries, "gauge_onset_groups", recording)
+
+    def story() -> list:
+        found = job_timeline(store, job.id, kept=kept)
+        assert found == job_timeline(store, job.id)
+        return [(e["t"], e["detail"]["xid"]) for e in found if e["what"] == "xid"]
+
+    assert story() == [(newest - 30.0, 79), (newest - 10.0, 48)]
+    twin.step()
+    store.add([_xid(job, newest + 5.0, 79.0)])  # the same XID again, after the checkpoint: not a new onset
+    grouped.clear()
+    assert story() == [(newest - 30.0, 79), (newest - 10.0, 48)]
+    assert grouped[0] > (job.start or 0.0)  # from the checkpoint, not the first start
+    store.add([_xid(job, newest - 40.0, 79.0)])  # late: before the checkpoint, and earlier than the onset kept
+    assert story() == [(newest - 40.0, 79), (newest - 10.0, 48)]

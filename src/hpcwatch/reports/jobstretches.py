@@ -175,7 +175,7 @@ class KeptStretches:
         with self._lock:
             self._entries[key] = kept
             self._entries.move_to_end(key)
-            while len(self._entries) > 3 * self.size:  # three kinds a job: report, charts, steps
+            while len(self._entries) > 4 * self.size:  # four kinds a job: report, charts, steps, XID onsets
                 self._entries.popitem(last=False)
 
 

@@ -31,13 +31,16 @@ every viewer every second.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from hpcwatch import vocab
-from hpcwatch.records import Event, Finding
+from hpcwatch.records import Event, Finding, Job
 from hpcwatch.reports.acting import acting_timeline
 from hpcwatch.store import Store, queries
 from hpcwatch.vocab import EventKind
+
+if TYPE_CHECKING:
+    from hpcwatch.reports.jobstretches import KeptStretches
 
 __all__ = [
     "TimelineKind",
@@ -50,6 +53,7 @@ __all__ = [
     "timeline",
     "node_timelines",
     "job_timeline",
+    "job_xid_onsets",
 ]
 
 TimelineKind = Literal[
@@ -231,10 +235,13 @@ def node_timelines(entries: Sequence[Mapping[str, Any]], limit: int = MAX_NODE_E
     return out
 
 
-def job_timeline(store: Store, job_id: str, *, limit: int = MAX_EVENTS) -> list[dict[str, Any]]:
+def job_timeline(
+    store: Store, job_id: str, *, limit: int = MAX_EVENTS, kept: KeptStretches | None = None
+) -> list[dict[str, Any]]:
     """One job's story, oldest first: XIDs, its failures, requeues, restores, its end. An XID event names a
     node, not a job: it is the job's when the job's ``failure`` names that node; an XID in dcgm-exporter's
-    samples is the job's when the sample carries its ``hpc_job`` label."""
+    samples is the job's when the sample carries its ``hpc_job`` label. ``kept``: what a server keeps of the
+    job's XID onsets between pages (``job_xid_onsets``)."""
     from hpcwatch.reports.jobs import first_start
 
     mine = _stored(store, limit=limit, job=job_id)
@@ -246,9 +253,63 @@ def job_timeline(store: Store, job_id: str, *, limit: int = MAX_EVENTS) -> list[
         if (entry := event_entry(e)) is not None
     ]
     record = store.job(job_id)
-    if record is not None:
+    t0 = first_start(store, record)
+    if record is not None and t0 is not None and record.nodes:
+        onsets = job_xid_onsets(store, record, t0, kept=kept)
+        xids += [
+            {"t": t, "what": "xid", "node": host, "gpu": gpu, "job": job, "detail": {"xid": int(value)}}
+            for (host, gpu, value), (t, job) in sorted(onsets.items(), key=lambda item: (-item[1][0], str(item[0])))
+            if job == job_id
+        ]
+    elif record is not None:
         # A requeued job waiting to run again has no nodes: then every host's XIDs, kept by their label.
-        hosts = list(record.nodes) or None
-        found = _sample_xids(store, limit=limit, since=first_start(store, record), hosts=hosts)
+        found = _sample_xids(store, limit=limit, since=t0, hosts=list(record.nodes) or None)
         xids += [e for e in found if e["job"] == job_id]
     return sorted(_newest([*mine, *xids], limit), key=lambda e: e["t"])
+
+
+#: A GPU's XID onsets: (host, GPU, the gauge's value) -> (when first seen, the job label then).
+XidOnsets = dict[tuple[str, "str | None", float], tuple[float, "str | None"]]
+
+
+def job_xid_onsets(store: Store, record: Job, t0: float, *, kept: KeptStretches | None = None) -> XidOnsets:
+    """When each non-zero value of dcgm-exporter's "last XID" gauge was first seen on each GPU of ``record``'s
+    nodes from ``t0`` (its first start). With ``kept``, from the onsets up to the newest checkpoint still true
+    (no sample landed before it since: ``reports.jobstretches``) on: only the samples since are grouped, where
+    each page grouped the job's whole life (a 1,536-GPU job's GPUs give 1,500 of them a second)."""
+    from hpcwatch.reports.jobstretches import Checkpoint, checkpoint_cuts, window_written
+
+    hosts = list(record.nodes)
+    if kept is None:
+        return _earliest({}, queries.gauge_onset_groups(store, vocab.DCGM_FI_DEV_XID_ERRORS, since=t0, hosts=hosts))
+    version = store.version  # before any read: a row committed during it is checked next time
+    written = window_written(store, record, t0, (vocab.DCGM_FI_DEV_XID_ERRORS,))
+    resumed = kept.resume(store, "xids", record, t0, written=written, fingerprint=lambda upto: None)
+    since = resumed.checkpoint.upto if resumed is not None else t0
+    newest = queries.latest_sample_t(store, since=since)
+    cuts = [] if newest is None else checkpoint_cuts(since, newest, resumed=False)
+    cut = cuts[-1] if cuts else None
+    rows = queries.gauge_onset_groups(store, vocab.DCGM_FI_DEV_XID_ERRORS, since=since, hosts=hosts, cut=cut)
+    settled = _earliest(dict(resumed.checkpoint.state) if resumed is not None else {}, [r for r in rows if not r[5]])
+    total = _earliest(dict(settled), [r for r in rows if r[5]])
+    kept.keep(
+        store,
+        "xids",
+        record,
+        t0=t0,
+        version=version,
+        extra=None,
+        resumed=resumed,
+        checkpoints=[] if cut is None else [Checkpoint(cut, None, settled)],
+        newest=newest,
+    )
+    return total
+
+
+def _earliest(onsets: XidOnsets, rows: Iterable[tuple[Any, ...]]) -> XidOnsets:
+    """``onsets`` with those of ``rows`` (``queries.gauge_onset_groups``') that are new or earlier."""
+    for host, gpu, value, t, job, _ in rows:
+        key = (host, gpu, float(value))
+        if key not in onsets or t < onsets[key][0]:
+            onsets[key] = (float(t), job)
+    return onsets

@@ -33,6 +33,7 @@ __all__ = [
     "latest_node_states",
     "recent_events",
     "gauge_onsets",
+    "gauge_onset_groups",
     "counter_rates",
     "last_gpu_scrape",
     "metric_activity",
@@ -213,6 +214,21 @@ def gauge_onsets(
         f"SELECT host, gpu, value, min(t), arg_min(job, t) FROM samples WHERE {' AND '.join(where)} "
         "GROUP BY host, gpu, value ORDER BY min(t) DESC LIMIT ?",
         [*params, int(limit)],
+    )
+
+
+def gauge_onset_groups(
+    store: Store, metric: str, *, since: float, hosts: Sequence[str], cut: float | None = None
+) -> list[tuple[str, str | None, float, float, str | None, bool]]:
+    """``gauge_onsets`` on ``hosts`` without a limit, split at ``cut`` (None: no split): rows ``(host, gpu,
+    value, first t, job label then, later)``, ``later`` when that group's samples are at or after ``cut``. As
+    many rows as non-zero values the GPUs gave (an XID code a GPU), whatever the window's length."""
+    later = "t >= ?" if cut is not None else "FALSE"
+    return store.query(
+        f"SELECT host, gpu, value, min(t), arg_min(job, t), {later} AS later FROM samples "
+        f"WHERE metric = ? AND value != 0 AND host IS NOT NULL AND t >= ? AND host IN ({_marks(hosts)}) "
+        "GROUP BY ALL",
+        [*([cut] if cut is not None else []), metric, since, *hosts],
     )
 
 
