@@ -228,7 +228,7 @@ def job_overview(
         goodput=goodput,
         findings=findings,
         cost=cost,
-        timeline=tuple(job_timeline(store, job_id, kept=kept)),
+        timeline=tuple(job_timeline(store, job_id, kept=kept, newest=None if job is None else job.observed_end)),
         missing=missing,
         acting=job_acting(store, job_id, nodes=nodes, t0=t0, t1=t1),
         live=_live(store, job_id),

@@ -236,12 +236,17 @@ def node_timelines(entries: Sequence[Mapping[str, Any]], limit: int = MAX_NODE_E
 
 
 def job_timeline(
-    store: Store, job_id: str, *, limit: int = MAX_EVENTS, kept: KeptStretches | None = None
+    store: Store,
+    job_id: str,
+    *,
+    limit: int = MAX_EVENTS,
+    kept: KeptStretches | None = None,
+    newest: float | None = None,
 ) -> list[dict[str, Any]]:
     """One job's story, oldest first: XIDs, its failures, requeues, restores, its end. An XID event names a
     node, not a job: it is the job's when the job's ``failure`` names that node; an XID in dcgm-exporter's
     samples is the job's when the sample carries its ``hpc_job`` label. ``kept``: what a server keeps of the
-    job's XID onsets between pages (``job_xid_onsets``)."""
+    job's XID onsets between pages (``job_xid_onsets``), ``newest`` the newest sample the page read of it."""
     from hpcwatch.reports.jobs import first_start
 
     mine = _stored(store, limit=limit, job=job_id)
@@ -255,7 +260,7 @@ def job_timeline(
     record = store.job(job_id)
     t0 = first_start(store, record)
     if record is not None and t0 is not None and record.nodes:
-        onsets = job_xid_onsets(store, record, t0, kept=kept)
+        onsets = job_xid_onsets(store, record, t0, kept=kept, newest=newest)
         xids += [
             {"t": t, "what": "xid", "node": host, "gpu": gpu, "job": job, "detail": {"xid": int(value)}}
             for (host, gpu, value), (t, job) in sorted(onsets.items(), key=lambda item: (-item[1][0], str(item[0])))
@@ -272,11 +277,14 @@ def job_timeline(
 XidOnsets = dict[tuple[str, "str | None", float], tuple[float, "str | None"]]
 
 
-def job_xid_onsets(store: Store, record: Job, t0: float, *, kept: KeptStretches | None = None) -> XidOnsets:
+def job_xid_onsets(
+    store: Store, record: Job, t0: float, *, kept: KeptStretches | None = None, newest: float | None = None
+) -> XidOnsets:
     """When each non-zero value of dcgm-exporter's "last XID" gauge was first seen on each GPU of ``record``'s
     nodes from ``t0`` (its first start). With ``kept``, from the onsets up to the newest checkpoint still true
     (no sample landed before it since: ``reports.jobstretches``) on: only the samples since are grouped, where
-    each page grouped the job's whole life (a 1,536-GPU job's GPUs give 1,500 of them a second)."""
+    each page grouped the job's whole life (a 1,536-GPU job's GPUs give 1,500 of them a second). ``newest``: a
+    recent sample's time, which the next checkpoint settles from (None: the store's newest is asked)."""
     from hpcwatch.reports.jobstretches import Checkpoint, checkpoint_cuts, window_written
 
     hosts = list(record.nodes)
@@ -286,7 +294,8 @@ def job_xid_onsets(store: Store, record: Job, t0: float, *, kept: KeptStretches 
     written = window_written(store, record, t0, (vocab.DCGM_FI_DEV_XID_ERRORS,))
     resumed = kept.resume(store, "xids", record, t0, written=written, fingerprint=lambda upto: None)
     since = resumed.checkpoint.upto if resumed is not None else t0
-    newest = queries.latest_sample_t(store, since=since)
+    if newest is None:
+        newest = queries.latest_sample_t(store, since=since)
     cuts = [] if newest is None else checkpoint_cuts(since, newest, resumed=False)
     cut = cuts[-1] if cuts else None
     rows = queries.gauge_onset_groups(store, vocab.DCGM_FI_DEV_XID_ERRORS, since=since, hosts=hosts, cut=cut)
