@@ -19,6 +19,9 @@ and after are measured on the same rows. The job is the largest running one, as 
   ``GET /job/ID`` and ``GET /api/job/ID`` (median of ``--runs``): from the app's overview cache when the
   code has one (the store is not written meanwhile);
 - ``--profile N``: cProfile of one ``job_overview``, the N costliest functions by cumulative time;
+- ``--growing PAGES`` (``--every K``): instead, on a store the twin keeps writing (``--ticks`` seconds old at the
+  first page), PAGES pages of its largest running job K twin seconds apart with one ``KeptStretches``, as a
+  server serves them: ``first_page_s`` and ``next_pages_median_s``, in this process;
 - ``--demo S``: instead, ``hpcwatch demo --nodes N`` as ``bench_web.py`` starts it, and after S seconds three
   ``GET /job/ID`` of its largest running job, one after the other (the twin keeps writing meanwhile).
 
@@ -103,6 +106,42 @@ def in_demo(nodes: int, wait_s: float) -> dict[str, object]:
         stop_demo(proc)
 
 
+def growing(nodes: int, ticks: int, pages: int, every: int) -> dict[str, object]:
+    """A server's pages of a job whose store keeps growing, in this process: the twin written ``ticks`` seconds
+    into a store on disk (as the demo's), then ``pages`` pages of its largest running job, ``every`` twin
+    seconds apart, one ``KeptStretches`` between them (the first page reads the job's life, the next ones
+    resume). No other thread runs: the demo's twin, snapshot and judge share the GIL with its pages."""
+    import shutil
+    import tempfile
+
+    folder = tempfile.mkdtemp(prefix="hpcwatch-bench-jobpage-")
+    try:
+        store = Store(folder)
+        live = LiveTwin(store, cluster_with_nodes(nodes), seed=0)
+        live.write_tick()
+        for _ in range(ticks):
+            live.step()
+        job, kept, times = largest_running_job(store), KeptStretches(), []
+        for _ in range(pages):
+            for _ in range(every):
+                live.step()
+            started = time.perf_counter()
+            job_overview(store, job, kept=kept)
+            times.append(time.perf_counter() - started)
+        store.close()
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+    return {
+        "nodes": nodes,
+        "job_age_s": ticks,
+        "job": job,
+        "first_page_s": round(times[0], 3),
+        "next_pages_median_s": round(statistics.median(times[1:]), 3) if len(times) > 1 else None,
+        "next_pages_s": [round(t, 3) for t in times[1:]],
+        "load_avg_1m": os.getloadavg()[0],
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--nodes", type=int, default=128)
@@ -112,10 +151,15 @@ def main() -> None:
     parser.add_argument("--profile", type=int, default=0)
     parser.add_argument("--no-http", action="store_true", help="only the in-process figure")
     parser.add_argument("--demo", type=float, metavar="S", help="measure in a demo process, S s after start")
+    parser.add_argument("--growing", type=int, metavar="PAGES", help="PAGES pages of a job whose store grows")
+    parser.add_argument("--every", type=int, default=2, help="with --growing: twin seconds between pages")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
     if args.demo is not None:
         print(json.dumps(in_demo(args.nodes, args.demo)), flush=True)
+        return
+    if args.growing is not None:
+        print(json.dumps(growing(args.nodes, args.ticks, args.growing, args.every)), flush=True)
         return
     fresh = args.store is None or not (args.store / "manifest.json").exists()
     store = Store(args.store or ":memory:")
