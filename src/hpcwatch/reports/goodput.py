@@ -9,7 +9,6 @@ split at its failures: ``analysis.goodput.account_job``. The simulation is
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterator, Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING
@@ -82,42 +81,33 @@ def step_groups(
     With ``kept`` (a job with a start), from the groups of the spans up to the newest checkpoint still true
     on (no span landed before it since, the same breaks): only the spans that started after it are grouped,
     and a new checkpoint is left ``SETTLE_S`` before the newest span (``reports.jobstretches``)."""
-    from hpcwatch.reports.jobstretches import Checkpoint, checkpoint_cuts
+    from hpcwatch.reports.jobstretches import kept_fold
     from hpcwatch.store import queries
 
-    fingerprint = tuple(float(b) for b in breaks)
     t0 = record.start if record is not None else None
     if kept is None or record is None or t0 is None:
         return StepGroups.of_rows(*queries.job_step_groups(store, job_id, breaks=breaks))
-    version = store.version  # before any read: a span committed during them is checked next time
-    resumed = kept.resume(
+
+    def read(since: float | None, cut: float | None) -> tuple[StepGroups, StepGroups]:
+        groups, ranks = queries.job_step_groups(store, job_id, breaks=breaks, since=since, cut=cut)
+        return (
+            StepGroups.of_rows(*_started(groups, ranks, later=False)),
+            StepGroups.of_rows(*_started(groups, ranks, later=True)),
+        )
+
+    return kept_fold(
         store,
+        kept,
         "steps",
         record,
         t0,
         written=lambda since_version: queries.job_spans_written(store, since_version, job_id),
-        fingerprint=lambda upto: fingerprint,
+        fingerprint=tuple(float(b) for b in breaks),
+        newest=lambda since: queries.newest_span_start(store, job_id, since=since),
+        read=read,
+        join=StepGroups.join,
+        empty=StepGroups.empty(),
     )
-    since = resumed.checkpoint.upto if resumed is not None else None
-    newest = queries.newest_span_start(store, job_id, since=since)
-    cuts = [] if newest is None else checkpoint_cuts(-math.inf if since is None else since, newest, resumed=False)
-    cut = cuts[-1] if cuts else None
-    groups, ranks = queries.job_step_groups(store, job_id, breaks=breaks, since=since, cut=cut)
-    earlier = resumed.checkpoint.state if resumed is not None else StepGroups.empty()
-    settled = earlier.join(StepGroups.of_rows(*_started(groups, ranks, later=False)))
-    total = settled.join(StepGroups.of_rows(*_started(groups, ranks, later=True)))
-    kept.keep(
-        store,
-        "steps",
-        record,
-        t0=t0,
-        version=version,
-        extra=None,
-        resumed=resumed,
-        checkpoints=[] if cut is None else [Checkpoint(cut, fingerprint, settled)],
-        newest=newest,
-    )
-    return total
 
 
 def _started(groups: pa.Table, ranks: pa.Table, *, later: bool) -> tuple[pa.Table, pa.Table]:

@@ -36,7 +36,7 @@ import threading
 from collections import OrderedDict
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any, Final, TypeVar
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -58,11 +58,14 @@ __all__ = [
     "KeptStretches",
     "window_partial",
     "window_written",
+    "kept_fold",
     "stretches",
     "checkpoint_cuts",
     "Checkpoint",
     "Resumed",
 ]
+
+_S = TypeVar("_S")
 
 #: Rows one read holds, about: the stretches are sized to it by the rate the job's window had so far. Ours: ~40 MB
 #: read and ~0.1 s of reduction; at 1,024 nodes a 1,536-GPU job's minute (the twin's 1 s scrape), a 16-GPU
@@ -210,6 +213,49 @@ def window_partial(
             newest=total.newest_t,
         )
     return total
+
+
+def kept_fold(
+    store: Store,
+    kept: KeptStretches,
+    kind: str,
+    record: Job,
+    t0: float,
+    *,
+    written: Callable[[int], float | None],
+    fingerprint: Any,
+    newest: Callable[[float | None], float | None],
+    read: Callable[[float | None, float | None], tuple[_S, _S]],
+    join: Callable[[_S, _S], _S],
+    empty: _S,
+) -> _S:
+    """A state folded from what a job's window held, resumed from ``kept``'s newest checkpoint of ``kind`` still
+    true (``written``: the oldest time of a row landed since a version; ``fingerprint``: what else the state
+    was computed from), with one checkpoint left ``SETTLE_S`` before the window's ``newest(since)`` time.
+    ``read(since, cut)``: the state of the rows from ``since`` (None: from the start) before ``cut`` and the
+    state of those at or after it (None: no cut, all after); ``join(earlier, later)`` a new state of both.
+    One read a page, of what follows the checkpoint: for states bounded by the window's devices or steps, not
+    its rows (the job's steps, its XID onsets)."""
+    version = store.version  # before any read: a row committed during it is checked next time
+    resumed = kept.resume(store, kind, record, t0, written=written, fingerprint=lambda upto: fingerprint)
+    since = resumed.checkpoint.upto if resumed is not None else None
+    last = newest(since)
+    cuts = [] if last is None else checkpoint_cuts(t0 if since is None else since, last, resumed=False)
+    cut = cuts[-1] if cuts else None
+    before, after = read(since, cut)
+    settled = join(resumed.checkpoint.state if resumed is not None else empty, before)
+    kept.keep(
+        store,
+        kind,
+        record,
+        t0=t0,
+        version=version,
+        extra=None,
+        resumed=resumed,
+        checkpoints=[] if cut is None else [Checkpoint(cut, fingerprint, settled)],
+        newest=last,
+    )
+    return join(settled, after)
 
 
 def window_written(store: Store, record: Job, t0: float, metrics: Sequence[str]) -> Callable[[int], float | None]:

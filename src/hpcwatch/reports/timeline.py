@@ -285,34 +285,32 @@ def job_xid_onsets(
     (no sample landed before it since: ``reports.jobstretches``) on: only the samples since are grouped, where
     each page grouped the job's whole life (a 1,536-GPU job's GPUs give 1,500 of them a second). ``newest``: a
     recent sample's time, which the next checkpoint settles from (None: the store's newest is asked)."""
-    from hpcwatch.reports.jobstretches import Checkpoint, checkpoint_cuts, window_written
+    from hpcwatch.reports.jobstretches import kept_fold, window_written
 
-    hosts = list(record.nodes)
+    hosts, xid = list(record.nodes), vocab.DCGM_FI_DEV_XID_ERRORS
     if kept is None:
-        return _earliest({}, queries.gauge_onset_groups(store, vocab.DCGM_FI_DEV_XID_ERRORS, since=t0, hosts=hosts))
-    version = store.version  # before any read: a row committed during it is checked next time
-    written = window_written(store, record, t0, (vocab.DCGM_FI_DEV_XID_ERRORS,))
-    resumed = kept.resume(store, "xids", record, t0, written=written, fingerprint=lambda upto: None)
-    since = resumed.checkpoint.upto if resumed is not None else t0
-    if newest is None:
-        newest = queries.latest_sample_t(store, since=since)
-    cuts = [] if newest is None else checkpoint_cuts(since, newest, resumed=False)
-    cut = cuts[-1] if cuts else None
-    rows = queries.gauge_onset_groups(store, vocab.DCGM_FI_DEV_XID_ERRORS, since=since, hosts=hosts, cut=cut)
-    settled = _earliest(dict(resumed.checkpoint.state) if resumed is not None else {}, [r for r in rows if not r[5]])
-    total = _earliest(dict(settled), [r for r in rows if r[5]])
-    kept.keep(
+        return _earliest({}, queries.gauge_onset_groups(store, xid, since=t0, hosts=hosts))
+
+    def read(since: float | None, cut: float | None) -> tuple[XidOnsets, XidOnsets]:
+        rows = queries.gauge_onset_groups(store, xid, since=t0 if since is None else since, hosts=hosts, cut=cut)
+        return _earliest({}, [r for r in rows if not r[5]]), _earliest({}, [r for r in rows if r[5]])
+
+    def store_newest(since: float | None) -> float | None:
+        return newest if newest is not None else queries.latest_sample_t(store, since=t0 if since is None else since)
+
+    return kept_fold(
         store,
+        kept,
         "xids",
         record,
-        t0=t0,
-        version=version,
-        extra=None,
-        resumed=resumed,
-        checkpoints=[] if cut is None else [Checkpoint(cut, None, settled)],
-        newest=newest,
+        t0,
+        written=window_written(store, record, t0, (xid,)),
+        fingerprint=None,
+        newest=store_newest,
+        read=read,
+        join=lambda earlier, later: _earliest(dict(earlier), [(*key, t, job, True) for key, (t, job) in later.items()]),
+        empty={},
     )
-    return total
 
 
 def _earliest(onsets: XidOnsets, rows: Iterable[tuple[Any, ...]]) -> XidOnsets:
