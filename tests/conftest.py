@@ -16,6 +16,19 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
+def reference_twin(store, *, seed: int, ticks: int):
+    """The reference cluster's live twin with a straggler, ``ticks`` ticks of 10 s written into ``store`` (from
+    a fixed start time): a job store that keeps growing, on demand (``twin.step()``)."""
+    from hpcwatch.model import reference_cluster
+    from hpcwatch.twin.live import LiveTwin
+
+    twin = LiveTwin(store, reference_cluster(), seed=seed, scenarios=["straggler"], tick_s=10.0, start=1_796_000_000.0)
+    twin.write_tick()
+    for _ in range(ticks):
+        twin.step()
+    return twin
+
+
 @pytest.fixture
 def data_dir() -> Path:
     return DATA

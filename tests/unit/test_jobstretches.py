@@ -7,7 +7,6 @@ import pytest
 
 from hpcwatch import vocab
 from hpcwatch.analysis.attribution import report_dict
-from hpcwatch.model import reference_cluster
 from hpcwatch.records import Job, Sample
 from hpcwatch.reports import jobstretches
 from hpcwatch.reports.jobpage import job_overview
@@ -15,18 +14,14 @@ from hpcwatch.reports.jobs import job_report
 from hpcwatch.reports.jobstretches import KeptStretches
 from hpcwatch.reports.timeline import job_timeline
 from hpcwatch.store import Store, queries
-from hpcwatch.twin.live import LiveTwin
+from tests.conftest import reference_twin
 
 
 @pytest.fixture
 def live():
     """Seven minutes of the reference twin (seven stretches), then more on demand."""
     store = Store(":memory:")
-    twin = LiveTwin(store, reference_cluster(), seed=21, scenarios=["straggler"], tick_s=10.0, start=1_796_000_000.0)
-    twin.write_tick()
-    for _ in range(42):
-        twin.step()
-    yield store, twin
+    yield store, reference_twin(store, seed=21, ticks=42)
     store.close()
 
 

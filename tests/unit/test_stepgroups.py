@@ -14,14 +14,13 @@ from hypothesis import strategies as st
 
 from hpcwatch.analysis.goodput import StepTable
 from hpcwatch.analysis.stepgroups import StepGroups
-from hpcwatch.model import reference_cluster
 from hpcwatch.records import Span
 from hpcwatch.reports import goodput as goodput_reports
 from hpcwatch.reports.goodput import goodput_with_steps
 from hpcwatch.reports.jobstretches import SETTLE_S, KeptStretches
 from hpcwatch.reports.steps import step_report
 from hpcwatch.store import Store, queries
-from hpcwatch.twin.live import LiveTwin
+from tests.conftest import reference_twin
 
 #: Durations with many digits (their sum in floats depends on its order), a 0 s wait, a missing phase.
 _SPANS = st.lists(
@@ -97,11 +96,7 @@ def test_the_waits_are_the_exact_sum_whatever_the_split() -> None:
 def live():
     """The reference twin, 10 s ticks: a running job with spans every tick (a straggler)."""
     store = Store(":memory:")
-    twin = LiveTwin(store, reference_cluster(), seed=3, scenarios=["straggler"], tick_s=10.0, start=1_796_000_000.0)
-    twin.write_tick()
-    for _ in range(12):
-        twin.step()
-    yield store, twin
+    yield store, reference_twin(store, seed=3, ticks=12)
     store.close()
 
 

@@ -20,6 +20,7 @@ from hpcwatch.reports.live import data_seen, live_snapshot
 from hpcwatch.store import Store
 from hpcwatch.web.app import create_app
 from hpcwatch.web.jobpage import fmt_bytes, fmt_number, job_url
+from tests.conftest import reference_twin
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 HOOK = DATA / "kineto" / "gloo_straggler" / "hook"
@@ -276,13 +277,9 @@ def test_job_report_from_its_share_of_the_samples_equals_the_report_from_all():
     """``job_samples`` (the job's nodes and window, and its label anywhere) changes no number of any job."""
     from hpcwatch.analysis.attribution import report_dict
     from hpcwatch.reports.jobs import job_report, job_samples, jobs_report
-    from hpcwatch.twin.live import LiveTwin
 
     st = Store(":memory:")
-    live = LiveTwin(st, reference_cluster(), seed=21, scenarios=["straggler"], tick_s=10.0, start=1_796_000_000.0)
-    live.write_tick()
-    for _ in range(30):
-        live.step()
+    reference_twin(st, seed=21, ticks=30)
     every = {r.id: r for r in jobs_report(st)}
     ran = [j for j in every if st.job(j) is not None and st.job(j).start is not None]
     assert len(ran) >= 3
