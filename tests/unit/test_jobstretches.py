@@ -312,3 +312,17 @@ def test_the_xid_onsets_kept_between_pages_are_those_of_a_fresh_read(live, monke
     assert grouped[0] > (job.start or 0.0)  # from the checkpoint, not the first start
     store.add([_xid(job, newest - 40.0, 79.0)])  # late: before the checkpoint, and earlier than the onset kept
     assert story() == [(newest - 40.0, 79), (newest - 10.0, 48)]
+
+
+def test_pages_every_ten_seconds_keep_a_checkpoint_in_each_band_they_reached(live) -> None:
+    """Each page leaves a checkpoint 10 s old; the oldest of each band is kept as it ages, so that a row 40 s
+    late still finds one before it (the newest of each band was replaced before it aged into the next)."""
+    store, twin = live
+    job, kept = _running(store), KeptStretches()
+    for _ in range(20):  # 200 s of pages: bands 10 s, 40 s and 160 s reached
+        _same(store, job.id, kept)
+        twin.step()
+    (report,) = [entry for (_, kind, _), entry in kept._entries.items() if kind == "report"]
+    newest = store.time_range()[1] or 0.0
+    ages = sorted(newest - c.upto for c in report.checkpoints)
+    assert any(40 <= age < 160 for age in ages) and any(age >= 160 for age in ages)

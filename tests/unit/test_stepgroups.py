@@ -16,6 +16,7 @@ from hpcwatch.analysis.goodput import StepTable
 from hpcwatch.analysis.stepgroups import StepGroups
 from hpcwatch.records import Span
 from hpcwatch.reports import goodput as goodput_reports
+from hpcwatch.reports import jobstretches
 from hpcwatch.reports.goodput import goodput_with_steps
 from hpcwatch.reports.jobstretches import SETTLE_S, KeptStretches
 from hpcwatch.reports.steps import step_report
@@ -179,3 +180,18 @@ def test_the_recent_steps_read_from_their_first_start_are_those_of_every_span(li
         bounded = queries.recent_span_table(store, job, steps=recent, since=since)
         assert bounded.equals(queries.recent_span_table(store, job, steps=recent))
         assert step_report(store, job, recent_steps=recent, since=since) == step_report(store, job, recent_steps=recent)
+
+
+def test_the_kept_steps_hold_two_age_bands(live) -> None:
+    """A fold's state grows with the job's steps: it keeps ``FOLD_LAGS``' bands only, each filled as pages come."""
+    store, twin = live
+    job, kept = _job_with_spans(store), KeptStretches()
+    for _ in range(20):  # 200 s of pages, one every 10 s: checkpoints 10 s apart, old enough for three bands
+        goodput_with_steps(store, job, kept=kept)
+        twin.step()
+    (steps,) = [entry for (_, kind, _), entry in kept._entries.items() if kind == "steps"]
+    newest = queries.newest_span_start(store, job) or 0.0
+    ages = [newest - c.upto for c in steps.checkpoints]
+    # The newest settled one, the oldest of 10-40 s, the oldest of 40 s and more; no other.
+    assert len(ages) == len(jobstretches.FOLD_LAGS) + 1
+    assert ages[0] >= 40 > ages[1] >= 10

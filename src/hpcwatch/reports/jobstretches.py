@@ -32,6 +32,7 @@ A checkpoint is not used when what it was computed from changed:
 
 from __future__ import annotations
 
+import math
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Iterator, Sequence
@@ -79,6 +80,10 @@ SETTLE_S: Final = 10.0
 #: The age bands of the checkpoints a job keeps (the newest checkpoint at least as old as each). Ours: a factor
 #: of 4, so rows that land ``x`` late cost a read of at most ~4x of the window, with 7 checkpoints at most.
 CHECKPOINT_LAGS: Final = (SETTLE_S, 40.0, 160.0, 640.0, 2_560.0, 10_240.0, 40_960.0)
+#: The age bands a ``kept_fold`` keeps (three checkpoints at most): its state grows with the job's steps (a day
+#: of a step a second: ~9 MB a checkpoint), and a row that lands later than its bands only costs one regrouping of
+#: the window in the store. Ours.
+FOLD_LAGS: Final = CHECKPOINT_LAGS[:2]
 #: Jobs whose checkpoints a ``KeptStretches`` holds (each checkpoint a few MB at 1,536 GPUs).
 DEFAULT_KEPT_JOBS: Final = 4
 
@@ -169,11 +174,12 @@ class KeptStretches:
         resumed: Resumed | None,
         checkpoints: Sequence[Checkpoint],
         newest: float | None,
+        lags: Sequence[float] = CHECKPOINT_LAGS,
     ) -> None:
-        """Keep, per age band (``CHECKPOINT_LAGS``), the newest of ``checkpoints`` and of those the read
-        ``resumed`` from at least that old."""
+        """Keep, per age band (``lags``), the newest of ``checkpoints`` and of those the read ``resumed`` from at
+        least that old."""
         older = resumed.older if resumed is not None else ()
-        kept = _Kept(t0, tuple(record.nodes), version, extra, _by_age([*older, *checkpoints], newest))
+        kept = _Kept(t0, tuple(record.nodes), version, extra, _by_age([*older, *checkpoints], newest, lags))
         key = (str(store.config.path), kind, record.id)
         with self._lock:
             self._entries[key] = kept
@@ -254,6 +260,7 @@ def kept_fold(
         resumed=resumed,
         checkpoints=[] if cut is None else [Checkpoint(cut, fingerprint, settled)],
         newest=last,
+        lags=FOLD_LAGS,
     )
     return join(settled, after)
 
@@ -374,16 +381,19 @@ def _union(shapes: set[Shape]) -> Shape:
     return found
 
 
-def _by_age(checkpoints: Sequence[Checkpoint], newest: float | None) -> tuple[Checkpoint, ...]:
-    """Per age band (``CHECKPOINT_LAGS``), the newest checkpoint at least that old; oldest first."""
+def _by_age(checkpoints: Sequence[Checkpoint], newest: float | None, lags: Sequence[float]) -> tuple[Checkpoint, ...]:
+    """The newest checkpoint at least ``lags[0]`` old (where the next page resumes), and in each age band
+    [``lags[i]``, ``lags[i + 1]``) (the last one open) the oldest: as it ages out of its band it is the next
+    band's, so that a row landing ``x`` late finds a checkpoint before it at most ~4x older, even when pages
+    come every few seconds (the newest of a band would be replaced before it aged into the next). Oldest first."""
     if newest is None:
         return ()
-    ordered = sorted(checkpoints, key=lambda c: c.upto)
-    keep: dict[float, Checkpoint] = {}
-    for lag in CHECKPOINT_LAGS:
-        old_enough = [c for c in ordered if c.upto <= newest - lag + 1e-9]
-        if old_enough:
-            keep[old_enough[-1].upto] = old_enough[-1]
+    settled = sorted((c for c in checkpoints if c.upto <= newest - lags[0] + 1e-9), key=lambda c: c.upto)
+    keep = {settled[-1].upto: settled[-1]} if settled else {}
+    for lo, hi in zip(lags, [*lags[1:], math.inf]):
+        band = [c for c in settled if newest - hi < c.upto <= newest - lo + 1e-9]
+        if band:
+            keep[band[0].upto] = band[0]
     return tuple(keep[t] for t in sorted(keep))
 
 
