@@ -7,10 +7,11 @@ age (a stretch is sized to hold about ``STRETCH_ROWS``): at 1,024 nodes a 1,536-
 second, and a day of them read at once was more than a server holds (issue #27).
 
 A server keeps (``KeptStretches``), per job, checkpoints: the stretches from the job's start up to some time,
-joined (the report's ``Partial``, the charts' cells; ``reports.goodput.step_groups`` keeps the job's spans
-grouped into steps the same way). The job's next page starts from the newest checkpoint still true and reads only what follows it. A
-page leaves a checkpoint ``SETTLE_S`` before the newest sample, and keeps older ones, one per age band
-(``CHECKPOINT_LAGS``), so that rows that land late cost a read of what follows them, not of the job's life::
+joined (the report's ``Partial``, the charts' cells; ``kept_fold`` keeps the job's steps grouped from its spans
+and its XID onsets the same way). The job's next page starts from the newest checkpoint still true and reads
+only what follows it. A page leaves a checkpoint ``SETTLE_S`` before the newest sample, and keeps older ones,
+the oldest of each age band (``CHECKPOINT_LAGS``), so that rows that land late cost a read of what follows
+them, not of the job's life::
 
     t0 (first start)                                                      newest sample
     |  stretch  |  stretch  |  …  |  stretch  | stretch | stretch | stretch |
@@ -77,8 +78,8 @@ STRETCH_S: Final = 60.0
 #: A page leaves its newest checkpoint this long before the window's newest sample: a node scraped late still
 #: lands its rows after it. Ours: ten 1 s scrapes; a cluster that ingests later falls back one age band.
 SETTLE_S: Final = 10.0
-#: The age bands of the checkpoints a job keeps (the newest checkpoint at least as old as each). Ours: a factor
-#: of 4, so rows that land ``x`` late cost a read of at most ~4x of the window, with 7 checkpoints at most.
+#: The age bands of the checkpoints a job keeps (the oldest checkpoint in each, and the newest settled one). Ours:
+#: a factor of 4, so rows that land ``x`` late cost a read of at most ~4x of the window, with 8 checkpoints at most.
 CHECKPOINT_LAGS: Final = (SETTLE_S, 40.0, 160.0, 640.0, 2_560.0, 10_240.0, 40_960.0)
 #: The age bands a ``kept_fold`` keeps (three checkpoints at most): its state grows with the job's steps (a day
 #: of a step a second: ~9 MB a checkpoint), and a row that lands later than its bands only costs one regrouping of
@@ -176,8 +177,8 @@ class KeptStretches:
         newest: float | None,
         lags: Sequence[float] = CHECKPOINT_LAGS,
     ) -> None:
-        """Keep, per age band (``lags``), the newest of ``checkpoints`` and of those the read ``resumed`` from at
-        least that old."""
+        """Keep, of ``checkpoints`` and of those the read ``resumed`` from, the newest settled one and the oldest of
+        each age band (``lags``: ``_by_age``)."""
         older = resumed.older if resumed is not None else ()
         kept = _Kept(t0, tuple(record.nodes), version, extra, _by_age([*older, *checkpoints], newest, lags))
         key = (str(store.config.path), kind, record.id)
