@@ -9,7 +9,7 @@ from hpcwatch import vocab
 from hpcwatch.analysis.attribution import report_dict
 from hpcwatch.records import Job, Sample
 from hpcwatch.reports import jobstretches
-from hpcwatch.reports.jobpage import job_overview
+from hpcwatch.reports.jobpage import job_overview, overview_dict
 from hpcwatch.reports.jobs import job_report
 from hpcwatch.reports.jobstretches import KeptStretches
 from hpcwatch.reports.timeline import job_timeline
@@ -326,3 +326,25 @@ def test_pages_every_ten_seconds_keep_a_checkpoint_in_each_band_they_reached(liv
     newest = store.time_range()[1] or 0.0
     ages = sorted(newest - c.upto for c in report.checkpoints)
     assert any(40 <= age < 160 for age in ages) and any(age >= 160 for age in ages)
+
+
+def test_a_running_job_ends_where_every_job_report_ends_it() -> None:
+    """``hpcwatch job ID`` and ``hpcwatch jobs`` give a running job the same elapsed time when another node was
+    scraped after the job's own (at 1,024 nodes an eighth of the nodes is scraped each second)."""
+    from hpcwatch.reports.jobs import jobs_report
+
+    store = Store(":memory:")
+    mine = Job(id="1", user="u", gpus=1, nodes=("n1",), gpus_by_node={"n1": (0,)}, start=0.0, end=None)
+    other = Job(id="2", user="v", gpus=1, nodes=("n2",), gpus_by_node={"n2": (0,)}, start=0.0, end=None)
+    store.add([mine, other])
+    util = vocab.DCGM_FI_DEV_GPU_UTIL
+    store.add(
+        Sample(metric=util, labels={"Hostname": "n1", "gpu": "0"}, t=float(t), value=50.0) for t in range(5, 100, 5)
+    )
+    store.add([Sample(metric=util, labels={"Hostname": "n2", "gpu": "0"}, t=103.0, value=50.0)])
+    every = {r.id: report_dict(r, per_gpu=True) for r in jobs_report(store)}
+    assert every["1"]["elapsed_s"] == 103.0
+    for kept in (None, KeptStretches()):
+        assert report_dict(job_report(store, "1", kept=kept), per_gpu=True) == every["1"]
+    assert overview_dict(job_overview(store, "1"))["job"] == every["1"]  # the page's one read of a short window
+    store.close()

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from hpcwatch.analysis.attribution import (
     DCGM_METRICS,
@@ -101,9 +102,7 @@ def job_report(
     if samples is None and record is not None and record.nodes and t0 is not None:
         jobs = store.jobs(on_nodes=record.nodes)
         part = window_partial(store, record, t0, jobs, kept=kept)
-        # A running job without samples ends at the newest job time of the whole store, as ``job_reports``
-        # would take it from every job.
-        now = queries.latest_job_time(store) if record.end is None and part.newest_t is None else None
+        now = _running_until(store, part.newest_t) if record.end is None else None
         found = next(iter(reports_of(part, jobs, now=now, only=job_id)), None)
     else:
         table = samples if samples is not None else store.samples(list(REPORT_METRICS))
@@ -124,8 +123,18 @@ def _neighbours(store: Store, job_id: str, samples: pa.Table) -> tuple[list[Job]
     record = store.job(job_id)
     if record is None or not record.nodes:
         return store.jobs(), None
-    running_unseen = record.end is None and not samples.num_rows
-    return store.jobs(on_nodes=record.nodes), queries.latest_job_time(store) if running_unseen else None
+    newest = pc.max(samples.column("t")).as_py() if samples.num_rows else None
+    return store.jobs(on_nodes=record.nodes), _running_until(store, newest) if record.end is None else None
+
+
+def _running_until(store: Store, seen: float | None) -> float:
+    """Where a running job's report ends: the store's newest sample of a report metric, as ``jobs_report`` ends
+    it (the job's own newest, ``seen``, can be seconds older: its nodes scraped before others); without any, the
+    newest job time of the whole store, as ``job_reports`` would take it from every job."""
+    newest = queries.latest_sample_t(store, since=seen, metrics=REPORT_METRICS)
+    if newest is not None:
+        return newest
+    return seen if seen is not None else queries.latest_job_time(store)
 
 
 def check_job_id(job_id: str) -> None:

@@ -159,13 +159,15 @@ def hosts_with(store: Store, metrics: Sequence[str]) -> frozenset[str]:
     return frozenset(str(host) for (host,) in rows if host)
 
 
-def latest_sample_t(store: Store, *, since: float | None = None) -> float | None:
-    """The newest sample's time (at or after ``since``, which lets DuckDB skip old row groups)."""
+def latest_sample_t(store: Store, *, since: float | None = None, metrics: Sequence[str] | None = None) -> float | None:
+    """The newest sample's time (of ``metrics`` when given; at or after ``since``, which lets DuckDB skip old
+    row groups)."""
+    where = [*(["t >= ?"] if since is not None else []), *([f"metric IN ({_marks(metrics)})"] if metrics else [])]
+    params = [*([since] if since is not None else []), *(metrics or [])]
     latest: float | None  # max() over no row is NULL
-    if since is None:
-        ((latest,),) = store.query("SELECT max(t) FROM samples")
-    else:
-        ((latest,),) = store.query("SELECT max(t) FROM samples WHERE t >= ?", [since])
+    ((latest,),) = store.query(
+        "SELECT max(t) FROM samples" + (" WHERE " + " AND ".join(where) if where else ""), params
+    )
     return latest
 
 
