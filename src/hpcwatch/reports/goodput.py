@@ -106,7 +106,6 @@ def step_groups(
         newest=lambda since: queries.newest_span_start(store, job_id, since=since),
         read=read,
         join=StepGroups.join,
-        empty=StepGroups.empty(),
     )
 
 

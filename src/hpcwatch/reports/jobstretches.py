@@ -234,14 +234,13 @@ def kept_fold(
     newest: Callable[[float | None], float | None],
     read: Callable[[float | None, float | None], tuple[_S, _S]],
     join: Callable[[_S, _S], _S],
-    empty: _S,
 ) -> _S:
     """A state folded from what a job's window held, resumed from ``kept``'s newest checkpoint of ``kind`` still
     true (``written``: the oldest time of a row landed since a version; ``fingerprint``: what else the state
     was computed from), with one checkpoint left ``SETTLE_S`` before the window's ``newest(since)`` time.
     ``read(since, cut)``: the state of the rows from ``since`` (None: from the start) before ``cut`` and the
-    state of those at or after it (None: no cut, all after); ``join(earlier, later)`` a new state of both.
-    One read a page, of what follows the checkpoint: for states bounded by the window's devices or steps, not
+    state of those at or after it (None: no cut, all after); ``join(earlier, later)`` a new state of both,
+    neither changed (a checkpoint is joined to many pages). One read a page, of what follows the checkpoint: for states bounded by the window's devices or steps, not
     its rows (the job's steps, its XID onsets)."""
     version = store.version  # before any read: a row committed during it is checked next time
     resumed = kept.resume(store, kind, record, t0, written=written, fingerprint=lambda upto: fingerprint)
@@ -250,7 +249,7 @@ def kept_fold(
     cuts = [] if last is None else checkpoint_cuts(t0 if since is None else since, last, resumed=False)
     cut = cuts[-1] if cuts else None
     before, after = read(since, cut)
-    settled = join(resumed.checkpoint.state if resumed is not None else empty, before)
+    settled = join(resumed.checkpoint.state, before) if resumed is not None else before
     kept.keep(
         store,
         kind,
@@ -289,9 +288,8 @@ def _read(
     (``keeping``) a checkpoint at each age band's time that the read passed."""
     total = start.state.copy() if start is not None else Partial()
     a = start.upto if start is not None else t0
-    if (
-        start is not None
-    ):  # what follows a checkpoint: up to the store's newest sample (a cheaper ask than the window's)
+    # What follows a checkpoint reads up to the store's newest sample: a cheaper ask than the window's span.
+    if start is not None:
         newest = queries.latest_sample_t(store, since=a)
         span = None if newest is None else (a, newest)
     else:

@@ -309,7 +309,6 @@ def job_xid_onsets(
         newest=store_newest,
         read=read,
         join=lambda earlier, later: _earliest(dict(earlier), [(*key, t, job, True) for key, (t, job) in later.items()]),
-        empty={},
     )
 
 
