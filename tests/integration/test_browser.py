@@ -202,6 +202,18 @@ def _address(pg) -> str:
     return pg.evaluate("window.location.href")
 
 
+def _first_contentful_paint_ms(pg) -> float:
+    """When the page first painted content, in ms since navigation started.
+
+    The browser queues the paint entry to the performance timeline after the frame, so it may be missing when
+    the load event has just fired on a loaded machine (a CI run read null): wait for the entry.
+    """
+    return pg.wait_for_function(
+        "performance.getEntriesByType('paint').find(e => e.name === 'first-contentful-paint')?.startTime ?? null",
+        timeout=ACTION_TIMEOUT_MS,
+    ).json_value()
+
+
 def _shot(pg, name: str, **kw) -> None:
     pg.screenshot(path=str(ARTIFACTS / f"{name}.png"), **kw)
 
@@ -461,9 +473,7 @@ def test_first_paint_and_update_cost_with_128_gpus(browser):
         started = time.perf_counter()
         pg.goto(url)
         load_s = time.perf_counter() - started
-        fcp = pg.evaluate(
-            "performance.getEntriesByType('paint').find(e => e.name === 'first-contentful-paint')?.startTime ?? null"
-        )
+        fcp = _first_contentful_paint_ms(pg)
         _wait_ticks(pg, 2)
         assert pg.locator("[data-gpu]").count() == 128
         cost = pg.evaluate("""() => {
@@ -501,19 +511,17 @@ def test_first_paint_and_update_cost_with_128_gpus(browser):
         )
         # It painted; how fast is a figure (timings.json, benchmarks/bench_web.py), not a pass mark: a loaded
         # 2-core machine took 5.3 s where a quiet one takes well under 1 s.
-        assert fcp is not None and fcp < ACTION_TIMEOUT_MS
+        assert fcp < ACTION_TIMEOUT_MS
         assert cost < 100
     finally:
         _stop(proc)
 
 
 def test_first_paint_reference_cluster(page):
-    fcp = page.evaluate(
-        "performance.getEntriesByType('paint').find(e => e.name === 'first-contentful-paint')?.startTime ?? null"
-    )
+    fcp = _first_contentful_paint_ms(page)
     TIMINGS["reference_first_contentful_paint_ms"] = fcp
     _shot(page, "0-engineer")
-    assert fcp is not None and fcp < ACTION_TIMEOUT_MS  # it painted (see above)
+    assert fcp < ACTION_TIMEOUT_MS  # it painted (see above)
 
 
 # -- the page as a monitor (issue 15): problems where you look, URL state, stale data ----------------
