@@ -3,12 +3,14 @@ always the report a fresh read gives, and the kept stretches read once."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from hpcwatch import vocab
 from hpcwatch.analysis.attribution import report_dict
 from hpcwatch.records import Job, Sample
-from hpcwatch.reports import jobstretches
+from hpcwatch.reports import jobpage, jobstretches
 from hpcwatch.reports.jobpage import job_overview, overview_dict
 from hpcwatch.reports.jobs import job_report
 from hpcwatch.reports.jobstretches import KeptStretches
@@ -73,9 +75,10 @@ def test_the_next_page_reads_only_the_stretches_after_the_kept_ones(live, reads)
     assert min(reads) > (job.start or 0.0)
 
 
-def test_a_page_seconds_after_the_last_reads_one_stretch_from_the_same_checkpoint(live, reads) -> None:
-    """A page 3 s after the last: one read from the checkpoint it left (not one more stretch cut at the newest
-    sample's settle time); ``SETTLE_S`` later, a newer checkpoint."""
+def test_a_page_seconds_after_the_last_reads_only_what_followed_its_read(live, reads) -> None:
+    """A page 3 s after the last reads on from the end of the last page's read; a row that landed before that
+    end since (a node scraped late) makes the next page read from the settled checkpoint, ``SETTLE_S`` before
+    the newest sample of the first page."""
     store, _ = live
     job, kept = _running(store), KeptStretches()
     _same(store, job.id, kept)
@@ -89,14 +92,22 @@ def test_a_page_seconds_after_the_last_reads_one_stretch_from_the_same_checkpoin
     scrape(newest + 3.0)
     reads.clear()
     _same(store, job.id, kept, reads)
+    assert reads == [jobstretches.read_end(newest)]
+    reads.clear()
+    _same(store, job.id, kept, reads)
+    assert reads == []  # nothing new since the end of the last read: nothing read
+    scrape(newest + 1.0)  # late for the second page's end, not for the first's (kept: the newest of its age)
+    reads.clear()
+    _same(store, job.id, kept, reads)
+    assert reads == [jobstretches.read_end(newest)]
+    scrape(newest - 1.0)  # late for both ends
+    reads.clear()
+    _same(store, job.id, kept, reads)
     assert reads == [newest - jobstretches.SETTLE_S]
     scrape(newest + 3.0 + jobstretches.SETTLE_S)
     reads.clear()
     _same(store, job.id, kept, reads)
-    assert reads == [newest - jobstretches.SETTLE_S]  # one read, cut at the new settle time, kept there
-    reads.clear()
-    _same(store, job.id, kept, reads)
-    assert reads == [newest + 3.0]
+    assert reads == [jobstretches.read_end(newest + 3.0)]
 
 
 def test_checkpoint_cuts_leave_a_settled_stretch_before_each() -> None:
@@ -348,3 +359,31 @@ def test_a_running_job_ends_where_every_job_report_ends_it() -> None:
         assert report_dict(job_report(store, "1", kept=kept), per_gpu=True) == every["1"]
     assert overview_dict(job_overview(store, "1"))["job"] == every["1"]  # the page's one read of a short window
     store.close()
+
+
+def test_the_recent_steps_are_those_of_the_last_page_until_a_span_of_the_job_lands(live, monkeypatch) -> None:
+    """A page whose job gained no span since the last one takes its steps from it (no read of the last 50 steps'
+    spans); one span more, and they are read again, equal to a fresh page's."""
+    store, _ = live
+    job, kept = _running(store), KeptStretches()
+    computed: list[str] = []
+    report = jobpage.step_report
+
+    def counting(store, job_id, **kwargs):
+        computed.append(job_id)
+        return report(store, job_id, **kwargs)
+
+    monkeypatch.setattr(jobpage, "step_report", counting)
+    first = job_overview(store, job.id, kept=kept)
+    assert first.steps is not None and len(computed) == 1
+    store.add(
+        [Sample(metric=vocab.DCGM_FI_DEV_GPU_UTIL, labels={"Hostname": job.nodes[0], "gpu": "0"}, t=1.0, value=1)]
+    )
+    assert job_overview(store, job.id, kept=kept).steps == first.steps
+    assert len(computed) == 1  # a sample is no span
+    last = queries.recent_spans(store, job.id, steps=1)  # every rank's spans of the last step, a minute on
+    store.add([replace(s, step=s.step + 1, start=s.start + 60.0) for s in last])
+    again = job_overview(store, job.id, kept=kept)
+    assert len(computed) == 2
+    assert again.steps == job_overview(store, job.id).steps
+    assert again.steps is not None and again.steps.last_step == first.steps.last_step + 1

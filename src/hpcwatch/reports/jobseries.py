@@ -54,7 +54,14 @@ from hpcwatch.analysis.attribution import JobReport
 from hpcwatch.analysis.coded import as_text
 from hpcwatch.analysis.goodput import StepTable
 from hpcwatch.records import Job
-from hpcwatch.reports.jobstretches import Checkpoint, KeptStretches, checkpoint_cuts, stretches, window_written
+from hpcwatch.reports.jobstretches import (
+    Checkpoint,
+    KeptStretches,
+    checkpoint_cuts,
+    read_end,
+    stretches,
+    window_written,
+)
 
 if TYPE_CHECKING:
     from hpcwatch.store import Store
@@ -190,6 +197,9 @@ def _from_store(store: Store, charts: _Charts, kept: KeptStretches | None) -> _C
         if b in cuts:
             checkpoints.append(Checkpoint(b, gpus, charts.copy()))
     if kept is not None:
+        # Every row of the window to its end was read: the next page reads on from there (not a copy: the page
+        # only reads ``charts`` from here, and a page that resumes from it adds to a copy, ``_Charts.resumed``).
+        checkpoints.append(Checkpoint(read_end(charts.t1), gpus, charts))
         kept.keep(
             store,
             "charts",
