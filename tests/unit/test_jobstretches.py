@@ -10,7 +10,7 @@ import pytest
 from hpcwatch import vocab
 from hpcwatch.analysis.attribution import report_dict
 from hpcwatch.records import Job, Sample
-from hpcwatch.reports import jobpage, jobstretches
+from hpcwatch.reports import jobstretches
 from hpcwatch.reports.jobpage import job_overview, overview_dict
 from hpcwatch.reports.jobs import job_report
 from hpcwatch.reports.jobstretches import KeptStretches
@@ -361,29 +361,31 @@ def test_a_running_job_ends_where_every_job_report_ends_it() -> None:
     store.close()
 
 
-def test_the_recent_steps_are_those_of_the_last_page_until_a_span_of_the_job_lands(live, monkeypatch) -> None:
-    """A page whose job gained no span since the last one takes its steps from it (no read of the last 50 steps'
-    spans); one span more, and they are read again, equal to a fresh page's."""
+def test_a_page_takes_apart_only_the_steps_with_spans_landed_since_the_last(live, monkeypatch) -> None:
+    """The last 50 steps' spans are read only from the lowest step that gained a span since the last page: the
+    steps below are the last page's pieces, and the steps equal a fresh page's."""
     store, _ = live
     job, kept = _running(store), KeptStretches()
-    computed: list[str] = []
-    report = jobpage.step_report
+    read: list[list[int]] = []
+    table = queries.step_span_table
 
-    def counting(store, job_id, **kwargs):
-        computed.append(job_id)
-        return report(store, job_id, **kwargs)
+    def recording(store, job_id, steps, **kwargs):
+        read.append(list(steps))
+        return table(store, job_id, steps, **kwargs)
 
-    monkeypatch.setattr(jobpage, "step_report", counting)
+    monkeypatch.setattr(queries, "step_span_table", recording)
     first = job_overview(store, job.id, kept=kept)
-    assert first.steps is not None and len(computed) == 1
+    assert first.steps is not None and len(read[0]) == first.steps.steps  # every rank of each step had spans
     store.add(
         [Sample(metric=vocab.DCGM_FI_DEV_GPU_UTIL, labels={"Hostname": job.nodes[0], "gpu": "0"}, t=1.0, value=1)]
     )
     assert job_overview(store, job.id, kept=kept).steps == first.steps
-    assert len(computed) == 1  # a sample is no span
-    last = queries.recent_spans(store, job.id, steps=1)  # every rank's spans of the last step, a minute on
-    store.add([replace(s, step=s.step + 1, start=s.start + 60.0) for s in last])
+    assert len(read) == 1  # a sample is no span: nothing read
+    spans = queries.recent_spans(store, job.id, steps=2)
+    newest = max(s.step for s in spans)
+    store.add([replace(s, step=s.step + 1, start=s.start + 60.0) for s in spans if s.step == newest])
+    store.add([replace(spans[0], dur=spans[0].dur + 1.0)])  # one span more in an older step
     again = job_overview(store, job.id, kept=kept)
-    assert len(computed) == 2
+    assert read[1] == [spans[0].step, newest, newest + 1]  # from the lowest step that gained a span, no lower
     assert again.steps == job_overview(store, job.id).steps
-    assert again.steps is not None and again.steps.last_step == first.steps.last_step + 1
+    assert again.steps is not None and again.steps.last_step == newest + 1

@@ -25,7 +25,14 @@ from hpcwatch.analysis.goodput import (
     steps_from_spans,
 )
 from hpcwatch.analysis.stepgroups import StepGroups
-from hpcwatch.analysis.steps import _GPU_CELLS, RankStepGrid, anatomy_from_span_table, anatomy_from_spans
+from hpcwatch.analysis.steps import (
+    _GPU_CELLS,
+    RankStepGrid,
+    anatomy_from_span_table,
+    anatomy_from_spans,
+    anatomy_of_pieces,
+    step_pieces,
+)
 from hpcwatch.analysis.stragglers import find_stragglers
 from hpcwatch.errors import InputError
 from hpcwatch.ingest import ingest_paths
@@ -303,3 +310,24 @@ def test_live_training_read_as_columns_is_the_step_time_of_the_spans(which, requ
     assert live is not None and live.step_time_s is not None
     anatomy = anatomy_from_spans(queries.recent_spans(store, live.job, steps=2))
     assert (live.step, live.step_time_s) == (anatomy.steps[-1], float(step_times_s(anatomy)[-1]))
+
+
+@pytest.mark.parametrize("which", ["hook_store", "twin_store"])
+def test_the_pieces_of_steps_read_apart_make_the_anatomy_of_one_read(which, request):
+    """A server takes apart only a job's new steps and keeps the others' pieces (``reports.steps.
+    recent_step_report``): pieces read in two step-disjoint tables, assembled, are the anatomy of one read of
+    both, to the last bit (the hook's waits aligned from its all-reduces, the twin's measured), and a step left
+    without one of the ranks is left out, as in one read."""
+    store = request.getfixturevalue(which)
+    for job in _jobs(store):
+        whole = queries.job_span_table(store, job)
+        steps = sorted(set(whole.column("step").to_pylist()))
+        for split in {1, len(steps) // 2, len(steps) - 1}:
+            older = step_pieces(queries.step_span_table(store, job, steps[:split]))
+            newer = step_pieces(queries.step_span_table(store, job, steps[split:]))
+            assert anatomy_of_pieces([*older, *newer]) == anatomy_from_span_table(whole)
+            assert anatomy_of_pieces([*older, *newer]).placement == anatomy_from_span_table(whole).placement
+        (last,) = step_pieces(queries.step_span_table(store, job, steps[-1:]))
+        lacking = msgspec.structs.replace(last, ranks=last.ranks[1:], phase_s=last.phase_s[1:])
+        older = step_pieces(queries.step_span_table(store, job, steps[:-1]))
+        assert anatomy_of_pieces([*older, lacking]).steps == anatomy_from_span_table(whole).steps[: len(older)]

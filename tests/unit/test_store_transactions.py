@@ -177,6 +177,22 @@ def test_query_since_reads_each_committed_row_once_across_compactions(tmp_path):
     assert seen == [float(t) for t in range(80)]
 
 
+def test_asking_again_since_one_version_sees_what_was_committed_and_compacted_meanwhile(tmp_path):
+    """A job page asks what landed since one version for each of its parts; the views bound for that version
+    are reused only while the store is unchanged."""
+    with Store(tmp_path / "s", compact_fanin=2, retire_grace_s=0) as store:
+        store.add(_samples(4, t0=0.0))
+        mark = store.version
+        count = "SELECT count(*), min(t) FROM samples"
+        assert store.query_since(mark, count) == (mark, [(0, None)])
+        store.add(_samples(4, t0=100.0))
+        assert store.query_since(mark, count) == (store.version, [(4, 100.0)])
+        for i in range(6):  # enough commits for compactions to merge the parts
+            store.add(_samples(4, t0=200.0 + 4 * i))
+        assert store.query_since(mark, count) == (store.version, [(28, 100.0)])
+        assert store.query_since(mark, count) == (store.version, [(28, 100.0)])
+
+
 def test_an_empty_store_answers_with_typed_empty_tables(tmp_path):
     with Store(tmp_path / "s") as store:
         assert store.samples().schema == SAMPLE_SCHEMA

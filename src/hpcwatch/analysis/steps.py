@@ -64,6 +64,9 @@ __all__ = [
     "GpuStep",
     "anatomy_from_spans",
     "anatomy_from_span_table",
+    "anatomy_of_pieces",
+    "step_pieces",
+    "StepPiece",
     "temporal_breakdown",
     "phase_of_annotation",
     "WORK_PHASES",
@@ -1144,11 +1147,46 @@ def anatomy_from_span_table(table: pa.Table) -> Anatomy:
     order (step, rank, start): the same ``Anatomy``, to the last bit, without a ``Span`` object per row (a
     1,536-rank job's 50 recent steps are 460,000 spans). Per (rank, step) cell the phases are summed by
     ``np.bincount``, which adds a cell's rows in their order, as ``sum`` did."""
+    return anatomy_of_pieces(step_pieces(table))
+
+
+class StepPiece(msgspec.Struct, frozen=True, kw_only=True):
+    """What one step's spans give its anatomy, whatever the other steps (``step_pieces``): a server keeps the
+    pieces of a job's recent steps between pages and takes apart only the steps with new spans
+    (``reports.steps.recent_step_report``). Arrays are the piece's own: never written after it is made."""
+
+    step: int
+    ranks: np.ndarray
+    """The ranks with a span of a training phase in the step, ascending."""
+    phase_s: np.ndarray
+    """``ranks`` × ``PHASES``: each cell's durations summed in the table's row order."""
+    start_s: np.ndarray
+    """Per rank, its first span's start."""
+    end_s: np.ndarray
+    """Per rank, its last span's end."""
+    measured_wait: bool
+    """A span of the step is a barrier wait."""
+    waits: Mapping[int, tuple[float, float]]
+    """Without a measured wait: each rank's (barrier wait, allreduce) from the step's collectives
+    (``_span_waits``); used when no step of the anatomy measured one."""
+    placed: np.ndarray
+    """The ranks with a span in the step that names their node or GPU, in the order of the first such span."""
+    nodes: np.ndarray
+    """Per ``placed`` rank, the node its first such span names (objects: text or None)."""
+    gpus: np.ndarray
+    """Per ``placed`` rank, the GPU index its first such span names (objects: int or None)."""
+    jobs: tuple[str, ...]
+    first_start: float
+
+
+def step_pieces(table: pa.Table) -> list[StepPiece]:
+    """The pieces of each step of a span table (``anatomy_from_span_table``'s columns and order), by step. The
+    cells are computed for the whole table at once, then cut step by step."""
     import pyarrow.compute as pc  # the report on traces given as files never loads pyarrow
 
     table = table.filter(pc.is_in(table.column("phase"), value_set=_phase_array()))
     if not table.num_rows:
-        raise InputError("no spans with a training phase")
+        return []
     rank = table.column("rank").to_numpy().astype(np.int64)
     step = table.column("step").to_numpy().astype(np.int64)
     phase = pc.index_in(table.column("phase"), value_set=_phase_array()).to_numpy().astype(np.int64)
@@ -1157,29 +1195,81 @@ def anatomy_from_span_table(table: pa.Table) -> Anatomy:
     all_steps, s = np.unique(step, return_inverse=True)
     nr, np_ = len(ranks), len(PHASES)
     cell = s * nr + r
-    present = np.zeros(len(all_steps) * nr, dtype=bool)
-    present[cell] = True
-    complete = present.reshape(-1, nr).all(axis=1)
-    sums = np.bincount(cell * np_ + phase, weights=dur, minlength=len(present) * np_).reshape(-1, nr, np_)
-    first, last = np.full(len(present), np.inf), np.full(len(present), -np.inf)
-    np.minimum.at(first, cell, start)
-    np.maximum.at(last, cell, start + dur)
-    kept = np.flatnonzero(complete)
-    if not bool((phase == PHASES.index("barrier_wait")).any()):
-        for k in kept.tolist():  # no measured wait: the collectives' spans are split as ``_span_waits`` does
-            _put_waits(sums[k], _table_waits(r, s, phase, start, dur, k, ranks), ranks)
-    jobs = pc.unique(table.column("job")).to_pylist()
-    steps = all_steps[kept]
-    grid = RankStepGrid(ranks, steps, sums[kept], first.reshape(-1, nr)[kept], last.reshape(-1, nr)[kept])
+    cells = len(all_steps) * nr
+    seen = np.zeros(cells, dtype=bool)
+    seen[cell] = True
+    present = seen.reshape(-1, nr)
+    sums = np.bincount(cell * np_ + phase, weights=dur, minlength=cells * np_).reshape(-1, nr, np_)
+    lowest, highest = np.full(cells, np.inf), np.full(cells, -np.inf)
+    np.minimum.at(lowest, cell, start)
+    np.maximum.at(highest, cell, start + dur)
+    first, last = lowest.reshape(-1, nr), highest.reshape(-1, nr)
+    measured = np.zeros(len(all_steps), dtype=bool)
+    measured[s[phase == PHASES.index("barrier_wait")]] = True
+    reduce_rows = np.flatnonzero(phase == PHASES.index("allreduce"))
+    reduces = _rows_by_step(s[reduce_rows], len(all_steps))
+    placed, nodes, gpus = _step_placements(s, rank, table.column("attrs"), len(all_steps))
+    job_codes = pc.dictionary_encode(table.column("job")).combine_chunks()
+    job_names = [*job_codes.dictionary.to_pylist(), None]  # the last: a span without a job
+    job_of = pc.fill_null(job_codes.indices, len(job_names) - 1).to_numpy().astype(np.int64)
+    step_jobs = np.unique(s * len(job_names) + job_of)
+    jobs_of = _rows_by_step(step_jobs // len(job_names), len(all_steps))
+    pieces = []
+    for k, number in enumerate(all_steps.tolist()):
+        mine = present[k]
+        rows = reduce_rows[reduces[k]]
+        waits = {} if measured[k] else _step_waits(rank[rows], start[rows], dur[rows], ranks[mine])
+        pieces.append(
+            StepPiece(
+                step=number,
+                ranks=ranks[mine],
+                phase_s=sums[k][mine],
+                start_s=first[k][mine],
+                end_s=last[k][mine],
+                measured_wait=bool(measured[k]),
+                waits=waits,
+                placed=placed[k],
+                nodes=nodes[k],
+                gpus=gpus[k],
+                jobs=tuple(job_names[j] for j in (step_jobs[jobs_of[k]] % len(job_names)).tolist()),
+                first_start=float(first[k][mine].min()),
+            )
+        )
+    return pieces
+
+
+def anatomy_of_pieces(pieces: Sequence[StepPiece]) -> Anatomy:
+    """The anatomy of the steps whose ``pieces`` are given (ascending steps, each step once): the ranks are all
+    those of the pieces, a step without a span of one of them is left out, and when no step measured its
+    barrier waits, each step's are those of its collectives. ``InputError`` without a piece."""
+    if not pieces:
+        raise InputError("no spans with a training phase")
+    ranks = np.unique(np.concatenate([p.ranks for p in pieces]))
+    complete = [p for p in pieces if len(p.ranks) == len(ranks)]  # a piece's ranks are among ``ranks``
+    nr, np_ = len(ranks), len(PHASES)
+    sums = np.stack([p.phase_s for p in complete]) if complete else np.zeros((0, nr, np_))
+    if not any(p.measured_wait for p in pieces):
+        for k, p in enumerate(complete):  # no measured wait: the collectives' spans are split as ``_span_waits`` does
+            _put_waits(sums[k], p.waits, ranks)
+    first = np.stack([p.start_s for p in complete]) if complete else np.zeros((0, nr))
+    last = np.stack([p.end_s for p in complete]) if complete else np.zeros((0, nr))
+    steps = np.array([p.step for p in complete], dtype=np.int64)
+    jobs = list(dict.fromkeys(j for p in pieces for j in p.jobs))
     return Anatomy(
         world_size=nr,
         ranks=tuple(ranks.tolist()),
         steps=tuple(steps.tolist()),
-        rank_steps=grid,
-        placement=_table_placement(rank, table.column("attrs")),
+        rank_steps=RankStepGrid(ranks, steps, sums, first, last),
+        placement=_pieces_placement(pieces),
         source="spans",
         job=jobs[0] if len(jobs) == 1 else None,
     )
+
+
+def _rows_by_step(s: np.ndarray, steps: int) -> list[np.ndarray]:
+    """The indices of ``s`` (each row's step index) step by step, each in row order."""
+    order = np.argsort(s, kind="stable")
+    return np.split(order, np.searchsorted(s[order], np.arange(1, steps)))
 
 
 @functools.cache
@@ -1199,40 +1289,57 @@ def _put_waits(sums: np.ndarray, waits: Mapping[int, tuple[float, float]], ranks
             sums[i, wait_col], sums[i, reduce_col] = wait
 
 
-def _table_waits(
-    r: np.ndarray, s: np.ndarray, phase: np.ndarray, start: np.ndarray, dur: np.ndarray, k: int, ranks: np.ndarray
+def _step_waits(
+    rank: np.ndarray, start: np.ndarray, dur: np.ndarray, ranks: np.ndarray
 ) -> dict[int, tuple[float, float]]:
-    """``_span_waits`` of step ``k``'s ``allreduce`` rows, every rank (none: empty), rows in their order."""
-    rows = np.flatnonzero((s == k) & (phase == PHASES.index("allreduce")))
-    rows = rows[np.argsort(r[rows], kind="stable")]
-    bounds = np.searchsorted(r[rows], np.arange(len(ranks) + 1))
+    """``_span_waits`` of one step's ``allreduce`` rows (their ranks, starts and durations, in row order), each
+    of ``ranks`` (a rank without one: empty)."""
+    order = np.argsort(rank, kind="stable")
+    rank, start, dur = rank[order], start[order], dur[order]
+    lo, hi = np.searchsorted(rank, ranks, side="left"), np.searchsorted(rank, ranks, side="right")
     colls = {}
-    for i, rank in enumerate(ranks.tolist()):
-        mine = rows[bounds[i] : bounds[i + 1]]
-        st = start[mine]
+    for a, b, who in zip(lo.tolist(), hi.tolist(), ranks.tolist()):
+        st = start[a:b]
         order = np.argsort(st * 1e6, kind="stable")
-        colls[rank] = _Coll((st * 1e6)[order], ((st + dur[mine]) * 1e6)[order])
+        colls[who] = _Coll((st * 1e6)[order], ((st + dur[a:b]) * 1e6)[order])
     return _waits(colls)
 
 
-def _table_placement(rank: np.ndarray, attrs: pa.ChunkedArray) -> dict[int, tuple[str | None, int | None]]:
-    """Each rank's (node, gpu) from its first row whose attrs name one, ranks in the order they are first
-    placed (``anatomy_from_spans``'s). Only the distinct attrs texts are parsed (one per rank, as the twin
-    and the hook write them)."""
+def _step_placements(
+    s: np.ndarray, rank: np.ndarray, attrs: pa.ChunkedArray, steps: int
+) -> tuple[list[np.ndarray], list[np.ndarray], list[np.ndarray]]:
+    """Per step (``s``: each row's step index), ``StepPiece``'s ``placed``, ``nodes`` and ``gpus``: each rank's
+    first row in the step whose attrs name its node or GPU. Only the distinct attrs texts are parsed (one per
+    rank, as the twin and the hook write them)."""
     import pyarrow.compute as pc
 
     encoded = pc.dictionary_encode(attrs).combine_chunks()
     parsed = [orjson.loads(a) if a else {} for a in encoded.dictionary.to_pylist()]
     placing = np.array([("node" in a or "gpu" in a) for a in parsed] + [False], dtype=bool)
+    node_of = np.array([a.get("node") for a in parsed] + [None], dtype=object)
+    gpu_of = np.array([None if a.get("gpu") is None else int(a["gpu"]) for a in parsed] + [None], dtype=object)
     codes = pc.fill_null(encoded.indices, len(parsed)).to_numpy().astype(np.int64)
     rows = np.flatnonzero(placing[codes])
-    placed, first_row = np.unique(rank[rows], return_index=True)
-    out: dict[int, tuple[str | None, int | None]] = {}
-    for i in np.argsort(first_row, kind="stable").tolist():
-        a = parsed[codes[rows[first_row[i]]]]
-        gpu = a.get("gpu")
-        out[int(placed[i])] = (a.get("node"), int(gpu) if gpu is not None else None)
-    return out
+    low = int(rank.min())
+    _, first = np.unique(s[rows] * (int(rank.max()) - low + 1) + (rank[rows] - low), return_index=True)
+    rows = rows[np.sort(first)]  # each (step, rank)'s first placing row, in row order
+    by_step = _rows_by_step(s[rows], steps)
+    return (
+        [rank[rows[i]] for i in by_step],
+        [node_of[codes[rows[i]]] for i in by_step],
+        [gpu_of[codes[rows[i]]] for i in by_step],
+    )
+
+
+def _pieces_placement(pieces: Sequence[StepPiece]) -> dict[int, tuple[str | None, int | None]]:
+    """Each rank's (node, gpu) from its first placing span, step by step (``_step_placements``), ranks in the
+    order they are first placed: ``anatomy_from_spans``' placement."""
+    placed = np.concatenate([p.placed for p in pieces])
+    nodes = np.concatenate([p.nodes for p in pieces])
+    gpus = np.concatenate([p.gpus for p in pieces])
+    _, first = np.unique(placed, return_index=True)
+    first = np.sort(first)
+    return dict(zip(placed[first].tolist(), zip(nodes[first].tolist(), gpus[first].tolist())))
 
 
 def _span_waits(allreduce: Mapping[int, list[tuple[float, float]]]) -> dict[int, tuple[float, float]]:

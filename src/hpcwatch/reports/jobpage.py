@@ -21,7 +21,6 @@ A part the store cannot answer (no spans, no goodput events) is ``None`` with th
 
 from __future__ import annotations
 
-import functools
 import threading
 from collections import OrderedDict
 from concurrent.futures import ThreadPoolExecutor
@@ -43,7 +42,7 @@ from hpcwatch.reports.jobs import JobCost, check_job_id, cost_dict, first_start,
 from hpcwatch.reports.jobseries import JobSeries, job_series, series_dict
 from hpcwatch.reports.jobstretches import KeptStretches
 from hpcwatch.reports.livejob import live_verdicts
-from hpcwatch.reports.steps import DEFAULT_RECENT_STEPS, StepReport, step_report
+from hpcwatch.reports.steps import DEFAULT_RECENT_STEPS, StepReport, recent_step_report
 from hpcwatch.reports.timeline import job_timeline
 from hpcwatch.store import queries
 
@@ -304,28 +303,12 @@ def _span_parts(
     missing: dict[str, str] = {}
     accounted = _part(missing, "goodput", lambda: goodput_with_steps(store, job_id, kept=kept))
     since = accounted[1].first_start_of_last(recent_steps) if accounted is not None else None
-    steps = _part(missing, "steps", lambda: _recent_steps(store, job_id, recent_steps, since, kept))
+    steps = _part(
+        missing,
+        "steps",
+        lambda: _steps(recent_step_report(store, job_id, recent_steps=recent_steps, since=since, kept=kept)),
+    )
     return steps, accounted, missing
-
-
-def _recent_steps(
-    store: Store, job_id: str, recent_steps: int, since: float | None, kept: KeptStretches | None
-) -> JobSteps:
-    """The page's steps (``step_report`` of the last ``recent_steps``); with ``kept``, the last page's when no
-    span of the job landed since it read them: a profiler that records one step in 16 (the live twin's) adds
-    spans every 16 steps, and a 1,536-rank job's 50 steps are 460,000 spans to read and take apart again."""
-    record = store.job(job_id) if kept is not None else None
-    if kept is None or record is None or record.start is None:
-        return _steps(step_report(store, job_id, recent_steps=recent_steps, since=since))
-    version = store.version  # before the read: a span committed during it is checked next time
-    fingerprint = (recent_steps, since, record)
-    written = functools.partial(queries.job_spans_written, store, job=job_id)
-    found = kept.recall(store, "recent", record, record.start, written=written, fingerprint=fingerprint)
-    if found is not None:
-        return found  # type: ignore[no-any-return]
-    steps = _steps(step_report(store, job_id, recent_steps=recent_steps, since=since))
-    kept.remember(store, "recent", record, t0=record.start, version=version, fingerprint=fingerprint, state=steps)
-    return steps
 
 
 #: Overviews an ``OverviewCache`` keeps: a few jobs' pages (each 1,536 GPUs and ranks at most), not a history.

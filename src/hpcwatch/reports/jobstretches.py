@@ -159,30 +159,20 @@ class KeptStretches:
                 return Resumed(c, found.extra, found.checkpoints[: k + 1])
         return None
 
-    def recall(
-        self,
-        store: Store,
-        kind: str,
-        record: Job,
-        t0: float,
-        *,
-        written: Callable[[int], float | None],
-        fingerprint: Any,
-    ) -> Any:
-        """What ``remember`` kept of ``kind`` for ``record``'s window from ``t0``, when no row of it landed since
-        (``written``, as ``resume``'s) and it was computed from the same ``fingerprint``; else None."""
-        found = self.resume(store, kind, record, t0, written=written, fingerprint=lambda _: fingerprint)
-        return found.checkpoint.state if found is not None else None
+    def recall(self, store: Store, kind: str, record: Job, t0: float) -> tuple[int, Any] | None:
+        """(the store's version it was computed at, the state) that ``remember`` kept of ``kind`` for
+        ``record``'s window from ``t0``; None when none was (or for another first start or other nodes). What
+        landed since that version is the caller's to read."""
+        with self._lock:
+            found = self._entries.get((str(store.config.path), kind, record.id))
+        if found is None or found.t0 != t0 or found.hosts != tuple(record.nodes):
+            return None
+        return found.version, found.extra
 
-    def remember(
-        self, store: Store, kind: str, record: Job, *, t0: float, version: int, fingerprint: Any, state: Any
-    ) -> None:
-        """Keep ``state``, computed from every row of ``record``'s window at ``version`` (and ``fingerprint``),
-        for ``recall``: a checkpoint after every row, so that any row landed since makes it false."""
-        whole = Checkpoint(math.inf, fingerprint, state)
-        self.keep(
-            store, kind, record, t0=t0, version=version, extra=None, resumed=None, checkpoints=[whole], newest=0.0
-        )
+    def remember(self, store: Store, kind: str, record: Job, *, t0: float, version: int, state: Any) -> None:
+        """Keep ``state``, computed from ``record``'s window from ``t0`` as the store was at ``version``, for
+        ``recall``."""
+        self._put(store, kind, record, _Kept(t0, tuple(record.nodes), version, state, ()))
 
     def holds(self, store: Store, kind: str, record: Job, t0: float) -> bool:
         """Whether a checkpoint of ``kind`` is kept for ``record``'s window from ``t0`` (true or not: the
@@ -208,7 +198,14 @@ class KeptStretches:
         """Keep, of ``checkpoints`` and of those the read ``resumed`` from, the newest settled one and the oldest of
         each age band (``lags``: ``_by_age``)."""
         older = resumed.older if resumed is not None else ()
-        kept = _Kept(t0, tuple(record.nodes), version, extra, _by_age([*older, *checkpoints], newest, lags))
+        self._put(
+            store,
+            kind,
+            record,
+            _Kept(t0, tuple(record.nodes), version, extra, _by_age([*older, *checkpoints], newest, lags)),
+        )
+
+    def _put(self, store: Store, kind: str, record: Job, kept: _Kept) -> None:
         key = (str(store.config.path), kind, record.id)
         with self._lock:
             self._entries[key] = kept

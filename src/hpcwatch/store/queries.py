@@ -59,6 +59,9 @@ __all__ = [
     "recent_spans",
     "job_span_table",
     "recent_span_table",
+    "recent_steps",
+    "step_span_table",
+    "job_span_steps_written",
     "job_step_groups",
     "job_spans_written",
     "newest_span_start",
@@ -700,6 +703,37 @@ def recent_span_table(store: Store, job: str, *, steps: int, since: float | None
         "ORDER BY step, rank, start",
         [job, *bound, job, *bound, steps],
     )
+
+
+def recent_steps(store: Store, job: str, *, steps: int, since: float | None = None) -> list[int]:
+    """The step numbers of ``recent_span_table``'s spans, ascending: the last ``steps`` with a span that started
+    at or after ``since`` (None: any)."""
+    after = " AND start >= ?" if since is not None else ""
+    rows = store.query(
+        f"SELECT DISTINCT step FROM spans WHERE job = ?{after} ORDER BY step DESC LIMIT ?",
+        [job, *([since] if since is not None else []), steps],
+    )
+    return sorted(int(step) for (step,) in rows)
+
+
+def step_span_table(store: Store, job: str, steps: Sequence[int], *, since: float | None = None) -> pa.Table:
+    """``job_span_table``'s rows of ``steps`` that started at or after ``since`` (None: all), in its order."""
+    if not steps:
+        return store.query_arrow("SELECT job, rank, step, phase, start, dur, attrs FROM spans WHERE FALSE")
+    after = " AND start >= ?" if since is not None else ""
+    return store.query_arrow(
+        f"SELECT job, rank, step, phase, start, dur, attrs FROM spans WHERE job = ?{after} "
+        f"AND step IN ({_marks(steps)}) ORDER BY step, rank, start",
+        [job, *([since] if since is not None else []), *steps],
+    )
+
+
+def job_span_steps_written(store: Store, since_version: int, job: str) -> int | None:
+    """The lowest step of a span of ``job`` that a commit after ``since_version`` added (None: none): a step
+    below it has the spans it had then. Reads only the parts committed since."""
+    _, rows = store.query_since(since_version, "SELECT min(step) FROM spans WHERE job = ?", [job])
+    lowest = rows[0][0]
+    return None if lowest is None else int(lowest)
 
 
 def recent_spans(store: Store, job: str, *, steps: int) -> list[Span]:
