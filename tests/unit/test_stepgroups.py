@@ -192,6 +192,37 @@ def test_the_kept_steps_hold_two_age_bands(live) -> None:
     (steps,) = [entry for (_, kind, _), entry in kept._entries.items() if kind == "steps"]
     newest = queries.newest_span_start(store, job) or 0.0
     ages = [newest - c.upto for c in steps.checkpoints]
-    # The newest settled one, the oldest of 10-40 s, the oldest of 40 s and more; no other.
-    assert len(ages) == len(jobstretches.FOLD_LAGS) + 1
-    assert ages[0] >= 40 > ages[1] >= 10
+    # The oldest of 40 s and more, the oldest of 10-40 s, the newest settled one, the end of the last page's read
+    # (a step of the twin ago); no other.
+    assert len(ages) == len(jobstretches.FOLD_LAGS) + 2
+    assert ages[0] >= 40 > ages[1] > ages[2] >= 10 >= ages[3] > 0
+
+
+def test_the_next_page_groups_only_the_spans_since_the_end_of_the_last_read(live, monkeypatch) -> None:
+    """A page leaves a checkpoint at the end of what it grouped: the next one groups the spans that started
+    since, and its steps are a fresh page's."""
+    store, twin = live
+    job, kept = _job_with_spans(store), KeptStretches()
+    grouped: list[tuple[float | None, float | None]] = []
+    groups = queries.job_step_groups
+
+    def recording(store, job_id, **kwargs):
+        grouped.append((kwargs.get("since"), kwargs.get("until")))
+        return groups(store, job_id, **kwargs)
+
+    monkeypatch.setattr(queries, "job_step_groups", recording)
+    goodput_with_steps(store, job, kept=kept)
+    end = jobstretches.read_end(queries.newest_span_start(store, job) or 0.0)
+    assert grouped == [(None, end)]
+    twin.step()
+    grouped.clear()
+    found, steps = goodput_with_steps(store, job, kept=kept)
+    assert grouped[0] == (end, jobstretches.read_end(queries.newest_span_start(store, job) or 0.0))
+    fresh, fresh_steps = goodput_with_steps(store, job)
+    assert found == fresh
+    _same(steps, fresh_steps)
+    end = grouped[0][1]
+    for _ in range(2):  # no span since: the pages read on from the same end, and keep it
+        grouped.clear()
+        goodput_with_steps(store, job, kept=kept)
+        assert grouped == [(end, None)]

@@ -76,3 +76,21 @@ def test_one_job_is_answered_from_the_jobs_kept_and_read_again_after_another_wri
         writer.add([_job("2", state="COMPLETED")])
         assert reader.job("2").state == "COMPLETED"
         assert reader.job("1") == kept["1"]
+
+
+def test_a_result_kept_while_its_tables_hold_the_same_rows_is_computed_once(tmp_path):
+    with Store(tmp_path / "s") as store:
+        computed: list[int] = []
+
+        def count_events() -> int:
+            computed.append(1)
+            return len(store.events())
+
+        def kept() -> int:
+            return store.kept_while(("events",), ("events", "count"), count_events)
+
+        assert kept() == 0 and kept() == 0 and len(computed) == 1
+        store.add([_job("1")])  # another table
+        assert kept() == 0 and len(computed) == 1
+        store.add([_event(1.0)])
+        assert kept() == 1 and kept() == 1 and len(computed) == 2

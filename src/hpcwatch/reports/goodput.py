@@ -88,8 +88,8 @@ def step_groups(
     if kept is None or record is None or t0 is None:
         return StepGroups.of_rows(*queries.job_step_groups(store, job_id, breaks=breaks))
 
-    def read(since: float | None, cut: float | None) -> tuple[StepGroups, StepGroups]:
-        groups, ranks = queries.job_step_groups(store, job_id, breaks=breaks, since=since, cut=cut)
+    def read(since: float | None, cut: float | None, until: float | None) -> tuple[StepGroups, StepGroups]:
+        groups, ranks = queries.job_step_groups(store, job_id, breaks=breaks, since=since, cut=cut, until=until)
         return (
             StepGroups.of_rows(*_started(groups, ranks, later=False)),
             StepGroups.of_rows(*_started(groups, ranks, later=True)),

@@ -84,9 +84,9 @@ SETTLE_S: Final = 10.0
 #: The age bands of the checkpoints a job keeps (the oldest checkpoint in each, and the newest settled one). Ours:
 #: a factor of 4, so rows that land ``x`` late cost a read of at most ~4x of the window, with 10 checkpoints at most.
 CHECKPOINT_LAGS: Final = (SETTLE_S, 40.0, 160.0, 640.0, 2_560.0, 10_240.0, 40_960.0)
-#: The age bands a ``kept_fold`` keeps (three checkpoints at most): its state grows with the job's steps (a day
-#: of a step a second: ~9 MB a checkpoint), and a row that lands later than its bands only costs one regrouping of
-#: the window in the store. Ours.
+#: The age bands a ``kept_fold`` keeps (five checkpoints at most: the newest, the newest settled, the oldest younger
+#: than ``SETTLE_S`` and one a band): its state grows with the job's steps (a day of a step a second: ~9 MB a
+#: checkpoint), and a row that lands later than its bands only costs one regrouping of the window in the store. Ours.
 FOLD_LAGS: Final = CHECKPOINT_LAGS[:2]
 #: Jobs whose checkpoints a ``KeptStretches`` holds (each checkpoint a few MB at 1,536 GPUs).
 DEFAULT_KEPT_JOBS: Final = 4
@@ -257,24 +257,28 @@ def kept_fold(
     written: Callable[[int], float | None],
     fingerprint: Any,
     newest: Callable[[float | None], float | None],
-    read: Callable[[float | None, float | None], tuple[_S, _S]],
+    read: Callable[[float | None, float | None, float | None], tuple[_S, _S]],
     join: Callable[[_S, _S], _S],
 ) -> _S:
     """A state folded from what a job's window held, resumed from ``kept``'s newest checkpoint of ``kind`` still
     true (``written``: the oldest time of a row landed since a version; ``fingerprint``: what else the state
-    was computed from), with one checkpoint left ``SETTLE_S`` before the window's ``newest(since)`` time.
-    ``read(since, cut)``: the state of the rows from ``since`` (None: from the start) before ``cut`` and the
-    state of those at or after it (None: no cut, all after); ``join(earlier, later)`` a new state of both,
-    neither changed (a checkpoint is joined to many pages). One read a page, of what follows the checkpoint: for states bounded by the window's devices or steps, not
-    its rows (the job's steps, its XID onsets)."""
+    was computed from), with checkpoints left ``SETTLE_S`` before the window's ``newest(since)`` time and at
+    the end of the read. ``read(since, cut, until)``: the state of the rows from ``since`` (None: from the
+    start) before ``cut``, and the state of those from ``cut`` (None: no cut, all after) before ``until``
+    (None: no end); ``join(earlier, later)`` a new state of both, neither changed (a checkpoint is joined to
+    many pages). One read a page, of what follows the checkpoint: for states bounded by the window's devices or
+    steps, not its rows (the job's steps, its XID onsets)."""
     version = store.version  # before any read: a row committed during it is checked next time
     resumed = kept.resume(store, kind, record, t0, written=written, fingerprint=lambda upto: fingerprint)
     since = resumed.checkpoint.upto if resumed is not None else None
     last = newest(since)
     cuts = [] if last is None else checkpoint_cuts(t0 if since is None else since, last, resumed=False)
     cut = cuts[-1] if cuts else None
-    before, after = read(since, cut)
+    end = None if last is None else read_end(last)  # rows landing at or after it meanwhile: the next page's
+    before, after = read(since, cut, end)
     settled = join(resumed.checkpoint.state, before) if resumed is not None else before
+    whole = join(settled, after)
+    checkpoints = [] if cut is None else [Checkpoint(cut, fingerprint, settled)]
     kept.keep(
         store,
         kind,
@@ -283,11 +287,11 @@ def kept_fold(
         version=version,
         extra=None,
         resumed=resumed,
-        checkpoints=[] if cut is None else [Checkpoint(cut, fingerprint, settled)],
-        newest=last,
+        checkpoints=checkpoints if end is None else [*checkpoints, Checkpoint(end, fingerprint, whole)],
+        newest=last if last is not None else since,  # nothing since the checkpoint: the checkpoints stay
         lags=FOLD_LAGS,
     )
-    return join(settled, after)
+    return whole
 
 
 def window_written(store: Store, record: Job, t0: float, metrics: Sequence[str]) -> Callable[[int], float | None]:
@@ -373,6 +377,8 @@ def stretches(
     ends at the next of ``cuts``; a silence of the nodes is skipped. A window no longer than ``STRETCH_S`` (what
     follows a checkpoint, on a page seconds after the last) is one read, cut at ``cuts`` in memory."""
     hosts = list(record.nodes)
+    if start > newest:  # a checkpoint at the end of the last read, and the window did not grow since
+        return
     if newest - start <= STRETCH_S:  # no longer than a first stretch: one read, cut where the checkpoints go
         yield from _cut(
             queries.job_window_samples(store, metrics, hosts=hosts, job=record.id, t0=start, t1=record.end), cuts

@@ -291,8 +291,9 @@ def job_xid_onsets(
     if kept is None:
         return _earliest({}, queries.gauge_onset_groups(store, xid, since=t0, hosts=hosts))
 
-    def read(since: float | None, cut: float | None) -> tuple[XidOnsets, XidOnsets]:
-        rows = queries.gauge_onset_groups(store, xid, since=t0 if since is None else since, hosts=hosts, cut=cut)
+    def read(since: float | None, cut: float | None, until: float | None) -> tuple[XidOnsets, XidOnsets]:
+        since = t0 if since is None else since
+        rows = queries.gauge_onset_groups(store, xid, since=since, hosts=hosts, cut=cut, until=until)
         return _earliest({}, [r for r in rows if not r[5]]), _earliest({}, [r for r in rows if r[5]])
 
     def store_newest(since: float | None) -> float | None:

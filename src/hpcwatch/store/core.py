@@ -38,11 +38,12 @@ import time
 import uuid
 import warnings
 import weakref
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections import OrderedDict
+from collections.abc import Callable, Hashable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, fields
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 import duckdb
 import orjson
@@ -86,6 +87,8 @@ _MANIFEST = "manifest.json"
 _COMPACT_LOCK = ".compact-lock"
 #: Times a reader re-reads the manifest when a part it names was already collected (see ``_execute``).
 _VANISHED_PART_RETRIES = 5
+#: Results ``Store.kept_while`` keeps: a few per page a server is asked for, not a history.
+_KEPT_RESULTS = 64
 _FORMAT = "hpcwatch-store/1"
 _MANIFEST_TMP_PREFIX = ".manifest-"
 
@@ -528,6 +531,7 @@ class Store:
         self._manifest = _empty_manifest()
         self._identities: tuple[dict[str, Any], set[str]] | None = None  # (manifest it was built from, identities)
         self._all_jobs: tuple[Any, list[Job], dict[tuple[Any, ...], Job]] | None = None
+        self._kept_results: OrderedDict[Hashable, tuple[Any, Any]] = OrderedDict()  # ``kept_while``'s
         """(the jobs table's mark, every job, each job by its row), see ``jobs()``."""
         self._execute(lambda: None)  # bind the views, as a query does (a part may vanish meanwhile)
         self._collect_garbage_if_idle()
@@ -1156,6 +1160,23 @@ class Store:
             return list(self._all_jobs[1])
         wanted = set(on_nodes)
         return [job for job in self._all_jobs[1] if not wanted.isdisjoint(job.nodes)]
+
+    def kept_while(self, tables: Sequence[str], key: Hashable, compute: Callable[[], _T]) -> _T:
+        """``compute()``, kept under ``key`` while ``tables`` hold the same rows (``table_mark``): a small result
+        of those tables alone that several parts of one page ask for (a job's requeued attempts: four parts of
+        a job page). The last ``_KEPT_RESULTS`` keys are kept; the result is shared: never change it."""
+        mark = self.table_mark(*tables)
+        with self._lock:
+            found = self._kept_results.get(key)
+        if found is not None and found[0] == mark:
+            return cast("_T", found[1])
+        value = compute()  # a commit meanwhile: kept under the mark before it, so asked again next time
+        with self._lock:
+            self._kept_results[key] = (mark, value)
+            self._kept_results.move_to_end(key)
+            while len(self._kept_results) > _KEPT_RESULTS:
+                self._kept_results.popitem(last=False)
+        return value
 
     def job(self, job_id: str) -> Job | None:
         """The job ``job_id``, None when the store has none. From what ``jobs()`` keeps while the table has not

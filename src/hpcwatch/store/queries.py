@@ -223,17 +223,25 @@ def gauge_onsets(
 
 
 def gauge_onset_groups(
-    store: Store, metric: str, *, since: float, hosts: Sequence[str], cut: float | None = None
+    store: Store,
+    metric: str,
+    *,
+    since: float,
+    hosts: Sequence[str],
+    cut: float | None = None,
+    until: float | None = None,
 ) -> list[tuple[str, str | None, float, float, str | None, bool]]:
-    """``gauge_onsets`` on ``hosts`` without a limit, split at ``cut`` (None: no split): rows ``(host, gpu,
-    value, first t, job label then, later)``, ``later`` when that group's samples are at or after ``cut``. As
-    many rows as non-zero values the GPUs gave (an XID code a GPU), whatever the window's length."""
+    """``gauge_onsets`` on ``hosts`` without a limit, before ``until`` (None: no end), split at ``cut`` (None:
+    no split): rows ``(host, gpu, value, first t, job label then, later)``, ``later`` when that group's samples
+    are at or after ``cut``. As many rows as non-zero values the GPUs gave (an XID code a GPU), whatever the
+    window's length."""
     later = "t >= ?" if cut is not None else "FALSE"
+    before = " AND t < ?" if until is not None else ""
     return store.query(
         f"SELECT host, gpu, value, min(t), arg_min(job, t), {later} AS later FROM samples "
-        f"WHERE metric = ? AND value != 0 AND host IS NOT NULL AND t >= ? AND host IN ({_marks(hosts)}) "
+        f"WHERE metric = ? AND value != 0 AND host IS NOT NULL AND t >= ?{before} AND host IN ({_marks(hosts)}) "
         "GROUP BY ALL",
-        [*([cut] if cut is not None else []), metric, since, *hosts],
+        [*([cut] if cut is not None else []), metric, since, *([until] if until is not None else []), *hosts],
     )
 
 
@@ -378,7 +386,12 @@ def latest_job_time(store: Store) -> float:
 
 
 def requeued_attempt_starts(store: Store, job: str) -> list[float]:
-    """Start times of ``job``'s attempts that Slurm requeued (its REQUEUED ``job_end`` events' ``start``)."""
+    """Start times of ``job``'s attempts that Slurm requeued (its REQUEUED ``job_end`` events' ``start``); kept
+    while the events are the same (four parts of a job page ask)."""
+    return list(store.kept_while(("events",), ("requeued_attempt_starts", job), lambda: _requeued(store, job)))
+
+
+def _requeued(store: Store, job: str) -> tuple[float, ...]:
     rows = store.query(
         "SELECT DISTINCT CAST(json_extract(attrs, '$.start') AS DOUBLE) FROM events "
         "WHERE kind = 'job_end' "
@@ -386,7 +399,7 @@ def requeued_attempt_starts(store: Store, job: str) -> list[float]:
         "AND json_extract_string(attrs, '$.job') = ? AND json_extract(attrs, '$.start') IS NOT NULL",
         [job],
     )
-    return [float(t) for (t,) in rows if t is not None]
+    return tuple(float(t) for (t,) in rows if t is not None)
 
 
 def checkpoint_activity(store: Store) -> tuple[int, float | None]:
@@ -644,9 +657,16 @@ def job_span_table(store: Store, job: str) -> pa.Table:
 
 
 def job_step_groups(
-    store: Store, job: str, *, breaks: Sequence[float] = (), since: float | None = None, cut: float | None = None
+    store: Store,
+    job: str,
+    *,
+    breaks: Sequence[float] = (),
+    since: float | None = None,
+    cut: float | None = None,
+    until: float | None = None,
 ) -> tuple[pa.Table, pa.Table]:
-    """``job``'s spans that started at or after ``since`` (None: all) grouped into executed steps, split at
+    """``job``'s spans that started at or after ``since`` (None: all) and before ``until`` (None: no end)
+    grouped into executed steps, split at
     ``cut`` (None: no split): one row per (``incarnation``: how many of ``breaks``, failure times, are at or
     before the span's start; ``step``; ``later``: started at or after ``cut``) with ``first_start`` (UTC s),
     ``last_end`` (the latest start + dur), ``load_s`` (the shortest ``load`` span) and ``wait`` (the
@@ -656,8 +676,10 @@ def job_step_groups(
     (``analysis.stepgroups.StepGroups`` reads them)."""
     incarnation = " + ".join(["(start >= ?)::INTEGER"] * len(breaks)) or "0"
     later = "start >= ?" if cut is not None else "FALSE"
-    where = "job = ?" + (" AND start >= ?" if since is not None else "")
-    params = [job, *([since] if since is not None else [])]
+    where = (
+        "job = ?" + (" AND start >= ?" if since is not None else "") + (" AND start < ?" if until is not None else "")
+    )
+    params = [job, *([since] if since is not None else []), *([until] if until is not None else [])]
     cut_param = [cut] if cut is not None else []
     groups, ranks = store.query_arrow_each(
         [
