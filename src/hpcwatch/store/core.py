@@ -1180,10 +1180,14 @@ class Store:
 
     def job(self, job_id: str) -> Job | None:
         """The job ``job_id``, None when the store has none. From what ``jobs()`` keeps while the table has not
-        changed since (the live page reads every job each tick; a job page asks for its job five times)."""
+        changed since (the live page reads every job each tick), else read once while it does not change (a job
+        page asks for its job five times)."""
         kept = self._all_jobs
         if kept is not None and kept[0] == self.table_mark("jobs"):
             return next((job for job in kept[1] if job.id == job_id), None)
+        return self.kept_while(("jobs",), ("job", job_id), lambda: self._read_job(job_id))
+
+    def _read_job(self, job_id: str) -> Job | None:
         rows = self.query(f"SELECT {_JOB_COLUMNS} FROM jobs WHERE id = ?", [job_id])
         return _job_from_row(rows[0]) if rows else None
 
