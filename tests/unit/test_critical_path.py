@@ -53,6 +53,22 @@ def test_the_step_is_cpu_bound_by_cuda_malloc() -> None:
     assert cp.bound_by_us["cpu_bound"] / cp.length_us > 0.99
 
 
+@pytest.mark.parametrize("enabled", [True, False])
+def test_the_analysis_leaves_garbage_collection_as_it_was(enabled: bool) -> None:
+    import gc
+
+    trace, was = read_kineto(DATA / "hta_cp_simple_add.json.gz"), gc.isenabled()
+    try:
+        gc.enable() if enabled else gc.disable()
+        critical_path(trace, annotation=EXPECTED[_SIMPLE_ADD]["annotation"], instances=(1, 1))
+        assert gc.isenabled() is enabled
+        with pytest.raises(CriticalPathError):
+            critical_path(trace, annotation="no such step")
+        assert gc.isenabled() is enabled
+    finally:
+        gc.enable() if was else gc.disable()
+
+
 def _doc(events: list[dict]) -> dict:
     return {"traceEvents": events, "distributedInfo": {"rank": 0, "world_size": 1}}
 

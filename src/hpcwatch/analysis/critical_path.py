@@ -43,7 +43,7 @@ from collections.abc import Sequence
 import msgspec
 import numpy as np
 
-from hpcwatch.traces import CAT, KinetoTrace
+from hpcwatch.traces import CAT, KinetoTrace, gc_paused
 
 __all__ = [
     "CriticalPathError",
@@ -789,6 +789,11 @@ def critical_path(
     """The critical path of the window from instance ``instances[0]`` to ``instances[1]`` (inclusive, in file
     order) of the events whose name contains ``annotation`` (HTA's ``critical_path_analysis``; an empty
     annotation is the whole trace)."""
+    with gc_paused():  # the graph is a few dicts and tuples a node, none in a cycle: nothing for the collector
+        return _critical_path(trace, annotation, instances)
+
+
+def _critical_path(trace: KinetoTrace, annotation: str, instances: tuple[int, int]) -> CriticalPath:
     c, arrays = _columns(trace)
     names = trace.names
     if not len(c.ts):
