@@ -251,7 +251,7 @@ def test_the_fast_call_stack_walk_is_htas(name: str) -> None:
     for rows in threads.values():
         fast, total = _stack_events(rows, c)
         assert total and fast == _stack_events(rows, c, fast=False)[0]
-        assert _walk(rows, c) == _walk(rows, c, fast=False)
+        assert [list(col) for col in _walk(rows, c)] == [list(col) for col in _walk(rows, c, fast=False)]
 
 
 def test_a_zero_duration_call_stack_is_sorted_as_hta_sorts() -> None:
@@ -265,5 +265,5 @@ def test_a_zero_duration_call_stack_is_sorted_as_hta_sorts() -> None:
     events, total = _stack_events([0, 1, 2, 3], c)
     assert not total and events == _stack_events([0, 1, 2, 3], c, fast=False)[0]
     walk = _walk([0, 1, 2, 3], c)
-    entered, left = [r for r, e, _ in walk if e], [r for r, e, _ in walk if not e]
+    entered, left = walk.row[walk.entering].tolist(), walk.row[~walk.entering].tolist()
     assert entered[0] == 0 and sorted(entered) == sorted(left) == [0, 1, 2, 3]
