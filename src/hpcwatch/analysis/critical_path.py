@@ -209,7 +209,20 @@ def _columns(trace: KinetoTrace) -> tuple[HtaColumns, _Arrays]:
     sync_names = np.array([nm in ("Event Sync", "Context Sync") for nm in names] + [False], dtype=bool)
     gpu_side = ((stream >= 0) & (corr >= 0)) | sync_names[name]
     ic = _index_correlation(corr, gpu_side)
-    a = _Arrays(ts=ts, end=end, cat=ev["cat"], name=name, stream=stream, ic=ic, alive=np.ones(n, dtype=bool))
+    a = _Arrays(
+        ts=ts,
+        end=end,
+        cat=ev["cat"],
+        name=name,
+        stream=stream,
+        ic=ic,
+        alive=np.ones(n, dtype=bool),
+        corr=corr,
+        pid=ev["pid"],
+        tid=ev["tid"],
+        wait_stream=np.asarray(wait_stream),
+        wait_corr=np.asarray(wait_corr),
+    )
     c = HtaColumns(
         ts=ts.tolist(),
         end=end.tolist(),
@@ -292,7 +305,7 @@ def _isin(values: np.ndarray, among: np.ndarray) -> np.ndarray:
 
 
 class _Arrays:
-    """Columns of ``HtaColumns`` as numpy arrays, for the whole-column steps (the window, the nodes)."""
+    """Columns of ``HtaColumns`` as numpy arrays, for the whole-column steps (the window, the nodes, the queues)."""
 
     def __init__(
         self,
@@ -304,9 +317,15 @@ class _Arrays:
         stream: np.ndarray,
         ic: np.ndarray,
         alive: np.ndarray,
+        corr: np.ndarray,
+        pid: np.ndarray,
+        tid: np.ndarray,
+        wait_stream: np.ndarray,
+        wait_corr: np.ndarray,
     ) -> None:
         self.ts, self.end, self.dur = ts, end, end - ts
         self.cat, self.name, self.stream, self.ic, self.alive = cat, name, stream, ic, alive
+        self.corr, self.pid, self.tid, self.wait_stream, self.wait_corr = corr, pid, tid, wait_stream, wait_corr
 
 
 # --- the window -------------------------------------------------------------------------------------------
@@ -523,7 +542,7 @@ def _stack_events(rows: list[int], c: HtaColumns, *, fast: bool = True) -> tuple
 
 class _Builder:
     def __init__(self, trace: KinetoTrace, c: HtaColumns, a: _Arrays, rows: list[int]) -> None:
-        self.trace, self.c, self.rows = trace, c, rows
+        self.trace, self.c, self.a, self.rows = trace, c, a, rows
         names = trace.names
         self.sym = {nm: i for i, nm in enumerate(names)}
         host_cats = np.array([CAT["cpu_op"], CAT["cuda_runtime"], CAT["cuda_driver"]], dtype=np.int64)
@@ -548,7 +567,7 @@ class _Builder:
         self.blocking_at[node_rows] = _isin(a.name[node_rows], blocking)
         self.node_row: list[int] = both[order].tolist()
         self.node_is_start: list[bool] = (order < m).tolist()
-        self.live = np.flatnonzero(a.alive).tolist()
+        self.launch_rows = self._launches()
         self.node_ts = ts[order]
         self.g = _Graph(self.node_ts.tolist())
 
@@ -670,56 +689,53 @@ class _Builder:
             return  # HTA would fail on it: the synchronizing call is outside the window
         self.g.add(gpu_node, end, _SYNC)
 
-    def _launches(self) -> list[int]:
+    def _launches(self) -> np.ndarray:
         """HTA's launch calls with a GPU event, in start order (numpy quicksort), with its kernel's stream."""
-        c = self.c
-        ids = {self.sym[nm] for nm in _LAUNCH_CALLS if nm in self.sym}
-        rows = [r for r in self.live if c.name[r] in ids and c.ic[r] > 0]
-        order = np.argsort(np.array([c.ts[r] for r in rows], dtype=np.int64), kind="quicksort").tolist()
-        return [rows[k] for k in order if c.stream[c.ic[rows[k]]] != -1]
+        a = self.a
+        rows = np.flatnonzero(a.alive & _isin(a.name, self._ids(_LAUNCH_CALLS)) & (a.ic > 0))
+        rows = rows[np.argsort(a.ts[rows], kind="quicksort")]
+        on_a_stream: np.ndarray = rows[a.stream[a.ic[rows]] != -1]
+        return on_a_stream
+
+    def _ids(self, names: frozenset[str]) -> np.ndarray:
+        return np.array(sorted(self.sym[nm] for nm in names if nm in self.sym), dtype=np.int64)
 
     def _queue_lengths(self) -> dict[int, int]:
         """HTA's queue length of each launch's and each kernel's stream just after it (+1 at a launch, -1 at a
         kernel's start), over the whole trace."""
-        c = self.c
-        ids = {self.sym[nm] for nm in _LAUNCH_CALLS if nm in self.sym}
-        launches = [r for r in self.live if c.name[r] in ids and c.ic[r] > 0]
-        gpu_by_corr: dict[int, int] = {}
-        for r in self.live:
-            if c.stream[r] != -1:
-                gpu_by_corr[c.corr[r]] = r
-        launch_corrs = {c.corr[r] for r in launches}
-        launch_stream = {r: c.stream[gpu_by_corr[c.corr[r]]] if c.corr[r] in gpu_by_corr else None for r in launches}
-        kernels = [r for r in self.live if c.stream[r] != -1 and c.corr[r] in launch_corrs]
-        merged = launches + kernels
-        order = np.argsort(np.array([c.ts[r] for r in merged], dtype=np.int64), kind="quicksort").tolist()
-        level: dict[int, int] = defaultdict(int)
-        q: dict[int, int] = {}
-        n_launch = len(launches)
-        for k in order:
-            r = merged[k]
-            stream = launch_stream[r] if k < n_launch else c.stream[r]
-            if stream is None:
-                continue
-            level[stream] += 1 if k < n_launch else -1
-            q[r] = level[stream]
-        return q
+        a = self.a
+        launches = np.flatnonzero(a.alive & _isin(a.name, self._ids(_LAUNCH_CALLS)) & (a.ic > 0))
+        gpu = np.flatnonzero(a.alive & (a.stream != -1))
+        if not len(launches) or not len(gpu):
+            return {}
+        # a launch's stream: that of the last GPU event of its correlation (-1: none, the launch is passed over)
+        by_corr = gpu[np.argsort(a.corr[gpu], kind="stable")]
+        corrs = a.corr[by_corr]
+        last = np.r_[corrs[1:] != corrs[:-1], True]
+        corrs, last_gpu = corrs[last], by_corr[last]
+        at = np.minimum(np.searchsorted(corrs, a.corr[launches]), len(corrs) - 1)
+        launch_stream = np.where(corrs[at] == a.corr[launches], a.stream[last_gpu[at]], -1)
+        kernels = gpu[_isin(a.corr[gpu], a.corr[launches])]
+        merged = np.concatenate([launches, kernels])
+        stream = np.concatenate([launch_stream, a.stream[kernels]])
+        step = np.concatenate([np.ones(len(launches), dtype=np.int64), np.full(len(kernels), -1, dtype=np.int64)])
+        order = np.argsort(a.ts[merged], kind="quicksort")
+        order = order[stream[order] != -1]
+        return dict(zip(merged[order].tolist(), _running_sums(stream[order], step[order]).tolist(), strict=True))
 
     def _previous_launch_of_record(self) -> dict[int, int]:
         """For each ``cudaEventRecord`` (by correlation) the last launch on its GPU and stream before it."""
-        c, sym = self.c, self.sym
+        c, a, sym = self.c, self.a, self.sym
         record = sym.get("cudaEventRecord")
         if record is None:
             return {}
         stream_of: dict[int, tuple[int, int]] = {}
-        for r in self.live:
-            if c.wait_stream[r] > -1:
-                stream_of.setdefault(c.wait_corr[r], (c.pid[r], c.wait_stream[r]))
-        launches = self._launches()
-        records = [r for r in self.live if c.name[r] == record and c.corr[r] in stream_of]
+        for r in np.flatnonzero(a.alive & (a.wait_stream > -1)).tolist():
+            stream_of.setdefault(c.wait_corr[r], (c.pid[r], c.wait_stream[r]))
+        records = [r for r in np.flatnonzero(a.alive & (a.name == record)).tolist() if c.corr[r] in stream_of]
         found: dict[int, int] = {}
         launches_by: dict[tuple[int, int], list[int]] = defaultdict(list)
-        for r in launches:
+        for r in self.launch_rows.tolist():
             launches_by[(c.pid[c.ic[r]], c.stream[c.ic[r]])].append(r)
         records_by: dict[tuple[int, int], list[int]] = defaultdict(list)
         for r in records:
@@ -738,15 +754,15 @@ class _Builder:
 
     def _next_launch_of_wait(self) -> dict[int, int]:
         """For each ``cudaStreamWaitEvent`` row the next launch on its thread and stream."""
-        c, sym = self.c, self.sym
+        c, a, sym = self.c, self.a, self.sym
         wait_call, wait_event = sym.get("cudaStreamWaitEvent"), sym.get("Stream Wait Event")
         if wait_call is None or wait_event is None:
             return {}
-        launches = self._launches()
-        waits = [r for r in self.live if c.name[r] == wait_call and c.ic[r] > 0 and c.stream[c.ic[r]] != -1]
+        waits = np.flatnonzero(a.alive & (a.name == wait_call) & (a.ic > 0))
+        waits = waits[a.stream[a.ic[waits]] != -1].tolist()
         found: dict[int, int] = {}
         launches_by: dict[tuple[int, int, int], list[int]] = defaultdict(list)
-        for r in launches:
+        for r in self.launch_rows.tolist():
             launches_by[(c.pid[r], c.tid[r], c.stream[c.ic[r]])].append(r)
         waits_by: dict[tuple[int, int, int], list[int]] = defaultdict(list)
         for r in waits:
@@ -762,6 +778,18 @@ class _Builder:
                 else:
                     found[merged[k]] = upcoming
         return found
+
+
+def _running_sums(key: np.ndarray, step: np.ndarray) -> np.ndarray:
+    """The running sum of ``step`` within each ``key``, in order: what a counter per key reads after each step."""
+    by_key = np.argsort(key, kind="stable")
+    sums = np.cumsum(step[by_key])
+    k = key[by_key]
+    first = np.r_[True, k[1:] != k[:-1]] if len(k) else np.zeros(0, dtype=bool)
+    before = (sums - step[by_key])[first]  # the sum before each key's first step
+    running: np.ndarray = np.empty_like(sums)
+    running[by_key] = sums - before[np.cumsum(first) - 1]
+    return running
 
 
 def _longest_path(g: _Graph) -> list[int]:
