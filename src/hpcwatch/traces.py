@@ -43,13 +43,15 @@ trace they are half the events, and their columns cost the reader ~15 % of its t
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import gc
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
-__all__ = ["KinetoTrace", "CATEGORIES", "CAT", "EVENT_COLUMNS", "GPU_CATEGORIES", "IS_GPU_CATEGORY"]
+__all__ = ["KinetoTrace", "CATEGORIES", "CAT", "EVENT_COLUMNS", "GPU_CATEGORIES", "IS_GPU_CATEGORY", "gc_paused"]
 
 #: Event categories we tell apart; the code of a category is its index here.
 #: https://github.com/pytorch/kineto/blob/main/libkineto/include/ActivityType.h
@@ -134,3 +136,20 @@ class KinetoTrace:
         """Trace µs to UTC seconds (trace seconds when the origin is unknown)."""
         origin_s = (self.base_time_ns or 0) / 1e9
         return origin_s + np.asarray(ts_us) / 1e6
+
+
+@contextmanager
+def gc_paused() -> Iterator[None]:
+    """No cyclic garbage collection while a trace is read or walked, then as it was.
+
+    Reading allocates ~3 containers an event and the critical path's graph ~4 a node, none of them in a
+    cycle; each collection would walk every object made so far, and the imports' (a fifth of the critical
+    path's time on a 0.75 MB trace, and ~6 % of the reader's instructions on a 10 MB one).
+    """
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()

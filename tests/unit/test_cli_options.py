@@ -18,7 +18,7 @@ def _params(*argv: str) -> dict:
     """The values click hands the command at ``argv`` (a path under ``app``), without running it."""
     group, names = app, list(argv)
     while isinstance(group, click.Group):
-        group = group.commands[names.pop(0)]
+        group = group.get_command(click.Context(group), names.pop(0))  # imports the command's module
     with group.make_context(" ".join(argv[: len(argv) - len(names)]), names, parent=None) as ctx:
         return ctx.params
 

@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import importlib
 import os
+import pkgutil
 import subprocess
 import sys
 from pathlib import Path
 
+import click
 import pytest
 
 import hpcwatch
@@ -153,7 +155,16 @@ print("LOADED:", ",".join(sorted(sys.modules)))
     [
         (
             ("hta_cp_event_sync.json.gz", "--critical-path"),
-            ("hpcwatch.analysis.trace_diff", "hpcwatch.analysis.counters"),
+            # nor the other commands' modules (cli/__init__.py loads each when it runs), the table of every
+            # format, or the record dataclasses
+            (
+                "hpcwatch.analysis.trace_diff",
+                "hpcwatch.analysis.counters",
+                "hpcwatch.cli.jobs",
+                "hpcwatch.cli.whatif",
+                "hpcwatch.sources.registry",
+                "hpcwatch.records",
+            ),
         ),
         (("hta_diff_base.json.gz", "--compare", "hta_diff_test.json.gz"), ("hpcwatch.analysis.counters",)),
     ],
@@ -214,11 +225,28 @@ def test_numpy_loads_openblas_with_one_thread_unless_told(given, seen):
 
 
 def _commands(group, prefix: tuple[str, ...] = ()):
-    """(path, command) of every command under ``group``, sub-groups included."""
-    for name, command in group.commands.items():
+    """(path, command) of every command under ``group``, sub-groups included (each command's module imported)."""
+    ctx = click.Context(group)
+    for name in group.list_commands(ctx):
+        command = group.get_command(ctx, name)
         yield (*prefix, name), command
         if hasattr(command, "commands"):
             yield from _commands(command, (*prefix, name))
+
+
+def test_the_lazy_tables_name_the_module_of_every_command():
+    """``hpcwatch X`` imports the module ``HelpGroup.lazy`` names for X: with every module of cli/ imported, each
+    group's commands are those of its table (a command missing from it would be missing from ``--help``), each
+    registered by the module named."""
+    import hpcwatch.cli as cli
+
+    for module in pkgutil.iter_modules(cli.__path__):
+        importlib.import_module(f"hpcwatch.cli.{module.name}")
+    groups = {"": app, "twin": cli.twin_app, "simulate": cli.simulate_app}
+    for where, group in groups.items():
+        commands = {n: c for n, c in group.commands.items() if n not in groups}
+        assert set(commands) == set(group.lazy), where
+        assert {n: c.callback.__module__ for n, c in commands.items()} == group.lazy, where
 
 
 def test_help_lists_every_command_with_the_start_of_its_help():

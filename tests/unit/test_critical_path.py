@@ -53,6 +53,22 @@ def test_the_step_is_cpu_bound_by_cuda_malloc() -> None:
     assert cp.bound_by_us["cpu_bound"] / cp.length_us > 0.99
 
 
+@pytest.mark.parametrize("enabled", [True, False])
+def test_the_analysis_leaves_garbage_collection_as_it_was(enabled: bool) -> None:
+    import gc
+
+    trace, was = read_kineto(DATA / "hta_cp_simple_add.json.gz"), gc.isenabled()
+    try:
+        gc.enable() if enabled else gc.disable()
+        critical_path(trace, annotation=EXPECTED[_SIMPLE_ADD]["annotation"], instances=(1, 1))
+        assert gc.isenabled() is enabled
+        with pytest.raises(CriticalPathError):
+            critical_path(trace, annotation="no such step")
+        assert gc.isenabled() is enabled
+    finally:
+        gc.enable() if was else gc.disable()
+
+
 def _doc(events: list[dict]) -> dict:
     return {"traceEvents": events, "distributedInfo": {"rank": 0, "world_size": 1}}
 
@@ -235,7 +251,7 @@ def test_the_fast_call_stack_walk_is_htas(name: str) -> None:
     for rows in threads.values():
         fast, total = _stack_events(rows, c)
         assert total and fast == _stack_events(rows, c, fast=False)[0]
-        assert _walk(rows, c) == _walk(rows, c, fast=False)
+        assert [list(col) for col in _walk(rows, c)] == [list(col) for col in _walk(rows, c, fast=False)]
 
 
 def test_a_zero_duration_call_stack_is_sorted_as_hta_sorts() -> None:
@@ -249,5 +265,5 @@ def test_a_zero_duration_call_stack_is_sorted_as_hta_sorts() -> None:
     events, total = _stack_events([0, 1, 2, 3], c)
     assert not total and events == _stack_events([0, 1, 2, 3], c, fast=False)[0]
     walk = _walk([0, 1, 2, 3], c)
-    entered, left = [r for r, e, _ in walk if e], [r for r, e, _ in walk if not e]
+    entered, left = walk.row[walk.entering].tolist(), walk.row[~walk.entering].tolist()
     assert entered[0] == 0 and sorted(entered) == sorted(left) == [0, 1, 2, 3]

@@ -39,11 +39,12 @@ import math
 import re
 from collections import defaultdict
 from collections.abc import Sequence
+from typing import NamedTuple
 
 import msgspec
 import numpy as np
 
-from hpcwatch.traces import CAT, KinetoTrace
+from hpcwatch.traces import CAT, KinetoTrace, gc_paused
 
 __all__ = [
     "CriticalPathError",
@@ -208,7 +209,20 @@ def _columns(trace: KinetoTrace) -> tuple[HtaColumns, _Arrays]:
     sync_names = np.array([nm in ("Event Sync", "Context Sync") for nm in names] + [False], dtype=bool)
     gpu_side = ((stream >= 0) & (corr >= 0)) | sync_names[name]
     ic = _index_correlation(corr, gpu_side)
-    a = _Arrays(ts=ts, end=end, cat=ev["cat"], name=name, stream=stream, ic=ic, alive=np.ones(n, dtype=bool))
+    a = _Arrays(
+        ts=ts,
+        end=end,
+        cat=ev["cat"],
+        name=name,
+        stream=stream,
+        ic=ic,
+        alive=np.ones(n, dtype=bool),
+        corr=corr,
+        pid=ev["pid"],
+        tid=ev["tid"],
+        wait_stream=np.asarray(wait_stream),
+        wait_corr=np.asarray(wait_corr),
+    )
     c = HtaColumns(
         ts=ts.tolist(),
         end=end.tolist(),
@@ -291,7 +305,7 @@ def _isin(values: np.ndarray, among: np.ndarray) -> np.ndarray:
 
 
 class _Arrays:
-    """Columns of ``HtaColumns`` as numpy arrays, for the whole-column steps (the window, the nodes)."""
+    """Columns of ``HtaColumns`` as numpy arrays, for the whole-column steps (the window, the nodes, the queues)."""
 
     def __init__(
         self,
@@ -303,9 +317,15 @@ class _Arrays:
         stream: np.ndarray,
         ic: np.ndarray,
         alive: np.ndarray,
+        corr: np.ndarray,
+        pid: np.ndarray,
+        tid: np.ndarray,
+        wait_stream: np.ndarray,
+        wait_corr: np.ndarray,
     ) -> None:
         self.ts, self.end, self.dur = ts, end, end - ts
         self.cat, self.name, self.stream, self.ic, self.alive = cat, name, stream, ic, alive
+        self.corr, self.pid, self.tid, self.wait_stream, self.wait_corr = corr, pid, tid, wait_stream, wait_corr
 
 
 # --- the window -------------------------------------------------------------------------------------------
@@ -347,6 +367,16 @@ class _Graph:
         self.attributed: dict[tuple[int, int], int] = {}
         self.syncs: list[tuple[int, int]] = []
         """(u, v) of every sync edge added (one may have been overwritten since by another kind)."""
+
+    def add_all(self, us: np.ndarray, vs: np.ndarray, weights: np.ndarray, kinds: np.ndarray) -> None:
+        """``add`` of each (u, v) in order, with its weight (no sync edge among them)."""
+        if np.any(us == vs):
+            u = int(us[np.argmax(us == vs)])
+            raise CriticalPathError(f"an edge from a node to itself (node {u}): the trace's times are inconsistent")
+        succ, pred = self.succ, self.pred
+        for u, v, w, kind in zip(us.tolist(), vs.tolist(), weights.tolist(), kinds.tolist(), strict=True):
+            succ[u][v] = None
+            pred[v][u] = (w, kind)
 
     def add(self, u: int, v: int, kind: int, zero: bool = False) -> tuple[int, int]:
         if u == v:
@@ -409,29 +439,31 @@ def _tree(events: list[tuple[int, int]]) -> tuple[dict[int, list[int]], dict[int
     return children, parent
 
 
-def _walk(rows: list[int], c: HtaColumns, *, fast: bool = True) -> list[tuple[int, bool, int]]:
-    """(row, entering?, its parent or -1) of one thread in the order HTA's DFS of its ``CallStackGraph`` visits them.
+class _Walk(NamedTuple):
+    """One thread's walk, a column each: in the order HTA's DFS of its ``CallStackGraph`` visits them, each row
+    entered then left."""
+
+    row: np.ndarray
+    entering: np.ndarray
+    """True where the walk enters ``row``, False where it leaves it."""
+    parent: np.ndarray
+    """The row's parent in the call stack, -1 for a top-level one."""
+
+
+def _walk(rows: list[int], c: HtaColumns, *, fast: bool = True) -> _Walk:
+    """HTA's walk of one thread's call stack.
 
     HTA builds the tree with a stack over the start and end events in ``compare_events`` order (a start
     pushes the row under the top; an end pops the top, whichever row it is), then walks it depth first. When
     every duration is > 0 (a window's host events, ``_clipped``) each row is pushed once before it is popped and
-    the stack is empty at the end, so the walk is that sweep itself: a push enters, a pop leaves; else we build
-    the tree and walk it as HTA does (``fast=False``: always, as the tests compare).
+    the stack is empty at the end, so the walk is that sweep itself: a push enters, a pop leaves (``_sweep_walk``);
+    else we build the tree and walk it as HTA does (``fast=False``: always, as the tests compare).
     """
-    events, total = _stack_events(rows, c, fast=fast)
+    order = _total_order(rows, c) if fast else None
+    if order is not None:
+        return _sweep_walk(*order)
+    children, parent = _tree(_stack_events(rows, c, fast=False)[0])
     walk: list[tuple[int, bool, int]] = []
-    if total and fast:
-        stack: list[tuple[int, int]] = []
-        for r, kind in events:
-            if kind == 1:
-                p = stack[-1][0] if stack else -1
-                stack.append((r, p))
-                walk.append((r, True, p))
-            else:
-                top, p = stack.pop()
-                walk.append((top, False, p))
-        return walk
-    children, parent = _tree(events)
     todo: list[tuple[int, bool]] = [(-1, True)]  # iterative DFS: (row, entering?)
     while todo:
         r, entering = todo.pop()
@@ -440,42 +472,77 @@ def _walk(rows: list[int], c: HtaColumns, *, fast: bool = True) -> list[tuple[in
             todo.extend((ch, True) for ch in reversed(children.get(r, ())))
         if r != -1:
             walk.append((r, entering, parent.get(r, -1)))
-    return walk
+    visited, entered, parents = zip(*walk) if walk else ((), (), ())
+    return _Walk(np.array(visited, dtype=np.int64), np.array(entered, dtype=bool), np.array(parents, dtype=np.int64))
 
 
-def _stack_events(rows: list[int], c: HtaColumns, *, fast: bool = True) -> tuple[list[tuple[int, int]], bool]:
-    """(row, 1 at its start / -1 at its end) of one thread in HTA's ``compare_events`` order.
+def _sweep_walk(row: np.ndarray, is_start: np.ndarray) -> _Walk:
+    """The walk of a sweep in which each row is pushed before it is popped, without a stack: the row on top of a
+    stack ``d`` deep is the one pushed by the last push that made it ``d`` deep (a pop below ``d`` since then
+    would have been followed by a push back to ``d``), so each pop's row and each push's parent are a search
+    among the pushes sorted by (depth, position)."""
+    n = len(row)
+    if not n:
+        return _Walk(row, is_start, row)
+    depth = np.cumsum(np.where(is_start, 1, -1))
+    level = np.where(is_start, depth, depth + 1)  # the place in the stack each event pushes to or pops from
+    pushes = np.flatnonzero(is_start)
+    keys = level[pushes] * (n + 1) + pushes
+    by_key = np.argsort(keys)
+    keys, pushes = keys[by_key], pushes[by_key]
 
-    With every duration > 0 (a window's host events always have one, ``_clipped``) that order is a total one:
-    by time; at one time the ends first (shorter first, then the later row), then the starts (longer first,
-    then the earlier row); a numpy sort on those keys gives it in one call. With a zero duration among them
-    HTA's comparison is not transitive and the order is whatever Python's sort makes of it: we sort as HTA does
-    (``fast=False``: always). The flag says whether the order was the total one.
+    def last_push(at_level: np.ndarray, before: np.ndarray) -> np.ndarray:
+        found: np.ndarray = pushes[np.searchsorted(keys, at_level * (n + 1) + before) - 1]
+        return found
+
+    at = np.arange(n)
+    top = np.where(is_start, at, last_push(level, at))  # the push of the row each event enters or leaves
+    parent = np.where(level[top] > 1, row[last_push(level[top] - 1, top)], -1)
+    return _Walk(row[top], is_start, parent)
+
+
+def _total_order(rows: list[int], c: HtaColumns) -> tuple[np.ndarray, np.ndarray] | None:
+    """(row, is start?) of one thread's starts and ends in HTA's ``compare_events`` order when every duration is
+    > 0 (a window's host events always have one, ``_clipped``); None when one is not.
+
+    With every duration > 0 that order is a total one: by time; at one time the ends first (shorter first, then
+    the later row), then the starts (longer first, then the earlier row); a numpy sort on those keys gives it in
+    one call. With a zero duration among them HTA's comparison is not transitive and the order is whatever
+    Python's sort makes of it (``_stack_events``).
     """
     r = np.array(rows, dtype=np.int64)
     ts = np.array([c.ts[x] for x in rows], dtype=np.int64)
     dur = np.array([c.dur[x] for x in rows], dtype=np.int64)
-    total = not len(r) or int(dur.min()) > 0
-    if not total or not fast:
-        events: list[tuple[int, int, int, int]] = []
-        for x in rows:
-            d = max(c.dur[x], 0)
-            events.append((x, c.ts[x], d, 1))
-            events.append((x, c.ts[x] + d, d, -1))
-        events.sort(key=_EVENT_KEY)
-        return [(e[0], e[3]) for e in events], total
-    row2 = np.concatenate([r, r])
-    is_start = np.concatenate([np.ones(len(r), dtype=np.int64), np.zeros(len(r), dtype=np.int64)])
+    if len(r) and int(dur.min()) <= 0:
+        return None
+    is_start = np.concatenate([np.ones(len(r), dtype=bool), np.zeros(len(r), dtype=bool)])
     time = np.concatenate([ts, ts + dur])
     by_dur = np.concatenate([-dur, dur])
     by_row = np.concatenate([r, -r])
     order = np.lexsort((by_row, by_dur, is_start, time))  # the last key first
-    return list(zip(row2[order].tolist(), (2 * is_start[order] - 1).tolist(), strict=True)), True
+    return np.concatenate([r, r])[order], is_start[order]
+
+
+def _stack_events(rows: list[int], c: HtaColumns, *, fast: bool = True) -> tuple[list[tuple[int, int]], bool]:
+    """(row, 1 at its start / -1 at its end) of one thread in HTA's ``compare_events`` order: ``_total_order``
+    when there is one, else sorted as HTA sorts (``fast=False``: always). The flag says whether the order was the
+    total one."""
+    order = _total_order(rows, c)
+    if order is not None and fast:
+        r, is_start = order
+        return list(zip(r.tolist(), np.where(is_start, 1, -1).tolist(), strict=True)), True
+    events: list[tuple[int, int, int, int]] = []
+    for x in rows:
+        d = max(c.dur[x], 0)
+        events.append((x, c.ts[x], d, 1))
+        events.append((x, c.ts[x] + d, d, -1))
+    events.sort(key=_EVENT_KEY)
+    return [(e[0], e[3]) for e in events], order is not None
 
 
 class _Builder:
     def __init__(self, trace: KinetoTrace, c: HtaColumns, a: _Arrays, rows: list[int]) -> None:
-        self.trace, self.c, self.rows = trace, c, rows
+        self.trace, self.c, self.a, self.rows = trace, c, a, rows
         names = trace.names
         self.sym = {nm: i for i, nm in enumerate(names)}
         host_cats = np.array([CAT["cpu_op"], CAT["cuda_runtime"], CAT["cuda_driver"]], dtype=np.int64)
@@ -493,11 +560,16 @@ class _Builder:
         rows_list = node_rows.tolist()
         self.start: dict[int, int] = dict(zip(rows_list, place[:m].tolist(), strict=True))
         self.end: dict[int, int] = dict(zip(rows_list, place[m:].tolist(), strict=True))
+        # the same as columns by row (-1: no node), for the call-stack walks
+        self.start_at, self.end_at = np.full(len(a.ts), -1, dtype=np.int64), np.full(len(a.ts), -1, dtype=np.int64)
+        self.start_at[node_rows], self.end_at[node_rows] = place[:m], place[m:]
+        self.blocking_at = np.zeros(len(a.ts), dtype=bool)
+        self.blocking_at[node_rows] = _isin(a.name[node_rows], blocking)
         self.node_row: list[int] = both[order].tolist()
         self.node_is_start: list[bool] = (order < m).tolist()
-        self.blocking = set(node_rows[_isin(a.name[node_rows], blocking)].tolist())
-        self.live = np.flatnonzero(a.alive).tolist()
-        self.g = _Graph(ts[order].tolist())
+        self.launch_rows = self._launches()
+        self.node_ts = ts[order]
+        self.g = _Graph(self.node_ts.tolist())
 
     # CPU threads
     def cpu_threads(self) -> None:
@@ -513,43 +585,26 @@ class _Builder:
             self._thread(rows)
 
     def _thread(self, rows: list[int]) -> None:
-        g, start, end, blocking = self.g, self.start, self.end, self.blocking
-        node_row, node_is_start, attributed = self.node_row, self.node_is_start, g.attributed
-        last_node: int | None = None
-        last_top: int | None = None
-        depth = 0
-        last_parent = -1
-        for r, entering, r_parent in _walk(rows, self.c):
-            if entering:
-                v = start.get(r)
-                if v is None:
-                    continue
-                if depth == 0 and last_top is not None:
-                    g.add(last_top, v, _DEP)
-                depth += 1
-                zero = False
-            else:
-                v = end.get(r)
-                if v is None:
-                    continue
-                depth -= 1
-                zero = r in blocking
-            if last_node is not None:
-                u = last_node
-                g.add(u, v, _OP, zero=zero)
-                # _attribute inlined (the hot loop): an operator edge goes to the row it starts in, else ends in
-                if node_is_start[u]:
-                    attributed[(u, v)] = node_row[u]
-                elif not node_is_start[v]:
-                    attributed[(u, v)] = node_row[v]
-                else:
-                    attributed[(u, v)] = last_parent
-            if not entering and depth == 0:
-                last_node = None
-                last_top = v
-            else:
-                last_node = v
-                last_parent = r_parent
+        """HTA's edges of one thread's call stack: each op or call its walk enters or leaves is linked to the one
+        before (an op's start to its first child's, a child's end to the next child's start, the last child's end
+        to the op's end), and a top-level op's end to the next one's start by a dependency of weight 0."""
+        walk = _walk(rows, self.c)
+        node = np.where(walk.entering, self.start_at[walk.row], self.end_at[walk.row])
+        has = node >= 0  # an annotation has no node: the walk passes over it
+        row, entering, parent, node = walk.row[has], walk.entering[has], walk.parent[has], node[has]
+        if len(node) < 2:
+            return
+        open_after = np.cumsum(np.where(entering, 1, -1))
+        dep = ~entering[:-1] & (open_after[:-1] == 0)  # the event before left a top-level op
+        u, v = node[:-1], node[1:]
+        zero = dep | (~entering[1:] & self.blocking_at[row[1:]])  # a blocking call's exit: the waiting is the GPU's
+        weight = np.where(zero, 0, self.node_ts[v] - self.node_ts[u])
+        self.g.add_all(u, v, weight, np.where(dep, _DEP, _OP))
+        # an operator edge's time goes to the op it starts in, else to the one it ends in, else (an end to the
+        # next start) to their parent
+        event = np.where(entering[:-1], row[:-1], np.where(~entering[1:], row[1:], parent[:-1]))
+        op = ~dep
+        self.g.attributed.update(zip(zip(u[op].tolist(), v[op].tolist(), strict=True), event[op].tolist(), strict=True))
 
     def _attribute(self, uv: tuple[int, int], src_parent: int) -> None:
         u, v = uv
@@ -634,56 +689,53 @@ class _Builder:
             return  # HTA would fail on it: the synchronizing call is outside the window
         self.g.add(gpu_node, end, _SYNC)
 
-    def _launches(self) -> list[int]:
+    def _launches(self) -> np.ndarray:
         """HTA's launch calls with a GPU event, in start order (numpy quicksort), with its kernel's stream."""
-        c = self.c
-        ids = {self.sym[nm] for nm in _LAUNCH_CALLS if nm in self.sym}
-        rows = [r for r in self.live if c.name[r] in ids and c.ic[r] > 0]
-        order = np.argsort(np.array([c.ts[r] for r in rows], dtype=np.int64), kind="quicksort").tolist()
-        return [rows[k] for k in order if c.stream[c.ic[rows[k]]] != -1]
+        a = self.a
+        rows = np.flatnonzero(a.alive & _isin(a.name, self._ids(_LAUNCH_CALLS)) & (a.ic > 0))
+        rows = rows[np.argsort(a.ts[rows], kind="quicksort")]
+        on_a_stream: np.ndarray = rows[a.stream[a.ic[rows]] != -1]
+        return on_a_stream
+
+    def _ids(self, names: frozenset[str]) -> np.ndarray:
+        return np.array(sorted(self.sym[nm] for nm in names if nm in self.sym), dtype=np.int64)
 
     def _queue_lengths(self) -> dict[int, int]:
         """HTA's queue length of each launch's and each kernel's stream just after it (+1 at a launch, -1 at a
         kernel's start), over the whole trace."""
-        c = self.c
-        ids = {self.sym[nm] for nm in _LAUNCH_CALLS if nm in self.sym}
-        launches = [r for r in self.live if c.name[r] in ids and c.ic[r] > 0]
-        gpu_by_corr: dict[int, int] = {}
-        for r in self.live:
-            if c.stream[r] != -1:
-                gpu_by_corr[c.corr[r]] = r
-        launch_corrs = {c.corr[r] for r in launches}
-        launch_stream = {r: c.stream[gpu_by_corr[c.corr[r]]] if c.corr[r] in gpu_by_corr else None for r in launches}
-        kernels = [r for r in self.live if c.stream[r] != -1 and c.corr[r] in launch_corrs]
-        merged = launches + kernels
-        order = np.argsort(np.array([c.ts[r] for r in merged], dtype=np.int64), kind="quicksort").tolist()
-        level: dict[int, int] = defaultdict(int)
-        q: dict[int, int] = {}
-        n_launch = len(launches)
-        for k in order:
-            r = merged[k]
-            stream = launch_stream[r] if k < n_launch else c.stream[r]
-            if stream is None:
-                continue
-            level[stream] += 1 if k < n_launch else -1
-            q[r] = level[stream]
-        return q
+        a = self.a
+        launches = np.flatnonzero(a.alive & _isin(a.name, self._ids(_LAUNCH_CALLS)) & (a.ic > 0))
+        gpu = np.flatnonzero(a.alive & (a.stream != -1))
+        if not len(launches) or not len(gpu):
+            return {}
+        # a launch's stream: that of the last GPU event of its correlation (-1: none, the launch is passed over)
+        by_corr = gpu[np.argsort(a.corr[gpu], kind="stable")]
+        corrs = a.corr[by_corr]
+        last = np.r_[corrs[1:] != corrs[:-1], True]
+        corrs, last_gpu = corrs[last], by_corr[last]
+        at = np.minimum(np.searchsorted(corrs, a.corr[launches]), len(corrs) - 1)
+        launch_stream = np.where(corrs[at] == a.corr[launches], a.stream[last_gpu[at]], -1)
+        kernels = gpu[_isin(a.corr[gpu], a.corr[launches])]
+        merged = np.concatenate([launches, kernels])
+        stream = np.concatenate([launch_stream, a.stream[kernels]])
+        step = np.concatenate([np.ones(len(launches), dtype=np.int64), np.full(len(kernels), -1, dtype=np.int64)])
+        order = np.argsort(a.ts[merged], kind="quicksort")
+        order = order[stream[order] != -1]
+        return dict(zip(merged[order].tolist(), _running_sums(stream[order], step[order]).tolist(), strict=True))
 
     def _previous_launch_of_record(self) -> dict[int, int]:
         """For each ``cudaEventRecord`` (by correlation) the last launch on its GPU and stream before it."""
-        c, sym = self.c, self.sym
+        c, a, sym = self.c, self.a, self.sym
         record = sym.get("cudaEventRecord")
         if record is None:
             return {}
         stream_of: dict[int, tuple[int, int]] = {}
-        for r in self.live:
-            if c.wait_stream[r] > -1:
-                stream_of.setdefault(c.wait_corr[r], (c.pid[r], c.wait_stream[r]))
-        launches = self._launches()
-        records = [r for r in self.live if c.name[r] == record and c.corr[r] in stream_of]
+        for r in np.flatnonzero(a.alive & (a.wait_stream > -1)).tolist():
+            stream_of.setdefault(c.wait_corr[r], (c.pid[r], c.wait_stream[r]))
+        records = [r for r in np.flatnonzero(a.alive & (a.name == record)).tolist() if c.corr[r] in stream_of]
         found: dict[int, int] = {}
         launches_by: dict[tuple[int, int], list[int]] = defaultdict(list)
-        for r in launches:
+        for r in self.launch_rows.tolist():
             launches_by[(c.pid[c.ic[r]], c.stream[c.ic[r]])].append(r)
         records_by: dict[tuple[int, int], list[int]] = defaultdict(list)
         for r in records:
@@ -702,15 +754,15 @@ class _Builder:
 
     def _next_launch_of_wait(self) -> dict[int, int]:
         """For each ``cudaStreamWaitEvent`` row the next launch on its thread and stream."""
-        c, sym = self.c, self.sym
+        c, a, sym = self.c, self.a, self.sym
         wait_call, wait_event = sym.get("cudaStreamWaitEvent"), sym.get("Stream Wait Event")
         if wait_call is None or wait_event is None:
             return {}
-        launches = self._launches()
-        waits = [r for r in self.live if c.name[r] == wait_call and c.ic[r] > 0 and c.stream[c.ic[r]] != -1]
+        waits = np.flatnonzero(a.alive & (a.name == wait_call) & (a.ic > 0))
+        waits = waits[a.stream[a.ic[waits]] != -1].tolist()
         found: dict[int, int] = {}
         launches_by: dict[tuple[int, int, int], list[int]] = defaultdict(list)
-        for r in launches:
+        for r in self.launch_rows.tolist():
             launches_by[(c.pid[r], c.tid[r], c.stream[c.ic[r]])].append(r)
         waits_by: dict[tuple[int, int, int], list[int]] = defaultdict(list)
         for r in waits:
@@ -726,6 +778,18 @@ class _Builder:
                 else:
                     found[merged[k]] = upcoming
         return found
+
+
+def _running_sums(key: np.ndarray, step: np.ndarray) -> np.ndarray:
+    """The running sum of ``step`` within each ``key``, in order: what a counter per key reads after each step."""
+    by_key = np.argsort(key, kind="stable")
+    sums = np.cumsum(step[by_key])
+    k = key[by_key]
+    first = np.r_[True, k[1:] != k[:-1]] if len(k) else np.zeros(0, dtype=bool)
+    before = (sums - step[by_key])[first]  # the sum before each key's first step
+    running: np.ndarray = np.empty_like(sums)
+    running[by_key] = sums - before[np.cumsum(first) - 1]
+    return running
 
 
 def _longest_path(g: _Graph) -> list[int]:
@@ -789,6 +853,11 @@ def critical_path(
     """The critical path of the window from instance ``instances[0]`` to ``instances[1]`` (inclusive, in file
     order) of the events whose name contains ``annotation`` (HTA's ``critical_path_analysis``; an empty
     annotation is the whole trace)."""
+    with gc_paused():  # the graph is a few dicts and tuples a node, none in a cycle: nothing for the collector
+        return _critical_path(trace, annotation, instances)
+
+
+def _critical_path(trace: KinetoTrace, annotation: str, instances: tuple[int, int]) -> CriticalPath:
     c, arrays = _columns(trace)
     names = trace.names
     if not len(c.ts):

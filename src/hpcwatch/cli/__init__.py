@@ -6,7 +6,6 @@ report functions (hpcwatch.reports) the web app and the exporter call.
 
 from __future__ import annotations
 
-import importlib
 import os
 import sys
 
@@ -23,31 +22,38 @@ from hpcwatch.errors import HpcwatchError
 
 __all__ = ["app", "main"]
 
-# Each module registers its commands on import.
-_COMMAND_MODULES = (
-    "ingest",
-    "twin",
-    "jobs",
-    "top",
-    "steps",
-    "whatif",
-    "goodput",
-    "scan",
-    "serve",
-    "exporter",
-    "twinserve",
-    "nccl",
-    "assess",
-    "collect",
-    "notify",
-    "act",
-    "auth",
-    "trace",
-)
+#: The module (``hpcwatch.cli.X``) that registers each command, in the order of ``hpcwatch --help``: a command's
+#: module is imported when the command runs (``HelpGroup.lazy``), so ``hpcwatch steps`` pays for no other
+#: family's imports (a 0.02 MB trace's whole run is mostly start-up: benchmarks/RESULTS.md, "Critical path vs
+#: HTA"); ``--help`` imports them all. The sub-groups ``twin`` and ``simulate`` come last, after the commands.
+_COMMAND_MODULES: dict[str, str] = {
+    "ingest": "ingest",
+    "jobs": "jobs",
+    "job": "jobs",
+    "top": "top",
+    "steps": "steps",
+    "whatif": "whatif",
+    "mfu": "whatif",
+    "goodput": "goodput",
+    "health": "goodput",
+    "scan": "scan",
+    "demo": "serve",
+    "serve": "serve",
+    "exporter": "exporter",
+    "nccl": "nccl",
+    "hang": "nccl",
+    "assess": "assess",
+    "collect": "collect",
+    "notify": "notify",
+    "act": "act",
+    "token": "auth",
+    "trace": "trace",
+}
+_TWIN_MODULES = {"run": "twin", "traces": "twin", "serve": "twinserve"}
+_SIMULATE_MODULES = {"stragglers": "whatif", "goodput": "goodput"}
 
-for _name in _COMMAND_MODULES:
-    importlib.import_module(f"hpcwatch.cli.{_name}")
-# The sub-groups come last in ``hpcwatch --help``, after the commands.
+for _group, _modules in ((app, _COMMAND_MODULES), (twin_app, _TWIN_MODULES), (simulate_app, _SIMULATE_MODULES)):
+    _group.lazy.update({name: f"hpcwatch.cli.{module}" for name, module in _modules.items()})
 app.add_command(twin_app)
 app.add_command(simulate_app)
 

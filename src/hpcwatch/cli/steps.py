@@ -23,7 +23,6 @@ from hpcwatch.cli.common import (
 )
 from hpcwatch.cli.defaults import DASK_SLURM_MEMORY, DASK_SLURM_WALLTIME, DASK_START_TIMEOUT_S
 from hpcwatch.errors import ConfigError, InputError
-from hpcwatch.records import PHASES
 
 if TYPE_CHECKING:  # the heavy modules are imported when the command runs (hpcwatch --help stays fast)
     from hpcwatch.distributed import DaskConfig
@@ -525,6 +524,8 @@ def _ms(seconds: float | None) -> str:
 
 def _print(doc: dict) -> None:
     from rich.table import Table
+
+    from hpcwatch.records import PHASES  # here: creating records' dataclasses costs the other modes ~5 ms
 
     flagged = {s["rank"] for s in doc["stragglers"]}
     title = (

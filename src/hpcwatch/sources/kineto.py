@@ -25,12 +25,10 @@ check that events nest.
 
 from __future__ import annotations
 
-import gc
 import math
 import re
 import warnings
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
 from operator import itemgetter
 from pathlib import Path
 from typing import Any, NamedTuple, Union
@@ -41,7 +39,7 @@ import orjson
 
 from hpcwatch.errors import ParseError
 from hpcwatch.sources.lines import MAX_FILE_BYTES, open_binary, shown
-from hpcwatch.traces import CAT, CATEGORIES, EVENT_COLUMNS, GPU_CATEGORIES, KinetoTrace
+from hpcwatch.traces import CAT, CATEGORIES, EVENT_COLUMNS, GPU_CATEGORIES, KinetoTrace, gc_paused
 
 __all__ = [
     "KinetoTrace",
@@ -564,24 +562,10 @@ class _Tables:
         return {k: np.concatenate([part[k] for part in self.parts]) for k in _TABLE_COLUMNS}
 
 
-@contextmanager
-def _gc_paused() -> Iterator[None]:
-    """No cyclic garbage collection while a trace is read: decoding allocates ~3 container
-    objects per event, none of them in a cycle, and each collection would walk the rows
-    read so far (~6 % of the reader's instructions on a 10 MB trace)."""
-    was_enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was_enabled:
-            gc.enable()
-
-
 def _columns(pieces: Iterable[_TypedPiece | list[Any]], path: str) -> _Columns:
     """Columns of the events, built piece by piece (each piece a list of decoded events)."""
     tables, offset = _Tables(path), 0
-    with _gc_paused():
+    with gc_paused():
         for events in pieces:
             offset += tables.add(events, offset)
             del events  # see _Pieces: one piece's objects alive at a time
