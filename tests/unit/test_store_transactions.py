@@ -6,7 +6,7 @@ import time
 import pyarrow as pa
 import pytest
 
-from hpcwatch.records import Event, Finding, Job, Sample
+from hpcwatch.records import Event, Finding, Job, Sample, Span
 from hpcwatch.schemas import SAMPLE_SCHEMA
 from hpcwatch.store import TABLES, IngestCounts, SourceMark, Store
 
@@ -191,6 +191,24 @@ def test_asking_again_since_one_version_sees_what_was_committed_and_compacted_me
             store.add(_samples(4, t0=200.0 + 4 * i))
         assert store.query_since(mark, count) == (store.version, [(28, 100.0)])
         assert store.query_since(mark, count) == (store.version, [(28, 100.0)])
+
+
+def test_each_table_read_since_a_version_holds_the_rows_committed_after_it(tmp_path):
+    """The views of the tables a statement names are bound to the version it asks about, whatever the version
+    other tables were last read since (and however the statement spells their names)."""
+    span = Span(job="1", rank=0, step=1, phase="forward", start=1.0, dur=0.5)
+    with Store(tmp_path / "s") as store:
+        empty = store.version
+        store.add(_samples(4, t0=0.0))
+        first = store.version
+        store.add([span])
+        second = store.version
+        store.add(_samples(2, t0=10.0))
+        assert store.query_since(second, "SELECT count(*) FROM samples")[1] == [(2,)]
+        assert store.query_since(first, "SELECT count(*) FROM Spans")[1] == [(1,)]
+        assert store.query_since(second, "SELECT count(*) FROM SPANS")[1] == [(0,)]
+        both = "SELECT (SELECT count(*) FROM samples), (SELECT count(*) FROM spans)"
+        assert store.query_since(empty, both)[1] == [(6, 1)]  # the samples' view was bound since ``second``
 
 
 def test_an_empty_store_answers_with_typed_empty_tables(tmp_path):

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import fcntl
 import os
+import re
 import shutil
 import tempfile
 import threading
@@ -319,6 +320,11 @@ def _write_atomic(path: Path, data: bytes, *, durable: bool) -> None:
         _fsync_path(path.parent)
 
 
+def _names(sql: str, table: str) -> bool:
+    """Whether ``sql`` names ``table`` as a word (``_since`` binds the views of the tables a statement reads)."""
+    return re.search(rf"\b{table}\b", sql, re.IGNORECASE) is not None
+
+
 def _sql_path(path: Path) -> str:
     return "'" + str(path).replace("'", "''") + "'"
 
@@ -527,7 +533,7 @@ class Store:
             raise StoreError(f"{self.config.path}: cannot open the store: {err}") from err
         self._bound_key: tuple[int, int, int] | None = None  # the manifest read (inode, mtime, size)
         self._views_key: tuple[int, int, int] | None = None  # the manifest the views were bound to
-        self._since_key: tuple[int, tuple[int, int, int] | None] | None = None  # (since, manifest) of ``_since``'s
+        self._since_keys: dict[str, tuple[int, tuple[int, int, int] | None]] = {}  # table: (since, manifest) bound
         self._manifest = _empty_manifest()
         self._identities: tuple[dict[str, Any], set[str]] | None = None  # (manifest it was built from, identities)
         self._all_jobs: tuple[Any, list[Job], dict[tuple[Any, ...], Job]] | None = None
@@ -958,7 +964,7 @@ class Store:
                 self._bind_views(force=retries < _VANISHED_PART_RETRIES)
                 return run()
             except (duckdb.Error, OSError) as err:
-                self._since_key = None  # a retry binds every view anew
+                self._since_keys.clear()  # a retry binds every view anew
                 self._raise_unless_vanished(err, retries)
             return self._execute(run, retries=retries - 1)
 
@@ -1046,7 +1052,7 @@ class Store:
     ) -> tuple[int, list[tuple[Any, ...]]]:
         """Rows of ``sql`` where the tables hold only the rows committed after version ``since``, with
         the version they were read at: pass it as ``since`` next time to read each row once."""
-        return self._since(since, lambda: self._since_con.execute(sql, params).fetchall())
+        return self._since(since, [sql], lambda: self._since_con.execute(sql, params).fetchall())
 
     def query_arrow_since(self, since: int, sql: str, params: list[Any] | tuple[Any, ...] = ()) -> tuple[int, pa.Table]:
         """``query_since`` as an arrow table: no Python object a row (what a reader of many rows wants)."""
@@ -1066,21 +1072,25 @@ class Store:
                 tables.append((getattr(relation, "to_arrow_table", None) or relation.arrow)())  # DuckDB 2 / 1.x
             return tables
 
-        return self._since(since, fetch)
+        return self._since(since, [sql for sql, _ in statements], fetch)
 
-    def _since(self, since: int, fetch: Callable[[], _T]) -> tuple[int, _T]:
-        """(the version read at, what ``fetch`` reads) with the ``_since`` views bound to the rows after ``since``."""
+    def _since(self, since: int, sqls: Sequence[str], fetch: Callable[[], _T]) -> tuple[int, _T]:
+        """(the version read at, what ``fetch`` reads) with the ``_since`` views of the tables ``sqls`` name
+        bound to the rows after ``since``."""
 
         def run() -> tuple[int, _T]:
-            # Bound once per (since, manifest): a job page asks what landed since one version for each of its
-            # parts (report, charts, steps, XID onsets), and the six views cost ~20 ms to create.
-            if self._since_key != (since, self._views_key):
-                for table in TABLES:
+            # Only the tables the statements name (a name read as a word: one more is bound at worst, never one
+            # fewer), and each once per (since, manifest): the live page asks what landed since its last tick
+            # several times a tick, a job page since one version for each of its parts, and each view costs
+            # ~3 ms to create.
+            for table in TABLES:
+                key = (since, self._views_key)
+                if self._since_keys.get(table) != key and any(_names(sql, table) for sql in sqls):
                     union = self._union_sql(table, self._manifest["tables"][table], since=since)
                     self._since_con.execute(
                         f"CREATE OR REPLACE VIEW _since.{table} AS {self._public_sql(table, f'({union})')}"
                     )
-                self._since_key = (since, self._views_key)
+                    self._since_keys[table] = key
             return int(self._manifest["version"]), fetch()
 
         return self._execute(run)
