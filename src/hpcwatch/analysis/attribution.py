@@ -1110,7 +1110,8 @@ def reports_of(
     usage = _slurm_usage(part)
     by_job: dict[str, list[_Cell]] = {}
     for (job, host, device), a in part.cells.items():
-        by_job.setdefault(job, []).append(_finished(part, host, device, a))
+        if only is None or job == only:  # a job page's window holds its neighbours' cells too
+            by_job.setdefault(job, []).append(_finished(part, host, device, a))
     known = {j.id for j in jobs}
     seen_only = [
         Job(
