@@ -1219,12 +1219,13 @@ def step_pieces(table: pa.Table) -> list[StepPiece]:
         mine = present[k]
         rows = reduce_rows[reduces[k]]
         waits = {} if measured[k] else _step_waits(rank[rows], start[rows], dur[rows], ranks[mine])
+        starts = first[k][mine]
         pieces.append(
             StepPiece(
                 step=number,
                 ranks=ranks[mine],
                 phase_s=sums[k][mine],
-                start_s=first[k][mine],
+                start_s=starts,
                 end_s=last[k][mine],
                 measured_wait=bool(measured[k]),
                 waits=waits,
@@ -1232,7 +1233,7 @@ def step_pieces(table: pa.Table) -> list[StepPiece]:
                 nodes=nodes[k],
                 gpus=gpus[k],
                 jobs=tuple(job_names[j] for j in (step_jobs[jobs_of[k]] % len(job_names)).tolist()),
-                first_start=float(first[k][mine].min()),
+                first_start=float(starts.min()),
             )
         )
     return pieces

@@ -195,8 +195,8 @@ class KeptStretches:
         newest: float | None,
         lags: Sequence[float] = CHECKPOINT_LAGS,
     ) -> None:
-        """Keep, of ``checkpoints`` and of those the read ``resumed`` from, the newest settled one and the oldest of
-        each age band (``lags``: ``_by_age``)."""
+        """Keep, of ``checkpoints`` and of those the read ``resumed`` from, the newest, the newest settled one and
+        the oldest of each age band (``lags``: ``_by_age``)."""
         older = resumed.older if resumed is not None else ()
         self._put(
             store,

@@ -537,8 +537,8 @@ class Store:
         self._manifest = _empty_manifest()
         self._identities: tuple[dict[str, Any], set[str]] | None = None  # (manifest it was built from, identities)
         self._all_jobs: tuple[Any, list[Job], dict[tuple[Any, ...], Job]] | None = None
-        self._kept_results: OrderedDict[Hashable, tuple[Any, Any]] = OrderedDict()  # ``kept_while``'s
         """(the jobs table's mark, every job, each job by its row), see ``jobs()``."""
+        self._kept_results: OrderedDict[Hashable, tuple[Any, Any]] = OrderedDict()  # ``kept_while``'s
         self._execute(lambda: None)  # bind the views, as a query does (a part may vanish meanwhile)
         self._collect_garbage_if_idle()
 
@@ -1083,8 +1083,8 @@ class Store:
             # fewer), and each once per (since, manifest): the live page asks what landed since its last tick
             # several times a tick, a job page since one version for each of its parts, and each view costs
             # ~3 ms to create.
+            key = (since, self._views_key)
             for table in TABLES:
-                key = (since, self._views_key)
                 if self._since_keys.get(table) != key and any(_names(sql, table) for sql in sqls):
                     union = self._union_sql(table, self._manifest["tables"][table], since=since)
                     self._since_con.execute(
