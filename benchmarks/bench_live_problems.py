@@ -1,12 +1,17 @@
 """What the live page's problems cost as the health window fills (issue 27 "Live at scale").
 
     PYTHONPATH=src:. .venv/bin/python benchmarks/bench_live_problems.py [--nodes 128] [--ticks 900] [--runs 3]
+        [--between 10]
     PYTHONPATH=src:. .venv/bin/python benchmarks/bench_live_problems.py --demo 300 [--nodes 128]
 
 In process (the default): the demo's live twin (``LiveTwin``, seed 0, an in-memory store) steps ``--ticks``
 ticks (900: the health rules' 15-minute window full), then one judgement of the problems
 (``web.live.ProblemJudge``: health rules, straggler, findings, state inputs) and one snapshot without them,
-each the process CPU time, median of ``--runs``.
+each the process CPU time, median of ``--runs``. A judge's first judgement reads the whole window
+(``judgement_cpu_s``); ``next_judgement_cpu_s``: the same judge's next ones, the twin stepping ``--between``
+ticks before each (what lands between two judgements in the demo: they start 5 s apart at least, and a
+judgement that took d s is followed by the next 4d after it began), each reading only what landed since
+(``reports.healthwindow``).
 
 ``--stream S [--warm W]``: whole process, the stream as a viewer gets it: the demo started, ``W`` seconds
 left to it (the window filling), then one SSE viewer for ``S`` seconds: the events it got (``live``: a whole
@@ -39,7 +44,7 @@ def _cpu_s(fn) -> float:
     return time.process_time() - started
 
 
-def in_process(nodes: int, ticks: int, runs: int) -> dict[str, object]:
+def in_process(nodes: int, ticks: int, runs: int, between: int) -> dict[str, object]:
     store = Store(":memory:")
     cluster = cluster_with_nodes(nodes)
     live = LiveTwin(store, cluster, seed=0, start=1.8e9)
@@ -52,11 +57,20 @@ def in_process(nodes: int, ticks: int, runs: int) -> dict[str, object]:
     assert now is not None
     judgements = [_cpu_s(lambda: ProblemJudge(store).current(now, None)) for _ in range(runs)]
     snapshots = [_cpu_s(view.snapshot) for _ in range(runs)]
+    judge, nexts = ProblemJudge(store), []
+    judge.current(now, None)
+    for _ in range(runs):
+        for _ in range(between):
+            live.step()
+        judge._next_at = None  # due now, and judged in this thread (as the first one is)
+        nexts.append(_cpu_s(lambda: judge.current(now, None)))
     return {
         "nodes": nodes,
         "ticks": ticks,
         "samples": samples,
         "judgement_cpu_s": round(statistics.median(judgements), 2),
+        "between_ticks": between,
+        "next_judgement_cpu_s": round(statistics.median(nexts), 2),
         "snapshot_cpu_s": round(statistics.median(snapshots), 3),
     }
 
@@ -128,6 +142,7 @@ def main() -> None:
     parser.add_argument("--nodes", type=int, default=128)
     parser.add_argument("--ticks", type=int, default=900)
     parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--between", type=int, default=10, help="ticks between two judgements of one judge")
     parser.add_argument("--demo", type=float, metavar="S", help="whole process: the demo asked for S seconds")
     parser.add_argument("--stream", type=float, metavar="S", help="whole process: one SSE viewer for S seconds")
     parser.add_argument("--warm", type=float, default=200.0, help="seconds the demo runs before --stream reads")
@@ -137,7 +152,7 @@ def main() -> None:
     elif args.demo:
         result = whole_process(args.nodes, args.demo)
     else:
-        result = in_process(args.nodes, args.ticks, args.runs)
+        result = in_process(args.nodes, args.ticks, args.runs, args.between)
     print(json.dumps(result))
 
 

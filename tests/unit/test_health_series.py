@@ -2,8 +2,8 @@
 
 ``_series`` groups by sorting codes, for the millions of rows of a 15-minute window at 128 nodes; this test
 holds it to what a plain loop over the rows gives: one series per host and GPU (or label set when there is
-no GPU), in the order each first appears, points in time order (equal times in table order), the labels of
-its first row and the job of its last, rows without a host skipped.
+no GPU), in the order of the host's text then the key's, points in time order (equal times in table order), the
+labels of its first point and the job of its last, rows without a host skipped.
 """
 
 from __future__ import annotations
@@ -42,10 +42,10 @@ def _by_row(table: pa.Table, names: list[str]) -> list[tuple]:
         if row["metric"] in names and row["host"] is not None:
             groups[(row["host"], row["gpu"] if row["gpu"] is not None else row["labels"])].append(row)
     out = []
-    for (host, key), members in groups.items():
+    for (host, key), members in sorted(groups.items(), key=lambda item: (item[0][0], item[0][1] is None, item[0][1])):
         timed = sorted(members, key=lambda r: r["t"])  # sorted() is stable: equal times stay in table order
-        labels = orjson.loads(members[0]["labels"] or "{}")
-        out.append((host, key, labels, members[-1]["job"], [r["t"] for r in timed], [r["value"] for r in timed]))
+        labels = orjson.loads(timed[0]["labels"] or "{}")
+        out.append((host, key, labels, timed[-1]["job"], [r["t"] for r in timed], [r["value"] for r in timed]))
     return out
 
 
@@ -129,3 +129,18 @@ def test_aligned_series_are_those_at_the_times_both_hold(util_t, power_t, same):
     assert t.tolist() == common.tolist()
     assert u.tolist() == util.v[iu].tolist()
     assert p.tolist() == power.v[ip].tolist()
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    codes=st.lists(st.integers(0, 5), max_size=60),
+    scale=st.sampled_from([1, 2**16 - 6, 2**20, 2**40]),
+)
+def test_the_grouping_order_is_a_stable_argsort_whatever_the_codes_range(codes, scale):
+    """``_stable_order`` sorts small codes by radix and large ones joined to their row: numpy's stable argsort."""
+    import numpy as np
+
+    from hpcwatch.analysis.health import _stable_order
+
+    array = np.array(codes, dtype=np.int64) * scale
+    assert _stable_order(array).tolist() == np.argsort(array, kind="stable").tolist()

@@ -27,7 +27,7 @@ def judge(monkeypatch):
     clock, gate, calls = Clock(), threading.Event(), []
     gate.closed = False  # type: ignore[attr-defined]
 
-    def problems(store, *, training_job):
+    def problems(store, *, training_job, kept):
         calls.append(training_job)
         if gate.closed and not gate.wait(timeout=60):  # type: ignore[attr-defined]
             raise AssertionError("the gate was never opened")

@@ -39,6 +39,7 @@ from hpcwatch.analysis.health_rules import HEALTH_RULES
 from hpcwatch.analysis.xid import Verdict
 from hpcwatch.records import Event
 from hpcwatch.reports.acting import NodeChecks, node_checks
+from hpcwatch.reports.healthwindow import KeptWindow
 from hpcwatch.store import Store, queries
 from hpcwatch.vocab import EventKind
 
@@ -71,12 +72,17 @@ ACTIVE_EVENT_KINDS = (
 )
 
 
-def _stored_inputs(store: Store, node: str | None, window_s: float) -> tuple[pa.Table, list[Event], float | None]:
-    """The window's passive samples and events, the newest stored result of each active test, and the
-    window's end (the newest sample's time)."""
-    _, newest = store.time_range()
+def _stored_inputs(
+    store: Store, node: str | None, window_s: float, kept: KeptWindow | None
+) -> tuple[pa.Table, list[Event], float | None]:
+    """The window's passive samples (from ``kept`` when given, for every node), events, the newest stored
+    result of each active test, and the window's end (the newest sample's time)."""
+    kept = kept if node is None else None
+    newest = kept.newest(store) if kept is not None else store.time_range()[1]
     t0 = newest - window_s if newest is not None else None
-    samples = queries.window_samples(store, PASSIVE_METRICS, host=node, t0=t0)
+    samples = kept.samples(store, PASSIVE_METRICS, t0=t0) if kept is not None and t0 is not None else None
+    if samples is None:
+        samples = queries.window_samples(store, PASSIVE_METRICS, host=node, t0=t0)
     events = [e for kind in (EventKind.XID, *HOST_EVENT_KINDS) for e in store.events(kind, t0=t0)]
     events += _newest_results([e for kind in ACTIVE_EVENT_KINDS for e in store.events(kind)])
     return samples, events, newest
@@ -159,9 +165,11 @@ def node_health(
     active: Sequence[Event] = (),
     link: str = "ndr",
     config: HealthConfig = HealthConfig(),
+    kept: KeptWindow | None = None,
 ) -> HealthReport:
-    """Every node's verdict (or ``node``'s only) over the last ``window_s`` seconds of samples."""
-    samples, events, newest = _stored_inputs(store, node, window_s)
+    """Every node's verdict (or ``node``'s only) over the last ``window_s`` seconds of samples; ``kept``: the
+    window as the last call with it left it (a reader that judges again and again: ``reports.healthwindow``)."""
+    samples, events, newest = _stored_inputs(store, node, window_s, kept)
     checked = node_checks(store)
     samples, events = _unanswered(samples, events, checked)
     events = events + list(active)

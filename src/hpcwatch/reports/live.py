@@ -32,6 +32,7 @@ from hpcwatch.reports.acting import remediation_states
 from hpcwatch.reports.collectors import collector_statuses
 from hpcwatch.reports.findings import findings_summary
 from hpcwatch.reports.health import node_health
+from hpcwatch.reports.healthwindow import KeptWindow
 from hpcwatch.reports.livesamples import FollowedStoreSamples, LiveSamples, PromSamples, StoreSamples
 from hpcwatch.reports.livetraining import FollowedTraining, live_training
 from hpcwatch.reports.nccl import nccl_card
@@ -333,7 +334,7 @@ def _job_gpus(gpus: dict[str, dict[str, Any]], jobs: dict[str, Job]) -> dict[str
 # -- problems: what the page's alert strip lists and marks on the drawing ------------------------------
 
 
-def problems(store: Store, *, training_job: str | None) -> list[dict[str, Any]]:
+def problems(store: Store, *, training_job: str | None, kept: KeptWindow | None = None) -> list[dict[str, Any]]:
     """What is wrong now, worst first, then in the natural order of the elements (``node2`` before
     ``node10``): node health checks that warn or drain (an XID names its GPU), the live job's straggler
     (``reports.steps``), and every threat vector with findings.
@@ -342,17 +343,18 @@ def problems(store: Store, *, training_job: str | None) -> list[dict[str, Any]]:
     health; ``warn`` for a straggler; the finding's own), ``el`` (the page element that opens its card:
     ``gpu:node1/2``, ``node:node1``, ``vector:rdma_blind_spot``), ``node``, ``gpu``, ``job``, ``rule``,
     ``mark`` (the drawing's mark, ``reports.triage.mark_of``), ``title`` (English, from the rule) and
-    ``evidence`` (the numbers the page words itself). ``alert_groups`` folds them for the alert list."""
-    found = [*_health_problems(store), *_straggler_problems(store, training_job), *_finding_problems(store)]
+    ``evidence`` (the numbers the page words itself). ``alert_groups`` folds them for the alert list. ``kept``:
+    the health window as the last judgement left it (``reports.healthwindow``)."""
+    found = [*_health_problems(store, kept), *_straggler_problems(store, training_job), *_finding_problems(store)]
     for p in found:
         p["mark"] = mark_of(p)
     rank = SEVERITY_RANK
     return sorted(found, key=lambda p: (rank.get(p["severity"] or "", len(rank)), natural_key(p["el"])))
 
 
-def _health_problems(store: Store) -> list[dict[str, Any]]:
+def _health_problems(store: Store, kept: KeptWindow | None) -> list[dict[str, Any]]:
     out = []
-    for node in node_health(store).nodes:
+    for node in node_health(store, kept=kept).nodes:
         for check in node.checks:
             if check.verdict == "ok":
                 continue

@@ -93,6 +93,7 @@ __all__ = [
     "ended_job_owners",
     "notices_between",
     "verdict_changes",
+    "window_samples_after",
 ]
 
 
@@ -147,6 +148,28 @@ def _with_label_sets(store: Store, where: str, params: Sequence[object]) -> pa.T
     indices = pa.array(index, mask=np.isin(index, absent)) if absent.size else pa.array(index)
     labels = pa.DictionaryArray.from_arrays(indices, texts.fill_null(""))
     return rows.drop_columns(["labels_hash"]).append_column("labels", labels)
+
+
+def window_samples_after(store: Store, metrics: Sequence[str], *, t0: float, version: int) -> tuple[pa.Table, pa.Table]:
+    """The samples of ``metrics`` from ``t0`` that commits after ``version`` added, and their label sets: rows
+    ``(metric, t, value, host, gpu, job, labels_hash, _v)`` ordered by metric then time (``_v``: the row's
+    commit, which compaction keeps), and ``(labels_hash, labels)`` once per distinct label set. What a reader that
+    keeps a window between reads needs (``reports.healthwindow``). Read as ``query_arrow_each`` reads, beside the
+    other readers: version 0 reads the whole window."""
+    where = f"metric IN ({_marks(metrics)}) AND t >= ? AND _v > ?"
+    params = [*metrics, t0, version]
+    source = "_all_samples"  # the store's view of every part with each row's commit (``samples`` hides it)
+    rows, sets = store.query_arrow_each(
+        [
+            (
+                f"SELECT metric, t, value, host, gpu, job, hash(labels) AS labels_hash, _v FROM {source} "
+                f"WHERE {where} ORDER BY metric, t",
+                params,
+            ),
+            (f"SELECT DISTINCT hash(labels) AS labels_hash, labels FROM {source} WHERE {where}", params),
+        ]
+    )
+    return rows, sets
 
 
 def newest_label_sets(store: Store, metric: str) -> list[tuple[str, str | None, float]]:

@@ -24,6 +24,7 @@ from typing import Any
 import orjson
 
 from hpcwatch.model.cluster import Cluster
+from hpcwatch.reports.healthwindow import KeptWindow
 from hpcwatch.reports.live import (
     COLLECTORS,
     GPU_FIELDS,
@@ -162,6 +163,8 @@ class ProblemJudge:
         self._next_at: float | None = None
         """When the next judgement may begin (None: never judged)."""
         self._running = threading.Lock()
+        self._window = KeptWindow()
+        """The health window, read since the last judgement only (``reports.healthwindow``)."""
 
     def current(self, now: float, training_job: str | None) -> Judged:
         """The newest judgement; the first is made here, a due one is started in the background."""
@@ -181,7 +184,7 @@ class ProblemJudge:
     def _judge(self, now: float, training_job: str | None) -> None:
         started = time.monotonic()
         try:
-            found = problems(self.store, training_job=training_job)
+            found = problems(self.store, training_job=training_job, kept=self._window)
             self._judged = Judged(found, alert_groups(found), state_inputs(self.store, found, now=now))
         finally:
             took = time.monotonic() - started

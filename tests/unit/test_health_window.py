@@ -1,0 +1,133 @@
+"""The health window kept between judgements (``reports.healthwindow``) against the window read at once.
+
+A kept window reads only the rows committed since its last read; these tests hold what it returns, and the
+verdicts judged on it, to a fresh read of the same store: while the twin writes (rows leave the window,
+compaction merges parts), when rows land late, when label sets come and go (the dictionary is pruned), and
+when two label sets share a hash (it gives up and the caller reads at once).
+"""
+
+from __future__ import annotations
+
+import orjson
+import pyarrow as pa
+import pytest
+
+from hpcwatch import vocab
+from hpcwatch.analysis.health import PASSIVE_METRICS
+from hpcwatch.records import Sample
+from hpcwatch.reports import healthwindow
+from hpcwatch.reports.health import node_health
+from hpcwatch.reports.healthwindow import KeptWindow
+from hpcwatch.store import Store, queries
+from hpcwatch.twin.live import LiveTwin
+from hpcwatch.web.demo import cluster_with_nodes
+
+
+def _rows(table: pa.Table) -> list[tuple]:
+    """The table's rows as plain values, in one order (the kept window holds them in another)."""
+    columns = ["metric", "t", "value", "host", "gpu", "job", "labels"]
+    plain = {name: table[name].to_pylist() for name in columns}
+    return sorted(zip(*(plain[name] for name in columns)), key=repr)
+
+
+def _same_verdicts(store: Store, kept: KeptWindow, window_s: float) -> bool:
+    def text(report):
+        return orjson.dumps(report.to_dict(), option=orjson.OPT_SORT_KEYS)
+
+    return text(node_health(store, kept=kept, window_s=window_s)) == text(node_health(store, window_s=window_s))
+
+
+def test_a_kept_window_judges_as_a_fresh_read_while_the_twin_writes(tmp_path):
+    """Over 60 ticks of a 4-node twin with an XID 79 and a flapping IB link, a 20 s window (rows leave it), in a
+    store that compacts at every other commit: the same verdicts, every tick, and the same rows."""
+    with Store(tmp_path / "s", compact_fanin=2, retire_grace_s=0) as store:
+        live = LiveTwin(store, cluster_with_nodes(4), seed=0, scenarios=["xid79", "ib_flap"])
+        live.write_tick()
+        kept = KeptWindow()
+        fired = set()
+        for _ in range(60):
+            live.step()
+            assert _same_verdicts(store, kept, 20.0)
+            report = node_health(store, kept=kept, window_s=20.0)
+            fired |= {c.rule for n in report.nodes for c in n.checks if c.verdict != "ok"}
+        _, newest = store.time_range()
+        t0 = newest - 20.0
+        assert _rows(kept.samples(store, PASSIVE_METRICS, t0=t0)) == _rows(
+            queries.window_samples(store, PASSIVE_METRICS, t0=t0)
+        )
+        assert {"xid", "ib_link"} <= fired  # the scenarios' faults were judged, not only quiet nodes
+
+
+def _util(host: str, gpu: str, t: float, value: float, job: str = "") -> Sample:
+    labels = {"Hostname": host, "gpu": gpu, "modelName": "NVIDIA H100 80GB HBM3"}
+    return Sample(
+        metric=vocab.DCGM_FI_DEV_GPU_UTIL, labels=labels | ({"hpc_job": job} if job else {}), t=t, value=value
+    )
+
+
+def test_rows_that_land_late_are_read_whatever_their_time(tmp_path):
+    """A node scraped late: its rows, older than what the window last read, land in the next read; those older
+    than the window's start do not, as in a fresh read."""
+    with Store(tmp_path / "s", compact_fanin=2, retire_grace_s=0) as store:
+        store.add([_util("node1", "0", float(t), 90.0, "41") for t in range(100, 200)])
+        kept = KeptWindow()
+        assert kept.samples(store, [vocab.DCGM_FI_DEV_GPU_UTIL], t0=150.0).num_rows == 50
+        store.add([_util("node2", "0", float(t), 0.0, "41") for t in range(100, 200)])  # late: 100-199 again
+        store.add([_util("node1", "0", 200.0, 90.0, "41")])
+        got = kept.samples(store, [vocab.DCGM_FI_DEV_GPU_UTIL], t0=160.0)
+        want = queries.window_samples(store, [vocab.DCGM_FI_DEV_GPU_UTIL], t0=160.0)
+        assert got.num_rows == want.num_rows == 40 + 40 + 1
+        assert _rows(got) == _rows(want)
+        assert _same_verdicts(store, kept, 40.0)
+
+
+def test_label_sets_that_leave_the_window_leave_the_dictionary(tmp_path, monkeypatch):
+    """Each job brings label sets of its own: once the dictionary doubled, it keeps only those in use."""
+    monkeypatch.setattr(healthwindow, "LABELS_PRUNED_FROM", 0)
+    with Store(tmp_path / "s") as store:
+        kept = KeptWindow()
+        metric = [vocab.DCGM_FI_DEV_GPU_UTIL]
+        for job in range(40):
+            store.add([_util("node1", str(g), 10.0 * job, 50.0, str(job)) for g in range(64)])
+            got = kept.samples(store, metric, t0=10.0 * job - 15.0)
+            assert _rows(got) == _rows(queries.window_samples(store, metric, t0=10.0 * job - 15.0))
+        assert len(kept._labels.texts) <= 2 * 2 * 64 + 64  # of 40 jobs × 64 seen: twice the two jobs' in use, + 1
+
+
+def test_two_label_sets_with_one_hash_make_the_caller_read_at_once(tmp_path, monkeypatch):
+    with Store(tmp_path / "s") as store:
+        store.add([_util("node1", "0", 1.0, 50.0, "41"), _util("node1", "1", 1.0, 50.0, "42")])
+        real = queries.window_samples_after
+
+        def one_hash(store, metrics, *, t0, version):
+            rows, sets = real(store, metrics, t0=t0, version=version)
+            same = pa.array([7] * rows.num_rows, rows["labels_hash"].type)
+            sets = sets.set_column(0, "labels_hash", pa.array([7] * sets.num_rows, sets["labels_hash"].type))
+            return rows.set_column(rows.schema.get_field_index("labels_hash"), "labels_hash", same), sets
+
+        monkeypatch.setattr(healthwindow.queries, "window_samples_after", one_hash)
+        kept = KeptWindow()
+        assert kept.samples(store, [vocab.DCGM_FI_DEV_GPU_UTIL], t0=0.0) is None
+        assert kept.samples(store, [vocab.DCGM_FI_DEV_GPU_UTIL], t0=0.0) is None  # for good
+        assert _same_verdicts(store, kept, 60.0)  # node_health reads at once instead
+
+
+def test_a_label_set_whose_hash_was_another_text_is_refused():
+    sets = healthwindow._LabelSets()
+    first = pa.table({"labels_hash": pa.array([5], pa.uint64()), "labels": ['{"gpu":"0"}']})
+    assert sets.encode(pa.array([5, 5], pa.uint64()).to_numpy(), first).to_pylist() == [0, 0]
+    other = pa.table({"labels_hash": pa.array([5], pa.uint64()), "labels": ['{"gpu":"1"}']})
+    with pytest.raises(healthwindow._Collision):
+        sets.encode(pa.array([5], pa.uint64()).to_numpy(), other)
+
+
+def test_another_store_or_other_metrics_start_the_window_anew(tmp_path):
+    with Store(tmp_path / "a") as a, Store(tmp_path / "b") as b:
+        a.add([_util("node1", "0", float(t), 90.0) for t in range(10)])
+        a.add([_util("node1", "0", float(t), 90.0) for t in range(10, 20)])
+        b.add([_util("node9", "0", 5.0, 10.0)])
+        kept = KeptWindow()
+        metric = [vocab.DCGM_FI_DEV_GPU_UTIL]
+        assert kept.samples(a, metric, t0=0.0).num_rows == 20
+        assert _rows(kept.samples(b, metric, t0=0.0)) == _rows(queries.window_samples(b, metric, t0=0.0))
+        assert kept.samples(a, [vocab.DCGM_FI_DEV_POWER_USAGE], t0=0.0).num_rows == 0
