@@ -144,3 +144,68 @@ def test_the_grouping_order_is_a_stable_argsort_whatever_the_codes_range(codes, 
 
     array = np.array(codes, dtype=np.int64) * scale
     assert _stable_order(array).tolist() == np.argsort(array, kind="stable").tolist()
+
+
+def _activity_of_every_series(window: _Window, config: HealthConfig) -> list[tuple]:
+    """``_check_gpu_activity`` as it was, judging every GPU's series: the oracle of the one that makes only the
+    series that may fire."""
+    from hpcwatch.analysis.health import POWER, UTIL, _aligned, _runs
+    from hpcwatch.model.catalog import gpu_spec
+
+    power = {(s.host, s.key): s for s in window.series(POWER)}
+    out = []
+    for u in window.series(UTIL):
+        p = power.get((u.host, u.key))
+        spec = gpu_spec(u.labels.get("modelName", "")) if u.labels.get("modelName") else None
+        if p is not None and spec is not None:
+            t, util, watts = _aligned(u, p)
+            cold = watts <= config.stall_power_factor * spec.idle_power_w
+            runs = [(a, b) for a, b in _runs((util >= config.stall_util_pct) & cold, t) if b - a >= config.stall_min_s]
+            if runs:
+                a, b = runs[0]
+                out.append(("stalled_nccl", u.host, u.key, a, b, float(watts[(t >= a) & (t <= b)].max())))
+        if u.job:
+            runs = [(a, b) for a, b in _runs(u.v <= config.idle_util_pct, u.t) if b - a >= config.idle_min_s]
+            if runs:
+                out.append(("idle_allocated", u.host, u.key, *runs[0], u.job))
+    return out
+
+
+activity_rows = st.lists(
+    st.fixed_dictionaries(
+        {
+            "metric": st.sampled_from(["DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_DEV_POWER_USAGE"]),
+            "t": st.integers(0, 12).map(lambda i: i * 10.0),
+            "value": st.sampled_from([0.0, 3.0, 50.0, 95.0, 100.0, 60.0, 110.0, 400.0, float("nan")]),
+            "host": st.sampled_from(["node1", "node2"]),
+            "gpu": st.sampled_from(["0", "1"]),
+            "job": st.sampled_from(["41", "", None]),
+            "labels": st.sampled_from(
+                [
+                    '{"modelName":"NVIDIA H100 80GB HBM3"}',
+                    '{"modelName":"NVIDIA A100-SXM4-80GB"}',
+                    '{"modelName":"x"}',
+                    "{}",
+                ]
+            ),
+        }
+    ),
+    max_size=80,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(rows=activity_rows, stall_min_s=st.sampled_from([0.0, 20.0]), idle_min_s=st.sampled_from([0.0, 30.0]))
+def test_gpu_activity_made_only_where_it_may_fire_finds_what_every_series_finds(rows, stall_min_s, idle_min_s):
+    from hpcwatch.analysis.health import _check_gpu_activity
+
+    config = HealthConfig(stall_min_s=stall_min_s, idle_min_s=idle_min_s)
+    window = _Window(pa.Table.from_pylist(rows, schema=SAMPLE_SCHEMA))
+    got = []
+    for c in _check_gpu_activity(window, config):
+        e = c.evidence
+        if c.rule == "stalled_nccl":
+            got.append((c.rule, c.node, e["gpu"], e["from"], e["to"], e["max_power_w"]))
+        else:
+            got.append((c.rule, c.node, e["gpu"], e["from"], e["to"], e["job"]))
+    assert got == _activity_of_every_series(_Window(pa.Table.from_pylist(rows, schema=SAMPLE_SCHEMA)), config)

@@ -131,3 +131,27 @@ def test_another_store_or_other_metrics_start_the_window_anew(tmp_path):
         assert kept.samples(a, metric, t0=0.0).num_rows == 20
         assert _rows(kept.samples(b, metric, t0=0.0)) == _rows(queries.window_samples(b, metric, t0=0.0))
         assert kept.samples(a, [vocab.DCGM_FI_DEV_POWER_USAGE], t0=0.0).num_rows == 0
+
+
+def test_collects_health_task_keeps_its_window_and_stores_what_a_fresh_run_gives(tmp_path):
+    from hpcwatch.collect.config import ScheduleSection
+    from hpcwatch.collect.schedule import ScheduledTask
+    from hpcwatch.reports.health import verdict_events
+    from hpcwatch.vocab import EventKind
+
+    with Store(tmp_path / "s", compact_fanin=2, retire_grace_s=0) as store:
+        live = LiveTwin(store, cluster_with_nodes(4), seed=0, scenarios=["xid79"])
+        live.write_tick()
+        task = ScheduledTask(store, ScheduleSection(name="health", task="health", interval_s=60.0, window_s=30.0))
+        assert task._health_window is not None
+        for _ in range(4):
+            for _ in range(15):
+                live.step()
+            task.run()
+            stored = store.events(EventKind.HEALTH_VERDICT)
+            newest = max(e.t for e in stored)
+            fresh = verdict_events(store, t=0.0, source="", window_s=30.0)
+            assert sorted(
+                orjson.dumps(e.attrs, option=orjson.OPT_SORT_KEYS) for e in stored if e.t == newest
+            ) == sorted(orjson.dumps(e.attrs, option=orjson.OPT_SORT_KEYS) for e in fresh)
+        assert any(e.attrs["verdict"] != "ok" for e in fresh)  # the XID's node was judged, not only quiet ones

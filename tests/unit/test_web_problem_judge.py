@@ -54,7 +54,7 @@ def _background_done() -> None:
 
 def test_the_first_judgement_is_made_at_once_and_kept_until_the_next_is_due(judge):
     assert judge.current(1.0, "4101").problems == [{"n": 1}]
-    # it lasted 2 s: the next may begin 2 / PROBLEMS_BUSY_SHARE = 8 s after the first began (more than 5 s)
+    # it lasted 2 s: the next may begin 2 / PROBLEMS_BUSY_SHARE ≈ 13 s after the first began (more than 5 s)
     judge.clock.now = 100.0 + TOOK_S / live.PROBLEMS_BUSY_SHARE - 0.01
     assert judge.current(2.0, "4101").problems == [{"n": 1}]
     _background_done()

@@ -25,6 +25,7 @@ from hpcwatch.act.runner import Runner
 from hpcwatch.notify.config import NotifyConfig
 from hpcwatch.notify.loop import Notifier
 from hpcwatch.reports.health import DEFAULT_HEALTH_WINDOW_S, verdict_events
+from hpcwatch.reports.healthwindow import KeptWindow
 from hpcwatch.store import Store
 from hpcwatch.twin.live import LiveTwin
 from hpcwatch.twin.slurmctl import TwinSlurm
@@ -64,12 +65,15 @@ class DemoRemediation:
             what: max(live.tick_s, s / live.speed) for what, s in (("health", HEALTH_EVERY_S), ("act", ACT_EVERY_S))
         }
         self.health = Periodic("health rules", self.judge, every_s=every["health"], busy_share=HEALTH_BUSY_SHARE)
+        self._window = KeptWindow()  # each run reads only what the twin wrote since the last
         self.acting = Periodic("remediation", self.actor.run_once, every_s=every["act"])
 
     def judge(self) -> int:
         """One run of the health rules: its verdicts stored, and given to the twin's Slurm health check."""
         t = self.slurm.now()
-        events = verdict_events(self.store, t=t, source="hpcwatch demo", window_s=DEFAULT_HEALTH_WINDOW_S)
+        events = verdict_events(
+            self.store, t=t, source="hpcwatch demo", window_s=DEFAULT_HEALTH_WINDOW_S, kept=self._window
+        )
         self.store.add(events)
         self.slurm.health_check(e.attrs for e in events)
         return len(events)

@@ -3,7 +3,8 @@
 ``scan`` runs the detectors over the last ``window_s`` of data, read incrementally
 (``security.scan.LiveScan``: only rows committed since the previous run are read), and replaces
 the stored findings in one commit; ``window_s = 0`` rescans the whole store. ``health`` runs the
-health rules (``reports.health.node_health``) over the last ``window_s`` and stores one
+health rules (``reports.health.node_health``) over the last ``window_s`` (kept between runs, each reading only
+the rows committed since the last: ``reports.healthwindow``) and stores one
 ``health_verdict`` event per node (attrs: node, verdict, reason, and each rule's verdict there) — the verdict
 history, and what ``/metrics`` publishes (``hpcwatch_health_verdict{node,rule}``) for the alerting rules. ``assess``
 runs the assessment (``reports.assess.assessment_report``: evidence and the six detectors, read-only
@@ -23,6 +24,7 @@ from hpcwatch.collect.config import ScheduleSection
 from hpcwatch.model import load_cluster, reference_cluster
 from hpcwatch.reports.assess import assessment_event, assessment_report
 from hpcwatch.reports.health import verdict_events
+from hpcwatch.reports.healthwindow import KeptWindow
 from hpcwatch.security.scan import LiveScan, rescan
 from hpcwatch.store import Store
 
@@ -36,6 +38,8 @@ class ScheduledTask:
             (LiveScan(window_s=section.window_s) if section.window_s else rescan) if section.task == "scan" else None
         )
         self._assess_config = _assess_config(section) if section.task == "assess" else None
+        # the health task over a bounded window reads, each run, only the rows committed since the last
+        self._health_window = KeptWindow() if section.task == "health" and section.window_s else None
 
     def close(self) -> None:
         pass
@@ -46,7 +50,9 @@ class ScheduledTask:
         if self._assess_config is not None:
             return self._assess(self._assess_config)
         window_s = self.section.window_s or float("inf")
-        events = verdict_events(self.store, t=time.time(), source="hpcwatch collect", window_s=window_s)
+        events = verdict_events(
+            self.store, t=time.time(), source="hpcwatch collect", window_s=window_s, kept=self._health_window
+        )
         with self.store.transaction() as tx:
             tx.add(events)
         return RunResult(records=len(events), lag_s=0.0)

@@ -235,10 +235,13 @@ def verdict_event_attrs(report: HealthReport) -> list[dict[str, Any]]:
     ]
 
 
-def verdict_events(store: Store, *, t: float, source: str, window_s: float) -> list[Event]:
+def verdict_events(
+    store: Store, *, t: float, source: str, window_s: float, kept: KeptWindow | None = None
+) -> list[Event]:
     """One run of the health rules over the last ``window_s`` as ``health_verdict`` events dated ``t``, one per
-    node (``verdict_event_attrs``): what ``collect``'s health task stores, and ``hpcwatch demo`` on its twin."""
-    report = node_health(store, window_s=window_s)
+    node (``verdict_event_attrs``): what ``collect``'s health task stores, and ``hpcwatch demo`` on its twin.
+    ``kept``: the window as the last run left it (``node_health``)."""
+    report = node_health(store, window_s=window_s, kept=kept)
     return [
         Event(kind=EventKind.HEALTH_VERDICT, t=t, source=source, attrs=attrs) for attrs in verdict_event_attrs(report)
     ]
