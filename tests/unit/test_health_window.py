@@ -155,3 +155,39 @@ def test_collects_health_task_keeps_its_window_and_stores_what_a_fresh_run_gives
                 orjson.dumps(e.attrs, option=orjson.OPT_SORT_KEYS) for e in stored if e.t == newest
             ) == sorted(orjson.dumps(e.attrs, option=orjson.OPT_SORT_KEYS) for e in fresh)
         assert any(e.attrs["verdict"] != "ok" for e in fresh)  # the XID's node was judged, not only quiet ones
+
+
+def test_real_captures_committed_one_by_one_give_a_fresh_reads_window(tmp_path):
+    """Real captures of every passive tool the store reads (tests/data/SOURCES.md: nvidia-smi, dcgm-exporter,
+    node-exporter, ibstat, perfquery, smartctl, chrony, df, EDAC, ipmitool, systemd, AMD), each committed on its
+    own as an agent would: after each commit the kept window holds a fresh read's rows and gives its verdicts."""
+    from pathlib import Path
+
+    from hpcwatch.ingest import ingest_paths
+
+    data = Path(__file__).parent.parent / "data"
+    folders = (
+        "nvidia_smi",
+        "prometheus",
+        "infiniband",
+        "smartctl",
+        "chrony",
+        "df",
+        "edac",
+        "ipmitool",
+        "systemd",
+        "amd",
+    )
+    files = sorted(p for folder in folders for p in (data / folder).rglob("*") if p.is_file())
+    with Store(tmp_path / "s", compact_fanin=2, retire_grace_s=0) as store:
+        kept = KeptWindow()
+        for i, path in enumerate(files):
+            ingest_paths(store, [path], host=f"node{i % 3}", keep_going=True)
+            assert _same_verdicts(store, kept, 300.0), path
+        t0 = store.time_range()[1] - 300.0
+        got = kept.samples(store, PASSIVE_METRICS, t0=t0)
+        assert _rows(got) == _rows(queries.window_samples(store, PASSIVE_METRICS, t0=t0))
+        assert len(set(got["metric"].to_pylist())) > 20  # the captures gave many of the rules' metrics
+        report = node_health(store, kept=kept, window_s=300.0)
+        fired = {c.rule for n in report.nodes for c in n.checks if c.verdict != "ok"}
+        assert {"xid", "ib_port", "driver_mismatch", "disk_space"} <= fired
