@@ -85,6 +85,25 @@ def test_a_window_cut_by_metric_gives_the_same_series(rows, names, grouped, spli
 
 
 @settings(max_examples=300, deadline=None)
+@given(
+    rows=rows,
+    names=st.sampled_from([["a"], ["a", "b"], ["c", "b", "a"]]),
+    grouped=st.booleans(),
+    zeros=st.booleans(),
+)
+def test_nonzero_series_are_the_series_holding_a_value_other_than_zero(rows, names, grouped, zeros):
+    """``_Window.nonzero_series`` (the XID gauges) picks the series holding a value other than 0, in order; a
+    window all 0 makes none (and is not grouped)."""
+    if zeros:
+        rows = [r | {"value": 0.0} if r["value"] == r["value"] and abs(r["value"]) < 5 else r for r in rows]
+    if grouped:
+        rows = sorted(rows, key=lambda r: r["metric"])
+    table = pa.Table.from_pylist(rows, schema=SAMPLE_SCHEMA)
+    expected = [(s.host, s.key, s.t.tolist(), s.v.tolist()) for s in _series(table, names) if (s.v != 0).any()]
+    assert [(s.host, s.key, s.t.tolist(), s.v.tolist()) for s in _Window(table).nonzero_series(names)] == expected
+
+
+@settings(max_examples=300, deadline=None)
 @given(rows=rows, names=st.sampled_from([["a"], ["a", "b"], ["c", "b", "a"]]), grouped=st.booleans())
 def test_rising_series_are_the_series_whose_increase_is_above_zero(rows, names, grouped):
     """``_Window.rising_series`` (every group's rise at once) picks the series ``_increase`` says rose, in order:

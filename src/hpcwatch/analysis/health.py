@@ -686,7 +686,7 @@ class _Window:
         names = (metrics,) if isinstance(metrics, str) else tuple(metrics)
         if names in self._made:
             return [s for s in self._made[names] if (s.v != 0).any()]
-        grouped = self._grouped(names)
+        grouped = None if self._all_zero(names) else self._grouped(names)
         if grouped is None:
             return []
         nonzero = grouped.nonzero()
@@ -698,7 +698,7 @@ class _Window:
         names = (metrics,) if isinstance(metrics, str) else tuple(metrics)
         if names in self._made:
             return [s for s in self._made[names] if _increase(s.v) > 0]
-        grouped = self._grouped(names)
+        grouped = None if self._all_zero(names) else self._grouped(names)  # a series all 0 does not rise
         if grouped is None:
             return []
         rising = grouped.rising()
@@ -717,12 +717,25 @@ class _Window:
         return self._groups[names]
 
     def _group(self, names: tuple[str, ...]) -> _Grouped | None:
+        rows = self._rows(names)
+        return None if rows is None else _Grouped.of_rows(rows)
+
+    def _rows(self, names: tuple[str, ...]) -> pa.Table | None:
+        """``names``' rows (None: none): their slices when the metrics are in blocks, else a filter."""
         if self._blocks is None:
-            return _Grouped.of(self.table, names)
+            return self.table.filter(pc.is_in(self.table["metric"], value_set=pa.array(names, type=pa.string())))
         blocks = sorted(self._blocks[n] for n in set(names) if n in self._blocks)  # in table order
         if not blocks:
             return None
-        return _Grouped.of_rows(pa.concat_tables([self.table.slice(start, length) for start, length in blocks]))
+        return pa.concat_tables([self.table.slice(start, length) for start, length in blocks])
+
+    def _all_zero(self, names: tuple[str, ...]) -> bool:
+        """Whether every value of ``names`` in the window is 0 (a healthy fabric's error counters, a fleet's XID
+        gauges): then no series of them need be grouped. A NaN is not 0."""
+        if names in self._groups:  # grouped already: nothing to save
+            return False
+        rows = self._rows(names)
+        return rows is None or not pc.any(pc.not_equal(rows["value"], 0.0)).as_py()
 
 
 def _metric_blocks(table: pa.Table) -> dict[str, tuple[int, int]] | None:
