@@ -191,3 +191,31 @@ def test_real_captures_committed_one_by_one_give_a_fresh_reads_window(tmp_path):
         report = node_health(store, kept=kept, window_s=300.0)
         fired = {c.rule for n in report.nodes for c in n.checks if c.verdict != "ok"}
         assert {"xid", "ib_port", "driver_mismatch", "disk_space"} <= fired
+
+
+def test_a_read_that_fails_half_held_starts_the_window_anew(tmp_path, monkeypatch):
+    """Out of memory while a read's chunks are merged, one metric's new rows held already: the next read counts
+    no row twice."""
+    metrics = [vocab.DCGM_FI_DEV_GPU_UTIL, vocab.DCGM_FI_DEV_POWER_USAGE]
+
+    def power(t: float) -> Sample:
+        return Sample(metric=vocab.DCGM_FI_DEV_POWER_USAGE, labels={"Hostname": "node1", "gpu": "0"}, t=t, value=1.0)
+
+    with Store(tmp_path / "s") as store:
+        kept = KeptWindow()
+        store.add([power(float(t)) for t in range(10)])
+        kept.samples(store, metrics, t0=0.0)
+        store.add(
+            [_util("node1", "0", float(t), 90.0) for t in range(10, 20)] + [power(float(t)) for t in range(10, 20)]
+        )
+
+        def out_of_memory(self, newer):
+            raise MemoryError
+
+        with (
+            monkeypatch.context() as patched
+        ):  # the utilisation's rows come first and are held; the power's merge fails
+            patched.setattr(healthwindow._Chunk, "then", out_of_memory)
+            with pytest.raises(MemoryError):
+                kept.samples(store, metrics, t0=0.0)
+        assert _rows(kept.samples(store, metrics, t0=0.0)) == _rows(queries.window_samples(store, metrics, t0=0.0))

@@ -211,9 +211,14 @@ class KeptWindow:
             (int(metric_codes[a]), _Chunk.of(coded.slice(a, b - a), in_time_order=True))
             for a, b in zip(edges, edges[1:])
         ]
-        for metric, chunk in chunks:
-            self._append(metric, chunk)
-        self._version = max(self._version, int(pc.max(rows["_v"]).as_py()))
+        version = max(self._version, int(pc.max(rows["_v"]).as_py()))
+        try:
+            for metric, chunk in chunks:
+                self._append(metric, chunk)
+        except BaseException:  # part of a read held (out of memory): start anew rather than count rows twice
+            self._clear(self._metrics)
+            raise
+        self._version = version
 
     def _append(self, metric: int, chunk: _Chunk) -> None:
         """``chunk`` after the metric's others, merged with the newest while they are no larger: a metric holds
