@@ -524,8 +524,7 @@ class _Grouped:
 
     @classmethod
     def of(cls, table: pa.Table, metrics: str | Sequence[str]) -> _Grouped | None:
-        names = [metrics] if isinstance(metrics, str) else list(metrics)
-        return cls.of_rows(table.filter(pc.is_in(table["metric"], value_set=pa.array(names, type=pa.string()))))
+        return cls.of_rows(_metric_rows(table, [metrics] if isinstance(metrics, str) else metrics))
 
     @classmethod
     def of_rows(cls, rows: pa.Table) -> _Grouped | None:
@@ -608,11 +607,6 @@ class _Grouped:
         jobs = self.sub["job"].take(pa.array(self.last_rows))
         return np.asarray(pc.fill_null(pc.not_equal(jobs.cast(pa.string()), ""), False))
 
-    def nonzero(self) -> np.ndarray:
-        """Whether each group holds a value other than 0, for every group at once (a fleet's XID gauges are
-        nearly all 0)."""
-        return np.logical_or.reduceat(self.v[self.order] != 0, self.starts)
-
     def rising(self) -> np.ndarray:
         """Whether each group's counter took a step up in the window (or a reset to a value above 0), for every
         group at once: a fleet's error counters are nearly all flat. Every group whose ``_increase`` is above 0
@@ -622,6 +616,11 @@ class _Grouped:
         up = np.where(steps >= 0, steps, values[1:]) > 0  # a drop is a reset: the value after it counts
         up[self.ends[:-1] - 1] = False  # the step from one group's last row to the next group's first
         return np.logical_or.reduceat(np.append(up, False), self.starts)
+
+
+def _metric_rows(table: pa.Table, names: Sequence[str]) -> pa.Table:
+    """The rows of ``table`` of the metrics ``names``, by a filter."""
+    return table.filter(pc.is_in(table["metric"], value_set=pa.array(names, type=pa.string())))
 
 
 def _stable_order(codes: np.ndarray) -> np.ndarray:
@@ -681,29 +680,33 @@ class _Window:
         return self._made[names]
 
     def nonzero_series(self, metrics: str | Sequence[str]) -> list[_Series]:
-        """The series of ``metrics`` holding a value other than 0 (``_Grouped.nonzero``), in the order of
-        ``series``: only those are made."""
-        names = (metrics,) if isinstance(metrics, str) else tuple(metrics)
-        if names in self._made:
-            return [s for s in self._made[names] if (s.v != 0).any()]
-        grouped = None if self._all_zero(names) else self._grouped(names)
-        if grouped is None:
-            return []
-        nonzero = grouped.nonzero()
-        return [grouped.series(g) for g in grouped.in_order if nonzero[g]]
+        """The series of ``metrics`` holding a value other than 0, in the order of ``series``: only those are
+        made."""
+        return self._picked(metrics, lambda grouped: grouped.any(grouped.v != 0), lambda s: bool((s.v != 0).any()))
 
     def rising_series(self, metrics: str | Sequence[str]) -> list[_Series]:
         """The series of counters ``metrics`` whose increase in the window is above 0 (``_Grouped.rising``), in
-        the order of ``series``: only those are made (at 1,024 nodes, 8,192 ports a counter)."""
+        the order of ``series``: only those are made (at 1,024 nodes, 8,192 ports a counter). A negative value
+        (garbage) can offset a rise: ``_increase`` has the last word."""
+        return self._picked(metrics, _Grouped.rising, lambda s: _increase(s.v) > 0)
+
+    def _picked(
+        self,
+        metrics: str | Sequence[str],
+        may_hold: Callable[[_Grouped], np.ndarray],
+        holds: Callable[[_Series], bool],
+    ) -> list[_Series]:
+        """The series of ``metrics`` that ``holds``, in the order of ``series``, made only for the groups that
+        ``may_hold`` (every group at once), or picked from those made already. ``holds`` must be false on a
+        series all 0: a window whose values are all 0 is not grouped."""
         names = (metrics,) if isinstance(metrics, str) else tuple(metrics)
         if names in self._made:
-            return [s for s in self._made[names] if _increase(s.v) > 0]
-        grouped = None if self._all_zero(names) else self._grouped(names)  # a series all 0 does not rise
+            return [s for s in self._made[names] if holds(s)]
+        grouped = None if self._all_zero(names) else self._grouped(names)
         if grouped is None:
             return []
-        rising = grouped.rising()
-        made = (grouped.series(g) for g in grouped.in_order if rising[g])
-        return [s for s in made if _increase(s.v) > 0]  # a negative value (garbage) can offset a rise
+        chosen = may_hold(grouped)
+        return [s for s in (grouped.series(g) for g in grouped.in_order if chosen[g]) if holds(s)]
 
     def grouped(self, metrics: str | Sequence[str]) -> _Grouped | None:
         """``metrics``' rows grouped into series, before any is made (a rule that makes only the series that may
@@ -723,7 +726,7 @@ class _Window:
     def _rows(self, names: tuple[str, ...]) -> pa.Table | None:
         """``names``' rows (None: none): their slices when the metrics are in blocks, else a filter."""
         if self._blocks is None:
-            return self.table.filter(pc.is_in(self.table["metric"], value_set=pa.array(names, type=pa.string())))
+            return _metric_rows(self.table, names)
         blocks = sorted(self._blocks[n] for n in set(names) if n in self._blocks)  # in table order
         if not blocks:
             return None
