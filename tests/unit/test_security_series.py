@@ -32,9 +32,9 @@ class _Points(SeriesGroups):
     def __init__(self) -> None:
         super().__init__("points")
 
-    def add(self, samples) -> None:
-        for s in samples:
-            self.append(self.groups["points"][(s.labels["k"],)], (s.t, s.value))
+    def add_runs(self, runs) -> None:
+        for run in runs:
+            self.extend("points", (run.labels["k"],), zip(run.t, run.values))
 
 
 def _samples(times: list[float]) -> list[Sample]:
@@ -97,7 +97,7 @@ def test_a_live_scan_keeps_the_grouping_of_its_flat_window_and_finds_what_it_fin
     live = LiveTwin(store, sized_reference(3), seed=0, start=START, scenarios=("threat_rdma", "threat_remanence"))
     window_s, live_scan = 12.0, scan.LiveScan(window_s=12.0)
     flat: list[Sample] = []
-    mark, newest, found = 0, float("-inf"), set()
+    mark, newest, found, rated = 0, float("-inf"), set(), False
     for _ in range(40):
         live.step()
         live_scan._read_new(store)
@@ -109,13 +109,17 @@ def test_a_live_scan_keeps_the_grouping_of_its_flat_window_and_finds_what_it_fin
         for vector, kept in live_scan._series.items():
             make = next(d.series for d in scan.DETECTORS if d.vector == vector)
             assert kept.groups == _grouped(make, flat).groups, vector
+        rdma_kept, rdma_fresh = live_scan._series["rdma_blind_spot"], _grouped(RdmaSeries, flat)
+        assert isinstance(rdma_kept, RdmaSeries) and isinstance(rdma_fresh, RdmaSeries)
+        assert rdma_kept.in_time_order and rdma_kept.host_rates() == rdma_fresh.host_rates()
+        rated |= bool(rdma_kept.host_rates())
         events, jobs = live_scan._events, store.jobs()
         fresh = scan._scan(
             live_scan._samples, live_scan._series, events, jobs, config=live_scan.config, extras=live_scan.extras
         )
         assert fresh == scan.scan_records(flat, events, jobs)
         found |= {f.rule for f in fresh}
-    assert {"rdma.traffic_disproportion", "remanence.busy_no_job"} <= found  # the threats were seen
+    assert {"rdma.traffic_disproportion", "remanence.busy_no_job"} <= found and rated  # the threats were seen
 
 
 def test_the_detectors_group_only_what_they_read() -> None:
@@ -125,3 +129,62 @@ def test_the_detectors_group_only_what_they_read() -> None:
         Sample(metric="DCGM_FI_DEV_POWER_USAGE", t=1.0, value=5.0, labels={"Hostname": "n1", "gpu": "0"}),
     ]
     assert len(_grouped(RdmaSeries, samples)) == 1 and len(_grouped(GpuSeries, samples)) == 1
+
+
+def _counter_samples(rng: random.Random, *, in_order: bool) -> list[Sample]:
+    """Two nodes' IB data and error counters, scraped by perfquery and node-exporter at their own instants:
+    counters that rise, stall, reset, and are now and then read twice; shuffled a little when not
+    ``in_order``."""
+    samples = []
+    for host, offset in (("n1", 0.0), ("n2", 0.4)):
+        for metric, port in [
+            ("ib_PortXmitData_bytes", "1"),
+            ("ib_PortRcvData_bytes", "1"),
+            ("node_infiniband_port_data_transmitted_bytes_total", "2"),
+            ("ib_PortRcvConstraintErrors", "1"),
+        ]:
+            if host == "n2" and metric.startswith("node_"):
+                continue  # n2: perfquery only; n1: both (node-exporter counts)
+            labels, value = {"host": host, "port": port}, 0.0
+            for tick in range(40):
+                value = 0.0 if rng.random() < 0.05 else value + rng.choice([0.0, 0.0, 1.0, 5e8])
+                samples.append(Sample(metric=metric, labels=labels, t=tick + offset, value=value))
+                if rng.random() < 0.1:  # the same scrape read twice
+                    samples.append(Sample(metric=metric, labels=labels, t=tick + offset, value=value))
+    samples.sort(key=lambda s: s.t)
+    if not in_order:  # now and then a series' sample comes after its next one
+        by_series: dict[tuple, list[int]] = {}
+        for i, sample in enumerate(samples):
+            by_series.setdefault((sample.metric, sample.labels["host"]), []).append(i)
+        for places in by_series.values():
+            for a, b in list(zip(places, places[1:]))[::9]:
+                samples[a], samples[b] = samples[b], samples[a]
+    return samples
+
+
+@pytest.mark.parametrize("seed", range(6))
+@pytest.mark.parametrize("in_order", [True, False])
+def test_the_rates_and_rises_kept_pair_by_pair_are_those_of_the_window(seed: int, in_order: bool) -> None:
+    """``RdmaSeries`` keeps each data pair's rate and counts each error pair's rise as points arrive and leave:
+    after every batch, its node rates and rising series are those of a grouping of the window made afresh."""
+    rng = random.Random(seed)
+    samples = _counter_samples(rng, in_order=in_order)
+    kept, flat, lo = RdmaSeries(), [], 0
+    while lo < len(samples):
+        batch = samples[lo : lo + rng.randint(1, 30)]
+        lo += len(batch)
+        kept.add(batch)
+        start = max(s.t for s in flat + batch) - rng.uniform(3, 12)
+        kept.forget_before(start)
+        flat = [s for s in flat + batch if s.t >= start]
+        fresh = _grouped(RdmaSeries, sorted(flat, key=lambda s: s.t))
+        assert isinstance(fresh, RdmaSeries)
+        assert kept.host_rates() == fresh.host_rates()
+        assert sorted(kept.rising()) == sorted(fresh.rising()) or not kept.in_time_order
+        rising = {key for key in fresh.rising() if _rises(fresh.groups["errors"][key])}
+        assert rising <= set(kept.rising())  # never a rise missed
+    assert kept.in_time_order is in_order
+
+
+def _rises(points: list[tuple]) -> bool:
+    return any(v1 > v0 for (_, v0), (_, v1) in zip(sorted(points), sorted(points)[1:]))

@@ -86,3 +86,30 @@ def test_usage_is_said_on_wrong_arguments(capsys):
 
     assert main(["only-one"]) == 2
     assert "usage:" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("fails", [False, True])
+def test_a_scan_runs_without_the_collectors_pauses_and_leaves_its_survivors_frozen(fails):
+    """``_unpaused``: no collection while the scan runs, the collector back on after it (whether or not it
+    raised), and what the scan kept out of later collections."""
+    import contextlib
+    import gc
+
+    from hpcwatch.web.scanprocess import _unpaused
+
+    kept, seen = [], []
+
+    def scan(store):
+        seen.append(gc.isenabled())
+        kept.append([object() for _ in range(100)])
+        if fails:
+            raise RuntimeError("store gone")
+
+    frozen = gc.get_freeze_count()
+    try:
+        with pytest.raises(RuntimeError) if fails else contextlib.nullcontext():
+            _unpaused(scan, None)
+        assert seen == [False] and gc.isenabled()
+        assert gc.get_freeze_count() >= frozen + 1  # the scan's list at least
+    finally:
+        gc.unfreeze()

@@ -14,10 +14,12 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TypeVar
 
+import numpy as np
+
 from hpcwatch.records import Event, Job
 from hpcwatch.vocab import EventKind
 
-__all__ = ["JobIndex", "host_of", "once_per_labels", "with_requeued_attempts"]
+__all__ = ["JobIndex", "HostJobs", "host_of", "once_per_labels", "with_requeued_attempts"]
 
 _HOST_KEYS = ("host", "Hostname", "hostname", "node", "node_name", "instance")
 _ENDED_STATES = (
@@ -91,10 +93,26 @@ def with_requeued_attempts(jobs: list[Job], events: Iterable[Event]) -> list[Job
 
 
 @dataclass(frozen=True, slots=True)
+class HostJobs:
+    """The jobs that list one node (``JobIndex.on``'s candidates, in its order), with their starts and ends
+    (``JobIndex.end_of``) as arrays: which held the node is asked of every job and many times at once."""
+
+    jobs: tuple[Job, ...]
+    starts: np.ndarray
+    ends: np.ndarray
+
+    def covering(self, times: np.ndarray, *, grace_s: float = 0.0) -> np.ndarray:
+        """jobs x ``times``: whether each job held the node at each time (``grace_s`` widens each job's window
+        at both ends), as ``JobIndex.on`` says."""
+        return (self.starts[:, None] - grace_s <= times[None, :]) & (times[None, :] <= self.ends[:, None] + grace_s)
+
+
+@dataclass(frozen=True, slots=True)
 class JobIndex:
     jobs: tuple[Job, ...]
     by_host: Mapping[str, tuple[Job, ...]] = field(default_factory=dict, compare=False, repr=False)
     """The jobs that list each node, in ``jobs``' order: ``on`` asks it thousands of times a scan."""
+    _holding: dict[str, HostJobs] = field(default_factory=dict, compare=False, repr=False)
 
     @classmethod
     def of(cls, jobs: Iterable[Job]) -> JobIndex:
@@ -132,6 +150,23 @@ class JobIndex:
             if j.start is not None  # always: ``of`` keeps started jobs only
             and j.start - grace_s <= t <= self.end_of(j) + grace_s
         ]
+
+    def holding(self, host: str) -> HostJobs:
+        """The jobs that list ``host``, as ``HostJobs`` (made once a host)."""
+        held = self._holding.get(host)
+        if held is None:
+            listing = (
+                self.by_host.get(host, ())
+                if self.by_host or not self.jobs
+                else (j for j in self.jobs if host in j.nodes)
+            )
+            jobs = tuple(j for j in listing if j.start is not None)
+            held = self._holding[host] = HostJobs(
+                jobs,
+                np.array([j.start for j in jobs], dtype=np.float64),
+                np.array([self.end_of(j) for j in jobs], dtype=np.float64),
+            )
+        return held
 
     def on_gpu(self, host: str, gpu: int | str, t: float, *, grace_s: float = 0.0) -> list[Job]:
         """Jobs holding GPU ``gpu`` of ``host`` at ``t``; a job with no per-GPU detail holds all of the node's."""

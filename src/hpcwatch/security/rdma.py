@@ -45,7 +45,7 @@ import numpy as np
 from hpcwatch import vocab
 from hpcwatch.records import Event, Finding, Job, Sample
 from hpcwatch.security.context import JobIndex, host_of, once_per_labels
-from hpcwatch.security.series import SeriesGroups
+from hpcwatch.security.series import Points, Run, SeriesGroups
 from hpcwatch.vocab import EventKind
 
 __all__ = [
@@ -131,14 +131,13 @@ def detect_rdma(
 
 
 def detect_rdma_series(
-    series: SeriesGroups, jobs: Iterable[Job] = (), events: Iterable[Event] = (), config: RdmaConfig = RdmaConfig()
+    series: RdmaSeries, jobs: Iterable[Job] = (), events: Iterable[Event] = (), config: RdmaConfig = RdmaConfig()
 ) -> list[Finding]:
     """``detect_rdma`` over an ``RdmaSeries`` already filled (a live scan keeps one between scans)."""
     index = JobIndex.of(jobs)
-    data, errors, lustre = series.groups["data"], series.groups["errors"], series.groups["lustre"]
-    rates = _host_rates(data)
-    findings = _no_job(rates, index, config) + _disproportion(rates, index, config) + _counter_rises(errors)
-    findings += _unexplained(rates, index, _lustre_rates(lustre), config)
+    rates = _Timelines(series.host_rates())
+    findings = _no_job(rates, index, config) + _disproportion(rates, index, config) + _counter_rises(series)
+    findings += _unexplained(rates, index, _lustre_rates(series.groups["lustre"]), config)
     findings += [f for e in events if e.kind == EventKind.OPENSM_PARTITIONS for f in _open_partitions(e)]
     return findings
 
@@ -146,6 +145,8 @@ def detect_rdma_series(
 # -- counters -> rates --------------------------------------------------------------------------------
 
 Series = dict[tuple, list[tuple[float, float]]]
+#: (family, host) -> scrape time t1 -> series key -> (bytes/s since the series' previous scrape, seconds since).
+Cells = dict[tuple[str, str], dict[float, dict[tuple, tuple[float, float]]]]
 
 
 #: Each data metric's collector family.
@@ -155,35 +156,121 @@ _DATA_NAMES = {m: fam for fam, ms in DATA_METRICS.items() for m in ms}
 class RdmaSeries(SeriesGroups):
     """The samples ``detect_rdma`` reads, by series: the IB data counters by (family, host, metric, labels)
     (``data``), the error and constraint counters by (host, metric, labels) (``errors``), the Lustre byte
-    counters by (jobid, metric, target) (``lustre``); each point (t, value)."""
+    counters by (jobid, metric, target) (``lustre``); each point (t, value).
+
+    While the series come in time order it keeps, pair by pair of consecutive points, the data counters' rates
+    (``host_rates`` sums them) and how many error counters' pairs rise (``rising``): a live scan then works out
+    only the pairs that arrived, not the millions of its window."""
 
     def __init__(self) -> None:
         super().__init__("data", "errors", "lustre")
         self._kinds: dict[str, str | None] = {}
+        self._cells: Cells = defaultdict(dict)
+        self._sums: dict[tuple[str, str], dict[float, tuple[float, float]]] = defaultdict(dict)
+        """``_cells`` summed (``_cell_rate``), kept while a cell is unchanged."""
+        self._rises: dict[tuple, int] = {}
+        """An error series' key -> its pairs of consecutive points that rise (those with none are absent)."""
 
-    def add(self, samples: Iterable[Sample]) -> None:
-        """One pass over the samples (millions in a 1,024-node window)."""
-        data, errors, lustre = self.groups["data"], self.groups["errors"], self.groups["lustre"]
-        kinds, append = self._kinds, self.append
+    def add_runs(self, runs: Iterable[Run]) -> None:
+        kinds = self._kinds
         keys = once_per_labels(lambda labels: (host_of(labels), tuple(sorted(labels.items()))))
-        for s in samples:
-            kind = kinds.get(s.metric, "?")
+        for run in runs:
+            kind = kinds.get(run.metric, "?")
             if kind == "?":
-                kind = kinds[s.metric] = _kind_of(s.metric)
+                kind = kinds[run.metric] = _kind_of(run.metric)
             if kind is None:
                 continue  # before host_of: most samples of a store are other metrics
+            points = zip(run.t, run.values)
             if kind == "lustre":
-                if s.labels.get("jobid"):
-                    append(lustre[(s.labels["jobid"], s.metric, s.labels.get("target"))], (s.t, s.value))
+                if run.labels.get("jobid"):
+                    self.extend("lustre", (run.labels["jobid"], run.metric, run.labels.get("target")), points)
                 continue
-            host, labels = keys(s.labels)
+            host, labels = keys(run.labels)
             if host is None:
                 continue
-            key = (host, s.metric, labels)
             if kind == "data":
-                append(data[(_DATA_NAMES[s.metric],) + key], (s.t, s.value))
+                self.extend("data", (_DATA_NAMES[run.metric], host, run.metric, labels), points)
             else:
-                append(errors[key], (s.t, s.value))
+                self.extend("errors", (host, run.metric, labels), points)
+
+    def pairs_added(self, name: str, key: tuple, points: Points, first: int) -> None:
+        if name == "data":
+            sums = self._sums[key[:2]]
+            for t1 in _add_rates(self._cells, key, points, first):
+                sums.pop(t1, None)
+        elif name == "errors" and (rises := _rises_in(points, first - 1, len(points))):
+            self._rises[key] = self._rises.get(key, 0) + rises
+
+    def pairs_dropped(self, name: str, key: tuple, points: Points, count: int) -> None:
+        if name == "data":
+            cells, sums = self._cells[key[:2]], self._sums[key[:2]]
+            for t1 in [t for t, _ in points[1 : count + 1]]:
+                cell = cells.get(t1)
+                if cell is not None and cell.pop(key, None) is not None:
+                    sums.pop(t1, None)
+                    if not cell:
+                        del cells[t1]
+        elif name == "errors" and key in self._rises:
+            left = self._rises[key] - _rises_in(points, 0, min(count + 1, len(points)))
+            if left:
+                self._rises[key] = left
+            else:
+                del self._rises[key]
+
+    def host_rates(self) -> dict[str, dict[float, tuple[float, float]]]:
+        """host -> scrape time t1 -> (bytes/s summed over ports and directions, seconds since the previous
+        scrape). A node scraped by both collectors counts its ports once, from node-exporter."""
+        data = self.groups["data"]
+        cells, sums = self._cells, self._sums
+        if not self.in_time_order:  # the kept pairs may be wrong: make them again from the points, sorted
+            self._cells.clear()
+            self._sums.clear()
+            cells, sums = defaultdict(dict), defaultdict(dict)
+            for key, points in data.items():
+                points.sort()
+                _add_rates(cells, key, points, 1)
+        exported = {host for fam, host, *_ in data if fam == "node_exporter"}
+        rates = {}
+        for (fam, host), by_t in cells.items():
+            if by_t and (fam == "node_exporter" or host not in exported):
+                summed = sums[(fam, host)]
+                if len(summed) != len(by_t):
+                    summed.update((t1, _cell_rate(by_t[t1])) for t1 in by_t.keys() - summed.keys())
+                rates[host] = dict(summed)
+        return rates
+
+    def rising(self) -> list[tuple]:
+        """The error series that rise somewhere in the window (every one, to be looked at, when the series
+        are out of time order)."""
+        errors = self.groups["errors"]
+        if self.in_time_order:
+            return [key for key in errors if key in self._rises]
+        self._rises.clear()
+        return list(errors)
+
+
+def _add_rates(cells: Cells, key: tuple, points: Points, first: int) -> list[float]:
+    """The rates of the data series ``key``'s pairs from ``(points[first - 1], points[first])`` on, into
+    ``cells``: a counter that went down (reset, wrap) gives none. Returns the scrape times given a rate."""
+    by_t, added = cells[key[:2]], []
+    for (t0, v0), (t1, v1) in zip(points[first - 1 :], points[first:]):
+        if t1 > t0 and v1 >= v0:
+            by_t.setdefault(t1, {})[key] = ((v1 - v0) / (t1 - t0), t1 - t0)
+            added.append(t1)
+    return added
+
+
+def _cell_rate(cell: dict[tuple, tuple[float, float]]) -> tuple[float, float]:
+    """A node's rate at one scrape, summed over its series (in any order: ``fsum`` rounds once), and the
+    longest of their intervals."""
+    return math.fsum(r for r, _ in cell.values()), max(dt for _, dt in cell.values())
+
+
+def _rises_in(points: Points, lo: int, hi: int) -> int:
+    """How many pairs of consecutive points in ``points[lo:hi]`` rise."""
+    if hi - lo == 2:  # one pair: what a live scan adds to most series
+        return int(points[lo + 1][1] > points[lo][1])
+    return sum(1 for (_, v0), (_, v1) in zip(points[lo:hi], points[lo + 1 : hi]) if v1 > v0)
 
 
 def _kind_of(metric: str) -> str | None:
@@ -195,41 +282,26 @@ def _kind_of(metric: str) -> str | None:
     return "lustre" if metric in LUSTRE_METRICS else None
 
 
-def _host_rates(data: Series) -> dict[str, dict[float, tuple[float, float]]]:
-    """host -> scrape time t1 -> (bytes/s summed over ports and directions, seconds since previous scrape)."""
-    families = defaultdict(set)
-    for fam, host, *_ in data:
-        families[host].add(fam)
-    out: dict[str, dict[float, list[float]]] = defaultdict(lambda: defaultdict(lambda: [0.0, 0.0]))
-    for (fam, host, *_), points in data.items():
-        if "node_exporter" in families[host] and fam != "node_exporter":
-            continue  # both collectors on one node: count the port once
-        points.sort()
-        for (t0, v0), (t1, v1) in zip(points, points[1:]):
-            if t1 > t0 and v1 >= v0:
-                cell = out[host][t1]
-                cell[0] += (v1 - v0) / (t1 - t0)
-                cell[1] = t1 - t0
-    return {h: {t: (r, dt) for t, (r, dt) in by_t.items()} for h, by_t in out.items()}
-
-
 # -- rules ---------------------------------------------------------------------------------------------
+#
+# Each rule looks, node by node, only at the intervals whose rate could fire it (above the idle limit, or above
+# the least a job's excess counts), and asks which jobs held the node then of the node's jobs all at once.
 
 
-def _no_job(rates: dict, index: JobIndex, config: RdmaConfig) -> list[Finding]:
+def _no_job(rates: _Timelines, index: JobIndex, config: RdmaConfig) -> list[Finding]:
     findings = []
-    for host, by_t in sorted(rates.items()):
+    for host in sorted(rates.hosts):
         if config.is_storage(host):
             continue
-        hot = [
-            (t, r, dt)
-            for t, (r, dt) in sorted(by_t.items())
-            if r > config.idle_max_bytes_per_s
-            and not index.on(host, t, grace_s=config.job_grace_s)
-            and not index.on(host, t - dt, grace_s=config.job_grace_s)
-        ]
-        if hot:
-            peak = max(r for _, r, _ in hot)
+        ends, dts, values = rates.arrays(host)
+        hot = np.flatnonzero(values > config.idle_max_bytes_per_s)
+        if hot.size:  # idle at both ends of the interval
+            held = index.holding(host)
+            idle = ~held.covering(ends[hot], grace_s=config.job_grace_s).any(axis=0)
+            idle &= ~held.covering(ends[hot] - dts[hot], grace_s=config.job_grace_s).any(axis=0)
+            hot = hot[idle]
+        if hot.size:
+            peak = float(values[hot].max())
             findings.append(
                 Finding(
                     vector="rdma_blind_spot",
@@ -239,39 +311,55 @@ def _no_job(rates: dict, index: JobIndex, config: RdmaConfig) -> list[Finding]:
                     evidence={
                         "host": host,
                         "peak_bytes_per_s": peak,
-                        "bytes": sum(r * dt for _, r, dt in hot),
-                        "first_t": hot[0][0],
-                        "last_t": hot[-1][0],
-                        "intervals": len(hot),
+                        "bytes": sum((values[hot] * dts[hot]).tolist()),
+                        "first_t": float(ends[hot[0]]),
+                        "last_t": float(ends[hot[-1]]),
+                        "intervals": int(hot.size),
                         "idle_max_bytes_per_s": config.idle_max_bytes_per_s,
                     },
-                    t=hot[0][0],
+                    t=float(ends[hot[0]]),
                     rule="rdma.traffic_no_job",
                 )
             )
     return findings
 
 
-def _disproportion(rates: dict, index: JobIndex, config: RdmaConfig) -> list[Finding]:
+def _busy_cells(rates: _Timelines, index: JobIndex, config: RdmaConfig):
+    """Per node (not storage) with an interval whose rate may count in a job (``min_job_bytes_per_s``): the
+    node, those intervals' ends and rates, its jobs and which held it at each of those ends (jobs x ends)."""
+    for host in sorted(rates.hosts):
+        if config.is_storage(host):
+            continue
+        ends, _, values = rates.arrays(host)
+        busy = values > config.min_job_bytes_per_s
+        if busy.any():
+            held = index.holding(host)
+            yield host, ends[busy], values[busy], held.jobs, held.covering(ends[busy])
+
+
+def _disproportion(rates: _Timelines, index: JobIndex, config: RdmaConfig) -> list[Finding]:
     hits: dict[tuple[str, str], list[tuple[float, float, float]]] = defaultdict(list)
     # id of a job -> the job, and its nodes' (host, t, rate) to compare with its other nodes
     to_compare: dict[int, tuple[Job, list[tuple[str, float, float]]]] = {}
-    for host, by_t in rates.items():
-        if config.is_storage(host):
-            continue
-        for t, (rate, _) in by_t.items():
-            for job in index.on(host, t):
-                expected = config.expected_bytes_per_s.get(job.id)
-                if expected is None:
-                    to_compare.setdefault(id(job), (job, []))[1].append((host, t, rate))
-                elif _beyond(rate, expected, config):
-                    hits[(host, job.id)].append((t, rate, expected))
-    timelines = _Timelines(rates)
+    for host, ends, values, jobs, on in _busy_cells(rates, index, config):
+        for job, held in zip(jobs, on):
+            if not held.any():
+                continue
+            mine = zip(ends[held].tolist(), values[held].tolist())
+            expected = config.expected_bytes_per_s.get(job.id)
+            if expected is not None:
+                hits[(host, job.id)] += [(t, rate, expected) for t, rate in mine if _beyond(rate, expected, config)]
+            elif len(set(job.nodes)) > 1:  # a single-node job has no peer to compare with
+                to_compare.setdefault(id(job), (job, []))[1].extend((host, t, rate) for t, rate in mine)
     for job, cells in to_compare.values():
-        for (host, t, rate), reference in zip(cells, _peer_medians(job, cells, timelines).tolist()):
+        for (host, t, rate), reference in zip(cells, _peer_medians(job, cells, rates).tolist()):
             if not math.isnan(reference) and _beyond(rate, reference, config):
                 hits[(host, job.id)].append((t, rate, reference))
-    return [_disproportion_finding(host, job_id, sorted(rows), config) for (host, job_id), rows in sorted(hits.items())]
+    return [
+        _disproportion_finding(host, job_id, sorted(rows), config)
+        for (host, job_id), rows in sorted(hits.items())
+        if rows
+    ]
 
 
 def _beyond(rate: float, reference: float, config: RdmaConfig) -> bool:
@@ -304,7 +392,7 @@ def _disproportion_finding(
 
 
 class _Timelines:
-    """Each host's rates as arrays in time order, made when first asked: interval ends, starts and rates."""
+    """Each host's rates as arrays in time order, made when first asked: interval ends, lengths and rates."""
 
     def __init__(self, rates: dict[str, dict[float, tuple[float, float]]]) -> None:
         self._rates = rates
@@ -313,13 +401,26 @@ class _Timelines:
     def __contains__(self, host: str) -> bool:
         return host in self._rates
 
-    def covering(self, host: str, times: np.ndarray) -> np.ndarray:
-        """The rate of ``host``'s interval (t - dt, t] that holds each of ``times``; NaN where none does."""
+    @property
+    def hosts(self) -> Iterable[str]:
+        return self._rates.keys()
+
+    def arrays(self, host: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``host``'s intervals in time order: their ends, their lengths (seconds since the previous scrape),
+        their rates."""
         if host not in self._made:
             by_t = sorted(self._rates[host].items())
-            ends = np.array([t for t, _ in by_t])
-            self._made[host] = (ends, ends - np.array([dt for _, (_, dt) in by_t]), np.array([r for _, (r, _) in by_t]))
-        ends, starts, values = self._made[host]
+            self._made[host] = (
+                np.array([t for t, _ in by_t], dtype=np.float64),
+                np.array([dt for _, (_, dt) in by_t], dtype=np.float64),
+                np.array([r for _, (r, _) in by_t], dtype=np.float64),
+            )
+        return self._made[host]
+
+    def covering(self, host: str, times: np.ndarray) -> np.ndarray:
+        """The rate of ``host``'s interval (t - dt, t] that holds each of ``times``; NaN where none does."""
+        ends, dts, values = self.arrays(host)
+        starts = ends - dts
         at = np.minimum(np.searchsorted(ends, times, side="left"), len(ends) - 1)  # the first end at or after
         return np.where((ends[at] >= times) & (starts[at] < times), values[at], np.nan)
 
@@ -376,19 +477,17 @@ def _lustre_rates(series: Series) -> dict[str, float]:
     return out
 
 
-def _unexplained(rates: dict, index: JobIndex, lustre: dict[str, float], config: RdmaConfig) -> list[Finding]:
+def _unexplained(rates: _Timelines, index: JobIndex, lustre: dict[str, float], config: RdmaConfig) -> list[Finding]:
     findings = []
-    for host, by_t in sorted(rates.items()):
-        if config.is_storage(host):
-            continue
+    for host, ends, values, jobs, on in _busy_cells(rates, index, config):
+        several = np.array([len(j.nodes) > 1 for j in jobs], dtype=bool)
+        alone = on.any(axis=0) & ~on[several].any(axis=0)  # no job: another rule; inter-node collectives expected
         hot = []
-        for t, (rate, _) in sorted(by_t.items()):
-            jobs = index.on(host, t)
-            if not jobs or any(len(j.nodes) > 1 for j in jobs):
-                continue  # no job (another rule), or inter-node collectives expected
-            storage = sum(lustre.get(j.id, 0.0) for j in jobs)
-            if rate > config.min_job_bytes_per_s and rate > config.ratio * storage:
-                hot.append((t, rate, storage, [j.id for j in jobs]))
+        for i in np.flatnonzero(alone).tolist():
+            held = [j for j, holds in zip(jobs, on[:, i].tolist()) if holds]
+            storage = sum(lustre.get(j.id, 0.0) for j in held)
+            if values[i] > config.ratio * storage:
+                hot.append((float(ends[i]), float(values[i]), storage, [j.id for j in held]))
         if hot:
             peak = max(hot, key=lambda h: h[1])
             findings.append(
@@ -414,9 +513,11 @@ def _unexplained(rates: dict, index: JobIndex, lustre: dict[str, float], config:
     return findings
 
 
-def _counter_rises(errors: Series) -> list[Finding]:
+def _counter_rises(series: RdmaSeries) -> list[Finding]:
     findings = []
-    for (host, metric, labels), points in sorted(errors.items()):
+    errors = series.groups["errors"]
+    for host, metric, labels in sorted(series.rising()):
+        points = errors[(host, metric, labels)]
         points.sort()
         rises = [(t1, v1 - v0) for (_, v0), (t1, v1) in zip(points, points[1:]) if v1 > v0]
         if not rises:

@@ -25,13 +25,14 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass
+from itertools import repeat
 
 import numpy as np
 
 from hpcwatch import vocab
 from hpcwatch.records import Event, Finding, Job, Sample
 from hpcwatch.security.context import JobIndex, host_of, once_per_labels
-from hpcwatch.security.series import SeriesGroups
+from hpcwatch.security.series import Run, SeriesGroups
 from hpcwatch.vocab import EventKind
 
 __all__ = [
@@ -111,16 +112,15 @@ class GpuSeries(SeriesGroups):
     def __init__(self) -> None:
         super().__init__("fb", "util")
 
-    def add(self, samples: Iterable[Sample]) -> None:
-        fb, util, append = self.groups["fb"], self.groups["util"], self.append
+    def add_runs(self, runs: Iterable[Run]) -> None:
         keys = once_per_labels(lambda labels: (host_of(labels), labels.get("gpu"), labels.get("hpc_job") or ""))
-        for s in samples:
-            if s.metric != FB_USED and s.metric != GPU_UTIL:
+        for run in runs:
+            if run.metric != FB_USED and run.metric != GPU_UTIL:
                 continue
-            host, gpu, job = keys(s.labels)
+            host, gpu, job = keys(run.labels)
             if host is None or gpu is None:
                 continue
-            append((fb if s.metric == FB_USED else util)[(host, gpu)], (s.t, s.value, job))
+            self.extend("fb" if run.metric == FB_USED else "util", (host, gpu), zip(run.t, run.values, repeat(job)))
 
 
 def _baselines(fb: dict, index: JobIndex) -> dict[str, float]:

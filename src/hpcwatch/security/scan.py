@@ -16,6 +16,10 @@ from __future__ import annotations
 import importlib
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
+from typing import cast
+
+import pyarrow as pa
+import pyarrow.compute as pc
 
 from hpcwatch import vocab
 from hpcwatch.model import Cluster
@@ -27,7 +31,7 @@ from hpcwatch.security.data_poisoning import DataPoisoningConfig, detect_data_po
 from hpcwatch.security.gradients import GradientConfig, detect_gradient_anomalies
 from hpcwatch.security.rdma import CONSTRAINT_METRICS, DATA_METRICS, LUSTRE_METRICS, RdmaConfig
 from hpcwatch.security.remanence import FB_USED, GPU_UTIL, RemanenceConfig
-from hpcwatch.security.series import SeriesGroups
+from hpcwatch.security.series import SeriesGroups, runs_of_table
 from hpcwatch.security.supply_chain import SupplyChainConfig, detect_supply_chain
 from hpcwatch.security.weights_access import WeightsAccess, WeightsConfig, detect_weights_access, weights_report
 from hpcwatch.sources.manifest import ShardManifest
@@ -123,7 +127,9 @@ DETECTORS: tuple[Detector, ...] = (
     Detector(
         "rdma_blind_spot",
         "rdma",
-        lambda i, c: rdma.detect_rdma_series(i.series["rdma_blind_spot"], i.jobs, i.events, c.rdma),
+        lambda i, c: rdma.detect_rdma_series(
+            cast(rdma.RdmaSeries, i.series["rdma_blind_spot"]), i.jobs, i.events, c.rdma
+        ),
         rdma.reads_metric,
         rdma.RdmaSeries,
     ),
@@ -260,7 +266,14 @@ SAMPLE_PREFIXES, SAMPLE_SUBSTRINGS = ("train_grad_",), ("remote_access_errors",)
 
 
 def _read_samples(store, since_version: int = 0) -> tuple[int, list[Sample]]:
-    return queries.samples_matching(
+    version, rows = _read_rows(store, since_version)
+    return version, queries.samples_of_table(rows)
+
+
+def _read_rows(store, since_version: int = 0) -> tuple[int, pa.Table]:
+    """(store version read at, the rows of the metrics the detectors read committed since ``since_version``):
+    ``queries.sample_rows_matching``'s columns."""
+    return queries.sample_rows_matching(
         store, sample_metrics(), prefixes=SAMPLE_PREFIXES, substrings=SAMPLE_SUBSTRINGS, since_version=since_version
     )
 
@@ -344,12 +357,15 @@ class LiveScan:
     def _read_new(self, store) -> None:
         """What was committed since the last call; the version read at is the next mark, so a row the twin
         commits meanwhile is read next time rather than skipped."""
-        self._marks["samples"], rows = _read_samples(store, self._marks["samples"])
-        if rows:
+        self._marks["samples"], rows = _read_rows(store, self._marks["samples"])
+        if rows.num_rows:
+            runs = runs_of_table(rows)  # a series' key is worked out once a read, not once a sample
             for series in self._series.values():
-                series.add(rows)
-            self._samples += [s for s in rows if self._reads_flat(s.metric)]
-            self._newest = max(self._newest, max(s.t for s in rows))
+                series.add_runs(runs)
+            flat = [m for m in pc.unique(rows["metric"]).to_pylist() if self._reads_flat(m)]
+            if flat:
+                self._samples += queries.samples_of_table(rows.filter(pc.is_in(rows["metric"], pa.array(flat))))
+            self._newest = max(self._newest, pc.max(rows["t"]).as_py())
             oldest = self._newest - self.window_s
             self._samples = [s for s in self._samples if s.t >= oldest]
             for series in self._series.values():

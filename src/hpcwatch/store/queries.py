@@ -66,6 +66,7 @@ __all__ = [
     "job_spans_written",
     "newest_span_start",
     "samples_matching",
+    "sample_rows_matching",
     "samples_of_table",
     "events_of_kinds",
     "newest_job_events",
@@ -816,16 +817,40 @@ def samples_matching(
 ) -> tuple[int, list[Sample]]:
     """(store version read at, samples) of the named metrics, or whose name starts with one of ``prefixes``
     or holds one of ``substrings``, committed after ``since_version`` (0: all), in time order."""
+    version, table = sample_rows_matching(
+        store, metrics, prefixes=prefixes, substrings=substrings, since_version=since_version
+    )
+    return version, samples_of_table(table)
+
+
+def sample_rows_matching(
+    store: Store,
+    metrics: Sequence[str],
+    *,
+    prefixes: Sequence[str] = (),
+    substrings: Sequence[str] = (),
+    since_version: int = 0,
+) -> tuple[int, pa.Table]:
+    """``samples_matching``'s rows as columns: metric, labels (JSON text), t, value, in time order."""
     where = [f"metric IN ({_marks(metrics)})"] if metrics else []
     where += ["starts_with(metric, ?)"] * len(prefixes) + ["contains(metric, ?)"] * len(substrings)
     if not where:
-        return store.version, []
-    version, table = store.query_arrow_since(
+        return store.version, _NO_SAMPLE_ROWS
+    return store.query_arrow_since(
         since_version,
         f"SELECT metric, labels, t, value FROM samples WHERE {' OR '.join(where)} ORDER BY t",
         [*metrics, *prefixes, *substrings],
     )
-    return version, samples_of_table(table)
+
+
+_NO_SAMPLE_ROWS = pa.table(
+    {
+        "metric": pa.array([], pa.string()),
+        "labels": pa.array([], pa.string()),
+        "t": pa.array([], pa.float64()),
+        "value": pa.array([], pa.float64()),
+    }
+)
 
 
 def samples_of_table(table: pa.Table) -> list[Sample]:
