@@ -21,7 +21,7 @@ from __future__ import annotations
 import math
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -82,6 +82,10 @@ class StoreSamples:
 
     def latest_gpu_values(self, metrics: Sequence[str], *, since: float) -> list[GpuValueRow]:
         return queries.latest_gpu_values(self.store, metrics, since=since)
+
+    def gpus_changed(self, mark: object, *, metrics: Sequence[str], since: float) -> tuple[object, None]:
+        """Nothing kept between questions: every GPU is to be read (see ``FollowedStoreSamples``)."""
+        return None, None
 
     def counter_rates(self, metrics: Sequence[str], *, since: float, group: str) -> list[tuple[str, str, float]]:
         return queries.counter_rates(self.store, metrics, since=since, group=group)
@@ -204,6 +208,10 @@ class FollowedStoreSamples:
         self._newest_t: float | None = None
         self._latest: dict[tuple[str, str, str], tuple[float, str | None, float]] = {}
         """(metric, host, gpu) -> (value, job, t) of its newest sample."""
+        self._reads = 0
+        """The reads taken in so far (``_take``): the marks of ``gpus_changed``."""
+        self._gpu_changed: dict[tuple[str, str], int] = {}
+        """(host, gpu) -> the read that last changed one of its newest samples."""
         self._counters: dict[str, _Counter] = {}
 
     def describe(self) -> dict[str, Any]:
@@ -224,6 +232,36 @@ class FollowedStoreSamples:
                 (metric, host, gpu, value, job, t)
                 for (metric, host, gpu), (value, job, t) in self._latest.items()
                 if t >= since and metric in wanted
+            ]
+
+    def gpus_changed(
+        self, mark: object, *, metrics: Sequence[str], since: float
+    ) -> tuple[object, set[tuple[str, str]] | None]:
+        """(the mark to give next time, the (host, gpu) whose newest sample of a ``metrics`` changed since the
+        call that returned ``mark``); None for the GPUs when they cannot be told (no mark, a question the kept
+        rows do not answer): then every GPU is to be read. What a caller that keeps the GPUs between snapshots
+        asks (``reports.live.GpuTable``)."""
+        with self._lock:
+            self._follow()
+            reads = self._reads
+            if not isinstance(mark, int) or since < self._floor or not self._latest_metrics.issuperset(metrics):
+                return reads, None
+            return reads, {gpu for gpu, read in self._gpu_changed.items() if read > mark}
+
+    def latest_gpu_values_of(
+        self, gpus: Iterable[tuple[str, str]], metrics: Sequence[str], *, since: float
+    ) -> list[GpuValueRow]:
+        """``latest_gpu_values`` of the GPUs ``gpus`` only, from the kept rows (after ``gpus_changed`` said it
+        can answer)."""
+        with self._lock:
+            latest = self._latest
+            return [
+                (metric, host, gpu, value, job, t)
+                for host, gpu in gpus
+                for metric in metrics
+                if (kept := latest.get((metric, host, gpu))) is not None
+                for value, job, t in (kept,)
+                if t >= since
             ]
 
     def counter_rates(self, metrics: Sequence[str], *, since: float, group: str) -> list[tuple[str, str, float]]:
@@ -267,6 +305,8 @@ class FollowedStoreSamples:
     def _take(self, table: pa.Table) -> None:
         latest, counters = self._latest, self._counters
         latest_metrics, counter_metrics = self._latest_metrics, self._counter_metrics
+        self._reads += 1
+        changed, read = self._gpu_changed, self._reads
         columns = (table[c].to_pylist() for c in ("metric", "host", "gpu", "job", "labels", "value", "t"))
         for metric, host, gpu, job, labels, value, t in zip(*columns):
             if metric in latest_metrics and host is not None and gpu is not None:
@@ -274,6 +314,7 @@ class FollowedStoreSamples:
                 kept = latest.get(key)
                 if kept is None or t >= kept[2]:
                     latest[key] = (value, job, t)
+                    changed[(host, gpu)] = read
             if metric in counter_metrics:
                 counter = counters.get(metric)
                 if counter is None:
@@ -289,6 +330,8 @@ class FollowedStoreSamples:
         if horizon - self._floor < self._keep_s / 4:  # not every second: each pass walks every key
             return
         self._latest = {k: v for k, v in self._latest.items() if v[2] >= horizon}
+        gpus = {(host, gpu) for _, host, gpu in self._latest}
+        self._gpu_changed = {gpu: read for gpu, read in self._gpu_changed.items() if gpu in gpus}
         for counter in self._counters.values():
             counter.forget_before(horizon)
         self._floor = horizon
@@ -318,6 +361,10 @@ class PromSamples:
             if host is not None and gpu is not None:
                 newest[(metric, host, gpu)] = (metric, host, gpu, value, job, t)
         return list(newest.values())
+
+    def gpus_changed(self, mark: object, *, metrics: Sequence[str], since: float) -> tuple[object, None]:
+        """Nothing kept between questions: every GPU is to be read (see ``FollowedStoreSamples``)."""
+        return None, None
 
     def counter_rates(self, metrics: Sequence[str], *, since: float, group: str) -> list[tuple[str, str, float]]:
         # Prometheus' rate() over its own window (``since`` is the store's rule of two newest samples).

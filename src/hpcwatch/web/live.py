@@ -31,6 +31,7 @@ from hpcwatch.reports.live import (
     RECENT_S,
     Collector,
     DataSeen,
+    GpuTable,
     SeenSoFar,
     apply_states,
     collector_activity,
@@ -233,6 +234,7 @@ class LiveView:
         self._latest_t: float | None = None
         self._judge = ProblemJudge(store)
         self._training = FollowedTraining(store, exclude_jobs=self.exclude_jobs)
+        self._gpu_table = GpuTable()
         self._seen: DataSeen | None = None
         self._seen_at: float | None = None
         self._nccl: tuple[Any, Any, float, list[dict[str, Any]]] | None = None
@@ -412,6 +414,7 @@ class LiveView:
             nccl=self._current_nccl(),
             collectors=self._current_collectors(now, seen),
             followed_training=self._training,
+            gpu_table=self._gpu_table,
         )
         judged = self._current_problems(now, doc["training"])
         doc["problems"], doc["alerts"] = judged.problems, judged.alerts

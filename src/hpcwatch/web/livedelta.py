@@ -45,15 +45,16 @@ def stream_doc(doc: dict[str, Any], before: tuple[dict[str, Any], dict[str, Any]
     """The snapshot as the stream carries it: GPUs at the page's precision (the rest as the report returned).
 
     ``before``: the snapshot of the tick before and its stream document. A GPU whose snapshot entry is equal to
-    the one before keeps its stream entry, the very object, which ``delta`` then passes over without comparing:
+    the one before (the same object, when ``reports.live.GpuTable`` kept it) keeps its stream entry, the very
+    object, which ``delta`` then passes over without comparing:
     at 1,024 nodes a tick scrapes an eighth of the 8,192 GPUs, and rounding them all again was a tenth of a
     snapshot (cProfile)."""
     gpus = doc.get("gpus") or {}
     old, shown_old = ({}, {}) if before is None else (before[0].get("gpus") or {}, before[1].get("gpus") or {})
     shown = {}
     for gid, g in gpus.items():
-        kept = shown_old.get(gid)
-        shown[gid] = kept if kept is not None and old.get(gid) == g else _shown_gpu(g)
+        kept, before_g = shown_old.get(gid), old.get(gid)
+        shown[gid] = kept if kept is not None and (before_g is g or before_g == g) else _shown_gpu(g)
     return doc | {"gpus": shown}
 
 
