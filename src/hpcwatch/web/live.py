@@ -224,7 +224,8 @@ class LiveView:
         self._lock = threading.Lock()
         self._ready = threading.Condition(self._lock)
         self._computing = False
-        self._frame: bytes | None = None
+        self._frame: tuple[dict[str, Any], bytes] | None = None
+        """The snapshot it was encoded from, and its ``event: live`` frame."""
         self._stream: StreamFrames | None = None
         self._requested = False
         """A stream caller was told to compute the next frames (``fresh_stream_frames``) and has not yet."""
@@ -248,7 +249,7 @@ class LiveView:
         holds a version number that means nothing here."""
 
     def snapshot(self) -> dict[str, Any]:
-        return self._current()[0]
+        return self._current()
 
     def stream_boot(self) -> dict[str, Any]:
         """The newest stream document (``v`` in it): a page that holds it passes ``EPOCH.V`` back as
@@ -271,15 +272,24 @@ class LiveView:
         return int(version)
 
     def frame(self) -> bytes:
-        """The snapshot as one Server-Sent Event (``event: live``), encoded once for every viewer."""
-        return self._current()[1]
+        """The snapshot as one Server-Sent Event (``event: live``), encoded once for every viewer, when first
+        asked (the stream sends ``stream_frames``: a snapshot no one asks this of is not encoded twice)."""
+        doc = self._current()
+        with self._lock:
+            return self._frame_of(doc)
 
     def fresh_frame(self) -> bytes | None:
         """The cached frame if it is still fresh (no store access: safe on the event loop), else None."""
         with self._lock:
-            if self._frame is not None and time.monotonic() - self._cached_at < self.min_interval_s:
-                return self._frame
+            if self._cached is not None and time.monotonic() - self._cached_at < self.min_interval_s:
+                return self._frame_of(self._cached)
         return None
+
+    def _frame_of(self, doc: dict[str, Any]) -> bytes:
+        """``doc``'s frame, encoded once (the caller holds ``_lock``)."""
+        if self._frame is None or self._frame[0] is not doc:
+            self._frame = (doc, b"event: live\ndata: " + orjson.dumps(doc, default=str) + b"\n\n")
+        return self._frame[1]
 
     def stream_frames(self, max_age_s: float | None = None) -> StreamFrames:
         """The newest snapshot as the stream sends it, recomputed when older than ``max_age_s`` (default
@@ -312,13 +322,13 @@ class LiveView:
         with self._lock:
             self._requested = False
 
-    def _current(self, max_age_s: float | None = None) -> tuple[dict[str, Any], bytes]:
+    def _current(self, max_age_s: float | None = None) -> dict[str, Any]:
         max_age_s = self.min_interval_s if max_age_s is None else max_age_s
         with self._ready:
             while True:
-                fresh = self._cached is not None and time.monotonic() - self._cached_at < max_age_s
-                if fresh or (self._computing and self._cached is not None):
-                    return self._cached, self._frame  # type: ignore[return-value]
+                cached = self._cached
+                if cached is not None and (self._computing or time.monotonic() - self._cached_at < max_age_s):
+                    return cached
                 if not self._computing:
                     break
                 self._ready.wait()  # the very first snapshot: wait for it
@@ -329,7 +339,6 @@ class LiveView:
         started = time.monotonic()
         try:
             doc = self._compute()
-            frame = b"event: live\ndata: " + orjson.dumps(doc, default=str) + b"\n\n"
             streamed, frames = self._next_stream(doc)
         except BaseException:
             with self._ready:
@@ -337,11 +346,11 @@ class LiveView:
                 self._ready.notify_all()
             raise
         with self._ready:
-            self._cached, self._frame, self._cached_at = doc, frame, started
+            self._cached, self._cached_at = doc, started
             self._stream_doc, self._stream = streamed, frames
             self._computing = False
             self._ready.notify_all()
-            return doc, frame
+            return doc
 
     def _next_stream(self, doc: dict[str, Any]) -> tuple[dict[str, Any], StreamFrames]:
         """The next version's stream document and its frames (called by the one computing thread)."""
