@@ -22,9 +22,11 @@ import math
 import threading
 import time
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from itertools import chain
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
 import orjson
 import pyarrow as pa
 
@@ -102,83 +104,75 @@ _TopTwo = list[float]
 
 
 class _Counter:
-    """One counter metric's series (their two newest samples each) and their rates summed per host and per
-    job, kept between questions: a group's sum is made again only when one of its series got a sample, or when
-    its oldest counted sample left the window. At 1,024 nodes a metric has ~8,000 IB port series and a tick
-    brings an eighth of them; summing them all twice a snapshot was the snapshot's largest part (cProfile)."""
+    """One counter metric's series (their two newest samples each), kept between questions, and their rates
+    summed per host or per job, all series at once (numpy): at 1,024 nodes a Lustre metric has ~13,000 series
+    (3,000 jobs on 4 OSTs), every one of them with a new sample each tick, and summing them group by group was
+    the snapshot's largest part (cProfile)."""
 
     def __init__(self) -> None:
         self.series: dict[tuple[str | None, str | None, str], _TopTwo] = {}
         """(host, job, labels) -> the two newest samples."""
-        self._members: dict[str, dict[str, list[tuple[str | None, str | None, str]]]] = {"host": {}, "job": {}}
-        self._sums: dict[str, _Sums | None] = {"host": None, "job": None}
+        self._groups = {"host": _Groups(), "job": _Groups()}
 
     def add(self, host: str | None, job: str | None, labels: str, t: float, value: float) -> None:
         key = (host, job, labels)
         two = self.series.get(key)
         if two is None:
             self.series[key] = [t, value, -math.inf, 0.0]
-            self._join(key)
+            self._groups["host"].join(host)
+            self._groups["job"].join(job)
         elif t >= two[0]:
             two[2:] = two[:2]
             two[:2] = [t, value]
         elif t > two[2]:
             two[2:] = [t, value]
-        else:
-            return  # older than both kept samples: changes nothing
-        for group, member_of in (("host", host), ("job", job)):
-            sums = self._sums[group]
-            if sums is not None and member_of is not None:
-                sums.dirty.add(member_of)
 
     def rates(self, group: str, since: float) -> dict[str, float]:
         """Per host (``group`` "host") or job: the sum of its series' rates between their two newest samples,
-        both at or after ``since`` (a counter that went down was reset: 0). Groups with no such series are left out."""
-        sums = self._sums[group]
-        if sums is None or since < sums.since:  # never asked, or further back: every group anew
-            sums = self._sums[group] = _Sums(since=since, dirty=set(self._members[group]))
-        stale = sums.dirty | {value for value, (_, oldest) in sums.by_value.items() if oldest < since}
-        for value in stale:
-            sums.by_value[value] = self._sum(self._members[group].get(value, ()), since)
-        sums.dirty.clear()
-        sums.since = since
-        return {value: rate for value, (rate, oldest) in sums.by_value.items() if oldest != math.inf}
+        both at or after ``since`` (a counter that went down was reset: 0), in the order the series came (the
+        sum a loop over them makes). Groups with no such series are left out."""
+        n = len(self.series)
+        if not n:
+            return {}
+        t1, v1, t2, v2 = np.fromiter(chain.from_iterable(self.series.values()), np.float64, 4 * n).reshape(n, 4).T
+        groups = self._groups[group]
+        codes = groups.codes()
+        counted = (t2 >= since) & (t1 > t2) & (codes >= 0)
+        rate = np.maximum(v1 - v2, 0.0)[counted] / (t1 - t2)[counted]
+        sums = np.bincount(codes[counted], weights=rate, minlength=len(groups.names))
+        present = np.bincount(codes[counted], minlength=len(groups.names)) > 0
+        return {groups.names[i]: float(sums[i]) for i in np.flatnonzero(present).tolist()}
 
     def forget_before(self, horizon: float) -> None:
-        """Drop the series whose newest sample is older than ``horizon``; the sums are made anew."""
+        """Drop the series whose newest sample is older than ``horizon``."""
         self.series = {k: v for k, v in self.series.items() if v[0] >= horizon}
-        self._members = {"host": {}, "job": {}}
-        for key in self.series:
-            self._join(key)
-        self._sums = {"host": None, "job": None}
-
-    def _join(self, key: tuple[str | None, str | None, str]) -> None:
-        host, job, _ = key
-        if host is not None:
-            self._members["host"].setdefault(host, []).append(key)
-        if job is not None:
-            self._members["job"].setdefault(job, []).append(key)
-
-    def _sum(self, keys: Sequence[tuple[str | None, str | None, str]], since: float) -> tuple[float, float]:
-        """(the summed rate, the oldest sample it counts: inf when it counts none)."""
-        total, oldest = 0.0, math.inf
-        for key in keys:
-            t1, v1, t2, v2 = self.series[key]
-            if t2 >= since and t1 > t2:
-                total += max(v1 - v2, 0.0) / (t1 - t2)
-                oldest = min(oldest, t2)
-        return total, oldest
+        self._groups = {"host": _Groups(), "job": _Groups()}
+        for host, job, _ in self.series:
+            self._groups["host"].join(host)
+            self._groups["job"].join(job)
 
 
-@dataclass(slots=True)
-class _Sums:
-    """A ``_Counter``'s sums for one kind of group, as made for ``since``."""
+class _Groups:
+    """The group (a host, a job) of each series of a ``_Counter``, in the series' order, as codes."""
 
-    since: float
-    dirty: set[str]
-    """Groups to sum again: a series of theirs got a sample."""
-    by_value: dict[str, tuple[float, float]] = field(default_factory=dict)
-    """Group -> (summed rate, the oldest sample counted)."""
+    def __init__(self) -> None:
+        self.names: list[str] = []
+        self._code_of: dict[str, int] = {}
+        self._codes: list[int] = []
+        self._array: np.ndarray | None = None
+
+    def join(self, name: str | None) -> None:
+        """The next series is of group ``name`` (None: of none)."""
+        code = -1 if name is None else self._code_of.setdefault(name, len(self._code_of))
+        if code == len(self.names):
+            self.names.append(name)  # type: ignore[arg-type]
+        self._codes.append(code)
+        self._array = None
+
+    def codes(self) -> np.ndarray:
+        if self._array is None:
+            self._array = np.array(self._codes, dtype=np.int64)
+        return self._array
 
 
 class FollowedStoreSamples:
