@@ -478,15 +478,22 @@ class GpuTable:
         """The entries last given (``apply_states`` may have replaced some since, and added lost GPUs)."""
         self._oldest: dict[str, float] = {}
         """The GPUs made from samples, each with its oldest value's time (in the order given)."""
+        self._owners: dict[str, tuple[str, _Owner]] = {}
+        """Each GPU's job (the first it names) and that job's owner, as its entry was made."""
 
     def __call__(self, samples: LiveSamples, now: float, jobs: dict[str, Job]) -> dict[str, dict[str, Any]]:
         since, metrics = now - LATEST_WINDOW_S, list(GPU_FIELDS)
         self._mark, changed = samples.gpus_changed(self._mark, metrics=metrics, since=since)
+        owners = {job_id: _owner(job) for job_id, job in jobs.items()}
         if changed is None or not isinstance(samples, FollowedStoreSamples):
             self._gpus, self._oldest = _gpu_entries(samples.latest_gpu_values(metrics, since=since), jobs)
+            self._owners = {gid: _owned(entry, owners) for gid, entry in self._gpus.items()}
             return self._gpus
-        redo = {gid for gid, oldest in self._oldest.items() if oldest < since or not self._kept(gid, jobs)}
-        redo |= {f"{host}/{gpu}" for host, gpu in changed}
+        redo = {f"{host}/{gpu}" for host, gpu in changed}
+        for gid, first_t in self._oldest.items():  # out of the window, lost (it shows no value), owner changed
+            job_id, owner = self._owners[gid]
+            if first_t < since or owners.get(job_id) != owner or self._gpus[gid].get("state") == "lost":
+                redo.add(gid)
         rows = samples.latest_gpu_values_of([_host_and_gpu(gid) for gid in redo], metrics, since=since)
         made, oldest = _gpu_entries(rows, jobs)
         gpus: dict[str, dict[str, Any]] = {}
@@ -497,19 +504,22 @@ class GpuTable:
                 gpus[gid] = made.pop(gid)
         gpus.update(made)  # GPUs seen for the first time
         self._oldest = {gid: oldest.get(gid, self._oldest.get(gid, since)) for gid in gpus}
+        self._owners = {gid: self._owners[gid] if gid not in redo else _owned(gpus[gid], owners) for gid in gpus}
         self._gpus = gpus
         return gpus
 
-    def _kept(self, gid: str, jobs: dict[str, Job]) -> bool:
-        """Whether the last entry of ``gid`` still holds: not lost (a lost entry has no value), its job's owner
-        as it was."""
-        entry = self._gpus.get(gid)
-        if entry is None or entry.get("state") == "lost":
-            return False
-        owner = jobs.get((entry["job"] or "").split(",")[0])
-        if owner is None:
-            return entry["user"] is None and entry["account"] is None and "job_name" not in entry
-        return (entry["user"], entry["account"], entry.get("job_name")) == (owner.user, owner.account, owner.name)
+
+_Owner = tuple[str | None, str | None, str | None] | None
+
+
+def _owner(job: Job) -> _Owner:
+    return job.user, job.account, job.name
+
+
+def _owned(entry: dict[str, Any], owners: dict[str, _Owner]) -> tuple[str, _Owner]:
+    """A GPU entry's job (the first it names) and its owner as the entry was made."""
+    job_id = (entry["job"] or "").split(",")[0]
+    return job_id, owners.get(job_id)
 
 
 def _nodes(samples: LiveSamples, now: float) -> dict[str, dict[str, float]]:
