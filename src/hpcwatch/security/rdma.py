@@ -219,7 +219,8 @@ class RdmaSeries(SeriesGroups):
 
     def host_rates(self) -> dict[str, dict[float, tuple[float, float]]]:
         """host -> scrape time t1 -> (bytes/s summed over ports and directions, seconds since the previous
-        scrape). A node scraped by both collectors counts its ports once, from node-exporter."""
+        scrape: the longest of its ports'). A node scraped by both collectors counts its ports once, from
+        node-exporter."""
         data = self.groups["data"]
         cells, sums = self._cells, self._sums
         if not self.in_time_order:  # the kept pairs may be wrong: make them again from the points, sorted

@@ -7,7 +7,7 @@ a scan's time. A ``SeriesGroups`` holds the grouping: a live scan adds only the 
 forgets the points that left the window; ``hpcwatch scan`` makes one from all its samples, once.
 
 Samples arrive as ``Run``s: consecutive points of one series (one metric, one label set). A live scan reads
-its rows as columns and cuts them into runs (``store.queries.series_runs``), so a series' key is worked out once
+its rows as columns and cuts them into runs (``runs_of_table``), so a series' key is worked out once
 a read, not once a sample; ``add`` cuts a list of ``Sample``s into runs of the samples that follow one another.
 
 Each group maps a series key to its points, tuples whose first item is the time, in the order they were
