@@ -13,7 +13,7 @@ import dataclasses
 from pathlib import Path
 
 from hpcwatch.records import Job, Sample
-from hpcwatch.reports.live import GpuTable, _gpus, apply_states, followed_samples
+from hpcwatch.reports.live import GpuTable, _gpus, _job_gpus, apply_states, followed_samples
 from hpcwatch.reports.livesamples import StoreSamples
 from hpcwatch.sources.prometheus_text import read_prometheus_text
 from hpcwatch.store import Store
@@ -53,7 +53,9 @@ class _Check:
         now = StoreSamples(self.store).latest_t()
         jobs = {j.id: j for j in self.store.jobs()}
         kept = _states(self.table(self.samples, now, jobs), **states)
-        fresh = _states(_gpus(StoreSamples(self.store), now, jobs), **states)
+        fresh_gpus = _gpus(StoreSamples(self.store), now, jobs)
+        assert self.table.job_gpus() == _job_gpus(fresh_gpus, jobs)
+        fresh = _states(fresh_gpus, **states)
         assert kept == fresh
         reused = {gid for gid, entry in kept.items() if self.last.get(gid) is entry}
         self.last = dict(kept)

@@ -236,7 +236,7 @@ def live_snapshot(
         "nccl": nccl if nccl is not None else nccl_card(store),
         "problems": found,
         "alerts": alert_groups(found),
-        "job_gpus": _job_gpus(gpus, jobs),
+        "job_gpus": gpu_table.job_gpus() if gpu_table is not None else _job_gpus(gpus, jobs),
         "age_s": max(0.0, time.time() - now) if now is not None else None,
         "stale_after_s": STALE_AFTER_S,
     }
@@ -332,9 +332,8 @@ def _job_gpus(gpus: dict[str, dict[str, Any]], jobs: dict[str, Job]) -> dict[str
     ``4101,4102`` counts for each)."""
     out: dict[str, list[str]] = {}
     for gid, entry in gpus.items():
-        for job in (entry.get("job") or "").split(","):
-            if job:
-                out.setdefault(job, []).append(gid)
+        for job in _jobs_of(entry):
+            out.setdefault(job, []).append(gid)
     return {job: sorted(ids) for job, ids in out.items()}
 
 
@@ -480,6 +479,7 @@ class GpuTable:
         """The GPUs made from samples, each with its oldest value's time (in the order given)."""
         self._owners: dict[str, tuple[str, _Owner]] = {}
         """Each GPU's job (the first it names) and that job's owner, as its entry was made."""
+        self._jobs = _JobGpus()
 
     def __call__(self, samples: LiveSamples, now: float, jobs: dict[str, Job]) -> dict[str, dict[str, Any]]:
         since, metrics = now - LATEST_WINDOW_S, list(GPU_FIELDS)
@@ -488,6 +488,8 @@ class GpuTable:
         if changed is None or not isinstance(samples, FollowedStoreSamples):
             self._gpus, self._oldest = _gpu_entries(samples.latest_gpu_values(metrics, since=since), jobs)
             self._owners = {gid: _owned(entry, owners) for gid, entry in self._gpus.items()}
+            self._jobs = _JobGpus()
+            self._jobs.update(self._gpus, self._gpus)
             return self._gpus
         redo = {f"{host}/{gpu}" for host, gpu in changed}
         for gid, first_t in self._oldest.items():  # out of the window, lost (it shows no value), owner changed
@@ -505,8 +507,53 @@ class GpuTable:
         gpus.update(made)  # GPUs seen for the first time
         self._oldest = {gid: oldest.get(gid, self._oldest.get(gid, since)) for gid in gpus}
         self._owners = {gid: self._owners[gid] if gid not in redo else _owned(gpus[gid], owners) for gid in gpus}
+        self._jobs.update(gpus, redo | made.keys())
         self._gpus = gpus
         return gpus
+
+    def job_gpus(self) -> dict[str, list[str]]:
+        """Each job's GPUs in the entries last given (``_job_gpus``'s answer): a job's list is made again only
+        when one of its GPUs came or went, and is otherwise the very list of the last snapshot."""
+        return self._jobs.lists()
+
+
+class _JobGpus:
+    """Each job's GPUs, kept as GPU entries are made again (``GpuTable``)."""
+
+    def __init__(self) -> None:
+        self._jobs_of: dict[str, tuple[str, ...]] = {}
+        self._members: dict[str, set[str]] = {}
+        self._lists: dict[str, list[str]] = {}
+
+    def update(self, gpus: dict[str, dict[str, Any]], gids: Iterable[str]) -> None:
+        """``gids`` were made again, came or went (absent from ``gpus``): their jobs' lists follow."""
+        touched: set[str] = set()
+        for gid in gids:
+            entry = gpus.get(gid)
+            now = _jobs_of(entry) if entry is not None else ()
+            before = self._jobs_of.get(gid, ())
+            if now == before:
+                continue
+            for job in before:
+                self._members[job].discard(gid)
+            for job in now:
+                self._members.setdefault(job, set()).add(gid)
+            touched.update(before, now)
+            self._jobs_of[gid] = now
+        for job in touched:
+            if self._members.get(job):
+                self._lists[job] = sorted(self._members[job])  # a new list: the last snapshot keeps its own
+            else:
+                self._members.pop(job, None)
+                self._lists.pop(job, None)
+
+    def lists(self) -> dict[str, list[str]]:
+        return dict(self._lists)
+
+
+def _jobs_of(entry: dict[str, Any]) -> tuple[str, ...]:
+    """The jobs a GPU entry names (a GPU shared by jobs ``4101,4102`` is each one's), each once."""
+    return tuple(dict.fromkeys(job for job in (entry.get("job") or "").split(",") if job))
 
 
 _Owner = tuple[str | None, str | None, str | None] | None
