@@ -458,7 +458,8 @@ def _gpu_entries(
 
 
 def _host_and_gpu(gid: str) -> tuple[str, str]:
-    host, _, gpu = gid.rpartition("/")
+    """A GPU id's node and GPU, split where ``apply_states`` splits it (the first ``/``)."""
+    host, gpu = gid.split("/", 1)
     return host, gpu
 
 

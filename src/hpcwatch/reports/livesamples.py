@@ -119,8 +119,7 @@ class _Counter:
         two = self.series.get(key)
         if two is None:
             self.series[key] = [t, value, -math.inf, 0.0]
-            self._groups["host"].join(host)
-            self._groups["job"].join(job)
+            self._join(host, job)
         elif t >= two[0]:
             two[2:] = two[:2]
             two[:2] = [t, value]
@@ -148,8 +147,12 @@ class _Counter:
         self.series = {k: v for k, v in self.series.items() if v[0] >= horizon}
         self._groups = {"host": _Groups(), "job": _Groups()}
         for host, job, _ in self.series:
-            self._groups["host"].join(host)
-            self._groups["job"].join(job)
+            self._join(host, job)
+
+    def _join(self, host: str | None, job: str | None) -> None:
+        """The next series is of ``host`` and ``job``."""
+        self._groups["host"].join(host)
+        self._groups["job"].join(job)
 
 
 class _Groups:
