@@ -389,3 +389,44 @@ def test_a_page_takes_apart_only_the_steps_with_spans_landed_since_the_last(live
     assert read[1] == [spans[0].step, newest, newest + 1]  # from the lowest step that gained a span, no lower
     assert again.steps == job_overview(store, job.id).steps
     assert again.steps is not None and again.steps.last_step == newest + 1
+
+
+def test_a_window_read_at_once_leaves_the_checkpoint_the_next_page_reads_on_from(live, reads, monkeypatch) -> None:
+    """A window of one stretch is read once, for the report and the charts together; the page keeps its end,
+    so that the next one reads only what followed (a young job's pages were each a read of its whole life) and
+    says what a fresh read of the whole window says."""
+    monkeypatch.setattr(jobstretches, "STRETCH_ROWS", 10**9)
+    store, twin = live
+    job, kept = _running(store), KeptStretches()
+    job_overview(store, job.id, kept=kept)
+    assert len(reads) == 1
+    newest = store.time_range()[1] or 0.0
+    twin.step()
+    reads.clear()
+    page = job_overview(store, job.id, kept=kept)
+    assert reads and min(reads) >= jobstretches.read_end(newest) - jobstretches.SETTLE_S
+    assert min(reads) > (job.start or 0.0) + 60.0
+    fresh = job_overview(store, job.id)
+    assert page.job is not None and fresh.job is not None
+    assert report_dict(page.job, per_gpu=True) == report_dict(fresh.job, per_gpu=True)
+    assert page.series is not None and fresh.series is not None
+    assert page.series.buckets == fresh.series.buckets
+    for mine, whole in zip(page.series.series, fresh.series.series, strict=True):
+        assert [v is None for v in mine.values] == [v is None for v in whole.values]
+        assert [v for v in mine.values if v is not None] == pytest.approx([v for v in whole.values if v is not None])
+
+
+def test_a_row_landing_late_in_a_window_read_at_once_is_counted(live, monkeypatch) -> None:
+    monkeypatch.setattr(jobstretches, "STRETCH_ROWS", 10**9)
+    store, _ = live
+    job, kept = _running(store), KeptStretches()
+    before = report_dict(job_report(store, job.id), per_gpu=True)
+    job_overview(store, job.id, kept=kept)
+    assert kept.holds(store, "report", job, job.start or 0.0)
+    host = job.nodes[0]
+    labels = {"Hostname": host, "gpu": str(job.gpus_by_node[host][0]), "hpc_job": job.id}
+    newest = store.time_range()[1] or 0.0
+    store.add([Sample(metric=vocab.DCGM_FI_DEV_GPU_UTIL, labels=labels, t=newest - 0.5, value=3.0)])
+    page = job_overview(store, job.id, kept=kept)
+    assert page.job is not None
+    assert report_dict(page.job, per_gpu=True) == report_dict(job_report(store, job.id), per_gpu=True) != before

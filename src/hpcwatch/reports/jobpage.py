@@ -38,7 +38,7 @@ from hpcwatch.records import PHASES, Finding, Job
 from hpcwatch.reports import jobstretches
 from hpcwatch.reports.acting import job_acting
 from hpcwatch.reports.goodput import goodput_with_steps
-from hpcwatch.reports.jobs import JobCost, check_job_id, cost_dict, first_start, job_cost, job_report, job_samples
+from hpcwatch.reports.jobs import JobCost, check_job_id, cost_dict, first_start, job_cost, job_report
 from hpcwatch.reports.jobseries import JobSeries, job_series, series_dict
 from hpcwatch.reports.jobstretches import KeptStretches
 from hpcwatch.reports.livejob import live_verdicts
@@ -198,13 +198,20 @@ def job_overview(
     # each thread's reads on a cursor of its own): at 1,536 GPUs and ranks each side is half a second.
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="jobpage-spans") as pool:
         from_spans = pool.submit(_span_parts, store, job_id, recent_steps, kept)
-        # A window of one stretch is read once for the report and the charts; a longer one stretch by stretch (a
-        # day of a 1,536-GPU job is more than a server holds at once), from what ``kept`` holds of it on.
+        # A window of one stretch is read once for the report and the charts, and with ``kept`` its end is kept
+        # (the next page reads on from it); a longer one stretch by stretch (a day of a 1,536-GPU job is more than
+        # a server holds at once), from what ``kept`` holds of it on.
         record = store.job(job_id)
         started = first_start(store, record)
-        if samples is None and not _long_window(store, record, started, kept):
-            samples = job_samples(store, job_id)
-        job = _part(missing, "job", lambda: job_report(store, job_id, samples=samples, kept=kept))
+        window = None
+        if (
+            samples is None
+            and record is not None
+            and started is not None
+            and not _long_window(store, record, started, kept)
+        ):
+            window = jobstretches.read_window(store, record, started)
+        job = _part(missing, "job", lambda: job_report(store, job_id, samples=samples, kept=kept, window=window))
         steps, accounted, missed = from_spans.result()
     missing |= missed
     goodput, executed = accounted if accounted is not None else (None, StepTable.empty())
@@ -240,6 +247,7 @@ def job_overview(
             steps=executed,
             first_start=started,
             kept=kept,
+            window=window,
         ),
     )
 
@@ -346,12 +354,13 @@ class OverviewCache:
         return found
 
 
-def _long_window(store: Store, record: Job | None, t0: float | None, kept: KeptStretches | None) -> bool:
+def _long_window(store: Store, record: Job, t0: float, kept: KeptStretches | None) -> bool:
     """Whether ``record``'s window from ``t0`` (its first start) holds more than one stretch's rows
-    (``reports.jobstretches.STRETCH_ROWS``): below, one read of it all costs less than the stretches' and
-    checkpoints' work per GPU. True for a workload known from labels only (its report reads the store's samples
-    whole), and for a window ``kept`` holds checkpoints of (a count is ~0.1 s at 1,024 nodes)."""
-    if record is None or not record.nodes or t0 is None:
+    (``reports.jobstretches.STRETCH_ROWS``): below, one read of it all, for the report and the charts, costs
+    less than the stretches' and checkpoints' work per GPU. True for a workload known from labels only (its
+    report reads the store's samples whole), and for a window ``kept`` holds checkpoints of (a count is ~0.1 s
+    at 1,024 nodes; the next page reads on from them)."""
+    if not record.nodes:
         return True
     if kept is not None and kept.holds(store, "report", record, t0):
         return True

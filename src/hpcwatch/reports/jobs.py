@@ -25,7 +25,7 @@ from hpcwatch.analysis.attribution import (
 )
 from hpcwatch.errors import InputError
 from hpcwatch.records import MAX_JOB_ID_CHARS, Job
-from hpcwatch.reports.jobstretches import KeptStretches, window_partial
+from hpcwatch.reports.jobstretches import KeptStretches, WindowRead, window_partial
 from hpcwatch.store import Store, queries
 
 if TYPE_CHECKING:  # the PromQL backend (httpx) is only loaded by callers that read Prometheus
@@ -90,18 +90,24 @@ def first_start(store: Store, record: Job | None) -> float | None:
 
 
 def job_report(
-    store: Store, job_id: str, *, samples: pa.Table | None = None, kept: KeptStretches | None = None
+    store: Store,
+    job_id: str,
+    *,
+    samples: pa.Table | None = None,
+    kept: KeptStretches | None = None,
+    window: WindowRead | None = None,
 ) -> JobReport:
     """One workload's report, GPU by GPU (``per_gpu``). A Slurm job's is read from its window stretch by
-    stretch (``reports.jobstretches``; ``kept``: what a server keeps of it between pages) unless ``samples``
-    are given; a workload known from labels only is attributed among all the store's samples.
+    stretch (``reports.jobstretches``; ``kept``: what a server keeps of it between pages; ``window``: its
+    whole window, read already) unless ``samples`` are given; a workload known from labels only is attributed
+    among all the store's samples.
     ``InputError`` when the store neither holds the job nor any sample of it, or when the job never started."""
     check_job_id(job_id)
     record = store.job(job_id)
     t0 = first_start(store, record)
     if samples is None and record is not None and record.nodes and t0 is not None:
         jobs = store.jobs(on_nodes=record.nodes)
-        part = window_partial(store, record, t0, jobs, kept=kept)
+        part = window_partial(store, record, t0, jobs, kept=kept, window=window)
         now = _running_until(store, part.newest_t) if record.end is None else None
         found = next(iter(reports_of(part, jobs, now=now, only=job_id)), None)
     else:

@@ -57,6 +57,7 @@ from hpcwatch.records import Job
 from hpcwatch.reports.jobstretches import (
     Checkpoint,
     KeptStretches,
+    WindowRead,
     checkpoint_cuts,
     read_end,
     stretches,
@@ -137,15 +138,17 @@ def job_series(
     first_start: float | None,
     max_buckets: int = MAX_BUCKETS,
     kept: KeptStretches | None = None,
+    window: WindowRead | None = None,
 ) -> JobSeries | None:
     """``job_id``'s series over its life. ``samples``: the report's (None: the store's over the job's nodes and
     window, read stretch by stretch: ``reports.jobstretches.stretches``; ``kept``: from the checkpoints a server
-    keeps of them); ``steps``: its executed steps; ``first_start``: ``reports.jobs.first_start``. None when
-    there is no window (no start, no sample, no step)."""
-    window = _window(report, steps, first_start)
-    if window is None:
+    keeps of them; ``window``: all of them, read already for the report); ``steps``: its executed steps;
+    ``first_start``: ``reports.jobs.first_start``. None when there is no window (no start, no sample, no
+    step)."""
+    span = _window(report, steps, first_start)
+    if span is None:
         return None
-    t0, t1 = window
+    t0, t1 = span
     step_end = steps.start_s + steps.dur_s
     inside = (step_end >= t0) & (step_end <= t1)
     step_t, step_v = step_end[inside], steps.dur_s[inside]
@@ -153,7 +156,7 @@ def job_series(
     if samples is not None:
         charts.add(samples)
     elif report is not None and report.nodes:
-        charts = _from_store(store, charts, kept)
+        charts = _from_store(store, charts, kept, window)
     bucket_s, n = charts.grid()
     out = []
     for key, unit, how, metric in _PLAN:
@@ -168,9 +171,10 @@ def job_series(
     return JobSeries(t0=t0, t1=t1, bucket_s=bucket_s, buckets=n, series=tuple(out))
 
 
-def _from_store(store: Store, charts: _Charts, kept: KeptStretches | None) -> _Charts:
-    """``charts`` fed the job's window from the store a stretch at a time, from ``kept``'s newest checkpoint
-    that is still true on (the same GPUs and nodes; no row landed before it since)."""
+def _from_store(store: Store, charts: _Charts, kept: KeptStretches | None, window: WindowRead | None) -> _Charts:
+    """``charts`` fed the job's window from the store (``window``: all of it, read already), a stretch at a time,
+    from ``kept``'s newest checkpoint that is still true on (the same GPUs and nodes; no row landed before it
+    since)."""
     report = charts.report
     assert report is not None
     record = Job(id=charts.job_id, nodes=report.nodes, end=charts.t1)
@@ -179,23 +183,27 @@ def _from_store(store: Store, charts: _Charts, kept: KeptStretches | None) -> _C
     def fingerprint(upto: float) -> tuple[str, ...]:
         return gpus
 
-    version = store.version  # before any read: a row committed during the reads is checked next time
-    written = window_written(store, record, charts.t0, SERIES_METRICS)
-    resumed = (
-        kept.resume(store, "charts", record, charts.t0, written=written, fingerprint=fingerprint) if kept else None
-    )
-    if resumed is not None and resumed.checkpoint.state.t1 > charts.t1:  # the window shrank (the job ended)
-        resumed = None
-    if resumed is not None:
-        charts = resumed.checkpoint.state.resumed(charts.t1, charts.step_interval)
-    start = resumed.checkpoint.upto if resumed is not None else charts.t0
-    cuts = checkpoint_cuts(start, charts.t1, resumed=resumed is not None) if kept is not None else []
     checkpoints = []
-    for b, table in stretches(store, SERIES_METRICS, record, start, charts.t1, cuts=cuts):
-        charts.add(table)
-        del table
-        if b in cuts:
-            checkpoints.append(Checkpoint(b, gpus, charts.copy()))
+    if window is not None:
+        version, resumed = window.version, None
+        charts.add(window.table)
+    else:
+        version = store.version  # before any read: a row committed during the reads is checked next time
+        written = window_written(store, record, charts.t0, SERIES_METRICS)
+        resumed = (
+            kept.resume(store, "charts", record, charts.t0, written=written, fingerprint=fingerprint) if kept else None
+        )
+        if resumed is not None and resumed.checkpoint.state.t1 > charts.t1:  # the window shrank (the job ended)
+            resumed = None
+        if resumed is not None:
+            charts = resumed.checkpoint.state.resumed(charts.t1, charts.step_interval)
+        start = resumed.checkpoint.upto if resumed is not None else charts.t0
+        cuts = checkpoint_cuts(start, charts.t1, resumed=resumed is not None) if kept is not None else []
+        for b, table in stretches(store, SERIES_METRICS, record, start, charts.t1, cuts=cuts):
+            charts.add(table)
+            del table
+            if b in cuts:
+                checkpoints.append(Checkpoint(b, gpus, charts.copy()))
     if kept is not None:
         # Every row of the window to its end was read: the next page reads on from there (not a copy: the page
         # only reads ``charts`` from here, and a page that resumes from it adds to a copy, ``_Charts.resumed``).

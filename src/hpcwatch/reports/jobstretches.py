@@ -68,6 +68,8 @@ __all__ = [
     "read_end",
     "Checkpoint",
     "Resumed",
+    "WindowRead",
+    "read_window",
 ]
 
 _S = TypeVar("_S")
@@ -214,24 +216,56 @@ class KeptStretches:
                 self._entries.popitem(last=False)
 
 
+@dataclass(frozen=True, slots=True)
+class WindowRead:
+    """A job's whole window read at once (``read_window``): a window of one stretch, read for the report and
+    the charts together."""
+
+    version: int
+    """The store's version before the read (a row committed during it is checked on the next page)."""
+    table: pa.Table
+
+
+def read_window(store: Store, record: Job, t0: float, metrics: Sequence[str] = REPORT_METRICS) -> WindowRead:
+    """``record``'s window from ``t0`` (``store.queries.job_window_samples``), all of it."""
+    version = store.version
+    hosts = list(record.nodes)
+    return WindowRead(
+        version, queries.job_window_samples(store, list(metrics), hosts=hosts, job=record.id, t0=t0, t1=record.end)
+    )
+
+
 def window_partial(
-    store: Store, record: Job, t0: float, jobs: Sequence[Job], *, kept: KeptStretches | None = None
+    store: Store,
+    record: Job,
+    t0: float,
+    jobs: Sequence[Job],
+    *,
+    kept: KeptStretches | None = None,
+    window: WindowRead | None = None,
 ) -> Partial:
     """What ``record``'s window (its nodes from ``t0``, its label anywhere) says of every job among ``jobs``
-    (those that ran on its nodes), read stretch by stretch; with ``kept``, from its newest checkpoint on."""
-    version = store.version  # before any read: a row committed during the reads is checked next time
+    (those that ran on its nodes), read stretch by stretch; with ``kept``, from its newest checkpoint on.
+    ``window``: the whole window, read already (``read_window``): one stretch, whose end is the checkpoint
+    the next page resumes from."""
+    version = store.version if window is None else window.version
 
     def allocations(upto: float) -> tuple[Any, ...]:
         return _allocations(jobs, t0, upto)
 
-    written = window_written(store, record, t0, REPORT_METRICS)
-    resumed = kept.resume(store, "report", record, t0, written=written, fingerprint=allocations) if kept else None
-    start, shape = (resumed.checkpoint, resumed.extra) if resumed is not None else (None, None)
     keeping = kept is not None
-    total, checkpoints = _read(store, record, t0, jobs, start, shape, keeping=keeping)
-    if len(total.shapes) > 1:  # a device that a stretch before it lacked: every stretch again, with all of them
+    if window is not None:
         resumed = None
-        total, checkpoints = _read(store, record, t0, jobs, None, _union(total.shapes), keeping=keeping)
+        total = partial_of(window.table, jobs)
+        checkpoints = [_end_checkpoint(total, jobs, t0)] if keeping and total.newest_t is not None else []
+    else:
+        written = window_written(store, record, t0, REPORT_METRICS)
+        resumed = kept.resume(store, "report", record, t0, written=written, fingerprint=allocations) if kept else None
+        start, shape = (resumed.checkpoint, resumed.extra) if resumed is not None else (None, None)
+        total, checkpoints = _read(store, record, t0, jobs, start, shape, keeping=keeping)
+        if len(total.shapes) > 1:  # a device a stretch before it lacked: every stretch again, with all of them
+            resumed = None
+            total, checkpoints = _read(store, record, t0, jobs, None, _union(total.shapes), keeping=keeping)
     if kept is not None:
         kept.keep(
             store,
@@ -337,12 +371,18 @@ def _read(
         if b in cuts:
             checkpoints.append(Checkpoint(b, _allocations(jobs, t0, b), total.copy()))
     if keeping and total.newest_t is not None:
-        # Every row of the window before ``end`` was read (the last stretch has no upper bound): the next page
-        # reads only what follows it, unless a row landed before it since. Not a copy: from here the page only
-        # reads ``total``, and a page that resumes from a checkpoint copies it before adding to it.
-        end = read_end(total.newest_t)
-        checkpoints.append(Checkpoint(end, _allocations(jobs, t0, end), total))
+        checkpoints.append(_end_checkpoint(total, jobs, t0))
     return total, checkpoints
+
+
+def _end_checkpoint(total: Partial, jobs: Sequence[Job], t0: float) -> Checkpoint:
+    """The checkpoint at the end of a read that reached the window's newest row (the last stretch has no upper
+    bound): every row before it was read, so the next page reads only what follows it, unless a row landed
+    before it since. Not a copy: from here the page only reads ``total``, and a page that resumes from a
+    checkpoint copies it before adding to it."""
+    assert total.newest_t is not None
+    end = read_end(total.newest_t)
+    return Checkpoint(end, _allocations(jobs, t0, end), total)
 
 
 def read_end(newest: float) -> float:
