@@ -115,6 +115,7 @@ def demo(
     from hpcwatch.store import Store
     from hpcwatch.web.app import create_app
     from hpcwatch.web.demo import check_port, cluster_with_nodes, seed_step_player, serve_app, start_live_twin
+    from hpcwatch.web.pageprocess import PageProcess
     from hpcwatch.web.scanprocess import ScanProcess
 
     check_port(port)
@@ -136,7 +137,9 @@ def demo(
 
         remediation = DemoRemediation(store, runner).start()
     limits = Limits(max_streams=max_streams, max_streams_per_client=max_streams_per_client)
-    web = create_app(store, cluster, step_jobs=step_jobs, limits=limits)
+    # The job pages' reports in a process of their own: a large job's no longer shares the interpreter with the twin.
+    pages = PageProcess(store.path).start()
+    web = create_app(store, cluster, step_jobs=step_jobs, limits=limits, pages=pages)
 
     def started(url: str) -> None:
         console.print(
@@ -156,6 +159,7 @@ def demo(
             remediation.stop()
         if scanner is not None:
             scanner.stop()
+        pages.stop()
         runner.stop()
         store.close()
 
@@ -207,6 +211,7 @@ def serve(
     from hpcwatch.model.cluster import load_cluster, reference_cluster
     from hpcwatch.web.app import create_app
     from hpcwatch.web.demo import Listen, check_port, serve_app
+    from hpcwatch.web.pageprocess import PageProcess
 
     policy = load_policy(policy_path) if policy_path is not None else None  # a bad file: one line, exit 2
     check_exposure(host, insecure_no_auth=insecure_no_auth or auth is not None)
@@ -227,9 +232,12 @@ def serve(
         identity.config.session.secure == "always"
         or (identity.config.session.secure == "auto" and tls_cert is not None)
     )
+    # The job pages' reports in a process of their own (from the store; with Prometheus they stay here).
+    pages = PageProcess(store.path).start() if prom is None else None
     web = create_app(
         store,
         cluster,
+        pages=pages,
         prometheus=prom,
         limits=limits,
         gpu_hour_price=gpu_hour_price,
@@ -257,6 +265,8 @@ def serve(
         if watch is not None:
             watch.stop()
             watch.client.close()
+        if pages is not None:
+            pages.stop()
         store.close()
         if prom is not None:
             prom.close()

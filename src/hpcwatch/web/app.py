@@ -90,6 +90,8 @@ class AppState:
     audit: Audit | None = None
     overviews: OverviewCache = field(default_factory=OverviewCache)
     """The job pages' overviews while the store does not change (``reports.jobpage.OverviewCache``)."""
+    pages: Any | None = None
+    """A ``web.pageprocess.PageProcess`` the job pages' overviews are computed in (None: in this process)."""
 
 
 def create_app(
@@ -106,6 +108,7 @@ def create_app(
     identity: Any | None = None,
     secure_cookies: bool = False,
     policy: Policy | None = None,
+    pages: Any | None = None,
 ) -> FastAPI:
     """The app over ``store``; with ``prometheus`` (a ``PrometheusBackend``) the live samples and the job
     page's samples are read from it, and Slurm, steps, events and findings still from the store.
@@ -114,7 +117,9 @@ def create_app(
     or a trusted proxy's header (web/auth.py); ``secure_cookies`` when the server speaks TLS.
     Every route is guarded (``web/access.py``): ``policy`` (default: the built-in roles) filters what each
     principal sees; with no authentication configured every request is ``LOCAL`` and sees everything.
-    Identity sets ``request.state.principal``; a test overrides ``web.access.current_principal``."""
+    Identity sets ``request.state.principal``; a test overrides ``web.access.current_principal``.
+    ``pages``: a started ``web.pageprocess.PageProcess`` over the store's folder, which the job pages'
+    overviews are computed in (the caller stops it); None: in this process."""
     app = FastAPI(
         dependencies=[Depends(guard)],
         title="hpcwatch",
@@ -141,6 +146,7 @@ def create_app(
         access=Access.of(policy, store_path=store.config.path),
         owners=OwnersCache(store),
         audit=Audit(store),
+        pages=pages,
     )
     if identity is not None:
         from hpcwatch.web.auth import install_auth

@@ -130,7 +130,10 @@ def _samples_for(state: Any, overview_job: str) -> Any:
 
 def overview_of(state: Any, job_id: str) -> JobOverview:
     """The report the page and the API format, with samples from where the app reads them (from the store:
-    through the app's cache of overviews, which a commit to the store empties)."""
+    through the app's cache of overviews, which a commit to the store empties; in the app's page process when
+    it has one)."""
+    if state.prometheus is None and state.pages is not None:
+        return state.pages.overview(job_id, price_per_gpu_hour=state.gpu_hour_price, currency=state.currency)
     if state.prometheus is None:
         return state.overviews.overview(
             state.store, job_id, price_per_gpu_hour=state.gpu_hour_price, currency=state.currency

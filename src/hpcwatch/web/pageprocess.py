@@ -1,0 +1,185 @@
+"""The job pages' reports in a process of their own, beside the web server's.
+
+A job page is one ``reports.jobpage.job_overview``: at 1,024 nodes a 1,536-GPU job's is a few hundred
+milliseconds of Python and numpy, run under the interpreter lock that the server's process shares with the
+live snapshot, the problems' judgement and, in the demo, the twin. In one process each waited on the others
+(a page took two to three times its own work, and the stream's tick waited on the page). A process of its
+own reads the same store folder (any number of processes may, ``store.core``) and runs on another core; it
+keeps the job's settled stretches between pages (``OverviewCache.kept``), as the server did.
+
+The server asks for one overview at a time over the child's standard input and reads the answer from a pipe
+of its own, each a length-prefixed pickle (a frame between a process and the child it started, nothing
+else). A ``HpcwatchError`` (an unknown job: ``InputError``) crosses as itself. When the parent dies, however
+it dies, the child reads the end of its input and stops. A child that dies or does not answer within
+``ANSWER_TIMEOUT_S`` is replaced, and that page gets a ``StoreError`` (503): the next page has a new child.
+
+    python -m hpcwatch.web.pageprocess STORE
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import pickle
+import select
+import struct
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import IO, Any
+
+from hpcwatch.errors import HpcwatchError, StoreError
+
+__all__ = ["PageProcess", "ANSWER_TIMEOUT_S", "STOP_TIMEOUT_S", "main"]
+
+log = logging.getLogger(__name__)
+
+#: How long a page waits for the child's answer before it gives up and the child is replaced. Ours: a page that
+#: reads a ten-day 1,536-GPU job stretch by stretch takes tens of seconds; a child stuck for minutes is broken.
+ANSWER_TIMEOUT_S = 300.0
+#: How long ``stop()`` waits for the child to leave through its store's close before it is killed.
+STOP_TIMEOUT_S = 2.0
+_HEADER = struct.Struct("!Q")
+#: The largest frame either side reads: an overview of a 1,536-GPU job is ~300 KB pickled. Ours.
+_MAX_FRAME = 1 << 30
+
+
+class PageProcess:
+    """``job_overview`` of the store folder ``path``, computed in a child process (module doc). Safe to share
+    between threads: one page at a time goes to the child, the others wait their turn."""
+
+    def __init__(self, path: Path, *, answer_timeout_s: float = ANSWER_TIMEOUT_S) -> None:
+        self.path, self.answer_timeout_s = path, answer_timeout_s
+        self._child: subprocess.Popen[bytes] | None = None
+        self._lock = threading.Lock()
+
+    def start(self) -> PageProcess:
+        with self._lock:
+            self._start()
+        return self
+
+    def _start(self) -> None:
+        self._child = subprocess.Popen(
+            [sys.executable, "-m", "hpcwatch.web.pageprocess", str(self.path)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            close_fds=True,
+        )
+
+    @property
+    def running(self) -> bool:
+        return self._child is not None and self._child.poll() is None
+
+    def overview(self, job_id: str, *, price_per_gpu_hour: float | None = None, currency: str = "") -> Any:
+        """``reports.jobpage.job_overview`` of ``job_id``, from the child's ``OverviewCache``."""
+        with self._lock:
+            if not self.running:
+                self._start()
+            child = self._child
+            assert child is not None and child.stdin is not None and child.stdout is not None
+            try:
+                _write_frame(child.stdin, pickle.dumps((job_id, price_per_gpu_hour, currency)))
+                status, value = pickle.loads(_read_frame(child.stdout, timeout_s=self.answer_timeout_s))
+            except (OSError, EOFError, TimeoutError, pickle.UnpicklingError) as err:
+                self._stop()  # the next page starts a new child
+                raise StoreError(f"job {job_id}: the job pages' process did not answer ({err}); try again") from None
+        if status == "ok":
+            return value
+        if status == "error":
+            raise value
+        raise RuntimeError(f"job {job_id}: the job pages' process failed: {value}")
+
+    def stop(self) -> None:
+        with self._lock:
+            self._stop()
+
+    def _stop(self) -> None:
+        child, self._child = self._child, None
+        if child is None:
+            return
+        for pipe in (child.stdin, child.stdout):
+            if pipe is not None:
+                pipe.close()  # the child reads the end of its input and leaves through its store's close
+        try:
+            child.wait(timeout=STOP_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            child.kill()
+            child.wait()
+
+
+def _write_frame(out: IO[bytes], payload: bytes) -> None:
+    out.write(_HEADER.pack(len(payload)) + payload)
+    out.flush()
+
+
+def _read_frame(source: IO[bytes], *, timeout_s: float | None = None) -> bytes:
+    """One frame from ``source`` (EOFError at its end; TimeoutError past ``timeout_s`` without one)."""
+    fd = source.fileno()
+    deadline = None if timeout_s is None else time.monotonic() + timeout_s
+    header = _read_exactly(fd, _HEADER.size, deadline)
+    (size,) = _HEADER.unpack(header)
+    if size > _MAX_FRAME:
+        raise EOFError(f"a frame of {size} bytes, over {_MAX_FRAME}")
+    return _read_exactly(fd, size, deadline)
+
+
+def _read_exactly(fd: int, size: int, deadline: float | None) -> bytes:
+    chunks, left = [], size
+    while left:
+        if deadline is not None:
+            ready, _, _ = select.select([fd], [], [], max(0.0, deadline - time.monotonic()))
+            if not ready:
+                raise TimeoutError("no answer in time")
+        chunk = os.read(fd, min(left, 1 << 20))
+        if not chunk:
+            raise EOFError("the other end closed")
+        chunks.append(chunk)
+        left -= len(chunk)
+    return b"".join(chunks)
+
+
+def serve_pages(path: str, requests: IO[bytes], answers: IO[bytes]) -> int:
+    """The child's loop: an overview for each request until the end of ``requests``. Returns the pages served."""
+    from hpcwatch.reports.jobpage import OverviewCache
+    from hpcwatch.store import Store
+
+    served = 0
+    cache = OverviewCache()
+    with Store(path) as store:
+        while True:
+            try:
+                job_id, price, currency = pickle.loads(_read_frame(requests))
+            except EOFError:
+                return served
+            answer: tuple[str, Any]
+            try:
+                answer = ("ok", cache.overview(store, job_id, price_per_gpu_hour=price, currency=currency))
+            except HpcwatchError as err:
+                answer = ("error", err)
+            except Exception as err:  # the page's 500; the child goes on with the next page
+                log.exception("job %s's page failed", job_id)
+                answer = ("failed", f"{type(err).__name__}: {err}")
+            _write_frame(answers, pickle.dumps(answer, protocol=pickle.HIGHEST_PROTOCOL))
+            served += 1
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    if len(args) != 1:
+        print("usage: python -m hpcwatch.web.pageprocess STORE", file=sys.stderr)
+        return 2
+    logging.basicConfig(level=logging.WARNING, format="hpcwatch job pages: %(message)s")
+    # The answers keep standard output's pipe to themselves: anything printed goes to standard error.
+    answers = os.fdopen(os.dup(sys.stdout.fileno()), "wb")
+    os.dup2(sys.stderr.fileno(), sys.stdout.fileno())
+    try:
+        serve_pages(args[0], sys.stdin.buffer, answers)
+    except (KeyboardInterrupt, BrokenPipeError):  # Ctrl-C reaches the whole process group; the parent stops us
+        pass
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

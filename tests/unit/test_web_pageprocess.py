@@ -1,0 +1,163 @@
+"""web/pageprocess.py: the job pages' reports computed in a process of their own, over the server's store folder.
+
+The child's overview must be the one this process computes, page after page while the twin writes; an unknown job
+is the same one-line error; a child that dies or hangs is replaced and costs one page a 503, never the server; the
+child stops when told and when its parent's end of its input closes.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import signal
+import threading
+
+import pytest
+from fastapi.testclient import TestClient
+
+from hpcwatch.errors import InputError, StoreError
+from hpcwatch.model import reference_cluster
+from hpcwatch.reports import jobpage
+from hpcwatch.reports.jobpage import job_overview, overview_dict
+from hpcwatch.store import Store
+from hpcwatch.web import pageprocess
+from hpcwatch.web.app import create_app
+from hpcwatch.web.pageprocess import PageProcess, serve_pages
+from tests.conftest import reference_twin
+
+
+@pytest.fixture
+def live(tmp_path):
+    store = Store(tmp_path / "store")
+    yield store, reference_twin(store, seed=21, ticks=12)
+    store.close()
+
+
+@pytest.fixture
+def pages(live):
+    store, _ = live
+    process = PageProcess(store.path).start()
+    yield process
+    process.stop()
+
+
+def _running(store: Store) -> str:
+    return next(j.id for j in store.jobs() if j.end is None and j.start is not None and j.gpus >= 8)
+
+
+def test_the_child_answers_what_this_process_computes_page_after_page(live, pages) -> None:
+    store, twin = live
+    job = _running(store)
+    for _ in range(3):
+        found = pages.overview(job, price_per_gpu_hour=2.5, currency="EUR")
+        assert overview_dict(found) == overview_dict(job_overview(store, job, price_per_gpu_hour=2.5, currency="EUR"))
+        twin.step()  # the child reads on from what it kept of the job, the parent's commits included
+    assert found.cost is not None and found.cost.currency == "EUR"
+
+
+def test_an_unknown_job_is_the_same_one_line_error(live, pages) -> None:
+    store, _ = live
+    with pytest.raises(InputError) as here:
+        job_overview(store, "999999")
+    with pytest.raises(InputError) as there:
+        pages.overview("999999")
+    assert str(there.value) == str(here.value)
+    assert pages.running  # an answer, not a crash: the same child serves the next page
+    assert pages.overview(_running(store)).job is not None
+
+
+def test_a_child_that_died_is_replaced_before_the_next_page(live, pages) -> None:
+    store, _ = live
+    job = _running(store)
+    pages.overview(job)
+    child = pages._child
+    assert child is not None
+    os.kill(child.pid, signal.SIGKILL)
+    child.wait()
+    assert pages.overview(job).job is not None
+    assert pages._child is not child and pages.running
+
+
+def test_a_child_that_does_not_answer_in_time_costs_that_page_a_store_error(live) -> None:
+    store, _ = live
+    job = _running(store)
+    slow = PageProcess(store.path, answer_timeout_s=0.0).start()
+    try:
+        child = slow._child
+        with pytest.raises(StoreError, match="did not answer"):
+            slow.overview(job)
+        assert child is not None and child.poll() is not None  # stopped, not left behind
+        slow.answer_timeout_s = 600.0
+        assert slow.overview(job).job is not None  # a new child
+    finally:
+        slow.stop()
+
+
+def test_the_child_stops_when_told_and_when_its_input_ends(live, pages) -> None:
+    store, _ = live
+    pages.overview(_running(store))
+    child = pages._child
+    pages.stop()
+    assert child is not None and child.poll() == 0 and not pages.running
+    orphan = PageProcess(store.path).start()._child
+    assert orphan is not None and orphan.stdin is not None
+    orphan.stdin.close()  # what the parent's death does to the child's input
+    assert orphan.wait(timeout=120) == 0
+
+
+def _pipes():
+    r1, w1 = os.pipe()
+    r2, w2 = os.pipe()
+    return os.fdopen(r1, "rb"), os.fdopen(w1, "wb"), os.fdopen(r2, "rb"), os.fdopen(w2, "wb")
+
+
+def test_the_loop_answers_a_failure_and_goes_on(live, monkeypatch) -> None:
+    """A page that fails for a reason of its own (a bug) is that page's 500: the loop serves the next."""
+    store, _ = live
+    job = _running(store)
+    requests_in, requests_out, answers_in, answers_out = _pipes()
+    real = jobpage.OverviewCache.overview
+
+    def failing_once(self, store, job_id, **kwargs):
+        if job_id == "boom":
+            raise ValueError("a bug")
+        return real(self, store, job_id, **kwargs)
+
+    monkeypatch.setattr(jobpage.OverviewCache, "overview", failing_once)
+    served: list[int] = []
+    loop = threading.Thread(target=lambda: served.append(serve_pages(str(store.path), requests_in, answers_out)))
+    loop.start()
+    try:
+        for asked in ("boom", job):
+            pageprocess._write_frame(requests_out, pickle.dumps((asked, None, "")))
+        first = pickle.loads(pageprocess._read_frame(answers_in, timeout_s=120))
+        second = pickle.loads(pageprocess._read_frame(answers_in, timeout_s=120))
+    finally:
+        requests_out.close()
+        loop.join()
+    requests_in.close()
+    answers_in.close()
+    answers_out.close()
+    assert first == ("failed", "ValueError: a bug")
+    assert second[0] == "ok" and second[1].id == job
+    assert served == [2]
+
+
+def test_a_frame_over_the_limit_is_refused_without_reading_it() -> None:
+    r, w = os.pipe()
+    with os.fdopen(r, "rb") as reader, os.fdopen(w, "wb") as writer:
+        writer.write(pageprocess._HEADER.pack(pageprocess._MAX_FRAME + 1))
+        writer.flush()
+        with pytest.raises(EOFError, match="over"):
+            pageprocess._read_frame(reader, timeout_s=5)
+
+
+def test_the_web_job_page_reads_the_child(live, pages) -> None:
+    store, _ = live
+    job = _running(store)
+    app = create_app(store, reference_cluster(), pages=pages)
+    client = TestClient(app)
+    assert client.get(f"/api/job/{job}").json()["id"] == job
+    assert client.get(f"/job/{job}").status_code == 200
+    assert client.get("/api/job/999999").status_code == 400
+    assert not app.state.hpcwatch.overviews._entries  # nothing computed in this process
