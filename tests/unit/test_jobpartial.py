@@ -195,3 +195,21 @@ def test_exact_sums_do_not_depend_on_the_split() -> None:
 )
 def test_median_gap_of_a_histogram(histogram, median) -> None:
     assert median_gap_s(histogram) == pytest.approx(median)
+
+
+def test_a_copied_accumulator_has_every_field_and_shares_nothing_it_could_change() -> None:
+    """``Acc.copy`` names its fields one by one: a field added to ``Acc`` and not to it would be lost."""
+    import dataclasses
+
+    from hpcwatch.analysis.jobpartial import Acc
+
+    values = {"sources": {"slurm"}, "energy_by_gap": {1000: (5.0, 0.0)}, "profile": "1g.10gb"}
+    for k, f in enumerate(dataclasses.fields(Acc)):
+        if f.name not in values:
+            values[f.name] = (float(k), 0.0) if f.name.endswith("_sum") else k + 1
+    acc = Acc(**values)
+    copied = acc.copy()
+    assert copied == acc
+    copied.sources.add("pod")
+    copied.energy_by_gap[2000] = (1.0, 0.0)
+    assert acc.sources == {"slurm"} and acc.energy_by_gap == {1000: (5.0, 0.0)}

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -174,8 +174,26 @@ class Acc:
             self.energy_by_gap[gap] = exact_plus(self.energy_by_gap.get(gap, ZERO), delta)
 
     def copy(self) -> Acc:
-        """These sums, to add to without changing them (a kept checkpoint is joined to many pages)."""
-        return replace(self, sources=set(self.sources), energy_by_gap=dict(self.energy_by_gap))
+        """These sums, to add to without changing them (a kept checkpoint is joined to many pages). Field by
+        field: ``dataclasses.replace`` costs five times more, and a page copies one per GPU."""
+        return Acc(
+            util_sum=self.util_sum,
+            util_n=self.util_n,
+            tensor_sum=self.tensor_sum,
+            tensor_n=self.tensor_n,
+            power_sum=self.power_sum,
+            power_n=self.power_n,
+            fb_max=self.fb_max,
+            util_max=self.util_max,
+            xid=self.xid,
+            ib_tx=self.ib_tx,
+            ib_rx=self.ib_rx,
+            first_t=self.first_t,
+            last_t=self.last_t,
+            sources=set(self.sources),
+            profile=self.profile,
+            energy_by_gap=dict(self.energy_by_gap),
+        )
 
 
 def _larger(a: float | None, b: float | None) -> float | None:
