@@ -10,7 +10,10 @@ from __future__ import annotations
 import os
 import pickle
 import signal
+import subprocess
+import sys
 import threading
+import time
 
 import pytest
 from fastapi.testclient import TestClient
@@ -161,3 +164,33 @@ def test_the_web_job_page_reads_the_child(live, pages) -> None:
     assert client.get(f"/job/{job}").status_code == 200
     assert client.get("/api/job/999999").status_code == 400
     assert not app.state.hpcwatch.overviews._entries  # nothing computed in this process
+
+
+class _Silent(PageProcess):
+    """A child that reads nothing and never answers."""
+
+    def _start(self) -> subprocess.Popen[bytes]:
+        code = "import time; time.sleep(600)"
+        self._child = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+        return self._child
+
+
+def test_stopping_does_not_wait_for_a_page_under_way(tmp_path) -> None:
+    silent = _Silent(tmp_path).start()
+    errors: list[Exception] = []
+
+    def ask() -> None:
+        try:
+            silent.overview("4101")
+        except StoreError as err:
+            errors.append(err)
+
+    asking = threading.Thread(target=ask)
+    asking.start()
+    while not silent._lock.locked():  # the page holds the child
+        time.sleep(0.01)
+    silent.stop()
+    asking.join(timeout=120)
+    assert not asking.is_alive() and len(errors) == 1 and "did not answer" in str(errors[0])
+    with pytest.raises(StoreError, match="stopping"):
+        silent.overview("4101")

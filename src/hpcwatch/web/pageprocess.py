@@ -54,19 +54,21 @@ class PageProcess:
         self.path, self.answer_timeout_s = path, answer_timeout_s
         self._child: subprocess.Popen[bytes] | None = None
         self._lock = threading.Lock()
+        self._stopped = False
 
     def start(self) -> PageProcess:
         with self._lock:
             self._start()
         return self
 
-    def _start(self) -> None:
+    def _start(self) -> subprocess.Popen[bytes]:
         self._child = subprocess.Popen(
             [sys.executable, "-m", "hpcwatch.web.pageprocess", str(self.path)],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             close_fds=True,
         )
+        return self._child
 
     @property
     def running(self) -> bool:
@@ -75,15 +77,22 @@ class PageProcess:
     def overview(self, job_id: str, *, price_per_gpu_hour: float | None = None, currency: str = "") -> Any:
         """``reports.jobpage.job_overview`` of ``job_id``, from the child's ``OverviewCache``."""
         with self._lock:
-            if not self.running:
-                self._start()
-            child = self._child
-            assert child is not None and child.stdin is not None and child.stdout is not None
+            if self._stopped:
+                raise StoreError(f"job {job_id}: the server is stopping")
+            child = self._child  # once: ``stop()`` may take it meanwhile, and ends it under this page
+            if child is None or child.poll() is not None:
+                if child is not None:
+                    _end(child, outputs=True)  # died between pages: its pipes
+                child = self._start()
+            assert child.stdin is not None and child.stdout is not None
             try:
                 _write_frame(child.stdin, pickle.dumps((job_id, price_per_gpu_hour, currency)))
                 status, value = pickle.loads(_read_frame(child.stdout, timeout_s=self.answer_timeout_s))
-            except (OSError, EOFError, TimeoutError, pickle.UnpicklingError) as err:
-                self._stop()  # the next page starts a new child
+            except (OSError, ValueError, EOFError, TimeoutError, pickle.UnpicklingError) as err:
+                # ValueError: a pipe ``stop()`` closed under this page.
+                _end(child, outputs=True)  # the next page starts a new child
+                if self._child is child:
+                    self._child = None
                 raise StoreError(f"job {job_id}: the job pages' process did not answer ({err}); try again") from None
         if status == "ok":
             return value
@@ -92,21 +101,34 @@ class PageProcess:
         raise RuntimeError(f"job {job_id}: the job pages' process failed: {value}")
 
     def stop(self) -> None:
-        with self._lock:
-            self._stop()
-
-    def _stop(self) -> None:
-        child, self._child = self._child, None
-        if child is None:
-            return
-        for pipe in (child.stdin, child.stdout):
-            if pipe is not None:
-                pipe.close()  # the child reads the end of its input and leaves through its store's close
+        """End the child; later pages are refused. Not behind a page under way (a server stopping does not wait
+        for a ten-day job's page): its child is ended under it, and it answers 503."""
+        self._stopped = True
+        idle = self._lock.acquire(blocking=False)
         try:
-            child.wait(timeout=STOP_TIMEOUT_S)
-        except subprocess.TimeoutExpired:
-            child.kill()
-            child.wait()
+            child, self._child = self._child, None
+            if child is not None:
+                _end(child, outputs=idle)  # a page under way reads the child's output: it closes it
+        finally:
+            if idle:
+                self._lock.release()
+
+
+def _end(child: subprocess.Popen[bytes], *, outputs: bool) -> None:
+    """End ``child``: the end of its input (it leaves through its store's close), killed after
+    ``STOP_TIMEOUT_S``; its output pipe closed too when no other thread reads it (``outputs``)."""
+    if child.stdin is not None:
+        try:
+            child.stdin.close()
+        except OSError:
+            pass  # a broken pipe: the child is gone already
+    try:
+        child.wait(timeout=STOP_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        child.kill()
+        child.wait()
+    if outputs and child.stdout is not None:
+        child.stdout.close()
 
 
 def _write_frame(out: IO[bytes], payload: bytes) -> None:
