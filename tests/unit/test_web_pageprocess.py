@@ -114,7 +114,7 @@ def _pipes():
     return os.fdopen(r1, "rb"), os.fdopen(w1, "wb"), os.fdopen(r2, "rb"), os.fdopen(w2, "wb")
 
 
-def test_the_loop_answers_a_failure_and_goes_on(live, monkeypatch) -> None:
+def test_the_loop_answers_a_failure_and_goes_on(live, monkeypatch, caplog) -> None:
     """A page that fails for a reason of its own (a bug) is that page's 500: the loop serves the next."""
     store, _ = live
     job = _running(store)
@@ -122,8 +122,8 @@ def test_the_loop_answers_a_failure_and_goes_on(live, monkeypatch) -> None:
     real = jobpage.OverviewCache.overview
 
     def failing_once(self, store, job_id, **kwargs):
-        if job_id == "boom":
-            raise ValueError("a bug")
+        if job_id.endswith("boom"):
+            raise ValueError("a bug\x1b[2J")
         return real(self, store, job_id, **kwargs)
 
     monkeypatch.setattr(jobpage.OverviewCache, "overview", failing_once)
@@ -131,7 +131,7 @@ def test_the_loop_answers_a_failure_and_goes_on(live, monkeypatch) -> None:
     loop = threading.Thread(target=lambda: served.append(serve_pages(str(store.path), requests_in, answers_out)))
     loop.start()
     try:
-        for asked in ("boom", job):
+        for asked in ("\x1b[31mboom", job):
             pageprocess._write_frame(requests_out, pickle.dumps((asked, None, "")))
         first = pickle.loads(pageprocess._read_frame(answers_in, timeout_s=120))
         second = pickle.loads(pageprocess._read_frame(answers_in, timeout_s=120))
@@ -141,7 +141,8 @@ def test_the_loop_answers_a_failure_and_goes_on(live, monkeypatch) -> None:
     requests_in.close()
     answers_in.close()
     answers_out.close()
-    assert first == ("failed", "ValueError: a bug")
+    assert first == ("failed", "ValueError: a bug\\x1b[2J")  # no control character reaches a terminal raw
+    assert "\\x1b[31mboom" in caplog.text and "\x1b" not in caplog.text
     assert second[0] == "ok" and second[1].id == job
     assert served == [2]
 
@@ -194,3 +195,8 @@ def test_stopping_does_not_wait_for_a_page_under_way(tmp_path) -> None:
     assert not asking.is_alive() and len(errors) == 1 and "did not answer" in str(errors[0])
     with pytest.raises(StoreError, match="stopping"):
         silent.overview("4101")
+
+
+def test_an_error_that_does_not_pickle_is_answered_as_a_failure() -> None:
+    status, text = pickle.loads(pageprocess._pickled(("error", InputError(lambda: 0))))
+    assert status == "failed" and "InputError" in text

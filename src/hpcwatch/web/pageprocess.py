@@ -12,6 +12,7 @@ of its own, each a length-prefixed pickle (a frame between a process and the chi
 else). A ``HpcwatchError`` (an unknown job: ``InputError``) crosses as itself. When the parent dies, however
 it dies, the child reads the end of its input and stops. A child that dies or does not answer within
 ``ANSWER_TIMEOUT_S`` is replaced, and that page gets a ``StoreError`` (503): the next page has a new child.
+Stopping the server does not wait for a page under way: its child is ended under it.
 
     python -m hpcwatch.web.pageprocess STORE
 """
@@ -27,10 +28,12 @@ import subprocess
 import sys
 import threading
 import time
+import traceback
 from pathlib import Path
 from typing import IO, Any
 
-from hpcwatch.errors import HpcwatchError, StoreError
+from hpcwatch.errors import HpcwatchError, StoreError, one_line
+from hpcwatch.reports.text import visible
 
 __all__ = ["PageProcess", "ANSWER_TIMEOUT_S", "STOP_TIMEOUT_S", "main"]
 
@@ -181,10 +184,26 @@ def serve_pages(path: str, requests: IO[bytes], answers: IO[bytes]) -> int:
             except HpcwatchError as err:
                 answer = ("error", err)
             except Exception as err:  # the page's 500; the child goes on with the next page
-                log.exception("job %s's page failed", job_id)
-                answer = ("failed", f"{type(err).__name__}: {err}")
-            _write_frame(answers, pickle.dumps(answer, protocol=pickle.HIGHEST_PROTOCOL))
+                log.error("job %s's page failed:\n%s", visible(job_id), _trace(err))
+                answer = ("failed", one_line(f"{type(err).__name__}: {err}"))
+            _write_frame(answers, _pickled(answer))
             served += 1
+
+
+def _trace(err: BaseException) -> str:
+    """``err``'s traceback, each line with its control characters written out: the id and the message come from a
+    URL and from data, and the log is a terminal's in ``hpcwatch demo``."""
+    return "\n".join(visible(line) for line in "".join(traceback.format_exception(err)).splitlines())
+
+
+def _pickled(answer: tuple[str, Any]) -> bytes:
+    """``answer`` as a frame's payload; an error that does not pickle (an argument of its own that cannot) as
+    the text of a failure."""
+    try:
+        return pickle.dumps(answer, protocol=pickle.HIGHEST_PROTOCOL)
+    except Exception as err:  # whatever pickling raises (an object of its own), the page gets an answer
+        status, value = answer
+        return pickle.dumps(("failed", one_line(f"{status}: {value!r} ({type(err).__name__})")))
 
 
 def main(argv: list[str] | None = None) -> int:
