@@ -156,15 +156,25 @@ def test_a_frame_over_the_limit_is_refused_without_reading_it() -> None:
             pageprocess._read_frame(reader, timeout_s=5)
 
 
-def test_the_web_job_page_reads_the_child(live, pages) -> None:
+def test_the_web_job_page_reads_the_child_and_keeps_what_it_answered(live, pages, monkeypatch) -> None:
     store, _ = live
     job = _running(store)
-    app = create_app(store, reference_cluster(), pages=pages)
-    client = TestClient(app)
-    assert client.get(f"/api/job/{job}").json()["id"] == job
-    assert client.get(f"/job/{job}").status_code == 200
+
+    def here(*args, **kwargs):
+        raise AssertionError("a page computed in the server's process")
+
+    monkeypatch.setattr(jobpage, "job_overview", here)
+    client = TestClient(create_app(store, reference_cluster(), pages=pages))
+    first = client.get(f"/api/job/{job}").json()
+    assert first["id"] == job
     assert client.get("/api/job/999999").status_code == 400
-    assert not app.state.hpcwatch.overviews._entries  # nothing computed in this process
+    child = pages._child
+    assert child is not None
+    child.kill()
+    child.wait()
+    assert client.get(f"/api/job/{job}").json() == first  # no commit since: the server's cache, the child not asked
+    assert pages._child is child
+    assert client.get(f"/job/{job}").status_code == 200
 
 
 class _Silent(PageProcess):

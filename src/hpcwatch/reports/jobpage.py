@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -337,16 +338,28 @@ class OverviewCache:
         """What a miss reads no more: each job's settled stretches (``reports.jobstretches``)."""
 
     def overview(
-        self, store: Store, job_id: str, *, price_per_gpu_hour: float | None = None, currency: str = ""
+        self,
+        store: Store,
+        job_id: str,
+        *,
+        price_per_gpu_hour: float | None = None,
+        currency: str = "",
+        compute: Callable[[], JobOverview] | None = None,
     ) -> JobOverview:
-        """``job_overview(store, job_id, ...)``, from the cache when the store has not changed since."""
+        """``job_overview(store, job_id, ...)``, from the cache when the store has not changed since; ``compute``:
+        how a miss computes it instead (a server's page process, ``web.pageprocess``)."""
         key = (job_id, store.config.path, store.version, price_per_gpu_hour, currency)
         with self._lock:
             found = self._entries.get(key)
             if found is not None:
                 self._entries.move_to_end(key)
                 return found
-        found = job_overview(store, job_id, price_per_gpu_hour=price_per_gpu_hour, currency=currency, kept=self.kept)
+        if compute is not None:
+            found = compute()
+        else:
+            found = job_overview(
+                store, job_id, price_per_gpu_hour=price_per_gpu_hour, currency=currency, kept=self.kept
+            )
         with self._lock:
             self._entries[key] = found
             while len(self._entries) > self.size:

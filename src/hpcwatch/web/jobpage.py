@@ -132,11 +132,13 @@ def overview_of(state: Any, job_id: str) -> JobOverview:
     """The report the page and the API format, with samples from where the app reads them (from the store:
     through the app's cache of overviews, which a commit to the store empties; in the app's page process when
     it has one)."""
-    if state.prometheus is None and state.pages is not None:
-        return state.pages.overview(job_id, price_per_gpu_hour=state.gpu_hour_price, currency=state.currency)
+    price, currency = state.gpu_hour_price, state.currency
     if state.prometheus is None:
+        pages = state.pages
+        # A page of a store that did not change since is this process's (no answer to carry across).
+        compute = None if pages is None else lambda: pages.overview(job_id, price_per_gpu_hour=price, currency=currency)
         return state.overviews.overview(
-            state.store, job_id, price_per_gpu_hour=state.gpu_hour_price, currency=state.currency
+            state.store, job_id, price_per_gpu_hour=price, currency=currency, compute=compute
         )
     return job_overview(
         state.store,
