@@ -25,7 +25,7 @@ from hpcwatch.analysis.attribution import (
 )
 from hpcwatch.errors import InputError
 from hpcwatch.records import MAX_JOB_ID_CHARS, Job
-from hpcwatch.reports.jobstretches import KeptStretches, WindowRead, window_partial
+from hpcwatch.reports.jobstretches import KeptStretches, WindowRead, read_window, window_partial
 from hpcwatch.store import Store, queries
 
 if TYPE_CHECKING:  # the PromQL backend (httpx) is only loaded by callers that read Prometheus
@@ -74,7 +74,7 @@ def job_samples(store: Store, job_id: str, *, metrics: tuple[str, ...] = REPORT_
     t0 = first_start(store, record)
     if record is None or not record.nodes or t0 is None:
         return None
-    return queries.job_window_samples(store, list(metrics), hosts=list(record.nodes), job=job_id, t0=t0, t1=record.end)
+    return read_window(store, record, t0, metrics).table
 
 
 def first_start(store: Store, record: Job | None) -> float | None:

@@ -451,7 +451,7 @@ def _gpu_entries(
         if job and (metric == vocab.DCGM_FI_DEV_GPU_UTIL or entry["job"] is None):
             entry["job"] = job
     for entry in out.values():
-        owner = jobs.get((entry["job"] or "").split(",")[0])
+        owner = jobs.get(_first_job(entry))
         if owner is not None:
             entry["user"], entry["account"], entry["job_name"] = owner.user, owner.account, owner.name
     return out, oldest
@@ -566,8 +566,14 @@ def _owner(job: Job) -> _Owner:
 
 def _owned(entry: dict[str, Any], owners: dict[str, _Owner]) -> tuple[str, _Owner]:
     """A GPU entry's job (the first it names) and its owner as the entry was made."""
-    job_id = (entry["job"] or "").split(",")[0]
+    job_id = _first_job(entry)
     return job_id, owners.get(job_id)
+
+
+def _first_job(entry: dict[str, Any]) -> str:
+    """The job whose owner a GPU entry shows: the first its label names (``_gpu_entries``), and the one whose
+    owner ``GpuTable`` compares (the two must agree)."""
+    return str((entry["job"] or "").split(",")[0])
 
 
 def _nodes(samples: LiveSamples, now: float) -> dict[str, dict[str, float]]:

@@ -141,11 +141,7 @@ def overview_of(state: Any, job_id: str) -> JobOverview:
             state.store, job_id, price_per_gpu_hour=price, currency=currency, compute=compute
         )
     return job_overview(
-        state.store,
-        job_id,
-        samples=_samples_for(state, job_id),
-        price_per_gpu_hour=state.gpu_hour_price,
-        currency=state.currency,
+        state.store, job_id, samples=_samples_for(state, job_id), price_per_gpu_hour=price, currency=currency
     )
 
 
