@@ -103,8 +103,13 @@ def job_report(
     among all the store's samples.
     ``InputError`` when the store neither holds the job nor any sample of it, or when the job never started."""
     check_job_id(job_id)
-    record = store.job(job_id)
-    t0 = first_start(store, record)
+    record: Job | None
+    t0: float | None
+    if samples is None and window is not None:  # the record and start it was read for, not asked again
+        record, t0 = window.record, window.t0
+    else:
+        record = store.job(job_id)
+        t0 = first_start(store, record)
     if samples is None and record is not None and record.nodes and t0 is not None:
         jobs = store.jobs(on_nodes=record.nodes)
         part = window_partial(store, record, t0, jobs, kept=kept, window=window)

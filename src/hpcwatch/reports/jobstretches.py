@@ -224,15 +224,18 @@ class WindowRead:
     version: int
     """The store's version before the read (a row committed during it is checked on the next page)."""
     table: pa.Table
+    record: Job
+    """The job whose window it is, as the store held it when read."""
+    t0: float
+    """Where the window starts (the job's first start)."""
 
 
 def read_window(store: Store, record: Job, t0: float, metrics: Sequence[str] = REPORT_METRICS) -> WindowRead:
     """``record``'s window from ``t0`` (``store.queries.job_window_samples``), all of it."""
     version = store.version
     hosts = list(record.nodes)
-    return WindowRead(
-        version, queries.job_window_samples(store, list(metrics), hosts=hosts, job=record.id, t0=t0, t1=record.end)
-    )
+    table = queries.job_window_samples(store, list(metrics), hosts=hosts, job=record.id, t0=t0, t1=record.end)
+    return WindowRead(version, table, record, t0)
 
 
 def window_partial(
