@@ -660,6 +660,8 @@ def test_stale_data_is_greyed_with_its_age(browser, server):
     pg.route("**/api/stream*", lambda route: route.abort())  # the stream never answers: boot snapshot only
     pg.goto(server)
     pg.wait_for_function("() => Number(document.body.dataset.ticks || 0) >= 1")
+    # ready (bench_web.py's page ready) once the boot snapshot's values are painted, without the stream
+    pg.wait_for_function("() => performance.getEntriesByName('hpcwatch:ready').length > 0")
     assert "stale" not in pg.locator("body").get_attribute("class").split()
     # the newest sample 5 minutes old (a collector that stopped): grey at once, with its age
     pg.evaluate("window.hpcwatch.applySnapshot({...window.hpcwatch.state.snapshot, age_s: 300})")
@@ -671,6 +673,7 @@ def test_stale_data_is_greyed_with_its_age(browser, server):
     assert "stale" not in pg.locator("body").get_attribute("class").split()
     pg.wait_for_function("() => document.body.classList.contains('stale')", timeout=5_000)
     assert pg.locator("#stale-age").is_visible()
+    assert pg.evaluate("performance.getEntriesByName('hpcwatch:ready').length") == 1  # the first tick's, only
     context.close()
 
 

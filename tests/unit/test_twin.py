@@ -355,3 +355,24 @@ def test_checkpoints_carry_step_and_duration_and_the_last_one_before_t0_is_known
     # Steps are counted as the twin counts them: about one per seed step time since the job began.
     assert during[0].attrs["step"] > before.attrs["step"] > 0
     assert twin.steps_done(job.id) >= during[0].attrs["step"]
+
+
+def test_waiting_for_the_live_twin_returns_once_its_first_tick_is_in_the_store() -> None:
+    store = Store(":memory:")
+    live = LiveTwin(store, reference_cluster(), seed=0, start=1_800_000_000.0)
+    try:
+        assert live.start().wait_started(timeout_s=60)
+        assert store.query("SELECT count(*) FROM samples")[0][0] > 0  # written before the wait returned
+    finally:
+        live.stop()
+
+
+def test_waiting_for_a_live_twin_whose_first_tick_failed_raises_what_failed() -> None:
+    class Failing(Store):
+        def transaction(self):  # type: ignore[override]
+            raise OSError("disk gone")
+
+    live = LiveTwin(Failing(":memory:"), reference_cluster(), seed=0, start=1_800_000_000.0)
+    with pytest.raises(OSError, match="disk gone"):
+        live.start().wait_started(timeout_s=60)
+    assert not live.running

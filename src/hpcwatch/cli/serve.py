@@ -7,7 +7,6 @@ hpcwatch.httpguard.check_exposure), with TLS from ``--tls-cert``/``--tls-key``. 
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Callable
 from pathlib import Path
 
@@ -109,58 +108,52 @@ def demo(
     max_streams_per_client: int,
 ) -> None:
     """The main job: a live twin of the reference cluster in memory, and the web schematic on it."""
+    from hpcwatch.cli.demotwin import DemoTwin, TwinProcess
     from hpcwatch.httpguard import Limits
-    from hpcwatch.ingest import ingest_folder
     from hpcwatch.model.cluster import reference_cluster
     from hpcwatch.store import Store
     from hpcwatch.web.app import create_app
-    from hpcwatch.web.demo import check_port, cluster_with_nodes, seed_step_player, serve_app, start_live_twin
+    from hpcwatch.web.demo import check_port, cluster_with_nodes, seed_step_player, serve_app
     from hpcwatch.web.pageprocess import PageProcess
     from hpcwatch.web.scanprocess import ScanProcess
 
     check_port(port)
     cluster = cluster_with_nodes(nodes) if nodes else reference_cluster()
     store = Store(":memory:")
-    step_jobs = seed_step_player(store, cluster, seed=seed)
-    # The scenarios' host captures (smartctl, df, dmesg...) reach the store through the readers, as an agent's do.
-    host_files = functools.partial(ingest_folder, store)
-    runner = start_live_twin(
-        store, cluster, seed=seed, scenarios=scenario, speed=speed, host_files=host_files, scrape_s=scrape_s
+    # The twin and its remediation loop in a process of their own, writing the store folder as a cluster's collectors
+    # do; the detectors in another, as `hpcwatch collect` runs them beside `serve`; the job pages' reports in a
+    # third: the server's process keeps its interpreter for the page, its stream and its snapshot.
+    twin = TwinProcess(
+        store.path,
+        DemoTwin(nodes=nodes, seed=seed, scenarios=tuple(scenario), speed=speed, scrape_s=scrape_s, act=not no_act),
     )
-    # The detectors in a process of their own, as `hpcwatch collect` runs them beside `serve` on a real cluster.
     scanner = ScanProcess(store.path, every_s=scan_every, window_s=scan_window or None) if scan_every > 0 else None
-    if scanner is not None:
-        scanner.start()
-    remediation = None
-    if not no_act:
-        from hpcwatch.cli.demoact import DemoRemediation
-
-        remediation = DemoRemediation(store, runner).start()
-    limits = Limits(max_streams=max_streams, max_streams_per_client=max_streams_per_client)
-    # The job pages' reports in a process of their own: a large job's no longer shares the interpreter with the twin.
-    pages = PageProcess(store.path).start()
-    web = create_app(store, cluster, step_jobs=step_jobs, limits=limits, pages=pages)
-
-    def started(url: str) -> None:
-        console.print(
-            f"hpcwatch demo: {len(cluster.nodes)} nodes, {len(cluster.gpus)} GPUs, "
-            f"scenarios: {', '.join(scenario) or 'none'}, remediation {'off' if no_act else 'on (--no-act: off)'} — "
-            f"[bold]{url}[/bold] (Ctrl-C to stop)"
-        )
-        if not no_browser:
-            import webbrowser  # 6 ms of imports (shutil...) that every --help would pay
-
-            webbrowser.open(url)
-
+    pages = PageProcess(store.path)
     try:
+        step_jobs = seed_step_player(store, cluster, seed=seed)
+        twin.start()
+        if scanner is not None:
+            scanner.start()
+        limits = Limits(max_streams=max_streams, max_streams_per_client=max_streams_per_client)
+        web = create_app(store, cluster, step_jobs=step_jobs, limits=limits, pages=pages.start())
+
+        def started(url: str) -> None:
+            console.print(
+                f"hpcwatch demo: {len(cluster.nodes)} nodes, {len(cluster.gpus)} GPUs, "
+                f"scenarios: {', '.join(scenario) or 'none'}, "
+                f"remediation {'off' if no_act else 'on (--no-act: off)'} — [bold]{url}[/bold] (Ctrl-C to stop)"
+            )
+            if not no_browser:
+                import webbrowser  # 6 ms of imports (shutil...) that every --help would pay
+
+                webbrowser.open(url)
+
         serve_app(web, port=port, duration_s=duration, on_started=started)
     finally:
-        if remediation is not None:
-            remediation.stop()
+        twin.stop()
         if scanner is not None:
             scanner.stop()
         pages.stop()
-        runner.stop()
         store.close()
 
 

@@ -111,6 +111,8 @@ class LiveTwin:
         self.ticks = 0
         self.error: BaseException | None = None
         self._stop = threading.Event()
+        self._started = threading.Event()
+        """Set once the thread wrote its first tick, or died."""
         self._thread: threading.Thread | None = None
         self._written_jobs: dict[str, tuple] = {}
         self._perfquery_t: float | None = None
@@ -171,20 +173,31 @@ class LiveTwin:
     def _run(self) -> None:
         try:
             self.write_tick()
+            self._started.set()
             next_at = time.monotonic() + self.tick_s
             while not self._stop.wait(max(0.0, next_at - time.monotonic())):
                 self.step()
                 next_at += self.tick_s
         except BaseException as err:  # surfaced by stop() / .error: a dead thread must not look alive
             self.error = err
+            self._started.set()
 
     def start(self) -> LiveTwin:
         if self._thread is not None and self._thread.is_alive():
             return self
         self._stop.clear()
+        self._started.clear()
         self._thread = threading.Thread(target=self._run, name="hpcwatch-live-twin", daemon=True)
         self._thread.start()
         return self
+
+    def wait_started(self, timeout_s: float | None = None) -> bool:
+        """Wait until the thread has written its first tick: True; False after ``timeout_s``; what killed the
+        thread re-raised if it died first."""
+        started = self._started.wait(timeout_s)
+        if self.error is not None:
+            raise self.error
+        return started
 
     def stop(self, timeout_s: float = 5.0) -> None:
         """Stop the thread; re-raises what killed it, if anything did."""
