@@ -22,7 +22,6 @@ import functools
 import json
 import logging
 import os
-import select
 import signal
 import subprocess
 import sys
@@ -32,6 +31,7 @@ from pathlib import Path
 
 from hpcwatch.errors import ConfigError, HpcwatchError, one_line
 from hpcwatch.reports.text import visible
+from hpcwatch.web.children import end_child, parent_gone
 
 __all__ = ["DemoTwin", "TwinProcess", "STOP_TIMEOUT_S", "main"]
 
@@ -93,27 +93,12 @@ class TwinProcess:
         """Close the child's input (it stops its loop and its twin, and closes its store); kill it after
         ``STOP_TIMEOUT_S``."""
         child, self._child = self._child, None
-        if child is None:
-            return
-        for pipe in (child.stdin, child.stdout):
-            if pipe is not None:
-                pipe.close()
-        try:
-            child.wait(timeout=STOP_TIMEOUT_S)
-        except subprocess.TimeoutExpired:
-            child.kill()
-            child.wait()
-
-
-def _parent_gone(wait_s: float) -> bool:
-    """Wait up to ``wait_s`` seconds for the end of standard input: True when it came (the parent closed it, or
-    died)."""
-    readable, _, _ = select.select([sys.stdin], [], [], wait_s)
-    return bool(readable) and not os.read(sys.stdin.fileno(), 1)
+        if child is not None:
+            end_child(child, timeout_s=STOP_TIMEOUT_S)
 
 
 def run_until_stopped(
-    path: str, config: DemoTwin, *, ready: Callable[[], None], stopped: Callable[[float], bool] = _parent_gone
+    path: str, config: DemoTwin, *, ready: Callable[[], None], stopped: Callable[[float], bool] = parent_gone
 ) -> None:
     """The child: the twin of ``config`` on the store folder ``path`` (and its remediation loop); ``ready()``
     once its first tick is in the store; until ``stopped(wait_s)`` says so, or the twin's thread dies (what

@@ -34,6 +34,7 @@ from typing import IO, Any
 
 from hpcwatch.errors import HpcwatchError, StoreError, one_line
 from hpcwatch.reports.text import visible
+from hpcwatch.web.children import end_child
 
 __all__ = ["PageProcess", "ANSWER_TIMEOUT_S", "STOP_TIMEOUT_S", "main"]
 
@@ -85,7 +86,7 @@ class PageProcess:
             child = self._child  # once: ``stop()`` may take it meanwhile, and ends it under this page
             if child is None or child.poll() is not None:
                 if child is not None:
-                    _end(child, outputs=True)  # died between pages: its pipes
+                    end_child(child, timeout_s=STOP_TIMEOUT_S, outputs=True)  # died between pages: its pipes
                 child = self._start()
             assert child.stdin is not None and child.stdout is not None
             try:
@@ -93,7 +94,7 @@ class PageProcess:
                 status, value = pickle.loads(_read_frame(child.stdout, timeout_s=self.answer_timeout_s))
             except (OSError, ValueError, EOFError, TimeoutError, pickle.UnpicklingError) as err:
                 # ValueError: a pipe ``stop()`` closed under this page.
-                _end(child, outputs=True)  # the next page starts a new child
+                end_child(child, timeout_s=STOP_TIMEOUT_S, outputs=True)  # the next page starts a new child
                 if self._child is child:
                     self._child = None
                 raise StoreError(f"job {job_id}: the job pages' process did not answer ({err}); try again") from None
@@ -111,27 +112,12 @@ class PageProcess:
         try:
             child, self._child = self._child, None
             if child is not None:
-                _end(child, outputs=idle)  # a page under way reads the child's output: it closes it
+                end_child(
+                    child, timeout_s=STOP_TIMEOUT_S, outputs=idle
+                )  # a page under way reads the child's output: it closes it
         finally:
             if idle:
                 self._lock.release()
-
-
-def _end(child: subprocess.Popen[bytes], *, outputs: bool) -> None:
-    """End ``child``: the end of its input (it leaves through its store's close), killed after
-    ``STOP_TIMEOUT_S``; its output pipe closed too when no other thread reads it (``outputs``)."""
-    if child.stdin is not None:
-        try:
-            child.stdin.close()
-        except OSError:
-            pass  # a broken pipe: the child is gone already
-    try:
-        child.wait(timeout=STOP_TIMEOUT_S)
-    except subprocess.TimeoutExpired:
-        child.kill()
-        child.wait()
-    if outputs and child.stdout is not None:
-        child.stdout.close()
 
 
 def _write_frame(out: IO[bytes], payload: bytes) -> None:

@@ -17,8 +17,6 @@ from __future__ import annotations
 
 import gc
 import logging
-import os
-import select
 import signal
 import subprocess
 import sys
@@ -27,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from hpcwatch.errors import ConfigError
+from hpcwatch.web.children import end_child, parent_gone
 
 __all__ = ["ScanProcess", "SCAN_BUSY_SHARE", "main"]
 
@@ -68,27 +67,12 @@ class ScanProcess:
 
     def stop(self) -> None:
         child, self._child = self._child, None
-        if child is None:
-            return
-        if child.stdin is not None:
-            child.stdin.close()
-        child.terminate()  # a scan under way is cut: its findings commit whole or not at all
-        try:
-            child.wait(timeout=STOP_TIMEOUT_S)
-        except subprocess.TimeoutExpired:
-            child.kill()
-            child.wait()
-
-
-def _parent_gone(wait_s: float) -> bool:
-    """Wait up to ``wait_s`` seconds for the end of standard input: True when it came (the parent closed it, or
-    died)."""
-    readable, _, _ = select.select([sys.stdin], [], [], wait_s)
-    return bool(readable) and not os.read(sys.stdin.fileno(), 1)
+        if child is not None:  # a scan under way is cut: its findings commit whole or not at all
+            end_child(child, timeout_s=STOP_TIMEOUT_S, terminate=True)
 
 
 def scan_until_stopped(
-    path: str, every_s: float, window_s: float, busy_share: float, *, stopped: Callable[[float], bool] = _parent_gone
+    path: str, every_s: float, window_s: float, busy_share: float, *, stopped: Callable[[float], bool] = parent_gone
 ) -> int:
     """The child's loop; ``stopped(wait_s)`` waits and says whether to stop. Returns the scans run."""
     from hpcwatch.security.scan import LiveScan, rescan
