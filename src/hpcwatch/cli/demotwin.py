@@ -4,8 +4,8 @@ and its operators are apart from ``hpcwatch serve``.
 
 In the server's process the twin's ticks (the samples of 8,192 GPUs, the store's commits and merges: a tenth of
 a core at 1,024 nodes) held the interpreter lock in turn with the live snapshot, the problems' judgement and
-every request: the page's own HTML waited behind them (its first byte 0.05 to 1.3 s after the request). The
-child shares the store folder (any number of processes may write one, ``store.core``), not the interpreter.
+every request, the page's own HTML included. The child shares the store folder (any number of processes may
+write one, ``store.core``), not the interpreter.
 
 The parent starts the child and waits for its first tick in the store (``ready`` on the child's standard
 output; an error that stopped it, a one-line ``error: ...``, becomes a ``ConfigError``: an unknown scenario).
