@@ -240,3 +240,26 @@ def test_a_compaction_under_way_does_not_hold_other_writers_commits(tmp_path):
         release.set()
         writer.join(10)
         assert [t for (t,) in other.query("SELECT t FROM samples ORDER BY t")] == [float(t) for t in range(12)]
+
+
+@pytest.mark.parametrize("sorted_from", [0, 10**9])
+def test_a_merge_of_samples_is_sorted_from_its_threshold_on_and_reads_the_same(tmp_path, monkeypatch, sorted_from):
+    """At or above ``SORTED_MERGE_ROWS`` a merged part holds its rows by (metric, host, gpu, t), so that a metric
+    filter skips row groups; below, as they came (sorting a group or two saved no read): the same rows either way."""
+    import pyarrow.parquet as pq
+
+    from hpcwatch.store import core
+
+    monkeypatch.setattr(core, "SORTED_MERGE_ROWS", sorted_from)
+    with (
+        Store(tmp_path / "plain", compact_fanin=1000) as plain,
+        Store(tmp_path / "merged", compact_fanin=2, retire_grace_s=0) as merged,
+    ):
+        for store in (plain, merged):
+            for metric in ("m3", "m2", "m1", "m0"):  # each commit a metric, in reverse order
+                store.add(_samples(5, t0=100.0 - 10 * int(metric[1]), metric=metric))
+        (part,) = (merged.path / "samples").iterdir()  # 4 parts, merged twice over into one
+        rows = pq.read_table(part, columns=["metric", "t"]).to_pylist()
+        keys = [(r["metric"], r["t"]) for r in rows]
+        assert (keys == sorted(keys)) is (sorted_from == 0)
+        assert _tables(merged) == _tables(plain)

@@ -80,6 +80,11 @@ DEFAULT_COMPACT_FANIN = 8
 #: The most rows one merge writes (parts above this over the fan-in are left alone): a commit that
 #: merges holds the commit lock, and rewriting big parts saves little (one footer each).
 DEFAULT_COMPACT_MAX_ROWS = 2_000_000
+#: A merge of samples at least this big is written sorted by (metric, host, gpu, t), so that a metric filter skips
+#: most of its row groups (DuckDB writes 122,880 rows a group). A smaller one is a group or two that a reader reads
+#: whole anyway, and sorting it was most of a live writer's merge: 8 ticks of a 1,024-node twin (200,000 rows)
+#: took 0.29 s of CPU with the sort, 0.11-0.16 s without. Ours.
+SORTED_MERGE_ROWS = 4 * 122_880
 #: How long a dropped part stays on disk for readers that bound the manifest before the drop.
 DEFAULT_RETIRE_GRACE_S = 60.0
 
@@ -872,7 +877,7 @@ class Store:
                 f"SELECT * FROM ({rows_sql}) "
                 f'QUALIFY row_number() OVER (PARTITION BY "{_KEYED[table]}" ORDER BY _v DESC) = 1'
             )
-        elif table == "samples":  # sorted parts let a metric filter skip row groups
+        elif table == "samples" and sum(int(p["rows"]) for p in group) >= SORTED_MERGE_ROWS:
             rows_sql = f"SELECT * FROM ({rows_sql}) ORDER BY metric, host, gpu, t"
         # Only the thread holding _compact_lock gets here, so the connection is never shared.
         self._merge_con.execute(f"COPY ({rows_sql}) TO {_sql_path(target)} (FORMAT parquet)")
