@@ -198,7 +198,8 @@ def test_median_gap_of_a_histogram(histogram, median) -> None:
 
 
 def test_a_copied_accumulator_has_every_field_and_shares_nothing_it_could_change() -> None:
-    """``Acc.copy`` names its fields one by one: a field added to ``Acc`` and not to it would be lost."""
+    """``Acc.copy`` keeps every field (one it missed would be lost from each kept checkpoint's pages) and shares
+    no mutable one with the checkpoint."""
     import dataclasses
 
     from hpcwatch.analysis.jobpartial import Acc
