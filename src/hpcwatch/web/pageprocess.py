@@ -111,10 +111,8 @@ class PageProcess:
         idle = self._lock.acquire(blocking=False)
         try:
             child, self._child = self._child, None
-            if child is not None:
-                end_child(
-                    child, timeout_s=STOP_TIMEOUT_S, outputs=idle
-                )  # a page under way reads the child's output: it closes it
+            if child is not None:  # a page under way reads the child's output: that page closes it
+                end_child(child, timeout_s=STOP_TIMEOUT_S, outputs=idle)
         finally:
             if idle:
                 self._lock.release()
