@@ -203,6 +203,33 @@ def test_gpu_that_stops_reporting_drains_its_node():
     assert verdict(health_of(series("DCGM_FI_DEV_GPU_UTIL", [97] * 20)), "node1", "gpu_missing") == "ok"
 
 
+def test_missing_gpus_are_judged_against_their_own_node_in_host_then_gpu_order():
+    """node10 went quiet as a whole (nothing missing there: its own GPUs are its newest); node2's GPU 5 and
+    node1's GPUs 7 and 2 stopped while their nodes went on. Found in host, then GPU, text order."""
+    util = "DCGM_FI_DEV_GPU_UTIL"
+    lines = [
+        *series(util, [97] * 20, node="node2", gpu=0),
+        *series(util, [97] * 6, node="node2", gpu=5),
+        *series(util, [97] * 5, node="node10", gpu=0),
+        *series(util, [97] * 5, node="node10", gpu=1),
+        *series(util, [97] * 4, node="node1", gpu=7),
+        *series(util, [97] * 20, node="node1", gpu=1),
+        *series(util, [97] * 3, node="node1", gpu=2),
+    ]
+    checks = [c for c in passive_checks(_table(lines), []) if c.rule == "gpu_missing"]
+    assert [(c.node, c.evidence["gpu"]) for c in checks] == [("node1", "2"), ("node1", "7"), ("node2", "5")]
+    newest = T0 + 19 * 15.0
+    assert [c.evidence["node_last_seen"] for c in checks] == [newest] * 3
+    assert [c.evidence["last_seen"] for c in checks] == [T0 + 2 * 15.0, T0 + 3 * 15.0, T0 + 5 * 15.0]
+    assert checks[0].title == "GPU 2 stopped reporting 255 s ago"
+
+
+def _table(lines: list[str]):
+    with Store(":memory:") as store:
+        store.add(parse_prometheus_text("\n".join(lines) + "\n", path="scrape.prom"))
+        return store.samples()
+
+
 # -- active checks ---------------------------------------------------------------------------------
 
 
@@ -240,3 +267,20 @@ def test_ib_write_bw_near_ndr_is_ok_and_half_speed_drains(data_dir):
     (check,) = active_checks(bad)
     assert check.verdict == "drain" and check.node == "node2"
     assert active_checks(bad, link="hdr") == []  # the same 197 Gb/s is full speed on HDR
+
+
+def test_each_node_verdict_event_names_its_own_rules_worst_first_by_name():
+    from hpcwatch.reports.health import rule_verdicts, verdict_event_attrs
+
+    lines = [
+        *series("DCGM_FI_DEV_XID_ERRORS", [0, 0, 79, 79], node="node1", gpu=0),
+        *series("DCGM_FI_DEV_XID_ERRORS", [0, 0, 13, 13], node="node1", gpu=1),
+        *series("DCGM_FI_DEV_XID_ERRORS", [0, 0, 0, 0], node="node2", gpu=0),
+    ]
+    report = health_of(lines)
+    attrs = {a["node"]: a for a in verdict_event_attrs(report)}
+    assert attrs["node1"]["verdict"] == "drain" and attrs["node1"]["rules"]["xid"] == "drain"
+    assert attrs["node2"]["verdict"] == "ok" and attrs["node2"]["rules"].get("xid", "ok") == "ok"
+    for node, a in attrs.items():
+        mine = {rule: v for (n, rule), v in rule_verdicts(report).items() if n == node}
+        assert a["rules"] == mine and list(a["rules"]) == sorted(mine)

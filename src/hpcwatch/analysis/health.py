@@ -1069,13 +1069,18 @@ def _check_gpu_activity(table: _Window, config: HealthConfig) -> list[Check]:
     if util_grouped is None:
         return []
     power_grouped = table.grouped(POWER)
+    util_names = util_grouped.names()
+    busy = {util_names[g] for g in np.flatnonzero(util_grouped.any(util_grouped.v >= config.stall_util_pct)).tolist()}
     power: dict[tuple[str, str], _Series] = {}
-    if power_grouped is not None:
+    if power_grouped is not None and busy:
         cold_power = power_grouped.any(power_grouped.v <= config.stall_power_factor * _MOST_IDLE_POWER_W)
-        power = {(s.host, s.key): s for s in (power_grouped.series(g) for g in np.flatnonzero(cold_power).tolist())}
-    stall_may_fire = util_grouped.any(util_grouped.v >= config.stall_util_pct) & np.array(
-        [n in power for n in util_grouped.names()], bool
-    )
+        power_names = power_grouped.names()
+        power = {
+            power_names[g]: power_grouped.series(g)
+            for g in np.flatnonzero(cold_power).tolist()
+            if power_names[g] in busy  # an idle GPU is cold too: only a busy one may be stalled
+        }
+    stall_may_fire = np.array([n in power for n in util_names], bool)
     idle_may_fire = util_grouped.any(util_grouped.v <= config.idle_util_pct) & util_grouped.with_job()
     checks = []
     for u in (util_grouped.series(g) for g in util_grouped.in_order if stall_may_fire[g] or idle_may_fire[g]):
@@ -1124,21 +1129,30 @@ _MOST_IDLE_POWER_W = max(spec.idle_power_w for spec in GPUS.values())
 
 
 def _check_missing(table: _Window, config: HealthConfig) -> list[Check]:
-    series = table.series(UTIL)
-    newest: dict[str, float] = {}
-    for s in series:
-        newest[s.host] = max(newest.get(s.host, -np.inf), float(s.t[-1]))
-    return [
-        Check(
-            node=s.host,
-            rule="gpu_missing",
-            verdict="drain",
-            title=f"GPU {s.key} stopped reporting {newest[s.host] - s.t[-1]:.0f} s ago",
-            evidence={"gpu": s.key, "last_seen": float(s.t[-1]), "node_last_seen": newest[s.host]},
+    """A GPU whose utilisation stopped coming while its node's other GPUs go on reporting. Each GPU's last time
+    and its node's newest are taken for every GPU at once, and only the missing GPUs' series are made (making all
+    8,192 at 1,024 nodes was a sixth of a judgement, py-spy)."""
+    grouped = table.grouped(UTIL)
+    if grouped is None:
+        return []
+    last_t = grouped.t[grouped.last_rows]
+    host_of = grouped.hosts.indices.to_numpy()[grouped.first_rows]
+    node_newest = np.full(len(grouped.hosts.dictionary), -np.inf)
+    np.maximum.at(node_newest, host_of, last_t)
+    missing = node_newest[host_of] - last_t > config.missing_after_s
+    checks = []
+    for g in grouped.in_order[missing[grouped.in_order]].tolist():
+        s, newest = grouped.series(g), float(node_newest[host_of[g]])
+        checks.append(
+            Check(
+                node=s.host,
+                rule="gpu_missing",
+                verdict="drain",
+                title=f"GPU {s.key} stopped reporting {newest - s.t[-1]:.0f} s ago",
+                evidence={"gpu": s.key, "last_seen": float(s.t[-1]), "node_last_seen": newest},
+            )
         )
-        for s in series
-        if newest[s.host] - s.t[-1] > config.missing_after_s
-    ]
+    return checks
 
 
 def _drive(s: _Series) -> dict[str, Any]:
