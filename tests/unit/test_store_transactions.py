@@ -263,3 +263,33 @@ def test_a_merge_of_samples_is_sorted_from_its_threshold_on_and_reads_the_same(t
         keys = [(r["metric"], r["t"]) for r in rows]
         assert (keys == sorted(keys)) is (sorted_from == 0)
         assert _tables(merged) == _tables(plain)
+
+
+class _RecordingConnection:
+    """A DuckDB connection that notes each statement it is given, and runs it."""
+
+    def __init__(self, con):
+        self.con, self.statements = con, []
+
+    def execute(self, sql, *args):
+        self.statements.append(sql)
+        return self.con.execute(sql, *args)
+
+    def __getattr__(self, name):
+        return getattr(self.con, name)
+
+
+def test_a_commit_rebinds_only_the_views_of_the_tables_it_changed(tmp_path):
+    job = Job(id="7", user="u", nodes=("node1",), start=0.0)
+    with Store(tmp_path / "s") as store:
+        store.add([*_samples(3), job])
+        assert store.query("SELECT count(*) FROM samples") == [(3,)]
+        recording = store._con = _RecordingConnection(store._con)
+        store.add(_samples(2, t0=10.0))
+        assert store.query("SELECT count(*) FROM samples") == [(5,)]
+        assert store.query("SELECT id FROM jobs") == [("7",)]
+        rebound = [sql.split(" AS ")[0] for sql in recording.statements if "VIEW" in sql]
+        assert rebound == ["CREATE OR REPLACE VIEW _all_samples"]
+        store.add([Job(id="8", user="u", nodes=("node2",), start=1.0)])
+        assert store.query("SELECT id FROM jobs ORDER BY id") == [("7",), ("8",)]
+        assert store.query("SELECT count(*) FROM samples") == [(5,)]

@@ -538,6 +538,7 @@ class Store:
             raise StoreError(f"{self.config.path}: cannot open the store: {err}") from err
         self._bound_key: tuple[int, int, int] | None = None  # the manifest read (inode, mtime, size)
         self._views_key: tuple[int, int, int] | None = None  # the manifest the views were bound to
+        self._bound_parts: dict[str, tuple[str, ...]] = {}  # table -> the part files its view reads
         self._since_keys: dict[str, tuple[int, tuple[int, int, int] | None]] = {}  # table: (since, manifest) bound
         self._manifest = _empty_manifest()
         self._identities: tuple[dict[str, Any], set[str]] | None = None  # (manifest it was built from, identities)
@@ -949,10 +950,13 @@ class Store:
         if self._views_key == self._bound_key and not force:
             return
         for table in TABLES:
-            self._con.execute(
-                f"CREATE OR REPLACE VIEW _all_{table} AS "
-                f"{self._union_sql(table, self._manifest['tables'][table], since=None)}"
-            )
+            # Only the tables whose parts changed: a tick's commit or a merge changes a few of them, and each
+            # view costs ~1 ms to create (at 1,024 nodes the views were a twentieth of the live page's CPU).
+            parts = self._manifest["tables"][table]
+            listed = tuple(part["file"] for part in parts)
+            if force or self._bound_parts.get(table) != listed:
+                self._con.execute(f"CREATE OR REPLACE VIEW _all_{table} AS {self._union_sql(table, parts, since=None)}")
+                self._bound_parts[table] = listed
         self._views_key = self._bound_key
 
     def _union_sql(self, table: str, parts: list[dict[str, Any]], *, since: int | None) -> str:
