@@ -33,6 +33,7 @@ from hpcwatch.reports.collectors import collector_statuses
 from hpcwatch.reports.findings import findings_summary
 from hpcwatch.reports.health import node_health
 from hpcwatch.reports.healthwindow import KeptWindow
+from hpcwatch.reports.liveevents import FollowedEventTallies
 from hpcwatch.reports.livesamples import FollowedStoreSamples, LiveSamples, PromSamples, StoreSamples
 from hpcwatch.reports.livetraining import FollowedTraining, live_training
 from hpcwatch.reports.nccl import nccl_card
@@ -177,6 +178,7 @@ def live_snapshot(
     collectors: dict[str, dict[str, Any]] | None = None,
     followed_training: FollowedTraining | None = None,
     gpu_table: GpuTable | None = None,
+    event_tallies: FollowedEventTallies | None = None,
 ) -> dict[str, Any]:
     """The ``/api/live`` document (less the vectors' translated text): ``t`` (``now``, the newest sample's
     time), ``gpus``, ``nodes``, ``storage``, ``queue``, ``training``, ``collectors``, ``collect`` (the
@@ -195,7 +197,9 @@ def live_snapshot(
     ``nccl``: ``nccl_card()`` (computed when None), for a caller that keeps it while the events do not change;
     ``collectors``: ``collector_activity()`` (computed when None), for a caller that refreshes it less often;
     ``followed_training``: the training card kept between snapshots (``reports.livetraining``; asked anew
-    when None); ``gpu_table``: the GPU entries kept between snapshots (``GpuTable``; made anew when None)."""
+    when None); ``gpu_table``: the GPU entries kept between snapshots (``GpuTable``; made anew when None);
+    ``event_tallies``: the requeues and checkpoints counted between snapshots (``reports.liveevents``; counted
+    anew from every event when None)."""
     samples = samples if samples is not None else StoreSamples(store)
     jobs = {job.id: job for job in store.jobs()}
     training = (
@@ -208,7 +212,8 @@ def live_snapshot(
         if now is not None and with_problems
         else []
     )
-    checkpoints, last_checkpoint = queries.checkpoint_activity(store)
+    tallies = event_tallies if event_tallies is not None else FollowedEventTallies(store)  # new: reads every event
+    checkpoints, last_checkpoint = tallies.checkpoint_activity()
     gpus = ((gpu_table or _gpus)(samples, now, jobs)) if now is not None else {}
     doc = {
         "t": now,
@@ -217,7 +222,7 @@ def live_snapshot(
         "storage": _storage(samples, now, jobs)
         if now is not None
         else {"jobs": [], "read_bytes_s": 0.0, "write_bytes_s": 0.0},
-        "queue": _queue(jobs, queries.requeue_counts(store)),
+        "queue": _queue(jobs, tallies.requeue_counts()),
         "training": asdict(training) if training is not None else None,
         "collectors": collectors
         if collectors is not None

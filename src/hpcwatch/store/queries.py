@@ -433,6 +433,28 @@ def _requeued(store: Store, job: str) -> tuple[float, ...]:
     return tuple(float(t) for (t,) in rows if t is not None)
 
 
+#: A REQUEUED ``job_end`` event's job and attempt start (``requeue_counts`` counts the distinct starts).
+_REQUEUED_SQL = (
+    "SELECT json_extract_string(attrs, '$.job') AS job, CAST(json_extract(attrs, '$.start') AS VARCHAR) AS start "
+    "FROM events WHERE kind = 'job_end' AND json_extract_string(attrs, '$.state') = 'REQUEUED'"
+)
+#: The checkpoint events' count and newest time (``checkpoint_activity``).
+_CHECKPOINTS_SQL = "SELECT count(*) AS n, max(t) AS t FROM events WHERE kind LIKE '%checkpoint%'"
+
+
+def event_tallies_since(
+    store: Store, since: int
+) -> tuple[int, list[tuple[str | None, str | None]], tuple[int, float | None]]:
+    """What ``requeue_counts`` and ``checkpoint_activity`` count, of the events committed after version ``since``
+    only (``reports.liveevents``): (the version read at, each REQUEUED ``job_end`` event's (job, attempt start as
+    JSON text), the checkpoint events' (count, newest t))."""
+    read_at, (requeued, checkpoints) = store.query_arrow_since_each(
+        since, [(_REQUEUED_SQL, ()), (_CHECKPOINTS_SQL, ())]
+    )
+    (n,), (t,) = checkpoints["n"].to_pylist(), checkpoints["t"].to_pylist()
+    return read_at, list(zip(requeued["job"].to_pylist(), requeued["start"].to_pylist())), (int(n), t)
+
+
 def checkpoint_activity(store: Store) -> tuple[int, float | None]:
     """Events whose kind names a checkpoint (``checkpoint``, ``checkpoint_save``…): ``(count, newest t)``."""
     ((n, t),) = store.query("SELECT count(*), max(t) FROM events WHERE kind LIKE '%checkpoint%'")

@@ -40,6 +40,7 @@ from hpcwatch.reports.live import (
     problems,
     state_inputs,
 )
+from hpcwatch.reports.liveevents import FollowedEventTallies
 from hpcwatch.reports.livesamples import LiveSamples
 from hpcwatch.reports.livetraining import FollowedTraining
 from hpcwatch.reports.nccl import NCCL_LOG_KINDS, nccl_card
@@ -235,6 +236,7 @@ class LiveView:
         self._latest_t: float | None = None
         self._judge = ProblemJudge(store)
         self._training = FollowedTraining(store, exclude_jobs=self.exclude_jobs)
+        self._tallies = FollowedEventTallies(store)
         self._gpu_table = GpuTable()
         self._seen: DataSeen | None = None
         self._seen_at: float | None = None
@@ -424,6 +426,7 @@ class LiveView:
             collectors=self._current_collectors(now, seen),
             followed_training=self._training,
             gpu_table=self._gpu_table,
+            event_tallies=self._tallies,
         )
         judged = self._current_problems(now, doc["training"])
         doc["problems"], doc["alerts"] = judged.problems, judged.alerts
