@@ -293,3 +293,25 @@ def test_a_commit_rebinds_only_the_views_of_the_tables_it_changed(tmp_path):
         store.add([Job(id="8", user="u", nodes=("node2",), start=1.0)])
         assert store.query("SELECT id FROM jobs ORDER BY id") == [("7",), ("8",)]
         assert store.query("SELECT count(*) FROM samples") == [(5,)]
+
+
+def test_jobs_read_on_from_the_last_read_equal_every_row_read_at_once(tmp_path):
+    """Jobs added, replaced (a job seen again running, then ended) and pending (no start) over several commits:
+    the store that read along lists what one opened afterwards lists, in ``start NULLS LAST, id`` order."""
+    commits = [
+        [Job(id="10", user="a", nodes=("n1",), start=5.0), Job(id="9", user="b", nodes=("n2",), start=5.0)],
+        [Job(id="11", user="a", nodes=(), start=None, state="PENDING")],
+        [Job(id="10", user="a", nodes=("n1",), start=5.0, end=9.0, state="COMPLETED"), Job(id="12", start=1.0)],
+        [],
+        [Job(id="11", user="a", nodes=("n3",), start=7.0, state="RUNNING"), Job(id="13", start=None)],
+    ]
+    with Store(tmp_path / "s") as store:
+        for jobs in commits:
+            store.add(jobs)
+            listed = store.jobs()
+            with Store(tmp_path / "s") as fresh:
+                assert listed == fresh.jobs()
+            ordered = store.query("SELECT id FROM jobs ORDER BY start NULLS LAST, id")
+            assert [j.id for j in listed] == [i for (i,) in ordered]
+        assert store.job("10").end == 9.0 and store.job("11").nodes == ("n3",) and store.job("99") is None
+        assert [j.id for j in store.jobs(on_nodes=["n1", "n3"])] == ["10", "11"]
