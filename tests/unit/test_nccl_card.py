@@ -65,14 +65,14 @@ def test_events_no_job_explains_are_shown_together():
     assert entry["versions"] == {"2.7.8": ["slurm-train-compute-0-0"]}
 
 
-def test_the_live_page_reads_the_card_again_when_nccl_events_arrive_and_keeps_it_otherwise(tmp_path, monkeypatch):
-    """The live view keeps the card while the NCCL events hold the same rows (it reads every NCCL event), and
-    while the jobs changed for less than an interval."""
+def test_the_live_page_reads_the_card_again_when_nccl_events_or_the_jobs_on_their_hosts_change(tmp_path, monkeypatch):
+    """The live view keeps the card while the NCCL events hold the same rows (it reads every NCCL event) and the
+    jobs on the hosts they name are the same: a job elsewhere cannot be told their job."""
     from hpcwatch.web import live as web_live
     from hpcwatch.web.live import LiveView
 
     calls = []
-    monkeypatch.setattr(web_live, "nccl_card", lambda store: calls.append(1) or nccl_card(store))
+    monkeypatch.setattr(web_live, "nccl_card", lambda store, **kw: calls.append(1) or nccl_card(store, **kw))
     events = list(
         parse_nccl_log(
             (DATA / "nccl_367_docker_socket_tree_threshold.log").read_text().splitlines(), path="nccl_367", t=1000.0
@@ -88,14 +88,10 @@ def test_the_live_page_reads_the_card_again_when_nccl_events_arrive_and_keeps_it
         assert [entry["job"] for entry in view.snapshot()["nccl"]] == ["77"]
         assert len(calls) == 2
         store.add([Event(kind="tetragon", t=1001.0, source="node1", attrs={})])  # not an NCCL event: kept
+        store.add([Job(id="90", user="u", nodes=("elsewhere",), gpus=1, start=950.0, state="RUNNING")])  # kept
         view.snapshot()
         assert len(calls) == 2
-        # A job that starts or ends moves which job events are told under: read again, at most every interval
-        # (at 1,024 nodes the jobs change every few seconds).
+        # A job on their hosts that starts or ends moves which job the events are told under: read again.
         store.add([Job(id="78", user="u", nodes=hosts, gpus=1, start=950.0, end=None, state="RUNNING")])
-        monkeypatch.setattr(web_live, "PROBLEMS_INTERVAL_S", 3600.0)
-        view.snapshot()
-        assert len(calls) == 2
-        monkeypatch.setattr(web_live, "PROBLEMS_INTERVAL_S", 0.0)
-        view.snapshot()
-        assert len(calls) == 3
+        assert [entry["job"] for entry in view.snapshot()["nccl"]] == ["78"] and len(calls) == 3
+        assert view.snapshot()["nccl"] == nccl_card(store) and len(calls) == 3

@@ -132,7 +132,7 @@ def hang_report(paths: Iterable[str | os.PathLike[str]]) -> HangReport:
 
 def stored_nccl_report(store: Store, *, config: NcclConfig = NcclConfig()) -> NcclReport:
     """The report of every NCCL log event in the store (one job's store)."""
-    return nccl_report_of([e for kind in NCCL_LOG_KINDS for e in store.events(kind)], config=config)
+    return nccl_report_of(nccl_log_events(store), config=config)
 
 
 def stored_hang_report(store: Store) -> HangReport:
@@ -194,23 +194,50 @@ def _by_job(events: Sequence[Event], jobs: Sequence[Job]) -> dict[str | None, li
     return groups
 
 
-def stored_nccl_by_job(store: Store, *, config: NcclConfig = NcclConfig()) -> list[tuple[str | None, NcclReport]]:
+def nccl_log_events(store: Store) -> list[Event]:
+    """Every stored NCCL log event (``NCCL_LOG_KINDS``)."""
+    return [e for kind in NCCL_LOG_KINDS for e in store.events(kind)]
+
+
+def nccl_hosts(events: Iterable[Event]) -> frozenset[str]:
+    """The hosts NCCL log ``events`` name (``host``, or a WARN line's ``node``): an event is told the job of a job
+    listing its hosts (``_job_of``), so only the jobs on these hosts change what ``stored_nccl_by_job`` says."""
+    return frozenset(
+        name for e in events for name in (str(e.attrs.get("host")), str(e.attrs.get("host") or e.attrs.get("node")))
+    )
+
+
+def stored_nccl_by_job(
+    store: Store,
+    *,
+    config: NcclConfig = NcclConfig(),
+    events: Sequence[Event] | None = None,
+    jobs: Sequence[Job] | None = None,
+) -> list[tuple[str | None, NcclReport]]:
     """(job id, report) per job whose processes logged NCCL events while it ran (``_job_of``); events no
-    job explains are reported together under None. Jobs in the order they started."""
-    jobs = store.jobs()
-    groups = _by_job([e for kind in NCCL_LOG_KINDS for e in store.events(kind)], jobs)
+    job explains are reported together under None. Jobs in the order they started. ``events``: the store's NCCL
+    log events already read (``nccl_log_events``); ``jobs``: its jobs, or those on the events' hosts
+    (``nccl_hosts``), in ``Store.jobs`` order: the same answer."""
+    jobs = store.jobs() if jobs is None else jobs
+    groups = _by_job(nccl_log_events(store) if events is None else events, jobs)
     start = {j.id: j.start or 0.0 for j in jobs}
     order = sorted(groups, key=lambda j: (j is None, start.get(j, 0.0) if j else 0.0, j or ""))
     return [(job, nccl_report_of(groups[job], config=config)) for job in order]
 
 
-def nccl_card(store: Store, *, config: NcclConfig = NcclConfig()) -> list[dict[str, Any]]:
+def nccl_card(
+    store: Store,
+    *,
+    config: NcclConfig = NcclConfig(),
+    events: Sequence[Event] | None = None,
+    jobs: Sequence[Job] | None = None,
+) -> list[dict[str, Any]]:
     """What the ML-stack card shows per job (plain values for the page): ``job``, ``versions`` (NCCL version ->
     hosts), ``networks``, ``transports`` (kind -> connections), ``coll_channels``, ``rings_max``, ``env`` (the
     NCCL_* variables set), ``forcing`` (those of them that force NCCL's tuning), ``rules`` (rule, verdict, title,
-    hosts), ``processes``, ``warns``, ``timeouts``."""
+    hosts), ``processes``, ``warns``, ``timeouts``. ``events``, ``jobs``: as ``stored_nccl_by_job`` takes them."""
     out = []
-    for job, report in stored_nccl_by_job(store, config=config):
+    for job, report in stored_nccl_by_job(store, config=config, events=events, jobs=jobs):
         top = report.topology
         out.append(
             {
@@ -236,4 +263,4 @@ def nccl_card(store: Store, *, config: NcclConfig = NcclConfig()) -> list[dict[s
     return out
 
 
-__all__ += ["stored_nccl_by_job", "nccl_card"]
+__all__ += ["nccl_log_events", "nccl_hosts", "stored_nccl_by_job", "nccl_card"]

@@ -24,6 +24,7 @@ from typing import Any
 import orjson
 
 from hpcwatch.model.cluster import Cluster
+from hpcwatch.records import Event, Job
 from hpcwatch.reports.healthwindow import KeptWindow
 from hpcwatch.reports.live import (
     COLLECTORS,
@@ -43,7 +44,7 @@ from hpcwatch.reports.live import (
 from hpcwatch.reports.liveevents import FollowedEventTallies
 from hpcwatch.reports.livesamples import LiveSamples
 from hpcwatch.reports.livetraining import FollowedTraining
-from hpcwatch.reports.nccl import NCCL_LOG_KINDS, nccl_card
+from hpcwatch.reports.nccl import NCCL_LOG_KINDS, nccl_card, nccl_hosts, nccl_log_events
 from hpcwatch.reports.triage import alert_groups
 from hpcwatch.store import Store, queries
 from hpcwatch.web.i18n import LANGUAGES, finding_text
@@ -240,7 +241,7 @@ class LiveView:
         self._gpu_table = GpuTable()
         self._seen: DataSeen | None = None
         self._seen_at: float | None = None
-        self._nccl: tuple[Any, Any, float, list[dict[str, Any]]] | None = None
+        self._nccl: _KeptNccl | None = None
         """(NCCL events' mark, jobs' mark, when, the card)."""
         self._seen_so_far = SeenSoFar(weights_path=cluster.weights.path)
         self._collectors: tuple[float, dict[str, dict[str, Any]]] | None = None
@@ -382,14 +383,21 @@ class LiveView:
         return self._seen
 
     def _current_nccl(self) -> list[dict[str, Any]]:
-        """The NCCL card, read again only when NCCL events came, or when the jobs changed and
-        ``PROBLEMS_INTERVAL_S`` passed (it reads every NCCL event; other events come every tick, and at 1,024
-        nodes a job starts or ends every few seconds: the jobs only move which job an event is told under)."""
-        events, jobs = queries.events_mark(self.store, NCCL_LOG_KINDS), self.store.table_mark("jobs")
+        """The NCCL card, made again only when NCCL events came, or when a job on a host they name changed:
+        only those jobs can be told an event's job (``reports.nccl.nccl_hosts``). At 1,024 nodes a job starts
+        or ends every second, and the card read every NCCL event and job again every few seconds."""
+        mark = queries.events_mark(self.store, NCCL_LOG_KINDS)
         kept = self._nccl
-        if kept is None or kept[0] != events or (kept[1] != jobs and _due(kept[2])):
-            self._nccl = kept = (events, jobs, time.monotonic(), nccl_card(self.store))
-        return kept[3]
+        if kept is None or kept.mark != mark:
+            events = nccl_log_events(self.store)
+            hosts = nccl_hosts(events)
+        else:
+            events, hosts = kept.events, kept.hosts
+        jobs = self.store.jobs(on_nodes=sorted(hosts)) if hosts else []
+        if kept is None or kept.mark != mark or kept.jobs != jobs:
+            card = nccl_card(self.store, events=events, jobs=jobs)
+            self._nccl = kept = _KeptNccl(mark=mark, events=events, hosts=hosts, jobs=jobs, card=card)
+        return kept.card
 
     def _current_collectors(self, now: float | None, seen: DataSeen) -> dict[str, dict[str, Any]]:
         """Each collector's activity, refreshed every ``PROBLEMS_INTERVAL_S`` (see ``_collectors``)."""
@@ -434,6 +442,19 @@ class LiveView:
         doc["vectors"] = {v: _titled(entry) for v, entry in doc["vectors"].items()}
         doc["query_ms"] = round((time.perf_counter() - started) * 1000, 2)
         return doc
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class _KeptNccl:
+    """The NCCL card as last made (``LiveView._current_nccl``), and what it was made of."""
+
+    mark: tuple[int, float | None]
+    """``queries.events_mark`` of the NCCL log events."""
+    events: list[Event]
+    hosts: frozenset[str]
+    jobs: list[Job]
+    """The jobs on ``hosts``, as they were."""
+    card: list[dict[str, Any]]
 
 
 def _event(kind: str, doc: dict[str, Any], version: int) -> bytes:
