@@ -317,6 +317,21 @@ def test_memory_held_after_the_job_ended_fires_and_a_freed_gpu_does_not() -> Non
     assert finding.evidence["job"] == "9"
 
 
+@pytest.mark.parametrize("after_end_s, found", [(10.0, True), (600.0, True), (9.0, False), (601.0, False)])
+def test_memory_held_is_watched_from_after_s_to_window_s_after_the_job_ended(after_end_s, found) -> None:
+    """``RemanenceConfig``'s defaults: 10 s to 600 s after the end, both ends counted. Older ended jobs on the node
+    whose watch is over are skipped before their points are looked at; the answer stays the same."""
+    old = [
+        Job(id=str(i), user="u", nodes=("node2",), gpus=1, gpus_by_node={"node2": (1,)}, start=i, end=i + 5.0)
+        for i in range(50)
+    ]
+    ended = Job(id="9", user="bob", nodes=("node2",), gpus=1, gpus_by_node={"node2": (1,)}, start=T0 - 600, end=T0)
+    samples = [_fb(1, T0 - 30, 60_000, "9"), _fb(0, T0 - 30, 1.0), _fb(0, T0 + 700, 1.0)]
+    samples += [_fb(1, T0 + after_end_s, 25_000), _fb(1, T0 + 700, 1.0)]
+    findings = [f for f in detect_remanence(samples, [*old, ended]) if f.rule == "remanence.fb_after_job"]
+    assert [(f.evidence["job"], f.t) for f in findings] == ([("9", T0 + after_end_s)] if found else [])
+
+
 def test_surviving_process_and_scrub_switch_fire() -> None:
     ended = Job(id="9", user="bob", nodes=("node2",), gpus=8, start=T0 - 600, end=T0, state="COMPLETED")
     proc = Event(

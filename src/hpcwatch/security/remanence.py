@@ -148,7 +148,10 @@ def _fb_after_job(fb: dict, index: JobIndex, config: RemanenceConfig) -> list[Fi
     for (host, gpu), points in sorted(fb.items()):
         floor = min(v for _, v, _ in points)
         baseline = min(base.get(host, floor), floor + config.margin_mib)
+        first, last = min(t for t, _, _ in points), max(t for t, _, _ in points)
         for job, end in ended_on.get(host, ()):
+            if end + config.window_s < first or end + config.after_s > last:
+                continue  # no point of the series in the job's watch: a node's ended jobs grow with the store's age
             held = job.gpus_by_node.get(host)
             if held and int(gpu) not in held:
                 continue
