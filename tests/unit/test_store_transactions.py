@@ -313,5 +313,6 @@ def test_jobs_read_on_from_the_last_read_equal_every_row_read_at_once(tmp_path):
                 assert listed == fresh.jobs()
             ordered = store.query("SELECT id FROM jobs ORDER BY start NULLS LAST, id")
             assert [j.id for j in listed] == [i for (i,) in ordered]
+            assert store.jobs_by_id() == {j.id: j for j in listed}
         assert store.job("10").end == 9.0 and store.job("11").nodes == ("n3",) and store.job("99") is None
         assert [j.id for j in store.jobs(on_nodes=["n1", "n3"])] == ["10", "11"]

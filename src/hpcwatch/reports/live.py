@@ -21,7 +21,7 @@ evidence, which the web turns into text in the page's languages.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any, Literal
 
@@ -201,7 +201,7 @@ def live_snapshot(
     ``event_tallies``: the requeues and checkpoints counted between snapshots (``reports.liveevents``; counted
     anew from every event when None)."""
     samples = samples if samples is not None else StoreSamples(store)
-    jobs = {job.id: job for job in store.jobs()}
+    jobs = store.jobs_by_id()
     training = (
         followed_training.current()
         if followed_training is not None
@@ -332,7 +332,7 @@ def apply_states(doc: dict[str, Any], found: Sequence[dict[str, Any]], inputs: d
     doc["node_states"], doc["events"], doc["node_events"] = nodes, inputs["events"], inputs["node_events"]
 
 
-def _job_gpus(gpus: dict[str, dict[str, Any]], jobs: dict[str, Job]) -> dict[str, list[str]]:
+def _job_gpus(gpus: dict[str, dict[str, Any]], jobs: Mapping[str, Job]) -> dict[str, list[str]]:
     """Each job's GPUs (``node/index``): the ones dcgm-exporter labels with it (a GPU shared by jobs
     ``4101,4102`` counts for each)."""
     out: dict[str, list[str]] = {}
@@ -435,12 +435,12 @@ def _plain(evidence: dict[str, Any]) -> dict[str, Any]:
     return {k: v if isinstance(v, (int, float, str, bool)) or v is None else str(v) for k, v in evidence.items()}
 
 
-def _gpus(samples: LiveSamples, now: float, jobs: dict[str, Job]) -> dict[str, dict[str, Any]]:
+def _gpus(samples: LiveSamples, now: float, jobs: Mapping[str, Job]) -> dict[str, dict[str, Any]]:
     return _gpu_entries(samples.latest_gpu_values(list(GPU_FIELDS), since=now - LATEST_WINDOW_S), jobs)[0]
 
 
 def _gpu_entries(
-    rows: Iterable[queries.GpuValueRow], jobs: dict[str, Job]
+    rows: Iterable[queries.GpuValueRow], jobs: Mapping[str, Job]
 ) -> tuple[dict[str, dict[str, Any]], dict[str, float]]:
     """Each GPU's entry (``node/index`` -> its fields, job and owner, ``t`` its newest value's time) from its
     newest values, and the time of its oldest value."""
@@ -487,20 +487,19 @@ class GpuTable:
         """Each GPU's job (the first it names) and that job's owner, as its entry was made."""
         self._jobs = _JobGpus()
 
-    def __call__(self, samples: LiveSamples, now: float, jobs: dict[str, Job]) -> dict[str, dict[str, Any]]:
+    def __call__(self, samples: LiveSamples, now: float, jobs: Mapping[str, Job]) -> dict[str, dict[str, Any]]:
         since, metrics = now - LATEST_WINDOW_S, list(GPU_FIELDS)
         self._mark, changed = samples.gpus_changed(self._mark, metrics=metrics, since=since)
-        owners = {job_id: _owner(job) for job_id, job in jobs.items()}
         if changed is None or not isinstance(samples, FollowedStoreSamples):
             self._gpus, self._oldest = _gpu_entries(samples.latest_gpu_values(metrics, since=since), jobs)
-            self._owners = {gid: _owned(entry, owners) for gid, entry in self._gpus.items()}
+            self._owners = {gid: _owned(entry, jobs) for gid, entry in self._gpus.items()}
             self._jobs = _JobGpus()
             self._jobs.update(self._gpus, self._gpus)
             return self._gpus
         redo = {f"{host}/{gpu}" for host, gpu in changed}
         for gid, first_t in self._oldest.items():  # out of the window, lost (it shows no value), owner changed
             job_id, owner = self._owners[gid]
-            if first_t < since or owners.get(job_id) != owner or self._gpus[gid].get("state") == "lost":
+            if first_t < since or _owner_of(jobs, job_id) != owner or self._gpus[gid].get("state") == "lost":
                 redo.add(gid)
         rows = samples.latest_gpu_values_of([_host_and_gpu(gid) for gid in redo], metrics, since=since)
         made, oldest = _gpu_entries(rows, jobs)
@@ -512,7 +511,7 @@ class GpuTable:
                 gpus[gid] = made.pop(gid)
         gpus.update(made)  # GPUs seen for the first time
         self._oldest = {gid: oldest.get(gid, self._oldest.get(gid, since)) for gid in gpus}
-        self._owners = {gid: self._owners[gid] if gid not in redo else _owned(gpus[gid], owners) for gid in gpus}
+        self._owners = {gid: self._owners[gid] if gid not in redo else _owned(gpus[gid], jobs) for gid in gpus}
         self._jobs.update(gpus, redo | made.keys())
         self._gpus = gpus
         return gpus
@@ -569,10 +568,15 @@ def _owner(job: Job) -> _Owner:
     return job.user, job.account, job.name
 
 
-def _owned(entry: dict[str, Any], owners: dict[str, _Owner]) -> tuple[str, _Owner]:
+def _owner_of(jobs: Mapping[str, Job], job_id: str) -> _Owner:
+    job = jobs.get(job_id)
+    return None if job is None else _owner(job)
+
+
+def _owned(entry: dict[str, Any], jobs: Mapping[str, Job]) -> tuple[str, _Owner]:
     """A GPU entry's job (the first it names) and its owner as the entry was made."""
     job_id = _first_job(entry)
-    return job_id, owners.get(job_id)
+    return job_id, _owner_of(jobs, job_id)
 
 
 def _first_job(entry: dict[str, Any]) -> str:
@@ -595,7 +599,7 @@ def _nodes(samples: LiveSamples, now: float) -> dict[str, dict[str, float]]:
     }
 
 
-def _storage(samples: LiveSamples, now: float, jobs: dict[str, Job]) -> dict[str, Any]:
+def _storage(samples: LiveSamples, now: float, jobs: Mapping[str, Job]) -> dict[str, Any]:
     per_job: dict[str, dict[str, Any]] = {}
     for metric, job, value in samples.counter_rates(
         (_LUSTRE_READ, _LUSTRE_WRITE), since=now - RATE_WINDOW_S, group="job"
@@ -614,7 +618,7 @@ def _storage(samples: LiveSamples, now: float, jobs: dict[str, Job]) -> dict[str
     }
 
 
-def _queue(jobs: dict[str, Job], restarts: dict[str, int]) -> dict[str, Any]:
+def _queue(jobs: Mapping[str, Job], restarts: dict[str, int]) -> dict[str, Any]:
     live = [j for j in jobs.values() if j.end is None]
     order = {"RUNNING": 0, "PENDING": 1}
     live.sort(key=lambda j: (order.get(j.state or "", 2), j.id))

@@ -40,7 +40,7 @@ import uuid
 import warnings
 import weakref
 from collections import OrderedDict
-from collections.abc import Callable, Hashable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, fields
 from pathlib import Path
@@ -1167,13 +1167,22 @@ class Store:
         # Kept while the table holds the same rows: the live page asks every tick, a job changes far less often;
         # a job page's neighbours are read from it too (at 1,024 nodes, parsing every job's nodes in SQL was
         # 25 ms a page).
-        mark = self.table_mark("jobs")
-        if self._all_jobs is None or self._all_jobs.mark != mark:
-            self._all_jobs = self._jobs_read_on(self._all_jobs, mark)
+        kept = self._current_jobs()
         if on_nodes is None:
-            return list(self._all_jobs.jobs)
+            return list(kept.jobs)
         wanted = set(on_nodes)
-        return [job for job in self._all_jobs.jobs if not wanted.isdisjoint(job.nodes)]
+        return [job for job in kept.jobs if not wanted.isdisjoint(job.nodes)]
+
+    def jobs_by_id(self) -> Mapping[str, Job]:
+        """Every job by its id, as ``jobs()`` gives them, without a copy (the live page asks every tick)."""
+        return self._current_jobs().by_id
+
+    def _current_jobs(self) -> _KeptJobs:
+        mark = self.table_mark("jobs")
+        kept = self._all_jobs
+        if kept is None or kept.mark != mark:
+            self._all_jobs = kept = self._jobs_read_on(kept, mark)
+        return kept
 
     def _jobs_read_on(self, kept: _KeptJobs | None, mark: Any) -> _KeptJobs:
         """Every job: ``kept``'s, with the rows committed since it was read (``query_since``) in place of their
@@ -1181,13 +1190,12 @@ class Store:
         starts or ends every second: reading every row of the day's jobs each time was a twentieth of the live
         page's CPU after ten minutes. A row read before (its JSON text included) is the same Job."""
         version, rows = self.query_since(0 if kept is None else kept.version, f"SELECT {_JOB_COLUMNS} FROM jobs")
-        by_id = {} if kept is None else dict(kept.by_id)
+        row_of, by_id = ({}, {}) if kept is None else (dict(kept.row_of), dict(kept.by_id))
         for row in rows:
-            known = by_id.get(row[0])
-            if known is None or known[0] != row:
-                by_id[row[0]] = (row, _job_from_row(row))
-        jobs = sorted((job for _, job in by_id.values()), key=_job_order)
-        return _KeptJobs(mark=mark, version=version, jobs=jobs, by_id=by_id)
+            if row_of.get(row[0]) != row:
+                row_of[row[0]], by_id[row[0]] = row, _job_from_row(row)
+        jobs = sorted(by_id.values(), key=_job_order)
+        return _KeptJobs(mark=mark, version=version, jobs=jobs, by_id=by_id, row_of=row_of)
 
     def kept_while(self, tables: Sequence[str], key: Hashable, compute: Callable[[], _T]) -> _T:
         """``compute()``, kept under ``key`` while ``tables`` hold the same rows (``table_mark``): a small result
@@ -1212,8 +1220,7 @@ class Store:
         page asks for its job five times)."""
         kept = self._all_jobs
         if kept is not None and kept.mark == self.table_mark("jobs"):
-            found = kept.by_id.get(job_id)
-            return None if found is None else found[1]
+            return kept.by_id.get(job_id)
         return self.kept_while(("jobs",), ("job", job_id), lambda: self._read_job(job_id))
 
     def _read_job(self, job_id: str) -> Job | None:
@@ -1299,8 +1306,9 @@ class _KeptJobs:
     """The store version read at: the next read reads the rows committed after it."""
     jobs: list[Job]
     """In the order ``ORDER BY start NULLS LAST, id`` gives."""
-    by_id: dict[str, tuple[tuple[Any, ...], Job]]
-    """Job id -> its row and the Job made of it."""
+    by_id: dict[str, Job]
+    row_of: dict[str, tuple[Any, ...]]
+    """Job id -> the row its Job was made of."""
 
 
 def _job_order(job: Job) -> tuple[bool, float, str]:
