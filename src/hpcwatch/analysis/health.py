@@ -1140,19 +1140,17 @@ def _check_missing(table: _Window, config: HealthConfig) -> list[Check]:
     node_newest = np.full(len(grouped.hosts.dictionary), -np.inf)
     np.maximum.at(node_newest, host_of, last_t)
     missing = node_newest[host_of] - last_t > config.missing_after_s
-    checks = []
-    for g in grouped.in_order[missing[grouped.in_order]].tolist():
-        s, newest = grouped.series(g), float(node_newest[host_of[g]])
-        checks.append(
-            Check(
-                node=s.host,
-                rule="gpu_missing",
-                verdict="drain",
-                title=f"GPU {s.key} stopped reporting {newest - s.t[-1]:.0f} s ago",
-                evidence={"gpu": s.key, "last_seen": float(s.t[-1]), "node_last_seen": newest},
-            )
+    found = [(grouped.series(g), float(node_newest[host_of[g]])) for g in grouped.in_order.tolist() if missing[g]]
+    return [
+        Check(
+            node=s.host,
+            rule="gpu_missing",
+            verdict="drain",
+            title=f"GPU {s.key} stopped reporting {newest - s.t[-1]:.0f} s ago",
+            evidence={"gpu": s.key, "last_seen": float(s.t[-1]), "node_last_seen": newest},
         )
-    return checks
+        for s, newest in found
+    ]
 
 
 def _drive(s: _Series) -> dict[str, Any]:
