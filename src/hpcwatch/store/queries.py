@@ -399,13 +399,17 @@ def _file_hooks_where(hooks: Sequence[str]) -> str:
     )
 
 
+#: The events ``requeue_counts`` and ``checkpoint_activity`` count (``event_tallies_since`` counts the same).
+_REQUEUED_WHERE = "kind = 'job_end' AND json_extract_string(attrs, '$.state') = 'REQUEUED'"
+_CHECKPOINT_WHERE = "kind LIKE '%checkpoint%'"
+
+
 def requeue_counts(store: Store) -> dict[str, int]:
     """Per job: the attempts Slurm requeued, one per distinct start of its REQUEUED ``job_end`` events (the
     same attempt is seen again each time a poll of ``sacct`` covers it)."""
     rows = store.query(
         "SELECT json_extract_string(attrs, '$.job'), count(DISTINCT json_extract(attrs, '$.start')) "
-        "FROM events WHERE kind = 'job_end' "
-        "AND json_extract_string(attrs, '$.state') = 'REQUEUED' GROUP BY 1"
+        f"FROM events WHERE {_REQUEUED_WHERE} GROUP BY 1"
     )
     return {str(job): int(n) for job, n in rows}
 
@@ -436,10 +440,10 @@ def _requeued(store: Store, job: str) -> tuple[float, ...]:
 #: A REQUEUED ``job_end`` event's job and attempt start (``requeue_counts`` counts the distinct starts).
 _REQUEUED_SQL = (
     "SELECT json_extract_string(attrs, '$.job') AS job, CAST(json_extract(attrs, '$.start') AS VARCHAR) AS start "
-    "FROM events WHERE kind = 'job_end' AND json_extract_string(attrs, '$.state') = 'REQUEUED'"
+    f"FROM events WHERE {_REQUEUED_WHERE}"
 )
 #: The checkpoint events' count and newest time (``checkpoint_activity``).
-_CHECKPOINTS_SQL = "SELECT count(*) AS n, max(t) AS t FROM events WHERE kind LIKE '%checkpoint%'"
+_CHECKPOINTS_SQL = f"SELECT count(*) AS n, max(t) AS t FROM events WHERE {_CHECKPOINT_WHERE}"
 
 
 def event_tallies_since(
@@ -457,7 +461,7 @@ def event_tallies_since(
 
 def checkpoint_activity(store: Store) -> tuple[int, float | None]:
     """Events whose kind names a checkpoint (``checkpoint``, ``checkpoint_save``…): ``(count, newest t)``."""
-    ((n, t),) = store.query("SELECT count(*), max(t) FROM events WHERE kind LIKE '%checkpoint%'")
+    ((n, t),) = store.query(f"SELECT count(*), max(t) FROM events WHERE {_CHECKPOINT_WHERE}")
     return n, t
 
 
