@@ -18,7 +18,10 @@ Per size, ``hpcwatch demo --nodes N`` is started as users start it, and after ``
   cannot save;
 - **first_live_s** / **job_page_s**: ``GET /api/live`` and ``GET /job/ID`` of the largest running job
   (median of 3, one after the other); **job_page_first_s**: the first of those three (the first open reads the
-  job's life; the next ones read on from what the server kept of it);
+  job's life; the next ones read on from what the server kept of it); **job_page_settled_s**: three more after
+  the settled CPU figure, and **small_job_first_page_settled_s**: then the first page of each of the three
+  smallest running jobs (the largest job is kept read between pages, ``web.pagewarm``; a small job's first page
+  reads its life, in a store minutes old);
 - **browser**: Debian's Chromium loads the page (**page ready**: from navigation start to the paint of the
   frame that draws the first live values, the page's own ``hpcwatch:ready`` mark; **page_ready_polled**: the
   figure before 2026-12-06, when Playwright saw the first tick applied by polling, which adds its polling and
@@ -42,6 +45,7 @@ import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import httpx
@@ -339,10 +343,34 @@ def whole_process(nodes: int, args: argparse.Namespace) -> dict[str, object]:
             out["steady_after_s"] = round(time.monotonic() - started)
             steady = cores_by_process(proc.pid, url, args.steady_s)
             out["cpu_cores_steady"], out["cpu_steady_by_process"] = steady.pop("total"), steady
+            out |= settled_job_pages(url)
         out["load_avg_1m_after"] = os.getloadavg()[0]
     finally:
         stop_demo(proc)
     return out
+
+
+def settled_job_pages(url: str) -> dict[str, object]:
+    """Once the demo has run for minutes: three ``GET /job/ID`` of the largest running job, one after the other
+    (its first page was minutes ago, or never if it started since), and the first page of each of the three
+    smallest running jobs (each reads the job's life; their cost is the store's size, not the job's)."""
+    queue = httpx.get(url + "api/live", timeout=300).json().get("queue") or {}
+    running = sorted(
+        (j for j in queue.get("jobs", []) if j.get("state") == "RUNNING"),
+        key=lambda j: (-(j.get("gpus") or 0), j["id"]),
+    )
+    if not running:
+        return {}
+    largest, smallest = running[0], running[-3:]
+
+    def page(job: dict) -> Callable[[], object]:
+        return lambda: httpx.get(url + "job/" + job["id"], timeout=300).raise_for_status()
+
+    return {
+        "job_page_settled_s": [round(t, 3) for t in _times_s(page(largest), 3)],
+        "small_job_first_page_settled_s": [round(_times_s(page(j), 1)[0], 3) for j in smallest],
+        "small_job_gpus": [j.get("gpus") for j in smallest],
+    }
 
 
 def _attempt(measure):

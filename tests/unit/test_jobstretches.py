@@ -35,15 +35,23 @@ def small_stretches(monkeypatch):
 
 @pytest.fixture
 def reads(monkeypatch):
-    """The stretches read: (job, first t) of each ``job_window_samples`` call."""
+    """The first time of each read of the window: ``job_window_samples`` (a stretch) and ``job_window_samples_within``
+    (the whole window at once, when it did not give up)."""
     seen: list[float] = []
-    read = queries.job_window_samples
+    read, read_within = queries.job_window_samples, queries.job_window_samples_within
 
     def counting(store, metrics, **window):
         seen.append(window["t0"])
         return read(store, metrics, **window)
 
+    def counting_within(store, metrics, limit, **window):
+        found = read_within(store, metrics, limit, **window)
+        if found is not None:  # a window given up past the limit was not read
+            seen.append(window["t0"])
+        return found
+
     monkeypatch.setattr(jobstretches.queries, "job_window_samples", counting)
+    monkeypatch.setattr(jobstretches.queries, "job_window_samples_within", counting_within)
     return seen
 
 
@@ -118,21 +126,21 @@ def test_checkpoint_cuts_leave_a_settled_stretch_before_each() -> None:
     assert cuts(100.0, 300.0, resumed=False) == [290.0]
 
 
-def test_a_page_of_a_kept_job_does_not_count_its_window_again(live, monkeypatch) -> None:
+def test_a_page_of_a_kept_job_does_not_try_to_read_its_window_at_once_again(live, monkeypatch) -> None:
     """Whether a window fits one read is asked once: a window a page kept checkpoints of did not."""
     store, _ = live
     job, kept = _running(store), KeptStretches()
-    counts = []
-    count = queries.job_window_rows_above
+    answers = []
+    read = queries.job_window_samples_within
 
-    def counting(*args, **kwargs):
-        counts.append(1)
-        return count(*args, **kwargs)
+    def recording(*args, **kwargs):
+        answers.append(read(*args, **kwargs))
+        return answers[-1]
 
-    monkeypatch.setattr(queries, "job_window_rows_above", counting)
+    monkeypatch.setattr(queries, "job_window_samples_within", recording)
     job_overview(store, job.id, kept=kept)
     job_overview(store, job.id, kept=kept)
-    assert counts == [1]
+    assert answers == [None]  # more than a stretch's rows (one, here): given up, and not asked again
 
 
 def test_late_rows_in_a_kept_stretch_are_read(live) -> None:

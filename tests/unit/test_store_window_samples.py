@@ -94,6 +94,32 @@ def test_the_job_window_read_gives_the_rows_read_with_their_text(parts, hosts, w
         _assert_same_rows(found, plain)
 
 
+@settings(max_examples=60, deadline=None)
+@given(
+    parts=st.lists(rows, min_size=1, max_size=3),
+    hosts=st.sampled_from([["node1"], ["node1", "node2"], ["node9"]]),
+    window=st.sampled_from([(0.0, None), (4.5, None), (2.0, 6.0)]),
+    room=st.integers(-2, 2),
+)
+def test_the_job_window_read_within_a_limit_gives_every_row_or_none(parts, hosts, window, room):
+    """``job_window_samples_within``: the rows of ``job_window_samples`` (the same order, label sets encoded)
+    when they are ``limit`` at most, None past it."""
+    t0, t1 = window
+    with Store() as store:
+        for part in parts:
+            if part:
+                store.add_sample_table(pa.Table.from_pylist(part, schema=SAMPLE_SCHEMA))
+        whole = queries.job_window_samples(store, ["a", "b"], hosts=hosts, job="41", t0=t0, t1=t1)
+        limit = max(0, whole.num_rows + room)
+        found = queries.job_window_samples_within(store, ["a", "b"], limit, hosts=hosts, job="41", t0=t0, t1=t1)
+        if whole.num_rows > limit:
+            assert found is None
+            return
+        assert found is not None and found.column_names == SAMPLE_SCHEMA.names
+        assert pa.types.is_dictionary(found["labels"].type)
+        _assert_same_rows(found, _as_text(whole))
+
+
 def test_two_label_sets_with_one_hash_are_read_as_text(monkeypatch):
     """Should DuckDB's hash ever give two label sets one value, the window is read with its text per row."""
     with Store() as store:

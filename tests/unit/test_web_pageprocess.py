@@ -210,3 +210,33 @@ def test_stopping_does_not_wait_for_a_page_under_way(tmp_path) -> None:
 def test_an_error_that_does_not_pickle_is_answered_as_a_failure() -> None:
     status, text = pickle.loads(pageprocess._pickled(("error", InputError(lambda: 0))))
     assert status == "failed" and "InputError" in text
+
+
+def test_the_loop_keeps_the_running_jobs_read_until_its_input_ends(live, monkeypatch) -> None:
+    """``serve_pages`` starts the rounds of ``web.pagewarm`` over its store and the pages' kept stretches, says
+    when a page runs, and stops the rounds before its store closes."""
+    from hpcwatch.web import pagewarm
+
+    store, _ = live
+    seen: list[str] = []
+    real_page = pagewarm.JobWarmer.page
+
+    def page(self):
+        seen.append("page")
+        return real_page(self)
+
+    monkeypatch.setattr(pagewarm.JobWarmer, "start", lambda self: seen.append("start") or self)
+    monkeypatch.setattr(pagewarm.JobWarmer, "stop", lambda self, timeout_s=2.0: seen.append("stop"))
+    monkeypatch.setattr(pagewarm.JobWarmer, "page", page)
+    requests_in, requests_out, answers_in, answers_out = _pipes()
+    loop = threading.Thread(target=serve_pages, args=(str(store.path), requests_in, answers_out))
+    loop.start()
+    try:
+        pageprocess._write_frame(requests_out, pickle.dumps((_running(store), None, "")))
+        assert pickle.loads(pageprocess._read_frame(answers_in, timeout_s=120))[0] == "ok"
+    finally:
+        requests_out.close()
+        loop.join()
+    for f in (requests_in, answers_in, answers_out):
+        f.close()
+    assert seen == ["start", "page", "stop"]

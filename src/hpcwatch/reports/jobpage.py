@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pyarrow as pa
 
-from hpcwatch.analysis.attribution import REPORT_METRICS, GpuReport, JobReport, report_dict
+from hpcwatch.analysis.attribution import GpuReport, JobReport, report_dict
 from hpcwatch.analysis.goodput import GoodputReport, StepTable
 from hpcwatch.analysis.steps import WORK_PHASES
 from hpcwatch.errors import InputError
@@ -45,7 +45,6 @@ from hpcwatch.reports.jobstretches import KeptStretches
 from hpcwatch.reports.livejob import live_verdicts
 from hpcwatch.reports.steps import DEFAULT_RECENT_STEPS, StepReport, recent_step_report
 from hpcwatch.reports.timeline import job_timeline
-from hpcwatch.store import queries
 
 if TYPE_CHECKING:
     from hpcwatch.store import Store
@@ -209,9 +208,9 @@ def job_overview(
             samples is None
             and record is not None
             and started is not None
-            and not _long_window(store, record, started, kept)
+            and _may_fit_one_read(store, record, started, kept)
         ):
-            window = jobstretches.read_window(store, record, started)
+            window = jobstretches.read_short_window(store, record, started)
         job = _part(missing, "job", lambda: job_report(store, job_id, samples=samples, kept=kept, window=window))
         steps, accounted, missed = from_spans.result()
     missing |= missed
@@ -367,19 +366,13 @@ class OverviewCache:
         return found
 
 
-def _long_window(store: Store, record: Job, t0: float, kept: KeptStretches | None) -> bool:
-    """Whether ``record``'s window from ``t0`` (its first start) holds more than one stretch's rows
-    (``reports.jobstretches.STRETCH_ROWS``): below, one read of it all, for the report and the charts, costs
-    less than the stretches' and checkpoints' work per GPU. True for a workload known from labels only (its
-    report reads the store's samples whole), and for a window ``kept`` holds checkpoints of (a count is ~0.1 s
-    at 1,024 nodes; the next page reads on from them)."""
-    if not record.nodes:
-        return True
-    if kept is not None and kept.holds(store, "report", record, t0):
-        return True
-    return queries.job_window_rows_above(
-        store, REPORT_METRICS, jobstretches.STRETCH_ROWS, hosts=list(record.nodes), job=record.id, t0=t0, t1=record.end
-    )
+def _may_fit_one_read(store: Store, record: Job, t0: float, kept: KeptStretches | None) -> bool:
+    """Whether ``record``'s window from ``t0`` (its first start) is worth reading at once, for the report and the
+    charts (``reports.jobstretches.read_short_window``, which gives it up past one stretch's rows): below a
+    stretch, one read costs less than the stretches' and checkpoints' work per GPU. Not for a workload known
+    from labels only (its report reads the store's samples whole), nor for a window ``kept`` holds checkpoints
+    of (it was longer; the next page reads on from them)."""
+    return bool(record.nodes) and not (kept is not None and kept.holds(store, "report", record, t0))
 
 
 def _live(store: Store, job_id: str) -> tuple[dict[str, Any], ...]:

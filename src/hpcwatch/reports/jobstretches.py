@@ -38,7 +38,7 @@ from __future__ import annotations
 import math
 import threading
 from collections import OrderedDict
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final, TypeVar
 
@@ -70,6 +70,7 @@ __all__ = [
     "Resumed",
     "WindowRead",
     "read_window",
+    "read_short_window",
 ]
 
 _S = TypeVar("_S")
@@ -129,13 +130,28 @@ class _Kept:
 
 
 class KeptStretches:
-    """The checkpoints of the last ``size`` jobs whose report and charts were read (module doc). Safe to share
-    between threads; two reads of one job at once both read, and the later one is kept."""
+    """The checkpoints of the last ``size`` jobs whose report and charts were read (module doc), and of the jobs
+    pinned (``pin``) whatever was read after them. Safe to share between threads; two reads of one job at once
+    both read, and the later one is kept."""
 
     def __init__(self, size: int = DEFAULT_KEPT_JOBS) -> None:
         self.size = size
         self._entries: OrderedDict[tuple[str, str, str], _Kept] = OrderedDict()
+        self._pinned: frozenset[tuple[str, str]] = frozenset()
         self._lock = threading.Lock()
+
+    def pin(self, store: Store, jobs: Iterable[str]) -> None:
+        """Keep ``jobs``' checkpoints in ``store`` however many other jobs are read after them (``size`` counts
+        the others); the jobs pinned before become the others' (the least recently read go first)."""
+        with self._lock:
+            self._pinned = frozenset((str(store.config.path), job) for job in jobs)
+            self._evict()
+
+    def pinned(self, store: Store) -> frozenset[str]:
+        """The jobs of ``store`` that ``pin`` keeps."""
+        path = str(store.config.path)
+        with self._lock:
+            return frozenset(job for where, job in self._pinned if where == path)
 
     def resume(
         self,
@@ -212,8 +228,14 @@ class KeptStretches:
         with self._lock:
             self._entries[key] = kept
             self._entries.move_to_end(key)
-            while len(self._entries) > 5 * self.size:  # five kinds a job: report, charts, steps, XID onsets, recent
-                self._entries.popitem(last=False)
+            self._evict()
+
+    def _evict(self) -> None:
+        """Drop the least recently kept entries of the jobs not pinned past ``size`` jobs (five kinds a job:
+        report, charts, steps, XID onsets, recent)."""
+        others = [key for key in self._entries if (key[0], key[2]) not in self._pinned]
+        for key in others[: max(0, len(others) - 5 * self.size)]:
+            del self._entries[key]
 
 
 @dataclass(frozen=True, slots=True)
@@ -236,6 +258,19 @@ def read_window(store: Store, record: Job, t0: float, metrics: Sequence[str] = R
     hosts = list(record.nodes)
     table = queries.job_window_samples(store, list(metrics), hosts=hosts, job=record.id, t0=t0, t1=record.end)
     return WindowRead(version, table, record, t0)
+
+
+def read_short_window(
+    store: Store, record: Job, t0: float, metrics: Sequence[str] = REPORT_METRICS
+) -> WindowRead | None:
+    """``record``'s window from ``t0``, all of it, when it holds at most ``STRETCH_ROWS`` rows (None: read it by
+    stretches), in one scan of the store (``store.queries.job_window_samples_within``)."""
+    version = store.version
+    hosts = list(record.nodes)
+    table = queries.job_window_samples_within(
+        store, list(metrics), STRETCH_ROWS, hosts=hosts, job=record.id, t0=t0, t1=record.end
+    )
+    return None if table is None else WindowRead(version, table, record, t0)
 
 
 def window_partial(

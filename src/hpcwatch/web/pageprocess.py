@@ -5,7 +5,8 @@ milliseconds of Python and numpy, run under the interpreter lock that the server
 live snapshot, the problems' judgement and, in the demo, the twin. In one process each waited on the others
 (a page took two to three times its own work, and the stream's tick waited on the page). A process of its
 own reads the same store folder (any number of processes may, ``store.core``) and runs on another core; it
-keeps the job's settled stretches between pages (``OverviewCache.kept``), as the server did.
+keeps the job's settled stretches between pages (``OverviewCache.kept``), as the server did, and between pages
+reads on the largest running jobs into them (``web.pagewarm``): their first page reads seconds, not their life.
 
 The server asks for one overview at a time over the child's standard input and reads the answer from a pipe
 of its own, each a length-prefixed pickle (a frame between a process and the child it started, nothing
@@ -29,12 +30,17 @@ import sys
 import threading
 import time
 import traceback
+from contextlib import nullcontext
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
 from hpcwatch.errors import HpcwatchError, StoreError, one_line
 from hpcwatch.reports.text import visible
 from hpcwatch.web.children import end_child
+
+if TYPE_CHECKING:
+    from hpcwatch.reports.jobpage import OverviewCache
+    from hpcwatch.store import Store
 
 __all__ = ["PageProcess", "ANSWER_TIMEOUT_S", "STOP_TIMEOUT_S", "main"]
 
@@ -149,29 +155,42 @@ def _read_exactly(fd: int, size: int, deadline: float | None) -> bytes:
     return b"".join(chunks)
 
 
-def serve_pages(path: str, requests: IO[bytes], answers: IO[bytes]) -> int:
-    """The child's loop: an overview for each request until the end of ``requests``. Returns the pages served."""
+def serve_pages(path: str, requests: IO[bytes], answers: IO[bytes], *, warm: bool = True) -> int:
+    """The child's loop: an overview for each request until the end of ``requests``. Returns the pages served.
+    ``warm``: keep the largest running jobs read between pages (``web.pagewarm``)."""
     from hpcwatch.reports.jobpage import OverviewCache
     from hpcwatch.store import Store
+    from hpcwatch.web.pagewarm import JobWarmer
 
     served = 0
     cache = OverviewCache()
     with Store(path) as store:
-        while True:
-            try:
-                job_id, price, currency = pickle.loads(_read_frame(requests))
-            except EOFError:
-                return served
-            answer: tuple[str, Any]
-            try:
-                answer = ("ok", cache.overview(store, job_id, price_per_gpu_hour=price, currency=currency))
-            except HpcwatchError as err:
-                answer = ("error", err)
-            except Exception as err:  # the page's 500; the child goes on with the next page
-                log.error("job %s's page failed:\n%s", visible(job_id), _trace(err))
-                answer = ("failed", one_line(f"{type(err).__name__}: {err}"))
-            _write_frame(answers, _pickled(answer))
-            served += 1
+        warmer = JobWarmer(store, cache.kept).start() if warm else None
+        try:
+            while True:
+                try:
+                    job_id, price, currency = pickle.loads(_read_frame(requests))
+                except EOFError:
+                    return served
+                with warmer.page() if warmer is not None else nullcontext():
+                    answer = _answer(cache, store, job_id, price, currency)
+                _write_frame(answers, _pickled(answer))
+                served += 1
+        finally:
+            if warmer is not None:
+                warmer.stop()
+
+
+def _answer(cache: OverviewCache, store: Store, job_id: str, price: float | None, currency: str) -> tuple[str, Any]:
+    """One page's answer: its overview, the error it tells the user, or the one line of a failure (its 500;
+    the child goes on with the next page)."""
+    try:
+        return ("ok", cache.overview(store, job_id, price_per_gpu_hour=price, currency=currency))
+    except HpcwatchError as err:
+        return ("error", err)
+    except Exception as err:
+        log.error("job %s's page failed:\n%s", visible(job_id), _trace(err))
+        return ("failed", one_line(f"{type(err).__name__}: {err}"))
 
 
 def _trace(err: BaseException) -> str:

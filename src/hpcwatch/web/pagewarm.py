@@ -1,0 +1,161 @@
+"""The largest running jobs kept read in the job pages' process, so that their first page is a next page.
+
+A job page's first open reads the job's whole life (``reports.jobstretches``): at 1,024 nodes a 1,536-GPU job
+five minutes old is 3 s of work, fifteen minutes 8 s, a day minutes. Its next page reads only what landed since
+the last (0.2-0.4 s), from the checkpoints the page process keeps (``KeptStretches``).
+
+So, every ``WARM_EVERY_S``, the job pages' process reads the ``WARM_JOBS`` running jobs with the most GPUs as a
+page would (the rows a job adds each second grow with its GPUs; a small job's whole life is quick to read), and
+pins their checkpoints: pages of other jobs do not push them out. Pages come first: a round reads a job only once
+no page has run for ``WARM_QUIET_S`` (a page under way shares the process's interpreter and the machine's cores
+with the round: at 1,024 nodes, ten minutes in, a small job's first page took twice as long beside one); it
+reads nothing when the store was not written since the last round (a post-mortem's store). Its work is bounded:
+after a round of d seconds, the next starts no sooner than d × (1 / ``WARM_SHARE`` - 1) later. Ours: one round
+at 1,024 nodes (a 1,536-GPU job read on from 30 s before, two 4-GPU jobs) is ~0.3 s of one core every 30 s.
+
+::
+
+    page process:  [page] [page] ...quiet... [round: job A, job B, job C] ...... [page of A: ~30 s read, not its life]
+                                  <--------> a round waits for ``WARM_QUIET_S`` without a page
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Final
+
+from hpcwatch.errors import HpcwatchError, InputError, one_line
+from hpcwatch.reports.jobpage import job_overview
+from hpcwatch.reports.text import visible
+
+if TYPE_CHECKING:
+    from hpcwatch.reports.jobstretches import KeptStretches
+    from hpcwatch.store import Store
+
+__all__ = ["JobWarmer", "jobs_to_warm", "WARM_EVERY_S", "WARM_JOBS", "WARM_SHARE", "WARM_QUIET_S"]
+
+log = logging.getLogger(__name__)
+
+#: How often the running jobs are read on. Ours: a first page then reads at most this much of the job's life.
+WARM_EVERY_S: Final = 30.0
+#: Running jobs kept read, the most GPUs first. Ours: a few, beside the ``KeptStretches`` entries of pages.
+WARM_JOBS: Final = 3
+#: The most of one core the rounds may take (module doc). Ours: at a tenth, a first round reading hours of a
+#: large job's life (a server started beside it) leaves the pages nine tenths of the time.
+WARM_SHARE: Final = 0.1
+#: Seconds without a page before a round reads a job. Ours: a person going through job pages opens the next
+#: within seconds; the round reads once they read.
+WARM_QUIET_S: Final = 2.0
+
+
+def jobs_to_warm(store: Store, count: int = WARM_JOBS) -> list[str]:
+    """The ids of the ``count`` running jobs (started, on nodes, not ended) with the most GPUs; ties: the one
+    that started first (more of its life to read), then by id."""
+    running = [j for j in store.jobs() if j.end is None and j.start is not None and j.nodes]
+    running.sort(key=lambda j: (-(j.gpus or 0), j.start, j.id))
+    return [j.id for j in running[:count]]
+
+
+class JobWarmer:
+    """Rounds of ``jobs_to_warm``'s pages into ``kept`` (module doc), in a thread of the process that serves
+    the pages from ``kept``. The pages say when they run (``page``): a round waits for the page under way."""
+
+    def __init__(
+        self,
+        store: Store,
+        kept: KeptStretches,
+        *,
+        every_s: float = WARM_EVERY_S,
+        jobs: int = WARM_JOBS,
+        share: float = WARM_SHARE,
+        quiet_s: float = WARM_QUIET_S,
+    ) -> None:
+        self.store, self.kept = store, kept
+        self.every_s, self.jobs, self.share, self.quiet_s = every_s, jobs, share, quiet_s
+        self.rounds = 0
+        """Rounds that read the store (not counting those it skipped, unwritten since)."""
+        self._stop = threading.Event()
+        self._idle = threading.Event()
+        self._idle.set()
+        self._page_ended = -math.inf
+        self._read_at: int | None = None
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> JobWarmer:
+        self._thread = threading.Thread(target=self._run, name="jobpage-warm", daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self, timeout_s: float = 2.0) -> None:
+        """Stop after the job under way (not waited for past ``timeout_s``: the process ends under it)."""
+        self._stop.set()
+        self._idle.set()
+        if self._thread is not None:
+            self._thread.join(timeout_s)
+
+    @contextmanager
+    def page(self) -> Iterator[None]:
+        """Around a page: the rounds wait until it is done, and ``quiet_s`` after."""
+        self._idle.clear()
+        try:
+            yield
+        finally:
+            self._page_ended = time.monotonic()
+            self._idle.set()
+
+    def warm(self) -> list[str]:
+        """One round: the jobs to warm read into ``kept`` and pinned there; the ids read. Nothing when the store
+        was not written since the last round."""
+        version = self.store.version
+        if version == self._read_at:
+            return []
+        self._read_at = version
+        jobs = jobs_to_warm(self.store, self.jobs)
+        self.kept.pin(self.store, jobs)
+        read = []
+        for job in jobs:
+            self._wait_for_quiet()
+            if self._stop.is_set():
+                break
+            try:
+                job_overview(self.store, job, kept=self.kept)
+            except InputError:  # nothing to read of it yet (ended meanwhile, no samples): its page says why
+                continue
+            read.append(job)
+        self.rounds += 1
+        return read
+
+    def _wait_for_quiet(self) -> None:
+        """Return once no page is under way and none ended in the last ``quiet_s`` (or when stopped)."""
+        while not self._stop.is_set():
+            self._idle.wait()
+            left = self._page_ended + self.quiet_s - time.monotonic()
+            if left <= 0 and self._idle.is_set():
+                return
+            self._stop.wait(max(left, 0.01))
+
+    def _run(self) -> None:
+        pause = 0.0
+        while not self._stop.wait(pause):
+            started = time.monotonic()
+            try:
+                self.warm()
+            except HpcwatchError as err:  # the store went away under the round (the process is stopping)
+                if self._stop.is_set():
+                    return
+                log.warning("keeping the running jobs read: %s", visible(one_line(str(err))))
+            except Exception as err:  # a bug in a report: the pages still answer, each reading as it would
+                if self._stop.is_set():
+                    return
+                log.error("keeping the running jobs read failed: %s", visible(one_line(f"{type(err).__name__}: {err}")))
+            pause = self.next_round_in(time.monotonic() - started)
+
+    def next_round_in(self, spent_s: float) -> float:
+        """Seconds from the end of a round of ``spent_s`` to the next: ``every_s`` from its start, and no sooner
+        than keeps the rounds within ``share`` of the time."""
+        return max(self.every_s - spent_s, spent_s * (1.0 / self.share - 1.0))

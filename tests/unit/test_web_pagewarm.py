@@ -1,0 +1,203 @@
+"""web/pagewarm.py: the largest running jobs kept read in the job pages' process, so that their first page reads
+only what landed since the last round, never the job's life; the rounds bounded, waiting for pages, and never
+stopping on a failure."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from dataclasses import replace
+
+import pytest
+
+from hpcwatch.errors import InputError
+from hpcwatch.reports import jobstretches
+from hpcwatch.reports.jobpage import job_overview, overview_dict
+from hpcwatch.reports.jobstretches import KeptStretches
+from hpcwatch.store import Store, queries
+from hpcwatch.web import pagewarm
+from hpcwatch.web.pagewarm import JobWarmer, jobs_to_warm
+from tests.conftest import reference_twin
+
+
+@pytest.fixture
+def live():
+    """Seven minutes of the reference twin (seven stretches), then more on demand."""
+    store = Store(":memory:")
+    yield store, reference_twin(store, seed=21, ticks=42)
+    store.close()
+
+
+@pytest.fixture(autouse=True)
+def small_stretches(monkeypatch):
+    """Stretches of a minute (the shortest) whatever their rows: the twin's cluster is small."""
+    monkeypatch.setattr(jobstretches, "STRETCH_ROWS", 1)
+
+
+@pytest.fixture
+def reads(monkeypatch):
+    """The first time of each stretch read (``job_window_samples`` calls)."""
+    seen: list[float] = []
+    read = queries.job_window_samples
+
+    def counting(store, metrics, **window):
+        seen.append(window["t0"])
+        return read(store, metrics, **window)
+
+    monkeypatch.setattr(jobstretches.queries, "job_window_samples", counting)
+    return seen
+
+
+def _largest(store: Store):
+    return store.job(jobs_to_warm(store, 1)[0])
+
+
+def test_the_jobs_to_warm_are_the_running_ones_with_the_most_gpus(live) -> None:
+    store, _ = live
+    running = [j for j in store.jobs() if j.end is None and j.start is not None and j.nodes]
+    assert len(running) >= 2 and len({j.gpus for j in running}) >= 2  # an order to get right
+    picked = [store.job(i) for i in jobs_to_warm(store, len(running))]
+    assert {j.id for j in picked} == {j.id for j in running}
+    assert [j.gpus for j in picked] == sorted((j.gpus for j in running), reverse=True)
+    assert jobs_to_warm(store, 1) == [picked[0].id]
+    ended = replace(picked[0], id="99999", end=(picked[0].start or 0.0) + 60.0, state="COMPLETED")
+    store.add([ended])  # as large as the largest running one, but ended
+    assert ended.id not in jobs_to_warm(store, 100)
+
+
+def test_a_warmed_job_s_first_page_reads_only_what_landed_after_the_round(live, reads) -> None:
+    store, twin = live
+    job, kept = _largest(store), KeptStretches()
+    life = len(reads)
+    job_overview(store, job.id)  # a page with nothing kept: the job's life
+    life = len(reads) - life
+    assert life >= 5
+    warmer = JobWarmer(store, kept)
+    assert job.id in warmer.warm()
+    for _ in range(3):
+        twin.step()
+    reads.clear()
+    page = job_overview(store, job.id, kept=kept)
+    assert len(reads) <= 3 < life and min(reads) > (job.start or 0.0)
+    _same_page(page, job_overview(store, job.id))  # what a fresh read says
+
+
+def _same_page(page, fresh) -> None:
+    """Two pages the same; the charts' buckets to rounding (a kept cell is a sum of sums)."""
+    mine, whole = overview_dict(page), overview_dict(fresh)
+    mine_series, whole_series = mine.pop("series"), whole.pop("series")
+    assert mine == whole
+    assert mine_series.keys() == whole_series.keys()
+    for key, value in mine_series.items():
+        if key != "series":
+            assert value == whole_series[key]
+    assert mine_series["series"] and len(mine_series["series"]) == len(whole_series["series"])
+    for ours, theirs in zip(mine_series["series"], whole_series["series"]):
+        assert ours.keys() == theirs.keys()
+        for key, value in ours.items():
+            assert value == (pytest.approx(theirs[key]) if key == "values" else theirs[key]), key
+
+
+def test_pages_of_other_jobs_do_not_push_the_warmed_jobs_out(live, reads) -> None:
+    store, twin = live
+    kept = KeptStretches(size=1)
+    warmer = JobWarmer(store, kept, jobs=1)
+    job = _largest(store)
+    warmer.warm()
+    others = [j.id for j in store.jobs() if j.start is not None and j.nodes and j.id != job.id][:3]
+    assert len(others) == 3
+    for other in others:  # three jobs' pages through a kept of one job
+        job_overview(store, other, kept=kept)
+    twin.step()
+    reads.clear()
+    job_overview(store, job.id, kept=kept)
+    assert len(reads) <= 3 and min(reads) > (job.start or 0.0)
+    assert kept.pinned(store) == {job.id}
+    kept.pin(store, [])  # no longer warmed: the least recently read of the others again
+    job_overview(store, others[0], kept=kept)
+    reads.clear()
+    job_overview(store, job.id, kept=kept)
+    assert len(reads) >= 5  # its life read again
+
+
+def test_a_round_reads_nothing_from_a_store_not_written_since(live, monkeypatch) -> None:
+    store, twin = live
+    warmer = JobWarmer(store, KeptStretches())
+    assert warmer.warm() and warmer.rounds == 1
+    assert warmer.warm() == [] and warmer.rounds == 1
+    twin.step()
+    assert warmer.warm() and warmer.rounds == 2
+
+
+def test_a_job_that_cannot_be_read_is_skipped(live, monkeypatch) -> None:
+    store, _ = live
+    wanted = jobs_to_warm(store, 2)
+    calls: list[str] = []
+
+    def first_unknown(store, job_id, **kwargs):
+        calls.append(job_id)
+        if job_id == wanted[0]:
+            raise InputError(f"job {job_id}: nothing recorded")
+
+    monkeypatch.setattr(pagewarm, "job_overview", first_unknown)
+    assert JobWarmer(store, KeptStretches(), jobs=2).warm() == wanted[1:]
+    assert calls == wanted
+
+
+def test_a_round_waits_for_the_page_under_way(live, monkeypatch) -> None:
+    store, _ = live
+    warmed: list[str] = []
+    monkeypatch.setattr(pagewarm, "job_overview", lambda store, job_id, **kwargs: warmed.append(job_id))
+    warmer = JobWarmer(store, KeptStretches(), quiet_s=0.0)
+    with warmer.page():
+        round_ = threading.Thread(target=warmer.warm)
+        round_.start()
+        round_.join(0.2)
+        assert round_.is_alive() and warmed == []  # however far the round got, it read no job
+    round_.join(60)
+    assert not round_.is_alive() and warmed == jobs_to_warm(store)
+
+
+def test_a_round_waits_until_no_page_came_for_a_while_and_stops_when_told(live, monkeypatch) -> None:
+    store, _ = live
+    warmed: list[str] = []
+    monkeypatch.setattr(pagewarm, "job_overview", lambda store, job_id, **kwargs: warmed.append(job_id))
+    warmer = JobWarmer(store, KeptStretches(), quiet_s=3600.0)
+    with warmer.page():
+        pass
+    round_ = threading.Thread(target=warmer.warm)
+    round_.start()
+    round_.join(0.2)
+    assert round_.is_alive() and warmed == []  # the page ended less than an hour ago
+    warmer.stop()
+    round_.join(60)
+    assert not round_.is_alive() and warmed == []
+
+
+def test_the_rounds_go_on_after_a_failure_and_stop_when_told(live, monkeypatch, caplog) -> None:
+    store, twin = live
+    second = threading.Event()
+    calls: list[str] = []
+
+    def failing_first(store, job_id, **kwargs):
+        calls.append(job_id)
+        if len(calls) == 1:
+            raise ValueError("a bug\x1b[2J")
+        second.set()
+
+    monkeypatch.setattr(pagewarm, "job_overview", failing_first)
+    warmer = JobWarmer(store, KeptStretches(), every_s=0.01, share=1.0, jobs=1)
+    with caplog.at_level(logging.ERROR, logger=pagewarm.__name__):
+        warmer.start()
+        twin.step()  # the failed round read version v; this one is new
+        assert second.wait(60)
+        warmer.stop(timeout_s=60)
+    assert warmer._thread is not None and not warmer._thread.is_alive()
+    assert "ValueError: a bug\\x1b[2J" in caplog.text and "\x1b" not in caplog.text
+
+
+def test_a_round_of_d_seconds_waits_at_least_d_times_the_rest_of_its_share(live) -> None:
+    store, _ = live
+    warmer = JobWarmer(store, KeptStretches(), every_s=30.0, share=0.1)
+    assert warmer.next_round_in(0.5) == 29.5  # a short round: every 30 s
+    assert warmer.next_round_in(10.0) == pytest.approx(90.0)  # a long one: a tenth of the time at most
