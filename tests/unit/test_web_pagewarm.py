@@ -49,20 +49,28 @@ def reads(monkeypatch):
 
 
 def _largest(store: Store):
-    return store.job(jobs_to_warm(store, 1)[0])
+    return store.job(jobs_to_warm(store, 1, min_gpu_s=0.0)[0])
 
 
-def test_the_jobs_to_warm_are_the_running_ones_with_the_most_gpus(live) -> None:
+def test_the_jobs_to_warm_are_the_running_ones_with_the_most_gpu_seconds(live) -> None:
     store, _ = live
+    newest = queries.latest_sample_t(store) or 0.0
     running = [j for j in store.jobs() if j.end is None and j.start is not None and j.nodes]
-    assert len(running) >= 2 and len({j.gpus for j in running}) >= 2  # an order to get right
-    picked = [store.job(i) for i in jobs_to_warm(store, len(running))]
-    assert {j.id for j in picked} == {j.id for j in running}
-    assert [j.gpus for j in picked] == sorted((j.gpus for j in running), reverse=True)
-    assert jobs_to_warm(store, 1) == [picked[0].id]
-    ended = replace(picked[0], id="99999", end=(picked[0].start or 0.0) + 60.0, state="COMPLETED")
-    store.add([ended])  # as large as the largest running one, but ended
-    assert ended.id not in jobs_to_warm(store, 100)
+    gpu_s = {j.id: j.gpus * (newest - (j.start or 0.0)) for j in running}
+    assert len(set(gpu_s.values())) >= 2  # an order to get right
+    picked = jobs_to_warm(store, len(running), min_gpu_s=0.0)
+    assert sorted(picked) == sorted(gpu_s) and [gpu_s[i] for i in picked] == sorted(gpu_s.values(), reverse=True)
+    assert jobs_to_warm(store, 1, min_gpu_s=0.0) == picked[:1]
+    floor = sorted(gpu_s.values())[1]  # the job with the fewest is left out
+    assert jobs_to_warm(store, len(running), min_gpu_s=floor) == picked[:-1]
+    # Started first, with more GPUs than any, but ended: never warmed.
+    ended = replace(store.job(picked[0]), id="99999", start=newest - 1e6, end=newest, state="COMPLETED", gpus=10**4)
+    store.add([ended])
+    assert ended.id not in jobs_to_warm(store, 100, min_gpu_s=0.0)
+    # One started long before the others, on fewer GPUs, comes first: its first page would read the most.
+    old = replace(store.job(picked[-1]), id="99998", start=newest - 1e6, end=None, state="RUNNING")
+    store.add([old])
+    assert jobs_to_warm(store, 1, min_gpu_s=0.0) == [old.id]
 
 
 def test_a_warmed_job_s_first_page_reads_only_what_landed_after_the_round(live, reads) -> None:
@@ -72,7 +80,7 @@ def test_a_warmed_job_s_first_page_reads_only_what_landed_after_the_round(live, 
     job_overview(store, job.id)  # a page with nothing kept: the job's life
     life = len(reads) - life
     assert life >= 5
-    warmer = JobWarmer(store, kept)
+    warmer = JobWarmer(store, kept, min_gpu_s=0.0)
     assert job.id in warmer.warm()
     for _ in range(3):
         twin.step()
@@ -101,7 +109,7 @@ def _same_page(page, fresh) -> None:
 def test_pages_of_other_jobs_do_not_push_the_warmed_jobs_out(live, reads) -> None:
     store, twin = live
     kept = KeptStretches(size=1)
-    warmer = JobWarmer(store, kept, jobs=1)
+    warmer = JobWarmer(store, kept, min_gpu_s=0.0, jobs=1)
     job = _largest(store)
     warmer.warm()
     others = [j.id for j in store.jobs() if j.start is not None and j.nodes and j.id != job.id][:3]
@@ -122,7 +130,7 @@ def test_pages_of_other_jobs_do_not_push_the_warmed_jobs_out(live, reads) -> Non
 
 def test_a_round_reads_nothing_from_a_store_not_written_since(live, monkeypatch) -> None:
     store, twin = live
-    warmer = JobWarmer(store, KeptStretches())
+    warmer = JobWarmer(store, KeptStretches(), min_gpu_s=0.0)
     assert warmer.warm() and warmer.rounds == 1
     assert warmer.warm() == [] and warmer.rounds == 1
     twin.step()
@@ -131,7 +139,7 @@ def test_a_round_reads_nothing_from_a_store_not_written_since(live, monkeypatch)
 
 def test_a_job_that_cannot_be_read_is_skipped(live, monkeypatch) -> None:
     store, _ = live
-    wanted = jobs_to_warm(store, 2)
+    wanted = jobs_to_warm(store, 2, min_gpu_s=0.0)
     calls: list[str] = []
 
     def first_unknown(store, job_id, **kwargs):
@@ -140,7 +148,7 @@ def test_a_job_that_cannot_be_read_is_skipped(live, monkeypatch) -> None:
             raise InputError(f"job {job_id}: nothing recorded")
 
     monkeypatch.setattr(pagewarm, "job_overview", first_unknown)
-    assert JobWarmer(store, KeptStretches(), jobs=2).warm() == wanted[1:]
+    assert JobWarmer(store, KeptStretches(), min_gpu_s=0.0, jobs=2).warm() == wanted[1:]
     assert calls == wanted
 
 
@@ -148,21 +156,21 @@ def test_a_round_waits_for_the_page_under_way(live, monkeypatch) -> None:
     store, _ = live
     warmed: list[str] = []
     monkeypatch.setattr(pagewarm, "job_overview", lambda store, job_id, **kwargs: warmed.append(job_id))
-    warmer = JobWarmer(store, KeptStretches(), quiet_s=0.0)
+    warmer = JobWarmer(store, KeptStretches(), min_gpu_s=0.0, quiet_s=0.0)
     with warmer.page():
         round_ = threading.Thread(target=warmer.warm)
         round_.start()
         round_.join(0.2)
         assert round_.is_alive() and warmed == []  # however far the round got, it read no job
     round_.join(60)
-    assert not round_.is_alive() and warmed == jobs_to_warm(store)
+    assert not round_.is_alive() and warmed == jobs_to_warm(store, min_gpu_s=0.0)
 
 
 def test_a_round_waits_until_no_page_came_for_a_while_and_stops_when_told(live, monkeypatch) -> None:
     store, _ = live
     warmed: list[str] = []
     monkeypatch.setattr(pagewarm, "job_overview", lambda store, job_id, **kwargs: warmed.append(job_id))
-    warmer = JobWarmer(store, KeptStretches(), quiet_s=3600.0)
+    warmer = JobWarmer(store, KeptStretches(), min_gpu_s=0.0, quiet_s=3600.0)
     with warmer.page():
         pass
     round_ = threading.Thread(target=warmer.warm)
@@ -186,7 +194,7 @@ def test_the_rounds_go_on_after_a_failure_and_stop_when_told(live, monkeypatch, 
         second.set()
 
     monkeypatch.setattr(pagewarm, "job_overview", failing_first)
-    warmer = JobWarmer(store, KeptStretches(), every_s=0.01, share=1.0, jobs=1)
+    warmer = JobWarmer(store, KeptStretches(), min_gpu_s=0.0, every_s=0.01, share=1.0, jobs=1)
     with caplog.at_level(logging.ERROR, logger=pagewarm.__name__):
         warmer.start()
         twin.step()  # the failed round read version v; this one is new
@@ -198,6 +206,6 @@ def test_the_rounds_go_on_after_a_failure_and_stop_when_told(live, monkeypatch, 
 
 def test_a_round_of_d_seconds_waits_at_least_d_times_the_rest_of_its_share(live) -> None:
     store, _ = live
-    warmer = JobWarmer(store, KeptStretches(), every_s=30.0, share=0.1)
+    warmer = JobWarmer(store, KeptStretches(), min_gpu_s=0.0, every_s=30.0, share=0.1)
     assert warmer.next_round_in(0.5) == 29.5  # a short round: every 30 s
     assert warmer.next_round_in(10.0) == pytest.approx(90.0)  # a long one: a tenth of the time at most

@@ -4,9 +4,10 @@ A job page's first open reads the job's whole life (``reports.jobstretches``): a
 five minutes old is 3 s of work, fifteen minutes 8 s, a day minutes. Its next page reads only what landed since
 the last (0.2-0.4 s), from the checkpoints the page process keeps (``KeptStretches``).
 
-So, every ``WARM_EVERY_S``, the job pages' process reads the ``WARM_JOBS`` running jobs with the most GPUs as a
-page would (the rows a job adds each second grow with its GPUs; a small job's whole life is quick to read), and
-pins their checkpoints: pages of other jobs do not push them out. Pages come first: a round reads a job only once
+So, every ``WARM_EVERY_S``, the job pages' process reads the ``WARM_JOBS`` running jobs with the most GPU-seconds
+(GPUs × time since the job started, to the store's newest sample: what a first page reads grows with both) as a
+page would, of those with at least ``WARM_MIN_GPU_S`` (below, a first page costs the store's scan more than the
+job's life, and a round's read would only take the pages' time), and pins their checkpoints: pages of other jobs do not push them out. Pages come first: a round reads a job only once
 no page has run for ``WARM_QUIET_S`` (a page under way shares the process's interpreter and the machine's cores
 with the round: at 1,024 nodes, ten minutes in, a small job's first page took twice as long beside one); it
 reads nothing when the store was not written since the last round (a post-mortem's store). Its work is bounded:
@@ -32,12 +33,13 @@ from typing import TYPE_CHECKING, Final
 from hpcwatch.errors import HpcwatchError, InputError, one_line
 from hpcwatch.reports.jobpage import job_overview
 from hpcwatch.reports.text import visible
+from hpcwatch.store import queries
 
 if TYPE_CHECKING:
     from hpcwatch.reports.jobstretches import KeptStretches
     from hpcwatch.store import Store
 
-__all__ = ["JobWarmer", "jobs_to_warm", "WARM_EVERY_S", "WARM_JOBS", "WARM_SHARE", "WARM_QUIET_S"]
+__all__ = ["JobWarmer", "jobs_to_warm", "WARM_EVERY_S", "WARM_JOBS", "WARM_MIN_GPU_S", "WARM_SHARE", "WARM_QUIET_S"]
 
 log = logging.getLogger(__name__)
 
@@ -45,6 +47,9 @@ log = logging.getLogger(__name__)
 WARM_EVERY_S: Final = 30.0
 #: Running jobs kept read, the most GPUs first. Ours: a few, beside the ``KeptStretches`` entries of pages.
 WARM_JOBS: Final = 3
+#: GPU-seconds a running job needs to be kept read. Ours: a 1,536-GPU job after a minute, a 4-GPU job after seven
+#: hours; at 1,024 nodes the life of a 4-GPU job of an hour is read in one scan of the store.
+WARM_MIN_GPU_S: Final = 100_000.0
 #: The most of one core the rounds may take (module doc). Ours: at a tenth, a first round reading hours of a
 #: large job's life (a server started beside it) leaves the pages nine tenths of the time.
 WARM_SHARE: Final = 0.1
@@ -53,11 +58,16 @@ WARM_SHARE: Final = 0.1
 WARM_QUIET_S: Final = 2.0
 
 
-def jobs_to_warm(store: Store, count: int = WARM_JOBS) -> list[str]:
-    """The ids of the ``count`` running jobs (started, on nodes, not ended) with the most GPUs; ties: the one
-    that started first (more of its life to read), then by id."""
+def jobs_to_warm(store: Store, count: int = WARM_JOBS, min_gpu_s: float = WARM_MIN_GPU_S) -> list[str]:
+    """The ids of the ``count`` running jobs (started, on nodes, not ended) with the most GPU-seconds to the
+    store's newest sample, of those with ``min_gpu_s`` at least; ties: the one that started first, then by id."""
+    newest = queries.latest_sample_t(store)
+    if newest is None:
+        return []
     running = [j for j in store.jobs() if j.end is None and j.start is not None and j.nodes]
-    running.sort(key=lambda j: (-(j.gpus or 0), j.start, j.id))
+    gpu_s = {j.id: (j.gpus or 0) * max(0.0, newest - (j.start or newest)) for j in running}
+    running = [j for j in running if gpu_s[j.id] >= min_gpu_s]
+    running.sort(key=lambda j: (-gpu_s[j.id], j.start, j.id))
     return [j.id for j in running[:count]]
 
 
@@ -74,9 +84,11 @@ class JobWarmer:
         jobs: int = WARM_JOBS,
         share: float = WARM_SHARE,
         quiet_s: float = WARM_QUIET_S,
+        min_gpu_s: float = WARM_MIN_GPU_S,
     ) -> None:
         self.store, self.kept = store, kept
         self.every_s, self.jobs, self.share, self.quiet_s = every_s, jobs, share, quiet_s
+        self.min_gpu_s = min_gpu_s
         self.rounds = 0
         """Rounds that read the store (not counting those it skipped, unwritten since)."""
         self._stop = threading.Event()
@@ -115,7 +127,7 @@ class JobWarmer:
         if version == self._read_at:
             return []
         self._read_at = version
-        jobs = jobs_to_warm(self.store, self.jobs)
+        jobs = jobs_to_warm(self.store, self.jobs, self.min_gpu_s)
         self.kept.pin(self.store, jobs)
         read = []
         for job in jobs:
