@@ -1,18 +1,18 @@
 """The largest running jobs kept read in the job pages' process, so that their first page is a next page.
 
-A job page's first open reads the job's whole life (``reports.jobstretches``): at 1,024 nodes a 1,536-GPU job
-five minutes old is 3 s of work, fifteen minutes 8 s, a day minutes. Its next page reads only what landed since
-the last (0.2-0.4 s), from the checkpoints the page process keeps (``KeptStretches``).
+A job page's first open reads the job's whole life (``reports.jobstretches``): in the 1,024-node demo a 1,536-GPU
+job's first page took 4.8 s five minutes in, 10 s at ten minutes, and a day of it would take minutes. Its next
+page reads only what landed since the last, from the checkpoints the page process keeps (``KeptStretches``).
 
-So, every ``WARM_EVERY_S``, the job pages' process reads the ``WARM_JOBS`` running jobs with the most GPU-seconds
-(GPUs × time since the job started, to the store's newest sample: what a first page reads grows with both) as a
-page would, of those with at least ``WARM_MIN_GPU_S`` (below, a first page costs the store's scan more than the
-job's life, and a round's read would only take the pages' time), and pins their checkpoints: pages of other jobs do not push them out. Pages come first: a round reads a job only once
-no page has run for ``WARM_QUIET_S`` (a page under way shares the process's interpreter and the machine's cores
-with the round: at 1,024 nodes, ten minutes in, a small job's first page took twice as long beside one); it
-reads nothing when the store was not written since the last round (a post-mortem's store). Its work is bounded:
-after a round of d seconds, the next starts no sooner than d × (1 / ``WARM_SHARE`` - 1) later. Ours: one round
-at 1,024 nodes (a 1,536-GPU job read on from 30 s before, two 4-GPU jobs) is ~0.3 s of one core every 30 s.
+So, every ``WARM_EVERY_S``, the job pages' process reads as a page would the ``WARM_JOBS`` running jobs with the
+most GPU-seconds (GPUs × time since the job started, to the store's newest sample: what a first page reads grows
+with both), of those with ``WARM_MIN_GPU_S`` at least (below, a first page's cost is the store's scan, not the
+job's life, and a round would only take the pages' time), and pins their checkpoints: pages of other jobs do not
+push them out. Pages come first: a round reads a job only once no page has run for ``WARM_QUIET_S`` (a page
+under way shares the process's interpreter and the machine's cores with a round). A round reads nothing when the
+store was not written since the last (a post-mortem's store). Its work is bounded: after a round of d seconds,
+the next starts no sooner than d × (1 / ``WARM_SHARE`` - 1) later. At 1,024 nodes a round (the 1,536-GPU job
+read on from 30 s before) is ~1 s of one core in process: ~0.03 core.
 
 ::
 
@@ -45,7 +45,7 @@ log = logging.getLogger(__name__)
 
 #: How often the running jobs are read on. Ours: a first page then reads at most this much of the job's life.
 WARM_EVERY_S: Final = 30.0
-#: Running jobs kept read, the most GPUs first. Ours: a few, beside the ``KeptStretches`` entries of pages.
+#: Running jobs kept read, the most GPU-seconds first. Ours: a few, beside the ``KeptStretches`` entries of pages.
 WARM_JOBS: Final = 3
 #: GPU-seconds a running job needs to be kept read. Ours: a 1,536-GPU job after a minute, a 4-GPU job after seven
 #: hours; at 1,024 nodes the life of a 4-GPU job of an hour is read in one scan of the store.
