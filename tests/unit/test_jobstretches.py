@@ -16,43 +16,7 @@ from hpcwatch.reports.jobs import job_report
 from hpcwatch.reports.jobstretches import KeptStretches
 from hpcwatch.reports.timeline import job_timeline
 from hpcwatch.store import Store, queries
-from tests.conftest import reference_twin
-
-
-@pytest.fixture
-def live():
-    """Seven minutes of the reference twin (seven stretches), then more on demand."""
-    store = Store(":memory:")
-    yield store, reference_twin(store, seed=21, ticks=42)
-    store.close()
-
-
-@pytest.fixture(autouse=True)
-def small_stretches(monkeypatch):
-    """Stretches of a minute (the shortest) whatever their rows: the twin's cluster is small."""
-    monkeypatch.setattr(jobstretches, "STRETCH_ROWS", 1)
-
-
-@pytest.fixture
-def reads(monkeypatch):
-    """The first time of each read of the window: ``job_window_samples`` (a stretch) and ``job_window_samples_within``
-    (the whole window at once, when it did not give up)."""
-    seen: list[float] = []
-    read, read_within = queries.job_window_samples, queries.job_window_samples_within
-
-    def counting(store, metrics, **window):
-        seen.append(window["t0"])
-        return read(store, metrics, **window)
-
-    def counting_within(store, metrics, limit, **window):
-        found = read_within(store, metrics, limit, **window)
-        if found is not None:  # a window given up past the limit was not read
-            seen.append(window["t0"])
-        return found
-
-    monkeypatch.setattr(jobstretches.queries, "job_window_samples", counting)
-    monkeypatch.setattr(jobstretches.queries, "job_window_samples_within", counting_within)
-    return seen
+from tests.unit.stretch_fixtures import live, reads, small_stretches  # noqa: F401  (fixtures)
 
 
 def _running(store: Store) -> Job:

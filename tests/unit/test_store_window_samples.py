@@ -41,6 +41,15 @@ def _as_text(table: pa.Table) -> pa.Table:
     return table
 
 
+def _stored(parts: list[list[dict]]) -> Store:
+    """A store of ``parts``' rows, each part its own commit (a read spans parts)."""
+    store = Store()
+    for part in parts:
+        if part:
+            store.add_sample_table(pa.Table.from_pylist(part, schema=SAMPLE_SCHEMA))
+    return store
+
+
 def _assert_same_rows(read: pa.Table, plain: pa.Table) -> None:
     """The same rows in the same (metric, host, gpu, t) order; rows that tie on those come in either order from
     either query, so the whole rows are compared as sorted."""
@@ -59,10 +68,7 @@ def _assert_same_rows(read: pa.Table, plain: pa.Table) -> None:
     t0=st.sampled_from([None, 0.0, 4.5]),
 )
 def test_the_window_read_gives_the_rows_of_store_samples(parts, metrics, host, t0):
-    with Store() as store:
-        for part in parts:  # each its own commit: the read spans parts
-            if part:
-                store.add_sample_table(pa.Table.from_pylist(part, schema=SAMPLE_SCHEMA))
+    with _stored(parts) as store:
         window = queries.window_samples(store, metrics, host=host, t0=t0)
         plain = store.samples(metrics, host=host, t0=t0)
         assert window.column_names == SAMPLE_SCHEMA.names
@@ -79,10 +85,7 @@ def test_the_window_read_gives_the_rows_of_store_samples(parts, metrics, host, t
 )
 def test_the_job_window_read_gives_the_rows_read_with_their_text(parts, hosts, window):
     t0, t1 = window
-    with Store() as store:
-        for part in parts:
-            if part:
-                store.add_sample_table(pa.Table.from_pylist(part, schema=SAMPLE_SCHEMA))
+    with _stored(parts) as store:
         found = queries.job_window_samples(store, ["a", "b"], hosts=hosts, job="41", t0=t0, t1=t1)
         where = "metric IN ('a', 'b') AND t >= ?" + (" AND t <= ?" if t1 is not None else "")
         where += f" AND (host IN ({', '.join('?' for _ in hosts)}) OR job = '41')"
@@ -105,10 +108,7 @@ def test_the_job_window_read_within_a_limit_gives_every_row_or_none(parts, hosts
     """``job_window_samples_within``: the rows of ``job_window_samples`` (the same order, label sets encoded)
     when they are ``limit`` at most, None past it."""
     t0, t1 = window
-    with Store() as store:
-        for part in parts:
-            if part:
-                store.add_sample_table(pa.Table.from_pylist(part, schema=SAMPLE_SCHEMA))
+    with _stored(parts) as store:
         whole = queries.job_window_samples(store, ["a", "b"], hosts=hosts, job="41", t0=t0, t1=t1)
         limit = max(0, whole.num_rows + room)
         found = queries.job_window_samples_within(store, ["a", "b"], limit, hosts=hosts, job="41", t0=t0, t1=t1)

@@ -11,41 +11,12 @@ from dataclasses import replace
 import pytest
 
 from hpcwatch.errors import InputError
-from hpcwatch.reports import jobstretches
 from hpcwatch.reports.jobpage import job_overview, overview_dict
 from hpcwatch.reports.jobstretches import KeptStretches
 from hpcwatch.store import Store, queries
 from hpcwatch.web import pagewarm
 from hpcwatch.web.pagewarm import JobWarmer, jobs_to_warm
-from tests.conftest import reference_twin
-
-
-@pytest.fixture
-def live():
-    """Seven minutes of the reference twin (seven stretches), then more on demand."""
-    store = Store(":memory:")
-    yield store, reference_twin(store, seed=21, ticks=42)
-    store.close()
-
-
-@pytest.fixture(autouse=True)
-def small_stretches(monkeypatch):
-    """Stretches of a minute (the shortest) whatever their rows: the twin's cluster is small."""
-    monkeypatch.setattr(jobstretches, "STRETCH_ROWS", 1)
-
-
-@pytest.fixture
-def reads(monkeypatch):
-    """The first time of each stretch read (``job_window_samples`` calls)."""
-    seen: list[float] = []
-    read = queries.job_window_samples
-
-    def counting(store, metrics, **window):
-        seen.append(window["t0"])
-        return read(store, metrics, **window)
-
-    monkeypatch.setattr(jobstretches.queries, "job_window_samples", counting)
-    return seen
+from tests.unit.stretch_fixtures import live, reads, small_stretches  # noqa: F401  (fixtures)
 
 
 def _largest(store: Store):
@@ -152,14 +123,20 @@ def test_a_job_that_cannot_be_read_is_skipped(live, monkeypatch) -> None:
     assert calls == wanted
 
 
-def test_a_round_waits_for_the_page_under_way(live, monkeypatch) -> None:
-    store, _ = live
+def _round_beside(monkeypatch, warmer: JobWarmer) -> tuple[threading.Thread, list[str]]:
+    """A round of ``warmer`` started in a thread, the jobs it reads recorded (not read)."""
     warmed: list[str] = []
     monkeypatch.setattr(pagewarm, "job_overview", lambda store, job_id, **kwargs: warmed.append(job_id))
+    round_ = threading.Thread(target=warmer.warm)
+    round_.start()
+    return round_, warmed
+
+
+def test_a_round_waits_for_the_page_under_way(live, monkeypatch) -> None:
+    store, _ = live
     warmer = JobWarmer(store, KeptStretches(), min_gpu_s=0.0, quiet_s=0.0)
     with warmer.page():
-        round_ = threading.Thread(target=warmer.warm)
-        round_.start()
+        round_, warmed = _round_beside(monkeypatch, warmer)
         round_.join(0.2)
         assert round_.is_alive() and warmed == []  # however far the round got, it read no job
     round_.join(60)
@@ -168,13 +145,10 @@ def test_a_round_waits_for_the_page_under_way(live, monkeypatch) -> None:
 
 def test_a_round_waits_until_no_page_came_for_a_while_and_stops_when_told(live, monkeypatch) -> None:
     store, _ = live
-    warmed: list[str] = []
-    monkeypatch.setattr(pagewarm, "job_overview", lambda store, job_id, **kwargs: warmed.append(job_id))
     warmer = JobWarmer(store, KeptStretches(), min_gpu_s=0.0, quiet_s=3600.0)
     with warmer.page():
         pass
-    round_ = threading.Thread(target=warmer.warm)
-    round_.start()
+    round_, warmed = _round_beside(monkeypatch, warmer)
     round_.join(0.2)
     assert round_.is_alive() and warmed == []  # the page ended less than an hour ago
     warmer.stop()
