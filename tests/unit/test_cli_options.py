@@ -43,6 +43,8 @@ def _params(*argv: str) -> dict:
         (("steps", "t.json", "--d-model", "4096"), "d_model", 4096),
         (("steps", "t.json"), "dask_timeout", 300.0),
         (("collect",), "config", Path("/etc/hpcwatch/hpcwatch.toml")),
+        (("serve",), "keep_read_jobs", 3),
+        (("demo", "--keep-read-jobs", "0"), "keep_read_jobs", 0),
         # an on/off pair, on by default
         (("twin", "serve"), "hpc_job", True),
         (("twin", "serve", "--no-hpc-job"), "hpc_job", False),
@@ -54,6 +56,13 @@ def _params(*argv: str) -> dict:
 def test_a_command_receives_typed_values(argv, name, expected):
     value = _params(*argv)[name]
     assert value == expected and type(value) is type(expected)
+
+
+@pytest.mark.parametrize("argv", [("serve", "--keep-read-jobs", "33"), ("demo", "--keep-read-jobs", "-1")])
+def test_a_count_out_of_its_range_is_refused(argv):
+    with pytest.raises(click.BadParameter, match=r"not in the range 0<=x<=32") as refused:
+        _params(*argv)
+    assert refused.value.param is not None and refused.value.param.name == "keep_read_jobs"
 
 
 def test_repeated_options_reach_the_scan_as_lists(run_cli):

@@ -268,6 +268,8 @@ def test_help_lists_every_command_with_the_start_of_its_help():
         ("EXPORTER_RECENT_STEPS", "hpcwatch.exporter", "DEFAULT_RECENT_STEPS"),
         ("SERVE_MAX_STREAMS", "hpcwatch.httpguard", "DEFAULT_MAX_STREAMS"),
         ("SERVE_MAX_STREAMS_PER_CLIENT", "hpcwatch.httpguard", "DEFAULT_MAX_STREAMS_PER_CLIENT"),
+        ("SERVE_KEEP_READ_JOBS", "hpcwatch.web.pagewarm", "WARM_JOBS"),
+        ("SERVE_KEEP_READ_MAX_JOBS", "hpcwatch.web.pagewarm", "WARM_MAX_JOBS"),
         ("HEALTH_WINDOW_S", "hpcwatch.reports.health", "DEFAULT_HEALTH_WINDOW_S"),
         ("GOODPUT_GPUS", "hpcwatch.analysis.goodputsim", "LLAMA3_GPUS"),
         ("GOODPUT_DAYS", "hpcwatch.analysis.goodputsim", "LLAMA3_DAYS"),

@@ -212,9 +212,13 @@ def test_an_error_that_does_not_pickle_is_answered_as_a_failure() -> None:
     assert status == "failed" and "InputError" in text
 
 
-def test_the_loop_keeps_the_running_jobs_read_until_its_input_ends(live, monkeypatch) -> None:
-    """``serve_pages`` starts the rounds of ``web.pagewarm`` over its store and the pages' kept stretches, says
-    when a page runs, and stops the rounds before its store closes."""
+@pytest.mark.parametrize(
+    ("keep_read_jobs", "rounds"), [(None, ["start 3", "page", "stop"]), (2, ["start 2", "page", "stop"]), (0, [])]
+)
+def test_the_loop_keeps_the_running_jobs_read_until_its_input_ends(live, monkeypatch, keep_read_jobs, rounds) -> None:
+    """``serve_pages`` starts the rounds of ``web.pagewarm`` over its store and the pages' kept stretches (of
+    ``keep_read_jobs`` jobs, ``WARM_JOBS`` by default; none at 0), says when a page runs, and stops the rounds
+    before its store closes."""
     from hpcwatch.web import pagewarm
 
     store, _ = live
@@ -225,11 +229,15 @@ def test_the_loop_keeps_the_running_jobs_read_until_its_input_ends(live, monkeyp
         seen.append("page")
         return real_page(self)
 
-    monkeypatch.setattr(pagewarm.JobWarmer, "start", lambda self: seen.append("start") or self)
+    monkeypatch.setattr(pagewarm.JobWarmer, "start", lambda self: seen.append(f"start {self.jobs}") or self)
     monkeypatch.setattr(pagewarm.JobWarmer, "stop", lambda self, timeout_s=2.0: seen.append("stop"))
     monkeypatch.setattr(pagewarm.JobWarmer, "page", page)
     requests_in, requests_out, answers_in, answers_out = _pipes()
-    loop = threading.Thread(target=serve_pages, args=(str(store.path), requests_in, answers_out))
+    loop = threading.Thread(
+        target=serve_pages,
+        args=(str(store.path), requests_in, answers_out),
+        kwargs={"keep_read_jobs": keep_read_jobs},
+    )
     loop.start()
     try:
         pageprocess._write_frame(requests_out, pickle.dumps((_running(store), None, "")))
@@ -239,4 +247,18 @@ def test_the_loop_keeps_the_running_jobs_read_until_its_input_ends(live, monkeyp
         loop.join()
     for f in (requests_in, answers_in, answers_out):
         f.close()
-    assert seen == ["start", "page", "stop"]
+    assert seen == rounds
+
+
+def test_the_child_is_told_how_many_jobs_to_keep_read(live) -> None:
+    """``PageProcess(keep_read_jobs=N)`` starts its child with N (the CLI's ``--keep-read-jobs``); the child
+    refuses a count that is not one, with its usage line."""
+    store, _ = live
+    process = PageProcess(store.path, keep_read_jobs=0).start()
+    try:
+        assert process._child is not None and process._child.args[-2:] == [str(store.path), "0"]
+        assert process.overview(_running(store)).id == _running(store)
+    finally:
+        process.stop()
+    assert pageprocess.main([str(store.path), "-1"]) == 2
+    assert pageprocess.main([str(store.path), "3", "x"]) == 2

@@ -25,7 +25,12 @@ from hpcwatch.cli.common import (
     repeatable,
     safe_text,
 )
-from hpcwatch.cli.defaults import SERVE_MAX_STREAMS, SERVE_MAX_STREAMS_PER_CLIENT
+from hpcwatch.cli.defaults import (
+    SERVE_KEEP_READ_JOBS,
+    SERVE_KEEP_READ_MAX_JOBS,
+    SERVE_MAX_STREAMS,
+    SERVE_MAX_STREAMS_PER_CLIENT,
+)
 
 __all__ = ["demo", "serve", "DEFAULT_PORT"]
 
@@ -44,6 +49,19 @@ def stream_options(command: Callable) -> Callable:
         type=click.IntRange(min=1),
         default=SERVE_MAX_STREAMS,
         help="Live streams (SSE) open at once, all viewers; the next is refused 503.",
+    )(command)
+
+
+def keep_read_option(command: Callable) -> Callable:
+    """``--keep-read-jobs`` of ``demo`` and ``serve`` (hpcwatch.web.pagewarm)."""
+    return click.option(
+        "--keep-read-jobs",
+        type=click.IntRange(min=0, max=SERVE_KEEP_READ_MAX_JOBS),
+        default=SERVE_KEEP_READ_JOBS,
+        show_default=True,
+        help="Keep the N running jobs with the most GPU-seconds read between job pages, so that their first page "
+        "reads the last seconds, not their whole life (0: none; each takes a few MB and up to a tenth of a core "
+        "at 1,536 GPUs).",
     )(command)
 
 
@@ -92,6 +110,7 @@ DEFAULT_PORT = 8000
     "--speed 20).",
 )
 @stream_options
+@keep_read_option
 def demo(
     port: int,
     no_browser: bool,
@@ -106,6 +125,7 @@ def demo(
     no_act: bool,
     max_streams: int,
     max_streams_per_client: int,
+    keep_read_jobs: int,
 ) -> None:
     """The main job: a live twin of the reference cluster in memory, and the web schematic on it."""
     from hpcwatch.cli.demotwin import DemoTwin, TwinProcess
@@ -128,7 +148,7 @@ def demo(
         DemoTwin(nodes=nodes, seed=seed, scenarios=tuple(scenario), speed=speed, scrape_s=scrape_s, act=not no_act),
     )
     scanner = ScanProcess(store.path, every_s=scan_every, window_s=scan_window or None) if scan_every > 0 else None
-    pages = PageProcess(store.path)
+    pages = PageProcess(store.path, keep_read_jobs=keep_read_jobs)
     try:
         step_jobs = seed_step_player(store, cluster, seed=seed)
         twin.start()
@@ -175,6 +195,7 @@ def demo(
 )
 @click.option("--duration", type=click.FloatRange(min=0.0), help="Stop after S seconds.")
 @stream_options
+@keep_read_option
 @price_options
 @auth_option("every viewer")
 @policy_option("every page and API route")
@@ -192,6 +213,7 @@ def serve(
     duration: float | None,
     max_streams: int,
     max_streams_per_client: int,
+    keep_read_jobs: int,
     gpu_hour_price: float | None,
     currency: str,
     auth: Path | None,
@@ -226,7 +248,7 @@ def serve(
         or (identity.config.session.secure == "auto" and tls_cert is not None)
     )
     # The job pages' reports in a process of their own (from the store; with Prometheus they stay here).
-    pages = PageProcess(store.path).start() if prom is None else None
+    pages = PageProcess(store.path, keep_read_jobs=keep_read_jobs).start() if prom is None else None
     web = create_app(
         store,
         cluster,

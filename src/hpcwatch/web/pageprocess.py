@@ -15,7 +15,7 @@ it dies, the child reads the end of its input and stops. A child that dies or do
 ``ANSWER_TIMEOUT_S`` is replaced, and that page gets a ``StoreError`` (503): the next page has a new child.
 Stopping the server does not wait for a page under way: its child is ended under it.
 
-    python -m hpcwatch.web.pageprocess STORE
+    python -m hpcwatch.web.pageprocess STORE [KEEP_READ_JOBS]
 """
 
 from __future__ import annotations
@@ -60,8 +60,12 @@ class PageProcess:
     """``job_overview`` of the store folder ``path``, computed in a child process (module doc). Safe to share
     between threads: one page at a time goes to the child, the others wait their turn."""
 
-    def __init__(self, path: Path, *, answer_timeout_s: float = ANSWER_TIMEOUT_S) -> None:
+    def __init__(
+        self, path: Path, *, answer_timeout_s: float = ANSWER_TIMEOUT_S, keep_read_jobs: int | None = None
+    ) -> None:
         self.path, self.answer_timeout_s = path, answer_timeout_s
+        self.keep_read_jobs = keep_read_jobs
+        """Running jobs the child keeps read between pages (``web.pagewarm``; 0: none; None: its default)."""
         self._child: subprocess.Popen[bytes] | None = None
         self._lock = threading.Lock()
         self._stopped = False
@@ -73,7 +77,13 @@ class PageProcess:
 
     def _start(self) -> subprocess.Popen[bytes]:
         self._child = subprocess.Popen(
-            [sys.executable, "-m", "hpcwatch.web.pageprocess", str(self.path)],
+            [
+                sys.executable,
+                "-m",
+                "hpcwatch.web.pageprocess",
+                str(self.path),
+                *([] if self.keep_read_jobs is None else [str(self.keep_read_jobs)]),
+            ],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             close_fds=True,
@@ -155,17 +165,20 @@ def _read_exactly(fd: int, size: int, deadline: float | None) -> bytes:
     return b"".join(chunks)
 
 
-def serve_pages(path: str, requests: IO[bytes], answers: IO[bytes], *, warm: bool = True) -> int:
+def serve_pages(path: str, requests: IO[bytes], answers: IO[bytes], *, keep_read_jobs: int | None = None) -> int:
     """The child's loop: an overview for each request until the end of ``requests``. Returns the pages served.
-    ``warm``: keep the largest running jobs read between pages (``web.pagewarm``)."""
+    ``keep_read_jobs``: how many of the largest running jobs are kept read between pages (``web.pagewarm``; 0:
+    none; None: ``WARM_JOBS``)."""
     from hpcwatch.reports.jobpage import OverviewCache
     from hpcwatch.store import Store
-    from hpcwatch.web.pagewarm import JobWarmer
+    from hpcwatch.web.pagewarm import WARM_JOBS, JobWarmer
+
+    jobs = WARM_JOBS if keep_read_jobs is None else keep_read_jobs
 
     served = 0
     cache = OverviewCache()
     with Store(path) as store:
-        warmer = JobWarmer(store, cache.kept).start() if warm else None
+        warmer = JobWarmer(store, cache.kept, jobs=jobs).start() if jobs > 0 else None
         try:
             while True:
                 try:
@@ -211,15 +224,15 @@ def _pickled(answer: tuple[str, Any]) -> bytes:
 
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
-    if len(args) != 1:
-        print("usage: python -m hpcwatch.web.pageprocess STORE", file=sys.stderr)
+    if not 1 <= len(args) <= 2 or (len(args) == 2 and not args[1].isdecimal()):
+        print("usage: python -m hpcwatch.web.pageprocess STORE [KEEP_READ_JOBS]", file=sys.stderr)
         return 2
     logging.basicConfig(level=logging.WARNING, format="hpcwatch job pages: %(message)s")
     # The answers keep standard output's pipe to themselves: anything printed goes to standard error.
     answers = os.fdopen(os.dup(sys.stdout.fileno()), "wb")
     os.dup2(sys.stderr.fileno(), sys.stdout.fileno())
     try:
-        serve_pages(args[0], sys.stdin.buffer, answers)
+        serve_pages(args[0], sys.stdin.buffer, answers, keep_read_jobs=int(args[1]) if len(args) == 2 else None)
     except (KeyboardInterrupt, BrokenPipeError):  # Ctrl-C reaches the whole process group; the parent stops us
         pass
     return 0

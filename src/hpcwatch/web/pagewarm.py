@@ -39,7 +39,16 @@ if TYPE_CHECKING:
     from hpcwatch.reports.jobstretches import KeptStretches
     from hpcwatch.store import Store
 
-__all__ = ["JobWarmer", "jobs_to_warm", "WARM_EVERY_S", "WARM_JOBS", "WARM_MIN_GPU_S", "WARM_SHARE", "WARM_QUIET_S"]
+__all__ = [
+    "JobWarmer",
+    "jobs_to_warm",
+    "WARM_EVERY_S",
+    "WARM_JOBS",
+    "WARM_MAX_JOBS",
+    "WARM_MIN_GPU_S",
+    "WARM_SHARE",
+    "WARM_QUIET_S",
+]
 
 log = logging.getLogger(__name__)
 
@@ -47,6 +56,9 @@ log = logging.getLogger(__name__)
 WARM_EVERY_S: Final = 30.0
 #: Running jobs kept read, the most GPU-seconds first. Ours: a few, beside the ``KeptStretches`` entries of pages.
 WARM_JOBS: Final = 3
+#: The most ``--keep-read-jobs`` takes: each pinned job's checkpoints are a few MB at 1,536 GPUs, and the rounds'
+#: share of the time is the same for any number (more jobs: each read less often). Ours.
+WARM_MAX_JOBS: Final = 32
 #: GPU-seconds a running job needs to be kept read. Ours: a 1,536-GPU job after a minute, a 4-GPU job after seven
 #: hours; at 1,024 nodes the life of a 4-GPU job of an hour is read in one scan of the store.
 WARM_MIN_GPU_S: Final = 100_000.0
