@@ -6,14 +6,17 @@ import json
 from dataclasses import replace
 from pathlib import Path
 
+import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from hpcwatch.instrument.dataset import PoisonedShard, ShardVerifier
 from hpcwatch.records import Event, Job, Sample
 from hpcwatch.security.container_escape import AllowedShell, ContainerEscapeConfig, detect_container_escape
 from hpcwatch.security.data_poisoning import detect_data_poisoning
 from hpcwatch.security.gradients import GradientConfig, detect_gradient_anomalies
-from hpcwatch.security.rdma import RdmaConfig, detect_rdma, ring_allreduce_bytes
+from hpcwatch.security.rdma import RdmaConfig, column_nanmedians, detect_rdma, ring_allreduce_bytes
 from hpcwatch.security.remanence import detect_remanence
 from hpcwatch.security.supply_chain import damerau_distance, detect_supply_chain, typosquat_of
 from hpcwatch.security.weights_access import WeightsConfig, detect_weights_access, weights_report
@@ -465,3 +468,19 @@ def test_rdma_single_node_job_moving_more_than_its_lustre_io_fires() -> None:
     assert detect_rdma(samples + lustre, [solo]) == []  # 2 GB/s, of which Lustre explains 1 GB/s
     (finding,) = detect_rdma(samples, [solo])  # no Lustre I/O to explain 2 GB/s
     assert finding.rule == "rdma.traffic_unexplained" and finding.evidence["jobs"] == ["8"]
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    st.lists(
+        st.lists(st.one_of(st.none(), st.floats(0, 1e12, allow_nan=False)), min_size=1, max_size=6),
+        min_size=1,
+        max_size=9,
+    ).filter(lambda rows: len({len(r) for r in rows}) == 1)
+)
+def test_the_peers_median_is_numpys_nanmedian(rows) -> None:
+    """``column_nanmedians`` (the peer medians of the RDMA disproportion rule) gives ``np.nanmedian(axis=0)``, its
+    even counts the mean of the two middle values, on every column with a value."""
+    table = np.array([[np.nan if v is None else v for v in row] for row in rows], dtype=np.float64)
+    table = table[:, ~np.isnan(table).all(axis=0)]
+    assert np.array_equal(column_nanmedians(table), np.nanmedian(table, axis=0))

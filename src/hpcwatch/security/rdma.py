@@ -448,8 +448,18 @@ def _peer_medians(job: Job, cells: list[tuple[str, float, float]], timelines: _T
         mine = own[part] >= 0
         peers[own[part][mine], np.flatnonzero(mine)] = np.nan  # a node is not its own peer
         some = ~np.isnan(peers).all(axis=0)
-        out[lo + np.flatnonzero(some)] = np.nanmedian(peers[:, some], axis=0)
+        out[lo + np.flatnonzero(some)] = column_nanmedians(peers[:, some])
     return out
+
+
+def column_nanmedians(table: np.ndarray) -> np.ndarray:
+    """Each column's median of its values that are not NaN (each column holds one at least): ``np.nanmedian(table,
+    axis=0)``, whose columns of a few hundred rows go through masked arrays, 10x slower (a tenth of the scan at
+    1,024 nodes). A sort puts NaN last, so a column's n values are its first n rows."""
+    ordered = np.sort(table, axis=0)
+    counts = np.count_nonzero(~np.isnan(table), axis=0)
+    columns = np.arange(table.shape[1])
+    return (ordered[(counts - 1) // 2, columns] + ordered[counts // 2, columns]) / 2
 
 
 #: Lustre job_stats byte counters (sources/lustre.py), labelled by ``jobid``.
