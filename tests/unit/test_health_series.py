@@ -16,7 +16,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from hpcwatch.analysis.health import HealthConfig, _increase, _series, _Window
+from hpcwatch.analysis.health import HealthConfig, _increase, _runs, _series, _Window
 from hpcwatch.errors import ConfigError
 from hpcwatch.store import SAMPLE_SCHEMA
 
@@ -228,3 +228,24 @@ def test_gpu_activity_made_only_where_it_may_fire_finds_what_every_series_finds(
         else:
             got.append((c.rule, c.node, e["gpu"], e["from"], e["to"], e["job"]))
     assert got == _activity_of_every_series(_Window(pa.Table.from_pylist(rows, schema=SAMPLE_SCHEMA)), config)
+
+
+@settings(max_examples=300, deadline=None)
+@given(rows=rows, limit=st.floats(-10, 10), min_s=st.sampled_from([0.0, 1.0, 2.5, 6.0]))
+def test_first_long_runs_are_each_series_first_long_run(rows, limit, min_s):
+    """``_Grouped.first_long_runs`` (the idle GPUs of ``_check_gpu_activity``, all series at once) gives, for each
+    series in which there is one, its first run of points at or under ``limit`` lasting ``min_s`` at least, as
+    ``_runs`` over that series alone does; and ``names``/``last_jobs`` its host, key and job."""
+    table = pa.Table.from_pylist(rows, schema=SAMPLE_SCHEMA)
+    grouped = _Window(table).grouped(["a", "b"])
+    if grouped is None:
+        return
+    series = grouped.series_of(range(len(grouped.starts)))
+    expected = {}
+    for g, s in enumerate(series):
+        long = [(a, b) for a, b in _runs(s.v <= limit, s.t) if b - a >= min_s]
+        if long:
+            expected[g] = long[0]
+    assert grouped.first_long_runs(grouped.v <= limit, min_s) == expected
+    assert grouped.names() == [(s.host, s.key) for s in series]
+    assert grouped.last_jobs() == [s.job for s in series]
