@@ -619,7 +619,8 @@ class _Grouped:
 
     def last_jobs(self) -> list[str | None]:
         """Each group's last point's job (``_Series.job``)."""
-        return self.sub["job"].take(pa.array(self.last_rows)).to_pylist()
+        jobs: list[str | None] = self.sub["job"].take(pa.array(self.last_rows)).to_pylist()
+        return jobs
 
     def rising(self) -> np.ndarray:
         """Whether each group's counter took a step up in the window (or a reset to a value above 0), for every
