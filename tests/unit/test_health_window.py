@@ -219,3 +219,38 @@ def test_a_read_that_fails_half_held_starts_the_window_anew(tmp_path, monkeypatc
             with pytest.raises(MemoryError):
                 kept.samples(store, metrics, t0=0.0)
         assert _rows(kept.samples(store, metrics, t0=0.0)) == _rows(queries.window_samples(store, metrics, t0=0.0))
+
+
+def test_kept_events_are_the_stores_kind_by_kind_while_they_come(tmp_path, monkeypatch):
+    """``KeptWindow.events`` reads only what was committed since, and gives what ``store.events`` gives kind by
+    kind: an event committed late goes at its time, those before the window's start leave it (and are read again
+    when asked further back), the events of all time (t0 None) stay; two sets of kinds are kept apart."""
+    from hpcwatch.records import Event
+
+    def event(kind: str, t: float, node: str) -> Event:
+        return Event(kind=kind, t=t, source="test", attrs={"node": node})
+
+    def fresh(store: Store, kinds: tuple[str, ...], t0: float | None) -> list[Event]:
+        return [e for kind in kinds for e in store.events(kind, t0=t0)]
+
+    window, active = ("xid", "kernel_log"), ("dcgm_diag",)
+    with Store(tmp_path / "s", compact_fanin=2, retire_grace_s=0) as store:
+        kept = KeptWindow()
+        for step in range(12):
+            store.add([event("xid", 10.0 * step, "node1"), event("kernel_log", 10.0 * step + 5, "node2")])
+            if step % 3 == 0:
+                store.add([event("dcgm_diag", 10.0 * step, "node1"), event("xid", 10.0 * step - 25, "node3")])  # late
+            t0 = 10.0 * step - 40
+            assert kept.events(store, window, t0=t0) == fresh(store, window, t0)
+            assert kept.events(store, active) == fresh(store, active, None)
+        reads: list[int] = []
+        original = queries.events_of_kinds
+        monkeypatch.setattr(
+            queries,
+            "events_of_kinds",
+            lambda s, k, since_version: reads.append(since_version) or original(s, k, since_version=since_version),
+        )
+        assert kept.events(store, window, t0=t0) == fresh(store, window, t0)
+        assert reads == [store.version]  # only what came since its last read: nothing
+        assert kept.events(store, window, t0=0.0) == fresh(store, window, 0.0)  # further back: all read again
+        assert reads[-1] == 0

@@ -83,8 +83,13 @@ def _stored_inputs(
     samples = kept.samples(store, PASSIVE_METRICS, t0=t0) if kept is not None and t0 is not None else None
     if samples is None:
         samples = queries.window_samples(store, PASSIVE_METRICS, host=node, t0=t0)
-    events = [e for kind in (EventKind.XID, *HOST_EVENT_KINDS) for e in store.events(kind, t0=t0)]
-    events += _newest_results([e for kind in ACTIVE_EVENT_KINDS for e in store.events(kind)])
+    window_kinds = (EventKind.XID, *HOST_EVENT_KINDS)
+    if kept is not None:
+        events = kept.events(store, window_kinds, t0=t0)
+        events += _newest_results(kept.events(store, ACTIVE_EVENT_KINDS))
+    else:
+        events = [e for kind in window_kinds for e in store.events(kind, t0=t0)]
+        events += _newest_results([e for kind in ACTIVE_EVENT_KINDS for e in store.events(kind)])
     return samples, events, newest
 
 

@@ -17,11 +17,16 @@ longer kept and the caller reads the window at once (``queries.window_samples``)
 ``samples`` returns the rows ``queries.window_samples`` gives, in another order: per metric (metrics in name
 order, as the store orders them), then by read, each read in time order. The health rules' series do not depend
 on the rows' order (``analysis.health._series``).
+
+``events`` keeps the judgement's events the same way: read since the last judgement (events are never replaced
+in a store), those of each kind in time order. A judgement reads every active test's newest result (an NCCL
+log's lines of every job ever), and parsing them all again grew with the store's age.
 """
 
 from __future__ import annotations
 
 import threading
+from bisect import bisect_left, insort
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -29,6 +34,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from hpcwatch.records import Event
 from hpcwatch.store import Store, queries
 
 __all__ = ["KeptWindow"]
@@ -153,6 +159,7 @@ class KeptWindow:
         self._broken = False
         self._store: Store | None = None
         self._newest: tuple[Store, float] | None = None
+        self._events: dict[tuple[Store, tuple[str, ...]], _KeptEvents] = {}
         self._clear(())
 
     def newest(self, store: Store) -> float | None:
@@ -172,6 +179,16 @@ class KeptWindow:
         self._texts = {name: _Texts() for name in _TEXT_COLUMNS}
         self._labels = _LabelSets()
         self._labels_pruned_at = 0
+
+    def events(self, store: Store, kinds: Sequence[str], *, t0: float | None = None) -> list[Event]:
+        """``store.events`` of each of ``kinds`` from ``t0`` (None: all), kind after kind, reading only the
+        events committed since the last call for these kinds (each set of kinds is kept on its own)."""
+        with self._lock:
+            key = (store, tuple(kinds))
+            kept = self._events.get(key)
+            if kept is None:
+                kept = self._events[key] = _KeptEvents()
+            return kept.read(store, kinds, t0)
 
     def samples(self, store: Store, metrics: Sequence[str], *, t0: float) -> pa.Table | None:
         """The rows of ``metrics`` from ``t0`` (``queries.window_samples``'s, in another order), reading only
@@ -296,3 +313,36 @@ _EMPTY = pa.table(
         **{name: pa.array([], pa.string()) for name in ("host", "gpu", "job", "labels")},
     }
 )
+
+
+class _KeptEvents:
+    """Events of some kinds, each kind's in time order, extended by those committed since the last read."""
+
+    def __init__(self) -> None:
+        self._forget()
+
+    def _forget(self) -> None:
+        self.version = 0
+        self.by_kind: dict[str, list[Event]] = {}
+        self.t0: float | None = None
+        """The start of the last read's window (None: all time)."""
+
+    def read(self, store: Store, kinds: Sequence[str], t0: float | None) -> list[Event]:
+        if self.t0 is not None and (t0 is None or t0 < self.t0):
+            self._forget()  # asked further back than what was kept: all read again
+        self.t0 = t0
+        self.version, new = queries.events_of_kinds(store, kinds, since_version=self.version)
+        for event in new:  # in time order: each goes at its kind's end, unless it came late
+            insort(self.by_kind.setdefault(event.kind, []), event, key=_time)
+        if t0 is not None:  # those before the window leave it (a read further back reads them again)
+            self.by_kind = {kind: events[_first_at(events, t0) :] for kind, events in self.by_kind.items()}
+        return [e for kind in kinds for e in self.by_kind.get(kind, ())]
+
+
+def _time(event: Event) -> float:
+    return event.t
+
+
+def _first_at(events: list[Event], t0: float) -> int:
+    """The index of the first of ``events`` (in time order) at or after ``t0``."""
+    return bisect_left(events, t0, key=_time)
