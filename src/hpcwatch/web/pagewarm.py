@@ -5,10 +5,10 @@ job's first page took 4.8 s five minutes in, 10 s at ten minutes, and a day of i
 page reads only what landed since the last, from the checkpoints the page process keeps (``KeptStretches``).
 
 So, every ``WARM_EVERY_S``, the job pages' process reads as a page would the ``WARM_JOBS`` running jobs with the
-most GPU-seconds (GPUs × time since the job started, to the store's newest sample: what a first page reads grows
-with both), of those with ``WARM_MIN_GPU_S`` at least (below, a first page's cost is the store's scan, not the
-job's life, and a round would only take the pages' time), and pins their checkpoints: pages of other jobs do not
-push them out. Pages come first: a round reads a job only once no page has run for ``WARM_QUIET_S`` (a page
+most GPU-seconds (``--keep-read-jobs`` of ``demo`` and ``serve``; 0: none): GPUs × time since the job started, to
+the store's newest sample, what a first page reads grows with both; of those with ``WARM_MIN_GPU_S`` at least
+(below, a first page's cost is the store's scan, not the job's life, and a round would only take the pages' time).
+It pins their checkpoints: pages of other jobs do not push them out. Pages come first: a round reads a job only once no page has run for ``WARM_QUIET_S`` (a page
 under way shares the process's interpreter and the machine's cores with a round). A round reads nothing when the
 store was not written since the last (a post-mortem's store). Its work is bounded: after a round of d seconds,
 the next starts no sooner than d × (1 / ``WARM_SHARE`` - 1) later. At 1,024 nodes a round (the 1,536-GPU job
