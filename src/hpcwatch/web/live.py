@@ -73,8 +73,10 @@ PROBLEMS_INTERVAL_S = 5.0
 #: The share of the time judging the problems may take: one that lasted d s is followed by the next no sooner
 #: than d / share after it began. At 1,024 nodes 15 minutes in, the first judgement takes ~8 s of CPU (the
 #: health rules over the window's 10 million samples) and the next ~1.8 s (the window kept, only the rows since
-#: read: ``reports.healthwindow``): one every ~12 s; at 128 nodes (every node scraped each second) ~1.1 s,
-#: one every ~7 s. A quarter of the time gave one every ~40 s and ~27 s before the window was kept. Ours.
+#: read: ``reports.healthwindow``): one every ~12 s; since the rules judge every GPU's idle runs at once (0.33 s
+#: of a judgement in process, 11 minutes in), 1.0-1.3 s beside the rest of the demo: one every ~9 s. At 128 nodes
+#: (every node scraped each second) ~1.1 s, one every ~7 s. A quarter of the time gave one every ~40 s and ~27 s
+#: before the window was kept. Ours.
 PROBLEMS_BUSY_SHARE = 0.15
 #: A page boots from the newest stream document up to this old rather than waiting for a new one: at 1,024
 #: nodes a new one took ~0.5 s of a busy process, and the page's first byte waited 1.5-2 s for it half the
