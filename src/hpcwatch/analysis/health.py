@@ -1125,25 +1125,14 @@ def _stalled(u: _Series, p: _Series, config: HealthConfig) -> list[Check]:
         return []
     t, util, watts = _aligned(u, p)
     cold = watts <= config.stall_power_factor * spec.idle_power_w
-    for a, b in _runs((util >= config.stall_util_pct) & cold, t):
-        if b - a >= config.stall_min_s:
-            return [
-                Check(
-                    node=u.host,
-                    rule="stalled_nccl",
-                    verdict="warn",
-                    title=f"GPU {u.key} busy at idle power for {b - a:.0f} s (hung collective?)",
-                    evidence={
-                        "gpu": u.key,
-                        "from": a,
-                        "to": b,
-                        "max_power_w": float(watts[(t >= a) & (t <= b)].max()),
-                        "idle_power_w": spec.idle_power_w,
-                        "model": spec.name,
-                    },
-                )
-            ]
-    return []
+    long = [(a, b) for a, b in _runs((util >= config.stall_util_pct) & cold, t) if b - a >= config.stall_min_s]
+    if not long:
+        return []
+    a, b = long[0]
+    evidence = {"gpu": u.key, "from": a, "to": b, "max_power_w": float(watts[(t >= a) & (t <= b)].max())}
+    evidence |= {"idle_power_w": spec.idle_power_w, "model": spec.name}
+    title = f"GPU {u.key} busy at idle power for {b - a:.0f} s (hung collective?)"
+    return [Check(node=u.host, rule="stalled_nccl", verdict="warn", title=title, evidence=evidence)]
 
 
 #: The highest idle power of the catalog's GPUs: a power above its stall limit is above any GPU's.
