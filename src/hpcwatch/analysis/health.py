@@ -1355,13 +1355,13 @@ def _check_gpu_links(table: _Window, config: HealthConfig) -> list[Check]:
             t, current = float(now.t[-1]), float(now.v[-1])
             capable = _value_at(latest[capable_metric].get((host, gpu)), t, config.missing_after_s)
             if capable is not None and current < capable:
-                degraded.append((rule, host, gpu, now, current, capable))
+                degraded.append((rule, host, gpu, now, t, current, capable))
     if not degraded:  # the utilisation's series (every GPU's) are made only to judge a degraded link
         return []
     busy = _latest_by(table, UTIL, "gpu")
     checks = []
-    for rule, host, gpu, now, current, capable in degraded:
-        util = _value_at(busy.get((host, gpu)), float(now.t[-1]), config.missing_after_s)
+    for rule, host, gpu, now, t, current, capable in degraded:
+        util = _value_at(busy.get((host, gpu)), t, config.missing_after_s)
         if util is not None and util >= config.pcie_busy_util_pct:
             checks.append(_gpu_link_check(rule, host, gpu, now, current, capable, util))
     return checks
