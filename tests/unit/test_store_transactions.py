@@ -3,7 +3,9 @@
 import threading
 import time
 
+import orjson
 import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 
 from hpcwatch.records import Event, Finding, Job, Sample, Span
@@ -289,10 +291,26 @@ def test_a_commit_rebinds_only_the_views_of_the_tables_it_changed(tmp_path):
         assert store.query("SELECT count(*) FROM samples") == [(5,)]
         assert store.query("SELECT id FROM jobs") == [("7",)]
         rebound = [sql.split(" AS ")[0] for sql in recording.statements if "VIEW" in sql]
-        assert rebound == ["CREATE OR REPLACE VIEW _all_samples"]
+        assert rebound == ["CREATE OR REPLACE VIEW samples"]
         store.add([Job(id="8", user="u", nodes=("node2",), start=1.0)])
         assert store.query("SELECT id FROM jobs ORDER BY id") == [("7",), ("8",)]
         assert store.query("SELECT count(*) FROM samples") == [(5,)]
+
+
+def test_the_view_with_each_rows_commit_is_bound_only_for_a_statement_that_reads_it(tmp_path):
+    """``_all_samples`` (every part with each row's ``_v``) is read by the windows kept between reads only: the
+    other statements do not pay for binding it, and a statement naming it sees the newest parts."""
+    with Store(tmp_path / "s") as store:
+        store.add(_samples(3))
+        recording = store._con = _RecordingConnection(store._con)
+        store.add(_samples(2, t0=10.0))
+        assert store.query("SELECT count(*) FROM samples") == [(5,)]
+        assert not [sql for sql in recording.statements if "VIEW _all_samples" in sql]
+        assert store.query("SELECT count(*), count(DISTINCT _v) FROM _all_samples") == [(5, 2)]
+        assert [sql for sql in recording.statements if "VIEW _all_samples" in sql]
+        recording.statements.clear()
+        assert store.query("SELECT count(*) FROM _all_samples") == [(5,)]
+        assert not [sql for sql in recording.statements if "VIEW" in sql]  # bound to these parts already
 
 
 def test_jobs_read_on_from_the_last_read_equal_every_row_read_at_once(tmp_path):
@@ -316,3 +334,22 @@ def test_jobs_read_on_from_the_last_read_equal_every_row_read_at_once(tmp_path):
             assert store.jobs_by_id() == {j.id: j for j in listed}
         assert store.job("10").end == 9.0 and store.job("11").nodes == ("n3",) and store.job("99") is None
         assert [j.id for j in store.jobs(on_nodes=["n1", "n3"])] == ["10", "11"]
+
+
+def test_a_part_written_before_a_column_was_appended_reads_it_as_null_beside_newer_parts(tmp_path):
+    """A table's public view is one multi-file scan of its parts, unless a part lacks a column appended after it
+    was written: then each part is read as it was written, the column NULL in the old part (here the events'
+    ``attrs``, taken out as a future column would be missing)."""
+    root = tmp_path / "s"
+    with Store(root) as store:
+        store.add([Event(kind="xid", t=1.0, source="a", attrs={"x": 1})])
+    manifest = orjson.loads((root / "manifest.json").read_bytes())
+    (part,) = manifest["tables"]["events"]
+    old = pq.read_table(root / "events" / part["file"]).drop_columns(["attrs"])
+    pq.write_table(old, root / "events" / part["file"])
+    part["columns"] = len(TABLES["events"]) - 1
+    (root / "manifest.json").write_bytes(orjson.dumps(manifest))
+    with Store(root) as store:
+        assert store.query("SELECT kind, attrs FROM events") == [("xid", None)]
+        store.add([Event(kind="xid", t=2.0, source="b", attrs={"y": 2})])
+        assert store.query("SELECT source, attrs FROM events ORDER BY t") == [("a", None), ("b", '{"y":2}')]
