@@ -984,6 +984,15 @@ class Store:
         files = ", ".join(_sql_path(self.path / table / part["file"]) for part in parts)
         return f"SELECT {_columns(table)} FROM read_parquet([{files}], union_by_name = true)"
 
+    def _since_sql(self, table: str, parts: list[dict[str, Any]], since: int) -> str:
+        """The public view of ``table``'s rows committed after version ``since``. When every row of the parts
+        listed after it came after it (a part of one commit, a merge of commits all after it), those parts in
+        one scan (``_scan_sql``); otherwise each part's rows filtered on their commit (``_v``)."""
+        after = [part for part in parts if part["v"] > since]
+        if table not in _KEYED and all(part.get("v_min", part["v"]) > since for part in after):
+            return self._scan_sql(table, after)
+        return self._public_sql(table, f"({self._union_sql(table, parts, since=since)})")
+
     def _union_sql(self, table: str, parts: list[dict[str, Any]], *, since: int | None) -> str:
         selects = [f"SELECT * FROM main._empty_{table}"]  # the column types when no part is listed
         for part in parts:
@@ -1126,10 +1135,8 @@ class Store:
             key = (since, self._views_key)
             for table in TABLES:
                 if self._since_keys.get(table) != key and any(_names(sql, table) for sql in sqls):
-                    union = self._union_sql(table, self._manifest["tables"][table], since=since)
-                    self._since_con.execute(
-                        f"CREATE OR REPLACE VIEW _since.{table} AS {self._public_sql(table, f'({union})')}"
-                    )
+                    after = self._since_sql(table, self._manifest["tables"][table], since)
+                    self._since_con.execute(f"CREATE OR REPLACE VIEW _since.{table} AS {after}")
                     self._since_keys[table] = key
             return int(self._manifest["version"]), fetch()
 
