@@ -11,7 +11,10 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
+import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from hpcwatch.records import Sample
 from hpcwatch.reports.live import (
@@ -207,3 +210,39 @@ def test_kept_rate_sums_follow_any_order_of_samples_and_windows(store, seed):
                 asked = sorted(StoreSamples(store).counter_rates((_LUSTRE_READ,), since=now - back, group=group))
                 assert [(m, g) for m, g, _ in kept] == [(m, g) for m, g, _ in asked]
                 assert [v for *_, v in kept] == pytest.approx([v for *_, v in asked])
+
+
+@given(
+    st.lists(
+        st.tuples(st.sampled_from("abc"), st.integers(0, 6), st.floats(0, 1e9, allow_nan=False)),
+        max_size=40,
+    ),
+    st.integers(1, 5),
+)
+@settings(max_examples=300, deadline=None)
+def test_a_counters_samples_taken_in_one_call_keep_what_one_call_a_sample_keeps(samples, calls):
+    """A call may hold several samples of a series (a snapshot after a pause, the first read of the window):
+    taken in turns, they leave each series the two newest that taking them one by one leaves, ties included."""
+    from hpcwatch.reports.livesamples import _Counter
+
+    def columns(chunk):
+        keys = [(f"h{k}", "j", k) for k, _, _ in chunk]
+        return (
+            [h for h, _, _ in keys],
+            [j for _, j, _ in keys],
+            [lab for _, _, lab in keys],
+            np.array([float(t) for _, t, _ in chunk]),
+            np.array([v for _, _, v in chunk]),
+        )
+
+    batched, one_by_one = _Counter(), _Counter()
+    size = max(1, len(samples) // calls)
+    for start in range(0, len(samples), size):
+        batched.add(*columns(samples[start : start + size]))
+    for sample in samples:
+        one_by_one.add(*columns([sample]))
+    assert batched._slot == one_by_one._slot
+    n = len(batched._slot)
+    assert np.array_equal(batched._top[:n], one_by_one._top[:n])
+    for since in (0.0, 3.0):
+        assert batched.rates("host", since) == one_by_one.rates("host", since)

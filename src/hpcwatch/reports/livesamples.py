@@ -23,12 +23,12 @@ import threading
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from itertools import chain
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import orjson
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from hpcwatch import promql
 from hpcwatch.promql import safe_url
@@ -99,41 +99,64 @@ class StoreSamples:
         return queries.data_seen(self.store)[0]
 
 
-#: A counter series' two newest samples: ``[t1, v1, t2, v2]``, ``t1 >= t2`` (``t2`` is -inf while only one came).
-_TopTwo = list[float]
-
-
 class _Counter:
-    """One counter metric's series (their two newest samples each), kept between questions, and their rates
-    summed per host or per job, all series at once (numpy): at 1,024 nodes a Lustre metric has ~13,000 series
-    (3,000 jobs on 4 OSTs), every one of them with a new sample each tick, and summing them group by group was
-    the snapshot's largest part (cProfile)."""
+    """One counter metric's series, their two newest samples each, kept between questions as columns, and their
+    rates summed per host or per job, all series at once (numpy): at 1,024 nodes a Lustre metric has ~13,000
+    series (3,000 jobs on 4 OSTs), and summing them group by group was the snapshot's largest part (cProfile);
+    then making the columns again from one Python list per series at each question was a fifth of what the
+    kept samples cost a snapshot."""
 
     def __init__(self) -> None:
-        self.series: dict[tuple[str | None, str | None, str], _TopTwo] = {}
-        """(host, job, labels) -> the two newest samples."""
+        self._slot: dict[tuple[str | None, str | None, str], int] = {}
+        """(host, job, labels) -> the series' row in ``_top``, in the order the series came."""
+        self._top = np.empty((0, 4))
+        """Per series: t1, v1 (its newest sample), t2, v2 (the one before; t2 is -inf while only one came)."""
         self._groups = {"host": _Groups(), "job": _Groups()}
 
-    def add(self, host: str | None, job: str | None, labels: str, t: float, value: float) -> None:
-        key = (host, job, labels)
-        two = self.series.get(key)
-        if two is None:
-            self.series[key] = [t, value, -math.inf, 0.0]
-            self._join(host, job)
-        elif t >= two[0]:
-            two[2:] = two[:2]
-            two[:2] = [t, value]
-        elif t > two[2]:
-            two[2:] = [t, value]
+    def add(self, hosts: list[Any], jobs: list[Any], labels: list[Any], t: np.ndarray, values: np.ndarray) -> None:
+        """Samples in the order they came, one a row of the columns: the two newest of each series kept as if
+        they were taken one by one (a sample at or after the newest becomes it; one between the two, the one
+        before). A series' samples after its first in one call are taken in turns, its second of the call in the
+        second turn, and so on (a call holds one sample a series, but after a pause or on the first read of a window
+        it may hold several)."""
+        slots = np.fromiter((self._slot_of(key) for key in zip(hosts, jobs, labels)), dtype=np.int64, count=len(hosts))
+        if len(self._top) < len(self._slot):
+            grown = np.full((max(len(self._slot), 2 * len(self._top)), 4), -np.inf)
+            grown[: len(self._top)] = self._top
+            self._top = grown
+        order = np.argsort(slots, kind="stable")
+        first = np.r_[True, slots[order][1:] != slots[order][:-1]] if len(order) else np.zeros(0, bool)
+        turn = np.empty(len(order), np.int64)
+        turn[order] = np.arange(len(order)) - np.maximum.accumulate(np.where(first, np.arange(len(order)), 0))
+        for n in range(int(turn.max(initial=-1)) + 1):
+            now = turn == n
+            self._take_turn(slots[now], t[now], values[now])
+
+    def _take_turn(self, slots: np.ndarray, t: np.ndarray, values: np.ndarray) -> None:
+        """One sample a series (``slots`` distinct) into the two newest."""
+        top = self._top
+        newest = t >= top[slots, 0]
+        between = ~newest & (t > top[slots, 2])
+        moved = slots[newest]
+        top[moved, 2:] = top[moved, :2]
+        top[moved, 0], top[moved, 1] = t[newest], values[newest]
+        top[slots[between], 2], top[slots[between], 3] = t[between], values[between]
+
+    def _slot_of(self, key: tuple[str | None, str | None, str]) -> int:
+        slot = self._slot.get(key)
+        if slot is None:
+            slot = self._slot[key] = len(self._slot)
+            self._join(key[0], key[1])
+        return slot
 
     def rates(self, group: str, since: float) -> dict[str, float]:
         """Per host (``group`` "host") or job: the sum of its series' rates between their two newest samples,
         both at or after ``since`` (a counter that went down was reset: 0), in the order the series came (the
         sum a loop over them makes). Groups with no such series are left out."""
-        n = len(self.series)
+        n = len(self._slot)
         if not n:
             return {}
-        t1, v1, t2, v2 = np.fromiter(chain.from_iterable(self.series.values()), np.float64, 4 * n).reshape(n, 4).T
+        t1, v1, t2, v2 = self._top[:n].T
         groups = self._groups[group]
         codes = groups.codes()
         counted = (t2 >= since) & (t1 > t2) & (codes >= 0)
@@ -144,10 +167,13 @@ class _Counter:
 
     def forget_before(self, horizon: float) -> None:
         """Drop the series whose newest sample is older than ``horizon``."""
-        self.series = {k: v for k, v in self.series.items() if v[0] >= horizon}
-        self._groups = {"host": _Groups(), "job": _Groups()}
-        for host, job, _ in self.series:
-            self._join(host, job)
+        n = len(self._slot)
+        kept = self._top[:n, 0] >= horizon
+        keys = [key for key, keep in zip(self._slot, kept.tolist()) if keep]
+        self._top = self._top[:n][kept]
+        self._slot = {key: i for i, key in enumerate(keys)}
+        for groups in self._groups.values():
+            groups.keep(kept)
 
     def _join(self, host: str | None, job: str | None) -> None:
         """The next series is of ``host`` and ``job``."""
@@ -176,6 +202,17 @@ class _Groups:
         if self._array is None:
             self._array = np.array(self._codes, dtype=np.int64)
         return self._array
+
+    def keep(self, kept: np.ndarray) -> None:
+        """Only the series ``kept`` marks (one boolean a series, in their order); a group left with none is
+        forgotten (at 1,024 nodes thousands of jobs end an hour)."""
+        codes = self.codes()[kept]
+        grouped = codes >= 0
+        used, inverse = np.unique(codes[grouped], return_inverse=True)
+        codes[grouped] = inverse
+        self.names = [self.names[i] for i in used.tolist()]
+        self._code_of = {name: i for i, name in enumerate(self.names)}
+        self._codes, self._array = codes.tolist(), codes
 
 
 class FollowedStoreSamples:
@@ -300,23 +337,29 @@ class FollowedStoreSamples:
         self._forget_silent()
 
     def _take(self, table: pa.Table) -> None:
-        latest, counters = self._latest, self._counters
-        latest_metrics, counter_metrics = self._latest_metrics, self._counter_metrics
+        """The rows read (``queries.sample_rows_since``) into the newest samples and the counters, metric by
+        metric: the rows of a metric are handed over as columns, not looked at one by one here."""
         self._reads += 1
-        changed, read = self._gpu_changed, self._reads
-        columns = (table[c].to_pylist() for c in ("metric", "host", "gpu", "job", "labels", "value", "t"))
-        for metric, host, gpu, job, labels, value, t in zip(*columns):
-            if metric in latest_metrics and host is not None and gpu is not None:
-                key = (metric, host, gpu)
-                kept = latest.get(key)
-                if kept is None or t >= kept[2]:
-                    latest[key] = (value, job, t)
-                    changed[(host, gpu)] = read
-            if metric in counter_metrics:
-                counter = counters.get(metric)
-                if counter is None:
-                    counter = counters[metric] = _Counter()
-                counter.add(host, job, labels, t, value)
+        metric = table["metric"]
+        latest = table.filter(pc.is_in(metric, value_set=pa.array(sorted(self._latest_metrics), pa.string())))
+        self._take_latest(latest.filter(pc.and_(pc.is_valid(latest["host"]), pc.is_valid(latest["gpu"]))))
+        for name in sorted(self._counter_metrics):
+            rows = table.filter(pc.equal(metric, name))
+            if rows.num_rows:
+                hosts, jobs, labels = (rows[c].to_pylist() for c in ("host", "job", "labels"))
+                t, values = rows["t"].to_numpy(), rows["value"].to_numpy()
+                self._counters.setdefault(name, _Counter()).add(hosts, jobs, labels, t, values)
+
+    def _take_latest(self, rows: pa.Table) -> None:
+        """Rows of the ``latest`` metrics with a host and a GPU: each key's newest by time kept."""
+        latest, changed, read = self._latest, self._gpu_changed, self._reads
+        columns = (rows[c].to_pylist() for c in ("metric", "host", "gpu", "job", "value", "t"))
+        for metric, host, gpu, job, value, t in zip(*columns):
+            key = (metric, host, gpu)
+            kept = latest.get(key)
+            if kept is None or t >= kept[2]:
+                latest[key] = (value, job, t)
+                changed[(host, gpu)] = read
 
     def _forget_silent(self) -> None:
         """Drop the keys with no sample in the last ``keep_s`` (a GPU gone, a job's counters after it ended):
