@@ -115,6 +115,7 @@ def test_versions_follow_one_another_and_the_delta_rebuilds_the_full_frame():
     store.add(list(parse_prometheus_text(SCRAPE.replace(" 97", " 12"), path="later.prom", t=1_700_000_005.0)))
     second = live.stream_frames()
     assert second.version == first.version + 1 and second.base == first.version
+    assert second._full is None  # encoded for the first viewer that needs it, not for those taking the delta
     kind, version, change = _event(second.delta or b"")
     assert (kind, version, change["base"]) == ("delta", second.version, first.version)
     assert change["gpus"]["node1/0"]["util_pct"] == 12.0
