@@ -10,9 +10,10 @@ the store's newest sample, what a first page reads grows with both; of those wit
 (below, a first page's cost is the store's scan, not the job's life, and a round would only take the pages' time).
 It pins their checkpoints: pages of other jobs do not push them out. Pages come first: a round reads a job only
 once no page has run for ``WARM_QUIET_S`` (a page under way shares the process's interpreter and the machine's
-cores with a round). A round reads nothing when the store was not written since the last (a post-mortem's store). Its work is bounded: after a round of d seconds,
-the next starts no sooner than d × (1 / ``WARM_SHARE`` - 1) later. At 1,024 nodes a round (the 1,536-GPU job
-read on from 30 s before) is ~1 s of one core in process: ~0.03 core.
+cores with a round). A round reads nothing when the store was not written since the last (a post-mortem's
+store). Its work is bounded: after a round of d seconds, the next starts no sooner than d × (1 / ``WARM_SHARE`` -
+1) later. At 1,024 nodes a round (the 1,536-GPU job read on from 30 s before) is ~1 s of one core in process:
+~0.03 core.
 
 ::
 
