@@ -12,13 +12,16 @@ import math
 import random
 import statistics
 
+import numpy as np
+import orjson
+import pyarrow as pa
 import pytest
 
 from hpcwatch.records import Job, Sample
-from hpcwatch.security import scan
+from hpcwatch.security import rdma, scan
 from hpcwatch.security.rdma import RdmaSeries, _peer_medians, _Timelines
 from hpcwatch.security.remanence import GpuSeries
-from hpcwatch.security.series import SeriesGroups
+from hpcwatch.security.series import PairIds, PointColumns, WindowSeries
 from hpcwatch.store import Store
 from hpcwatch.twin.live import LiveTwin
 from hpcwatch.twin.run import sized_reference
@@ -26,37 +29,23 @@ from hpcwatch.twin.run import sized_reference
 START = 1_800_000_000.0
 
 
-class _Points(SeriesGroups):
-    """One group, a series per label ``k``: the smallest grouping."""
-
-    def __init__(self) -> None:
-        super().__init__("points")
-
-    def add_runs(self, runs) -> None:
-        for run in runs:
-            self.extend("points", (run.labels["k"],), zip(run.t, run.values))
-
-
-def _samples(times: list[float]) -> list[Sample]:
-    return [Sample(metric="m", t=t, value=float(i), labels={"k": str(i % 3)}) for i, t in enumerate(times)]
-
-
 @pytest.mark.parametrize("in_order", [True, False])
 def test_forgetting_drops_exactly_the_points_before_the_time(in_order: bool) -> None:
     rng = random.Random(7)
     times = [float(t) for t in range(60)] if in_order else [rng.uniform(0, 60) for _ in range(60)]
-    kept, flat = _Points(), []
+    kept, flat = PointColumns("series", "value"), []
     for lo in range(0, 60, 7):
-        batch = _samples(times)[lo : lo + 7]
-        kept.add(batch)
-        flat = [s for s in flat + batch if s.t >= lo - 10.5]
+        batch = [(t, i % 3, float(i)) for i, t in enumerate(times)][lo : lo + 7]
+        kept.add(**{name: np.array(column) for name, column in zip(("t", "series", "value"), zip(*batch))})
+        flat = [p for p in flat + batch if p[0] >= lo - 10.5]
         kept.forget_before(lo - 10.5)
-        assert kept.in_time_order is in_order or lo == 0
-        reference = _Points()
-        reference.add(flat)
-        assert kept.groups == reference.groups and len(kept) == len(flat)
+        columns = kept.columns()
+        assert list(zip(*(columns[name].tolist() for name in ("t", "series", "value")))) == flat
+        assert len(kept) == len(flat)
     kept.forget_before(1e9)
-    assert kept.groups["points"] == {} and len(kept) == 0  # emptied series are dropped
+    assert len(kept) == 0 and kept.columns()["t"].size == 0
+    with pytest.raises(ValueError):
+        kept.add(t=np.zeros(2), series=np.zeros(1), value=np.zeros(2))
 
 
 def test_a_nodes_peers_are_their_rates_over_the_interval_that_holds_its_time() -> None:
@@ -73,7 +62,7 @@ def test_a_nodes_peers_are_their_rates_over_the_interval_that_holds_its_time() -
         rates[f"n{n}"] = by_t
     job = Job(id="1", nodes=("n0", "n1", "n2", "n3", "n4", "n1", "gone"), start=0.0)
     cells = [(host, t, r) for host in ("n0", "n1", "n4", "n6") for t, (r, _) in rates[host].items()]
-    got = _peer_medians(job, cells, _Timelines(rates)).tolist()
+    got = _peer_medians(job, cells, _Timelines.of_dicts(rates)).tolist()
     for (host, t, _), median in zip(cells, got):
         peers = [
             r
@@ -85,10 +74,8 @@ def test_a_nodes_peers_are_their_rates_over_the_interval_that_holds_its_time() -
         assert median == statistics.median(peers) if peers else math.isnan(median), (host, t)
 
 
-def _grouped(make, samples: list[Sample]) -> SeriesGroups:
-    series = make()
-    series.add(samples)
-    return series
+def _grouped(make, samples: list[Sample]) -> WindowSeries:
+    return make.of(samples)
 
 
 def test_a_live_scan_keeps_the_grouping_of_its_flat_window_and_finds_what_it_finds() -> None:
@@ -168,8 +155,8 @@ def _counter_samples(rng: random.Random, *, in_order: bool) -> list[Sample]:
 @pytest.mark.parametrize("seed", range(6))
 @pytest.mark.parametrize("in_order", [True, False])
 def test_the_rates_and_rises_kept_pair_by_pair_are_those_of_the_window(seed: int, in_order: bool) -> None:
-    """``RdmaSeries`` keeps each data pair's rate and counts each error pair's rise as points arrive and leave:
-    after every batch, its node rates and rising series are those of a grouping of the window made afresh."""
+    """``RdmaSeries`` keeps each data pair's rate as points arrive and leave: after every batch, its node rates
+    and rising series are those of the window's points taken at once."""
     rng = random.Random(seed)
     samples = _counter_samples(rng, in_order=in_order)
     kept, flat, lo = RdmaSeries(), [], 0
@@ -183,11 +170,101 @@ def test_the_rates_and_rises_kept_pair_by_pair_are_those_of_the_window(seed: int
         fresh = _grouped(RdmaSeries, sorted(flat, key=lambda s: s.t))
         assert isinstance(fresh, RdmaSeries)
         assert kept.host_rates() == fresh.host_rates()
-        assert sorted(kept.rising()) == sorted(fresh.rising()) or not kept.in_time_order
-        rising = {key for key in fresh.rising() if _rises(fresh.groups["errors"][key])}
-        assert rising <= set(kept.rising())  # never a rise missed
+        in_words = _rates_in_words(flat)
+        assert kept.host_rates().keys() == in_words.keys()
+        for host, by_t in kept.host_rates().items():
+            assert by_t.keys() == in_words[host].keys()
+            assert all(by_t[t] == pytest.approx(in_words[host][t], rel=1e-12) for t in by_t), host
+        assert kept.rises() == fresh.rises()
+        rising = {key for key, points in fresh.groups["errors"].items() if _rises(points)}
+        assert set(kept.rising()) == rising  # every series that rises, and only those
     assert kept.in_time_order is in_order
+
+
+def _rates_in_words(samples: list[Sample]) -> dict[str, dict[float, tuple[float, float]]]:
+    """Per node and scrape time: the rates of each data series' consecutive points (sorted) where the counter
+    did not go down, summed over the node's series, with the longest interval; node-exporter's where a node has
+    both collectors."""
+    series: dict[tuple, list[tuple[float, float]]] = {}
+    for s in samples:
+        family = {"ib_PortXmitData_bytes": "perfquery", "ib_PortRcvData_bytes": "perfquery"}.get(s.metric)
+        family = family or ("node_exporter" if s.metric.startswith("node_infiniband_port_data") else None)
+        if family:
+            series.setdefault((family, s.labels["host"], s.metric, s.labels["port"]), []).append((s.t, s.value))
+    cells: dict[tuple[str, str], dict[float, list[tuple[float, float]]]] = {}
+    for (family, host, *_), points in series.items():
+        points.sort()
+        for (t0, v0), (t1, v1) in zip(points, points[1:]):
+            if t1 > t0 and v1 >= v0:
+                cells.setdefault((family, host), {}).setdefault(t1, []).append(((v1 - v0) / (t1 - t0), t1 - t0))
+    exported = {host for family, host, *_ in series if family == "node_exporter"}
+    return {
+        host: {t: (math.fsum(r for r, _ in rates), max(dt for _, dt in rates)) for t, rates in by_t.items()}
+        for (family, host), by_t in cells.items()
+        if family == "node_exporter" or host not in exported
+    }
 
 
 def _rises(points: list[tuple]) -> bool:
     return any(v1 > v0 for (_, v0), (_, v1) in zip(sorted(points), sorted(points)[1:]))
+
+
+def test_pair_ids_learn_each_pair_once_and_again_after_forgetting() -> None:
+    """Each (metric, labels text) pair is learnt the first time it comes, recognised after (in any read, any
+    order), and learnt again once more than ``most`` were learnt."""
+    learnt: list[tuple[str, dict]] = []
+
+    def learn(metric: str, labels) -> tuple[int, ...]:
+        learnt.append((metric, dict(labels)))
+        return len(learnt), int(labels["k"])
+
+    def table(rows: list[tuple[str, int]]):
+        return pa.table({"metric": [m for m, _ in rows], "labels": [f'{{"k":"{k}"}}' for _, k in rows]})
+
+    ids = PairIds(2, learn, most=6)
+    first = ids.of_table(table([("a", 1), ("b", 1), ("a", 1), ("a", 2)])).tolist()
+    assert first[0] == first[2] and len({tuple(row) for row in first}) == 3 and [k for _, k in first] == [1, 1, 1, 2]
+    assert sorted(learnt, key=str) == [("a", {"k": "1"}), ("a", {"k": "2"}), ("b", {"k": "1"})]
+    again = ids.of_table(table([("a", 2), ("c", 5), ("a", 1)])).tolist()
+    assert again[0] == first[3] and again[2] == first[0] and len(learnt) == 4 and learnt[-1] == ("c", {"k": "5"})
+    assert again[1] == [4, 5]
+    assert ids.of_table(table([])).shape == (0, 2)
+    ids.of_table(table([("d", 1), ("d", 2), ("d", 3)]))  # 7 pairs: all forgotten, these learnt
+    assert len(learnt) == 7 and ids.of_table(table([("a", 1)])).tolist() == [[8, 1]]
+
+
+def _rows(samples: list[Sample]) -> pa.Table:
+    return pa.table(
+        {
+            "metric": [s.metric for s in samples],
+            "labels": [orjson.dumps(s.labels).decode() for s in samples],
+            "t": [s.t for s in samples],
+            "value": [s.value for s in samples],
+        }
+    )
+
+
+def test_series_that_left_the_window_are_forgotten_not_kept_forever() -> None:
+    """Jobs come and go: each its Lustre counters and its GPUs' ``hpc_job`` label. A live scan's series ids and
+    job labels stay about those of its window, and what it holds stays what a fresh read of the window holds."""
+    rdma_kept, gpus_kept, flat = RdmaSeries(), GpuSeries(), []
+    for step in range(40):
+        batch = [
+            Sample(metric=metric, t=step + dt, value=1e6 * (step + dt), labels=labels)
+            for job in range(100 * step, 100 * step + 100)
+            for metric, labels in [
+                ("lustre_job_read_bytes_total", {"jobid": str(job), "target": "fs-OST0000"}),
+                ("DCGM_FI_DEV_FB_USED", {"Hostname": "n1", "gpu": str(job % 8), "hpc_job": str(job)}),
+            ]
+            for dt in (0.0, 0.5)
+        ]
+        for kept in (rdma_kept, gpus_kept):
+            kept.add_table(_rows(batch))
+            kept.forget_before(step - 2.0)
+        flat = [s for s in flat + batch if s.t >= step - 2.0]
+    assert len(rdma_kept.keys["lustre"]) <= 2 * 300 + 1024 and len(gpus_kept.jobs) <= 2 * 300 + 1025
+    assert rdma_kept.groups == RdmaSeries.of(flat).groups and gpus_kept.groups == GpuSeries.of(flat).groups
+    assert (
+        rdma._lustre_rates(rdma_kept) == rdma._lustre_rates(RdmaSeries.of(flat))
+        and len(rdma._lustre_rates(rdma_kept)) == 300
+    )

@@ -23,16 +23,18 @@ the previous job that is still alive and holds its memory (a zombie after
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
-from itertools import repeat
+from typing import Self
 
 import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
 
 from hpcwatch import vocab
 from hpcwatch.records import Event, Finding, Job, Sample
 from hpcwatch.security.context import JobIndex, host_of, once_per_labels
-from hpcwatch.security.series import Run, SeriesGroups
+from hpcwatch.security.series import PairIds, PointColumns, numbering_of_held
 from hpcwatch.vocab import EventKind
 
 __all__ = [
@@ -90,7 +92,7 @@ def detect_remanence(
 
 
 def detect_remanence_series(
-    series: SeriesGroups,
+    series: GpuSeries,
     jobs: Iterable[Job] = (),
     events: Iterable[Event] = (),
     config: RemanenceConfig = RemanenceConfig(),
@@ -98,46 +100,176 @@ def detect_remanence_series(
     """``detect_remanence`` over a ``GpuSeries`` already filled (a live scan keeps one between scans)."""
     index = JobIndex.of(jobs)
     events = list(events)
-    findings = _fb_after_job(series.groups["fb"], index, config)
+    findings = _fb_after_job(series, index, config)
     findings += _processes_after_job(events, index, config)
-    findings += _busy_no_job(series.groups["util"], index, config)
+    findings += _busy_no_job(series, index, config)
     findings += [f for e in events if e.kind == EventKind.NVIDIA_PARAMS for f in _scrub(e)]
     return findings
 
 
-class GpuSeries(SeriesGroups):
-    """The samples ``detect_remanence`` reads, by GPU (host, gpu): FB used (``fb``) and utilisation
-    (``util``), each point (t, value, the ``hpc_job`` label or "")."""
+#: A live scan's labels texts remembered (``GpuSeries.add_table``): a few per GPU and job; past this many (a
+#: long run's ended jobs), forgotten and learnt again.
+_KEPT_PAIRS = 200_000
+
+
+class GpuSeries:
+    """The samples ``detect_remanence`` reads, as columns (``PointColumns``): FB used (``fb``) and utilisation
+    (``util``), each point's GPU (an index into ``gpus``, its (host, gpu)), time, value and ``hpc_job`` label (an
+    index into ``jobs``; 0: none). A live scan at 1,024 nodes holds 800,000 of these points: the rules look at
+    all of them with a few numpy calls, and in Python only at the few points no job label claims."""
 
     def __init__(self) -> None:
-        super().__init__("fb", "util")
+        self.fb = PointColumns("gpu", "value", "job")
+        self.util = PointColumns("gpu", "value", "job")
+        self.gpus: list[tuple[str, str]] = []
+        self.jobs: list[str] = [""]
+        self._gpu_ids: dict[tuple[str, str], int] = {}
+        self._job_ids: dict[str, int] = {"": 0}
+        self._pair_ids = PairIds(2, lambda metric, labels: self._ids_of(labels), _KEPT_PAIRS)
 
-    def add_runs(self, runs: Iterable[Run]) -> None:
-        keys = once_per_labels(lambda labels: (host_of(labels), labels.get("gpu"), labels.get("hpc_job") or ""))
-        for run in runs:
-            if run.metric != FB_USED and run.metric != GPU_UTIL:
-                continue
-            host, gpu, job = keys(run.labels)
-            if host is None or gpu is None:
-                continue
-            self.extend("fb" if run.metric == FB_USED else "util", (host, gpu), zip(run.t, run.values, repeat(job)))
+    @classmethod
+    def of(cls, samples: Iterable[Sample]) -> Self:
+        series = cls()
+        series.add(samples)
+        return series
+
+    def add(self, samples: Iterable[Sample]) -> None:
+        ids = once_per_labels(self._ids_of)
+        rows: dict[str, list[tuple[float, int, float, int]]] = {FB_USED: [], GPU_UTIL: []}
+        for s in samples:
+            if (into := rows.get(s.metric)) is not None and (pair := ids(s.labels))[0] >= 0:
+                into.append((s.t, pair[0], s.value, pair[1]))
+        for metric, points in ((FB_USED, self.fb), (GPU_UTIL, self.util)):
+            t, gpu, value, job = zip(*rows[metric]) if rows[metric] else ((), (), (), ())
+            points.add(
+                t=np.array(t, float),
+                gpu=np.array(gpu, np.int32),
+                value=np.array(value, float),
+                job=np.array(job, np.int32),
+            )
+
+    def add_table(self, table: pa.Table) -> None:
+        """The rows of a table with ``metric``, ``labels`` (JSON text), ``t`` and ``value`` columns."""
+        for metric, points in ((FB_USED, self.fb), (GPU_UTIL, self.util)):
+            rows = table.filter(pc.equal(table["metric"], metric))
+            if rows.num_rows:
+                gpu, job = self._pair_ids.of_table(rows).T
+                kept = gpu >= 0
+                points.add(
+                    t=rows["t"].to_numpy()[kept],
+                    gpu=gpu[kept].astype(np.int32),
+                    value=rows["value"].to_numpy()[kept],
+                    job=job[kept].astype(np.int32),
+                )
+
+    def forget_before(self, t: float) -> None:
+        self.fb.forget_before(t)
+        self.util.forget_before(t)
+        held = np.concatenate([self.fb.columns()["job"], self.util.columns()["job"], [0]]).astype(np.int64)
+        renumbered = numbering_of_held(held, len(self.jobs))  # the job labels of jobs long gone
+        if renumbered is not None:
+            kept, numbers = renumbered
+            self.fb.renumber("job", numbers)
+            self.util.renumber("job", numbers)
+            self.jobs = [self.jobs[i] for i in kept.tolist()]
+            self._job_ids = {job: i for i, job in enumerate(self.jobs)}
+            self._pair_ids = PairIds(2, lambda metric, labels: self._ids_of(labels), _KEPT_PAIRS)
+
+    def __len__(self) -> int:
+        return len(self.fb) + len(self.util)
+
+    @property
+    def groups(self) -> dict[str, dict[tuple[str, str], list[tuple[float, float, str]]]]:
+        """The points as ``SeriesGroups`` holds them: group -> (host, gpu) -> [(t, value, job label)] in the
+        order added (what a test compares)."""
+        out: dict[str, dict[tuple[str, str], list[tuple[float, float, str]]]] = {}
+        for name, points in (("fb", self.fb), ("util", self.util)):
+            group = out[name] = {}
+            c = points.columns()
+            for t, gpu, value, job in zip(c["t"].tolist(), c["gpu"].tolist(), c["value"].tolist(), c["job"].tolist()):
+                group.setdefault(self.gpus[gpu], []).append((t, value, self.jobs[job]))
+        return out
+
+    def _ids_of(self, labels: Mapping[str, str]) -> tuple[int, int]:
+        """(the GPU's index, or -1 for a sample of no GPU; the job label's index)."""
+        host, gpu = host_of(labels), labels.get("gpu")
+        if host is None or gpu is None:
+            return -1, 0
+        gpu_id = self._gpu_ids.get((host, gpu))
+        if gpu_id is None:
+            gpu_id = self._gpu_ids[(host, gpu)] = len(self.gpus)
+            self.gpus.append((host, gpu))
+        job = labels.get("hpc_job") or ""
+        job_id = self._job_ids.get(job)
+        if job_id is None:
+            job_id = self._job_ids[job] = len(self.jobs)
+            self.jobs.append(job)
+        return gpu_id, job_id
 
 
-def _baselines(fb: dict, index: JobIndex) -> dict[str, float]:
+class _ByGpu:
+    """Rows of a ``PointColumns`` picked by a mask, grouped by GPU: ``rows(gpu)`` are that GPU's row numbers in
+    the order added."""
+
+    def __init__(self, gpu: np.ndarray, picked: np.ndarray) -> None:
+        rows = np.flatnonzero(picked)
+        rows = rows[np.argsort(gpu[rows], kind="stable")]
+        gpus = gpu[rows]
+        edges = np.flatnonzero(np.diff(gpus)) + 1
+        self._rows = dict(zip(gpus[np.r_[0, edges]].tolist(), np.split(rows, edges))) if rows.size else {}
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(self._rows)
+
+    def rows(self, gpu: int) -> np.ndarray:
+        return self._rows[gpu]
+
+
+def _unheld(index: JobIndex, host: str, gpu: str, times: np.ndarray) -> np.ndarray:
+    """Whether no job held GPU ``gpu`` of ``host`` at each of ``times`` (``JobIndex.on_gpu``, at once)."""
+    holding = index.holding(host)
+    holds_gpu = np.array([not (held := j.gpus_by_node.get(host)) or int(gpu) in held for j in holding.jobs], bool)
+    if not holds_gpu.any():
+        return np.ones(len(times), bool)
+    return ~holding.covering(times)[holds_gpu].any(axis=0)
+
+
+def _free_rows(series: GpuSeries, points: dict[str, np.ndarray], picked: np.ndarray, index: JobIndex) -> _ByGpu:
+    """The ``picked`` rows of ``points`` no job label claims and no job held the GPU of, by GPU."""
+    unlabeled = _ByGpu(points["gpu"], picked & (points["job"] == 0))
+    free = np.zeros(len(picked), bool)
+    for gpu in unlabeled:
+        rows = unlabeled.rows(gpu)
+        free[rows[_unheld(index, *series.gpus[gpu], points["t"][rows])]] = True
+    return _ByGpu(points["gpu"], free)
+
+
+def _baselines(series: GpuSeries, fb: dict[str, np.ndarray], index: JobIndex) -> dict[str, float]:
     """Per node: the median FB used while no job holds the GPU (the driver's own reservation)."""
-    idle: defaultdict[str, list[float]] = defaultdict(list)
-    for (host, gpu), points in fb.items():
-        idle[host] += [v for t, v, label in points if not label and not index.on_gpu(host, gpu, t)]
-    return {h: float(np.median(v)) for h, v in idle.items() if v}
+    free = _free_rows(series, fb, np.ones(len(fb["t"]), bool), index)
+    idle: defaultdict[str, list[np.ndarray]] = defaultdict(list)
+    for gpu in free:
+        idle[series.gpus[gpu][0]].append(fb["value"][free.rows(gpu)])
+    return {h: float(np.median(np.concatenate(v))) for h, v in idle.items()}
 
 
-def _free(host: str, gpu: str, t: float, label: str, index: JobIndex) -> bool:
-    return not label and not index.on_gpu(host, gpu, t)
-
-
-def _fb_after_job(fb: dict, index: JobIndex, config: RemanenceConfig) -> list[Finding]:
-    base = _baselines(fb, index)
-    findings = []
+def _fb_after_job(series: GpuSeries, index: JobIndex, config: RemanenceConfig) -> list[Finding]:
+    fb = series.fb.columns()
+    if not len(fb["t"]):
+        return []
+    base = _baselines(series, fb, index)
+    gpu, t, value = fb["gpu"], fb["t"], fb["value"]
+    floor = np.full(len(series.gpus), np.inf)
+    np.minimum.at(floor, gpu, value)
+    first, last = np.full(len(series.gpus), np.inf), np.full(len(series.gpus), -np.inf)
+    np.minimum.at(first, gpu, t)
+    np.maximum.at(last, gpu, t)
+    baseline = np.array(
+        [min(base.get(host, f), f + config.margin_mib) for (host, _), f in zip(series.gpus, floor.tolist())]
+    )
+    # Only a point over its GPU's baseline, on a GPU no job held, can be memory left behind: a few, looked at in
+    # Python; the others are judged by the masks.
+    over = _free_rows(series, fb, value > baseline[gpu] + config.margin_mib, index)
     # The ended jobs of each node, once (in the order ``ended`` gives): at 1,024 nodes, thousands of ended
     # jobs times 8,192 GPUs was most of a scan.
     ended_on: dict[str, list[tuple[Job, float]]] = {}
@@ -145,46 +277,45 @@ def _fb_after_job(fb: dict, index: JobIndex, config: RemanenceConfig) -> list[Fi
         end = index.end_of(job)
         for node in dict.fromkeys(job.nodes):
             ended_on.setdefault(node, []).append((job, end))
-    for (host, gpu), points in sorted(fb.items()):
-        floor = min(v for _, v, _ in points)
-        baseline = min(base.get(host, floor), floor + config.margin_mib)
-        first, last = min(t for t, _, _ in points), max(t for t, _, _ in points)
+    findings = []
+    for g in sorted(over, key=series.gpus.__getitem__):
+        (host, gpu_label), rows = series.gpus[g], over.rows(g)
         for job, end in ended_on.get(host, ()):
-            if end + config.window_s < first or end + config.after_s > last:
+            if end + config.window_s < first[g] or end + config.after_s > last[g]:
                 continue  # no point of the series in the job's watch: a node's ended jobs grow with the store's age
             held = job.gpus_by_node.get(host)
-            if held and int(gpu) not in held:
+            if held and int(gpu_label) not in held:
                 continue
-            left = [
-                (t, v)
-                for t, v, label in points
-                if end + config.after_s <= t <= end + config.window_s
-                and _free(host, gpu, t, label, index)
-                and v > baseline + config.margin_mib
-            ]
-            if left:
-                t, v = left[0]
+            left = rows[(end + config.after_s <= t[rows]) & (t[rows] <= end + config.window_s)]
+            if left.size:
                 findings.append(
-                    Finding(
-                        vector="gpu_memory_remanence",
-                        severity="high",
-                        target=f"{host}/{gpu}",
-                        title=f"{host}/{gpu} still holds {v - baseline:.0f} MiB {t - end:.0f} s after job {job.id} ended",
-                        evidence={
-                            "host": host,
-                            "gpu": gpu,
-                            "job": job.id,
-                            "user": job.user,
-                            "job_end": job.end,
-                            "fb_used_mib": v,
-                            "baseline_mib": baseline,
-                            "samples_over": len(left),
-                        },
-                        t=t,
-                        rule="remanence.fb_after_job",
+                    _left_finding(
+                        host, gpu_label, job, float(t[left[0]]), float(value[left[0]]), float(baseline[g]), left.size
                     )
                 )
     return findings
+
+
+def _left_finding(host: str, gpu: str, job: Job, t: float, v: float, baseline: float, count: int) -> Finding:
+    end = JobIndex.end_of(job)
+    return Finding(
+        vector="gpu_memory_remanence",
+        severity="high",
+        target=f"{host}/{gpu}",
+        title=f"{host}/{gpu} still holds {v - baseline:.0f} MiB {t - end:.0f} s after job {job.id} ended",
+        evidence={
+            "host": host,
+            "gpu": gpu,
+            "job": job.id,
+            "user": job.user,
+            "job_end": job.end,
+            "fb_used_mib": v,
+            "baseline_mib": baseline,
+            "samples_over": count,
+        },
+        t=t,
+        rule="remanence.fb_after_job",
+    )
 
 
 def _processes_after_job(events: list[Event], index: JobIndex, config: RemanenceConfig) -> list[Finding]:
@@ -232,28 +363,31 @@ def _processes_after_job(events: list[Event], index: JobIndex, config: Remanence
     return findings
 
 
-def _busy_no_job(util: dict, index: JobIndex, config: RemanenceConfig) -> list[Finding]:
+def _busy_no_job(series: GpuSeries, index: JobIndex, config: RemanenceConfig) -> list[Finding]:
+    util = series.util.columns()
+    busy = _free_rows(series, util, util["value"] > config.busy_util_pct, index)
     findings = []
-    for (host, gpu), points in sorted(util.items()):
-        busy = [(t, v) for t, v, label in points if v > config.busy_util_pct and _free(host, gpu, t, label, index)]
-        if busy:
-            findings.append(
-                Finding(
-                    vector="gpu_memory_remanence",
-                    severity="medium",
-                    target=f"{host}/{gpu}",
-                    title=f"{host}/{gpu} is {max(v for _, v in busy):.0f} % busy with no job on it",
-                    evidence={
-                        "host": host,
-                        "gpu": gpu,
-                        "peak_util_pct": max(v for _, v in busy),
-                        "first_t": busy[0][0],
-                        "samples": len(busy),
-                    },
-                    t=busy[0][0],
-                    rule="remanence.busy_no_job",
-                )
+    for g in sorted(busy, key=series.gpus.__getitem__):
+        (host, gpu), rows = series.gpus[g], busy.rows(g)
+        peak = float(util["value"][rows].max())
+        first_t = float(util["t"][rows[0]])
+        findings.append(
+            Finding(
+                vector="gpu_memory_remanence",
+                severity="medium",
+                target=f"{host}/{gpu}",
+                title=f"{host}/{gpu} is {peak:.0f} % busy with no job on it",
+                evidence={
+                    "host": host,
+                    "gpu": gpu,
+                    "peak_util_pct": peak,
+                    "first_t": first_t,
+                    "samples": int(rows.size),
+                },
+                t=first_t,
+                rule="remanence.busy_no_job",
             )
+        )
     return findings
 
 

@@ -31,7 +31,7 @@ from hpcwatch.security.data_poisoning import DataPoisoningConfig, detect_data_po
 from hpcwatch.security.gradients import GradientConfig, detect_gradient_anomalies
 from hpcwatch.security.rdma import CONSTRAINT_METRICS, DATA_METRICS, LUSTRE_METRICS, RdmaConfig
 from hpcwatch.security.remanence import FB_USED, GPU_UTIL, RemanenceConfig
-from hpcwatch.security.series import SeriesGroups, runs_of_table
+from hpcwatch.security.series import WindowSeries
 from hpcwatch.security.supply_chain import SupplyChainConfig, detect_supply_chain
 from hpcwatch.security.weights_access import WeightsAccess, WeightsConfig, detect_weights_access, weights_report
 from hpcwatch.sources.manifest import ShardManifest
@@ -84,7 +84,7 @@ class ScanInputs:
     events: list[Event]
     jobs: list[Job]
     extras: ScanExtras
-    series: Mapping[Vector, SeriesGroups] = field(default_factory=dict)
+    series: Mapping[Vector, WindowSeries] = field(default_factory=dict)
     """Per vector, the samples of a detector that reads them grouped (``Detector.series``)."""
 
 
@@ -102,7 +102,11 @@ class Detector:
     module: str
     run: Callable[[ScanInputs, ScanConfig], list[Finding]]
     reads: Callable[[str], bool] | None = None
-    series: type[SeriesGroups] | None = None
+    series: type[WindowSeries] | None = None
+
+
+def _reads(detector: Detector, metric: str) -> bool:
+    return detector.reads is None or detector.reads(metric)
 
 
 def _no_samples(metric: str) -> bool:
@@ -143,7 +147,9 @@ DETECTORS: tuple[Detector, ...] = (
     Detector(
         "gpu_memory_remanence",
         "remanence",
-        lambda i, c: remanence.detect_remanence_series(i.series["gpu_memory_remanence"], i.jobs, i.events, c.remanence),
+        lambda i, c: remanence.detect_remanence_series(
+            cast(remanence.GpuSeries, i.series["gpu_memory_remanence"]), i.jobs, i.events, c.remanence
+        ),
         remanence.reads_metric,
         remanence.GpuSeries,
     ),
@@ -230,7 +236,7 @@ def scan_records(
 
 def _scan(
     samples: list[Sample],
-    series: Mapping[Vector, SeriesGroups],
+    series: Mapping[Vector, WindowSeries],
     events: Iterable[Event],
     jobs: Iterable[Job],
     *,
@@ -259,6 +265,8 @@ def _inputs_of(detector: Detector, inputs: ScanInputs, metrics: set[str]) -> Sca
     read = {m for m in metrics if detector.reads(m)}
     if read == metrics:
         return inputs
+    if not read:
+        return replace(inputs, samples=[])
     return replace(inputs, samples=[s for s in inputs.samples if s.metric in read])
 
 
@@ -366,10 +374,11 @@ class LiveScan:
         commits meanwhile is read next time rather than skipped."""
         self._marks["samples"], rows = _read_rows(store, self._marks["samples"])
         if rows.num_rows:
-            runs = runs_of_table(rows)  # a series' key is worked out once a read, not once a sample
-            for series in self._series.values():
-                series.add_runs(runs)
-            flat = [m for m in pc.unique(rows["metric"]).to_pylist() if self._reads_flat(m)]
+            metrics = pc.unique(rows["metric"]).to_pylist()
+            for detector in DETECTORS:
+                if detector.series is not None and (read := [m for m in metrics if _reads(detector, m)]):
+                    self._series[detector.vector].add_table(rows.filter(pc.is_in(rows["metric"], pa.array(read))))
+            flat = [m for m in metrics if self._reads_flat(m)]
             if flat:
                 self._samples += queries.samples_of_table(rows.filter(pc.is_in(rows["metric"], pa.array(flat))))
             self._newest = max(self._newest, pc.max(rows["t"]).as_py())

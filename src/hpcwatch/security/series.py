@@ -1,32 +1,19 @@
-"""A detector's samples grouped by series, kept over a sliding window between the scans of a live scan.
+"""A detector's samples kept over a sliding window between the scans of a live scan, as columns.
 
 A detector that compares a series' points (counter rises, rates between scrapes, memory left after a job)
-first groups its samples by series. Over a live scan's five-minute window at 1,024 nodes that is millions of
-samples, grouped again every scan although all but the last few seconds were grouped the scan before: most of
-a scan's time. A ``SeriesGroups`` holds the grouping: a live scan adds only the samples that arrived and
-forgets the points that left the window; ``hpcwatch scan`` makes one from all its samples, once.
-
-Samples arrive as ``Run``s: consecutive points of one series (one metric, one label set). A live scan reads
-its rows as columns and cuts them into runs (``runs_of_table``), so a series' key is worked out once
-a read, not once a sample; ``add`` cuts a list of ``Sample``s into runs of the samples that follow one another.
-
-Each group maps a series key to its points, tuples whose first item is the time, in the order they were
-added. ``forget_before`` drops the points before a time, as the flat window it replaces dropped its samples:
-by slicing each series while every series was added in time order (what collectors and the twin do), by
-looking at every point otherwise. A subclass that keeps something per pair of consecutive points (a rate, a
-rise) is told of each pair made and each pair dropped while the series are in time order (``pairs_added``,
-``pairs_dropped``); once a point came out of order, it works from the points again.
+reads them grouped by series. Over a live scan's five-minute window at 1,024 nodes that is millions of
+points, of which a scan adds a few percent: grouping them all again every scan, or keeping them as Python
+tuples a series and touching each series at each read, was most of a scan. A detector's ``WindowSeries``
+holds its points as numpy columns (``PointColumns``: each point's series id, time and value): a live scan
+adds the rows it read (``add_table``, the store's columns) and forgets those that left the window
+(``forget_before``); ``hpcwatch scan`` makes one from all its samples, once (``of``). The rules then look at
+the window with a few numpy calls, and in Python only at the few points that may fire.
 """
 
 from __future__ import annotations
 
-from bisect import bisect_left
-from collections import defaultdict
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
-from itertools import pairwise
-from operator import itemgetter
-from typing import Self
+from collections.abc import Callable, Iterable, Mapping
+from typing import Protocol, Self
 
 import numpy as np
 import orjson
@@ -35,116 +22,130 @@ import pyarrow.compute as pc
 
 from hpcwatch.records import Sample
 
-__all__ = ["SeriesGroups", "Run", "runs_of", "runs_of_table", "Points"]
-
-Points = list[tuple]
-_time = itemgetter(0)
+__all__ = ["WindowSeries", "PointColumns", "PairIds", "numbering_of_held"]
 
 
-@dataclass(frozen=True, slots=True)
-class Run:
-    """Points of one series that arrived one after the other: ``t`` and ``values`` side by side."""
-
-    metric: str
-    labels: Mapping[str, str]
-    t: list[float]
-    values: list[float]
-
-
-def runs_of(samples: Iterable[Sample]) -> list[Run]:
-    """``samples`` as runs, in their order: a run ends where the next sample is of another metric or carries
-    another labels mapping (the store's readers share one mapping per series)."""
-    runs: list[Run] = []
-    for s in samples:
-        run = runs[-1] if runs else None
-        if run is None or s.metric != run.metric or s.labels is not run.labels:
-            run = Run(s.metric, s.labels, [], [])
-            runs.append(run)
-        run.t.append(s.t)
-        run.values.append(s.value)
-    return runs
-
-
-def runs_of_table(table: pa.Table) -> list[Run]:
-    """The rows of a table with ``metric``, ``labels`` (JSON text), ``t`` and ``value`` columns as runs, one a
-    series, each in the table's order. A labels text is decoded once, and its mapping shared by its runs."""
-    if not table.num_rows:
-        return []
-    metrics = pc.dictionary_encode(table["metric"]).combine_chunks()
-    labels = pc.dictionary_encode(table["labels"]).combine_chunks()
-    series = metrics.indices.to_numpy().astype(np.int64) * len(labels.dictionary) + labels.indices.to_numpy()
-    order = np.argsort(series, kind="stable")
-    series = series[order]
-    t, values = table["t"].to_numpy()[order].tolist(), table["value"].to_numpy()[order].tolist()
-    edges = [0, *(np.flatnonzero(np.diff(series)) + 1).tolist(), len(series)]
-    names = metrics.dictionary.to_pylist()
-    decoded = [orjson.loads(text) for text in labels.dictionary.to_pylist()]
-    width = len(decoded)
-    return [
-        Run(names[code // width], decoded[code % width], t[a:b], values[a:b])
-        for code, a, b in zip(series[edges[:-1]].tolist(), edges, edges[1:])
-    ]
-
-
-class SeriesGroups:
-    """Named groups of series (``key -> points``); subclasses say how a run is grouped (``add_runs``)."""
-
-    def __init__(self, *names: str) -> None:
-        self.groups: dict[str, defaultdict[tuple, Points]] = {name: defaultdict(list) for name in names}
-        self.in_time_order = True
-        """False once a point came before its series' last one (``extend``): ``forget_before`` then looks at
-        every point."""
+class WindowSeries(Protocol):
+    """What a detector that reads its samples grouped keeps over a live scan's window (``Detector.series``)."""
 
     @classmethod
     def of(cls, samples: Iterable[Sample]) -> Self:
-        """A grouping of ``samples``, made at once (what a one-off scan reads)."""
-        series = cls()
-        series.add(samples)
-        return series
+        """The samples, added at once (what a one-off scan reads)."""
+        ...
 
-    def add(self, samples: Iterable[Sample]) -> None:
-        self.add_runs(runs_of(samples))
-
-    def add_runs(self, runs: Iterable[Run]) -> None:
-        raise NotImplementedError
-
-    def extend(self, name: str, key: tuple, points: Iterable[tuple]) -> None:
-        """Add ``points`` (time first, in arrival order) to the series ``key`` of group ``name``, noting whether
-        the series are still in order: each point at or after the one before, and after it when it has the same
-        time and a smaller value (as ``list.sort`` would put them, which the detectors do otherwise)."""
-        held = self.groups[name][key]
-        start = len(held)
-        held.extend(points)
-        if self.in_time_order and (
-            (start and held[start] < held[start - 1])
-            or (len(held) - start > 1 and any(b < a for a, b in pairwise(held[start:])))
-        ):
-            self.in_time_order = False
-        if self.in_time_order:
-            self.pairs_added(name, key, held, max(start, 1))
-
-    def pairs_added(self, name: str, key: tuple, points: Points, first: int) -> None:
-        """The pairs ``(points[i - 1], points[i])`` for ``i >= first`` were made (series in time order)."""
-
-    def pairs_dropped(self, name: str, key: tuple, points: Points, count: int) -> None:
-        """The pairs ``(points[i], points[i + 1])`` for ``i < count`` go (their first point leaves the window)."""
+    def add_table(self, table: pa.Table) -> None:
+        """The rows of a table with ``metric``, ``labels`` (JSON text), ``t`` and ``value`` columns, in their
+        order (``store.queries.sample_rows_matching``'s)."""
+        ...
 
     def forget_before(self, t: float) -> None:
-        """Drop every point before ``t``, and the series left empty."""
-        for name, group in self.groups.items():
-            for key in [key for key, points in group.items() if not self._kept_from(name, key, points, t)]:
-                del group[key]
-
-    def _kept_from(self, name: str, key: tuple, points: Points, t: float) -> Points:
-        """``points`` without those before ``t``, in place."""
-        if not self.in_time_order:
-            points[:] = [p for p in points if p[0] >= t]
-        elif points and points[0][0] < t:
-            count = bisect_left(points, t, key=_time)
-            self.pairs_dropped(name, key, points, count)
-            del points[:count]
-        return points
+        """Drop the points before ``t``."""
+        ...
 
     def __len__(self) -> int:
-        """The points held, over every group."""
-        return sum(len(points) for group in self.groups.values() for points in group.values())
+        """The points held."""
+        ...
+
+
+class PointColumns:
+    """Points of many series over a sliding window as columns, each a numpy array: ``t`` and the columns named
+    at creation. ``add`` appends a chunk (one array a column, of one length); ``forget_before`` keeps the rows at
+    or after a time; ``columns()`` is every row held, in the order added, one array a column (joined once after
+    a change). A point costs 8 bytes a column, not a ~100-byte tuple."""
+
+    def __init__(self, *names: str) -> None:
+        self.names = ("t", *names)
+        self._chunks: list[dict[str, np.ndarray]] = []
+        self._joined: dict[str, np.ndarray] | None = None
+
+    def add(self, **columns: np.ndarray) -> None:
+        if set(columns) != set(self.names):
+            raise ValueError(f"columns {sorted(columns)} are not {sorted(self.names)}")
+        if len({len(column) for column in columns.values()}) != 1:
+            raise ValueError("columns of different lengths")
+        if len(columns["t"]):
+            self._chunks.append(columns)
+            self._joined = None
+
+    def forget_before(self, t: float) -> None:
+        if not self._chunks:
+            return
+        joined = self.columns()
+        kept = joined["t"] >= t
+        if not kept.all():
+            self._chunks = [{name: column[kept] for name, column in joined.items()}] if kept.any() else []
+            self._joined = None
+
+    def columns(self) -> dict[str, np.ndarray]:
+        if self._joined is None:
+            if not self._chunks:
+                self._joined = {name: np.empty(0) for name in self.names}
+            elif len(self._chunks) == 1:
+                self._joined = self._chunks[0]
+            else:
+                self._joined = {name: np.concatenate([c[name] for c in self._chunks]) for name in self.names}
+                self._chunks = [self._joined]
+        return self._joined
+
+    def renumber(self, name: str, numbers: np.ndarray) -> None:
+        """Column ``name`` (ids) replaced by ``numbers[ids]``: what keeps a series' id small after others left."""
+        joined = self.columns()
+        if len(joined["t"]):
+            self._joined = {**joined, name: numbers[joined[name]]}
+            self._chunks = [self._joined]
+
+    def __len__(self) -> int:
+        return sum(len(chunk["t"]) for chunk in self._chunks)
+
+
+def numbering_of_held(ids: np.ndarray, known: int) -> tuple[np.ndarray, np.ndarray] | None:
+    """(the ids still held, in order; each known id's new number, -1 for those gone), when the ``known`` ids are
+    more than twice those held (and a thousand more): series come and go (a job's Lustre counters, its label),
+    and ids once given would otherwise grow with a live scan's age. None when not worth it."""
+    held = np.unique(ids)
+    if known <= 2 * len(held) + 1024:
+        return None
+    numbers = np.full(known, -1, np.int64)
+    numbers[held] = np.arange(len(held))
+    return held, numbers
+
+
+class PairIds:
+    """Ids of the (metric, labels text) pairs of the rows a live scan reads, learnt once a pair.
+
+    ``learn(metric, labels)`` gives a new pair's ids (a tuple of ``width`` ints: its series, its group...), once;
+    ``of_table`` gives each row's, matching the pairs of a read against those already learnt in one arrow call:
+    a read at 1,024 nodes holds ~90,000 pairs, and a Python dict lookup of each (metric, text) key was a tenth
+    of a scan. Past ``most`` pairs learnt (a long run's job ids, in Lustre's labels), all are forgotten and
+    learnt again."""
+
+    def __init__(self, width: int, learn: Callable[[str, Mapping[str, str]], tuple[int, ...]], most: int) -> None:
+        self.width, self.learn, self.most = width, learn, most
+        self._known: pa.Array = pa.array([], pa.string())
+        self._ids = np.empty((0, width), np.int64)
+
+    def of_table(self, table: pa.Table) -> np.ndarray:
+        """Each row's ids (rows x ``width``), for a table with ``metric`` and ``labels`` (JSON text) columns."""
+        if not table.num_rows:
+            return np.empty((0, self.width), np.int64)
+        metrics = pc.dictionary_encode(table["metric"]).combine_chunks()
+        labels = pc.dictionary_encode(table["labels"]).combine_chunks()
+        width = len(labels.dictionary)
+        pairs, rows = np.unique(
+            metrics.indices.to_numpy().astype(np.int64) * width + labels.indices.to_numpy(), return_inverse=True
+        )
+        names, texts = metrics.dictionary.take(pairs // width), labels.dictionary.take(pairs % width)
+        keys = pc.binary_join_element_wise(names, texts, "\n")  # no metric name holds a newline
+        if len(self._known) + len(keys) > self.most:
+            self._known, self._ids = pa.array([], pa.string()), self._ids[:0]
+        at = pc.index_in(keys, value_set=self._known).fill_null(-1).to_numpy().astype(np.int64)
+        new = np.flatnonzero(at < 0)
+        if new.size:
+            learnt = [
+                self.learn(name, orjson.loads(text))
+                for name, text in zip(names.take(new).to_pylist(), texts.take(new).to_pylist())
+            ]
+            at[new] = len(self._known) + np.arange(new.size)
+            self._known = pa.concat_arrays([self._known, keys.take(new)])
+            self._ids = np.vstack([self._ids, np.array(learnt, np.int64).reshape(-1, self.width)])
+        return self._ids[at][rows]

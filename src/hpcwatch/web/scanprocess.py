@@ -87,12 +87,13 @@ def scan_until_stopped(
 
 
 def _unpaused(scan: Callable[[Any], object], store: Any) -> None:
-    """``scan(store)`` without the garbage collector's pauses. A live scan holds its window's millions of points
-    as Python objects, and each read adds a hundred thousand: the collector went through them all several times a
-    read (a second of a two-second scan at 1,024 nodes). A scan makes no reference cycle (a collection after one
-    finds nothing to free), so the collector waits until the scan is over, collects what the scan made, and the
-    survivors are frozen out of later collections (``gc.freeze``): they are still freed when no longer referred
-    to, as the window moves on."""
+    """``scan(store)`` without the garbage collector's pauses. A live scan held its window's millions of points
+    as Python objects, and each read added a hundred thousand: the collector went through them all several times a
+    read (a second of a two-second scan at 1,024 nodes). The grouped detectors now keep numpy columns, but the
+    samples the others read, the events and the findings are still objects. A scan makes no reference cycle (a
+    collection after one finds nothing to free), so the collector waits until the scan is over, collects what
+    the scan made, and the survivors are frozen out of later collections (``gc.freeze``): they are still freed
+    when no longer referred to, as the window moves on."""
     gc.disable()
     try:
         scan(store)
