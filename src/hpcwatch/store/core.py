@@ -533,7 +533,7 @@ class Store:
             self._create()
             self._con = duckdb.connect(":memory:")
             self._since_con = self._con.cursor()
-            self._merge_con = self._con.cursor()  # compaction's own (a new connection costs tens of ms)
+            self._merge_con: duckdb.DuckDBPyConnection | None = None  # compaction's own, made at its first merge
             self._define_views()
         except (duckdb.Error, OSError) as err:
             raise StoreError(f"{self.config.path}: cannot open the store: {err}") from err
@@ -605,7 +605,8 @@ class Store:
             while self._reading:  # a read runs outside the lock (_read): its cursor is closed when it is done
                 self._read_done.wait()
             for con in (*self._idle_cursors, self._merge_con, self._since_con, self._con):
-                con.close()
+                if con is not None:
+                    con.close()
             self._idle_cursors.clear()
             if self._staging is not None:
                 folder, fd = self._staging
@@ -882,6 +883,11 @@ class Store:
         elif table == "samples" and sum(int(p["rows"]) for p in group) >= SORTED_MERGE_ROWS:
             rows_sql = f"SELECT * FROM ({rows_sql}) ORDER BY metric, host, gpu, t"
         # Only the thread holding _compact_lock gets here, so the connection is never shared.
+        if self._merge_con is None:
+            # A database of its own, on one thread: a merge runs in the background of a writer, and a second
+            # DuckDB thread took 40-100 % more CPU for the same merge (benchmarks/RESULTS.md, "Store"). Made at
+            # the first merge: opening one costs tens of ms, which a store that never merges should not pay.
+            self._merge_con = duckdb.connect(":memory:", config={"threads": 1})
         self._merge_con.execute(f"COPY ({rows_sql}) TO {_sql_path(target)} (FORMAT parquet)")
         if self.config.durable:
             _fsync_path(target)
