@@ -34,7 +34,8 @@ def _same_verdicts(store: Store, kept: KeptWindow, window_s: float) -> bool:
     def text(report):
         return orjson.dumps(report.to_dict(), option=orjson.OPT_SORT_KEYS)
 
-    return text(node_health(store, kept=kept, window_s=window_s)) == text(node_health(store, window_s=window_s))
+    kept_report = node_health(store, kept=kept, window_s=window_s, fleet_every_s=0.0)
+    return text(kept_report) == text(node_health(store, window_s=window_s))
 
 
 def test_a_kept_window_judges_as_a_fresh_read_while_the_twin_writes(tmp_path):
@@ -188,7 +189,7 @@ def test_real_captures_committed_one_by_one_give_a_fresh_reads_window(tmp_path):
         got = kept.samples(store, PASSIVE_METRICS, t0=t0)
         assert _rows(got) == _rows(queries.window_samples(store, PASSIVE_METRICS, t0=t0))
         assert len(set(got["metric"].to_pylist())) > 20  # the captures gave many of the rules' metrics
-        report = node_health(store, kept=kept, window_s=300.0)
+        report = node_health(store, kept=kept, window_s=300.0, fleet_every_s=0.0)
         fired = {c.rule for n in report.nodes for c in n.checks if c.verdict != "ok"}
         assert {"xid", "ib_port", "driver_mismatch", "disk_space"} <= fired
 
@@ -254,3 +255,36 @@ def test_kept_events_are_the_stores_kind_by_kind_while_they_come(tmp_path, monke
         assert reads == [store.version]  # only what came since its last read: nothing
         assert kept.events(store, window, t0=0.0) == fresh(store, window, 0.0)  # further back: all read again
         assert reads[-1] == 0
+
+
+def test_a_kept_part_is_made_again_once_the_data_moved_on_by_its_period():
+    kept, made = KeptWindow(), []
+
+    def make():
+        made.append(1)
+        return len(made)
+
+    assert [kept.every("x", at, 60.0, make) for at in (100.0, 130.0, 159.9, 160.0, 200.0)] == [1, 1, 1, 2, 2]
+    assert kept.every("x", 150.0, 60.0, make) == 3  # the data went back (another store's): made again
+    assert kept.every("x", None, 60.0, make) == 4 and kept.every("x", None, 60.0, make) == 5  # no clock: each time
+    assert kept.every("y", 150.0, 60.0, make) == 6  # each part on its own
+
+
+def test_the_fleets_versions_are_judged_once_a_minute_of_data_in_a_live_judgement(tmp_path, monkeypatch):
+    """A live judgement (a kept window) judges the fleet's versions when its data moved on by a minute, not at
+    every call; a one-off judgement (no kept window) at every call."""
+    import hpcwatch.reports.health as health
+
+    calls = []
+    real = health.version_checks
+    monkeypatch.setattr(health, "version_checks", lambda *a, **k: calls.append(1) or real(*a, **k))
+    with Store(tmp_path / "s") as store:
+        live = LiveTwin(store, cluster_with_nodes(2), seed=0)
+        live.write_tick()
+        kept = KeptWindow()
+        for _ in range(90):
+            live.step()
+            node_health(store, kept=kept, window_s=30.0)
+        assert len(calls) == 2  # at the first judgement and a minute of data later
+        node_health(store, window_s=30.0)
+        assert len(calls) == 3

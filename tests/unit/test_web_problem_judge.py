@@ -84,3 +84,11 @@ def test_a_judgement_that_fails_in_the_background_keeps_the_previous_and_is_trie
     judge.current(4.0, "4101")
     _background_done()
     assert judge.current(5.0, "4101").problems == [{"n": 3}]
+
+
+def test_a_judge_told_its_datas_period_waits_for_it_and_never_less_than_the_floor(judge):
+    """The demo tells the judge each node's scrape period: a cheap judgement waits for it, not for 5 s."""
+    slow = live.ProblemJudge(store=None, every_s=30.0)  # type: ignore[arg-type]
+    slow.current(1.0, "4101")  # lasted TOOK_S: 13 s of rest is less than the period
+    assert slow._next_at == 100.0 + 30.0
+    assert live.ProblemJudge(store=None, every_s=1.0).every_s == live.PROBLEMS_INTERVAL_S  # type: ignore[arg-type]

@@ -132,8 +132,10 @@ def demo(
     from hpcwatch.httpguard import Limits
     from hpcwatch.model.cluster import reference_cluster
     from hpcwatch.store import Store
+    from hpcwatch.twin.live import scrape_interval_s
     from hpcwatch.web.app import create_app
     from hpcwatch.web.demo import check_port, cluster_with_nodes, seed_step_player, serve_app
+    from hpcwatch.web.live import PROBLEMS_INTERVAL_S
     from hpcwatch.web.pageprocess import PageProcess
     from hpcwatch.web.scanprocess import ScanProcess
 
@@ -155,7 +157,17 @@ def demo(
         if scanner is not None:
             scanner.start()
         limits = Limits(max_streams=max_streams, max_streams_per_client=max_streams_per_client)
-        web = create_app(store, cluster, step_jobs=step_jobs, limits=limits, pages=pages.start())
+        # A node's data changes once a scrape: judging the problems more often re-judges most nodes on the same
+        # samples (at 1,024 nodes each is scraped every 8 s).
+        scraped_every_s = (scrape_s or scrape_interval_s(len(cluster.nodes))) / speed
+        web = create_app(
+            store,
+            cluster,
+            step_jobs=step_jobs,
+            limits=limits,
+            pages=pages.start(),
+            problems_every_s=max(PROBLEMS_INTERVAL_S, scraped_every_s),
+        )
 
         def started(url: str) -> None:
             console.print(

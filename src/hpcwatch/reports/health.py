@@ -61,6 +61,11 @@ __all__ = [
 
 #: Default look-back: the last 15 minutes before the newest sample.
 DEFAULT_HEALTH_WINDOW_S = 900.0
+#: A judgement that keeps its window (``KeptWindow``) judges the fleet's versions (driver, VBIOS, firmware, NCCL:
+#: ``analysis.health.version_checks``) again once its data moved on this far: they change when a node is
+#: upgraded or rebooted, and judging them took a sixth of each judgement at 1,024 nodes (every distinct label
+#: set of the window read). Ours: a minute, as often as Prometheus' default rule evaluation.
+FLEET_EVERY_S = 60.0
 #: A verdict as a number, for ``/metrics`` and its alerting rules: its rank in ``analysis.health.VERDICTS``.
 VERDICT_NUMBERS: dict[Verdict, int] = {v: i for i, v in enumerate(VERDICTS)}
 ACTIVE_EVENT_KINDS = (
@@ -171,18 +176,28 @@ def node_health(
     link: str = "ndr",
     config: HealthConfig = HealthConfig(),
     kept: KeptWindow | None = None,
+    fleet_every_s: float = FLEET_EVERY_S,
 ) -> HealthReport:
     """Every node's verdict (or ``node``'s only) over the last ``window_s`` seconds of samples; ``kept``: the
-    window as the last call with it left it (a reader that judges again and again: ``reports.healthwindow``)."""
+    window as the last call with it left it (a reader that judges again and again: ``reports.healthwindow``),
+    which also keeps the fleet's version checks until its data moved on by ``fleet_every_s`` (0: judged each
+    call)."""
     samples, events, newest = _stored_inputs(store, node, window_s, kept)
     checked = node_checks(store)
     samples, events = _unanswered(samples, events, checked)
     events = events + list(active)
     # the NCCL rules compare the job's hosts: judged over all of them (then kept for this node), job by job
     nccl_checks = _nccl_checks(store, events)
+
     # the fleet rules compare the nodes of a partition: judged over every host's GPU samples too
-    partitions = _node_partitions(store)
-    fleet = version_checks(samples if node is None else _all_hosts_gpu_samples(store, window_s), partitions, events)
+    def fleet_checks() -> list[Check]:
+        all_hosts = samples if node is None else _all_hosts_gpu_samples(store, window_s)
+        return version_checks(all_hosts, _node_partitions(store), events)
+
+    if kept is not None and node is None:
+        fleet = kept.every("fleet", newest, fleet_every_s, fleet_checks)
+    else:
+        fleet = fleet_checks()
     if node is not None:
         nccl_checks = [c for c in nccl_checks if c.node == node]
         fleet = [c for c in fleet if c.node == node]

@@ -27,8 +27,9 @@ from __future__ import annotations
 
 import threading
 from bisect import bisect_left, insort
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any, TypeVar
 
 import numpy as np
 import pyarrow as pa
@@ -38,6 +39,8 @@ from hpcwatch.records import Event
 from hpcwatch.store import Store, queries
 
 __all__ = ["KeptWindow"]
+
+_T = TypeVar("_T")
 
 #: The label sets' dictionary is never pruned under this many: a pruning reads every row's code.
 LABELS_PRUNED_FROM = 1024
@@ -172,7 +175,16 @@ class KeptWindow:
             self._newest = None if newest is None else (store, newest)
             return newest
 
+    def every(self, name: str, at: float | None, every_s: float, make: Callable[[], _T]) -> _T:
+        """What ``make()`` returned, kept until ``at`` (the window's end, the data's clock) moved on by
+        ``every_s`` or went back: a judgement part whose answer changes more slowly than the judgements come."""
+        held = self._results.get(name)
+        if held is None or at is None or held[0] is None or not held[0] <= at < held[0] + every_s:
+            held = self._results[name] = (at, make())
+        return held[1]
+
     def _clear(self, metrics: Sequence[str]) -> None:
+        self._results: dict[str, tuple[float | None, Any]] = {}
         self._metrics = tuple(metrics)
         self._version = 0
         self._chunks: dict[int, list[_Chunk]] = {}  # metric code -> its chunks, oldest first

@@ -46,7 +46,7 @@ from hpcwatch.web.access import Audit, OwnersCache, check_routes, guard, scope_o
 from hpcwatch.web.assets import AssetFiles, asset_version, module_graph
 from hpcwatch.web.guard import Guard, GuardSettings
 from hpcwatch.web.i18n import LANG_COOKIE, LANGUAGES, load_catalogue, negotiate
-from hpcwatch.web.live import LiveView
+from hpcwatch.web.live import PROBLEMS_INTERVAL_S, LiveView
 from hpcwatch.web.svg import render_schematic
 
 __all__ = ["create_app", "AppState", "script_json", "PLOTLY_JS"]
@@ -109,6 +109,7 @@ def create_app(
     secure_cookies: bool = False,
     policy: Policy | None = None,
     pages: Any | None = None,
+    problems_every_s: float = PROBLEMS_INTERVAL_S,
 ) -> FastAPI:
     """The app over ``store``; with ``prometheus`` (a ``PrometheusBackend``) the live samples and the job
     page's samples are read from it, and Slurm, steps, events and findings still from the store.
@@ -119,7 +120,8 @@ def create_app(
     principal sees; with no authentication configured every request is ``LOCAL`` and sees everything.
     Identity sets ``request.state.principal``; a test overrides ``web.access.current_principal``.
     ``pages``: a started ``web.pageprocess.PageProcess`` over the store's folder, which the job pages'
-    overviews are computed in (the caller stops it); None: in this process."""
+    overviews are computed in (the caller stops it); None: in this process. ``problems_every_s``: the problems
+    are judged at most this often (``web.live.ProblemJudge``; the demo: each node's scrape period)."""
     app = FastAPI(
         dependencies=[Depends(guard)],
         title="hpcwatch",
@@ -130,7 +132,7 @@ def create_app(
     )
     step_jobs = dict(step_jobs or {})
     samples = None if prometheus is None else PromSamples(prometheus, store)
-    live = LiveView(store, cluster, exclude_jobs=step_jobs.values(), samples=samples)
+    live = LiveView(store, cluster, exclude_jobs=step_jobs.values(), samples=samples, problems_every_s=problems_every_s)
     app.state.hpcwatch = AppState(
         store=store,
         cluster=cluster,
