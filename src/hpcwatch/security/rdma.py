@@ -39,7 +39,6 @@ import math
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Self
 
 import numpy as np
 import pyarrow as pa
@@ -47,7 +46,7 @@ import pyarrow as pa
 from hpcwatch import vocab
 from hpcwatch.records import Event, Finding, Job, Sample
 from hpcwatch.security.context import JobIndex, host_of
-from hpcwatch.security.series import PairIds, PointColumns, numbering_of_held
+from hpcwatch.security.series import PairIds, PointColumns, WindowSeries, numbering_of_held
 from hpcwatch.vocab import EventKind
 
 __all__ = [
@@ -154,7 +153,7 @@ _GROUPS = ("data", "errors", "lustre")
 _KEPT_PAIRS = 500_000
 
 
-class RdmaSeries:
+class RdmaSeries(WindowSeries):
     """The samples ``detect_rdma`` reads, as columns (``PointColumns``: each point's series, time and value) in
     three groups: the IB data counters (``data``, a series per (family, host, metric, labels)), the error and
     constraint counters (``errors``, per (host, metric, labels)), the Lustre byte counters (``lustre``, per
@@ -187,12 +186,6 @@ class RdmaSeries:
         always), so that a node's rate at a scrape is one sum over consecutive rows, without sorting the window."""
         self._rates_in_order = True
         self._last_key: tuple[float, int, float] | None = None
-
-    @classmethod
-    def of(cls, samples: Iterable[Sample]) -> Self:
-        series = cls()
-        series.add(samples)
-        return series
 
     def add(self, samples: Iterable[Sample]) -> None:
         memo: dict[tuple[str, int], tuple[Mapping[str, str], tuple[int, int]]] = {}

@@ -25,7 +25,6 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import Self
 
 import numpy as np
 import pyarrow as pa
@@ -34,7 +33,7 @@ import pyarrow.compute as pc
 from hpcwatch import vocab
 from hpcwatch.records import Event, Finding, Job, Sample
 from hpcwatch.security.context import JobIndex, host_of, once_per_labels
-from hpcwatch.security.series import PairIds, PointColumns, numbering_of_held
+from hpcwatch.security.series import PairIds, PointColumns, WindowSeries, numbering_of_held
 from hpcwatch.vocab import EventKind
 
 __all__ = [
@@ -112,7 +111,7 @@ def detect_remanence_series(
 _KEPT_PAIRS = 200_000
 
 
-class GpuSeries:
+class GpuSeries(WindowSeries):
     """The samples ``detect_remanence`` reads, as columns (``PointColumns``): FB used (``fb``) and utilisation
     (``util``), each point's GPU (an index into ``gpus``, its (host, gpu)), time, value and ``hpc_job`` label (an
     index into ``jobs``; 0: none). A live scan at 1,024 nodes holds 800,000 of these points: the rules look at
@@ -126,12 +125,6 @@ class GpuSeries:
         self._gpu_ids: dict[tuple[str, str], int] = {}
         self._job_ids: dict[str, int] = {"": 0}
         self._pair_ids = PairIds(2, lambda metric, labels: self._ids_of(labels), _KEPT_PAIRS)
-
-    @classmethod
-    def of(cls, samples: Iterable[Sample]) -> Self:
-        series = cls()
-        series.add(samples)
-        return series
 
     def add(self, samples: Iterable[Sample]) -> None:
         ids = once_per_labels(self._ids_of)

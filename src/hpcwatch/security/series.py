@@ -13,7 +13,7 @@ the window with a few numpy calls, and in Python only at the few points that may
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
-from typing import Protocol, Self
+from typing import Self
 
 import numpy as np
 import orjson
@@ -25,26 +25,33 @@ from hpcwatch.records import Sample
 __all__ = ["WindowSeries", "PointColumns", "PairIds", "numbering_of_held"]
 
 
-class WindowSeries(Protocol):
-    """What a detector that reads its samples grouped keeps over a live scan's window (``Detector.series``)."""
+class WindowSeries:
+    """What a detector that reads its samples grouped keeps over a live scan's window (``Detector.series``):
+    subclasses say how they hold the samples (``add``, ``add_table``) and forget them (``forget_before``)."""
 
     @classmethod
     def of(cls, samples: Iterable[Sample]) -> Self:
         """The samples, added at once (what a one-off scan reads)."""
-        ...
+        series = cls()
+        series.add(samples)
+        return series
+
+    def add(self, samples: Iterable[Sample]) -> None:
+        """Records, in their order."""
+        raise NotImplementedError
 
     def add_table(self, table: pa.Table) -> None:
         """The rows of a table with ``metric``, ``labels`` (JSON text), ``t`` and ``value`` columns, in their
         order (``store.queries.sample_rows_matching``'s)."""
-        ...
+        raise NotImplementedError
 
     def forget_before(self, t: float) -> None:
         """Drop the points before ``t``."""
-        ...
+        raise NotImplementedError
 
     def __len__(self) -> int:
         """The points held."""
-        ...
+        raise NotImplementedError
 
 
 class PointColumns:
