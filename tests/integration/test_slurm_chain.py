@@ -24,6 +24,8 @@ pytestmark = pytest.mark.integration
 
 PROMETHEUS_PORT = 29087  # its VictoriaMetrics +100, vmalert +200; collect_slurm has 29093
 SCRAPES_WITH_LABELS = 4
+#: Seconds back from Prometheus' now where every scrape stamped before is stored (three scrape intervals).
+SETTLED_S = 3.0
 
 
 @pytest.fixture(scope="module")
@@ -51,7 +53,7 @@ def chain(slurm, twin_serve, start_promql):
     t0 = time.monotonic()
     wait_until(labelled, timeout_s=40, what=f"Prometheus to see hpc_job labels {want}")
     first_labelled_s = time.monotonic() - t0
-    time.sleep(SCRAPES_WITH_LABELS)  # a few scrapes, so counters have deltas
+    time.sleep(SCRAPES_WITH_LABELS + SETTLED_S)  # a few scrapes before the settled time, so counters have deltas
     yield {"slurm": slurm, "prom": prom, "jobs": jobs, "first_labelled_s": first_labelled_s}
     slurm.run("scancel", *jobs.values(), check=False)
 
@@ -94,7 +96,10 @@ def test_promql_attribution_matches_prometheus_own_arithmetic(chain, tmp_path):
     with Store(tmp_path / "jobs.duckdb") as store:
         slurm_jobs = [store.job(j) for j in jobs.values()]
     with PrometheusBackend(chain["prom"].url) as prom:
-        t1 = float(prom.query("time()")["value"][0].as_py())
+        # A scrape is stamped when it starts and appended when it ends: the last second may still gain a point
+        # between the two reads below (PromQL once counted a point more than the samples read before it). Both
+        # read up to a time whose scrapes are all in (three 1 s scrape intervals back).
+        t1 = float(prom.query("time()")["value"][0].as_py()) - SETTLED_S
         window_s = 120
         table = prom.samples(DCGM_METRICS, t0=t1 - window_s, t1=t1)
         # Only the labelled series: PromQL below groups by hpc_job, so unlabelled scrapes taken in
