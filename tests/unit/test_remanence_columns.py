@@ -1,8 +1,8 @@
 """The remanence rules over columns (``security.remanence.GpuSeries``) against the rules read point by point.
 
 The reference below is the rule as its docstring says it, one point at a time, in Python: the baseline of a node
-is the median FB used while no job held the GPU, a finding needs a point over its GPU's baseline with no job on
-the GPU in the ended job's watch, a busy GPU needs a point over the limit with no job. Random nodes, GPUs, jobs
+is the median FB used while no job held the GPU, away from ended jobs' watch if any such read is left, a finding needs a point over its GPU's baseline with no job on
+the GPU in the ended job's watch, a busy GPU needs a point over the limit with no job within ``after_s``. Random nodes, GPUs, jobs
 (ended or running, holding every GPU of a node or some) and points (labelled or not, in order or not) must give
 the same findings, in the same order, with the same evidence.
 """
@@ -31,8 +31,13 @@ from hpcwatch.security.remanence import (
 CONFIG = RemanenceConfig(after_s=5.0, window_s=60.0, margin_mib=100.0, busy_util_pct=5.0)
 
 
-def _free(index: JobIndex, host: str, gpu: str, t: float, label: str) -> bool:
-    return not label and not index.on_gpu(host, gpu, t)
+def _free(index: JobIndex, host: str, gpu: str, t: float, label: str, grace_s: float = 0.0) -> bool:
+    return not label and not index.on_gpu(host, gpu, t, grace_s=grace_s)
+
+
+def _watched(index: JobIndex, host: str, t: float, config: RemanenceConfig) -> bool:
+    """Whether ``t`` is in the watch of a job that ended on ``host`` (its idle reads are not the baseline)."""
+    return any(host in j.nodes and j.end <= t <= j.end + config.window_s for j in index.ended())
 
 
 def _reference(samples: list[Sample], jobs: list[Job], config: RemanenceConfig) -> list[Finding]:
@@ -44,9 +49,13 @@ def _reference(samples: list[Sample], jobs: list[Job], config: RemanenceConfig) 
             key = (s.labels["host"], s.labels["gpu"])
             series[group].setdefault(key, []).append((s.t, s.value, s.labels.get("hpc_job", "")))
     idle: defaultdict[str, list[float]] = defaultdict(list)
+    quiet: defaultdict[str, list[float]] = defaultdict(list)
     for (host, gpu), points in series["fb"].items():
         idle[host] += [v for t, v, label in points if _free(index, host, gpu, t, label)]
-    base = {h: statistics.median(v) for h, v in idle.items() if v}
+        quiet[host] += [
+            v for t, v, label in points if _free(index, host, gpu, t, label) and not _watched(index, host, t, config)
+        ]
+    base = {h: statistics.median(quiet[h] or v) for h, v in idle.items() if v}
     findings = []
     for (host, gpu), points in sorted(series["fb"].items()):
         floor = min(v for _, v, _ in points)
@@ -80,7 +89,11 @@ def _reference(samples: list[Sample], jobs: list[Job], config: RemanenceConfig) 
                 }
                 findings.append(_finding("high", f"{host}/{gpu}", title, evidence, t, "remanence.fb_after_job"))
     for (host, gpu), points in sorted(series["util"].items()):
-        busy = [(t, v) for t, v, label in points if v > config.busy_util_pct and _free(index, host, gpu, t, label)]
+        busy = [
+            (t, v)
+            for t, v, label in points
+            if v > config.busy_util_pct and _free(index, host, gpu, t, label, config.after_s)
+        ]
         if busy:
             peak = max(v for _, v in busy)
             evidence = {"host": host, "gpu": gpu, "peak_util_pct": peak, "first_t": busy[0][0], "samples": len(busy)}

@@ -16,8 +16,16 @@ the previous job that is still alive and holds its memory (a zombie after
                                        the GPU ended, with no job holding it now (dcgm-exporter / nvidia-smi)
     remanence.process_after_job        a compute process (``gpu_process`` event from nvidia-smi) on a GPU no job holds,
                                        after a job on it ended
-    remanence.busy_no_job              GPU utilisation above ``busy_util_pct`` with no job on the GPU
+    remanence.busy_no_job              GPU utilisation above ``busy_util_pct`` with no job on the GPU, none ending or
+                                       starting within ``after_s``
     remanence.scrub_disabled           ``RMDisableScrubOnFree=1`` in /proc/driver/nvidia/params
+
+A node's idle baseline is the median FB used while no job holds its GPUs, read away from the watch of every ended
+job (``window_s`` after its end): what a job left there is what the rule looks for, not the baseline. A live scan
+remembers each node's last one (``GpuSeries.idle_mib``): once its window has moved past the idle reads before a
+job longer than the window, the memory eight ranks left alive on a whole node would otherwise be its own baseline
+(found on a real H200's reads, ``tests/unit/test_security_real_sequences.py``). With neither, the baseline is the
+median over every read no job holds.
 """
 
 from __future__ import annotations
@@ -125,6 +133,9 @@ class GpuSeries(WindowSeries):
         self._gpu_ids: dict[tuple[str, str], int] = {}
         self._job_ids: dict[str, int] = {"": 0}
         self._pair_ids = PairIds(2, lambda metric, labels: self._ids_of(labels), _KEPT_PAIRS)
+        #: Each node's idle FB used (MiB) as the last detection read it away from any ended job's watch: what a
+        #: live scan's window no longer holds (module doc).
+        self.idle_mib: dict[str, float] = {}
 
     def add(self, samples: Iterable[Sample]) -> None:
         ids = once_per_labels(self._ids_of)
@@ -218,39 +229,75 @@ class _ByGpu:
         return self._rows[gpu]
 
 
-def _unheld(index: JobIndex, host: str, gpu: str, times: np.ndarray) -> np.ndarray:
-    """Whether no job held GPU ``gpu`` of ``host`` at each of ``times`` (``JobIndex.on_gpu``, at once)."""
+def _unheld(index: JobIndex, host: str, gpu: str, times: np.ndarray, grace_s: float = 0.0) -> np.ndarray:
+    """Whether no job held GPU ``gpu`` of ``host`` at each of ``times`` (``JobIndex.on_gpu``, at once; ``grace_s``
+    widens each job's hold at both ends)."""
     holding = index.holding(host)
     holds_gpu = np.array([not (held := j.gpus_by_node.get(host)) or int(gpu) in held for j in holding.jobs], bool)
     if not holds_gpu.any():
         return np.ones(len(times), bool)
-    return ~holding.covering(times)[holds_gpu].any(axis=0)
+    return ~holding.covering(times, grace_s=grace_s)[holds_gpu].any(axis=0)
 
 
-def _free_rows(series: GpuSeries, points: dict[str, np.ndarray], picked: np.ndarray, index: JobIndex) -> _ByGpu:
-    """The ``picked`` rows of ``points`` no job label claims and no job held the GPU of, by GPU."""
+def _free_rows(
+    series: GpuSeries, points: dict[str, np.ndarray], picked: np.ndarray, index: JobIndex, grace_s: float = 0.0
+) -> _ByGpu:
+    """The ``picked`` rows of ``points`` no job label claims and no job held the GPU of (``grace_s`` around each
+    hold), by GPU."""
     unlabeled = _ByGpu(points["gpu"], picked & (points["job"] == 0))
     free = np.zeros(len(picked), bool)
     for gpu in unlabeled:
         rows = unlabeled.rows(gpu)
-        free[rows[_unheld(index, *series.gpus[gpu], points["t"][rows])]] = True
+        free[rows[_unheld(index, *series.gpus[gpu], points["t"][rows], grace_s)]] = True
     return _ByGpu(points["gpu"], free)
 
 
-def _baselines(series: GpuSeries, fb: dict[str, np.ndarray], index: JobIndex) -> dict[str, float]:
-    """Per node: the median FB used while no job holds the GPU (the driver's own reservation)."""
+def _ended_on(index: JobIndex) -> dict[str, list[tuple[Job, float]]]:
+    """The ended jobs of each node with their ends, in the order ``ended`` gives (once: at 1,024 nodes, thousands
+    of ended jobs times 8,192 GPUs was most of a scan)."""
+    ended_on: dict[str, list[tuple[Job, float]]] = {}
+    for job in index.ended():
+        end = index.end_of(job)
+        for node in dict.fromkeys(job.nodes):
+            ended_on.setdefault(node, []).append((job, end))
+    return ended_on
+
+
+def _baselines(
+    series: GpuSeries,
+    fb: dict[str, np.ndarray],
+    index: JobIndex,
+    ended_on: dict[str, list[tuple[Job, float]]],
+    config: RemanenceConfig,
+) -> dict[str, float]:
+    """Per node: the median FB used while no job holds the GPU (the driver's own reservation), away from every
+    ended job's watch, else the one remembered, else over every free read (module doc). Remembers the first."""
     free = _free_rows(series, fb, np.ones(len(fb["t"]), bool), index)
     idle: defaultdict[str, list[np.ndarray]] = defaultdict(list)
+    quiet: defaultdict[str, list[np.ndarray]] = defaultdict(list)
     for gpu in free:
-        idle[series.gpus[gpu][0]].append(fb["value"][free.rows(gpu)])
-    return {h: float(np.median(np.concatenate(v))) for h, v in idle.items()}
+        host, rows = series.gpus[gpu][0], free.rows(gpu)
+        values, t = fb["value"][rows], fb["t"][rows]
+        idle[host].append(values)
+        ends = np.array([end for _, end in ended_on.get(host, ())], float)
+        watched = ((ends[:, None] <= t[None, :]) & (t[None, :] <= ends[:, None] + config.window_s)).any(axis=0)
+        quiet[host].append(values[~watched])
+    base = {}
+    for host, values in idle.items():
+        away = np.concatenate(quiet[host])
+        if away.size:
+            base[host] = series.idle_mib[host] = float(np.median(away))
+        else:
+            base[host] = series.idle_mib.get(host, float(np.median(np.concatenate(values))))
+    return base
 
 
 def _fb_after_job(series: GpuSeries, index: JobIndex, config: RemanenceConfig) -> list[Finding]:
     fb = series.fb.columns()
     if not len(fb["t"]):
         return []
-    base = _baselines(series, fb, index)
+    ended_on = _ended_on(index)
+    base = _baselines(series, fb, index, ended_on, config)
     gpu, t, value = fb["gpu"], fb["t"], fb["value"]
     floor = np.full(len(series.gpus), np.inf)
     np.minimum.at(floor, gpu, value)
@@ -263,13 +310,6 @@ def _fb_after_job(series: GpuSeries, index: JobIndex, config: RemanenceConfig) -
     # Only a point over its GPU's baseline, on a GPU no job held, can be memory left behind: a few, looked at in
     # Python; the others are judged by the masks.
     over = _free_rows(series, fb, value > baseline[gpu] + config.margin_mib, index)
-    # The ended jobs of each node, once (in the order ``ended`` gives): at 1,024 nodes, thousands of ended
-    # jobs times 8,192 GPUs was most of a scan.
-    ended_on: dict[str, list[tuple[Job, float]]] = {}
-    for job in index.ended():
-        end = index.end_of(job)
-        for node in dict.fromkeys(job.nodes):
-            ended_on.setdefault(node, []).append((job, end))
     findings = []
     for g in sorted(over, key=series.gpus.__getitem__):
         (host, gpu_label), rows = series.gpus[g], over.rows(g)
@@ -281,16 +321,16 @@ def _fb_after_job(series: GpuSeries, index: JobIndex, config: RemanenceConfig) -
                 continue
             left = rows[(end + config.after_s <= t[rows]) & (t[rows] <= end + config.window_s)]
             if left.size:
+                at, base_mib = left[0], float(baseline[g])
                 findings.append(
-                    _left_finding(
-                        host, gpu_label, job, float(t[left[0]]), float(value[left[0]]), float(baseline[g]), left.size
-                    )
+                    _left_finding(host, gpu_label, job, end, float(t[at]), float(value[at]), base_mib, left.size)
                 )
     return findings
 
 
-def _left_finding(host: str, gpu: str, job: Job, t: float, v: float, baseline: float, count: int) -> Finding:
-    end = JobIndex.end_of(job)
+def _left_finding(
+    host: str, gpu: str, job: Job, end: float, t: float, v: float, baseline: float, count: int
+) -> Finding:
     return Finding(
         vector="gpu_memory_remanence",
         severity="high",
@@ -358,7 +398,9 @@ def _processes_after_job(events: list[Event], index: JobIndex, config: Remanence
 
 def _busy_no_job(series: GpuSeries, index: JobIndex, config: RemanenceConfig) -> list[Finding]:
     util = series.util.columns()
-    busy = _free_rows(series, util, util["value"] > config.busy_util_pct, index)
+    # Slurm gives a job's start and end in whole seconds, and the driver tears a process down after its end (a
+    # real H200 read 59 % for 0.2 s after): no job within ``after_s`` of a read is not yet work nobody scheduled.
+    busy = _free_rows(series, util, util["value"] > config.busy_util_pct, index, grace_s=config.after_s)
     findings = []
     for g in sorted(busy, key=series.gpus.__getitem__):
         (host, gpu), rows = series.gpus[g], busy.rows(g)
