@@ -273,22 +273,20 @@ def _baselines(
     """Per node: the median FB used while no job holds the GPU (the driver's own reservation), away from every
     ended job's watch, else the one remembered, else over every free read (module doc). Remembers the first."""
     free = _free_rows(series, fb, np.ones(len(fb["t"]), bool), index)
-    idle: defaultdict[str, list[np.ndarray]] = defaultdict(list)
-    quiet: defaultdict[str, list[np.ndarray]] = defaultdict(list)
+    rows_of: defaultdict[str, list[np.ndarray]] = defaultdict(list)
     for gpu in free:
-        host, rows = series.gpus[gpu][0], free.rows(gpu)
-        values, t = fb["value"][rows], fb["t"][rows]
-        idle[host].append(values)
-        ends = np.array([end for _, end in ended_on.get(host, ())], float)
-        watched = ((ends[:, None] <= t[None, :]) & (t[None, :] <= ends[:, None] + config.window_s)).any(axis=0)
-        quiet[host].append(values[~watched])
+        rows_of[series.gpus[gpu][0]].append(free.rows(gpu))
     base = {}
-    for host, values in idle.items():
-        away = np.concatenate(quiet[host])
+    for host, parts in rows_of.items():
+        rows = np.concatenate(parts)
+        values, away = fb["value"][rows], fb["value"][rows]
+        if ended := ended_on.get(host):
+            ends, t = np.array([end for _, end in ended], float), fb["t"][rows]
+            away = values[~((ends[:, None] <= t) & (t <= ends[:, None] + config.window_s)).any(axis=0)]
         if away.size:
             base[host] = series.idle_mib[host] = float(np.median(away))
         else:
-            base[host] = series.idle_mib.get(host, float(np.median(np.concatenate(values))))
+            base[host] = series.idle_mib.get(host, float(np.median(values)))
     return base
 
 
