@@ -522,29 +522,6 @@ def test_first_paint_reference_cluster(page):
     TIMINGS["reference_first_contentful_paint_ms"] = fcp
     _shot(page, "0-engineer")
     assert fcp < ACTION_TIMEOUT_MS  # it painted (see above)
-    assert page.evaluate("window.hpcwatch.state.firstAppliedMs") <= fcp  # the frame painted holds live values
-
-
-def test_no_frame_is_painted_before_the_module_wrote_the_live_values(browser, server):
-    """The page's module is render-blocking (index.html): held back, the parsed page paints nothing and runs no
-    animation frame (a 1,024-node page laid out and painted its empty tiles first, then again); let through,
-    the first frame painted comes after the first snapshot was applied."""
-    context = browser.new_context(viewport=VIEWPORT)
-    pg = context.new_page()
-    held: list = []
-    pg.route("**/app.js", lambda route: held.append(route))  # answered below
-    try:
-        pg.goto(server, wait_until="commit")
-        pg.wait_for_selector("#boot", state="attached")  # the page parsed to its end (the boot data is last)
-        frame_or_not = """() => Promise.race([new Promise((r) => requestAnimationFrame(() => r('frame'))),
-                                            new Promise((r) => setTimeout(() => r('no frame'), 1500))])"""
-        assert pg.evaluate(frame_or_not) == "no frame"
-        assert pg.evaluate("performance.getEntriesByType('paint').length") == 0
-        held[0].continue_()
-        _wait_ticks(pg, 1)
-        assert pg.evaluate("window.hpcwatch.state.firstAppliedMs") <= _first_contentful_paint_ms(pg)
-    finally:
-        context.close()
 
 
 # -- the page as a monitor (issue 15): problems where you look, URL state, stale data ----------------

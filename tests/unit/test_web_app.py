@@ -381,7 +381,7 @@ def test_the_page_links_its_scripts_under_a_versioned_address_cached_for_good(cl
 
     html = client.get("/").text
     version = asset_version()
-    assert f'<script type="module" blocking="render" src="/static/{version}/app.js">' in html
+    assert f'<script type="module" src="/static/{version}/app.js">' in html
     preloaded = re.findall(rf'<link rel="modulepreload" href="/static/{version}/([\w.]+)">', html)
     # every module app.js reaches, and only those: assess.js is the assessment page's plain script
     assert preloaded == list(module_graph()) and set(preloaded) == {p.name for p in STATIC_DIR.glob("*.js")} - {
