@@ -279,7 +279,7 @@ def _baselines(
     base = {}
     for host, parts in rows_of.items():
         rows = np.concatenate(parts)
-        values, away = fb["value"][rows], fb["value"][rows]
+        values = away = fb["value"][rows]
         if ended := ended_on.get(host):
             ends, t = np.array([end for _, end in ended], float), fb["t"][rows]
             away = values[~((ends[:, None] <= t) & (t <= ends[:, None] + config.window_s)).any(axis=0)]
