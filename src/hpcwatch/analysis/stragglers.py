@@ -335,7 +335,7 @@ def _evidence(outlier: np.ndarray, gpu: _Gpu | None, cfg: StragglerConfig) -> di
     (the shares of all ranks at once: a 1,536-rank job's page asked numpy 3,000 times a page, row by row)."""
     host = (outlier.mean(axis=1) >= cfg.min_step_fraction).tolist()
     compute = [False] * len(host) if gpu is None else (gpu.outlier.mean(axis=1) >= cfg.min_step_fraction).tolist()
-    late = [False] * len(host) if gpu is None else [bool(v) for v in gpu.late_flag.tolist()]
+    late = [False] * len(host) if gpu is None else gpu.late_flag.tolist()
     return {
         i: tuple(
             name

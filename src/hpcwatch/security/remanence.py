@@ -252,23 +252,8 @@ def _free_rows(
     return _ByGpu(points["gpu"], free)
 
 
-def _ended_on(index: JobIndex) -> dict[str, list[tuple[Job, float]]]:
-    """The ended jobs of each node with their ends, in the order ``ended`` gives (once: at 1,024 nodes, thousands
-    of ended jobs times 8,192 GPUs was most of a scan)."""
-    ended_on: dict[str, list[tuple[Job, float]]] = {}
-    for job in index.ended():
-        end = index.end_of(job)
-        for node in dict.fromkeys(job.nodes):
-            ended_on.setdefault(node, []).append((job, end))
-    return ended_on
-
-
 def _baselines(
-    series: GpuSeries,
-    fb: dict[str, np.ndarray],
-    index: JobIndex,
-    ended_on: dict[str, list[tuple[Job, float]]],
-    config: RemanenceConfig,
+    series: GpuSeries, fb: dict[str, np.ndarray], index: JobIndex, config: RemanenceConfig
 ) -> dict[str, float]:
     """Per node: the median FB used while no job holds the GPU (the driver's own reservation), away from every
     ended job's watch, else the one remembered, else over every free read (module doc). Remembers the first."""
@@ -279,10 +264,10 @@ def _baselines(
     base = {}
     for host, parts in rows_of.items():
         rows = np.concatenate(parts)
-        values = away = fb["value"][rows]
-        if ended := ended_on.get(host):
-            ends, t = np.array([end for _, end in ended], float), fb["t"][rows]
-            away = values[~((ends[:, None] <= t) & (t <= ends[:, None] + config.window_s)).any(axis=0)]
+        values, t = fb["value"][rows], fb["t"][rows]
+        ends = index.holding(host).ends
+        ends = ends[np.isfinite(ends)]  # the node's ended jobs (a running one's end is +inf)
+        away = values[~((ends[:, None] <= t) & (t <= ends[:, None] + config.window_s)).any(axis=0)]
         if away.size:
             base[host] = series.idle_mib[host] = float(np.median(away))
         else:
@@ -294,8 +279,7 @@ def _fb_after_job(series: GpuSeries, index: JobIndex, config: RemanenceConfig) -
     fb = series.fb.columns()
     if not len(fb["t"]):
         return []
-    ended_on = _ended_on(index)
-    base = _baselines(series, fb, index, ended_on, config)
+    base = _baselines(series, fb, index, config)
     gpu, t, value = fb["gpu"], fb["t"], fb["value"]
     floor = np.full(len(series.gpus), np.inf)
     np.minimum.at(floor, gpu, value)
@@ -308,6 +292,13 @@ def _fb_after_job(series: GpuSeries, index: JobIndex, config: RemanenceConfig) -
     # Only a point over its GPU's baseline, on a GPU no job held, can be memory left behind: a few, looked at in
     # Python; the others are judged by the masks.
     over = _free_rows(series, fb, value > baseline[gpu] + config.margin_mib, index)
+    # The ended jobs of each node, once (in the order ``ended`` gives): at 1,024 nodes, thousands of ended
+    # jobs times 8,192 GPUs was most of a scan.
+    ended_on: dict[str, list[tuple[Job, float]]] = {}
+    for job in index.ended():
+        end = index.end_of(job)
+        for node in dict.fromkeys(job.nodes):
+            ended_on.setdefault(node, []).append((job, end))
     findings = []
     for g in sorted(over, key=series.gpus.__getitem__):
         (host, gpu_label), rows = series.gpus[g], over.rows(g)
