@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from hpcwatch import vocab
 from hpcwatch.analysis.attribution import job_reports, partial_of, report_dict, reports_of
-from hpcwatch.analysis.jobpartial import Partial, exact_plus, exact_sums, median_gap_s
+from hpcwatch.analysis.jobpartial import Acc, Partial, _fsum, exact_plus, exact_sums, median_gap_s
 from hpcwatch.records import Job
 from hpcwatch.store import SAMPLE_SCHEMA
 
@@ -214,3 +214,61 @@ def test_a_copied_accumulator_has_every_field_and_shares_nothing_it_could_change
     copied.sources.add("pod")
     copied.energy_by_gap[2000] = (1.0, 0.0)
     assert acc.sources == {"slurm"} and acc.energy_by_gap == {1000: (5.0, 0.0)}
+
+
+#: A sum as a stretch keeps it: the ``Exact`` of some measured values (its rest below half its last digit).
+_SUMS = st.lists(st.floats(-1e4, 1e4, allow_nan=False), max_size=6).map(lambda values: _fsum(values))
+_MAYBE = st.none() | st.floats(0, 1e6, allow_nan=False)
+
+
+def _acc(util, tensor, power, n, fb, umax, xid, tx, rx, first, span, sources, profile, energy) -> Acc:
+    last = None if first is None else first + span
+    return Acc(
+        util_sum=util, util_n=n, tensor_sum=tensor, tensor_n=n // 2, power_sum=power, power_n=n, fb_max=fb,
+        util_max=umax, xid=xid, ib_tx=tx, ib_rx=rx, first_t=first, last_t=last, sources=set(sources),
+        profile=profile, energy_by_gap=energy,
+    )  # fmt: skip
+
+
+_ACCS = st.lists(
+    st.builds(
+        _acc,
+        _SUMS,
+        _SUMS,
+        _SUMS,
+        st.integers(0, 1000),
+        _MAYBE,
+        _MAYBE,
+        st.integers(0, 3),
+        st.floats(0, 1e15, allow_nan=False),
+        st.floats(0, 1e15, allow_nan=False),
+        _MAYBE,
+        st.floats(0, 100),
+        st.sets(st.sampled_from(["slurm", "label", "pod"])),
+        st.none() | st.sampled_from(["1g.10gb", "3g.40gb", "7g.80gb"]),
+        st.dictionaries(st.sampled_from([999, 1000, 1001, 60000]), _SUMS, max_size=3),
+    ),
+    max_size=12,
+)
+
+
+@given(_ACCS)
+@settings(max_examples=150, deadline=None)
+def test_the_total_of_accumulators_is_what_adding_them_in_turn_gives(accs) -> None:
+    """``Acc.total`` (a job page's sums over its 1,536 GPUs, one pass per field) gives each field as ``add``ing
+    them to an empty one in turn does, and each sum correctly rounded from all the parts the accumulators hold
+    (``add``'s pairwise joins can lose a tie's tiny rest: adding a zero then moved a sum by one digit)."""
+    chained = Acc()
+    for a in accs:
+        chained.add(a)
+    total = Acc.total(accs)
+    for name in Acc.__slots__:
+        mine, theirs = getattr(total, name), getattr(chained, name)
+        if name.endswith("_sum"):
+            assert mine[0] == math.fsum(x for a in accs for x in getattr(a, name)), name
+        elif name == "energy_by_gap":
+            assert set(mine) == set(theirs)
+            for gap, (value, _) in mine.items():
+                assert value == math.fsum(x for a in accs for x in a.energy_by_gap.get(gap, ())), gap
+        else:
+            assert mine == theirs, name

@@ -4,6 +4,8 @@ compaction only merges parts; ``jobs()`` is read again exactly when the jobs' ma
 
 from __future__ import annotations
 
+import threading
+
 from hpcwatch.records import Event, Finding, Job
 from hpcwatch.store import Store
 
@@ -78,6 +80,19 @@ def test_one_job_is_answered_from_the_jobs_kept_and_read_again_after_another_wri
         assert reader.job("1") == kept["1"]
 
 
+def test_once_every_job_is_kept_one_job_is_read_on_from_them(tmp_path):
+    """A process that asked for every job answers ``job(id)`` from them, read on to the newest commit (a job
+    page asks five times a page): a job added or changed by another writer is there, the others are the same
+    objects, and ``jobs()`` agrees."""
+    with Store(tmp_path / "s") as reader, Store(tmp_path / "s") as writer:
+        writer.add([_job("1"), _job("2")])
+        before = {j.id: j for j in reader.jobs()}
+        writer.add([_job("2", state="COMPLETED"), _job("3")])
+        assert reader.job("2").state == "COMPLETED" and reader.job("3").state == "RUNNING"
+        assert reader.job("1") is before["1"] and reader.job("nope") is None
+        assert {j.id: j for j in reader.jobs()} == {"1": before["1"], "2": reader.job("2"), "3": reader.job("3")}
+
+
 def test_a_result_kept_while_its_tables_hold_the_same_rows_is_computed_once(tmp_path):
     with Store(tmp_path / "s") as store:
         computed: list[int] = []
@@ -94,3 +109,63 @@ def test_a_result_kept_while_its_tables_hold_the_same_rows_is_computed_once(tmp_
         assert kept() == 0 and len(computed) == 1
         store.add([_event(1.0)])
         assert kept() == 1 and kept() == 1 and len(computed) == 2
+
+
+class _ArrivalLock:
+    """A lock that tells when a second thread is at its door (``second``), then waits its turn as a lock does."""
+
+    def __init__(self) -> None:
+        self._lock, self._arrivals, self.second = threading.Lock(), 0, threading.Event()
+
+    def __enter__(self) -> None:
+        self._arrivals += 1
+        if self._arrivals == 2:
+            self.second.set()
+        self._lock.acquire()
+
+    def __exit__(self, *exc: object) -> None:
+        self._lock.release()
+
+
+def test_two_threads_asking_for_one_kept_result_at_once_compute_it_once(tmp_path):
+    """A job page's two threads ask for its requeued attempts together: the second waits for the first's answer
+    instead of asking the store again."""
+    with Store(tmp_path / "s") as store:
+        key = ("attempts", "1")
+        gate = _ArrivalLock()
+        store._computing[key] = gate  # type: ignore[assignment]  # the lock ``kept_while`` holds while computing
+        computed: list[str] = []
+
+        def compute() -> int:
+            computed.append(threading.current_thread().name)
+            assert gate.second.wait(30), "the second thread never asked"
+            return 42
+
+        answers: list[int] = []
+        threads = [
+            threading.Thread(target=lambda: answers.append(store.kept_while(("jobs",), key, compute)), name=f"t{i}")
+            for i in range(2)
+        ]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(30)
+        assert answers == [42, 42] and len(computed) == 1
+
+
+def test_a_kept_result_whose_computation_failed_is_computed_again(tmp_path):
+    with Store(tmp_path / "s") as store:
+        calls: list[int] = []
+
+        def fails_once() -> int:
+            calls.append(1)
+            if len(calls) == 1:
+                raise OSError("the store went away")
+            return 7
+
+        try:
+            store.kept_while(("jobs",), ("k",), fails_once)
+        except OSError:
+            pass
+        assert store.kept_while(("jobs",), ("k",), fails_once) == 7 and len(calls) == 2
+        assert ("k",) in store._computing  # its lock kept while its result is

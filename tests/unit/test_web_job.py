@@ -436,3 +436,26 @@ def test_the_page_of_a_large_job_says_how_many_rows_it_shows_and_links_to_all(tw
     assert page.count("<tr data-gpu=") == 4 and every.count("<tr data-gpu=") == gpus
     assert f"The 4 GPUs to look at first, of {gpus}" in page and 'href="?rows=all&amp;lang=en#job-gpus"' in page
     assert "The 4 ranks to look at first" in page and 'id="gpus-shown"' not in every
+
+
+def test_each_ranks_phase_medians_are_its_own_over_the_steps():
+    """The page's per-rank phase table (``_phase_medians``, from the straggler scores' medians): each rank's
+    median seconds per phase over the steps, the mean of the middle two for an even count; a phase a rank did
+    not run in a step counts 0 s there."""
+    from hpcwatch.analysis.steps import anatomy_from_spans
+    from hpcwatch.records import Span
+    from hpcwatch.reports.jobpage import _phase_medians
+    from hpcwatch.reports.steps import step_report_of
+
+    forward = {0: [0.10, 0.30, 0.20, 0.40], 1: [0.10, 0.50, 0.20, 0.20], 2: [0.20, 0.20, 0.20, 0.20]}
+    spans = []
+    for rank, durations in forward.items():
+        for step, dur in enumerate(durations):
+            t = 10.0 * step
+            spans.append(Span(job="j", rank=rank, step=step, phase="forward", start=t, dur=dur, attrs={}))
+            if rank != 2 and not (rank == 1 and step == 2):  # rank 2 never loads, rank 1 not in step 2
+                spans.append(Span(job="j", rank=rank, step=step, phase="load", start=t + 1.0, dur=0.01, attrs={}))
+    rows = {r.rank: dict(zip(PHASES, r.phase_s)) for r in _phase_medians(step_report_of(anatomy_from_spans(spans)))}
+    assert rows[0]["forward"] == pytest.approx(0.25) and rows[1]["forward"] == pytest.approx(0.20)
+    assert rows[2]["forward"] == pytest.approx(0.20) and rows[2]["load"] == 0.0
+    assert rows[0]["load"] == pytest.approx(0.01) and rows[1]["load"] == pytest.approx(0.01)

@@ -262,3 +262,70 @@ def test_the_child_is_told_how_many_jobs_to_keep_read(live) -> None:
         process.stop()
     assert pageprocess.main([str(store.path), "-1"]) == 2
     assert pageprocess.main([str(store.path), "3", "x"]) == 2
+
+
+def test_no_collection_runs_during_a_page_and_what_it_left_is_collected_after() -> None:
+    """The collector waits for the end of the block, then frees a reference cycle the block left and freezes
+    what survived (later collections skip it); ``full`` first makes what an earlier page froze collectable."""
+    import gc
+    import weakref
+
+    class Node:
+        me: object
+
+    before = gc.isenabled()
+    try:
+        with pageprocess._collecting_after(full=False):
+            assert not gc.isenabled()
+            node = Node()
+            node.me = node  # a cycle: only the collector frees it
+            gone = weakref.ref(node)
+            del node
+            assert gone() is not None
+        assert gone() is None and gc.isenabled() and gc.get_freeze_count() > 0
+        kept = Node()
+        kept.me = kept
+        with pageprocess._collecting_after(full=False):
+            pass
+        frozen = weakref.ref(kept)
+        del kept
+        with pageprocess._collecting_after(full=False):
+            pass
+        assert frozen() is not None  # frozen by the page before: a page's collection does not look at it
+        with pageprocess._collecting_after(full=True):
+            pass
+        assert frozen() is None
+    finally:
+        gc.unfreeze()
+        (gc.enable if before else gc.disable)()
+
+
+def test_the_loop_collects_after_each_page_and_everything_every_so_many_pages(live, monkeypatch) -> None:
+    store, _ = live
+    fulls: list[bool] = []
+    real = pageprocess._collecting_after
+
+    def recording(*, full: bool):
+        fulls.append(full)
+        return real(full=full)
+
+    monkeypatch.setattr(pageprocess, "_collecting_after", recording)
+    monkeypatch.setattr(pageprocess, "FULL_COLLECTION_PAGES", 2)
+    requests_in, requests_out, answers_in, answers_out = _pipes()
+    loop = threading.Thread(
+        target=serve_pages, args=(str(store.path), requests_in, answers_out), kwargs={"keep_read_jobs": 0}
+    )
+    loop.start()
+    try:
+        for _ in range(3):
+            pageprocess._write_frame(requests_out, pickle.dumps((_running(store), None, "")))
+            assert pickle.loads(pageprocess._read_frame(answers_in, timeout_s=120))[0] == "ok"
+    finally:
+        requests_out.close()
+        loop.join()
+        import gc
+
+        gc.unfreeze()
+    for f in (requests_in, answers_in, answers_out):
+        f.close()
+    assert fulls == [True, False, True]

@@ -1191,9 +1191,7 @@ def _allocation(job: Job) -> str | None:
 def _report(job: Job, cells: list[_Cell], lustre: tuple[int, int], usage: _SlurmUsage | None, now: float) -> JobReport:
     cells = sorted(cells, key=lambda c: (c.host, _num(c.device), c.device))
     per_gpu = tuple(_gpu_report(c) for c in cells)
-    total = Acc()
-    for c in cells:
-        total.add(c.acc)
+    total = Acc.total([c.acc for c in cells])
     energy_mj = ZERO
     for c in cells:
         energy_mj = exact_plus(energy_mj, c.energy_mj)

@@ -27,7 +27,7 @@ one pass to the last digit (a float sum depends on its order): ``hpcwatch job ID
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -172,6 +172,35 @@ class Acc:
             self.profile = other.profile
         for gap, delta in other.energy_by_gap.items():
             self.energy_by_gap[gap] = exact_plus(self.energy_by_gap.get(gap, ZERO), delta)
+
+    @classmethod
+    def total(cls, accs: Sequence[Acc]) -> Acc:
+        """The sums of all ``accs``, as adding them to an empty one in turn gives, in one pass per field (a
+        1,536-GPU job's total on its page: 1,536 ``add`` calls were a tenth of the report)."""
+        out = cls()
+        if not accs:
+            return out
+        out.util_sum = _fsum([x for a in accs for x in a.util_sum])
+        out.tensor_sum = _fsum([x for a in accs for x in a.tensor_sum])
+        out.power_sum = _fsum([x for a in accs for x in a.power_sum])
+        out.util_n = sum(a.util_n for a in accs)
+        out.tensor_n = sum(a.tensor_n for a in accs)
+        out.power_n = sum(a.power_n for a in accs)
+        out.fb_max = max((a.fb_max for a in accs if a.fb_max is not None), default=None)
+        out.util_max = max((a.util_max for a in accs if a.util_max is not None), default=None)
+        out.xid = sum(a.xid for a in accs)
+        out.ib_tx = sum((a.ib_tx for a in accs), 0.0)  # in order, as ``add`` adds them
+        out.ib_rx = sum((a.ib_rx for a in accs), 0.0)
+        out.first_t = min((a.first_t for a in accs if a.first_t is not None), default=None)
+        out.last_t = max((a.last_t for a in accs if a.last_t is not None), default=None)
+        out.sources = set().union(*(a.sources for a in accs))
+        out.profile = min((a.profile for a in accs if a.profile is not None), key=str, default=None)
+        parts: dict[int, list[float]] = {}
+        for a in accs:
+            for gap, delta in a.energy_by_gap.items():
+                parts.setdefault(gap, []).extend(delta)
+        out.energy_by_gap = {gap: _fsum(values) for gap, values in parts.items()}
+        return out
 
     def copy(self) -> Acc:
         """These sums, to add to without changing them (a kept checkpoint is joined to many pages): every field

@@ -21,6 +21,7 @@ A part the store cannot answer (no spans, no goodput events) is ``None`` with th
 
 from __future__ import annotations
 
+import math
 import threading
 from collections import OrderedDict
 from collections.abc import Callable
@@ -28,7 +29,6 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
 import pyarrow as pa
 
 from hpcwatch.analysis.attribution import GpuReport, JobReport, report_dict
@@ -131,22 +131,15 @@ def concerns_job(finding: Finding, job_id: str, nodes: tuple[str, ...], t0: floa
 
 
 def _phase_medians(report: StepReport) -> tuple[RankPhases, ...]:
+    """Each rank's median seconds per phase over the steps, as the straggler scores took them (one median per
+    rank and phase over its steps that are not NaN; None where it has none), placed as the anatomy places it."""
     anatomy = report.anatomy
-    per_phase = [_row_medians(anatomy.matrix(p)) for p in PHASES]
     out = []
-    for i, rank in enumerate(anatomy.ranks):
-        node, gpu = anatomy.placement.get(rank, (None, None))
-        out.append(RankPhases(rank=rank, node=node, gpu=gpu, phase_s=tuple(m[i] for m in per_phase)))
+    for score in report.stragglers.ranks:
+        node, gpu = anatomy.placement.get(score.rank, (None, None))
+        phase_s = tuple(None if math.isnan(v := score.phases[p]) else v for p in PHASES)
+        out.append(RankPhases(rank=score.rank, node=node, gpu=gpu, phase_s=phase_s))
     return tuple(out)
-
-
-def _row_medians(m: np.ndarray) -> list[float | None]:
-    """Each row's median over its cells that are not NaN (None: no such cell). One numpy call when no cell
-    is NaN (every rank ran every step, the usual case: 1,536 ranks were 9,000 calls), the same values: a
-    median is the middle cell or the mean of the middle two either way."""
-    if m.shape[1] and not np.isnan(m).any():
-        return [float(x) for x in np.median(m, axis=1)]
-    return [float(np.median(row[~np.isnan(row)])) if (~np.isnan(row)).any() else None for row in m]
 
 
 def _steps(report: StepReport) -> JobSteps:
