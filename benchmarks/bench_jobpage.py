@@ -21,7 +21,8 @@ and after are measured on the same rows. The job is the largest running one, as 
 - ``--profile N``: cProfile of one ``job_overview``, the N costliest functions by cumulative time;
 - ``--growing PAGES`` (``--every K``): instead, on a store the twin keeps writing (``--ticks`` seconds old at the
   first page), PAGES pages of its largest running job K twin seconds apart with one ``KeptStretches``, as a
-  server serves them: ``first_page_s`` and ``next_pages_median_s``, in this process;
+  server serves them: ``first_page_s`` and ``next_pages_median_s``, in this process; with ``--child``, asked of
+  a job pages' process as ``demo`` and ``serve`` ask them (``child_cpu_per_next_page_median_s``);
 - ``--demo S``: instead, ``hpcwatch demo --nodes N`` as ``bench_web.py`` starts it, and after S seconds three
   ``GET /job/ID`` of its largest running job, one after the other (the twin keeps writing meanwhile).
 
@@ -40,6 +41,7 @@ import resource
 import statistics
 import time
 from pathlib import Path
+from typing import Any
 
 from fastapi.testclient import TestClient
 
@@ -106,33 +108,60 @@ def in_demo(nodes: int, wait_s: float) -> dict[str, object]:
         stop_demo(proc)
 
 
-def growing(nodes: int, ticks: int, pages: int, every: int) -> dict[str, object]:
+def _cpu_s(pages_process: Any) -> float:
+    """The CPU seconds the job pages' child has used (0 without one)."""
+    if pages_process is None or pages_process._child is None:
+        return 0.0
+    fields = Path(f"/proc/{pages_process._child.pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def growing(nodes: int, ticks: int, pages: int, every: int, *, child: bool = False) -> dict[str, object]:
     """A server's pages of a job whose store keeps growing, in this process: the twin written ``ticks`` seconds
     into a store on disk (as the demo's), then ``pages`` pages of its largest running job, ``every`` twin
     seconds apart, one ``KeptStretches`` between them (the first page reads the job's life, the next ones
-    resume). No other thread runs: the demo's twin, snapshot and judge share the GIL with its pages."""
+    resume). No other thread runs: the demo's twin, snapshot and judge share the GIL with its pages.
+    ``child``: the pages asked of a job pages' process over the same folder (``web.pageprocess``, as ``demo``
+    and ``serve`` ask them; its rounds of running jobs off), with the child's CPU per page (its collection after
+    the answer included: read 0.3 s after it)."""
     import shutil
     import tempfile
 
+    from hpcwatch.web.pageprocess import PageProcess
+
     folder = tempfile.mkdtemp(prefix="hpcwatch-bench-jobpage-")
+    pages_process = None
     try:
         store = Store(folder)
         live = LiveTwin(store, cluster_with_nodes(nodes), seed=0)
         live.write_tick()
         for _ in range(ticks):
             live.step()
-        job, kept, times = largest_running_job(store), KeptStretches(), []
+        job, kept, times, cpu = largest_running_job(store), KeptStretches(), [], []
+        if child:
+            pages_process = PageProcess(Path(folder), keep_read_jobs=0).start()
         for _ in range(pages):
             for _ in range(every):
                 live.step()
+            cpu_before = _cpu_s(pages_process)
             started = time.perf_counter()
-            job_overview(store, job, kept=kept)
+            if pages_process is not None:
+                pages_process.overview(job)
+            else:
+                job_overview(store, job, kept=kept)
             times.append(time.perf_counter() - started)
+            if pages_process is not None:
+                time.sleep(0.3)
+                cpu.append(_cpu_s(pages_process) - cpu_before)
         store.close()
     finally:
+        if pages_process is not None:
+            pages_process.stop()
         shutil.rmtree(folder, ignore_errors=True)
     return {
         "nodes": nodes,
+        "child": child,
+        **({"child_cpu_per_next_page_median_s": round(statistics.median(cpu[1:]), 3)} if len(cpu) > 1 else {}),
         "job_age_s": ticks,
         "job": job,
         "first_page_s": round(times[0], 3),
@@ -153,13 +182,14 @@ def main() -> None:
     parser.add_argument("--demo", type=float, metavar="S", help="measure in a demo process, S s after start")
     parser.add_argument("--growing", type=int, metavar="PAGES", help="PAGES pages of a job whose store grows")
     parser.add_argument("--every", type=int, default=2, help="with --growing: twin seconds between pages")
+    parser.add_argument("--child", action="store_true", help="with --growing: ask a job pages' process")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
     if args.demo is not None:
         print(json.dumps(in_demo(args.nodes, args.demo)), flush=True)
         return
     if args.growing is not None:
-        print(json.dumps(growing(args.nodes, args.ticks, args.growing, args.every)), flush=True)
+        print(json.dumps(growing(args.nodes, args.ticks, args.growing, args.every, child=args.child)), flush=True)
         return
     fresh = args.store is None or not (args.store / "manifest.json").exists()
     store = Store(args.store or ":memory:")
