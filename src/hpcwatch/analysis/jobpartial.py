@@ -175,8 +175,10 @@ class Acc:
 
     @classmethod
     def total(cls, accs: Sequence[Acc]) -> Acc:
-        """The sums of all ``accs``, as adding them to an empty one in turn gives, in one pass per field (a
-        1,536-GPU job's total on its page: 1,536 ``add`` calls were a tenth of the report)."""
+        """The sums of all ``accs`` in one pass per field (a 1,536-GPU job's total on its page: 1,536 ``add``
+        calls were a tenth of the report): each field as adding them to an empty one in turn gives it, but each
+        sum correctly rounded from all the parts at once (``add``'s joins two by two can lose the tiny rest of a
+        sum that lies half a digit from the next float, and move it by a digit)."""
         out = cls()
         if not accs:
             return out

@@ -544,8 +544,8 @@ class Store:
         self._manifest = _empty_manifest()
         self._identities: tuple[dict[str, Any], set[str]] | None = None  # (manifest it was built from, identities)
         self._all_jobs: _KeptJobs | None = None
-        self._jobs_lock = threading.Lock()
         """Every job as last read, see ``jobs()``."""
+        self._jobs_lock = threading.Lock()  # held by the thread reading on ``_all_jobs``
         self._kept_results: OrderedDict[Hashable, tuple[Any, Any]] = OrderedDict()  # ``kept_while``'s
         self._computing: dict[Hashable, threading.Lock] = {}  # ``kept_while``'s key -> held while one computes it
         self._execute(lambda: None)  # bind the views, as a query does (a part may vanish meanwhile)
