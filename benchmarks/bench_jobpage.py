@@ -110,10 +110,11 @@ def in_demo(nodes: int, wait_s: float) -> dict[str, object]:
 
 def _cpu_s(pages_process: Any) -> float:
     """The CPU seconds the job pages' child has used (0 without one)."""
+    from bench_web import _cpu_ticks
+
     if pages_process is None or pages_process._child is None:
         return 0.0
-    fields = Path(f"/proc/{pages_process._child.pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return _cpu_ticks(pages_process._child.pid) / os.sysconf("SC_CLK_TCK")
 
 
 def growing(nodes: int, ticks: int, pages: int, every: int, *, child: bool = False) -> dict[str, object]:

@@ -7,6 +7,7 @@ child stops when told and when its parent's end of its input closes.
 
 from __future__ import annotations
 
+import gc
 import os
 import pickle
 import signal
@@ -267,7 +268,6 @@ def test_the_child_is_told_how_many_jobs_to_keep_read(live) -> None:
 def test_no_collection_runs_during_a_page_and_what_it_left_is_collected_after() -> None:
     """The collector waits for the end of the block, then frees a reference cycle the block left and freezes
     what survived (later collections skip it); ``full`` first makes what an earlier page froze collectable."""
-    import gc
     import weakref
 
     class Node:
@@ -323,8 +323,6 @@ def test_the_loop_collects_after_each_page_and_everything_every_so_many_pages(li
     finally:
         requests_out.close()
         loop.join()
-        import gc
-
         gc.unfreeze()
     for f in (requests_in, answers_in, answers_out):
         f.close()

@@ -1255,11 +1255,11 @@ class Store:
         mark = self.table_mark(*tables)
         with self._lock:
             found = self._kept_results.get(key)
+            if found is not None and found[0] == mark:
+                return cast("_T", found[1])
             # One thread computes a key at a time: a job page's two threads ask for its requeued attempts at once,
             # and the second finds the first's answer.
             computing = self._computing.setdefault(key, threading.Lock())
-        if found is not None and found[0] == mark:
-            return cast("_T", found[1])
         with computing:
             with self._lock:
                 found = self._kept_results.get(key)
