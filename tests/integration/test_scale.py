@@ -50,6 +50,8 @@ class RecordingTwin:
         for log in ("every", "first"):
             (out / log).mkdir()
         self._seen: set[tuple[str, str, float]] = set()
+        self._spans: dict[Path, list[tuple[str, str, int, int, int]]] = {}
+        """Each log's scrapes: (node, exporter, twin time in ms, start, end in the file), for ``keep_stored``."""
         self.cut = False
         """Once set, scrapes fail (HTTP 500): what is served ends at the same point in storage and logs."""
         self._guard = threading.Lock()
@@ -72,13 +74,34 @@ class RecordingTwin:
         text = render()
         kept = stored() if stored else text
         key = (node, exporter, self.twin.now)
+        stamp_ms = int(round(self.twin.now * 1000))  # as the exposition writes it
         with self._guard:
             logs = ["every"] if key in self._seen else ["every", "first"]
             self._seen.add(key)
             for log in logs:
-                with open(self.out / log / f"{node}.{exporter}.prom", "a") as file:
-                    file.write(kept)
+                path = self.out / log / f"{node}.{exporter}.prom"
+                with open(path, "ab") as file:
+                    start = file.tell()
+                    file.write(kept.encode())
+                    self._spans.setdefault(path, []).append((node, exporter, stamp_ms, start, file.tell()))
         return text
+
+    def logged(self) -> set[tuple[str, str, int]]:
+        """(node, exporter, twin time in ms) of every scrape answered."""
+        with self._guard:
+            return {span[:3] for log_spans in self._spans.values() for span in log_spans}
+
+    def keep_stored(self, stored: set[tuple[str, str, int]]) -> int:
+        """Take out of the logs each scrape the server did not store (node, exporter, twin time in ms): one
+        the server gave up on (its scrape timeout, on a loaded machine) was answered and logged all the same.
+        Returns how many scrapes the logs lost."""
+        dropped = 0
+        for path, spans in self._spans.items():
+            logged = path.read_bytes()
+            kept = [logged[start:end] for node, exporter, ms, start, end in spans if (node, exporter, ms) in stored]
+            dropped += len(spans) - len(kept)
+            path.write_bytes(b"".join(kept))
+        return dropped
 
 
 def _is_number(value: object) -> bool:
@@ -124,6 +147,7 @@ def scraped(start_promql, promql_backend, tmp_path_factory):
     # Ports of their own per backend: the module keeps the other backend running, still scraping its targets.
     port = TWIN_PORT + NODES * PROMQL_BACKENDS.index(promql_backend)
     config = ServeConfig(nodes=tuple(twin.node_names), port=port, tick_s=TICK_S, timestamps=True)
+    served_from_s = time.time()
     with TwinEndpoints(source, config) as endpoints:
         server = start_promql(
             prometheus_config(endpoints.targets, scrape_interval_s=SCRAPE_INTERVAL_S), port=PROMETHEUS_PORT
@@ -141,9 +165,45 @@ def scraped(start_promql, promql_backend, tmp_path_factory):
             timeout_s=60,
             what="the last scrapes before the cut readable",
         )
+    stored = _stored_scrapes(server, since_s=served_from_s, t=last_s + 2 * SCRAPE_INTERVAL_S, logged=source.logged())
+    dropped = source.keep_stored(stored)
+    print(f"{promql_backend}: {dropped} scrapes answered but not stored")
     for log in ("every", "first"):
         (scrapes / log / "squeue.json").write_text(twin.squeue_json())
     return server, scrapes, twin, last_s
+
+
+def _stored_scrapes(
+    server, *, since_s: float, t: float, logged: set[tuple[str, str, int]]
+) -> set[tuple[str, str, int]]:
+    """(node, exporter, sample time in ms) of every scrape the server holds, read again until each logged
+    scrape is readable (VictoriaMetrics makes what it stored searchable about a second later); past
+    ``STORED_WITHIN_S``, what it holds then: a scrape it gave up on never comes."""
+    deadline = time.monotonic() + STORED_WITHIN_S
+    while not logged <= (stored := _stored_once(server, since_s=since_s, t=t)) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    return stored
+
+
+STORED_WITHIN_S = 20.0
+
+
+def _stored_once(server, *, since_s: float, t: float) -> set[tuple[str, str, int]]:
+    """One read of the scrapes the server holds, from one series family of each exporter (a scrape is stored
+    whole or not at all)."""
+    from hpcwatch.promql import PrometheusBackend
+
+    window = f"[{int(t - since_s) + 10}s]"
+    stored = set()
+    with PrometheusBackend(server.url) as prom:
+        for exporter, selector, node_label in (
+            ("dcgm", 'DCGM_FI_DEV_GPU_UTIL{gpu="0"}', "Hostname"),
+            ("node", "node_infiniband_port_data_received_bytes_total", "node"),
+        ):
+            for series in prom.api("query", {"query": selector + window, "time": t})["result"]:
+                node = series["metric"][node_label]
+                stored.update((node, exporter, int(round(float(at) * 1000))) for at, _ in series["values"])
+    return stored
 
 
 def _count(server, promql: str, t: float | None = None) -> int:
