@@ -34,6 +34,20 @@ JOB_GPUS_FOLLOW_JS = """() => {
 }"""
 
 
+#: A built tile's texts: class -> [text, x and y from its box's corner, text-anchor]; its tooltip and spoken name.
+TILE_TEXTS_JS = """(node) => {
+  const el = document.querySelector(`.tile g[data-node='${node}']`);
+  const box = el.querySelector('.node-box');
+  const at = (selector) => {
+    const text = el.closest('.tile').querySelector(selector);
+    return text && [text.textContent, Number(text.getAttribute('x')) - Number(box.getAttribute('x')),
+      Number(text.getAttribute('y')) - Number(box.getAttribute('y')), text.getAttribute('text-anchor')];
+  };
+  return { title: at('.tile-title'), sum: at('.tile-sum'), mark: at('.tile-mark'),
+    tip: el.querySelector(':scope > title')?.textContent, label: el.getAttribute('aria-label') };
+}"""
+
+
 @pytest.fixture(scope="module")
 def huge_server():
     """``hpcwatch demo --nodes 1024``: its twin scrapes each node every 8 s, in turn."""
@@ -101,6 +115,13 @@ def test_a_1024_node_page_ticks_and_shows_the_newest_numbers_where_it_looks(brow
         pg.locator(".tile g[data-node='node1024']").scroll_into_view_if_needed()
         assert pg.evaluate(AFTER_FRAMES_JS.replace("CHECK", TILES_MATCH_SNAPSHOT_JS)) == []
         assert pg.get_attribute("[data-gpu='node1024/7']", "data-level") is not None  # built and written in view
+        # its texts were built with it, where the server draws them below CELLS_IN_VIEW_FROM_NODES
+        # (tests/unit/test_web_svg.py TEXTS_BUILT_BY_THE_PAGE); a tile never in view has none yet
+        texts = pg.evaluate(TILE_TEXTS_JS, "node1024")
+        assert texts["title"] == ["node1024", 7, 16, None] and texts["mark"] == ["", 93, 16, "end"], texts
+        assert texts["sum"][1:] == [7, 32, None] and " kW" in texts["sum"][0], texts
+        assert texts["tip"] == texts["label"] and texts["label"].startswith("node1024:"), texts
+        assert pg.evaluate("document.querySelectorAll('.tile[data-cells] text, .tile[data-cells] title').length") == 0
         first_gpu = far[1][0]
         pg.locator(f".tile g[data-node='{first_gpu.split('/')[0]}']").scroll_into_view_if_needed()
         lit = pg.evaluate(

@@ -94,6 +94,49 @@ def test_past_a_few_hundred_nodes_the_page_builds_the_cells_where_the_server_wou
     assert len(svg) < len(render_schematic(few, load_catalogue("en"))) / 2
 
 
+#: Where static/tiles.js buildTexts puts a tile's texts, from its box's x, y and width: class -> (x, y, anchor).
+TEXTS_BUILT_BY_THE_PAGE = {
+    "node-title tile-title": (lambda x, w: x + 7, 16, None),
+    "live tile-sum": (lambda x, w: x + 7, 32, None),
+    "tile-mark": (lambda x, w: x + w - 7, 16, "end"),
+}
+
+
+def test_past_a_few_hundred_nodes_the_page_builds_the_tiles_texts_where_the_server_would_draw_them():
+    few, many = _cluster(CELLS_IN_VIEW_FROM_NODES - 1), _cluster(CELLS_IN_VIEW_FROM_NODES)
+    svg_ns = "{http://www.w3.org/2000/svg}"
+    for tile in (g for g in ET.fromstring(render_schematic(few, load_catalogue("en"))).iter() if _is_tile(g)):
+        el = tile.find(f"{svg_ns}g")
+        box = el.find(f"{svg_ns}rect")
+        x, y, w = (float(box.get(a, "")) for a in ("x", "y", "width"))
+        texts = {t.get("class"): t for t in tile.iter(f"{svg_ns}text")}
+        assert texts.keys() == TEXTS_BUILT_BY_THE_PAGE.keys()
+        for cls, (x_of, dy, anchor) in TEXTS_BUILT_BY_THE_PAGE.items():
+            got = texts[cls]
+            assert (float(got.get("x", "")), float(got.get("y", "")), got.get("text-anchor")) == (
+                x_of(x, w),
+                y + dy,
+                anchor,
+            )
+        assert texts["node-title tile-title"].text == el.get("data-node")
+        assert el.find(f"{svg_ns}title").text == el.get("aria-label")  # the page's tooltip: the spoken name
+    left = [g for g in ET.fromstring(render_schematic(many, load_catalogue("en"))).iter() if _is_tile(g)]
+    assert len(left) == CELLS_IN_VIEW_FROM_NODES
+    for tile in left:
+        assert not [e for e in tile.iter() if e.tag in (f"{svg_ns}text", f"{svg_ns}title")]
+        el = tile.find(f"{svg_ns}g")  # the element itself is whole: its name, role and tab stop
+        assert (
+            el.get("role") == "button"
+            and el.get("tabindex") == "0"
+            and el.get("aria-label", "").startswith(el.get("data-node", "") + ":")
+        )
+        assert el.find(f"{svg_ns}rect").get("class") == "shape node-box"
+
+
+def _is_tile(g: ET.Element) -> bool:
+    return "tile" in (g.get("class") or "").split()
+
+
 @pytest.mark.parametrize("nodes", [5, 16, 37, 128])
 def test_node_tiles_never_overlap_and_stay_inside_the_drawing(nodes):
     lay = layout_for(_cluster(nodes))

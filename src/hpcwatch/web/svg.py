@@ -23,9 +23,10 @@ Text that changes (live values, marks) is drawn *beside* an element, in an
 of its spoken name (WCAG 2.5.3, axe ``label-content-name-mismatch``), and the page
 puts the values into the name itself. GPU cells of aggregate tiles are not in the
 tab order (1,024 stops would bury the page); their node's card lists them as buttons.
-From ``CELLS_IN_VIEW_FROM_NODES`` nodes a tile carries its cells' geometry
-(``data-cells``: the GPU indexes, ``data-cell-x/y/w/step``) and the page builds them
-when the tile first comes into view.
+From ``CELLS_IN_VIEW_FROM_NODES`` nodes a tile is its box and its element alone,
+with its cells' geometry (``data-cells``: the GPU indexes, ``data-cell-x/y/w/step``):
+the page builds its name, live sum, mark, tooltip and cells, as drawn here, when the
+tile first comes into view.
 Collector badges carry ``data-collector``, threat badges ``data-vector``; CSS
 shows them per mode. Only text from the model and the catalogue goes in, escaped.
 """
@@ -287,13 +288,14 @@ def _defs() -> str:
     )
 
 
-def _open_el(key: str, label: str, extra: str = "") -> str:
+def _open_el(key: str, label: str, extra: str = "", *, tip: bool = True) -> str:
     # <title>: the tooltip a pointer gets (SVG has no title attribute); the page adds live values to a GPU's.
     # Texts inside an element are separated by a space text node: a screen reader and axe join adjacent <text>s
     # without one ("Slurm schedulerSlurm 22.05"), which no longer matches the element's spoken name.
+    title = f'<title data-tip="{_a(key)}">{_a(label)}</title>' if tip else ""
     return (
         f'<g class="el" data-el="{_a(key)}" tabindex="0" role="button" aria-label="{_a(label)}" '
-        f'aria-controls="card"{extra}><title data-tip="{_a(key)}">{_a(label)}</title>'
+        f'aria-controls="card"{extra}>{title}'
     )
 
 
@@ -364,24 +366,32 @@ def _tile(node: Node, x: int, y: int, lay: SchematicLayout, t: Translate) -> str
     name = _a(node.name)
     cw, cell_y, step = round(lay.gpu_w, 2), y + 38, lay.gpu_w + 2
     # Many nodes: the cells' geometry, for the page to build them the same way when the tile comes into view
-    # (static/tiles.js buildCells); otherwise the cells themselves, below.
+    # (static/tiles.js buildTile); otherwise the cells themselves, below.
     cells = (
         f' data-cells="{" ".join(str(gpu.index) for gpu in node.gpus)}" data-cell-x="{x + 6}" data-cell-y="{cell_y}"'
         f' data-cell-w="{cw}" data-cell-step="{round(step, 2)}"'
         if lay.cells_in_view
         else ""
     )
+    element = _open_el(f"node:{node.name}", label, f' data-node="{name}"', tip=not lay.cells_in_view)
+    box = f'<rect class="shape node-box" x="{x}" y="{y}" width="{lay.node_w}" height="{lay.node_h}" rx="7"/>'
+    if lay.cells_in_view:
+        # Its texts too are the page's to build (static/tiles.js buildTile), from the box's geometry: at 1,024
+        # nodes Chromium's style and layout of the tiles' 4,000 texts held the page's first paint ~0.15 s, for
+        # the ~150 tiles one screen shows (benchmarks/RESULTS.md). The element keeps its spoken name, its role
+        # and its tab stop.
+        return f'<g class="node-group tile" data-node-group="{name}"{cells}>{element}{box}</g></g>'
     out = [
         f'<g class="node-group tile" data-node-group="{name}"{cells}>',
-        _open_el(f"node:{node.name}", label, f' data-node="{name}"'),
-        f'<rect class="shape node-box" x="{x}" y="{y}" width="{lay.node_w}" height="{lay.node_h}" rx="7"/>',
+        element,
+        box,
         f'<text class="node-title tile-title" x="{x + 7}" y="{y + 16}">{name}</text></g>',
         f'<text class="live tile-sum" data-live="sum:{name}" x="{x + 7}" y="{y + 32}" aria-hidden="true"></text>',
         # the worst problem of its GPUs, as a glyph: a cell is too small for text, the tile's corner is not
         f'<text class="tile-mark" data-tile-mark="{name}" x="{x + lay.node_w - 7}" y="{y + 16}" text-anchor="end" '
         f'aria-hidden="true"></text>',
     ]
-    for gpu in () if lay.cells_in_view else node.gpus:
+    for gpu in node.gpus:
         cx = round(x + 6 + gpu.index * step, 2)
         gid = _a(gpu.id)
         out.append(

@@ -8,7 +8,7 @@ import { initFit } from "./fit.js";
 import { showHistory } from "./history.js";
 import { applyMonitor, highlightJob, initMonitor, readUrl, setConnection, writeUrl } from "./monitor.js";
 import { jobLink } from "./job.js";
-import { applyTiles, buildCellsOf, initTiles } from "./tiles.js";
+import { applyTiles, buildTileOf, initTiles } from "./tiles.js";
 import { initPlayer } from "./player.js";
 import { initSimulator } from "./sim.js";
 import { boot, clear, eventItem, fmt, fmtRate, fmtTime, h, t } from "./util.js";
@@ -301,7 +301,7 @@ function restoreUrl() {
   if (["schematic", "observer", "threats"].includes(wanted.mode)) setView(wanted.mode);
   if (["engineer", "decider"].includes(wanted.reading)) setReading(wanted.reading);
   if (wanted.job) highlightJob(wanted.job);
-  if (wanted.el?.startsWith("gpu:")) buildCellsOf(wanted.el.slice(4).split("/")[0]);   // its tile may be unbuilt
+  if (wanted.el?.startsWith("gpu:")) buildTileOf(wanted.el.slice(4).split("/")[0]);   // its tile may be unbuilt
   const opener = wanted.el ? document.querySelector(`[data-el='${CSS.escape(wanted.el)}']`) : null;
   if (opener) openCard(wanted.el, opener);
 }

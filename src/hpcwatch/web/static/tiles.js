@@ -77,7 +77,7 @@ const onScreen = new Set();   // the aggregate tiles (refs.nodes) in or near the
 function watchOnScreen() {
   if (refs.nodes.length < WATCH_FROM_TILES || !("IntersectionObserver" in window)) {
     for (const node of refs.nodes) {
-      buildCells(node);
+      buildTile(node);
       onScreen.add(node);
     }
     return;
@@ -88,7 +88,7 @@ function watchOnScreen() {
       const node = byEl.get(entry.target);
       if (entry.isIntersecting) {
         onScreen.add(node);
-        buildCells(node);
+        buildTile(node);
         // Written whether or not a tick moved it meanwhile: unchanged values are not written again (tile.last).
         if (latest) writeNode(node, latest);
       } else {
@@ -101,10 +101,11 @@ function watchOnScreen() {
   for (const node of refs.nodes) observer.observe(node.el);
 }
 
-// -- cells built in view --------------------------------------------------------------------
-// Past a few hundred nodes the server draws a tile without its GPU cells, with their geometry (web/svg.py
-// _tile); they are built here, as svg.py draws them, when the tile first comes into view. Not drawing 8,192
-// cells up front is what brings a 1,024-node page's first paint under a second.
+// -- tiles built in view --------------------------------------------------------------------
+// Past a few hundred nodes the server draws a tile as its box and its element alone, with its cells' geometry
+// (web/svg.py _tile); its name, live sum, mark, tooltip and GPU cells are built here, as svg.py draws them, when
+// the tile first comes into view. Not drawing 8,192 cells and 4,000 texts up front is what brings a 1,024-node
+// page's first paint under a second.
 const SVG_NS = "http://www.w3.org/2000/svg";
 const cellHooks = [];
 
@@ -119,10 +120,34 @@ function svgEl(name, attrs) {
   return el;
 }
 
-/** Builds the cells of `node`'s tile if the server left them to the page; true when it built them. */
-function buildCells(node) {
+/** Builds `node`'s tile if the server left it to the page; true when it built it. */
+function buildTile(node) {
   const group = node.group;
   if (!group?.dataset.cells) return false;
+  buildTexts(node);
+  buildCells(node);
+  delete group.dataset.cells;
+  return true;
+}
+
+/** The tile's tooltip and name inside its element, its live sum and problem mark beside it (web/svg.py _tile). */
+function buildTexts(node) {
+  const box = node.el.querySelector(".node-box");
+  const [x, y, w] = ["x", "y", "width"].map((name) => Number(box.getAttribute(name)));
+  node.tip = svgEl("title", { "data-tip": `node:${node.name}` });
+  node.tip.textContent = node.el.getAttribute("aria-label") ?? node.name;
+  const title = svgEl("text", { class: "node-title tile-title", x: String(x + 7), y: String(y + 16) });
+  title.textContent = node.name;
+  node.el.prepend(node.tip);
+  node.el.append(title);
+  node.sum = svgEl("text", { class: "live tile-sum", "data-live": `sum:${node.name}`, x: String(x + 7), y: String(y + 32), "aria-hidden": "true" });
+  node.mark = svgEl("text", { class: "tile-mark", "data-tile-mark": node.name, x: String(x + w - 7), y: String(y + 16), "text-anchor": "end", "aria-hidden": "true" });
+  node.el.after(node.sum, node.mark);
+}
+
+/** The tile's GPU cells, after its texts. */
+function buildCells(node) {
+  const group = node.group;
   const { cellX, cellY, cellW, cellStep } = group.dataset;
   const cells = group.dataset.cells.split(" ").map((index) => {
     const id = `${node.name}/${index}`;
@@ -136,15 +161,13 @@ function buildCells(node) {
     return cell;
   });
   group.append(...cells);
-  delete group.dataset.cells;
   for (const hook of cellHooks) hook(cells);
-  return true;
 }
 
-/** The cells of node `name`'s tile, built now if they were not (a GPU card opened from the URL). */
-export function buildCellsOf(name) {
+/** Node `name`'s tile, built now if it was not (a GPU card opened from the URL). */
+export function buildTileOf(name) {
   const node = refs.byNode?.get(name);
-  if (node && buildCells(node) && latest) writeNode(node, latest);
+  if (node && buildTile(node) && latest) writeNode(node, latest);
 }
 
 function writeNode(node, snap) {
