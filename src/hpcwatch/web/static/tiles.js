@@ -133,13 +133,13 @@ function buildTile(node) {
 /** The tile's tooltip and name inside its element, its live sum and problem mark beside it (web/svg.py _tile). */
 function buildTexts(node) {
   const box = node.el.querySelector(".node-box");
-  const [x, y, w] = ["x", "y", "width"].map((name) => Number(box.getAttribute(name)));
+  const [x, y, w] = ["x", "y", "width"].map((attr) => Number(box.getAttribute(attr)));
   node.tip = svgEl("title", { "data-tip": `node:${node.name}` });
   node.tip.textContent = node.el.getAttribute("aria-label") ?? node.name;
-  const title = svgEl("text", { class: "node-title tile-title", x: String(x + 7), y: String(y + 16) });
-  title.textContent = node.name;
+  const name = svgEl("text", { class: "node-title tile-title", x: String(x + 7), y: String(y + 16) });
+  name.textContent = node.name;
   node.el.prepend(node.tip);
-  node.el.append(title);
+  node.el.append(name);
   node.sum = svgEl("text", { class: "live tile-sum", "data-live": `sum:${node.name}`, x: String(x + 7), y: String(y + 32), "aria-hidden": "true" });
   node.mark = svgEl("text", { class: "tile-mark", "data-tile-mark": node.name, x: String(x + w - 7), y: String(y + 16), "text-anchor": "end", "aria-hidden": "true" });
   node.el.after(node.sum, node.mark);
