@@ -85,9 +85,15 @@ def test_a_page_seconds_after_the_last_reads_only_what_followed_its_read(live, r
 def test_checkpoint_cuts_leave_a_settled_stretch_before_each() -> None:
     cuts = jobstretches.checkpoint_cuts
     assert cuts(100.0, 115.0, resumed=True) == []  # a cut at 105 would leave 5 s before it
-    assert cuts(100.0, 120.0, resumed=True) == [110.0]
-    assert cuts(100.0, 300.0, resumed=True) == [140.0, 260.0, 290.0]
+    assert cuts(100.0, 120.0, resumed=False) == [110.0]
     assert cuts(100.0, 300.0, resumed=False) == [290.0]
+    # Resumed from a checkpoint, no band is cut that the checkpoint is in already (ages 10-40 s, 40-160 s, ...):
+    # 20 s old, it is the settled checkpoint of its band; 200 s old, the 160-640 s band's.
+    assert cuts(100.0, 120.0, resumed=True) == []
+    assert cuts(100.0, 139.0, resumed=True) == []
+    assert cuts(100.0, 141.0, resumed=True) == [131.0]  # 41 s old: the 10-40 s band is cut
+    assert cuts(100.0, 300.0, resumed=True) == [260.0, 290.0]
+    assert cuts(100.0, 900.0, resumed=True) == [740.0, 860.0, 890.0]  # 800 s old: no cut at 260, in its band
 
 
 def test_a_page_of_a_kept_job_does_not_try_to_read_its_window_at_once_again(live, monkeypatch) -> None:
@@ -129,8 +135,9 @@ def test_late_rows_in_a_kept_stretch_are_read(live) -> None:
 
 
 def test_rows_that_land_late_cost_a_read_of_what_follows_them(live, reads) -> None:
-    """A page, another 50 s later (it leaves checkpoints 10 s and 40 s before the newest sample), then a row
-    25 s late: the next page starts from the 40 s checkpoint, not from the job's start."""
+    """A page, another 50 s later (it leaves a checkpoint 10 s before the newest sample; the one it resumed from,
+    50 s old, is the 40-160 s band's), then a row 25 s late: the next page starts from that 50 s checkpoint, not
+    from the job's start."""
     store, twin = live
     job, kept = _running(store), KeptStretches()
     _same(store, job.id, kept, reads)
