@@ -2,7 +2,9 @@
 
 Drawing on the server keeps one renderer for every size (2, 4 or 128 nodes come
 from the same YAML code path) and lets the page paint before any script runs.
-The browser only changes text and classes inside it as live values arrive.
+The browser only changes text and classes inside it as live values arrive, and,
+past ``CELLS_IN_VIEW_FROM_NODES`` nodes, adds a tile's texts and cells where this
+module would draw them (below; tests/unit/test_web_svg.py pins the places).
 
 Layout, top to bottom (one band per layer of the model)::
 
