@@ -367,24 +367,20 @@ def _tile(node: Node, x: int, y: int, lay: SchematicLayout, t: Translate) -> str
     label = t("aria.tile").format(node=node.name, gpus=len(node.gpus), model=model)
     name = _a(node.name)
     cw, cell_y, step = round(lay.gpu_w, 2), y + 38, lay.gpu_w + 2
-    # Many nodes: the cells' geometry, for the page to build them the same way when the tile comes into view
-    # (static/tiles.js buildTile); otherwise the cells themselves, below.
-    cells = (
-        f' data-cells="{" ".join(str(gpu.index) for gpu in node.gpus)}" data-cell-x="{x + 6}" data-cell-y="{cell_y}"'
-        f' data-cell-w="{cw}" data-cell-step="{round(step, 2)}"'
-        if lay.cells_in_view
-        else ""
-    )
     element = _open_el(f"node:{node.name}", label, f' data-node="{name}"', tip=not lay.cells_in_view)
     box = f'<rect class="shape node-box" x="{x}" y="{y}" width="{lay.node_w}" height="{lay.node_h}" rx="7"/>'
     if lay.cells_in_view:
-        # Its texts too are the page's to build (static/tiles.js buildTile), from the box's geometry: at 1,024
-        # nodes Chromium's style and layout of the tiles' 4,000 texts held the page's first paint ~0.15 s, for
-        # the ~150 tiles one screen shows (benchmarks/RESULTS.md). The element keeps its spoken name, its role
-        # and its tab stop.
+        # Many nodes: the cells' geometry, for the page to build them the same way when the tile comes into view
+        # (static/tiles.js buildTile), and its texts too, from the box's geometry: at 1,024 nodes Chromium's style
+        # and layout of the tiles' 4,000 texts held the page's first paint ~0.15 s, for the ~150 tiles one screen
+        # shows (benchmarks/RESULTS.md). The element keeps its spoken name, its role and its tab stop.
+        cells = (
+            f' data-cells="{" ".join(str(gpu.index) for gpu in node.gpus)}" data-cell-x="{x + 6}"'
+            f' data-cell-y="{cell_y}" data-cell-w="{cw}" data-cell-step="{round(step, 2)}"'
+        )
         return f'<g class="node-group tile" data-node-group="{name}"{cells}>{element}{box}</g></g>'
     out = [
-        f'<g class="node-group tile" data-node-group="{name}"{cells}>',
+        f'<g class="node-group tile" data-node-group="{name}">',
         element,
         box,
         f'<text class="node-title tile-title" x="{x + 7}" y="{y + 16}">{name}</text></g>',
