@@ -1,6 +1,9 @@
-"""Two node agents, each in its own network namespace (a veth pair to the root namespace, 10.77.0.x),
-push their host checks over HTTP to a central ``hpcwatch collect`` in the root namespace; the central
-store then answers ``hpcwatch health --json`` and holds the runs of both nodes.
+"""Two node agents, each in its own network namespace, push their host checks over HTTP to a central
+``hpcwatch collect`` in a third, the head node's (a veth pair from the head to each node, 10.77.0.x);
+the central store then answers ``hpcwatch health --json`` and holds the runs of both nodes.
+
+The root namespace sees no link or address come and go: a browser running beside this test (another
+group's) would fail every request in flight with ERR_NETWORK_CHANGED if it did.
 
 The checks are stand-in commands writing real outputs from tests/data (nvidia-smi -q -x of an H200,
 perfquery -x of a real HCA, ibstat). Needs root (ip netns); the namespaces and links are removed in
@@ -26,7 +29,8 @@ DATA = ROOT / "tests" / "data"
 PY = sys.executable
 ENV = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
 TAG = f"{os.getpid() % 100000}"
-NODES = {  # node -> (namespace, root-side veth, node-side veth, root address, node address, nvidia-smi output)
+HEAD = f"hwh-{TAG}"
+NODES = {  # node -> (namespace, head-side veth, node-side veth, head address, node address, nvidia-smi output)
     "node-a1": (f"hwa1-{TAG}", f"hwr1{TAG}", f"hwn1{TAG}", "10.77.0.1", "10.77.0.2", "nvidia_smi_q.xml"),
     "node-a2": (f"hwa2-{TAG}", f"hwr2{TAG}", f"hwn2{TAG}", "10.77.0.5", "10.77.0.6", "nvidia_smi_q_with_processes.xml"),
 }
@@ -41,25 +45,34 @@ def ip(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
 def namespaces():
     need(os.geteuid() == 0, "network namespaces need root (ip netns add)")
     need(shutil.which("ip") is not None, "ip (iproute2) is missing")
-    made: list[tuple[str, str]] = []
+    made: list[str] = []
+    root_seen = subprocess.Popen(["ip", "monitor", "link", "address"], stdout=subprocess.PIPE, text=True)
     try:
-        for ns, root_if, node_if, root_addr, node_addr, _ in NODES.values():
+        ip("netns", "add", HEAD)
+        made.append(HEAD)
+        ip("-n", HEAD, "link", "set", "lo", "up")
+        for ns, head_if, node_if, head_addr, node_addr, _ in NODES.values():
             ip("netns", "add", ns)
-            made.append((ns, root_if))
-            ip("link", "add", root_if, "type", "veth", "peer", "name", node_if)
-            ip("link", "set", node_if, "netns", ns)
-            ip("addr", "add", f"{root_addr}/30", "dev", root_if)
-            ip("link", "set", root_if, "up")
+            made.append(ns)
+            # both ends made inside namespaces: no link ever appears in the root one
+            ip("-n", HEAD, "link", "add", head_if, "type", "veth", "peer", "name", node_if, "netns", ns)
+            ip("-n", HEAD, "addr", "add", f"{head_addr}/30", "dev", head_if)
+            ip("-n", HEAD, "link", "set", head_if, "up")
             ip("-n", ns, "addr", "add", f"{node_addr}/30", "dev", node_if)
             ip("-n", ns, "link", "set", node_if, "up")
             ip("-n", ns, "link", "set", "lo", "up")
+        root_seen.terminate()
+        seen = root_seen.communicate(timeout=20)[0]
+        assert not [line for line in seen.splitlines() if TAG in line or "10.77.0." in line], seen
         yield
     finally:
-        for ns, root_if in made:
-            ip("link", "del", root_if, check=False)  # its peer in the namespace goes with it
-            ip("netns", "del", ns, check=False)
+        if root_seen.poll() is None:
+            root_seen.kill()
+            root_seen.wait()
+        for ns in reversed(made):
+            ip("netns", "del", ns, check=False)  # its veth ends go with it
         left = ip("netns", "list", check=False).stdout
-        assert not any(ns in left for ns, _ in made), left
+        assert not any(ns in left for ns in made), left
 
 
 def stand_in(path: Path) -> list[str]:
@@ -96,8 +109,11 @@ def test_two_agents_in_their_own_namespaces_push_to_the_central_store(namespaces
         f'[[spool]]\npath = "{spool}"\ninterval_s = 0.5\n'
     )
     log = (tmp_path / "central.log").open("w")
-    proc = subprocess.Popen(
-        [PY, "-m", "hpcwatch", "collect", "--config", str(central)], env=ENV, stdout=log, stderr=subprocess.STDOUT
+    proc = subprocess.Popen(  # ip netns exec execs the command: proc is the collector itself
+        ["ip", "netns", "exec", HEAD, PY, "-m", "hpcwatch", "collect", "--config", str(central)],
+        env=ENV,
+        stdout=log,
+        stderr=subprocess.STDOUT,
     )
     try:
         status = store / "collect" / "status-central.json"
@@ -111,8 +127,8 @@ def test_two_agents_in_their_own_namespaces_push_to_the_central_store(namespaces
 
         listening = wait_until(port, timeout_s=60, what="the central receiver's port in its status")
         agents = []
-        for node, (ns, _r, _n, root_addr, _a, _x) in NODES.items():
-            cfg = agent_config(tmp_path, node, f"http://{root_addr}:{listening}")
+        for node, (ns, _h, _n, head_addr, _a, _x) in NODES.items():
+            cfg = agent_config(tmp_path, node, f"http://{head_addr}:{listening}")
             agents.append(
                 subprocess.run(
                     [
