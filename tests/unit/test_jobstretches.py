@@ -409,3 +409,81 @@ def test_a_row_landing_late_in_a_window_read_at_once_is_counted(live, monkeypatc
     page = job_overview(store, job.id, kept=kept)
     assert page.job is not None
     assert report_dict(page.job, per_gpu=True) == report_dict(job_report(store, job.id), per_gpu=True) != before
+
+
+def _same_series(page, fresh) -> None:
+    assert page is not None and fresh is not None
+    assert (page.t0, page.t1, page.bucket_s, page.buckets) == (fresh.t0, fresh.t1, fresh.bucket_s, fresh.buckets)
+    for mine, whole in zip(page.series, fresh.series, strict=True):
+        assert mine.key == whole.key
+        assert [v is None for v in mine.values] == [v is None for v in whole.values]
+        assert [v for v in mine.values if v is not None] == pytest.approx([v for v in whole.values if v is not None])
+
+
+def test_the_charts_take_what_follows_their_checkpoint_from_the_reports_read(live, reads) -> None:
+    """A page seconds after the last: the report reads what followed its checkpoint in one query, and the
+    charts, whose checkpoint is the same time, draw from those rows instead of reading them again."""
+    store, twin = live
+    job, kept = _running(store), KeptStretches()
+    job_overview(store, job.id, kept=kept)
+    for _ in range(2):
+        twin.step()
+    reads.clear()
+    page = job_overview(store, job.id, kept=kept)
+    assert len(reads) == 1  # the report's; the charts' read of the same rows was a second query
+    fresh = job_overview(store, job.id)
+    assert page.job is not None and fresh.job is not None
+    assert report_dict(page.job, per_gpu=True) == report_dict(fresh.job, per_gpu=True)
+    _same_series(page.series, fresh.series)
+
+
+def test_a_row_committed_after_the_reports_read_is_drawn_by_the_next_page(live, monkeypatch) -> None:
+    """The charts drew from the report's read, which a commit followed before the charts were drawn: they keep
+    the report's version, so the next page reads that row (had they kept their own, later one, it would never be
+    drawn: it lies before their end checkpoint)."""
+    store, twin = live
+    job, kept = _running(store), KeptStretches()
+    job_overview(store, job.id, kept=kept)
+    twin.step()
+    host = job.nodes[0]
+    labels = {"Hostname": host, "gpu": str(job.gpus_by_node[host][0]), "hpc_job": job.id}
+    newest = store.time_range()[1] or 0.0
+    read = jobstretches.queries.job_window_samples
+
+    def read_then_commit(store_, metrics, **window):
+        found = read(store_, metrics, **window)
+        monkeypatch.setattr(jobstretches.queries, "job_window_samples", read)  # once
+        store.add([Sample(metric=vocab.DCGM_FI_DEV_GPU_UTIL, labels=labels, t=newest - 0.25, value=1.0)])
+        return found
+
+    monkeypatch.setattr(jobstretches.queries, "job_window_samples", read_then_commit)
+    page = job_overview(store, job.id, kept=kept)
+    fresh = job_overview(store, job.id)
+    assert page.series is not None and fresh.series is not None
+    assert page.series.series != fresh.series.series  # the row came after the page's read
+    _same_series(job_overview(store, job.id, kept=kept).series, fresh.series)
+
+
+def test_a_pages_held_read_is_lent_only_for_rows_it_holds_all_of() -> None:
+    """``PageReads.rows_from``: the held rows from the asked start to the asked end, of the same job and nodes;
+    nothing when the held read started later, lacked a metric, or ended sooner."""
+    import pyarrow as pa
+
+    table = pa.table({"metric": ["a", "b", "a", "b"], "t": [10.0, 11.0, 12.0, 13.0], "value": [1.0, 2.0, 3.0, 4.0]})
+    job = Job(id="7", nodes=("n1", "n2"))
+    reads = jobstretches.PageReads()
+    assert reads.rows_from(["a"], job, 10.0, None) is None  # nothing held
+    reads.hold(jobstretches.SharedRows(5, job, 10.0, frozenset({"a", "b"}), table))
+    reads.hold(jobstretches.SharedRows(6, job, 12.0, frozenset({"a"}), table.slice(2)))  # the first read stays
+    lent = reads.rows_from(["a"], job, 11.0, 12.5)
+    assert lent is not None and lent.version == 5
+    assert lent.table.column("t").to_pylist() == [11.0, 12.0]  # the other metric's rows too: the reader selects
+    assert reads.rows_from(["a"], job, 9.0, None) is None  # before the held read's start
+    assert reads.rows_from(["a", "c"], job, 11.0, None) is None  # a metric it did not read
+    assert reads.rows_from(["a"], replace(job, id="8"), 11.0, None) is None
+    assert reads.rows_from(["a"], replace(job, nodes=("n1",)), 11.0, None) is None
+    ended = jobstretches.PageReads()
+    ended.hold(jobstretches.SharedRows(5, replace(job, end=12.0), 10.0, frozenset({"a"}), table))
+    assert ended.rows_from(["a"], job, 10.0, 13.0) is None  # read up to 12 s only
+    assert ended.rows_from(["a"], job, 10.0, None) is None
+    assert ended.rows_from(["a"], job, 10.0, 11.5) is not None

@@ -25,7 +25,7 @@ import math
 import threading
 from collections import OrderedDict
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -187,10 +187,15 @@ def job_overview(
     ``kept``: the settled stretches of the job's report a server keeps between pages (``reports.jobstretches``)."""
     check_job_id(job_id)
     missing: dict[str, str] = {}
+    price = price_per_gpu_hour
     # The spans' parts in a thread beside the samples' (their queries and numpy work overlap: the store runs
-    # each thread's reads on a cursor of its own): at 1,536 GPUs and ranks each side is half a second.
+    # each thread's reads on a cursor of its own): at 1,536 GPUs and ranks each side is a few tenths of a
+    # second. There the goodput, then the steps; here the report, then, with the goodput's steps, the charts and
+    # the page's smaller parts, while the steps are taken apart (waiting for both before those left each
+    # thread idle in turn).
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="jobpage-spans") as pool:
-        from_spans = pool.submit(_span_parts, store, job_id, recent_steps, kept)
+        from_goodput = pool.submit(_goodput_part, store, job_id, kept)
+        from_steps = pool.submit(_steps_part, store, job_id, recent_steps, kept, from_goodput)
         # A window of one stretch is read once for the report and the charts, and with ``kept`` its end is kept
         # (the next page reads on from it); a longer one stretch by stretch (a day of a 1,536-GPU job is more than
         # a server holds at once), from what ``kept`` holds of it on.
@@ -204,14 +209,27 @@ def job_overview(
             and _may_fit_one_read(store, record, started, kept)
         ):
             window = jobstretches.read_short_window(store, record, started)
-        job = _part(missing, "job", lambda: job_report(store, job_id, samples=samples, kept=kept, window=window))
-        steps, accounted, missed = from_spans.result()
+        # What the report reads in one query after its checkpoint, the charts read again from memory.
+        reads = jobstretches.PageReads() if samples is None and window is None and kept is not None else None
+        job = _part(
+            missing,
+            "job",
+            lambda: job_report(store, job_id, samples=samples, kept=kept, window=window, reads=reads),
+        )
+        accounted, missed = from_goodput.result()
+        missing |= missed
+        goodput, executed = accounted if accounted is not None else (None, StepTable.empty())
+        if goodput is not None and goodput.total_s <= 0:
+            # A running job without steps has no wall time to split yet: "0 % of 0 s" would read as a verdict.
+            missing["goodput"] = f"job {job_id}: no wall time to account yet (no steps, no end)"
+            goodput = None
+        page_parts = None
+        if not summary and (job is not None or goodput is not None):  # else: known from its steps, if at all
+            page_parts = _page_parts(
+                store, job_id, job, executed, started, samples, kept, window, reads, price, currency
+            )
+        steps, missed = from_steps.result()
     missing |= missed
-    goodput, executed = accounted if accounted is not None else (None, StepTable.empty())
-    if goodput is not None and goodput.total_s <= 0:
-        # A running job without steps has no wall time to split yet: "0 % of 0 s" would read as a verdict.
-        missing["goodput"] = f"job {job_id}: no wall time to account yet (no steps, no end)"
-        goodput = None
     if job is None and steps is None and goodput is None:
         raise InputError(missing["job"])
     nodes = job.nodes if job is not None else tuple(sorted({r.node for r in steps.ranks if r.node})) if steps else ()
@@ -220,19 +238,38 @@ def job_overview(
     findings = tuple(f for f in store.findings() if concerns_job(f, job_id, nodes, t0, t1))
     if summary:
         return JobOverview(id=job_id, job=job, steps=steps, goodput=goodput, findings=findings, missing=missing)
-    cost = None if job is None else job_cost(job, price_per_gpu_hour=price_per_gpu_hour, currency=currency)
+    if page_parts is None:  # a workload known from its steps alone: its nodes are theirs
+        page_parts = _page_parts(
+            store, job_id, job, executed, started, samples, kept, window, reads, price, currency, nodes=nodes
+        )
     return JobOverview(
-        id=job_id,
-        job=job,
-        steps=steps,
-        goodput=goodput,
-        findings=findings,
-        cost=cost,
-        timeline=tuple(job_timeline(store, job_id, kept=kept, newest=None if job is None else job.observed_end)),
-        missing=missing,
-        acting=job_acting(store, job_id, nodes=nodes, t0=t0, t1=t1),
-        live=_live(store, job_id),
-        series=job_series(
+        id=job_id, job=job, steps=steps, goodput=goodput, findings=findings, missing=missing, **page_parts
+    )
+
+
+def _page_parts(
+    store: Store,
+    job_id: str,
+    job: JobReport | None,
+    executed: StepTable,
+    started: float | None,
+    samples: pa.Table | None,
+    kept: KeptStretches | None,
+    window: jobstretches.WindowRead | None,
+    reads: jobstretches.PageReads | None,
+    price_per_gpu_hour: float | None,
+    currency: str,
+    *,
+    nodes: tuple[str, ...] | None = None,
+) -> dict[str, Any]:
+    """The page's parts beyond a job-end report's (``JobOverview``'s fields of those names): its charts, cost,
+    story, notices and actions, live verdicts. ``nodes``: the job's (default: its report's)."""
+    if nodes is None:
+        nodes = job.nodes if job is not None else ()
+    t0 = None if job is None else job.start if job.start is not None else job.observed_start
+    t1 = None if job is None else job.end
+    return {
+        "series": job_series(
             store,
             job_id,
             report=job,
@@ -241,8 +278,13 @@ def job_overview(
             first_start=started,
             kept=kept,
             window=window,
+            reads=reads,
         ),
-    )
+        "cost": None if job is None else job_cost(job, price_per_gpu_hour=price_per_gpu_hour, currency=currency),
+        "timeline": tuple(job_timeline(store, job_id, kept=kept, newest=None if job is None else job.observed_end)),
+        "acting": job_acting(store, job_id, nodes=nodes, t0=t0, t1=t1),
+        "live": _live(store, job_id),
+    }
 
 
 #: A job page lists at most this many GPUs, and as many ranks: those to look at first, with a link to every row.
@@ -294,22 +336,33 @@ def _work_s(r: RankPhases) -> float:
     return sum(v for p, v in zip(PHASES, r.phase_s) if p in WORK_PHASES and v is not None)
 
 
-def _span_parts(
-    store: Store, job_id: str, recent_steps: int, kept: KeptStretches | None
-) -> tuple[JobSteps | None, tuple[GoodputReport, StepTable] | None, dict[str, str]]:
-    """The goodput (from every step, grouped in the store: a 1,536-rank job of 15 minutes holds 8 million spans;
-    with ``kept``, only those since its checkpoint) and the steps (from the spans of the last ``recent_steps``,
-    read from the first start among them that the goodput's steps give) of the page; what a part could not
-    answer under its name."""
+def _goodput_part(
+    store: Store, job_id: str, kept: KeptStretches | None
+) -> tuple[tuple[GoodputReport, StepTable] | None, dict[str, str]]:
+    """The goodput and the executed steps, from every step (grouped in the store: a 1,536-rank job of 15 minutes
+    holds 8 million spans; with ``kept``, only those since its checkpoint); why not under ``goodput``."""
     missing: dict[str, str] = {}
-    accounted = _part(missing, "goodput", lambda: goodput_with_steps(store, job_id, kept=kept))
+    return _part(missing, "goodput", lambda: goodput_with_steps(store, job_id, kept=kept)), missing
+
+
+def _steps_part(
+    store: Store,
+    job_id: str,
+    recent_steps: int,
+    kept: KeptStretches | None,
+    from_goodput: Future[tuple[tuple[GoodputReport, StepTable] | None, dict[str, str]]],
+) -> tuple[JobSteps | None, dict[str, str]]:
+    """The steps of the page, from the spans of the last ``recent_steps``, read from the first start among them
+    that the goodput's steps give; why not under ``steps``."""
+    accounted, _ = from_goodput.result()
     since = accounted[1].first_start_of_last(recent_steps) if accounted is not None else None
+    missing: dict[str, str] = {}
     steps = _part(
         missing,
         "steps",
         lambda: _steps(recent_step_report(store, job_id, recent_steps=recent_steps, since=since, kept=kept)),
     )
-    return steps, accounted, missing
+    return steps, missing
 
 
 #: Overviews an ``OverviewCache`` keeps: a few jobs' pages (each 1,536 GPUs and ranks at most), not a history.

@@ -25,7 +25,7 @@ from hpcwatch.analysis.attribution import (
 )
 from hpcwatch.errors import InputError
 from hpcwatch.records import MAX_JOB_ID_CHARS, Job
-from hpcwatch.reports.jobstretches import KeptStretches, WindowRead, read_window, window_partial
+from hpcwatch.reports.jobstretches import KeptStretches, PageReads, WindowRead, read_window, window_partial
 from hpcwatch.store import Store, queries
 
 if TYPE_CHECKING:  # the PromQL backend (httpx) is only loaded by callers that read Prometheus
@@ -96,11 +96,12 @@ def job_report(
     samples: pa.Table | None = None,
     kept: KeptStretches | None = None,
     window: WindowRead | None = None,
+    reads: PageReads | None = None,
 ) -> JobReport:
     """One workload's report, GPU by GPU (``per_gpu``). A Slurm job's is read from its window stretch by
     stretch (``reports.jobstretches``; ``kept``: what a server keeps of it between pages; ``window``: its
-    whole window, read already) unless ``samples`` are given; a workload known from labels only is attributed
-    among all the store's samples.
+    whole window, read already; ``reads``: where a page holds what it read in one query for its charts) unless
+    ``samples`` are given; a workload known from labels only is attributed among all the store's samples.
     ``InputError`` when the store neither holds the job nor any sample of it, or when the job never started."""
     check_job_id(job_id)
     record: Job | None
@@ -112,7 +113,7 @@ def job_report(
         t0 = first_start(store, record)
     if samples is None and record is not None and record.nodes and t0 is not None:
         jobs = store.jobs(on_nodes=record.nodes)
-        part = window_partial(store, record, t0, jobs, kept=kept, window=window)
+        part = window_partial(store, record, t0, jobs, kept=kept, window=window, reads=reads)
         now = _running_until(store, part.newest_t) if record.end is None else None
         found = next(iter(reports_of(part, jobs, now=now, only=job_id)), None)
     else:

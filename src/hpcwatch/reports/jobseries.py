@@ -57,6 +57,7 @@ from hpcwatch.records import Job
 from hpcwatch.reports.jobstretches import (
     Checkpoint,
     KeptStretches,
+    PageReads,
     WindowRead,
     checkpoint_cuts,
     read_end,
@@ -139,10 +140,13 @@ def job_series(
     max_buckets: int = MAX_BUCKETS,
     kept: KeptStretches | None = None,
     window: WindowRead | None = None,
+    reads: PageReads | None = None,
 ) -> JobSeries | None:
     """``job_id``'s series over its life. ``samples``: the report's (None: the store's over the job's nodes and
     window, read stretch by stretch: ``reports.jobstretches.stretches``; ``kept``: from the checkpoints a server
-    keeps of them; ``window``: all of them, read already for the report); ``steps``: its executed steps;
+    keeps of them; ``window``: all of them, read already for the report; ``reads``: what the page's report read
+    in one query, read again from memory when it holds what follows the charts' checkpoint); ``steps``: its
+    executed steps;
     ``first_start``: ``reports.jobs.first_start``. None when there is no window (no start, no sample, no
     step)."""
     span = _window(report, steps, first_start)
@@ -156,7 +160,7 @@ def job_series(
     if samples is not None:
         charts.add(samples)
     elif report is not None and report.nodes:
-        charts = _from_store(store, charts, kept, window)
+        charts = _from_store(store, charts, kept, window, reads)
     bucket_s, n = charts.grid()
     out = []
     for key, unit, how, metric in _PLAN:
@@ -171,10 +175,16 @@ def job_series(
     return JobSeries(t0=t0, t1=t1, bucket_s=bucket_s, buckets=n, series=tuple(out))
 
 
-def _from_store(store: Store, charts: _Charts, kept: KeptStretches | None, window: WindowRead | None) -> _Charts:
+def _from_store(
+    store: Store,
+    charts: _Charts,
+    kept: KeptStretches | None,
+    window: WindowRead | None,
+    reads: PageReads | None = None,
+) -> _Charts:
     """``charts`` fed the job's window from the store (``window``: all of it, read already), a stretch at a time,
     from ``kept``'s newest checkpoint that is still true on (the same GPUs and nodes; no row landed before it
-    since)."""
+    since); what follows it from ``reads`` when the page's report read it already."""
     report = charts.report
     assert report is not None
     record = Job(id=charts.job_id, nodes=report.nodes, end=charts.t1)
@@ -199,7 +209,13 @@ def _from_store(store: Store, charts: _Charts, kept: KeptStretches | None, windo
             charts = resumed.checkpoint.state.resumed(charts.t1, charts.step_interval)
         start = resumed.checkpoint.upto if resumed is not None else charts.t0
         cuts = checkpoint_cuts(start, charts.t1, resumed=resumed is not None) if kept is not None else []
-        for b, table in stretches(store, SERIES_METRICS, record, start, charts.t1, cuts=cuts):
+        shared = reads.rows_from(SERIES_METRICS, record, start, charts.t1) if reads is not None else None
+        if shared is not None:
+            version = min(version, shared.version)  # a row committed after the report's read: the next page's
+            pieces = shared.cut(cuts)
+        else:
+            pieces = stretches(store, SERIES_METRICS, record, start, charts.t1, cuts=cuts)
+        for b, table in pieces:
             charts.add(table)
             del table
             if b in cuts:

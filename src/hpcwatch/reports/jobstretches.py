@@ -69,6 +69,8 @@ __all__ = [
     "Checkpoint",
     "Resumed",
     "WindowRead",
+    "PageReads",
+    "SharedRows",
     "read_window",
     "read_short_window",
 ]
@@ -252,6 +254,58 @@ class WindowRead:
     """Where the window starts (the job's first start)."""
 
 
+@dataclass(frozen=True, slots=True)
+class SharedRows:
+    """The rows of a job's window from ``start`` on (to the window's end) that one query of a page read."""
+
+    version: int
+    """The store's version before the query: a row committed after it is not among ``table``'s."""
+    record: Job
+    start: float
+    metrics: frozenset[str]
+    table: pa.Table
+
+    def cut(self, cuts: Sequence[float]) -> Iterator[tuple[float | None, pa.Table]]:
+        """``stretches``' pieces of these rows: those before each of ``cuts``, then the rest."""
+        return _cut(self.table, cuts)
+
+
+class PageReads:
+    """What one page read of a job's window in one query, for its other parts to read again without a query:
+    the report reads what follows its checkpoint (``REPORT_METRICS``), and the charts (``SERIES_METRICS``,
+    among them) read on from theirs, most often the same time (both keep one at the end of each page). At
+    1,024 nodes, 10 s of a 1,536-GPU job's window are 25,000 rows and 40-50 ms of query. Made for one page
+    (``reports.jobpage.job_overview``) and dropped with it: it holds one read (``stretches``' read of what
+    follows a checkpoint, ``STRETCH_S`` at most), never the window."""
+
+    def __init__(self) -> None:
+        self.held: SharedRows | None = None
+
+    def hold(self, rows: SharedRows) -> None:
+        if self.held is None:
+            self.held = rows
+
+    def rows_from(self, metrics: Sequence[str], record: Job, start: float, end: float | None) -> SharedRows | None:
+        """The held rows of ``record``'s window (its id and nodes) from ``start`` to ``end`` (None: no end), when
+        the held read holds all of them: it started no later, read every metric of ``metrics`` and had no end
+        before ``end``. Its rows of other metrics stay (the readers select theirs)."""
+        held = self.held
+        if (
+            held is None
+            or held.record.id != record.id
+            or tuple(held.record.nodes) != tuple(record.nodes)
+            or held.start > start
+            or not held.metrics.issuperset(metrics)
+            or (held.record.end is not None and (end is None or held.record.end < end))
+        ):
+            return None
+        t = held.table.column("t")
+        keep = pc.greater_equal(t, start)
+        if end is not None:
+            keep = pc.and_(keep, pc.less_equal(t, end))
+        return SharedRows(held.version, record, start, held.metrics, held.table.filter(keep))
+
+
 def read_window(store: Store, record: Job, t0: float, metrics: Sequence[str] = REPORT_METRICS) -> WindowRead:
     """``record``'s window from ``t0`` (``store.queries.job_window_samples``), all of it."""
     version = store.version
@@ -281,11 +335,13 @@ def window_partial(
     *,
     kept: KeptStretches | None = None,
     window: WindowRead | None = None,
+    reads: PageReads | None = None,
 ) -> Partial:
     """What ``record``'s window (its nodes from ``t0``, its label anywhere) says of every job among ``jobs``
     (those that ran on its nodes), read stretch by stretch; with ``kept``, from its newest checkpoint on.
     ``window``: the whole window, read already (``read_window``): one stretch, whose end is the checkpoint
-    the next page resumes from."""
+    the next page resumes from. ``reads``: where a read of what follows the checkpoint is held for the page's
+    charts."""
     version = store.version if window is None else window.version
 
     def allocations(upto: float) -> tuple[Any, ...]:
@@ -300,7 +356,7 @@ def window_partial(
         written = window_written(store, record, t0, REPORT_METRICS)
         resumed = kept.resume(store, "report", record, t0, written=written, fingerprint=allocations) if kept else None
         start, shape = (resumed.checkpoint, resumed.extra) if resumed is not None else (None, None)
-        total, checkpoints = _read(store, record, t0, jobs, start, shape, keeping=keeping)
+        total, checkpoints = _read(store, record, t0, jobs, start, shape, keeping=keeping, reads=reads)
         if len(total.shapes) > 1:  # a device a stretch before it lacked: every stretch again, with all of them
             resumed = None
             total, checkpoints = _read(store, record, t0, jobs, None, _union(total.shapes), keeping=keeping)
@@ -384,9 +440,11 @@ def _read(
     shape: Shape | None,
     *,
     keeping: bool,
+    reads: PageReads | None = None,
 ) -> tuple[Partial, list[Checkpoint]]:
     """The stretches from ``start`` (None: the first start) to the newest sample, joined to ``start``'s; and
-    (``keeping``) a checkpoint at each age band's time that the read passed."""
+    (``keeping``) a checkpoint at each age band's time that the read passed. ``reads``: where what follows
+    ``start`` is held, when one query reads it."""
     total = start.state.copy() if start is not None else Partial()
     a = start.upto if start is not None else t0
     # What follows a checkpoint reads up to the store's newest sample: a cheaper ask than the window's span.
@@ -401,7 +459,7 @@ def _read(
     if span is None:
         return total, checkpoints
     cuts = checkpoint_cuts(max(a, span[0]), span[1], resumed=start is not None) if keeping else []
-    for b, table in stretches(store, REPORT_METRICS, record, max(a, span[0]), span[1], cuts=cuts):
+    for b, table in stretches(store, REPORT_METRICS, record, max(a, span[0]), span[1], cuts=cuts, reads=reads):
         part = partial_of(table, jobs, shape=shape)
         del table
         shape = _union(part.shapes | ({shape} if shape is not None else set()))  # the devices seen so far
@@ -456,19 +514,23 @@ def stretches(
     newest: float,
     *,
     cuts: Sequence[float] = (),
+    reads: PageReads | None = None,
 ) -> Iterator[tuple[float | None, pa.Table]]:
     """(end, None for the last; rows of ``metrics``) of each stretch of ``record``'s window from ``start`` to
     ``newest`` (``store.queries.job_window_samples``). A stretch is sized to hold about ``STRETCH_ROWS`` at the
     rate the one before held (``STRETCH_S`` at first, never more than 8 times longer than the one before) and
     ends at the next of ``cuts``; a silence of the nodes is skipped. A window no longer than ``STRETCH_S`` (what
-    follows a checkpoint, on a page seconds after the last) is one read, cut at ``cuts`` in memory."""
+    follows a checkpoint, on a page seconds after the last) is one read, cut at ``cuts`` in memory, and held in
+    ``reads`` for the page's other parts."""
     hosts = list(record.nodes)
     if start > newest:  # a checkpoint at the end of the last read, and the window did not grow since
         return
     if newest - start <= STRETCH_S:  # no longer than a first stretch: one read, cut where the checkpoints go
-        yield from _cut(
-            queries.job_window_samples(store, metrics, hosts=hosts, job=record.id, t0=start, t1=record.end), cuts
-        )
+        version = store.version
+        table = queries.job_window_samples(store, metrics, hosts=hosts, job=record.id, t0=start, t1=record.end)
+        if reads is not None:
+            reads.hold(SharedRows(version, record, start, frozenset(metrics), table))
+        yield from _cut(table, cuts)
         return
     at: float | None = start
     length = STRETCH_S
