@@ -487,3 +487,29 @@ def test_a_pages_held_read_is_lent_only_for_rows_it_holds_all_of() -> None:
     assert ended.rows_from(["a"], job, 10.0, 13.0) is None  # read up to 12 s only
     assert ended.rows_from(["a"], job, 10.0, None) is None
     assert ended.rows_from(["a"], job, 10.0, 11.5) is not None
+
+
+def test_what_was_written_since_is_asked_before_the_newest_checkpoint_only() -> None:
+    """``job_window_written`` and ``job_spans_written`` with ``before``: the oldest row committed since the
+    version among those before it (a row after the newest checkpoint leaves every checkpoint true)."""
+    from hpcwatch.records import Span
+
+    store = Store(":memory:")
+    labels = {"Hostname": "n1", "gpu": "0", "hpc_job": "5"}
+    store.add([Sample(metric=vocab.DCGM_FI_DEV_GPU_UTIL, labels=labels, t=100.0, value=1.0)])
+    store.add([Span(job="5", rank=0, step=1, phase="forward", start=100.0, dur=1.0)])
+    version = store.version
+    store.add([Sample(metric=vocab.DCGM_FI_DEV_GPU_UTIL, labels=labels, t=t, value=2.0) for t in (130.0, 120.0)])
+    store.add([Span(job="5", rank=0, step=s, phase="forward", start=t, dur=1.0) for s, t in ((3, 130.0), (2, 120.0))])
+
+    def samples(before: float | None) -> float | None:
+        metrics = [vocab.DCGM_FI_DEV_GPU_UTIL]
+        return queries.job_window_written(store, version, metrics, hosts=["n1"], job="5", t0=0.0, before=before)
+
+    assert samples(None) == 120.0
+    assert samples(125.0) == 120.0
+    assert samples(120.0) is None  # the row at 120 s is not before 120 s
+    assert queries.job_spans_written(store, version, "5") == 120.0
+    assert queries.job_spans_written(store, version, "5", before=125.0) == 120.0
+    assert queries.job_spans_written(store, version, "5", before=110.0) is None
+    store.close()

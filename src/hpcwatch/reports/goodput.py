@@ -101,7 +101,7 @@ def step_groups(
         "steps",
         record,
         t0,
-        written=lambda since_version: queries.job_spans_written(store, since_version, job_id),
+        written=lambda since_version, before: queries.job_spans_written(store, since_version, job_id, before=before),
         fingerprint=tuple(float(b) for b in breaks),
         newest=lambda since: queries.newest_span_start(store, job_id, since=since),
         read=read,

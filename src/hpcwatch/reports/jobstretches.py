@@ -23,6 +23,11 @@ the last reads those seconds: at 1,024 nodes, 2 s of a 1,536-GPU job are 5,000 r
 37,000. A row that lands before the last page's end (a node scraped late) makes the next page read from the
 settled checkpoint, as if there were no end checkpoint; the end checkpoints age into the bands as pages come.
 
+A page's report and charts keep their checkpoints on the same pages, so both read on from about the same time:
+the report's one read of what follows its checkpoint is held for the page (``PageReads``), and the charts, whose
+metrics are among the report's, draw from those rows; they then keep the version from before that read, as if
+they had read it themselves.
+
 A checkpoint is not used when what it was computed from changed:
 
 - a commit since the page added samples before its time (a late scrape, a file ingested again):
@@ -162,17 +167,19 @@ class KeptStretches:
         record: Job,
         t0: float,
         *,
-        written: Callable[[int], float | None],
+        written: Callable[[int, float], float | None],
         fingerprint: Callable[[float], Any],
     ) -> Resumed | None:
         """The newest checkpoint of ``kind`` for ``record``'s window from ``t0`` that is still true (module doc);
-        None: read from the start. ``written(version)``: the oldest time of a row of the window committed after
-        ``version`` (``window_written`` for samples)."""
+        None: read from the start. ``written(version, before)``: the oldest time before ``before`` of a row of the
+        window committed after ``version`` (``window_written`` for samples); ``before`` is the newest checkpoint's
+        time: a row at or after it leaves every checkpoint true, and the parts committed since hold little else
+        (their rows land in time order), so the store reads only the row groups of rows before it."""
         with self._lock:
             found = self._entries.get((str(store.config.path), kind, record.id))
         if found is None or found.t0 != t0 or found.hosts != tuple(record.nodes) or not found.checkpoints:
             return None
-        late = written(found.version)
+        late = written(found.version, found.checkpoints[-1].upto)
         for k in reversed(range(len(found.checkpoints))):
             c = found.checkpoints[k]
             if (late is None or c.upto <= late) and c.fingerprint == fingerprint(c.upto):
@@ -382,14 +389,14 @@ def kept_fold(
     record: Job,
     t0: float,
     *,
-    written: Callable[[int], float | None],
+    written: Callable[[int, float], float | None],
     fingerprint: Any,
     newest: Callable[[float | None], float | None],
     read: Callable[[float | None, float | None, float | None], tuple[_S, _S]],
     join: Callable[[_S, _S], _S],
 ) -> _S:
     """A state folded from what a job's window held, resumed from ``kept``'s newest checkpoint of ``kind`` still
-    true (``written``: the oldest time of a row landed since a version; ``fingerprint``: what else the state
+    true (``written``: the oldest time of a row landed since a version, before a time; ``fingerprint``: what else the state
     was computed from), with checkpoints left ``SETTLE_S`` before the window's ``newest(since)`` time and at
     the end of the read. ``read(since, cut, until)``: the state of the rows from ``since`` (None: from the
     start) before ``cut``, and the state of those from ``cut`` (None: no cut, all after) before ``until``
@@ -422,11 +429,14 @@ def kept_fold(
     return whole
 
 
-def window_written(store: Store, record: Job, t0: float, metrics: Sequence[str]) -> Callable[[int], float | None]:
+def window_written(
+    store: Store, record: Job, t0: float, metrics: Sequence[str]
+) -> Callable[[int, float], float | None]:
     """``KeptStretches.resume``'s ``written`` for the samples of ``metrics`` in ``record``'s window from ``t0``."""
 
-    def oldest_since(version: int) -> float | None:
-        return queries.job_window_written(store, version, metrics, hosts=list(record.nodes), job=record.id, t0=t0)
+    def oldest_since(version: int, before: float) -> float | None:
+        hosts = list(record.nodes)
+        return queries.job_window_written(store, version, metrics, hosts=hosts, job=record.id, t0=t0, before=before)
 
     return oldest_since
 

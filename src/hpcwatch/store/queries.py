@@ -551,11 +551,20 @@ def job_window_next(
 
 
 def job_window_written(
-    store: Store, since_version: int, metrics: Sequence[str], *, hosts: Sequence[str], job: str, t0: float
+    store: Store,
+    since_version: int,
+    metrics: Sequence[str],
+    *,
+    hosts: Sequence[str],
+    job: str,
+    t0: float,
+    before: float | None = None,
 ) -> float | None:
     """The oldest time of a sample of ``metrics`` that a commit after ``since_version`` added to a job's window
-    (None: none): what a job's report kept before that time still holds. Reads only the parts committed since."""
-    where, params = _job_window(metrics, hosts=hosts, job=job, t0=t0, t1=None, before=None)
+    (before ``before`` when given; None: none): what a job's report kept before that time still holds. Reads
+    only the parts committed since, and of those (their rows land in time order) only the row groups of rows
+    before ``before``."""
+    where, params = _job_window(metrics, hosts=hosts, job=job, t0=t0, t1=None, before=before)
     _, rows = store.query_since(since_version, f"SELECT min(t) FROM samples WHERE {where}", params)
     oldest = rows[0][0]
     return None if oldest is None else float(oldest)
@@ -764,10 +773,12 @@ def job_step_groups(
     return groups, ranks
 
 
-def job_spans_written(store: Store, since_version: int, job: str) -> float | None:
-    """The earliest start of a span of ``job`` that a commit after ``since_version`` added (None: none): what a
-    server kept of the job's steps before that time still holds. Reads only the parts committed since."""
-    _, rows = store.query_since(since_version, "SELECT min(start) FROM spans WHERE job = ?", [job])
+def job_spans_written(store: Store, since_version: int, job: str, *, before: float | None = None) -> float | None:
+    """The earliest start of a span of ``job`` that a commit after ``since_version`` added (before ``before``
+    when given; None: none): what a server kept of the job's steps before that time still holds. Reads only
+    the parts committed since."""
+    where, params = ("job = ?", [job]) if before is None else ("job = ? AND start < ?", [job, before])
+    _, rows = store.query_since(since_version, f"SELECT min(start) FROM spans WHERE {where}", params)
     oldest = rows[0][0]
     return None if oldest is None else float(oldest)
 
