@@ -169,3 +169,28 @@ def test_a_kept_result_whose_computation_failed_is_computed_again(tmp_path):
             pass
         assert store.kept_while(("jobs",), ("k",), fails_once) == 7 and len(calls) == 2
         assert ("k",) in store._computing  # its lock kept while its result is
+
+
+def test_the_newest_sample_time_is_kept_until_a_sample_is_committed_whatever_it_was_asked_from() -> None:
+    """``latest_sample_t`` keeps its answer while the samples do not change: a time found from any ``since`` is
+    the newest of all; a None from a later ``since`` does not answer an earlier one."""
+    from hpcwatch import vocab
+    from hpcwatch.records import Sample
+    from hpcwatch.store import queries
+
+    store = Store(":memory:")
+    util, power = vocab.DCGM_FI_DEV_GPU_UTIL, vocab.DCGM_FI_DEV_POWER_USAGE
+    labels = {"Hostname": "n1", "gpu": "0"}
+    store.add([Sample(metric=util, labels=labels, t=t, value=1.0) for t in (10.0, 20.0)])
+    store.add([Sample(metric=power, labels=labels, t=25.0, value=1.0)])
+    assert queries.latest_sample_t(store, since=30.0, metrics=[util]) is None  # kept: none from 30 s on
+    assert queries.latest_sample_t(store, since=40.0, metrics=[util]) is None
+    assert queries.latest_sample_t(store, since=5.0, metrics=[util]) == 20.0  # asked again from earlier on
+    assert queries.latest_sample_t(store, since=15.0, metrics=[util]) == 20.0
+    assert queries.latest_sample_t(store, since=21.0, metrics=[util]) is None
+    assert queries.latest_sample_t(store, metrics=[util]) == 20.0
+    assert queries.latest_sample_t(store) == 25.0  # another metric set, another answer
+    store.add([Sample(metric=util, labels=labels, t=50.0, value=1.0)])
+    assert queries.latest_sample_t(store, since=15.0, metrics=[util]) == 50.0  # a commit: asked again
+    assert queries.latest_sample_t(store, since=45.0) == 50.0
+    store.close()

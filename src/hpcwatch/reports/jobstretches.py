@@ -457,9 +457,10 @@ def _read(
     ``start`` is held, when one query reads it."""
     total = start.state.copy() if start is not None else Partial()
     a = start.upto if start is not None else t0
-    # What follows a checkpoint reads up to the store's newest sample: a cheaper ask than the window's span.
+    # What follows a checkpoint reads up to the store's newest sample of the report's metrics: a cheaper ask than
+    # the window's span, and the one a running job's report ends at (``reports.jobs``), read once for both.
     if start is not None:
-        newest = queries.latest_sample_t(store, since=a)
+        newest = queries.latest_sample_t(store, since=a, metrics=REPORT_METRICS)
         span = None if newest is None else (a, newest)
     else:
         span = queries.job_window_span(

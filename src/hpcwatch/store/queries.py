@@ -196,7 +196,20 @@ def hosts_with(store: Store, metrics: Sequence[str]) -> frozenset[str]:
 
 def latest_sample_t(store: Store, *, since: float | None = None, metrics: Sequence[str] | None = None) -> float | None:
     """The newest sample's time (of ``metrics`` when given; at or after ``since``, which lets DuckDB skip old
-    row groups)."""
+    row groups). Kept while no sample is committed (``Store.kept_while``): a job page asks twice (where its
+    report reads to, where a running job's report ends), each a scan of the newest parts. A kept time found
+    from any ``since`` is the newest of all (a sample at or after ``since`` was found); a kept None says only
+    that none is at or after the ``since`` it was asked from."""
+    key = ("latest_sample_t", None if metrics is None else tuple(metrics))
+    found, asked_since = store.kept_while(("samples",), key, lambda: (_latest_sample_t(store, since, metrics), since))
+    if found is not None:
+        return found if since is None or found >= since else None
+    if asked_since is None or (since is not None and since >= asked_since):
+        return None
+    return _latest_sample_t(store, since, metrics)  # none from a later time on: what lies before is not known
+
+
+def _latest_sample_t(store: Store, since: float | None, metrics: Sequence[str] | None) -> float | None:
     where = [*(["t >= ?"] if since is not None else []), *([f"metric IN ({_marks(metrics)})"] if metrics else [])]
     params = [*([since] if since is not None else []), *(metrics or [])]
     latest: float | None  # max() over no row is NULL
