@@ -146,9 +146,8 @@ def job_series(
     window, read stretch by stretch: ``reports.jobstretches.stretches``; ``kept``: from the checkpoints a server
     keeps of them; ``window``: all of them, read already for the report; ``reads``: what the page's report read
     in one query, read again from memory when it holds what follows the charts' checkpoint); ``steps``: its
-    executed steps;
-    ``first_start``: ``reports.jobs.first_start``. None when there is no window (no start, no sample, no
-    step)."""
+    executed steps; ``first_start``: ``reports.jobs.first_start``. None when there is no window (no start, no
+    sample, no step)."""
     span = _window(report, steps, first_start)
     if span is None:
         return None

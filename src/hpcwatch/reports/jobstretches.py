@@ -289,6 +289,7 @@ class PageReads:
         self.held: SharedRows | None = None
 
     def hold(self, rows: SharedRows) -> None:
+        """Hold ``rows`` unless a read is held already: the page's first, the report's (it reads first)."""
         if self.held is None:
             self.held = rows
 
