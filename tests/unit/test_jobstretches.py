@@ -513,3 +513,24 @@ def test_what_was_written_since_is_asked_before_the_newest_checkpoint_only() -> 
     assert queries.job_spans_written(store, version, "5", before=125.0) == 120.0
     assert queries.job_spans_written(store, version, "5", before=110.0) is None
     store.close()
+
+
+def test_charts_resumed_twice_from_one_checkpoint_draw_what_a_fresh_read_draws(live) -> None:
+    """A checkpoint's charts are joined to many pages: the second page adds what followed the first page's end
+    to a copy, and a third, after a row that landed late for the second page's end only, resumes from the first
+    page's end again and must find it as it was left."""
+    store, _ = live
+    job, kept = _running(store), KeptStretches()
+    job_overview(store, job.id, kept=kept)
+    host = job.nodes[0]
+    newest = store.time_range()[1] or 0.0
+
+    def scrape(t: float, value: float) -> None:
+        labels = {"Hostname": host, "gpu": str(job.gpus_by_node[host][0]), "hpc_job": job.id}
+        store.add([Sample(metric=vocab.DCGM_FI_DEV_GPU_UTIL, labels=labels, t=t, value=value)])
+
+    scrape(newest + 3.0, 7.0)
+    job_overview(store, job.id, kept=kept)
+    scrape(newest + 1.0, 11.0)  # late for the second page's end, not for the first's
+    page = job_overview(store, job.id, kept=kept)
+    _same_series(page.series, job_overview(store, job.id).series)

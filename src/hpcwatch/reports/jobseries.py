@@ -280,14 +280,18 @@ class _Charts:
             series = self._series(metric, codes, keys)
             if metric in _COUNTERS:
                 t, series, v = self._rates(metric, t, series, v)
-            cell = series * n + _bucket(t, self.t0, bucket_s, n)
-            shape = (len(self.index[metric]), n)
-            size = shape[0] * n
-            self.count[metric] = _grown(self.count.get(metric), shape) + np.bincount(cell, minlength=size).reshape(
-                shape
-            )
-            totals = np.bincount(cell, weights=v, minlength=size).reshape(shape)
-            self.total[metric] = _grown(self.total.get(metric), shape) + totals
+            if not len(t):  # a counter's single sample: no rate yet
+                continue
+            bucket = _bucket(t, self.t0, bucket_s, n)
+            # Only the buckets the rows fall in are counted (a page seconds after the last adds to one or two of
+            # 120, at 1,536 GPUs a few hundred KB where the whole grid was megabytes a metric).
+            lo, hi = int(bucket.min()), int(bucket.max()) + 1
+            rows_n, width = len(self.index[metric]), hi - lo
+            cell = series * width + (bucket - lo)
+            counts = np.bincount(cell, minlength=rows_n * width).reshape(rows_n, width)
+            totals = np.bincount(cell, weights=v, minlength=rows_n * width).reshape(rows_n, width)
+            self.count[metric] = _plus(self.count.get(metric), (rows_n, n), lo, counts)
+            self.total[metric] = _plus(self.total.get(metric), (rows_n, n), lo, totals)
 
     def copy(self) -> _Charts:
         """These charts, to add to without changing them. The cells' arrays are shared: ``add`` and ``resumed``
@@ -357,6 +361,16 @@ def _grown(cells: np.ndarray | None, shape: tuple[int, int]) -> np.ndarray:
     if cells is not None:
         grown[: cells.shape[0], : cells.shape[1]] = cells
     return grown
+
+
+def _plus(cells: np.ndarray | None, shape: tuple[int, int], lo: int, part: np.ndarray) -> np.ndarray:
+    """A new array: ``cells`` grown to ``shape`` (``_grown``) with ``part`` added to its columns from ``lo`` on
+    (``cells`` are never written into: the charts' copies share them)."""
+    out = _grown(cells, shape)
+    if out is cells:
+        out = out.copy()
+    out[:, lo : lo + part.shape[1]] += part
+    return out
 
 
 def _coarsened(cells: np.ndarray, ratio: int, n: int) -> np.ndarray:
