@@ -33,6 +33,16 @@ def _same(store: Store, job_id: str, kept: KeptStretches, reads: list[float] | N
     return found
 
 
+def _same_series(page, fresh) -> None:
+    """The charts of a page held to a fresh read's: the same grid, series, gaps and values."""
+    assert page is not None and fresh is not None
+    assert (page.t0, page.t1, page.bucket_s, page.buckets) == (fresh.t0, fresh.t1, fresh.bucket_s, fresh.buckets)
+    for mine, whole in zip(page.series, fresh.series, strict=True):
+        assert mine.key == whole.key
+        assert [v is None for v in mine.values] == [v is None for v in whole.values]
+        assert [v for v in mine.values if v is not None] == pytest.approx([v for v in whole.values if v is not None])
+
+
 def test_the_next_page_reads_only_the_stretches_after_the_kept_ones(live, reads) -> None:
     store, twin = live
     job, kept = _running(store), KeptStretches()
@@ -219,18 +229,8 @@ def test_the_charts_from_checkpoints_draw_what_a_fresh_read_draws(live, reads) -
     resumed = job_overview(store, job.id, kept=kept).series
     resumed_reads = len(reads)
     fresh = job_overview(store, job.id).series
-    assert resumed is not None and fresh is not None
     assert resumed_reads < len(reads) - resumed_reads  # fewer stretches read than the fresh page's
-    assert (resumed.t0, resumed.t1, resumed.bucket_s, resumed.buckets) == (
-        fresh.t0,
-        fresh.t1,
-        fresh.bucket_s,
-        fresh.buckets,
-    )
-    for mine, whole in zip(resumed.series, fresh.series, strict=True):
-        assert mine.key == whole.key
-        assert [v is None for v in mine.values] == [v is None for v in whole.values]
-        assert [v for v in mine.values if v is not None] == pytest.approx([v for v in whole.values if v is not None])
+    _same_series(resumed, fresh)
 
 
 def _scrapes(t_from: int, t_to: int) -> list[Sample]:
@@ -388,11 +388,7 @@ def test_a_window_read_at_once_leaves_the_checkpoint_the_next_page_reads_on_from
     fresh = job_overview(store, job.id)
     assert page.job is not None and fresh.job is not None
     assert report_dict(page.job, per_gpu=True) == report_dict(fresh.job, per_gpu=True)
-    assert page.series is not None and fresh.series is not None
-    assert page.series.buckets == fresh.series.buckets
-    for mine, whole in zip(page.series.series, fresh.series.series, strict=True):
-        assert [v is None for v in mine.values] == [v is None for v in whole.values]
-        assert [v for v in mine.values if v is not None] == pytest.approx([v for v in whole.values if v is not None])
+    _same_series(page.series, fresh.series)
 
 
 def test_a_row_landing_late_in_a_window_read_at_once_is_counted(live, monkeypatch) -> None:
@@ -409,15 +405,6 @@ def test_a_row_landing_late_in_a_window_read_at_once_is_counted(live, monkeypatc
     page = job_overview(store, job.id, kept=kept)
     assert page.job is not None
     assert report_dict(page.job, per_gpu=True) == report_dict(job_report(store, job.id), per_gpu=True) != before
-
-
-def _same_series(page, fresh) -> None:
-    assert page is not None and fresh is not None
-    assert (page.t0, page.t1, page.bucket_s, page.buckets) == (fresh.t0, fresh.t1, fresh.bucket_s, fresh.buckets)
-    for mine, whole in zip(page.series, fresh.series, strict=True):
-        assert mine.key == whole.key
-        assert [v is None for v in mine.values] == [v is None for v in whole.values]
-        assert [v for v in mine.values if v is not None] == pytest.approx([v for v in whole.values if v is not None])
 
 
 def test_the_charts_take_what_follows_their_checkpoint_from_the_reports_read(live, reads) -> None:

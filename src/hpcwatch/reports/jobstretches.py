@@ -397,8 +397,8 @@ def kept_fold(
     join: Callable[[_S, _S], _S],
 ) -> _S:
     """A state folded from what a job's window held, resumed from ``kept``'s newest checkpoint of ``kind`` still
-    true (``written``: the oldest time of a row landed since a version, before a time; ``fingerprint``: what else the state
-    was computed from), with checkpoints left ``SETTLE_S`` before the window's ``newest(since)`` time and at
+    true (``written``: the oldest time of a row landed since a version, before a time; ``fingerprint``: what
+    else the state was computed from), with checkpoints left ``SETTLE_S`` before the window's ``newest(since)`` time and at
     the end of the read. ``read(since, cut, until)``: the state of the rows from ``since`` (None: from the
     start) before ``cut``, and the state of those from ``cut`` (None: no cut, all after) before ``until``
     (None: no end); ``join(earlier, later)`` a new state of both, neither changed (a checkpoint is joined to
