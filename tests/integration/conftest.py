@@ -94,14 +94,14 @@ GROUP_SECONDS = {
     "demo-128": 256,
     "slurm": 198,
     "test_browser": 193,
-    "test_recording_rules": 111,
-    "test_browser_states": 99,
     "test_browser_monitor": 80,
     "test_browser_fit": 70,
     "test_browser_job": 60,
     "test_alerting": 57,
     "test_prometheus": 51,
+    "test_recording_rules": 50,
     "test_browser_physics": 41,
+    "test_browser_states": 36,
 }
 _SECONDS_A_TEST = 5
 

@@ -1,7 +1,8 @@
 """True states on the page (issue 27, point 1): a lost GPU shows no number, its drained node says so, the
 requeued job reads requeued, and the recent-events strip lists the XID, the failure and the requeue.
 
-One demo for the module (``problem_server``: a straggler and an XID 79 on node2 GPU 3, 30 s in).
+One demo for the module (``problem_server``: a straggler and an XID 79 on node2 GPU 3, 30 s in), played faster
+than the wall clock (``SPEED``).
 """
 
 from __future__ import annotations
@@ -10,15 +11,30 @@ import pytest
 
 from tests.integration.test_browser import (  # noqa: F401 - fixtures are used by name
     ARTIFACTS,
+    _start_demo,
+    _stop,
     _wait_ticks,
     browser,
     problem_page,
-    problem_server,
 )
 
 pytestmark = pytest.mark.integration
-#: The XID comes 30 s in, the GPU leaves the scrape 20 s later and its last values age out 30 s after that.
+SPEED = 3
+"""Simulated seconds a real second (``demo --speed``). The course is a real cluster's, each phase at its length in
+the cluster's own time (the page's clock is the newest sample's): the XID comes 30 s in, the GPU leaves the scrape
+20 s later and its last values age out of the latest 30 s after that, 80 s: 27 s here. node2 stays drained, and
+its job requeued, until its reboot ends 220 s in: 73 s here, for the module's three tests (at 4, a loaded machine
+left them 20 s to spare). A node is scraped once a tick (a real second), every SPEED s of its time:
+dcgm-exporter's own default is 30 s."""
 LOST_TIMEOUT_MS = 150_000
+
+
+@pytest.fixture(scope="module")
+def problem_server():
+    """test_browser's problem demo (a straggler on node1 GPU 2, an XID 79 on node2 GPU 3) at ``SPEED``."""
+    proc, url = _start_demo("--scenario", "straggler", "--scenario", "xid79", "--speed", str(SPEED))
+    yield url
+    _stop(proc)
 
 
 def test_the_xid_node_is_drained_and_its_lost_gpu_shows_no_number(problem_page):
