@@ -9,6 +9,13 @@ untimed first and both keep their bytecode caches, as installed packages do, und
 ``--before SRC`` also times another checkout's ``src`` (an older hpcwatch) in the same run, so a change is
 measured against what it replaces at the same load; the load average is printed at the start and the end.
 
+Then, in the same run, each side **in process** (the median of ``--repeat`` runs in one process, after one run
+that loads what the command loads on first use: the work without the interpreter's start-up and the imports)
+and the **start-up floors** of both interpreters: ``python -c pass``, ``import numpy``, ``hpcwatch --help``,
+HTA's ``from hta.trace_analysis import TraceAnalysis``. On HTA's 0.02 MB traces HTA's whole process is ~0.9 s,
+nearly all its imports, and ten times less is below our interpreter with numpy imported: there the whole-process
+ratio is the ratio of the two start-ups, the in-process one the ratio of the two analyses.
+
 HTA runs in its own venv (``HolisticTraceAnalysis==0.5.0 pandas==2.2.3``); it is never a dependency of hpcwatch.
 The HTA script is the few lines of HTA's documentation: TraceAnalysis(trace_dir=...), critical_path_analysis,
 get_critical_path_breakdown (HTA reads every trace of a folder, so each trace is copied alone into one).
@@ -49,6 +56,33 @@ g, ok = t.critical_path_analysis(rank=0, annotation=sys.argv[2], instance_id=int
 df = g.get_critical_path_breakdown()
 print(int(df.duration.sum()))
 """
+#: Both in-process scripts print the median seconds of ``repeat`` runs after an untimed one.
+OURS_IN_PROCESS = """
+import statistics, sys, time
+from click.testing import CliRunner
+from hpcwatch.cli import app
+repeat, args = int(sys.argv[1]), sys.argv[2:]
+runner, times = CliRunner(), []
+for _ in range(repeat + 1):
+    t = time.perf_counter()
+    done = runner.invoke(app, args)
+    times.append(time.perf_counter() - t)
+    assert done.exit_code == 0, done.output
+print(statistics.median(times[1:]))
+"""
+HTA_IN_PROCESS = """
+import logging, statistics, sys, time
+logging.disable(logging.WARNING)
+from hta.trace_analysis import TraceAnalysis
+repeat, folder, annotation, instance = int(sys.argv[1]), sys.argv[2], sys.argv[3], int(sys.argv[4])
+times = []
+for _ in range(repeat + 1):
+    t = time.perf_counter()
+    g, ok = TraceAnalysis(trace_dir=folder).critical_path_analysis(rank=0, annotation=annotation, instance_id=instance)
+    g.get_critical_path_breakdown()
+    times.append(time.perf_counter() - t)
+print(statistics.median(times[1:]))
+"""
 
 
 def _time(cmd: list[str], repeat: int, pycache: str, src: Path = ROOT / "src") -> tuple[float, str]:
@@ -70,6 +104,29 @@ def _time(cmd: list[str], repeat: int, pycache: str, src: Path = ROOT / "src") -
         out = done.stdout
     CPU_TIMES.append(statistics.median(cpu))
     return statistics.median(times), out
+
+
+def _in_process(cmd: list[str], pycache: str) -> float:
+    """What one of the ``*_IN_PROCESS`` scripts printed: the median seconds of its runs in one process."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    env |= {"PYTHONPATH": str(ROOT / "src"), "PYTHONPYCACHEPREFIX": pycache}
+    done = subprocess.run(cmd, capture_output=True, text=True, check=False, env=env)
+    if done.returncode != 0:
+        raise SystemExit(f"{cmd[0]} failed: {done.stderr.strip().splitlines()[-1:]}")
+    return float(done.stdout.split()[-1])
+
+
+def _floors(hta_python: str, repeat: int, pycache: str) -> None:
+    """The start-up of each interpreter and of what each side imports first, whole process (median)."""
+    print("start-up floors, whole process (median s):")
+    for label, cmd in (
+        ("python -c pass", [sys.executable, "-c", "pass"]),
+        ("python -c 'import numpy'", [sys.executable, "-c", "import numpy"]),
+        ("hpcwatch steps --help", [sys.executable, "-m", "hpcwatch", "steps", "--help"]),
+        ("HTA's python -c pass", [hta_python, "-c", "pass"]),
+        ("HTA: import TraceAnalysis", [hta_python, "-c", "from hta.trace_analysis import TraceAnalysis"]),
+    ):
+        print(f"  {label:36} {_time(cmd, repeat, pycache)[0]:.3f}")
 
 
 def main() -> None:
@@ -113,6 +170,13 @@ def main() -> None:
         cpu = CPU_TIMES[-3:] if before is not None else [CPU_TIMES[-2], CPU_TIMES[-1]]
         cpu_was = f" {cpu[1]:8.3f} {cpu[-1] / cpu[1]:5.1f}" if before is not None else ""
         print(f"{'  CPU s (user + system)':42} {cpu[0]:10.3f} {cpu[-1]:7.3f} {cpu[-1] / cpu[0]:5.1f}{cpu_was}")
+        ours_in = _in_process([sys.executable, "-c", OURS_IN_PROCESS, str(args.repeat), *cmd[3:]], pycache)
+        with tempfile.TemporaryDirectory() as tmp:
+            shutil.copy(trace, Path(tmp) / name)
+            hta_cmd = [args.hta_python, "-c", HTA_IN_PROCESS, str(args.repeat), tmp, annotation, str(instance)]
+            theirs_in = _in_process(hta_cmd, pycache)
+        print(f"{'  in process s':42} {ours_in:10.3f} {theirs_in:7.3f} {theirs_in / ours_in:5.1f}")
+    _floors(args.hta_python, args.repeat, pycache)
     print(f"load average {os.getloadavg()[0]:.1f} at the end")
 
 
