@@ -60,8 +60,9 @@ def test_a_copy_of_a_scrape_written_at_another_time_is_a_new_scrape(run_cli, tmp
     assert code == 0 and orjson.loads(out)["samples"] == 2
 
 
-def _big_scrape(path: Path, copies: int) -> None:
-    """A dcgm-exporter text with ``copies`` timestamped repeats of a real scrape (seconds to ingest)."""
+def _big_scrape(path: Path, copies: int, start_ms: int = 1_767_225_600_000) -> None:
+    """A dcgm-exporter text with ``copies`` repeats of a real scrape, a second apart from ``start_ms`` (seconds to
+    ingest)."""
     lines = [
         ln
         for ln in (DATA / "prometheus" / "dcgm_exporter_node1.prom").read_text().splitlines()
@@ -69,28 +70,57 @@ def _big_scrape(path: Path, copies: int) -> None:
     ]
     with path.open("w") as out:
         for k in range(copies):
-            out.write("\n".join(f"{ln} {1_767_225_600_000 + k * 1000}" for ln in lines) + "\n")
+            out.write("\n".join(f"{ln} {start_ms + k * 1000}" for ln in lines) + "\n")
+
+
+def _committed_samples(db: Path) -> int | None:
+    """How many sample parts the store's manifest lists (None: no manifest yet, or one being replaced)."""
+    try:
+        return len(orjson.loads((db / "manifest.json").read_bytes())["tables"]["samples"])
+    except (OSError, ValueError, KeyError):
+        return None
+
+
+def _staging_parts(db: Path) -> int:
+    """Parts a writer has in its staging folder, not yet committed."""
+    folders = (db / "staging").glob("*/") if (db / "staging").is_dir() else ()
+    return sum(1 for folder in folders for _ in folder.glob("*.parquet"))
+
+
+def _kill_when(proc: subprocess.Popen, reached, what: str) -> None:
+    """SIGKILL ``proc`` once ``reached()`` holds (the store's files, polled), not after a time: on a loaded machine
+    the ingest runs slower, and a kill timed for the middle of a file lands after its end."""
+    while not reached():
+        assert proc.poll() is None, f"the ingest ended before {what}"
+        time.sleep(0.002)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
 
 
 @pytest.mark.slow
 def test_a_killed_ingest_is_completed_by_the_next_and_equals_a_clean_one(tmp_path):
-    big = tmp_path / "big.prom"
-    _big_scrape(big, 40_000)  # 360k samples
-    files = [str(DATA / "slurm" / "squeue.json"), str(big), str(DATA / "lustre")]
+    first, second = tmp_path / "first.prom", tmp_path / "second.prom"
+    _big_scrape(first, 30_000)  # 270k samples
+    _big_scrape(second, 10_000, start_ms=1_767_300_000_000)
+    files = [str(DATA / "slurm" / "squeue.json"), str(first), str(second), str(DATA / "lustre")]
     clean = tmp_path / "clean"
     assert _run("ingest", *files, "--db", str(clean)).returncode == 0
     expected = _snapshot(clean)
-    for delay in (0.5, 1.5, 3.0):  # start-up, inside the big file, near its commit
-        db = tmp_path / f"killed-{delay}"
+    # squeue.json commits one sample part (its node states) with its jobs, then each scrape one of its own.
+    stages = {
+        "the store opened, nothing committed": lambda db: _committed_samples(db) == 0,
+        "the first scrape being written": lambda db: _committed_samples(db) == 1 and _staging_parts(db) > 0,
+        "the second scrape being written": lambda db: _committed_samples(db) == 2 and _staging_parts(db) > 0,
+    }
+    for n, (what, reached) in enumerate(stages.items()):
+        db = tmp_path / f"killed-{n}"
         proc = subprocess.Popen(
             [*HPCWATCH, "ingest", *files, "--db", str(db)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
         )
-        time.sleep(delay)
-        proc.send_signal(signal.SIGKILL)
-        proc.wait()
+        _kill_when(proc, lambda db=db, reached=reached: reached(db), what)
         done = _run("ingest", *files, "--db", str(db), "--json")
         assert done.returncode == 0, done.stderr
-        assert _snapshot(db) == expected, f"killed after {delay} s"
+        assert _snapshot(db) == expected, f"killed with {what}"
 
 
 @pytest.mark.slow
