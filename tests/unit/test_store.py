@@ -6,7 +6,6 @@ import signal
 import subprocess
 import sys
 import textwrap
-import time
 
 import duckdb
 import pytest
@@ -261,8 +260,8 @@ _WRITER = textwrap.dedent("""
         while True:
             yield Sample(metric="m", labels={"gpu": str(i % 8)}, t=float(i), value=float(i))
             i += 1
-            if i == 5000:
-                print("ready", flush=True)
+            if i in (5000, 12500):  # five batches committed; then the middle of the thirteenth
+                print("ready" if i == 5000 else "inside a batch", flush=True)
     store.add(forever())
 """)
 
@@ -272,13 +271,13 @@ def test_kill_9_during_ingest_leaves_a_readable_store_losing_at_most_the_batch_i
     writer = subprocess.Popen([sys.executable, "-c", _WRITER, str(path)], stdout=subprocess.PIPE, text=True)
     try:
         assert writer.stdout.readline().strip() == "ready"
-        time.sleep(0.3)  # let it get well into later batches
+        assert writer.stdout.readline().strip() == "inside a batch"
         os.kill(writer.pid, signal.SIGKILL)
     finally:
         writer.wait(timeout=10)
     with Store(path) as store:
         ((count,),) = [row for row in store.query("SELECT count(*) FROM samples")]
         values = store.samples("m").column("t").to_pylist()
-    assert count >= 5000  # five committed batches were written before "ready"
+    assert count >= 12_000  # every batch before the one in flight was committed
     assert count % 1000 == 0  # whole batches only: the one in flight is gone, nothing half-written
     assert sorted(values) == [float(i) for i in range(count)]
