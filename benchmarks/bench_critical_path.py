@@ -85,12 +85,17 @@ print(statistics.median(times[1:]))
 """
 
 
+def _env(pycache: str, src: Path = ROOT / "src") -> dict[str, str]:
+    """The environment every timed command runs in: ``src`` first on the path, bytecode cached under ``pycache``."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    return env | {"PYTHONPATH": str(src), "PYTHONPYCACHEPREFIX": pycache}
+
+
 def _time(cmd: list[str], repeat: int, pycache: str, src: Path = ROOT / "src") -> tuple[float, str]:
     """Median wall time of ``repeat`` runs after one untimed run (which writes the bytecode caches); the median
     CPU time (user + system, of the process and its children) of the same runs goes to ``CPU_TIMES``."""
     times, cpu, out = [], [], ""
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
-    env |= {"PYTHONPATH": str(src), "PYTHONPYCACHEPREFIX": pycache}
+    env = _env(pycache, src)
     subprocess.run(cmd, capture_output=True, check=False, env=env)
     for _ in range(repeat):
         r0 = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -108,9 +113,7 @@ def _time(cmd: list[str], repeat: int, pycache: str, src: Path = ROOT / "src") -
 
 def _in_process(cmd: list[str], pycache: str) -> float:
     """What one of the ``*_IN_PROCESS`` scripts printed: the median seconds of its runs in one process."""
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
-    env |= {"PYTHONPATH": str(ROOT / "src"), "PYTHONPYCACHEPREFIX": pycache}
-    done = subprocess.run(cmd, capture_output=True, text=True, check=False, env=env)
+    done = subprocess.run(cmd, capture_output=True, text=True, check=False, env=_env(pycache))
     if done.returncode != 0:
         raise SystemExit(f"{cmd[0]} failed: {done.stderr.strip().splitlines()[-1:]}")
     return float(done.stdout.split()[-1])
