@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import math
+import pickle
 
 import orjson
 import pyarrow as pa
@@ -272,3 +273,34 @@ def test_the_total_of_accumulators_is_what_adding_them_in_turn_gives(accs) -> No
                 assert value == math.fsum(x for a in accs for x in a.energy_by_gap.get(gap, ())), gap
         else:
             assert mine == theirs, name
+
+
+@settings(max_examples=200, deadline=None)
+@given(_ROWS, _CUTS)
+def test_a_partial_written_in_plain_form_and_read_back_joins_as_the_one_in_memory(rows, cuts) -> None:
+    """What a server writes of a checkpoint (``to_plain``, pickled) and a restarted one reads back: the stretches
+    joined after it report what one pass reports, to the last digit."""
+    rows = _store_order(rows)
+    whole = [report_dict(r, per_gpu=True) for r in job_reports(_table(rows), JOBS, now=100.0)]
+    (shape,) = partial_of(_table(rows), JOBS).shapes or {None}
+    edges = [-math.inf, *sorted(cuts), math.inf]
+    total = Partial()
+    for lo, hi in zip(edges, edges[1:]):
+        total = Partial.from_plain(pickle.loads(pickle.dumps(total.to_plain(), protocol=5)))
+        total.add(partial_of(_table([r for r in rows if lo <= r[1] < hi]), JOBS, shape=shape))
+    joined = [report_dict(r, per_gpu=True) for r in reports_of(total, JOBS, now=100.0)]
+    assert orjson.dumps(joined) == orjson.dumps(whole)
+
+
+def test_a_plain_form_of_other_fields_is_refused() -> None:
+    rows = _store_order([(vocab.DCGM_FI_DEV_GPU_UTIL, 1.0, 50.0, "n1", "0", "a", None)])
+    plain = partial_of(_table(rows), JOBS).to_plain()
+    assert Partial.from_plain(plain).cells.keys() == {("a", "n1", "0")}
+    keys, fields = plain["cells"]
+    renamed = {("util_total" if name == "util_sum" else name): values for name, values in fields.items()}
+    with pytest.raises(ValueError, match="not Acc's fields"):
+        Partial.from_plain({**plain, "cells": (keys, renamed)})
+    with pytest.raises(ValueError, match="not Acc's fields"):
+        Partial.from_plain({**plain, "cells": (keys, {**fields, "xid": []})})
+    with pytest.raises(ValueError, match="plain form"):
+        Partial.from_plain({k: v for k, v in plain.items() if k != "ends"})

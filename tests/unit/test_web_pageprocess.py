@@ -327,3 +327,43 @@ def test_the_loop_collects_after_each_page_and_everything_every_so_many_pages(li
     for f in (requests_in, answers_in, answers_out):
         f.close()
     assert fulls == [True, False, True]
+
+
+def test_a_restarted_loop_reads_on_from_the_checkpoints_the_last_one_left(tmp_path, monkeypatch) -> None:
+    """``serve_pages`` keeps each job's settled checkpoints in the store's folder (``reports.checkpointfiles``):
+    the loop of a restarted server reads the job's window from there on, not from its start."""
+    from hpcwatch.reports import jobstretches
+    from hpcwatch.store import queries
+
+    monkeypatch.setattr(jobstretches, "STRETCH_ROWS", 1)  # the twin's small cluster: read by stretches
+    store = Store(tmp_path / "store")
+    reference_twin(store, seed=21, ticks=42)
+    job = _running(store)
+    read, starts = queries.job_window_samples, []
+
+    def counted(store, metrics, **window):
+        starts[-1].append(window["t0"])
+        return read(store, metrics, **window)
+
+    monkeypatch.setattr(jobstretches.queries, "job_window_samples", counted)
+    answers = []
+    for _ in ("before the restart", "after"):
+        starts.append([])
+        requests_in, requests_out, answers_in, answers_out = _pipes()
+        loop = threading.Thread(
+            target=serve_pages, args=(str(store.path), requests_in, answers_out), kwargs={"keep_read_jobs": 0}
+        )
+        loop.start()
+        try:
+            pageprocess._write_frame(requests_out, pickle.dumps((job, None, "")))
+            answers.append(pickle.loads(pageprocess._read_frame(answers_in, timeout_s=120)))
+        finally:
+            requests_out.close()
+            loop.join()
+        for f in (requests_in, answers_in, answers_out):
+            f.close()
+    store.close()
+    assert [a[0] for a in answers] == ["ok", "ok"]
+    assert overview_dict(answers[0][1]) == overview_dict(answers[1][1])
+    assert [name.split("-")[0] for name in sorted(os.listdir(store.path / "checkpoints"))] == ["charts", "report"]
+    assert min(starts[1]) > min(starts[0]) + 300  # the job's life, then what followed its checkpoint

@@ -41,7 +41,7 @@ from hpcwatch.reports.acting import job_acting
 from hpcwatch.reports.goodput import goodput_with_steps
 from hpcwatch.reports.jobs import JobCost, check_job_id, cost_dict, first_start, job_cost, job_report
 from hpcwatch.reports.jobseries import JobSeries, job_series, series_dict
-from hpcwatch.reports.jobstretches import KeptStretches
+from hpcwatch.reports.jobstretches import REPORT_ON_DISK, KeptStretches
 from hpcwatch.reports.livejob import live_verdicts
 from hpcwatch.reports.steps import DEFAULT_RECENT_STEPS, StepReport, recent_step_report
 from hpcwatch.reports.timeline import job_timeline
@@ -375,12 +375,13 @@ class OverviewCache:
     page is seconds of work), and the next commit makes every entry a miss. Exact: an overview reads the
     store and nothing else (no clock). Safe to share between threads; two misses at once both compute."""
 
-    def __init__(self, size: int = DEFAULT_CACHED_OVERVIEWS) -> None:
+    def __init__(self, size: int = DEFAULT_CACHED_OVERVIEWS, *, on_disk: bool = False) -> None:
         self.size = size
         self._entries: OrderedDict[tuple[Any, ...], JobOverview] = OrderedDict()
         self._lock = threading.Lock()
-        self.kept = KeptStretches()
-        """What a miss reads no more: each job's settled stretches (``reports.jobstretches``)."""
+        self.kept = KeptStretches(on_disk=on_disk)
+        """What a miss reads no more: each job's settled stretches (``reports.jobstretches``; ``on_disk``: also
+        in the store's folder, for the next process: ``reports.checkpointfiles``)."""
 
     def overview(
         self,
@@ -418,7 +419,7 @@ def _may_fit_one_read(store: Store, record: Job, t0: float, kept: KeptStretches 
     stretch, one read costs less than the stretches' and checkpoints' work per GPU. Not for a workload known
     from labels only (its report reads the store's samples whole), nor for a window ``kept`` holds checkpoints
     of (it was longer; the next page reads on from them)."""
-    return bool(record.nodes) and not (kept is not None and kept.holds(store, "report", record, t0))
+    return bool(record.nodes) and not (kept is not None and kept.holds(store, "report", record, t0, REPORT_ON_DISK))
 
 
 def _live(store: Store, job_id: str) -> tuple[dict[str, Any], ...]:

@@ -43,7 +43,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING, Any, Final
 
 import numpy as np
 import pyarrow as pa
@@ -54,6 +54,7 @@ from hpcwatch.analysis.attribution import JobReport
 from hpcwatch.analysis.coded import as_text
 from hpcwatch.analysis.goodput import StepTable
 from hpcwatch.records import Job
+from hpcwatch.reports.checkpointfiles import OnDisk
 from hpcwatch.reports.jobstretches import (
     Checkpoint,
     KeptStretches,
@@ -200,12 +201,16 @@ def _from_store(
         version = store.version  # before any read: a row committed during the reads is checked next time
         written = window_written(store, record, charts.t0, SERIES_METRICS)
         resumed = (
-            kept.resume(store, "charts", record, charts.t0, written=written, fingerprint=fingerprint) if kept else None
+            kept.resume(
+                store, "charts", record, charts.t0, written=written, fingerprint=fingerprint, on_disk=CHARTS_ON_DISK
+            )
+            if kept
+            else None
         )
         if resumed is not None and resumed.checkpoint.state.t1 > charts.t1:  # the window shrank (the job ended)
             resumed = None
         if resumed is not None:
-            charts = resumed.checkpoint.state.resumed(charts.t1, charts.step_interval)
+            charts = resumed.checkpoint.state.resumed(charts.t1, charts.step_interval, report)
         start = resumed.checkpoint.upto if resumed is not None else charts.t0
         cuts = checkpoint_cuts(start, charts.t1, resumed=resumed is not None) if kept is not None else []
         shared = reads.rows_from(SERIES_METRICS, record, start, charts.t1) if reads is not None else None
@@ -233,6 +238,7 @@ def _from_store(
             resumed=resumed,
             checkpoints=checkpoints,
             newest=charts.t1,
+            on_disk=CHARTS_ON_DISK,
         )
     return charts
 
@@ -304,9 +310,28 @@ class _Charts:
         out.last = {m: dict(ends) for m, ends in self.last.items()}
         return out
 
-    def resumed(self, t1: float, step_interval: float) -> _Charts:
-        """A copy for the window grown to ``t1``: its cells added up into the new grid (a multiple of theirs)."""
+    def to_plain(self) -> dict[str, Any]:
+        """These charts in builtins and arrays (``reports.checkpointfiles``), without the report they were drawn
+        for: the page that resumes from them gives its own (``from_plain``)."""
+        return {name: getattr(self, name) for name in _PLAIN_FIELDS}
+
+    @classmethod
+    def from_plain(cls, plain: dict[str, Any], report: JobReport | None) -> _Charts:
+        """The charts ``to_plain`` wrote, for ``report``. ``ValueError`` when ``plain`` is not what it writes."""
+        if not isinstance(plain, dict) or set(plain) != set(_PLAIN_FIELDS):
+            raise ValueError("not the charts' plain form")
+        out = cls(report, plain["job_id"], plain["t0"], plain["t1"], plain["step_interval"], plain["max_buckets"])
+        for name in ("intervals", "index", "count", "total", "last"):
+            setattr(out, name, plain[name])
+        if set(out.index) != set(SERIES_METRICS) or set(out.last) != set(SERIES_METRICS):
+            raise ValueError("the charts' plain form is of other metrics")
+        return out
+
+    def resumed(self, t1: float, step_interval: float, report: JobReport | None) -> _Charts:
+        """A copy for the window grown to ``t1`` and this page's ``report``: its cells added up into the new grid
+        (a multiple of theirs)."""
         out = self.copy()
+        out.report = report
         before, _ = self.grid()
         out.t1, out.step_interval = t1, step_interval
         bucket_s, n = out.grid()
@@ -347,6 +372,23 @@ class _Charts:
             return None
         return _across_cells(count, self.total[metric], mean=mean)
 
+
+#: How the charts' checkpoints go to disk (``reports.checkpointfiles``): without their report.
+CHARTS_ON_DISK: Final = OnDisk(_Charts.to_plain, lambda plain: _Charts.from_plain(plain, None))
+
+#: What ``_Charts.to_plain`` keeps: all but the report.
+_PLAIN_FIELDS: Final = (
+    "job_id",
+    "t0",
+    "t1",
+    "step_interval",
+    "max_buckets",
+    "intervals",
+    "index",
+    "count",
+    "total",
+    "last",
+)
 
 #: The counters drawn as rates (their delta between consecutive samples over the time between them).
 _COUNTERS: Final = frozenset({IB_TX, IB_RX, LUSTRE_READ, LUSTRE_WRITE})

@@ -40,6 +40,7 @@ A checkpoint is not used when what it was computed from changed:
 
 from __future__ import annotations
 
+import logging
 import math
 import threading
 from collections import OrderedDict
@@ -52,7 +53,10 @@ import pyarrow.compute as pc
 
 from hpcwatch.analysis.attribution import REPORT_METRICS, partial_of
 from hpcwatch.analysis.jobpartial import Partial, Shape
+from hpcwatch.errors import one_line
 from hpcwatch.records import Job
+from hpcwatch.reports.checkpointfiles import SAVE_EVERY_S, CheckpointFiles, OnDisk, Saved
+from hpcwatch.reports.text import visible
 from hpcwatch.store import queries
 
 if TYPE_CHECKING:
@@ -63,6 +67,7 @@ __all__ = [
     "STRETCH_S",
     "SETTLE_S",
     "CHECKPOINT_LAGS",
+    "REPORT_ON_DISK",
     "DEFAULT_KEPT_JOBS",
     "KeptStretches",
     "window_partial",
@@ -81,6 +86,8 @@ __all__ = [
 ]
 
 _S = TypeVar("_S")
+
+log = logging.getLogger(__name__)
 
 #: Rows one read holds, about: the stretches are sized to it by the rate the job's window had so far. Ours: ~40 MB
 #: read and ~0.1 s of reduction; at 1,024 nodes a 1,536-GPU job's minute (the twin's 1 s scrape), a 16-GPU
@@ -141,11 +148,18 @@ class KeptStretches:
     pinned (``pin``) whatever was read after them. Safe to share between threads; two reads of one job at once
     both read, and the later one is kept."""
 
-    def __init__(self, size: int = DEFAULT_KEPT_JOBS) -> None:
+    def __init__(self, size: int = DEFAULT_KEPT_JOBS, *, on_disk: bool = False) -> None:
         self.size = size
+        self.on_disk = on_disk
+        """Whether each kind read with an ``OnDisk`` also keeps its newest settled checkpoint in the store's
+        folder, and a job with none in memory resumes from it (``reports.checkpointfiles``): a server's."""
         self._entries: OrderedDict[tuple[str, str, str], _Kept] = OrderedDict()
         self._pinned: frozenset[tuple[str, str]] = frozenset()
         self._lock = threading.Lock()
+        self._files: dict[str, CheckpointFiles | None] = {}
+        self._saved_upto: dict[tuple[str, str, str], float] = {}
+        """Per entry, the time of the checkpoint its file holds (written or read by this process)."""
+        self._looked_on_disk: set[tuple[str, str, str]] = set()
 
     def pin(self, store: Store, jobs: Iterable[str]) -> None:
         """Keep ``jobs``' checkpoints in ``store`` however many other jobs are read after them (``size`` counts
@@ -169,14 +183,15 @@ class KeptStretches:
         *,
         written: Callable[[int, float], float | None],
         fingerprint: Callable[[float], Any],
+        on_disk: OnDisk | None = None,
     ) -> Resumed | None:
         """The newest checkpoint of ``kind`` for ``record``'s window from ``t0`` that is still true (module doc);
-        None: read from the start. ``written(version, before)``: the oldest time before ``before`` of a row of the
+        None: read from the start. ``on_disk``: with none in memory, the one in the store's folder (once a
+        process: ``reports.checkpointfiles``). ``written(version, before)``: the oldest time before ``before`` of a row of the
         window committed after ``version`` (``window_written`` for samples); ``before`` is the newest checkpoint's
         time: a row at or after it leaves every checkpoint true, and the parts committed since hold little else
         (their rows land in time order), so the store reads only the row groups of rows before it."""
-        with self._lock:
-            found = self._entries.get((str(store.config.path), kind, record.id))
+        found = self._found(store, kind, record, on_disk)
         if found is None or found.t0 != t0 or found.hosts != tuple(record.nodes) or not found.checkpoints:
             return None
         late = written(found.version, found.checkpoints[-1].upto)
@@ -201,11 +216,11 @@ class KeptStretches:
         ``recall``."""
         self._put(store, kind, record, _Kept(t0, tuple(record.nodes), version, state, ()))
 
-    def holds(self, store: Store, kind: str, record: Job, t0: float) -> bool:
+    def holds(self, store: Store, kind: str, record: Job, t0: float, on_disk: OnDisk | None = None) -> bool:
         """Whether a checkpoint of ``kind`` is kept for ``record``'s window from ``t0`` (true or not: the
-        window was longer than a checkpoint, so a page need not ask whether it fits one read)."""
-        with self._lock:
-            found = self._entries.get((str(store.config.path), kind, record.id))
+        window was longer than a checkpoint, so a page need not ask whether it fits one read); ``on_disk`` as
+        ``resume``'s."""
+        found = self._found(store, kind, record, on_disk)
         return found is not None and found.t0 == t0 and found.hosts == tuple(record.nodes) and bool(found.checkpoints)
 
     def keep(
@@ -221,16 +236,71 @@ class KeptStretches:
         checkpoints: Sequence[Checkpoint],
         newest: float | None,
         lags: Sequence[float] = CHECKPOINT_LAGS,
+        on_disk: OnDisk | None = None,
     ) -> None:
         """Keep, of ``checkpoints`` and of those the read ``resumed`` from, the newest, the newest settled one and
-        the oldest of each age band (``lags``: ``_by_age``)."""
+        the oldest of each age band (``lags``: ``_by_age``); ``on_disk``: the newest settled one also in the
+        store's folder, ``SAVE_EVERY_S`` of the job's time after the last one written."""
         older = resumed.older if resumed is not None else ()
-        self._put(
-            store,
-            kind,
-            record,
-            _Kept(t0, tuple(record.nodes), version, extra, _by_age([*older, *checkpoints], newest, lags)),
-        )
+        kept = _Kept(t0, tuple(record.nodes), version, extra, _by_age([*older, *checkpoints], newest, lags))
+        self._put(store, kind, record, kept)
+        if on_disk is not None and newest is not None:
+            self._save(store, kind, record, kept, newest - SETTLE_S, on_disk)
+
+    def _found(self, store: Store, kind: str, record: Job, on_disk: OnDisk | None) -> _Kept | None:
+        """What is kept of ``kind`` for ``record`` in memory, else (``on_disk``, the first time this process
+        asks) in the store's folder."""
+        key = (str(store.config.path), kind, record.id)
+        with self._lock:
+            found = self._entries.get(key)
+            if found is not None or on_disk is None or not self.on_disk or key in self._looked_on_disk:
+                return found
+            self._looked_on_disk.add(key)
+        files = self._files_of(store)
+        if files is None:
+            return None
+        saved = files.load(kind, record.id)
+        if saved is None or saved.hosts != tuple(record.nodes) or saved.version > store.version:
+            return None  # another allocation's (a requeue), or a store made again since at the same path
+        try:
+            checkpoint = Checkpoint(saved.upto, saved.fingerprint, on_disk.state_from_plain(saved.state))
+            extra = on_disk.extra_from_plain(saved.extra)
+        except (ValueError, KeyError, TypeError) as err:
+            log.warning("%s: skipped: %s", visible(files.path(kind, record.id)), visible(one_line(str(err))))
+            return None
+        with self._lock:
+            self._saved_upto[key] = saved.upto
+            found = self._entries.get(key)  # a page's, kept meanwhile, is newer
+        if found is None:
+            found = _Kept(saved.t0, saved.hosts, saved.version, extra, (checkpoint,))
+            self._put(store, kind, record, found)
+        return found
+
+    def _files_of(self, store: Store) -> CheckpointFiles | None:
+        path = str(store.config.path)
+        with self._lock:
+            if path not in self._files:
+                self._files[path] = CheckpointFiles.of(store)
+            return self._files[path]
+
+    def _save(self, store: Store, kind: str, record: Job, kept: _Kept, settled: float, on_disk: OnDisk) -> None:
+        """Write ``kept``'s newest checkpoint before ``settled`` when it is ``SAVE_EVERY_S`` past the one
+        written last (or before it: a row landed late and the read went back)."""
+        if not self.on_disk:
+            return
+        found = [c for c in kept.checkpoints if c.upto <= settled]
+        files = self._files_of(store)
+        if not found or files is None:
+            return
+        c = found[-1]
+        key = (str(store.config.path), kind, record.id)
+        with self._lock:
+            last = self._saved_upto.get(key)
+            if last is not None and last <= c.upto < last + SAVE_EVERY_S:
+                return
+            self._saved_upto[key] = c.upto
+        extra, state = on_disk.extra_to_plain(kept.extra), on_disk.state_to_plain(c.state)
+        files.save(Saved(record.id, kind, kept.t0, kept.hosts, kept.version, extra, c.upto, c.fingerprint, state))
 
     def _put(self, store: Store, kind: str, record: Job, kept: _Kept) -> None:
         key = (str(store.config.path), kind, record.id)
@@ -362,7 +432,11 @@ def window_partial(
         checkpoints = [_end_checkpoint(total, jobs, t0)] if keeping and total.newest_t is not None else []
     else:
         written = window_written(store, record, t0, REPORT_METRICS)
-        resumed = kept.resume(store, "report", record, t0, written=written, fingerprint=allocations) if kept else None
+        resumed = (
+            kept.resume(store, "report", record, t0, written=written, fingerprint=allocations, on_disk=REPORT_ON_DISK)
+            if kept
+            else None
+        )
         start, shape = (resumed.checkpoint, resumed.extra) if resumed is not None else (None, None)
         total, checkpoints = _read(store, record, t0, jobs, start, shape, keeping=keeping, reads=reads)
         if len(total.shapes) > 1:  # a device a stretch before it lacked: every stretch again, with all of them
@@ -379,6 +453,7 @@ def window_partial(
             resumed=resumed,
             checkpoints=checkpoints,
             newest=total.newest_t,
+            on_disk=REPORT_ON_DISK,
         )
     return total
 
@@ -581,6 +656,19 @@ def _union(shapes: set[Shape]) -> Shape:
     for shape in shapes:
         found = found.union(shape)
     return found
+
+
+def _shape_plain(shape: Shape) -> tuple[frozenset[tuple[Any, Any]], ...]:
+    return (shape.util, shape.engine, shape.hcas)
+
+
+def _shape_of_plain(plain: tuple[Any, Any, Any]) -> Shape:
+    util, engine, hcas = plain
+    return Shape(frozenset(util), frozenset(engine), frozenset(hcas))
+
+
+#: How the report's checkpoints go to disk (``reports.checkpointfiles``): the ``Partial`` and the window's ``Shape``.
+REPORT_ON_DISK: Final = OnDisk(Partial.to_plain, Partial.from_plain, _shape_plain, _shape_of_plain)
 
 
 def _by_age(checkpoints: Sequence[Checkpoint], newest: float | None, lags: Sequence[float]) -> tuple[Checkpoint, ...]:

@@ -7,6 +7,8 @@ live snapshot, the problems' judgement and, in the demo, the twin. In one proces
 own reads the same store folder (any number of processes may, ``store.core``) and runs on another core; it
 keeps the job's settled stretches between pages (``OverviewCache.kept``), as the server did, and between pages
 reads on the largest running jobs into them (``web.pagewarm``): their first page reads seconds, not their life.
+It also writes each job's newest settled checkpoint into the store's folder (``reports.checkpointfiles``): the
+child of a restarted server reads on from there.
 
 The server asks for one overview at a time over the child's standard input and reads the answer from a pipe
 of its own, each a length-prefixed pickle (a frame between a process and the child it started, nothing
@@ -189,7 +191,7 @@ def serve_pages(path: str, requests: IO[bytes], answers: IO[bytes], *, keep_read
     jobs = WARM_JOBS if keep_read_jobs is None else keep_read_jobs
 
     served = 0
-    cache = OverviewCache()
+    cache = OverviewCache(on_disk=True)  # a restarted server's pages read on from its checkpoints
     with Store(path) as store:
         warmer = JobWarmer(store, cache.kept, jobs=jobs).start() if jobs > 0 else None
         try:
