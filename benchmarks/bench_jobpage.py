@@ -23,6 +23,11 @@ and after are measured on the same rows. The job is the largest running one, as 
   first page), PAGES pages of its largest running job K twin seconds apart with one ``KeptStretches``, as a
   server serves them: ``first_page_s`` and ``next_pages_median_s``, in this process; with ``--child``, asked of
   a job pages' process as ``demo`` and ``serve`` ask them (``child_cpu_per_next_page_median_s``);
+- ``--restart S``: instead, a server restarted: on a store the twin writes (``--ticks`` seconds old), the largest
+  running job's first page asked of a job pages' process (it keeps the job's checkpoints on disk,
+  ``reports.checkpointfiles``), the process stopped, S more twin seconds written (the server down), then the job's
+  first page asked of a new process twice, alternately: with the checkpoint files the first process left
+  (``restarted_first_page_s``) and without them (``cold_first_page_s``, as before they were kept);
 - ``--demo S``: instead, ``hpcwatch demo --nodes N`` as ``bench_web.py`` starts it, and after S seconds three
   ``GET /job/ID`` of its largest running job, one after the other (the twin keeps writing meanwhile).
 
@@ -32,6 +37,7 @@ The load average is printed with every figure: the machine is shared.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import cProfile
 import io
 import json
@@ -45,6 +51,7 @@ from typing import Any
 
 from fastapi.testclient import TestClient
 
+from hpcwatch.errors import InputError
 from hpcwatch.reports.jobpage import job_overview
 from hpcwatch.reports.jobstretches import KeptStretches
 from hpcwatch.store import Store
@@ -172,6 +179,64 @@ def growing(nodes: int, ticks: int, pages: int, every: int, *, child: bool = Fal
     }
 
 
+def restarted(nodes: int, ticks: int, down_s: int, rounds: int) -> dict[str, object]:
+    """A restarted server's first page of the largest running job, with and without the checkpoint files its
+    job pages' process left before the restart (module doc, ``--restart``), each asked of a new job pages'
+    process (its start not timed: the server starts it before its first page)."""
+    import shutil
+    import tempfile
+
+    from hpcwatch.reports.checkpointfiles import FOLDER
+    from hpcwatch.web.pageprocess import PageProcess
+
+    folder = Path(tempfile.mkdtemp(prefix="hpcwatch-bench-jobpage-"))
+    left = Path(tempfile.mkdtemp(prefix="hpcwatch-bench-checkpoints-")) / FOLDER  # the files before the restart
+    try:
+        store = Store(folder)
+        live = LiveTwin(store, cluster_with_nodes(nodes), seed=0)
+        live.write_tick()
+        for _ in range(ticks):
+            live.step()
+        job = largest_running_job(store)
+
+        def first_page() -> float:
+            pages_process = PageProcess(folder, keep_read_jobs=0).start()
+            with contextlib.suppress(InputError):  # the child's imports and first store read: before the page
+                pages_process.overview("no such job")
+            try:
+                started = time.perf_counter()
+                pages_process.overview(job)
+                return time.perf_counter() - started
+            finally:
+                pages_process.stop()
+
+        before = first_page()  # leaves the files
+        for _ in range(down_s):
+            live.step()
+        shutil.copytree(folder / FOLDER, left)
+        restarted_s, cold_s = [], []
+        for _ in range(rounds):
+            shutil.rmtree(folder / FOLDER)
+            cold_s.append(first_page())
+            shutil.rmtree(folder / FOLDER)
+            shutil.copytree(left, folder / FOLDER)
+            restarted_s.append(first_page())
+        store.close()
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+        shutil.rmtree(left.parent, ignore_errors=True)
+    return {
+        "nodes": nodes,
+        "job": job,
+        "job_age_s": ticks + down_s,
+        "down_s": down_s,
+        "first_page_before_restart_s": round(before, 3),
+        "cold_first_page_s": [round(t, 3) for t in cold_s],
+        "restarted_first_page_s": [round(t, 3) for t in restarted_s],
+        "load_avg_1m": os.getloadavg()[0],
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--nodes", type=int, default=128)
@@ -184,10 +249,14 @@ def main() -> None:
     parser.add_argument("--growing", type=int, metavar="PAGES", help="PAGES pages of a job whose store grows")
     parser.add_argument("--every", type=int, default=2, help="with --growing: twin seconds between pages")
     parser.add_argument("--child", action="store_true", help="with --growing: ask a job pages' process")
+    parser.add_argument("--restart", type=int, metavar="S", help="a server restarted after S twin seconds down")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
     if args.demo is not None:
         print(json.dumps(in_demo(args.nodes, args.demo)), flush=True)
+        return
+    if args.restart is not None:
+        print(json.dumps(restarted(args.nodes, args.ticks, args.restart, args.runs)), flush=True)
         return
     if args.growing is not None:
         print(json.dumps(growing(args.nodes, args.ticks, args.growing, args.every, child=args.child)), flush=True)

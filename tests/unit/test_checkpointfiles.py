@@ -8,6 +8,7 @@ import logging
 import os
 import pickle
 
+import orjson
 import pytest
 
 from hpcwatch import vocab
@@ -185,3 +186,22 @@ def test_only_the_newest_jobs_files_are_kept(tmp_path, monkeypatch) -> None:
 def test_a_store_in_memory_keeps_nothing_on_disk() -> None:
     with Store(":memory:") as store:
         assert CheckpointFiles.of(store) is None
+
+
+def test_hpcwatch_job_reads_on_from_the_servers_checkpoint_and_writes_nothing(live, reads, run_cli) -> None:
+    store, twin = live
+    job = _running(store)
+    job_overview(store, job.id, kept=KeptStretches(on_disk=True))
+    saved = _saved_upto(store, "report", job.id)
+    for _ in range(7):  # past the minute after which a writer writes a newer one
+        twin.step()
+    folder = store.path / checkpointfiles.FOLDER
+    written = {name: (folder / name).stat().st_mtime_ns for name in _files(store)}
+    reads.clear()
+    code, out, err = run_cli(["job", job.id, "--db", str(store.path), "--json"])
+    assert code == 0, err
+    assert min(reads) == saved
+    found = orjson.loads(out)
+    del found["cost"]
+    assert found == orjson.loads(orjson.dumps(_report(store, job.id)))
+    assert {name: (folder / name).stat().st_mtime_ns for name in _files(store)} == written

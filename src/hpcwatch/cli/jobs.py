@@ -177,9 +177,13 @@ def job(
 
     from hpcwatch.analysis.attribution import report_dict
     from hpcwatch.reports.jobs import cost_dict, job_cost, job_report
+    from hpcwatch.reports.jobstretches import KeptStretches
 
     with open_store(db) as store:
-        found = job_report(store, job_id, samples=_prometheus_samples(store, prometheus))
+        # From the newest checkpoint a server's job pages left in the store's folder, when one is still true:
+        # a long job's life is not read again (reports/checkpointfiles.py). Nothing is written.
+        kept = KeptStretches(on_disk=True, writes=False)
+        found = job_report(store, job_id, samples=_prometheus_samples(store, prometheus), kept=kept)
     cost = job_cost(found, price_per_gpu_hour=gpu_hour_price, currency=currency)
     if json_out:
         emit_json(report_dict(found, per_gpu=True) | {"cost": cost_dict(cost)})

@@ -29,6 +29,7 @@ from hpcwatch.notify.render import Renderer, fmt_bytes, fmt_duration, fmt_num, f
 from hpcwatch.records import SEVERITIES, Finding
 from hpcwatch.reports.digest import PERIODS, Digest, digests, last_period
 from hpcwatch.reports.jobpage import JobOverview, job_overview
+from hpcwatch.reports.jobstretches import KeptStretches
 from hpcwatch.reports.text import visible
 from hpcwatch.store import Store, queries
 from hpcwatch.vocab import EventKind
@@ -336,7 +337,8 @@ def _job_end_messages(b: _Builder, key: str, job_id: str, mail_user: str) -> lis
         return []  # cancelled before it started: it used nothing (Slurm's own mail says it ended)
     # InputError when the store knows nothing of the job yet (an epilog before any poll): the loop leaves
     # it uncomposed, so the run that stores the job composes its report.
-    overview = job_overview(b.store, job_id, summary=True)
+    # From the checkpoint the server's job pages left of a long job, when one is still true (nothing written).
+    overview = job_overview(b.store, job_id, summary=True, kept=KeptStretches(on_disk=True, writes=False))
     r = overview.job
     user = r.user if r is not None else (record.user if record else None)
     account = r.account if r is not None else (record.account if record else None)

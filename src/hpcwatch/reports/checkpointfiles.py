@@ -189,6 +189,9 @@ class CheckpointFiles:
             )
         except FileNotFoundError:
             return None
+        except PermissionError:  # the server's folder, read by another user (``hpcwatch job``): theirs to keep
+            log.debug("%s: not readable by this user", visible(path))
+            return None
         except Exception as err:  # a truncated, foreign or hostile file: its reader's error, whatever it is
             log.warning("%s: skipped: %s", visible(path), visible(one_line(f"{type(err).__name__}: {err}")))
             return None

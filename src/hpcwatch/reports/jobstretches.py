@@ -148,11 +148,12 @@ class KeptStretches:
     pinned (``pin``) whatever was read after them. Safe to share between threads; two reads of one job at once
     both read, and the later one is kept."""
 
-    def __init__(self, size: int = DEFAULT_KEPT_JOBS, *, on_disk: bool = False) -> None:
+    def __init__(self, size: int = DEFAULT_KEPT_JOBS, *, on_disk: bool = False, writes: bool = True) -> None:
         self.size = size
-        self.on_disk = on_disk
-        """Whether each kind read with an ``OnDisk`` also keeps its newest settled checkpoint in the store's
-        folder, and a job with none in memory resumes from it (``reports.checkpointfiles``): a server's."""
+        self.on_disk, self.writes = on_disk, writes
+        """``on_disk``: a job with nothing in memory resumes from the checkpoint of each kind read with an
+        ``OnDisk`` in the store's folder (``reports.checkpointfiles``); ``writes``: and each such kind's newest
+        settled checkpoint is written there (a server's job pages; not ``hpcwatch job``, which only reads)."""
         self._entries: OrderedDict[tuple[str, str, str], _Kept] = OrderedDict()
         self._pinned: frozenset[tuple[str, str]] = frozenset()
         self._lock = threading.Lock()
@@ -286,7 +287,7 @@ class KeptStretches:
     def _save(self, store: Store, kind: str, record: Job, kept: _Kept, settled: float, on_disk: OnDisk) -> None:
         """Write ``kept``'s newest checkpoint before ``settled`` when it is ``SAVE_EVERY_S`` past the one
         written last (or before it: a row landed late and the read went back)."""
-        if not self.on_disk:
+        if not (self.on_disk and self.writes):
             return
         found = [c for c in kept.checkpoints if c.upto <= settled]
         files = self._files_of(store)
