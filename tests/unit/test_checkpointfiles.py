@@ -205,3 +205,16 @@ def test_hpcwatch_job_reads_on_from_the_servers_checkpoint_and_writes_nothing(li
     del found["cost"]
     assert found == orjson.loads(orjson.dumps(_report(store, job.id)))
     assert {name: (folder / name).stat().st_mtime_ns for name in _files(store)} == written
+
+
+def test_a_job_evicted_from_memory_reads_on_from_the_file_this_process_wrote(live, reads) -> None:
+    store, _ = live
+    job = _running(store)
+    kept = KeptStretches(size=1, on_disk=True)
+    _report(store, job.id, kept)
+    saved = _saved_upto(store, "report", job.id)
+    for other in [j for j in store.jobs() if j.id != job.id and j.start is not None and j.nodes]:
+        job_overview(store, other.id, kept=kept)  # one job's kinds kept: the first one's leave memory
+    reads.clear()
+    _report(store, job.id, kept)
+    assert min(reads) == saved  # from the file (from memory, nothing would be read: the store did not change)

@@ -161,6 +161,8 @@ class KeptStretches:
         self._saved_upto: dict[tuple[str, str, str], float] = {}
         """Per entry, the time of the checkpoint its file holds (written or read by this process)."""
         self._looked_on_disk: set[tuple[str, str, str]] = set()
+        """The entries whose file this process read (or found none of) since it last wrote one: a file that
+        failed a check is not read again for each page; one this process wrote is, once its entry was evicted."""
 
     def pin(self, store: Store, jobs: Iterable[str]) -> None:
         """Keep ``jobs``' checkpoints in ``store`` however many other jobs are read after them (``size`` counts
@@ -301,7 +303,9 @@ class KeptStretches:
                 return
             self._saved_upto[key] = c.upto
         extra, state = on_disk.extra_to_plain(kept.extra), on_disk.state_to_plain(c.state)
-        files.save(Saved(record.id, kind, kept.t0, kept.hosts, kept.version, extra, c.upto, c.fingerprint, state))
+        if files.save(Saved(record.id, kind, kept.t0, kept.hosts, kept.version, extra, c.upto, c.fingerprint, state)):
+            with self._lock:
+                self._looked_on_disk.discard(key)
 
     def _put(self, store: Store, kind: str, record: Job, kept: _Kept) -> None:
         key = (str(store.config.path), kind, record.id)
