@@ -7,6 +7,7 @@ from __future__ import annotations
 import logging
 import os
 import pickle
+import shutil
 
 import orjson
 import pytest
@@ -218,3 +219,17 @@ def test_a_job_evicted_from_memory_reads_on_from_the_file_this_process_wrote(liv
     reads.clear()
     _report(store, job.id, kept)
     assert min(reads) == saved  # from the file (from memory, nothing would be read: the store did not change)
+
+
+def test_a_store_made_again_in_the_folder_drops_the_checkpoints_of_the_one_before(live) -> None:
+    """Its versions start again from 0: a file of the store before would pass its checks once it had as many."""
+    store, _ = live
+    _report(store, _running(store).id, KeptStretches(on_disk=True))
+    store.close()
+    assert (store.path / checkpointfiles.FOLDER).is_dir()
+    for entry in store.path.iterdir():
+        if entry.name != checkpointfiles.FOLDER:
+            shutil.rmtree(entry) if entry.is_dir() else entry.unlink()
+    with Store(store.path) as again:
+        assert again.version == 0
+    assert not (store.path / checkpointfiles.FOLDER).exists()

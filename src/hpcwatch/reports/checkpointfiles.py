@@ -38,13 +38,15 @@ from typing import Any, Final
 
 from hpcwatch.errors import one_line
 from hpcwatch.reports.text import visible
+from hpcwatch.store.core import DERIVED_FOLDER
 
 __all__ = ["FOLDER", "SAVE_EVERY_S", "MAX_JOBS_ON_DISK", "MAX_FILE_BYTES", "OnDisk", "Saved", "CheckpointFiles"]
 
 log = logging.getLogger(__name__)
 
-#: The folder in the store's folder (the store's own files never name it: ``store.core`` leaves it alone).
-FOLDER: Final = "checkpoints"
+#: The folder in the store's folder (``store.core`` keeps it out of its tables and drops it when a new store is
+#: made in the folder: its files would describe another store's rows).
+FOLDER: Final = DERIVED_FOLDER
 #: Of the job's time between two files of a job's kind: a restarted server reads at most about this much
 #: more than it would have from memory. Ours: at 1,536 GPUs a file is ~1 MB (report) and ~7 MB (charts), 11
 #: and 6 ms to write.

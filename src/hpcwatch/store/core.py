@@ -70,6 +70,7 @@ __all__ = [
     "DEFAULT_COMPACT_FANIN",
     "DEFAULT_COMPACT_MAX_ROWS",
     "DEFAULT_RETIRE_GRACE_S",
+    "DERIVED_FOLDER",
     "TABLES",
     "sample_keys",
     "SAMPLE_SCHEMA",
@@ -90,6 +91,9 @@ SORTED_MERGE_ROWS = 4 * 122_880
 DEFAULT_RETIRE_GRACE_S = 60.0
 
 _MANIFEST = "manifest.json"
+#: A folder of what readers derived from the store's rows (``reports.checkpointfiles``): no table's, never
+#: collected; dropped when a store is made in the folder (a previous one's would pass the new one's checks).
+DERIVED_FOLDER = "checkpoints"
 #: flock'ed by the one writer compacting (non-blocking: the others leave compaction to it).
 _COMPACT_LOCK = ".compact-lock"
 #: Times a reader re-reads the manifest when a part it names was already collected (see ``_execute``).
@@ -353,7 +357,7 @@ def _check_root(root: Path) -> None:
             )
         raise StoreError(f"{root}: cannot open the store: a file, not a store folder")
     if root.is_dir() and not (root / _MANIFEST).exists():
-        ours = {".lock", "staging", _MANIFEST, *TABLES}  # the manifest: another opener created it meanwhile
+        ours = {".lock", "staging", DERIVED_FOLDER, _MANIFEST, *TABLES}  # the manifest: another opener made it
         strangers = [
             p.name for p in root.iterdir() if p.name not in ours and not p.name.startswith(_MANIFEST_TMP_PREFIX)
         ]
@@ -559,6 +563,9 @@ class Store:
             return
         with _flocked(self.path / ".lock"):
             if not (self.path / _MANIFEST).exists():  # another process may have created it meanwhile
+                # What readers derived from the rows of a store that was here before (its manifest deleted):
+                # this one's versions start again, and would pass its checks.
+                shutil.rmtree(self.path / DERIVED_FOLDER, ignore_errors=True)
                 _write_atomic(self.path / _MANIFEST, orjson.dumps(_empty_manifest()), durable=self.config.durable)
 
     def _collect_garbage_if_idle(self) -> None:
