@@ -233,3 +233,15 @@ def test_a_store_made_again_in_the_folder_drops_the_checkpoints_of_the_one_befor
     with Store(store.path) as again:
         assert again.version == 0
     assert not (store.path / checkpointfiles.FOLDER).exists()
+
+
+def test_a_checkpoint_that_cannot_be_written_costs_the_page_nothing(live, monkeypatch, caplog) -> None:
+    store, _ = live
+    job = _running(store)
+
+    def failing(partial):
+        raise TypeError("a field of a kind pickle does not take\x1b[2J")
+
+    monkeypatch.setattr(jobstretches, "REPORT_ON_DISK", jobstretches.OnDisk(failing, failing))
+    assert _report(store, job.id, KeptStretches(on_disk=True)) == _report(store, job.id)
+    assert "checkpoint not written" in caplog.text and "\x1b" not in caplog.text

@@ -302,8 +302,14 @@ class KeptStretches:
             if last is not None and last <= c.upto < last + SAVE_EVERY_S:
                 return
             self._saved_upto[key] = c.upto
-        extra, state = on_disk.extra_to_plain(kept.extra), on_disk.state_to_plain(c.state)
-        if files.save(Saved(record.id, kind, kept.t0, kept.hosts, kept.version, extra, c.upto, c.fingerprint, state)):
+        try:
+            extra, state = on_disk.extra_to_plain(kept.extra), on_disk.state_to_plain(c.state)
+            saved = Saved(record.id, kind, kept.t0, kept.hosts, kept.version, extra, c.upto, c.fingerprint, state)
+            written = files.save(saved)
+        except Exception as err:  # a bug in a plain form: the page still answers (the file is only a cache)
+            log.error("job %s's %s checkpoint not written: %s", visible(record.id), kind, visible(one_line(repr(err))))
+            return
+        if written:
             with self._lock:
                 self._looked_on_disk.discard(key)
 
