@@ -14,6 +14,7 @@ and a process with nothing in memory for a job reads the file and resumes from i
 by the same checks (the job's first start and nodes, the allocations it was computed from, no row landed
 before it since its store version, which the manifest keeps across processes). A file that fails any of
 them, or cannot be read, is skipped with one line in the log: the page reads the job's life, as before.
+``hpcwatch job ID`` and the job-end notice read the files the same way, and never write them.
 
 What a file holds is builtins and numpy arrays only (each state's ``to_plain``), pickled, and read back by an
 unpickler that refuses any other global: a file someone else wrote can fail a page's read of it, not run
