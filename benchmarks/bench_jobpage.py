@@ -60,12 +60,14 @@ from hpcwatch.web.app import create_app
 from hpcwatch.web.demo import cluster_with_nodes
 
 
-def build_store(store: Store, nodes: int, ticks: int) -> None:
-    """``ticks`` seconds of the live twin at ``nodes`` nodes, written as the demo writes them."""
+def build_store(store: Store, nodes: int, ticks: int) -> LiveTwin:
+    """``ticks`` seconds of the live twin at ``nodes`` nodes, written as the demo writes them; the twin, to write
+    more."""
     live = LiveTwin(store, cluster_with_nodes(nodes), seed=0)
     live.write_tick()
     for _ in range(ticks):
         live.step()
+    return live
 
 
 def largest_running_job(store: Store) -> str:
@@ -141,10 +143,7 @@ def growing(nodes: int, ticks: int, pages: int, every: int, *, child: bool = Fal
     pages_process = None
     try:
         store = Store(folder)
-        live = LiveTwin(store, cluster_with_nodes(nodes), seed=0)
-        live.write_tick()
-        for _ in range(ticks):
-            live.step()
+        live = build_store(store, nodes, ticks)
         job, kept, times, cpu = largest_running_job(store), KeptStretches(), [], []
         if child:
             pages_process = PageProcess(Path(folder), keep_read_jobs=0).start()
@@ -193,10 +192,7 @@ def restarted(nodes: int, ticks: int, down_s: int, rounds: int) -> dict[str, obj
     left = Path(tempfile.mkdtemp(prefix="hpcwatch-bench-checkpoints-")) / FOLDER  # the files before the restart
     try:
         store = Store(folder)
-        live = LiveTwin(store, cluster_with_nodes(nodes), seed=0)
-        live.write_tick()
-        for _ in range(ticks):
-            live.step()
+        live = build_store(store, nodes, ticks)
         job = largest_running_job(store)
 
         def first_page() -> float:
