@@ -32,8 +32,8 @@ SCRAPE_INTERVAL_S = 2.0
 TICK_S = 0.5
 """Four ticks a scrape interval: two scrapes of one target never see the same twin time (VictoriaMetrics
 would keep both copies of such points, Prometheus one)."""
-SCRAPED_S = 10.0
-"""Seconds of scrapes both sides hold: enough ticks for counter deltas on every GPU."""
+SCRAPES = 4
+"""Scrapes of every target both sides hold at least (~8 s): counter deltas on every GPU, jobs seen on each."""
 
 
 class RecordingTwin:
@@ -55,6 +55,10 @@ class RecordingTwin:
         self.cut = False
         """Once set, scrapes fail (HTTP 500): what is served ends at the same point in storage and logs."""
         self._guard = threading.Lock()
+        self._answered: dict[tuple[str, str], int] = {}
+        """Per (node, exporter), the scrapes answered (at a twin time not answered before)."""
+        self._refused: set[tuple[str, str]] = set()
+        """The (node, exporter) refused since the cut: their last answered scrape was over before."""
 
     def advance(self, dt_s: float) -> None:
         self.twin.advance(dt_s)
@@ -70,6 +74,8 @@ class RecordingTwin:
 
     def _keep(self, node: str, exporter: str, render, stored=None) -> str:
         if self.cut:
+            with self._guard:
+                self._refused.add((node, exporter))
             raise RuntimeError("the test stopped serving")
         text = render()
         kept = stored() if stored else text
@@ -77,6 +83,8 @@ class RecordingTwin:
         stamp_ms = int(round(self.twin.now * 1000))  # as the exposition writes it
         with self._guard:
             logs = ["every"] if key in self._seen else ["every", "first"]
+            if key not in self._seen:
+                self._answered[node, exporter] = self._answered.get((node, exporter), 0) + 1
             self._seen.add(key)
             for log in logs:
                 path = self.out / log / f"{node}.{exporter}.prom"
@@ -85,6 +93,17 @@ class RecordingTwin:
                     file.write(kept.encode())
                     self._spans.setdefault(path, []).append((node, exporter, stamp_ms, start, file.tell()))
         return text
+
+    def answered_each(self, targets: int) -> int:
+        """The fewest scrapes answered of any of ``targets`` targets (0 while one was never scraped)."""
+        with self._guard:
+            counts = list(self._answered.values())
+        return min(counts) if len(counts) >= targets else 0
+
+    def refused_each(self, targets: int) -> bool:
+        """Whether every one of ``targets`` targets was refused a scrape since the cut."""
+        with self._guard:
+            return len(self._refused) >= targets
 
     def logged(self) -> set[tuple[str, str, int]]:
         """(node, exporter, twin time in ms) of every scrape answered."""
@@ -136,7 +155,7 @@ def _hpcwatch(*args: str) -> dict:
 
 @pytest.fixture(scope="module")
 def scraped(start_promql, promql_backend, tmp_path_factory):
-    """A PromQL server that scraped 128 nodes for SCRAPED_S; the scrapes it was served, as files."""
+    """A PromQL server that scraped 128 nodes (SCRAPES of each target at least); the scrapes it was served, as files."""
     from hpcwatch.cli.twinserve import sized_cluster
     from hpcwatch.twin import Twin
     from hpcwatch.twin.serve import ServeConfig, TwinEndpoints, prometheus_config
@@ -154,12 +173,18 @@ def scraped(start_promql, promql_backend, tmp_path_factory):
         )
         # A loaded 2-core machine, with other 128-node tests beside this one, was seen to need more than 60 s.
         wait_until(lambda: _count(server, "up == 1") == 2 * NODES, timeout_s=180, what=f"{2 * NODES} targets up")
-        time.sleep(SCRAPED_S)
+        up_at = source.answered_each(2 * NODES)
+        wait_until(
+            lambda: source.answered_each(2 * NODES) >= up_at + SCRAPES,
+            timeout_s=120,
+            what=f"{SCRAPES} more scrapes of every target",
+        )
         # Closing the endpoints mid-scrape would log a scrape the server never stored: scrapes fail first,
-        # while the answered ones reach storage (VictoriaMetrics: ~1 s, more when loaded: wait until readable).
+        # until each target was refused once (its answered scrapes were over by then); the answered ones reach
+        # storage meanwhile (VictoriaMetrics: ~1 s, more when loaded: wait until readable).
         last_s = time.time()
         source.cut = True
-        time.sleep(2 * SCRAPE_INTERVAL_S)
+        wait_until(lambda: source.refused_each(2 * NODES), timeout_s=60, what="every target refused once")
         wait_until(
             lambda: _count(server, "last_over_time(DCGM_FI_DEV_GPU_UTIL[10s])", t=last_s) == 8 * NODES,
             timeout_s=60,
