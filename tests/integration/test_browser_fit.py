@@ -285,13 +285,21 @@ def test_gpu_card_shows_sparklines_over_a_chosen_time_range(page):
     line.first.wait_for(timeout=20_000)
     label = page.get_attribute("#card .spark-row[data-spark='power_w'] svg", "aria-label")
     assert re.search(r"Power: .* W → .* W over 5 min \(min .* W, max .* W\)", label), label
-    page.wait_for_timeout(3000)
+    # The last choice wins, not the last answer: the hour asked first is answered after the 15 minutes.
+    held = []
+    asked_hour = lambda url: "/api/history" in url and "range_s=3600" in url  # noqa: E731
+    page.route(asked_hour, lambda route: held.append(route))
+    with page.expect_request(lambda r: asked_hour(r.url)):
+        page.select_option("#hist-range", "3600")
     with page.expect_response(lambda r: "/api/history" in r.url and "range_s=900" in r.url):
         page.select_option("#hist-range", "900")
-    page.wait_for_function(
-        "() => document.querySelector(\"#card .spark-row[data-spark='util_pct'] svg\")"
-        "?.getAttribute('aria-label').includes('15 min')"
-    )
+    spoken = "() => document.querySelector(\"#card .spark-row[data-spark='util_pct'] svg\")?.getAttribute('aria-label')"
+    page.wait_for_function(f"() => ({spoken})()?.includes('15 min')")
+    with page.expect_event("requestfinished", lambda r: asked_hour(r.url)):
+        held[0].continue_()
+    page.wait_for_function("() => document.querySelector('#card .hist-body')?.dataset.dropped === '1'", timeout=10_000)
+    assert "15 min" in page.evaluate(spoken)
+    page.unroute(asked_hour)
     _shot_card(page, "fit-gpu-card-sparklines")
 
 

@@ -30,13 +30,25 @@ export function showHistory(container, key) {
   timer = setInterval(() => (container.dataset.open === key ? load() : clearInterval(timer)), REFRESH_MS);
 }
 
+// The last request wins, not the last answer: a refresh of the old range answered after the new range's would
+// draw the old range under the new choice. An answer to an older request is dropped (and counted in
+// `data-dropped`, which the browser tests wait on).
 async function fetchHistory(key, rangeS, body) {
+  const asked = String(Number(body.dataset.asked ?? 0) + 1);
+  body.dataset.asked = asked;
+  const stale = () => {
+    if (body.dataset.asked === asked) return false;
+    body.dataset.dropped = String(Number(body.dataset.dropped ?? 0) + 1);
+    return true;
+  };
   try {
     const response = await fetch(`/api/history?el=${encodeURIComponent(key)}&range_s=${rangeS}`);
     const doc = await response.json();
+    if (stale()) return;
     if (!response.ok) throw new Error(doc.detail ?? doc.error ?? response.status);
     draw(body, doc, rangeS);
   } catch (err) {
+    if (body.dataset.asked !== asked) return;  // counted where it went stale, or an older request's error
     clear(body);
     body.append(h("p", { class: "muted" }, t("error.generic", { error: String(err.message ?? err) })));
   }
