@@ -445,6 +445,24 @@ def test_simulator_computes_on_the_server(page):
     assert cell.inner_text().endswith("%")
     page.wait_for_selector("#sim-plot .main-svg", timeout=20_000)
     _shot_panel(page, "#sim", "6-simulator")
+    # The last run asked wins, not the last answer: a run held until the next one is drawn is dropped.
+    held = []
+    page.route("**/api/stragglersim?*slow_factor=2*", lambda route: held.append(route))
+    with page.expect_request(lambda r: "slow_factor=2" in r.url):
+        page.click("#sim-form button[type=submit]")
+    page.fill("#sim-form input[name=slow_factor]", "5")
+    with page.expect_response(lambda r: "/api/stragglersim" in r.url and "slow_factor=5" in r.url):
+        page.click("#sim-form button[type=submit]")
+    page.wait_for_function("() => document.getElementById('sim').dataset.state === 'done'")
+    slower = float(cell.get_attribute("data-efficiency"))
+    assert slower < efficiency  # five times slower stragglers: less of the cluster's time is useful
+    # (an answer may have been dropped already: the panel's own first run, answered after the first click's)
+    dropped = "() => Number(document.getElementById('sim').dataset.dropped ?? 0)"
+    before = page.evaluate(dropped)
+    with page.expect_event("requestfinished", lambda r: "slow_factor=2" in r.url):
+        held[0].continue_()
+    page.wait_for_function(f"() => ({dropped})() === {before + 1}", timeout=10_000)
+    assert float(cell.get_attribute("data-efficiency")) == slower
 
 
 def test_switching_to_french_leaves_no_english(page):

@@ -25,20 +25,27 @@ export function initSimulator(root) {
   const status = root.querySelector("#sim-status");
   const plot = root.querySelector("#sim-plot");
   const tbody = root.querySelector("#sim-table tbody");
+  let asked = 0;
 
   async function run() {
     const params = new URLSearchParams(new FormData(form));
+    const mine = ++asked; // the last run asked wins, not the last answer (a larger cluster answers later)
     status.textContent = t("sim.running");
     root.dataset.state = "running";
     try {
       const response = await fetch(`/api/stragglersim?${params}`);
       const body = await response.json();
+      if (mine !== asked) {
+        root.dataset.dropped = String(Number(root.dataset.dropped ?? 0) + 1); // the browser tests wait on it
+        return;
+      }
       if (!response.ok) throw new Error(typeof body.detail === "string" ? body.detail : (body.error || response.statusText));
       fill(body.points);
       status.textContent = t("sim.done", { n: body.points.length });
       root.dataset.state = "done";
       await draw(body.points);
     } catch (err) {
+      if (mine !== asked) return;
       status.textContent = t("sim.unavailable", { error: err.message });
       root.dataset.state = "error";
     }
