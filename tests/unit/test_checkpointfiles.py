@@ -245,3 +245,15 @@ def test_a_checkpoint_that_cannot_be_written_costs_the_page_nothing(live, monkey
     monkeypatch.setattr(jobstretches, "REPORT_ON_DISK", jobstretches.OnDisk(failing, failing))
     assert _report(store, job.id, KeptStretches(on_disk=True)) == _report(store, job.id)
     assert "checkpoint not written" in caplog.text and "\x1b" not in caplog.text
+
+
+def test_the_files_are_readable_by_whom_the_store_is(live) -> None:
+    """The store's group (the epilog's job-end notice runs as Slurm's user in it) reads them; nobody else."""
+    store, _ = live
+    os.chmod(store.path, 0o2750)
+    os.chmod(store.path / "manifest.json", 0o640)
+    job = _running(store)
+    _report(store, job.id, KeptStretches(on_disk=True))
+    folder = store.path / checkpointfiles.FOLDER
+    assert folder.stat().st_mode & 0o777 == 0o750
+    assert {(folder / name).stat().st_mode & 0o777 for name in _files(store)} == {0o640}

@@ -113,17 +113,25 @@ class _Restricted(pickle.Unpickler):
 class CheckpointFiles:
     """The checkpoint files of one store's folder (module doc). Safe to share between threads."""
 
-    def __init__(self, folder: Path) -> None:
+    def __init__(self, folder: Path, *, folder_mode: int = 0o700, file_mode: int = 0o600) -> None:
         self.folder = folder
+        self.folder_mode, self.file_mode = folder_mode, file_mode
         self._lock = threading.Lock()
         self._cannot_write: str | None = None
 
     @classmethod
     def of(cls, store: Any) -> CheckpointFiles | None:
-        """The files of ``store`` (a ``Store``); None for a store in memory (gone with its process)."""
+        """The files of ``store`` (a ``Store``); None for a store in memory (gone with its process). Readable by
+        whom the store is: the folder gets the store folder's permissions, a file its manifest's (a group that
+        reads the store, the epilog's job-end notice, reads them too)."""
         if not store.config.durable:
             return None
-        return cls(Path(store.config.path) / FOLDER)
+        root = Path(store.config.path)
+        try:
+            folder_mode, file_mode = root.stat().st_mode & 0o777, (root / "manifest.json").stat().st_mode & 0o666
+        except OSError:
+            folder_mode, file_mode = 0o700, 0o600
+        return cls(root / FOLDER, folder_mode=folder_mode, file_mode=file_mode)
 
     def path(self, kind: str, job: str) -> Path:
         """The file of ``job``'s ``kind``: the id hashed (it is text from the data: any character, any length)."""
@@ -141,11 +149,12 @@ class CheckpointFiles:
             protocol=5,
         )  # fmt: skip
         try:
-            self.folder.mkdir(mode=0o700, exist_ok=True)
-            fd, tmp = tempfile.mkstemp(dir=self.folder, prefix=_WRITING)
+            self.folder.mkdir(mode=self.folder_mode, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(dir=self.folder, prefix=_WRITING)  # 0600 until written
             try:
                 with os.fdopen(fd, "wb") as f:
                     f.write(body)
+                    os.fchmod(f.fileno(), self.file_mode)
                 os.replace(tmp, self.path(saved.kind, saved.job))
             except BaseException:
                 Path(tmp).unlink(missing_ok=True)
