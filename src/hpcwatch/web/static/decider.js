@@ -2,7 +2,7 @@
 // (/api/decider, computed by the server: reports/decider.py). A figure the store cannot give arrives as
 // null and is shown as "—" with the reason in the page's language; plotly.js loads only when first drawn.
 
-import { clear, fmt, h, lang, t } from "./util.js";
+import { clear, fmt, h, lang, t, tickets } from "./util.js";
 import { loadPlotly } from "./sim.js";
 
 // The window choices: the manager's week by day, a day by the hour, the last hour in five-minute buckets (a demo's life).
@@ -30,26 +30,26 @@ export function initDecider(root) {
   const status = root.querySelector("#decider-status");
   const tbody = root.querySelector("#decider-table tbody");
   const charts = root.querySelector("#decider-charts");
-  let asked = 0;
+  const ask = tickets(); // the last choice wins, not the last answer
 
   async function show() {
     const [windowS, bucketS] = WINDOWS[select.value] ?? WINDOWS.week;
     const params = new URLSearchParams({ window_s: windowS });
     if (bucketS) params.set("bucket_s", bucketS);
-    const mine = ++asked; // the last choice wins, not the last answer
+    const current = ask();
     status.textContent = t("decider.loading");
     root.dataset.state = "loading";
     try {
       const response = await fetch(`/api/decider?${params}`);
       const doc = await response.json();
       if (!response.ok) throw new Error(typeof doc.detail === "string" ? doc.detail : response.statusText);
-      if (mine !== asked) return;
+      if (!current()) return;
       fill(doc);
       status.textContent = doc.accounts.length ? t("decider.accounts", { n: doc.accounts.length }) : t("decider.none");
       await draw(doc);
       root.dataset.state = "done";
     } catch (err) {
-      if (mine !== asked) return;
+      if (!current()) return;
       status.textContent = t("decider.unavailable");
       root.dataset.state = "error";
     }

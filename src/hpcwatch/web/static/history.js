@@ -1,7 +1,7 @@
 // The card's "last minutes": sparklines of utilisation, power and temperature over a chosen range, from
 // GET /api/history (reports/history.py over the store's or Prometheus' samples). Text only, no markup.
 
-import { clear, fmt, h, s, t } from "./util.js";
+import { clear, fmt, h, s, t, tickets } from "./util.js";
 
 const RANGES = [["m5", 300], ["m15", 900], ["h1", 3600]];
 const FIELDS = [["util_pct", "live.util", "unit.pct", 0], ["power_w", "live.power", "unit.w", 0], ["temp_c", "live.temp", "unit.c", 0]];
@@ -24,31 +24,24 @@ export function showHistory(container, key) {
   live.append(h("section", { class: "hist", "aria-labelledby": "hist-title" },
     h("h3", { id: "hist-title" }, t("hist.title")),
     h("label", { class: "hist-range" }, `${t("hist.range")} `, select), body));
-  const load = () => fetchHistory(key, Number(select.value), body);
+  const ask = tickets(body);
+  const load = () => fetchHistory(key, Number(select.value), body, ask());
   select.addEventListener("change", () => { container.dataset.histRange = select.value; load(); });
   load();
   timer = setInterval(() => (container.dataset.open === key ? load() : clearInterval(timer)), REFRESH_MS);
 }
 
-// The last request wins, not the last answer: a refresh of the old range answered after the new range's would
-// draw the old range under the new choice. An answer to an older request is dropped (and counted in
-// `data-dropped`, which the browser tests wait on).
-async function fetchHistory(key, rangeS, body) {
-  const asked = String(Number(body.dataset.asked ?? 0) + 1);
-  body.dataset.asked = asked;
-  const stale = () => {
-    if (body.dataset.asked === asked) return false;
-    body.dataset.dropped = String(Number(body.dataset.dropped ?? 0) + 1);
-    return true;
-  };
+// The last request wins, not the last answer (`current`: util.js `tickets`): a refresh of the old range answered
+// after the new range's would draw the old range under the new choice.
+async function fetchHistory(key, rangeS, body, current) {
   try {
     const response = await fetch(`/api/history?el=${encodeURIComponent(key)}&range_s=${rangeS}`);
     const doc = await response.json();
-    if (stale()) return;
+    if (!current()) return;
     if (!response.ok) throw new Error(doc.detail ?? doc.error ?? response.status);
     draw(body, doc, rangeS);
   } catch (err) {
-    if (body.dataset.asked !== asked) return;  // counted where it went stale, or an older request's error
+    if (!current()) return;
     clear(body);
     body.append(h("p", { class: "muted" }, t("error.generic", { error: String(err.message ?? err) })));
   }

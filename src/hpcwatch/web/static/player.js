@@ -2,7 +2,7 @@
 // spans), with a ring AllReduce / barrier detail. No timing lives here: all durations
 // come from the server; the page only scales them to a few seconds of animation.
 
-import { boot, clear, fmt, h, lang, s, t } from "./util.js";
+import { boot, clear, fmt, h, lang, s, t, tickets } from "./util.js";
 
 const PHASES = boot.phases;
 const ANIM_MS = 4500;
@@ -35,24 +35,24 @@ export function initPlayer(root) {
   // Loads are ordered: each one takes a ticket, and only the latest ticket may draw. A slow response to an
   // earlier click (the first example, still loading when the straggler example was clicked) is dropped, so the
   // chart always shows the job its label names: the last click wins, not the last response.
-  let ticket = 0;
+  const ask = tickets();
 
   async function load() {
     if (!job) return null;
-    const mine = ++ticket;
+    const current = ask();
     const wanted = job;
     const name = jobName;
     summary.textContent = t("player.loading");
     try {
       const response = await fetch(`/api/steps?job=${encodeURIComponent(wanted)}`);
       const body = await response.json();
-      if (mine !== ticket) return null;          // superseded while in flight
+      if (!current()) return null;          // superseded while in flight
       if (!response.ok) throw new Error(body.detail || body.error || response.statusText);
       view = build(body, name);
       root.dataset.shown = wanted;
       return view;
     } catch (err) {
-      if (mine === ticket) summary.textContent = t("player.error", { error: err.message });
+      if (current()) summary.textContent = t("player.error", { error: err.message });
       return null;
     } finally {
       root.dataset.settled = String(Number(root.dataset.settled ?? 0) + 1);   // loads answered, drawn or dropped

@@ -2,7 +2,7 @@
 // page draws it with plotly.js, which is loaded from the server only when first needed
 // (4.8 MB: not on the path to first paint).
 
-import { clear, fmt, h, t } from "./util.js";
+import { clear, fmt, h, t, tickets } from "./util.js";
 
 let plotlyLoading = null;
 
@@ -25,27 +25,24 @@ export function initSimulator(root) {
   const status = root.querySelector("#sim-status");
   const plot = root.querySelector("#sim-plot");
   const tbody = root.querySelector("#sim-table tbody");
-  let asked = 0;
+  const ask = tickets(root); // the last run asked wins, not the last answer (a larger cluster answers later)
 
   async function run() {
     const params = new URLSearchParams(new FormData(form));
-    const mine = ++asked; // the last run asked wins, not the last answer (a larger cluster answers later)
+    const current = ask();
     status.textContent = t("sim.running");
     root.dataset.state = "running";
     try {
       const response = await fetch(`/api/stragglersim?${params}`);
       const body = await response.json();
-      if (mine !== asked) {
-        root.dataset.dropped = String(Number(root.dataset.dropped ?? 0) + 1); // the browser tests wait on it
-        return;
-      }
+      if (!current()) return;
       if (!response.ok) throw new Error(typeof body.detail === "string" ? body.detail : (body.error || response.statusText));
       fill(body.points);
       status.textContent = t("sim.done", { n: body.points.length });
       root.dataset.state = "done";
       await draw(body.points);
     } catch (err) {
-      if (mine !== asked) return;
+      if (!current()) return;
       status.textContent = t("sim.unavailable", { error: err.message });
       root.dataset.state = "error";
     }

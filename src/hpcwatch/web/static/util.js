@@ -114,6 +114,24 @@ export function fmtTime(seconds) {
   return timeFormat.format(new Date(seconds * 1000)) + " UTC";
 }
 
+/**
+ * Requests where the last one asked wins, not the last one answered: each call of the returned function takes a
+ * ticket for a new request and returns `current()`, which says whether no later request was asked since. An
+ * answer whose ticket is no longer current is to be dropped; with `counted`, each drop is counted in its
+ * `data-dropped` (the browser tests wait on it).
+ */
+export function tickets(counted = null) {
+  let last = 0;
+  return () => {
+    const mine = ++last;
+    return () => {
+      if (mine === last) return true;
+      if (counted) counted.dataset.dropped = String(Number(counted.dataset.dropped ?? 0) + 1);
+      return false;
+    };
+  };
+}
+
 export function clear(node) {
   while (node.firstChild) node.removeChild(node.firstChild);
 }
