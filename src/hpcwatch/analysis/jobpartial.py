@@ -265,6 +265,15 @@ class Shape:
     hcas: frozenset[tuple[Any, Any]] = frozenset()
     """(host, HCA device) of every InfiniBand counter."""
 
+    def to_plain(self) -> tuple[frozenset[tuple[Any, Any]], ...]:
+        """This shape in builtins (``Partial.to_plain``); ``from_plain`` gives it back equal."""
+        return (self.util, self.engine, self.hcas)
+
+    @classmethod
+    def from_plain(cls, plain: tuple[Any, Any, Any]) -> Shape:
+        util, engine, hcas = plain
+        return cls(frozenset(util), frozenset(engine), frozenset(hcas))
+
     def union(self, other: Shape) -> Shape:
         return Shape(self.util | other.util, self.engine | other.engine, self.hcas | other.hcas)
 
@@ -376,7 +385,7 @@ class Partial:
             "slurm_last": self.slurm_last,
             "max_rss": self.max_rss,
             "newest_t": self.newest_t,
-            "shapes": [(s.util, s.engine, s.hcas) for s in self.shapes],
+            "shapes": [shape.to_plain() for shape in self.shapes],
         }
 
     @classmethod
@@ -393,7 +402,7 @@ class Partial:
                 slurm_last=dict(plain["slurm_last"]),
                 max_rss=dict(plain["max_rss"]),
                 newest_t=plain["newest_t"],
-                shapes={Shape(frozenset(u), frozenset(e), frozenset(h)) for u, e, h in plain["shapes"]},
+                shapes={Shape.from_plain(shape) for shape in plain["shapes"]},
             )
         except (KeyError, TypeError) as err:
             raise ValueError(f"not a partial's plain form: {type(err).__name__}: {err}") from err

@@ -25,7 +25,6 @@ code. The files are a cache of what the store's samples say: deleting the folder
 from __future__ import annotations
 
 import hashlib
-import io
 import logging
 import os
 import pickle
@@ -33,7 +32,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Final
 
@@ -182,23 +181,14 @@ class CheckpointFiles:
                 size = os.fstat(f.fileno()).st_size
                 if size > MAX_FILE_BYTES:
                     raise ValueError(f"{size} bytes, more than a checkpoint holds ({MAX_FILE_BYTES})")
-                fields = _Restricted(io.BytesIO(f.read())).load()
+                fields = _Restricted(f).load()
             if not isinstance(fields, tuple) or len(fields) != 10 or fields[0] != _FORMAT:
                 raise ValueError("not a checkpoint of this version")
             saved = Saved(*fields[1:])
             if saved.job != job or saved.kind != kind:
                 raise ValueError("another job's checkpoint")
-            return Saved(
-                saved.job,
-                saved.kind,
-                float(saved.t0),
-                tuple(saved.hosts),
-                int(saved.version),
-                saved.extra,
-                float(saved.upto),
-                saved.fingerprint,
-                saved.state,
-            )
+            t0, hosts, version, upto = float(saved.t0), tuple(saved.hosts), int(saved.version), float(saved.upto)
+            return replace(saved, t0=t0, hosts=hosts, version=version, upto=upto)
         except FileNotFoundError:
             return None
         except PermissionError:  # the server's folder, read by another user (``hpcwatch job``): theirs to keep

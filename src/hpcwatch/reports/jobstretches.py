@@ -669,17 +669,8 @@ def _union(shapes: set[Shape]) -> Shape:
     return found
 
 
-def _shape_plain(shape: Shape) -> tuple[frozenset[tuple[Any, Any]], ...]:
-    return (shape.util, shape.engine, shape.hcas)
-
-
-def _shape_of_plain(plain: tuple[Any, Any, Any]) -> Shape:
-    util, engine, hcas = plain
-    return Shape(frozenset(util), frozenset(engine), frozenset(hcas))
-
-
 #: How the report's checkpoints go to disk (``reports.checkpointfiles``): the ``Partial`` and the window's ``Shape``.
-REPORT_ON_DISK: Final = OnDisk(Partial.to_plain, Partial.from_plain, _shape_plain, _shape_of_plain)
+REPORT_ON_DISK: Final = OnDisk(Partial.to_plain, Partial.from_plain, Shape.to_plain, Shape.from_plain)
 
 
 def _by_age(checkpoints: Sequence[Checkpoint], newest: float | None, lags: Sequence[float]) -> tuple[Checkpoint, ...]:
