@@ -495,9 +495,15 @@ def test_the_stream_sends_deltas_and_the_tiles_follow_them_at_128_nodes(browser,
         assert pg.evaluate(TILES_MATCH_SNAPSHOT_JS) == []
         # A delta on top of a version the page does not hold is not applied: the page reconnects and the
         # server answers with a full snapshot, after which deltas flow again.
-        version = pg.evaluate("window.hpcwatch.state.version")
-        pg.evaluate("window.hpcwatch.applyDelta({v: -1, base: -2, set: {}})")
-        assert pg.evaluate("window.hpcwatch.state.version") == version  # the stray delta changed nothing
+        # Read, applied and read again in one script: a tick between two evaluations changed the version (CI).
+        version, after = pg.evaluate(
+            """() => {
+              const before = window.hpcwatch.state.version;
+              window.hpcwatch.applyDelta({v: -1, base: -2, set: {}});
+              return [before, window.hpcwatch.state.version];
+            }"""
+        )
+        assert after == version  # the stray delta changed nothing
         _wait_page(
             pg,
             f"() => window.hpcwatch.state.reconnects === 1 && window.hpcwatch.state.version > {version}",
