@@ -77,10 +77,11 @@ from hpcwatch.analysis.jobpartial import (
     ZERO,
     Acc,
     CellKey,
-    Ends,
+    Cells,
     Exact,
     Partial,
     PortEnds,
+    SeriesEnds,
     Shape,
     exact_plus,
     exact_sums,
@@ -699,43 +700,19 @@ def _accumulate_dcgm(rows: _DcgmRows, part: Partial) -> _Holders:
     profiles = _cell_names(cell[held], rows.profile.take(held), n)
     _keep_ends(part, rows, series, texts, first, cell, keys)
 
-    def maybe(x: np.ndarray) -> list[float | None]:
-        return [None if v != v else v for v in x.tolist()]  # NaN: no sample
-
-    columns = zip(
+    part.cells = Cells.of(
         keys,
-        util_sum,
-        util_n.tolist(),
-        tensor_sum,
-        tensor_n.tolist(),
-        power_sum,
-        power_n.tolist(),
-        maybe(fb_max),
-        maybe(util_max),
-        xid.astype(np.int64).tolist(),
-        maybe(first_t),
-        maybe(last_t),
-        sources,
-        profiles,
-        energy_by_gap,
-    )
-    for key, u_sum, u_n, t_sum, t_n, p_sum, p_n, fb, u_max, x, t_first, t_last, src, prof, by_gap in columns:
-        part.cells[key] = Acc(
-            util_sum=u_sum,
-            util_n=u_n,
-            tensor_sum=t_sum,
-            tensor_n=t_n,
-            power_sum=p_sum,
-            power_n=p_n,
-            fb_max=fb,
-            util_max=u_max,
-            xid=x,
-            first_t=t_first,
-            last_t=t_last,
-            sources={v for v in src if v},
-            profile=next((v for v in sorted(prof, key=str) if v), None),
-            energy_by_gap=by_gap,
-        )
+        {
+            "util_sum": util_sum, "util_n": util_n, "tensor_sum": tensor_sum, "tensor_n": tensor_n,
+            "power_sum": power_sum, "power_n": power_n, "fb_max": fb_max, "util_max": util_max, "xid": xid,
+            "first_t": first_t, "last_t": last_t,
+        },
+        {
+            "sources": [frozenset(v for v in src if v) for src in sources],
+            "profile": [next((v for v in sorted(prof, key=str) if v), None) for prof in profiles],
+            "energy_by_gap": energy_by_gap,
+        },
+    )  # fmt: skip
     return _holders(rows, series, series_names)
 
 
@@ -759,20 +736,18 @@ def _keep_ends(
     """Each utilisation, energy and XID series' first and last sample (``Partial.add`` joins stretches there)."""
     last = np.ones(len(first), dtype=bool)
     last[:-1] = first[1:]
+    starts, ends, series_keys = [], [], []
     for name in (UTIL, ENERGY, XID):
         mine = rows.metric.codes == rows.metric.code(name)
-        starts, ends = np.flatnonzero(mine & first), np.flatnonzero(mine & last)
-        # As Python lists, a series a row of each: at 1,536 GPUs, 4,600 series a stretch.
-        cells = [keys[c] if c >= 0 else None for c in cell[starts].tolist()]
-        for s, c, first_t, first_v, last_t, last_v in zip(
-            series[starts].tolist(),
-            cells,
-            rows.t[starts].tolist(),
-            rows.value[starts].tolist(),
-            rows.t[ends].tolist(),
-            rows.value[ends].tolist(),
-        ):
-            part.ends[(name, *texts[s])] = Ends(first_t, first_v, c, last_t, last_v)
+        starts.append(np.flatnonzero(mine & first))
+        ends.append(np.flatnonzero(mine & last))
+        series_keys += [(name, *texts[s]) for s in series[starts[-1]].tolist()]
+    start, end = np.concatenate(starts), np.concatenate(ends)
+    part.ends = SeriesEnds.of(
+        series_keys,
+        {"first_t": rows.t[start], "first_v": rows.value[start], "last_t": rows.t[end], "last_v": rows.value[end]},
+        {"first_cell": [keys[c] if c >= 0 else None for c in cell[start].tolist()]},
+    )
 
 
 def _cell_names(cell: np.ndarray, values: Coded, n: int) -> list[set[Any]]:
@@ -831,24 +806,16 @@ def _keep_port_ends(
     for at, code in zip(shares.pair[held].tolist(), cell.tolist()):
         job, gpu = divmod(code // 2, len(holders.series))
         cells_of[at].append(holders.cell_key(job, gpu))
-    for s, first_t, first_v, last_t, last_v, cells in zip(
-        series[starts].tolist(),
-        t[starts].tolist(),
-        value[starts].tolist(),
-        t[ends].tolist(),
-        value[ends].tolist(),
-        cells_of,
-    ):
-        name, host, device, gpus = rails[s]
-        part.ports[(name, host, device)] = PortEnds(
-            first_t=first_t,
-            first_v=first_v,
-            last_t=last_t,
-            last_v=last_v,
-            transmitted=name == IB_TX,
-            rail_gpus=len(gpus),
-            first_cells=tuple(cells),
-        )
+    names = [rails[s][:3] for s in series[starts].tolist()]
+    part.ports = PortEnds.of(
+        [(name, host, device) for name, host, device in names],
+        {
+            "first_t": t[starts], "first_v": value[starts], "last_t": t[ends], "last_v": value[ends],
+            "transmitted": [name == IB_TX for name, _, _ in names],
+            "rail_gpus": [len(rails[s][3]) for s in series[starts].tolist()],
+        },
+        {"first_cells": [tuple(cells) for cells in cells_of]},
+    )  # fmt: skip
 
 
 def _ib_rows(
@@ -958,13 +925,11 @@ def _add_ib_in_order(shares: _RailShares, share: np.ndarray, holders: _Holders, 
 
 def _credit(cells: np.ndarray, amounts: list[Any], holders: _Holders, part: Partial) -> None:
     """Add each amount, in order, to its cell's (job, host, GPU) accumulator, transmitted or received."""
-    for cell, amount in zip(cells.tolist(), amounts):
-        rest, transmitted = divmod(cell, 2)
-        a = part.cells.setdefault(holders.cell_key(*divmod(rest, len(holders.series))), Acc())
-        if transmitted:
-            a.ib_tx += float(amount)
-        else:
-            a.ib_rx += float(amount)
+    rest, transmitted = np.divmod(cells, 2)
+    job, gpu = np.divmod(rest, len(holders.series))
+    keys = [holders.cell_key(j, g) for j, g in zip(job.tolist(), gpu.tolist())]
+    values = np.array([float(amount) for amount in amounts], dtype=np.float64)
+    part.cells.credit_ib(keys, values, transmitted.astype(bool))
 
 
 def _num(text: str) -> tuple[int, str]:

@@ -8,8 +8,9 @@ rows), and ``Partial.add`` joins the next stretch, later in sample time, to what
 
 - sums, counts and maxima add up or take the larger; first and last sample times the earlier and the later;
 - a counter's delta across the edge of two stretches (energy, InfiniBand bytes) and a change of the "last
-  XID" gauge there come from each series' ``Ends``: the earlier stretch's last sample and the later one's
-  first, credited to the job of that first sample, as a single pass credits a delta to its later sample;
+  XID" gauge there come from each series' ends (``SeriesEnds``, ``PortEnds``): the earlier stretch's last
+  sample and the later one's first, credited to the job of that first sample, as a single pass credits a
+  delta to its later sample;
 - a series' scrape interval (a GPU's observed time, the energy gap rule) is the median of its gaps, kept as
   a histogram of gaps in whole milliseconds: a scrape every second with 20 ms of jitter keeps ~40 entries,
   whatever the job's age::
@@ -17,6 +18,10 @@ rows), and ``Partial.add`` joins the next stretch, later in sample time, to what
       stretch A                       stretch B
       |  x    x    x    x  |          |  x    x    x  |
                        last(A) ------ first(B)      the edge: one gap, one delta, first(B)'s job's
+
+What is kept per GPU, series and port is kept as columns (``Keyed``: one array per field), so that a join is
+a few operations per field, not a call per GPU: at 1,536 GPUs a page joins 1,536 cells, 4,600 series and 3,072
+ports.
 
 Sums of measured values (utilisation, power, tensor activity, energy deltas) are kept ``Exact``: the correctly
 rounded sum (``math.fsum``) and what rounding left out, so that joining stretches in any split gives the sum of
@@ -29,7 +34,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar, TypeVar
 
 import numpy as np
 
@@ -37,15 +42,19 @@ from hpcwatch import vocab
 
 __all__ = [
     "Acc",
-    "Ends",
+    "Cells",
+    "Keyed",
     "PortEnds",
     "Partial",
+    "SeriesEnds",
     "Shape",
     "CellKey",
     "SeriesKey",
     "Exact",
     "ZERO",
+    "energy_plus",
     "exact_plus",
+    "exact_plus_rows",
     "exact_sums",
     "gap_ms",
     "median_gap_s",
@@ -228,29 +237,247 @@ def _smaller(a: float | None, b: float | None) -> float | None:
     return a if b is None else min(a, b)
 
 
-@dataclass(frozen=True, slots=True)
-class Ends:
-    """A DCGM series' first and last sample in a stretch; ``first_cell`` the first one's (None: nobody's)."""
-
-    first_t: float
-    first_v: float
-    first_cell: CellKey | None
-    last_t: float
-    last_v: float
+_K = TypeVar("_K", bound="Keyed")
+#: Empty values of ``Keyed``'s array fields: a float (NaN: none, for a maximum or a time), an integer.
+_ZERO_F, _NONE_F, _ZERO_I = np.float64(0.0), np.float64(math.nan), np.int64(0)
 
 
-@dataclass(frozen=True, slots=True)
-class PortEnds:
-    """An InfiniBand counter's first and last sample in a stretch, with the cells holding its rail's GPUs at
-    the first one (who a delta ending there is shared among) and how many GPUs the rail has."""
+class Keyed:
+    """Rows under distinct keys, kept as columns: one numpy array per numeric field (its first axis the rows)
+    and one list per other field. What a stretch holds per GPU, series or port (1,536 GPUs: 1,536 cells, 4,600
+    series, 3,072 ports), so that joining two stretches is an operation per field, not a call per row.
 
-    first_t: float
-    first_v: float
-    last_t: float
-    last_v: float
-    transmitted: bool
-    rail_gpus: int
-    first_cells: tuple[CellKey, ...]
+    A list's items are never changed in place (a set, a dict, a tuple: replaced by a new one), so a copy shares
+    them; its arrays are its own. Subclasses name their fields and each field's empty value (``EMPTY``)."""
+
+    __slots__ = ("arrays", "index", "keys", "lists")
+
+    #: Per field, its value in a row that holds nothing yet: an array's as a numpy scalar of the array's dtype
+    #: (a pair's row is that number twice), a list's as the callable that makes it.
+    EMPTY: ClassVar[dict[str, Any]] = {}
+    #: The fields that are lists (the others are arrays).
+    LISTS: ClassVar[tuple[str, ...]] = ()
+    #: The array fields of two columns per row (``Exact`` sums: value, rest).
+    PAIRS: ClassVar[tuple[str, ...]] = ()
+
+    def __init__(self, keys: list[Any], arrays: dict[str, np.ndarray], lists: dict[str, list[Any]]) -> None:
+        """Rows ``keys`` (distinct) with those columns, taken as they are (``of`` for keys that may repeat)."""
+        self.keys = keys
+        self.index = {key: row for row, key in enumerate(keys)}
+        self.arrays = arrays
+        self.lists = lists
+
+    @classmethod
+    def empty(cls: type[_K]) -> _K:
+        return cls.of([], {}, {})
+
+    @classmethod
+    def of(cls: type[_K], keys: list[Any], arrays: dict[str, Any], lists: dict[str, list[Any]]) -> _K:
+        """Rows from columns in ``keys``' order; a field not given holds its empty value. A key given twice is one
+        row, where the key first came, with the values it came with last (as a dict assigned row by row keeps)."""
+        rows = {key: row for row, key in enumerate(keys)}
+        taken = None if len(rows) == len(keys) else np.fromiter(rows.values(), dtype=np.int64, count=len(rows))
+        n = len(rows)
+        out_arrays, out_lists = {}, {}
+        for name, empty in cls.EMPTY.items():
+            if name in cls.LISTS:
+                values = lists[name] if name in lists else [empty() for _ in range(len(keys))]
+                out_lists[name] = list(values) if taken is None else [values[i] for i in taken.tolist()]
+            else:
+                shape = (n, 2) if name in cls.PAIRS else (n,)
+                given = arrays.get(name)
+                if given is None:
+                    out_arrays[name] = np.full(shape, empty)
+                else:
+                    column = np.asarray(given, dtype=empty.dtype)
+                    out_arrays[name] = (column if taken is None else column[taken]).reshape(shape)
+        return cls(list(rows), out_arrays, out_lists)
+
+    def __len__(self) -> int:
+        return len(self.keys)
+
+    def rows_of(self, keys: Sequence[Any]) -> np.ndarray:
+        """Each key's row, -1 for a key not here."""
+        get = self.index.get
+        return np.fromiter((get(key, -1) for key in keys), dtype=np.int64, count=len(keys))
+
+    def rows_adding(self, keys: Sequence[Any]) -> np.ndarray:
+        """Each key's row, a row that holds nothing added for a key not here (in the order they first come)."""
+        rows = self.rows_of(keys)
+        missing = np.flatnonzero(rows < 0)
+        if missing.size:
+            new = list(dict.fromkeys(keys[i] for i in missing.tolist()))
+            self.append(type(self).of(new, {}, {}), np.arange(len(new)))
+            rows[missing] = self.rows_of([keys[i] for i in missing.tolist()])
+        return rows
+
+    def append(self, other: Keyed, rows: np.ndarray) -> None:
+        """``other``'s ``rows`` (keys not here) after these."""
+        if not rows.size:
+            return
+        taken = rows.tolist()
+        for key in (other.keys[i] for i in taken):
+            self.index[key] = len(self.keys)
+            self.keys.append(key)
+        for name, column in self.arrays.items():
+            self.arrays[name] = np.concatenate([column, other.arrays[name][rows]])
+        for name, values in self.lists.items():
+            values.extend(other.lists[name][i] for i in taken)
+
+    def copy(self: _K) -> _K:
+        """These rows, to change without changing them: arrays copied, lists' items shared (never changed in
+        place)."""
+        out = type(self).__new__(type(self))
+        out.keys, out.index = list(self.keys), dict(self.index)
+        out.arrays = {name: column.copy() for name, column in self.arrays.items()}
+        out.lists = {name: list(values) for name, values in self.lists.items()}
+        return out
+
+    def to_plain(self) -> tuple[list[Any], dict[str, Any]]:
+        """(the keys, per field its column): builtins and numpy arrays, for ``Partial.to_plain``."""
+        return list(self.keys), {**self.arrays, **self.lists}
+
+    @classmethod
+    def from_plain(cls: type[_K], plain: tuple[list[Any], dict[str, Any]]) -> _K:
+        """What ``to_plain`` wrote. ``ValueError`` when it is not: other fields, columns of other lengths."""
+        keys, fields = plain
+        keys = list(keys)
+        if set(fields) != set(cls.EMPTY):
+            raise ValueError(f"not {cls.__name__}'s fields: {sorted(fields)}")
+        if len(set(keys)) != len(keys) or any(len(fields[name]) != len(keys) for name in cls.EMPTY):
+            raise ValueError(f"not {cls.__name__}'s columns: {len(keys)} keys")
+        # the arrays copied: a file's are read-only views of its bytes, and a partial's arrays are its own
+        arrays = {name: np.array(fields[name]) for name in cls.EMPTY if name not in cls.LISTS}
+        return cls.of(keys, arrays, {name: list(fields[name]) for name in cls.LISTS})
+
+
+class Cells(Keyed):
+    """Per (workload, host, device), its sums over its samples: the columns of ``Acc``'s fields (NaN for a
+    maximum or time of none), ``acc`` one row as an ``Acc``."""
+
+    __slots__ = ()
+
+    EMPTY: ClassVar[dict[str, Any]] = {
+        "util_sum": _ZERO_F, "util_n": _ZERO_I, "tensor_sum": _ZERO_F, "tensor_n": _ZERO_I, "power_sum": _ZERO_F,
+        "power_n": _ZERO_I, "fb_max": _NONE_F, "util_max": _NONE_F, "xid": _ZERO_I, "ib_tx": _ZERO_F,
+        "ib_rx": _ZERO_F, "first_t": _NONE_F, "last_t": _NONE_F,
+        "sources": frozenset, "profile": lambda: None, "energy_by_gap": dict,
+    }  # fmt: skip
+    LISTS = ("sources", "profile", "energy_by_gap")
+    PAIRS = ("util_sum", "tensor_sum", "power_sum")
+    #: How each array field joins a later one: a sum exactly, a count or amount added, the larger or smaller.
+    EXACT, ADDED = PAIRS, ("util_n", "tensor_n", "power_n", "xid", "ib_tx", "ib_rx")
+    LARGER, SMALLER = ("fb_max", "util_max", "last_t"), ("first_t",)
+
+    def add(self, later: Cells) -> None:
+        """``later``'s samples, after these, as ``Acc.add`` adds each row (``later`` unchanged)."""
+        rows = self.rows_of(later.keys)
+        theirs = np.flatnonzero(rows >= 0)
+        mine = rows[theirs]
+        a, b = self.arrays, later.arrays
+        for name in self.EXACT:
+            a[name][mine] = exact_plus_rows(a[name][mine], b[name][theirs])
+        for name in self.ADDED:
+            a[name][mine] += b[name][theirs]
+        for name in self.LARGER:
+            a[name][mine] = np.fmax(a[name][mine], b[name][theirs])
+        for name in self.SMALLER:
+            a[name][mine] = np.fmin(a[name][mine], b[name][theirs])
+        sources, profiles, energy = (self.lists[name] for name in self.LISTS)
+        later_sources, later_profiles, later_energy = (later.lists[name] for name in self.LISTS)
+        for i, j in zip(mine.tolist(), theirs.tolist()):
+            if later_sources[j] and not later_sources[j] <= sources[i]:
+                sources[i] = sources[i] | later_sources[j]
+            profile = later_profiles[j]
+            if profile is not None and (profiles[i] is None or str(profile) < str(profiles[i])):
+                profiles[i] = profile
+            if later_energy[j]:
+                energy[i] = energy_plus(energy[i], later_energy[j])
+        self.append(later, np.flatnonzero(rows < 0))
+
+    def credit_ib(self, keys: Sequence[CellKey], amounts: np.ndarray, transmitted: np.ndarray) -> None:
+        """Add each of ``amounts``, in order, to its cell's (``keys``) transmitted or received bytes; a cell not
+        here is added."""
+        rows = self.rows_adding(keys)
+        np.add.at(self.arrays["ib_tx"], rows[transmitted], amounts[transmitted])
+        np.add.at(self.arrays["ib_rx"], rows[~transmitted], amounts[~transmitted])
+
+    def acc(self, row: int) -> Acc:
+        """One row as an ``Acc`` (its sets and dicts copies)."""
+        return self._accs([row])[0]
+
+    def items(self) -> list[tuple[CellKey, Acc]]:
+        """Every row's key and ``Acc``."""
+        return list(zip(self.keys, self._accs(range(len(self.keys)))))
+
+    def _accs(self, rows: Iterable[int]) -> list[Acc]:
+        taken = np.fromiter(rows, dtype=np.int64)
+        columns = {name: column[taken].tolist() for name, column in self.arrays.items()}
+        for name in (*self.LARGER, *self.SMALLER):
+            columns[name] = [None if v != v else v for v in columns[name]]  # NaN: none
+        for name in self.PAIRS:
+            columns[name] = [tuple(pair) for pair in columns[name]]
+        sources, profiles, energy = (self.lists[name] for name in self.LISTS)
+        columns["sources"] = [set(sources[i]) for i in taken.tolist()]
+        columns["profile"] = [profiles[i] for i in taken.tolist()]
+        columns["energy_by_gap"] = [dict(energy[i]) for i in taken.tolist()]
+        names = Acc.__slots__
+        out = []
+        for values in zip(*(columns[name] for name in names)):
+            acc = Acc.__new__(Acc)
+            for name, value in zip(names, values):
+                setattr(acc, name, value)
+            out.append(acc)
+        return out
+
+
+class SeriesEnds(Keyed):
+    """Per DCGM series (utilisation, energy, XID), its first and last sample in the stretches; ``first_cell``
+    the cell of the first (None: nobody's). ``Partial.add`` joins two stretches at them."""
+
+    __slots__ = ()
+
+    EMPTY: ClassVar[dict[str, Any]] = {
+        "first_t": _NONE_F, "first_v": _NONE_F, "last_t": _NONE_F, "last_v": _NONE_F, "first_cell": lambda: None,
+    }  # fmt: skip
+    LISTS = ("first_cell",)
+
+
+class PortEnds(Keyed):
+    """Per InfiniBand counter, its first and last sample in the stretches, whether it counts transmitted bytes,
+    how many GPUs its rail has, and the cells holding them at its first sample (who a delta ending there is
+    shared among)."""
+
+    __slots__ = ()
+
+    EMPTY: ClassVar[dict[str, Any]] = {
+        "first_t": _NONE_F, "first_v": _NONE_F, "last_t": _NONE_F, "last_v": _NONE_F,
+        "transmitted": np.bool_(False), "rail_gpus": _ZERO_I, "first_cells": tuple,
+    }  # fmt: skip
+    LISTS = ("first_cells",)
+
+
+def exact_plus_rows(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """``exact_plus`` of each row of two (n, 2) arrays of ``Exact`` sums: the two-float case at once, the
+    others (a rest to carry) one by one."""
+    a0, a1, b0, b1 = a[:, 0], a[:, 1], b[:, 0], b[:, 1]
+    with np.errstate(all="ignore"):
+        total = a0 + b0
+        rest = total - a0
+        error = (a0 - (total - rest)) + (b0 - rest)
+        quick = (a1 == 0.0) & (b1 == 0.0) & (total - total == 0.0) & (total != 0.0)
+    out = np.stack([total, np.where(quick, error, 0.0)], axis=1)
+    for i in np.flatnonzero(~quick).tolist():
+        out[i] = _fsum((float(a0[i]), float(a1[i]), float(b0[i]), float(b1[i])))
+    return out
+
+
+def energy_plus(earlier: dict[int, Exact], later: dict[int, Exact]) -> dict[int, Exact]:
+    """A new dict of energy deltas by gap: both's, summed."""
+    out = dict(earlier)
+    for gap, delta in later.items():
+        out[gap] = exact_plus(out.get(gap, ZERO), delta)
+    return out
 
 
 @dataclass(frozen=True, slots=True)
@@ -297,12 +524,12 @@ class Shape:
 class Partial:
     """What one stretch of samples (or several, joined in time order) says; ``add`` joins a later one."""
 
-    cells: dict[CellKey, Acc] = field(default_factory=dict)
+    cells: Cells = field(default_factory=Cells.empty)
     gaps: dict[SeriesKey, dict[int, int]] = field(default_factory=dict)
     """Per utilisation and energy series, how many of its gaps were how many ms."""
-    ends: dict[SeriesKey, Ends] = field(default_factory=dict)
+    ends: SeriesEnds = field(default_factory=SeriesEnds.empty)
     """Per utilisation, energy and XID series."""
-    ports: dict[SeriesKey, PortEnds] = field(default_factory=dict)
+    ports: PortEnds = field(default_factory=PortEnds.empty)
     lustre: dict[tuple[str, str, str], float] = field(default_factory=dict)
     """(metric, jobid, target) -> the largest cumulative byte count seen."""
     slurm_last: dict[tuple[str, str], tuple[float, float]] = field(default_factory=dict)
@@ -316,33 +543,11 @@ class Partial:
     def add(self, later: Partial) -> None:
         """Join ``later`` (its samples all after these) to this one; ``later`` is left unchanged (a kept
         stretch is joined to many pages)."""
-        for key, acc in later.cells.items():
-            mine = self.cells.get(key)
-            if mine is None:
-                self.cells[key] = acc.copy()
-            else:
-                mine.add(acc)
+        self.cells.add(later.cells)
         for key, histogram in later.gaps.items():
             self._count_gaps(key, histogram)
-        for key, ends in later.ends.items():
-            before = self.ends.get(key)
-            if before is not None:
-                self._join(key, before, ends)
-            self.ends[key] = ends if before is None else _spanning(before, ends)
-        for key, port in later.ports.items():
-            earlier = self.ports.get(key)
-            if earlier is not None:
-                self._join_port(earlier, port)
-                port = PortEnds(
-                    earlier.first_t,
-                    earlier.first_v,
-                    port.last_t,
-                    port.last_v,
-                    earlier.transmitted,
-                    earlier.rail_gpus,
-                    earlier.first_cells,
-                )
-            self.ports[key] = port
+        self._join_ends(later.ends)
+        self._join_ports(later.ports)
         for key, v in later.lustre.items():
             self.lustre[key] = max(self.lustre.get(key, 0.0), v)
         for job_metric, (t, v) in later.slurm_last.items():
@@ -357,12 +562,12 @@ class Partial:
             self.newest_t = later.newest_t if self.newest_t is None else max(self.newest_t, later.newest_t)
 
     def copy(self) -> Partial:
-        """This partial, to join later stretches to without changing it (its ends are immutable: shared)."""
+        """This partial, to join later stretches to without changing it."""
         return Partial(
-            cells={key: acc.copy() for key, acc in self.cells.items()},
+            cells=self.cells.copy(),
             gaps={key: dict(histogram) for key, histogram in self.gaps.items()},
-            ends=dict(self.ends),
-            ports=dict(self.ports),
+            ends=self.ends.copy(),
+            ports=self.ports.copy(),
             lustre=dict(self.lustre),
             slurm_last=dict(self.slurm_last),
             max_rss={job: dict(per_node) for job, per_node in self.max_rss.items()},
@@ -371,16 +576,15 @@ class Partial:
         )
 
     def to_plain(self) -> dict[str, Any]:
-        """This partial in builtins (and nothing else: what a restricted unpickler reads back), for a server to
-        write a job's checkpoint to disk (``reports.checkpointfiles``); ``from_plain`` gives it back equal. The
-        cells, ends and ports as one list per field, so that pickling them is a pass in C, not a call per
-        object (1,536 GPUs: 11 ms where the objects took 85), and a field added to ``Acc``, ``Ends`` or
-        ``PortEnds`` goes with them."""
+        """This partial in builtins and numpy arrays (and nothing else: what a restricted unpickler reads back),
+        for a server to write a job's checkpoint to disk (``reports.checkpointfiles``); ``from_plain`` gives it
+        back equal. The cells, ends and ports as their columns: pickling them is a pass in C, not a call per
+        object (1,536 GPUs: 11 ms where objects took 85)."""
         return {
-            "cells": _columns(self.cells, Acc),
+            "cells": self.cells.to_plain(),
             "gaps": self.gaps,
-            "ends": _columns(self.ends, Ends),
-            "ports": _columns(self.ports, PortEnds),
+            "ends": self.ends.to_plain(),
+            "ports": self.ports.to_plain(),
             "lustre": self.lustre,
             "slurm_last": self.slurm_last,
             "max_rss": self.max_rss,
@@ -391,13 +595,13 @@ class Partial:
     @classmethod
     def from_plain(cls, plain: dict[str, Any]) -> Partial:
         """The partial ``to_plain`` wrote. ``ValueError`` when ``plain`` is not what it writes (another
-        version's fields, lists of unequal lengths)."""
+        version's fields, columns of unequal lengths)."""
         try:
             return cls(
-                cells=_objects(plain["cells"], Acc),
+                cells=Cells.from_plain(plain["cells"]),
                 gaps=dict(plain["gaps"]),
-                ends=_objects(plain["ends"], Ends),
-                ports=_objects(plain["ports"], PortEnds),
+                ends=SeriesEnds.from_plain(plain["ends"]),
+                ports=PortEnds.from_plain(plain["ports"]),
                 lustre=dict(plain["lustre"]),
                 slurm_last=dict(plain["slurm_last"]),
                 max_rss=dict(plain["max_rss"]),
@@ -412,59 +616,62 @@ class Partial:
         for gap, n in histogram.items():
             mine[gap] = mine.get(gap, 0) + n
 
-    def _join(self, key: SeriesKey, before: Ends, after: Ends) -> None:
-        """The edge between a series' last sample in one stretch and its first in the next: one more gap, the
-        energy delta across it, and an XID gauge that kept its value (``after`` counted it as new)."""
-        metric = key[0]
-        gap = gap_ms(after.first_t - before.last_t)
-        if metric in GAP_METRICS:
-            self._count_gaps(key, {gap: 1})
-        cell = self.cells.get(after.first_cell) if after.first_cell is not None else None
-        if cell is None:
-            return
-        if metric == ENERGY:
-            delta = after.first_v - before.last_v
-            if delta >= 0:
-                cell.energy_by_gap[gap] = exact_plus(cell.energy_by_gap.get(gap, ZERO), (delta, 0.0))
-        elif metric == XID and after.first_v != 0 and after.first_v == before.last_v:
-            cell.xid -= 1
+    def _join_ends(self, later: SeriesEnds) -> None:
+        """The edge between each series' last sample here and its first in ``later``: one more gap, the energy
+        delta across it, and an XID gauge that kept its value (``later`` counted it as new); then each series'
+        last sample is ``later``'s."""
+        mine = self.ends
+        rows = mine.rows_of(later.keys)
+        theirs = np.flatnonzero(rows >= 0)
+        at = rows[theirs]
+        before, after = mine.arrays, later.arrays
+        gaps = np.rint((after["first_t"][theirs] - before["last_t"][at]) * 1000.0).astype(np.int64)  # ``gap_ms``
+        firsts, lasts = after["first_v"][theirs].tolist(), before["last_v"][at].tolist()
+        cell_rows = self.cells.index
+        first_cells = later.lists["first_cell"]
+        energy, xid = self.cells.lists["energy_by_gap"], self.cells.arrays["xid"]
+        for j, gap, first, last in zip(theirs.tolist(), gaps.tolist(), firsts, lasts):
+            key = later.keys[j]
+            metric = key[0]
+            if metric in GAP_METRICS:
+                histogram = self.gaps.setdefault(key, {})
+                histogram[gap] = histogram.get(gap, 0) + 1
+            cell = cell_rows.get(first_cells[j]) if first_cells[j] is not None else None
+            if cell is None:
+                continue
+            if metric == ENERGY:
+                delta = first - last
+                if delta >= 0:
+                    energy[cell] = energy_plus(energy[cell], {gap: (delta, 0.0)})
+            elif metric == XID and first != 0 and first == last:
+                xid[cell] -= 1
+        for name in ("last_t", "last_v"):
+            before[name][at] = after[name][theirs]
+        mine.append(later, np.flatnonzero(rows < 0))
 
-    def _join_port(self, before: PortEnds, after: PortEnds) -> None:
-        """The InfiniBand delta across the edge, shared equally over the GPUs of the port's rail, each share to
-        the job holding that GPU then (a counter reset, a negative delta, is skipped)."""
-        delta = after.first_v - before.last_v
-        if delta < 0 or not after.rail_gpus:
-            return
-        share = float(delta // after.rail_gpus)
-        for key in after.first_cells:
-            cell = self.cells.setdefault(key, Acc())
-            if after.transmitted:
-                cell.ib_tx += share
-            else:
-                cell.ib_rx += share
-
-
-def _columns(objects: dict[Any, Any], cls: Any) -> tuple[list[Any], dict[str, list[Any]]]:
-    """(the keys, per field of ``cls``'s slots the values' field in the keys' order)."""
-    values = objects.values()
-    return list(objects), {name: [getattr(v, name) for v in values] for name in cls.__slots__}
-
-
-def _objects(columns: tuple[list[Any], dict[str, list[Any]]], cls: Any) -> dict[Any, Any]:
-    """``_columns``' objects again, made without ``__init__`` (each field set as ``_columns`` read it)."""
-    keys, fields = columns
-    names = cls.__slots__
-    if set(fields) != set(names) or any(len(fields[name]) != len(keys) for name in names):
-        raise ValueError(f"not {cls.__name__}'s fields: {sorted(fields)}")
-    out = {}
-    setter = object.__setattr__  # the frozen ones' too
-    for key, values in zip(keys, zip(*(fields[name] for name in names))):
-        obj = cls.__new__(cls)
-        for name, value in zip(names, values):
-            setter(obj, name, value)
-        out[key] = obj
-    return out
-
-
-def _spanning(before: Ends, after: Ends) -> Ends:
-    return Ends(before.first_t, before.first_v, before.first_cell, after.last_t, after.last_v)
+    def _join_ports(self, later: PortEnds) -> None:
+        """The InfiniBand delta across each port's edge, shared equally over the GPUs of the port's rail, each
+        share to the job holding that GPU then (a counter reset, a negative delta, is skipped); then each port's
+        last sample is ``later``'s."""
+        mine = self.ports
+        rows = mine.rows_of(later.keys)
+        theirs = np.flatnonzero(rows >= 0)
+        at = rows[theirs]
+        before, after = mine.arrays, later.arrays
+        delta = after["first_v"][theirs] - before["last_v"][at]
+        rail = after["rail_gpus"][theirs]
+        shared = ~(delta < 0) & (rail > 0)
+        shares = np.floor_divide(delta[shared], rail[shared]).tolist()  # as Python's float // int
+        transmitted = after["transmitted"][theirs][shared].tolist()
+        first_cells = later.lists["first_cells"]
+        keys, amounts, tx = [], [], []
+        for j, share, sent in zip(theirs[shared].tolist(), shares, transmitted):
+            for key in first_cells[j]:
+                keys.append(key)
+                amounts.append(share)
+                tx.append(sent)
+        if keys:
+            self.cells.credit_ib(keys, np.array(amounts, dtype=np.float64), np.array(tx, dtype=bool))
+        for name in ("last_t", "last_v"):
+            before[name][at] = after[name][theirs]
+        mine.append(later, np.flatnonzero(rows < 0))
