@@ -521,3 +521,73 @@ def test_charts_resumed_twice_from_one_checkpoint_draw_what_a_fresh_read_draws(l
     scrape(newest + 1.0, 11.0)  # late for the second page's end, not for the first's
     page = job_overview(store, job.id, kept=kept)
     _same_series(page.series, job_overview(store, job.id).series)
+
+
+def _every_job_in_one_pass(store: Store) -> list[dict]:
+    from hpcwatch.analysis.attribution import REPORT_METRICS, job_reports
+
+    return [report_dict(r, per_gpu=True) for r in job_reports(store.samples(list(REPORT_METRICS)), store.jobs())]
+
+
+def test_every_job_read_by_stretches_of_the_store_is_one_pass(live, monkeypatch) -> None:
+    """``hpcwatch jobs`` reads the store a stretch at a time (memory: one stretch's rows, whatever the store's
+    age): every job's report to the last digit what one read of every sample gives, with stretches of a few
+    hundred rows (the twin's seven minutes in dozens of stretches), and after a silence of every node."""
+    from hpcwatch.analysis.attribution import REPORT_METRICS
+    from hpcwatch.reports.jobs import jobs_report
+
+    store, _ = live
+    stretches = []
+    read = queries.samples_stretch
+
+    def counting(store, metrics, **bounds):
+        stretches.append(bounds["t0"])
+        return read(store, metrics, **bounds)
+
+    monkeypatch.setattr(jobstretches.queries, "samples_stretch", counting)
+    monkeypatch.setattr(jobstretches, "STORE_STRETCH_ROWS", 200)
+    monkeypatch.setattr(jobstretches, "STORE_FIRST_STRETCH_S", 5.0)
+    assert [report_dict(r, per_gpu=True) for r in jobs_report(store)] == _every_job_in_one_pass(store)
+    read_once = len(stretches)
+    assert read_once > 20
+    newest = store.time_range()[1] or 0.0
+    gpu = store.samples(vocab.DCGM_FI_DEV_GPU_UTIL).slice(0, 1).to_pylist()[0]
+    store.add(  # ten minutes later, after a silence: one of the GPUs speaks again
+        Sample(
+            metric=vocab.DCGM_FI_DEV_GPU_UTIL,
+            labels={"Hostname": gpu["host"], "gpu": gpu["gpu"]},
+            t=newest + 600 + k,
+            value=7.0,
+        )
+        for k in range(3)
+    )
+    stretches.clear()
+    assert [report_dict(r, per_gpu=True) for r in jobs_report(store)] == _every_job_in_one_pass(store)
+    assert len(stretches) <= read_once + 2  # the silence is skipped, not read five seconds at a time
+    assert jobstretches.store_partial(store, REPORT_METRICS, store.jobs()).newest_t == newest + 602
+
+
+def test_every_job_read_by_stretches_sees_a_device_that_reports_only_late(live, monkeypatch) -> None:
+    """A GPU that reports only in the last stretch (a node added; an engine-activity-only device) changes how the
+    stretches before it read (``Shape``): they are read again with it, and the reports are one pass's."""
+    from hpcwatch.reports.jobs import jobs_report
+
+    store, _ = live
+    monkeypatch.setattr(jobstretches, "STORE_STRETCH_ROWS", 500)
+    host = next(j for j in store.jobs() if j.nodes).nodes[0]
+    newest = store.time_range()[1] or 0.0
+    hca = {"device": "mlx5_9", "port": "1", "instance": f"{host}:9100"}
+    store.add(
+        Sample(metric=vocab.NODE_INFINIBAND_PORT_DATA_TRANSMITTED_BYTES_TOTAL, labels=hca, t=newest + k, value=1e6 * k)
+        for k in (1, 2)
+    )
+    shapes = []
+    partial_of = jobstretches.partial_of
+
+    def seeing(table, jobs, *, shape=None):
+        shapes.append(shape)
+        return partial_of(table, jobs, shape=shape)
+
+    monkeypatch.setattr(jobstretches, "partial_of", seeing)
+    assert [report_dict(r, per_gpu=True) for r in jobs_report(store)] == _every_job_in_one_pass(store)
+    assert shapes[0] is None and (host, "mlx5_9") in shapes[-1].hcas  # read again, with the late HCA

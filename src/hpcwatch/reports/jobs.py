@@ -25,7 +25,14 @@ from hpcwatch.analysis.attribution import (
 )
 from hpcwatch.errors import InputError
 from hpcwatch.records import MAX_JOB_ID_CHARS, Job
-from hpcwatch.reports.jobstretches import KeptStretches, PageReads, WindowRead, read_window, window_partial
+from hpcwatch.reports.jobstretches import (
+    KeptStretches,
+    PageReads,
+    WindowRead,
+    read_window,
+    store_partial,
+    window_partial,
+)
 from hpcwatch.store import Store, queries
 
 if TYPE_CHECKING:  # the PromQL backend (httpx) is only loaded by callers that read Prometheus
@@ -56,13 +63,14 @@ def jobs_report(
     metrics: tuple[str, ...] = REPORT_METRICS,
 ) -> list[JobReport]:
     """One ``JobReport`` per workload (the store's jobs that ran, in its order, then workloads seen only in
-    samples), optionally one user's or account's."""
-    table = samples if samples is not None else store.samples(list(metrics))
-    return [
-        r
-        for r in job_reports(table, store.jobs())
-        if (user is None or r.user == user) and (account is None or r.account == account)
-    ]
+    samples), optionally one user's or account's. The store's samples are read stretch by stretch
+    (``jobstretches.store_partial``); ``samples`` (Prometheus') are one table."""
+    jobs = store.jobs()
+    if samples is not None:
+        reports = job_reports(samples, jobs)
+    else:
+        reports = reports_of(store_partial(store, metrics, jobs), jobs)
+    return [r for r in reports if (user is None or r.user == user) and (account is None or r.account == account)]
 
 
 def job_samples(store: Store, job_id: str, *, metrics: tuple[str, ...] = REPORT_METRICS) -> pa.Table | None:

@@ -125,6 +125,35 @@ def window_samples(store: Store, metrics: Sequence[str], *, t0: float | None, ho
     return found if found is not None else store.samples(list(metrics), host=host, t0=t0)
 
 
+def samples_stretch(store: Store, metrics: Sequence[str], *, t0: float, before: float | None) -> pa.Table:
+    """Samples of ``metrics`` from ``t0`` (and before ``before`` when given), in ``Store.samples`` columns and
+    order, ``labels`` dictionary-encoded (``_with_label_sets``): one stretch of the whole store's, read in
+    turn (``reports.jobstretches.store_partial``)."""
+    where = [f"metric IN ({_marks(metrics)})", "t >= ?", *(["t < ?"] if before is not None else [])]
+    params = [*metrics, t0, *([before] if before is not None else [])]
+    found = _with_label_sets(store, " AND ".join(where), params)
+    if found is not None:
+        return found
+    return store.query_arrow(f"SELECT * FROM samples WHERE {' AND '.join(where)} ORDER BY metric, host, gpu, t", params)
+
+
+def samples_span(store: Store, metrics: Sequence[str]) -> tuple[float, float] | None:
+    """The oldest and newest time of a sample of ``metrics``; None when there is none."""
+    ((first, last),) = store.query(
+        f"SELECT min(t), max(t) FROM samples WHERE metric IN ({_marks(metrics)})", list(metrics)
+    )
+    return None if first is None or last is None else (float(first), float(last))
+
+
+def next_sample_t(store: Store, metrics: Sequence[str], t0: float) -> float | None:
+    """The time of the first sample of ``metrics`` from ``t0`` on (None: none): where a read by stretches goes
+    on after a silence."""
+    ((first,),) = store.query(
+        f"SELECT min(t) FROM samples WHERE metric IN ({_marks(metrics)}) AND t >= ?", [*metrics, t0]
+    )
+    return None if first is None else float(first)
+
+
 def _with_label_sets(store: Store, where: str, params: Sequence[object]) -> pa.Table | None:
     """The samples matching ``where`` in ``Store.samples`` columns and order (metric, host, gpu, t), with
     ``labels`` dictionary-encoded: their text read once per distinct label set, not once per row. The rows
