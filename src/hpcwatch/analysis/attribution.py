@@ -806,12 +806,12 @@ def _keep_port_ends(
     for at, code in zip(shares.pair[held].tolist(), cell.tolist()):
         job, gpu = divmod(code // 2, len(holders.series))
         cells_of[at].append(holders.cell_key(job, gpu))
-    names = [rails[s][:3] for s in series[starts].tolist()]
+    keys = [rails[s][:3] for s in series[starts].tolist()]  # (metric, host, HCA)
     part.ports = PortEnds.of(
-        [(name, host, device) for name, host, device in names],
+        keys,
         {
             "first_t": t[starts], "first_v": value[starts], "last_t": t[ends], "last_v": value[ends],
-            "transmitted": [name == IB_TX for name, _, _ in names],
+            "transmitted": [name == IB_TX for name, _, _ in keys],
             "rail_gpus": [len(rails[s][3]) for s in series[starts].tolist()],
         },
         {"first_cells": [tuple(cells) for cells in cells_of]},

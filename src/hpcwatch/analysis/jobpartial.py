@@ -353,7 +353,7 @@ class Keyed:
 
 class Cells(Keyed):
     """Per (workload, host, device), its sums over its samples: the columns of ``Acc``'s fields (NaN for a
-    maximum or time of none), ``acc`` one row as an ``Acc``."""
+    maximum or time of none); ``items`` gives each row as an ``Acc`` (the report reads them so)."""
 
     __slots__ = ()
 
@@ -402,32 +402,23 @@ class Cells(Keyed):
         np.add.at(self.arrays["ib_tx"], rows[transmitted], amounts[transmitted])
         np.add.at(self.arrays["ib_rx"], rows[~transmitted], amounts[~transmitted])
 
-    def acc(self, row: int) -> Acc:
-        """One row as an ``Acc`` (its sets and dicts copies)."""
-        return self._accs([row])[0]
-
     def items(self) -> list[tuple[CellKey, Acc]]:
-        """Every row's key and ``Acc``."""
-        return list(zip(self.keys, self._accs(range(len(self.keys)))))
-
-    def _accs(self, rows: Iterable[int]) -> list[Acc]:
-        taken = np.fromiter(rows, dtype=np.int64)
-        columns = {name: column[taken].tolist() for name, column in self.arrays.items()}
+        """Every row's key and ``Acc`` (its set and dict copies)."""
+        columns = {name: column.tolist() for name, column in self.arrays.items()}
         for name in (*self.LARGER, *self.SMALLER):
             columns[name] = [None if v != v else v for v in columns[name]]  # NaN: none
         for name in self.PAIRS:
             columns[name] = [tuple(pair) for pair in columns[name]]
-        sources, profiles, energy = (self.lists[name] for name in self.LISTS)
-        columns["sources"] = [set(sources[i]) for i in taken.tolist()]
-        columns["profile"] = [profiles[i] for i in taken.tolist()]
-        columns["energy_by_gap"] = [dict(energy[i]) for i in taken.tolist()]
+        columns["sources"] = [set(s) for s in self.lists["sources"]]
+        columns["profile"] = self.lists["profile"]
+        columns["energy_by_gap"] = [dict(e) for e in self.lists["energy_by_gap"]]
         names = Acc.__slots__
         out = []
-        for values in zip(*(columns[name] for name in names)):
+        for key, values in zip(self.keys, zip(*(columns[name] for name in names))):
             acc = Acc.__new__(Acc)
             for name, value in zip(names, values):
                 setattr(acc, name, value)
-            out.append(acc)
+            out.append((key, acc))
         return out
 
 
