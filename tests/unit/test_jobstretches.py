@@ -546,7 +546,7 @@ def test_every_job_read_by_stretches_of_the_store_is_one_pass(live, monkeypatch)
 
     monkeypatch.setattr(jobstretches.queries, "samples_stretch", counting)
     monkeypatch.setattr(jobstretches, "STORE_STRETCH_ROWS", 200)
-    monkeypatch.setattr(jobstretches, "STORE_FIRST_STRETCH_S", 5.0)
+    monkeypatch.setattr(jobstretches, "STORE_STRETCH_S", 5.0)
     assert [report_dict(r, per_gpu=True) for r in jobs_report(store)] == _every_job_in_one_pass(store)
     read_once = len(stretches)
     assert read_once > 20

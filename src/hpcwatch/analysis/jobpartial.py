@@ -422,7 +422,27 @@ class Cells(Keyed):
         return out
 
 
-class SeriesEnds(Keyed):
+class _Ends(Keyed):
+    """A first and a last sample per key (``SeriesEnds``, ``PortEnds``), where two stretches are joined."""
+
+    __slots__ = ()
+
+    def edges(self, later: Keyed) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(each of ``later``'s keys' row here, -1 where it has none; ``later``'s rows whose key has one; and
+        those keys' rows here)."""
+        rows = self.rows_of(later.keys)
+        theirs = np.flatnonzero(rows >= 0)
+        return rows, theirs, rows[theirs]
+
+    def extend(self, later: Keyed, rows: np.ndarray) -> None:
+        """Each key's last sample ``later``'s where ``later`` has one (``rows``: ``edges``'), its other keys added."""
+        theirs = np.flatnonzero(rows >= 0)
+        for name in ("last_t", "last_v"):
+            self.arrays[name][rows[theirs]] = later.arrays[name][theirs]
+        self.append(later, np.flatnonzero(rows < 0))
+
+
+class SeriesEnds(_Ends):
     """Per DCGM series (utilisation, energy, XID), its first and last sample in the stretches; ``first_cell``
     the cell of the first (None: nobody's). ``Partial.add`` joins two stretches at them."""
 
@@ -434,7 +454,7 @@ class SeriesEnds(Keyed):
     LISTS = ("first_cell",)
 
 
-class PortEnds(Keyed):
+class PortEnds(_Ends):
     """Per InfiniBand counter, its first and last sample in the stretches, whether it counts transmitted bytes,
     how many GPUs its rail has, and the cells holding them at its first sample (who a delta ending there is
     shared among)."""
@@ -611,11 +631,8 @@ class Partial:
         """The edge between each series' last sample here and its first in ``later``: one more gap, the energy
         delta across it, and an XID gauge that kept its value (``later`` counted it as new); then each series'
         last sample is ``later``'s."""
-        mine = self.ends
-        rows = mine.rows_of(later.keys)
-        theirs = np.flatnonzero(rows >= 0)
-        at = rows[theirs]
-        before, after = mine.arrays, later.arrays
+        rows, theirs, at = self.ends.edges(later)
+        before, after = self.ends.arrays, later.arrays
         gaps = np.rint((after["first_t"][theirs] - before["last_t"][at]) * 1000.0).astype(np.int64)  # ``gap_ms``
         firsts, lasts = after["first_v"][theirs].tolist(), before["last_v"][at].tolist()
         cell_rows = self.cells.index
@@ -636,19 +653,14 @@ class Partial:
                     energy[cell] = energy_plus(energy[cell], {gap: (delta, 0.0)})
             elif metric == XID and first != 0 and first == last:
                 xid[cell] -= 1
-        for name in ("last_t", "last_v"):
-            before[name][at] = after[name][theirs]
-        mine.append(later, np.flatnonzero(rows < 0))
+        self.ends.extend(later, rows)
 
     def _join_ports(self, later: PortEnds) -> None:
         """The InfiniBand delta across each port's edge, shared equally over the GPUs of the port's rail, each
         share to the job holding that GPU then (a counter reset, a negative delta, is skipped); then each port's
         last sample is ``later``'s."""
-        mine = self.ports
-        rows = mine.rows_of(later.keys)
-        theirs = np.flatnonzero(rows >= 0)
-        at = rows[theirs]
-        before, after = mine.arrays, later.arrays
+        rows, theirs, at = self.ports.edges(later)
+        before, after = self.ports.arrays, later.arrays
         delta = after["first_v"][theirs] - before["last_v"][at]
         rail = after["rail_gpus"][theirs]
         shared = ~(delta < 0) & (rail > 0)
@@ -663,6 +675,4 @@ class Partial:
                 tx.append(sent)
         if keys:
             self.cells.credit_ib(keys, np.array(amounts, dtype=np.float64), np.array(tx, dtype=bool))
-        for name in ("last_t", "last_v"):
-            before[name][at] = after[name][theirs]
-        mine.append(later, np.flatnonzero(rows < 0))
+        self.ports.extend(later, rows)

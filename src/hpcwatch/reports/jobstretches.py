@@ -74,7 +74,7 @@ __all__ = [
     "window_partial",
     "store_partial",
     "STORE_STRETCH_ROWS",
-    "STORE_FIRST_STRETCH_S",
+    "STORE_STRETCH_S",
     "window_written",
     "kept_fold",
     "stretches",
@@ -103,8 +103,9 @@ STRETCH_S: Final = 60.0
 #: once, so more than a job's stretch, for fewer reductions of every GPU. Ours: ``hpcwatch jobs`` of a 1,024-node
 #: store peaks at 0.70 GB two minutes old and 0.75 GB ten minutes old, where one read held 5.3 GB at ten.
 STORE_STRETCH_ROWS: Final = 1_000_000
-#: The first stretch of the whole store, before its rate is known. Ours: at 1,024 nodes 10 s are ~0.7 million rows.
-STORE_FIRST_STRETCH_S: Final = 10.0
+#: The first stretch of the whole store (before its rate is known), and the shortest. Ours: at 1,024 nodes 10 s
+#: are ~0.7 million rows.
+STORE_STRETCH_S: Final = 10.0
 #: A page leaves its newest checkpoint this long before the window's newest sample: a node scraped late still
 #: lands its rows after it. Ours: ten 1 s scrapes; a cluster that ingests later falls back one age band.
 SETTLE_S: Final = 10.0
@@ -496,25 +497,17 @@ def _store_read(store: Store, metrics: Sequence[str], jobs: Sequence[Job], shape
     span = queries.samples_span(store, metrics)
     if span is None:
         return total
-    at: float | None
-    at, newest = span
-    length = STORE_FIRST_STRETCH_S
-    while at is not None:
-        b = at + length
-        last = b > newest  # the last stretch has no end: what landed since the span was asked is read too
-        table = queries.samples_stretch(store, metrics, t0=at, before=None if last else b)
-        rows = table.num_rows
+    for _, table in _timed_stretches(
+        lambda a, before: queries.samples_stretch(store, metrics, t0=a, before=before),
+        lambda b: queries.next_sample_t(store, metrics, b),
+        *span,
+        shortest_s=STORE_STRETCH_S,
+        rows_wanted=STORE_STRETCH_ROWS,
+    ):
         part = partial_of(table, jobs, shape=shape)
         del table  # before the next stretch is read
         shape = _union(part.shapes | ({shape} if shape is not None else set()))
         total.add(part)
-        if last:
-            break
-        if rows:
-            length = max(STORE_FIRST_STRETCH_S, min(STORE_STRETCH_ROWS * (b - at) / rows, 8 * length))
-            at = b
-        else:
-            at = queries.next_sample_t(store, metrics, b)
     return total
 
 
@@ -679,25 +672,51 @@ def stretches(
             reads.hold(SharedRows(version, record, start, frozenset(metrics), table))
         yield from _cut(table, cuts)
         return
+    yield from _timed_stretches(
+        lambda a, before: queries.job_window_samples(
+            store, metrics, hosts=hosts, job=record.id, t0=a, t1=record.end, before=before
+        ),
+        lambda b: queries.job_window_next(store, metrics, hosts=hosts, job=record.id, t0=b, t1=record.end),
+        start,
+        newest,
+        shortest_s=STRETCH_S,
+        rows_wanted=STRETCH_ROWS,
+        cuts=cuts,
+    )
+
+
+def _timed_stretches(
+    read: Callable[[float, float | None], pa.Table],
+    next_from: Callable[[float], float | None],
+    start: float,
+    newest: float,
+    *,
+    shortest_s: float,
+    rows_wanted: int,
+    cuts: Sequence[float] = (),
+) -> Iterator[tuple[float | None, pa.Table]]:
+    """(end, None for the last; rows) of each stretch of time from ``start`` to ``newest``, ``read(t0, before)``
+    (``before`` None: the last, with no end). A stretch is sized to hold about ``rows_wanted`` at the rate the one
+    before held (``shortest_s`` at first and at least, never more than 8 times longer than the one before) and
+    ends at the next of ``cuts``; after an empty one the next starts at ``next_from(its end)`` (a silence is
+    skipped)."""
     at: float | None = start
-    length = STRETCH_S
+    length = shortest_s
     while at is not None and at <= newest:
         a = at
         b = min([a + length, *(c for c in cuts if c > a)])
         last = b > newest
-        table = queries.job_window_samples(
-            store, metrics, hosts=hosts, job=record.id, t0=a, t1=record.end, before=None if last else b
-        )
+        table = read(a, None if last else b)
         rows = table.num_rows
         yield None if last else b, table
         del table  # before the next stretch is read: one stretch's rows at a time
         if last:
             return
         if rows:
-            length = max(STRETCH_S, min(STRETCH_ROWS * (b - a) / rows, 8 * length))
+            length = max(shortest_s, min(rows_wanted * (b - a) / rows, 8 * length))
             at = b
         else:
-            at = queries.job_window_next(store, metrics, hosts=hosts, job=record.id, t0=b, t1=record.end)
+            at = next_from(b)
 
 
 def _cut(table: pa.Table, cuts: Sequence[float]) -> Iterator[tuple[float | None, pa.Table]]:
