@@ -280,6 +280,20 @@ def test_node_card_lists_its_gpus_and_ib(page):
     assert "GB/s" in live.locator("[data-value='ib_tx']").inner_text() or "MB/s" in live.inner_text()
 
 
+def test_a_gpu_button_pressed_across_ticks_still_opens_its_card(page):
+    """The node card's live part is rebuilt every tick: a press held while ticks land, then released, is one click
+    on the button (it was lost when the press fell on the old button and the release on its replacement)."""
+    page.locator("[data-el='node:node1']").focus()
+    page.keyboard.press(" ")
+    page.locator("#card [data-open-gpu='node1/2']").hover()  # once the card has stopped moving into view
+    page.mouse.down()
+    _wait_ticks(page, 2)
+    page.mouse.up()
+    page.wait_for_function("() => document.getElementById('card-title').textContent.includes('node1/2')")
+    _wait_ticks(page, 1)  # and the live part follows the ticks again
+    assert page.locator("#card [data-value='power_w']").inner_text().endswith(" W")
+
+
 def test_observer_mode_shows_collectors_with_arrival_state(page):
     page.click("[data-view='observer']")
     _wait_ticks(page, 1)

@@ -14,7 +14,7 @@ import { initSimulator } from "./sim.js";
 import { boot, clear, eventItem, fmt, fmtRate, fmtTime, h, t } from "./util.js";
 
 const state = { reading: "engineer", view: "schematic", snapshot: boot.live, opener: null, ticks: 0, applyMs: [],
-  refusals: 0, retryTimer: null, version: boot.live?.v };
+  refusals: 0, retryTimer: null, version: boot.live?.v, cardPressed: false };
 const body = document.body;
 const card = document.getElementById("card");
 const wrap = document.getElementById("schematic-wrap");
@@ -50,7 +50,7 @@ function applySnapshot(snap, changed = {}) {
   updateQueue(snap);
   document.getElementById("clock").textContent = t("status.sim_time", { time: fmtTime(snap.t) });
   updateCollect(snap.collect);
-  updateCardLive(card, snap);
+  if (!state.cardPressed) updateCardLive(card, snap);
   if (state.ticks === 1) markReady();
 }
 
@@ -317,6 +317,17 @@ function bindElements() {
     const button = event.target.closest?.("[data-open-gpu]");
     if (button) openCard(`gpu:${button.dataset.openGpu}`);
   });
+  // The card's live part is rebuilt each tick: a rebuild between a button's press and its release lost the click
+  // (pressed on the old button, released on its replacement: no click at all). A press in the card holds the
+  // live part until the release, then, once the click is dispatched, draws the newest snapshot.
+  card.addEventListener("pointerdown", () => { state.cardPressed = true; });
+  const releaseCard = () => {
+    if (!state.cardPressed) return;
+    state.cardPressed = false;
+    setTimeout(() => updateCardLive(card, state.snapshot));
+  };
+  document.addEventListener("pointerup", releaseCard);
+  document.addEventListener("pointercancel", releaseCard);
   for (const el of document.querySelectorAll(".el")) {
     el.addEventListener("click", () => {
       if (!dragging.moved) openCard(el.dataset.el, el);
