@@ -190,12 +190,13 @@ def job_overview(
     price = price_per_gpu_hour
     # The spans' parts in a thread beside the samples' (their queries and numpy work overlap: the store runs
     # each thread's reads on a cursor of its own): at 1,536 GPUs and ranks each side is a few tenths of a
-    # second. There the goodput, then the steps; here the report, then, with the goodput's steps, the charts and
-    # the page's smaller parts, while the steps are taken apart (waiting for both before those left each
-    # thread idle in turn).
+    # second. There the goodput, then the steps, then the story and live verdicts (they need nothing of the
+    # report); here the report, then, with the goodput's steps, the charts and the page's smaller parts, while
+    # the steps are taken apart (waiting for both before those left each thread idle in turn).
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="jobpage-spans") as pool:
         from_goodput = pool.submit(_goodput_part, store, job_id, kept)
         from_steps = pool.submit(_steps_part, store, job_id, recent_steps, kept, from_goodput)
+        from_story = None if summary else pool.submit(_story_part, store, job_id, kept)
         # A window of one stretch is read once for the report and the charts, and with ``kept`` its end is kept
         # (the next page reads on from it); a longer one stretch by stretch (a day of a 1,536-GPU job is more than
         # a server holds at once), from what ``kept`` holds of it on.
@@ -224,9 +225,9 @@ def job_overview(
             missing["goodput"] = f"job {job_id}: no wall time to account yet (no steps, no end)"
             goodput = None
         page_parts = None
-        if not summary and (job is not None or goodput is not None):  # else: known from its steps, if at all
+        if from_story is not None and (job is not None or goodput is not None):  # else: known from its steps
             page_parts = _page_parts(
-                store, job_id, job, executed, started, samples, kept, window, reads, price, currency
+                store, job_id, job, executed, started, samples, kept, window, reads, price, currency, from_story
             )
         steps, missed = from_steps.result()
     missing |= missed
@@ -239,8 +240,21 @@ def job_overview(
     if summary:
         return JobOverview(id=job_id, job=job, steps=steps, goodput=goodput, findings=findings, missing=missing)
     if page_parts is None:  # a workload known from its steps alone: its nodes are theirs
+        assert from_story is not None  # not a summary
         page_parts = _page_parts(
-            store, job_id, job, executed, started, samples, kept, window, reads, price, currency, nodes=nodes
+            store,
+            job_id,
+            job,
+            executed,
+            started,
+            samples,
+            kept,
+            window,
+            reads,
+            price,
+            currency,
+            from_story,
+            nodes=nodes,
         )
     return JobOverview(
         id=job_id, job=job, steps=steps, goodput=goodput, findings=findings, missing=missing, **page_parts
@@ -259,31 +273,36 @@ def _page_parts(
     reads: jobstretches.PageReads | None,
     price_per_gpu_hour: float | None,
     currency: str,
+    story: Future[tuple[tuple[dict[str, Any], ...], tuple[dict[str, Any], ...]]],
     *,
     nodes: tuple[str, ...] | None = None,
 ) -> dict[str, Any]:
     """The page's parts beyond a job-end report's (``JobOverview``'s fields of those names): its charts, cost,
-    story, notices and actions, live verdicts. ``nodes``: the job's (default: its report's)."""
+    story, notices and actions, live verdicts (``story``: the story and the live verdicts, read beside).
+    ``nodes``: the job's (default: its report's)."""
     if nodes is None:
         nodes = job.nodes if job is not None else ()
     t0 = None if job is None else job.start if job.start is not None else job.observed_start
     t1 = None if job is None else job.end
+    series = job_series(
+        store,
+        job_id,
+        report=job,
+        samples=samples,
+        steps=executed,
+        first_start=started,
+        kept=kept,
+        window=window,
+        reads=reads,
+    )
+    acting = job_acting(store, job_id, nodes=nodes, t0=t0, t1=t1)
+    timeline, live = story.result()
     return {
-        "series": job_series(
-            store,
-            job_id,
-            report=job,
-            samples=samples,
-            steps=executed,
-            first_start=started,
-            kept=kept,
-            window=window,
-            reads=reads,
-        ),
+        "series": series,
         "cost": None if job is None else job_cost(job, price_per_gpu_hour=price_per_gpu_hour, currency=currency),
-        "timeline": tuple(job_timeline(store, job_id, kept=kept, newest=None if job is None else job.observed_end)),
-        "acting": job_acting(store, job_id, nodes=nodes, t0=t0, t1=t1),
-        "live": _live(store, job_id),
+        "timeline": timeline,
+        "acting": acting,
+        "live": live,
     }
 
 
@@ -363,6 +382,16 @@ def _steps_part(
         lambda: _steps(recent_step_report(store, job_id, recent_steps=recent_steps, since=since, kept=kept)),
     )
     return steps, missing
+
+
+def _story_part(
+    store: Store, job_id: str, kept: KeptStretches | None
+) -> tuple[tuple[dict[str, Any], ...], tuple[dict[str, Any], ...]]:
+    """The page's story (``job_timeline``) and live verdicts: reads of the store that need nothing the report
+    computes, so they run on the spans' thread once the steps are done, while the report's thread draws the
+    charts (at 1,536 GPUs the spans' thread was idle ~50 ms at the end of a page, the report's ~40 ms longer
+    for these)."""
+    return tuple(job_timeline(store, job_id, kept=kept)), _live(store, job_id)
 
 
 #: Overviews an ``OverviewCache`` keeps: a few jobs' pages (each 1,536 GPUs and ranks at most), not a history.
