@@ -538,13 +538,13 @@ def test_every_job_read_by_stretches_of_the_store_is_one_pass(live, monkeypatch)
 
     store, _ = live
     stretches = []
-    read = queries.samples_stretch
+    read = queries.window_samples
 
     def counting(store, metrics, **bounds):
         stretches.append(bounds["t0"])
         return read(store, metrics, **bounds)
 
-    monkeypatch.setattr(jobstretches.queries, "samples_stretch", counting)
+    monkeypatch.setattr(jobstretches.queries, "window_samples", counting)
     monkeypatch.setattr(jobstretches, "STORE_STRETCH_ROWS", 200)
     monkeypatch.setattr(jobstretches, "STORE_STRETCH_S", 5.0)
     assert [report_dict(r, per_gpu=True) for r in jobs_report(store)] == _every_job_in_one_pass(store)

@@ -498,7 +498,7 @@ def _store_read(store: Store, metrics: Sequence[str], jobs: Sequence[Job], shape
     if span is None:
         return total
     for _, table in _timed_stretches(
-        lambda a, before: queries.samples_stretch(store, metrics, t0=a, before=before),
+        lambda a, before: queries.window_samples(store, metrics, t0=a, before=before),
         lambda b: queries.next_sample_t(store, metrics, b),
         *span,
         shortest_s=STORE_STRETCH_S,

@@ -113,24 +113,19 @@ def _among(column: str) -> str:
 # -- samples -------------------------------------------------------------------------------------
 
 
-def window_samples(store: Store, metrics: Sequence[str], *, t0: float | None, host: str | None = None) -> pa.Table:
-    """``Store.samples(metrics, host=host, t0=t0)``: the same rows in the same order, with ``labels``
+def window_samples(
+    store: Store, metrics: Sequence[str], *, t0: float | None, host: str | None = None, before: float | None = None
+) -> pa.Table:
+    """``Store.samples(metrics, host=host, t0=t0)`` (and before ``before`` when given: one stretch of the whole
+    store's, ``reports.jobstretches.store_partial``): the same rows in the same order, with ``labels``
     dictionary-encoded (``_with_label_sets``). A health window of 15 minutes at 1,024 nodes holds 10 million
     rows and a few hundred thousand label sets: their text was 1.1 of its 1.8 GB of Arrow, and a third of its
     read's CPU."""
     where = [f"metric IN ({_marks(metrics)})", *(["host = ?"] if host is not None else [])]
     where += ["t >= ?"] if t0 is not None else []
+    where += ["t < ?"] if before is not None else []
     params = [*metrics, *([host] if host is not None else []), *([t0] if t0 is not None else [])]
-    found = _with_label_sets(store, " AND ".join(where), params)
-    return found if found is not None else store.samples(list(metrics), host=host, t0=t0)
-
-
-def samples_stretch(store: Store, metrics: Sequence[str], *, t0: float, before: float | None) -> pa.Table:
-    """Samples of ``metrics`` from ``t0`` (and before ``before`` when given), in ``Store.samples`` columns and
-    order, ``labels`` dictionary-encoded (``_with_label_sets``): one stretch of the whole store's, read in
-    turn (``reports.jobstretches.store_partial``)."""
-    where = [f"metric IN ({_marks(metrics)})", "t >= ?", *(["t < ?"] if before is not None else [])]
-    params = [*metrics, t0, *([before] if before is not None else [])]
+    params += [before] if before is not None else []
     found = _with_label_sets(store, " AND ".join(where), params)
     if found is not None:
         return found
