@@ -241,12 +241,11 @@ def job_timeline(
     *,
     limit: int = MAX_EVENTS,
     kept: KeptStretches | None = None,
-    newest: float | None = None,
 ) -> list[dict[str, Any]]:
     """One job's story, oldest first: XIDs, its failures, requeues, restores, its end. An XID event names a
     node, not a job: it is the job's when the job's ``failure`` names that node; an XID in dcgm-exporter's
     samples is the job's when the sample carries its ``hpc_job`` label. ``kept``: what a server keeps of the
-    job's XID onsets between pages (``job_xid_onsets``), ``newest`` the newest sample the page read of it."""
+    job's XID onsets between pages (``job_xid_onsets``)."""
     from hpcwatch.reports.jobs import first_start
 
     mine = _stored(store, limit=limit, job=job_id)
@@ -260,7 +259,7 @@ def job_timeline(
     record = store.job(job_id)
     t0 = first_start(store, record)
     if record is not None and t0 is not None and record.nodes:
-        onsets = job_xid_onsets(store, record, t0, kept=kept, newest=newest)
+        onsets = job_xid_onsets(store, record, t0, kept=kept)
         xids += [
             {"t": t, "what": "xid", "node": host, "gpu": gpu, "job": job, "detail": {"xid": int(value)}}
             for (host, gpu, value), (t, job) in sorted(onsets.items(), key=lambda item: (-item[1][0], str(item[0])))
@@ -277,14 +276,12 @@ def job_timeline(
 XidOnsets = dict[tuple[str, "str | None", float], tuple[float, "str | None"]]
 
 
-def job_xid_onsets(
-    store: Store, record: Job, t0: float, *, kept: KeptStretches | None = None, newest: float | None = None
-) -> XidOnsets:
+def job_xid_onsets(store: Store, record: Job, t0: float, *, kept: KeptStretches | None = None) -> XidOnsets:
     """When each non-zero value of dcgm-exporter's "last XID" gauge was first seen on each GPU of ``record``'s
     nodes from ``t0`` (its first start). With ``kept``, from the onsets up to the newest checkpoint still true
     (no sample landed before it since: ``reports.jobstretches``) on: only the samples since are grouped, where
-    each page grouped the job's whole life (a 1,536-GPU job's GPUs give 1,500 of them a second). ``newest``: a
-    recent sample's time, which the next checkpoint settles from (None: the store's newest is asked)."""
+    each page grouped the job's whole life (a 1,536-GPU job's GPUs give 1,500 of them a second); the next
+    checkpoint settles from the store's newest sample (kept per commit: ``queries.latest_sample_t``)."""
     from hpcwatch.reports.jobstretches import kept_fold, window_written
 
     hosts, xid = list(record.nodes), vocab.DCGM_FI_DEV_XID_ERRORS
@@ -297,7 +294,7 @@ def job_xid_onsets(
         return _earliest({}, [r for r in rows if not r[5]]), _earliest({}, [r for r in rows if r[5]])
 
     def store_newest(since: float | None) -> float | None:
-        return newest if newest is not None else queries.latest_sample_t(store, since=t0 if since is None else since)
+        return queries.latest_sample_t(store, since=t0 if since is None else since)
 
     return kept_fold(
         store,
