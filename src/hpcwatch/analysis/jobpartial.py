@@ -161,32 +161,11 @@ class Acc:
     """Energy deltas (mJ, each >= 0) summed by the gap (ms) they span: which count is only known once the
     series' median gap is (``MAX_COUNTER_GAP_INTERVALS`` of them at most)."""
 
-    def add(self, other: Acc) -> None:
-        """``other``'s samples, later in time, to these (``other`` unchanged)."""
-        self.util_sum = exact_plus(self.util_sum, other.util_sum)
-        self.util_n += other.util_n
-        self.tensor_sum = exact_plus(self.tensor_sum, other.tensor_sum)
-        self.tensor_n += other.tensor_n
-        self.power_sum = exact_plus(self.power_sum, other.power_sum)
-        self.power_n += other.power_n
-        self.fb_max = _larger(self.fb_max, other.fb_max)
-        self.util_max = _larger(self.util_max, other.util_max)
-        self.xid += other.xid
-        self.ib_tx += other.ib_tx
-        self.ib_rx += other.ib_rx
-        self.first_t = _smaller(self.first_t, other.first_t)
-        self.last_t = _larger(self.last_t, other.last_t)
-        self.sources |= other.sources
-        if other.profile is not None and (self.profile is None or str(other.profile) < str(self.profile)):
-            self.profile = other.profile
-        for gap, delta in other.energy_by_gap.items():
-            self.energy_by_gap[gap] = exact_plus(self.energy_by_gap.get(gap, ZERO), delta)
-
     @classmethod
     def total(cls, accs: Sequence[Acc]) -> Acc:
-        """The sums of all ``accs`` in one pass per field (a 1,536-GPU job's total on its page: 1,536 ``add``
-        calls were a tenth of the report): each field as adding them to an empty one in turn gives it, but each
-        sum correctly rounded from all the parts at once (``add``'s joins two by two can lose the tiny rest of a
+        """The sums of all ``accs`` in one pass per field (a 1,536-GPU job's total on its page: 1,536 joins were a
+        tenth of the report): each field as joining them to an empty one in turn gives it (``Cells.add``'s rules),
+        but each sum correctly rounded from all the parts at once (joins two by two can lose the tiny rest of a
         sum that lies half a digit from the next float, and move it by a digit)."""
         out = cls()
         if not accs:
@@ -200,7 +179,7 @@ class Acc:
         out.fb_max = max((a.fb_max for a in accs if a.fb_max is not None), default=None)
         out.util_max = max((a.util_max for a in accs if a.util_max is not None), default=None)
         out.xid = sum(a.xid for a in accs)
-        out.ib_tx = sum((a.ib_tx for a in accs), 0.0)  # in order, as ``add`` adds them
+        out.ib_tx = sum((a.ib_tx for a in accs), 0.0)  # in order, as joins add them
         out.ib_rx = sum((a.ib_rx for a in accs), 0.0)
         out.first_t = min((a.first_t for a in accs if a.first_t is not None), default=None)
         out.last_t = max((a.last_t for a in accs if a.last_t is not None), default=None)
@@ -212,29 +191,6 @@ class Acc:
                 parts.setdefault(gap, []).extend(delta)
         out.energy_by_gap = {gap: _fsum(values) for gap, values in parts.items()}
         return out
-
-    def copy(self) -> Acc:
-        """These sums, to add to without changing them (a kept checkpoint is joined to many pages): every field
-        as it is, the two mutable ones copied. A loop over the slots: as fast as naming each field (1.1 us; a page
-        copies one per GPU) where ``dataclasses.replace`` took 2.4, and a field added to ``Acc`` is copied too."""
-        out = Acc.__new__(Acc)
-        for name in Acc.__slots__:
-            setattr(out, name, getattr(self, name))
-        out.sources = set(self.sources)
-        out.energy_by_gap = dict(self.energy_by_gap)
-        return out
-
-
-def _larger(a: float | None, b: float | None) -> float | None:
-    if a is None:
-        return b
-    return a if b is None else max(a, b)
-
-
-def _smaller(a: float | None, b: float | None) -> float | None:
-    if a is None:
-        return b
-    return a if b is None else min(a, b)
 
 
 _K = TypeVar("_K", bound="Keyed")
@@ -365,17 +321,18 @@ class Cells(Keyed):
     }  # fmt: skip
     LISTS = ("sources", "profile", "energy_by_gap")
     PAIRS = ("util_sum", "tensor_sum", "power_sum")
-    #: How each array field joins a later one: a sum exactly, a count or amount added, the larger or smaller.
-    EXACT, ADDED = PAIRS, ("util_n", "tensor_n", "power_n", "xid", "ib_tx", "ib_rx")
+    #: How each array field joins a later one: a pair (a sum) exactly, a count or amount added, the larger or
+    #: the smaller (NaN: none); sets united, the profile that sorts first as text, energy summed by gap.
+    ADDED = ("util_n", "tensor_n", "power_n", "xid", "ib_tx", "ib_rx")
     LARGER, SMALLER = ("fb_max", "util_max", "last_t"), ("first_t",)
 
     def add(self, later: Cells) -> None:
-        """``later``'s samples, after these, as ``Acc.add`` adds each row (``later`` unchanged)."""
+        """``later``'s samples, after these, joined row by row as the field rules above say (``later`` unchanged)."""
         rows = self.rows_of(later.keys)
         theirs = np.flatnonzero(rows >= 0)
         mine = rows[theirs]
         a, b = self.arrays, later.arrays
-        for name in self.EXACT:
+        for name in self.PAIRS:
             a[name][mine] = exact_plus_rows(a[name][mine], b[name][theirs])
         for name in self.ADDED:
             a[name][mine] += b[name][theirs]
@@ -642,8 +599,7 @@ class Partial:
             key = later.keys[j]
             metric = key[0]
             if metric in GAP_METRICS:
-                histogram = self.gaps.setdefault(key, {})
-                histogram[gap] = histogram.get(gap, 0) + 1
+                self._count_gaps(key, {gap: 1})
             cell = cell_rows.get(first_cells[j]) if first_cells[j] is not None else None
             if cell is None:
                 continue
