@@ -209,3 +209,37 @@ def test_health_verdicts_are_the_newest_run_s_only():
     assert len({e.t for e in store.events("health_verdict")}) == 2
     (sample,) = scrape(store, usage=no_usage)["hpcwatch_health_verdict"]
     assert sample.value == 0.0
+
+
+def test_a_scrape_reads_on_from_the_last_one_and_shows_what_a_fresh_scrape_shows(monkeypatch):
+    """The per-job sums of a scrape 30 s of the twin after the last read only what landed since (a store read
+    whole each scrape grew with its age), and are the figures of an exporter that never scraped before."""
+    from hpcwatch.reports import storestretches
+    from hpcwatch.store import queries
+    from tests.conftest import reference_twin
+
+    store = Store(":memory:")
+    twin = reference_twin(store, seed=21, ticks=12)
+    starts: list[float] = []
+    read = queries.window_samples
+
+    def counting(store, metrics, **bounds):
+        starts.append(bounds["t0"])
+        return read(store, metrics, **bounds)
+
+    monkeypatch.setattr(storestretches.queries, "window_samples", counting)
+    registry = registry_for(store)
+
+    def jobs_of(text: bytes) -> dict:
+        families = text_string_to_metric_families(text.decode())
+        return {f.name: sorted(map(str, f.samples)) for f in families if f.name.startswith("hpcwatch_job_")}
+
+    generate_latest(registry)
+    end = store.time_range()[1] or 0.0
+    for _ in range(3):
+        twin.step()
+    starts.clear()
+    kept = jobs_of(generate_latest(registry))
+    assert starts and min(starts) > end
+    assert kept == jobs_of(generate_latest(registry_for(store)))
+    store.close()

@@ -174,3 +174,40 @@ def test_each_token_scrapes_its_own_scope():
             assert len(decider) == 2 and not any("alice" in line or "bob" in line for line in decider)
             assert info("op") == operator  # the operator's registry again, not the decider's
             assert httpx.get(f"http://127.0.0.1:{port}/metrics").status_code == 401
+
+
+def test_scrapes_of_every_scope_read_on_from_one_kept_store(store, monkeypatch) -> None:
+    """A Prometheus per scope (a user's token, a decider's) scrapes the same per-job sums: the second scope's
+    first scrape reads on from where the first scope's read ended, not the store again."""
+    from hpcwatch.access.scope import FULL, Scope
+    from hpcwatch.records import Job, Sample
+    from hpcwatch.reports import storestretches
+    from hpcwatch.store import queries
+
+    job = Job(id="7", user="ann", account="ml", gpus=1, nodes=("n1",), gpus_by_node={"n1": (0,)}, start=0.0)
+    store.add([job])
+    store.add(
+        Sample(metric="DCGM_FI_DEV_GPU_UTIL", labels={"Hostname": "n1", "gpu": "0"}, t=float(t), value=50.0)
+        for t in range(1, 60)
+    )
+    reads: list[float] = []
+    read = queries.window_samples
+
+    def counting(store, metrics, **bounds):
+        reads.append(bounds["t0"])
+        return read(store, metrics, **bounds)
+
+    monkeypatch.setattr(storestretches.queries, "window_samples", counting)
+    ann = Scope(name="ann", permissions=FULL.permissions)
+    scopes = {"Bearer local": FULL, "Bearer ann": ann}
+    with exporter(store, authenticate=lambda header: header, scope_of=scopes.__getitem__) as port:
+        texts = []
+        for token in scopes:
+            texts.append(
+                httpx.get(f"http://127.0.0.1:{port}/metrics", headers={"Authorization": token}, timeout=30).text
+            )
+            if token == "Bearer local":
+                assert reads  # the first scrape read the store
+                reads.clear()
+    assert reads == []
+    assert all('hpcwatch_job_gpu_utilization_percent{account="ml",hpc_job="7",user="ann"} 50.0' in t for t in texts)

@@ -49,7 +49,8 @@ def exporter(
 ) -> None:
     """Per-job GPU-hours, energy, utilisation, idle GPUs, step time, stragglers, goodput and findings.
 
-    The store is read on every scrape. Metric names: see ``hpcwatch.exporter``; dashboard:
+    The store is read on every scrape: the per-job sums from where the last scrape's read ended (the first
+    scrape reads the store's life). Metric names: see ``hpcwatch.exporter``; dashboard:
     deploy/grafana/hpcwatch.json.
     """
     from hpcwatch.exporter import serve_metrics

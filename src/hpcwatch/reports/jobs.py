@@ -30,9 +30,9 @@ from hpcwatch.reports.jobstretches import (
     PageReads,
     WindowRead,
     read_window,
-    store_partial,
     window_partial,
 )
+from hpcwatch.reports.storestretches import KeptStore, store_partial
 from hpcwatch.store import Store, queries
 
 if TYPE_CHECKING:  # the PromQL backend (httpx) is only loaded by callers that read Prometheus
@@ -61,15 +61,17 @@ def jobs_report(
     user: str | None = None,
     account: str | None = None,
     metrics: tuple[str, ...] = REPORT_METRICS,
+    kept: KeptStore | None = None,
 ) -> list[JobReport]:
     """One ``JobReport`` per workload (the store's jobs that ran, in its order, then workloads seen only in
     samples), optionally one user's or account's. The store's samples are read stretch by stretch
-    (``jobstretches.store_partial``); ``samples`` (Prometheus') are one table."""
+    (``reports.storestretches``; ``kept``: what a long-running reader kept of them, the exporter's);
+    ``samples`` (Prometheus') are one table."""
     jobs = store.jobs()
     if samples is not None:
         reports = job_reports(samples, jobs)
     else:
-        reports = reports_of(store_partial(store, metrics, jobs), jobs)
+        reports = reports_of(store_partial(store, metrics, jobs, kept=kept), jobs)
     return [r for r in reports if (user is None or r.user == user) and (account is None or r.account == account)]
 
 

@@ -4,8 +4,8 @@
 anywhere: ``reports.jobs.job_samples``) a stretch at a time, each stretch reduced to an
 ``analysis.jobpartial.Partial`` and joined to those before it. Memory is one stretch's rows whatever the job's
 age (a stretch is sized to hold about ``STRETCH_ROWS``): at 1,024 nodes a 1,536-GPU job adds 2,000 rows a
-second, and a day of them read at once was more than a server holds (issue #27). ``hpcwatch jobs`` reads the
-whole store the same way (``store_partial``): every job's report from one stretch of every sample at a time.
+second, and a day of them read at once was more than a server holds (issue #27). ``hpcwatch jobs`` and the
+exporter read the whole store the same way (``reports.storestretches``).
 
 A server keeps (``KeptStretches``), per job, checkpoints: the stretches from the job's start up to some time,
 joined (the report's ``Partial``, the charts' cells; ``kept_fold`` keeps the job's steps grouped from its spans
@@ -72,11 +72,11 @@ __all__ = [
     "DEFAULT_KEPT_JOBS",
     "KeptStretches",
     "window_partial",
-    "store_partial",
-    "STORE_STRETCH_ROWS",
-    "STORE_STRETCH_S",
     "window_written",
     "kept_fold",
+    "timed_stretches",
+    "shapes_union",
+    "by_age",
     "stretches",
     "checkpoint_cuts",
     "read_end",
@@ -99,13 +99,6 @@ log = logging.getLogger(__name__)
 STRETCH_ROWS: Final = 150_000
 #: The first stretch's length, and the shortest one that is not cut at a checkpoint.
 STRETCH_S: Final = 60.0
-#: Rows one stretch of the whole store holds, about (``store_partial``, ``hpcwatch jobs``): every job's GPUs at
-#: once, so more than a job's stretch, for fewer reductions of every GPU. Ours: ``hpcwatch jobs`` of a 1,024-node
-#: store peaks at 0.70 GB two minutes old and 0.75 GB ten minutes old, where one read held 5.3 GB at ten.
-STORE_STRETCH_ROWS: Final = 1_000_000
-#: The first stretch of the whole store (before its rate is known), and the shortest. Ours: at 1,024 nodes 10 s
-#: are ~0.7 million rows.
-STORE_STRETCH_S: Final = 10.0
 #: A page leaves its newest checkpoint this long before the window's newest sample: a node scraped late still
 #: lands its rows after it. Ours: ten 1 s scrapes; a cluster that ingests later falls back one age band.
 SETTLE_S: Final = 10.0
@@ -253,10 +246,10 @@ class KeptStretches:
         on_disk: OnDisk | None = None,
     ) -> None:
         """Keep, of ``checkpoints`` and of those the read ``resumed`` from, the newest, the newest settled one and
-        the oldest of each age band (``lags``: ``_by_age``); ``on_disk``: the newest settled one also in the
+        the oldest of each age band (``lags``: ``by_age``); ``on_disk``: the newest settled one also in the
         store's folder, ``SAVE_EVERY_S`` of the job's time after the last one written."""
         older = resumed.older if resumed is not None else ()
-        kept = _Kept(t0, tuple(record.nodes), version, extra, _by_age([*older, *checkpoints], newest, lags))
+        kept = _Kept(t0, tuple(record.nodes), version, extra, by_age([*older, *checkpoints], newest, lags))
         self._put(store, kind, record, kept)
         if on_disk is not None and newest is not None:
             self._save(store, kind, record, kept, newest - SETTLE_S, on_disk)
@@ -463,7 +456,7 @@ def window_partial(
         total, checkpoints = _read(store, record, t0, jobs, start, shape, keeping=keeping, reads=reads)
         if len(total.shapes) > 1:  # a device a stretch before it lacked: every stretch again, with all of them
             resumed = None
-            total, checkpoints = _read(store, record, t0, jobs, None, _union(total.shapes), keeping=keeping)
+            total, checkpoints = _read(store, record, t0, jobs, None, shapes_union(total.shapes), keeping=keeping)
     if kept is not None:
         kept.keep(
             store,
@@ -471,43 +464,12 @@ def window_partial(
             record,
             t0=t0,
             version=version,
-            extra=_union(total.shapes),
+            extra=shapes_union(total.shapes),
             resumed=resumed,
             checkpoints=checkpoints,
             newest=total.newest_t,
             on_disk=REPORT_ON_DISK,
         )
-    return total
-
-
-def store_partial(store: Store, metrics: Sequence[str], jobs: Sequence[Job]) -> Partial:
-    """What every sample of ``metrics`` in ``store`` says of each of ``jobs`` (``hpcwatch jobs``), read stretch by
-    stretch in time: memory is one stretch's rows (``STORE_STRETCH_ROWS``) whatever the store's age, where one
-    read grew with it (a day at 1,024 nodes is ~150 times ten minutes' 5.3 GB). The stretches are reduced with
-    the devices of those before them, and read again with every device when a later one showed one they lacked
-    (``Shape``): the report is one pass's, to the last digit."""
-    total = _store_read(store, metrics, jobs, None)
-    if len(total.shapes) > 1:
-        total = _store_read(store, metrics, jobs, _union(total.shapes))
-    return total
-
-
-def _store_read(store: Store, metrics: Sequence[str], jobs: Sequence[Job], shape: Shape | None) -> Partial:
-    total = Partial()
-    span = queries.samples_span(store, metrics)
-    if span is None:
-        return total
-    for _, table in _timed_stretches(
-        lambda a, before: queries.window_samples(store, metrics, t0=a, before=before),
-        lambda b: queries.next_sample_t(store, metrics, b),
-        *span,
-        shortest_s=STORE_STRETCH_S,
-        rows_wanted=STORE_STRETCH_ROWS,
-    ):
-        part = partial_of(table, jobs, shape=shape)
-        del table  # before the next stretch is read
-        shape = _union(part.shapes | ({shape} if shape is not None else set()))
-        total.add(part)
     return total
 
 
@@ -602,7 +564,7 @@ def _read(
     for b, table in stretches(store, REPORT_METRICS, record, max(a, span[0]), span[1], cuts=cuts, reads=reads):
         part = partial_of(table, jobs, shape=shape)
         del table
-        shape = _union(part.shapes | ({shape} if shape is not None else set()))  # the devices seen so far
+        shape = shapes_union(part.shapes | ({shape} if shape is not None else set()))  # the devices seen so far
         total.add(part)
         if b in cuts:
             checkpoints.append(Checkpoint(b, _allocations(jobs, t0, b), total.copy()))
@@ -634,7 +596,7 @@ def checkpoint_cuts(start: float, newest: float, *, resumed: bool) -> list[float
     ``SETTLE_S`` before it: a page that comes a few seconds after the last one reads on from the same
     checkpoint in one stretch, and leaves a newer one once it has ``SETTLE_S`` to spare. Nor is a band cut
     that the checkpoint resumed from is in already: of a band the pages keep the oldest checkpoint
-    (``_by_age``), and that one is settled. So the first page 20-40 s after a round reads on in one stretch,
+    (``by_age``), and that one is settled. So the first page 20-40 s after a round reads on in one stretch,
     not two (at 1,536 GPUs each stretch is a reduction per GPU, ~0.07 s, and a copy for its checkpoint)."""
     lags = CHECKPOINT_LAGS if resumed else CHECKPOINT_LAGS[:1]
     cuts = set()
@@ -672,7 +634,7 @@ def stretches(
             reads.hold(SharedRows(version, record, start, frozenset(metrics), table))
         yield from _cut(table, cuts)
         return
-    yield from _timed_stretches(
+    yield from timed_stretches(
         lambda a, before: queries.job_window_samples(
             store, metrics, hosts=hosts, job=record.id, t0=a, t1=record.end, before=before
         ),
@@ -685,7 +647,7 @@ def stretches(
     )
 
 
-def _timed_stretches(
+def timed_stretches(
     read: Callable[[float, float | None], pa.Table],
     next_from: Callable[[float], float | None],
     start: float,
@@ -730,7 +692,8 @@ def _cut(table: pa.Table, cuts: Sequence[float]) -> Iterator[tuple[float | None,
     yield None, table if lower is None else table.filter(pc.greater_equal(t, lower))
 
 
-def _union(shapes: set[Shape]) -> Shape:
+def shapes_union(shapes: set[Shape]) -> Shape:
+    """Every device of ``shapes`` (the stretches' ``Partial.shapes``)."""
     found = Shape(frozenset(), frozenset())
     for shape in shapes:
         found = found.union(shape)
@@ -741,7 +704,7 @@ def _union(shapes: set[Shape]) -> Shape:
 REPORT_ON_DISK: Final = OnDisk(Partial.to_plain, Partial.from_plain, Shape.to_plain, Shape.from_plain)
 
 
-def _by_age(checkpoints: Sequence[Checkpoint], newest: float | None, lags: Sequence[float]) -> tuple[Checkpoint, ...]:
+def by_age(checkpoints: Sequence[Checkpoint], newest: float | None, lags: Sequence[float]) -> tuple[Checkpoint, ...]:
     """The newest checkpoint (where the next page resumes), the newest at least ``lags[0]`` old (where it
     resumes when a row landed late), and in each age band [0, ``lags[0]``), [``lags[i]``, ``lags[i + 1]``) (the
     last one open) the oldest: as it ages out of its band it is the next band's, so that a row landing ``x``

@@ -27,6 +27,7 @@ _T = TypeVar("_T")
 
 __all__ = [
     "window_samples",
+    "samples_written",
     "newest_label_sets",
     "hosts_with",
     "latest_sample_t",
@@ -117,7 +118,7 @@ def window_samples(
     store: Store, metrics: Sequence[str], *, t0: float | None, host: str | None = None, before: float | None = None
 ) -> pa.Table:
     """``Store.samples(metrics, host=host, t0=t0)`` (and before ``before`` when given: one stretch of the whole
-    store's, ``reports.jobstretches.store_partial``): the same rows in the same order, with ``labels``
+    store's, ``reports.storestretches``): the same rows in the same order, with ``labels``
     dictionary-encoded (``_with_label_sets``). A health window of 15 minutes at 1,024 nodes holds 10 million
     rows and a few hundred thousand label sets: their text was 1.1 of its 1.8 GB of Arrow, and a third of its
     read's CPU."""
@@ -138,6 +139,18 @@ def samples_span(store: Store, metrics: Sequence[str]) -> tuple[float, float] | 
         f"SELECT min(t), max(t) FROM samples WHERE metric IN ({_marks(metrics)})", list(metrics)
     )
     return None if first is None or last is None else (float(first), float(last))
+
+
+def samples_written(store: Store, since_version: int, metrics: Sequence[str], *, before: float) -> float | None:
+    """The oldest time before ``before`` of a sample of ``metrics`` that a commit after ``since_version`` added
+    (None: none): what a reader kept of the rows before that time still holds (``reports.storestretches``). Reads
+    only the parts committed since, and of those (their rows land in time order) only the row groups of rows
+    before ``before``."""
+    _, rows = store.query_since(
+        since_version, f"SELECT min(t) FROM samples WHERE metric IN ({_marks(metrics)}) AND t < ?", [*metrics, before]
+    )
+    oldest = rows[0][0]
+    return None if oldest is None else float(oldest)
 
 
 def next_sample_t(store: Store, metrics: Sequence[str], t0: float) -> float | None:

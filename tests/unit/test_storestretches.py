@@ -1,0 +1,190 @@
+"""Every job's report from the whole store read stretch by stretch, and read on from what a long-running reader
+kept (``reports.storestretches``): always what one read of every sample reports, to the last digit, and the
+kept stretches read once."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from hpcwatch import vocab
+from hpcwatch.analysis.attribution import REPORT_METRICS, job_reports, report_dict
+from hpcwatch.records import Job, Sample
+from hpcwatch.reports import storestretches
+from hpcwatch.reports.jobs import jobs_report
+from hpcwatch.reports.storestretches import KeptStore
+from hpcwatch.store import Store, queries
+from tests.unit.stretch_fixtures import live  # noqa: F401  (fixture)
+
+
+@pytest.fixture
+def store_reads(monkeypatch) -> list[float]:
+    """The first time of each stretch of the whole store read (``queries.window_samples``), a few hundred rows
+    each: the twin's seven minutes in dozens of stretches."""
+    seen: list[float] = []
+    read = queries.window_samples
+
+    def counting(store, metrics, **bounds):
+        seen.append(bounds["t0"])
+        return read(store, metrics, **bounds)
+
+    monkeypatch.setattr(storestretches.queries, "window_samples", counting)
+    monkeypatch.setattr(storestretches, "STORE_STRETCH_ROWS", 200)
+    monkeypatch.setattr(storestretches, "STORE_STRETCH_S", 5.0)
+    return seen
+
+
+def _one_pass(store: Store) -> list[dict]:
+    return [report_dict(r, per_gpu=True) for r in job_reports(store.samples(list(REPORT_METRICS)), store.jobs())]
+
+
+def _same(store: Store, kept: KeptStore | None = None) -> list[dict]:
+    """Every job's report read by stretches (``kept``: on from its checkpoints), held to one pass's."""
+    found = [report_dict(r, per_gpu=True) for r in jobs_report(store, kept=kept)]
+    assert found == _one_pass(store)
+    return found
+
+
+def _running(store: Store) -> Job:
+    return next(j for j in store.jobs() if j.end is None and j.start is not None and j.gpus_by_node)
+
+
+def _util(job: Job, t: float, value: float) -> Sample:
+    host = job.nodes[0]
+    return Sample(
+        metric=vocab.DCGM_FI_DEV_GPU_UTIL,
+        labels={"Hostname": host, "gpu": str(job.gpus_by_node[host][0])},
+        t=t,
+        value=value,
+    )
+
+
+def test_every_job_read_by_stretches_of_the_store_is_one_pass(live, store_reads) -> None:
+    """``hpcwatch jobs`` reads the store a stretch at a time (memory: one stretch's rows, whatever the store's
+    age): every job's report to the last digit what one read of every sample gives, and after a silence of
+    every node."""
+    store, _ = live
+    _same(store)
+    read_once = len(store_reads)
+    assert read_once > 20
+    newest = store.time_range()[1] or 0.0
+    gpu = store.samples(vocab.DCGM_FI_DEV_GPU_UTIL).slice(0, 1).to_pylist()[0]
+    store.add(  # ten minutes later, after a silence: one of the GPUs speaks again
+        Sample(
+            metric=vocab.DCGM_FI_DEV_GPU_UTIL,
+            labels={"Hostname": gpu["host"], "gpu": gpu["gpu"]},
+            t=newest + 600 + k,
+            value=7.0,
+        )
+        for k in range(3)
+    )
+    store_reads.clear()
+    _same(store)
+    assert len(store_reads) <= read_once + 2  # the silence is skipped, not read five seconds at a time
+    assert storestretches.store_partial(store, REPORT_METRICS, store.jobs()).newest_t == newest + 602
+
+
+def test_every_job_read_by_stretches_sees_a_device_that_reports_only_late(live, monkeypatch) -> None:
+    """A GPU that reports only in the last stretch (a node added; an engine-activity-only device) changes how the
+    stretches before it read (``Shape``): they are read again with it, and the reports are one pass's."""
+    store, _ = live
+    monkeypatch.setattr(storestretches, "STORE_STRETCH_ROWS", 500)
+    host = next(j for j in store.jobs() if j.nodes).nodes[0]
+    newest = store.time_range()[1] or 0.0
+    hca = {"device": "mlx5_9", "port": "1", "instance": f"{host}:9100"}
+    store.add(
+        Sample(metric=vocab.NODE_INFINIBAND_PORT_DATA_TRANSMITTED_BYTES_TOTAL, labels=hca, t=newest + k, value=1e6 * k)
+        for k in (1, 2)
+    )
+    shapes = []
+    partial_of = storestretches.partial_of
+
+    def seeing(table, jobs, *, shape=None):
+        shapes.append(shape)
+        return partial_of(table, jobs, shape=shape)
+
+    monkeypatch.setattr(storestretches, "partial_of", seeing)
+    _same(store)
+    assert shapes[0] is None and (host, "mlx5_9") in shapes[-1].hcas  # read again, with the late HCA
+
+
+def test_a_kept_store_reads_only_what_followed_the_last_read(live, store_reads) -> None:
+    """The exporter's next scrape, 30 s of the twin later: it reads on from the end of the last read, not the
+    store's life, and reports what one pass does."""
+    store, twin = live
+    kept = KeptStore()
+    end = store.time_range()[1] or 0.0
+    _same(store, kept)
+    first = len(store_reads)
+    for _ in range(3):
+        twin.step()
+    store_reads.clear()
+    _same(store, kept)
+    assert store_reads and min(store_reads) > end and len(store_reads) < first
+    store_reads.clear()
+    _same(store, kept)  # nothing landed since: nothing read
+    assert store_reads == []
+
+
+def test_a_row_that_lands_late_is_read_from_a_checkpoint_before_it(live, store_reads) -> None:
+    """A row 25 s older than the last read's end (a node scraped late): the next read starts from the newest
+    checkpoint before it (the bands keep one), counts it, and does not read the store's life again."""
+    store, twin = live
+    kept = KeptStore()
+    _same(store, kept)
+    for _ in range(6):  # reads a minute apart: checkpoints in the 10-40 s and 40-160 s bands
+        twin.step()
+        _same(store, kept)
+    newest = store.time_range()[1] or 0.0
+    job = _running(store)
+    store.add([_util(job, newest - 25.5, 100.0)])
+    store_reads.clear()
+    _same(store, kept)
+    assert (store.time_range()[0] or 0.0) < min(store_reads) <= newest - 25.5
+
+
+def test_a_job_end_recorded_after_the_fact_moves_the_rows_after_it(live, store_reads) -> None:
+    """Slurm says a job ended 35 s before the last read's end: the rows on its GPUs since are no longer its own.
+    The read goes back to a checkpoint before the end, not to the store's start."""
+    store, twin = live
+    kept = KeptStore()
+    for _ in range(6):
+        twin.step()
+        _same(store, kept)
+    newest = store.time_range()[1] or 0.0
+    job = _running(store)
+    store.add([replace(job, end=newest - 35.0, state="COMPLETED")])
+    store_reads.clear()
+    before = next(r for r in _same(store, kept) if r["id"] == job.id)
+    assert (store.time_range()[0] or 0.0) < min(store_reads) <= newest - 35.0
+    assert before["end"] == newest - 35.0
+
+
+def test_a_job_recorded_late_takes_the_rows_of_its_gpus_from_its_start() -> None:
+    """A job whose record lands after rows on its GPUs were read (Slurm polled late): unlabelled rows in its
+    run become its own, though they lie in kept stretches."""
+    store = Store(":memory:")
+    mine = Job(id="1", user="u", gpus=1, nodes=("n1",), gpus_by_node={"n1": (0,)}, start=0.0, end=None)
+    store.add([mine])
+    store.add(_util(mine, float(t), 50.0) for t in range(5, 600, 5))
+    kept = KeptStore()
+    assert _same(store, kept)[0]["per_gpu"][0]["samples"] == 119
+    thief = Job(id="2", user="x", gpus=1, nodes=("n1",), gpus_by_node={"n1": (0,)}, start=100.0, end=200.0)
+    store.add([thief])
+    assert [r["per_gpu"][0]["samples"] for r in _same(store, kept)] == [119 - 20, 20]
+    store.close()
+
+
+def test_another_store_is_read_whole() -> None:
+    """Two stores in memory share a path: what was kept of one is never the other's."""
+    job = Job(id="1", user="u", gpus=1, nodes=("n1",), gpus_by_node={"n1": (0,)}, start=0.0, end=None)
+    first, second = Store(":memory:"), Store(":memory:")
+    for store, value in ((first, 10.0), (second, 90.0)):
+        store.add([job])
+        store.add(_util(job, float(t), value) for t in range(5, 300, 5))
+    kept = KeptStore()
+    assert _same(first, kept)[0]["mean_gpu_util"] == 10.0
+    assert _same(second, kept)[0]["mean_gpu_util"] == 90.0
+    first.close()
+    second.close()
