@@ -137,10 +137,11 @@ def test_a_file_that_is_not_ours_is_skipped_with_one_line_and_runs_nothing(tmp_p
 
     caplog.set_level(logging.WARNING)
     for body in (
-        pickle.dumps(("hpcwatch-checkpoint/2", "7", "report", 0.0, (), 1, Hostile(), 5.0, (), None)),
+        pickle.dumps(("hpcwatch-checkpoint/3", "7", "report", 0.0, (), 1, Hostile(), 5.0, (), None)),
         path.read_bytes()[:-9],  # truncated
         pickle.dumps(("hpcwatch-checkpoint/1", "7", "report", 0.0, (), 1, None, 5.0, (), None)),
-        pickle.dumps(("hpcwatch-checkpoint/2", "8", "report", 0.0, (), 1, None, 5.0, (), None)),  # another job's
+        pickle.dumps(("hpcwatch-checkpoint/2", "7", "report", 0.0, (), 1, None, 5.0, (), None)),  # read without lead-in
+        pickle.dumps(("hpcwatch-checkpoint/3", "8", "report", 0.0, (), 1, None, 5.0, (), None)),  # another job's
         b"\x1b[2J not a pickle",
     ):
         path.write_bytes(body)

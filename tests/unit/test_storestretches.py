@@ -188,3 +188,48 @@ def test_another_store_is_read_whole() -> None:
     assert _same(second, kept)[0]["mean_gpu_util"] == 90.0
     first.close()
     second.close()
+
+
+def _shared_gpu_store() -> Store:
+    """Job 1 on n1's GPU 0 from 0 to 100 s, job 2 from 100 s on; a scrape every 10 s (at 5, 15, ...): the
+    utilisation, the energy counter (+1,000 mJ a scrape) and dcgm-exporter's "last XID" gauge, which shows
+    job 1's XID 13 from 55 s on and keeps showing it after job 1 ended."""
+    store = Store(":memory:")
+    gpu = {"n1": (0,)}
+    store.add(
+        [
+            Job(id="1", user="u", gpus=1, nodes=("n1",), gpus_by_node=gpu, start=0.0, end=100.0, state="FAILED"),
+            Job(id="2", user="v", gpus=1, nodes=("n1",), gpus_by_node=gpu, start=100.0, end=None, state="RUNNING"),
+        ]
+    )
+    labels = {"Hostname": "n1", "gpu": "0"}
+    store.add(
+        Sample(metric=metric, labels=labels, t=float(t), value=value)
+        for k, t in enumerate(range(5, 300, 10))
+        for metric, value in (
+            (vocab.DCGM_FI_DEV_GPU_UTIL, 50.0),
+            (vocab.DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION, 1000.0 * k),
+            (vocab.DCGM_FI_DEV_XID_ERRORS, 13.0 if t >= 55 else 0.0),
+        )
+    )
+    return store
+
+
+def test_a_job_read_from_its_first_start_counts_its_first_sample_as_every_sample_does() -> None:
+    """Job 2's page reads from its first start (100 s): the energy delta across it (95 to 105 s) is job 2's, and
+    the XID 13 the gauge still shows is job 1's alone, as in ``hpcwatch jobs`` and the exporter, which read every
+    sample; a read of the whole store from 100 s (a digest's) says the same of job 2."""
+    from hpcwatch.reports.jobpage import job_overview
+    from hpcwatch.reports.jobs import job_report
+
+    store = _shared_gpu_store()
+    every = {r.id: r for r in jobs_report(store)}
+    page = job_report(store, "2")
+    assert report_dict(page, per_gpu=True) == report_dict(every["2"], per_gpu=True)
+    assert (page.xid_errors, every["1"].xid_errors) == (0, 1)
+    assert page.energy_kwh == pytest.approx(20 * 1000.0 / 3.6e9)  # 20 deltas from 95 s on, not 19
+    since = {r.id: r for r in jobs_report(store, since=100.0)}
+    assert report_dict(since["2"], per_gpu=True) == report_dict(every["2"], per_gpu=True)
+    shown = job_overview(store, "2").job  # the page reads a short window at once (``read_short_window``)
+    assert shown is not None and report_dict(shown, per_gpu=True) == report_dict(every["2"], per_gpu=True)
+    store.close()

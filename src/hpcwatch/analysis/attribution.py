@@ -41,7 +41,8 @@ GPUs held but never used::
               t0   t1   t2   t3       each sample covers the interval ending at it
 
 Counters (energy, IB bytes) are turned into deltas between consecutive samples of one series; a
-delta belongs to the job of the later sample. The first sample of a series has no delta, and an
+delta belongs to the job of the later sample (a job's first delta starts at the last sample before it began:
+a read from its first start reads that one too, ``LEAD_IN_METRICS``). The first sample of a series has no delta, and an
 energy delta across more than ``MAX_COUNTER_GAP_INTERVALS`` scrape intervals is dropped (nobody
 watched that stretch), so a job's energy is what was measured, not what it may have used unseen.
 
@@ -108,6 +109,7 @@ __all__ = [
     "LUSTRE_METRICS",
     "SLURM_METRICS",
     "REPORT_METRICS",
+    "LEAD_IN_METRICS",
     "IDLE_UTIL_PCT",
 ]
 
@@ -147,6 +149,11 @@ SLURM_METRICS = (
     vocab.SLURM_JOB_ELAPSED_SECONDS,
 )
 REPORT_METRICS = DCGM_METRICS + IB_METRICS + LUSTRE_METRICS + SLURM_METRICS
+#: The series whose first sample in a table counts a change from the sample before it (an energy or InfiniBand
+#: delta, a new XID value; a gap of the series' interval): a read that starts inside the store reads each one's
+#: last sample before its start with it (``store.queries.lead_in_samples``), so that a job's report read from its
+#: first start counts what a read of every sample counts.
+LEAD_IN_METRICS = (UTIL, ENERGY, XID, *IB_METRICS)
 #: A GPU whose utilisation never reached 1 % during the job was allocated but idle (jobstats flags 0 %).
 IDLE_UTIL_PCT = 1.0
 #: Label sets whose parse is remembered: a job's report reads the same ones stretch after stretch (a 1,536-GPU

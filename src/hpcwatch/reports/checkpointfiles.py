@@ -56,7 +56,7 @@ MAX_JOBS_ON_DISK: Final = 64
 #: A larger file is not read (a checkpoint is bounded by the job's GPUs: ~8 MB at 1,536).
 MAX_FILE_BYTES: Final = 256 << 20
 #: Changed when what a file holds changes: a file of another format is skipped.
-_FORMAT: Final = "hpcwatch-checkpoint/2"  # 2: the report's cells, ends and ports as columns
+_FORMAT: Final = "hpcwatch-checkpoint/3"  # 2: the cells as columns; 3: a window read with its lead-in samples
 _SUFFIX: Final = ".ckpt"
 #: A file being written (renamed once whole); one a killed writer left is deleted after ``_ABANDONED_S``.
 _WRITING: Final = ".writing-"

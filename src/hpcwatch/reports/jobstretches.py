@@ -52,7 +52,7 @@ from typing import TYPE_CHECKING, Any, Final, TypeVar
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from hpcwatch.analysis.attribution import REPORT_METRICS, partial_of
+from hpcwatch.analysis.attribution import LEAD_IN_METRICS, REPORT_METRICS, partial_of
 from hpcwatch.analysis.jobpartial import Partial, Shape
 from hpcwatch.errors import one_line
 from hpcwatch.records import Job
@@ -80,6 +80,7 @@ __all__ = [
     "stretches",
     "checkpoint_cuts",
     "read_end",
+    "with_lead_in",
     "Checkpoint",
     "Resumed",
     "WindowRead",
@@ -443,7 +444,7 @@ def window_partial(
     keeping = kept is not None
     if window is not None:
         resumed = None
-        total = partial_of(window.table, jobs)
+        total = partial_of(with_lead_in(store, window.table, t0=t0, hosts=record.nodes), jobs)
         checkpoints = [_end_checkpoint(total, jobs, t0)] if keeping and total.newest_t is not None else []
     else:
         written = window_written(store, record, t0, REPORT_METRICS)
@@ -561,7 +562,10 @@ def _read(
     if span is None:
         return total, checkpoints
     cuts = checkpoint_cuts(max(a, span[0]), span[1], resumed=start is not None) if keeping else []
+    from_start = start is None
     for b, table in stretches(store, REPORT_METRICS, record, max(a, span[0]), span[1], cuts=cuts, reads=reads):
+        if from_start:  # the window's first stretch: with each series' sample before it
+            table, from_start = with_lead_in(store, table, t0=t0, hosts=record.nodes), False
         part = partial_of(table, jobs, shape=shape)
         del table
         shape = shapes_union(part.shapes | ({shape} if shape is not None else set()))  # the devices seen so far
@@ -581,6 +585,18 @@ def _end_checkpoint(total: Partial, jobs: Sequence[Job], t0: float) -> Checkpoin
     assert total.newest_t is not None
     end = read_end(total.newest_t)
     return Checkpoint(end, _allocations(jobs, t0, end), total)
+
+
+def with_lead_in(store: Store, table: pa.Table, *, t0: float, hosts: Sequence[str] | None) -> pa.Table:
+    """``table``, the first read from ``t0`` (a job's first start; ``hosts``: its nodes, None: every host), with
+    the last sample before ``t0`` of each of its series that counts a change at its first sample
+    (``LEAD_IN_METRICS``, ``store.queries.lead_in_samples``): a job's first energy delta and a stale XID value
+    are what a read of every sample makes of them."""
+    before = queries.lead_in_samples(store, LEAD_IN_METRICS, t0=t0, hosts=hosts)
+    if not before.num_rows:
+        return table
+    before = before.select(table.schema.names).cast(table.schema)
+    return pa.concat_tables([before, table]).unify_dictionaries().combine_chunks()
 
 
 def read_end(newest: float) -> float:

@@ -43,6 +43,7 @@ from hpcwatch.reports.jobstretches import (
     read_end,
     shapes_union,
     timed_stretches,
+    with_lead_in,
 )
 from hpcwatch.store import queries
 
@@ -61,13 +62,18 @@ STORE_STRETCH_S: Final = 10.0
 
 
 def store_partial(
-    store: Store, metrics: Sequence[str], jobs: Sequence[Job], *, kept: KeptStore | None = None
+    store: Store,
+    metrics: Sequence[str],
+    jobs: Sequence[Job],
+    *,
+    kept: KeptStore | None = None,
+    since: float | None = None,
 ) -> Partial:
-    """What every sample of ``metrics`` in ``store`` says of each of ``jobs``, read stretch by stretch in time
-    (module doc); with ``kept``, from its newest checkpoint still true on. The stretches are reduced with the
-    devices of those before them, and read again with every device when a later one showed one they lacked
-    (``Shape``): the report is one pass's, to the last digit."""
-    return (kept if kept is not None else KeptStore()).partial(store, metrics, jobs)
+    """What every sample of ``metrics`` in ``store`` (from ``since`` on, when given) says of each of ``jobs``,
+    read stretch by stretch in time (module doc); with ``kept``, from its newest checkpoint still true on. The
+    stretches are reduced with the devices of those before them, and read again with every device when a later
+    one showed one they lacked (``Shape``): the report is one pass's, to the last digit."""
+    return (kept if kept is not None else KeptStore()).partial(store, metrics, jobs, since=since)
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,20 +97,22 @@ class KeptStore:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._kept: dict[tuple[str, ...], _Kept] = {}
+        self._kept: dict[tuple[tuple[str, ...], float | None], _Kept] = {}
 
-    def partial(self, store: Store, metrics: Sequence[str], jobs: Sequence[Job]) -> Partial:
+    def partial(
+        self, store: Store, metrics: Sequence[str], jobs: Sequence[Job], *, since: float | None = None
+    ) -> Partial:
         """``store_partial``'s, read from the newest checkpoint still true on; the read's checkpoints kept. The
         partial returned is kept too: the caller reads it, never changes it."""
-        key = tuple(metrics)
+        key = (tuple(metrics), since)
         with self._lock:
             version = store.version  # before any read: a row committed during it is checked next time
             older = _still_true(store, metrics, jobs, self._kept.get(key))
             start = older[-1] if older else None
-            total, checkpoints = _read_on(store, metrics, jobs, start)
+            total, checkpoints = _read_on(store, metrics, jobs, start, since)
             if len(total.shapes) > 1:  # a device the stretches before it lacked: every stretch again, with all
                 older = ()
-                total, checkpoints = _read_on(store, metrics, jobs, None, shapes_union(total.shapes))
+                total, checkpoints = _read_on(store, metrics, jobs, None, since, shapes_union(total.shapes))
             kept = by_age([*older, *checkpoints], total.newest_t, CHECKPOINT_LAGS)
             self._kept[key] = _Kept(store, version, {j.id: j for j in jobs}, kept)
             return total
@@ -124,19 +132,25 @@ def _still_true(
 
 
 def _read_on(
-    store: Store, metrics: Sequence[str], jobs: Sequence[Job], start: Checkpoint | None, shape: Shape | None = None
+    store: Store,
+    metrics: Sequence[str],
+    jobs: Sequence[Job],
+    start: Checkpoint | None,
+    since: float | None,
+    shape: Shape | None = None,
 ) -> tuple[Partial, list[Checkpoint]]:
-    """The stretches from ``start`` (None: the store's oldest sample) to the newest sample, joined to ``start``'s,
-    and the checkpoints the read leaves: one per age band it passed (``checkpoint_cuts``) and one at its end.
-    ``shape``: the devices to reduce the first stretch with (None: ``start``'s)."""
+    """The stretches from ``start`` (None: the store's oldest sample from ``since`` on) to the newest sample,
+    joined to ``start``'s, and the checkpoints the read leaves: one per age band it passed (``checkpoint_cuts``)
+    and one at its end. ``shape``: the devices to reduce the first stretch with (None: ``start``'s)."""
     total = start.state.copy() if start is not None else Partial()
     if shape is None and start is not None:
         shape = shapes_union(start.state.shapes)
-    span = _span_after(store, metrics, start)
+    span = _span_after(store, metrics, start, since)
     if span is None:
         return total, []
     cuts = checkpoint_cuts(*span, resumed=start is not None)
     checkpoints = []
+    lead_in = start is None and since is not None
     for b, table in timed_stretches(
         lambda a, before: queries.window_samples(store, metrics, t0=a, before=before),
         lambda b: queries.next_sample_t(store, metrics, b),
@@ -145,6 +159,8 @@ def _read_on(
         rows_wanted=STORE_STRETCH_ROWS,
         cuts=cuts,
     ):
+        if lead_in:  # a read from ``since``: with each series' sample before it, as a read of every sample has
+            table, lead_in = with_lead_in(store, table, t0=span[0], hosts=None), False
         part = partial_of(table, jobs, shape=shape)
         del table  # before the next stretch is read
         shape = shapes_union(part.shapes | ({shape} if shape is not None else set()))
@@ -157,11 +173,16 @@ def _read_on(
     return total, checkpoints
 
 
-def _span_after(store: Store, metrics: Sequence[str], start: Checkpoint | None) -> tuple[float, float] | None:
+def _span_after(
+    store: Store, metrics: Sequence[str], start: Checkpoint | None, since: float | None
+) -> tuple[float, float] | None:
     """The times of the first and the newest sample of ``metrics`` to read after ``start`` (None: of the whole
-    store); None when there is none."""
+    store from ``since`` on); None when there is none."""
     if start is None:
-        return queries.samples_span(store, metrics)
+        span = queries.samples_span(store, metrics)
+        if span is None or since is None:
+            return span
+        return (max(span[0], since), span[1]) if span[1] >= since else None
     newest = queries.latest_sample_t(store, since=start.upto, metrics=metrics)
     return None if newest is None else (start.upto, newest)
 

@@ -11,7 +11,7 @@ Times are UTC seconds, as stored.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any, TypeVar
+from typing import Any, Final, TypeVar
 
 import numpy as np
 import orjson
@@ -28,6 +28,8 @@ _T = TypeVar("_T")
 __all__ = [
     "window_samples",
     "samples_written",
+    "lead_in_samples",
+    "LEAD_IN_S",
     "newest_label_sets",
     "hosts_with",
     "latest_sample_t",
@@ -131,6 +133,31 @@ def window_samples(
     if found is not None:
         return found
     return store.query_arrow(f"SELECT * FROM samples WHERE {' AND '.join(where)} ORDER BY metric, host, gpu, t", params)
+
+
+#: How far before a read's start ``lead_in_samples`` looks for each series' last sample. Ours: ten 30 s scrapes
+#: (dcgm-exporter's default interval is 30 s); a series silent longer than that before the start has none.
+LEAD_IN_S: Final = 300.0
+
+
+def lead_in_samples(store: Store, metrics: Sequence[str], *, t0: float, hosts: Sequence[str] | None) -> pa.Table:
+    """Each series' last sample of ``metrics`` before ``t0`` (and at most ``LEAD_IN_S`` before it), on ``hosts``
+    (None: every host), in ``window_samples``' columns and order: what a read from ``t0`` needs to see the
+    change at each series' first sample in it (an energy delta, a new XID value) as a read of every sample
+    does. A series is its metric, host and GPU (the store's order): the MIG instances of one GPU, scraped
+    together, tie on the newest time and are all kept."""
+    lo = t0 - LEAD_IN_S
+    on_hosts = f" AND {_among('host')}" if hosts is not None else ""
+    where = (
+        f"metric IN ({_marks(metrics)}) AND t >= ? AND t < ?{on_hosts} AND t = ("
+        "SELECT max(p.t) FROM samples AS p WHERE p.metric = samples.metric AND p.host IS NOT DISTINCT FROM "
+        "samples.host AND p.gpu IS NOT DISTINCT FROM samples.gpu AND p.t >= ? AND p.t < ?)"
+    )
+    params = [*metrics, lo, t0, *([list(hosts)] if hosts is not None else []), lo, t0]
+    found = _with_label_sets(store, where, params)
+    if found is not None:
+        return found
+    return store.query_arrow(f"SELECT * FROM samples WHERE {where} ORDER BY metric, host, gpu, t", params)
 
 
 def samples_span(store: Store, metrics: Sequence[str]) -> tuple[float, float] | None:
