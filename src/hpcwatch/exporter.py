@@ -6,9 +6,10 @@ this module hands them to Prometheus (and Grafana, deploy/grafana/hpcwatch.json)
 
 A custom collector (https://prometheus.github.io/client_python/collector/custom/) reads the store on
 every scrape and calls the reports (hpcwatch.reports, the same the CLI and the web call), so a scrape shows the
-store as it is. The per-job sums read on from the checkpoints the last scrape left (``reports.storestretches
-.KeptStore``, one for every scope): a scrape reads what landed since, not the store's life (read whole, a
-1,024-node store ten minutes old took 6.7 s a scrape, and the time grew with the store's age).
+store as it is. What a scrape costs does not grow with the store's age (``ScrapesKept``, one for every scope):
+the per-job sums read on from the checkpoints the last scrape left (``reports.storestretches``; read whole, a
+1,024-node store ten minutes old took 6.7 s a scrape, and more as it aged), and the training figures are
+computed again only for the jobs whose spans, goodput events or record changed (``reports.training``).
 Every family is a gauge: each value is recomputed from the store, none counts events itself.
 
     hpcwatch_job_info{hpc_job,user,account,partition,state} 1     join key for dcgm-exporter's hpc_job
@@ -59,7 +60,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from socketserver import ThreadingMixIn
 from typing import Any, Final
@@ -69,19 +70,19 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector, CollectorRegistry
 
 from hpcwatch.access.scope import FULL, Scope
-from hpcwatch.errors import HpcwatchError, InputError
+from hpcwatch.errors import HpcwatchError
 from hpcwatch.httpguard import DEFAULT_LIMITS, SECURITY_HEADERS, Limits, allowed_hosts, host_allowed
 from hpcwatch.records import Job
 from hpcwatch.reports.assess import latest_assessment
 from hpcwatch.reports.collectors import collector_statuses
 from hpcwatch.reports.findings import finding_counts, finding_rule_counts
-from hpcwatch.reports.goodput import goodput_report
 from hpcwatch.reports.health import VERDICT_NUMBERS, latest_health
 from hpcwatch.reports.jobs import DCGM_METRICS, jobs_report
 from hpcwatch.reports.scoped import scoped_jobs
-from hpcwatch.reports.steps import DEFAULT_RECENT_STEPS, jobs_with_spans, step_report
+from hpcwatch.reports.steps import DEFAULT_RECENT_STEPS
 from hpcwatch.reports.storestretches import KeptStore
 from hpcwatch.reports.text import visible
+from hpcwatch.reports.training import KeptTraining
 from hpcwatch.store import Store
 
 log = logging.getLogger(__name__)
@@ -148,6 +149,16 @@ class JobUsage:
 UsageFn = Callable[[Store], list[JobUsage]]
 
 
+@dataclass(frozen=True, slots=True)
+class ScrapesKept:
+    """What the scrapes keep of the reports from one to the next: the whole store's per-job sums
+    (``reports.storestretches``) and each job's training figures (``reports.training``). The figures are the
+    same whatever the scope, which only filters them: one for every scope's collector."""
+
+    jobs: KeptStore = field(default_factory=KeptStore)
+    training: KeptTraining = field(default_factory=KeptTraining)
+
+
 class StoreCollector(Collector):
     """Reads ``store`` on each scrape and yields hpcwatch's metric families."""
 
@@ -158,15 +169,15 @@ class StoreCollector(Collector):
         usage: UsageFn | None = None,
         recent_steps: int = DEFAULT_RECENT_STEPS,
         scope: Scope = FULL,
-        kept: KeptStore | None = None,
+        kept: ScrapesKept | None = None,
     ) -> None:
         self.store = store
         self.scope = scope
         """Whose labels a scrape carries (``reports.scoped.scoped_jobs``): ``FULL`` for a local exporter, a
         decider token's scope pseudonymises user and account, a user's keeps their jobs only."""
-        kept = kept if kept is not None else KeptStore()
-        self._usage = usage or (lambda store: job_usage(store, kept=kept))
-        """``kept``: what the scrapes keep of the per-job sums (several collectors, one a scope, share one)."""
+        self.kept = kept if kept is not None else ScrapesKept()
+        """What the scrapes keep of the reports (several collectors, one a scope, share one)."""
+        self._usage = usage or (lambda store: job_usage(store, kept=self.kept.jobs))
         self.recent_steps = recent_steps
         self.errors = 0
 
@@ -263,13 +274,9 @@ class StoreCollector(Collector):
 
     def _training(self) -> list[Metric]:
         step_s, stragglers, named, scores, goodput = [], [], [], [], []
-        for job_id in jobs_with_spans(self.store):
-            try:
-                report = step_report(self.store, job_id, recent_steps=self.recent_steps)
-            except InputError:
-                continue  # spans of no training phase: nothing to say about its steps
-            if report.step_time_s is None:
-                continue
+        for found in self.kept.training.reports(self.store, recent_steps=self.recent_steps):
+            job_id, report = found.job, found.steps
+            assert report.step_time_s is not None  # a job without one is not among them
             step_s.append(([job_id], report.step_time_s))
             stragglers.append(([job_id], float(len(report.stragglers.stragglers))))
             named += [
@@ -280,7 +287,7 @@ class StoreCollector(Collector):
                 ([job_id, str(r.rank), r.node or "", "" if r.gpu is None else str(r.gpu)], r.score)
                 for r in report.stragglers.ranks
             ]
-            goodput.append(([job_id], goodput_report(self.store, job_id).goodput))
+            goodput.append(([job_id], found.goodput))
         return [
             _gauge(
                 "hpcwatch_job_step_seconds",
@@ -475,7 +482,7 @@ def serve_metrics(
     the principal is in the WSGI environ as ``hpcwatch.principal``, and ``scope_of`` (``access.deployment
     .Access.scope``) turns it into the ``Scope`` its scrape's labels are filtered by (a decider's token:
     pseudonyms; a user's: their own jobs). Without ``authenticate`` every scrape is ``FULL``."""
-    apps = _ScopedApps(store, {"kept": KeptStore(), **options})
+    apps = _ScopedApps(store, {"kept": ScrapesKept(), **options})
     app = _guarded_wsgi(apps, allowed_hosts(host, allow_hosts), authenticate=authenticate, scope_of=scope_of)
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     server_class = type("MetricsServer", (_MetricsServer,), {"limits": limits, "address_family": family})
@@ -494,8 +501,7 @@ def serve_metrics(
 class _ScopedApps:
     """One client_python WSGI app per scope a scrape came with, made on its first scrape: a registry holds
     one collector, and a collector one scope. Few scopes scrape (Prometheus' tokens), so the last
-    ``MAX_SCOPES`` are kept. Their collectors share the ``KeptStore`` of ``options``: the per-job sums are the
-    same whatever the scope, which only filters them."""
+    ``MAX_SCOPES`` are kept. Their collectors share the ``ScrapesKept`` of ``options``."""
 
     MAX_SCOPES: Final = 64
 

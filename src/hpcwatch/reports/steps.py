@@ -70,7 +70,6 @@ __all__ = [
     "GPU_BOUND_LAG_FRACTION",
     "player_step",
     "player_jobs",
-    "jobs_with_spans",
     "placement_from_job",
     "DEFAULT_RECENT_STEPS",
     "PLAYER_JOBS_LISTED",
@@ -830,13 +829,6 @@ def _ranks_shown(ranks: tuple[PlayerRank, ...], limit: int, *, keep: set[int]) -
     longest = sorted((r for r in work if r not in keep), key=lambda r: (-work[r], r))
     chosen = keep | set(longest[: max(0, limit - len(keep))])
     return tuple(r for r in ranks if r.rank in chosen)
-
-
-def jobs_with_spans(store: Store) -> list[str]:
-    """Every job that has spans, sorted (the exporter reports each one's recent steps)."""
-    from hpcwatch.store import queries
-
-    return queries.span_jobs(store)
 
 
 def player_jobs(store: Store, *, limit: int = PLAYER_JOBS_LISTED) -> list[str]:

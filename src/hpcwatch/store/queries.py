@@ -28,6 +28,7 @@ _T = TypeVar("_T")
 __all__ = [
     "window_samples",
     "samples_written",
+    "training_changed_since",
     "lead_in_samples",
     "LEAD_IN_S",
     "newest_label_sets",
@@ -773,6 +774,22 @@ def span_activity(store: Store, *, since: float, exclude: Sequence[str] = ()) ->
 def span_jobs(store: Store) -> list[str]:
     """Every job with spans, sorted."""
     return [j for (j,) in store.query("SELECT DISTINCT job FROM spans WHERE job IS NOT NULL ORDER BY job")]
+
+
+def training_changed_since(
+    store: Store, since_version: int, event_kinds: Sequence[str]
+) -> tuple[int, set[str], set[str | None]]:
+    """What commits after ``since_version`` (0: all) changed of the jobs' training figures: ``(the version read
+    at, the jobs with spans among them, the jobs named by their events of ``event_kinds``)``, None for an event
+    that names no job (the goodput's events, ``analysis.goodput``, count one for every job). Reads only the
+    parts committed since."""
+    version, spans = store.query_since(since_version, "SELECT DISTINCT job FROM spans WHERE job IS NOT NULL")
+    _, events = store.query_since(
+        since_version,
+        f"SELECT DISTINCT json_extract_string(attrs, '$.job') FROM events WHERE kind IN ({_marks(event_kinds)})",
+        list(event_kinds),
+    )
+    return version, {job for (job,) in spans}, {job for (job,) in events}
 
 
 def span_jobs_by_recency(store: Store, *, limit: int) -> list[str]:
