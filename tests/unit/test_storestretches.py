@@ -233,3 +233,29 @@ def test_a_job_read_from_its_first_start_counts_its_first_sample_as_every_sample
     shown = job_overview(store, "2").job  # the page reads a short window at once (``read_short_window``)
     assert shown is not None and report_dict(shown, per_gpu=True) == report_dict(every["2"], per_gpu=True)
     store.close()
+
+
+def test_the_lead_in_is_each_series_last_sample_before_the_start_and_no_older_than_its_bound() -> None:
+    """Per metric, host and GPU the newest sample before ``t0``, each MIG instance of a GPU scraped at that time
+    too; nothing from another host, nothing at or after ``t0``, nothing older than ``LEAD_IN_S``."""
+    store = Store(":memory:")
+    util = vocab.DCGM_FI_DEV_GPU_UTIL
+    t0 = 1000.0
+    rows = [
+        (util, {"Hostname": "n1", "gpu": "0"}, [t0 - 30, t0 - 20, t0 - 10]),
+        (util, {"Hostname": "n1", "gpu": "1", "GPU_I_ID": "1"}, [t0 - 15]),
+        (util, {"Hostname": "n1", "gpu": "1", "GPU_I_ID": "2"}, [t0 - 25, t0 - 15]),
+        (vocab.DCGM_FI_DEV_XID_ERRORS, {"Hostname": "n1", "gpu": "0"}, [t0 - 35]),
+        (util, {"Hostname": "n2", "gpu": "0"}, [t0 - 11]),
+        (util, {"Hostname": "n1", "gpu": "2"}, [t0 - queries.LEAD_IN_S - 1.0]),
+    ]
+    store.add(Sample(metric=m, labels=labels, t=t, value=1.0) for m, labels, times in rows for t in [*times, t0])
+    found = queries.lead_in_samples(store, [util, vocab.DCGM_FI_DEV_XID_ERRORS], t0=t0, hosts=["n1"])
+    seen = sorted((r["metric"], r["gpu"], r["t"]) for r in found.to_pylist())
+    assert seen == [
+        (util, "0", t0 - 10),
+        (util, "1", t0 - 15),
+        (util, "1", t0 - 15),  # both instances of GPU 1
+        (vocab.DCGM_FI_DEV_XID_ERRORS, "0", t0 - 35),
+    ]
+    store.close()

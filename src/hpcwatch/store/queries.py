@@ -147,18 +147,26 @@ def lead_in_samples(store: Store, metrics: Sequence[str], *, t0: float, hosts: S
     change at each series' first sample in it (an energy delta, a new XID value) as a read of every sample
     does. A series is its metric, host and GPU (the store's order): the MIG instances of one GPU, scraped
     together, tie on the newest time and are all kept."""
-    lo = t0 - LEAD_IN_S
-    on_hosts = f" AND {_among('host')}" if hosts is not None else ""
-    where = (
-        f"metric IN ({_marks(metrics)}) AND t >= ? AND t < ?{on_hosts} AND t = ("
-        "SELECT max(p.t) FROM samples AS p WHERE p.metric = samples.metric AND p.host IS NOT DISTINCT FROM "
-        "samples.host AND p.gpu IS NOT DISTINCT FROM samples.gpu AND p.t >= ? AND p.t < ?)"
+    where = f"metric IN ({_marks(metrics)}) AND t >= ? AND t < ?" + (
+        f" AND {_among('host')}" if hosts is not None else ""
     )
-    params = [*metrics, lo, t0, *([list(hosts)] if hosts is not None else []), lo, t0]
+    params = [*metrics, t0 - LEAD_IN_S, t0, *([list(hosts)] if hosts is not None else [])]
     found = _with_label_sets(store, where, params)
-    if found is not None:
+    if found is None:
+        found = store.query_arrow(f"SELECT * FROM samples WHERE {where} ORDER BY metric, host, gpu, t", params)
+    if not found.num_rows:
         return found
-    return store.query_arrow(f"SELECT * FROM samples WHERE {where} ORDER BY metric, host, gpu, t", params)
+    # Of the rows, in (metric, host, gpu, t) order, those at their series' newest time, kept here: a subquery per
+    # row (t = its series' newest) or a semi-join with each series' newest time cost DuckDB more scans (0.07-0.18 s
+    # a one-node job at 1,024 nodes, where this is 0.05-0.1).
+    starts = np.zeros(found.num_rows, dtype=bool)
+    starts[0] = True
+    for name in ("metric", "host", "gpu"):
+        key = pc.fill_null(found.column(name), "").to_numpy(zero_copy_only=False)
+        starts[1:] |= key[1:] != key[:-1]
+    t = found.column("t").to_numpy()
+    newest = np.maximum.reduceat(t, np.flatnonzero(starts))[np.cumsum(starts) - 1]
+    return found.filter(pa.array(t == newest))
 
 
 def samples_span(store: Store, metrics: Sequence[str]) -> tuple[float, float] | None:
