@@ -40,6 +40,9 @@ Every family is a gauge: each value is recomputed from the store, none counts ev
                                                              1 Bronze, 0 Underperform; ``category="overall"`` is the
                                                              cluster's tier (reports/assess.TIER_NUMBERS)
     hpcwatch_exporter_collect_seconds, hpcwatch_exporter_collect_errors   the exporter itself
+    hpcwatch_exporter_computed_timestamp_seconds{part}       when the per-job (part="jobs") and training figures
+                                                             served were computed: a scrape waits ``COMPUTE_WAIT_S``
+                                                             for them, then serves the last ones computed
     hpcwatch_collector_up{collector,kind,daemon}             1 when a collector of ``hpcwatch collect`` answers
     hpcwatch_collector_last_success_timestamp_seconds{...}   its last run that succeeded (UTC s)
     hpcwatch_collector_interval_seconds{...}                 its polling interval (freshness: the last success is
@@ -60,10 +63,12 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import Future
+from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass, field
 from pathlib import Path
 from socketserver import ThreadingMixIn
-from typing import Any, Final
+from typing import Any, Final, Generic, TypeVar
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
 from prometheus_client.core import GaugeMetricFamily, Metric
@@ -86,6 +91,8 @@ from hpcwatch.reports.training import KeptTraining
 from hpcwatch.store import Store
 
 log = logging.getLogger(__name__)
+
+_T = TypeVar("_T")
 
 __all__ = [
     "StoreCollector",
@@ -125,6 +132,7 @@ METRIC_NAMES = (
     "hpcwatch_assessment_tier",
     "hpcwatch_exporter_collect_seconds",
     "hpcwatch_exporter_collect_errors",
+    "hpcwatch_exporter_computed_timestamp_seconds",
     "hpcwatch_collector_up",
     "hpcwatch_collector_last_success_timestamp_seconds",
     "hpcwatch_collector_interval_seconds",
@@ -159,6 +167,55 @@ class ScrapesKept:
     training: KeptTraining = field(default_factory=KeptTraining)
 
 
+#: How long a scrape waits for the per-job and the training figures before it serves the last ones computed (none
+#: before the first): the first scrape after a start reads the store's life (a day at 1,024 nodes: a quarter of an
+#: hour), and a scrape that waited past Prometheus' ``scrape_timeout`` (10 s by default) would lose every family,
+#: the health verdicts the alerts route among them. The computation goes on and the next scrape takes it. Ours.
+COMPUTE_WAIT_S: Final = 5.0
+
+
+class _Newest(Generic[_T]):
+    """A computation run in a thread of its own, one at a time: ``get`` waits for the one running (started if
+    none is) and gives its result with the time it was computed, else, past the wait, the last one's (None:
+    none yet). The computation's error comes out of the ``get`` that sees it end."""
+
+    def __init__(self, compute: Callable[[], _T], name: str) -> None:
+        self._compute, self._name = compute, name
+        self._lock = threading.Lock()
+        self._running: Future[tuple[_T, float]] | None = None
+        self._newest: tuple[_T, float] | None = None
+
+    def get(self, wait_s: float) -> tuple[_T, float] | None:
+        with self._lock:
+            if self._running is None:
+                self._running = self._start()
+            running = self._running
+        try:
+            found = running.result(timeout=wait_s)
+        except FutureTimeout:
+            return self._newest
+        finally:
+            with self._lock:
+                if running.done() and self._running is running:
+                    self._running = None
+        with self._lock:
+            if self._newest is None or found[1] >= self._newest[1]:
+                self._newest = found
+            return self._newest
+
+    def _start(self) -> Future[tuple[_T, float]]:
+        future: Future[tuple[_T, float]] = Future()
+
+        def run() -> None:
+            try:
+                future.set_result((self._compute(), time.time()))
+            except BaseException as err:  # handed to the scrape that takes it, which counts it
+                future.set_exception(err)
+
+        threading.Thread(target=run, name=f"hpcwatch-exporter-{self._name}", daemon=True).start()
+        return future
+
+
 class StoreCollector(Collector):
     """Reads ``store`` on each scrape and yields hpcwatch's metric families."""
 
@@ -180,6 +237,12 @@ class StoreCollector(Collector):
         self._usage = usage or (lambda store: job_usage(store, kept=self.kept.jobs))
         self.recent_steps = recent_steps
         self.errors = 0
+        self._computed: dict[str, float] = {}
+        """When the figures this scrape serves were computed, per part (``hpcwatch_exporter_computed_…``)."""
+        self._usage_in_time = _Newest(lambda: self._usage(self.store), "jobs")
+        self._training_in_time = _Newest(
+            lambda: self.kept.training.reports(self.store, recent_steps=self.recent_steps), "training"
+        )
 
     def describe(self) -> Iterable[Metric]:
         return []  # no scrape at registration time: the store may be large
@@ -206,6 +269,13 @@ class StoreCollector(Collector):
             [],
             [([], float(self.errors))],
         )
+        yield _gauge(
+            "hpcwatch_exporter_computed_timestamp_seconds",
+            f"When the figures served were computed (UTC s): a scrape waits {COMPUTE_WAIT_S:g} s for them, "
+            "then serves the last ones computed (the first scrape after a start reads the whole store).",
+            ["part"],
+            [([part], at) for part, at in sorted(self._computed.items())],
+        )
 
     def _parts(self) -> list[Callable[[], list[Metric]]]:
         """The families the scope may read: findings need ``findings``, health and collectors ``health``."""
@@ -219,8 +289,21 @@ class StoreCollector(Collector):
 
     # -- parts ---------------------------------------------------------------------------------------
 
+    def _in_time(self, part: str, newest: _Newest[list[_T]]) -> list[_T] | None:
+        """``newest``'s figures if ready within ``COMPUTE_WAIT_S``, else the last ones computed (None: none yet);
+        when they were computed is served beside them."""
+        found = newest.get(COMPUTE_WAIT_S)
+        if found is None:
+            self._computed.pop(part, None)
+            return None
+        self._computed[part] = found[1]
+        return found[0]
+
     def _jobs(self) -> list[Metric]:
-        usage = self._scoped(self._usage(self.store))
+        computed = self._in_time("jobs", self._usage_in_time)
+        if computed is None:
+            return []
+        usage = self._scoped(computed)
         info = [
             ([u.job.id, u.job.user or "", u.job.account or "", u.job.partition or "", u.job.state or ""], 1.0)
             for u in usage
@@ -274,7 +357,7 @@ class StoreCollector(Collector):
 
     def _training(self) -> list[Metric]:
         step_s, stragglers, named, scores, goodput = [], [], [], [], []
-        for found in self.kept.training.reports(self.store, recent_steps=self.recent_steps):
+        for found in self._in_time("training", self._training_in_time) or []:
             job_id, report = found.job, found.steps
             assert report.step_time_s is not None  # a job without one is not among them
             step_s.append(([job_id], report.step_time_s))

@@ -126,6 +126,38 @@ def test_a_failing_part_is_counted_and_the_rest_still_served():
     assert collector.errors == 1
 
 
+def test_a_scrape_does_not_wait_past_its_bound_for_the_job_figures_and_serves_the_last_ones(monkeypatch):
+    """The first scrape after a start reads the store's life: a scrape waits ``COMPUTE_WAIT_S`` for the per-job
+    figures, then serves the rest (the health verdicts the alerts route) without them; once computed, a scrape
+    serves them with the time they were computed, and the next computes them again."""
+    import threading
+
+    from hpcwatch import exporter
+
+    release, calls = threading.Event(), []
+
+    def slow(store):
+        calls.append(1)
+        release.wait(60)
+        return [JobUsage(job=Job(id="7", user="ann"), gpu_hours=2.0, energy_j=None, mean_util_percent=None, idle_gpus=0)]
+
+    collector = StoreCollector(Store(":memory:"), usage=slow)
+    monkeypatch.setattr(exporter, "COMPUTE_WAIT_S", 0.2)
+    first = {m.name: m for m in collector.collect()}
+    assert "hpcwatch_findings" in first and "hpcwatch_job_gpu_hours" not in first
+    assert [s.labels for s in first["hpcwatch_exporter_computed_timestamp_seconds"].samples] == [{"part": "training"}]
+    release.set()
+    monkeypatch.setattr(exporter, "COMPUTE_WAIT_S", 60.0)
+    second = {m.name: m for m in collector.collect()}
+    assert [s.value for s in second["hpcwatch_job_gpu_hours"].samples] == [2.0] and len(calls) == 1
+    assert {s.labels["part"] for s in second["hpcwatch_exporter_computed_timestamp_seconds"].samples} == {
+        "jobs",
+        "training",
+    }
+    list(collector.collect())
+    assert len(calls) == 2  # computed again for the next scrape
+
+
 def test_every_emitted_family_is_declared(straggler_store):
     emitted = set(scrape(straggler_store, usage=no_usage))
     assert emitted <= set(METRIC_NAMES)
