@@ -139,7 +139,9 @@ def test_a_scrape_does_not_wait_past_its_bound_for_the_job_figures_and_serves_th
     def slow(store):
         calls.append(1)
         release.wait(60)
-        return [JobUsage(job=Job(id="7", user="ann"), gpu_hours=2.0, energy_j=None, mean_util_percent=None, idle_gpus=0)]
+        return [
+            JobUsage(job=Job(id="7", user="ann"), gpu_hours=2.0, energy_j=None, mean_util_percent=None, idle_gpus=0)
+        ]
 
     collector = StoreCollector(Store(":memory:"), usage=slow)
     monkeypatch.setattr(exporter, "COMPUTE_WAIT_S", 0.2)

@@ -444,7 +444,7 @@ def window_partial(
     keeping = kept is not None
     if window is not None:
         resumed = None
-        total = partial_of(with_lead_in(store, window.table, t0=t0, hosts=record.nodes), jobs)
+        total = partial_of(with_lead_in(store, window.table, REPORT_METRICS, t0=t0, hosts=record.nodes), jobs)
         checkpoints = [_end_checkpoint(total, jobs, t0)] if keeping and total.newest_t is not None else []
     else:
         written = window_written(store, record, t0, REPORT_METRICS)
@@ -565,7 +565,7 @@ def _read(
     from_start = start is None
     for b, table in stretches(store, REPORT_METRICS, record, max(a, span[0]), span[1], cuts=cuts, reads=reads):
         if from_start:  # the window's first stretch: with each series' sample before it
-            table, from_start = with_lead_in(store, table, t0=t0, hosts=record.nodes), False
+            table, from_start = with_lead_in(store, table, REPORT_METRICS, t0=t0, hosts=record.nodes), False
         part = partial_of(table, jobs, shape=shape)
         del table
         shape = shapes_union(part.shapes | ({shape} if shape is not None else set()))  # the devices seen so far
@@ -587,13 +587,16 @@ def _end_checkpoint(total: Partial, jobs: Sequence[Job], t0: float) -> Checkpoin
     return Checkpoint(end, _allocations(jobs, t0, end), total)
 
 
-def with_lead_in(store: Store, table: pa.Table, *, t0: float, hosts: Sequence[str] | None) -> pa.Table:
-    """``table``, the first read from ``t0`` (a job's first start; ``hosts``: its nodes, None: every host), with
-    the last sample before ``t0`` of each of its series that counts a change at its first sample
-    (``LEAD_IN_METRICS``, ``store.queries.lead_in_samples``): a job's first energy delta and a stale XID value
-    are what a read of every sample makes of them."""
-    before = queries.lead_in_samples(store, LEAD_IN_METRICS, t0=t0, hosts=hosts)
-    if not before.num_rows:
+def with_lead_in(
+    store: Store, table: pa.Table, metrics: Sequence[str], *, t0: float, hosts: Sequence[str] | None
+) -> pa.Table:
+    """``table``, the first read of ``metrics`` from ``t0`` (a job's first start; ``hosts``: its nodes, None:
+    every host), with the last sample before ``t0`` of each of its series that counts a change at its first
+    sample (those of ``LEAD_IN_METRICS``, ``store.queries.lead_in_samples``): a job's first energy delta and a
+    stale XID value are what a read of every sample makes of them."""
+    wanted = [m for m in LEAD_IN_METRICS if m in metrics]
+    before = queries.lead_in_samples(store, wanted, t0=t0, hosts=hosts) if wanted else None
+    if before is None or not before.num_rows:
         return table
     before = before.select(table.schema.names).cast(table.schema)
     return pa.concat_tables([before, table]).unify_dictionaries().combine_chunks()

@@ -160,7 +160,7 @@ def _read_on(
         cuts=cuts,
     ):
         if lead_in:  # a read from ``since``: with each series' sample before it, as a read of every sample has
-            table, lead_in = with_lead_in(store, table, t0=span[0], hosts=None), False
+            table, lead_in = with_lead_in(store, table, metrics, t0=span[0], hosts=None), False
         part = partial_of(table, jobs, shape=shape)
         del table  # before the next stretch is read
         shape = shapes_union(part.shapes | ({shape} if shape is not None else set()))
