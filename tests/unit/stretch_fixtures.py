@@ -1,11 +1,12 @@
 """Fixtures of the tests that read a job's window stretch by stretch (``reports.jobstretches``): a growing twin's
-store, stretches of a minute, and the reads of the window counted. Imported by those test modules."""
+store, stretches of a minute, and the reads of the window counted; and the reads of the whole store's stretches
+(``reports.storestretches``) counted. Imported by those test modules."""
 
 from __future__ import annotations
 
 import pytest
 
-from hpcwatch.reports import jobstretches
+from hpcwatch.reports import jobstretches, storestretches
 from hpcwatch.store import Store, queries
 from tests.conftest import reference_twin
 
@@ -43,4 +44,19 @@ def reads(monkeypatch):
 
     monkeypatch.setattr(jobstretches.queries, "job_window_samples", counting)
     monkeypatch.setattr(jobstretches.queries, "job_window_samples_within", counting_within)
+    return seen
+
+
+@pytest.fixture
+def store_reads(monkeypatch):
+    """The first time of each read of a stretch of the whole store (``queries.window_samples`` as
+    ``reports.storestretches`` calls it: ``hpcwatch jobs``, the exporter, digests)."""
+    seen: list[float] = []
+    read = queries.window_samples
+
+    def counting(store, metrics, **bounds):
+        seen.append(bounds["t0"])
+        return read(store, metrics, **bounds)
+
+    monkeypatch.setattr(storestretches.queries, "window_samples", counting)
     return seen

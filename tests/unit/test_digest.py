@@ -6,16 +6,16 @@ from __future__ import annotations
 from hpcwatch import vocab
 from hpcwatch.analysis.attribution import report_dict
 from hpcwatch.records import Job, Sample
-from hpcwatch.reports import storestretches
 from hpcwatch.reports.digest import digests
 from hpcwatch.reports.jobs import jobs_report
-from hpcwatch.store import Store, queries
+from hpcwatch.store import Store
+from tests.unit.stretch_fixtures import store_reads  # noqa: F401  (fixture)
 
 DAY = 86400.0
 
 
 def test_a_days_digest_reads_that_days_jobs_from_their_first_start_and_reports_what_hpcwatch_jobs_does(
-    monkeypatch,
+    store_reads,
 ) -> None:
     """A store with a job a week before the day: the digest of the day reads from its jobs' first start (the one
     before it started the day before and ended in it), and its jobs' figures are ``hpcwatch jobs``'."""
@@ -44,16 +44,9 @@ def test_a_days_digest_reads_that_days_jobs_from_their_first_start_and_reports_w
         for metric, value in ((vocab.DCGM_FI_DEV_GPU_UTIL, 40.0), (vocab.DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION, 5e5 * k))
     )
     every = {r.id: report_dict(r) for r in jobs_report(store)}
-    reads: list[float] = []
-    read = queries.window_samples
-
-    def counting(store, metrics, **bounds):
-        reads.append(bounds["t0"])
-        return read(store, metrics, **bounds)
-
-    monkeypatch.setattr(storestretches.queries, "window_samples", counting)
+    store_reads.clear()
     by_user, _ = digests(store, period="daily", t0=day0, t1=day0 + DAY)
-    assert min(reads) == day0 - 885  # "eve"'s first start, not the store's first sample a week before
+    assert min(store_reads) == day0 - 885  # "eve"'s first start, not the store's first sample a week before
     assert {d.user: [report_dict(r) for r in d.jobs] for d in by_user} == {
         "ann": [every["eve"]],
         "bob": [every["noon"]],

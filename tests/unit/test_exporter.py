@@ -9,6 +9,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from hpcwatch.exporter import METRIC_NAMES, JobUsage, StoreCollector, registry_for
 from hpcwatch.records import SEVERITIES, VECTORS, Finding, Job, Sample
 from hpcwatch.store import Store
+from tests.unit.stretch_fixtures import store_reads  # noqa: F401  (fixture)
 
 
 def scrape(store: Store, **options) -> dict[str, list]:
@@ -245,23 +246,14 @@ def test_health_verdicts_are_the_newest_run_s_only():
     assert sample.value == 0.0
 
 
-def test_a_scrape_reads_on_from_the_last_one_and_shows_what_a_fresh_scrape_shows(monkeypatch):
+def test_a_scrape_reads_on_from_the_last_one_and_shows_what_a_fresh_scrape_shows(store_reads):
     """The per-job sums of a scrape 30 s of the twin after the last read only what landed since (a store read
     whole each scrape grew with its age), and are the figures of an exporter that never scraped before."""
-    from hpcwatch.reports import storestretches
-    from hpcwatch.store import queries
     from tests.conftest import reference_twin
 
     store = Store(":memory:")
     twin = reference_twin(store, seed=21, ticks=12)
-    starts: list[float] = []
-    read = queries.window_samples
-
-    def counting(store, metrics, **bounds):
-        starts.append(bounds["t0"])
-        return read(store, metrics, **bounds)
-
-    monkeypatch.setattr(storestretches.queries, "window_samples", counting)
+    starts = store_reads
     registry = registry_for(store)
 
     def jobs_of(text: bytes) -> dict:

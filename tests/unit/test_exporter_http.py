@@ -18,6 +18,7 @@ import pytest
 from hpcwatch.exporter import serve_metrics
 from hpcwatch.httpguard import CSP, Limits
 from hpcwatch.store import Store
+from tests.unit.stretch_fixtures import store_reads  # noqa: F401  (fixture)
 
 
 @pytest.fixture
@@ -176,13 +177,11 @@ def test_each_token_scrapes_its_own_scope():
             assert httpx.get(f"http://127.0.0.1:{port}/metrics").status_code == 401
 
 
-def test_scrapes_of_every_scope_read_on_from_one_kept_store(store, monkeypatch) -> None:
+def test_scrapes_of_every_scope_read_on_from_one_kept_store(store, store_reads) -> None:
     """A Prometheus per scope (a user's token, a decider's) scrapes the same per-job sums: the second scope's
     first scrape reads on from where the first scope's read ended, not the store again."""
     from hpcwatch.access.scope import FULL, Scope
     from hpcwatch.records import Job, Sample
-    from hpcwatch.reports import storestretches
-    from hpcwatch.store import queries
 
     job = Job(id="7", user="ann", account="ml", gpus=1, nodes=("n1",), gpus_by_node={"n1": (0,)}, start=0.0)
     store.add([job])
@@ -190,14 +189,7 @@ def test_scrapes_of_every_scope_read_on_from_one_kept_store(store, monkeypatch) 
         Sample(metric="DCGM_FI_DEV_GPU_UTIL", labels={"Hostname": "n1", "gpu": "0"}, t=float(t), value=50.0)
         for t in range(1, 60)
     )
-    reads: list[float] = []
-    read = queries.window_samples
-
-    def counting(store, metrics, **bounds):
-        reads.append(bounds["t0"])
-        return read(store, metrics, **bounds)
-
-    monkeypatch.setattr(storestretches.queries, "window_samples", counting)
+    reads = store_reads
     ann = Scope(name="ann", permissions=FULL.permissions)
     scopes = {"Bearer local": FULL, "Bearer ann": ann}
     with exporter(store, authenticate=lambda header: header, scope_of=scopes.__getitem__) as port:

@@ -15,24 +15,14 @@ from hpcwatch.reports import storestretches
 from hpcwatch.reports.jobs import jobs_report
 from hpcwatch.reports.storestretches import KeptStore
 from hpcwatch.store import Store, queries
-from tests.unit.stretch_fixtures import live  # noqa: F401  (fixture)
+from tests.unit.stretch_fixtures import live, store_reads  # noqa: F401  (fixtures)
 
 
-@pytest.fixture
-def store_reads(monkeypatch) -> list[float]:
-    """The first time of each stretch of the whole store read (``queries.window_samples``), a few hundred rows
-    each: the twin's seven minutes in dozens of stretches."""
-    seen: list[float] = []
-    read = queries.window_samples
-
-    def counting(store, metrics, **bounds):
-        seen.append(bounds["t0"])
-        return read(store, metrics, **bounds)
-
-    monkeypatch.setattr(storestretches.queries, "window_samples", counting)
+@pytest.fixture(autouse=True)
+def small_store_stretches(monkeypatch) -> None:
+    """Stretches of a few hundred rows: the twin's seven minutes in dozens of stretches."""
     monkeypatch.setattr(storestretches, "STORE_STRETCH_ROWS", 200)
     monkeypatch.setattr(storestretches, "STORE_STRETCH_S", 5.0)
-    return seen
 
 
 def _one_pass(store: Store) -> list[dict]:
