@@ -185,11 +185,18 @@ class _Newest(Generic[_T]):
         self._running: Future[tuple[_T, float]] | None = None
         self._newest: tuple[_T, float] | None = None
 
-    def get(self, wait_s: float) -> tuple[_T, float] | None:
+    def start(self) -> None:
+        """Start a computation unless one is running."""
         with self._lock:
             if self._running is None:
                 self._running = self._start()
+
+    def get(self, wait_s: float) -> tuple[_T, float] | None:
+        self.start()
+        with self._lock:
             running = self._running
+        if running is None:  # taken and cleared by another scrape since: what it took is the newest
+            return self._newest
         try:
             found = running.result(timeout=wait_s)
         except FutureTimeout:
@@ -239,6 +246,8 @@ class StoreCollector(Collector):
         self.errors = 0
         self._computed: dict[str, float] = {}
         """When the figures this scrape serves were computed, per part (``hpcwatch_exporter_computed_…``)."""
+        self._wait_until = 0.0
+        """The monotonic time past which this scrape waits for no computation."""
         self._usage_in_time = _Newest(lambda: self._usage(self.store), "jobs")
         self._training_in_time = _Newest(
             lambda: self.kept.training.reports(self.store, recent_steps=self.recent_steps), "training"
@@ -250,7 +259,13 @@ class StoreCollector(Collector):
     def collect(self) -> Iterator[Metric]:
         t0 = time.perf_counter()
         families: list[Metric] = []
-        for part in self._parts():
+        parts = self._parts()
+        # Both computations at once, and one wait for both: a scrape lasts COMPUTE_WAIT_S more at most.
+        self._wait_until = time.monotonic() + COMPUTE_WAIT_S
+        self._usage_in_time.start()
+        if self._training in parts:
+            self._training_in_time.start()
+        for part in parts:
             try:
                 families.extend(part())
             except HpcwatchError as err:  # one failing part must not blank the others
@@ -290,9 +305,9 @@ class StoreCollector(Collector):
     # -- parts ---------------------------------------------------------------------------------------
 
     def _in_time(self, part: str, newest: _Newest[list[_T]]) -> list[_T] | None:
-        """``newest``'s figures if ready within ``COMPUTE_WAIT_S``, else the last ones computed (None: none yet);
-        when they were computed is served beside them."""
-        found = newest.get(COMPUTE_WAIT_S)
+        """``newest``'s figures if ready within the scrape's wait (``COMPUTE_WAIT_S`` from its start), else the
+        last ones computed (None: none yet); when they were computed is served beside them."""
+        found = newest.get(max(0.0, self._wait_until - time.monotonic()))
         if found is None:
             self._computed.pop(part, None)
             return None

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import pytest
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
@@ -148,7 +150,7 @@ def test_a_scrape_does_not_wait_past_its_bound_for_the_job_figures_and_serves_th
     monkeypatch.setattr(exporter, "COMPUTE_WAIT_S", 0.2)
     first = {m.name: m for m in collector.collect()}
     assert "hpcwatch_findings" in first and "hpcwatch_job_gpu_hours" not in first
-    assert [s.labels for s in first["hpcwatch_exporter_computed_timestamp_seconds"].samples] == [{"part": "training"}]
+    assert "jobs" not in {s.labels["part"] for s in first["hpcwatch_exporter_computed_timestamp_seconds"].samples}
     release.set()
     monkeypatch.setattr(exporter, "COMPUTE_WAIT_S", 60.0)
     second = {m.name: m for m in collector.collect()}
@@ -159,6 +161,31 @@ def test_a_scrape_does_not_wait_past_its_bound_for_the_job_figures_and_serves_th
     }
     list(collector.collect())
     assert len(calls) == 2  # computed again for the next scrape
+
+
+def test_a_scrape_waits_once_for_both_computations(monkeypatch):
+    """The per-job and the training figures are computed side by side and waited for together: a scrape whose
+    two computations both hang lasts ``COMPUTE_WAIT_S`` and a little, not twice it (a 10 s scrape timeout)."""
+    import threading
+
+    from hpcwatch import exporter
+    from hpcwatch.reports.training import KeptTraining
+
+    release = threading.Event()
+
+    def hung(*args, **kwargs):
+        release.wait(60)
+        return []
+
+    monkeypatch.setattr(KeptTraining, "reports", hung)
+    monkeypatch.setattr(exporter, "COMPUTE_WAIT_S", 1.0)
+    collector = StoreCollector(Store(":memory:"), usage=hung)
+    started = time.monotonic()
+    names = {m.name for m in collector.collect()}
+    elapsed = time.monotonic() - started
+    release.set()
+    assert "hpcwatch_findings" in names and "hpcwatch_job_gpu_hours" not in names
+    assert 1.0 <= elapsed < 1.9  # one wait of 1 s, where two in turn would be 2
 
 
 def test_every_emitted_family_is_declared(straggler_store):
