@@ -50,8 +50,8 @@ def exporter(
     """Per-job GPU-hours, energy, utilisation, idle GPUs, step time, stragglers, goodput and findings.
 
     The store is read on every scrape: the per-job sums from where the last scrape's read ended (the first
-    scrape reads the store's life). Metric names: see ``hpcwatch.exporter``; dashboard:
-    deploy/grafana/hpcwatch.json.
+    scrape reads the store's life, aside: a scrape waits at most 5 s for them, then serves the others). Metric
+    names: see ``hpcwatch.exporter``; dashboard: deploy/grafana/hpcwatch.json.
     """
     from hpcwatch.exporter import serve_metrics
     from hpcwatch.httpguard import check_exposure, check_tls
