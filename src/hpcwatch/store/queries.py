@@ -130,10 +130,7 @@ def window_samples(
     where += ["t < ?"] if before is not None else []
     params = [*metrics, *([host] if host is not None else []), *([t0] if t0 is not None else [])]
     params += [before] if before is not None else []
-    found = _with_label_sets(store, " AND ".join(where), params)
-    if found is not None:
-        return found
-    return store.query_arrow(f"SELECT * FROM samples WHERE {' AND '.join(where)} ORDER BY metric, host, gpu, t", params)
+    return _samples_where(store, " AND ".join(where), params)
 
 
 #: How far before a read's start ``lead_in_samples`` looks for each series' last sample. Ours: ten 30 s scrapes
@@ -151,9 +148,7 @@ def lead_in_samples(store: Store, metrics: Sequence[str], *, t0: float, hosts: S
         f" AND {_among('host')}" if hosts is not None else ""
     )
     params = [*metrics, t0 - LEAD_IN_S, t0, *([list(hosts)] if hosts is not None else [])]
-    found = _with_label_sets(store, where, params)
-    if found is None:
-        found = store.query_arrow(f"SELECT * FROM samples WHERE {where} ORDER BY metric, host, gpu, t", params)
+    found = _samples_where(store, where, params)
     if not found.num_rows:
         return found
     # Of the rows, in (metric, host, gpu, t) order, those at their series' newest time, kept here: a subquery per
@@ -196,6 +191,15 @@ def next_sample_t(store: Store, metrics: Sequence[str], t0: float) -> float | No
         f"SELECT min(t) FROM samples WHERE metric IN ({_marks(metrics)}) AND t >= ?", [*metrics, t0]
     )
     return None if first is None else float(first)
+
+
+def _samples_where(store: Store, where: str, params: Sequence[object]) -> pa.Table:
+    """The samples matching ``where`` in ``Store.samples`` columns and order, ``labels`` dictionary-encoded
+    (``_with_label_sets``), or as text per row should two label sets share a hash."""
+    found = _with_label_sets(store, where, params)
+    if found is not None:
+        return found
+    return store.query_arrow(f"SELECT * FROM samples WHERE {where} ORDER BY metric, host, gpu, t", list(params))
 
 
 def _with_label_sets(store: Store, where: str, params: Sequence[object]) -> pa.Table | None:
@@ -568,10 +572,7 @@ def job_window_samples(
     report can use, in one scan. A 1,536-GPU job's minute is 200,000 rows and 2,000 label sets: their text
     was two thirds of the rows' bytes."""
     where, params = _job_window(metrics, hosts=hosts, job=job, t0=t0, t1=t1, before=before)
-    found = _with_label_sets(store, where, params)
-    if found is not None:
-        return found
-    return store.query_arrow(f"SELECT * FROM samples WHERE {where} ORDER BY metric, host, gpu, t", params)
+    return _samples_where(store, where, params)
 
 
 def job_window_samples_within(
