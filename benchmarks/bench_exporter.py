@@ -5,7 +5,10 @@ process per ``--tree`` (a source tree, run as ``python -m hpcwatch exporter --db
 ``PYTHONPATH``: this tree and a base checkout, in the same run), then writes a tick a second into the store and
 every ``--every`` seconds scrapes each exporter in turn, in a shuffled order: each scrape's wall time
 (HTTP request to the last byte, whole process), the collect time the exporter reports
-(``hpcwatch_exporter_collect_seconds``, in process) and each exporter's CPU over the run.
+(``hpcwatch_exporter_collect_seconds``, in process), the lines it served and each exporter's CPU over the run.
+``--ended-within`` (repeatable) starts one exporter of each tree per window given (``inf``: every job);
+``--old-jobs N`` records N jobs that ended in the 90 days before the store's first sample, as a store months old
+holds (their records only: the samples of their time would take days to write).
 
     .venv/bin/python benchmarks/bench_exporter.py --nodes 1024 --history 600 --scrapes 8 --every 15 \\
         --tree /work/main --tree /tmp/base
@@ -28,6 +31,7 @@ from pathlib import Path
 
 from bench_jobpage import build_store
 from bench_web import _cpu_ticks
+from hpcwatch.records import Job
 from hpcwatch.store import Store
 from hpcwatch.twin.live import LiveTwin
 
@@ -38,14 +42,15 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _start(tree: Path, store: Path, port: int) -> subprocess.Popen:
+def _start(tree: Path, window: str | None, store: Path, port: int) -> subprocess.Popen:
     env = {**os.environ, "PYTHONPATH": f"{tree}/src"}
     argv = [sys.executable, "-m", "hpcwatch", "exporter", "--db", str(store), "--port", str(port)]
+    argv += ["--ended-within", window] if window is not None else []
     return subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
 
 
-def _scrape(port: int) -> tuple[float, float]:
-    """(wall seconds of one GET /metrics, the collect seconds the exporter reported)."""
+def _scrape(port: int) -> tuple[float, float, int]:
+    """(wall seconds of one GET /metrics, the collect seconds the exporter reported, the lines it served)."""
     start = time.perf_counter()
     with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=3600) as answer:
         body = answer.read().decode()
@@ -53,7 +58,7 @@ def _scrape(port: int) -> tuple[float, float]:
     collect = next(
         float(line.split()[1]) for line in body.splitlines() if line.startswith("hpcwatch_exporter_collect_seconds ")
     )
-    return wall, collect
+    return wall, collect, body.count("\n")
 
 
 def _wait_listening(port: int, process: subprocess.Popen) -> None:
@@ -86,22 +91,27 @@ def main() -> None:
     parser.add_argument("--every", type=float, default=15.0, help="seconds between rounds of scrapes")
     parser.add_argument("--tree", type=Path, action="append", help="a source tree to run an exporter of (repeatable)")
     parser.add_argument("--store", type=Path, default=Path("/tmp/hpcwatch-bench-exporter"))
+    parser.add_argument("--ended-within", action="append", help="seconds: an exporter of each tree with it")
+    parser.add_argument("--old-jobs", type=int, default=0, help="jobs ended in the 90 days before the store")
     args = parser.parse_args()
-    trees = args.tree or [Path(__file__).resolve().parents[1]]
+    windows = args.ended_within or [None]
+    trees = [(tree, w) for tree in args.tree or [Path(__file__).resolve().parents[1]] for w in windows]
     shutil.rmtree(args.store, ignore_errors=True)
     store = Store(str(args.store))
     started = time.perf_counter()
     live = build_store(store, args.nodes, args.history)
     print(f"store: {args.nodes} nodes, {args.history} s in {time.perf_counter() - started:.0f} s", flush=True)
+    if args.old_jobs:
+        store.add(_old_jobs(store, args.old_jobs))
     ports = {tree: _free_port() for tree in trees}
-    exporters = {tree: _start(tree, args.store, ports[tree]) for tree in trees}
+    exporters = {tree: _start(*tree, args.store, ports[tree]) for tree in trees}
     for tree, process in exporters.items():
         _wait_listening(ports[tree], process)
     cpu0 = {tree: _cpu_ticks(p.pid) for tree, p in exporters.items()}
     clock0 = time.monotonic()
     stop = threading.Event()
     ticker = _ticking(live, stop)
-    times: dict[Path, list[tuple[float, float]]] = {tree: [] for tree in trees}
+    times: dict[tuple[Path, str | None], list[tuple[float, float, int]]] = {tree: [] for tree in trees}
     rng = random.Random(1)
     try:
         for n in range(args.scrapes):
@@ -111,14 +121,14 @@ def main() -> None:
             rng.shuffle(order)
             for tree in order:
                 times[tree].append(_scrape(ports[tree]))
-            shown = {tree.name: f"{times[tree][-1][0]:.2f} s ({times[tree][-1][1]:.2f})" for tree in trees}
+            shown = {_name(tree): "{:.2f} s ({:.2f}), {} lines".format(*times[tree][-1]) for tree in trees}
             print(f"scrape {n}: {shown} load {os.getloadavg()[0]:.2f}", flush=True)
         wall = time.monotonic() - clock0
         for tree, process in exporters.items():
             cpu = (_cpu_ticks(process.pid) - cpu0[tree]) / os.sysconf("SC_CLK_TCK")
-            later = [w for w, _ in times[tree][1:]]
+            later = [w for w, _, _ in times[tree][1:]]
             print(
-                f"{tree}: first scrape {times[tree][0][0]:.2f} s; the next {len(later)}: median "
+                f"{_name(tree)}: first scrape {times[tree][0][0]:.2f} s; the next {len(later)}: median "
                 f"{statistics.median(later):.2f} s, max {max(later):.2f} s; CPU {cpu / wall:.3f} core",
                 flush=True,
             )
@@ -129,6 +139,27 @@ def main() -> None:
             process.terminate()
             process.wait()
         store.close()
+
+
+def _old_jobs(store: Store, n: int) -> list[Job]:
+    """``n`` jobs of 8 GPUs and an hour, one after another on the cluster's nodes in turn, ended in the 90 days
+    before the store's first sample."""
+    first = store.time_range()[0] or 0.0
+    nodes = sorted({node for job in store.jobs() for node in job.nodes})
+    every = 90 * 86_400.0 / n
+    return [
+        Job(
+            id=f"old{k}", user=f"user{k % 50}", account=f"acct{k % 7}", partition="gpu", gpus=8,
+            nodes=(nodes[k % len(nodes)],), gpus_by_node={nodes[k % len(nodes)]: tuple(range(8))},
+            start=first - 90 * 86_400.0 + k * every, end=first - 90 * 86_400.0 + k * every + 3_600.0,
+            state="COMPLETED",
+        )
+        for k in range(n)
+    ]  # fmt: skip
+
+
+def _name(tree: tuple[Path, str | None]) -> str:
+    return str(tree[0]) + (f" --ended-within {tree[1]}" if tree[1] is not None else "")
 
 
 if __name__ == "__main__":

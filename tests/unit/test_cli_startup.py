@@ -266,6 +266,7 @@ def test_help_lists_every_command_with_the_start_of_its_help():
         ("ACTIVE_CHECK_DAYS", "hpcwatch.assess.evidence", "DEFAULT_ACTIVE_CHECK_DAYS"),
         ("EXPORTER_PORT", "hpcwatch.exporter", "DEFAULT_PORT"),
         ("EXPORTER_RECENT_STEPS", "hpcwatch.exporter", "DEFAULT_RECENT_STEPS"),
+        ("EXPORTER_ENDED_WITHIN_S", "hpcwatch.exporter", "DEFAULT_ENDED_WITHIN_S"),
         ("SERVE_MAX_STREAMS", "hpcwatch.httpguard", "DEFAULT_MAX_STREAMS"),
         ("SERVE_MAX_STREAMS_PER_CLIENT", "hpcwatch.httpguard", "DEFAULT_MAX_STREAMS_PER_CLIENT"),
         ("SERVE_KEEP_READ_JOBS", "hpcwatch.web.pagewarm", "WARM_JOBS"),

@@ -296,3 +296,37 @@ def test_a_scrape_reads_on_from_the_last_one_and_shows_what_a_fresh_scrape_shows
     assert starts and min(starts) > end
     assert kept == jobs_of(generate_latest(registry_for(store)))
     store.close()
+
+
+def test_a_scrape_shows_the_running_jobs_and_those_that_ended_within_its_window():
+    """The training job of the straggler scenario ended 6,600 s before the store's newest sample: a scrape with a
+    window of an hour shows none of its families (its usage nor its training), one of two hours shows them; the
+    running jobs are in both."""
+    from dataclasses import replace
+
+    from hpcwatch.model.cluster import reference_cluster
+    from hpcwatch.twin import Twin
+
+    twin = Twin(reference_cluster(), seed=0, scenarios=("straggler",))
+    store = Store(":memory:")
+    for _ in range(6):
+        twin.advance(1.0)
+        store.add(twin.records())
+    (step,) = scrape(store, usage=no_usage)["hpcwatch_job_step_seconds"]
+    trained = next(j for j in store.jobs() if j.id == step.labels["hpc_job"])
+    assert trained.start is not None
+    newest = store.time_range()[1] or 0.0
+    store.add([replace(trained, end=newest - 6_600.0, state="COMPLETED")])
+    running = {j.id for j in store.jobs() if j.start is not None and j.end is None}
+    assert running
+
+    def shown(ended_within_s: float) -> tuple[set[str], set[str]]:
+        families = scrape(store, ended_within_s=ended_within_s)
+        return (
+            {s.labels["hpc_job"] for s in families["hpcwatch_job_info"]},
+            {s.labels["hpc_job"] for s in families["hpcwatch_job_step_seconds"]},
+        )
+
+    assert shown(3_600.0) == (running, set())
+    assert shown(7_200.0) == (running | {trained.id}, {trained.id})
+    store.close()

@@ -249,3 +249,145 @@ def test_the_lead_in_is_each_series_last_sample_before_the_start_and_no_older_th
         (vocab.DCGM_FI_DEV_XID_ERRORS, "0", t0 - 35),
     ]
     store.close()
+
+
+# -- a reader of the recent jobs only (the exporter's window) -------------------------------------------------------
+
+WINDOW_S = 150.0
+
+
+def _node_of_jobs(end: float, store: Store | None = None) -> Store:
+    """On n1's GPU 0 jobs 1-6 one after another, each 100 s (job k from 100 (k - 1) to 100 k); on GPU 1 job 10
+    from 0 on; on n2's GPU 0 a workload known only by its ``hpc_job`` label "77" from 0 to 100 s. A scrape every
+    5 s (utilisation, the energy counter) up to ``end``, in ``store`` (None: a new one in memory)."""
+    store = store if store is not None else Store(":memory:")
+    store.add(
+        [
+            *(
+                Job(id=str(k), user="u", gpus=1, nodes=("n1",), gpus_by_node={"n1": (0,)}, start=100.0 * (k - 1),
+                    end=100.0 * k, state="COMPLETED")
+                for k in range(1, 7)
+            ),
+            Job(id="10", user="v", gpus=1, nodes=("n1",), gpus_by_node={"n1": (1,)}, start=0.0, end=None),
+        ]
+    )  # fmt: skip
+    _scrapes(store, 5.0, end)
+    store.add(
+        Sample(
+            metric=vocab.DCGM_FI_DEV_GPU_UTIL, labels={"Hostname": "n2", "gpu": "0", "hpc_job": "77"}, t=t, value=9.0
+        )
+        for t in range(5, 101, 5)
+    )
+    return store
+
+
+def _scrapes(store: Store, first: float, last: float) -> None:
+    store.add(
+        Sample(metric=metric, labels={"Hostname": "n1", "gpu": gpu}, t=t, value=value)
+        for t in (float(t) for t in range(int(first), int(last) + 1, 5))
+        for gpu in ("0", "1")
+        for metric, value in ((vocab.DCGM_FI_DEV_GPU_UTIL, 40.0), (vocab.DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION, 10 * t))
+    )
+
+
+def _recent_as_one_pass(store: Store, kept: KeptStore, expected: set[str]) -> None:
+    """The kept store's reports are those of ``expected``, each one pass's to the last digit, in one pass's
+    order; the partial it keeps holds nothing of the other workloads."""
+    found = [report_dict(r, per_gpu=True) for r in jobs_report(store, kept=kept)]
+    assert found == [r for r in _one_pass(store) if r["id"] in expected]
+    assert {r["id"] for r in found} == expected
+    held = storestretches.store_partial(store, REPORT_METRICS, store.jobs(), kept=kept).workloads()
+    assert held <= expected
+
+
+def test_a_store_kept_for_the_recent_jobs_reports_them_as_one_pass_and_holds_no_other() -> None:
+    """The exporter's window: the jobs running or ended within ``ended_within_s`` before the newest sample, each
+    as one pass over every sample reports it, scrape after scrape as jobs leave the window; what is kept of the
+    others is dropped, in a first read of the store's life as in the reads on."""
+    store = _node_of_jobs(end=640.0)
+    kept = KeptStore(ended_within_s=WINDOW_S)
+    _recent_as_one_pass(store, kept, {"5", "6", "10"})  # 640 - 150 = 490: jobs 1-4 and "77" ended before
+    for end, expected in ((700.0, {"6", "10"}), (760.0, {"10"})):
+        _scrapes(store, end - 55.0, end)
+        _recent_as_one_pass(store, kept, expected)
+    _recent_as_one_pass(store, KeptStore(ended_within_s=WINDOW_S), {"10"})  # read whole at once, dropping
+    assert [r.id for r in jobs_report(store, kept=KeptStore())] == [r["id"] for r in _one_pass(store)]
+    assert len(_one_pass(store)) == 8
+    store.close()
+
+
+def test_a_job_dropped_from_the_window_that_comes_back_is_read_from_the_store_start(store_reads) -> None:
+    """The workload "77", known by its label only, left the window; Slurm's record of job 77 lands later (polled
+    late, started at 700 s on n2): its report counts its labelled rows of 0-100 s again, which the checkpoints
+    no longer held, as one pass does."""
+    store = _node_of_jobs(end=640.0)
+    kept = KeptStore(ended_within_s=WINDOW_S)
+    _recent_as_one_pass(store, kept, {"5", "6", "10"})
+    _scrapes(store, 645.0, 700.0)
+    _recent_as_one_pass(store, kept, {"6", "10"})
+    store.add([Job(id="77", user="w", gpus=1, nodes=("n2",), gpus_by_node={"n2": (0,)}, start=700.0, end=None)])
+    store.add(
+        Sample(metric=vocab.DCGM_FI_DEV_GPU_UTIL, labels={"Hostname": "n2", "gpu": "0"}, t=float(t), value=30.0)
+        for t in range(705, 751, 5)
+    )
+    _scrapes(store, 705.0, 750.0)
+    store_reads.clear()
+    _recent_as_one_pass(store, kept, {"6", "10", "77"})
+    assert min(store_reads) == 5.0  # the store's first sample
+    store.close()
+
+
+def test_a_first_read_of_the_store_life_holds_the_recent_jobs_only_as_it_goes(monkeypatch) -> None:
+    """Sixty jobs of 10 s one after another on one GPU, a window of 30 s: the first read of the store's life (the
+    exporter's first scrape after a start) holds a handful of jobs' figures at any time, not sixty, and each
+    checkpoint it keeps holds the jobs recent at its time only."""
+    store = Store(":memory:")
+    gpu = {"n1": (0,)}
+    store.add(
+        Job(id=str(k), gpus=1, nodes=("n1",), gpus_by_node=gpu, start=10.0 * k, end=10.0 * k + 10) for k in range(60)
+    )
+    _scrapes(store, 5.0, 600.0)
+    held: list[int] = []
+    add = storestretches.Partial.add
+
+    def counting(self, later) -> None:
+        add(self, later)
+        held.append(len(self.cells))
+
+    monkeypatch.setattr(storestretches.Partial, "add", counting)
+    monkeypatch.setattr(storestretches, "STORE_STRETCH_ROWS", 8)  # 10 s a stretch
+    kept = KeptStore(ended_within_s=30.0)
+    assert [r.id for r in jobs_report(store, kept=kept)] == ["56", "57", "58", "59"]
+    assert len(held) > 60 and max(held) <= 12
+    (found,) = kept._kept.values()
+    for checkpoint in found.checkpoints:
+        assert {int(job) for job in checkpoint.state.workloads()} <= set(range(int(checkpoint.upto) // 10 - 4, 60))
+    store.close()
+
+
+def test_a_reader_that_starts_reads_on_from_the_checkpoint_in_the_store_folder(tmp_path, store_reads, caplog) -> None:
+    """The exporter restarted: its first read resumes from the settled checkpoint the last process wrote in the
+    store's folder, by the same checks as one kept in memory, and reports what one pass does; a file of a
+    narrower window, or one that is not a checkpoint, is not read on from (the store's life again)."""
+    from hpcwatch.reports.checkpointfiles import CheckpointFiles
+
+    folder = str(tmp_path / "store")
+    store = _node_of_jobs(end=640.0, store=Store(folder))
+    _recent_as_one_pass(store, KeptStore(ended_within_s=WINDOW_S, on_disk=True), {"5", "6", "10"})
+    store.close()
+    store = Store(folder)  # another process
+    _scrapes(store, 645.0, 700.0)
+    store_reads.clear()
+    _recent_as_one_pass(store, KeptStore(ended_within_s=WINDOW_S, on_disk=True), {"6", "10"})
+    assert store_reads and min(store_reads) >= 640.0 - storestretches.SETTLE_S - 5.0
+    store_reads.clear()
+    _recent_as_one_pass(store, KeptStore(ended_within_s=WINDOW_S * 2, on_disk=True), {"4", "5", "6", "10"})
+    assert min(store_reads) == 5.0  # the file dropped jobs 4 and 5: a wider window reads the store's life
+    files = CheckpointFiles.of(store)
+    assert files is not None
+    (path,) = files.folder.glob("store-*")
+    path.write_bytes(b"not a checkpoint")
+    store_reads.clear()
+    _recent_as_one_pass(store, KeptStore(ended_within_s=WINDOW_S, on_disk=True), {"6", "10"})
+    assert min(store_reads) == 5.0 and "skipped" in caplog.text
+    store.close()

@@ -100,6 +100,7 @@ __all__ = [
     "job_reports",
     "partial_of",
     "reports_of",
+    "report_time",
     "Partial",
     "Shape",
     "report_dict",
@@ -1077,7 +1078,7 @@ def reports_of(
 ) -> list[JobReport]:
     """``job_reports`` from what the samples said (``partial_of``, joined stretches)."""
     if now is None:
-        now = part.newest_t if part.newest_t is not None else max((j.end or j.start or 0.0 for j in jobs), default=0.0)
+        now = report_time(part, jobs)
     lustre = _lustre_bytes(part.lustre)
     usage = _slurm_usage(part)
     by_job: dict[str, list[_Cell]] = {}
@@ -1098,6 +1099,14 @@ def reports_of(
         for j in [*(j for j in jobs if j.start is not None), *seen_only]
         if only is None or j.id == only
     ]
+
+
+def report_time(part: Partial, jobs: Sequence[Job]) -> float:
+    """The time a report of ``part`` speaks at (a running job's wall time ends there): its newest sample, else
+    the latest start or end of ``jobs``."""
+    if part.newest_t is not None:
+        return part.newest_t
+    return max((j.end or j.start or 0.0 for j in jobs), default=0.0)
 
 
 @dataclass(frozen=True, slots=True)

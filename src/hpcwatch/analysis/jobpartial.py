@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, TypeVar
 
@@ -279,6 +280,17 @@ class Keyed:
             self.arrays[name] = np.concatenate([column, other.arrays[name][rows]])
         for name, values in self.lists.items():
             values.extend(other.lists[name][i] for i in taken)
+
+    def keep_rows(self, kept: np.ndarray) -> None:
+        """Only the rows where ``kept`` (a boolean a row) is true, in their order."""
+        rows = np.flatnonzero(kept)
+        if rows.size == len(self.keys):
+            return
+        taken = rows.tolist()
+        self.keys = [self.keys[i] for i in taken]
+        self.index = {key: row for row, key in enumerate(self.keys)}
+        self.arrays = {name: column[rows] for name, column in self.arrays.items()}
+        self.lists = {name: [values[i] for i in taken] for name, values in self.lists.items()}
 
     def copy(self: _K) -> _K:
         """These rows, to change without changing them: arrays copied, lists' items shared (never changed in
@@ -528,6 +540,34 @@ class Partial:
         self.shapes |= later.shapes
         if later.newest_t is not None:
             self.newest_t = later.newest_t if self.newest_t is None else max(self.newest_t, later.newest_t)
+
+    def workloads(self) -> set[str]:
+        """Every workload this partial speaks of: in its cells, its Lustre bytes, its Slurm figures."""
+        return (
+            {key[0] for key in self.cells.keys}
+            | {jobid for _, jobid, _ in self.lustre}
+            | {job for job, _ in self.slurm_last}
+            | set(self.max_rss)
+        )
+
+    def last_seen(self, workloads: AbstractSet[str]) -> dict[str, float]:
+        """Each of ``workloads``' newest sample in the cells (one with none: absent)."""
+        out: dict[str, float] = {}
+        for key, t in zip(self.cells.keys, self.cells.arrays["last_t"].tolist()):
+            if key[0] in workloads and t == t and t > out.get(key[0], -math.inf):  # NaN: none
+                out[key[0]] = t
+        return out
+
+    def drop_workloads(self, workloads: AbstractSet[str]) -> None:
+        """Forget what this partial says of ``workloads`` (a reader that reports recent jobs only keeps no more,
+        ``reports.storestretches``). The series' and ports' ends stay: the next stretch joins at them."""
+        if not workloads:
+            return
+        keys = self.cells.keys
+        self.cells.keep_rows(np.fromiter((key[0] not in workloads for key in keys), dtype=bool, count=len(keys)))
+        self.lustre = {key: v for key, v in self.lustre.items() if key[1] not in workloads}
+        self.slurm_last = {key: v for key, v in self.slurm_last.items() if key[0] not in workloads}
+        self.max_rss = {job: rss for job, rss in self.max_rss.items() if job not in workloads}
 
     def copy(self) -> Partial:
         """This partial, to join later stretches to without changing it."""

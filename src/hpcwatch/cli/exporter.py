@@ -16,7 +16,7 @@ from hpcwatch.cli.common import (
     policy_option,
     wait_for,
 )
-from hpcwatch.cli.defaults import EXPORTER_PORT, EXPORTER_RECENT_STEPS
+from hpcwatch.cli.defaults import EXPORTER_ENDED_WITHIN_S, EXPORTER_PORT, EXPORTER_RECENT_STEPS
 from hpcwatch.errors import ConfigError
 
 __all__ = ["exporter"]
@@ -28,6 +28,15 @@ __all__ = ["exporter"]
 @db_option()
 @click.option(
     "--recent-steps", type=int, default=EXPORTER_RECENT_STEPS, help="Training metrics use each job's last N steps."
+)
+@click.option(
+    "--ended-within",
+    "ended_within_s",
+    type=click.FloatRange(min=0.0),
+    default=EXPORTER_ENDED_WITHIN_S,
+    show_default=True,
+    help="Show the running jobs and those that ended within this many seconds before the store's newest sample "
+    "(inf: every job the store holds; Prometheus keeps the others' last values).",
 )
 @click.option(
     "--duration", "duration_s", type=float, default=0.0, help="Stop after this many seconds (0: until Ctrl-C)."
@@ -45,12 +54,15 @@ def exporter(
     insecure_no_auth: bool,
     db: str | None,
     recent_steps: int,
+    ended_within_s: float,
     duration_s: float,
 ) -> None:
     """Per-job GPU-hours, energy, utilisation, idle GPUs, step time, stragglers, goodput and findings.
 
-    The store is read on every scrape: the per-job sums from where the last scrape's read ended (the first
-    scrape reads the store's life, aside: a scrape waits at most 5 s for them, then serves the others). Metric
+    The store is read on every scrape: the per-job sums from where the last scrape's read ended, or a
+    restarted exporter's from the checkpoint it wrote in the store's folder (without one the first scrape
+    reads the store's life, aside: a scrape waits at most 5 s for them, then serves the others). The
+    per-job figures are those of the running jobs and of the jobs that ended within --ended-within. Metric
     names: see ``hpcwatch.exporter``; dashboard: deploy/grafana/hpcwatch.json.
     """
     from hpcwatch.exporter import serve_metrics
@@ -81,6 +93,7 @@ def exporter(
             port=port,
             host=host,
             recent_steps=recent_steps,
+            ended_within_s=ended_within_s,
             allow_hosts=tuple(allow_host),
             tls_cert=tls_cert,
             tls_key=tls_key,

@@ -66,14 +66,16 @@ def jobs_report(
 ) -> list[JobReport]:
     """One ``JobReport`` per workload (the store's jobs that ran, in its order, then workloads seen only in
     samples), optionally one user's or account's. The store's samples are read stretch by stretch
-    (``reports.storestretches``; ``kept``: what a long-running reader kept of them, the exporter's; ``since``:
+    (``reports.storestretches``; ``kept``: what a long-running reader kept of them, the exporter's, which may
+    keep the recent jobs only, ``KeptStore.ended_within_s``; ``since``:
     only those from then on, which is each job's own report when it first started then or later: a job's
     report reads nothing before its first start, ``job_report``); ``samples`` (Prometheus') are one table."""
     jobs = store.jobs()
     if samples is not None:
         reports = job_reports(samples, jobs)
     else:
-        reports = reports_of(store_partial(store, metrics, jobs, kept=kept, since=since), jobs)
+        part = store_partial(store, metrics, jobs, kept=kept, since=since)
+        reports = reports_of(part, kept.shown(part, jobs) if kept is not None else jobs)
     return [r for r in reports if (user is None or r.user == user) and (account is None or r.account == account)]
 
 
