@@ -8,7 +8,9 @@ every ``--every`` seconds scrapes each exporter in turn, in a shuffled order: ea
 (``hpcwatch_exporter_collect_seconds``, in process), the lines it served and each exporter's CPU over the run.
 ``--ended-within`` (repeatable) starts one exporter of each tree per window given (``inf``: every job);
 ``--old-jobs N`` records N jobs that ended in the 90 days before the store's first sample, as a store months old
-holds (their records only: the samples of their time would take days to write).
+holds (their records only: the samples of their time would take days to write). ``--restart``: after the
+scrapes, each exporter is stopped and started again, and scraped until it serves the per-job figures (the
+time from its start, whole process: what Prometheus misses after an upgrade).
 
     .venv/bin/python benchmarks/bench_exporter.py --nodes 1024 --history 600 --scrapes 8 --every 15 \\
         --tree /work/main --tree /tmp/base
@@ -93,6 +95,7 @@ def main() -> None:
     parser.add_argument("--store", type=Path, default=Path("/tmp/hpcwatch-bench-exporter"))
     parser.add_argument("--ended-within", action="append", help="seconds: an exporter of each tree with it")
     parser.add_argument("--old-jobs", type=int, default=0, help="jobs ended in the 90 days before the store")
+    parser.add_argument("--restart", action="store_true", help="then restart each exporter, time its figures")
     args = parser.parse_args()
     windows = args.ended_within or [None]
     trees = [(tree, w) for tree in args.tree or [Path(__file__).resolve().parents[1]] for w in windows]
@@ -132,6 +135,12 @@ def main() -> None:
                 f"{statistics.median(later):.2f} s, max {max(later):.2f} s; CPU {cpu / wall:.3f} core",
                 flush=True,
             )
+        if args.restart:
+            for tree in trees:
+                exporters[tree].terminate()
+                exporters[tree].wait()
+                exporters[tree] = _start(*tree, args.store, ports[tree])
+                print(f"{_name(tree)} restarted: {_until_computed(ports[tree], exporters[tree])}", flush=True)
     finally:
         stop.set()
         ticker.join()
@@ -139,6 +148,19 @@ def main() -> None:
             process.terminate()
             process.wait()
         store.close()
+
+
+def _until_computed(port: int, process: subprocess.Popen) -> str:
+    """Scrape a process just started until it serves the per-job figures: the seconds from its start."""
+    started = time.perf_counter()
+    _wait_listening(port, process)
+    listening = time.perf_counter() - started
+    while True:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=3600) as answer:
+            if 'part="jobs"' in answer.read().decode():
+                break
+        time.sleep(0.5)
+    return f"listening after {listening:.1f} s, per-job figures after {time.perf_counter() - started:.1f} s"
 
 
 def _old_jobs(store: Store, n: int) -> list[Job]:
