@@ -391,3 +391,21 @@ def test_a_reader_that_starts_reads_on_from_the_checkpoint_in_the_store_folder(t
     _recent_as_one_pass(store, KeptStore(ended_within_s=WINDOW_S, on_disk=True), {"6", "10"})
     assert min(store_reads) == 5.0 and "skipped" in caplog.text
     store.close()
+
+
+def test_the_recent_jobs_of_a_real_sacct_capture_and_nothing_kept_of_the_others() -> None:
+    """Real Slurm 22.05.8 ``sacct --json`` (tests/data/slurm/sacct.json: jobs 1-6 ended at 1795991671-704, 7-9
+    running, 10 pending; its samples, CPUs, CPU time, memory and MaxRSS as sacct measured them, up to
+    1795991714): a window of 15 s shows jobs 5-9, one of 30 s jobs 2-9, each as one pass reports it, and what
+    sacct said of the others is not kept."""
+    from hpcwatch.sources.slurm import read_sacct_records
+    from tests.conftest import DATA
+
+    store = Store(":memory:")
+    store.add(read_sacct_records(DATA / "slurm/sacct.json"))
+    for window, expected in ((15.0, {"5", "6", "7", "8", "9"}), (30.0, {"2", "3", "4", "5", "6", "7", "8", "9"})):
+        kept = KeptStore(ended_within_s=window)
+        _recent_as_one_pass(store, kept, expected)
+    everything = storestretches.store_partial(store, REPORT_METRICS, store.jobs()).workloads()
+    assert {"1", "2"} <= everything  # sacct's figures of the jobs out of the window, had they been kept
+    store.close()
