@@ -27,10 +27,11 @@ A reader that reports recent jobs only (``KeptStore(ended_within_s=…)``: the e
 the ended jobs' last values in its own history) keeps no more than it reports: the running workloads and those
 that ended within that time before the newest sample (``recent``). What the partial says of the others is
 dropped as the read goes (``Partial.drop_workloads``), so the checkpoints hold the recent jobs' cells, not those
-of every job of the store's life (months at 1,024 nodes: ~100,000 jobs, a scrape's ``reports_of`` 12 s and
-700,000 series). A job dropped whose allocation changes since (a requeue) makes the next read start from the
-store's first sample; a workload without a record (a pod, a label) seen again after it was dropped, silent
-that long, starts anew: its figures count from its return, as Prometheus' series of it had gone stale.
+of every job of the store's life (months at 1,024 nodes: ~100,000 jobs, which made a scrape of 436,000 lines and
+10-12 s, benchmarks/RESULTS.md). A job dropped whose allocation changes since (a requeue) makes the next read
+start from the store's first sample; a workload without a record (a pod, a label) seen again after it was
+dropped, silent that long, starts anew: its figures count from its return, as Prometheus' series of it had gone
+stale.
 
 Kept ``on_disk`` (the exporter), the newest settled checkpoint is also written to the store's folder, at most
 once a ``SAVE_EVERY_S`` of the store's time (``reports.checkpointfiles``, kind ``store``, with the allocations
