@@ -183,3 +183,37 @@ def test_a_round_of_d_seconds_waits_at_least_d_times_the_rest_of_its_share(live)
     warmer = JobWarmer(store, KeptStretches(), min_gpu_s=0.0, every_s=30.0, share=0.1)
     assert warmer.next_round_in(0.5) == 29.5  # a short round: every 30 s
     assert warmer.next_round_in(10.0) == pytest.approx(90.0)  # a long one: a tenth of the time at most
+
+
+def test_the_rounds_come_faster_while_pages_are_read(live) -> None:
+    """Nobody reading pages: a round every 30 s. A page within the last ten minutes: every 5 s, so that the next
+    page of an incident's jobs reads seconds, not up to half a minute; the share still bounds them."""
+    store, _ = live
+    warmer = JobWarmer(store, KeptStretches(), min_gpu_s=0.0, every_s=30.0, active_every_s=5.0, active_s=600.0)
+    assert warmer.next_round_in(0.5) == 29.5
+    with warmer.page():
+        pass
+    assert warmer.next_round_in(0.5) == 4.5
+    assert warmer.next_round_in(2.0) == pytest.approx(18.0)  # the share: a tenth of the time at most
+    warmer._page_ended -= 601.0  # the page ten minutes ago
+    assert warmer.next_round_in(0.5) == 29.5
+
+
+def test_a_page_wakes_a_warmer_resting_for_the_slow_pace(live, monkeypatch) -> None:
+    """A round done, the warmer rests for the slow pace (an hour here); a page then brings the next round at the
+    fast one, not an hour later."""
+    store, twin = live
+    rounds = threading.Semaphore(0)
+    monkeypatch.setattr(pagewarm, "job_overview", lambda store, job_id, **kwargs: rounds.release())
+    warmer = JobWarmer(
+        store, KeptStretches(), min_gpu_s=0.0, every_s=3600.0, active_every_s=0.01, quiet_s=0.0, share=1.0, jobs=1
+    )
+    warmer.start()
+    try:
+        assert rounds.acquire(timeout=60)  # the first round, at once
+        twin.step()  # a round reads only a store written since the last
+        with warmer.page():
+            pass
+        assert rounds.acquire(timeout=60)
+    finally:
+        warmer.stop(timeout_s=60)
