@@ -10,6 +10,7 @@ import orjson
 import pytest
 
 from hpcwatch.cli import app
+from hpcwatch.cli.common import Number
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 
@@ -63,6 +64,43 @@ def test_a_count_out_of_its_range_is_refused(argv):
     with pytest.raises(click.BadParameter, match=r"not in the range 0<=x<=32") as refused:
         _params(*argv)
     assert refused.value.param is not None and refused.value.param.name == "keep_read_jobs"
+
+
+def _number_options():
+    """(command path, option) of every option of every command whose value is a number with a fraction."""
+    from tests.unit.test_cli_startup import _commands
+
+    for path, command in _commands(app):
+        for param in command.params:
+            if isinstance(param.type, click.FloatRange) or param.type is click.FLOAT:
+                yield path, param
+
+
+def test_every_number_option_refuses_nan_and_infinity_with_the_usage_error():
+    """``nan`` passes click's ``float`` and every range (no comparison holds for it): each option that takes a
+    number is a ``Number``, which refuses it, and ``inf`` unless the option says what infinity means."""
+    found = list(_number_options())
+    assert len(found) > 30
+    for path, param in found:
+        assert isinstance(param.type, Number), f"{' '.join(path)} {param.opts[0]}: click's float takes nan"
+        with pytest.raises(click.BadParameter, match=r"is not a (finite )?number"):
+            param.type.convert("nan", param, None)
+        if not param.type.infinite:
+            with pytest.raises(click.BadParameter, match=r"is not a finite number|not in the range"):
+                param.type.convert("inf", param, None)
+    assert _params("exporter", "--ended-within", "inf")["ended_within_s"] == float("inf")
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [["top", "--speed", "nan"], ["top", "--speed", "0"], ["twin", "run", "--out", "x", "--step", "nan"]],
+)
+def test_a_number_that_would_break_a_command_is_one_line_and_status_2(run_cli, argv):
+    """``top --speed nan`` ended in a traceback (``round(interval / (tick * speed))``), ``--speed 0`` in a division
+    by zero."""
+    code, out, err = run_cli(argv)
+    assert code == 2 and out == ""
+    assert len(err.strip().splitlines()) == 1 and "Traceback" not in err and f"'{argv[-2]}'" in err
 
 
 def test_repeated_options_reach_the_scan_as_lists(run_cli):

@@ -225,7 +225,7 @@ def test_a_bare_group_shows_its_help_with_status_2(run_cli, argv):
 def test_help_is_status_0_on_stdout(run_cli):
     code, out, err = run_cli(["steps", "--help"])
     assert code == 0 and err == "" and out.startswith("Usage: hpcwatch steps [OPTIONS] [PATHS]...")
-    assert "Arguments:\n  [PATHS]...  Kineto traces" in out and "[default: 300.0]" in out
+    assert "Arguments:\n  [PATHS]...  Kineto traces" in out and "[default: 300.0; x>0.0]" in out
 
 
 def test_an_error_of_several_lines_is_joined_into_one():

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from hpcwatch.cli.common import PATH, app, console, db_option, emit_json, json_option, open_store, safe_text
+from hpcwatch.cli.common import PATH, Number, app, console, db_option, emit_json, json_option, open_store, safe_text
 from hpcwatch.cli.defaults import ACTIVE_CHECK_DAYS
 from hpcwatch.errors import ConfigError
 
@@ -21,13 +21,16 @@ _STYLE = {"pass": "green", "warn": "yellow", "fail": "bold red", "unknown": "dim
 @click.option("--html", type=PATH, help="Also write the report as one self-contained HTML page.")
 @click.option("--cluster", "cluster_file", type=PATH, help="Cluster model YAML (default: the reference).")
 @click.option(
-    "--active-check-days", type=float, default=ACTIVE_CHECK_DAYS, help="Active checks older than this do not count."
+    "--active-check-days",
+    type=Number(min=0.0),
+    default=ACTIVE_CHECK_DAYS,
+    help="Active checks older than this do not count.",
 )
-@click.option("--params", type=float, help="MFU: non-embedding parameters N.")
+@click.option("--params", type=Number(min=0.0, min_open=True), help="MFU: non-embedding parameters N.")
 @click.option("--layers", type=int, help="MFU: transformer layers L.")
 @click.option("--d-model", type=int, help="MFU: model width d.")
 @click.option("--seq", type=int, help="MFU: sequence length T.")
-@click.option("--tokens-per-step", type=float, help="MFU: tokens per step.")
+@click.option("--tokens-per-step", type=Number(min=0.0, min_open=True), help="MFU: tokens per step.")
 def assess(
     db: str | None,
     json_out: bool,

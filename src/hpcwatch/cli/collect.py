@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from hpcwatch.cli.common import PATH, app, console, emit_json, json_option, safe_text
+from hpcwatch.cli.common import PATH, Number, app, console, emit_json, json_option, safe_text
 from hpcwatch.cli.defaults import COLLECT_CONFIG_PATH
 
 __all__ = ["collect"]
@@ -21,7 +21,7 @@ __all__ = ["collect"]
     "--agent", is_flag=True, default=False, help="Run this node's host checks ([agent]) and ship them to the centre."
 )
 @click.option("--status", is_flag=True, default=False, help="Show what the running daemon last reported.")
-@click.option("--duration", type=click.FloatRange(min=0.0), default=0.0, help="Stop after S seconds (0: on SIGTERM).")
+@click.option("--duration", type=Number(min=0.0), default=0.0, help="Stop after S seconds (0: on SIGTERM).")
 @json_option("json")
 def collect(config: Path, once: bool, check: bool, agent: bool, status: bool, duration: float, json: bool) -> None:
     """Poll Slurm and Prometheus, follow logs, ingest spool folders and run the detectors, unattended."""

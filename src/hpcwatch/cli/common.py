@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+import math
 import os
 import re
 import sys
@@ -43,6 +44,7 @@ __all__ = [
     "argument",
     "repeatable",
     "PATH",
+    "Number",
     "wait_for",
     "safe_text",
     "error_line",
@@ -54,6 +56,31 @@ __all__ = [
 
 #: Option and argument values that are paths arrive as ``pathlib.Path`` (click's default is ``str``).
 PATH = click.Path(path_type=Path)
+
+
+class Number(click.FloatRange):
+    """The type of every option that takes a number with a fraction: a finite one within the range given
+    (``infinite``: ``inf`` too). Click's ``float`` takes ``nan``, which no range refuses (no comparison holds for
+    it) and which reached a traceback (``top --speed nan``) or silent nonsense; here it gets the usage error."""
+
+    name = "number"
+
+    def __init__(
+        self,
+        min: float | None = None,
+        max: float | None = None,
+        *,
+        min_open: bool = False,
+        infinite: bool = False,
+    ) -> None:
+        super().__init__(min, max, min_open=min_open)
+        self.infinite = infinite
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        number = super().convert(value, param, ctx)
+        if math.isnan(number) or (math.isinf(number) and not self.infinite):
+            self.fail(f"{_visible(value)!r} is not a {'number' if self.infinite else 'finite number'}.", param, ctx)
+        return number
 
 
 class HelpArgument(click.Argument):
@@ -245,7 +272,7 @@ def price_options(function: Callable) -> Callable:
     return click.option(
         "--gpu-hour-price",
         "gpu_hour_price",
-        type=click.FloatRange(min=0.0),
+        type=Number(min=0.0),
         default=None,
         envvar="HPCWATCH_GPU_HOUR_PRICE",
         help="Price of one GPU-hour: a job's cost is its allocated GPU-hours times this.",

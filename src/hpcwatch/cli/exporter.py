@@ -7,6 +7,7 @@ from pathlib import Path
 import click
 
 from hpcwatch.cli.common import (
+    Number,
     app,
     auth_option,
     console,
@@ -32,14 +33,18 @@ __all__ = ["exporter"]
 @click.option(
     "--ended-within",
     "ended_within_s",
-    type=click.FloatRange(min=0.0),
+    type=Number(min=0.0, infinite=True),
     default=EXPORTER_ENDED_WITHIN_S,
     show_default=True,
     help="Show the running jobs and those that ended within this many seconds before the store's newest sample "
     "(inf: every job the store holds; Prometheus keeps the others' last values).",
 )
 @click.option(
-    "--duration", "duration_s", type=float, default=0.0, help="Stop after this many seconds (0: until Ctrl-C)."
+    "--duration",
+    "duration_s",
+    type=Number(min=0.0),
+    default=0.0,
+    help="Stop after this many seconds (0: until Ctrl-C).",
 )
 @auth_option("of every scrape (a bearer token of scope metrics)")
 @policy_option("the labels of each token's scrape")

@@ -10,6 +10,7 @@ import click
 
 from hpcwatch.cli.common import (
     PATH,
+    Number,
     app,
     argument,
     console,
@@ -118,7 +119,10 @@ def _print_health(report: HealthReport) -> None:
 @db_option()
 @click.option("--node", help="Judge this node only (as the samples name it).")
 @click.option(
-    "--window", type=float, default=HEALTH_WINDOW_S, help="Seconds of samples to judge, back from the newest."
+    "--window",
+    type=Number(min=0.0, min_open=True),
+    default=HEALTH_WINDOW_S,
+    help="Seconds of samples to judge, back from the newest.",
 )
 @repeatable("--dcgmi-diag", "dcgmi", type=PATH, help="`dcgmi diag -j` output to judge (repeatable).")
 @repeatable("--nccl-tests", "nccl", type=PATH, help="nccl-tests output to judge (repeatable).")
@@ -231,19 +235,24 @@ def _interval(text: str) -> Interval:
 
 @simulate_app.command("goodput")
 @click.option("--gpus", type=int, default=GOODPUT_GPUS, help="GPUs of the synchronous job.")
-@click.option("--days", type=float, default=GOODPUT_DAYS, help="Wall-clock days of the run.")
+@click.option("--days", type=Number(min=0.0, min_open=True), default=GOODPUT_DAYS, help="Wall-clock days of the run.")
 @click.option(
-    "--checkpoint-cost", type=float, default=CHECKPOINT_COST_S, help="C: seconds a checkpoint save stops training."
+    "--checkpoint-cost",
+    type=Number(min=0.0),
+    default=CHECKPOINT_COST_S,
+    help="C: seconds a checkpoint save stops training.",
 )
 @click.option(
     "--restart-cost",
-    type=float,
+    type=Number(min=0.0),
     default=RESTART_COST_S,
     help="R: seconds from a failure to running again (detect, requeue, start).",
 )
-@click.option("--restore-cost", type=float, default=RESTORE_COST_S, help="Seconds to load the last checkpoint.")
+@click.option(
+    "--restore-cost", type=Number(min=0.0), default=RESTORE_COST_S, help="Seconds to load the last checkpoint."
+)
 @click.option("--interval", default="young", help="Checkpoint interval: seconds, young or daly.")
-@click.option("--step", type=float, default=GOODPUT_STEP_S, help="Seconds per training step.")
+@click.option("--step", type=Number(min=0.0, min_open=True), default=GOODPUT_STEP_S, help="Seconds per training step.")
 @click.option("--seed", type=int, default=0)
 @click.option("--sweep", is_flag=True, default=False, help=f"Run at {', '.join(map(str, SWEEP_GPUS))} GPUs.")
 @db_option(help="Also write the run's records (job, spans, events) here.")

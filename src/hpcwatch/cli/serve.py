@@ -14,6 +14,7 @@ import click
 
 from hpcwatch.cli.common import (
     PATH,
+    Number,
     app,
     auth_option,
     console,
@@ -71,32 +72,32 @@ DEFAULT_PORT = 8000
 @app.command()
 @click.option("--port", type=int, default=DEFAULT_PORT, help="Port on 127.0.0.1.")
 @click.option("--no-browser", is_flag=True, default=False, help="Do not open a browser.")
-@click.option("--duration", type=click.FloatRange(min=0.0), help="Stop after S seconds.")
+@click.option("--duration", type=Number(min=0.0), help="Stop after S seconds.")
 @repeatable("--scenario", help="Twin scenario (repeatable), e.g. straggler.")
 @click.option("--nodes", type=click.IntRange(min=1), help="Nodes of the reference cluster (default 2).")
 @click.option("--seed", type=int, default=0, help="Seed of the twin.")
 @click.option(
     "--speed",
-    type=click.FloatRange(min=0.01),
+    type=Number(min=0.01),
     default=1.0,
     help="Simulated seconds per real second (e.g. 20: see a node reboot in 10 s).",
 )
 @click.option(
     "--scrape-s",
-    type=click.FloatRange(min=0.0, min_open=True),
+    type=Number(min=0.0, min_open=True),
     default=None,
     help="Simulated seconds between two scrapes of a node's exporters, the nodes in turn (default: every "
     "second up to 128 nodes, one second more per 128 nodes: 8 s at 1,024).",
 )
 @click.option(
     "--scan-every",
-    type=click.FloatRange(min=0.0),
+    type=Number(min=0.0),
     default=10.0,
     help="Run the security detectors every S seconds (0: never).",
 )
 @click.option(
     "--scan-window",
-    type=click.FloatRange(min=0.0),
+    type=Number(min=0.0),
     default=300.0,
     help="Each scan looks at the last S seconds of data, read incrementally (0: the whole store every time).",
 )
@@ -205,7 +206,7 @@ def demo(
     help="Show what this Alertmanager fires and resolves (http://host:9093, its v2 API), beside the "
     "store's health verdicts; the page says so when it stops answering.",
 )
-@click.option("--duration", type=click.FloatRange(min=0.0), help="Stop after S seconds.")
+@click.option("--duration", type=Number(min=0.0), help="Stop after S seconds.")
 @stream_options
 @keep_read_option
 @price_options

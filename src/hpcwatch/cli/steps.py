@@ -10,6 +10,7 @@ import click
 
 from hpcwatch.cli.common import (
     PATH,
+    Number,
     app,
     argument,
     console,
@@ -77,11 +78,11 @@ def trace_files(paths: list[Path]) -> list[Input]:
 @json_option()
 @db_option()
 @click.option("--job", help="Read this job's step spans from the store instead.")
-@click.option("--params", type=float, help="MFU: non-embedding parameters N.")
+@click.option("--params", type=Number(min=0.0, min_open=True), help="MFU: non-embedding parameters N.")
 @click.option("--layers", type=int, help="MFU: transformer layers L.")
 @click.option("--d-model", type=int, help="MFU: model width d.")
 @click.option("--seq", type=int, help="MFU: sequence length T.")
-@click.option("--tokens-per-step", type=float, help="MFU: tokens per step, all ranks.")
+@click.option("--tokens-per-step", type=Number(min=0.0, min_open=True), help="MFU: tokens per step, all ranks.")
 @click.option("--gpu", help="MFU: GPU type (catalog key or model name).")
 @click.option(
     "--reduced", type=PATH, help="Also write the per-rank reduced tables (one row per rank) to this Parquet file."
@@ -95,7 +96,10 @@ def trace_files(paths: list[Path]) -> list[Input]:
     "--workers", type=int, help="Dask workers to start (local: default one per core; slurm: jobs, default 2)."
 )
 @click.option(
-    "--dask-timeout", type=float, default=DASK_START_TIMEOUT_S, help="Seconds to wait for the workers to connect."
+    "--dask-timeout",
+    type=Number(min=0.0, min_open=True),
+    default=DASK_START_TIMEOUT_S,
+    help="Seconds to wait for the workers to connect.",
 )
 @click.option("--slurm-partition", help="--dask slurm: partition of the worker jobs.")
 @click.option("--slurm-account", help="--dask slurm: account.")

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from hpcwatch.cli.common import app, console, emit_json, json_option, repeatable, safe_text
+from hpcwatch.cli.common import Number, app, console, emit_json, json_option, repeatable, safe_text
 from hpcwatch.errors import ConfigError
 
 if TYPE_CHECKING:  # the twin and the store are imported when the command runs, not for --help
@@ -61,11 +61,11 @@ def _table(gpus: list[dict], twin_now: float, ticks: int) -> Table:
 
 
 @app.command()
-@click.option("--duration", type=float, help="Stop after this many real seconds (default: Ctrl-C).")
+@click.option("--duration", type=Number(min=0.0), help="Stop after this many real seconds (default: Ctrl-C).")
 @repeatable("--scenario", help="Scenario to play (repeatable).")
 @click.option("--nodes", type=int, help="Nodes of 8 H100 SXM (default: the reference cluster's 2).")
 @click.option("--seed", type=int, default=0, help="Random seed of the twin.")
-@click.option("--speed", type=float, default=1.0, help="Simulated seconds per real second.")
+@click.option("--speed", type=Number(min=0.0, min_open=True), default=1.0, help="Simulated seconds per real second.")
 @json_option("json_out")
 def top(
     duration: float | None, scenario: list[str], nodes: int | None, seed: int, speed: float, json_out: bool

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import click
 
-from hpcwatch.cli.common import PATH, console, emit_json, json_option, repeatable, twin_app
+from hpcwatch.cli.common import PATH, Number, console, emit_json, json_option, repeatable, twin_app
 from hpcwatch.cli.defaults import TWIN_STEP_S
 from hpcwatch.errors import ConfigError
 
@@ -25,7 +25,7 @@ MAX_AUTO_WORKERS = 4
 
 @twin_app.command("run")
 @click.option("--out", type=PATH, required=True, help="Folder to write (created; files inside are replaced).")
-@click.option("--duration", type=float, default=DEFAULT_DURATION_S, help="Simulated seconds.")
+@click.option("--duration", type=Number(min=0.0), default=DEFAULT_DURATION_S, help="Simulated seconds.")
 @click.option(
     "--model",
     default="reference",
@@ -36,7 +36,9 @@ MAX_AUTO_WORKERS = 4
 @click.option("--nodes", type=int, help="Nodes of the model's first node group (default: the model's count).")
 @click.option("--seed", type=int, default=0, help="Random seed: the same seed writes the same files.")
 @repeatable("--scenario", help="Scenario to play (repeatable).")
-@click.option("--step", type=float, default=TWIN_STEP_S, help="Resolution: seconds between scrapes.")
+@click.option(
+    "--step", type=Number(min=0.0, min_open=True), default=TWIN_STEP_S, help="Resolution: seconds between scrapes."
+)
 @click.option("--spans", is_flag=True, default=False, help="Also write spans.jsonl (the training job's steps).")
 @click.option(
     "--traces",

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from hpcwatch.cli.common import PATH, console, emit_json, repeatable, twin_app, wait_for
+from hpcwatch.cli.common import PATH, Number, console, emit_json, repeatable, twin_app, wait_for
 from hpcwatch.cli.defaults import TWIN_SERVE_PORT, TWIN_SERVE_TICK_S
 from hpcwatch.errors import ConfigError
 
@@ -66,7 +66,11 @@ def raise_open_files_limit(nodes: int) -> None:
 @click.option("--seed", type=int, default=0, help="Random seed of the twin.")
 @repeatable("--scenario", help="Scenario to run (repeatable).")
 @click.option(
-    "--tick", "tick_s", type=float, default=TWIN_SERVE_TICK_S, help="Seconds between twin ticks (0 freezes it)."
+    "--tick",
+    "tick_s",
+    type=Number(min=0.0),
+    default=TWIN_SERVE_TICK_S,
+    help="Seconds between twin ticks (0 freezes it).",
 )
 @click.option("--host", default="127.0.0.1", help="Address to bind.")
 @click.option(
@@ -78,12 +82,16 @@ def raise_open_files_limit(nodes: int) -> None:
     "--timestamps", is_flag=True, default=False, help="Stamp each sample with the twin's clock (real exporters do not)."
 )
 @click.option(
-    "--duration", "duration_s", type=float, default=0.0, help="Stop after this many seconds (0: until Ctrl-C)."
+    "--duration",
+    "duration_s",
+    type=Number(min=0.0),
+    default=0.0,
+    help="Stop after this many seconds (0: until Ctrl-C).",
 )
 @click.option(
     "--scrape-interval",
     "scrape_interval_s",
-    type=float,
+    type=Number(min=0.0, min_open=True),
     default=1.0,
     help="scrape_interval (s) of the --prometheus-config written.",
 )

@@ -11,6 +11,7 @@ import orjson
 
 from hpcwatch.cli.common import (
     PATH,
+    Number,
     app,
     argument,
     console,
@@ -102,12 +103,12 @@ def _print_whatif(r: WhatIf) -> None:
 
 
 @app.command()
-@click.option("--params", type=float, required=True, help="Non-embedding parameters N.")
+@click.option("--params", type=Number(min=0.0, min_open=True), required=True, help="Non-embedding parameters N.")
 @click.option("--layers", type=int, required=True, help="Transformer layers L.")
 @click.option("--d-model", type=int, required=True, help="Hidden size d.")
 @click.option("--seq", type=int, required=True, help="Sequence length T.")
-@click.option("--tokens-per-step", type=float, required=True, help="Global batch, tokens.")
-@click.option("--step-time", type=float, required=True, help="Step time, seconds.")
+@click.option("--tokens-per-step", type=Number(min=0.0, min_open=True), required=True, help="Global batch, tokens.")
+@click.option("--step-time", type=Number(min=0.0, min_open=True), required=True, help="Step time, seconds.")
 @click.option("--gpus", type=int, default=1, help="GPUs sharing the step.")
 @click.option("--gpu", default=MFU_GPU, help="GPU type (catalog key or driver name).")
 @click.option("--recompute", is_flag=True, default=False, help="Full activation recomputation (reports HFU).")
@@ -150,11 +151,11 @@ def mfu(
 
 @simulate_app.command("stragglers")
 @click.option("--gpus", default="8,64,512,1024,4096,16384,100000", help="Job sizes, comma-separated.")
-@click.option("--cv", type=float, help="Coefficient of variation of a GPU's step (normal).")
+@click.option("--cv", type=Number(min=0.0), help="Coefficient of variation of a GPU's step (normal).")
 @click.option("--sample", type=PATH, help="Measured per-GPU step times: JSON list or one number a line.")
 @click.option("--job", help="Take the per-GPU step times from this job's spans.")
-@click.option("--p-slow", type=float, default=0.0, help="Probability that a GPU is a slow one.")
-@click.option("--slow-factor", type=float, default=1.0, help="How many times slower a slow GPU is.")
+@click.option("--p-slow", type=Number(min=0.0, max=1.0), default=0.0, help="Probability that a GPU is a slow one.")
+@click.option("--slow-factor", type=Number(min=1.0), default=1.0, help="How many times slower a slow GPU is.")
 @click.option("--steps", type=int, default=STRAGGLER_SIM_STEPS, help="Monte-Carlo steps per job size.")
 @click.option("--seed", type=int, default=0, help="Random seed.")
 @db_option()
