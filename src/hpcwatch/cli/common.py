@@ -46,6 +46,7 @@ __all__ = [
     "PATH",
     "Number",
     "wait_for",
+    "duration_option",
     "safe_text",
     "error_line",
     "warning_line",
@@ -375,6 +376,17 @@ def _default(value: Any) -> Any:
     if hasattr(value, "item"):
         return value.item()
     raise TypeError(f"not JSON serialisable: {type(value).__name__}")
+
+
+def duration_option() -> Callable:
+    """``--duration S`` (``duration_s``) of a command that serves until stopped: what ``wait_for`` waits."""
+    return click.option(
+        "--duration",
+        "duration_s",
+        type=Number(min=0.0),
+        default=0.0,
+        help="Stop after this many seconds (0: until Ctrl-C).",
+    )
 
 
 def wait_for(duration_s: float, *, alive: Callable[[], bool] = lambda: True) -> None:

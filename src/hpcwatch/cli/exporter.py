@@ -12,6 +12,7 @@ from hpcwatch.cli.common import (
     auth_option,
     console,
     db_option,
+    duration_option,
     listen_options,
     open_store,
     policy_option,
@@ -39,13 +40,7 @@ __all__ = ["exporter"]
     help="Show the running jobs and those that ended within this many seconds before the store's newest sample "
     "(inf: every job the store holds; Prometheus keeps the others' last values).",
 )
-@click.option(
-    "--duration",
-    "duration_s",
-    type=Number(min=0.0),
-    default=0.0,
-    help="Stop after this many seconds (0: until Ctrl-C).",
-)
+@duration_option()
 @auth_option("of every scrape (a bearer token of scope metrics)")
 @policy_option("the labels of each token's scrape")
 def exporter(

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from hpcwatch.cli.common import PATH, Number, console, emit_json, repeatable, twin_app, wait_for
+from hpcwatch.cli.common import PATH, Number, console, duration_option, emit_json, repeatable, twin_app, wait_for
 from hpcwatch.cli.defaults import TWIN_SERVE_PORT, TWIN_SERVE_TICK_S
 from hpcwatch.errors import ConfigError
 
@@ -81,13 +81,7 @@ def raise_open_files_limit(nodes: int) -> None:
 @click.option(
     "--timestamps", is_flag=True, default=False, help="Stamp each sample with the twin's clock (real exporters do not)."
 )
-@click.option(
-    "--duration",
-    "duration_s",
-    type=Number(min=0.0),
-    default=0.0,
-    help="Stop after this many seconds (0: until Ctrl-C).",
-)
+@duration_option()
 @click.option(
     "--scrape-interval",
     "scrape_interval_s",
