@@ -66,6 +66,14 @@ def test_a_count_out_of_its_range_is_refused(argv):
     assert refused.value.param is not None and refused.value.param.name == "keep_read_jobs"
 
 
+def test_a_port_out_of_range_is_the_usage_error_not_a_traceback(run_cli):
+    """``exporter --port 70000`` ended in the socket's OverflowError."""
+    code, out, err = run_cli(["exporter", "--db", ":memory:", "--port", "70000", "--duration", "0.1"])
+    assert (
+        code == 2 and out == "" and "Traceback" not in err and "'--port': 70000 is not in the range 0<=x<=65535" in err
+    )
+
+
 def _number_options():
     """(command path, option) of every option of every command whose value is a number with a fraction."""
     from tests.unit.test_cli_startup import _commands

@@ -25,7 +25,9 @@ __all__ = ["exporter"]
 
 
 @app.command()
-@click.option("--port", type=int, default=EXPORTER_PORT, help="Port for /metrics.")
+@click.option(
+    "--port", type=click.IntRange(0, 65535), default=EXPORTER_PORT, help="Port for /metrics (0: any free one)."
+)
 @listen_options("/metrics")
 @db_option()
 @click.option(
