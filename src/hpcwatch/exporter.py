@@ -173,8 +173,8 @@ class ScrapesKept:
     whatever the scope, which only filters them: one for every scope's collector."""
 
     def __init__(self, *, ended_within_s: float = DEFAULT_ENDED_WITHIN_S) -> None:
-        self.ended_within_s = ended_within_s
-        """The jobs shown: running, or ended within this many seconds before the newest sample (inf: all)."""
+        """``ended_within_s``: the jobs shown, running or ended within this many seconds before the newest sample
+        (inf: all)."""
         self.jobs = KeptStore(ended_within_s=ended_within_s, on_disk=True)
         """Its newest settled checkpoint also in the store's folder: a restarted exporter reads on from it."""
         self.training = KeptTraining(ended_within_s=ended_within_s)

@@ -77,6 +77,7 @@ __all__ = [
     "timed_stretches",
     "shapes_union",
     "by_age",
+    "due_to_save",
     "stretches",
     "checkpoint_cuts",
     "read_end",
@@ -296,15 +297,13 @@ class KeptStretches:
         written last (or before it: a row landed late and the read went back)."""
         if not (self.on_disk and self.writes):
             return
-        found = [c for c in kept.checkpoints if c.upto <= settled]
         files = self._files_of(store)
-        if not found or files is None:
+        if files is None:
             return
-        c = found[-1]
         key = (str(store.config.path), kind, record.id)
         with self._lock:
-            last = self._saved_upto.get(key)
-            if last is not None and last <= c.upto < last + SAVE_EVERY_S:
+            c = due_to_save(kept.checkpoints, settled, self._saved_upto.get(key))
+            if c is None:
                 return
             self._saved_upto[key] = c.upto
         try:
@@ -721,6 +720,19 @@ def shapes_union(shapes: set[Shape]) -> Shape:
 
 #: How the report's checkpoints go to disk (``reports.checkpointfiles``): the ``Partial`` and the window's ``Shape``.
 REPORT_ON_DISK: Final = OnDisk(Partial.to_plain, Partial.from_plain, Shape.to_plain, Shape.from_plain)
+
+
+def due_to_save(checkpoints: Sequence[Checkpoint], settled: float, last_saved: float | None) -> Checkpoint | None:
+    """The newest of ``checkpoints`` at or before ``settled`` when it is to be written to disk: ``SAVE_EVERY_S``
+    past the one written last (``last_saved``; None: none yet), or before it (a row landed late and the read
+    went back); else None."""
+    found = [c for c in checkpoints if c.upto <= settled]
+    if not found:
+        return None
+    c = found[-1]
+    if last_saved is not None and last_saved <= c.upto < last_saved + SAVE_EVERY_S:
+        return None
+    return c
 
 
 def by_age(checkpoints: Sequence[Checkpoint], newest: float | None, lags: Sequence[float]) -> tuple[Checkpoint, ...]:

@@ -53,13 +53,14 @@ from hpcwatch.analysis.attribution import partial_of, report_time
 from hpcwatch.analysis.jobpartial import Partial, Shape
 from hpcwatch.errors import one_line
 from hpcwatch.records import Job
-from hpcwatch.reports.checkpointfiles import SAVE_EVERY_S, CheckpointFiles, Saved
+from hpcwatch.reports.checkpointfiles import CheckpointFiles, Saved
 from hpcwatch.reports.jobstretches import (
     CHECKPOINT_LAGS,
     SETTLE_S,
     Checkpoint,
     by_age,
     checkpoint_cuts,
+    due_to_save,
     read_end,
     shapes_union,
     timed_stretches,
@@ -208,12 +209,11 @@ class KeptStore:
         the one written last (or before it: a row landed late and the read went back)."""
         files = self._files_of(store)
         newest = kept.checkpoints[-1].state.newest_t if kept.checkpoints else None
-        settled = [c for c in kept.checkpoints if newest is not None and c.upto <= newest - SETTLE_S]
-        if files is None or not settled:
+        if files is None or newest is None:
             return
-        c, seen = settled[-1], (str(store.config.path), key)
-        last = self._saved_upto.get(seen)
-        if last is not None and last <= c.upto < last + SAVE_EVERY_S:
+        seen = (str(store.config.path), key)
+        c = due_to_save(kept.checkpoints, newest - SETTLE_S, self._saved_upto.get(seen))
+        if c is None:
             return
         self._saved_upto[seen] = c.upto
         try:
