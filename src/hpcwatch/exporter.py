@@ -539,7 +539,7 @@ def allocation_rows(jobs: Iterable[Job]) -> list[list[str]]:
 def job_usage(store: Store, *, kept: KeptStore | None = None) -> list[JobUsage]:
     """Per-job usage from the store, through the jobs report (reports/jobs.py); ``kept``: read on from what the
     last scrape kept."""
-    by_id = {j.id: j for j in store.jobs()}
+    by_id = store.jobs_by_id()
     # A workload known only from its samples (an hpc_job label, a pod) has no record: one from its report.
     return [
         JobUsage(

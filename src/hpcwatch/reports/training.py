@@ -79,7 +79,7 @@ class KeptTraining:
                 self._store, self._recent_steps, self._version, self._found = store, recent_steps, 0, {}
                 self._newest = None
             version, spans, events = queries.training_changed_since(store, self._version, GOODPUT_EVENT_KINDS)
-            records = {j.id: j for j in store.jobs()}
+            records = store.jobs_by_id()
             since = self._window_start(store)
             for job in sorted(spans | set(self._found)):  # every job with spans
                 found = self._found.get(job)
